@@ -1,0 +1,34 @@
+"""Benchmarks, measured side by side in one run and printed as ratios.
+
+    python -m ampbook.bench loader [...]   input pipeline (ampbook.bench_loader)
+    python -m ampbook.bench matmul [...]   matmul / elementwise by dtype (ampbook.bench_matmul)
+    python -m ampbook.bench step   [...]   training step: runner vs bare loop (ampbook.bench_step)
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "loader": "ampbook.bench_loader",
+    "matmul": "ampbook.bench_matmul",
+    "step": "ampbook.bench_step",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"unknown benchmark {name!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name])
+    return module.main(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

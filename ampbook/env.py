@@ -1,0 +1,118 @@
+"""The environment a measurement was made in: printed first by every notebook and recorded
+with every result."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+
+import torch
+
+# Tensor-core generation by CUDA compute capability (major, minor).
+_TENSOR_CORES = {
+    (7, 0): "Volta (1st gen: fp16)",
+    (7, 2): "Volta (1st gen: fp16)",
+    (7, 5): "Turing (2nd gen: fp16, int8)",
+    (8, 0): "Ampere (3rd gen: fp16, bf16, tf32)",
+    (8, 6): "Ampere (3rd gen: fp16, bf16, tf32)",
+    (8, 7): "Ampere (3rd gen: fp16, bf16, tf32)",
+    (8, 9): "Ada (4th gen: fp16, bf16, tf32, fp8)",
+    (9, 0): "Hopper (4th gen: fp16, bf16, tf32, fp8)",
+    (10, 0): "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)",
+    (12, 0): "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)",
+}
+
+
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` gives CUDA when available, else CPU; anything else is checked."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} was asked for, but this machine has no CUDA GPU "
+                           "(use device='cpu' or 'auto')")
+    return dev
+
+
+def cpu_flags() -> list[str]:
+    """The CPU features that matter for low precision on a CPU (AMX, AVX-512 bf16/fp16)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile")
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [w for w in wanted if w in have]
+    except OSError:
+        pass
+    return []
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def tensor_core_generation(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "none (CPU)"
+    cap = torch.cuda.get_device_capability(device)
+    return _TENSOR_CORES.get(cap, f"unknown (compute capability {cap[0]}.{cap[1]})")
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(device: str | torch.device = "auto") -> dict:
+    """A JSON-serialisable description of the software and hardware."""
+    dev = pick_device(device)
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "numpy": _version("numpy"),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
+        "tensor_cores": tensor_core_generation(dev),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_flags": cpu_flags(),
+        "platform": platform.platform(),
+    }
+    if dev.type == "cuda":
+        cap = torch.cuda.get_device_capability(dev)
+        info["compute_capability"] = f"{cap[0]}.{cap[1]}"
+        info["gpu_memory_gb"] = round(torch.cuda.get_device_properties(dev).total_memory / 1e9, 1)
+        info["driver_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return info
+
+
+def print_environment(device: str | torch.device = "auto", packages=("matplotlib", "jupytext", "papermill")) -> dict:
+    """Print the environment as aligned lines (first code cell of every notebook)."""
+    info = environment(device)
+    for pkg in packages:
+        info[pkg] = _version(pkg)
+    width = max(len(k) for k in info)
+    for key, value in info.items():
+        if isinstance(value, list):
+            value = ", ".join(value) or "-"
+        print(f"{key:<{width}}  {value}")
+    return info
