@@ -1,0 +1,583 @@
+"""What autocast does, observed rather than assumed.
+
+Three sources answer "which dtype does this op run in under autocast?", and this module puts
+them side by side:
+
+* the **documentation**: the op lists of the torch.amp docs ("Autocast Op Reference",
+  https://pytorch.org/docs/stable/amp.html#autocast-op-reference), kept as data in
+  ``data/reference/autocast_ops.yml`` (``documented_ops``);
+* the **dispatcher** of the installed torch: the ops that have a kernel registered for the
+  ``AutocastCPU`` / ``AutocastCUDA`` dispatch key (``registered_ops``); every other op falls
+  through autocast untouched;
+* **probes**: each op run on small tensors under autocast, once with fp32 inputs and once with
+  low-precision inputs, and the output dtype read off (``probe_ops``).
+
+CUDA probes run on a GPU when there is one. Without one they run on *fake* CUDA tensors
+(``torch._subclasses.fake_tensor.FakeTensorMode``): tensors that carry a device and a dtype
+but no data, so the dispatcher's CUDA autocast kernels make their real decisions while no
+arithmetic happens. ``autocast_region(..., fake=True)`` switches CUDA autocast on directly
+for that (``torch.autocast`` itself refuses CUDA on a machine without a GPU).
+
+``trace_layers`` and ``trace_ops`` record, with forward hooks and a ``TorchFunctionMode``,
+the input and output dtypes of every layer and every functional op of a model under
+autocast; ``CastCounter`` counts the dtype conversions autocast makes (the casts of the fp32
+weights, and the cast cache that makes a weight used twice in one region cast once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ampbook.paths import load_reference
+
+DOC_URL = "https://pytorch.org/docs/stable/amp.html#autocast-op-reference"
+CATEGORIES = ("lower_precision", "float32", "promote")
+DEVICE_TYPES = ("cpu", "cuda")
+_DISPATCH_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
+_DEFAULT_DTYPE = {"cpu": torch.bfloat16, "cuda": torch.float16}
+
+
+def _check_device_type(device_type: str) -> str:
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device_type must be one of {DEVICE_TYPES}, got {device_type!r}")
+    return device_type
+
+
+def default_dtype(device_type: str) -> torch.dtype:
+    """Autocast's own default low-precision dtype for the device (bf16 on CPU, fp16 on CUDA)."""
+    return _DEFAULT_DTYPE[_check_device_type(device_type)]
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    return "-" if dtype is None else str(dtype).removeprefix("torch.")
+
+
+# --- the documented lists and the dispatcher's registrations -------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _reference() -> dict:
+    return load_reference("autocast_ops")
+
+
+def documented_ops(device_type: str) -> dict[str, list[str]]:
+    """The torch.amp docs' op lists for ``device_type``: ``{"lower_precision": [...],
+    "float32": [...], "promote": [...]}`` (names as the docs write them)."""
+    section = _reference()[_check_device_type(device_type)]
+    return {c: list(section[c]) for c in CATEGORIES}
+
+
+def documented_source() -> dict:
+    """Title, URL and page version of the documented lists (for the citation)."""
+    return dict(_reference()["source"])
+
+
+def documented_category(op: str, device_type: str, aliases: tuple[str, ...] = ()) -> str | None:
+    """The documented category of ``op`` (or one of its ``aliases``), None when unlisted."""
+    names = {op, *aliases}
+    for category, ops in documented_ops(device_type).items():
+        if names & set(ops):
+            return category
+    return None
+
+
+def _base_name(qualified: str) -> str:
+    """``"aten::conv2d.padding"`` -> ``"conv2d"``."""
+    return qualified.split("::", 1)[-1].split(".", 1)[0]
+
+
+def registered_ops(device_type: str) -> list[str]:
+    """Sorted names of the ops with a kernel for the device's autocast dispatch key in the
+    installed torch (overloads merged: ``conv2d`` and ``conv2d.padding`` give ``conv2d``).
+    Works without the device: the registrations are part of the build."""
+    key = _DISPATCH_KEYS[_check_device_type(device_type)]
+    regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
+    return sorted({_base_name(r) for r in regs})
+
+
+# --- autocast regions, real and fake -------------------------------------------------------
+
+def cuda_is_fake() -> bool:
+    """True when CUDA probes have to use fake tensors (no GPU here)."""
+    return not torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def autocast_region(device_type: str, dtype: torch.dtype | None = None, fake: bool = False,
+                    cache_enabled: bool = True) -> Iterator[torch.device]:
+    """An autocast region for ``device_type`` yielding the device to create tensors on.
+
+    ``fake=True`` (CUDA only) enters a ``FakeTensorMode`` and switches CUDA autocast on
+    directly, so that the CUDA autocast kernels run on fake CUDA tensors without a GPU. Inside
+    it, create tensors with ``device=`` the yielded device; results have dtypes and shapes but
+    no values."""
+    _check_device_type(device_type)
+    dtype = dtype or default_dtype(device_type)
+    if not fake:
+        if device_type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("a real CUDA autocast region needs a GPU; use fake=True to "
+                               "probe CUDA autocast's rules on fake tensors")
+        with torch.autocast(device_type, dtype=dtype, cache_enabled=cache_enabled):
+            yield torch.device(device_type)
+        return
+    if device_type != "cuda":
+        raise ValueError("fake=True is for probing CUDA autocast without a GPU; "
+                         "the CPU runs real autocast")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    prev = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
+            torch.is_autocast_cache_enabled())
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        torch.set_autocast_enabled("cuda", True)
+        torch.set_autocast_dtype("cuda", dtype)
+        torch.set_autocast_cache_enabled(cache_enabled)
+        torch.autocast_increment_nesting()
+        try:
+            yield torch.device("cuda")
+        finally:
+            if torch.autocast_decrement_nesting() == 0:
+                torch.clear_autocast_cache()
+            torch.set_autocast_enabled("cuda", prev[0])
+            torch.set_autocast_dtype("cuda", prev[1])
+            torch.set_autocast_cache_enabled(prev[2])
+
+
+# --- op probes -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Probe:
+    """One op call. ``fn(make, dt)`` runs the op; ``make(shape, dtype=float32)`` makes a
+    random tensor on the probed device. ``dt`` is the dtype of the *activations* (the op's
+    data inputs); parameters (weights, biases, running stats) stay fp32 as a model's do
+    under autocast. ``mixed`` marks ops with two activation inputs, also probed with one low
+    and one fp32. ``aliases``: other names the docs use for it."""
+
+    name: str
+    fn: Callable
+    aliases: tuple[str, ...] = ()
+    mixed: Callable | None = None
+
+
+def _pos(make, shape, dt):
+    return make(shape, dt).abs() + 0.5
+
+
+def _probes() -> list[Probe]:
+    x4 = (2, 4, 8, 8)
+    ps = [
+        Probe("conv2d", lambda m, dt: F.conv2d(m(x4, dt), m((4, 4, 3, 3)), m((4,)), padding=1)),
+        Probe("conv_transpose2d", lambda m, dt: F.conv_transpose2d(m(x4, dt), m((4, 4, 3, 3)), m((4,)))),
+        Probe("linear", lambda m, dt: F.linear(m((4, 8), dt), m((8, 8)), m((8,)))),
+        Probe("matmul", lambda m, dt: torch.matmul(m((4, 8), dt), m((8, 8), dt)), ("__matmul__",)),
+        Probe("bmm", lambda m, dt: torch.bmm(m((2, 4, 8), dt), m((2, 8, 8), dt))),
+        Probe("addmm", lambda m, dt: torch.addmm(m((8,), dt), m((4, 8), dt), m((8, 8), dt))),
+        Probe("prelu", lambda m, dt: F.prelu(m(x4, dt), m((4,)))),
+        Probe("batch_norm", lambda m, dt: F.batch_norm(m(x4, dt), m((4,)), m((4,)).abs() + 1,
+                                                      m((4,)), m((4,)), training=True)),
+        Probe("layer_norm", lambda m, dt: F.layer_norm(m((4, 8), dt), (8,), m((8,)), m((8,)))),
+        Probe("group_norm", lambda m, dt: F.group_norm(m(x4, dt), 2, m((4,)), m((4,)))),
+        Probe("relu", lambda m, dt: F.relu(m(x4, dt))),
+        Probe("sigmoid", lambda m, dt: torch.sigmoid(m(x4, dt))),
+        Probe("dropout2d", lambda m, dt: F.dropout2d(m(x4, dt), 0.3, training=True)),
+        Probe("max_pool2d", lambda m, dt: F.max_pool2d(m(x4, dt), 2)),
+        Probe("avg_pool2d", lambda m, dt: F.avg_pool2d(m(x4, dt), 2)),
+        Probe("upsample_bilinear2d", lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="bilinear"),
+              ("interpolate",)),
+        Probe("upsample_nearest2d", lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="nearest")),
+        Probe("add", lambda m, dt: m(x4, dt) + m(x4, dt),
+              mixed=lambda m, dt: m(x4, dt) + m(x4)),
+        Probe("mul", lambda m, dt: m(x4, dt) * m(x4, dt),
+              mixed=lambda m, dt: m(x4, dt) * m(x4)),
+        Probe("cat", lambda m, dt: torch.cat([m(x4, dt), m(x4, dt)], 1),
+              mixed=lambda m, dt: torch.cat([m(x4, dt), m(x4)], 1)),
+        Probe("stack", lambda m, dt: torch.stack([m(x4, dt), m(x4, dt)]),
+              mixed=lambda m, dt: torch.stack([m(x4, dt), m(x4)])),
+        Probe("softmax", lambda m, dt: torch.softmax(m(x4, dt), 1)),
+        Probe("log_softmax", lambda m, dt: torch.log_softmax(m(x4, dt), 1)),
+        Probe("sum", lambda m, dt: m(x4, dt).sum()),
+        Probe("mean", lambda m, dt: m(x4, dt).mean()),
+        Probe("prod", lambda m, dt: _pos(m, (8,), dt).prod()),
+        Probe("cumsum", lambda m, dt: torch.cumsum(m(x4, dt), 1)),
+        Probe("exp", lambda m, dt: torch.exp(m(x4, dt))),
+        Probe("log", lambda m, dt: torch.log(_pos(m, x4, dt))),
+        Probe("pow", lambda m, dt: torch.pow(m(x4, dt), 2), ("__pow__",)),
+        Probe("rsqrt", lambda m, dt: torch.rsqrt(_pos(m, x4, dt))),
+        Probe("norm", lambda m, dt: torch.norm(m(x4, dt))),
+        Probe("cross_entropy", lambda m, dt: F.cross_entropy(m(x4, dt), _labels(m, (2, 8, 8), 4)),
+              ("cross_entropy_loss",)),
+        Probe("nll_loss", lambda m, dt: F.nll_loss(m((4, 5), dt), _labels(m, (4,), 5)), ("nll_loss2d",)),
+        Probe("mse_loss", lambda m, dt: F.mse_loss(m(x4, dt), m(x4, dt))),
+        Probe("binary_cross_entropy_with_logits",
+              lambda m, dt: F.binary_cross_entropy_with_logits(m(x4, dt), m(x4, dt).sigmoid())),
+    ]
+    return ps
+
+
+def _labels(make, shape, classes):
+    # integer targets built from a float tensor so that fake and real modes both work
+    return (make(shape).abs() * 1000).long() % classes
+
+
+PROBES: tuple[Probe, ...] = tuple(_probes())
+PROBE_NAMES: tuple[str, ...] = tuple(p.name for p in PROBES)
+
+
+@dataclass
+class ProbeResult:
+    op: str
+    device: str          # "cpu", "cuda" or "cuda (fake)"
+    low_dtype: str       # the autocast dtype
+    out_from_fp32: str   # output dtype when the activations come in as fp32
+    out_from_low: str    # output dtype when they come in as the low dtype
+    out_mixed: str | None  # ops with two activations: one low, one fp32
+    observed: str        # "lower_precision", "float32", "input dtype", "promote" or "error: ..."
+    documented: str | None
+    registered: bool
+
+    def row(self) -> tuple:
+        return (self.op, self.out_from_fp32, self.out_from_low, self.out_mixed or "-",
+                self.observed, self.documented or "unlisted", "yes" if self.registered else "no")
+
+
+def classify(out_from_fp32: torch.dtype, out_from_low: torch.dtype, low: torch.dtype,
+             out_mixed: torch.dtype | None = None) -> str:
+    """Name what autocast did from the two (three) output dtypes of a probe."""
+    if out_from_fp32 == low:
+        return "lower_precision"
+    if out_from_low == torch.float32:
+        return "float32"
+    if out_from_fp32 == torch.float32 and out_from_low == low:
+        if out_mixed == torch.float32:
+            return "promote"
+        return "input dtype"
+    return f"other ({dtype_name(out_from_fp32)}, {dtype_name(out_from_low)})"
+
+
+def _run_probe(probe: Probe, device_type: str, dtype: torch.dtype, fake: bool) -> dict:
+    gen = torch.Generator().manual_seed(0)
+
+    out = {}
+    for label, fn, dt in (("fp32", probe.fn, torch.float32), ("low", probe.fn, dtype),
+                          ("mixed", probe.mixed, dtype)):
+        if fn is None:
+            out[label] = None
+            continue
+        with autocast_region(device_type, dtype, fake=fake) as dev:
+            def make(shape, dt_=torch.float32, dev=dev):
+                t = torch.randn(shape, generator=gen) if not fake else torch.randn(shape)
+                return t.to(device=dev, dtype=dt_)
+            out[label] = fn(make, dt).dtype
+    return out
+
+
+def probe_ops(device_type: str, dtype: torch.dtype | None = None, fake: bool | None = None,
+              names: tuple[str, ...] | None = None) -> list[ProbeResult]:
+    """Run each probe (all of ``PROBES``, or those in ``names``) under autocast on
+    ``device_type`` and report the output dtypes, what they say autocast did, the documented
+    category and whether the dispatcher has an autocast kernel for the op.
+
+    ``fake=None`` means: fake CUDA tensors when CUDA is asked for and absent, real otherwise."""
+    _check_device_type(device_type)
+    dtype = dtype or default_dtype(device_type)
+    if dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"autocast's low-precision dtype is float16 or bfloat16, got {dtype}")
+    if fake is None:
+        fake = device_type == "cuda" and cuda_is_fake()
+    chosen = PROBES
+    if names is not None:
+        unknown = sorted(set(names) - set(PROBE_NAMES))
+        if unknown:
+            raise ValueError(f"no probe named {unknown}; known: {', '.join(PROBE_NAMES)}")
+        chosen = tuple(p for p in PROBES if p.name in names)
+    registered = set(registered_ops(device_type))
+    label = device_type + (" (fake)" if fake else "")
+    results = []
+    for p in chosen:
+        doc = documented_category(p.name, device_type, p.aliases)
+        reg = bool({p.name, *p.aliases} & registered)
+        try:
+            o = _run_probe(p, device_type, dtype, fake)
+            observed = classify(o["fp32"], o["low"], dtype, o["mixed"])
+            row = ProbeResult(p.name, label, dtype_name(dtype), dtype_name(o["fp32"]),
+                              dtype_name(o["low"]), dtype_name(o["mixed"]) if o["mixed"] else None,
+                              observed, doc, reg)
+        except Exception as exc:  # an op the device cannot run in this dtype: say so
+            row = ProbeResult(p.name, label, dtype_name(dtype), "-", "-", None,
+                              f"error: {type(exc).__name__}", doc, reg)
+        results.append(row)
+    return results
+
+
+PROBE_HEADERS = ("op", "out (fp32 in)", "out (low in)", "out (mixed in)", "observed",
+                 "documented", "autocast kernel")
+
+
+def disagreements(results: list[ProbeResult]) -> list[ProbeResult]:
+    """Probes whose observed behaviour differs from the documented list: a listed op that
+    did not do what its list says, or an unlisted op that autocast changed."""
+    out = []
+    for r in results:
+        doc = r.documented
+        if r.observed.startswith("error"):
+            continue
+        if doc is None and r.observed in ("lower_precision", "float32"):
+            out.append(r)
+        elif doc == "promote" and r.observed not in ("promote", "input dtype"):
+            out.append(r)
+        elif doc in ("lower_precision", "float32") and r.observed != doc:
+            out.append(r)
+    return out
+
+
+# --- what a model does: per layer and per op -----------------------------------------------
+
+def _dtypes(obj) -> list[str]:
+    if isinstance(obj, torch.Tensor):
+        return [dtype_name(obj.dtype)] if obj.is_floating_point() else []
+    if isinstance(obj, (list, tuple)):
+        return [d for o in obj for d in _dtypes(o)]
+    if isinstance(obj, dict):
+        return [d for o in obj.values() for d in _dtypes(o)]
+    return []
+
+
+def _leaf_modules(model: nn.Module):
+    return [(n, m) for n, m in model.named_modules() if not list(m.children())]
+
+
+def _fake_state(model: nn.Module, device: torch.device) -> dict:
+    """The model's parameters and buffers as fake tensors on ``device`` (inside a fake mode)."""
+    state = {}
+    for name, p in model.named_parameters():
+        state[name] = torch.empty(p.shape, dtype=p.dtype, device=device).requires_grad_(p.requires_grad)
+    for name, b in model.named_buffers():
+        state[name] = torch.empty(b.shape, dtype=b.dtype, device=device)
+    return state
+
+
+def _forward(model: nn.Module, x_shape_or_tensor, device_type, dtype, fake, enabled=True):
+    """Run ``model`` forward in an autocast region (or none, ``enabled=False``)."""
+    if fake:
+        with autocast_region(device_type, dtype, fake=True) as dev:
+            x = torch.randn(tuple(x_shape_or_tensor.shape) if isinstance(x_shape_or_tensor, torch.Tensor)
+                            else tuple(x_shape_or_tensor), device=dev)
+            return torch.func.functional_call(model, _fake_state(model, dev), (x,))
+    x = x_shape_or_tensor
+    if not isinstance(x, torch.Tensor):
+        p = next(model.parameters())
+        x = torch.randn(tuple(x), device=p.device)
+    if not enabled:
+        return model(x)
+    with autocast_region(device_type, dtype):
+        return model(x)
+
+
+def trace_layers(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None,
+                 fake: bool | None = None) -> list[dict]:
+    """Input, output and parameter dtypes of every leaf module in one forward under autocast.
+
+    ``x`` is an input tensor on the model's device, or an input shape (a random input is made).
+    With ``fake`` (default: CUDA without a GPU) the model runs on fake CUDA copies of its
+    parameters; the model itself is not touched. Rows: ``{"name", "type", "inputs", "output",
+    "params"}`` in call order (a module called twice appears twice)."""
+    _check_device_type(device_type)
+    dtype = dtype or default_dtype(device_type)
+    if fake is None:
+        fake = device_type == "cuda" and cuda_is_fake()
+    rows: list[dict] = []
+
+    def hook(module, args, output, name):
+        params = sorted({dtype_name(p.dtype) for p in module.parameters(recurse=False)})
+        rows.append({"name": name, "type": type(module).__name__, "inputs": _dtypes(args),
+                     "output": _dtypes(output), "params": params})
+
+    handles = [m.register_forward_hook(lambda mod, a, o, n=n: hook(mod, a, o, n))
+               for n, m in _leaf_modules(model)]
+    try:
+        with torch.no_grad():
+            _forward(model, x, device_type, dtype, fake)
+    finally:
+        for h in handles:
+            h.remove()
+    if fake:  # parameters seen inside functional_call are fake copies of the model's (fp32)
+        for r in rows:
+            r["params"] = sorted({dtype_name(p.dtype) for p in
+                                  dict(model.named_modules())[r["name"]].parameters(recurse=False)})
+    return rows
+
+
+_SKIP_FUNCS = {"__get__", "__set__", "size", "dim", "numel", "shape", "dtype", "device", "is_floating_point",
+               "__len__", "__getitem__", "__format__", "__repr__", "requires_grad_", "register_hook",
+               "untyped_storage", "data_ptr", "is_leaf", "grad_fn", "item", "__bool__", "tolist"}
+
+
+class _OpRecorder(TorchFunctionMode):
+    def __init__(self, stack: list[str], rows: list[dict]):
+        super().__init__()
+        self.stack, self.rows = stack, rows
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = getattr(func, "__name__", str(func))
+        if self.stack and name not in _SKIP_FUNCS and _dtypes(out):
+            self.rows.append({"module": self.stack[-1] if self.stack else "", "op": name,
+                              "inputs": _dtypes(list(args) + list(kwargs.values())),
+                              "output": _dtypes(out)})
+        return out
+
+
+def trace_ops(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None,
+              fake: bool | None = None) -> list[dict]:
+    """Every torch function the forward calls (``F.conv2d``, ``torch.cat``, ``y + x``...) with
+    the dtypes of its floating inputs and outputs and the innermost module type running it.
+    Catches what layer hooks miss: functional ops inside a block's own ``forward``."""
+    _check_device_type(device_type)
+    dtype = dtype or default_dtype(device_type)
+    if fake is None:
+        fake = device_type == "cuda" and cuda_is_fake()
+    rows: list[dict] = []
+    stack: list[str] = []
+    handles = []
+    def push(module, args):
+        stack.append(type(module).__name__)
+
+    def pop(module, args, output):  # returns None: the output stays as it is
+        stack.pop()
+
+    for m in model.modules():
+        handles.append(m.register_forward_pre_hook(push))
+        handles.append(m.register_forward_hook(pop, always_call=True))
+    try:
+        with torch.no_grad(), _OpRecorder(stack, rows):
+            _forward(model, x, device_type, dtype, fake)
+    finally:
+        for h in handles:
+            h.remove()
+    return rows
+
+
+def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
+    """Distinct (type, input dtypes, output dtypes) combinations with their counts, from
+    ``trace_layers`` rows (``key="type"``) or ``trace_ops`` rows (``key="op"``)."""
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        extra = (r["module"],) if key == "op" else ()
+        k = (r[key], *extra, ", ".join(sorted(set(r["inputs"]))) or "-", ", ".join(r["output"]))
+        counts[k] = counts.get(k, 0) + 1
+    return [(*k, n) for k, n in sorted(counts.items())]
+
+
+# --- the casts autocast makes --------------------------------------------------------------
+
+@dataclass
+class Cast:
+    shape: tuple
+    src: str
+    dst: str
+    is_parameter: bool
+
+
+@dataclass
+class CastCounter(TorchDispatchMode):
+    """Counts dtype conversions (``aten._to_copy`` with a dtype) inside the ``with`` block:
+    the casts autocast makes, and any ``.to(dtype)`` of your own. Pass ``model=`` to mark the
+    casts of its parameters."""
+
+    model: nn.Module | None = None
+    casts: list[Cast] = field(default_factory=list)
+
+    def __post_init__(self):
+        super().__init__()
+        self._params = set()
+        if self.model is not None:
+            self._params = {p.data_ptr() for p in self.model.parameters()}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default:
+            src = args[0]
+            dst = kwargs.get("dtype")
+            if dst is not None and dst != src.dtype:
+                self.casts.append(Cast(tuple(src.shape), dtype_name(src.dtype), dtype_name(dst),
+                                       src.data_ptr() in self._params))
+        return func(*args, **kwargs)
+
+    @property
+    def parameter_casts(self) -> int:
+        return sum(c.is_parameter for c in self.casts)
+
+    @property
+    def other_casts(self) -> int:
+        return sum(not c.is_parameter for c in self.casts)
+
+    @property
+    def parameter_cast_bytes(self) -> int:
+        """Bytes of the low-precision copies made of parameters."""
+        size = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+        total = 0
+        for c in self.casts:
+            if c.is_parameter:
+                n = 1
+                for s in c.shape:
+                    n *= s
+                total += n * size.get(c.dst, 4)
+        return total
+
+
+def count_casts(model: nn.Module, x: torch.Tensor, device_type: str, dtype: torch.dtype | None = None,
+                forwards: int = 1, cache_enabled: bool = True, one_region: bool = True) -> CastCounter:
+    """Run ``forwards`` forward passes under autocast and count the casts. ``one_region``:
+    all passes inside one autocast region (the cast cache lives as long as the region), else
+    one region per pass. Gradients are enabled, as in training: the cache only keeps casts of
+    leaf tensors that require grad (the parameters)."""
+    dtype = dtype or default_dtype(device_type)
+    counter = CastCounter(model=model)
+    with counter:
+        if one_region:
+            with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                for _ in range(forwards):
+                    model(x)
+        else:
+            for _ in range(forwards):
+                with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                    model(x)
+    return counter
+
+
+def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
+    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's parameters."""
+    out: dict[str, dict[str, int]] = {"params": {}, "grads": {}}
+    for p in model.parameters():
+        out["params"][dtype_name(p.dtype)] = out["params"].get(dtype_name(p.dtype), 0) + 1
+        g = "none" if p.grad is None else dtype_name(p.grad.dtype)
+        out["grads"][g] = out["grads"].get(g, 0) + 1
+    return out
+
+
+def saved_bytes(model: nn.Module, x: torch.Tensor, target: torch.Tensor, device_type: str,
+                dtype: torch.dtype | None = None, loss_fn: Callable | None = None) -> dict:
+    """Bytes autograd saves for backward in one forward (model + loss), by layer type and
+    dtype, with ``ampbook.memory.SavedTensorMeter``. ``dtype=None``: plain fp32 (no autocast);
+    else autocast in ``dtype``. Runs the backward too, so the step is a real one."""
+    from ampbook.memory import SavedTensorMeter
+
+    loss_fn = loss_fn or F.cross_entropy
+    model.zero_grad(set_to_none=True)
+    with SavedTensorMeter(model=model) as meter:
+        if dtype is None:
+            loss = loss_fn(model(x), target)
+        else:
+            with autocast_region(device_type, dtype):
+                loss = loss_fn(model(x), target)
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return meter.summary()

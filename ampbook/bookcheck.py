@@ -1,0 +1,159 @@
+"""Open the built book in headless Chromium and check what a reader would see.
+
+    python -m ampbook.bookcheck [HTML_DIR]
+
+For every page: it loads from disk with the network blocked; every image loads; MathJax has
+typeset every math element and no raw TeX delimiters are left in the text; every internal
+link points to an existing page and anchor; nothing asked for the network. Prints one line per
+problem and exits 1 when there is any. Chromium: ``$CHROMIUM``, else ``chromium`` or
+``chromium-browser`` on PATH (Debian: ``apt-get install chromium``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+RAW_TEX = re.compile(r"(\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\\frac\{|\\mathrm\{)")
+SKIP_PAGES = {"genindex.html", "search.html"}
+
+_PAGE_JS = """
+async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  const imgs = Array.from(document.images).map(i => ({src: i.getAttribute('src'),
+      ok: i.complete && i.naturalWidth > 0}));
+  const maths = Array.from(document.querySelectorAll('.math'));
+  const untypeset = maths.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80));
+  const clone = document.querySelector('main') ? document.querySelector('main').cloneNode(true)
+                                               : document.body.cloneNode(true);
+  clone.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach(e => e.remove());
+  const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
+  const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
+      .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.getAttribute('name')));
+  return {imgs, nmath: maths.length, untypeset, text: clone.textContent, links, ids,
+          title: document.title, mathjax: !!(window.MathJax && MathJax.version), };
+}
+"""
+
+
+@dataclass
+class PageReport:
+    page: str
+    images: int = 0
+    math: int = 0
+    links: int = 0
+    problems: list = field(default_factory=list)
+
+
+def find_chromium() -> str | None:
+    for cand in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if cand and (shutil.which(cand) or Path(cand).exists()):
+            return shutil.which(cand) or cand
+    return None
+
+
+def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageReport]:
+    from playwright.sync_api import sync_playwright
+
+    html_dir = Path(html_dir).resolve()
+    pages = sorted(p for p in html_dir.rglob("*.html")
+                   if p.name not in SKIP_PAGES and "_static" not in p.parts and "_sources" not in p.parts)
+    if not pages:
+        raise FileNotFoundError(f"no HTML pages under {html_dir}")
+    chromium = chromium or find_chromium()
+    if chromium is None:
+        raise FileNotFoundError("Chromium not found: apt-get install chromium, or set $CHROMIUM")
+    reports: list[PageReport] = []
+    page_info: dict[Path, dict] = {}
+    with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile_dir:
+        browser = pw.chromium.launch_persistent_context(
+            profile_dir, executable_path=chromium, headless=True, args=CHROMIUM_FLAGS[1:])
+        for path in pages:
+            report = PageReport(str(path.relative_to(html_dir)))
+            reports.append(report)
+            page = browser.new_page()
+            network: list[str] = []
+            failed: list[str] = []
+            errors: list[str] = []
+
+            def route(r, network=network):
+                if r.request.url.startswith("file:") or r.request.url.startswith("data:"):
+                    return r.continue_()
+                network.append(r.request.url)
+                return r.abort()
+
+            page.route("**/*", route)
+            page.on("requestfailed", lambda req, failed=failed: failed.append(req.url)
+                    if req.url.startswith("file:") else None)
+            page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+            response = page.goto(path.as_uri(), wait_until="load")
+            if response is not None and not response.ok:
+                report.problems.append(f"page did not load (status {response.status})")
+            page.wait_for_load_state("networkidle")
+            info = page.evaluate(_PAGE_JS)
+            page.close()
+            page_info[path] = info
+            report.images = len(info["imgs"])
+            report.math = info["nmath"]
+            report.links = len(info["links"])
+            report.problems += [f"image does not load: {i['src']}" for i in info["imgs"] if not i["ok"]]
+            report.problems += [f"math not typeset by MathJax: {t!r}" for t in info["untypeset"]]
+            if info["nmath"] and not info["mathjax"]:
+                report.problems.append("page has math but MathJax did not load")
+            for m in RAW_TEX.finditer(info["text"]):
+                context = info["text"][max(0, m.start() - 40): m.end() + 40].replace("\n", " ")
+                report.problems.append(f"raw TeX left in the text: ...{context}...")
+            report.problems += [f"asked the network for {u}" for u in network]
+            report.problems += [f"resource failed to load: {u}" for u in failed]
+            report.problems += [f"JavaScript error: {e}" for e in errors]
+        browser.close()
+    # Internal links: the target file exists and, with a fragment, has that id.
+    by_path = {p.resolve(): info for p, info in page_info.items()}
+    for report, path in zip(reports, pages):
+        for href in page_info[path]["links"]:
+            url = urlparse(href)
+            if url.scheme != "file":
+                continue
+            target = Path(unquote(url.path))
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                report.problems.append(f"broken link: {href}")
+                continue
+            if url.fragment and target.suffix == ".html" and target.resolve() in by_path:
+                if unquote(url.fragment) not in by_path[target.resolve()]["ids"]:
+                    report.problems.append(f"broken anchor: {href}")
+    return reports
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .book import DEFAULT_OUT
+
+    parser = argparse.ArgumentParser(prog="python -m ampbook.bookcheck", description=__doc__.split("\n\n")[0])
+    parser.add_argument("html_dir", nargs="?", default=str(DEFAULT_OUT / "_build" / "html"))
+    args = parser.parse_args(argv)
+    reports = check_book(args.html_dir)
+    problems = 0
+    for r in reports:
+        status = "ok" if not r.problems else f"{len(r.problems)} problem(s)"
+        print(f"{r.page:<40} images {r.images:>3}  math {r.math:>4}  links {r.links:>4}  {status}")
+        for p in r.problems:
+            print(f"    {p}")
+        problems += len(r.problems)
+    print(f"{len(reports)} pages checked, {problems} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

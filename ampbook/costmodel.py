@@ -1,0 +1,638 @@
+"""A per-layer cost model of a training step: FLOPs and bytes moved, and a roofline.
+
+The model is computed from the network itself. ``trace_step`` runs one training step
+(forward, loss, backward) on *fake* tensors (``torch._subclasses.FakeTensorMode``): every
+ATen operator PyTorch would launch is dispatched with its real shapes and dtypes, but no
+memory is allocated and nothing is computed, so a step at the RTX 3070 blog post's
+1024x512 setting costs well under a second on any CPU. A ``TorchDispatchMode`` sees each
+operator and records:
+
+* **FLOPs.** Convolutions and matrix products (the work tensor cores do) are counted
+  exactly, two FLOPs per multiply-add, padding included: a convolution producing ``N x C_out
+  x H_out x W_out`` from ``C_in / groups`` input channels with a ``k_h x k_w`` kernel costs
+  ``2 N C_out H_out W_out (C_in/groups) k_h k_w``; a transposed convolution
+  ``2 N C_in H_in W_in (C_out/groups) k_h k_w``. In the backward pass a convolution costs the
+  forward's FLOPs once for the input gradient (only when the input needs one: never for the
+  first layer, whose input is the image) and once for the weight gradient. Everything else
+  (batch norm, ReLU, pooling, additions, dropout) gets a rough count per element
+  (``_VECTOR_FLOPS_PER_ELEMENT``); those never come close to being compute-bound.
+* **Bytes moved.** Every tensor an operator reads and every tensor it writes, at its dtype's
+  size, once per operator (``inputs + weights + outputs``). Views, reshapes and allocations
+  move nothing and are skipped; an in-place operator reads and writes its tensor. This
+  assumes no operator finds its input in cache and no two operators are fused, which is
+  what eager PyTorch does with tensors of megabytes.
+
+Each operator is attributed to the innermost module of the model running when it was
+launched: forward operators through module hooks, backward operators through the autograd
+node that runs them (its sequence number falls inside the forward range of one module).
+Functional calls in a block's ``forward`` (``F.relu(y + x)``, ``torch.cat``) go to the
+block; the loss goes to ``LOSS``.
+
+Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so
+it is the CPU autocast that runs; for the operators of a convolutional network
+(convolutions to fp16/bf16, batch norm, ReLU, pooling, addition and dropout in their input's
+dtype, the loss in fp32) its policy is the same as CUDA's: ``tests/test_costmodel.py``
+checks that on fake CUDA tensors, whose autocast is the CUDA one. Batch norm under autocast
+is in neither list: it takes the fp16 activation with fp32 weights and running statistics
+and writes fp16 (cuDNN's ``cudnn_batch_norm`` on CUDA).
+
+``predict`` holds a trace against a device's ceilings (``Ceilings``, usually from
+``ampbook.devices``): each operator takes ``max(compute time, memory time)`` where compute
+time is ``mma FLOPs / tensor peak + other FLOPs / vector peak`` at the operator's dtype and
+memory time is ``bytes / bandwidth``; the step is the sum (operators run one after another).
+It is a *lower bound* on the step time: real kernels reach a fraction of either peak, and
+kernel launch latency (``min_kernel_s``) is not in it unless asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
+AUTOCAST_DTYPES = {"fp32": None, "amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+LOSS = "(loss)"
+OUTSIDE = "(outside model)"
+ACCUMULATE = "(gradient accumulation)"
+
+_aten = torch.ops.aten
+
+# Operators whose FLOPs go to tensor cores (matrix units): convolutions and matrix products.
+_MMA_OPS = {"convolution", "convolution_backward", "mm", "addmm", "bmm", "baddbmm"}
+# Operators that only allocate or describe memory: no kernel, no bytes.
+_NO_DATA_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                "_unsafe_view", "_reshape_alias", "lift_fresh", "set_", "resize_",
+                "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size"}
+# In-place operators that overwrite their first argument without reading it.
+_WRITE_ONLY_OPS = {"bernoulli_", "fill_", "zero_", "uniform_", "normal_", "random_",
+                   "exponential_", "copy_"}
+# Rough FLOPs per element for vector operators (per output element unless noted). None of
+# these comes near a GPU's vector peak; the figures only keep the model honest about them.
+_VECTOR_FLOPS_PER_ELEMENT = {
+    "native_batch_norm": 5, "cudnn_batch_norm": 5, "_native_batch_norm_legit": 5,
+    "_native_batch_norm_legit_functional": 5,
+    "native_batch_norm_backward": 8, "cudnn_batch_norm_backward": 8,
+    "_log_softmax": 5, "_softmax": 5, "_log_softmax_backward_data": 3,
+    "_softmax_backward_data": 3,
+    "_to_copy": 0, "clone": 0, "cat": 0, "copy_": 0, "slice_backward": 0,
+}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def conv_flops(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
+               transposed: bool = False) -> int:
+    """FLOPs (2 per multiply-add) of a convolution, grouped or not, any number of spatial dims.
+
+    ``w_shape`` is the weight as PyTorch stores it: ``(C_out, C_in/groups, k...)`` for a
+    convolution, ``(C_in, C_out/groups, k...)`` for a transposed one. A convolution does
+    ``(C_in/groups) * prod(k)`` multiply-adds per *output* element; a transposed convolution
+    ``(C_out/groups) * prod(k)`` per *input* element.
+    """
+    if len(x_shape) != len(w_shape) or len(out_shape) != len(w_shape):
+        raise ValueError(f"input {tuple(x_shape)}, weight {tuple(w_shape)} and output "
+                         f"{tuple(out_shape)} must have the same number of dimensions")
+    per_element = math.prod(w_shape[1:])
+    elements = math.prod(x_shape) if transposed else math.prod(out_shape)
+    return 2 * elements * per_element
+
+
+# --------------------------------------------------------------------------------------------
+# one operator's cost
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class OpCost:
+    """One ATen operator of a traced step."""
+
+    phase: str            # "forward" or "backward"
+    scope: str            # qualified name of the innermost module (or LOSS, OUTSIDE...)
+    scope_type: str       # its class name
+    op: str               # ATen operator, e.g. "convolution"
+    dtype: str            # dtype of its first floating-point input ("float32", "float16"...)
+    mma_flops: float      # FLOPs of convolutions / matrix products (tensor-core work)
+    other_flops: float    # rough FLOPs of vector work
+    read_bytes: float
+    write_bytes: float
+
+    @property
+    def flops(self) -> float:
+        return self.mma_flops + self.other_flops
+
+    @property
+    def bytes(self) -> float:
+        return self.read_bytes + self.write_bytes
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity, FLOPs per byte."""
+        return self.flops / self.bytes if self.bytes else math.inf
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _compute_dtype(tensors: Iterable[torch.Tensor]) -> str:
+    for t in tensors:
+        if t.is_floating_point():
+            return _dtype_name(t.dtype)
+    return "none"
+
+
+def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
+    """(mma FLOPs, other FLOPs) of one operator."""
+    if name == "convolution":
+        x, w = args[0], args[1]
+        transposed = bool(args[6])
+        mma = conv_flops(x.shape, w.shape, out.shape, transposed)
+        other = out.numel() if args[2] is not None else 0  # bias
+        return float(mma), float(other)
+    if name == "convolution_backward":
+        grad_out, x, w = args[0], args[1], args[2]
+        transposed, mask = bool(args[7]), args[10]
+        fwd = conv_flops(x.shape, w.shape, grad_out.shape, transposed)
+        mma = fwd * (int(bool(mask[0])) + int(bool(mask[1])))
+        other = grad_out.numel() if mask[2] else 0  # bias gradient: a sum over grad_out
+        return float(mma), float(other)
+    if name == "mm":
+        (m, k), n = args[0].shape, args[1].shape[1]
+        return float(2 * m * k * n), 0.0
+    if name == "addmm":
+        (m, k), n = args[1].shape, args[2].shape[1]
+        return float(2 * m * k * n), float(m * n)
+    if name == "bmm":
+        (b, m, k), n = args[0].shape, args[1].shape[2]
+        return float(2 * b * m * k * n), 0.0
+    if name == "baddbmm":
+        (b, m, k), n = args[1].shape, args[2].shape[2]
+        return float(2 * b * m * k * n), float(b * m * n)
+    outs = _tensors(out)
+    if name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d"):
+        kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size")
+        kernel = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
+        kernel = kernel * 2 if len(kernel) == 1 else kernel
+        return 0.0, float(outs[0].numel() * math.prod(kernel))
+    per = _VECTOR_FLOPS_PER_ELEMENT.get(name, 1)
+    if name.endswith("_backward") or "batch_norm" in name:
+        elements = max((t.numel() for t in _tensors(args)), default=0)
+    else:
+        elements = max((t.numel() for t in outs), default=0)
+    return 0.0, float(per * elements)
+
+
+def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
+    """(read bytes, written bytes), or None for an operator that moves no data."""
+    name = func._schema.name.split("::")[-1]
+    if name in _NO_DATA_OPS:
+        return None
+    schema = func._schema
+    returns_alias = [r.alias_info is not None for r in schema.returns]
+    mutates = [a.alias_info is not None and a.alias_info.is_write for a in schema.arguments]
+    if schema.returns and all(returns_alias) and not any(mutates):
+        return None  # a view: shares its input's memory
+    write_only = name in _WRITE_ONLY_OPS
+    seen: set[int] = set()
+    read = written = 0
+    for i, arg in enumerate(schema.arguments):
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        for t in _tensors(value):
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            if mutates[i]:
+                written += _nbytes(t)
+                if not (write_only and i == 0):
+                    read += _nbytes(t)
+            else:
+                read += _nbytes(t)
+    for t in _tensors(out):
+        if id(t) not in seen:
+            seen.add(id(t))
+            written += _nbytes(t)
+    if read == 0 and written == 0:
+        return None
+    return float(read), float(written)
+
+
+# --------------------------------------------------------------------------------------------
+# tracing a step
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class _Range:
+    start: int
+    end: int
+    scope: str
+    scope_type: str
+
+
+class _CostRecorder(TorchDispatchMode):
+    """Records every ATen operator with its cost and the module that launched it."""
+
+    def __init__(self, names: Mapping[int, str]):
+        super().__init__()
+        self.names = names
+        self.ops: list[OpCost] = []
+        self.stack: list[tuple[str, str, int]] = []
+        self.ranges: list[_Range] = []
+        self.phase = "forward"
+        self._seq = getattr(torch._C._autograd, "_get_sequence_nr", None)
+
+    # -- scopes --------------------------------------------------------------------------
+    def _seqnr(self) -> int:
+        return self._seq() if self._seq is not None else 0
+
+    def enter(self, scope: str, scope_type: str) -> None:
+        self.stack.append((scope, scope_type, self._seqnr()))
+
+    def exit(self) -> None:
+        scope, scope_type, start = self.stack.pop()
+        self.ranges.append(_Range(start, self._seqnr(), scope, scope_type))
+
+    def pre_hook(self, module, args):
+        name = self.names.get(id(module))
+        if name is not None:
+            self.enter(name, type(module).__name__)
+
+    def post_hook(self, module, args, output):
+        if id(module) in self.names and self.stack:
+            self.exit()
+
+    def _backward_scope(self) -> tuple[str, str]:
+        node = torch._C._current_autograd_node()
+        if node is None or self._seq is None:
+            return ACCUMULATE, "autograd"
+        seq = node._sequence_nr()
+        best: _Range | None = None
+        for r in self.ranges:
+            if r.start <= seq < r.end and (best is None or r.end - r.start < best.end - best.start):
+                best = r
+        if best is None:
+            return ACCUMULATE, node.name()
+        return best.scope, best.scope_type
+
+    # -- operators -----------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.namespace != "aten":
+            return out
+        moved = _op_bytes(func, args, kwargs, out)
+        if moved is None:
+            return out
+        name = func._schema.name.split("::")[-1]
+        mma, other = _op_flops(name, func, args, kwargs, out)
+        if name not in _MMA_OPS:
+            mma, other = 0.0, other + mma
+        if self.phase == "forward":
+            scope, scope_type = (self.stack[-1][0], self.stack[-1][1]) if self.stack else (OUTSIDE, "-")
+        else:
+            scope, scope_type = self._backward_scope()
+        self.ops.append(OpCost(self.phase, scope, scope_type, name,
+                               _compute_dtype(_tensors((args, kwargs))), mma, other, *moved))
+        return out
+
+
+@dataclass
+class StepTrace:
+    """The operators of one traced training step."""
+
+    model: str
+    precision: str
+    batch_size: int
+    height: int
+    width: int
+    parameters: int
+    ops: list[OpCost] = field(default_factory=list)
+
+    def select(self, phase: str | None = None, scope: str | None = None) -> list[OpCost]:
+        return [o for o in self.ops if (phase is None or o.phase == phase)
+                and (scope is None or o.scope == scope)]
+
+    def totals(self) -> dict[str, float]:
+        """FLOPs and bytes of the step, forward and backward apart, and kernel counts."""
+        out: dict[str, float] = {}
+        for phase in ("forward", "backward"):
+            ops = self.select(phase)
+            out[f"{phase}_mma_flops"] = sum(o.mma_flops for o in ops)
+            out[f"{phase}_flops"] = sum(o.flops for o in ops)
+            out[f"{phase}_bytes"] = sum(o.bytes for o in ops)
+            out[f"{phase}_kernels"] = len(ops)
+        out["flops"] = out["forward_flops"] + out["backward_flops"]
+        out["mma_flops"] = out["forward_mma_flops"] + out["backward_mma_flops"]
+        out["bytes"] = out["forward_bytes"] + out["backward_bytes"]
+        out["kernels"] = out["forward_kernels"] + out["backward_kernels"]
+        return out
+
+    def by_op(self) -> dict[str, dict[str, float]]:
+        """FLOPs, bytes and count per ATen operator name."""
+        agg: dict[str, dict[str, float]] = defaultdict(lambda: {"count": 0, "flops": 0.0, "bytes": 0.0})
+        for o in self.ops:
+            a = agg[o.op]
+            a["count"] += 1
+            a["flops"] += o.flops
+            a["bytes"] += o.bytes
+        return dict(agg)
+
+
+def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
+               precision: str = "fp32", *, in_channels: int = 3, backward: bool = True,
+               loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
+               ignore_index: int = 255) -> StepTrace:
+    """Trace one training step of ``model`` on fake tensors and return its operators' costs.
+
+    The input is ``batch_size x in_channels x height x width`` fp32 (as a DataLoader
+    delivers it); ``precision`` is one of ``PRECISIONS`` (``"amp-*"`` runs forward and loss
+    under ``torch.autocast``). ``loss`` is ``"cross_entropy"`` (per-pixel, integer targets
+    of shape N x H x W, as in segmentation), ``"sum"``, or a function of the output. The
+    model is not changed: its parameters and buffers are replaced by fake copies for the
+    trace (``torch.func.functional_call``), in training mode as a step would run.
+    The optimizer step is not traced: ``optimizer_bytes`` estimates it.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
+    for label, v in (("batch_size", batch_size), ("height", height), ("width", width),
+                     ("in_channels", in_channels)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{label} must be a positive integer, got {v!r}")
+    if isinstance(loss, str) and loss not in ("cross_entropy", "sum"):
+        raise ValueError(f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.func import functional_call
+    from torch.nn.modules.module import (register_module_forward_hook,
+                                         register_module_forward_pre_hook)
+
+    names = {id(m): (name or type(m).__name__) for name, m in model.named_modules()}
+    recorder = _CostRecorder(names)
+    autocast_dtype = AUTOCAST_DTYPES[precision]
+    was_training = model.training
+    model.train()
+    hooks = [register_module_forward_pre_hook(recorder.pre_hook),
+             register_module_forward_hook(recorder.post_hook, always_call=True)]
+    try:
+        with FakeTensorMode():
+            def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
+                f = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
+                return f.requires_grad_(grad)
+
+            state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
+            state.update({n: fake(b, False) for n, b in model.named_buffers()})
+            x = torch.empty(batch_size, in_channels, height, width, dtype=torch.float32)
+            with recorder:
+                with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16,
+                                    enabled=autocast_dtype is not None):
+                    y = functional_call(model, state, (x,))
+                    recorder.enter(LOSS, "loss")
+                    if loss == "cross_entropy":
+                        if y.dim() < 2:
+                            raise ValueError(f"cross_entropy needs N x C x ... logits; the model "
+                                             f"returned shape {tuple(y.shape)}")
+                        target = torch.zeros((y.shape[0], *y.shape[2:]), dtype=torch.long)
+                        value = nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
+                    elif loss == "sum":
+                        value = y.float().sum()
+                    else:
+                        value = loss(y)
+                    recorder.exit()
+                if backward:
+                    recorder.phase = "backward"
+                    value.backward()
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    return StepTrace(type(model).__name__, precision, batch_size, height, width,
+                     sum(p.numel() for p in model.parameters()), recorder.ops)
+
+
+def optimizer_bytes(parameters: int, optimizer: str = "adam", amp: bool = False) -> float:
+    """Bytes an optimizer step moves for ``parameters`` fp32 parameters (not traced).
+
+    Adam reads parameter, gradient and both moments and writes parameter and moments
+    (7 x 4 bytes per parameter); SGD with momentum reads parameter, gradient, momentum and
+    writes parameter and momentum (5 x 4); with ``amp`` the GradScaler's unscale reads and
+    writes each gradient once more (2 x 4).
+    """
+    per = {"adam": 7, "adamw": 7, "sgd": 5}
+    if optimizer not in per:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}")
+    if parameters < 0:
+        raise ValueError(f"parameters must be >= 0, got {parameters}")
+    return float(parameters * 4 * (per[optimizer] + (2 if amp else 0)))
+
+
+# --------------------------------------------------------------------------------------------
+# ceilings and the roofline
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The peaks a roofline holds operators against.
+
+    ``mma_tflops`` maps a compute dtype (``"float32"``, ``"float16"``, ``"bfloat16"``) to the
+    peak of convolutions/matrix products in that dtype; ``vector_tflops`` is the peak of
+    everything else; ``bandwidth_gbs`` the memory bandwidth (GB/s, 1e9 bytes).
+    """
+
+    name: str
+    mma_tflops: Mapping[str, float]
+    vector_tflops: float
+    bandwidth_gbs: float
+    notes: str = ""
+
+    def __post_init__(self):
+        if not self.bandwidth_gbs or self.bandwidth_gbs <= 0:
+            raise ValueError(f"{self.name}: bandwidth_gbs must be positive, got {self.bandwidth_gbs}")
+        if not self.vector_tflops or self.vector_tflops <= 0:
+            raise ValueError(f"{self.name}: vector_tflops must be positive, got {self.vector_tflops}")
+        for k, v in self.mma_tflops.items():
+            if v is None or v <= 0:
+                raise ValueError(f"{self.name}: mma peak for {k} must be positive, got {v}")
+
+    def mma_peak(self, dtype: str) -> float:
+        if dtype not in self.mma_tflops:
+            raise KeyError(f"{self.name} has no matrix peak for {dtype!r}; it has {sorted(self.mma_tflops)}")
+        return self.mma_tflops[dtype]
+
+    @property
+    def ridge_point(self) -> dict[str, float]:
+        """FLOPs per byte above which a matrix operator is compute-bound, per dtype."""
+        return {k: v * 1e12 / (self.bandwidth_gbs * 1e9) for k, v in self.mma_tflops.items()}
+
+    @classmethod
+    def from_device(cls, device: Any, tf32: bool = True) -> "Ceilings":
+        """Ceilings of a GPU from the device table (``ampbook.devices.Device``).
+
+        fp32 convolutions run at the TF32 tensor-core peak when ``tf32`` (PyTorch's default
+        for cuDNN convolutions: ``torch.backends.cudnn.allow_tf32 = True``) and the device
+        has one, else at the fp32 peak; fp16 at the fp16-with-fp32-accumulate peak (what
+        autocast's convolutions use); bf16 at the bf16 peak. Vector work at the fp32 peak.
+        """
+        fp32 = device.fp32_tflops
+        tf32_peak = getattr(device, "tf32_tflops", None)
+        mma = {"float32": tf32_peak if (tf32 and tf32_peak) else fp32}
+        notes = [f"fp32 convolutions at the {'TF32 tensor-core' if (tf32 and tf32_peak) else 'fp32'} peak"]
+        fp16 = getattr(device, "fp16_tflops_fp32acc", None)
+        if fp16:
+            mma["float16"] = fp16
+        bf16 = getattr(device, "bf16_tflops", None)
+        if bf16:
+            mma["bfloat16"] = bf16
+        name = getattr(device, "name", None) or getattr(device, "key", "device")
+        return cls(name=str(name), mma_tflops=mma, vector_tflops=fp32,
+                   bandwidth_gbs=device.mem_bandwidth_gbs, notes="; ".join(notes))
+
+
+@dataclass
+class OpTime:
+    op: OpCost
+    compute_s: float
+    memory_s: float
+    time_s: float
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_s >= self.compute_s else "compute"
+
+
+@dataclass
+class Prediction:
+    """A trace held against ceilings: per-operator times and the step's total."""
+
+    trace: StepTrace
+    ceilings: Ceilings
+    times: list[OpTime]
+    optimizer_s: float = 0.0
+
+    @property
+    def step_s(self) -> float:
+        return sum(t.time_s for t in self.times) + self.optimizer_s
+
+    @property
+    def compute_only_s(self) -> float:
+        """The step if only FLOPs counted (every operator at its compute time)."""
+        return sum(t.compute_s for t in self.times)
+
+    @property
+    def memory_only_s(self) -> float:
+        """The step if only bytes counted."""
+        return sum(t.memory_s for t in self.times) + self.optimizer_s
+
+    @property
+    def memory_bound_share(self) -> float:
+        """Fraction of the predicted step spent in memory-bound operators."""
+        total = sum(t.time_s for t in self.times)
+        return sum(t.time_s for t in self.times if t.bound == "memory") / total if total else 0.0
+
+    @property
+    def images_per_s(self) -> float:
+        return self.trace.batch_size / self.step_s
+
+    def epoch_s(self, images: int) -> float:
+        """Predicted compute time of an epoch of ``images`` (full batches, last one partial)."""
+        return images / self.images_per_s
+
+    def by_scope(self, phase: str | None = None) -> list[dict[str, Any]]:
+        """Per module (in order of first appearance): FLOPs, bytes and time, forward and
+        backward, and whether most of its time is memory-bound."""
+        rows: dict[str, dict[str, Any]] = {}
+        for t in self.times:
+            o = t.op
+            if phase is not None and o.phase != phase:
+                continue
+            r = rows.setdefault(o.scope, {"scope": o.scope, "type": o.scope_type,
+                                          "forward_flops": 0.0, "backward_flops": 0.0,
+                                          "forward_bytes": 0.0, "backward_bytes": 0.0,
+                                          "time_s": 0.0, "memory_bound_s": 0.0, "kernels": 0})
+            r[f"{o.phase}_flops"] += o.flops
+            r[f"{o.phase}_bytes"] += o.bytes
+            r["time_s"] += t.time_s
+            r["kernels"] += 1
+            if t.bound == "memory":
+                r["memory_bound_s"] += t.time_s
+        for r in rows.values():
+            flops = r["forward_flops"] + r["backward_flops"]
+            nbytes = r["forward_bytes"] + r["backward_bytes"]
+            r["flops"], r["bytes"] = flops, nbytes
+            r["intensity"] = flops / nbytes if nbytes else math.inf
+            r["bound"] = "memory" if r["memory_bound_s"] >= 0.5 * r["time_s"] else "compute"
+        return list(rows.values())
+
+    def by_type(self) -> list[dict[str, Any]]:
+        """``by_scope`` summed over module types (all Conv2d together...), largest time first."""
+        agg: dict[str, dict[str, Any]] = {}
+        for r in self.by_scope():
+            a = agg.setdefault(r["type"], {"type": r["type"], "modules": 0, "flops": 0.0,
+                                           "bytes": 0.0, "time_s": 0.0, "memory_bound_s": 0.0})
+            a["modules"] += 1
+            for k in ("flops", "bytes", "time_s", "memory_bound_s"):
+                a[k] += r[k]
+        rows = sorted(agg.values(), key=lambda a: -a["time_s"])
+        for a in rows:
+            a["intensity"] = a["flops"] / a["bytes"] if a["bytes"] else math.inf
+            a["bound"] = "memory" if a["memory_bound_s"] >= 0.5 * a["time_s"] else "compute"
+        return rows
+
+    def summary(self) -> dict[str, Any]:
+        tot = self.trace.totals()
+        return {"model": self.trace.model, "precision": self.trace.precision,
+                "ceilings": self.ceilings.name, "batch_size": self.trace.batch_size,
+                "height": self.trace.height, "width": self.trace.width,
+                "gflops": tot["flops"] / 1e9, "gbytes": tot["bytes"] / 1e9,
+                "kernels": int(tot["kernels"]), "step_s": self.step_s,
+                "compute_only_s": self.compute_only_s, "memory_only_s": self.memory_only_s,
+                "memory_bound_share": self.memory_bound_share, "images_per_s": self.images_per_s}
+
+
+def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime:
+    """One operator on the roofline: ``max(compute, memory)`` (and at least ``min_kernel_s``)."""
+    compute = op.other_flops / (ceilings.vector_tflops * 1e12)
+    if op.mma_flops:
+        compute += op.mma_flops / (ceilings.mma_peak(op.dtype) * 1e12)
+    memory = op.bytes / (ceilings.bandwidth_gbs * 1e9)
+    return OpTime(op, compute, memory, max(compute, memory, min_kernel_s))
+
+
+def predict(trace: StepTrace, ceilings: Ceilings, *, min_kernel_s: float = 0.0,
+            optimizer: str | None = "adam") -> Prediction:
+    """The roofline prediction of a traced step on ``ceilings``.
+
+    ``min_kernel_s`` puts a floor under each operator (launch latency: a few microseconds
+    on a GPU); ``optimizer`` adds ``optimizer_bytes`` at the memory bandwidth (None: leave
+    the optimizer out).
+    """
+    if min_kernel_s < 0:
+        raise ValueError(f"min_kernel_s must be >= 0, got {min_kernel_s}")
+    times = [op_time(o, ceilings, min_kernel_s) for o in trace.ops]
+    opt_s = 0.0
+    if optimizer is not None:
+        amp = trace.precision == "amp-fp16"
+        opt_s = optimizer_bytes(trace.parameters, optimizer, amp) / (ceilings.bandwidth_gbs * 1e9)
+    return Prediction(trace, ceilings, times, opt_s)
+
+
+def predict_step(model: nn.Module, ceilings: Ceilings, batch_size: int, height: int,
+                 width: int, precision: str = "fp32", **kwargs) -> Prediction:
+    """``trace_step`` then ``predict`` in one call (kwargs go to ``predict``)."""
+    return predict(trace_step(model, batch_size, height, width, precision), ceilings, **kwargs)
+
+
+def compare(model: nn.Module, ceilings: Ceilings, batch_size: int, height: int, width: int,
+            precisions: Sequence[str] = ("fp32", "amp-fp16"), **kwargs) -> dict[str, Prediction]:
+    """Predictions of the same step in several precisions, keyed by precision."""
+    return {p: predict_step(model, ceilings, batch_size, height, width, p, **kwargs)
+            for p in precisions}

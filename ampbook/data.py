@@ -1,0 +1,595 @@
+"""Cityscapes for semantic segmentation, and a synthetic stand-in in the same layout.
+
+The dataset reads the official layout::
+
+    ROOT/leftImg8bit/{train,val,test}/CITY/CITY_SEQ_FRAME_leftImg8bit.png
+    ROOT/gtFine/{train,val,test}/CITY/CITY_SEQ_FRAME_gtFine_labelIds.png
+
+and maps Cityscapes labelIds to the 19 training ids (255 = ignore) with the label table of
+``cityscapesscripts.helpers.labels`` (M. Cordts et al., "The Cityscapes Dataset for Semantic
+Urban Scene Understanding", CVPR 2016; https://github.com/mcordts/cityscapesScripts).
+
+The root is an argument or the ``CITYSCAPES_DATASET`` environment variable (the one
+cityscapesscripts reads). Without Cityscapes, ``synthesize`` / ``synthetic_root`` /
+``python -m ampbook.data synthesize`` write a synthetic set of street scenes in exactly that
+layout (see ``data/README.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+from cityscapesscripts.helpers.labels import labels as _CS_LABELS
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import tv_tensors
+from torchvision.io import ImageReadMode, decode_png
+from torchvision.transforms import v2
+
+NUM_CLASSES = 19
+IGNORE_INDEX = 255
+SPLITS = ("train", "val", "test")
+
+# ImageNet statistics (the usual normalisation for convnets; torchvision's pretrained models
+# use the same numbers).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+CLASS_NAMES: tuple[str, ...] = tuple(
+    lab.name for lab in sorted((l for l in _CS_LABELS if 0 <= l.trainId < NUM_CLASSES),
+                               key=lambda l: l.trainId))
+
+
+def _label_tables() -> tuple[np.ndarray, np.ndarray]:
+    """labelId (0..255) -> trainId lookup, and which labelIds the table knows."""
+    lut = np.full(256, IGNORE_INDEX, dtype=np.uint8)
+    known = np.zeros(256, dtype=bool)
+    for lab in _CS_LABELS:
+        if lab.id < 0:          # 'license plate' (id -1) cannot occur in a uint8 label image
+            continue
+        known[lab.id] = True
+        lut[lab.id] = lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX
+    return lut, known
+
+
+LABEL_TO_TRAIN, KNOWN_LABEL_IDS = _label_tables()
+_LUT_TORCH = torch.from_numpy(LABEL_TO_TRAIN.astype(np.int64))
+TRAIN_TO_LABEL = np.array([next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
+                          dtype=np.uint8)
+
+GET_CITYSCAPES = (
+    "To get Cityscapes: register at https://www.cityscapes-dataset.com, download "
+    "leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip, unzip both into one folder and "
+    "set CITYSCAPES_DATASET to it (or pass it as the root). Without it, use the synthetic "
+    "stand-in: `python -m ampbook.data synthesize --root DIR --train 100 --val 20` and pass DIR, "
+    "or call ampbook.data.synthetic_root(train, val, height, width) in Python.")
+
+
+class DataError(ValueError):
+    """A dataset file that exists but cannot be used (corrupt, wrong size, unknown ids)."""
+
+
+# --- where the data is -----------------------------------------------------------------------
+
+def resolve_root(root: str | os.PathLike | None = None) -> Path:
+    """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``, else an error.
+
+    The folder must hold ``leftImg8bit`` and ``gtFine``; otherwise ``FileNotFoundError`` says
+    what is missing, how to get Cityscapes and how to make the synthetic set.
+    """
+    if root is None or str(root) == "":
+        env = os.environ.get("CITYSCAPES_DATASET")
+        if not env:
+            raise FileNotFoundError("No Cityscapes root given and CITYSCAPES_DATASET is not set. "
+                                    + GET_CITYSCAPES)
+        root, origin = env, "CITYSCAPES_DATASET"
+    else:
+        origin = "root"
+    path = Path(root).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"Cityscapes root {str(path)!r} (from {origin}) does not exist. "
+                                + GET_CITYSCAPES)
+    missing = [d for d in ("leftImg8bit", "gtFine") if not (path / d).is_dir()]
+    if missing:
+        what = "is empty" if not any(path.iterdir()) else f"has no {' and no '.join(missing)} folder"
+        raise FileNotFoundError(f"Cityscapes root {str(path)!r} (from {origin}) {what}; expected "
+                                f"leftImg8bit/ and gtFine/ in it. " + GET_CITYSCAPES)
+    return path
+
+
+def _stem(path: Path, suffix: str) -> str:
+    return path.name[: -len(suffix)]
+
+
+def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, Path]]:
+    """(image, labelIds) file pairs of a split, sorted; errors name unpaired files."""
+    root = resolve_root(root)
+    present = sorted(d.name for d in (root / "leftImg8bit").iterdir() if d.is_dir())
+    if split not in SPLITS or split not in present:
+        raise ValueError(f"unknown split {split!r}: Cityscapes splits are {', '.join(SPLITS)}; "
+                         f"{root / 'leftImg8bit'} holds {', '.join(present) or 'none'}")
+    img_dir, gt_dir = root / "leftImg8bit" / split, root / "gtFine" / split
+    if not gt_dir.is_dir():
+        raise FileNotFoundError(f"split {split!r} has images in {img_dir} but no label folder {gt_dir}")
+    images = {str(p.relative_to(img_dir).parent / _stem(p, "_leftImg8bit.png")): p
+              for p in img_dir.glob("*/*_leftImg8bit.png")}
+    targets = {str(p.relative_to(gt_dir).parent / _stem(p, "_gtFine_labelIds.png")): p
+               for p in gt_dir.glob("*/*_gtFine_labelIds.png")}
+    if not images and not targets:
+        raise FileNotFoundError(f"split {split!r} of {root} holds no *_leftImg8bit.png images "
+                                f"(looked in {img_dir}/CITY/). " + GET_CITYSCAPES)
+    for key in sorted(images):
+        if key not in targets:
+            raise FileNotFoundError(f"image {images[key]} has no label file: expected "
+                                    f"{gt_dir / (key + '_gtFine_labelIds.png')}")
+    for key in sorted(targets):
+        if key not in images:
+            raise FileNotFoundError(f"label file {targets[key]} has no image: expected "
+                                    f"{img_dir / (key + '_leftImg8bit.png')}")
+    return [(images[k], targets[k]) for k in sorted(images)]
+
+
+# --- reading files ---------------------------------------------------------------------------
+
+def read_image(path: Path) -> torch.Tensor:
+    """An RGB PNG as a uint8 3 x H x W tensor (libpng through torchvision.io)."""
+    try:
+        data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+        return decode_png(data, mode=ImageReadMode.RGB)
+    except (RuntimeError, ValueError, OSError) as err:
+        raise DataError(f"cannot decode image {path}: {err}") from None
+
+
+def read_label_ids(path: Path) -> np.ndarray:
+    """A labelIds PNG as an H x W uint8 array; ids outside the Cityscapes table are an error."""
+    try:
+        data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+        ids = decode_png(data, mode=ImageReadMode.UNCHANGED)
+    except (RuntimeError, ValueError, OSError) as err:
+        raise DataError(f"cannot decode label file {path}: {err}") from None
+    if ids.shape[0] != 1:
+        raise DataError(f"label file {path} has {ids.shape[0]} channels; a labelIds PNG has one "
+                        "(the Cityscapes labelId of each pixel)")
+    arr = ids[0].numpy()
+    if arr.dtype != np.uint8:  # 16-bit PNG: ids above 255 are certainly outside the table
+        big = np.unique(arr[arr > 255])
+        if big.size:
+            raise DataError(f"label file {path} holds ids outside the Cityscapes label table: "
+                            f"{big[:20].tolist()}")
+        arr = arr.astype(np.uint8)
+    highest = int(arr.max())
+    if KNOWN_LABEL_IDS[: highest + 1].all():  # the table covers 0..33 without gaps: quick path
+        return arr
+    present = np.bincount(arr.ravel(), minlength=256)
+    unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
+    if unknown.size:
+        raise DataError(f"label file {path} holds ids outside the Cityscapes label table "
+                        f"(cityscapesscripts.helpers.labels): {unknown.tolist()}")
+    return arr
+
+
+def label_ids_to_train_ids(ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """Cityscapes labelIds -> trainIds 0..18 with 255 for ignored ids."""
+    if isinstance(ids, torch.Tensor):
+        return torch.from_numpy(LABEL_TO_TRAIN).to(ids.device)[ids.long()]
+    return LABEL_TO_TRAIN[ids]
+
+
+class Cityscapes(Dataset):
+    """Cityscapes (or the synthetic set) for segmentation training.
+
+    Item ``i`` is ``(image, label)``: image float32 3 x height x width, resized bilinearly (with
+    antialiasing) and, with ``normalize``, normalised with the ImageNet mean and std; label
+    int64 height x width of trainIds (0..18, 255 = ignore), resized with nearest neighbour.
+    ``flip`` flips image and label together horizontally with probability 1/2.
+    """
+
+    def __init__(self, root: str | os.PathLike | None = None, split: str = "train", height: int = 256,
+                 width: int = 512, flip: bool = False, normalize: bool = True):
+        if height < 1 or width < 1:
+            raise ValueError(f"height and width must be positive, got {height}x{width}")
+        self.root = resolve_root(root)
+        self.split = split
+        self.height, self.width = int(height), int(width)
+        self.flip, self.normalize = flip, normalize
+        self.pairs = list_pairs(self.root, split)
+        self.synthetic = (self.root / SYNTHETIC_MARKER).exists()
+        steps: list = [v2.Resize((self.height, self.width), interpolation=v2.InterpolationMode.BILINEAR,
+                                 antialias=True)]
+        if flip:
+            steps.append(v2.RandomHorizontalFlip(p=0.5))
+        steps.append(v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64}, scale=True))
+        if normalize:
+            steps.append(v2.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD))
+        self.transform = v2.Compose(steps)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image_path, label_path = self.pairs[index]
+        image = read_image(image_path)
+        ids = read_label_ids(label_path)
+        if tuple(image.shape[1:]) != ids.shape:
+            raise DataError(f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its label "
+                            f"file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)")
+        # Nearest-neighbour resizing and flipping only move pixels, so the labelId -> trainId
+        # lookup can come after them, on the smaller label.
+        image, mask = self.transform(tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids)))
+        return image.as_subclass(torch.Tensor), _LUT_TORCH[mask.as_subclass(torch.Tensor)]
+
+    def __repr__(self) -> str:
+        kind = "synthetic Cityscapes" if self.synthetic else "Cityscapes"
+        return (f"{kind} {self.split}: {len(self)} images from {self.root}, resized to "
+                f"{self.width}x{self.height} (W x H), flip={self.flip}, normalize={self.normalize}")
+
+
+# --- synthetic Cityscapes --------------------------------------------------------------------
+
+SYNTHETIC_MARKER = "SYNTHETIC.json"
+SYNTHETIC_VERSION = 1
+_TRAIN_CITIES = ("northvale", "eastbrook", "southport", "westmoor")
+_VAL_CITIES = ("midhaven", "lakeford")
+
+# Cityscapes labelIds used by the generator.
+_ID = {name: next(l.id for l in _CS_LABELS if l.name == name) for name in (
+    "ego vehicle", "static", "road", "sidewalk", "building", "fence", "pole", "traffic light",
+    "traffic sign", "vegetation", "terrain", "sky", "person", "car")}
+
+
+def _smooth_noise(rng: np.random.Generator, h: int, w: int, gh: int, gw: int) -> np.ndarray:
+    """Values in [0, 1) varying smoothly over an h x w field: a gh x gw random grid, bilinear."""
+    g = rng.random((gh + 1, gw + 1), dtype=np.float32)
+    y = np.linspace(0, gh, h, endpoint=False, dtype=np.float32)
+    x = np.linspace(0, gw, w, endpoint=False, dtype=np.float32)
+    y0, x0 = y.astype(np.int64), x.astype(np.int64)
+    fy, fx = (y - y0)[:, None], (x - x0)[None, :]
+    rows = g[:, x0] * (1 - fx) + g[:, x0 + 1] * fx        # (gh + 1) x w: along x first
+    out = rows[y0 + 1] - rows[y0]
+    out *= fy
+    out += rows[y0]
+    return out
+
+
+class _Canvas:
+    """A label image and an RGB image painted together, object by object, inside bounding boxes."""
+
+    def __init__(self, h: int, w: int, rng: np.random.Generator):
+        self.h, self.w, self.rng = h, w, rng
+        self.ids = np.zeros((h, w), dtype=np.uint8)
+        self.rgb = np.zeros((h, w, 3), dtype=np.float32)
+
+    def box(self, y0, y1, x0, x1):
+        """Clipped integer bounds and local pixel-centre coordinates, or None if empty."""
+        iy0, iy1 = max(int(np.floor(y0)), 0), min(int(np.ceil(y1)), self.h)
+        ix0, ix1 = max(int(np.floor(x0)), 0), min(int(np.ceil(x1)), self.w)
+        if iy0 >= iy1 or ix0 >= ix1:
+            return None
+        ys = np.arange(iy0, iy1, dtype=np.float32)[:, None] + 0.5
+        xs = np.arange(ix0, ix1, dtype=np.float32)[None, :] + 0.5
+        return (slice(iy0, iy1), slice(ix0, ix1)), ys, xs
+
+    def paint(self, sl, mask, label_id: int, color) -> None:
+        """Set pixels of ``mask`` (local to slices ``sl``; None for all) to ``label_id`` and
+        ``color`` (an RGB triple, or an array of the box's shape h x w x 3)."""
+        color = np.asarray(color, dtype=np.float32)
+        if mask is None:  # the whole box
+            self.ids[sl] = label_id
+            self.rgb[sl] = color
+        else:
+            np.copyto(self.ids[sl], np.uint8(label_id), where=mask)
+            np.copyto(self.rgb[sl], color, where=mask[..., None])
+
+    def rect(self, y0, y1, x0, x1, label_id, color) -> None:
+        b = self.box(y0, y1, x0, x1)
+        if b is not None:
+            sl, ys, xs = b
+            self.paint(sl, None, label_id, color)
+
+    def ellipse(self, cy, cx, ry, rx, label_id, color) -> None:
+        b = self.box(cy - ry, cy + ry, cx - rx, cx + rx)
+        if b is not None:
+            sl, ys, xs = b
+            self.paint(sl, ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1, label_id, color)
+
+
+def _jitter(rng, color, amount=18.0):
+    return np.clip(np.asarray(color, np.float32) + rng.normal(0, amount, 3), 0, 255)
+
+
+def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """One street scene: (RGB uint8 h x w x 3, labelIds uint8 h x w)."""
+    c = _Canvas(h, w, rng)
+    horizon = h * rng.uniform(0.38, 0.5)
+    vx = w * rng.uniform(0.38, 0.62)
+    ground_h = h - horizon
+    unit = min(h, w / 2)  # scene scale: sizes below are fractions of it
+
+    # Sky: a vertical gradient with soft clouds.
+    top, low = _jitter(rng, (70, 120, 190), 12), _jitter(rng, (185, 205, 225), 10)
+    t = (np.arange(h, dtype=np.float32) / max(horizon, 1))[:, None, None].clip(0, 1)
+    clouds = _smooth_noise(rng, h, w, 4, 8)[..., None]
+    c.rgb[:] = top * (1 - t) + low * t
+    c.rgb += np.clip(clouds - 0.55, 0, None) * 160
+    c.ids[:] = _ID["sky"]
+
+    # Buildings: facades along the horizon with a grid of windows; gaps show the sky.
+    facades = [(200, 190, 170), (150, 150, 150), (150, 85, 65), (215, 215, 208), (185, 160, 120),
+               (120, 110, 105)]
+    x = -rng.uniform(0, 0.1) * w
+    while x < w:
+        bw = w * rng.uniform(0.08, 0.22)
+        if rng.random() > 0.12:
+            btop = h * rng.uniform(0.02, 0.3) if rng.random() < 0.85 else horizon - 0.15 * h
+            b = c.box(btop, horizon + 1, x, x + bw)
+            if b is not None:
+                sl, ys, xs = b
+                base = _jitter(rng, facades[rng.integers(len(facades))], 12)
+                px, py = bw / rng.integers(3, 7), unit * rng.uniform(0.05, 0.09)
+                win = (((xs - x) % px) > 0.3 * px) & (((ys - btop) % py) > 0.4 * py) & (ys < horizon - 0.3 * py)
+                shade = 1 + 0.15 * (_smooth_noise(rng, ys.shape[0], xs.shape[1], 3, 3) - 0.5)
+                color = np.broadcast_to(base, (ys.shape[0], xs.shape[1], 3)) * shade[..., None]
+                glass = _jitter(rng, (60, 70, 85), 10) * rng.uniform(0.7, 1.2)
+                color = np.where(win[..., None], glass, color)
+                c.paint(sl, None, _ID["building"], color)
+        x += bw
+
+    # Ground: sidewalk with perspective tiles, a dark road with dashed lane marks, grass verges.
+    b = c.box(horizon, h, 0, w)
+    sl, ys, xs = b
+    depth = ground_h / np.maximum(ys - horizon, 0.5)          # 1 at the bottom, large far away
+    u = (xs - vx) * depth / unit                               # ground-plane coordinates
+    near = (ys - horizon) / ground_h                           # 0 at the horizon, 1 at the bottom
+    road_half = w * rng.uniform(0.3, 0.5) * near
+    off = np.abs(xs - vx)
+    tiles = ((u * 4) % 1 < 0.08) | ((depth * 3) % 1 < 0.08)
+    walk = _jitter(rng, (168, 160, 155), 10)
+    color = np.where(tiles[..., None], walk * 0.75, walk).astype(np.float32)
+    c.paint(sl, None, _ID["sidewalk"], color)
+    for side in (-1, 1):
+        if rng.random() < 0.5:
+            verge = (off >= road_half) & (off < road_half * rng.uniform(1.12, 1.3) + 1) & (np.sign(xs - vx) == side)
+            grass = _jitter(rng, (110, 140, 60), 12) * (0.8 + 0.4 * rng.random(verge.shape, dtype=np.float32))[..., None]
+            c.paint(sl, verge, _ID["terrain"], grass)
+    road = off < road_half
+    asphalt = _jitter(rng, (78, 78, 84), 6)
+    lane = (np.abs(xs - vx) < 0.012 * w * near + 0.5) & ((depth * 0.8) % 1 < 0.5)
+    color = np.where(lane[..., None], np.float32(225), asphalt)
+    c.paint(sl, road, _ID["road"], np.broadcast_to(color, road.shape + (3,)))
+
+    def ground_y(s):  # image row of a ground point at nearness s (0 horizon .. 1 bottom)
+        return horizon + s * ground_h
+
+    def road_edge(s, side):
+        return vx + side * w * 0.3 * s
+
+    # Fences along the building line, hedges and trees on the sidewalks.
+    if rng.random() < 0.4:
+        x0 = rng.uniform(0, 0.6) * w
+        fh = 0.05 * unit
+        b = c.box(horizon - fh, horizon + 0.01 * unit, x0, x0 + w * rng.uniform(0.15, 0.35))
+        if b is not None:
+            sl, ys, xs = b
+            slats = ((xs - x0) % (0.02 * unit)) < 0.008 * unit
+            rails = np.abs(ys - (horizon - 0.7 * fh)) < 0.006 * unit
+            mask = slats | rails
+            c.paint(sl, np.broadcast_to(mask, (ys.shape[0], xs.shape[1])), _ID["fence"], _jitter(rng, (130, 120, 100), 10))
+
+    objects = []  # (nearness, kind): drawn far to near
+    for _ in range(rng.integers(2, 6)):
+        objects.append((rng.uniform(0.05, 0.5), "tree"))
+    for _ in range(rng.integers(1, 5)):
+        objects.append((rng.uniform(0.05, 0.7), "pole"))
+    for _ in range(rng.integers(1, 5)):
+        objects.append((rng.uniform(0.1, 0.95), "car"))
+    for _ in range(rng.integers(0, 5)):
+        objects.append((rng.uniform(0.1, 0.9), "person"))
+    for _ in range(rng.integers(0, 3)):
+        objects.append((rng.uniform(0.05, 0.6), "static"))
+    objects.sort(key=lambda o: o[0])
+
+    for s, kind in objects:
+        base = ground_y(s)
+        scale = unit * (0.15 + s)                     # nearer objects are bigger
+        side = 1 if rng.random() < 0.5 else -1
+        if kind == "car":
+            cx = vx + rng.uniform(-0.8, 0.8) * w * 0.3 * s
+            cw, ch = 0.45 * scale, 0.3 * scale
+            body = _jitter(rng, [(230, 230, 230), (30, 30, 35), (160, 160, 165), (150, 30, 30),
+                                 (40, 60, 130), (40, 80, 50)][rng.integers(6)], 10)
+            c.rect(base - 0.6 * ch, base - 0.1 * ch, cx - cw / 2, cx + cw / 2, _ID["car"], body)
+            c.rect(base - ch, base - 0.55 * ch, cx - cw * 0.35, cx + cw * 0.35, _ID["car"], body)
+            c.rect(base - 0.93 * ch, base - 0.6 * ch, cx - cw * 0.3, cx + cw * 0.3, _ID["car"],
+                   _jitter(rng, (50, 60, 75), 8))
+            for wx in (-0.32, 0.32):
+                c.ellipse(base - 0.12 * ch, cx + wx * cw, 0.14 * ch, 0.1 * cw, _ID["car"], (20, 20, 20))
+        elif kind == "person":
+            px = road_edge(s, side) + side * rng.uniform(0.05, 0.3) * w * s + side * 2
+            ph, pw = 0.38 * scale, 0.1 * scale
+            c.rect(base - 0.5 * ph, base, px - pw * 0.35, px + pw * 0.35, _ID["person"],
+                   _jitter(rng, (45, 45, 60), 12))
+            c.rect(base - 0.85 * ph, base - 0.45 * ph, px - pw / 2, px + pw / 2, _ID["person"],
+                   _jitter(rng, [(180, 40, 40), (40, 90, 160), (200, 180, 60), (60, 120, 60),
+                                 (230, 230, 230)][rng.integers(5)], 15))
+            c.ellipse(base - 0.92 * ph, px, 0.08 * ph, 0.3 * pw, _ID["person"], _jitter(rng, (210, 165, 130), 20))
+        elif kind == "tree":
+            tx = road_edge(s, side) + side * rng.uniform(0.1, 0.5) * w * max(s, 0.15)
+            th = 0.9 * scale
+            trunk = _jitter(rng, (90, 65, 40), 10)
+            c.rect(base - 0.6 * th, base, tx - 0.02 * scale, tx + 0.02 * scale, _ID["vegetation"], trunk)
+            b = c.box(base - 1.2 * th, base - 0.35 * th, tx - 0.35 * th, tx + 0.35 * th)
+            if b is not None:
+                sl, ys, xs = b
+                blob = _smooth_noise(rng, ys.shape[0], xs.shape[1], 4, 4)
+                r2 = ((ys - (base - 0.78 * th)) / (0.42 * th)) ** 2 + ((xs - tx) / (0.33 * th)) ** 2
+                mask = r2 + 0.6 * (blob - 0.5) < 1
+                leaf = _jitter(rng, (60, 105, 40), 10)
+                tex = 0.6 + 0.8 * rng.random(mask.shape, dtype=np.float32)
+                c.paint(sl, mask, _ID["vegetation"], leaf * tex[..., None])
+        elif kind == "pole":
+            qx = road_edge(s, side) + side * rng.uniform(0.03, 0.15) * w * max(s, 0.15)
+            qh, qw = 1.1 * scale, max(0.018 * scale, 1.0)
+            c.rect(base - qh, base, qx - qw / 2, qx + qw / 2, _ID["pole"], _jitter(rng, (120, 120, 125), 10))
+            top = base - qh
+            what = rng.random()
+            if what < 0.45:     # traffic sign: a blue disc, a red-rimmed disc or a yellow plate
+                r = 0.07 * scale
+                style = rng.integers(3)
+                if style == 2:
+                    c.rect(top - r, top + r, qx - r, qx + r, _ID["traffic sign"], _jitter(rng, (235, 200, 30), 10))
+                else:
+                    c.ellipse(top, qx, r, r, _ID["traffic sign"], (200, 30, 30) if style == 1 else (30, 70, 170))
+                    c.ellipse(top, qx, 0.7 * r, 0.7 * r, _ID["traffic sign"], (240, 240, 240) if style == 1 else (40, 90, 200))
+            elif what < 0.8:    # traffic light: a dark housing with one lit lamp
+                lw, lh = 0.07 * scale, 0.2 * scale
+                c.rect(top, top + lh, qx - lw / 2, qx + lw / 2, _ID["traffic light"], _jitter(rng, (35, 35, 30), 5))
+                lamp = rng.integers(3)
+                lit = [(255, 60, 40), (255, 190, 40), (60, 230, 90)][lamp]
+                c.ellipse(top + lh * (0.2 + 0.3 * lamp), qx, 0.28 * lw, 0.28 * lw, _ID["traffic light"], lit)
+        elif kind == "static":  # bins, benches, boxes: labelled 'static' (ignored in training)
+            sx = road_edge(s, side) + side * rng.uniform(0.1, 0.4) * w * max(s, 0.15)
+            sw, sh = 0.12 * scale, 0.1 * scale
+            c.rect(base - sh, base, sx - sw / 2, sx + sw / 2, _ID["static"], _jitter(rng, (90, 95, 80), 20))
+
+    # The ego vehicle's bonnet at the bottom (labelled 'ego vehicle', ignored), as in Cityscapes.
+    b = c.box(h * 0.88, h, 0, w)
+    if b is not None:
+        sl, ys, xs = b
+        hood = ys > h * (0.92 + 0.05 * ((xs - w / 2) / (w / 2)) ** 2)
+        c.paint(sl, hood, _ID["ego vehicle"], _jitter(rng, (35, 38, 42), 5))
+
+    # Light and sensor noise over everything.
+    light = 0.85 + 0.3 * _smooth_noise(rng, h, w, 3, 5)
+    c.rgb *= light[..., None]
+    # Sensor noise: the sum of two uniform 4-bit draws is triangular on -15..15 (sd 6.5),
+    # far cheaper to draw than Gaussian noise of the same spread.
+    bits = rng.integers(0, 256, size=c.rgb.shape, dtype=np.uint8)
+    noise = (bits & 15).astype(np.float32)
+    noise += bits >> 4
+    noise -= 15
+    c.rgb += noise
+    np.clip(c.rgb, 0, 255, out=c.rgb)
+    return c.rgb.astype(np.uint8), c.ids
+
+
+def synthetic_pair(seed: int, split: str, index: int, height: int = 1024, width: int = 2048
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Image (uint8 H x W x 3) and labelIds (uint8 H x W) of one synthetic scene; the same
+    (seed, split, index) gives the same scene."""
+    if height < 16 or width < 16:
+        raise ValueError(f"synthetic images need at least 16x16 pixels, got {width}x{height} (W x H)")
+    rng = np.random.default_rng([seed, SPLITS.index(split), index])
+    return _draw_scene(rng, height, width)
+
+
+def _file_stem(split: str, index: int) -> tuple[str, str]:
+    cities = _TRAIN_CITIES if split == "train" else _VAL_CITIES
+    city = cities[index % len(cities)]
+    return city, f"{city}_{index:06d}_000019"  # Cityscapes annotates the 20th frame of a clip
+
+
+def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0, height: int = 1024,
+               width: int = 2048, progress: bool = False) -> Path:
+    """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the official
+    layout and file names; returns ``root``. Deterministic for a seed."""
+    root = Path(root)
+    if train < 0 or val < 0 or train + val == 0:
+        raise ValueError(f"need a positive number of images, got train={train}, val={val}")
+    if (root / "leftImg8bit").exists() and not (root / SYNTHETIC_MARKER).exists():
+        raise FileExistsError(f"{root} already holds a dataset that is not synthetic; refusing to "
+                              "write synthetic images into it")
+    start = time.perf_counter()
+    jobs = [(split, i) for split, count in (("train", train), ("val", val)) for i in range(count)]
+
+    def write(job: tuple[str, int]) -> None:
+        split, i = job
+        city, stem = _file_stem(split, i)
+        img_dir, gt_dir = root / "leftImg8bit" / split / city, root / "gtFine" / split / city
+        img_dir.mkdir(parents=True, exist_ok=True)
+        gt_dir.mkdir(parents=True, exist_ok=True)
+        image, ids = synthetic_pair(seed, split, i, height, width)
+        # zlib level 1: files about as large as well-compressed noisy photos, written fast
+        Image.fromarray(image).save(img_dir / f"{stem}_leftImg8bit.png", compress_level=1)
+        Image.fromarray(ids).save(gt_dir / f"{stem}_gtFine_labelIds.png", compress_level=1)
+
+    # Each scene has its own random stream, so threads (numpy and zlib release the GIL) do not
+    # change the result.
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        for n, _ in enumerate(pool.map(write, jobs), 1):
+            if progress and n % 20 == 0:
+                print(f"  {n}/{len(jobs)} images", file=sys.stderr)
+    meta = {"synthetic": True, "version": SYNTHETIC_VERSION, "seed": seed, "train": train, "val": val,
+            "height": height, "width": width, "generator": "ampbook.data.synthesize"}
+    (root / SYNTHETIC_MARKER).write_text(json.dumps(meta, indent=1) + "\n")
+    if progress:
+        print(f"wrote {train + val} synthetic images ({width}x{height}) to {root} in "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return root
+
+
+def synthetic_root(train: int, val: int, height: int = 1024, width: int = 2048, seed: int = 0) -> Path:
+    """A synthetic Cityscapes in ``ampbook.paths.cache_dir()``, written on first use and reused
+    after (safe when several processes ask at once)."""
+    from ampbook.paths import cache_dir
+
+    name = f"synthetic-cityscapes-v{SYNTHETIC_VERSION}-seed{seed}-{train}train-{val}val-{width}x{height}"
+    root = cache_dir() / name
+    if (root / SYNTHETIC_MARKER).exists():
+        return root
+    tmp = Path(tempfile.mkdtemp(prefix=name + ".tmp-", dir=cache_dir()))
+    try:
+        synthesize(tmp, train, val, seed=seed, height=height, width=width)
+        try:
+            tmp.rename(root)
+        except OSError:  # another process finished first
+            if not (root / SYNTHETIC_MARKER).exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+# --- command line ----------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ampbook.data",
+                                     description="Cityscapes data tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    syn = sub.add_parser("synthesize", help="write a synthetic Cityscapes in the official layout")
+    syn.add_argument("--root", required=True, help="folder to write into")
+    syn.add_argument("--train", type=int, required=True, help="number of training images")
+    syn.add_argument("--val", type=int, required=True, help="number of validation images")
+    syn.add_argument("--seed", type=int, default=0)
+    syn.add_argument("--height", type=int, default=1024)
+    syn.add_argument("--width", type=int, default=2048)
+    info = sub.add_parser("info", help="count the image/label pairs of a Cityscapes root")
+    info.add_argument("--root", default=None, help="dataset root (default: $CITYSCAPES_DATASET)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "synthesize":
+            synthesize(args.root, args.train, args.val, seed=args.seed, height=args.height,
+                       width=args.width, progress=True)
+        else:
+            root = resolve_root(args.root)
+            for split in SPLITS:
+                if (root / "leftImg8bit" / split).is_dir():
+                    print(f"{split}: {len(list_pairs(root, split))} image/label pairs")
+    except (FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Peak figures of GPUs, read from ``data/reference/devices.yml`` (each figure with its source).
+
+    from ampbook.devices import load_devices, find_device, device_for
+
+    devices = load_devices()                 # key -> Device
+    d = devices["rtx3070-desktop"]
+    d.peak_tflops("fp16")                    # 40.6: fp16 tensor cores, fp32 accumulate
+    d.fp16_tflops_fp16acc / d.fp16_tflops_fp32acc   # 2.0 on GeForce Ampere, 1.0 on A100/H100
+    d.ridge_point("fp16")                    # FLOP per byte where the roofline bends
+    find_device("NVIDIA GeForce RTX 3070 Laptop GPU").key   # "rtx3070-laptop"
+    device_for(torch.device("cuda"))         # the table entry of the GPU in use, or None
+
+All figures are dense (no structured sparsity). ``peak_tflops("fp16")`` is the fp32-accumulate
+figure because PyTorch's fp16 matmuls accumulate in fp32.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import torch
+import yaml
+
+from ampbook.paths import REFERENCE_DIR
+
+DEVICES_FILE = REFERENCE_DIR / "devices.yml"
+
+# Figures that must carry a source when not null.
+FIGURE_FIELDS = ("fp32_tflops", "tf32_tflops", "fp16_tflops_fp32acc", "fp16_tflops_fp16acc",
+                 "bf16_tflops", "fp8_tflops", "mem_bandwidth_gbs")
+COUNT_FIELDS = ("sms", "cuda_cores", "tensor_cores", "boost_clock_mhz", "tensor_clock_mhz")
+SEGMENTS = ("GeForce", "data centre")
+
+# Book dtype name -> the Device field holding its dense peak.
+PEAK_FIELD = {
+    "fp32": "fp32_tflops",
+    "tf32": "tf32_tflops",
+    "fp16": "fp16_tflops_fp32acc",
+    "fp16_fp32acc": "fp16_tflops_fp32acc",
+    "fp16_fp16acc": "fp16_tflops_fp16acc",
+    "bf16": "bf16_tflops",
+    "fp8": "fp8_tflops",
+    "fp8_e4m3": "fp8_tflops",
+    "fp8_e5m2": "fp8_tflops",
+}
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU's published peaks (dense TFLOP/s, GB/s) and what they are based on."""
+
+    key: str
+    name: str
+    architecture: str
+    chip: str
+    segment: str
+    form_factor: str
+    compute_capability: str
+    sms: int
+    cuda_cores: int
+    tensor_cores: int
+    tensor_core_generation: int
+    boost_clock_mhz: float
+    tensor_clock_mhz: float
+    memory_gb: float
+    memory_type: str
+    fp32_tflops: float
+    tf32_tflops: float | None
+    fp16_tflops_fp32acc: float
+    fp16_tflops_fp16acc: float
+    bf16_tflops: float | None
+    fp8_tflops: float | None
+    mem_bandwidth_gbs: float
+    match: tuple[str, ...]
+    sources: dict = field(default_factory=dict)   # figure -> {"key", "title", "publisher", "url"}
+    derived: dict = field(default_factory=dict)   # figure -> how it was computed
+    notes: str = ""
+
+    def peak_tflops(self, dtype: str) -> float | None:
+        """Dense peak for a book dtype name (None where the hardware has no such mode)."""
+        if dtype not in PEAK_FIELD:
+            raise ValueError(f"no peak for dtype {dtype!r}; use one of {sorted(PEAK_FIELD)}")
+        return getattr(self, PEAK_FIELD[dtype])
+
+    def ridge_point(self, dtype: str = "fp16") -> float | None:
+        """FLOP per byte at which the compute ceiling meets the bandwidth ceiling: work with a
+        lower arithmetic intensity is memory-bound on this device."""
+        peak = self.peak_tflops(dtype)
+        return None if peak is None else peak * 1e12 / (self.mem_bandwidth_gbs * 1e9)
+
+    def fma_per_clock_per_tensor_core(self, accumulate: str = "fp16") -> float:
+        """Dense fp16 FMAs per clock per tensor core implied by the peak, the tensor-core count
+        and the clock (Volta's 4x4x4 unit gives 64)."""
+        peak = self.fp16_tflops_fp16acc if accumulate == "fp16" else self.fp16_tflops_fp32acc
+        if accumulate not in ("fp16", "fp32"):
+            raise ValueError(f"accumulate must be 'fp16' or 'fp32', got {accumulate!r}")
+        return peak * 1e12 / (2 * self.tensor_cores * self.tensor_clock_mhz * 1e6)
+
+    @property
+    def tensor_over_fp32(self) -> float:
+        """fp16 tensor (fp32 accumulate) peak over the fp32 CUDA-core peak: the most a matmul
+        can gain from switching fp32 to fp16 under PyTorch on this device."""
+        return self.fp16_tflops_fp32acc / self.fp32_tflops
+
+    @property
+    def fp16acc_over_fp32acc(self) -> float:
+        """2.0 on GeForce Ampere (fp32 accumulate runs at half rate), 1.0 on data-centre parts."""
+        return self.fp16_tflops_fp16acc / self.fp16_tflops_fp32acc
+
+    def source_of(self, figure: str) -> str:
+        """"title (url)" of a figure's source, with how it was derived when it was."""
+        if figure not in self.sources:
+            raise KeyError(f"{self.key}: no source for {figure!r}")
+        s = self.sources[figure]
+        text = f"{s['title']} ({s['url']})"
+        if figure in self.derived:
+            text += f"; derived: {self.derived[figure]}"
+        return text
+
+
+def _require(entry: dict, key: str, name: str, path: Path):
+    if name not in entry:
+        raise ValueError(f"{path}: device {key!r} lacks field {name!r}")
+    return entry[name]
+
+
+def load_devices(path: str | Path | None = None) -> dict[str, Device]:
+    """Read the device table; every non-null figure must name a source in its ``sources``
+    table (a clear ValueError names what is missing)."""
+    path = Path(path) if path is not None else DEVICES_FILE
+    with path.open() as f:
+        doc = yaml.safe_load(f)
+    if not isinstance(doc, dict) or "devices" not in doc or "sources" not in doc:
+        raise ValueError(f"{path}: expected top-level 'devices' and 'sources' mappings")
+    table = doc["sources"]
+    for skey, s in table.items():
+        for need in ("title", "url"):
+            if not s or need not in s:
+                raise ValueError(f"{path}: source {skey!r} lacks {need!r}")
+    names = [f.name for f in fields(Device)]
+    optional = {"key", "sources", "derived", "notes", "match"}
+    out: dict[str, Device] = {}
+    for key, entry in doc["devices"].items():
+        unknown = set(entry) - set(names)
+        if unknown:
+            raise ValueError(f"{path}: device {key!r} has unknown fields {sorted(unknown)}")
+        values = {n: _require(entry, key, n, path) for n in names if n not in optional}
+        if values["segment"] not in SEGMENTS:
+            raise ValueError(f"{path}: device {key!r} segment must be one of {SEGMENTS}, "
+                             f"got {values['segment']!r}")
+        for n in ("fp32_tflops", "fp16_tflops_fp32acc", "fp16_tflops_fp16acc", "mem_bandwidth_gbs"):
+            if not isinstance(values[n], (int, float)) or values[n] <= 0:
+                raise ValueError(f"{path}: device {key!r} field {n!r} must be a positive number")
+        src_keys = entry.get("sources") or {}
+        sources = {}
+        for fig in FIGURE_FIELDS + COUNT_FIELDS:
+            if values.get(fig) is None:
+                continue
+            if fig not in src_keys:
+                raise ValueError(f"{path}: device {key!r} figure {fig!r} has no source")
+            if src_keys[fig] not in table:
+                raise ValueError(f"{path}: device {key!r} figure {fig!r} cites unknown source "
+                                 f"{src_keys[fig]!r}")
+            sources[fig] = {"key": src_keys[fig], **table[src_keys[fig]]}
+        match = tuple(entry.get("match") or ())
+        for pattern in match:
+            re.compile(pattern)
+        out[key] = Device(key=key, match=match, sources=sources, derived=dict(entry.get("derived") or {}),
+                          notes=str(entry.get("notes") or "").strip(), **values)
+    return out
+
+
+def find_device(name_from_torch: str, devices: dict[str, Device] | None = None) -> Device | None:
+    """The table entry whose ``match`` patterns fit a name from ``torch.cuda.get_device_name``
+    (case-insensitive), or None when the GPU is not in the table."""
+    if not isinstance(name_from_torch, str):
+        raise TypeError(f"expected a device name string, got {type(name_from_torch).__name__}")
+    devices = load_devices() if devices is None else devices
+    name = name_from_torch.strip()
+    hits = [d for d in devices.values() if any(re.search(p, name, re.IGNORECASE) for p in d.match)]
+    if len(hits) > 1:
+        raise ValueError(f"{name!r} matches several table entries: {[d.key for d in hits]}")
+    return hits[0] if hits else None
+
+
+def device_for(device: str | torch.device = "auto", devices: dict[str, Device] | None = None) -> Device | None:
+    """The table entry of the GPU behind ``device`` (None on a CPU or an unlisted GPU)."""
+    from ampbook.env import pick_device
+
+    dev = pick_device(device)
+    if dev.type != "cuda":
+        return None
+    return find_device(torch.cuda.get_device_name(dev), devices)

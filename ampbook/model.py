@@ -1,0 +1,222 @@
+"""ERFNet, the segmentation network of the book's experiment.
+
+Written from the paper's description:
+
+    E. Romera, J. M. Alvarez, L. M. Bergasa, R. Arroyo, "ERFNet: Efficient Residual Factorized
+    ConvNet for Real-time Semantic Segmentation", IEEE Transactions on Intelligent
+    Transportation Systems 19(1):263-272, 2018. doi:10.1109/TITS.2017.2750080
+
+The network (Table I of the paper), for an input of height H and width W:
+
+* encoder: a downsampler to 16 channels (H/2), a downsampler to 64 (H/4), five
+  non-bottleneck-1D blocks (dropout 0.03), a downsampler to 128 (H/8), eight
+  non-bottleneck-1D blocks with dilations 2, 4, 8, 16, 2, 4, 8, 16 (dropout 0.3);
+* decoder: a transposed convolution to 64 channels (H/4), two non-bottleneck-1D blocks, a
+  transposed convolution to 16 (H/2), two blocks, and a final transposed convolution to the
+  classes at the input's size.
+
+A *downsampler* (taken by the paper from ENet) concatenates a 3x3 stride-2 convolution (giving
+``out - in`` channels) with a 2x2 max-pool of its input (``in`` channels), then applies batch
+norm and ReLU. A *non-bottleneck-1D* block factorises each of the two 3x3 convolutions of a
+residual block into a 3x1 and a 1x3 convolution with a ReLU between them; the second pair is
+dilated; batch norm follows each pair, dropout ends the branch, and the sum with the input
+goes through a ReLU.
+
+Convolutions carry biases and batch norm uses eps=1e-3, as in the authors' released training
+setup. ``erfnet_parameter_count`` computes the parameter count from the layer shapes above,
+independently of the module, and the tests compare the two.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BN_EPS = 1e-3
+ENCODER_DILATIONS = (2, 4, 8, 16, 2, 4, 8, 16)
+
+
+class Downsampler(nn.Module):
+    """3x3 stride-2 conv (``out - in`` channels) beside a 2x2 max-pool, concatenated; BN, ReLU."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        if out_channels <= in_channels:
+            raise ValueError(f"a downsampler widens: out_channels ({out_channels}) must exceed "
+                             f"in_channels ({in_channels})")
+        self.conv = nn.Conv2d(in_channels, out_channels - in_channels, 3, stride=2, padding=1, bias=True)
+        self.pool = nn.MaxPool2d(2, stride=2)
+        self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # torch.cat promotes dtypes, so under autocast (conv in low precision, pool in the
+        # input's precision) the concatenation takes the wider of the two.
+        return F.relu(self.bn(torch.cat([self.conv(x), self.pool(x)], dim=1)))
+
+
+class NonBottleneck1D(nn.Module):
+    """Residual block of two factorised 3x3 convolutions (3x1 then 1x3), the second dilated."""
+
+    def __init__(self, channels: int, dropout: float = 0.0, dilation: int = 1):
+        super().__init__()
+        c, d = channels, dilation
+        self.conv3x1_1 = nn.Conv2d(c, c, (3, 1), padding=(1, 0), bias=True)
+        self.conv1x3_1 = nn.Conv2d(c, c, (1, 3), padding=(0, 1), bias=True)
+        self.bn1 = nn.BatchNorm2d(c, eps=BN_EPS)
+        self.conv3x1_2 = nn.Conv2d(c, c, (3, 1), padding=(d, 0), dilation=(d, 1), bias=True)
+        self.conv1x3_2 = nn.Conv2d(c, c, (1, 3), padding=(0, d), dilation=(1, d), bias=True)
+        self.bn2 = nn.BatchNorm2d(c, eps=BN_EPS)
+        self.dropout = nn.Dropout2d(dropout) if dropout > 0 else nn.Identity()
+        self.dilation = d
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.conv3x1_1(x))
+        y = F.relu(self.bn1(self.conv1x3_1(y)))
+        y = F.relu(self.conv3x1_2(y))
+        y = self.dropout(self.bn2(self.conv1x3_2(y)))
+        return F.relu(y + x)
+
+
+class Upsampler(nn.Module):
+    """3x3 stride-2 transposed convolution doubling height and width; BN, ReLU."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = nn.ConvTranspose2d(in_channels, out_channels, 3, stride=2, padding=1,
+                                       output_padding=1, bias=True)
+        self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.bn(self.conv(x)))
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layers: list[nn.Module] = [Downsampler(3, 16), Downsampler(16, 64)]
+        layers += [NonBottleneck1D(64, dropout=0.03, dilation=1) for _ in range(5)]
+        layers.append(Downsampler(64, 128))
+        layers += [NonBottleneck1D(128, dropout=0.3, dilation=d) for d in ENCODER_DILATIONS]
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.layers = nn.Sequential(
+            Upsampler(128, 64), NonBottleneck1D(64), NonBottleneck1D(64),
+            Upsampler(64, 16), NonBottleneck1D(16), NonBottleneck1D(16),
+        )
+        # The last layer: 2x2 stride-2 transposed convolution straight to class scores.
+        self.output = nn.ConvTranspose2d(16, num_classes, 2, stride=2, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output(self.layers(x))
+
+
+class ERFNet(nn.Module):
+    """ERFNet (Romera et al., IEEE T-ITS 2018): ``forward(x: N,3,H,W) -> logits N,C,H,W``.
+
+    H and W must be divisible by 8 (three downsamplers halve them, three upsamplers double
+    them back); anything else raises ``ValueError``. Works in channels_last memory format and
+    under ``torch.autocast`` (CPU and CUDA, fp16 and bf16).
+    """
+
+    def __init__(self, num_classes: int = 19):
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be positive, got {num_classes}")
+        self.num_classes = num_classes
+        self.encoder = Encoder()
+        self.decoder = Decoder(num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or x.shape[1] != 3:
+            raise ValueError(f"ERFNet expects an N x 3 x H x W image batch, got shape {tuple(x.shape)}")
+        h, w = x.shape[-2:]
+        if h % 8 or w % 8:
+            raise ValueError(f"ERFNet needs height and width divisible by 8 (three stride-2 "
+                             f"stages); got {h}x{w} (H x W). Resize or pad the input, e.g. to "
+                             f"{h - h % 8 or 8}x{w - w % 8 or 8}.")
+        return self.decoder(self.encoder(x))
+
+
+# --- the parameter count the architecture implies, from layer shapes alone -----------------
+
+def _conv(cin: int, cout: int, kh: int, kw: int) -> int:
+    return cin * cout * kh * kw + cout  # weights + bias
+
+
+def _bn(c: int) -> int:
+    return 2 * c  # weight (gamma) and bias (beta); running stats are buffers
+
+
+def _downsampler(cin: int, cout: int) -> int:
+    return _conv(cin, cout - cin, 3, 3) + _bn(cout)
+
+
+def _non_bottleneck_1d(c: int) -> int:
+    return 2 * (_conv(c, c, 3, 1) + _conv(c, c, 1, 3) + _bn(c))
+
+
+def _upsampler(cin: int, cout: int) -> int:
+    return _conv(cin, cout, 3, 3) + _bn(cout)
+
+
+def erfnet_parameter_count(num_classes: int = 19) -> int:
+    """Trainable parameters of ERFNet for ``num_classes``, computed from the layer table."""
+    encoder = (_downsampler(3, 16) + _downsampler(16, 64) + 5 * _non_bottleneck_1d(64)
+               + _downsampler(64, 128) + 8 * _non_bottleneck_1d(128))
+    decoder = (_upsampler(128, 64) + 2 * _non_bottleneck_1d(64)
+               + _upsampler(64, 16) + 2 * _non_bottleneck_1d(16)
+               + _conv(16, num_classes, 2, 2))
+    return encoder + decoder
+
+
+def model_summary(model: nn.Module) -> str:
+    """A short text summary: the blocks, their output channels and parameters, and totals."""
+    def count(m: nn.Module) -> int:
+        return sum(p.numel() for p in m.parameters())
+
+    lines = [f"{type(model).__name__}"]
+    if isinstance(model, ERFNet):
+        lines[0] += f" ({model.num_classes} classes)"
+        rows: list[tuple[str, str, int]] = []
+        for part in (model.encoder.layers, model.decoder.layers):
+            i = 0
+            blocks = list(part)
+            while i < len(blocks):
+                b = blocks[i]
+                j = i
+                while (isinstance(b, NonBottleneck1D) and j + 1 < len(blocks)
+                       and isinstance(blocks[j + 1], NonBottleneck1D)
+                       and blocks[j + 1].conv3x1_1.in_channels == b.conv3x1_1.in_channels):
+                    j += 1
+                group = blocks[i:j + 1]
+                prefix = "encoder" if part is model.encoder.layers else "decoder"
+                if isinstance(b, NonBottleneck1D):
+                    dil = ",".join(str(g.dilation) for g in group)
+                    name = f"{prefix}: {len(group)} x non-bottleneck-1D (dilation {dil})"
+                    ch = b.conv3x1_1.out_channels
+                else:
+                    name = f"{prefix}: {type(b).__name__.lower()}"
+                    ch = b.bn.num_features
+                rows.append((name, str(ch), sum(count(g) for g in group)))
+                i = j + 1
+        rows.append(("decoder: output transposed conv 2x2", str(model.num_classes), count(model.decoder.output)))
+        width = max(len(r[0]) for r in rows)
+        lines.append(f"  {'block':<{width}}  {'out ch':>6}  {'params':>9}")
+        for name, ch, n in rows:
+            lines.append(f"  {name:<{width}}  {ch:>6}  {n:>9,}")
+    total = count(model)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    lines.append(f"parameters: {total:,} ({trainable:,} trainable), "
+                 f"{total * 4 / 2**20:.2f} MiB in fp32")
+    if isinstance(model, ERFNet):
+        expected = erfnet_parameter_count(model.num_classes)
+        lines.append(f"parameters the architecture implies (layer shapes): {expected:,}")
+    return "\n".join(lines)

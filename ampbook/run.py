@@ -1,0 +1,276 @@
+"""Execute the book's notebooks with papermill, from their jupytext sources.
+
+    python -m ampbook.run [--profile smoke|cpu|gpu] [--out DIR] [NOTEBOOK ...]
+
+NOTEBOOK is a path (``notebooks/01_floating_point.py``), a stem (``01_floating_point``) or a
+chapter number (``1``); all notebooks by default, in file order. Each ``.py`` source is
+converted with jupytext, the profile's parameters (``notebooks/profiles.yml``) are injected
+into its ``parameters`` cell, and papermill runs it into ``DIR/NN_topic.ipynb``. The profile is
+``gpu`` when CUDA is available, else ``cpu``, unless ``--profile`` or ``$AMPBOOK_PROFILE``
+names one. On failure the run stops with the notebook and the failing cell named, and the
+partly executed notebook stays in DIR for inspection. A per-notebook time table ends the run
+and ``DIR/run_report.json`` records it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .paths import NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
+
+PROFILES = ("smoke", "cpu", "gpu")
+DEFAULT_OUT = REPO_ROOT / "build" / "executed"
+
+
+class RunError(RuntimeError):
+    """A notebook could not be run; the message says which and why."""
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    source: Path
+    output: Path
+    parameters: dict
+    seconds: float = 0.0
+    code_cells: int = 0
+    executed_cells: int = 0
+    status: str = "pending"
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def all_notebooks() -> list[Path]:
+    """The book's notebook sources, in reading order."""
+    return sorted(p for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
+
+
+def resolve_notebook(spec: str) -> Path:
+    """A path, a stem or a chapter number -> the notebook's ``.py`` source."""
+    candidates = all_notebooks()
+    path = Path(spec)
+    if path.suffix in (".py", ".ipynb") and path.exists():
+        source = path.with_suffix(".py")
+        if not source.exists():
+            raise RunError(f"{spec}: no jupytext source {source.name} beside it")
+        return source.resolve()
+    stem = path.stem if path.suffix in (".py", ".ipynb") else spec
+    for cand in candidates:
+        if cand.stem == stem or (stem.isdigit() and cand.stem.startswith(f"{int(stem):02d}_")):
+            return cand
+    known = ", ".join(c.stem for c in candidates)
+    raise RunError(f"no notebook {spec!r}; known notebooks: {known}")
+
+
+def default_profile() -> str:
+    env = os.environ.get("AMPBOOK_PROFILE")
+    if env:
+        return env
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def load_profiles(path: Path = PROFILES_FILE) -> dict:
+    with open(path) as f:
+        profiles = yaml.safe_load(f) or {}
+    missing = [p for p in PROFILES if p not in profiles]
+    if missing:
+        raise RunError(f"{path}: profiles {missing} are missing (need {list(PROFILES)})")
+    return profiles
+
+
+def parameters_cell(nb) -> tuple[int, dict]:
+    """Index of the one cell tagged ``parameters`` and the names it assigns (with values
+    where they are literals)."""
+    tagged = [i for i, c in enumerate(nb.cells)
+              if c.cell_type == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(tagged) != 1:
+        raise RunError(f"expected exactly one cell tagged 'parameters', found {len(tagged)}")
+    source = nb.cells[tagged[0]].source
+    names: dict = {}
+    for node in ast.parse(source).body:
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+            value = node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+            value = node.value
+        for target in targets:
+            if isinstance(target, ast.Name):
+                try:
+                    names[target.id] = ast.literal_eval(value)
+                except ValueError:
+                    names[target.id] = None
+    return tagged[0], names
+
+
+def read_source(source: Path):
+    import jupytext
+
+    return jupytext.read(source)
+
+
+def profile_parameters(profiles: dict, profile: str, source: Path, nb) -> dict:
+    if profile not in profiles:
+        raise RunError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    params = dict((profiles[profile] or {}).get(source.stem) or {})
+    _, names = parameters_cell(nb)
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise RunError(f"{PROFILES_FILE.name}: profile {profile!r} sets {unknown} for {source.stem}, "
+                       f"but its parameters cell defines only {sorted(names)}")
+    return params
+
+
+def _failing_cell(nb, source: Path) -> str:
+    """Where the failing cell is, in the reader's terms: its code-cell number (papermill's
+    injected cell not counted), its first line, and its line in the ``.py`` source."""
+    code_no = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "injected-parameters" not in tags:
+            code_no += 1
+        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
+            first = next((l for l in cell.source.splitlines() if l.strip()), "")
+            where = f"code cell {code_no} ({first.strip()!r}"
+            text = source.read_text().splitlines()
+            line = next((n for n, l in enumerate(text, 1) if first and l == first), None)
+            if line:
+                where += f", {source.name} line {line}"
+            return where + ")"
+    return "an unknown cell"
+
+
+def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print) -> NotebookRun:
+    """Run one notebook; raise RunError (partly executed notebook kept) on failure."""
+    import nbformat
+    import papermill as pm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nb = read_source(source)
+    parameters_cell(nb)  # exactly one, or RunError
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                          "language": "python"})
+    output = out_dir / f"{source.stem}.ipynb"
+    run = NotebookRun(source.stem, source, output, params)
+    run.code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
+    if run.code_cells == 0:
+        raise RunError(f"{source.stem}: the notebook has no code cell to execute")
+    env_profile = os.environ.get("AMPBOOK_PROFILE")
+    os.environ["AMPBOOK_PROFILE"] = profile
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(nb, str(output), parameters=params, kernel_name="python3",
+                            cwd=str(source.parent), progress_bar=sys.stderr.isatty(),
+                            log_output=False, report_mode=False)
+    except pm.PapermillExecutionError as err:
+        run.seconds = time.perf_counter() - start
+        executed = nbformat.read(output, as_version=4)
+        where = _failing_cell(executed, source)
+        raise RunError(f"{source.stem} failed in {where}: {err.ename}: {err.evalue}\n"
+                       f"partly executed notebook kept at {output}") from None
+    except Exception as err:  # kernel died, timeout, bad parameters...
+        raise RunError(f"{source.stem} could not be executed: {type(err).__name__}: {err}\n"
+                       f"partly executed notebook (if any) at {output}") from None
+    finally:
+        if env_profile is None:
+            os.environ.pop("AMPBOOK_PROFILE", None)
+        else:
+            os.environ["AMPBOOK_PROFILE"] = env_profile
+    run.seconds = time.perf_counter() - start
+    executed = nbformat.read(output, as_version=4)
+    run.executed_cells = sum(1 for c in executed.cells
+                             if c.cell_type == "code" and c.get("execution_count") is not None
+                             and "injected-parameters" not in c.get("metadata", {}).get("tags", []))
+    if run.executed_cells == 0:
+        raise RunError(f"{source.stem}: no code cell was executed (output at {output})")
+    run.status = "ok"
+    return run
+
+
+def time_table(runs: list[NotebookRun]) -> str:
+    width = max([len(r.name) for r in runs] + [8])
+    lines = [f"{'notebook':<{width}}  {'status':<6}  {'cells':>5}  {'seconds':>8}"]
+    for r in runs:
+        lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.executed_cells:>5}  {r.seconds:>8.1f}")
+    lines.append(f"{'total':<{width}}  {'':<6}  {'':>5}  {sum(r.seconds for r in runs):>8.1f}")
+    return "\n".join(lines)
+
+
+def run_notebooks(specs: list[str] | None = None, profile: str | None = None,
+                  out_dir: Path | str = DEFAULT_OUT, log=print) -> list[NotebookRun]:
+    """Execute notebooks (all by default); raise RunError at the first failure."""
+    profile = profile or default_profile()
+    if profile not in PROFILES:
+        raise RunError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    sources = [resolve_notebook(s) for s in specs] if specs else all_notebooks()
+    if not sources:
+        raise RunError(f"no notebooks found in {NOTEBOOKS_DIR}")
+    profiles = load_profiles()
+    out_dir = Path(out_dir).resolve()
+    # Check every notebook's parameters before running any, so a typo costs nothing.
+    plans = []
+    for source in sources:
+        try:
+            nb = read_source(source)
+            plans.append((source, profile_parameters(profiles, profile, source, nb)))
+        except RunError as err:
+            raise RunError(f"{source.stem}: {err}") from None
+    runs: list[NotebookRun] = []
+    log(f"profile {profile}: {len(plans)} notebook(s) -> {out_dir}")
+    try:
+        for n, (source, params) in enumerate(plans, 1):
+            log(f"[{n}/{len(plans)}] {source.stem} {params if params else ''}".rstrip())
+            try:
+                runs.append(execute(source, out_dir, params, profile, log=log))
+            except RunError as err:
+                failed = NotebookRun(source.stem, source, out_dir / f"{source.stem}.ipynb", params,
+                                     status="FAILED", error=str(err))
+                runs.append(failed)
+                raise
+            log(f"      done in {runs[-1].seconds:.1f} s")
+    finally:
+        if runs:
+            log(time_table(runs))
+            from .env import environment
+
+            report = {"profile": profile, "environment": environment(), "notebooks": [
+                {"name": r.name, "status": r.status, "seconds": round(r.seconds, 2),
+                 "executed_cells": r.executed_cells, "parameters": r.parameters, "error": r.error}
+                for r in runs]}
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "run_report.json").write_text(json.dumps(report, indent=2))
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ampbook.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", metavar="NOTEBOOK",
+                        help="path, stem or chapter number (default: all)")
+    parser.add_argument("--profile", choices=PROFILES, default=None,
+                        help="parameter profile (default: gpu with CUDA, else cpu; or $AMPBOOK_PROFILE)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
+    args = parser.parse_args(argv)
+    try:
+        run_notebooks(args.notebooks, args.profile, args.out)
+    except RunError as err:
+        print(f"\nERROR: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

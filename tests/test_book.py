@@ -1,0 +1,62 @@
+"""The book built from the smoke executions, opened in headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ampbook.bookcheck import check_book, find_chromium
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    path = find_chromium()
+    if path is None:
+        if IN_CI:
+            pytest.fail("Chromium is required in CI for the book check (.ci/run installs it)")
+        pytest.skip("Chromium not installed (apt-get install chromium)")
+    return path
+
+
+def _problems(reports):
+    return {r.page: r.problems for r in reports if r.problems}
+
+
+def test_book_has_every_chapter_and_offline_mathjax(built_book):
+    from ampbook.book import toc_chapters
+
+    for stem in toc_chapters():
+        assert (built_book / "chapters" / f"{stem}.html").exists()
+    assert (built_book / "_static" / "mathjax" / "tex-chtml.js").exists()
+    html = (built_book / "chapters" / f"{toc_chapters()[0]}.html").read_text()
+    assert "https://cdn" not in html and "mathjax/tex-chtml.js" in html
+
+
+def test_book_in_browser(built_book, chromium):
+    reports = check_book(built_book, chromium)
+    assert not _problems(reports), _problems(reports)
+    pages = {r.page for r in reports}
+    assert "index.html" in pages and len(pages) >= 3
+    assert sum(r.images for r in reports) > 0, "the book shows no figure at all"
+    assert sum(r.math for r in reports) > 0, "the book typesets no math at all"
+
+
+def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):
+    """The check fails when MathJax is missing, an image is gone or a link is broken."""
+    broken = tmp_path / "html"
+    shutil.copytree(built_book, broken)
+    shutil.rmtree(broken / "_static" / "mathjax")
+    image = next((broken / "_images").iterdir())
+    image.unlink()
+    page = broken / "intro.html"
+    page.write_text(page.read_text().replace("</main>", '<a href="nowhere.html">x</a></main>', 1))
+    problems = [p for r in check_book(broken, chromium) for p in r.problems]
+    text = "\n".join(problems)
+    assert "math not typeset" in text or "MathJax did not load" in text
+    assert f"image does not load: " in text and image.name in text
+    assert "broken link" in text and "nowhere.html" in text

@@ -1,0 +1,168 @@
+"""The notebook sources, their pairs, their parameters, and the runner that executes them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+from ampbook import run as runner
+from ampbook.paths import NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
+
+SOURCES = runner.all_notebooks()
+IDS = [p.stem for p in SOURCES]
+
+
+def _cells(nb):
+    """What must agree between a pair: cell types, sources and tags."""
+    return [(c.cell_type, c.source.strip(), sorted(c.get("metadata", {}).get("tags", [])))
+            for c in nb.cells]
+
+
+def test_there_are_notebooks_and_the_toc_lists_them_all():
+    from ampbook.book import toc_chapters
+
+    assert SOURCES, "no notebooks/NN_topic.py found"
+    assert toc_chapters() == IDS, "book/_toc.yml and notebooks/ disagree"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_pair_in_sync_and_without_outputs(source: Path):
+    pair = source.with_suffix(".ipynb")
+    assert pair.exists(), f"{pair.name} missing: run `jupytext --to ipynb {source}`"
+    nb = nbformat.read(pair, as_version=4)
+    with_outputs = [i for i, c in enumerate(nb.cells)
+                    if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))]
+    assert not with_outputs, f"{pair.name} is committed with outputs in cells {with_outputs}"
+    assert _cells(jupytext.read(source)) == _cells(nb), \
+        f"{pair.name} is out of sync with {source.name}: run `make sync`"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_one_parameters_cell_and_profiles_match_it(source: Path):
+    nb = jupytext.read(source)
+    _, names = runner.parameters_cell(nb)
+    profiles = yaml.safe_load(PROFILES_FILE.read_text())
+    for profile in runner.PROFILES:
+        params = (profiles[profile] or {}).get(source.stem)
+        assert params is not None, f"profile {profile} has no section for {source.stem}"
+        unknown = set(params) - set(names)
+        assert not unknown, f"profile {profile} sets {unknown}, not in {source.stem}'s parameters cell"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_chapter_structure(source: Path):
+    """One title; opens with what you will learn and need; ends with summary and exercises;
+    prints the environment first."""
+    nb = jupytext.read(source)
+    md = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    titles = [l for text in md for l in text.splitlines() if l.startswith("# ")]
+    assert len(titles) == 1, f"{source.name} needs exactly one '# ' title, has {titles}"
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    text = "\n".join(md).lower()
+    for needed in ("what you will learn", "what you need", "summary", "exercises"):
+        assert needed in text, f"{source.name} lacks a '{needed}' part"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])
+    assert "print_environment" in code[1].source
+
+
+# --- the runner -------------------------------------------------------------------------
+
+NOTEBOOK = """# %% [markdown]
+# # A test notebook
+
+# %% tags=["parameters"]
+n = 3
+
+# %%
+print(n * 2)
+{extra}
+"""
+
+
+def _write(tmp_path: Path, name: str, extra: str = "") -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(NOTEBOOK.format(extra=extra))
+    return path
+
+
+def test_runner_executes_and_injects_parameters(tmp_path):
+    source = _write(tmp_path, "ok")
+    run = runner.execute(source, tmp_path / "out", {"n": 21}, "smoke")
+    nb = nbformat.read(run.output, as_version=4)
+    outputs = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert "42\n" in outputs
+    assert run.executed_cells == 2 and run.seconds > 0
+
+
+def test_runner_failure_names_notebook_and_cell_and_keeps_output(tmp_path):
+    source = _write(tmp_path, "bad", extra='\n# %%\nraise ValueError("deliberate failure")\n')
+    with pytest.raises(runner.RunError) as err:
+        runner.execute(source, tmp_path / "out", {}, "smoke")
+    message = str(err.value)
+    assert "bad failed in code cell 3" in message
+    assert "deliberate failure" in message and "bad.py line" in message
+    kept = tmp_path / "out" / "bad.ipynb"
+    assert kept.exists(), "the partly executed notebook must be kept"
+    nb = nbformat.read(kept, as_version=4)
+    assert any(o.get("text") == "6\n" for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def test_runner_rejects_notebook_without_code(tmp_path):
+    path = tmp_path / "empty.py"
+    path.write_text("# %% [markdown]\n# # Only prose\n")
+    with pytest.raises(runner.RunError, match="parameters"):
+        runner.execute(path, tmp_path / "out", {}, "smoke")
+
+
+def test_runner_rejects_notebook_that_executed_no_code(tmp_path):
+    # Only a parameters cell: papermill runs it, but no code of the notebook itself ran.
+    path = tmp_path / "params_only.py"
+    path.write_text('# %% [markdown]\n# # Title\n\n# %% tags=["parameters"]\n\n')
+    with pytest.raises(runner.RunError, match="no code cell"):
+        runner.execute(path, tmp_path / "out", {}, "smoke")
+
+
+def test_unknown_profile_and_parameter_are_errors_before_any_run(tmp_path):
+    with pytest.raises(runner.RunError, match="unknown profile"):
+        runner.run_notebooks(IDS[:1], profile="huge", out_dir=tmp_path)
+    nb = jupytext.read(SOURCES[0])
+    with pytest.raises(runner.RunError, match="parameters cell defines only"):
+        runner.profile_parameters({"smoke": {SOURCES[0].stem: {"no_such_parameter": 1}}},
+                                  "smoke", SOURCES[0], nb)
+    with pytest.raises(runner.RunError, match="no notebook"):
+        runner.resolve_notebook("99_missing")
+
+
+def test_resolve_notebook_by_path_stem_and_number():
+    first = SOURCES[0]
+    assert runner.resolve_notebook(str(first)) == first.resolve()
+    assert runner.resolve_notebook(first.stem) == first
+    assert runner.resolve_notebook(str(int(first.stem[:2]))) == first
+
+
+def test_cli_reports_failure_with_exit_code(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ampbook.run", "--profile", "smoke",
+                           "--out", str(tmp_path), "99_missing"],
+                          capture_output=True, text=True, cwd=REPO_ROOT)
+    assert proc.returncode == 1
+    assert "no notebook '99_missing'" in proc.stderr
+
+
+def test_all_notebooks_run_with_smoke_profile(executed_notebooks):
+    report = json.loads((executed_notebooks / "run_report.json").read_text())
+    assert report["profile"] == "smoke"
+    assert [n["name"] for n in report["notebooks"]] == IDS
+    for entry in report["notebooks"]:
+        assert entry["status"] == "ok" and entry["executed_cells"] > 0, entry
+        nb = nbformat.read(executed_notebooks / f"{entry['name']}.ipynb", as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if o.get("output_type") == "error"]
+        assert not errors
