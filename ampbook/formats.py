@@ -12,9 +12,10 @@ with ``torch.finfo``, ``numpy.finfo`` and the IEEE-754 bit patterns.
     >>> round_to(torch.tensor([1 + 2**-11]), "fp16")  # a tie: rounds to even, i.e. to 1
     tensor([1.])
 
-``round_to`` emulates rounding to any format with round-to-nearest-even in float64 arithmetic,
-vectorised, and returns float32/float64 values: later chapters use it to emulate fp16 tensors
-without an fp16 dtype (and TF32, which has none).
+``round_to`` emulates rounding to any format (round to nearest, ties to even), vectorised, on
+any device, and returns float32/float64 values: later chapters use it to emulate fp16 tensors
+without an fp16 dtype, and TF32, which has none. float32 inputs are rounded on their bit
+patterns; float64 inputs in float64 arithmetic, rounding once.
 """
 
 from __future__ import annotations
@@ -160,9 +161,11 @@ _OVERFLOW_MODES = ("inf", "saturate", "nan")
 
 def _quantum_exponent(a: torch.Tensor, fmt: Format) -> torch.Tensor:
     """Per element of a (float64, >= 0), the power of two of the format's grid spacing at a:
-    floor(log2 a) clamped below at emin (the subnormal range shares emin's spacing), minus m."""
+    floor(log2 a) clamped below at emin (the subnormal range and zero share emin's spacing),
+    minus m."""
     _, exp = torch.frexp(a)  # a = f * 2^exp with f in [0.5, 1), so floor(log2 a) = exp - 1
-    return (exp.to(torch.int64) - 1).clamp_(min=fmt.emin) - fmt.mantissa_bits
+    e = torch.where(a == 0, fmt.emin, exp.to(torch.int64) - 1)  # frexp(0) gives exp 0
+    return e.clamp_(min=fmt.emin) - fmt.mantissa_bits
 
 
 def _round64(a: torch.Tensor, fmt: Format) -> torch.Tensor:
@@ -174,7 +177,7 @@ def _round64(a: torch.Tensor, fmt: Format) -> torch.Tensor:
 
 
 def _round_fp32_bits(x: torch.Tensor, fmt: Format, mode: str) -> torch.Tensor:
-    """The float32 fast path of ``round_to`` (about 10x faster than float64 arithmetic): round
+    """The float32 path of ``round_to`` (several times faster than float64 arithmetic): round
     the bit pattern. For formats with fp32's exponent range or less and fewer mantissa bits,
     every format value is a float32 value. Normal range: add half a step minus one, plus the
     lowest kept bit (ties to even), then clear the dropped bits; a carry moves into the
@@ -212,7 +215,7 @@ def round_to(x: torch.Tensor, name: str | Format | torch.dtype, overflow: str | 
     torch's cast to ``float8_e4m3fn`` does, inf inputs included), ``"nan"`` gives NaN (the
     other E4M3 convention, used by older torch versions). NaN stays NaN.
 
-    The arithmetic is float64, so the rounding is done once, exactly: torch's own casts from
+    float64 inputs are rounded once, exactly, in float64 arithmetic: torch's own casts from
     float64 to fp16/bf16/fp8 go through float32 and can round twice (differing in rare
     near-tie cases); from float32 they agree bit for bit. The result is float32 when ``x``
     is float32 (or a narrower float), float64 when ``x`` is float64.
@@ -255,33 +258,37 @@ def spacing(x: torch.Tensor, name: str | Format | torch.dtype) -> torch.Tensor:
 
 # ---- bit patterns --------------------------------------------------------------------------
 
-def encode(value: float, name: str | Format | torch.dtype) -> int:
-    """The format's bit pattern (as an int) of ``value`` after rounding it to the format.
+def encode(value: float | torch.Tensor, name: str | Format | torch.dtype) -> int | torch.Tensor:
+    """The format's bit pattern of ``value`` after rounding it to the format: an int for a
+    number, an int64 tensor of patterns for a tensor (for fp64 the int64 holds the same 64
+    bits, so negative numbers come out negative).
 
     NaN is shown as the canonical quiet NaN (exponent all ones, top mantissa bit set; for
     E4M3 the single NaN pattern S.1111.111), with the sign bit of the input."""
     fmt = get_format(name)
-    v = float(value)
-    m, e_bits = fmt.mantissa_bits, fmt.exponent_bits
-    r = float(round_to(torch.tensor([v], dtype=torch.float64), fmt)[0])
-    sign = 1 if math.copysign(1.0, r) < 0 else 0
-    top = 2 ** e_bits - 1
-    if math.isnan(r):
-        exp_field = top
-        mant = (2 ** m - 1) if not fmt.has_inf else 2 ** (m - 1)
-    elif math.isinf(r):
-        exp_field, mant = top, 0
-    else:
-        a = abs(r)
-        if a < fmt.smallest_normal:  # subnormal or zero: field 0, a = mant * 2^(emin - m)
-            exp_field, mant = 0, math.ldexp(a, m - fmt.emin)
-        else:
-            e = math.frexp(a)[1] - 1
-            exp_field, mant = e + fmt.bias, math.ldexp(a, m - e) - 2 ** m
-        if mant != int(mant):  # cannot happen after round_to; guards the arithmetic
-            raise AssertionError(f"{r!r} is not on the {fmt.name} grid")
-        mant = int(mant)
-    return (sign << (e_bits + m)) | (exp_field << m) | mant
+    if isinstance(value, torch.Tensor):
+        return _encode_tensor(value, fmt)
+    pattern = int(_encode_tensor(torch.tensor([float(value)], dtype=torch.float64), fmt)[0])
+    return pattern % (1 << fmt.bits)
+
+
+def _encode_tensor(x: torch.Tensor, fmt: Format) -> torch.Tensor:
+    m = fmt.mantissa_bits
+    r = round_to(x.to(torch.float64), fmt)
+    a = r.abs()
+    normal = a >= fmt.smallest_normal  # false for NaN
+    e = torch.frexp(a)[1].to(torch.int64) - 1
+    exp_field = torch.where(normal, e + fmt.bias, 0)
+    # normal: a = (1 + mant / 2^m) 2^e; subnormal (and zero): a = mant 2^(emin - m)
+    mant = torch.where(normal, torch.ldexp(a, m - e) - 2.0 ** m, torch.ldexp(a, torch.tensor(m - fmt.emin)))
+    top = 2 ** fmt.exponent_bits - 1
+    nan_mant = 2 ** m - 1 if not fmt.has_inf else 2 ** (m - 1)
+    exp_field = torch.where(r.isnan() | r.isinf(), top, exp_field)
+    mant = torch.where(r.isnan(), float(nan_mant), torch.where(r.isinf(), 0.0, mant))
+    if not bool((mant == mant.floor()).all()):  # cannot happen after round_to; guards the arithmetic
+        raise AssertionError(f"values off the {fmt.name} grid: {r[mant != mant.floor()][:3].tolist()}")
+    sign = torch.signbit(r).to(torch.int64)
+    return (sign << (fmt.bits - 1)) | (exp_field << m) | mant.to(torch.int64)
 
 
 def bits(value: float, name: str | Format | torch.dtype, sep: str = " ") -> str:

@@ -1,0 +1,477 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Floating-point formats, computed
+#
+# Mixed-precision training moves tensors between number formats that differ in width, range
+# and precision. Before measuring what that buys (later chapters), this chapter looks at the
+# formats themselves: how each one spends its bits, and what can go wrong when a value does not
+# fit. Every number below is computed in a cell, from the bit layouts, from `torch.finfo`, or by
+# doing the arithmetic in the format; none is typed in.
+#
+# **What you will learn**
+#
+# - how fp64, fp32, TF32, fp16, bf16 and the two fp8 formats (E4M3, E5M2) lay out sign,
+#   exponent and mantissa bits, and how range and precision follow from those bit counts;
+# - how far apart neighbouring numbers are at any magnitude;
+# - the ways a low-precision format loses information: rounding, swamping (a small update added
+#   to a large weight vanishes), accumulation (a long sum stops growing), underflow and overflow;
+# - which number claims of the RTX 3070 blog post this book grew from hold, checked in code.
+#
+# **What you need**: Python with PyTorch. No GPU: everything here is bit arithmetic and runs in
+# seconds on a CPU (with `device="cuda"` the accumulation runs on the GPU instead).
+
+# %% tags=["parameters"]
+device = "auto"  # where the accumulation demo runs: "auto", "cpu" or "cuda"
+n_accumulate = 20000  # how many small values the accumulation demo adds up
+n_samples = 200000  # random weights and gradients drawn for the swamping and underflow demos
+seed = 0
+
+# %%
+from ampbook.env import print_environment
+
+print_environment(device);
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+
+from ampbook.env import pick_device
+from ampbook.formats import FORMATS, bits, decode, format_table, round_to, spacing
+from ampbook.paths import load_reference
+from ampbook.plots import bar_style, md, md_table, series_style, use_style
+
+use_style()
+device = pick_device(device)
+gen = torch.Generator().manual_seed(seed)
+fp16, bf16, fp32 = FORMATS["fp16"], FORMATS["bf16"], FORMATS["fp32"]
+style = {name: series_style(i) for i, name in enumerate(FORMATS)}  # one look per format in every figure
+style.update({torch.float32: style["fp32"], torch.float16: style["fp16"], torch.bfloat16: style["bf16"]})
+
+# %% [markdown]
+# ## How a float is stored
+#
+# A binary floating-point number is three unsigned integers packed side by side: a sign bit
+# $s$, an exponent field $E$ of $e$ bits and a mantissa (fraction) field $M$ of $m$ bits. For
+# an exponent field that is neither all zeros nor all ones the value is
+#
+# $$x = (-1)^s \, 2^{E - \text{bias}} \left(1 + \frac{M}{2^m}\right), \qquad \text{bias} = 2^{e-1} - 1,$$
+#
+# a *normal* number with an implicit leading 1, so it carries $m + 1$ significant bits. The
+# all-zeros exponent holds the *subnormal* numbers $(-1)^s\, 2^{1 - \text{bias}}\, M / 2^m$,
+# which fill the gap between zero and the smallest normal number evenly (and zero itself, with
+# either sign). The all-ones exponent is reserved for infinity ($M = 0$) and NaN ($M \ne 0$),
+# except in fp8 E4M3, which uses it for numbers and keeps only the all-ones pattern for NaN.
+# The exponent bits set the range, the mantissa bits the precision.
+#
+# The seven formats side by side, each bit drawn as one box:
+
+# %% mystnb={"figure": {"caption": "Bit layouts of the seven formats, one box per bit, to scale: sign (black), exponent (hatched), mantissa (dotted). The number in each field is its width in bits.", "name": "fig-ch1-bits"}}
+fig, ax = plt.subplots(figsize=(9, 3.4))
+for row, fmt in enumerate(FORMATS.values()):
+    fields = [("sign", 1), ("exponent", fmt.exponent_bits), ("mantissa", fmt.mantissa_bits)]
+    left = 0
+    for i, (field, width) in enumerate(fields):
+        ax.barh(-row, width, left=left, height=0.7, label=field if row == 0 else None, **bar_style(i))
+        ax.vlines(range(left + 1, left + width), -row - 0.35, -row + 0.35, color="white", linewidth=0.8)
+        if i > 0:
+            ax.text(left + width / 2, -row + 0.5, str(width), ha="center", va="center", fontsize=8)
+        left += width
+    ax.text(left + 0.7, -row, f"{fmt.bits} bits", va="center", fontsize=8)
+ax.set_yticks([-r for r in range(len(FORMATS))], list(FORMATS))
+ax.set_xlim(0, 72)
+ax.set_ylim(-len(FORMATS) + 0.4, 1.0)
+ax.set_xlabel("bit position (sign first)")
+ax.grid(False)
+ax.legend(ncols=3, loc="upper right", bbox_to_anchor=(1.0, 1.12))
+plt.show()
+
+# %% [markdown]
+# TF32 is not a storage format: NVIDIA tensor cores (Ampere and later) read fp32 matrices and
+# keep only fp16's mantissa width inside the multiplication (NVIDIA A100 Tensor Core GPU
+# Architecture whitepaper, 2020). PyTorch has no TF32 dtype; whether fp32 matmuls and
+# convolutions use it is the `tf32_matmul` / `tf32_cudnn` lines of the environment report above.
+#
+# ## Range and precision of each format
+#
+# `ampbook.formats` derives every property from the three bit counts (and the E4M3 exception).
+# The largest value has the largest normal exponent and all mantissa bits set; the smallest
+# normal is $2^{1-\text{bias}}$; the smallest subnormal has only the last mantissa bit set;
+# machine epsilon $2^{-m}$ is the gap between 1 and the next number. "Decimal digits" here is
+# $-\log_{10}(\text{eps}) = m \log_{10} 2$ (numpy's `finfo.precision` is this rounded down).
+
+# %%
+headers, rows = format_table(transpose=True)
+md_table(rows, headers, [None] + [".4g"] * len(FORMATS))
+
+# %% [markdown]
+# Read across the rows: fp16 and TF32 have the same mantissa, so the same epsilon; bf16 and TF32
+# have fp32's exponent, so (almost) fp32's range. The same values as exact powers of two,
+# written from the layouts:
+
+# %%
+def pow2(k):
+    return f"$2^{{{k}}}$"
+
+
+rows = [[f.name, f"$2^{{{f.emax}}}(2-2^{{{-(f.mantissa_bits if f.has_inf else f.mantissa_bits - 1)}}})$",
+         pow2(f.emin), pow2(f.emin - f.mantissa_bits), pow2(-f.mantissa_bits)] for f in FORMATS.values()]
+md_table(rows, ["format", "max", "smallest normal", "smallest subnormal", "machine epsilon"])
+
+# %% [markdown]
+# For the formats PyTorch has a dtype for, the computed values must match `torch.finfo`
+# (`tiny` is its name for the smallest normal):
+
+# %%
+rows = []
+for fmt in FORMATS.values():
+    if fmt.torch_dtype is None:
+        continue
+    fi = torch.finfo(fmt.torch_dtype)
+    same = (fi.bits, fi.max, fi.tiny, fi.eps) == (fmt.bits, fmt.max, fmt.smallest_normal, fmt.eps)
+    rows.append([fmt.name, str(fmt.torch_dtype), fi.max, fi.tiny, fi.eps, "yes" if same else "NO"])
+assert all(r[-1] == "yes" for r in rows)
+md_table(rows, ["format", "torch dtype", "finfo.max", "finfo.tiny", "finfo.eps", "matches the layout"],
+         [None, None, ".6g", ".6g", ".6g", None])
+
+# %% [markdown]
+# ## Reading the bits
+#
+# `bits(value, name)` rounds a value to a format (to nearest, ties to even, as a cast does) and
+# shows the stored pattern as sign, exponent and mantissa; `decode` turns a pattern back into a
+# number. Look at the special cases: 65520 in fp16 and anything below half the smallest
+# subnormal have no pattern of their own, so they become infinity and zero; E4M3 has no
+# infinity and saturates at its largest value (as `torch.float8_e4m3fn` casts do).
+
+# %%
+examples = [("1", 1.0, "fp16"), ("-2", -2.0, "fp16"), ("0.1", 0.1, "fp16"), ("0.1", 0.1, "bf16"),
+            ("65504", 65504.0, "fp16"), ("65520", 65520.0, "fp16"), ("2^-24", 2.0 ** -24, "fp16"),
+            ("2^-26", 2.0 ** -26, "fp16"), ("-0.0", -0.0, "fp16"), ("inf", math.inf, "fp16"),
+            ("nan", math.nan, "fp16"), ("1 + 2^-11", 1 + 2.0 ** -11, "tf32"),
+            ("448", 448.0, "fp8_e4m3"), ("1000", 1000.0, "fp8_e4m3"), ("2^-9", 2.0 ** -9, "fp8_e4m3"),
+            ("2^-16", 2.0 ** -16, "fp8_e5m2"), ("1000", 1000.0, "fp8_e5m2"), ("1e5", 1e5, "fp8_e5m2")]
+rows = [[label, name, f"`{bits(v, name)}`", repr(decode(bits(v, name), name))] for label, v, name in examples]
+md_table(rows, ["value", "format", "sign exponent mantissa", "stored value"])
+
+# %% [markdown]
+# Decoding by hand: fp16's largest pattern has the exponent field one below all ones and every
+# mantissa bit set. Subtract the bias from the field and put back the implicit 1:
+
+# %%
+pattern = "0 11110 1111111111"
+exp_field, mant_field = int(pattern.split()[1], 2), int(pattern.split()[2], 2)
+by_hand = 2.0 ** (exp_field - fp16.bias) * (1 + mant_field / 2 ** fp16.mantissa_bits)
+print(f"2^({exp_field} - {fp16.bias}) * (1 + {mant_field}/{2 ** fp16.mantissa_bits}) = {by_hand}")
+print(f"decode: {decode(pattern, 'fp16')}   torch.finfo(torch.float16).max: {torch.finfo(torch.float16).max}")
+
+# %% [markdown]
+# ## The gap between neighbouring numbers
+#
+# Within one power-of-two interval the numbers of a format are evenly spaced; each interval up
+# the spacing doubles. So the *absolute* gap grows with the magnitude while the *relative* gap
+# stays between eps/2 and eps, until the subnormal range, where the gap stops shrinking and the
+# relative precision runs out. `spacing(x, name)` gives the gap above $|x|$:
+
+# %% mystnb={"figure": {"caption": "Gap between neighbouring representable numbers against magnitude, for each format (log-log). Each staircase ends at the format's largest value; the flat part on the left is the subnormal range. fp16 and TF32 coincide in the normal range (same mantissa width).", "name": "fig-ch1-gap"}}
+x = torch.logspace(-30, 20, 4001, base=2, dtype=torch.float64)
+fig, ax = plt.subplots(figsize=(7.5, 4.8))
+for i, name in enumerate(FORMATS):
+    ax.plot(x, spacing(x, name), label=name, markevery=(40 * i, 400), markersize=4, linewidth=1.3,
+            **style[name])
+ax.set_xscale("log", base=2)
+ax.set_yscale("log", base=2)
+ax.set_xlabel("magnitude $|x|$")
+ax.set_ylabel("gap to the next number")
+ax.legend(ncols=2, loc="lower right")
+plt.show()
+
+# %% [markdown]
+# The same gaps as numbers, at a few magnitudes ("overflow" where the format cannot hold the
+# value at all):
+
+# %%
+magnitudes = [1e-6, 1e-3, 1.0, 1000.0, 60000.0, 1e6]
+gaps = {name: spacing(torch.tensor(magnitudes, dtype=torch.float64), name).tolist() for name in FORMATS}
+rows = [[name] + ["overflow" if math.isnan(g) else f"{g:.3g}" for g in gaps[name]] for name in FORMATS]
+md_table(rows, ["format"] + [f"gap at {m:g}" for m in magnitudes])
+
+# %% [markdown]
+# ## What goes wrong in low precision
+#
+# ### Rounding: 1 + 2⁻¹¹ in fp16
+#
+# The fp16 number after 1 is $1 + 2^{-10}$. The value $1 + 2^{-11}$ lies exactly halfway, and a
+# tie goes to the neighbour whose last mantissa bit is 0, here 1 itself. A little more than half
+# a step rounds up; $1 + 3 \cdot 2^{-11}$, also a tie, rounds up to the even neighbour
+# $1 + 2^{-9}$. `round_to` and PyTorch's own fp16 cast agree:
+
+# %%
+tiny = 2.0 ** -11
+values = torch.tensor([1 + tiny, 1 + tiny * 1.01, 1 + 3 * tiny])
+rows = [[f"1 + {v - 1:.6g}", f"`{bits(v, 'fp16')}`", round_to(torch.tensor([v]), "fp16").item(),
+         torch.tensor(v).half().item()] for v in values.tolist()]
+md_table(rows, ["value", "fp16 bits", "round_to fp16", "torch .half()"], [None, None, ".10g", ".10g"])
+
+# %% [markdown]
+# ### Swamping: a small update to a large weight
+#
+# An optimizer step adds an update $u$ to a weight $w$. In fp16 the sum is rounded to the
+# weight's grid, so an update smaller than half the gap at $w$ disappears. Micikevicius et al.
+# (*Mixed Precision Training*, ICLR 2018, arXiv:1710.03740) put the danger point at a weight
+# 2048 times larger than its update: aligning the update with the weight shifts it right by 11
+# or more bits past fp16's 10-bit mantissa. Here random weights of many magnitudes get updates
+# $w / r$ for a range of ratios $r$, added in fp32, bf16 and fp16 by PyTorch's own arithmetic:
+
+# %%
+w = torch.exp2(torch.rand(n_samples, generator=gen) * 8 - 4)  # weights from 1/16 to 16
+ratios = torch.logspace(6, 14, 33, base=2)
+lost = {}
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    wd = w.to(dtype)
+    lost[dtype] = [((wd + (w / r).to(dtype)) == wd).double().mean().item() for r in ratios]
+
+# %% mystnb={"figure": {"caption": "Fraction of weight updates lost entirely (weight unchanged after adding the update) against the ratio weight/update, for updates added in fp16, bf16 and fp32. Random weights between 1/16 and 16.", "name": "fig-ch1-swamping"}}
+fig, ax = plt.subplots()
+for dtype, frac in lost.items():
+    ax.plot(ratios, frac, label=str(dtype).replace("torch.", ""), markersize=4, **style[dtype])
+ax.axvline(2048, color="gray", linewidth=0.8)
+ax.text(2048 * 1.1, 0.5, "2048", color="gray")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("weight / update")
+ax.set_ylabel("fraction of updates lost")
+ax.legend()
+plt.show()
+
+# %%
+def lost_range(frac):
+    """The first ratio where any update is lost, and the first where (nearly) all are."""
+    some = next((r for r, f in zip(ratios.tolist(), frac) if f > 0), math.nan)
+    most = next((r for r, f in zip(ratios.tolist(), frac) if f >= 0.999), math.nan)
+    return f"$2^{{{math.log2(some):g}}}$ = {some:.0f}", f"$2^{{{math.log2(most):g}}}$ = {most:.0f}"
+
+
+(f16_some, f16_all), (b16_some, b16_all) = lost_range(lost[torch.float16]), lost_range(lost[torch.bfloat16])
+md(f"In fp16 the first updates vanish at a ratio of {f16_some} and 99.9% or more of them from {f16_all}; "
+   f"in between it depends on where the weight sits in its power-of-two interval (the gap is the same "
+   f"across the interval, the weight is not). bf16, with {bf16.mantissa_bits} mantissa bits instead of "
+   f"{fp16.mantissa_bits}, starts losing updates at {b16_some} and loses nearly all from {b16_all}. fp32 "
+   f"loses {max(lost[torch.float32]):.0%} in this range. This is why mixed precision keeps an fp32 copy "
+   f"of the weights for the update.")
+
+# %% [markdown]
+# ### Accumulation: a long sum in fp16
+#
+# The same effect stops a long sum. Each term is small; once the running sum is large enough,
+# half the gap at the sum exceeds the terms and every addition rounds back to the same sum. The
+# terms here are multiples of $2^{-18}$ below $2^{-10}$, exactly representable in every format,
+# so each accumulator adds the very same numbers and only the rounding of the sum differs:
+
+# %%
+terms = torch.randint(1, 256, (n_accumulate,), generator=gen).double() * 2.0 ** -18
+exact = terms.cumsum(0)
+
+
+def running_sum(values, dtype):
+    """Add values one at a time into an accumulator of the given dtype, on `device`."""
+    values = values.to(device=device, dtype=dtype)
+    acc, trace = torch.zeros((), dtype=dtype, device=device), []
+    for v in values:
+        acc = acc + v
+        trace.append(acc)
+    return torch.stack(trace).double().cpu()
+
+
+sums = {dtype: running_sum(terms, dtype) for dtype in (torch.float32, torch.float16, torch.bfloat16)}
+
+# %% mystnb={"figure": {"caption": "Running sum of small positive terms, added one at a time into an fp32, fp16 or bf16 accumulator, against the exact sum. The low-precision sums stall once half the gap between neighbouring numbers exceeds the terms.", "name": "fig-ch1-accumulation"}}
+fig, ax = plt.subplots()
+steps = torch.arange(1, n_accumulate + 1)
+ax.plot(steps, exact, label="exact", color="gray", linewidth=3, alpha=0.5)
+for i, (dtype, trace) in enumerate(sums.items()):
+    ax.plot(steps, trace, label=f"{str(dtype).replace('torch.', '')} accumulator",
+            markevery=(i * n_accumulate // 30, n_accumulate // 10), markersize=5, **style[dtype])
+ax.set_xlabel("terms added")
+ax.set_ylabel("running sum")
+ax.legend()
+plt.show()
+
+# %%
+largest = terms.max().item()
+stall = {f.name: next(2.0 ** k for k in range(-20, 20) if spacing(torch.tensor([2.0 ** k]), f.name).item() / 2 >= largest)
+         for f in (fp16, bf16)}
+rows = [[str(d).replace("torch.", ""), s[-1].item(), s[-1].item() / exact[-1].item() - 1] for d, s in sums.items()]
+library_sum = torch.sum(terms.to(device, torch.float16)).item()
+library_error = library_sum / exact[-1].item() - 1
+rows.append(["torch.sum of the fp16 terms", library_sum, library_error])
+display(md_table(rows, ["accumulator", "final sum", "relative error"], [None, ".6g", "+.2%"]))
+how = ("stays within a few fp16 roundings of the exact sum: its kernel accumulates in fp32 and rounds only "
+       "the result" if abs(library_error) < 4 * fp16.eps else "does not stay close on this device")
+md(f"Exact sum: {exact[-1].item():.6g}. From a running sum of {stall['fp16']:g} on, half of fp16's gap is at "
+   f"least the largest term ({largest:.3g}), so no addition changes the fp16 sum any more; bf16 reaches that "
+   f"point at {stall['bf16']:g}. PyTorch's own `torch.sum` over the fp16 tensor {how}. The RTX 3070 blog "
+   f"post's remedy, fp16 products with fp32 accumulation, is the same idea in hardware.")
+
+# %% [markdown]
+# ### Underflow: gradients below 2⁻²⁴
+#
+# Gradients are often tiny. fp16's normal range ends at $2^{-14}$; below it the subnormals keep
+# fewer and fewer significant bits, down to the smallest subnormal $2^{-24}$. Anything below half
+# of that, $2^{-25}$, rounds to zero. bf16 and fp32 share an exponent range reaching far lower.
+
+# %%
+small = [1e-5, 2.0 ** -20, 1e-7, 2.0 ** -24, 3e-8, 2.0 ** -25, 1e-8, 1e-10]
+rows = [[f"{v:.4g}"] + [round_to(torch.tensor([v], dtype=torch.float64), n).item() for n in ("fp16", "bf16", "fp8_e5m2")]
+        for v in small]
+md_table(rows, ["value", "stored in fp16", "stored in bf16", "stored in fp8_e5m2"], [None, ".4g", ".4g", ".4g"])
+
+# %% [markdown]
+# How much of each value survives, for random magnitudes spread evenly (on a log scale) over
+# the range where small gradients live. The relative rounding error is at most eps/2 for normal
+# numbers and reaches 1 when a value becomes zero:
+
+# %% mystnb={"figure": {"caption": "Median relative rounding error against magnitude for fp16, bf16 and fp8 E5M2, over random values in each power-of-two interval. The error grows where a format's subnormal range starts and reaches 1 (the value is lost) below half its smallest subnormal.", "name": "fig-ch1-underflow"}}
+g = torch.exp2(torch.rand(n_samples, generator=gen, dtype=torch.float64) * 30 - 36)  # 2^-36 .. 2^-6
+octave = torch.floor(torch.log2(g))
+lows = torch.unique(octave)
+fig, ax = plt.subplots()
+for name in ("fp16", "bf16", "fp8_e5m2"):
+    rel = (round_to(g, name) - g).abs() / g
+    median = [rel[octave == k].median().item() for k in lows]
+    ax.plot(torch.exp2(lows + 0.5), median, label=name, markersize=4, **style[name])
+ax.axvline(2.0 ** -24, color="gray", linewidth=0.8)
+ax.text(2.0 ** -24 * 1.2, 1e-2, "$2^{-24}$", color="gray")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("magnitude")
+ax.set_ylabel("median relative error")
+ax.legend()
+plt.show()
+
+# %%
+flushed = (round_to(g, "fp16") == 0).double().mean().item()
+below = (g < fp16.smallest_subnormal).double().mean().item()
+md(f"Of these log-uniform magnitudes, {flushed:.1%} become zero in fp16 (all values below "
+   f"{fp16.smallest_subnormal / 2:.3g} = half the smallest subnormal; {below:.1%} lie below the smallest "
+   f"subnormal {fp16.smallest_subnormal:.3g} itself) and none in bf16. The fraction for a real network depends "
+   f"on its gradients: Micikevicius et al. report how many of a network's activation gradients fall below "
+   f"fp16's range, and scale the loss (hence every gradient) up to lift them into it.")
+
+# %% [markdown]
+# ### Overflow past 65504, and what bf16 gives up instead
+#
+# Past fp16's largest value, from its maximum plus half a step on, a value becomes infinity, and
+# so does a product or an exponential that lands there, e.g. $300^2$ or $e^{12}$ (a softmax
+# computed without subtracting the maximum first). bf16 moves bits from the mantissa to the
+# exponent, so it reaches nearly as far as fp32 and pays in precision:
+
+# %%
+big = torch.tensor([65504.0, 65519.0, 65520.0, 300.0 ** 2, math.exp(12.0), 1e6])
+rows = [[f"{v:.6g}", round_to(torch.tensor([v]), "fp16").item(), round_to(torch.tensor([v]), "bf16").item(),
+         round_to(torch.tensor([v]), "bf16").item() / v - 1] for v in big.tolist()]
+display(md_table(rows, ["value", "fp16", "bf16", "bf16 relative error"], [None, ".6g", ".6g", "+.3%"]))
+a = torch.tensor(300.0, dtype=torch.float16)
+print(f"torch: 300*300 in float16 = {(a * a).item()}, exp(12) in float16 = {torch.exp(torch.tensor(12.0).half()).item()}, "
+      f"in bfloat16 = {torch.exp(torch.tensor(12.0).bfloat16()).item()}")
+
+# %%
+md(f"bf16's largest value is {bf16.max:.4g} against fp16's {fp16.max:g}, but its epsilon is {bf16.eps:g} against "
+   f"{fp16.eps:g}: {bf16.eps / fp16.eps:g} times coarser, about {bf16.decimal_digits:.1f} decimal digits instead of "
+   f"{fp16.decimal_digits:.1f}. With bf16 a model rarely overflows or underflows and needs no loss scaling, "
+   f"but every rounding (and every swamped update, see above) is larger.")
+
+# %% [markdown]
+# ## The post's numbers, checked
+#
+# The RTX 3070 blog post quotes the sizes, ranges and rounding errors of fp16 and fp32 (stored in
+# `data/reference/seed_post.yml`). Each claim beside the value computed from the formats, with a
+# verdict worked out by code: a claim agrees when it matches to the digits it gives. For the
+# rounding errors the true value is the largest relative error of rounding to nearest (the
+# unit roundoff, half of machine epsilon).
+
+# %%
+claims = load_reference("seed_post")["claims"]
+# claim -> (what is true, {another quantity the claimed number may be: its value})
+true = {"fp16_bytes": (fp16.bits / 8, {}), "fp32_bytes": (fp32.bits / 8, {}),
+        "fp16_rounding_error": (fp16.unit_roundoff, {"fp16's machine epsilon": fp16.eps}),
+        "fp32_rounding_error": (fp32.unit_roundoff, {"fp32's machine epsilon": fp32.eps}),
+        "fp16_min_positive": (fp16.smallest_subnormal, {}), "fp16_max": (fp16.max, {}),
+        "fp32_min_positive": (fp32.smallest_subnormal, {}),
+        "fp32_max": (fp32.max, {f"$2^{{{fp32.emax}}}$, fp32's largest power of two": 2.0 ** fp32.emax}),
+        "paper_lost_below": (fp16.smallest_subnormal, {})}
+
+
+def agrees(claimed, value):
+    """Equal to the significant digits the claim gives."""
+    digits = len(f"{claimed:.6e}".split("e")[0].replace(".", "").rstrip("0")) or 1
+    return float(f"{value:.{digits}g}") == float(f"{claimed:.{digits}g}")
+
+
+def verdict(claimed, value, others):
+    if agrees(claimed, value):
+        return "agrees"
+    factor = claimed / value
+    text = f"{factor:.3g} times too large" if factor > 1 else f"{1 / factor:.3g} times too small"
+    names = [name for name, v in others.items() if agrees(claimed, v)]
+    return text + (f"; it equals {names[0]}" if names else "")
+
+
+rows = [[key, claims[key], value, verdict(claims[key], value, others)] for key, (value, others) in true.items()]
+md_table(rows, ["claim", "the post says", "true value", "verdict"], [None, ".4g", ".6g", None])
+
+# %% [markdown]
+# Two of these need a closer look:
+
+# %%
+k32 = round(math.log2(claims["fp32_max"]))
+md(f"- **fp32 maximum.** The largest fp32 value is $2^{{{fp32.emax}}}(2 - 2^{{-{fp32.mantissa_bits}}})$ = "
+   f"{fp32.max:.6g}. The post's {claims['fp32_max']:g} is $2^{{{k32}}}$ = {2.0 ** k32:.4g}, the largest power of two "
+   f"(exponent field all ones but one, mantissa zero): half the true maximum.\n"
+   f"- **Rounding error.** The post's fp16 {claims['fp16_rounding_error']:g} = $2^{{{round(math.log2(claims['fp16_rounding_error']))}}}$ "
+   f"and fp32 {claims['fp32_rounding_error']:.4g} = $2^{{{round(math.log2(claims['fp32_rounding_error']))}}}$ are the "
+   f"machine epsilons, the gaps above 1. Rounding to nearest errs by at most half a gap, so the largest relative "
+   f"rounding error (the unit roundoff) is {fp16.unit_roundoff:g} for fp16 and {fp32.unit_roundoff:.4g} for fp32.\n"
+   f"- **Lost below 2⁻²⁴.** Values between {fp16.smallest_subnormal / 2:.3g} and {fp16.smallest_subnormal:.3g} "
+   f"round up to the smallest subnormal (see the table in the underflow section); only those below half of it "
+   f"become zero.")
+
+# %% [markdown]
+# ## Summary
+#
+# - A format's exponent bits fix its range and its mantissa bits its precision; every entry of
+#   the tables above follows from the two counts, and agrees with `torch.finfo`.
+# - fp16 has fp32's mantissa cut by more than half and a much shorter exponent: small gradients
+#   underflow, large activations overflow, and sums and weight updates lose small contributions.
+# - bf16 keeps fp32's range and gives up even more precision; TF32 keeps fp32's range with
+#   fp16's precision, inside tensor-core matmuls only; the fp8 formats trade both away further.
+# - Mixed precision answers each failure: fp32 accumulation for sums, fp32 master weights for
+#   updates, loss scaling for underflow. Later chapters measure them.
+# - Of the blog post's numbers, its fp32 maximum is off by a factor of two and its "rounding
+#   errors" are machine epsilons, twice the worst-case rounding error; the rest hold.
+#
+# ## Exercises
+#
+# 1. Show the fp16, bf16 and fp8 E4M3 bits of 0.1 with `bits`, decode them, and compute each
+#    relative error. Which is within the unit roundoff of its format?
+# 2. Find the smallest positive `x` for which `1 + x` in fp16 is not 1 (bisect with `round_to`).
+#    Explain the result with ties-to-even.
+# 3. Predict from the gap figure where the fp16 running sum stalls if the terms are ten times
+#    larger, then change the cell and check. Then write Kahan (compensated) summation with an
+#    fp16 accumulator and an fp16 compensation term: how close does it get?
+# 4. Read off the swamping figure the ratio at which bf16 starts losing updates and relate it
+#    to its mantissa width. What would the ratio be for TF32?
+# 5. The FP8 paper (Micikevicius et al., *FP8 Formats for Deep Learning*, arXiv:2209.05433) uses
+#    E4M3 for weights and activations and E5M2 for gradients. Using the tables above, explain why.
