@@ -193,3 +193,11 @@ def device_for(device: str | torch.device = "auto", devices: dict[str, Device] |
     if dev.type != "cuda":
         return None
     return find_device(torch.cuda.get_device_name(dev), devices)
+
+
+def attainable_tflops(intensity: float, peak_tflops: float, bandwidth_gbs: float) -> float:
+    """The roofline: the most a kernel of ``intensity`` FLOP/byte can reach under a compute
+    ceiling (TFLOP/s) and a bandwidth ceiling (GB/s)."""
+    if intensity <= 0 or peak_tflops <= 0 or bandwidth_gbs <= 0:
+        raise ValueError("intensity, peak_tflops and bandwidth_gbs must be positive")
+    return min(peak_tflops, intensity * bandwidth_gbs / 1e3)

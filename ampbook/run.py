@@ -170,7 +170,10 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print) 
     if run.code_cells == 0:
         raise RunError(f"{source.stem}: the notebook has no code cell to execute")
     env_profile = os.environ.get("AMPBOOK_PROFILE")
+    env_backend = os.environ.get("MPLBACKEND")
     os.environ["AMPBOOK_PROFILE"] = profile
+    # The kernel inherits the environment: figures must go to the notebook, not to Agg.
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     start = time.perf_counter()
     try:
         pm.execute_notebook(nb, str(output), parameters=params, kernel_name="python3",
@@ -186,10 +189,11 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print) 
         raise RunError(f"{source.stem} could not be executed: {type(err).__name__}: {err}\n"
                        f"partly executed notebook (if any) at {output}") from None
     finally:
-        if env_profile is None:
-            os.environ.pop("AMPBOOK_PROFILE", None)
-        else:
-            os.environ["AMPBOOK_PROFILE"] = env_profile
+        for key, value in (("AMPBOOK_PROFILE", env_profile), ("MPLBACKEND", env_backend)):
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     run.seconds = time.perf_counter() - start
     executed = nbformat.read(output, as_version=4)
     run.executed_cells = sum(1 for c in executed.cells

@@ -389,6 +389,24 @@ def _check_not_zero(args: tuple, name: str) -> None:
                                  "hardware and libraries can take shortcuts on zeros")
 
 
+def machine_load() -> dict:
+    """How busy the machine is: 1-minute load average, usable CPUs, and ``busy`` when the load
+    exceeds 1.5 runnable tasks per CPU. On a busy machine CPU timings are unreliable: a
+    multi-threaded kernel waits for its descheduled threads (milliseconds per parallel region),
+    so report ``busy`` beside any CPU measurement."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        load1 = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return {"load1": None, "cpus": cpus, "busy": False}
+    return {"load1": load1, "cpus": cpus, "busy": load1 > 1.5 * cpus}
+
+
 # --------------------------------------------------------------------------------------------
 # benchmark
 # --------------------------------------------------------------------------------------------

@@ -3,12 +3,9 @@ the same runner `make book` uses) and the book is built once from those executio
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 @pytest.fixture(scope="session")

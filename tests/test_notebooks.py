@@ -166,3 +166,20 @@ def test_all_notebooks_run_with_smoke_profile(executed_notebooks):
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
                   if o.get("output_type") == "error"]
         assert not errors
+
+
+def test_every_figure_cell_shows_exactly_one_image(executed_notebooks):
+    """A cell captioned as a figure must display one image: none means the figure was lost
+    (e.g. a non-inline backend), two means the book gets duplicate figure labels (end the cell
+    with plt.show(), not with the figure object)."""
+    bad = []
+    for source in SOURCES:
+        nb = nbformat.read(executed_notebooks / f"{source.stem}.ipynb", as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "code" or "figure" not in cell.metadata.get("mystnb", {}):
+                continue
+            images = sum(1 for o in cell.outputs if "image/png" in o.get("data", {}))
+            if images != 1:
+                name = cell.metadata["mystnb"]["figure"].get("name")
+                bad.append(f"{source.stem}: figure {name} shows {images} images")
+    assert not bad, bad

@@ -1,0 +1,431 @@
+"""Matmul and elementwise speed by dtype: the measurements behind chapter 2, and its benchmark.
+
+    python -m ampbook.bench matmul [--device auto|cpu|cuda] [--sizes 64 128 256]
+                                   [--shape-sizes 128 512] [--numel 16777216] [--rounds 2]
+                                   [--max-call-s 0.1] [--save data/results/tensor_cores_NAME.json]
+
+prints, measured side by side in one run on this machine: the bf16/fp32 and fp16/fp32 matmul
+speed ratios at a few sizes, the penalty of a size one off a multiple of 8, and the fp16/fp32
+bandwidth ratio of an elementwise add. On a GPU the sizes default to large ones and tf32 and
+fp8 join where the hardware has them.
+
+The functions (``matmul_sweep``, ``shape_cliff``, ``elementwise_sweep``) are what the chapter
+calls; ``make_record``/``save_record``/``load_records`` keep results as JSON so that a GPU run
+can be committed to ``data/results/`` and shown in the book beside the CPU it is built on.
+
+Results file format (``data/results/tensor_cores_<name>.json``, schema
+``ampbook.tensor_cores/1``)::
+
+    {
+      "schema": "ampbook.tensor_cores/1",
+      "created": "2025-01-01T12:00:00+00:00",      # UTC, ISO 8601
+      "profile": "gpu" | "cpu" | "smoke" | "bench" | null,
+      "machine_load": {"load1", "cpus", "busy"},  # ampbook.timing.machine_load() at the end
+      "environment": {...},                        # ampbook.env.environment(device)
+      "device_key": "h200-sxm" | null,             # ampbook.devices entry, null if not listed
+      "matmul":      [ROW, ...],   # kind "matmul": dtype, n, m, k
+      "shapes":      [ROW, ...],   # kind "matmul", plus "base" (the multiple of 8 it is near)
+      "elementwise": [ROW, ...],   # kind "elementwise": dtype, numel
+      "skipped":     [{"kind", "dtype", "n" or "numel", "reason"}, ...]
+    }
+
+where ROW is ``TimingResult.to_dict()``: ``median_s, p10_s, p90_s, q25_s, q75_s, min_s,
+samples, number, warmup, buffers, flops, bytes_moved, tflops, gbps`` plus the fields above.
+Times are seconds per call, rates use the median (TFLOP/s = 1e12 FLOP/s, GB/s = 1e9 B/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from ampbook.env import cpu_flags, environment, pick_device
+from ampbook.paths import RESULTS_DIR
+from ampbook.timing import machine_load, time_elementwise, time_matmul
+
+SCHEMA = "ampbook.tensor_cores/1"
+RESULTS_PATTERN = "tensor_cores_*.json"
+ROW_KEYS = ("kind", "dtype", "median_s", "p10_s", "p90_s", "tflops", "gbps", "flops", "bytes_moved")
+
+# Timing settings for one point of a sweep: a few warm-up calls, at least 5 samples and
+# `min_time` seconds, never more than `max_time` seconds of measurement.
+SWEEP_TIMING = {"warmup": 2, "repeats": 5, "min_time": 0.1, "max_time": 1.0}
+
+
+def supported_dtypes(device: str | torch.device = "auto") -> list[str]:
+    """The matmul dtypes this device runs: fp32, fp16, bf16 on a CPU; on CUDA also tf32
+    (compute capability 8.0+), bf16 (8.0+) and fp8 (8.9+, with ``torch._scaled_mm``)."""
+    dev = pick_device(device)
+    if dev.type != "cuda":
+        return ["fp32", "fp16", "bf16"]
+    cap = torch.cuda.get_device_capability(dev)
+    out = ["fp32"]
+    if cap >= (8, 0):
+        out.append("tf32")
+    out.append("fp16")
+    if cap >= (8, 0):
+        out.append("bf16")
+    if cap >= (8, 9) and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn"):
+        out.append("fp8")
+    return out
+
+
+def _timing(kwargs: dict) -> dict:
+    out = dict(SWEEP_TIMING)
+    out.update(kwargs)
+    return out
+
+
+def _predict(measured: dict[int, float], n: int) -> float | None:
+    """Seconds per call of an n^3 matmul from the nearest smaller measured size (cubic)."""
+    smaller = [m for m in measured if m <= n]
+    if not smaller:
+        return None
+    m = max(smaller)
+    return measured[m] * (n / m) ** 3
+
+
+def _best_of(results: list[dict]) -> dict:
+    """Of several interleaved measurements of one point, the one with the lowest median (the
+    least disturbed by other work on the machine)."""
+    best = min(results, key=lambda r: r["median_s"])
+    if len(results) > 1:
+        best = dict(best, rounds=len(results), medians_s=[r["median_s"] for r in results])
+    return best
+
+
+def matmul_sweep(sizes: Iterable[int], dtypes: Sequence[str], device: str | torch.device = "auto",
+                 max_call_s: float | None = None, rounds: int = 1, **timing) -> tuple[list[dict], list[dict]]:
+    """Square matmuls of each size in each dtype; returns ``(rows, skipped)``.
+
+    Sizes go up; at each size the dtypes are measured one after the other (side by side in
+    time). A size whose single call is predicted (cubic growth from the last measured size of
+    that dtype) to exceed ``max_call_s`` is skipped with the reason recorded, so a slow dtype
+    (bf16 on a CPU without AMX) cannot stall a run. ``rounds`` > 1 repeats each point in
+    interleaved rounds and keeps the fastest median. ``timing`` goes to ``time_matmul``."""
+    dev = pick_device(device)
+    sizes = sorted(set(int(s) for s in sizes))
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    measured: dict[str, dict[int, float]] = {d: {} for d in dtypes}
+    rows, skipped = [], []
+    for n in sizes:
+        todo = []
+        for dtype in dtypes:
+            reason = _skip_reason(dtype, n, measured[dtype], max_call_s)
+            if reason:
+                skipped.append({"kind": "matmul", "dtype": dtype, "n": n, "reason": reason})
+            else:
+                todo.append(dtype)
+        got: dict[str, list[dict]] = {d: [] for d in todo}
+        for _ in range(rounds):
+            for dtype in todo:
+                got[dtype].append(time_matmul(n, dtype=dtype, device=dev, **_timing(timing)).to_dict())
+        for dtype in todo:
+            row = _best_of(got[dtype])
+            measured[dtype][n] = row["median_s"]
+            rows.append(row)
+    return rows, skipped
+
+
+def _skip_reason(dtype: str, n: int, measured: dict[int, float], max_call_s: float | None) -> str | None:
+    if dtype.startswith("fp8") and n % 16:
+        return f"fp8 matmuls need sizes that are multiples of 16 ({n} is not)"
+    if max_call_s is not None:
+        predicted = _predict(measured, n)
+        if predicted is not None and predicted > max_call_s:
+            return f"predicted {predicted:.3g} s per call > max_call_s {max_call_s:g} s"
+    return None
+
+
+def shape_cliff(bases: Iterable[int], dtypes: Sequence[str], device: str | torch.device = "auto",
+                offsets: Sequence[int] = (0, -1, 1), max_call_s: float | None = None,
+                known: Sequence[dict] = (), rounds: int = 1, **timing) -> tuple[list[dict], list[dict]]:
+    """Square matmuls at each base size (a multiple of 8) and one off it (``offsets``).
+
+    Rows carry ``base`` and ``n``; ``rows_by_shape`` turns them into penalties. ``known`` rows
+    (e.g. from ``matmul_sweep``) help predict slow points for ``max_call_s``."""
+    dev = pick_device(device)
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    measured: dict[str, dict[int, float]] = {d: {} for d in dtypes}
+    for r in known:
+        if r.get("kind") == "matmul" and r.get("dtype") in measured:
+            measured[r["dtype"]][r["n"]] = r["median_s"]
+    rows, skipped = [], []
+    for base in sorted(set(int(b) for b in bases)):
+        if base % 8:
+            raise ValueError(f"shape_cliff bases must be multiples of 8, got {base}")
+        for dtype in dtypes:
+            reason = None
+            for off in offsets:
+                reason = reason or _skip_reason(dtype, base + off, measured[dtype], max_call_s)
+            if dtype.startswith("fp8"):
+                reason = "fp8 matmuls need sizes that are multiples of 16; no off-by-one shapes"
+            if reason:
+                skipped.append({"kind": "shape", "dtype": dtype, "n": base, "reason": reason})
+                continue
+            got: dict[int, list[dict]] = {off: [] for off in offsets}
+            for _ in range(rounds):
+                for off in offsets:
+                    got[off].append(time_matmul(base + off, dtype=dtype, device=dev,
+                                                extra={"base": base}, **_timing(timing)).to_dict())
+            for off in offsets:
+                row = _best_of(got[off])
+                measured[dtype][base + off] = row["median_s"]
+                rows.append(row)
+    return rows, skipped
+
+
+def shape_penalties(rows: Sequence[dict]) -> list[dict]:
+    """Per (dtype, base, n != base): ``slowdown`` = TFLOP/s at the multiple of 8 divided by
+    TFLOP/s at the size one off (> 1 means the odd size is slower per FLOP)."""
+    aligned = {(r["dtype"], r["base"]): r for r in rows if r["n"] == r["base"]}
+    out = []
+    for r in rows:
+        if r["n"] == r["base"] or (r["dtype"], r["base"]) not in aligned:
+            continue
+        a = aligned[(r["dtype"], r["base"])]
+        out.append({"dtype": r["dtype"], "base": r["base"], "n": r["n"], "tflops_aligned": a["tflops"],
+                    "tflops": r["tflops"], "slowdown": a["tflops"] / r["tflops"]})
+    return out
+
+
+def elementwise_sweep(numels: Iterable[int], dtypes: Sequence[str] = ("fp32", "fp16", "bf16"),
+                      device: str | torch.device = "auto", rounds: int = 1, **timing) -> list[dict]:
+    """``z = x + y`` at each size in each dtype (bandwidth-bound); rows as ``to_dict()``."""
+    dev = pick_device(device)
+    rows = []
+    for numel in sorted(set(int(n) for n in numels)):
+        got: dict[str, list[dict]] = {d: [] for d in dtypes}
+        for _ in range(rounds):
+            for dtype in dtypes:
+                got[dtype].append(time_elementwise(numel, dtype, dev, **_timing(timing)).to_dict())
+        rows.extend(_best_of(got[d]) for d in dtypes)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+def make_record(device: str | torch.device, matmul: Sequence[dict] = (), shapes: Sequence[dict] = (),
+                elementwise: Sequence[dict] = (), skipped: Sequence[dict] = (),
+                profile: str | None = None) -> dict:
+    """A results record (the format in this module's docstring)."""
+    from ampbook.devices import device_for
+
+    dev = pick_device(device)
+    entry = device_for(dev)
+    record = {
+        "schema": SCHEMA,
+        "machine_load": machine_load(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "profile": profile,
+        "environment": environment(dev),
+        "device_key": entry.key if entry else None,
+        "matmul": list(matmul),
+        "shapes": list(shapes),
+        "elementwise": list(elementwise),
+        "skipped": list(skipped),
+    }
+    validate_record(record)
+    return record
+
+
+def validate_record(record: dict, source: str = "record") -> dict:
+    """Check a record's schema and rows; a ValueError names the file and what is wrong."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{source}: a results record is a JSON object, got {type(record).__name__}")
+    if record.get("schema") != SCHEMA:
+        raise ValueError(f"{source}: schema is {record.get('schema')!r}, expected {SCHEMA!r}")
+    for key in ("environment", "matmul", "shapes", "elementwise", "skipped"):
+        if key not in record:
+            raise ValueError(f"{source}: missing {key!r}")
+    for section in ("matmul", "shapes", "elementwise"):
+        for i, row in enumerate(record[section]):
+            missing = [k for k in ROW_KEYS if k not in row]
+            if section == "elementwise":
+                missing += [] if "numel" in row else ["numel"]
+            else:
+                missing += [k for k in ("n", "m", "k") if k not in row]
+            if section == "shapes" and "base" not in row:
+                missing.append("base")
+            if missing:
+                raise ValueError(f"{source}: {section}[{i}] lacks {missing}")
+            if not row["median_s"] > 0:
+                raise ValueError(f"{source}: {section}[{i}] has a non-positive median_s")
+    if "device_name" not in record["environment"]:
+        raise ValueError(f"{source}: environment lacks 'device_name'")
+    return record
+
+
+def save_record(record: dict, path: str | Path) -> Path:
+    """Write a validated record as JSON (creating the folder)."""
+    validate_record(record, str(path))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
+    return path
+
+
+def load_records(directory: str | Path = RESULTS_DIR, pattern: str = RESULTS_PATTERN) -> list[dict]:
+    """All records in ``directory`` matching ``pattern`` (sorted by file name), validated; each
+    gets a ``"file"`` key. An empty list when there are none."""
+    directory = Path(directory)
+    out = []
+    for path in sorted(directory.glob(pattern)):
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        validate_record(record, str(path))
+        out.append(dict(record, file=path.name))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark
+# --------------------------------------------------------------------------------------------
+
+CPU_DEFAULTS = {"sizes": [64, 128, 256], "shape_sizes": [128, 512], "numel": [2**20, 2**24],
+                "max_call_s": 0.1}
+GPU_DEFAULTS = {"sizes": [1024, 4096, 8192], "shape_sizes": [4096, 8192], "numel": [2**24, 2**28],
+                "max_call_s": 1.0}
+QUICK = {"sizes": [32, 64], "shape_sizes": [64], "numel": [2**12, 2**16], "max_call_s": 0.05}
+
+
+def _fmt_ratio(r: float) -> str:
+    if r >= 1:
+        return f"{r:.2f}x (faster)"
+    return f"{r:.3f}x ({1 / r:.1f}x slower)"
+
+
+def report(record: dict, out=None) -> dict:
+    """Print the ratios of a record; return them as a dict (what the tests and chapter read)."""
+    out = sys.stdout if out is None else out
+    mm = {(r["dtype"], r["n"]): r for r in record["matmul"]}
+    order = ["fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
+    dtypes = sorted({d for d, _ in mm}, key=lambda d: order.index(d) if d in order else len(order))
+    sizes = sorted({n for _, n in mm})
+    env = record["environment"]
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    p(f"device: {env['device_name']} ({env['device']}); torch {env['torch']}; "
+      f"threads {env['cpu_threads']}; cpu flags: {', '.join(env.get('cpu_flags') or []) or '-'}")
+    load = record.get("machine_load") or {}
+    if load.get("busy") and env["device"] == "cpu":
+        p(f"WARNING: the machine was busy (load average {load['load1']:.1f} on {load['cpus']} CPUs): "
+          "CPU timings below are unreliable; rerun on an idle machine"
+          + (" or with --threads 1 (a single thread does not wait on descheduled siblings)."
+             if env["cpu_threads"] > 1 else " (single-threaded: less affected, but it shares the CPU)."))
+    ratios = {"matmul": [], "shapes": [], "elementwise": []}
+    p("\nmatmul, square n x n x n (median per call; speed ratio = fp32 time / dtype time):")
+    head = f"{'n':>6} " + " ".join(f"{d + ' ms':>11}" for d in dtypes)
+    others = [d for d in dtypes if d != "fp32"]
+    p(head + "  " + "  ".join(f"{d + '/fp32 speed':>24}" for d in others))
+    for n in sizes:
+        cells = [f"{mm[(d, n)]['median_s'] * 1e3:11.4g}" if (d, n) in mm else f"{'skipped':>11}"
+                 for d in dtypes]
+        line = f"{n:>6} " + " ".join(cells)
+        for d in others:
+            if (d, n) in mm and ("fp32", n) in mm:
+                r = mm[("fp32", n)]["median_s"] / mm[(d, n)]["median_s"]
+                ratios["matmul"].append({"dtype": d, "n": n, "speed_vs_fp32": r})
+                line += f"  {_fmt_ratio(r):>24}"
+            else:
+                line += f"  {'-':>24}"
+        p(line)
+    pens = shape_penalties(record["shapes"])
+    if pens:
+        p("\noff-by-one shapes (TFLOP/s at the multiple of 8 / TFLOP/s one off; > 1 = odd size slower):")
+        for q in pens:
+            p(f"  {q['dtype']:>5} n={q['n']:<6} vs {q['base']:<6} {q['tflops'] * 1e3:9.4g} vs "
+              f"{q['tflops_aligned'] * 1e3:9.4g} GFLOP/s  penalty {q['slowdown']:.3f}")
+            ratios["shapes"].append(q)
+    ew = {(r["dtype"], r["numel"]): r for r in record["elementwise"]}
+    if ew:
+        p("\nelementwise z = x + y (GB/s counts reading x, y and writing z):")
+        for numel in sorted({n for _, n in ew}):
+            line = f"  numel {numel:>10}: " + ", ".join(
+                f"{d} {ew[(d, numel)]['gbps']:.3g} GB/s ({ew[(d, numel)]['median_s'] * 1e3:.3g} ms)"
+                for d in ("fp32", "fp16", "bf16") if (d, numel) in ew)
+            p(line)
+            if ("fp16", numel) in ew and ("fp32", numel) in ew:
+                bw = ew[("fp16", numel)]["gbps"] / ew[("fp32", numel)]["gbps"]
+                tr = ew[("fp16", numel)]["median_s"] / ew[("fp32", numel)]["median_s"]
+                ratios["elementwise"].append({"numel": numel, "bandwidth_fp16_over_fp32": bw,
+                                              "time_fp16_over_fp32": tr})
+                p(f"  {'':>17} fp16/fp32 bandwidth ratio {bw:.2f}; fp16 takes {tr:.2f}x the fp32 time "
+                  f"(half the bytes: 0.5 if both ran at the same bandwidth)")
+    for s in record["skipped"]:
+        p(f"skipped {s['kind']} {s['dtype']} {s.get('n', s.get('numel'))}: {s['reason']}")
+    return ratios
+
+
+def run(device: str | torch.device = "auto", sizes=None, shape_sizes=None, numel=None,
+        max_call_s=None, rounds: int = 2, quick: bool = False, dtypes=None, profile: str | None = "bench",
+        **timing) -> dict:
+    """Measure everything the report needs and return the record."""
+    dev = pick_device(device)
+    defaults = QUICK if quick else (GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS)
+    sizes = sizes or defaults["sizes"]
+    shape_sizes = shape_sizes or defaults["shape_sizes"]
+    numel = numel or defaults["numel"]
+    max_call_s = defaults["max_call_s"] if max_call_s is None else max_call_s
+    if quick:
+        timing = {"min_time": 0.01, "max_time": 0.1, **timing}
+    dtypes = list(dtypes or supported_dtypes(dev))
+    matmul, skipped = matmul_sweep(sizes, dtypes, dev, max_call_s=max_call_s, rounds=rounds, **timing)
+    shapes, skipped2 = shape_cliff(shape_sizes, [d for d in dtypes if not d.startswith("fp8")], dev,
+                                   max_call_s=max_call_s, known=matmul, rounds=rounds, **timing)
+    ew = elementwise_sweep(numel, [d for d in ("fp32", "fp16", "bf16") if d in dtypes or d == "fp32"],
+                           dev, rounds=rounds, **timing)
+    return make_record(dev, matmul, shapes, ew, skipped + skipped2, profile=profile)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ampbook.bench matmul",
+                                 description="Matmul and elementwise speed by dtype, side by side.")
+    ap.add_argument("--device", default="auto", help="auto (CUDA if available), cpu or cuda")
+    ap.add_argument("--sizes", type=int, nargs="+", help="square matmul sizes for the dtype ratios")
+    ap.add_argument("--shape-sizes", type=int, nargs="+", help="multiples of 8 to compare with one off")
+    ap.add_argument("--numel", type=int, nargs="+", help="elementwise sizes (elements)")
+    ap.add_argument("--dtypes", nargs="+", help="matmul dtypes (default: all the device runs)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per point; the best is kept")
+    ap.add_argument("--max-call-s", type=float, help="skip sizes whose predicted call is longer")
+    ap.add_argument("--min-time", type=float, default=0.1, help="seconds measured per point (at least)")
+    ap.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: its own choice)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for tests)")
+    ap.add_argument("--save", help="write the record as JSON (e.g. data/results/tensor_cores_NAME.json)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            ap.error("--threads must be >= 1")
+        torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    try:
+        record = run(args.device, args.sizes, args.shape_sizes, args.numel, args.max_call_s,
+                     rounds=args.rounds, quick=args.quick, dtypes=args.dtypes,
+                     **({} if args.quick else {"min_time": args.min_time}))
+    except (ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    report(record)
+    print(f"\n(measured in {time.perf_counter() - t0:.1f} s; cpu flags {cpu_flags() or '-'})")
+    if args.save:
+        path = save_record(record, args.save)
+        print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
