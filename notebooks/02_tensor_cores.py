@@ -154,7 +154,7 @@ ax.set_xlim(-0.3, 21.6)
 ax.set_ylim(-1.0, 4.9)
 ax.set_aspect("equal")
 ax.axis("off")
-fig
+plt.show()
 
 # %% [markdown]
 # Why the accumulator's width matters: a matmul of inner dimension $k$ sums $k$ products into
@@ -258,7 +258,7 @@ ax.set_xticks(range(len(table)), [d.name.replace("NVIDIA ", "").replace(" GeForc
 ax.set_ylabel("peak TFLOP/s (dense)")
 ax.set_ylim(5, 8000)
 ax.legend(ncols=3, fontsize=8, loc="upper left")
-fig
+plt.show()
 
 # %%
 sources = {}
@@ -300,7 +300,7 @@ ax.set_yscale("log")
 ax.set_xlabel("n (n x n x n matmul)")
 ax.set_ylabel("TFLOP/s")
 ax.legend()
-fig
+plt.show()
 
 # %%
 best = {d: max(rs, key=lambda r: r["tflops"]) for d, rs in by.items()}
@@ -384,7 +384,7 @@ ax.axhline(1.0, color="black", linewidth=0.8)
 ax.set_xticks(range(len(groups)), [f"{d}\n{b}" for d, b in groups])
 ax.set_ylabel("throughput relative to the multiple of 8")
 ax.legend(fontsize=8, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
-fig
+plt.show()
 
 # %%
 worst = max(pens, key=lambda p: p["slowdown"]) if pens else None
@@ -472,7 +472,7 @@ ax.set_yscale("log")
 ax.set_xlabel("arithmetic intensity (FLOP/byte)")
 ax.set_ylabel("TFLOP/s")
 ax.legend(fontsize=7, ncols=2)
-fig
+plt.show()
 
 # %% [markdown]
 # How far each point is from the roof right above it, and which ceiling that roof is (the adds
