@@ -567,17 +567,52 @@ def saved_bytes(model: nn.Module, x: torch.Tensor, target: torch.Tensor, device_
                 dtype: torch.dtype | None = None, loss_fn: Callable | None = None) -> dict:
     """Bytes autograd saves for backward in one forward (model + loss), by layer type and
     dtype, with ``ampbook.memory.SavedTensorMeter``. ``dtype=None``: plain fp32 (no autocast);
-    else autocast in ``dtype``. Runs the backward too, so the step is a real one."""
+    else autocast in ``dtype``. The forward runs with gradients enabled, as in training; the
+    graph (and what it saved) is dropped afterwards without a backward."""
     from ampbook.memory import SavedTensorMeter
 
     loss_fn = loss_fn or F.cross_entropy
-    model.zero_grad(set_to_none=True)
     with SavedTensorMeter(model=model) as meter:
         if dtype is None:
             loss = loss_fn(model(x), target)
         else:
             with autocast_region(device_type, dtype):
                 loss = loss_fn(model(x), target)
-    loss.backward()
-    model.zero_grad(set_to_none=True)
+    del loss
     return meter.summary()
+
+
+class _BackwardOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name.endswith("_backward") or name == "_to_copy":
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for o in outs:
+                if isinstance(o, torch.Tensor) and o.is_floating_point():
+                    key = (name, dtype_name(o.dtype))
+                    self.counts[key] = self.counts.get(key, 0) + 1
+        return out
+
+
+def backward_dtypes(model: nn.Module, x: torch.Tensor, target: torch.Tensor, device_type: str,
+                    dtype: torch.dtype | None = None, loss_fn: Callable | None = None) -> dict[tuple[str, str], int]:
+    """Run one forward under autocast and the backward under a ``TorchDispatchMode`` that
+    records the output dtypes of the backward kernels (ops named ``*_backward``) and of the
+    dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that the gradients
+    computed by low-precision ops are low precision, and that the casts' backward converts
+    the weight gradients to fp32 before they reach ``.grad``. Clears the gradients after."""
+    dtype = dtype or default_dtype(device_type)
+    loss_fn = loss_fn or F.cross_entropy
+    model.zero_grad(set_to_none=True)
+    with autocast_region(device_type, dtype):
+        loss = loss_fn(model(x), target)
+    rec = _BackwardOps()
+    with rec:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return dict(sorted(rec.counts.items()))

@@ -4,7 +4,7 @@ The model is computed from the network itself. ``trace_step`` runs one training 
 (forward, loss, backward) on *fake* tensors (``torch._subclasses.FakeTensorMode``): every
 ATen operator PyTorch would launch is dispatched with its real shapes and dtypes, but no
 memory is allocated and nothing is computed, so a step at the RTX 3070 blog post's
-1024x512 setting costs well under a second on any CPU. A ``TorchDispatchMode`` sees each
+1024x512 setting costs seconds of CPU, not the minutes (and gigabytes) of running it. A ``TorchDispatchMode`` sees each
 operator and records:
 
 * **FLOPs.** Convolutions and matrix products (the work tensor cores do) are counted
@@ -28,13 +28,15 @@ node that runs them (its sequence number falls inside the forward range of one m
 Functional calls in a block's ``forward`` (``F.relu(y + x)``, ``torch.cat``) go to the
 block; the loss goes to ``LOSS``.
 
-Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so
-it is the CPU autocast that runs; for the operators of a convolutional network
-(convolutions to fp16/bf16, batch norm, ReLU, pooling, addition and dropout in their input's
-dtype, the loss in fp32) its policy is the same as CUDA's: ``tests/test_costmodel.py``
-checks that on fake CUDA tensors, whose autocast is the CUDA one. Batch norm under autocast
-is in neither list: it takes the fp16 activation with fp32 weights and running statistics
-and writes fp16 (cuDNN's ``cudnn_batch_norm`` on CUDA).
+Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so it
+is the CPU autocast that runs. For the operators of a convolutional network its decisions are
+CUDA's: convolutions in fp16/bf16; batch norm, ReLU, pooling, addition and dropout in their
+inputs' dtype, with PyTorch's type promotion where an fp16 and an fp32 tensor meet. Batch norm
+is in neither autocast list: it takes the fp16 activation with fp32 weights and running
+statistics and writes fp16 (cuDNN's ``cudnn_batch_norm`` on CUDA). ``tests/test_costmodel.py``
+checks this against a trace on fake CUDA tensors, whose autocast is the CUDA one
+(``device_type="cuda"``, forward only); the CPU trace has a few extra cast kernels, before
+``torch.cat`` and the loss, that CUDA folds into the operators.
 
 ``predict`` holds a trace against a device's ceilings (``Ceilings``, usually from
 ``ampbook.devices``): each operator takes ``max(compute time, memory time)`` where compute
@@ -46,9 +48,10 @@ kernel launch latency (``min_kernel_s``) is not in it unless asked for.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -118,7 +121,8 @@ class OpCost:
     scope: str            # qualified name of the innermost module (or LOSS, OUTSIDE...)
     scope_type: str       # its class name
     op: str               # ATen operator, e.g. "convolution"
-    dtype: str            # dtype of its first floating-point input ("float32", "float16"...)
+    dtype: str            # dtype it computes in: a convolution's input, else its output
+                          # ("float32", "float16", "bfloat16"; "none" for integer ops)
     mma_flops: float      # FLOPs of convolutions / matrix products (tensor-core work)
     other_flops: float    # rough FLOPs of vector work
     read_bytes: float
@@ -302,8 +306,10 @@ class _CostRecorder(TorchDispatchMode):
             scope, scope_type = (self.stack[-1][0], self.stack[-1][1]) if self.stack else (OUTSIDE, "-")
         else:
             scope, scope_type = self._backward_scope()
-        self.ops.append(OpCost(self.phase, scope, scope_type, name,
-                               _compute_dtype(_tensors((args, kwargs))), mma, other, *moved))
+        # The dtype an operator computes in: a convolution's input dtype, else its output's.
+        dtype = _compute_dtype(_tensors(args) if name in _MMA_OPS
+                               else _tensors(out) + _tensors((args, kwargs)))
+        self.ops.append(OpCost(self.phase, scope, scope_type, name, dtype, mma, other, *moved))
         return out
 
 
@@ -352,7 +358,7 @@ class StepTrace:
 def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
                precision: str = "fp32", *, in_channels: int = 3, backward: bool = True,
                loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
-               ignore_index: int = 255) -> StepTrace:
+               ignore_index: int = 255, device_type: str = "cpu") -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators' costs.
 
     The input is ``batch_size x in_channels x height x width`` fp32 (as a DataLoader
@@ -362,7 +368,17 @@ def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
     model is not changed: its parameters and buffers are replaced by fake copies for the
     trace (``torch.func.functional_call``), in training mode as a step would run.
     The optimizer step is not traced: ``optimizer_bytes`` estimates it.
+
+    ``device_type="cuda"`` traces on fake CUDA tensors under CUDA's own autocast (through
+    ``ampbook.autocast_trace.autocast_region``), forward and loss only: the autograd engine
+    needs a real GPU to run a backward pass on CUDA tensors. It exists to check that the CPU
+    trace's dtypes are CUDA's.
     """
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    if device_type == "cuda" and backward:
+        raise ValueError("a fake-CUDA trace cannot run backward (the autograd engine needs a GPU "
+                         "for CUDA tensors): pass backward=False, or trace on 'cpu'")
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
     for label, v in (("batch_size", batch_size), ("height", height), ("width", width),
@@ -371,7 +387,6 @@ def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     if isinstance(loss, str) and loss not in ("cross_entropy", "sum"):
         raise ValueError(f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function")
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
     from torch.nn.modules.module import (register_module_forward_hook,
                                          register_module_forward_pre_hook)
@@ -384,31 +399,33 @@ def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
     hooks = [register_module_forward_pre_hook(recorder.pre_hook),
              register_module_forward_hook(recorder.post_hook, always_call=True)]
     try:
-        with FakeTensorMode():
+        with _fake_region(device_type, autocast_dtype) as (device, autocast):
             def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
-                f = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
+                f = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
                 return f.requires_grad_(grad)
 
             state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
             state.update({n: fake(b, False) for n, b in model.named_buffers()})
-            x = torch.empty(batch_size, in_channels, height, width, dtype=torch.float32)
+            x = torch.empty(batch_size, in_channels, height, width, dtype=torch.float32, device=device)
             with recorder:
-                with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16,
-                                    enabled=autocast_dtype is not None):
+                with autocast():
                     y = functional_call(model, state, (x,))
                     recorder.enter(LOSS, "loss")
                     if loss == "cross_entropy":
                         if y.dim() < 2:
                             raise ValueError(f"cross_entropy needs N x C x ... logits; the model "
                                              f"returned shape {tuple(y.shape)}")
-                        target = torch.zeros((y.shape[0], *y.shape[2:]), dtype=torch.long)
+                        target = torch.zeros((y.shape[0], *y.shape[2:]), dtype=torch.long, device=device)
                         value = nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
                     elif loss == "sum":
                         value = y.float().sum()
                     else:
                         value = loss(y)
                     recorder.exit()
-                if backward:
+                if backward and not value.requires_grad:
+                    raise ValueError("the loss does not depend on any trainable parameter: "
+                                     "nothing to trace backward (pass backward=False)")
+                if backward:  # outside autocast, as a training loop calls it
                     recorder.phase = "backward"
                     value.backward()
     finally:
@@ -417,6 +434,24 @@ def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
         model.train(was_training)
     return StepTrace(type(model).__name__, precision, batch_size, height, width,
                      sum(p.numel() for p in model.parameters()), recorder.ops)
+
+
+@contextlib.contextmanager
+def _fake_region(device_type: str, autocast_dtype: torch.dtype | None):
+    """Yield (device, autocast context factory) inside a fake-tensor mode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if device_type == "cuda" and autocast_dtype is not None:
+        from ampbook.autocast_trace import autocast_region
+
+        with autocast_region("cuda", autocast_dtype, fake=True) as device:
+            yield device, contextlib.nullcontext
+        return
+    with FakeTensorMode():
+        if autocast_dtype is None:
+            yield torch.device(device_type), contextlib.nullcontext
+        else:
+            yield torch.device("cpu"), lambda: torch.autocast("cpu", dtype=autocast_dtype)
 
 
 def optimizer_bytes(parameters: int, optimizer: str = "adam", amp: bool = False) -> float:
@@ -636,3 +671,50 @@ def compare(model: nn.Module, ceilings: Ceilings, batch_size: int, height: int, 
     """Predictions of the same step in several precisions, keyed by precision."""
     return {p: predict_step(model, ceilings, batch_size, height, width, p, **kwargs)
             for p in precisions}
+
+
+# --------------------------------------------------------------------------------------------
+# the input pipeline against the step: what bounds an epoch
+# --------------------------------------------------------------------------------------------
+
+def loader_images_per_s(load_s_per_image: float, workers: int, cores: int,
+                        reserved_cores: int = 1) -> float:
+    """Images per second a DataLoader can deliver, under a stated model.
+
+    ``load_s_per_image`` is the CPU time to read, decode and transform one image in one
+    process (measured with ``workers=0``). With ``workers=0`` the training process does it
+    itself, one image after another. With ``workers >= 1`` the workers run in parallel, one
+    per core, on the cores the training process leaves free (``cores - reserved_cores``,
+    at least one): throughput scales linearly with workers up to that many and is flat
+    beyond. Linear scaling is the model's assumption; the chapter checks it where it can.
+    """
+    if load_s_per_image <= 0:
+        raise ValueError(f"load_s_per_image must be positive, got {load_s_per_image}")
+    if workers < 0 or cores < 1 or reserved_cores < 0:
+        raise ValueError(f"need workers >= 0, cores >= 1, reserved_cores >= 0; got "
+                         f"{workers}, {cores}, {reserved_cores}")
+    if workers == 0:
+        return 1.0 / load_s_per_image
+    return min(workers, max(cores - reserved_cores, 1)) / load_s_per_image
+
+
+def epoch_images_per_s(load_s_per_image: float, step_s_per_image: float, workers: int,
+                       cores: int, reserved_cores: int = 1) -> dict[str, Any]:
+    """Images per second of a training epoch, and what bounds it.
+
+    With ``workers=0`` loading and the step take turns (a loop that reads the loss back each
+    step, as most do, waits for the GPU): ``1 / (load + step)`` per image. With workers the
+    two overlap and the slower one sets the pace: ``min(loader, 1 / step)``.
+    """
+    if step_s_per_image <= 0:
+        raise ValueError(f"step_s_per_image must be positive, got {step_s_per_image}")
+    loader = loader_images_per_s(load_s_per_image, workers, cores, reserved_cores)
+    compute = 1.0 / step_s_per_image
+    if workers == 0:
+        rate = 1.0 / (load_s_per_image + step_s_per_image)
+        bound = "loader and step in turn"
+    else:
+        rate = min(loader, compute)
+        bound = "loader" if loader < compute else "step"
+    return {"images_per_s": rate, "loader_images_per_s": loader,
+            "step_images_per_s": compute, "bound": bound}

@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,8 +34,12 @@ from cityscapesscripts.helpers.labels import labels as _CS_LABELS
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
-from torchvision.io import ImageReadMode, decode_png
 from torchvision.transforms import v2
+
+try:
+    from torchvision.io import ImageReadMode, decode_png
+except ImportError:  # a torchvision without image codecs: Pillow decodes
+    ImageReadMode = decode_png = None
 
 NUM_CLASSES = 19
 IGNORE_INDEX = 255
@@ -141,41 +146,57 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
 
 # --- reading files ---------------------------------------------------------------------------
 
-def read_image(path: Path) -> torch.Tensor:
-    """An RGB PNG as a uint8 3 x H x W tensor (libpng through torchvision.io)."""
-    try:
+def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
+    """Decode a PNG file: with libpng through ``torchvision.io`` (the fastest decoder here),
+    else with Pillow. Returns C x H x W uint8 (or uint16) from torchvision, H x W (x 3) from
+    Pillow."""
+    if decode_png is not None:
         data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
-        return decode_png(data, mode=ImageReadMode.RGB)
-    except (RuntimeError, ValueError, OSError) as err:
+        with warnings.catch_warnings():
+            # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they are
+            # still the fastest PNG decoder available to it.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return decode_png(data, mode=ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED)
+    with Image.open(path) as img:
+        return np.array(img.convert("RGB") if rgb else img)
+
+
+def read_image(path: Path) -> torch.Tensor:
+    """An RGB PNG as a uint8 3 x H x W tensor."""
+    try:
+        out = _decode_png(path, rgb=True)
+    except (RuntimeError, ValueError, OSError, SyntaxError) as err:
         raise DataError(f"cannot decode image {path}: {err}") from None
+    return out if isinstance(out, torch.Tensor) else torch.from_numpy(out).permute(2, 0, 1).contiguous()
 
 
 def read_label_ids(path: Path) -> np.ndarray:
     """A labelIds PNG as an H x W uint8 array; ids outside the Cityscapes table are an error."""
     try:
-        data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
-        ids = decode_png(data, mode=ImageReadMode.UNCHANGED)
-    except (RuntimeError, ValueError, OSError) as err:
+        arr = _decode_png(path, rgb=False)
+    except (RuntimeError, ValueError, OSError, SyntaxError) as err:
         raise DataError(f"cannot decode label file {path}: {err}") from None
-    if ids.shape[0] != 1:
-        raise DataError(f"label file {path} has {ids.shape[0]} channels; a labelIds PNG has one "
+    if isinstance(arr, torch.Tensor):
+        if arr.shape[0] != 1:
+            raise DataError(f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has one "
+                            "(the Cityscapes labelId of each pixel)")
+        arr = arr[0].numpy()
+    elif arr.ndim != 2:
+        raise DataError(f"label file {path} has {arr.shape[-1]} channels; a labelIds PNG has one "
                         "(the Cityscapes labelId of each pixel)")
-    arr = ids[0].numpy()
     if arr.dtype != np.uint8:  # 16-bit PNG: ids above 255 are certainly outside the table
         big = np.unique(arr[arr > 255])
         if big.size:
-            raise DataError(f"label file {path} holds ids outside the Cityscapes label table: "
-                            f"{big[:20].tolist()}")
+            raise DataError(f"label file {path} holds ids outside the Cityscapes label table "
+                            f"(cityscapesscripts.helpers.labels): {big[:20].tolist()}")
         arr = arr.astype(np.uint8)
     highest = int(arr.max())
     if KNOWN_LABEL_IDS[: highest + 1].all():  # the table covers 0..33 without gaps: quick path
         return arr
     present = np.bincount(arr.ravel(), minlength=256)
     unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
-    if unknown.size:
-        raise DataError(f"label file {path} holds ids outside the Cityscapes label table "
-                        f"(cityscapesscripts.helpers.labels): {unknown.tolist()}")
-    return arr
+    raise DataError(f"label file {path} holds ids outside the Cityscapes label table "
+                    f"(cityscapesscripts.helpers.labels): {unknown.tolist()}")
 
 
 def label_ids_to_train_ids(ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:

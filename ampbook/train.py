@@ -58,9 +58,9 @@ epoch, and the records so far; it loads with ``torch.load(..., weights_only=True
 ``--resume`` continues from it and ends with the same weights and numbers as an uninterrupted
 run (same settings; the interrupted epoch is run again from its start). NAME is ``--name``,
 else built from the settings (``run_name``). ``--save-predictions DIR`` writes the last
-epoch's val predictions as Cityscapes labelId PNGs at the label files' size, named
-``CITY_SEQ_FRAME_pred_labelIds.png`` in one folder, as cityscapesscripts' evaluator and
-``python -m ampbook.evaluate`` read them.
+epoch's val predictions as Cityscapes labelId PNGs at the label files' size (logits upsampled
+bilinearly, then the arg-max), named ``DIR/CITY/CITY_SEQ_FRAME_pred.png``, as cityscapesscripts'
+evaluator and ``python -m ampbook.evaluate DIR`` read them.
 
 Results schema (``SCHEMA_VERSION`` 1; also in ``data/results/README.md``)
 -------------------------------------------------------------------------
@@ -71,7 +71,9 @@ Top level: ``schema`` ("ampbook.train"), ``schema_version``, ``name``, ``status`
 ``train_images``, ``val_images``, ``world_size``, ``global_batch_size``, ``memory_format``,
 ``class_weights`` (list or null), ``parameters``, ``warnings``, ``resumed_from_epoch``),
 ``environment`` (``ampbook.env.environment``: versions, device name, tensor cores, TF32 and
-cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below), ``summary``.
+cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below), ``summary``, and
+only in a run stopped for non-finite values ``stopped`` (``epoch``, ``message``, and the run's
+``optimizer_steps``, ``skipped_steps``, ``nonfinite_losses`` and ``loss_scale`` so far).
 
 Epoch record: ``epoch`` (1-based), ``lr``, ``steps`` (batches), ``images``, ``optimizer_steps``,
 ``skipped_steps``, ``nonfinite_losses``, ``loss_scale`` (GradScaler scale at the epoch's end;
@@ -111,6 +113,7 @@ import os
 import random
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -297,7 +300,7 @@ def validate(cfg: TrainConfig) -> Resolved:
             kind = "bf16" if dtype is torch.bfloat16 else "fp16"
             notes.append(f"{cfg.precision} on a CPU without {kind} hardware ({' / '.join(sorted(fast[dtype]))} "
                          f"absent; flags: {', '.join(sorted(flags)) or 'none'}): it works, but expect it "
-                         "to be many times slower than fp32 (measure: python -m ampbook.bench step)")
+                         "to be slower than fp32, often many times (measure: python -m ampbook.bench step)")
         if cfg.tf32 == "on":
             notes.append("tf32 on has no effect on a CPU")
     return Resolved(device=device, autocast_dtype=dtype, grad_scaler=dtype is torch.float16,
@@ -401,7 +404,8 @@ class TrainStep:
             if c.consecutive_skipped >= self.max_nonfinite:
                 raise NonFiniteLossError(
                     f"{c.consecutive_skipped} consecutive optimizer steps had non-finite gradients "
-                    f"(non-finite losses so far: {c.nonfinite_losses}); stopping instead of training "
+                    f"(batches with a non-finite loss so far: {c.nonfinite_losses}; loss scale: "
+                    f"{self.scaler.get_scale() if self.scaler is not None else 'no scaler'}); stopping instead of training "
                     "on NaN. Lower the learning rate, check the data for NaN/inf, or try another "
                     "precision (fp16 overflows above 65504).")
         else:
@@ -569,27 +573,25 @@ def load_results(path: str | os.PathLike) -> dict:
 
 def prediction_path(folder: Path, image_path: Path) -> Path:
     """Where ``--save-predictions`` puts the prediction of an image:
-    ``FOLDER/CITY_SEQ_FRAME_pred_labelIds.png``."""
-    stem = Path(image_path).name.removesuffix("_leftImg8bit.png")
-    return Path(folder) / f"{stem}_pred_labelIds.png"
+    ``FOLDER/CITY/CITY_SEQ_FRAME_pred.png`` (as ``ampbook.evaluate.predict_folder`` names them)."""
+    image_path = Path(image_path)
+    stem = image_path.name.removesuffix("_leftImg8bit.png")
+    return Path(folder) / image_path.parent.name / f"{stem}_pred.png"
 
 
-def _save_predictions(pred: torch.Tensor, indices: list[int], dataset, folder: Path) -> None:
+def _save_predictions(logits: torch.Tensor, indices: list[int], dataset, folder: Path) -> None:
+    """Upsample each image's logits to its label file's size, take the arg-max and write it as
+    a labelId PNG (``ampbook.evaluate.save_prediction``)."""
     from PIL import Image
 
-    from ampbook.data import TRAIN_TO_LABEL
+    from ampbook.evaluate import save_prediction
 
-    for p, i in zip(pred.cpu(), indices):
+    for one, i in zip(logits, indices):
         image_path, label_path = dataset.pairs[i]
         with Image.open(label_path) as gt:
-            size = gt.size  # (W, H) of the original label file
-        ids = TRAIN_TO_LABEL[p.numpy().astype(np.int64)]
-        img = Image.fromarray(ids.astype(np.uint8))
-        if img.size != size:
-            img = img.resize(size, Image.NEAREST)
-        out = prediction_path(folder, image_path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        img.save(out)
+            w, h = gt.size  # the header only: no decoding
+        full = nn.functional.interpolate(one[None].float(), size=(h, w), mode="bilinear", align_corners=False)
+        save_prediction(full[0].argmax(0), prediction_path(folder, image_path))
 
 
 # --- one epoch ---------------------------------------------------------------------------------
@@ -621,8 +623,7 @@ def evaluate(net: nn.Module, loader, step: TrainStep, save_to: Path | None = Non
         total += float(loss)
         batches += 1
         if save_to is not None:
-            idx = list(range(index, index + len(pred)))
-            _save_predictions(pred, idx, loader.dataset, save_to)
+            _save_predictions(logits, list(range(index, index + len(pred))), loader.dataset, save_to)
         index += len(pred)
     net.train()
     m = metrics.compute()
@@ -888,7 +889,9 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
             sampler.set_epoch(epoch)
             loader_gen.manual_seed(cfg.seed * 1_000_003 + epoch)
             rec = train_epoch(epoch, cfg, res, tr, train_loader)
-            tr.scheduler.step()
+            with warnings.catch_warnings():  # an epoch whose steps were all skipped is legitimate
+                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+                tr.scheduler.step()
             t = time.perf_counter()
             if writer:
                 last = epoch == cfg.epochs
@@ -920,8 +923,12 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
             _say(cfg, res, _epoch_line(cfg, rec))
         if save_dir is not None and writer and start_epoch > cfg.epochs:
             evaluate(tr.net, val_loader, tr.step, save_dir)  # resumed after the last epoch
-    except NonFiniteLossError:
+    except NonFiniteLossError as err:
+        c = tr.step.counters
         record["status"] = "stopped: non-finite loss"
+        record["stopped"] = {"epoch": epoch, "message": str(err), "optimizer_steps": c.optimizer_steps,
+                             "skipped_steps": c.skipped_steps, "nonfinite_losses": c.nonfinite_losses,
+                             "loss_scale": tr.scaler.get_scale() if tr.scaler is not None else None}
         record["finished"] = _now()
         if writer and json_path is not None:
             write_results(record, json_path)
@@ -970,6 +977,28 @@ def build_parser() -> argparse.ArgumentParser:
             kind = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
             parser.add_argument(flag, dest=f.name, type=kind, default=default, **meta)
     return parser
+
+
+def command_line(cfg: TrainConfig) -> str:
+    """The ``python -m ampbook.train ...`` command that runs ``cfg`` (options that differ
+    from the command line's defaults)."""
+    parts = ["python -m ampbook.train"]
+    for f in dataclasses.fields(TrainConfig):
+        meta = f.metadata
+        flag = meta.get("flag", "--" + f.name.replace("_", "-"))
+        default = meta.get("cli_default", f.default)
+        value = getattr(cfg, f.name)
+        if value == default:
+            continue
+        if f.type in ("bool", bool):
+            parts.append(flag)
+        elif f.name == "progress":
+            parts.append(f"{flag} {'on' if value else 'off'}")
+        elif value is None:
+            continue
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
 
 
 def config_from_args(argv: list[str] | None = None) -> TrainConfig:

@@ -1,0 +1,258 @@
+"""ampbook.gradstats: fp16 fates of gradient values, log2 histograms, the gradient recorder,
+fp16-gradient emulation and the three loss-scaling regimes (small modules only)."""
+
+import inspect
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ampbook import gradstats as gs
+from ampbook.formats import round_to
+
+
+def log_uniform(n, lo=-40, hi=20, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    e = torch.rand(n, generator=g) * (hi - lo) + lo
+    sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)
+    return sign * torch.exp2(e)
+
+
+def test_fp16_limits_come_from_the_format():
+    assert gs.FP16_MIN_SUBNORMAL == torch.finfo(torch.float16).smallest_normal * torch.finfo(torch.float16).eps
+    assert gs.FP16_MIN_NORMAL == torch.finfo(torch.float16).smallest_normal
+    assert gs.FP16_MAX == torch.finfo(torch.float16).max
+    # the two rounding thresholds, checked against torch's own cast
+    lo, hi = torch.tensor(gs.FLUSH_AT_OR_BELOW), torch.tensor(gs.OVERFLOW_AT_OR_ABOVE)
+    t = torch.stack([lo, torch.nextafter(lo, torch.tensor(1.0)), torch.nextafter(hi, torch.tensor(0.0)), hi])
+    h = t.half()  # float32 -> float16, rounding to nearest even
+    assert h[0] == 0 and h[1] > 0
+    assert torch.isfinite(h[2]) and torch.isinf(h[3])
+
+
+@pytest.mark.parametrize("scale", gs.SCALES)
+def test_fp16_outcome_agrees_with_real_rounding(scale):
+    g = torch.cat([log_uniform(20000), torch.zeros(100), torch.tensor([math.inf, 2.0 ** -25, 2.0 ** -24])])
+    c = gs.fp16_outcome(g, scale)
+    r = round_to(g * scale, "fp16")
+    nz = torch.isfinite(g) & (g != 0)
+    assert c["total"] == g.numel() and c["zero"] == 100 and c["nonfinite"] == 1
+    assert c["nonzero"] == int(nz.sum())
+    assert c["flushed"] == int((nz & (r == 0)).sum())
+    assert c["overflow"] == int((nz & torch.isinf(r)).sum())
+    assert c["below_min_subnormal"] == int((nz & ((g * scale).abs() < 2.0 ** -24)).sum())
+    sub = nz & (r != 0) & (r.abs() < 2.0 ** -14)
+    assert c["subnormal"] == int(sub.sum())
+
+
+def test_scaling_moves_values_out_of_underflow_and_into_overflow():
+    g = log_uniform(50000)
+    fl = [gs.fp16_outcome(g, s)["flushed"] for s in gs.SCALES]
+    ov = [gs.fp16_outcome(g, s)["overflow"] for s in gs.SCALES]
+    assert fl == sorted(fl, reverse=True) and fl[0] > fl[-1]
+    assert ov == sorted(ov) and ov[-1] > ov[0]
+
+
+def test_bad_scales_are_refused():
+    for bad in (0, -1, math.inf, math.nan):
+        with pytest.raises(ValueError, match="loss scale"):
+            gs.fp16_outcome(torch.ones(3), bad)
+    with pytest.raises(ValueError, match="at least one"):
+        gs.GradientRecorder(nn.Linear(2, 2), scales=())
+
+
+def test_log2_histogram_bins():
+    g = torch.tensor([1.0, 1.5, -0.25, 3.0, 0.0, math.inf, 2.0 ** -70, 2.0 ** 30])
+    h = gs.log2_histogram(g, lo=-4, hi=4)
+    assert h.tolist() == [1, 0, 1, 0, 2, 1, 0, 1]  # -70 clamped to -4, 30 clamped to 3
+    assert int(h.sum()) == 6  # zero and inf are not counted
+    with pytest.raises(ValueError, match="lo < hi"):
+        gs.log2_histogram(g, lo=3, hi=3)
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.act, self.fc2 = nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_recorder_captures_activation_and_weight_gradients():
+    model = Tiny()
+    x, y = torch.randn(4, 6), torch.tensor([0, 1, 2, 1])
+    rec = gs.capture_gradients(model, [(x, y)], loss_fn=F.cross_entropy)
+    assert all(p.grad is None for p in model.parameters())  # capture cleans up
+    # the same gradients, by hand
+    h1 = model.fc1(x)
+    h1.retain_grad()
+    a = model.act(h1)
+    a.retain_grad()
+    out = model.fc2(a)
+    out.retain_grad()
+    F.cross_entropy(out, y).backward()
+    expect = {"Linear": [h1.grad, out.grad], "ReLU": [a.grad]}
+    for layer_type, grads in expect.items():
+        got = rec.groups[("activation", layer_type)]
+        assert got.tensors == len(grads)
+        for s in gs.SCALES:
+            want = [gs.fp16_outcome(t, s) for t in grads]
+            assert got.counts[s]["nonzero"] == sum(w["nonzero"] for w in want)
+            assert got.counts[s]["flushed"] == sum(w["flushed"] for w in want)
+    w = rec.groups[("weight", "Linear")]
+    assert w.tensors == 4 and w.counts[1.0]["total"] == 6 * 5 + 5 + 5 * 3 + 3
+    assert math.isclose(w.max_abs, max(float(p.grad.abs().max()) for p in model.parameters()))
+    exps, counts = rec.histogram("activation")
+    assert len(exps) == len(counts) and sum(counts) == sum(int(t.ne(0).sum()) for t in [h1.grad, a.grad, out.grad])
+    rows = rec.table("activation")
+    assert {r[0] for r in rows} == {"Linear", "ReLU"} and len(rows[0]) == 4 + len(gs.SCALES)
+    assert set(rec.summary()) == {"activation", "weight"}
+    with pytest.raises(KeyError, match="no 'bias'"):
+        rec.combined("bias")
+
+
+def test_recorder_sees_flushing_in_tiny_gradients():
+    model = Tiny()
+    x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))
+    # a loss multiplied by 2^-30 makes most gradients too small for fp16
+    rec = gs.capture_gradients(model, [(x, y)], loss_fn=lambda o, t: F.cross_entropy(o, t) * 2.0 ** -30)
+    fr = rec.fractions("activation")
+    assert fr[1.0]["flushed"] > 0.5
+    assert fr[2.0 ** 16]["flushed"] < fr[1.0]["flushed"]
+
+
+def test_emulation_rounds_gradients_to_fp16():
+    model = Tiny()
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    small = lambda o, t: F.cross_entropy(o, t) * 2.0 ** -28  # noqa: E731
+    model.zero_grad()
+    small(model(x), y).backward()
+    exact = [p.grad.clone() for p in model.parameters()]
+    emu = gs.emulate_fp16_grads(model)
+    model.zero_grad()
+    with emu:
+        out = model(x)
+    small(out, y).backward()
+    emu.remove()
+    assert emu.counter.nonzero > 0 and emu.counter.flushed > 0
+    for p, e in zip(model.parameters(), exact):
+        assert torch.equal(p.grad, round_to(p.grad, "fp16"))  # on fp16's grid
+        assert p.grad.abs().sum() < e.abs().sum()              # and values were lost
+    # scaled by 2^20 first, nothing is lost any more; unscaled it matches fp32 closely
+    model.zero_grad()
+    emu = gs.emulate_fp16_grads(model)
+    with emu:
+        out = model(x)
+    (small(out, y) * 2.0 ** 20).backward()
+    emu.remove()
+    assert emu.counter.flushed == 0
+    for p, e in zip(model.parameters(), exact):  # fp16 rounding: ~2^-11 relative, normwise
+        assert float((p.grad / 2.0 ** 20 - e).norm() / e.norm()) < 2e-3
+
+
+def test_emulation_overflows_to_inf():
+    model = Tiny()
+    emu = gs.emulate_fp16_grads(model)
+    with emu:
+        out = model(torch.randn(4, 6))
+    (out.sum() * 1e6).backward()
+    emu.remove()
+    assert emu.counter.overflow > 0
+    assert not all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_grad_scaler_defaults_are_read_from_torch():
+    d = gs.grad_scaler_defaults()
+    sig = inspect.signature(torch.amp.GradScaler.__init__).parameters
+    for k in ("init_scale", "growth_factor", "backoff_factor", "growth_interval"):
+        assert d[k] == sig[k].default
+
+
+def conv_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
+
+
+def batches(n=4):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(2, 3, 8, 8, generator=g), torch.randint(0, 4, (2, 8, 8), generator=g)) for _ in range(n)]
+
+
+def test_dynamic_scaling_skips_overflowing_steps_and_backs_off():
+    run = gs.train_with_scaling(conv_net(), batches(10), "dynamic", init_scale=2.0 ** 22, growth_interval=2)
+    assert run.scales[0] == 2.0 ** 22
+    assert run.skipped[0] and run.overflowed[0]
+    assert run.scales[1] == 2.0 ** 21  # backoff 0.5
+    assert run.skipped == run.overflowed  # GradScaler skips exactly the overflowing steps
+    assert not all(run.skipped) and run.weights_finite
+    grew = [i for i in range(9) if run.scales[i + 1] == 2 * run.scales[i]]
+    assert grew and not run.skipped[grew[0]] and not run.skipped[grew[0] - 1]  # after 2 clean steps
+    assert len(run.losses) == len(run.scales) == len(run.flushed) == 10
+
+
+def test_fixed_scale_without_check_breaks_the_weights_when_it_overflows():
+    run = gs.train_with_scaling(conv_net(), batches(2), "fixed", scale=2.0 ** 40)
+    assert run.overflowed[0] and not run.weights_finite
+    ok = gs.train_with_scaling(conv_net(), batches(2), "fixed", scale=8.0)
+    assert not any(ok.overflowed) and ok.weights_finite and ok.scales == [8.0, 8.0]
+
+
+def test_no_scaling_trains_and_matches_fp32_direction():
+    model = conv_net()
+    before = [p.detach().clone() for p in model.parameters()]
+    run = gs.train_with_scaling(model, batches(3), "none")
+    assert run.scales == [1.0] * 3 and not any(run.skipped)
+    assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
+    assert all(0 <= f <= 1 for f in run.flushed)
+
+
+def test_real_fp16_autocast_mode_runs():
+    run = gs.train_with_scaling(conv_net(), batches(2), "dynamic", fp16="autocast", init_scale=2.0 ** 10)
+    assert run.fp16 == "autocast" and math.isnan(run.flushed[0]) and run.weights_finite
+
+
+def test_fp32_reference_mode_is_plain_fp32():
+    a, b = conv_net(), conv_net()
+    run = gs.train_with_scaling(a, batches(2), "none", fp16="off")
+    assert math.isnan(run.flushed[0])
+    opt = torch.optim.Adam(b.parameters(), lr=5e-4)
+    crit = nn.CrossEntropyLoss(ignore_index=255)
+    for x, y in batches(2):
+        opt.zero_grad()
+        crit(b(x), y).backward()
+        opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_training_arguments_are_checked():
+    with pytest.raises(ValueError, match="regime"):
+        gs.train_with_scaling(conv_net(), batches(1), "static")
+    with pytest.raises(ValueError, match="fp16"):
+        gs.train_with_scaling(conv_net(), batches(1), "none", fp16="half")
+    with pytest.raises(ValueError, match="growth_interval"):
+        gs.train_with_scaling(conv_net(), batches(1), "dynamic", growth_interval=0)
+
+
+def test_step_seconds_times_each_mode_and_leaves_no_hooks():
+    model = conv_net()
+    x, y = batches(1)[0]
+    for mode in gs.FP16_MODES:
+        t = gs.step_seconds(model, x, y, fp16=mode, warmup=0)
+        assert 0 < t < 60
+    assert all(p.grad is None and not p._backward_hooks for p in model.parameters())
+    with pytest.raises(ValueError, match="repeats"):
+        gs.step_seconds(model, x, y, repeats=0)
+
+
+def test_overflow_scale():
+    for g in (1.0, 2.0, 1e-3, 0.3):
+        s = gs.overflow_scale(g)
+        assert torch.isinf(torch.tensor(g * s).half())
+        assert torch.isfinite(torch.tensor(g * s / 2).half())
+    with pytest.raises(ValueError, match="positive finite"):
+        gs.overflow_scale(0.0)

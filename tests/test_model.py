@@ -1,0 +1,127 @@
+"""ERFNet: the architecture of the paper, its parameter count, shapes, errors, precisions."""
+
+import pytest
+import torch
+from torch import nn
+
+from ampbook.model import (ERFNet, Downsampler, NonBottleneck1D, Upsampler, erfnet_parameter_count,
+                           model_summary)
+
+
+def _params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("num_classes", [19, 20])
+def test_parameter_count_matches_layer_shapes(num_classes):
+    model = ERFNet(num_classes)
+    assert _params(model) == erfnet_parameter_count(num_classes)
+
+
+def test_parameter_count_grows_by_the_output_layer_per_class():
+    # Each class adds one 2x2 filter over 16 channels and one bias to the last layer.
+    assert erfnet_parameter_count(20) - erfnet_parameter_count(19) == 16 * 2 * 2 + 1
+    assert _params(ERFNet(20)) - _params(ERFNet(19)) == 16 * 2 * 2 + 1
+
+
+@pytest.mark.parametrize("num_classes", [19, 20])
+def test_summary_prints_both_counts(num_classes):
+    text = model_summary(ERFNet(num_classes))
+    expected = f"{erfnet_parameter_count(num_classes):,}"
+    assert f"parameters: {expected}" in text
+    assert f"architecture implies (layer shapes): {expected}" in text
+    assert f"({num_classes} classes)" in text
+
+
+def test_layers_follow_the_paper():
+    model = ERFNet()
+    enc = list(model.encoder.layers)
+    kinds = [type(b).__name__ for b in enc]
+    assert kinds == (["Downsampler"] * 2 + ["NonBottleneck1D"] * 5 + ["Downsampler"]
+                     + ["NonBottleneck1D"] * 8)
+    assert [b.bn.num_features for b in enc if isinstance(b, Downsampler)] == [16, 64, 128]
+    blocks = [b for b in enc if isinstance(b, NonBottleneck1D)]
+    assert [b.dilation for b in blocks] == [1] * 5 + [2, 4, 8, 16, 2, 4, 8, 16]
+    assert [b.dropout.p for b in blocks] == [0.03] * 5 + [0.3] * 8
+    # the second factorised pair is dilated, the first is not
+    assert blocks[8].conv3x1_2.dilation == (16, 1) and blocks[8].conv1x3_2.dilation == (1, 16)
+    assert blocks[8].conv3x1_1.dilation == (1, 1)
+    dec = list(model.decoder.layers)
+    assert [type(b).__name__ for b in dec] == ["Upsampler", "NonBottleneck1D", "NonBottleneck1D"] * 2
+    assert [b.bn.num_features for b in dec if isinstance(b, Upsampler)] == [64, 16]
+    assert all(isinstance(b.dropout, nn.Identity) for b in dec if isinstance(b, NonBottleneck1D))
+    assert isinstance(model.decoder.output, nn.ConvTranspose2d)
+    assert model.decoder.output.out_channels == 19 and model.decoder.output.stride == (2, 2)
+
+
+def test_downsamplers_halve_and_decoder_restores_resolution():
+    model = ERFNet(5).eval()
+    sizes = []
+    hooks = [m.register_forward_hook(lambda m, i, o: sizes.append(tuple(o.shape[1:])))
+             for m in model.modules() if isinstance(m, (Downsampler, Upsampler))]
+    with torch.no_grad():
+        out = model(torch.randn(1, 3, 32, 48))
+    for h in hooks:
+        h.remove()
+    assert sizes == [(16, 16, 24), (64, 8, 12), (128, 4, 6), (64, 8, 12), (16, 16, 24)]
+    assert out.shape == (1, 5, 32, 48)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 16, 32), (1, 3, 40, 24)])
+def test_output_has_input_size(shape):
+    with torch.no_grad():
+        out = ERFNet(20).eval()(torch.randn(*shape))
+    assert out.shape == (shape[0], 20, *shape[2:])
+
+
+@pytest.mark.parametrize("hw", [(30, 64), (64, 100), (4, 8)])
+def test_sides_not_divisible_by_8_are_an_error(hw):
+    with pytest.raises(ValueError, match="divisible by 8"):
+        ERFNet()(torch.randn(1, 3, *hw))
+
+
+def test_wrong_channel_count_is_an_error():
+    with pytest.raises(ValueError, match="N x 3 x H x W"):
+        ERFNet()(torch.randn(1, 1, 32, 32))
+
+
+def test_channels_last_gives_the_same_result():
+    torch.manual_seed(0)
+    model = ERFNet(7).eval()
+    x = torch.randn(2, 3, 32, 64)
+    with torch.no_grad():
+        ref = model(x)
+        model_cl = model.to(memory_format=torch.channels_last)
+        out = model_cl(x.contiguous(memory_format=torch.channels_last))
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_on_cpu_trains(dtype):
+    # Tiny input: low-precision convolutions are very slow on CPUs without AMX.
+    torch.manual_seed(0)
+    model = ERFNet(4).train()
+    x = torch.randn(2, 3, 16, 16)
+    target = torch.randint(0, 4, (2, 16, 16))
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(x)
+        loss = nn.functional.cross_entropy(out.float(), target)
+    assert out.dtype == dtype
+    loss.backward()
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay fp32
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_autocast_on_cuda_channels_last(dtype):
+    if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    model = ERFNet().cuda().to(memory_format=torch.channels_last).train()
+    x = torch.randn(2, 3, 64, 128, device="cuda").contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=dtype):
+        out = model(x)
+    assert out.dtype == dtype and out.shape == (2, 19, 64, 128)
+    out.float().mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
