@@ -63,9 +63,8 @@ PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
 AUTOCAST_DTYPES = {"fp32": None, "amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
 LOSS = "(loss)"
 OUTSIDE = "(outside model)"
-ACCUMULATE = "(gradient accumulation)"
-
-_aten = torch.ops.aten
+# Backward work outside every module: the loss gradient's seed, AccumulateGrad.
+AUTOGRAD = "(autograd engine)"
 
 # Operators whose FLOPs go to tensor cores (matrix units): convolutions and matrix products.
 _MMA_OPS = {"convolution", "convolution_backward", "mm", "addmm", "bmm", "baddbmm"}
@@ -279,14 +278,14 @@ class _CostRecorder(TorchDispatchMode):
     def _backward_scope(self) -> tuple[str, str]:
         node = torch._C._current_autograd_node()
         if node is None or self._seq is None:
-            return ACCUMULATE, "autograd"
+            return AUTOGRAD, "autograd engine"
         seq = node._sequence_nr()
         best: _Range | None = None
         for r in self.ranges:
             if r.start <= seq < r.end and (best is None or r.end - r.start < best.end - best.start):
                 best = r
         if best is None:
-            return ACCUMULATE, node.name()
+            return AUTOGRAD, node.name()
         return best.scope, best.scope_type
 
     # -- operators -----------------------------------------------------------------------
