@@ -2,6 +2,7 @@
 
     python -m ampbook.bench loader [--root R] [--split train] [--height 512 --width 1024]
                                    [--workers 0,1,2] [--batch-size 4] [--max-images N]
+                                   [--passes 3] [--threads T] [--json FILE]
 
 Measures images per second of ``ampbook.data.Cityscapes`` (PNG decode, resize, label mapping,
 normalisation) through a ``torch.utils.data.DataLoader`` for each worker count, beside the bare
@@ -47,13 +48,22 @@ def _decode_resize(pairs, height: int, width: int) -> None:
 
 def measure_loader(root: str | os.PathLike | None = None, split: str = "train", height: int = 512,
                    width: int = 1024, workers=(0, 1, 2), batch_size: int = 4, max_images: int | None = None,
-                   passes: int = 3) -> dict:
+                   passes: int = 3, threads: int | None = None) -> dict:
     """Images per second through a DataLoader per worker count, and of decode + resize alone.
 
     Each worker count runs ``passes`` passes over the images with persistent workers: the
     first pass includes starting the workers (reported as ``first_pass_s``), the rate is the
-    median of the later passes (of all passes when there is one).
+    median of the later passes (of all passes when there is one). ``threads`` sets torch's
+    intra-op threads of this process for the measurement (the resizing of the single-process
+    loop and of 0 workers uses them; DataLoader workers always run one).
     """
+    if threads is not None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return measure_loader(root, split, height, width, workers, batch_size, max_images, passes)
+        finally:
+            torch.set_num_threads(before)
     if root is None and not os.environ.get("CITYSCAPES_DATASET"):
         root = synthetic_root(train=DEFAULT_SYNTHETIC_IMAGES, val=0, height=1024, width=2048)
     dataset = Cityscapes(root, split=split, height=height, width=width, flip=False, normalize=True)
@@ -144,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--max-images", type=int, default=None)
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads of the main process (default: torch's choice)")
     parser.add_argument("--json", default=None, help="also write the result to this JSON file")
     args = parser.parse_args(argv)
     try:
@@ -156,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.root is not None:
             resolve_root(args.root)
         result = measure_loader(args.root, args.split, args.height, args.width, workers, args.batch_size,
-                                args.max_images, args.passes)
+                                args.max_images, args.passes, args.threads)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -10,9 +10,14 @@ and maps Cityscapes labelIds to the 19 training ids (255 = ignore) with the labe
 Urban Scene Understanding", CVPR 2016; https://github.com/mcordts/cityscapesScripts).
 
 The root is an argument or the ``CITYSCAPES_DATASET`` environment variable (the one
-cityscapesscripts reads). Without Cityscapes, ``synthesize`` / ``synthetic_root`` /
-``python -m ampbook.data synthesize`` write a synthetic set of street scenes in exactly that
-layout (see ``data/README.md``).
+cityscapesscripts reads). ``torchvision.datasets.Cityscapes`` reads the same layout, but it
+neither maps labelIds to trainIds nor checks the files, so this module lists the image/label
+pairs itself (to name an unpaired or broken file) and uses torchvision for decoding (libpng)
+and for resizing and flipping image and label together (transforms v2 with ``tv_tensors.Mask``,
+which makes the label's resize nearest-neighbour).
+
+Without Cityscapes, ``synthesize`` / ``synthetic_root`` / ``python -m ampbook.data synthesize``
+write a synthetic set of street scenes in exactly that layout (see ``data/README.md``).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ SPLITS = ("train", "val", "test")
 # use the same numbers).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+_MEAN_255 = torch.tensor(IMAGENET_MEAN).view(3, 1, 1) * 255
+_INV_STD_255 = 1.0 / (torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255)
 
 CLASS_NAMES: tuple[str, ...] = tuple(
     lab.name for lab in sorted((l for l in _CS_LABELS if 0 <= l.trainId < NUM_CLASSES),
@@ -68,7 +75,7 @@ def _label_tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 LABEL_TO_TRAIN, KNOWN_LABEL_IDS = _label_tables()
-_LUT_TORCH = torch.from_numpy(LABEL_TO_TRAIN.astype(np.int64))
+_LUT_INT64 = LABEL_TO_TRAIN.astype(np.int64)
 TRAIN_TO_LABEL = np.array([next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
                           dtype=np.uint8)
 
@@ -210,7 +217,8 @@ class Cityscapes(Dataset):
     """Cityscapes (or the synthetic set) for segmentation training.
 
     Item ``i`` is ``(image, label)``: image float32 3 x height x width, resized bilinearly (with
-    antialiasing) and, with ``normalize``, normalised with the ImageNet mean and std; label
+    antialiasing), scaled to [0, 1] and, with ``normalize``, normalised with ImageNet's mean
+    (0.485, 0.456, 0.406) and standard deviation (0.229, 0.224, 0.225) per channel; label
     int64 height x width of trainIds (0..18, 255 = ignore), resized with nearest neighbour.
     ``flip`` flips image and label together horizontally with probability 1/2.
     """
@@ -229,10 +237,7 @@ class Cityscapes(Dataset):
                                  antialias=True)]
         if flip:
             steps.append(v2.RandomHorizontalFlip(p=0.5))
-        steps.append(v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64}, scale=True))
-        if normalize:
-            steps.append(v2.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD))
-        self.transform = v2.Compose(steps)
+        self.transform = v2.Compose(steps)  # on uint8 images: resizing 1 byte per value is fastest
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -247,7 +252,12 @@ class Cityscapes(Dataset):
         # Nearest-neighbour resizing and flipping only move pixels, so the labelId -> trainId
         # lookup can come after them, on the smaller label.
         image, mask = self.transform(tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids)))
-        return image.as_subclass(torch.Tensor), _LUT_TORCH[mask.as_subclass(torch.Tensor)]
+        image = image.as_subclass(torch.Tensor).float()
+        if self.normalize:  # (x / 255 - mean) / std in two in-place passes
+            image.sub_(_MEAN_255).mul_(_INV_STD_255)
+        else:
+            image.div_(255.0)
+        return image, torch.from_numpy(np.take(_LUT_INT64, mask.as_subclass(torch.Tensor).numpy()))
 
     def __repr__(self) -> str:
         kind = "synthetic Cityscapes" if self.synthetic else "Cityscapes"
@@ -526,9 +536,12 @@ def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0, hei
     root = Path(root)
     if train < 0 or val < 0 or train + val == 0:
         raise ValueError(f"need a positive number of images, got train={train}, val={val}")
-    if (root / "leftImg8bit").exists() and not (root / SYNTHETIC_MARKER).exists():
-        raise FileExistsError(f"{root} already holds a dataset that is not synthetic; refusing to "
-                              "write synthetic images into it")
+    if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
+        if not (root / SYNTHETIC_MARKER).exists():
+            raise FileExistsError(f"{root} already holds a dataset that is not synthetic; refusing to "
+                                  "write synthetic images into it")
+        for sub in ("leftImg8bit", "gtFine"):  # an older synthetic set: replace it whole
+            shutil.rmtree(root / sub, ignore_errors=True)
     start = time.perf_counter()
     jobs = [(split, i) for split, count in (("train", train), ("val", val)) for i in range(count)]
 

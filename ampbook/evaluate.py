@@ -122,7 +122,8 @@ def predict_folder(model: torch.nn.Module, root: str | os.PathLike | None, out_d
     model.eval()
     for i, (image_path, label_path) in enumerate(dataset.pairs):
         image, _ = dataset[i]
-        full_h, full_w = read_label_ids(label_path).shape
+        with Image.open(label_path) as gt:
+            full_w, full_h = gt.size
         logits = model(image[None].to(device))
         logits = torch.nn.functional.interpolate(logits.float(), size=(full_h, full_w), mode="bilinear",
                                                  align_corners=False)

@@ -23,6 +23,24 @@ import torch
 from ampbook.data import IGNORE_INDEX, NUM_CLASSES
 
 
+def count_values(index: torch.Tensor, n: int, sort_based: bool | None = None) -> torch.Tensor:
+    """How often each of 0..n-1 occurs in ``index`` (int64, on its device).
+
+    ``torch.bincount`` does it in one pass, but on CUDA PyTorch counts it among the
+    nondeterministic operations, which raise (or warn) under
+    ``torch.use_deterministic_algorithms(True)``; then, or when ``sort_based`` is true, the count
+    comes from ``torch.unique`` (a sort), which is deterministic everywhere.
+    """
+    if sort_based is None:
+        sort_based = index.is_cuda and torch.are_deterministic_algorithms_enabled()
+    if not sort_based:
+        return torch.bincount(index, minlength=n)
+    values, counts = torch.unique(index, return_counts=True)
+    out = torch.zeros(n, dtype=torch.int64, device=index.device)
+    out[values] = counts
+    return out
+
+
 class SegmentationMetrics:
     """Accumulates a confusion matrix over batches.
 
@@ -81,8 +99,7 @@ class SegmentationMetrics:
             raise ValueError(f"targets hold values {found} outside 0..{c - 1} that are not the "
                              f"ignore index {self.ignore_index}")
         pred = torch.where((pred >= 0) & (pred < c), pred, torch.full_like(pred, c))
-        counts = torch.bincount(target * (c + 1) + pred, minlength=c * (c + 1))
-        self._matrix += counts.reshape(c, c + 1)
+        self._matrix += count_values(target * (c + 1) + pred, c * (c + 1)).reshape(c, c + 1)
 
     def compute(self) -> dict:
         m = self._matrix.double().cpu()

@@ -22,8 +22,9 @@ residual block into a 3x1 and a 1x3 convolution with a ReLU between them; the se
 dilated; batch norm follows each pair, dropout ends the branch, and the sum with the input
 goes through a ReLU.
 
-Convolutions carry biases and batch norm uses eps=1e-3, as in the authors' released training
-setup. ``erfnet_parameter_count`` computes the parameter count from the layer shapes above,
+Two details the paper leaves open are chosen as the authors' public code chooses them
+(https://github.com/Eromera/erfnet_pytorch): convolutions carry biases, and batch norm uses
+eps=1e-3. ``erfnet_parameter_count`` computes the parameter count from the layer shapes above,
 independently of the module, and the tests compare the two.
 """
 

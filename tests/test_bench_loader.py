@@ -30,9 +30,14 @@ def test_measure_loader_reports_rates_and_ratios(tiny_root):
     json.dumps(r)  # the result is JSON-serialisable
 
 
-def test_max_images_limits_the_set(tiny_root):
-    r = measure_loader(tiny_root, height=32, width=64, workers=(0,), batch_size=3, max_images=3, passes=1)
-    assert r["images"] == 3
+def test_max_images_and_threads(tiny_root):
+    import torch
+
+    before = torch.get_num_threads()
+    r = measure_loader(tiny_root, height=32, width=64, workers=(0,), batch_size=3, max_images=3, passes=1,
+                       threads=1)
+    assert r["images"] == 3 and r["torch_threads"] == 1
+    assert torch.get_num_threads() == before
 
 
 def test_cli_through_the_bench_dispatcher(tiny_root, tmp_path, capsys):

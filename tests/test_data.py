@@ -123,6 +123,12 @@ def test_synthesize_cli(tmp_path, capsys):
     assert "train: 2 image/label pairs" in out and "val: 1 image/label pairs" in out
 
 
+def test_synthesize_replaces_an_older_synthetic_set(tmp_path):
+    synthesize(tmp_path, 3, 2, height=32, width=64)
+    synthesize(tmp_path, 1, 1, seed=1, height=32, width=64)
+    assert len(_files(tmp_path, "train", "image")) == 1 and len(_files(tmp_path, "val", "label")) == 1
+
+
 def test_synthesize_refuses_a_real_dataset_folder(tmp_path):
     (tmp_path / "leftImg8bit").mkdir()
     with pytest.raises(FileExistsError, match="not synthetic"):
@@ -264,9 +270,34 @@ def test_image_and_label_of_different_sizes(root_copy):
         Cityscapes(root_copy, "val")[0]
 
 
+def test_pillow_fallback_decodes_the_same(root_copy, monkeypatch):
+    image_path, label_path = Cityscapes(root_copy, "val").pairs[0]
+    fast_image, fast_ids = data.read_image(image_path), data.read_label_ids(label_path)
+    monkeypatch.setattr(data, "decode_png", None)   # as with a torchvision without image codecs
+    assert torch.equal(data.read_image(image_path), fast_image)
+    assert np.array_equal(data.read_label_ids(label_path), fast_ids)
+    label_path.write_bytes(b"\x89PNG broken")
+    with pytest.raises(DataError, match=f"cannot decode label file {label_path}"):
+        data.read_label_ids(label_path)
+
+
 # --- learnable -------------------------------------------------------------------------------
 
-def test_erfnet_learns_the_synthetic_scenes(tmp_path):
+# Low resolution, few images and epochs: about 20 s of one CPU core.
+LEARN_H, LEARN_W, LEARN_EPOCHS = 48, 96, 12
+
+
+@pytest.fixture
+def one_thread():
+    # On a busy machine, intra-op threads that wait for each other cost many times the work
+    # of one thread at these small sizes; one thread keeps this test's time predictable.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_erfnet_learns_the_synthetic_scenes(tmp_path, one_thread):
     """A few epochs at low resolution take ERFNet's mIoU far above what guessing gets."""
     from ampbook.metrics import SegmentationMetrics
     from ampbook.model import ERFNet
@@ -309,18 +340,3 @@ def test_erfnet_learns_the_synthetic_scenes(tmp_path):
     learned = [name for name, iou in zip(CLASS_NAMES, result["iou"]) if iou > 0.1]
     assert {"road", "sidewalk", "building", "sky"} <= set(learned), learned
 
-
-# Low resolution, few images and epochs: about 20 s of one CPU core.
-LEARN_H, LEARN_W, LEARN_EPOCHS = 48, 96, 12
-LEARN_H, LEARN_W, LEARN_EPOCHS = 64, 128, 8
-
-
-def test_pillow_fallback_decodes_the_same(root_copy, monkeypatch):
-    image_path, label_path = Cityscapes(root_copy, "val").pairs[0]
-    fast_image, fast_ids = data.read_image(image_path), data.read_label_ids(label_path)
-    monkeypatch.setattr(data, "decode_png", None)   # as with a torchvision without image codecs
-    assert torch.equal(data.read_image(image_path), fast_image)
-    assert np.array_equal(data.read_label_ids(label_path), fast_ids)
-    label_path.write_bytes(b"\x89PNG broken")
-    with pytest.raises(DataError, match=f"cannot decode label file {label_path}"):
-        data.read_label_ids(label_path)

@@ -134,3 +134,18 @@ def test_on_cuda():
     m.update(torch.tensor([0, 1, 2], device="cuda"), torch.tensor([0, 2, 2], device="cuda"))
     assert m.confusion.device.type == "cuda"
     assert m.compute()["pixel_accuracy"] == pytest.approx(2 / 3)
+    torch.use_deterministic_algorithms(True)
+    try:
+        m.update(torch.tensor([0, 1, 2], device="cuda"), torch.tensor([0, 1, 2], device="cuda"))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert m.compute()["pixel_accuracy"] == pytest.approx(5 / 6)
+
+
+def test_sort_based_count_equals_bincount():
+    from ampbook.metrics import count_values
+
+    idx = torch.tensor([3, 0, 3, 5, 5, 5, 0])
+    assert count_values(idx, 7, sort_based=True).tolist() == [2, 0, 0, 2, 0, 3, 0]
+    assert torch.equal(count_values(idx, 7, sort_based=True), count_values(idx, 7, sort_based=False))
+    assert count_values(torch.tensor([], dtype=torch.int64), 3, sort_based=True).tolist() == [0, 0, 0]
