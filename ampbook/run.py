@@ -154,8 +154,11 @@ def _failing_cell(nb, source: Path) -> str:
     return "an unknown cell"
 
 
-def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print) -> NotebookRun:
-    """Run one notebook; raise RunError (partly executed notebook kept) on failure."""
+def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print,
+            threads: int | None = None) -> NotebookRun:
+    """Run one notebook; raise RunError (partly executed notebook kept) on failure.
+    ``threads`` sets the kernel's intra-op thread count (``OMP_NUM_THREADS``); None keeps
+    torch's default."""
     import nbformat
     import papermill as pm
 
@@ -169,9 +172,10 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print) 
     run.code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
     if run.code_cells == 0:
         raise RunError(f"{source.stem}: the notebook has no code cell to execute")
-    env_profile = os.environ.get("AMPBOOK_PROFILE")
-    env_backend = os.environ.get("MPLBACKEND")
+    saved = {k: os.environ.get(k) for k in ("AMPBOOK_PROFILE", "MPLBACKEND", "OMP_NUM_THREADS")}
     os.environ["AMPBOOK_PROFILE"] = profile
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     # The kernel inherits the environment: figures must go to the notebook, not to Agg.
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     start = time.perf_counter()
@@ -189,7 +193,7 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print) 
         raise RunError(f"{source.stem} could not be executed: {type(err).__name__}: {err}\n"
                        f"partly executed notebook (if any) at {output}") from None
     finally:
-        for key, value in (("AMPBOOK_PROFILE", env_profile), ("MPLBACKEND", env_backend)):
+        for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
@@ -215,7 +219,7 @@ def time_table(runs: list[NotebookRun]) -> str:
 
 
 def run_notebooks(specs: list[str] | None = None, profile: str | None = None,
-                  out_dir: Path | str = DEFAULT_OUT, log=print) -> list[NotebookRun]:
+                  out_dir: Path | str = DEFAULT_OUT, log=print, threads: int | None = None) -> list[NotebookRun]:
     """Execute notebooks (all by default); raise RunError at the first failure."""
     profile = profile or default_profile()
     if profile not in PROFILES:
@@ -239,7 +243,7 @@ def run_notebooks(specs: list[str] | None = None, profile: str | None = None,
         for n, (source, params) in enumerate(plans, 1):
             log(f"[{n}/{len(plans)}] {source.stem} {params if params else ''}".rstrip())
             try:
-                runs.append(execute(source, out_dir, params, profile, log=log))
+                runs.append(execute(source, out_dir, params, profile, log=log, threads=threads))
             except RunError as err:
                 failed = NotebookRun(source.stem, source, out_dir / f"{source.stem}.ipynb", params,
                                      status="FAILED", error=str(err))
@@ -251,7 +255,7 @@ def run_notebooks(specs: list[str] | None = None, profile: str | None = None,
             log(time_table(runs))
             from .env import environment
 
-            report = {"profile": profile, "environment": environment(), "notebooks": [
+            report = {"profile": profile, "threads": threads, "environment": environment(), "notebooks": [
                 {"name": r.name, "status": r.status, "seconds": round(r.seconds, 2),
                  "executed_cells": r.executed_cells, "parameters": r.parameters, "error": r.error}
                 for r in runs]}
@@ -267,9 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=PROFILES, default=None,
                         help="parameter profile (default: gpu with CUDA, else cpu; or $AMPBOOK_PROFILE)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch in each kernel (default: torch's choice)")
     args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
     try:
-        run_notebooks(args.notebooks, args.profile, args.out)
+        run_notebooks(args.notebooks, args.profile, args.out, threads=args.threads)
     except RunError as err:
         print(f"\nERROR: {err}", file=sys.stderr)
         return 1

@@ -6,6 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Unit tests run torch on one intra-op thread: at the small sizes tests use, two threads
+    on a 2-core machine that is doing anything else wait on each other and can be many times
+    slower. (Notebook kernels are separate processes and keep torch's default.)"""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -13,7 +25,9 @@ def executed_notebooks(tmp_path_factory) -> Path:
     from ampbook.run import run_notebooks
 
     out = tmp_path_factory.mktemp("executed")
-    run_notebooks(None, profile="smoke", out_dir=out)
+    # One torch thread per kernel: the smoke sizes are tiny, and two threads that wait on
+    # each other on a 2-core machine cost several times the work.
+    run_notebooks(None, profile="smoke", out_dir=out, threads=1)
     return out
 
 

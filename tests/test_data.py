@@ -287,17 +287,9 @@ def test_pillow_fallback_decodes_the_same(root_copy, monkeypatch):
 LEARN_H, LEARN_W, LEARN_EPOCHS = 48, 96, 12
 
 
-@pytest.fixture
-def one_thread():
-    # On a busy machine, intra-op threads that wait for each other cost many times the work
-    # of one thread at these small sizes; one thread keeps this test's time predictable.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
-def test_erfnet_learns_the_synthetic_scenes(tmp_path, one_thread):
+def test_erfnet_learns_the_synthetic_scenes(tmp_path):
     """A few epochs at low resolution take ERFNet's mIoU far above what guessing gets."""
     from ampbook.metrics import SegmentationMetrics
     from ampbook.model import ERFNet

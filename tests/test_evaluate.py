@@ -16,14 +16,6 @@ from ampbook.evaluate import evaluate_folder, main, predict_folder, save_predict
 from ampbook.model import ERFNet
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Small convolutions with two intra-op threads on a busy 2-core machine can take many
-    # times the time of one thread (threads waiting for each other); one keeps tests steady.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

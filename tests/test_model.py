@@ -8,14 +8,6 @@ from ampbook.model import (ERFNet, Downsampler, NonBottleneck1D, Upsampler, erfn
                            model_summary)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Small convolutions with two intra-op threads on a busy 2-core machine can take many
-    # times the time of one thread (threads waiting for each other); one keeps tests steady.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _params(model: nn.Module) -> int:
