@@ -83,7 +83,9 @@ null without a scaler), ``train_loss`` (mean over the batches with a finite loss
 ``checkpoint_s``, ``epoch_s`` (all of it), ``saved_tensor_bytes`` (bytes autograd saved for
 backward in the epoch's first forward pass, ``ampbook.memory.SavedTensorMeter``),
 ``saved_tensor_by_dtype``, ``peak_rss_bytes`` (process peak RSS during the epoch; lifetime
-peak where it cannot be reset: ``peak_rss_reset`` says which), ``cuda_max_allocated_bytes``
+peak where it cannot be reset: ``peak_rss_reset`` says which), ``load_average`` (the machine's
+1-minute load average at the epoch's end: CPU times from a busy machine are unreliable),
+``cuda_max_allocated_bytes``
 and ``cuda_max_reserved_bytes`` (peak of the epoch's training loop; null on CPU), ``val_loss``,
 ``val_pixel_accuracy``, ``val_miou``, ``val_iou`` (per class; null for a class absent from
 targets and predictions).
@@ -319,6 +321,15 @@ class PolyDecay:
         return max(0.0, 1.0 - min(epoch, self.epochs) / self.epochs) ** self.power
 
 
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all gradients together (non-finite when any element is)."""
+    if not grads:
+        return torch.zeros(())
+    if hasattr(nn.utils, "get_total_norm"):  # torch >= 2.6
+        return nn.utils.get_total_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+
+
 @dataclass
 class StepCounters:
     optimizer_steps: int = 0
@@ -393,7 +404,7 @@ class TrainStep:
             if self.clip_grad is not None:
                 norm = nn.utils.clip_grad_norm_(self.params, self.clip_grad)
             else:
-                norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else torch.zeros(())
+                norm = _total_norm(grads)
             skipped = not bool(torch.isfinite(norm))
             if not skipped:
                 self.optimizer.step()
@@ -596,6 +607,13 @@ def _save_predictions(logits: torch.Tensor, indices: list[int], dataset, folder:
 
 # --- one epoch ---------------------------------------------------------------------------------
 
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -695,6 +713,7 @@ def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loade
         "saved_tensor_bytes": saved.total_bytes if saved is not None else None,
         "saved_tensor_by_dtype": dict(saved.by_dtype) if saved is not None else None,
         "peak_rss_bytes": peak_rss_bytes(), "peak_rss_reset": rss_reset,
+        "load_average": _load_average(),
         "cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
     }

@@ -40,17 +40,17 @@
 device = "auto"  # "auto", "cpu" or "cuda"
 data_root = None  # Cityscapes root; None: $CITYSCAPES_DATASET, else the synthetic set
 precisions = ["fp32", "amp-bf16"]  # the runs compared epoch by epoch, at height x width
-height = 64  # training resolution (multiples of 8)
-width = 128
-batch_size = 4
-num_epochs = 3
-train_images = 16  # size of the synthetic set (ignored with Cityscapes)
+height = 32  # training resolution (multiples of 8)
+width = 64
+batch_size = 2
+num_epochs = 5
+train_images = 32  # size of the synthetic set (ignored with Cityscapes)
 val_images = 8
 shuffle = False  # the post did not shuffle its data
 workers = 0  # DataLoader worker processes
-lr = 5e-4  # ERFNet's recipe: Adam, lr 5e-4, weight decay 1e-4, poly decay
+lr = 2e-3  # ERFNet's recipe has 5e-4 (for 150 epochs); a few CPU epochs learn more with 2e-3
 tf32 = "off"  # fp32 runs on CUDA: TF32 tensor cores "on" or "off"
-fp16_height = 32  # amp-fp16 + GradScaler beside fp32 at this smaller size (None: not run)
+fp16_height = 32  # amp-fp16 + GradScaler beside fp32 in separate small runs (None: not run)
 fp16_width = 64
 fp16_epochs = 2
 fp16_train_images = 8
@@ -93,8 +93,9 @@ print(f"device {device}; runs are written to {out_dir}; load average {load['load
 # loop, three things change:
 #
 # 1. the forward pass and the loss run inside `torch.autocast(device_type, dtype=torch.float16)`,
-#    which runs each operation in fp16 or fp32 as PyTorch's op lists say (convolutions in fp16,
-#    the loss's softmax and reductions in fp32);
+#    which runs each operation in fp16 or fp32 as PyTorch's per-device op lists say (on a GPU,
+#    for example, convolutions in fp16 and the loss's softmax and reductions in fp32; chapter 4
+#    traces what runs where);
 # 2. `scaler.scale(loss).backward()` multiplies the loss by the current scale before the
 #    backward pass, so that small gradients survive in fp16;
 # 3. `scaler.step(optimizer)` divides the gradients by the scale and takes the step only when
@@ -139,7 +140,7 @@ for step, (images, labels) in zip(range(loop_steps), loader):
     print(f"step {step}: loss {loss.item():.4f} ({loss.dtype}), scale after update {scaler.get_scale():g}")
 
 # %% [markdown]
-# The loss comes out in fp32 (autocast computes cross-entropy in fp32) and the scale starts at
+# The printed loss is fp32: autocast runs cross-entropy in fp32. The scale starts at
 # $2^{16} = 65536$. A scale that dropped between steps means the scaled gradients overflowed
 # fp16 and the scaler skipped that step: it is searching for a scale that fits.
 #
@@ -161,12 +162,16 @@ def config(precision, h, w, epochs, n_train, name):
                        name=name, checkpoint=False, progress=False)
 
 
-def run_label(precision, h, w):
-    return f"ch3-{precision}-{w}x{h}" + ("-tf32" if tf32 == "on" and precision == "fp32" else "")
+def run_label(precision, h, w, group=""):
+    return f"ch3-{group}{precision}-{w}x{h}" + ("-tf32" if tf32 == "on" and precision == "fp32" else "")
 
 
+recipe_lr = TrainConfig().lr
 print(command_line(config(precisions[0], height, width, num_epochs, train_images,
                           run_label(precisions[0], height, width))))
+print(f"learning rate {lr:g}" + ("" if lr == recipe_lr else
+      f" instead of the recipe's {recipe_lr:g}, so that {num_epochs} short epoch{'s' * (num_epochs > 1)} "
+      "show some learning"))
 
 # %% [markdown]
 # ## fp32 against AMP
@@ -178,19 +183,26 @@ print(command_line(config(precisions[0], height, width, num_epochs, train_images
 # backward pass in one step, counted by `ampbook.memory.SavedTensorMeter`).
 
 # %%
+from ampbook.train import ConfigError
+
 runs = {}
 for precision in precisions:
     cfg = config(precision, height, width, num_epochs, train_images, run_label(precision, height, width))
-    runs[precision] = run_training(cfg)
+    try:
+        runs[precision] = run_training(cfg)
+    except ConfigError as err:  # e.g. amp-bf16 on a GPU without bf16
+        print(f"{precision} skipped: {err}")
 
 # %% [markdown]
-# The per-epoch records side by side (the first epoch includes one-off costs: kernel selection,
-# memory pool growth, loading the data the first time):
+# The per-epoch records side by side. The first epoch includes one-off costs (kernel selection,
+# memory pool growth, reading the data the first time). Where the chapter needs one time per run,
+# it takes the fastest epoch after the first: on a shared machine other work only ever adds time,
+# so the fastest epoch is the best estimate of what the run itself costs.
 
 # %%
 def time_per_epoch(record):
-    s = record["summary"]
-    return s["mean_epoch_wall_s_after_first"] or s["mean_epoch_wall_s"]
+    """Wall time of the fastest epoch after the first (of the only one, with one epoch)."""
+    return min(e["wall_s"] for e in record["epochs"][1:] or record["epochs"])
 
 
 def memory(record):
@@ -214,8 +226,8 @@ display(md_table(rows, ["run", "epoch", "train loss", "val acc", "val mIoU", "ti
 # ### fp16 and GradScaler on a CPU, at a small size
 #
 # On a GPU, fp16 autocast is the classic AMP and the list above includes it. A CPU rarely has
-# fp16 arithmetic (Intel's AMX-FP16 and AVX512-FP16 are the exceptions), so there fp16 autocast
-# converts to wider types and back around its kernels and is slow. Where `fp16_height` is set,
+# fp16 arithmetic (Intel's AMX-FP16 and AVX512-FP16 are the exceptions), so its fp16 kernels
+# convert to and from wider types and are slow (measured below). Where `fp16_height` is set,
 # the chapter therefore trains amp-fp16 beside fp32 at a smaller size, so that its loss scale
 # and skipped steps can be seen without a long wait.
 
@@ -227,7 +239,7 @@ if fp16_height and "amp-fp16" not in precisions:
             fp16_height, fp16_width, fp16_epochs, fp16_train_images)
         small[precision] = runs[precision] if same else run_training(config(
             precision, fp16_height, fp16_width, fp16_epochs, fp16_train_images,
-            run_label(precision, fp16_height, fp16_width)))
+            run_label(precision, fp16_height, fp16_width, group="small-")))
     rows = [(p, e["epoch"], e["train_loss"], e["val_pixel_accuracy"], e["wall_s"], e["optimizer_steps"],
              e["skipped_steps"], e["loss_scale"]) for p, r in small.items() for e in r["epochs"]]
     display(md_table(rows, ["run", "epoch", "train loss", "val acc", "time (s)", "steps taken", "skipped steps",
@@ -237,37 +249,44 @@ else:
 
 # %% [markdown]
 # What one training step costs in each precision on this machine, from the runs above (the
-# step time per image, after the first epoch when there is more than one): this is why the
-# low-precision runs on a CPU are kept small.
+# step time per image in the fastest epoch after the first): this is why the low-precision runs
+# on a CPU are kept small.
 
 # %%
 def step_s_per_image(record):
-    eps = record["epochs"][1:] or record["epochs"]
-    return sum(e["step_s"] for e in eps) / sum(e["images"] for e in eps)
+    """Step time per image of the fastest epoch after the first."""
+    return min(e["step_s"] / e["images"] for e in record["epochs"][1:] or record["epochs"])
 
 
 cost_rows, cost = [], {}
-for group, size in ((runs, (width, height)), (small, (fp16_width, fp16_height))):
+for label, group in (("main", runs), ("small", small)):
     if "fp32" not in group:
         continue
     base = step_s_per_image(group["fp32"])
     for p, r in group.items():
-        if p != "fp32" or group is runs:
+        if label == "small" and r is runs.get(p):  # the same run as a main one: listed already
+            continue
+        c = r["config"]
+        if p != "fp32":
             cost[p] = step_s_per_image(r) / base
-            cost_rows.append((p, f"{size[0]}x{size[1]}", step_s_per_image(r) * 1e3, cost[p]))
-display(md_table(cost_rows, ["precision", "size (W x H)", "step time per image (ms)", "x fp32 at the same size"],
-                 [None, None, ".1f", ".2f"]))
+        cost_rows.append((label, p, f"{c['width']}x{c['height']}", step_s_per_image(r) * 1e3,
+                          step_s_per_image(r) / base))
+display(md_table(cost_rows, ["runs", "precision", "size (W x H)", "step time per image (ms)",
+                             "x fp32 of the same runs"], [None, None, None, ".1f", ".2f"]))
 flags = cpu_flags()
 if not gpu:
-    low = [f"{p} {c:.1f}x" for p, c in cost.items() if p != "fp32"]
+    low = [f"{p} {c:.2g} times" for p, c in cost.items()]
     hw = {"amp-bf16": {"amx_bf16", "avx512_bf16"}, "amp-fp16": {"amx_fp16", "avx512_fp16"}}
-    missing = [p for p in cost if p in hw and not hw[p] & set(flags)]
+    missing = [p for p, c in cost.items() if c > 1 and not hw[p] & set(flags)]
+    one_epoch = any(len(r["epochs"]) == 1 for g in (runs, small) for r in g.values())
     display(md(f"On this CPU (flags: {', '.join(flags) or 'none reported'}) a training step took "
                f"{' and '.join(low)} the time of fp32 at the same size. "
                + (f"It has no hardware for {' or '.join(m.removeprefix('amp-') for m in missing)} arithmetic, so "
                   "its low-precision kernels convert to and from wider types instead of computing natively. "
                   if missing else "")
-               + "These CPU times say nothing about a GPU, whose tensor cores are fastest in 16-bit types."))
+               + ("With a single epoch per run these times include one-off start-up costs (kernel selection, "
+                  "first allocations) and say little. " if one_epoch else "")
+               + "CPU times say nothing about a GPU, whose tensor cores are fastest in 16-bit types."))
 
 # %% [markdown]
 # ## The post's figures, rebuilt
@@ -312,6 +331,7 @@ if amp_p and "fp32" in runs:
     rows.append((f"{amp_p} / fp32 ({where})", time_per_epoch(runs[amp_p]) / time_per_epoch(runs["fp32"]),
                  f"{memory(runs[amp_p])[0] / memory(runs['fp32'])[0]:.2f}", "ratio"))
 display(md_table(rows, ["metrics", "time (s per epoch)", "memory", "memory measure"], [None, ".4g", None, None]))
+md("Our times are the fastest epoch after the first; the post's are its averages.")
 
 # %% [markdown]
 # ## GPU runs committed with the book
@@ -339,7 +359,7 @@ if gpu_runs:
                      f"{c['width']}x{c['height']}", c["batch_size"], s["epochs_completed"], time_per_epoch(rec),
                      s["mean_images_per_s"], (s["max_cuda_allocated_bytes"] or 0) / 2**30,
                      s["final_train_loss"], s["final_val_pixel_accuracy"]))
-    display(md_table(rows, ["GPU", "precision", "TF32", "channels_last", "size", "batch", "epochs", "s per epoch",
+    display(md_table(rows, ["GPU", "precision", "TF32", "channels_last", "size", "batch", "epochs", "fastest s per epoch",
                             "images/s", "peak GiB", "final loss", "final val acc"],
                      [None, None, None, None, None, None, None, ".3g", ".1f", ".2f", ".4f", ".3f"]))
 else:
@@ -376,10 +396,14 @@ if amp_p and "fp32" in runs:
             f"({', '.join(f'{k} {v / 2**20:.2f} MiB' for k, v in sorted(by.items()))}). Chapter 4 shows which "
             "layers keep what.")
     tf, ta = time_per_epoch(f), time_per_epoch(a)
+    loads = [e["load_average"] for r in runs.values() for e in r["epochs"] if e["load_average"] is not None]
     sentences.append(
-        f"**Time.** An epoch took {tf:.3g} s in fp32 and {ta:.3g} s in {amp_p}: {amp_p} took {ta / tf:.2f} times "
+        f"**Time.** The fastest epoch took {tf:.3g} s in fp32 and {ta:.3g} s in {amp_p}: {amp_p} took {ta / tf:.2f} times "
         f"the time of fp32 ({'faster' if ta < tf else 'slower'}); the post's AMP run took "
-        f"{amp_post['time_s'] / fp32_post['time_s']:.3f} times the time of its fp32 run.")
+        f"{amp_post['time_s'] / fp32_post['time_s']:.3f} times the time of its fp32 run."
+        + (f" These CPU times come from a busy machine (load average up to {max(loads):.1f} on {load['cpus']} "
+           "CPUs during the runs): other work shared the cores, so they are only rough."
+           if not gpu and loads and max(loads) > 1.5 * load["cpus"] else ""))
     wait = {p: sum(e["data_wait_s"] for e in r["epochs"]) / sum(e["wall_s"] for e in r["epochs"]) for p, r in runs.items()}
     sentences.append(
         "Waiting for data took " + " and ".join(f"{w:.1%} ({p})" for p, w in wait.items())
@@ -418,7 +442,7 @@ display(md("\n\n".join(sentences) if sentences else "Run fp32 and an AMP precisi
 #   of chapters 2 and 5.
 
 # %%
-record_files = sorted(p.name for p in out_dir.glob("ch3-*.json"))
+record_files = sorted({Path(r["json_path"]).name for g in (runs, small) for r in g.values()})
 print(f"run records of this chapter in {out_dir}: {', '.join(record_files)}")
 
 # %% [markdown]
@@ -429,8 +453,8 @@ print(f"run records of this chapter in {out_dir}: {', '.join(record_files)}")
 #   bf16 needs no scaler.
 # - `python -m ampbook.train` runs that loop with ERFNet's recipe and records every epoch:
 #   time in the step and waiting for data, memory, loss, accuracy, loss scale and skipped steps.
-# - In our runs AMP stored a large part of the activations in 16 bits and left the training
-#   curves where fp32 had them; the tables above give the figures for this machine.
+# - The records above show, for this machine, how much of what autograd keeps for the backward
+#   pass autocast stores in 16 bits, and how far the AMP curves are from fp32's.
 # - Speed is a property of the device: on a CPU without 16-bit hardware low precision is slower,
 #   and only a GPU run can answer the post's question about time.
 #
@@ -440,8 +464,8 @@ print(f"run records of this chapter in {out_dir}: {', '.join(record_files)}")
 #    (`TrainStep`) why gradient clipping needs `scaler.unscale_` first. What would clipping the
 #    scaled gradients do?
 # 2. Set `shuffle = True` and rerun. Do the fp32 and AMP curves stay as close as before?
-# 3. Add `channels_last=True` to `config` and compare the bytes saved for backward and the
-#    epoch time with the runs above.
+# 3. Pass `channels_last=True` (a `TrainConfig` field) in `config` and compare the bytes saved
+#    for backward and the epoch time with the runs above.
 # 4. With a GPU, run the `gpu` profile with `tf32 = "on"` and then `"off"`: how much of the
 #    post's missing AMP speedup does TF32 explain?
 # 5. Interrupt a run (`python -m ampbook.train ... --out runs`, Ctrl-C in the second epoch), then
