@@ -491,13 +491,7 @@ def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch
             opt.zero_grad(set_to_none=True)
             if emu is not None:
                 emu.counter.reset()
-                with emu:
-                    out = model(x)
-            elif fp16 == "autocast":
-                with torch.autocast(device.type, dtype=torch.float16):
-                    out = model(x)
-            else:
-                out = model(x)
+            out = _forward(model, x, fp16, emu)
             loss = loss_fn(out.float(), y)
             if regime == "dynamic":
                 s = scaler.get_scale()
@@ -529,6 +523,18 @@ def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch
     return run
 
 
+def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu=None) -> torch.Tensor:
+    """The forward pass in one of the fp16 modes: under the fp16-gradient emulation, under a
+    real fp16 autocast on ``x``'s device, or plain fp32."""
+    if emu is not None:
+        with emu:
+            return model(x)
+    if fp16 == "autocast":
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            return model(x)
+    return model(x)
+
+
 def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str = "off",
                  repeats: int = 1, warmup: int = 1, loss_fn: Callable | None = None) -> float:
     """Median seconds of one forward + backward of ``model`` on (``x``, ``y``) with fp32
@@ -549,14 +555,7 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str =
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
-            if emu is not None:
-                with emu:
-                    out = model(x)
-            elif fp16 == "autocast":
-                with torch.autocast(dev.type, dtype=torch.float16):
-                    out = model(x)
-            else:
-                out = model(x)
+            out = _forward(model, x, fp16, emu)
             loss_fn(out.float(), y).backward()
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
