@@ -59,13 +59,19 @@ def _cycle(batches: list[tuple]):
     return next_batch
 
 
-def bare_step_fn(cfg: TrainConfig, device: torch.device):
-    """The deliberately bare baseline: the loop as one writes it by hand, nothing else."""
+def bare_step_fn(cfg: TrainConfig, device: torch.device, model: torch.nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None):
+    """The deliberately bare baseline: the loop as one writes it by hand, nothing else.
+    ``model``/``optimizer`` let it drive the very objects the runner trains (the benchmark
+    does, so that both time the same tensors in the same memory); by default it builds its
+    own ERFNet and Adam from ``cfg``."""
     from ampbook.model import ERFNet
 
-    torch.manual_seed(cfg.seed)
-    model = ERFNet(19).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if model is None:
+        torch.manual_seed(cfg.seed)
+        model = ERFNet(19).to(device)
+    if optimizer is None:
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     criterion = torch.nn.CrossEntropyLoss(ignore_index=255)
     dtype = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(cfg.precision)
     scaler = torch.amp.GradScaler(device.type) if dtype is torch.float16 else None
@@ -97,8 +103,10 @@ def measure_overhead(precision: str = "fp32", device: str = "auto", height: int 
     cfg = TrainConfig(precision=precision, device=device, height=height, width=width,
                       batch_size=batch_size, workers=0)
     res = validate(cfg)
-    runner = build_training(cfg, res).step
-    bare = bare_step_fn(cfg, res.device)
+    training = build_training(cfg, res)
+    runner = training.step
+    # Same model, same optimizer, same batches: only the code around them differs.
+    bare = bare_step_fn(cfg, res.device, model=training.net, optimizer=training.optimizer)
     batches = _batches(cfg, res.device, 4)
     runner_t: list[float] = []
     bare_t: list[float] = []
