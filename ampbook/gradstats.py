@@ -40,6 +40,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ampbook.formats import FORMATS, round_to
+from ampbook.timing import benchmark
 
 FP16 = FORMATS["fp16"]
 FP16_MIN_SUBNORMAL = FP16.smallest_subnormal          # 2^-24
@@ -548,25 +549,18 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str =
     dev = next(model.parameters()).device
     x, y = x.to(dev), y.to(dev)
     emu = emulate_fp16_grads(model) if fp16 == "emulate" else None
-    times = []
+
+    def one_step():
+        model.zero_grad(set_to_none=True)
+        loss_fn(_forward(model, x, fp16, emu).float(), y).backward()
+
     try:
-        for i in range(warmup + repeats):
-            model.zero_grad(set_to_none=True)
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            t0 = time.perf_counter()
-            out = _forward(model, x, fp16, emu)
-            loss_fn(out.float(), y).backward()
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
+        return benchmark(one_step, device=dev, warmup=warmup, repeats=repeats, number=1,
+                         min_time=0.0).median_s
     finally:
         if emu is not None:
             emu.remove()
         model.zero_grad(set_to_none=True)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def overflow_scale(max_abs_grad: float) -> float:

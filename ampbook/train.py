@@ -126,6 +126,7 @@ from torch import nn
 
 from ampbook import env as _env
 from ampbook.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_rss
+from ampbook.timing import default_sync, machine_load
 
 PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
 AUTOCAST_DTYPES = {"fp32": None, "amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
@@ -607,18 +608,6 @@ def _save_predictions(logits: torch.Tensor, indices: list[int], dataset, folder:
 
 # --- one epoch ---------------------------------------------------------------------------------
 
-def _load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.no_grad()
 def evaluate(net: nn.Module, loader, step: TrainStep, save_to: Path | None = None) -> dict:
     """Val loss, pixel accuracy, mIoU and per-class IoU of ``net`` over ``loader`` (under the
@@ -674,7 +663,8 @@ def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loade
     saved: SavedTensorMeter | None = None
     bar = tqdm(total=len(loader), desc=f"epoch {epoch}/{cfg.epochs} {cfg.precision}", unit="batch",
                leave=False, disable=not _show_progress(cfg, res), dynamic_ncols=True)
-    _sync(device)
+    sync = default_sync(device)
+    sync()
     start = time.perf_counter()
     batches = iter(loader)
     while True:
@@ -686,7 +676,7 @@ def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loade
         t1 = time.perf_counter()
         meter = SavedTensorMeter() if steps == 0 else None
         value = step(x, y, meter=meter)
-        _sync(device)
+        sync()
         t2 = time.perf_counter()
         if meter is not None:
             saved = meter
@@ -713,7 +703,7 @@ def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loade
         "saved_tensor_bytes": saved.total_bytes if saved is not None else None,
         "saved_tensor_by_dtype": dict(saved.by_dtype) if saved is not None else None,
         "peak_rss_bytes": peak_rss_bytes(), "peak_rss_reset": rss_reset,
-        "load_average": _load_average(),
+        "load_average": machine_load()["load1"],
         "cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
     }
