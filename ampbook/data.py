@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -127,9 +128,14 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
     """(image, labelIds) file pairs of a split, sorted; errors name unpaired files."""
     root = resolve_root(root)
     present = sorted(d.name for d in (root / "leftImg8bit").iterdir() if d.is_dir())
-    if split not in SPLITS or split not in present:
+    if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: Cityscapes splits are {', '.join(SPLITS)}; "
                          f"{root / 'leftImg8bit'} holds {', '.join(present) or 'none'}")
+    if split not in present:
+        raise FileNotFoundError(f"split {split!r} is missing: {root / 'leftImg8bit'} holds "
+                                f"{', '.join(present) or 'no split'}, and no {split}/ folder. "
+                                "Unpack the whole leftImg8bit_trainvaltest.zip and "
+                                "gtFine_trainvaltest.zip there")
     img_dir, gt_dir = root / "leftImg8bit" / split, root / "gtFine" / split
     if not gt_dir.is_dir():
         raise FileNotFoundError(f"split {split!r} has images in {img_dir} but no label folder {gt_dir}")
@@ -168,12 +174,17 @@ def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
         return np.array(img.convert("RGB") if rgb else img)
 
 
+def _why(err: BaseException) -> str:
+    """A decoder's complaint without the C++ source location torchvision puts in front."""
+    return re.sub(r"^.*?\.cpp:\d+, ", "", str(err)).strip()
+
+
 def read_image(path: Path) -> torch.Tensor:
     """An RGB PNG as a uint8 3 x H x W tensor."""
     try:
         out = _decode_png(path, rgb=True)
     except (RuntimeError, ValueError, OSError, SyntaxError) as err:
-        raise DataError(f"cannot decode image {path}: {err}") from None
+        raise DataError(f"cannot decode image {path}: {_why(err)}") from None
     return out if isinstance(out, torch.Tensor) else torch.from_numpy(out).permute(2, 0, 1).contiguous()
 
 
@@ -182,7 +193,7 @@ def read_label_ids(path: Path) -> np.ndarray:
     try:
         arr = _decode_png(path, rgb=False)
     except (RuntimeError, ValueError, OSError, SyntaxError) as err:
-        raise DataError(f"cannot decode label file {path}: {err}") from None
+        raise DataError(f"cannot decode label file {path}: {_why(err)}") from None
     if isinstance(arr, torch.Tensor):
         if arr.shape[0] != 1:
             raise DataError(f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has one "
@@ -204,6 +215,28 @@ def read_label_ids(path: Path) -> np.ndarray:
     unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
     raise DataError(f"label file {path} holds ids outside the Cityscapes label table "
                     f"(cityscapesscripts.helpers.labels): {unknown.tolist()}")
+
+
+def check_headers(pairs: list[tuple[Path, Path]]) -> None:
+    """Read only the PNG headers of (image, label) pairs: each file opens, each label has one
+    channel and the size of its image. Cheap (no decoding), so a run can check every file
+    before its first step; ``DataError`` names the first bad file."""
+    def header(path: Path, what: str) -> tuple[tuple[int, int], int]:
+        try:
+            with Image.open(path) as img:
+                return img.size, len(img.getbands())
+        except (OSError, SyntaxError, ValueError) as err:
+            raise DataError(f"cannot read {what} {path}: {err}") from None
+
+    for image_path, label_path in pairs:
+        size, _ = header(image_path, "image")
+        lsize, channels = header(label_path, "label file")
+        if channels != 1:
+            raise DataError(f"label file {label_path} has {channels} channels; a labelIds PNG "
+                            "has one (the Cityscapes labelId of each pixel)")
+        if size != lsize:
+            raise DataError(f"image {image_path} is {size[0]}x{size[1]} but its label file "
+                            f"{label_path} is {lsize[0]}x{lsize[1]} (W x H)")
 
 
 def label_ids_to_train_ids(ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
