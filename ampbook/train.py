@@ -56,8 +56,20 @@ nothing): ``DIR/NAME.json`` after every epoch (atomically: a temporary file, the
 scaler, scheduler, the RNG states of torch (CPU and CUDA), numpy and Python of every rank, the
 epoch, and the records so far; it loads with ``torch.load(..., weights_only=True)``.
 ``--resume`` continues from it and ends with the same weights and numbers as an uninterrupted
-run (same settings; the interrupted epoch is run again from its start). NAME is ``--name``,
-else built from the settings (``run_name``). ``--save-predictions DIR`` writes the last
+run (same settings; the interrupted epoch is run again from its start; accumulation windows
+never cross an epoch, so no gradient is pending at a checkpoint). NAME is ``--name``, else
+built from the settings (``run_name``). One process at a time owns a run name: it holds
+``OUT/NAME.lock`` (``flock``, freed when the process dies), and a run whose ``NAME.json`` or
+``NAME.ckpt`` exists is refused unless it is ``--resume``'d or ``--overwrite``'n.
+``--accumulate N`` steps every N batches counted from the epoch's start; the epoch's last
+window may be shorter (it steps at the epoch's end); N above the batches of an epoch is an
+error.
+
+Failures: bad settings, data that cannot be listed or whose PNG headers are wrong (size,
+channels), an output path that cannot be written and a checkpoint that is not this runner's
+are ``ConfigError`` before the first step; a file that fails to decode mid-epoch is
+``TrainError`` and Ctrl-C ``Interrupted``, both naming what the earlier epochs saved and the
+``--resume`` command. ``python -m ampbook.train`` prints each as one ``error:`` line. ``--save-predictions DIR`` writes the last
 epoch's val predictions as Cityscapes labelId PNGs at the label files' size (logits upsampled
 bilinearly, then the arg-max), named ``DIR/CITY/CITY_SEQ_FRAME_pred.png``, as cityscapesscripts'
 evaluator and ``python -m ampbook.evaluate DIR`` read them.
@@ -65,15 +77,18 @@ evaluator and ``python -m ampbook.evaluate DIR`` read them.
 Results schema (``SCHEMA_VERSION`` 1; also in ``data/results/README.md``)
 -------------------------------------------------------------------------
 Top level: ``schema`` ("ampbook.train"), ``schema_version``, ``name``, ``status`` ("running",
-"complete", "stopped: non-finite loss"), ``started``/``finished`` (ISO 8601 UTC),
+"complete", "stopped: non-finite loss", "interrupted", "failed"), ``started`` (the first
+start; kept on resume)/``finished`` (ISO 8601 UTC), ``resumed`` (``at``, ``after_epoch``: one
+per resumption),
 ``config`` (every ``TrainConfig`` field), ``resolved`` (what the settings resolved to:
 ``device``, ``autocast_dtype`` (null for fp32), ``grad_scaler``, ``data_root``, ``synthetic_data``,
 ``train_images``, ``val_images``, ``world_size``, ``global_batch_size``, ``memory_format``,
 ``class_weights`` (list or null), ``parameters``, ``warnings``, ``resumed_from_epoch``),
 ``environment`` (``ampbook.env.environment``: versions, device name, tensor cores, TF32 and
 cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below), ``summary``, and
-only in a run stopped for non-finite values ``stopped`` (``epoch``, ``message``, and the run's
-``optimizer_steps``, ``skipped_steps``, ``nonfinite_losses`` and ``loss_scale`` so far).
+only in a run that stopped early ``stopped`` (``epoch``, ``message``; for non-finite values
+also the run's ``optimizer_steps``, ``skipped_steps``, ``nonfinite_losses`` and
+``loss_scale`` so far).
 
 Epoch record: ``epoch`` (1-based), ``lr``, ``steps`` (batches), ``images``, ``optimizer_steps``,
 ``skipped_steps``, ``nonfinite_losses``, ``loss_scale`` (GradScaler scale at the epoch's end;
@@ -108,11 +123,15 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import math
 import os
+import pickle
 import random
+import shlex
+import socket
 import sys
 import time
 import warnings
@@ -139,8 +158,8 @@ ENET_C = 1.02
 
 # Fields that may differ between an interrupted run and its resumption (they do not change
 # the numbers the run computes).
-RUNTIME_FIELDS = frozenset({"out", "name", "resume", "quiet", "progress", "workers",
-                            "save_predictions", "device", "checkpoint"})
+RUNTIME_FIELDS = frozenset({"out", "name", "resume", "overwrite", "quiet", "progress",
+                            "workers", "save_predictions", "device", "checkpoint"})
 
 
 class ConfigError(ValueError):
@@ -149,6 +168,15 @@ class ConfigError(ValueError):
 
 class NonFiniteLossError(RuntimeError):
     """The loss or gradients stayed non-finite for too many consecutive steps."""
+
+
+class TrainError(RuntimeError):
+    """A known failure during a run (a broken data file, an output that cannot be written);
+    the message says what was kept and how to continue."""
+
+
+class Interrupted(TrainError):
+    """Ctrl-C (SIGINT) during a run; the message says what was saved and how to resume."""
 
 
 def _opt(help: str, **kw):
@@ -192,6 +220,8 @@ class TrainConfig:
                                                         cli_default="build/runs"))
     name: str | None = field(default=None, metadata=_opt("run name (default: from the settings)"))
     resume: bool = field(default=False, metadata=_opt("continue from OUT/NAME.ckpt"))
+    overwrite: bool = field(default=False, metadata=_opt(
+        "replace an earlier run's OUT/NAME.json and OUT/NAME.ckpt (refused without it)"))
     checkpoint: bool = field(default=True, metadata=_opt("do not write checkpoints", flag="--no-checkpoint"))
     save_predictions: str | None = field(default=None, metadata=_opt(
         "write the last epoch's val predictions (labelId PNGs) to this folder"))
@@ -264,6 +294,21 @@ def validate(cfg: TrainConfig) -> Resolved:
         raise ConfigError(f"tf32 must be 'on' or 'off', got {cfg.tf32!r}")
     if cfg.progress not in (None, True, False):
         raise ConfigError(f"progress must be None, True or False, got {cfg.progress!r}")
+    for name in ("out", "save_predictions"):
+        value = getattr(cfg, name)
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"{name} is an empty path; give a folder (or leave it unset)")
+    if cfg.name is not None and (not cfg.name.strip() or "/" in cfg.name or os.sep in cfg.name
+                                 or cfg.name.startswith(".")):
+        raise ConfigError(f"name {cfg.name!r} is not a file name: give a name without a path "
+                          "separator and not starting with '.', or leave it unset")
+    if (cfg.height // 8) * (cfg.width // 8) < 2:
+        raise ConfigError(f"{cfg.width}x{cfg.height} (W x H) is too small: ERFNet works at 1/8 of "
+                          "that size, where batch norm needs more than one value per channel "
+                          "(a batch may hold one image); use at least 16x8 or 8x16")
+    if cfg.resume and cfg.overwrite:
+        raise ConfigError("resume and overwrite contradict each other: --resume continues "
+                          "OUT/NAME, --overwrite replaces it; give one")
     if cfg.resume and not cfg.out:
         raise ConfigError("resume needs out (the folder holding NAME.ckpt)")
     if cfg.resume:
@@ -343,10 +388,16 @@ class TrainStep:
     """The runner's training step, also timed by ``python -m ampbook.bench step``.
 
     ``step(images, labels, meter=None) -> float`` runs one batch: forward pass and loss under
-    autocast (when the precision has one), backward (scaled with a GradScaler), and every
-    ``accumulate`` batches the optimizer step: unscale and clip when asked, skip on non-finite
-    gradients, ``scaler.step``/``update``. Returns the batch's loss as a Python float. ``meter``
-    (a ``SavedTensorMeter``) wraps the forward pass when given.
+    autocast (when the precision has one), backward (scaled with a GradScaler), and at the end
+    of each accumulation window the optimizer step: unscale and clip when asked, skip on
+    non-finite gradients, ``scaler.step``/``update``. Returns the batch's loss as a Python
+    float. ``meter`` (a ``SavedTensorMeter``) wraps the forward pass when given.
+
+    Accumulation windows: ``accumulate`` batches each, counted from the start of an epoch
+    (``begin_epoch(batches)``); the epoch's last window may be shorter and steps at the
+    epoch's end, with each loss divided by the window's own length. So no window crosses an
+    epoch, and a checkpoint written between epochs holds no pending gradients. Without
+    ``begin_epoch`` every window is ``accumulate`` batches long.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, criterion: nn.Module,
@@ -360,7 +411,9 @@ class TrainStep:
         self.channels_last, self.max_nonfinite = channels_last, max_nonfinite
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.counters = StepCounters()
-        self._micro = 0
+        self._micro = 0                      # batches done in the current window
+        self._window = accumulate            # length of the current window
+        self._remaining: int | None = None   # batches left in the epoch (None: unknown)
         self._ddp = isinstance(model, nn.parallel.DistributedDataParallel)
 
     def autocast(self):
@@ -374,21 +427,30 @@ class TrainStep:
             images = images.contiguous(memory_format=torch.channels_last)
         if self._micro == 0:
             self.optimizer.zero_grad(set_to_none=True)
-        last = self._micro == self.accumulate - 1
+            self._window = self.accumulate
+            if self._remaining is not None:
+                self._window = max(1, min(self.accumulate, self._remaining))
+        last = self._micro == self._window - 1
         sync = self.model.no_sync() if (self._ddp and not last) else contextlib.nullcontext()
         with sync:
             with meter if meter is not None else contextlib.nullcontext(), self.autocast():
                 loss = self.criterion(self.model(images), labels)
-            scaled = loss / self.accumulate if self.accumulate > 1 else loss
+            scaled = loss / self._window if self._window > 1 else loss
             (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         value = loss.item()
         if not math.isfinite(value):
             self.counters.nonfinite_losses += 1
         self._micro += 1
+        if self._remaining is not None:
+            self._remaining -= 1
         if last:
             self._micro = 0
             self._optimizer_step()
         return value
+
+    def begin_epoch(self, batches: int) -> None:
+        """Start an epoch of ``batches`` batches: windows restart, the last one ends with it."""
+        self._micro, self._remaining = 0, batches
 
     def _optimizer_step(self) -> None:
         c = self.counters
@@ -664,32 +726,35 @@ def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loade
     bar = tqdm(total=len(loader), desc=f"epoch {epoch}/{cfg.epochs} {cfg.precision}", unit="batch",
                leave=False, disable=not _show_progress(cfg, res), dynamic_ncols=True)
     sync = default_sync(device)
+    step.begin_epoch(len(loader))
     sync()
     start = time.perf_counter()
     batches = iter(loader)
-    while True:
-        t0 = time.perf_counter()
-        try:
-            x, y = next(batches)
-        except StopIteration:
-            break
-        t1 = time.perf_counter()
-        meter = SavedTensorMeter() if steps == 0 else None
-        value = step(x, y, meter=meter)
-        sync()
-        t2 = time.perf_counter()
-        if meter is not None:
-            saved = meter
-        data_wait += t1 - t0
-        step_time += t2 - t1
-        steps += 1
-        images += len(x)
-        if math.isfinite(value):
-            losses.append(value)
-        bar.update(1)
-        bar.set_postfix(loss=f"{value:.4f}", img_s=f"{images / (t2 - start):.1f}")
+    try:  # a stopped epoch (Ctrl-C, a bad file) clears its bar before the error line
+        while True:
+            t0 = time.perf_counter()
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
+            meter = SavedTensorMeter() if steps == 0 else None
+            value = step(x, y, meter=meter)
+            sync()
+            t2 = time.perf_counter()
+            if meter is not None:
+                saved = meter
+            data_wait += t1 - t0
+            step_time += t2 - t1
+            steps += 1
+            images += len(x)
+            if math.isfinite(value):
+                losses.append(value)
+            bar.update(1)
+            bar.set_postfix(loss=f"{value:.4f}", img_s=f"{images / (t2 - start):.1f}")
+    finally:
+        bar.close()
     wall = time.perf_counter() - start
-    bar.close()
     c = step.counters
     rec = {
         "epoch": epoch, "lr": lr, "steps": steps, "images": images * res.world_size,
@@ -806,35 +871,230 @@ def run_training(cfg: TrainConfig) -> dict:
             dist.destroy_process_group()
 
 
-def _run(cfg: TrainConfig, res: Resolved) -> dict:
-    from ampbook.data import Cityscapes
+# --- the output folder: one run per name, nothing overwritten by accident --------------------
 
+class RunLock:
+    """An exclusive lock on ``OUT/NAME.lock`` for one run name. ``fcntl.flock`` is released by
+    the kernel when the process dies, so a killed run never leaves a stale lock behind."""
+
+    def __init__(self, path: Path, name: str):
+        self.path = Path(path)
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise ConfigError(f"cannot write in {self.path.parent}: {err.strerror}; choose "
+                                  "a writable folder for --out") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 300).decode(errors="replace").strip() or "unknown process"
+                os.close(fd)
+                raise ConfigError(f"run {name!r} in {self.path.parent} is in use by another "
+                                  f"process ({holder}); wait for it to end, or choose another "
+                                  "--name") from None
+            try:  # the previous holder may have removed the file between open and flock
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self.fd)
+
+
+@contextlib.contextmanager
+def _output_folder(cfg: TrainConfig, out: Path, name: str):
+    """Lock ``out`` for ``name`` and check it before any work: a folder that can be written,
+    no earlier run of that name unless resuming or overwriting, no stale temporary files."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out {out} is a file, not a folder; give a folder for {name}.json "
+                          f"and {name}.ckpt")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create the output folder {out}: {err.strerror}; choose "
+                          "another --out") from None
+    lock = None
+    try:
+        lock = RunLock(out / f"{name}.lock", name)
+        json_path, ckpt_path = out / f"{name}.json", out / f"{name}.ckpt"
+        for path in (json_path, ckpt_path):
+            if path.is_dir():
+                raise ConfigError(f"{path} is a folder, but the run writes a file there; move "
+                                  "it away or choose another --name")
+        existing = [p for p in (json_path, ckpt_path) if p.exists()]
+        if existing and not cfg.resume and not cfg.overwrite:
+            earlier = _earlier_record(json_path)
+            status = f" (status: {earlier.get('status')})" if earlier else ""
+            finished = earlier is not None and earlier.get("status") == "complete"
+            how = ["continue it with --resume"] if ckpt_path.exists() and not finished else []
+            how += ["choose another --name", "or pass --overwrite to replace it"]
+            raise ConfigError(f"{existing[0]} already holds run {name!r}{status}; nothing was "
+                              f"changed: {', '.join(how)}")
+        if cfg.overwrite:
+            for path in existing:
+                path.unlink()
+        # Temporary files of this name can only be left over from a killed run: we hold its lock.
+        for stale in out.iterdir():
+            parts = stale.name.rsplit(".", 2)  # .NAME.json.PID.tmp -> .NAME.json, PID, tmp
+            if (len(parts) == 3 and parts[0] in (f".{name}.json", f".{name}.ckpt")
+                    and parts[1].isdigit() and parts[2] == "tmp"):
+                stale.unlink()
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only when empty: a run that wrote nothing leaves nothing
+
+
+def _check_predictions_folder(cfg: TrainConfig) -> None:
+    if not cfg.save_predictions:
+        return
+    folder = Path(cfg.save_predictions)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"save_predictions {folder} cannot be written ({err.strerror or err}); "
+                          "choose a writable folder") from None
+
+
+def _earlier_record(path: Path | None) -> dict | None:
+    """The results record at ``path`` if it is one of this runner's, else None."""
+    if path is None:
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
+
+
+CHECKPOINT_KEYS = ("format", "epoch", "config", "model", "optimizer", "scheduler", "scaler",
+                   "counters", "rng", "records")
+
+
+def _load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
+    """The checkpoint at ``path``, checked to be this runner's and resumable with ``cfg``."""
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"resume: {path} is not a checkpoint of this runner ({why}); --resume "
+                           "needs the NAME.ckpt that python -m ampbook.train wrote. Start the run "
+                           "again with --overwrite, or choose another --name")
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise refuse("it holds Python objects, not only tensors and plain data") from None
+    except Exception as err:  # noqa: BLE001 -- whatever fails to parse is not a checkpoint
+        raise refuse(f"it cannot be read as a torch.save file: {type(err).__name__}") from None
+    if not isinstance(ckpt, dict):
+        raise refuse(f"it holds a {type(ckpt).__name__}")
+    if ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise refuse(f"format {ckpt.get('format')!r}")
+    missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
+    if missing:
+        raise refuse(f"no {', '.join(missing)}")
+    try:
+        saved = json.loads(ckpt["config"])
+        records = json.loads(ckpt["records"])
+        epoch = int(ckpt["epoch"])
+        assert isinstance(saved, dict) and isinstance(records, list)
+        assert isinstance(ckpt["rng"], list)
+    except (TypeError, ValueError, AssertionError):
+        raise refuse("its config, records, epoch or RNG states are malformed") from None
+    _check_resumable(saved, cfg)
+    if len(ckpt["rng"]) != res.world_size:
+        raise ConfigError(f"resume: the checkpoint holds {len(ckpt['rng'])} process(es); "
+                          f"this run has {res.world_size}; resume with as many processes")
+    ckpt["epoch"], ckpt["records"] = epoch, records
+    return ckpt
+
+
+def _run(cfg: TrainConfig, res: Resolved) -> dict:
     name = run_name(cfg)
     out = Path(cfg.out) if cfg.out else None
+    with contextlib.ExitStack() as stack:
+        if res.rank == 0:
+            if out is not None:
+                stack.enter_context(_output_folder(cfg, out, name))
+            _check_predictions_folder(cfg)
+        try:
+            return _train(cfg, res, name, out)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted before the first epoch finished; nothing was "
+                              "saved") from None
+
+
+def _kept(cfg: TrainConfig, epochs: list[dict], json_path: Path | None,
+          ckpt_path: Path | None) -> str:
+    """What a stopped run leaves on disk, and how to go on."""
+    if json_path is None:
+        return "nothing was saved (no --out)"
+    if not epochs:
+        return "nothing was saved (no epoch finished)"
+    done = f"epoch 1" if len(epochs) == 1 else f"epochs 1-{len(epochs)}"
+    if ckpt_path is not None and ckpt_path.exists():
+        return f"{ckpt_path} and {json_path} hold {done}; continue with: {resume_command(cfg)}"
+    return f"{json_path} holds {done} (no checkpoint to resume from)"
+
+
+def resume_command(cfg: TrainConfig) -> str:
+    """The command that continues the run of ``cfg`` from its checkpoint."""
+    line = command_line(dataclasses.replace(cfg, resume=True, overwrite=False))
+    world = _world()[1]
+    if world > 1:
+        line = line.replace("python -m", f"torchrun --nproc_per_node {world} -m", 1)
+    return line
+
+
+def _first_line(err: BaseException) -> str:
+    """An exception's own message; for one re-raised from a DataLoader worker, the message of
+    the original (its last line) rather than the worker's traceback."""
+    text = str(err)
+    if text.startswith("Caught ") and "Original Traceback" in text:
+        last = text.strip().splitlines()[-1]
+        return last.split(": ", 1)[1] if ": " in last else last
+    return text
+
+
+def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict:
+    from ampbook.data import Cityscapes, DataError, check_headers
+
     json_path = out / f"{name}.json" if out else None
     ckpt_path = out / f"{name}.ckpt" if out else None
     writer = res.rank == 0
     for note in res.warnings:
         _say(cfg, res, f"note: {note}")
 
-    checkpoint = None
-    if cfg.resume:
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        if checkpoint.get("format") != CHECKPOINT_FORMAT:
-            raise ConfigError(f"resume: {ckpt_path} is not a checkpoint of this runner "
-                              f"(format {checkpoint.get('format')!r})")
-        _check_resumable(json.loads(checkpoint["config"]), cfg)
-        if len(checkpoint["rng"]) != res.world_size:
-            raise ConfigError(f"resume: the checkpoint holds {len(checkpoint['rng'])} process(es); "
-                              f"this run has {res.world_size}")
+    checkpoint = _load_checkpoint(ckpt_path, cfg, res) if cfg.resume else None
 
-    root, synthetic = resolve_data(cfg, res)
-    train_ds = Cityscapes(root, "train", cfg.height, cfg.width, flip=cfg.flip)
-    val_ds = Cityscapes(root, "val", cfg.height, cfg.width)
+    try:
+        root, synthetic = resolve_data(cfg, res)
+        train_ds = Cityscapes(root, "train", cfg.height, cfg.width, flip=cfg.flip)
+        val_ds = Cityscapes(root, "val", cfg.height, cfg.width)
+        check_headers(train_ds.pairs + val_ds.pairs)
+    except (FileNotFoundError, ValueError) as err:  # DataError is a ValueError
+        raise ConfigError(f"data: {err}") from None
     _say(cfg, res, f"data: {'SYNTHETIC Cityscapes (no Cityscapes root given)' if synthetic else 'Cityscapes'} "
                    f"at {root}: {len(train_ds)} train / {len(val_ds)} val images, trained at "
                    f"{cfg.width}x{cfg.height} (W x H)")
-    weights = enet_class_weights(train_ds, cfg.workers) if cfg.class_weights == "enet" else None
+    try:
+        weights = enet_class_weights(train_ds, cfg.workers) if cfg.class_weights == "enet" else None
+    except DataError as err:
+        raise ConfigError(f"data: {_first_line(err)}") from None
 
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -851,27 +1111,40 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
                                                generator=loader_gen)
     val_loader = torch.utils.data.DataLoader(val_ds, batch_size=cfg.batch_size, shuffle=False,
                                              num_workers=cfg.workers, pin_memory=pin)
+    if cfg.accumulate > len(train_loader):
+        per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
+        raise ConfigError(f"accumulate {cfg.accumulate} is more than the {len(train_loader)} "
+                          f"batches of an epoch{per} ({len(train_ds)} images, batch size "
+                          f"{cfg.batch_size}): no window would ever be full; use --accumulate "
+                          f"{len(train_loader)} or less")
 
     epochs: list[dict] = []
     start_epoch = 1
+    started = _now()
+    resumes: list[dict] = []
     if checkpoint is not None:
-        tr.net.load_state_dict(checkpoint["model"])
-        tr.optimizer.load_state_dict(checkpoint["optimizer"])
-        tr.scheduler.load_state_dict(checkpoint["scheduler"])
-        if tr.scaler is not None:
-            tr.scaler.load_state_dict(checkpoint["scaler"])
-        c = checkpoint["counters"]
-        tr.step.counters = StepCounters(**c)
-        set_rng_state(checkpoint["rng"][res.rank])
-        epochs = json.loads(checkpoint["records"])
-        start_epoch = int(checkpoint["epoch"]) + 1
+        try:
+            tr.net.load_state_dict(checkpoint["model"])
+            tr.optimizer.load_state_dict(checkpoint["optimizer"])
+            tr.scheduler.load_state_dict(checkpoint["scheduler"])
+            if tr.scaler is not None:
+                tr.scaler.load_state_dict(checkpoint["scaler"])
+            tr.step.counters = StepCounters(**checkpoint["counters"])
+            set_rng_state(checkpoint["rng"][res.rank])
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
+            raise ConfigError(f"resume: {ckpt_path} does not fit this run ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:200]}); start the run again with "
+                              "--overwrite, or choose another --name") from None
+        epochs, started, resumes = _earlier_epochs(checkpoint, json_path, name)
+        start_epoch = checkpoint["epoch"] + 1
+        resumes.append({"at": _now(), "after_epoch": checkpoint["epoch"]})
         _say(cfg, res, f"resumed {name} from {ckpt_path} after epoch {checkpoint['epoch']}")
 
     environment = _env.environment(res.device)
     environment["memory_format"] = "channels_last" if cfg.channels_last else "contiguous"
     record = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "name": name, "status": "running",
-        "started": _now(), "finished": None,
+        "started": started, "finished": None, "resumed": resumes,
         "config": _config_dict(cfg),
         "resolved": {
             "device": str(res.device), "autocast_dtype": res.autocast_dtype,
@@ -892,7 +1165,17 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
                    + (f" x {res.world_size} processes" if res.world_size > 1 else "")
                    + (f", results -> {json_path}" if json_path else ""))
 
+    def stop(status: str, epoch: int, message: str, **extra) -> None:
+        """Record why the run stopped (rank 0, when there is a results file to keep)."""
+        record["status"] = status
+        record["stopped"] = {"epoch": epoch, "message": message, **extra}
+        record["finished"] = _now()
+        if writer and json_path is not None and (epochs or status.startswith("stopped")):
+            with contextlib.suppress(OSError):
+                write_results(record, json_path)
+
     save_dir = Path(cfg.save_predictions) if cfg.save_predictions else None
+    epoch = start_epoch
     try:
         for epoch in range(start_epoch, cfg.epochs + 1):
             sampler.set_epoch(epoch)
@@ -913,17 +1196,17 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
             if res.world_size > 1:
                 rng = [None] * res.world_size
                 dist.all_gather_object(rng, rng_state())
-            epochs.append(rec)
             if writer and ckpt_path is not None and cfg.checkpoint:
                 _write_atomic(ckpt_path, obj={
                     "format": CHECKPOINT_FORMAT, "epoch": epoch,
-                    "config": json.dumps(_config_dict(cfg)),
+                    "config": json.dumps(_config_dict(cfg)), "started": started,
                     "model": tr.net.state_dict(), "optimizer": tr.optimizer.state_dict(),
                     "scheduler": tr.scheduler.state_dict(),
                     "scaler": tr.scaler.state_dict() if tr.scaler is not None else {},
                     "counters": dataclasses.asdict(tr.step.counters),
-                    "rng": rng, "records": json.dumps(_clean(epochs)),
+                    "rng": rng, "records": json.dumps(_clean(epochs + [rec])),
                 })
+            epochs.append(rec)
             rec["checkpoint_s"] = time.perf_counter() - t
             rec["epoch_s"] = rec["wall_s"] + rec["val_s"] + rec["checkpoint_s"]
             record["summary"] = summarize(epochs)
@@ -932,23 +1215,57 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
             _say(cfg, res, _epoch_line(cfg, rec))
         if save_dir is not None and writer and start_epoch > cfg.epochs:
             evaluate(tr.net, val_loader, tr.step, save_dir)  # resumed after the last epoch
-    except NonFiniteLossError as err:
-        c = tr.step.counters
-        record["status"] = "stopped: non-finite loss"
-        record["stopped"] = {"epoch": epoch, "message": str(err), "optimizer_steps": c.optimizer_steps,
-                             "skipped_steps": c.skipped_steps, "nonfinite_losses": c.nonfinite_losses,
-                             "loss_scale": tr.scaler.get_scale() if tr.scaler is not None else None}
+        record["status"] = "complete"
         record["finished"] = _now()
+        record["summary"] = summarize(epochs)
         if writer and json_path is not None:
             write_results(record, json_path)
+            record["json_path"] = str(json_path)
+    except NonFiniteLossError as err:
+        c = tr.step.counters
+        stop("stopped: non-finite loss", epoch, str(err), optimizer_steps=c.optimizer_steps,
+             skipped_steps=c.skipped_steps, nonfinite_losses=c.nonfinite_losses,
+             loss_scale=tr.scaler.get_scale() if tr.scaler is not None else None)
         raise
-    record["status"] = "complete"
-    record["finished"] = _now()
-    record["summary"] = summarize(epochs)
-    if writer and json_path is not None:
-        write_results(record, json_path)
-        record["json_path"] = str(json_path)
+    except KeyboardInterrupt:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("interrupted", epoch, "interrupted (SIGINT)")
+        raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
+    except DataError as err:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("failed", epoch, _first_line(err))
+        raise TrainError(f"{_first_line(err)}. Fix or remove that file. Epoch {epoch} stopped "
+                         f"unfinished; {kept}") from None
+    except OSError as err:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        what = f"{err.filename}: " if err.filename else ""
+        raise TrainError(f"could not write {what}{err.strerror or err} in epoch {epoch}; "
+                         f"{kept}") from None
     return _clean(record)
+
+
+def _earlier_epochs(checkpoint: dict, json_path: Path | None, name: str
+                    ) -> tuple[list[dict], str, list[dict]]:
+    """(epoch records, start time, earlier resumptions) of the run a checkpoint continues.
+
+    The records come from the results file as it was written (it has each epoch's
+    ``checkpoint_s`` and ``epoch_s``, which the checkpoint cannot hold for its own epoch),
+    where that file agrees with the checkpoint; else from the checkpoint."""
+    epochs = list(checkpoint["records"])
+    started = checkpoint.get("started") or _now()
+    resumes: list[dict] = []
+    earlier = _earlier_record(json_path)
+    if earlier is not None and earlier.get("name") == name:
+        written = {e.get("epoch"): e for e in earlier.get("epochs") or [] if isinstance(e, dict)}
+        same = ("epoch", "steps", "train_loss", "val_loss")
+        epochs = [written[e["epoch"]] if all(written.get(e["epoch"], {}).get(k) == e.get(k)
+                                              for k in same) else e for e in epochs]
+        started = earlier.get("started") or started
+        resumes = [r for r in earlier.get("resumed") or [] if isinstance(r, dict)]
+    for e in epochs:
+        e.setdefault("checkpoint_s", None)
+        e.setdefault("epoch_s", None)
+    return epochs, started, resumes
 
 
 def _epoch_line(cfg: TrainConfig, r: dict) -> str:
@@ -1006,7 +1323,7 @@ def command_line(cfg: TrainConfig) -> str:
         elif value is None:
             continue
         else:
-            parts.append(f"{flag} {value}")
+            parts.append(f"{flag} {shlex.quote(str(value))}")
     return " ".join(parts)
 
 
@@ -1018,15 +1335,25 @@ def config_from_args(argv: list[str] | None = None) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: a known failure prints one ``error:`` line and exits nonzero (2: the
+    settings, 1: the run stopped, 130: interrupted); what earlier epochs saved stays."""
     cfg = config_from_args(argv)
+    rank, world, _ = _world()
+    error = f"error: rank {rank}: " if world > 1 else "error: "  # each process speaks for itself
     try:
         record = run_training(cfg)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{error}{err}", file=sys.stderr)
         return 2
-    except NonFiniteLossError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except Interrupted as err:
+        print(f"{error}{err}", file=sys.stderr)
+        return 130
+    except (NonFiniteLossError, TrainError) as err:
+        print(f"{error}{err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"{error}interrupted before the run started; nothing was written", file=sys.stderr)
+        return 130
     if not cfg.quiet and record.get("json_path"):
         print(f"results: {record['json_path']}")
     return 0

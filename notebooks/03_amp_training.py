@@ -159,7 +159,7 @@ def config(precision, h, w, epochs, n_train, name):
     return TrainConfig(precision=precision, device=str(device), data_root=data_root, height=h, width=w,
                        batch_size=batch_size, epochs=epochs, synthetic_train=n_train, synthetic_val=val_images,
                        shuffle=shuffle, workers=workers, lr=lr, tf32=tf32, seed=seed, out=str(out_dir),
-                       name=name, checkpoint=False, progress=False)
+                       name=name, checkpoint=False, progress=False, overwrite=True)
 
 
 def run_label(precision, h, w, group=""):
