@@ -1,15 +1,22 @@
 """Execute the book's notebooks with papermill, from their jupytext sources.
 
-    python -m ampbook.run [--profile smoke|cpu|gpu] [--out DIR] [NOTEBOOK ...]
+    python -m ampbook.run [--profile smoke|cpu|gpu] [--out DIR] [-p NAME VALUE ...] [NOTEBOOK ...]
 
 NOTEBOOK is a path (``notebooks/01_floating_point.py``), a stem (``01_floating_point``) or a
 chapter number (``1``); all notebooks by default, in file order. Each ``.py`` source is
 converted with jupytext, the profile's parameters (``notebooks/profiles.yml``) are injected
 into its ``parameters`` cell, and papermill runs it into ``DIR/NN_topic.ipynb``. The profile is
 ``gpu`` when CUDA is available, else ``cpu``, unless ``--profile`` or ``$AMPBOOK_PROFILE``
-names one. On failure the run stops with the notebook and the failing cell named, and the
-partly executed notebook stays in DIR for inspection. A per-notebook time table ends the run
-and ``DIR/run_report.json`` records it.
+names one. ``-p NAME VALUE`` (papermill's convention, repeatable) overrides one parameter of
+every selected notebook whose parameters cell defines NAME; VALUE is read as YAML (``-p lr
+1e-3``, ``-p precisions '[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an
+error naming their parameters. On failure or Ctrl-C the run stops with the notebook and the
+failing cell named; the partly executed notebook stays in DIR for inspection, marked in its
+metadata (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
+``python -m ampbook.book`` refuses to build from it. DIR may not lie inside ``notebooks/`` or
+``book/`` (the sources). A per-notebook time table with the run's total ends the run and
+``DIR/run_report.json`` records it. The kernels talk to the runner over local IPC sockets in
+a private temporary folder, not TCP.
 """
 
 from __future__ import annotations
@@ -18,14 +25,17 @@ import argparse
 import ast
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from .paths import NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
+from .paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
 
 PROFILES = ("smoke", "cpu", "gpu")
 DEFAULT_OUT = REPO_ROOT / "build" / "executed"
@@ -33,6 +43,10 @@ DEFAULT_OUT = REPO_ROOT / "build" / "executed"
 
 class RunError(RuntimeError):
     """A notebook could not be run; the message says which and why."""
+
+
+class RunInterrupted(RunError):
+    """Ctrl-C during a run."""
 
 
 @dataclass
@@ -179,26 +193,55 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print,
     # The kernel inherits the environment: figures must go to the notebook, not to Agg.
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     start = time.perf_counter()
+    # Local IPC sockets in a private folder: no TCP port, so the kernel has nothing to warn
+    # about ("Kernel is running over TCP without encryption") and nothing is exposed.
+    sockets = tempfile.mkdtemp(prefix="ampbook-kernel-")
+    kernel_config = {"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "k")}}
+    kernels, started = _kernel_manager_class()
+    interrupted: list = []
+    old_handler = _forward_sigint((kernels, started), interrupted)
     try:
+        from traitlets.config import Config
+
         pm.execute_notebook(nb, str(output), parameters=params, kernel_name="python3",
                             cwd=str(source.parent), progress_bar=sys.stderr.isatty(),
-                            log_output=False, report_mode=False)
+                            log_output=False, report_mode=False, config=Config(kernel_config),
+                            kernel_manager_class=kernels)
     except pm.PapermillExecutionError as err:
         run.seconds = time.perf_counter() - start
+        if interrupted and err.ename == "KeyboardInterrupt":
+            where = _failing_cell(nbformat.read(output, as_version=4), source)
+            mark(output, "interrupted", f"interrupted (Ctrl-C) in {where}")
+            raise RunInterrupted(f"{source.stem} was interrupted in {where}; the partly "
+                                 f"executed notebook is kept at {output}, marked "
+                                 "interrupted") from None
         executed = nbformat.read(output, as_version=4)
         where = _failing_cell(executed, source)
-        raise RunError(f"{source.stem} failed in {where}: {err.ename}: {err.evalue}\n"
-                       f"partly executed notebook kept at {output}") from None
+        evalue = (str(err.evalue).strip().splitlines() or [""])[0]
+        mark(output, "failed", f"{err.ename}: {evalue}")
+        raise RunError(f"{source.stem} failed in {where}: {err.ename}: {evalue}; the partly "
+                       f"executed notebook is kept at {output}, marked failed") from None
+    except KeyboardInterrupt:
+        mark(output, "interrupted", "interrupted (Ctrl-C)")
+        raise RunInterrupted(f"{source.stem} was interrupted; the partly executed notebook "
+                             f"(if any) is kept at {output}, marked interrupted") from None
     except Exception as err:  # kernel died, timeout, bad parameters...
-        raise RunError(f"{source.stem} could not be executed: {type(err).__name__}: {err}\n"
-                       f"partly executed notebook (if any) at {output}") from None
+        first = (str(err).strip().splitlines() or [""])[0]
+        mark(output, "failed", f"{type(err).__name__}: {first}")
+        raise RunError(f"{source.stem} could not be executed: {type(err).__name__}: {first}; "
+                       f"the partly executed notebook (if any) is at {output}, marked "
+                       "failed") from None
     finally:
+        if old_handler is not None:
+            signal.signal(signal.SIGINT, old_handler)
+        shutil.rmtree(sockets, ignore_errors=True)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
     run.seconds = time.perf_counter() - start
+    mark(output, "complete")
     executed = nbformat.read(output, as_version=4)
     run.executed_cells = sum(1 for c in executed.cells
                              if c.cell_type == "code" and c.get("execution_count") is not None
@@ -209,53 +252,166 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print,
     return run
 
 
-def time_table(runs: list[NotebookRun]) -> str:
+def _kernel_manager_class():
+    """A kernel manager class that records the kernels it starts, and the list it fills."""
+    from jupyter_client import AsyncKernelManager
+
+    started: list = []
+
+    class RecordingKernelManager(AsyncKernelManager):
+        async def _async_post_start_kernel(self, **kw):
+            await super()._async_post_start_kernel(**kw)
+            started.append(self)
+
+    return RecordingKernelManager, started
+
+
+def _forward_sigint(kernels, interrupted: list):
+    """Ctrl-C while a notebook runs interrupts its kernel, as Jupyter's stop button does: the
+    running cell stops with KeyboardInterrupt and the run ends cleanly. A second Ctrl-C stops
+    the runner at once. Returns the previous handler (None when none could be set)."""
+    started = kernels[1] if isinstance(kernels, tuple) else None
+
+    def handler(signum, frame):
+        managers = started if started is not None else []
+        if interrupted or not managers:
+            raise KeyboardInterrupt
+        interrupted.append(time.time())
+        try:
+            os.kill(managers[-1].provisioner.pid, signal.SIGINT)
+        except (AttributeError, OSError, TypeError):
+            raise KeyboardInterrupt from None
+
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave Ctrl-C alone
+        return None
+
+
+def mark(output: Path, status: str, error: str | None = None) -> None:
+    """Record in an executed notebook's metadata how its run ended (``ampbook.status``)."""
+    import nbformat
+
+    if not output.exists():
+        return
+    try:
+        nb = nbformat.read(output, as_version=4)
+    except Exception:  # noqa: BLE001 -- half-written by a killed run: nothing to mark
+        return
+    nb.metadata["ampbook"] = {"status": status, "error": error}
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    nbformat.write(nb, tmp)
+    os.replace(tmp, output)
+
+
+def run_status(path: Path) -> str | None:
+    """How the run of an executed notebook ended (``mark``), or None when unmarked."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:  # noqa: BLE001 -- unreadable: certainly not a complete run
+        return "unreadable"
+    return (nb.metadata.get("ampbook") or {}).get("status")
+
+
+def check_out_dir(out_dir: Path) -> Path:
+    """The output folder, resolved; refused when it is a file or inside the sources."""
+    out_dir = Path(out_dir).expanduser().resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise RunError(f"--out {out_dir} is a file; give a folder for the executed notebooks")
+    for sources in (NOTEBOOKS_DIR, BOOK_DIR):
+        if out_dir == sources or sources in out_dir.parents:
+            raise RunError(f"--out {out_dir} is inside {sources}, the book's sources: the run "
+                           f"would overwrite them; use another folder (default {DEFAULT_OUT})")
+    return out_dir
+
+
+def parse_value(text: str):
+    """A ``-p`` value as papermill reads it: YAML, with ``1e-3`` a number too."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise RunError(f"-p value {text!r} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_overrides(plans: list[tuple[Path, dict, dict]], overrides: dict) -> None:
+    """Set each ``-p NAME VALUE`` in every plan (source, params, cell names) that defines NAME;
+    a NAME none of them defines is an error that lists what they define."""
+    for name, value in overrides.items():
+        hits = [params for _, params, names in plans if name in names]
+        if not hits:
+            known = "; ".join(f"{src.stem}: {', '.join(sorted(names))}" for src, _, names in plans)
+            raise RunError(f"-p {name}: no selected notebook has a parameter {name!r} "
+                           f"(their parameters: {known})")
+        for params in hits:
+            params[name] = value
+
+
+def time_table(runs: list[NotebookRun], wall: float | None = None) -> str:
     width = max([len(r.name) for r in runs] + [8])
     lines = [f"{'notebook':<{width}}  {'status':<6}  {'cells':>5}  {'seconds':>8}"]
     for r in runs:
         lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.executed_cells:>5}  {r.seconds:>8.1f}")
     lines.append(f"{'total':<{width}}  {'':<6}  {'':>5}  {sum(r.seconds for r in runs):>8.1f}")
+    if wall is not None:
+        lines.append(f"run time {wall:.1f} s in all (wall clock, with conversion and kernel "
+                     "start-up)")
     return "\n".join(lines)
 
 
 def run_notebooks(specs: list[str] | None = None, profile: str | None = None,
-                  out_dir: Path | str = DEFAULT_OUT, log=print, threads: int | None = None) -> list[NotebookRun]:
-    """Execute notebooks (all by default); raise RunError at the first failure."""
+                  out_dir: Path | str = DEFAULT_OUT, log=print, threads: int | None = None,
+                  overrides: dict | None = None) -> list[NotebookRun]:
+    """Execute notebooks (all by default); raise RunError at the first failure.
+    ``overrides`` (``-p NAME VALUE``) replace parameters of the profile."""
+    started = time.perf_counter()
     profile = profile or default_profile()
     if profile not in PROFILES:
         raise RunError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    out_dir = check_out_dir(out_dir)
     sources = [resolve_notebook(s) for s in specs] if specs else all_notebooks()
     if not sources:
         raise RunError(f"no notebooks found in {NOTEBOOKS_DIR}")
     profiles = load_profiles()
-    out_dir = Path(out_dir).resolve()
     # Check every notebook's parameters before running any, so a typo costs nothing.
     plans = []
     for source in sources:
         try:
             nb = read_source(source)
-            plans.append((source, profile_parameters(profiles, profile, source, nb)))
+            plans.append((source, profile_parameters(profiles, profile, source, nb),
+                          parameters_cell(nb)[1]))
         except RunError as err:
             raise RunError(f"{source.stem}: {err}") from None
+    apply_overrides(plans, overrides or {})
     runs: list[NotebookRun] = []
     log(f"profile {profile}: {len(plans)} notebook(s) -> {out_dir}")
     try:
-        for n, (source, params) in enumerate(plans, 1):
+        for n, (source, params, _) in enumerate(plans, 1):
             log(f"[{n}/{len(plans)}] {source.stem} {params if params else ''}".rstrip())
             try:
                 runs.append(execute(source, out_dir, params, profile, log=log, threads=threads))
             except RunError as err:
+                status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
                 failed = NotebookRun(source.stem, source, out_dir / f"{source.stem}.ipynb", params,
-                                     status="FAILED", error=str(err))
+                                     status=status, error=str(err))
                 runs.append(failed)
                 raise
             log(f"      done in {runs[-1].seconds:.1f} s")
     finally:
         if runs:
-            log(time_table(runs))
+            wall = time.perf_counter() - started
+            log(time_table(runs, wall))
             from .env import environment
 
-            report = {"profile": profile, "threads": threads, "environment": environment(), "notebooks": [
+            report = {"profile": profile, "threads": threads, "seconds": round(wall, 2),
+                      "environment": environment(), "notebooks": [
                 {"name": r.name, "status": r.status, "seconds": round(r.seconds, 2),
                  "executed_cells": r.executed_cells, "parameters": r.parameters, "error": r.error}
                 for r in runs]}
@@ -273,14 +429,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for torch in each kernel (default: torch's choice)")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                        metavar=("NAME", "VALUE"),
+                        help="override one parameter (VALUE read as YAML); repeatable")
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be at least 1")
     try:
-        run_notebooks(args.notebooks, args.profile, args.out, threads=args.threads)
+        overrides = {name: parse_value(value) for name, value in args.parameter}
+        run_notebooks(args.notebooks, args.profile, args.out, threads=args.threads,
+                      overrides=overrides)
+    except RunInterrupted as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 130
     except RunError as err:
-        print(f"\nERROR: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("error: interrupted before any notebook ran; nothing was written", file=sys.stderr)
+        return 130
     return 0
 
 
