@@ -4,8 +4,10 @@
 
 For every page: it loads from disk with the network blocked; every image loads; MathJax has
 typeset every math element and no raw TeX delimiters are left in the text; every internal
-link points to an existing page and anchor; nothing asked for the network. Prints one line per
-problem and exits 1 when there is any. Chromium: ``$CHROMIUM``, else ``chromium`` or
+link points to an existing page and anchor; nothing asked for the network; no cell shows an
+error (a traceback output, or papermill's "encountered an exception" banner). Prints one line
+per problem and exits 1 when there is any; a folder without pages or no Chromium is one
+``error:`` line and exit 2. Chromium: ``$CHROMIUM``, else ``chromium`` or
 ``chromium-browser`` on PATH (Debian: ``apt-get install chromium``).
 """
 
@@ -41,10 +43,16 @@ async () => {
   const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
       .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.getAttribute('name')));
-  return {imgs, nmath: maths.length, untypeset, text: clone.textContent, links, ids,
+  const errors = Array.from(document.querySelectorAll('.output.traceback, #papermill-error-cell'))
+      .map(e => e.textContent.trim().split('\n').filter(l => l.trim()).slice(-1)[0] || '');
+  return {imgs, nmath: maths.length, untypeset, text: clone.textContent, links, ids, errors,
           title: document.title, mathjax: !!(window.MathJax && MathJax.version), };
 }
 """
+
+
+class CheckError(RuntimeError):
+    """The check cannot run: no pages, no Chromium."""
 
 
 @dataclass
@@ -67,13 +75,17 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
     from playwright.sync_api import sync_playwright
 
     html_dir = Path(html_dir).resolve()
+    if not html_dir.is_dir():
+        raise CheckError(f"{html_dir} is not a folder; give the book's HTML folder "
+                         "(OUT/_build/html of python -m ampbook.book)")
     pages = sorted(p for p in html_dir.rglob("*.html")
                    if p.name not in SKIP_PAGES and "_static" not in p.parts and "_sources" not in p.parts)
     if not pages:
-        raise FileNotFoundError(f"no HTML pages under {html_dir}")
+        raise CheckError(f"no HTML pages under {html_dir}; build the book first "
+                         "(python -m ampbook.book) and give its OUT/_build/html")
     chromium = chromium or find_chromium()
     if chromium is None:
-        raise FileNotFoundError("Chromium not found: apt-get install chromium, or set $CHROMIUM")
+        raise CheckError("Chromium not found: apt-get install chromium, or set $CHROMIUM")
     reports: list[PageReport] = []
     page_info: dict[Path, dict] = {}
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile_dir:
@@ -117,6 +129,7 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
             report.problems += [f"asked the network for {u}" for u in network]
             report.problems += [f"resource failed to load: {u}" for u in failed]
             report.problems += [f"JavaScript error: {e}" for e in errors]
+            report.problems += [f"shows an error output: {e[:160]!r}" for e in info["errors"]]
         browser.close()
     # Internal links: the target file exists and, with a fragment, has that id.
     by_path = {p.resolve(): info for p, info in page_info.items()}
@@ -143,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ampbook.bookcheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("html_dir", nargs="?", default=str(DEFAULT_OUT / "_build" / "html"))
     args = parser.parse_args(argv)
-    reports = check_book(args.html_dir)
+    try:
+        reports = check_book(args.html_dir)
+    except CheckError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     problems = 0
     for r in reports:
         status = "ok" if not r.problems else f"{len(r.problems)} problem(s)"
