@@ -155,11 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--low-width", type=int, default=None, help="default: 64 on CPU, 1024 on CUDA")
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
 
     from ampbook.env import pick_device
+    from ampbook.train import ConfigError
     try:
         dev = pick_device(args.device)
-    except RuntimeError as err:
+    except (RuntimeError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     gpu = dev.type == "cuda"
@@ -167,6 +170,23 @@ def main(argv: list[str] | None = None) -> int:
     w = args.width or (1024 if gpu else 256)
     lh = args.low_height or (512 if gpu else 32)
     lw = args.low_width or (1024 if gpu else 64)
+    try:  # every size and the batch size, checked as the runner checks them, before measuring
+        if args.batch_size < 1:
+            raise ConfigError(f"--batch-size must be at least 1, got {args.batch_size}")
+        for height, width, which in ((h, w, "--height/--width"), (lh, lw, "--low-height/--low-width")):
+            try:
+                validate(TrainConfig(precision=args.precision, device=str(dev), height=height,
+                                     width=width, batch_size=args.batch_size))
+            except ConfigError as err:
+                raise ConfigError(f"{which}: {err}") from None
+        if args.json:
+            path = Path(args.json)
+            if path.is_dir():
+                raise ConfigError(f"--json {path} is a folder; give a file name")
+            path.parent.mkdir(parents=True, exist_ok=True)
+    except (ConfigError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     env = environment(dev)
     load = machine_load()
     print(f"device: {env['device_name']} ({dev}); CPU flags: {', '.join(cpu_flags()) or 'none'}; "

@@ -562,13 +562,34 @@ def _file_stem(split: str, index: int) -> tuple[str, str]:
     return city, f"{city}_{index:06d}_000019"  # Cityscapes annotates the 20th frame of a clip
 
 
+def check_synthesis(root: str | os.PathLike, train: int, val: int, seed: int = 0,
+                    height: int = 1024, width: int = 2048) -> Path:
+    """Every argument of ``synthesize`` checked before anything is written (``ValueError``,
+    ``FileExistsError``); returns ``root`` as a Path."""
+    root = Path(root)
+    if not str(root).strip():
+        raise ValueError("root is an empty path; give the folder to write into")
+    if root.exists() and not root.is_dir():
+        raise FileExistsError(f"root {root} is a file; give a folder to write the data set into")
+    if train < 0 or val < 0 or train + val == 0:
+        raise ValueError(f"need a positive number of images, got train={train}, val={val}")
+    if height < 16 or width < 16:
+        raise ValueError(f"synthetic images need at least 16x16 pixels, got {width}x{height} "
+                         "(W x H)")
+    if seed < 0:
+        raise ValueError(f"seed must be 0 or more, got {seed}")
+    if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
+        if not (root / SYNTHETIC_MARKER).exists():
+            raise FileExistsError(f"{root} already holds a dataset that is not synthetic; "
+                                  "refusing to write synthetic images into it")
+    return root
+
+
 def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0, height: int = 1024,
                width: int = 2048, progress: bool = False) -> Path:
     """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the official
     layout and file names; returns ``root``. Deterministic for a seed."""
-    root = Path(root)
-    if train < 0 or val < 0 or train + val == 0:
-        raise ValueError(f"need a positive number of images, got train={train}, val={val}")
+    root = check_synthesis(root, train, val, seed, height, width)
     if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
         if not (root / SYNTHETIC_MARKER).exists():
             raise FileExistsError(f"{root} already holds a dataset that is not synthetic; refusing to "
@@ -645,8 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "synthesize":
-            synthesize(args.root, args.train, args.val, seed=args.seed, height=args.height,
-                       width=args.width, progress=True)
+            return _synthesize_cli(args)
         else:
             root = resolve_root(args.root)
             for split in SPLITS:
@@ -655,6 +675,29 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, FileExistsError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _synthesize_cli(args) -> int:
+    """``synthesize``: arguments checked before anything is written; a run that stops half-way
+    (Ctrl-C, a full disk) removes the folders it began, so that a retry is not refused."""
+    root = check_synthesis(args.root, args.train, args.val, args.seed, args.height, args.width)
+    fresh = [d for d in (root / "leftImg8bit", root / "gtFine") if not d.exists()]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise FileExistsError(f"cannot create {root}: {err.strerror}; choose another --root") from None
+    try:
+        synthesize(root, args.train, args.val, seed=args.seed, height=args.height,
+                   width=args.width, progress=True)
+    except (KeyboardInterrupt, OSError) as err:
+        if not (root / SYNTHETIC_MARKER).exists():
+            for d in fresh:
+                shutil.rmtree(d, ignore_errors=True)
+        what = "interrupted" if isinstance(err, KeyboardInterrupt) else f"failed: {err}"
+        print(f"error: synthesize {what}; the half-written images were removed, run it again",
+              file=sys.stderr)
+        return 130 if isinstance(err, KeyboardInterrupt) else 1
     return 0
 
 

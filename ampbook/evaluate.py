@@ -45,6 +45,9 @@ def ground_truth_files(root: str | os.PathLike | None, split: str = "val") -> li
 
 
 def _prediction_index(pred_dir: Path) -> list[Path]:
+    if pred_dir.exists() and not pred_dir.is_dir():
+        raise FileNotFoundError(f"prediction folder {pred_dir} is a file; give the folder of "
+                                "labelId PNG predictions")
     if not pred_dir.is_dir():
         raise FileNotFoundError(f"prediction folder {pred_dir} does not exist")
     return sorted(Path(r) / f for r, _, files in os.walk(pred_dir) for f in files if f.endswith(".png"))
@@ -139,8 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="val")
     parser.add_argument("--device", default="cpu", help="where the confusion matrix is accumulated")
     args = parser.parse_args(argv)
+    from ampbook.env import pick_device
+
     try:
-        result = evaluate_folder(args.pred_dir, args.data_root, args.split, device=args.device)
+        device = pick_device(args.device)
+    except (RuntimeError, ValueError) as err:  # no CUDA, or not a device name
+        print(f"error: --device {args.device}: {err}", file=sys.stderr)
+        return 1
+    try:
+        result = evaluate_folder(args.pred_dir, args.data_root, args.split, device=device)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
