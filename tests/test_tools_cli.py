@@ -1,0 +1,295 @@
+"""The book-building and data tools under bad input: `ampbook.run`, `.book`, `.bookcheck`,
+`.evaluate`, `.bench step`, `.data synthesize`. A known failure is one `error:` line, a
+nonzero exit, and nothing earlier lost."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from ampbook import book, bookcheck, data, evaluate, run
+from ampbook.bench import main as bench_main
+from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
+
+NOTEBOOK = """# %% [markdown]
+# # A test notebook
+
+# %% tags=["parameters"]
+n = 3
+label = "x"
+
+# %%
+print(n * 2, label)
+{extra}
+"""
+
+
+def _notebook(tmp_path: Path, name: str, extra: str = "") -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(NOTEBOOK.format(extra=extra))
+    return path
+
+
+def one_error(err: str, *words: str) -> str:
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _sources() -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(NOTEBOOKS_DIR.iterdir()) if p.is_file()}
+
+
+# --- ampbook.run ---------------------------------------------------------------------------------
+
+def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys):
+    before = _sources()
+    for out in (NOTEBOOKS_DIR, NOTEBOOKS_DIR / "sub", BOOK_DIR):
+        assert run.main(["--profile", "smoke", "--out", str(out), "1"]) == 1
+        one_error(capsys.readouterr().err, "the book's sources")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert run.main(["--profile", "smoke", "--out", str(blocker), "1"]) == 1
+    one_error(capsys.readouterr().err, "is a file")
+    assert _sources() == before and blocker.read_text() == "x"
+    assert not (NOTEBOOKS_DIR / "run_report.json").exists()
+
+
+def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path):
+    source = _notebook(tmp_path, "params")
+    out = tmp_path / "out"
+    proc = _cli("ampbook.run", "--profile", "smoke", "--out", str(out), "-p", "n", "21",
+                "-p", "label", "[a, 1]", str(source))
+    assert proc.returncode == 0, proc.stderr
+    nb = nbformat.read(out / "params.ipynb", as_version=4)
+    printed = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert "42 ['a', 1]\n" in printed                       # YAML: an int and a list
+    assert nb.metadata["ampbook"]["status"] == "complete"
+    report = json.loads((out / "run_report.json").read_text())
+    assert report["notebooks"][0]["parameters"] == {"n": 21, "label": ["a", 1]}
+    # Quiet: progress and the time table with the run's total, no kernel transport warning.
+    assert "without encryption" not in proc.stderr and "IPKernelApp" not in proc.stderr
+    assert "run time" in proc.stdout and report["seconds"] > 0
+
+    before = (out / "params.ipynb").read_bytes()
+    proc = _cli("ampbook.run", "--profile", "smoke", "--out", str(out), "-p", "m", "1",
+                str(source))
+    assert proc.returncode == 1
+    one_error(proc.stderr, "-p m", "no selected notebook has a parameter 'm'", "label, n")
+    assert (out / "params.ipynb").read_bytes() == before
+
+
+def test_run_failure_is_one_line_and_marks_the_notebook(tmp_path, capsys):
+    source = _notebook(tmp_path, "bad", extra='\n# %%\nraise ValueError("deliberate\\nsecond")\n')
+    out = tmp_path / "out"
+    assert run.main(["--profile", "smoke", "--out", str(out), str(source)]) == 1
+    one_error(capsys.readouterr().err, "bad failed in code cell 3",
+              "ValueError: deliberate; the partly executed notebook", "marked failed")
+    assert run.run_status(out / "bad.ipynb") == "failed"
+    report = json.loads((out / "run_report.json").read_text())
+    assert report["notebooks"][0]["status"] == "FAILED"
+
+
+def test_run_interrupted_marks_the_partial_notebook(tmp_path):
+    source = _notebook(tmp_path, "slow", extra="\n# %%\nimport time\ntime.sleep(120)\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "ampbook.run", "--profile", "smoke", "--out",
+                             str(out), str(source)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    # papermill saves the notebook after each cell: once cell 2 has printed, cell 3 sleeps.
+    while time.monotonic() < deadline:
+        try:
+            nb = nbformat.read(out / "slow.ipynb", as_version=4)
+            if any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
+                break
+        except Exception:  # not written yet, or half-written
+            pass
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    one_error(err, "slow was interrupted in code cell 3", "marked interrupted")
+    assert run.run_status(out / "slow.ipynb") == "interrupted"
+    report = json.loads((out / "run_report.json").read_text())
+    assert report["notebooks"][0]["status"] == "STOPPED"
+
+
+# --- ampbook.book ------------------------------------------------------------------------------
+
+@pytest.fixture
+def executed(tmp_path) -> Path:
+    """A folder shaped like a finished run: every chapter (the unexecuted pairs) and a report."""
+    folder = tmp_path / "executed"
+    folder.mkdir()
+    names = book.toc_chapters()
+    for stem in names:
+        shutil.copy(NOTEBOOKS_DIR / f"{stem}.ipynb", folder / f"{stem}.ipynb")
+    report = {"profile": "smoke", "notebooks": [
+        {"name": n, "status": "ok", "seconds": 1.0, "executed_cells": 1} for n in names]}
+    (folder / "run_report.json").write_text(json.dumps(report))
+    return folder
+
+
+def _book(capsys, *argv) -> tuple[int, str]:
+    code = book.main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def test_book_refuses_a_failed_run(executed, tmp_path, capsys):
+    first = book.toc_chapters()[0]
+    report = json.loads((executed / "run_report.json").read_text())
+    report["notebooks"][0]["status"] = "FAILED"
+    (executed / "run_report.json").write_text(json.dumps(report))
+    out = tmp_path / "book"
+    code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
+    assert code == 1
+    one_error(err, "did not finish", f"{first} (FAILED)", "python -m ampbook.run")
+    assert not out.exists()
+
+    report["notebooks"][0]["status"] = "ok"
+    (executed / "run_report.json").write_text(json.dumps(report))
+    run.mark(executed / f"{first}.ipynb", "interrupted")
+    code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
+    assert code == 1 and "marked interrupted" in one_error(err)
+
+    run.mark(executed / f"{first}.ipynb", "complete")
+    nb = nbformat.read(executed / f"{first}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code")
+    cell.outputs = [nbformat.v4.new_output("error", ename="ZeroDivisionError",
+                                           evalue="division by zero", traceback=["..."])]
+    nbformat.write(nb, executed / f"{first}.ipynb")
+    code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
+    assert code == 1
+    one_error(err, "shows an error in a cell", "ZeroDivisionError")
+    assert not out.exists()
+
+
+def test_book_deletes_only_what_it_made(executed, tmp_path, capsys):
+    foreign = tmp_path / "mine"
+    (foreign / "src").mkdir(parents=True)
+    (foreign / "src" / "notes.txt").write_text("not the book's")
+    code, err = _book(capsys, "--executed", str(executed), "--out", str(foreign))
+    assert code == 1
+    one_error(err, "holds files this tool did not make")
+    assert (foreign / "src" / "notes.txt").read_text() == "not the book's"
+    for inside in (BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT):
+        code, err = _book(capsys, "--executed", str(executed), "--out", str(inside))
+        assert code == 1 and "error:" in one_error(err)
+    # A folder the tool made (its marker) may be rebuilt: staging replaces src/ only.
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / book.MARKER).write_text("")
+    assert book.check_out(ours) == ours.resolve()
+
+
+# --- bookcheck, evaluate, bench step -----------------------------------------------------------
+
+def test_bookcheck_on_a_missing_or_empty_folder(tmp_path, capsys):
+    assert bookcheck.main([str(tmp_path / "nowhere")]) == 2
+    one_error(capsys.readouterr().err, "is not a folder")
+    (tmp_path / "empty").mkdir()
+    assert bookcheck.main([str(tmp_path / "empty")]) == 2
+    one_error(capsys.readouterr().err, "no HTML pages", "python -m ampbook.book")
+
+
+@pytest.fixture(scope="module")
+def val_root(tmp_path_factory) -> Path:
+    return data.synthesize(tmp_path_factory.mktemp("eval") / "ds", 1, 2, height=32, width=64)
+
+
+def test_evaluate_prediction_folder_is_a_file(val_root, tmp_path, capsys):
+    blocker = tmp_path / "preds"
+    blocker.write_text("x")
+    assert evaluate.main([str(blocker), "--data-root", str(val_root)]) == 1
+    one_error(capsys.readouterr().err, "is a file")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_evaluate_on_cuda_without_cuda(val_root, tmp_path, capsys):
+    (tmp_path / "preds").mkdir()
+    assert evaluate.main([str(tmp_path / "preds"), "--data-root", str(val_root),
+                          "--device", "cuda"]) == 1
+    one_error(capsys.readouterr().err, "--device cuda", "no CUDA")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--batch-size", "0"], ["--batch-size must be at least 1"]),
+    (["--height", "12"], ["--height/--width", "multiple of 8"]),
+    (["--low-width", "8", "--low-height", "8"], ["--low-height/--low-width", "too small"]),
+    (["--device", "nonsense"], ["nonsense"]),
+])
+def test_bench_step_checks_its_arguments_before_measuring(argv, words, tmp_path, capsys):
+    assert bench_main(["step", *argv, "--json", str(tmp_path / "r.json")]) == 2
+    out = capsys.readouterr()
+    one_error(out.err, *words)
+    assert "runner step vs bare loop" not in out.out and not (tmp_path / "r.json").exists()
+
+
+# --- data synthesize -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, words", [
+    (["--height", "8"], ["at least 16x16"]),
+    (["--seed", "-1"], ["seed must be 0 or more"]),
+    (["--train", "0", "--val", "0"], ["positive number of images"]),
+])
+def test_synthesize_bad_arguments_write_nothing_and_a_retry_works(argv, words, tmp_path, capsys):
+    root = tmp_path / "ds"
+    base = ["synthesize", "--root", str(root), "--train", "2", "--val", "1", "--height", "32",
+            "--width", "64"]
+    assert data.main([*base, *argv]) == 1
+    one_error(capsys.readouterr().err, *words)
+    assert not root.exists()
+    assert data.main(base) == 0
+    assert (root / data.SYNTHETIC_MARKER).exists()
+
+
+def test_synthesize_root_is_a_file(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert data.main(["synthesize", "--root", str(blocker), "--train", "1", "--val", "1",
+                      "--height", "32", "--width", "64"]) == 1
+    one_error(capsys.readouterr().err, "is a file")
+    assert blocker.read_text() == "x"
+
+
+def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(tmp_path, capsys,
+                                                                        monkeypatch):
+    root = tmp_path / "ds"
+    real, calls = data.synthetic_pair, []
+
+    def failing(*args, **kw):  # the disk fills up after the first image
+        calls.append(args)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*args, **kw)
+
+    argv = ["synthesize", "--root", str(root), "--train", "3", "--val", "1", "--height", "32",
+            "--width", "64"]
+    monkeypatch.setattr(data, "synthetic_pair", failing)
+    assert data.main(argv) == 1
+    one_error(capsys.readouterr().err, "No space left", "run it again")
+    assert not (root / "leftImg8bit").exists() and not (root / "gtFine").exists()
+    monkeypatch.setattr(data, "synthetic_pair", real)
+    assert data.main(argv) == 0
+    assert len(list((root / "leftImg8bit").rglob("*.png"))) == 4
