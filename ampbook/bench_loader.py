@@ -164,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
     except ValueError:
         parser.error(f"--workers must be comma-separated non-negative integers, got {args.workers!r}")
+    for name in ("height", "width", "batch_size", "passes", "max_images", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     try:
         if args.root is not None:
             resolve_root(args.root)

@@ -44,7 +44,7 @@ async () => {
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
       .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.getAttribute('name')));
   const errors = Array.from(document.querySelectorAll('.output.traceback, #papermill-error-cell'))
-      .map(e => e.textContent.trim().split('\n').filter(l => l.trim()).slice(-1)[0] || '');
+      .map(e => e.textContent.trim().split('\\n').filter(l => l.trim()).slice(-1)[0] || '');
   return {imgs, nmath: maths.length, untypeset, text: clone.textContent, links, ids, errors,
           title: document.title, mathjax: !!(window.MathJax && MathJax.version), };
 }

@@ -109,6 +109,9 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
     else:
         origin = "root"
     path = Path(root).expanduser()
+    if path.exists() and not path.is_dir():
+        raise FileNotFoundError(f"Cityscapes root {str(path)!r} (from {origin}) is a file, not "
+                                "a folder; give the folder holding leftImg8bit/ and gtFine/")
     if not path.is_dir():
         raise FileNotFoundError(f"Cityscapes root {str(path)!r} (from {origin}) does not exist. "
                                 + GET_CITYSCAPES)

@@ -37,7 +37,9 @@ def ground_truth_files(root: str | os.PathLike | None, split: str = "val") -> li
     gt_dir = root / "gtFine" / split
     if not gt_dir.is_dir():
         present = sorted(d.name for d in (root / "gtFine").iterdir() if d.is_dir())
-        raise ValueError(f"unknown split {split!r}: {root / 'gtFine'} holds {', '.join(present) or 'none'}")
+        what = "is missing" if split in ("train", "val", "test") else "is unknown"
+        raise ValueError(f"split {split!r} {what}: {root / 'gtFine'} holds "
+                         f"{', '.join(present) or 'none'}")
     files = sorted(gt_dir.glob(f"*/*{GT_SUFFIX}"))
     if not files:
         raise FileNotFoundError(f"no ground truth files *{GT_SUFFIX} in {gt_dir}/CITY/")
