@@ -24,8 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"error: unknown benchmark {name!r}; choose one of: {', '.join(COMMANDS)}",
-              file=sys.stderr)
+        print(
+            f"error: unknown benchmark {name!r}; choose one of: {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
         return 2
     module = importlib.import_module(COMMANDS[name])
     return module.main(rest) or 0

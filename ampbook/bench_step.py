@@ -170,13 +170,24 @@ def main(argv: list[str] | None = None) -> int:
     w = args.width or (1024 if gpu else 256)
     lh = args.low_height or (512 if gpu else 32)
     lw = args.low_width or (1024 if gpu else 64)
-    try:  # every size and the batch size, checked as the runner checks them, before measuring
+    # Every size and the batch size, checked as the runner does, before measuring.
+    try:
         if args.batch_size < 1:
             raise ConfigError(f"--batch-size must be at least 1, got {args.batch_size}")
-        for height, width, which in ((h, w, "--height/--width"), (lh, lw, "--low-height/--low-width")):
+        for height, width, which in (
+            (h, w, "--height/--width"),
+            (lh, lw, "--low-height/--low-width"),
+        ):
             try:
-                validate(TrainConfig(precision=args.precision, device=str(dev), height=height,
-                                     width=width, batch_size=args.batch_size))
+                validate(
+                    TrainConfig(
+                        precision=args.precision,
+                        device=str(dev),
+                        height=height,
+                        width=width,
+                        batch_size=args.batch_size,
+                    )
+                )
             except ConfigError as err:
                 raise ConfigError(f"{which}: {err}") from None
         if args.json:

@@ -7,11 +7,12 @@
 ``chapters/``, then built with Sphinx warnings as errors. The result is static HTML at
 ``OUT/_build/html/index.html`` that opens from disk with no network.
 
-A failed or interrupted run is refused: its ``run_report.json`` names a notebook that did not
-finish, a notebook is marked so by ``python -m ampbook.run``, or a cell shows an error. OUT
-must be a new or empty folder, or one this tool made (it leaves ``OUT/.ampbook-book`` there);
-the tool replaces only its own staging folder ``OUT/src`` and Jupyter Book's ``OUT/_build``,
-and refuses an OUT inside the sources (``book/``, ``notebooks/``).
+A failed or interrupted run is refused: its ``run_report.json`` names a notebook that
+did not finish, a notebook is marked so by ``python -m ampbook.run``, or a cell shows an
+error. OUT must be a new or empty folder, or one this tool made (it leaves
+``OUT/.ampbook-book`` there); the tool replaces only its own staging folder ``OUT/src``
+and Jupyter Book's ``OUT/_build``, and refuses an OUT inside the sources (``book/``,
+``notebooks/``).
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def _build_section(report: dict) -> str:
 
 
 def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
-    """Refuse a folder of executed notebooks that is missing a chapter or holds a run that
-    failed: a notebook the run report or the notebook's own mark says did not finish, or a
-    cell with an error output (one not tagged ``raises-exception``)."""
+    """Refuse a folder of executed notebooks that is missing a chapter or holds a run
+    that failed: a notebook the run report or the notebook's own mark says did not
+    finish, or a cell with an error output (one not tagged ``raises-exception``)."""
     import nbformat
 
     from .run import run_status
@@ -86,29 +87,38 @@ def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
     if report_file.exists():
         try:
             report = json.loads(report_file.read_text())
-            bad = [(n["name"], n["status"]) for n in report["notebooks"]
-                   if n.get("status") != "ok" and n["name"] in chapters]
+            bad = [
+                (n["name"], n["status"])
+                for n in report["notebooks"]
+                if n.get("status") != "ok" and n["name"] in chapters
+            ]
         except (ValueError, KeyError, TypeError):
-            raise BookError(f"{report_file} is not a run report of python -m ampbook.run; "
-                            f"{again}") from None
+            raise BookError(
+                f"{report_file} is not a run report of python -m ampbook.run; {again}"
+            ) from None
         if bad:
             names = ", ".join(f"{n} ({status})" for n, status in bad)
-            raise BookError(f"the run in {executed} did not finish: {names}; fix it and {again}")
+            raise BookError(
+                f"the run in {executed} did not finish: {names}; fix it and {again}"
+            )
     for stem in chapters:
         path = executed / f"{stem}.ipynb"
         status = run_status(path)
         if status not in (None, "complete"):
-            raise BookError(f"{path} is from a run that did not finish (marked {status}); "
-                            f"{again}")
+            raise BookError(
+                f"{path} is from a run that did not finish (marked {status}); {again}"
+            )
         nb = nbformat.read(path, as_version=4)
         for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
             if "raises-exception" in cell.get("metadata", {}).get("tags", []):
                 continue
             for out in cell.get("outputs", []):
                 if out.get("output_type") == "error":
-                    raise BookError(f"{path} shows an error in a cell ({out.get('ename')}: "
-                                    f"{str(out.get('evalue', '')).splitlines()[:1]}); the book "
-                                    f"would print it. Fix the notebook and {again}")
+                    raise BookError(
+                        f"{path} shows an error in a cell ({out.get('ename')}: "
+                        f"{str(out.get('evalue', '')).splitlines()[:1]}); the book "
+                        f"would print it. Fix the notebook and {again}"
+                    )
 
 
 def check_out(out: Path) -> Path:
@@ -117,25 +127,33 @@ def check_out(out: Path) -> Path:
     out = Path(out).expanduser().resolve()
     for sources in (BOOK_DIR, NOTEBOOKS_DIR):
         if out == sources or sources in out.parents:
-            raise BookError(f"--out {out} is inside {sources}, the book's sources; use another "
-                            f"folder (default {DEFAULT_OUT})")
+            raise BookError(
+                f"--out {out} is inside {sources}, the book's sources; use another "
+                f"folder (default {DEFAULT_OUT})"
+            )
     if out == REPO_ROOT or out in REPO_ROOT.parents:
-        raise BookError(f"--out {out} holds the repository; use a folder of its own "
-                        f"(default {DEFAULT_OUT})")
+        raise BookError(
+            f"--out {out} holds the repository; use a folder of its own "
+            f"(default {DEFAULT_OUT})"
+        )
     if out.exists() and not out.is_dir():
         raise BookError(f"--out {out} is a file; give a folder")
     if out.is_dir() and any(out.iterdir()):
-        ours = (out / MARKER).exists() or ((out / "build.log").is_file()
-                                           and (out / "src" / "_toc.yml").is_file())
+        ours = (out / MARKER).exists() or (
+            (out / "build.log").is_file() and (out / "src" / "_toc.yml").is_file()
+        )
         if not ours:
-            raise BookError(f"--out {out} holds files this tool did not make; it replaces "
-                            "OUT/src and OUT/_build, so give a new or empty folder")
+            raise BookError(
+                f"--out {out} holds files this tool did not make; it replaces "
+                "OUT/src and OUT/_build, so give a new or empty folder"
+            )
     return out
 
 
 def stage(executed: Path, staging: Path, book_dir: Path = BOOK_DIR) -> Path:
-    """Copy the book sources and the executed notebooks into a fresh staging folder (replacing
-    an older one only when it is this tool's: the caller checks ``check_out``)."""
+    """Copy the book sources and the executed notebooks into a fresh staging folder
+    (replacing an older one only when it is this tool's: the caller checks
+    ``check_out``)."""
     executed = Path(executed)
     check_executed(executed, book_dir)
     if staging.exists():
@@ -159,7 +177,9 @@ def build(executed: Path | str = DEFAULT_EXECUTED, out: Path | str = DEFAULT_OUT
     executed = Path(executed).expanduser().resolve()
     check_executed(executed)
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("made by python -m ampbook.book; it replaces src/ and _build/\n")
+    (out / MARKER).write_text(
+        "made by python -m ampbook.book; it replaces src/ and _build/\n"
+    )
     staging = stage(executed, out / "src")
     cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(staging), "--path-output", str(out),
            "--warningiserror", "--nitpick", "--keep-going", "--all"]

@@ -2,13 +2,13 @@
 
     python -m ampbook.bookcheck [HTML_DIR]
 
-For every page: it loads from disk with the network blocked; every image loads; MathJax has
-typeset every math element and no raw TeX delimiters are left in the text; every internal
-link points to an existing page and anchor; nothing asked for the network; no cell shows an
-error (a traceback output, or papermill's "encountered an exception" banner). Prints one line
-per problem and exits 1 when there is any; a folder without pages or no Chromium is one
-``error:`` line and exit 2. Chromium: ``$CHROMIUM``, else ``chromium`` or
-``chromium-browser`` on PATH (Debian: ``apt-get install chromium``).
+For every page: it loads from disk with the network blocked; every image loads; MathJax
+has typeset every math element and no raw TeX delimiters are left in the text; every
+internal link points to an existing page and anchor; nothing asked for the network; no
+cell shows an error (a traceback output, or papermill's "encountered an exception"
+banner). Prints one line per problem and exits 1 when there is any; a folder without
+pages or no Chromium is one ``error:`` line and exit 2. Chromium: ``$CHROMIUM``, else
+``chromium`` or ``chromium-browser`` on PATH (Debian: ``apt-get install chromium``).
 """
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ async () => {
   const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
       .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.getAttribute('name')));
-  const errors = Array.from(document.querySelectorAll('.output.traceback, #papermill-error-cell'))
-      .map(e => e.textContent.trim().split('\\n').filter(l => l.trim()).slice(-1)[0] || '');
-  return {imgs, nmath: maths.length, untypeset, text: clone.textContent, links, ids, errors,
+  const failed = '.output.traceback, #papermill-error-cell';
+  const errors = Array.from(document.querySelectorAll(failed)).map(
+      e => e.textContent.trim().split('\\n').filter(l => l.trim()).slice(-1)[0] || '');
+  return {imgs, nmath: maths.length, untypeset, text: clone.textContent, links, ids,
+          errors,
           title: document.title, mathjax: !!(window.MathJax && MathJax.version), };
 }
 """
@@ -85,7 +87,9 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
                          "(python -m ampbook.book) and give its OUT/_build/html")
     chromium = chromium or find_chromium()
     if chromium is None:
-        raise CheckError("Chromium not found: apt-get install chromium, or set $CHROMIUM")
+        raise CheckError(
+            "Chromium not found: apt-get install chromium, or set $CHROMIUM"
+        )
     reports: list[PageReport] = []
     page_info: dict[Path, dict] = {}
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile_dir:
@@ -129,7 +133,9 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
             report.problems += [f"asked the network for {u}" for u in network]
             report.problems += [f"resource failed to load: {u}" for u in failed]
             report.problems += [f"JavaScript error: {e}" for e in errors]
-            report.problems += [f"shows an error output: {e[:160]!r}" for e in info["errors"]]
+            report.problems += [
+                f"shows an error output: {e[:160]!r}" for e in info["errors"]
+            ]
         browser.close()
     # Internal links: the target file exists and, with a fragment, has that id.
     by_path = {p.resolve(): info for p, info in page_info.items()}

@@ -110,8 +110,10 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
         origin = "root"
     path = Path(root).expanduser()
     if path.exists() and not path.is_dir():
-        raise FileNotFoundError(f"Cityscapes root {str(path)!r} (from {origin}) is a file, not "
-                                "a folder; give the folder holding leftImg8bit/ and gtFine/")
+        raise FileNotFoundError(
+            f"Cityscapes root {str(path)!r} (from {origin}) is a file, not "
+            "a folder; give the folder holding leftImg8bit/ and gtFine/"
+        )
     if not path.is_dir():
         raise FileNotFoundError(f"Cityscapes root {str(path)!r} (from {origin}) does not exist. "
                                 + GET_CITYSCAPES)
@@ -135,10 +137,12 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
         raise ValueError(f"unknown split {split!r}: Cityscapes splits are {', '.join(SPLITS)}; "
                          f"{root / 'leftImg8bit'} holds {', '.join(present) or 'none'}")
     if split not in present:
-        raise FileNotFoundError(f"split {split!r} is missing: {root / 'leftImg8bit'} holds "
-                                f"{', '.join(present) or 'no split'}, and no {split}/ folder. "
-                                "Unpack the whole leftImg8bit_trainvaltest.zip and "
-                                "gtFine_trainvaltest.zip there")
+        raise FileNotFoundError(
+            f"split {split!r} is missing: {root / 'leftImg8bit'} holds "
+            f"{', '.join(present) or 'no split'}, and no {split}/ folder. "
+            "Unpack the whole leftImg8bit_trainvaltest.zip and "
+            "gtFine_trainvaltest.zip there"
+        )
     img_dir, gt_dir = root / "leftImg8bit" / split, root / "gtFine" / split
     if not gt_dir.is_dir():
         raise FileNotFoundError(f"split {split!r} has images in {img_dir} but no label folder {gt_dir}")
@@ -178,7 +182,8 @@ def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
 
 
 def _why(err: BaseException) -> str:
-    """A decoder's complaint without the C++ source location torchvision puts in front."""
+    """A decoder's complaint without the C++ source location torchvision puts in
+    front."""
     return re.sub(r"^.*?\.cpp:\d+, ", "", str(err)).strip()
 
 
@@ -221,9 +226,10 @@ def read_label_ids(path: Path) -> np.ndarray:
 
 
 def check_headers(pairs: list[tuple[Path, Path]]) -> None:
-    """Read only the PNG headers of (image, label) pairs: each file opens, each label has one
-    channel and the size of its image. Cheap (no decoding), so a run can check every file
-    before its first step; ``DataError`` names the first bad file."""
+    """Read only the PNG headers of (image, label) pairs: each file opens, each label
+    has one channel and the size of its image. Cheap (no decoding), so a run can check
+    every file before its first step; ``DataError`` names the first bad file."""
+
     def header(path: Path, what: str) -> tuple[tuple[int, int], int]:
         try:
             with Image.open(path) as img:
@@ -235,11 +241,15 @@ def check_headers(pairs: list[tuple[Path, Path]]) -> None:
         size, _ = header(image_path, "image")
         lsize, channels = header(label_path, "label file")
         if channels != 1:
-            raise DataError(f"label file {label_path} has {channels} channels; a labelIds PNG "
-                            "has one (the Cityscapes labelId of each pixel)")
+            raise DataError(
+                f"label file {label_path} has {channels} channels; a labelIds PNG "
+                "has one (the Cityscapes labelId of each pixel)"
+            )
         if size != lsize:
-            raise DataError(f"image {image_path} is {size[0]}x{size[1]} but its label file "
-                            f"{label_path} is {lsize[0]}x{lsize[1]} (W x H)")
+            raise DataError(
+                f"image {image_path} is {size[0]}x{size[1]} but its label file "
+                f"{label_path} is {lsize[0]}x{lsize[1]} (W x H)"
+            )
 
 
 def label_ids_to_train_ids(ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
@@ -565,26 +575,39 @@ def _file_stem(split: str, index: int) -> tuple[str, str]:
     return city, f"{city}_{index:06d}_000019"  # Cityscapes annotates the 20th frame of a clip
 
 
-def check_synthesis(root: str | os.PathLike, train: int, val: int, seed: int = 0,
-                    height: int = 1024, width: int = 2048) -> Path:
-    """Every argument of ``synthesize`` checked before anything is written (``ValueError``,
-    ``FileExistsError``); returns ``root`` as a Path."""
+def check_synthesis(
+    root: str | os.PathLike,
+    train: int,
+    val: int,
+    seed: int = 0,
+    height: int = 1024,
+    width: int = 2048,
+) -> Path:
+    """Every argument of ``synthesize`` checked before anything is written
+    (``ValueError``, ``FileExistsError``); returns ``root`` as a Path."""
     root = Path(root)
     if not str(root).strip():
         raise ValueError("root is an empty path; give the folder to write into")
     if root.exists() and not root.is_dir():
-        raise FileExistsError(f"root {root} is a file; give a folder to write the data set into")
+        raise FileExistsError(
+            f"root {root} is a file; give a folder to write the data set into"
+        )
     if train < 0 or val < 0 or train + val == 0:
-        raise ValueError(f"need a positive number of images, got train={train}, val={val}")
+        raise ValueError(
+            f"need a positive number of images, got train={train}, val={val}"
+        )
     if height < 16 or width < 16:
-        raise ValueError(f"synthetic images need at least 16x16 pixels, got {width}x{height} "
-                         "(W x H)")
+        raise ValueError(
+            f"synthetic images need at least 16x16 pixels, got {width}x{height} (W x H)"
+        )
     if seed < 0:
         raise ValueError(f"seed must be 0 or more, got {seed}")
     if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
         if not (root / SYNTHETIC_MARKER).exists():
-            raise FileExistsError(f"{root} already holds a dataset that is not synthetic; "
-                                  "refusing to write synthetic images into it")
+            raise FileExistsError(
+                f"{root} already holds a dataset that is not synthetic; "
+                "refusing to write synthetic images into it"
+            )
     return root
 
 
@@ -682,24 +705,39 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _synthesize_cli(args) -> int:
-    """``synthesize``: arguments checked before anything is written; a run that stops half-way
-    (Ctrl-C, a full disk) removes the folders it began, so that a retry is not refused."""
-    root = check_synthesis(args.root, args.train, args.val, args.seed, args.height, args.width)
+    """``synthesize``: arguments checked before anything is written; a run that stops
+    half-way (Ctrl-C, a full disk) removes the folders it began, so that a retry is not
+    refused."""
+    root = check_synthesis(
+        args.root, args.train, args.val, args.seed, args.height, args.width
+    )
     fresh = [d for d in (root / "leftImg8bit", root / "gtFine") if not d.exists()]
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise FileExistsError(f"cannot create {root}: {err.strerror}; choose another --root") from None
+        raise FileExistsError(
+            f"cannot create {root}: {err.strerror}; choose another --root"
+        ) from None
     try:
-        synthesize(root, args.train, args.val, seed=args.seed, height=args.height,
-                   width=args.width, progress=True)
+        synthesize(
+            root,
+            args.train,
+            args.val,
+            seed=args.seed,
+            height=args.height,
+            width=args.width,
+            progress=True,
+        )
     except (KeyboardInterrupt, OSError) as err:
         if not (root / SYNTHETIC_MARKER).exists():
             for d in fresh:
                 shutil.rmtree(d, ignore_errors=True)
         what = "interrupted" if isinstance(err, KeyboardInterrupt) else f"failed: {err}"
-        print(f"error: synthesize {what}; the half-written images were removed, run it again",
-              file=sys.stderr)
+        print(
+            f"error: synthesize {what}; the half-written images were removed, "
+            "run it again",
+            file=sys.stderr,
+        )
         return 130 if isinstance(err, KeyboardInterrupt) else 1
     return 0
 

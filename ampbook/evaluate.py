@@ -48,8 +48,10 @@ def ground_truth_files(root: str | os.PathLike | None, split: str = "val") -> li
 
 def _prediction_index(pred_dir: Path) -> list[Path]:
     if pred_dir.exists() and not pred_dir.is_dir():
-        raise FileNotFoundError(f"prediction folder {pred_dir} is a file; give the folder of "
-                                "labelId PNG predictions")
+        raise FileNotFoundError(
+            f"prediction folder {pred_dir} is a file; give the folder of "
+            "labelId PNG predictions"
+        )
     if not pred_dir.is_dir():
         raise FileNotFoundError(f"prediction folder {pred_dir} does not exist")
     return sorted(Path(r) / f for r, _, files in os.walk(pred_dir) for f in files if f.endswith(".png"))
@@ -152,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --device {args.device}: {err}", file=sys.stderr)
         return 1
     try:
-        result = evaluate_folder(args.pred_dir, args.data_root, args.split, device=device)
+        result = evaluate_folder(
+            args.pred_dir, args.data_root, args.split, device=device
+        )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

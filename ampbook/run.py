@@ -1,22 +1,24 @@
 """Execute the book's notebooks with papermill, from their jupytext sources.
 
-    python -m ampbook.run [--profile smoke|cpu|gpu] [--out DIR] [-p NAME VALUE ...] [NOTEBOOK ...]
+    python -m ampbook.run [--profile smoke|cpu|gpu] [--out DIR] [-p NAME VALUE ...]
+                          [NOTEBOOK ...]
 
-NOTEBOOK is a path (``notebooks/01_floating_point.py``), a stem (``01_floating_point``) or a
-chapter number (``1``); all notebooks by default, in file order. Each ``.py`` source is
-converted with jupytext, the profile's parameters (``notebooks/profiles.yml``) are injected
-into its ``parameters`` cell, and papermill runs it into ``DIR/NN_topic.ipynb``. The profile is
-``gpu`` when CUDA is available, else ``cpu``, unless ``--profile`` or ``$AMPBOOK_PROFILE``
-names one. ``-p NAME VALUE`` (papermill's convention, repeatable) overrides one parameter of
-every selected notebook whose parameters cell defines NAME; VALUE is read as YAML (``-p lr
-1e-3``, ``-p precisions '[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an
-error naming their parameters. On failure or Ctrl-C the run stops with the notebook and the
-failing cell named; the partly executed notebook stays in DIR for inspection, marked in its
-metadata (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
-``python -m ampbook.book`` refuses to build from it. DIR may not lie inside ``notebooks/`` or
-``book/`` (the sources). A per-notebook time table with the run's total ends the run and
-``DIR/run_report.json`` records it. The kernels talk to the runner over local IPC sockets in
-a private temporary folder, not TCP.
+NOTEBOOK is a path (``notebooks/01_floating_point.py``), a stem (``01_floating_point``)
+or a chapter number (``1``); all notebooks by default, in file order. Each ``.py``
+source is converted with jupytext, the profile's parameters (``notebooks/profiles.yml``)
+are injected into its ``parameters`` cell, and papermill runs it into
+``DIR/NN_topic.ipynb``. The profile is ``gpu`` when CUDA is available, else ``cpu``,
+unless ``--profile`` or ``$AMPBOOK_PROFILE`` names one. ``-p NAME VALUE`` (papermill's
+convention, repeatable) overrides one parameter of every selected notebook whose
+parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precisions
+'[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an error naming their
+parameters. On failure or Ctrl-C the run stops with the notebook and the failing cell
+named; the partly executed notebook stays in DIR for inspection, marked in its metadata
+(``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
+``python -m ampbook.book`` refuses to build from it. DIR may not lie inside
+``notebooks/`` or ``book/`` (the sources). A per-notebook time table with the run's
+total ends the run and ``DIR/run_report.json`` records it. The kernels talk to the
+runner over local IPC sockets in a private temporary folder, not TCP.
 """
 
 from __future__ import annotations
@@ -193,44 +195,63 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print,
     # The kernel inherits the environment: figures must go to the notebook, not to Agg.
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     start = time.perf_counter()
-    # Local IPC sockets in a private folder: no TCP port, so the kernel has nothing to warn
-    # about ("Kernel is running over TCP without encryption") and nothing is exposed.
+    # Local IPC sockets in a private folder: no TCP port, so the kernel has nothing to
+    # warn about ("Kernel is running over TCP without encryption") and nothing is
+    # exposed.
     sockets = tempfile.mkdtemp(prefix="ampbook-kernel-")
-    kernel_config = {"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "k")}}
+    kernel_config = {
+        "KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "k")}
+    }
     kernels, started = _kernel_manager_class()
     interrupted: list = []
     old_handler = _forward_sigint((kernels, started), interrupted)
     try:
         from traitlets.config import Config
 
-        pm.execute_notebook(nb, str(output), parameters=params, kernel_name="python3",
-                            cwd=str(source.parent), progress_bar=sys.stderr.isatty(),
-                            log_output=False, report_mode=False, config=Config(kernel_config),
-                            kernel_manager_class=kernels)
+        pm.execute_notebook(
+            nb,
+            str(output),
+            parameters=params,
+            kernel_name="python3",
+            cwd=str(source.parent),
+            progress_bar=sys.stderr.isatty(),
+            log_output=False,
+            report_mode=False,
+            config=Config(kernel_config),
+            kernel_manager_class=kernels,
+        )
     except pm.PapermillExecutionError as err:
         run.seconds = time.perf_counter() - start
         if interrupted and err.ename == "KeyboardInterrupt":
             where = _failing_cell(nbformat.read(output, as_version=4), source)
             mark(output, "interrupted", f"interrupted (Ctrl-C) in {where}")
-            raise RunInterrupted(f"{source.stem} was interrupted in {where}; the partly "
-                                 f"executed notebook is kept at {output}, marked "
-                                 "interrupted") from None
+            raise RunInterrupted(
+                f"{source.stem} was interrupted in {where}; the partly "
+                f"executed notebook is kept at {output}, marked "
+                "interrupted"
+            ) from None
         executed = nbformat.read(output, as_version=4)
         where = _failing_cell(executed, source)
         evalue = (str(err.evalue).strip().splitlines() or [""])[0]
         mark(output, "failed", f"{err.ename}: {evalue}")
-        raise RunError(f"{source.stem} failed in {where}: {err.ename}: {evalue}; the partly "
-                       f"executed notebook is kept at {output}, marked failed") from None
+        raise RunError(
+            f"{source.stem} failed in {where}: {err.ename}: {evalue}; the partly "
+            f"executed notebook is kept at {output}, marked failed"
+        ) from None
     except KeyboardInterrupt:
         mark(output, "interrupted", "interrupted (Ctrl-C)")
-        raise RunInterrupted(f"{source.stem} was interrupted; the partly executed notebook "
-                             f"(if any) is kept at {output}, marked interrupted") from None
+        raise RunInterrupted(
+            f"{source.stem} was interrupted; the partly executed notebook "
+            f"(if any) is kept at {output}, marked interrupted"
+        ) from None
     except Exception as err:  # kernel died, timeout, bad parameters...
         first = (str(err).strip().splitlines() or [""])[0]
         mark(output, "failed", f"{type(err).__name__}: {first}")
-        raise RunError(f"{source.stem} could not be executed: {type(err).__name__}: {first}; "
-                       f"the partly executed notebook (if any) is at {output}, marked "
-                       "failed") from None
+        raise RunError(
+            f"{source.stem} could not be executed: {type(err).__name__}: {first}; "
+            f"the partly executed notebook (if any) is at {output}, marked "
+            "failed"
+        ) from None
     finally:
         if old_handler is not None:
             signal.signal(signal.SIGINT, old_handler)
@@ -253,7 +274,8 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print,
 
 
 def _kernel_manager_class():
-    """A kernel manager class that records the kernels it starts, and the list it fills."""
+    """A kernel manager class that records the kernels it starts, and the list it
+    fills."""
     from jupyter_client import AsyncKernelManager
 
     started: list = []
@@ -267,9 +289,10 @@ def _kernel_manager_class():
 
 
 def _forward_sigint(kernels, interrupted: list):
-    """Ctrl-C while a notebook runs interrupts its kernel, as Jupyter's stop button does: the
-    running cell stops with KeyboardInterrupt and the run ends cleanly. A second Ctrl-C stops
-    the runner at once. Returns the previous handler (None when none could be set)."""
+    """Ctrl-C while a notebook runs interrupts its kernel, as Jupyter's stop button
+    does: the running cell stops with KeyboardInterrupt and the run ends cleanly. A
+    second Ctrl-C stops the runner at once. Returns the previous handler (None when none
+    could be set)."""
     started = kernels[1] if isinstance(kernels, tuple) else None
 
     def handler(signum, frame):
@@ -289,7 +312,8 @@ def _forward_sigint(kernels, interrupted: list):
 
 
 def mark(output: Path, status: str, error: str | None = None) -> None:
-    """Record in an executed notebook's metadata how its run ended (``ampbook.status``)."""
+    """Record in an executed notebook's metadata how its run ended
+    (``ampbook.status``)."""
     import nbformat
 
     if not output.exists():
@@ -319,11 +343,15 @@ def check_out_dir(out_dir: Path) -> Path:
     """The output folder, resolved; refused when it is a file or inside the sources."""
     out_dir = Path(out_dir).expanduser().resolve()
     if out_dir.exists() and not out_dir.is_dir():
-        raise RunError(f"--out {out_dir} is a file; give a folder for the executed notebooks")
+        raise RunError(
+            f"--out {out_dir} is a file; give a folder for the executed notebooks"
+        )
     for sources in (NOTEBOOKS_DIR, BOOK_DIR):
         if out_dir == sources or sources in out_dir.parents:
-            raise RunError(f"--out {out_dir} is inside {sources}, the book's sources: the run "
-                           f"would overwrite them; use another folder (default {DEFAULT_OUT})")
+            raise RunError(
+                f"--out {out_dir} is inside {sources}, the book's sources: the run "
+                f"would overwrite them; use another folder (default {DEFAULT_OUT})"
+            )
     return out_dir
 
 
@@ -332,7 +360,9 @@ def parse_value(text: str):
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise RunError(f"-p value {text!r} is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise RunError(
+            f"-p value {text!r} is not valid YAML: {str(err).splitlines()[0]}"
+        ) from None
     if isinstance(value, str):
         try:
             return float(value)
@@ -342,14 +372,19 @@ def parse_value(text: str):
 
 
 def apply_overrides(plans: list[tuple[Path, dict, dict]], overrides: dict) -> None:
-    """Set each ``-p NAME VALUE`` in every plan (source, params, cell names) that defines NAME;
-    a NAME none of them defines is an error that lists what they define."""
+    """Set each ``-p NAME VALUE`` in every plan (source, params, cell names) that
+    defines NAME; a NAME none of them defines is an error that lists what they
+    define."""
     for name, value in overrides.items():
         hits = [params for _, params, names in plans if name in names]
         if not hits:
-            known = "; ".join(f"{src.stem}: {', '.join(sorted(names))}" for src, _, names in plans)
-            raise RunError(f"-p {name}: no selected notebook has a parameter {name!r} "
-                           f"(their parameters: {known})")
+            known = "; ".join(
+                f"{src.stem}: {', '.join(sorted(names))}" for src, _, names in plans
+            )
+            raise RunError(
+                f"-p {name}: no selected notebook has a parameter {name!r} "
+                f"(their parameters: {known})"
+            )
         for params in hits:
             params[name] = value
 
@@ -361,14 +396,21 @@ def time_table(runs: list[NotebookRun], wall: float | None = None) -> str:
         lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.executed_cells:>5}  {r.seconds:>8.1f}")
     lines.append(f"{'total':<{width}}  {'':<6}  {'':>5}  {sum(r.seconds for r in runs):>8.1f}")
     if wall is not None:
-        lines.append(f"run time {wall:.1f} s in all (wall clock, with conversion and kernel "
-                     "start-up)")
+        lines.append(
+            f"run time {wall:.1f} s in all (wall clock, with conversion and kernel "
+            "start-up)"
+        )
     return "\n".join(lines)
 
 
-def run_notebooks(specs: list[str] | None = None, profile: str | None = None,
-                  out_dir: Path | str = DEFAULT_OUT, log=print, threads: int | None = None,
-                  overrides: dict | None = None) -> list[NotebookRun]:
+def run_notebooks(
+    specs: list[str] | None = None,
+    profile: str | None = None,
+    out_dir: Path | str = DEFAULT_OUT,
+    log=print,
+    threads: int | None = None,
+    overrides: dict | None = None,
+) -> list[NotebookRun]:
     """Execute notebooks (all by default); raise RunError at the first failure.
     ``overrides`` (``-p NAME VALUE``) replace parameters of the profile."""
     started = time.perf_counter()
@@ -446,7 +488,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("error: interrupted before any notebook ran; nothing was written", file=sys.stderr)
+        print(
+            "error: interrupted before any notebook ran; nothing was written",
+            file=sys.stderr,
+        )
         return 130
     return 0
 

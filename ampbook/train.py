@@ -55,40 +55,41 @@ nothing): ``DIR/NAME.json`` after every epoch (atomically: a temporary file, the
 ``os.replace``), and the checkpoint ``DIR/NAME.ckpt`` after every epoch: model, optimizer,
 scaler, scheduler, the RNG states of torch (CPU and CUDA), numpy and Python of every rank, the
 epoch, and the records so far; it loads with ``torch.load(..., weights_only=True)``.
-``--resume`` continues from it and ends with the same weights and numbers as an uninterrupted
-run (same settings; the interrupted epoch is run again from its start; accumulation windows
-never cross an epoch, so no gradient is pending at a checkpoint). NAME is ``--name``, else
-built from the settings (``run_name``). One process at a time owns a run name: it holds
-``OUT/NAME.lock`` (``flock``, freed when the process dies), and a run whose ``NAME.json`` or
-``NAME.ckpt`` exists is refused unless it is ``--resume``'d or ``--overwrite``'n.
-``--accumulate N`` steps every N batches counted from the epoch's start; the epoch's last
-window may be shorter (it steps at the epoch's end); N above the batches of an epoch is an
-error.
+``--resume`` continues from it and ends with the same weights and numbers as an
+uninterrupted run (same settings; the interrupted epoch is run again from its start;
+accumulation windows never cross an epoch, so no gradient is pending at a checkpoint).
+NAME is ``--name``, else built from the settings (``run_name``). One process at a time
+owns a run name: it holds ``OUT/NAME.lock`` (``flock``, freed when the process dies),
+and a run whose ``NAME.json`` or ``NAME.ckpt`` exists is refused unless it is
+``--resume``'d or ``--overwrite``'n. ``--accumulate N`` steps every N batches counted
+from the epoch's start; the epoch's last window may be shorter (it steps at the epoch's
+end); N above the batches of an epoch is an error. ``--save-predictions DIR`` writes the
+last epoch's val predictions as Cityscapes labelId PNGs at the label files' size (logits
+upsampled bilinearly, then the arg-max), named ``DIR/CITY/CITY_SEQ_FRAME_pred.png``, as
+cityscapesscripts' evaluator and ``python -m ampbook.evaluate DIR`` read them.
 
 Failures: bad settings, data that cannot be listed or whose PNG headers are wrong (size,
-channels), an output path that cannot be written and a checkpoint that is not this runner's
-are ``ConfigError`` before the first step; a file that fails to decode mid-epoch is
-``TrainError`` and Ctrl-C ``Interrupted``, both naming what the earlier epochs saved and the
-``--resume`` command. ``python -m ampbook.train`` prints each as one ``error:`` line. ``--save-predictions DIR`` writes the last
-epoch's val predictions as Cityscapes labelId PNGs at the label files' size (logits upsampled
-bilinearly, then the arg-max), named ``DIR/CITY/CITY_SEQ_FRAME_pred.png``, as cityscapesscripts'
-evaluator and ``python -m ampbook.evaluate DIR`` read them.
+channels), an output path that cannot be written and a checkpoint that is not this
+runner's are ``ConfigError`` before the first step; a file that fails to decode
+mid-epoch is ``TrainError`` and Ctrl-C ``Interrupted``, both naming what the earlier
+epochs saved and the ``--resume`` command. ``python -m ampbook.train`` prints each as
+one ``error:`` line.
 
 Results schema (``SCHEMA_VERSION`` 1; also in ``data/results/README.md``)
 -------------------------------------------------------------------------
-Top level: ``schema`` ("ampbook.train"), ``schema_version``, ``name``, ``status`` ("running",
-"complete", "stopped: non-finite loss", "interrupted", "failed"), ``started`` (the first
-start; kept on resume)/``finished`` (ISO 8601 UTC), ``resumed`` (``at``, ``after_epoch``: one
-per resumption),
-``config`` (every ``TrainConfig`` field), ``resolved`` (what the settings resolved to:
-``device``, ``autocast_dtype`` (null for fp32), ``grad_scaler``, ``data_root``, ``synthetic_data``,
-``train_images``, ``val_images``, ``world_size``, ``global_batch_size``, ``memory_format``,
+Top level: ``schema`` ("ampbook.train"), ``schema_version``, ``name``, ``status``
+("running", "complete", "stopped: non-finite loss", "interrupted", "failed"),
+``started`` (the first start; kept on resume)/``finished`` (ISO 8601 UTC), ``resumed``
+(``at``, ``after_epoch``: one per resumption), ``config`` (every ``TrainConfig`` field),
+``resolved`` (what the settings resolved to: ``device``, ``autocast_dtype`` (null for
+fp32), ``grad_scaler``, ``data_root``, ``synthetic_data``, ``train_images``,
+``val_images``, ``world_size``, ``global_batch_size``, ``memory_format``,
 ``class_weights`` (list or null), ``parameters``, ``warnings``, ``resumed_from_epoch``),
-``environment`` (``ampbook.env.environment``: versions, device name, tensor cores, TF32 and
-cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below), ``summary``, and
-only in a run that stopped early ``stopped`` (``epoch``, ``message``; for non-finite values
-also the run's ``optimizer_steps``, ``skipped_steps``, ``nonfinite_losses`` and
-``loss_scale`` so far).
+``environment`` (``ampbook.env.environment``: versions, device name, tensor cores, TF32
+and cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below),
+``summary``, and only in a run that stopped early ``stopped`` (``epoch``, ``message``;
+for non-finite values also the run's ``optimizer_steps``, ``skipped_steps``,
+``nonfinite_losses`` and ``loss_scale`` so far).
 
 Epoch record: ``epoch`` (1-based), ``lr``, ``steps`` (batches), ``images``, ``optimizer_steps``,
 ``skipped_steps``, ``nonfinite_losses``, ``loss_scale`` (GradScaler scale at the epoch's end;
@@ -171,12 +172,13 @@ class NonFiniteLossError(RuntimeError):
 
 
 class TrainError(RuntimeError):
-    """A known failure during a run (a broken data file, an output that cannot be written);
-    the message says what was kept and how to continue."""
+    """A known failure during a run (a broken data file, an output that cannot be
+    written); the message says what was kept and how to continue."""
 
 
 class Interrupted(TrainError):
-    """Ctrl-C (SIGINT) during a run; the message says what was saved and how to resume."""
+    """Ctrl-C (SIGINT) during a run; the message says what was saved and how to
+    resume."""
 
 
 def _opt(help: str, **kw):
@@ -220,8 +222,13 @@ class TrainConfig:
                                                         cli_default="build/runs"))
     name: str | None = field(default=None, metadata=_opt("run name (default: from the settings)"))
     resume: bool = field(default=False, metadata=_opt("continue from OUT/NAME.ckpt"))
-    overwrite: bool = field(default=False, metadata=_opt(
-        "replace an earlier run's OUT/NAME.json and OUT/NAME.ckpt (refused without it)"))
+    overwrite: bool = field(
+        default=False,
+        metadata=_opt(
+            "replace an earlier run's OUT/NAME.json and OUT/NAME.ckpt "
+            "(refused without it)"
+        ),
+    )
     checkpoint: bool = field(default=True, metadata=_opt("do not write checkpoints", flag="--no-checkpoint"))
     save_predictions: str | None = field(default=None, metadata=_opt(
         "write the last epoch's val predictions (labelId PNGs) to this folder"))
@@ -297,18 +304,30 @@ def validate(cfg: TrainConfig) -> Resolved:
     for name in ("out", "save_predictions"):
         value = getattr(cfg, name)
         if value is not None and not str(value).strip():
-            raise ConfigError(f"{name} is an empty path; give a folder (or leave it unset)")
-    if cfg.name is not None and (not cfg.name.strip() or "/" in cfg.name or os.sep in cfg.name
-                                 or cfg.name.startswith(".")):
-        raise ConfigError(f"name {cfg.name!r} is not a file name: give a name without a path "
-                          "separator and not starting with '.', or leave it unset")
+            raise ConfigError(
+                f"{name} is an empty path; give a folder (or leave it unset)"
+            )
+    if cfg.name is not None and (
+        not cfg.name.strip()
+        or "/" in cfg.name
+        or os.sep in cfg.name
+        or cfg.name.startswith(".")
+    ):
+        raise ConfigError(
+            f"name {cfg.name!r} is not a file name: give a name without a path "
+            "separator and not starting with '.', or leave it unset"
+        )
     if (cfg.height // 8) * (cfg.width // 8) < 2:
-        raise ConfigError(f"{cfg.width}x{cfg.height} (W x H) is too small: ERFNet works at 1/8 of "
-                          "that size, where batch norm needs more than one value per channel "
-                          "(a batch may hold one image); use at least 16x8 or 8x16")
+        raise ConfigError(
+            f"{cfg.width}x{cfg.height} (W x H) is too small: ERFNet works at 1/8 of "
+            "that size, where batch norm needs more than one value per channel "
+            "(a batch may hold one image); use at least 16x8 or 8x16"
+        )
     if cfg.resume and cfg.overwrite:
-        raise ConfigError("resume and overwrite contradict each other: --resume continues "
-                          "OUT/NAME, --overwrite replaces it; give one")
+        raise ConfigError(
+            "resume and overwrite contradict each other: --resume continues "
+            "OUT/NAME, --overwrite replaces it; give one"
+        )
     if cfg.resume and not cfg.out:
         raise ConfigError("resume needs out (the folder holding NAME.ckpt)")
     if cfg.resume:
@@ -387,17 +406,18 @@ class StepCounters:
 class TrainStep:
     """The runner's training step, also timed by ``python -m ampbook.bench step``.
 
-    ``step(images, labels, meter=None) -> float`` runs one batch: forward pass and loss under
-    autocast (when the precision has one), backward (scaled with a GradScaler), and at the end
-    of each accumulation window the optimizer step: unscale and clip when asked, skip on
-    non-finite gradients, ``scaler.step``/``update``. Returns the batch's loss as a Python
-    float. ``meter`` (a ``SavedTensorMeter``) wraps the forward pass when given.
+    ``step(images, labels, meter=None) -> float`` runs one batch: forward pass and loss
+    under autocast (when the precision has one), backward (scaled with a GradScaler),
+    and at the end of each accumulation window the optimizer step: unscale and clip when
+    asked, skip on non-finite gradients, ``scaler.step``/``update``. Returns the batch's
+    loss as a Python float. ``meter`` (a ``SavedTensorMeter``) wraps the forward pass
+    when given.
 
-    Accumulation windows: ``accumulate`` batches each, counted from the start of an epoch
-    (``begin_epoch(batches)``); the epoch's last window may be shorter and steps at the
-    epoch's end, with each loss divided by the window's own length. So no window crosses an
-    epoch, and a checkpoint written between epochs holds no pending gradients. Without
-    ``begin_epoch`` every window is ``accumulate`` batches long.
+    Accumulation windows: ``accumulate`` batches each, counted from the start of an
+    epoch (``begin_epoch(batches)``); the epoch's last window may be shorter and steps
+    at the epoch's end, with each loss divided by the window's own length. So no window
+    crosses an epoch, and a checkpoint written between epochs holds no pending
+    gradients. Without ``begin_epoch`` every window is ``accumulate`` batches long.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, criterion: nn.Module,
@@ -449,7 +469,8 @@ class TrainStep:
         return value
 
     def begin_epoch(self, batches: int) -> None:
-        """Start an epoch of ``batches`` batches: windows restart, the last one ends with it."""
+        """Start an epoch of ``batches`` batches: windows restart, the last one ends
+        with it."""
         self._micro, self._remaining = 0, batches
 
     def _optimizer_step(self) -> None:
@@ -871,11 +892,13 @@ def run_training(cfg: TrainConfig) -> dict:
             dist.destroy_process_group()
 
 
-# --- the output folder: one run per name, nothing overwritten by accident --------------------
+# --- the output folder: one run per name, nothing overwritten by accident -------------
+
 
 class RunLock:
-    """An exclusive lock on ``OUT/NAME.lock`` for one run name. ``fcntl.flock`` is released by
-    the kernel when the process dies, so a killed run never leaves a stale lock behind."""
+    """An exclusive lock on ``OUT/NAME.lock`` for one run name. ``fcntl.flock`` is
+    released by the kernel when the process dies, so a killed run never leaves a stale
+    lock behind."""
 
     def __init__(self, path: Path, name: str):
         self.path = Path(path)
@@ -883,16 +906,23 @@ class RunLock:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as err:
-                raise ConfigError(f"cannot write in {self.path.parent}: {err.strerror}; choose "
-                                  "a writable folder for --out") from None
+                raise ConfigError(
+                    f"cannot write in {self.path.parent}: {err.strerror}; choose "
+                    "a writable folder for --out"
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                holder = os.read(fd, 300).decode(errors="replace").strip() or "unknown process"
+                holder = (
+                    os.read(fd, 300).decode(errors="replace").strip()
+                    or "unknown process"
+                )
                 os.close(fd)
-                raise ConfigError(f"run {name!r} in {self.path.parent} is in use by another "
-                                  f"process ({holder}); wait for it to end, or choose another "
-                                  "--name") from None
+                raise ConfigError(
+                    f"run {name!r} in {self.path.parent} is in use by another "
+                    f"process ({holder}); wait for it to end, or choose another "
+                    "--name"
+                ) from None
             try:  # the previous holder may have removed the file between open and flock
                 same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -901,7 +931,9 @@ class RunLock:
                 break
             os.close(fd)
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}\n".encode())
+        os.write(
+            fd, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}\n".encode()
+        )
         self.fd = fd
 
     def release(self) -> None:
@@ -912,42 +944,62 @@ class RunLock:
 
 @contextlib.contextmanager
 def _output_folder(cfg: TrainConfig, out: Path, name: str):
-    """Lock ``out`` for ``name`` and check it before any work: a folder that can be written,
-    no earlier run of that name unless resuming or overwriting, no stale temporary files."""
+    """Lock ``out`` for ``name`` and check it before any work: a folder that can be
+    written, no earlier run of that name unless resuming or overwriting, no stale
+    temporary files."""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"out {out} is a file, not a folder; give a folder for {name}.json "
-                          f"and {name}.ckpt")
+        raise ConfigError(
+            f"out {out} is a file, not a folder; give a folder for {name}.json "
+            f"and {name}.ckpt"
+        )
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"cannot create the output folder {out}: {err.strerror}; choose "
-                          "another --out") from None
+        raise ConfigError(
+            f"cannot create the output folder {out}: {err.strerror}; choose "
+            "another --out"
+        ) from None
     lock = None
     try:
         lock = RunLock(out / f"{name}.lock", name)
         json_path, ckpt_path = out / f"{name}.json", out / f"{name}.ckpt"
         for path in (json_path, ckpt_path):
             if path.is_dir():
-                raise ConfigError(f"{path} is a folder, but the run writes a file there; move "
-                                  "it away or choose another --name")
+                raise ConfigError(
+                    f"{path} is a folder, but the run writes a file there; move "
+                    "it away or choose another --name"
+                )
         existing = [p for p in (json_path, ckpt_path) if p.exists()]
         if existing and not cfg.resume and not cfg.overwrite:
             earlier = _earlier_record(json_path)
             status = f" (status: {earlier.get('status')})" if earlier else ""
             finished = earlier is not None and earlier.get("status") == "complete"
-            how = ["continue it with --resume"] if ckpt_path.exists() and not finished else []
+            how = (
+                ["continue it with --resume"]
+                if ckpt_path.exists() and not finished
+                else []
+            )
             how += ["choose another --name", "or pass --overwrite to replace it"]
-            raise ConfigError(f"{existing[0]} already holds run {name!r}{status}; nothing was "
-                              f"changed: {', '.join(how)}")
+            raise ConfigError(
+                f"{existing[0]} already holds run {name!r}{status}; nothing was "
+                f"changed: {', '.join(how)}"
+            )
         if cfg.overwrite:
             for path in existing:
                 path.unlink()
-        # Temporary files of this name can only be left over from a killed run: we hold its lock.
+        # Temporary files of this name can only be left over from a killed run: we hold
+        # its lock.
         for stale in out.iterdir():
-            parts = stale.name.rsplit(".", 2)  # .NAME.json.PID.tmp -> .NAME.json, PID, tmp
-            if (len(parts) == 3 and parts[0] in (f".{name}.json", f".{name}.ckpt")
-                    and parts[1].isdigit() and parts[2] == "tmp"):
+            parts = stale.name.rsplit(
+                ".", 2
+            )  # .NAME.json.PID.tmp -> .NAME.json, PID, tmp
+            if (
+                len(parts) == 3
+                and parts[0] in (f".{name}.json", f".{name}.ckpt")
+                and parts[1].isdigit()
+                and parts[2] == "tmp"
+            ):
                 stale.unlink()
         yield
     finally:
@@ -968,8 +1020,10 @@ def _check_predictions_folder(cfg: TrainConfig) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise ConfigError(f"save_predictions {folder} cannot be written ({err.strerror or err}); "
-                          "choose a writable folder") from None
+        raise ConfigError(
+            f"save_predictions {folder} cannot be written ({err.strerror or err}); "
+            "choose a writable folder"
+        ) from None
 
 
 def _earlier_record(path: Path | None) -> dict | None:
@@ -980,26 +1034,46 @@ def _earlier_record(path: Path | None) -> dict | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
+    return (
+        record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
+    )
 
 
-CHECKPOINT_KEYS = ("format", "epoch", "config", "model", "optimizer", "scheduler", "scaler",
-                   "counters", "rng", "records")
+CHECKPOINT_KEYS = (
+    "format",
+    "epoch",
+    "config",
+    "model",
+    "optimizer",
+    "scheduler",
+    "scaler",
+    "counters",
+    "rng",
+    "records",
+)
 
 
 def _load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
-    """The checkpoint at ``path``, checked to be this runner's and resumable with ``cfg``."""
+    """The checkpoint at ``path``, checked to be this runner's and resumable with
+    ``cfg``."""
+
     def refuse(why: str) -> ConfigError:
-        return ConfigError(f"resume: {path} is not a checkpoint of this runner ({why}); --resume "
-                           "needs the NAME.ckpt that python -m ampbook.train wrote. Start the run "
-                           "again with --overwrite, or choose another --name")
+        return ConfigError(
+            f"resume: {path} is not a checkpoint of this runner ({why}); --resume "
+            "needs the NAME.ckpt that python -m ampbook.train wrote. Start the run "
+            "again with --overwrite, or choose another --name"
+        )
 
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise refuse("it holds Python objects, not only tensors and plain data") from None
-    except Exception as err:  # noqa: BLE001 -- whatever fails to parse is not a checkpoint
-        raise refuse(f"it cannot be read as a torch.save file: {type(err).__name__}") from None
+        raise refuse(
+            "it holds Python objects, not only tensors and plain data"
+        ) from None
+    except Exception as err:  # noqa: BLE001 -- what fails to parse is not a checkpoint
+        raise refuse(
+            f"it cannot be read as a torch.save file: {type(err).__name__}"
+        ) from None
     if not isinstance(ckpt, dict):
         raise refuse(f"it holds a {type(ckpt).__name__}")
     if ckpt.get("format") != CHECKPOINT_FORMAT:
@@ -1017,8 +1091,10 @@ def _load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
         raise refuse("its config, records, epoch or RNG states are malformed") from None
     _check_resumable(saved, cfg)
     if len(ckpt["rng"]) != res.world_size:
-        raise ConfigError(f"resume: the checkpoint holds {len(ckpt['rng'])} process(es); "
-                          f"this run has {res.world_size}; resume with as many processes")
+        raise ConfigError(
+            f"resume: the checkpoint holds {len(ckpt['rng'])} process(es); "
+            f"this run has {res.world_size}; resume with as many processes"
+        )
     ckpt["epoch"], ckpt["records"] = epoch, records
     return ckpt
 
@@ -1034,12 +1110,14 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
         try:
             return _train(cfg, res, name, out)
         except KeyboardInterrupt:
-            raise Interrupted("interrupted before the first epoch finished; nothing was "
-                              "saved") from None
+            raise Interrupted(
+                "interrupted before the first epoch finished; nothing was saved"
+            ) from None
 
 
-def _kept(cfg: TrainConfig, epochs: list[dict], json_path: Path | None,
-          ckpt_path: Path | None) -> str:
+def _kept(
+    cfg: TrainConfig, epochs: list[dict], json_path: Path | None, ckpt_path: Path | None
+) -> str:
     """What a stopped run leaves on disk, and how to go on."""
     if json_path is None:
         return "nothing was saved (no --out)"
@@ -1047,7 +1125,8 @@ def _kept(cfg: TrainConfig, epochs: list[dict], json_path: Path | None,
         return "nothing was saved (no epoch finished)"
     done = f"epoch 1" if len(epochs) == 1 else f"epochs 1-{len(epochs)}"
     if ckpt_path is not None and ckpt_path.exists():
-        return f"{ckpt_path} and {json_path} hold {done}; continue with: {resume_command(cfg)}"
+        return (f"{ckpt_path} and {json_path} hold {done}; continue with: "
+                f"{resume_command(cfg)}")
     return f"{json_path} holds {done} (no checkpoint to resume from)"
 
 
@@ -1061,8 +1140,8 @@ def resume_command(cfg: TrainConfig) -> str:
 
 
 def _first_line(err: BaseException) -> str:
-    """An exception's own message; for one re-raised from a DataLoader worker, the message of
-    the original (its last line) rather than the worker's traceback."""
+    """An exception's own message; for one re-raised from a DataLoader worker, the
+    message of the original (its last line) rather than the worker's traceback."""
     text = str(err)
     if text.startswith("Caught ") and "Original Traceback" in text:
         last = text.strip().splitlines()[-1]
@@ -1092,7 +1171,11 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
                    f"at {root}: {len(train_ds)} train / {len(val_ds)} val images, trained at "
                    f"{cfg.width}x{cfg.height} (W x H)")
     try:
-        weights = enet_class_weights(train_ds, cfg.workers) if cfg.class_weights == "enet" else None
+        weights = (
+            enet_class_weights(train_ds, cfg.workers)
+            if cfg.class_weights == "enet"
+            else None
+        )
     except DataError as err:
         raise ConfigError(f"data: {_first_line(err)}") from None
 
@@ -1113,10 +1196,12 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
                                              num_workers=cfg.workers, pin_memory=pin)
     if cfg.accumulate > len(train_loader):
         per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
-        raise ConfigError(f"accumulate {cfg.accumulate} is more than the {len(train_loader)} "
-                          f"batches of an epoch{per} ({len(train_ds)} images, batch size "
-                          f"{cfg.batch_size}): no window would ever be full; use --accumulate "
-                          f"{len(train_loader)} or less")
+        raise ConfigError(
+            f"accumulate {cfg.accumulate} is more than the {len(train_loader)} "
+            f"batches of an epoch{per} ({len(train_ds)} images, batch size "
+            f"{cfg.batch_size}): no window would ever be full; use --accumulate "
+            f"{len(train_loader)} or less"
+        )
 
     epochs: list[dict] = []
     start_epoch = 1
@@ -1132,9 +1217,11 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             tr.step.counters = StepCounters(**checkpoint["counters"])
             set_rng_state(checkpoint["rng"][res.rank])
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
-            raise ConfigError(f"resume: {ckpt_path} does not fit this run ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:200]}); start the run again with "
-                              "--overwrite, or choose another --name") from None
+            raise ConfigError(
+                f"resume: {ckpt_path} does not fit this run ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:200]}); start the run again with "
+                "--overwrite, or choose another --name"
+            ) from None
         epochs, started, resumes = _earlier_epochs(checkpoint, json_path, name)
         start_epoch = checkpoint["epoch"] + 1
         resumes.append({"at": _now(), "after_epoch": checkpoint["epoch"]})
@@ -1170,7 +1257,11 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         record["status"] = status
         record["stopped"] = {"epoch": epoch, "message": message, **extra}
         record["finished"] = _now()
-        if writer and json_path is not None and (epochs or status.startswith("stopped")):
+        if (
+            writer
+            and json_path is not None
+            and (epochs or status.startswith("stopped"))
+        ):
             with contextlib.suppress(OSError):
                 write_results(record, json_path)
 
@@ -1223,9 +1314,15 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             record["json_path"] = str(json_path)
     except NonFiniteLossError as err:
         c = tr.step.counters
-        stop("stopped: non-finite loss", epoch, str(err), optimizer_steps=c.optimizer_steps,
-             skipped_steps=c.skipped_steps, nonfinite_losses=c.nonfinite_losses,
-             loss_scale=tr.scaler.get_scale() if tr.scaler is not None else None)
+        stop(
+            "stopped: non-finite loss",
+            epoch,
+            str(err),
+            optimizer_steps=c.optimizer_steps,
+            skipped_steps=c.skipped_steps,
+            nonfinite_losses=c.nonfinite_losses,
+            loss_scale=tr.scaler.get_scale() if tr.scaler is not None else None,
+        )
         raise
     except KeyboardInterrupt:
         kept = _kept(cfg, epochs, json_path, ckpt_path)
@@ -1234,32 +1331,45 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     except DataError as err:
         kept = _kept(cfg, epochs, json_path, ckpt_path)
         stop("failed", epoch, _first_line(err))
-        raise TrainError(f"{_first_line(err)}. Fix or remove that file. Epoch {epoch} stopped "
-                         f"unfinished; {kept}") from None
+        raise TrainError(
+            f"{_first_line(err)}. Fix or remove that file. Epoch {epoch} stopped "
+            f"unfinished; {kept}"
+        ) from None
     except OSError as err:
         kept = _kept(cfg, epochs, json_path, ckpt_path)
         what = f"{err.filename}: " if err.filename else ""
-        raise TrainError(f"could not write {what}{err.strerror or err} in epoch {epoch}; "
-                         f"{kept}") from None
+        raise TrainError(
+            f"could not write {what}{err.strerror or err} in epoch {epoch}; {kept}"
+        ) from None
     return _clean(record)
 
 
-def _earlier_epochs(checkpoint: dict, json_path: Path | None, name: str
-                    ) -> tuple[list[dict], str, list[dict]]:
-    """(epoch records, start time, earlier resumptions) of the run a checkpoint continues.
+def _earlier_epochs(
+    checkpoint: dict, json_path: Path | None, name: str
+) -> tuple[list[dict], str, list[dict]]:
+    """(epoch records, start time, earlier resumptions) of the run a checkpoint
+    continues.
 
     The records come from the results file as it was written (it has each epoch's
-    ``checkpoint_s`` and ``epoch_s``, which the checkpoint cannot hold for its own epoch),
-    where that file agrees with the checkpoint; else from the checkpoint."""
+    ``checkpoint_s`` and ``epoch_s``, which the checkpoint cannot hold for its own
+    epoch), where that file agrees with the checkpoint; else from the checkpoint."""
     epochs = list(checkpoint["records"])
     started = checkpoint.get("started") or _now()
     resumes: list[dict] = []
     earlier = _earlier_record(json_path)
     if earlier is not None and earlier.get("name") == name:
-        written = {e.get("epoch"): e for e in earlier.get("epochs") or [] if isinstance(e, dict)}
+        written = {
+            e.get("epoch"): e
+            for e in earlier.get("epochs") or []
+            if isinstance(e, dict)
+        }
         same = ("epoch", "steps", "train_loss", "val_loss")
-        epochs = [written[e["epoch"]] if all(written.get(e["epoch"], {}).get(k) == e.get(k)
-                                              for k in same) else e for e in epochs]
+        epochs = [
+            written[e["epoch"]]
+            if all(written.get(e["epoch"], {}).get(k) == e.get(k) for k in same)
+            else e
+            for e in epochs
+        ]
         started = earlier.get("started") or started
         resumes = [r for r in earlier.get("resumed") or [] if isinstance(r, dict)]
     for e in epochs:
@@ -1335,11 +1445,14 @@ def config_from_args(argv: list[str] | None = None) -> TrainConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line: a known failure prints one ``error:`` line and exits nonzero (2: the
-    settings, 1: the run stopped, 130: interrupted); what earlier epochs saved stays."""
+    """The command line: a known failure prints one ``error:`` line and exits nonzero
+    (2: the settings, 1: the run stopped, 130: interrupted); what earlier epochs saved
+    stays."""
     cfg = config_from_args(argv)
     rank, world, _ = _world()
-    error = f"error: rank {rank}: " if world > 1 else "error: "  # each process speaks for itself
+    error = (
+        f"error: rank {rank}: " if world > 1 else "error: "
+    )  # each process speaks for itself
     try:
         record = run_training(cfg)
     except ConfigError as err:
@@ -1352,7 +1465,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{error}{err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{error}interrupted before the run started; nothing was written", file=sys.stderr)
+        print(
+            f"{error}interrupted before the run started; nothing was written",
+            file=sys.stderr,
+        )
         return 130
     if not cfg.quiet and record.get("json_path"):
         print(f"results: {record['json_path']}")

@@ -47,8 +47,8 @@ def test_book_in_browser(built_book, chromium):
 
 
 def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):
-    """The check fails when MathJax is missing, an image is gone, a link is broken or a cell
-    shows an error."""
+    """The check fails when MathJax is missing, an image is gone, a link is broken or a
+    cell shows an error."""
     broken = tmp_path / "html"
     shutil.copytree(built_book, broken)
     shutil.rmtree(broken / "_static" / "mathjax")
@@ -56,10 +56,10 @@ def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):
     image.unlink()
     page = broken / "intro.html"
     page.write_text(page.read_text().replace("</main>", '<a href="nowhere.html">x</a></main>', 1))
-    # A cell that failed: MyST-NB renders an error output as <div class="output traceback">.
-    page.write_text(page.read_text().replace(
-        "</main>", '<div class="output traceback"><pre>Traceback (most recent call last):\n'
-        'ZeroDivisionError: division by zero</pre></div></main>', 1))
+    # A failed cell: MyST-NB renders an error output as <div class="output traceback">
+    failed = ('<div class="output traceback"><pre>Traceback (most recent call last):\n'
+              "ZeroDivisionError: division by zero</pre></div></main>")
+    page.write_text(page.read_text().replace("</main>", failed, 1))
     problems = [p for r in check_book(broken, chromium) for p in r.problems]
     text = "\n".join(problems)
     assert "math not typeset" in text or "MathJax did not load" in text

@@ -1,6 +1,6 @@
-"""The book-building and data tools under bad input: `ampbook.run`, `.book`, `.bookcheck`,
-`.evaluate`, `.bench step`, `.data synthesize`. A known failure is one `error:` line, a
-nonzero exit, and nothing earlier lost."""
+"""The book-building and data tools under bad input: `ampbook.run`, `.book`,
+`.bookcheck`, `.evaluate`, `.bench step`, `.data synthesize`. A known failure is one
+`error:` line, a nonzero exit, and nothing earlier lost."""
 
 from __future__ import annotations
 
@@ -51,15 +51,22 @@ def one_error(err: str, *words: str) -> str:
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def _sources() -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in sorted(NOTEBOOKS_DIR.iterdir()) if p.is_file()}
 
 
-# --- ampbook.run ---------------------------------------------------------------------------------
+# --- ampbook.run ----------------------------------------------------------------------
+
 
 def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys):
     before = _sources()
@@ -77,33 +84,64 @@ def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys)
 def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path):
     source = _notebook(tmp_path, "params")
     out = tmp_path / "out"
-    proc = _cli("ampbook.run", "--profile", "smoke", "--out", str(out), "-p", "n", "21",
-                "-p", "label", "[a, 1]", str(source))
+    proc = _cli(
+        "ampbook.run",
+        "--profile",
+        "smoke",
+        "--out",
+        str(out),
+        "-p",
+        "n",
+        "21",
+        "-p",
+        "label",
+        "[a, 1]",
+        str(source),
+    )
     assert proc.returncode == 0, proc.stderr
     nb = nbformat.read(out / "params.ipynb", as_version=4)
-    printed = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    assert "42 ['a', 1]\n" in printed                       # YAML: an int and a list
+    printed = [
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    ]
+    assert "42 ['a', 1]\n" in printed  # YAML: an int and a list
     assert nb.metadata["ampbook"]["status"] == "complete"
     report = json.loads((out / "run_report.json").read_text())
     assert report["notebooks"][0]["parameters"] == {"n": 21, "label": ["a", 1]}
-    # Quiet: progress and the time table with the run's total, no kernel transport warning.
+    # Quiet: progress and the time table with the run's total, no transport warning.
     assert "without encryption" not in proc.stderr and "IPKernelApp" not in proc.stderr
     assert "run time" in proc.stdout and report["seconds"] > 0
 
     before = (out / "params.ipynb").read_bytes()
-    proc = _cli("ampbook.run", "--profile", "smoke", "--out", str(out), "-p", "m", "1",
-                str(source))
+    proc = _cli(
+        "ampbook.run",
+        "--profile",
+        "smoke",
+        "--out",
+        str(out),
+        "-p",
+        "m",
+        "1",
+        str(source),
+    )
     assert proc.returncode == 1
-    one_error(proc.stderr, "-p m", "no selected notebook has a parameter 'm'", "label, n")
+    one_error(
+        proc.stderr, "-p m", "no selected notebook has a parameter 'm'", "label, n"
+    )
     assert (out / "params.ipynb").read_bytes() == before
 
 
 def test_run_failure_is_one_line_and_marks_the_notebook(tmp_path, capsys):
-    source = _notebook(tmp_path, "bad", extra='\n# %%\nraise ValueError("deliberate\\nsecond")\n')
+    source = _notebook(
+        tmp_path, "bad", extra='\n# %%\nraise ValueError("deliberate\\nsecond")\n'
+    )
     out = tmp_path / "out"
     assert run.main(["--profile", "smoke", "--out", str(out), str(source)]) == 1
-    one_error(capsys.readouterr().err, "bad failed in code cell 3",
-              "ValueError: deliberate; the partly executed notebook", "marked failed")
+    one_error(
+        capsys.readouterr().err,
+        "bad failed in code cell 3",
+        "ValueError: deliberate; the partly executed notebook",
+        "marked failed",
+    )
     assert run.run_status(out / "bad.ipynb") == "failed"
     report = json.loads((out / "run_report.json").read_text())
     assert report["notebooks"][0]["status"] == "FAILED"
@@ -112,11 +150,24 @@ def test_run_failure_is_one_line_and_marks_the_notebook(tmp_path, capsys):
 def test_run_interrupted_marks_the_partial_notebook(tmp_path):
     source = _notebook(tmp_path, "slow", extra="\n# %%\nimport time\ntime.sleep(120)\n")
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "ampbook.run", "--profile", "smoke", "--out",
-                             str(out), str(source)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ampbook.run",
+            "--profile",
+            "smoke",
+            "--out",
+            str(out),
+            str(source),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
-    # papermill saves the notebook after each cell: once cell 2 has printed, cell 3 sleeps.
+    # papermill saves the notebook after each cell: once cell 2 printed, cell 3 sleeps.
     while time.monotonic() < deadline:
         try:
             nb = nbformat.read(out / "slow.ipynb", as_version=4)
@@ -135,18 +186,24 @@ def test_run_interrupted_marks_the_partial_notebook(tmp_path):
     assert report["notebooks"][0]["status"] == "STOPPED"
 
 
-# --- ampbook.book ------------------------------------------------------------------------------
+# --- ampbook.book ---------------------------------------------------------------------
+
 
 @pytest.fixture
 def executed(tmp_path) -> Path:
-    """A folder shaped like a finished run: every chapter (the unexecuted pairs) and a report."""
+    """A folder shaped like a finished run: each chapter (unexecuted), a report."""
     folder = tmp_path / "executed"
     folder.mkdir()
     names = book.toc_chapters()
     for stem in names:
         shutil.copy(NOTEBOOKS_DIR / f"{stem}.ipynb", folder / f"{stem}.ipynb")
-    report = {"profile": "smoke", "notebooks": [
-        {"name": n, "status": "ok", "seconds": 1.0, "executed_cells": 1} for n in names]}
+    report = {
+        "profile": "smoke",
+        "notebooks": [
+            {"name": n, "status": "ok", "seconds": 1.0, "executed_cells": 1}
+            for n in names
+        ],
+    }
     (folder / "run_report.json").write_text(json.dumps(report))
     return folder
 
@@ -176,8 +233,14 @@ def test_book_refuses_a_failed_run(executed, tmp_path, capsys):
     run.mark(executed / f"{first}.ipynb", "complete")
     nb = nbformat.read(executed / f"{first}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code")
-    cell.outputs = [nbformat.v4.new_output("error", ename="ZeroDivisionError",
-                                           evalue="division by zero", traceback=["..."])]
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "error",
+            ename="ZeroDivisionError",
+            evalue="division by zero",
+            traceback=["..."],
+        )
+    ]
     nbformat.write(nb, executed / f"{first}.ipynb")
     code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
     assert code == 1
@@ -203,7 +266,8 @@ def test_book_deletes_only_what_it_made(executed, tmp_path, capsys):
     assert book.check_out(ours) == ours.resolve()
 
 
-# --- bookcheck, evaluate, bench step -----------------------------------------------------------
+# --- bookcheck, evaluate, bench step --------------------------------------------------
+
 
 def test_bookcheck_on_a_missing_or_empty_folder(tmp_path, capsys):
     assert bookcheck.main([str(tmp_path / "nowhere")]) == 2
@@ -215,7 +279,9 @@ def test_bookcheck_on_a_missing_or_empty_folder(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def val_root(tmp_path_factory) -> Path:
-    return data.synthesize(tmp_path_factory.mktemp("eval") / "ds", 1, 2, height=32, width=64)
+    return data.synthesize(
+        tmp_path_factory.mktemp("eval") / "ds", 1, 2, height=32, width=64
+    )
 
 
 def test_evaluate_prediction_folder_is_a_file(val_root, tmp_path, capsys):
@@ -228,35 +294,66 @@ def test_evaluate_prediction_folder_is_a_file(val_root, tmp_path, capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_evaluate_on_cuda_without_cuda(val_root, tmp_path, capsys):
     (tmp_path / "preds").mkdir()
-    assert evaluate.main([str(tmp_path / "preds"), "--data-root", str(val_root),
-                          "--device", "cuda"]) == 1
+    assert (
+        evaluate.main(
+            [str(tmp_path / "preds"), "--data-root", str(val_root), "--device", "cuda"]
+        )
+        == 1
+    )
     one_error(capsys.readouterr().err, "--device cuda", "no CUDA")
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--batch-size", "0"], ["--batch-size must be at least 1"]),
-    (["--height", "12"], ["--height/--width", "multiple of 8"]),
-    (["--low-width", "8", "--low-height", "8"], ["--low-height/--low-width", "too small"]),
-    (["--device", "nonsense"], ["nonsense"]),
-])
-def test_bench_step_checks_its_arguments_before_measuring(argv, words, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--batch-size", "0"], ["--batch-size must be at least 1"]),
+        (["--height", "12"], ["--height/--width", "multiple of 8"]),
+        (
+            ["--low-width", "8", "--low-height", "8"],
+            ["--low-height/--low-width", "too small"],
+        ),
+        (["--device", "nonsense"], ["nonsense"]),
+    ],
+)
+def test_bench_step_checks_its_arguments_before_measuring(
+    argv, words, tmp_path, capsys
+):
     assert bench_main(["step", *argv, "--json", str(tmp_path / "r.json")]) == 2
     out = capsys.readouterr()
     one_error(out.err, *words)
-    assert "runner step vs bare loop" not in out.out and not (tmp_path / "r.json").exists()
+    assert (
+        "runner step vs bare loop" not in out.out and not (tmp_path / "r.json").exists()
+    )
 
 
-# --- data synthesize -----------------------------------------------------------------------------
+# --- data synthesize ------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv, words", [
-    (["--height", "8"], ["at least 16x16"]),
-    (["--seed", "-1"], ["seed must be 0 or more"]),
-    (["--train", "0", "--val", "0"], ["positive number of images"]),
-])
-def test_synthesize_bad_arguments_write_nothing_and_a_retry_works(argv, words, tmp_path, capsys):
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--height", "8"], ["at least 16x16"]),
+        (["--seed", "-1"], ["seed must be 0 or more"]),
+        (["--train", "0", "--val", "0"], ["positive number of images"]),
+    ],
+)
+def test_synthesize_bad_arguments_write_nothing_and_a_retry_works(
+    argv, words, tmp_path, capsys
+):
     root = tmp_path / "ds"
-    base = ["synthesize", "--root", str(root), "--train", "2", "--val", "1", "--height", "32",
-            "--width", "64"]
+    base = [
+        "synthesize",
+        "--root",
+        str(root),
+        "--train",
+        "2",
+        "--val",
+        "1",
+        "--height",
+        "32",
+        "--width",
+        "64",
+    ]
     assert data.main([*base, *argv]) == 1
     one_error(capsys.readouterr().err, *words)
     assert not root.exists()
@@ -267,14 +364,31 @@ def test_synthesize_bad_arguments_write_nothing_and_a_retry_works(argv, words, t
 def test_synthesize_root_is_a_file(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert data.main(["synthesize", "--root", str(blocker), "--train", "1", "--val", "1",
-                      "--height", "32", "--width", "64"]) == 1
+    assert (
+        data.main(
+            [
+                "synthesize",
+                "--root",
+                str(blocker),
+                "--train",
+                "1",
+                "--val",
+                "1",
+                "--height",
+                "32",
+                "--width",
+                "64",
+            ]
+        )
+        == 1
+    )
     one_error(capsys.readouterr().err, "is a file")
     assert blocker.read_text() == "x"
 
 
-def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(tmp_path, capsys,
-                                                                        monkeypatch):
+def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(
+    tmp_path, capsys, monkeypatch
+):
     root = tmp_path / "ds"
     real, calls = data.synthetic_pair, []
 
@@ -284,8 +398,19 @@ def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(tmp_path
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(*args, **kw)
 
-    argv = ["synthesize", "--root", str(root), "--train", "3", "--val", "1", "--height", "32",
-            "--width", "64"]
+    argv = [
+        "synthesize",
+        "--root",
+        str(root),
+        "--train",
+        "3",
+        "--val",
+        "1",
+        "--height",
+        "32",
+        "--width",
+        "64",
+    ]
     monkeypatch.setattr(data, "synthetic_pair", failing)
     assert data.main(argv) == 1
     one_error(capsys.readouterr().err, "No space left", "run it again")
