@@ -1,0 +1,98 @@
+"""python -m ampbook.gpucheck: the dry run writes the file set; budgets cut stages short."""
+
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from ampbook.gpucheck import STAGE_NAMES, parse_stages, slug
+from ampbook.paths import REPO_ROOT
+from ampbook.results import load_results_dir
+
+FILE_SET = {"report.json", "gpucheck.log", "results.tar.gz", "notebooks.tar.gz"}
+
+
+def gpucheck(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "ampbook.gpucheck", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def check_file_set(out: Path) -> dict:
+    files = list(out.iterdir())
+    assert {f.name for f in files} == FILE_SET
+    assert len(files) <= 8
+    for f in files:
+        assert f.is_file() and re.fullmatch(r"[A-Za-z0-9._-]+", f.name)
+        assert f.stat().st_size <= 16 * 2**20
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.slow
+def test_dry_run_writes_the_file_set(tmp_path):
+    out = tmp_path / "out"
+    start = time.monotonic()
+    done = gpucheck("--dry-run", "--out", str(out))
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = check_file_set(out)
+    assert report["finished"] and report["dry_run"] and report["cut_short"] == []
+    status = {s["name"]: s["status"] for s in report["stages"]}
+    assert status == {**{n: "ok" for n in STAGE_NAMES}, "wheels": "skipped"}
+    assert report["elapsed_s"] <= elapsed
+    log = (out / "gpucheck.log").read_text()
+    assert "== nb05: ok" in log and "done in" in log
+    with tarfile.open(out / "notebooks.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["01_floating_point.ipynb", "02_tensor_cores.ipynb",
+                                          "03_amp_training.ipynb", "04_loss_scaling.ipynb",
+                                          "05_rtx3070.ipynb"]
+    extracted = tmp_path / "results"
+    with tarfile.open(out / "results.tar.gz") as tar:
+        tar.extractall(extracted, filter="data")
+    rs = load_results_dir(extracted)
+    assert rs.ignored == []
+    assert rs.train_runs and len(rs.matmul_sweeps) == 1 and len(rs.loader_sweeps) == 1
+    assert sorted(p.precision for p in rs.layer_profiles) == ["amp-fp16", "fp32"]
+    assert sorted(report["results"]) == sorted(p.name for p in extracted.iterdir())
+    assert all(p.name.startswith("train_") for p in extracted.iterdir()
+               if json.loads(p.read_text())["schema"] == "ampbook.train")
+
+
+def test_a_stage_over_its_budget_is_cut_short_and_reported(tmp_path):
+    out = tmp_path / "out"
+    start = time.monotonic()
+    done = gpucheck("--dry-run", "--budget-s", "18", "--stages", "nb04", "--out", str(out))
+    elapsed = time.monotonic() - start
+    assert done.returncode == 1
+    report = check_file_set(out)
+    status = {s["name"]: s["status"] for s in report["stages"]}
+    assert status["nb04"] == "cut short" and report["cut_short"] == ["nb04"]
+    assert status["nb03"] == "not selected" and status["env"] == "ok"
+    assert elapsed < 18 + 10  # inside the budget, plus interpreter start-up and clean-up
+    assert "nb04 (cut short)" in done.stdout
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path):
+    for args, message in ((["--dry-run"], "--out DIR is required"),
+                          (["--out", str(tmp_path), "--stages", "nb09"], "unknown stage(s) nb09"),
+                          (["--out", str(tmp_path), "--budget-s", "5"], "--budget-s must be more")):
+        done = gpucheck(*args, timeout=60)
+        assert done.returncode == 2 and done.stderr.startswith("error:") and message in done.stderr
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    done = gpucheck("--out", str(afile), timeout=60)
+    assert done.returncode == 2 and "not a folder" in done.stderr
+
+
+def test_stage_selection_and_slug():
+    assert parse_stages(None) == STAGE_NAMES
+    assert parse_stages("nb05,profile") == ("wheels", "env", "profile", "nb05")
+    with pytest.raises(ValueError, match="unknown stage"):
+        parse_stages("nb3")
+    assert slug("NVIDIA H200") == "h200"
+    assert slug("NVIDIA GeForce RTX 3070") == "rtx-3070"
+    assert slug("Fixture GPU (fictitious)") == "fixture-gpu-fictitious"
