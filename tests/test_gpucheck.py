@@ -65,14 +65,14 @@ def test_dry_run_writes_the_file_set(tmp_path):
 def test_a_stage_over_its_budget_is_cut_short_and_reported(tmp_path):
     out = tmp_path / "out"
     start = time.monotonic()
-    done = gpucheck("--dry-run", "--budget-s", "18", "--stages", "nb04", "--out", str(out))
+    done = gpucheck("--dry-run", "--budget-s", "30", "--stages", "nb04", "--out", str(out))
     elapsed = time.monotonic() - start
     assert done.returncode == 1
     report = check_file_set(out)
     status = {s["name"]: s["status"] for s in report["stages"]}
     assert status["nb04"] == "cut short" and report["cut_short"] == ["nb04"]
     assert status["nb03"] == "not selected" and status["env"] == "ok"
-    assert elapsed < 18 + 10  # inside the budget, plus interpreter start-up and clean-up
+    assert elapsed < 30 + 10  # inside the budget, plus interpreter start-up and clean-up
     assert "nb04 (cut short)" in done.stdout
 
 
@@ -86,6 +86,12 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     afile.write_text("x")
     done = gpucheck("--out", str(afile), timeout=60)
     assert done.returncode == 2 and "not a folder" in done.stderr
+
+
+def test_stage_budgets_fit_the_default_budget():
+    from ampbook.gpucheck import DEFAULT_BUDGET_S, RESERVE_S, STAGES
+
+    assert sum(s.budget_s for s in STAGES) <= DEFAULT_BUDGET_S - RESERVE_S
 
 
 def test_stage_selection_and_slug():
