@@ -457,6 +457,26 @@ class Check:
         os.replace(tmp, self.out / name)
 
 
+def sizing() -> list[tuple[str, str, float]]:
+    """The cost model's lower bound of one training step at the post's setting (1024x512,
+    batch 6) on the H200 and the RTX 3070: (device key, precision and TF32, seconds)."""
+    from ampbook.costmodel import Ceilings, predict, trace_step
+    from ampbook.devices import load_devices
+    from ampbook.model import ERFNet
+
+    devices = load_devices()
+    model = ERFNet(19)
+    rows = []
+    for precision in ("fp32", "amp-fp16", "amp-bf16"):
+        trace = trace_step(model, 6, 512, 1024, precision)
+        for key in ("h200-sxm", "rtx3070-desktop"):
+            for tf32 in ((True, False) if precision == "fp32" else (True,)):
+                label = precision + (", TF32 " + ("on" if tf32 else "off") if precision == "fp32" else "")
+                step = predict(trace, Ceilings.from_device(devices[key], tf32=tf32), min_kernel_s=5e-6)
+                rows.append((key, label, step.step_s))
+    return rows
+
+
 def parse_stages(text: str | None) -> tuple[str, ...]:
     if not text:
         return STAGE_NAMES
@@ -482,11 +502,17 @@ def main(argv: list[str] | None = None) -> int:
                              "wheels and env always run")
     parser.add_argument("--wheels", default=str(WHEEL_DIR),
                         help="folder of the carried wheels (default .whl, made by `make gpu-wheels`)")
+    parser.add_argument("--sizing", action="store_true",
+                        help="print the cost model's step times the budgets were sized from, and exit")
     parser.add_argument("--stage-child", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stage_child:
         run_stage_child(args.stage_child, Path(args.work), args.dry_run)
+        return 0
+    if args.sizing:
+        for key, label, step_s in sizing():
+            print(f"{key:<16} {label:<18} {step_s * 1e3:7.1f} ms per step (1024x512, batch 6; lower bound)")
         return 0
     if not args.out:
         print("error: --out DIR is required (the folder the report and results are written to)",

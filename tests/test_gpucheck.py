@@ -102,3 +102,14 @@ def test_stage_selection_and_slug():
     assert slug("NVIDIA H200") == "h200"
     assert slug("NVIDIA GeForce RTX 3070") == "rtx-3070"
     assert slug("Fixture GPU (fictitious)") == "fixture-gpu-fictitious"
+
+
+def test_sizing_figures_order():
+    from ampbook.gpucheck import sizing
+
+    step = {(key, label): s for key, label, s in sizing()}
+    h200, rtx = "h200-sxm", "rtx3070-desktop"
+    assert step[h200, "fp32, TF32 off"] > step[h200, "fp32, TF32 on"] > step[h200, "amp-fp16"]
+    # the RTX 3070's TF32 peak is its fp32 peak: TF32 changes nothing there
+    assert step[rtx, "fp32, TF32 off"] == pytest.approx(step[rtx, "fp32, TF32 on"])
+    assert all(step[rtx, label] > 5 * step[h200, label] for _, label in step if _ == h200)
