@@ -457,6 +457,52 @@ class Check:
         os.replace(tmp, self.out / name)
 
 
+# Distributions the book needs on the GPU machine beyond its imports' own closure: the
+# notebook runner (papermill, the kernel) and myst-nb (the chapters glue values for the book).
+WHEEL_ROOTS = ("papermill", "jupytext", "nbformat", "nbclient", "jupyter-client", "ipykernel",
+               "ipython", "matplotlib-inline", "cityscapesscripts", "myst-nb")
+# Never carried: the Python < 3.5 backport of the standard library's typing (cityscapesscripts
+# asks for it; a copy on PYTHONPATH would shadow the real one).
+WHEEL_NEVER = ("typing",)
+PY312_LINUX = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
+               "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+               "implementation_name": "cpython", "platform_python_implementation": "CPython",
+               "extra": ""}
+
+
+def wheel_closure(roots=WHEEL_ROOTS, image_list: Path | None = None) -> dict[str, str]:
+    """NAME -> VERSION of ``roots`` and everything they require (installed metadata, markers
+    for Python 3.12 on Linux, no extras) that the device image lacks: what gpu-wheels.txt
+    lists (``python -m ampbook.gpucheck --list-wheels`` prints it)."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    image_list = image_list or REPO_ROOT / "data" / "reference" / "device_image_packages.txt"
+    image = {norm(line.strip()) for line in image_list.read_text().splitlines()
+             if line.strip() and not line.startswith("#")}
+    need: dict[str, str] = {}
+    seen = {norm(n) for n in WHEEL_NEVER}
+    stack = list(roots)
+    while stack:
+        name = norm(stack.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in image:
+            continue
+        dist = md.distribution(name)
+        need[name] = dist.version
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if not req.marker or req.marker.evaluate(PY312_LINUX):
+                stack.append(req.name)
+    return dict(sorted(need.items()))
+
+
 def sizing() -> list[tuple[str, str, float]]:
     """The cost model's lower bound of one training step at the post's setting (1024x512,
     batch 6) on the H200 and the RTX 3070: (device key, precision and TF32, seconds)."""
@@ -502,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
                              "wheels and env always run")
     parser.add_argument("--wheels", default=str(WHEEL_DIR),
                         help="folder of the carried wheels (default .whl, made by `make gpu-wheels`)")
+    parser.add_argument("--list-wheels", action="store_true",
+                        help="print NAME==VERSION of every wheel the device needs (gpu-wheels.txt), and exit")
     parser.add_argument("--sizing", action="store_true",
                         help="print the cost model's step times the budgets were sized from, and exit")
     parser.add_argument("--stage-child", help=argparse.SUPPRESS)
@@ -509,6 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.stage_child:
         run_stage_child(args.stage_child, Path(args.work), args.dry_run)
+        return 0
+    if args.list_wheels:
+        print("\n".join(f"{k}=={v}" for k, v in wheel_closure().items()))
         return 0
     if args.sizing:
         for key, label, step_s in sizing():

@@ -16,19 +16,15 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from ampbook.gpucheck import RUNNER_MODULES
+from ampbook.gpucheck import PY312_LINUX, RUNNER_MODULES, WHEEL_NEVER, WHEEL_ROOTS
 from ampbook.paths import REPO_ROOT
 
 # Modules that only build or check the HTML book; they never run on the GPU machine.
 BOOK_ONLY = {"ampbook/book.py", "ampbook/bookcheck.py", "ampbook/sphinx_offline.py"}
 # Requirements the list leaves out on purpose (gpu-wheels.txt says why).
-LEFT_OUT = {"typing"}
+LEFT_OUT = set(WHEEL_NEVER)
 # Imported only on Python < 3.11 (the device has 3.12): tests/test_environment.py's fallback.
 OLD_PYTHON_ONLY = {"tomli"}
-PY312_LINUX = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-               "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-               "implementation_name": "cpython", "platform_python_implementation": "CPython",
-               "extra": ""}
 
 
 def norm(name: str) -> str:
@@ -77,6 +73,7 @@ def imported_modules() -> dict[str, set[str]]:
 def test_list_and_image_are_well_formed():
     w, img = wheels(), image()
     assert len(w) >= 10 and len(img) > 100
+    assert all(norm(r) in w or norm(r) in img for r in WHEEL_ROOTS)
     both = sorted(set(w) & img)
     assert not both, f"in the device image already, drop from gpu-wheels.txt: {both}"
     assert not set(w) & LEFT_OUT
