@@ -96,7 +96,14 @@ class _Ranges:
 
 
 def _attribute(events, cuda: bool) -> tuple[dict[str, list[float]], float]:
-    """{scope: [forward us, backward us]} and the total measured time (us) of the trace."""
+    """{scope: [forward us, backward us]} and the total measured time (us) of the trace.
+
+    Only host-side events count: with CUDA activity the profiler also lists each range as a
+    GPU-side annotation spanning its kernels, which would count the same time twice. A host
+    event's device time is the time of the kernels it and its children launched."""
+    from torch.autograd import DeviceType
+
+    events = [e for e in events if e.device_type == DeviceType.CPU]
     t = (lambda e: e.device_time_total) if cuda else (lambda e: e.cpu_time_total)
     times: dict[str, list[float]] = {}
     seq_scope: dict[int, str] = {}
