@@ -244,6 +244,10 @@ def run_stage_child(name: str, work: Path, dry: bool) -> None:
 # the parent: wheels, budgets, processes, the output folder
 # --------------------------------------------------------------------------------------------
 
+class Terminated(Exception):
+    """The check received SIGTERM (an outer time limit): stop the stage, write the report."""
+
+
 @dataclass
 class StageResult:
     name: str
@@ -346,6 +350,9 @@ class Check:
             self._kill(proc)
             reader.join(timeout=5)
             return "cut short", f"stopped after {timeout:.0f} s, its time budget"
+        finally:  # the check itself terminated: take the stage's process group with it
+            if proc.poll() is None:
+                self._kill(proc)
         reader.join(timeout=10)
         if rc == 0:
             return "ok", ""
@@ -366,6 +373,10 @@ class Check:
                 continue
 
     def run(self) -> int:
+        def terminate(signum, frame):
+            raise Terminated()
+
+        signal.signal(signal.SIGTERM, terminate)
         scale = self.budget_s / DEFAULT_BUDGET_S
         self.log(f"ampbook.gpucheck {'--dry-run ' if self.dry_run else ''}budget {self.budget_s:.0f} s, "
                  f"stages {', '.join(self.selected)}; work folder {self.work}")
@@ -394,6 +405,15 @@ class Check:
                     res.status = "ok"
                 else:
                     res.status, res.detail = self.run_child(stage.name, timeout)
+            except Terminated:
+                res.status = "cut short"
+                res.detail = "the check was terminated (SIGTERM) before the stage ended"
+                res.seconds = round(time.monotonic() - start, 1)
+                self.log(f"== {stage.name}: {res.detail}")
+                self.finish_stage(res, final=True)
+                self.log_file.close()
+                shutil.rmtree(self.work, ignore_errors=True)
+                return 143
             except Exception as err:  # a stage's failure is reported, the check goes on
                 res.status, res.detail = "error", f"{type(err).__name__}: {err}"
             res.seconds = round(time.monotonic() - start, 1)

@@ -113,3 +113,20 @@ def test_sizing_figures_order():
     # the RTX 3070's TF32 peak is its fp32 peak: TF32 changes nothing there
     assert step[rtx, "fp32, TF32 off"] == pytest.approx(step[rtx, "fp32, TF32 on"])
     assert all(step[rtx, label] > 5 * step[h200, label] for _, label in step if _ == h200)
+
+
+def test_sigterm_stops_the_stage_and_writes_the_report(tmp_path):
+    import signal
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "ampbook.gpucheck", "--dry-run", "--stages", "nb04",
+                             "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    time.sleep(8)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stdout[-2000:]
+    report = check_file_set(out)
+    assert report["finished"] and len(report["cut_short"]) == 1
+    stage = next(s for s in report["stages"] if s["status"] == "cut short")
+    assert "SIGTERM" in stage["detail"]
