@@ -18,10 +18,11 @@ needed). Stages, in order, each in its own process with its own time budget:
 
 ``wheels`` and ``env`` always run; ``--stages`` picks the others (a second try that fits what
 is left of a lease). ``--dry-run`` runs every stage on the CPU at the ``smoke`` sizes and
-writes the same files. The whole check ends inside ``--budget-s``: each stage's budget is
-scaled to it and capped by the time left; a stage that overruns is stopped (its whole process
+writes the same files. The whole check ends inside ``--budget-s``: the selected stages share
+it in the proportions of their budgets in ``STAGES`` (which sum to the default less a
+reserve), each capped by the time left; a stage that overruns is stopped (its whole process
 group) and reported as cut short, and the check goes on with the next stage while time is
-left. After every stage ``DIR`` is brought up to date, so an outside kill loses at most the
+left. SIGTERM stops the running stage the same way, writes the report and exits 143. After every stage ``DIR`` is brought up to date, so an outside kill loses at most the
 stage running. ``DIR`` holds at most 8 files, each at most 16 MiB, named only with letters,
 digits, ``.``, ``_``, ``-``:
 
@@ -31,7 +32,10 @@ digits, ``.``, ``_``, ``-``:
                      -C data/results`` commits them; ``ampbook.results`` reads them)
   notebooks.tar.gz   the executed notebooks (``ampbook.book --executed`` builds from them)
 
-Exit status 0 when every selected stage is ok, 1 otherwise, 2 for bad arguments.
+Exit status 0 when every selected stage is ok, 1 otherwise, 2 for bad arguments, 143 on
+SIGTERM. ``--wheels DIR`` names another wheel folder; ``--list-wheels`` prints the wheel list
+from the installed packages (``gpu-wheels.txt``); ``--sizing`` prints the cost model's step
+times the budgets were sized from.
 """
 
 from __future__ import annotations
@@ -330,6 +334,11 @@ class Check:
         cmd = [sys.executable, "-m", "ampbook.gpucheck", "--stage-child", name, "--work", str(self.work)]
         if self.dry_run:
             cmd.append("--dry-run")
+        return self.run_process(cmd, timeout)
+
+    def run_process(self, cmd: list[str], timeout: float) -> tuple[str, str]:
+        """Run ``cmd`` in its own process group, its output into the log; past ``timeout``
+        stop the whole group. Returns (status, detail)."""
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, errors="replace",
                                 start_new_session=True)
@@ -377,7 +386,10 @@ class Check:
             raise Terminated()
 
         signal.signal(signal.SIGTERM, terminate)
-        scale = self.budget_s / DEFAULT_BUDGET_S
+        # The selected stages share the budget in the proportions of their own budgets: the
+        # full check at 480 s gets them as written, a rerun of a few stages gets more each.
+        chosen = sum(st.budget_s for st in STAGES if st.name in self.selected)
+        scale = (self.budget_s - RESERVE_S) / chosen
         self.log(f"ampbook.gpucheck {'--dry-run ' if self.dry_run else ''}budget {self.budget_s:.0f} s, "
                  f"stages {', '.join(self.selected)}; work folder {self.work}")
         for stage in STAGES:

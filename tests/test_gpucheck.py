@@ -62,18 +62,43 @@ def test_dry_run_writes_the_file_set(tmp_path):
                if json.loads(p.read_text())["schema"] == "ampbook.train")
 
 
-def test_a_stage_over_its_budget_is_cut_short_and_reported(tmp_path):
+def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
+    from ampbook.gpucheck import Check
+
+    check = Check(tmp_path / "out", 60, True, ("env",))
+    code = ("import subprocess, sys, time; p = subprocess.Popen(['sleep', '120']); "
+            "print(p.pid, flush=True); time.sleep(120)")
+    start = time.monotonic()
+    status, detail = check.run_process([sys.executable, "-c", code], timeout=3)
+    assert (status, detail) == ("cut short", "stopped after 3 s, its time budget")
+    assert time.monotonic() - start < 15
+    grandchild = int((tmp_path / "out" / "gpucheck.log").read_text().split()[0])
+    time.sleep(0.5)
+    stat = Path(f"/proc/{grandchild}/stat")  # gone, or a zombie nobody reaped yet
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert check.run_process([sys.executable, "-c", "print('x'); raise SystemExit(3)"], 10) == (
+        "error", "exit 3: x")
+    check.log_file.close()
+
+
+def test_a_stage_over_its_budget_is_reported_cut_short(tmp_path, monkeypatch):
+    from ampbook import gpucheck
+
+    def slow_child(self, name, timeout):
+        return self.run_process([sys.executable, "-c", "import time; time.sleep(60)"], timeout)
+
+    monkeypatch.setattr(gpucheck.Check, "run_child", slow_child)
     out = tmp_path / "out"
     start = time.monotonic()
-    done = gpucheck("--dry-run", "--budget-s", "30", "--stages", "nb04", "--out", str(out))
+    code = gpucheck.Check(out, 25, True, ("wheels", "env", "nb04")).run()
     elapsed = time.monotonic() - start
-    assert done.returncode == 1
+    assert code == 1
     report = check_file_set(out)
     status = {s["name"]: s["status"] for s in report["stages"]}
-    assert status["nb04"] == "cut short" and report["cut_short"] == ["nb04"]
-    assert status["nb03"] == "not selected" and status["env"] == "ok"
-    assert elapsed < 30 + 10  # inside the budget, plus interpreter start-up and clean-up
-    assert "nb04 (cut short)" in done.stdout
+    assert status["env"] == "cut short" and status["nb04"] == "skipped"
+    assert report["cut_short"] == ["env"] and status["nb03"] == "not selected"
+    assert elapsed < 25  # inside the budget: env got what was left, nb04 nothing
+    assert "only" in next(s["detail"] for s in report["stages"] if s["name"] == "nb04")
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
