@@ -530,10 +530,12 @@ def _file_stem(split: str, index: int) -> tuple[str, str]:
     return city, f"{city}_{index:06d}_000019"  # Cityscapes annotates the 20th frame of a clip
 
 
-def _write_scene(root: Path, seed: int, split: str, i: int, height: int, width: int) -> None:
-    """Draw scene ``i`` of ``split`` and write its image and labelIds PNGs under ``root``."""
+def _write_scene(root: Path, seed: int, split: str, i: int, height: int,
+                 width: int) -> None:
+    """Draw scene ``i`` of ``split``; write its image and labelIds PNGs in ``root``."""
     city, stem = _file_stem(split, i)
-    img_dir, gt_dir = root / "leftImg8bit" / split / city, root / "gtFine" / split / city
+    img_dir = root / "leftImg8bit" / split / city
+    gt_dir = root / "gtFine" / split / city
     img_dir.mkdir(parents=True, exist_ok=True)
     gt_dir.mkdir(parents=True, exist_ok=True)
     image, ids = synthetic_pair(seed, split, i, height, width)
@@ -546,19 +548,21 @@ def _write_scene_job(job: tuple) -> None:
     _write_scene(*job)
 
 
-# Below this many pixels in all, starting worker processes costs more than drawing serially.
+# Below this many pixels in all, starting worker processes costs more than drawing
+# serially.
 _PARALLEL_MIN_PIXELS = 8 * 1024 * 2048
 
 
-def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0, height: int = 1024,
-               width: int = 2048, progress: bool = False, workers: int | None = None) -> Path:
+def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0,
+               height: int = 1024, width: int = 2048, progress: bool = False,
+               workers: int | None = None) -> Path:
     """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the official
     layout and file names; returns ``root``. Deterministic for a seed.
 
-    The scenes are drawn by ``workers`` processes (default: one per CPU core when the set is
-    large enough to pay for starting them, else in this process; 1: always in this process).
-    Each scene has its own random stream, so the files are the same byte for byte whatever
-    the number of workers."""
+    The scenes are drawn by ``workers`` processes (default: one per CPU core when the
+    set is large enough to pay for starting them, else in this process; 1: always in
+    this process). Each scene has its own random stream, so the files are the same byte
+    for byte whatever the number of workers."""
     root = Path(root)
     if train < 0 or val < 0 or train + val == 0:
         raise ValueError(f"need a positive number of images, got train={train}, val={val}")
@@ -581,10 +585,12 @@ def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0, hei
         done = map(_write_scene_job, jobs)
         pool = None
     else:
-        # fork where there is one (as torch's DataLoader does): a worker runs only numpy, PIL
-        # and zlib, and a script without a __main__ guard is not run again in each worker.
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
+        # fork where there is one (as torch's DataLoader does): a worker runs only
+        # numpy, PIL and zlib, and a script without a __main__ guard is not run again in
+        # each worker.
+        fork = "fork" in multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if fork else "spawn")
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         done = pool.map(_write_scene_job, jobs)
     try:
         for n, _ in enumerate(done, 1):

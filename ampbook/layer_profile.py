@@ -1,29 +1,31 @@
-"""Measured time per ERFNet module beside the cost model's prediction, and the loader sweep
-as a results record.
+"""Measured time per ERFNet module beside the cost model's prediction, and the loader
+sweep as a results record.
 
-``profile_layers(precision, batch_size, height, width, device)`` runs the training runner's
-own step (``ampbook.train.build_training``) a few times under ``torch.profiler`` and
-attributes the time to the innermost module running, as ``ampbook.costmodel`` attributes its
-FLOPs and bytes:
+``profile_layers(precision, batch_size, height, width, device)`` runs the training
+runner's own step (``ampbook.train.build_training``) a few times under
+``torch.profiler`` and attributes the time to the innermost module running, as
+``ampbook.costmodel`` attributes its FLOPs and bytes:
 
-* forward: every module's forward is wrapped in a profiler range (global module hooks); a
-  module's time is its range minus the ranges of the modules inside it; the loss (the
+* forward: every module's forward is wrapped in a profiler range (global module hooks);
+  a module's time is its range minus the ranges of the modules inside it; the loss (the
   runner's criterion) is the scope ``(loss)``;
 * backward: each autograd node carries the sequence number of the forward operator that
   made it; the node's time goes to the module whose range held that operator.
 
-On CUDA the time is GPU kernel time (the profiler's device time of the operators and their
-children); on a CPU it is the operators' CPU time. What no module claims (the optimizer, the
-GradScaler, gradient accumulation) is ``unattributed_s``. Times are per step: the sum over
-the profiled steps divided by their number. ``step_s`` is the median wall time of the same
-step timed without the profiler (synchronised), the figure to hold the profile's sum against.
+On CUDA the time is GPU kernel time (the profiler's device time of the operators and
+their children); on a CPU it is the operators' CPU time. What no module claims (the
+optimizer, the GradScaler, gradient accumulation) is ``unattributed_s``. Times are per
+step: the sum over the profiled steps divided by their number. ``step_s`` is the median
+wall time of the same step timed without the profiler (synchronised), the figure to hold
+the profile's sum against.
 
 The record (schema ``ampbook.layer_profile/1``, read by ``ampbook.results``)::
 
-    {"schema", "created", "environment", "device_key", "precision", "tf32", "batch_size",
-     "height", "width", "steps", "warmup", "time_source": "cuda" | "cpu", "step_s",
-     "predicted_step_s", "ceilings", "unattributed_s",
-     "layers": [{"scope", "type", "measured_s", "forward_s", "backward_s", "predicted_s"}]}
+    {"schema", "created", "environment", "device_key", "precision", "tf32",
+     "batch_size", "height", "width", "steps", "warmup",
+     "time_source": "cuda" | "cpu", "step_s", "predicted_step_s", "ceilings",
+     "unattributed_s", "layers": [{"scope", "type", "measured_s", "forward_s",
+                                   "backward_s", "predicted_s"}]}
 
 ``loader_record(...)`` is ``ampbook.bench_loader.measure_loader``'s result with
 ``schema`` ``ampbook.loader_sweep/1``, ``created`` and ``environment`` added.
@@ -51,8 +53,9 @@ def _now() -> str:
 
 
 def ceilings_for(device: torch.device, tf32: bool = True) -> Ceilings:
-    """The roofline ceilings to predict with: the device table's entry for a listed GPU; for
-    anything else (a CPU, an unlisted GPU) ceilings measured here with one fp32/bf16/fp16
+    """The roofline ceilings to predict with: the device table's entry for a listed GPU;
+    for anything else (a CPU, an unlisted GPU) ceilings measured here with one
+    fp32/bf16/fp16
     matmul and one fp32 elementwise add (``ampbook.timing``), named as measured."""
     from ampbook.devices import find_device
 
@@ -63,7 +66,13 @@ def ceilings_for(device: torch.device, tf32: bool = True) -> Ceilings:
     from ampbook.timing import time_elementwise, time_matmul
 
     n = 256 if device.type == "cpu" else 4096
-    kw = {"device": device, "warmup": 1, "repeats": 3, "min_time": 0.02, "max_time": 0.3}
+    kw = {
+        "device": device,
+        "warmup": 1,
+        "repeats": 3,
+        "min_time": 0.02,
+        "max_time": 0.3,
+    }
     mma = {}
     for name, dtype in (("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16")):
         try:
@@ -71,9 +80,13 @@ def ceilings_for(device: torch.device, tf32: bool = True) -> Ceilings:
         except (RuntimeError, ValueError):  # a dtype this device cannot multiply
             continue
     add = time_elementwise(2**22, "fp32", **kw)
-    return Ceilings(f"{device.type} measured here (matmul n={n}, fp32 add)", mma,
-                    vector_tflops=mma["float32"], bandwidth_gbs=add.gbps,
-                    notes="measured, not a data-sheet figure")
+    return Ceilings(
+        f"{device.type} measured here (matmul n={n}, fp32 add)",
+        mma,
+        vector_tflops=mma["float32"],
+        bandwidth_gbs=add.gbps,
+        notes="measured, not a data-sheet figure",
+    )
 
 
 class _Ranges:
@@ -98,8 +111,9 @@ class _Ranges:
 def _attribute(events, cuda: bool) -> tuple[dict[str, list[float]], float]:
     """{scope: [forward us, backward us]} and the total measured time (us) of the trace.
 
-    Only host-side events count: with CUDA activity the profiler also lists each range as a
-    GPU-side annotation spanning its kernels, which would count the same time twice. A host
+    Only host-side events count: with CUDA activity the profiler also lists each range
+    as a GPU-side annotation spanning its kernels, which would count the same time
+    twice. A host
     event's device time is the time of the kernels it and its children launched."""
     from torch.autograd import DeviceType
 
@@ -128,12 +142,15 @@ def _attribute(events, cuda: bool) -> tuple[dict[str, list[float]], float]:
 
     for e in events:
         if e.name.startswith(RANGE_PREFIX):
-            scope = e.name[len(RANGE_PREFIX):]
+            scope = e.name[len(RANGE_PREFIX) :]
             own = t(e) - sum(t(c) for c in nested_ranges(e))
             times.setdefault(scope, [0.0, 0.0])[0] += max(own, 0.0)
             walk(e, scope)
     for e in events:
-        if e.name.startswith("autograd::engine::evaluate_function:") and e.sequence_nr in seq_scope:
+        if (
+            e.name.startswith("autograd::engine::evaluate_function:")
+            and e.sequence_nr in seq_scope
+        ):
             times.setdefault(seq_scope[e.sequence_nr], [0.0, 0.0])[1] += t(e)
     if cuda:
         total = sum(e.self_device_time_total for e in events)
@@ -142,25 +159,49 @@ def _attribute(events, cuda: bool) -> tuple[dict[str, list[float]], float]:
     return times, total
 
 
-def profile_layers(precision: str, batch_size: int, height: int, width: int,
-                   device: str | torch.device = "auto", *, steps: int = 3, warmup: int = 2,
-                   tf32: bool = True, timed_steps: int = 5, ceilings: Ceilings | None = None,
-                   seed: int = 0) -> dict:
-    """Profile the runner's training step per module; return the record (module docstring)."""
+def profile_layers(
+    precision: str,
+    batch_size: int,
+    height: int,
+    width: int,
+    device: str | torch.device = "auto",
+    *,
+    steps: int = 3,
+    warmup: int = 2,
+    tf32: bool = True,
+    timed_steps: int = 5,
+    ceilings: Ceilings | None = None,
+    seed: int = 0,
+) -> dict:
+    """Profile the runner's training step per module; return the record (module
+    docstring)."""
     from ampbook.data import NUM_CLASSES
     from ampbook.devices import find_device
     from ampbook.env import environment, pick_device
     from ampbook.timing import default_sync, tf32_matmul
     from ampbook.train import TrainConfig, build_training, validate
 
-    for label, v in (("batch_size", batch_size), ("height", height), ("width", width),
-                     ("steps", steps), ("timed_steps", timed_steps)):
+    for label, v in (
+        ("batch_size", batch_size),
+        ("height", height),
+        ("width", width),
+        ("steps", steps),
+        ("timed_steps", timed_steps),
+    ):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     dev = pick_device(device)
-    cfg = TrainConfig(precision=precision, device=str(dev), height=height, width=width,
-                      batch_size=batch_size, tf32="on" if tf32 else "off", seed=seed,
-                      checkpoint=False, quiet=True)
+    cfg = TrainConfig(
+        precision=precision,
+        device=str(dev),
+        height=height,
+        width=width,
+        batch_size=batch_size,
+        tf32="on" if tf32 else "off",
+        seed=seed,
+        checkpoint=False,
+        quiet=True,
+    )
     res = validate(cfg)
     cudnn_before = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -169,7 +210,9 @@ def profile_layers(precision: str, batch_size: int, height: int, width: int,
             training = build_training(cfg, res)
             gen = torch.Generator().manual_seed(seed)
             images = torch.randn(batch_size, 3, height, width, generator=gen).to(dev)
-            labels = torch.randint(0, NUM_CLASSES, (batch_size, height, width), generator=gen).to(dev)
+            labels = torch.randint(
+                0, NUM_CLASSES, (batch_size, height, width), generator=gen
+            ).to(dev)
             step = training.step
             sync = default_sync(dev)
             for _ in range(warmup):
@@ -181,19 +224,30 @@ def profile_layers(precision: str, batch_size: int, height: int, width: int,
                 step(images, labels)
                 sync()
                 walls.append(time.perf_counter() - start)
-            names = {id(m): (name or type(m).__name__) for name, m in training.net.named_modules()}
+            names = {
+                id(m): (name or type(m).__name__)
+                for name, m in training.net.named_modules()
+            }
             names[id(training.criterion)] = LOSS
-            types = {(name or type(m).__name__): type(m).__name__
-                     for name, m in training.net.named_modules()}
+            types = {
+                (name or type(m).__name__): type(m).__name__
+                for name, m in training.net.named_modules()
+            }
             types[LOSS] = "loss"
             ranges = _Ranges(names)
-            from torch.nn.modules.module import (register_module_forward_hook,
-                                                 register_module_forward_pre_hook)
+            from torch.nn.modules.module import (
+                register_module_forward_hook,
+                register_module_forward_pre_hook,
+            )
             from torch.profiler import ProfilerActivity, profile, record_function
 
-            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-            hooks = [register_module_forward_pre_hook(ranges.pre),
-                     register_module_forward_hook(ranges.post, always_call=True)]
+            activities = [ProfilerActivity.CPU] + (
+                [ProfilerActivity.CUDA] if dev.type == "cuda" else []
+            )
+            hooks = [
+                register_module_forward_pre_hook(ranges.pre),
+                register_module_forward_hook(ranges.post, always_call=True),
+            ]
             try:
                 with profile(activities=activities) as prof:
                     for _ in range(steps):
@@ -207,26 +261,50 @@ def profile_layers(precision: str, batch_size: int, height: int, width: int,
     finally:
         torch.backends.cudnn.allow_tf32 = cudnn_before
     ceilings = ceilings or ceilings_for(dev, tf32)
-    prediction = predict(trace_step(training.net, batch_size, height, width, precision), ceilings)
+    prediction = predict(
+        trace_step(training.net, batch_size, height, width, precision), ceilings
+    )
     predicted = {r["scope"]: r for r in prediction.by_scope()}
     layers = []
     for scope in list(predicted) + [s for s in times if s not in predicted]:
         fwd, bwd = times.get(scope, [0.0, 0.0])
-        layers.append({"scope": scope, "type": types.get(scope, predicted.get(scope, {}).get("type", "?")),
-                       "measured_s": (fwd + bwd) / steps / 1e6, "forward_s": fwd / steps / 1e6,
-                       "backward_s": bwd / steps / 1e6,
-                       "predicted_s": predicted[scope]["time_s"] if scope in predicted else 0.0})
+        layers.append(
+            {
+                "scope": scope,
+                "type": types.get(scope, predicted.get(scope, {}).get("type", "?")),
+                "measured_s": (fwd + bwd) / steps / 1e6,
+                "forward_s": fwd / steps / 1e6,
+                "backward_s": bwd / steps / 1e6,
+                "predicted_s": (
+                    predicted[scope]["time_s"] if scope in predicted else 0.0
+                ),
+            }
+        )
     attributed = sum(x["measured_s"] for x in layers)
     env = environment(dev)
     entry = find_device(env["device_name"]) if dev.type == "cuda" else None
-    record = {"schema": LAYER_SCHEMA, "created": _now(), "environment": env,
-              "device_key": entry.key if entry else None, "precision": precision, "tf32": tf32,
-              "batch_size": batch_size, "height": height, "width": width, "steps": steps,
-              "warmup": warmup, "time_source": "cuda" if dev.type == "cuda" else "cpu",
-              "step_s": statistics.median(walls), "predicted_step_s": prediction.step_s,
-              "ceilings": ceilings.name, "unattributed_s": max(total_us / steps / 1e6 - attributed, 0.0),
-              "layers": layers}
-    read_layer_profile(record, "profile_layers")  # the reader's checks, before anyone saves it
+    record = {
+        "schema": LAYER_SCHEMA,
+        "created": _now(),
+        "environment": env,
+        "device_key": entry.key if entry else None,
+        "precision": precision,
+        "tf32": tf32,
+        "batch_size": batch_size,
+        "height": height,
+        "width": width,
+        "steps": steps,
+        "warmup": warmup,
+        "time_source": "cuda" if dev.type == "cuda" else "cpu",
+        "step_s": statistics.median(walls),
+        "predicted_step_s": prediction.step_s,
+        "ceilings": ceilings.name,
+        "unattributed_s": max(total_us / steps / 1e6 - attributed, 0.0),
+        "layers": layers,
+    }
+    read_layer_profile(
+        record, "profile_layers"
+    )  # the reader's checks, before anyone saves it
     return record
 
 
@@ -236,8 +314,12 @@ def loader_record(**kwargs) -> dict:
     from ampbook.env import environment
 
     result = measure_loader(**kwargs)
-    record = {"schema": LOADER_SCHEMA, "created": _now(), "environment": environment("auto"),
-              **result}
+    record = {
+        "schema": LOADER_SCHEMA,
+        "created": _now(),
+        "environment": environment("auto"),
+        **result,
+    }
     read_loader(record, "loader_record")
     return record
 

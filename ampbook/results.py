@@ -1,38 +1,42 @@
-"""Measured results read from a folder: the one place the chapters get committed runs from.
+"""Measured results read from a folder: the one place the chapters read them from.
 
     from ampbook.results import load_results_dir
     rs = load_results_dir(results_dir)          # default: data/results
     for pair in rs.pairs(): print(pair.label, pair.speedup, pair.memory_ratio)
 
-Four kinds of file, each named by its ``schema`` field, are read (recursively, sorted by path):
+Four kinds of file, each named by its ``schema`` field, are read (recursively, sorted by
+path):
 
 * training runs (``"ampbook.train"``, ``ampbook.train.load_results``) -> ``TrainRun``;
-* tensor-core sweeps (``"ampbook.tensor_cores/1"``, ``ampbook.bench_matmul``) -> ``MatmulSweep``;
-* per-layer profiles (``"ampbook.layer_profile/1"``, ``ampbook.layer_profile``): measured
-  time per ERFNet module beside the cost model's prediction -> ``LayerProfile``;
+* tensor-core sweeps (``"ampbook.tensor_cores/1"``, ``ampbook.bench_matmul``) ->
+  ``MatmulSweep``;
+* per-layer profiles (``"ampbook.layer_profile/1"``, ``ampbook.layer_profile``):
+  measured time per ERFNet module beside the cost model's prediction ->
+  ``LayerProfile``;
 * loader sweeps (``"ampbook.loader_sweep/1"``, ``ampbook.layer_profile.loader_record``):
   DataLoader images/s by worker count -> ``LoaderSweep``.
 
-Any other JSON (or a file that fails its schema's checks) is listed in ``ResultSet.ignored``
-with the reason, never silently mixed in.
+Any other JSON (or a file that fails its schema's checks) is listed in
+``ResultSet.ignored`` with the reason, never silently mixed in.
 
 One definition of each number, used by every chapter:
 
-* **Epoch time** (``TrainRun.epoch_s``): the median ``wall_s`` (training loop) of the epochs
-  after the first; of all epochs when there is only one. The first epoch pays for warm-up
-  (cuDNN's algorithm search, the allocator growing, workers starting); the median keeps one
-  disturbed epoch from moving the figure. Validation and checkpoints are not in it.
-  ``step_s`` and ``data_wait_s`` are the same median over the same epochs of the time inside
-  the step function and the time waiting for the loader, per epoch.
-* **Memory** (``TrainRun.memory_bytes``): on CUDA the peak of ``torch.cuda.max_memory_allocated``
-  over the run's training loops (``memory_measure`` says ``"peak CUDA allocated"``); on a CPU,
-  which has no allocator peak to read, the bytes autograd saved for backward in one step
-  (``"saved for backward"``). Reserved CUDA memory (what ``nvidia-smi`` sees, roughly) is
-  ``cuda_reserved_bytes`` beside it.
+* **Epoch time** (``TrainRun.epoch_s``): the median ``wall_s`` (training loop) of the
+  epochs after the first; of all epochs when there is only one. The first epoch pays for
+  warm-up (cuDNN's algorithm search, the allocator growing, workers starting); the
+  median keeps one disturbed epoch from moving the figure. Validation and checkpoints
+  are not in it. ``step_s`` and ``data_wait_s`` are the same median over the same epochs
+  of the time inside the step function and the time waiting for the loader, per epoch.
+* **Memory** (``TrainRun.memory_bytes``): on CUDA the peak of
+  ``torch.cuda.max_memory_allocated`` over the run's training loops (``memory_measure``
+  says ``"peak CUDA allocated"``); on a CPU, which has no allocator peak to read, the
+  bytes autograd saved for backward in one step (``"saved for backward"``). Reserved
+  CUDA memory (what ``nvidia-smi`` sees, roughly) is ``cuda_reserved_bytes`` beside it.
 
-Runs pair (``pair_runs``) only when they ran on the same device (same ``device_name``) with
-the same setting (``Setting``: resolution, batch, memory format, workers, training images,
-synthetic or real data): an fp32 baseline (TF32 on and strict apart) against an AMP run.
+Runs pair (``pair_runs``) only when they ran on the same device (same ``device_name``)
+with the same setting (``Setting``: resolution, batch, memory format, workers, training
+images, synthetic or real data): an fp32 baseline (TF32 on and strict apart) against an
+AMP run.
 """
 
 from __future__ import annotations
@@ -56,17 +60,22 @@ PEAK_CUDA = "peak CUDA allocated"
 SAVED_FOR_BACKWARD = "saved for backward"
 # Order of the modes in tables: the baselines first.
 MODES = ("fp32-tf32", "fp32", "amp-fp16", "amp-bf16")
-MODE_LABELS = {"fp32-tf32": "fp32 (TF32 on)", "fp32": "fp32 (strict)",
-               "amp-fp16": "amp-fp16 + GradScaler", "amp-bf16": "amp-bf16"}
+MODE_LABELS = {
+    "fp32-tf32": "fp32 (TF32 on)",
+    "fp32": "fp32 (strict)",
+    "amp-fp16": "amp-fp16 + GradScaler",
+    "amp-bf16": "amp-bf16",
+}
 
 
 class ResultsError(ValueError):
     """A results file that claims a known schema but does not hold to it."""
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # training runs
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -85,8 +94,10 @@ class Setting:
     def label(self) -> str:
         data = "synthetic" if self.synthetic_data else "Cityscapes"
         cl = ", channels_last" if self.channels_last else ""
-        return (f"{self.width}x{self.height}, batch {self.batch_size}, {self.train_images} {data} "
-                f"images, {self.workers} workers{cl}")
+        return (
+            f"{self.width}x{self.height}, batch {self.batch_size}, "
+            f"{self.train_images} {data} images, {self.workers} workers{cl}"
+        )
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,8 @@ class TrainRun:
 
     @property
     def mode(self) -> str:
-        """``fp32-tf32`` (fp32 with TF32 on), ``fp32`` (strict), ``amp-fp16`` or ``amp-bf16``."""
+        """``fp32-tf32`` (fp32 with TF32 on), ``fp32`` (strict), ``amp-fp16`` or
+        ``amp-bf16``."""
         return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
 
     @property
@@ -146,7 +158,8 @@ class TrainRun:
 
     @property
     def step_images_per_s(self) -> float:
-        """Images per second of the step alone (what the GPU could do with data waiting)."""
+        """Images per second of the step alone (what the GPU could do with data
+        waiting)."""
         return self.images_per_epoch / self.step_s
 
 
@@ -155,12 +168,20 @@ def _median_after_first(values: list[float]) -> float:
 
 
 def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
-    """A ``TrainRun`` from a training-run record (a loaded file or ``run_training``'s return)."""
+    """A ``TrainRun`` from a training-run record (a loaded file or ``run_training``'s
+    return)."""
     where = str(path) if path is not None else record.get("name", "record")
     if record.get("schema") != TRAIN_SCHEMA:
-        raise ResultsError(f"{where}: not a training-run record (schema {record.get('schema')!r})")
+        raise ResultsError(
+            f"{where}: not a training-run record (schema {record.get('schema')!r})"
+        )
     try:
-        c, r, s, env = record["config"], record["resolved"], record["summary"], record["environment"]
+        c, r, s, env = (
+            record["config"],
+            record["resolved"],
+            record["summary"],
+            record["environment"],
+        )
         epochs = record["epochs"]
         if not epochs:
             raise ResultsError(f"{where}: no epoch was recorded")
@@ -175,27 +196,46 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             memory, measure = allocated, PEAK_CUDA
         else:
             memory, measure = saved, SAVED_FOR_BACKWARD
-        setting = Setting(device_name=str(env["device_name"]), height=int(c["height"]),
-                          width=int(c["width"]), batch_size=int(c["batch_size"]),
-                          channels_last=bool(c.get("channels_last", False)),
-                          workers=int(c.get("workers", 0)), train_images=int(r["train_images"]),
-                          synthetic_data=bool(r["synthetic_data"]))
+        setting = Setting(
+            device_name=str(env["device_name"]),
+            height=int(c["height"]),
+            width=int(c["width"]),
+            batch_size=int(c["batch_size"]),
+            channels_last=bool(c.get("channels_last", False)),
+            workers=int(c.get("workers", 0)),
+            train_images=int(r["train_images"]),
+            synthetic_data=bool(r["synthetic_data"]),
+        )
         return TrainRun(
-            path=str(path) if path is not None else None, name=record["name"],
-            status=record["status"], device=str(r["device"]), device_name=setting.device_name,
-            precision=c["precision"], tf32=c.get("tf32") == "on", setting=setting,
-            epochs_completed=len(epochs), epochs_timed=len(timed), epoch_s=epoch_s,
+            path=str(path) if path is not None else None,
+            name=record["name"],
+            status=record["status"],
+            device=str(r["device"]),
+            device_name=setting.device_name,
+            precision=c["precision"],
+            tf32=c.get("tf32") == "on",
+            setting=setting,
+            epochs_completed=len(epochs),
+            epochs_timed=len(timed),
+            epoch_s=epoch_s,
             step_s=_median_after_first([e["step_s"] for e in epochs]),
             data_wait_s=_median_after_first([e["data_wait_s"] for e in epochs]),
-            images_per_epoch=int(epochs[-1]["images"]), memory_bytes=memory,
-            memory_measure=measure, cuda_allocated_bytes=allocated,
-            cuda_reserved_bytes=s.get("max_cuda_reserved_bytes"), saved_tensor_bytes=saved,
+            images_per_epoch=int(epochs[-1]["images"]),
+            memory_bytes=memory,
+            memory_measure=measure,
+            cuda_allocated_bytes=allocated,
+            cuda_reserved_bytes=s.get("max_cuda_reserved_bytes"),
+            saved_tensor_bytes=saved,
             final_train_loss=s.get("final_train_loss"),
             final_val_pixel_accuracy=s.get("final_val_pixel_accuracy"),
             final_val_miou=s.get("final_val_miou"),
-            skipped_steps=int(s.get("total_skipped_steps") or 0), record=record)
+            skipped_steps=int(s.get("total_skipped_steps") or 0),
+            record=record,
+        )
     except (KeyError, TypeError) as err:
-        raise ResultsError(f"{where}: training-run record lacks or mistypes {err}") from None
+        raise ResultsError(
+            f"{where}: training-run record lacks or mistypes {err}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -222,7 +262,8 @@ class RunPair:
 
     @property
     def memory_ratio(self) -> float | None:
-        """AMP memory over baseline memory (below 1: AMP saved memory); None without both."""
+        """AMP memory over baseline memory (below 1: AMP saved memory); None without
+        both."""
         if not self.baseline.memory_bytes or self.amp.memory_bytes is None:
             return None
         return self.amp.memory_bytes / self.baseline.memory_bytes
@@ -235,9 +276,9 @@ class RunPair:
 def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunPair]:
     """Every (fp32 baseline, AMP run) pair that shares device and setting.
 
-    Baselines are fp32 with TF32 on and strict fp32, each paired with every AMP run of the
-    group; when a group holds two runs of one mode the later file wins. Ordered by device,
-    setting, then ``MODES``.
+    Baselines are fp32 with TF32 on and strict fp32, each paired with every AMP run of
+    the group; when a group holds two runs of one mode the later file wins. Ordered by
+    device, setting, then ``MODES``.
     """
     groups: dict[Setting, dict[str, TrainRun]] = {}
     for run in runs:
@@ -245,8 +286,18 @@ def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunP
             continue
         groups.setdefault(run.setting, {})[run.mode] = run
     out = []
-    for setting in sorted(groups, key=lambda k: (k.device_name, k.height, k.width, k.batch_size,
-                                                  k.channels_last, k.workers, k.train_images)):
+    for setting in sorted(
+        groups,
+        key=lambda k: (
+            k.device_name,
+            k.height,
+            k.width,
+            k.batch_size,
+            k.channels_last,
+            k.workers,
+            k.train_images,
+        ),
+    ):
         by_mode = groups[setting]
         for base in ("fp32-tf32", "fp32"):
             for amp in ("amp-fp16", "amp-bf16"):
@@ -255,13 +306,15 @@ def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunP
     return out
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # tensor-core sweeps, layer profiles, loader sweeps
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class MatmulSweep:
-    """A tensor-core sweep (``ampbook.bench_matmul``); ``record`` is the validated JSON."""
+    """A tensor-core sweep (``ampbook.bench_matmul``); ``record`` is the validated
+    JSON."""
 
     path: str
     device_name: str
@@ -313,7 +366,8 @@ class LayerProfile:
         return sum(layer.predicted_s for layer in self.layers)
 
     def by_type(self) -> list[LayerTime]:
-        """Measured and predicted time summed per module type, largest measured first."""
+        """Measured and predicted time summed per module type, largest measured
+        first."""
         agg: dict[str, list[float]] = {}
         for layer in self.layers:
             a = agg.setdefault(layer.type, [0.0, 0.0])
@@ -331,7 +385,8 @@ class LoaderPoint:
 
 @dataclass(frozen=True)
 class LoaderSweep:
-    """DataLoader images per second by worker count (``ampbook.bench_loader.measure_loader``)."""
+    """DataLoader images per second by worker count
+    (``ampbook.bench_loader.measure_loader``)."""
 
     path: str
     device_name: str
@@ -350,9 +405,15 @@ class LoaderSweep:
 
 
 def _positive(value: Any, what: str, where: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-            or value < 0:
-        raise ResultsError(f"{where}: {what} must be a non-negative number, got {value!r}")
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ResultsError(
+            f"{where}: {what} must be a non-negative number, got {value!r}"
+        )
     return float(value)
 
 
@@ -370,50 +431,78 @@ def read_matmul(record: dict, path: str) -> MatmulSweep:
 def read_layer_profile(record: dict, path: str) -> LayerProfile:
     try:
         env = record["environment"]
-        layers = tuple(LayerTime(str(x["scope"]), str(x["type"]),
-                                 _positive(x["measured_s"], "measured_s", path),
-                                 _positive(x["predicted_s"], "predicted_s", path))
-                       for x in record["layers"])
+        layers = tuple(
+            LayerTime(
+                str(x["scope"]),
+                str(x["type"]),
+                _positive(x["measured_s"], "measured_s", path),
+                _positive(x["predicted_s"], "predicted_s", path),
+            )
+            for x in record["layers"]
+        )
         if not layers:
             raise ResultsError(f"{path}: no layers")
         if record["time_source"] not in ("cuda", "cpu"):
-            raise ResultsError(f"{path}: time_source must be 'cuda' or 'cpu', got "
-                               f"{record['time_source']!r}")
+            raise ResultsError(
+                f"{path}: time_source must be 'cuda' or 'cpu', got "
+                f"{record['time_source']!r}"
+            )
         return LayerProfile(
-            path=path, device_name=str(env["device_name"]), device=str(env["device"]),
-            precision=record["precision"], batch_size=int(record["batch_size"]),
-            height=int(record["height"]), width=int(record["width"]),
-            time_source=record["time_source"], steps=int(record["steps"]),
+            path=path,
+            device_name=str(env["device_name"]),
+            device=str(env["device"]),
+            precision=record["precision"],
+            batch_size=int(record["batch_size"]),
+            height=int(record["height"]),
+            width=int(record["width"]),
+            time_source=record["time_source"],
+            steps=int(record["steps"]),
             step_s=_positive(record["step_s"], "step_s", path),
-            predicted_step_s=_positive(record["predicted_step_s"], "predicted_step_s", path),
+            predicted_step_s=_positive(
+                record["predicted_step_s"], "predicted_step_s", path
+            ),
             unattributed_s=_positive(record["unattributed_s"], "unattributed_s", path),
-            ceilings=str(record["ceilings"]), layers=layers, record=record)
+            ceilings=str(record["ceilings"]),
+            layers=layers,
+            record=record,
+        )
     except (KeyError, TypeError) as err:
         raise ResultsError(f"{path}: layer profile lacks or mistypes {err}") from None
 
 
 def read_loader(record: dict, path: str) -> LoaderSweep:
     try:
-        points = tuple(LoaderPoint(int(r["workers"]),
-                                   _positive(r["images_per_s"], "images_per_s", path))
-                       for r in record["results"])
+        points = tuple(
+            LoaderPoint(
+                int(r["workers"]), _positive(r["images_per_s"], "images_per_s", path)
+            )
+            for r in record["results"]
+        )
         if not points:
             raise ResultsError(f"{path}: no worker counts measured")
         return LoaderSweep(
-            path=path, device_name=str(record["environment"]["device_name"]),
-            cpu_count=int(record["cpu_count"]), height=int(record["height"]),
-            width=int(record["width"]), batch_size=int(record["batch_size"]),
-            images=int(record["images"]), synthetic=bool(record["synthetic"]),
-            decode_resize_images_per_s=_positive(record["decode_resize_images_per_s"],
-                                                 "decode_resize_images_per_s", path),
-            points=points, record=record)
+            path=path,
+            device_name=str(record["environment"]["device_name"]),
+            cpu_count=int(record["cpu_count"]),
+            height=int(record["height"]),
+            width=int(record["width"]),
+            batch_size=int(record["batch_size"]),
+            images=int(record["images"]),
+            synthetic=bool(record["synthetic"]),
+            decode_resize_images_per_s=_positive(
+                record["decode_resize_images_per_s"], "decode_resize_images_per_s", path
+            ),
+            points=points,
+            record=record,
+        )
     except (KeyError, TypeError) as err:
         raise ResultsError(f"{path}: loader sweep lacks or mistypes {err}") from None
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # a folder
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Ignored:
@@ -434,7 +523,11 @@ class ResultSet:
 
     def gpu_runs(self, complete_only: bool = True) -> list[TrainRun]:
         """Training runs made on CUDA (complete ones unless asked otherwise)."""
-        return [r for r in self.train_runs if r.is_cuda and (r.complete or not complete_only)]
+        return [
+            r
+            for r in self.train_runs
+            if r.is_cuda and (r.complete or not complete_only)
+        ]
 
     def pairs(self, complete_only: bool = True) -> list[RunPair]:
         """``pair_runs`` over the CUDA runs."""
@@ -449,12 +542,17 @@ class ResultSet:
 
     @property
     def empty(self) -> bool:
-        return not (self.train_runs or self.matmul_sweeps or self.layer_profiles
-                    or self.loader_sweeps)
+        return not (
+            self.train_runs
+            or self.matmul_sweeps
+            or self.layer_profiles
+            or self.loader_sweeps
+        )
 
 
 def read_file(path: str | Path) -> TrainRun | MatmulSweep | LayerProfile | LoaderSweep:
-    """One results file, by its schema; ``ResultsError`` names the file and the problem."""
+    """One results file, by its schema; ``ResultsError`` names the file and the
+    problem."""
     path = Path(path)
     try:
         record = json.loads(path.read_text())
@@ -477,19 +575,24 @@ def read_file(path: str | Path) -> TrainRun | MatmulSweep | LayerProfile | Loade
         return read_layer_profile(record, str(path))
     if schema == LOADER_SCHEMA:
         return read_loader(record, str(path))
-    raise ResultsError(f"{path}: unknown schema {schema!r} (known: {', '.join(SCHEMAS)})")
+    raise ResultsError(
+        f"{path}: unknown schema {schema!r} (known: {', '.join(SCHEMAS)})"
+    )
 
 
 def load_results_dir(directory: str | Path | None = None) -> ResultSet:
-    """Read every ``*.json`` under ``directory`` (default ``data/results``; subfolders too).
+    """Read every ``*.json`` under ``directory`` (default ``data/results``; subfolders
+    too).
 
     A file that is not a known result, or fails its schema's checks, goes to ``ignored``
     with the reason. A folder that does not exist is an error (``FileNotFoundError``).
     """
     directory = Path(directory) if directory else RESULTS_DIR
     if not directory.is_dir():
-        raise FileNotFoundError(f"results folder {directory} does not exist: give an existing "
-                                "folder (default data/results)")
+        raise FileNotFoundError(
+            f"results folder {directory} does not exist: give an existing "
+            "folder (default data/results)"
+        )
     rs = ResultSet(str(directory))
     for path in sorted(directory.rglob("*.json")):
         try:

@@ -1,4 +1,5 @@
-"""python -m ampbook.gpucheck: the dry run writes the file set; budgets cut stages short."""
+"""python -m ampbook.gpucheck: the dry run writes the file set; budgets cut stages
+short."""
 
 import json
 import re
@@ -18,8 +19,13 @@ FILE_SET = {"report.json", "gpucheck.log", "results.tar.gz", "notebooks.tar.gz"}
 
 
 def gpucheck(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "ampbook.gpucheck", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ampbook.gpucheck", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def check_file_set(out: Path) -> dict:
@@ -47,9 +53,13 @@ def test_dry_run_writes_the_file_set(tmp_path):
     log = (out / "gpucheck.log").read_text()
     assert "== nb05: ok" in log and "done in" in log
     with tarfile.open(out / "notebooks.tar.gz") as tar:
-        assert sorted(tar.getnames()) == ["01_floating_point.ipynb", "02_tensor_cores.ipynb",
-                                          "03_amp_training.ipynb", "04_loss_scaling.ipynb",
-                                          "05_rtx3070.ipynb"]
+        assert sorted(tar.getnames()) == [
+            "01_floating_point.ipynb",
+            "02_tensor_cores.ipynb",
+            "03_amp_training.ipynb",
+            "04_loss_scaling.ipynb",
+            "05_rtx3070.ipynb",
+        ]
     extracted = tmp_path / "results"
     with tarfile.open(out / "results.tar.gz") as tar:
         tar.extractall(extracted, filter="data")
@@ -58,16 +68,21 @@ def test_dry_run_writes_the_file_set(tmp_path):
     assert rs.train_runs and len(rs.matmul_sweeps) == 1 and len(rs.loader_sweeps) == 1
     assert sorted(p.precision for p in rs.layer_profiles) == ["amp-fp16", "fp32"]
     assert sorted(report["results"]) == sorted(p.name for p in extracted.iterdir())
-    assert all(p.name.startswith("train_") for p in extracted.iterdir()
-               if json.loads(p.read_text())["schema"] == "ampbook.train")
+    assert all(
+        p.name.startswith("train_")
+        for p in extracted.iterdir()
+        if json.loads(p.read_text())["schema"] == "ampbook.train"
+    )
 
 
 def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
     from ampbook.gpucheck import Check
 
     check = Check(tmp_path / "out", 60, True, ("env",))
-    code = ("import subprocess, sys, time; p = subprocess.Popen(['sleep', '120']); "
-            "print(p.pid, flush=True); time.sleep(120)")
+    code = (
+        "import subprocess, sys, time; p = subprocess.Popen(['sleep', '120']); "
+        "print(p.pid, flush=True); time.sleep(120)"
+    )
     start = time.monotonic()
     status, detail = check.run_process([sys.executable, "-c", code], timeout=3)
     assert (status, detail) == ("cut short", "stopped after 3 s, its time budget")
@@ -76,8 +91,9 @@ def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
     time.sleep(0.5)
     stat = Path(f"/proc/{grandchild}/stat")  # gone, or a zombie nobody reaped yet
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    assert check.run_process([sys.executable, "-c", "print('x'); raise SystemExit(3)"], 10) == (
-        "error", "exit 3: x")
+    assert check.run_process(
+        [sys.executable, "-c", "print('x'); raise SystemExit(3)"], 10
+    ) == ("error", "exit 3: x")
     check.log_file.close()
 
 
@@ -85,7 +101,9 @@ def test_a_stage_over_its_budget_is_reported_cut_short(tmp_path, monkeypatch):
     from ampbook import gpucheck
 
     def slow_child(self, name, timeout):
-        return self.run_process([sys.executable, "-c", "import time; time.sleep(60)"], timeout)
+        return self.run_process(
+            [sys.executable, "-c", "import time; time.sleep(60)"], timeout
+        )
 
     monkeypatch.setattr(gpucheck.Check, "run_child", slow_child)
     out = tmp_path / "out"
@@ -102,11 +120,17 @@ def test_a_stage_over_its_budget_is_reported_cut_short(tmp_path, monkeypatch):
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
-    for args, message in ((["--dry-run"], "--out DIR is required"),
-                          (["--out", str(tmp_path), "--stages", "nb09"], "unknown stage(s) nb09"),
-                          (["--out", str(tmp_path), "--budget-s", "5"], "--budget-s must be more")):
+    for args, message in (
+        (["--dry-run"], "--out DIR is required"),
+        (["--out", str(tmp_path), "--stages", "nb09"], "unknown stage(s) nb09"),
+        (["--out", str(tmp_path), "--budget-s", "5"], "--budget-s must be more"),
+    ):
         done = gpucheck(*args, timeout=60)
-        assert done.returncode == 2 and done.stderr.startswith("error:") and message in done.stderr
+        assert (
+            done.returncode == 2
+            and done.stderr.startswith("error:")
+            and message in done.stderr
+        )
     afile = tmp_path / "f"
     afile.write_text("x")
     done = gpucheck("--out", str(afile), timeout=60)
@@ -134,19 +158,38 @@ def test_sizing_figures_order():
 
     step = {(key, label): s for key, label, s in sizing()}
     h200, rtx = "h200-sxm", "rtx3070-desktop"
-    assert step[h200, "fp32, TF32 off"] > step[h200, "fp32, TF32 on"] > step[h200, "amp-fp16"]
+    assert (
+        step[h200, "fp32, TF32 off"]
+        > step[h200, "fp32, TF32 on"]
+        > step[h200, "amp-fp16"]
+    )
     # the RTX 3070's TF32 peak is its fp32 peak: TF32 changes nothing there
     assert step[rtx, "fp32, TF32 off"] == pytest.approx(step[rtx, "fp32, TF32 on"])
-    assert all(step[rtx, label] > 5 * step[h200, label] for _, label in step if _ == h200)
+    assert all(
+        step[rtx, label] > 5 * step[h200, label] for _, label in step if _ == h200
+    )
 
 
 def test_sigterm_stops_the_stage_and_writes_the_report(tmp_path):
     import signal
 
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "ampbook.gpucheck", "--dry-run", "--stages", "nb04",
-                             "--out", str(out)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ampbook.gpucheck",
+            "--dry-run",
+            "--stages",
+            "nb04",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     time.sleep(8)
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=60)

@@ -1,4 +1,5 @@
-"""ampbook.results: reading, summarising and pairing results, on the fixture GPU's files."""
+"""ampbook.results: reading, summarising and pairing results, on the fixture GPU's
+files."""
 
 import json
 import shutil
@@ -6,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from ampbook.results import (LAYER_SCHEMA, PEAK_CUDA, SAVED_FOR_BACKWARD, ResultsError,
-                             load_results_dir, pair_runs, read_file, summarise_run)
+from ampbook.results import (
+    LAYER_SCHEMA,
+    PEAK_CUDA,
+    SAVED_FOR_BACKWARD,
+    ResultsError,
+    load_results_dir,
+    pair_runs,
+    read_file,
+    summarise_run,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GPU = "Fixture GPU (fictitious)"
@@ -22,7 +31,8 @@ def rs():
 def test_fixture_folder_reads_completely(rs):
     assert rs.ignored == []
     assert sorted(r.mode for r in rs.train_runs if r.device_name == GPU) == sorted(
-        ["fp32-tf32", "fp32", "amp-fp16", "amp-bf16"])
+        ["fp32-tf32", "fp32", "amp-fp16", "amp-bf16"]
+    )
     assert len(rs.matmul_sweeps) == 1 and len(rs.loader_sweeps) == 1
     assert sorted(p.precision for p in rs.layer_profiles) == ["amp-fp16", "fp32"]
     assert rs.devices() == [GPU, OTHER]
@@ -33,8 +43,11 @@ def test_epoch_time_is_median_of_epochs_after_first(rs):
     for run in rs.train_runs:
         walls = [e["wall_s"] for e in run.record["epochs"]]
         later = sorted(walls[1:])
-        assert run.epoch_s == pytest.approx(later[len(later) // 2] if len(later) % 2 else
-                                            (later[len(later) // 2 - 1] + later[len(later) // 2]) / 2)
+        assert run.epoch_s == pytest.approx(
+            later[len(later) // 2]
+            if len(later) % 2
+            else (later[len(later) // 2 - 1] + later[len(later) // 2]) / 2
+        )
         assert run.epoch_s < walls[0]  # the warm-up epoch is left out
         assert run.images_per_s == pytest.approx(run.images_per_epoch / run.epoch_s)
         assert 0 < run.data_wait_share < 1
@@ -63,12 +76,18 @@ def test_memory_definition_cuda_and_cpu(rs):
 def test_pairs_same_gpu_only(rs):
     pairs = rs.pairs()
     assert {(p.baseline.mode, p.amp.mode) for p in pairs} == {
-        ("fp32-tf32", "amp-fp16"), ("fp32-tf32", "amp-bf16"), ("fp32", "amp-fp16"), ("fp32", "amp-bf16")}
+        ("fp32-tf32", "amp-fp16"),
+        ("fp32-tf32", "amp-bf16"),
+        ("fp32", "amp-fp16"),
+        ("fp32", "amp-bf16"),
+    }
     for p in pairs:
         assert p.baseline.device_name == p.amp.device_name == GPU
         assert p.speedup == pytest.approx(p.baseline.epoch_s / p.amp.epoch_s)
         assert p.step_speedup == pytest.approx(p.baseline.step_s / p.amp.step_s)
-        assert p.memory_ratio == pytest.approx(p.amp.memory_bytes / p.baseline.memory_bytes)
+        assert p.memory_ratio == pytest.approx(
+            p.amp.memory_bytes / p.baseline.memory_bytes
+        )
     assert not any(OTHER in (p.baseline.device_name, p.amp.device_name) for p in pairs)
 
 
@@ -76,22 +95,38 @@ def test_mismatched_gpus_do_not_pair(rs):
     fp32 = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "fp32")
     other_fp16 = next(r for r in rs.train_runs if r.device_name == OTHER)
     assert pair_runs([fp32, other_fp16]) == []
-    same = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "amp-fp16")
+    same = next(
+        r for r in rs.train_runs if r.device_name == GPU and r.mode == "amp-fp16"
+    )
     assert len(pair_runs([fp32, same])) == 1
 
 
 def test_other_setting_does_not_pair(rs):
     fp32 = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "fp32")
-    amp = json.loads(json.dumps(next(r for r in rs.train_runs
-                                     if r.device_name == GPU and r.mode == "amp-fp16").record))
+    amp = json.loads(
+        json.dumps(
+            next(
+                r
+                for r in rs.train_runs
+                if r.device_name == GPU and r.mode == "amp-fp16"
+            ).record
+        )
+    )
     amp["config"]["batch_size"] = 2
     assert pair_runs([fp32, summarise_run(amp)]) == []
 
 
 def test_incomplete_runs_do_not_pair(rs):
     fp32 = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "fp32")
-    amp = json.loads(json.dumps(next(r for r in rs.train_runs
-                                     if r.device_name == GPU and r.mode == "amp-fp16").record))
+    amp = json.loads(
+        json.dumps(
+            next(
+                r
+                for r in rs.train_runs
+                if r.device_name == GPU and r.mode == "amp-fp16"
+            ).record
+        )
+    )
     amp["status"] = "running"
     assert pair_runs([fp32, summarise_run(amp)]) == []
     assert len(pair_runs([fp32, summarise_run(amp)], complete_only=False)) == 1
@@ -100,9 +135,13 @@ def test_incomplete_runs_do_not_pair(rs):
 def test_layer_profile_and_loader(rs):
     lp = next(p for p in rs.layer_profiles if p.precision == "fp32")
     assert lp.time_source == "cuda" and lp.device_name == GPU
-    assert lp.measured_total_s == pytest.approx(sum(x.measured_s for x in lp.layers) + lp.unattributed_s)
+    assert lp.measured_total_s == pytest.approx(
+        sum(x.measured_s for x in lp.layers) + lp.unattributed_s
+    )
     types = lp.by_type()
-    assert sum(t.measured_s for t in types) == pytest.approx(lp.measured_total_s - lp.unattributed_s)
+    assert sum(t.measured_s for t in types) == pytest.approx(
+        lp.measured_total_s - lp.unattributed_s
+    )
     assert types == sorted(types, key=lambda t: -t.measured_s)
     conv = next(t for t in types if t.type == "Conv2d")
     assert conv.ratio == pytest.approx(conv.measured_s / conv.predicted_s)
@@ -115,7 +154,9 @@ def test_bad_and_foreign_files_are_listed_not_mixed_in(tmp_path):
     shutil.copy(FIXTURES / "train_fixture-gpu_fp32_1024x512.json", tmp_path)
     (tmp_path / "notes.json").write_text(json.dumps({"hello": 1}))
     (tmp_path / "broken.json").write_text("{not json")
-    bad = json.loads((FIXTURES / "layer_profile_fixture-gpu_fp32_1024x512.json").read_text())
+    bad = json.loads(
+        (FIXTURES / "layer_profile_fixture-gpu_fp32_1024x512.json").read_text()
+    )
     bad["layers"][0]["measured_s"] = -1.0
     sub = tmp_path / "sub"
     sub.mkdir()
