@@ -77,6 +77,7 @@ RUNNER_MODULES = (
     "IPython",
     "matplotlib_inline",
     "cityscapesscripts",
+    "myst_nb",
 )
 NOTEBOOKS = {
     "nb01": "01_floating_point",
