@@ -8,7 +8,7 @@ PROFILE ?=
 NOTEBOOKS ?=
 EXECUTED := build/executed
 
-.PHONY: book test venv execute html check sync clean
+.PHONY: book test venv execute html check sync clean gpu-wheels
 
 venv: $(STAMP)
 
@@ -40,3 +40,23 @@ sync: $(STAMP)
 
 clean:
 	rm -rf build book/_build
+
+# Wheels for a GPU machine without a package index (python -m ampbook.gpucheck installs them
+# there): gpu-wheels.txt, for CPython 3.12 on manylinux x86_64, one version each, no
+# dependencies resolved by pip (the list names them). Needs pip and PyPI; the venv is not used.
+WHEEL_PIP ?= $(PYTHON) -m pip
+WHEEL_MAX_MIB := 40
+WHEEL_PLATFORMS := manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 \
+	manylinux_2_24_x86_64 manylinux_2_27_x86_64 manylinux_2_28_x86_64 manylinux_2_31_x86_64 \
+	manylinux_2_34_x86_64 manylinux_2_35_x86_64 manylinux_2_39_x86_64
+
+gpu-wheels:
+	@rm -rf .whl && mkdir -p .whl
+	$(WHEEL_PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp $(addprefix --platform ,$(WHEEL_PLATFORMS)) -d .whl -r gpu-wheels.txt
+	@set -e; n=$$(ls .whl/*.whl | wc -l); want=$$(grep -c '^[A-Za-z0-9]' gpu-wheels.txt); \
+	bytes=$$(cat .whl/*.whl | wc -c); mib=$$(( (bytes + 1048575) / 1048576 )); \
+	echo "gpu-wheels: $$n wheels in .whl, $$bytes bytes ($$mib MiB; limit $(WHEEL_MAX_MIB) MiB)"; \
+	if [ "$$n" -ne "$$want" ]; then echo "error: gpu-wheels.txt lists $$want packages but .whl holds $$n wheels" >&2; exit 1; fi; \
+	if [ "$$bytes" -gt $$(( $(WHEEL_MAX_MIB) * 1048576 )) ]; then \
+	  echo "error: the wheels take $$mib MiB, over the $(WHEEL_MAX_MIB) MiB limit (the device's working tree must stay under 64 MiB): trim gpu-wheels.txt" >&2; exit 1; fi

@@ -31,7 +31,8 @@ import sys
 import tempfile
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -575,6 +576,29 @@ def _file_stem(split: str, index: int) -> tuple[str, str]:
     return city, f"{city}_{index:06d}_000019"  # Cityscapes annotates the 20th frame of a clip
 
 
+def _write_scene(root: Path, seed: int, split: str, i: int, height: int,
+                 width: int) -> None:
+    """Draw scene ``i`` of ``split``; write its image and labelIds PNGs in ``root``."""
+    city, stem = _file_stem(split, i)
+    img_dir = root / "leftImg8bit" / split / city
+    gt_dir = root / "gtFine" / split / city
+    img_dir.mkdir(parents=True, exist_ok=True)
+    gt_dir.mkdir(parents=True, exist_ok=True)
+    image, ids = synthetic_pair(seed, split, i, height, width)
+    # zlib level 1: files about as large as well-compressed noisy photos, written fast
+    Image.fromarray(image).save(img_dir / f"{stem}_leftImg8bit.png", compress_level=1)
+    Image.fromarray(ids).save(gt_dir / f"{stem}_gtFine_labelIds.png", compress_level=1)
+
+
+def _write_scene_job(job: tuple) -> None:
+    _write_scene(*job)
+
+
+# Below this many pixels in all, starting worker processes costs more than drawing
+# serially.
+_PARALLEL_MIN_PIXELS = 8 * 1024 * 2048
+
+
 def check_synthesis(
     root: str | os.PathLike,
     train: int,
@@ -611,11 +635,19 @@ def check_synthesis(
     return root
 
 
-def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0, height: int = 1024,
-               width: int = 2048, progress: bool = False) -> Path:
+def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0,
+               height: int = 1024, width: int = 2048, progress: bool = False,
+               workers: int | None = None) -> Path:
     """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the official
-    layout and file names; returns ``root``. Deterministic for a seed."""
+    layout and file names; returns ``root``. Deterministic for a seed.
+
+    The scenes are drawn by ``workers`` processes (default: one per CPU core when the
+    set is large enough to pay for starting them, else in this process; 1: always in
+    this process). Each scene has its own random stream, so the files are the same byte
+    for byte whatever the number of workers."""
     root = check_synthesis(root, train, val, seed, height, width)
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
     if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
         if not (root / SYNTHETIC_MARKER).exists():
             raise FileExistsError(f"{root} already holds a dataset that is not synthetic; refusing to "
@@ -623,31 +655,37 @@ def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0, hei
         for sub in ("leftImg8bit", "gtFine"):  # an older synthetic set: replace it whole
             shutil.rmtree(root / sub, ignore_errors=True)
     start = time.perf_counter()
-    jobs = [(split, i) for split, count in (("train", train), ("val", val)) for i in range(count)]
-
-    def write(job: tuple[str, int]) -> None:
-        split, i = job
-        city, stem = _file_stem(split, i)
-        img_dir, gt_dir = root / "leftImg8bit" / split / city, root / "gtFine" / split / city
-        img_dir.mkdir(parents=True, exist_ok=True)
-        gt_dir.mkdir(parents=True, exist_ok=True)
-        image, ids = synthetic_pair(seed, split, i, height, width)
-        # zlib level 1: files about as large as well-compressed noisy photos, written fast
-        Image.fromarray(image).save(img_dir / f"{stem}_leftImg8bit.png", compress_level=1)
-        Image.fromarray(ids).save(gt_dir / f"{stem}_gtFine_labelIds.png", compress_level=1)
-
-    # Each scene has its own random stream, so threads (numpy and zlib release the GIL) do not
-    # change the result.
-    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-        for n, _ in enumerate(pool.map(write, jobs), 1):
+    jobs = [(root, seed, split, i, height, width)
+            for split, count in (("train", train), ("val", val)) for i in range(count)]
+    if workers is None:
+        big = len(jobs) * height * width >= _PARALLEL_MIN_PIXELS
+        workers = min(os.cpu_count() or 1, len(jobs)) if big else 1
+    workers = min(workers, len(jobs))
+    if workers == 1:
+        done = map(_write_scene_job, jobs)
+        pool = None
+    else:
+        # fork where there is one (as torch's DataLoader does): a worker runs only
+        # numpy, PIL and zlib, and a script without a __main__ guard is not run again in
+        # each worker.
+        fork = "fork" in multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if fork else "spawn")
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        done = pool.map(_write_scene_job, jobs)
+    try:
+        for n, _ in enumerate(done, 1):
             if progress and n % 20 == 0:
                 print(f"  {n}/{len(jobs)} images", file=sys.stderr)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     meta = {"synthetic": True, "version": SYNTHETIC_VERSION, "seed": seed, "train": train, "val": val,
             "height": height, "width": width, "generator": "ampbook.data.synthesize"}
     (root / SYNTHETIC_MARKER).write_text(json.dumps(meta, indent=1) + "\n")
     if progress:
         print(f"wrote {train + val} synthetic images ({width}x{height}) to {root} in "
-              f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
+              f"{time.perf_counter() - start:.1f} s with {workers} process"
+              f"{'es' if workers > 1 else ''}", file=sys.stderr)
     return root
 
 

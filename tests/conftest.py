@@ -9,6 +9,13 @@ import pytest
 import torch
 
 
+def pytest_runtest_setup(item):
+    """Tests marked ``cuda`` need a GPU: skipped without one (``pytest -m cuda`` selects them;
+    ``python -m ampbook.gpucheck`` runs them on a GPU machine)."""
+    if item.get_closest_marker("cuda") and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Unit tests run torch on one intra-op thread: at the small sizes tests use, two threads

@@ -128,7 +128,7 @@ def test_confusion_stays_on_the_device_given():
     assert m.confusion.device.type == "cpu"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_on_cuda():
     m = SegmentationMetrics(3)
     m.update(torch.tensor([0, 1, 2], device="cuda"), torch.tensor([0, 2, 2], device="cuda"))

@@ -115,7 +115,7 @@ def test_autocast_on_cpu_trains(dtype):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_autocast_on_cuda_channels_last(dtype):
     if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():

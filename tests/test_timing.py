@@ -107,7 +107,7 @@ def test_default_sync_and_clock_by_device():
     assert isinstance(timing._clock(torch.device("cuda"), lambda: None), timing._CudaEventClock)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_cuda_events_time_a_matmul():
     r = time_matmul(2048, dtype="fp16", device="cuda", min_time=0.05)
     host = []

@@ -1,0 +1,200 @@
+"""python -m ampbook.gpucheck: the dry run writes the file set; budgets cut stages
+short."""
+
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from ampbook.gpucheck import STAGE_NAMES, parse_stages, slug
+from ampbook.paths import REPO_ROOT
+from ampbook.results import load_results_dir
+
+FILE_SET = {"report.json", "gpucheck.log", "results.tar.gz", "notebooks.tar.gz"}
+
+
+def gpucheck(*args, timeout=900):
+    return subprocess.run(
+        [sys.executable, "-m", "ampbook.gpucheck", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def check_file_set(out: Path) -> dict:
+    files = list(out.iterdir())
+    assert {f.name for f in files} == FILE_SET
+    assert len(files) <= 8
+    for f in files:
+        assert f.is_file() and re.fullmatch(r"[A-Za-z0-9._-]+", f.name)
+        assert f.stat().st_size <= 16 * 2**20
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.slow
+def test_dry_run_writes_the_file_set(tmp_path):
+    out = tmp_path / "out"
+    start = time.monotonic()
+    done = gpucheck("--dry-run", "--out", str(out))
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = check_file_set(out)
+    assert report["finished"] and report["dry_run"] and report["cut_short"] == []
+    status = {s["name"]: s["status"] for s in report["stages"]}
+    assert status == {**{n: "ok" for n in STAGE_NAMES}, "wheels": "skipped"}
+    assert report["elapsed_s"] <= elapsed
+    log = (out / "gpucheck.log").read_text()
+    assert "== nb05: ok" in log and "done in" in log
+    with tarfile.open(out / "notebooks.tar.gz") as tar:
+        assert sorted(tar.getnames()) == [
+            "01_floating_point.ipynb",
+            "02_tensor_cores.ipynb",
+            "03_amp_training.ipynb",
+            "04_loss_scaling.ipynb",
+            "05_rtx3070.ipynb",
+        ]
+    extracted = tmp_path / "results"
+    with tarfile.open(out / "results.tar.gz") as tar:
+        tar.extractall(extracted, filter="data")
+    rs = load_results_dir(extracted)
+    assert rs.ignored == []
+    assert rs.train_runs and len(rs.matmul_sweeps) == 1 and len(rs.loader_sweeps) == 1
+    assert sorted(p.precision for p in rs.layer_profiles) == ["amp-fp16", "fp32"]
+    assert sorted(report["results"]) == sorted(p.name for p in extracted.iterdir())
+    assert all(
+        p.name.startswith("train_")
+        for p in extracted.iterdir()
+        if json.loads(p.read_text())["schema"] == "ampbook.train"
+    )
+
+
+def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
+    from ampbook.gpucheck import Check
+
+    check = Check(tmp_path / "out", 60, True, ("env",))
+    code = (
+        "import subprocess, sys, time; p = subprocess.Popen(['sleep', '120']); "
+        "print(p.pid, flush=True); time.sleep(120)"
+    )
+    start = time.monotonic()
+    status, detail = check.run_process([sys.executable, "-c", code], timeout=3)
+    assert (status, detail) == ("cut short", "stopped after 3 s, its time budget")
+    assert time.monotonic() - start < 15
+    grandchild = int((tmp_path / "out" / "gpucheck.log").read_text().split()[0])
+    time.sleep(0.5)
+    stat = Path(f"/proc/{grandchild}/stat")  # gone, or a zombie nobody reaped yet
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert check.run_process(
+        [sys.executable, "-c", "print('x'); raise SystemExit(3)"], 10
+    ) == ("error", "exit 3: x")
+    check.log_file.close()
+
+
+def test_a_stage_over_its_budget_is_reported_cut_short(tmp_path, monkeypatch):
+    from ampbook import gpucheck
+
+    def slow_child(self, name, timeout):
+        return self.run_process(
+            [sys.executable, "-c", "import time; time.sleep(60)"], timeout
+        )
+
+    monkeypatch.setattr(gpucheck.Check, "run_child", slow_child)
+    out = tmp_path / "out"
+    start = time.monotonic()
+    code = gpucheck.Check(out, 25, True, ("wheels", "env", "nb04")).run()
+    elapsed = time.monotonic() - start
+    assert code == 1
+    report = check_file_set(out)
+    status = {s["name"]: s["status"] for s in report["stages"]}
+    assert status["env"] == "cut short" and status["nb04"] == "skipped"
+    assert report["cut_short"] == ["env"] and status["nb03"] == "not selected"
+    assert elapsed < 25  # inside the budget: env got what was left, nb04 nothing
+    assert "only" in next(s["detail"] for s in report["stages"] if s["name"] == "nb04")
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path):
+    for args, message in (
+        (["--dry-run"], "--out DIR is required"),
+        (["--out", str(tmp_path), "--stages", "nb09"], "unknown stage(s) nb09"),
+        (["--out", str(tmp_path), "--budget-s", "5"], "--budget-s must be more"),
+    ):
+        done = gpucheck(*args, timeout=60)
+        assert (
+            done.returncode == 2
+            and done.stderr.startswith("error:")
+            and message in done.stderr
+        )
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    done = gpucheck("--out", str(afile), timeout=60)
+    assert done.returncode == 2 and "not a folder" in done.stderr
+
+
+def test_stage_budgets_fit_the_default_budget():
+    from ampbook.gpucheck import DEFAULT_BUDGET_S, RESERVE_S, STAGES
+
+    assert sum(s.budget_s for s in STAGES) <= DEFAULT_BUDGET_S - RESERVE_S
+
+
+def test_stage_selection_and_slug():
+    assert parse_stages(None) == STAGE_NAMES
+    assert parse_stages("nb05,profile") == ("wheels", "env", "profile", "nb05")
+    with pytest.raises(ValueError, match="unknown stage"):
+        parse_stages("nb3")
+    assert slug("NVIDIA H200") == "h200"
+    assert slug("NVIDIA GeForce RTX 3070") == "rtx-3070"
+    assert slug("Fixture GPU (fictitious)") == "fixture-gpu-fictitious"
+
+
+def test_sizing_figures_order():
+    from ampbook.gpucheck import sizing
+
+    step = {(key, label): s for key, label, s in sizing()}
+    h200, rtx = "h200-sxm", "rtx3070-desktop"
+    assert (
+        step[h200, "fp32, TF32 off"]
+        > step[h200, "fp32, TF32 on"]
+        > step[h200, "amp-fp16"]
+    )
+    # the RTX 3070's TF32 peak is its fp32 peak: TF32 changes nothing there
+    assert step[rtx, "fp32, TF32 off"] == pytest.approx(step[rtx, "fp32, TF32 on"])
+    assert all(
+        step[rtx, label] > 5 * step[h200, label] for _, label in step if _ == h200
+    )
+
+
+def test_sigterm_stops_the_stage_and_writes_the_report(tmp_path):
+    import signal
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ampbook.gpucheck",
+            "--dry-run",
+            "--stages",
+            "nb04",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    time.sleep(8)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stdout[-2000:]
+    report = check_file_set(out)
+    assert report["finished"] and len(report["cut_short"]) == 1
+    stage = next(s for s in report["stages"] if s["status"] == "cut short")
+    assert "SIGTERM" in stage["detail"]
