@@ -352,3 +352,96 @@ def format_table(names=None, transpose: bool = False) -> tuple[list[str], list[l
     if transpose:
         return ["property"] + [f.name for f in fmts], [[k] + [p[k] for p in props] for k in keys]
     return ["format"] + keys, [[f.name] + list(p.values()) for f, p in zip(fmts, props)]
+
+
+# ---- what goes wrong: the measurements of chapter 1 ----------------------------------------
+
+def exact_powers_table() -> tuple[list[str], list[list[str]]]:
+    """``(headers, rows)``: each format's max, smallest normal, smallest subnormal and
+    epsilon as exact powers of two (LaTeX), written from the layout alone."""
+    def p2(k: int) -> str:
+        return f"$2^{{{k}}}$"
+
+    rows = []
+    for f in FORMATS.values():
+        top = f.mantissa_bits if f.has_inf else f.mantissa_bits - 1  # E4M3 loses one
+        rows.append([f.name, f"$2^{{{f.emax}}}(2-2^{{{-top}}})$", p2(f.emin),
+                     p2(f.emin - f.mantissa_bits), p2(-f.mantissa_bits)])
+    return ["format", "max", "smallest normal", "smallest subnormal", "machine epsilon"], rows
+
+
+def finfo_table() -> tuple[list[str], list[list]]:
+    """The layout's max, smallest normal and epsilon beside ``torch.finfo`` for each format
+    torch has a dtype for; the last column says whether all four values match."""
+    rows = []
+    for f in FORMATS.values():
+        if f.torch_dtype is None:
+            continue
+        fi = torch.finfo(f.torch_dtype)
+        same = (fi.bits, fi.max, fi.tiny, fi.eps) == (f.bits, f.max, f.smallest_normal, f.eps)
+        rows.append([f.name, str(f.torch_dtype), fi.max, fi.tiny, fi.eps,
+                     "yes" if same else "NO"])
+    return ["format", "torch dtype", "finfo.max", "finfo.tiny", "finfo.eps",
+            "matches the layout"], rows
+
+
+def running_sum(values: torch.Tensor, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """Add ``values`` one at a time into an accumulator of ``dtype``; every partial sum."""
+    values = values.to(device=device, dtype=dtype)
+    acc, trace = torch.zeros((), dtype=dtype, device=device), []
+    for v in values:
+        acc = acc + v  # rounded to dtype after every addition
+        trace.append(acc)
+    return torch.stack(trace).double().cpu()
+
+
+def lost_updates(weights: torch.Tensor, ratios: torch.Tensor, dtype: torch.dtype) -> list:
+    """For each ratio r: the fraction of ``weights`` that do not change at all when
+    ``weights / r`` is added to them in ``dtype``."""
+    w = weights.to(dtype)
+    return [((w + (weights / r).to(dtype)) == w).double().mean().item() for r in ratios]
+
+
+def loss_onset(ratios, fractions, nearly_all: float = 0.999) -> tuple[float, float]:
+    """The first ratio at which any update is lost, and the first at which at least
+    ``nearly_all`` of them are (nan where never)."""
+    pairs = list(zip([float(r) for r in ratios], fractions))
+    some = next((r for r, f in pairs if f > 0), math.nan)
+    most = next((r for r, f in pairs if f >= nearly_all), math.nan)
+    return some, most
+
+
+def stall_point(name: str | Format | torch.dtype, term: float) -> float:
+    """The smallest power of two from which half the format's gap is at least ``term``:
+    a running sum that large no longer grows by adding ``term``."""
+    fmt = get_format(name)
+    for k in range(fmt.emin - fmt.mantissa_bits, fmt.emax + 1):
+        if spacing(torch.tensor([2.0**k]), fmt).item() / 2 >= term:
+            return 2.0**k
+    return math.nan
+
+
+def cast_overflow_rule(dtype: torch.dtype, device="cpu") -> str:
+    """What this torch's cast to ``dtype`` does on ``device`` with a finite value far past
+    the largest one: ``"saturate"`` (the largest value), ``"inf"`` or ``"nan"``."""
+    big = torch.tensor([1e6], device=device).to(dtype).float().item()
+    if math.isnan(big):
+        return "nan"
+    return "inf" if math.isinf(big) else "saturate"
+
+
+def agrees(claimed: float, value: float) -> bool:
+    """Equal to as many significant digits as the claim gives (1.7e38 has two)."""
+    digits = len(f"{claimed:.6e}".split("e")[0].replace(".", "").rstrip("0")) or 1
+    return float(f"{value:.{digits}g}") == float(f"{claimed:.{digits}g}")
+
+
+def claim_verdict(claimed: float, value: float, others: dict[str, float] = {}) -> str:
+    """"agrees", or how far off the claim is, and which other quantity it equals if any."""
+    if agrees(claimed, value):
+        return "agrees"
+    factor = claimed / value
+    text = (f"{factor:.3g} times too large" if factor > 1
+            else f"{1 / factor:.3g} times too small")
+    names = [name for name, v in others.items() if agrees(claimed, v)]
+    return text + (f"; it equals {names[0]}" if names else "")
