@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -193,9 +194,19 @@ def shape_penalties(rows: Sequence[dict]) -> list[dict]:
         if r["n"] == r["base"] or (r["dtype"], r["base"]) not in aligned:
             continue
         a = aligned[(r["dtype"], r["base"])]
-        out.append({"dtype": r["dtype"], "base": r["base"], "n": r["n"], "tflops_aligned": a["tflops"],
-                    "tflops": r["tflops"], "slowdown": a["tflops"] / r["tflops"]})
+        out.append({"dtype": r["dtype"], "base": r["base"], "n": r["n"],
+                    "tflops_aligned": a["tflops"], "tflops": r["tflops"],
+                    "slowdown": a["tflops"] / r["tflops"],
+                    "outside_spread": outside_spread(a, r)})
     return out
+
+
+def outside_spread(a: dict, b: dict) -> bool:
+    """Whether two measurements differ by more than their run-to-run spread: their
+    per-FLOP time ranges from the 10th to the 90th percentile do not overlap."""
+    a_lo, a_hi = a["p10_s"] / a["flops"], a["p90_s"] / a["flops"]
+    b_lo, b_hi = b["p10_s"] / b["flops"], b["p90_s"] / b["flops"]
+    return a_hi < b_lo or b_hi < a_lo
 
 
 def elementwise_sweep(numels: Iterable[int], dtypes: Sequence[str] = ("fp32", "fp16", "bf16"),
@@ -210,6 +221,164 @@ def elementwise_sweep(numels: Iterable[int], dtypes: Sequence[str] = ("fp32", "f
                 got[dtype].append(time_elementwise(numel, dtype, dev, **_timing(timing)).to_dict())
         rows.extend(_best_of(got[d]) for d in dtypes)
     return rows
+
+
+# --------------------------------------------------------------------------------------------
+# What a run shows: summaries and one-line verdicts (chapter 2 prints them)
+# --------------------------------------------------------------------------------------------
+
+def best_per_dtype(rows: Sequence[dict]) -> dict[str, dict]:
+    """The fastest (highest TFLOP/s) row of each dtype, in first-seen dtype order."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["dtype"] not in best or r["tflops"] > best[r["dtype"]]["tflops"]:
+            best[r["dtype"]] = r
+    return best
+
+
+def speeds_at_common_size(rows: Sequence[dict]) -> tuple[int, dict[str, float]]:
+    """The largest size every dtype reached, and each dtype's TFLOP/s there."""
+    sizes: dict[str, set] = {}
+    for r in rows:
+        sizes.setdefault(r["dtype"], set()).add(r["n"])
+    common = set.intersection(*sizes.values()) if sizes else set()
+    if not common:
+        raise ValueError("no matmul size was measured in every dtype")
+    n = max(common)
+    return n, {r["dtype"]: r["tflops"] for r in rows if r["n"] == n}
+
+
+def load_verdict(load: dict, device_type: str) -> str:
+    """One line: was the machine busy while CPU timings were taken?"""
+    level = "unknown" if load.get("load1") is None else f"{load['load1']:.1f}"
+    head = f"load average {level} on {load['cpus']} CPUs: "
+    if device_type != "cpu":
+        return head + "GPU timings do not depend on it much."
+    if load.get("busy"):
+        return head + "BUSY, read the CPU timings below as this busy machine's."
+    return head + "quiet, the CPU timings below are the CPU's."
+
+
+def speed_verdict(speed: dict[str, float], n: int, device_type: str,
+                  flags: Sequence[str] = ()) -> str:
+    """One line: each dtype's speed against fp32 at size n, and what that means here."""
+    ratios = {d: v / speed["fp32"] for d, v in speed.items() if d != "fp32"}
+    text = f"n = {n}: " + ", ".join(f"{d} {r:.3g}x fp32" for d, r in ratios.items())
+    low = {d: r for d, r in ratios.items() if d in ("fp16", "bf16")}
+    if not low:
+        return text + "."
+    if all(r < 1 for r in low.values()):
+        what = "16-bit matmuls are SLOWER than fp32 on this " + device_type
+        if device_type == "cpu" and not any(f.startswith("amx") for f in flags):
+            what += " (no AMX tile units)"
+        return text + f"; {what}."
+    if all(r >= 1 for r in low.values()):
+        return text + f"; 16-bit matmuls are faster than fp32 on this {device_type}."
+    return text + f"; mixed: one 16-bit dtype is faster than fp32 on this {device_type}."
+
+
+def shape_verdict(penalties: Sequence[dict]) -> str:
+    """One line: the largest difference between a multiple of 8 and a size one off, and
+    whether it is outside the run-to-run spread of the two measurements."""
+    if not penalties:
+        return "no shape comparison ran."
+    worst = max(penalties, key=lambda p: abs(math.log(p["slowdown"])))
+    real = [p for p in penalties if p["outside_spread"]]
+    faster = "slower" if worst["slowdown"] > 1 else "faster"
+    factor = max(worst["slowdown"], 1 / worst["slowdown"])
+    text = (f"largest difference: {worst['dtype']} n={worst['n']} runs {factor:.2f}x "
+            f"{faster} per FLOP than n={worst['base']}, ")
+    text += ("outside the run-to-run spread" if worst["outside_spread"]
+             else "within the run-to-run spread (noise)")
+    return text + f"; {len(real)} of {len(penalties)} pairs differ beyond their spread."
+
+
+def elementwise_verdict(rows: Sequence[dict], cache_bytes: int) -> str:
+    """One line: at the largest size, fp16 time over fp32 time for the add, and whether
+    halving the bytes halved the time (< 0.6: yes, close; else no)."""
+    ew = {(r["dtype"], r["numel"]): r for r in rows}
+    n = max(r["numel"] for r in rows)
+    ratio = ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]
+    where = ("beyond" if 3 * n * 2 >= 2 * cache_bytes else "within") + " the cache"
+    text = f"{n} elements ({where}): fp16 takes {ratio:.2f}x the fp32 time; "
+    if ratio < 0.6:
+        return text + "half the bytes, close to half the time."
+    if ratio < 0.9:
+        return text + "faster, but well short of half: not purely bandwidth-bound here."
+    return text + "no faster: the fp16 kernel, not memory, sets the pace here."
+
+
+def roofline_ceilings(entry, best: dict[str, dict], ew_rows: Sequence[dict],
+                      cache_bytes: int) -> dict:
+    """Compute ceilings (TFLOP/s per dtype) and a bandwidth ceiling (GB/s): the published
+    peaks of ``entry`` (a devices.yml Device) when given, else the best rates measured
+    (adds whose working set exceeds twice the cache when there are any)."""
+    if entry is not None:
+        compute = {d: entry.peak_tflops(d.split("_")[0]) for d in best}
+        compute = {d: v for d, v in compute.items() if v}
+        return {"compute": compute, "bandwidth": entry.mem_bandwidth_gbs,
+                "kind": f"published peaks of the {entry.name}"}
+    size = {"fp32": 4}
+    dram = [r for r in ew_rows
+            if 3 * r["numel"] * size.get(r["dtype"], 2) >= 2 * cache_bytes]
+    kind = "best rates measured in this run" + ("" if dram else
+                                                  " (all adds fit in cache)")
+    return {"compute": {d: r["tflops"] for d, r in best.items()},
+            "bandwidth": max(r["gbps"] for r in (dram or ew_rows)), "kind": kind}
+
+
+def roofline_rows(points: Sequence[tuple[str, dict, str]], ceilings: dict) -> list[dict]:
+    """Per (label, row, roof dtype): intensity, rate, the roof above it, the fraction of it
+    reached, and which ceiling binds (adds are held against the fp32 compute ceiling)."""
+    from ampbook.devices import attainable_tflops
+
+    out = []
+    for label, r, roof_dtype in points:
+        peak = ceilings["compute"].get(roof_dtype, ceilings["compute"].get("fp32"))
+        intensity = r["flops"] / r["bytes_moved"]
+        roof = attainable_tflops(intensity, peak, ceilings["bandwidth"])
+        bound = "memory" if intensity * ceilings["bandwidth"] / 1e3 < peak else "compute"
+        out.append({"label": label, "intensity": intensity, "gflops": r["tflops"] * 1e3,
+                    "gbps": r["gbps"], "roof_gflops": roof * 1e3,
+                    "fraction": r["tflops"] / roof, "bound": bound})
+    return out
+
+
+def roofline_verdict(rows: Sequence[dict], ceilings: dict) -> str:
+    """One line: which side of the fp32 ridge the adds and the matmuls fall on."""
+    ridge = ceilings["compute"]["fp32"] * 1e3 / ceilings["bandwidth"]
+    adds = [r for r in rows if r["label"].startswith("add")]
+    mms = [r for r in rows if r["label"].startswith("matmul")]
+    text = f"fp32 ridge point {ridge:.3g} FLOP/byte; "
+    if adds:
+        side = "left of it (memory-bound)" if max(r["intensity"] for r in adds) < ridge \
+            else "NOT left of it: the measured ceilings cannot separate the regimes"
+        text += f"adds {side}; "
+    if mms:
+        text += "matmuls bound by " + ", ".join(sorted({r["bound"] for r in mms})) + "."
+    return text
+
+
+def records_table(records: Sequence[dict], devices: dict) -> list[list]:
+    """One row per committed record and dtype: its best matmul against the published
+    peak of its device (when the device is in the table)."""
+    rows = []
+    for rec in records:
+        entry = devices.get(rec.get("device_key") or "")
+        for d, r in best_per_dtype(rec["matmul"]).items():
+            peak = entry.peak_tflops(d.split("_")[0]) if entry else None
+            rows.append([rec["file"], rec["environment"]["device_name"], d, r["n"],
+                         r["tflops"], peak, r["tflops"] / peak if peak else None])
+    return rows
+
+
+def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> str:
+    """One line: how many GPU results are committed, and from which devices."""
+    if not records:
+        return (f"no GPU results committed under {Path(directory).name}/ "
+                f"(no file matches {RESULTS_PATTERN}).")
+    names = sorted({r["environment"]["device_name"] for r in records})
+    return f"{len(records)} committed result file(s), from: {', '.join(names)}."
 
 
 # --------------------------------------------------------------------------------------------

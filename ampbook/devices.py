@@ -201,3 +201,36 @@ def attainable_tflops(intensity: float, peak_tflops: float, bandwidth_gbs: float
     if intensity <= 0 or peak_tflops <= 0 or bandwidth_gbs <= 0:
         raise ValueError("intensity, peak_tflops and bandwidth_gbs must be positive")
     return min(peak_tflops, intensity * bandwidth_gbs / 1e3)
+
+
+def tensor_core_claims(post: dict, devices: dict[str, Device] | None = None) -> list[list]:
+    """The RTX 3070 blog post's tensor-core claims beside what the peak table and the
+    facts in ``seed_post.yml`` say: rows ``[claim, what is true, source]``."""
+    devices = load_devices() if devices is None else devices
+    claims, facts = post["claims"], post["tensor_core_facts"]
+    rows = []
+    for gpu in claims["tensor_core_gpus"]:
+        fact = facts[gpu]
+        if "device" in fact:
+            d = devices[fact["device"]]
+            rows.append([f"{gpu} has tensor cores", f"yes: the {d.name} has {d.tensor_cores}",
+                         d.source_of("tensor_cores")])
+        else:
+            rows.append([f"{gpu} has tensor cores", fact["fact"],
+                         f"{fact['source']['title']} ({fact['source']['url']})"])
+    v100, desk = devices["v100-sxm2"], devices["rtx3070-desktop"]
+    lap = devices["rtx3070-laptop"]
+    rows.append([f"{claims['tensor_core_fma_per_clock']} FMA per clock per tensor core",
+                 f"V100 {v100.fma_per_clock_per_tensor_core('fp16'):.0f} (fp16 or fp32 "
+                 f"accumulate); RTX 3070 {desk.fma_per_clock_per_tensor_core('fp32'):.0f} "
+                 f"with fp32 accumulate (AMP's mode), "
+                 f"{desk.fma_per_clock_per_tensor_core('fp16'):.0f} with fp16 accumulate",
+                 "computed from the peak table: peak / (tensor cores x clock x 2)"])
+    rows.append([f"{claims['rtx3070_tensor_cores']} tensor cores on the RTX 3070",
+                 f"desktop {desk.tensor_cores}, laptop {lap.tensor_cores}",
+                 desk.source_of("tensor_cores")])
+    lo, hi = claims["fp16_speedup_claimed"]
+    rows.append([f"fp16 throughput {lo}-{hi}x fp32",
+                 f"tensor fp16 (fp32 acc.) / fp32 peak: RTX 3070 {desk.tensor_over_fp32:.3g}x, "
+                 f"V100 {v100.tensor_over_fp32:.3g}x", "computed from the peak table"])
+    return rows
