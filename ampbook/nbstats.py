@@ -2,10 +2,10 @@
 
     python -m ampbook.nbstats [NOTEBOOK ...]
 
-prints per notebook: code lines (non-blank, in code cells), the median code cell's lines,
-functions defined, the share of prose built by ``md(f"...")`` (characters of f-string
-arguments to ``md``/``Markdown`` against those plus the markdown cells), and every displayed
-value that is thrown away.
+prints per notebook: code lines (non-blank, in code cells), the median code cell's
+lines, functions defined, the share of prose built by ``md(f"...")`` (characters of
+f-string arguments to ``md``/``Markdown`` against those plus the markdown cells), and
+every displayed value that is thrown away.
 
 A cell displays only its last bare expression (and what it passes to ``display``). A
 ``md(...)`` written anywhere else, e.g. inside an ``if``, is computed and lost: it never
@@ -29,8 +29,10 @@ DISPLAY_FACTORIES = frozenset({"md", "md_table", "Markdown", "HTML", "Latex", "M
 
 def _code(source: str) -> str:
     """A cell's source as Python: IPython magics and shell lines become comments."""
-    return "\n".join("#" + line if line.lstrip().startswith(("%", "!")) else line
-                     for line in source.splitlines())
+    return "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line
+        for line in source.splitlines()
+    )
 
 
 def _called_name(node: ast.AST) -> str | None:
@@ -44,8 +46,8 @@ def _called_name(node: ast.AST) -> str | None:
 
 
 def discarded_displays(source: str) -> list[tuple[int, str]]:
-    """``(line, name)`` of each display factory call in one cell whose value is dropped: a
-    bare expression statement that is not the cell's last top-level statement."""
+    """``(line, name)`` of each display factory call in one cell whose value is dropped:
+    a bare expression statement that is not the cell's last top-level statement."""
     tree = ast.parse(_code(source))
     last = tree.body[-1] if tree.body else None
     out = []
@@ -68,8 +70,14 @@ class NotebookStats:
     discarded: list[str]
 
     def row(self) -> list:
-        return [self.name, self.code_lines, self.median_cell_lines, len(self.functions),
-                self.fstring_prose_share, len(self.discarded)]
+        return [
+            self.name,
+            self.code_lines,
+            self.median_cell_lines,
+            len(self.functions),
+            self.fstring_prose_share,
+            len(self.discarded),
+        ]
 
 
 def _fstring_prose_chars(tree: ast.AST) -> int:
@@ -79,8 +87,11 @@ def _fstring_prose_chars(tree: ast.AST) -> int:
         if _called_name(node) in ("md", "Markdown") and node.args:
             for sub in ast.walk(node.args[0]):
                 if isinstance(sub, ast.JoinedStr):
-                    total += sum(len(v.value) for v in sub.values
-                                 if isinstance(v, ast.Constant) and isinstance(v.value, str))
+                    total += sum(
+                        len(v.value)
+                        for v in sub.values
+                        if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                    )
     return total
 
 
@@ -93,14 +104,24 @@ def notebook_stats(path: str | Path) -> NotebookStats:
     functions, fprose, discarded = [], 0, []
     for i, src in enumerate(code):
         tree = ast.parse(_code(src))
-        functions += [n.name for n in ast.walk(tree)
-                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        functions += [
+            n.name
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
         fprose += _fstring_prose_chars(tree)
-        discarded += [f"code cell {i + 1}, line {line}: {name}(...) is never displayed"
-                      for line, name in discarded_displays(src)]
-    return NotebookStats(path.stem, sum(lines), statistics.median(lines) if lines else 0,
-                         functions, fprose / (fprose + prose) if fprose + prose else 0.0,
-                         discarded)
+        discarded += [
+            f"code cell {i + 1}, line {line}: {name}(...) is never displayed"
+            for line, name in discarded_displays(src)
+        ]
+    return NotebookStats(
+        path.stem,
+        sum(lines),
+        statistics.median(lines) if lines else 0,
+        functions,
+        fprose / (fprose + prose) if fprose + prose else 0.0,
+        discarded,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,13 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         if not p.exists():
             print(f"error: no notebook {p}", file=sys.stderr)
             return 2
-    print(f"{'notebook':<20} {'code lines':>10} {'median cell':>11} {'functions':>9} "
-          f"{'md(f) prose':>11} {'discarded':>9}")
+    print(
+        f"{'notebook':<20} {'code lines':>10} {'median cell':>11} {'functions':>9} "
+        f"{'md(f) prose':>11} {'discarded':>9}"
+    )
     bad = 0
     for p in paths:
         s = notebook_stats(p)
-        print(f"{s.name:<20} {s.code_lines:>10} {s.median_cell_lines:>11g} "
-              f"{len(s.functions):>9} {s.fstring_prose_share:>11.0%} {len(s.discarded):>9}")
+        print(
+            f"{s.name:<20} {s.code_lines:>10} {s.median_cell_lines:>11g} "
+            f"{len(s.functions):>9} {s.fstring_prose_share:>11.0%} "
+            f"{len(s.discarded):>9}"
+        )
         for d in s.discarded:
             print(f"    {d}")
         bad += len(s.discarded)

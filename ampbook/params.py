@@ -1,13 +1,13 @@
 """Checks for a notebook's parameters, run right after the parameters cell.
 
-A profile or ``-p NAME VALUE`` can hand a notebook any value; a bad one should stop the run at
-once with a message that names the parameter and the rule, not deep inside a measurement::
+A profile or ``-p NAME VALUE`` can hand a notebook any value; a bad one should stop the
+run at once with a message that names the parameter and the rule, not deep inside a
+measurement::
 
-    from ampbook import params
-    params.integer("n_samples", n_samples, minimum=1000)
-    params.integers("matmul_sizes", matmul_sizes, minimum=1, count=2, why="the fit needs two")
-    params.number("min_time", min_time, above=0)
-    params.choice("precision", precision, ["fp32", "amp-fp16", "amp-bf16"])
+    from ampbook import params params.integer("n_samples", n_samples, minimum=1000)
+    params.integers("matmul_sizes", matmul_sizes, minimum=1, count=2, why="the fit needs
+    two") params.number("min_time", min_time, above=0) params.choice("precision",
+    precision, ["fp32", "amp-fp16", "amp-bf16"])
 
 Each check returns the value (lists come back as lists of int) and raises
 ``ParameterError`` (a ``ValueError``) with one line such as
@@ -28,7 +28,9 @@ class ParameterError(ValueError):
 
 def fail(name: str, value: Any, rule: str, why: str = "") -> None:
     """Raise the one-line error for parameter ``name``."""
-    raise ParameterError(f"parameter {name} = {value!r}: {rule}" + (f" ({why})" if why else ""))
+    raise ParameterError(
+        f"parameter {name} = {value!r}: {rule}" + (f" ({why})" if why else "")
+    )
 
 
 def rule(name: str, value: Any, ok: bool, text: str, why: str = "") -> Any:
@@ -58,12 +60,20 @@ def _bounds(minimum, maximum, above) -> str:
 
 
 def _in_bounds(value, minimum, maximum, above) -> bool:
-    return ((minimum is None or value >= minimum) and (maximum is None or value <= maximum)
-            and (above is None or value > above))
+    return (
+        (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+        and (above is None or value > above)
+    )
 
 
-def integer(name: str, value: Any, minimum: int | None = None, maximum: int | None = None,
-            why: str = "") -> int:
+def integer(
+    name: str,
+    value: Any,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    why: str = "",
+) -> int:
     """An integer (not a bool) within the bounds given."""
     bounds = _bounds(minimum, maximum, None)
     text = "must be an integer" + (f" {bounds}" if bounds else "")
@@ -72,18 +82,35 @@ def integer(name: str, value: Any, minimum: int | None = None, maximum: int | No
     return int(value)
 
 
-def number(name: str, value: Any, minimum: float | None = None, maximum: float | None = None,
-           above: float | None = None, why: str = "") -> float:
+def number(
+    name: str,
+    value: Any,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    why: str = "",
+) -> float:
     """A real number within the bounds given (``above``: strictly greater)."""
     bounds = _bounds(minimum, maximum, above)
     text = "must be a number" + (f" {bounds}" if bounds else "")
-    if not _is_number(value) or value != value or not _in_bounds(value, minimum, maximum, above):
+    if (
+        not _is_number(value)
+        or value != value
+        or not _in_bounds(value, minimum, maximum, above)
+    ):
         fail(name, value, text, why)
     return float(value)
 
 
-def integers(name: str, value: Any, minimum: int | None = None, maximum: int | None = None,
-             count: int = 1, multiple_of: int | None = None, why: str = "") -> list[int]:
+def integers(
+    name: str,
+    value: Any,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    count: int = 1,
+    multiple_of: int | None = None,
+    why: str = "",
+) -> list[int]:
     """A list of at least ``count`` distinct integers, each within the bounds (and a
     multiple of ``multiple_of`` when given)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
@@ -92,14 +119,28 @@ def integers(name: str, value: Any, minimum: int | None = None, maximum: int | N
     bounds = _bounds(minimum, maximum, None)
     for item in items:
         if not _is_int(item) or not _in_bounds(item, minimum, maximum, None):
-            fail(name, value, "every item must be an integer" + (f" {bounds}" if bounds else "")
-                 + f"; {item!r} is not", why)
+            fail(
+                name,
+                value,
+                "every item must be an integer"
+                + (f" {bounds}" if bounds else "")
+                + f"; {item!r} is not",
+                why,
+            )
         if multiple_of and item % multiple_of:
-            fail(name, value, f"every item must be a multiple of {multiple_of}; {item} is not",
-                 why)
+            fail(
+                name,
+                value,
+                f"every item must be a multiple of {multiple_of}; {item} is not",
+                why,
+            )
     if len(set(items)) < count:
-        fail(name, value, f"needs at least {count} distinct value{'s' if count > 1 else ''}",
-             why)
+        fail(
+            name,
+            value,
+            f"needs at least {count} distinct value{'s' if count > 1 else ''}",
+            why,
+        )
     return [int(i) for i in items]
 
 
@@ -112,7 +153,8 @@ def choice(name: str, value: Any, choices: Sequence, why: str = "") -> Any:
 
 def device(name: str, value: Any) -> Any:
     """``"auto"``, a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``) or a
-    ``torch.device``. Whether the machine has it is ``ampbook.env.pick_device``'s check."""
+    ``torch.device``. Whether the machine has it is ``ampbook.env.pick_device``'s
+    check."""
     if isinstance(value, torch.device) or value == "auto":
         return value
     try:
