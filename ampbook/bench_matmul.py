@@ -52,7 +52,7 @@ from typing import Iterable, Sequence
 import torch
 
 from ampbook.env import cpu_flags, environment, pick_device
-from ampbook.paths import RESULTS_DIR
+from ampbook.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.timing import machine_load, time_elementwise, time_matmul
 
 SCHEMA = "ampbook.tensor_cores/1"
@@ -329,6 +329,8 @@ def load_verdict(load: dict, device_type: str) -> str:
         return head + "GPU timings do not depend on it much."
     if load.get("busy"):
         return head + "BUSY, read the CPU timings below as this busy machine's."
+    if load.get("load1") is None or load["load1"] > 0.5 * load["cpus"]:
+        return head + "shared with other work, expect noisy CPU timings below."
     return head + "quiet, the CPU timings below are the CPU's."
 
 
@@ -492,10 +494,10 @@ def records_table(records: Sequence[dict], devices: dict) -> list[list]:
 def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> str:
     """One line: how many GPU results are committed, and from which devices."""
     if not records:
-        return (
-            f"no GPU results committed under {Path(directory).name}/ "
-            f"(no file matches {RESULTS_PATTERN})."
-        )
+        where = Path(directory)
+        if where.is_relative_to(REPO_ROOT):
+            where = where.relative_to(REPO_ROOT)
+        return f"no GPU results committed under {where}/ (no file {RESULTS_PATTERN})."
     names = sorted({r["environment"]["device_name"] for r in records})
     return f"{len(records)} committed result file(s), from: {', '.join(names)}."
 

@@ -386,7 +386,7 @@ ax.set(xlabel="magnitude", ylabel="median relative error")
 ax.legend()
 plt.show()
 
-# %%
+# %% tags=["hide-input"]
 glue_all(flushed=(round_to(g, "fp16") == 0).double().mean().item(),
          below=(g < fp16.smallest_subnormal).double().mean().item(),
          flushed_bf16=(round_to(g, "bf16") == 0).double().mean().item())
@@ -436,9 +436,12 @@ glue_all(bf16_max=bf16.max, bf16_eps=bf16.eps, fp16_eps=fp16.eps,
 # *saturate* (give ±448) or give NaN. The OCP 8-bit floating point specification allows both
 # modes. What PyTorch's eager cast does has changed over versions: it did not saturate (values
 # past the range became NaN) while `torch.compile`'s Triton casts did (pytorch/ao issue 1912,
-# March 2025); pytorch/pytorch pull request 178817 (merged April 2026, in PyTorch 2.12 and
-# later, as pytorch/ao pull request 4364 records) made the eager CPU and CUDA casts saturate.
-# E5M2 has infinities and overflows to them. This torch, on this chapter's device:
+# March 2025); pytorch/pytorch pull request 178817 (merged April 2026; PyTorch 2.12 and
+# later, as pytorch/ao pull request 4364 records) made eager casts saturate finite
+# overflows, in the C++ conversion code that CPU kernels use; pytorch/ao's test from that
+# pull request expects eager CUDA casts to saturate as well. E5M2 has infinities and
+# overflows to them. What this torch does on this chapter's device (run it with
+# `device="cuda"` to see a GPU's cast):
 
 # %%
 probe = torch.tensor([448.0, 464.0, 480.0, 1000.0, math.inf])
@@ -480,7 +483,7 @@ rows = [[key, claims[key], value, formats.claim_verdict(claims[key], value, othe
 md_table(rows, ["claim", "the post says", "true value", "verdict"],
          [None, ".4g", ".6g", None])
 
-# %%
+# %% tags=["hide-input"]
 glue_all(fp32_max=fp32.max, post_fp32_max=claims["fp32_max"], pow127=2.0**127,
          post_f16_err=claims["fp16_rounding_error"],
          post_f32_err=claims["fp32_rounding_error"],

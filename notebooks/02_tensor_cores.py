@@ -99,11 +99,11 @@ print(f"device {device}; table entry: {here.key if here else 'none'}; dtypes: {d
 print(bm.load_verdict(machine_load(), device.type))
 
 # %% [markdown]
-# The line above says whether the machine was busy when this run started. On a busy machine
-# other processes hold the CPUs, and a multi-threaded CPU kernel then waits milliseconds for
-# its descheduled threads: read the CPU timings below as that busy machine's, not the CPU's,
-# and rerun on an idle machine before drawing conclusions. On a quiet machine (or a GPU) the
-# timings mean what they say.
+# The line above says how busy the machine was when this run started. On a busy or shared
+# machine other processes hold the CPUs, and a multi-threaded CPU kernel then waits
+# milliseconds for its descheduled threads: read the CPU timings below as that machine's,
+# not the CPU's, expect wide spreads, and rerun on an idle machine before drawing
+# conclusions. On a quiet machine (or a GPU) the timings mean what they say.
 #
 # ## Timing a kernel
 #
@@ -125,7 +125,7 @@ cold = benchmark(torch.matmul, lambda: (a, b), warmup=0, repeats=1, min_time=0,
 warm = time_matmul(demo_size, dtype="fp32", device=device, min_time=min_time)
 print(cold, warm, sep="\n")
 
-# %%
+# %% tags=["hide-input"]
 glue_all(cold_ms=cold.median_s * 1e3, warm_ms=warm.median_s * 1e3,
          warm_samples=warm.samples, warm_p10_ms=warm.p10_s * 1e3,
          warm_p90_ms=warm.p90_s * 1e3, cold_ratio=cold.median_s / warm.median_s,
@@ -196,8 +196,10 @@ md_table(rows, ["accumulator", "sum of the products", "relative error"],
          [None, ".6g", ".2e"])
 
 # %%
+torch_dot = torch.matmul(x16[None].to(device), y16[:, None].to(device)).item()
 glue_all(dot_exact=exact, err32=rows[0][2], err16=rows[1][2],
-         err_ratio=rows[1][2] / max(rows[0][2], 1e-12))
+         err_ratio=rows[1][2] / max(rows[0][2], 1e-12),
+         err_torch=abs(torch_dot - exact) / exact, fp16_u=2.0**-11)
 flags = {f"allow_{k}": getattr(torch.backends.cuda.matmul, f"allow_{k}", None)
          for k in ("fp16_reduced_precision_reduction",
                    "bf16_reduced_precision_reduction", "fp16_accumulation")}
@@ -220,8 +222,12 @@ print(f"torch {torch.__version__}:", flags)
 # trading a little accuracy for speed at some shapes; set them to `False` to keep every
 # reduction in fp32. `allow_fp16_accumulation` (in recent versions, `False` by default) goes
 # the other way and lets fp16 matmuls accumulate in fp16 outright, on GPUs whose fp16
-# accumulate rate is higher. On a CPU the flags do nothing; CPU kernels convert 16-bit
-# inputs and accumulate in fp32.
+# accumulate rate is higher. On a CPU the flags have no effect (they configure cuBLAS).
+# What this device's kernel did with the same fp16 vectors as a $1 \times k$ by $k \times 1$
+# `torch.matmul`: its result errs by {glue:text}`err_torch:.1e`. An error up to fp16's unit
+# roundoff ({glue:text}`fp16_u:.1e`, the rounding of the result itself) means the kernel
+# accumulated in fp32 or better; an error near the fp16 accumulator's above means it did
+# not.
 #
 # ## Volta, Ampere, Hopper; GeForce and data centre
 #

@@ -135,6 +135,7 @@ def test_elementwise_and_load_verdicts():
     assert "no faster" in elementwise_verdict(same, 2**20)
     assert "BUSY" in load_verdict({"load1": 3.0, "cpus": 2, "busy": True}, "cpu")
     assert "quiet" in load_verdict({"load1": 0.1, "cpus": 2, "busy": False}, "cpu")
+    assert "noisy" in load_verdict({"load1": 2.9, "cpus": 2, "busy": False}, "cpu")
 
 
 def test_roofline_ceilings_rows_and_verdict():
@@ -161,6 +162,7 @@ def test_records_verdict_and_table(tmp_path):
     from ampbook.devices import load_devices
 
     assert records_verdict([], tmp_path).startswith("no GPU results committed")
+    assert "under data/results/" in records_verdict([])
     rec = {"file": "tensor_cores_h100.json", "device_key": "h100-sxm",
            "environment": {"device_name": "NVIDIA H100 80GB HBM3"},
            "matmul": [_row("fp16", 4096, 0.5e-3), _row("fp16", 8192, 2e-3)]}
