@@ -43,17 +43,16 @@ n_samples = 200000  # random weights and gradients for the swamping and underflo
 seed = 0
 
 # %%
+from ampbook import params
 from ampbook.env import print_environment
 
-print_environment(device);
-
-# %%
-from ampbook import params
-
+# a bad parameter stops the run here, with one line naming it and its rule
 params.device("device", device)
-params.integer("n_accumulate", n_accumulate, minimum=2000, why="the sums must stall")
+params.integer("n_accumulate", n_accumulate, minimum=6000,
+               why="the fp16 sum must reach its stall point")
 params.integer("n_samples", n_samples, minimum=1000, why="medians per power of two")
-params.integer("seed", seed, minimum=0);
+params.integer("seed", seed, minimum=0)
+print_environment(device);
 
 # %%
 import inspect

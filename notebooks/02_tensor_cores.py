@@ -56,13 +56,10 @@ accumulate_terms = 4096  # length of the dot product in the accumulation demo
 save_results = ""  # path for a JSON record of this run (empty: no file)
 
 # %%
+from ampbook import params
 from ampbook.env import print_environment
 
-print_environment(device);
-
-# %%
-from ampbook import params
-
+# a bad parameter stops the run here, with one line naming it and its rule
 params.device("device", device)
 params.integer("demo_size", demo_size, minimum=8)
 params.integers("matmul_sizes", matmul_sizes, minimum=8, count=1)
@@ -71,7 +68,8 @@ params.integers("elementwise_numels", elementwise_numels, minimum=16, count=1)
 params.number("max_call_s", max_call_s, above=0)
 params.number("min_time", min_time, minimum=0)
 params.integer("rounds", rounds, minimum=1)
-params.integer("accumulate_terms", accumulate_terms, minimum=16);
+params.integer("accumulate_terms", accumulate_terms, minimum=16)
+print_environment(device);
 
 # %%
 import inspect
