@@ -142,7 +142,8 @@ md_table(rows, headers, [None] + [".4g"] * len(FORMATS))
 # two, written from the layouts:
 
 # %% tags=["hide-input"]
-md_table(*reversed(formats.exact_powers_table()))
+headers, rows = formats.exact_powers_table()
+md_table(rows, headers)
 
 # %% [markdown]
 # For the formats PyTorch has a dtype for, the computed values must match `torch.finfo`

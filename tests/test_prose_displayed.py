@@ -75,3 +75,21 @@ def test_executed_cells_show_their_markdown(executed_notebooks):
                 if not text.strip()
             ]
     assert not missing, missing
+
+
+def test_notebook_stats_measures_what_the_issue_counts(tmp_path):
+    source = tmp_path / "99_demo.py"
+    source.write_text(
+        "# %% [markdown]\n# # Demo\n#\n# Some static prose here.\n\n"
+        "# %%\nx = 1\n\ny = 2\n\n"
+        "# %%\ndef helper():\n    return 1\n\n\nmd(f\"{x} is computed prose\")\n\n"
+        "# %%\nif x:\n    md(\"lost\")\nprint(x)\n"
+    )
+    s = notebook_stats(source)
+    assert s.code_lines == 2 + 3 + 3 and s.median_cell_lines == 3
+    assert s.functions == ["helper"]
+    prose = len("# Demo\n\nSome static prose here.")
+    assert s.fstring_prose_share == pytest.approx(
+        len(" is computed prose") / (len(" is computed prose") + prose)
+    )
+    assert s.discarded == ["code cell 3, line 2: md(...) is never displayed"]
