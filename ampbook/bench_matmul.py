@@ -388,7 +388,7 @@ def elementwise_verdict(rows: Sequence[dict], cache_bytes: int) -> str:
         return text + "half the bytes, close to half the time."
     if ratio < 0.9:
         return text + "faster, but well short of half: not purely bandwidth-bound here."
-    return text + "no faster: the fp16 kernel, not memory, sets the pace here."
+    return text + "little or no gain: the fp16 kernel, not memory, sets the pace here."
 
 
 def roofline_ceilings(

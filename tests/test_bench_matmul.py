@@ -132,7 +132,7 @@ def test_elementwise_and_load_verdicts():
     assert "well short of half" in elementwise_verdict(two_thirds, 2**30)
     assert "within the cache" in elementwise_verdict(two_thirds, 2**30)
     same = [ew("fp32", 2**24, 1.0), ew("fp16", 2**24, 0.98)]
-    assert "no faster" in elementwise_verdict(same, 2**20)
+    assert "little or no gain" in elementwise_verdict(same, 2**20)
     assert "BUSY" in load_verdict({"load1": 3.0, "cpus": 2, "busy": True}, "cpu")
     assert "quiet" in load_verdict({"load1": 0.1, "cpus": 2, "busy": False}, "cpu")
     assert "noisy" in load_verdict({"load1": 2.9, "cpus": 2, "busy": False}, "cpu")
