@@ -4,8 +4,7 @@
 
 For every page: it loads from disk with the network blocked; every image loads; MathJax has
 typeset every math element and no raw TeX delimiters are left in the text; every internal
-link points to an existing page and anchor; nothing asked for the network; nothing is
-cut off horizontally (wide content must scroll inside its own box). Prints one line per
+link points to an existing page and anchor; nothing asked for the network. Prints one line per
 problem and exits 1 when there is any. Chromium: ``$CHROMIUM``, else ``chromium`` or
 ``chromium-browser`` on PATH (Debian: ``apt-get install chromium``).
 """
