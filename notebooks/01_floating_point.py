@@ -19,8 +19,10 @@
 # Mixed-precision training moves tensors between number formats that differ in width, range
 # and precision. Before measuring what that buys (later chapters), this chapter looks at the
 # formats themselves: how each one spends its bits, and what can go wrong when a value does
-# not fit. Every number below is computed in a cell, from the bit layouts, from `torch.finfo`,
-# or by doing the arithmetic in the format.
+# not fit. Every result below is computed in a cell, from the bit layouts, from
+# `torch.finfo`, or by doing the arithmetic in the format; a number in a sentence is either
+# pasted in from such a cell or a definition that the tables show (a bit width, a power of
+# two, a format's largest value).
 #
 # **What you will learn**
 #
