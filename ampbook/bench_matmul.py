@@ -1,17 +1,20 @@
-"""Matmul and elementwise speed by dtype: the measurements behind chapter 2, and its benchmark.
+"""Matmul and elementwise speed by dtype: the measurements behind chapter 2, and its
+benchmark.
 
     python -m ampbook.bench matmul [--device auto|cpu|cuda] [--sizes 64 128 256]
-                                   [--shape-sizes 128 512] [--numel 16777216] [--rounds 2]
-                                   [--max-call-s 0.1] [--save data/results/tensor_cores_NAME.json]
+                                   [--shape-sizes 128 512] [--numel 16777216] [--rounds
+                                   2] [--max-call-s 0.1] [--save
+                                   data/results/tensor_cores_NAME.json]
 
-prints, measured side by side in one run on this machine: the bf16/fp32 and fp16/fp32 matmul
-speed ratios at a few sizes, the penalty of a size one off a multiple of 8, and the fp16/fp32
-bandwidth ratio of an elementwise add. On a GPU the sizes default to large ones and tf32 and
-fp8 join where the hardware has them.
+prints, measured side by side in one run on this machine: the bf16/fp32 and fp16/fp32
+matmul speed ratios at a few sizes, the penalty of a size one off a multiple of 8, and
+the fp16/fp32 bandwidth ratio of an elementwise add. On a GPU the sizes default to large
+ones and tf32 and fp8 join where the hardware has them.
 
-The functions (``matmul_sweep``, ``shape_cliff``, ``elementwise_sweep``) are what the chapter
-calls; ``make_record``/``save_record``/``load_records`` keep results as JSON so that a GPU run
-can be committed to ``data/results/`` and shown in the book beside the CPU it is built on.
+The functions (``matmul_sweep``, ``shape_cliff``, ``elementwise_sweep``) are what the
+chapter calls; ``make_record``/``save_record``/``load_records`` keep results as JSON so
+that a GPU run can be committed to ``data/results/`` and shown in the book beside the
+CPU it is built on.
 
 Results file format (``data/results/tensor_cores_<name>.json``, schema
 ``ampbook.tensor_cores/1``)::
@@ -20,18 +23,19 @@ Results file format (``data/results/tensor_cores_<name>.json``, schema
       "schema": "ampbook.tensor_cores/1",
       "created": "2025-01-01T12:00:00+00:00",      # UTC, ISO 8601
       "profile": "gpu" | "cpu" | "smoke" | "bench" | null,
-      "machine_load": {"load1", "cpus", "busy"},  # ampbook.timing.machine_load() at the end
+      "machine_load": {"load1", "cpus", "busy"},  # timing.machine_load() at the end
       "environment": {...},                        # ampbook.env.environment(device)
-      "device_key": "h200-sxm" | null,             # ampbook.devices entry, null if not listed
+      "device_key": "h200-sxm" | null,             # devices.yml entry, null if unlisted
       "matmul":      [ROW, ...],   # kind "matmul": dtype, n, m, k
-      "shapes":      [ROW, ...],   # kind "matmul", plus "base" (the multiple of 8 it is near)
+      "shapes":      [ROW, ...],   # kind "matmul", plus "base" (the multiple of 8)
       "elementwise": [ROW, ...],   # kind "elementwise": dtype, numel
       "skipped":     [{"kind", "dtype", "n" or "numel", "reason"}, ...]
     }
 
 where ROW is ``TimingResult.to_dict()``: ``median_s, p10_s, p90_s, q25_s, q75_s, min_s,
-samples, number, warmup, buffers, flops, bytes_moved, tflops, gbps`` plus the fields above.
-Times are seconds per call, rates use the median (TFLOP/s = 1e12 FLOP/s, GB/s = 1e9 B/s).
+samples, number, warmup, buffers, flops, bytes_moved, tflops, gbps`` plus the fields
+above. Times are seconds per call, rates use the median (TFLOP/s = 1e12 FLOP/s, GB/s =
+1e9 B/s).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -47,12 +52,22 @@ from typing import Iterable, Sequence
 import torch
 
 from ampbook.env import cpu_flags, environment, pick_device
-from ampbook.paths import RESULTS_DIR
+from ampbook.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.timing import machine_load, time_elementwise, time_matmul
 
 SCHEMA = "ampbook.tensor_cores/1"
 RESULTS_PATTERN = "tensor_cores_*.json"
-ROW_KEYS = ("kind", "dtype", "median_s", "p10_s", "p90_s", "tflops", "gbps", "flops", "bytes_moved")
+ROW_KEYS = (
+    "kind",
+    "dtype",
+    "median_s",
+    "p10_s",
+    "p90_s",
+    "tflops",
+    "gbps",
+    "flops",
+    "bytes_moved",
+)
 
 # Timing settings for one point of a sweep: a few warm-up calls, at least 5 samples and
 # `min_time` seconds, never more than `max_time` seconds of measurement.
@@ -72,7 +87,11 @@ def supported_dtypes(device: str | torch.device = "auto") -> list[str]:
     out.append("fp16")
     if cap >= (8, 0):
         out.append("bf16")
-    if cap >= (8, 9) and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn"):
+    if (
+        cap >= (8, 9)
+        and hasattr(torch, "_scaled_mm")
+        and hasattr(torch, "float8_e4m3fn")
+    ):
         out.append("fp8")
     return out
 
@@ -84,7 +103,8 @@ def _timing(kwargs: dict) -> dict:
 
 
 def _predict(measured: dict[int, float], n: int) -> float | None:
-    """Seconds per call of an n^3 matmul from the nearest smaller measured size (cubic)."""
+    """Seconds per call of an n^3 matmul from the nearest smaller measured size
+    (cubic)."""
     smaller = [m for m in measured if m <= n]
     if not smaller:
         return None
@@ -93,23 +113,33 @@ def _predict(measured: dict[int, float], n: int) -> float | None:
 
 
 def _best_of(results: list[dict]) -> dict:
-    """Of several interleaved measurements of one point, the one with the lowest median (the
-    least disturbed by other work on the machine)."""
+    """Of several interleaved measurements of one point, the one with the lowest median
+    (the least disturbed by other work on the machine)."""
     best = min(results, key=lambda r: r["median_s"])
     if len(results) > 1:
-        best = dict(best, rounds=len(results), medians_s=[r["median_s"] for r in results])
+        best = dict(
+            best, rounds=len(results), medians_s=[r["median_s"] for r in results]
+        )
     return best
 
 
-def matmul_sweep(sizes: Iterable[int], dtypes: Sequence[str], device: str | torch.device = "auto",
-                 max_call_s: float | None = None, rounds: int = 1, **timing) -> tuple[list[dict], list[dict]]:
+def matmul_sweep(
+    sizes: Iterable[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    max_call_s: float | None = None,
+    rounds: int = 1,
+    **timing,
+) -> tuple[list[dict], list[dict]]:
     """Square matmuls of each size in each dtype; returns ``(rows, skipped)``.
 
-    Sizes go up; at each size the dtypes are measured one after the other (side by side in
-    time). A size whose single call is predicted (cubic growth from the last measured size of
-    that dtype) to exceed ``max_call_s`` is skipped with the reason recorded, so a slow dtype
-    (bf16 on a CPU without AMX) cannot stall a run. ``rounds`` > 1 repeats each point in
-    interleaved rounds and keeps the fastest median. ``timing`` goes to ``time_matmul``."""
+    Sizes go up; at each size the dtypes are measured one after the other (side by side
+    in time). A size whose single call is predicted (cubic growth from the last measured
+    size of that dtype) to exceed ``max_call_s`` is skipped with the reason recorded, so
+    a slow dtype (bf16 on a CPU without AMX) cannot stall a run. ``rounds`` > 1 repeats
+    each point in
+    interleaved rounds and keeps the fastest median. ``timing`` goes to
+    ``time_matmul``."""
     dev = pick_device(device)
     sizes = sorted(set(int(s) for s in sizes))
     if rounds < 1:
@@ -121,13 +151,17 @@ def matmul_sweep(sizes: Iterable[int], dtypes: Sequence[str], device: str | torc
         for dtype in dtypes:
             reason = _skip_reason(dtype, n, measured[dtype], max_call_s)
             if reason:
-                skipped.append({"kind": "matmul", "dtype": dtype, "n": n, "reason": reason})
+                skipped.append(
+                    {"kind": "matmul", "dtype": dtype, "n": n, "reason": reason}
+                )
             else:
                 todo.append(dtype)
         got: dict[str, list[dict]] = {d: [] for d in todo}
         for _ in range(rounds):
             for dtype in todo:
-                got[dtype].append(time_matmul(n, dtype=dtype, device=dev, **_timing(timing)).to_dict())
+                got[dtype].append(
+                    time_matmul(n, dtype=dtype, device=dev, **_timing(timing)).to_dict()
+                )
         for dtype in todo:
             row = _best_of(got[dtype])
             measured[dtype][n] = row["median_s"]
@@ -135,7 +169,9 @@ def matmul_sweep(sizes: Iterable[int], dtypes: Sequence[str], device: str | torc
     return rows, skipped
 
 
-def _skip_reason(dtype: str, n: int, measured: dict[int, float], max_call_s: float | None) -> str | None:
+def _skip_reason(
+    dtype: str, n: int, measured: dict[int, float], max_call_s: float | None
+) -> str | None:
     if dtype.startswith("fp8") and n % 16:
         return f"fp8 matmuls need sizes that are multiples of 16 ({n} is not)"
     if max_call_s is not None:
@@ -145,12 +181,20 @@ def _skip_reason(dtype: str, n: int, measured: dict[int, float], max_call_s: flo
     return None
 
 
-def shape_cliff(bases: Iterable[int], dtypes: Sequence[str], device: str | torch.device = "auto",
-                offsets: Sequence[int] = (0, -1, 1), max_call_s: float | None = None,
-                known: Sequence[dict] = (), rounds: int = 1, **timing) -> tuple[list[dict], list[dict]]:
+def shape_cliff(
+    bases: Iterable[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    offsets: Sequence[int] = (0, -1, 1),
+    max_call_s: float | None = None,
+    known: Sequence[dict] = (),
+    rounds: int = 1,
+    **timing,
+) -> tuple[list[dict], list[dict]]:
     """Square matmuls at each base size (a multiple of 8) and one off it (``offsets``).
 
-    Rows carry ``base`` and ``n``; ``rows_by_shape`` turns them into penalties. ``known`` rows
+    Rows carry ``base`` and ``n``; ``rows_by_shape`` turns them into penalties.
+    ``known`` rows
     (e.g. from ``matmul_sweep``) help predict slow points for ``max_call_s``."""
     dev = pick_device(device)
     if rounds < 1:
@@ -166,17 +210,31 @@ def shape_cliff(bases: Iterable[int], dtypes: Sequence[str], device: str | torch
         for dtype in dtypes:
             reason = None
             for off in offsets:
-                reason = reason or _skip_reason(dtype, base + off, measured[dtype], max_call_s)
+                reason = reason or _skip_reason(
+                    dtype, base + off, measured[dtype], max_call_s
+                )
             if dtype.startswith("fp8"):
-                reason = "fp8 matmuls need sizes that are multiples of 16; no off-by-one shapes"
+                reason = (
+                    "fp8 matmuls need sizes that are multiples of 16; "
+                    "no off-by-one shapes"
+                )
             if reason:
-                skipped.append({"kind": "shape", "dtype": dtype, "n": base, "reason": reason})
+                skipped.append(
+                    {"kind": "shape", "dtype": dtype, "n": base, "reason": reason}
+                )
                 continue
             got: dict[int, list[dict]] = {off: [] for off in offsets}
             for _ in range(rounds):
                 for off in offsets:
-                    got[off].append(time_matmul(base + off, dtype=dtype, device=dev,
-                                                extra={"base": base}, **_timing(timing)).to_dict())
+                    got[off].append(
+                        time_matmul(
+                            base + off,
+                            dtype=dtype,
+                            device=dev,
+                            extra={"base": base},
+                            **_timing(timing),
+                        ).to_dict()
+                    )
             for off in offsets:
                 row = _best_of(got[off])
                 measured[dtype][base + off] = row["median_s"]
@@ -185,40 +243,278 @@ def shape_cliff(bases: Iterable[int], dtypes: Sequence[str], device: str | torch
 
 
 def shape_penalties(rows: Sequence[dict]) -> list[dict]:
-    """Per (dtype, base, n != base): ``slowdown`` = TFLOP/s at the multiple of 8 divided by
-    TFLOP/s at the size one off (> 1 means the odd size is slower per FLOP)."""
+    """Per (dtype, base, n != base): ``slowdown`` = TFLOP/s at the multiple of 8 divided
+    by TFLOP/s at the size one off (> 1 means the odd size is slower per FLOP)."""
     aligned = {(r["dtype"], r["base"]): r for r in rows if r["n"] == r["base"]}
     out = []
     for r in rows:
         if r["n"] == r["base"] or (r["dtype"], r["base"]) not in aligned:
             continue
         a = aligned[(r["dtype"], r["base"])]
-        out.append({"dtype": r["dtype"], "base": r["base"], "n": r["n"], "tflops_aligned": a["tflops"],
-                    "tflops": r["tflops"], "slowdown": a["tflops"] / r["tflops"]})
+        out.append(
+            {
+                "dtype": r["dtype"],
+                "base": r["base"],
+                "n": r["n"],
+                "tflops_aligned": a["tflops"],
+                "tflops": r["tflops"],
+                "slowdown": a["tflops"] / r["tflops"],
+                "outside_spread": outside_spread(a, r),
+            }
+        )
     return out
 
 
-def elementwise_sweep(numels: Iterable[int], dtypes: Sequence[str] = ("fp32", "fp16", "bf16"),
-                      device: str | torch.device = "auto", rounds: int = 1, **timing) -> list[dict]:
-    """``z = x + y`` at each size in each dtype (bandwidth-bound); rows as ``to_dict()``."""
+def outside_spread(a: dict, b: dict) -> bool:
+    """Whether two measurements differ by more than their run-to-run spread: their
+    per-FLOP time ranges from the 10th to the 90th percentile do not overlap."""
+    a_lo, a_hi = a["p10_s"] / a["flops"], a["p90_s"] / a["flops"]
+    b_lo, b_hi = b["p10_s"] / b["flops"], b["p90_s"] / b["flops"]
+    return a_hi < b_lo or b_hi < a_lo
+
+
+def elementwise_sweep(
+    numels: Iterable[int],
+    dtypes: Sequence[str] = ("fp32", "fp16", "bf16"),
+    device: str | torch.device = "auto",
+    rounds: int = 1,
+    **timing,
+) -> list[dict]:
+    """``z = x + y`` at each size in each dtype (bandwidth-bound); rows as
+    ``to_dict()``."""
     dev = pick_device(device)
     rows = []
     for numel in sorted(set(int(n) for n in numels)):
         got: dict[str, list[dict]] = {d: [] for d in dtypes}
         for _ in range(rounds):
             for dtype in dtypes:
-                got[dtype].append(time_elementwise(numel, dtype, dev, **_timing(timing)).to_dict())
+                got[dtype].append(
+                    time_elementwise(numel, dtype, dev, **_timing(timing)).to_dict()
+                )
         rows.extend(_best_of(got[d]) for d in dtypes)
     return rows
 
 
-# --------------------------------------------------------------------------------------------
-# Records
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
+# What a run shows: summaries and one-line verdicts (chapter 2 prints them)
+# --------------------------------------------------------------------------------------
 
-def make_record(device: str | torch.device, matmul: Sequence[dict] = (), shapes: Sequence[dict] = (),
-                elementwise: Sequence[dict] = (), skipped: Sequence[dict] = (),
-                profile: str | None = None) -> dict:
+
+def best_per_dtype(rows: Sequence[dict]) -> dict[str, dict]:
+    """The fastest (highest TFLOP/s) row of each dtype, in first-seen dtype order."""
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["dtype"] not in best or r["tflops"] > best[r["dtype"]]["tflops"]:
+            best[r["dtype"]] = r
+    return best
+
+
+def speeds_at_common_size(rows: Sequence[dict]) -> tuple[int, dict[str, float]]:
+    """The largest size every dtype reached, and each dtype's TFLOP/s there."""
+    sizes: dict[str, set] = {}
+    for r in rows:
+        sizes.setdefault(r["dtype"], set()).add(r["n"])
+    common = set.intersection(*sizes.values()) if sizes else set()
+    if not common:
+        raise ValueError("no matmul size was measured in every dtype")
+    n = max(common)
+    return n, {r["dtype"]: r["tflops"] for r in rows if r["n"] == n}
+
+
+def load_verdict(load: dict, device_type: str) -> str:
+    """One line: was the machine busy while CPU timings were taken?"""
+    level = "unknown" if load.get("load1") is None else f"{load['load1']:.1f}"
+    head = f"load average {level} on {load['cpus']} CPUs: "
+    if device_type != "cpu":
+        return head + "GPU timings do not depend on it much."
+    if load.get("busy"):
+        return head + "BUSY, read the CPU timings below as this busy machine's."
+    if load.get("load1") is None or load["load1"] > 0.5 * load["cpus"]:
+        return head + "shared with other work, expect noisy CPU timings below."
+    return head + "quiet, the CPU timings below are the CPU's."
+
+
+def speed_verdict(
+    speed: dict[str, float], n: int, device_type: str, flags: Sequence[str] = ()
+) -> str:
+    """One line: each dtype's speed against fp32 at size n, and what that means here."""
+    ratios = {d: v / speed["fp32"] for d, v in speed.items() if d != "fp32"}
+    text = f"n = {n}: " + ", ".join(f"{d} {r:.3g}x fp32" for d, r in ratios.items())
+    low = {d: r for d, r in ratios.items() if d in ("fp16", "bf16")}
+    if not low:
+        return text + "."
+    if all(r < 1 for r in low.values()):
+        what = "16-bit matmuls are SLOWER than fp32 on this " + device_type
+        if device_type == "cpu" and not any(f.startswith("amx") for f in flags):
+            what += " (no AMX tile units)"
+        return text + f"; {what}."
+    if all(r >= 1 for r in low.values()):
+        return text + f"; 16-bit matmuls are faster than fp32 on this {device_type}."
+    return (
+        text + f"; mixed: one 16-bit dtype is faster than fp32 on this {device_type}."
+    )
+
+
+def shape_verdict(penalties: Sequence[dict]) -> str:
+    """One line: the largest difference between a multiple of 8 and a size one off, and
+    whether it is outside the run-to-run spread of the two measurements."""
+    if not penalties:
+        return "no shape comparison ran."
+    worst = max(penalties, key=lambda p: abs(math.log(p["slowdown"])))
+    real = [p for p in penalties if p["outside_spread"]]
+    faster = "slower" if worst["slowdown"] > 1 else "faster"
+    factor = max(worst["slowdown"], 1 / worst["slowdown"])
+    text = (
+        f"largest difference: {worst['dtype']} n={worst['n']} runs {factor:.2f}x "
+        f"{faster} per FLOP than n={worst['base']}, "
+    )
+    text += (
+        "outside the run-to-run spread"
+        if worst["outside_spread"]
+        else "within the run-to-run spread (noise)"
+    )
+    return text + f"; {len(real)} of {len(penalties)} pairs differ beyond their spread."
+
+
+def elementwise_verdict(rows: Sequence[dict], cache_bytes: int) -> str:
+    """One line: at the largest size, fp16 time over fp32 time for the add, and whether
+    halving the bytes halved the time (< 0.6: yes, close; else no)."""
+    ew = {(r["dtype"], r["numel"]): r for r in rows}
+    n = max(r["numel"] for r in rows)
+    ratio = ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]
+    where = ("beyond" if 3 * n * 2 >= 2 * cache_bytes else "within") + " the cache"
+    text = f"{n} elements ({where}): fp16 takes {ratio:.2f}x the fp32 time; "
+    if ratio < 0.6:
+        return text + "half the bytes, close to half the time."
+    if ratio < 0.9:
+        return text + "faster, but well short of half: not purely bandwidth-bound here."
+    return text + "little or no gain: the fp16 kernel, not memory, sets the pace here."
+
+
+def roofline_ceilings(
+    entry, best: dict[str, dict], ew_rows: Sequence[dict], cache_bytes: int
+) -> dict:
+    """Compute ceilings (TFLOP/s per dtype) and a bandwidth ceiling (GB/s): the
+    published peaks of ``entry`` (a devices.yml Device) when given, else the best rates
+    measured (adds whose working set exceeds twice the cache when there are any)."""
+    if entry is not None:
+        compute = {d: entry.peak_tflops(d.split("_")[0]) for d in best}
+        compute = {d: v for d, v in compute.items() if v}
+        return {
+            "compute": compute,
+            "bandwidth": entry.mem_bandwidth_gbs,
+            "kind": f"published peaks of the {entry.name}",
+        }
+    size = {"fp32": 4}
+    dram = [
+        r
+        for r in ew_rows
+        if 3 * r["numel"] * size.get(r["dtype"], 2) >= 2 * cache_bytes
+    ]
+    kind = "best rates measured in this run" + (
+        "" if dram else " (all adds fit in cache)"
+    )
+    return {
+        "compute": {d: r["tflops"] for d, r in best.items()},
+        "bandwidth": max(r["gbps"] for r in (dram or ew_rows)),
+        "kind": kind,
+    }
+
+
+def roofline_rows(
+    points: Sequence[tuple[str, dict, str]], ceilings: dict
+) -> list[dict]:
+    """Per (label, row, roof dtype): intensity, rate, the roof above it, the fraction of
+    it reached, and which ceiling binds (adds are held against the fp32 compute
+    ceiling)."""
+    from ampbook.devices import attainable_tflops
+
+    out = []
+    for label, r, roof_dtype in points:
+        peak = ceilings["compute"].get(roof_dtype, ceilings["compute"].get("fp32"))
+        intensity = r["flops"] / r["bytes_moved"]
+        roof = attainable_tflops(intensity, peak, ceilings["bandwidth"])
+        bound = (
+            "memory" if intensity * ceilings["bandwidth"] / 1e3 < peak else "compute"
+        )
+        out.append(
+            {
+                "label": label,
+                "intensity": intensity,
+                "gflops": r["tflops"] * 1e3,
+                "gbps": r["gbps"],
+                "roof_gflops": roof * 1e3,
+                "fraction": r["tflops"] / roof,
+                "bound": bound,
+            }
+        )
+    return out
+
+
+def roofline_verdict(rows: Sequence[dict], ceilings: dict) -> str:
+    """One line: which side of the fp32 ridge the adds and the matmuls fall on."""
+    ridge = ceilings["compute"]["fp32"] * 1e3 / ceilings["bandwidth"]
+    adds = [r for r in rows if r["label"].startswith("add")]
+    mms = [r for r in rows if r["label"].startswith("matmul")]
+    text = f"fp32 ridge point {ridge:.3g} FLOP/byte; "
+    if adds:
+        side = (
+            "left of it (memory-bound)"
+            if max(r["intensity"] for r in adds) < ridge
+            else "NOT left of it: the measured ceilings cannot separate the regimes"
+        )
+        text += f"adds {side}; "
+    if mms:
+        text += "matmuls bound by " + ", ".join(sorted({r["bound"] for r in mms})) + "."
+    return text
+
+
+def records_table(records: Sequence[dict], devices: dict) -> list[list]:
+    """One row per committed record and dtype: its best matmul against the published
+    peak of its device (when the device is in the table)."""
+    rows = []
+    for rec in records:
+        entry = devices.get(rec.get("device_key") or "")
+        for d, r in best_per_dtype(rec["matmul"]).items():
+            peak = entry.peak_tflops(d.split("_")[0]) if entry else None
+            rows.append(
+                [
+                    rec["file"],
+                    rec["environment"]["device_name"],
+                    d,
+                    r["n"],
+                    r["tflops"],
+                    peak,
+                    r["tflops"] / peak if peak else None,
+                ]
+            )
+    return rows
+
+
+def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> str:
+    """One line: how many GPU results are committed, and from which devices."""
+    if not records:
+        where = Path(directory)
+        if where.is_relative_to(REPO_ROOT):
+            where = where.relative_to(REPO_ROOT)
+        return f"no GPU results committed under {where}/ (no file {RESULTS_PATTERN})."
+    names = sorted({r["environment"]["device_name"] for r in records})
+    return f"{len(records)} committed result file(s), from: {', '.join(names)}."
+
+
+# --------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------
+
+
+def make_record(
+    device: str | torch.device,
+    matmul: Sequence[dict] = (),
+    shapes: Sequence[dict] = (),
+    elementwise: Sequence[dict] = (),
+    skipped: Sequence[dict] = (),
+    profile: str | None = None,
+) -> dict:
     """A results record (the format in this module's docstring)."""
     from ampbook.devices import device_for
 
@@ -241,11 +537,16 @@ def make_record(device: str | torch.device, matmul: Sequence[dict] = (), shapes:
 
 
 def validate_record(record: dict, source: str = "record") -> dict:
-    """Check a record's schema and rows; a ValueError names the file and what is wrong."""
+    """Check a record's schema and rows; a ValueError names the file and what is
+    wrong."""
     if not isinstance(record, dict):
-        raise ValueError(f"{source}: a results record is a JSON object, got {type(record).__name__}")
+        raise ValueError(
+            f"{source}: a results record is a JSON object, got {type(record).__name__}"
+        )
     if record.get("schema") != SCHEMA:
-        raise ValueError(f"{source}: schema is {record.get('schema')!r}, expected {SCHEMA!r}")
+        raise ValueError(
+            f"{source}: schema is {record.get('schema')!r}, expected {SCHEMA!r}"
+        )
     for key in ("environment", "matmul", "shapes", "elementwise", "skipped"):
         if key not in record:
             raise ValueError(f"{source}: missing {key!r}")
@@ -261,7 +562,9 @@ def validate_record(record: dict, source: str = "record") -> dict:
             if missing:
                 raise ValueError(f"{source}: {section}[{i}] lacks {missing}")
             if not row["median_s"] > 0:
-                raise ValueError(f"{source}: {section}[{i}] has a non-positive median_s")
+                raise ValueError(
+                    f"{source}: {section}[{i}] has a non-positive median_s"
+                )
     if "device_name" not in record["environment"]:
         raise ValueError(f"{source}: environment lacks 'device_name'")
     return record
@@ -276,9 +579,11 @@ def save_record(record: dict, path: str | Path) -> Path:
     return path
 
 
-def load_records(directory: str | Path = RESULTS_DIR, pattern: str = RESULTS_PATTERN) -> list[dict]:
-    """All records in ``directory`` matching ``pattern`` (sorted by file name), validated; each
-    gets a ``"file"`` key. An empty list when there are none."""
+def load_records(
+    directory: str | Path = RESULTS_DIR, pattern: str = RESULTS_PATTERN
+) -> list[dict]:
+    """All records in ``directory`` matching ``pattern`` (sorted by file name),
+    validated; each gets a ``"file"`` key. An empty list when there are none."""
     directory = Path(directory)
     out = []
     for path in sorted(directory.glob(pattern)):
@@ -291,15 +596,28 @@ def load_records(directory: str | Path = RESULTS_DIR, pattern: str = RESULTS_PAT
     return out
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # The benchmark
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
-CPU_DEFAULTS = {"sizes": [64, 128, 256], "shape_sizes": [128, 512], "numel": [2**20, 2**24],
-                "max_call_s": 0.1}
-GPU_DEFAULTS = {"sizes": [1024, 4096, 8192], "shape_sizes": [4096, 8192], "numel": [2**24, 2**28],
-                "max_call_s": 1.0}
-QUICK = {"sizes": [32, 64], "shape_sizes": [64], "numel": [2**12, 2**16], "max_call_s": 0.05}
+CPU_DEFAULTS = {
+    "sizes": [64, 128, 256],
+    "shape_sizes": [128, 512],
+    "numel": [2**20, 2**24],
+    "max_call_s": 0.1,
+}
+GPU_DEFAULTS = {
+    "sizes": [1024, 4096, 8192],
+    "shape_sizes": [4096, 8192],
+    "numel": [2**24, 2**28],
+    "max_call_s": 1.0,
+}
+QUICK = {
+    "sizes": [32, 64],
+    "shape_sizes": [64],
+    "numel": [2**12, 2**16],
+    "max_call_s": 0.05,
+}
 
 
 def _fmt_ratio(r: float) -> str:
@@ -309,30 +627,46 @@ def _fmt_ratio(r: float) -> str:
 
 
 def report(record: dict, out=None) -> dict:
-    """Print the ratios of a record; return them as a dict (what the tests and chapter read)."""
+    """Print the ratios of a record; return them as a dict (what the tests and chapter
+    read)."""
     out = sys.stdout if out is None else out
     mm = {(r["dtype"], r["n"]): r for r in record["matmul"]}
     order = ["fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
-    dtypes = sorted({d for d, _ in mm}, key=lambda d: order.index(d) if d in order else len(order))
+    dtypes = sorted(
+        {d for d, _ in mm}, key=lambda d: order.index(d) if d in order else len(order)
+    )
     sizes = sorted({n for _, n in mm})
     env = record["environment"]
     p = lambda *a: print(*a, file=out)  # noqa: E731
-    p(f"device: {env['device_name']} ({env['device']}); torch {env['torch']}; "
-      f"threads {env['cpu_threads']}; cpu flags: {', '.join(env.get('cpu_flags') or []) or '-'}")
+    p(
+        f"device: {env['device_name']} ({env['device']}); torch {env['torch']}; "
+        f"threads {env['cpu_threads']}; cpu flags: {', '.join(env.get('cpu_flags') or []) or '-'}"
+    )
     load = record.get("machine_load") or {}
     if load.get("busy") and env["device"] == "cpu":
-        p(f"WARNING: the machine was busy (load average {load['load1']:.1f} on {load['cpus']} CPUs): "
-          "CPU timings below are unreliable; rerun on an idle machine"
-          + (" or with --threads 1 (a single thread does not wait on descheduled siblings)."
-             if env["cpu_threads"] > 1 else " (single-threaded: less affected, but it shares the CPU)."))
+        p(
+            f"WARNING: the machine was busy (load average {load['load1']:.1f} on {load['cpus']} CPUs): "
+            "CPU timings below are unreliable; rerun on an idle machine"
+            + (
+                " or with --threads 1 (a single thread does not wait on descheduled siblings)."
+                if env["cpu_threads"] > 1
+                else " (single-threaded: less affected, but it shares the CPU)."
+            )
+        )
     ratios = {"matmul": [], "shapes": [], "elementwise": []}
-    p("\nmatmul, square n x n x n (median per call; speed ratio = fp32 time / dtype time):")
+    p(
+        "\nmatmul, square n x n x n (median per call; speed ratio = fp32 time / dtype time):"
+    )
     head = f"{'n':>6} " + " ".join(f"{d + ' ms':>11}" for d in dtypes)
     others = [d for d in dtypes if d != "fp32"]
     p(head + "  " + "  ".join(f"{d + '/fp32 speed':>24}" for d in others))
     for n in sizes:
-        cells = [f"{mm[(d, n)]['median_s'] * 1e3:11.4g}" if (d, n) in mm else f"{'skipped':>11}"
-                 for d in dtypes]
+        cells = [
+            f"{mm[(d, n)]['median_s'] * 1e3:11.4g}"
+            if (d, n) in mm
+            else f"{'skipped':>11}"
+            for d in dtypes
+        ]
         line = f"{n:>6} " + " ".join(cells)
         for d in others:
             if (d, n) in mm and ("fp32", n) in mm:
@@ -344,10 +678,14 @@ def report(record: dict, out=None) -> dict:
         p(line)
     pens = shape_penalties(record["shapes"])
     if pens:
-        p("\noff-by-one shapes (TFLOP/s at the multiple of 8 / TFLOP/s one off; > 1 = odd size slower):")
+        p(
+            "\noff-by-one shapes (TFLOP/s at the multiple of 8 / TFLOP/s one off; > 1 = odd size slower):"
+        )
         for q in pens:
-            p(f"  {q['dtype']:>5} n={q['n']:<6} vs {q['base']:<6} {q['tflops'] * 1e3:9.4g} vs "
-              f"{q['tflops_aligned'] * 1e3:9.4g} GFLOP/s  penalty {q['slowdown']:.3f}")
+            p(
+                f"  {q['dtype']:>5} n={q['n']:<6} vs {q['base']:<6} {q['tflops'] * 1e3:9.4g} vs "
+                f"{q['tflops_aligned'] * 1e3:9.4g} GFLOP/s  penalty {q['slowdown']:.3f}"
+            )
             ratios["shapes"].append(q)
     ew = {(r["dtype"], r["numel"]): r for r in record["elementwise"]}
     if ew:
@@ -355,26 +693,48 @@ def report(record: dict, out=None) -> dict:
         for numel in sorted({n for _, n in ew}):
             line = f"  numel {numel:>10}: " + ", ".join(
                 f"{d} {ew[(d, numel)]['gbps']:.3g} GB/s ({ew[(d, numel)]['median_s'] * 1e3:.3g} ms)"
-                for d in ("fp32", "fp16", "bf16") if (d, numel) in ew)
+                for d in ("fp32", "fp16", "bf16")
+                if (d, numel) in ew
+            )
             p(line)
             if ("fp16", numel) in ew and ("fp32", numel) in ew:
                 bw = ew[("fp16", numel)]["gbps"] / ew[("fp32", numel)]["gbps"]
                 tr = ew[("fp16", numel)]["median_s"] / ew[("fp32", numel)]["median_s"]
-                ratios["elementwise"].append({"numel": numel, "bandwidth_fp16_over_fp32": bw,
-                                              "time_fp16_over_fp32": tr})
-                p(f"  {'':>17} fp16/fp32 bandwidth ratio {bw:.2f}; fp16 takes {tr:.2f}x the fp32 time "
-                  f"(half the bytes: 0.5 if both ran at the same bandwidth)")
+                ratios["elementwise"].append(
+                    {
+                        "numel": numel,
+                        "bandwidth_fp16_over_fp32": bw,
+                        "time_fp16_over_fp32": tr,
+                    }
+                )
+                p(
+                    f"  {'':>17} fp16/fp32 bandwidth ratio {bw:.2f}; fp16 takes {tr:.2f}x the fp32 time "
+                    f"(half the bytes: 0.5 if both ran at the same bandwidth)"
+                )
     for s in record["skipped"]:
-        p(f"skipped {s['kind']} {s['dtype']} {s.get('n', s.get('numel'))}: {s['reason']}")
+        p(
+            f"skipped {s['kind']} {s['dtype']} {s.get('n', s.get('numel'))}: {s['reason']}"
+        )
     return ratios
 
 
-def run(device: str | torch.device = "auto", sizes=None, shape_sizes=None, numel=None,
-        max_call_s=None, rounds: int = 2, quick: bool = False, dtypes=None, profile: str | None = "bench",
-        **timing) -> dict:
+def run(
+    device: str | torch.device = "auto",
+    sizes=None,
+    shape_sizes=None,
+    numel=None,
+    max_call_s=None,
+    rounds: int = 2,
+    quick: bool = False,
+    dtypes=None,
+    profile: str | None = "bench",
+    **timing,
+) -> dict:
     """Measure everything the report needs and return the record."""
     dev = pick_device(device)
-    defaults = QUICK if quick else (GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS)
+    defaults = (
+        QUICK if quick else (GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS)
+    )
     sizes = sizes or defaults["sizes"]
     shape_sizes = shape_sizes or defaults["shape_sizes"]
     numel = numel or defaults["numel"]
@@ -382,11 +742,25 @@ def run(device: str | torch.device = "auto", sizes=None, shape_sizes=None, numel
     if quick:
         timing = {"min_time": 0.01, "max_time": 0.1, **timing}
     dtypes = list(dtypes or supported_dtypes(dev))
-    matmul, skipped = matmul_sweep(sizes, dtypes, dev, max_call_s=max_call_s, rounds=rounds, **timing)
-    shapes, skipped2 = shape_cliff(shape_sizes, [d for d in dtypes if not d.startswith("fp8")], dev,
-                                   max_call_s=max_call_s, known=matmul, rounds=rounds, **timing)
-    ew = elementwise_sweep(numel, [d for d in ("fp32", "fp16", "bf16") if d in dtypes or d == "fp32"],
-                           dev, rounds=rounds, **timing)
+    matmul, skipped = matmul_sweep(
+        sizes, dtypes, dev, max_call_s=max_call_s, rounds=rounds, **timing
+    )
+    shapes, skipped2 = shape_cliff(
+        shape_sizes,
+        [d for d in dtypes if not d.startswith("fp8")],
+        dev,
+        max_call_s=max_call_s,
+        known=matmul,
+        rounds=rounds,
+        **timing,
+    )
+    ew = elementwise_sweep(
+        numel,
+        [d for d in ("fp32", "fp16", "bf16") if d in dtypes or d == "fp32"],
+        dev,
+        rounds=rounds,
+        **timing,
+    )
     return make_record(dev, matmul, shapes, ew, skipped + skipped2, profile=profile)
 
 

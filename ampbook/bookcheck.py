@@ -118,6 +118,7 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
                 report.problems.append(f"page did not load (status {response.status})")
             page.wait_for_load_state("networkidle")
             info = page.evaluate(_PAGE_JS)
+            report.problems += overflow_problems(page)
             page.close()
             page_info[path] = info
             report.images = len(info["imgs"])
@@ -154,6 +155,50 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
                 if unquote(url.fragment) not in by_path[target.resolve()]["ids"]:
                     report.problems.append(f"broken anchor: {href}")
     return reports
+
+
+# --- horizontal overflow: nothing on a page may be cut off sideways ------------------------
+
+_OVERFLOW_JS = """
+() => {
+  const col = document.querySelector('article.bd-article') || document.querySelector('main')
+      || document.body;
+  const edge = col.getBoundingClientRect();
+  const out = [];
+  const seen = new Set();
+  for (const el of col.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    if (el.closest('mjx-assistive-mml')) continue;  // MathJax's screen-reader copy
+    let box = null;
+    for (let a = el.parentElement; a && a !== col.parentElement; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== 'visible') { box = a; break; }
+    }
+    const scrolls = box && ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+    if (scrolls) continue;  // it scrolls inside its own box: the reader can reach it
+    const limit = box ? box.getBoundingClientRect() : edge;
+    const past = Math.max(r.right - limit.right, limit.left - r.left);
+    if (past <= 1) continue;
+    let parent = el.parentElement, inner = false;
+    for (; parent; parent = parent.parentElement) if (seen.has(parent)) { inner = true; break; }
+    seen.add(el);
+    if (inner) continue;  // report the outermost element only
+    const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
+    out.push({tag: el.tagName.toLowerCase(), past: Math.round(past),
+              clipped: !!box, text});
+  }
+  return out;
+}
+"""
+
+
+def overflow_problems(page) -> list[str]:
+    """Elements of the page's content column that stick out sideways and cannot be scrolled
+    to: past the column's edge, or clipped by an ancestor that hides its overflow. An
+    element inside a box that scrolls (a code block, a wide table) is fine."""
+    return [f"cut off horizontally by {o['past']} px: <{o['tag']}> {o['text']!r}"
+            + (" (clipped by its container)" if o["clipped"] else " (past the column)")
+            for o in page.evaluate(_OVERFLOW_JS)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,17 +1,18 @@
-"""Peak figures of GPUs, read from ``data/reference/devices.yml`` (each figure with its source).
+"""Peak figures of GPUs, read from ``data/reference/devices.yml`` (each figure with its
+source).
 
     from ampbook.devices import load_devices, find_device, device_for
 
-    devices = load_devices()                 # key -> Device
-    d = devices["rtx3070-desktop"]
-    d.peak_tflops("fp16")                    # 40.6: fp16 tensor cores, fp32 accumulate
-    d.fp16_tflops_fp16acc / d.fp16_tflops_fp32acc   # 2.0 on GeForce Ampere, 1.0 on A100/H100
-    d.ridge_point("fp16")                    # FLOP per byte where the roofline bends
-    find_device("NVIDIA GeForce RTX 3070 Laptop GPU").key   # "rtx3070-laptop"
-    device_for(torch.device("cuda"))         # the table entry of the GPU in use, or None
+    devices = load_devices()                 # key -> Device d =
+    devices["rtx3070-desktop"] d.peak_tflops("fp16")                    # 40.6: fp16
+    tensor cores, fp32 accumulate d.fp16_tflops_fp16acc / d.fp16_tflops_fp32acc   # 2.0
+    on GeForce Ampere, 1.0 on A100/H100 d.ridge_point("fp16")                    # FLOP
+    per byte where the roofline bends find_device("NVIDIA GeForce RTX 3070 Laptop
+    GPU").key   # "rtx3070-laptop" device_for(torch.device("cuda"))         # the table
+    entry of the GPU in use, or None
 
-All figures are dense (no structured sparsity). ``peak_tflops("fp16")`` is the fp32-accumulate
-figure because PyTorch's fp16 matmuls accumulate in fp32.
+All figures are dense (no structured sparsity). ``peak_tflops("fp16")`` is the
+fp32-accumulate figure because PyTorch's fp16 matmuls accumulate in fp32.
 """
 
 from __future__ import annotations
@@ -28,9 +29,22 @@ from ampbook.paths import REFERENCE_DIR
 DEVICES_FILE = REFERENCE_DIR / "devices.yml"
 
 # Figures that must carry a source when not null.
-FIGURE_FIELDS = ("fp32_tflops", "tf32_tflops", "fp16_tflops_fp32acc", "fp16_tflops_fp16acc",
-                 "bf16_tflops", "fp8_tflops", "mem_bandwidth_gbs")
-COUNT_FIELDS = ("sms", "cuda_cores", "tensor_cores", "boost_clock_mhz", "tensor_clock_mhz")
+FIGURE_FIELDS = (
+    "fp32_tflops",
+    "tf32_tflops",
+    "fp16_tflops_fp32acc",
+    "fp16_tflops_fp16acc",
+    "bf16_tflops",
+    "fp8_tflops",
+    "mem_bandwidth_gbs",
+)
+COUNT_FIELDS = (
+    "sms",
+    "cuda_cores",
+    "tensor_cores",
+    "boost_clock_mhz",
+    "tensor_clock_mhz",
+)
 SEGMENTS = ("GeForce", "data centre")
 
 # Book dtype name -> the Device field holding its dense peak.
@@ -74,43 +88,53 @@ class Device:
     fp8_tflops: float | None
     mem_bandwidth_gbs: float
     match: tuple[str, ...]
-    sources: dict = field(default_factory=dict)   # figure -> {"key", "title", "publisher", "url"}
-    derived: dict = field(default_factory=dict)   # figure -> how it was computed
+    sources: dict = field(
+        default_factory=dict
+    )  # figure -> {"key", "title", "publisher", "url"}
+    derived: dict = field(default_factory=dict)  # figure -> how it was computed
     notes: str = ""
 
     def peak_tflops(self, dtype: str) -> float | None:
-        """Dense peak for a book dtype name (None where the hardware has no such mode)."""
+        """Dense peak for a book dtype name (None where the hardware has no such
+        mode)."""
         if dtype not in PEAK_FIELD:
-            raise ValueError(f"no peak for dtype {dtype!r}; use one of {sorted(PEAK_FIELD)}")
+            raise ValueError(
+                f"no peak for dtype {dtype!r}; use one of {sorted(PEAK_FIELD)}"
+            )
         return getattr(self, PEAK_FIELD[dtype])
 
     def ridge_point(self, dtype: str = "fp16") -> float | None:
-        """FLOP per byte at which the compute ceiling meets the bandwidth ceiling: work with a
-        lower arithmetic intensity is memory-bound on this device."""
+        """FLOP per byte at which the compute ceiling meets the bandwidth ceiling: work
+        with a lower arithmetic intensity is memory-bound on this device."""
         peak = self.peak_tflops(dtype)
         return None if peak is None else peak * 1e12 / (self.mem_bandwidth_gbs * 1e9)
 
     def fma_per_clock_per_tensor_core(self, accumulate: str = "fp16") -> float:
-        """Dense fp16 FMAs per clock per tensor core implied by the peak, the tensor-core count
-        and the clock (Volta's 4x4x4 unit gives 64)."""
-        peak = self.fp16_tflops_fp16acc if accumulate == "fp16" else self.fp16_tflops_fp32acc
+        """Dense fp16 FMAs per clock per tensor core implied by the peak, the
+        tensor-core count and the clock (Volta's 4x4x4 unit gives 64)."""
+        peak = (
+            self.fp16_tflops_fp16acc
+            if accumulate == "fp16"
+            else self.fp16_tflops_fp32acc
+        )
         if accumulate not in ("fp16", "fp32"):
             raise ValueError(f"accumulate must be 'fp16' or 'fp32', got {accumulate!r}")
         return peak * 1e12 / (2 * self.tensor_cores * self.tensor_clock_mhz * 1e6)
 
     @property
     def tensor_over_fp32(self) -> float:
-        """fp16 tensor (fp32 accumulate) peak over the fp32 CUDA-core peak: the most a matmul
-        can gain from switching fp32 to fp16 under PyTorch on this device."""
+        """fp16 tensor (fp32 accumulate) peak over the fp32 CUDA-core peak: the most a
+        matmul can gain from switching fp32 to fp16 under PyTorch on this device."""
         return self.fp16_tflops_fp32acc / self.fp32_tflops
 
     @property
     def fp16acc_over_fp32acc(self) -> float:
-        """2.0 on GeForce Ampere (fp32 accumulate runs at half rate), 1.0 on data-centre parts."""
+        """2.0 on GeForce Ampere (fp32 accumulate runs at half rate), 1.0 on data-centre
+        parts."""
         return self.fp16_tflops_fp16acc / self.fp16_tflops_fp32acc
 
     def source_of(self, figure: str) -> str:
-        """"title (url)" of a figure's source, with how it was derived when it was."""
+        """ "title (url)" of a figure's source, with how it was derived when it was."""
         if figure not in self.sources:
             raise KeyError(f"{self.key}: no source for {figure!r}")
         s = self.sources[figure]
@@ -127,8 +151,8 @@ def _require(entry: dict, key: str, name: str, path: Path):
 
 
 def load_devices(path: str | Path | None = None) -> dict[str, Device]:
-    """Read the device table; every non-null figure must name a source in its ``sources``
-    table (a clear ValueError names what is missing)."""
+    """Read the device table; every non-null figure must name a source in its
+    ``sources`` table (a clear ValueError names what is missing)."""
     path = Path(path) if path is not None else DEVICES_FILE
     with path.open() as f:
         doc = yaml.safe_load(f)
@@ -145,14 +169,25 @@ def load_devices(path: str | Path | None = None) -> dict[str, Device]:
     for key, entry in doc["devices"].items():
         unknown = set(entry) - set(names)
         if unknown:
-            raise ValueError(f"{path}: device {key!r} has unknown fields {sorted(unknown)}")
+            raise ValueError(
+                f"{path}: device {key!r} has unknown fields {sorted(unknown)}"
+            )
         values = {n: _require(entry, key, n, path) for n in names if n not in optional}
         if values["segment"] not in SEGMENTS:
-            raise ValueError(f"{path}: device {key!r} segment must be one of {SEGMENTS}, "
-                             f"got {values['segment']!r}")
-        for n in ("fp32_tflops", "fp16_tflops_fp32acc", "fp16_tflops_fp16acc", "mem_bandwidth_gbs"):
+            raise ValueError(
+                f"{path}: device {key!r} segment must be one of {SEGMENTS}, "
+                f"got {values['segment']!r}"
+            )
+        for n in (
+            "fp32_tflops",
+            "fp16_tflops_fp32acc",
+            "fp16_tflops_fp16acc",
+            "mem_bandwidth_gbs",
+        ):
             if not isinstance(values[n], (int, float)) or values[n] <= 0:
-                raise ValueError(f"{path}: device {key!r} field {n!r} must be a positive number")
+                raise ValueError(
+                    f"{path}: device {key!r} field {n!r} must be a positive number"
+                )
         src_keys = entry.get("sources") or {}
         sources = {}
         for fig in FIGURE_FIELDS + COUNT_FIELDS:
@@ -161,32 +196,54 @@ def load_devices(path: str | Path | None = None) -> dict[str, Device]:
             if fig not in src_keys:
                 raise ValueError(f"{path}: device {key!r} figure {fig!r} has no source")
             if src_keys[fig] not in table:
-                raise ValueError(f"{path}: device {key!r} figure {fig!r} cites unknown source "
-                                 f"{src_keys[fig]!r}")
+                raise ValueError(
+                    f"{path}: device {key!r} figure {fig!r} cites unknown source "
+                    f"{src_keys[fig]!r}"
+                )
             sources[fig] = {"key": src_keys[fig], **table[src_keys[fig]]}
         match = tuple(entry.get("match") or ())
         for pattern in match:
             re.compile(pattern)
-        out[key] = Device(key=key, match=match, sources=sources, derived=dict(entry.get("derived") or {}),
-                          notes=str(entry.get("notes") or "").strip(), **values)
+        out[key] = Device(
+            key=key,
+            match=match,
+            sources=sources,
+            derived=dict(entry.get("derived") or {}),
+            notes=str(entry.get("notes") or "").strip(),
+            **values,
+        )
     return out
 
 
-def find_device(name_from_torch: str, devices: dict[str, Device] | None = None) -> Device | None:
-    """The table entry whose ``match`` patterns fit a name from ``torch.cuda.get_device_name``
-    (case-insensitive), or None when the GPU is not in the table."""
+def find_device(
+    name_from_torch: str, devices: dict[str, Device] | None = None
+) -> Device | None:
+    """The table entry whose ``match`` patterns fit a name from
+    ``torch.cuda.get_device_name`` (case-insensitive), or None when the GPU is not in
+    the table."""
     if not isinstance(name_from_torch, str):
-        raise TypeError(f"expected a device name string, got {type(name_from_torch).__name__}")
+        raise TypeError(
+            f"expected a device name string, got {type(name_from_torch).__name__}"
+        )
     devices = load_devices() if devices is None else devices
     name = name_from_torch.strip()
-    hits = [d for d in devices.values() if any(re.search(p, name, re.IGNORECASE) for p in d.match)]
+    hits = [
+        d
+        for d in devices.values()
+        if any(re.search(p, name, re.IGNORECASE) for p in d.match)
+    ]
     if len(hits) > 1:
-        raise ValueError(f"{name!r} matches several table entries: {[d.key for d in hits]}")
+        raise ValueError(
+            f"{name!r} matches several table entries: {[d.key for d in hits]}"
+        )
     return hits[0] if hits else None
 
 
-def device_for(device: str | torch.device = "auto", devices: dict[str, Device] | None = None) -> Device | None:
-    """The table entry of the GPU behind ``device`` (None on a CPU or an unlisted GPU)."""
+def device_for(
+    device: str | torch.device = "auto", devices: dict[str, Device] | None = None
+) -> Device | None:
+    """The table entry of the GPU behind ``device`` (None on a CPU or an unlisted
+    GPU)."""
     from ampbook.env import pick_device
 
     dev = pick_device(device)
@@ -195,9 +252,70 @@ def device_for(device: str | torch.device = "auto", devices: dict[str, Device] |
     return find_device(torch.cuda.get_device_name(dev), devices)
 
 
-def attainable_tflops(intensity: float, peak_tflops: float, bandwidth_gbs: float) -> float:
-    """The roofline: the most a kernel of ``intensity`` FLOP/byte can reach under a compute
-    ceiling (TFLOP/s) and a bandwidth ceiling (GB/s)."""
+def attainable_tflops(
+    intensity: float, peak_tflops: float, bandwidth_gbs: float
+) -> float:
+    """The roofline: the most a kernel of ``intensity`` FLOP/byte can reach under a
+    compute ceiling (TFLOP/s) and a bandwidth ceiling (GB/s)."""
     if intensity <= 0 or peak_tflops <= 0 or bandwidth_gbs <= 0:
         raise ValueError("intensity, peak_tflops and bandwidth_gbs must be positive")
     return min(peak_tflops, intensity * bandwidth_gbs / 1e3)
+
+
+def tensor_core_claims(
+    post: dict, devices: dict[str, Device] | None = None
+) -> list[list]:
+    """The RTX 3070 blog post's tensor-core claims beside what the peak table and the
+    facts in ``seed_post.yml`` say: rows ``[claim, what is true, source]``."""
+    devices = load_devices() if devices is None else devices
+    claims, facts = post["claims"], post["tensor_core_facts"]
+    rows = []
+    for gpu in claims["tensor_core_gpus"]:
+        fact = facts[gpu]
+        if "device" in fact:
+            d = devices[fact["device"]]
+            rows.append(
+                [
+                    f"{gpu} has tensor cores",
+                    f"yes: the {d.name} has {d.tensor_cores}",
+                    d.source_of("tensor_cores"),
+                ]
+            )
+        else:
+            rows.append(
+                [
+                    f"{gpu} has tensor cores",
+                    fact["fact"],
+                    f"{fact['source']['title']} ({fact['source']['url']})",
+                ]
+            )
+    v100, desk = devices["v100-sxm2"], devices["rtx3070-desktop"]
+    lap = devices["rtx3070-laptop"]
+    rows.append(
+        [
+            f"{claims['tensor_core_fma_per_clock']} FMA per clock per tensor core",
+            f"V100 {v100.fma_per_clock_per_tensor_core('fp16'):.0f} (fp16 or fp32 "
+            f"accumulate); RTX 3070 {desk.fma_per_clock_per_tensor_core('fp32'):.0f} "
+            f"with fp32 accumulate (AMP's mode), "
+            f"{desk.fma_per_clock_per_tensor_core('fp16'):.0f} with fp16 accumulate",
+            "computed from the peak table: peak / (tensor cores x clock x 2)",
+        ]
+    )
+    rows.append(
+        [
+            f"{claims['rtx3070_tensor_cores']} tensor cores on the RTX 3070",
+            f"desktop {desk.tensor_cores}, laptop {lap.tensor_cores}",
+            desk.source_of("tensor_cores"),
+        ]
+    )
+    lo, hi = claims["fp16_speedup_claimed"]
+    rows.append(
+        [
+            f"fp16 throughput {lo}-{hi}x fp32",
+            "tensor fp16 (fp32 acc.) / fp32 peak: "
+            f"RTX 3070 {desk.tensor_over_fp32:.3g}x, "
+            f"V100 {v100.tensor_over_fp32:.3g}x",
+            "computed from the peak table",
+        ]
+    )
+    return rows

@@ -1,6 +1,7 @@
 """Figure style and small display helpers shared by the chapters.
 
-Figures must read in grayscale: each series gets a line style, a marker and a hatch as well as
+Figures must read in grayscale: each series gets a line style, a marker and a hatch as
+well as
 a colour (``series_style``)."""
 
 from __future__ import annotations
@@ -13,37 +14,64 @@ import matplotlib
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-_COLORS = ["#1b1b1b", "#3b6ea8", "#c0504d", "#6b8e23", "#8064a2", "#d08c2f", "#4bacc6", "#7f7f7f"]
-_LINES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (8, 2))]
+_COLORS = [
+    "#1b1b1b",
+    "#3b6ea8",
+    "#c0504d",
+    "#6b8e23",
+    "#8064a2",
+    "#d08c2f",
+    "#4bacc6",
+    "#7f7f7f",
+]
+_LINES = [
+    "-",
+    "--",
+    "-.",
+    ":",
+    (0, (5, 1)),
+    (0, (3, 1, 1, 1, 1, 1)),
+    (0, (1, 1)),
+    (0, (8, 2)),
+]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 _HATCHES = ["", "//", "..", "xx", "\\\\", "++", "oo", "--"]
 
 
 def use_style() -> None:
     """The book's matplotlib defaults (call once per notebook)."""
-    plt.rcParams.update({
-        "figure.figsize": (7.0, 4.0),
-        "figure.dpi": 110,
-        "savefig.dpi": 110,
-        "axes.grid": True,
-        "grid.alpha": 0.3,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "font.size": 10,
-        "legend.frameon": False,
-    })
+    plt.rcParams.update(
+        {
+            "figure.figsize": (7.0, 4.0),
+            "figure.dpi": 110,
+            "savefig.dpi": 110,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "font.size": 10,
+            "legend.frameon": False,
+        }
+    )
 
 
 def series_style(i: int) -> dict:
     """Colour, line style and marker for the i-th series of a line plot."""
-    return {"color": _COLORS[i % len(_COLORS)], "linestyle": _LINES[i % len(_LINES)],
-            "marker": _MARKERS[i % len(_MARKERS)]}
+    return {
+        "color": _COLORS[i % len(_COLORS)],
+        "linestyle": _LINES[i % len(_LINES)],
+        "marker": _MARKERS[i % len(_MARKERS)],
+    }
 
 
 def bar_style(i: int) -> dict:
     """Face colour, hatch and edge for the i-th series of a bar chart."""
-    return {"color": _COLORS[i % len(_COLORS)], "hatch": _HATCHES[i % len(_HATCHES)],
-            "edgecolor": "white" if i == 0 else "black", "linewidth": 0.5}
+    return {
+        "color": _COLORS[i % len(_COLORS)],
+        "hatch": _HATCHES[i % len(_HATCHES)],
+        "edgecolor": "white" if i == 0 else "black",
+        "linewidth": 0.5,
+    }
 
 
 def _cell(value, fmt: str | None) -> str:
@@ -58,20 +86,38 @@ def _cell(value, fmt: str | None) -> str:
     return str(value).replace("|", "\\|")
 
 
-def md_table_text(rows: Iterable[Sequence], headers: Sequence[str], formats: Sequence[str | None] | None = None) -> str:
-    """A Markdown (pipe) table as text. ``formats`` gives a format spec per column for floats."""
+def md_table_text(
+    rows: Iterable[Sequence],
+    headers: Sequence[str],
+    formats: Sequence[str | None] | None = None,
+) -> str:
+    """A Markdown (pipe) table as text. ``formats`` gives a format spec per column for
+    floats."""
     formats = list(formats) if formats is not None else [None] * len(headers)
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
     for row in rows:
         row = list(row)
         if len(row) != len(headers):
-            raise ValueError(f"row {row!r} has {len(row)} cells, the table has {len(headers)} columns")
-        lines.append("| " + " | ".join(_cell(v, f) for v, f in zip(row, formats)) + " |")
+            raise ValueError(
+                f"row {row!r} has {len(row)} cells, "
+                f"the table has {len(headers)} columns"
+            )
+        lines.append(
+            "| " + " | ".join(_cell(v, f) for v, f in zip(row, formats)) + " |"
+        )
     return "\n".join(lines)
 
 
-def md_table(rows: Iterable[Sequence], headers: Sequence[str], formats: Sequence[str | None] | None = None):
-    """The same table as an IPython Markdown object, rendered by Jupyter and by the book."""
+def md_table(
+    rows: Iterable[Sequence],
+    headers: Sequence[str],
+    formats: Sequence[str | None] | None = None,
+):
+    """The same table as an IPython Markdown object, rendered by Jupyter and by the
+    book."""
     from IPython.display import Markdown
 
     return Markdown(md_table_text(rows, headers, formats))
@@ -82,3 +128,13 @@ def md(text: str):
     from IPython.display import Markdown
 
     return Markdown(text)
+
+
+def glue_all(**values) -> None:
+    """``myst_nb.glue`` each value under its name without displaying it: markdown cells
+    then write ``{glue:text}`name:.3g``` and the book pastes the number into the
+    prose."""
+    from myst_nb import glue
+
+    for name, value in values.items():
+        glue(name, value, display=False)

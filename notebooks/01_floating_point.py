@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -17,50 +18,64 @@
 #
 # Mixed-precision training moves tensors between number formats that differ in width, range
 # and precision. Before measuring what that buys (later chapters), this chapter looks at the
-# formats themselves: how each one spends its bits, and what can go wrong when a value does not
-# fit. Every number below is computed in a cell, from the bit layouts, from `torch.finfo`, or by
-# doing the arithmetic in the format; none is typed in.
+# formats themselves: how each one spends its bits, and what can go wrong when a value does
+# not fit. Every result below is computed in a cell, from the bit layouts, from
+# `torch.finfo`, or by doing the arithmetic in the format; a number in a sentence is either
+# pasted in from such a cell or a definition that the tables show (a bit width, a power of
+# two, a format's largest value).
 #
 # **What you will learn**
 #
 # - how fp64, fp32, TF32, fp16, bf16 and the two fp8 formats (E4M3, E5M2) lay out sign,
 #   exponent and mantissa bits, and how range and precision follow from those bit counts;
 # - how far apart neighbouring numbers are at any magnitude;
-# - the ways a low-precision format loses information: rounding, swamping (a small update added
-#   to a large weight vanishes), accumulation (a long sum stops growing), underflow and overflow;
+# - the ways a low-precision format loses information: rounding, swamping (a small update
+#   added to a large weight vanishes), accumulation (a long sum stops growing), underflow and
+#   overflow;
 # - which number claims of the RTX 3070 blog post this book grew from hold, checked in code.
 #
-# **What you need**: Python with PyTorch. No GPU: everything here is bit arithmetic and runs in
-# seconds on a CPU (with `device="cuda"` the accumulation runs on the GPU instead).
+# **What you need**: Python with PyTorch. No GPU: everything here is bit arithmetic and runs
+# in seconds on a CPU (with `device="cuda"` the accumulation and the fp8 casts run on the
+# GPU instead).
 
 # %% tags=["parameters"]
 device = "auto"  # where the accumulation demo runs: "auto", "cpu" or "cuda"
 n_accumulate = 20000  # how many small values the accumulation demo adds up
-n_samples = 200000  # random weights and gradients drawn for the swamping and underflow demos
+n_samples = 200000  # random weights and gradients for the swamping and underflow demos
 seed = 0
 
 # %%
+from ampbook import params
 from ampbook.env import print_environment
 
+# a bad parameter stops the run here, with one line naming it and its rule
+params.device("device", device)
+params.integer("n_accumulate", n_accumulate, minimum=6000,
+               why="the fp16 sum must reach its stall point")
+params.integer("n_samples", n_samples, minimum=1000, why="medians per power of two")
+params.integer("seed", seed, minimum=0)
 print_environment(device);
 
 # %%
+import inspect
 import math
 
 import matplotlib.pyplot as plt
 import torch
 
+from ampbook import formats
 from ampbook.env import pick_device
-from ampbook.formats import FORMATS, bits, decode, format_table, round_to, spacing
+from ampbook.formats import FORMATS, bits, decode, round_to, spacing
 from ampbook.paths import load_reference
-from ampbook.plots import bar_style, md, md_table, series_style, use_style
+from ampbook.plots import bar_style, glue_all, md_table, series_style, use_style
 
 use_style()
 device = pick_device(device)
 gen = torch.Generator().manual_seed(seed)
 fp16, bf16, fp32 = FORMATS["fp16"], FORMATS["bf16"], FORMATS["fp32"]
-style = {name: series_style(i) for i, name in enumerate(FORMATS)}  # one look per format in every figure
-style.update({torch.float32: style["fp32"], torch.float16: style["fp16"], torch.bfloat16: style["bf16"]})
+style = {name: series_style(i) for i, name in enumerate(FORMATS)}  # one look per format
+style.update({torch.float32: style["fp32"], torch.float16: style["fp16"],
+              torch.bfloat16: style["bf16"]})
 
 # %% [markdown]
 # ## How a float is stored
@@ -69,32 +84,35 @@ style.update({torch.float32: style["fp32"], torch.float16: style["fp16"], torch.
 # $s$, an exponent field $E$ of $e$ bits and a mantissa (fraction) field $M$ of $m$ bits. For
 # an exponent field that is neither all zeros nor all ones the value is
 #
-# $$x = (-1)^s \, 2^{E - \text{bias}} \left(1 + \frac{M}{2^m}\right), \qquad \text{bias} = 2^{e-1} - 1,$$
+# $$x = (-1)^s \, 2^{E - \text{bias}} \left(1 + \frac{M}{2^m}\right),
+#   \qquad \text{bias} = 2^{e-1} - 1,$$
 #
 # a *normal* number with an implicit leading 1, so it carries $m + 1$ significant bits. The
 # all-zeros exponent holds the *subnormal* numbers $(-1)^s\, 2^{1 - \text{bias}}\, M / 2^m$,
-# which fill the gap between zero and the smallest normal number evenly (and zero itself, with
-# either sign). The all-ones exponent is reserved for infinity ($M = 0$) and NaN ($M \ne 0$),
-# except in fp8 E4M3, which uses it for numbers and keeps only the all-ones pattern for NaN.
-# The exponent bits set the range, the mantissa bits the precision.
+# which fill the gap between zero and the smallest normal number evenly (and zero itself,
+# with either sign). The all-ones exponent is reserved for infinity ($M = 0$) and NaN
+# ($M \ne 0$), except in fp8 E4M3, which uses it for numbers and keeps only the all-ones
+# pattern for NaN. The exponent bits set the range, the mantissa bits the precision.
 #
 # The seven formats side by side, each bit drawn as one box:
 
-# %% mystnb={"figure": {"caption": "Bit layouts of the seven formats, one box per bit, to scale: sign (black), exponent (hatched), mantissa (dotted). The number in each field is its width in bits.", "name": "fig-ch1-bits"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Bit layouts of the seven formats, one box per bit, to scale: sign (black), exponent (hatched), mantissa (dotted). The number in each field is its width in bits.", "name": "fig-ch1-bits"}}
 fig, ax = plt.subplots(figsize=(9, 3.4))
 for row, fmt in enumerate(FORMATS.values()):
-    fields = [("sign", 1), ("exponent", fmt.exponent_bits), ("mantissa", fmt.mantissa_bits)]
+    fields = [("sign", 1), ("exponent", fmt.exponent_bits),
+              ("mantissa", fmt.mantissa_bits)]
     left = 0
     for i, (field, width) in enumerate(fields):
-        ax.barh(-row, width, left=left, height=0.7, label=field if row == 0 else None, **bar_style(i))
-        ax.vlines(range(left + 1, left + width), -row - 0.35, -row + 0.35, color="white", linewidth=0.8)
+        label = field if row == 0 else None
+        ax.barh(-row, width, left=left, height=0.7, label=label, **bar_style(i))
+        ticks = range(left + 1, left + width)
+        ax.vlines(ticks, -row - 0.35, -row + 0.35, color="white", linewidth=0.8)
         if i > 0:
-            ax.text(left + width / 2, -row + 0.5, str(width), ha="center", va="center", fontsize=8)
+            ax.text(left + width / 2, -row + 0.5, str(width), ha="center", fontsize=8)
         left += width
     ax.text(left + 0.7, -row, f"{fmt.bits} bits", va="center", fontsize=8)
 ax.set_yticks([-r for r in range(len(FORMATS))], list(FORMATS))
-ax.set_xlim(0, 72)
-ax.set_ylim(-len(FORMATS) + 0.4, 1.0)
+ax.set(xlim=(0, 72), ylim=(-len(FORMATS) + 0.4, 1.0))
 ax.set_xlabel("bit position (sign first)")
 ax.grid(False)
 ax.legend(ncols=3, loc="upper right", bbox_to_anchor=(1.0, 1.12))
@@ -104,98 +122,90 @@ plt.show()
 # TF32 is not a storage format: NVIDIA tensor cores (Ampere and later) read fp32 matrices and
 # keep only fp16's mantissa width inside the multiplication (NVIDIA A100 Tensor Core GPU
 # Architecture whitepaper, 2020). PyTorch has no TF32 dtype; whether fp32 matmuls and
-# convolutions use it is the `tf32_matmul` / `tf32_cudnn` lines of the environment report above.
+# convolutions use it is the `tf32_matmul` / `tf32_cudnn` lines of the environment report
+# above.
 #
 # ## Range and precision of each format
 #
-# `ampbook.formats` derives every property from the three bit counts (and the E4M3 exception).
-# The largest value has the largest normal exponent and all mantissa bits set; the smallest
-# normal is $2^{1-\text{bias}}$; the smallest subnormal has only the last mantissa bit set;
-# machine epsilon $2^{-m}$ is the gap between 1 and the next number. "Decimal digits" here is
-# $-\log_{10}(\text{eps}) = m \log_{10} 2$ (numpy's `finfo.precision` is this rounded down).
+# `ampbook.formats` derives every property from the three bit counts (and the E4M3
+# exception). The largest value has the largest normal exponent and all mantissa bits set;
+# the smallest normal is $2^{1-\text{bias}}$; the smallest subnormal has only the last
+# mantissa bit set; machine epsilon $2^{-m}$ is the gap between 1 and the next number.
+# "Decimal digits" here is $-\log_{10}(\text{eps}) = m \log_{10} 2$ (numpy's
+# `finfo.precision` is this rounded down).
 
-# %%
-headers, rows = format_table(transpose=True)
+# %% tags=["hide-input"]
+headers, rows = formats.format_table(transpose=True)
 md_table(rows, headers, [None] + [".4g"] * len(FORMATS))
 
 # %% [markdown]
-# Read across the rows: fp16 and TF32 have the same mantissa, so the same epsilon; bf16 and TF32
-# have fp32's exponent, so (almost) fp32's range. The same values as exact powers of two,
-# written from the layouts:
+# Read across the rows: fp16 and TF32 have the same mantissa, so the same epsilon; bf16 and
+# TF32 have fp32's exponent, so (almost) fp32's range. The same values as exact powers of
+# two, written from the layouts:
 
-# %%
-def pow2(k):
-    return f"$2^{{{k}}}$"
-
-
-rows = [[f.name, f"$2^{{{f.emax}}}(2-2^{{{-(f.mantissa_bits if f.has_inf else f.mantissa_bits - 1)}}})$",
-         pow2(f.emin), pow2(f.emin - f.mantissa_bits), pow2(-f.mantissa_bits)] for f in FORMATS.values()]
-md_table(rows, ["format", "max", "smallest normal", "smallest subnormal", "machine epsilon"])
+# %% tags=["hide-input"]
+headers, rows = formats.exact_powers_table()
+md_table(rows, headers)
 
 # %% [markdown]
 # For the formats PyTorch has a dtype for, the computed values must match `torch.finfo`
 # (`tiny` is its name for the smallest normal):
 
-# %%
-rows = []
-for fmt in FORMATS.values():
-    if fmt.torch_dtype is None:
-        continue
-    fi = torch.finfo(fmt.torch_dtype)
-    same = (fi.bits, fi.max, fi.tiny, fi.eps) == (fmt.bits, fmt.max, fmt.smallest_normal, fmt.eps)
-    rows.append([fmt.name, str(fmt.torch_dtype), fi.max, fi.tiny, fi.eps, "yes" if same else "NO"])
+# %% tags=["hide-input"]
+headers, rows = formats.finfo_table()
 assert all(r[-1] == "yes" for r in rows)
-md_table(rows, ["format", "torch dtype", "finfo.max", "finfo.tiny", "finfo.eps", "matches the layout"],
-         [None, None, ".6g", ".6g", ".6g", None])
+md_table(rows, headers, [None, None, ".6g", ".6g", ".6g", None])
 
 # %% [markdown]
 # ## Reading the bits
 #
-# `bits(value, name)` rounds a value to a format (to nearest, ties to even, as a cast does) and
-# shows the stored pattern as sign, exponent and mantissa; `decode` turns a pattern back into a
-# number. Look at the special cases: 65520 in fp16 and anything below half the smallest
-# subnormal have no pattern of their own, so they become infinity and zero; E4M3 has no
-# infinity and saturates at its largest value (as `torch.float8_e4m3fn` casts do).
+# `bits(value, name)` rounds a value to a format (to nearest, ties to even, as a cast does)
+# and shows the stored pattern as sign, exponent and mantissa; `decode` turns a pattern back
+# into a number. Look at the special cases: 65520 in fp16 and anything at or below half the
+# smallest subnormal have no pattern of their own, so they become infinity and zero; E4M3 has
+# no infinity and, in `ampbook.formats`, saturates at its largest value (what PyTorch's own
+# cast does is version-dependent: see the overflow section).
 
 # %%
-examples = [("1", 1.0, "fp16"), ("-2", -2.0, "fp16"), ("0.1", 0.1, "fp16"), ("0.1", 0.1, "bf16"),
-            ("65504", 65504.0, "fp16"), ("65520", 65520.0, "fp16"), ("2^-24", 2.0 ** -24, "fp16"),
-            ("2^-26", 2.0 ** -26, "fp16"), ("-0.0", -0.0, "fp16"), ("inf", math.inf, "fp16"),
-            ("nan", math.nan, "fp16"), ("1 + 2^-11", 1 + 2.0 ** -11, "tf32"),
-            ("448", 448.0, "fp8_e4m3"), ("1000", 1000.0, "fp8_e4m3"), ("2^-9", 2.0 ** -9, "fp8_e4m3"),
-            ("2^-16", 2.0 ** -16, "fp8_e5m2"), ("1000", 1000.0, "fp8_e5m2"), ("1e5", 1e5, "fp8_e5m2")]
-rows = [[label, name, f"`{bits(v, name)}`", repr(decode(bits(v, name), name))] for label, v, name in examples]
+examples = [(1.0, "fp16"), (-2.0, "fp16"), (0.1, "fp16"), (0.1, "bf16"),
+            (65504.0, "fp16"), (65520.0, "fp16"), (2.0**-24, "fp16"),
+            (2.0**-25, "fp16"), (2.0**-26, "fp16"), (-0.0, "fp16"), (math.inf, "fp16"),
+            (math.nan, "fp16"), (1 + 2.0**-11, "tf32"), (448.0, "fp8_e4m3"),
+            (1000.0, "fp8_e4m3"), (2.0**-9, "fp8_e4m3"), (2.0**-16, "fp8_e5m2"),
+            (1e5, "fp8_e5m2")]
+rows = [[f"{v:.10g}", name, f"`{bits(v, name)}`", repr(decode(bits(v, name), name))]
+        for v, name in examples]
 md_table(rows, ["value", "format", "sign exponent mantissa", "stored value"])
 
 # %% [markdown]
-# Decoding by hand: fp16's largest pattern has the exponent field one below all ones and every
-# mantissa bit set. Subtract the bias from the field and put back the implicit 1:
+# Decoding by hand: fp16's largest pattern has the exponent field one below all ones and
+# every mantissa bit set. Subtract the bias from the field and put back the implicit 1:
 
 # %%
-pattern = "0 11110 1111111111"
-exp_field, mant_field = int(pattern.split()[1], 2), int(pattern.split()[2], 2)
-by_hand = 2.0 ** (exp_field - fp16.bias) * (1 + mant_field / 2 ** fp16.mantissa_bits)
-print(f"2^({exp_field} - {fp16.bias}) * (1 + {mant_field}/{2 ** fp16.mantissa_bits}) = {by_hand}")
-print(f"decode: {decode(pattern, 'fp16')}   torch.finfo(torch.float16).max: {torch.finfo(torch.float16).max}")
+sign, exp_field, mant_field = (int(f, 2) for f in "0 11110 1111111111".split())
+by_hand = 2.0 ** (exp_field - fp16.bias) * (1 + mant_field / 2**fp16.mantissa_bits)
+print(f"2^({exp_field} - {fp16.bias}) * (1 + {mant_field}/{2**fp16.mantissa_bits})"
+      f" = {by_hand}")
+print(f"decode: {decode('0 11110 1111111111', 'fp16')}, "
+      f"torch.finfo(torch.float16).max: {torch.finfo(torch.float16).max}")
 
 # %% [markdown]
 # ## The gap between neighbouring numbers
 #
-# Within one power-of-two interval the numbers of a format are evenly spaced; each interval up
-# the spacing doubles. So the *absolute* gap grows with the magnitude while the *relative* gap
-# stays between eps/2 and eps, until the subnormal range, where the gap stops shrinking and the
-# relative precision runs out. `spacing(x, name)` gives the gap above $|x|$:
+# Within one power-of-two interval the numbers of a format are evenly spaced; each interval
+# up the spacing doubles. So the *absolute* gap grows with the magnitude while the *relative*
+# gap stays between eps/2 and eps, until the subnormal range, where the gap stops shrinking
+# and the relative precision runs out. `spacing(x, name)` gives the gap above $|x|$:
 
-# %% mystnb={"figure": {"caption": "Gap between neighbouring representable numbers against magnitude, for each format (log-log). Each staircase ends at the format's largest value; the flat part on the left is the subnormal range. fp16 and TF32 coincide in the normal range (same mantissa width).", "name": "fig-ch1-gap"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Gap between neighbouring representable numbers against magnitude, for each format (log-log). Each staircase ends at the format's largest value; the flat part on the left is the subnormal range. fp16 and TF32 coincide in the normal range (same mantissa width).", "name": "fig-ch1-gap"}}
 x = torch.logspace(-30, 20, 4001, base=2, dtype=torch.float64)
 fig, ax = plt.subplots(figsize=(7.5, 4.8))
 for i, name in enumerate(FORMATS):
-    ax.plot(x, spacing(x, name), label=name, markevery=(40 * i, 400), markersize=4, linewidth=1.3,
-            **style[name])
+    ax.plot(x, spacing(x, name), label=name, markevery=(40 * i, 400), markersize=4,
+            linewidth=1.3, **style[name])
 ax.set_xscale("log", base=2)
 ax.set_yscale("log", base=2)
-ax.set_xlabel("magnitude $|x|$")
-ax.set_ylabel("gap to the next number")
+ax.set(xlabel="magnitude $|x|$", ylabel="gap to the next number")
 ax.legend(ncols=2, loc="lower right")
 plt.show()
 
@@ -203,28 +213,29 @@ plt.show()
 # The same gaps as numbers, at a few magnitudes ("overflow" where the format cannot hold the
 # value at all):
 
-# %%
-magnitudes = [1e-6, 1e-3, 1.0, 1000.0, 60000.0, 1e6]
-gaps = {name: spacing(torch.tensor(magnitudes, dtype=torch.float64), name).tolist() for name in FORMATS}
-rows = [[name] + ["overflow" if math.isnan(g) else f"{g:.3g}" for g in gaps[name]] for name in FORMATS]
-md_table(rows, ["format"] + [f"gap at {m:g}" for m in magnitudes])
+# %% tags=["hide-input"]
+magnitudes = torch.tensor([1e-6, 1e-3, 1.0, 1000.0, 60000.0, 1e6], dtype=torch.float64)
+rows = [[name] + [("overflow" if math.isnan(g) else f"{g:.3g}")
+                  for g in spacing(magnitudes, name).tolist()] for name in FORMATS]
+md_table(rows, ["format"] + [f"gap at {m:g}" for m in magnitudes.tolist()])
 
 # %% [markdown]
 # ## What goes wrong in low precision
 #
 # ### Rounding: 1 + 2⁻¹¹ in fp16
 #
-# The fp16 number after 1 is $1 + 2^{-10}$. The value $1 + 2^{-11}$ lies exactly halfway, and a
-# tie goes to the neighbour whose last mantissa bit is 0, here 1 itself. A little more than half
-# a step rounds up; $1 + 3 \cdot 2^{-11}$, also a tie, rounds up to the even neighbour
+# The fp16 number after 1 is $1 + 2^{-10}$. The value $1 + 2^{-11}$ lies exactly halfway, and
+# a tie goes to the neighbour whose last mantissa bit is 0, here 1 itself. A little more than
+# half a step rounds up; $1 + 3 \cdot 2^{-11}$, also a tie, rounds up to the even neighbour
 # $1 + 2^{-9}$. `round_to` and PyTorch's own fp16 cast agree:
 
 # %%
-tiny = 2.0 ** -11
-values = torch.tensor([1 + tiny, 1 + tiny * 1.01, 1 + 3 * tiny])
-rows = [[f"1 + {v - 1:.6g}", f"`{bits(v, 'fp16')}`", round_to(torch.tensor([v]), "fp16").item(),
-         torch.tensor(v).half().item()] for v in values.tolist()]
-md_table(rows, ["value", "fp16 bits", "round_to fp16", "torch .half()"], [None, None, ".10g", ".10g"])
+values = [1 + 2.0**-11, 1 + 1.01 * 2.0**-11, 1 + 3 * 2.0**-11]
+rows = [[f"1 + {v - 1:.6g}", f"`{bits(v, 'fp16')}`",
+         round_to(torch.tensor([v]), "fp16").item(), torch.tensor(v).half().item()]
+        for v in values]
+md_table(rows, ["value", "fp16 bits", "round_to fp16", "torch .half()"],
+         [None, None, ".10g", ".10g"])
 
 # %% [markdown]
 # ### Swamping: a small update to a large weight
@@ -232,233 +243,285 @@ md_table(rows, ["value", "fp16 bits", "round_to fp16", "torch .half()"], [None, 
 # An optimizer step adds an update $u$ to a weight $w$. In fp16 the sum is rounded to the
 # weight's grid, so an update smaller than half the gap at $w$ disappears. Micikevicius et al.
 # (*Mixed Precision Training*, ICLR 2018, arXiv:1710.03740) put the danger point at a weight
-# 2048 times larger than its update: aligning the update with the weight shifts it right by 11
-# or more bits past fp16's 10-bit mantissa. Here random weights of many magnitudes get updates
-# $w / r$ for a range of ratios $r$, added in fp32, bf16 and fp16 by PyTorch's own arithmetic:
+# $2^{11}$ times larger than its update: aligning the update with the weight shifts it right
+# by 11 or more bits, past fp16's 10-bit mantissa. Here random weights of many magnitudes get
+# updates $w / r$ for a range of ratios $r$, added in fp32, bf16 and fp16 by PyTorch's own
+# arithmetic:
 
 # %%
 w = torch.exp2(torch.rand(n_samples, generator=gen) * 8 - 4)  # weights from 1/16 to 16
 ratios = torch.logspace(6, 14, 33, base=2)
-lost = {}
-for dtype in (torch.float32, torch.bfloat16, torch.float16):
-    wd = w.to(dtype)
-    lost[dtype] = [((wd + (w / r).to(dtype)) == wd).double().mean().item() for r in ratios]
+dtypes = (torch.float32, torch.bfloat16, torch.float16)
+lost = {dtype: formats.lost_updates(w, ratios, dtype) for dtype in dtypes}
 
-# %% mystnb={"figure": {"caption": "Fraction of weight updates lost entirely (weight unchanged after adding the update) against the ratio weight/update, for updates added in fp16, bf16 and fp32. Random weights between 1/16 and 16.", "name": "fig-ch1-swamping"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Fraction of weight updates lost entirely (weight unchanged after adding the update) against the ratio weight/update, for updates added in fp16, bf16 and fp32. Random weights between 1/16 and 16; the vertical line is the paper's 2^11.", "name": "fig-ch1-swamping"}}
 fig, ax = plt.subplots()
 for dtype, frac in lost.items():
-    ax.plot(ratios, frac, label=str(dtype).replace("torch.", ""), markersize=4, **style[dtype])
-ax.axvline(2048, color="gray", linewidth=0.8)
-ax.text(2048 * 1.1, 0.5, "2048", color="gray")
+    ax.plot(ratios, frac, label=str(dtype)[6:], markersize=4, **style[dtype])
+ax.axvline(2**11, color="gray", linewidth=0.8)
 ax.set_xscale("log", base=2)
-ax.set_xlabel("weight / update")
-ax.set_ylabel("fraction of updates lost")
+ax.set(xlabel="weight / update", ylabel="fraction of updates lost")
 ax.legend()
 plt.show()
 
 # %%
-def lost_range(frac):
-    """The first ratio where any update is lost, and the first where (nearly) all are."""
-    some = next((r for r, f in zip(ratios.tolist(), frac) if f > 0), math.nan)
-    most = next((r for r, f in zip(ratios.tolist(), frac) if f >= 0.999), math.nan)
-    return f"$2^{{{math.log2(some):g}}}$ = {some:.0f}", f"$2^{{{math.log2(most):g}}}$ = {most:.0f}"
-
-
-(f16_some, f16_all), (b16_some, b16_all) = lost_range(lost[torch.float16]), lost_range(lost[torch.bfloat16])
-md(f"In fp16 the first updates vanish at a ratio of {f16_some} and 99.9% or more of them from {f16_all}; "
-   f"in between it depends on where the weight sits in its power-of-two interval (the gap is the same "
-   f"across the interval, the weight is not). bf16, with {bf16.mantissa_bits} mantissa bits instead of "
-   f"{fp16.mantissa_bits}, starts losing updates at {b16_some} and loses nearly all from {b16_all}. fp32 "
-   f"loses {max(lost[torch.float32]):.0%} in this range. This is why mixed precision keeps an fp32 copy "
-   f"of the weights for the update.")
+f16_some, f16_all = formats.loss_onset(ratios, lost[torch.float16])
+b16_some, b16_all = formats.loss_onset(ratios, lost[torch.bfloat16])
+glue_all(f16_some=f16_some, f16_all=f16_all, b16_some=b16_some, b16_all=b16_all,
+         f32_lost=max(lost[torch.float32]))
+print(f"fp16: first loss at {f16_some:g}, nearly all from {f16_all:g}; "
+      f"bf16: {b16_some:g} and {b16_all:g}")
 
 # %% [markdown]
+# In fp16 the first updates vanish at a ratio of {glue:text}`f16_some:.0f` and 99.9% or
+# more of them from {glue:text}`f16_all:.0f`; in between it depends on where the weight sits
+# in its power-of-two interval (the gap is the same across the interval, the weight is not).
+# bf16, with 7 mantissa bits instead of 10, starts losing updates at
+# {glue:text}`b16_some:.0f` and loses nearly all from {glue:text}`b16_all:.0f`. fp32 loses
+# a fraction {glue:text}`f32_lost:.0%` of them in this range. This is why an optimizer step
+# must not add updates to fp16 weights. With PyTorch's native AMP the weights are never fp16
+# in the first place: the parameters stay fp32, autocast casts them to fp16 for each op that
+# runs in fp16, and the optimizer adds the updates to the fp32 parameters (chapter 4 shows
+# this on ERFNet). Keeping an fp32 "master copy" beside fp16 weights is what the paper, and
+# NVIDIA's older apex library, did.
+#
 # ### Accumulation: a long sum in fp16
 #
 # The same effect stops a long sum. Each term is small; once the running sum is large enough,
-# half the gap at the sum exceeds the terms and every addition rounds back to the same sum. The
-# terms here are multiples of $2^{-18}$ below $2^{-10}$, exactly representable in every format,
-# so each accumulator adds the very same numbers and only the rounding of the sum differs:
+# half the gap at the sum exceeds the terms and every addition rounds back to the same sum.
+# The terms here are multiples of $2^{-18}$ below $2^{-10}$, exactly representable in every
+# format, so each accumulator adds the very same numbers and only the rounding of the sum
+# differs. The whole experiment is this function from `ampbook.formats`:
 
 # %%
-terms = torch.randint(1, 256, (n_accumulate,), generator=gen).double() * 2.0 ** -18
+print(inspect.getsource(formats.running_sum))
+
+# %%
+terms = torch.randint(1, 256, (n_accumulate,), generator=gen).double() * 2.0**-18
 exact = terms.cumsum(0)
+sums = {dtype: formats.running_sum(terms, dtype, device)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16)}
 
-
-def running_sum(values, dtype):
-    """Add values one at a time into an accumulator of the given dtype, on `device`."""
-    values = values.to(device=device, dtype=dtype)
-    acc, trace = torch.zeros((), dtype=dtype, device=device), []
-    for v in values:
-        acc = acc + v
-        trace.append(acc)
-    return torch.stack(trace).double().cpu()
-
-
-sums = {dtype: running_sum(terms, dtype) for dtype in (torch.float32, torch.float16, torch.bfloat16)}
-
-# %% mystnb={"figure": {"caption": "Running sum of small positive terms, added one at a time into an fp32, fp16 or bf16 accumulator, against the exact sum. The low-precision sums stall once half the gap between neighbouring numbers exceeds the terms.", "name": "fig-ch1-accumulation"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Running sum of small positive terms, added one at a time into an fp32, fp16 or bf16 accumulator, against the exact sum. The low-precision sums stall once half the gap between neighbouring numbers exceeds the terms.", "name": "fig-ch1-accumulation"}}
 fig, ax = plt.subplots()
 steps = torch.arange(1, n_accumulate + 1)
 ax.plot(steps, exact, label="exact", color="gray", linewidth=3, alpha=0.5)
 for i, (dtype, trace) in enumerate(sums.items()):
-    ax.plot(steps, trace, label=f"{str(dtype).replace('torch.', '')} accumulator",
-            markevery=(i * n_accumulate // 30, n_accumulate // 10), markersize=5, **style[dtype])
-ax.set_xlabel("terms added")
-ax.set_ylabel("running sum")
+    ax.plot(steps, trace, label=f"{str(dtype)[6:]} accumulator", markersize=5,
+            markevery=(i * n_accumulate // 30, n_accumulate // 10), **style[dtype])
+ax.set(xlabel="terms added", ylabel="running sum")
 ax.legend()
 plt.show()
 
 # %%
-largest = terms.max().item()
-stall = {f.name: next(2.0 ** k for k in range(-20, 20) if spacing(torch.tensor([2.0 ** k]), f.name).item() / 2 >= largest)
-         for f in (fp16, bf16)}
-rows = [[str(d).replace("torch.", ""), s[-1].item(), s[-1].item() / exact[-1].item() - 1] for d, s in sums.items()]
 library_sum = torch.sum(terms.to(device, torch.float16)).item()
-library_error = library_sum / exact[-1].item() - 1
-rows.append(["torch.sum of the fp16 terms", library_sum, library_error])
-display(md_table(rows, ["accumulator", "final sum", "relative error"], [None, ".6g", "+.2%"]))
-how = ("stays within a few fp16 roundings of the exact sum: its kernel accumulates in fp32 and rounds only "
-       "the result" if abs(library_error) < 4 * fp16.eps else "does not stay close on this device")
-md(f"Exact sum: {exact[-1].item():.6g}. From a running sum of {stall['fp16']:g} on, half of fp16's gap is at "
-   f"least the largest term ({largest:.3g}), so no addition changes the fp16 sum any more; bf16 reaches that "
-   f"point at {stall['bf16']:g}. PyTorch's own `torch.sum` over the fp16 tensor {how}. The RTX 3070 blog "
-   f"post's remedy, fp16 products with fp32 accumulation, is the same idea in hardware.")
-
-# %% [markdown]
-# ### Underflow: gradients below 2⁻²⁴
-#
-# Gradients are often tiny. fp16's normal range ends at $2^{-14}$; below it the subnormals keep
-# fewer and fewer significant bits, down to the smallest subnormal $2^{-24}$. Anything below half
-# of that, $2^{-25}$, rounds to zero. bf16 and fp32 share an exponent range reaching far lower.
+rows = [[str(d)[6:], s[-1].item()] for d, s in sums.items()]
+rows += [["torch.sum of the fp16 terms", library_sum]]
+rows = [r + [r[1] / exact[-1].item() - 1] for r in rows]
+md_table(rows, ["accumulator", "final sum", "relative error"], [None, ".6g", "+.2%"])
 
 # %%
-small = [1e-5, 2.0 ** -20, 1e-7, 2.0 ** -24, 3e-8, 2.0 ** -25, 1e-8, 1e-10]
-rows = [[f"{v:.4g}"] + [round_to(torch.tensor([v], dtype=torch.float64), n).item() for n in ("fp16", "bf16", "fp8_e5m2")]
-        for v in small]
-md_table(rows, ["value", "stored in fp16", "stored in bf16", "stored in fp8_e5m2"], [None, ".4g", ".4g", ".4g"])
+largest = terms.max().item()
+library_error = abs(library_sum / exact[-1].item() - 1)
+glue_all(exact_sum=exact[-1].item(), largest_term=largest,
+         stall16=formats.stall_point("fp16", largest),
+         stall_bf16=formats.stall_point("bf16", largest),
+         library_error=library_error, library_error_roundings=library_error / fp16.eps)
+print(f"torch.sum error: {library_error / fp16.eps:.2f} fp16 epsilons")
 
 # %% [markdown]
-# How much of each value survives, for random magnitudes spread evenly (on a log scale) over
-# the range where small gradients live. The relative rounding error is at most eps/2 for normal
-# numbers and reaches 1 when a value becomes zero:
+# The exact sum is {glue:text}`exact_sum:.6g`. From a running sum of
+# {glue:text}`stall16:g` on, half of fp16's gap is at least the largest term
+# ({glue:text}`largest_term:.3g`), so no addition changes the fp16 sum any more; bf16 reaches
+# that point at {glue:text}`stall_bf16:g`. PyTorch's own `torch.sum` over the same fp16
+# tensor errs by {glue:text}`library_error_roundings:.2f` fp16 epsilons: its kernels add in
+# fp32 and round only the result (if the line above printed an error of several epsilons, the
+# kernel on your device did not). The RTX 3070 blog post's remedy, fp16 products with fp32
+# accumulation, is the same idea in hardware (chapter 2).
+#
+# ### Underflow: gradients below 2⁻²⁴
+#
+# Gradients are often tiny. fp16's normal range ends at $2^{-14}$; below it the subnormals
+# keep fewer and fewer significant bits, down to the smallest subnormal $2^{-24}$. A value
+# below half of that, $2^{-25}$, rounds to zero, and so does $2^{-25}$ itself: it lies exactly
+# halfway between 0 and $2^{-24}$, and the tie goes to the even neighbour, 0 (whose last
+# mantissa bit is 0). Anything above $2^{-25}$, however little, rounds up to $2^{-24}$. bf16
+# and fp32 share an exponent range reaching far lower.
 
-# %% mystnb={"figure": {"caption": "Median relative rounding error against magnitude for fp16, bf16 and fp8 E5M2, over random values in each power-of-two interval. The error grows where a format's subnormal range starts and reaches 1 (the value is lost) below half its smallest subnormal.", "name": "fig-ch1-underflow"}}
-g = torch.exp2(torch.rand(n_samples, generator=gen, dtype=torch.float64) * 30 - 36)  # 2^-36 .. 2^-6
-octave = torch.floor(torch.log2(g))
+# %%
+half_sub = fp16.smallest_subnormal / 2
+small = [1e-5, 2.0**-20, 1e-7, 2.0**-24, 3e-8, half_sub * (1 + 2.0**-20), half_sub,
+         1e-8, 1e-10]
+rows = [[f"{v:.10g}", torch.tensor(v).half().item()]
+        + [round_to(torch.tensor([v], dtype=torch.float64), n).item()
+           for n in ("fp16", "bf16", "fp8_e5m2")] for v in small]
+md_table(rows, ["value", "torch .half()", "round_to fp16", "round_to bf16", "fp8_e5m2"],
+         [None, ".4g", ".4g", ".4g", ".4g"])
+
+# %%
+tie = torch.tensor([half_sub, half_sub * (1 + 2.0**-20)])
+glue_all(half_sub=half_sub, tie_torch=tie.half()[0].item(),
+         tie_emulated=round_to(tie, "fp16")[0].item(), above_torch=tie.half()[1].item())
+
+# %% [markdown]
+# In the table, $2^{-25}$ = {glue:text}`half_sub:.4g` becomes {glue:text}`tie_torch:g` in
+# PyTorch's cast ({glue:text}`tie_emulated:g` in `round_to`), and the value just above it
+# becomes {glue:text}`above_torch:.4g` = $2^{-24}$.
+#
+# How much of each value survives, for random magnitudes spread evenly (on a log scale) over
+# the range where small gradients live. The relative rounding error is at most eps/2 for
+# normal numbers and reaches 1 when a value becomes zero:
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Median relative rounding error against magnitude for fp16, bf16 and fp8 E5M2, over random values in each power-of-two interval. The error grows where a format's subnormal range starts and reaches 1 (the value is lost) at half its smallest subnormal.", "name": "fig-ch1-underflow"}}
+g = torch.exp2(torch.rand(n_samples, generator=gen, dtype=torch.float64) * 30 - 36)
+octave = torch.floor(torch.log2(g))  # magnitudes 2^-36 .. 2^-6
 lows = torch.unique(octave)
 fig, ax = plt.subplots()
 for name in ("fp16", "bf16", "fp8_e5m2"):
     rel = (round_to(g, name) - g).abs() / g
     median = [rel[octave == k].median().item() for k in lows]
     ax.plot(torch.exp2(lows + 0.5), median, label=name, markersize=4, **style[name])
-ax.axvline(2.0 ** -24, color="gray", linewidth=0.8)
-ax.text(2.0 ** -24 * 1.2, 1e-2, "$2^{-24}$", color="gray")
+ax.axvline(2.0**-24, color="gray", linewidth=0.8)
 ax.set_xscale("log", base=2)
 ax.set_yscale("log")
-ax.set_xlabel("magnitude")
-ax.set_ylabel("median relative error")
+ax.set(xlabel="magnitude", ylabel="median relative error")
 ax.legend()
 plt.show()
 
-# %%
-flushed = (round_to(g, "fp16") == 0).double().mean().item()
-below = (g < fp16.smallest_subnormal).double().mean().item()
-md(f"Of these log-uniform magnitudes, {flushed:.1%} become zero in fp16 (all values below "
-   f"{fp16.smallest_subnormal / 2:.3g} = half the smallest subnormal; {below:.1%} lie below the smallest "
-   f"subnormal {fp16.smallest_subnormal:.3g} itself) and none in bf16. The fraction for a real network depends "
-   f"on its gradients: Micikevicius et al. report how many of a network's activation gradients fall below "
-   f"fp16's range, and scale the loss (hence every gradient) up to lift them into it.")
+# %% tags=["hide-input"]
+glue_all(flushed=(round_to(g, "fp16") == 0).double().mean().item(),
+         below=(g < fp16.smallest_subnormal).double().mean().item(),
+         flushed_bf16=(round_to(g, "bf16") == 0).double().mean().item())
 
 # %% [markdown]
+# Of these log-uniform magnitudes, {glue:text}`flushed:.1%` become zero in fp16 (those at or
+# below half the smallest subnormal; {glue:text}`below:.1%` lie below the smallest subnormal
+# itself) and {glue:text}`flushed_bf16:.1%` in bf16. The fraction for a real network depends
+# on its gradients: Micikevicius et al. report how many of a network's activation gradients
+# fall below fp16's range, and scale the loss (hence every gradient) up to lift them into it.
+#
 # ### Overflow past 65504, and what bf16 gives up instead
 #
-# Past fp16's largest value, from its maximum plus half a step on, a value becomes infinity, and
-# so does a product or an exponential that lands there, e.g. $300^2$ or $e^{12}$ (a softmax
-# computed without subtracting the maximum first). bf16 moves bits from the mantissa to the
-# exponent, so it reaches nearly as far as fp32 and pays in precision:
+# Past fp16's largest value, from its maximum plus half a step on, a value becomes infinity,
+# and so does a product or an exponential that lands there, e.g. $300^2$ or $e^{12}$ (a
+# softmax computed without subtracting the maximum first). bf16 moves bits from the mantissa
+# to the exponent, so it reaches nearly as far as fp32 and pays in precision:
 
 # %%
-big = torch.tensor([65504.0, 65519.0, 65520.0, 300.0 ** 2, math.exp(12.0), 1e6])
-rows = [[f"{v:.6g}", round_to(torch.tensor([v]), "fp16").item(), round_to(torch.tensor([v]), "bf16").item(),
-         round_to(torch.tensor([v]), "bf16").item() / v - 1] for v in big.tolist()]
-display(md_table(rows, ["value", "fp16", "bf16", "bf16 relative error"], [None, ".6g", ".6g", "+.3%"]))
+big = torch.tensor([65504.0, 65519.0, 65520.0, 300.0**2, math.exp(12.0), 1e6])
+rows = [[f"{v:.6g}", round_to(torch.tensor([v]), "fp16").item(),
+         round_to(torch.tensor([v]), "bf16").item()] for v in big.tolist()]
+rows = [r + [r[2] / float(r[0]) - 1] for r in rows]
+md_table(rows, ["value", "fp16", "bf16", "bf16 relative error"],
+         [None, ".6g", ".6g", "+.3%"])
+
+# %%
 a = torch.tensor(300.0, dtype=torch.float16)
-print(f"torch: 300*300 in float16 = {(a * a).item()}, exp(12) in float16 = {torch.exp(torch.tensor(12.0).half()).item()}, "
-      f"in bfloat16 = {torch.exp(torch.tensor(12.0).bfloat16()).item()}")
-
-# %%
-md(f"bf16's largest value is {bf16.max:.4g} against fp16's {fp16.max:g}, but its epsilon is {bf16.eps:g} against "
-   f"{fp16.eps:g}: {bf16.eps / fp16.eps:g} times coarser, about {bf16.decimal_digits:.1f} decimal digits instead of "
-   f"{fp16.decimal_digits:.1f}. With bf16 a model rarely overflows or underflows and needs no loss scaling, "
-   f"but every rounding (and every swamped update, see above) is larger.")
+e12 = torch.tensor(12.0)
+print(f"torch: 300*300 in float16 = {(a * a).item()}, "
+      f"exp(12) in float16 = {torch.exp(e12.half()).item()}, "
+      f"in bfloat16 = {torch.exp(e12.bfloat16()).item()}")
+glue_all(bf16_max=bf16.max, bf16_eps=bf16.eps, fp16_eps=fp16.eps,
+         eps_ratio=bf16.eps / fp16.eps, bf16_digits=bf16.decimal_digits,
+         fp16_digits=fp16.decimal_digits)
 
 # %% [markdown]
+# bf16's largest value is {glue:text}`bf16_max:.4g` against fp16's 65504, but its epsilon is
+# {glue:text}`bf16_eps:g` against {glue:text}`fp16_eps:g`: {glue:text}`eps_ratio:g` times
+# coarser, about {glue:text}`bf16_digits:.1f` decimal digits instead of
+# {glue:text}`fp16_digits:.1f`. With bf16 a model rarely overflows or underflows and needs no
+# loss scaling, but every rounding (and every swamped update, see above) is larger.
+#
+# ### fp8 overflow: saturate or NaN?
+#
+# E4M3 has no infinity, so a cast of a value past its largest (448) must do something else:
+# *saturate* (give ±448) or give NaN. The OCP 8-bit floating point specification allows both
+# modes. What PyTorch's eager cast does has changed over versions: it did not saturate (values
+# past the range became NaN) while `torch.compile`'s Triton casts did (pytorch/ao issue 1912,
+# March 2025); pytorch/pytorch pull request 178817 (merged April 2026; PyTorch 2.12 and
+# later, as pytorch/ao pull request 4364 records) made eager casts saturate finite
+# overflows, in the C++ conversion code that CPU kernels use; pytorch/ao's test from that
+# pull request expects eager CUDA casts to saturate as well. E5M2 has infinities and
+# overflows to them. What this torch does on this chapter's device (run it with
+# `device="cuda"` to see a GPU's cast):
+
+# %%
+probe = torch.tensor([448.0, 464.0, 480.0, 1000.0, math.inf])
+rows = [[name] + probe.to(device).to(FORMATS[name].torch_dtype).float().cpu().tolist()
+        + [formats.cast_overflow_rule(FORMATS[name].torch_dtype, device)]
+        for name in ("fp8_e4m3", "fp8_e5m2")]
+print(f"torch {torch.__version__} on {device.type}")
+headers = ["cast to"] + [f"{v:g}" for v in probe.tolist()] + ["rule past the range"]
+md_table(rows, headers)
+
+# %% [markdown]
+# Saturation hides an overflow as a wrong but finite number; NaN makes it visible and
+# poisons everything downstream. Code that casts to fp8 (scaled matmuls) therefore scales the
+# tensor into range first and clamps explicitly, rather than relying on either rule.
+#
 # ## The post's numbers, checked
 #
-# The RTX 3070 blog post quotes the sizes, ranges and rounding errors of fp16 and fp32 (stored in
-# `data/reference/seed_post.yml`). Each claim beside the value computed from the formats, with a
-# verdict worked out by code: a claim agrees when it matches to the digits it gives. For the
-# rounding errors the true value is the largest relative error of rounding to nearest (the
-# unit roundoff, half of machine epsilon).
+# The RTX 3070 blog post quotes the sizes, ranges and rounding errors of fp16 and fp32
+# (stored in `data/reference/seed_post.yml`). Each claim beside the value computed from the
+# formats, with a verdict worked out by `formats.claim_verdict`: a claim agrees when it
+# matches to the digits it gives. For the rounding errors the true value is the largest
+# relative error of rounding to nearest (the unit roundoff, half of machine epsilon).
+# Chapter 2 checks the post's tensor-core claims.
 
 # %%
 claims = load_reference("seed_post")["claims"]
 # claim -> (what is true, {another quantity the claimed number may be: its value})
 true = {"fp16_bytes": (fp16.bits / 8, {}), "fp32_bytes": (fp32.bits / 8, {}),
-        "fp16_rounding_error": (fp16.unit_roundoff, {"fp16's machine epsilon": fp16.eps}),
-        "fp32_rounding_error": (fp32.unit_roundoff, {"fp32's machine epsilon": fp32.eps}),
+        "fp16_rounding_error": (fp16.unit_roundoff, {"fp16's epsilon": fp16.eps}),
+        "fp32_rounding_error": (fp32.unit_roundoff, {"fp32's epsilon": fp32.eps}),
         "fp16_min_positive": (fp16.smallest_subnormal, {}), "fp16_max": (fp16.max, {}),
         "fp32_min_positive": (fp32.smallest_subnormal, {}),
-        "fp32_max": (fp32.max, {f"$2^{{{fp32.emax}}}$, fp32's largest power of two": 2.0 ** fp32.emax}),
+        "fp32_max": (fp32.max, {"$2^{127}$, fp32's largest power of two": 2.0**127}),
         "paper_lost_below": (fp16.smallest_subnormal, {})}
 
+# %% tags=["hide-input"]
+rows = [[key, claims[key], value, formats.claim_verdict(claims[key], value, others)]
+        for key, (value, others) in true.items()]
+md_table(rows, ["claim", "the post says", "true value", "verdict"],
+         [None, ".4g", ".6g", None])
 
-def agrees(claimed, value):
-    """Equal to the significant digits the claim gives."""
-    digits = len(f"{claimed:.6e}".split("e")[0].replace(".", "").rstrip("0")) or 1
-    return float(f"{value:.{digits}g}") == float(f"{claimed:.{digits}g}")
-
-
-def verdict(claimed, value, others):
-    if agrees(claimed, value):
-        return "agrees"
-    factor = claimed / value
-    text = f"{factor:.3g} times too large" if factor > 1 else f"{1 / factor:.3g} times too small"
-    names = [name for name, v in others.items() if agrees(claimed, v)]
-    return text + (f"; it equals {names[0]}" if names else "")
-
-
-rows = [[key, claims[key], value, verdict(claims[key], value, others)] for key, (value, others) in true.items()]
-md_table(rows, ["claim", "the post says", "true value", "verdict"], [None, ".4g", ".6g", None])
+# %% tags=["hide-input"]
+glue_all(fp32_max=fp32.max, post_fp32_max=claims["fp32_max"], pow127=2.0**127,
+         post_f16_err=claims["fp16_rounding_error"],
+         post_f32_err=claims["fp32_rounding_error"],
+         f16_u=fp16.unit_roundoff, f32_u=fp32.unit_roundoff)
+print([k for k, (v, others) in true.items()
+       if formats.claim_verdict(claims[k], v, others) != "agrees"])
 
 # %% [markdown]
-# Two of these need a closer look:
-
-# %%
-k32 = round(math.log2(claims["fp32_max"]))
-md(f"- **fp32 maximum.** The largest fp32 value is $2^{{{fp32.emax}}}(2 - 2^{{-{fp32.mantissa_bits}}})$ = "
-   f"{fp32.max:.6g}. The post's {claims['fp32_max']:g} is $2^{{{k32}}}$ = {2.0 ** k32:.4g}, the largest power of two "
-   f"(exponent field all ones but one, mantissa zero): half the true maximum.\n"
-   f"- **Rounding error.** The post's fp16 {claims['fp16_rounding_error']:g} = $2^{{{round(math.log2(claims['fp16_rounding_error']))}}}$ "
-   f"and fp32 {claims['fp32_rounding_error']:.4g} = $2^{{{round(math.log2(claims['fp32_rounding_error']))}}}$ are the "
-   f"machine epsilons, the gaps above 1. Rounding to nearest errs by at most half a gap, so the largest relative "
-   f"rounding error (the unit roundoff) is {fp16.unit_roundoff:g} for fp16 and {fp32.unit_roundoff:.4g} for fp32.\n"
-   f"- **Lost below 2⁻²⁴.** Values between {fp16.smallest_subnormal / 2:.3g} and {fp16.smallest_subnormal:.3g} "
-   f"round up to the smallest subnormal (see the table in the underflow section); only those below half of it "
-   f"become zero.")
-
-# %% [markdown]
+# The claims the table does not pass (printed above), looked at closer:
+#
+# - **fp32 maximum.** The largest fp32 value is $2^{127}(2 - 2^{-23})$ =
+#   {glue:text}`fp32_max:.6g`. The post's {glue:text}`post_fp32_max:g` is $2^{127}$ =
+#   {glue:text}`pow127:.4g`, the largest power of two (exponent field all ones but one,
+#   mantissa zero): half the true maximum.
+# - **Rounding error.** The post's fp16 {glue:text}`post_f16_err:g` ($2^{-10}$) and fp32
+#   {glue:text}`post_f32_err:.4g` ($2^{-23}$) are the machine epsilons, the gaps above 1.
+#   Rounding to nearest errs by at most half a gap, so the largest relative rounding error
+#   (the unit roundoff) is {glue:text}`f16_u:g` for fp16 and {glue:text}`f32_u:.4g` for fp32.
+#
+# The paper's "lost below $2^{-24}$" agrees as a number, with one refinement from the
+# underflow section: values between $2^{-25}$ and $2^{-24}$ round up to $2^{-24}$; only those
+# at or below $2^{-25}$ become zero.
+#
 # ## Summary
 #
-# - A format's exponent bits fix its range and its mantissa bits its precision; every entry of
-#   the tables above follows from the two counts, and agrees with `torch.finfo`.
-# - fp16 has fp32's mantissa cut by more than half and a much shorter exponent: small gradients
-#   underflow, large activations overflow, and sums and weight updates lose small contributions.
+# - A format's exponent bits fix its range and its mantissa bits its precision; every entry
+#   of the tables above follows from the two counts, and agrees with `torch.finfo`.
+# - fp16 has fp32's mantissa cut by more than half and a much shorter exponent: small
+#   gradients underflow, large activations overflow, and sums and weight updates lose small
+#   contributions.
 # - bf16 keeps fp32's range and gives up even more precision; TF32 keeps fp32's range with
-#   fp16's precision, inside tensor-core matmuls only; the fp8 formats trade both away further.
-# - Mixed precision answers each failure: fp32 accumulation for sums, fp32 master weights for
-#   updates, loss scaling for underflow. Later chapters measure them.
+#   fp16's precision, inside tensor-core matmuls only; the fp8 formats trade both away
+#   further, and what a cast past E4M3's range gives depends on the PyTorch version.
+# - Mixed precision answers each failure: fp32 accumulation for sums, fp32 parameters for the
+#   updates (with native AMP the parameters simply stay fp32), loss scaling for underflow.
+#   Later chapters measure them.
 # - Of the blog post's numbers, its fp32 maximum is off by a factor of two and its "rounding
 #   errors" are machine epsilons, twice the worst-case rounding error; the rest hold.
 #
@@ -466,12 +529,13 @@ md(f"- **fp32 maximum.** The largest fp32 value is $2^{{{fp32.emax}}}(2 - 2^{{-{
 #
 # 1. Show the fp16, bf16 and fp8 E4M3 bits of 0.1 with `bits`, decode them, and compute each
 #    relative error. Which is within the unit roundoff of its format?
-# 2. Find the smallest positive `x` for which `1 + x` in fp16 is not 1 (bisect with `round_to`).
-#    Explain the result with ties-to-even.
+# 2. Find the smallest positive `x` for which `1 + x` in fp16 is not 1 (bisect with
+#    `round_to`). Explain the result with ties-to-even.
 # 3. Predict from the gap figure where the fp16 running sum stalls if the terms are ten times
 #    larger, then change the cell and check. Then write Kahan (compensated) summation with an
 #    fp16 accumulator and an fp16 compensation term: how close does it get?
 # 4. Read off the swamping figure the ratio at which bf16 starts losing updates and relate it
 #    to its mantissa width. What would the ratio be for TF32?
-# 5. The FP8 paper (Micikevicius et al., *FP8 Formats for Deep Learning*, arXiv:2209.05433) uses
-#    E4M3 for weights and activations and E5M2 for gradients. Using the tables above, explain why.
+# 5. The FP8 paper (Micikevicius et al., *FP8 Formats for Deep Learning*, arXiv:2209.05433)
+#    uses E4M3 for weights and activations and E5M2 for gradients. Using the tables above,
+#    explain why.

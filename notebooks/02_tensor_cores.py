@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -15,12 +16,16 @@
 # %% [markdown]
 # # Tensor cores and matmul speed, measured
 #
-# Mixed precision promises speed from two sources. Math-bound work (large matrix multiplies and
-# convolutions) can run on tensor cores, units that multiply small fp16, bf16, TF32 or fp8
-# matrices many times faster than the ordinary fp32 cores. Memory-bound work (elementwise ops,
-# normalisation, most of what sits between the big layers) moves half the bytes in a 16-bit
-# format. This chapter measures both on the machine you run it on, against the published peaks
-# of the GPUs the book talks about, and says how much of each peak a measurement reaches.
+# Mixed precision promises speed from two sources. Math-bound work (large matrix multiplies
+# and convolutions) can run on tensor cores, units that multiply small fp16, bf16, TF32 or
+# fp8 matrices faster than the ordinary fp32 cores, by a factor that depends on the card and
+# the mode: the peak table below gives {glue:text}`a100_ratio:.3g`x on an A100 but only
+# {glue:text}`desk_ratio:.2g`x on a GeForce RTX 3070 for fp16 with fp32 accumulation (AMP's
+# mode), and {glue:text}`desk_tf32_ratio:.2g`x for TF32 there. Memory-bound work
+# (elementwise ops, normalisation, most of what sits between the big layers) moves half the
+# bytes in a 16-bit format. This chapter measures both on the machine you run it on, against
+# the published peaks of the GPUs the book talks about, and says how much of each peak a
+# measurement reaches.
 #
 # **What you will learn**
 #
@@ -30,18 +35,19 @@
 #   16-bit inputs and an fp32 accumulator) and why the accumulator's width matters;
 # - how Volta, Ampere and Hopper, and GeForce and data-centre parts, differ, computed from a
 #   table of published peaks with a source for each figure;
-# - matmul speed against size for each dtype, the cost of a size one off a multiple of 8, and
-#   where an op sits on the roofline between the memory ceiling and the compute ceiling.
+# - matmul speed against size for each dtype, whether a size one off a multiple of 8 costs
+#   anything, and where an op sits on the roofline between the memory ceiling and the compute
+#   ceiling.
 #
-# **What you need**: PyTorch. A CUDA GPU shows tensor cores at work (tf32, fp16, bf16, and fp8
-# on compute capability 8.9+); on a CPU the chapter measures what the CPU does with the same
-# dtypes, and shows GPU results committed under `data/results/` when there are any.
+# **What you need**: PyTorch. A CUDA GPU shows tensor cores at work (tf32, fp16, bf16, and
+# fp8 on compute capability 8.9+); on a CPU the chapter measures what the CPU does with the
+# same dtypes, and shows GPU results committed under `data/results/` when there are any.
 
 # %% tags=["parameters"]
 device = "auto"  # "auto", "cpu" or "cuda"
 demo_size = 512  # square matmul used to show how timing goes wrong
 matmul_sizes = [64, 128, 256, 512, 1024, 2048]  # square matmul sizes of the speed sweep
-max_call_s = 0.2  # skip a size whose single call is predicted to take longer (slow dtypes)
+max_call_s = 0.2  # skip a size whose single call is predicted to take longer
 shape_sizes = [128, 512]  # multiples of 8 compared with the sizes one off
 elementwise_numels = [4096, 65536, 1048576, 16777216]  # elements of the elementwise add
 min_time = 0.1  # seconds measured per point (at least)
@@ -50,48 +56,53 @@ accumulate_terms = 4096  # length of the dot product in the accumulation demo
 save_results = ""  # path for a JSON record of this run (empty: no file)
 
 # %%
+from ampbook import params
 from ampbook.env import print_environment
 
+# a bad parameter stops the run here, with one line naming it and its rule
+params.device("device", device)
+params.integer("demo_size", demo_size, minimum=8)
+params.integers("matmul_sizes", matmul_sizes, minimum=8, count=1)
+params.integers("shape_sizes", shape_sizes, minimum=16, multiple_of=8)
+params.integers("elementwise_numels", elementwise_numels, minimum=16, count=1)
+params.number("max_call_s", max_call_s, above=0)
+params.number("min_time", min_time, minimum=0)
+params.integer("rounds", rounds, minimum=1)
+params.integer("accumulate_terms", accumulate_terms, minimum=16)
 print_environment(device);
 
 # %%
-import math
-from pathlib import Path
+import inspect
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from IPython.display import display
 
-from ampbook.bench_matmul import (elementwise_sweep, load_records, make_record, matmul_sweep,
-                                  save_record, shape_cliff, shape_penalties, supported_dtypes)
+from ampbook import bench_matmul as bm
 from ampbook.devices import attainable_tflops, device_for, load_devices
+from ampbook.devices import tensor_core_claims
 from ampbook.env import cpu_flags, pick_device
-from ampbook.paths import RESULTS_DIR
-from ampbook.plots import bar_style, md, md_table, series_style, use_style
-from ampbook.timing import benchmark, cache_bytes_of, machine_load, random_tensor, time_matmul
+from ampbook.formats import running_sum
+from ampbook.paths import RESULTS_DIR, load_reference
+from ampbook.plots import bar_style, glue_all, md_table, series_style, use_style
+from ampbook.timing import benchmark, cache_bytes_of, machine_load, random_tensor
+from ampbook.timing import time_matmul
 
 use_style()
 device = pick_device(device)
 devices = load_devices()
-here = device_for(device)  # this GPU's entry in the peak table, or None (CPU, unlisted GPU)
-dtypes = supported_dtypes(device)
-timing = {"min_time": min_time}
-on_gpu = device.type == "cuda"
-flags = cpu_flags()
-print(f"device {device}; table entry: {here.key if here else 'none'}; matmul dtypes here: {dtypes}")
-
-# %%
-load = machine_load()
-busy = load["busy"] and not on_gpu
-load_text = "unknown" if load["load1"] is None else f"{load['load1']:.1f}"
-md(f"Load average when this run started: {load_text} on {load['cpus']} CPUs. "
-   + ("**The machine was busy**: other processes held the CPUs, and a multi-threaded CPU kernel then waits "
-      "milliseconds for its descheduled threads. Read the CPU timings below as this busy machine's, not the "
-      "CPU's, and rerun on an idle machine before drawing conclusions." if busy else
-      "Quiet enough for the CPU timings below to mean what they say."))
+here = device_for(device)  # this GPU's entry in the peak table, or None
+dtypes = bm.supported_dtypes(device)
+print(f"device {device}; table entry: {here.key if here else 'none'}; dtypes: {dtypes}")
+print(bm.load_verdict(machine_load(), device.type))
 
 # %% [markdown]
+# The line above says how busy the machine was when this run started. On a busy or shared
+# machine other processes hold the CPUs, and a multi-threaded CPU kernel then waits
+# milliseconds for its descheduled threads: read the CPU timings below as that machine's,
+# not the CPU's, expect wide spreads, and rerun on an idle machine before drawing
+# conclusions. On a quiet machine (or a GPU) the timings mean what they say.
+#
 # ## Timing a kernel
 #
 # A single call timed with a wall clock can be wrong in three ways. The first call pays for
@@ -100,28 +111,35 @@ md(f"Load average when this run started: {load_text} on {load['cpus']} CPUs. "
 # one sample says nothing about the noise. `ampbook.timing.benchmark` runs untimed warm-up
 # calls, then times blocks of calls (with CUDA events on a GPU, after a synchronise), keeps
 # sampling until it has enough samples and seconds, and reports the median with the 10th and
-# 90th percentiles. It also refuses all-zero inputs and rotates through several input sets when
-# one set would stay in cache between calls. Here is one matmul, timed cold and then properly:
+# 90th percentiles. It also refuses all-zero inputs and rotates through several input sets
+# when one set would stay in cache between calls. Here is one matmul, timed cold and then
+# properly:
 
 # %%
-a, b = random_tensor((demo_size, demo_size), "fp32", device), random_tensor((demo_size, demo_size), "fp32", device)
-cold = benchmark(torch.matmul, lambda: (a, b), warmup=0, repeats=1, min_time=0, number=1, buffers=1,
-                 name="first call")
-warm = time_matmul(demo_size, dtype="fp32", device=device, **timing)
-print(cold)
-print(warm)
+a = random_tensor((demo_size, demo_size), "fp32", device)
+b = random_tensor((demo_size, demo_size), "fp32", device)
+cold = benchmark(torch.matmul, lambda: (a, b), warmup=0, repeats=1, min_time=0,
+                 number=1, buffers=1, name="first call")
+warm = time_matmul(demo_size, dtype="fp32", device=device, min_time=min_time)
+print(cold, warm, sep="\n")
 
-# %%
-cold_ratio = cold.median_s / warm.median_s
-md(f"The first call took {cold.median_s * 1e3:.3g} ms against a warm median of {warm.median_s * 1e3:.3g} ms over "
-   f"{warm.samples} samples (80% of them between {warm.p10_s * 1e3:.3g} and {warm.p90_s * 1e3:.3g} ms): "
-   + (f"{cold_ratio:.2g} times slower. " if cold_ratio >= 1.5 else
-      f"a ratio of {cold_ratio:.2g}, so at this size the cold start costs little, and a single sample is "
-      "as likely to be disturbed by other processes. ")
-   + f"The warm median corresponds to {warm.tflops * 1e3:.3g} GFLOP/s: a square $n \\times n$ matmul does "
-   "$2n^3$ floating-point operations (a multiply and an add per term).")
+# %% tags=["hide-input"]
+glue_all(cold_ms=cold.median_s * 1e3, warm_ms=warm.median_s * 1e3,
+         warm_samples=warm.samples, warm_p10_ms=warm.p10_s * 1e3,
+         warm_p90_ms=warm.p90_s * 1e3, cold_ratio=cold.median_s / warm.median_s,
+         warm_gflops=warm.tflops * 1e3)
 
 # %% [markdown]
+# The first call took {glue:text}`cold_ms:.3g` ms against a warm median of
+# {glue:text}`warm_ms:.3g` ms over {glue:text}`warm_samples:d` samples (80% of them between
+# {glue:text}`warm_p10_ms:.3g` and {glue:text}`warm_p90_ms:.3g` ms), a ratio of
+# {glue:text}`cold_ratio:.2g`. Where the ratio is well above 1, the cold start is what a
+# single timed call would have reported; where it is near (or below) 1, the cold start costs
+# little at this size and a single sample is as likely to be disturbed by other processes
+# as by the start-up. Either way only the spread of many samples says how far to trust a
+# number. The warm median corresponds to {glue:text}`warm_gflops:.3g` GFLOP/s: a square
+# $n \times n$ matmul does $2n^3$ floating-point operations (a multiply and an add per term).
+#
 # The test suite checks this timer against `torch.utils.benchmark` (same median within 5%),
 # checks that warm-up calls never enter the samples, and that the clock waits for work that
 # runs asynchronously.
@@ -129,143 +147,182 @@ md(f"The first call took {cold.median_s * 1e3:.3g} ms against a warm median of {
 # ## What a tensor core does
 #
 # A tensor core takes small tiles of two matrices and adds their product to a third in one
-# step. In Volta, the first generation, each tensor core computes $D = A B + C$ on $4 \times 4$
-# fp16 matrices $A$ and $B$ with $C$ and $D$ in fp16 or fp32, one such operation per clock:
-# $4 \times 4 \times 4 = 64$ fused multiply-adds (NVIDIA Tesla V100 GPU Architecture
-# whitepaper, 2017). The products of two fp16 numbers are exact in fp32 (11 significant bits
-# times 11 fit in 24), so with an fp32 accumulator the only rounding is in the sums.
+# step. In Volta, the first generation, each tensor core computes $D = A B + C$ on
+# $4 \times 4$ fp16 matrices $A$ and $B$ with $C$ and $D$ in fp16 or fp32, one such operation
+# per clock: $4 \times 4 \times 4 = 64$ fused multiply-adds (NVIDIA Tesla V100 GPU
+# Architecture whitepaper, 2017). The products of two fp16 numbers are exact in fp32 (11
+# significant bits times 11 fit in 24), so with an fp32 accumulator the only rounding is in
+# the sums.
 
-# %% mystnb={"figure": {"caption": "One tensor-core step, D = A·B + C, on 4x4 tiles: A and B in fp16, the accumulator C and the result D in fp32. Each entry of D adds four products to an entry of C: 16 entries x 4 = 64 fused multiply-adds.", "name": "fig-ch2-mma"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "One tensor-core step, D = A\u00b7B + C, on 4x4 tiles: A and B in fp16, the accumulator C and the result D in fp32. Each entry of D adds four products to an entry of C: 16 entries x 4 = 64 fused multiply-adds.", "name": "fig-ch2-mma"}}
 fig, ax = plt.subplots(figsize=(8.5, 2.6))
-tiles = [("A", "fp16", 0, 1), ("B", "fp16", 5.6, 1), ("C", "fp32", 11.2, 2), ("D", "fp32", 17.3, 2)]
-for label, fmt, x0, style in tiles:
+tiles = [("A", "fp16", 0, 1), ("B", "fp16", 5.6, 1), ("C", "fp32", 11.2, 2),
+         ("D", "fp32", 17.3, 2)]
+for label, fmt, x0, k in tiles:
+    st = bar_style(k)
     for i in range(4):
         for j in range(4):
-            hl = (label == "A" and i == 1) or (label == "B" and j == 2) or (label in "CD" and (i, j) == (1, 2))
-            st = bar_style(style)
-            ax.add_patch(plt.Rectangle((x0 + j, 3 - i), 1, 1, facecolor=st["color"], hatch=st["hatch"],
-                                       edgecolor="black", linewidth=0.8, alpha=1.0 if hl else 0.35))
+            hl = ((label == "A" and i == 1) or (label == "B" and j == 2)
+                  or (label in "CD" and (i, j) == (1, 2)))
+            ax.add_patch(plt.Rectangle((x0 + j, 3 - i), 1, 1, facecolor=st["color"],
+                                       hatch=st["hatch"], edgecolor="black",
+                                       linewidth=0.8, alpha=1.0 if hl else 0.35))
     ax.text(x0 + 2, 4.35, f"{label} ({fmt})", ha="center", fontsize=10)
 for x, sym in ((4.8, "×"), (10.4, "+"), (16.5, "=")):
     ax.text(x, 2, sym, ha="center", va="center", fontsize=18)
-ax.text(10.6, -0.6, "highlighted: D[1,2] = C[1,2] + Σₖ A[1,k]·B[k,2]  (4 products, summed in fp32)",
-        ha="center", fontsize=9)
-ax.set_xlim(-0.3, 21.6)
-ax.set_ylim(-1.0, 4.9)
-ax.set_aspect("equal")
+ax.text(10.6, -0.6, "highlighted: D[1,2] = C[1,2] + Σₖ A[1,k]·B[k,2]  "
+        "(4 products, summed in fp32)", ha="center", fontsize=9)
+ax.set(xlim=(-0.3, 21.6), ylim=(-1.0, 4.9), aspect="equal")
 ax.axis("off")
 plt.show()
 
 # %% [markdown]
-# Why the accumulator's width matters: a matmul of inner dimension $k$ sums $k$ products into
-# each output. Chapter 1 showed a long sum stall in fp16; here the same happens to one output of
-# a matmul, a dot product of length `accumulate_terms`, with products of fp16 inputs added one
-# by one into an fp32 accumulator and into an fp16 one (a sequential model of the hardware,
-# which adds a few products at a time):
+# Why the accumulator's width matters: a matmul of inner dimension $k$ sums $k$ products
+# into each output. Chapter 1 showed a long sum stall in fp16; here the same happens to one
+# output of a matmul, a dot product of length `accumulate_terms`, with the exact products of
+# fp16 inputs added one by one (chapter 1's `running_sum`) into an fp32 accumulator and into
+# an fp16 one (a sequential model of the hardware, which adds a few products at a time):
 
 # %%
-rng = np.random.default_rng(0)
-x16 = rng.random(accumulate_terms).astype(np.float16)
-y16 = rng.random(accumulate_terms).astype(np.float16)
-products = x16.astype(np.float32) * y16.astype(np.float32)  # exact: 11 x 11 significant bits
-exact = float(np.dot(x16.astype(np.float64), y16.astype(np.float64)))
-acc32, acc16 = np.float32(0), np.float16(0)
-for p in products:
-    acc32 = np.float32(acc32 + p)
-    acc16 = np.float16(acc16 + np.float16(p))
-rows = [["fp32", float(acc32), abs(float(acc32) - exact) / exact],
-        ["fp16", float(acc16), abs(float(acc16) - exact) / exact]]
-md_table(rows, ["accumulator", f"sum of {accumulate_terms} products (exact {exact:.6g})", "relative error"],
+gen = torch.Generator().manual_seed(0)
+x16, y16 = torch.rand(2, accumulate_terms, generator=gen).half()
+products = x16.float() * y16.float()  # exact: 11 x 11 significant bits fit in 24
+exact = torch.dot(x16.double(), y16.double()).item()
+sums = {d: running_sum(products, d)[-1].item() for d in (torch.float32, torch.float16)}
+rows = [[str(d)[6:], s, abs(s - exact) / exact] for d, s in sums.items()]
+md_table(rows, ["accumulator", "sum of the products", "relative error"],
          [None, ".6g", ".2e"])
 
 # %%
-err16, err32 = rows[1][2], rows[0][2]
-md(f"The fp16 accumulator is off by {err16:.2%}, the fp32 one by {err32:.1e}: "
-   + (f"{err16 / max(err32, 1e-12):.3g} times larger. " if err32 > 0 else "")
-   + "This is why mixed precision means fp16 inputs with fp32 accumulation, and why the "
-   "fp32-accumulate rate is the one that matters below: PyTorch's fp16 and bf16 matmuls "
-   "accumulate in fp32.")
+torch_dot = torch.matmul(x16[None].to(device), y16[:, None].to(device)).item()
+glue_all(dot_exact=exact, err32=rows[0][2], err16=rows[1][2],
+         err_ratio=rows[1][2] / max(rows[0][2], 1e-12),
+         err_torch=abs(torch_dot - exact) / exact, fp16_u=2.0**-11)
+flags = {f"allow_{k}": getattr(torch.backends.cuda.matmul, f"allow_{k}", None)
+         for k in ("fp16_reduced_precision_reduction",
+                   "bf16_reduced_precision_reduction", "fp16_accumulation")}
+print(f"torch {torch.__version__}:", flags)
 
 # %% [markdown]
+# The exact dot product is {glue:text}`dot_exact:.6g`. The fp16 accumulator is off by
+# {glue:text}`err16:.2%`, the fp32 one by {glue:text}`err32:.1e`:
+# {glue:text}`err_ratio:.3g` times larger. This is why mixed precision means fp16 inputs
+# with fp32 accumulation, and why the fp32-accumulate rate is the one that matters below.
+#
+# Does PyTorch accumulate its fp16 and bf16 matmuls in fp32? On CUDA, cuBLAS multiplies the
+# 16-bit tiles and accumulates each dot product in fp32, with two qualifications that
+# PyTorch exposes as flags (printed above for this torch; see *CUDA semantics*, "Reduced
+# Precision Reduction in FP16 and BF16 GEMMs", in the PyTorch documentation,
+# https://docs.pytorch.org/docs/stable/notes/cuda.html).
+# `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` and
+# `allow_bf16_reduced_precision_reduction` are `True` by default: cuBLAS may then split a
+# long inner dimension into pieces and add the partial sums in the 16-bit format (split-K),
+# trading a little accuracy for speed at some shapes; set them to `False` to keep every
+# reduction in fp32. `allow_fp16_accumulation` (in recent versions, `False` by default) goes
+# the other way and lets fp16 matmuls accumulate in fp16 outright, on GPUs whose fp16
+# accumulate rate is higher. On a CPU the flags have no effect (they configure cuBLAS).
+# What this device's kernel did with the same fp16 vectors as a $1 \times k$ by $k \times 1$
+# `torch.matmul`: its result errs by {glue:text}`err_torch:.1e`. An error up to fp16's unit
+# roundoff ({glue:text}`fp16_u:.1e`, the rounding of the result itself) means the kernel
+# accumulated in fp32 or better; an error near the fp16 accumulator's above means it did
+# not.
+#
 # ## Volta, Ampere, Hopper; GeForce and data centre
 #
 # Later generations made tensor cores wider, added formats (bf16 and TF32 in Ampere, fp8 in
 # Ada and Hopper), and put them in GeForce cards too. `data/reference/devices.yml` holds the
 # published dense peaks (no structured sparsity) of the GPUs this book talks about, each
-# figure with its source (listed at the end of this section). In TFLOP/s, and GB/s for memory:
+# figure with its source (listed at the end of this section). In TFLOP/s, and GB/s for
+# memory:
 
-# %%
-order = ["v100-sxm2", "rtx3070-laptop", "rtx3070-desktop", "a100-sxm-80gb", "h100-sxm", "h200-sxm"]
-table = [devices[k] for k in order if k in devices] + [d for k, d in devices.items() if k not in order]
-rows = [[d.name, d.architecture, d.segment, d.tensor_cores, d.fp32_tflops, d.tf32_tflops,
-         d.fp16_tflops_fp32acc, d.fp16_tflops_fp16acc, d.bf16_tflops, d.fp8_tflops, d.mem_bandwidth_gbs]
-        for d in table]
-md_table(rows, ["GPU", "architecture", "segment", "tensor cores", "fp32", "tf32", "fp16 (fp32 acc.)",
-                "fp16 (fp16 acc.)", "bf16", "fp8", "memory GB/s"],
-         [None, None, None, None, ".4g", ".4g", ".4g", ".4g", ".4g", ".4g", ".4g"])
+# %% tags=["hide-input"]
+order = ["v100-sxm2", "rtx3070-laptop", "rtx3070-desktop", "a100-sxm-80gb", "h100-sxm",
+         "h200-sxm"]
+table = [devices[k] for k in order] + [d for k, d in devices.items() if k not in order]
+fields = ["fp32_tflops", "tf32_tflops", "fp16_tflops_fp32acc", "fp16_tflops_fp16acc",
+          "bf16_tflops", "fp8_tflops", "mem_bandwidth_gbs"]
+rows = [[d.name, d.architecture, d.segment, d.tensor_cores]
+        + [getattr(d, f) for f in fields] for d in table]
+md_table(rows, ["GPU", "architecture", "segment", "tensor cores", "fp32", "tf32",
+                "fp16 (fp32 acc.)", "fp16 (fp16 acc.)", "bf16", "fp8", "memory GB/s"],
+         [None] * 4 + [".4g"] * 7)
 
 # %% [markdown]
 # Ratios computed from that table say more than the raw numbers. "Tensor / fp32" is how many
-# times the fp32 CUDA-core peak a matmul can reach in fp16 (with fp32 accumulation, as PyTorch
-# does it); "fp16 acc. / fp32 acc." shows the GeForce split; FMA per clock per tensor core is
-# the fp16 peak divided by tensor cores, clock and 2 FLOPs; the ridge point is where the
-# roofline bends (peak FLOP/s over bytes/s: work with fewer FLOPs per byte is memory-bound).
+# times the fp32 CUDA-core peak a matmul can reach in fp16 (with fp32 accumulation, as
+# PyTorch does it); "fp16 acc. / fp32 acc." shows the GeForce split; FMA per clock per
+# tensor core is the fp16 peak divided by tensor cores, clock and 2 FLOPs; the ridge point
+# is where the roofline bends (peak FLOP/s over bytes/s: work with fewer FLOPs per byte is
+# memory-bound).
 
-# %%
-rows = [[d.name, d.fma_per_clock_per_tensor_core("fp16"), d.fma_per_clock_per_tensor_core("fp32"),
-         d.tensor_over_fp32, d.fp16acc_over_fp32acc, d.ridge_point("fp16"), d.ridge_point("fp32")]
+# %% tags=["hide-input"]
+rows = [[d.name, d.fma_per_clock_per_tensor_core("fp16"),
+         d.fma_per_clock_per_tensor_core("fp32"), d.tensor_over_fp32,
+         d.fp16acc_over_fp32acc, d.ridge_point("fp16"), d.ridge_point("fp32")]
         for d in table]
-md_table(rows, ["GPU", "FMA/clock/TC (fp16 acc.)", "FMA/clock/TC (fp32 acc.)", "tensor / fp32",
-                "fp16 acc. / fp32 acc.", "ridge fp16 (FLOP/B)", "ridge fp32 (FLOP/B)"],
+md_table(rows, ["GPU", "FMA/clock/TC (fp16 acc.)", "FMA/clock/TC (fp32 acc.)",
+                "tensor / fp32", "fp16 acc. / fp32 acc.", "ridge fp16 (FLOP/B)",
+                "ridge fp32 (FLOP/B)"],
          [None, ".0f", ".0f", ".3g", ".2g", ".0f", ".1f"])
 
 # %%
-geforce = [d for d in table if d.segment == "GeForce"]
-dc = [d for d in table if d.segment != "GeForce"]
-volta = [d for d in table if d.architecture == "Volta"]
+v100, a100, h100, h200 = (devices[k] for k in order[:1] + order[3:])
 desk, lap = devices["rtx3070-desktop"], devices["rtx3070-laptop"]
-a100, h100, h200 = devices["a100-sxm-80gb"], devices["h100-sxm"], devices["h200-sxm"]
-md(f"- **64 FMA per clock** (the blog post's figure) is Volta's: "
-   f"{', '.join(f'{d.name} {d.fma_per_clock_per_tensor_core():.0f}' for d in volta)}. An A100 tensor core does "
-   f"{a100.fma_per_clock_per_tensor_core():.0f}, an H100 one {h100.fma_per_clock_per_tensor_core():.0f}, and a "
-   f"GeForce RTX 3070 one {desk.fma_per_clock_per_tensor_core():.0f} with fp16 accumulation but "
-   f"{desk.fma_per_clock_per_tensor_core('fp32'):.0f} with fp32 accumulation.\n"
-   f"- **GeForce halves fp32 accumulation.** On {', '.join(d.name for d in geforce)} fp16 with fp32 accumulate "
-   f"runs at {1 / geforce[0].fp16acc_over_fp32acc:.2g} of the fp16-accumulate rate; on "
-   f"{', '.join(d.name for d in dc)} at {min(1 / d.fp16acc_over_fp32acc for d in dc):.2g} of it. So AMP on an RTX 3070 "
-   f"can at most make a matmul {desk.tensor_over_fp32:.2g}x faster than the fp32 peak "
-   f"({desk.fp16_tflops_fp32acc:g} vs {desk.fp32_tflops:g} TFLOP/s), against {a100.tensor_over_fp32:.3g}x on an "
-   f"A100 and {h100.tensor_over_fp32:.3g}x on an H100. On the 3070 even TF32 ({desk.tf32_tflops:g}) only matches "
-   f"the fp32 peak on paper.\n"
-   f"- **184 tensor cores** (the post) is the desktop RTX 3070 ({desk.tensor_cores}: {desk.sms} SMs x 4); the "
-   f"laptop part has {lap.tensor_cores} ({lap.sms} SMs), at a lower clock.\n"
-   f"- **H200 vs H100**: the same compute peaks, {h200.mem_bandwidth_gbs / h100.mem_bandwidth_gbs:.2f}x the "
-   f"bandwidth, so its fp16 ridge point drops from {h100.ridge_point('fp16'):.0f} to "
-   f"{h200.ridge_point('fp16'):.0f} FLOP/byte: more work becomes compute-bound.")
+fma = {f"fma_{k}": devices[k].fma_per_clock_per_tensor_core("fp32")
+       for k in ("v100-sxm2", "a100-sxm-80gb", "h100-sxm")}
+glue_all(**{k.replace("-", "_"): v for k, v in fma.items()},
+         fma_desk32=desk.fma_per_clock_per_tensor_core("fp32"),
+         fma_desk16=desk.fma_per_clock_per_tensor_core("fp16"),
+         desk_ratio=desk.tensor_over_fp32,
+         desk_tf32_ratio=desk.tf32_tflops / desk.fp32_tflops,
+         a100_ratio=a100.tensor_over_fp32, h100_ratio=h100.tensor_over_fp32,
+         v100_ratio=v100.tensor_over_fp32, desk_tc=desk.tensor_cores, desk_sms=desk.sms,
+         lap_tc=lap.tensor_cores, lap_sms=lap.sms, desk_split=desk.fp16acc_over_fp32acc,
+         bw_ratio=h200.mem_bandwidth_gbs / h100.mem_bandwidth_gbs,
+         ridge_h100=h100.ridge_point("fp16"), ridge_h200=h200.ridge_point("fp16"))
 
-# %% mystnb={"figure": {"caption": "Published dense peaks by mode (log scale) from data/reference/devices.yml. Missing bars are modes the GPU lacks (no bf16/TF32 before Ampere, no fp8 before Ada/Hopper).", "name": "fig-ch2-peaks"}}
-modes = [("fp32", "fp32_tflops"), ("tf32", "tf32_tflops"), ("fp16, fp32 acc.", "fp16_tflops_fp32acc"),
-         ("fp16, fp16 acc.", "fp16_tflops_fp16acc"), ("bf16", "bf16_tflops"), ("fp8", "fp8_tflops")]
+# %% [markdown]
+# - **64 FMA per clock** (the blog post's figure) holds for Volta, where a V100 tensor core
+#   does {glue:text}`fma_v100_sxm2:.0f` with fp16 or fp32 accumulation, and for the post's
+#   own card in AMP's mode: a GeForce RTX 3070 tensor core does {glue:text}`fma_desk32:.0f`
+#   with fp32 accumulation (fp16 multiply, fp32 accumulate, what autocast's matmuls ask
+#   for) and {glue:text}`fma_desk16:.0f` with fp16 accumulation. An A100 tensor core does
+#   {glue:text}`fma_a100_sxm_80gb:.0f`, an H100 one {glue:text}`fma_h100_sxm:.0f`.
+# - **GeForce halves fp32 accumulation.** On the RTX 3070, fp16 with fp16 accumulation runs
+#   at {glue:text}`desk_split:.2g` times the fp32-accumulate rate; the data-centre parts run
+#   both at the same rate. So AMP on an RTX 3070 can at most make a matmul
+#   {glue:text}`desk_ratio:.2g`x faster than the fp32 peak, against
+#   {glue:text}`v100_ratio:.3g`x on a V100, {glue:text}`a100_ratio:.3g`x on an A100 and
+#   {glue:text}`h100_ratio:.3g`x on an H100. TF32 on the 3070 runs at
+#   {glue:text}`desk_tf32_ratio:.2g`x the fp32 peak: on paper it gains nothing there.
+# - **184 tensor cores** (the post) is the desktop RTX 3070 ({glue:text}`desk_tc:d`:
+#   {glue:text}`desk_sms:d` SMs x 4); the laptop part has {glue:text}`lap_tc:d`
+#   ({glue:text}`lap_sms:d` SMs), at a lower clock.
+# - **H200 vs H100**: the same compute peaks, {glue:text}`bw_ratio:.2f`x the bandwidth, so
+#   its fp16 ridge point drops from {glue:text}`ridge_h100:.0f` to
+#   {glue:text}`ridge_h200:.0f` FLOP/byte: more work becomes compute-bound.
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Published dense peaks by mode (log scale) from data/reference/devices.yml. Missing bars are modes the GPU lacks (no bf16/TF32 before Ampere, no fp8 before Ada/Hopper).", "name": "fig-ch2-peaks"}}
+labels = ["fp32", "tf32", "fp16, fp32 acc.", "fp16, fp16 acc.", "bf16", "fp8"]
 fig, ax = plt.subplots(figsize=(9, 4))
-width = 0.8 / len(modes)
-for i, (label, field) in enumerate(modes):
-    xs = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(table))]
-    ys = [getattr(d, field) or 0 for d in table]
-    ax.bar(xs, [y if y else np.nan for y in ys], width, label=label, **bar_style(i))
-ax.set_yscale("log")
-ax.set_xticks(range(len(table)), [d.name.replace("NVIDIA ", "").replace(" GeForce", "") for d in table],
-              rotation=15, ha="right", fontsize=8)
-ax.set_ylabel("peak TFLOP/s (dense)")
-ax.set_ylim(5, 8000)
+width = 0.8 / len(labels)
+for i, (label, field) in enumerate(zip(labels, fields)):
+    xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(table))]
+    ys = [getattr(d, field) or np.nan for d in table]
+    ax.bar(xs, ys, width, label=label, **bar_style(i))
+names = [d.name.replace("NVIDIA ", "").replace(" GeForce", "") for d in table]
+ax.set_xticks(range(len(table)), names, rotation=15, ha="right", fontsize=8)
+ax.set(yscale="log", ylabel="peak TFLOP/s (dense)", ylim=(5, 8000))
 ax.legend(ncols=3, fontsize=8, loc="upper left")
 plt.show()
 
-# %%
+# %% tags=["hide-input"]
 sources = {}
 for d in table:
-    for figure, src in d.sources.items():
+    for src in d.sources.values():
         sources.setdefault(src["key"], (src, set()))[1].add(d.name)
-rows = [[src["title"], src["url"], ", ".join(sorted(names))] for key, (src, names) in sources.items()]
+rows = [[src["title"], src["url"], ", ".join(sorted(names))]
+        for src, names in sources.values()]
 md_table(rows, ["source", "address", "figures for"])
 
 # %% [markdown]
@@ -273,104 +330,101 @@ md_table(rows, ["source", "address", "figures for"])
 # desktop GA104's per-SM rates at the laptop's SM count and top boost clock (the `derived`
 # entries of the YAML file say how), so real laptops, which boost lower, reach less.
 #
+# The post's other tensor-core claims, checked against the same table and the facts kept
+# with their sources in `data/reference/seed_post.yml`. The post's "2-8x" runs from the
+# RTX 3070's ratio to the V100's:
+
+# %% tags=["hide-input"]
+md_table(tensor_core_claims(load_reference("seed_post"), devices),
+         ["the post says", "what is true", "source"])
+
+# %% [markdown]
 # ## Matmul speed against size
 #
-# Square matmuls in every dtype this device runs, sizes going up, the dtypes measured one after
-# the other at each size. A dtype stops growing once its next call is predicted to take longer
-# than `max_call_s`, so a slow dtype cannot stall the run.
+# Square matmuls in every dtype this device runs, sizes going up, the dtypes measured one
+# after the other at each size. A dtype stops growing once its next call is predicted to take
+# longer than `max_call_s`, so a slow dtype cannot stall the run.
 
 # %%
-mm_rows, mm_skipped = matmul_sweep(matmul_sizes, dtypes, device, max_call_s=max_call_s, rounds=rounds, **timing)
-by = {}
-for r in mm_rows:
-    by.setdefault(r["dtype"], []).append(r)
+mm_rows, mm_skipped = bm.matmul_sweep(matmul_sizes, dtypes, device,
+                                      max_call_s=max_call_s, rounds=rounds,
+                                      min_time=min_time)
 for s in mm_skipped:
     print(f"skipped {s['dtype']} n={s['n']}: {s['reason']}")
 
-# %% mystnb={"figure": {"caption": "Measured matmul throughput against size, one line per dtype, on the device this chapter ran on (median of the samples; the bars span the 10th to 90th percentile).", "name": "fig-ch2-matmul-size"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Measured matmul throughput against size, one line per dtype, on the device this chapter ran on (median of the samples; the bars span the 10th to 90th percentile).", "name": "fig-ch2-matmul-size"}}
 fig, ax = plt.subplots()
-for i, (dtype, rs) in enumerate(by.items()):
-    ns = [r["n"] for r in rs]
+for i, dtype in enumerate(dict.fromkeys(r["dtype"] for r in mm_rows)):
+    rs = [r for r in mm_rows if r["dtype"] == dtype]
     med = np.array([r["tflops"] for r in rs])
     lo = np.array([r["flops"] / r["p90_s"] / 1e12 for r in rs])
     hi = np.array([r["flops"] / r["p10_s"] / 1e12 for r in rs])
-    ax.errorbar(ns, med, yerr=[med - lo, hi - med], label=dtype, capsize=2, **series_style(i))
+    ax.errorbar([r["n"] for r in rs], med, yerr=[med - lo, hi - med], label=dtype,
+                capsize=2, **series_style(i))
 ax.set_xscale("log", base=2)
-ax.set_yscale("log")
-ax.set_xlabel("n (n x n x n matmul)")
-ax.set_ylabel("TFLOP/s")
+ax.set(yscale="log", xlabel="n (n x n x n matmul)", ylabel="TFLOP/s")
 ax.legend()
 plt.show()
 
-# %%
-best = {d: max(rs, key=lambda r: r["tflops"]) for d, rs in by.items()}
-rows = [[d, r["n"], r["tflops"] * 1e3, r["tflops"] / best["fp32"]["tflops"],
-         (here.peak_tflops(d.split("_")[0]) if here and here.peak_tflops(d.split("_")[0]) else None)]
-        for d, r in best.items()]
-for row in rows:
-    row.append(row[2] / 1e3 / row[4] if row[4] else None)
-md_table(rows, ["dtype", "best at n", "GFLOP/s", "vs best fp32", "published peak TFLOP/s", "fraction of peak"],
+# %% tags=["hide-input"]
+best = bm.best_per_dtype(mm_rows)
+peak = {d: here.peak_tflops(d.split("_")[0]) if here else None for d in best}
+rows = [[d, r["n"], r["tflops"] * 1e3, r["tflops"] / best["fp32"]["tflops"], peak[d],
+         r["tflops"] / peak[d] if peak[d] else None] for d, r in best.items()]
+md_table(rows, ["dtype", "best at n", "GFLOP/s", "vs best fp32",
+                "published peak TFLOP/s", "fraction of peak"],
          [None, None, ".4g", ".3g", ".4g", ".1%"])
 
 # %%
-common = sorted(set.intersection(*[{r["n"] for r in rs} for rs in by.values()]))
-n_cmp = common[-1]
-speed = {d: next(r for r in rs if r["n"] == n_cmp)["tflops"] for d, rs in by.items()}
-low = [d for d in ("fp16", "bf16") if d in speed]
-others = [d for d in speed if d != "fp32"]
-lines = [f"At n = {n_cmp}, the largest size every dtype reached, "
-         + ", ".join(f"{d} runs at {speed[d] / speed['fp32']:.3g}x the fp32 speed" for d in others) + "."]
-if not on_gpu:
-    has_amx = any(f.startswith("amx") for f in flags)
-    has_avx512bf16 = "avx512_bf16" in flags
-    slow = [d for d in low if speed[d] < speed["fp32"]]
-    fast = [d for d in low if speed[d] >= speed["fp32"]]
-    feats = ", ".join(flags) or "none of the listed ones"
-    if slow:
-        lines.append(f"On this CPU (features: {feats}) {' and '.join(slow)} {'is' if len(slow) == 1 else 'are'} "
-                     f"slower than fp32, by {speed['fp32'] / min(speed[d] for d in slow):.3g}x at worst"
-                     + ("" if (has_amx or has_avx512bf16) else
-                        ": it has neither AMX nor AVX-512 bf16/fp16 instructions, so 16-bit matmuls "
-                        "convert to fp32 inside a much less optimised kernel than the fp32 one")
-                     + ". Mixed precision on such a CPU costs time: it is a GPU technique.")
-    if fast:
-        lines.append(f"{' and '.join(fast)} beat fp32 here"
-                     + (" thanks to the CPU's AMX tile units (or AVX-512 bf16)" if (has_amx or has_avx512bf16) else "")
-                     + ".")
-else:
-    if here is None:
-        lines.append("This GPU is not in the peak table, so the fractions of peak are left empty; the "
-                     "roofline below uses the best measured rates as ceilings.")
-    else:
-        f16 = best.get("fp16")
-        if f16:
-            lines.append(f"The best fp16 matmul reached {f16['tflops'] / here.peak_tflops('fp16'):.0%} of the "
-                         f"{here.name}'s published fp16 (fp32-accumulate) peak; small sizes fall short because they "
-                         "cannot fill every SM or hide the launch and tile-edge overheads.")
-md(" ".join(lines))
+n_cmp, speed = bm.speeds_at_common_size(mm_rows)
+print(bm.speed_verdict(speed, n_cmp, device.type, cpu_flags()))
+print("CPU features:", ", ".join(cpu_flags()) or "none of the listed ones")
+glue_all(n_cmp=n_cmp, **{f"speed_{d}": speed.get(d, np.nan) / speed["fp32"]
+                         for d in ("fp16", "bf16")})
 
 # %% [markdown]
+# The line above compares every dtype with fp32 at the largest size all of them reached. On
+# a GPU in the peak table, fp16 and bf16 should beat fp32 by up to the tensor/fp32 ratio of
+# its row, and the fraction of peak shows how close this run came; small sizes fall short
+# because they cannot fill every SM or hide the launch and tile-edge overheads. On a CPU the
+# 16-bit matmuls are usually *slower* than fp32: without AMX tile units (or at least
+# AVX-512 bf16/fp16 instructions used by the kernel), a 16-bit matmul converts its inputs to
+# fp32 inside a less optimised kernel than the fp32 one, and mixed precision then costs
+# time: it is a GPU technique. Which dtypes won here is in the line above.
+#
 # ## Shapes: multiples of 8
 #
 # Tensor cores work on tiles, and their fastest kernels want fp16 matrix dimensions that are
-# multiples of 8 (16 bytes), so that every row starts aligned. Since cuBLAS 11 other sizes can
-# use tensor cores too, but less efficiently (NVIDIA, *Matrix Multiplication Background User's
-# Guide*, "Tensor Core Requirements",
+# multiples of 8 (16 bytes), so that every row starts aligned. Since cuBLAS 11 other sizes
+# can use tensor cores too, but less efficiently (NVIDIA, *Matrix Multiplication Background
+# User's Guide*, "Tensor Core Requirements",
 # https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/).
 # CPU kernels have their own vector widths and blocking. Below, each size in `shape_sizes`
-# against the sizes one below and one above, measured side by side:
+# against the sizes one below and one above, measured side by side. A difference counts only
+# when it is larger than the run-to-run spread: when the per-FLOP times' 10th-90th
+# percentile ranges of the two sizes do not overlap (`outside_spread`, shown from its single
+# source):
 
 # %%
-shape_rows, shape_skipped = shape_cliff(shape_sizes, [d for d in dtypes if not d.startswith("fp8")], device,
-                                        max_call_s=max_call_s, known=mm_rows, rounds=rounds, **timing)
-pens = shape_penalties(shape_rows)
+print(inspect.getsource(bm.outside_spread))
+
+# %%
+shape_dtypes = [d for d in dtypes if not d.startswith("fp8")]
+shape_rows, shape_skipped = bm.shape_cliff(shape_sizes, shape_dtypes, device,
+                                           max_call_s=max_call_s, known=mm_rows,
+                                           rounds=rounds, min_time=min_time)
+pens = bm.shape_penalties(shape_rows)
 for s in shape_skipped:
     print(f"skipped {s['dtype']} near n={s['n']}: {s['reason']}")
-md_table([[p["dtype"], p["base"], p["n"], p["tflops_aligned"] * 1e3, p["tflops"] * 1e3, p["slowdown"]] for p in pens],
-         ["dtype", "multiple of 8", "one off", "GFLOP/s at the multiple", "GFLOP/s one off", "slowdown"],
-         [None, None, None, ".4g", ".4g", ".3f"])
 
-# %% mystnb={"figure": {"caption": "Throughput at sizes one below, at, and one above a multiple of 8, relative to the multiple of 8 (1.0), per dtype and size. Bars below 1 are a penalty for the odd size.", "name": "fig-ch2-shapes"}}
+# %% tags=["hide-input"]
+rows = [[p["dtype"], p["base"], p["n"], p["tflops_aligned"] * 1e3, p["tflops"] * 1e3,
+         p["slowdown"], "yes" if p["outside_spread"] else "no"] for p in pens]
+md_table(rows, ["dtype", "multiple of 8", "one off", "GFLOP/s at the multiple",
+                "GFLOP/s one off", "slowdown", "beyond the spread"],
+         [None, None, None, ".4g", ".4g", ".3f", None])
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Throughput at sizes one below, at, and one above a multiple of 8, relative to the multiple of 8 (1.0), per dtype and size. Bars below 1 are a penalty for the odd size.", "name": "fig-ch2-shapes"}}
 fig, ax = plt.subplots()
 groups = sorted({(r["dtype"], r["base"]) for r in shape_rows})
 offs = sorted({r["n"] - r["base"] for r in shape_rows})
@@ -379,7 +433,8 @@ width = 0.8 / max(len(offs), 1)
 for i, off in enumerate(offs):
     xs = [j + (i - (len(offs) - 1) / 2) * width for j in range(len(groups))]
     ys = [tf[(d, b, off)] / tf[(d, b, 0)] for d, b in groups]
-    ax.bar(xs, ys, width, label=f"n = multiple of 8 {off:+d}" if off else "n = multiple of 8", **bar_style(i))
+    label = f"n = multiple of 8 {off:+d}" if off else "n = multiple of 8"
+    ax.bar(xs, ys, width, label=label, **bar_style(i))
 ax.axhline(1.0, color="black", linewidth=0.8)
 ax.set_xticks(range(len(groups)), [f"{d}\n{b}" for d, b in groups])
 ax.set_ylabel("throughput relative to the multiple of 8")
@@ -387,198 +442,181 @@ ax.legend(fontsize=8, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 plt.show()
 
 # %%
-worst = max(pens, key=lambda p: p["slowdown"]) if pens else None
-if worst is None:
-    md("No shape comparison ran (every point was predicted too slow).")
-else:
-    noise = max(r["p90_s"] / r["p10_s"] - 1 for r in shape_rows)
-    verdict = ("a real cliff" if worst["slowdown"] > 1.0 + max(0.1, noise) else
-               "within the run-to-run spread, so no clear cliff on this device")
-    md(f"The largest penalty: {worst['dtype']} at n = {worst['n']} runs {worst['slowdown']:.2f}x slower per FLOP than "
-       f"at n = {worst['base']}; the samples' p90/p10 spread reaches {noise:.0%}, so this is {verdict}. "
-       + ("On GPUs the odd sizes typically lose the fastest tensor-core kernels; check the committed GPU results "
-          "below." if not on_gpu else "Pad or choose layer widths that are multiples of 8 (16 for fp8) to stay on "
-          "the fast kernels."))
+print(bm.shape_verdict(pens))
 
 # %% [markdown]
+# The verdict above names the largest difference and whether it stands out of the noise. A
+# difference *within* the spread, in either direction, says nothing: an odd size that
+# "wins" by less than the spread (as 513 against 512 sometimes does for bf16 on a CPU) is
+# noise, and a second run may well reverse it. A difference *beyond* the spread is real for
+# this run: on a GPU an odd size typically loses the fastest tensor-core kernels (pad layer
+# widths to multiples of 8, 16 for fp8); on a CPU a difference can come from the kernel's
+# blocking (how the matrix splits into the vector and cache tiles of the kernel), which
+# need not favour multiples of 8, and it is worth re-running with `rounds = 3` before
+# believing it. Committed GPU results, when present, are shown at the end of the chapter.
+#
 # ## Memory-bound and math-bound: the roofline
 #
 # An elementwise add, $z = x + y$, does one FLOP per element and moves three elements (two
 # reads, one write): its arithmetic intensity is $1 / (3 \times \text{bytes per element})$
 # FLOP/byte, far below any ridge point above, so its speed is set by memory bandwidth, and a
 # 16-bit format halves its bytes. A square matmul does $2n^3$ FLOPs on $3n^2$ elements; its
-# intensity grows with $n$ and crosses the ridge point. The add at several sizes (GB/s counts
-# the three tensors; the largest sizes no longer fit in the last-level cache):
+# intensity grows with $n$ and crosses the ridge point. The add at several sizes (GB/s
+# counts the three tensors; the largest sizes no longer fit in the last-level cache):
 
 # %%
-ew_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes or d == "fp32"]
-ew_rows = elementwise_sweep(elementwise_numels, ew_dtypes, device, rounds=rounds, **timing)
+ew_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes]
+ew_rows = bm.elementwise_sweep(elementwise_numels, ew_dtypes, device, rounds=rounds,
+                               min_time=min_time)
 cache = cache_bytes_of(device)
 ew = {(r["dtype"], r["numel"]): r for r in ew_rows}
-numels = sorted({r["numel"] for r in ew_rows})
+big = max(elementwise_numels)
+
+# %% tags=["hide-input"]
 rows = [[n, 3 * n * 4 / 2**20] + [ew[(d, n)]["gbps"] for d in ew_dtypes]
-        + [ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]] for n in numels]
-md_table(rows, ["elements", "fp32 working set MiB"] + [f"{d} GB/s" for d in ew_dtypes] + ["fp16 time / fp32 time"],
+        + [ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]]
+        for n in sorted(set(elementwise_numels))]
+md_table(rows, ["elements", "fp32 working set MiB"] + [f"{d} GB/s" for d in ew_dtypes]
+         + ["fp16 time / fp32 time"],
          [None, ".3g"] + [".3g"] * len(ew_dtypes) + [".2f"])
 
 # %%
-big = numels[-1]
-tr = ew[("fp16", big)]["median_s"] / ew[("fp32", big)]["median_s"]
-beyond = 3 * big * 2 >= 2 * cache
-g32, g16 = ew[("fp32", big)]["gbps"], ew[("fp16", big)]["gbps"]
-md(f"At {big} elements ({3 * big * 4 / 2**20:.3g} MiB in fp32, {3 * big * 2 / 2**20:.3g} MiB in fp16, against a "
-   f"{cache / 2**20:.3g} MiB last-level cache) fp16 takes {tr:.2f}x the fp32 time. "
-   + ("Half the bytes, close to half the time: the add is bandwidth-bound, and 16-bit storage speeds it up "
-      "whatever the compute units can do." if tr < 0.7 else
-      f"Half the bytes did not halve the time here: the fp16 add moved {g16:.3g} GB/s against fp32's {g32:.3g}, so "
-      + ("with the working set in cache, memory is not what limits it." if not beyond else
-         "on this device the fp16 kernel, not the memory, sets the pace.")))
+print(bm.elementwise_verdict(ew_rows, cache))
+glue_all(ew_ratio=ew[("fp16", big)]["median_s"] / ew[("fp32", big)]["median_s"],
+         ew_big=big, cache_mib=cache / 2**20, ew_gbps16=ew[("fp16", big)]["gbps"],
+         ew_gbps32=ew[("fp32", big)]["gbps"])
 
 # %% [markdown]
+# At {glue:text}`ew_big:d` elements (against a {glue:text}`cache_mib:.3g` MiB last-level
+# cache) fp16 took {glue:text}`ew_ratio:.2f`x the fp32 time, moving
+# {glue:text}`ew_gbps16:.3g` GB/s against fp32's {glue:text}`ew_gbps32:.3g`. If an add were
+# purely bandwidth-bound, half the bytes would take half the time, a ratio near 0.5, and the
+# two dtypes would move the same GB/s. The verdict line says how close this run came. A
+# ratio well above 0.5 means something other than DRAM bandwidth sets the pace: with the
+# working set in cache, the cache is fast enough that the kernel's own instruction rate
+# matters; out of cache, a 16-bit kernel that converts every element to fp32 and back (as
+# CPU kernels without native 16-bit arithmetic do) can be limited by that conversion instead
+# of by memory.
+#
 # Both kinds of work on one roofline figure. The ceilings are the device's published peaks
 # when the GPU is in the table; otherwise (a CPU, an unlisted GPU) they are the best rates
-# measured in this run, and the figure's caption on your run is only as good as that: a
-# measured ceiling is a floor on the true one.
+# measured in this run, and a measured ceiling is only a floor on the true one.
 
 # %%
-if here is not None:
-    ceil_compute = {d: here.peak_tflops(d.split("_")[0]) for d in best if here.peak_tflops(d.split("_")[0])}
-    ceil_bw = here.mem_bandwidth_gbs
-    ceiling_kind = f"published peaks of the {here.name} (devices.yml)"
-else:
-    ceil_compute = {d: r["tflops"] for d, r in best.items()}
-    dram = [r for r in ew_rows if 3 * r["numel"] * (4 if r["dtype"] == "fp32" else 2) >= 2 * cache]
-    ceil_bw = max(r["gbps"] for r in (dram or ew_rows))
-    ceiling_kind = ("best rates measured in this run: the fastest matmul per dtype, and the fastest add "
-                    + ("whose working set exceeds twice the cache" if dram else
-                       "(all adds fit in cache, so this is a cache bandwidth)"))
-# Elementwise ops run on the ordinary (fp32 / vector) units, not tensor cores: their compute roof is fp32's.
-points = [(f"add {d}", ew[(d, big)], "fp32") for d in ew_dtypes] + \
-    [(f"matmul {d} n={r['n']}", r, d) for d, r in best.items()]
-md(f"Ceilings: {ceiling_kind}. Compute: "
-   + ", ".join(f"{d} {v * 1e3:.4g} GFLOP/s" for d, v in ceil_compute.items()) + f"; bandwidth {ceil_bw:.4g} GB/s.")
+ceilings = bm.roofline_ceilings(here, best, ew_rows, cache)
+# the adds do not use tensor cores: their compute roof is fp32's
+points = [(f"add {d}", ew[(d, big)], "fp32") for d in ew_dtypes]
+points += [(f"matmul {d} n={r['n']}", r, d) for d, r in best.items()]
+print(f"ceilings: {ceilings['kind']}; bandwidth {ceilings['bandwidth']:.4g} GB/s; "
+      + ", ".join(f"{d} {v * 1e3:.4g} GFLOP/s" for d, v in ceilings["compute"].items()))
 
-# %% mystnb={"figure": {"caption": "Roofline of the device this chapter ran on: attainable FLOP/s against arithmetic intensity, one compute ceiling per dtype and one bandwidth ceiling (published peaks for a GPU in the table, else the best measured rates), with the measured elementwise adds and best matmuls as points.", "name": "fig-ch2-roofline"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Roofline of the device this chapter ran on: attainable FLOP/s against arithmetic intensity, one compute ceiling per dtype and one bandwidth ceiling (published peaks for a GPU in the table, else the best measured rates), with the measured elementwise adds and best matmuls as points.", "name": "fig-ch2-roofline"}}
 fig, ax = plt.subplots(figsize=(7.5, 4.5))
 xs = np.logspace(-2.5, 4, 200)
-for i, (d, peak) in enumerate(ceil_compute.items()):
-    ax.plot(xs, [attainable_tflops(x, peak, ceil_bw) for x in xs], label=f"ceiling {d}",
-            **dict(series_style(i), marker=None))
+for i, (d, roof) in enumerate(ceilings["compute"].items()):
+    ys = [attainable_tflops(x, roof, ceilings["bandwidth"]) for x in xs]
+    ax.plot(xs, ys, label=f"ceiling {d}", **dict(series_style(i), marker=None))
 for i, (label, r, _) in enumerate(points):
+    st = {k: v for k, v in series_style(i + 2).items() if k != "linestyle"}
     ax.plot(r["flops"] / r["bytes_moved"], r["tflops"], linestyle="none", markersize=8,
-            label=label, **{k: v for k, v in series_style(i + 2).items() if k != "linestyle"})
-ax.set_xscale("log")
-ax.set_yscale("log")
-ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-ax.set_ylabel("TFLOP/s")
+            label=label, **st)
+ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)",
+       ylabel="TFLOP/s")
 ax.legend(fontsize=7, ncols=2)
 plt.show()
 
 # %% [markdown]
-# How far each point is from the roof right above it, and which ceiling that roof is (the adds
-# are measured against the fp32 compute ceiling, since elementwise ops do not use tensor cores):
+# How far each point is from the roof right above it, and which ceiling that roof is (the
+# adds are measured against the fp32 compute ceiling, since elementwise ops do not use
+# tensor cores):
 
-# %%
-rows = []
-for label, r, roof_dtype in points:
-    peak = ceil_compute.get(roof_dtype, ceil_compute.get("fp32"))
-    intensity = r["flops"] / r["bytes_moved"]
-    roof = attainable_tflops(intensity, peak, ceil_bw)
-    bound = "memory" if intensity * ceil_bw / 1e3 < peak else "compute"
-    rows.append([label, intensity, r["tflops"] * 1e3, r["gbps"], roof * 1e3, r["tflops"] / roof, bound])
-md_table(rows, ["measurement", "FLOP/byte", "GFLOP/s", "GB/s", "roof GFLOP/s", "fraction of roof", "bound by"],
+# %% tags=["hide-input"]
+roof = bm.roofline_rows(points, ceilings)
+keys = ["label", "intensity", "gflops", "gbps", "roof_gflops", "fraction", "bound"]
+md_table([[r[k] for k in keys] for r in roof],
+         ["measurement", "FLOP/byte", "GFLOP/s", "GB/s", "roof GFLOP/s",
+          "fraction of roof", "bound by"],
          [None, ".3g", ".4g", ".4g", ".4g", ".1%", None])
 
 # %%
-adds = [r for r in rows if r[0].startswith("add")]
-mms = [r for r in rows if r[0].startswith("matmul")]
-ridge32 = ceil_compute["fp32"] * 1e3 / ceil_bw
-md(f"The adds sit at {min(r[1] for r in adds):.3g}-{max(r[1] for r in adds):.3g} FLOP/byte, "
-   + (f"left of the fp32 ridge point ({ridge32:.3g} FLOP/byte): they reach {min(r[5] for r in adds):.0%}-"
-      f"{max(r[5] for r in adds):.0%} of the bandwidth roof and {max(r[2] for r in adds) / (ceil_compute['fp32'] * 1e3):.1%} "
-      "at most of the fp32 compute ceiling, so a faster math unit would not help them; fewer bytes would. "
-      if max(r[1] for r in adds) < ridge32 else
-      f"not left of the measured fp32 ridge point ({ridge32:.3g} FLOP/byte): the measured ceilings of this run are too "
-      "low to separate the two regimes. ")
-   + f"The matmuls sit at "
-   f"{min(r[1] for r in mms):.3g}-{max(r[1] for r in mms):.3g} FLOP/byte and are bound by "
-   f"{', '.join(sorted({r[6] for r in mms}))}; "
-   + ("their fractions are 100% by construction for the dtype whose best rate defines its own ceiling: on a CPU "
-      "or an unlisted GPU the table shows where each dtype stands against the best this machine did, not "
-      "against a datasheet." if here is None else
-      f"they reach {min(r[5] for r in mms):.0%}-{max(r[5] for r in mms):.0%} of the published roof; the rest is "
-      "lost to clocks below the boost figure under load, kernel overheads, and sizes too small to fill the GPU."))
+print(bm.roofline_verdict(roof, ceilings))
 
 # %% [markdown]
+# Left of the fp32 ridge point a faster math unit would not help the adds; fewer bytes
+# would. Right of it the matmuls are bound by compute. With measured ceilings (a CPU or an
+# unlisted GPU) the best matmul of each dtype defines its own ceiling, so its fraction is
+# 100% by construction: the table then shows where each dtype stands against the best this
+# machine did, not against a datasheet. With published ceilings the fractions show how much
+# of the datasheet a real kernel reaches; the rest is lost to clocks below the boost figure
+# under load, kernel overheads, and sizes too small to fill the GPU.
+#
 # ## GPU results committed with the book
 #
 # The same measurements made on GPUs are committed as JSON under `data/results/`
-# (`tensor_cores_<gpu>.json`, written by `python -m ampbook.bench matmul --save ...` or by this
-# notebook with `save_results`; the format is documented in `ampbook/bench_matmul.py`). This
-# run shows every such file it finds:
+# (`tensor_cores_<gpu>.json`, written by `python -m ampbook.bench matmul --save ...` or by
+# this notebook with `save_results`; the format is documented in
+# `ampbook/bench_matmul.py`). This run shows every such file it finds, or says there is
+# none:
 
 # %%
-records = load_records(RESULTS_DIR)
-if not records:
-    md(f"No GPU results are committed under `data/results/` yet (no file matches `tensor_cores_*.json`), so "
-       f"this chapter shows only the {'GPU' if on_gpu else 'CPU'} it ran on. On a CUDA machine, "
-       "`python -m ampbook.bench matmul --save data/results/tensor_cores_<gpu>.json` adds one.")
-else:
-    rows = []
-    for rec in records:
-        entry = devices.get(rec["device_key"]) if rec.get("device_key") else None
-        bests = {}
-        for r in rec["matmul"]:
-            if r["dtype"] not in bests or r["tflops"] > bests[r["dtype"]]["tflops"]:
-                bests[r["dtype"]] = r
-        for d, r in bests.items():
-            peak = entry.peak_tflops(d.split("_")[0]) if entry else None
-            rows.append([rec["file"], rec["environment"]["device_name"], d, r["n"], r["tflops"], peak,
-                         r["tflops"] / peak if peak else None])
-    display(md_table(rows, ["file", "device", "dtype", "n", "TFLOP/s", "published peak", "fraction"],
-                     [None, None, None, None, ".4g", ".4g", ".1%"]))
-    prow = [[rec["file"], p["dtype"], p["base"], p["n"], p["slowdown"]] for rec in records
-            for p in shape_penalties(rec["shapes"])]
-    if prow:
-        display(md_table(prow, ["file", "dtype", "multiple of 8", "one off", "slowdown"], [None, None, None, None, ".3f"]))
+records = bm.load_records(RESULTS_DIR)
+print(bm.records_verdict(records, RESULTS_DIR))
+if records:
+    display(md_table(bm.records_table(records, devices),
+                     ["file", "device", "dtype", "n", "TFLOP/s", "published peak",
+                      "fraction"], [None, None, None, None, ".4g", ".4g", ".1%"]))
+
+# %%
+if records:
+    prow = [[rec["file"], p["dtype"], p["base"], p["n"], p["slowdown"],
+             "yes" if p["outside_spread"] else "no"]
+            for rec in records for p in bm.shape_penalties(rec["shapes"])]
+    display(md_table(prow, ["file", "dtype", "multiple of 8", "one off", "slowdown",
+                            "beyond the spread"], [None] * 4 + [".3f", None]))
 
 # %%
 if save_results:
-    path = save_record(make_record(device, mm_rows, shape_rows, ew_rows, mm_skipped + shape_skipped), save_results)
-    print(f"saved {path}")
+    record = bm.make_record(device, mm_rows, shape_rows, ew_rows,
+                            mm_skipped + shape_skipped)
+    print(f"saved {bm.save_record(record, save_results)}")
 
 # %% [markdown]
 # ## Summary
-
-# %%
-f16_cmp = speed.get("fp16")
-md(("- **These CPU timings were taken on a busy machine** (see the start of the chapter); rerun before "
-    "trusting them.\n" if busy else "")
-   + f"- Timing needs warm-up, many samples and a clock that waits for the device; here the first call took "
-   f"{cold.median_s / warm.median_s:.2g}x the warm median.\n"
-   f"- A tensor core is a small matrix multiply-accumulate; its fp32 accumulator is what keeps a length-"
-   f"{accumulate_terms} dot product accurate ({err32:.1e} vs {err16:.1e} relative error with fp16).\n"
-   f"- From the peak table: fp16 tensor math is {desk.tensor_over_fp32:.2g}x the fp32 peak on an RTX 3070 "
-   f"(GeForce halves fp32 accumulation) but {a100.tensor_over_fp32:.3g}x on an A100 and {h100.tensor_over_fp32:.3g}x "
-   f"on an H100: how much AMP can speed up a matmul depends first on the card.\n"
-   + (f"- On this {'GPU' if on_gpu else 'CPU'}, fp16 matmuls ran at {f16_cmp / speed['fp32']:.3g}x the fp32 speed "
-      f"at n = {n_cmp}.\n" if f16_cmp else "")
-   + f"- An elementwise add is memory-bound: fp16 took {tr:.2f}x the fp32 time at {big} elements. Speed from "
-   f"mixed precision comes from tensor cores for the big matmuls and from halved bytes for everything else.")
-
-# %% [markdown]
+#
+# - Timing needs warm-up, many samples and a clock that waits for the device; here the
+#   first call took {glue:text}`cold_ratio:.2g`x the warm median, and only the spread of many
+#   samples says how far to trust a median.
+# - A tensor core is a small matrix multiply-accumulate; its fp32 accumulator is what keeps
+#   a long dot product accurate ({glue:text}`err32:.1e` against {glue:text}`err16:.1e`
+#   relative error with fp16). PyTorch's CUDA matmuls accumulate in fp32 but by default may
+#   reduce split-K partial sums in 16 bits (`allow_fp16_reduced_precision_reduction`).
+# - From the peak table: fp16 tensor math with fp32 accumulation is
+#   {glue:text}`desk_ratio:.2g`x the fp32 peak on an RTX 3070 (GeForce halves fp32
+#   accumulation) but {glue:text}`a100_ratio:.3g`x on an A100 and
+#   {glue:text}`h100_ratio:.3g`x on an H100: how much AMP can speed up a matmul depends
+#   first on the card. The post's "64 FMA per clock" is right for the V100 and for the
+#   3070 in AMP's mode; its "2-8x" spans the 3070 and the V100.
+# - On this machine, at n = {glue:text}`n_cmp:d`, fp16 matmuls ran at
+#   {glue:text}`speed_fp16:.3g`x and bf16 at {glue:text}`speed_bf16:.3g`x the fp32 speed.
+# - An elementwise add moves half the bytes in fp16; here it took {glue:text}`ew_ratio:.2f`x
+#   the fp32 time at the largest size. Speed from mixed precision comes from tensor cores
+#   for the big matmuls and from halved bytes for memory-bound work, where the hardware
+#   handles 16-bit data natively.
+#
 # ## Exercises
 #
-# 1. Time `torch.matmul` at `demo_size` with `benchmark(..., warmup=0, repeats=1, number=1)` ten
-#    times in a loop and plot the ten values. Which of them would you publish, and why is the
-#    median of many samples a better choice?
+# 1. Time `torch.matmul` at `demo_size` with `benchmark(..., warmup=0, repeats=1,
+#    number=1)` ten times in a loop and plot the ten values. Which of them would you
+#    publish, and why is the median of many samples a better choice?
 # 2. On a GPU, time an fp16 matmul with `time.perf_counter()` around the call and no
-#    `torch.cuda.synchronize()`. How many TFLOP/s does it "reach"? Compare with the device's
-#    peak from `ampbook.devices`.
+#    `torch.cuda.synchronize()`. How many TFLOP/s does it "reach"? Compare with the
+#    device's peak from `ampbook.devices`.
 # 3. From the peak table, compute the matmul size $n$ at which an fp16 matmul crosses the
-#    ridge point of an RTX 3070 and of an H200 (intensity $2n^3 / (3 n^2 \cdot 2)$ FLOP/byte).
-#    Which layers of a small segmentation network are below it?
-# 4. Rerun the shape section with `shape_sizes = [1000, 1024]` on a GPU. Is the cliff at
-#    "multiple of 8" or at "multiple of 64"? Explain with tile sizes.
-# 5. With `device="cuda"`, compare `tf32` with `fp32` in the size sweep. How does the ratio
-#    compare with the table's tf32/fp32 peak ratio for your GPU?
+#    ridge point of an RTX 3070 and of an H200 (intensity $2n^3 / (3 n^2 \cdot 2)$
+#    FLOP/byte). Which layers of a small segmentation network are below it?
+# 4. Rerun the shape section with `shape_sizes = [1000, 1024]` and `rounds = 3` on a GPU. Is
+#    the cliff at "multiple of 8" or at "multiple of 64"? Explain with tile sizes.
+# 5. With `device="cuda"`, compare `tf32` with `fp32` in the size sweep, then set
+#    `allow_fp16_reduced_precision_reduction = False` and time fp16 at a long inner
+#    dimension ($k \gg n$). What changes, and is the table's tf32/fp32 ratio for your GPU
+#    what you measured?

@@ -72,3 +72,101 @@ def test_benchmark_prints_ratios_and_saves(tmp_path, capsys):
     assert {r["dtype"] for r in record["matmul"]} == {"fp32", "fp16", "bf16"}
     with pytest.raises(SystemExit):
         bench.main(["matmul", "--rounds", "0"])
+
+
+# ---- summaries and verdicts (chapter 2) -------------------------------------------------
+
+def _row(dtype, n, median_s, spread=0.05, **extra):
+    flops = 2.0 * n**3
+    return {"kind": "matmul", "dtype": dtype, "n": n, "m": n, "k": n, "median_s": median_s,
+            "p10_s": median_s * (1 - spread), "p90_s": median_s * (1 + spread),
+            "flops": flops, "tflops": flops / median_s / 1e12, **extra}
+
+
+def test_best_and_common_size_and_speed_verdict():
+    from ampbook.bench_matmul import best_per_dtype, speed_verdict, speeds_at_common_size
+
+    rows = [_row("fp32", 64, 1e-4), _row("fp32", 128, 5e-4), _row("bf16", 64, 4e-4),
+            _row("bf16", 128, 4e-3), _row("fp32", 256, 3e-3)]
+    best = best_per_dtype(rows)
+    assert best["fp32"]["n"] == 256 and best["bf16"]["n"] == 64
+    n, speed = speeds_at_common_size(rows)
+    assert n == 128 and speed["bf16"] / speed["fp32"] == pytest.approx(0.125)
+    line = speed_verdict(speed, n, "cpu", ["avx2"])
+    assert "bf16 0.125x fp32" in line and "SLOWER" in line and "no AMX" in line
+    fast = speed_verdict({"fp32": 1.0, "fp16": 2.0}, 512, "cuda")
+    assert "faster than fp32 on this cuda" in fast
+    with pytest.raises(ValueError, match="every dtype"):
+        speeds_at_common_size([_row("fp32", 64, 1e-4), _row("bf16", 128, 1e-3)])
+
+
+def test_shape_verdict_separates_noise_from_a_cliff():
+    from ampbook.bench_matmul import shape_penalties, shape_verdict
+
+    # n=513 looks 3% faster per FLOP but the spreads (5%) overlap: noise.
+    base = _row("bf16", 512, 1e-2, base=512)
+    t513 = 1e-2 * (513 / 512) ** 3 / 1.03
+    noisy = shape_penalties([base, _row("bf16", 513, t513, base=512)])
+    assert noisy[0]["slowdown"] < 1 and not noisy[0]["outside_spread"]
+    assert "within the run-to-run spread" in shape_verdict(noisy)
+    assert "0 of 1 pairs" in shape_verdict(noisy)
+    # n=511 twice as slow per FLOP with tight spreads: a real cliff.
+    t511 = 2e-2 * (511 / 512) ** 3
+    cliff = shape_penalties([base, _row("bf16", 511, t511, spread=0.01, base=512)])
+    line = shape_verdict(cliff)
+    assert "2.00x slower" in line and "outside the run-to-run spread" in line
+    assert shape_verdict([]) == "no shape comparison ran."
+
+
+def test_elementwise_and_load_verdicts():
+    from ampbook.bench_matmul import elementwise_verdict, load_verdict
+
+    def ew(dtype, numel, t):
+        return {"dtype": dtype, "numel": numel, "median_s": t}
+
+    half = [ew("fp32", 2**24, 1.0), ew("fp16", 2**24, 0.52), ew("fp32", 2**10, 1e-6),
+            ew("fp16", 2**10, 1e-6)]
+    assert "half the bytes, close to half the time" in elementwise_verdict(half, 2**20)
+    assert "beyond the cache" in elementwise_verdict(half, 2**20)
+    two_thirds = [ew("fp32", 2**24, 1.0), ew("fp16", 2**24, 0.66)]
+    assert "well short of half" in elementwise_verdict(two_thirds, 2**30)
+    assert "within the cache" in elementwise_verdict(two_thirds, 2**30)
+    same = [ew("fp32", 2**24, 1.0), ew("fp16", 2**24, 0.98)]
+    assert "little or no gain" in elementwise_verdict(same, 2**20)
+    assert "BUSY" in load_verdict({"load1": 3.0, "cpus": 2, "busy": True}, "cpu")
+    assert "quiet" in load_verdict({"load1": 0.1, "cpus": 2, "busy": False}, "cpu")
+    assert "noisy" in load_verdict({"load1": 2.9, "cpus": 2, "busy": False}, "cpu")
+
+
+def test_roofline_ceilings_rows_and_verdict():
+    from ampbook.bench_matmul import roofline_ceilings, roofline_rows, roofline_verdict
+    from ampbook.devices import load_devices
+
+    best = {"fp32": dict(_row("fp32", 256, 1e-3), bytes_moved=3 * 256**2 * 4, gbps=1.0)}
+    add = {"dtype": "fp32", "numel": 2**24, "flops": 2**24, "bytes_moved": 3 * 2**26,
+           "tflops": 2**24 / 0.02 / 1e12, "gbps": 3 * 2**26 / 0.02 / 1e9}
+    c = roofline_ceilings(None, best, [add], cache_bytes=2**20)
+    assert c["compute"]["fp32"] == best["fp32"]["tflops"] and c["bandwidth"] == add["gbps"]
+    rows = roofline_rows([("add fp32", add, "fp32"), ("matmul fp32", best["fp32"], "fp32")],
+                         c)
+    assert rows[0]["bound"] == "memory" and rows[0]["fraction"] == pytest.approx(1.0)
+    assert rows[1]["bound"] == "compute" and rows[1]["fraction"] == pytest.approx(1.0)
+    assert "adds left of it" in roofline_verdict(rows, c)
+    h100 = load_devices()["h100-sxm"]
+    pub = roofline_ceilings(h100, best, [add], 2**20)
+    assert pub["compute"]["fp32"] == h100.fp32_tflops and pub["bandwidth"] == 3350
+
+
+def test_records_verdict_and_table(tmp_path):
+    from ampbook.bench_matmul import records_table, records_verdict
+    from ampbook.devices import load_devices
+
+    assert records_verdict([], tmp_path).startswith("no GPU results committed")
+    assert "under data/results/" in records_verdict([])
+    rec = {"file": "tensor_cores_h100.json", "device_key": "h100-sxm",
+           "environment": {"device_name": "NVIDIA H100 80GB HBM3"},
+           "matmul": [_row("fp16", 4096, 0.5e-3), _row("fp16", 8192, 2e-3)]}
+    rows = records_table([rec], load_devices())
+    assert len(rows) == 1 and rows[0][3] == 8192
+    assert rows[0][6] == pytest.approx(rows[0][4] / 989.4)
+    assert "1 committed result file(s), from: NVIDIA H100" in records_verdict([rec])

@@ -66,3 +66,24 @@ def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):
     assert f"image does not load: " in text and image.name in text
     assert "broken link" in text and "nowhere.html" in text
     assert "shows an error output: 'ZeroDivisionError: division by zero'" in text
+
+
+def test_browser_check_catches_content_cut_off_sideways(built_book, chromium, tmp_path):
+    """A table wider than the content column fails the check unless it scrolls inside its
+    own box; a wide table that scrolls passes."""
+    planted = tmp_path / "html"
+    shutil.copytree(built_book, planted)
+    row = "".join(f"<td>column_{i:02d}_of_a_planted_table</td>" for i in range(30))
+    cut = f'<table id="planted-cut"><tr>{row}</tr></table>'
+    scrolls = (f'<div style="overflow-x: auto"><table id="planted-ok"><tr>{row}</tr>'
+               '</table></div>')
+    page = planted / "intro.html"
+    html = page.read_text()
+    assert "</article>" in html
+    page.write_text(html.replace("</article>", cut + "</article>", 1))
+    page = planted / "reproducing.html"
+    page.write_text(page.read_text().replace("</article>", scrolls + "</article>", 1))
+    reports = {r.page: r.problems for r in check_book(planted, chromium)}
+    cut_off = [p for p in reports["intro.html"] if "cut off horizontally" in p]
+    assert len(cut_off) == 1 and "column_00" in cut_off[0] and "<table>" in cut_off[0]
+    assert not [p for p in reports["reproducing.html"] if "cut off" in p]

@@ -123,3 +123,16 @@ def test_bad_tables_get_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="segment"):
         load_devices(_write(tmp_path, broken))
     assert set(load_devices(_write(tmp_path, doc))) == set(doc["devices"])
+
+
+def test_the_posts_tensor_core_claims_checked():
+    from ampbook.devices import tensor_core_claims
+    from ampbook.paths import load_reference
+
+    rows = tensor_core_claims(load_reference("seed_post"))
+    text = {r[0]: r[1] for r in rows}
+    assert "no tensor cores" in text["Tesla P100 has tensor cores"]
+    assert "RTX 20xx" in text["GTX 20xx has tensor cores"]
+    assert "RTX 3070 64 with fp32 accumulate" in text["64 FMA per clock per tensor core"]
+    assert "V100 7.96x" in text["fp16 throughput 2-8x fp32"]
+    assert all(r[2] for r in rows)  # every row names its source

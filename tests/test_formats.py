@@ -303,3 +303,67 @@ def test_spacing_special_values():
     assert spacing(torch.tensor([0.0]), "fp64").item() == 2.0 ** -1074
     assert spacing(torch.tensor([448.0, 449.0]), "fp8_e4m3").tolist()[0] == 32.0
     assert spacing(torch.tensor([500.0]), "fp8_e4m3").isnan().all()
+
+
+# ---- chapter 1's measurements ----------------------------------------------------------
+
+def test_exact_powers_and_finfo_tables():
+    from ampbook.formats import exact_powers_table, finfo_table
+
+    headers, rows = exact_powers_table()
+    fp16 = next(r for r in rows if r[0] == "fp16")
+    assert fp16[1:] == ["$2^{15}(2-2^{-10})$", "$2^{-14}$", "$2^{-24}$", "$2^{-10}$"]
+    e4m3 = next(r for r in rows if r[0] == "fp8_e4m3")
+    assert e4m3[1] == "$2^{8}(2-2^{-2})$" and 2.0**8 * (2 - 2.0**-2) == 448
+    _, rows = finfo_table()
+    assert {r[0] for r in rows} >= {"fp16", "bf16", "fp32", "fp64"}
+    assert all(r[-1] == "yes" for r in rows)
+
+
+def test_running_sum_stalls_where_half_the_gap_exceeds_the_term():
+    from ampbook.formats import running_sum, stall_point
+
+    term = 2.0**-8
+    values = torch.full((3000,), term, dtype=torch.float64)
+    exact = running_sum(values, torch.float32)
+    assert torch.equal(exact, values.cumsum(0))  # exact in fp32 at these sizes
+    f16 = running_sum(values, torch.float16)
+    stall = stall_point("fp16", term)
+    assert stall == 2.0**3  # gap 2^-7 from 8 on: half of it equals the term, a tie to even
+    assert f16[-1].item() == stall and f16.max().item() == stall
+    assert stall_point("bf16", term) < stall  # fewer mantissa bits stall sooner
+
+
+def test_lost_updates_and_their_onset():
+    from ampbook.formats import loss_onset, lost_updates
+
+    w = torch.tensor([1.0, 1.5])
+    ratios = torch.tensor([2.0**9, 2.0**11, 2.0**12])
+    frac = lost_updates(w, ratios, torch.float16)
+    # 1 + 2^-9 exists; 1 + 2^-11 is a tie that goes to 1; 1.5 + 1.5 * 2^-11 rounds up
+    assert frac == [0.0, 0.5, 1.0]
+    assert loss_onset(ratios, frac) == (2.0**11, 2.0**12)
+    assert all(f == 0 for f in lost_updates(w, ratios, torch.float32))
+    assert math.isnan(loss_onset(ratios, [0.0, 0.0, 0.0])[0])
+
+
+def test_cast_overflow_rule_reads_this_torch():
+    from ampbook.formats import cast_overflow_rule
+
+    assert cast_overflow_rule(torch.float16) == "inf"
+    rule = cast_overflow_rule(torch.float8_e4m3fn)
+    direct = torch.tensor([1e6]).to(torch.float8_e4m3fn).float().item()
+    assert rule == ("nan" if math.isnan(direct) else "saturate") and direct != math.inf
+    assert cast_overflow_rule(torch.float8_e5m2) == "inf"
+
+
+@pytest.mark.parametrize("claimed, value, others, expected", [
+    (1.7e38, 3.4028234663852886e38, {"2^127": 2.0**127}, "2 times too small; it equals 2^127"),
+    (6.55e4, 65504.0, {}, "agrees"),
+    (9.765625e-4, 4.8828125e-4, {}, "2 times too large"),
+    (2, 2.0, {}, "agrees"),
+])
+def test_claim_verdict(claimed, value, others, expected):
+    from ampbook.formats import claim_verdict
+
+    assert claim_verdict(claimed, value, others) == expected
