@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -343,16 +342,6 @@ class StepTrace:
         out["kernels"] = out["forward_kernels"] + out["backward_kernels"]
         return out
 
-    def by_op(self) -> dict[str, dict[str, float]]:
-        """FLOPs, bytes and count per ATen operator name."""
-        agg: dict[str, dict[str, float]] = defaultdict(lambda: {"count": 0, "flops": 0.0, "bytes": 0.0})
-        for o in self.ops:
-            a = agg[o.op]
-            a["count"] += 1
-            a["flops"] += o.flops
-            a["bytes"] += o.bytes
-        return dict(agg)
-
 
 def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
                precision: str = "fp32", *, in_channels: int = 3, backward: bool = True,
@@ -545,7 +534,14 @@ class OpTime:
 
 @dataclass
 class Prediction:
-    """A trace held against ceilings: per-operator times and the step's total."""
+    """A trace held against ceilings: per-operator times and the step's total.
+
+    Every time here is a **lower bound**: each operator runs at a peak no real kernel
+    exceeds, so a real step takes *at least* ``min_step_s``, and an epoch *at least*
+    ``min_epoch_s``; a device trains *at most* ``max_images_per_s``. Real kernels reach a
+    fraction of the roofline (``efficiency``): ``step_at_efficiency`` scales the bound by
+    it, and ``efficiency_of`` says what fraction a measured step reached.
+    """
 
     trace: StepTrace
     ceilings: Ceilings
@@ -553,8 +549,14 @@ class Prediction:
     optimizer_s: float = 0.0
 
     @property
-    def step_s(self) -> float:
+    def min_step_s(self) -> float:
+        """The least time a step can take on these ceilings (a lower bound)."""
         return sum(t.time_s for t in self.times) + self.optimizer_s
+
+    @property
+    def step_s(self) -> float:
+        """``min_step_s`` under its old name (``ampbook.layer_profile`` still reads it)."""
+        return self.min_step_s
 
     @property
     def compute_only_s(self) -> float:
@@ -573,12 +575,27 @@ class Prediction:
         return sum(t.time_s for t in self.times if t.bound == "memory") / total if total else 0.0
 
     @property
-    def images_per_s(self) -> float:
-        return self.trace.batch_size / self.step_s
+    def max_images_per_s(self) -> float:
+        """The most images per second the device can train (an upper bound)."""
+        return self.trace.batch_size / self.min_step_s
 
-    def epoch_s(self, images: int) -> float:
-        """Predicted compute time of an epoch of ``images`` (full batches, last one partial)."""
-        return images / self.images_per_s
+    def min_epoch_s(self, images: int) -> float:
+        """The least compute time of an epoch of ``images`` (a lower bound)."""
+        return images / self.max_images_per_s
+
+    def step_at_efficiency(self, efficiency: float) -> float:
+        """The step time if the kernels reach ``efficiency`` (0 < e <= 1) of the roofline."""
+        if not 0 < efficiency <= 1:
+            raise ValueError(f"efficiency must be in (0, 1]: a fraction of the roofline, "
+                             f"got {efficiency}")
+        return self.min_step_s / efficiency
+
+    def efficiency_of(self, measured_step_s: float) -> float:
+        """The fraction of the roofline a measured step reached: ``min_step_s / measured``.
+        Above 1 means the bound was not a bound (wrong ceilings or wrong counts)."""
+        if measured_step_s <= 0:
+            raise ValueError(f"measured_step_s must be positive, got {measured_step_s}")
+        return self.min_step_s / measured_step_s
 
     def by_scope(self, phase: str | None = None) -> list[dict[str, Any]]:
         """Per module (in order of first appearance): FLOPs, bytes and time, forward and
@@ -627,13 +644,18 @@ class Prediction:
                 "ceilings": self.ceilings.name, "batch_size": self.trace.batch_size,
                 "height": self.trace.height, "width": self.trace.width,
                 "gflops": tot["flops"] / 1e9, "gbytes": tot["bytes"] / 1e9,
-                "kernels": int(tot["kernels"]), "step_s": self.step_s,
+                "kernels": int(tot["kernels"]), "min_step_s": self.min_step_s,
                 "compute_only_s": self.compute_only_s, "memory_only_s": self.memory_only_s,
-                "memory_bound_share": self.memory_bound_share, "images_per_s": self.images_per_s}
+                "memory_bound_share": self.memory_bound_share,
+                "max_images_per_s": self.max_images_per_s}
 
 
 def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime:
-    """One operator on the roofline: ``max(compute, memory)`` (and at least ``min_kernel_s``)."""
+    """One operator on the roofline: the least time it can take.
+
+    An operator cannot finish before its FLOPs are done at the peak for its dtype nor
+    before its bytes have moved at the bandwidth, so its time is at least the larger of
+    the two (and at least ``min_kernel_s``, a launch's latency, when given)."""
     compute = op.other_flops / (ceilings.vector_tflops * 1e12)
     if op.mma_flops:
         compute += op.mma_flops / (ceilings.mma_peak(op.dtype) * 1e12)
@@ -643,7 +665,7 @@ def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime
 
 def predict(trace: StepTrace, ceilings: Ceilings, *, min_kernel_s: float = 0.0,
             optimizer: str | None = "adam") -> Prediction:
-    """The roofline prediction of a traced step on ``ceilings``.
+    """The roofline's lower bound on a traced step on ``ceilings`` (see ``Prediction``).
 
     ``min_kernel_s`` puts a floor under each operator (launch latency: a few microseconds
     on a GPU); ``optimizer`` adds ``optimizer_bytes`` at the memory bandwidth (None: leave
@@ -657,19 +679,6 @@ def predict(trace: StepTrace, ceilings: Ceilings, *, min_kernel_s: float = 0.0,
         amp = trace.precision == "amp-fp16"
         opt_s = optimizer_bytes(trace.parameters, optimizer, amp) / (ceilings.bandwidth_gbs * 1e9)
     return Prediction(trace, ceilings, times, opt_s)
-
-
-def predict_step(model: nn.Module, ceilings: Ceilings, batch_size: int, height: int,
-                 width: int, precision: str = "fp32", **kwargs) -> Prediction:
-    """``trace_step`` then ``predict`` in one call (kwargs go to ``predict``)."""
-    return predict(trace_step(model, batch_size, height, width, precision), ceilings, **kwargs)
-
-
-def compare(model: nn.Module, ceilings: Ceilings, batch_size: int, height: int, width: int,
-            precisions: Sequence[str] = ("fp32", "amp-fp16"), **kwargs) -> dict[str, Prediction]:
-    """Predictions of the same step in several precisions, keyed by precision."""
-    return {p: predict_step(model, ceilings, batch_size, height, width, p, **kwargs)
-            for p in precisions}
 
 
 # --------------------------------------------------------------------------------------------
@@ -717,3 +726,131 @@ def epoch_images_per_s(load_s_per_image: float, step_s_per_image: float, workers
         bound = "loader" if loader < compute else "step"
     return {"images_per_s": rate, "loader_images_per_s": loader,
             "step_images_per_s": compute, "bound": bound}
+
+
+# --------------------------------------------------------------------------------------------
+# the post's setting from its memory figures
+# --------------------------------------------------------------------------------------------
+
+def saved_bytes_line(model: nn.Module, precision: str, sizes: Sequence[tuple[int, int]],
+                     batch_size: int = 1) -> tuple[float, float]:
+    """``(fixed, per_pixel)``: the new bytes a forward pass saves for backward, as a line
+    in the pixels of a batch (``batch_size x height x width``), fitted through ``sizes``.
+
+    New bytes are ``SavedTensorMeter``'s total less the parameters saved by reference (they
+    cost nothing: they exist anyway); autocast's low-precision weight copies are new bytes
+    and make most of the fixed part. Measured on the CPU with real tensors; the CPU's
+    autocast makes ERFNet's dtypes the CUDA ones (see ``trace_step``).
+    """
+    from ampbook.memory import SavedTensorMeter
+
+    if precision not in AUTOCAST_DTYPES:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
+    if len(set(sizes)) < 2:
+        raise ValueError(f"a line needs two different sizes, got {list(sizes)}")
+    dtype = AUTOCAST_DTYPES[precision]
+    points = []
+    for h, w in sizes:
+        x = torch.randn(batch_size, 3, h, w)
+        with SavedTensorMeter(model=model) as meter:
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                model(x)
+        points.append((batch_size * h * w, meter.total_bytes - meter.parameter_bytes))
+    (p0, b0), (p1, b1) = points[0], points[-1]
+    slope = (b1 - b0) / (p1 - p0)
+    return b0 - slope * p0, slope
+
+
+def solve_pixels(fp32_line: tuple[float, float], amp_line: tuple[float, float],
+                 fp32_bytes: float, amp_bytes: float, slack: float = 1.0) -> dict[str, float]:
+    """The pixels per batch at which two reported memory figures agree with the model.
+
+    Model of a reported figure: ``fixed + slack * saved(pixels)``, where ``fixed`` (CUDA
+    context, cuDNN workspace, weights, gradients and optimizer state) is the same for both
+    runs and ``slack`` (>= 1) is the caching allocator's overhead on the activations. The
+    difference of the two figures then fixes the pixels; the fp32 figure fixes ``fixed``.
+    A negative ``fixed`` means no setting fits.
+    """
+    if slack < 1:
+        raise ValueError(f"slack must be >= 1 (the allocator only adds), got {slack}")
+    per_pixel = slack * (fp32_line[1] - amp_line[1])
+    if per_pixel <= 0:
+        raise ValueError("AMP saves no bytes per pixel under these lines: no setting fits")
+    pixels = (fp32_bytes - amp_bytes - slack * (fp32_line[0] - amp_line[0])) / per_pixel
+    if pixels <= 0:
+        raise ValueError(f"the figures differ by {fp32_bytes - amp_bytes:.3g} bytes, less than "
+                         "AMP's fixed saving: no positive batch fits")
+    fp32_saved = fp32_line[0] + fp32_line[1] * pixels
+    return {"pixels": pixels, "fp32_saved_bytes": fp32_saved,
+            "amp_saved_bytes": amp_line[0] + amp_line[1] * pixels,
+            "fixed_bytes": fp32_bytes - slack * fp32_saved}
+
+
+# --------------------------------------------------------------------------------------------
+# one-line verdicts for the conclusions that depend on the machine
+# --------------------------------------------------------------------------------------------
+
+def bound_verdict(min_s: float, measured_s: float, what: str = "the epoch") -> str:
+    """Compare a roofline lower bound with a measured time, in one line."""
+    if min_s <= 0 or measured_s <= 0:
+        raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
+    if min_s > measured_s:
+        return (f"The bound ({min_s:.3g} s) exceeds the measured {measured_s:.3g} s for "
+                f"{what}: the model's counts or ceilings are wrong for this run.")
+    return (f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for {what}: "
+            f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
+            "the bound alone does not say what set the pace.")
+
+
+def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
+    """Read repeated speedups (fp32 time / other time, one per round) in one line."""
+    if not ratios:
+        raise ValueError("no speedups to read: time at least one round")
+    lo, hi = min(ratios), max(ratios)
+    med = sorted(ratios)[len(ratios) // 2] if len(ratios) % 2 else (
+        sum(sorted(ratios)[len(ratios) // 2 - 1:len(ratios) // 2 + 1]) / 2)
+    spread = f"median {med:.2f}x, {len(ratios)} rounds from {lo:.2f}x to {hi:.2f}x"
+    if hi < 1:
+        return f"{name} was slower than fp32 in every round ({spread})."
+    if lo > 1:
+        return f"{name} was faster than fp32 in every round ({spread})."
+    return f"The rounds disagree ({spread}): no difference is resolved at this size."
+
+
+def pace_verdict(loader_images_per_s: float, step_images_per_s: float,
+                 where: str = "here") -> str:
+    """Which of the loader and the step sets an epoch's pace, in one line."""
+    if loader_images_per_s <= 0 or step_images_per_s <= 0:
+        raise ValueError("rates must be positive")
+    if loader_images_per_s < step_images_per_s:
+        return (f"The loader sets the pace {where}: {loader_images_per_s:.3g} images/s "
+                f"against the step's {step_images_per_s:.3g}; a faster step gains nothing.")
+    return (f"The step sets the pace {where}: {step_images_per_s:.3g} images/s against the "
+            f"loader's {loader_images_per_s:.3g}; a faster step shortens the epoch.")
+
+
+def hypotheses_verdict(step_speedup: float, epoch_speedup: float,
+                       data_wait_share: float) -> str:
+    """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU pair.
+
+    ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or the
+    step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``: the
+    AMP run's time waiting for data over its waiting plus stepping. (a) the loader bounds
+    the epoch: the wait is large and the epochs are closer to equal than the steps.
+    (b) slow fp16 kernels: the AMP step itself is no faster than fp32's (within 5%).
+    """
+    slow_step = step_speedup <= 1.05
+    # the loader hides the step's difference: the epochs are closer to equal than the steps
+    loader = (data_wait_share >= 0.5
+              and abs(math.log(epoch_speedup)) < abs(math.log(step_speedup)))
+    if slow_step and loader:
+        return (f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's and the loader "
+                f"took {data_wait_share:.0%} of the loop.")
+    if slow_step:
+        return (f"(b) slow low-precision kernels: the AMP step alone ran at "
+                f"{step_speedup:.2f}x fp32's, and the loader took {data_wait_share:.0%}.")
+    if loader:
+        return (f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the epoch "
+                f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} of the loop waiting for data.")
+    return (f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
+            f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} waiting for data.")

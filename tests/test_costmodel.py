@@ -297,13 +297,13 @@ def test_prediction_sums_operators_and_optimizer():
     pred = predict(trace, CEIL, optimizer="adam")
     per_op = sum(op_time(o, CEIL).time_s for o in trace.ops)
     opt = optimizer_bytes(trace.parameters, "adam") / 500e9
-    assert pred.step_s == pytest.approx(per_op + opt)
-    assert pred.images_per_s == pytest.approx(2 / pred.step_s)
+    assert pred.min_step_s == pytest.approx(per_op + opt)
+    assert pred.max_images_per_s == pytest.approx(2 / pred.min_step_s)
     assert 0.0 <= pred.memory_bound_share <= 1.0
     rows = pred.by_scope()
     assert sum(r["time_s"] for r in rows) == pytest.approx(per_op)
     assert {r["scope"] for r in rows} >= {"stem", "block", "block.conv", "head", LOSS}
-    assert predict(trace, CEIL, optimizer=None).step_s == pytest.approx(per_op)
+    assert predict(trace, CEIL, optimizer=None).min_step_s == pytest.approx(per_op)
 
 
 def test_optimizer_bytes():
@@ -374,3 +374,103 @@ def test_loader_and_epoch_model():
         loader_images_per_s(0.0, 1, 4)
     with pytest.raises(ValueError, match="workers >= 0"):
         loader_images_per_s(0.1, -1, 4)
+
+
+# --- the bound's direction -----------------------------------------------------------------
+
+def _cpu_peak_ceilings() -> Ceilings:
+    """Ceilings no CPU core here can beat: 32 fp32 FLOPs per cycle per thread (two AVX2 FMA
+    units; AVX-512 would be 64, so use that) at 6 GHz, and 2 TB/s of bandwidth."""
+    flops = torch.get_num_threads() * 64 * 6e9 / 1e12
+    return Ceilings("cpu upper peaks", {"float32": flops}, flops, 2000.0)
+
+
+def _fastest(fn, repeats=3):
+    import time
+
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
+    from ampbook.costmodel import bound_verdict
+
+    ceil = _cpu_peak_ceilings()
+    conv = nn.Conv2d(64, 64, 3, padding=1)
+    x = torch.randn(1, 64, 64, 64, requires_grad=True)
+    pred = predict(trace_step(conv, 1, 64, 64, in_channels=64, loss="sum"), ceil,
+                   optimizer=None)
+    measured = _fastest(lambda: conv(x).sum().backward())
+    assert 0 < pred.min_step_s <= measured
+    assert 0 < pred.efficiency_of(measured) <= 1
+    assert pred.step_at_efficiency(pred.efficiency_of(measured)) == pytest.approx(measured)
+    # a whole ERFNet step too
+    from ampbook.model import ERFNet
+
+    model = ERFNet()
+    img, lab = torch.randn(1, 3, 32, 64), torch.zeros(1, 32, 64, dtype=torch.long)
+    step = predict(trace_step(model, 1, 32, 64), ceil, optimizer=None).min_step_s
+    measured = _fastest(lambda: nn.functional.cross_entropy(model(img), lab).backward())
+    assert step <= measured
+    assert bound_verdict(step, measured).startswith(f"The bound ({step:.3g} s) is below")
+    assert "wrong" in bound_verdict(2.0, 1.0)
+    with pytest.raises(ValueError, match="efficiency must be in"):
+        pred.step_at_efficiency(1.5)
+
+
+# --- the post's setting from its memory figures ---------------------------------------------
+
+def test_solve_pixels_recovers_a_planted_setting():
+    from ampbook.costmodel import solve_pixels
+
+    fp32, amp = (0.0, 100.0), (10.0, 60.0)  # (fixed bytes, bytes per pixel)
+    for slack in (1.0, 1.2):
+        f = 500 + slack * (0 + 100 * 1000)
+        a = 500 + slack * (10 + 60 * 1000)
+        s = solve_pixels(fp32, amp, f, a, slack)
+        assert s["pixels"] == pytest.approx(1000) and s["fixed_bytes"] == pytest.approx(500)
+        assert s["fp32_saved_bytes"] == pytest.approx(100_000)
+    with pytest.raises(ValueError, match="no positive batch"):
+        solve_pixels(fp32, amp, 100, 200)  # AMP reported more than fp32
+    with pytest.raises(ValueError, match="AMP saves no bytes per pixel"):
+        solve_pixels(fp32, (0.0, 100.0), 200, 100)
+    with pytest.raises(ValueError, match="slack must be >= 1"):
+        solve_pixels(fp32, amp, 200, 100, slack=0.5)
+
+
+def test_saved_bytes_line_counts_new_bytes_only():
+    from ampbook.costmodel import saved_bytes_line
+
+    net = Net()
+    n_params = sum(p.numel() for p in net.parameters())
+    fixed, per_px = saved_bytes_line(net, "fp32", [(8, 8), (16, 16)])
+    # fp32: parameters are saved by reference, no new bytes (they would be 4 per parameter)
+    assert 0 <= fixed < 4 * n_params and per_px > 0
+    fixed_b, per_px_b = saved_bytes_line(net, "amp-bf16", [(8, 8), (16, 16)])
+    # bf16: the weight copies are new bytes (2 per cast weight), activations cost less
+    assert 0 < fixed_b - fixed <= 2 * n_params and per_px_b < per_px
+    with pytest.raises(ValueError, match="two different sizes"):
+        saved_bytes_line(net, "fp32", [(8, 8), (8, 8)])
+
+
+# --- verdicts ------------------------------------------------------------------------------
+
+def test_verdicts_read_both_cases():
+    from ampbook.costmodel import hypotheses_verdict, pace_verdict, speedup_verdict
+
+    assert speedup_verdict([0.2, 0.25, 0.3]).startswith("AMP was slower than fp32 in every")
+    assert "median 0.25x" in speedup_verdict([0.2, 0.25, 0.3])
+    assert speedup_verdict([1.2, 1.3]).startswith("AMP was faster")
+    assert speedup_verdict([0.9, 1.1]).startswith("The rounds disagree")
+    with pytest.raises(ValueError, match="no speedups"):
+        speedup_verdict([])
+    assert pace_verdict(10, 20).startswith("The loader sets the pace")
+    assert pace_verdict(30, 20).startswith("The step sets the pace")
+    assert hypotheses_verdict(1.5, 1.0, 0.8).startswith("(a) the loader")
+    assert hypotheses_verdict(0.4, 1.0, 0.8).startswith("Both")
+    assert hypotheses_verdict(0.4, 0.4, 0.1).startswith("(b) slow")
+    assert hypotheses_verdict(1.5, 1.5, 0.1).startswith("Neither")
