@@ -563,25 +563,6 @@ def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
     return out
 
 
-def saved_bytes(model: nn.Module, x: torch.Tensor, target: torch.Tensor, device_type: str,
-                dtype: torch.dtype | None = None, loss_fn: Callable | None = None) -> dict:
-    """Bytes autograd saves for backward in one forward (model + loss), by layer type and
-    dtype, with ``ampbook.memory.SavedTensorMeter``. ``dtype=None``: plain fp32 (no autocast);
-    else autocast in ``dtype``. The forward runs with gradients enabled, as in training; the
-    graph (and what it saved) is dropped afterwards without a backward."""
-    from ampbook.memory import SavedTensorMeter
-
-    loss_fn = loss_fn or F.cross_entropy
-    with SavedTensorMeter(model=model) as meter:
-        if dtype is None:
-            loss = loss_fn(model(x), target)
-        else:
-            with autocast_region(device_type, dtype):
-                loss = loss_fn(model(x), target)
-    del loss
-    return meter.summary()
-
-
 class _BackwardOps(TorchDispatchMode):
     def __init__(self):
         super().__init__()
