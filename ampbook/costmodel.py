@@ -68,21 +68,52 @@ AUTOGRAD = "(autograd engine)"
 # Operators whose FLOPs go to tensor cores (matrix units): convolutions and matrix products.
 _MMA_OPS = {"convolution", "convolution_backward", "mm", "addmm", "bmm", "baddbmm"}
 # Operators that only allocate or describe memory: no kernel, no bytes.
-_NO_DATA_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-                "_unsafe_view", "_reshape_alias", "lift_fresh", "set_", "resize_",
-                "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size"}
+_NO_DATA_OPS = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "_unsafe_view",
+    "_reshape_alias",
+    "lift_fresh",
+    "set_",
+    "resize_",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "is_same_size",
+}
 # In-place operators that overwrite their first argument without reading it.
-_WRITE_ONLY_OPS = {"bernoulli_", "fill_", "zero_", "uniform_", "normal_", "random_",
-                   "exponential_", "copy_"}
+_WRITE_ONLY_OPS = {
+    "bernoulli_",
+    "fill_",
+    "zero_",
+    "uniform_",
+    "normal_",
+    "random_",
+    "exponential_",
+    "copy_",
+}
 # Rough FLOPs per element for vector operators (per output element unless noted). None of
 # these comes near a GPU's vector peak; the figures only keep the model honest about them.
 _VECTOR_FLOPS_PER_ELEMENT = {
-    "native_batch_norm": 5, "cudnn_batch_norm": 5, "_native_batch_norm_legit": 5,
+    "native_batch_norm": 5,
+    "cudnn_batch_norm": 5,
+    "_native_batch_norm_legit": 5,
     "_native_batch_norm_legit_functional": 5,
-    "native_batch_norm_backward": 8, "cudnn_batch_norm_backward": 8,
-    "_log_softmax": 5, "_softmax": 5, "_log_softmax_backward_data": 3,
+    "native_batch_norm_backward": 8,
+    "cudnn_batch_norm_backward": 8,
+    "_log_softmax": 5,
+    "_softmax": 5,
+    "_log_softmax_backward_data": 3,
     "_softmax_backward_data": 3,
-    "_to_copy": 0, "clone": 0, "cat": 0, "copy_": 0, "slice_backward": 0,
+    "_to_copy": 0,
+    "clone": 0,
+    "cat": 0,
+    "copy_": 0,
+    "slice_backward": 0,
 }
 
 
@@ -90,8 +121,12 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def conv_flops(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
-               transposed: bool = False) -> int:
+def conv_flops(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    out_shape: Sequence[int],
+    transposed: bool = False,
+) -> int:
     """FLOPs (2 per multiply-add) of a convolution, grouped or not, any number of spatial dims.
 
     ``w_shape`` is the weight as PyTorch stores it: ``(C_out, C_in/groups, k...)`` for a
@@ -100,8 +135,10 @@ def conv_flops(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequen
     ``(C_out/groups) * prod(k)`` per *input* element.
     """
     if len(x_shape) != len(w_shape) or len(out_shape) != len(w_shape):
-        raise ValueError(f"input {tuple(x_shape)}, weight {tuple(w_shape)} and output "
-                         f"{tuple(out_shape)} must have the same number of dimensions")
+        raise ValueError(
+            f"input {tuple(x_shape)}, weight {tuple(w_shape)} and output "
+            f"{tuple(out_shape)} must have the same number of dimensions"
+        )
     per_element = math.prod(w_shape[1:])
     elements = math.prod(x_shape) if transposed else math.prod(out_shape)
     return 2 * elements * per_element
@@ -111,18 +148,19 @@ def conv_flops(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequen
 # one operator's cost
 # --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class OpCost:
     """One ATen operator of a traced step."""
 
-    phase: str            # "forward" or "backward"
-    scope: str            # qualified name of the innermost module (or LOSS, OUTSIDE...)
-    scope_type: str       # its class name
-    op: str               # ATen operator, e.g. "convolution"
-    dtype: str            # dtype it computes in: a convolution's input, else its output
-                          # ("float32", "float16", "bfloat16"; "none" for integer ops)
-    mma_flops: float      # FLOPs of convolutions / matrix products (tensor-core work)
-    other_flops: float    # rough FLOPs of vector work
+    phase: str  # "forward" or "backward"
+    scope: str  # qualified name of the innermost module (or LOSS, OUTSIDE...)
+    scope_type: str  # its class name
+    op: str  # ATen operator, e.g. "convolution"
+    dtype: str  # dtype it computes in: a convolution's input, else its output
+    # ("float32", "float16", "bfloat16"; "none" for integer ops)
+    mma_flops: float  # FLOPs of convolutions / matrix products (tensor-core work)
+    other_flops: float  # rough FLOPs of vector work
     read_bytes: float
     write_bytes: float
 
@@ -203,7 +241,9 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
         return None
     schema = func._schema
     returns_alias = [r.alias_info is not None for r in schema.returns]
-    mutates = [a.alias_info is not None and a.alias_info.is_write for a in schema.arguments]
+    mutates = [
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    ]
     if schema.returns and all(returns_alias) and not any(mutates):
         return None  # a view: shares its input's memory
     write_only = name in _WRITE_ONLY_OPS
@@ -233,6 +273,7 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
 # --------------------------------------------------------------------------------------------
 # tracing a step
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Range:
@@ -281,7 +322,9 @@ class _CostRecorder(TorchDispatchMode):
         seq = node._sequence_nr()
         best: _Range | None = None
         for r in self.ranges:
-            if r.start <= seq < r.end and (best is None or r.end - r.start < best.end - best.start):
+            if r.start <= seq < r.end and (
+                best is None or r.end - r.start < best.end - best.start
+            ):
                 best = r
         if best is None:
             return AUTOGRAD, node.name()
@@ -301,13 +344,20 @@ class _CostRecorder(TorchDispatchMode):
         if name not in _MMA_OPS:
             mma, other = 0.0, other + mma
         if self.phase == "forward":
-            scope, scope_type = (self.stack[-1][0], self.stack[-1][1]) if self.stack else (OUTSIDE, "-")
+            scope, scope_type = (
+                (self.stack[-1][0], self.stack[-1][1]) if self.stack else (OUTSIDE, "-")
+            )
         else:
             scope, scope_type = self._backward_scope()
         # The dtype an operator computes in: a convolution's input dtype, else its output's.
-        dtype = _compute_dtype(_tensors(args) if name in _MMA_OPS
-                               else _tensors(out) + _tensors((args, kwargs)))
-        self.ops.append(OpCost(self.phase, scope, scope_type, name, dtype, mma, other, *moved))
+        dtype = _compute_dtype(
+            _tensors(args)
+            if name in _MMA_OPS
+            else _tensors(out) + _tensors((args, kwargs))
+        )
+        self.ops.append(
+            OpCost(self.phase, scope, scope_type, name, dtype, mma, other, *moved)
+        )
         return out
 
 
@@ -323,9 +373,15 @@ class StepTrace:
     parameters: int
     ops: list[OpCost] = field(default_factory=list)
 
-    def select(self, phase: str | None = None, scope: str | None = None) -> list[OpCost]:
-        return [o for o in self.ops if (phase is None or o.phase == phase)
-                and (scope is None or o.scope == scope)]
+    def select(
+        self, phase: str | None = None, scope: str | None = None
+    ) -> list[OpCost]:
+        return [
+            o
+            for o in self.ops
+            if (phase is None or o.phase == phase)
+            and (scope is None or o.scope == scope)
+        ]
 
     def totals(self) -> dict[str, float]:
         """FLOPs and bytes of the step, forward and backward apart, and kernel counts."""
@@ -343,10 +399,19 @@ class StepTrace:
         return out
 
 
-def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
-               precision: str = "fp32", *, in_channels: int = 3, backward: bool = True,
-               loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
-               ignore_index: int = 255, device_type: str = "cpu") -> StepTrace:
+def trace_step(
+    model: nn.Module,
+    batch_size: int,
+    height: int,
+    width: int,
+    precision: str = "fp32",
+    *,
+    in_channels: int = 3,
+    backward: bool = True,
+    loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
+    ignore_index: int = 255,
+    device_type: str = "cpu",
+) -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators' costs.
 
     The input is ``batch_size x in_channels x height x width`` fp32 (as a DataLoader
@@ -365,54 +430,84 @@ def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
     if device_type == "cuda" and backward:
-        raise ValueError("a fake-CUDA trace cannot run backward (the autograd engine needs a GPU "
-                         "for CUDA tensors): pass backward=False, or trace on 'cpu'")
+        raise ValueError(
+            "a fake-CUDA trace cannot run backward (the autograd engine needs a GPU "
+            "for CUDA tensors): pass backward=False, or trace on 'cpu'"
+        )
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
-    for label, v in (("batch_size", batch_size), ("height", height), ("width", width),
-                     ("in_channels", in_channels)):
+    for label, v in (
+        ("batch_size", batch_size),
+        ("height", height),
+        ("width", width),
+        ("in_channels", in_channels),
+    ):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     if isinstance(loss, str) and loss not in ("cross_entropy", "sum"):
-        raise ValueError(f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function")
+        raise ValueError(
+            f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function"
+        )
     from torch.func import functional_call
-    from torch.nn.modules.module import (register_module_forward_hook,
-                                         register_module_forward_pre_hook)
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
 
     names = {id(m): (name or type(m).__name__) for name, m in model.named_modules()}
     recorder = _CostRecorder(names)
     autocast_dtype = AUTOCAST_DTYPES[precision]
     was_training = model.training
     model.train()
-    hooks = [register_module_forward_pre_hook(recorder.pre_hook),
-             register_module_forward_hook(recorder.post_hook, always_call=True)]
+    hooks = [
+        register_module_forward_pre_hook(recorder.pre_hook),
+        register_module_forward_hook(recorder.post_hook, always_call=True),
+    ]
     try:
         with _fake_region(device_type, autocast_dtype) as (device, autocast):
+
             def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
-                f = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+                f = torch.empty_strided(
+                    tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device
+                )
                 return f.requires_grad_(grad)
 
             state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
             state.update({n: fake(b, False) for n, b in model.named_buffers()})
-            x = torch.empty(batch_size, in_channels, height, width, dtype=torch.float32, device=device)
+            x = torch.empty(
+                batch_size,
+                in_channels,
+                height,
+                width,
+                dtype=torch.float32,
+                device=device,
+            )
             with recorder:
                 with autocast():
                     y = functional_call(model, state, (x,))
                     recorder.enter(LOSS, "loss")
                     if loss == "cross_entropy":
                         if y.dim() < 2:
-                            raise ValueError(f"cross_entropy needs N x C x ... logits; the model "
-                                             f"returned shape {tuple(y.shape)}")
-                        target = torch.zeros((y.shape[0], *y.shape[2:]), dtype=torch.long, device=device)
-                        value = nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
+                            raise ValueError(
+                                f"cross_entropy needs N x C x ... logits; the model "
+                                f"returned shape {tuple(y.shape)}"
+                            )
+                        target = torch.zeros(
+                            (y.shape[0], *y.shape[2:]), dtype=torch.long, device=device
+                        )
+                        value = nn.functional.cross_entropy(
+                            y, target, ignore_index=ignore_index
+                        )
                     elif loss == "sum":
                         value = y.float().sum()
                     else:
                         value = loss(y)
                     recorder.exit()
                 if backward and not value.requires_grad:
-                    raise ValueError("the loss does not depend on any trainable parameter: "
-                                     "nothing to trace backward (pass backward=False)")
+                    raise ValueError(
+                        "the loss does not depend on any trainable parameter: "
+                        "nothing to trace backward (pass backward=False)"
+                    )
                 if backward:  # outside autocast, as a training loop calls it
                     recorder.phase = "backward"
                     value.backward()
@@ -420,8 +515,15 @@ def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
         for h in hooks:
             h.remove()
         model.train(was_training)
-    return StepTrace(type(model).__name__, precision, batch_size, height, width,
-                     sum(p.numel() for p in model.parameters()), recorder.ops)
+    return StepTrace(
+        type(model).__name__,
+        precision,
+        batch_size,
+        height,
+        width,
+        sum(p.numel() for p in model.parameters()),
+        recorder.ops,
+    )
 
 
 @contextlib.contextmanager
@@ -439,10 +541,15 @@ def _fake_region(device_type: str, autocast_dtype: torch.dtype | None):
         if autocast_dtype is None:
             yield torch.device(device_type), contextlib.nullcontext
         else:
-            yield torch.device("cpu"), lambda: torch.autocast("cpu", dtype=autocast_dtype)
+            yield (
+                torch.device("cpu"),
+                lambda: torch.autocast("cpu", dtype=autocast_dtype),
+            )
 
 
-def optimizer_bytes(parameters: int, optimizer: str = "adam", amp: bool = False) -> float:
+def optimizer_bytes(
+    parameters: int, optimizer: str = "adam", amp: bool = False
+) -> float:
     """Bytes an optimizer step moves for ``parameters`` fp32 parameters (not traced).
 
     Adam reads parameter, gradient and both moments and writes parameter and moments
@@ -452,7 +559,9 @@ def optimizer_bytes(parameters: int, optimizer: str = "adam", amp: bool = False)
     """
     per = {"adam": 7, "adamw": 7, "sgd": 5}
     if optimizer not in per:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}")
+        raise ValueError(
+            f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}"
+        )
     if parameters < 0:
         raise ValueError(f"parameters must be >= 0, got {parameters}")
     return float(parameters * 4 * (per[optimizer] + (2 if amp else 0)))
@@ -461,6 +570,7 @@ def optimizer_bytes(parameters: int, optimizer: str = "adam", amp: bool = False)
 # --------------------------------------------------------------------------------------------
 # ceilings and the roofline
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Ceilings:
@@ -479,22 +589,32 @@ class Ceilings:
 
     def __post_init__(self):
         if not self.bandwidth_gbs or self.bandwidth_gbs <= 0:
-            raise ValueError(f"{self.name}: bandwidth_gbs must be positive, got {self.bandwidth_gbs}")
+            raise ValueError(
+                f"{self.name}: bandwidth_gbs must be positive, got {self.bandwidth_gbs}"
+            )
         if not self.vector_tflops or self.vector_tflops <= 0:
-            raise ValueError(f"{self.name}: vector_tflops must be positive, got {self.vector_tflops}")
+            raise ValueError(
+                f"{self.name}: vector_tflops must be positive, got {self.vector_tflops}"
+            )
         for k, v in self.mma_tflops.items():
             if v is None or v <= 0:
-                raise ValueError(f"{self.name}: mma peak for {k} must be positive, got {v}")
+                raise ValueError(
+                    f"{self.name}: mma peak for {k} must be positive, got {v}"
+                )
 
     def mma_peak(self, dtype: str) -> float:
         if dtype not in self.mma_tflops:
-            raise KeyError(f"{self.name} has no matrix peak for {dtype!r}; it has {sorted(self.mma_tflops)}")
+            raise KeyError(
+                f"{self.name} has no matrix peak for {dtype!r}; it has {sorted(self.mma_tflops)}"
+            )
         return self.mma_tflops[dtype]
 
     @property
     def ridge_point(self) -> dict[str, float]:
         """FLOPs per byte above which a matrix operator is compute-bound, per dtype."""
-        return {k: v * 1e12 / (self.bandwidth_gbs * 1e9) for k, v in self.mma_tflops.items()}
+        return {
+            k: v * 1e12 / (self.bandwidth_gbs * 1e9) for k, v in self.mma_tflops.items()
+        }
 
     @classmethod
     def from_device(cls, device: Any, tf32: bool = True) -> "Ceilings":
@@ -508,7 +628,9 @@ class Ceilings:
         fp32 = device.fp32_tflops
         tf32_peak = getattr(device, "tf32_tflops", None)
         mma = {"float32": tf32_peak if (tf32 and tf32_peak) else fp32}
-        notes = [f"fp32 convolutions at the {'TF32 tensor-core' if (tf32 and tf32_peak) else 'fp32'} peak"]
+        notes = [
+            f"fp32 convolutions at the {'TF32 tensor-core' if (tf32 and tf32_peak) else 'fp32'} peak"
+        ]
         fp16 = getattr(device, "fp16_tflops_fp32acc", None)
         if fp16:
             mma["float16"] = fp16
@@ -516,8 +638,13 @@ class Ceilings:
         if bf16:
             mma["bfloat16"] = bf16
         name = getattr(device, "name", None) or getattr(device, "key", "device")
-        return cls(name=str(name), mma_tflops=mma, vector_tflops=fp32,
-                   bandwidth_gbs=device.mem_bandwidth_gbs, notes="; ".join(notes))
+        return cls(
+            name=str(name),
+            mma_tflops=mma,
+            vector_tflops=fp32,
+            bandwidth_gbs=device.mem_bandwidth_gbs,
+            notes="; ".join(notes),
+        )
 
 
 @dataclass
@@ -572,7 +699,11 @@ class Prediction:
     def memory_bound_share(self) -> float:
         """Fraction of the predicted step spent in memory-bound operators."""
         total = sum(t.time_s for t in self.times)
-        return sum(t.time_s for t in self.times if t.bound == "memory") / total if total else 0.0
+        return (
+            sum(t.time_s for t in self.times if t.bound == "memory") / total
+            if total
+            else 0.0
+        )
 
     @property
     def max_images_per_s(self) -> float:
@@ -586,8 +717,10 @@ class Prediction:
     def step_at_efficiency(self, efficiency: float) -> float:
         """The step time if the kernels reach ``efficiency`` (0 < e <= 1) of the roofline."""
         if not 0 < efficiency <= 1:
-            raise ValueError(f"efficiency must be in (0, 1]: a fraction of the roofline, "
-                             f"got {efficiency}")
+            raise ValueError(
+                f"efficiency must be in (0, 1]: a fraction of the roofline, "
+                f"got {efficiency}"
+            )
         return self.min_step_s / efficiency
 
     def efficiency_of(self, measured_step_s: float) -> float:
@@ -605,10 +738,20 @@ class Prediction:
             o = t.op
             if phase is not None and o.phase != phase:
                 continue
-            r = rows.setdefault(o.scope, {"scope": o.scope, "type": o.scope_type,
-                                          "forward_flops": 0.0, "backward_flops": 0.0,
-                                          "forward_bytes": 0.0, "backward_bytes": 0.0,
-                                          "time_s": 0.0, "memory_bound_s": 0.0, "kernels": 0})
+            r = rows.setdefault(
+                o.scope,
+                {
+                    "scope": o.scope,
+                    "type": o.scope_type,
+                    "forward_flops": 0.0,
+                    "backward_flops": 0.0,
+                    "forward_bytes": 0.0,
+                    "backward_bytes": 0.0,
+                    "time_s": 0.0,
+                    "memory_bound_s": 0.0,
+                    "kernels": 0,
+                },
+            )
             r[f"{o.phase}_flops"] += o.flops
             r[f"{o.phase}_bytes"] += o.bytes
             r["time_s"] += t.time_s
@@ -620,34 +763,55 @@ class Prediction:
             nbytes = r["forward_bytes"] + r["backward_bytes"]
             r["flops"], r["bytes"] = flops, nbytes
             r["intensity"] = flops / nbytes if nbytes else math.inf
-            r["bound"] = "memory" if r["memory_bound_s"] >= 0.5 * r["time_s"] else "compute"
+            r["bound"] = (
+                "memory" if r["memory_bound_s"] >= 0.5 * r["time_s"] else "compute"
+            )
         return list(rows.values())
 
     def by_type(self) -> list[dict[str, Any]]:
         """``by_scope`` summed over module types (all Conv2d together...), largest time first."""
         agg: dict[str, dict[str, Any]] = {}
         for r in self.by_scope():
-            a = agg.setdefault(r["type"], {"type": r["type"], "modules": 0, "flops": 0.0,
-                                           "bytes": 0.0, "time_s": 0.0, "memory_bound_s": 0.0})
+            a = agg.setdefault(
+                r["type"],
+                {
+                    "type": r["type"],
+                    "modules": 0,
+                    "flops": 0.0,
+                    "bytes": 0.0,
+                    "time_s": 0.0,
+                    "memory_bound_s": 0.0,
+                },
+            )
             a["modules"] += 1
             for k in ("flops", "bytes", "time_s", "memory_bound_s"):
                 a[k] += r[k]
         rows = sorted(agg.values(), key=lambda a: -a["time_s"])
         for a in rows:
             a["intensity"] = a["flops"] / a["bytes"] if a["bytes"] else math.inf
-            a["bound"] = "memory" if a["memory_bound_s"] >= 0.5 * a["time_s"] else "compute"
+            a["bound"] = (
+                "memory" if a["memory_bound_s"] >= 0.5 * a["time_s"] else "compute"
+            )
         return rows
 
     def summary(self) -> dict[str, Any]:
         tot = self.trace.totals()
-        return {"model": self.trace.model, "precision": self.trace.precision,
-                "ceilings": self.ceilings.name, "batch_size": self.trace.batch_size,
-                "height": self.trace.height, "width": self.trace.width,
-                "gflops": tot["flops"] / 1e9, "gbytes": tot["bytes"] / 1e9,
-                "kernels": int(tot["kernels"]), "min_step_s": self.min_step_s,
-                "compute_only_s": self.compute_only_s, "memory_only_s": self.memory_only_s,
-                "memory_bound_share": self.memory_bound_share,
-                "max_images_per_s": self.max_images_per_s}
+        return {
+            "model": self.trace.model,
+            "precision": self.trace.precision,
+            "ceilings": self.ceilings.name,
+            "batch_size": self.trace.batch_size,
+            "height": self.trace.height,
+            "width": self.trace.width,
+            "gflops": tot["flops"] / 1e9,
+            "gbytes": tot["bytes"] / 1e9,
+            "kernels": int(tot["kernels"]),
+            "min_step_s": self.min_step_s,
+            "compute_only_s": self.compute_only_s,
+            "memory_only_s": self.memory_only_s,
+            "memory_bound_share": self.memory_bound_share,
+            "max_images_per_s": self.max_images_per_s,
+        }
 
 
 def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime:
@@ -663,8 +827,13 @@ def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime
     return OpTime(op, compute, memory, max(compute, memory, min_kernel_s))
 
 
-def predict(trace: StepTrace, ceilings: Ceilings, *, min_kernel_s: float = 0.0,
-            optimizer: str | None = "adam") -> Prediction:
+def predict(
+    trace: StepTrace,
+    ceilings: Ceilings,
+    *,
+    min_kernel_s: float = 0.0,
+    optimizer: str | None = "adam",
+) -> Prediction:
     """The roofline's lower bound on a traced step on ``ceilings`` (see ``Prediction``).
 
     ``min_kernel_s`` puts a floor under each operator (launch latency: a few microseconds
@@ -677,7 +846,9 @@ def predict(trace: StepTrace, ceilings: Ceilings, *, min_kernel_s: float = 0.0,
     opt_s = 0.0
     if optimizer is not None:
         amp = trace.precision == "amp-fp16"
-        opt_s = optimizer_bytes(trace.parameters, optimizer, amp) / (ceilings.bandwidth_gbs * 1e9)
+        opt_s = optimizer_bytes(trace.parameters, optimizer, amp) / (
+            ceilings.bandwidth_gbs * 1e9
+        )
     return Prediction(trace, ceilings, times, opt_s)
 
 
@@ -685,8 +856,10 @@ def predict(trace: StepTrace, ceilings: Ceilings, *, min_kernel_s: float = 0.0,
 # the input pipeline against the step: what bounds an epoch
 # --------------------------------------------------------------------------------------------
 
-def loader_images_per_s(load_s_per_image: float, workers: int, cores: int,
-                        reserved_cores: int = 1) -> float:
+
+def loader_images_per_s(
+    load_s_per_image: float, workers: int, cores: int, reserved_cores: int = 1
+) -> float:
     """Images per second a DataLoader can deliver, under a stated model.
 
     ``load_s_per_image`` is the CPU time to read, decode and transform one image in one
@@ -699,15 +872,22 @@ def loader_images_per_s(load_s_per_image: float, workers: int, cores: int,
     if load_s_per_image <= 0:
         raise ValueError(f"load_s_per_image must be positive, got {load_s_per_image}")
     if workers < 0 or cores < 1 or reserved_cores < 0:
-        raise ValueError(f"need workers >= 0, cores >= 1, reserved_cores >= 0; got "
-                         f"{workers}, {cores}, {reserved_cores}")
+        raise ValueError(
+            f"need workers >= 0, cores >= 1, reserved_cores >= 0; got "
+            f"{workers}, {cores}, {reserved_cores}"
+        )
     if workers == 0:
         return 1.0 / load_s_per_image
     return min(workers, max(cores - reserved_cores, 1)) / load_s_per_image
 
 
-def epoch_images_per_s(load_s_per_image: float, step_s_per_image: float, workers: int,
-                       cores: int, reserved_cores: int = 1) -> dict[str, Any]:
+def epoch_images_per_s(
+    load_s_per_image: float,
+    step_s_per_image: float,
+    workers: int,
+    cores: int,
+    reserved_cores: int = 1,
+) -> dict[str, Any]:
     """Images per second of a training epoch, and what bounds it.
 
     With ``workers=0`` loading and the step take turns (a loop that reads the loss back each
@@ -724,82 +904,105 @@ def epoch_images_per_s(load_s_per_image: float, step_s_per_image: float, workers
     else:
         rate = min(loader, compute)
         bound = "loader" if loader < compute else "step"
-    return {"images_per_s": rate, "loader_images_per_s": loader,
-            "step_images_per_s": compute, "bound": bound}
+    return {
+        "images_per_s": rate,
+        "loader_images_per_s": loader,
+        "step_images_per_s": compute,
+        "bound": bound,
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # the post's setting from its memory figures
 # --------------------------------------------------------------------------------------------
 
-def saved_bytes_line(model: nn.Module, precision: str, sizes: Sequence[tuple[int, int]],
-                     batch_size: int = 1) -> tuple[float, float]:
-    """``(fixed, per_pixel)``: the new bytes a forward pass saves for backward, as a line
-    in the pixels of a batch (``batch_size x height x width``), fitted through ``sizes``.
 
-    New bytes are ``SavedTensorMeter``'s total less the parameters saved by reference (they
-    cost nothing: they exist anyway); autocast's low-precision weight copies are new bytes
-    and make most of the fixed part. Measured on the CPU with real tensors; the CPU's
-    autocast makes ERFNet's dtypes the CUDA ones (see ``trace_step``).
-    """
-    from ampbook.memory import SavedTensorMeter
-
-    if precision not in AUTOCAST_DTYPES:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
-    if len(set(sizes)) < 2:
-        raise ValueError(f"a line needs two different sizes, got {list(sizes)}")
-    dtype = AUTOCAST_DTYPES[precision]
-    points = []
-    for h, w in sizes:
-        x = torch.randn(batch_size, 3, h, w)
-        with SavedTensorMeter(model=model) as meter:
-            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                model(x)
-        points.append((batch_size * h * w, meter.total_bytes - meter.parameter_bytes))
-    (p0, b0), (p1, b1) = points[0], points[-1]
-    slope = (b1 - b0) / (p1 - p0)
-    return b0 - slope * p0, slope
-
-
-def solve_pixels(fp32_line: tuple[float, float], amp_line: tuple[float, float],
-                 fp32_bytes: float, amp_bytes: float, slack: float = 1.0) -> dict[str, float]:
+def solve_pixels(
+    fp32_line, amp_line, fp32_bytes: float, amp_bytes: float, slack: float = 1.0
+) -> dict[str, float]:
     """The pixels per batch at which two reported memory figures agree with the model.
 
-    Model of a reported figure: ``fixed + slack * saved(pixels)``, where ``fixed`` (CUDA
-    context, cuDNN workspace, weights, gradients and optimizer state) is the same for both
-    runs and ``slack`` (>= 1) is the caching allocator's overhead on the activations. The
-    difference of the two figures then fixes the pixels; the fp32 figure fixes ``fixed``.
-    A negative ``fixed`` means no setting fits.
+    ``fp32_line`` and ``amp_line`` are ``ampbook.memory.Line`` fits of the new bytes saved
+    for backward against the pixels of a batch (the book's one memory definition). Model
+    of a reported figure: ``fixed + slack * line(pixels)``, where ``fixed`` (CUDA context,
+    cuDNN workspace, weights, gradients and optimizer state) is the same for both runs and
+    ``slack`` (>= 1) is the caching allocator's overhead on the activations. The difference
+    of the two figures then fixes the pixels; the fp32 figure fixes ``fixed``.
     """
     if slack < 1:
         raise ValueError(f"slack must be >= 1 (the allocator only adds), got {slack}")
-    per_pixel = slack * (fp32_line[1] - amp_line[1])
+    per_pixel = slack * (fp32_line.slope - amp_line.slope)
     if per_pixel <= 0:
-        raise ValueError("AMP saves no bytes per pixel under these lines: no setting fits")
-    pixels = (fp32_bytes - amp_bytes - slack * (fp32_line[0] - amp_line[0])) / per_pixel
+        raise ValueError(
+            "AMP saves no bytes per pixel under these lines: no setting fits"
+        )
+    pixels = (
+        fp32_bytes - amp_bytes - slack * (fp32_line.intercept - amp_line.intercept)
+    ) / per_pixel
     if pixels <= 0:
-        raise ValueError(f"the figures differ by {fp32_bytes - amp_bytes:.3g} bytes, less than "
-                         "AMP's fixed saving: no positive batch fits")
-    fp32_saved = fp32_line[0] + fp32_line[1] * pixels
-    return {"pixels": pixels, "fp32_saved_bytes": fp32_saved,
-            "amp_saved_bytes": amp_line[0] + amp_line[1] * pixels,
-            "fixed_bytes": fp32_bytes - slack * fp32_saved}
+        raise ValueError(
+            f"the figures differ by {fp32_bytes - amp_bytes:.3g} bytes, less than "
+            "AMP's fixed saving: no positive batch fits"
+        )
+    return {
+        "pixels": pixels,
+        "fp32_saved_bytes": fp32_line(pixels),
+        "amp_saved_bytes": amp_line(pixels),
+        "fixed_bytes": fp32_bytes - slack * fp32_line(pixels),
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # one-line verdicts for the conclusions that depend on the machine
 # --------------------------------------------------------------------------------------------
 
+
 def bound_verdict(min_s: float, measured_s: float, what: str = "the epoch") -> str:
     """Compare a roofline lower bound with a measured time, in one line."""
     if min_s <= 0 or measured_s <= 0:
         raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
     if min_s > measured_s:
-        return (f"The bound ({min_s:.3g} s) exceeds the measured {measured_s:.3g} s for "
-                f"{what}: the model's counts or ceilings are wrong for this run.")
-    return (f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for {what}: "
-            f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
-            "the bound alone does not say what set the pace.")
+        return (
+            f"The bound ({min_s:.3g} s) exceeds the measured {measured_s:.3g} s for "
+            f"{what}: the model's counts or ceilings are wrong for this run."
+        )
+    return (
+        f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for {what}: "
+        f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
+        "the bound alone does not say what set the pace."
+    )
+
+
+def range_verdict(low_s: float, high_s: float, measured_s: float, what: str) -> str:
+    """Whether a measured time lies in a modelled range ``[low_s, high_s]``, in one line."""
+    if not 0 < low_s <= high_s:
+        raise ValueError(f"need 0 < low_s <= high_s, got {low_s} and {high_s}")
+    span = f"{low_s:.3g} to {high_s:.3g} s"
+    if measured_s < low_s:
+        return f"{what} ({measured_s:.3g} s) is below the range ({span}): the bound is broken."
+    if measured_s <= high_s:
+        return (
+            f"{what} ({measured_s:.3g} s) lies inside the range ({span}): the GPU alone "
+            "could have taken that long, so the range does not decide."
+        )
+    return (
+        f"{what} ({measured_s:.3g} s) lies above the range ({span}): the GPU's kernels "
+        "alone would have been faster, so something else set the pace."
+    )
+
+
+def efficiency_range_verdict(
+    min_s: float, efficiencies: Sequence[float], measured_s: float, what: str
+) -> str:
+    """Turn a lower bound into a range with measured kernel efficiencies and hold a
+    measured time against it, in one line. Efficiencies above 1 (a bound that was not a
+    bound, from ceilings below the hardware's peaks) cannot widen the range and are left
+    out; with none left there is no range to give."""
+    usable = [e for e in efficiencies if 0 < e <= 1]
+    if not usable:
+        return (f"No measured efficiency at or below 1 ({len(efficiencies)} measured): "
+                f"the bound ({min_s:.3g} s) stays a bound, not a range.")
+    return range_verdict(min_s, min_s / min(usable), measured_s, what)
 
 
 def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
@@ -807,9 +1010,13 @@ def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
     if not ratios:
         raise ValueError("no speedups to read: time at least one round")
     lo, hi = min(ratios), max(ratios)
-    med = sorted(ratios)[len(ratios) // 2] if len(ratios) % 2 else (
-        sum(sorted(ratios)[len(ratios) // 2 - 1:len(ratios) // 2 + 1]) / 2)
-    spread = f"median {med:.2f}x, {len(ratios)} rounds from {lo:.2f}x to {hi:.2f}x"
+    med = (
+        sorted(ratios)[len(ratios) // 2]
+        if len(ratios) % 2
+        else (sum(sorted(ratios)[len(ratios) // 2 - 1 : len(ratios) // 2 + 1]) / 2)
+    )
+    n = len(ratios)
+    spread = f"median {med:.2f}x, {n} round{'s' if n != 1 else ''} from {lo:.2f}x to {hi:.2f}x"
     if hi < 1:
         return f"{name} was slower than fp32 in every round ({spread})."
     if lo > 1:
@@ -817,20 +1024,46 @@ def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
     return f"The rounds disagree ({spread}): no difference is resolved at this size."
 
 
-def pace_verdict(loader_images_per_s: float, step_images_per_s: float,
-                 where: str = "here") -> str:
+def lowp_verdict(
+    flags: Sequence[str], lowp_over_fp32: float, what: str = "bf16"
+) -> str:
+    """Whether this CPU's low-precision matmul is fast, in one line: ``flags`` are the
+    low-precision CPU flags it lists, ``lowp_over_fp32`` its measured rate over fp32's."""
+    if lowp_over_fp32 <= 0:
+        raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
+    listed = f"lists {', '.join(flags)}" if flags else "lists no bf16/fp16 units"
+    if lowp_over_fp32 >= 1:
+        return (
+            f"This CPU {listed}, and its {what} matmul runs at {lowp_over_fp32:.2f}x "
+            "fp32's rate: low precision can pay here."
+        )
+    return (
+        f"This CPU {listed}, yet its {what} matmul runs at {lowp_over_fp32:.2f}x fp32's "
+        "rate: PyTorch's kernels here do not use fast low-precision units, and AMP "
+        "costs time."
+    )
+
+
+def pace_verdict(
+    loader_images_per_s: float, step_images_per_s: float, where: str = "here"
+) -> str:
     """Which of the loader and the step sets an epoch's pace, in one line."""
     if loader_images_per_s <= 0 or step_images_per_s <= 0:
         raise ValueError("rates must be positive")
     if loader_images_per_s < step_images_per_s:
-        return (f"The loader sets the pace {where}: {loader_images_per_s:.3g} images/s "
-                f"against the step's {step_images_per_s:.3g}; a faster step gains nothing.")
-    return (f"The step sets the pace {where}: {step_images_per_s:.3g} images/s against the "
-            f"loader's {loader_images_per_s:.3g}; a faster step shortens the epoch.")
+        return (
+            f"The loader sets the pace {where}: {loader_images_per_s:.3g} images/s "
+            f"against the step's {step_images_per_s:.3g}; a faster step gains nothing."
+        )
+    return (
+        f"The step sets the pace {where}: {step_images_per_s:.3g} images/s against the "
+        f"loader's {loader_images_per_s:.3g}; a faster step shortens the epoch."
+    )
 
 
-def hypotheses_verdict(step_speedup: float, epoch_speedup: float,
-                       data_wait_share: float) -> str:
+def hypotheses_verdict(
+    step_speedup: float, epoch_speedup: float, data_wait_share: float
+) -> str:
     """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU pair.
 
     ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or the
@@ -841,16 +1074,25 @@ def hypotheses_verdict(step_speedup: float, epoch_speedup: float,
     """
     slow_step = step_speedup <= 1.05
     # the loader hides the step's difference: the epochs are closer to equal than the steps
-    loader = (data_wait_share >= 0.5
-              and abs(math.log(epoch_speedup)) < abs(math.log(step_speedup)))
+    loader = data_wait_share >= 0.5 and abs(math.log(epoch_speedup)) < abs(
+        math.log(step_speedup)
+    )
     if slow_step and loader:
-        return (f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's and the loader "
-                f"took {data_wait_share:.0%} of the loop.")
+        return (
+            f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's and the loader "
+            f"took {data_wait_share:.0%} of the loop."
+        )
     if slow_step:
-        return (f"(b) slow low-precision kernels: the AMP step alone ran at "
-                f"{step_speedup:.2f}x fp32's, and the loader took {data_wait_share:.0%}.")
+        return (
+            f"(b) slow low-precision kernels: the AMP step alone ran at "
+            f"{step_speedup:.2f}x fp32's, and the loader took {data_wait_share:.0%}."
+        )
     if loader:
-        return (f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the epoch "
-                f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} of the loop waiting for data.")
-    return (f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
-            f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} waiting for data.")
+        return (
+            f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the epoch "
+            f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} of the loop waiting for data."
+        )
+    return (
+        f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
+        f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} waiting for data."
+    )
