@@ -724,11 +724,11 @@ plt.show()
 # %%
 cpu, kw = pick_device("cpu"), {"min_time": 0.05, "max_time": 1.0}
 mm = {(dt, n): time_matmul(n, dtype=dt, device=cpu, **kw).tflops
-      for dt, n in (("fp32", 512), ("fp32", 1024), ("bf16", 512))}
-peak = max(mm[("fp32", 512)], mm[("fp32", 1024)])
+      for dt in ("fp32", "bf16") for n in (512, 1024)}
+peak, peak_bf16 = (max(mm[(dt, 512)], mm[(dt, 1024)]) for dt in ("fp32", "bf16"))
 bw = max(time_elementwise(n, "fp32", cpu, **kw).gbps for n in (2**16, 2**22))
-cpu_ceil = cm.Ceilings("this CPU, measured", {"float32": peak, "bfloat16":
-                       mm[("bf16", 512)] * peak / mm[("fp32", 512)]}, peak, bw)
+cpu_ceil = cm.Ceilings("this CPU, measured", {"float32": peak, "bfloat16": peak_bf16},
+                       peak, bw)
 here_ceil = cpu_ceil if device.type == "cpu" else ceilings_for(device)
 
 # %%
@@ -744,7 +744,7 @@ md_table(cpu_rows, ["precision", "fastest measured step (ms)", "bound (ms)",
 # %%
 lowp = {"amx_bf16", "avx512_bf16", "amx_fp16", "avx512_fp16"}
 flags = sorted(lowp & set(cpu_flags()))
-print(cm.lowp_verdict(flags, mm[("bf16", 512)] / mm[("fp32", 512)]))
+print(cm.lowp_verdict(flags, peak_bf16 / peak))
 print(cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3, "an fp32 step here"))
 eff_here = cpu_rows[0][3]
 glue("ch5_eff_here", eff_here, display=False)
