@@ -718,8 +718,9 @@ plt.show()
 # ## The model against this CPU
 #
 # The same bound holds on any device whose ceilings are known. This CPU's can be
-# measured (a matmul for the compute peak, a large addition for the bandwidth), and the
-# bound set against the timed steps above: the measured step must take at least the
+# measured (the faster of two matmuls for the compute peak, the faster of two additions,
+# one small enough for the cache, for the bandwidth; on a GPU the device table's), and
+# the bound set against the timed steps above: the measured step must take at least the
 # bound, and their ratio is the efficiency its kernels reached. The model also assumes
 # what GPUs have, low-precision units at least as fast as fp32's; a bf16 matmul timed
 # beside an fp32 one says whether this CPU's kernels have them.
