@@ -27,6 +27,7 @@ weights, and the cast cache that makes a weight used twice in one region cast on
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -419,6 +420,14 @@ _SKIP_FUNCS = {"__get__", "__set__", "size", "dim", "numel", "shape", "dtype", "
                "untyped_storage", "data_ptr", "is_leaf", "grad_fn", "item", "__bool__", "tolist"}
 
 
+def traced_call(func, out) -> str | None:
+    """The op name ``trace_ops`` records for a torch function call returning ``out``, or
+    None when it skips the call (attribute reads, hooks, calls with no floating output).
+    ``low_precision_calls`` and ``gradstats.emulate_fp16_grads`` count calls by this rule."""
+    name = getattr(func, "__name__", str(func))
+    return name if name not in _SKIP_FUNCS and _dtypes(out) else None
+
+
 class _OpRecorder(TorchFunctionMode):
     def __init__(self, stack: list[str], rows: list[dict]):
         super().__init__()
@@ -427,8 +436,8 @@ class _OpRecorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        name = getattr(func, "__name__", str(func))
-        if self.stack and name not in _SKIP_FUNCS and _dtypes(out):
+        name = traced_call(func, out)
+        if self.stack and name:
             self.rows.append({"module": self.stack[-1] if self.stack else "", "op": name,
                               "inputs": _dtypes(list(args) + list(kwargs.values())),
                               "output": _dtypes(out)})
@@ -463,6 +472,33 @@ def trace_ops(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype 
         for h in handles:
             h.remove()
     return rows
+
+
+def _traceable_copy(model: nn.Module, device_type: str, fake: bool) -> nn.Module:
+    # a real forward in training mode updates batch norm's running statistics: trace a copy
+    return model if fake else copy.deepcopy(model)
+
+
+def low_precision_layers(model: nn.Module, x, device_type: str = "cuda",
+                         dtype: torch.dtype | None = None) -> set[str]:
+    """Names of the leaf modules whose output is low precision under autocast (default: CUDA
+    fp16, on fake tensors without a GPU), in the model's current train/eval mode. Their
+    activation gradients are low precision in a real AMP backward; the others' are fp32."""
+    fake = device_type == "cuda" and cuda_is_fake()
+    rows = trace_layers(_traceable_copy(model, device_type, fake), x, device_type, dtype)
+    low = dtype_name(dtype or default_dtype(device_type))
+    return {r["name"] for r in rows if r["output"] and set(r["output"]) == {low}}
+
+
+def low_precision_calls(model: nn.Module, x, device_type: str = "cuda",
+                        dtype: torch.dtype | None = None) -> list[tuple[str, bool]]:
+    """``(op, output is low precision)`` for every call ``trace_ops`` records in one forward
+    under autocast (default: CUDA fp16), in call order: which tensors of the forward, and
+    so which gradients of the backward, a real AMP step holds in low precision."""
+    fake = device_type == "cuda" and cuda_is_fake()
+    rows = trace_ops(_traceable_copy(model, device_type, fake), x, device_type, dtype)
+    low = dtype_name(dtype or default_dtype(device_type))
+    return [(r["op"], set(r["output"]) == {low}) for r in rows]
 
 
 def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
@@ -561,25 +597,6 @@ def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
         g = "none" if p.grad is None else dtype_name(p.grad.dtype)
         out["grads"][g] = out["grads"].get(g, 0) + 1
     return out
-
-
-def saved_bytes(model: nn.Module, x: torch.Tensor, target: torch.Tensor, device_type: str,
-                dtype: torch.dtype | None = None, loss_fn: Callable | None = None) -> dict:
-    """Bytes autograd saves for backward in one forward (model + loss), by layer type and
-    dtype, with ``ampbook.memory.SavedTensorMeter``. ``dtype=None``: plain fp32 (no autocast);
-    else autocast in ``dtype``. The forward runs with gradients enabled, as in training; the
-    graph (and what it saved) is dropped afterwards without a backward."""
-    from ampbook.memory import SavedTensorMeter
-
-    loss_fn = loss_fn or F.cross_entropy
-    with SavedTensorMeter(model=model) as meter:
-        if dtype is None:
-            loss = loss_fn(model(x), target)
-        else:
-            with autocast_region(device_type, dtype):
-                loss = loss_fn(model(x), target)
-    del loss
-    return meter.summary()
 
 
 class _BackwardOps(TorchDispatchMode):

@@ -232,3 +232,28 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def step_rounds(configs: dict[str, TrainConfig], rounds: int = 5) -> dict[str, list[float]]:
+    """Runner step times of several configurations, taking turns round after round.
+
+    Each configuration gets its own model, optimizer and batch; one untimed warm-up round
+    runs first. Every round times one step of each configuration in turn, so a shared
+    machine's slow spells hit all of them alike; the per-round ratios then carry the
+    spread. Returns ``{name: [seconds per step, one per round]}``.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    steps = {}
+    for name, cfg in configs.items():
+        res = validate(cfg)
+        batch = _batches(cfg, res.device, 1)[0]
+        steps[name] = (build_training(cfg, res).step, batch, res.device)
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    for r in range(rounds + 1):
+        for name, (step, batch, dev) in steps.items():
+            t = benchmark(step, lambda b=batch: b, device=dev, warmup=0, repeats=1, number=1,
+                          min_time=0.0, buffers=1, check_inputs=False).median_s
+            if r:
+                times[name].append(t)
+    return times

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -69,21 +68,52 @@ AUTOGRAD = "(autograd engine)"
 # Operators whose FLOPs go to tensor cores (matrix units): convolutions and matrix products.
 _MMA_OPS = {"convolution", "convolution_backward", "mm", "addmm", "bmm", "baddbmm"}
 # Operators that only allocate or describe memory: no kernel, no bytes.
-_NO_DATA_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-                "_unsafe_view", "_reshape_alias", "lift_fresh", "set_", "resize_",
-                "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size"}
+_NO_DATA_OPS = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "_unsafe_view",
+    "_reshape_alias",
+    "lift_fresh",
+    "set_",
+    "resize_",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "is_same_size",
+}
 # In-place operators that overwrite their first argument without reading it.
-_WRITE_ONLY_OPS = {"bernoulli_", "fill_", "zero_", "uniform_", "normal_", "random_",
-                   "exponential_", "copy_"}
+_WRITE_ONLY_OPS = {
+    "bernoulli_",
+    "fill_",
+    "zero_",
+    "uniform_",
+    "normal_",
+    "random_",
+    "exponential_",
+    "copy_",
+}
 # Rough FLOPs per element for vector operators (per output element unless noted). None of
 # these comes near a GPU's vector peak; the figures only keep the model honest about them.
 _VECTOR_FLOPS_PER_ELEMENT = {
-    "native_batch_norm": 5, "cudnn_batch_norm": 5, "_native_batch_norm_legit": 5,
+    "native_batch_norm": 5,
+    "cudnn_batch_norm": 5,
+    "_native_batch_norm_legit": 5,
     "_native_batch_norm_legit_functional": 5,
-    "native_batch_norm_backward": 8, "cudnn_batch_norm_backward": 8,
-    "_log_softmax": 5, "_softmax": 5, "_log_softmax_backward_data": 3,
+    "native_batch_norm_backward": 8,
+    "cudnn_batch_norm_backward": 8,
+    "_log_softmax": 5,
+    "_softmax": 5,
+    "_log_softmax_backward_data": 3,
     "_softmax_backward_data": 3,
-    "_to_copy": 0, "clone": 0, "cat": 0, "copy_": 0, "slice_backward": 0,
+    "_to_copy": 0,
+    "clone": 0,
+    "cat": 0,
+    "copy_": 0,
+    "slice_backward": 0,
 }
 
 
@@ -91,8 +121,12 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def conv_flops(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequence[int],
-               transposed: bool = False) -> int:
+def conv_flops(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    out_shape: Sequence[int],
+    transposed: bool = False,
+) -> int:
     """FLOPs (2 per multiply-add) of a convolution, grouped or not, any number of spatial dims.
 
     ``w_shape`` is the weight as PyTorch stores it: ``(C_out, C_in/groups, k...)`` for a
@@ -101,8 +135,10 @@ def conv_flops(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequen
     ``(C_out/groups) * prod(k)`` per *input* element.
     """
     if len(x_shape) != len(w_shape) or len(out_shape) != len(w_shape):
-        raise ValueError(f"input {tuple(x_shape)}, weight {tuple(w_shape)} and output "
-                         f"{tuple(out_shape)} must have the same number of dimensions")
+        raise ValueError(
+            f"input {tuple(x_shape)}, weight {tuple(w_shape)} and output "
+            f"{tuple(out_shape)} must have the same number of dimensions"
+        )
     per_element = math.prod(w_shape[1:])
     elements = math.prod(x_shape) if transposed else math.prod(out_shape)
     return 2 * elements * per_element
@@ -112,18 +148,19 @@ def conv_flops(x_shape: Sequence[int], w_shape: Sequence[int], out_shape: Sequen
 # one operator's cost
 # --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class OpCost:
     """One ATen operator of a traced step."""
 
-    phase: str            # "forward" or "backward"
-    scope: str            # qualified name of the innermost module (or LOSS, OUTSIDE...)
-    scope_type: str       # its class name
-    op: str               # ATen operator, e.g. "convolution"
-    dtype: str            # dtype it computes in: a convolution's input, else its output
-                          # ("float32", "float16", "bfloat16"; "none" for integer ops)
-    mma_flops: float      # FLOPs of convolutions / matrix products (tensor-core work)
-    other_flops: float    # rough FLOPs of vector work
+    phase: str  # "forward" or "backward"
+    scope: str  # qualified name of the innermost module (or LOSS, OUTSIDE...)
+    scope_type: str  # its class name
+    op: str  # ATen operator, e.g. "convolution"
+    dtype: str  # dtype it computes in: a convolution's input, else its output
+    # ("float32", "float16", "bfloat16"; "none" for integer ops)
+    mma_flops: float  # FLOPs of convolutions / matrix products (tensor-core work)
+    other_flops: float  # rough FLOPs of vector work
     read_bytes: float
     write_bytes: float
 
@@ -204,7 +241,9 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
         return None
     schema = func._schema
     returns_alias = [r.alias_info is not None for r in schema.returns]
-    mutates = [a.alias_info is not None and a.alias_info.is_write for a in schema.arguments]
+    mutates = [
+        a.alias_info is not None and a.alias_info.is_write for a in schema.arguments
+    ]
     if schema.returns and all(returns_alias) and not any(mutates):
         return None  # a view: shares its input's memory
     write_only = name in _WRITE_ONLY_OPS
@@ -234,6 +273,7 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
 # --------------------------------------------------------------------------------------------
 # tracing a step
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Range:
@@ -282,7 +322,9 @@ class _CostRecorder(TorchDispatchMode):
         seq = node._sequence_nr()
         best: _Range | None = None
         for r in self.ranges:
-            if r.start <= seq < r.end and (best is None or r.end - r.start < best.end - best.start):
+            if r.start <= seq < r.end and (
+                best is None or r.end - r.start < best.end - best.start
+            ):
                 best = r
         if best is None:
             return AUTOGRAD, node.name()
@@ -302,13 +344,20 @@ class _CostRecorder(TorchDispatchMode):
         if name not in _MMA_OPS:
             mma, other = 0.0, other + mma
         if self.phase == "forward":
-            scope, scope_type = (self.stack[-1][0], self.stack[-1][1]) if self.stack else (OUTSIDE, "-")
+            scope, scope_type = (
+                (self.stack[-1][0], self.stack[-1][1]) if self.stack else (OUTSIDE, "-")
+            )
         else:
             scope, scope_type = self._backward_scope()
         # The dtype an operator computes in: a convolution's input dtype, else its output's.
-        dtype = _compute_dtype(_tensors(args) if name in _MMA_OPS
-                               else _tensors(out) + _tensors((args, kwargs)))
-        self.ops.append(OpCost(self.phase, scope, scope_type, name, dtype, mma, other, *moved))
+        dtype = _compute_dtype(
+            _tensors(args)
+            if name in _MMA_OPS
+            else _tensors(out) + _tensors((args, kwargs))
+        )
+        self.ops.append(
+            OpCost(self.phase, scope, scope_type, name, dtype, mma, other, *moved)
+        )
         return out
 
 
@@ -324,9 +373,15 @@ class StepTrace:
     parameters: int
     ops: list[OpCost] = field(default_factory=list)
 
-    def select(self, phase: str | None = None, scope: str | None = None) -> list[OpCost]:
-        return [o for o in self.ops if (phase is None or o.phase == phase)
-                and (scope is None or o.scope == scope)]
+    def select(
+        self, phase: str | None = None, scope: str | None = None
+    ) -> list[OpCost]:
+        return [
+            o
+            for o in self.ops
+            if (phase is None or o.phase == phase)
+            and (scope is None or o.scope == scope)
+        ]
 
     def totals(self) -> dict[str, float]:
         """FLOPs and bytes of the step, forward and backward apart, and kernel counts."""
@@ -343,21 +398,20 @@ class StepTrace:
         out["kernels"] = out["forward_kernels"] + out["backward_kernels"]
         return out
 
-    def by_op(self) -> dict[str, dict[str, float]]:
-        """FLOPs, bytes and count per ATen operator name."""
-        agg: dict[str, dict[str, float]] = defaultdict(lambda: {"count": 0, "flops": 0.0, "bytes": 0.0})
-        for o in self.ops:
-            a = agg[o.op]
-            a["count"] += 1
-            a["flops"] += o.flops
-            a["bytes"] += o.bytes
-        return dict(agg)
 
-
-def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
-               precision: str = "fp32", *, in_channels: int = 3, backward: bool = True,
-               loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
-               ignore_index: int = 255, device_type: str = "cpu") -> StepTrace:
+def trace_step(
+    model: nn.Module,
+    batch_size: int,
+    height: int,
+    width: int,
+    precision: str = "fp32",
+    *,
+    in_channels: int = 3,
+    backward: bool = True,
+    loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
+    ignore_index: int = 255,
+    device_type: str = "cpu",
+) -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators' costs.
 
     The input is ``batch_size x in_channels x height x width`` fp32 (as a DataLoader
@@ -376,54 +430,84 @@ def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
     if device_type == "cuda" and backward:
-        raise ValueError("a fake-CUDA trace cannot run backward (the autograd engine needs a GPU "
-                         "for CUDA tensors): pass backward=False, or trace on 'cpu'")
+        raise ValueError(
+            "a fake-CUDA trace cannot run backward (the autograd engine needs a GPU "
+            "for CUDA tensors): pass backward=False, or trace on 'cpu'"
+        )
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
-    for label, v in (("batch_size", batch_size), ("height", height), ("width", width),
-                     ("in_channels", in_channels)):
+    for label, v in (
+        ("batch_size", batch_size),
+        ("height", height),
+        ("width", width),
+        ("in_channels", in_channels),
+    ):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     if isinstance(loss, str) and loss not in ("cross_entropy", "sum"):
-        raise ValueError(f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function")
+        raise ValueError(
+            f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function"
+        )
     from torch.func import functional_call
-    from torch.nn.modules.module import (register_module_forward_hook,
-                                         register_module_forward_pre_hook)
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
 
     names = {id(m): (name or type(m).__name__) for name, m in model.named_modules()}
     recorder = _CostRecorder(names)
     autocast_dtype = AUTOCAST_DTYPES[precision]
     was_training = model.training
     model.train()
-    hooks = [register_module_forward_pre_hook(recorder.pre_hook),
-             register_module_forward_hook(recorder.post_hook, always_call=True)]
+    hooks = [
+        register_module_forward_pre_hook(recorder.pre_hook),
+        register_module_forward_hook(recorder.post_hook, always_call=True),
+    ]
     try:
         with _fake_region(device_type, autocast_dtype) as (device, autocast):
+
             def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
-                f = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+                f = torch.empty_strided(
+                    tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device
+                )
                 return f.requires_grad_(grad)
 
             state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
             state.update({n: fake(b, False) for n, b in model.named_buffers()})
-            x = torch.empty(batch_size, in_channels, height, width, dtype=torch.float32, device=device)
+            x = torch.empty(
+                batch_size,
+                in_channels,
+                height,
+                width,
+                dtype=torch.float32,
+                device=device,
+            )
             with recorder:
                 with autocast():
                     y = functional_call(model, state, (x,))
                     recorder.enter(LOSS, "loss")
                     if loss == "cross_entropy":
                         if y.dim() < 2:
-                            raise ValueError(f"cross_entropy needs N x C x ... logits; the model "
-                                             f"returned shape {tuple(y.shape)}")
-                        target = torch.zeros((y.shape[0], *y.shape[2:]), dtype=torch.long, device=device)
-                        value = nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
+                            raise ValueError(
+                                f"cross_entropy needs N x C x ... logits; the model "
+                                f"returned shape {tuple(y.shape)}"
+                            )
+                        target = torch.zeros(
+                            (y.shape[0], *y.shape[2:]), dtype=torch.long, device=device
+                        )
+                        value = nn.functional.cross_entropy(
+                            y, target, ignore_index=ignore_index
+                        )
                     elif loss == "sum":
                         value = y.float().sum()
                     else:
                         value = loss(y)
                     recorder.exit()
                 if backward and not value.requires_grad:
-                    raise ValueError("the loss does not depend on any trainable parameter: "
-                                     "nothing to trace backward (pass backward=False)")
+                    raise ValueError(
+                        "the loss does not depend on any trainable parameter: "
+                        "nothing to trace backward (pass backward=False)"
+                    )
                 if backward:  # outside autocast, as a training loop calls it
                     recorder.phase = "backward"
                     value.backward()
@@ -431,8 +515,15 @@ def trace_step(model: nn.Module, batch_size: int, height: int, width: int,
         for h in hooks:
             h.remove()
         model.train(was_training)
-    return StepTrace(type(model).__name__, precision, batch_size, height, width,
-                     sum(p.numel() for p in model.parameters()), recorder.ops)
+    return StepTrace(
+        type(model).__name__,
+        precision,
+        batch_size,
+        height,
+        width,
+        sum(p.numel() for p in model.parameters()),
+        recorder.ops,
+    )
 
 
 @contextlib.contextmanager
@@ -450,10 +541,15 @@ def _fake_region(device_type: str, autocast_dtype: torch.dtype | None):
         if autocast_dtype is None:
             yield torch.device(device_type), contextlib.nullcontext
         else:
-            yield torch.device("cpu"), lambda: torch.autocast("cpu", dtype=autocast_dtype)
+            yield (
+                torch.device("cpu"),
+                lambda: torch.autocast("cpu", dtype=autocast_dtype),
+            )
 
 
-def optimizer_bytes(parameters: int, optimizer: str = "adam", amp: bool = False) -> float:
+def optimizer_bytes(
+    parameters: int, optimizer: str = "adam", amp: bool = False
+) -> float:
     """Bytes an optimizer step moves for ``parameters`` fp32 parameters (not traced).
 
     Adam reads parameter, gradient and both moments and writes parameter and moments
@@ -463,7 +559,9 @@ def optimizer_bytes(parameters: int, optimizer: str = "adam", amp: bool = False)
     """
     per = {"adam": 7, "adamw": 7, "sgd": 5}
     if optimizer not in per:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}")
+        raise ValueError(
+            f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}"
+        )
     if parameters < 0:
         raise ValueError(f"parameters must be >= 0, got {parameters}")
     return float(parameters * 4 * (per[optimizer] + (2 if amp else 0)))
@@ -472,6 +570,7 @@ def optimizer_bytes(parameters: int, optimizer: str = "adam", amp: bool = False)
 # --------------------------------------------------------------------------------------------
 # ceilings and the roofline
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Ceilings:
@@ -490,22 +589,32 @@ class Ceilings:
 
     def __post_init__(self):
         if not self.bandwidth_gbs or self.bandwidth_gbs <= 0:
-            raise ValueError(f"{self.name}: bandwidth_gbs must be positive, got {self.bandwidth_gbs}")
+            raise ValueError(
+                f"{self.name}: bandwidth_gbs must be positive, got {self.bandwidth_gbs}"
+            )
         if not self.vector_tflops or self.vector_tflops <= 0:
-            raise ValueError(f"{self.name}: vector_tflops must be positive, got {self.vector_tflops}")
+            raise ValueError(
+                f"{self.name}: vector_tflops must be positive, got {self.vector_tflops}"
+            )
         for k, v in self.mma_tflops.items():
             if v is None or v <= 0:
-                raise ValueError(f"{self.name}: mma peak for {k} must be positive, got {v}")
+                raise ValueError(
+                    f"{self.name}: mma peak for {k} must be positive, got {v}"
+                )
 
     def mma_peak(self, dtype: str) -> float:
         if dtype not in self.mma_tflops:
-            raise KeyError(f"{self.name} has no matrix peak for {dtype!r}; it has {sorted(self.mma_tflops)}")
+            raise KeyError(
+                f"{self.name} has no matrix peak for {dtype!r}; it has {sorted(self.mma_tflops)}"
+            )
         return self.mma_tflops[dtype]
 
     @property
     def ridge_point(self) -> dict[str, float]:
         """FLOPs per byte above which a matrix operator is compute-bound, per dtype."""
-        return {k: v * 1e12 / (self.bandwidth_gbs * 1e9) for k, v in self.mma_tflops.items()}
+        return {
+            k: v * 1e12 / (self.bandwidth_gbs * 1e9) for k, v in self.mma_tflops.items()
+        }
 
     @classmethod
     def from_device(cls, device: Any, tf32: bool = True) -> "Ceilings":
@@ -519,7 +628,9 @@ class Ceilings:
         fp32 = device.fp32_tflops
         tf32_peak = getattr(device, "tf32_tflops", None)
         mma = {"float32": tf32_peak if (tf32 and tf32_peak) else fp32}
-        notes = [f"fp32 convolutions at the {'TF32 tensor-core' if (tf32 and tf32_peak) else 'fp32'} peak"]
+        notes = [
+            f"fp32 convolutions at the {'TF32 tensor-core' if (tf32 and tf32_peak) else 'fp32'} peak"
+        ]
         fp16 = getattr(device, "fp16_tflops_fp32acc", None)
         if fp16:
             mma["float16"] = fp16
@@ -527,8 +638,13 @@ class Ceilings:
         if bf16:
             mma["bfloat16"] = bf16
         name = getattr(device, "name", None) or getattr(device, "key", "device")
-        return cls(name=str(name), mma_tflops=mma, vector_tflops=fp32,
-                   bandwidth_gbs=device.mem_bandwidth_gbs, notes="; ".join(notes))
+        return cls(
+            name=str(name),
+            mma_tflops=mma,
+            vector_tflops=fp32,
+            bandwidth_gbs=device.mem_bandwidth_gbs,
+            notes="; ".join(notes),
+        )
 
 
 @dataclass
@@ -545,7 +661,14 @@ class OpTime:
 
 @dataclass
 class Prediction:
-    """A trace held against ceilings: per-operator times and the step's total."""
+    """A trace held against ceilings: per-operator times and the step's total.
+
+    Every time here is a **lower bound**: each operator runs at a peak no real kernel
+    exceeds, so a real step takes *at least* ``min_step_s``, and an epoch *at least*
+    ``min_epoch_s``; a device trains *at most* ``max_images_per_s``. Real kernels reach a
+    fraction of the roofline (``efficiency``): ``step_at_efficiency`` scales the bound by
+    it, and ``efficiency_of`` says what fraction a measured step reached.
+    """
 
     trace: StepTrace
     ceilings: Ceilings
@@ -553,8 +676,14 @@ class Prediction:
     optimizer_s: float = 0.0
 
     @property
-    def step_s(self) -> float:
+    def min_step_s(self) -> float:
+        """The least time a step can take on these ceilings (a lower bound)."""
         return sum(t.time_s for t in self.times) + self.optimizer_s
+
+    @property
+    def step_s(self) -> float:
+        """``min_step_s`` under its old name (``ampbook.layer_profile`` still reads it)."""
+        return self.min_step_s
 
     @property
     def compute_only_s(self) -> float:
@@ -570,15 +699,36 @@ class Prediction:
     def memory_bound_share(self) -> float:
         """Fraction of the predicted step spent in memory-bound operators."""
         total = sum(t.time_s for t in self.times)
-        return sum(t.time_s for t in self.times if t.bound == "memory") / total if total else 0.0
+        return (
+            sum(t.time_s for t in self.times if t.bound == "memory") / total
+            if total
+            else 0.0
+        )
 
     @property
-    def images_per_s(self) -> float:
-        return self.trace.batch_size / self.step_s
+    def max_images_per_s(self) -> float:
+        """The most images per second the device can train (an upper bound)."""
+        return self.trace.batch_size / self.min_step_s
 
-    def epoch_s(self, images: int) -> float:
-        """Predicted compute time of an epoch of ``images`` (full batches, last one partial)."""
-        return images / self.images_per_s
+    def min_epoch_s(self, images: int) -> float:
+        """The least compute time of an epoch of ``images`` (a lower bound)."""
+        return images / self.max_images_per_s
+
+    def step_at_efficiency(self, efficiency: float) -> float:
+        """The step time if the kernels reach ``efficiency`` (0 < e <= 1) of the roofline."""
+        if not 0 < efficiency <= 1:
+            raise ValueError(
+                f"efficiency must be in (0, 1]: a fraction of the roofline, "
+                f"got {efficiency}"
+            )
+        return self.min_step_s / efficiency
+
+    def efficiency_of(self, measured_step_s: float) -> float:
+        """The fraction of the roofline a measured step reached: ``min_step_s / measured``.
+        Above 1 means the bound was not a bound (wrong ceilings or wrong counts)."""
+        if measured_step_s <= 0:
+            raise ValueError(f"measured_step_s must be positive, got {measured_step_s}")
+        return self.min_step_s / measured_step_s
 
     def by_scope(self, phase: str | None = None) -> list[dict[str, Any]]:
         """Per module (in order of first appearance): FLOPs, bytes and time, forward and
@@ -588,10 +738,20 @@ class Prediction:
             o = t.op
             if phase is not None and o.phase != phase:
                 continue
-            r = rows.setdefault(o.scope, {"scope": o.scope, "type": o.scope_type,
-                                          "forward_flops": 0.0, "backward_flops": 0.0,
-                                          "forward_bytes": 0.0, "backward_bytes": 0.0,
-                                          "time_s": 0.0, "memory_bound_s": 0.0, "kernels": 0})
+            r = rows.setdefault(
+                o.scope,
+                {
+                    "scope": o.scope,
+                    "type": o.scope_type,
+                    "forward_flops": 0.0,
+                    "backward_flops": 0.0,
+                    "forward_bytes": 0.0,
+                    "backward_bytes": 0.0,
+                    "time_s": 0.0,
+                    "memory_bound_s": 0.0,
+                    "kernels": 0,
+                },
+            )
             r[f"{o.phase}_flops"] += o.flops
             r[f"{o.phase}_bytes"] += o.bytes
             r["time_s"] += t.time_s
@@ -603,37 +763,63 @@ class Prediction:
             nbytes = r["forward_bytes"] + r["backward_bytes"]
             r["flops"], r["bytes"] = flops, nbytes
             r["intensity"] = flops / nbytes if nbytes else math.inf
-            r["bound"] = "memory" if r["memory_bound_s"] >= 0.5 * r["time_s"] else "compute"
+            r["bound"] = (
+                "memory" if r["memory_bound_s"] >= 0.5 * r["time_s"] else "compute"
+            )
         return list(rows.values())
 
     def by_type(self) -> list[dict[str, Any]]:
         """``by_scope`` summed over module types (all Conv2d together...), largest time first."""
         agg: dict[str, dict[str, Any]] = {}
         for r in self.by_scope():
-            a = agg.setdefault(r["type"], {"type": r["type"], "modules": 0, "flops": 0.0,
-                                           "bytes": 0.0, "time_s": 0.0, "memory_bound_s": 0.0})
+            a = agg.setdefault(
+                r["type"],
+                {
+                    "type": r["type"],
+                    "modules": 0,
+                    "flops": 0.0,
+                    "bytes": 0.0,
+                    "time_s": 0.0,
+                    "memory_bound_s": 0.0,
+                },
+            )
             a["modules"] += 1
             for k in ("flops", "bytes", "time_s", "memory_bound_s"):
                 a[k] += r[k]
         rows = sorted(agg.values(), key=lambda a: -a["time_s"])
         for a in rows:
             a["intensity"] = a["flops"] / a["bytes"] if a["bytes"] else math.inf
-            a["bound"] = "memory" if a["memory_bound_s"] >= 0.5 * a["time_s"] else "compute"
+            a["bound"] = (
+                "memory" if a["memory_bound_s"] >= 0.5 * a["time_s"] else "compute"
+            )
         return rows
 
     def summary(self) -> dict[str, Any]:
         tot = self.trace.totals()
-        return {"model": self.trace.model, "precision": self.trace.precision,
-                "ceilings": self.ceilings.name, "batch_size": self.trace.batch_size,
-                "height": self.trace.height, "width": self.trace.width,
-                "gflops": tot["flops"] / 1e9, "gbytes": tot["bytes"] / 1e9,
-                "kernels": int(tot["kernels"]), "step_s": self.step_s,
-                "compute_only_s": self.compute_only_s, "memory_only_s": self.memory_only_s,
-                "memory_bound_share": self.memory_bound_share, "images_per_s": self.images_per_s}
+        return {
+            "model": self.trace.model,
+            "precision": self.trace.precision,
+            "ceilings": self.ceilings.name,
+            "batch_size": self.trace.batch_size,
+            "height": self.trace.height,
+            "width": self.trace.width,
+            "gflops": tot["flops"] / 1e9,
+            "gbytes": tot["bytes"] / 1e9,
+            "kernels": int(tot["kernels"]),
+            "min_step_s": self.min_step_s,
+            "compute_only_s": self.compute_only_s,
+            "memory_only_s": self.memory_only_s,
+            "memory_bound_share": self.memory_bound_share,
+            "max_images_per_s": self.max_images_per_s,
+        }
 
 
 def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime:
-    """One operator on the roofline: ``max(compute, memory)`` (and at least ``min_kernel_s``)."""
+    """One operator on the roofline: the least time it can take.
+
+    An operator cannot finish before its FLOPs are done at the peak for its dtype nor
+    before its bytes have moved at the bandwidth, so its time is at least the larger of
+    the two (and at least ``min_kernel_s``, a launch's latency, when given)."""
     compute = op.other_flops / (ceilings.vector_tflops * 1e12)
     if op.mma_flops:
         compute += op.mma_flops / (ceilings.mma_peak(op.dtype) * 1e12)
@@ -641,9 +827,14 @@ def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime
     return OpTime(op, compute, memory, max(compute, memory, min_kernel_s))
 
 
-def predict(trace: StepTrace, ceilings: Ceilings, *, min_kernel_s: float = 0.0,
-            optimizer: str | None = "adam") -> Prediction:
-    """The roofline prediction of a traced step on ``ceilings``.
+def predict(
+    trace: StepTrace,
+    ceilings: Ceilings,
+    *,
+    min_kernel_s: float = 0.0,
+    optimizer: str | None = "adam",
+) -> Prediction:
+    """The roofline's lower bound on a traced step on ``ceilings`` (see ``Prediction``).
 
     ``min_kernel_s`` puts a floor under each operator (launch latency: a few microseconds
     on a GPU); ``optimizer`` adds ``optimizer_bytes`` at the memory bandwidth (None: leave
@@ -655,29 +846,20 @@ def predict(trace: StepTrace, ceilings: Ceilings, *, min_kernel_s: float = 0.0,
     opt_s = 0.0
     if optimizer is not None:
         amp = trace.precision == "amp-fp16"
-        opt_s = optimizer_bytes(trace.parameters, optimizer, amp) / (ceilings.bandwidth_gbs * 1e9)
+        opt_s = optimizer_bytes(trace.parameters, optimizer, amp) / (
+            ceilings.bandwidth_gbs * 1e9
+        )
     return Prediction(trace, ceilings, times, opt_s)
-
-
-def predict_step(model: nn.Module, ceilings: Ceilings, batch_size: int, height: int,
-                 width: int, precision: str = "fp32", **kwargs) -> Prediction:
-    """``trace_step`` then ``predict`` in one call (kwargs go to ``predict``)."""
-    return predict(trace_step(model, batch_size, height, width, precision), ceilings, **kwargs)
-
-
-def compare(model: nn.Module, ceilings: Ceilings, batch_size: int, height: int, width: int,
-            precisions: Sequence[str] = ("fp32", "amp-fp16"), **kwargs) -> dict[str, Prediction]:
-    """Predictions of the same step in several precisions, keyed by precision."""
-    return {p: predict_step(model, ceilings, batch_size, height, width, p, **kwargs)
-            for p in precisions}
 
 
 # --------------------------------------------------------------------------------------------
 # the input pipeline against the step: what bounds an epoch
 # --------------------------------------------------------------------------------------------
 
-def loader_images_per_s(load_s_per_image: float, workers: int, cores: int,
-                        reserved_cores: int = 1) -> float:
+
+def loader_images_per_s(
+    load_s_per_image: float, workers: int, cores: int, reserved_cores: int = 1
+) -> float:
     """Images per second a DataLoader can deliver, under a stated model.
 
     ``load_s_per_image`` is the CPU time to read, decode and transform one image in one
@@ -690,15 +872,22 @@ def loader_images_per_s(load_s_per_image: float, workers: int, cores: int,
     if load_s_per_image <= 0:
         raise ValueError(f"load_s_per_image must be positive, got {load_s_per_image}")
     if workers < 0 or cores < 1 or reserved_cores < 0:
-        raise ValueError(f"need workers >= 0, cores >= 1, reserved_cores >= 0; got "
-                         f"{workers}, {cores}, {reserved_cores}")
+        raise ValueError(
+            f"need workers >= 0, cores >= 1, reserved_cores >= 0; got "
+            f"{workers}, {cores}, {reserved_cores}"
+        )
     if workers == 0:
         return 1.0 / load_s_per_image
     return min(workers, max(cores - reserved_cores, 1)) / load_s_per_image
 
 
-def epoch_images_per_s(load_s_per_image: float, step_s_per_image: float, workers: int,
-                       cores: int, reserved_cores: int = 1) -> dict[str, Any]:
+def epoch_images_per_s(
+    load_s_per_image: float,
+    step_s_per_image: float,
+    workers: int,
+    cores: int,
+    reserved_cores: int = 1,
+) -> dict[str, Any]:
     """Images per second of a training epoch, and what bounds it.
 
     With ``workers=0`` loading and the step take turns (a loop that reads the loss back each
@@ -715,5 +904,195 @@ def epoch_images_per_s(load_s_per_image: float, step_s_per_image: float, workers
     else:
         rate = min(loader, compute)
         bound = "loader" if loader < compute else "step"
-    return {"images_per_s": rate, "loader_images_per_s": loader,
-            "step_images_per_s": compute, "bound": bound}
+    return {
+        "images_per_s": rate,
+        "loader_images_per_s": loader,
+        "step_images_per_s": compute,
+        "bound": bound,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the post's setting from its memory figures
+# --------------------------------------------------------------------------------------------
+
+
+def solve_pixels(
+    fp32_line, amp_line, fp32_bytes: float, amp_bytes: float, slack: float = 1.0
+) -> dict[str, float]:
+    """The pixels per batch at which two reported memory figures agree with the model.
+
+    ``fp32_line`` and ``amp_line`` are ``ampbook.memory.Line`` fits of the new bytes saved
+    for backward against the pixels of a batch (the book's one memory definition). Model
+    of a reported figure: ``fixed + slack * line(pixels)``, where ``fixed`` (CUDA context,
+    cuDNN workspace, weights, gradients and optimizer state) is the same for both runs and
+    ``slack`` (>= 1) is the caching allocator's overhead on the activations. The difference
+    of the two figures then fixes the pixels; the fp32 figure fixes ``fixed``.
+    """
+    if slack < 1:
+        raise ValueError(f"slack must be >= 1 (the allocator only adds), got {slack}")
+    per_pixel = slack * (fp32_line.slope - amp_line.slope)
+    if per_pixel <= 0:
+        raise ValueError(
+            "AMP saves no bytes per pixel under these lines: no setting fits"
+        )
+    pixels = (
+        fp32_bytes - amp_bytes - slack * (fp32_line.intercept - amp_line.intercept)
+    ) / per_pixel
+    if pixels <= 0:
+        raise ValueError(
+            f"the figures differ by {fp32_bytes - amp_bytes:.3g} bytes, less than "
+            "AMP's fixed saving: no positive batch fits"
+        )
+    return {
+        "pixels": pixels,
+        "fp32_saved_bytes": fp32_line(pixels),
+        "amp_saved_bytes": amp_line(pixels),
+        "fixed_bytes": fp32_bytes - slack * fp32_line(pixels),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# one-line verdicts for the conclusions that depend on the machine
+# --------------------------------------------------------------------------------------------
+
+
+def bound_verdict(min_s: float, measured_s: float, what: str = "the epoch") -> str:
+    """Compare a roofline lower bound with a measured time, in one line."""
+    if min_s <= 0 or measured_s <= 0:
+        raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
+    if min_s > measured_s:
+        return (
+            f"The bound ({min_s:.3g} s) exceeds the measured {measured_s:.3g} s for "
+            f"{what}: the model's counts or ceilings are wrong for this run."
+        )
+    return (
+        f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for {what}: "
+        f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
+        "the bound alone does not say what set the pace."
+    )
+
+
+def range_verdict(low_s: float, high_s: float, measured_s: float, what: str) -> str:
+    """Whether a measured time lies in a modelled range ``[low_s, high_s]``, in one line."""
+    if not 0 < low_s <= high_s:
+        raise ValueError(f"need 0 < low_s <= high_s, got {low_s} and {high_s}")
+    span = f"{low_s:.3g} to {high_s:.3g} s"
+    if measured_s < low_s:
+        return f"{what} ({measured_s:.3g} s) is below the range ({span}): the bound is broken."
+    if measured_s <= high_s:
+        return (
+            f"{what} ({measured_s:.3g} s) lies inside the range ({span}): the GPU alone "
+            "could have taken that long, so the range does not decide."
+        )
+    return (
+        f"{what} ({measured_s:.3g} s) lies above the range ({span}): the GPU's kernels "
+        "alone would have been faster, so something else set the pace."
+    )
+
+
+def efficiency_range_verdict(
+    min_s: float, efficiencies: Sequence[float], measured_s: float, what: str
+) -> str:
+    """Turn a lower bound into a range with measured kernel efficiencies and hold a
+    measured time against it, in one line. Efficiencies above 1 (a bound that was not a
+    bound, from ceilings below the hardware's peaks) cannot widen the range and are left
+    out; with none left there is no range to give."""
+    usable = [e for e in efficiencies if 0 < e <= 1]
+    if not usable:
+        return (f"No measured efficiency at or below 1 ({len(efficiencies)} measured): "
+                f"the bound ({min_s:.3g} s) stays a bound, not a range.")
+    return range_verdict(min_s, min_s / min(usable), measured_s, what)
+
+
+def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
+    """Read repeated speedups (fp32 time / other time, one per round) in one line."""
+    if not ratios:
+        raise ValueError("no speedups to read: time at least one round")
+    lo, hi = min(ratios), max(ratios)
+    med = (
+        sorted(ratios)[len(ratios) // 2]
+        if len(ratios) % 2
+        else (sum(sorted(ratios)[len(ratios) // 2 - 1 : len(ratios) // 2 + 1]) / 2)
+    )
+    n = len(ratios)
+    spread = f"median {med:.2f}x, {n} round{'s' if n != 1 else ''} from {lo:.2f}x to {hi:.2f}x"
+    if hi < 1:
+        return f"{name} was slower than fp32 in every round ({spread})."
+    if lo > 1:
+        return f"{name} was faster than fp32 in every round ({spread})."
+    return f"The rounds disagree ({spread}): no difference is resolved at this size."
+
+
+def lowp_verdict(
+    flags: Sequence[str], lowp_over_fp32: float, what: str = "bf16"
+) -> str:
+    """Whether this CPU's low-precision matmul is fast, in one line: ``flags`` are the
+    low-precision CPU flags it lists, ``lowp_over_fp32`` its measured rate over fp32's."""
+    if lowp_over_fp32 <= 0:
+        raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
+    listed = f"lists {', '.join(flags)}" if flags else "lists no bf16/fp16 units"
+    if lowp_over_fp32 >= 1:
+        return (
+            f"This CPU {listed}, and its {what} matmul runs at {lowp_over_fp32:.2f}x "
+            "fp32's rate: low precision can pay here."
+        )
+    return (
+        f"This CPU {listed}, yet its {what} matmul runs at {lowp_over_fp32:.2f}x fp32's "
+        "rate: PyTorch's kernels here do not use fast low-precision units, and AMP "
+        "costs time."
+    )
+
+
+def pace_verdict(
+    loader_images_per_s: float, step_images_per_s: float, where: str = "here"
+) -> str:
+    """Which of the loader and the step sets an epoch's pace, in one line."""
+    if loader_images_per_s <= 0 or step_images_per_s <= 0:
+        raise ValueError("rates must be positive")
+    if loader_images_per_s < step_images_per_s:
+        return (
+            f"The loader sets the pace {where}: {loader_images_per_s:.3g} images/s "
+            f"against the step's {step_images_per_s:.3g}; a faster step gains nothing."
+        )
+    return (
+        f"The step sets the pace {where}: {step_images_per_s:.3g} images/s against the "
+        f"loader's {loader_images_per_s:.3g}; a faster step shortens the epoch."
+    )
+
+
+def hypotheses_verdict(
+    step_speedup: float, epoch_speedup: float, data_wait_share: float
+) -> str:
+    """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU pair.
+
+    ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or the
+    step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``: the
+    AMP run's time waiting for data over its waiting plus stepping. (a) the loader bounds
+    the epoch: the wait is large and the epochs are closer to equal than the steps.
+    (b) slow fp16 kernels: the AMP step itself is no faster than fp32's (within 5%).
+    """
+    slow_step = step_speedup <= 1.05
+    # the loader hides the step's difference: the epochs are closer to equal than the steps
+    loader = data_wait_share >= 0.5 and abs(math.log(epoch_speedup)) < abs(
+        math.log(step_speedup)
+    )
+    if slow_step and loader:
+        return (
+            f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's and the loader "
+            f"took {data_wait_share:.0%} of the loop."
+        )
+    if slow_step:
+        return (
+            f"(b) slow low-precision kernels: the AMP step alone ran at "
+            f"{step_speedup:.2f}x fp32's, and the loader took {data_wait_share:.0%}."
+        )
+    if loader:
+        return (
+            f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the epoch "
+            f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} of the loop waiting for data."
+        )
+    return (
+        f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
+        f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} waiting for data."
+    )

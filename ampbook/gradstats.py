@@ -39,6 +39,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ampbook.autocast_trace import traced_call
 from ampbook.formats import FORMATS, round_to
 from ampbook.timing import benchmark
 
@@ -191,10 +192,16 @@ class GradientRecorder:
     by the type of the layer owning the parameter). Run several batches to accumulate.
 
     The loss must not be scaled: the recorder applies each scale itself.
+
+    ``low_precision`` (a set of leaf-module names, ``autocast_trace.low_precision_layers``):
+    only the outputs of those layers are low precision in a real AMP step, so only their
+    gradients count as ``"activation"``; the others' go to ``"activation-fp32"``.
     """
 
-    def __init__(self, model: nn.Module, scales: Iterable[float] = SCALES):
+    def __init__(self, model: nn.Module, scales: Iterable[float] = SCALES,
+                 low_precision: set[str] | None = None):
         self.model = model
+        self.low_precision = low_precision
         self.scales = tuple(_check_scale(s) for s in scales)
         if not self.scales:
             raise ValueError("give at least one loss scale")
@@ -210,17 +217,20 @@ class GradientRecorder:
     def record(self, kind: str, layer_type: str, g: torch.Tensor) -> None:
         self._group(kind, layer_type).add(g)
 
-    def _forward_hook(self, module, args, output):
+    def _forward_hook(self, name, module, args, output):
         layer_type = type(module).__name__
+        low = self.low_precision is None or name in self.low_precision
+        kind = "activation" if low else "activation-fp32"
         outs = output if isinstance(output, (tuple, list)) else (output,)
         for t in outs:
             if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad:
-                t.register_hook(lambda g, lt=layer_type: self.record("activation", lt, g))
+                t.register_hook(lambda g, lt=layer_type: self.record(kind, lt, g))
 
     def __enter__(self) -> "GradientRecorder":
-        for m in self.model.modules():
+        for name, m in self.model.named_modules():
             if not list(m.children()):
-                self._handles.append(m.register_forward_hook(self._forward_hook))
+                hook = functools.partial(self._forward_hook, name)
+                self._handles.append(m.register_forward_hook(hook))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -284,13 +294,14 @@ class GradientRecorder:
 
 def capture_gradients(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
                       loss_fn: Callable | None = None, scales: Iterable[float] = SCALES,
-                      device: torch.device | str | None = None) -> GradientRecorder:
+                      device: torch.device | str | None = None,
+                      low_precision: set[str] | None = None) -> GradientRecorder:
     """Forward and backward ``model`` in fp32 over ``batches`` of (input, target), recording
-    activation and weight gradients. The model's weights do not change (no optimizer step);
-    its gradients are cleared afterwards."""
+    activation and weight gradients (``low_precision``: see ``GradientRecorder``). The
+    model's weights do not change (no optimizer step); its gradients are cleared after."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    rec = GradientRecorder(model, scales)
+    rec = GradientRecorder(model, scales, low_precision)
     seen = 0
     for x, y in batches:
         model.zero_grad(set_to_none=True)
@@ -347,15 +358,33 @@ def _to_fp16_grid(g: torch.Tensor) -> torch.Tensor:
 
 class _RoundOutputs(TorchFunctionMode):
     """Registers a rounding hook on every floating tensor that needs a gradient and that a
-    torch function returns inside the mode."""
+    torch function returns inside the mode (with ``calls``: only on the outputs of the calls
+    marked low precision, matched in call order)."""
 
     def __init__(self, emulation: "emulate_fp16_grads"):
         super().__init__()
         self.emulation = emulation
+        self.k = 0
+
+    def _low(self, func, out) -> bool:
+        calls = self.emulation.calls
+        if calls is None:
+            return True
+        name = traced_call(func, out)
+        if name is None:
+            return False
+        if self.k >= len(calls) or calls[self.k][0] != name:
+            got = calls[self.k][0] if self.k < len(calls) else "the end of the trace"
+            raise RuntimeError(f"emulate_fp16_grads: call {self.k} of the forward is {name}, "
+                               f"the autocast trace has {got}: trace the same model and mode")
+        self.k += 1
+        return calls[self.k - 1][1]
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if not self._low(func, out):
+            return out
         outs = out if isinstance(out, (tuple, list)) else (out,)
         inputs = [*args, *kwargs.values()]
         for t in outs:
@@ -377,11 +406,19 @@ class emulate_fp16_grads:
     flush to 0, values from 65520 up become inf, everything else lands on fp16's grid.
     ``emu.counter`` counts what the rounding did; ``emu.remove()`` takes the weight hooks off.
     Scale the loss outside as usual: the rounding sees the scaled gradients, as fp16 does.
+
+    ``calls`` (``autocast_trace.low_precision_calls``) rounds only the gradients that a real
+    autocast step holds in fp16: the outputs of the calls marked low precision. Without it
+    every gradient is rounded, including those autocast keeps in fp32 (ERFNet's residual
+    stream in the encoder), which overstates what fp16 loses.
     """
 
-    def __init__(self, model: nn.Module, round_fn: Callable[[torch.Tensor], torch.Tensor] = _to_fp16_grid):
+    def __init__(self, model: nn.Module,
+                 round_fn: Callable[[torch.Tensor], torch.Tensor] = _to_fp16_grid,
+                 calls: list[tuple[str, bool]] | None = None):
         self.model = model
         self.round_fn = round_fn
+        self.calls = calls
         self.counter = RoundingCounter()
         self.weight_counter = RoundingCounter()
         self._mode: _RoundOutputs | None = None
@@ -449,7 +486,8 @@ def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch
                        regime: str, *, scale: float = 8.0, fp16: str = "emulate",
                        lr: float = 5e-4, init_scale: float | None = None,
                        growth_interval: int | None = None, loss_fn: Callable | None = None,
-                       device: torch.device | str = "cpu", label: str | None = None) -> ScalingRun:
+                       device: torch.device | str = "cpu", label: str | None = None,
+                       fp16_calls: list[tuple[str, bool]] | None = None) -> ScalingRun:
     """Train ``model`` (in place) one optimizer step per batch with fp16 gradients and:
 
     * ``regime="none"``: the plain loss; underflowing gradients are lost, overflowing ones
@@ -460,7 +498,8 @@ def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch
       else its defaults): skips steps with inf/NaN gradients and halves the scale, doubles it
       after ``growth_interval`` clean steps.
 
-    ``fp16="emulate"``: fp32 arithmetic with gradients rounded to fp16 (``emulate_fp16_grads``);
+    ``fp16="emulate"``: fp32 arithmetic with gradients rounded to fp16 (``emulate_fp16_grads``,
+    only those ``fp16_calls`` marks low precision when given);
     ``"autocast"``: a real fp16 autocast forward on ``device``; ``"off"``: plain fp32 (the
     reference run). Adam (lr ``lr``, as ERFNet's
     training uses), cross-entropy with the ignore label 255 unless ``loss_fn`` is given."""
@@ -482,7 +521,7 @@ def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch
                 raise ValueError(f"growth_interval must be >= 1, got {growth_interval}")
             kw["growth_interval"] = int(growth_interval)
         scaler = torch.amp.GradScaler(device.type, **kw)
-    emu = emulate_fp16_grads(model) if fp16 == "emulate" else None
+    emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
     run = ScalingRun(regime, fp16, label or regime)
     params = [p for p in model.parameters() if p.requires_grad]
     start = time.perf_counter()
@@ -537,7 +576,8 @@ def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu=None) -> torch.Te
 
 
 def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str = "off",
-                 repeats: int = 1, warmup: int = 1, loss_fn: Callable | None = None) -> float:
+                 repeats: int = 1, warmup: int = 1, loss_fn: Callable | None = None,
+                 fp16_calls: list[tuple[str, bool]] | None = None) -> float:
     """Median seconds of one forward + backward of ``model`` on (``x``, ``y``) with fp32
     gradients (``"off"``), emulated fp16 gradients (``"emulate"``) or a real fp16 autocast
     forward (``"autocast"``) on the model's device (CUDA synchronised). No optimizer step."""
@@ -548,7 +588,7 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str =
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
     dev = next(model.parameters()).device
     x, y = x.to(dev), y.to(dev)
-    emu = emulate_fp16_grads(model) if fp16 == "emulate" else None
+    emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
 
     def one_step():
         model.zero_grad(set_to_none=True)

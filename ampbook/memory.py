@@ -22,9 +22,26 @@ Rules of the count:
   (``Conv2d``, ``BatchNorm2d``...) go to those layers; tensors saved by functional calls in a
   block's own ``forward`` (e.g. ``F.relu(y + x)``) go to the block; tensors saved outside the
   model (the loss) go to ``OUTSIDE_MODEL``.
-* ``parameter_bytes`` (only with ``model=``): the part of the total that is the model's own
-  parameters, saved as they are (fp32 weights under plain fp32). Under autocast the weights
-  are saved as low-precision *copies*, which count as new storage.
+* ``parameter_bytes``: the part of the total that is parameters saved as they are (fp32
+  weights under plain fp32): leaf tensors that require grad, and with ``model=`` any storage
+  of the model's parameters. Saving them costs nothing: they exist anyway. Under autocast the
+  weights are saved as low-precision *copies*, which count as new storage.
+
+**The book's one definition of activation memory** is ``new_bytes``: the bytes saved for
+backward that did not exist before the step, ``total_bytes - parameter_bytes``. ``by_dtype``
+and ``by_module_type`` split ``new_bytes``; every chapter reports this figure (the runner
+records it as ``saved_tensor_bytes``). When autocast saves memory and when it costs:
+
+* each activation a low-precision op saves is half the bytes of its fp32 twin, so the part
+  of ``new_bytes`` that grows with the pixels of a batch shrinks (by less than half, since
+  ops autocast keeps in fp32, or that take an fp32 input, still save fp32);
+* autocast adds new storage of fixed size: the low-precision copy of every weight it casts
+  (2 bytes per weight), which fp32 does not pay for (it saves the weights by reference).
+
+So autocast saves activation memory above a crossover batch size in pixels and costs memory
+below it. ``saved_for_backward`` measures one step; ``fit_line`` and ``crossover_pixels``
+find the crossover from two measured sizes; ``saving`` and ``saving_verdict`` report a
+figure the same way everywhere.
 
 The meter adds a Python call per saved tensor: use it around one step, not a whole epoch.
 
@@ -34,10 +51,13 @@ resident set size, for a per-epoch peak on a CPU.
 
 from __future__ import annotations
 
+import math
 import resource
 import sys
 import weakref
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -57,7 +77,8 @@ class SavedTensorMeter:
     """Count the bytes of the tensors autograd saves for backward inside the ``with`` block.
 
     Attributes after (and during) the block: ``total_bytes``, ``count`` (distinct storages),
-    ``by_dtype``, ``by_module_type`` and ``parameter_bytes`` (the last two need ``model=``).
+    ``parameter_bytes``, ``new_bytes`` (the book's memory figure), and ``by_dtype`` and
+    ``by_module_type`` (the last needs ``model=``), which split ``new_bytes``.
     See the module docstring for what is counted.
     """
 
@@ -102,13 +123,19 @@ class SavedTensorMeter:
         self._seen[key] = [weakref.ref(t)]
         self.total_bytes += nbytes
         self.count += 1
+        if key in self._param_ptrs or (t.is_leaf and t.requires_grad):
+            self.parameter_bytes += nbytes  # saved by reference: no new memory
+            return t
         self.by_dtype[str(t.dtype).removeprefix("torch.")] += nbytes
         if self.model is not None:
             owner = self._stack[-1] if self._stack else OUTSIDE_MODEL
             self.by_module_type[owner] += nbytes
-            if key in self._param_ptrs:
-                self.parameter_bytes += nbytes
         return t
+
+    @property
+    def new_bytes(self) -> int:
+        """Bytes saved for backward that did not exist before: the book's memory figure."""
+        return self.total_bytes - self.parameter_bytes
 
     @staticmethod
     def _unpack(t: torch.Tensor) -> torch.Tensor:
@@ -133,10 +160,86 @@ class SavedTensorMeter:
 
     def summary(self) -> dict:
         """The counts as a JSON-serialisable dict."""
-        return {"total_bytes": self.total_bytes, "count": self.count,
-                "parameter_bytes": self.parameter_bytes if self.model is not None else None,
+        return {"new_bytes": self.new_bytes, "total_bytes": self.total_bytes,
+                "count": self.count, "parameter_bytes": self.parameter_bytes,
                 "by_dtype": dict(self.by_dtype),
                 "by_module_type": dict(self.by_module_type) if self.model is not None else None}
+
+
+def saved_for_backward(model: nn.Module, x: torch.Tensor, target: torch.Tensor,
+                       device_type: str = "cpu", dtype: torch.dtype | None = None,
+                       loss_fn: Callable | None = None) -> dict:
+    """One training forward (model + loss) under ``SavedTensorMeter``: its ``summary()``,
+    whose ``new_bytes`` is the book's memory figure. ``dtype=None``: plain fp32; else
+    autocast on ``device_type`` in ``dtype``. The graph is dropped without a backward."""
+    loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
+    with SavedTensorMeter(model=model) as meter:
+        with torch.autocast(device_type, dtype=dtype or torch.float32,
+                            enabled=dtype is not None):
+            loss = loss_fn(model(x), target)
+    del loss
+    return meter.summary()
+
+
+def saving(fp32_bytes: float, amp_bytes: float) -> float:
+    """The share of ``fp32_bytes`` AMP saved: ``1 - amp/fp32`` (negative: AMP cost more)."""
+    if not fp32_bytes > 0:
+        raise ValueError(f"fp32_bytes must be positive, got {fp32_bytes}")
+    return 1.0 - amp_bytes / fp32_bytes
+
+
+def saving_verdict(fp32_bytes: float, amp_bytes: float, what: str = "autocast") -> str:
+    """One line for the page: how much ``what`` saved (or cost) of the new bytes saved for
+    backward, both figures in MiB."""
+    s = saving(fp32_bytes, amp_bytes)
+    mib = f"{fp32_bytes / 2**20:.2f} MiB in fp32, {amp_bytes / 2**20:.2f} MiB with {what}"
+    if s >= 0:
+        return f"{what} saved {s:.0%} of the new bytes saved for backward ({mib})."
+    return (f"{what} cost {-s:.0%} more new bytes saved for backward than fp32 ({mib}): "
+            "at this size its fixed weight copies outweigh the smaller activations.")
+
+
+@dataclass(frozen=True)
+class Line:
+    """``bytes = intercept + slope * pixels``: new bytes saved for backward per step."""
+
+    intercept: float
+    slope: float
+
+    def __call__(self, pixels: float) -> float:
+        return self.intercept + self.slope * pixels
+
+
+def fit_line(points: Sequence[tuple[float, float]]) -> Line:
+    """The line through (pixels per batch, bytes) points: exact through two, least squares
+    through more. Needs at least two distinct pixel counts."""
+    xs = [float(p) for p, _ in points]
+    ys = [float(b) for _, b in points]
+    if len(set(xs)) < 2:
+        raise ValueError(f"fit_line needs two different pixel counts, got {sorted(set(xs))}")
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+             / sum((x - mx) ** 2 for x in xs))
+    return Line(my - slope * mx, slope)
+
+
+def crossover_pixels(fp32: Line, amp: Line) -> float:
+    """Pixels per batch above which AMP's new saved bytes are fewer than fp32's: 0 when AMP
+    saves at any size, ``inf`` when it never does (its per-pixel cost is not smaller)."""
+    if amp.slope >= fp32.slope:
+        same_slope_lower = amp.slope == fp32.slope and amp.intercept < fp32.intercept
+        return 0.0 if same_slope_lower else math.inf
+    return max(0.0, (amp.intercept - fp32.intercept) / (fp32.slope - amp.slope))
+
+
+ADAM_STATE_BYTES_PER_PARAM = 16  # fp32 weight + fp32 gradient + Adam's two fp32 moments
+
+
+def step_saving(pixels: float, fp32: Line, amp: Line, n_params: int) -> float:
+    """Predicted saving of a training step's memory: new saved bytes plus the fp32 weights,
+    gradients and Adam state (``ADAM_STATE_BYTES_PER_PARAM``), which autocast leaves alone."""
+    static = ADAM_STATE_BYTES_PER_PARAM * n_params
+    return saving(static + fp32(pixels), static + amp(pixels))
 
 
 # --- resident set size ---------------------------------------------------------------------

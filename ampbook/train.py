@@ -96,8 +96,9 @@ Epoch record: ``epoch`` (1-based), ``lr``, ``steps`` (batches), ``images``, ``op
 null without a scaler), ``train_loss`` (mean over the batches with a finite loss),
 ``wall_s`` (training loop), ``step_s`` (inside the step function, CUDA synchronised),
 ``data_wait_s`` (waiting for the loader), ``images_per_s`` (images / wall_s), ``val_s``,
-``checkpoint_s``, ``epoch_s`` (all of it), ``saved_tensor_bytes`` (bytes autograd saved for
-backward in the epoch's first forward pass, ``ampbook.memory.SavedTensorMeter``),
+``checkpoint_s``, ``epoch_s`` (all of it), ``saved_tensor_bytes`` (new bytes autograd saved
+for backward in the epoch's first forward pass, parameters saved by reference not counted:
+``SavedTensorMeter.new_bytes``, the book's one memory definition),
 ``saved_tensor_by_dtype``, ``peak_rss_bytes`` (process peak RSS during the epoch; lifetime
 peak where it cannot be reset: ``peak_rss_reset`` says which), ``load_average`` (the machine's
 1-minute load average at the epoch's end: CPU times from a busy machine are unreliable),
@@ -786,7 +787,7 @@ def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loade
         "train_loss": sum(losses) / len(losses) if losses else float("nan"),
         "wall_s": wall, "step_s": step_time, "data_wait_s": data_wait,
         "images_per_s": images * res.world_size / wall if wall > 0 else None,
-        "saved_tensor_bytes": saved.total_bytes if saved is not None else None,
+        "saved_tensor_bytes": saved.new_bytes if saved is not None else None,
         "saved_tensor_by_dtype": dict(saved.by_dtype) if saved is not None else None,
         "peak_rss_bytes": peak_rss_bytes(), "peak_rss_reset": rss_reset,
         "load_average": machine_load()["load1"],

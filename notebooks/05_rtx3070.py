@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -15,51 +16,56 @@
 # %% [markdown]
 # # The RTX 3070 result, reproduced and explained
 #
-# The blog post this book grew from trained ERFNet on Cityscapes on a GeForce RTX 3070, with and
-# without automatic mixed precision. AMP saved about a quarter of the GPU memory and no time at
-# all, and the post left the reason open. This chapter closes it. It rebuilds the post's table
-# beside every run this book has, computes what the GPU *could* do from the network itself (a
-# per-layer cost model held against the 3070's published ceilings), measures the input pipeline
-# that feeds the GPU, and checks the same model on an H200 and on the CPU you run this on.
+# The blog post this book grew from trained ERFNet on Cityscapes on a GeForce RTX 3070,
+# with and without automatic mixed precision. AMP saved about a quarter of the GPU
+# memory and no time at all, and the post left the reason open. This chapter weighs two
+# explanations against each other: the DataLoader set the pace of every epoch, or the
+# 2020 software ran fp16 slowly on the 3070's chip. It says what each one predicts and
+# which measurement tells them apart, computes what the GPU could do at best from the
+# network itself (a per-layer cost model held against the 3070's published ceilings),
+# measures the input pipeline on the machine you run it on, and reads GPU runs committed
+# to the book as the test.
 #
 # **What you will learn**
 #
-# - how to count the FLOPs and the bytes of every layer of a network, forward and backward,
+# - how to count the FLOPs and bytes of every layer of a network, forward and backward,
 #   without running it, and turn them into a lower bound on the step time (a roofline);
-# - why ERFNet on a 3070 is mostly memory-bound, what that caps AMP's speedup at, and where
-#   autocast leaves tensors in fp32 on its own;
-# - how to tell whether the GPU or the DataLoader bounds an epoch, and why AMP cannot speed up an
-#   epoch the DataLoader bounds;
-# - a checklist for the reader whose AMP gives no speedup, with the measured effect of each item
-#   where this book can measure it.
+# - why a lower bound below a measured time decides nothing by itself, and what kernel
+#   efficiency turns it into a range;
+# - how to recover an unstated training setting from two memory figures;
+# - how to tell whether the GPU or the DataLoader bounds an epoch, and why AMP cannot
+#   speed up an epoch the DataLoader bounds;
+# - a checklist for the reader whose AMP gives no speedup, with the measured effect of
+#   each item where this book can measure it.
 #
-# **What you need**: the training runner of the AMP training chapter, the timing helpers of the
-# tensor-core chapter, and a few minutes of CPU. Nothing here needs a GPU; GPU runs committed
-# under `data/results/` appear beside this machine's when there are any.
+# **What you need**: the training runner of the AMP training chapter, the timing helpers
+# of the tensor-core chapter, and about two minutes of CPU. Nothing here needs a GPU;
+# GPU runs committed under `data/results/` appear beside this machine's when there are
+# any.
 
 # %% tags=["parameters"]
 device = "auto"  # where this machine's runs and checks go: "auto", "cpu" or "cuda"
 precision = "amp-fp16"  # the mixed precision the post used, modelled on the GPUs
-run_precisions = ["fp32", "amp-bf16"]  # this machine's training runs (AMP on a CPU: bf16)
-run_height = 32  # this machine's runs: image height (multiple of 8)
-run_width = 64  # and width
-batch_size = 2  # this machine's runs: images per step
+run_precisions = ["fp32", "amp-bf16"]  # this machine's runs (AMP on a CPU: bf16)
+run_height = 128  # this machine's training runs: image height (ERFNet downsamples by 8)
+run_width = 256  # and width
+batch_size = 1  # this machine's runs: images per step
 num_epochs = 2  # this machine's runs: epochs
-run_train_images = 6  # synthetic training images of this machine's runs
-run_val_images = 2  # synthetic validation images
-run_workers = 1  # DataLoader workers of this machine's runs
-sensitivity = [[512, 1024, 6], [512, 1024, 2], [256, 512, 6]]  # (height, width, batch) the model is re-run at
-loader_images = 8  # full-size (2048x1024) synthetic images the loader benchmark reads
-loader_workers = [0, 1, 2]  # DataLoader workers measured (the model extends them to 8)
-loader_passes = 3  # passes over the images per worker count (the first starts the workers)
+run_train_images = 2  # synthetic training images of this machine's runs
+run_val_images = 1  # synthetic validation images
+run_workers = 0  # DataLoader workers of this machine's runs
+sensitivity = [[256, 512, 6]]  # more (height, width, batch) settings for the model
+loader_images = 4  # full-size (2048x1024) synthetic images the loader benchmark reads
+loader_workers = [0, 1]  # DataLoader workers measured (0 gives the per-image cost)
+loader_passes = 2  # passes per worker count (the first starts the workers)
 host_cores = 8  # assumed cores of the post's PC (the post does not say)
-check_height = 32  # CPU check of the model (low precision is slow here): height
-check_width = 64  # and width
+check_height = 64  # timed steps, memory lines (low precision is slow here): height
+check_width = 128  # and width
 check_batch = 1  # and batch
-check_repeats = 2  # timed steps per variant of the CPU checks
-checklist_height = 32  # size of the checklist's step timings (on `device`)
-checklist_width = 64  # and width
-checklist_batches = [1, 4]  # batch sizes compared in the checklist
+check_repeats = 7  # rounds of the timed steps (the variants take turns)
+checklist_height = 64  # size of the checklist's step timings (on `device`)
+checklist_width = 128  # and width
+checklist_batches = [1, 2]  # batch sizes compared in the checklist
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %%
@@ -68,566 +74,574 @@ from ampbook.env import print_environment
 print_environment(device);
 
 # %%
-import contextlib
-import math
-import statistics
-import time
-from pathlib import Path
+from ampbook import params
+
+params.device("device", device)
+params.choice("precision", precision, ["amp-fp16", "amp-bf16"])
+for name in ("run_height", "run_width", "check_height", "check_width",
+             "checklist_height", "checklist_width"):
+    v = params.integer(name, globals()[name], minimum=8)
+    params.rule(name, v, v % 8 == 0, "must be a multiple of 8",
+                why="ERFNet downsamples by 8")
+for name in ("check_height", "check_width"):
+    params.rule(name, globals()[name], globals()[name] % 16 == 0,
+                "must be a multiple of 16", why="the memory line runs at half size")
+params.rule("loader_workers", loader_workers, 0 in loader_workers, "must include 0",
+            why="the 0-worker rate is the per-image cost")
+params.integers("checklist_batches", checklist_batches, minimum=1, count=2)
+params.integer("check_repeats", check_repeats, minimum=1)
+params.rule("run_precisions", run_precisions, "fp32" in run_precisions
+            and len(run_precisions) == 2, "must be fp32 and one AMP precision");
+
+# %%
+import inspect
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from IPython.display import display
+from myst_nb import glue
 
-from ampbook.costmodel import (Ceilings, epoch_images_per_s, loader_images_per_s, predict,
-                               trace_step)
+from ampbook import costmodel as cm
+from ampbook.bench_loader import measure_loader
+from ampbook.bench_step import step_rounds
 from ampbook.data import NUM_CLASSES, synthetic_root
-from ampbook.devices import attainable_tflops, find_device, load_devices
+from ampbook.devices import attainable_tflops, load_devices
 from ampbook.env import cpu_flags, pick_device
+from ampbook.layer_profile import ceilings_for
+from ampbook.memory import fit_line, saved_for_backward
 from ampbook.model import ERFNet
-from ampbook.paths import RESULTS_DIR, load_reference
-from ampbook.plots import bar_style, md, md_table, series_style, use_style
-from ampbook.timing import machine_load
+from ampbook.paths import load_reference
+from ampbook.plots import bar_style, md_table, series_style, use_style
+from ampbook.results import load_results_dir, summarise_run
+from ampbook.timing import machine_load, time_elementwise, time_matmul
+from ampbook.train import TrainConfig, run_training
 
+# %%
 use_style()
 device = pick_device(device)
-post = load_reference("seed_post")
-devices = load_devices()
-setting = post["assumed_setting"]
-cityscapes = post["cityscapes"]
-results_dir = Path(results_dir) if results_dir else RESULTS_DIR
+post, devices = load_reference("seed_post"), load_devices()
+amp_post, fp32_post = (post["experiment"]["runs"][k] for k in ("amp", "no_amp"))
+n_img, default = post["cityscapes"]["train_images"], post["assumed_setting"]
+results = load_results_dir(results_dir or None)
 load = machine_load()
-print(f"device {device}; load average {load['load1']} on {load['cpus']} CPUs"
-      + (" (busy: CPU timings below are this busy machine's)" if load["busy"] else ""))
+print(f"device {device}; load average {load['load1']} on {load['cpus']} CPUs")
 
 # %% [markdown]
 # ## The post's numbers
 #
-# The post's table, as data with its provenance (`data/reference/seed_post.yml`). The post does
-# not say what its "time" covers; it calls it the average training time, and the book reads it
-# as seconds per epoch. Nor does it give the resolution, the batch size or the number of
-# DataLoader workers: where the chapter needs them it takes the defaults of ERFNet's authors'
-# training script, and says so each time.
+# The post's table, as data with its provenance (`data/reference/seed_post.yml`). The
+# post calls its time the average training time; the book reads it as seconds per epoch
+# of the {glue:text}`ch5_n_img` Cityscapes training images, and its memory as GPU memory
+# as a monitor reports it. Both readings are the book's.
 
-# %%
-runs = post["experiment"]["runs"]
-amp_post, fp32_post = runs["amp"], runs["no_amp"]
+# %% tags=["hide-input"]
 post_speedup = fp32_post["time_s"] / amp_post["time_s"]
-post_memory_ratio = amp_post["memory_gb"] / fp32_post["memory_gb"]
-post_img_s = cityscapes["train_images"] / fp32_post["time_s"]
-display(md_table(
-    [("AMP", amp_post["time_s"], amp_post["memory_gb"]), ("fp32 (no AMP)", fp32_post["time_s"], fp32_post["memory_gb"]),
-     ("fp32 / AMP", post_speedup, None), ("AMP / fp32", None, post_memory_ratio)],
-    ["run", "time (s)", "memory (GB)"], [None, ".4g", ".3g"]))
-env = post["environment"]
-md(f"The post ran PyTorch {env['pytorch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']} on a {env['gpu']}, "
-   f"{post['experiment']['epochs']} epochs of {post['experiment']['model']} on {post['experiment']['dataset']} "
-   f"without shuffling. AMP's speedup was {post_speedup:.3f} (below 1: slower) and its memory "
-   f"{post_memory_ratio:.2f} of fp32's, a saving of {1 - post_memory_ratio:.0%}. Read as seconds per epoch of the "
-   f"{cityscapes['train_images']} Cityscapes training images, {fp32_post['time_s']} s is "
-   f"{post_img_s:.1f} images per second, or {1e3 / post_img_s:.1f} ms per image.")
-
-# %%
-src = setting["source"]
-md(f"Assumed where the post is silent: {setting['height']}x{setting['width']} (height x width) images, "
-   f"{setting['batch_size']} per batch, {setting['workers']} DataLoader workers, {setting['optimizer']}: the defaults of "
-   f"{src['author']}'s *{src['title']}* ({src['url']}). Cityscapes images are {cityscapes['image_width']}x"
-   f"{cityscapes['image_height']} (W x H) PNGs, {cityscapes['train_images']} for training and {cityscapes['val_images']} "
-   f"for validation ({cityscapes['source']['author']}, *{cityscapes['source']['title']}*).")
+post_mem = amp_post["memory_gb"] / fp32_post["memory_gb"]
+for k, v in {"n_img": n_img, "post_speedup": post_speedup, "post_mem": post_mem,
+             "post_img_s": n_img / fp32_post["time_s"]}.items():
+    glue(f"ch5_{k}", v, display=False)
+md_table([("AMP", amp_post["time_s"], amp_post["memory_gb"]),
+          ("fp32 (no AMP)", fp32_post["time_s"], fp32_post["memory_gb"])],
+         ["run", "time (s)", "memory (GB)"], [None, ".4g", ".3g"])
 
 # %% [markdown]
-# ## The post's table beside ours
+# AMP ran at {glue:text}`ch5_post_speedup:.3f` times fp32's speed (below 1: slower) and
+# took {glue:text}`ch5_post_mem:.2f` of its memory. The fp32 epoch is
+# {glue:text}`ch5_post_img_s:.1f` images per second. The post ran PyTorch 1.7.1 with
+# CUDA 11 and cuDNN 8 on the 3070, without shuffling, and gives neither the image size,
+# nor the batch size, nor the number of DataLoader workers.
 #
-# Times from different machines do not compare; ratios do. For every pair of runs the book has
-# (same machine, same setting, fp32 against AMP), the speedup is fp32's epoch time over AMP's and
-# the memory ratio is AMP's over fp32's. This machine's runs come first: a short training run per
-# precision with the book's runner, at a size a CPU finishes in seconds, without shuffling and
-# with TF32 allowed for fp32 (on a GPU), as in the post.
-
-# %%
-from ampbook.train import TrainConfig, build_training, load_results, run_training, validate
-
-model = ERFNet(num_classes=NUM_CLASSES)  # the network of every cost-model cell below
-local_runs = {}
-# One untimed step per precision first, so that neither run pays alone for first-call costs.
-for p in run_precisions:
-    wcfg = TrainConfig(precision=p, device=str(device), height=run_height, width=run_width, batch_size=batch_size)
-    build_training(wcfg, validate(wcfg)).step(torch.randn(batch_size, 3, run_height, run_width),
-                                             torch.randint(0, NUM_CLASSES, (batch_size, run_height, run_width)))
-for p in run_precisions:
-    cfg = TrainConfig(precision=p, device=str(device), height=run_height, width=run_width, batch_size=batch_size,
-                      epochs=num_epochs, workers=run_workers, synthetic_train=run_train_images,
-                      synthetic_val=run_val_images, shuffle=False, tf32="on", checkpoint=False, quiet=True)
-    local_runs[p] = run_training(cfg)
-    s = local_runs[p]["summary"]
-    print(f"{p:9s} {s['mean_epoch_wall_s']:.2f} s per epoch, {s['mean_images_per_s']:.2f} img/s, "
-          f"saved for backward {s['max_saved_tensor_bytes'] / 2**20:.1f} MiB")
-
-
-# %% [markdown]
-# GPU runs of the same runner, when any were committed under `data/results/`, are read next.
-# A run there is a results file of `python -m ampbook.train`; runs pair up when they share the
-# device and the setting.
-
-# %%
-def epoch_time(record):
-    s = record["summary"]
-    return s.get("mean_epoch_wall_s_after_first") or s["mean_epoch_wall_s"]
-
-
-def memory_of(record):
-    """GPU: peak allocated bytes; CPU: bytes saved for backward (activations)."""
-    s = record["summary"]
-    if s.get("max_cuda_allocated_bytes"):
-        return s["max_cuda_allocated_bytes"], "peak CUDA allocated"
-    return s["max_saved_tensor_bytes"], "saved for backward"
-
-
-def setting_of(record):
-    c = record["config"]
-    return (record["environment"]["device_name"], c["height"], c["width"], c["batch_size"], c.get("tf32"),
-            c.get("channels_last"), c.get("workers"))
-
-
-gpu_records = []
-for path in sorted(results_dir.glob("*.json")):
-    try:
-        rec = load_results(path)
-    except (ValueError, AttributeError):  # another kind of result (a matmul sweep...)
-        continue
-    if rec["status"] == "complete" and str(rec["resolved"]["device"]).startswith("cuda"):
-        gpu_records.append(rec)
-print(f"{len(gpu_records)} complete GPU training runs under {results_dir}")
-
-
-# %%
-def pairs(records, source):
-    """(source, device, setting, fp32 record, AMP record) for every setting that has both."""
-    groups = {}
-    for r in records:
-        groups.setdefault(setting_of(r), {})[r["config"]["precision"]] = r
-    out = []
-    for key, by_p in groups.items():
-        for amp_p in ("amp-fp16", "amp-bf16"):
-            if "fp32" in by_p and amp_p in by_p:
-                name, h, w, b = key[:4]
-                out.append((source, name, f"{w}x{h}, batch {b}, {amp_p}", by_p["fp32"], by_p[amp_p]))
-    return out
-
-
-rows = [("the RTX 3070 blog post", env["gpu"], "unstated (see above)", fp32_post["time_s"], amp_post["time_s"],
-         post_speedup, post_memory_ratio, "as the post reports")]
-for source, name, set_label, f, a in pairs(local_runs.values(), "this machine") + pairs(gpu_records, "committed run"):
-    (mf, kind), (ma, _) = memory_of(f), memory_of(a)
-    rows.append((source, name, set_label, epoch_time(f), epoch_time(a), epoch_time(f) / epoch_time(a), ma / mf, kind))
-ratio_rows = rows
-display(md_table(rows, ["source", "device", "setting", "fp32 s/epoch", "AMP s/epoch", "speedup (fp32/AMP)",
-                        "memory AMP/fp32", "memory measure"], [None, None, None, ".3g", ".3g", ".3f", ".2f", None]))
-md("No GPU runs are committed under `data/results/` yet: the GPU rows appear once someone runs the `gpu` profile "
-   "or `python -m ampbook.train` on a GPU and commits the results file." if not gpu_records else
-   f"{len(gpu_records)} committed GPU runs are in the table.")
-
-# %% mystnb={"figure": {"caption": "AMP against fp32 as ratios: speedup (fp32 time over AMP time; above 1 means AMP was faster) and memory (AMP over fp32; below 1 means AMP saved memory), for the post and for every pair of runs this book has.", "name": "fig-ch5-ratios"}}
-fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.6 * len(ratio_rows)))
-ys = np.arange(len(ratio_rows))
-labels = [r[0] if r[0].startswith("the RTX") else f"{r[0]}: {r[1]}\n{r[2]}" for r in ratio_rows]
-ax.barh(ys - 0.2, [r[5] for r in ratio_rows], height=0.38, label="speedup (fp32 / AMP time)", **bar_style(0))
-ax.barh(ys + 0.2, [r[6] for r in ratio_rows], height=0.38, label="memory (AMP / fp32)", **bar_style(1))
-ax.axvline(1.0, color="black", linewidth=0.8)
-ax.set_yticks(ys, labels, fontsize=8)
-ax.invert_yaxis()
-ax.set_xlabel("ratio")
-ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
-plt.show()
-
-# %%
-cpu_local = device.type == "cpu"
-if len(local_runs) >= 2 and "fp32" in local_runs:
-    other = [p for p in local_runs if p != "fp32"][0]
-    sp = epoch_time(local_runs["fp32"]) / epoch_time(local_runs[other])
-    mr = memory_of(local_runs[other])[0] / memory_of(local_runs["fp32"])[0]
-    hw_low = bool({"amx_bf16", "avx512_bf16", "amx_fp16", "avx512_fp16"} & set(cpu_flags()))
-    note = ""
-    if cpu_local and not hw_low:
-        note = ("This CPU has no AMX and no AVX-512 BF16/FP16: its low-precision arithmetic is emulated, and "
-                + ("the slowdown shows. " if sp < 1 else
-                   "yet this run was not slower: at this tiny size an epoch is mostly fixed costs (start-up, data, "
-                   "the first calls), not arithmetic; the timed steps further down separate the two. "))
-    display(md(f"On this machine ({local_runs['fp32']['environment']['device_name']}), {other} ran at {sp:.2f} times "
-               f"fp32's speed over an epoch and saved {1 - mr:.0%} of the bytes kept for backward. " + note
-               + ("The machine was busy while it ran, so read the times as rough." if load["busy"] else "")))
-else:
-    display(md("Only one precision was run on this machine; add another to `run_precisions` to compare."))
-
-# %% [markdown]
-# ## Why memory went down but time did not
+# ## The setting the post did not state
 #
-# ### A cost model of ERFNet
+# The defaults of ERFNet's authors' training script are
+# {glue:text}`ch5_def_w`x{glue:text}`ch5_def_h` images, {glue:text}`ch5_def_b` per batch
+# and {glue:text}`ch5_def_workers` workers (E. Romera, *ERFNet PyTorch training code*,
+# `train/main.py`, https://github.com/Eromera/erfnet_pytorch). They are an assumption,
+# not the post's. The post's two memory figures can test it.
 #
-# `ampbook.costmodel.trace_step` runs one training step of the model (forward, loss, backward)
-# on *fake* tensors: PyTorch dispatches every operator with its real shapes and dtypes but
-# allocates nothing and computes nothing, so the post's full 1024x512 setting costs seconds of
-# CPU, not minutes (the time is printed below). For each operator it counts the FLOPs (convolutions exactly, two per multiply-add; a
-# rough count per element for the rest) and the bytes moved (every input, weight and output
-# at its dtype's size), and attributes it to the innermost layer that launched it, forward and
-# backward. Mixed precision is traced under `torch.autocast`, so the dtypes are autocast's own.
+# What AMP shrinks is what autograd keeps for the backward pass. Counted as *new* bytes
+# (parameters saved by reference cost nothing; autocast's fp16 weight copies do), it is
+# close to a straight line in the pixels of a batch: a fixed part (the weight copies)
+# plus bytes per pixel. `ampbook.memory.saved_for_backward` counts them in one training
+# forward with real tensors, at two small sizes, and `fit_line` draws the line:
 
 # %%
-_traces = {}
-
-
-def traced(batch, height, width, p):
-    """The cost-model trace of one training step (kept: the same step is asked for again below)."""
-    key = (batch, height, width, p)
-    if key not in _traces:
-        _traces[key] = trace_step(model, batch, height, width, p)
-    return _traces[key]
-
-
-B, H, W = setting["batch_size"], setting["height"], setting["width"]
-t0 = time.perf_counter()
-traces = {p: traced(B, H, W, p) for p in ("fp32", precision)}
-print(f"traced {', '.join(traces)} at batch {B}, {W}x{H} in {time.perf_counter() - t0:.1f} s")
-rows = []
-for p, tr in traces.items():
-    t = tr.totals()
-    rows.append((p, t["forward_flops"] / 1e9, t["backward_flops"] / 1e9, t["forward_bytes"] / 1e9,
-                 t["backward_bytes"] / 1e9, int(t["kernels"]), t["flops"] / t["bytes"]))
-md_table(rows, ["precision", "forward GFLOP", "backward GFLOP", "forward GB", "backward GB", "kernels",
-                "FLOP per byte"], [None, ".0f", ".0f", ".1f", ".1f", None, ".1f"])
-
-# %%
-tf, ta = traces["fp32"].totals(), traces[precision].totals()
-launch_s = 5e-6  # assumed cost of launching one GPU kernel (a few microseconds)
-per_image_gflop = tf["forward_mma_flops"] / B / 1e9
-md(f"A step of {B} images costs {tf['flops'] / 1e12:.2f} TFLOP whatever the precision; the backward pass "
-   f"{tf['backward_flops'] / tf['forward_flops']:.2f} times the forward's (an input gradient and a weight gradient per "
-   f"convolution, none for the image). One {W}x{H} image is {per_image_gflop:.1f} GFLOP of convolution forward. "
-   f"{precision} moves {ta['bytes'] / tf['bytes']:.2f} times fp32's bytes (not 0.5) and launches "
-   f"{ta['kernels'] / tf['kernels']:.2f} times as many kernels: autocast adds a cast kernel before each convolution "
-   f"for the weight and bias, and casts the weight gradients back to fp32. At an assumed {launch_s * 1e6:.0f} µs to "
-   f"launch a kernel, the {ta['kernels'] - tf['kernels']:.0f} extra kernels cost {(ta['kernels'] - tf['kernels']) * launch_s * 1e3:.1f} ms "
-   "per step whatever the batch: small batches and small images feel them most.")
+mem_model = ERFNet(num_classes=NUM_CLASSES)
+two = [(check_height // 2, check_width // 2), (check_height, check_width)]
+saved = {p: [(h * w, saved_for_backward(
+    mem_model, torch.randn(1, 3, h, w), torch.zeros(1, h, w, dtype=torch.long),
+    dtype=cm.AUTOCAST_DTYPES[p])["new_bytes"]) for h, w in two]
+    for p in ("fp32", precision)}
+lines = {p: fit_line(points) for p, points in saved.items()}
+md_table([(p, ln.intercept / 1e6, ln.slope) for p, ln in lines.items()],
+         ["precision", "fixed (MB)", "bytes per pixel"], [None, ".2f", ".0f"])
 
 # %% [markdown]
+# At the authors' defaults the fp32 line gives {glue:text}`ch5_def_saved:.2f` GB of
+# activations, more than the post's whole {glue:text}`ch5_fp32_gb` GB. The post trained
+# at fewer pixels per batch.
+#
+# A monitor's figure is the activations (times the caching allocator's slack) plus a
+# part that does not depend on the batch: the CUDA context, cuDNN's workspace, weights,
+# gradients and Adam's state. The fixed part is the same in both runs, so the
+# *difference* of the two figures fixes the pixels per batch, and then the fp32 figure
+# fixes the fixed part (`ampbook.costmodel.solve_pixels`). The post's figures are
+# rounded to 0.1 GB, so the difference lies between 0.7 and 0.9 GB; the allocator's
+# slack between {glue:text}`ch5_slack_lo` and {glue:text}`ch5_slack_hi` (peak reserved
+# over peak allocated in
+# [pytorch/pytorch#40989](https://github.com/pytorch/pytorch/issues/40989)).
+
+# %% tags=["hide-input"]
+fixed_src = post["memory_fixed_part"]
+default_px = default["batch_size"] * default["height"] * default["width"]
+glue("ch5_def_saved", lines["fp32"](default_px) / 1e9, display=False)
+gb32 = fp32_post["memory_gb"]
+solves = [(d, s, cm.solve_pixels(lines["fp32"], lines[precision], gb32 * 1e9,
+                                 (gb32 - d) * 1e9, s))
+          for d in (0.7, 0.8, 0.9) for s in fixed_src["allocator_slack"]]
+md_table([(d, s, r["pixels"] / 1e6, r["pixels"] / 1024 / 512, r["pixels"] / 512 / 256,
+           r["fixed_bytes"] / 1e9) for d, s, r in solves],
+         ["difference (GB)", "slack", "Mpixels per batch", "= batch at 1024x512",
+          "= batch at 512x256", "fixed part (GB)"],
+         [".1f", ".2f", ".2f", ".1f", ".1f", ".2f"])
+
+# %%
+mid = solves[2][2]  # difference 0.8 GB, no slack
+batch_likely = max(1, round(mid["pixels"] / (default["height"] * default["width"])))
+B, H, W = batch_likely, default["height"], default["width"]
+fixed = [r["fixed_bytes"] / 1e9 for _, _, r in solves]
+ctx = fixed_src["cuda_context_gb"]
+
+# %% tags=["hide-input"]
+for k, v in {"def_h": default["height"], "def_w": default["width"],
+             "def_b": default["batch_size"], "def_workers": default["workers"],
+             "fp32_gb": gb32, "slack_lo": fixed_src["allocator_slack"][0],
+             "slack_hi": fixed_src["allocator_slack"][1], "B": B, "H": H, "W": W,
+             "fixed_lo": min(fixed), "fixed_hi": max(fixed), "ctx_lo": ctx[0],
+             "ctx_hi": ctx[1], "mpx_lo": min(r["pixels"] for *_, r in solves) / 1e6,
+             "mpx_hi": max(r["pixels"] for *_, r in solves) / 1e6}.items():
+    glue(f"ch5_{k}", v, display=False)
+
+# %% [markdown]
+# Every row asks for {glue:text}`ch5_mpx_lo:.1f` to {glue:text}`ch5_mpx_hi:.1f` million
+# pixels per batch, and leaves a fixed part of {glue:text}`ch5_fixed_lo:.2f` to
+# {glue:text}`ch5_fixed_hi:.2f` GB. That is what a CUDA context alone took before CUDA
+# 11.7 loaded kernels lazily: {glue:text}`ch5_ctx_lo` to {glue:text}`ch5_ctx_hi` GB in
+# [pytorch/pytorch#28113](https://github.com/pytorch/pytorch/issues/28113),
+# [#28394](https://github.com/pytorch/pytorch/issues/28394) and
+# [#107667](https://github.com/pytorch/pytorch/issues/107667) (cuDNN's workspace comes
+# on top, weights and Adam's state are tens of MB). The figures fit, and the authors'
+# batch of {glue:text}`ch5_def_b` at their resolution does not.
+#
+# The memory fixes the pixels of a batch, not how they split: batch {glue:text}`ch5_B`
+# at {glue:text}`ch5_W`x{glue:text}`ch5_H`, or four times the batch at half the width
+# and height. Keeping the script's resolution and lowering its batch flag is the smaller
+# change, so the chapter takes batch {glue:text}`ch5_B` at
+# {glue:text}`ch5_W`x{glue:text}`ch5_H` as the likely setting, and shows the headline
+# numbers at the other candidates and at the authors' defaults further down.
+#
+# ## Two explanations, and what tells them apart
+#
+# **(a) The loader bounds the epoch.** Every image is a 2048x1024 PNG that a CPU core
+# must decode and resize, and the DataLoader's workers may deliver fewer images per
+# second than the GPU trains. Then the GPU waits, and an AMP step that is faster only
+# waits longer. *Predicts*: equal fp32 and AMP epochs; a step timed alone (the data
+# already on the GPU) is faster with AMP; the time spent waiting for data is most of the
+# loop.
+#
+# **(b) The 2020 software ran fp16 slowly on the 3070.** The 3070's GA104 chip is
+# compute capability 8.6. In late 2020, users reported convolutions on RTX 30 cards
+# running slower than on the previous generation with PyTorch 1.7 and cuDNN 8.0
+# ([pytorch/pytorch#47039](https://github.com/pytorch/pytorch/issues/47039),
+# [#45578](https://github.com/pytorch/pytorch/issues/45578)), compared builds for sm_86
+# against the sm_80 binaries
+# ([#46158](https://github.com/pytorch/pytorch/issues/46158)), and found AMP training
+# slower after upgrading from PyTorch 1.6 to 1.7
+# ([#47056](https://github.com/pytorch/pytorch/issues/47056)). The hypothesis: the
+# post's PyTorch 1.7.1 binaries and cuDNN 8.0 had no tuned fp16 kernels for this chip.
+# *Predicts*: a step timed alone is no faster, or slower, with AMP; per-kernel profiling
+# shows the fp16 convolutions slower than the fp32 ones.
+#
+# The two are not exclusive. Step-only timing tells them apart (a predicts AMP's step
+# faster, b slower); per-kernel profiling shows where the time goes; the runner records
+# the data wait. A user with an RTX 3070, PyTorch 1.7, CUDA 11.1 and cuDNN 8 measured
+# all three in [pytorch/pytorch#46377](https://github.com/pytorch/pytorch/issues/46377)
+# (comment of 2020-11-24):
+
+# %% tags=["hide-input"]
+ev = post["published_evidence"]["rtx3070_amp_issue"]
+keys = {"epoch_s": "epoch (s)", "epoch_s_no_loader": "its steps alone (s)",
+        "epoch_s_no_loader_benchmark": "its steps alone, cudnn.benchmark (s)",
+        "step_s_no_loader": "one step alone (s)",
+        "step_s_no_loader_benchmark": "one step alone, cudnn.benchmark (s)",
+        "memory_gb_no_loader": "memory, steps alone (GB)"}
+rows = [(label, ev[k]["fp32"], ev[k]["amp"], ev[k]["fp32"] / ev[k]["amp"])
+        for k, label in keys.items()]
+md_table(rows, ["#46377, RTX 3070", "fp32", "AMP", "fp32 / AMP"],
+         [None, ".3g", ".3g", ".2f"])
+
+# %%
+ev_step = ev["step_s_no_loader"]["fp32"] / ev["step_s_no_loader"]["amp"]
+ev_epoch = ev["epoch_s"]["fp32"] / ev["epoch_s"]["amp"]
+ev_wait = 1 - ev["epoch_s_no_loader"]["amp"] / ev["epoch_s"]["amp"]
+print(cm.hypotheses_verdict(ev_step, ev_epoch, ev_wait))
+for k, v in {"ev_wait": ev_wait, "ev_steps_s": ev["epoch_s_no_loader"]["amp"],
+             "ev_epoch_s": ev["epoch_s"]["amp"], "ev_slow_hi": 1 / ev_step,
+             "ev_slow_lo": ev["step_s_no_loader_benchmark"]["amp"]
+             / ev["step_s_no_loader_benchmark"]["fp32"]}.items():
+    glue(f"ch5_{k}", v, display=False)
+
+# %% [markdown]
+# On that card both held: the steps of an AMP epoch took {glue:text}`ch5_ev_steps_s` s
+# without the loader and the whole epoch {glue:text}`ch5_ev_epoch_s` s, so at least
+# {glue:text}`ch5_ev_wait:.0%` of the AMP epoch was spent on data, while the AMP step
+# itself was {glue:text}`ch5_ev_slow_lo:.1f` to {glue:text}`ch5_ev_slow_hi:.1f` times
+# slower than fp32's (with and without `cudnn.benchmark`). The verdict above comes from
+# `ampbook.costmodel.hypotheses_verdict`, which reads any GPU pair the same way (the
+# book's own GPU runs further down). It is another user's model on the same card and
+# software, not the post's: it shows both mechanisms were real in 2020, not which one
+# set the post's epoch.
+#
+# ## A cost model of ERFNet
+#
+# How fast could the 3070 train ERFNet at best? `ampbook.costmodel.trace_step` runs one
+# training step (forward, loss, backward) on *fake* tensors: PyTorch dispatches every
+# operator with its real shapes and dtypes but allocates and computes nothing, so the
+# post's setting costs seconds of CPU. For each operator it counts the FLOPs
+# (convolutions exactly, two per multiply-add; a rough count per element for the rest)
+# and the bytes moved (every input, weight and output at its dtype's size), and
+# attributes it to the innermost layer that launched it. Mixed precision is traced under
+# `torch.autocast`, so the dtypes are autocast's own.
+
+# %%
+model = ERFNet(num_classes=NUM_CLASSES)
+traces = {p: cm.trace_step(model, B, H, W, p) for p in ("fp32", precision)}
+tot = {p: t.totals() for p, t in traces.items()}
+md_table([(p, t["forward_flops"] / 1e9, t["backward_flops"] / 1e9, t["bytes"] / 1e9,
+           int(t["kernels"]), t["flops"] / t["bytes"]) for p, t in tot.items()],
+         ["precision", "forward GFLOP", "backward GFLOP", "GB moved", "kernels",
+          "FLOP per byte"], [None, ".0f", ".0f", ".1f", None, ".1f"])
+
+# %% tags=["hide-input"]
+tf, ta = tot["fp32"], tot[precision]
+for k, v in {"bwd_fwd": tf["backward_flops"] / tf["forward_flops"],
+             "bytes_ratio": ta["bytes"] / tf["bytes"],
+             "kernel_ratio": ta["kernels"] / tf["kernels"],
+             "extra_kernels": int(ta["kernels"] - tf["kernels"])}.items():
+    glue(f"ch5_{k}", v, display=False)
+
+# %% [markdown]
+# A step costs the same FLOPs in every precision; the backward pass
+# {glue:text}`ch5_bwd_fwd:.2f` times the forward's (an input and a weight gradient per
+# convolution, none for the image). AMP moves {glue:text}`ch5_bytes_ratio:.2f` times
+# fp32's bytes, not half, and launches {glue:text}`ch5_kernel_ratio:.2f` times as many
+# kernels ({glue:text}`ch5_extra_kernels` more): autocast casts each convolution's
+# weight to fp16 every step, and the weight gradients back.
+#
+# Each operator then meets the roofline. It cannot finish before its FLOPs are done at
+# the peak for its dtype, nor before its bytes have moved at the memory bandwidth: its
+# time is *at least* the larger of the two. This is the whole model:
+
+# %%
+print(inspect.getsource(cm.op_time))
+
+# %% [markdown]
+# Summed over the operators (they run one after another), plus Adam's update at the
+# bandwidth, that is a **lower bound** on the step: `Prediction.min_step_s`. Real
+# kernels reach a fraction of each ceiling, so a real step takes longer; how much longer
+# is the kernels' *efficiency*, which only a measurement gives.
+#
 # ### Where autocast leaves ERFNet in fp32
 #
-# Autocast runs convolutions in fp16 and lets most other operators follow their inputs. ERFNet's
-# residual blocks end in `relu(branch + input)`: when the input is fp32, PyTorch's type
-# promotion makes the sum fp32, and the next block starts from fp32 again. The table lists the
-# forward operators that still compute in fp32 under autocast, by layer type and operator.
+# Autocast runs convolutions in fp16 and lets most other operators follow their inputs.
+# ERFNet's residual blocks end in `relu(branch + input)`: when the input is fp32, type
+# promotion makes the sum fp32, and the next block starts from fp32 again. The forward
+# operators that still compute in fp32 under autocast, by layer type:
 
-# %%
+# %% tags=["hide-input"]
+fwd = traces[precision].select("forward")
 fp32_ops = {}
-amp_fwd_bytes = 0.0
-for o in traces[precision].select("forward"):
-    amp_fwd_bytes += o.bytes
-    if o.dtype == "float32":
-        key = (o.scope_type, o.op)
-        fp32_ops[key] = fp32_ops.get(key, 0.0) + o.bytes
-rows = sorted(((k[0], k[1], v / 1e9, v / amp_fwd_bytes) for k, v in fp32_ops.items()), key=lambda r: -r[2])
-display(md_table(rows[:10], ["layer type", "operator", "GB", "share of forward bytes"], [None, None, ".2f", ".0%"]))
-fp32_share = sum(fp32_ops.values()) / amp_fwd_bytes
-part_share = {}
-for part in ("encoder", "decoder"):
-    ops = [o for o in traces[precision].select("forward") if o.scope.startswith(part)]
-    part_share[part] = sum(o.bytes for o in ops if o.dtype == "float32") / sum(o.bytes for o in ops)
-md(f"Under {precision}, {fp32_share:.0%} of the forward pass's bytes still belong to operators computing in fp32: "
-   f"{part_share['encoder']:.0%} of the encoder's and {part_share['decoder']:.0%} of the decoder's. The first downsampler "
-   "concatenates its fp16 convolution with a max-pool of the fp32 image, so its output is fp32; the encoder's residual sums "
-   "keep it so, and every encoder convolution casts its fp32 input to fp16 first. The decoder starts from fp16 "
-   "transposed convolutions and stays in fp16.")
-
-# %% [markdown]
-# The trace runs on the CPU, so the autocast it sees is the CPU's. For ERFNet's operators
-# CUDA's autocast decides the same dtypes: a forward trace on fake *CUDA* tensors (CUDA's autocast
-# kernels, no GPU needed) gives every convolution the same dtype and bytes. The CPU trace has a
-# few extra casts (before `torch.cat` and the loss) that CUDA folds into the operators:
+for o in (o for o in fwd if o.dtype == "float32"):
+    fp32_ops[(o.scope_type, o.op)] = fp32_ops.get((o.scope_type, o.op), 0.0) + o.bytes
+fwd_bytes = sum(o.bytes for o in fwd)
+rows = sorted(((*k, v / 1e9, v / fwd_bytes) for k, v in fp32_ops.items()),
+              key=lambda r: -r[2])
+md_table(rows[:8], ["layer type", "operator", "GB", "share of forward bytes"],
+         [None, None, ".2f", ".0%"])
 
 # %%
-cuda_fwd = trace_step(model, B, H, W, precision, backward=False, device_type="cuda").totals()["forward_bytes"]
-cpu_fwd = traces[precision].totals()["forward_bytes"]
-md(f"Forward bytes under {precision}: {cpu_fwd / 1e9:.2f} GB traced on the CPU, {cuda_fwd / 1e9:.2f} GB with CUDA's "
-   f"autocast, {cpu_fwd / cuda_fwd - 1:.1%} more. The model below uses the CPU trace (it has the backward pass); that "
-   "overstates AMP's bytes on a GPU by about this much, in the direction that makes AMP look slower.")
+part = {s: [o for o in fwd if o.scope.startswith(s)] for s in ("encoder", "decoder")}
+share = {s: sum(o.bytes for o in ops if o.dtype == "float32")
+         / sum(o.bytes for o in ops) for s, ops in part.items()}
+cuda_fwd = cm.trace_step(model, B, H, W, precision, backward=False, device_type="cuda")
+over = tot[precision]["forward_bytes"] / cuda_fwd.totals()["forward_bytes"] - 1
+for k, v in {"enc_fp32": share["encoder"], "dec_fp32": share["decoder"],
+             "cpu_over": over}.items():
+    glue(f"ch5_{k}", v, display=False)
 
 # %% [markdown]
-# ### The 3070's ceilings and the predicted step
+# Under AMP, {glue:text}`ch5_enc_fp32:.0%` of the encoder's forward bytes and
+# {glue:text}`ch5_dec_fp32:.0%` of the decoder's belong to fp32 operators. The first
+# downsampler concatenates its fp16 convolution with a max-pool of the fp32 image, so
+# its output is fp32; the encoder's residual sums keep it so, and every encoder
+# convolution casts its fp32 input to fp16 first. The decoder starts from fp16
+# transposed convolutions and stays in fp16.
 #
-# Each operator takes the longer of its compute time (FLOPs over the peak for its dtype) and its
-# memory time (bytes over the bandwidth); the step is their sum, plus the Adam update. The
-# ceilings come from the device table: fp32 convolutions run on TF32 tensor cores, because
-# `torch.backends.cudnn.allow_tf32` is on by default in PyTorch, as it has been since TF32 arrived
-# in PyTorch 1.7, the post's version (PyTorch documentation, *CUDA semantics: TensorFloat-32
-# (TF32) on Ampere (and later) devices*,
-# https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-devices), and on a
-# GeForce Ampere card TF32 runs at the fp32 rate; fp16 with fp32 accumulation (what autocast's
-# convolutions use) at twice that.
+# The trace runs on the CPU, so the autocast it sees is the CPU's. A forward trace on
+# fake *CUDA* tensors (CUDA's autocast, no GPU needed) gives every convolution the same
+# dtype; the CPU trace has a few extra casts, {glue:text}`ch5_cpu_over:.1%` more forward
+# bytes, in the direction that makes AMP look slower.
+#
+# ### The 3070's ceilings and the bound
+#
+# fp32 convolutions may run on TF32 tensor cores: `torch.backends.cudnn.allow_tf32` has
+# been on by default since TF32 arrived in PyTorch 1.7, the post's version, and
+# `torch.backends.cuda.matmul.allow_tf32` was on by default from 1.7 to 1.11 (PyTorch
+# documentation, *CUDA semantics: TensorFloat-32 (TF32) on Ampere (and later) devices*,
+# <https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-devices>).
+# So "fp32 as in the post" means TF32 on; strict fp32 is shown beside it. On a GeForce
+# Ampere card TF32 runs at the fp32 rate (the device table of the tensor-core chapter),
+# so the two bounds agree on the 3070; fp16 with fp32 accumulation (autocast's
+# convolutions) has twice the peak.
 
-# %%
+# %% tags=["hide-input"]
 gpu = devices["rtx3070-desktop"]
-rtx = Ceilings.from_device(gpu)  # TF32 on for cuDNN convolutions: PyTorch's default
-pred = {p: predict(t, rtx) for p, t in traces.items()}
-md_table([(k, v) for k, v in [("fp32 convolutions (TF32 tensor cores)", f"{rtx.mma_tflops['float32']} TFLOP/s"),
-                              ("fp16 convolutions, fp32 accumulate", f"{rtx.mma_tflops['float16']} TFLOP/s"),
-                              ("everything else (fp32 CUDA cores)", f"{rtx.vector_tflops} TFLOP/s"),
-                              ("memory bandwidth", f"{rtx.bandwidth_gbs} GB/s"),
-                              ("ridge point, fp32 / fp16", f"{rtx.ridge_point['float32']:.0f} / {rtx.ridge_point['float16']:.0f} FLOP per byte")]],
-         [gpu.name, "ceiling"])
+rtx = cm.Ceilings.from_device(gpu)  # TF32 on for cuDNN convolutions: PyTorch's default
+strict = cm.Ceilings.from_device(gpu, tf32=False)
+md_table([("fp32 convolutions, TF32 on / strict", f"{rtx.mma_tflops['float32']} / "
+           f"{strict.mma_tflops['float32']} TFLOP/s"),
+          ("fp16 convolutions, fp32 accum.", f"{rtx.mma_tflops['float16']} TFLOP/s"),
+          ("everything else (fp32 CUDA cores)", f"{rtx.vector_tflops} TFLOP/s"),
+          ("memory bandwidth", f"{rtx.bandwidth_gbs} GB/s")], [gpu.name, "ceiling"])
 
 # %%
-rows = []
-for p, pr in pred.items():
-    s = pr.summary()
-    rows.append((p, s["step_s"] * 1e3, s["compute_only_s"] * 1e3, s["memory_only_s"] * 1e3, s["memory_bound_share"],
-                 s["images_per_s"], pr.epoch_s(cityscapes["train_images"])))
-md_table(rows, ["precision", "predicted step (ms)", "FLOPs alone (ms)", "bytes alone (ms)", "time in memory-bound ops",
-                "images/s", f"epoch of {cityscapes['train_images']} (s)"], [None, ".1f", ".1f", ".1f", ".0%", ".1f", ".1f"])
+pred = {"fp32 (TF32 on, as in the post)": cm.predict(traces["fp32"], rtx),
+        "fp32 (strict)": cm.predict(traces["fp32"], strict),
+        precision: cm.predict(traces[precision], rtx)}
+p32, pamp = pred["fp32 (TF32 on, as in the post)"], pred[precision]
+md_table([(k, p.min_step_s * 1e3, p.compute_only_s * 1e3, p.memory_only_s * 1e3,
+           p.memory_bound_share, p.min_epoch_s(n_img)) for k, p in pred.items()],
+         ["precision", "step, at least (ms)", "FLOPs alone (ms)", "bytes alone (ms)",
+          "time memory-bound", "epoch, at least (s)"],
+         [None, ".1f", ".1f", ".1f", ".0%", ".1f"])
 
 # %%
-model_speedup = pred["fp32"].step_s / pred[precision].step_s
-conv_f = sum(t.time_s for t in pred["fp32"].times if t.op.op.startswith("convolution"))
-conv_a = sum(t.time_s for t in pred[precision].times if t.op.op.startswith("convolution"))
-md(f"The model predicts a {model_speedup:.2f}x speedup from {precision} on the 3070 at the assumed setting: "
-   f"a step of {pred['fp32'].step_s * 1e3:.0f} ms in fp32 and {pred[precision].step_s * 1e3:.0f} ms with AMP. "
-   f"Convolutions go from {conv_f * 1e3:.0f} to {conv_a * 1e3:.0f} ms ({conv_f / conv_a:.2f}x: the fp16 tensor "
-   f"peak is {rtx.mma_tflops['float16'] / rtx.mma_tflops['float32']:.0f}x the fp32 one, and halved bytes help those that are "
-   f"memory-bound); everything else is memory-bound, gains only where its bytes shrink, and pays for autocast's casts. "
-   f"These are lower bounds: real kernels reach a fraction of each ceiling. Even so, the fp32 bound is "
-   f"{pred['fp32'].epoch_s(cityscapes['train_images']):.0f} s per epoch against the post's {fp32_post['time_s']} s, "
-   f"and the AMP bound {pred[precision].epoch_s(cityscapes['train_images']):.0f} s against its {amp_post['time_s']} s.")
+model_speedup = p32.min_step_s / pamp.min_step_s
+print(cm.bound_verdict(pamp.min_epoch_s(n_img), amp_post["time_s"],
+                       "the post's AMP epoch"))
+for k, v in {"model_speedup": model_speedup, "min_fp32": p32.min_epoch_s(n_img),
+             "min_amp": pamp.min_epoch_s(n_img), "mem_share": pamp.memory_bound_share,
+             "need_eff": pamp.efficiency_of(amp_post["time_s"] * B / n_img),
+             "tensor_ratio": gpu.tensor_over_fp32}.items():
+    glue(f"ch5_{k}", v, display=False)
 
 # %% [markdown]
-# Which layers are memory-bound: per layer type, the predicted time in each precision and the
-# share of it spent in operators below the ridge point.
+# At batch {glue:text}`ch5_B`, the 3070 needs **at least** {glue:text}`ch5_min_fp32:.0f`
+# s for an fp32 epoch and {glue:text}`ch5_min_amp:.0f` s for an AMP one: the bound's
+# speedup is {glue:text}`ch5_model_speedup:.2f`x, far from the tensor cores'
+# {glue:text}`ch5_tensor_ratio:.0f`x, because {glue:text}`ch5_mem_share:.0%` of the AMP
+# step is in memory-bound operators, which gain only where their bytes shrink. A bound
+# below the post's epochs does not show that something other than the GPU set the pace:
+# kernels running at {glue:text}`ch5_need_eff:.0%` of the roofline would take the post's
+# AMP epoch on their own. The measured efficiency of real kernels (below: this CPU's,
+# and a GPU's profile when one is committed) turns the bound into a range.
+#
+# Which layers are memory-bound: per layer type, the bound in each precision and the
+# share of it spent below the ridge point.
 
-# %%
-by_type = {p: {r["type"]: r for r in pr.by_type()} for p, pr in pred.items()}
-rows = []
-for typ, r in by_type["fp32"].items():
-    if r["time_s"] < 1e-5:  # the autograd engine's own few bytes: nothing to see
-        continue
-    a = by_type[precision].get(typ)
-    rows.append((typ, r["modules"], r["time_s"] * 1e3, a["time_s"] * 1e3 if a else None,
-                 r["time_s"] / a["time_s"] if a and a["time_s"] else None, r["memory_bound_s"] / r["time_s"] if r["time_s"] else 0.0,
-                 a["memory_bound_s"] / a["time_s"] if a and a["time_s"] else None))
-md_table(rows, ["layer (functional ops go to their block)", "count", "fp32 ms", f"{precision} ms", "speedup",
-                "memory-bound (fp32)", f"memory-bound ({precision})"], [None, None, ".1f", ".1f", ".2f", ".0%", ".0%"])
+# %% tags=["hide-input"]
+by_type = {k: {r["type"]: r for r in pred[k].by_type()}
+           for k in ("fp32 (TF32 on, as in the post)", precision)}
+rows = [(t, r["modules"], r["time_s"] * 1e3, a["time_s"] * 1e3,
+         r["time_s"] / a["time_s"], r["memory_bound_s"] / r["time_s"],
+         a["memory_bound_s"] / a["time_s"])
+        for t, r in by_type["fp32 (TF32 on, as in the post)"].items()
+        if (a := by_type[precision].get(t)) and r["time_s"] > 1e-5 and a["time_s"] > 0]
+md_table(rows, ["layer (functional ops go to their block)", "count", "fp32 ms",
+                f"{precision} ms", "speedup", "memory-bound (fp32)",
+                f"memory-bound ({precision})"],
+         [None, None, ".1f", ".1f", ".2f", ".0%", ".0%"])
 
-# %% mystnb={"figure": {"caption": "ERFNet's layers on the RTX 3070 roofline at the assumed setting (batch 6, 1024x512): each point is one layer's forward and backward work (FLOPs over bytes on the x axis, FLOPs over predicted time on the y axis). Lines: the fp32 (TF32) and fp16 ceilings; left of a ridge a layer is memory-bound.", "name": "fig-ch5-roofline"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "ERFNet's layers on the RTX 3070 roofline at the likely setting: each point is one layer's forward and backward work (FLOPs over bytes on the x axis, FLOPs over the bound's time on the y axis). Lines: the fp32 (TF32) and fp16 ceilings; left of a ridge a layer is memory-bound.", "name": "fig-ch5-roofline"}}
 fig, ax = plt.subplots()
 xs = np.logspace(-1, 3, 200)
-for i, (label, peak) in enumerate([("fp32/TF32 ceiling", rtx.mma_tflops["float32"]), ("fp16 ceiling", rtx.mma_tflops["float16"])]):
-    ax.plot(xs, [attainable_tflops(x, peak, rtx.bandwidth_gbs) for x in xs], color="black",
-            linestyle=series_style(i)["linestyle"], linewidth=1, label=label)
-for i, (p, pr) in enumerate(pred.items()):
-    rows_p = [r for r in pr.by_scope() if r["flops"] > 0 and r["time_s"] > 0]
+for i, dt in enumerate(("float32", "float16")):
+    roof = [attainable_tflops(x, rtx.mma_tflops[dt], rtx.bandwidth_gbs) for x in xs]
+    ax.plot(xs, roof, color="black", linestyle=series_style(i)["linestyle"],
+            label=f"{dt} ceiling")
+for i, (label, pr) in enumerate((("fp32", p32), (precision, pamp))):
+    rs = [r for r in pr.by_scope() if r["flops"] > 0 and r["time_s"] > 0]
     st = series_style(i + 1)
-    ax.scatter([r["intensity"] for r in rows_p], [r["flops"] / r["time_s"] / 1e12 for r in rows_p], s=14,
-               marker=st["marker"], facecolors="none" if i else st["color"], edgecolors=st["color"], label=p)
-ax.set_xscale("log")
-ax.set_yscale("log")
-ax.set_xlabel("arithmetic intensity (FLOP per byte)")
-ax.set_ylabel("TFLOP/s (predicted)")
+    ax.scatter([r["intensity"] for r in rs],
+               [r["flops"] / r["time_s"] / 1e12 for r in rs],
+               s=14, marker=st["marker"], color=st["color"], label=label)
+ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte)",
+       ylabel="TFLOP/s (at the bound)")
 ax.legend()
 plt.show()
 
 # %% [markdown]
-# ### The setting the post did not state
+# ### The headline numbers at every candidate setting
 #
-# The assumed setting is a guess. The model costs a second per setting, so it can be re-run at
-# others: the predicted epoch of 2975 images, fp32 and AMP, at each.
+# The model costs a second per setting, so it runs at each candidate: the likely
+# setting, the same pixels at half the resolution, the authors' defaults, and the
+# `sensitivity` parameter's. For each: the modelled memory (the fixed part from the
+# solution above plus the activation lines), and the bounds.
 
 # %%
-sens_rows = []
-for h, w, b in sensitivity:
-    pp = {p: predict(traced(b, h, w, p), rtx) for p in ("fp32", precision)}
-    sens_rows.append((f"{w}x{h}", b, pp["fp32"].epoch_s(cityscapes["train_images"]),
-                      pp[precision].epoch_s(cityscapes["train_images"]), pp["fp32"].step_s / pp[precision].step_s))
-display(md_table(sens_rows, ["image (W x H)", "batch", "fp32 epoch (s)", f"{precision} epoch (s)", "predicted speedup"],
-                 [None, None, ".1f", ".1f", ".2f"]))
-lo, hi = min(r[4] for r in sens_rows), max(r[4] for r in sens_rows)
-md(f"At every setting tried the GPU alone would finish an AMP epoch in at most {max(r[3] for r in sens_rows):.0f} s "
-   f"(the roofline's bound) and gain {f'{lo:.2f}x' if round(lo, 2) == round(hi, 2) else f'{lo:.2f}-{hi:.2f}x'} from AMP. "
-   f"The post's AMP epoch took {amp_post['time_s']} s: something other than the GPU's arithmetic set its pace.")
+cands = [(H, W, B), (H // 2, W // 2, 4 * B), (H, W, default["batch_size"])]
+cands += [tuple(s) for s in sensitivity if tuple(s) not in cands]
+fix_gb = mid["fixed_bytes"] / 1e9
+headline = []
+for h, w, b in cands:
+    pp = {p: cm.predict(cm.trace_step(model, b, h, w, p), rtx)
+          for p in ("fp32", precision)}
+    gb = {p: fix_gb + lines[p](b * h * w) / 1e9 for p in pp}
+    headline.append((f"{w}x{h}", b, gb["fp32"], gb[precision],
+                     pp["fp32"].min_epoch_s(n_img), pp[precision].min_epoch_s(n_img),
+                     pp["fp32"].min_step_s / pp[precision].min_step_s))
+
+# %% tags=["hide-input"]
+md_table(headline, ["image (W x H)", "batch", "fp32 GB (model)", "AMP GB (model)",
+                    "fp32 epoch, at least (s)", "AMP epoch, at least (s)",
+                    "bound's speedup"],
+         [None, None, ".2f", ".2f", ".1f", ".1f", ".2f"])
 
 # %% [markdown]
-# ### Memory
+# The post measured {glue:text}`ch5_fp32_gb` GB and {glue:text}`ch5_post_mem:.2f` of it
+# with AMP. At the authors' defaults the model's memory is far above both; the two
+# candidates with the solved pixels match them by construction, and differ in their
+# bounds: a quarter of the pixels per image makes the GPU's part of an epoch about four
+# times shorter. In every row the bound is below the post's epochs, and in none does it
+# reach the tensor cores' ratio.
 #
-# What AMP shrinks is mostly what autograd keeps for the backward pass. `ampbook.memory.SavedTensorMeter`
-# counts it on real tensors; it grows in proportion to the pixels of a batch, so two small
-# measurements on this CPU extrapolate to the post's setting (a straight line through them:
-# a part fixed per step, the low-precision weight copies, and a part per pixel).
-
-# %%
-from ampbook.memory import SavedTensorMeter
-
-torch.manual_seed(0)
-mem_model = ERFNet(num_classes=NUM_CLASSES)
-saved = {}
-for p, dt in (("fp32", None), (precision, torch.float16 if precision == "amp-fp16" else torch.bfloat16)):
-    pts = []
-    for h, w in ((check_height, check_width), (2 * check_height, 2 * check_width)):
-        x = torch.randn(1, 3, h, w)
-        with SavedTensorMeter(model=mem_model) as meter:
-            with torch.autocast("cpu", dtype=dt or torch.bfloat16, enabled=dt is not None):
-                mem_model(x)
-        pts.append((h * w, meter.total_bytes - meter.parameter_bytes))
-    slope = (pts[1][1] - pts[0][1]) / (pts[1][0] - pts[0][0])
-    saved[p] = pts[0][1] - slope * pts[0][0] + slope * B * H * W
-del mem_model
-gb = {p: v / 1e9 for p, v in saved.items()}
-md(f"Predicted bytes saved for backward at batch {B}, {W}x{H}: {gb['fp32']:.2f} GB in fp32, {gb[precision]:.2f} GB with "
-   f"{precision} ({gb[precision] / gb['fp32']:.2f} of fp32), a saving of {gb['fp32'] - gb[precision]:.2f} GB. The post saved "
-   f"{fp32_post['memory_gb'] - amp_post['memory_gb']:.1f} GB out of {fp32_post['memory_gb']} GB, a ratio of {post_memory_ratio:.2f}. "
-   + ("The predicted fp32 activations alone exceed the post's whole fp32 figure, so the post trained at a smaller batch or "
-      "resolution than assumed, or its memory figure is not a peak; the ratio is what compares, and a monitor's figure "
-      "adds a fixed part (CUDA context, cuDNN workspace, the caching allocator's slack) that pulls it towards 1."
-      if gb["fp32"] > fp32_post["memory_gb"] else
-      "A monitor's figure adds a fixed part (CUDA context, cuDNN workspace, the allocator's slack) that pulls the ratio towards 1."))
-
-# %% [markdown]
 # ## The input pipeline
 #
-# Before the GPU can start a step, the DataLoader must read each image's PNG from disk, decode
-# it, resize it from 2048x1024 to the training size and turn it into a tensor, and do the same
-# for the label. That work runs on the CPU, one image per worker process at a time. The loader
-# benchmark (`python -m ampbook.bench loader`) times it on full-size Cityscapes-like PNGs (the
-# synthetic set, drawn at Cityscapes' size) for a few worker counts.
+# Before the GPU can start a step, the DataLoader must read each image's PNG, decode it,
+# resize it from 2048x1024 to the training size, and do the same for its label. That
+# work runs on the CPU, one image per worker process at a time. The loader benchmark
+# (`python -m ampbook.bench loader`) times it on full-size Cityscapes-like PNGs (the
+# synthetic set, drawn at Cityscapes' size; real Cityscapes when `$CITYSCAPES_DATASET`
+# names it), with one torch thread, for each worker count.
 
 # %%
 import os
 
-from ampbook.bench_loader import measure_loader
+root = os.environ.get("CITYSCAPES_DATASET") or synthetic_root(
+    loader_images, 0, height=post["cityscapes"]["image_height"],
+    width=post["cityscapes"]["image_width"])
+lm = measure_loader(root, height=H, width=W, workers=tuple(loader_workers),
+                    batch_size=B, max_images=loader_images, passes=loader_passes,
+                    threads=1)
+lm_rate = {int(r["workers"]): float(r["images_per_s"]) for r in lm["results"]}
+load_s = 1.0 / lm_rate[0]  # seconds of one core per image: the 0-worker figure
 
-# Real Cityscapes when $CITYSCAPES_DATASET names it, else the synthetic set at Cityscapes' size.
-loader_root = os.environ.get("CITYSCAPES_DATASET") or synthetic_root(
-    loader_images, 0, height=cityscapes["image_height"], width=cityscapes["image_width"])
-lm = measure_loader(loader_root, split="train", height=H, width=W, workers=tuple(loader_workers), batch_size=B,
-                    max_images=loader_images, passes=loader_passes)
-lm_rate = {int(r["workers"]): float(r["images_per_s"]) for r in lm["results"]}  # workers -> images/s
-# Seconds of one core per image, through the whole Dataset: from one worker (a worker process
-# runs one thread on one core), else from the main process.
-load_s = 1.0 / lm_rate[1] if 1 in lm_rate else 1.0 / lm_rate[0]
-display(md_table([("decode + resize only, 1 process", lm["decode_resize_images_per_s"], 1e3 / lm["decode_resize_images_per_s"])]
-                 + [(f"DataLoader, {w} worker{'s' if w != 1 else ''}", r, 1e3 / r) for w, r in sorted(lm_rate.items())],
-                 ["pipeline", "images/s", "ms per image"], [None, ".1f", ".0f"]))
-md(f"{lm['images']} {'synthetic ' if lm['synthetic'] else ''}images of {lm['source_width']}x{lm['source_height']}, "
-   f"resized to {lm['width']}x{lm['height']}, batches of {lm['batch_size']}, on {lm['cpu_count']} CPUs: one image costs "
-   f"{load_s * 1e3:.0f} ms of one core through the Dataset (label mapping and normalisation included); decoding and "
-   f"resizing alone take {1e3 / lm['decode_resize_images_per_s']:.0f} ms in the main process.")
+# %% tags=["hide-input"]
+glue("ch5_load_ms", load_s * 1e3, display=False)
+md_table([(f"DataLoader, {w} workers", r, 1e3 / r) for w, r in sorted(lm_rate.items())]
+         + [("decode + resize alone", lm["decode_resize_images_per_s"],
+             1e3 / lm["decode_resize_images_per_s"])],
+         ["pipeline", "images/s", "ms per image"], [None, ".1f", ".0f"])
 
 # %% [markdown]
-# The model of the loader (`ampbook.costmodel.loader_images_per_s`): an image costs `load_s`
-# seconds of one core (measured with one worker); workers run in parallel, one per free core,
-# so throughput grows linearly with workers up to the number of free cores and stays flat
-# beyond. With no workers the training process loads the images itself. On this machine the
-# benchmark's own process sits idle while the workers decode, so all its cores are free:
+# With no workers the training process loads each image itself, on one core with one
+# thread: {glue:text}`ch5_load_ms:.0f` ms per image here, the whole Dataset included
+# (label mapping and normalisation). That is the per-image cost the loader model takes
+# (`ampbook.costmodel.loader_images_per_s`): workers run in parallel, one per free core,
+# so `w` workers deliver `w` images per per-image cost, up to the cores the training
+# process leaves free. The 1-worker figure adds inter-process transfer on top; it is the
+# check of the model.
 
 # %%
-here_cores = load["cpus"]
-rows = [(w, lm_rate[w], loader_images_per_s(load_s, w, here_cores, reserved_cores=0)) for w in sorted(lm_rate)]
-display(md_table([(w, m, p, m / p) for w, m, p in rows], ["workers", "measured images/s", "model", "measured / model"],
-                 [None, ".2f", ".2f", ".2f"]))
-w_max = max(lm_rate)
-fit = lm_rate[w_max] / loader_images_per_s(load_s, w_max, here_cores, reserved_cores=0)
-md(f"With {w_max} worker{'s' if w_max != 1 else ''} this machine delivers {fit:.0%} of what linear scaling predicts. "
-   + ("The model holds here. " if 0.8 <= fit <= 1.2 else
-      (f"Its {here_cores} cores were shared with other work (load average {load['load1']:.1f}), so the workers did not "
-       "get a core each; " if load["busy"] else
-       "Workers compete for memory bandwidth and caches, and the main process still collates batches; ")
-      + "on the post's PC the linear model is a ceiling rather than a forecast. ")
-   + "Workers also start slowly: the first pass over the images, which includes starting them, is left out of the rates.")
+here = {w: cm.loader_images_per_s(load_s, w, load["cpus"], reserved_cores=0)
+        for w in lm_rate}
+md_table([(w, lm_rate[w], here[w], lm_rate[w] / here[w]) for w in sorted(lm_rate)],
+         ["workers", "measured images/s", "model", "measured / model"],
+         [None, ".2f", ".2f", ".2f"])
 
 # %% [markdown]
-# For the post's PC the model needs two things the post does not give: its number of cores
-# (assumed `host_cores`, one of them kept by the training process to drive the GPU) and its
-# speed per core (assumed equal to one core here). The figure puts the loader's throughput for
-# 0 to 8 workers beside what the 3070 can consume according to the cost model, and the rate
-# the post observed.
+# On the post's PC the per-image cost is unknown. Take this machine's (a core of a 2020
+# desktop CPU may be faster or slower) and the authors' {glue:text}`ch5_def_workers`
+# workers on {glue:text}`ch5_host_cores` cores: the line below sets the loader model
+# against the GPU's bound (the most images per second it can train). Real kernels are
+# slower than the bound, so a step that sets the pace at the bound sets it all the more;
+# a loader that sets it at the bound may not.
 
-# %% mystnb={"figure": {"caption": "Images per second: what the DataLoader delivers with 0-8 workers (measured on this machine where marked, the linear model elsewhere, for a PC with the assumed core count) against what the RTX 3070 can train per the cost model in fp32 and with AMP, and the rate of the post's epochs.", "name": "fig-ch5-pipeline"}}
+# %%
+nw = default["workers"]
+post_loader = cm.loader_images_per_s(load_s, nw, host_cores)
+print(cm.pace_verdict(post_loader, pamp.max_images_per_s, "for the post's AMP epoch"))
+for k, v in {"host_cores": host_cores, "loader_epoch": n_img / post_loader,
+             "fp32_s": fp32_post["time_s"], "amp_s": amp_post["time_s"],
+             "implied_ms": nw / (n_img / fp32_post["time_s"]) * 1e3}.items():
+    glue(f"ch5_{k}", v, display=False)
+
+# %% [markdown]
+# At that cost, {glue:text}`ch5_def_workers` workers need
+# {glue:text}`ch5_loader_epoch:.0f` s for an epoch, against the post's measured
+# {glue:text}`ch5_fp32_s` s in fp32 and {glue:text}`ch5_amp_s` s with AMP. The synthetic
+# PNGs are simpler than real street scenes and a 2020 desktop core differs from this
+# one, so the cost per image on the post's PC may differ either way.
+#
+# **A consistency check, not a prediction.** If the loader did set the post's pace, its
+# {glue:text}`ch5_def_workers` workers delivered {glue:text}`ch5_post_img_s:.1f` images
+# per second, so one image cost {glue:text}`ch5_implied_ms:.0f` ms of one core. That
+# number is derived from the post's own epoch under hypothesis (a); feeding it back into
+# the model returns the post's epoch by construction, so it proves nothing. What it
+# offers is a comparison with an independent measurement: this machine's
+# {glue:text}`ch5_load_ms:.0f` ms per image. The figure puts the loader's throughput for
+# 0 to 8 workers at this machine's per-image cost beside the 3070's bounds.
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Images per second: what the DataLoader delivers with 0-8 workers at this machine's per-image cost (the linear model, for a PC with the assumed cores; measured points where marked) against the most the RTX 3070 can train per the cost model in fp32 and with AMP, and the rate of the post's epochs.", "name": "fig-ch5-pipeline"}}
 ws = np.arange(0, 9)
 fig, ax = plt.subplots()
-ax.plot(ws, [loader_images_per_s(load_s, int(w), host_cores) for w in ws], label=f"loader, model ({host_cores} cores)",
-        **series_style(0))
-ax.plot(sorted(lm_rate), [lm_rate[w] for w in sorted(lm_rate)], label="loader, measured here", linestyle="none",
-        marker="s", color=series_style(1)["color"], markersize=8)
-for i, (label, rate) in enumerate([("3070 fp32, model", pred["fp32"].images_per_s),
-                                   (f"3070 {precision}, model", pred[precision].images_per_s),
-                                   ("the post's epochs", post_img_s)]):
-    ax.axhline(rate, color=series_style(i + 2)["color"], linestyle=series_style(i + 2)["linestyle"], label=label)
-ax.set_xlabel("DataLoader workers")
-ax.set_ylabel("images per second")
+ax.plot(ws, [cm.loader_images_per_s(load_s, int(w), host_cores) for w in ws],
+        label=f"loader, model ({host_cores} cores)", **series_style(0))
+ax.plot(sorted(lm_rate), [lm_rate[w] for w in sorted(lm_rate)], linestyle="none",
+        marker="s", color=series_style(1)["color"], label="loader, measured here")
+rates = [("3070 fp32, at most", p32.max_images_per_s),
+         (f"3070 {precision}, at most", pamp.max_images_per_s),
+         ("the post's epochs", n_img / fp32_post["time_s"])]
+for i, (label, rate) in enumerate(rates):
+    st = series_style(i + 2)
+    ax.axhline(rate, color=st["color"], linestyle=st["linestyle"], label=label)
+ax.set(xlabel="DataLoader workers", ylabel="images per second", ylim=(0, None))
 ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# How fast the post's PC decoded an image is the one number the post cannot give us. So turn the
-# question round: for each per-image cost, what epoch does the model predict with the script's
-# workers, in fp32 and with AMP?
-
-# %% mystnb={"figure": {"caption": "Predicted epoch of 2975 images on the RTX 3070 against the CPU cost of loading one image, with the training script's DataLoader workers: the GPU bounds the epoch on the flat part, the loader on the rising part. The dotted lines mark the post's measured epochs.", "name": "fig-ch5-epoch-vs-decode"}}
-nw = setting["workers"]
-n_img = cityscapes["train_images"]
-post_load_s = nw / post_img_s  # the per-image cost at which nw workers deliver the post's rate
-costs = np.linspace(0.002, 1.5 * max(post_load_s, min(load_s, 3 * post_load_s)), 200)
-fig, ax = plt.subplots()
-for i, p in enumerate(("fp32", precision)):
-    ax.plot(costs * 1e3, [n_img / epoch_images_per_s(c, pred[p].step_s / B, nw, host_cores)["images_per_s"] for c in costs],
-            label=f"{p}, model", **{**series_style(i), "marker": None})
-ax.axhline(fp32_post["time_s"], color="black", linestyle=":", linewidth=1, label="the post's epochs (fp32 and AMP)")
-ax.axhline(amp_post["time_s"], color="black", linestyle=":", linewidth=1)
-if load_s <= costs[-1]:
-    ax.axvline(load_s * 1e3, color=series_style(3)["color"], linestyle="--", linewidth=1, label="measured here")
-ax.set_xlabel(f"CPU ms to load one image ({nw} workers)")
-ax.set_ylabel(f"epoch of {n_img} images (s)")
-ax.set_ylim(0, None)
-ax.legend(fontsize=8)
-plt.show()
-
-# %%
-threshold = {p: nw / pred[p].images_per_s for p in ("fp32", precision)}
-speedup_at_post = (epoch_images_per_s(post_load_s, pred[precision].step_s / B, nw, host_cores)["images_per_s"]
-                   / epoch_images_per_s(post_load_s, pred["fp32"].step_s / B, nw, host_cores)["images_per_s"])
-at = {p: epoch_images_per_s(load_s, pred[p].step_s / B, nw, host_cores) for p in ("fp32", precision)}
-md(f"With {nw} workers the loader bounds an AMP epoch as soon as an image costs more than "
-   f"{threshold[precision] * 1e3:.0f} ms of CPU, and an fp32 epoch above {threshold['fp32'] * 1e3:.0f} ms; beyond both, "
-   f"fp32 and AMP epochs take the same time. The post's {post_img_s:.1f} images/s is what {nw} workers deliver at "
-   f"{post_load_s * 1e3:.0f} ms per image, above both thresholds: at that cost the model predicts "
-   f"{n_img / epoch_images_per_s(post_load_s, pred['fp32'].step_s / B, nw, host_cores)['images_per_s']:.1f} s in fp32 and "
-   f"{n_img / epoch_images_per_s(post_load_s, pred[precision].step_s / B, nw, host_cores)['images_per_s']:.1f} s with AMP, "
-   f"an AMP speedup of {speedup_at_post:.2f}, against the post's {fp32_post['time_s']} and {amp_post['time_s']} s. "
-   f"This machine needs {load_s * 1e3:.0f} ms per image (synthetic images{', a busy machine' if load['busy'] else ''}), "
-   f"{load_s / post_load_s:.1f} times that; at its cost the model predicts {n_img / at['fp32']['images_per_s']:.0f} s in fp32 "
-   f"(bound: {at['fp32']['bound']}) and {n_img / at[precision]['images_per_s']:.0f} s with AMP (bound: {at[precision]['bound']}). "
-   f"Keeping the 3070 busy with AMP would take {pred[precision].images_per_s * post_load_s:.1f} cores at the post-implied "
-   f"cost, {pred[precision].images_per_s * load_s:.1f} at this machine's.")
-
-# %% [markdown]
-# ## Where this machine's epochs go
+# ## This machine's runs
 #
-# The runner records, per epoch, the time spent waiting for the DataLoader, the time inside the
-# training step (synchronised on a GPU), validation, and the rest of the loop. Here are this
-# chapter's runs.
+# The book's runner, per precision, at a size a CPU trains in seconds
+# ({glue:text}`ch5_run_w`x{glue:text}`ch5_run_h`), without shuffling. It records per
+# epoch the time spent waiting for the DataLoader, the time inside the training step,
+# validation, and the rest.
 
 # %%
-rows = []
-for p, rec in local_runs.items():
-    for e in rec["epochs"]:
-        rest = max(e["epoch_s"] - e["data_wait_s"] - e["step_s"] - e["val_s"], 0.0)
-        rows.append((p, e["epoch"], e["data_wait_s"], e["step_s"], e["val_s"], rest, e["epoch_s"],
-                     e["data_wait_s"] / (e["data_wait_s"] + e["step_s"])))
-breakdown = rows
-md_table(rows, ["precision", "epoch", "data wait (s)", "step (s)", "validation (s)", "rest (s)", "epoch (s)",
-                "data wait / (wait + step)"], [None, None, ".2f", ".2f", ".2f", ".2f", ".2f", ".0%"])
+local = {}
+for p in run_precisions:
+    cfg = TrainConfig(precision=p, device=str(device), height=run_height,
+                      width=run_width, batch_size=batch_size, epochs=num_epochs,
+                      workers=run_workers, synthetic_train=run_train_images,
+                      synthetic_val=run_val_images, shuffle=False, tf32="on",
+                      checkpoint=False, quiet=True)
+    local[p] = run_training(cfg)
 
-# %% mystnb={"figure": {"caption": "This machine's training epochs split into waiting for the DataLoader, the training step, validation and the rest of the loop (checkpoints, bookkeeping).", "name": "fig-ch5-epochs"}}
+# %% tags=["hide-input"]
+glue("ch5_run_w", run_width, display=False)
+glue("ch5_run_h", run_height, display=False)
+breakdown = [(p, e["epoch"], e["data_wait_s"], e["step_s"], e["val_s"],
+              max(e["epoch_s"] - e["data_wait_s"] - e["step_s"] - e["val_s"], 0.0))
+             for p, rec in local.items() for e in rec["epochs"]]
+md_table(breakdown, ["precision", "epoch", "data wait (s)", "step (s)",
+                     "validation (s)", "rest (s)"],
+         [None, None, ".2f", ".2f", ".2f", ".2f"])
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "This machine's training epochs split into waiting for the DataLoader, the training step, validation and the rest of the loop.", "name": "fig-ch5-epochs"}}
 fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.45 * len(breakdown)))
-labels = [f"{r[0]}, epoch {r[1]}" for r in breakdown]
-left = np.zeros(len(breakdown))
-for i, (name, col) in enumerate([("data wait", 2), ("step", 3), ("validation", 4), ("rest", 5)]):
-    vals = np.array([r[col] for r in breakdown])
+labels, left = [f"{r[0]}, epoch {r[1]}" for r in breakdown], np.zeros(len(breakdown))
+for i, name in enumerate(("data wait", "step", "validation", "rest")):
+    vals = np.array([r[2 + i] for r in breakdown])
     ax.barh(labels, vals, left=left, label=name, **bar_style(i))
     left += vals
 ax.invert_yaxis()
@@ -636,297 +650,328 @@ ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4)
 plt.show()
 
 # %%
-waits = [r[7] for r in breakdown]
-wait_text = f"{min(waits):.0%}" if round(min(waits), 2) == round(max(waits), 2) else f"{min(waits):.0%}-{max(waits):.0%}"
-step_per_image = statistics.median(r[3] / max(1, local_runs[r[0]]["epochs"][r[1] - 1]["images"]) for r in breakdown)
-md(f"On this machine the time spent waiting for the DataLoader is {wait_text} of waiting plus stepping, with "
-   f"{run_workers} worker{'s' if run_workers != 1 else ''} and {run_width}x{run_height} images; a step costs "
-   f"{step_per_image * 1e3:.0f} ms per image here. "
-   + ("The step dominates: the loader keeps up with a step this slow. " if max(waits) < 0.5 else
-      "The loader takes most of the loop. ")
-   + f"On the 3070 the model's AMP step is {pred[precision].step_s / B * 1e3:.0f} ms per image, and an image costs the "
-   f"host's CPU {post_load_s * 1e3:.0f} ms (post-implied) split over {nw} workers, {post_load_s / nw * 1e3:.0f} ms per image: "
-   + ("there the loader sets the pace." if post_load_s / nw > pred[precision].step_s / B else "there the step still sets the pace."))
+e = local[run_precisions[-1]]["epochs"][-1]
+print(cm.pace_verdict(e["images"] / max(e["data_wait_s"], 1e-9),
+                      e["images"] / e["step_s"],
+                      f"in this machine's last {run_precisions[-1]} epoch"))
+
+# %% [markdown]
+# The first epoch pays for first calls (oneDNN builds its kernels for each new shape),
+# and an epoch of two images says little about speed anyway. AMP against fp32 on this
+# device is therefore timed on steps alone, the precisions taking turns for
+# {glue:text}`ch5_rounds` rounds at {glue:text}`ch5_chk_w`x{glue:text}`ch5_chk_h`
+# (`ampbook.bench_step.step_rounds`), and read as a speedup per round with its spread.
+
+# %%
+chk = {p: TrainConfig(precision=p, device=str(device), height=check_height,
+                      width=check_width, batch_size=check_batch, workers=0)
+       for p in run_precisions}
+rounds = step_rounds(chk, rounds=check_repeats)
+low = [p for p in run_precisions if p != "fp32"][0]
+ratios = [f / a for f, a in zip(rounds["fp32"], rounds[low])]
+print(cm.speedup_verdict(ratios, low))
+
+# %% tags=["hide-input"]
+for k, v in {"rounds": check_repeats, "chk_w": check_width, "chk_h": check_height,
+             "here_med": float(np.median(ratios))}.items():
+    glue(f"ch5_{k}", v, display=False)
+
+# %% [markdown]
+# The figure puts every AMP-against-fp32 ratio the chapter has side by side: the post's
+# epochs, the 2020 RTX 3070 user's epochs and steps, this machine's timed steps (the bar
+# is the median, the whisker the middle half of the rounds), the cost model, and the
+# committed GPU pairs (epochs). Memory is each source's own figure: a monitor's for the
+# post and the 2020 user, the new bytes saved for backward for this machine and the
+# model, peak allocated for GPU runs.
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "AMP against fp32 as ratios: speedup (fp32 time over AMP time; above 1 means AMP was faster) and memory (AMP over fp32; below 1 means AMP saved memory), for the post, for the 2020 RTX 3070 user of pytorch/pytorch#46377, for this machine's timed steps, for the cost model at the likely setting, and for committed GPU pairs.", "name": "fig-ch5-ratios"}}
+saved_at = {p: lines[p](B * H * W) for p in lines}
+here_run = {p: summarise_run(r) for p, r in local.items()}
+bars = [("the post: epochs", post_speedup, None, post_mem),
+        ("#46377: epochs", ev_epoch, None, ev["memory_gb_no_loader"]["amp"]
+         / ev["memory_gb_no_loader"]["fp32"]),
+        ("#46377: steps alone", ev_step, None, None),
+        (f"this machine, {low}: steps", float(np.median(ratios)),
+         tuple(np.percentile(ratios, [25, 75])),
+         here_run[low].memory_bytes / here_run["fp32"].memory_bytes),
+        ("cost model: likely setting", model_speedup, None,
+         saved_at[precision] / saved_at["fp32"])]
+bars += [(f"{q.setting.device_name}: {q.label}", q.speedup, None, q.memory_ratio)
+         for q in results.pairs()]
+fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.6 * len(bars)))
+ys = np.arange(len(bars))
+series = ((1, "speedup (fp32 / AMP time)"), (3, "memory (AMP / fp32)"))
+for j, (col, name) in enumerate(series):
+    vals = [b[col] or 0 for b in bars]
+    err = [[b[1] - b[2][0] if j == 0 and b[2] else 0 for b in bars],
+           [b[2][1] - b[1] if j == 0 and b[2] else 0 for b in bars]]
+    ax.barh(ys + (0.4 * j - 0.2), vals, height=0.38, xerr=err, label=name,
+            **bar_style(j))
+ax.axvline(1.0, color="black", linewidth=0.8)
+ax.set_yticks(ys, [b[0] for b in bars], fontsize=8)
+ax.invert_yaxis()
+ax.set_xlabel("ratio")
+ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
+plt.show()
+
+# %% [markdown]
+# ## The model against this CPU
+#
+# The same bound holds on any device whose ceilings are known. This CPU's can be
+# measured (the faster of two matmuls for the compute peak, the faster of two additions,
+# one small enough for the cache, for the bandwidth; on a GPU the device table's), and
+# the bound set against the timed steps above: the measured step must take at least the
+# bound, and their ratio is the efficiency its kernels reached. The model also assumes
+# what GPUs have, low-precision units at least as fast as fp32's; a bf16 matmul timed
+# beside an fp32 one says whether this CPU's kernels have them.
+
+# %%
+cpu, kw = pick_device("cpu"), {"min_time": 0.05, "max_time": 1.0}
+mm = {(dt, n): time_matmul(n, dtype=dt, device=cpu, **kw).tflops
+      for dt in ("fp32", "bf16") for n in (512, 1024)}
+peak, peak_bf16 = (max(mm[(dt, 512)], mm[(dt, 1024)]) for dt in ("fp32", "bf16"))
+bw = max(time_elementwise(n, "fp32", cpu, **kw).gbps for n in (2**16, 2**22))
+cpu_ceil = cm.Ceilings("this CPU, measured", {"float32": peak, "bfloat16": peak_bf16},
+                       peak, bw)
+here_ceil = cpu_ceil if device.type == "cpu" else ceilings_for(device)
+
+# %%
+cpu_rows = []
+for p in run_precisions:
+    tr = cm.trace_step(model, check_batch, check_height, check_width, p)
+    bound = cm.predict(tr, here_ceil)
+    cpu_rows.append((p, min(rounds[p]) * 1e3, bound.min_step_s * 1e3,
+                     bound.efficiency_of(min(rounds[p]))))
+md_table(cpu_rows, ["precision", "fastest measured step (ms)", "bound (ms)",
+                    "efficiency (bound / measured)"], [None, ".1f", ".2f", ".0%"])
+
+# %%
+lowp = {"amx_bf16", "avx512_bf16", "amx_fp16", "avx512_fp16"}
+flags = sorted(lowp & set(cpu_flags()))
+print(cm.lowp_verdict(flags, peak_bf16 / peak))
+print(cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3, "an fp32 step here"))
+eff_here = cpu_rows[0][3]
+glue("ch5_eff_here", eff_here, display=False)
+
+# %% [markdown]
+# A measured step should take at least its bound (a test checks the direction against
+# theoretical peaks: `tests/test_costmodel.py`). The ceilings measured here are the
+# fastest matmul and addition rates found, not the hardware's peaks, so the second line
+# above may find the bound broken; the ratio here was {glue:text}`ch5_eff_here:.0%`.
+# Where the bf16 matmul runs below fp32's rate, the model's assumption fails on this
+# device and AMP costs time; where it runs at or above it, AMP can gain. The first line
+# above says which case this CPU is, and the timed steps further up what AMP did.
+#
+# Applied to the 3070, efficiencies between the lowest measured and 100% put the GPU's
+# part of the post's AMP epoch in a range. The next section holds the post's epoch
+# against it, with this device's efficiency and every committed GPU profile's.
+#
+# ## GPU runs
+#
+# GPU runs of the same runner committed under `data/results/` are read next by
+# `ampbook.results` (the `results_dir` parameter names another folder), which pairs runs
+# only on the same GPU at the same setting and defines epoch time and memory once for
+# the book.
+
+# %%
+gpu_pairs = results.pairs()
+print(f"{len(results.gpu_runs())} GPU training runs, {len(gpu_pairs)} pairs, "
+      f"{len(results.layer_profiles)} layer profiles; GPUs: "
+      f"{', '.join(results.devices()) or 'none'}")
+
+# %% tags=["hide-input"]
+md_table([(q.setting.device_name, q.setting.label, q.label, q.speedup, q.step_speedup,
+           q.amp.data_wait_share, q.memory_ratio) for q in gpu_pairs]
+         or [("none committed", "-", "-", None, None, None, None)],
+         ["GPU", "setting", "pair", "epoch speedup", "step speedup", "AMP data wait",
+          "memory AMP / fp32"], [None, None, None, ".2f", ".2f", ".0%", ".2f"])
+
+# %% [markdown]
+# When pairs are listed, each is read with `hypotheses_verdict`, the same function that
+# read the 2020 user's figures: a step faster with AMP and an epoch that is not, with
+# the loop waiting for data, is (a); an AMP step no faster than fp32's is (b). With no
+# pairs, nothing is printed and the question stays open until someone commits GPU runs
+# (`python -m ampbook.train` on a GPU, fp32 and amp-fp16 at one setting).
+
+# %%
+for q in gpu_pairs:
+    print(f"{q.setting.device_name}, {q.label}: "
+          + cm.hypotheses_verdict(q.step_speedup, q.speedup, q.amp.data_wait_share))
+
+# %% [markdown]
+# A layer profile (`ampbook.layer_profile`) times every ERFNet module on a GPU with the
+# PyTorch profiler and puts the cost model's bound for that GPU beside it. Its ratio is
+# the measured kernel efficiency, per layer type and for the whole step; each line below
+# applies a profile's efficiency to the 3070's AMP bound at the likely setting, and the
+# last holds the post's AMP epoch against the range from every measured efficiency
+# (`efficiency_range_verdict`: the bound over the lowest efficiency at or below 1).
+
+# %% tags=["hide-input"]
+md_table([(lp.device_name, lp.precision, t.type, t.measured_s * 1e3,
+           t.predicted_s * 1e3, t.predicted_s / t.measured_s)
+          for lp in results.layer_profiles for t in lp.by_type()[:5]]
+         or [("none committed", "-", "-", None, None, None)],
+         ["GPU", "precision", "layer type", "measured (ms)", "bound (ms)",
+          "efficiency"],
+         [None, None, None, ".2f", ".2f", ".0%"])
+
+# %%
+for lp in results.layer_profiles:
+    eff = min(1.0, lp.predicted_step_s / lp.step_s)
+    epoch = pamp.step_at_efficiency(eff) * n_img / B
+    print(f"{lp.device_name}, {lp.precision}: steps at {eff:.0%} of the roofline; at "
+          f"that efficiency the 3070's AMP epoch takes {epoch:.0f} s")
+
+# %%
+effs = [eff_here] + [lp.predicted_step_s / lp.step_s for lp in results.layer_profiles]
+print(cm.efficiency_range_verdict(pamp.min_epoch_s(n_img), effs, amp_post["time_s"],
+                                  "The post's AMP epoch"))
 
 # %% [markdown]
 # ## The same model on an H200
 #
-# Nothing in the trace depends on the GPU, so the same operators can be held against another
-# card's ceilings. On an H200 (a data-centre Hopper GPU) TF32 is no longer the fp32 rate: it is
-# several times faster, so whether the fp32 baseline may use it changes the answer.
+# Nothing in the trace depends on the GPU, so the same operators can be held against
+# another card's ceilings. On an H200 (a data-centre Hopper GPU) TF32 is no longer the
+# fp32 rate: it is several times faster, so whether the fp32 baseline may use it changes
+# the answer.
 
-# %%
+# %% tags=["hide-input"]
 hdev = devices["h200-sxm"]
-h200 = {"fp32, TF32 on": predict(traces["fp32"], Ceilings.from_device(hdev)),
-        "fp32, TF32 off": predict(traces["fp32"], Ceilings.from_device(hdev, tf32=False)),
-        precision: predict(traces[precision], Ceilings.from_device(hdev))}
-base = h200["fp32, TF32 on"].step_s
-rows = [(k, v.step_s * 1e3, v.images_per_s, v.memory_bound_share, base / v.step_s) for k, v in h200.items()]
-rows.append(("3070: fp32 (TF32 on)", pred["fp32"].step_s * 1e3, pred["fp32"].images_per_s, pred["fp32"].memory_bound_share, None))
-rows.append((f"3070: {precision}", pred[precision].step_s * 1e3, pred[precision].images_per_s,
-             pred[precision].memory_bound_share, model_speedup))
-md_table(rows, ["case", "predicted step (ms)", "images/s", "time in memory-bound ops", "speedup over fp32 (TF32 on)"],
-         [None, ".2f", ".0f", ".0%", ".2f"])
+h200 = {"fp32, TF32 on": cm.predict(traces["fp32"], cm.Ceilings.from_device(hdev)),
+        "fp32, strict": cm.predict(traces["fp32"],
+                                   cm.Ceilings.from_device(hdev, tf32=False)),
+        precision: cm.predict(traces[precision], cm.Ceilings.from_device(hdev))}
+base = h200["fp32, TF32 on"].min_step_s
+md_table([(k, v.min_step_s * 1e3, v.max_images_per_s, v.memory_bound_share,
+           base / v.min_step_s) for k, v in h200.items()],
+         ["H200", "step, at least (ms)", "images/s, at most", "time memory-bound",
+          "speedup over fp32 (TF32 on)"], [None, ".2f", ".0f", ".0%", ".2f"])
 
 # %%
-h_speed = base / h200[precision].step_s
-h_tf32 = h200["fp32, TF32 off"].step_s / base
-md(f"On the H200 the model predicts {h_speed:.2f}x from {precision} over a TF32 baseline, and {h_tf32:.2f}x from TF32 "
-   f"alone over strict fp32. The step is {h200[precision].memory_bound_share:.0%} memory-bound with AMP: the H200's "
-   f"{hdev.mem_bandwidth_gbs / gpu.mem_bandwidth_gbs:.1f}x bandwidth and {hdev.fp16_tflops_fp32acc / gpu.fp16_tflops_fp32acc:.0f}x "
-   f"tensor peak over the 3070 move the balance further towards memory. An H200 would need {h200[precision].images_per_s:.0f} "
-   f"images per second to stay busy: {h200[precision].images_per_s * post_load_s:.0f} CPU cores of decoding at the "
-   f"post-implied {post_load_s * 1e3:.0f} ms per image, {h200[precision].images_per_s * load_s:.0f} at this machine's.")
-
-# %%
-rows = []
-gpu_runs = gpu_records + ([r for r in local_runs.values()] if device.type == "cuda" else [])
-for rec in gpu_runs:
-    name, c = rec["environment"]["device_name"], rec["config"]
-    entry = find_device(name)
-    if entry is None:  # a GPU the device table does not list: no ceilings to hold it against
-        continue
-    p_model = predict(traced(c["batch_size"], c["height"], c["width"], c["precision"]),
-                      Ceilings.from_device(entry, tf32=c.get("tf32") == "on"))
-    e = rec["epochs"][-1]
-    measured_step = e["step_s"] / max(e["steps"], 1)
-    rows.append((name, f"{c['width']}x{c['height']}, batch {c['batch_size']}", c["precision"], measured_step * 1e3,
-                 p_model.step_s * 1e3, p_model.step_s / measured_step))
-if rows:
-    display(md_table(rows, ["GPU", "setting", "precision", "measured step (ms)", "model's bound (ms)", "bound / measured"],
-                     [None, None, None, ".2f", ".2f", ".0%"]))
-    display(md("The last column is the fraction of the roofline's speed the real kernels reached."))
-else:
-    display(md("No GPU runs of a GPU in the device table to hold the model against yet: the `gpu` profile of this "
-               "chapter makes them, and committed results under `data/results/` show here."))
+h_speed = base / h200[precision].min_step_s
+h_tf32 = h200["fp32, strict"].min_step_s / base
+for k, v in {"h_speed": h_speed, "h_tf32": h_tf32,
+             "h_img_s": h200[precision].max_images_per_s,
+             "h_cores": h200[precision].max_images_per_s * load_s}.items():
+    glue(f"ch5_{k}", v, display=False)
 
 # %% [markdown]
-# ## And on this CPU
+# On the H200 the bound's speedup from AMP over a TF32 baseline is
+# {glue:text}`ch5_h_speed:.2f`x, and TF32's over strict fp32
+# {glue:text}`ch5_h_tf32:.2f`x. To stay busy with AMP an H200 could take up to
+# {glue:text}`ch5_h_img_s:.0f` images per second: {glue:text}`ch5_h_cores:.0f` cores
+# decoding at this machine's per-image cost.
 #
-# The model assumes what GPUs have: low-precision arithmetic units at least as fast as fp32's,
-# so that halving the bytes and the FLOP cost can only help. A CPU without AMX or AVX-512 BF16
-# has no such units. Its ceilings can be measured (a matmul for the compute peak, a large
-# addition for the bandwidth) and the model run with two bf16 peaks: the one a CPU with bf16
-# hardware would have (assumed twice fp32's) and the one this CPU measures.
-
-# %%
-from ampbook.bench_step import measure_precisions
-from ampbook.timing import time_elementwise, time_matmul
-
-cpu_dev = torch.device("cpu")
-mm = {dt: time_matmul(n, dtype=dt, device=cpu_dev, min_time=0.05, max_time=1.0)
-      for dt, n in (("fp32", 512), ("bf16", 128), ("fp16", 128))}
-ew = time_elementwise(2**22, "fp32", cpu_dev, min_time=0.05, max_time=1.0)
-cpu_ceil = {
-    "bf16 hardware assumed": Ceilings("this CPU, bf16 units assumed", {"float32": mm["fp32"].tflops,
-                                      "bfloat16": 2 * mm["fp32"].tflops, "float16": 2 * mm["fp32"].tflops},
-                                      mm["fp32"].tflops, ew.gbps),
-    "measured bf16/fp16 matmul": Ceilings("this CPU, measured", {"float32": mm["fp32"].tflops, "bfloat16": mm["bf16"].tflops,
-                                          "float16": mm["fp16"].tflops}, mm["fp32"].tflops, ew.gbps),
-}
-md_table([(dt, r.tflops * 1e3) for dt, r in mm.items()] + [("bandwidth (GB/s), fp32 add", ew.gbps)],
-         ["this CPU", "GFLOP/s (matmul)"], [None, ".3g"])
-
-# %%
-cpu_precisions = ("fp32", "amp-bf16", "amp-fp16")
-measured = measure_precisions(device="cpu", height=check_height, width=check_width, batch_size=check_batch,
-                              precisions=cpu_precisions, repeats=check_repeats)
-cpu_traces = {p: traced(check_batch, check_height, check_width, p) for p in cpu_precisions}
-rows = []
-for p in cpu_precisions:
-    preds = {k: predict(cpu_traces[p], c, optimizer="adam") for k, c in cpu_ceil.items()}
-    base_pred = {k: predict(cpu_traces["fp32"], c) for k, c in cpu_ceil.items()}
-    rows.append((p, measured["step_s"][p] * 1e3, preds["bf16 hardware assumed"].step_s * 1e3,
-                 base_pred["bf16 hardware assumed"].step_s / preds["bf16 hardware assumed"].step_s,
-                 base_pred["measured bf16/fp16 matmul"].step_s / preds["measured bf16/fp16 matmul"].step_s,
-                 1 / measured["ratio_to_fp32"][p]))
-cpu_rows = rows
-md_table(rows, ["precision", "measured step (ms)", "model's bound (ms)", "speedup: model, bf16 units assumed",
-                "speedup: model, measured matmul rates", "speedup: measured"], [None, ".1f", ".2f", ".2f", ".3f", ".3f"])
-
-# %%
-hw = cpu_rows[1][3]
-meas_bf16 = cpu_rows[1][5]
-fp32_eff = cpu_rows[0][2] / cpu_rows[0][1]
-md(f"With bf16 units assumed, the model predicts {hw:.2f}x from amp-bf16 on this CPU; the measurement gives "
-   f"{meas_bf16:.3f}x ({'faster' if meas_bf16 > 1 else 'slower'} than fp32). "
-   + ("The model is wrong here, and the reason is its assumption: this CPU has no bf16 arithmetic "
-      f"(flags: {', '.join(cpu_flags()) or 'none listed'}), so every low-precision operation converts to fp32 and back "
-      "inside slow generic kernels. Fed this CPU's measured bf16 matmul rate instead of the assumed one, the model "
-      f"predicts {cpu_rows[1][4]:.3f}x: "
-      + ("closer, though still off, since a matmul's rate is not a convolution's. " if abs(math.log(cpu_rows[1][4] / meas_bf16)) < abs(math.log(hw / meas_bf16))
-         else "no closer, since a matmul's rate is not a convolution's. ")
-      if meas_bf16 < 1 else
-      "This CPU has hardware for bf16 and the model's assumption holds. ")
-   + f"Even in fp32 the real step takes {1 / fp32_eff:.0f} times the roofline's bound at this tiny size: "
-     "small convolutions reach a small fraction of a CPU's matmul peak.")
-
-# %% [markdown]
 # ## A checklist for when AMP gives no speedup
 #
-# If your mixed-precision run is no faster than fp32, go through these, measuring each. The
-# second column is what this chapter measured on the machine it ran on (a CPU, unless you ran it
-# on a GPU); the third what the cost model says for the post's 3070 setting. "GPU only" marks
-# what a CPU cannot show.
+# If your mixed-precision run is no faster than fp32, go through these, measuring each.
+# "Measured here" is this chapter's device (a CPU unless you ran it on a GPU), timed the
+# way the steps above were; "published" and "model" say where the rest comes from.
 
 # %%
-from ampbook.timing import benchmark
+b_lo, b_hi = sorted(checklist_batches)
+variants = {"baseline": {}, "channels_last": {"channels_last": True},
+            "larger batch": {"batch_size": b_hi}}
+base_cfg = dict(device=str(device), height=checklist_height, width=checklist_width,
+                workers=0, batch_size=b_lo)
+cl = step_rounds({k: TrainConfig(**{**base_cfg, **v}) for k, v in variants.items()},
+                 rounds=check_repeats)
+best = {k: min(v) for k, v in cl.items()}
 
-
-def step_fn(batch, channels_last=False, precision="fp32"):
-    """The runner's training step on this device, and a random batch for it."""
-    cfg = TrainConfig(precision=precision, device=str(device), height=checklist_height, width=checklist_width,
-                      batch_size=batch, workers=0, channels_last=channels_last)
-    step = build_training(cfg, validate(cfg)).step
-    data = (torch.randn(batch, 3, checklist_height, checklist_width, device=device),
-            torch.randint(0, NUM_CLASSES, (batch, checklist_height, checklist_width), device=device))
-    return step, data
-
-
-@contextlib.contextmanager
-def backend_flags(tf32=True, benchmark_algos=False):
-    """cuDNN/cuBLAS flags for one timing (they only matter on a GPU)."""
-    old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.benchmark = benchmark_algos
-    try:
-        yield
-    finally:
-        (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark) = old
-
-
-# The variants take turns, round after round, and each keeps its fastest step: on a shared
-# machine the fastest is the one least disturbed by other work. The baseline is fp32 with
-# PyTorch's default flags (TF32 on for cuDNN convolutions, no cudnn.benchmark).
-on_gpu = device.type == "cuda"
-b_lo, b_hi = min(checklist_batches), max(checklist_batches)
-variants = {"baseline": (step_fn(b_lo), {}), "channels_last": (step_fn(b_lo, channels_last=True), {}),
-            f"batch {b_hi}": (step_fn(b_hi), {})}
-if on_gpu:
-    variants["TF32 off"] = (variants["baseline"][0], {"tf32": False})
-    variants["cudnn.benchmark"] = (variants["baseline"][0], {"benchmark_algos": True})
-best = {k: math.inf for k in variants}
-for r in range(check_repeats + 1):  # round 0 warms up (and lets cudnn.benchmark pick its algorithms)
-    for k, ((step, data), flags) in variants.items():
-        with backend_flags(**flags):
-            t = benchmark(step, lambda data=data: data, warmup=0, repeats=1, min_time=0, number=1, buffers=1,
-                          device=device).median_s
-        if r > 0:
-            best[k] = min(best[k], t)
-cl = {False: best["baseline"], True: best["channels_last"]}
-per_image = {b_lo: best["baseline"] / b_lo, b_hi: best[f"batch {b_hi}"] / b_hi}
-print(", ".join(f"{k}: {t * 1e3:.1f} ms per step" for k, t in best.items()))
-
-# %%
-h_on, h_off = h200["fp32, TF32 on"].step_s, h200["fp32, TF32 off"].step_s
-rtx_off = predict(traces["fp32"], Ceilings.from_device(gpu, tf32=False)).step_s
-host_epoch = {w: epoch_images_per_s(post_load_s, pred[precision].step_s / B, w, host_cores) for w in (0, nw, 8)}
-sens_batch = {r[1]: r[3] for r in sens_rows if r[0] == f"{W}x{H}"}
-checklist = [
-    ("DataLoader workers (and faster decoding)",
-     f"{lm_rate[max(loader_workers)] / lm_rate[0]:.2f}x images/s with {max(loader_workers)} "
-     f"worker{'s' if max(loader_workers) != 1 else ''} over none (the loader alone)",
-     f"at the post-implied {post_load_s * 1e3:.0f} ms per image, AMP epoch "
-     f"{cityscapes['train_images'] / host_epoch[0]['images_per_s']:.0f} s with 0 workers, "
-     f"{cityscapes['train_images'] / host_epoch[setting['workers']]['images_per_s']:.0f} s with {setting['workers']}, "
-     f"{cityscapes['train_images'] / host_epoch[8]['images_per_s']:.0f} s with 8 (bound: {host_epoch[8]['bound']})"),
-    ("pin_memory=True", "not measured here (it speeds host-to-GPU copies: GPU only)",
-     "not modelled (copies are not in the trace)"),
-    ("torch.backends.cudnn.benchmark = True",
-     f"{best['baseline'] / best['cudnn.benchmark']:.2f}x step speed (fp32)" if on_gpu else
-     "GPU only (cuDNN tries its convolution algorithms per shape and keeps the fastest)",
-     "not modelled (the roofline assumes the best kernel)"),
-    ("channels_last memory format", f"{cl[False] / cl[True]:.2f}x step speed on this device (fp32)",
-     "not modelled (same bytes; on GPUs, fp16 tensor-core convolutions prefer it)"),
-    ("a larger batch", f"{per_image[b_lo] / per_image[b_hi]:.2f}x images/s at batch {b_hi} over {b_lo} (fp32)",
-     ", ".join(f"batch {b}: AMP epoch {t:.0f} s" for b, t in sorted(sens_batch.items())) or "-"),
-    ("TF32 on the fp32 baseline", f"{best['TF32 off'] / best['baseline']:.2f}x step speed with TF32 over without"
-     if on_gpu else "GPU only",
-     f"3070: {rtx_off / pred['fp32'].step_s:.2f}x (TF32 runs at the fp32 rate on GeForce); H200: {h_off / h_on:.2f}x"),
-    ("bf16 instead of fp16", f"amp-bf16 step {measured['step_s']['amp-bf16'] / measured['step_s']['amp-fp16']:.2f}x amp-fp16's "
-     f"on this device", f"{pred[precision].step_s / predict(traced(B, H, W, 'amp-bf16'), rtx).step_s:.2f}x "
-     "(same peak and bytes on the 3070; no loss scaler needed)"),
-]
-md_table(checklist, ["item", "measured here", "model, the post's 3070 setting"])
+# %% tags=["hide-input"]
+bf = cm.predict(cm.trace_step(model, B, H, W, "amp-bf16"), rtx).min_step_s
+tf32_3070 = pred["fp32 (strict)"].min_step_s / p32.min_step_s
+evb = ev["step_s_no_loader_benchmark"]
+md_table([
+    ("DataLoader workers", f"{lm_rate[max(lm_rate)] / lm_rate[0]:.2f}x images/s, "
+     f"{max(lm_rate)} workers over 0", "loader model: linear up to the free cores"),
+    ("pin_memory=True", "GPU only", "faster host-to-GPU copies (not modelled)"),
+    ("torch.backends.cudnn.benchmark = True", "GPU only",
+     f"#46377: AMP step {ev['step_s_no_loader']['amp']} -> {evb['amp']} s"),
+    ("upgrade PyTorch and cuDNN", "GPU only",
+     f"#46377 (PyTorch 1.7): AMP step {1 / ev_step:.1f}x fp32's; hypothesis (b)"),
+    ("channels_last", f"{best['baseline'] / best['channels_last']:.2f}x step speed",
+     "same bytes; fp16 tensor-core convolutions prefer it"),
+    ("a larger batch", f"{best['baseline'] * b_hi / best['larger batch']:.2f}x "
+     f"images/s, batch {b_hi} over {b_lo}", "fewer launches per image"),
+    ("TF32 on the fp32 baseline", "GPU only",
+     f"bound: 3070 {tf32_3070:.2f}x; H200 {h_tf32:.2f}x"),
+    ("bf16 instead of fp16", "GPU only",
+     f"3070 bound {pamp.min_step_s / bf:.2f}x; no scaler"),
+], ["item", "measured here (fp32)", "published or model"])
 
 # %% [markdown]
 # ## The post's claims, checked
 #
 # Each claim of the post (the digest in the seed folder lists them), with what this book
-# computes or measures and what the cost model predicts where it has something to say.
+# computes or measures.
 
-# %%
-import inspect
-
+# %% tags=["hide-input"]
 f16, f32 = torch.finfo(torch.float16), torch.finfo(torch.float32)
-claims = post["claims"]
-laptop = devices["rtx3070-laptop"]
-v100 = devices["v100-sxm2"]
-params_fp32 = all(p.dtype == torch.float32 for p in model.parameters())
-with torch.autocast("cpu", dtype=torch.bfloat16):
-    out_dtype = model(torch.randn(1, 3, check_height, check_width)).dtype
+v100, claims = devices["v100-sxm2"], post["claims"]
 init_scale = inspect.signature(torch.amp.GradScaler).parameters["init_scale"].default
-closing = [
-    ("fp32 max is 1.7e38", f"{f32.max:.3g} (1.7e38 is 2^127 = {2.0 ** 127:.3g})", "-"),
-    ("fp16 range 5.96e-8 .. 6.55e4", f"smallest subnormal {f16.smallest_normal * f16.eps:.3g} (2^-24), max {f16.max:.0f}: right", "-"),
-    ("rounding error fp16 ~2^-10, fp32 ~2^-23",
-     f"machine epsilons {f16.eps:.3g} and {f32.eps:.3g}; unit roundoff is half: {f16.eps / 2:.3g}, {f32.eps / 2:.3g}", "-"),
+extra = tot[precision]["kernels"] - tot["fp32"]["kernels"]
+fma = {"V100": v100.fma_per_clock_per_tensor_core("fp16"),
+       "3070": gpu.fma_per_clock_per_tensor_core("fp32")}
+md_table([
+    ("fp32 max is 1.7e38", f"{f32.max:.3g}"),
+    ("fp16 range 5.96e-8 .. 6.55e4",
+     f"smallest subnormal {f16.smallest_normal * f16.eps:.3g}, max {f16.max:.0f}"),
     ("native AMP keeps an fp16 copy of the weights",
-     f"parameters after an autocast forward: {'all fp32' if params_fp32 else 'not all fp32'}; output {str(out_dtype).removeprefix('torch.')}",
-     f"the AMP trace casts the weights every step: {ta['kernels'] - tf['kernels']:.0f} more kernels than fp32"),
-    ("the paper suggests a loss scale of 8", f"torch.amp.GradScaler starts at {init_scale:.0f} = 2^{math.log2(init_scale):.0f} and adapts", "-"),
-    ("64 FMA per clock per tensor core",
-     f"V100: {v100.fma_per_clock_per_tensor_core('fp16'):.0f}; 3070: {gpu.fma_per_clock_per_tensor_core('fp16'):.0f} "
-     f"(fp16 accumulate), {gpu.fma_per_clock_per_tensor_core('fp32'):.0f} (fp32 accumulate)", "-"),
-    (f"{claims['rtx3070_tensor_cores']} tensor cores on the 3070", f"desktop {gpu.tensor_cores}, laptop {laptop.tensor_cores}", "-"),
-    ("precision halved, time halved; papers say 2-8x",
-     f"3070 peak fp16 (fp32 accumulate) / fp32: {gpu.tensor_over_fp32:.1f}x",
-     f"ERFNet step: {model_speedup:.2f}x on the 3070, {h_speed:.2f}x on an H200 ({pred[precision].memory_bound_share:.0%} "
-     "of the 3070 AMP step memory-bound)"),
-    ("AMP saved about 25% memory", f"this machine's {other if len(local_runs) > 1 else precision}: "
-     f"{1 - memory_of(local_runs[other])[0] / memory_of(local_runs['fp32'])[0]:.0%} of the bytes saved for backward"
-     if len(local_runs) > 1 else "-", f"{1 - gb[precision] / gb['fp32']:.0%} of the saved activations at the assumed setting"),
-    ("up to 50% memory saved (PyTorch 1.6)", "activations are half the bytes only where autocast makes them fp16",
-     f"{1 - gb[precision] / gb['fp32']:.0%} for ERFNet (its encoder stays fp32)"),
-    ("AMP gave no speedup on the 3070", f"post: {post_speedup:.3f}x; one image costs {load_s * 1e3:.0f} ms of CPU here",
-     f"GPU alone: {model_speedup:.2f}x; with {nw} workers the loader bounds AMP above {threshold[precision] * 1e3:.0f} ms "
-     f"per image and fp32 above {threshold['fp32'] * 1e3:.0f} ms; the post's rate implies {post_load_s * 1e3:.0f} ms, "
-     f"where the predicted speedup is {speedup_at_post:.2f}x"),
-]
-md_table(closing, ["the post says", "computed or measured here", "the cost model predicts"])
+     f"no: parameters stay fp32, cast every step ({extra:.0f} more kernels)"),
+    ("the paper suggests a loss scale of 8", f"GradScaler starts at {init_scale:.0f}"),
+    ("64 FMA per clock per tensor core", f"V100 {fma['V100']:.0f}; "
+     f"3070 {fma['3070']:.0f} (fp16 in, fp32 accumulate)"),
+    (f"{claims['rtx3070_tensor_cores']} tensor cores on the 3070",
+     f"{gpu.tensor_cores}"),
+    ("papers say 2-8x", f"peak V100 {v100.tensor_over_fp32:.2f}x, "
+     f"3070 {gpu.tensor_over_fp32:.1f}x; ERFNet bound {model_speedup:.2f}x"),
+    ("AMP saved about 25% memory", f"model, likely setting: "
+     f"{1 - saved_at[precision] / saved_at['fp32']:.0%} of the activations"),
+    ("AMP gave no speedup on the 3070", f"#46377 epochs {ev_epoch:.3f}x; "
+     f"bound {model_speedup:.2f}x: the loader (a) or slow kernels (b)"),
+], ["the post says", "computed or measured here"])
 
 # %% [markdown]
 # ## Summary
-
-# %%
-md(f"""- The post's AMP run saved memory and no time. Memory went down because autograd keeps 16-bit activations for
-  the backward pass; by less than half because autocast leaves part of the network in fp32 (for ERFNet,
-  {part_share['encoder']:.0%} of the encoder's forward bytes). The model predicts {1 - gb[precision] / gb['fp32']:.0%} less
-  saved memory at the assumed setting; the post measured {1 - post_memory_ratio:.0%}.
-- A cost model built from the network's own operators bounds a step on the 3070 from below: {pred['fp32'].step_s * 1e3:.0f} ms
-  in fp32 and {pred[precision].step_s * 1e3:.0f} ms with {precision}, a {model_speedup:.2f}x speedup, well short of the
-  tensor cores' {gpu.tensor_over_fp32:.0f}x because {pred[precision].memory_bound_share:.0%} of the AMP step is memory-bound.
-- An epoch goes as fast as the slower of the GPU step and the DataLoader. With the training script's {nw} workers the
-  loader bounds an AMP epoch once an image costs more than {threshold[precision] * 1e3:.0f} ms of CPU, and the post's rate
-  implies {post_load_s * 1e3:.0f} ms, where the model's epoch speedup from AMP is {speedup_at_post:.2f}x; the post
-  measured {post_speedup:.2f}x.
-- The model assumes low-precision hardware. On this CPU amp-bf16 measured {meas_bf16:.2f}x fp32's speed where the model,
-  assuming bf16 units, said {hw:.2f}x. On an H200 the model predicts {h_speed:.2f}x from AMP over a TF32 baseline, and
-  {h_tf32:.2f}x from TF32 alone over strict fp32.
-- When AMP gives no speedup, measure the data wait first; then look at the fp32 baseline's TF32 setting, the batch size,
-  channels_last and cudnn.benchmark.""")
-
-# %% [markdown]
+#
+# - The post's AMP run saved memory and no time. Its memory figures fix the pixels per
+#   batch at {glue:text}`ch5_mpx_lo:.1f` to {glue:text}`ch5_mpx_hi:.1f` million with a
+#   fixed part of {glue:text}`ch5_fixed_lo:.2f` to {glue:text}`ch5_fixed_hi:.2f` GB, the
+#   size of a 2020 CUDA context: batch {glue:text}`ch5_B` at
+#   {glue:text}`ch5_W`x{glue:text}`ch5_H` most likely, not the authors' batch
+#   {glue:text}`ch5_def_b`, whose fp32 activations alone would be
+#   {glue:text}`ch5_def_saved:.2f` GB.
+# - A roofline is a lower bound: the 3070 needs at least {glue:text}`ch5_min_fp32:.0f` s
+#   for an fp32 epoch and {glue:text}`ch5_min_amp:.0f` s for an AMP one there, a
+#   {glue:text}`ch5_model_speedup:.2f`x speedup at best, because
+#   {glue:text}`ch5_mem_share:.0%` of the AMP step is memory-bound. Kernels at
+#   {glue:text}`ch5_need_eff:.0%` of the roofline would take the post's time: the bound
+#   does not decide.
+# - Two explanations remain: (a) the DataLoader bounds the epoch, (b) 2020 software ran
+#   fp16 slowly on sm_86. A 2020 RTX 3070 user
+#   ([pytorch/pytorch#46377](https://github.com/pytorch/pytorch/issues/46377)) measured
+#   both: equal epochs, and an AMP step {glue:text}`ch5_ev_slow_lo:.1f` to
+#   {glue:text}`ch5_ev_slow_hi:.1f` times slower than fp32's. Step-only timing and
+#   per-kernel profiling on the post's software would tell the post's case apart.
+# - This machine loads an image in {glue:text}`ch5_load_ms:.0f` ms of one core; the
+#   post's rate implies {glue:text}`ch5_implied_ms:.0f` ms if the loader set it (a
+#   consistency check, not a prediction).
+# - When AMP gives no speedup: time the step without the DataLoader, then add workers,
+#   upgrade PyTorch and cuDNN, and look at the fp32 baseline's TF32, the batch size,
+#   channels_last and cudnn.benchmark.
+#
 # ## Exercises
 #
-# 1. Re-run the cost model at the setting you train at (`trace_step(model, batch, height, width,
-#    precision)`), and find the batch size at which autocast's weight casts stop mattering.
-# 2. Change ERFNet's residual sum to `F.relu(y + x.to(y.dtype))` in a copy of the model and trace
-#    it under autocast: how many fewer bytes does the forward pass move, and what does the model
-#    predict for the 3070 now?
-# 3. With your own GPU, run `python -m ampbook.train` in fp32 and amp-fp16 with 0, 2 and 8
-#    workers and compare each epoch's `data_wait_s` with the model's prediction.
-# 4. Pre-resize the training images to the training size once, on disk, and run the loader
-#    benchmark on them: how many workers does the 3070 then need?
-# 5. Hold the trace against the A100 of the device table. Is AMP's predicted gain there closer to
-#    the 3070's or the H200's, and why?
+# 1. Re-run the cost model at the setting you train at (`trace_step(model, batch,
+#    height, width, precision)`), and find the batch size at which autocast's weight
+#    casts stop mattering.
+# 2. Change ERFNet's residual sum to `F.relu(y + x.to(y.dtype))` in a copy of the model
+#    and trace it under autocast: how many fewer bytes does the forward pass move, and
+#    what is the 3070's bound now?
+# 3. With your own GPU, run `python -m ampbook.train` in fp32 and amp-fp16 with 0, 2 and
+#    8 workers, and read each pair with `hypotheses_verdict`.
+# 4. Pre-resize the training images to the training size once, on disk, and run the
+#    loader benchmark on them: how many workers does the 3070 then need?
+# 5. Solve the post's memory figures again assuming the monitor showed reserved memory
+#    with a slack of 1.3: which batch sizes fit now?

@@ -175,8 +175,10 @@ def test_weights_and_grads_stay_fp32_under_autocast_but_not_after_half():
 def test_saved_bytes_fp32_vs_autocast():
     model = small_net()
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 5, (2, 8, 8))
-    fp32 = at.saved_bytes(model, x, y, "cpu")
-    amp = at.saved_bytes(model, x, y, "cpu", torch.bfloat16)
+    from ampbook.memory import saved_for_backward
+
+    fp32 = saved_for_backward(model, x, y, "cpu")
+    amp = saved_for_backward(model, x, y, "cpu", torch.bfloat16)
     assert set(fp32["by_dtype"]) - {"int64"} == {"float32"}  # int64: the loss's targets
     assert amp["by_dtype"].get("bfloat16", 0) > 0
     assert "Conv2d" in fp32["by_module_type"] and "Conv2d" in amp["by_module_type"]

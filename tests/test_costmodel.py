@@ -12,13 +12,26 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ampbook.costmodel import (LOSS, Ceilings, OpCost, conv_flops, op_time, optimizer_bytes,
-                               predict, trace_step)
+from ampbook.costmodel import (
+    LOSS,
+    Ceilings,
+    OpCost,
+    conv_flops,
+    op_time,
+    optimizer_bytes,
+    predict,
+    trace_step,
+)
 
 
 def _ops(trace, phase=None, op=None, scope=None):
-    return [o for o in trace.ops if (phase is None or o.phase == phase)
-            and (op is None or o.op == op) and (scope is None or o.scope == scope)]
+    return [
+        o
+        for o in trace.ops
+        if (phase is None or o.phase == phase)
+        and (op is None or o.op == op)
+        and (scope is None or o.scope == scope)
+    ]
 
 
 class Single(nn.Module):
@@ -32,13 +45,17 @@ class Single(nn.Module):
 
 # --- FLOPs ---------------------------------------------------------------------------------
 
+
 def test_conv_flops_by_hand():
     # 3x3 stride-2 conv, 3 -> 16 channels, 8x8 input -> 4x4 output: each of the
     # 1*16*4*4 = 256 outputs needs 3*3*3 = 27 multiply-adds = 54 FLOPs.
     assert conv_flops((1, 3, 8, 8), (16, 3, 3, 3), (1, 16, 4, 4)) == 256 * 54
     # transposed 2x2 stride 2, 16 -> 19 channels from a 2x16x4x4 input: each of the
     # 2*16*4*4 = 512 input elements is spread over 19*2*2 = 76 outputs.
-    assert conv_flops((2, 16, 4, 4), (16, 19, 2, 2), (2, 19, 8, 8), transposed=True) == 512 * 76 * 2
+    assert (
+        conv_flops((2, 16, 4, 4), (16, 19, 2, 2), (2, 19, 8, 8), transposed=True)
+        == 512 * 76 * 2
+    )
     with pytest.raises(ValueError, match="same number of dimensions"):
         conv_flops((1, 3, 8, 8), (16, 3, 3), (1, 16, 4, 4))
 
@@ -53,20 +70,33 @@ def test_traced_conv_flops_match_hand_count():
     assert back.mma_flops == 256 * 54
 
 
-@pytest.mark.parametrize("layer, shape", [
-    (nn.Conv2d(8, 12, 3, padding=1), (2, 8, 16, 16)),
-    (nn.Conv2d(8, 8, (3, 1), padding=(4, 0), dilation=(4, 1)), (2, 8, 16, 16)),
-    (nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), (2, 8, 15, 17)),
-    (nn.Conv2d(8, 16, 3, padding=1, groups=4), (2, 8, 16, 16)),
-    (nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1), (2, 8, 8, 8)),
-    (nn.ConvTranspose2d(8, 6, 2, stride=2, groups=2), (1, 8, 8, 8)),
-])
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (nn.Conv2d(8, 12, 3, padding=1), (2, 8, 16, 16)),
+        (nn.Conv2d(8, 8, (3, 1), padding=(4, 0), dilation=(4, 1)), (2, 8, 16, 16)),
+        (nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), (2, 8, 15, 17)),
+        (nn.Conv2d(8, 16, 3, padding=1, groups=4), (2, 8, 16, 16)),
+        (
+            nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1),
+            (2, 8, 8, 8),
+        ),
+        (nn.ConvTranspose2d(8, 6, 2, stride=2, groups=2), (1, 8, 8, 8)),
+    ],
+)
 def test_forward_flops_agree_with_torch_flop_counter(layer, shape):
     model = Single(layer)
     with FlopCounterMode(display=False) as counter:
         model(torch.randn(shape))
-    trace = trace_step(model, shape[0], shape[2], shape[3], in_channels=shape[1], loss="sum",
-                       backward=False)
+    trace = trace_step(
+        model,
+        shape[0],
+        shape[2],
+        shape[3],
+        in_channels=shape[1],
+        loss="sum",
+        backward=False,
+    )
     assert sum(o.mma_flops for o in trace.ops) == counter.get_total_flops()
 
 
@@ -119,31 +149,55 @@ def test_erfnet_flops_agree_with_torch_flop_counter():
 
 # --- bytes ---------------------------------------------------------------------------------
 
+
 def test_conv_bytes_by_hand_fp32_and_amp():
     model = Single(nn.Conv2d(4, 8, 3, padding=1))
-    x_bytes, w_bytes, b_bytes, y_bytes = 2 * 4 * 16 * 16 * 4, 8 * 4 * 9 * 4, 8 * 4, 2 * 8 * 16 * 16 * 4
+    x_bytes, w_bytes, b_bytes, y_bytes = (
+        2 * 4 * 16 * 16 * 4,
+        8 * 4 * 9 * 4,
+        8 * 4,
+        2 * 8 * 16 * 16 * 4,
+    )
     trace = trace_step(model, 2, 16, 16, in_channels=4, loss="sum", backward=False)
     (conv,) = _ops(trace, op="convolution")
     assert (conv.read_bytes, conv.write_bytes) == (x_bytes + w_bytes + b_bytes, y_bytes)
     assert conv.dtype == "float32"
 
-    amp = trace_step(model, 2, 16, 16, "amp-fp16", in_channels=4, loss="sum", backward=False)
+    amp = trace_step(
+        model, 2, 16, 16, "amp-fp16", in_channels=4, loss="sum", backward=False
+    )
     (conv16,) = _ops(amp, op="convolution")
     assert conv16.dtype == "float16"
-    assert (conv16.read_bytes, conv16.write_bytes) == ((x_bytes + w_bytes + b_bytes) / 2, y_bytes / 2)
+    assert (conv16.read_bytes, conv16.write_bytes) == (
+        (x_bytes + w_bytes + b_bytes) / 2,
+        y_bytes / 2,
+    )
     # autocast's casts of input, weight and bias: read fp32, write fp16
-    casts = sorted((o.read_bytes, o.write_bytes) for o in _ops(amp, "forward", "_to_copy", "layer"))
-    assert casts == sorted([(x_bytes, x_bytes / 2), (w_bytes, w_bytes / 2), (b_bytes, b_bytes / 2)])
+    casts = sorted(
+        (o.read_bytes, o.write_bytes) for o in _ops(amp, "forward", "_to_copy", "layer")
+    )
+    assert casts == sorted(
+        [(x_bytes, x_bytes / 2), (w_bytes, w_bytes / 2), (b_bytes, b_bytes / 2)]
+    )
 
 
 def test_relu_bytes_and_in_place():
     shape = (2, 4, 16, 16)
     nbytes = math.prod(shape) * 4
-    out_of_place = trace_step(Single(nn.ReLU()), 2, 16, 16, in_channels=4, loss="sum", backward=False)
+    out_of_place = trace_step(
+        Single(nn.ReLU()), 2, 16, 16, in_channels=4, loss="sum", backward=False
+    )
     (relu,) = _ops(out_of_place, op="relu")
     assert (relu.read_bytes, relu.write_bytes) == (nbytes, nbytes)
-    in_place = trace_step(Single(nn.ReLU(inplace=True)), 2, 16, 16, in_channels=4, loss="sum",
-                          backward=False)
+    in_place = trace_step(
+        Single(nn.ReLU(inplace=True)),
+        2,
+        16,
+        16,
+        in_channels=4,
+        loss="sum",
+        backward=False,
+    )
     (relu_,) = _ops(in_place, op="relu_")
     assert (relu_.read_bytes, relu_.write_bytes) == (nbytes, nbytes)
 
@@ -162,15 +216,23 @@ class Views(nn.Module):
 def test_views_move_no_bytes():
     trace = trace_step(Views(), 2, 4, 4, in_channels=3, loss="sum", backward=False)
     assert _ops(trace, scope="Views") == []
-    copied = trace_step(Views(copy=True), 2, 4, 4, in_channels=3, loss="sum", backward=False)
+    copied = trace_step(
+        Views(copy=True), 2, 4, 4, in_channels=3, loss="sum", backward=False
+    )
     (clone,) = _ops(copied, scope="Views")
-    assert (clone.op, clone.read_bytes, clone.write_bytes) == ("clone", 2 * 47 * 4, 2 * 47 * 4)
+    assert (clone.op, clone.read_bytes, clone.write_bytes) == (
+        "clone",
+        2 * 47 * 4,
+        2 * 47 * 4,
+    )
     with pytest.raises(ValueError, match="no trainable parameter|does not depend"):
         trace_step(Views(), 2, 4, 4, in_channels=3, loss="sum")
 
 
 def test_maxpool_writes_its_indices():
-    trace = trace_step(Single(nn.MaxPool2d(2)), 1, 8, 8, in_channels=2, loss="sum", backward=False)
+    trace = trace_step(
+        Single(nn.MaxPool2d(2)), 1, 8, 8, in_channels=2, loss="sum", backward=False
+    )
     (pool,) = _ops(trace, op="max_pool2d_with_indices")
     out = 1 * 2 * 4 * 4
     assert pool.read_bytes == 1 * 2 * 8 * 8 * 4
@@ -178,6 +240,7 @@ def test_maxpool_writes_its_indices():
 
 
 # --- attribution ---------------------------------------------------------------------------
+
 
 class Block(nn.Module):
     def __init__(self):
@@ -203,14 +266,27 @@ class Net(nn.Module):
 def test_ops_go_to_the_innermost_module_forward_and_backward():
     trace = trace_step(Net(), 2, 8, 8)
     fwd = {(o.scope, o.op) for o in _ops(trace, "forward")}
-    assert {("stem", "convolution"), ("block.conv", "convolution"), ("block.bn", "native_batch_norm"),
-            ("block", "add"), ("block", "relu"), ("head", "convolution")} <= fwd
+    assert {
+        ("stem", "convolution"),
+        ("block.conv", "convolution"),
+        ("block.bn", "native_batch_norm"),
+        ("block", "add"),
+        ("block", "relu"),
+        ("head", "convolution"),
+    } <= fwd
     assert any(o.scope == LOSS for o in _ops(trace, "forward"))
     bwd = {(o.scope, o.op) for o in _ops(trace, "backward")}
-    assert {("head", "convolution_backward"), ("block.conv", "convolution_backward"),
-            ("stem", "convolution_backward"), ("block.bn", "native_batch_norm_backward"),
-            ("block", "threshold_backward")} <= bwd
-    assert [o.scope_type for o in _ops(trace, "backward", "convolution_backward", "block.conv")] == ["Conv2d"]
+    assert {
+        ("head", "convolution_backward"),
+        ("block.conv", "convolution_backward"),
+        ("stem", "convolution_backward"),
+        ("block.bn", "native_batch_norm_backward"),
+        ("block", "threshold_backward"),
+    } <= bwd
+    assert [
+        o.scope_type
+        for o in _ops(trace, "backward", "convolution_backward", "block.conv")
+    ] == ["Conv2d"]
 
 
 def test_trace_leaves_the_model_alone():
@@ -219,16 +295,22 @@ def test_trace_leaves_the_model_alone():
     trace_step(model, 2, 8, 8, "amp-bf16")
     assert not model.training
     after = model.state_dict()
-    assert all(torch.equal(before[k], after[k]) and type(after[k]) is torch.Tensor for k in before)
+    assert all(
+        torch.equal(before[k], after[k]) and type(after[k]) is torch.Tensor
+        for k in before
+    )
     assert all(p.grad is None for p in model.parameters())
 
 
 # --- autocast ------------------------------------------------------------------------------
 
+
 def test_amp_trace_dtypes():
     trace = trace_step(Net(), 2, 8, 8, "amp-fp16")
     assert {o.dtype for o in _ops(trace, "forward", "convolution")} == {"float16"}
-    assert {o.dtype for o in _ops(trace, "backward", "convolution_backward")} == {"float16"}
+    assert {o.dtype for o in _ops(trace, "backward", "convolution_backward")} == {
+        "float16"
+    }
     (bn,) = _ops(trace, "forward", "native_batch_norm")
     assert bn.dtype == "float16"  # batch norm takes and writes the fp16 activation
     assert {o.dtype for o in _ops(trace, "forward", "_log_softmax")} == {"float32"}
@@ -243,8 +325,12 @@ def test_cpu_trace_has_the_cuda_autocast_dtypes_for_erfnet():
     model = ERFNet()
     for precision in ("amp-fp16", "fp32"):
         cpu = trace_step(model, 2, 32, 64, precision, backward=False)
-        cuda = trace_step(model, 2, 32, 64, precision, backward=False, device_type="cuda")
-        convs = lambda t: [(o.scope, o.dtype, o.bytes) for o in _ops(t, op="convolution")]
+        cuda = trace_step(
+            model, 2, 32, 64, precision, backward=False, device_type="cuda"
+        )
+        convs = lambda t: [
+            (o.scope, o.dtype, o.bytes) for o in _ops(t, op="convolution")
+        ]
         assert convs(cpu) == convs(cuda) and len(convs(cpu)) == 74
         c, g = cpu.totals()["bytes"], cuda.totals()["bytes"]
         assert g <= c <= 1.05 * g
@@ -265,7 +351,9 @@ def test_errors_name_the_problem():
 
 # --- roofline ------------------------------------------------------------------------------
 
-CEIL = Ceilings("test", {"float32": 10.0, "float16": 40.0}, vector_tflops=5.0, bandwidth_gbs=500.0)
+CEIL = Ceilings(
+    "test", {"float32": 10.0, "float16": 40.0}, vector_tflops=5.0, bandwidth_gbs=500.0
+)
 
 
 def _op(mma, other, nbytes, dtype="float32"):
@@ -297,13 +385,13 @@ def test_prediction_sums_operators_and_optimizer():
     pred = predict(trace, CEIL, optimizer="adam")
     per_op = sum(op_time(o, CEIL).time_s for o in trace.ops)
     opt = optimizer_bytes(trace.parameters, "adam") / 500e9
-    assert pred.step_s == pytest.approx(per_op + opt)
-    assert pred.images_per_s == pytest.approx(2 / pred.step_s)
+    assert pred.min_step_s == pytest.approx(per_op + opt)
+    assert pred.max_images_per_s == pytest.approx(2 / pred.min_step_s)
     assert 0.0 <= pred.memory_bound_share <= 1.0
     rows = pred.by_scope()
     assert sum(r["time_s"] for r in rows) == pytest.approx(per_op)
     assert {r["scope"] for r in rows} >= {"stem", "block", "block.conv", "head", LOSS}
-    assert predict(trace, CEIL, optimizer=None).step_s == pytest.approx(per_op)
+    assert predict(trace, CEIL, optimizer=None).min_step_s == pytest.approx(per_op)
 
 
 def test_optimizer_bytes():
@@ -315,8 +403,14 @@ def test_optimizer_bytes():
 
 
 def test_ceilings_from_device_and_checks():
-    dev = SimpleNamespace(name="GPU", fp32_tflops=20.0, tf32_tflops=40.0, fp16_tflops_fp32acc=80.0,
-                          bf16_tflops=80.0, mem_bandwidth_gbs=900.0)
+    dev = SimpleNamespace(
+        name="GPU",
+        fp32_tflops=20.0,
+        tf32_tflops=40.0,
+        fp16_tflops_fp32acc=80.0,
+        bf16_tflops=80.0,
+        mem_bandwidth_gbs=900.0,
+    )
     c = Ceilings.from_device(dev)
     assert c.mma_tflops == {"float32": 40.0, "float16": 80.0, "bfloat16": 80.0}
     assert Ceilings.from_device(dev, tf32=False).mma_tflops["float32"] == 20.0
@@ -346,10 +440,13 @@ def test_amp_bytes_for_erfnet_depend_on_the_image_size():
         amp = trace_step(model, 1, h, w, "amp-fp16").totals()
         assert amp["mma_flops"] == fp32["mma_flops"]
         assert (amp["bytes"] < fp32["bytes"]) == amp_is_smaller
-        assert amp["kernels"] > fp32["kernels"]  # autocast's casts are kernels of their own
+        assert (
+            amp["kernels"] > fp32["kernels"]
+        )  # autocast's casts are kernels of their own
 
 
 # --- the pipeline model --------------------------------------------------------------------
+
 
 def test_loader_and_epoch_model():
     from ampbook.costmodel import epoch_images_per_s, loader_images_per_s
@@ -369,8 +466,131 @@ def test_loader_and_epoch_model():
     e = epoch_images_per_s(0.1, 0.02, 8, 8)
     assert e["images_per_s"] == pytest.approx(50.0) and e["bound"] == "step"
     # no workers: the two take turns, 1 / (0.1 + 0.02)
-    assert epoch_images_per_s(0.1, 0.02, 0, 8)["images_per_s"] == pytest.approx(1 / 0.12)
+    assert epoch_images_per_s(0.1, 0.02, 0, 8)["images_per_s"] == pytest.approx(
+        1 / 0.12
+    )
     with pytest.raises(ValueError, match="load_s_per_image must be positive"):
         loader_images_per_s(0.0, 1, 4)
     with pytest.raises(ValueError, match="workers >= 0"):
         loader_images_per_s(0.1, -1, 4)
+
+
+# --- the bound's direction -----------------------------------------------------------------
+
+
+def _cpu_peak_ceilings() -> Ceilings:
+    """Ceilings no CPU core here can beat: 32 fp32 FLOPs per cycle per thread (two AVX2 FMA
+    units; AVX-512 would be 64, so use that) at 6 GHz, and 2 TB/s of bandwidth."""
+    flops = torch.get_num_threads() * 64 * 6e9 / 1e12
+    return Ceilings("cpu upper peaks", {"float32": flops}, flops, 2000.0)
+
+
+def _fastest(fn, repeats=3):
+    import time
+
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
+    from ampbook.costmodel import bound_verdict
+
+    ceil = _cpu_peak_ceilings()
+    conv = nn.Conv2d(64, 64, 3, padding=1)
+    x = torch.randn(1, 64, 64, 64, requires_grad=True)
+    pred = predict(
+        trace_step(conv, 1, 64, 64, in_channels=64, loss="sum"), ceil, optimizer=None
+    )
+    measured = _fastest(lambda: conv(x).sum().backward())
+    assert 0 < pred.min_step_s <= measured
+    assert 0 < pred.efficiency_of(measured) <= 1
+    assert pred.step_at_efficiency(pred.efficiency_of(measured)) == pytest.approx(
+        measured
+    )
+    # a whole ERFNet step too
+    from ampbook.model import ERFNet
+
+    model = ERFNet()
+    img, lab = torch.randn(1, 3, 32, 64), torch.zeros(1, 32, 64, dtype=torch.long)
+    step = predict(trace_step(model, 1, 32, 64), ceil, optimizer=None).min_step_s
+    measured = _fastest(lambda: nn.functional.cross_entropy(model(img), lab).backward())
+    assert step <= measured
+    assert bound_verdict(step, measured).startswith(
+        f"The bound ({step:.3g} s) is below"
+    )
+    assert "wrong" in bound_verdict(2.0, 1.0)
+    with pytest.raises(ValueError, match="efficiency must be in"):
+        pred.step_at_efficiency(1.5)
+
+
+# --- the post's setting from its memory figures ---------------------------------------------
+
+
+def test_solve_pixels_recovers_a_planted_setting():
+    from ampbook.costmodel import solve_pixels
+    from ampbook.memory import Line
+
+    fp32, amp = (
+        Line(0.0, 100.0),
+        Line(10.0, 60.0),
+    )  # new bytes = intercept + slope * pixels
+    for slack in (1.0, 1.2):
+        f = 500 + slack * fp32(1000)
+        a = 500 + slack * amp(1000)
+        s = solve_pixels(fp32, amp, f, a, slack)
+        assert s["pixels"] == pytest.approx(1000) and s["fixed_bytes"] == pytest.approx(
+            500
+        )
+        assert s["fp32_saved_bytes"] == pytest.approx(100_000)
+    with pytest.raises(ValueError, match="no positive batch"):
+        solve_pixels(fp32, amp, 100, 200)  # AMP reported more than fp32
+    with pytest.raises(ValueError, match="AMP saves no bytes per pixel"):
+        solve_pixels(fp32, Line(0.0, 100.0), 200, 100)
+    with pytest.raises(ValueError, match="slack must be >= 1"):
+        solve_pixels(fp32, amp, 200, 100, slack=0.5)
+
+
+# --- verdicts ------------------------------------------------------------------------------
+
+
+def test_verdicts_read_both_cases():
+    from ampbook.costmodel import (
+        hypotheses_verdict,
+        lowp_verdict,
+        pace_verdict,
+        speedup_verdict,
+    )
+
+    assert speedup_verdict([0.2, 0.25, 0.3]).startswith(
+        "AMP was slower than fp32 in every"
+    )
+    assert "median 0.25x" in speedup_verdict([0.2, 0.25, 0.3])
+    assert speedup_verdict([1.2, 1.3]).startswith("AMP was faster")
+    assert speedup_verdict([0.9, 1.1]).startswith("The rounds disagree")
+    with pytest.raises(ValueError, match="no speedups"):
+        speedup_verdict([])
+    assert pace_verdict(10, 20).startswith("The loader sets the pace")
+    assert pace_verdict(30, 20).startswith("The step sets the pace")
+    assert hypotheses_verdict(1.5, 1.0, 0.8).startswith("(a) the loader")
+    assert hypotheses_verdict(0.4, 1.0, 0.8).startswith("Both")
+    assert hypotheses_verdict(0.4, 0.4, 0.1).startswith("(b) slow")
+    assert hypotheses_verdict(1.5, 1.5, 0.1).startswith("Neither")
+    assert speedup_verdict([0.5]).endswith("1 round from 0.50x to 0.50x).")
+    assert "yet its bf16 matmul runs at 0.10x" in lowp_verdict(["avx512_bf16"], 0.1)
+    assert "lists no bf16/fp16 units" in lowp_verdict([], 0.1)
+    assert "can pay" in lowp_verdict(["amx_bf16"], 3.0)
+    from ampbook.costmodel import range_verdict
+
+    assert "lies inside" in range_verdict(39, 100, 66.7, "x")
+    assert "lies above" in range_verdict(39, 60, 66.7, "x")
+    assert "broken" in range_verdict(70, 100, 66.7, "x")
+    with pytest.raises(ValueError, match="low_s <= high_s"):
+        range_verdict(2, 1, 1, "x")
+    from ampbook.costmodel import efficiency_range_verdict as erv
+
+    assert "(39 to 97.5 s)" in erv(39, [0.4, 1.3, 0.8], 66.7, "x")  # 1.3 left out
+    assert erv(39, [1.3], 66.7, "x").startswith("No measured efficiency at or below 1")
