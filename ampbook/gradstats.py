@@ -614,3 +614,147 @@ def overflow_scale(max_abs_grad: float) -> float:
     while k > -1000 and max_abs_grad * 2.0 ** (k - 1) >= OVERFLOW_AT_OR_ABOVE:
         k -= 1
     return 2.0 ** k
+
+
+# --- what chapter 4 reads from the recorder --------------------------------------------------
+
+def training_batches(data_root, height: int, width: int, n: int, batch_size: int,
+                     synthetic_train: int = 8, seed: int = 0):
+    """``(batches, root)``: the first ``n`` batches of (images, labels) of the training split
+    at ``height`` x ``width``, not shuffled, cycling when the set is small (at most 16
+    distinct batches are held). Cityscapes at ``data_root`` (or ``$CITYSCAPES_DATASET``),
+    else the synthetic Cityscapes of ``synthetic_train`` images."""
+    import itertools
+    import os
+
+    from ampbook.data import Cityscapes, resolve_root, synthetic_root
+
+    if data_root or os.environ.get("CITYSCAPES_DATASET"):
+        root = resolve_root(data_root)
+    else:
+        root = synthetic_root(synthetic_train, 2, 2 * height, 2 * width, seed=seed)
+    data = Cityscapes(root, "train", height, width)
+    loader = torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False)
+    distinct = list(itertools.islice(loader, min(n, 16)))
+    return list(itertools.islice(itertools.cycle(distinct), n)), root
+
+
+def crop_batch(batches, height: int, width: int, n: int):
+    """``n`` images and labels cut from the top-left corner of ``batches``, in their own
+    storage (the memory meter counts whole storages)."""
+    xs = torch.cat([b[0] for b in batches])
+    ys = torch.cat([b[1] for b in batches])
+    if height > xs.shape[-2] or width > xs.shape[-1]:
+        raise ValueError(f"a crop of {height}x{width} does not fit in the "
+                         f"{xs.shape[-2]}x{xs.shape[-1]} images of the batches")
+    if len(xs) < n:
+        raise ValueError(f"need {n} images, the batches hold {len(xs)}")
+    return xs[:n, :, :height, :width].clone(), ys[:n, :height, :width].clone()
+
+
+def labelled_pixels(labels: torch.Tensor, ignore_index: int = 255) -> int:
+    """Pixels that count in the loss: cross-entropy's mean divides by this number, so each
+    logit's gradient is at most 1/labelled_pixels in magnitude."""
+    return int((labels != ignore_index).sum())
+
+
+def median_exponent(rec: GradientRecorder, kind: str) -> int:
+    """The median of floor(log2|g|) over the nonzero values of one kind of gradient."""
+    exps, counts = rec.histogram(kind)
+    half, acc = sum(counts) / 2, 0
+    for e, c in zip(exps, counts):
+        acc += c
+        if acc >= half:
+            return e
+    raise ValueError(f"no nonzero {kind} gradients recorded")
+
+
+def shifted_below(rec: GradientRecorder, kind: str, bins: int,
+                  scales: Iterable[float]) -> dict[float, float]:
+    """Fraction of the nonzero values of ``kind`` below 2^-24 at each scale if the whole
+    histogram moved ``bins`` binades to the left (an estimate for a larger batch in pixels).
+    A bin k holds 2^k <= |g| < 2^(k+1): it counts as below when 2^(k+1) <= 2^-24."""
+    exps, counts = rec.histogram(kind)
+    total = sum(counts)
+    return {s: sum(c for e, c in zip(exps, counts) if e - bins + math.log2(s) + 1 <= -24) / total
+            for s in scales}
+
+
+def fraction_rows(rec: GradientRecorder, kinds=("activation", "weight")) -> list[tuple]:
+    """Rows (kind, scale, zero share, flushed, below 2^-24, subnormal, overflow)."""
+    rows = []
+    for kind in kinds:
+        for s, f in rec.fractions(kind).items():
+            rows.append((kind, f"2^{math.log2(s):g}", f["zero_fraction"], f["flushed"],
+                         f["below_min_subnormal"], f["subnormal"], f["overflow"]))
+    return rows
+
+
+FRACTION_HEADERS = ["gradients", "loss scale", "exactly 0 (of all)", "flushed", "below 2⁻²⁴",
+                    "subnormal", "overflow"]
+FRACTION_FORMATS = [None, None, ".2%", ".4%", ".4%", ".3%", ".4%"]
+
+
+def first_overflow_scale(rec: GradientRecorder, kinds=("activation", "weight")) -> float | None:
+    """The smallest recorded scale at which any value of ``kinds`` overflows, or None."""
+    for s in rec.scales:
+        if any(rec.fractions(k)[s]["overflow"] > 0 for k in kinds):
+            return s
+    return None
+
+
+def choose_fp16_mode(requested: str, device_type: str,
+                     seconds: dict[str, float]) -> tuple[str, str]:
+    """``(mode, why)``: ``requested`` unless it is ``"auto"``; then real fp16 autocast on
+    CUDA, and on a CPU the faster of the two by ``seconds`` (``step_seconds`` per mode)."""
+    ratio = (f"real fp16 autocast took {seconds['autocast'] / seconds['off']:.1f}x the fp32 "
+             f"time, the emulation {seconds['emulate'] / seconds['off']:.1f}x")
+    if requested != "auto":
+        if requested not in ("emulate", "autocast"):
+            raise ValueError(f"fp16_mode must be 'auto', 'emulate' or 'autocast', got {requested!r}")
+        return requested, f"chosen by the parameter fp16_mode; {ratio}"
+    if device_type == "cuda":
+        return "autocast", f"the GPU runs fp16 natively; {ratio}"
+    mode = "autocast" if seconds["autocast"] <= seconds["emulate"] else "emulate"
+    return mode, f"the faster of the two on this CPU; {ratio}"
+
+
+def scaling_plan(fixed_scales: Iterable[float], fp16: str) -> list[tuple[str, str, float, str]]:
+    """The runs of chapter 4: (label, regime, scale, fp16 mode): the fp32 reference, fp16
+    gradients with no scaling, each fixed scale, and GradScaler's dynamic scale."""
+    plan = [("fp32 reference", "none", 1.0, "off"), ("no scaling", "none", 1.0, fp16)]
+    plan += [(f"fixed 2^{math.log2(s):g}", "fixed", float(s), fp16) for s in fixed_scales]
+    return plan + [("dynamic (GradScaler)", "dynamic", 1.0, fp16)]
+
+
+RUN_HEADERS = ["run", "gradients", "final loss", "largest loss difference from fp32",
+               "skipped steps", "overflow steps", "mean flushed (emulation)", "weights finite"]
+RUN_FORMATS = [None, None, ".4f", ".2e", None, None, ".4%", None]
+
+
+def run_rows(runs: list[ScalingRun]) -> list[tuple]:
+    """One row per run against the first (the fp32 reference), as ``RUN_HEADERS``."""
+    ref = runs[0]
+    rows = []
+    for run in runs:
+        diff = (max(abs(a - b) for a, b in zip(run.losses, ref.losses))
+                if run.weights_finite else float("nan"))
+        flushed = [f for f in run.flushed if not math.isnan(f)]
+        rows.append((run.label, run.fp16, run.losses[-1], diff, sum(run.skipped),
+                     sum(run.overflowed), sum(flushed) / len(flushed) if flushed else None,
+                     "yes" if run.weights_finite else "no"))
+    return rows
+
+
+def scaling_verdict(runs: list[ScalingRun]) -> str:
+    """What the runs show, one line: the dynamic run's scale history and which runs lost
+    their weights to NaN."""
+    dyn = next(r for r in runs if r.regime == "dynamic")
+    growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)
+    text = (f"GradScaler started at 2^{math.log2(dyn.scales[0]):g}, skipped "
+            f"{sum(dyn.skipped)} of {len(dyn.skipped)} steps, grew its scale {growths} times "
+            f"and ended at 2^{math.log2(dyn.scales[-1]):g}. ")
+    broken = [r.label for r in runs if not r.weights_finite]
+    if broken:
+        return text + f"Weights became NaN in: {', '.join(broken)}."
+    return text + "No run lost its weights to NaN."

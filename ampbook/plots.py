@@ -82,3 +82,12 @@ def md(text: str):
     from IPython.display import Markdown
 
     return Markdown(text)
+
+
+def glue_all(**values) -> None:
+    """``myst_nb.glue`` each value under its name without displaying it: markdown cells
+    then write ``{glue:text}`name:.3g``` and the book pastes the number into the prose."""
+    from myst_nb import glue
+
+    for name, value in values.items():
+        glue(name, value, display=False)
