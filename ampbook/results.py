@@ -1,0 +1,508 @@
+"""Measured results read from a folder: the one place the chapters get committed runs from.
+
+    from ampbook.results import load_results_dir
+    rs = load_results_dir(results_dir)          # default: data/results
+    for pair in rs.pairs(): print(pair.label, pair.speedup, pair.memory_ratio)
+
+Four kinds of file, each named by its ``schema`` field, are read (recursively, sorted by path):
+
+* training runs (``"ampbook.train"``, ``ampbook.train.load_results``) -> ``TrainRun``;
+* tensor-core sweeps (``"ampbook.tensor_cores/1"``, ``ampbook.bench_matmul``) -> ``MatmulSweep``;
+* per-layer profiles (``"ampbook.layer_profile/1"``, ``ampbook.layer_profile``): measured
+  time per ERFNet module beside the cost model's prediction -> ``LayerProfile``;
+* loader sweeps (``"ampbook.loader_sweep/1"``, ``ampbook.layer_profile.loader_record``):
+  DataLoader images/s by worker count -> ``LoaderSweep``.
+
+Any other JSON (or a file that fails its schema's checks) is listed in ``ResultSet.ignored``
+with the reason, never silently mixed in.
+
+One definition of each number, used by every chapter:
+
+* **Epoch time** (``TrainRun.epoch_s``): the median ``wall_s`` (training loop) of the epochs
+  after the first; of all epochs when there is only one. The first epoch pays for warm-up
+  (cuDNN's algorithm search, the allocator growing, workers starting); the median keeps one
+  disturbed epoch from moving the figure. Validation and checkpoints are not in it.
+  ``step_s`` and ``data_wait_s`` are the same median over the same epochs of the time inside
+  the step function and the time waiting for the loader, per epoch.
+* **Memory** (``TrainRun.memory_bytes``): on CUDA the peak of ``torch.cuda.max_memory_allocated``
+  over the run's training loops (``memory_measure`` says ``"peak CUDA allocated"``); on a CPU,
+  which has no allocator peak to read, the bytes autograd saved for backward in one step
+  (``"saved for backward"``). Reserved CUDA memory (what ``nvidia-smi`` sees, roughly) is
+  ``cuda_reserved_bytes`` beside it.
+
+Runs pair (``pair_runs``) only when they ran on the same device (same ``device_name``) with
+the same setting (``Setting``: resolution, batch, memory format, workers, training images,
+synthetic or real data): an fp32 baseline (TF32 on and strict apart) against an AMP run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ampbook.paths import RESULTS_DIR
+
+TRAIN_SCHEMA = "ampbook.train"
+MATMUL_SCHEMA = "ampbook.tensor_cores/1"
+LAYER_SCHEMA = "ampbook.layer_profile/1"
+LOADER_SCHEMA = "ampbook.loader_sweep/1"
+SCHEMAS = (TRAIN_SCHEMA, MATMUL_SCHEMA, LAYER_SCHEMA, LOADER_SCHEMA)
+
+PEAK_CUDA = "peak CUDA allocated"
+SAVED_FOR_BACKWARD = "saved for backward"
+# Order of the modes in tables: the baselines first.
+MODES = ("fp32-tf32", "fp32", "amp-fp16", "amp-bf16")
+MODE_LABELS = {"fp32-tf32": "fp32 (TF32 on)", "fp32": "fp32 (strict)",
+               "amp-fp16": "amp-fp16 + GradScaler", "amp-bf16": "amp-bf16"}
+
+
+class ResultsError(ValueError):
+    """A results file that claims a known schema but does not hold to it."""
+
+
+# --------------------------------------------------------------------------------------------
+# training runs
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Setting:
+    """What must match for two training runs to be compared."""
+
+    device_name: str
+    height: int
+    width: int
+    batch_size: int
+    channels_last: bool
+    workers: int
+    train_images: int
+    synthetic_data: bool
+
+    @property
+    def label(self) -> str:
+        data = "synthetic" if self.synthetic_data else "Cityscapes"
+        cl = ", channels_last" if self.channels_last else ""
+        return (f"{self.width}x{self.height}, batch {self.batch_size}, {self.train_images} {data} "
+                f"images, {self.workers} workers{cl}")
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """One training-run record, summarised with the module's definitions."""
+
+    path: str | None
+    name: str
+    status: str
+    device: str
+    device_name: str
+    precision: str
+    tf32: bool
+    setting: Setting
+    epochs_completed: int
+    epochs_timed: int
+    epoch_s: float
+    step_s: float
+    data_wait_s: float
+    images_per_epoch: int
+    memory_bytes: int | None
+    memory_measure: str
+    cuda_allocated_bytes: int | None
+    cuda_reserved_bytes: int | None
+    saved_tensor_bytes: int | None
+    final_train_loss: float | None
+    final_val_pixel_accuracy: float | None
+    final_val_miou: float | None
+    skipped_steps: int
+    record: dict = field(repr=False, compare=False, hash=False)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def mode(self) -> str:
+        """``fp32-tf32`` (fp32 with TF32 on), ``fp32`` (strict), ``amp-fp16`` or ``amp-bf16``."""
+        return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
+
+    @property
+    def mode_label(self) -> str:
+        return MODE_LABELS[self.mode]
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images_per_epoch / self.epoch_s
+
+    @property
+    def data_wait_share(self) -> float:
+        """Fraction of the epoch time spent waiting for the loader."""
+        return self.data_wait_s / self.epoch_s
+
+    @property
+    def step_images_per_s(self) -> float:
+        """Images per second of the step alone (what the GPU could do with data waiting)."""
+        return self.images_per_epoch / self.step_s
+
+
+def _median_after_first(values: list[float]) -> float:
+    return statistics.median(values[1:] if len(values) > 1 else values)
+
+
+def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
+    """A ``TrainRun`` from a training-run record (a loaded file or ``run_training``'s return)."""
+    where = str(path) if path is not None else record.get("name", "record")
+    if record.get("schema") != TRAIN_SCHEMA:
+        raise ResultsError(f"{where}: not a training-run record (schema {record.get('schema')!r})")
+    try:
+        c, r, s, env = record["config"], record["resolved"], record["summary"], record["environment"]
+        epochs = record["epochs"]
+        if not epochs:
+            raise ResultsError(f"{where}: no epoch was recorded")
+        timed = epochs[1:] if len(epochs) > 1 else epochs
+        epoch_s = _median_after_first([e["wall_s"] for e in epochs])
+        if not epoch_s > 0:
+            raise ResultsError(f"{where}: epoch time {epoch_s!r} is not positive")
+        cuda = str(r["device"]).startswith("cuda")
+        allocated = s.get("max_cuda_allocated_bytes")
+        saved = s.get("max_saved_tensor_bytes")
+        if cuda:
+            memory, measure = allocated, PEAK_CUDA
+        else:
+            memory, measure = saved, SAVED_FOR_BACKWARD
+        setting = Setting(device_name=str(env["device_name"]), height=int(c["height"]),
+                          width=int(c["width"]), batch_size=int(c["batch_size"]),
+                          channels_last=bool(c.get("channels_last", False)),
+                          workers=int(c.get("workers", 0)), train_images=int(r["train_images"]),
+                          synthetic_data=bool(r["synthetic_data"]))
+        return TrainRun(
+            path=str(path) if path is not None else None, name=record["name"],
+            status=record["status"], device=str(r["device"]), device_name=setting.device_name,
+            precision=c["precision"], tf32=c.get("tf32") == "on", setting=setting,
+            epochs_completed=len(epochs), epochs_timed=len(timed), epoch_s=epoch_s,
+            step_s=_median_after_first([e["step_s"] for e in epochs]),
+            data_wait_s=_median_after_first([e["data_wait_s"] for e in epochs]),
+            images_per_epoch=int(epochs[-1]["images"]), memory_bytes=memory,
+            memory_measure=measure, cuda_allocated_bytes=allocated,
+            cuda_reserved_bytes=s.get("max_cuda_reserved_bytes"), saved_tensor_bytes=saved,
+            final_train_loss=s.get("final_train_loss"),
+            final_val_pixel_accuracy=s.get("final_val_pixel_accuracy"),
+            final_val_miou=s.get("final_val_miou"),
+            skipped_steps=int(s.get("total_skipped_steps") or 0), record=record)
+    except (KeyError, TypeError) as err:
+        raise ResultsError(f"{where}: training-run record lacks or mistypes {err}") from None
+
+
+@dataclass(frozen=True)
+class RunPair:
+    """An fp32 baseline and an AMP run of one setting on one device."""
+
+    setting: Setting
+    baseline: TrainRun
+    amp: TrainRun
+
+    @property
+    def label(self) -> str:
+        return f"{self.amp.mode_label} vs {self.baseline.mode_label}"
+
+    @property
+    def speedup(self) -> float:
+        """Baseline epoch time over AMP epoch time (above 1: AMP faster)."""
+        return self.baseline.epoch_s / self.amp.epoch_s
+
+    @property
+    def step_speedup(self) -> float:
+        """The same for the time inside the step alone (data waiting left out)."""
+        return self.baseline.step_s / self.amp.step_s
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """AMP memory over baseline memory (below 1: AMP saved memory); None without both."""
+        if not self.baseline.memory_bytes or self.amp.memory_bytes is None:
+            return None
+        return self.amp.memory_bytes / self.baseline.memory_bytes
+
+    @property
+    def memory_measure(self) -> str:
+        return self.baseline.memory_measure
+
+
+def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunPair]:
+    """Every (fp32 baseline, AMP run) pair that shares device and setting.
+
+    Baselines are fp32 with TF32 on and strict fp32, each paired with every AMP run of the
+    group; when a group holds two runs of one mode the later file wins. Ordered by device,
+    setting, then ``MODES``.
+    """
+    groups: dict[Setting, dict[str, TrainRun]] = {}
+    for run in runs:
+        if complete_only and not run.complete:
+            continue
+        groups.setdefault(run.setting, {})[run.mode] = run
+    out = []
+    for setting in sorted(groups, key=lambda k: (k.device_name, k.height, k.width, k.batch_size,
+                                                  k.channels_last, k.workers, k.train_images)):
+        by_mode = groups[setting]
+        for base in ("fp32-tf32", "fp32"):
+            for amp in ("amp-fp16", "amp-bf16"):
+                if base in by_mode and amp in by_mode:
+                    out.append(RunPair(setting, by_mode[base], by_mode[amp]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# tensor-core sweeps, layer profiles, loader sweeps
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MatmulSweep:
+    """A tensor-core sweep (``ampbook.bench_matmul``); ``record`` is the validated JSON."""
+
+    path: str
+    device_name: str
+    dtypes: tuple[str, ...]
+    record: dict = field(repr=False, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One module of the network: measured time per step beside the cost model's."""
+
+    scope: str
+    type: str
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured over predicted (how far above its roofline bound the module ran)."""
+        return self.measured_s / self.predicted_s if self.predicted_s > 0 else None
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """Per-module times of one training step (``ampbook.layer_profile``)."""
+
+    path: str
+    device_name: str
+    device: str
+    precision: str
+    batch_size: int
+    height: int
+    width: int
+    time_source: str
+    steps: int
+    step_s: float
+    predicted_step_s: float
+    unattributed_s: float
+    ceilings: str
+    layers: tuple[LayerTime, ...]
+    record: dict = field(repr=False, compare=False, hash=False)
+
+    @property
+    def measured_total_s(self) -> float:
+        return sum(layer.measured_s for layer in self.layers) + self.unattributed_s
+
+    @property
+    def predicted_total_s(self) -> float:
+        return sum(layer.predicted_s for layer in self.layers)
+
+    def by_type(self) -> list[LayerTime]:
+        """Measured and predicted time summed per module type, largest measured first."""
+        agg: dict[str, list[float]] = {}
+        for layer in self.layers:
+            a = agg.setdefault(layer.type, [0.0, 0.0])
+            a[0] += layer.measured_s
+            a[1] += layer.predicted_s
+        rows = [LayerTime(t, t, m, p) for t, (m, p) in agg.items()]
+        return sorted(rows, key=lambda r: -r.measured_s)
+
+
+@dataclass(frozen=True)
+class LoaderPoint:
+    workers: int
+    images_per_s: float
+
+
+@dataclass(frozen=True)
+class LoaderSweep:
+    """DataLoader images per second by worker count (``ampbook.bench_loader.measure_loader``)."""
+
+    path: str
+    device_name: str
+    cpu_count: int
+    height: int
+    width: int
+    batch_size: int
+    images: int
+    synthetic: bool
+    decode_resize_images_per_s: float
+    points: tuple[LoaderPoint, ...]
+    record: dict = field(repr=False, compare=False, hash=False)
+
+    def rate(self, workers: int) -> float | None:
+        return next((p.images_per_s for p in self.points if p.workers == workers), None)
+
+
+def _positive(value: Any, what: str, where: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+            or value < 0:
+        raise ResultsError(f"{where}: {what} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def read_matmul(record: dict, path: str) -> MatmulSweep:
+    from ampbook.bench_matmul import validate_record
+
+    try:
+        validate_record(record, path)
+    except ValueError as err:
+        raise ResultsError(str(err)) from None
+    dtypes = tuple(dict.fromkeys(r["dtype"] for r in record["matmul"]))
+    return MatmulSweep(path, str(record["environment"]["device_name"]), dtypes, record)
+
+
+def read_layer_profile(record: dict, path: str) -> LayerProfile:
+    try:
+        env = record["environment"]
+        layers = tuple(LayerTime(str(x["scope"]), str(x["type"]),
+                                 _positive(x["measured_s"], "measured_s", path),
+                                 _positive(x["predicted_s"], "predicted_s", path))
+                       for x in record["layers"])
+        if not layers:
+            raise ResultsError(f"{path}: no layers")
+        if record["time_source"] not in ("cuda", "cpu"):
+            raise ResultsError(f"{path}: time_source must be 'cuda' or 'cpu', got "
+                               f"{record['time_source']!r}")
+        return LayerProfile(
+            path=path, device_name=str(env["device_name"]), device=str(env["device"]),
+            precision=record["precision"], batch_size=int(record["batch_size"]),
+            height=int(record["height"]), width=int(record["width"]),
+            time_source=record["time_source"], steps=int(record["steps"]),
+            step_s=_positive(record["step_s"], "step_s", path),
+            predicted_step_s=_positive(record["predicted_step_s"], "predicted_step_s", path),
+            unattributed_s=_positive(record["unattributed_s"], "unattributed_s", path),
+            ceilings=str(record["ceilings"]), layers=layers, record=record)
+    except (KeyError, TypeError) as err:
+        raise ResultsError(f"{path}: layer profile lacks or mistypes {err}") from None
+
+
+def read_loader(record: dict, path: str) -> LoaderSweep:
+    try:
+        points = tuple(LoaderPoint(int(r["workers"]),
+                                   _positive(r["images_per_s"], "images_per_s", path))
+                       for r in record["results"])
+        if not points:
+            raise ResultsError(f"{path}: no worker counts measured")
+        return LoaderSweep(
+            path=path, device_name=str(record["environment"]["device_name"]),
+            cpu_count=int(record["cpu_count"]), height=int(record["height"]),
+            width=int(record["width"]), batch_size=int(record["batch_size"]),
+            images=int(record["images"]), synthetic=bool(record["synthetic"]),
+            decode_resize_images_per_s=_positive(record["decode_resize_images_per_s"],
+                                                 "decode_resize_images_per_s", path),
+            points=points, record=record)
+    except (KeyError, TypeError) as err:
+        raise ResultsError(f"{path}: loader sweep lacks or mistypes {err}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# a folder
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ignored:
+    path: str
+    reason: str
+
+
+@dataclass
+class ResultSet:
+    """Everything read from one results folder."""
+
+    directory: str
+    train_runs: list[TrainRun] = field(default_factory=list)
+    matmul_sweeps: list[MatmulSweep] = field(default_factory=list)
+    layer_profiles: list[LayerProfile] = field(default_factory=list)
+    loader_sweeps: list[LoaderSweep] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)
+
+    def gpu_runs(self, complete_only: bool = True) -> list[TrainRun]:
+        """Training runs made on CUDA (complete ones unless asked otherwise)."""
+        return [r for r in self.train_runs if r.is_cuda and (r.complete or not complete_only)]
+
+    def pairs(self, complete_only: bool = True) -> list[RunPair]:
+        """``pair_runs`` over the CUDA runs."""
+        return pair_runs(self.gpu_runs(complete_only), complete_only)
+
+    def devices(self) -> list[str]:
+        """Device names that appear in any result, sorted."""
+        names = {r.device_name for r in self.train_runs}
+        for group in (self.matmul_sweeps, self.layer_profiles, self.loader_sweeps):
+            names.update(x.device_name for x in group)
+        return sorted(names)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.train_runs or self.matmul_sweeps or self.layer_profiles
+                    or self.loader_sweeps)
+
+
+def read_file(path: str | Path) -> TrainRun | MatmulSweep | LayerProfile | LoaderSweep:
+    """One results file, by its schema; ``ResultsError`` names the file and the problem."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultsError(f"{path}: not readable JSON ({err})") from None
+    if not isinstance(record, dict):
+        raise ResultsError(f"{path}: a results file holds a JSON object")
+    schema = record.get("schema")
+    if schema == TRAIN_SCHEMA:
+        from ampbook.train import load_results
+
+        try:
+            load_results(path)  # the runner's own schema and version check
+        except ValueError as err:
+            raise ResultsError(str(err)) from None
+        return summarise_run(record, path)
+    if schema == MATMUL_SCHEMA:
+        return read_matmul(record, str(path))
+    if schema == LAYER_SCHEMA:
+        return read_layer_profile(record, str(path))
+    if schema == LOADER_SCHEMA:
+        return read_loader(record, str(path))
+    raise ResultsError(f"{path}: unknown schema {schema!r} (known: {', '.join(SCHEMAS)})")
+
+
+def load_results_dir(directory: str | Path | None = None) -> ResultSet:
+    """Read every ``*.json`` under ``directory`` (default ``data/results``; subfolders too).
+
+    A file that is not a known result, or fails its schema's checks, goes to ``ignored``
+    with the reason. A folder that does not exist is an error (``FileNotFoundError``).
+    """
+    directory = Path(directory) if directory else RESULTS_DIR
+    if not directory.is_dir():
+        raise FileNotFoundError(f"results folder {directory} does not exist: give an existing "
+                                "folder (default data/results)")
+    rs = ResultSet(str(directory))
+    for path in sorted(directory.rglob("*.json")):
+        try:
+            item = read_file(path)
+        except ResultsError as err:
+            rs.ignored.append(Ignored(str(path), str(err)))
+            continue
+        if isinstance(item, TrainRun):
+            rs.train_runs.append(item)
+        elif isinstance(item, MatmulSweep):
+            rs.matmul_sweeps.append(item)
+        elif isinstance(item, LayerProfile):
+            rs.layer_profiles.append(item)
+        else:
+            rs.loader_sweeps.append(item)
+    return rs

@@ -1,0 +1,148 @@
+"""ampbook.results: reading, summarising and pairing results, on the fixture GPU's files."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ampbook.results import (LAYER_SCHEMA, PEAK_CUDA, SAVED_FOR_BACKWARD, ResultsError,
+                             load_results_dir, pair_runs, read_file, summarise_run)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+GPU = "Fixture GPU (fictitious)"
+OTHER = "Other Fixture GPU (fictitious)"
+
+
+@pytest.fixture(scope="module")
+def rs():
+    return load_results_dir(FIXTURES)
+
+
+def test_fixture_folder_reads_completely(rs):
+    assert rs.ignored == []
+    assert sorted(r.mode for r in rs.train_runs if r.device_name == GPU) == sorted(
+        ["fp32-tf32", "fp32", "amp-fp16", "amp-bf16"])
+    assert len(rs.matmul_sweeps) == 1 and len(rs.loader_sweeps) == 1
+    assert sorted(p.precision for p in rs.layer_profiles) == ["amp-fp16", "fp32"]
+    assert rs.devices() == [GPU, OTHER]
+    assert not rs.empty
+
+
+def test_epoch_time_is_median_of_epochs_after_first(rs):
+    for run in rs.train_runs:
+        walls = [e["wall_s"] for e in run.record["epochs"]]
+        later = sorted(walls[1:])
+        assert run.epoch_s == pytest.approx(later[len(later) // 2] if len(later) % 2 else
+                                            (later[len(later) // 2 - 1] + later[len(later) // 2]) / 2)
+        assert run.epoch_s < walls[0]  # the warm-up epoch is left out
+        assert run.images_per_s == pytest.approx(run.images_per_epoch / run.epoch_s)
+        assert 0 < run.data_wait_share < 1
+
+
+def test_one_epoch_run_uses_its_only_epoch(rs):
+    record = json.loads(json.dumps(rs.train_runs[0].record))
+    record["epochs"] = record["epochs"][:1]
+    run = summarise_run(record)
+    assert run.epoch_s == record["epochs"][0]["wall_s"] and run.epochs_timed == 1
+
+
+def test_memory_definition_cuda_and_cpu(rs):
+    run = rs.gpu_runs()[0]
+    assert run.memory_measure == PEAK_CUDA
+    assert run.memory_bytes == run.record["summary"]["max_cuda_allocated_bytes"]
+    assert run.cuda_reserved_bytes >= run.cuda_allocated_bytes
+    cpu = json.loads(json.dumps(run.record))
+    cpu["resolved"]["device"] = "cpu"
+    cpu["summary"]["max_cuda_allocated_bytes"] = None
+    as_cpu = summarise_run(cpu)
+    assert as_cpu.memory_measure == SAVED_FOR_BACKWARD and not as_cpu.is_cuda
+    assert as_cpu.memory_bytes == cpu["summary"]["max_saved_tensor_bytes"]
+
+
+def test_pairs_same_gpu_only(rs):
+    pairs = rs.pairs()
+    assert {(p.baseline.mode, p.amp.mode) for p in pairs} == {
+        ("fp32-tf32", "amp-fp16"), ("fp32-tf32", "amp-bf16"), ("fp32", "amp-fp16"), ("fp32", "amp-bf16")}
+    for p in pairs:
+        assert p.baseline.device_name == p.amp.device_name == GPU
+        assert p.speedup == pytest.approx(p.baseline.epoch_s / p.amp.epoch_s)
+        assert p.step_speedup == pytest.approx(p.baseline.step_s / p.amp.step_s)
+        assert p.memory_ratio == pytest.approx(p.amp.memory_bytes / p.baseline.memory_bytes)
+    assert not any(OTHER in (p.baseline.device_name, p.amp.device_name) for p in pairs)
+
+
+def test_mismatched_gpus_do_not_pair(rs):
+    fp32 = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "fp32")
+    other_fp16 = next(r for r in rs.train_runs if r.device_name == OTHER)
+    assert pair_runs([fp32, other_fp16]) == []
+    same = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "amp-fp16")
+    assert len(pair_runs([fp32, same])) == 1
+
+
+def test_other_setting_does_not_pair(rs):
+    fp32 = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "fp32")
+    amp = json.loads(json.dumps(next(r for r in rs.train_runs
+                                     if r.device_name == GPU and r.mode == "amp-fp16").record))
+    amp["config"]["batch_size"] = 2
+    assert pair_runs([fp32, summarise_run(amp)]) == []
+
+
+def test_incomplete_runs_do_not_pair(rs):
+    fp32 = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "fp32")
+    amp = json.loads(json.dumps(next(r for r in rs.train_runs
+                                     if r.device_name == GPU and r.mode == "amp-fp16").record))
+    amp["status"] = "running"
+    assert pair_runs([fp32, summarise_run(amp)]) == []
+    assert len(pair_runs([fp32, summarise_run(amp)], complete_only=False)) == 1
+
+
+def test_layer_profile_and_loader(rs):
+    lp = next(p for p in rs.layer_profiles if p.precision == "fp32")
+    assert lp.time_source == "cuda" and lp.device_name == GPU
+    assert lp.measured_total_s == pytest.approx(sum(x.measured_s for x in lp.layers) + lp.unattributed_s)
+    types = lp.by_type()
+    assert sum(t.measured_s for t in types) == pytest.approx(lp.measured_total_s - lp.unattributed_s)
+    assert types == sorted(types, key=lambda t: -t.measured_s)
+    conv = next(t for t in types if t.type == "Conv2d")
+    assert conv.ratio == pytest.approx(conv.measured_s / conv.predicted_s)
+    loader = rs.loader_sweeps[0]
+    assert [p.workers for p in loader.points] == list(range(9))
+    assert loader.rate(4) == loader.points[4].images_per_s and loader.rate(99) is None
+
+
+def test_bad_and_foreign_files_are_listed_not_mixed_in(tmp_path):
+    shutil.copy(FIXTURES / "train_fixture-gpu_fp32_1024x512.json", tmp_path)
+    (tmp_path / "notes.json").write_text(json.dumps({"hello": 1}))
+    (tmp_path / "broken.json").write_text("{not json")
+    bad = json.loads((FIXTURES / "layer_profile_fixture-gpu_fp32_1024x512.json").read_text())
+    bad["layers"][0]["measured_s"] = -1.0
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "layer_bad.json").write_text(json.dumps(bad))
+    rs = load_results_dir(tmp_path)
+    assert len(rs.train_runs) == 1 and rs.layer_profiles == []
+    reasons = {Path(i.path).name: i.reason for i in rs.ignored}
+    assert set(reasons) == {"notes.json", "broken.json", "layer_bad.json"}
+    assert "unknown schema" in reasons["notes.json"]
+    assert "not readable JSON" in reasons["broken.json"]
+    assert "measured_s" in reasons["layer_bad.json"]
+
+
+def test_missing_folder_and_wrong_schema_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_results_dir(tmp_path / "nope")
+    record = json.loads((FIXTURES / "loader_fixture-gpu.json").read_text())
+    del record["results"]
+    (tmp_path / "x.json").write_text(json.dumps(record))
+    with pytest.raises(ResultsError, match="x.json: loader sweep lacks"):
+        read_file(tmp_path / "x.json")
+    record = {"schema": LAYER_SCHEMA}
+    (tmp_path / "y.json").write_text(json.dumps(record))
+    with pytest.raises(ResultsError, match="layer profile lacks"):
+        read_file(tmp_path / "y.json")
+
+
+def test_empty_data_results_folder_reads(tmp_path):
+    rs = load_results_dir(tmp_path)
+    assert rs.empty and rs.pairs() == [] and rs.devices() == []
