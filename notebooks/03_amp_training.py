@@ -133,7 +133,7 @@ base = TrainConfig(device=str(device), data_root=data_root, height=height, width
                    batch_size=batch_size, epochs=num_epochs, lr=lr, seed=seed,
                    synthetic_train=train_images, synthetic_val=val_images,
                    shuffle=shuffle, workers=workers, out=str(out_dir),
-                   checkpoint=False, progress=False, quiet=True)
+                   checkpoint=False, progress=False)
 root, synthetic = resolve_data(base, validate(base))
 dataset = Cityscapes(root, "train", height, width)
 loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size)
@@ -267,7 +267,7 @@ records = []
 for i, p in enumerate(plans):
     t32 = "off" if not gpu or (strict_fp32 and i == 1) else tf32
     name = f"ch3-{p.precision}{'-tf32' * (t32 == 'on')}-{p.train_images}img-e{p.epochs}"
-    cfg = dataclasses.replace(base, precision=p.precision, tf32=t32, epochs=p.epochs,
+    cfg = dataclasses.replace(base, precision=p.precision, tf32=t32, epochs=p.epochs, quiet=True,
                               synthetic_train=p.train_images, name=name)
     records.append(run_training(cfg))
 runs = [results.summarise_run(r) for r in records]
