@@ -2,8 +2,8 @@
 
 A CPU may run a low-precision step many times slower than fp32 (fp16 on most CPUs; bf16 on
 CPUs without AVX-512 BF16 or AMX). So that a chapter finishes in minutes on any machine, each
-precision's run gets at most ``budget_s`` seconds of training, estimated from one timed step
-(``ampbook.bench_step.measure_precisions``):
+precision's run gets at most ``budget_s`` seconds of training, estimated from one step of
+the runner's own step function (``first_step_seconds``):
 
 * a run that fits keeps the chapter's epochs and images;
 * otherwise it trains fewer epochs, and if one epoch does not fit either, fewer images (at
@@ -16,7 +16,9 @@ precision's run gets at most ``budget_s`` seconds of training, estimated from on
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 from dataclasses import dataclass
 
 VAL_COST = 1 / 3  # a validation batch (forward only) against a training step
@@ -35,6 +37,37 @@ class RunPlan:
     @property
     def reduced(self) -> bool:
         return bool(self.note)
+
+
+def first_step_seconds(cfg, precisions) -> dict[str, float]:
+    """Seconds of the first training step of each precision, built as ``ampbook.train``
+    builds a run from ``cfg`` (a ``TrainConfig``), on a random batch of its size. The first
+    step pays one-off costs (kernel selection), so the estimate errs on the long side; one
+    step keeps the probe cheap where a 16-bit step is slow. Precisions the device cannot run
+    (``ConfigError``) are left out."""
+    import torch
+
+    from ampbook.data import NUM_CLASSES
+    from ampbook.train import ConfigError, build_training, validate
+
+    out = {}
+    for precision in precisions:
+        run_cfg = dataclasses.replace(cfg, precision=precision)
+        try:
+            res = validate(run_cfg)
+        except ConfigError:
+            continue
+        step = build_training(run_cfg, res).step
+        g = torch.Generator().manual_seed(cfg.seed)
+        shape = (cfg.batch_size, cfg.height, cfg.width)
+        x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
+        y = torch.randint(0, NUM_CLASSES, shape, generator=g)
+        if res.device.type == "cuda":
+            torch.cuda.synchronize(res.device)
+        start = time.perf_counter()
+        step(x, y)  # returns the loss as a float: the step has finished
+        out[precision] = time.perf_counter() - start
+    return out
 
 
 def epoch_seconds(step_s: float, images: int, val_images: int, batch_size: int) -> float:

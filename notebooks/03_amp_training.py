@@ -231,23 +231,22 @@ md_table(rows, ["GPU", "fp32 TFLOP/s", "TF32 tensor TFLOP/s", "TF32 / fp32"],
 # ## Sizing the runs to this machine
 #
 # Each precision trains from the same weights on the same data in the same order. A CPU may
-# be many times slower in a 16-bit type than in fp32, so the chapter first times one step of
-# each precision at the chapter's size (`ampbook.bench_step.measure_precisions`), then gives
-# each run at most `run_budget_s` seconds (`ampbook.runplan.plan_runs`): a run that would take
-# longer trains fewer epochs, then fewer images, and gets an fp32 twin of the same size to be
-# compared with. The plan says which runs were cut and why:
+# be many times slower in a 16-bit type than in fp32, so the chapter first times the first
+# step of each precision at the chapter's size (`ampbook.runplan.first_step_seconds`; a first
+# step pays one-off costs, so this errs on the long side), then gives each run at most
+# `run_budget_s` seconds (`ampbook.runplan.plan_runs`): a run that would take longer trains
+# fewer epochs, then fewer images, and gets an fp32 twin of the same size to be compared
+# with. The plan says which runs were cut and why:
 
 # %%
-from ampbook.bench_step import measure_precisions
-from ampbook.runplan import plan_runs
+from ampbook.runplan import first_step_seconds, plan_runs
 
-step_s = measure_precisions(str(device), height, width, batch_size, precisions,
-                            repeats=1)["step_s"]
+step_s = first_step_seconds(base, precisions)
 plans = plan_runs(step_s, len(dataset), num_epochs, val_images, batch_size,
                   run_budget_s)
 rows = [(p.precision, step_s[p.precision], p.train_images, p.epochs, p.note or "-")
         for p in plans]
-md_table(rows, ["precision", "one step (s)", "images", "epochs", "reduced because"],
+md_table(rows, ["precision", "first step (s)", "images", "epochs", "reduced because"],
          [None, ".3f", None, None, None])
 
 # %% [markdown]
@@ -289,8 +288,8 @@ md_table(rows, ["run", "images", "epoch", "train loss", "val acc", "val mIoU",
 # ## The post's figures, rebuilt
 #
 # The post plotted the training loss and the val accuracy of its two runs over 10 epochs. The
-# same plot from our runs at the chapter's full size (reduced runs are left out: they trained
-# on fewer images or epochs):
+# same plot from our runs of the fp32 baseline's size (runs the plan cut to another size are
+# left out):
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Training loss (left) and val pixel accuracy (right) per epoch for each precision: the same data, seed and batch order (not shuffled), as in the post's comparison.", "name": "fig-ch3-curves"}}
 size = (plans[0].train_images, plans[0].epochs)
@@ -331,8 +330,8 @@ md_table(rows, ["pair", "images", "epochs", "step time AMP / fp32",
 # AMP's memory can go either way. Autocast halves the activations its low-precision ops save,
 # but saves a 16-bit copy of every weight it casts, which fp32 does not (it saves the weights
 # by reference, at no cost): on a small batch the copies outweigh the savings, on a large one
-# the halved activations win (chapter 4 finds the crossover). For the first pair of the
-# full-size runs (on a GPU: AMP against fp32 with TF32, the post's comparison), measured:
+# the halved activations win (chapter 4 finds the crossover). For the first pair at the fp32
+# baseline's size (on a GPU: AMP against fp32 with TF32, the post's comparison), measured:
 
 # %%
 main = next(p for p in pairs if p.setting.train_images == plans[0].train_images)
@@ -376,9 +375,9 @@ glue_all(loss_f=f.final_train_loss, loss_a=a.final_train_loss, gap=gap,
          wait_a=a.data_wait_share)
 
 # %% [markdown]
-# **Accuracy.** After {glue:text}`epochs_main` epochs that pair's training loss was
-# {glue:text}`loss_f:.4f` (fp32) and {glue:text}`loss_a:.4f` (AMP), with a largest gap in any
-# epoch of {glue:text}`gap:.4f`; val pixel accuracy {glue:text}`acc_f:.3f` and
+# **Accuracy.** That pair trained for {glue:text}`epochs_main` epoch(s). Its final training
+# loss was {glue:text}`loss_f:.4f` (fp32) and {glue:text}`loss_a:.4f` (AMP), with a largest
+# gap in any epoch of {glue:text}`gap:.4f`; val pixel accuracy {glue:text}`acc_f:.3f` and
 # {glue:text}`acc_a:.3f`. The two runs start from the same weights and see the same batches;
 # the differences come from rounding alone.
 #

@@ -155,8 +155,9 @@ glue_all(low_layers=len(low_layers), leaves=n_leaves, calls=len(low_calls),
 # %% [markdown]
 # {glue:text}`low_layers` of ERFNet's {glue:text}`leaves` layers give an fp16 output, and
 # {glue:text}`low_calls` of the {glue:text}`calls` tensor-producing calls of its forward. The
-# rest are fp32: each downsampler's max-pool and batch norm, and, in the encoder, the
-# residual sums and the ReLUs after them (the encoder's residual stream, shown below). So
+# rest are fp32: in each downsampler the max-pool, the concatenation, the batch norm and the
+# ReLU, and in the encoder the residual sums and the ReLUs after them (the encoder's
+# residual stream, shown below). So
 # this chapter counts as fp16 only the gradients of the fp16 tensors. The gradients of the
 # fp32 ones are kept apart ("activation-fp32" below) and never rounded to fp16 in the
 # emulation.
@@ -228,9 +229,9 @@ md_table([r[:5] for r in by_type],
 #   and would be zero in fp16. The paper uses it to argue for an **fp32 master copy of the
 #   weights**, not for loss scaling. Its like in ERFNet is the weight-gradient share, and the
 #   fp32 weights it argues for are what native autocast keeps (section "Weights stay fp32").
-# - **8** is the loss scale that was enough for the paper's SSD detector, whose *activation*
-#   gradients fell largely below fp16's range (Section 3.2); the post reads it as the scale to
-#   start from.
+# - **8** is the loss scale that was enough for the paper's SSD detector, many of whose
+#   *activation* gradients were below fp16's range (Section 3.2 and Figure 3); the post reads
+#   it as the scale to start from.
 
 # %% tags=["hide-input"]
 act, wgt = rec.fractions("activation"), rec.fractions("weight")
@@ -302,7 +303,7 @@ md_table(rows, ["loss scale", "predicted share below 2⁻²⁴"], [None, ".2%"])
 
 # %% [markdown]
 # That is for the runner's step of {glue:text}`full_b` images of
-# {glue:text}`full_h`x{glue:text}`full_w`, about {glue:text}`n_full:,.0f` labelled
+# {glue:text}`full_w`x{glue:text}`full_h` (W x H), about {glue:text}`n_full:,.0f` labelled
 # pixels: the histogram moves {glue:text}`move` bins to the left.
 #
 # ## Training with fp16 gradients: no scaling, a fixed scale, a dynamic scale
@@ -784,8 +785,8 @@ md_table(rows, ["GPU", "pair", "setting", "fp32 peak GiB", "amp-fp16 peak GiB",
 #   each block's branch and the decoder, not the encoder's residual stream or the
 #   downsamplers' concatenations. Those fp16 activation gradients sit many binades below the
 #   weight gradients, and move further down as the labelled pixels per batch grow, because
-#   the loss averages over them. At this chapter's sizes few fall below fp16's 2⁻²⁴; at full
-#   Cityscapes sizes many more do.
+#   the loss averages over them. The table above gives the share below fp16's 2⁻²⁴ at this
+#   chapter's size, and the shift predicts how many more fall below it at full size.
 # - The paper's "about 5%" is of a speech model's weight gradients and argues for fp32 master
 #   weights; native autocast keeps the parameters and their gradients in fp32.
 # - Loss scaling shifts the whole histogram by log2 of the scale. A fixed scale must sit below

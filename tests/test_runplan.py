@@ -2,7 +2,8 @@
 
 import pytest
 
-from ampbook.runplan import RunPlan, epoch_seconds, fit_run, plan_runs
+from ampbook.runplan import RunPlan, epoch_seconds, first_step_seconds, fit_run, plan_runs
+from ampbook.train import TrainConfig
 
 
 def test_a_run_that_fits_is_left_alone():
@@ -40,3 +41,9 @@ def test_no_twin_when_the_baseline_has_that_size_already():
     plans = plan_runs({"fp32": 3.0, "amp-bf16": 3.0, "amp-fp16": 3.0}, 24, 4, 8, 2, 20)
     assert [(p.precision, p.train_images, p.epochs) for p in plans] == [
         ("fp32", 10, 1), ("amp-bf16", 10, 1), ("amp-fp16", 10, 1)]
+
+
+def test_first_step_seconds_times_each_runnable_precision():
+    cfg = TrainConfig(device="cpu", height=16, width=32, batch_size=1, workers=0)
+    got = first_step_seconds(cfg, ["fp32", "amp-bf16"])
+    assert set(got) == {"fp32", "amp-bf16"} and all(0 < s < 60 for s in got.values())
