@@ -61,6 +61,7 @@ seed = 0
 
 # %%
 from ampbook import params
+from ampbook.env import print_environment
 
 params.device("device", device)
 ok = precisions[:1] == ["fp32"] and len(precisions) > 1
@@ -77,11 +78,7 @@ for name in ("batch_size", "num_epochs", "val_images", "loop_steps"):
 params.integer("train_images", train_images, minimum=2 * batch_size)
 params.number("lr", lr, above=0)
 params.number("run_budget_s", run_budget_s, above=0)
-params.choice("tf32", tf32, ["on", "off"]);
-
-# %%
-from ampbook.env import print_environment
-
+params.choice("tf32", tf32, ["on", "off"])
 print_environment(device);
 
 # %%

@@ -65,6 +65,7 @@ seed = 0
 
 # %%
 from ampbook import params
+from ampbook.env import print_environment
 
 params.device("device", device)
 for name in ("height", "width", "trace_height", "trace_width"):
@@ -81,11 +82,7 @@ params.rule("memory_sizes", memory_sizes, len({h * w for h, w in memory_sizes}) 
             "needs 2 sizes of different pixel counts", why="a line needs two")
 odd = [hw for hw in memory_sizes if hw[0] % 8 or hw[1] % 8]
 params.rule("memory_sizes", memory_sizes, not odd, "sizes must be multiples of 8",
-            why="ERFNet downsamples by 8");
-
-# %%
-from ampbook.env import print_environment
-
+            why="ERFNet downsamples by 8")
 print_environment(device);
 
 # %%
