@@ -2,8 +2,8 @@
 
 A CPU may run a low-precision step many times slower than fp32 (fp16 on most CPUs; bf16 on
 CPUs without AVX-512 BF16 or AMX). So that a chapter finishes in minutes on any machine, each
-precision's run gets at most ``budget_s`` seconds of training, estimated from one step of
-the runner's own step function (``first_step_seconds``):
+precision's run gets at most ``budget_s`` seconds of training, estimated from a step of the
+runner's own step function after a warm-up step (``step_seconds``):
 
 * a run that fits keeps the chapter's epochs and images;
 * otherwise it trains fewer epochs, and if one epoch does not fit either, fewer images (at
@@ -39,11 +39,11 @@ class RunPlan:
         return bool(self.note)
 
 
-def first_step_seconds(cfg, precisions) -> dict[str, float]:
-    """Seconds of the first training step of each precision, built as ``ampbook.train``
-    builds a run from ``cfg`` (a ``TrainConfig``), on a random batch of its size. The first
-    step pays one-off costs (kernel selection), so the estimate errs on the long side; one
-    step keeps the probe cheap where a 16-bit step is slow. Precisions the device cannot run
+def step_seconds(cfg, precisions, warmup: int = 1) -> dict[str, float]:
+    """Seconds of one training step of each precision after ``warmup`` steps (the first
+    step pays one-off costs such as kernel selection), built as ``ampbook.train`` builds a
+    run from ``cfg`` (a ``TrainConfig``), on a random batch of its size. One timed step keeps
+    the probe cheap where a 16-bit step is slow. Precisions the device cannot run
     (``ConfigError``) are left out."""
     import torch
 
@@ -62,6 +62,8 @@ def first_step_seconds(cfg, precisions) -> dict[str, float]:
         shape = (cfg.batch_size, cfg.height, cfg.width)
         x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
         y = torch.randint(0, NUM_CLASSES, shape, generator=g)
+        for _ in range(warmup):
+            step(x, y)
         if res.device.type == "cuda":
             torch.cuda.synchronize(res.device)
         start = time.perf_counter()

@@ -228,22 +228,21 @@ md_table(rows, ["GPU", "fp32 TFLOP/s", "TF32 tensor TFLOP/s", "TF32 / fp32"],
 # ## Sizing the runs to this machine
 #
 # Each precision trains from the same weights on the same data in the same order. A CPU may
-# be many times slower in a 16-bit type than in fp32, so the chapter first times the first
-# step of each precision at the chapter's size (`ampbook.runplan.first_step_seconds`; a first
-# step pays one-off costs, so this errs on the long side), then gives each run at most
-# `run_budget_s` seconds (`ampbook.runplan.plan_runs`): a run that would take longer trains
-# fewer epochs, then fewer images, and gets an fp32 twin of the same size to be compared
-# with. The plan says which runs were cut and why:
+# be many times slower in a 16-bit type than in fp32, so the chapter first times one step of
+# each precision at the chapter's size after a warm-up step (`ampbook.runplan.step_seconds`),
+# then gives each run at most `run_budget_s` seconds (`ampbook.runplan.plan_runs`): a run
+# that would take longer trains fewer epochs, then fewer images, and gets an fp32 twin of
+# the same size to be compared with. The plan says which runs were cut and why:
 
 # %%
-from ampbook.runplan import first_step_seconds, plan_runs
+from ampbook.runplan import plan_runs, step_seconds
 
-step_s = first_step_seconds(base, precisions)
+step_s = step_seconds(base, precisions)
 plans = plan_runs(step_s, len(dataset), num_epochs, val_images, batch_size,
                   run_budget_s)
 rows = [(p.precision, step_s[p.precision], p.train_images, p.epochs, p.note or "-")
         for p in plans]
-md_table(rows, ["precision", "first step (s)", "images", "epochs", "reduced because"],
+md_table(rows, ["precision", "one step (s)", "images", "epochs", "reduced because"],
          [None, ".3f", None, None, None])
 
 # %% [markdown]

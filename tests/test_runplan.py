@@ -2,7 +2,7 @@
 
 import pytest
 
-from ampbook.runplan import RunPlan, epoch_seconds, first_step_seconds, fit_run, plan_runs
+from ampbook.runplan import RunPlan, epoch_seconds, step_seconds, fit_run, plan_runs
 from ampbook.train import TrainConfig
 
 
@@ -43,7 +43,7 @@ def test_no_twin_when_the_baseline_has_that_size_already():
         ("fp32", 10, 1), ("amp-bf16", 10, 1), ("amp-fp16", 10, 1)]
 
 
-def test_first_step_seconds_times_each_runnable_precision():
+def test_step_seconds_times_each_runnable_precision():
     cfg = TrainConfig(device="cpu", height=16, width=32, batch_size=1, workers=0)
-    got = first_step_seconds(cfg, ["fp32", "amp-bf16"])
+    got = step_seconds(cfg, ["fp32", "amp-bf16"])
     assert set(got) == {"fp32", "amp-bf16"} and all(0 < s < 60 for s in got.values())
