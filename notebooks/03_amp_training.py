@@ -262,8 +262,8 @@ records = []
 for i, p in enumerate(plans):
     t32 = "off" if not gpu or (strict_fp32 and i == 1) else tf32
     name = f"ch3-{p.precision}{'-tf32' * (t32 == 'on')}-{p.train_images}img-e{p.epochs}"
-    cfg = dataclasses.replace(base, precision=p.precision, tf32=t32, epochs=p.epochs, quiet=True,
-                              synthetic_train=p.train_images, name=name)
+    cfg = dataclasses.replace(base, precision=p.precision, tf32=t32, epochs=p.epochs,
+                              synthetic_train=p.train_images, name=name, quiet=True)
     records.append(run_training(cfg))
 runs = [results.summarise_run(r) for r in records]
 pairs = results.pair_runs(runs)

@@ -18,8 +18,9 @@ GPU, OTHER = "Fixture GPU (fictitious)", "Other Fixture GPU (fictitious)"
 
 def _execute(stem: str, out: Path, **extra) -> nbformat.NotebookNode:
     source = runner.resolve_notebook(stem)
-    params = runner.profile_parameters(runner.load_profiles(), "smoke", source,
-                                       runner.read_source(source))
+    params = runner.profile_parameters(
+        runner.load_profiles(), "smoke", source, runner.read_source(source)
+    )
     params.update(extra, results_dir=str(FIXTURES))
     run = runner.execute(source, out, params, "smoke", log=lambda *a: None, threads=1)
     return nbformat.read(run.output, as_version=4)
@@ -47,8 +48,13 @@ def fixture_pairs():
 
 
 def test_chapter3_shows_the_fixture_gpu_runs_and_pairs(tmp_path, fixture_pairs):
-    nb = _execute("03_amp_training", tmp_path, precisions=["fp32", "amp-bf16"],
-                  num_epochs=1, loop_steps=1)
+    nb = _execute(
+        "03_amp_training",
+        tmp_path,
+        precisions=["fp32", "amp-bf16"],
+        num_epochs=1,
+        loop_steps=1,
+    )
     runs = _table(nb, "| GPU | run | setting |")
     assert GPU in runs and OTHER in runs  # every complete GPU run is listed
     pairs = _table(nb, "| GPU | pair | epoch speedup |")

@@ -1,4 +1,4 @@
-"""The one-line speed verdict names the faster side and, on a CPU, its 16-bit hardware."""
+"""The speed verdict names the faster side and, on a CPU, its 16-bit hardware."""
 
 import dataclasses
 from pathlib import Path
@@ -10,7 +10,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
 
 def _pair(mode: str):
-    return next(p for p in results.load_results_dir(FIXTURES).pairs() if p.amp.mode == mode)
+    return next(
+        p for p in results.load_results_dir(FIXTURES).pairs() if p.amp.mode == mode
+    )
 
 
 def test_gpu_pair_says_faster_or_slower_by_the_step_ratio():
@@ -25,7 +27,9 @@ def test_gpu_pair_says_faster_or_slower_by_the_step_ratio():
 def test_cpu_pair_reports_whether_the_cpu_has_the_instructions():
     p = _pair("amp-bf16")
     cpu = dataclasses.replace(p, amp=dataclasses.replace(p.amp, device="cpu"))
-    assert "reports avx512_bf16: native bf16" in speed_verdict(cpu, ["avx2", "avx512_bf16"])
+    assert "reports avx512_bf16: native bf16" in speed_verdict(
+        cpu, ["avx2", "avx512_bf16"]
+    )
     assert "reports no bf16 instructions" in speed_verdict(cpu, ["avx2"])
     one = dataclasses.replace(cpu, amp=dataclasses.replace(cpu.amp, epochs_completed=1))
     assert "one-off start-up costs" in speed_verdict(one, [])
