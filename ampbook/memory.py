@@ -10,15 +10,15 @@ hooks (``torch.autograd.graph.saved_tensors_hooks``), on CPU and CUDA alike:
     with SavedTensorMeter(model=model) as meter:
         loss = criterion(model(x), y)      # forward: autograd saves tensors here
     loss.backward()
-    meter.total_bytes, meter.by_dtype, meter.by_module_type
+    meter.new_bytes, meter.by_dtype, meter.by_module_type
 
 Rules of the count:
 
 * A tensor's bytes are the bytes of its *storage* (what stays alive), and each storage
   is counted once however many times, or through however many views, it is saved.
-* ``by_dtype`` splits the total by the saved tensor's dtype (``"float32"``,
+* ``by_dtype`` splits ``new_bytes`` (below) by the saved tensor's dtype (``"float32"``,
   ``"bfloat16"``...).
-* ``by_module_type`` (only with ``model=``) splits it by the class name of the innermost
+* ``by_module_type`` (only with ``model=``) splits ``new_bytes`` by the class name of the innermost
   module of ``model`` whose forward was running when the tensor was saved. Tensors saved
   by layers (``Conv2d``, ``BatchNorm2d``...) go to those layers; tensors saved by
   functional calls in a block's own ``forward`` (e.g. ``F.relu(y + x)``) go to the
