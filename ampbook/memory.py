@@ -203,19 +203,22 @@ def saving(fp32_bytes: float, amp_bytes: float) -> float:
     return 1.0 - amp_bytes / fp32_bytes
 
 
-def saving_verdict(fp32_bytes: float, amp_bytes: float, what: str = "autocast") -> str:
-    """One line for the page: how much ``what`` saved (or cost) of the new bytes saved
-    for backward, both figures in MiB."""
+NEW_BYTES = "new bytes saved for backward"
+
+
+def saving_verdict(fp32_bytes: float, amp_bytes: float, what: str = "autocast",
+                   measure: str = NEW_BYTES) -> str:
+    """One line for the page: how much ``what`` saved (or cost) of ``measure`` (the
+    book's memory figure, or on a GPU e.g. "peak CUDA memory allocated"), in MiB."""
     s = saving(fp32_bytes, amp_bytes)
     mib = (
         f"{fp32_bytes / 2**20:.2f} MiB in fp32, {amp_bytes / 2**20:.2f} MiB with {what}"
     )
     if s >= 0:
-        return f"{what} saved {s:.0%} of the new bytes saved for backward ({mib})."
-    return (
-        f"{what} cost {-s:.0%} more new bytes saved for backward than fp32 ({mib}): "
-        "at this size its fixed weight copies outweigh the smaller activations."
-    )
+        return f"{what} saved {s:.0%} of the {measure} ({mib})."
+    why = (": at this size its fixed weight copies outweigh the smaller activations"
+           if measure == NEW_BYTES else "")
+    return f"{what} cost {-s:.0%} more {measure} than fp32 ({mib}){why}."
 
 
 @dataclass(frozen=True)

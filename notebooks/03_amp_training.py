@@ -332,8 +332,9 @@ md_table(rows, ["pair", "images", "epochs", "step time AMP / fp32",
 # above, measured:
 
 # %%
+measure = "peak CUDA memory allocated" if gpu else memory.NEW_BYTES
 md(memory.saving_verdict(main.baseline.memory_bytes, main.amp.memory_bytes,
-                         what=main.amp.mode_label))
+                         what=main.amp.mode_label, measure=measure))
 
 # %% [markdown]
 # Speed on a CPU depends on whether it has instructions for the 16-bit type: without them

@@ -196,6 +196,8 @@ def test_the_rule_autocast_costs_memory_small_saves_it_large():
     assert "cost" in saving_verdict(small_f, small_a) and "saved" in saving_verdict(
         big_f, big_a
     )
+    peak = saving_verdict(small_f, small_a, measure="peak CUDA memory allocated")
+    assert "more peak CUDA memory allocated than fp32" in peak and "copies" not in peak
     f, a = fit_line(points["fp32"][:2]), fit_line(points["amp"][:2])
     assert a.slope < f.slope and a.intercept > f.intercept
     cross = crossover_pixels(f, a)
