@@ -1,27 +1,29 @@
 """What autocast does, observed rather than assumed.
 
-Three sources answer "which dtype does this op run in under autocast?", and this module puts
-them side by side:
+Three sources answer "which dtype does this op run in under autocast?", and this module
+puts them side by side:
 
 * the **documentation**: the op lists of the torch.amp docs ("Autocast Op Reference",
   https://pytorch.org/docs/stable/amp.html#autocast-op-reference), kept as data in
   ``data/reference/autocast_ops.yml`` (``documented_ops``);
-* the **dispatcher** of the installed torch: the ops that have a kernel registered for the
-  ``AutocastCPU`` / ``AutocastCUDA`` dispatch key (``registered_ops``); every other op falls
-  through autocast untouched;
-* **probes**: each op run on small tensors under autocast, once with fp32 inputs and once with
-  low-precision inputs, and the output dtype read off (``probe_ops``).
+* the **dispatcher** of the installed torch: the ops that have a kernel registered for
+  the ``AutocastCPU`` / ``AutocastCUDA`` dispatch key (``registered_ops``); every other
+  op falls through autocast untouched;
+* **probes**: each op run on small tensors under autocast, once with fp32 inputs and
+  once with low-precision inputs, and the output dtype read off (``probe_ops``).
 
 CUDA probes run on a GPU when there is one. Without one they run on *fake* CUDA tensors
-(``torch._subclasses.fake_tensor.FakeTensorMode``): tensors that carry a device and a dtype
-but no data, so the dispatcher's CUDA autocast kernels make their real decisions while no
-arithmetic happens. ``autocast_region(..., fake=True)`` switches CUDA autocast on directly
-for that (``torch.autocast`` itself refuses CUDA on a machine without a GPU).
+(``torch._subclasses.fake_tensor.FakeTensorMode``): tensors that carry a device and a
+dtype but no data, so the dispatcher's CUDA autocast kernels make their real decisions
+while no arithmetic happens. ``autocast_region(..., fake=True)`` switches CUDA autocast
+on directly for that (``torch.autocast`` itself refuses CUDA on a machine without a
+GPU).
 
-``trace_layers`` and ``trace_ops`` record, with forward hooks and a ``TorchFunctionMode``,
-the input and output dtypes of every layer and every functional op of a model under
-autocast; ``CastCounter`` counts the dtype conversions autocast makes (the casts of the fp32
-weights, and the cast cache that makes a weight used twice in one region cast once).
+``trace_layers`` and ``trace_ops`` record, with forward hooks and a
+``TorchFunctionMode``, the input and output dtypes of every layer and every functional
+op of a model under autocast; ``CastCounter`` counts the dtype conversions autocast
+makes (the casts of the fp32 weights, and the cast cache that makes a weight used twice
+in one region cast once).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def dtype_name(dtype: torch.dtype | None) -> str:
     return "-" if dtype is None else str(dtype).removeprefix("torch.")
 
 
-# --- the documented lists and the dispatcher's registrations -------------------------------
+# --- the documented lists and the dispatcher's registrations
+# -------------------------------
 
 @functools.lru_cache(maxsize=1)
 def _reference() -> dict:
@@ -96,15 +99,16 @@ def _base_name(qualified: str) -> str:
 
 
 def registered_ops(device_type: str) -> list[str]:
-    """Sorted names of the ops with a kernel for the device's autocast dispatch key in the
-    installed torch (overloads merged: ``conv2d`` and ``conv2d.padding`` give ``conv2d``).
-    Works without the device: the registrations are part of the build."""
+    """Sorted names of the ops with a kernel for the device's autocast dispatch key in
+    the installed torch (overloads merged: ``conv2d`` and ``conv2d.padding`` give
+    ``conv2d``). Works without the device: the registrations are part of the build."""
     key = _DISPATCH_KEYS[_check_device_type(device_type)]
     regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
     return sorted({_base_name(r) for r in regs})
 
 
-# --- autocast regions, real and fake -------------------------------------------------------
+# --- autocast regions, real and fake
+# -------------------------------------------------------
 
 def cuda_is_fake() -> bool:
     """True when CUDA probes have to use fake tensors (no GPU here)."""
@@ -117,9 +121,9 @@ def autocast_region(device_type: str, dtype: torch.dtype | None = None, fake: bo
     """An autocast region for ``device_type`` yielding the device to create tensors on.
 
     ``fake=True`` (CUDA only) enters a ``FakeTensorMode`` and switches CUDA autocast on
-    directly, so that the CUDA autocast kernels run on fake CUDA tensors without a GPU. Inside
-    it, create tensors with ``device=`` the yielded device; results have dtypes and shapes but
-    no values."""
+    directly, so that the CUDA autocast kernels run on fake CUDA tensors without a GPU.
+    Inside it, create tensors with ``device=`` the yielded device; results have dtypes
+    and shapes but no values."""
     _check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if not fake:
@@ -151,15 +155,16 @@ def autocast_region(device_type: str, dtype: torch.dtype | None = None, fake: bo
             torch.set_autocast_cache_enabled(prev[2])
 
 
-# --- op probes -----------------------------------------------------------------------------
+# --- op probes
+# -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Probe:
     """One op call. ``fn(make, dt)`` runs the op; ``make(shape, dtype=float32)`` makes a
-    random tensor on the probed device. ``dt`` is the dtype of the *activations* (the op's
-    data inputs); parameters (weights, biases, running stats) stay fp32 as a model's do
-    under autocast. ``mixed`` marks ops with two activation inputs, also probed with one low
-    and one fp32. ``aliases``: other names the docs use for it."""
+    random tensor on the probed device. ``dt`` is the dtype of the *activations* (the
+    op's data inputs); parameters (weights, biases, running stats) stay fp32 as a
+    model's do under autocast. ``mixed`` marks ops with two activation inputs, also
+    probed with one low and one fp32. ``aliases``: other names the docs use for it."""
 
     name: str
     fn: Callable
@@ -282,10 +287,11 @@ def _run_probe(probe: Probe, device_type: str, dtype: torch.dtype, fake: bool) -
 def probe_ops(device_type: str, dtype: torch.dtype | None = None, fake: bool | None = None,
               names: tuple[str, ...] | None = None) -> list[ProbeResult]:
     """Run each probe (all of ``PROBES``, or those in ``names``) under autocast on
-    ``device_type`` and report the output dtypes, what they say autocast did, the documented
-    category and whether the dispatcher has an autocast kernel for the op.
+    ``device_type`` and report the output dtypes, what they say autocast did, the
+    documented category and whether the dispatcher has an autocast kernel for the op.
 
-    ``fake=None`` means: fake CUDA tensors when CUDA is asked for and absent, real otherwise."""
+    ``fake=None`` means: fake CUDA tensors when CUDA is asked for and absent, real
+    otherwise."""
     _check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if dtype not in (torch.float16, torch.bfloat16):
@@ -322,8 +328,8 @@ PROBE_HEADERS = ("op", "out (fp32 in)", "out (low in)", "out (mixed in)", "obser
 
 
 def disagreements(results: list[ProbeResult]) -> list[ProbeResult]:
-    """Probes whose observed behaviour differs from the documented list: a listed op that
-    did not do what its list says, or an unlisted op that autocast changed."""
+    """Probes whose observed behaviour differs from the documented list: a listed op
+    that did not do what its list says, or an unlisted op that autocast changed."""
     out = []
     for r in results:
         doc = r.documented
@@ -338,7 +344,8 @@ def disagreements(results: list[ProbeResult]) -> list[ProbeResult]:
     return out
 
 
-# --- what a model does: per layer and per op -----------------------------------------------
+# --- what a model does: per layer and per op
+# -----------------------------------------------
 
 def _dtypes(obj) -> list[str]:
     if isinstance(obj, torch.Tensor):
@@ -383,12 +390,14 @@ def _forward(model: nn.Module, x_shape_or_tensor, device_type, dtype, fake, enab
 
 def trace_layers(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None,
                  fake: bool | None = None) -> list[dict]:
-    """Input, output and parameter dtypes of every leaf module in one forward under autocast.
+    """Input, output and parameter dtypes of every leaf module in one forward under
+    autocast.
 
-    ``x`` is an input tensor on the model's device, or an input shape (a random input is made).
-    With ``fake`` (default: CUDA without a GPU) the model runs on fake CUDA copies of its
-    parameters; the model itself is not touched. Rows: ``{"name", "type", "inputs", "output",
-    "params"}`` in call order (a module called twice appears twice)."""
+    ``x`` is an input tensor on the model's device, or an input shape (a random input is
+    made). With ``fake`` (default: CUDA without a GPU) the model runs on fake CUDA
+    copies of its parameters; the model itself is not touched. Rows: ``{"name", "type",
+    "inputs", "output", "params"}`` in call order (a module called twice appears
+    twice)."""
     _check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if fake is None:
@@ -423,7 +432,8 @@ _SKIP_FUNCS = {"__get__", "__set__", "size", "dim", "numel", "shape", "dtype", "
 def traced_call(func, out) -> str | None:
     """The op name ``trace_ops`` records for a torch function call returning ``out``, or
     None when it skips the call (attribute reads, hooks, calls with no floating output).
-    ``low_precision_calls`` and ``gradstats.emulate_fp16_grads`` count calls by this rule."""
+    ``low_precision_calls`` and ``gradstats.emulate_fp16_grads`` count calls by this
+    rule."""
     name = getattr(func, "__name__", str(func))
     return name if name not in _SKIP_FUNCS and _dtypes(out) else None
 
@@ -446,9 +456,10 @@ class _OpRecorder(TorchFunctionMode):
 
 def trace_ops(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None,
               fake: bool | None = None) -> list[dict]:
-    """Every torch function the forward calls (``F.conv2d``, ``torch.cat``, ``y + x``...) with
-    the dtypes of its floating inputs and outputs and the innermost module type running it.
-    Catches what layer hooks miss: functional ops inside a block's own ``forward``."""
+    """Every torch function the forward calls (``F.conv2d``, ``torch.cat``, ``y +
+    x``...) with the dtypes of its floating inputs and outputs and the innermost module
+    type running it. Catches what layer hooks miss: functional ops inside a block's own
+    ``forward``."""
     _check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if fake is None:
@@ -475,26 +486,33 @@ def trace_ops(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype 
 
 
 def _traceable_copy(model: nn.Module, device_type: str, fake: bool) -> nn.Module:
-    # a real forward in training mode updates batch norm's running statistics: trace a copy
+    # a real forward in training mode updates batch norm's running statistics: trace a
+    # copy
     return model if fake else copy.deepcopy(model)
 
 
-def low_precision_layers(model: nn.Module, x, device_type: str = "cuda",
-                         dtype: torch.dtype | None = None) -> set[str]:
-    """Names of the leaf modules whose output is low precision under autocast (default: CUDA
-    fp16, on fake tensors without a GPU), in the model's current train/eval mode. Their
-    activation gradients are low precision in a real AMP backward; the others' are fp32."""
+def low_precision_layers(
+    model: nn.Module, x, device_type: str = "cuda", dtype: torch.dtype | None = None
+) -> set[str]:
+    """Names of the leaf modules whose output is low precision under autocast (default:
+    CUDA fp16, on fake tensors without a GPU), in the model's current train/eval mode.
+    Their activation gradients are low precision in a real AMP backward; the others' are
+    fp32."""
     fake = device_type == "cuda" and cuda_is_fake()
-    rows = trace_layers(_traceable_copy(model, device_type, fake), x, device_type, dtype)
+    rows = trace_layers(
+        _traceable_copy(model, device_type, fake), x, device_type, dtype
+    )
     low = dtype_name(dtype or default_dtype(device_type))
     return {r["name"] for r in rows if r["output"] and set(r["output"]) == {low}}
 
 
-def low_precision_calls(model: nn.Module, x, device_type: str = "cuda",
-                        dtype: torch.dtype | None = None) -> list[tuple[str, bool]]:
-    """``(op, output is low precision)`` for every call ``trace_ops`` records in one forward
-    under autocast (default: CUDA fp16), in call order: which tensors of the forward, and
-    so which gradients of the backward, a real AMP step holds in low precision."""
+def low_precision_calls(
+    model: nn.Module, x, device_type: str = "cuda", dtype: torch.dtype | None = None
+) -> list[tuple[str, bool]]:
+    """``(op, output is low precision)`` for every call ``trace_ops`` records in one
+    forward under autocast (default: CUDA fp16), in call order: which tensors of the
+    forward, and so which gradients of the backward, a real AMP step holds in low
+    precision."""
     fake = device_type == "cuda" and cuda_is_fake()
     rows = trace_ops(_traceable_copy(model, device_type, fake), x, device_type, dtype)
     low = dtype_name(dtype or default_dtype(device_type))
@@ -512,7 +530,8 @@ def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
     return [(*k, n) for k, n in sorted(counts.items())]
 
 
-# --- the casts autocast makes --------------------------------------------------------------
+# --- the casts autocast makes
+# --------------------------------------------------------------
 
 @dataclass
 class Cast:
@@ -524,9 +543,9 @@ class Cast:
 
 @dataclass
 class CastCounter(TorchDispatchMode):
-    """Counts dtype conversions (``aten._to_copy`` with a dtype) inside the ``with`` block:
-    the casts autocast makes, and any ``.to(dtype)`` of your own. Pass ``model=`` to mark the
-    casts of its parameters."""
+    """Counts dtype conversions (``aten._to_copy`` with a dtype) inside the ``with``
+    block: the casts autocast makes, and any ``.to(dtype)`` of your own. Pass ``model=``
+    to mark the casts of its parameters."""
 
     model: nn.Module | None = None
     casts: list[Cast] = field(default_factory=list)
@@ -571,10 +590,10 @@ class CastCounter(TorchDispatchMode):
 
 def count_casts(model: nn.Module, x: torch.Tensor, device_type: str, dtype: torch.dtype | None = None,
                 forwards: int = 1, cache_enabled: bool = True, one_region: bool = True) -> CastCounter:
-    """Run ``forwards`` forward passes under autocast and count the casts. ``one_region``:
-    all passes inside one autocast region (the cast cache lives as long as the region), else
-    one region per pass. Gradients are enabled, as in training: the cache only keeps casts of
-    leaf tensors that require grad (the parameters)."""
+    """Run ``forwards`` forward passes under autocast and count the casts.
+    ``one_region``: all passes inside one autocast region (the cast cache lives as long
+    as the region), else one region per pass. Gradients are enabled, as in training: the
+    cache only keeps casts of leaf tensors that require grad (the parameters)."""
     dtype = dtype or default_dtype(device_type)
     counter = CastCounter(model=model)
     with counter:
@@ -618,11 +637,12 @@ class _BackwardOps(TorchDispatchMode):
 
 def backward_dtypes(model: nn.Module, x: torch.Tensor, target: torch.Tensor, device_type: str,
                     dtype: torch.dtype | None = None, loss_fn: Callable | None = None) -> dict[tuple[str, str], int]:
-    """Run one forward under autocast and the backward under a ``TorchDispatchMode`` that
-    records the output dtypes of the backward kernels (ops named ``*_backward``) and of the
-    dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that the gradients
-    computed by low-precision ops are low precision, and that the casts' backward converts
-    the weight gradients to fp32 before they reach ``.grad``. Clears the gradients after."""
+    """Run one forward under autocast and the backward under a ``TorchDispatchMode``
+    that records the output dtypes of the backward kernels (ops named ``*_backward``)
+    and of the dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that
+    the gradients computed by low-precision ops are low precision, and that the casts'
+    backward converts the weight gradients to fp32 before they reach ``.grad``. Clears
+    the gradients after."""
     dtype = dtype or default_dtype(device_type)
     loss_fn = loss_fn or F.cross_entropy
     model.zero_grad(set_to_none=True)
@@ -633,3 +653,107 @@ def backward_dtypes(model: nn.Module, x: torch.Tensor, target: torch.Tensor, dev
         loss.backward()
     model.zero_grad(set_to_none=True)
     return dict(sorted(rec.counts.items()))
+
+
+# --- what chapter 4 shows
+# -----------------------------------------------------------------
+
+PROBE_HEADERS = [
+    "op",
+    "CPU observed",
+    "CPU documented",
+    "CUDA observed",
+    "CUDA documented",
+]
+
+
+def probe_rows(probes: dict[str, dict[str, ProbeResult]]) -> list[tuple]:
+    """One row per probed op: observed and documented behaviour on CPU and CUDA, from
+    ``{device_type: {op: ProbeResult}}``."""
+    return [
+        (
+            op,
+            probes["cpu"][op].observed,
+            probes["cpu"][op].documented or "unlisted",
+            probes["cuda"][op].observed,
+            probes["cuda"][op].documented or "unlisted",
+        )
+        for op in PROBE_NAMES
+    ]
+
+
+def probe_verdict(probes: dict[str, dict[str, ProbeResult]]) -> str:
+    """One paragraph of facts: where CPU and CUDA autocast differ among the probed ops,
+    and where the observed behaviour is not what the documentation lists."""
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for op in PROBE_NAMES:
+        a, b = probes["cpu"][op].observed, probes["cuda"][op].observed
+        if a != b:
+            pairs.setdefault((a, b), []).append(op)
+    differ = (
+        "; ".join(
+            f"{', '.join(ops)} ({a} on CPU, {b} on CUDA)"
+            for (a, b), ops in pairs.items()
+        )
+        or "none"
+    )
+    undocumented = []
+    for d in DEVICE_TYPES:
+        bad = disagreements(list(probes[d].values()))
+        items = ", ".join(
+            f"{r.op} ({r.observed}, documented {r.documented or 'unlisted'})"
+            for r in bad
+        )
+        undocumented.append(f"{d.upper()}: {items or 'none'}")
+    return (
+        f"Ops CPU and CUDA autocast treat differently: {differ}. Observed behaviour "
+        f"the documented lists do not predict: {'; '.join(undocumented)}."
+    )
+
+
+def layer_rows(model: nn.Module, x: torch.Tensor, device: torch.device) -> list[tuple]:
+    """``(device, layer type, input dtypes, output dtype, calls)`` of one forward under
+    autocast on the CPU and on CUDA (on fake CUDA tensors without a GPU)."""
+    rows = []
+    for d in DEVICE_TYPES:
+        if d == "cuda" and device.type != "cuda":
+            found, label = trace_layers(model, tuple(x.shape), "cuda"), "cuda (fake)"
+        else:
+            dev = torch.device("cpu") if d == "cpu" else device
+            found, label = trace_layers(model.to(dev), x.to(dev), d), d
+        rows += [(label, *r) for r in summarize_by_type(found)]
+    model.cpu()
+    return rows
+
+
+def dtypes_after_step(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None,
+) -> dict[str, dict[str, int]]:
+    """``parameter_and_grad_dtypes`` after one forward (under autocast in ``dtype``, or
+    without autocast for ``None``) and backward of ``model`` on (``x``, ``target``)."""
+    with torch.autocast(
+        device_type, dtype=dtype or torch.float32, enabled=dtype is not None
+    ):
+        loss = F.cross_entropy(model(x).float(), target, ignore_index=255)
+    loss.backward()
+    return parameter_and_grad_dtypes(model)
+
+
+def dtype_counts(counts: dict[str, int]) -> str:
+    """``{"float32": 97}`` as ``"float32: 97"``."""
+    return ", ".join(f"{k}: {v}" for k, v in counts.items())
+
+
+class SameLayerTwice(nn.Module):
+    """One ``Linear`` applied twice in a forward: autocast's cast cache at work."""
+
+    def __init__(self, features: int = 64):
+        super().__init__()
+        self.lin = nn.Linear(features, features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(self.lin(x))

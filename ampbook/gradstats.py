@@ -1,30 +1,33 @@
 """Gradients against fp16's range: where they fall, what loss scaling does to them, and
-training with fp16 gradients under no scaling, a fixed scale, and GradScaler's dynamic scale.
+training with fp16 gradients under no scaling, a fixed scale, and GradScaler's dynamic
+scale.
 
-fp16's limits come from ``ampbook.formats.FORMATS["fp16"]``: its smallest subnormal 2^-24,
-smallest normal 2^-14 and largest value 65504. Rounding to nearest (ties to even) decides the
-fate of a gradient value ``g`` multiplied by a loss scale ``s``:
+fp16's limits come from ``ampbook.formats.FORMATS["fp16"]``: its smallest subnormal
+2^-24, smallest normal 2^-14 and largest value 65504. Rounding to nearest (ties to even)
+decides the fate of a gradient value ``g`` multiplied by a loss scale ``s``:
 
-* **flushed**: ``|g s| <= 2^-25`` (half the smallest subnormal) rounds to 0: the value is lost;
+* **flushed**: ``|g s| <= 2^-25`` (half the smallest subnormal) rounds to 0: the value
+  is lost;
 * **below 2^-24**: ``|g s| < 2^-24``, the paper's criterion (Micikevicius et al., "Mixed
-  Precision Training", ICLR 2018, arXiv:1710.03740); values between 2^-25 and 2^-24 round up
-  to 2^-24 and survive, badly rounded;
-* **subnormal**: stored as an fp16 subnormal (``2^-25 < |g s| < 2^-14 - 2^-25``): kept with
-  fewer than 11 significant bits;
-* **overflow**: ``|g s| >= 65504 + 16`` (the largest value plus half its spacing) rounds to
-  inf.
+  Precision Training", ICLR 2018, arXiv:1710.03740); values between 2^-25 and 2^-24
+  round up to 2^-24 and survive, badly rounded;
+* **subnormal**: stored as an fp16 subnormal (``2^-25 < |g s| < 2^-14 - 2^-25``): kept
+  with fewer than 11 significant bits;
+* **overflow**: ``|g s| >= 65504 + 16`` (the largest value plus half its spacing) rounds
+  to inf.
 
-Fractions are of the *nonzero* finite values: a gradient that is exactly 0 in fp32 (behind a
-ReLU, say) loses nothing in fp16.
+Fractions are of the *nonzero* finite values: a gradient that is exactly 0 in fp32
+(behind a ReLU, say) loses nothing in fp16.
 
-``GradientRecorder`` captures activation gradients (the gradient flowing into each layer's
-output, via tensor hooks registered in forward hooks) and weight gradients (``.grad``) of a
-model, in fp32, and keeps counts and a log2 histogram per layer type. ``emulate_fp16_grads``
-makes every activation gradient inside a forward, and the weight gradients of the layers
-autocast runs in fp16 (convolutions, linear layers), pass through fp16 rounding
-(``ampbook.formats.round_to``), while the arithmetic stays fp32: fp16 training's range
-without fp16's speed penalty on CPUs that lack fast fp16. ``train_with_scaling`` runs short
-training runs under the three scaling regimes, emulated or with real fp16 autocast.
+``GradientRecorder`` captures activation gradients (the gradient flowing into each
+layer's output, via tensor hooks registered in forward hooks) and weight gradients
+(``.grad``) of a model, in fp32, and keeps counts and a log2 histogram per layer type.
+``emulate_fp16_grads`` makes every activation gradient inside a forward, and the weight
+gradients of the layers autocast runs in fp16 (convolutions, linear layers), pass
+through fp16 rounding (``ampbook.formats.round_to``), while the arithmetic stays fp32:
+fp16 training's range without fp16's speed penalty on CPUs that lack fast fp16.
+``train_with_scaling`` runs short training runs under the three scaling regimes,
+emulated or with real fp16 autocast.
 """
 
 from __future__ import annotations
@@ -58,8 +61,8 @@ OUTCOMES = ("flushed", "below_min_subnormal", "subnormal", "overflow")
 HIST_LO, HIST_HI = -60, 20   # log2 bins: floor(log2|g|) in [HIST_LO, HIST_HI), ends clamped
 REGIMES = ("none", "fixed", "dynamic")
 FP16_MODES = ("emulate", "autocast", "off")
-# Layer types whose weights autocast casts to the low dtype (so their weight gradients are
-# computed in it): the convolution and linear layers of the documented op lists.
+# Layer types whose weights autocast casts to the low dtype (so their weight gradients
+# are computed in it): the convolution and linear layers of the documented op lists.
 LOW_PRECISION_LAYERS = (nn.modules.conv._ConvNd, nn.Linear)
 
 
@@ -70,18 +73,20 @@ def _check_scale(scale: float) -> float:
     return scale
 
 
-# --- one tensor ----------------------------------------------------------------------------
+# --- one tensor
+# ----------------------------------------------------------------------------
 
 def fp16_outcome(g: torch.Tensor, scale: float = 1.0) -> dict[str, int]:
-    """Counts of what storing ``g * scale`` in fp16 does to the values of ``g``: ``total``,
-    ``zero`` (exactly 0 already), ``nonfinite`` (inf/NaN already), ``nonzero`` (finite, not
-    0) and, among the nonzero ones, the ``OUTCOMES`` (see the module docstring)."""
+    """Counts of what storing ``g * scale`` in fp16 does to the values of ``g``:
+    ``total``, ``zero`` (exactly 0 already), ``nonfinite`` (inf/NaN already),
+    ``nonzero`` (finite, not 0) and, among the nonzero ones, the ``OUTCOMES`` (see the
+    module docstring)."""
     return _outcomes(g.detach().abs().float(), (_check_scale(scale),))[0]
 
 
 def _at_most(limit: float, strict: bool) -> float:
-    """The float32 boundary b with ``x <= b`` equivalent to ``x <= limit`` (or ``x < limit``
-    when ``strict``) for float32 x."""
+    """The float32 boundary b with ``x <= b`` equivalent to ``x <= limit`` (or ``x <
+    limit`` when ``strict``) for float32 x."""
     b = torch.tensor(limit, dtype=torch.float32)
     if float(b) > limit or (strict and float(b) == limit):
         b = torch.nextafter(b, torch.tensor(0.0))
@@ -101,10 +106,11 @@ def _boundaries(scales: tuple[float, ...]):
 
 
 def _outcomes(a: torch.Tensor, scales: tuple[float, ...]) -> list[dict[str, int]]:
-    """``fp16_outcome`` for each scale, from ``a = |g|`` (float32), in one pass: the values
-    are sorted into the intervals between every threshold divided by every scale
-    (``torch.bucketize``). A threshold divided by a power-of-two scale (all of ``SCALES``) is
-    exact, so the counts are exactly those of rounding ``g * s`` to fp16."""
+    """``fp16_outcome`` for each scale, from ``a = |g|`` (float32), in one pass: the
+    values are sorted into the intervals between every threshold divided by every scale
+    (``torch.bucketize``). A threshold divided by a power-of-two scale (all of
+    ``SCALES``) is exact, so the counts are exactly those of rounding ``g * s`` to
+    fp16."""
     finite = torch.isfinite(a)
     total, n_finite = a.numel(), int(finite.sum())
     v = a[finite & (a > 0)]
@@ -124,9 +130,9 @@ def _outcomes(a: torch.Tensor, scales: tuple[float, ...]) -> list[dict[str, int]
 
 
 def log2_histogram(g: torch.Tensor, lo: int = HIST_LO, hi: int = HIST_HI) -> torch.Tensor:
-    """Counts of floor(log2|g|) over the nonzero finite values of ``g``: bin ``i`` counts
-    exponent ``lo + i``, i.e. |g| in [2^(lo+i), 2^(lo+i+1)); exponents outside [lo, hi) go to
-    the first or last bin. int64 tensor of length ``hi - lo``."""
+    """Counts of floor(log2|g|) over the nonzero finite values of ``g``: bin ``i``
+    counts exponent ``lo + i``, i.e. |g| in [2^(lo+i), 2^(lo+i+1)); exponents outside
+    [lo, hi) go to the first or last bin. int64 tensor of length ``hi - lo``."""
     if hi <= lo:
         raise ValueError(f"need lo < hi, got lo={lo}, hi={hi}")
     a = g.detach().abs().flatten().to(torch.float32)
@@ -136,12 +142,13 @@ def log2_histogram(g: torch.Tensor, lo: int = HIST_LO, hi: int = HIST_HI) -> tor
     return torch.bincount(idx, minlength=hi - lo)
 
 
-# --- accumulating statistics -----------------------------------------------------------------
+# --- accumulating statistics
+# -----------------------------------------------------------------
 
 @dataclass
 class GroupStats:
-    """Counts for one group of gradient tensors (e.g. the activation gradients of all Conv2d
-    layers), at each loss scale."""
+    """Counts for one group of gradient tensors (e.g. the activation gradients of all
+    Conv2d layers), at each loss scale."""
 
     scales: tuple[float, ...]
     tensors: int = 0
@@ -183,19 +190,22 @@ class GroupStats:
 
 
 class GradientRecorder:
-    """Capture fp32 gradients of ``model`` and count their fate in fp16 at each loss scale.
+    """Capture fp32 gradients of ``model`` and count their fate in fp16 at each loss
+    scale.
 
-    Inside ``with GradientRecorder(model) as rec:`` every forward registers a hook on each leaf
-    module's floating-point output, so that the backward hands the recorder the gradient of
-    the loss with respect to that output (an *activation gradient*), grouped by layer type.
-    Call ``rec.record_weight_grads()`` after ``backward()`` for the weight gradients (grouped
-    by the type of the layer owning the parameter). Run several batches to accumulate.
+    Inside ``with GradientRecorder(model) as rec:`` every forward registers a hook on
+    each leaf module's floating-point output, so that the backward hands the recorder
+    the gradient of the loss with respect to that output (an *activation gradient*),
+    grouped by layer type. Call ``rec.record_weight_grads()`` after ``backward()`` for
+    the weight gradients (grouped by the type of the layer owning the parameter). Run
+    several batches to accumulate.
 
     The loss must not be scaled: the recorder applies each scale itself.
 
-    ``low_precision`` (a set of leaf-module names, ``autocast_trace.low_precision_layers``):
-    only the outputs of those layers are low precision in a real AMP step, so only their
-    gradients count as ``"activation"``; the others' go to ``"activation-fp32"``.
+    ``low_precision`` (a set of leaf-module names,
+    ``autocast_trace.low_precision_layers``): only the outputs of those layers are low
+    precision in a real AMP step, so only their gradients count as ``"activation"``; the
+    others' go to ``"activation-fp32"``.
     """
 
     def __init__(self, model: nn.Module, scales: Iterable[float] = SCALES,
@@ -244,7 +254,8 @@ class GradientRecorder:
                 if p.grad is not None:
                     self.record("weight", type(m).__name__, p.grad)
 
-    # -- results ------------------------------------------------------------------------------
+    # -- results
+    # ------------------------------------------------------------------------------
     def kinds(self) -> list[str]:
         return sorted({k for k, _ in self.groups})
 
@@ -296,9 +307,10 @@ def capture_gradients(model: nn.Module, batches: Iterable[tuple[torch.Tensor, to
                       loss_fn: Callable | None = None, scales: Iterable[float] = SCALES,
                       device: torch.device | str | None = None,
                       low_precision: set[str] | None = None) -> GradientRecorder:
-    """Forward and backward ``model`` in fp32 over ``batches`` of (input, target), recording
-    activation and weight gradients (``low_precision``: see ``GradientRecorder``). The
-    model's weights do not change (no optimizer step); its gradients are cleared after."""
+    """Forward and backward ``model`` in fp32 over ``batches`` of (input, target),
+    recording activation and weight gradients (``low_precision``: see
+    ``GradientRecorder``). The model's weights do not change (no optimizer step); its
+    gradients are cleared after."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     rec = GradientRecorder(model, scales, low_precision)
@@ -316,12 +328,14 @@ def capture_gradients(model: nn.Module, batches: Iterable[tuple[torch.Tensor, to
     return rec
 
 
-# --- emulating fp16 gradients in fp32 ----------------------------------------------------------
+# --- emulating fp16 gradients in fp32
+# ----------------------------------------------------------
 
 class RoundingCounter:
-    """What the emulation's rounding did during one backward: values seen, nonzero values
-    (before rounding) and how many of those were flushed to 0 or overflowed to inf. The sums
-    stay tensors until read, so counting adds no synchronisation to a CUDA backward."""
+    """What the emulation's rounding did during one backward: values seen, nonzero
+    values (before rounding) and how many of those were flushed to 0 or overflowed to
+    inf. The sums stay tensors until read, so counting adds no synchronisation to a CUDA
+    backward."""
 
     _FIELDS = ("values", "nonzero", "flushed", "overflow")
 
@@ -357,9 +371,9 @@ def _to_fp16_grid(g: torch.Tensor) -> torch.Tensor:
 
 
 class _RoundOutputs(TorchFunctionMode):
-    """Registers a rounding hook on every floating tensor that needs a gradient and that a
-    torch function returns inside the mode (with ``calls``: only on the outputs of the calls
-    marked low precision, matched in call order)."""
+    """Registers a rounding hook on every floating tensor that needs a gradient and that
+    a torch function returns inside the mode (with ``calls``: only on the outputs of the
+    calls marked low precision, matched in call order)."""
 
     def __init__(self, emulation: "emulate_fp16_grads"):
         super().__init__()
@@ -375,8 +389,10 @@ class _RoundOutputs(TorchFunctionMode):
             return False
         if self.k >= len(calls) or calls[self.k][0] != name:
             got = calls[self.k][0] if self.k < len(calls) else "the end of the trace"
-            raise RuntimeError(f"emulate_fp16_grads: call {self.k} of the forward is {name}, "
-                               f"the autocast trace has {got}: trace the same model and mode")
+            raise RuntimeError(
+                f"emulate_fp16_grads: call {self.k} of the forward is {name}, "
+                f"the autocast trace has {got}: trace the same model and mode"
+            )
         self.k += 1
         return calls[self.k - 1][1]
 
@@ -399,18 +415,19 @@ class emulate_fp16_grads:
     """Emulate fp16 gradients with fp32 arithmetic.
 
     ``emu = emulate_fp16_grads(model)`` registers hooks that round the gradients of the
-    weights of ``LOW_PRECISION_LAYERS`` to fp16 (autocast computes those in fp16 and casts
-    them to fp32). ``with emu: out = model(x)`` also makes the gradient of every tensor the
-    forward creates (layer outputs, and the functional ops between them: ReLUs, sums,
-    concatenations) pass through fp16 rounding during the backward: values at or below 2^-25
-    flush to 0, values from 65520 up become inf, everything else lands on fp16's grid.
-    ``emu.counter`` counts what the rounding did; ``emu.remove()`` takes the weight hooks off.
-    Scale the loss outside as usual: the rounding sees the scaled gradients, as fp16 does.
+    weights of ``LOW_PRECISION_LAYERS`` to fp16 (autocast computes those in fp16 and
+    casts them to fp32). ``with emu: out = model(x)`` also makes the gradient of every
+    tensor the forward creates (layer outputs, and the functional ops between them:
+    ReLUs, sums, concatenations) pass through fp16 rounding during the backward: values
+    at or below 2^-25 flush to 0, values from 65520 up become inf, everything else lands
+    on fp16's grid. ``emu.counter`` counts what the rounding did; ``emu.remove()`` takes
+    the weight hooks off. Scale the loss outside as usual: the rounding sees the scaled
+    gradients, as fp16 does.
 
-    ``calls`` (``autocast_trace.low_precision_calls``) rounds only the gradients that a real
-    autocast step holds in fp16: the outputs of the calls marked low precision. Without it
-    every gradient is rounded, including those autocast keeps in fp32 (ERFNet's residual
-    stream in the encoder), which overstates what fp16 loses.
+    ``calls`` (``autocast_trace.low_precision_calls``) rounds only the gradients that a
+    real autocast step holds in fp16: the outputs of the calls marked low precision.
+    Without it every gradient is rounded, including those autocast keeps in fp32
+    (ERFNet's residual stream in the encoder), which overstates what fp16 loses.
     """
 
     def __init__(self, model: nn.Module,
@@ -454,7 +471,8 @@ class emulate_fp16_grads:
         self._param_handles.clear()
 
 
-# --- training under the three scaling regimes ----------------------------------------------------
+# --- training under the three scaling regimes
+# ----------------------------------------------------
 
 def grad_scaler_defaults(device_type: str = "cpu") -> dict[str, float]:
     """GradScaler's defaults, read from a freshly made ``torch.amp.GradScaler``."""
@@ -490,19 +508,19 @@ def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch
                        fp16_calls: list[tuple[str, bool]] | None = None) -> ScalingRun:
     """Train ``model`` (in place) one optimizer step per batch with fp16 gradients and:
 
-    * ``regime="none"``: the plain loss; underflowing gradients are lost, overflowing ones
-      turn the weights to NaN (no check);
+    * ``regime="none"``: the plain loss; underflowing gradients are lost, overflowing
+      ones turn the weights to NaN (no check);
     * ``"fixed"``: the loss times ``scale``, gradients divided by it before the step, no
       overflow check (the paper's constant loss scaling);
-    * ``"dynamic"``: ``torch.amp.GradScaler`` (``init_scale``/``growth_interval`` when given,
-      else its defaults): skips steps with inf/NaN gradients and halves the scale, doubles it
-      after ``growth_interval`` clean steps.
+    * ``"dynamic"``: ``torch.amp.GradScaler`` (``init_scale``/``growth_interval`` when
+      given, else its defaults): skips steps with inf/NaN gradients and halves the
+      scale, doubles it after ``growth_interval`` clean steps.
 
-    ``fp16="emulate"``: fp32 arithmetic with gradients rounded to fp16 (``emulate_fp16_grads``,
-    only those ``fp16_calls`` marks low precision when given);
-    ``"autocast"``: a real fp16 autocast forward on ``device``; ``"off"``: plain fp32 (the
-    reference run). Adam (lr ``lr``, as ERFNet's
-    training uses), cross-entropy with the ignore label 255 unless ``loss_fn`` is given."""
+    ``fp16="emulate"``: fp32 arithmetic with gradients rounded to fp16
+    (``emulate_fp16_grads``, only those ``fp16_calls`` marks low precision when given);
+    ``"autocast"``: a real fp16 autocast forward on ``device``; ``"off"``: plain fp32
+    (the reference run). Adam (lr ``lr``, as ERFNet's training uses), cross-entropy with
+    the ignore label 255 unless ``loss_fn`` is given."""
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
     if fp16 not in FP16_MODES:
@@ -564,8 +582,8 @@ def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch
 
 
 def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu=None) -> torch.Tensor:
-    """The forward pass in one of the fp16 modes: under the fp16-gradient emulation, under a
-    real fp16 autocast on ``x``'s device, or plain fp32."""
+    """The forward pass in one of the fp16 modes: under the fp16-gradient emulation,
+    under a real fp16 autocast on ``x``'s device, or plain fp32."""
     if emu is not None:
         with emu:
             return model(x)
@@ -579,8 +597,9 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str =
                  repeats: int = 1, warmup: int = 1, loss_fn: Callable | None = None,
                  fp16_calls: list[tuple[str, bool]] | None = None) -> float:
     """Median seconds of one forward + backward of ``model`` on (``x``, ``y``) with fp32
-    gradients (``"off"``), emulated fp16 gradients (``"emulate"``) or a real fp16 autocast
-    forward (``"autocast"``) on the model's device (CUDA synchronised). No optimizer step."""
+    gradients (``"off"``), emulated fp16 gradients (``"emulate"``) or a real fp16
+    autocast forward (``"autocast"``) on the model's device (CUDA synchronised). No
+    optimizer step."""
     if fp16 not in FP16_MODES:
         raise ValueError(f"fp16 must be one of {FP16_MODES}, got {fp16!r}")
     if repeats < 1 or warmup < 0:
@@ -604,8 +623,8 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str =
 
 
 def overflow_scale(max_abs_grad: float) -> float:
-    """The smallest power-of-two loss scale at which a gradient of magnitude ``max_abs_grad``
-    overflows fp16 (rounds to inf)."""
+    """The smallest power-of-two loss scale at which a gradient of magnitude
+    ``max_abs_grad`` overflows fp16 (rounds to inf)."""
     if not (max_abs_grad > 0 and math.isfinite(max_abs_grad)):
         raise ValueError(f"need a positive finite gradient magnitude, got {max_abs_grad}")
     k = math.ceil(math.log2(OVERFLOW_AT_OR_ABOVE / max_abs_grad))
@@ -614,3 +633,214 @@ def overflow_scale(max_abs_grad: float) -> float:
     while k > -1000 and max_abs_grad * 2.0 ** (k - 1) >= OVERFLOW_AT_OR_ABOVE:
         k -= 1
     return 2.0 ** k
+
+
+# --- what chapter 4 reads from the recorder
+# --------------------------------------------------
+
+
+def training_batches(
+    data_root,
+    height: int,
+    width: int,
+    n: int,
+    batch_size: int,
+    synthetic_train: int = 8,
+    seed: int = 0,
+):
+    """``(batches, root)``: the first ``n`` batches of (images, labels) of the training
+    split at ``height`` x ``width``, not shuffled, cycling when the set is small (at
+    most 16 distinct batches are held). Cityscapes at ``data_root`` (or
+    ``$CITYSCAPES_DATASET``), else the synthetic Cityscapes of ``synthetic_train``
+    images."""
+    import itertools
+    import os
+
+    from ampbook.data import Cityscapes, resolve_root, synthetic_root
+
+    if data_root or os.environ.get("CITYSCAPES_DATASET"):
+        root = resolve_root(data_root)
+    else:
+        root = synthetic_root(synthetic_train, 2, 2 * height, 2 * width, seed=seed)
+    data = Cityscapes(root, "train", height, width)
+    loader = torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False)
+    distinct = list(itertools.islice(loader, min(n, 16)))
+    return list(itertools.islice(itertools.cycle(distinct), n)), root
+
+
+def crop_batch(batches, height: int, width: int, n: int):
+    """``n`` images and labels cut from the top-left corner of ``batches``, in their own
+    storage (the memory meter counts whole storages)."""
+    xs = torch.cat([b[0] for b in batches])
+    ys = torch.cat([b[1] for b in batches])
+    if height > xs.shape[-2] or width > xs.shape[-1]:
+        raise ValueError(
+            f"a crop of {height}x{width} does not fit in the "
+            f"{xs.shape[-2]}x{xs.shape[-1]} images of the batches"
+        )
+    if len(xs) < n:
+        raise ValueError(f"need {n} images, the batches hold {len(xs)}")
+    return xs[:n, :, :height, :width].clone(), ys[:n, :height, :width].clone()
+
+
+def labelled_pixels(labels: torch.Tensor, ignore_index: int = 255) -> int:
+    """Pixels that count in the loss: cross-entropy's mean divides by this number, so
+    each logit's gradient is at most 1/labelled_pixels in magnitude."""
+    return int((labels != ignore_index).sum())
+
+
+def median_exponent(rec: GradientRecorder, kind: str) -> int:
+    """The median of floor(log2|g|) over the nonzero values of one kind of gradient."""
+    exps, counts = rec.histogram(kind)
+    half, acc = sum(counts) / 2, 0
+    for e, c in zip(exps, counts):
+        acc += c
+        if acc >= half:
+            return e
+    raise ValueError(f"no nonzero {kind} gradients recorded")
+
+
+def shifted_below(
+    rec: GradientRecorder, kind: str, bins: int, scales: Iterable[float]
+) -> dict[float, float]:
+    """Fraction of the nonzero values of ``kind`` below 2^-24 at each scale if the whole
+    histogram moved ``bins`` binades to the left (an estimate for a larger batch in
+    pixels). A bin k holds 2^k <= |g| < 2^(k+1): it counts as below when 2^(k+1) <=
+    2^-24."""
+    exps, counts = rec.histogram(kind)
+    total = sum(counts)
+    return {
+        s: sum(c for e, c in zip(exps, counts) if e - bins + math.log2(s) + 1 <= -24)
+        / total
+        for s in scales
+    }
+
+
+def fraction_rows(rec: GradientRecorder, kinds=("activation", "weight")) -> list[tuple]:
+    """Rows (kind, scale, zero share, flushed, below 2^-24, subnormal, overflow)."""
+    rows = []
+    for kind in kinds:
+        for s, f in rec.fractions(kind).items():
+            rows.append(
+                (
+                    kind,
+                    f"2^{math.log2(s):g}",
+                    f["zero_fraction"],
+                    f["flushed"],
+                    f["below_min_subnormal"],
+                    f["subnormal"],
+                    f["overflow"],
+                )
+            )
+    return rows
+
+
+FRACTION_HEADERS = [
+    "gradients",
+    "loss scale",
+    "exactly 0 (of all)",
+    "flushed",
+    "below 2⁻²⁴",
+    "subnormal",
+    "overflow",
+]
+FRACTION_FORMATS = [None, None, ".2%", ".4%", ".4%", ".3%", ".4%"]
+
+
+def first_overflow_scale(
+    rec: GradientRecorder, kinds=("activation", "weight")
+) -> float | None:
+    """The smallest recorded scale at which a value of ``kinds`` overflows, or None."""
+    for s in rec.scales:
+        if any(rec.fractions(k)[s]["overflow"] > 0 for k in kinds):
+            return s
+    return None
+
+
+def choose_fp16_mode(
+    requested: str, device_type: str, seconds: dict[str, float]
+) -> tuple[str, str]:
+    """``(mode, why)``: ``requested`` unless it is ``"auto"``; then real fp16 autocast
+    on CUDA, and on a CPU the faster of the two by ``seconds`` (``step_seconds`` per
+    mode)."""
+    ratio = (
+        f"real fp16 autocast took {seconds['autocast'] / seconds['off']:.1f}x the fp32 "
+        f"time, the emulation {seconds['emulate'] / seconds['off']:.1f}x"
+    )
+    if requested != "auto":
+        if requested not in ("emulate", "autocast"):
+            raise ValueError(
+                f"fp16_mode must be 'auto', 'emulate' or 'autocast', got {requested!r}"
+            )
+        return requested, f"chosen by the parameter fp16_mode; {ratio}"
+    if device_type == "cuda":
+        return "autocast", f"the GPU runs fp16 natively; {ratio}"
+    mode = "autocast" if seconds["autocast"] <= seconds["emulate"] else "emulate"
+    return mode, f"the faster of the two on this CPU; {ratio}"
+
+
+def scaling_plan(
+    fixed_scales: Iterable[float], fp16: str
+) -> list[tuple[str, str, float, str]]:
+    """The runs of chapter 4: (label, regime, scale, fp16 mode): the fp32 reference,
+    fp16 gradients with no scaling, each fixed scale, and GradScaler's dynamic scale."""
+    plan = [("fp32 reference", "none", 1.0, "off"), ("no scaling", "none", 1.0, fp16)]
+    plan += [
+        (f"fixed 2^{math.log2(s):g}", "fixed", float(s), fp16) for s in fixed_scales
+    ]
+    return plan + [("dynamic (GradScaler)", "dynamic", 1.0, fp16)]
+
+
+RUN_HEADERS = [
+    "run",
+    "gradients",
+    "final loss",
+    "largest loss difference from fp32",
+    "skipped steps",
+    "overflow steps",
+    "mean flushed (emulation)",
+    "weights finite",
+]
+RUN_FORMATS = [None, None, ".4f", ".2e", None, None, ".4%", None]
+
+
+def run_rows(runs: list[ScalingRun]) -> list[tuple]:
+    """One row per run against the first (the fp32 reference), as ``RUN_HEADERS``."""
+    ref = runs[0]
+    rows = []
+    for run in runs:
+        diff = (
+            max(abs(a - b) for a, b in zip(run.losses, ref.losses))
+            if run.weights_finite
+            else float("nan")
+        )
+        flushed = [f for f in run.flushed if not math.isnan(f)]
+        rows.append(
+            (
+                run.label,
+                run.fp16,
+                run.losses[-1],
+                diff,
+                sum(run.skipped),
+                sum(run.overflowed),
+                sum(flushed) / len(flushed) if flushed else None,
+                "yes" if run.weights_finite else "no",
+            )
+        )
+    return rows
+
+
+def scaling_verdict(runs: list[ScalingRun]) -> str:
+    """What the runs show, one line: the dynamic run's scale history and which runs lost
+    their weights to NaN."""
+    dyn = next(r for r in runs if r.regime == "dynamic")
+    growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)
+    text = (
+        f"GradScaler started at 2^{math.log2(dyn.scales[0]):g}, skipped "
+        f"{sum(dyn.skipped)} of {len(dyn.skipped)} steps, grew its scale {growths} "
+        f"times and ended at 2^{math.log2(dyn.scales[-1]):g}. "
+    )
+    broken = [r.label for r in runs if not r.weights_finite]
+    if broken:
+        return text + f"Weights became NaN in: {', '.join(broken)}."
+    return text + "No run lost its weights to NaN."

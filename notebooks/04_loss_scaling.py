@@ -6,6 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -20,20 +21,21 @@
 # layer while the weights keep a full-precision master copy. This chapter measures both on the
 # book's own network, ERFNet: the gradients of real training steps against fp16's range, short
 # training runs with and without loss scaling, the dtype every layer actually runs in, what
-# happens to the weights, and where the memory saving comes from.
+# happens to the weights, and where the memory goes.
 #
 # **What you will learn**
 #
-# - where ERFNet's activation and weight gradients fall on fp16's number line, and how many
-#   are lost (flushed to zero) or overflow at loss scales 1, 8, 2¹⁰ and 2¹⁶;
+# - which of ERFNet's gradients an AMP step really holds in fp16, where they fall on fp16's
+#   number line, and how many are lost (flushed to zero) or overflow at loss scales 1, 8,
+#   2¹⁰ and 2¹⁶;
 # - how training behaves with fp16 gradients and no scaling, a fixed scale, and `GradScaler`'s
 #   dynamic scale, and what `GradScaler`'s defaults mean;
 # - which ops autocast runs in fp16/bf16 and which in fp32 on CPU and on CUDA, from three
 #   sources: PyTorch's documentation, its dispatcher, and running the ops;
 # - that the weights stay fp32 under autocast (the casts are per region and cached), unlike a
 #   model converted with `.half()`;
-# - how much memory autocast saves in the tensors kept for the backward pass, per layer type,
-#   and what that predicts for a whole training step.
+# - when autocast saves memory in the tensors kept for the backward pass and when it costs
+#   memory, and what that predicts for a whole training step.
 #
 # **What you need**: the `ampbook` package and PyTorch. Without Cityscapes the chapter uses the
 # synthetic Cityscapes of `ampbook.data`. A CPU runs every part. fp16 arithmetic is slow on
@@ -44,79 +46,71 @@
 # %% tags=["parameters"]
 device = "auto"  # "auto", "cpu" or "cuda"
 data_root = None  # a Cityscapes root; None: $CITYSCAPES_DATASET, else the synthetic set
-height = 64  # training images' height and width for the gradient statistics and the runs
+height = 64  # training images' height and width (gradient statistics and runs)
 width = 128
 batch_size = 2
-synthetic_train = 8  # images in the synthetic training set (used when there is no Cityscapes)
+synthetic_train = 8  # images in the synthetic training set (used without Cityscapes)
 grad_batches = 2  # batches whose gradients are recorded
-num_steps = 12  # optimizer steps per training run
+num_steps = 8  # optimizer steps per training run
 lr = 5e-4  # Adam, as ERFNet's training uses
 fixed_scales = [8.0, 65536.0]  # the fixed loss scales to train with
-growth_interval = 4  # GradScaler's growth interval for the demo run (its default is far longer)
-fp16_mode = "auto"  # "emulate", "autocast", or "auto": real autocast on CUDA, the faster one on a CPU
+growth_interval = 3  # GradScaler's growth interval in the runs (its default: 2000)
+fp16_mode = "auto"  # "emulate", "autocast", "auto": real on CUDA, the faster on a CPU
 trace_height = 32  # the input of the dtype traces and the timing of the fp16 modes
 trace_width = 64
-memory_sizes = [[32, 64], [64, 128]]  # (height, width) of the saved-tensor measurements
+memory_sizes = [[32, 64], [64, 128], [128, 256]]  # (height, width), memory measurements
 memory_batch_size = 2
+results_dir = None  # GPU run records; None: data/results
 seed = 0
 
 # %%
+from ampbook import params
 from ampbook.env import print_environment
 
+params.device("device", device)
+for name in ("height", "width", "trace_height", "trace_width"):
+    params.rule(name, globals()[name], globals()[name] % 8 == 0 and globals()[name] > 0,
+                "must be a positive multiple of 8", why="ERFNet downsamples by 8")
+params.rule("trace_height", trace_height, trace_height <= height, "must be <= height")
+params.rule("trace_width", trace_width, trace_width <= width, f"must be <= {width}")
+for name in ("batch_size", "grad_batches", "num_steps", "growth_interval"):
+    params.integer(name, globals()[name], minimum=1)
+params.integer("synthetic_train", synthetic_train, minimum=batch_size)
+params.number("lr", lr, above=0)
+params.choice("fp16_mode", fp16_mode, ["auto", "emulate", "autocast"])
+params.rule("memory_sizes", memory_sizes, len({h * w for h, w in memory_sizes}) >= 2,
+            "needs 2 sizes of different pixel counts", why="a line needs two")
+odd = [hw for hw in memory_sizes if hw[0] % 8 or hw[1] % 8]
+params.rule("memory_sizes", memory_sizes, not odd, "sizes must be multiples of 8",
+            why="ERFNet downsamples by 8")
 print_environment(device);
 
 # %%
-import itertools
 import math
-import os
 
 import matplotlib.pyplot as plt
 import torch
-from torch import nn
 
 from ampbook import autocast_trace as at
 from ampbook import gradstats as gs
-from ampbook.data import Cityscapes, resolve_root, synthetic_root
+from ampbook import memory
 from ampbook.env import pick_device
 from ampbook.model import ERFNet
 from ampbook.paths import load_reference
-from ampbook.plots import bar_style, md, md_table, series_style, use_style
+from ampbook.plots import bar_style, glue_all, md, md_table, series_style, use_style
 
 use_style()
 device = pick_device(device)
-post = load_reference("seed_post")
-claims = post["claims"]
+claims = load_reference("seed_post")["claims"]
 
+# %% [markdown]
+# Every experiment starts from the same weights (`torch.manual_seed(seed)` before building
+# ERFNet) and sees the same batches, read once:
 
-def fresh_model():
-    """ERFNet with the chapter's seed: every experiment starts from the same weights."""
-    torch.manual_seed(seed)
-    return ERFNet().to(device)
-
-
-def load_batches(h, w, n, bs=batch_size):
-    """The first ``n`` batches of the training split at h x w (cycling when the set is small)."""
-    if data_root or os.environ.get("CITYSCAPES_DATASET"):
-        root = resolve_root(data_root)  # a clear error if the folder is not Cityscapes
-    else:
-        root = synthetic_root(synthetic_train, 2, 2 * h, 2 * w)
-    loader = torch.utils.data.DataLoader(Cityscapes(root, "train", h, w), batch_size=bs, shuffle=False)
-    distinct = list(itertools.islice(loader, min(n, 16)))  # at most 16 batches held in memory
-    return list(itertools.islice(itertools.cycle(distinct), n)), root
-
-
-def crop_batch(h, w, n):
-    """``n`` images and labels cut from the top-left corner of the training batches."""
-    if h > height or w > width:
-        raise ValueError(f"a crop of {h}x{w} does not fit in the {height}x{width} training images")
-    xs = torch.cat([b[0] for b in batches])[:n, :, :h, :w]
-    ys = torch.cat([b[1] for b in batches])[:n, :h, :w]
-    if len(xs) < n:
-        raise ValueError(f"need {n} images for a batch, the loaded batches hold {len(xs)}")
-    return xs.clone(), ys.clone()  # own storage: the memory meter counts whole storages
-
-
-batches, root = load_batches(height, width, max(grad_batches, num_steps))
+# %%
+n_batches = max(grad_batches, num_steps)
+batches, root = gs.training_batches(data_root, height, width, n_batches, batch_size,
+                                    synthetic_train, seed)
 print(f"data: {root}; {len(batches)} batches of {tuple(batches[0][0].shape)}")
 
 # %% [markdown]
@@ -128,41 +122,73 @@ print(f"data: {root}; {len(batches)} batches of {tuple(batches[0][0].shape)}")
 # the smallest subnormal becomes 0, one at or above the largest value plus half a step becomes
 # infinity. The thresholds, computed from the format's bit layout in `ampbook.formats`:
 
-# %%
-rows = [("smallest subnormal", gs.FP16_MIN_SUBNORMAL, math.log2(gs.FP16_MIN_SUBNORMAL)),
-        ("flushed to 0 at or below", gs.FLUSH_AT_OR_BELOW, math.log2(gs.FLUSH_AT_OR_BELOW)),
-        ("smallest normal", gs.FP16_MIN_NORMAL, math.log2(gs.FP16_MIN_NORMAL)),
-        ("largest value", gs.FP16_MAX, math.log2(gs.FP16_MAX)),
-        ("overflows to inf at or above", gs.OVERFLOW_AT_OR_ABOVE, math.log2(gs.OVERFLOW_AT_OR_ABOVE))]
+# %% tags=["hide-input"]
+limits = [("smallest subnormal", gs.FP16_MIN_SUBNORMAL),
+          ("flushed to 0 at or below", gs.FLUSH_AT_OR_BELOW),
+          ("smallest normal", gs.FP16_MIN_NORMAL), ("largest value", gs.FP16_MAX),
+          ("overflows to inf at or above", gs.OVERFLOW_AT_OR_ABOVE)]
+rows = [(name, v, math.log2(v)) for name, v in limits]
 md_table(rows, ["fp16 limit", "value", "log2"], [None, ".6g", ".3f"])
 
 # %% [markdown]
+# ### Which gradients are fp16 in an AMP step?
+#
+# Autograd gives each gradient the dtype of the tensor it belongs to. Under fp16 autocast a
+# convolution's output is fp16, so the gradient flowing back into it is fp16 too; a tensor
+# autocast leaves in fp32 gets an fp32 gradient. Which tensors are which, the trace of one
+# forward under CUDA's fp16 autocast tells (on fake CUDA tensors when there is no GPU, see
+# "What ran in which dtype" below):
+
+# %%
+torch.manual_seed(seed)
+model = ERFNet().to(device).train()
+x_trace = batches[0][0][:1, :, :trace_height, :trace_width].to(device)
+low_layers = at.low_precision_layers(model, x_trace)
+low_calls = at.low_precision_calls(model, x_trace)
+n_leaves = len([m for m in model.modules() if not list(m.children())])
+glue_all(low_layers=len(low_layers), leaves=n_leaves, calls=len(low_calls),
+         low_calls=sum(low for _, low in low_calls))
+
+# %% [markdown]
+# {glue:text}`low_layers` of ERFNet's {glue:text}`leaves` layers give an fp16 output, and
+# {glue:text}`low_calls` of the {glue:text}`calls` tensor-producing calls of its forward. The
+# rest are fp32: in each downsampler the max-pool, the concatenation, the batch norm and the
+# ReLU, and in the encoder the residual sums and the ReLUs after them (the encoder's
+# residual stream, shown below). So
+# this chapter counts as fp16 only the gradients of the fp16 tensors. The gradients of the
+# fp32 ones are kept apart ("activation-fp32" below) and never rounded to fp16 in the
+# emulation.
+#
 # We run ERFNet forward and backward in fp32 on a few training batches and record two kinds of
 # gradients: the **activation gradients**, the gradient of the loss with respect to each
 # layer's output (hooks on the outputs hand them over during the backward pass), and the
-# **weight gradients**, each parameter's `.grad`. In an fp16 backward pass the activation
-# gradients are the tensors that flow from layer to layer in fp16; the weight gradients of the
-# convolutions are computed in fp16 too. `GradientRecorder` counts, for each loss scale, how
-# many nonzero values would be flushed, fall below 2⁻²⁴, be stored as subnormals, or overflow.
+# **weight gradients**, each parameter's `.grad`. The weight gradients of the convolutions are
+# computed in fp16 in an AMP step and then cast to fp32 (shown below). `GradientRecorder`
+# counts, for each loss scale, how many nonzero values would be flushed, fall below 2⁻²⁴, be
+# stored as subnormals, or overflow.
 
 # %%
-model = fresh_model().train()
 scales = gs.SCALES
-rec = gs.capture_gradients(model, batches[:grad_batches], scales=scales)
-for kind in ("activation", "weight"):
+rec = gs.capture_gradients(model, batches[:grad_batches], scales=scales,
+                           low_precision=low_layers)
+for kind in rec.kinds():
     c = rec.combined(kind)
-    print(f"{kind} gradients: {c.tensors} tensors, {c.counts[scales[0]]['total']:,} values, "
+    n = c.counts[scales[0]]["total"]
+    print(f"{kind} gradients: {c.tensors} tensors, {n:,} values, "
           f"largest |g| = {c.max_abs:.3g}")
 
-# %% mystnb={"figure": {"caption": "Histogram of log2|g| for ERFNet's activation and weight gradients (fp32, nonzero values), with fp16's limits: values left of the dotted line are flushed to zero, between the dotted and dashed lines they are subnormal, right of the solid line they overflow. A loss scale of 2^k moves the whole histogram k bins to the right.", "name": "fig-ch4-grad-hist"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Histogram of log2|g| for the activation gradients an AMP step holds in fp16 and for the weight gradients (fp32 values, nonzero), with fp16's limits: values left of the dotted line are flushed to zero, between the dotted and dashed lines they are subnormal, right of the solid line they overflow. A loss scale of 2^k moves the whole histogram k bins to the right.", "name": "fig-ch4-grad-hist"}}
 fig, axes = plt.subplots(2, 1, figsize=(7.0, 5.2), sharex=True)
+marks = [(gs.FLUSH_AT_OR_BELOW, ":", "flushed to 0 below (2⁻²⁵)"),
+         (gs.FP16_MIN_NORMAL, "--", "smallest normal (2⁻¹⁴)"),
+         (gs.FP16_MAX, "-", "largest value (65504)")]
 for ax, kind, i in zip(axes, ("activation", "weight"), (1, 2)):
     exps, counts = rec.histogram(kind)
-    total = sum(counts)
-    ax.bar(exps, [c / total for c in counts], width=1.0, align="edge", label=f"{kind} gradients", **bar_style(i))
-    ax.axvline(math.log2(gs.FLUSH_AT_OR_BELOW), color="black", linestyle=":", label="flushed to 0 below (2⁻²⁵)")
-    ax.axvline(math.log2(gs.FP16_MIN_NORMAL), color="black", linestyle="--", label="smallest normal (2⁻¹⁴)")
-    ax.axvline(math.log2(gs.FP16_MAX), color="black", linestyle="-", label="largest value (65504)")
+    shares = [c / sum(counts) for c in counts]
+    label = "fp16 activation gradients" if kind == "activation" else "weight gradients"
+    ax.bar(exps, shares, width=1.0, align="edge", label=label, **bar_style(i))
+    for v, style, text in marks:
+        ax.axvline(math.log2(v), color="black", linestyle=style, label=text)
     ax.set_ylabel("fraction of values")
     ax.legend(loc="upper left", fontsize=8)
 used = [e for k in ("activation", "weight") for e, c in zip(*rec.histogram(k)) if c]
@@ -175,111 +201,108 @@ plt.show()
 # is the criterion of the mixed-precision paper; "flushed" counts only the values that really
 # round to zero (those between 2⁻²⁵ and 2⁻²⁴ round up to 2⁻²⁴).
 
-# %%
-def fraction_rows(rec):
-    rows = []
-    for kind in ("activation", "weight"):
-        fr = rec.fractions(kind)
-        for s in scales:
-            f = fr[s]
-            rows.append((kind, f"2^{math.log2(s):g}", f["zero_fraction"], f["flushed"],
-                         f["below_min_subnormal"], f["subnormal"], f["overflow"]))
-    return rows
-
-
-md_table(fraction_rows(rec), ["gradients", "loss scale", "exactly 0 (of all)", "flushed", "below 2⁻²⁴",
-                              "subnormal", "overflow"],
-         [None, None, ".2%", ".4%", ".4%", ".3%", ".4%"])
+# %% tags=["hide-input"]
+md_table(gs.fraction_rows(rec), gs.FRACTION_HEADERS, gs.FRACTION_FORMATS)
 
 # %% [markdown]
-# Which layers produce the small activation gradients? The fraction below 2⁻²⁴ at scale 1, per
-# layer type:
+# Which layers produce the small fp16 activation gradients? The fraction below 2⁻²⁴ at
+# scale 1, per layer type:
 
-# %%
+# %% tags=["hide-input"]
 by_type = rec.table("activation", outcome="below_min_subnormal")
-md_table([(r[0], r[1], r[2], r[3], r[4]) for r in by_type],
+md_table([r[:5] for r in by_type],
          ["layer type", "tensors", "values", "exactly 0", "below 2⁻²⁴ at scale 1"],
          [None, None, None, ".2%", ".4%"])
 
 # %% [markdown]
 # ### Compared with the paper
 #
-# Micikevicius et al. ("Mixed Precision Training", ICLR 2018, arXiv:1710.03740) report the
-# share of their example network's gradient values that fall below 2⁻²⁴ and are lost in plain
-# fp16, and the loss scale that was enough to train their SSD detector; the post quotes both
-# (the figures below come from `data/reference/seed_post.yml`). ERFNet at this chapter's image
-# size:
+# The post quotes two figures from Micikevicius et al. ("Mixed Precision Training", ICLR 2018,
+# arXiv:1710.03740); `data/reference/seed_post.yml` keeps them. Each belongs to its own
+# argument in the paper:
+#
+# - **About 5%** is a share of *weight* gradients, in the paper's Mandarin speech-recognition
+#   model (its Section 3.1 and Figure 2b): about 5% of their values had exponents below -24
+#   and would be zero in fp16. The paper uses it to argue for an **fp32 master copy of the
+#   weights**, not for loss scaling. Its like in ERFNet is the weight-gradient share, and the
+#   fp32 weights it argues for are what native autocast keeps (section "Weights stay fp32").
+# - **8** is the loss scale that was enough for the paper's SSD detector, many of whose
+#   *activation* gradients were below fp16's range (Section 3.2 and Figure 3); the post reads
+#   it as the scale to start from.
 
-# %%
+# %% tags=["hide-input"]
 act, wgt = rec.fractions("activation"), rec.fractions("weight")
-frac = {"act_1": act[1.0]["below_min_subnormal"], "act_8": act[8.0]["below_min_subnormal"],
-        "w_1": wgt[1.0]["below_min_subnormal"], "w_8": wgt[8.0]["below_min_subnormal"]}
-ov = {s: max(act[s]["overflow"], wgt[s]["overflow"]) for s in scales}
-first_overflow = next((s for s in scales if ov[s] > 0), None)
-md(f"Below 2⁻²⁴ at scale 1: **{frac['act_1']:.3%}** of the nonzero activation-gradient values and "
-   f"**{frac['w_1']:.3%}** of the weight-gradient values (the paper's example: "
-   f"{claims['paper_lost_fraction']:.0%}). At {claims['paper_initial_loss_scale']}, the scale that was enough for "
-   f"the paper's SSD detector (the post reads it as the scale to start from): {frac['act_8']:.3%} and "
-   f"{frac['w_8']:.3%}. "
-   + (f"The first scale of the table at which anything overflows is 2^{math.log2(first_overflow):g} "
-      f"({ov[first_overflow]:.4%} of the values), because the largest weight gradient is "
-      f"{rec.combined('weight').max_abs:.3g} and the largest activation gradient "
-      f"{rec.combined('activation').max_abs:.3g}."
-      if first_overflow else "No scale of the table makes anything overflow here."))
+first, ps = gs.first_overflow_scale(rec), claims["paper_initial_loss_scale"]
+below = "below_min_subnormal"
+rows = [("weight gradients below 2⁻²⁴, scale 1", wgt[1.0][below],
+         f"{claims['paper_lost_fraction']:.0%} (Mandarin speech model)"),
+        ("fp16 activation gradients below 2⁻²⁴, scale 1", act[1.0][below], ""),
+        (f"the same at scale {ps}", act[float(ps)][below], "enough for SSD"),
+        ("first scale of the table that overflows",
+         f"2^{math.log2(first):g}" if first else "none", "")]
+glue_all(act_1=act[1.0][below], paper_scale=ps)
+md_table(rows, ["", "ERFNet here", "the paper"], [None, ".3%", None])
 
 # %% [markdown]
 # ### Why the image size matters
 #
-# The loss is the mean over all labelled pixels of the batch, so the gradient with respect to
-# each logit is at most 1/(number of pixels) in magnitude, and the gradients of the layers below
-# inherit that factor: the activation-gradient histogram should move one bin to the left each
-# time the pixel count doubles. A weight gradient sums one such term per pixel, so it shrinks
-# more slowly: not at all if the terms agree in sign, half a bin per doubling if their signs
-# are random. We check with the same images cut to half the height and width (a quarter of the
-# pixels):
+# The loss is the mean of the per-pixel cross-entropies over the *labelled* pixels of the
+# batch (pixels with the ignore label 255 do not count). The gradient of one pixel's
+# cross-entropy with respect to its logits is the softmax minus the one-hot label, each entry
+# at most 1 in magnitude; the mean divides it by the number N of labelled pixels. So every
+# logit's gradient is at most 1/N, and the gradients of the layers below inherit that factor:
+# the activation-gradient histogram should move one bin to the left each time N doubles. A
+# weight gradient sums one such term per pixel, so it shrinks more slowly: not at all if the
+# terms agree in sign, half a bin per doubling if their signs are random. We check with the
+# same images cut to half the height and width:
 
 # %%
-small_batches = [crop_batch(max(8, height // 16 * 8), max(8, width // 16 * 8), batch_size)]
-rec_small = gs.capture_gradients(fresh_model().train(), small_batches, scales=(1.0,))
+small = [gs.crop_batch(batches, height // 16 * 8, width // 16 * 8, batch_size)]
+torch.manual_seed(seed)
+small_model = ERFNet().to(device).train()
+rec_small = gs.capture_gradients(small_model, small, scales=(1.0,),
+                                 low_precision=low_layers)
+n_big, n_small = gs.labelled_pixels(batches[0][1]), gs.labelled_pixels(small[0][1])
 
+# %%
+doublings = math.log2(n_big / n_small)
+shift = {k: gs.median_exponent(rec, k) - gs.median_exponent(rec_small, k)
+         for k in ("activation", "weight")}
+glue_all(n_small=n_small, n_big=n_big, doublings=doublings, shift_a=shift["activation"],
+         shift_w=shift["weight"], half_doublings=doublings / 2,
+         bound_log2=-math.log2(n_big),
+         act_small=rec_small.fractions("activation")[1.0]["below_min_subnormal"])
 
-def median_exponent(r, kind):
-    exps, counts = r.histogram(kind)
-    half, acc = sum(counts) / 2, 0
-    for e, c in zip(exps, counts):
-        acc += c
-        if acc >= half:
-            return e
-
-
-pixels = batches[0][1].numel()
-pixels_small = small_batches[0][1].numel()
-shift = {k: median_exponent(rec, k) - median_exponent(rec_small, k) for k in ("activation", "weight")}
-doublings = math.log2(pixels / pixels_small)
-md(f"Going from {pixels_small:,} to {pixels:,} pixels per batch ({doublings:.1f} doublings), the median exponent "
-   f"of the activation gradients moved by {shift['activation']:+d} (the argument above predicts {-doublings:+.0f}) "
-   f"and that of the weight gradients by {shift['weight']:+d} (between 0 and {-doublings / 2:+.0f}). Below 2⁻²⁴ at "
-   f"scale 1: "
-   f"{rec_small.fractions('activation')[1.0]['below_min_subnormal']:.3%} of activation-gradient values at the "
-   f"small size, {frac['act_1']:.3%} at the larger one.")
+# %% [markdown]
+# From {glue:text}`n_small:,` to {glue:text}`n_big:,` labelled pixels per batch
+# ({glue:text}`doublings:.1f` doublings) the median exponent of the fp16 activation gradients
+# moved by {glue:text}`shift_a:+d` bins (the bound predicts -{glue:text}`doublings:.0f`) and
+# that of the weight gradients by {glue:text}`shift_w:+d` (between 0 and
+# -{glue:text}`half_doublings:.0f`). Below 2⁻²⁴ at scale 1: {glue:text}`act_small:.3%` of the
+# fp16 activation-gradient values at the small size, {glue:text}`act_1:.3%` at the larger. At
+# this chapter's size the bound on a logit's gradient is 2^{glue:text}`bound_log2:.1f`.
+#
+# The training runner's default step is far larger. Moving this chapter's histogram left by
+# the doublings between the two predicts what falls below 2⁻²⁴ there (an estimate from a
+# shift, assuming the same share of labelled pixels; the gpu profile measures it):
 
 # %%
 from ampbook.train import TrainConfig
 
 cfg = TrainConfig()
-full_pixels = cfg.batch_size * cfg.height * cfg.width
-exps, counts = rec.histogram("activation")
-move = round(math.log2(full_pixels / pixels))  # bins the histogram moves at the runner's size
-lost_full = {s: sum(c for e, c in zip(exps, counts) if e - move + math.log2(s) < -24) / sum(counts) for s in scales}
-md(f"The training runner's default step ({cfg.batch_size} images of {cfg.height}x{cfg.width}, {full_pixels:,} "
-   f"pixels) bounds each logit's gradient by 1/{full_pixels:,} = 2^{math.log2(1 / full_pixels):.1f}, only "
-   f"{math.log2(1 / full_pixels) + 24:.1f} binades above 2⁻²⁴. Moving this chapter's activation histogram "
-   f"{move} bins to the left predicts that at that size "
-   + ", ".join(f"{lost_full[s]:.2%} at scale 2^{math.log2(s):g}" for s in scales)
-   + " of the nonzero activation-gradient values would fall below 2⁻²⁴: an estimate from a shift, to be "
-     "checked by running this chapter with the gpu profile.")
+n_full = cfg.batch_size * cfg.height * cfg.width * n_big / batches[0][1].numel()
+move = round(math.log2(n_full / n_big))
+lost = gs.shifted_below(rec, "activation", move, scales)
+rows = [(f"2^{math.log2(s):g}", f) for s, f in lost.items()]
+glue_all(full_b=cfg.batch_size, full_h=cfg.height, full_w=cfg.width, n_full=n_full,
+         move=move)
+md_table(rows, ["loss scale", "predicted share below 2⁻²⁴"], [None, ".2%"])
 
 # %% [markdown]
+# That is for the runner's step of {glue:text}`full_b` images of
+# {glue:text}`full_w`x{glue:text}`full_h` (W x H), about {glue:text}`n_full:,.0f` labelled
+# pixels: the histogram moves {glue:text}`move` bins to the left.
+#
 # ## Training with fp16 gradients: no scaling, a fixed scale, a dynamic scale
 #
 # `torch.amp.GradScaler` implements dynamic loss scaling: it multiplies the loss by its
@@ -289,119 +312,100 @@ md(f"The training runner's default step ({cfg.batch_size} images of {cfg.height}
 
 # %%
 defaults = gs.grad_scaler_defaults(device.type)
-md_table([(k, v) for k, v in defaults.items()], ["GradScaler setting", "default"], [None, "g"])
-
-# %%
-md(f"It starts at 2^{math.log2(defaults['init_scale']):g}, far above the paper's {claims['paper_initial_loss_scale']}, "
-   f"on purpose: starting too high costs a few skipped steps (each halves the scale by the backoff factor "
-   f"{defaults['backoff_factor']:g}), starting too low loses gradients silently. After "
-   f"{defaults['growth_interval']} steps without overflow it multiplies the scale by {defaults['growth_factor']:g}. "
-   f"The runs below keep the initial scale, backoff and growth factor, and shorten the growth interval to "
-   f"{growth_interval} steps so that growth shows up in {num_steps} steps.")
+glue_all(init_log2=math.log2(defaults["init_scale"]), **defaults)
+md_table(list(defaults.items()), ["GradScaler setting", "default"], [None, "g"])
 
 # %% [markdown]
+# It starts at 2^{glue:text}`init_log2:g`, far above the paper's {glue:text}`paper_scale`, on
+# purpose: starting too high costs a few skipped steps (each multiplies the scale by the
+# backoff factor {glue:text}`backoff_factor:g`), starting too low loses gradients silently.
+# After {glue:text}`growth_interval:g` steps without overflow it multiplies the scale by
+# {glue:text}`growth_factor:g`. The runs below keep the initial scale, backoff and growth
+# factor, and shorten the growth interval (the parameter `growth_interval`) so that growth
+# can show within a short run.
+#
 # ### Emulated or real fp16?
 #
 # A real fp16 backward needs fast fp16 arithmetic. On a GPU that is the point of mixed
 # precision; on many CPUs fp16 convolutions are far slower than fp32. The other way to get
-# fp16's *range* is to emulate it: compute in fp32 and round every gradient that flows
-# backward (each tensor's gradient in the forward graph, and the weight gradients of the
-# convolutions) to fp16 with `ampbook.formats.round_to`, which flushes to zero and overflows to
-# inf exactly as fp16 does. The emulation does not reproduce fp16's rounding *inside* each
-# kernel, only at the tensors between them. We time one forward and backward pass of each
-# kind, on one image of the training size:
+# fp16's *range* is to emulate it: compute in fp32 and round to fp16, with
+# `ampbook.formats.round_to`, exactly the gradients a real AMP step holds in fp16 (those of
+# the fp16 tensors traced above, and the weight gradients of the convolutions). The rounding
+# flushes to zero and overflows to inf as fp16 does; it does not reproduce fp16's rounding
+# *inside* each kernel, only at the tensors between them. One forward and backward pass of
+# each kind, on one image of the training size:
 
 # %%
-tx, ty = crop_batch(trace_height, trace_width, 1)  # the small input of the later sections
-probe_model = fresh_model().train()
-x1, y1 = crop_batch(height, width, 1)
-secs = {mode: gs.step_seconds(probe_model, x1, y1, fp16=mode) for mode in gs.FP16_MODES}
-md_table([(m, secs[m], secs[m] / secs["off"]) for m in ("off", "emulate", "autocast")],
-         ["backward kind", "seconds per step", "vs fp32"], [None, ".3f", ".1f"])
+x1, y1 = gs.crop_batch(batches, height, width, 1)
+secs = {mode: gs.step_seconds(model, x1, y1, fp16=mode, fp16_calls=low_calls)
+        for mode in gs.FP16_MODES}
+rows = [(m, secs[m], secs[m] / secs["off"]) for m in ("off", "emulate", "autocast")]
+md_table(rows, ["backward kind", "seconds per step", "vs fp32"], [None, ".3f", ".1f"])
+
+# %% [markdown]
+# With `fp16_mode = "auto"` the chapter trains with real fp16 autocast on a GPU and with the
+# faster of the two on a CPU. Which one this run uses, and why:
 
 # %%
-if fp16_mode == "auto":
-    fp16_used = "autocast" if device.type == "cuda" or secs["autocast"] <= secs["emulate"] else "emulate"
-else:
-    fp16_used = fp16_mode
-why = (f"real fp16 autocast took {secs['autocast'] / secs['off']:.1f}x the fp32 time and the emulation "
-       f"{secs['emulate'] / secs['off']:.1f}x")
-md(f"This run uses **{'emulated fp16 gradients' if fp16_used == 'emulate' else 'real fp16 autocast'}** "
-   f"({'chosen by the parameter fp16_mode' if fp16_mode != 'auto' else ('the GPU runs fp16 natively' if device.type == 'cuda' else 'the faster of the two here')}; {why}).")
+fp16_used, why = gs.choose_fp16_mode(fp16_mode, device.type, secs)
+print(f"fp16 gradients: {fp16_used} ({why})")
 
 # %% [markdown]
 # Every run starts from the same weights and sees the same batches; the fp32 run is the
 # reference. "No scaling" is plain fp16 gradients; the fixed scales multiply the loss and
 # divide the gradients without checking for overflow (the paper's constant scaling); "dynamic"
-# is `GradScaler`.
+# is `GradScaler`. The loop is the whole experiment:
 
 # %%
 runs = []
-plan = [("fp32 reference", "none", 1.0, "off")] + [("no scaling", "none", 1.0, fp16_used)]
-plan += [(f"fixed 2^{math.log2(s):g}", "fixed", s, fp16_used) for s in fixed_scales]
-plan += [("dynamic (GradScaler)", "dynamic", 1.0, fp16_used)]
-train_batches = batches[:num_steps]
-for label, regime, scale, mode in plan:
-    torch.manual_seed(seed)  # same dropout masks in every run
-    run = gs.train_with_scaling(fresh_model().train(), train_batches, regime, scale=scale, fp16=mode,
-                                lr=lr, growth_interval=growth_interval, device=device, label=label)
+for label, regime, scale, mode in gs.scaling_plan(fixed_scales, fp16_used):
+    torch.manual_seed(seed)  # the same weights and dropout masks in every run
+    model_r = ERFNet().to(device).train()
+    run = gs.train_with_scaling(model_r, batches[:num_steps], regime, scale=scale,
+                                fp16=mode, lr=lr, device=device, label=label,
+                                growth_interval=growth_interval, fp16_calls=low_calls)
     runs.append(run)
-    print(f"{label:22s} final loss {run.losses[-1]:.4f}  skipped {sum(run.skipped)}  {run.seconds:.1f} s")
+    print(f"{label:22s} final loss {run.losses[-1]:.4f}  skipped {sum(run.skipped)}  "
+          f"{run.seconds:.1f} s")
 
-# %% mystnb={"figure": {"caption": "Training loss per step with fp16 gradients under no loss scaling, fixed scales and GradScaler's dynamic scale, beside the fp32 reference (same weights, same batches). A run whose weights became NaN stops being drawn.", "name": "fig-ch4-loss-curves"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Training loss per step with fp16 gradients under no loss scaling, fixed scales and GradScaler's dynamic scale, beside the fp32 reference (same weights, same batches). A run whose weights became NaN stops being drawn.", "name": "fig-ch4-loss-curves"}}
 fig, ax = plt.subplots()
 for i, run in enumerate(runs):
     steps = [k + 1 for k, v in enumerate(run.losses) if math.isfinite(v)]
-    ax.plot(steps, [v for v in run.losses if math.isfinite(v)], label=run.label, markersize=4, **series_style(i))
+    finite = [v for v in run.losses if math.isfinite(v)]
+    ax.plot(steps, finite, label=run.label, markersize=4, **series_style(i))
 ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-ax.set_xlabel("step")
-ax.set_ylabel("training loss")
+ax.set(xlabel="step", ylabel="training loss")
 ax.legend()
 plt.show()
 
-# %% mystnb={"figure": {"caption": "GradScaler's loss scale at each step of the dynamic run (log scale); crosses mark the steps it skipped because a gradient overflowed fp16.", "name": "fig-ch4-scale"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "GradScaler's loss scale at each step of the dynamic run (log scale); crosses mark the steps it skipped because a gradient overflowed fp16.", "name": "fig-ch4-scale"}}
 dyn = runs[-1]
 fig, ax = plt.subplots(figsize=(7.0, 3.2))
 steps = list(range(1, len(dyn.scales) + 1))
 ax.step(steps, dyn.scales, where="mid", **series_style(1))
 skipped = [k for k, s in zip(steps, dyn.skipped) if s]
-ax.scatter(skipped, [dyn.scales[k - 1] for k in skipped], marker="x", s=60, color="black", zorder=3,
-           label="skipped step")
+ax.scatter(skipped, [dyn.scales[k - 1] for k in skipped], marker="x", s=60,
+           color="black", zorder=3, label="skipped step")
 ax.set_yscale("log", base=2)
 ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-ax.set_xlabel("step")
-ax.set_ylabel("loss scale")
-if skipped:
-    ax.legend()
+ax.set(xlabel="step", ylabel="loss scale")
+ax.legend()
 plt.show()
 
-# %%
-ref = runs[0]
-rows = []
-for run in runs:
-    diff = max(abs(a - b) for a, b in zip(run.losses, ref.losses)) if run.weights_finite else float("nan")
-    flushed = [f for f in run.flushed if not math.isnan(f)]
-    rows.append((run.label, run.fp16, run.losses[-1], diff, sum(run.skipped), sum(run.overflowed),
-                 sum(flushed) / len(flushed) if flushed else None, "yes" if run.weights_finite else "no"))
-md_table(rows, ["run", "gradients", "final loss", "largest loss difference from fp32", "skipped steps", "overflow steps",
-                "mean flushed (emulation)", "weights finite"],
-         [None, None, ".4f", ".2e", None, None, ".4%", None])
+# %% [markdown]
+# The runs side by side. "Mean flushed" is the share of the nonzero fp16 gradient values the
+# emulation flushed to zero per step (empty with real fp16 autocast, which does not count).
+# With real fp16 autocast the forward pass itself runs in fp16, so every fp16 run's loss
+# differs from the fp32 reference from the first step on, whatever the scaling; with the
+# emulation the forward pass is fp32 and the losses differ only through the rounded
+# gradients.
+
+# %% tags=["hide-input"]
+md_table(gs.run_rows(runs), gs.RUN_HEADERS, gs.RUN_FORMATS)
 
 # %%
-broken = [r.label for r in runs if not r.weights_finite]
-growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)
-text = (f"The dynamic run started at 2^{math.log2(dyn.scales[0]):g}, skipped {sum(dyn.skipped)} of "
-        f"{len(dyn.skipped)} steps, grew its scale {growths} times and ended at 2^{math.log2(dyn.scales[-1]):g}. ")
-text += (f"Runs whose weights became NaN: {', '.join(broken)} (an overflowing gradient, unscaled and handed to "
-         f"Adam without a check). " if broken else "No run lost its weights to NaN. ")
-if rows[1][6] is not None:
-    text += (f"Without scaling, {rows[1][6]:.3%} of the nonzero activation-gradient values were flushed per "
-             f"step on average; the emulation computes the forward pass in fp32, so the losses differ from the "
-             f"reference only through the rounded gradients.")
-else:
-    text += ("With real fp16 autocast the forward pass itself runs in fp16, so the losses differ from the fp32 "
-             "reference from the first step on, whatever the scaling.")
-md(text)
+md(gs.scaling_verdict(runs))
 
 # %% [markdown]
 # How far the unscaled run strays depends on how many gradients underflow, which the first
@@ -409,8 +413,7 @@ md(text)
 # fixed scale has to sit below the overflow point and above the underflow point, and without
 # an overflow check one bad step ruins the weights, while `GradScaler` finds a workable scale
 # by itself and only skips the steps that overflow.
-
-# %% [markdown]
+#
 # ## What ran in which dtype
 #
 # Autocast does not convert a model. It intercepts individual ops: each op it knows runs in the
@@ -429,83 +432,75 @@ md(text)
 # (PyTorch's `FakeTensorMode`: tensors with a device, dtype and shape but no data), so that the
 # dispatcher's CUDA autocast kernels make their real decisions with no arithmetic done.
 
-# %%
+# %% tags=["hide-input"]
 probes = {d: {r.op: r for r in at.probe_ops(d)} for d in at.DEVICE_TYPES}
-rows = [(op, probes["cpu"][op].observed, probes["cpu"][op].documented or "unlisted",
-         probes["cuda"][op].observed, probes["cuda"][op].documented or "unlisted") for op in at.PROBE_NAMES]
-print(f"CPU probes: {next(iter(probes['cpu'].values())).low_dtype}; "
-      f"CUDA probes: {next(iter(probes['cuda'].values())).low_dtype} on {next(iter(probes['cuda'].values())).device}")
-md_table(rows, ["op", "CPU observed", "CPU documented", "CUDA observed", "CUDA documented"])
+where = {d: next(iter(probes[d].values())) for d in at.DEVICE_TYPES}
+print(f"CPU probes: {where['cpu'].low_dtype}; "
+      f"CUDA probes: {where['cuda'].low_dtype} on {where['cuda'].device}")
+md_table(at.probe_rows(probes), at.PROBE_HEADERS)
 
 # %% [markdown]
 # "lower_precision": the output is bf16 (CPU) or fp16 (CUDA) even from fp32 inputs; "float32":
 # the output is fp32 even from low-precision inputs; "input dtype": autocast leaves the op
 # alone; "promote": low-precision inputs stay low, but a mix of low and fp32 gives fp32 (for
-# `add` and `mul` this is PyTorch's ordinary type promotion, not autocast).
+# `add` and `mul` this is PyTorch's ordinary type promotion, not autocast). Where the two
+# devices and the documentation part ways, for the installed torch:
 
 # %%
-differs = [op for op in at.PROBE_NAMES if probes["cpu"][op].observed != probes["cuda"][op].observed]
-dis = {d: at.disagreements(list(probes[d].values())) for d in at.DEVICE_TYPES}
+md(at.probe_verdict(probes))
+
+# %%
 reg = {d: set(at.registered_ops(d)) for d in at.DEVICE_TYPES}
-doc = {d: {op for ops in at.documented_ops(d).values() for op in ops} for d in at.DEVICE_TYPES}
-pairs = {}
-for op in differs:
-    pairs.setdefault((probes["cpu"][op].observed, probes["cuda"][op].observed), []).append(op)
-md(f"CPU and CUDA autocast treat {len(differs)} of the {len(at.PROBE_NAMES)} probed ops differently: "
-   + "; ".join(f"{', '.join(ops)} ({a} on CPU, {b} on CUDA)" for (a, b), ops in pairs.items())
-   + ". Observed behaviour that the documented lists do not predict: "
-   + ("; ".join(f"{d.upper()}: " + (", ".join(f"{r.op} ({r.observed}, documented {r.documented or 'unlisted'})"
-                                            for r in dis[d]) or "none") for d in at.DEVICE_TYPES))
-   + f". torch {torch.__version__} registers autocast kernels for {len(reg['cpu'])} ops on CPU and "
-     f"{len(reg['cuda'])} on CUDA (overloads merged); {len(reg['cuda'] - doc['cuda'])} of the CUDA ones and "
-     f"{len(reg['cpu'] - doc['cpu'])} of the CPU ones are not named in the documentation (internal variants "
-     f"such as CUDA's `_convolution`, and others such as CUDA's "
-     f"{', '.join(sorted(o for o in reg['cuda'] - doc['cuda'] if o.startswith('upsample'))[:3]) or 'upsampling'}).")
+doc = {d: {op for ops in at.documented_ops(d).values() for op in ops}
+       for d in at.DEVICE_TYPES}
+glue_all(reg_cpu=len(reg["cpu"]), reg_cuda=len(reg["cuda"]),
+         undoc_cpu=len(reg["cpu"] - doc["cpu"]),
+         undoc_cuda=len(reg["cuda"] - doc["cuda"]))
 
 # %% [markdown]
+# The installed torch registers autocast kernels for {glue:text}`reg_cpu` ops on CPU and
+# {glue:text}`reg_cuda` on CUDA (overloads merged); {glue:text}`undoc_cpu` of the CPU ones and
+# {glue:text}`undoc_cuda` of the CUDA ones are not named in the documentation (internal
+# variants such as CUDA's `_convolution`, and others such as the upsampling ops).
+#
 # ### ERFNet, layer by layer
 #
 # Forward hooks on every layer record the dtypes going in and out during one forward pass under
 # autocast (bf16 on CPU, fp16 on CUDA), grouped by layer type:
 
-# %%
-trace_model = fresh_model().eval()
-x_trace = torch.randn(1, 3, trace_height, trace_width)
-layer_rows = []
-for d in at.DEVICE_TYPES:
-    if d == "cuda" and device.type != "cuda":  # fake CUDA tensors: the model's weights are not touched
-        rows_d, label = at.trace_layers(trace_model, tuple(x_trace.shape), "cuda"), "cuda (fake)"
-    else:
-        dev = torch.device(d) if d == "cpu" else device
-        rows_d, label = at.trace_layers(trace_model.to(dev), x_trace.to(dev), d), d
-    layer_rows += [(label, *r) for r in at.summarize_by_type(rows_d)]
-trace_model.cpu()
+# %% tags=["hide-input"]
+layer_rows = at.layer_rows(model.eval(), x_trace, device)
 md_table(layer_rows, ["device", "layer type", "input dtypes", "output dtype", "calls"])
 
 # %% [markdown]
 # Convolutions turn fp32 inputs into low-precision outputs; batch norm, dropout and ReLU keep
 # whatever comes in. But some layers see fp32 inputs deep inside the network. The hooks on
 # layers miss the functional ops inside each block's `forward`, so we also record every torch
-# function call:
+# function call (on the CPU, in bf16):
 
-# %%
-ops_cpu = at.trace_ops(trace_model, x_trace, "cpu")
-op_summary = at.summarize_by_type(ops_cpu, key="op")
-md_table([r for r in op_summary if r[0] in ("cat", "add", "__add__", "relu")],
-         ["op", "inside", "input dtypes", "output dtype", "calls"])
+# %% tags=["hide-input"]
+ops_cpu = at.trace_ops(model.cpu(), x_trace.cpu(), "cpu")
+kept = ("cat", "add", "__add__", "relu")
+rows = [r for r in at.summarize_by_type(ops_cpu, key="op") if r[0] in kept]
+md_table(rows, ["op", "inside", "input dtypes", "output dtype", "calls"])
 
 # %%
 cats = [r for r in ops_cpu if r["op"] == "cat"]
-adds = [r for r in ops_cpu if r["op"] in ("add", "__add__") and r["module"] == "NonBottleneck1D"]
-fp32_adds = sum(r["output"] == ["float32"] for r in adds)
-md(f"Every downsampler concatenates a convolution's low-precision output with a max-pool of its input; "
-   f"{sum(r['output'] == ['float32'] for r in cats)} of its {len(cats)} concatenations get an fp32 input from "
-   f"the pool and so produce fp32 (`cat` promotes to the widest input). The residual sums of "
-   f"{fp32_adds} of the {len(adds)} non-bottleneck blocks add a low-precision branch to an fp32 input and give "
-   f"fp32 again: ERFNet's encoder carries its residual stream in fp32 under autocast, and only the layers "
-   f"inside each branch run in low precision. The memory section below pays for this.")
+adds = [r for r in ops_cpu
+        if r["op"] in ("add", "__add__") and r["module"] == "NonBottleneck1D"]
+glue_all(cats=len(cats), fp32_cats=sum(r["output"] == ["float32"] for r in cats),
+         adds=len(adds), fp32_adds=sum(r["output"] == ["float32"] for r in adds))
 
 # %% [markdown]
+# Every downsampler concatenates a convolution's low-precision output with a max-pool of its
+# input; {glue:text}`fp32_cats` of its {glue:text}`cats` concatenations get an fp32 input from
+# the pool and so produce fp32 (`cat` promotes to the widest input). The residual sums of
+# {glue:text}`fp32_adds` of the {glue:text}`adds` non-bottleneck blocks add a low-precision
+# branch to an fp32 input and give fp32 again: ERFNet's encoder carries its residual stream in
+# fp32 under autocast, and only the layers inside each branch run in low precision. This is
+# why the gradient sections above count the encoder's residual stream as fp32, and the memory
+# section below pays for it.
+#
 # ## Weights stay fp32
 #
 # The post says that PyTorch's AMP keeps two copies of the weights, an fp32 master copy and an
@@ -514,315 +509,303 @@ md(f"Every downsampler concatenates a convolution's low-precision output with a 
 # <https://nvidia.github.io/apex/amp.html>). Native autocast keeps only the model's fp32
 # weights: inside an autocast region each op that runs in low precision casts its fp32
 # weight, and a cache keeps that cast for the rest of the region. After one training step
-# under autocast, the parameters and their gradients:
+# under autocast (and after one with a model converted by `.half()`), the parameters and
+# their gradients:
 
-# %%
-x_tiny, y_tiny = tx[:, :, :8, :16].clone(), ty[:, :8, :16].clone()  # dtypes do not depend on size
-
-
-def dtypes_after_step(dtype, dev):
-    m = fresh_model().to(dev).train()
-    x, y = x_tiny.to(dev), y_tiny.to(dev)
-    with torch.autocast(dev.type, dtype=dtype):
-        loss = nn.functional.cross_entropy(m(x), y, ignore_index=255)
-    loss.backward()
-    return at.parameter_and_grad_dtypes(m)
-
-
-settings = [("cpu", torch.bfloat16), ("cpu", torch.float16)] + ([("cuda", torch.float16)] if device.type == "cuda" else [])
+# %% tags=["hide-input"]
+x_tiny, y_tiny = gs.crop_batch(batches, 8, 16, 1)  # dtypes do not depend on size
+settings = [("cpu", torch.bfloat16), ("cpu", torch.float16)]
+settings += [("cuda", torch.float16)] if device.type == "cuda" else []
 rows = []
 for d, dt in settings:
-    r = dtypes_after_step(dt, torch.device(d))
-    rows.append((f"autocast {at.dtype_name(dt)} on {d}", ", ".join(f"{k}: {v}" for k, v in r["params"].items()),
-                 ", ".join(f"{k}: {v}" for k, v in r["grads"].items())))
-half_model = fresh_model().half() if device.type == "cuda" else fresh_model().cpu().half()
-half_model(x_tiny.to(next(half_model.parameters()).device).half()).float().sum().backward()
-r = at.parameter_and_grad_dtypes(half_model)
-rows.append(("model.half()", ", ".join(f"{k}: {v}" for k, v in r["params"].items()),
-             ", ".join(f"{k}: {v}" for k, v in r["grads"].items())))
+    torch.manual_seed(seed)
+    r = at.dtypes_after_step(ERFNet().to(d), x_tiny.to(d), y_tiny.to(d), d, dt)
+    rows.append((f"autocast {at.dtype_name(dt)} on {d}",
+                 at.dtype_counts(r["params"]), at.dtype_counts(r["grads"])))
+half = at.dtypes_after_step(ERFNet().to(device).half(), x_tiny.to(device).half(),
+                            y_tiny.to(device), device.type, None)
+rows.append(("model.half()", at.dtype_counts(half["params"]),
+             at.dtype_counts(half["grads"])))
 md_table(rows, ["setting", "parameter dtypes (count)", "gradient dtypes (count)"])
 
 # %% [markdown]
 # Under autocast, in bf16 or fp16, every parameter and every gradient is fp32; the optimizer
 # updates fp32 weights. With `.half()` the weights themselves are fp16, and so are their
 # gradients and updates. Where that matters: an update smaller than half the spacing of fp16
-# numbers at the weight's value disappears. Adam's steps are about the learning rate in size;
-# a weight of 1 updated by a few of them:
+# numbers at the weight's value disappears. This is the paper's reason for fp32 master weights
+# (the "about 5%" above). Adam's steps are about the learning rate in size; a weight of 1
+# updated by a few of them:
+
+# %%
+rows = []
+for update in (lr, lr / 4, lr / 16):
+    in_fp16 = float(torch.tensor(1.0).half() - torch.tensor(update).half())
+    rows.append((update, 1.0 - update, in_fp16, (1 - in_fp16) / update))
+md_table(rows, ["update", "1 - update in fp32", "1 - update in fp16",
+                "share of the update kept in fp16"], [".3g", ".8f", ".8f", ".0%"])
 
 # %%
 from ampbook.formats import spacing
 
-w = torch.tensor(1.0)
-gap = float(spacing(torch.tensor(0.99), "fp16"))  # fp16's spacing just below 1
-rows = []
-for update in (lr, lr / 4, lr / 16):
-    in_fp32 = float(w - update)
-    in_fp16 = float((w.half() - torch.tensor(update).half()).float())
-    rows.append((update, in_fp32, in_fp16, (1 - in_fp16) / update))
-md_table(rows, ["update", "1 - update in fp32", "1 - update in fp16", "share of the update kept in fp16"],
-         [".3g", ".8f", ".8f", ".0%"])
-
-# %%
-md(f"fp16's spacing just below 1 is {gap:g}: in fp16 an update is rounded to a multiple of it, so updates "
-   f"below {gap / 2:g} vanish and larger ones are distorted. The fp32 weights that autocast keeps take every "
-   f"update as it is.")
+glue_all(gap=float(spacing(torch.tensor(0.99), "fp16")))
 
 # %% [markdown]
+# fp16's spacing just below 1 is {glue:text}`gap:g`: in fp16 an update is rounded to a multiple
+# of it, so updates below half of it vanish and larger ones are distorted. The fp32 weights
+# that autocast keeps take every update as it is.
+#
 # ### The casts, counted
 #
 # A `TorchDispatchMode` sees every dtype conversion autocast makes. Counting them for ERFNet's
-# forward pass shows when the low-precision copies of the weights are made, and the small
-# module below, which uses the same layer twice, shows the cache at work.
+# forward pass shows when the low-precision copies of the weights are made, and a small module
+# that uses one `Linear` layer twice (`at.SameLayerTwice`) shows the cache at work.
 
 # %%
-count_model = fresh_model().cpu().train()
-xc = x_tiny  # the casts do not depend on the input's size
-n_params = len(list(count_model.parameters()))
-one = at.count_casts(count_model, xc, "cpu")
-two_in_one = at.count_casts(count_model, xc, "cpu", forwards=2)
-two_regions = at.count_casts(count_model, xc, "cpu", forwards=2, one_region=False)
+torch.manual_seed(seed)
+cm = ERFNet().train()
+twice, xt = at.SameLayerTwice(), torch.randn(8, 64)
+counts = {
+    "ERFNet, 1 forward": at.count_casts(cm, x_tiny, "cpu"),
+    "ERFNet, 2 forwards in one region": at.count_casts(cm, x_tiny, "cpu", forwards=2),
+    "ERFNet, 2 forwards, a region each":
+        at.count_casts(cm, x_tiny, "cpu", forwards=2, one_region=False),
+    "Linear used twice, cache on": at.count_casts(twice, xt, "cpu"),
+    "Linear used twice, cache off":
+        at.count_casts(twice, xt, "cpu", cache_enabled=False),
+}
 
-
-class TwiceLinear(nn.Module):  # the same weight used twice in one forward
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(64, 64)
-
-    def forward(self, x):
-        return self.lin(self.lin(x))
-
-
-twice, xt = TwiceLinear(), torch.randn(8, 64)
-cached = at.count_casts(twice, xt, "cpu")
-uncached = at.count_casts(twice, xt, "cpu", cache_enabled=False)
-fp32_weight_bytes = sum(p.numel() * 4 for p in count_model.parameters())
-rows = [("ERFNet, 1 forward", one.parameter_casts, one.parameter_cast_bytes / 2**20, one.other_casts),
-        ("ERFNet, 2 forwards in one region", two_in_one.parameter_casts, two_in_one.parameter_cast_bytes / 2**20,
-         two_in_one.other_casts),
-        ("ERFNet, 2 forwards, a region each", two_regions.parameter_casts, two_regions.parameter_cast_bytes / 2**20,
-         two_regions.other_casts),
-        ("Linear used twice, cache on", cached.parameter_casts, cached.parameter_cast_bytes / 2**20, cached.other_casts),
-        ("Linear used twice, cache off", uncached.parameter_casts, uncached.parameter_cast_bytes / 2**20,
-         uncached.other_casts)]
-md_table(rows, ["forward pass (bf16 autocast, CPU)", "weight casts", "MiB of weight copies", "other casts"],
-         [None, None, ".2f", None])
+# %% tags=["hide-input"]
+rows = [(k, c.parameter_casts, c.parameter_cast_bytes / 2**20, c.other_casts)
+        for k, c in counts.items()]
+md_table(rows, ["forward pass (bf16 autocast, CPU)", "weight casts",
+                "MiB of weight copies", "other casts"], [None, None, ".2f", None])
 
 # %%
-conv_params = sum(1 for m in count_model.modules() if isinstance(m, gs.LOW_PRECISION_LAYERS)
+one = counts["ERFNet, 1 forward"]
+conv_params = sum(1 for m in cm.modules() if isinstance(m, gs.LOW_PRECISION_LAYERS)
                   for p in m.parameters(recurse=False))
-md(f"ERFNet has {n_params} parameter tensors ({fp32_weight_bytes / 2**20:.2f} MiB in fp32), {conv_params} of them "
-   f"the weights and biases of its convolutions. Autocast casts {one.parameter_casts} tensors "
-   f"({'exactly those' if one.parameter_casts == conv_params else 'not just those'}; batch norm takes its fp32 "
-   f"parameters as they are), making {one.parameter_cast_bytes / 2**20:.2f} MiB of bf16 copies per region. A second forward in the "
-   f"same region reuses them ({two_in_one.parameter_casts} casts for two passes); a new region casts again "
-   f"({two_regions.parameter_casts}). The copies live as long as the region, and as long as the backward pass "
-   f"needs them: they are temporary working copies, remade every step, not a second set of weights that is "
-   f"kept and updated. The \"other casts\" are activations entering a low-precision op in fp32.")
+glue_all(n_params=len(list(cm.parameters())), conv_params=conv_params,
+         fp32_mib=sum(p.numel() * 4 for p in cm.parameters()) / 2**20,
+         casts=one.parameter_casts, copies_mib=one.parameter_cast_bytes / 2**20)
 
-# %%
-bw = at.backward_dtypes(count_model, x_tiny, y_tiny, "cpu", torch.bfloat16)
-conv_low = sum(n for (op, dt), n in bw.items() if op == "convolution_backward" and dt != "float32")
-to_fp32 = bw.get(("_to_copy", "float32"), 0)
-rows = [("weights kept in", "fp32 master + fp16 copy", ", ".join(sorted(at.parameter_and_grad_dtypes(count_model)["params"]))),
+# %% [markdown]
+# ERFNet has {glue:text}`n_params` parameter tensors ({glue:text}`fp32_mib:.2f` MiB in fp32),
+# {glue:text}`conv_params` of them the weights and biases of its convolutions. Autocast casts
+# {glue:text}`casts` tensors per region (batch norm takes its fp32 parameters as they are),
+# making {glue:text}`copies_mib:.2f` MiB of bf16 copies. A second forward in the same region
+# reuses them; a new region casts again. The copies live as long as the region, and as long
+# as the backward pass needs them: temporary working copies, remade every step, not a second
+# set of weights that is kept and updated. The "other casts" are activations entering a
+# low-precision op in fp32. The post's account against what we measured:
+
+# %% tags=["hide-input"]
+bw = at.backward_dtypes(cm, x_tiny, y_tiny, "cpu", torch.bfloat16)
+conv_low = sum(n for (op, dt), n in bw.items()
+               if op == "convolution_backward" and dt != "float32")
+kept_in = ", ".join(sorted(at.parameter_and_grad_dtypes(cm)["params"]))
+init = f"2^{math.log2(defaults['init_scale']):g}"
+rows = [("weights kept in", "fp32 master + fp16 copy", kept_in),
         ("low-precision weight copies", "kept alongside the master",
-         f"made per autocast region ({one.parameter_casts} casts per ERFNet step), cached within it"),
+         f"made per autocast region ({one.parameter_casts} casts), cached within it"),
         ("gradients", "fp16, applied to the fp32 copy",
-         f"low precision inside the backward ({conv_low} bf16 tensors out of convolution_backward), "
-         f"then {to_fp32} casts to fp32: every .grad is fp32"),
-        ("loss scaling starts at", f"{claims['paper_initial_loss_scale']} (\"the paper suggests\")",
-         f"2^{math.log2(defaults['init_scale']):g} (GradScaler's default; {claims['paper_initial_loss_scale']} was the "
-         f"scale that was enough for SSD in the paper)")]
+         f"{conv_low} low-precision tensors out of convolution_backward, then "
+         f"{bw.get(('_to_copy', 'float32'), 0)} casts to fp32: every .grad is fp32"),
+        ("loss scaling starts at", f"{claims['paper_initial_loss_scale']} (the paper)",
+         f"{init} (GradScaler's default)")]
 md_table(rows, ["", "the post", "measured here"])
 
 # %% [markdown]
 # ## Where the memory goes
 #
 # Parameters, gradients and Adam's two moment buffers are fp32 with or without autocast. What
-# autocast shrinks is the set of tensors autograd keeps from the forward pass for the backward
-# pass: each layer's inputs (and for batch norm its statistics). `ampbook.memory.SavedTensorMeter`
-# counts those bytes with saved-tensor hooks, attributing them to the layer type running when
-# they were saved; under autocast the low-precision weight copies are among them.
+# autocast changes is the set of tensors autograd keeps from the forward pass for the backward
+# pass: each layer's inputs (and for batch norm its statistics). The book measures it one way
+# in every chapter, with `ampbook.memory.saved_for_backward`: the **new bytes saved for
+# backward**, attributed to the layer type running when they were saved. Parameters saved as
+# they are cost nothing (they exist anyway) and are not counted; the low-precision copies of
+# the weights that autocast saves are new memory made every step and are counted. The rule
+# is a few lines of `SavedTensorMeter`'s saved-tensor hook, which autograd calls for every
+# tensor it keeps:
+
+# %%
+import inspect
+
+print(inspect.getsource(memory.SavedTensorMeter._pack))
+
+# %% [markdown]
+# One step of ERFNet in fp32 and under autocast at each of the chapter's sizes:
 
 # %%
 amp_dtype = at.default_dtype(device.type)
 mem = {}
-for h, w_ in memory_sizes:
-    xm, ym = (crop_batch(h, w_, memory_batch_size) if h <= height and w_ <= width
-              else load_batches(h, w_, 1, bs=memory_batch_size)[0][0])
-    m = fresh_model().train()
+for h, w in memory_sizes:
+    xm, ym = gs.training_batches(data_root, h, w, 1, memory_batch_size,
+                                 synthetic_train, seed)[0][0]
     xm, ym = xm.to(device), ym.to(device)
-    loss_fn = nn.CrossEntropyLoss(ignore_index=255)
-    mem[(h, w_)] = {"fp32": at.saved_bytes(m, xm, ym, device.type, None, loss_fn),
-                    "amp": at.saved_bytes(m, xm, ym, device.type, amp_dtype, loss_fn),
-                    "pixels": ym.numel()}
-    print(f"{memory_batch_size} x {h}x{w_}: fp32 {mem[(h, w_)]['fp32']['total_bytes'] / 2**20:.2f} MiB, "
-          f"autocast {at.dtype_name(amp_dtype)} {mem[(h, w_)]['amp']['total_bytes'] / 2**20:.2f} MiB saved for backward")
+    torch.manual_seed(seed)
+    m = ERFNet().to(device).train()
+    mem[h * w * memory_batch_size] = {
+        "fp32": memory.saved_for_backward(m, xm, ym, device.type),
+        "amp": memory.saved_for_backward(m, xm, ym, device.type, amp_dtype)}
 
-# %%
-big = max(mem, key=lambda k: mem[k]["pixels"])
-f32, amp = mem[big]["fp32"], mem[big]["amp"]
-types = sorted(set(f32["by_module_type"]) | set(amp["by_module_type"]), key=lambda t: -f32["by_module_type"].get(t, 0))
-rows = [(t, f32["by_module_type"].get(t, 0) / 2**20, amp["by_module_type"].get(t, 0) / 2**20,
-         amp["by_module_type"].get(t, 0) / f32["by_module_type"][t] if f32["by_module_type"].get(t) else None)
-        for t in types]
-rows.append(("total", f32["total_bytes"] / 2**20, amp["total_bytes"] / 2**20, amp["total_bytes"] / f32["total_bytes"]))
-md_table(rows, ["saved by", "fp32 MiB", f"autocast {at.dtype_name(amp_dtype)} MiB", "ratio"], [None, ".3f", ".3f", ".2f"])
+# %% tags=["hide-input"]
+big = max(mem)
+f32, amp = mem[big]["fp32"]["by_module_type"], mem[big]["amp"]["by_module_type"]
+types = sorted(set(f32) | set(amp), key=lambda t: -f32.get(t, 0))
+rows = [(t, f32.get(t, 0) / 2**20, amp.get(t, 0) / 2**20) for t in types]
+rows.append(("total", mem[big]["fp32"]["new_bytes"] / 2**20,
+             mem[big]["amp"]["new_bytes"] / 2**20))
+amp_name = at.dtype_name(amp_dtype)
+md_table(rows, ["new bytes saved by", "fp32 MiB", f"autocast {amp_name} MiB"],
+         [None, ".3f", ".3f"])
 
-# %% mystnb={"figure": {"caption": "Bytes saved for the backward pass per layer type in one ERFNet step, fp32 against autocast, at the larger measured size. Blocks' own entries (Downsampler, NonBottleneck1D) are the functional ops in their forward: concatenations, ReLUs and residual sums.", "name": "fig-ch4-saved-bytes"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "New bytes saved for the backward pass per layer type in one ERFNet step, fp32 against autocast, at the larger measured size. Blocks' own entries (Downsampler, NonBottleneck1D) are the functional ops in their forward: concatenations, ReLUs and residual sums. In fp32 the convolutions save their weights as they are (not counted) and inputs a ReLU saved already.", "name": "fig-ch4-saved-bytes"}}
 fig, ax = plt.subplots()
 ypos = list(range(len(types)))
-ax.barh([y - 0.2 for y in ypos], [f32["by_module_type"].get(t, 0) / 2**20 for t in types], height=0.4,
+ax.barh([y - 0.2 for y in ypos], [f32.get(t, 0) / 2**20 for t in types], height=0.4,
         label="fp32", **bar_style(0))
-ax.barh([y + 0.2 for y in ypos], [amp["by_module_type"].get(t, 0) / 2**20 for t in types], height=0.4,
+ax.barh([y + 0.2 for y in ypos], [amp.get(t, 0) / 2**20 for t in types], height=0.4,
         label=f"autocast {at.dtype_name(amp_dtype)}", **bar_style(2))
 ax.set_yticks(ypos, types)
 ax.invert_yaxis()
-ax.set_xlabel(f"MiB saved for backward ({memory_batch_size} images of {big[0]}x{big[1]})")
+ax.set_xlabel(f"MiB saved for backward ({big:,} pixels per batch)")
 ax.legend()
 plt.show()
 
 # %% [markdown]
-# Two things blur this table. In fp32 the convolutions save their weights as they are, which
-# costs no memory (the weights exist anyway); under autocast they save low-precision copies,
-# which are new memory made every step. And parts of the network stay fp32 (the downsamplers'
-# concatenations and the encoder's residual stream, as the trace showed), as do the loss's
-# inputs. Counting only the new memory, the saved bytes minus the parameters saved as they are:
+# Per measured step, the same figure in fp32 and under autocast, and what autocast saved or
+# cost (the verdict is `ampbook.memory.saving_verdict`, the same line chapters 3 and 5 print):
+
+# %% tags=["hide-input"]
+new = {p: (m["fp32"]["new_bytes"], m["amp"]["new_bytes"]) for p, m in mem.items()}
+rows = [(f"{p:,}", f / 2**20, a / 2**20, memory.saving(f, a))
+        for p, (f, a) in sorted(new.items())]
+md_table(rows, ["pixels per batch", "fp32 new MiB", "autocast new MiB", "saved"],
+         [None, ".2f", ".2f", ".1%"])
 
 # %%
-def new_bytes(summary):
-    return summary["total_bytes"] - summary["parameter_bytes"]
-
-
-rows = [(f"{memory_batch_size} x {k[0]}x{k[1]}", mem[k]["fp32"]["parameter_bytes"] / 2**20,
-         new_bytes(mem[k]["fp32"]) / 2**20, mem[k]["amp"]["parameter_bytes"] / 2**20, new_bytes(mem[k]["amp"]) / 2**20,
-         new_bytes(mem[k]["amp"]) / new_bytes(mem[k]["fp32"])) for k in sorted(mem, key=lambda k: mem[k]["pixels"])]
-md_table(rows, ["step", "fp32: parameters as they are", "fp32: new MiB", "autocast: parameters as they are",
-                "autocast: new MiB (incl. weight copies)", "new-memory ratio"], [None, ".2f", ".2f", ".2f", ".2f", ".2f"])
+md(memory.saving_verdict(*new[big]))
 
 # %% [markdown]
-# To turn this into a prediction for a whole step, add the memory autocast does not change:
-# for each parameter 4 bytes of weight, 4 of gradient and 8 of Adam state. The new saved bytes
-# grow in proportion to the pixels per batch; a straight line through the two measured sizes
-# extrapolates them.
+# Two effects pull against each other. Every activation a low-precision op saves takes half
+# the bytes of its fp32 twin, and this part grows with the pixels of the batch; but parts of
+# the network stay fp32 (the downsamplers' concatenations and the encoder's residual stream),
+# as do the loss's inputs, so the per-pixel cost falls by less than half. Against that,
+# autocast adds the low-precision copies of the weights, a fixed cost that fp32 does not pay.
+# So autocast costs memory below some batch size in pixels and saves it above. A straight
+# line through the measured sizes for each finds the crossover (`memory.fit_line`,
+# `memory.crossover_pixels`):
 
 # %%
-n_weights = sum(p.numel() for p in fresh_model().parameters())
-static = 16 * n_weights  # fp32 weight + fp32 gradient + Adam's two fp32 moments
-(k1, k2) = sorted(mem, key=lambda k: mem[k]["pixels"])
+fp32_line = memory.fit_line([(p, m["fp32"]["new_bytes"]) for p, m in mem.items()])
+amp_line = memory.fit_line([(p, m["amp"]["new_bytes"]) for p, m in mem.items()])
+crossover = memory.crossover_pixels(fp32_line, amp_line)
+n_weights = sum(p.numel() for p in model.parameters())
+glue_all(slope_f=fp32_line.slope, slope_a=amp_line.slope, crossover=crossover,
+         slope_ratio=amp_line.slope / fp32_line.slope,
+         fixed_mib=(amp_line.intercept - fp32_line.intercept) / 2**20)
 
+# %% [markdown]
+# Each pixel of the batch costs {glue:text}`slope_f:,.0f` new saved bytes in fp32 and
+# {glue:text}`slope_a:,.0f` under autocast ({glue:text}`slope_ratio:.0%`); the lines'
+# intercepts differ by {glue:text}`fixed_mib:.2f` MiB, mostly the weight copies. Autocast
+# saves activation memory above about {glue:text}`crossover:,.0f` pixels per batch and costs
+# memory below ("inf": never, "0": always).
+#
+# To turn this into a prediction for a whole step, add the memory autocast does not change:
+# for each parameter 4 bytes of weight, 4 of gradient and 8 of Adam state
+# (`memory.step_saving`):
 
-def line(key):
-    p1, p2 = mem[k1]["pixels"], mem[k2]["pixels"]
-    b1, b2 = new_bytes(mem[k1][key]), new_bytes(mem[k2][key])
-    slope = (b2 - b1) / (p2 - p1)
-    return lambda p: b1 + slope * (p - p1)
+# %% tags=["hide-input"]
+post_runs = load_reference("seed_post")["experiment"]["runs"]
+post_gb = (post_runs["no_amp"]["memory_gb"], post_runs["amp"]["memory_gb"])
+post_saving = memory.saving(*post_gb)
+n_default = cfg.batch_size * cfg.height * cfg.width
+rows = [(f"{p:,} (measured)", memory.step_saving(p, fp32_line, amp_line, n_weights))
+        for p in sorted(mem)]
+rows.append((f"{n_default:,} (runner default, extrapolated)",
+             memory.step_saving(n_default, fp32_line, amp_line, n_weights)))
+rows.append(("the post (RTX 3070, size unstated)", post_saving))
+md_table(rows, ["pixels per batch", "predicted memory saving"], [None, ".1%"])
 
-
-fp32_line, amp_line = line("fp32"), line("amp")
-
-
-def predicted_saving(pixels):
-    return 1 - (static + amp_line(pixels)) / (static + fp32_line(pixels))
-
-
-# the pixels per batch above which autocast's saved tensors take less memory than fp32's
-p1 = mem[k1]["pixels"]
-slope_f, slope_a = fp32_line(p1 + 1) - fp32_line(p1), amp_line(p1 + 1) - amp_line(p1)
-crossover = (amp_line(0) - fp32_line(0)) / (slope_f - slope_a) if slope_f > slope_a else math.inf
-
-
-post_saving = 1 - post["experiment"]["runs"]["amp"]["memory_gb"] / post["experiment"]["runs"]["no_amp"]["memory_gb"]
-rows = [(f"{memory_batch_size} x {k[0]}x{k[1]} (measured)", mem[k]["pixels"], predicted_saving(mem[k]["pixels"]))
-        for k in (k1, k2)]
-rows.append((f"{cfg.batch_size} x {cfg.height}x{cfg.width} (runner default, extrapolated)", full_pixels,
-             predicted_saving(full_pixels)))
-rows.append(("the post (RTX 3070, size unstated)", None, post_saving))
-display(md_table(rows, ["step", "pixels per batch", "predicted memory saving"], [None, None, ".1%"]))
-below = [f"{memory_batch_size} x {k[0]}x{k[1]}" for k in (k1, k2) if mem[k]["pixels"] < crossover]
-md(f"Each pixel of the batch costs {slope_f:,.0f} saved bytes in fp32 and {slope_a:,.0f} under autocast "
-   f"({slope_a / slope_f:.0%}). The weight copies are a fixed cost on top, so autocast saves memory only above "
-   f"about {crossover:,.0f} pixels per batch; below that it costs memory"
-   + (f", as in the measured step{'s' if len(below) > 1 else ''} {' and '.join(below)}." if below else "."))
-
-# %% mystnb={"figure": {"caption": "Predicted saving of a training step's memory (saved tensors plus fp32 weights, gradients and Adam state) against pixels per batch, extrapolated linearly from two measured sizes; the horizontal line is the post's measured 25%.", "name": "fig-ch4-saving"}}
-grid = [2 ** k for k in range(10, 25)]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Predicted saving of a training step's memory (new saved bytes plus fp32 weights, gradients and Adam state) against pixels per batch, extrapolated linearly from the measured sizes; the horizontal line is the post's measured saving. Below zero autocast costs memory.", "name": "fig-ch4-saving"}}
+grid = [2**k for k in range(10, 25)]
 fig, ax = plt.subplots(figsize=(7.0, 3.4))
-ax.plot(grid, [predicted_saving(p) for p in grid], label="predicted (saved tensors + fp32 state)", markersize=3,
-        **series_style(1))
-ax.scatter([mem[k]["pixels"] for k in (k1, k2)], [predicted_saving(mem[k]["pixels"]) for k in (k1, k2)],
-           color="black", zorder=3, label="measured sizes")
-ax.axhline(post_saving, color="black", linestyle=":", label="the post (2.5 GB vs 3.3 GB)")
+ax.plot(grid, [memory.step_saving(p, fp32_line, amp_line, n_weights) for p in grid],
+        label="predicted (saved tensors + fp32 state)", markersize=3, **series_style(1))
+measured = [memory.step_saving(p, fp32_line, amp_line, n_weights) for p in sorted(mem)]
+ax.scatter(sorted(mem), measured, color="black", zorder=3, label="measured")
+post_label = f"the post ({post_gb[1]} GB vs {post_gb[0]} GB)"
+ax.axhline(post_saving, color="black", linestyle=":", label=post_label)
+ax.axhline(0, color="gray", linewidth=0.8)
 ax.set_xscale("log", base=2)
-ax.set_xlabel("pixels per batch")
-ax.set_ylabel("memory saved by autocast")
+ax.set(xlabel="pixels per batch", ylabel="memory saved by autocast")
 ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.0%}"))
 ax.legend(fontsize=8)
 plt.show()
 
 # %%
-limit = 1 - amp_line(2**30) / fp32_line(2**30)
-md(f"At large batches the fp32 state stops mattering and the saving approaches that of the saved tensors alone, "
-   f"{limit:.1%} here" + (": less than the 50% that halving every saved tensor would give, because of the fp32 "
-                          "parts above. " if limit < 0.5 else ". ")
-   + f"The post measured {post_saving:.1%} (from {post['experiment']['runs']['no_amp']['memory_gb']} GB to "
-   f"{post['experiment']['runs']['amp']['memory_gb']} GB; it does not say how it measured memory, and tools such as "
-   f"nvidia-smi also count the CUDA context and the allocator's cache); the prediction at the runner's default "
-   f"size is {predicted_saving(full_pixels):.1%}. The prediction leaves out cuDNN's workspaces, the allocator's "
-   f"rounding and whatever else a real step keeps alive at its peak.")
+glue_all(limit=1 - amp_line.slope / fp32_line.slope, post_saving=post_saving,
+         default_saving=memory.step_saving(n_default, fp32_line, amp_line, n_weights))
 
 # %% [markdown]
+# At large batches the fixed parts stop mattering and the saving approaches that of the
+# per-pixel cost alone, {glue:text}`limit:.1%` here: less than the 50% that halving every
+# saved tensor would give, because of the fp32 parts. The post measured
+# {glue:text}`post_saving:.1%` (it does not say how it measured memory, and tools such as
+# nvidia-smi also count the CUDA context and the allocator's cache); the prediction at the
+# runner's default size is {glue:text}`default_saving:.1%`. The prediction leaves out cuDNN's
+# workspaces, the allocator's rounding and whatever else a real step keeps alive at its peak.
+#
 # ### Measured on a GPU
 #
-# The training runner records the CUDA allocator's peak for each epoch
-# (`cuda_max_allocated_bytes`, see `data/results/README.md`). When `data/results` holds an fp32
-# run and an fp16 autocast run on CUDA with the same size and batch, their peaks give the
-# measured saving:
+# The training runner records the CUDA allocator's peak for each epoch. Runs committed under
+# `results_dir` (by default `data/results`) are paired by `ampbook.results`: an fp32 run and
+# an fp16 autocast run pair only when they ran on the same GPU with the same setting (size,
+# batch, memory format, data). Each pair's measured saving, beside this chapter's prediction
+# for its size:
 
-# %%
-import json
+# %% tags=["hide-input"]
+from ampbook import results
 
-from ampbook.paths import RESULTS_DIR
-from ampbook.train import load_results
+found = results.load_results_dir(results_dir)
+gpu_pairs = [p for p in found.pairs() if p.amp.mode == "amp-fp16"]
+print(f"{len(gpu_pairs)} pair(s) of fp32 and amp-fp16 CUDA runs in {found.directory}")
+rows = [(p.setting.device_name, p.label, p.setting.label,
+         p.baseline.memory_bytes / 2**30, p.amp.memory_bytes / 2**30,
+         1 - p.memory_ratio,
+         memory.step_saving(p.setting.batch_size * p.setting.height * p.setting.width,
+                            fp32_line, amp_line, n_weights)) for p in gpu_pairs]
+md_table(rows, ["GPU", "pair", "setting", "fp32 peak GiB", "amp-fp16 peak GiB",
+                "measured saving", "predicted saving"],
+         [None, None, None, ".2f", ".2f", ".1%", ".1%"])
 
-gpu_runs = {}
-for path in sorted(RESULTS_DIR.rglob("*.json")):
-    try:
-        rec_ = load_results(path)
-    except (ValueError, json.JSONDecodeError, KeyError):
-        continue
-    peak = rec_.get("summary", {}).get("max_cuda_allocated_bytes")
-    if peak and str(rec_["resolved"]["device"]).startswith("cuda"):
-        c = rec_["config"]
-        gpu_runs.setdefault((c["height"], c["width"], c["batch_size"]), {})[c["precision"]] = (peak, path.name)
-rows = []
-for (h, w_, b), by_prec in sorted(gpu_runs.items()):
-    if "fp32" in by_prec and "amp-fp16" in by_prec:
-        pf, pa = by_prec["fp32"][0], by_prec["amp-fp16"][0]
-        rows.append((f"{b} x {h}x{w_}", pf / 2**30, pa / 2**30, 1 - pa / pf, predicted_saving(b * h * w_)))
-if rows:
-    display(md_table(rows, ["step", "fp32 peak GiB", "amp-fp16 peak GiB", "measured saving", "predicted saving"],
-                     [None, ".2f", ".2f", ".1%", ".1%"]))
-else:
-    display(md("No pair of CUDA runs (fp32 and amp-fp16 at one size) is in `data/results` yet: run "
-               "`python -m ampbook.train --precision fp32` and `--precision amp-fp16` on a GPU to fill this table."))
+# %% [markdown]
+# The measured saving is of the allocator's peak, which also holds the weights, gradients,
+# Adam state and cuDNN's workspaces; the prediction holds the first three. With no GPU runs
+# in the folder the table is empty; the fixtures of the tests fill it with a fictitious GPU.
 
 # %% [markdown]
 # ## Summary
 #
-# - ERFNet's activation gradients sit many binades below its weight gradients, and they move
-#   further down as the pixels per batch grow, because the loss averages over pixels. At this
-#   chapter's sizes few of them fall below fp16's 2⁻²⁴; at full Cityscapes sizes many more do.
+# - Under autocast, only the gradients of fp16 tensors are fp16: in ERFNet the layers inside
+#   each block's branch and the decoder, not the encoder's residual stream or the
+#   downsamplers' concatenations. Those fp16 activation gradients sit many binades below the
+#   weight gradients, and move further down as the labelled pixels per batch grow, because
+#   the loss averages over them. The table above gives the share below fp16's 2⁻²⁴ at this
+#   chapter's size, and the shift predicts how many more fall below it at full size.
+# - The paper's "about 5%" is of a speech model's weight gradients and argues for fp32 master
+#   weights; native autocast keeps the parameters and their gradients in fp32.
 # - Loss scaling shifts the whole histogram by log2 of the scale. A fixed scale must sit below
 #   the overflow point and above the underflow point and has no safety net; `GradScaler` starts
-#   high (2¹⁶), halves on overflow and skips that step, and grows again after clean steps.
+#   high (2¹⁶), multiplies the scale by its backoff factor on overflow and skips that step, and
+#   grows the scale again after clean steps.
 # - Autocast picks a dtype per op, not per layer or model: convolutions and matmuls in low
-#   precision, a list of ops in fp32, everything else in its inputs' dtype. CPU and CUDA differ:
-#   CUDA forces reductions, softmax and exponentials to fp32, CPU does not. ERFNet's
-#   concatenations and residual sums keep part of the network in fp32.
-# - Parameters and gradients stay fp32 under autocast; low-precision weight copies are made per
-#   region and cached within it. Only `.half()` makes the weights themselves fp16.
-# - The memory autocast saves is in the tensors saved for backward, and less than half of them
-#   because of the fp32 parts; the fp32 weights, gradients and optimizer state dilute it further.
+#   precision, a list of ops in fp32, everything else in its inputs' dtype. CPU and CUDA differ
+#   on some ops (the table above, for the installed torch).
+# - Memory: the new bytes saved for backward. Autocast halves what its low-precision ops save
+#   per pixel, but adds copies of the weights: it costs memory on small batches and saves it
+#   on large ones, by less than half because of the fp32 parts.
 #
 # ## Exercises
 #
@@ -835,6 +818,6 @@ else:
 #    documented lists? Does it behave as they say?
 # 4. Change ERFNet's downsampler so that the max-pool branch runs in low precision (cast its
 #    output with `.to(conv_out.dtype)`). Trace again: how much of the network now runs in low
-#    precision, and how much memory does the saved-tensor table show?
+#    precision, and how many new bytes does the memory table show?
 # 5. Train with `GradScaler(growth_interval=1)`. How often does it skip steps, and why is
 #    PyTorch's default interval so long?

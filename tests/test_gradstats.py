@@ -276,14 +276,20 @@ def test_only_gradients_autocast_holds_in_fp16_count_as_fp16():
     torch.manual_seed(0)
     model = nn.Sequential(_Residual(), nn.MaxPool2d(1), nn.Conv2d(3, 5, 1))
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 5, (2, 8, 8))
-    low = at.low_precision_layers(model, x)  # CUDA fp16 rules (fake tensors without a GPU)
+    low = at.low_precision_layers(
+        model, x
+    )  # CUDA fp16 rules (fake tensors without a GPU)
     assert low == {"0.conv", "0.bn", "2"}  # the max-pool of the fp32 sum stays fp32
     rec = gs.capture_gradients(model, [(x, y)], scales=(1.0,), low_precision=low)
     assert rec.combined("activation").tensors == 3
     assert rec.combined("activation-fp32").tensors == 1
     calls = at.low_precision_calls(model, x)
     ops = [op for op, _ in calls]
-    assert ("add", False) in calls and ("relu", False) in calls and ("conv2d", True) in calls
+    assert (
+        ("add", False) in calls
+        and ("relu", False) in calls
+        and ("conv2d", True) in calls
+    )
     counts = {}
     for key, c in (("all", None), ("fp16 only", calls)):
         emu = gs.emulate_fp16_grads(model, calls=c)
@@ -296,6 +302,9 @@ def test_only_gradients_autocast_holds_in_fp16_count_as_fp16():
     # the fp32 add and relu (and the pool) keep their gradients unrounded
     assert counts["all"] - counts["fp16 only"] == 3 * per_tensor
     assert len(ops) == 6
-    with pytest.raises(RuntimeError, match="call 0 of the forward is conv2d, the autocast trace has relu"):
+    with pytest.raises(
+        RuntimeError,
+        match="call 0 of the forward is conv2d, the autocast trace has relu",
+    ):
         with gs.emulate_fp16_grads(model, calls=[("relu", True)] + calls):
             model(x)

@@ -1,0 +1,78 @@
+"""Chapters 3 and 4 show committed GPU runs: run with smoke parameters and
+``results_dir`` = the fictitious-GPU fixtures, their GPU tables carry the fixture GPU's
+name and numbers, and only runs of one GPU and one setting pair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ampbook import results
+from ampbook import run as runner
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+GPU, OTHER = "Fixture GPU (fictitious)", "Other Fixture GPU (fictitious)"
+
+
+def _execute(stem: str, out: Path, **extra) -> nbformat.NotebookNode:
+    source = runner.resolve_notebook(stem)
+    params = runner.profile_parameters(
+        runner.load_profiles(), "smoke", source, runner.read_source(source)
+    )
+    params.update(extra, results_dir=str(FIXTURES))
+    run = runner.execute(source, out, params, "smoke", log=lambda *a: None, threads=1)
+    return nbformat.read(run.output, as_version=4)
+
+
+def _table(nb, header: str) -> str:
+    """The markdown output whose first line starts with ``header``."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/markdown", "")
+            if text.startswith(header):
+                return text
+    raise AssertionError(f"no table starting with {header!r}")
+
+
+def _row(table: str, *cells: str) -> str:
+    rows = [line for line in table.splitlines() if all(c in line for c in cells)]
+    assert len(rows) == 1, f"{cells} in {len(rows)} rows of:\n{table}"
+    return rows[0]
+
+
+@pytest.fixture(scope="module")
+def fixture_pairs():
+    return results.load_results_dir(FIXTURES).pairs()
+
+
+def test_chapter3_shows_the_fixture_gpu_runs_and_pairs(tmp_path, fixture_pairs):
+    nb = _execute(
+        "03_amp_training",
+        tmp_path,
+        precisions=["fp32", "amp-bf16"],
+        num_epochs=1,
+        loop_steps=1,
+    )
+    runs = _table(nb, "| GPU | run | setting |")
+    assert GPU in runs and OTHER in runs  # every complete GPU run is listed
+    pairs = _table(nb, "| GPU | pair | epoch speedup |")
+    assert OTHER not in pairs  # the other GPU's fp16 run has no fp32 on its GPU
+    assert len(pairs.splitlines()) == 2 + len(fixture_pairs) == 2 + 4
+    for p in fixture_pairs:
+        row = _row(pairs, p.setting.device_name, p.label)
+        assert f"{p.speedup:.2f}" in row and f"{p.step_speedup:.2f}" in row
+        assert f"{p.memory_ratio:.2f}" in row
+
+
+def test_chapter4_pairs_only_runs_of_one_gpu(tmp_path, fixture_pairs):
+    nb = _execute("04_loss_scaling", tmp_path, num_steps=2)
+    table = _table(nb, "| GPU | pair | setting | fp32 peak GiB |")
+    assert OTHER not in table
+    fp16 = [p for p in fixture_pairs if p.amp.mode == "amp-fp16"]
+    assert len(table.splitlines()) == 2 + len(fp16) == 2 + 2  # vs TF32 and strict fp32
+    for p in fp16:
+        row = _row(table, GPU, p.label)
+        assert f"{1 - p.memory_ratio:.1%}" in row
+        assert f"{p.amp.memory_bytes / 2**30:.2f}" in row
