@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from ampbook.bench_matmul import load_verdict
 from ampbook.env import cpu_flags, environment
 from ampbook.timing import benchmark, machine_load
 from ampbook.train import PRECISIONS, TrainConfig, build_training, validate
@@ -201,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(dev)
     load = machine_load()
     print(f"device: {env['device_name']} ({dev}); CPU flags: {', '.join(cpu_flags()) or 'none'}; "
-          f"torch {env['torch']}, {env['cpu_threads']} threads; load average {load['load1']} on "
-          f"{load['cpus']} CPUs" + (" (BUSY: timings are unreliable)" if load["busy"] else ""))
+          f"torch {env['torch']}, {env['cpu_threads']} threads; "
+          + load_verdict(load, dev.type))
 
     o = measure_overhead(args.precision, str(dev), h, w, args.batch_size, args.rounds)
     print(f"\n1. runner step vs bare loop ({args.precision}, batch {args.batch_size} x {w}x{h}, "

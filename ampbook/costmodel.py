@@ -681,11 +681,6 @@ class Prediction:
         return sum(t.time_s for t in self.times) + self.optimizer_s
 
     @property
-    def step_s(self) -> float:
-        """``min_step_s`` under its old name (``ampbook.layer_profile`` still reads it)."""
-        return self.min_step_s
-
-    @property
     def compute_only_s(self) -> float:
         """The step if only FLOPs counted (every operator at its compute time)."""
         return sum(t.compute_s for t in self.times)

@@ -796,7 +796,7 @@ def sizing() -> list[tuple[str, str, float]]:
                     Ceilings.from_device(devices[key], tf32=tf32),
                     min_kernel_s=5e-6,
                 )
-                rows.append((key, label, step.step_s))
+                rows.append((key, label, step.min_step_s))
     return rows
 
 

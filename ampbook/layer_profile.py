@@ -297,7 +297,7 @@ def profile_layers(
         "warmup": warmup,
         "time_source": "cuda" if dev.type == "cuda" else "cpu",
         "step_s": statistics.median(walls),
-        "predicted_step_s": prediction.step_s,
+        "predicted_step_s": prediction.min_step_s,
         "ceilings": ceilings.name,
         "unattributed_s": max(total_us / steps / 1e6 - attributed, 0.0),
         "layers": layers,

@@ -9,9 +9,12 @@ fields of ``TrainConfig`` are the command-line options (``data_root`` is ``--dat
 
 Precisions (``PRECISIONS``)
 ---------------------------
-* ``fp32``: no autocast. ``--tf32 on|off`` (default off) decides whether CUDA matmuls and
-  cuDNN convolutions may use TF32 tensor cores; the choice is recorded. (PyTorch 1.7, the post's
-  version, had both on by default on Ampere GPUs, so ``--tf32 on`` is the post's condition.)
+* ``fp32``: no autocast. ``--tf32 on|off`` decides whether CUDA matmuls and cuDNN
+  convolutions may use TF32 tensor cores; the choice is recorded and named in the run.
+  PyTorch 1.7, the post's version, had both on by default on Ampere GPUs, so ``--tf32 on``
+  is the post's condition: chapter 3 and the GPU check pass it for the comparison "as in
+  the post". The runner's own default is off, so that a bare ``--precision fp32`` run is
+  strict fp32, what its name says, on every GPU and PyTorch version.
 * ``amp-fp16``: ``torch.autocast(dtype=float16)`` around the forward pass and the loss, and a
   ``torch.amp.GradScaler`` (dynamic loss scaling) for the backward pass and the update.
 * ``amp-bf16``: ``torch.autocast(dtype=bfloat16)``, no scaler (bf16 has fp32's exponent range).

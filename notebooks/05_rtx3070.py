@@ -103,6 +103,7 @@ from myst_nb import glue
 
 from ampbook import costmodel as cm
 from ampbook.bench_loader import measure_loader
+from ampbook.bench_matmul import load_verdict
 from ampbook.bench_step import step_rounds
 from ampbook.data import NUM_CLASSES, synthetic_root
 from ampbook.devices import attainable_tflops, load_devices
@@ -124,7 +125,7 @@ amp_post, fp32_post = (post["experiment"]["runs"][k] for k in ("amp", "no_amp"))
 n_img, default = post["cityscapes"]["train_images"], post["assumed_setting"]
 results = load_results_dir(results_dir or None)
 load = machine_load()
-print(f"device {device}; load average {load['load1']} on {load['cpus']} CPUs")
+print(f"device {device};", load_verdict(load, device.type))
 
 # %% [markdown]
 # ## The post's numbers
