@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _cli import one_error
 import torch
 
 from ampbook import book, bookcheck, data, evaluate, run
@@ -40,14 +41,6 @@ def _notebook(tmp_path: Path, name: str, extra: str = "") -> Path:
     path.write_text(NOTEBOOK.format(extra=extra))
     return path
 
-
-def one_error(err: str, *words: str) -> str:
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _cli import one_error
 import torch
 from PIL import Image
 
@@ -67,15 +68,6 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
     err = capsys.readouterr().err
     return code, err
 
-
-def one_error(err: str, *words: str) -> str:
-    """The one `error:` line of stderr, checked to contain ``words``; no traceback."""
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
 
 
 # --- overwrite, lock, output paths ----------------------------------------------------
