@@ -51,7 +51,9 @@ _DEFAULT_DTYPE = {"cpu": torch.bfloat16, "cuda": torch.float16}
 
 def _check_device_type(device_type: str) -> str:
     if device_type not in DEVICE_TYPES:
-        raise ValueError(f"device_type must be one of {DEVICE_TYPES}, got {device_type!r}")
+        raise ValueError(
+            f"device_type must be one of {DEVICE_TYPES}, got {device_type!r}"
+        )
     return device_type
 
 
@@ -66,6 +68,7 @@ def dtype_name(dtype: torch.dtype | None) -> str:
 
 # --- the documented lists and the dispatcher's registrations
 # -------------------------------
+
 
 @functools.lru_cache(maxsize=1)
 def _reference() -> dict:
@@ -84,7 +87,9 @@ def documented_source() -> dict:
     return dict(_reference()["source"])
 
 
-def documented_category(op: str, device_type: str, aliases: tuple[str, ...] = ()) -> str | None:
+def documented_category(
+    op: str, device_type: str, aliases: tuple[str, ...] = ()
+) -> str | None:
     """The documented category of ``op`` (or one of its ``aliases``), None when unlisted."""
     names = {op, *aliases}
     for category, ops in documented_ops(device_type).items():
@@ -110,14 +115,19 @@ def registered_ops(device_type: str) -> list[str]:
 # --- autocast regions, real and fake
 # -------------------------------------------------------
 
+
 def cuda_is_fake() -> bool:
     """True when CUDA probes have to use fake tensors (no GPU here)."""
     return not torch.cuda.is_available()
 
 
 @contextlib.contextmanager
-def autocast_region(device_type: str, dtype: torch.dtype | None = None, fake: bool = False,
-                    cache_enabled: bool = True) -> Iterator[torch.device]:
+def autocast_region(
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    fake: bool = False,
+    cache_enabled: bool = True,
+) -> Iterator[torch.device]:
     """An autocast region for ``device_type`` yielding the device to create tensors on.
 
     ``fake=True`` (CUDA only) enters a ``FakeTensorMode`` and switches CUDA autocast on
@@ -128,18 +138,25 @@ def autocast_region(device_type: str, dtype: torch.dtype | None = None, fake: bo
     dtype = dtype or default_dtype(device_type)
     if not fake:
         if device_type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("a real CUDA autocast region needs a GPU; use fake=True to "
-                               "probe CUDA autocast's rules on fake tensors")
+            raise RuntimeError(
+                "a real CUDA autocast region needs a GPU; use fake=True to "
+                "probe CUDA autocast's rules on fake tensors"
+            )
         with torch.autocast(device_type, dtype=dtype, cache_enabled=cache_enabled):
             yield torch.device(device_type)
         return
     if device_type != "cuda":
-        raise ValueError("fake=True is for probing CUDA autocast without a GPU; "
-                         "the CPU runs real autocast")
+        raise ValueError(
+            "fake=True is for probing CUDA autocast without a GPU; "
+            "the CPU runs real autocast"
+        )
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    prev = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
-            torch.is_autocast_cache_enabled())
+    prev = (
+        torch.is_autocast_enabled("cuda"),
+        torch.get_autocast_dtype("cuda"),
+        torch.is_autocast_cache_enabled(),
+    )
     with FakeTensorMode(allow_non_fake_inputs=True):
         torch.set_autocast_enabled("cuda", True)
         torch.set_autocast_dtype("cuda", dtype)
@@ -157,6 +174,7 @@ def autocast_region(device_type: str, dtype: torch.dtype | None = None, fake: bo
 
 # --- op probes
 # -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -179,33 +197,71 @@ def _pos(make, shape, dt):
 def _probes() -> list[Probe]:
     x4 = (2, 4, 8, 8)
     ps = [
-        Probe("conv2d", lambda m, dt: F.conv2d(m(x4, dt), m((4, 4, 3, 3)), m((4,)), padding=1)),
-        Probe("conv_transpose2d", lambda m, dt: F.conv_transpose2d(m(x4, dt), m((4, 4, 3, 3)), m((4,)))),
+        Probe(
+            "conv2d",
+            lambda m, dt: F.conv2d(m(x4, dt), m((4, 4, 3, 3)), m((4,)), padding=1),
+        ),
+        Probe(
+            "conv_transpose2d",
+            lambda m, dt: F.conv_transpose2d(m(x4, dt), m((4, 4, 3, 3)), m((4,))),
+        ),
         Probe("linear", lambda m, dt: F.linear(m((4, 8), dt), m((8, 8)), m((8,)))),
-        Probe("matmul", lambda m, dt: torch.matmul(m((4, 8), dt), m((8, 8), dt)), ("__matmul__",)),
+        Probe(
+            "matmul",
+            lambda m, dt: torch.matmul(m((4, 8), dt), m((8, 8), dt)),
+            ("__matmul__",),
+        ),
         Probe("bmm", lambda m, dt: torch.bmm(m((2, 4, 8), dt), m((2, 8, 8), dt))),
-        Probe("addmm", lambda m, dt: torch.addmm(m((8,), dt), m((4, 8), dt), m((8, 8), dt))),
+        Probe(
+            "addmm",
+            lambda m, dt: torch.addmm(m((8,), dt), m((4, 8), dt), m((8, 8), dt)),
+        ),
         Probe("prelu", lambda m, dt: F.prelu(m(x4, dt), m((4,)))),
-        Probe("batch_norm", lambda m, dt: F.batch_norm(m(x4, dt), m((4,)), m((4,)).abs() + 1,
-                                                      m((4,)), m((4,)), training=True)),
-        Probe("layer_norm", lambda m, dt: F.layer_norm(m((4, 8), dt), (8,), m((8,)), m((8,)))),
+        Probe(
+            "batch_norm",
+            lambda m, dt: F.batch_norm(
+                m(x4, dt), m((4,)), m((4,)).abs() + 1, m((4,)), m((4,)), training=True
+            ),
+        ),
+        Probe(
+            "layer_norm",
+            lambda m, dt: F.layer_norm(m((4, 8), dt), (8,), m((8,)), m((8,))),
+        ),
         Probe("group_norm", lambda m, dt: F.group_norm(m(x4, dt), 2, m((4,)), m((4,)))),
         Probe("relu", lambda m, dt: F.relu(m(x4, dt))),
         Probe("sigmoid", lambda m, dt: torch.sigmoid(m(x4, dt))),
         Probe("dropout2d", lambda m, dt: F.dropout2d(m(x4, dt), 0.3, training=True)),
         Probe("max_pool2d", lambda m, dt: F.max_pool2d(m(x4, dt), 2)),
         Probe("avg_pool2d", lambda m, dt: F.avg_pool2d(m(x4, dt), 2)),
-        Probe("upsample_bilinear2d", lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="bilinear"),
-              ("interpolate",)),
-        Probe("upsample_nearest2d", lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="nearest")),
-        Probe("add", lambda m, dt: m(x4, dt) + m(x4, dt),
-              mixed=lambda m, dt: m(x4, dt) + m(x4)),
-        Probe("mul", lambda m, dt: m(x4, dt) * m(x4, dt),
-              mixed=lambda m, dt: m(x4, dt) * m(x4)),
-        Probe("cat", lambda m, dt: torch.cat([m(x4, dt), m(x4, dt)], 1),
-              mixed=lambda m, dt: torch.cat([m(x4, dt), m(x4)], 1)),
-        Probe("stack", lambda m, dt: torch.stack([m(x4, dt), m(x4, dt)]),
-              mixed=lambda m, dt: torch.stack([m(x4, dt), m(x4)])),
+        Probe(
+            "upsample_bilinear2d",
+            lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="bilinear"),
+            ("interpolate",),
+        ),
+        Probe(
+            "upsample_nearest2d",
+            lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="nearest"),
+        ),
+        Probe(
+            "add",
+            lambda m, dt: m(x4, dt) + m(x4, dt),
+            mixed=lambda m, dt: m(x4, dt) + m(x4),
+        ),
+        Probe(
+            "mul",
+            lambda m, dt: m(x4, dt) * m(x4, dt),
+            mixed=lambda m, dt: m(x4, dt) * m(x4),
+        ),
+        Probe(
+            "cat",
+            lambda m, dt: torch.cat([m(x4, dt), m(x4, dt)], 1),
+            mixed=lambda m, dt: torch.cat([m(x4, dt), m(x4)], 1),
+        ),
+        Probe(
+            "stack",
+            lambda m, dt: torch.stack([m(x4, dt), m(x4, dt)]),
+            mixed=lambda m, dt: torch.stack([m(x4, dt), m(x4)]),
+        ),
         Probe("softmax", lambda m, dt: torch.softmax(m(x4, dt), 1)),
         Probe("log_softmax", lambda m, dt: torch.log_softmax(m(x4, dt), 1)),
         Probe("sum", lambda m, dt: m(x4, dt).sum()),
@@ -217,12 +273,23 @@ def _probes() -> list[Probe]:
         Probe("pow", lambda m, dt: torch.pow(m(x4, dt), 2), ("__pow__",)),
         Probe("rsqrt", lambda m, dt: torch.rsqrt(_pos(m, x4, dt))),
         Probe("norm", lambda m, dt: torch.norm(m(x4, dt))),
-        Probe("cross_entropy", lambda m, dt: F.cross_entropy(m(x4, dt), _labels(m, (2, 8, 8), 4)),
-              ("cross_entropy_loss",)),
-        Probe("nll_loss", lambda m, dt: F.nll_loss(m((4, 5), dt), _labels(m, (4,), 5)), ("nll_loss2d",)),
+        Probe(
+            "cross_entropy",
+            lambda m, dt: F.cross_entropy(m(x4, dt), _labels(m, (2, 8, 8), 4)),
+            ("cross_entropy_loss",),
+        ),
+        Probe(
+            "nll_loss",
+            lambda m, dt: F.nll_loss(m((4, 5), dt), _labels(m, (4,), 5)),
+            ("nll_loss2d",),
+        ),
         Probe("mse_loss", lambda m, dt: F.mse_loss(m(x4, dt), m(x4, dt))),
-        Probe("binary_cross_entropy_with_logits",
-              lambda m, dt: F.binary_cross_entropy_with_logits(m(x4, dt), m(x4, dt).sigmoid())),
+        Probe(
+            "binary_cross_entropy_with_logits",
+            lambda m, dt: F.binary_cross_entropy_with_logits(
+                m(x4, dt), m(x4, dt).sigmoid()
+            ),
+        ),
     ]
     return ps
 
@@ -239,22 +306,35 @@ PROBE_NAMES: tuple[str, ...] = tuple(p.name for p in PROBES)
 @dataclass
 class ProbeResult:
     op: str
-    device: str          # "cpu", "cuda" or "cuda (fake)"
-    low_dtype: str       # the autocast dtype
-    out_from_fp32: str   # output dtype when the activations come in as fp32
-    out_from_low: str    # output dtype when they come in as the low dtype
+    device: str  # "cpu", "cuda" or "cuda (fake)"
+    low_dtype: str  # the autocast dtype
+    out_from_fp32: str  # output dtype when the activations come in as fp32
+    out_from_low: str  # output dtype when they come in as the low dtype
     out_mixed: str | None  # ops with two activations: one low, one fp32
-    observed: str        # "lower_precision", "float32", "input dtype", "promote" or "error: ..."
+    observed: (
+        str  # "lower_precision", "float32", "input dtype", "promote" or "error: ..."
+    )
     documented: str | None
     registered: bool
 
     def row(self) -> tuple:
-        return (self.op, self.out_from_fp32, self.out_from_low, self.out_mixed or "-",
-                self.observed, self.documented or "unlisted", "yes" if self.registered else "no")
+        return (
+            self.op,
+            self.out_from_fp32,
+            self.out_from_low,
+            self.out_mixed or "-",
+            self.observed,
+            self.documented or "unlisted",
+            "yes" if self.registered else "no",
+        )
 
 
-def classify(out_from_fp32: torch.dtype, out_from_low: torch.dtype, low: torch.dtype,
-             out_mixed: torch.dtype | None = None) -> str:
+def classify(
+    out_from_fp32: torch.dtype,
+    out_from_low: torch.dtype,
+    low: torch.dtype,
+    out_mixed: torch.dtype | None = None,
+) -> str:
     """Name what autocast did from the two (three) output dtypes of a probe."""
     if out_from_fp32 == low:
         return "lower_precision"
@@ -271,21 +351,34 @@ def _run_probe(probe: Probe, device_type: str, dtype: torch.dtype, fake: bool) -
     gen = torch.Generator().manual_seed(0)
 
     out = {}
-    for label, fn, dt in (("fp32", probe.fn, torch.float32), ("low", probe.fn, dtype),
-                          ("mixed", probe.mixed, dtype)):
+    for label, fn, dt in (
+        ("fp32", probe.fn, torch.float32),
+        ("low", probe.fn, dtype),
+        ("mixed", probe.mixed, dtype),
+    ):
         if fn is None:
             out[label] = None
             continue
         with autocast_region(device_type, dtype, fake=fake) as dev:
+
             def make(shape, dt_=torch.float32, dev=dev):
-                t = torch.randn(shape, generator=gen) if not fake else torch.randn(shape)
+                t = (
+                    torch.randn(shape, generator=gen)
+                    if not fake
+                    else torch.randn(shape)
+                )
                 return t.to(device=dev, dtype=dt_)
+
             out[label] = fn(make, dt).dtype
     return out
 
 
-def probe_ops(device_type: str, dtype: torch.dtype | None = None, fake: bool | None = None,
-              names: tuple[str, ...] | None = None) -> list[ProbeResult]:
+def probe_ops(
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    fake: bool | None = None,
+    names: tuple[str, ...] | None = None,
+) -> list[ProbeResult]:
     """Run each probe (all of ``PROBES``, or those in ``names``) under autocast on
     ``device_type`` and report the output dtypes, what they say autocast did, the
     documented category and whether the dispatcher has an autocast kernel for the op.
@@ -295,14 +388,18 @@ def probe_ops(device_type: str, dtype: torch.dtype | None = None, fake: bool | N
     _check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"autocast's low-precision dtype is float16 or bfloat16, got {dtype}")
+        raise ValueError(
+            f"autocast's low-precision dtype is float16 or bfloat16, got {dtype}"
+        )
     if fake is None:
         fake = device_type == "cuda" and cuda_is_fake()
     chosen = PROBES
     if names is not None:
         unknown = sorted(set(names) - set(PROBE_NAMES))
         if unknown:
-            raise ValueError(f"no probe named {unknown}; known: {', '.join(PROBE_NAMES)}")
+            raise ValueError(
+                f"no probe named {unknown}; known: {', '.join(PROBE_NAMES)}"
+            )
         chosen = tuple(p for p in PROBES if p.name in names)
     registered = set(registered_ops(device_type))
     label = device_type + (" (fake)" if fake else "")
@@ -313,18 +410,42 @@ def probe_ops(device_type: str, dtype: torch.dtype | None = None, fake: bool | N
         try:
             o = _run_probe(p, device_type, dtype, fake)
             observed = classify(o["fp32"], o["low"], dtype, o["mixed"])
-            row = ProbeResult(p.name, label, dtype_name(dtype), dtype_name(o["fp32"]),
-                              dtype_name(o["low"]), dtype_name(o["mixed"]) if o["mixed"] else None,
-                              observed, doc, reg)
+            row = ProbeResult(
+                p.name,
+                label,
+                dtype_name(dtype),
+                dtype_name(o["fp32"]),
+                dtype_name(o["low"]),
+                dtype_name(o["mixed"]) if o["mixed"] else None,
+                observed,
+                doc,
+                reg,
+            )
         except Exception as exc:  # an op the device cannot run in this dtype: say so
-            row = ProbeResult(p.name, label, dtype_name(dtype), "-", "-", None,
-                              f"error: {type(exc).__name__}", doc, reg)
+            row = ProbeResult(
+                p.name,
+                label,
+                dtype_name(dtype),
+                "-",
+                "-",
+                None,
+                f"error: {type(exc).__name__}",
+                doc,
+                reg,
+            )
         results.append(row)
     return results
 
 
-PROBE_HEADERS = ("op", "out (fp32 in)", "out (low in)", "out (mixed in)", "observed",
-                 "documented", "autocast kernel")
+PROBE_HEADERS = (
+    "op",
+    "out (fp32 in)",
+    "out (low in)",
+    "out (mixed in)",
+    "observed",
+    "documented",
+    "autocast kernel",
+)
 
 
 def disagreements(results: list[ProbeResult]) -> list[ProbeResult]:
@@ -347,6 +468,7 @@ def disagreements(results: list[ProbeResult]) -> list[ProbeResult]:
 # --- what a model does: per layer and per op
 # -----------------------------------------------
 
+
 def _dtypes(obj) -> list[str]:
     if isinstance(obj, torch.Tensor):
         return [dtype_name(obj.dtype)] if obj.is_floating_point() else []
@@ -365,18 +487,26 @@ def _fake_state(model: nn.Module, device: torch.device) -> dict:
     """The model's parameters and buffers as fake tensors on ``device`` (inside a fake mode)."""
     state = {}
     for name, p in model.named_parameters():
-        state[name] = torch.empty(p.shape, dtype=p.dtype, device=device).requires_grad_(p.requires_grad)
+        state[name] = torch.empty(p.shape, dtype=p.dtype, device=device).requires_grad_(
+            p.requires_grad
+        )
     for name, b in model.named_buffers():
         state[name] = torch.empty(b.shape, dtype=b.dtype, device=device)
     return state
 
 
-def _forward(model: nn.Module, x_shape_or_tensor, device_type, dtype, fake, enabled=True):
+def _forward(
+    model: nn.Module, x_shape_or_tensor, device_type, dtype, fake, enabled=True
+):
     """Run ``model`` forward in an autocast region (or none, ``enabled=False``)."""
     if fake:
         with autocast_region(device_type, dtype, fake=True) as dev:
-            x = torch.randn(tuple(x_shape_or_tensor.shape) if isinstance(x_shape_or_tensor, torch.Tensor)
-                            else tuple(x_shape_or_tensor), device=dev)
+            x = torch.randn(
+                tuple(x_shape_or_tensor.shape)
+                if isinstance(x_shape_or_tensor, torch.Tensor)
+                else tuple(x_shape_or_tensor),
+                device=dev,
+            )
             return torch.func.functional_call(model, _fake_state(model, dev), (x,))
     x = x_shape_or_tensor
     if not isinstance(x, torch.Tensor):
@@ -388,8 +518,13 @@ def _forward(model: nn.Module, x_shape_or_tensor, device_type, dtype, fake, enab
         return model(x)
 
 
-def trace_layers(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None,
-                 fake: bool | None = None) -> list[dict]:
+def trace_layers(
+    model: nn.Module,
+    x,
+    device_type: str = "cpu",
+    dtype: torch.dtype | None = None,
+    fake: bool | None = None,
+) -> list[dict]:
     """Input, output and parameter dtypes of every leaf module in one forward under
     autocast.
 
@@ -406,27 +541,65 @@ def trace_layers(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dty
 
     def hook(module, args, output, name):
         params = sorted({dtype_name(p.dtype) for p in module.parameters(recurse=False)})
-        rows.append({"name": name, "type": type(module).__name__, "inputs": _dtypes(args),
-                     "output": _dtypes(output), "params": params})
+        rows.append(
+            {
+                "name": name,
+                "type": type(module).__name__,
+                "inputs": _dtypes(args),
+                "output": _dtypes(output),
+                "params": params,
+            }
+        )
 
-    handles = [m.register_forward_hook(lambda mod, a, o, n=n: hook(mod, a, o, n))
-               for n, m in _leaf_modules(model)]
+    handles = [
+        m.register_forward_hook(lambda mod, a, o, n=n: hook(mod, a, o, n))
+        for n, m in _leaf_modules(model)
+    ]
     try:
         with torch.no_grad():
             _forward(model, x, device_type, dtype, fake)
     finally:
         for h in handles:
             h.remove()
-    if fake:  # parameters seen inside functional_call are fake copies of the model's (fp32)
+    if (
+        fake
+    ):  # parameters seen inside functional_call are fake copies of the model's (fp32)
         for r in rows:
-            r["params"] = sorted({dtype_name(p.dtype) for p in
-                                  dict(model.named_modules())[r["name"]].parameters(recurse=False)})
+            r["params"] = sorted(
+                {
+                    dtype_name(p.dtype)
+                    for p in dict(model.named_modules())[r["name"]].parameters(
+                        recurse=False
+                    )
+                }
+            )
     return rows
 
 
-_SKIP_FUNCS = {"__get__", "__set__", "size", "dim", "numel", "shape", "dtype", "device", "is_floating_point",
-               "__len__", "__getitem__", "__format__", "__repr__", "requires_grad_", "register_hook",
-               "untyped_storage", "data_ptr", "is_leaf", "grad_fn", "item", "__bool__", "tolist"}
+_SKIP_FUNCS = {
+    "__get__",
+    "__set__",
+    "size",
+    "dim",
+    "numel",
+    "shape",
+    "dtype",
+    "device",
+    "is_floating_point",
+    "__len__",
+    "__getitem__",
+    "__format__",
+    "__repr__",
+    "requires_grad_",
+    "register_hook",
+    "untyped_storage",
+    "data_ptr",
+    "is_leaf",
+    "grad_fn",
+    "item",
+    "__bool__",
+    "tolist",
+}
 
 
 def traced_call(func, out) -> str | None:
@@ -448,14 +621,24 @@ class _OpRecorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         name = traced_call(func, out)
         if self.stack and name:
-            self.rows.append({"module": self.stack[-1] if self.stack else "", "op": name,
-                              "inputs": _dtypes(list(args) + list(kwargs.values())),
-                              "output": _dtypes(out)})
+            self.rows.append(
+                {
+                    "module": self.stack[-1] if self.stack else "",
+                    "op": name,
+                    "inputs": _dtypes(list(args) + list(kwargs.values())),
+                    "output": _dtypes(out),
+                }
+            )
         return out
 
 
-def trace_ops(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None,
-              fake: bool | None = None) -> list[dict]:
+def trace_ops(
+    model: nn.Module,
+    x,
+    device_type: str = "cpu",
+    dtype: torch.dtype | None = None,
+    fake: bool | None = None,
+) -> list[dict]:
     """Every torch function the forward calls (``F.conv2d``, ``torch.cat``, ``y +
     x``...) with the dtypes of its floating inputs and outputs and the innermost module
     type running it. Catches what layer hooks miss: functional ops inside a block's own
@@ -467,6 +650,7 @@ def trace_ops(model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype 
     rows: list[dict] = []
     stack: list[str] = []
     handles = []
+
     def push(module, args):
         stack.append(type(module).__name__)
 
@@ -525,13 +709,19 @@ def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
     counts: dict[tuple, int] = {}
     for r in rows:
         extra = (r["module"],) if key == "op" else ()
-        k = (r[key], *extra, ", ".join(sorted(set(r["inputs"]))) or "-", ", ".join(r["output"]))
+        k = (
+            r[key],
+            *extra,
+            ", ".join(sorted(set(r["inputs"]))) or "-",
+            ", ".join(r["output"]),
+        )
         counts[k] = counts.get(k, 0) + 1
     return [(*k, n) for k, n in sorted(counts.items())]
 
 
 # --- the casts autocast makes
 # --------------------------------------------------------------
+
 
 @dataclass
 class Cast:
@@ -562,8 +752,14 @@ class CastCounter(TorchDispatchMode):
             src = args[0]
             dst = kwargs.get("dtype")
             if dst is not None and dst != src.dtype:
-                self.casts.append(Cast(tuple(src.shape), dtype_name(src.dtype), dtype_name(dst),
-                                       src.data_ptr() in self._params))
+                self.casts.append(
+                    Cast(
+                        tuple(src.shape),
+                        dtype_name(src.dtype),
+                        dtype_name(dst),
+                        src.data_ptr() in self._params,
+                    )
+                )
         return func(*args, **kwargs)
 
     @property
@@ -588,8 +784,15 @@ class CastCounter(TorchDispatchMode):
         return total
 
 
-def count_casts(model: nn.Module, x: torch.Tensor, device_type: str, dtype: torch.dtype | None = None,
-                forwards: int = 1, cache_enabled: bool = True, one_region: bool = True) -> CastCounter:
+def count_casts(
+    model: nn.Module,
+    x: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    forwards: int = 1,
+    cache_enabled: bool = True,
+    one_region: bool = True,
+) -> CastCounter:
     """Run ``forwards`` forward passes under autocast and count the casts.
     ``one_region``: all passes inside one autocast region (the cast cache lives as long
     as the region), else one region per pass. Gradients are enabled, as in training: the
@@ -612,7 +815,9 @@ def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
     """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's parameters."""
     out: dict[str, dict[str, int]] = {"params": {}, "grads": {}}
     for p in model.parameters():
-        out["params"][dtype_name(p.dtype)] = out["params"].get(dtype_name(p.dtype), 0) + 1
+        out["params"][dtype_name(p.dtype)] = (
+            out["params"].get(dtype_name(p.dtype), 0) + 1
+        )
         g = "none" if p.grad is None else dtype_name(p.grad.dtype)
         out["grads"][g] = out["grads"].get(g, 0) + 1
     return out
@@ -635,8 +840,14 @@ class _BackwardOps(TorchDispatchMode):
         return out
 
 
-def backward_dtypes(model: nn.Module, x: torch.Tensor, target: torch.Tensor, device_type: str,
-                    dtype: torch.dtype | None = None, loss_fn: Callable | None = None) -> dict[tuple[str, str], int]:
+def backward_dtypes(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    loss_fn: Callable | None = None,
+) -> dict[tuple[str, str], int]:
     """Run one forward under autocast and the backward under a ``TorchDispatchMode``
     that records the output dtypes of the backward kernels (ops named ``*_backward``)
     and of the dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that

@@ -32,8 +32,15 @@ from PIL import Image
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
-from ampbook.data import (SYNTHETIC_MARKER, Cityscapes, read_image, read_label_ids, resolve_root, synthetic_pair,
-                          synthetic_root)
+from ampbook.data import (
+    SYNTHETIC_MARKER,
+    Cityscapes,
+    read_image,
+    read_label_ids,
+    resolve_root,
+    synthetic_pair,
+    synthetic_root,
+)
 
 DEFAULT_SYNTHETIC_IMAGES = 24
 
@@ -41,14 +48,27 @@ DEFAULT_SYNTHETIC_IMAGES = 24
 def _decode_resize(pairs, height: int, width: int) -> None:
     for image_path, label_path in pairs:
         image = read_image(image_path)
-        TF.resize(image, [height, width], interpolation=InterpolationMode.BILINEAR, antialias=True)
+        TF.resize(
+            image,
+            [height, width],
+            interpolation=InterpolationMode.BILINEAR,
+            antialias=True,
+        )
         ids = torch.from_numpy(read_label_ids(label_path))[None]
         TF.resize(ids, [height, width], interpolation=InterpolationMode.NEAREST)
 
 
-def measure_loader(root: str | os.PathLike | None = None, split: str = "train", height: int = 512,
-                   width: int = 1024, workers=(0, 1, 2), batch_size: int = 4, max_images: int | None = None,
-                   passes: int = 3, threads: int | None = None) -> dict:
+def measure_loader(
+    root: str | os.PathLike | None = None,
+    split: str = "train",
+    height: int = 512,
+    width: int = 1024,
+    workers=(0, 1, 2),
+    batch_size: int = 4,
+    max_images: int | None = None,
+    passes: int = 3,
+    threads: int | None = None,
+) -> dict:
     """Images per second through a DataLoader per worker count, and of decode + resize alone.
 
     Each worker count runs ``passes`` passes over the images with persistent workers: the
@@ -61,12 +81,18 @@ def measure_loader(root: str | os.PathLike | None = None, split: str = "train", 
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            return measure_loader(root, split, height, width, workers, batch_size, max_images, passes)
+            return measure_loader(
+                root, split, height, width, workers, batch_size, max_images, passes
+            )
         finally:
             torch.set_num_threads(before)
     if root is None and not os.environ.get("CITYSCAPES_DATASET"):
-        root = synthetic_root(train=DEFAULT_SYNTHETIC_IMAGES, val=0, height=1024, width=2048)
-    dataset = Cityscapes(root, split=split, height=height, width=width, flip=False, normalize=True)
+        root = synthetic_root(
+            train=DEFAULT_SYNTHETIC_IMAGES, val=0, height=1024, width=2048
+        )
+    dataset = Cityscapes(
+        root, split=split, height=height, width=width, flip=False, normalize=True
+    )
     if max_images is not None:
         dataset.pairs = dataset.pairs[:max_images]
     n = len(dataset)
@@ -81,8 +107,14 @@ def measure_loader(root: str | os.PathLike | None = None, split: str = "train", 
 
     rows = []
     for w in workers:
-        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=w,
-                                             persistent_workers=w > 0, drop_last=False)
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=False,
+            num_workers=w,
+            persistent_workers=w > 0,
+            drop_last=False,
+        )
         pass_times = []
         for _ in range(max(passes, 1)):
             start = time.perf_counter()
@@ -92,10 +124,19 @@ def measure_loader(root: str | os.PathLike | None = None, split: str = "train", 
             pass_times.append(time.perf_counter() - start)
         assert seen == n
         del loader
-        steady = statistics.median(pass_times[1:] if len(pass_times) > 1 else pass_times)
+        steady = statistics.median(
+            pass_times[1:] if len(pass_times) > 1 else pass_times
+        )
         rate = n / steady
-        rows.append({"workers": w, "images_per_s": rate, "first_pass_s": pass_times[0],
-                     "pass_s": pass_times, "ratio_to_decode_resize": rate / decode_rate})
+        rows.append(
+            {
+                "workers": w,
+                "images_per_s": rate,
+                "first_pass_s": pass_times[0],
+                "pass_s": pass_times,
+                "ratio_to_decode_resize": rate / decode_rate,
+            }
+        )
 
     result = {
         "root": str(dataset.root),
@@ -133,37 +174,58 @@ def format_table(result: dict) -> str:
         f"{'decode + resize (1 process)':<34} {result['decode_resize_images_per_s']:>9.1f} {1.0:>16.2f}x {'':>11}",
     ]
     for row in result["results"]:
-        name = f"DataLoader, {row['workers']} worker{'s' if row['workers'] != 1 else ''}"
-        lines.append(f"{name:<34} {row['images_per_s']:>9.1f} {row['ratio_to_decode_resize']:>16.2f}x "
-                     f"{row['first_pass_s']:>11.2f}")
+        name = (
+            f"DataLoader, {row['workers']} worker{'s' if row['workers'] != 1 else ''}"
+        )
+        lines.append(
+            f"{name:<34} {row['images_per_s']:>9.1f} {row['ratio_to_decode_resize']:>16.2f}x "
+            f"{row['first_pass_s']:>11.2f}"
+        )
     if "synthesize_s_per_pair" in result:
-        lines.append(f"(making one synthetic image + label pair of this size took "
-                     f"{result['synthesize_s_per_pair']:.2f} s)")
+        lines.append(
+            f"(making one synthetic image + label pair of this size took "
+            f"{result['synthesize_s_per_pair']:.2f} s)"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ampbook.bench loader",
-                                     description="Images per second of the Cityscapes input pipeline.")
-    parser.add_argument("--root", default=None,
-                        help="Cityscapes root (default: $CITYSCAPES_DATASET, else a synthetic full-size set)")
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.bench loader",
+        description="Images per second of the Cityscapes input pipeline.",
+    )
+    parser.add_argument(
+        "--root",
+        default=None,
+        help="Cityscapes root (default: $CITYSCAPES_DATASET, else a synthetic full-size set)",
+    )
     parser.add_argument("--split", default="train")
     parser.add_argument("--height", type=int, default=512)
     parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--workers", default="0,1,2", help="comma-separated worker counts")
+    parser.add_argument(
+        "--workers", default="0,1,2", help="comma-separated worker counts"
+    )
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--max-images", type=int, default=None)
     parser.add_argument("--passes", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads of the main process (default: torch's choice)")
-    parser.add_argument("--json", default=None, help="also write the result to this JSON file")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads of the main process (default: torch's choice)",
+    )
+    parser.add_argument(
+        "--json", default=None, help="also write the result to this JSON file"
+    )
     args = parser.parse_args(argv)
     try:
         workers = tuple(int(w) for w in args.workers.split(","))
         if any(w < 0 for w in workers):
             raise ValueError
     except ValueError:
-        parser.error(f"--workers must be comma-separated non-negative integers, got {args.workers!r}")
+        parser.error(
+            f"--workers must be comma-separated non-negative integers, got {args.workers!r}"
+        )
     for name in ("height", "width", "batch_size", "passes", "max_images", "threads"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -171,8 +233,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.root is not None:
             resolve_root(args.root)
-        result = measure_loader(args.root, args.split, args.height, args.width, workers, args.batch_size,
-                                args.max_images, args.passes, args.threads)
+        result = measure_loader(
+            args.root,
+            args.split,
+            args.height,
+            args.width,
+            workers,
+            args.batch_size,
+            args.max_images,
+            args.passes,
+            args.threads,
+        )
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

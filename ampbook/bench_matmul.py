@@ -765,19 +765,51 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ampbook.bench matmul",
-                                 description="Matmul and elementwise speed by dtype, side by side.")
-    ap.add_argument("--device", default="auto", help="auto (CUDA if available), cpu or cuda")
-    ap.add_argument("--sizes", type=int, nargs="+", help="square matmul sizes for the dtype ratios")
-    ap.add_argument("--shape-sizes", type=int, nargs="+", help="multiples of 8 to compare with one off")
+    ap = argparse.ArgumentParser(
+        prog="python -m ampbook.bench matmul",
+        description="Matmul and elementwise speed by dtype, side by side.",
+    )
+    ap.add_argument(
+        "--device", default="auto", help="auto (CUDA if available), cpu or cuda"
+    )
+    ap.add_argument(
+        "--sizes", type=int, nargs="+", help="square matmul sizes for the dtype ratios"
+    )
+    ap.add_argument(
+        "--shape-sizes",
+        type=int,
+        nargs="+",
+        help="multiples of 8 to compare with one off",
+    )
     ap.add_argument("--numel", type=int, nargs="+", help="elementwise sizes (elements)")
-    ap.add_argument("--dtypes", nargs="+", help="matmul dtypes (default: all the device runs)")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per point; the best is kept")
-    ap.add_argument("--max-call-s", type=float, help="skip sizes whose predicted call is longer")
-    ap.add_argument("--min-time", type=float, default=0.1, help="seconds measured per point (at least)")
-    ap.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: its own choice)")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (seconds; for tests)")
-    ap.add_argument("--save", help="write the record as JSON (e.g. data/results/tensor_cores_NAME.json)")
+    ap.add_argument(
+        "--dtypes", nargs="+", help="matmul dtypes (default: all the device runs)"
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="interleaved rounds per point; the best is kept",
+    )
+    ap.add_argument(
+        "--max-call-s", type=float, help="skip sizes whose predicted call is longer"
+    )
+    ap.add_argument(
+        "--min-time",
+        type=float,
+        default=0.1,
+        help="seconds measured per point (at least)",
+    )
+    ap.add_argument(
+        "--threads", type=int, help="CPU threads for PyTorch (default: its own choice)"
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="tiny sizes (seconds; for tests)"
+    )
+    ap.add_argument(
+        "--save",
+        help="write the record as JSON (e.g. data/results/tensor_cores_NAME.json)",
+    )
     args = ap.parse_args(list(argv) if argv is not None else None)
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
@@ -787,14 +819,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     try:
-        record = run(args.device, args.sizes, args.shape_sizes, args.numel, args.max_call_s,
-                     rounds=args.rounds, quick=args.quick, dtypes=args.dtypes,
-                     **({} if args.quick else {"min_time": args.min_time}))
+        record = run(
+            args.device,
+            args.sizes,
+            args.shape_sizes,
+            args.numel,
+            args.max_call_s,
+            rounds=args.rounds,
+            quick=args.quick,
+            dtypes=args.dtypes,
+            **({} if args.quick else {"min_time": args.min_time}),
+        )
     except (ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report(record)
-    print(f"\n(measured in {time.perf_counter() - t0:.1f} s; cpu flags {cpu_flags() or '-'})")
+    print(
+        f"\n(measured in {time.perf_counter() - t0:.1f} s; cpu flags {cpu_flags() or '-'})"
+    )
     if args.save:
         path = save_record(record, args.save)
         print(f"saved {path}")

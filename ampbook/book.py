@@ -50,7 +50,10 @@ def toc_chapters(book_dir: Path = BOOK_DIR) -> list[str]:
 def _build_section(report: dict) -> str:
     from .plots import md_table_text
 
-    rows = [(n["name"], n["status"], n["executed_cells"], n["seconds"]) for n in report["notebooks"]]
+    rows = [
+        (n["name"], n["status"], n["executed_cells"], n["seconds"])
+        for n in report["notebooks"]
+    ]
     total = sum(n["seconds"] for n in report["notebooks"])
     env = report.get("environment", {})
     lines = [
@@ -58,10 +61,18 @@ def _build_section(report: dict) -> str:
         "## How this copy was built",
         "",
         f"The notebooks of this copy were executed with the `{report['profile']}` profile"
-        + (f" on {env.get('device_name')} ({env.get('device')}), torch {env.get('torch')}" if env else "")
+        + (
+            f" on {env.get('device_name')} ({env.get('device')}), torch {env.get('torch')}"
+            if env
+            else ""
+        )
         + f"; they took {total:.0f} s in all.",
         "",
-        md_table_text(rows, ["notebook", "status", "code cells run", "seconds"], [None, None, None, ".1f"]),
+        md_table_text(
+            rows,
+            ["notebook", "status", "code cells run", "seconds"],
+            [None, None, None, ".1f"],
+        ),
         "",
     ]
     return "\n".join(lines)
@@ -158,7 +169,9 @@ def stage(executed: Path, staging: Path, book_dir: Path = BOOK_DIR) -> Path:
     check_executed(executed, book_dir)
     if staging.exists():
         shutil.rmtree(staging)
-    shutil.copytree(book_dir, staging, ignore=shutil.ignore_patterns("_build", "chapters"))
+    shutil.copytree(
+        book_dir, staging, ignore=shutil.ignore_patterns("_build", "chapters")
+    )
     chapters = staging / "chapters"
     chapters.mkdir()
     for stem in toc_chapters(book_dir):
@@ -171,7 +184,9 @@ def stage(executed: Path, staging: Path, book_dir: Path = BOOK_DIR) -> Path:
     return staging
 
 
-def build(executed: Path | str = DEFAULT_EXECUTED, out: Path | str = DEFAULT_OUT, log=print) -> Path:
+def build(
+    executed: Path | str = DEFAULT_EXECUTED, out: Path | str = DEFAULT_OUT, log=print
+) -> Path:
     """Stage and build; return the path of ``index.html``. Raises BookError on any warning."""
     out = check_out(out)
     executed = Path(executed).expanduser().resolve()
@@ -181,8 +196,17 @@ def build(executed: Path | str = DEFAULT_EXECUTED, out: Path | str = DEFAULT_OUT
         "made by python -m ampbook.book; it replaces src/ and _build/\n"
     )
     staging = stage(executed, out / "src")
-    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(staging), "--path-output", str(out),
-           "--warningiserror", "--nitpick", "--keep-going", "--all"]
+    cmd = [
+        str(Path(sys.executable).with_name("jupyter-book")),
+        "build",
+        str(staging),
+        "--path-output",
+        str(out),
+        "--warningiserror",
+        "--nitpick",
+        "--keep-going",
+        "--all",
+    ]
     log("building the book: jupyter-book " + " ".join(cmd[1:]))
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -190,17 +214,25 @@ def build(executed: Path | str = DEFAULT_EXECUTED, out: Path | str = DEFAULT_OUT
     log_file.write_text(proc.stdout + "\n" + proc.stderr)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
-        raise BookError(f"jupyter-book build failed (exit {proc.returncode}); full log at {log_file}\n{tail}")
+        raise BookError(
+            f"jupyter-book build failed (exit {proc.returncode}); full log at {log_file}\n{tail}"
+        )
     index = out / "_build" / "html" / "index.html"
     if not index.exists():
-        raise BookError(f"the build reported success but {index} is missing; log at {log_file}")
+        raise BookError(
+            f"the build reported success but {index} is missing; log at {log_file}"
+        )
     log(f"book built in {time.perf_counter() - start:.0f} s: {index}")
     return index
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ampbook.book", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--executed", default=str(DEFAULT_EXECUTED), help="folder of executed notebooks")
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.book", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--executed", default=str(DEFAULT_EXECUTED), help="folder of executed notebooks"
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     args = parser.parse_args(argv)
     try:

@@ -23,8 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 RAW_TEX = re.compile(r"(\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\\frac\{|\\mathrm\{)")
 SKIP_PAGES = {"genindex.html", "search.html"}
 
@@ -67,7 +75,12 @@ class PageReport:
 
 
 def find_chromium() -> str | None:
-    for cand in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+    for cand in (
+        os.environ.get("CHROMIUM"),
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+    ):
         if cand and (shutil.which(cand) or Path(cand).exists()):
             return shutil.which(cand) or cand
     return None
@@ -78,13 +91,22 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
 
     html_dir = Path(html_dir).resolve()
     if not html_dir.is_dir():
-        raise CheckError(f"{html_dir} is not a folder; give the book's HTML folder "
-                         "(OUT/_build/html of python -m ampbook.book)")
-    pages = sorted(p for p in html_dir.rglob("*.html")
-                   if p.name not in SKIP_PAGES and "_static" not in p.parts and "_sources" not in p.parts)
+        raise CheckError(
+            f"{html_dir} is not a folder; give the book's HTML folder "
+            "(OUT/_build/html of python -m ampbook.book)"
+        )
+    pages = sorted(
+        p
+        for p in html_dir.rglob("*.html")
+        if p.name not in SKIP_PAGES
+        and "_static" not in p.parts
+        and "_sources" not in p.parts
+    )
     if not pages:
-        raise CheckError(f"no HTML pages under {html_dir}; build the book first "
-                         "(python -m ampbook.book) and give its OUT/_build/html")
+        raise CheckError(
+            f"no HTML pages under {html_dir}; build the book first "
+            "(python -m ampbook.book) and give its OUT/_build/html"
+        )
     chromium = chromium or find_chromium()
     if chromium is None:
         raise CheckError(
@@ -94,7 +116,11 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
     page_info: dict[Path, dict] = {}
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile_dir:
         browser = pw.chromium.launch_persistent_context(
-            profile_dir, executable_path=chromium, headless=True, args=CHROMIUM_FLAGS[1:])
+            profile_dir,
+            executable_path=chromium,
+            headless=True,
+            args=CHROMIUM_FLAGS[1:],
+        )
         for path in pages:
             report = PageReport(str(path.relative_to(html_dir)))
             reports.append(report)
@@ -104,14 +130,20 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
             errors: list[str] = []
 
             def route(r, network=network):
-                if r.request.url.startswith("file:") or r.request.url.startswith("data:"):
+                if r.request.url.startswith("file:") or r.request.url.startswith(
+                    "data:"
+                ):
                     return r.continue_()
                 network.append(r.request.url)
                 return r.abort()
 
             page.route("**/*", route)
-            page.on("requestfailed", lambda req, failed=failed: failed.append(req.url)
-                    if req.url.startswith("file:") else None)
+            page.on(
+                "requestfailed",
+                lambda req, failed=failed: (
+                    failed.append(req.url) if req.url.startswith("file:") else None
+                ),
+            )
             page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
             response = page.goto(path.as_uri(), wait_until="load")
             if response is not None and not response.ok:
@@ -124,12 +156,18 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
             report.images = len(info["imgs"])
             report.math = info["nmath"]
             report.links = len(info["links"])
-            report.problems += [f"image does not load: {i['src']}" for i in info["imgs"] if not i["ok"]]
-            report.problems += [f"math not typeset by MathJax: {t!r}" for t in info["untypeset"]]
+            report.problems += [
+                f"image does not load: {i['src']}" for i in info["imgs"] if not i["ok"]
+            ]
+            report.problems += [
+                f"math not typeset by MathJax: {t!r}" for t in info["untypeset"]
+            ]
             if info["nmath"] and not info["mathjax"]:
                 report.problems.append("page has math but MathJax did not load")
             for m in RAW_TEX.finditer(info["text"]):
-                context = info["text"][max(0, m.start() - 40): m.end() + 40].replace("\n", " ")
+                context = info["text"][max(0, m.start() - 40) : m.end() + 40].replace(
+                    "\n", " "
+                )
                 report.problems.append(f"raw TeX left in the text: ...{context}...")
             report.problems += [f"asked the network for {u}" for u in network]
             report.problems += [f"resource failed to load: {u}" for u in failed]
@@ -151,7 +189,11 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
             if not target.exists():
                 report.problems.append(f"broken link: {href}")
                 continue
-            if url.fragment and target.suffix == ".html" and target.resolve() in by_path:
+            if (
+                url.fragment
+                and target.suffix == ".html"
+                and target.resolve() in by_path
+            ):
                 if unquote(url.fragment) not in by_path[target.resolve()]["ids"]:
                     report.problems.append(f"broken anchor: {href}")
     return reports
@@ -196,16 +238,22 @@ def overflow_problems(page) -> list[str]:
     """Elements of the page's content column that stick out sideways and cannot be scrolled
     to: past the column's edge, or clipped by an ancestor that hides its overflow. An
     element inside a box that scrolls (a code block, a wide table) is fine."""
-    return [f"cut off horizontally by {o['past']} px: <{o['tag']}> {o['text']!r}"
-            + (" (clipped by its container)" if o["clipped"] else " (past the column)")
-            for o in page.evaluate(_OVERFLOW_JS)]
+    return [
+        f"cut off horizontally by {o['past']} px: <{o['tag']}> {o['text']!r}"
+        + (" (clipped by its container)" if o["clipped"] else " (past the column)")
+        for o in page.evaluate(_OVERFLOW_JS)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     from .book import DEFAULT_OUT
 
-    parser = argparse.ArgumentParser(prog="python -m ampbook.bookcheck", description=__doc__.split("\n\n")[0])
-    parser.add_argument("html_dir", nargs="?", default=str(DEFAULT_OUT / "_build" / "html"))
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.bookcheck", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "html_dir", nargs="?", default=str(DEFAULT_OUT / "_build" / "html")
+    )
     args = parser.parse_args(argv)
     try:
         reports = check_book(args.html_dir)
@@ -215,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = 0
     for r in reports:
         status = "ok" if not r.problems else f"{len(r.problems)} problem(s)"
-        print(f"{r.page:<40} images {r.images:>3}  math {r.math:>4}  links {r.links:>4}  {status}")
+        print(
+            f"{r.page:<40} images {r.images:>3}  math {r.math:>4}  links {r.links:>4}  {status}"
+        )
         for p in r.problems:
             print(f"    {p}")
         problems += len(r.problems)

@@ -995,8 +995,10 @@ def efficiency_range_verdict(
     out; with none left there is no range to give."""
     usable = [e for e in efficiencies if 0 < e <= 1]
     if not usable:
-        return (f"No measured efficiency at or below 1 ({len(efficiencies)} measured): "
-                f"the bound ({min_s:.3g} s) stays a bound, not a range.")
+        return (
+            f"No measured efficiency at or below 1 ({len(efficiencies)} measured): "
+            f"the bound ({min_s:.3g} s) stays a bound, not a range."
+        )
     return range_verdict(min_s, min_s / min(usable), measured_s, what)
 
 

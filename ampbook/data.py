@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -31,7 +32,6 @@ import sys
 import tempfile
 import time
 import warnings
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -60,8 +60,11 @@ _MEAN_255 = torch.tensor(IMAGENET_MEAN).view(3, 1, 1) * 255
 _INV_STD_255 = 1.0 / (torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255)
 
 CLASS_NAMES: tuple[str, ...] = tuple(
-    lab.name for lab in sorted((l for l in _CS_LABELS if 0 <= l.trainId < NUM_CLASSES),
-                               key=lambda l: l.trainId))
+    lab.name
+    for lab in sorted(
+        (l for l in _CS_LABELS if 0 <= l.trainId < NUM_CLASSES), key=lambda l: l.trainId
+    )
+)
 
 
 def _label_tables() -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +72,7 @@ def _label_tables() -> tuple[np.ndarray, np.ndarray]:
     lut = np.full(256, IGNORE_INDEX, dtype=np.uint8)
     known = np.zeros(256, dtype=bool)
     for lab in _CS_LABELS:
-        if lab.id < 0:          # 'license plate' (id -1) cannot occur in a uint8 label image
+        if lab.id < 0:  # 'license plate' (id -1) cannot occur in a uint8 label image
             continue
         known[lab.id] = True
         lut[lab.id] = lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX
@@ -78,15 +81,18 @@ def _label_tables() -> tuple[np.ndarray, np.ndarray]:
 
 LABEL_TO_TRAIN, KNOWN_LABEL_IDS = _label_tables()
 _LUT_INT64 = LABEL_TO_TRAIN.astype(np.int64)
-TRAIN_TO_LABEL = np.array([next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
-                          dtype=np.uint8)
+TRAIN_TO_LABEL = np.array(
+    [next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
+    dtype=np.uint8,
+)
 
 GET_CITYSCAPES = (
     "To get Cityscapes: register at https://www.cityscapes-dataset.com, download "
     "leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip, unzip both into one folder and "
     "set CITYSCAPES_DATASET to it (or pass it as the root). Without it, use the synthetic "
     "stand-in: `python -m ampbook.data synthesize --root DIR --train 100 --val 20` and pass DIR, "
-    "or call ampbook.data.synthetic_root(train, val, height, width) in Python.")
+    "or call ampbook.data.synthetic_root(train, val, height, width) in Python."
+)
 
 
 class DataError(ValueError):
@@ -94,6 +100,7 @@ class DataError(ValueError):
 
 
 # --- where the data is -----------------------------------------------------------------------
+
 
 def resolve_root(root: str | os.PathLike | None = None) -> Path:
     """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``, else an error.
@@ -104,8 +111,10 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
     if root is None or str(root) == "":
         env = os.environ.get("CITYSCAPES_DATASET")
         if not env:
-            raise FileNotFoundError("No Cityscapes root given and CITYSCAPES_DATASET is not set. "
-                                    + GET_CITYSCAPES)
+            raise FileNotFoundError(
+                "No Cityscapes root given and CITYSCAPES_DATASET is not set. "
+                + GET_CITYSCAPES
+            )
         root, origin = env, "CITYSCAPES_DATASET"
     else:
         origin = "root"
@@ -116,13 +125,21 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
             "a folder; give the folder holding leftImg8bit/ and gtFine/"
         )
     if not path.is_dir():
-        raise FileNotFoundError(f"Cityscapes root {str(path)!r} (from {origin}) does not exist. "
-                                + GET_CITYSCAPES)
+        raise FileNotFoundError(
+            f"Cityscapes root {str(path)!r} (from {origin}) does not exist. "
+            + GET_CITYSCAPES
+        )
     missing = [d for d in ("leftImg8bit", "gtFine") if not (path / d).is_dir()]
     if missing:
-        what = "is empty" if not any(path.iterdir()) else f"has no {' and no '.join(missing)} folder"
-        raise FileNotFoundError(f"Cityscapes root {str(path)!r} (from {origin}) {what}; expected "
-                                f"leftImg8bit/ and gtFine/ in it. " + GET_CITYSCAPES)
+        what = (
+            "is empty"
+            if not any(path.iterdir())
+            else f"has no {' and no '.join(missing)} folder"
+        )
+        raise FileNotFoundError(
+            f"Cityscapes root {str(path)!r} (from {origin}) {what}; expected "
+            f"leftImg8bit/ and gtFine/ in it. " + GET_CITYSCAPES
+        )
     return path
 
 
@@ -135,8 +152,10 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
     root = resolve_root(root)
     present = sorted(d.name for d in (root / "leftImg8bit").iterdir() if d.is_dir())
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}: Cityscapes splits are {', '.join(SPLITS)}; "
-                         f"{root / 'leftImg8bit'} holds {', '.join(present) or 'none'}")
+        raise ValueError(
+            f"unknown split {split!r}: Cityscapes splits are {', '.join(SPLITS)}; "
+            f"{root / 'leftImg8bit'} holds {', '.join(present) or 'none'}"
+        )
     if split not in present:
         raise FileNotFoundError(
             f"split {split!r} is missing: {root / 'leftImg8bit'} holds "
@@ -146,26 +165,39 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
         )
     img_dir, gt_dir = root / "leftImg8bit" / split, root / "gtFine" / split
     if not gt_dir.is_dir():
-        raise FileNotFoundError(f"split {split!r} has images in {img_dir} but no label folder {gt_dir}")
-    images = {str(p.relative_to(img_dir).parent / _stem(p, "_leftImg8bit.png")): p
-              for p in img_dir.glob("*/*_leftImg8bit.png")}
-    targets = {str(p.relative_to(gt_dir).parent / _stem(p, "_gtFine_labelIds.png")): p
-               for p in gt_dir.glob("*/*_gtFine_labelIds.png")}
+        raise FileNotFoundError(
+            f"split {split!r} has images in {img_dir} but no label folder {gt_dir}"
+        )
+    images = {
+        str(p.relative_to(img_dir).parent / _stem(p, "_leftImg8bit.png")): p
+        for p in img_dir.glob("*/*_leftImg8bit.png")
+    }
+    targets = {
+        str(p.relative_to(gt_dir).parent / _stem(p, "_gtFine_labelIds.png")): p
+        for p in gt_dir.glob("*/*_gtFine_labelIds.png")
+    }
     if not images and not targets:
-        raise FileNotFoundError(f"split {split!r} of {root} holds no *_leftImg8bit.png images "
-                                f"(looked in {img_dir}/CITY/). " + GET_CITYSCAPES)
+        raise FileNotFoundError(
+            f"split {split!r} of {root} holds no *_leftImg8bit.png images "
+            f"(looked in {img_dir}/CITY/). " + GET_CITYSCAPES
+        )
     for key in sorted(images):
         if key not in targets:
-            raise FileNotFoundError(f"image {images[key]} has no label file: expected "
-                                    f"{gt_dir / (key + '_gtFine_labelIds.png')}")
+            raise FileNotFoundError(
+                f"image {images[key]} has no label file: expected "
+                f"{gt_dir / (key + '_gtFine_labelIds.png')}"
+            )
     for key in sorted(targets):
         if key not in images:
-            raise FileNotFoundError(f"label file {targets[key]} has no image: expected "
-                                    f"{img_dir / (key + '_leftImg8bit.png')}")
+            raise FileNotFoundError(
+                f"label file {targets[key]} has no image: expected "
+                f"{img_dir / (key + '_leftImg8bit.png')}"
+            )
     return [(images[k], targets[k]) for k in sorted(images)]
 
 
 # --- reading files ---------------------------------------------------------------------------
+
 
 def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
     """Decode a PNG file: with libpng through ``torchvision.io`` (the fastest decoder here),
@@ -177,7 +209,9 @@ def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
             # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they are
             # still the fastest PNG decoder available to it.
             warnings.simplefilter("ignore", DeprecationWarning)
-            return decode_png(data, mode=ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED)
+            return decode_png(
+                data, mode=ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED
+            )
     with Image.open(path) as img:
         return np.array(img.convert("RGB") if rgb else img)
 
@@ -194,7 +228,11 @@ def read_image(path: Path) -> torch.Tensor:
         out = _decode_png(path, rgb=True)
     except (RuntimeError, ValueError, OSError, SyntaxError) as err:
         raise DataError(f"cannot decode image {path}: {_why(err)}") from None
-    return out if isinstance(out, torch.Tensor) else torch.from_numpy(out).permute(2, 0, 1).contiguous()
+    return (
+        out
+        if isinstance(out, torch.Tensor)
+        else torch.from_numpy(out).permute(2, 0, 1).contiguous()
+    )
 
 
 def read_label_ids(path: Path) -> np.ndarray:
@@ -205,25 +243,37 @@ def read_label_ids(path: Path) -> np.ndarray:
         raise DataError(f"cannot decode label file {path}: {_why(err)}") from None
     if isinstance(arr, torch.Tensor):
         if arr.shape[0] != 1:
-            raise DataError(f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has one "
-                            "(the Cityscapes labelId of each pixel)")
+            raise DataError(
+                f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has one "
+                "(the Cityscapes labelId of each pixel)"
+            )
         arr = arr[0].numpy()
     elif arr.ndim != 2:
-        raise DataError(f"label file {path} has {arr.shape[-1]} channels; a labelIds PNG has one "
-                        "(the Cityscapes labelId of each pixel)")
-    if arr.dtype != np.uint8:  # 16-bit PNG: ids above 255 are certainly outside the table
+        raise DataError(
+            f"label file {path} has {arr.shape[-1]} channels; a labelIds PNG has one "
+            "(the Cityscapes labelId of each pixel)"
+        )
+    if (
+        arr.dtype != np.uint8
+    ):  # 16-bit PNG: ids above 255 are certainly outside the table
         big = np.unique(arr[arr > 255])
         if big.size:
-            raise DataError(f"label file {path} holds ids outside the Cityscapes label table "
-                            f"(cityscapesscripts.helpers.labels): {big[:20].tolist()}")
+            raise DataError(
+                f"label file {path} holds ids outside the Cityscapes label table "
+                f"(cityscapesscripts.helpers.labels): {big[:20].tolist()}"
+            )
         arr = arr.astype(np.uint8)
     highest = int(arr.max())
-    if KNOWN_LABEL_IDS[: highest + 1].all():  # the table covers 0..33 without gaps: quick path
+    if KNOWN_LABEL_IDS[
+        : highest + 1
+    ].all():  # the table covers 0..33 without gaps: quick path
         return arr
     present = np.bincount(arr.ravel(), minlength=256)
     unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
-    raise DataError(f"label file {path} holds ids outside the Cityscapes label table "
-                    f"(cityscapesscripts.helpers.labels): {unknown.tolist()}")
+    raise DataError(
+        f"label file {path} holds ids outside the Cityscapes label table "
+        f"(cityscapesscripts.helpers.labels): {unknown.tolist()}"
+    )
 
 
 def check_headers(pairs: list[tuple[Path, Path]]) -> None:
@@ -270,8 +320,15 @@ class Cityscapes(Dataset):
     ``flip`` flips image and label together horizontally with probability 1/2.
     """
 
-    def __init__(self, root: str | os.PathLike | None = None, split: str = "train", height: int = 256,
-                 width: int = 512, flip: bool = False, normalize: bool = True):
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        split: str = "train",
+        height: int = 256,
+        width: int = 512,
+        flip: bool = False,
+        normalize: bool = True,
+    ):
         if height < 1 or width < 1:
             raise ValueError(f"height and width must be positive, got {height}x{width}")
         self.root = resolve_root(root)
@@ -280,11 +337,18 @@ class Cityscapes(Dataset):
         self.flip, self.normalize = flip, normalize
         self.pairs = list_pairs(self.root, split)
         self.synthetic = (self.root / SYNTHETIC_MARKER).exists()
-        steps: list = [v2.Resize((self.height, self.width), interpolation=v2.InterpolationMode.BILINEAR,
-                                 antialias=True)]
+        steps: list = [
+            v2.Resize(
+                (self.height, self.width),
+                interpolation=v2.InterpolationMode.BILINEAR,
+                antialias=True,
+            )
+        ]
         if flip:
             steps.append(v2.RandomHorizontalFlip(p=0.5))
-        self.transform = v2.Compose(steps)  # on uint8 images: resizing 1 byte per value is fastest
+        self.transform = v2.Compose(
+            steps
+        )  # on uint8 images: resizing 1 byte per value is fastest
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -294,22 +358,30 @@ class Cityscapes(Dataset):
         image = read_image(image_path)
         ids = read_label_ids(label_path)
         if tuple(image.shape[1:]) != ids.shape:
-            raise DataError(f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its label "
-                            f"file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)")
+            raise DataError(
+                f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its label "
+                f"file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)"
+            )
         # Nearest-neighbour resizing and flipping only move pixels, so the labelId -> trainId
         # lookup can come after them, on the smaller label.
-        image, mask = self.transform(tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids)))
+        image, mask = self.transform(
+            tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids))
+        )
         image = image.as_subclass(torch.Tensor).float()
         if self.normalize:  # (x / 255 - mean) / std in two in-place passes
             image.sub_(_MEAN_255).mul_(_INV_STD_255)
         else:
             image.div_(255.0)
-        return image, torch.from_numpy(np.take(_LUT_INT64, mask.as_subclass(torch.Tensor).numpy()))
+        return image, torch.from_numpy(
+            np.take(_LUT_INT64, mask.as_subclass(torch.Tensor).numpy())
+        )
 
     def __repr__(self) -> str:
         kind = "synthetic Cityscapes" if self.synthetic else "Cityscapes"
-        return (f"{kind} {self.split}: {len(self)} images from {self.root}, resized to "
-                f"{self.width}x{self.height} (W x H), flip={self.flip}, normalize={self.normalize}")
+        return (
+            f"{kind} {self.split}: {len(self)} images from {self.root}, resized to "
+            f"{self.width}x{self.height} (W x H), flip={self.flip}, normalize={self.normalize}"
+        )
 
 
 # --- synthetic Cityscapes --------------------------------------------------------------------
@@ -320,19 +392,37 @@ _TRAIN_CITIES = ("northvale", "eastbrook", "southport", "westmoor")
 _VAL_CITIES = ("midhaven", "lakeford")
 
 # Cityscapes labelIds used by the generator.
-_ID = {name: next(l.id for l in _CS_LABELS if l.name == name) for name in (
-    "ego vehicle", "static", "road", "sidewalk", "building", "fence", "pole", "traffic light",
-    "traffic sign", "vegetation", "terrain", "sky", "person", "car")}
+_ID = {
+    name: next(l.id for l in _CS_LABELS if l.name == name)
+    for name in (
+        "ego vehicle",
+        "static",
+        "road",
+        "sidewalk",
+        "building",
+        "fence",
+        "pole",
+        "traffic light",
+        "traffic sign",
+        "vegetation",
+        "terrain",
+        "sky",
+        "person",
+        "car",
+    )
+}
 
 
-def _smooth_noise(rng: np.random.Generator, h: int, w: int, gh: int, gw: int) -> np.ndarray:
+def _smooth_noise(
+    rng: np.random.Generator, h: int, w: int, gh: int, gw: int
+) -> np.ndarray:
     """Values in [0, 1) varying smoothly over an h x w field: a gh x gw random grid, bilinear."""
     g = rng.random((gh + 1, gw + 1), dtype=np.float32)
     y = np.linspace(0, gh, h, endpoint=False, dtype=np.float32)
     x = np.linspace(0, gw, w, endpoint=False, dtype=np.float32)
     y0, x0 = y.astype(np.int64), x.astype(np.int64)
     fy, fx = (y - y0)[:, None], (x - x0)[None, :]
-    rows = g[:, x0] * (1 - fx) + g[:, x0 + 1] * fx        # (gh + 1) x w: along x first
+    rows = g[:, x0] * (1 - fx) + g[:, x0 + 1] * fx  # (gh + 1) x w: along x first
     out = rows[y0 + 1] - rows[y0]
     out *= fy
     out += rows[y0]
@@ -378,14 +468,18 @@ class _Canvas:
         b = self.box(cy - ry, cy + ry, cx - rx, cx + rx)
         if b is not None:
             sl, ys, xs = b
-            self.paint(sl, ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1, label_id, color)
+            self.paint(
+                sl, ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1, label_id, color
+            )
 
 
 def _jitter(rng, color, amount=18.0):
     return np.clip(np.asarray(color, np.float32) + rng.normal(0, amount, 3), 0, 255)
 
 
-def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+def _draw_scene(
+    rng: np.random.Generator, h: int, w: int
+) -> tuple[np.ndarray, np.ndarray]:
     """One street scene: (RGB uint8 h x w x 3, labelIds uint8 h x w)."""
     c = _Canvas(h, w, rng)
     horizon = h * rng.uniform(0.38, 0.5)
@@ -402,21 +496,40 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, n
     c.ids[:] = _ID["sky"]
 
     # Buildings: facades along the horizon with a grid of windows; gaps show the sky.
-    facades = [(200, 190, 170), (150, 150, 150), (150, 85, 65), (215, 215, 208), (185, 160, 120),
-               (120, 110, 105)]
+    facades = [
+        (200, 190, 170),
+        (150, 150, 150),
+        (150, 85, 65),
+        (215, 215, 208),
+        (185, 160, 120),
+        (120, 110, 105),
+    ]
     x = -rng.uniform(0, 0.1) * w
     while x < w:
         bw = w * rng.uniform(0.08, 0.22)
         if rng.random() > 0.12:
-            btop = h * rng.uniform(0.02, 0.3) if rng.random() < 0.85 else horizon - 0.15 * h
+            btop = (
+                h * rng.uniform(0.02, 0.3)
+                if rng.random() < 0.85
+                else horizon - 0.15 * h
+            )
             b = c.box(btop, horizon + 1, x, x + bw)
             if b is not None:
                 sl, ys, xs = b
                 base = _jitter(rng, facades[rng.integers(len(facades))], 12)
                 px, py = bw / rng.integers(3, 7), unit * rng.uniform(0.05, 0.09)
-                win = (((xs - x) % px) > 0.3 * px) & (((ys - btop) % py) > 0.4 * py) & (ys < horizon - 0.3 * py)
-                shade = 1 + 0.15 * (_smooth_noise(rng, ys.shape[0], xs.shape[1], 3, 3) - 0.5)
-                color = np.broadcast_to(base, (ys.shape[0], xs.shape[1], 3)) * shade[..., None]
+                win = (
+                    (((xs - x) % px) > 0.3 * px)
+                    & (((ys - btop) % py) > 0.4 * py)
+                    & (ys < horizon - 0.3 * py)
+                )
+                shade = 1 + 0.15 * (
+                    _smooth_noise(rng, ys.shape[0], xs.shape[1], 3, 3) - 0.5
+                )
+                color = (
+                    np.broadcast_to(base, (ys.shape[0], xs.shape[1], 3))
+                    * shade[..., None]
+                )
                 glass = _jitter(rng, (60, 70, 85), 10) * rng.uniform(0.7, 1.2)
                 color = np.where(win[..., None], glass, color)
                 c.paint(sl, None, _ID["building"], color)
@@ -425,9 +538,9 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, n
     # Ground: sidewalk with perspective tiles, a dark road with dashed lane marks, grass verges.
     b = c.box(horizon, h, 0, w)
     sl, ys, xs = b
-    depth = ground_h / np.maximum(ys - horizon, 0.5)          # 1 at the bottom, large far away
-    u = (xs - vx) * depth / unit                               # ground-plane coordinates
-    near = (ys - horizon) / ground_h                           # 0 at the horizon, 1 at the bottom
+    depth = ground_h / np.maximum(ys - horizon, 0.5)  # 1 at the bottom, large far away
+    u = (xs - vx) * depth / unit  # ground-plane coordinates
+    near = (ys - horizon) / ground_h  # 0 at the horizon, 1 at the bottom
     road_half = w * rng.uniform(0.3, 0.5) * near
     off = np.abs(xs - vx)
     tiles = ((u * 4) % 1 < 0.08) | ((depth * 3) % 1 < 0.08)
@@ -436,8 +549,15 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, n
     c.paint(sl, None, _ID["sidewalk"], color)
     for side in (-1, 1):
         if rng.random() < 0.5:
-            verge = (off >= road_half) & (off < road_half * rng.uniform(1.12, 1.3) + 1) & (np.sign(xs - vx) == side)
-            grass = _jitter(rng, (110, 140, 60), 12) * (0.8 + 0.4 * rng.random(verge.shape, dtype=np.float32))[..., None]
+            verge = (
+                (off >= road_half)
+                & (off < road_half * rng.uniform(1.12, 1.3) + 1)
+                & (np.sign(xs - vx) == side)
+            )
+            grass = (
+                _jitter(rng, (110, 140, 60), 12)
+                * (0.8 + 0.4 * rng.random(verge.shape, dtype=np.float32))[..., None]
+            )
             c.paint(sl, verge, _ID["terrain"], grass)
     road = off < road_half
     asphalt = _jitter(rng, (78, 78, 84), 6)
@@ -445,7 +565,9 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, n
     color = np.where(lane[..., None], np.float32(225), asphalt)
     c.paint(sl, road, _ID["road"], np.broadcast_to(color, road.shape + (3,)))
 
-    def ground_y(s):  # image row of a ground point at nearness s (0 horizon .. 1 bottom)
+    def ground_y(
+        s,
+    ):  # image row of a ground point at nearness s (0 horizon .. 1 bottom)
         return horizon + s * ground_h
 
     def road_edge(s, side):
@@ -455,13 +577,20 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, n
     if rng.random() < 0.4:
         x0 = rng.uniform(0, 0.6) * w
         fh = 0.05 * unit
-        b = c.box(horizon - fh, horizon + 0.01 * unit, x0, x0 + w * rng.uniform(0.15, 0.35))
+        b = c.box(
+            horizon - fh, horizon + 0.01 * unit, x0, x0 + w * rng.uniform(0.15, 0.35)
+        )
         if b is not None:
             sl, ys, xs = b
             slats = ((xs - x0) % (0.02 * unit)) < 0.008 * unit
             rails = np.abs(ys - (horizon - 0.7 * fh)) < 0.006 * unit
             mask = slats | rails
-            c.paint(sl, np.broadcast_to(mask, (ys.shape[0], xs.shape[1])), _ID["fence"], _jitter(rng, (130, 120, 100), 10))
+            c.paint(
+                sl,
+                np.broadcast_to(mask, (ys.shape[0], xs.shape[1])),
+                _ID["fence"],
+                _jitter(rng, (130, 120, 100), 10),
+            )
 
     objects = []  # (nearness, kind): drawn far to near
     for _ in range(rng.integers(2, 6)):
@@ -478,38 +607,112 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, n
 
     for s, kind in objects:
         base = ground_y(s)
-        scale = unit * (0.15 + s)                     # nearer objects are bigger
+        scale = unit * (0.15 + s)  # nearer objects are bigger
         side = 1 if rng.random() < 0.5 else -1
         if kind == "car":
             cx = vx + rng.uniform(-0.8, 0.8) * w * 0.3 * s
             cw, ch = 0.45 * scale, 0.3 * scale
-            body = _jitter(rng, [(230, 230, 230), (30, 30, 35), (160, 160, 165), (150, 30, 30),
-                                 (40, 60, 130), (40, 80, 50)][rng.integers(6)], 10)
-            c.rect(base - 0.6 * ch, base - 0.1 * ch, cx - cw / 2, cx + cw / 2, _ID["car"], body)
-            c.rect(base - ch, base - 0.55 * ch, cx - cw * 0.35, cx + cw * 0.35, _ID["car"], body)
-            c.rect(base - 0.93 * ch, base - 0.6 * ch, cx - cw * 0.3, cx + cw * 0.3, _ID["car"],
-                   _jitter(rng, (50, 60, 75), 8))
+            body = _jitter(
+                rng,
+                [
+                    (230, 230, 230),
+                    (30, 30, 35),
+                    (160, 160, 165),
+                    (150, 30, 30),
+                    (40, 60, 130),
+                    (40, 80, 50),
+                ][rng.integers(6)],
+                10,
+            )
+            c.rect(
+                base - 0.6 * ch,
+                base - 0.1 * ch,
+                cx - cw / 2,
+                cx + cw / 2,
+                _ID["car"],
+                body,
+            )
+            c.rect(
+                base - ch,
+                base - 0.55 * ch,
+                cx - cw * 0.35,
+                cx + cw * 0.35,
+                _ID["car"],
+                body,
+            )
+            c.rect(
+                base - 0.93 * ch,
+                base - 0.6 * ch,
+                cx - cw * 0.3,
+                cx + cw * 0.3,
+                _ID["car"],
+                _jitter(rng, (50, 60, 75), 8),
+            )
             for wx in (-0.32, 0.32):
-                c.ellipse(base - 0.12 * ch, cx + wx * cw, 0.14 * ch, 0.1 * cw, _ID["car"], (20, 20, 20))
+                c.ellipse(
+                    base - 0.12 * ch,
+                    cx + wx * cw,
+                    0.14 * ch,
+                    0.1 * cw,
+                    _ID["car"],
+                    (20, 20, 20),
+                )
         elif kind == "person":
             px = road_edge(s, side) + side * rng.uniform(0.05, 0.3) * w * s + side * 2
             ph, pw = 0.38 * scale, 0.1 * scale
-            c.rect(base - 0.5 * ph, base, px - pw * 0.35, px + pw * 0.35, _ID["person"],
-                   _jitter(rng, (45, 45, 60), 12))
-            c.rect(base - 0.85 * ph, base - 0.45 * ph, px - pw / 2, px + pw / 2, _ID["person"],
-                   _jitter(rng, [(180, 40, 40), (40, 90, 160), (200, 180, 60), (60, 120, 60),
-                                 (230, 230, 230)][rng.integers(5)], 15))
-            c.ellipse(base - 0.92 * ph, px, 0.08 * ph, 0.3 * pw, _ID["person"], _jitter(rng, (210, 165, 130), 20))
+            c.rect(
+                base - 0.5 * ph,
+                base,
+                px - pw * 0.35,
+                px + pw * 0.35,
+                _ID["person"],
+                _jitter(rng, (45, 45, 60), 12),
+            )
+            c.rect(
+                base - 0.85 * ph,
+                base - 0.45 * ph,
+                px - pw / 2,
+                px + pw / 2,
+                _ID["person"],
+                _jitter(
+                    rng,
+                    [
+                        (180, 40, 40),
+                        (40, 90, 160),
+                        (200, 180, 60),
+                        (60, 120, 60),
+                        (230, 230, 230),
+                    ][rng.integers(5)],
+                    15,
+                ),
+            )
+            c.ellipse(
+                base - 0.92 * ph,
+                px,
+                0.08 * ph,
+                0.3 * pw,
+                _ID["person"],
+                _jitter(rng, (210, 165, 130), 20),
+            )
         elif kind == "tree":
             tx = road_edge(s, side) + side * rng.uniform(0.1, 0.5) * w * max(s, 0.15)
             th = 0.9 * scale
             trunk = _jitter(rng, (90, 65, 40), 10)
-            c.rect(base - 0.6 * th, base, tx - 0.02 * scale, tx + 0.02 * scale, _ID["vegetation"], trunk)
+            c.rect(
+                base - 0.6 * th,
+                base,
+                tx - 0.02 * scale,
+                tx + 0.02 * scale,
+                _ID["vegetation"],
+                trunk,
+            )
             b = c.box(base - 1.2 * th, base - 0.35 * th, tx - 0.35 * th, tx + 0.35 * th)
             if b is not None:
                 sl, ys, xs = b
                 blob = _smooth_noise(rng, ys.shape[0], xs.shape[1], 4, 4)
-                r2 = ((ys - (base - 0.78 * th)) / (0.42 * th)) ** 2 + ((xs - tx) / (0.33 * th)) ** 2
+                r2 = ((ys - (base - 0.78 * th)) / (0.42 * th)) ** 2 + (
+                    (xs - tx) / (0.33 * th)
+                ) ** 2
                 mask = r2 + 0.6 * (blob - 0.5) < 1
                 leaf = _jitter(rng, (60, 105, 40), 10)
                 tex = 0.6 + 0.8 * rng.random(mask.shape, dtype=np.float32)
@@ -517,27 +720,80 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, n
         elif kind == "pole":
             qx = road_edge(s, side) + side * rng.uniform(0.03, 0.15) * w * max(s, 0.15)
             qh, qw = 1.1 * scale, max(0.018 * scale, 1.0)
-            c.rect(base - qh, base, qx - qw / 2, qx + qw / 2, _ID["pole"], _jitter(rng, (120, 120, 125), 10))
+            c.rect(
+                base - qh,
+                base,
+                qx - qw / 2,
+                qx + qw / 2,
+                _ID["pole"],
+                _jitter(rng, (120, 120, 125), 10),
+            )
             top = base - qh
             what = rng.random()
-            if what < 0.45:     # traffic sign: a blue disc, a red-rimmed disc or a yellow plate
+            if (
+                what < 0.45
+            ):  # traffic sign: a blue disc, a red-rimmed disc or a yellow plate
                 r = 0.07 * scale
                 style = rng.integers(3)
                 if style == 2:
-                    c.rect(top - r, top + r, qx - r, qx + r, _ID["traffic sign"], _jitter(rng, (235, 200, 30), 10))
+                    c.rect(
+                        top - r,
+                        top + r,
+                        qx - r,
+                        qx + r,
+                        _ID["traffic sign"],
+                        _jitter(rng, (235, 200, 30), 10),
+                    )
                 else:
-                    c.ellipse(top, qx, r, r, _ID["traffic sign"], (200, 30, 30) if style == 1 else (30, 70, 170))
-                    c.ellipse(top, qx, 0.7 * r, 0.7 * r, _ID["traffic sign"], (240, 240, 240) if style == 1 else (40, 90, 200))
-            elif what < 0.8:    # traffic light: a dark housing with one lit lamp
+                    c.ellipse(
+                        top,
+                        qx,
+                        r,
+                        r,
+                        _ID["traffic sign"],
+                        (200, 30, 30) if style == 1 else (30, 70, 170),
+                    )
+                    c.ellipse(
+                        top,
+                        qx,
+                        0.7 * r,
+                        0.7 * r,
+                        _ID["traffic sign"],
+                        (240, 240, 240) if style == 1 else (40, 90, 200),
+                    )
+            elif what < 0.8:  # traffic light: a dark housing with one lit lamp
                 lw, lh = 0.07 * scale, 0.2 * scale
-                c.rect(top, top + lh, qx - lw / 2, qx + lw / 2, _ID["traffic light"], _jitter(rng, (35, 35, 30), 5))
+                c.rect(
+                    top,
+                    top + lh,
+                    qx - lw / 2,
+                    qx + lw / 2,
+                    _ID["traffic light"],
+                    _jitter(rng, (35, 35, 30), 5),
+                )
                 lamp = rng.integers(3)
                 lit = [(255, 60, 40), (255, 190, 40), (60, 230, 90)][lamp]
-                c.ellipse(top + lh * (0.2 + 0.3 * lamp), qx, 0.28 * lw, 0.28 * lw, _ID["traffic light"], lit)
-        elif kind == "static":  # bins, benches, boxes: labelled 'static' (ignored in training)
+                c.ellipse(
+                    top + lh * (0.2 + 0.3 * lamp),
+                    qx,
+                    0.28 * lw,
+                    0.28 * lw,
+                    _ID["traffic light"],
+                    lit,
+                )
+        elif (
+            kind == "static"
+        ):  # bins, benches, boxes: labelled 'static' (ignored in training)
             sx = road_edge(s, side) + side * rng.uniform(0.1, 0.4) * w * max(s, 0.15)
             sw, sh = 0.12 * scale, 0.1 * scale
-            c.rect(base - sh, base, sx - sw / 2, sx + sw / 2, _ID["static"], _jitter(rng, (90, 95, 80), 20))
+            c.rect(
+                base - sh,
+                base,
+                sx - sw / 2,
+                sx + sw / 2,
+                _ID["static"],
+                _jitter(rng, (90, 95, 80), 20),
+            )
 
     # The ego vehicle's bonnet at the bottom (labelled 'ego vehicle', ignored), as in Cityscapes.
     b = c.box(h * 0.88, h, 0, w)
@@ -560,12 +816,15 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, n
     return c.rgb.astype(np.uint8), c.ids
 
 
-def synthetic_pair(seed: int, split: str, index: int, height: int = 1024, width: int = 2048
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_pair(
+    seed: int, split: str, index: int, height: int = 1024, width: int = 2048
+) -> tuple[np.ndarray, np.ndarray]:
     """Image (uint8 H x W x 3) and labelIds (uint8 H x W) of one synthetic scene; the same
     (seed, split, index) gives the same scene."""
     if height < 16 or width < 16:
-        raise ValueError(f"synthetic images need at least 16x16 pixels, got {width}x{height} (W x H)")
+        raise ValueError(
+            f"synthetic images need at least 16x16 pixels, got {width}x{height} (W x H)"
+        )
     rng = np.random.default_rng([seed, SPLITS.index(split), index])
     return _draw_scene(rng, height, width)
 
@@ -573,11 +832,15 @@ def synthetic_pair(seed: int, split: str, index: int, height: int = 1024, width:
 def _file_stem(split: str, index: int) -> tuple[str, str]:
     cities = _TRAIN_CITIES if split == "train" else _VAL_CITIES
     city = cities[index % len(cities)]
-    return city, f"{city}_{index:06d}_000019"  # Cityscapes annotates the 20th frame of a clip
+    return (
+        city,
+        f"{city}_{index:06d}_000019",
+    )  # Cityscapes annotates the 20th frame of a clip
 
 
-def _write_scene(root: Path, seed: int, split: str, i: int, height: int,
-                 width: int) -> None:
+def _write_scene(
+    root: Path, seed: int, split: str, i: int, height: int, width: int
+) -> None:
     """Draw scene ``i`` of ``split``; write its image and labelIds PNGs in ``root``."""
     city, stem = _file_stem(split, i)
     img_dir = root / "leftImg8bit" / split / city
@@ -635,9 +898,16 @@ def check_synthesis(
     return root
 
 
-def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0,
-               height: int = 1024, width: int = 2048, progress: bool = False,
-               workers: int | None = None) -> Path:
+def synthesize(
+    root: str | os.PathLike,
+    train: int,
+    val: int,
+    seed: int = 0,
+    height: int = 1024,
+    width: int = 2048,
+    progress: bool = False,
+    workers: int | None = None,
+) -> Path:
     """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the official
     layout and file names; returns ``root``. Deterministic for a seed.
 
@@ -650,13 +920,21 @@ def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0,
         raise ValueError(f"workers must be at least 1, got {workers}")
     if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
         if not (root / SYNTHETIC_MARKER).exists():
-            raise FileExistsError(f"{root} already holds a dataset that is not synthetic; refusing to "
-                                  "write synthetic images into it")
-        for sub in ("leftImg8bit", "gtFine"):  # an older synthetic set: replace it whole
+            raise FileExistsError(
+                f"{root} already holds a dataset that is not synthetic; refusing to "
+                "write synthetic images into it"
+            )
+        for sub in (
+            "leftImg8bit",
+            "gtFine",
+        ):  # an older synthetic set: replace it whole
             shutil.rmtree(root / sub, ignore_errors=True)
     start = time.perf_counter()
-    jobs = [(root, seed, split, i, height, width)
-            for split, count in (("train", train), ("val", val)) for i in range(count)]
+    jobs = [
+        (root, seed, split, i, height, width)
+        for split, count in (("train", train), ("val", val))
+        for i in range(count)
+    ]
     if workers is None:
         big = len(jobs) * height * width >= _PARALLEL_MIN_PIXELS
         workers = min(os.cpu_count() or 1, len(jobs)) if big else 1
@@ -679,17 +957,30 @@ def synthesize(root: str | os.PathLike, train: int, val: int, seed: int = 0,
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    meta = {"synthetic": True, "version": SYNTHETIC_VERSION, "seed": seed, "train": train, "val": val,
-            "height": height, "width": width, "generator": "ampbook.data.synthesize"}
+    meta = {
+        "synthetic": True,
+        "version": SYNTHETIC_VERSION,
+        "seed": seed,
+        "train": train,
+        "val": val,
+        "height": height,
+        "width": width,
+        "generator": "ampbook.data.synthesize",
+    }
     (root / SYNTHETIC_MARKER).write_text(json.dumps(meta, indent=1) + "\n")
     if progress:
-        print(f"wrote {train + val} synthetic images ({width}x{height}) to {root} in "
-              f"{time.perf_counter() - start:.1f} s with {workers} process"
-              f"{'es' if workers > 1 else ''}", file=sys.stderr)
+        print(
+            f"wrote {train + val} synthetic images ({width}x{height}) to {root} in "
+            f"{time.perf_counter() - start:.1f} s with {workers} process"
+            f"{'es' if workers > 1 else ''}",
+            file=sys.stderr,
+        )
     return root
 
 
-def synthetic_root(train: int, val: int, height: int = 1024, width: int = 2048, seed: int = 0) -> Path:
+def synthetic_root(
+    train: int, val: int, height: int = 1024, width: int = 2048, seed: int = 0
+) -> Path:
     """A synthetic Cityscapes in ``ampbook.paths.cache_dir()``, written on first use and reused
     after (safe when several processes ask at once)."""
     from ampbook.paths import cache_dir
@@ -714,19 +1005,31 @@ def synthetic_root(train: int, val: int, height: int = 1024, width: int = 2048, 
 
 # --- command line ----------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ampbook.data",
-                                     description="Cityscapes data tools.")
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.data", description="Cityscapes data tools."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    syn = sub.add_parser("synthesize", help="write a synthetic Cityscapes in the official layout")
+    syn = sub.add_parser(
+        "synthesize", help="write a synthetic Cityscapes in the official layout"
+    )
     syn.add_argument("--root", required=True, help="folder to write into")
-    syn.add_argument("--train", type=int, required=True, help="number of training images")
-    syn.add_argument("--val", type=int, required=True, help="number of validation images")
+    syn.add_argument(
+        "--train", type=int, required=True, help="number of training images"
+    )
+    syn.add_argument(
+        "--val", type=int, required=True, help="number of validation images"
+    )
     syn.add_argument("--seed", type=int, default=0)
     syn.add_argument("--height", type=int, default=1024)
     syn.add_argument("--width", type=int, default=2048)
-    info = sub.add_parser("info", help="count the image/label pairs of a Cityscapes root")
-    info.add_argument("--root", default=None, help="dataset root (default: $CITYSCAPES_DATASET)")
+    info = sub.add_parser(
+        "info", help="count the image/label pairs of a Cityscapes root"
+    )
+    info.add_argument(
+        "--root", default=None, help="dataset root (default: $CITYSCAPES_DATASET)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "synthesize":

@@ -32,14 +32,24 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} was asked for, but this machine has no CUDA GPU "
-                           "(use device='cpu' or 'auto')")
+        raise RuntimeError(
+            f"device {device!r} was asked for, but this machine has no CUDA GPU "
+            "(use device='cpu' or 'auto')"
+        )
     return dev
 
 
 def cpu_flags() -> list[str]:
     """The CPU features that matter for low precision on a CPU (AMX, AVX-512 bf16/fp16)."""
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile")
+    wanted = (
+        "avx2",
+        "avx512f",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_bf16",
+        "amx_fp16",
+        "amx_tile",
+    )
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -85,9 +95,13 @@ def environment(device: str | torch.device = "auto") -> dict:
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cudnn": torch.backends.cudnn.version()
+        if torch.backends.cudnn.is_available()
+        else None,
         "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name(),
+        "device_name": torch.cuda.get_device_name(dev)
+        if dev.type == "cuda"
+        else cpu_name(),
         "tensor_cores": tensor_core_generation(dev),
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
@@ -100,19 +114,38 @@ def environment(device: str | torch.device = "auto") -> dict:
     if dev.type == "cuda":
         cap = torch.cuda.get_device_capability(dev)
         info["compute_capability"] = f"{cap[0]}.{cap[1]}"
-        info["gpu_memory_gb"] = round(torch.cuda.get_device_properties(dev).total_memory / 1e9, 1)
+        info["gpu_memory_gb"] = round(
+            torch.cuda.get_device_properties(dev).total_memory / 1e9, 1
+        )
         info["driver_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     return info
 
 
-def print_environment(device: str | torch.device = "auto", packages=("matplotlib", "jupytext", "papermill")) -> dict:
-    """Print the environment as aligned lines (first code cell of every notebook)."""
+def environment_report(
+    device: str | torch.device = "auto",
+    packages=("matplotlib", "jupytext", "papermill"),
+) -> dict:
+    """``environment(device)`` plus the versions of ``packages``."""
     info = environment(device)
     for pkg in packages:
         info[pkg] = _version(pkg)
+    return info
+
+
+def format_environment(info: dict) -> str:
+    """An environment report as aligned ``key  value`` lines."""
     width = max(len(k) for k in info)
+    lines = []
     for key, value in info.items():
         if isinstance(value, list):
             value = ", ".join(value) or "-"
-        print(f"{key:<{width}}  {value}")
-    return info
+        lines.append(f"{key:<{width}}  {value}")
+    return "\n".join(lines)
+
+
+def print_environment(
+    device: str | torch.device = "auto",
+    packages=("matplotlib", "jupytext", "papermill"),
+) -> None:
+    """Print the environment as aligned lines (second code cell of every notebook)."""
+    print(format_environment(environment_report(device, packages)))

@@ -24,22 +24,34 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ampbook.data import (CLASS_NAMES, IGNORE_INDEX, LABEL_TO_TRAIN, NUM_CLASSES, TRAIN_TO_LABEL, DataError,
-                          resolve_root, read_label_ids)
+from ampbook.data import (
+    CLASS_NAMES,
+    IGNORE_INDEX,
+    LABEL_TO_TRAIN,
+    NUM_CLASSES,
+    TRAIN_TO_LABEL,
+    DataError,
+    read_label_ids,
+    resolve_root,
+)
 from ampbook.metrics import SegmentationMetrics
 
 GT_SUFFIX = "_gtFine_labelIds.png"
 
 
-def ground_truth_files(root: str | os.PathLike | None, split: str = "val") -> list[Path]:
+def ground_truth_files(
+    root: str | os.PathLike | None, split: str = "val"
+) -> list[Path]:
     """The split's ``*_gtFine_labelIds.png`` files, sorted."""
     root = resolve_root(root)
     gt_dir = root / "gtFine" / split
     if not gt_dir.is_dir():
         present = sorted(d.name for d in (root / "gtFine").iterdir() if d.is_dir())
         what = "is missing" if split in ("train", "val", "test") else "is unknown"
-        raise ValueError(f"split {split!r} {what}: {root / 'gtFine'} holds "
-                         f"{', '.join(present) or 'none'}")
+        raise ValueError(
+            f"split {split!r} {what}: {root / 'gtFine'} holds "
+            f"{', '.join(present) or 'none'}"
+        )
     files = sorted(gt_dir.glob(f"*/*{GT_SUFFIX}"))
     if not files:
         raise FileNotFoundError(f"no ground truth files *{GT_SUFFIX} in {gt_dir}/CITY/")
@@ -54,26 +66,41 @@ def _prediction_index(pred_dir: Path) -> list[Path]:
         )
     if not pred_dir.is_dir():
         raise FileNotFoundError(f"prediction folder {pred_dir} does not exist")
-    return sorted(Path(r) / f for r, _, files in os.walk(pred_dir) for f in files if f.endswith(".png"))
+    return sorted(
+        Path(r) / f
+        for r, _, files in os.walk(pred_dir)
+        for f in files
+        if f.endswith(".png")
+    )
 
 
 def find_prediction(gt_file: Path, predictions: list[Path]) -> Path:
     """The one prediction named ``CITY_SEQ_FRAME*.png`` for a ground-truth file."""
     prefix = gt_file.name[: -len(GT_SUFFIX)]
     if len(prefix.split("_")) != 3:
-        raise ValueError(f"ground truth {gt_file} is not named CITY_SEQ_FRAME{GT_SUFFIX}")
+        raise ValueError(
+            f"ground truth {gt_file} is not named CITY_SEQ_FRAME{GT_SUFFIX}"
+        )
     found = [p for p in predictions if p.name.startswith(prefix)]
     if not found:
-        raise FileNotFoundError(f"no prediction for ground truth {gt_file}: expected one file "
-                                f"named {prefix}*.png in the prediction folder")
+        raise FileNotFoundError(
+            f"no prediction for ground truth {gt_file}: expected one file "
+            f"named {prefix}*.png in the prediction folder"
+        )
     if len(found) > 1:
-        raise ValueError(f"several predictions for ground truth {gt_file}: "
-                         + ", ".join(str(p) for p in found))
+        raise ValueError(
+            f"several predictions for ground truth {gt_file}: "
+            + ", ".join(str(p) for p in found)
+        )
     return found[0]
 
 
-def evaluate_folder(pred_dir: str | os.PathLike, root: str | os.PathLike | None = None, split: str = "val",
-                    device: str | torch.device | None = None) -> dict:
+def evaluate_folder(
+    pred_dir: str | os.PathLike,
+    root: str | os.PathLike | None = None,
+    split: str = "val",
+    device: str | torch.device | None = None,
+) -> dict:
     """Metrics of the labelId predictions in ``pred_dir`` against the split's ground truth."""
     pred_dir = Path(pred_dir)
     gts = ground_truth_files(root, split)
@@ -84,10 +111,14 @@ def evaluate_folder(pred_dir: str | os.PathLike, root: str | os.PathLike | None 
         gt = read_label_ids(gt_file)
         pred = read_label_ids(pred_file)
         if pred.shape != gt.shape:
-            raise DataError(f"prediction {pred_file} is {pred.shape[1]}x{pred.shape[0]} but its ground "
-                            f"truth {gt_file} is {gt.shape[1]}x{gt.shape[0]} (W x H)")
+            raise DataError(
+                f"prediction {pred_file} is {pred.shape[1]}x{pred.shape[0]} but its ground "
+                f"truth {gt_file} is {gt.shape[1]}x{gt.shape[0]} (W x H)"
+            )
         # Predicted ids that map to ignore become 255: a miss of the ground truth's class.
-        metrics.update(torch.from_numpy(LABEL_TO_TRAIN[pred]), torch.from_numpy(LABEL_TO_TRAIN[gt]))
+        metrics.update(
+            torch.from_numpy(LABEL_TO_TRAIN[pred]), torch.from_numpy(LABEL_TO_TRAIN[gt])
+        )
     r = metrics.compute()
 
     def clean(v: float) -> float | None:
@@ -103,7 +134,9 @@ def evaluate_folder(pred_dir: str | os.PathLike, root: str | os.PathLike | None 
     }
 
 
-def save_prediction(train_ids: np.ndarray | torch.Tensor, path: str | os.PathLike) -> Path:
+def save_prediction(
+    train_ids: np.ndarray | torch.Tensor, path: str | os.PathLike
+) -> Path:
     """Write an H x W array of trainIds (0..18) as a labelId PNG the evaluation reads."""
     if isinstance(train_ids, torch.Tensor):
         train_ids = train_ids.detach().cpu().numpy()
@@ -117,9 +150,15 @@ def save_prediction(train_ids: np.ndarray | torch.Tensor, path: str | os.PathLik
 
 
 @torch.no_grad()
-def predict_folder(model: torch.nn.Module, root: str | os.PathLike | None, out_dir: str | os.PathLike,
-                   split: str = "val", height: int = 256, width: int = 512,
-                   device: str | torch.device = "cpu") -> Path:
+def predict_folder(
+    model: torch.nn.Module,
+    root: str | os.PathLike | None,
+    out_dir: str | os.PathLike,
+    split: str = "val",
+    height: int = 256,
+    width: int = 512,
+    device: str | torch.device = "cpu",
+) -> Path:
     """Run ``model`` on a split at height x width, upsample its logits to each image's size
     and write ``CITY_SEQ_FRAME_pred.png`` labelId files into ``out_dir``."""
     from ampbook.data import Cityscapes
@@ -132,19 +171,32 @@ def predict_folder(model: torch.nn.Module, root: str | os.PathLike | None, out_d
         with Image.open(label_path) as gt:
             full_w, full_h = gt.size
         logits = model(image[None].to(device))
-        logits = torch.nn.functional.interpolate(logits.float(), size=(full_h, full_w), mode="bilinear",
-                                                 align_corners=False)
+        logits = torch.nn.functional.interpolate(
+            logits.float(), size=(full_h, full_w), mode="bilinear", align_corners=False
+        )
         stem = image_path.name[: -len("_leftImg8bit.png")]
-        save_prediction(logits[0].argmax(0), out_dir / image_path.parent.name / f"{stem}_pred.png")
+        save_prediction(
+            logits[0].argmax(0), out_dir / image_path.parent.name / f"{stem}_pred.png"
+        )
     return out_dir
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ampbook.evaluate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("pred_dir", help="folder of labelId PNG predictions (searched recursively)")
-    parser.add_argument("--data-root", default=None, help="Cityscapes root (default: $CITYSCAPES_DATASET)")
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.evaluate", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "pred_dir", help="folder of labelId PNG predictions (searched recursively)"
+    )
+    parser.add_argument(
+        "--data-root",
+        default=None,
+        help="Cityscapes root (default: $CITYSCAPES_DATASET)",
+    )
     parser.add_argument("--split", default="val")
-    parser.add_argument("--device", default="cpu", help="where the confusion matrix is accumulated")
+    parser.add_argument(
+        "--device", default="cpu", help="where the confusion matrix is accumulated"
+    )
     args = parser.parse_args(argv)
     from ampbook.env import pick_device
 

@@ -184,9 +184,10 @@ def _device_name() -> str:
 def stage_env(work: Path, dry: bool) -> None:
     from importlib import metadata
 
-    from ampbook.env import print_environment
+    from ampbook.env import environment_report, format_environment
 
-    info = print_environment("auto")
+    info = environment_report("auto")
+    print(format_environment(info))
     versions = {}
     for dist in (
         "torch",
@@ -787,7 +788,7 @@ def sizing() -> list[tuple[str, str, float]]:
     for precision in ("fp32", "amp-fp16", "amp-bf16"):
         trace = trace_step(model, 6, 512, 1024, precision)
         for key in ("h200-sxm", "rtx3070-desktop"):
-            for tf32 in ((True, False) if precision == "fp32" else (True,)):
+            for tf32 in (True, False) if precision == "fp32" else (True,):
                 label = precision + (
                     ", TF32 " + ("on" if tf32 else "off") if precision == "fp32" else ""
                 )

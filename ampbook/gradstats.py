@@ -47,18 +47,25 @@ from ampbook.formats import FORMATS, round_to
 from ampbook.timing import benchmark
 
 FP16 = FORMATS["fp16"]
-FP16_MIN_SUBNORMAL = FP16.smallest_subnormal          # 2^-24
-FP16_MIN_NORMAL = FP16.smallest_normal                # 2^-14
-FP16_MAX = FP16.max                                   # 65504
-FLUSH_AT_OR_BELOW = FP16_MIN_SUBNORMAL / 2            # 2^-25: rounds to 0 (a tie goes to even 0)
-_TOP_STEP = math.ldexp(1.0, FP16.emax - FP16.mantissa_bits)  # spacing of fp16's top binade: 32
-OVERFLOW_AT_OR_ABOVE = FP16_MAX + _TOP_STEP / 2       # 65520: rounds to inf (a tie goes to even)
+FP16_MIN_SUBNORMAL = FP16.smallest_subnormal  # 2^-24
+FP16_MIN_NORMAL = FP16.smallest_normal  # 2^-14
+FP16_MAX = FP16.max  # 65504
+FLUSH_AT_OR_BELOW = FP16_MIN_SUBNORMAL / 2  # 2^-25: rounds to 0 (a tie goes to even 0)
+_TOP_STEP = math.ldexp(
+    1.0, FP16.emax - FP16.mantissa_bits
+)  # spacing of fp16's top binade: 32
+OVERFLOW_AT_OR_ABOVE = (
+    FP16_MAX + _TOP_STEP / 2
+)  # 65520: rounds to inf (a tie goes to even)
 # below this a value is stored as a subnormal; from it up, it rounds to 2^-14 or more
 SUBNORMAL_BELOW = FP16_MIN_NORMAL - FP16_MIN_SUBNORMAL / 2
 
-SCALES = (1.0, 8.0, 2.0 ** 10, 2.0 ** 16)
+SCALES = (1.0, 8.0, 2.0**10, 2.0**16)
 OUTCOMES = ("flushed", "below_min_subnormal", "subnormal", "overflow")
-HIST_LO, HIST_HI = -60, 20   # log2 bins: floor(log2|g|) in [HIST_LO, HIST_HI), ends clamped
+HIST_LO, HIST_HI = (
+    -60,
+    20,
+)  # log2 bins: floor(log2|g|) in [HIST_LO, HIST_HI), ends clamped
 REGIMES = ("none", "fixed", "dynamic")
 FP16_MODES = ("emulate", "autocast", "off")
 # Layer types whose weights autocast casts to the low dtype (so their weight gradients
@@ -75,6 +82,7 @@ def _check_scale(scale: float) -> float:
 
 # --- one tensor
 # ----------------------------------------------------------------------------
+
 
 def fp16_outcome(g: torch.Tensor, scale: float = 1.0) -> dict[str, int]:
     """Counts of what storing ``g * scale`` in fp16 does to the values of ``g``:
@@ -97,10 +105,12 @@ def _at_most(limit: float, strict: bool) -> float:
 def _boundaries(scales: tuple[float, ...]):
     bounds = []  # (boundary, scale index, name): the outcome counts values v <= boundary
     for i, s in enumerate(scales):
-        bounds += [(_at_most(FLUSH_AT_OR_BELOW / s, False), i, "flushed"),
-                   (_at_most(FP16_MIN_SUBNORMAL / s, True), i, "below_min_subnormal"),
-                   (_at_most(SUBNORMAL_BELOW / s, True), i, "not_normal"),
-                   (_at_most(OVERFLOW_AT_OR_ABOVE / s, True), i, "finite")]
+        bounds += [
+            (_at_most(FLUSH_AT_OR_BELOW / s, False), i, "flushed"),
+            (_at_most(FP16_MIN_SUBNORMAL / s, True), i, "below_min_subnormal"),
+            (_at_most(SUBNORMAL_BELOW / s, True), i, "not_normal"),
+            (_at_most(OVERFLOW_AT_OR_ABOVE / s, True), i, "finite"),
+        ]
     edges = sorted({b for b, _, _ in bounds})
     return bounds, edges, {e: k for k, e in enumerate(edges)}
 
@@ -117,9 +127,16 @@ def _outcomes(a: torch.Tensor, scales: tuple[float, ...]) -> list[dict[str, int]
     bounds, edge_list, pos = _boundaries(tuple(scales))
     edges = torch.tensor(edge_list, dtype=torch.float32, device=v.device)
     idx = torch.bucketize(v, edges, right=False)  # edges[idx-1] < v <= edges[idx]
-    upto = torch.bincount(idx, minlength=len(edges) + 1).cumsum(0).tolist()  # upto[k]: v <= edges[k]
+    upto = (
+        torch.bincount(idx, minlength=len(edges) + 1).cumsum(0).tolist()
+    )  # upto[k]: v <= edges[k]
     nonzero = v.numel()
-    base = {"total": total, "zero": n_finite - nonzero, "nonfinite": total - n_finite, "nonzero": nonzero}
+    base = {
+        "total": total,
+        "zero": n_finite - nonzero,
+        "nonfinite": total - n_finite,
+        "nonzero": nonzero,
+    }
     out = [dict(base) for _ in scales]
     for b, i, name in bounds:
         out[i][name] = upto[pos[b]]
@@ -129,7 +146,9 @@ def _outcomes(a: torch.Tensor, scales: tuple[float, ...]) -> list[dict[str, int]
     return out
 
 
-def log2_histogram(g: torch.Tensor, lo: int = HIST_LO, hi: int = HIST_HI) -> torch.Tensor:
+def log2_histogram(
+    g: torch.Tensor, lo: int = HIST_LO, hi: int = HIST_HI
+) -> torch.Tensor:
     """Counts of floor(log2|g|) over the nonzero finite values of ``g``: bin ``i``
     counts exponent ``lo + i``, i.e. |g| in [2^(lo+i), 2^(lo+i+1)); exponents outside
     [lo, hi) go to the first or last bin. int64 tensor of length ``hi - lo``."""
@@ -145,6 +164,7 @@ def log2_histogram(g: torch.Tensor, lo: int = HIST_LO, hi: int = HIST_HI) -> tor
 # --- accumulating statistics
 # -----------------------------------------------------------------
 
+
 @dataclass
 class GroupStats:
     """Counts for one group of gradient tensors (e.g. the activation gradients of all
@@ -153,7 +173,9 @@ class GroupStats:
     scales: tuple[float, ...]
     tensors: int = 0
     counts: dict[float, dict[str, int]] = field(default_factory=dict)
-    histogram: torch.Tensor = field(default_factory=lambda: torch.zeros(HIST_HI - HIST_LO, dtype=torch.int64))
+    histogram: torch.Tensor = field(
+        default_factory=lambda: torch.zeros(HIST_HI - HIST_LO, dtype=torch.int64)
+    )
     max_abs: float = 0.0
 
     def add(self, g: torch.Tensor) -> None:
@@ -184,7 +206,9 @@ class GroupStats:
         for s, c in self.counts.items():
             n = c["nonzero"]
             row = {k: (c[k] / n if n else float("nan")) for k in OUTCOMES}
-            row["zero_fraction"] = c["zero"] / c["total"] if c["total"] else float("nan")
+            row["zero_fraction"] = (
+                c["zero"] / c["total"] if c["total"] else float("nan")
+            )
             out[s] = row
         return out
 
@@ -208,8 +232,12 @@ class GradientRecorder:
     others' go to ``"activation-fp32"``.
     """
 
-    def __init__(self, model: nn.Module, scales: Iterable[float] = SCALES,
-                 low_precision: set[str] | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        scales: Iterable[float] = SCALES,
+        low_precision: set[str] | None = None,
+    ):
         self.model = model
         self.low_precision = low_precision
         self.scales = tuple(_check_scale(s) for s in scales)
@@ -233,7 +261,11 @@ class GradientRecorder:
         kind = "activation" if low else "activation-fp32"
         outs = output if isinstance(output, (tuple, list)) else (output,)
         for t in outs:
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad:
+            if (
+                isinstance(t, torch.Tensor)
+                and t.is_floating_point()
+                and t.requires_grad
+            ):
                 t.register_hook(lambda g, lt=layer_type: self.record(kind, lt, g))
 
     def __enter__(self) -> "GradientRecorder":
@@ -289,8 +321,15 @@ class GradientRecorder:
                 continue
             fr = g.fractions()
             first = g.counts[self.scales[0]]
-            rows.append((lt, g.tensors, first["total"], fr[self.scales[0]]["zero_fraction"],
-                         *(fr[s][outcome] for s in self.scales)))
+            rows.append(
+                (
+                    lt,
+                    g.tensors,
+                    first["total"],
+                    fr[self.scales[0]]["zero_fraction"],
+                    *(fr[s][outcome] for s in self.scales),
+                )
+            )
         return rows
 
     def summary(self) -> dict:
@@ -298,21 +337,30 @@ class GradientRecorder:
         out = {}
         for kind in self.kinds():
             c = self.combined(kind)
-            out[kind] = {"max_abs": c.max_abs, "values": c.counts[self.scales[0]]["total"],
-                         "fractions": {str(s): f for s, f in c.fractions().items()}}
+            out[kind] = {
+                "max_abs": c.max_abs,
+                "values": c.counts[self.scales[0]]["total"],
+                "fractions": {str(s): f for s, f in c.fractions().items()},
+            }
         return out
 
 
-def capture_gradients(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-                      loss_fn: Callable | None = None, scales: Iterable[float] = SCALES,
-                      device: torch.device | str | None = None,
-                      low_precision: set[str] | None = None) -> GradientRecorder:
+def capture_gradients(
+    model: nn.Module,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    loss_fn: Callable | None = None,
+    scales: Iterable[float] = SCALES,
+    device: torch.device | str | None = None,
+    low_precision: set[str] | None = None,
+) -> GradientRecorder:
     """Forward and backward ``model`` in fp32 over ``batches`` of (input, target),
     recording activation and weight gradients (``low_precision``: see
     ``GradientRecorder``). The model's weights do not change (no optimizer step); its
     gradients are cleared after."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
-    device = torch.device(device) if device is not None else next(model.parameters()).device
+    device = (
+        torch.device(device) if device is not None else next(model.parameters()).device
+    )
     rec = GradientRecorder(model, scales, low_precision)
     seen = 0
     for x, y in batches:
@@ -330,6 +378,7 @@ def capture_gradients(model: nn.Module, batches: Iterable[tuple[torch.Tensor, to
 
 # --- emulating fp16 gradients in fp32
 # ----------------------------------------------------------
+
 
 class RoundingCounter:
     """What the emulation's rounding did during one backward: values seen, nonzero
@@ -359,7 +408,11 @@ class RoundingCounter:
         raise AttributeError(name)
 
     def __repr__(self) -> str:
-        return "RoundingCounter(" + ", ".join(f"{k}={getattr(self, k)}" for k in self._FIELDS) + ")"
+        return (
+            "RoundingCounter("
+            + ", ".join(f"{k}={getattr(self, k)}" for k in self._FIELDS)
+            + ")"
+        )
 
     @property
     def flushed_fraction(self) -> float:
@@ -405,8 +458,12 @@ class _RoundOutputs(TorchFunctionMode):
         inputs = [*args, *kwargs.values()]
         for t in outs:
             # an in-place op returns its input, whose gradient is already hooked
-            if (isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()
-                    and not any(t is a for a in inputs)):
+            if (
+                isinstance(t, torch.Tensor)
+                and t.requires_grad
+                and t.is_floating_point()
+                and not any(t is a for a in inputs)
+            ):
                 t.register_hook(self.emulation._round)
         return out
 
@@ -430,9 +487,12 @@ class emulate_fp16_grads:
     (ERFNet's residual stream in the encoder), which overstates what fp16 loses.
     """
 
-    def __init__(self, model: nn.Module,
-                 round_fn: Callable[[torch.Tensor], torch.Tensor] = _to_fp16_grid,
-                 calls: list[tuple[str, bool]] | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        round_fn: Callable[[torch.Tensor], torch.Tensor] = _to_fp16_grid,
+        calls: list[tuple[str, bool]] | None = None,
+    ):
         self.model = model
         self.round_fn = round_fn
         self.calls = calls
@@ -474,11 +534,16 @@ class emulate_fp16_grads:
 # --- training under the three scaling regimes
 # ----------------------------------------------------
 
+
 def grad_scaler_defaults(device_type: str = "cpu") -> dict[str, float]:
     """GradScaler's defaults, read from a freshly made ``torch.amp.GradScaler``."""
     s = torch.amp.GradScaler(device_type)
-    return {"init_scale": s.get_scale(), "growth_factor": s.get_growth_factor(),
-            "backoff_factor": s.get_backoff_factor(), "growth_interval": s.get_growth_interval()}
+    return {
+        "init_scale": s.get_scale(),
+        "growth_factor": s.get_growth_factor(),
+        "backoff_factor": s.get_backoff_factor(),
+        "growth_interval": s.get_growth_interval(),
+    }
 
 
 @dataclass
@@ -489,10 +554,14 @@ class ScalingRun:
     fp16: str
     label: str
     losses: list[float] = field(default_factory=list)
-    scales: list[float] = field(default_factory=list)      # loss scale used at each step
-    skipped: list[bool] = field(default_factory=list)      # optimizer step skipped?
-    flushed: list[float] = field(default_factory=list)     # emulation: fraction of nonzero activation-gradient values flushed
-    overflowed: list[bool] = field(default_factory=list)   # non-finite gradients at this step
+    scales: list[float] = field(default_factory=list)  # loss scale used at each step
+    skipped: list[bool] = field(default_factory=list)  # optimizer step skipped?
+    flushed: list[float] = field(
+        default_factory=list
+    )  # emulation: fraction of nonzero activation-gradient values flushed
+    overflowed: list[bool] = field(
+        default_factory=list
+    )  # non-finite gradients at this step
     weights_finite: bool = True
     seconds: float = 0.0
 
@@ -500,12 +569,21 @@ class ScalingRun:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]],
-                       regime: str, *, scale: float = 8.0, fp16: str = "emulate",
-                       lr: float = 5e-4, init_scale: float | None = None,
-                       growth_interval: int | None = None, loss_fn: Callable | None = None,
-                       device: torch.device | str = "cpu", label: str | None = None,
-                       fp16_calls: list[tuple[str, bool]] | None = None) -> ScalingRun:
+def train_with_scaling(
+    model: nn.Module,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    regime: str,
+    *,
+    scale: float = 8.0,
+    fp16: str = "emulate",
+    lr: float = 5e-4,
+    init_scale: float | None = None,
+    growth_interval: int | None = None,
+    loss_fn: Callable | None = None,
+    device: torch.device | str = "cpu",
+    label: str | None = None,
+    fp16_calls: list[tuple[str, bool]] | None = None,
+) -> ScalingRun:
     """Train ``model`` (in place) one optimizer step per batch with fp16 gradients and:
 
     * ``regime="none"``: the plain loss; underflowing gradients are lost, overflowing
@@ -558,11 +636,17 @@ def train_with_scaling(model: nn.Module, batches: list[tuple[torch.Tensor, torch
                 s = scale if regime == "fixed" else 1.0
                 (loss * s if s != 1.0 else loss).backward()
             grads = [p.grad for p in params if p.grad is not None]
-            finite = bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()) if grads else True
+            finite = (
+                bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+                if grads
+                else True
+            )
             run.losses.append(float(loss.detach()))
             run.scales.append(float(s))
             run.overflowed.append(not finite)
-            run.flushed.append(emu.counter.flushed_fraction if emu is not None else float("nan"))
+            run.flushed.append(
+                emu.counter.flushed_fraction if emu is not None else float("nan")
+            )
             if regime == "dynamic":
                 scaler.step(opt)
                 scaler.update()
@@ -593,9 +677,16 @@ def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu=None) -> torch.Te
     return model(x)
 
 
-def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str = "off",
-                 repeats: int = 1, warmup: int = 1, loss_fn: Callable | None = None,
-                 fp16_calls: list[tuple[str, bool]] | None = None) -> float:
+def step_seconds(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    fp16: str = "off",
+    repeats: int = 1,
+    warmup: int = 1,
+    loss_fn: Callable | None = None,
+    fp16_calls: list[tuple[str, bool]] | None = None,
+) -> float:
     """Median seconds of one forward + backward of ``model`` on (``x``, ``y``) with fp32
     gradients (``"off"``), emulated fp16 gradients (``"emulate"``) or a real fp16
     autocast forward (``"autocast"``) on the model's device (CUDA synchronised). No
@@ -614,8 +705,9 @@ def step_seconds(model: nn.Module, x: torch.Tensor, y: torch.Tensor, fp16: str =
         loss_fn(_forward(model, x, fp16, emu).float(), y).backward()
 
     try:
-        return benchmark(one_step, device=dev, warmup=warmup, repeats=repeats, number=1,
-                         min_time=0.0).median_s
+        return benchmark(
+            one_step, device=dev, warmup=warmup, repeats=repeats, number=1, min_time=0.0
+        ).median_s
     finally:
         if emu is not None:
             emu.remove()
@@ -626,13 +718,15 @@ def overflow_scale(max_abs_grad: float) -> float:
     """The smallest power-of-two loss scale at which a gradient of magnitude
     ``max_abs_grad`` overflows fp16 (rounds to inf)."""
     if not (max_abs_grad > 0 and math.isfinite(max_abs_grad)):
-        raise ValueError(f"need a positive finite gradient magnitude, got {max_abs_grad}")
+        raise ValueError(
+            f"need a positive finite gradient magnitude, got {max_abs_grad}"
+        )
     k = math.ceil(math.log2(OVERFLOW_AT_OR_ABOVE / max_abs_grad))
-    while max_abs_grad * 2.0 ** k < OVERFLOW_AT_OR_ABOVE:
+    while max_abs_grad * 2.0**k < OVERFLOW_AT_OR_ABOVE:
         k += 1
     while k > -1000 and max_abs_grad * 2.0 ** (k - 1) >= OVERFLOW_AT_OR_ABOVE:
         k -= 1
-    return 2.0 ** k
+    return 2.0**k
 
 
 # --- what chapter 4 reads from the recorder

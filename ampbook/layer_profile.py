@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from ampbook.costmodel import LOSS, Ceilings, predict, trace_step
 from ampbook.results import LAYER_SCHEMA, LOADER_SCHEMA, read_layer_profile, read_loader

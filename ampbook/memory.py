@@ -73,8 +73,16 @@ def _storage_key_and_bytes(t: torch.Tensor) -> tuple[tuple, int]:
     try:
         storage = t.untyped_storage()
         return (t.device.type, t.device.index, storage.data_ptr()), storage.nbytes()
-    except (RuntimeError, NotImplementedError):  # tensors without a plain storage (sparse...)
-        return (t.device.type, t.device.index, "id", id(t)), t.numel() * t.element_size()
+    except (
+        RuntimeError,
+        NotImplementedError,
+    ):  # tensors without a plain storage (sparse...)
+        return (
+            t.device.type,
+            t.device.index,
+            "id",
+            id(t),
+        ), t.numel() * t.element_size()
 
 
 class SavedTensorMeter:
@@ -112,7 +120,9 @@ class SavedTensorMeter:
     def _install_module_hooks(self) -> None:
         for module in self.model.modules():
             self._handles.append(module.register_forward_pre_hook(self._push))
-            self._handles.append(module.register_forward_hook(self._pop, always_call=True))
+            self._handles.append(
+                module.register_forward_hook(self._pop, always_call=True)
+            )
         for p in self.model.parameters():
             key, _ = _storage_key_and_bytes(p)
             self._param_ptrs.add(key)
@@ -152,7 +162,9 @@ class SavedTensorMeter:
     def __enter__(self) -> "SavedTensorMeter":
         if self.model is not None:
             self._install_module_hooks()
-        self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(
+            self._pack, self._unpack
+        )
         self._hooks_ctx.__enter__()
         return self
 
@@ -168,10 +180,16 @@ class SavedTensorMeter:
 
     def summary(self) -> dict:
         """The counts as a JSON-serialisable dict."""
-        return {"new_bytes": self.new_bytes, "total_bytes": self.total_bytes,
-                "count": self.count, "parameter_bytes": self.parameter_bytes,
-                "by_dtype": dict(self.by_dtype),
-                "by_module_type": dict(self.by_module_type) if self.model is not None else None}
+        return {
+            "new_bytes": self.new_bytes,
+            "total_bytes": self.total_bytes,
+            "count": self.count,
+            "parameter_bytes": self.parameter_bytes,
+            "by_dtype": dict(self.by_dtype),
+            "by_module_type": dict(self.by_module_type)
+            if self.model is not None
+            else None,
+        }
 
 
 def saved_for_backward(
@@ -206,8 +224,12 @@ def saving(fp32_bytes: float, amp_bytes: float) -> float:
 NEW_BYTES = "new bytes saved for backward"
 
 
-def saving_verdict(fp32_bytes: float, amp_bytes: float, what: str = "autocast",
-                   measure: str = NEW_BYTES) -> str:
+def saving_verdict(
+    fp32_bytes: float,
+    amp_bytes: float,
+    what: str = "autocast",
+    measure: str = NEW_BYTES,
+) -> str:
     """One line for the page: how much ``what`` saved (or cost) of ``measure`` (the
     book's memory figure, or on a GPU e.g. "peak CUDA memory allocated"), in MiB."""
     s = saving(fp32_bytes, amp_bytes)
@@ -216,8 +238,11 @@ def saving_verdict(fp32_bytes: float, amp_bytes: float, what: str = "autocast",
     )
     if s >= 0:
         return f"{what} saved {s:.0%} of the {measure} ({mib})."
-    why = (": at this size its fixed weight copies outweigh the smaller activations"
-           if measure == NEW_BYTES else "")
+    why = (
+        ": at this size its fixed weight copies outweigh the smaller activations"
+        if measure == NEW_BYTES
+        else ""
+    )
     return f"{what} cost {-s:.0%} more {measure} than fp32 ({mib}){why}."
 
 
@@ -272,6 +297,7 @@ def step_saving(pixels: float, fp32: Line, amp: Line, n_params: int) -> float:
 # --- resident set size
 # ---------------------------------------------------------------------
 
+
 def _status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
@@ -290,7 +316,9 @@ def peak_rss_bytes() -> int:
     if kib is not None:
         return kib * 1024
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss if sys.platform == "darwin" else maxrss * 1024  # bytes on macOS, KiB elsewhere
+    return (
+        maxrss if sys.platform == "darwin" else maxrss * 1024
+    )  # bytes on macOS, KiB elsewhere
 
 
 def current_rss_bytes() -> int | None:

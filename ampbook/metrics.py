@@ -23,7 +23,9 @@ import torch
 from ampbook.data import IGNORE_INDEX, NUM_CLASSES
 
 
-def count_values(index: torch.Tensor, n: int, sort_based: bool | None = None) -> torch.Tensor:
+def count_values(
+    index: torch.Tensor, n: int, sort_based: bool | None = None
+) -> torch.Tensor:
     """How often each of 0..n-1 occurs in ``index`` (int64, on its device).
 
     ``torch.bincount`` does it in one pass, but on CUDA PyTorch counts it among the
@@ -50,8 +52,12 @@ class SegmentationMetrics:
     ``confusion[t, p]`` counts pixels of target class t predicted as class p (int64, C x C).
     """
 
-    def __init__(self, num_classes: int = NUM_CLASSES, ignore_index: int = IGNORE_INDEX,
-                 device: torch.device | str | None = None):
+    def __init__(
+        self,
+        num_classes: int = NUM_CLASSES,
+        ignore_index: int = IGNORE_INDEX,
+        device: torch.device | str | None = None,
+    ):
         if num_classes < 1:
             raise ValueError(f"num_classes must be positive, got {num_classes}")
         self.num_classes = num_classes
@@ -62,13 +68,17 @@ class SegmentationMetrics:
     def reset(self) -> None:
         c = self.num_classes
         # Column c collects predictions that are not a class (counted as misses).
-        self._matrix = torch.zeros(c, c + 1, dtype=torch.int64,
-                                   device=self.device if self.device is not None else "cpu")
+        self._matrix = torch.zeros(
+            c,
+            c + 1,
+            dtype=torch.int64,
+            device=self.device if self.device is not None else "cpu",
+        )
 
     @property
     def confusion(self) -> torch.Tensor:
         """C x C int64: rows are target classes, columns predicted classes."""
-        return self._matrix[:, :self.num_classes]
+        return self._matrix[:, : self.num_classes]
 
     @property
     def missed(self) -> torch.Tensor:
@@ -80,12 +90,16 @@ class SegmentationMetrics:
         c = self.num_classes
         if pred.is_floating_point():
             if pred.dim() != target.dim() + 1 or pred.shape[-3] != c:
-                raise ValueError(f"logits must be N x {c} x H x W for targets N x H x W; got "
-                                 f"logits {tuple(pred.shape)} and targets {tuple(target.shape)}")
+                raise ValueError(
+                    f"logits must be N x {c} x H x W for targets N x H x W; got "
+                    f"logits {tuple(pred.shape)} and targets {tuple(target.shape)}"
+                )
             pred = pred.argmax(dim=-3)
         if pred.shape != target.shape:
-            raise ValueError(f"prediction shape {tuple(pred.shape)} differs from target shape "
-                             f"{tuple(target.shape)}")
+            raise ValueError(
+                f"prediction shape {tuple(pred.shape)} differs from target shape "
+                f"{tuple(target.shape)}"
+            )
         if self.device is None:  # adopt the first batch's device
             self.device = target.device
             self._matrix = self._matrix.to(self.device)
@@ -96,28 +110,42 @@ class SegmentationMetrics:
         bad = (target < 0) | (target >= c)
         if bool(bad.any()):
             found = torch.unique(target[bad]).tolist()[:10]
-            raise ValueError(f"targets hold values {found} outside 0..{c - 1} that are not the "
-                             f"ignore index {self.ignore_index}")
+            raise ValueError(
+                f"targets hold values {found} outside 0..{c - 1} that are not the "
+                f"ignore index {self.ignore_index}"
+            )
         pred = torch.where((pred >= 0) & (pred < c), pred, torch.full_like(pred, c))
-        self._matrix += count_values(target * (c + 1) + pred, c * (c + 1)).reshape(c, c + 1)
+        self._matrix += count_values(target * (c + 1) + pred, c * (c + 1)).reshape(
+            c, c + 1
+        )
 
     def compute(self) -> dict:
         m = self._matrix.double().cpu()
         c = self.num_classes
         tp = m[:, :c].diagonal()
-        target_total = m.sum(dim=1)          # all counted pixels of each target class
+        target_total = m.sum(dim=1)  # all counted pixels of each target class
         predicted_total = m[:, :c].sum(dim=0)  # counted pixels predicted as each class
         denom = target_total + predicted_total - tp
-        iou = torch.where(denom > 0, tp / denom.clamp(min=1), torch.full_like(tp, float("nan")))
+        iou = torch.where(
+            denom > 0, tp / denom.clamp(min=1), torch.full_like(tp, float("nan"))
+        )
         valid = ~torch.isnan(iou)
         miou = float(iou[valid].mean()) if bool(valid.any()) else float("nan")
         total = float(m.sum())
         accuracy = float(tp.sum()) / total if total > 0 else float("nan")
-        return {"iou": [float(v) for v in iou], "miou": miou, "pixel_accuracy": accuracy}
+        return {
+            "iou": [float(v) for v in iou],
+            "miou": miou,
+            "pixel_accuracy": accuracy,
+        }
 
     def __repr__(self) -> str:
         r = self.compute()
+
         def fmt(v: float) -> str:
             return "nan" if math.isnan(v) else f"{v:.4f}"
-        return (f"SegmentationMetrics(num_classes={self.num_classes}, miou={fmt(r['miou'])}, "
-                f"pixel_accuracy={fmt(r['pixel_accuracy'])}, pixels={int(self._matrix.sum())})")
+
+        return (
+            f"SegmentationMetrics(num_classes={self.num_classes}, miou={fmt(r['miou'])}, "
+            f"pixel_accuracy={fmt(r['pixel_accuracy'])}, pixels={int(self._matrix.sum())})"
+        )

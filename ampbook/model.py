@@ -44,9 +44,13 @@ class Downsampler(nn.Module):
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
         if out_channels <= in_channels:
-            raise ValueError(f"a downsampler widens: out_channels ({out_channels}) must exceed "
-                             f"in_channels ({in_channels})")
-        self.conv = nn.Conv2d(in_channels, out_channels - in_channels, 3, stride=2, padding=1, bias=True)
+            raise ValueError(
+                f"a downsampler widens: out_channels ({out_channels}) must exceed "
+                f"in_channels ({in_channels})"
+            )
+        self.conv = nn.Conv2d(
+            in_channels, out_channels - in_channels, 3, stride=2, padding=1, bias=True
+        )
         self.pool = nn.MaxPool2d(2, stride=2)
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
 
@@ -65,8 +69,12 @@ class NonBottleneck1D(nn.Module):
         self.conv3x1_1 = nn.Conv2d(c, c, (3, 1), padding=(1, 0), bias=True)
         self.conv1x3_1 = nn.Conv2d(c, c, (1, 3), padding=(0, 1), bias=True)
         self.bn1 = nn.BatchNorm2d(c, eps=BN_EPS)
-        self.conv3x1_2 = nn.Conv2d(c, c, (3, 1), padding=(d, 0), dilation=(d, 1), bias=True)
-        self.conv1x3_2 = nn.Conv2d(c, c, (1, 3), padding=(0, d), dilation=(1, d), bias=True)
+        self.conv3x1_2 = nn.Conv2d(
+            c, c, (3, 1), padding=(d, 0), dilation=(d, 1), bias=True
+        )
+        self.conv1x3_2 = nn.Conv2d(
+            c, c, (1, 3), padding=(0, d), dilation=(1, d), bias=True
+        )
         self.bn2 = nn.BatchNorm2d(c, eps=BN_EPS)
         self.dropout = nn.Dropout2d(dropout) if dropout > 0 else nn.Identity()
         self.dilation = d
@@ -84,8 +92,15 @@ class Upsampler(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
-        self.conv = nn.ConvTranspose2d(in_channels, out_channels, 3, stride=2, padding=1,
-                                       output_padding=1, bias=True)
+        self.conv = nn.ConvTranspose2d(
+            in_channels,
+            out_channels,
+            3,
+            stride=2,
+            padding=1,
+            output_padding=1,
+            bias=True,
+        )
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,7 +113,9 @@ class Encoder(nn.Module):
         layers: list[nn.Module] = [Downsampler(3, 16), Downsampler(16, 64)]
         layers += [NonBottleneck1D(64, dropout=0.03, dilation=1) for _ in range(5)]
         layers.append(Downsampler(64, 128))
-        layers += [NonBottleneck1D(128, dropout=0.3, dilation=d) for d in ENCODER_DILATIONS]
+        layers += [
+            NonBottleneck1D(128, dropout=0.3, dilation=d) for d in ENCODER_DILATIONS
+        ]
         self.layers = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -109,8 +126,12 @@ class Decoder(nn.Module):
     def __init__(self, num_classes: int):
         super().__init__()
         self.layers = nn.Sequential(
-            Upsampler(128, 64), NonBottleneck1D(64), NonBottleneck1D(64),
-            Upsampler(64, 16), NonBottleneck1D(16), NonBottleneck1D(16),
+            Upsampler(128, 64),
+            NonBottleneck1D(64),
+            NonBottleneck1D(64),
+            Upsampler(64, 16),
+            NonBottleneck1D(16),
+            NonBottleneck1D(16),
         )
         # The last layer: 2x2 stride-2 transposed convolution straight to class scores.
         self.output = nn.ConvTranspose2d(16, num_classes, 2, stride=2, bias=True)
@@ -137,16 +158,21 @@ class ERFNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4 or x.shape[1] != 3:
-            raise ValueError(f"ERFNet expects an N x 3 x H x W image batch, got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"ERFNet expects an N x 3 x H x W image batch, got shape {tuple(x.shape)}"
+            )
         h, w = x.shape[-2:]
         if h % 8 or w % 8:
-            raise ValueError(f"ERFNet needs height and width divisible by 8 (three stride-2 "
-                             f"stages); got {h}x{w} (H x W). Resize or pad the input, e.g. to "
-                             f"{h - h % 8 or 8}x{w - w % 8 or 8}.")
+            raise ValueError(
+                f"ERFNet needs height and width divisible by 8 (three stride-2 "
+                f"stages); got {h}x{w} (H x W). Resize or pad the input, e.g. to "
+                f"{h - h % 8 or 8}x{w - w % 8 or 8}."
+            )
         return self.decoder(self.encoder(x))
 
 
 # --- the parameter count the architecture implies, from layer shapes alone -----------------
+
 
 def _conv(cin: int, cout: int, kh: int, kw: int) -> int:
     return cin * cout * kh * kw + cout  # weights + bias
@@ -170,16 +196,26 @@ def _upsampler(cin: int, cout: int) -> int:
 
 def erfnet_parameter_count(num_classes: int = 19) -> int:
     """Trainable parameters of ERFNet for ``num_classes``, computed from the layer table."""
-    encoder = (_downsampler(3, 16) + _downsampler(16, 64) + 5 * _non_bottleneck_1d(64)
-               + _downsampler(64, 128) + 8 * _non_bottleneck_1d(128))
-    decoder = (_upsampler(128, 64) + 2 * _non_bottleneck_1d(64)
-               + _upsampler(64, 16) + 2 * _non_bottleneck_1d(16)
-               + _conv(16, num_classes, 2, 2))
+    encoder = (
+        _downsampler(3, 16)
+        + _downsampler(16, 64)
+        + 5 * _non_bottleneck_1d(64)
+        + _downsampler(64, 128)
+        + 8 * _non_bottleneck_1d(128)
+    )
+    decoder = (
+        _upsampler(128, 64)
+        + 2 * _non_bottleneck_1d(64)
+        + _upsampler(64, 16)
+        + 2 * _non_bottleneck_1d(16)
+        + _conv(16, num_classes, 2, 2)
+    )
     return encoder + decoder
 
 
 def model_summary(model: nn.Module) -> str:
     """A short text summary: the blocks, their output channels and parameters, and totals."""
+
     def count(m: nn.Module) -> int:
         return sum(p.numel() for p in m.parameters())
 
@@ -193,31 +229,46 @@ def model_summary(model: nn.Module) -> str:
             while i < len(blocks):
                 b = blocks[i]
                 j = i
-                while (isinstance(b, NonBottleneck1D) and j + 1 < len(blocks)
-                       and isinstance(blocks[j + 1], NonBottleneck1D)
-                       and blocks[j + 1].conv3x1_1.in_channels == b.conv3x1_1.in_channels):
+                while (
+                    isinstance(b, NonBottleneck1D)
+                    and j + 1 < len(blocks)
+                    and isinstance(blocks[j + 1], NonBottleneck1D)
+                    and blocks[j + 1].conv3x1_1.in_channels == b.conv3x1_1.in_channels
+                ):
                     j += 1
-                group = blocks[i:j + 1]
+                group = blocks[i : j + 1]
                 prefix = "encoder" if part is model.encoder.layers else "decoder"
                 if isinstance(b, NonBottleneck1D):
                     dil = ",".join(str(g.dilation) for g in group)
-                    name = f"{prefix}: {len(group)} x non-bottleneck-1D (dilation {dil})"
+                    name = (
+                        f"{prefix}: {len(group)} x non-bottleneck-1D (dilation {dil})"
+                    )
                     ch = b.conv3x1_1.out_channels
                 else:
                     name = f"{prefix}: {type(b).__name__.lower()}"
                     ch = b.bn.num_features
                 rows.append((name, str(ch), sum(count(g) for g in group)))
                 i = j + 1
-        rows.append(("decoder: output transposed conv 2x2", str(model.num_classes), count(model.decoder.output)))
+        rows.append(
+            (
+                "decoder: output transposed conv 2x2",
+                str(model.num_classes),
+                count(model.decoder.output),
+            )
+        )
         width = max(len(r[0]) for r in rows)
         lines.append(f"  {'block':<{width}}  {'out ch':>6}  {'params':>9}")
         for name, ch, n in rows:
             lines.append(f"  {name:<{width}}  {ch:>6}  {n:>9,}")
     total = count(model)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    lines.append(f"parameters: {total:,} ({trainable:,} trainable), "
-                 f"{total * 4 / 2**20:.2f} MiB in fp32")
+    lines.append(
+        f"parameters: {total:,} ({trainable:,} trainable), "
+        f"{total * 4 / 2**20:.2f} MiB in fp32"
+    )
     if isinstance(model, ERFNet):
         expected = erfnet_parameter_count(model.num_classes)
-        lines.append(f"parameters the architecture implies (layer shapes): {expected:,}")
+        lines.append(
+            f"parameters the architecture implies (layer shapes): {expected:,}"
+        )
     return "\n".join(lines)

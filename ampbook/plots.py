@@ -9,9 +9,6 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-import matplotlib
-
-
 import matplotlib.pyplot as plt  # noqa: E402
 
 _COLORS = [

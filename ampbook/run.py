@@ -81,7 +81,9 @@ def resolve_notebook(spec: str) -> Path:
         return source.resolve()
     stem = path.stem if path.suffix in (".py", ".ipynb") else spec
     for cand in candidates:
-        if cand.stem == stem or (stem.isdigit() and cand.stem.startswith(f"{int(stem):02d}_")):
+        if cand.stem == stem or (
+            stem.isdigit() and cand.stem.startswith(f"{int(stem):02d}_")
+        ):
             return cand
     known = ", ".join(c.stem for c in candidates)
     raise RunError(f"no notebook {spec!r}; known notebooks: {known}")
@@ -101,17 +103,25 @@ def load_profiles(path: Path = PROFILES_FILE) -> dict:
         profiles = yaml.safe_load(f) or {}
     missing = [p for p in PROFILES if p not in profiles]
     if missing:
-        raise RunError(f"{path}: profiles {missing} are missing (need {list(PROFILES)})")
+        raise RunError(
+            f"{path}: profiles {missing} are missing (need {list(PROFILES)})"
+        )
     return profiles
 
 
 def parameters_cell(nb) -> tuple[int, dict]:
     """Index of the one cell tagged ``parameters`` and the names it assigns (with values
     where they are literals)."""
-    tagged = [i for i, c in enumerate(nb.cells)
-              if c.cell_type == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+    tagged = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+        and "parameters" in c.get("metadata", {}).get("tags", [])
+    ]
     if len(tagged) != 1:
-        raise RunError(f"expected exactly one cell tagged 'parameters', found {len(tagged)}")
+        raise RunError(
+            f"expected exactly one cell tagged 'parameters', found {len(tagged)}"
+        )
     source = nb.cells[tagged[0]].source
     names: dict = {}
     for node in ast.parse(source).body:
@@ -139,13 +149,17 @@ def read_source(source: Path):
 
 def profile_parameters(profiles: dict, profile: str, source: Path, nb) -> dict:
     if profile not in profiles:
-        raise RunError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+        raise RunError(
+            f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}"
+        )
     params = dict((profiles[profile] or {}).get(source.stem) or {})
     _, names = parameters_cell(nb)
     unknown = sorted(set(params) - set(names))
     if unknown:
-        raise RunError(f"{PROFILES_FILE.name}: profile {profile!r} sets {unknown} for {source.stem}, "
-                       f"but its parameters cell defines only {sorted(names)}")
+        raise RunError(
+            f"{PROFILES_FILE.name}: profile {profile!r} sets {unknown} for {source.stem}, "
+            f"but its parameters cell defines only {sorted(names)}"
+        )
     return params
 
 
@@ -163,15 +177,23 @@ def _failing_cell(nb, source: Path) -> str:
             first = next((l for l in cell.source.splitlines() if l.strip()), "")
             where = f"code cell {code_no} ({first.strip()!r}"
             text = source.read_text().splitlines()
-            line = next((n for n, l in enumerate(text, 1) if first and l == first), None)
+            line = next(
+                (n for n, l in enumerate(text, 1) if first and l == first), None
+            )
             if line:
                 where += f", {source.name} line {line}"
             return where + ")"
     return "an unknown cell"
 
 
-def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print,
-            threads: int | None = None) -> NotebookRun:
+def execute(
+    source: Path,
+    out_dir: Path,
+    params: dict,
+    profile: str,
+    log=print,
+    threads: int | None = None,
+) -> NotebookRun:
     """Run one notebook; raise RunError (partly executed notebook kept) on failure.
     ``threads`` sets the kernel's intra-op thread count (``OMP_NUM_THREADS``); None keeps
     torch's default."""
@@ -181,14 +203,23 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print,
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = read_source(source)
     parameters_cell(nb)  # exactly one, or RunError
-    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                          "language": "python"})
+    nb.metadata.setdefault(
+        "kernelspec",
+        {
+            "name": "python3",
+            "display_name": "Python 3 (ipykernel)",
+            "language": "python",
+        },
+    )
     output = out_dir / f"{source.stem}.ipynb"
     run = NotebookRun(source.stem, source, output, params)
     run.code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
     if run.code_cells == 0:
         raise RunError(f"{source.stem}: the notebook has no code cell to execute")
-    saved = {k: os.environ.get(k) for k in ("AMPBOOK_PROFILE", "MPLBACKEND", "OMP_NUM_THREADS")}
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AMPBOOK_PROFILE", "MPLBACKEND", "OMP_NUM_THREADS")
+    }
     os.environ["AMPBOOK_PROFILE"] = profile
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -264,9 +295,13 @@ def execute(source: Path, out_dir: Path, params: dict, profile: str, log=print,
     run.seconds = time.perf_counter() - start
     mark(output, "complete")
     executed = nbformat.read(output, as_version=4)
-    run.executed_cells = sum(1 for c in executed.cells
-                             if c.cell_type == "code" and c.get("execution_count") is not None
-                             and "injected-parameters" not in c.get("metadata", {}).get("tags", []))
+    run.executed_cells = sum(
+        1
+        for c in executed.cells
+        if c.cell_type == "code"
+        and c.get("execution_count") is not None
+        and "injected-parameters" not in c.get("metadata", {}).get("tags", [])
+    )
     if run.executed_cells == 0:
         raise RunError(f"{source.stem}: no code cell was executed (output at {output})")
     run.status = "ok"
@@ -393,8 +428,12 @@ def time_table(runs: list[NotebookRun], wall: float | None = None) -> str:
     width = max([len(r.name) for r in runs] + [8])
     lines = [f"{'notebook':<{width}}  {'status':<6}  {'cells':>5}  {'seconds':>8}"]
     for r in runs:
-        lines.append(f"{r.name:<{width}}  {r.status:<6}  {r.executed_cells:>5}  {r.seconds:>8.1f}")
-    lines.append(f"{'total':<{width}}  {'':<6}  {'':>5}  {sum(r.seconds for r in runs):>8.1f}")
+        lines.append(
+            f"{r.name:<{width}}  {r.status:<6}  {r.executed_cells:>5}  {r.seconds:>8.1f}"
+        )
+    lines.append(
+        f"{'total':<{width}}  {'':<6}  {'':>5}  {sum(r.seconds for r in runs):>8.1f}"
+    )
     if wall is not None:
         lines.append(
             f"run time {wall:.1f} s in all (wall clock, with conversion and kernel "
@@ -416,7 +455,9 @@ def run_notebooks(
     started = time.perf_counter()
     profile = profile or default_profile()
     if profile not in PROFILES:
-        raise RunError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+        raise RunError(
+            f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}"
+        )
     out_dir = check_out_dir(out_dir)
     sources = [resolve_notebook(s) for s in specs] if specs else all_notebooks()
     if not sources:
@@ -427,8 +468,13 @@ def run_notebooks(
     for source in sources:
         try:
             nb = read_source(source)
-            plans.append((source, profile_parameters(profiles, profile, source, nb),
-                          parameters_cell(nb)[1]))
+            plans.append(
+                (
+                    source,
+                    profile_parameters(profiles, profile, source, nb),
+                    parameters_cell(nb)[1],
+                )
+            )
         except RunError as err:
             raise RunError(f"{source.stem}: {err}") from None
     apply_overrides(plans, overrides or {})
@@ -438,11 +484,19 @@ def run_notebooks(
         for n, (source, params, _) in enumerate(plans, 1):
             log(f"[{n}/{len(plans)}] {source.stem} {params if params else ''}".rstrip())
             try:
-                runs.append(execute(source, out_dir, params, profile, log=log, threads=threads))
+                runs.append(
+                    execute(source, out_dir, params, profile, log=log, threads=threads)
+                )
             except RunError as err:
                 status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
-                failed = NotebookRun(source.stem, source, out_dir / f"{source.stem}.ipynb", params,
-                                     status=status, error=str(err))
+                failed = NotebookRun(
+                    source.stem,
+                    source,
+                    out_dir / f"{source.stem}.ipynb",
+                    params,
+                    status=status,
+                    error=str(err),
+                )
                 runs.append(failed)
                 raise
             log(f"      done in {runs[-1].seconds:.1f} s")
@@ -452,35 +506,74 @@ def run_notebooks(
             log(time_table(runs, wall))
             from .env import environment
 
-            report = {"profile": profile, "threads": threads, "seconds": round(wall, 2),
-                      "environment": environment(), "notebooks": [
-                {"name": r.name, "status": r.status, "seconds": round(r.seconds, 2),
-                 "executed_cells": r.executed_cells, "parameters": r.parameters, "error": r.error}
-                for r in runs]}
+            report = {
+                "profile": profile,
+                "threads": threads,
+                "seconds": round(wall, 2),
+                "environment": environment(),
+                "notebooks": [
+                    {
+                        "name": r.name,
+                        "status": r.status,
+                        "seconds": round(r.seconds, 2),
+                        "executed_cells": r.executed_cells,
+                        "parameters": r.parameters,
+                        "error": r.error,
+                    }
+                    for r in runs
+                ],
+            }
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "run_report.json").write_text(json.dumps(report, indent=2))
     return runs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ampbook.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", nargs="*", metavar="NOTEBOOK",
-                        help="path, stem or chapter number (default: all)")
-    parser.add_argument("--profile", choices=PROFILES, default=None,
-                        help="parameter profile (default: gpu with CUDA, else cpu; or $AMPBOOK_PROFILE)")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for torch in each kernel (default: torch's choice)")
-    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                        metavar=("NAME", "VALUE"),
-                        help="override one parameter (VALUE read as YAML); repeatable")
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.run", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "notebooks",
+        nargs="*",
+        metavar="NOTEBOOK",
+        help="path, stem or chapter number (default: all)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="parameter profile (default: gpu with CUDA, else cpu; or $AMPBOOK_PROFILE)",
+    )
+    parser.add_argument(
+        "--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch in each kernel (default: torch's choice)",
+    )
+    parser.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="override one parameter (VALUE read as YAML); repeatable",
+    )
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be at least 1")
     try:
         overrides = {name: parse_value(value) for name, value in args.parameter}
-        run_notebooks(args.notebooks, args.profile, args.out, threads=args.threads,
-                      overrides=overrides)
+        run_notebooks(
+            args.notebooks,
+            args.profile,
+            args.out,
+            threads=args.threads,
+            overrides=overrides,
+        )
     except RunInterrupted as err:
         print(f"error: {err}", file=sys.stderr)
         return 130

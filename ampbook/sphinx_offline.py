@@ -19,7 +19,9 @@ MATHJAX_ENTRY = "mathjax/tex-chtml.js"
 def mathjax_source() -> Path:
     spec = importlib.util.find_spec("sphinx-mathjax-offline")
     if spec is None or not spec.submodule_search_locations:
-        raise ExtensionError("MathJax for offline use is missing: pip install sphinx-mathjax-offline")
+        raise ExtensionError(
+            "MathJax for offline use is missing: pip install sphinx-mathjax-offline"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "static" / "mathjax"
     if not (path / "tex-chtml.js").exists():
         raise ExtensionError(f"MathJax files not found in {path}")
@@ -36,7 +38,10 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
     throws a JavaScript error on every page; keep one copy of each script."""
     seen, kept = set(), []
     for script in context.get("script_files", []):
-        key = (str(getattr(script, "filename", script) or ""), getattr(script, "attributes", {}).get("body"))
+        key = (
+            str(getattr(script, "filename", script) or ""),
+            getattr(script, "attributes", {}).get("body"),
+        )
         if key not in seen:
             seen.add(key)
             kept.append(script)
@@ -49,4 +54,3 @@ def setup(app):
     app.connect("build-finished", _copy)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
-

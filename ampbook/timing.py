@@ -67,8 +67,12 @@ DTYPES: dict[str, torch.dtype | None] = {
     "fp8_e5m2": _FP8_E5M2,
 }
 
-_NAMES = {torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16",
-          torch.bfloat16: "bf16"}
+_NAMES = {
+    torch.float64: "fp64",
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+}
 if _FP8_E4M3 is not None:
     _NAMES[_FP8_E4M3] = "fp8_e4m3"
 if _FP8_E5M2 is not None:
@@ -79,18 +83,28 @@ def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
     """``(name, torch dtype)`` for a book dtype name (``"fp16"``...) or a ``torch.dtype``."""
     if isinstance(dtype, torch.dtype):
         if dtype not in _NAMES:
-            raise ValueError(f"dtype {dtype} is not one the book times; use one of {sorted(DTYPES)}")
+            raise ValueError(
+                f"dtype {dtype} is not one the book times; use one of {sorted(DTYPES)}"
+            )
         return _NAMES[dtype], dtype
     if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)} or a torch.dtype")
+        raise ValueError(
+            f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)} or a torch.dtype"
+        )
     torch_dtype = DTYPES[dtype]
     if torch_dtype is None:
-        raise ValueError(f"dtype {dtype!r} needs a PyTorch with float8 types (this is {torch.__version__})")
+        raise ValueError(
+            f"dtype {dtype!r} needs a PyTorch with float8 types (this is {torch.__version__})"
+        )
     return ("fp8_e4m3" if dtype == "fp8" else dtype), torch_dtype
 
 
-def random_tensor(shape: Sequence[int] | int, dtype: str | torch.dtype = "fp32",
-                  device: str | torch.device = "cpu", generator: torch.Generator | None = None) -> torch.Tensor:
+def random_tensor(
+    shape: Sequence[int] | int,
+    dtype: str | torch.dtype = "fp32",
+    device: str | torch.device = "cpu",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Standard-normal random values (never zeros) in ``dtype`` on ``device``.
 
     Values are drawn in fp32 and rounded to the format (fp8 included)."""
@@ -103,6 +117,7 @@ def random_tensor(shape: Sequence[int] | int, dtype: str | torch.dtype = "fp32",
 # --------------------------------------------------------------------------------------------
 # Result
 # --------------------------------------------------------------------------------------------
+
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolation quantile of already sorted values (numpy's default method)."""
@@ -189,7 +204,9 @@ class TimingResult:
     @property
     def gbps(self) -> float | None:
         """GB/s (1e9 bytes) at the median time (None when ``bytes_moved`` was not given)."""
-        return None if self.bytes_moved is None else self.bytes_moved / self.median_s / 1e9
+        return (
+            None if self.bytes_moved is None else self.bytes_moved / self.median_s / 1e9
+        )
 
     @property
     def intensity(self) -> float | None:
@@ -209,24 +226,39 @@ class TimingResult:
             unit = "tflops" if self.flops is not None else "gbps"
         if unit == "tflops":
             if self.tflops is None:
-                raise ValueError(f"{self.name or 'this result'} has no flops; pass flops= to benchmark "
-                                 "or compare with a bandwidth peak (unit='gbps')")
+                raise ValueError(
+                    f"{self.name or 'this result'} has no flops; pass flops= to benchmark "
+                    "or compare with a bandwidth peak (unit='gbps')"
+                )
             return self.tflops / peak
         if unit == "gbps":
             if self.gbps is None:
-                raise ValueError(f"{self.name or 'this result'} has no bytes_moved; pass bytes_moved= "
-                                 "to benchmark or compare with a compute peak (unit='tflops')")
+                raise ValueError(
+                    f"{self.name or 'this result'} has no bytes_moved; pass bytes_moved= "
+                    "to benchmark or compare with a compute peak (unit='tflops')"
+                )
             return self.gbps / peak
         raise ValueError(f"unit must be 'tflops' or 'gbps', got {unit!r}")
 
     def to_dict(self) -> dict:
         """JSON-serialisable summary (without the raw samples unless asked: see ``asdict``)."""
         out = {
-            "name": self.name, "device": self.device, "median_s": self.median_s,
-            "p10_s": self.p10_s, "p90_s": self.p90_s, "q25_s": self.q25_s, "q75_s": self.q75_s,
-            "min_s": self.min_s, "samples": self.samples, "number": self.number,
-            "warmup": self.warmup, "buffers": self.buffers, "flops": self.flops,
-            "bytes_moved": self.bytes_moved, "tflops": self.tflops, "gbps": self.gbps,
+            "name": self.name,
+            "device": self.device,
+            "median_s": self.median_s,
+            "p10_s": self.p10_s,
+            "p90_s": self.p90_s,
+            "q25_s": self.q25_s,
+            "q75_s": self.q75_s,
+            "min_s": self.min_s,
+            "samples": self.samples,
+            "number": self.number,
+            "warmup": self.warmup,
+            "buffers": self.buffers,
+            "flops": self.flops,
+            "bytes_moved": self.bytes_moved,
+            "tflops": self.tflops,
+            "gbps": self.gbps,
         }
         out.update(self.extra)
         return out
@@ -240,10 +272,12 @@ class TimingResult:
             rate.append(f"{self.tflops:.3g} TFLOP/s")
         if self.gbps is not None:
             rate.append(f"{self.gbps:.3g} GB/s")
-        return (f"{self.name or 'benchmark'} on {self.device}: median {_fmt_s(self.median_s)} "
-                f"(p10 {_fmt_s(self.p10_s)}, p90 {_fmt_s(self.p90_s)}, {self.samples} samples x "
-                f"{self.number} calls, {self.buffers} input set(s))"
-                + (", " + ", ".join(rate) if rate else ""))
+        return (
+            f"{self.name or 'benchmark'} on {self.device}: median {_fmt_s(self.median_s)} "
+            f"(p10 {_fmt_s(self.p10_s)}, p90 {_fmt_s(self.p90_s)}, {self.samples} samples x "
+            f"{self.number} calls, {self.buffers} input set(s))"
+            + (", " + ", ".join(rate) if rate else "")
+        )
 
 
 def _fmt_s(s: float) -> str:
@@ -257,6 +291,7 @@ def _fmt_s(s: float) -> str:
 # --------------------------------------------------------------------------------------------
 # Clocks
 # --------------------------------------------------------------------------------------------
+
 
 def default_sync(device: torch.device) -> Callable[[], None]:
     """What waits for outstanding work on ``device``: ``torch.cuda.synchronize`` on CUDA,
@@ -360,8 +395,12 @@ def working_set_bytes(args: Iterable[Any]) -> int:
     return total
 
 
-def buffers_needed(working_set: int, cache_bytes: int, max_buffers: int = 64,
-                   max_total_bytes: int = 2**30) -> int:
+def buffers_needed(
+    working_set: int,
+    cache_bytes: int,
+    max_buffers: int = 64,
+    max_total_bytes: int = 2**30,
+) -> int:
     """How many input sets to rotate through so that a set is evicted before it is reused.
 
     One set when the working set alone is at least twice the cache; otherwise enough sets to
@@ -384,9 +423,11 @@ def _check_not_zero(args: tuple, name: str) -> None:
         if t.is_floating_point() and t.numel() > 0:
             probe = t.float() if t.dtype in (_FP8_E4M3, _FP8_E5M2) else t
             if not bool(probe.ne(0).any()):
-                raise ValueError(f"{name or 'benchmark'}: an input tensor of shape {tuple(t.shape)} is all "
-                                 "zeros; time with random inputs (ampbook.timing.random_tensor), since "
-                                 "hardware and libraries can take shortcuts on zeros")
+                raise ValueError(
+                    f"{name or 'benchmark'}: an input tensor of shape {tuple(t.shape)} is all "
+                    "zeros; time with random inputs (ampbook.timing.random_tensor), since "
+                    "hardware and libraries can take shortcuts on zeros"
+                )
 
 
 def machine_load() -> dict:
@@ -411,14 +452,29 @@ def machine_load() -> dict:
 # benchmark
 # --------------------------------------------------------------------------------------------
 
-def benchmark(fn: Callable[..., Any], make_inputs: Callable[[], Any] | None = None, *,
-              flops: float | None = None, bytes_moved: float | None = None,
-              device: str | torch.device | None = None, warmup: int = 3, repeats: int = 10,
-              min_time: float = 0.1, max_time: float | None = None, max_repeats: int = 10_000,
-              number: int | None = None, block_time: float = 1e-3, buffers: int | None = None,
-              cache_bytes: int | None = None, max_buffer_bytes: int = 2**30,
-              sync: Callable[[], None] | None = None, check_inputs: bool = True, name: str = "",
-              extra: dict | None = None) -> TimingResult:
+
+def benchmark(
+    fn: Callable[..., Any],
+    make_inputs: Callable[[], Any] | None = None,
+    *,
+    flops: float | None = None,
+    bytes_moved: float | None = None,
+    device: str | torch.device | None = None,
+    warmup: int = 3,
+    repeats: int = 10,
+    min_time: float = 0.1,
+    max_time: float | None = None,
+    max_repeats: int = 10_000,
+    number: int | None = None,
+    block_time: float = 1e-3,
+    buffers: int | None = None,
+    cache_bytes: int | None = None,
+    max_buffer_bytes: int = 2**30,
+    sync: Callable[[], None] | None = None,
+    check_inputs: bool = True,
+    name: str = "",
+    extra: dict | None = None,
+) -> TimingResult:
     """Time ``fn(*make_inputs())``; see the module docstring for the method.
 
     Parameters
@@ -446,14 +502,18 @@ def benchmark(fn: Callable[..., Any], make_inputs: Callable[[], Any] | None = No
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if make_inputs is not None and not callable(make_inputs):
-        raise TypeError("make_inputs must be a callable returning one input set "
-                        f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)")
+        raise TypeError(
+            "make_inputs must be a callable returning one input set "
+            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
+        )
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if min_time < 0 or (max_time is not None and max_time <= 0):
-        raise ValueError(f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})")
+        raise ValueError(
+            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
+        )
     if number is not None and number < 1:
         raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
     if buffers is not None and buffers < 1:
@@ -471,10 +531,18 @@ def benchmark(fn: Callable[..., Any], make_inputs: Callable[[], Any] | None = No
         dev = pick_device(device)
     if buffers is None:
         cache = cache_bytes if cache_bytes is not None else cache_bytes_of(dev)
-        buffers = buffers_needed(working_set_bytes(first), cache, max_total_bytes=max_buffer_bytes) \
-            if make_inputs is not None else 1
-    inputs = [first] + [_as_args(make_inputs()) for _ in range(buffers - 1)] if make_inputs is not None \
+        buffers = (
+            buffers_needed(
+                working_set_bytes(first), cache, max_total_bytes=max_buffer_bytes
+            )
+            if make_inputs is not None
+            else 1
+        )
+    inputs = (
+        [first] + [_as_args(make_inputs()) for _ in range(buffers - 1)]
+        if make_inputs is not None
         else [()]
+    )
     k = len(inputs)
     sync = sync if sync is not None else default_sync(dev)
     clock = _clock(dev, sync)
@@ -487,7 +555,13 @@ def benchmark(fn: Callable[..., Any], make_inputs: Callable[[], Any] | None = No
         warm_times.append(clock.stop())
         call += 1
     if number is None:
-        number = 1 if not warm_times else max(1, min(100_000, math.ceil(block_time / max(min(warm_times), 1e-9))))
+        number = (
+            1
+            if not warm_times
+            else max(
+                1, min(100_000, math.ceil(block_time / max(min(warm_times), 1e-9)))
+            )
+        )
 
     times: list[float] = []
     total = 0.0
@@ -507,13 +581,23 @@ def benchmark(fn: Callable[..., Any], make_inputs: Callable[[], Any] | None = No
             break
         if n >= repeats and total >= min_time:
             break
-    return TimingResult(name=name, device=str(dev), times_s=tuple(times), number=number, warmup=warmup,
-                        buffers=k, flops=flops, bytes_moved=bytes_moved, extra=dict(extra or {}))
+    return TimingResult(
+        name=name,
+        device=str(dev),
+        times_s=tuple(times),
+        number=number,
+        warmup=warmup,
+        buffers=k,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        extra=dict(extra or {}),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Conveniences: matmul and elementwise
 # --------------------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def tf32_matmul(enabled: bool):
@@ -527,21 +611,29 @@ def tf32_matmul(enabled: bool):
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
-def check_dtype_on(dtype: str | torch.dtype, device: str | torch.device) -> tuple[str, torch.dtype]:
+def check_dtype_on(
+    dtype: str | torch.dtype, device: str | torch.device
+) -> tuple[str, torch.dtype]:
     """Resolve ``dtype`` and raise a clear error when ``device`` cannot run matmuls in it."""
     name, torch_dtype = resolve_dtype(dtype)
     dev = pick_device(device)
     if name == "tf32" and dev.type != "cuda":
-        raise ValueError("tf32 is a tensor-core mode of NVIDIA GPUs (compute capability 8.0+); "
-                         f"device {dev} has none: time 'fp32' instead")
+        raise ValueError(
+            "tf32 is a tensor-core mode of NVIDIA GPUs (compute capability 8.0+); "
+            f"device {dev} has none: time 'fp32' instead"
+        )
     if name.startswith("fp8"):
         if dev.type != "cuda":
-            raise ValueError(f"{name} matmuls need a CUDA GPU with fp8 tensor cores "
-                             f"(compute capability 8.9+); device {dev} has none")
+            raise ValueError(
+                f"{name} matmuls need a CUDA GPU with fp8 tensor cores "
+                f"(compute capability 8.9+); device {dev} has none"
+            )
         cap = torch.cuda.get_device_capability(dev)
         if cap < (8, 9) or not hasattr(torch, "_scaled_mm"):
-            raise ValueError(f"{name} matmuls need compute capability 8.9+ and torch._scaled_mm; "
-                             f"this GPU is {cap[0]}.{cap[1]}")
+            raise ValueError(
+                f"{name} matmuls need compute capability 8.9+ and torch._scaled_mm; "
+                f"this GPU is {cap[0]}.{cap[1]}"
+            )
     if name == "tf32" and torch.cuda.get_device_capability(dev) < (8, 0):
         raise ValueError("tf32 needs compute capability 8.0+ (Ampere or newer)")
     return name, torch_dtype
@@ -552,8 +644,15 @@ def matmul_flops(n: int, m: int, k: int) -> int:
     return 2 * n * m * k
 
 
-def time_matmul(n: int, m: int | None = None, k: int | None = None, dtype: str | torch.dtype = "fp32",
-                device: str | torch.device = "auto", seed: int = 0, **kwargs) -> TimingResult:
+def time_matmul(
+    n: int,
+    m: int | None = None,
+    k: int | None = None,
+    dtype: str | torch.dtype = "fp32",
+    device: str | torch.device = "auto",
+    seed: int = 0,
+    **kwargs,
+) -> TimingResult:
     """Time ``C = A @ B`` with ``A`` n x k, ``B`` k x m (``m``, ``k`` default to ``n``).
 
     ``bytes_moved`` counts reading A and B and writing C once (the minimum traffic). fp8 runs
@@ -563,7 +662,9 @@ def time_matmul(n: int, m: int | None = None, k: int | None = None, dtype: str |
     k = n if k is None else k
     for label, v in (("n", n), ("m", m), ("k", k)):
         if not isinstance(v, int) or v < 1:
-            raise ValueError(f"matmul size {label} must be a positive integer, got {v!r}")
+            raise ValueError(
+                f"matmul size {label} must be a positive integer, got {v!r}"
+            )
     name, torch_dtype = check_dtype_on(dtype, device)
     dev = pick_device(device)
     gen = torch.Generator(device=dev).manual_seed(seed)
@@ -571,7 +672,9 @@ def time_matmul(n: int, m: int | None = None, k: int | None = None, dtype: str |
 
     if name.startswith("fp8"):
         if n % 16 or m % 16 or k % 16:
-            raise ValueError(f"fp8 matmul sizes must be multiples of 16, got n={n}, m={m}, k={k}")
+            raise ValueError(
+                f"fp8 matmul sizes must be multiples of 16, got n={n}, m={m}, k={k}"
+            )
         one = torch.ones((), device=dev, dtype=torch.float32)
 
         def make():
@@ -580,13 +683,19 @@ def time_matmul(n: int, m: int | None = None, k: int | None = None, dtype: str |
             return a, b
 
         def fn(a, b):
-            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            return torch._scaled_mm(
+                a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+            )
 
         out_bytes = n * m * 2
     else:
+
         def make():
-            return (random_tensor((n, k), name, dev, gen), random_tensor((k, m), name, dev, gen),
-                    random_tensor((n, m), name, dev, gen))  # output buffer, overwritten
+            return (
+                random_tensor((n, k), name, dev, gen),
+                random_tensor((k, m), name, dev, gen),
+                random_tensor((n, m), name, dev, gen),
+            )  # output buffer, overwritten
 
         def fn(a, b, c):
             return torch.matmul(a, b, out=c)
@@ -595,14 +704,27 @@ def time_matmul(n: int, m: int | None = None, k: int | None = None, dtype: str |
     kwargs.setdefault("name", f"matmul {name} {n}x{k}x{m}")
     extra = {"kind": "matmul", "dtype": name, "n": n, "m": m, "k": k}
     extra.update(kwargs.pop("extra", {}) or {})
-    with (tf32_matmul(name == "tf32") if dev.type == "cuda" else contextlib.nullcontext()):
-        return benchmark(fn, make, flops=matmul_flops(n, m, k),
-                         bytes_moved=(n * k + k * m) * itemsize + out_bytes, device=dev,
-                         extra=extra, **kwargs)
+    with (
+        tf32_matmul(name == "tf32") if dev.type == "cuda" else contextlib.nullcontext()
+    ):
+        return benchmark(
+            fn,
+            make,
+            flops=matmul_flops(n, m, k),
+            bytes_moved=(n * k + k * m) * itemsize + out_bytes,
+            device=dev,
+            extra=extra,
+            **kwargs,
+        )
 
 
-def time_elementwise(numel: int, dtype: str | torch.dtype = "fp32", device: str | torch.device = "auto",
-                     seed: int = 0, **kwargs) -> TimingResult:
+def time_elementwise(
+    numel: int,
+    dtype: str | torch.dtype = "fp32",
+    device: str | torch.device = "auto",
+    seed: int = 0,
+    **kwargs,
+) -> TimingResult:
     """Time ``z = x + y`` over ``numel`` elements (written into a preallocated ``z``).
 
     A memory-bound op: 1 FLOP per element against 3 elements moved (read x and y, write z), so
@@ -617,8 +739,11 @@ def time_elementwise(numel: int, dtype: str | torch.dtype = "fp32", device: str 
     itemsize = torch.empty((), dtype=torch_dtype).element_size()
 
     def make():
-        return (random_tensor(numel, name, dev, gen), random_tensor(numel, name, dev, gen),
-                random_tensor(numel, name, dev, gen))  # output buffer, overwritten
+        return (
+            random_tensor(numel, name, dev, gen),
+            random_tensor(numel, name, dev, gen),
+            random_tensor(numel, name, dev, gen),
+        )  # output buffer, overwritten
 
     def fn(x, y, z):
         return torch.add(x, y, out=z)
@@ -626,5 +751,12 @@ def time_elementwise(numel: int, dtype: str | torch.dtype = "fp32", device: str 
     kwargs.setdefault("name", f"add {name} {numel}")
     extra = {"kind": "elementwise", "dtype": name, "numel": numel}
     extra.update(kwargs.pop("extra", {}) or {})
-    return benchmark(fn, make, flops=numel, bytes_moved=3 * numel * itemsize, device=dev,
-                     extra=extra, **kwargs)
+    return benchmark(
+        fn,
+        make,
+        flops=numel,
+        bytes_moved=3 * numel * itemsize,
+        device=dev,
+        extra=extra,
+        **kwargs,
+    )

@@ -163,8 +163,20 @@ ENET_C = 1.02
 
 # Fields that may differ between an interrupted run and its resumption (they do not change
 # the numbers the run computes).
-RUNTIME_FIELDS = frozenset({"out", "name", "resume", "overwrite", "quiet", "progress",
-                            "workers", "save_predictions", "device", "checkpoint"})
+RUNTIME_FIELDS = frozenset(
+    {
+        "out",
+        "name",
+        "resume",
+        "overwrite",
+        "quiet",
+        "progress",
+        "workers",
+        "save_predictions",
+        "device",
+        "checkpoint",
+    }
+)
 
 
 class ConfigError(ValueError):
@@ -193,38 +205,96 @@ def _opt(help: str, **kw):
 class TrainConfig:
     """Settings of one training run; each field is the command-line option of the same name."""
 
-    precision: str = field(default="fp32", metadata=_opt("fp32 | amp-fp16 | amp-bf16", choices=PRECISIONS))
-    device: str = field(default="auto", metadata=_opt("auto (CUDA if available) | cpu | cuda | cuda:N"))
-    data_root: str | None = field(default=None, metadata=_opt(
-        "Cityscapes root (default: $CITYSCAPES_DATASET, else the synthetic set)"))
-    synthetic_train: int = field(default=100, metadata=_opt("training images of the synthetic set"))
-    synthetic_val: int = field(default=20, metadata=_opt("val images of the synthetic set"))
+    precision: str = field(
+        default="fp32", metadata=_opt("fp32 | amp-fp16 | amp-bf16", choices=PRECISIONS)
+    )
+    device: str = field(
+        default="auto", metadata=_opt("auto (CUDA if available) | cpu | cuda | cuda:N")
+    )
+    data_root: str | None = field(
+        default=None,
+        metadata=_opt(
+            "Cityscapes root (default: $CITYSCAPES_DATASET, else the synthetic set)"
+        ),
+    )
+    synthetic_train: int = field(
+        default=100, metadata=_opt("training images of the synthetic set")
+    )
+    synthetic_val: int = field(
+        default=20, metadata=_opt("val images of the synthetic set")
+    )
     epochs: int = field(default=10, metadata=_opt("epochs (the post: 10)"))
-    batch_size: int = field(default=6, metadata=_opt("images per step (per process under DDP)"))
-    height: int = field(default=512, metadata=_opt("training height in pixels (multiple of 8)"))
-    width: int = field(default=1024, metadata=_opt("training width in pixels (multiple of 8)"))
+    batch_size: int = field(
+        default=6, metadata=_opt("images per step (per process under DDP)")
+    )
+    height: int = field(
+        default=512, metadata=_opt("training height in pixels (multiple of 8)")
+    )
+    width: int = field(
+        default=1024, metadata=_opt("training width in pixels (multiple of 8)")
+    )
     workers: int = field(default=4, metadata=_opt("DataLoader worker processes"))
-    seed: int = field(default=0, metadata=_opt("seed of the weights, dropout and data order"))
-    shuffle: bool = field(default=True, metadata=_opt(
-        "do not shuffle the training data (the post's condition)", flag="--no-shuffle"))
-    flip: bool = field(default=False, metadata=_opt("random horizontal flips of training images"))
+    seed: int = field(
+        default=0, metadata=_opt("seed of the weights, dropout and data order")
+    )
+    shuffle: bool = field(
+        default=True,
+        metadata=_opt(
+            "do not shuffle the training data (the post's condition)",
+            flag="--no-shuffle",
+        ),
+    )
+    flip: bool = field(
+        default=False, metadata=_opt("random horizontal flips of training images")
+    )
     lr: float = field(default=5e-4, metadata=_opt("Adam learning rate (ERFNet: 5e-4)"))
-    weight_decay: float = field(default=1e-4, metadata=_opt("Adam weight decay (ERFNet: 1e-4)"))
-    poly_power: float = field(default=0.9, metadata=_opt("poly decay power per epoch (ERFNet: 0.9)"))
-    class_weights: str = field(default="none", metadata=_opt(
-        "none | enet (1/ln(1.02 + class share), from the training labels)", choices=CLASS_WEIGHTS))
-    tf32: str = field(default="off", metadata=_opt("TF32 for fp32 CUDA matmuls/convolutions", choices=TF32_CHOICES))
-    channels_last: bool = field(default=False, metadata=_opt("model and inputs in channels_last memory format"))
-    cudnn_benchmark: bool = field(default=False, metadata=_opt("torch.backends.cudnn.benchmark = True"))
-    deterministic: bool = field(default=False, metadata=_opt("torch.use_deterministic_algorithms(True)"))
-    clip_grad: float | None = field(default=None, metadata=_opt(
-        "clip the gradient norm to this value (after scaler.unscale_)"))
-    accumulate: int = field(default=1, metadata=_opt("accumulate gradients over N batches per optimizer step"))
-    max_nonfinite: int = field(default=20, metadata=_opt(
-        "stop after this many consecutive steps skipped for non-finite loss/gradients"))
-    out: str | None = field(default=None, metadata=_opt("folder for NAME.json and NAME.ckpt",
-                                                        cli_default="build/runs"))
-    name: str | None = field(default=None, metadata=_opt("run name (default: from the settings)"))
+    weight_decay: float = field(
+        default=1e-4, metadata=_opt("Adam weight decay (ERFNet: 1e-4)")
+    )
+    poly_power: float = field(
+        default=0.9, metadata=_opt("poly decay power per epoch (ERFNet: 0.9)")
+    )
+    class_weights: str = field(
+        default="none",
+        metadata=_opt(
+            "none | enet (1/ln(1.02 + class share), from the training labels)",
+            choices=CLASS_WEIGHTS,
+        ),
+    )
+    tf32: str = field(
+        default="off",
+        metadata=_opt("TF32 for fp32 CUDA matmuls/convolutions", choices=TF32_CHOICES),
+    )
+    channels_last: bool = field(
+        default=False, metadata=_opt("model and inputs in channels_last memory format")
+    )
+    cudnn_benchmark: bool = field(
+        default=False, metadata=_opt("torch.backends.cudnn.benchmark = True")
+    )
+    deterministic: bool = field(
+        default=False, metadata=_opt("torch.use_deterministic_algorithms(True)")
+    )
+    clip_grad: float | None = field(
+        default=None,
+        metadata=_opt("clip the gradient norm to this value (after scaler.unscale_)"),
+    )
+    accumulate: int = field(
+        default=1,
+        metadata=_opt("accumulate gradients over N batches per optimizer step"),
+    )
+    max_nonfinite: int = field(
+        default=20,
+        metadata=_opt(
+            "stop after this many consecutive steps skipped for non-finite loss/gradients"
+        ),
+    )
+    out: str | None = field(
+        default=None,
+        metadata=_opt("folder for NAME.json and NAME.ckpt", cli_default="build/runs"),
+    )
+    name: str | None = field(
+        default=None, metadata=_opt("run name (default: from the settings)")
+    )
     resume: bool = field(default=False, metadata=_opt("continue from OUT/NAME.ckpt"))
     overwrite: bool = field(
         default=False,
@@ -233,20 +303,36 @@ class TrainConfig:
             "(refused without it)"
         ),
     )
-    checkpoint: bool = field(default=True, metadata=_opt("do not write checkpoints", flag="--no-checkpoint"))
-    save_predictions: str | None = field(default=None, metadata=_opt(
-        "write the last epoch's val predictions (labelId PNGs) to this folder"))
+    checkpoint: bool = field(
+        default=True, metadata=_opt("do not write checkpoints", flag="--no-checkpoint")
+    )
+    save_predictions: str | None = field(
+        default=None,
+        metadata=_opt(
+            "write the last epoch's val predictions (labelId PNGs) to this folder"
+        ),
+    )
     quiet: bool = field(default=False, metadata=_opt("print nothing but errors"))
-    progress: bool | None = field(default=None, metadata=_opt(
-        "progress bar: on | off (default: on when stderr is a terminal)", choices=("on", "off")))
+    progress: bool | None = field(
+        default=None,
+        metadata=_opt(
+            "progress bar: on | off (default: on when stderr is a terminal)",
+            choices=("on", "off"),
+        ),
+    )
 
 
 def run_name(cfg: TrainConfig) -> str:
     """The run's name: ``cfg.name`` or one built from the settings that change the numbers."""
     if cfg.name:
         return cfg.name
-    parts = [cfg.precision, f"{cfg.width}x{cfg.height}", f"bs{cfg.batch_size}", f"e{cfg.epochs}",
-             f"seed{cfg.seed}"]
+    parts = [
+        cfg.precision,
+        f"{cfg.width}x{cfg.height}",
+        f"bs{cfg.batch_size}",
+        f"e{cfg.epochs}",
+        f"seed{cfg.seed}",
+    ]
     if cfg.tf32 == "on":
         parts.append("tf32")
     if cfg.channels_last:
@@ -259,6 +345,7 @@ def run_name(cfg: TrainConfig) -> str:
 
 
 # --- validation --------------------------------------------------------------------------------
+
 
 @dataclass
 class Resolved:
@@ -279,8 +366,17 @@ def _world() -> tuple[int, int, int]:
 def validate(cfg: TrainConfig) -> Resolved:
     """Check the settings before any work; ``ConfigError`` names the first problem."""
     if cfg.precision not in PRECISIONS:
-        raise ConfigError(f"unknown precision {cfg.precision!r}; choose one of {', '.join(PRECISIONS)}")
-    for name in ("epochs", "batch_size", "accumulate", "max_nonfinite", "synthetic_train", "synthetic_val"):
+        raise ConfigError(
+            f"unknown precision {cfg.precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
+    for name in (
+        "epochs",
+        "batch_size",
+        "accumulate",
+        "max_nonfinite",
+        "synthetic_train",
+        "synthetic_val",
+    ):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -289,18 +385,26 @@ def validate(cfg: TrainConfig) -> Resolved:
     for name in ("height", "width"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 8 or value % 8:
-            raise ConfigError(f"{name} must be a positive multiple of 8 (ERFNet halves it three "
-                              f"times), got {value!r}")
+            raise ConfigError(
+                f"{name} must be a positive multiple of 8 (ERFNet halves it three "
+                f"times), got {value!r}"
+            )
     if not (isinstance(cfg.lr, (int, float)) and cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise ConfigError(f"lr must be a positive finite number, got {cfg.lr!r}")
     if not (cfg.weight_decay >= 0 and math.isfinite(cfg.weight_decay)):
         raise ConfigError(f"weight_decay must be 0 or more, got {cfg.weight_decay!r}")
     if not (cfg.poly_power >= 0 and math.isfinite(cfg.poly_power)):
         raise ConfigError(f"poly_power must be 0 or more, got {cfg.poly_power!r}")
-    if cfg.clip_grad is not None and not (cfg.clip_grad > 0 and math.isfinite(cfg.clip_grad)):
-        raise ConfigError(f"clip_grad must be a positive number (or None), got {cfg.clip_grad!r}")
+    if cfg.clip_grad is not None and not (
+        cfg.clip_grad > 0 and math.isfinite(cfg.clip_grad)
+    ):
+        raise ConfigError(
+            f"clip_grad must be a positive number (or None), got {cfg.clip_grad!r}"
+        )
     if cfg.class_weights not in CLASS_WEIGHTS:
-        raise ConfigError(f"unknown class_weights {cfg.class_weights!r}; choose one of {', '.join(CLASS_WEIGHTS)}")
+        raise ConfigError(
+            f"unknown class_weights {cfg.class_weights!r}; choose one of {', '.join(CLASS_WEIGHTS)}"
+        )
     if cfg.tf32 not in TF32_CHOICES:
         raise ConfigError(f"tf32 must be 'on' or 'off', got {cfg.tf32!r}")
     if cfg.progress not in (None, True, False):
@@ -337,8 +441,10 @@ def validate(cfg: TrainConfig) -> Resolved:
     if cfg.resume:
         ckpt = Path(cfg.out) / f"{run_name(cfg)}.ckpt"
         if not ckpt.exists():
-            raise ConfigError(f"resume: no checkpoint {ckpt} (run name {run_name(cfg)!r}; the name "
-                              "comes from --name or the settings, which must match the first run)")
+            raise ConfigError(
+                f"resume: no checkpoint {ckpt} (run name {run_name(cfg)!r}; the name "
+                "comes from --name or the settings, which must match the first run)"
+            )
 
     rank, world_size, local_rank = _world()
     try:
@@ -346,39 +452,66 @@ def validate(cfg: TrainConfig) -> Resolved:
     except (RuntimeError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"device {cfg.device!r}: the runner trains on 'cpu' or 'cuda'")
+        raise ConfigError(
+            f"device {cfg.device!r}: the runner trains on 'cpu' or 'cuda'"
+        )
     if device.type == "cuda" and world_size > 1:
         device = torch.device("cuda", local_rank)
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ConfigError(f"device {device} does not exist: this machine has "
-                          f"{torch.cuda.device_count()} CUDA device(s)")
+    if (
+        device.type == "cuda"
+        and device.index is not None
+        and device.index >= torch.cuda.device_count()
+    ):
+        raise ConfigError(
+            f"device {device} does not exist: this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s)"
+        )
 
     notes: list[str] = []
     dtype = AUTOCAST_DTYPES[cfg.precision]
     if device.type == "cuda":
         cap = torch.cuda.get_device_capability(device)
         name = torch.cuda.get_device_name(device)
-        if dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
-            raise ConfigError(f"amp-bf16 needs a GPU with bf16 arithmetic (compute capability 8.0+, "
-                              f"Ampere or newer); {name} has {cap[0]}.{cap[1]}. Use amp-fp16.")
+        if dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported(
+            including_emulation=False
+        ):
+            raise ConfigError(
+                f"amp-bf16 needs a GPU with bf16 arithmetic (compute capability 8.0+, "
+                f"Ampere or newer); {name} has {cap[0]}.{cap[1]}. Use amp-fp16."
+            )
         if dtype is torch.float16 and cap < (7, 0):
-            notes.append(f"{name} (compute capability {cap[0]}.{cap[1]}) has no tensor cores: fp16 "
-                         "saves memory there but is unlikely to be faster than fp32")
+            notes.append(
+                f"{name} (compute capability {cap[0]}.{cap[1]}) has no tensor cores: fp16 "
+                "saves memory there but is unlikely to be faster than fp32"
+            )
     else:
         flags = set(_env.cpu_flags())
-        fast = {torch.bfloat16: {"amx_bf16", "avx512_bf16"}, torch.float16: {"amx_fp16", "avx512_fp16"}}
+        fast = {
+            torch.bfloat16: {"amx_bf16", "avx512_bf16"},
+            torch.float16: {"amx_fp16", "avx512_fp16"},
+        }
         if dtype is not None and not (flags & fast[dtype]):
             kind = "bf16" if dtype is torch.bfloat16 else "fp16"
-            notes.append(f"{cfg.precision} on a CPU without {kind} hardware ({' / '.join(sorted(fast[dtype]))} "
-                         f"absent; flags: {', '.join(sorted(flags)) or 'none'}): it works, but expect it "
-                         "to be slower than fp32, often many times (measure: python -m ampbook.bench step)")
+            notes.append(
+                f"{cfg.precision} on a CPU without {kind} hardware ({' / '.join(sorted(fast[dtype]))} "
+                f"absent; flags: {', '.join(sorted(flags)) or 'none'}): it works, but expect it "
+                "to be slower than fp32, often many times (measure: python -m ampbook.bench step)"
+            )
         if cfg.tf32 == "on":
             notes.append("tf32 on has no effect on a CPU")
-    return Resolved(device=device, autocast_dtype=dtype, grad_scaler=dtype is torch.float16,
-                    warnings=notes, rank=rank, world_size=world_size, local_rank=local_rank)
+    return Resolved(
+        device=device,
+        autocast_dtype=dtype,
+        grad_scaler=dtype is torch.float16,
+        warnings=notes,
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+    )
 
 
 # --- the pieces of a run -----------------------------------------------------------------------
+
 
 class PolyDecay:
     """lr factor ``(1 - epoch/epochs) ** power`` (a class, so the scheduler state serialises)."""
@@ -396,7 +529,9 @@ def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
         return torch.zeros(())
     if hasattr(nn.utils, "get_total_norm"):  # torch >= 2.6
         return nn.utils.get_total_norm(grads)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    return torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g) for g in grads])
+    )
 
 
 @dataclass
@@ -424,27 +559,43 @@ class TrainStep:
     gradients. Without ``begin_epoch`` every window is ``accumulate`` batches long.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, criterion: nn.Module,
-                 device: torch.device, autocast_dtype: torch.dtype | None,
-                 scaler: torch.amp.GradScaler | None = None, accumulate: int = 1,
-                 clip_grad: float | None = None, channels_last: bool = False,
-                 max_nonfinite: int = 20):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        criterion: nn.Module,
+        device: torch.device,
+        autocast_dtype: torch.dtype | None,
+        scaler: torch.amp.GradScaler | None = None,
+        accumulate: int = 1,
+        clip_grad: float | None = None,
+        channels_last: bool = False,
+        max_nonfinite: int = 20,
+    ):
         self.model, self.optimizer, self.criterion = model, optimizer, criterion
         self.device, self.autocast_dtype, self.scaler = device, autocast_dtype, scaler
         self.accumulate, self.clip_grad = accumulate, clip_grad
         self.channels_last, self.max_nonfinite = channels_last, max_nonfinite
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.counters = StepCounters()
-        self._micro = 0                      # batches done in the current window
-        self._window = accumulate            # length of the current window
-        self._remaining: int | None = None   # batches left in the epoch (None: unknown)
+        self._micro = 0  # batches done in the current window
+        self._window = accumulate  # length of the current window
+        self._remaining: int | None = None  # batches left in the epoch (None: unknown)
         self._ddp = isinstance(model, nn.parallel.DistributedDataParallel)
 
     def autocast(self):
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
-                              enabled=self.autocast_dtype is not None)
+        return torch.autocast(
+            self.device.type,
+            dtype=self.autocast_dtype or torch.float32,
+            enabled=self.autocast_dtype is not None,
+        )
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor, meter: SavedTensorMeter | None = None) -> float:
+    def __call__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        meter: SavedTensorMeter | None = None,
+    ) -> float:
         images = images.to(self.device, non_blocking=True)
         labels = labels.to(self.device, non_blocking=True)
         if self.channels_last:
@@ -455,12 +606,21 @@ class TrainStep:
             if self._remaining is not None:
                 self._window = max(1, min(self.accumulate, self._remaining))
         last = self._micro == self._window - 1
-        sync = self.model.no_sync() if (self._ddp and not last) else contextlib.nullcontext()
+        sync = (
+            self.model.no_sync()
+            if (self._ddp and not last)
+            else contextlib.nullcontext()
+        )
         with sync:
-            with meter if meter is not None else contextlib.nullcontext(), self.autocast():
+            with (
+                meter if meter is not None else contextlib.nullcontext(),
+                self.autocast(),
+            ):
                 loss = self.criterion(self.model(images), labels)
             scaled = loss / self._window if self._window > 1 else loss
-            (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            (
+                self.scaler.scale(scaled) if self.scaler is not None else scaled
+            ).backward()
         value = loss.item()
         if not math.isfinite(value):
             self.counters.nonfinite_losses += 1
@@ -484,7 +644,9 @@ class TrainStep:
                 self.scaler.unscale_(self.optimizer)
                 nn.utils.clip_grad_norm_(self.params, self.clip_grad)
             before = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)  # skipped by the scaler on inf/NaN gradients
+            self.scaler.step(
+                self.optimizer
+            )  # skipped by the scaler on inf/NaN gradients
             self.scaler.update()
             skipped = self.scaler.get_scale() < before
         else:
@@ -506,7 +668,8 @@ class TrainStep:
                     f"(batches with a non-finite loss so far: {c.nonfinite_losses}; loss scale: "
                     f"{self.scaler.get_scale() if self.scaler is not None else 'no scaler'}); stopping instead of training "
                     "on NaN. Lower the learning rate, check the data for NaN/inf, or try another "
-                    "precision (fp16 overflows above 65504).")
+                    "precision (fp16 overflows above 65504)."
+                )
         else:
             c.optimizer_steps += 1
             c.consecutive_skipped = 0
@@ -515,8 +678,9 @@ class TrainStep:
 @dataclass
 class Training:
     """Everything a run trains with (built by ``build_training``)."""
-    model: nn.Module            # the module to train (DDP-wrapped under torchrun)
-    net: nn.Module              # the bare ERFNet
+
+    model: nn.Module  # the module to train (DDP-wrapped under torchrun)
+    net: nn.Module  # the bare ERFNet
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler | None
@@ -524,7 +688,9 @@ class Training:
     step: TrainStep
 
 
-def build_training(cfg: TrainConfig, res: Resolved, class_weights: list[float] | None = None) -> Training:
+def build_training(
+    cfg: TrainConfig, res: Resolved, class_weights: list[float] | None = None
+) -> Training:
     """Model, optimizer, poly scheduler, scaler, loss and step function for ``cfg`` on
     ``res.device`` (seeded with ``cfg.seed``)."""
     from ampbook.data import IGNORE_INDEX, NUM_CLASSES
@@ -537,20 +703,42 @@ def build_training(cfg: TrainConfig, res: Resolved, class_weights: list[float] |
     model: nn.Module = net
     if res.world_size > 1:
         model = nn.parallel.DistributedDataParallel(
-            net, device_ids=[res.device.index] if res.device.type == "cuda" else None)
-    optimizer = torch.optim.Adam(net.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
-                                 weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, PolyDecay(cfg.epochs, cfg.poly_power))
+            net, device_ids=[res.device.index] if res.device.type == "cuda" else None
+        )
+    optimizer = torch.optim.Adam(
+        net.parameters(),
+        lr=cfg.lr,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=cfg.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, PolyDecay(cfg.epochs, cfg.poly_power)
+    )
     scaler = torch.amp.GradScaler(res.device.type) if res.grad_scaler else None
-    weight = torch.tensor(class_weights, dtype=torch.float32, device=res.device) if class_weights else None
+    weight = (
+        torch.tensor(class_weights, dtype=torch.float32, device=res.device)
+        if class_weights
+        else None
+    )
     criterion = nn.CrossEntropyLoss(weight=weight, ignore_index=IGNORE_INDEX)
-    step = TrainStep(model, optimizer, criterion, res.device, res.autocast_dtype, scaler,
-                     accumulate=cfg.accumulate, clip_grad=cfg.clip_grad,
-                     channels_last=cfg.channels_last, max_nonfinite=cfg.max_nonfinite)
+    step = TrainStep(
+        model,
+        optimizer,
+        criterion,
+        res.device,
+        res.autocast_dtype,
+        scaler,
+        accumulate=cfg.accumulate,
+        clip_grad=cfg.clip_grad,
+        channels_last=cfg.channels_last,
+        max_nonfinite=cfg.max_nonfinite,
+    )
     return Training(model, net, optimizer, scheduler, scaler, criterion, step)
 
 
 # --- data ------------------------------------------------------------------------------------
+
 
 def resolve_data(cfg: TrainConfig, res: Resolved) -> tuple[Path, bool]:
     """(root, synthetic?): ``cfg.data_root``, else $CITYSCAPES_DATASET, else the synthetic set."""
@@ -580,22 +768,31 @@ def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[f
     from ampbook.paths import cache_dir
 
     key = f"{Path(dataset.root).resolve()}|{dataset.split}|{dataset.height}x{dataset.width}|{len(dataset)}"
-    path = cache_dir() / "class-weights" / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
+    path = (
+        cache_dir()
+        / "class-weights"
+        / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
+    )
     if path.exists():
         return json.loads(path.read_text())["weights"]
     counts = torch.zeros(NUM_CLASSES, dtype=torch.float64)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, num_workers=workers
+    )
     for _, labels in loader:
         valid = labels[labels < NUM_CLASSES]
         counts += torch.bincount(valid.reshape(-1), minlength=NUM_CLASSES).double()
     share = counts / counts.sum().clamp(min=1)
     weights = [float(w) for w in 1.0 / torch.log(ENET_C + share)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, json.dumps({"key": key, "counts": counts.tolist(), "weights": weights}))
+    _write_atomic(
+        path, json.dumps({"key": key, "counts": counts.tolist(), "weights": weights})
+    )
     return weights
 
 
 # --- RNG state (checkpointed as tensors and plain lists, no pickled objects) ----------------
+
 
 def rng_state() -> dict:
     np_state = np.random.get_state()
@@ -603,10 +800,18 @@ def rng_state() -> dict:
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
-                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
-        "python": {"version": py_state[0], "state": torch.tensor(py_state[1], dtype=torch.int64),
-                   "gauss_next": py_state[2]},
+        "numpy": {
+            "name": np_state[0],
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
+        "python": {
+            "version": py_state[0],
+            "state": torch.tensor(py_state[1], dtype=torch.int64),
+            "gauss_next": py_state[2],
+        },
     }
 
 
@@ -615,13 +820,23 @@ def set_rng_state(state: dict) -> None:
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
+    np.random.set_state(
+        (
+            n["name"],
+            n["keys"].numpy().astype(np.uint32),
+            n["pos"],
+            n["has_gauss"],
+            n["cached_gaussian"],
+        )
+    )
     p = state["python"]
-    random.setstate((p["version"], tuple(int(v) for v in p["state"].tolist()), p["gauss_next"]))
+    random.setstate(
+        (p["version"], tuple(int(v) for v in p["state"].tolist()), p["gauss_next"])
+    )
 
 
 # --- files -------------------------------------------------------------------------------------
+
 
 def _write_atomic(path: Path, text: str | None = None, obj=None) -> None:
     """Write ``text`` (or ``torch.save`` ``obj``) to a temporary file beside ``path``, then
@@ -663,10 +878,14 @@ def load_results(path: str | os.PathLike) -> dict:
     """Read a results JSON written by the runner, checking its schema."""
     record = json.loads(Path(path).read_text())
     if record.get("schema") != SCHEMA:
-        raise ValueError(f"{path} is not a training-run record (schema {record.get('schema')!r})")
+        raise ValueError(
+            f"{path} is not a training-run record (schema {record.get('schema')!r})"
+        )
     if record.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path} has schema version {record.get('schema_version')}; this runner "
-                         f"reads version {SCHEMA_VERSION}")
+        raise ValueError(
+            f"{path} has schema version {record.get('schema_version')}; this runner "
+            f"reads version {SCHEMA_VERSION}"
+        )
     return record
 
 
@@ -678,7 +897,9 @@ def prediction_path(folder: Path, image_path: Path) -> Path:
     return Path(folder) / image_path.parent.name / f"{stem}_pred.png"
 
 
-def _save_predictions(logits: torch.Tensor, indices: list[int], dataset, folder: Path) -> None:
+def _save_predictions(
+    logits: torch.Tensor, indices: list[int], dataset, folder: Path
+) -> None:
     """Upsample each image's logits to its label file's size, take the arg-max and write it as
     a labelId PNG (``ampbook.evaluate.save_prediction``)."""
     from PIL import Image
@@ -689,14 +910,19 @@ def _save_predictions(logits: torch.Tensor, indices: list[int], dataset, folder:
         image_path, label_path = dataset.pairs[i]
         with Image.open(label_path) as gt:
             w, h = gt.size  # the header only: no decoding
-        full = nn.functional.interpolate(one[None].float(), size=(h, w), mode="bilinear", align_corners=False)
+        full = nn.functional.interpolate(
+            one[None].float(), size=(h, w), mode="bilinear", align_corners=False
+        )
         save_prediction(full[0].argmax(0), prediction_path(folder, image_path))
 
 
 # --- one epoch ---------------------------------------------------------------------------------
 
+
 @torch.no_grad()
-def evaluate(net: nn.Module, loader, step: TrainStep, save_to: Path | None = None) -> dict:
+def evaluate(
+    net: nn.Module, loader, step: TrainStep, save_to: Path | None = None
+) -> dict:
     """Val loss, pixel accuracy, mIoU and per-class IoU of ``net`` over ``loader`` (under the
     run's autocast); with ``save_to``, also writes the predictions."""
     from ampbook.metrics import SegmentationMetrics
@@ -717,12 +943,18 @@ def evaluate(net: nn.Module, loader, step: TrainStep, save_to: Path | None = Non
         total += float(loss)
         batches += 1
         if save_to is not None:
-            _save_predictions(logits, list(range(index, index + len(pred))), loader.dataset, save_to)
+            _save_predictions(
+                logits, list(range(index, index + len(pred))), loader.dataset, save_to
+            )
         index += len(pred)
     net.train()
     m = metrics.compute()
-    return {"val_loss": total / max(batches, 1), "val_pixel_accuracy": m["pixel_accuracy"],
-            "val_miou": m["miou"], "val_iou": m["iou"]}
+    return {
+        "val_loss": total / max(batches, 1),
+        "val_pixel_accuracy": m["pixel_accuracy"],
+        "val_miou": m["miou"],
+        "val_iou": m["iou"],
+    }
 
 
 def _show_progress(cfg: TrainConfig, res: Resolved) -> bool:
@@ -733,7 +965,9 @@ def _show_progress(cfg: TrainConfig, res: Resolved) -> bool:
     return sys.stderr.isatty()
 
 
-def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loader) -> dict:
+def train_epoch(
+    epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loader
+) -> dict:
     """Train one epoch; returns its record (timings, memory, loss, step counters)."""
     from tqdm.auto import tqdm
 
@@ -748,8 +982,14 @@ def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loade
     images = steps = 0
     data_wait = step_time = 0.0
     saved: SavedTensorMeter | None = None
-    bar = tqdm(total=len(loader), desc=f"epoch {epoch}/{cfg.epochs} {cfg.precision}", unit="batch",
-               leave=False, disable=not _show_progress(cfg, res), dynamic_ncols=True)
+    bar = tqdm(
+        total=len(loader),
+        desc=f"epoch {epoch}/{cfg.epochs} {cfg.precision}",
+        unit="batch",
+        leave=False,
+        disable=not _show_progress(cfg, res),
+        dynamic_ncols=True,
+    )
     sync = default_sync(device)
     step.begin_epoch(len(loader))
     sync()
@@ -782,24 +1022,37 @@ def train_epoch(epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loade
     wall = time.perf_counter() - start
     c = step.counters
     rec = {
-        "epoch": epoch, "lr": lr, "steps": steps, "images": images * res.world_size,
+        "epoch": epoch,
+        "lr": lr,
+        "steps": steps,
+        "images": images * res.world_size,
         "optimizer_steps": c.optimizer_steps - before.optimizer_steps,
         "skipped_steps": c.skipped_steps - before.skipped_steps,
         "nonfinite_losses": c.nonfinite_losses - before.nonfinite_losses,
         "loss_scale": tr.scaler.get_scale() if tr.scaler is not None else None,
         "train_loss": sum(losses) / len(losses) if losses else float("nan"),
-        "wall_s": wall, "step_s": step_time, "data_wait_s": data_wait,
+        "wall_s": wall,
+        "step_s": step_time,
+        "data_wait_s": data_wait,
         "images_per_s": images * res.world_size / wall if wall > 0 else None,
         "saved_tensor_bytes": saved.new_bytes if saved is not None else None,
         "saved_tensor_by_dtype": dict(saved.by_dtype) if saved is not None else None,
-        "peak_rss_bytes": peak_rss_bytes(), "peak_rss_reset": rss_reset,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_reset": rss_reset,
         "load_average": machine_load()["load1"],
-        "cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
-        "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None,
+        "cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device)
+        if device.type == "cuda"
+        else None,
+        "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device)
+        if device.type == "cuda"
+        else None,
     }
     if res.world_size > 1:  # the loss averaged over all ranks' batches
-        t = torch.tensor([sum(losses), len(losses)], dtype=torch.float64,
-                         device=device if device.type == "cuda" else "cpu")
+        t = torch.tensor(
+            [sum(losses), len(losses)],
+            dtype=torch.float64,
+            device=device if device.type == "cuda" else "cpu",
+        )
         dist.all_reduce(t)
         rec["train_loss"] = float(t[0] / t[1]) if t[1] > 0 else float("nan")
     return rec
@@ -816,8 +1069,12 @@ def summarize(epochs: list[dict]) -> dict:
         "epochs_completed": len(epochs),
         "total_wall_s": sum(walls),
         "mean_epoch_wall_s": sum(walls) / len(walls) if walls else None,
-        "mean_epoch_wall_s_after_first": sum(walls[1:]) / len(walls[1:]) if len(walls) > 1 else None,
-        "mean_images_per_s": (sum(e["images"] for e in epochs) / sum(walls)) if walls and sum(walls) > 0 else None,
+        "mean_epoch_wall_s_after_first": sum(walls[1:]) / len(walls[1:])
+        if len(walls) > 1
+        else None,
+        "mean_images_per_s": (sum(e["images"] for e in epochs) / sum(walls))
+        if walls and sum(walls) > 0
+        else None,
         "final_train_loss": last.get("train_loss"),
         "final_val_pixel_accuracy": last.get("val_pixel_accuracy"),
         "final_val_miou": last.get("val_miou"),
@@ -831,6 +1088,7 @@ def summarize(epochs: list[dict]) -> dict:
 
 # --- the run -----------------------------------------------------------------------------------
 
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -843,17 +1101,23 @@ def _check_resumable(saved: dict, cfg: TrainConfig) -> None:
     now = _config_dict(cfg)
     diff = [k for k in now if k not in RUNTIME_FIELDS and saved.get(k) != now[k]]
     if diff:
-        pairs = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}" for k in diff)
-        raise ConfigError(f"resume: the checkpoint was written with other settings ({pairs}); "
-                          "resume with the same settings or start a new run (another --name)")
+        pairs = ", ".join(
+            f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}" for k in diff
+        )
+        raise ConfigError(
+            f"resume: the checkpoint was written with other settings ({pairs}); "
+            "resume with the same settings or start a new run (another --name)"
+        )
 
 
 def _set_flags(cfg: TrainConfig, res: Resolved) -> dict:
-    old = {"matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
-           "cudnn_tf32": torch.backends.cudnn.allow_tf32,
-           "cudnn_benchmark": torch.backends.cudnn.benchmark,
-           "cudnn_deterministic": torch.backends.cudnn.deterministic,
-           "deterministic": torch.are_deterministic_algorithms_enabled()}
+    old = {
+        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+    }
     on = cfg.tf32 == "on"
     torch.backends.cuda.matmul.allow_tf32 = on
     torch.backends.cudnn.allow_tf32 = on
@@ -1127,10 +1391,12 @@ def _kept(
         return "nothing was saved (no --out)"
     if not epochs:
         return "nothing was saved (no epoch finished)"
-    done = f"epoch 1" if len(epochs) == 1 else f"epochs 1-{len(epochs)}"
+    done = "epoch 1" if len(epochs) == 1 else f"epochs 1-{len(epochs)}"
     if ckpt_path is not None and ckpt_path.exists():
-        return (f"{ckpt_path} and {json_path} hold {done}; continue with: "
-                f"{resume_command(cfg)}")
+        return (
+            f"{ckpt_path} and {json_path} hold {done}; continue with: "
+            f"{resume_command(cfg)}"
+        )
     return f"{json_path} holds {done} (no checkpoint to resume from)"
 
 
@@ -1171,9 +1437,13 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         check_headers(train_ds.pairs + val_ds.pairs)
     except (FileNotFoundError, ValueError) as err:  # DataError is a ValueError
         raise ConfigError(f"data: {err}") from None
-    _say(cfg, res, f"data: {'SYNTHETIC Cityscapes (no Cityscapes root given)' if synthetic else 'Cityscapes'} "
-                   f"at {root}: {len(train_ds)} train / {len(val_ds)} val images, trained at "
-                   f"{cfg.width}x{cfg.height} (W x H)")
+    _say(
+        cfg,
+        res,
+        f"data: {'SYNTHETIC Cityscapes (no Cityscapes root given)' if synthetic else 'Cityscapes'} "
+        f"at {root}: {len(train_ds)} train / {len(val_ds)} val images, trained at "
+        f"{cfg.width}x{cfg.height} (W x H)",
+    )
     try:
         weights = (
             enet_class_weights(train_ds, cfg.workers)
@@ -1186,18 +1456,35 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     tr = build_training(cfg, res, weights)
-    if res.rank:  # different dropout masks on each rank (the weights came from the same seed)
+    if (
+        res.rank
+    ):  # different dropout masks on each rank (the weights came from the same seed)
         torch.manual_seed(cfg.seed + 1_000_003 * res.rank)
 
-    sampler = torch.utils.data.DistributedSampler(train_ds, num_replicas=res.world_size, rank=res.rank,
-                                                  shuffle=cfg.shuffle, seed=cfg.seed)
+    sampler = torch.utils.data.DistributedSampler(
+        train_ds,
+        num_replicas=res.world_size,
+        rank=res.rank,
+        shuffle=cfg.shuffle,
+        seed=cfg.seed,
+    )
     loader_gen = torch.Generator()
     pin = res.device.type == "cuda"
-    train_loader = torch.utils.data.DataLoader(train_ds, batch_size=cfg.batch_size, sampler=sampler,
-                                               num_workers=cfg.workers, pin_memory=pin,
-                                               generator=loader_gen)
-    val_loader = torch.utils.data.DataLoader(val_ds, batch_size=cfg.batch_size, shuffle=False,
-                                             num_workers=cfg.workers, pin_memory=pin)
+    train_loader = torch.utils.data.DataLoader(
+        train_ds,
+        batch_size=cfg.batch_size,
+        sampler=sampler,
+        num_workers=cfg.workers,
+        pin_memory=pin,
+        generator=loader_gen,
+    )
+    val_loader = torch.utils.data.DataLoader(
+        val_ds,
+        batch_size=cfg.batch_size,
+        shuffle=False,
+        num_workers=cfg.workers,
+        pin_memory=pin,
+    )
     if cfg.accumulate > len(train_loader):
         per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
         raise ConfigError(
@@ -1229,20 +1516,37 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         epochs, started, resumes = _earlier_epochs(checkpoint, json_path, name)
         start_epoch = checkpoint["epoch"] + 1
         resumes.append({"at": _now(), "after_epoch": checkpoint["epoch"]})
-        _say(cfg, res, f"resumed {name} from {ckpt_path} after epoch {checkpoint['epoch']}")
+        _say(
+            cfg,
+            res,
+            f"resumed {name} from {ckpt_path} after epoch {checkpoint['epoch']}",
+        )
 
     environment = _env.environment(res.device)
-    environment["memory_format"] = "channels_last" if cfg.channels_last else "contiguous"
+    environment["memory_format"] = (
+        "channels_last" if cfg.channels_last else "contiguous"
+    )
     record = {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "name": name, "status": "running",
-        "started": started, "finished": None, "resumed": resumes,
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "status": "running",
+        "started": started,
+        "finished": None,
+        "resumed": resumes,
         "config": _config_dict(cfg),
         "resolved": {
-            "device": str(res.device), "autocast_dtype": res.autocast_dtype,
-            "grad_scaler": res.grad_scaler, "data_root": str(root), "synthetic_data": synthetic,
-            "train_images": len(train_ds), "val_images": len(val_ds),
-            "world_size": res.world_size, "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
-            "memory_format": environment["memory_format"], "class_weights": weights,
+            "device": str(res.device),
+            "autocast_dtype": res.autocast_dtype,
+            "grad_scaler": res.grad_scaler,
+            "data_root": str(root),
+            "synthetic_data": synthetic,
+            "train_images": len(train_ds),
+            "val_images": len(val_ds),
+            "world_size": res.world_size,
+            "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
+            "memory_format": environment["memory_format"],
+            "class_weights": weights,
             "parameters": sum(p.numel() for p in tr.net.parameters()),
             "warnings": res.warnings,
             "resumed_from_epoch": start_epoch - 1 if checkpoint is not None else None,
@@ -1251,10 +1555,14 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         "epochs": epochs,
         "summary": summarize(epochs),
     }
-    _say(cfg, res, f"run {name}: {cfg.precision} on {environment['device_name']} ({res.device}), "
-                   f"{cfg.epochs} epochs, batch {cfg.batch_size}"
-                   + (f" x {res.world_size} processes" if res.world_size > 1 else "")
-                   + (f", results -> {json_path}" if json_path else ""))
+    _say(
+        cfg,
+        res,
+        f"run {name}: {cfg.precision} on {environment['device_name']} ({res.device}), "
+        f"{cfg.epochs} epochs, batch {cfg.batch_size}"
+        + (f" x {res.world_size} processes" if res.world_size > 1 else "")
+        + (f", results -> {json_path}" if json_path else ""),
+    )
 
     def stop(status: str, epoch: int, message: str, **extra) -> None:
         """Record why the run stopped (rank 0, when there is a results file to keep)."""
@@ -1276,13 +1584,19 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             sampler.set_epoch(epoch)
             loader_gen.manual_seed(cfg.seed * 1_000_003 + epoch)
             rec = train_epoch(epoch, cfg, res, tr, train_loader)
-            with warnings.catch_warnings():  # an epoch whose steps were all skipped is legitimate
-                warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            with (
+                warnings.catch_warnings()
+            ):  # an epoch whose steps were all skipped is legitimate
+                warnings.filterwarnings(
+                    "ignore", message="Detected call of `lr_scheduler.step"
+                )
                 tr.scheduler.step()
             t = time.perf_counter()
             if writer:
                 last = epoch == cfg.epochs
-                rec.update(evaluate(tr.net, val_loader, tr.step, save_dir if last else None))
+                rec.update(
+                    evaluate(tr.net, val_loader, tr.step, save_dir if last else None)
+                )
             rec["val_s"] = time.perf_counter() - t
             if res.world_size > 1:
                 dist.barrier()
@@ -1292,15 +1606,24 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
                 rng = [None] * res.world_size
                 dist.all_gather_object(rng, rng_state())
             if writer and ckpt_path is not None and cfg.checkpoint:
-                _write_atomic(ckpt_path, obj={
-                    "format": CHECKPOINT_FORMAT, "epoch": epoch,
-                    "config": json.dumps(_config_dict(cfg)), "started": started,
-                    "model": tr.net.state_dict(), "optimizer": tr.optimizer.state_dict(),
-                    "scheduler": tr.scheduler.state_dict(),
-                    "scaler": tr.scaler.state_dict() if tr.scaler is not None else {},
-                    "counters": dataclasses.asdict(tr.step.counters),
-                    "rng": rng, "records": json.dumps(_clean(epochs + [rec])),
-                })
+                _write_atomic(
+                    ckpt_path,
+                    obj={
+                        "format": CHECKPOINT_FORMAT,
+                        "epoch": epoch,
+                        "config": json.dumps(_config_dict(cfg)),
+                        "started": started,
+                        "model": tr.net.state_dict(),
+                        "optimizer": tr.optimizer.state_dict(),
+                        "scheduler": tr.scheduler.state_dict(),
+                        "scaler": tr.scaler.state_dict()
+                        if tr.scaler is not None
+                        else {},
+                        "counters": dataclasses.asdict(tr.step.counters),
+                        "rng": rng,
+                        "records": json.dumps(_clean(epochs + [rec])),
+                    },
+                )
             epochs.append(rec)
             rec["checkpoint_s"] = time.perf_counter() - t
             rec["epoch_s"] = rec["wall_s"] + rec["val_s"] + rec["checkpoint_s"]
@@ -1309,7 +1632,9 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
                 write_results(record, json_path)
             _say(cfg, res, _epoch_line(cfg, rec))
         if save_dir is not None and writer and start_epoch > cfg.epochs:
-            evaluate(tr.net, val_loader, tr.step, save_dir)  # resumed after the last epoch
+            evaluate(
+                tr.net, val_loader, tr.step, save_dir
+            )  # resumed after the last epoch
         record["status"] = "complete"
         record["finished"] = _now()
         record["summary"] = summarize(epochs)
@@ -1383,10 +1708,14 @@ def _earlier_epochs(
 
 
 def _epoch_line(cfg: TrainConfig, r: dict) -> str:
-    parts = [f"epoch {r['epoch']}/{cfg.epochs} {cfg.precision}: loss {r['train_loss']:.4f}"]
+    parts = [
+        f"epoch {r['epoch']}/{cfg.epochs} {cfg.precision}: loss {r['train_loss']:.4f}"
+    ]
     if "val_pixel_accuracy" in r:
         parts.append(f"val acc {r['val_pixel_accuracy']:.3f} mIoU {r['val_miou']:.3f}")
-    parts.append(f"{r['wall_s']:.1f} s ({r['images_per_s']:.1f} img/s, data wait {r['data_wait_s']:.1f} s)")
+    parts.append(
+        f"{r['wall_s']:.1f} s ({r['images_per_s']:.1f} img/s, data wait {r['data_wait_s']:.1f} s)"
+    )
     if r["cuda_max_allocated_bytes"] is not None:
         parts.append(f"CUDA peak {r['cuda_max_allocated_bytes'] / 2**30:.2f} GiB")
     if r["saved_tensor_bytes"] is not None:
@@ -1400,10 +1729,13 @@ def _epoch_line(cfg: TrainConfig, r: dict) -> str:
 
 # --- command line ------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI, one option per ``TrainConfig`` field."""
-    parser = argparse.ArgumentParser(prog="python -m ampbook.train",
-                                     description="Train ERFNet in fp32 or with AMP and record the run as JSON.")
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.train",
+        description="Train ERFNet in fp32 or with AMP and record the run as JSON.",
+    )
     for f in dataclasses.fields(TrainConfig):
         meta = dict(f.metadata)
         flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
@@ -1412,9 +1744,17 @@ def build_parser() -> argparse.ArgumentParser:
             action = "store_false" if f.default else "store_true"
             parser.add_argument(flag, dest=f.name, action=action, help=meta["help"])
         elif f.name == "progress":
-            parser.add_argument(flag, dest=f.name, default=None, choices=meta["choices"], help=meta["help"])
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                default=None,
+                choices=meta["choices"],
+                help=meta["help"],
+            )
         else:
-            kind = {"int": int, "float": float, "float | None": float}.get(str(f.type), str)
+            kind = {"int": int, "float": float, "float | None": float}.get(
+                str(f.type), str
+            )
             parser.add_argument(flag, dest=f.name, type=kind, default=default, **meta)
     return parser
 

@@ -54,7 +54,7 @@ params.integer("n_accumulate", n_accumulate, minimum=6000,
                why="the fp16 sum must reach its stall point")
 params.integer("n_samples", n_samples, minimum=1000, why="medians per power of two")
 params.integer("seed", seed, minimum=0)
-print_environment(device);
+print_environment(device)
 
 # %%
 import inspect

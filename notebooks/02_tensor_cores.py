@@ -54,6 +54,7 @@ min_time = 0.1  # seconds measured per point (at least)
 rounds = 1  # interleaved repetitions per point; the fastest median is kept
 accumulate_terms = 4096  # length of the dot product in the accumulation demo
 save_results = ""  # path for a JSON record of this run (empty: no file)
+results_dir = ""  # folder of committed GPU sweeps (empty: data/results)
 
 # %%
 from ampbook import params
@@ -69,7 +70,7 @@ params.number("max_call_s", max_call_s, above=0)
 params.number("min_time", min_time, minimum=0)
 params.integer("rounds", rounds, minimum=1)
 params.integer("accumulate_terms", accumulate_terms, minimum=16)
-print_environment(device);
+print_environment(device)
 
 # %%
 import inspect
@@ -77,16 +78,26 @@ import inspect
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from IPython.display import display
 
 from ampbook import bench_matmul as bm
-from ampbook.devices import attainable_tflops, device_for, load_devices
-from ampbook.devices import tensor_core_claims
+from ampbook.devices import (
+    attainable_tflops,
+    device_for,
+    load_devices,
+    tensor_core_claims,
+)
 from ampbook.env import cpu_flags, pick_device
 from ampbook.formats import running_sum
 from ampbook.paths import RESULTS_DIR, load_reference
 from ampbook.plots import bar_style, glue_all, md_table, series_style, use_style
-from ampbook.timing import benchmark, cache_bytes_of, machine_load, random_tensor
-from ampbook.timing import time_matmul
+from ampbook.timing import (
+    benchmark,
+    cache_bytes_of,
+    machine_load,
+    random_tensor,
+    time_matmul,
+)
 
 use_style()
 device = pick_device(device)
@@ -559,8 +570,9 @@ print(bm.roofline_verdict(roof, ceilings))
 # none:
 
 # %%
-records = bm.load_records(RESULTS_DIR)
-print(bm.records_verdict(records, RESULTS_DIR))
+results_dir = results_dir or RESULTS_DIR
+records = bm.load_records(results_dir)
+print(bm.records_verdict(records, results_dir))
 if records:
     display(md_table(bm.records_table(records, devices),
                      ["file", "device", "dtype", "n", "TFLOP/s", "published peak",

@@ -79,7 +79,7 @@ params.integer("train_images", train_images, minimum=2 * batch_size)
 params.number("lr", lr, above=0)
 params.number("run_budget_s", run_budget_s, above=0)
 params.choice("tf32", tf32, ["on", "off"])
-print_environment(device);
+print_environment(device)
 
 # %%
 import dataclasses
@@ -123,8 +123,13 @@ post = load_reference("seed_post")
 # %%
 from ampbook.data import IGNORE_INDEX, NUM_CLASSES, Cityscapes
 from ampbook.model import ERFNet
-from ampbook.train import TrainConfig, command_line, resolve_data, run_training
-from ampbook.train import validate
+from ampbook.train import (
+    TrainConfig,
+    command_line,
+    resolve_data,
+    run_training,
+    validate,
+)
 
 base = TrainConfig(device=str(device), data_root=data_root, height=height, width=width,
                    batch_size=batch_size, epochs=num_epochs, lr=lr, seed=seed,

@@ -83,7 +83,7 @@ params.rule("memory_sizes", memory_sizes, len({h * w for h, w in memory_sizes}) 
 odd = [hw for hw in memory_sizes if hw[0] % 8 or hw[1] % 8]
 params.rule("memory_sizes", memory_sizes, not odd, "sizes must be multiples of 8",
             why="ERFNet downsamples by 8")
-print_environment(device);
+print_environment(device)
 
 # %%
 import math

@@ -71,7 +71,7 @@ results_dir = ""  # folder of committed GPU results (empty: data/results)
 # %%
 from ampbook.env import print_environment
 
-print_environment(device);
+print_environment(device)
 
 # %%
 from ampbook import params
@@ -90,8 +90,8 @@ params.rule("loader_workers", loader_workers, 0 in loader_workers, "must include
             why="the 0-worker rate is the per-image cost")
 params.integers("checklist_batches", checklist_batches, minimum=1, count=2)
 params.integer("check_repeats", check_repeats, minimum=1)
-params.rule("run_precisions", run_precisions, "fp32" in run_precisions
-            and len(run_precisions) == 2, "must be fp32 and one AMP precision");
+run_precisions = params.rule("run_precisions", run_precisions, "fp32" in run_precisions
+            and len(run_precisions) == 2, "must be fp32 and one AMP precision")
 
 # %%
 import inspect

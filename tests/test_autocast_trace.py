@@ -32,8 +32,9 @@ class Residual(nn.Module):
 
 def small_net():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                         nn.Conv2d(4, 5, 1))
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 5, 1)
+    )
 
 
 def test_documented_lists_have_the_known_ops_and_a_source():
@@ -45,7 +46,10 @@ def test_documented_lists_have_the_known_ops_and_a_source():
     assert at.documented_source()["url"] == at.DOC_URL
     assert at.documented_category("nll_loss2d", "cpu") == "float32"
     assert at.documented_category("relu", "cpu") is None
-    assert at.documented_category("interpolate", "cuda", aliases=("cross_entropy",)) == "float32"
+    assert (
+        at.documented_category("interpolate", "cuda", aliases=("cross_entropy",))
+        == "float32"
+    )
 
 
 def test_registered_ops_come_from_the_dispatcher():
@@ -66,24 +70,39 @@ def test_classify_names_the_behaviour():
 
 
 def test_cpu_probes_match_the_cpu_lists():
-    rows = {r.op: r for r in at.probe_ops("cpu", names=("conv2d", "relu", "cat", "cross_entropy",
-                                                          "softmax", "batch_norm"))}
-    assert rows["conv2d"].observed == "lower_precision" and rows["conv2d"].out_from_fp32 == "bfloat16"
+    rows = {
+        r.op: r
+        for r in at.probe_ops(
+            "cpu",
+            names=("conv2d", "relu", "cat", "cross_entropy", "softmax", "batch_norm"),
+        )
+    }
+    assert (
+        rows["conv2d"].observed == "lower_precision"
+        and rows["conv2d"].out_from_fp32 == "bfloat16"
+    )
     assert rows["relu"].observed == "input dtype"
     assert rows["cat"].observed == "promote" and rows["cat"].documented == "promote"
     assert rows["cross_entropy"].observed == "float32"
     # on CPU softmax is not forced to fp32: it runs in its input's dtype
-    assert rows["softmax"].observed == "input dtype" and rows["softmax"].documented is None
+    assert (
+        rows["softmax"].observed == "input dtype" and rows["softmax"].documented is None
+    )
     assert rows["batch_norm"].out_from_low == "bfloat16"
     assert at.disagreements(list(rows.values())) == []
 
 
 def test_cuda_probes_run_real_or_fake():
-    rows = {r.op: r for r in at.probe_ops("cuda", names=("conv2d", "softmax", "sum", "relu"))}
+    rows = {
+        r.op: r
+        for r in at.probe_ops("cuda", names=("conv2d", "softmax", "sum", "relu"))
+    }
     assert rows["conv2d"].out_from_fp32 == "float16"
     assert rows["softmax"].observed == "float32" and rows["sum"].observed == "float32"
     assert rows["relu"].observed == "input dtype"
-    assert rows["conv2d"].device == ("cuda (fake)" if not torch.cuda.is_available() else "cuda")
+    assert rows["conv2d"].device == (
+        "cuda (fake)" if not torch.cuda.is_available() else "cuda"
+    )
 
 
 def test_probe_rejects_bad_arguments():
@@ -107,8 +126,14 @@ def test_fake_region_restores_autocast_state():
     before = (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
     with at.autocast_region("cuda", torch.float16, fake=True) as dev:
         assert torch.is_autocast_enabled("cuda")
-        assert torch.mm(torch.randn(2, 2, device=dev), torch.randn(2, 2, device=dev)).dtype == torch.float16
-    assert (torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")) == before
+        assert (
+            torch.mm(torch.randn(2, 2, device=dev), torch.randn(2, 2, device=dev)).dtype
+            == torch.float16
+        )
+    assert (
+        torch.is_autocast_enabled("cuda"),
+        torch.get_autocast_dtype("cuda"),
+    ) == before
 
 
 def test_trace_layers_cpu():
@@ -139,7 +164,9 @@ def test_trace_ops_sees_functional_ops_in_a_block():
     add = [r for r in ops if r["op"] in ("add", "__add__")]
     assert add and add[0]["module"] == "Residual"
     # bf16 conv branch + fp32 input: the sum is promoted to fp32
-    assert sorted(add[0]["inputs"]) == ["bfloat16", "float32"] and add[0]["output"] == ["float32"]
+    assert sorted(add[0]["inputs"]) == ["bfloat16", "float32"] and add[0]["output"] == [
+        "float32"
+    ]
     assert any(r["op"] == "conv2d" and r["output"] == ["bfloat16"] for r in ops)
 
 
@@ -147,12 +174,12 @@ def test_cast_cache_casts_a_reused_weight_once_per_region():
     model = Twice()
     x = torch.randn(4, 8)
     cached = at.count_casts(model, x, "cpu")
-    assert cached.parameter_casts == 2                      # weight and bias, once
-    assert cached.parameter_cast_bytes == (8 * 8 + 8) * 2   # bf16 copies
+    assert cached.parameter_casts == 2  # weight and bias, once
+    assert cached.parameter_cast_bytes == (8 * 8 + 8) * 2  # bf16 copies
     uncached = at.count_casts(model, x, "cpu", cache_enabled=False)
-    assert uncached.parameter_casts == 4                    # cast at each use
+    assert uncached.parameter_casts == 4  # cast at each use
     two_regions = at.count_casts(model, x, "cpu", forwards=2, one_region=False)
-    assert two_regions.parameter_casts == 4                 # the cache ends with the region
+    assert two_regions.parameter_casts == 4  # the cache ends with the region
     one_region = at.count_casts(model, x, "cpu", forwards=2)
     assert one_region.parameter_casts == 2
     assert all(c.src == "float32" and c.dst == "bfloat16" for c in cached.casts)
@@ -191,7 +218,11 @@ def test_backward_dtypes_show_low_precision_grads_cast_to_fp32():
     model = small_net()
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 5, (2, 8, 8))
     counts = at.backward_dtypes(model, x, y, "cpu")
-    assert counts[("convolution_backward", "bfloat16")] >= 2 * 2  # two convs: input/weight/bias grads
+    assert (
+        counts[("convolution_backward", "bfloat16")] >= 2 * 2
+    )  # two convs: input/weight/bias grads
     assert ("convolution_backward", "float32") not in counts
-    assert counts[("_to_copy", "float32")] >= 4  # conv weights' and biases' grads back to fp32
+    assert (
+        counts[("_to_copy", "float32")] >= 4
+    )  # conv weights' and biases' grads back to fp32
     assert all(p.grad is None for p in model.parameters())

@@ -8,8 +8,17 @@ import json
 import pytest
 
 from ampbook import bench
-from ampbook.bench_matmul import (SCHEMA, elementwise_sweep, load_records, make_record, matmul_sweep,
-                                  save_record, shape_cliff, shape_penalties, supported_dtypes)
+from ampbook.bench_matmul import (
+    SCHEMA,
+    elementwise_sweep,
+    load_records,
+    make_record,
+    matmul_sweep,
+    save_record,
+    shape_cliff,
+    shape_penalties,
+    supported_dtypes,
+)
 
 FAST = {"warmup": 1, "repeats": 2, "min_time": 0, "max_time": 0.05}
 
@@ -19,13 +28,17 @@ def test_cpu_dtypes():
 
 
 def test_sweep_measures_side_by_side_and_skips_predicted_slow_sizes():
-    rows, skipped = matmul_sweep([16, 32, 4096], ["fp32", "bf16"], "cpu", max_call_s=0.5, **FAST)
+    rows, skipped = matmul_sweep(
+        [16, 32, 4096], ["fp32", "bf16"], "cpu", max_call_s=0.5, **FAST
+    )
     measured = {(r["dtype"], r["n"]) for r in rows}
     assert {("fp32", 16), ("bf16", 16), ("fp32", 32), ("bf16", 32)} <= measured
     # 4096 is (4096/32)^3 = 2e6 times the work of 32: predicted far beyond 0.5 s for both dtypes
     assert {(s["dtype"], s["n"]) for s in skipped} == {("fp32", 4096), ("bf16", 4096)}
     assert all("predicted" in s["reason"] for s in skipped)
-    assert all(r["tflops"] > 0 and r["p10_s"] <= r["median_s"] <= r["p90_s"] for r in rows)
+    assert all(
+        r["tflops"] > 0 and r["p10_s"] <= r["median_s"] <= r["p90_s"] for r in rows
+    )
 
 
 def test_shape_cliff_rows_and_penalties():
@@ -46,7 +59,7 @@ def test_record_round_trip_and_validation(tmp_path):
     record = make_record("cpu", mm, [], ew, skipped, profile="smoke")
     assert record["schema"] == SCHEMA and record["device_key"] is None
     save_record(record, tmp_path / "tensor_cores_test.json")
-    (tmp_path / "other.json").write_text("{}")          # not matched by the pattern
+    (tmp_path / "other.json").write_text("{}")  # not matched by the pattern
     loaded = load_records(tmp_path)
     assert len(loaded) == 1 and loaded[0]["file"] == "tensor_cores_test.json"
     assert loaded[0]["matmul"][0]["median_s"] == pytest.approx(mm[0]["median_s"])
@@ -66,7 +79,13 @@ def test_benchmark_prints_ratios_and_saves(tmp_path, capsys):
     out = tmp_path / "tensor_cores_quick.json"
     assert bench.main(["matmul", "--quick", "--rounds", "1", "--save", str(out)]) == 0
     text = capsys.readouterr().out
-    for needed in ("bf16/fp32 speed", "fp16/fp32 speed", "off-by-one", "fp16/fp32 bandwidth ratio", "saved"):
+    for needed in (
+        "bf16/fp32 speed",
+        "fp16/fp32 speed",
+        "off-by-one",
+        "fp16/fp32 bandwidth ratio",
+        "saved",
+    ):
         assert needed in text, needed
     record = load_records(tmp_path)[0]
     assert {r["dtype"] for r in record["matmul"]} == {"fp32", "fp16", "bf16"}
@@ -76,18 +95,38 @@ def test_benchmark_prints_ratios_and_saves(tmp_path, capsys):
 
 # ---- summaries and verdicts (chapter 2) -------------------------------------------------
 
+
 def _row(dtype, n, median_s, spread=0.05, **extra):
     flops = 2.0 * n**3
-    return {"kind": "matmul", "dtype": dtype, "n": n, "m": n, "k": n, "median_s": median_s,
-            "p10_s": median_s * (1 - spread), "p90_s": median_s * (1 + spread),
-            "flops": flops, "tflops": flops / median_s / 1e12, **extra}
+    return {
+        "kind": "matmul",
+        "dtype": dtype,
+        "n": n,
+        "m": n,
+        "k": n,
+        "median_s": median_s,
+        "p10_s": median_s * (1 - spread),
+        "p90_s": median_s * (1 + spread),
+        "flops": flops,
+        "tflops": flops / median_s / 1e12,
+        **extra,
+    }
 
 
 def test_best_and_common_size_and_speed_verdict():
-    from ampbook.bench_matmul import best_per_dtype, speed_verdict, speeds_at_common_size
+    from ampbook.bench_matmul import (
+        best_per_dtype,
+        speed_verdict,
+        speeds_at_common_size,
+    )
 
-    rows = [_row("fp32", 64, 1e-4), _row("fp32", 128, 5e-4), _row("bf16", 64, 4e-4),
-            _row("bf16", 128, 4e-3), _row("fp32", 256, 3e-3)]
+    rows = [
+        _row("fp32", 64, 1e-4),
+        _row("fp32", 128, 5e-4),
+        _row("bf16", 64, 4e-4),
+        _row("bf16", 128, 4e-3),
+        _row("fp32", 256, 3e-3),
+    ]
     best = best_per_dtype(rows)
     assert best["fp32"]["n"] == 256 and best["bf16"]["n"] == 64
     n, speed = speeds_at_common_size(rows)
@@ -124,8 +163,12 @@ def test_elementwise_and_load_verdicts():
     def ew(dtype, numel, t):
         return {"dtype": dtype, "numel": numel, "median_s": t}
 
-    half = [ew("fp32", 2**24, 1.0), ew("fp16", 2**24, 0.52), ew("fp32", 2**10, 1e-6),
-            ew("fp16", 2**10, 1e-6)]
+    half = [
+        ew("fp32", 2**24, 1.0),
+        ew("fp16", 2**24, 0.52),
+        ew("fp32", 2**10, 1e-6),
+        ew("fp16", 2**10, 1e-6),
+    ]
     assert "half the bytes, close to half the time" in elementwise_verdict(half, 2**20)
     assert "beyond the cache" in elementwise_verdict(half, 2**20)
     two_thirds = [ew("fp32", 2**24, 1.0), ew("fp16", 2**24, 0.66)]
@@ -143,12 +186,21 @@ def test_roofline_ceilings_rows_and_verdict():
     from ampbook.devices import load_devices
 
     best = {"fp32": dict(_row("fp32", 256, 1e-3), bytes_moved=3 * 256**2 * 4, gbps=1.0)}
-    add = {"dtype": "fp32", "numel": 2**24, "flops": 2**24, "bytes_moved": 3 * 2**26,
-           "tflops": 2**24 / 0.02 / 1e12, "gbps": 3 * 2**26 / 0.02 / 1e9}
+    add = {
+        "dtype": "fp32",
+        "numel": 2**24,
+        "flops": 2**24,
+        "bytes_moved": 3 * 2**26,
+        "tflops": 2**24 / 0.02 / 1e12,
+        "gbps": 3 * 2**26 / 0.02 / 1e9,
+    }
     c = roofline_ceilings(None, best, [add], cache_bytes=2**20)
-    assert c["compute"]["fp32"] == best["fp32"]["tflops"] and c["bandwidth"] == add["gbps"]
-    rows = roofline_rows([("add fp32", add, "fp32"), ("matmul fp32", best["fp32"], "fp32")],
-                         c)
+    assert (
+        c["compute"]["fp32"] == best["fp32"]["tflops"] and c["bandwidth"] == add["gbps"]
+    )
+    rows = roofline_rows(
+        [("add fp32", add, "fp32"), ("matmul fp32", best["fp32"], "fp32")], c
+    )
     assert rows[0]["bound"] == "memory" and rows[0]["fraction"] == pytest.approx(1.0)
     assert rows[1]["bound"] == "compute" and rows[1]["fraction"] == pytest.approx(1.0)
     assert "adds left of it" in roofline_verdict(rows, c)
@@ -163,9 +215,12 @@ def test_records_verdict_and_table(tmp_path):
 
     assert records_verdict([], tmp_path).startswith("no GPU results committed")
     assert "under data/results/" in records_verdict([])
-    rec = {"file": "tensor_cores_h100.json", "device_key": "h100-sxm",
-           "environment": {"device_name": "NVIDIA H100 80GB HBM3"},
-           "matmul": [_row("fp16", 4096, 0.5e-3), _row("fp16", 8192, 2e-3)]}
+    rec = {
+        "file": "tensor_cores_h100.json",
+        "device_key": "h100-sxm",
+        "environment": {"device_name": "NVIDIA H100 80GB HBM3"},
+        "matmul": [_row("fp16", 4096, 0.5e-3), _row("fp16", 8192, 2e-3)],
+    }
     rows = records_table([rec], load_devices())
     assert len(rows) == 1 and rows[0][3] == 8192
     assert rows[0][6] == pytest.approx(rows[0][4] / 989.4)

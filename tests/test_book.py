@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,9 @@ def chromium():
     path = find_chromium()
     if path is None:
         if IN_CI:
-            pytest.fail("Chromium is required in CI for the book check (.ci/run installs it)")
+            pytest.fail(
+                "Chromium is required in CI for the book check (.ci/run installs it)"
+            )
         pytest.skip("Chromium not installed (apt-get install chromium)")
     return path
 
@@ -55,15 +56,19 @@ def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):
     image = next((broken / "_images").iterdir())
     image.unlink()
     page = broken / "intro.html"
-    page.write_text(page.read_text().replace("</main>", '<a href="nowhere.html">x</a></main>', 1))
+    page.write_text(
+        page.read_text().replace("</main>", '<a href="nowhere.html">x</a></main>', 1)
+    )
     # A failed cell: MyST-NB renders an error output as <div class="output traceback">
-    failed = ('<div class="output traceback"><pre>Traceback (most recent call last):\n'
-              "ZeroDivisionError: division by zero</pre></div></main>")
+    failed = (
+        '<div class="output traceback"><pre>Traceback (most recent call last):\n'
+        "ZeroDivisionError: division by zero</pre></div></main>"
+    )
     page.write_text(page.read_text().replace("</main>", failed, 1))
     problems = [p for r in check_book(broken, chromium) for p in r.problems]
     text = "\n".join(problems)
     assert "math not typeset" in text or "MathJax did not load" in text
-    assert f"image does not load: " in text and image.name in text
+    assert "image does not load: " in text and image.name in text
     assert "broken link" in text and "nowhere.html" in text
     assert "shows an error output: 'ZeroDivisionError: division by zero'" in text
 
@@ -75,8 +80,10 @@ def test_browser_check_catches_content_cut_off_sideways(built_book, chromium, tm
     shutil.copytree(built_book, planted)
     row = "".join(f"<td>column_{i:02d}_of_a_planted_table</td>" for i in range(30))
     cut = f'<table id="planted-cut"><tr>{row}</tr></table>'
-    scrolls = (f'<div style="overflow-x: auto"><table id="planted-ok"><tr>{row}</tr>'
-               '</table></div>')
+    scrolls = (
+        f'<div style="overflow-x: auto"><table id="planted-ok"><tr>{row}</tr>'
+        "</table></div>"
+    )
     page = planted / "intro.html"
     html = page.read_text()
     assert "</article>" in html

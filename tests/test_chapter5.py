@@ -3,37 +3,15 @@ tables and lines render with the fixture's name and numbers."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nbformat
 import pytest
+from _chapters import FIXTURES, execute_with_fixtures, output_text
 
-from ampbook import run as runner
 from ampbook.results import load_results_dir
-
-FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
 
 @pytest.fixture(scope="module")
 def chapter5(tmp_path_factory) -> str:
-    source = runner.resolve_notebook("5")
-    nb = runner.read_source(source)
-    params = runner.profile_parameters(runner.load_profiles(), "smoke", source, nb)
-    out = tmp_path_factory.mktemp("ch5")
-    runner.execute(
-        source,
-        out,
-        {**params, "results_dir": str(FIXTURES)},
-        "smoke",
-        log=lambda *a: None,
-        threads=1,
-    )
-    executed = nbformat.read(out / f"{source.stem}.ipynb", as_version=4)
-    texts = []
-    for cell in executed.cells:
-        for o in cell.get("outputs", []):
-            texts.append(o.get("text", "") + o.get("data", {}).get("text/markdown", ""))
-    return "\n".join(texts)
+    return output_text(execute_with_fixtures("5", tmp_path_factory.mktemp("ch5")))
 
 
 def test_gpu_pairs_and_verdicts_render(chapter5):

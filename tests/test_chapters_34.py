@@ -4,26 +4,13 @@ name and numbers, and only runs of one GPU and one setting pair."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import nbformat
 import pytest
+from _chapters import FIXTURES, execute_with_fixtures
 
 from ampbook import results
-from ampbook import run as runner
 
-FIXTURES = Path(__file__).parent / "fixtures" / "results"
 GPU, OTHER = "Fixture GPU (fictitious)", "Other Fixture GPU (fictitious)"
-
-
-def _execute(stem: str, out: Path, **extra) -> nbformat.NotebookNode:
-    source = runner.resolve_notebook(stem)
-    params = runner.profile_parameters(
-        runner.load_profiles(), "smoke", source, runner.read_source(source)
-    )
-    params.update(extra, results_dir=str(FIXTURES))
-    run = runner.execute(source, out, params, "smoke", log=lambda *a: None, threads=1)
-    return nbformat.read(run.output, as_version=4)
+_execute = execute_with_fixtures
 
 
 def _table(nb, header: str) -> str:

@@ -328,9 +328,10 @@ def test_cpu_trace_has_the_cuda_autocast_dtypes_for_erfnet():
         cuda = trace_step(
             model, 2, 32, 64, precision, backward=False, device_type="cuda"
         )
-        convs = lambda t: [
-            (o.scope, o.dtype, o.bytes) for o in _ops(t, op="convolution")
-        ]
+
+        def convs(t):
+            return [(o.scope, o.dtype, o.bytes) for o in _ops(t, op="convolution")]
+
         assert convs(cpu) == convs(cuda) and len(convs(cpu)) == 74
         c, g = cpu.totals()["bytes"], cuda.totals()["bytes"]
         assert g <= c <= 1.05 * g

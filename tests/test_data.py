@@ -10,14 +10,25 @@ from cityscapesscripts.helpers.labels import labels as cs_labels
 from PIL import Image
 
 from ampbook import data
-from ampbook.data import (CLASS_NAMES, IGNORE_INDEX, NUM_CLASSES, Cityscapes, DataError, resolve_root,
-                          synthesize, synthetic_pair, synthetic_root)
+from ampbook.data import (
+    CLASS_NAMES,
+    IGNORE_INDEX,
+    NUM_CLASSES,
+    Cityscapes,
+    DataError,
+    resolve_root,
+    synthesize,
+    synthetic_pair,
+    synthetic_root,
+)
 
 
 @pytest.fixture(scope="module")
 def small_root(tmp_path_factory):
     """A tiny synthetic set: 4 train, 2 val images of 64x128 (H x W)."""
-    return synthesize(tmp_path_factory.mktemp("cs"), train=4, val=2, seed=1, height=64, width=128)
+    return synthesize(
+        tmp_path_factory.mktemp("cs"), train=4, val=2, seed=1, height=64, width=128
+    )
 
 
 @pytest.fixture
@@ -28,11 +39,16 @@ def root_copy(small_root, tmp_path):
 
 
 def _files(root, split, kind):
-    sub, suffix = ("leftImg8bit", "_leftImg8bit.png") if kind == "image" else ("gtFine", "_gtFine_labelIds.png")
+    sub, suffix = (
+        ("leftImg8bit", "_leftImg8bit.png")
+        if kind == "image"
+        else ("gtFine", "_gtFine_labelIds.png")
+    )
     return sorted((root / sub / split).glob(f"*/*{suffix}"))
 
 
 # --- label table -----------------------------------------------------------------------------
+
 
 def test_class_names_are_the_19_train_ids_of_cityscapesscripts():
     expected = {l.trainId: l.name for l in cs_labels if 0 <= l.trainId < 19}
@@ -44,29 +60,46 @@ def test_label_ids_map_to_train_ids_as_the_table_says():
     for lab in cs_labels:
         if lab.id < 0:
             continue  # license plate (-1) cannot occur in a uint8 image
-        want = lab.trainId if 0 <= lab.trainId < 19 else 255   # trainIds 255 and -1 are ignored
+        want = (
+            lab.trainId if 0 <= lab.trainId < 19 else 255
+        )  # trainIds 255 and -1 are ignored
         assert data.LABEL_TO_TRAIN[lab.id] == want, lab.name
         assert data.KNOWN_LABEL_IDS[lab.id]
     table_ids = {l.id for l in cs_labels}
     assert not any(data.KNOWN_LABEL_IDS[i] for i in range(256) if i not in table_ids)
     ids = torch.tensor([[7, 26], [0, 33]])
     assert data.label_ids_to_train_ids(ids).tolist() == [[0, 13], [255, 18]]
-    assert data.TRAIN_TO_LABEL[data.LABEL_TO_TRAIN[data.TRAIN_TO_LABEL]].tolist() == data.TRAIN_TO_LABEL.tolist()
+    assert (
+        data.TRAIN_TO_LABEL[data.LABEL_TO_TRAIN[data.TRAIN_TO_LABEL]].tolist()
+        == data.TRAIN_TO_LABEL.tolist()
+    )
 
 
 # --- synthetic set ---------------------------------------------------------------------------
 
+
 def test_synthetic_layout_and_names(small_root):
-    assert len(_files(small_root, "train", "image")) == 4 and len(_files(small_root, "val", "image")) == 2
+    assert (
+        len(_files(small_root, "train", "image")) == 4
+        and len(_files(small_root, "val", "image")) == 2
+    )
     for split in ("train", "val"):
-        for img, lab in zip(_files(small_root, split, "image"), _files(small_root, split, "label")):
+        for img, lab in zip(
+            _files(small_root, split, "image"), _files(small_root, split, "label")
+        ):
             city, seq, frame, kind = img.name.split("_")
             assert img.parent.name == city and kind == "leftImg8bit.png"
-            assert len(seq) == 6 and len(frame) == 6 and seq.isdigit() and frame.isdigit()
+            assert (
+                len(seq) == 6 and len(frame) == 6 and seq.isdigit() and frame.isdigit()
+            )
             assert lab.name == f"{city}_{seq}_{frame}_gtFine_labelIds.png"
             assert lab.parent == small_root / "gtFine" / split / city
             im, ids = Image.open(img), Image.open(lab)
-            assert im.mode == "RGB" and ids.mode == "L" and im.size == ids.size == (128, 64)
+            assert (
+                im.mode == "RGB"
+                and ids.mode == "L"
+                and im.size == ids.size == (128, 64)
+            )
     assert (small_root / data.SYNTHETIC_MARKER).exists()
 
 
@@ -79,7 +112,11 @@ def test_synthetic_scenes_are_deterministic_and_street_like():
     present = set()
     for i in range(6):
         img, ids = synthetic_pair(0, "val", i, 96, 192)
-        assert img.shape == (96, 192, 3) and img.dtype == np.uint8 and ids.shape == (96, 192)
+        assert (
+            img.shape == (96, 192, 3)
+            and img.dtype == np.uint8
+            and ids.shape == (96, 192)
+        )
         assert data.KNOWN_LABEL_IDS[ids].all()
         present |= set(np.unique(ids).tolist())
         # textured and noisy: even the road, a single class, varies from pixel to pixel
@@ -87,8 +124,18 @@ def test_synthetic_scenes_are_deterministic_and_street_like():
         assert road.std(axis=0).mean() > 3
     names = {l.id: l.name for l in cs_labels}
     found = {names[i] for i in present}
-    for name in ("road", "sidewalk", "building", "sky", "vegetation", "car", "person", "pole",
-                 "ego vehicle", "static"):   # the last two map to ignore
+    for name in (
+        "road",
+        "sidewalk",
+        "building",
+        "sky",
+        "vegetation",
+        "car",
+        "person",
+        "pole",
+        "ego vehicle",
+        "static",
+    ):  # the last two map to ignore
         assert name in found, name
     assert any(data.LABEL_TO_TRAIN[i] == 255 for i in present)
 
@@ -97,7 +144,9 @@ def test_synthesize_files_are_reproducible(tmp_path, small_root):
     again = synthesize(tmp_path / "again", train=4, val=2, seed=1, height=64, width=128)
     for split in ("train", "val"):
         for kind in ("image", "label"):
-            for a, b in zip(_files(small_root, split, kind), _files(again, split, kind)):
+            for a, b in zip(
+                _files(small_root, split, kind), _files(again, split, kind)
+            ):
                 assert a.relative_to(small_root) == b.relative_to(again)
                 assert np.array_equal(np.array(Image.open(a)), np.array(Image.open(b)))
 
@@ -111,12 +160,32 @@ def test_synthetic_root_is_made_once_and_reused(tmp_path, monkeypatch):
     assert second == first
     assert os.stat(_files(first, "train", "image")[0]).st_mtime_ns == stamp
     assert len(Cityscapes(first, "train", 32, 64)) == 2
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.name]  # no temp left over
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [
+        first.name
+    ]  # no temp left over
 
 
 def test_synthesize_cli(tmp_path, capsys):
-    assert data.main(["synthesize", "--root", str(tmp_path / "s"), "--train", "2", "--val", "1",
-                      "--seed", "4", "--height", "32", "--width", "64"]) == 0
+    assert (
+        data.main(
+            [
+                "synthesize",
+                "--root",
+                str(tmp_path / "s"),
+                "--train",
+                "2",
+                "--val",
+                "1",
+                "--seed",
+                "4",
+                "--height",
+                "32",
+                "--width",
+                "64",
+            ]
+        )
+        == 0
+    )
     assert len(_files(tmp_path / "s", "train", "image")) == 2
     assert data.main(["info", "--root", str(tmp_path / "s")]) == 0
     out = capsys.readouterr().out
@@ -126,7 +195,10 @@ def test_synthesize_cli(tmp_path, capsys):
 def test_synthesize_replaces_an_older_synthetic_set(tmp_path):
     synthesize(tmp_path, 3, 2, height=32, width=64)
     synthesize(tmp_path, 1, 1, seed=1, height=32, width=64)
-    assert len(_files(tmp_path, "train", "image")) == 1 and len(_files(tmp_path, "val", "label")) == 1
+    assert (
+        len(_files(tmp_path, "train", "image")) == 1
+        and len(_files(tmp_path, "val", "label")) == 1
+    )
 
 
 def test_synthesize_refuses_a_real_dataset_folder(tmp_path):
@@ -136,6 +208,7 @@ def test_synthesize_refuses_a_real_dataset_folder(tmp_path):
 
 
 # --- the dataset -----------------------------------------------------------------------------
+
 
 def test_items_are_resized_and_mapped(small_root):
     ds = Cityscapes(small_root, "train", height=32, width=64, normalize=False)
@@ -180,7 +253,9 @@ def test_flip_moves_image_and_label_together(small_root):
 
 
 def test_loads_through_a_dataloader_with_workers(small_root):
-    loader = torch.utils.data.DataLoader(Cityscapes(small_root, "train", 32, 64), batch_size=2, num_workers=1)
+    loader = torch.utils.data.DataLoader(
+        Cityscapes(small_root, "train", 32, 64), batch_size=2, num_workers=1
+    )
     batches = list(loader)
     assert len(batches) == 2 and batches[0][0].shape == (2, 3, 32, 64)
 
@@ -193,6 +268,7 @@ def test_root_from_the_environment(small_root, monkeypatch):
 
 # --- bad input -------------------------------------------------------------------------------
 
+
 def test_no_root_says_how_to_get_cityscapes(monkeypatch):
     monkeypatch.delenv("CITYSCAPES_DATASET", raising=False)
     with pytest.raises(FileNotFoundError) as err:
@@ -204,14 +280,20 @@ def test_no_root_says_how_to_get_cityscapes(monkeypatch):
 
 
 def test_missing_root_names_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"'.*nowhere'.*does not exist.*python -m ampbook.data synthesize"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"'.*nowhere'.*does not exist.*python -m ampbook.data synthesize",
+    ):
         Cityscapes(tmp_path / "nowhere")
 
 
 def test_empty_root_says_so(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("CITYSCAPES_DATASET", str(tmp_path / "empty"))
-    with pytest.raises(FileNotFoundError, match=r"from CITYSCAPES_DATASET\) is empty.*leftImg8bit_trainvaltest.zip"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"from CITYSCAPES_DATASET\) is empty.*leftImg8bit_trainvaltest.zip",
+    ):
         Cityscapes()
     (tmp_path / "empty" / "leftImg8bit").mkdir()
     with pytest.raises(FileNotFoundError, match="has no gtFine folder"):
@@ -219,7 +301,9 @@ def test_empty_root_says_so(tmp_path, monkeypatch):
 
 
 def test_unknown_split(small_root):
-    with pytest.raises(ValueError, match=r"unknown split 'trian'.*train, val, test.*holds train, val"):
+    with pytest.raises(
+        ValueError, match=r"unknown split 'trian'.*train, val, test.*holds train, val"
+    ):
         Cityscapes(small_root, "trian")
     with pytest.raises(FileNotFoundError, match=r"split 'test' is missing: .*val"):
         Cityscapes(small_root, "test")
@@ -229,7 +313,9 @@ def test_image_without_label_names_the_image(root_copy):
     label = _files(root_copy, "train", "label")[2]
     image = _files(root_copy, "train", "image")[2]
     label.unlink()
-    with pytest.raises(FileNotFoundError, match=f"image {image} has no label file: expected {label}"):
+    with pytest.raises(
+        FileNotFoundError, match=f"image {image} has no label file: expected {label}"
+    ):
         Cityscapes(root_copy, "train")
 
 
@@ -237,7 +323,9 @@ def test_label_without_image_names_the_label(root_copy):
     label = _files(root_copy, "val", "label")[0]
     image = _files(root_copy, "val", "image")[0]
     image.unlink()
-    with pytest.raises(FileNotFoundError, match=f"label file {label} has no image: expected {image}"):
+    with pytest.raises(
+        FileNotFoundError, match=f"label file {label} has no image: expected {image}"
+    ):
         Cityscapes(root_copy, "val")
 
 
@@ -246,10 +334,17 @@ def test_label_without_image_names_the_label(root_copy):
 def test_corrupt_png_names_the_file(root_copy, kind, damage):
     victim = _files(root_copy, "train", kind)[1]
     content = victim.read_bytes()
-    victim.write_bytes(b"this is not a PNG" * 10 if damage == "garbage" else content[: len(content) // 2])
+    victim.write_bytes(
+        b"this is not a PNG" * 10
+        if damage == "garbage"
+        else content[: len(content) // 2]
+    )
     ds = Cityscapes(root_copy, "train", 32, 64)
     ds[0]  # the other files still load
-    with pytest.raises(DataError, match=f"cannot decode {'image' if kind == 'image' else 'label file'} {victim}"):
+    with pytest.raises(
+        DataError,
+        match=f"cannot decode {'image' if kind == 'image' else 'label file'} {victim}",
+    ):
         ds[1]
 
 
@@ -259,7 +354,10 @@ def test_label_ids_outside_the_table_name_file_and_ids(root_copy):
     ids[0, :3] = 200
     ids[5, 5] = 50
     Image.fromarray(ids).save(victim)
-    with pytest.raises(DataError, match=rf"label file {victim} holds ids outside the Cityscapes label table.*\[50, 200\]"):
+    with pytest.raises(
+        DataError,
+        match=rf"label file {victim} holds ids outside the Cityscapes label table.*\[50, 200\]",
+    ):
         Cityscapes(root_copy, "val")[1]
 
 
@@ -273,7 +371,9 @@ def test_image_and_label_of_different_sizes(root_copy):
 def test_pillow_fallback_decodes_the_same(root_copy, monkeypatch):
     image_path, label_path = Cityscapes(root_copy, "val").pairs[0]
     fast_image, fast_ids = data.read_image(image_path), data.read_label_ids(label_path)
-    monkeypatch.setattr(data, "decode_png", None)   # as with a torchvision without image codecs
+    monkeypatch.setattr(
+        data, "decode_png", None
+    )  # as with a torchvision without image codecs
     assert torch.equal(data.read_image(image_path), fast_image)
     assert np.array_equal(data.read_label_ids(label_path), fast_ids)
     label_path.write_bytes(b"\x89PNG broken")
@@ -285,8 +385,6 @@ def test_pillow_fallback_decodes_the_same(root_copy, monkeypatch):
 
 # Low resolution, few images and epochs: about 20 s of one CPU core.
 LEARN_H, LEARN_W, LEARN_EPOCHS = 48, 96, 12
-
-
 
 
 def test_erfnet_learns_the_synthetic_scenes(tmp_path):
@@ -303,12 +401,15 @@ def test_erfnet_learns_the_synthetic_scenes(tmp_path):
     model = ERFNet()
     loader = torch.utils.data.DataLoader(train, batch_size=4, shuffle=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=5e-3, total_steps=LEARN_EPOCHS * len(loader),
-                                                   pct_start=0.15)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=5e-3, total_steps=LEARN_EPOCHS * len(loader), pct_start=0.15
+    )
     for _ in range(LEARN_EPOCHS):
         model.train()
         for x, y in loader:
-            loss = torch.nn.functional.cross_entropy(model(x), y, ignore_index=IGNORE_INDEX)
+            loss = torch.nn.functional.cross_entropy(
+                model(x), y, ignore_index=IGNORE_INDEX
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -325,10 +426,14 @@ def test_erfnet_learns_the_synthetic_scenes(tmp_path):
     majority.update(torch.full_like(vy, int(counts.argmax())), vy)
     guess = SegmentationMetrics()
     g = torch.Generator().manual_seed(0)
-    guess.update(torch.multinomial(counts.double(), vy.numel(), replacement=True, generator=g).view_as(vy), vy)
+    guess.update(
+        torch.multinomial(
+            counts.double(), vy.numel(), replacement=True, generator=g
+        ).view_as(vy),
+        vy,
+    )
     chance = max(majority.compute()["miou"], guess.compute()["miou"])
     assert result["miou"] > 0.15 and result["miou"] > 3 * chance, (result, chance)
     assert result["pixel_accuracy"] > 0.5
     learned = [name for name, iou in zip(CLASS_NAMES, result["iou"]) if iou > 0.1]
     assert {"road", "sidewalk", "building", "sky"} <= set(learned), learned
-

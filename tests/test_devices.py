@@ -6,10 +6,22 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from ampbook.devices import (DEVICES_FILE, FIGURE_FIELDS, attainable_tflops, device_for, find_device,
-                             load_devices)
+from ampbook.devices import (
+    DEVICES_FILE,
+    FIGURE_FIELDS,
+    attainable_tflops,
+    device_for,
+    find_device,
+    load_devices,
+)
 
-REQUIRED = ("rtx3070-desktop", "rtx3070-laptop", "a100-sxm-80gb", "h100-sxm", "h200-sxm")
+REQUIRED = (
+    "rtx3070-desktop",
+    "rtx3070-laptop",
+    "a100-sxm-80gb",
+    "h100-sxm",
+    "h200-sxm",
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +47,16 @@ def test_published_peaks_agree_with_units_times_clock(devices):
     Catches a typo in any figure, count or clock."""
     fma = {1: 64, 3: None, 4: 512}
     for d in devices.values():
-        assert d.fp32_tflops == pytest.approx(d.cuda_cores * 2 * d.boost_clock_mhz * 1e-6, rel=0.01), d.key
+        assert d.fp32_tflops == pytest.approx(
+            d.cuda_cores * 2 * d.boost_clock_mhz * 1e-6, rel=0.01
+        ), d.key
         per_tc = d.fma_per_clock_per_tensor_core()
         assert per_tc == pytest.approx(round(per_tc), rel=0.01), (d.key, per_tc)
         if fma.get(d.tensor_core_generation):
             assert round(per_tc) == fma[d.tensor_core_generation], d.key
-        assert d.tensor_cores == 4 * d.sms or (d.architecture == "Volta" and d.tensor_cores == 8 * d.sms)
+        assert d.tensor_cores == 4 * d.sms or (
+            d.architecture == "Volta" and d.tensor_cores == 8 * d.sms
+        )
 
 
 def test_geforce_halves_fp32_accumulate_data_centre_does_not(devices):
@@ -56,27 +72,41 @@ def test_geforce_halves_fp32_accumulate_data_centre_does_not(devices):
 
 def test_h200_is_an_h100_with_faster_memory(devices):
     h100, h200 = devices["h100-sxm"], devices["h200-sxm"]
-    for fig in ("fp32_tflops", "tf32_tflops", "fp16_tflops_fp32acc", "bf16_tflops", "fp8_tflops"):
+    for fig in (
+        "fp32_tflops",
+        "tf32_tflops",
+        "fp16_tflops_fp32acc",
+        "bf16_tflops",
+        "fp8_tflops",
+    ):
         assert getattr(h200, fig) == pytest.approx(getattr(h100, fig), rel=0.01), fig
-    assert h200.mem_bandwidth_gbs / h100.mem_bandwidth_gbs == pytest.approx(4.8 / 3.35, rel=0.01)
+    assert h200.mem_bandwidth_gbs / h100.mem_bandwidth_gbs == pytest.approx(
+        4.8 / 3.35, rel=0.01
+    )
     assert h200.ridge_point("fp16") < h100.ridge_point("fp16")
-    assert devices["a100-sxm-80gb"].fp8_tflops is None and devices["a100-sxm-80gb"].ridge_point("fp8") is None
+    assert (
+        devices["a100-sxm-80gb"].fp8_tflops is None
+        and devices["a100-sxm-80gb"].ridge_point("fp8") is None
+    )
 
 
-@pytest.mark.parametrize("name, key", [
-    ("NVIDIA GeForce RTX 3070", "rtx3070-desktop"),
-    ("NVIDIA GeForce RTX 3070 Laptop GPU", "rtx3070-laptop"),
-    ("NVIDIA GeForce RTX 3070 Ti", None),
-    ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
-    ("NVIDIA A100-SXM4-40GB", None),
-    ("NVIDIA A100 80GB PCIe", None),
-    ("NVIDIA H100 80GB HBM3", "h100-sxm"),
-    ("NVIDIA H100 PCIe", None),
-    ("NVIDIA H200", "h200-sxm"),
-    ("NVIDIA H200 NVL", None),
-    ("Tesla V100-SXM2-32GB", "v100-sxm2"),
-    ("AMD EPYC", None),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("NVIDIA GeForce RTX 3070", "rtx3070-desktop"),
+        ("NVIDIA GeForce RTX 3070 Laptop GPU", "rtx3070-laptop"),
+        ("NVIDIA GeForce RTX 3070 Ti", None),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+        ("NVIDIA A100-SXM4-40GB", None),
+        ("NVIDIA A100 80GB PCIe", None),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", None),
+        ("NVIDIA H200", "h200-sxm"),
+        ("NVIDIA H200 NVL", None),
+        ("Tesla V100-SXM2-32GB", "v100-sxm2"),
+        ("AMD EPYC", None),
+    ],
+)
 def test_find_device_by_torch_name(devices, name, key):
     found = find_device(name, devices)
     assert (found.key if found else None) == key
@@ -93,7 +123,9 @@ def test_peak_lookup_and_roofline(devices):
         d.peak_tflops("int8")
     ridge = d.ridge_point("fp16")
     assert attainable_tflops(ridge * 2, 989.4, d.mem_bandwidth_gbs) == 989.4
-    assert attainable_tflops(ridge / 2, 989.4, d.mem_bandwidth_gbs) == pytest.approx(989.4 / 2)
+    assert attainable_tflops(ridge / 2, 989.4, d.mem_bandwidth_gbs) == pytest.approx(
+        989.4 / 2
+    )
     with pytest.raises(ValueError):
         attainable_tflops(0, 1, 1)
 
@@ -108,7 +140,9 @@ def test_bad_tables_get_clear_errors(tmp_path):
     doc = yaml.safe_load(DEVICES_FILE.read_text())
     broken = yaml.safe_load(DEVICES_FILE.read_text())
     del broken["devices"]["h100-sxm"]["sources"]["fp8_tflops"]
-    with pytest.raises(ValueError, match="'h100-sxm' figure 'fp8_tflops' has no source"):
+    with pytest.raises(
+        ValueError, match="'h100-sxm' figure 'fp8_tflops' has no source"
+    ):
         load_devices(_write(tmp_path, broken))
     broken = yaml.safe_load(DEVICES_FILE.read_text())
     broken["devices"]["h200-sxm"]["sources"]["fp32_tflops"] = "a-blog"
@@ -133,6 +167,8 @@ def test_the_posts_tensor_core_claims_checked():
     text = {r[0]: r[1] for r in rows}
     assert "no tensor cores" in text["Tesla P100 has tensor cores"]
     assert "RTX 20xx" in text["GTX 20xx has tensor cores"]
-    assert "RTX 3070 64 with fp32 accumulate" in text["64 FMA per clock per tensor core"]
+    assert (
+        "RTX 3070 64 with fp32 accumulate" in text["64 FMA per clock per tensor core"]
+    )
     assert "V100 7.96x" in text["fp16 throughput 2-8x fp32"]
     assert all(r[2] for r in rows)  # every row names its source

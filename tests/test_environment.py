@@ -39,17 +39,25 @@ def test_pyproject_and_environment_yml_agree():
     py, conda = pyproject_requirements(), conda_requirements()
     assert sorted(py) == sorted(conda), (
         f"only in pyproject.toml: {sorted(set(py) - set(conda))}; "
-        f"only in environment.yml: {sorted(set(conda) - set(py))}")
-    differ = {n: (str(py[n].specifier), str(conda[n].specifier)) for n in py
-              if py[n].specifier != conda[n].specifier}
+        f"only in environment.yml: {sorted(set(conda) - set(py))}"
+    )
+    differ = {
+        n: (str(py[n].specifier), str(conda[n].specifier))
+        for n in py
+        if py[n].specifier != conda[n].specifier
+    }
     assert not differ, f"version ranges differ (pyproject, environment.yml): {differ}"
 
 
 def test_environment_yml_python_matches_requires_python():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
+    python = next(
+        d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python")
+    )
     version = Version(python.split("=")[-1])
-    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "requires-python"
+    ]
     from packaging.specifiers import SpecifierSet
 
     assert version in SpecifierSet(requires)
@@ -59,7 +67,9 @@ def test_ranges_admit_the_local_torch_build():
     py = pyproject_requirements()
     assert py["torch"].specifier.contains("2.14.1")
     assert py["torchvision"].specifier.contains("0.29.1")
-    assert not py["jupyter-book"].specifier.contains("2.0.0"), "Jupyter Book 2 cannot build offline"
+    assert not py["jupyter-book"].specifier.contains("2.0.0"), (
+        "Jupyter Book 2 cannot build offline"
+    )
 
 
 def test_installed_versions_satisfy_the_ranges():
@@ -72,7 +82,9 @@ def test_installed_versions_satisfy_the_ranges():
         except metadata.PackageNotFoundError:
             bad[name] = "not installed"
             continue
-        if not req.specifier.contains(Version(version).base_version if "+" in version else version,
-                                      prereleases=True):
+        if not req.specifier.contains(
+            Version(version).base_version if "+" in version else version,
+            prereleases=True,
+        ):
             bad[name] = version
     assert not bad, f"installed packages outside the declared ranges: {bad}"

@@ -16,11 +16,11 @@ from ampbook.evaluate import evaluate_folder, main, predict_folder, save_predict
 from ampbook.model import ERFNet
 
 
-
-
 @pytest.fixture(scope="module")
 def val_root(tmp_path_factory):
-    return synthesize(tmp_path_factory.mktemp("cs"), train=1, val=5, seed=3, height=64, width=128)
+    return synthesize(
+        tmp_path_factory.mktemp("cs"), train=1, val=5, seed=3, height=64, width=128
+    )
 
 
 def _noisy_predictions(root, out_dir, seed=0):
@@ -29,12 +29,16 @@ def _noisy_predictions(root, out_dir, seed=0):
     ground truth (e.g. 31 train)."""
     rng = np.random.default_rng(seed)
     choices = np.arange(34, dtype=np.uint8)
-    for i, gt_file in enumerate(sorted(glob.glob(str(root / "gtFine" / "val" / "*" / "*_gtFine_labelIds.png")))):
+    for i, gt_file in enumerate(
+        sorted(glob.glob(str(root / "gtFine" / "val" / "*" / "*_gtFine_labelIds.png")))
+    ):
         gt = np.array(Image.open(gt_file))
         pred = gt.copy()
         flip = rng.random(gt.shape) < 0.25
         pred[flip] = rng.choice(choices, size=int(flip.sum()))
-        name = gt_file.rsplit("/", 1)[1].replace("_gtFine_labelIds.png", "_pred.png" if i % 2 else "_leftImg8bit.png")
+        name = gt_file.rsplit("/", 1)[1].replace(
+            "_gtFine_labelIds.png", "_pred.png" if i % 2 else "_leftImg8bit.png"
+        )
         sub = out_dir / ("nested" if i % 2 else "")
         sub.mkdir(parents=True, exist_ok=True)
         Image.fromarray(pred).save(sub / name)
@@ -46,10 +50,14 @@ def _official(root, pred_dir, tmp_path):
     from cityscapesscripts.evaluation import evalPixelLevelSemanticLabeling as ev
 
     args = copy.copy(ev.args)
-    args.groundTruthSearch = str(root / "gtFine" / "val" / "*" / "*_gtFine_labelIds.png")
+    args.groundTruthSearch = str(
+        root / "gtFine" / "val" / "*" / "*_gtFine_labelIds.png"
+    )
     args.predictionPath = str(pred_dir)
     args.predictionWalk = None
-    args.evalInstLevelScore = False   # needs instanceIds files, which the synthetic set has not
+    args.evalInstLevelScore = (
+        False  # needs instanceIds files, which the synthetic set has not
+    )
     args.evalPixelAccuracy = False
     args.JSONOutput = False
     args.quiet = True
@@ -73,6 +81,7 @@ def test_matches_cityscapesscripts(val_root, tmp_path, capsys):
     # pixels over the rows of the classes that are evaluated.
     conf = np.array(theirs["confMatrix"], dtype=np.int64)
     from cityscapesscripts.helpers.labels import labels
+
     evaluated = [l.id for l in labels if not l.ignoreInEval and l.id >= 0]
     accuracy = conf[evaluated, evaluated].sum() / conf[evaluated].sum()
     assert ours["pixel_accuracy"] == pytest.approx(accuracy, rel=1e-12)
@@ -82,8 +91,13 @@ def test_matches_cityscapesscripts(val_root, tmp_path, capsys):
 
 
 def test_perfect_predictions_score_one(val_root, tmp_path):
-    for gt_file in glob.glob(str(val_root / "gtFine" / "val" / "*" / "*_gtFine_labelIds.png")):
-        shutil.copy(gt_file, tmp_path / gt_file.rsplit("/", 1)[1].replace("_gtFine_labelIds", "_pred"))
+    for gt_file in glob.glob(
+        str(val_root / "gtFine" / "val" / "*" / "*_gtFine_labelIds.png")
+    ):
+        shutil.copy(
+            gt_file,
+            tmp_path / gt_file.rsplit("/", 1)[1].replace("_gtFine_labelIds", "_pred"),
+        )
     r = evaluate_folder(tmp_path, val_root)
     assert r["miou"] == 1.0 and r["pixel_accuracy"] == 1.0
 
@@ -101,11 +115,16 @@ def test_missing_and_duplicate_predictions_are_errors(val_root, tmp_path, capsys
     victim = sorted(pred_dir.rglob("*.png"))[0]
     stem = "_".join(victim.name.split("_")[:3])
     shutil.copy(victim, pred_dir / f"{stem}_copy.png")
-    with pytest.raises(ValueError, match=f"several predictions for ground truth .*{stem}"):
+    with pytest.raises(
+        ValueError, match=f"several predictions for ground truth .*{stem}"
+    ):
         evaluate_folder(pred_dir, val_root)
     (pred_dir / f"{stem}_copy.png").unlink()
     victim.unlink()
-    with pytest.raises(FileNotFoundError, match=f"no prediction for ground truth .*{stem}_gtFine_labelIds.png"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=f"no prediction for ground truth .*{stem}_gtFine_labelIds.png",
+    ):
         evaluate_folder(pred_dir, val_root)
     assert main([str(pred_dir), "--data-root", str(val_root)]) == 1
     assert "no prediction for ground truth" in capsys.readouterr().err
@@ -115,10 +134,15 @@ def test_wrong_size_and_unknown_ids_are_errors(val_root, tmp_path):
     pred_dir = _noisy_predictions(val_root, tmp_path / "preds")
     victim = sorted(pred_dir.rglob("*.png"))[0]
     Image.fromarray(np.full((32, 64), 7, np.uint8)).save(victim)
-    with pytest.raises(ValueError, match=f"prediction {victim} is 64x32 but its ground truth"):
+    with pytest.raises(
+        ValueError, match=f"prediction {victim} is 64x32 but its ground truth"
+    ):
         evaluate_folder(pred_dir, val_root)
     Image.fromarray(np.full((64, 128), 77, np.uint8)).save(victim)
-    with pytest.raises(ValueError, match=rf"{victim} holds ids outside the Cityscapes label table.*\[77\]"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{victim} holds ids outside the Cityscapes label table.*\[77\]",
+    ):
         evaluate_folder(pred_dir, val_root)
 
 

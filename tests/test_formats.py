@@ -7,7 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from ampbook.formats import FORMATS, bits, decode, encode, format_table, get_format, properties, round_to, spacing
+from ampbook.formats import (
+    FORMATS,
+    bits,
+    decode,
+    encode,
+    format_table,
+    properties,
+    round_to,
+    spacing,
+)
 
 TORCH_FORMATS = [n for n, f in FORMATS.items() if f.torch_dtype is not None]
 NARROW = ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]  # torch dtypes narrower than float32
@@ -28,7 +37,7 @@ def wide_random(n: int, seed: int, low: int, high: int) -> torch.Tensor:
     mant = torch.rand(n, generator=g) + 1.0
     # mantissas k / 2^j with few bits: exact ties for every format's precision
     j = torch.randint(1, 25, (n // 4,), generator=g)
-    k = (torch.rand(n // 4, generator=g) * 2.0 ** j).floor()
+    k = (torch.rand(n // 4, generator=g) * 2.0**j).floor()
     mant[: n // 4] = 1.0 + torch.ldexp(k, -j)
     exps = torch.randint(low, high, (n,), generator=g)
     signs = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)
@@ -36,6 +45,7 @@ def wide_random(n: int, seed: int, low: int, high: int) -> torch.Tensor:
 
 
 # ---- the table of properties ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", TORCH_FORMATS)
 def test_properties_match_torch_finfo(name):
@@ -49,7 +59,9 @@ def test_properties_match_torch_finfo(name):
     assert fi.resolution == pytest.approx(10.0 ** -math.floor(fmt.decimal_digits))
 
 
-@pytest.mark.parametrize("name,np_type", [("fp16", np.float16), ("fp32", np.float32), ("fp64", np.float64)])
+@pytest.mark.parametrize(
+    "name,np_type", [("fp16", np.float16), ("fp32", np.float32), ("fp64", np.float64)]
+)
 def test_properties_match_numpy_finfo(name, np_type):
     fmt, fi = FORMATS[name], np.finfo(np_type)
     assert fmt.bits == fi.bits
@@ -67,22 +79,38 @@ def test_smallest_subnormals_are_the_next_values_after_zero():
     for name in ["fp64", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]:
         dtype = FORMATS[name].torch_dtype
         if dtype in (torch.float64, torch.float32):
-            nxt = torch.nextafter(torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)).item()
+            nxt = torch.nextafter(
+                torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)
+            ).item()
         else:  # pattern 1 is the smallest subnormal
-            nxt = torch.tensor([1], dtype=torch.uint8 if FORMATS[name].bits == 8 else torch.int16) \
-                .view(dtype).float().item()
+            nxt = (
+                torch.tensor(
+                    [1], dtype=torch.uint8 if FORMATS[name].bits == 8 else torch.int16
+                )
+                .view(dtype)
+                .float()
+                .item()
+            )
         assert FORMATS[name].smallest_subnormal == nxt, name
 
 
 def test_fp8_and_tf32_layouts():
     e4m3, e5m2, tf32 = FORMATS["fp8_e4m3"], FORMATS["fp8_e5m2"], FORMATS["tf32"]
-    assert (e4m3.max, e4m3.smallest_subnormal, e4m3.has_inf) == (448.0, 2.0 ** -9, False)
-    assert (e5m2.max, e5m2.smallest_subnormal, e5m2.has_inf) == (57344.0, 2.0 ** -16, True)
+    assert (e4m3.max, e4m3.smallest_subnormal, e4m3.has_inf) == (448.0, 2.0**-9, False)
+    assert (e5m2.max, e5m2.smallest_subnormal, e5m2.has_inf) == (
+        57344.0,
+        2.0**-16,
+        True,
+    )
     # tf32: fp32's exponent, fp16's mantissa
-    assert tf32.bits == 19 and tf32.emin == FORMATS["fp32"].emin and tf32.emax == FORMATS["fp32"].emax
+    assert (
+        tf32.bits == 19
+        and tf32.emin == FORMATS["fp32"].emin
+        and tf32.emax == FORMATS["fp32"].emax
+    )
     assert tf32.eps == FORMATS["fp16"].eps
-    assert tf32.max == 2.0 ** 128 * (1 - 2.0 ** -11)
-    assert FORMATS["fp32"].max == 2.0 ** 128 * (1 - 2.0 ** -24)
+    assert tf32.max == 2.0**128 * (1 - 2.0**-11)
+    assert FORMATS["fp32"].max == 2.0**128 * (1 - 2.0**-24)
 
 
 def test_table_rows():
@@ -101,7 +129,7 @@ KNOWN_BITS = [
     (1.0, "fp16", "0 01111 0000000000"),
     (-2.0, "fp16", "1 10000 0000000000"),
     (65504.0, "fp16", "0 11110 1111111111"),
-    (2.0 ** -24, "fp16", "0 00000 0000000001"),
+    (2.0**-24, "fp16", "0 00000 0000000001"),
     (math.inf, "fp16", "0 11111 0000000000"),
     (-math.inf, "fp16", "1 11111 0000000000"),
     (math.nan, "fp16", "0 11111 1000000000"),
@@ -111,12 +139,12 @@ KNOWN_BITS = [
     (-2.0, "bf16", "1 10000000 0000000"),
     (1.0, "tf32", "0 01111111 0000000000"),
     (1.0, "fp32", "0 01111111 00000000000000000000000"),
-    (2.0 ** -9, "fp8_e4m3", "0 0000 001"),
+    (2.0**-9, "fp8_e4m3", "0 0000 001"),
     (448.0, "fp8_e4m3", "0 1111 110"),
     (1e6, "fp8_e4m3", "0 1111 110"),  # saturates, as torch's cast does
     (math.nan, "fp8_e4m3", "0 1111 111"),
     (1.0, "fp8_e4m3", "0 0111 000"),
-    (2.0 ** -16, "fp8_e5m2", "0 00000 01"),
+    (2.0**-16, "fp8_e5m2", "0 00000 01"),
     (57344.0, "fp8_e5m2", "0 11110 11"),
     (math.inf, "fp8_e5m2", "0 11111 00"),
     (-0.0, "fp8_e5m2", "1 00000 00"),
@@ -134,8 +162,22 @@ def test_bits_of_known_values(value, name, expected):
         assert back == rounded and math.copysign(1, back) == math.copysign(1, rounded)
 
 
-@pytest.mark.parametrize("value", [1.0, -2.0, 0.1, 1 / 3, 65504.0, 2.0 ** -1074, 2.0 ** -1022, -0.0,
-                                   1.7976931348623157e308, math.inf, -math.inf])
+@pytest.mark.parametrize(
+    "value",
+    [
+        1.0,
+        -2.0,
+        0.1,
+        1 / 3,
+        65504.0,
+        2.0**-1074,
+        2.0**-1022,
+        -0.0,
+        1.7976931348623157e308,
+        math.inf,
+        -math.inf,
+    ],
+)
 def test_fp64_and_fp32_bits_are_ieee_patterns(value):
     assert encode(value, "fp64") == struct.unpack("<Q", struct.pack("<d", value))[0]
     assert decode(encode(value, "fp64"), "fp64") == value
@@ -146,24 +188,35 @@ def test_fp64_and_fp32_bits_are_ieee_patterns(value):
 
 def test_bits_agree_with_torch_casts_on_random_values():
     # Normal, subnormal and overflowing ranges of every narrow format, ties included.
-    x = torch.cat([wide_random(20_000, 1, -30, 18), torch.tensor([0.0, -0.0, math.inf, -math.inf])])
+    x = torch.cat(
+        [
+            wide_random(20_000, 1, -30, 18),
+            torch.tensor([0.0, -0.0, math.inf, -math.inf]),
+        ]
+    )
     for name in NARROW:
         assert encode(x, name).tolist() == torch_bits(x, name), name
         few = x[::500].tolist()
-        assert [encode(v, name) for v in few] == torch_bits(torch.tensor(few), name), name
+        assert [encode(v, name) for v in few] == torch_bits(torch.tensor(few), name), (
+            name
+        )
 
 
 def test_decode_every_pattern_matches_torch():
     for name in ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]:
         fmt = FORMATS[name]
-        patterns = torch.arange(2 ** fmt.bits, dtype=torch.int64)
+        patterns = torch.arange(2**fmt.bits, dtype=torch.int64)
         values = patterns.to(UINT[fmt.bits]).view(fmt.torch_dtype).to(torch.float64)
-        ours = torch.tensor([decode(p, name) for p in patterns.tolist()], dtype=torch.float64)
+        ours = torch.tensor(
+            [decode(p, name) for p in patterns.tolist()], dtype=torch.float64
+        )
         nan = values.isnan()
         assert torch.equal(ours.isnan(), nan), name
         assert torch.equal(ours[~nan], values[~nan]), name
         assert torch.equal(torch.signbit(ours[~nan]), torch.signbit(values[~nan])), name
-        assert torch.equal(encode(values[~nan], name) % (1 << fmt.bits), patterns[~nan]), name
+        assert torch.equal(
+            encode(values[~nan], name) % (1 << fmt.bits), patterns[~nan]
+        ), name
 
 
 def test_decode_errors():
@@ -179,26 +232,47 @@ def test_decode_errors():
 
 # ---- rounding ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", NARROW)
 def test_round_to_equals_torch_cast_float32(name):
     fmt = FORMATS[name]
     low = fmt.emin - fmt.mantissa_bits - 3  # below the smallest subnormal
     high = fmt.emax + 3  # past the largest value
-    x = torch.cat([wide_random(200_000, 2, low, high), torch.randn(20_000),
-                   torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, fmt.max, -fmt.max,
-                                 fmt.smallest_subnormal / 2, fmt.smallest_subnormal * 1.5])])
+    x = torch.cat(
+        [
+            wide_random(200_000, 2, low, high),
+            torch.randn(20_000),
+            torch.tensor(
+                [
+                    0.0,
+                    -0.0,
+                    math.inf,
+                    -math.inf,
+                    math.nan,
+                    fmt.max,
+                    -fmt.max,
+                    fmt.smallest_subnormal / 2,
+                    fmt.smallest_subnormal * 1.5,
+                ]
+            ),
+        ]
+    )
     ours = round_to(x, name)
     ref = x.to(fmt.torch_dtype).to(torch.float32)
     assert ours.dtype == torch.float32
     same = (ours == ref) | (ours.isnan() & ref.isnan())
     assert bool(same.all()), x[~same][:5]
-    assert torch.equal(torch.signbit(ours[~ours.isnan()]), torch.signbit(ref[~ref.isnan()]))
+    assert torch.equal(
+        torch.signbit(ours[~ours.isnan()]), torch.signbit(ref[~ref.isnan()])
+    )
 
 
 @pytest.mark.parametrize("name", ["fp32", "tf32"] + NARROW)
 def test_round_to_float64_path_equals_float32_path(name):
     fmt = FORMATS[name]
-    x = wide_random(100_000, 3, fmt.emin - fmt.mantissa_bits - 3, min(fmt.emax + 3, 127))
+    x = wide_random(
+        100_000, 3, fmt.emin - fmt.mantissa_bits - 3, min(fmt.emax + 3, 127)
+    )
     r32 = round_to(x, name)
     r64 = round_to(x.double(), name)
     assert r64.dtype == torch.float64
@@ -208,13 +282,17 @@ def test_round_to_float64_path_equals_float32_path(name):
 def test_round_to_float64_rounds_once_like_numpy():
     # 1 + 2^-11 + 2^-40 lies just above a tie: rounding once gives 1 + 2^-10, rounding
     # through float32 first (as torch's float64 -> float16 cast does) gives 1.
-    x = np.array([1 + 2.0 ** -11 + 2.0 ** -40, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 7e-8, 3e-8, 70000.0])
+    x = np.array(
+        [1 + 2.0**-11 + 2.0**-40, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 7e-8, 3e-8, 70000.0]
+    )
     g = np.random.default_rng(4)
-    y = np.concatenate([x, g.standard_normal(50_000) * np.exp2(g.integers(-30, 18, 50_000))])
+    y = np.concatenate(
+        [x, g.standard_normal(50_000) * np.exp2(g.integers(-30, 18, 50_000))]
+    )
     with np.errstate(over="ignore"):
         ref = y.astype(np.float16).astype(np.float64)
     ours = round_to(torch.from_numpy(y), "fp16").numpy()
-    assert ours[0] == 1 + 2.0 ** -10 and ours[1] == 1.0 and ours[2] == 1 + 2.0 ** -9
+    assert ours[0] == 1 + 2.0**-10 and ours[1] == 1.0 and ours[2] == 1 + 2.0**-9
     assert np.array_equal(ours, ref)
 
 
@@ -228,16 +306,30 @@ def test_fp32_from_float64_matches_torch_and_numpy():
 
 
 def test_tf32_by_reasoning():
-    x = torch.tensor([1 + 2.0 ** -10, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 1 + 2.0 ** -11 + 2.0 ** -20,
-                      2.0 ** -126, 2.0 ** -136, 2.0 ** -137, FORMATS["fp32"].max])
-    expected = torch.tensor([1 + 2.0 ** -10,  # representable
-                             1.0,  # a tie, to even
-                             1 + 2.0 ** -9,  # a tie, to even (upwards this time)
-                             1 + 2.0 ** -10,  # above the tie
-                             2.0 ** -126,  # smallest normal, same as fp32
-                             2.0 ** -136,  # smallest subnormal: 2^(-126-10)
-                             0.0,  # half of it: a tie, to even (zero)
-                             math.inf])  # fp32's max is past tf32's max + half a step
+    x = torch.tensor(
+        [
+            1 + 2.0**-10,
+            1 + 2.0**-11,
+            1 + 3 * 2.0**-11,
+            1 + 2.0**-11 + 2.0**-20,
+            2.0**-126,
+            2.0**-136,
+            2.0**-137,
+            FORMATS["fp32"].max,
+        ]
+    )
+    expected = torch.tensor(
+        [
+            1 + 2.0**-10,  # representable
+            1.0,  # a tie, to even
+            1 + 2.0**-9,  # a tie, to even (upwards this time)
+            1 + 2.0**-10,  # above the tie
+            2.0**-126,  # smallest normal, same as fp32
+            2.0**-136,  # smallest subnormal: 2^(-126-10)
+            0.0,  # half of it: a tie, to even (zero)
+            math.inf,
+        ]
+    )  # fp32's max is past tf32's max + half a step
     assert torch.equal(round_to(x, "tf32"), expected)
     # tf32 keeps the top 10 of fp32's 23 mantissa bits: the bit-pattern rule by hand
     b = wide_random(50_000, 6, -120, 120).view(torch.int32)
@@ -251,7 +343,10 @@ def test_overflow_rules():
     assert sat[:5].tolist() == [448.0, 448.0, 448.0, 448.0, -448.0] and sat[5].isnan()
     nan = round_to(x, "fp8_e4m3", overflow="nan")
     assert nan[0] == 448.0 and nan[1:].isnan().all()  # 465 rounds to 480, past the top
-    assert round_to(torch.tensor([65519.0, 65520.0]), "fp16").tolist() == [65504.0, math.inf]
+    assert round_to(torch.tensor([65519.0, 65520.0]), "fp16").tolist() == [
+        65504.0,
+        math.inf,
+    ]
     assert round_to(torch.tensor([1e6]), "fp16", overflow="saturate").item() == 65504.0
     with pytest.raises(ValueError, match="no infinity"):
         round_to(x, "fp8_e4m3", overflow="inf")
@@ -262,7 +357,11 @@ def test_overflow_rules():
 def test_round_to_keeps_shape_and_device_and_rejects_bad_input():
     x = torch.randn(3, 4, 5)
     assert round_to(x, "bf16").shape == (3, 4, 5)
-    assert round_to(x.t() if x.dim() == 2 else x.transpose(0, 2), "fp16").shape == (5, 4, 3)
+    assert round_to(x.t() if x.dim() == 2 else x.transpose(0, 2), "fp16").shape == (
+        5,
+        4,
+        3,
+    )
     assert round_to(x.half(), "fp16").dtype == torch.float32
     assert torch.equal(round_to(x, torch.float16), round_to(x, "fp16"))
     with pytest.raises(TypeError, match="floating-point"):
@@ -281,7 +380,10 @@ def test_unknown_format_names_are_errors(bad):
 
 # ---- spacing -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,np_type", [("fp16", np.float16), ("fp32", np.float32), ("fp64", np.float64)])
+
+@pytest.mark.parametrize(
+    "name,np_type", [("fp16", np.float16), ("fp32", np.float32), ("fp64", np.float64)]
+)
 def test_spacing_matches_numpy(name, np_type):
     g = np.random.default_rng(7)
     fmt = FORMATS[name]
@@ -296,16 +398,19 @@ def test_spacing_matches_numpy(name, np_type):
 
 
 def test_spacing_special_values():
-    s = spacing(torch.tensor([0.0, 1.0, -1.0, 65504.0, 1e6, math.inf, math.nan]), "fp16")
-    assert s[:4].tolist() == [2.0 ** -24, 2.0 ** -10, 2.0 ** -10, 32.0]
+    s = spacing(
+        torch.tensor([0.0, 1.0, -1.0, 65504.0, 1e6, math.inf, math.nan]), "fp16"
+    )
+    assert s[:4].tolist() == [2.0**-24, 2.0**-10, 2.0**-10, 32.0]
     assert s[4:].isnan().all()
-    assert spacing(torch.tensor([1.0]), "tf32").item() == 2.0 ** -10
-    assert spacing(torch.tensor([0.0]), "fp64").item() == 2.0 ** -1074
+    assert spacing(torch.tensor([1.0]), "tf32").item() == 2.0**-10
+    assert spacing(torch.tensor([0.0]), "fp64").item() == 2.0**-1074
     assert spacing(torch.tensor([448.0, 449.0]), "fp8_e4m3").tolist()[0] == 32.0
     assert spacing(torch.tensor([500.0]), "fp8_e4m3").isnan().all()
 
 
 # ---- chapter 1's measurements ----------------------------------------------------------
+
 
 def test_exact_powers_and_finfo_tables():
     from ampbook.formats import exact_powers_table, finfo_table
@@ -329,7 +434,9 @@ def test_running_sum_stalls_where_half_the_gap_exceeds_the_term():
     assert torch.equal(exact, values.cumsum(0))  # exact in fp32 at these sizes
     f16 = running_sum(values, torch.float16)
     stall = stall_point("fp16", term)
-    assert stall == 2.0**3  # gap 2^-7 from 8 on: half of it equals the term, a tie to even
+    assert (
+        stall == 2.0**3
+    )  # gap 2^-7 from 8 on: half of it equals the term, a tie to even
     assert f16[-1].item() == stall and f16.max().item() == stall
     assert stall_point("bf16", term) < stall  # fewer mantissa bits stall sooner
 
@@ -357,12 +464,20 @@ def test_cast_overflow_rule_reads_this_torch():
     assert cast_overflow_rule(torch.float8_e5m2) == "inf"
 
 
-@pytest.mark.parametrize("claimed, value, others, expected", [
-    (1.7e38, 3.4028234663852886e38, {"2^127": 2.0**127}, "2 times too small; it equals 2^127"),
-    (6.55e4, 65504.0, {}, "agrees"),
-    (9.765625e-4, 4.8828125e-4, {}, "2 times too large"),
-    (2, 2.0, {}, "agrees"),
-])
+@pytest.mark.parametrize(
+    "claimed, value, others, expected",
+    [
+        (
+            1.7e38,
+            3.4028234663852886e38,
+            {"2^127": 2.0**127},
+            "2 times too small; it equals 2^127",
+        ),
+        (6.55e4, 65504.0, {}, "agrees"),
+        (9.765625e-4, 4.8828125e-4, {}, "2 times too large"),
+        (2, 2.0, {}, "agrees"),
+    ],
+)
 def test_claim_verdict(claimed, value, others, expected):
     from ampbook.formats import claim_verdict
 

@@ -21,12 +21,22 @@ def log_uniform(n, lo=-40, hi=20, seed=0):
 
 
 def test_fp16_limits_come_from_the_format():
-    assert gs.FP16_MIN_SUBNORMAL == torch.finfo(torch.float16).smallest_normal * torch.finfo(torch.float16).eps
+    assert (
+        gs.FP16_MIN_SUBNORMAL
+        == torch.finfo(torch.float16).smallest_normal * torch.finfo(torch.float16).eps
+    )
     assert gs.FP16_MIN_NORMAL == torch.finfo(torch.float16).smallest_normal
     assert gs.FP16_MAX == torch.finfo(torch.float16).max
     # the two rounding thresholds, checked against torch's own cast
     lo, hi = torch.tensor(gs.FLUSH_AT_OR_BELOW), torch.tensor(gs.OVERFLOW_AT_OR_ABOVE)
-    t = torch.stack([lo, torch.nextafter(lo, torch.tensor(1.0)), torch.nextafter(hi, torch.tensor(0.0)), hi])
+    t = torch.stack(
+        [
+            lo,
+            torch.nextafter(lo, torch.tensor(1.0)),
+            torch.nextafter(hi, torch.tensor(0.0)),
+            hi,
+        ]
+    )
     h = t.half()  # float32 -> float16, rounding to nearest even
     assert h[0] == 0 and h[1] > 0
     assert torch.isfinite(h[2]) and torch.isinf(h[3])
@@ -34,7 +44,13 @@ def test_fp16_limits_come_from_the_format():
 
 @pytest.mark.parametrize("scale", gs.SCALES)
 def test_fp16_outcome_agrees_with_real_rounding(scale):
-    g = torch.cat([log_uniform(20000), torch.zeros(100), torch.tensor([math.inf, 2.0 ** -25, 2.0 ** -24])])
+    g = torch.cat(
+        [
+            log_uniform(20000),
+            torch.zeros(100),
+            torch.tensor([math.inf, 2.0**-25, 2.0**-24]),
+        ]
+    )
     c = gs.fp16_outcome(g, scale)
     r = round_to(g * scale, "fp16")
     nz = torch.isfinite(g) & (g != 0)
@@ -42,8 +58,8 @@ def test_fp16_outcome_agrees_with_real_rounding(scale):
     assert c["nonzero"] == int(nz.sum())
     assert c["flushed"] == int((nz & (r == 0)).sum())
     assert c["overflow"] == int((nz & torch.isinf(r)).sum())
-    assert c["below_min_subnormal"] == int((nz & ((g * scale).abs() < 2.0 ** -24)).sum())
-    sub = nz & (r != 0) & (r.abs() < 2.0 ** -14)
+    assert c["below_min_subnormal"] == int((nz & ((g * scale).abs() < 2.0**-24)).sum())
+    sub = nz & (r != 0) & (r.abs() < 2.0**-14)
     assert c["subnormal"] == int(sub.sum())
 
 
@@ -64,7 +80,7 @@ def test_bad_scales_are_refused():
 
 
 def test_log2_histogram_bins():
-    g = torch.tensor([1.0, 1.5, -0.25, 3.0, 0.0, math.inf, 2.0 ** -70, 2.0 ** 30])
+    g = torch.tensor([1.0, 1.5, -0.25, 3.0, 0.0, math.inf, 2.0**-70, 2.0**30])
     h = gs.log2_histogram(g, lo=-4, hi=4)
     assert h.tolist() == [1, 0, 1, 0, 2, 1, 0, 1]  # -70 clamped to -4, 30 clamped to 3
     assert int(h.sum()) == 6  # zero and inf are not counted
@@ -105,11 +121,17 @@ def test_recorder_captures_activation_and_weight_gradients():
             assert got.counts[s]["flushed"] == sum(w["flushed"] for w in want)
     w = rec.groups[("weight", "Linear")]
     assert w.tensors == 4 and w.counts[1.0]["total"] == 6 * 5 + 5 + 5 * 3 + 3
-    assert math.isclose(w.max_abs, max(float(p.grad.abs().max()) for p in model.parameters()))
+    assert math.isclose(
+        w.max_abs, max(float(p.grad.abs().max()) for p in model.parameters())
+    )
     exps, counts = rec.histogram("activation")
-    assert len(exps) == len(counts) and sum(counts) == sum(int(t.ne(0).sum()) for t in [h1.grad, a.grad, out.grad])
+    assert len(exps) == len(counts) and sum(counts) == sum(
+        int(t.ne(0).sum()) for t in [h1.grad, a.grad, out.grad]
+    )
     rows = rec.table("activation")
-    assert {r[0] for r in rows} == {"Linear", "ReLU"} and len(rows[0]) == 4 + len(gs.SCALES)
+    assert {r[0] for r in rows} == {"Linear", "ReLU"} and len(rows[0]) == 4 + len(
+        gs.SCALES
+    )
     assert set(rec.summary()) == {"activation", "weight"}
     with pytest.raises(KeyError, match="no 'bias'"):
         rec.combined("bias")
@@ -119,16 +141,18 @@ def test_recorder_sees_flushing_in_tiny_gradients():
     model = Tiny()
     x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))
     # a loss multiplied by 2^-30 makes most gradients too small for fp16
-    rec = gs.capture_gradients(model, [(x, y)], loss_fn=lambda o, t: F.cross_entropy(o, t) * 2.0 ** -30)
+    rec = gs.capture_gradients(
+        model, [(x, y)], loss_fn=lambda o, t: F.cross_entropy(o, t) * 2.0**-30
+    )
     fr = rec.fractions("activation")
     assert fr[1.0]["flushed"] > 0.5
-    assert fr[2.0 ** 16]["flushed"] < fr[1.0]["flushed"]
+    assert fr[2.0**16]["flushed"] < fr[1.0]["flushed"]
 
 
 def test_emulation_rounds_gradients_to_fp16():
     model = Tiny()
     x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
-    small = lambda o, t: F.cross_entropy(o, t) * 2.0 ** -28  # noqa: E731
+    small = lambda o, t: F.cross_entropy(o, t) * 2.0**-28  # noqa: E731
     model.zero_grad()
     small(model(x), y).backward()
     exact = [p.grad.clone() for p in model.parameters()]
@@ -141,17 +165,19 @@ def test_emulation_rounds_gradients_to_fp16():
     assert emu.counter.nonzero > 0 and emu.counter.flushed > 0
     for p, e in zip(model.parameters(), exact):
         assert torch.equal(p.grad, round_to(p.grad, "fp16"))  # on fp16's grid
-        assert p.grad.abs().sum() < e.abs().sum()              # and values were lost
+        assert p.grad.abs().sum() < e.abs().sum()  # and values were lost
     # scaled by 2^20 first, nothing is lost any more; unscaled it matches fp32 closely
     model.zero_grad()
     emu = gs.emulate_fp16_grads(model)
     with emu:
         out = model(x)
-    (small(out, y) * 2.0 ** 20).backward()
+    (small(out, y) * 2.0**20).backward()
     emu.remove()
     assert emu.counter.flushed == 0
-    for p, e in zip(model.parameters(), exact):  # fp16 rounding: ~2^-11 relative, normwise
-        assert float((p.grad / 2.0 ** 20 - e).norm() / e.norm()) < 2e-3
+    for p, e in zip(
+        model.parameters(), exact
+    ):  # fp16 rounding: ~2^-11 relative, normwise
+        assert float((p.grad / 2.0**20 - e).norm() / e.norm()) < 2e-3
 
 
 def test_emulation_overflows_to_inf():
@@ -174,28 +200,42 @@ def test_grad_scaler_defaults_are_read_from_torch():
 
 def conv_net():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)
+    )
 
 
 def batches(n=4):
     g = torch.Generator().manual_seed(1)
-    return [(torch.randn(2, 3, 8, 8, generator=g), torch.randint(0, 4, (2, 8, 8), generator=g)) for _ in range(n)]
+    return [
+        (
+            torch.randn(2, 3, 8, 8, generator=g),
+            torch.randint(0, 4, (2, 8, 8), generator=g),
+        )
+        for _ in range(n)
+    ]
 
 
 def test_dynamic_scaling_skips_overflowing_steps_and_backs_off():
-    run = gs.train_with_scaling(conv_net(), batches(10), "dynamic", init_scale=2.0 ** 22, growth_interval=2)
-    assert run.scales[0] == 2.0 ** 22
+    run = gs.train_with_scaling(
+        conv_net(), batches(10), "dynamic", init_scale=2.0**22, growth_interval=2
+    )
+    assert run.scales[0] == 2.0**22
     assert run.skipped[0] and run.overflowed[0]
-    assert run.scales[1] == 2.0 ** 21  # backoff 0.5
-    assert run.skipped == run.overflowed  # GradScaler skips exactly the overflowing steps
+    assert run.scales[1] == 2.0**21  # backoff 0.5
+    assert (
+        run.skipped == run.overflowed
+    )  # GradScaler skips exactly the overflowing steps
     assert not all(run.skipped) and run.weights_finite
     grew = [i for i in range(9) if run.scales[i + 1] == 2 * run.scales[i]]
-    assert grew and not run.skipped[grew[0]] and not run.skipped[grew[0] - 1]  # after 2 clean steps
+    assert (
+        grew and not run.skipped[grew[0]] and not run.skipped[grew[0] - 1]
+    )  # after 2 clean steps
     assert len(run.losses) == len(run.scales) == len(run.flushed) == 10
 
 
 def test_fixed_scale_without_check_breaks_the_weights_when_it_overflows():
-    run = gs.train_with_scaling(conv_net(), batches(2), "fixed", scale=2.0 ** 40)
+    run = gs.train_with_scaling(conv_net(), batches(2), "fixed", scale=2.0**40)
     assert run.overflowed[0] and not run.weights_finite
     ok = gs.train_with_scaling(conv_net(), batches(2), "fixed", scale=8.0)
     assert not any(ok.overflowed) and ok.weights_finite and ok.scales == [8.0, 8.0]
@@ -211,7 +251,9 @@ def test_no_scaling_trains_and_matches_fp32_direction():
 
 
 def test_real_fp16_autocast_mode_runs():
-    run = gs.train_with_scaling(conv_net(), batches(2), "dynamic", fp16="autocast", init_scale=2.0 ** 10)
+    run = gs.train_with_scaling(
+        conv_net(), batches(2), "dynamic", fp16="autocast", init_scale=2.0**10
+    )
     assert run.fp16 == "autocast" and math.isnan(run.flushed[0]) and run.weights_finite
 
 

@@ -1,11 +1,11 @@
 """SavedTensorMeter counts the bytes autograd keeps for backward; peak RSS helpers."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
-
-import math
 
 from ampbook.memory import (
     OUTSIDE_MODEL,
@@ -39,16 +39,16 @@ class SaveThese(torch.autograd.Function):
 
 def test_counts_storage_bytes_once_per_storage():
     x = torch.randn(16, 8, requires_grad=True)  # 512 bytes, a leaf: by reference
-    base = torch.randn(100)                              # 400 bytes of storage
-    view_a, view_b = base[:10], base[50:]                # two views of one storage
-    half = torch.randn(32).half()                        # 64 bytes
+    base = torch.randn(100)  # 400 bytes of storage
+    view_a, view_b = base[:10], base[50:]  # two views of one storage
+    half = torch.randn(32).half()  # 64 bytes
     with SavedTensorMeter() as meter:
         y = SaveThese.apply(x, view_a, view_b, half, x)  # x twice
     assert meter.total_bytes == 512 + 400 + 64
     assert meter.count == 3
     assert meter.parameter_bytes == 512 and meter.new_bytes == 400 + 64
     assert meter.by_dtype == {"float32": 400, "float16": 64}
-    y.sum().backward()                                   # unpacking works
+    y.sum().backward()  # unpacking works
     assert x.grad is not None
 
 
@@ -65,12 +65,14 @@ class Block(nn.Module):
 
     def forward(self, x):
         y = self.inner(x)
-        return SaveThese.apply(y, torch.ones(10))         # saved by Block itself: 40 + 40 bytes
+        return SaveThese.apply(
+            y, torch.ones(10)
+        )  # saved by Block itself: 40 + 40 bytes
 
 
 class Leaf(nn.Module):
     def forward(self, x):
-        return SaveThese.apply(x, torch.ones(25))         # 40 + 100 bytes
+        return SaveThese.apply(x, torch.ones(25))  # 40 + 100 bytes
 
 
 def test_by_module_type_goes_to_the_innermost_running_module():
@@ -96,7 +98,7 @@ def test_graphs_alive_together_count_twice_parameters_once():
     with SavedTensorMeter(model=model) as two:
         out_a, out_b = model(x * 1), model(x * 2)
     assert one.parameter_bytes > 0
-    assert two.parameter_bytes == one.parameter_bytes          # the same weights, once
+    assert two.parameter_bytes == one.parameter_bytes  # the same weights, once
     assert two.new_bytes == 2 * one.new_bytes
     (out1.sum() + out_a.sum() + out_b.sum()).backward()
 
@@ -110,7 +112,9 @@ def test_erfnet_bf16_autocast_saves_less_and_splits_by_layer_type():
     results = {}
     for name, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
         with SavedTensorMeter(model=model) as meter:
-            with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+            with torch.autocast(
+                "cpu", dtype=dtype or torch.float32, enabled=dtype is not None
+            ):
                 model(x).float().sum().backward()
         results[name] = meter
     fp32, bf16 = results["fp32"], results["bf16"]
@@ -125,7 +129,9 @@ def test_erfnet_bf16_autocast_saves_less_and_splits_by_layer_type():
     assert "ConvTranspose2d" not in fp32.by_module_type
     assert bf16.by_module_type["ConvTranspose2d"] > 0
     # fp32 convolutions save the weights themselves; bf16 ones save bf16 copies instead
-    conv_weight_bytes = sum(m.weight.numel() * 4 for m in model.modules() if isinstance(m, nn.Conv2d))
+    conv_weight_bytes = sum(
+        m.weight.numel() * 4 for m in model.modules() if isinstance(m, nn.Conv2d)
+    )
     assert fp32.parameter_bytes >= conv_weight_bytes
     assert bf16.parameter_bytes < conv_weight_bytes / 10
 

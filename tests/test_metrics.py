@@ -61,10 +61,10 @@ def test_prediction_outside_the_classes_is_a_miss_of_the_target_class():
 def test_logits_are_argmaxed():
     target = torch.tensor([[[0, 1], [2, 255]]])
     logits = torch.zeros(1, 3, 2, 2)
-    logits[0, 0, 0, 0] = 1.0   # pixel (0,0) -> 0
-    logits[0, 2, 0, 1] = 1.0   # pixel (0,1) -> 2
-    logits[0, 2, 1, 0] = 1.0   # pixel (1,0) -> 2
-    logits[0, 1, 1, 1] = 1.0   # ignored pixel
+    logits[0, 0, 0, 0] = 1.0  # pixel (0,0) -> 0
+    logits[0, 2, 0, 1] = 1.0  # pixel (0,1) -> 2
+    logits[0, 2, 1, 0] = 1.0  # pixel (1,0) -> 2
+    logits[0, 1, 1, 1] = 1.0  # ignored pixel
     a, b = SegmentationMetrics(3), SegmentationMetrics(3)
     a.update(logits, target)
     b.update(torch.tensor([[[0, 2], [2, 1]]]), target)
@@ -93,10 +93,12 @@ def test_matches_a_per_class_count_on_random_data():
     c = 19
     target = rng.integers(0, c, size=(3, 40, 50))
     target[rng.random(target.shape) < 0.1] = 255
-    target[target == 7] = 255           # one class absent from the targets
-    pred = np.where(rng.random(target.shape) < 0.6, target, rng.integers(0, c, size=target.shape))
+    target[target == 7] = 255  # one class absent from the targets
+    pred = np.where(
+        rng.random(target.shape) < 0.6, target, rng.integers(0, c, size=target.shape)
+    )
     pred[pred == 255] = 3
-    pred[pred == 12] = 11               # one class never predicted
+    pred[pred == 12] = 11  # one class never predicted
     m = SegmentationMetrics(c)
     m.update(torch.from_numpy(pred), torch.from_numpy(target))
     r = m.compute()
@@ -109,13 +111,17 @@ def test_matches_a_per_class_count_on_random_data():
         ious.append(tp / (tp + fp + fn) if tp + fp + fn else float("nan"))
     np.testing.assert_allclose(r["iou"], ious, rtol=1e-12)
     assert r["miou"] == pytest.approx(np.nanmean(ious), rel=1e-12)
-    assert r["pixel_accuracy"] == pytest.approx(np.mean(pred[valid] == target[valid]), rel=1e-12)
+    assert r["pixel_accuracy"] == pytest.approx(
+        np.mean(pred[valid] == target[valid]), rel=1e-12
+    )
 
 
 def test_bad_shapes_and_targets_are_errors():
     m = SegmentationMetrics(3)
     with pytest.raises(ValueError, match="differs from target shape"):
-        m.update(torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long))
+        m.update(
+            torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 2, dtype=torch.long)
+        )
     with pytest.raises(ValueError, match="logits must be"):
         m.update(torch.zeros(1, 4, 2, 2), torch.zeros(1, 2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match=r"outside 0\.\.2"):
@@ -131,12 +137,17 @@ def test_confusion_stays_on_the_device_given():
 @pytest.mark.cuda
 def test_on_cuda():
     m = SegmentationMetrics(3)
-    m.update(torch.tensor([0, 1, 2], device="cuda"), torch.tensor([0, 2, 2], device="cuda"))
+    m.update(
+        torch.tensor([0, 1, 2], device="cuda"), torch.tensor([0, 2, 2], device="cuda")
+    )
     assert m.confusion.device.type == "cuda"
     assert m.compute()["pixel_accuracy"] == pytest.approx(2 / 3)
     torch.use_deterministic_algorithms(True)
     try:
-        m.update(torch.tensor([0, 1, 2], device="cuda"), torch.tensor([0, 1, 2], device="cuda"))
+        m.update(
+            torch.tensor([0, 1, 2], device="cuda"),
+            torch.tensor([0, 1, 2], device="cuda"),
+        )
     finally:
         torch.use_deterministic_algorithms(False)
     assert m.compute()["pixel_accuracy"] == pytest.approx(5 / 6)
@@ -147,5 +158,9 @@ def test_sort_based_count_equals_bincount():
 
     idx = torch.tensor([3, 0, 3, 5, 5, 5, 0])
     assert count_values(idx, 7, sort_based=True).tolist() == [2, 0, 0, 2, 0, 3, 0]
-    assert torch.equal(count_values(idx, 7, sort_based=True), count_values(idx, 7, sort_based=False))
-    assert count_values(torch.tensor([], dtype=torch.int64), 3, sort_based=True).tolist() == [0, 0, 0]
+    assert torch.equal(
+        count_values(idx, 7, sort_based=True), count_values(idx, 7, sort_based=False)
+    )
+    assert count_values(
+        torch.tensor([], dtype=torch.int64), 3, sort_based=True
+    ).tolist() == [0, 0, 0]

@@ -4,10 +4,14 @@ import pytest
 import torch
 from torch import nn
 
-from ampbook.model import (ERFNet, Downsampler, NonBottleneck1D, Upsampler, erfnet_parameter_count,
-                           model_summary)
-
-
+from ampbook.model import (
+    Downsampler,
+    ERFNet,
+    NonBottleneck1D,
+    Upsampler,
+    erfnet_parameter_count,
+    model_summary,
+)
 
 
 def _params(model: nn.Module) -> int:
@@ -39,28 +43,53 @@ def test_layers_follow_the_paper():
     model = ERFNet()
     enc = list(model.encoder.layers)
     kinds = [type(b).__name__ for b in enc]
-    assert kinds == (["Downsampler"] * 2 + ["NonBottleneck1D"] * 5 + ["Downsampler"]
-                     + ["NonBottleneck1D"] * 8)
-    assert [b.bn.num_features for b in enc if isinstance(b, Downsampler)] == [16, 64, 128]
+    assert kinds == (
+        ["Downsampler"] * 2
+        + ["NonBottleneck1D"] * 5
+        + ["Downsampler"]
+        + ["NonBottleneck1D"] * 8
+    )
+    assert [b.bn.num_features for b in enc if isinstance(b, Downsampler)] == [
+        16,
+        64,
+        128,
+    ]
     blocks = [b for b in enc if isinstance(b, NonBottleneck1D)]
     assert [b.dilation for b in blocks] == [1] * 5 + [2, 4, 8, 16, 2, 4, 8, 16]
     assert [b.dropout.p for b in blocks] == [0.03] * 5 + [0.3] * 8
     # the second factorised pair is dilated, the first is not
-    assert blocks[8].conv3x1_2.dilation == (16, 1) and blocks[8].conv1x3_2.dilation == (1, 16)
+    assert blocks[8].conv3x1_2.dilation == (16, 1) and blocks[8].conv1x3_2.dilation == (
+        1,
+        16,
+    )
     assert blocks[8].conv3x1_1.dilation == (1, 1)
     dec = list(model.decoder.layers)
-    assert [type(b).__name__ for b in dec] == ["Upsampler", "NonBottleneck1D", "NonBottleneck1D"] * 2
+    assert [type(b).__name__ for b in dec] == [
+        "Upsampler",
+        "NonBottleneck1D",
+        "NonBottleneck1D",
+    ] * 2
     assert [b.bn.num_features for b in dec if isinstance(b, Upsampler)] == [64, 16]
-    assert all(isinstance(b.dropout, nn.Identity) for b in dec if isinstance(b, NonBottleneck1D))
+    assert all(
+        isinstance(b.dropout, nn.Identity)
+        for b in dec
+        if isinstance(b, NonBottleneck1D)
+    )
     assert isinstance(model.decoder.output, nn.ConvTranspose2d)
-    assert model.decoder.output.out_channels == 19 and model.decoder.output.stride == (2, 2)
+    assert model.decoder.output.out_channels == 19 and model.decoder.output.stride == (
+        2,
+        2,
+    )
 
 
 def test_downsamplers_halve_and_decoder_restores_resolution():
     model = ERFNet(5).eval()
     sizes = []
-    hooks = [m.register_forward_hook(lambda m, i, o: sizes.append(tuple(o.shape[1:])))
-             for m in model.modules() if isinstance(m, (Downsampler, Upsampler))]
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: sizes.append(tuple(o.shape[1:])))
+        for m in model.modules()
+        if isinstance(m, (Downsampler, Upsampler))
+    ]
     with torch.no_grad():
         out = model(torch.randn(1, 3, 32, 48))
     for h in hooks:
@@ -111,8 +140,12 @@ def test_autocast_on_cpu_trains(dtype):
         loss = nn.functional.cross_entropy(out.float(), target)
     assert out.dtype == dtype
     loss.backward()
-    assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay fp32
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert all(
+        p.dtype == torch.float32 for p in model.parameters()
+    )  # weights stay fp32
+    assert all(
+        p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters()
+    )
 
 
 @pytest.mark.cuda
@@ -121,7 +154,9 @@ def test_autocast_on_cuda_channels_last(dtype):
     if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bf16")
     model = ERFNet().cuda().to(memory_format=torch.channels_last).train()
-    x = torch.randn(2, 3, 64, 128, device="cuda").contiguous(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 64, 128, device="cuda").contiguous(
+        memory_format=torch.channels_last
+    )
     with torch.autocast("cuda", dtype=dtype):
         out = model(x)
     assert out.dtype == dtype and out.shape == (2, 19, 64, 128)

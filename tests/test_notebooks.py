@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ampbook import run as runner
-from ampbook.paths import NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
+from ampbook.paths import PROFILES_FILE, REPO_ROOT
 
 SOURCES = runner.all_notebooks()
 IDS = [p.stem for p in SOURCES]
@@ -21,8 +21,10 @@ IDS = [p.stem for p in SOURCES]
 
 def _cells(nb):
     """What must agree between a pair: cell types, sources and tags."""
-    return [(c.cell_type, c.source.strip(), sorted(c.get("metadata", {}).get("tags", [])))
-            for c in nb.cells]
+    return [
+        (c.cell_type, c.source.strip(), sorted(c.get("metadata", {}).get("tags", [])))
+        for c in nb.cells
+    ]
 
 
 def test_there_are_notebooks_and_the_toc_lists_them_all():
@@ -37,11 +39,17 @@ def test_pair_in_sync_and_without_outputs(source: Path):
     pair = source.with_suffix(".ipynb")
     assert pair.exists(), f"{pair.name} missing: run `jupytext --to ipynb {source}`"
     nb = nbformat.read(pair, as_version=4)
-    with_outputs = [i for i, c in enumerate(nb.cells)
-                    if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))]
-    assert not with_outputs, f"{pair.name} is committed with outputs in cells {with_outputs}"
-    assert _cells(jupytext.read(source)) == _cells(nb), \
+    with_outputs = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))
+    ]
+    assert not with_outputs, (
+        f"{pair.name} is committed with outputs in cells {with_outputs}"
+    )
+    assert _cells(jupytext.read(source)) == _cells(nb), (
         f"{pair.name} is out of sync with {source.name}: run `make sync`"
+    )
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
@@ -53,7 +61,9 @@ def test_one_parameters_cell_and_profiles_match_it(source: Path):
         params = (profiles[profile] or {}).get(source.stem)
         assert params is not None, f"profile {profile} has no section for {source.stem}"
         unknown = set(params) - set(names)
-        assert not unknown, f"profile {profile} sets {unknown}, not in {source.stem}'s parameters cell"
+        assert not unknown, (
+            f"profile {profile} sets {unknown}, not in {source.stem}'s parameters cell"
+        )
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
@@ -97,13 +107,17 @@ def test_runner_executes_and_injects_parameters(tmp_path):
     source = _write(tmp_path, "ok")
     run = runner.execute(source, tmp_path / "out", {"n": 21}, "smoke")
     nb = nbformat.read(run.output, as_version=4)
-    outputs = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    outputs = [
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    ]
     assert "42\n" in outputs
     assert run.executed_cells == 2 and run.seconds > 0
 
 
 def test_runner_failure_names_notebook_and_cell_and_keeps_output(tmp_path):
-    source = _write(tmp_path, "bad", extra='\n# %%\nraise ValueError("deliberate failure")\n')
+    source = _write(
+        tmp_path, "bad", extra='\n# %%\nraise ValueError("deliberate failure")\n'
+    )
     with pytest.raises(runner.RunError) as err:
         runner.execute(source, tmp_path / "out", {}, "smoke")
     message = str(err.value)
@@ -112,7 +126,12 @@ def test_runner_failure_names_notebook_and_cell_and_keeps_output(tmp_path):
     kept = tmp_path / "out" / "bad.ipynb"
     assert kept.exists(), "the partly executed notebook must be kept"
     nb = nbformat.read(kept, as_version=4)
-    assert any(o.get("text") == "6\n" for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert any(
+        o.get("text") == "6\n"
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+    )
 
 
 def test_runner_rejects_notebook_without_code(tmp_path):
@@ -135,8 +154,12 @@ def test_unknown_profile_and_parameter_are_errors_before_any_run(tmp_path):
         runner.run_notebooks(IDS[:1], profile="huge", out_dir=tmp_path)
     nb = jupytext.read(SOURCES[0])
     with pytest.raises(runner.RunError, match="parameters cell defines only"):
-        runner.profile_parameters({"smoke": {SOURCES[0].stem: {"no_such_parameter": 1}}},
-                                  "smoke", SOURCES[0], nb)
+        runner.profile_parameters(
+            {"smoke": {SOURCES[0].stem: {"no_such_parameter": 1}}},
+            "smoke",
+            SOURCES[0],
+            nb,
+        )
     with pytest.raises(runner.RunError, match="no notebook"):
         runner.resolve_notebook("99_missing")
 
@@ -149,9 +172,21 @@ def test_resolve_notebook_by_path_stem_and_number():
 
 
 def test_cli_reports_failure_with_exit_code(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ampbook.run", "--profile", "smoke",
-                           "--out", str(tmp_path), "99_missing"],
-                          capture_output=True, text=True, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ampbook.run",
+            "--profile",
+            "smoke",
+            "--out",
+            str(tmp_path),
+            "99_missing",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 1
     assert "no notebook '99_missing'" in proc.stderr
 
@@ -163,8 +198,13 @@ def test_all_notebooks_run_with_smoke_profile(executed_notebooks):
     for entry in report["notebooks"]:
         assert entry["status"] == "ok" and entry["executed_cells"] > 0, entry
         nb = nbformat.read(executed_notebooks / f"{entry['name']}.ipynb", as_version=4)
-        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                  if o.get("output_type") == "error"]
+        errors = [
+            o
+            for c in nb.cells
+            if c.cell_type == "code"
+            for o in c.outputs
+            if o.get("output_type") == "error"
+        ]
         assert not errors
 
 
@@ -176,7 +216,9 @@ def test_every_figure_cell_shows_exactly_one_image(executed_notebooks):
     for source in SOURCES:
         nb = nbformat.read(executed_notebooks / f"{source.stem}.ipynb", as_version=4)
         for cell in nb.cells:
-            if cell.cell_type != "code" or "figure" not in cell.metadata.get("mystnb", {}):
+            if cell.cell_type != "code" or "figure" not in cell.metadata.get(
+                "mystnb", {}
+            ):
                 continue
             images = sum(1 for o in cell.outputs if "image/png" in o.get("data", {}))
             if images != 1:

@@ -10,8 +10,13 @@ import nbformat
 import pytest
 
 from ampbook import run as runner
-from ampbook.nbstats import DISPLAY_FACTORIES, _called_name, _code, discarded_displays
-from ampbook.nbstats import notebook_stats
+from ampbook.nbstats import (
+    DISPLAY_FACTORIES,
+    _called_name,
+    _code,
+    discarded_displays,
+    notebook_stats,
+)
 
 SOURCES = runner.all_notebooks()
 IDS = [p.stem for p in SOURCES]
@@ -82,8 +87,8 @@ def test_notebook_stats_measures_what_the_issue_counts(tmp_path):
     source.write_text(
         "# %% [markdown]\n# # Demo\n#\n# Some static prose here.\n\n"
         "# %%\nx = 1\n\ny = 2\n\n"
-        "# %%\ndef helper():\n    return 1\n\n\nmd(f\"{x} is computed prose\")\n\n"
-        "# %%\nif x:\n    md(\"lost\")\nprint(x)\n"
+        '# %%\ndef helper():\n    return 1\n\n\nmd(f"{x} is computed prose")\n\n'
+        '# %%\nif x:\n    md("lost")\nprint(x)\n'
     )
     s = notebook_stats(source)
     assert s.code_lines == 2 + 3 + 3 and s.median_cell_lines == 3

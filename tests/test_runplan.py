@@ -2,7 +2,7 @@
 
 import pytest
 
-from ampbook.runplan import RunPlan, epoch_seconds, step_seconds, fit_run, plan_runs
+from ampbook.runplan import RunPlan, epoch_seconds, fit_run, plan_runs, step_seconds
 from ampbook.train import TrainConfig
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,8 +13,16 @@ import torch
 import torch.utils.benchmark as tbench
 
 from ampbook import timing
-from ampbook.timing import (TimingResult, benchmark, buffers_needed, default_sync, random_tensor,
-                            time_elementwise, time_matmul, working_set_bytes)
+from ampbook.timing import (
+    TimingResult,
+    benchmark,
+    buffers_needed,
+    default_sync,
+    random_tensor,
+    time_elementwise,
+    time_matmul,
+    working_set_bytes,
+)
 
 
 @contextlib.contextmanager
@@ -31,15 +38,27 @@ def threads(n: int):
 def _compare_once(n: int, rounds: int) -> tuple[float, float]:
     ours, theirs = [], []
     a, b, c = (random_tensor((n, n)) for _ in range(3))
-    timer = tbench.Timer("torch.matmul(a, b, out=c)", globals={"torch": torch, "a": a, "b": b, "c": c},
-                         num_threads=torch.get_num_threads())
+    timer = tbench.Timer(
+        "torch.matmul(a, b, out=c)",
+        globals={"torch": torch, "a": a, "b": b, "c": c},
+        num_threads=torch.get_num_threads(),
+    )
     for _ in range(rounds):  # alternate, so drifts in machine load hit both alike
         m = timer.blocked_autorange(min_run_time=0.3)
         theirs.append(m.median)
         # Same work (one input set, as the Timer has) and the same calls per timed block, so
         # that preemption by other processes hits both alike.
-        ours.append(time_matmul(n, dtype="fp32", device="cpu", buffers=1, number=m.number_per_run,
-                                repeats=3, min_time=0.3).median_s)
+        ours.append(
+            time_matmul(
+                n,
+                dtype="fp32",
+                device="cpu",
+                buffers=1,
+                number=m.number_per_run,
+                repeats=3,
+                min_time=0.3,
+            ).median_s
+        )
     return statistics.median(ours), statistics.median(theirs)
 
 
@@ -51,13 +70,16 @@ def test_matmul_time_agrees_with_torch_utils_benchmark():
     below: a median is blind to one slow warm-up call, and a CPU matmul is not asynchronous.)"""
     load = timing.machine_load()
     with threads(1):
-        for attempt in range(3 if load["busy"] else 2):  # a real error repeats; a burst of load does not
+        for attempt in range(
+            3 if load["busy"] else 2
+        ):  # a real error repeats; a burst of load does not
             ours, theirs = _compare_once(256, rounds=7)
             if abs(ours / theirs - 1) < 0.05:
                 break
     assert abs(ours / theirs - 1) < 0.05, (
         f"ampbook {ours * 1e3:.4f} ms vs torch.utils.benchmark {theirs * 1e3:.4f} ms "
-        f"(load average {load['load1']} on {load['cpus']} CPUs; far above 1 per CPU, no timer agrees)")
+        f"(load average {load['load1']} on {load['cpus']} CPUs; far above 1 per CPU, no timer agrees)"
+    )
 
 
 def test_warmup_calls_are_run_but_never_timed():
@@ -65,12 +87,16 @@ def test_warmup_calls_are_run_but_never_timed():
 
     def fn():
         calls.append(None)
-        time.sleep(0.03 if len(calls) <= 3 else 0.002)  # the first 3 calls are slow (cold)
+        time.sleep(
+            0.03 if len(calls) <= 3 else 0.002
+        )  # the first 3 calls are slow (cold)
 
     r = benchmark(fn, warmup=3, repeats=8, min_time=0, number=1)
     assert len(calls) == 3 + r.samples * r.number
     assert r.samples == 8
-    assert max(r.times_s) < 0.02, f"a slow warm-up call leaked into the samples: {r.times_s}"
+    assert max(r.times_s) < 0.02, (
+        f"a slow warm-up call leaked into the samples: {r.times_s}"
+    )
     # Without warm-up the cold calls are measured, which the test above would catch.
     calls.clear()
     cold = benchmark(fn, warmup=0, repeats=8, min_time=0, number=1)
@@ -94,8 +120,12 @@ def test_clock_waits_for_asynchronous_work():
     try:
         synced = benchmark(launch, warmup=1, repeats=5, min_time=0, number=1, sync=sync)
         assert synced.median_s >= 0.9 * work_s, synced
-        unsynced = benchmark(launch, warmup=1, repeats=5, min_time=0, number=1, sync=lambda: None)
-        assert unsynced.median_s < 0.2 * work_s, "the fake is not asynchronous, the test proves nothing"
+        unsynced = benchmark(
+            launch, warmup=1, repeats=5, min_time=0, number=1, sync=lambda: None
+        )
+        assert unsynced.median_s < 0.2 * work_s, (
+            "the fake is not asynchronous, the test proves nothing"
+        )
     finally:
         sync()
         pool.shutdown()
@@ -103,8 +133,12 @@ def test_clock_waits_for_asynchronous_work():
 
 def test_default_sync_and_clock_by_device():
     assert default_sync(torch.device("cpu"))() is None
-    assert isinstance(timing._clock(torch.device("cpu"), lambda: None), timing._HostClock)
-    assert isinstance(timing._clock(torch.device("cuda"), lambda: None), timing._CudaEventClock)
+    assert isinstance(
+        timing._clock(torch.device("cpu"), lambda: None), timing._HostClock
+    )
+    assert isinstance(
+        timing._clock(torch.device("cuda"), lambda: None), timing._CudaEventClock
+    )
 
 
 @pytest.mark.cuda
@@ -131,38 +165,74 @@ def test_inputs_rotate_through_buffers_sized_from_the_cache():
         return (made[-1],)
 
     seen = []
-    r = benchmark(lambda x: seen.append(x.data_ptr()), make, warmup=0, repeats=10, min_time=0,
-                  number=1, cache_bytes=16 * 1024)  # 2 x 16 KiB / 4 KiB = 8 sets
+    r = benchmark(
+        lambda x: seen.append(x.data_ptr()),
+        make,
+        warmup=0,
+        repeats=10,
+        min_time=0,
+        number=1,
+        cache_bytes=16 * 1024,
+    )  # 2 x 16 KiB / 4 KiB = 8 sets
     assert r.buffers == len(made) == 8
     assert seen[:8] == [t.data_ptr() for t in made] and seen[8:10] == seen[:2]
     assert buffers_needed(1 << 20, 4 << 20) == 8
-    assert buffers_needed(8 << 20, 4 << 20) == 1           # already twice the cache
+    assert buffers_needed(8 << 20, 4 << 20) == 1  # already twice the cache
     assert buffers_needed(1 << 10, 1 << 30, max_buffers=64) == 64
     assert buffers_needed(1 << 20, 1 << 30, max_total_bytes=4 << 20) == 4
     a = torch.ones(10)
-    assert working_set_bytes((a, a, [a[2:]], {"b": torch.ones(5, dtype=torch.float64)})) == 40 + 40
+    assert (
+        working_set_bytes((a, a, [a[2:]], {"b": torch.ones(5, dtype=torch.float64)}))
+        == 40 + 40
+    )
 
 
 def test_zero_inputs_are_refused():
     with pytest.raises(ValueError, match="all zeros"):
         benchmark(torch.neg, lambda: torch.zeros(8), warmup=0, repeats=1, min_time=0)
-    r = benchmark(torch.neg, lambda: torch.zeros(8), warmup=0, repeats=1, min_time=0, check_inputs=False)
+    r = benchmark(
+        torch.neg,
+        lambda: torch.zeros(8),
+        warmup=0,
+        repeats=1,
+        min_time=0,
+        check_inputs=False,
+    )
     assert r.samples == 1
     assert (random_tensor((64, 64), "bf16") != 0).any()
 
 
 def test_result_statistics_and_rates():
-    r = TimingResult(name="x", device="cpu", times_s=tuple(float(i) for i in range(1, 12)), number=1,
-                     warmup=0, buffers=1, flops=6e12, bytes_moved=3e9)
-    assert r.median_s == 6.0 and r.p10_s == pytest.approx(2.0) and r.p90_s == pytest.approx(10.0)
+    r = TimingResult(
+        name="x",
+        device="cpu",
+        times_s=tuple(float(i) for i in range(1, 12)),
+        number=1,
+        warmup=0,
+        buffers=1,
+        flops=6e12,
+        bytes_moved=3e9,
+    )
+    assert (
+        r.median_s == 6.0
+        and r.p10_s == pytest.approx(2.0)
+        and r.p90_s == pytest.approx(10.0)
+    )
     assert r.iqr_s == pytest.approx(5.0)
     assert r.tflops == pytest.approx(1.0) and r.gbps == pytest.approx(0.5)
     assert r.intensity == pytest.approx(2000.0)
     assert r.fraction_of_peak(4.0) == pytest.approx(0.25)
     assert r.fraction_of_peak(2.0, unit="gbps") == pytest.approx(0.25)
-    bw_only = TimingResult(name="y", device="cpu", times_s=(2.0,), number=1, warmup=0, buffers=1,
-                           bytes_moved=4e9)
-    assert bw_only.fraction_of_peak(4.0) == pytest.approx(0.5)   # GB/s by default
+    bw_only = TimingResult(
+        name="y",
+        device="cpu",
+        times_s=(2.0,),
+        number=1,
+        warmup=0,
+        buffers=1,
+        bytes_moved=4e9,
+    )
+    assert bw_only.fraction_of_peak(4.0) == pytest.approx(0.5)  # GB/s by default
     with pytest.raises(ValueError, match="no flops"):
         bw_only.fraction_of_peak(1.0, unit="tflops")
     with pytest.raises(ValueError, match="positive"):
@@ -179,7 +249,7 @@ def test_sampling_obeys_repeats_min_time_and_max_time():
     r = benchmark(fn, warmup=0, repeats=1000, min_time=0, max_time=0.03, number=1)
     assert 3 <= r.samples < 20
     r = benchmark(lambda: None, warmup=2, repeats=3, min_time=0, block_time=1e-3)
-    assert r.number > 1   # fast calls are grouped into blocks of about block_time
+    assert r.number > 1  # fast calls are grouped into blocks of about block_time
 
 
 def test_bad_arguments_are_named():
@@ -204,7 +274,9 @@ def test_bad_arguments_are_named():
 
 
 def test_matmul_and_elementwise_conveniences_count_work():
-    r = time_matmul(32, 16, 8, dtype="bf16", device="cpu", warmup=1, repeats=2, min_time=0)
+    r = time_matmul(
+        32, 16, 8, dtype="bf16", device="cpu", warmup=1, repeats=2, min_time=0
+    )
     assert r.flops == 2 * 32 * 16 * 8
     assert r.bytes_moved == (32 * 8 + 8 * 16 + 32 * 16) * 2
     assert r.extra == {"kind": "matmul", "dtype": "bf16", "n": 32, "m": 16, "k": 8}

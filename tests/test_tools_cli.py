@@ -16,8 +16,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from _cli import one_error
 import torch
+from _cli import one_error
 
 from ampbook import book, bookcheck, data, evaluate, run
 from ampbook.bench import main as bench_main
@@ -40,7 +40,6 @@ def _notebook(tmp_path: Path, name: str, extra: str = "") -> Path:
     path = tmp_path / f"{name}.py"
     path.write_text(NOTEBOOK.format(extra=extra))
     return path
-
 
 
 def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -13,32 +13,51 @@ import torch
 from PIL import Image
 
 from ampbook.paths import REPO_ROOT
-from ampbook.train import (PRECISIONS, SCHEMA_VERSION, ConfigError, NonFiniteLossError, TrainConfig,
-                           build_parser, command_line, config_from_args, enet_class_weights, load_results, main,
-                           prediction_path, run_name, run_training)
+from ampbook.train import (
+    PRECISIONS,
+    SCHEMA_VERSION,
+    ConfigError,
+    NonFiniteLossError,
+    TrainConfig,
+    build_parser,
+    command_line,
+    config_from_args,
+    enet_class_weights,
+    load_results,
+    main,
+    prediction_path,
+    run_name,
+    run_training,
+)
 
 TINY = dict(device="cpu", height=32, width=64, workers=0, quiet=True)
 
 
 # --- options ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("changes, words", [
-    ({"precision": "fp8"}, ["unknown precision", "fp8", "amp-bf16"]),
-    ({"epochs": -1}, ["epochs", "-1"]),
-    ({"epochs": 0}, ["epochs", "positive"]),
-    ({"batch_size": 0}, ["batch_size"]),
-    ({"height": 60}, ["height", "multiple of 8", "60"]),
-    ({"lr": 0.0}, ["lr", "positive"]),
-    ({"lr": float("nan")}, ["lr"]),
-    ({"accumulate": 0}, ["accumulate"]),
-    ({"clip_grad": -1.0}, ["clip_grad"]),
-    ({"class_weights": "median"}, ["class_weights", "median", "enet"]),
-    ({"tf32": "maybe"}, ["tf32"]),
-    ({"workers": -2}, ["workers"]),
-    ({"resume": True}, ["resume", "out"]),
-])
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"precision": "fp8"}, ["unknown precision", "fp8", "amp-bf16"]),
+        ({"epochs": -1}, ["epochs", "-1"]),
+        ({"epochs": 0}, ["epochs", "positive"]),
+        ({"batch_size": 0}, ["batch_size"]),
+        ({"height": 60}, ["height", "multiple of 8", "60"]),
+        ({"lr": 0.0}, ["lr", "positive"]),
+        ({"lr": float("nan")}, ["lr"]),
+        ({"accumulate": 0}, ["accumulate"]),
+        ({"clip_grad": -1.0}, ["clip_grad"]),
+        ({"class_weights": "median"}, ["class_weights", "median", "enet"]),
+        ({"tf32": "maybe"}, ["tf32"]),
+        ({"workers": -2}, ["workers"]),
+        ({"resume": True}, ["resume", "out"]),
+    ],
+)
 def test_bad_options_are_refused_before_any_work(tmp_path, changes, words):
-    cfg = TrainConfig(**{**TINY, "out": None, "data_root": str(tmp_path / "nowhere"), **changes})
+    cfg = TrainConfig(
+        **{**TINY, "out": None, "data_root": str(tmp_path / "nowhere"), **changes}
+    )
     with pytest.raises(ConfigError) as err:
         run_training(cfg)
     for w in words:
@@ -64,7 +83,9 @@ def test_missing_data_root_is_a_config_error(tmp_path):
 
 
 def test_cli_reports_bad_options_with_exit_code_2(capsys, tmp_path):
-    assert main(["--epochs", "-3", "--device", "cpu", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["--epochs", "-3", "--device", "cpu", "--out", str(tmp_path / "o")]) == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error:") and "epochs" in err
     assert not (tmp_path / "o").exists()
@@ -73,8 +94,17 @@ def test_cli_reports_bad_options_with_exit_code_2(capsys, tmp_path):
 
 
 def test_command_line_round_trips_a_config():
-    cfg = TrainConfig(precision="amp-fp16", shuffle=False, height=64, width=128, clip_grad=2.0,
-                      out="/tmp/x", checkpoint=False, progress=False, data_root="/data/cs")
+    cfg = TrainConfig(
+        precision="amp-fp16",
+        shuffle=False,
+        height=64,
+        width=128,
+        clip_grad=2.0,
+        out="/tmp/x",
+        checkpoint=False,
+        progress=False,
+        data_root="/data/cs",
+    )
     line = command_line(cfg)
     assert line.startswith("python -m ampbook.train ") and "--no-shuffle" in line
     assert config_from_args(line.split()[3:]) == cfg
@@ -84,23 +114,55 @@ def test_every_config_field_is_a_cli_option():
     parser = build_parser()
     dests = {a.dest for a in parser._actions}
     assert {f.name for f in dataclasses.fields(TrainConfig)} <= dests
-    cfg = config_from_args(["--precision", "amp-bf16", "--no-shuffle", "--channels-last",
-                            "--clip-grad", "1.5", "--accumulate", "3", "--tf32", "on",
-                            "--cudnn-benchmark", "--progress", "off", "--data-root", "/x"])
-    assert (cfg.precision, cfg.shuffle, cfg.channels_last, cfg.clip_grad, cfg.accumulate, cfg.tf32,
-            cfg.cudnn_benchmark, cfg.progress, cfg.data_root) == (
-        "amp-bf16", False, True, 1.5, 3, "on", True, False, "/x")
+    cfg = config_from_args(
+        [
+            "--precision",
+            "amp-bf16",
+            "--no-shuffle",
+            "--channels-last",
+            "--clip-grad",
+            "1.5",
+            "--accumulate",
+            "3",
+            "--tf32",
+            "on",
+            "--cudnn-benchmark",
+            "--progress",
+            "off",
+            "--data-root",
+            "/x",
+        ]
+    )
+    assert (
+        cfg.precision,
+        cfg.shuffle,
+        cfg.channels_last,
+        cfg.clip_grad,
+        cfg.accumulate,
+        cfg.tf32,
+        cfg.cudnn_benchmark,
+        cfg.progress,
+        cfg.data_root,
+    ) == ("amp-bf16", False, True, 1.5, 3, "on", True, False, "/x")
     assert config_from_args([]).out == "build/runs"
     assert PRECISIONS == ("fp32", "amp-fp16", "amp-bf16")
 
 
 # --- a real fp32 run, shared by the tests below ------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def fp32_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fp32")
-    cfg = TrainConfig(**TINY, epochs=2, batch_size=2, synthetic_train=4, synthetic_val=2,
-                      out=str(tmp / "runs"), save_predictions=str(tmp / "preds"))
+    cfg = TrainConfig(
+        **TINY,
+        epochs=2,
+        batch_size=2,
+        synthetic_train=4,
+        synthetic_val=2,
+        out=str(tmp / "runs"),
+        save_predictions=str(tmp / "preds"),
+    )
     return cfg, run_training(cfg), tmp
 
 
@@ -118,10 +180,15 @@ def test_results_file_matches_the_returned_record_and_schema(fp32_run):
     on_disk = load_results(path)
     assert on_disk == {k: v for k, v in result.items() if k != "json_path"}
     assert result["schema_version"] == SCHEMA_VERSION and result["status"] == "complete"
-    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, f"{run_name(cfg)}.ckpt"])
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted(
+        [path.name, f"{run_name(cfg)}.ckpt"]
+    )
     assert result["config"] == json.loads(json.dumps(dataclasses.asdict(cfg)))
     assert result["resolved"]["synthetic_data"] is True
-    assert result["resolved"]["autocast_dtype"] is None and result["resolved"]["grad_scaler"] is False
+    assert (
+        result["resolved"]["autocast_dtype"] is None
+        and result["resolved"]["grad_scaler"] is False
+    )
     assert result["environment"]["torch"] == torch.__version__
     # every key is documented, and every documented key is there
     assert set(result) - {"json_path"} == _documented_keys("Top level") - {"stopped"}
@@ -137,19 +204,27 @@ def test_epoch_records_hold_consistent_numbers(fp32_run):
     for i, rec in enumerate(result["epochs"], 1):
         assert rec["epoch"] == i
         assert rec["steps"] == 2 and rec["images"] == 4 and rec["optimizer_steps"] == 2
-        assert rec["skipped_steps"] == 0 and rec["nonfinite_losses"] == 0 and rec["loss_scale"] is None
+        assert (
+            rec["skipped_steps"] == 0
+            and rec["nonfinite_losses"] == 0
+            and rec["loss_scale"] is None
+        )
         assert rec["step_s"] + rec["data_wait_s"] <= rec["wall_s"] * 1.001
         assert rec["epoch_s"] >= rec["wall_s"] + rec["val_s"]
         assert rec["images_per_s"] == pytest.approx(4 / rec["wall_s"])
-        assert rec["saved_tensor_bytes"] > 1e6 and set(rec["saved_tensor_by_dtype"]) <= {"float32", "int64"}
+        assert rec["saved_tensor_bytes"] > 1e6 and set(
+            rec["saved_tensor_by_dtype"]
+        ) <= {"float32", "int64"}
         assert rec["peak_rss_bytes"] > rec["saved_tensor_bytes"]
         assert rec["cuda_max_allocated_bytes"] is None
         assert 0 <= rec["val_pixel_accuracy"] <= 1 and 0 <= rec["val_miou"] <= 1
         assert len(rec["val_iou"]) == 19 and math.isfinite(rec["train_loss"])
     assert e1["lr"] == pytest.approx(5e-4)
-    assert e2["lr"] == pytest.approx(5e-4 * (1 - 1 / 2) ** 0.9)   # poly decay
+    assert e2["lr"] == pytest.approx(5e-4 * (1 - 1 / 2) ** 0.9)  # poly decay
     s = result["summary"]
-    assert s["epochs_completed"] == 2 and s["total_wall_s"] == pytest.approx(e1["wall_s"] + e2["wall_s"])
+    assert s["epochs_completed"] == 2 and s["total_wall_s"] == pytest.approx(
+        e1["wall_s"] + e2["wall_s"]
+    )
     assert s["final_val_miou"] == e2["val_miou"]
 
 
@@ -159,7 +234,10 @@ def test_checkpoint_loads_weights_only_and_holds_the_final_state(fp32_run):
     assert ckpt["epoch"] == 2
     assert {"model", "optimizer", "scheduler", "scaler", "rng", "records"} <= set(ckpt)
     assert set(ckpt["rng"][0]) == {"torch", "cuda", "numpy", "python"}
-    assert json.loads(ckpt["records"])[1]["train_loss"] == result["epochs"][1]["train_loss"]
+    assert (
+        json.loads(ckpt["records"])[1]["train_loss"]
+        == result["epochs"][1]["train_loss"]
+    )
     assert ckpt["scheduler"]["last_epoch"] == 2
 
 
@@ -173,58 +251,104 @@ def test_saved_predictions_are_label_id_pngs_that_the_evaluator_reads(fp32_run):
     files = sorted((tmp / "preds").rglob("*.png"))
     assert files == sorted(prediction_path(tmp / "preds", img) for img, _ in val.pairs)
     for img, label in val.pairs:
-        with Image.open(prediction_path(tmp / "preds", img)) as p, Image.open(label) as gt:
+        with (
+            Image.open(prediction_path(tmp / "preds", img)) as p,
+            Image.open(label) as gt,
+        ):
             assert p.size == gt.size and p.mode == "L"
-            assert set(np.unique(np.asarray(p)).tolist()) <= set(TRAIN_TO_LABEL.tolist())
+            assert set(np.unique(np.asarray(p)).tolist()) <= set(
+                TRAIN_TO_LABEL.tolist()
+            )
     scores = evaluate_folder(tmp / "preds", root, "val")
     assert scores["images"] == len(val) and 0 <= scores["pixel_accuracy"] <= 1
 
 
 # --- AMP paths and options ----------------------------------------------------------------------
 
+
 def test_fp16_with_scaler_accumulation_clipping_and_channels_last(tmp_path):
-    cfg = TrainConfig(**TINY, precision="amp-fp16", epochs=1, batch_size=1, synthetic_train=4,
-                      synthetic_val=2, accumulate=2, clip_grad=1.0, channels_last=True, shuffle=False,
-                      out=str(tmp_path))
+    cfg = TrainConfig(
+        **TINY,
+        precision="amp-fp16",
+        epochs=1,
+        batch_size=1,
+        synthetic_train=4,
+        synthetic_val=2,
+        accumulate=2,
+        clip_grad=1.0,
+        channels_last=True,
+        shuffle=False,
+        out=str(tmp_path),
+    )
     r = run_training(cfg)
     (rec,) = r["epochs"]
-    assert r["resolved"]["autocast_dtype"] == "float16" and r["resolved"]["grad_scaler"] is True
+    assert (
+        r["resolved"]["autocast_dtype"] == "float16"
+        and r["resolved"]["grad_scaler"] is True
+    )
     assert r["resolved"]["global_batch_size"] == 2
     assert r["environment"]["memory_format"] == "channels_last"
-    assert (r["config"]["accumulate"], r["config"]["clip_grad"], r["config"]["shuffle"]) == (2, 1.0, False)
+    assert (
+        r["config"]["accumulate"],
+        r["config"]["clip_grad"],
+        r["config"]["shuffle"],
+    ) == (2, 1.0, False)
     assert rec["steps"] == 4
-    assert rec["optimizer_steps"] + rec["skipped_steps"] == 2          # one per two batches
+    assert rec["optimizer_steps"] + rec["skipped_steps"] == 2  # one per two batches
     # every skipped step halved the scale (no growth within 2000 steps)
     assert rec["loss_scale"] == 65536.0 * 0.5 ** rec["skipped_steps"]
     assert rec["saved_tensor_by_dtype"].get("float16", 0) > 0
     from ampbook.env import cpu_flags
+
     if not {"amx_fp16", "avx512_fp16"} & set(cpu_flags()):
         assert any("fp16" in w for w in r["resolved"]["warnings"])
 
 
 def test_bf16_autocast_without_scaler(tmp_path):
-    cfg = TrainConfig(**TINY, precision="amp-bf16", epochs=1, batch_size=2, synthetic_train=2,
-                      synthetic_val=2, out=None)
+    cfg = TrainConfig(
+        **TINY,
+        precision="amp-bf16",
+        epochs=1,
+        batch_size=2,
+        synthetic_train=2,
+        synthetic_val=2,
+        out=None,
+    )
     r = run_training(cfg)
     (rec,) = r["epochs"]
     assert "json_path" not in r and r["resolved"]["autocast_dtype"] == "bfloat16"
     assert rec["loss_scale"] is None and rec["optimizer_steps"] == 1
-    assert rec["saved_tensor_by_dtype"]["bfloat16"] > rec["saved_tensor_by_dtype"].get("float32", 0)
+    assert rec["saved_tensor_by_dtype"]["bfloat16"] > rec["saved_tensor_by_dtype"].get(
+        "float32", 0
+    )
 
 
 @pytest.mark.parametrize("precision", ["fp32", "amp-fp16"])
 def test_a_loss_that_stays_non_finite_stops_the_run(tmp_path, precision):
     # lr=1e30: the first update blows the weights up, every later loss is inf/NaN.
-    cfg = TrainConfig(**TINY, precision=precision, epochs=3, batch_size=1, synthetic_train=8,
-                      synthetic_val=2, lr=1e30, max_nonfinite=3, out=str(tmp_path))
+    cfg = TrainConfig(
+        **TINY,
+        precision=precision,
+        epochs=3,
+        batch_size=1,
+        synthetic_train=8,
+        synthetic_val=2,
+        lr=1e30,
+        max_nonfinite=3,
+        out=str(tmp_path),
+    )
     with pytest.raises(NonFiniteLossError, match="3 consecutive optimizer steps"):
         run_training(cfg)
     r = json.loads((tmp_path / f"{run_name(cfg)}.json").read_text())
     assert r["status"] == "stopped: non-finite loss"
     stop = r["stopped"]
-    assert stop["epoch"] == 1 and stop["skipped_steps"] >= 3 and stop["nonfinite_losses"] >= 1
-    assert stop["optimizer_steps"] >= 1                   # it did train before blowing up
-    assert r["epochs"] == []                              # no epoch finished, none is reported
+    assert (
+        stop["epoch"] == 1
+        and stop["skipped_steps"] >= 3
+        and stop["nonfinite_losses"] >= 1
+    )
+    assert stop["optimizer_steps"] >= 1  # it did train before blowing up
+    assert r["epochs"] == []  # no epoch finished, none is reported
     assert (stop["loss_scale"] is not None) == (precision == "amp-fp16")
 
 
@@ -239,9 +363,9 @@ def test_enet_class_weights_follow_the_label_histogram():
     expected = 1 / np.log(1.02 + counts / counts.sum())
     weights = enet_class_weights(ds)
     np.testing.assert_allclose(weights, expected, rtol=1e-6)
-    for c in np.flatnonzero(counts == 0):                  # absent classes: the largest weight
+    for c in np.flatnonzero(counts == 0):  # absent classes: the largest weight
         assert weights[c] == pytest.approx(1 / np.log(1.02))
-    assert enet_class_weights(ds) == weights               # cached
+    assert enet_class_weights(ds) == weights  # cached
 
 
 def test_bench_step_compares_the_runner_with_a_bare_loop_doing_the_same_work():
@@ -251,11 +375,15 @@ def test_bench_step_compares_the_runner_with_a_bare_loop_doing_the_same_work():
     cfg = TrainConfig(**TINY, batch_size=1)
     res = validate(cfg)
     runner, bare = build_training(cfg, res).step, bare_step_fn(cfg, res.device)
-    for x, y in _batches(cfg, res.device, 2):   # same weights, same batch, same dropout: same loss
+    for x, y in _batches(
+        cfg, res.device, 2
+    ):  # same weights, same batch, same dropout: same loss
         torch.manual_seed(7)
         a = runner(x, y)
         torch.manual_seed(7)
         assert bare(x, y) == a
     o = measure_overhead("fp32", "cpu", 32, 64, 1, rounds=2, steps_per_round=1)
     assert o["samples"] == 2 and len(o["bare_times_s"]) == 2
-    assert o["ratio"] == pytest.approx(o["runner_s"] / o["bare_s"]) and o["runner_s"] > 0
+    assert (
+        o["ratio"] == pytest.approx(o["runner_s"] / o["bare_s"]) and o["runner_s"] > 0
+    )

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from _cli import one_error
 import torch
+from _cli import one_error
 from PIL import Image
 
 from ampbook.paths import REPO_ROOT
@@ -67,7 +67,6 @@ def run_cli(capsys, *argv) -> tuple[int, str]:
     code = main([*ARGS, *argv])
     err = capsys.readouterr().err
     return code, err
-
 
 
 # --- overwrite, lock, output paths ----------------------------------------------------

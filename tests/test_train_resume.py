@@ -14,19 +14,52 @@ import pytest
 import torch
 
 from ampbook.paths import REPO_ROOT
-from ampbook.train import ConfigError, TrainConfig, run_name, run_training
+from ampbook.train import ConfigError, TrainConfig, run_training
 
 # Shuffled data, random flips and dropout: everything that draws random numbers is on.
-ARGS = ["--device", "cpu", "--epochs", "2", "--batch-size", "1", "--height", "32", "--width", "64",
-        "--workers", "0", "--synthetic-train", "6", "--synthetic-val", "2", "--flip", "--seed", "3",
-        "--name", "resume-test"]
+ARGS = [
+    "--device",
+    "cpu",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "1",
+    "--height",
+    "32",
+    "--width",
+    "64",
+    "--workers",
+    "0",
+    "--synthetic-train",
+    "6",
+    "--synthetic-val",
+    "2",
+    "--flip",
+    "--seed",
+    "3",
+    "--name",
+    "resume-test",
+]
 
 
 def _start(out: Path, *extra: str, progress: str = "off") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ampbook.train", *ARGS, "--out", str(out),
-                             "--progress", progress, *extra],
-                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ampbook.train",
+            *ARGS,
+            "--out",
+            str(out),
+            "--progress",
+            progress,
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+    )
 
 
 def _kill_during_epoch_2(proc: subprocess.Popen, timeout: float = 120.0) -> bytes:
@@ -44,18 +77,20 @@ def _kill_during_epoch_2(proc: subprocess.Popen, timeout: float = 120.0) -> byte
             proc.wait()
             return seen
     proc.kill()
-    pytest.fail(f"never saw epoch 2 in progress; stderr:\n{seen.decode(errors='replace')[-2000:]}")
+    pytest.fail(
+        f"never saw epoch 2 in progress; stderr:\n{seen.decode(errors='replace')[-2000:]}"
+    )
 
 
 def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    reference = _start(whole)                    # runs beside the one we kill
+    reference = _start(whole)  # runs beside the one we kill
     victim = _start(cut, progress="on")
     _kill_during_epoch_2(victim)
     assert victim.returncode == -signal.SIGKILL
 
     ckpt = torch.load(cut / "resume-test.ckpt", weights_only=True)
-    assert ckpt["epoch"] == 1                     # killed after epoch 1's checkpoint, inside epoch 2
+    assert ckpt["epoch"] == 1  # killed after epoch 1's checkpoint, inside epoch 2
     partial = json.loads((cut / "resume-test.json").read_text())
     assert partial["status"] == "running" and len(partial["epochs"]) == 1
 
@@ -79,15 +114,42 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
     ra = json.loads((whole / "resume-test.json").read_text())
     rb = json.loads((cut / "resume-test.json").read_text())
     assert rb["status"] == ra["status"] == "complete"
-    assert rb["resolved"]["resumed_from_epoch"] == 1 and ra["resolved"]["resumed_from_epoch"] is None
-    numbers = ("train_loss", "lr", "val_loss", "val_pixel_accuracy", "val_miou", "val_iou",
-               "optimizer_steps", "skipped_steps", "steps", "images")
+    assert (
+        rb["resolved"]["resumed_from_epoch"] == 1
+        and ra["resolved"]["resumed_from_epoch"] is None
+    )
+    numbers = (
+        "train_loss",
+        "lr",
+        "val_loss",
+        "val_pixel_accuracy",
+        "val_miou",
+        "val_iou",
+        "optimizer_steps",
+        "skipped_steps",
+        "steps",
+        "images",
+    )
     for ea, eb in zip(ra["epochs"], rb["epochs"], strict=True):
         assert {k: ea[k] for k in numbers} == {k: eb[k] for k in numbers}
 
     # Resuming with settings that change the numbers is refused, naming the setting.
-    cfg = TrainConfig(device="cpu", epochs=2, batch_size=1, height=32, width=64, workers=0,
-                      synthetic_train=6, synthetic_val=2, flip=True, seed=3, name="resume-test",
-                      out=str(cut), resume=True, lr=1e-3, quiet=True)
+    cfg = TrainConfig(
+        device="cpu",
+        epochs=2,
+        batch_size=1,
+        height=32,
+        width=64,
+        workers=0,
+        synthetic_train=6,
+        synthetic_val=2,
+        flip=True,
+        seed=3,
+        name="resume-test",
+        out=str(cut),
+        resume=True,
+        lr=1e-3,
+        quiet=True,
+    )
     with pytest.raises(ConfigError, match=r"lr: checkpoint 0.0005 vs now 0.001"):
         run_training(cfg)
