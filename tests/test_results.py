@@ -101,32 +101,21 @@ def test_mismatched_gpus_do_not_pair(rs):
     assert len(pair_runs([fp32, same])) == 1
 
 
+def _run(rs, mode: str):
+    """The fixture GPU's run of ``mode``."""
+    return next(r for r in rs.train_runs if r.device_name == GPU and r.mode == mode)
+
+
 def test_other_setting_does_not_pair(rs):
-    fp32 = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "fp32")
-    amp = json.loads(
-        json.dumps(
-            next(
-                r
-                for r in rs.train_runs
-                if r.device_name == GPU and r.mode == "amp-fp16"
-            ).record
-        )
-    )
+    fp32 = _run(rs, "fp32")
+    amp = json.loads(json.dumps(_run(rs, "amp-fp16").record))
     amp["config"]["batch_size"] = 2
     assert pair_runs([fp32, summarise_run(amp)]) == []
 
 
 def test_incomplete_runs_do_not_pair(rs):
-    fp32 = next(r for r in rs.train_runs if r.device_name == GPU and r.mode == "fp32")
-    amp = json.loads(
-        json.dumps(
-            next(
-                r
-                for r in rs.train_runs
-                if r.device_name == GPU and r.mode == "amp-fp16"
-            ).record
-        )
-    )
+    fp32 = _run(rs, "fp32")
+    amp = json.loads(json.dumps(_run(rs, "amp-fp16").record))
     amp["status"] = "running"
     assert pair_runs([fp32, summarise_run(amp)]) == []
     assert len(pair_runs([fp32, summarise_run(amp)], complete_only=False)) == 1
