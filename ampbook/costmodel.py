@@ -1066,14 +1066,13 @@ def hypotheses_verdict(
     ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or the
     step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``: the
     AMP run's time waiting for data over its waiting plus stepping. (a) the loader bounds
-    the epoch: the wait is large and the epochs are closer to equal than the steps.
-    (b) slow fp16 kernels: the AMP step itself is no faster than fp32's (within 5%).
+    the epoch: the loop spends at least half its time waiting for data, so a faster step
+    barely shows in the epoch. (b) the AMP step itself is no faster than fp32's (at most
+    1.05x); against a TF32 baseline that need not mean slow fp16 kernels, only that 16 bits
+    add nothing to what TF32 already gained. Both can hold at once.
     """
     slow_step = step_speedup <= 1.05
-    # the loader hides the step's difference: the epochs are closer to equal than the steps
-    loader = data_wait_share >= 0.5 and abs(math.log(epoch_speedup)) < abs(
-        math.log(step_speedup)
-    )
+    loader = data_wait_share >= 0.5
     if slow_step and loader:
         return (
             f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's and the loader "
@@ -1081,8 +1080,8 @@ def hypotheses_verdict(
         )
     if slow_step:
         return (
-            f"(b) slow low-precision kernels: the AMP step alone ran at "
-            f"{step_speedup:.2f}x fp32's, and the loader took {data_wait_share:.0%}."
+            f"(b) the AMP step is no faster: alone it ran at {step_speedup:.2f}x "
+            f"fp32's, and the loader took {data_wait_share:.0%}."
         )
     if loader:
         return (

@@ -128,6 +128,7 @@ class TrainRun:
     final_val_miou: float | None
     skipped_steps: int
     record: dict = field(repr=False, compare=False, hash=False)
+    steps_per_epoch: int = 1  # steps of the last epoch (per process)
 
     @property
     def is_cuda(self) -> bool:
@@ -155,6 +156,11 @@ class TrainRun:
     def data_wait_share(self) -> float:
         """Fraction of the epoch time spent waiting for the loader."""
         return self.data_wait_s / self.epoch_s
+
+    @property
+    def one_step_s(self) -> float:
+        """Time of one step: ``step_s`` over the epoch's steps."""
+        return self.step_s / self.steps_per_epoch
 
     @property
     def step_images_per_s(self) -> float:
@@ -231,6 +237,7 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             final_val_miou=s.get("final_val_miou"),
             skipped_steps=int(s.get("total_skipped_steps") or 0),
             record=record,
+            steps_per_epoch=max(1, int(epochs[-1].get("steps") or 1)),
         )
     except (KeyError, TypeError) as err:
         raise ResultsError(
@@ -303,6 +310,84 @@ def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunP
             for amp in ("amp-fp16", "amp-bf16"):
                 if base in by_mode and amp in by_mode:
                     out.append(RunPair(setting, by_mode[base], by_mode[amp]))
+    return out
+
+
+@dataclass(frozen=True)
+class BoundCheck:
+    """A GPU pair's measured steps beside the cost model's bound for that GPU, traced at
+    the pair's own setting (``bound_checks``)."""
+
+    pair: RunPair
+    device_key: str  # the device table's entry
+    baseline_bound_s: float
+    amp_bound_s: float
+
+    @property
+    def bound_speedup(self) -> float:
+        """What the roofline promises AMP: baseline bound over AMP bound."""
+        return self.baseline_bound_s / self.amp_bound_s
+
+    @property
+    def baseline_efficiency(self) -> float:
+        return self.baseline_bound_s / self.pair.baseline.one_step_s
+
+    @property
+    def amp_efficiency(self) -> float:
+        return self.amp_bound_s / self.pair.amp.one_step_s
+
+    def verdict(self) -> str:
+        """One line: the bound's promise, the measured step, and why they differ."""
+        p = self.pair
+        head = (
+            f"{p.setting.device_name}, {p.label}: the bound promised "
+            f"{self.bound_speedup:.2f}x, the step gained {p.step_speedup:.2f}x"
+        )
+        effs = (
+            f"AMP's steps reached {self.amp_efficiency:.0%} of their bound, the "
+            f"baseline's {self.baseline_efficiency:.0%}"
+        )
+        if p.step_speedup < 0.8 * self.bound_speedup:
+            return f"{head}: {effs}, so AMP lost more to kernel inefficiency."
+        if p.step_speedup > 1.25 * self.bound_speedup:
+            return f"{head}: {effs}, so the baseline lost more to kernel inefficiency."
+        return f"{head}, close to the promise ({effs})."
+
+
+def bound_checks(pairs: Iterable[RunPair], model, devices=None) -> list[BoundCheck]:
+    """A ``BoundCheck`` for every pair that ran on a GPU of the device table (others are
+    left out: there are no ceilings to hold them against). ``model`` is the network the
+    runs trained (ERFNet for the runner's records); it is traced on fake tensors at each
+    pair's resolution and batch, fp32 against the bound with TF32 as the baseline ran
+    it."""
+    from ampbook import costmodel as cm
+    from ampbook.devices import find_device, load_devices
+
+    devices = load_devices() if devices is None else devices
+    traces: dict[tuple, Any] = {}
+
+    def bound(setting: Setting, precision: str, ceilings) -> float:
+        key = (setting.batch_size, setting.height, setting.width, precision)
+        if key not in traces:
+            traces[key] = cm.trace_step(
+                model, setting.batch_size, setting.height, setting.width, precision
+            )
+        return cm.predict(traces[key], ceilings).min_step_s
+
+    out = []
+    for p in pairs:
+        dev = find_device(p.setting.device_name, devices)
+        if dev is None:
+            continue
+        base_ceil = cm.Ceilings.from_device(dev, tf32=p.baseline.tf32)
+        out.append(
+            BoundCheck(
+                p,
+                dev.key,
+                bound(p.setting, "fp32", base_ceil),
+                bound(p.setting, p.amp.precision, cm.Ceilings.from_device(dev)),
+            )
+        )
     return out
 
 
@@ -532,6 +617,10 @@ class ResultSet:
     def pairs(self, complete_only: bool = True) -> list[RunPair]:
         """``pair_runs`` over the CUDA runs."""
         return pair_runs(self.gpu_runs(complete_only), complete_only)
+
+    def bound_checks(self, model, devices=None) -> list[BoundCheck]:
+        """``bound_checks`` of this folder's complete GPU pairs."""
+        return bound_checks(self.pairs(), model, devices)
 
     def devices(self) -> list[str]:
         """Device names that appear in any result, sorted."""

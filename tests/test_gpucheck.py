@@ -143,6 +143,38 @@ def test_stage_budgets_fit_the_default_budget():
     assert sum(s.budget_s for s in STAGES) <= DEFAULT_BUDGET_S - RESERVE_S
 
 
+def test_check_profile_sets_only_parameters_of_each_checked_notebook():
+    """The check's own profile covers every notebook it runs, with names the notebooks'
+    parameters cells define (the runner would reject others, but only on the GPU)."""
+    import yaml
+
+    from ampbook.gpucheck import CHECK_PROFILE, NOTEBOOKS
+    from ampbook.paths import NOTEBOOKS_DIR, PROFILES_FILE
+    from ampbook.run import parameters_cell, read_source
+
+    check = yaml.safe_load(PROFILES_FILE.read_text())[CHECK_PROFILE]
+    for stem in NOTEBOOKS.values():
+        assert stem in check, f"{CHECK_PROFILE} has no section for {stem}"
+        _, names = parameters_cell(read_source(NOTEBOOKS_DIR / f"{stem}.py"))
+        assert set(check[stem]) <= set(names), stem
+
+
+def test_a_stage_that_ends_early_leaves_its_time_to_the_next(tmp_path):
+    """Budgets are shares of what is left: after env ends in seconds, tests gets its
+    share of the rest, more than its share of the whole."""
+    from ampbook.gpucheck import RESERVE_S, STAGES
+
+    done = gpucheck(
+        "--out", str(tmp_path), "--budget-s", "60", "--stages", "env,nb01", timeout=200
+    )
+    report = json.loads((tmp_path / "report.json").read_text())
+    by = {s["name"]: s for s in report["stages"]}
+    share = {s.name: s.budget_s for s in STAGES}
+    whole = (60 - RESERVE_S) * share["nb01"] / (share["env"] + share["nb01"])
+    assert by["nb01"]["budget_s"] > whole, (done.stdout, by)
+    assert by["tests"]["status"] == "not selected"
+
+
 def test_stage_selection_and_slug():
     assert parse_stages(None) == STAGE_NAMES
     assert parse_stages("nb05,profile") == ("wheels", "env", "profile", "nb05")

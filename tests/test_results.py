@@ -176,3 +176,38 @@ def test_missing_folder_and_wrong_schema_errors(tmp_path):
 def test_empty_data_results_folder_reads(tmp_path):
     rs = load_results_dir(tmp_path)
     assert rs.empty and rs.pairs() == [] and rs.devices() == []
+
+
+def test_bound_checks_only_for_table_gpus_at_the_pairs_setting(tmp_path):
+    """Renamed to a GPU of the device table, the fixture runs get the cost model's bound
+    traced at their own setting; the GPU outside the table is left out."""
+    from ampbook.costmodel import Ceilings, predict, trace_step
+    from ampbook.devices import load_devices
+    from ampbook.model import ERFNet
+
+    for f in FIXTURES.glob("train_fixture-gpu_*.json"):
+        rec = json.loads(f.read_text())
+        rec["environment"]["device_name"] = "NVIDIA H200"
+        (tmp_path / f.name).write_text(json.dumps(rec))
+    shutil.copy(FIXTURES / "train_other-fixture-gpu_amp-fp16_1024x512.json", tmp_path)
+    rs = load_results_dir(tmp_path)
+    model = ERFNet(num_classes=19)
+    checks = rs.bound_checks(model)
+    assert {c.pair.setting.device_name for c in checks} == {"NVIDIA H200"}
+    assert len(checks) == len(rs.pairs()) == 4
+    c = next(c for c in checks if not c.pair.baseline.tf32)
+    s = c.pair.setting
+    dev = load_devices()[c.device_key]
+    strict = predict(
+        trace_step(model, s.batch_size, s.height, s.width, "fp32"),
+        Ceilings.from_device(dev, tf32=False),
+    )
+    assert c.baseline_bound_s == pytest.approx(strict.min_step_s)
+    steps = c.pair.amp.record["epochs"][-1]["steps"]
+    assert c.pair.amp.one_step_s == pytest.approx(c.pair.amp.step_s / steps)
+    assert c.amp_efficiency == pytest.approx(c.amp_bound_s / c.pair.amp.one_step_s)
+    # strict fp32 has no TF32 tensor cores: its bound is slower than TF32's
+    tf32 = next(x for x in checks if x.pair.baseline.tf32)
+    assert c.baseline_bound_s > tf32.baseline_bound_s
+    assert f"promised {c.bound_speedup:.2f}x" in c.verdict()
+    assert f"gained {c.pair.step_speedup:.2f}x" in c.verdict()
