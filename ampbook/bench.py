@@ -1,8 +1,8 @@
 """Benchmarks, measured side by side in one run and printed as ratios.
 
-python -m ampbook.bench loader [...]   input pipeline (ampbook.bench_loader)
-python -m ampbook.bench matmul [...]   matmul / elementwise by dtype (ampbook.bench_matmul)
-python -m ampbook.bench step   [...]   training step: runner vs bare loop (ampbook.bench_step)
+python -m ampbook.bench loader [...]  input pipeline (bench_loader)
+python -m ampbook.bench matmul [...]  matmul, elementwise by dtype (bench_matmul)
+python -m ampbook.bench step   [...]  training step: runner vs bare loop (bench_step)
 """
 
 from __future__ import annotations

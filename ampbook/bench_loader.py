@@ -1,19 +1,20 @@
 """Input-pipeline benchmark: can the data loader feed the GPU?
 
-    python -m ampbook.bench loader [--root R] [--split train] [--height 512 --width 1024]
-                                   [--workers 0,1,2] [--batch-size 4] [--max-images N]
-                                   [--passes 3] [--threads T] [--json FILE]
+    python -m ampbook.bench loader [--root R] [--split train]
+                                   [--height 512 --width 1024] [--workers 0,1,2]
+                                   [--batch-size 4] [--max-images N] [--passes 3]
+                                   [--threads T] [--json FILE]
 
-Measures images per second of ``ampbook.data.Cityscapes`` (PNG decode, resize, label mapping,
-normalisation) through a ``torch.utils.data.DataLoader`` for each worker count, beside the bare
-decode + resize of the same files in a single-process loop, and the ratio of the two. Without
-``--root`` (and without ``$CITYSCAPES_DATASET``) it uses a synthetic set of full-size
-2048x1024 images in the cache, the size of Cityscapes' own, and resizes them to 1024x512, the
-setting of the RTX 3070 blog post.
+Measures images per second of ``ampbook.data.Cityscapes`` (PNG decode, resize, label
+mapping, normalisation) through a ``torch.utils.data.DataLoader`` for each worker count,
+beside the bare decode + resize of the same files in a single-process loop, and the
+ratio of the two. Without ``--root`` (and without ``$CITYSCAPES_DATASET``) it uses a
+synthetic set of full-size 2048x1024 images in the cache, the size of Cityscapes' own,
+and resizes them to 1024x512, the setting of the RTX 3070 blog post.
 
-Compare the loader's images per second with the training step's (``python -m ampbook.bench
-step``): when the loader is slower, the input pipeline bounds an epoch, and faster arithmetic
-(AMP) cannot shorten it.
+Compare the loader's images per second with the training step's (``python -m
+ampbook.bench step``): when the loader is slower, the input pipeline bounds an epoch,
+and faster arithmetic (AMP) cannot shorten it.
 """
 
 from __future__ import annotations
@@ -69,13 +70,15 @@ def measure_loader(
     passes: int = 3,
     threads: int | None = None,
 ) -> dict:
-    """Images per second through a DataLoader per worker count, and of decode + resize alone.
+    """Images per second through a DataLoader per worker count, and of decode + resize
+    alone.
 
-    Each worker count runs ``passes`` passes over the images with persistent workers: the
-    first pass includes starting the workers (reported as ``first_pass_s``), the rate is the
-    median of the later passes (of all passes when there is one). ``threads`` sets torch's
-    intra-op threads of this process for the measurement (the resizing of the single-process
-    loop and of 0 workers uses them; DataLoader workers always run one).
+    Each worker count runs ``passes`` passes over the images with persistent workers:
+    the first pass includes starting the workers (reported as ``first_pass_s``), the
+    rate is the median of the later passes (of all passes when there is one).
+    ``threads`` sets torch's intra-op threads of this process for the measurement (the
+    resizing of the single-process loop and of 0 workers uses them; DataLoader workers
+    always run one).
     """
     if threads is not None:
         before = torch.get_num_threads()
@@ -155,7 +158,8 @@ def measure_loader(
         "results": rows,
     }
     if result["synthetic"]:
-        # How fast the synthetic set is made: one scene at the source size, drawn and encoded.
+        # How fast the synthetic set is made: one scene at the source size, drawn and
+        # encoded.
         start = time.perf_counter()
         img, ids = synthetic_pair(0, "train", 0, source[1], source[0])
         Image.fromarray(img).save(io.BytesIO(), format="PNG", compress_level=1)
@@ -166,19 +170,23 @@ def measure_loader(
 
 def format_table(result: dict) -> str:
     lines = [
-        f"{'synthetic ' if result['synthetic'] else ''}Cityscapes {result['split']} from {result['root']}: "
-        f"{result['images']} images {result['source_width']}x{result['source_height']} -> "
+        f"{'synthetic ' if result['synthetic'] else ''}Cityscapes {result['split']} "
+        f"from {result['root']}: "
+        f"{result['images']} images {result['source_width']}x{result['source_height']} "
+        "-> "
         f"{result['width']}x{result['height']}, batch {result['batch_size']}, "
         f"{result['cpu_count']} CPUs, {result['torch_threads']} torch threads",
         f"{'pipeline':<34} {'images/s':>9} {'vs decode+resize':>17} {'1st pass s':>11}",
-        f"{'decode + resize (1 process)':<34} {result['decode_resize_images_per_s']:>9.1f} {1.0:>16.2f}x {'':>11}",
+        f"{'decode + resize (1 process)':<34} "
+        f"{result['decode_resize_images_per_s']:>9.1f} {1.0:>16.2f}x {'':>11}",
     ]
     for row in result["results"]:
         name = (
             f"DataLoader, {row['workers']} worker{'s' if row['workers'] != 1 else ''}"
         )
         lines.append(
-            f"{name:<34} {row['images_per_s']:>9.1f} {row['ratio_to_decode_resize']:>16.2f}x "
+            f"{name:<34} {row['images_per_s']:>9.1f} "
+            f"{row['ratio_to_decode_resize']:>16.2f}x "
             f"{row['first_pass_s']:>11.2f}"
         )
     if "synthesize_s_per_pair" in result:
@@ -197,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--root",
         default=None,
-        help="Cityscapes root (default: $CITYSCAPES_DATASET, else a synthetic full-size set)",
+        help="Cityscapes root (default: $CITYSCAPES_DATASET, else a synthetic "
+        "full-size set)",
     )
     parser.add_argument("--split", default="train")
     parser.add_argument("--height", type=int, default=512)
@@ -224,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
     except ValueError:
         parser.error(
-            f"--workers must be comma-separated non-negative integers, got {args.workers!r}"
+            "--workers must be comma-separated non-negative integers, got "
+            f"{args.workers!r}"
         )
     for name in ("height", "width", "batch_size", "passes", "max_images", "threads"):
         value = getattr(args, name)

@@ -640,22 +640,26 @@ def report(record: dict, out=None) -> dict:
     p = lambda *a: print(*a, file=out)  # noqa: E731
     p(
         f"device: {env['device_name']} ({env['device']}); torch {env['torch']}; "
-        f"threads {env['cpu_threads']}; cpu flags: {', '.join(env.get('cpu_flags') or []) or '-'}"
+        f"threads {env['cpu_threads']}; cpu flags: "
+        f"{', '.join(env.get('cpu_flags') or []) or '-'}"
     )
     load = record.get("machine_load") or {}
     if load.get("busy") and env["device"] == "cpu":
         p(
-            f"WARNING: the machine was busy (load average {load['load1']:.1f} on {load['cpus']} CPUs): "
+            f"WARNING: the machine was busy (load average {load['load1']:.1f} on "
+            f"{load['cpus']} CPUs): "
             "CPU timings below are unreliable; rerun on an idle machine"
             + (
-                " or with --threads 1 (a single thread does not wait on descheduled siblings)."
+                " or with --threads 1 (a single thread does not wait on descheduled "
+                "siblings)."
                 if env["cpu_threads"] > 1
                 else " (single-threaded: less affected, but it shares the CPU)."
             )
         )
     ratios = {"matmul": [], "shapes": [], "elementwise": []}
     p(
-        "\nmatmul, square n x n x n (median per call; speed ratio = fp32 time / dtype time):"
+        "\nmatmul, square n x n x n (median per call; speed ratio = fp32 time / dtype "
+        "time):"
     )
     head = f"{'n':>6} " + " ".join(f"{d + ' ms':>11}" for d in dtypes)
     others = [d for d in dtypes if d != "fp32"]
@@ -679,11 +683,13 @@ def report(record: dict, out=None) -> dict:
     pens = shape_penalties(record["shapes"])
     if pens:
         p(
-            "\noff-by-one shapes (TFLOP/s at the multiple of 8 / TFLOP/s one off; > 1 = odd size slower):"
+            "\noff-by-one shapes (TFLOP/s at the multiple of 8 / TFLOP/s one off; > 1 "
+            "= odd size slower):"
         )
         for q in pens:
             p(
-                f"  {q['dtype']:>5} n={q['n']:<6} vs {q['base']:<6} {q['tflops'] * 1e3:9.4g} vs "
+                f"  {q['dtype']:>5} n={q['n']:<6} vs {q['base']:<6} "
+                f"{q['tflops'] * 1e3:9.4g} vs "
                 f"{q['tflops_aligned'] * 1e3:9.4g} GFLOP/s  penalty {q['slowdown']:.3f}"
             )
             ratios["shapes"].append(q)
@@ -692,7 +698,8 @@ def report(record: dict, out=None) -> dict:
         p("\nelementwise z = x + y (GB/s counts reading x, y and writing z):")
         for numel in sorted({n for _, n in ew}):
             line = f"  numel {numel:>10}: " + ", ".join(
-                f"{d} {ew[(d, numel)]['gbps']:.3g} GB/s ({ew[(d, numel)]['median_s'] * 1e3:.3g} ms)"
+                f"{d} {ew[(d, numel)]['gbps']:.3g} GB/s "
+                f"({ew[(d, numel)]['median_s'] * 1e3:.3g} ms)"
                 for d in ("fp32", "fp16", "bf16")
                 if (d, numel) in ew
             )
@@ -708,12 +715,14 @@ def report(record: dict, out=None) -> dict:
                     }
                 )
                 p(
-                    f"  {'':>17} fp16/fp32 bandwidth ratio {bw:.2f}; fp16 takes {tr:.2f}x the fp32 time "
+                    f"  {'':>17} fp16/fp32 bandwidth ratio {bw:.2f}; fp16 takes "
+                    f"{tr:.2f}x the fp32 time "
                     f"(half the bytes: 0.5 if both ran at the same bandwidth)"
                 )
     for s in record["skipped"]:
         p(
-            f"skipped {s['kind']} {s['dtype']} {s.get('n', s.get('numel'))}: {s['reason']}"
+            f"skipped {s['kind']} {s['dtype']} {s.get('n', s.get('numel'))}: "
+            f"{s['reason']}"
         )
     return ratios
 
@@ -835,7 +844,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     report(record)
     print(
-        f"\n(measured in {time.perf_counter() - t0:.1f} s; cpu flags {cpu_flags() or '-'})"
+        f"\n(measured in {time.perf_counter() - t0:.1f} s; cpu flags "
+        f"{cpu_flags() or '-'})"
     )
     if args.save:
         path = save_record(record, args.save)

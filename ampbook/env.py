@@ -1,5 +1,5 @@
-"""The environment a measurement was made in: printed first by every notebook and recorded
-with every result."""
+"""The environment a measurement was made in: printed first by every notebook and
+recorded with every result."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
 
 
 def cpu_flags() -> list[str]:
-    """The CPU features that matter for low precision on a CPU (AMX, AVX-512 bf16/fp16)."""
+    """The CPU features that matter for low precision on a CPU (AMX, AVX-512
+    bf16/fp16)."""
     wanted = (
         "avx2",
         "avx512f",

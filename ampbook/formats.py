@@ -65,7 +65,7 @@ class Format:
     description: str
     source: str
 
-    # ---- layout --------------------------------------------------------------------------
+    # ---- layout ----------------------------------------------------------------------
     @property
     def bits(self) -> int:
         """Storage width: 1 sign bit + exponent + mantissa. (TF32 is stored in 32-bit
@@ -90,7 +90,7 @@ class Format:
         top_field = 2**self.exponent_bits - 1
         return (top_field - 1 if self.has_inf else top_field) - self.bias
 
-    # ---- derived values (exact binary fractions, computed with math.ldexp) ---------------
+    # ---- derived values (exact binary fractions, computed with math.ldexp) -----------
     @property
     def max(self) -> float:
         """Largest finite value. IEEE: all mantissa bits set, 2^emax * (2 - 2^-m). The

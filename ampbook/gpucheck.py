@@ -86,8 +86,8 @@ NOTEBOOKS = {
     "nb04": "04_loss_scaling",
     "nb05": "05_rtx3070",
 }
-# The notebooks' sizes in the check: notebooks/profiles.yml's "gpucheck" profile, the gpu
-# profile cut to fit the stage budgets (a reader's GPU run uses "gpu").
+# The notebooks' sizes in the check: notebooks/profiles.yml's "gpucheck" profile, the
+# gpu profile cut to fit the stage budgets (a reader's GPU run uses "gpu").
 CHECK_PROFILE = "gpucheck"
 MAX_FILE_BYTES = 16 * 2**20
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")

@@ -1,16 +1,18 @@
-"""Confusion-matrix metrics for semantic segmentation: per-class IoU, mIoU, pixel accuracy.
+"""Confusion-matrix metrics for semantic segmentation: per-class IoU, mIoU, pixel
+accuracy.
 
-The confusion matrix is accumulated on the tensors' device with one ``bincount`` per batch (no
-per-pixel Python loop). The conventions follow cityscapesscripts'
+The confusion matrix is accumulated on the tensors' device with one ``bincount`` per
+batch (no per-pixel Python loop). The conventions follow cityscapesscripts'
 ``evaluation/evalPixelLevelSemanticLabeling.py`` (the official Cityscapes evaluation):
 
 * pixels whose target is the ignore index (255) are left out entirely;
-* IoU of class c = TP / (TP + FP + FN); a class with TP + FP + FN = 0 (absent from the targets
-  and never predicted on a counted pixel) gets NaN;
-* mIoU is the mean over the classes whose IoU is not NaN, so a class predicted but absent from
-  the targets counts as 0, a class absent from both does not count;
-* a prediction that is not one of the classes (e.g. 255 or an id that maps to ignore) on a
-  counted pixel is a false negative of that pixel's class and a false positive of no class;
+* IoU of class c = TP / (TP + FP + FN); a class with TP + FP + FN = 0 (absent from the
+  targets and never predicted on a counted pixel) gets NaN;
+* mIoU is the mean over the classes whose IoU is not NaN, so a class predicted but
+  absent from the targets counts as 0, a class absent from both does not count;
+* a prediction that is not one of the classes (e.g. 255 or an id that maps to ignore) on
+  a counted pixel is a false negative of that pixel's class and a false positive of no
+  class;
 * pixel accuracy = correctly predicted counted pixels / counted pixels.
 """
 
@@ -30,8 +32,8 @@ def count_values(
 
     ``torch.bincount`` does it in one pass, but on CUDA PyTorch counts it among the
     nondeterministic operations, which raise (or warn) under
-    ``torch.use_deterministic_algorithms(True)``; then, or when ``sort_based`` is true, the count
-    comes from ``torch.unique`` (a sort), which is deterministic everywhere.
+    ``torch.use_deterministic_algorithms(True)``; then, or when ``sort_based`` is true,
+    the count comes from ``torch.unique`` (a sort), which is deterministic everywhere.
     """
     if sort_based is None:
         sort_based = index.is_cuda and torch.are_deterministic_algorithms_enabled()
@@ -46,10 +48,11 @@ def count_values(
 class SegmentationMetrics:
     """Accumulates a confusion matrix over batches.
 
-    ``update(pred, target)``: ``pred`` holds class indices (N x H x W, or H x W) or logits
-    (N x C x H x W, arg-maxed over C); ``target`` class indices with ``ignore_index`` for pixels
-    left out. ``compute()`` returns ``{"iou": [...], "miou": float, "pixel_accuracy": float}``.
-    ``confusion[t, p]`` counts pixels of target class t predicted as class p (int64, C x C).
+    ``update(pred, target)``: ``pred`` holds class indices (N x H x W, or H x W) or
+    logits (N x C x H x W, arg-maxed over C); ``target`` class indices with
+    ``ignore_index`` for pixels left out. ``compute()`` returns ``{"iou": [...], "miou":
+    float, "pixel_accuracy": float}``. ``confusion[t, p]`` counts pixels of target class
+    t predicted as class p (int64, C x C).
     """
 
     def __init__(
@@ -82,7 +85,8 @@ class SegmentationMetrics:
 
     @property
     def missed(self) -> torch.Tensor:
-        """Per target class, pixels whose prediction was not a class index (e.g. 255)."""
+        """Per target class, pixels whose prediction was not a class index (e.g.
+        255)."""
         return self._matrix[:, self.num_classes]
 
     @torch.no_grad()
@@ -146,6 +150,8 @@ class SegmentationMetrics:
             return "nan" if math.isnan(v) else f"{v:.4f}"
 
         return (
-            f"SegmentationMetrics(num_classes={self.num_classes}, miou={fmt(r['miou'])}, "
-            f"pixel_accuracy={fmt(r['pixel_accuracy'])}, pixels={int(self._matrix.sum())})"
+            f"SegmentationMetrics(num_classes={self.num_classes}, "
+            f"miou={fmt(r['miou'])}, "
+            f"pixel_accuracy={fmt(r['pixel_accuracy'])}, "
+            f"pixels={int(self._matrix.sum())})"
         )

@@ -2,30 +2,31 @@
 
 Written from the paper's description:
 
-    E. Romera, J. M. Alvarez, L. M. Bergasa, R. Arroyo, "ERFNet: Efficient Residual Factorized
-    ConvNet for Real-time Semantic Segmentation", IEEE Transactions on Intelligent
-    Transportation Systems 19(1):263-272, 2018. doi:10.1109/TITS.2017.2750080
+    E. Romera, J. M. Alvarez, L. M. Bergasa, R. Arroyo, "ERFNet: Efficient Residual
+    Factorized ConvNet for Real-time Semantic Segmentation", IEEE Transactions on
+    Intelligent Transportation Systems 19(1):263-272, 2018.
+    doi:10.1109/TITS.2017.2750080
 
 The network (Table I of the paper), for an input of height H and width W:
 
 * encoder: a downsampler to 16 channels (H/2), a downsampler to 64 (H/4), five
   non-bottleneck-1D blocks (dropout 0.03), a downsampler to 128 (H/8), eight
   non-bottleneck-1D blocks with dilations 2, 4, 8, 16, 2, 4, 8, 16 (dropout 0.3);
-* decoder: a transposed convolution to 64 channels (H/4), two non-bottleneck-1D blocks, a
-  transposed convolution to 16 (H/2), two blocks, and a final transposed convolution to the
-  classes at the input's size.
+* decoder: a transposed convolution to 64 channels (H/4), two non-bottleneck-1D blocks,
+  a transposed convolution to 16 (H/2), two blocks, and a final transposed convolution
+  to the classes at the input's size.
 
-A *downsampler* (taken by the paper from ENet) concatenates a 3x3 stride-2 convolution (giving
-``out - in`` channels) with a 2x2 max-pool of its input (``in`` channels), then applies batch
-norm and ReLU. A *non-bottleneck-1D* block factorises each of the two 3x3 convolutions of a
-residual block into a 3x1 and a 1x3 convolution with a ReLU between them; the second pair is
-dilated; batch norm follows each pair, dropout ends the branch, and the sum with the input
-goes through a ReLU.
+A *downsampler* (taken by the paper from ENet) concatenates a 3x3 stride-2 convolution
+(giving ``out - in`` channels) with a 2x2 max-pool of its input (``in`` channels), then
+applies batch norm and ReLU. A *non-bottleneck-1D* block factorises each of the two 3x3
+convolutions of a residual block into a 3x1 and a 1x3 convolution with a ReLU between
+them; the second pair is dilated; batch norm follows each pair, dropout ends the branch,
+and the sum with the input goes through a ReLU.
 
 Two details the paper leaves open are chosen as the authors' public code chooses them
-(https://github.com/Eromera/erfnet_pytorch): convolutions carry biases, and batch norm uses
-eps=1e-3. ``erfnet_parameter_count`` computes the parameter count from the layer shapes above,
-independently of the module, and the tests compare the two.
+(https://github.com/Eromera/erfnet_pytorch): convolutions carry biases, and batch norm
+uses eps=1e-3. ``erfnet_parameter_count`` computes the parameter count from the layer
+shapes above, independently of the module, and the tests compare the two.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ ENCODER_DILATIONS = (2, 4, 8, 16, 2, 4, 8, 16)
 
 
 class Downsampler(nn.Module):
-    """3x3 stride-2 conv (``out - in`` channels) beside a 2x2 max-pool, concatenated; BN, ReLU."""
+    """3x3 stride-2 conv (``out - in`` channels) beside a 2x2 max-pool, concatenated;
+    BN, ReLU."""
 
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
@@ -55,13 +57,14 @@ class Downsampler(nn.Module):
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # torch.cat promotes dtypes, so under autocast (conv in low precision, pool in the
-        # input's precision) the concatenation takes the wider of the two.
+        # torch.cat promotes dtypes, so under autocast (conv in low precision, pool in
+        # the input's precision) the concatenation takes the wider of the two.
         return F.relu(self.bn(torch.cat([self.conv(x), self.pool(x)], dim=1)))
 
 
 class NonBottleneck1D(nn.Module):
-    """Residual block of two factorised 3x3 convolutions (3x1 then 1x3), the second dilated."""
+    """Residual block of two factorised 3x3 convolutions (3x1 then 1x3), the second
+    dilated."""
 
     def __init__(self, channels: int, dropout: float = 0.0, dilation: int = 1):
         super().__init__()
@@ -141,11 +144,12 @@ class Decoder(nn.Module):
 
 
 class ERFNet(nn.Module):
-    """ERFNet (Romera et al., IEEE T-ITS 2018): ``forward(x: N,3,H,W) -> logits N,C,H,W``.
+    """ERFNet (Romera et al., IEEE T-ITS 2018): ``forward(x: N,3,H,W) -> logits
+    N,C,H,W``.
 
-    H and W must be divisible by 8 (three downsamplers halve them, three upsamplers double
-    them back); anything else raises ``ValueError``. Works in channels_last memory format and
-    under ``torch.autocast`` (CPU and CUDA, fp16 and bf16).
+    H and W must be divisible by 8 (three downsamplers halve them, three upsamplers
+    double them back); anything else raises ``ValueError``. Works in channels_last
+    memory format and under ``torch.autocast`` (CPU and CUDA, fp16 and bf16).
     """
 
     def __init__(self, num_classes: int = 19):
@@ -159,7 +163,8 @@ class ERFNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4 or x.shape[1] != 3:
             raise ValueError(
-                f"ERFNet expects an N x 3 x H x W image batch, got shape {tuple(x.shape)}"
+                "ERFNet expects an N x 3 x H x W image batch, got shape "
+                f"{tuple(x.shape)}"
             )
         h, w = x.shape[-2:]
         if h % 8 or w % 8:
@@ -171,7 +176,7 @@ class ERFNet(nn.Module):
         return self.decoder(self.encoder(x))
 
 
-# --- the parameter count the architecture implies, from layer shapes alone -----------------
+# --- the parameter count the architecture implies, from layer shapes alone ------------
 
 
 def _conv(cin: int, cout: int, kh: int, kw: int) -> int:
@@ -195,7 +200,8 @@ def _upsampler(cin: int, cout: int) -> int:
 
 
 def erfnet_parameter_count(num_classes: int = 19) -> int:
-    """Trainable parameters of ERFNet for ``num_classes``, computed from the layer table."""
+    """Trainable parameters of ERFNet for ``num_classes``, computed from the layer
+    table."""
     encoder = (
         _downsampler(3, 16)
         + _downsampler(16, 64)
@@ -214,7 +220,8 @@ def erfnet_parameter_count(num_classes: int = 19) -> int:
 
 
 def model_summary(model: nn.Module) -> str:
-    """A short text summary: the blocks, their output channels and parameters, and totals."""
+    """A short text summary: the blocks, their output channels and parameters, and
+    totals."""
 
     def count(m: nn.Module) -> int:
         return sum(p.numel() for p in m.parameters())

@@ -26,7 +26,8 @@ def cache_dir() -> Path:
 
 
 def load_reference(name: str) -> Any:
-    """Load ``data/reference/<name>.yml`` (figures from elsewhere, each with its source)."""
+    """Load ``data/reference/<name>.yml`` (figures from elsewhere, each with its
+    source)."""
     path = REFERENCE_DIR / f"{name}.yml"
     if not path.exists():
         known = sorted(p.stem for p in REFERENCE_DIR.glob("*.yml"))

@@ -1,5 +1,6 @@
-"""Shared fixtures. The notebooks are executed once per test session (smoke profile, through
-the same runner `make book` uses) and the book is built once from those executions."""
+"""Shared fixtures. The notebooks are executed once per test session (smoke profile,
+through the same runner `make book` uses) and the book is built once from those
+executions."""
 
 from __future__ import annotations
 
@@ -10,17 +11,18 @@ import torch
 
 
 def pytest_runtest_setup(item):
-    """Tests marked ``cuda`` need a GPU: skipped without one (``pytest -m cuda`` selects them;
-    ``python -m ampbook.gpucheck`` runs them on a GPU machine)."""
+    """Tests marked ``cuda`` need a GPU: skipped without one (``pytest -m cuda`` selects
+    them; ``python -m ampbook.gpucheck`` runs them on a GPU machine)."""
     if item.get_closest_marker("cuda") and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
 
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """Unit tests run torch on one intra-op thread: at the small sizes tests use, two threads
-    on a 2-core machine that is doing anything else wait on each other and can be many times
-    slower. (Notebook kernels are separate processes and keep torch's default.)"""
+    """Unit tests run torch on one intra-op thread: at the small sizes tests use, two
+    threads on a 2-core machine that is doing anything else wait on each other and can
+    be many times slower. (Notebook kernels are separate processes and keep torch's
+    default.)"""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -32,8 +34,8 @@ def executed_notebooks(tmp_path_factory) -> Path:
     from ampbook.run import run_notebooks
 
     out = tmp_path_factory.mktemp("executed")
-    # One torch thread per kernel: the smoke sizes are tiny, and two threads that wait on
-    # each other on a 2-core machine cost several times the work.
+    # One torch thread per kernel: the smoke sizes are tiny, and two threads that wait
+    # on each other on a 2-core machine cost several times the work.
     run_notebooks(None, profile="smoke", out_dir=out, threads=1)
     return out
 

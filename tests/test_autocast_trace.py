@@ -1,5 +1,6 @@
-"""ampbook.autocast_trace: documented op lists, dispatcher registrations, op probes, layer
-and op traces, cast counting (small modules; fake CUDA tensors where there is no GPU)."""
+"""ampbook.autocast_trace: documented op lists, dispatcher registrations, op probes,
+layer and op traces, cast counting (small modules; fake CUDA tensors where there is no
+GPU)."""
 
 import pytest
 import torch
@@ -10,7 +11,8 @@ from ampbook import autocast_trace as at
 
 
 class Twice(nn.Module):
-    """Uses the same Linear twice: its weight is cast once per autocast region (cache)."""
+    """Uses the same Linear twice: its weight is cast once per autocast region
+    (cache)."""
 
     def __init__(self):
         super().__init__()

@@ -1,4 +1,5 @@
-"""The input-pipeline benchmark, on a tiny set (speed figures come from running it, not here)."""
+"""The input-pipeline benchmark, on a tiny set (speed figures come from running it, not
+here)."""
 
 import json
 

@@ -1,5 +1,5 @@
-"""ampbook.bench_matmul: the chapter's sweeps skip what would be too slow, records round-trip
-through the documented JSON format, and the benchmark prints its ratios."""
+"""ampbook.bench_matmul: the chapter's sweeps skip what would be too slow, records
+round-trip through the documented JSON format, and the benchmark prints its ratios."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def test_sweep_measures_side_by_side_and_skips_predicted_slow_sizes():
     )
     measured = {(r["dtype"], r["n"]) for r in rows}
     assert {("fp32", 16), ("bf16", 16), ("fp32", 32), ("bf16", 32)} <= measured
-    # 4096 is (4096/32)^3 = 2e6 times the work of 32: predicted far beyond 0.5 s for both dtypes
+    # 4096 is (4096/32)^3 = 2e6 times the work of 32: predicted far beyond 0.5 s for
+    # both dtypes
     assert {(s["dtype"], s["n"]) for s in skipped} == {("fp32", 4096), ("bf16", 4096)}
     assert all("predicted" in s["reason"] for s in skipped)
     assert all(
@@ -93,7 +94,7 @@ def test_benchmark_prints_ratios_and_saves(tmp_path, capsys):
         bench.main(["matmul", "--rounds", "0"])
 
 
-# ---- summaries and verdicts (chapter 2) -------------------------------------------------
+# ---- summaries and verdicts (chapter 2) ----------------------------------------------
 
 
 def _row(dtype, n, median_s, spread=0.05, **extra):

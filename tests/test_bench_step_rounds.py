@@ -1,4 +1,5 @@
-"""``ampbook.bench_step.step_rounds``: configurations timed in turns, one time per round."""
+"""``ampbook.bench_step.step_rounds``: configurations timed in turns, one time per
+round."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""ampbook.devices: the peak table is complete, sourced, internally consistent, and maps the
-names PyTorch reports to the right entries."""
+"""ampbook.devices: the peak table is complete, sourced, internally consistent, and maps
+the names PyTorch reports to the right entries."""
 
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ def test_required_devices_with_sourced_figures(devices):
 
 
 def test_published_peaks_agree_with_units_times_clock(devices):
-    """fp32 = CUDA cores x 2 FLOP x clock; fp16 tensor = tensor cores x FMA/clock x 2 x clock.
-    Catches a typo in any figure, count or clock."""
+    """fp32 = CUDA cores x 2 FLOP x clock; fp16 tensor = tensor cores x FMA/clock x 2 x
+    clock. Catches a typo in any figure, count or clock."""
     fma = {1: 64, 3: None, 4: 512}
     for d in devices.values():
         assert d.fp32_tflops == pytest.approx(

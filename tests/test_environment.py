@@ -1,5 +1,5 @@
-"""pyproject.toml and environment.yml declare the same dependencies, with ranges that admit
-the torch/torchvision these machines install from local files."""
+"""pyproject.toml and environment.yml declare the same dependencies, with ranges that
+admit the torch/torchvision these machines install from local files."""
 
 from __future__ import annotations
 

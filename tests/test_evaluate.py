@@ -25,8 +25,8 @@ def val_root(tmp_path_factory):
 
 def _noisy_predictions(root, out_dir, seed=0):
     """Ground truth with a fraction of pixels replaced by random ids of the label table,
-    including ids that are ignored in evaluation (0, 4, 9...) and classes absent from the
-    ground truth (e.g. 31 train)."""
+    including ids that are ignored in evaluation (0, 4, 9...) and classes absent from
+    the ground truth (e.g. 31 train)."""
     rng = np.random.default_rng(seed)
     choices = np.arange(34, dtype=np.uint8)
     for i, gt_file in enumerate(
@@ -77,8 +77,8 @@ def test_matches_cityscapesscripts(val_root, tmp_path, capsys):
     for name in CLASS_NAMES:
         a, b = ours["iou"][name], theirs["classScores"][name]
         assert (a is None and math.isnan(b)) or a == pytest.approx(b, rel=1e-12), name
-    # Pixel accuracy from their confusion matrix (labelIds x labelIds): correct / counted
-    # pixels over the rows of the classes that are evaluated.
+    # Pixel accuracy from their confusion matrix (labelIds x labelIds): correct /
+    # counted pixels over the rows of the classes that are evaluated.
     conf = np.array(theirs["confMatrix"], dtype=np.int64)
     from cityscapesscripts.helpers.labels import labels
 

@@ -44,7 +44,7 @@ def wide_random(n: int, seed: int, low: int, high: int) -> torch.Tensor:
     return signs * torch.ldexp(mant, exps)
 
 
-# ---- the table of properties ---------------------------------------------------------------
+# ---- the table of properties ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", TORCH_FORMATS)
@@ -123,7 +123,7 @@ def test_table_rows():
     assert dict((r[0], r[1]) for r in rows_t)["max"] == 65504.0
 
 
-# ---- bit patterns --------------------------------------------------------------------------
+# ---- bit patterns --------------------------------------------------------------------
 
 KNOWN_BITS = [
     (1.0, "fp16", "0 01111 0000000000"),
@@ -230,7 +230,7 @@ def test_decode_errors():
         decode(1.5, "fp16")
 
 
-# ---- rounding ------------------------------------------------------------------------------
+# ---- rounding ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", NARROW)
@@ -378,7 +378,7 @@ def test_unknown_format_names_are_errors(bad):
         bits(1.0, bad)
 
 
-# ---- spacing -------------------------------------------------------------------------------
+# ---- spacing -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -409,7 +409,7 @@ def test_spacing_special_values():
     assert spacing(torch.tensor([500.0]), "fp8_e4m3").isnan().all()
 
 
-# ---- chapter 1's measurements ----------------------------------------------------------
+# ---- chapter 1's measurements --------------------------------------------------------
 
 
 def test_exact_powers_and_finfo_tables():

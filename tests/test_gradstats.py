@@ -1,5 +1,6 @@
-"""ampbook.gradstats: fp16 fates of gradient values, log2 histograms, the gradient recorder,
-fp16-gradient emulation and the three loss-scaling regimes (small modules only)."""
+"""ampbook.gradstats: fp16 fates of gradient values, log2 histograms, the gradient
+recorder, fp16-gradient emulation and the three loss-scaling regimes (small modules
+only)."""
 
 import inspect
 import math

@@ -1,4 +1,5 @@
-"""Confusion-matrix metrics on hand-computed cases and against a plain per-class count."""
+"""Confusion-matrix metrics on hand-computed cases and against a plain per-class
+count."""
 
 import math
 
@@ -17,7 +18,8 @@ def test_hand_computed_three_classes():
     # counted pixels: (t0,p0) (t0,p1) (t1,p1) (t1,p1) (t2,p0); the 255 pixel is left out
     assert m.confusion.tolist() == [[1, 1, 0], [0, 2, 0], [1, 0, 0]]
     r = m.compute()
-    # IoU = TP / (TP + FP + FN): class 0: 1/(1+1+1), class 1: 2/(2+1+0), class 2: 0/(0+0+1)
+    # IoU = TP / (TP + FP + FN): class 0: 1/(1+1+1), class 1: 2/(2+1+0), class 2:
+    # 0/(0+0+1)
     assert r["iou"] == pytest.approx([1 / 3, 2 / 3, 0.0])
     assert r["miou"] == pytest.approx((1 / 3 + 2 / 3 + 0) / 3)
     assert r["pixel_accuracy"] == pytest.approx(3 / 5)

@@ -1,4 +1,5 @@
-"""ERFNet: the architecture of the paper, its parameter count, shapes, errors, precisions."""
+"""ERFNet: the architecture of the paper, its parameter count, shapes, errors,
+precisions."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Notebook parameter checks: good values pass through, bad ones name parameter and rule."""
+"""Notebook parameter checks: good values pass through, bad ones name parameter and
+rule."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def test_good_values_come_back():
             lambda: params.integers(
                 "matmul_sizes", [64], count=2, why="the fit needs two"
             ),
-            "parameter matmul_sizes = [64]: needs at least 2 distinct values (the fit needs two)",
+            "parameter matmul_sizes = [64]: needs at least 2 distinct values (the fit "
+            "needs two)",
         ),
         (
             lambda: params.integers("matmul_sizes", [64, 64], count=2),

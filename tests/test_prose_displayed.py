@@ -1,6 +1,6 @@
 """Every computed sentence and table reaches the page (issue 12): statically, no display
-value is thrown away in any notebook; and in the executed notebooks, every cell that ends in
-one shows it."""
+value is thrown away in any notebook; and in the executed notebooks, every cell that
+ends in one shows it."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def test_discarded_displays_finds_lost_values(source, lost):
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_no_display_value_is_thrown_away(source):
-    """A md(...)/md_table(...) that is not the cell's last bare expression (e.g. inside an
-    if/else) is computed and never shown."""
+    """A md(...)/md_table(...) that is not the cell's last bare expression (e.g. inside
+    an if/else) is computed and never shown."""
     lost = notebook_stats(source).discarded
     assert not lost, f"{source.name}: {lost}"
 
@@ -61,8 +61,8 @@ def _ends_in_display(src: str) -> bool:
 
 
 def test_executed_cells_show_their_markdown(executed_notebooks):
-    """In the smoke executions, each cell that ends in md(...)/md_table(...) has a markdown
-    output, and no markdown output is empty."""
+    """In the smoke executions, each cell that ends in md(...)/md_table(...) has a
+    markdown output, and no markdown output is empty."""
     missing = []
     for source in SOURCES:
         nb = nbformat.read(executed_notebooks / f"{source.stem}.ipynb", as_version=4)

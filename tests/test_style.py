@@ -1,5 +1,6 @@
-"""The code fits the page: ruff's formatter and linter (configured in pyproject.toml) pass
-on the library and the tests, and every code line of a notebook is at most 88 columns."""
+"""The code fits the page: ruff's formatter and linter (configured in pyproject.toml)
+pass on the library and the tests, and every code line of a notebook is at most 88
+columns."""
 
 from __future__ import annotations
 
