@@ -32,8 +32,9 @@ import torch
 
 from ampbook.bench_matmul import load_verdict
 from ampbook.env import cpu_flags, environment
+from ampbook.precision import PRECISIONS, autocast_dtype
 from ampbook.timing import benchmark, machine_load
-from ampbook.train import PRECISIONS, TrainConfig, build_training, validate
+from ampbook.train import TrainConfig, build_training, validate
 
 OVERHEAD_TARGET = 0.05
 
@@ -85,7 +86,7 @@ def bare_step_fn(
             model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
     criterion = torch.nn.CrossEntropyLoss(ignore_index=255)
-    dtype = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(cfg.precision)
+    dtype = autocast_dtype(cfg.precision)
     scaler = torch.amp.GradScaler(device.type) if dtype is torch.float16 else None
 
     def step(x, y):

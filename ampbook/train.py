@@ -23,8 +23,9 @@ Weights, gradients and optimizer state stay fp32 in all three. Checks made befor
 an unknown precision, non-positive epochs/batch size/lr, a height or width not divisible by 8,
 ``--device cuda`` without CUDA, ``amp-bf16`` on a GPU without bf16 (compute capability < 8.0)
 and ``--resume`` without a checkpoint are errors (``ConfigError``). Low precision on a CPU
-without hardware support for it (AMX or AVX-512 BF16/FP16, see ``ampbook.env.cpu_flags``) works
-but is much slower than fp32; it runs with a warning, recorded in the results.
+without hardware support for it (AMX or AVX-512 BF16/FP16, see
+``ampbook.precision.native_cpu_flags``) works but is much slower than fp32; it runs with
+a warning, recorded in the results.
 
 The recipe (defaults)
 ---------------------
@@ -150,10 +151,17 @@ from torch import nn
 
 from ampbook import env as _env
 from ampbook.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_rss
+from ampbook.precision import (
+    AUTOCAST_DTYPES,
+    NATIVE_CPU_FLAGS,
+    PRECISIONS,
+    backend_flags,
+    check_precision,
+    native_cpu_flags,
+    short_name,
+)
 from ampbook.timing import default_sync, machine_load
 
-PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
-AUTOCAST_DTYPES = {"fp32": None, "amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
 SCHEMA = "ampbook.train"
 SCHEMA_VERSION = 1
 CHECKPOINT_FORMAT = "ampbook.train.checkpoint/1"
@@ -365,10 +373,10 @@ def _world() -> tuple[int, int, int]:
 
 def validate(cfg: TrainConfig) -> Resolved:
     """Check the settings before any work; ``ConfigError`` names the first problem."""
-    if cfg.precision not in PRECISIONS:
-        raise ConfigError(
-            f"unknown precision {cfg.precision!r}; choose one of {', '.join(PRECISIONS)}"
-        )
+    try:
+        check_precision(cfg.precision)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     for name in (
         "epochs",
         "batch_size",
@@ -485,17 +493,14 @@ def validate(cfg: TrainConfig) -> Resolved:
                 "saves memory there but is unlikely to be faster than fp32"
             )
     else:
-        flags = set(_env.cpu_flags())
-        fast = {
-            torch.bfloat16: {"amx_bf16", "avx512_bf16"},
-            torch.float16: {"amx_fp16", "avx512_fp16"},
-        }
-        if dtype is not None and not (flags & fast[dtype]):
-            kind = "bf16" if dtype is torch.bfloat16 else "fp16"
+        if dtype is not None and not native_cpu_flags(dtype):
+            absent = " / ".join(sorted(NATIVE_CPU_FLAGS[dtype]))
+            flags = ", ".join(sorted(_env.cpu_flags())) or "none"
             notes.append(
-                f"{cfg.precision} on a CPU without {kind} hardware ({' / '.join(sorted(fast[dtype]))} "
-                f"absent; flags: {', '.join(sorted(flags)) or 'none'}): it works, but expect it "
-                "to be slower than fp32, often many times (measure: python -m ampbook.bench step)"
+                f"{cfg.precision} on a CPU without {short_name(dtype)} hardware "
+                f"({absent} absent; flags: {flags}): it works, but expect it to be "
+                "slower than fp32, often many times (measure: python -m ampbook.bench "
+                "step)"
             )
         if cfg.tf32 == "on":
             notes.append("tf32 on has no effect on a CPU")
@@ -1110,32 +1115,6 @@ def _check_resumable(saved: dict, cfg: TrainConfig) -> None:
         )
 
 
-def _set_flags(cfg: TrainConfig, res: Resolved) -> dict:
-    old = {
-        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "cudnn_deterministic": torch.backends.cudnn.deterministic,
-        "deterministic": torch.are_deterministic_algorithms_enabled(),
-    }
-    on = cfg.tf32 == "on"
-    torch.backends.cuda.matmul.allow_tf32 = on
-    torch.backends.cudnn.allow_tf32 = on
-    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
-    if cfg.deterministic:
-        torch.backends.cudnn.deterministic = True
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    return old
-
-
-def _restore_flags(old: dict) -> None:
-    torch.backends.cuda.matmul.allow_tf32 = old["matmul_tf32"]
-    torch.backends.cudnn.allow_tf32 = old["cudnn_tf32"]
-    torch.backends.cudnn.benchmark = old["cudnn_benchmark"]
-    torch.backends.cudnn.deterministic = old["cudnn_deterministic"]
-    torch.use_deterministic_algorithms(old["deterministic"])
-
-
 def _say(cfg: TrainConfig, res: Resolved, text: str) -> None:
     if not cfg.quiet and res.rank == 0:
         print(text, flush=True)
@@ -1151,11 +1130,15 @@ def run_training(cfg: TrainConfig) -> dict:
             torch.cuda.set_device(res.device)
         dist.init_process_group("nccl" if res.device.type == "cuda" else "gloo")
         own_group = True
-    old_flags = _set_flags(cfg, res)
+    flags = backend_flags(
+        tf32=cfg.tf32 == "on",
+        cudnn_benchmark=cfg.cudnn_benchmark,
+        deterministic=True if cfg.deterministic else None,
+    )
     try:
-        return _run(cfg, res)
+        with flags:
+            return _run(cfg, res)
     finally:
-        _restore_flags(old_flags)
         if own_group:
             dist.destroy_process_group()
 

@@ -62,13 +62,14 @@ seed = 0
 # %%
 from ampbook import params
 from ampbook.env import print_environment
+from ampbook.precision import PRECISIONS
 
 params.device("device", device)
 ok = precisions[:1] == ["fp32"] and len(precisions) > 1
 params.rule("precisions", precisions, ok, "must start with fp32 and name an AMP one",
             why="runs pair with fp32")
-ok = set(precisions) <= {"fp32", "amp-fp16", "amp-bf16"}
-params.rule("precisions", precisions, ok, "may hold fp32, amp-fp16, amp-bf16")
+ok = set(precisions) <= set(PRECISIONS)
+params.rule("precisions", precisions, ok, f"may hold {', '.join(PRECISIONS)}")
 for name in ("height", "width"):
     value = params.integer(name, globals()[name], minimum=8)
     params.rule(name, value, value % 8 == 0, "must be a multiple of 8",
