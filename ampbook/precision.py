@@ -123,7 +123,7 @@ def native_cpu_flags(
     return [f for f in wanted if f in have]
 
 
-# --- torch's global backend flags ------------------------------------------------------
+# --- torch's global backend flags --------------------------------------------------
 
 
 def _read(get):
@@ -142,7 +142,9 @@ def backend_flags_now() -> dict:
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
-        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "deterministic_warn_only": (
+            torch.is_deterministic_algorithms_warn_only_enabled()
+        ),
         "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
         "fp32_precision": {
             name: getattr(backend.matmul, "fp32_precision", None)
@@ -180,10 +182,10 @@ def backend_flags(
 ) -> Iterator[dict]:
     """Set torch's backend flags for the ``with`` block; all of them are restored after
     it. ``None`` leaves a flag as it is. ``tf32`` sets both TF32 flags (CUDA matmuls and
-    cuDNN convolutions); ``matmul_tf32``/``cudnn_tf32`` set one (matmuls through the fp32
-    matmul precision: "high" allows TF32, "highest" does not). ``deterministic=True``
-    asks for deterministic algorithms (warning, not failing, where there is none) and
-    deterministic cuDNN. Yields the flags as they were before."""
+    cuDNN convolutions); ``matmul_tf32``/``cudnn_tf32`` set one (matmuls through the
+    fp32 matmul precision: "high" allows TF32, "highest" does not).
+    ``deterministic=True`` asks for deterministic algorithms (warning, not failing, where
+    there is none) and deterministic cuDNN. Yields the flags as they were before."""
     saved = backend_flags_now()
     try:
         if tf32 is not None:

@@ -62,7 +62,7 @@ def imported_modules() -> dict[str, set[str]]:
     machine."""
     files = [
         p
-        for p in sorted((REPO_ROOT / "ampbook").glob("*.py"))
+        for p in sorted((REPO_ROOT / "ampbook").rglob("*.py"))
         if p.relative_to(REPO_ROOT).as_posix() not in BOOK_ONLY
     ]
     files += sorted((REPO_ROOT / "notebooks").glob("*.py")) + sorted(

@@ -25,7 +25,6 @@ from ampbook.train import (
     enet_class_weights,
     load_results,
     main,
-    prediction_path,
     run_name,
     run_training,
 )
@@ -243,7 +242,7 @@ def test_checkpoint_loads_weights_only_and_holds_the_final_state(fp32_run):
 
 def test_saved_predictions_are_label_id_pngs_that_the_evaluator_reads(fp32_run):
     from ampbook.data import TRAIN_TO_LABEL, Cityscapes
-    from ampbook.evaluate import evaluate_folder
+    from ampbook.evaluate import evaluate_folder, prediction_path
 
     cfg, result, tmp = fp32_run
     root = result["resolved"]["data_root"]
