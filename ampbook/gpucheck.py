@@ -326,8 +326,8 @@ def stage_profile(work: Path, dry: bool) -> None:
 
 def stage_loader(work: Path, dry: bool) -> None:
     from ampbook.bench_loader import format_table
-    from ampbook.data import synthetic_root
     from ampbook.layer_profile import loader_record, save_json
+    from ampbook.synthetic import synthetic_root
 
     s = STAGE_SIZES["dry" if dry else "gpu"]["loader"]
     start = time.perf_counter()

@@ -750,7 +750,8 @@ def training_batches(
     import itertools
     import os
 
-    from ampbook.data import Cityscapes, resolve_root, synthetic_root
+    from ampbook.data import Cityscapes, resolve_root
+    from ampbook.synthetic import synthetic_root
 
     if data_root or os.environ.get("CITYSCAPES_DATASET"):
         root = resolve_root(data_root)

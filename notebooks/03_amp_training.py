@@ -118,7 +118,7 @@ post = load_reference("seed_post")
 #    they are all finite; `scaler.update()` then lowers the scale after an overflow and raises
 #    it after a run of clean steps (chapter 4 reads its defaults).
 #
-# First a few images to train on: the synthetic Cityscapes of `ampbook.data` unless a
+# First a few images to train on: the synthetic Cityscapes of `ampbook.synthetic` unless a
 # Cityscapes root is given (the runner's own rule, reused here).
 
 # %%

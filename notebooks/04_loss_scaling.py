@@ -38,7 +38,7 @@
 #   memory, and what that predicts for a whole training step.
 #
 # **What you need**: the `ampbook` package and PyTorch. Without Cityscapes the chapter uses the
-# synthetic Cityscapes of `ampbook.data`. A CPU runs every part. fp16 arithmetic is slow on
+# synthetic Cityscapes of `ampbook.synthetic`. A CPU runs every part. fp16 arithmetic is slow on
 # many CPUs, so on a CPU the chapter times a real fp16 backward pass against an fp32 emulation
 # of fp16 gradients and trains with the faster (it says which). A CUDA GPU runs real fp16
 # autocast.

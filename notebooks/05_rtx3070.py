@@ -106,7 +106,7 @@ from ampbook import costmodel as cm
 from ampbook.bench_loader import measure_loader
 from ampbook.bench_matmul import load_verdict
 from ampbook.bench_step import step_rounds
-from ampbook.data import NUM_CLASSES, synthetic_root
+from ampbook.data import NUM_CLASSES
 from ampbook.devices import attainable_tflops, load_devices
 from ampbook.env import pick_device
 from ampbook.layer_profile import ceilings_for
@@ -116,6 +116,7 @@ from ampbook.paths import load_reference
 from ampbook.plots import bar_style, md_table, series_style, use_style
 from ampbook.precision import autocast_dtype, native_cpu_flags
 from ampbook.results import load_results_dir, summarise_run
+from ampbook.synthetic import synthetic_root
 from ampbook.timing import machine_load, time_elementwise, time_matmul
 from ampbook.train import TrainConfig, run_training
 

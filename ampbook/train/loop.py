@@ -64,7 +64,8 @@ ENET_C = 1.02
 def resolve_data(cfg: TrainConfig, res: Resolved) -> tuple[Path, bool]:
     """(root, synthetic?): ``cfg.data_root``, else $CITYSCAPES_DATASET, else the
     synthetic set."""
-    from ampbook.data import resolve_root, synthetic_root
+    from ampbook.data import resolve_root
+    from ampbook.synthetic import synthetic_root
 
     if cfg.data_root or os.environ.get("CITYSCAPES_DATASET"):
         try:
