@@ -42,7 +42,7 @@ import contextlib
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -217,7 +217,7 @@ class TimingResult:
         raise ValueError(f"unit must be 'tflops' or 'gbps', got {unit!r}")
 
     def to_dict(self) -> dict:
-        """JSON-serialisable summary (without the raw samples unless asked: see ``asdict``)."""
+        """JSON-serialisable summary, without the samples (``dataclasses.asdict`` has them)."""
         out = {
             "name": self.name,
             "device": self.device,
@@ -238,9 +238,6 @@ class TimingResult:
         }
         out.update(self.extra)
         return out
-
-    def raw(self) -> dict:
-        return asdict(self)
 
     def __str__(self) -> str:
         rate = []

@@ -19,7 +19,7 @@ import pytest
 import torch
 from _cli import one_error
 
-from ampbook import book, bookcheck, data, evaluate, run
+from ampbook import book, bookcheck, data, evaluate, run, synthetic
 from ampbook.bench import main as bench_main
 from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 
@@ -271,7 +271,7 @@ def test_bookcheck_on_a_missing_or_empty_folder(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def val_root(tmp_path_factory) -> Path:
-    return data.synthesize(
+    return synthetic.synthesize(
         tmp_path_factory.mktemp("eval") / "ds", 1, 2, height=32, width=64
     )
 
@@ -382,7 +382,7 @@ def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(
     tmp_path, capsys, monkeypatch
 ):
     root = tmp_path / "ds"
-    real, calls = data.synthetic_pair, []
+    real, calls = synthetic.synthetic_pair, []
 
     def failing(*args, **kw):  # the disk fills up after the first image
         calls.append(args)
@@ -403,10 +403,10 @@ def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(
         "--width",
         "64",
     ]
-    monkeypatch.setattr(data, "synthetic_pair", failing)
+    monkeypatch.setattr(synthetic, "synthetic_pair", failing)
     assert data.main(argv) == 1
     one_error(capsys.readouterr().err, "No space left", "run it again")
     assert not (root / "leftImg8bit").exists() and not (root / "gtFine").exists()
-    monkeypatch.setattr(data, "synthetic_pair", real)
+    monkeypatch.setattr(synthetic, "synthetic_pair", real)
     assert data.main(argv) == 0
     assert len(list((root / "leftImg8bit").rglob("*.png"))) == 4
