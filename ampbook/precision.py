@@ -184,8 +184,9 @@ def backend_flags(
     it. ``None`` leaves a flag as it is. ``tf32`` sets both TF32 flags (CUDA matmuls and
     cuDNN convolutions); ``matmul_tf32``/``cudnn_tf32`` set one (matmuls through the
     fp32 matmul precision: "high" allows TF32, "highest" does not).
-    ``deterministic=True`` asks for deterministic algorithms (warning, not failing, where
-    there is none) and deterministic cuDNN. Yields the flags as they were before."""
+    ``deterministic=True`` asks for deterministic algorithms (warning, not failing,
+    where there is none) and deterministic cuDNN. Yields the flags as they were
+    before."""
     saved = backend_flags_now()
     try:
         if tf32 is not None:

@@ -625,7 +625,10 @@ def synthetic_root(
     after (safe when several processes ask at once)."""
     from ampbook.paths import cache_dir
 
-    name = f"synthetic-cityscapes-v{SYNTHETIC_VERSION}-seed{seed}-{train}train-{val}val-{width}x{height}"
+    name = (
+        f"synthetic-cityscapes-v{SYNTHETIC_VERSION}-seed{seed}-{train}train-{val}val-"
+        f"{width}x{height}"
+    )
     root = cache_dir() / name
     if (root / SYNTHETIC_MARKER).exists():
         return root
@@ -644,9 +647,9 @@ def synthetic_root(
 
 
 def synthesize_cli(args) -> int:
-    """``python -m ampbook.data synthesize``: arguments checked before anything is written; a run that stops
-    half-way (Ctrl-C, a full disk) removes the folders it began, so that a retry is not
-    refused."""
+    """``python -m ampbook.data synthesize``: arguments checked before anything is
+    written; a run that stops half-way (Ctrl-C, a full disk) removes the folders it
+    began, so that a retry is not refused."""
     root = check_synthesis(
         args.root, args.train, args.val, args.seed, args.height, args.width
     )

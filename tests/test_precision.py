@@ -55,7 +55,8 @@ def test_native_cpu_flags_reads_the_flags_given():
 
 @pytest.fixture
 def unusual_flags():
-    """Backend flags set to values no code path here chooses; put back after the test."""
+    """Backend flags set to values no code path here chooses; put back after the
+    test."""
     saved = P.backend_flags_now()
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False

@@ -8,8 +8,8 @@
 ``OUT/_build/html/index.html`` that opens from disk with no network.
 
 A failed or interrupted run is refused: its ``run_report.json`` names a notebook that
-did not finish, a notebook is marked so by ``python -m ampbook.build.run``, or a cell shows an
-error. OUT must be a new or empty folder, or one this tool made (it leaves
+did not finish, a notebook is marked so by ``python -m ampbook.build.run``, or a cell
+shows an error. OUT must be a new or empty folder, or one this tool made (it leaves
 ``OUT/.ampbook-book`` there); the tool replaces only its own staging folder ``OUT/src``
 and Jupyter Book's ``OUT/_build``, and refuses an OUT inside the sources (``book/``,
 ``notebooks/``).
@@ -105,7 +105,8 @@ def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
             ]
         except (ValueError, KeyError, TypeError):
             raise BookError(
-                f"{report_file} is not a run report of python -m ampbook.build.run; {again}"
+                f"{report_file} is not a run report of python -m "
+                f"ampbook.build.run; {again}"
             ) from None
         if bad:
             names = ", ".join(f"{n} ({status})" for n, status in bad)

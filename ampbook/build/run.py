@@ -1,7 +1,7 @@
 """Execute the book's notebooks with papermill, from their jupytext sources.
 
-    python -m ampbook.build.run [--profile smoke|cpu|gpu] [--out DIR] [-p NAME VALUE ...]
-                          [NOTEBOOK ...]
+    python -m ampbook.build.run [--profile smoke|cpu|gpu] [--out DIR]
+                                [-p NAME VALUE ...] [NOTEBOOK ...]
 
 NOTEBOOK is a path (``notebooks/01_floating_point.py``), a stem (``01_floating_point``)
 or a chapter number (``1``); all notebooks by default, in file order. Each ``.py``

@@ -5,8 +5,8 @@ configuration script twice, and the second copy throws a JavaScript error on eve
 (``python -m ampbook.build.bookcheck`` fails on page errors). This extension drops the
 repeated entries before a page is written.
 
-Math needs nothing from here: the ``sphinx-mathjax-offline`` extension (listed beside this
-one in ``book/_config.yml``) copies MathJax 3 into the built book and points
+Math needs nothing from here: the ``sphinx-mathjax-offline`` extension (listed beside
+this one in ``book/_config.yml``) copies MathJax 3 into the built book and points
 ``mathjax_path`` at it, so math renders with no network.
 """
 

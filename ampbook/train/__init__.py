@@ -49,8 +49,8 @@ Semantic Segmentation", arXiv:1606.02147), computed from the training labels onc
 cached; ``none`` (default) weights all classes equally.
 
 Data: ``--data-root`` (or ``$CITYSCAPES_DATASET``), else the synthetic Cityscapes of
-``ampbook.synthetic.synthetic_root`` with ``--synthetic-train``/``--synthetic-val`` images
-drawn at twice the training resolution (as 2048x1024 Cityscapes is to the post's
+``ampbook.synthetic.synthetic_root`` with ``--synthetic-train``/``--synthetic-val``
+images drawn at twice the training resolution (as 2048x1024 Cityscapes is to the post's
 1024x512); the output says which. The data order is a function of (seed, epoch) only (a
 ``DistributedSampler`` with ``set_epoch``, also for one process), so a resumed run sees
 the same batches.
