@@ -22,15 +22,15 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 execute: $(STAMP)
-	$(VPY) -m ampbook.run $(if $(PROFILE),--profile $(PROFILE)) --out $(EXECUTED) $(NOTEBOOKS)
+	$(VPY) -m ampbook.build.run $(if $(PROFILE),--profile $(PROFILE)) --out $(EXECUTED) $(NOTEBOOKS)
 
 html: $(STAMP)
-	$(VPY) -m ampbook.book --executed $(EXECUTED) --out build/book
+	$(VPY) -m ampbook.build.book --executed $(EXECUTED) --out build/book
 
 book: execute html
 
 check: $(STAMP)
-	$(VPY) -m ampbook.bookcheck build/book/_build/html
+	$(VPY) -m ampbook.build.bookcheck build/book/_build/html
 
 test: $(STAMP)
 	$(VPY) -m pytest

@@ -1,12 +1,13 @@
 """AMP Book's library: the tested code behind the notebooks.
 
-Modules: ``env`` (environment report), ``formats`` (floating-point formats), ``timing``
-and ``devices`` (measuring and peak figures), ``model`` (ERFNet), ``data`` (Cityscapes
-and the synthetic set), ``metrics``, ``evaluate``, ``train`` (the training runner),
-``memory`` (saved-for-backward bytes), ``gradstats`` and ``autocast_trace`` (chapter 4's
-instruments), ``costmodel`` (per-layer roofline model), ``bench`` (benchmarks),
-``plots``, ``run`` (notebook runner), ``book`` and ``bookcheck`` (building and checking
-the HTML book). See DEVELOPING.md.
+Modules: ``env`` (environment report), ``precision`` (precisions, dtype names, backend
+flags), ``formats`` (floating-point formats), ``timing`` and ``devices`` (measuring and
+peak figures), ``model`` (ERFNet), ``data`` (Cityscapes) and ``synthetic`` (the
+synthetic set), ``metrics``, ``evaluate``, ``train`` (the training runner, a package),
+``memory`` (saved-for-backward bytes), ``gradstats``, ``loss_scaling`` and
+``autocast_trace`` (chapter 4's instruments), ``costmodel`` (per-layer roofline model),
+``bench`` (benchmarks), ``plots``. ``ampbook.build`` runs the notebooks and builds and
+checks the HTML book. See DEVELOPING.md.
 """
 
 __version__ = "0.1.0"

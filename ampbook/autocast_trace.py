@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampbook.paths import load_reference
+from ampbook.precision import torch_name
 
 DOC_URL = "https://pytorch.org/docs/stable/amp.html#autocast-op-reference"
 CATEGORIES = ("lower_precision", "float32", "promote")
@@ -63,7 +64,7 @@ def default_dtype(device_type: str) -> torch.dtype:
 
 
 def dtype_name(dtype: torch.dtype | None) -> str:
-    return "-" if dtype is None else str(dtype).removeprefix("torch.")
+    return "-" if dtype is None else torch_name(dtype)
 
 
 # --- the documented lists and the dispatcher's registrations

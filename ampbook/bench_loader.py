@@ -39,9 +39,8 @@ from ampbook.data import (
     read_image,
     read_label_ids,
     resolve_root,
-    synthetic_pair,
-    synthetic_root,
 )
+from ampbook.synthetic import synthetic_pair, synthetic_root
 
 DEFAULT_SYNTHETIC_IMAGES = 24
 

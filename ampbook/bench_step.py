@@ -32,37 +32,24 @@ import torch
 
 from ampbook.bench_matmul import load_verdict
 from ampbook.env import cpu_flags, environment
+from ampbook.precision import PRECISIONS, autocast_dtype
 from ampbook.timing import benchmark, machine_load
-from ampbook.train import PRECISIONS, TrainConfig, build_training, validate
+from ampbook.train import TrainConfig, build_training, validate
 
 OVERHEAD_TARGET = 0.05
 
 
-def _batches(
-    cfg: TrainConfig, device: torch.device, count: int, seed: int = 1
-) -> list[tuple]:
+def _batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
+    """One random batch (images, labels) of ``cfg``'s size on ``device``: every timed
+    step takes the same one."""
     from ampbook.data import NUM_CLASSES
 
     g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(count):
-        x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
-        y = torch.randint(
-            0, NUM_CLASSES, (cfg.batch_size, cfg.height, cfg.width), generator=g
-        )
-        out.append((x.to(device), y.to(device)))
-    return out
-
-
-def _cycle(batches: list[tuple]):
-    state = {"i": 0}
-
-    def next_batch():
-        b = batches[state["i"] % len(batches)]
-        state["i"] += 1
-        return b
-
-    return next_batch
+    x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
+    y = torch.randint(
+        0, NUM_CLASSES, (cfg.batch_size, cfg.height, cfg.width), generator=g
+    )
+    return x.to(device), y.to(device)
 
 
 def bare_step_fn(
@@ -85,7 +72,7 @@ def bare_step_fn(
             model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
     criterion = torch.nn.CrossEntropyLoss(ignore_index=255)
-    dtype = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(cfg.precision)
+    dtype = autocast_dtype(cfg.precision)
     scaler = torch.amp.GradScaler(device.type) if dtype is torch.float16 else None
 
     def step(x, y):
@@ -106,10 +93,10 @@ def bare_step_fn(
     return step
 
 
-def _time(fn, batches, device, repeats: int) -> list[float]:
+def _time(fn, batch: tuple, device, repeats: int) -> list[float]:
     r = benchmark(
         fn,
-        _cycle(batches),
+        lambda: batch,
         device=device,
         warmup=1,
         repeats=repeats,
@@ -146,13 +133,13 @@ def measure_overhead(
     bare = bare_step_fn(
         cfg, res.device, model=training.net, optimizer=training.optimizer
     )
-    batches = _batches(cfg, res.device, 4)
+    batch = _batch(cfg, res.device)
     runner_t: list[float] = []
     bare_t: list[float] = []
     for r in range(rounds):
         order = [(runner, runner_t), (bare, bare_t)]
         for fn, sink in order if r % 2 == 0 else order[::-1]:
-            sink += _time(fn, batches, res.device, steps_per_round)
+            sink += _time(fn, batch, res.device, steps_per_round)
     runner_s, bare_s = statistics.median(runner_t), statistics.median(bare_t)
     return {
         "precision": precision,
@@ -198,7 +185,7 @@ def measure_precisions(
         dev = res.device
         step = build_training(cfg, res).step
         times[precision] = statistics.median(
-            _time(step, _batches(cfg, dev, 2), dev, repeats)
+            _time(step, _batch(cfg, dev), dev, repeats)
         )
     base = times.get("fp32")
     return {
@@ -354,7 +341,7 @@ def step_rounds(
     steps = {}
     for name, cfg in configs.items():
         res = validate(cfg)
-        batch = _batches(cfg, res.device, 1)[0]
+        batch = _batch(cfg, res.device)
         steps[name] = (build_training(cfg, res).step, batch, res.device)
     times: dict[str, list[float]] = {name: [] for name in configs}
     for r in range(rounds + 1):

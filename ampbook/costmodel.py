@@ -58,8 +58,9 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
-AUTOCAST_DTYPES = {"fp32": None, "amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+from ampbook.precision import AUTOCAST_DTYPES, PRECISIONS
+from ampbook.precision import torch_name as _dtype_name
+
 LOSS = "(loss)"
 OUTSIDE = "(outside model)"
 # Backward work outside every module: the loss gradient's seed, AccumulateGrad.
@@ -115,10 +116,6 @@ _VECTOR_FLOPS_PER_ELEMENT = {
     "copy_": 0,
     "slice_backward": 0,
 }
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def conv_flops(

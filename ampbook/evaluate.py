@@ -149,6 +149,32 @@ def save_prediction(
     return path
 
 
+def prediction_path(folder: str | os.PathLike, image_path: str | os.PathLike) -> Path:
+    """Where the prediction of a Cityscapes image goes:
+    ``FOLDER/CITY/CITY_SEQ_FRAME_pred.png`` (``find_prediction`` finds it there)."""
+    image_path = Path(image_path)
+    stem = image_path.name.removesuffix("_leftImg8bit.png")
+    return Path(folder) / image_path.parent.name / f"{stem}_pred.png"
+
+
+def save_predictions(
+    logits: torch.Tensor, pairs: list[tuple[Path, Path]], folder: str | os.PathLike
+) -> list[Path]:
+    """Write a batch's predictions: each image's logits (``N x C x h x w``) upsampled
+    bilinearly to its label file's size, the arg-max written as a labelId PNG at
+    ``prediction_path(folder, image)``. ``pairs``: the batch's (image, label) paths."""
+    written = []
+    for one, (image_path, label_path) in zip(logits, pairs):
+        with Image.open(label_path) as gt:
+            w, h = gt.size  # the header only: no decoding
+        full = torch.nn.functional.interpolate(
+            one[None].float(), size=(h, w), mode="bilinear", align_corners=False
+        )
+        path = prediction_path(folder, image_path)
+        written.append(save_prediction(full[0].argmax(0), path))
+    return written
+
+
 @torch.no_grad()
 def predict_folder(
     model: torch.nn.Module,
@@ -160,24 +186,16 @@ def predict_folder(
     device: str | torch.device = "cpu",
 ) -> Path:
     """Run ``model`` on a split at height x width, upsample its logits to each image's size
-    and write ``CITY_SEQ_FRAME_pred.png`` labelId files into ``out_dir``."""
+    and write ``CITY_SEQ_FRAME_pred.png`` labelId files into ``out_dir``
+    (``save_predictions``, as ``python -m ampbook.train --save-predictions`` does)."""
     from ampbook.data import Cityscapes
 
     dataset = Cityscapes(root, split=split, height=height, width=width)
     out_dir = Path(out_dir)
     model.eval()
-    for i, (image_path, label_path) in enumerate(dataset.pairs):
+    for i, pair in enumerate(dataset.pairs):
         image, _ = dataset[i]
-        with Image.open(label_path) as gt:
-            full_w, full_h = gt.size
-        logits = model(image[None].to(device))
-        logits = torch.nn.functional.interpolate(
-            logits.float(), size=(full_h, full_w), mode="bilinear", align_corners=False
-        )
-        stem = image_path.name[: -len("_leftImg8bit.png")]
-        save_prediction(
-            logits[0].argmax(0), out_dir / image_path.parent.name / f"{stem}_pred.png"
-        )
+        save_predictions(model(image[None].to(device)), [pair], out_dir)
     return out_dir
 
 

@@ -11,7 +11,7 @@ needed). Stages, in order, each in its own process with its own time budget:
 * ``env``: print the environment (``ampbook.env``, nvidia-smi, package versions);
 * ``tests``: ``pytest -m cuda``, every test that needs a GPU (they skip without one);
 * ``nb01`` to ``nb05``: execute each notebook with the ``gpu`` profile through
-  ``ampbook.run`` (the runner of ``make book``); chapter 2 saves its sweep
+  ``ampbook.build.run`` (the runner of ``make book``); chapter 2 saves its sweep
   (``save_results``), chapter 3 its training runs (``out_dir``), the later chapters read
   them (``results_dir``);
 * ``profile``: per-module GPU kernel time of the training step, fp32 (TF32 on) and
@@ -34,7 +34,7 @@ kill loses at most the stage running. ``DIR`` holds at most 8 files, each at mos
 * ``gpucheck.log``: everything the stages printed;
 * ``results.tar.gz``: the result JSONs, named for ``data/results/`` (``tar -xzf
   results.tar.gz -C data/results`` puts them there; ``ampbook.results`` reads them);
-* ``notebooks.tar.gz``: the executed notebooks (``ampbook.book --executed`` builds from
+* ``notebooks.tar.gz``: the executed notebooks (``ampbook.build.book --executed`` builds from
   them).
 
 Exit status 0 when every selected stage is ok, 1 otherwise, 2 for bad arguments, 143 on
@@ -266,14 +266,14 @@ def notebook_overrides(work: Path, stem: str) -> dict:
 
 
 def stage_notebook(work: Path, dry: bool, stem: str) -> None:
-    from ampbook.paths import NOTEBOOKS_DIR
-    from ampbook.run import (
+    from ampbook.build.run import (
         execute,
         load_profiles,
         parameters_cell,
         profile_parameters,
         read_source,
     )
+    from ampbook.paths import NOTEBOOKS_DIR
 
     profile = "smoke" if dry else CHECK_PROFILE
     source = NOTEBOOKS_DIR / f"{stem}.py"
@@ -330,8 +330,8 @@ def stage_profile(work: Path, dry: bool) -> None:
 
 def stage_loader(work: Path, dry: bool) -> None:
     from ampbook.bench_loader import format_table
-    from ampbook.data import synthetic_root
     from ampbook.layer_profile import loader_record, save_json
+    from ampbook.synthetic import synthetic_root
 
     s = STAGE_SIZES["dry" if dry else "gpu"]["loader"]
     start = time.perf_counter()

@@ -1,6 +1,5 @@
 """Gradients against fp16's range: where they fall, what loss scaling does to them, and
-training with fp16 gradients under no scaling, a fixed scale, and GradScaler's dynamic
-scale.
+what fp16 rounding does to them.
 
 fp16's limits come from ``ampbook.formats.FORMATS["fp16"]``: its smallest subnormal
 2^-24, smallest normal 2^-14 and largest value 65504. Rounding to nearest (ties to even)
@@ -26,15 +25,14 @@ layer's output, via tensor hooks registered in forward hooks) and weight gradien
 gradients of the layers autocast runs in fp16 (convolutions, linear layers), pass
 through fp16 rounding (``ampbook.formats.round_to``), while the arithmetic stays fp32:
 fp16 training's range without fp16's speed penalty on CPUs that lack fast fp16.
-``train_with_scaling`` runs short training runs under the three scaling regimes,
-emulated or with real fp16 autocast.
+Short training runs under the three loss-scaling regimes are in
+``ampbook.loss_scaling``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -44,7 +42,6 @@ from torch.overrides import TorchFunctionMode
 
 from ampbook.autocast_trace import traced_call
 from ampbook.formats import FORMATS, round_to
-from ampbook.timing import benchmark
 
 FP16 = FORMATS["fp16"]
 FP16_MIN_SUBNORMAL = FP16.smallest_subnormal  # 2^-24
@@ -66,14 +63,12 @@ HIST_LO, HIST_HI = (
     -60,
     20,
 )  # log2 bins: floor(log2|g|) in [HIST_LO, HIST_HI), ends clamped
-REGIMES = ("none", "fixed", "dynamic")
-FP16_MODES = ("emulate", "autocast", "off")
 # Layer types whose weights autocast casts to the low dtype (so their weight gradients
 # are computed in it): the convolution and linear layers of the documented op lists.
 LOW_PRECISION_LAYERS = (nn.modules.conv._ConvNd, nn.Linear)
 
 
-def _check_scale(scale: float) -> float:
+def check_scale(scale: float) -> float:
     scale = float(scale)
     if not (scale > 0 and math.isfinite(scale)):
         raise ValueError(f"a loss scale must be a positive finite number, got {scale}")
@@ -89,7 +84,7 @@ def fp16_outcome(g: torch.Tensor, scale: float = 1.0) -> dict[str, int]:
     ``total``, ``zero`` (exactly 0 already), ``nonfinite`` (inf/NaN already),
     ``nonzero`` (finite, not 0) and, among the nonzero ones, the ``OUTCOMES`` (see the
     module docstring)."""
-    return _outcomes(g.detach().abs().float(), (_check_scale(scale),))[0]
+    return _outcomes(g.detach().abs().float(), (check_scale(scale),))[0]
 
 
 def _at_most(limit: float, strict: bool) -> float:
@@ -240,7 +235,7 @@ class GradientRecorder:
     ):
         self.model = model
         self.low_precision = low_precision
-        self.scales = tuple(_check_scale(s) for s in scales)
+        self.scales = tuple(check_scale(s) for s in scales)
         if not self.scales:
             raise ValueError("give at least one loss scale")
         self.groups: dict[tuple[str, str], GroupStats] = {}
@@ -531,189 +526,6 @@ class emulate_fp16_grads:
         self._param_handles.clear()
 
 
-# --- training under the three scaling regimes
-# ----------------------------------------------------
-
-
-def grad_scaler_defaults(device_type: str = "cpu") -> dict[str, float]:
-    """GradScaler's defaults, read from a freshly made ``torch.amp.GradScaler``."""
-    s = torch.amp.GradScaler(device_type)
-    return {
-        "init_scale": s.get_scale(),
-        "growth_factor": s.get_growth_factor(),
-        "backoff_factor": s.get_backoff_factor(),
-        "growth_interval": s.get_growth_interval(),
-    }
-
-
-@dataclass
-class ScalingRun:
-    """The record of one short training run."""
-
-    regime: str
-    fp16: str
-    label: str
-    losses: list[float] = field(default_factory=list)
-    scales: list[float] = field(default_factory=list)  # loss scale used at each step
-    skipped: list[bool] = field(default_factory=list)  # optimizer step skipped?
-    flushed: list[float] = field(
-        default_factory=list
-    )  # emulation: fraction of nonzero activation-gradient values flushed
-    overflowed: list[bool] = field(
-        default_factory=list
-    )  # non-finite gradients at this step
-    weights_finite: bool = True
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def train_with_scaling(
-    model: nn.Module,
-    batches: list[tuple[torch.Tensor, torch.Tensor]],
-    regime: str,
-    *,
-    scale: float = 8.0,
-    fp16: str = "emulate",
-    lr: float = 5e-4,
-    init_scale: float | None = None,
-    growth_interval: int | None = None,
-    loss_fn: Callable | None = None,
-    device: torch.device | str = "cpu",
-    label: str | None = None,
-    fp16_calls: list[tuple[str, bool]] | None = None,
-) -> ScalingRun:
-    """Train ``model`` (in place) one optimizer step per batch with fp16 gradients and:
-
-    * ``regime="none"``: the plain loss; underflowing gradients are lost, overflowing
-      ones turn the weights to NaN (no check);
-    * ``"fixed"``: the loss times ``scale``, gradients divided by it before the step, no
-      overflow check (the paper's constant loss scaling);
-    * ``"dynamic"``: ``torch.amp.GradScaler`` (``init_scale``/``growth_interval`` when
-      given, else its defaults): skips steps with inf/NaN gradients and halves the
-      scale, doubles it after ``growth_interval`` clean steps.
-
-    ``fp16="emulate"``: fp32 arithmetic with gradients rounded to fp16
-    (``emulate_fp16_grads``, only those ``fp16_calls`` marks low precision when given);
-    ``"autocast"``: a real fp16 autocast forward on ``device``; ``"off"``: plain fp32
-    (the reference run). Adam (lr ``lr``, as ERFNet's training uses), cross-entropy with
-    the ignore label 255 unless ``loss_fn`` is given."""
-    if regime not in REGIMES:
-        raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
-    if fp16 not in FP16_MODES:
-        raise ValueError(f"fp16 must be one of {FP16_MODES}, got {fp16!r}")
-    scale = _check_scale(scale)
-    device = torch.device(device)
-    loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    scaler = None
-    if regime == "dynamic":
-        kw = {}
-        if init_scale is not None:
-            kw["init_scale"] = _check_scale(init_scale)
-        if growth_interval is not None:
-            if growth_interval < 1:
-                raise ValueError(f"growth_interval must be >= 1, got {growth_interval}")
-            kw["growth_interval"] = int(growth_interval)
-        scaler = torch.amp.GradScaler(device.type, **kw)
-    emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
-    run = ScalingRun(regime, fp16, label or regime)
-    params = [p for p in model.parameters() if p.requires_grad]
-    start = time.perf_counter()
-    try:
-        for x, y in batches:
-            x, y = x.to(device), y.to(device)
-            opt.zero_grad(set_to_none=True)
-            if emu is not None:
-                emu.counter.reset()
-            out = _forward(model, x, fp16, emu)
-            loss = loss_fn(out.float(), y)
-            if regime == "dynamic":
-                s = scaler.get_scale()
-                scaler.scale(loss).backward()
-            else:
-                s = scale if regime == "fixed" else 1.0
-                (loss * s if s != 1.0 else loss).backward()
-            grads = [p.grad for p in params if p.grad is not None]
-            finite = (
-                bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-                if grads
-                else True
-            )
-            run.losses.append(float(loss.detach()))
-            run.scales.append(float(s))
-            run.overflowed.append(not finite)
-            run.flushed.append(
-                emu.counter.flushed_fraction if emu is not None else float("nan")
-            )
-            if regime == "dynamic":
-                scaler.step(opt)
-                scaler.update()
-                run.skipped.append(scaler.get_scale() < s)
-            else:
-                if s != 1.0:
-                    for g in grads:
-                        g.div_(s)
-                opt.step()
-                run.skipped.append(False)
-    finally:
-        if emu is not None:
-            emu.remove()
-    run.seconds = time.perf_counter() - start
-    run.weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
-    return run
-
-
-def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu=None) -> torch.Tensor:
-    """The forward pass in one of the fp16 modes: under the fp16-gradient emulation,
-    under a real fp16 autocast on ``x``'s device, or plain fp32."""
-    if emu is not None:
-        with emu:
-            return model(x)
-    if fp16 == "autocast":
-        with torch.autocast(x.device.type, dtype=torch.float16):
-            return model(x)
-    return model(x)
-
-
-def step_seconds(
-    model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    fp16: str = "off",
-    repeats: int = 1,
-    warmup: int = 1,
-    loss_fn: Callable | None = None,
-    fp16_calls: list[tuple[str, bool]] | None = None,
-) -> float:
-    """Median seconds of one forward + backward of ``model`` on (``x``, ``y``) with fp32
-    gradients (``"off"``), emulated fp16 gradients (``"emulate"``) or a real fp16
-    autocast forward (``"autocast"``) on the model's device (CUDA synchronised). No
-    optimizer step."""
-    if fp16 not in FP16_MODES:
-        raise ValueError(f"fp16 must be one of {FP16_MODES}, got {fp16!r}")
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
-    loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
-    dev = next(model.parameters()).device
-    x, y = x.to(dev), y.to(dev)
-    emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
-
-    def one_step():
-        model.zero_grad(set_to_none=True)
-        loss_fn(_forward(model, x, fp16, emu).float(), y).backward()
-
-    try:
-        return benchmark(
-            one_step, device=dev, warmup=warmup, repeats=repeats, number=1, min_time=0.0
-        ).median_s
-    finally:
-        if emu is not None:
-            emu.remove()
-        model.zero_grad(set_to_none=True)
-
-
 def overflow_scale(max_abs_grad: float) -> float:
     """The smallest power-of-two loss scale at which a gradient of magnitude
     ``max_abs_grad`` overflows fp16 (rounds to inf)."""
@@ -750,7 +562,8 @@ def training_batches(
     import itertools
     import os
 
-    from ampbook.data import Cityscapes, resolve_root, synthetic_root
+    from ampbook.data import Cityscapes, resolve_root
+    from ampbook.synthetic import synthetic_root
 
     if data_root or os.environ.get("CITYSCAPES_DATASET"):
         root = resolve_root(data_root)
@@ -849,92 +662,3 @@ def first_overflow_scale(
         if any(rec.fractions(k)[s]["overflow"] > 0 for k in kinds):
             return s
     return None
-
-
-def choose_fp16_mode(
-    requested: str, device_type: str, seconds: dict[str, float]
-) -> tuple[str, str]:
-    """``(mode, why)``: ``requested`` unless it is ``"auto"``; then real fp16 autocast
-    on CUDA, and on a CPU the faster of the two by ``seconds`` (``step_seconds`` per
-    mode)."""
-    ratio = (
-        f"real fp16 autocast took {seconds['autocast'] / seconds['off']:.1f}x the fp32 "
-        f"time, the emulation {seconds['emulate'] / seconds['off']:.1f}x"
-    )
-    if requested != "auto":
-        if requested not in ("emulate", "autocast"):
-            raise ValueError(
-                f"fp16_mode must be 'auto', 'emulate' or 'autocast', got {requested!r}"
-            )
-        return requested, f"chosen by the parameter fp16_mode; {ratio}"
-    if device_type == "cuda":
-        return "autocast", f"the GPU runs fp16 natively; {ratio}"
-    mode = "autocast" if seconds["autocast"] <= seconds["emulate"] else "emulate"
-    return mode, f"the faster of the two on this CPU; {ratio}"
-
-
-def scaling_plan(
-    fixed_scales: Iterable[float], fp16: str
-) -> list[tuple[str, str, float, str]]:
-    """The runs of chapter 4: (label, regime, scale, fp16 mode): the fp32 reference,
-    fp16 gradients with no scaling, each fixed scale, and GradScaler's dynamic scale."""
-    plan = [("fp32 reference", "none", 1.0, "off"), ("no scaling", "none", 1.0, fp16)]
-    plan += [
-        (f"fixed 2^{math.log2(s):g}", "fixed", float(s), fp16) for s in fixed_scales
-    ]
-    return plan + [("dynamic (GradScaler)", "dynamic", 1.0, fp16)]
-
-
-RUN_HEADERS = [
-    "run",
-    "gradients",
-    "final loss",
-    "largest loss difference from fp32",
-    "skipped steps",
-    "overflow steps",
-    "mean flushed (emulation)",
-    "weights finite",
-]
-RUN_FORMATS = [None, None, ".4f", ".2e", None, None, ".4%", None]
-
-
-def run_rows(runs: list[ScalingRun]) -> list[tuple]:
-    """One row per run against the first (the fp32 reference), as ``RUN_HEADERS``."""
-    ref = runs[0]
-    rows = []
-    for run in runs:
-        diff = (
-            max(abs(a - b) for a, b in zip(run.losses, ref.losses))
-            if run.weights_finite
-            else float("nan")
-        )
-        flushed = [f for f in run.flushed if not math.isnan(f)]
-        rows.append(
-            (
-                run.label,
-                run.fp16,
-                run.losses[-1],
-                diff,
-                sum(run.skipped),
-                sum(run.overflowed),
-                sum(flushed) / len(flushed) if flushed else None,
-                "yes" if run.weights_finite else "no",
-            )
-        )
-    return rows
-
-
-def scaling_verdict(runs: list[ScalingRun]) -> str:
-    """What the runs show, one line: the dynamic run's scale history and which runs lost
-    their weights to NaN."""
-    dyn = next(r for r in runs if r.regime == "dynamic")
-    growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)
-    text = (
-        f"GradScaler started at 2^{math.log2(dyn.scales[0]):g}, skipped "
-        f"{sum(dyn.skipped)} of {len(dyn.skipped)} steps, grew its scale {growths} "
-        f"times and ended at 2^{math.log2(dyn.scales[-1]):g}. "
-    )
-    broken = [r.label for r in runs if not r.weights_finite]
-    if broken:
-        return text + f"Weights became NaN in: {', '.join(broken)}."
-    return text + "No run lost its weights to NaN."

@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from ampbook.costmodel import LOSS, Ceilings, predict, trace_step
+from ampbook.precision import torch_name
 from ampbook.results import LAYER_SCHEMA, LOADER_SCHEMA, read_layer_profile, read_loader
 
 RANGE_PREFIX = "ampbook.layer::"
@@ -73,9 +74,9 @@ def ceilings_for(device: torch.device, tf32: bool = True) -> Ceilings:
         "max_time": 0.3,
     }
     mma = {}
-    for name, dtype in (("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16")):
+    for dtype in ("fp32", "bf16", "fp16"):
         try:
-            mma[name] = time_matmul(n, dtype=dtype, **kw).tflops
+            mma[torch_name(dtype)] = time_matmul(n, dtype=dtype, **kw).tflops
         except (RuntimeError, ValueError):  # a dtype this device cannot multiply
             continue
     add = time_elementwise(2**22, "fp32", **kw)
@@ -177,7 +178,8 @@ def profile_layers(
     from ampbook.data import NUM_CLASSES
     from ampbook.devices import find_device
     from ampbook.env import environment, pick_device
-    from ampbook.timing import default_sync, tf32_matmul
+    from ampbook.precision import backend_flags
+    from ampbook.timing import default_sync
     from ampbook.train import TrainConfig, build_training, validate
 
     for label, v in (
@@ -202,63 +204,58 @@ def profile_layers(
         quiet=True,
     )
     res = validate(cfg)
-    cudnn_before = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    try:
-        with tf32_matmul(tf32):
-            training = build_training(cfg, res)
-            gen = torch.Generator().manual_seed(seed)
-            images = torch.randn(batch_size, 3, height, width, generator=gen).to(dev)
-            labels = torch.randint(
-                0, NUM_CLASSES, (batch_size, height, width), generator=gen
-            ).to(dev)
-            step = training.step
-            sync = default_sync(dev)
-            for _ in range(warmup):
-                step(images, labels)
+    with backend_flags(tf32=tf32):
+        training = build_training(cfg, res)
+        gen = torch.Generator().manual_seed(seed)
+        images = torch.randn(batch_size, 3, height, width, generator=gen).to(dev)
+        labels = torch.randint(
+            0, NUM_CLASSES, (batch_size, height, width), generator=gen
+        ).to(dev)
+        step = training.step
+        sync = default_sync(dev)
+        for _ in range(warmup):
+            step(images, labels)
+        sync()
+        walls = []
+        for _ in range(timed_steps):
+            start = time.perf_counter()
+            step(images, labels)
             sync()
-            walls = []
-            for _ in range(timed_steps):
-                start = time.perf_counter()
-                step(images, labels)
-                sync()
-                walls.append(time.perf_counter() - start)
-            names = {
-                id(m): (name or type(m).__name__)
-                for name, m in training.net.named_modules()
-            }
-            names[id(training.criterion)] = LOSS
-            types = {
-                (name or type(m).__name__): type(m).__name__
-                for name, m in training.net.named_modules()
-            }
-            types[LOSS] = "loss"
-            ranges = _Ranges(names)
-            from torch.nn.modules.module import (
-                register_module_forward_hook,
-                register_module_forward_pre_hook,
-            )
-            from torch.profiler import ProfilerActivity, profile, record_function
+            walls.append(time.perf_counter() - start)
+        names = {
+            id(m): (name or type(m).__name__)
+            for name, m in training.net.named_modules()
+        }
+        names[id(training.criterion)] = LOSS
+        types = {
+            (name or type(m).__name__): type(m).__name__
+            for name, m in training.net.named_modules()
+        }
+        types[LOSS] = "loss"
+        ranges = _Ranges(names)
+        from torch.nn.modules.module import (
+            register_module_forward_hook,
+            register_module_forward_pre_hook,
+        )
+        from torch.profiler import ProfilerActivity, profile, record_function
 
-            activities = [ProfilerActivity.CPU] + (
-                [ProfilerActivity.CUDA] if dev.type == "cuda" else []
-            )
-            hooks = [
-                register_module_forward_pre_hook(ranges.pre),
-                register_module_forward_hook(ranges.post, always_call=True),
-            ]
-            try:
-                with profile(activities=activities) as prof:
-                    for _ in range(steps):
-                        with record_function("ampbook.step"):
-                            step(images, labels)
-                        sync()
-            finally:
-                for h in hooks:
-                    h.remove()
-            times, total_us = _attribute(prof.events(), dev.type == "cuda")
-    finally:
-        torch.backends.cudnn.allow_tf32 = cudnn_before
+        activities = [ProfilerActivity.CPU] + (
+            [ProfilerActivity.CUDA] if dev.type == "cuda" else []
+        )
+        hooks = [
+            register_module_forward_pre_hook(ranges.pre),
+            register_module_forward_hook(ranges.post, always_call=True),
+        ]
+        try:
+            with profile(activities=activities) as prof:
+                for _ in range(steps):
+                    with record_function("ampbook.step"):
+                        step(images, labels)
+                    sync()
+        finally:
+            for h in hooks:
+                h.remove()
+        times, total_us = _attribute(prof.events(), dev.type == "cuda")
     ceilings = ceilings or ceilings_for(dev, tf32)
     prediction = predict(
         trace_step(training.net, batch_size, height, width, precision), ceilings

@@ -66,6 +66,8 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from ampbook.precision import torch_name
+
 OUTSIDE_MODEL = "(outside model)"
 
 
@@ -144,7 +146,7 @@ class SavedTensorMeter:
         if key in self._param_ptrs or (t.is_leaf and t.requires_grad):
             self.parameter_bytes += nbytes  # saved by reference: no new memory
             return t
-        self.by_dtype[str(t.dtype).removeprefix("torch.")] += nbytes
+        self.by_dtype[torch_name(t.dtype)] += nbytes
         if self.model is not None:
             owner = self._stack[-1] if self._stack else OUTSIDE_MODEL
             self.by_module_type[owner] += nbytes

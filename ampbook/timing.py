@@ -42,51 +42,27 @@ import contextlib
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
 from ampbook.env import pick_device
+from ampbook.precision import DTYPES, SHORT_NAMES, backend_flags
 
 # --------------------------------------------------------------------------------------------
-# dtypes
+# dtypes (names: ampbook.precision)
 # --------------------------------------------------------------------------------------------
-
-_FP8_E4M3 = getattr(torch, "float8_e4m3fn", None)
-_FP8_E5M2 = getattr(torch, "float8_e5m2", None)
-
-DTYPES: dict[str, torch.dtype | None] = {
-    "fp64": torch.float64,
-    "fp32": torch.float32,
-    "tf32": torch.float32,  # storage is fp32; the matmul runs on TF32 tensor cores
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp8": _FP8_E4M3,
-    "fp8_e4m3": _FP8_E4M3,
-    "fp8_e5m2": _FP8_E5M2,
-}
-
-_NAMES = {
-    torch.float64: "fp64",
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-}
-if _FP8_E4M3 is not None:
-    _NAMES[_FP8_E4M3] = "fp8_e4m3"
-if _FP8_E5M2 is not None:
-    _NAMES[_FP8_E5M2] = "fp8_e5m2"
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
     """``(name, torch dtype)`` for a book dtype name (``"fp16"``...) or a ``torch.dtype``."""
     if isinstance(dtype, torch.dtype):
-        if dtype not in _NAMES:
+        if dtype not in SHORT_NAMES:
             raise ValueError(
                 f"dtype {dtype} is not one the book times; use one of {sorted(DTYPES)}"
             )
-        return _NAMES[dtype], dtype
+        return SHORT_NAMES[dtype], dtype
     if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ValueError(
             f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)} or a torch.dtype"
@@ -241,7 +217,7 @@ class TimingResult:
         raise ValueError(f"unit must be 'tflops' or 'gbps', got {unit!r}")
 
     def to_dict(self) -> dict:
-        """JSON-serialisable summary (without the raw samples unless asked: see ``asdict``)."""
+        """JSON-serialisable summary, without the samples (``dataclasses.asdict`` has them)."""
         out = {
             "name": self.name,
             "device": self.device,
@@ -262,9 +238,6 @@ class TimingResult:
         }
         out.update(self.extra)
         return out
-
-    def raw(self) -> dict:
-        return asdict(self)
 
     def __str__(self) -> str:
         rate = []
@@ -421,7 +394,8 @@ def _as_args(value: Any) -> tuple:
 def _check_not_zero(args: tuple, name: str) -> None:
     for t in _tensors(args):
         if t.is_floating_point() and t.numel() > 0:
-            probe = t.float() if t.dtype in (_FP8_E4M3, _FP8_E5M2) else t
+            fp8 = (DTYPES["fp8_e4m3"], DTYPES["fp8_e5m2"])
+            probe = t.float() if t.dtype in fp8 else t
             if not bool(probe.ne(0).any()):
                 raise ValueError(
                     f"{name or 'benchmark'}: an input tensor of shape {tuple(t.shape)} is all "
@@ -603,12 +577,8 @@ def benchmark(
 def tf32_matmul(enabled: bool):
     """Allow (or forbid) TF32 tensor cores for fp32 matmuls on CUDA inside the block, restoring
     the previous setting after. ``"fp32"`` timings run with TF32 off so that they mean fp32."""
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
+    with backend_flags(matmul_tf32=enabled):
         yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def check_dtype_on(

@@ -10,11 +10,7 @@ so that no paragraph is chosen by an ``if`` in a notebook.
 
 from __future__ import annotations
 
-# The instructions that give a CPU native 16-bit arithmetic (Linux /proc/cpuinfo names).
-NATIVE_FLAGS = {
-    "amp-bf16": ("avx512_bf16", "amx_bf16"),
-    "amp-fp16": ("avx512_fp16", "amx_fp16"),
-}
+from ampbook.precision import native_cpu_flags
 
 
 def speed_verdict(pair, flags: list[str] | tuple[str, ...] = ()) -> str:
@@ -28,7 +24,7 @@ def speed_verdict(pair, flags: list[str] | tuple[str, ...] = ()) -> str:
         f"times the time of the {base.mode_label} step ({way})."
     )
     if not amp.is_cuda:
-        native = [f for f in NATIVE_FLAGS.get(amp.mode, ()) if f in flags]
+        native = native_cpu_flags(amp.mode, flags)
         kind = amp.mode.removeprefix("amp-")
         if native:
             text += f" This CPU reports {', '.join(native)}: native {kind} arithmetic."

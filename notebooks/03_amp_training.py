@@ -62,13 +62,14 @@ seed = 0
 # %%
 from ampbook import params
 from ampbook.env import print_environment
+from ampbook.precision import PRECISIONS
 
 params.device("device", device)
 ok = precisions[:1] == ["fp32"] and len(precisions) > 1
 params.rule("precisions", precisions, ok, "must start with fp32 and name an AMP one",
             why="runs pair with fp32")
-ok = set(precisions) <= {"fp32", "amp-fp16", "amp-bf16"}
-params.rule("precisions", precisions, ok, "may hold fp32, amp-fp16, amp-bf16")
+ok = set(precisions) <= set(PRECISIONS)
+params.rule("precisions", precisions, ok, f"may hold {', '.join(PRECISIONS)}")
 for name in ("height", "width"):
     value = params.integer(name, globals()[name], minimum=8)
     params.rule(name, value, value % 8 == 0, "must be a multiple of 8",
@@ -117,7 +118,7 @@ post = load_reference("seed_post")
 #    they are all finite; `scaler.update()` then lowers the scale after an overflow and raises
 #    it after a run of clean steps (chapter 4 reads its defaults).
 #
-# First a few images to train on: the synthetic Cityscapes of `ampbook.data` unless a
+# First a few images to train on: the synthetic Cityscapes of `ampbook.synthetic` unless a
 # Cityscapes root is given (the runner's own rule, reused here).
 
 # %%

@@ -38,7 +38,7 @@
 #   memory, and what that predicts for a whole training step.
 #
 # **What you need**: the `ampbook` package and PyTorch. Without Cityscapes the chapter uses the
-# synthetic Cityscapes of `ampbook.data`. A CPU runs every part. fp16 arithmetic is slow on
+# synthetic Cityscapes of `ampbook.synthetic`. A CPU runs every part. fp16 arithmetic is slow on
 # many CPUs, so on a CPU the chapter times a real fp16 backward pass against an fp32 emulation
 # of fp16 gradients and trains with the faster (it says which). A CUDA GPU runs real fp16
 # autocast.
@@ -93,6 +93,7 @@ import torch
 
 from ampbook import autocast_trace as at
 from ampbook import gradstats as gs
+from ampbook import loss_scaling as ls
 from ampbook import memory
 from ampbook.env import pick_device
 from ampbook.model import ERFNet
@@ -311,7 +312,7 @@ md_table(rows, ["loss scale", "predicted share below 2⁻²⁴"], [None, ".2%"])
 # by a growth factor after a run of clean steps. Its defaults, read from a fresh object:
 
 # %%
-defaults = gs.grad_scaler_defaults(device.type)
+defaults = ls.grad_scaler_defaults(device.type)
 glue_all(init_log2=math.log2(defaults["init_scale"]), **defaults)
 md_table(list(defaults.items()), ["GradScaler setting", "default"], [None, "g"])
 
@@ -337,8 +338,8 @@ md_table(list(defaults.items()), ["GradScaler setting", "default"], [None, "g"])
 
 # %%
 x1, y1 = gs.crop_batch(batches, height, width, 1)
-secs = {mode: gs.step_seconds(model, x1, y1, fp16=mode, fp16_calls=low_calls)
-        for mode in gs.FP16_MODES}
+secs = {mode: ls.step_seconds(model, x1, y1, fp16=mode, fp16_calls=low_calls)
+        for mode in ls.FP16_MODES}
 rows = [(m, secs[m], secs[m] / secs["off"]) for m in ("off", "emulate", "autocast")]
 md_table(rows, ["backward kind", "seconds per step", "vs fp32"], [None, ".3f", ".1f"])
 
@@ -347,7 +348,7 @@ md_table(rows, ["backward kind", "seconds per step", "vs fp32"], [None, ".3f", "
 # faster of the two on a CPU. Which one this run uses, and why:
 
 # %%
-fp16_used, why = gs.choose_fp16_mode(fp16_mode, device.type, secs)
+fp16_used, why = ls.choose_fp16_mode(fp16_mode, device.type, secs)
 print(f"fp16 gradients: {fp16_used} ({why})")
 
 # %% [markdown]
@@ -358,10 +359,10 @@ print(f"fp16 gradients: {fp16_used} ({why})")
 
 # %%
 runs = []
-for label, regime, scale, mode in gs.scaling_plan(fixed_scales, fp16_used):
+for label, regime, scale, mode in ls.scaling_plan(fixed_scales, fp16_used):
     torch.manual_seed(seed)  # the same weights and dropout masks in every run
     model_r = ERFNet().to(device).train()
-    run = gs.train_with_scaling(model_r, batches[:num_steps], regime, scale=scale,
+    run = ls.train_with_scaling(model_r, batches[:num_steps], regime, scale=scale,
                                 fp16=mode, lr=lr, device=device, label=label,
                                 growth_interval=growth_interval, fp16_calls=low_calls)
     runs.append(run)
@@ -402,10 +403,10 @@ plt.show()
 # gradients.
 
 # %% tags=["hide-input"]
-md_table(gs.run_rows(runs), gs.RUN_HEADERS, gs.RUN_FORMATS)
+md_table(ls.run_rows(runs), ls.RUN_HEADERS, ls.RUN_FORMATS)
 
 # %%
-md(gs.scaling_verdict(runs))
+md(ls.scaling_verdict(runs))
 
 # %% [markdown]
 # How far the unscaled run strays depends on how many gradients underflow, which the first

@@ -75,9 +75,10 @@ print_environment(device)
 
 # %%
 from ampbook import params
+from ampbook.precision import PRECISIONS
 
 params.device("device", device)
-params.choice("precision", precision, ["amp-fp16", "amp-bf16"])
+params.choice("precision", precision, PRECISIONS[1:])
 for name in ("run_height", "run_width", "check_height", "check_width",
              "checklist_height", "checklist_width"):
     v = params.integer(name, globals()[name], minimum=8)
@@ -105,15 +106,17 @@ from ampbook import costmodel as cm
 from ampbook.bench_loader import measure_loader
 from ampbook.bench_matmul import load_verdict
 from ampbook.bench_step import step_rounds
-from ampbook.data import NUM_CLASSES, synthetic_root
+from ampbook.data import NUM_CLASSES
 from ampbook.devices import attainable_tflops, load_devices
-from ampbook.env import cpu_flags, pick_device
+from ampbook.env import pick_device
 from ampbook.layer_profile import ceilings_for
 from ampbook.memory import fit_line, saved_for_backward
 from ampbook.model import ERFNet
 from ampbook.paths import load_reference
 from ampbook.plots import bar_style, md_table, series_style, use_style
+from ampbook.precision import autocast_dtype, native_cpu_flags
 from ampbook.results import load_results_dir, summarise_run
+from ampbook.synthetic import synthetic_root
 from ampbook.timing import machine_load, time_elementwise, time_matmul
 from ampbook.train import TrainConfig, run_training
 
@@ -171,7 +174,7 @@ mem_model = ERFNet(num_classes=NUM_CLASSES)
 two = [(check_height // 2, check_width // 2), (check_height, check_width)]
 saved = {p: [(h * w, saved_for_backward(
     mem_model, torch.randn(1, 3, h, w), torch.zeros(1, h, w, dtype=torch.long),
-    dtype=cm.AUTOCAST_DTYPES[p])["new_bytes"]) for h, w in two]
+    dtype=autocast_dtype(p))["new_bytes"]) for h, w in two]
     for p in ("fp32", precision)}
 lines = {p: fit_line(points) for p, points in saved.items()}
 md_table([(p, ln.intercept / 1e6, ln.slope) for p, ln in lines.items()],
@@ -747,8 +750,7 @@ md_table(cpu_rows, ["precision", "fastest measured step (ms)", "bound (ms)",
                     "efficiency (bound / measured)"], [None, ".1f", ".2f", ".0%"])
 
 # %%
-lowp = {"amx_bf16", "avx512_bf16", "amx_fp16", "avx512_fp16"}
-flags = sorted(lowp & set(cpu_flags()))
+flags = sorted(native_cpu_flags())
 print(cm.lowp_verdict(flags, peak_bf16 / peak))
 print(cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3, "an fp32 step here"))
 eff_here = cpu_rows[0][3]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import nbformat
 
-from ampbook import run as runner
+from ampbook.build import run as runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 

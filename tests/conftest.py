@@ -31,7 +31,7 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def executed_notebooks(tmp_path_factory) -> Path:
-    from ampbook.run import run_notebooks
+    from ampbook.build.run import run_notebooks
 
     out = tmp_path_factory.mktemp("executed")
     # One torch thread per kernel: the smoke sizes are tiny, and two threads that wait
@@ -42,7 +42,7 @@ def executed_notebooks(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def built_book(executed_notebooks, tmp_path_factory) -> Path:
-    from ampbook.book import build
+    from ampbook.build.book import build
 
     out = tmp_path_factory.mktemp("book")
     index = build(executed_notebooks, out)

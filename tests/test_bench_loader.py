@@ -7,7 +7,7 @@ import pytest
 
 from ampbook import bench
 from ampbook.bench_loader import format_table, measure_loader
-from ampbook.data import synthesize
+from ampbook.synthetic import synthesize
 
 
 @pytest.fixture(scope="module")

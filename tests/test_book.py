@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from ampbook.bookcheck import check_book, find_chromium
+from ampbook.build.bookcheck import check_book, find_chromium
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -29,7 +29,7 @@ def _problems(reports):
 
 
 def test_book_has_every_chapter_and_offline_mathjax(built_book):
-    from ampbook.book import toc_chapters
+    from ampbook.build.book import toc_chapters
 
     for stem in toc_chapters():
         assert (built_book / "chapters" / f"{stem}.html").exists()

@@ -17,10 +17,8 @@ from ampbook.data import (
     Cityscapes,
     DataError,
     resolve_root,
-    synthesize,
-    synthetic_pair,
-    synthetic_root,
 )
+from ampbook.synthetic import synthesize, synthetic_pair, synthetic_root
 
 
 @pytest.fixture(scope="module")

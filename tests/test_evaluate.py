@@ -11,9 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from ampbook.data import CLASS_NAMES, synthesize
+from ampbook.data import CLASS_NAMES
 from ampbook.evaluate import evaluate_folder, main, predict_folder, save_prediction
 from ampbook.model import ERFNet
+from ampbook.synthetic import synthesize
 
 
 @pytest.fixture(scope="module")

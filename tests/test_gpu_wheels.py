@@ -20,7 +20,11 @@ from ampbook.gpucheck import PY312_LINUX, RUNNER_MODULES, WHEEL_NEVER, WHEEL_ROO
 from ampbook.paths import REPO_ROOT
 
 # Modules that only build or check the HTML book; they never run on the GPU machine.
-BOOK_ONLY = {"ampbook/book.py", "ampbook/bookcheck.py", "ampbook/sphinx_offline.py"}
+BOOK_ONLY = {
+    "ampbook/build/book.py",
+    "ampbook/build/bookcheck.py",
+    "ampbook/build/sphinx_scripts.py",
+}
 # Requirements the list leaves out on purpose (gpu-wheels.txt says why).
 LEFT_OUT = set(WHEEL_NEVER)
 # Imported only on Python < 3.11 (the device has 3.12): tests/test_environment.py's
@@ -62,7 +66,7 @@ def imported_modules() -> dict[str, set[str]]:
     machine."""
     files = [
         p
-        for p in sorted((REPO_ROOT / "ampbook").glob("*.py"))
+        for p in sorted((REPO_ROOT / "ampbook").rglob("*.py"))
         if p.relative_to(REPO_ROOT).as_posix() not in BOOK_ONLY
     ]
     files += sorted((REPO_ROOT / "notebooks").glob("*.py")) + sorted(

@@ -1,8 +1,6 @@
 """ampbook.gradstats: fp16 fates of gradient values, log2 histograms, the gradient
-recorder, fp16-gradient emulation and the three loss-scaling regimes (small modules
-only)."""
+recorder, fp16-gradient emulation (small modules only)."""
 
-import inspect
 import math
 
 import pytest
@@ -190,106 +188,6 @@ def test_emulation_overflows_to_inf():
     emu.remove()
     assert emu.counter.overflow > 0
     assert not all(torch.isfinite(p.grad).all() for p in model.parameters())
-
-
-def test_grad_scaler_defaults_are_read_from_torch():
-    d = gs.grad_scaler_defaults()
-    sig = inspect.signature(torch.amp.GradScaler.__init__).parameters
-    for k in ("init_scale", "growth_factor", "backoff_factor", "growth_interval"):
-        assert d[k] == sig[k].default
-
-
-def conv_net():
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)
-    )
-
-
-def batches(n=4):
-    g = torch.Generator().manual_seed(1)
-    return [
-        (
-            torch.randn(2, 3, 8, 8, generator=g),
-            torch.randint(0, 4, (2, 8, 8), generator=g),
-        )
-        for _ in range(n)
-    ]
-
-
-def test_dynamic_scaling_skips_overflowing_steps_and_backs_off():
-    run = gs.train_with_scaling(
-        conv_net(), batches(10), "dynamic", init_scale=2.0**22, growth_interval=2
-    )
-    assert run.scales[0] == 2.0**22
-    assert run.skipped[0] and run.overflowed[0]
-    assert run.scales[1] == 2.0**21  # backoff 0.5
-    assert (
-        run.skipped == run.overflowed
-    )  # GradScaler skips exactly the overflowing steps
-    assert not all(run.skipped) and run.weights_finite
-    grew = [i for i in range(9) if run.scales[i + 1] == 2 * run.scales[i]]
-    assert (
-        grew and not run.skipped[grew[0]] and not run.skipped[grew[0] - 1]
-    )  # after 2 clean steps
-    assert len(run.losses) == len(run.scales) == len(run.flushed) == 10
-
-
-def test_fixed_scale_without_check_breaks_the_weights_when_it_overflows():
-    run = gs.train_with_scaling(conv_net(), batches(2), "fixed", scale=2.0**40)
-    assert run.overflowed[0] and not run.weights_finite
-    ok = gs.train_with_scaling(conv_net(), batches(2), "fixed", scale=8.0)
-    assert not any(ok.overflowed) and ok.weights_finite and ok.scales == [8.0, 8.0]
-
-
-def test_no_scaling_trains_and_matches_fp32_direction():
-    model = conv_net()
-    before = [p.detach().clone() for p in model.parameters()]
-    run = gs.train_with_scaling(model, batches(3), "none")
-    assert run.scales == [1.0] * 3 and not any(run.skipped)
-    assert any(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
-    assert all(0 <= f <= 1 for f in run.flushed)
-
-
-def test_real_fp16_autocast_mode_runs():
-    run = gs.train_with_scaling(
-        conv_net(), batches(2), "dynamic", fp16="autocast", init_scale=2.0**10
-    )
-    assert run.fp16 == "autocast" and math.isnan(run.flushed[0]) and run.weights_finite
-
-
-def test_fp32_reference_mode_is_plain_fp32():
-    a, b = conv_net(), conv_net()
-    run = gs.train_with_scaling(a, batches(2), "none", fp16="off")
-    assert math.isnan(run.flushed[0])
-    opt = torch.optim.Adam(b.parameters(), lr=5e-4)
-    crit = nn.CrossEntropyLoss(ignore_index=255)
-    for x, y in batches(2):
-        opt.zero_grad()
-        crit(b(x), y).backward()
-        opt.step()
-    for p, q in zip(a.parameters(), b.parameters()):
-        assert torch.equal(p, q)
-
-
-def test_training_arguments_are_checked():
-    with pytest.raises(ValueError, match="regime"):
-        gs.train_with_scaling(conv_net(), batches(1), "static")
-    with pytest.raises(ValueError, match="fp16"):
-        gs.train_with_scaling(conv_net(), batches(1), "none", fp16="half")
-    with pytest.raises(ValueError, match="growth_interval"):
-        gs.train_with_scaling(conv_net(), batches(1), "dynamic", growth_interval=0)
-
-
-def test_step_seconds_times_each_mode_and_leaves_no_hooks():
-    model = conv_net()
-    x, y = batches(1)[0]
-    for mode in gs.FP16_MODES:
-        t = gs.step_seconds(model, x, y, fp16=mode, warmup=0)
-        assert 0 < t < 60
-    assert all(p.grad is None and not p._backward_hooks for p in model.parameters())
-    with pytest.raises(ValueError, match="repeats"):
-        gs.step_seconds(model, x, y, repeats=0)
 
 
 def test_overflow_scale():

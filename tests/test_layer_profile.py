@@ -57,9 +57,9 @@ def test_profile_rejects_bad_sizes():
 
 
 def test_loader_record_is_a_results_record(tmp_path):
-    from ampbook.data import synthetic_root
     from ampbook.layer_profile import loader_record, save_json
     from ampbook.results import read_file
+    from ampbook.synthetic import synthetic_root
 
     root = synthetic_root(train=2, val=0, height=32, width=64)
     rec = loader_record(

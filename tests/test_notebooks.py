@@ -12,7 +12,7 @@ import nbformat
 import pytest
 import yaml
 
-from ampbook import run as runner
+from ampbook.build import run as runner
 from ampbook.paths import PROFILES_FILE, REPO_ROOT
 
 SOURCES = runner.all_notebooks()
@@ -28,7 +28,7 @@ def _cells(nb):
 
 
 def test_there_are_notebooks_and_the_toc_lists_them_all():
-    from ampbook.book import toc_chapters
+    from ampbook.build.book import toc_chapters
 
     assert SOURCES, "no notebooks/NN_topic.py found"
     assert toc_chapters() == IDS, "book/_toc.yml and notebooks/ disagree"
@@ -176,7 +176,7 @@ def test_cli_reports_failure_with_exit_code(tmp_path):
         [
             sys.executable,
             "-m",
-            "ampbook.run",
+            "ampbook.build.run",
             "--profile",
             "smoke",
             "--out",

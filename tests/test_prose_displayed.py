@@ -9,8 +9,8 @@ import ast
 import nbformat
 import pytest
 
-from ampbook import run as runner
-from ampbook.nbstats import (
+from ampbook.build import run as runner
+from ampbook.build.nbstats import (
     DISPLAY_FACTORIES,
     _called_name,
     _code,

@@ -1,4 +1,4 @@
-"""The book-building and data tools under bad input: `ampbook.run`, `.book`,
+"""The book-building and data tools under bad input: `ampbook.build.run`, `.book`,
 `.bookcheck`, `.evaluate`, `.bench step`, `.data synthesize`. A known failure is one
 `error:` line, a nonzero exit, and nothing earlier lost."""
 
@@ -19,8 +19,9 @@ import pytest
 import torch
 from _cli import one_error
 
-from ampbook import book, bookcheck, data, evaluate, run
+from ampbook import data, evaluate, synthetic
 from ampbook.bench import main as bench_main
+from ampbook.build import book, bookcheck, run
 from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 
 NOTEBOOK = """# %% [markdown]
@@ -57,7 +58,7 @@ def _sources() -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in sorted(NOTEBOOKS_DIR.iterdir()) if p.is_file()}
 
 
-# --- ampbook.run ----------------------------------------------------------------------
+# --- ampbook.build.run ----------------------------------------------------------------------
 
 
 def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys):
@@ -77,7 +78,7 @@ def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path
     source = _notebook(tmp_path, "params")
     out = tmp_path / "out"
     proc = _cli(
-        "ampbook.run",
+        "ampbook.build.run",
         "--profile",
         "smoke",
         "--out",
@@ -105,7 +106,7 @@ def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path
 
     before = (out / "params.ipynb").read_bytes()
     proc = _cli(
-        "ampbook.run",
+        "ampbook.build.run",
         "--profile",
         "smoke",
         "--out",
@@ -146,7 +147,7 @@ def test_run_interrupted_marks_the_partial_notebook(tmp_path):
         [
             sys.executable,
             "-m",
-            "ampbook.run",
+            "ampbook.build.run",
             "--profile",
             "smoke",
             "--out",
@@ -178,7 +179,7 @@ def test_run_interrupted_marks_the_partial_notebook(tmp_path):
     assert report["notebooks"][0]["status"] == "STOPPED"
 
 
-# --- ampbook.book ---------------------------------------------------------------------
+# --- ampbook.build.book ---------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -213,7 +214,7 @@ def test_book_refuses_a_failed_run(executed, tmp_path, capsys):
     out = tmp_path / "book"
     code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
     assert code == 1
-    one_error(err, "did not finish", f"{first} (FAILED)", "python -m ampbook.run")
+    one_error(err, "did not finish", f"{first} (FAILED)", "python -m ampbook.build.run")
     assert not out.exists()
 
     report["notebooks"][0]["status"] = "ok"
@@ -266,12 +267,12 @@ def test_bookcheck_on_a_missing_or_empty_folder(tmp_path, capsys):
     one_error(capsys.readouterr().err, "is not a folder")
     (tmp_path / "empty").mkdir()
     assert bookcheck.main([str(tmp_path / "empty")]) == 2
-    one_error(capsys.readouterr().err, "no HTML pages", "python -m ampbook.book")
+    one_error(capsys.readouterr().err, "no HTML pages", "python -m ampbook.build.book")
 
 
 @pytest.fixture(scope="module")
 def val_root(tmp_path_factory) -> Path:
-    return data.synthesize(
+    return synthetic.synthesize(
         tmp_path_factory.mktemp("eval") / "ds", 1, 2, height=32, width=64
     )
 
@@ -382,7 +383,7 @@ def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(
     tmp_path, capsys, monkeypatch
 ):
     root = tmp_path / "ds"
-    real, calls = data.synthetic_pair, []
+    real, calls = synthetic.synthetic_pair, []
 
     def failing(*args, **kw):  # the disk fills up after the first image
         calls.append(args)
@@ -403,10 +404,10 @@ def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(
         "--width",
         "64",
     ]
-    monkeypatch.setattr(data, "synthetic_pair", failing)
+    monkeypatch.setattr(synthetic, "synthetic_pair", failing)
     assert data.main(argv) == 1
     one_error(capsys.readouterr().err, "No space left", "run it again")
     assert not (root / "leftImg8bit").exists() and not (root / "gtFine").exists()
-    monkeypatch.setattr(data, "synthetic_pair", real)
+    monkeypatch.setattr(synthetic, "synthetic_pair", real)
     assert data.main(argv) == 0
     assert len(list((root / "leftImg8bit").rglob("*.png"))) == 4

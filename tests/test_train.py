@@ -25,7 +25,6 @@ from ampbook.train import (
     enet_class_weights,
     load_results,
     main,
-    prediction_path,
     run_name,
     run_training,
 )
@@ -243,7 +242,7 @@ def test_checkpoint_loads_weights_only_and_holds_the_final_state(fp32_run):
 
 def test_saved_predictions_are_label_id_pngs_that_the_evaluator_reads(fp32_run):
     from ampbook.data import TRAIN_TO_LABEL, Cityscapes
-    from ampbook.evaluate import evaluate_folder
+    from ampbook.evaluate import evaluate_folder, prediction_path
 
     cfg, result, tmp = fp32_run
     root = result["resolved"]["data_root"]
@@ -353,7 +352,8 @@ def test_a_loss_that_stays_non_finite_stops_the_run(tmp_path, precision):
 
 
 def test_enet_class_weights_follow_the_label_histogram():
-    from ampbook.data import NUM_CLASSES, Cityscapes, synthetic_root
+    from ampbook.data import NUM_CLASSES, Cityscapes
+    from ampbook.synthetic import synthetic_root
 
     ds = Cityscapes(synthetic_root(4, 2, 64, 128), "train", 32, 64)
     counts = np.zeros(NUM_CLASSES)
@@ -369,15 +369,14 @@ def test_enet_class_weights_follow_the_label_histogram():
 
 
 def test_bench_step_compares_the_runner_with_a_bare_loop_doing_the_same_work():
-    from ampbook.bench_step import _batches, bare_step_fn, measure_overhead
+    from ampbook.bench_step import _batch, bare_step_fn, measure_overhead
     from ampbook.train import build_training, validate
 
     cfg = TrainConfig(**TINY, batch_size=1)
     res = validate(cfg)
     runner, bare = build_training(cfg, res).step, bare_step_fn(cfg, res.device)
-    for x, y in _batches(
-        cfg, res.device, 2
-    ):  # same weights, same batch, same dropout: same loss
+    for seed in (1, 2):  # same weights, same batch, same dropout: same loss
+        x, y = _batch(cfg, res.device, seed)
         torch.manual_seed(7)
         a = runner(x, y)
         torch.manual_seed(7)

@@ -43,7 +43,7 @@ ARGS = [
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from ampbook.data import synthesize
+    from ampbook.synthetic import synthesize
 
     return synthesize(tmp_path_factory.mktemp("data") / "ds", 4, 2, height=32, width=64)
 
@@ -507,7 +507,7 @@ def _train(data: Path, out: Path, *extra: str) -> subprocess.Popen:
 
 
 def test_ctrl_c_then_resume_with_accumulation_equals_an_uninterrupted_run(tmp_path):
-    from ampbook.data import synthesize
+    from ampbook.synthetic import synthesize
 
     data = synthesize(tmp_path / "ds", 6, 2, height=32, width=64)
     whole, cut = tmp_path / "whole", tmp_path / "cut"

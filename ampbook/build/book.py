@@ -1,15 +1,15 @@
 """Build the HTML book from executed notebooks (Jupyter Book 1.x, never re-executing them).
 
-    python -m ampbook.book [--executed DIR] [--out DIR]
+    python -m ampbook.build.book [--executed DIR] [--out DIR]
 
 ``book/`` (config, table of contents, front matter) is staged with the executed notebooks of
-``DIR`` (default ``build/executed``, written by ``python -m ampbook.run``) under
+``DIR`` (default ``build/executed``, written by ``python -m ampbook.build.run``) under
 ``chapters/``, then built with Sphinx warnings as errors. The result is static HTML at
 ``OUT/_build/html/index.html`` that opens from disk with no network.
 
 A failed or interrupted run is refused: its ``run_report.json`` names a notebook that
-did not finish, a notebook is marked so by ``python -m ampbook.run``, or a cell shows an
-error. OUT must be a new or empty folder, or one this tool made (it leaves
+did not finish, a notebook is marked so by ``python -m ampbook.build.run``, or a cell
+shows an error. OUT must be a new or empty folder, or one this tool made (it leaves
 ``OUT/.ampbook-book`` there); the tool replaces only its own staging folder ``OUT/src``
 and Jupyter Book's ``OUT/_build``, and refuses an OUT inside the sources (``book/``,
 ``notebooks/``).
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from .paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
+from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 
 DEFAULT_EXECUTED = REPO_ROOT / "build" / "executed"
 DEFAULT_OUT = REPO_ROOT / "build" / "book"
@@ -48,7 +48,7 @@ def toc_chapters(book_dir: Path = BOOK_DIR) -> list[str]:
 
 
 def _build_section(report: dict) -> str:
-    from .plots import md_table_text
+    from ampbook.plots import md_table_text
 
     rows = [
         (n["name"], n["status"], n["executed_cells"], n["seconds"])
@@ -84,10 +84,10 @@ def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
     finish, or a cell with an error output (one not tagged ``raises-exception``)."""
     import nbformat
 
-    from .run import run_status
+    from ampbook.build.run import run_status
 
     executed = Path(executed)
-    again = f"run `python -m ampbook.run --out {executed}` again"
+    again = f"run `python -m ampbook.build.run --out {executed}` again"
     if not executed.is_dir():
         raise BookError(f"no folder of executed notebooks at {executed}; {again}")
     chapters = toc_chapters(book_dir)
@@ -105,7 +105,8 @@ def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
             ]
         except (ValueError, KeyError, TypeError):
             raise BookError(
-                f"{report_file} is not a run report of python -m ampbook.run; {again}"
+                f"{report_file} is not a run report of python -m "
+                f"ampbook.build.run; {again}"
             ) from None
         if bad:
             names = ", ".join(f"{n} ({status})" for n, status in bad)
@@ -193,7 +194,7 @@ def build(
     check_executed(executed)
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text(
-        "made by python -m ampbook.book; it replaces src/ and _build/\n"
+        "made by python -m ampbook.build.book; it replaces src/ and _build/\n"
     )
     staging = stage(executed, out / "src")
     cmd = [
@@ -228,7 +229,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ampbook.book", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.build.book", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--executed", default=str(DEFAULT_EXECUTED), help="folder of executed notebooks"

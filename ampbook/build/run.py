@@ -1,7 +1,7 @@
 """Execute the book's notebooks with papermill, from their jupytext sources.
 
-    python -m ampbook.run [--profile smoke|cpu|gpu] [--out DIR] [-p NAME VALUE ...]
-                          [NOTEBOOK ...]
+    python -m ampbook.build.run [--profile smoke|cpu|gpu] [--out DIR]
+                                [-p NAME VALUE ...] [NOTEBOOK ...]
 
 NOTEBOOK is a path (``notebooks/01_floating_point.py``), a stem (``01_floating_point``)
 or a chapter number (``1``); all notebooks by default, in file order. Each ``.py``
@@ -15,7 +15,7 @@ parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precis
 parameters. On failure or Ctrl-C the run stops with the notebook and the failing cell
 named; the partly executed notebook stays in DIR for inspection, marked in its metadata
 (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
-``python -m ampbook.book`` refuses to build from it. DIR may not lie inside
+``python -m ampbook.build.book`` refuses to build from it. DIR may not lie inside
 ``notebooks/`` or ``book/`` (the sources). A per-notebook time table with the run's
 total ends the run and ``DIR/run_report.json`` records it. The kernels talk to the
 runner over local IPC sockets in a private temporary folder, not TCP.
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from .paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
+from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
 
 PROFILES = ("smoke", "cpu", "gpu")
 DEFAULT_OUT = REPO_ROOT / "build" / "executed"
@@ -504,7 +504,7 @@ def run_notebooks(
         if runs:
             wall = time.perf_counter() - started
             log(time_table(runs, wall))
-            from .env import environment
+            from ampbook.env import environment
 
             report = {
                 "profile": profile,
@@ -530,7 +530,7 @@ def run_notebooks(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ampbook.run", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.build.run", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "notebooks",

@@ -1,6 +1,6 @@
 """Open the built book in headless Chromium and check what a reader would see.
 
-    python -m ampbook.bookcheck [HTML_DIR]
+    python -m ampbook.build.bookcheck [HTML_DIR]
 
 For every page: it loads from disk with the network blocked; every image loads; MathJax
 has typeset every math element and no raw TeX delimiters are left in the text; every
@@ -93,7 +93,7 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
     if not html_dir.is_dir():
         raise CheckError(
             f"{html_dir} is not a folder; give the book's HTML folder "
-            "(OUT/_build/html of python -m ampbook.book)"
+            "(OUT/_build/html of python -m ampbook.build.book)"
         )
     pages = sorted(
         p
@@ -105,7 +105,7 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
     if not pages:
         raise CheckError(
             f"no HTML pages under {html_dir}; build the book first "
-            "(python -m ampbook.book) and give its OUT/_build/html"
+            "(python -m ampbook.build.book) and give its OUT/_build/html"
         )
     chromium = chromium or find_chromium()
     if chromium is None:
@@ -246,10 +246,10 @@ def overflow_problems(page) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .book import DEFAULT_OUT
+    from ampbook.build.book import DEFAULT_OUT
 
     parser = argparse.ArgumentParser(
-        prog="python -m ampbook.bookcheck", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.build.bookcheck", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "html_dir", nargs="?", default=str(DEFAULT_OUT / "_build" / "html")

@@ -1,6 +1,6 @@
 """How readable a chapter's source is, and whether its computed prose reaches the page.
 
-    python -m ampbook.nbstats [NOTEBOOK ...]
+    python -m ampbook.build.nbstats [NOTEBOOK ...]
 
 prints per notebook: code lines (non-blank, in code cells), the median code cell's
 lines, functions defined, the share of prose built by ``md(f"...")`` (characters of
@@ -125,9 +125,11 @@ def notebook_stats(path: str | Path) -> NotebookStats:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ampbook.run import all_notebooks
+    from ampbook.build.run import all_notebooks
 
-    ap = argparse.ArgumentParser(prog="python -m ampbook.nbstats", description=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m ampbook.build.nbstats", description=__doc__
+    )
     ap.add_argument("notebooks", nargs="*", help="notebook sources (default: all)")
     args = ap.parse_args(argv)
     paths = [Path(p) for p in args.notebooks] or all_notebooks()

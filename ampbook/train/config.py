@@ -1,0 +1,459 @@
+"""A training run's settings: ``TrainConfig`` (one field per command-line option),
+their checks (``validate``, before any work, raising ``ConfigError``), what they resolve
+to on this machine (``Resolved``: device, autocast dtype, scaler, warnings, DDP ranks),
+the run's name, and the translation to and from the command line (``build_parser``,
+``command_line``, ``resume_command``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ampbook import env as _env
+from ampbook.precision import (
+    AUTOCAST_DTYPES,
+    NATIVE_CPU_FLAGS,
+    PRECISIONS,
+    check_precision,
+    native_cpu_flags,
+    short_name,
+)
+
+CLASS_WEIGHTS = ("none", "enet")
+TF32_CHOICES = ("on", "off")
+# Fields that may differ between an interrupted run and its resumption (they do not
+# change the numbers the run computes).
+RUNTIME_FIELDS = frozenset(
+    {
+        "out",
+        "name",
+        "resume",
+        "overwrite",
+        "quiet",
+        "progress",
+        "workers",
+        "save_predictions",
+        "device",
+        "checkpoint",
+    }
+)
+
+
+class ConfigError(ValueError):
+    """Settings that cannot work, found before any work starts."""
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or gradients stayed non-finite for too many consecutive steps."""
+
+
+class TrainError(RuntimeError):
+    """A known failure during a run (a broken data file, an output that cannot be
+    written); the message says what was kept and how to continue."""
+
+
+class Interrupted(TrainError):
+    """Ctrl-C (SIGINT) during a run; the message says what was saved and how to
+    resume."""
+
+
+def _opt(help: str, **kw):
+    return {"help": help, **kw}
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one training run; each field is the command-line option of the same
+    name."""
+
+    precision: str = field(
+        default="fp32", metadata=_opt("fp32 | amp-fp16 | amp-bf16", choices=PRECISIONS)
+    )
+    device: str = field(
+        default="auto", metadata=_opt("auto (CUDA if available) | cpu | cuda | cuda:N")
+    )
+    data_root: str | None = field(
+        default=None,
+        metadata=_opt(
+            "Cityscapes root (default: $CITYSCAPES_DATASET, else the synthetic set)"
+        ),
+    )
+    synthetic_train: int = field(
+        default=100, metadata=_opt("training images of the synthetic set")
+    )
+    synthetic_val: int = field(
+        default=20, metadata=_opt("val images of the synthetic set")
+    )
+    epochs: int = field(default=10, metadata=_opt("epochs (the post: 10)"))
+    batch_size: int = field(
+        default=6, metadata=_opt("images per step (per process under DDP)")
+    )
+    height: int = field(
+        default=512, metadata=_opt("training height in pixels (multiple of 8)")
+    )
+    width: int = field(
+        default=1024, metadata=_opt("training width in pixels (multiple of 8)")
+    )
+    workers: int = field(default=4, metadata=_opt("DataLoader worker processes"))
+    seed: int = field(
+        default=0, metadata=_opt("seed of the weights, dropout and data order")
+    )
+    shuffle: bool = field(
+        default=True,
+        metadata=_opt(
+            "do not shuffle the training data (the post's condition)",
+            flag="--no-shuffle",
+        ),
+    )
+    flip: bool = field(
+        default=False, metadata=_opt("random horizontal flips of training images")
+    )
+    lr: float = field(default=5e-4, metadata=_opt("Adam learning rate (ERFNet: 5e-4)"))
+    weight_decay: float = field(
+        default=1e-4, metadata=_opt("Adam weight decay (ERFNet: 1e-4)")
+    )
+    poly_power: float = field(
+        default=0.9, metadata=_opt("poly decay power per epoch (ERFNet: 0.9)")
+    )
+    class_weights: str = field(
+        default="none",
+        metadata=_opt(
+            "none | enet (1/ln(1.02 + class share), from the training labels)",
+            choices=CLASS_WEIGHTS,
+        ),
+    )
+    tf32: str = field(
+        default="off",
+        metadata=_opt("TF32 for fp32 CUDA matmuls/convolutions", choices=TF32_CHOICES),
+    )
+    channels_last: bool = field(
+        default=False, metadata=_opt("model and inputs in channels_last memory format")
+    )
+    cudnn_benchmark: bool = field(
+        default=False, metadata=_opt("torch.backends.cudnn.benchmark = True")
+    )
+    deterministic: bool = field(
+        default=False, metadata=_opt("torch.use_deterministic_algorithms(True)")
+    )
+    clip_grad: float | None = field(
+        default=None,
+        metadata=_opt("clip the gradient norm to this value (after scaler.unscale_)"),
+    )
+    accumulate: int = field(
+        default=1,
+        metadata=_opt("accumulate gradients over N batches per optimizer step"),
+    )
+    max_nonfinite: int = field(
+        default=20,
+        metadata=_opt(
+            "stop after this many consecutive steps skipped for non-finite "
+            "loss/gradients"
+        ),
+    )
+    out: str | None = field(
+        default=None,
+        metadata=_opt("folder for NAME.json and NAME.ckpt", cli_default="build/runs"),
+    )
+    name: str | None = field(
+        default=None, metadata=_opt("run name (default: from the settings)")
+    )
+    resume: bool = field(default=False, metadata=_opt("continue from OUT/NAME.ckpt"))
+    overwrite: bool = field(
+        default=False,
+        metadata=_opt(
+            "replace an earlier run's OUT/NAME.json and OUT/NAME.ckpt "
+            "(refused without it)"
+        ),
+    )
+    checkpoint: bool = field(
+        default=True, metadata=_opt("do not write checkpoints", flag="--no-checkpoint")
+    )
+    save_predictions: str | None = field(
+        default=None,
+        metadata=_opt(
+            "write the last epoch's val predictions (labelId PNGs) to this folder"
+        ),
+    )
+    quiet: bool = field(default=False, metadata=_opt("print nothing but errors"))
+    progress: bool | None = field(
+        default=None,
+        metadata=_opt(
+            "progress bar: on | off (default: on when stderr is a terminal)",
+            choices=("on", "off"),
+        ),
+    )
+
+
+def run_name(cfg: TrainConfig) -> str:
+    """The run's name: ``cfg.name`` or one built from the settings that change the
+    numbers."""
+    if cfg.name:
+        return cfg.name
+    parts = [
+        cfg.precision,
+        f"{cfg.width}x{cfg.height}",
+        f"bs{cfg.batch_size}",
+        f"e{cfg.epochs}",
+        f"seed{cfg.seed}",
+    ]
+    if cfg.tf32 == "on":
+        parts.append("tf32")
+    if cfg.channels_last:
+        parts.append("cl")
+    if not cfg.shuffle:
+        parts.append("noshuffle")
+    if cfg.accumulate > 1:
+        parts.append(f"acc{cfg.accumulate}")
+    return "-".join(parts)
+
+
+@dataclass
+class Resolved:
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    grad_scaler: bool
+    warnings: list[str]
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+
+def ranks() -> tuple[int, int, int]:
+    ws = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), ws, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def validate(cfg: TrainConfig) -> Resolved:
+    """Check the settings before any work; ``ConfigError`` names the first problem."""
+    try:
+        check_precision(cfg.precision)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    for name in (
+        "epochs",
+        "batch_size",
+        "accumulate",
+        "max_nonfinite",
+        "synthetic_train",
+        "synthetic_val",
+    ):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(cfg.workers, int) or cfg.workers < 0:
+        raise ConfigError(f"workers must be 0 or more, got {cfg.workers!r}")
+    for name in ("height", "width"):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or value < 8 or value % 8:
+            raise ConfigError(
+                f"{name} must be a positive multiple of 8 (ERFNet halves it three "
+                f"times), got {value!r}"
+            )
+    if not (isinstance(cfg.lr, (int, float)) and cfg.lr > 0 and math.isfinite(cfg.lr)):
+        raise ConfigError(f"lr must be a positive finite number, got {cfg.lr!r}")
+    if not (cfg.weight_decay >= 0 and math.isfinite(cfg.weight_decay)):
+        raise ConfigError(f"weight_decay must be 0 or more, got {cfg.weight_decay!r}")
+    if not (cfg.poly_power >= 0 and math.isfinite(cfg.poly_power)):
+        raise ConfigError(f"poly_power must be 0 or more, got {cfg.poly_power!r}")
+    if cfg.clip_grad is not None and not (
+        cfg.clip_grad > 0 and math.isfinite(cfg.clip_grad)
+    ):
+        raise ConfigError(
+            f"clip_grad must be a positive number (or None), got {cfg.clip_grad!r}"
+        )
+    if cfg.class_weights not in CLASS_WEIGHTS:
+        raise ConfigError(
+            f"unknown class_weights {cfg.class_weights!r}; choose one of "
+            f"{', '.join(CLASS_WEIGHTS)}"
+        )
+    if cfg.tf32 not in TF32_CHOICES:
+        raise ConfigError(f"tf32 must be 'on' or 'off', got {cfg.tf32!r}")
+    if cfg.progress not in (None, True, False):
+        raise ConfigError(f"progress must be None, True or False, got {cfg.progress!r}")
+    for name in ("out", "save_predictions"):
+        value = getattr(cfg, name)
+        if value is not None and not str(value).strip():
+            raise ConfigError(
+                f"{name} is an empty path; give a folder (or leave it unset)"
+            )
+    if cfg.name is not None and (
+        not cfg.name.strip()
+        or "/" in cfg.name
+        or os.sep in cfg.name
+        or cfg.name.startswith(".")
+    ):
+        raise ConfigError(
+            f"name {cfg.name!r} is not a file name: give a name without a path "
+            "separator and not starting with '.', or leave it unset"
+        )
+    if (cfg.height // 8) * (cfg.width // 8) < 2:
+        raise ConfigError(
+            f"{cfg.width}x{cfg.height} (W x H) is too small: ERFNet works at 1/8 of "
+            "that size, where batch norm needs more than one value per channel "
+            "(a batch may hold one image); use at least 16x8 or 8x16"
+        )
+    if cfg.resume and cfg.overwrite:
+        raise ConfigError(
+            "resume and overwrite contradict each other: --resume continues "
+            "OUT/NAME, --overwrite replaces it; give one"
+        )
+    if cfg.resume and not cfg.out:
+        raise ConfigError("resume needs out (the folder holding NAME.ckpt)")
+    if cfg.resume:
+        ckpt = Path(cfg.out) / f"{run_name(cfg)}.ckpt"
+        if not ckpt.exists():
+            raise ConfigError(
+                f"resume: no checkpoint {ckpt} (run name {run_name(cfg)!r}; the name "
+                "comes from --name or the settings, which must match the first run)"
+            )
+
+    rank, world_size, local_rank = ranks()
+    try:
+        device = _env.pick_device(cfg.device)
+    except (RuntimeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(
+            f"device {cfg.device!r}: the runner trains on 'cpu' or 'cuda'"
+        )
+    if device.type == "cuda" and world_size > 1:
+        device = torch.device("cuda", local_rank)
+    if (
+        device.type == "cuda"
+        and device.index is not None
+        and device.index >= torch.cuda.device_count()
+    ):
+        raise ConfigError(
+            f"device {device} does not exist: this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s)"
+        )
+
+    notes: list[str] = []
+    dtype = AUTOCAST_DTYPES[cfg.precision]
+    if device.type == "cuda":
+        cap = torch.cuda.get_device_capability(device)
+        name = torch.cuda.get_device_name(device)
+        if dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported(
+            including_emulation=False
+        ):
+            raise ConfigError(
+                f"amp-bf16 needs a GPU with bf16 arithmetic (compute capability 8.0+, "
+                f"Ampere or newer); {name} has {cap[0]}.{cap[1]}. Use amp-fp16."
+            )
+        if dtype is torch.float16 and cap < (7, 0):
+            notes.append(
+                f"{name} (compute capability {cap[0]}.{cap[1]}) has no tensor cores: "
+                "fp16 saves memory there but is unlikely to be faster than fp32"
+            )
+    else:
+        if dtype is not None and not native_cpu_flags(dtype):
+            absent = " / ".join(sorted(NATIVE_CPU_FLAGS[dtype]))
+            flags = ", ".join(sorted(_env.cpu_flags())) or "none"
+            notes.append(
+                f"{cfg.precision} on a CPU without {short_name(dtype)} hardware "
+                f"({absent} absent; flags: {flags}): it works, but expect it to be "
+                "slower than fp32, often many times (measure: python -m ampbook.bench "
+                "step)"
+            )
+        if cfg.tf32 == "on":
+            notes.append("tf32 on has no effect on a CPU")
+    return Resolved(
+        device=device,
+        autocast_dtype=dtype,
+        grad_scaler=dtype is torch.float16,
+        warnings=notes,
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+    )
+
+
+def config_dict(cfg: TrainConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def check_resumable(saved: dict, cfg: TrainConfig) -> None:
+    now = config_dict(cfg)
+    diff = [k for k in now if k not in RUNTIME_FIELDS and saved.get(k) != now[k]]
+    if diff:
+        pairs = ", ".join(
+            f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}" for k in diff
+        )
+        raise ConfigError(
+            f"resume: the checkpoint was written with other settings ({pairs}); "
+            "resume with the same settings or start a new run (another --name)"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI, one option per ``TrainConfig`` field."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.train",
+        description="Train ERFNet in fp32 or with AMP and record the run as JSON.",
+    )
+    for f in dataclasses.fields(TrainConfig):
+        meta = dict(f.metadata)
+        flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
+        default = meta.pop("cli_default", f.default)
+        if f.type in ("bool", bool):
+            action = "store_false" if f.default else "store_true"
+            parser.add_argument(flag, dest=f.name, action=action, help=meta["help"])
+        elif f.name == "progress":
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                default=None,
+                choices=meta["choices"],
+                help=meta["help"],
+            )
+        else:
+            kind = {"int": int, "float": float, "float | None": float}.get(
+                str(f.type), str
+            )
+            parser.add_argument(flag, dest=f.name, type=kind, default=default, **meta)
+    return parser
+
+
+def command_line(cfg: TrainConfig) -> str:
+    """The ``python -m ampbook.train ...`` command that runs ``cfg`` (options that
+    differ from the command line's defaults)."""
+    parts = ["python -m ampbook.train"]
+    for f in dataclasses.fields(TrainConfig):
+        meta = f.metadata
+        flag = meta.get("flag", "--" + f.name.replace("_", "-"))
+        default = meta.get("cli_default", f.default)
+        value = getattr(cfg, f.name)
+        if value == default:
+            continue
+        if f.type in ("bool", bool):
+            parts.append(flag)
+        elif f.name == "progress":
+            parts.append(f"{flag} {'on' if value else 'off'}")
+        elif value is None:
+            continue
+        else:
+            parts.append(f"{flag} {shlex.quote(str(value))}")
+    return " ".join(parts)
+
+
+def config_from_args(argv: list[str] | None = None) -> TrainConfig:
+    args = vars(build_parser().parse_args(argv))
+    if args["progress"] is not None:
+        args["progress"] = args["progress"] == "on"
+    return TrainConfig(**args)
+
+
+def resume_command(cfg: TrainConfig) -> str:
+    """The command that continues the run of ``cfg`` from its checkpoint."""
+    line = command_line(dataclasses.replace(cfg, resume=True, overwrite=False))
+    world = ranks()[1]
+    if world > 1:
+        line = line.replace("python -m", f"torchrun --nproc_per_node {world} -m", 1)
+    return line

@@ -1,0 +1,592 @@
+"""The run: data, epochs, validation, checkpoints and the results record
+(``run_training``), and the command line (``main``, ``python -m ampbook.train``)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ampbook import env as _env
+from ampbook.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_rss
+from ampbook.precision import backend_flags
+from ampbook.timing import default_sync, machine_load
+from ampbook.train.checkpoint import (
+    load_checkpoint,
+    restore,
+    rng_state,
+    save_checkpoint,
+    write_atomic,
+)
+from ampbook.train.config import (
+    ConfigError,
+    Interrupted,
+    NonFiniteLossError,
+    Resolved,
+    TrainConfig,
+    TrainError,
+    config_dict,
+    config_from_args,
+    ranks,
+    resume_command,
+    run_name,
+    validate,
+)
+from ampbook.train.outdir import check_predictions_folder, output_folder
+from ampbook.train.record import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    clean,
+    earlier_epochs,
+    epoch_line,
+    now,
+    summarize,
+    write_results,
+)
+from ampbook.train.step import Training, TrainStep, build_training
+
+ENET_C = 1.02
+
+
+def resolve_data(cfg: TrainConfig, res: Resolved) -> tuple[Path, bool]:
+    """(root, synthetic?): ``cfg.data_root``, else $CITYSCAPES_DATASET, else the
+    synthetic set."""
+    from ampbook.data import resolve_root
+    from ampbook.synthetic import synthetic_root
+
+    if cfg.data_root or os.environ.get("CITYSCAPES_DATASET"):
+        try:
+            return resolve_root(cfg.data_root), False
+        except FileNotFoundError as err:
+            raise ConfigError(str(err)) from None
+    args = (cfg.synthetic_train, cfg.synthetic_val, 2 * cfg.height, 2 * cfg.width)
+    if res.world_size > 1 and dist.is_initialized():
+        if res.rank == 0:
+            root = synthetic_root(*args)
+        dist.barrier()
+        if res.rank != 0:
+            root = synthetic_root(*args)
+    else:
+        root = synthetic_root(*args)
+    return root, True
+
+
+def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[float]:
+    """ENet's class weights ``1 / ln(1.02 + p_c)`` from the labels of ``dataset``
+    (cached in ``ampbook.paths.cache_dir()`` by root, split, size and file count)."""
+    from ampbook.data import NUM_CLASSES
+    from ampbook.paths import cache_dir
+
+    size = f"{dataset.height}x{dataset.width}"
+    key = f"{Path(dataset.root).resolve()}|{dataset.split}|{size}|{len(dataset)}"
+    path = (
+        cache_dir()
+        / "class-weights"
+        / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
+    )
+    if path.exists():
+        return json.loads(path.read_text())["weights"]
+    counts = torch.zeros(NUM_CLASSES, dtype=torch.float64)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, num_workers=workers
+    )
+    for _, labels in loader:
+        valid = labels[labels < NUM_CLASSES]
+        counts += torch.bincount(valid.reshape(-1), minlength=NUM_CLASSES).double()
+    share = counts / counts.sum().clamp(min=1)
+    weights = [float(w) for w in 1.0 / torch.log(ENET_C + share)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(
+        path, json.dumps({"key": key, "counts": counts.tolist(), "weights": weights})
+    )
+    return weights
+
+
+@torch.no_grad()
+def evaluate(
+    net: nn.Module, loader, step: TrainStep, save_to: Path | None = None
+) -> dict:
+    """Val loss, pixel accuracy, mIoU and per-class IoU of ``net`` over ``loader``
+    (under the run's autocast); with ``save_to``, also writes the predictions."""
+    from ampbook.evaluate import save_predictions
+    from ampbook.metrics import SegmentationMetrics
+
+    net.eval()
+    metrics = SegmentationMetrics(device=step.device)
+    total, batches, index = 0.0, 0, 0
+    for images, labels in loader:
+        images = images.to(step.device, non_blocking=True)
+        labels = labels.to(step.device, non_blocking=True)
+        if step.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        with step.autocast():
+            logits = net(images)
+            loss = step.criterion(logits, labels)
+        pred = logits.argmax(dim=1)
+        metrics.update(pred, labels)
+        total += float(loss)
+        batches += 1
+        if save_to is not None:
+            pairs = loader.dataset.pairs[index : index + len(pred)]
+            save_predictions(logits, pairs, save_to)
+        index += len(pred)
+    net.train()
+    m = metrics.compute()
+    return {
+        "val_loss": total / max(batches, 1),
+        "val_pixel_accuracy": m["pixel_accuracy"],
+        "val_miou": m["miou"],
+        "val_iou": m["iou"],
+    }
+
+
+def _show_progress(cfg: TrainConfig, res: Resolved) -> bool:
+    if cfg.quiet or res.rank != 0:
+        return False
+    if cfg.progress is not None:
+        return bool(cfg.progress)
+    return sys.stderr.isatty()
+
+
+def train_epoch(
+    epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loader
+) -> dict:
+    """Train one epoch; returns its record (timings, memory, loss, step counters)."""
+    from tqdm.auto import tqdm
+
+    device, step = res.device, tr.step
+    before = dataclasses.replace(step.counters)
+    tr.model.train()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    rss_reset = reset_peak_rss()
+    lr = tr.optimizer.param_groups[0]["lr"]
+    losses: list[float] = []
+    images = steps = 0
+    data_wait = step_time = 0.0
+    saved: SavedTensorMeter | None = None
+    bar = tqdm(
+        total=len(loader),
+        desc=f"epoch {epoch}/{cfg.epochs} {cfg.precision}",
+        unit="batch",
+        leave=False,
+        disable=not _show_progress(cfg, res),
+        dynamic_ncols=True,
+    )
+    sync = default_sync(device)
+    step.begin_epoch(len(loader))
+    sync()
+    start = time.perf_counter()
+    batches = iter(loader)
+    try:  # a stopped epoch (Ctrl-C, a bad file) clears its bar before the error line
+        while True:
+            t0 = time.perf_counter()
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
+            meter = SavedTensorMeter() if steps == 0 else None
+            value = step(x, y, meter=meter)
+            sync()
+            t2 = time.perf_counter()
+            if meter is not None:
+                saved = meter
+            data_wait += t1 - t0
+            step_time += t2 - t1
+            steps += 1
+            images += len(x)
+            if math.isfinite(value):
+                losses.append(value)
+            bar.update(1)
+            bar.set_postfix(loss=f"{value:.4f}", img_s=f"{images / (t2 - start):.1f}")
+    finally:
+        bar.close()
+    wall = time.perf_counter() - start
+    c = step.counters
+    rec = {
+        "epoch": epoch,
+        "lr": lr,
+        "steps": steps,
+        "images": images * res.world_size,
+        "optimizer_steps": c.optimizer_steps - before.optimizer_steps,
+        "skipped_steps": c.skipped_steps - before.skipped_steps,
+        "nonfinite_losses": c.nonfinite_losses - before.nonfinite_losses,
+        "loss_scale": tr.scaler.get_scale() if tr.scaler is not None else None,
+        "train_loss": sum(losses) / len(losses) if losses else float("nan"),
+        "wall_s": wall,
+        "step_s": step_time,
+        "data_wait_s": data_wait,
+        "images_per_s": images * res.world_size / wall if wall > 0 else None,
+        "saved_tensor_bytes": saved.new_bytes if saved is not None else None,
+        "saved_tensor_by_dtype": dict(saved.by_dtype) if saved is not None else None,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_reset": rss_reset,
+        "load_average": machine_load()["load1"],
+        "cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device)
+        if device.type == "cuda"
+        else None,
+        "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device)
+        if device.type == "cuda"
+        else None,
+    }
+    if res.world_size > 1:  # the loss averaged over all ranks' batches
+        t = torch.tensor(
+            [sum(losses), len(losses)],
+            dtype=torch.float64,
+            device=device if device.type == "cuda" else "cpu",
+        )
+        dist.all_reduce(t)
+        rec["train_loss"] = float(t[0] / t[1]) if t[1] > 0 else float("nan")
+    return rec
+
+
+def _say(cfg: TrainConfig, res: Resolved, text: str) -> None:
+    if not cfg.quiet and res.rank == 0:
+        print(text, flush=True)
+
+
+def run_training(cfg: TrainConfig) -> dict:
+    """Train as ``cfg`` says; returns the results record (its schema:
+    ``ampbook.train.record``), also written to ``cfg.out/NAME.json`` when ``cfg.out`` is
+    set (rank 0)."""
+    res = validate(cfg)
+    own_group = False
+    if res.world_size > 1 and not dist.is_initialized():
+        if res.device.type == "cuda":
+            torch.cuda.set_device(res.device)
+        dist.init_process_group("nccl" if res.device.type == "cuda" else "gloo")
+        own_group = True
+    flags = backend_flags(
+        tf32=cfg.tf32 == "on",
+        cudnn_benchmark=cfg.cudnn_benchmark,
+        deterministic=True if cfg.deterministic else None,
+    )
+    try:
+        with flags:
+            return _run(cfg, res)
+    finally:
+        if own_group:
+            dist.destroy_process_group()
+
+
+def _run(cfg: TrainConfig, res: Resolved) -> dict:
+    name = run_name(cfg)
+    out = Path(cfg.out) if cfg.out else None
+    with contextlib.ExitStack() as stack:
+        if res.rank == 0:
+            if out is not None:
+                stack.enter_context(output_folder(cfg, out, name))
+            check_predictions_folder(cfg)
+        try:
+            return _train(cfg, res, name, out)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                "interrupted before the first epoch finished; nothing was saved"
+            ) from None
+
+
+def _kept(
+    cfg: TrainConfig, epochs: list[dict], json_path: Path | None, ckpt_path: Path | None
+) -> str:
+    """What a stopped run leaves on disk, and how to go on."""
+    if json_path is None:
+        return "nothing was saved (no --out)"
+    if not epochs:
+        return "nothing was saved (no epoch finished)"
+    done = "epoch 1" if len(epochs) == 1 else f"epochs 1-{len(epochs)}"
+    if ckpt_path is not None and ckpt_path.exists():
+        return (
+            f"{ckpt_path} and {json_path} hold {done}; continue with: "
+            f"{resume_command(cfg)}"
+        )
+    return f"{json_path} holds {done} (no checkpoint to resume from)"
+
+
+def _first_line(err: BaseException) -> str:
+    """An exception's own message; for one re-raised from a DataLoader worker, the
+    message of the original (its last line) rather than the worker's traceback."""
+    text = str(err)
+    if text.startswith("Caught ") and "Original Traceback" in text:
+        last = text.strip().splitlines()[-1]
+        return last.split(": ", 1)[1] if ": " in last else last
+    return text
+
+
+def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict:
+    from ampbook.data import Cityscapes, DataError, check_headers
+
+    json_path = out / f"{name}.json" if out else None
+    ckpt_path = out / f"{name}.ckpt" if out else None
+    writer = res.rank == 0
+    for note in res.warnings:
+        _say(cfg, res, f"note: {note}")
+
+    checkpoint = load_checkpoint(ckpt_path, cfg, res) if cfg.resume else None
+
+    try:
+        root, synthetic = resolve_data(cfg, res)
+        train_ds = Cityscapes(root, "train", cfg.height, cfg.width, flip=cfg.flip)
+        val_ds = Cityscapes(root, "val", cfg.height, cfg.width)
+        check_headers(train_ds.pairs + val_ds.pairs)
+    except (FileNotFoundError, ValueError) as err:  # DataError is a ValueError
+        raise ConfigError(f"data: {err}") from None
+    kind = (
+        "SYNTHETIC Cityscapes (no Cityscapes root given)" if synthetic else "Cityscapes"
+    )
+    _say(
+        cfg,
+        res,
+        f"data: {kind} "
+        f"at {root}: {len(train_ds)} train / {len(val_ds)} val images, trained at "
+        f"{cfg.width}x{cfg.height} (W x H)",
+    )
+    try:
+        weights = (
+            enet_class_weights(train_ds, cfg.workers)
+            if cfg.class_weights == "enet"
+            else None
+        )
+    except DataError as err:
+        raise ConfigError(f"data: {_first_line(err)}") from None
+
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    tr = build_training(cfg, res, weights)
+    if (
+        res.rank
+    ):  # different dropout masks on each rank (the weights came from the same seed)
+        torch.manual_seed(cfg.seed + 1_000_003 * res.rank)
+
+    sampler = torch.utils.data.DistributedSampler(
+        train_ds,
+        num_replicas=res.world_size,
+        rank=res.rank,
+        shuffle=cfg.shuffle,
+        seed=cfg.seed,
+    )
+    loader_gen = torch.Generator()
+    pin = res.device.type == "cuda"
+    train_loader = torch.utils.data.DataLoader(
+        train_ds,
+        batch_size=cfg.batch_size,
+        sampler=sampler,
+        num_workers=cfg.workers,
+        pin_memory=pin,
+        generator=loader_gen,
+    )
+    val_loader = torch.utils.data.DataLoader(
+        val_ds,
+        batch_size=cfg.batch_size,
+        shuffle=False,
+        num_workers=cfg.workers,
+        pin_memory=pin,
+    )
+    if cfg.accumulate > len(train_loader):
+        per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
+        raise ConfigError(
+            f"accumulate {cfg.accumulate} is more than the {len(train_loader)} "
+            f"batches of an epoch{per} ({len(train_ds)} images, batch size "
+            f"{cfg.batch_size}): no window would ever be full; use --accumulate "
+            f"{len(train_loader)} or less"
+        )
+
+    epochs: list[dict] = []
+    start_epoch = 1
+    started = now()
+    resumes: list[dict] = []
+    if checkpoint is not None:
+        restore(checkpoint, ckpt_path, tr, res.rank)
+        epochs, started, resumes = earlier_epochs(checkpoint, json_path, name)
+        start_epoch = checkpoint["epoch"] + 1
+        resumes.append({"at": now(), "after_epoch": checkpoint["epoch"]})
+        _say(
+            cfg,
+            res,
+            f"resumed {name} from {ckpt_path} after epoch {checkpoint['epoch']}",
+        )
+
+    environment = _env.environment(res.device)
+    environment["memory_format"] = (
+        "channels_last" if cfg.channels_last else "contiguous"
+    )
+    record = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "status": "running",
+        "started": started,
+        "finished": None,
+        "resumed": resumes,
+        "config": config_dict(cfg),
+        "resolved": {
+            "device": str(res.device),
+            "autocast_dtype": res.autocast_dtype,
+            "grad_scaler": res.grad_scaler,
+            "data_root": str(root),
+            "synthetic_data": synthetic,
+            "train_images": len(train_ds),
+            "val_images": len(val_ds),
+            "world_size": res.world_size,
+            "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
+            "memory_format": environment["memory_format"],
+            "class_weights": weights,
+            "parameters": sum(p.numel() for p in tr.net.parameters()),
+            "warnings": res.warnings,
+            "resumed_from_epoch": start_epoch - 1 if checkpoint is not None else None,
+        },
+        "environment": environment,
+        "epochs": epochs,
+        "summary": summarize(epochs),
+    }
+    _say(
+        cfg,
+        res,
+        f"run {name}: {cfg.precision} on {environment['device_name']} ({res.device}), "
+        f"{cfg.epochs} epochs, batch {cfg.batch_size}"
+        + (f" x {res.world_size} processes" if res.world_size > 1 else "")
+        + (f", results -> {json_path}" if json_path else ""),
+    )
+
+    def stop(status: str, epoch: int, message: str, **extra) -> None:
+        """Record why the run stopped (rank 0, when there is a results file to keep)."""
+        record["status"] = status
+        record["stopped"] = {"epoch": epoch, "message": message, **extra}
+        record["finished"] = now()
+        if (
+            writer
+            and json_path is not None
+            and (epochs or status.startswith("stopped"))
+        ):
+            with contextlib.suppress(OSError):
+                write_results(record, json_path)
+
+    save_dir = Path(cfg.save_predictions) if cfg.save_predictions else None
+    epoch = start_epoch
+    try:
+        for epoch in range(start_epoch, cfg.epochs + 1):
+            sampler.set_epoch(epoch)
+            loader_gen.manual_seed(cfg.seed * 1_000_003 + epoch)
+            rec = train_epoch(epoch, cfg, res, tr, train_loader)
+            with (
+                warnings.catch_warnings()
+            ):  # an epoch whose steps were all skipped is legitimate
+                warnings.filterwarnings(
+                    "ignore", message="Detected call of `lr_scheduler.step"
+                )
+                tr.scheduler.step()
+            t = time.perf_counter()
+            if writer:
+                last = epoch == cfg.epochs
+                rec.update(
+                    evaluate(tr.net, val_loader, tr.step, save_dir if last else None)
+                )
+            rec["val_s"] = time.perf_counter() - t
+            if res.world_size > 1:
+                dist.barrier()
+            t = time.perf_counter()
+            rng = [rng_state()]
+            if res.world_size > 1:
+                rng = [None] * res.world_size
+                dist.all_gather_object(rng, rng_state())
+            if writer and ckpt_path is not None and cfg.checkpoint:
+                save_checkpoint(
+                    ckpt_path,
+                    epoch=epoch,
+                    config=config_dict(cfg),
+                    started=started,
+                    tr=tr,
+                    rng=rng,
+                    records=json.dumps(clean(epochs + [rec])),
+                )
+            epochs.append(rec)
+            rec["checkpoint_s"] = time.perf_counter() - t
+            rec["epoch_s"] = rec["wall_s"] + rec["val_s"] + rec["checkpoint_s"]
+            record["summary"] = summarize(epochs)
+            if writer and json_path is not None:
+                write_results(record, json_path)
+            _say(cfg, res, epoch_line(cfg, rec))
+        if save_dir is not None and writer and start_epoch > cfg.epochs:
+            evaluate(
+                tr.net, val_loader, tr.step, save_dir
+            )  # resumed after the last epoch
+        record["status"] = "complete"
+        record["finished"] = now()
+        record["summary"] = summarize(epochs)
+        if writer and json_path is not None:
+            write_results(record, json_path)
+            record["json_path"] = str(json_path)
+    except NonFiniteLossError as err:
+        c = tr.step.counters
+        stop(
+            "stopped: non-finite loss",
+            epoch,
+            str(err),
+            optimizer_steps=c.optimizer_steps,
+            skipped_steps=c.skipped_steps,
+            nonfinite_losses=c.nonfinite_losses,
+            loss_scale=tr.scaler.get_scale() if tr.scaler is not None else None,
+        )
+        raise
+    except KeyboardInterrupt:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("interrupted", epoch, "interrupted (SIGINT)")
+        raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
+    except DataError as err:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("failed", epoch, _first_line(err))
+        raise TrainError(
+            f"{_first_line(err)}. Fix or remove that file. Epoch {epoch} stopped "
+            f"unfinished; {kept}"
+        ) from None
+    except OSError as err:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        what = f"{err.filename}: " if err.filename else ""
+        raise TrainError(
+            f"could not write {what}{err.strerror or err} in epoch {epoch}; {kept}"
+        ) from None
+    return clean(record)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: a known failure prints one ``error:`` line and exits nonzero
+    (2: the settings, 1: the run stopped, 130: interrupted); what earlier epochs saved
+    stays."""
+    cfg = config_from_args(argv)
+    rank, world, _ = ranks()
+    error = (
+        f"error: rank {rank}: " if world > 1 else "error: "
+    )  # each process speaks for itself
+    try:
+        record = run_training(cfg)
+    except ConfigError as err:
+        print(f"{error}{err}", file=sys.stderr)
+        return 2
+    except Interrupted as err:
+        print(f"{error}{err}", file=sys.stderr)
+        return 130
+    except (NonFiniteLossError, TrainError) as err:
+        print(f"{error}{err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"{error}interrupted before the run started; nothing was written",
+            file=sys.stderr,
+        )
+        return 130
+    if not cfg.quiet and record.get("json_path"):
+        print(f"results: {record['json_path']}")
+    return 0

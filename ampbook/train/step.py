@@ -1,0 +1,244 @@
+"""The training step chapter 3 teaches: ``TrainStep`` (autocast around the forward pass
+and the loss, a GradScaler for fp16, accumulation, clipping, skipped non-finite steps)
+and ``build_training``, which makes the model, optimizer, poly scheduler, scaler and
+loss a run trains with."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ampbook.memory import SavedTensorMeter
+from ampbook.train.config import NonFiniteLossError, Resolved, TrainConfig
+
+
+class PolyDecay:
+    """lr factor ``(1 - epoch/epochs) ** power`` (a class, so the scheduler state
+    serialises)."""
+
+    def __init__(self, epochs: int, power: float):
+        self.epochs, self.power = epochs, power
+
+    def __call__(self, epoch: int) -> float:
+        return max(0.0, 1.0 - min(epoch, self.epochs) / self.epochs) ** self.power
+
+
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all gradients together (non-finite when any element is)."""
+    if not grads:
+        return torch.zeros(())
+    if hasattr(nn.utils, "get_total_norm"):  # torch >= 2.6
+        return nn.utils.get_total_norm(grads)
+    return torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(g) for g in grads])
+    )
+
+
+@dataclass
+class StepCounters:
+    optimizer_steps: int = 0
+    skipped_steps: int = 0
+    nonfinite_losses: int = 0
+    consecutive_skipped: int = 0
+
+
+class TrainStep:
+    """The runner's training step, also timed by ``python -m ampbook.bench step``.
+
+    ``step(images, labels, meter=None) -> float`` runs one batch: forward pass and loss
+    under autocast (when the precision has one), backward (scaled with a GradScaler),
+    and at the end of each accumulation window the optimizer step: unscale and clip when
+    asked, skip on non-finite gradients, ``scaler.step``/``update``. Returns the batch's
+    loss as a Python float. ``meter`` (a ``SavedTensorMeter``) wraps the forward pass
+    when given.
+
+    Accumulation windows: ``accumulate`` batches each, counted from the start of an
+    epoch (``begin_epoch(batches)``); the epoch's last window may be shorter and steps
+    at the epoch's end, with each loss divided by the window's own length. So no window
+    crosses an epoch, and a checkpoint written between epochs holds no pending
+    gradients. Without ``begin_epoch`` every window is ``accumulate`` batches long.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        criterion: nn.Module,
+        device: torch.device,
+        autocast_dtype: torch.dtype | None,
+        scaler: torch.amp.GradScaler | None = None,
+        accumulate: int = 1,
+        clip_grad: float | None = None,
+        channels_last: bool = False,
+        max_nonfinite: int = 20,
+    ):
+        self.model, self.optimizer, self.criterion = model, optimizer, criterion
+        self.device, self.autocast_dtype, self.scaler = device, autocast_dtype, scaler
+        self.accumulate, self.clip_grad = accumulate, clip_grad
+        self.channels_last, self.max_nonfinite = channels_last, max_nonfinite
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.counters = StepCounters()
+        self._micro = 0  # batches done in the current window
+        self._window = accumulate  # length of the current window
+        self._remaining: int | None = None  # batches left in the epoch (None: unknown)
+        self._ddp = isinstance(model, nn.parallel.DistributedDataParallel)
+
+    def autocast(self):
+        return torch.autocast(
+            self.device.type,
+            dtype=self.autocast_dtype or torch.float32,
+            enabled=self.autocast_dtype is not None,
+        )
+
+    def __call__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        meter: SavedTensorMeter | None = None,
+    ) -> float:
+        images = images.to(self.device, non_blocking=True)
+        labels = labels.to(self.device, non_blocking=True)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        if self._micro == 0:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._window = self.accumulate
+            if self._remaining is not None:
+                self._window = max(1, min(self.accumulate, self._remaining))
+        last = self._micro == self._window - 1
+        sync = (
+            self.model.no_sync()
+            if (self._ddp and not last)
+            else contextlib.nullcontext()
+        )
+        with sync:
+            with (
+                meter if meter is not None else contextlib.nullcontext(),
+                self.autocast(),
+            ):
+                loss = self.criterion(self.model(images), labels)
+            scaled = loss / self._window if self._window > 1 else loss
+            (
+                self.scaler.scale(scaled) if self.scaler is not None else scaled
+            ).backward()
+        value = loss.item()
+        if not math.isfinite(value):
+            self.counters.nonfinite_losses += 1
+        self._micro += 1
+        if self._remaining is not None:
+            self._remaining -= 1
+        if last:
+            self._micro = 0
+            self._optimizer_step()
+        return value
+
+    def begin_epoch(self, batches: int) -> None:
+        """Start an epoch of ``batches`` batches: windows restart, the last one ends
+        with it."""
+        self._micro, self._remaining = 0, batches
+
+    def _optimizer_step(self) -> None:
+        c = self.counters
+        if self.scaler is not None:
+            if self.clip_grad is not None:
+                self.scaler.unscale_(self.optimizer)
+                nn.utils.clip_grad_norm_(self.params, self.clip_grad)
+            before = self.scaler.get_scale()
+            self.scaler.step(
+                self.optimizer
+            )  # skipped by the scaler on inf/NaN gradients
+            self.scaler.update()
+            skipped = self.scaler.get_scale() < before
+        else:
+            grads = [p.grad for p in self.params if p.grad is not None]
+            if self.clip_grad is not None:
+                norm = nn.utils.clip_grad_norm_(self.params, self.clip_grad)
+            else:
+                norm = _total_norm(grads)
+            skipped = not bool(torch.isfinite(norm))
+            if not skipped:
+                self.optimizer.step()
+        if skipped:
+            c.skipped_steps += 1
+            c.consecutive_skipped += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            if c.consecutive_skipped >= self.max_nonfinite:
+                scale = (
+                    self.scaler.get_scale() if self.scaler is not None else "no scaler"
+                )
+                raise NonFiniteLossError(
+                    f"{c.consecutive_skipped} consecutive optimizer steps had "
+                    "non-finite gradients (batches with a non-finite loss so far: "
+                    f"{c.nonfinite_losses}; loss scale: {scale}); stopping instead "
+                    "of training on NaN. Lower the learning rate, check the data for "
+                    "NaN/inf, or try another precision (fp16 overflows above 65504)."
+                )
+        else:
+            c.optimizer_steps += 1
+            c.consecutive_skipped = 0
+
+
+@dataclass
+class Training:
+    """Everything a run trains with (built by ``build_training``)."""
+
+    model: nn.Module  # the module to train (DDP-wrapped under torchrun)
+    net: nn.Module  # the bare ERFNet
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler | None
+    criterion: nn.Module
+    step: TrainStep
+
+
+def build_training(
+    cfg: TrainConfig, res: Resolved, class_weights: list[float] | None = None
+) -> Training:
+    """Model, optimizer, poly scheduler, scaler, loss and step function for ``cfg`` on
+    ``res.device`` (seeded with ``cfg.seed``)."""
+    from ampbook.data import IGNORE_INDEX, NUM_CLASSES
+    from ampbook.model import ERFNet
+
+    torch.manual_seed(cfg.seed)
+    net = ERFNet(NUM_CLASSES).to(res.device)
+    if cfg.channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    model: nn.Module = net
+    if res.world_size > 1:
+        model = nn.parallel.DistributedDataParallel(
+            net, device_ids=[res.device.index] if res.device.type == "cuda" else None
+        )
+    optimizer = torch.optim.Adam(
+        net.parameters(),
+        lr=cfg.lr,
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=cfg.weight_decay,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, PolyDecay(cfg.epochs, cfg.poly_power)
+    )
+    scaler = torch.amp.GradScaler(res.device.type) if res.grad_scaler else None
+    weight = (
+        torch.tensor(class_weights, dtype=torch.float32, device=res.device)
+        if class_weights
+        else None
+    )
+    criterion = nn.CrossEntropyLoss(weight=weight, ignore_index=IGNORE_INDEX)
+    step = TrainStep(
+        model,
+        optimizer,
+        criterion,
+        res.device,
+        res.autocast_dtype,
+        scaler,
+        accumulate=cfg.accumulate,
+        clip_grad=cfg.clip_grad,
+        channels_last=cfg.channels_last,
+        max_nonfinite=cfg.max_nonfinite,
+    )
+    return Training(model, net, optimizer, scheduler, scaler, criterion, step)
