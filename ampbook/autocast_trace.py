@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampbook.paths import load_reference
+from ampbook.tracking import ModuleScopes
 
 DOC_URL = "https://pytorch.org/docs/stable/amp.html#autocast-op-reference"
 CATEGORIES = ("lower_precision", "float32", "promote")
@@ -108,6 +109,8 @@ def registered_ops(device_type: str) -> list[str]:
     the installed torch (overloads merged: ``conv2d`` and ``conv2d.padding`` give
     ``conv2d``). Works without the device: the registrations are part of the build."""
     key = _DISPATCH_KEYS[_check_device_type(device_type)]
+    # No public API lists a dispatch key's registrations: this private call is the
+    # dispatcher's own answer, used only to list op names.
     regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
     return sorted({_base_name(r) for r in regs})
 
@@ -632,18 +635,19 @@ def traced_call(func, out) -> str | None:
 
 
 class _OpRecorder(TorchFunctionMode):
-    def __init__(self, stack: list[str], rows: list[dict]):
+    def __init__(self, scopes: ModuleScopes, rows: list[dict]):
         super().__init__()
-        self.stack, self.rows = stack, rows
+        self.scopes, self.rows = scopes, rows
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = traced_call(func, out)
-        if self.stack and name:
+        scope = self.scopes.innermost()
+        if scope is not None and name:
             self.rows.append(
                 {
-                    "module": self.stack[-1] if self.stack else "",
+                    "module": scope[1],
                     "op": name,
                     "inputs": _dtypes(list(args) + list(kwargs.values())),
                     "output": _dtypes(out),
@@ -668,24 +672,8 @@ def trace_ops(
     if fake is None:
         fake = device_type == "cuda" and cuda_is_fake()
     rows: list[dict] = []
-    stack: list[str] = []
-    handles = []
-
-    def push(module, args):
-        stack.append(type(module).__name__)
-
-    def pop(module, args, output):  # returns None: the output stays as it is
-        stack.pop()
-
-    for m in model.modules():
-        handles.append(m.register_forward_pre_hook(push))
-        handles.append(m.register_forward_hook(pop, always_call=True))
-    try:
-        with torch.no_grad(), _OpRecorder(stack, rows):
-            _forward(model, x, device_type, dtype, fake)
-    finally:
-        for h in handles:
-            h.remove()
+    with ModuleScopes(model) as scopes, torch.no_grad(), _OpRecorder(scopes, rows):
+        _forward(model, x, device_type, dtype, fake)
     return rows
 
 
