@@ -13,9 +13,16 @@ operator and records:
   ``2 N C_out H_out W_out (C_in/groups) k_h k_w``; a transposed convolution
   ``2 N C_in H_in W_in (C_out/groups) k_h k_w``. In the backward pass a convolution costs the
   forward's FLOPs once for the input gradient (only when the input needs one: never for the
-  first layer, whose input is the image) and once for the weight gradient. Everything else
-  (batch norm, ReLU, pooling, additions, dropout) gets a rough count per element
-  (``_VECTOR_FLOPS_PER_ELEMENT``); those never come close to being compute-bound.
+  first layer, whose input is the image) and once for the weight gradient. A matrix
+  product ``M x K`` by ``K x N`` costs ``2 M K N``; fused attention
+  (``scaled_dot_product_attention``'s kernels) ``4 B H S_q S_k D`` forward and
+  ``10 B H S_q S_k D`` backward (it recomputes the scores), as
+  ``torch.utils.flop_counter`` counts it. Everything else (batch and layer norm, ReLU,
+  GELU, hardswish, pooling, additions, dropout...) gets a rough count per element
+  (``_VECTOR_FLOPS_PER_ELEMENT``); those never come close to being compute-bound. An
+  operator in none of the tables is *unmodelled*: its bytes are counted, its FLOPs are
+  unknown, and ``StepTrace.unmodelled`` and ``Prediction.unmodelled`` name it with its
+  share of the bytes and of the predicted time instead of counting it as free.
 * **Bytes moved.** Every tensor an operator reads and every tensor it writes, at its dtype's
   size, once per operator (``inputs + weights + outputs``). Views, reshapes and allocations
   move nothing and are skipped; an in-place operator reads and writes its tensor. This
@@ -36,7 +43,13 @@ is in neither autocast list: it takes the fp16 activation with fp32 weights and 
 statistics and writes fp16 (cuDNN's ``cudnn_batch_norm`` on CUDA). ``tests/test_costmodel.py``
 checks this against a trace on fake CUDA tensors, whose autocast is the CUDA one
 (``device_type="cuda"``, forward only); the CPU trace has a few extra cast kernels, before
-``torch.cat`` and the loss, that CUDA folds into the operators.
+``torch.cat`` and the loss, that CUDA folds into the operators. The same holds for
+ResNet-50 and MobileNetV3 (``tests/test_costmodel_models.py``). Linear layers and
+attention are low precision in both lists. CUDA's autocast keeps layer norm, softmax and
+sums in fp32 where the CPU's does not; in ViT-B/16 the layer norms read the residual
+stream, which is fp32 under autocast anyway, and the softmax is inside the fused
+attention kernel. (A fake-CUDA trace of attention is no reference: without a GPU,
+PyTorch cannot pick a fused kernel and takes the unfused fp32 path.)
 
 ``predict`` holds a trace against a device's ceilings (``Ceilings``, usually from
 ``ampbook.devices``): each operator takes ``max(compute time, memory time)`` where compute

@@ -204,3 +204,32 @@ def test_an_unknown_operator_is_named_with_its_share_not_counted_as_zero():
         sum(t.time_s for t in pred.times if not t.op.modelled)
         / sum(t.time_s for t in pred.times)
     )
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "vit_b_16"])
+def test_cpu_amp_trace_has_cuda_autocasts_dtypes(name):
+    # the CPU trace's convolutions, linear layers and layer norms have the dtypes and
+    # FLOPs CUDA's autocast gives them (fake CUDA tensors, forward only). Attention is
+    # left out: without a GPU the fake CUDA trace cannot pick a fused kernel.
+    build, height, width = MODELS[name]
+    model = build()
+    cpu = trace_step(model, 1, height, width, "amp-fp16", backward=False)
+    cuda = trace_step(
+        model, 1, height, width, "amp-fp16", backward=False, device_type="cuda"
+    )
+    kept = ("convolution", "addmm", "mm", "native_layer_norm")
+
+    def ops(trace):
+        return [
+            (o.scope, o.op, o.dtype, o.mma_flops) for o in trace.ops if o.op in kept
+        ]
+
+    assert ops(cpu) == ops(cuda) and len(ops(cpu)) > 50
+    assert {o.dtype for o in cpu.ops if o.mma_flops} == {"float16"}
+    if name == "vit_b_16":  # the layer norms read the fp32 residual stream
+        assert {d for _, op, d, _ in ops(cpu) if op == "native_layer_norm"} == {
+            "float32"
+        }
+    else:
+        c, g = cpu.totals()["bytes"], cuda.totals()["bytes"]
+        assert abs(c - g) <= 0.01 * g
