@@ -36,20 +36,20 @@ forward created it). Functional calls in a block's ``forward`` (``F.relu(y + x)`
 ``torch.cat``) go to the block; the loss goes to ``LOSS``.
 
 Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so it
-is the CPU autocast that runs. For the operators of a convolutional network its decisions are
-CUDA's: convolutions in fp16/bf16; batch norm, ReLU, pooling, addition and dropout in their
-inputs' dtype, with PyTorch's type promotion where an fp16 and an fp32 tensor meet. Batch norm
-is in neither autocast list: it takes the fp16 activation with fp32 weights and running
-statistics and writes fp16 (cuDNN's ``cudnn_batch_norm`` on CUDA). ``tests/test_costmodel.py``
-checks this against a trace on fake CUDA tensors, whose autocast is the CUDA one
-(``device_type="cuda"``, forward only); the CPU trace has a few extra cast kernels, before
-``torch.cat`` and the loss, that CUDA folds into the operators. The same holds for
-ResNet-50 and MobileNetV3 (``tests/test_costmodel_models.py``). Linear layers and
-attention are low precision in both lists. CUDA's autocast keeps layer norm, softmax and
-sums in fp32 where the CPU's does not; in ViT-B/16 the layer norms read the residual
-stream, which is fp32 under autocast anyway, and the softmax is inside the fused
-attention kernel. (A fake-CUDA trace of attention is no reference: without a GPU,
-PyTorch cannot pick a fused kernel and takes the unfused fp32 path.)
+is the CPU autocast that runs, with CUDA's op lists applied on top of it
+(``ampbook.autocast_trace.CudaAutocastRules``; ``autocast_rules="cpu"`` turns that off):
+convolutions, matrix products and attention in fp16/bf16; layer and group norm, softmax,
+sums, exponentials, losses and upsampling in fp32; batch norm, ReLU, GELU, pooling,
+addition and dropout in their inputs' dtype, with PyTorch's type promotion where an fp16
+and an fp32 tensor meet. Batch norm is in neither autocast list: it takes the fp16
+activation with fp32 weights and running statistics and writes fp16 (cuDNN's
+``cudnn_batch_norm`` on CUDA). The tests check this against traces on fake CUDA tensors,
+whose autocast is the CUDA one (``device_type="cuda"``, forward only): for ERFNet,
+ResNet-50, MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer
+norm has CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat`` and
+the loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
+reference: without a GPU PyTorch cannot pick a fused kernel and takes the unfused fp32
+path.)
 
 ``predict`` holds a trace against a device's ceilings (``Ceilings``, usually from
 ``ampbook.devices``): each operator takes ``max(compute time, memory time)`` where compute
@@ -524,6 +524,7 @@ def trace_step(
     loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
     ignore_index: int = 255,
     device_type: str = "cpu",
+    autocast_rules: str = "cuda",
 ) -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators' costs.
 
@@ -539,7 +540,16 @@ def trace_step(
     ``ampbook.autocast_trace.autocast_region``), forward and loss only: the autograd engine
     needs a real GPU to run a backward pass on CUDA tensors. It exists to check that the CPU
     trace's dtypes are CUDA's.
+
+    ``autocast_rules`` (CPU traces under AMP): ``"cuda"`` applies CUDA's autocast lists
+    in the CPU autocast region (``ampbook.autocast_trace.CudaAutocastRules``: layer norm,
+    softmax, sums, upsampling... in fp32 as on a GPU); ``"cpu"`` leaves CPU autocast's
+    own decisions.
     """
+    if autocast_rules not in ("cuda", "cpu"):
+        raise ValueError(
+            f"autocast_rules must be 'cuda' or 'cpu', got {autocast_rules!r}"
+        )
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
     if device_type == "cuda" and backward:
@@ -563,6 +573,13 @@ def trace_step(
         )
     from torch.func import functional_call
 
+    from ampbook.autocast_trace import CudaAutocastRules
+
+    rules = (
+        CudaAutocastRules
+        if autocast_rules == "cuda" and device_type == "cpu"
+        else contextlib.nullcontext
+    )
     scopes = ModuleScopes(model, backward=backward)
     recorder = _CostRecorder(scopes)
     autocast_dtype = AUTOCAST_DTYPES[precision]
@@ -588,7 +605,7 @@ def trace_step(
                 device=device,
             )
             with scopes, recorder:
-                with autocast():
+                with autocast(), rules():
                     y = functional_call(model, state, (x,))
                     if isinstance(loss, str) and not isinstance(y, torch.Tensor):
                         raise ValueError(
