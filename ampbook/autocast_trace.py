@@ -215,6 +215,11 @@ def _eligible(t) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _cpu_registered() -> frozenset[str]:
+    return frozenset(registered_ops("cpu"))
+
+
 class CudaAutocastRules(TorchFunctionMode):
     """Inside a CPU autocast region, make the decisions CUDA's autocast would make.
 
@@ -226,7 +231,10 @@ class CudaAutocastRules(TorchFunctionMode):
     lists (``CUDA_LOWER_PRECISION``, ``CUDA_FP32``, ``CUDA_FP32_SET_DTYPE``) to the
     torch functions called while CPU autocast is on, as CUDA autocast does: floating
     inputs cast to the autocast dtype or to fp32 and the op run with autocast off, or
-    ``dtype=torch.float32`` asked of the op. Outside autocast it does nothing. It works
+    ``dtype=torch.float32`` asked of the op. Ops CPU autocast has a kernel for are left
+    to it: where both lists name them, they name them alike (convolutions and matrix
+    products low, losses fp32), and CPU autocast's cast cache then casts a weight used
+    twice once, as CUDA's does. Outside autocast it does nothing. It works
     at the level of Python functions (``F.layer_norm``, ``Tensor.softmax``,
     ``F.interpolate``), which CUDA's lists name by their ATen ops."""
 
@@ -235,6 +243,8 @@ class CudaAutocastRules(TorchFunctionMode):
         if not torch.is_autocast_enabled("cpu"):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
+        if name in _cpu_registered():
+            return func(*args, **kwargs)  # CPU autocast lists it the same way
         if name == "interpolate":
             mode = kwargs.get("mode", args[3] if len(args) > 3 else "nearest")
             name = "" if mode == "area" else name  # adaptive pooling: in no list
