@@ -24,6 +24,10 @@ GPU).
 op of a model under autocast; ``CastCounter`` counts the dtype conversions autocast
 makes (the casts of the fp32 weights, and the cast cache that makes a weight used twice
 in one region cast once).
+
+``CudaAutocastRules`` makes CUDA's decisions inside a CPU autocast region (CUDA's op
+lists as the installed torch declares them), for the cost model's CPU trace of a
+training step; ``probe_ops(..., cuda_rules=True)`` shows it gives CUDA's dtypes.
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ and an fp32 tensor meet. Batch norm is in neither autocast list: it takes the fp
 activation with fp32 weights and running statistics and writes fp16 (cuDNN's
 ``cudnn_batch_norm`` on CUDA). The tests check this against traces on fake CUDA tensors,
 whose autocast is the CUDA one (``device_type="cuda"``, forward only): for ERFNet,
-ResNet-50, MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer
-norm has CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat`` and
+MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer norm has
+CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat`` and
 the loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
 reference: without a GPU PyTorch cannot pick a fused kernel and takes the unfused fp32
 path.)
