@@ -71,6 +71,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from ampbook.memory import SavedTensorMeter
 from ampbook.tracking import ModuleScopes
 
 PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
@@ -464,6 +465,9 @@ class StepTrace:
     width: int
     parameters: int
     ops: list[OpCost] = field(default_factory=list)
+    # ``ampbook.memory.SavedTensorMeter.summary()`` of the traced forward and loss: the
+    # bytes saved for backward, predicted (``new_bytes`` is the book's memory figure)
+    saved_tensors: dict | None = None
 
     def select(
         self, phase: str | None = None, scope: str | None = None
@@ -604,7 +608,9 @@ def trace_step(
                 dtype=torch.float32,
                 device=device,
             )
-            with scopes, recorder:
+            params = [state[n] for n, _ in model.named_parameters()]
+            meter = SavedTensorMeter(model=model, parameters=params)
+            with scopes, recorder, meter:
                 with autocast(), rules():
                     y = functional_call(model, state, (x,))
                     if isinstance(loss, str) and not isinstance(y, torch.Tensor):
@@ -649,6 +655,7 @@ def trace_step(
         width,
         sum(p.numel() for p in model.parameters()),
         recorder.ops,
+        meter.summary(),
     )
 
 

@@ -46,6 +46,10 @@ memory below it. ``saved_for_backward`` measures one step; ``fit_line`` and
 ``crossover_pixels`` find the crossover from two measured sizes; ``saving`` and
 ``saving_verdict`` report a figure the same way everywhere.
 
+The meter works on fake tensors too (``torch._subclasses.FakeTensorMode``: shapes and
+dtypes, no data), which is how the cost model predicts these bytes from its trace
+(``ampbook.costmodel.StepTrace.saved_tensors``).
+
 The meter adds a Python call per saved tensor: use it around one step, not a whole
 epoch.
 
@@ -72,8 +76,12 @@ OUTSIDE_MODEL = "(outside model)"
 
 
 def _storage_key_and_bytes(t: torch.Tensor) -> tuple[tuple, int]:
+    from torch._subclasses.fake_tensor import is_fake
+
     try:
         storage = t.untyped_storage()
+        if is_fake(t):  # no data, no address: the storage object stands for it
+            return ("fake", t.device.type, storage._cdata), storage.nbytes()
         return (t.device.type, t.device.index, storage.data_ptr()), storage.nbytes()
     except (
         RuntimeError,
@@ -97,8 +105,11 @@ class SavedTensorMeter:
     ``new_bytes``. See the module docstring for what is counted.
     """
 
-    def __init__(self, model: nn.Module | None = None):
+    def __init__(self, model: nn.Module | None = None, parameters=()):
         self.model = model
+        # more tensors that are the model's parameters: the state a
+        # ``torch.func.functional_call`` runs the model with
+        self.parameters = list(parameters)
         self.total_bytes = 0
         self.count = 0
         self.parameter_bytes = 0
@@ -147,9 +158,9 @@ class SavedTensorMeter:
 
     def __enter__(self) -> "SavedTensorMeter":
         if self.model is not None:
-            for p in self.model.parameters():
-                self._param_ptrs.add(_storage_key_and_bytes(p)[0])
             self._scopes.__enter__()
+        for p in [*(self.model.parameters() if self.model else ()), *self.parameters]:
+            self._param_ptrs.add(_storage_key_and_bytes(p)[0])
         self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(
             self._pack, self._unpack
         )

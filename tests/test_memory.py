@@ -224,3 +224,18 @@ def test_memory_helpers_reject_bad_input():
         saving(0, 1)
     assert crossover_pixels(Line(0, 1), Line(0, 2)) == math.inf
     assert crossover_pixels(Line(5, 1), Line(0, 1)) == 0.0
+
+
+def test_fake_tensors_count_like_real_ones():
+    # the cost model runs the meter on fake tensors (no data, no addresses): storages
+    # are still told apart, and views of one storage counted once
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        base, other = torch.empty(100), torch.empty(25)
+        with SavedTensorMeter() as meter:
+            SaveThese.apply(
+                torch.empty(4, requires_grad=True), base[:10], base[50:], other
+            )
+    assert meter.count == 3 and meter.new_bytes == 400 + 100
+    assert meter.parameter_bytes == 16
