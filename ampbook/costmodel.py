@@ -139,11 +139,12 @@ _WRITE_ONLY_OPS = {
     "copy_",
 }
 # Rough FLOPs per element for vector operators: per output element, per input element
-# for backward operators, norms and reductions (``_per_input``). None of these comes near
-# a GPU's vector peak; the figures only keep the model honest about them. Operators that
-# only move data count 0. An operator in none of these tables is *unmodelled*: its bytes
-# are counted (they follow from its arguments) but its FLOPs are unknown, and the trace
-# names it (``StepTrace.unmodelled``) instead of counting it as free.
+# for backward operators, norms and reductions (``_PER_INPUT``). None of these comes
+# near a GPU's vector peak; the figures only keep the model honest about them.
+# Operators that only move data count 0. An operator in none of these tables is
+# *unmodelled*: its bytes are counted (they follow from its arguments) but its FLOPs
+# are unknown, and the trace names it (``StepTrace.unmodelled``) instead of counting it
+# as free.
 _DATA_MOVEMENT = (
     "_to_copy clone cat stack copy_ slice_backward select_backward "
     "as_strided_scatter slice_scatter select_scatter zeros zeros_like ones ones_like "
@@ -496,8 +497,9 @@ class StepTrace:
 
     def unmodelled(self) -> list[dict[str, Any]]:
         """The operators whose FLOPs the model does not know, largest bytes first:
-        ``{"op", "count", "bytes", "bytes_share", "phases", "scopes"}``. Their bytes are
-        in every total; their FLOPs are in none. Empty when every operator is modelled."""
+        ``{"op", "count", "bytes", "bytes_share", "phases", "scopes"}``. Their bytes
+        are in every total; their FLOPs are in none. Empty when every operator is
+        modelled."""
         total = sum(o.bytes for o in self.ops)
         rows: dict[str, dict[str, Any]] = {}
         for o in self.ops:
@@ -545,10 +547,10 @@ def trace_step(
     needs a real GPU to run a backward pass on CUDA tensors. It exists to check that the CPU
     trace's dtypes are CUDA's.
 
-    ``autocast_rules`` (CPU traces under AMP): ``"cuda"`` applies CUDA's autocast lists
-    in the CPU autocast region (``ampbook.autocast_trace.CudaAutocastRules``: layer norm,
-    softmax, sums, upsampling... in fp32 as on a GPU); ``"cpu"`` leaves CPU autocast's
-    own decisions.
+    ``autocast_rules`` (CPU traces under AMP): ``"cuda"`` applies CUDA's autocast
+    lists in the CPU autocast region (``ampbook.autocast_trace.CudaAutocastRules``:
+    layer norm, softmax, sums, upsampling... in fp32 as on a GPU); ``"cpu"`` leaves
+    CPU autocast's own decisions.
     """
     if autocast_rules not in ("cuda", "cpu"):
         raise ValueError(

@@ -6,10 +6,10 @@ operator or a saved tensor. They ask ``ModuleScopes``, a
 ``torch.utils.module_tracker.ModuleTracker`` that knows one model:
 
     with ModuleScopes(model) as scopes:
-        model(x)             # inside, scopes.innermost() -> ("encoder.0.conv", "Conv2d")
+        model(x)  # inside: scopes.innermost() -> ("encoder.0.conv", "Conv2d")
 
-**Forward.** ``ModuleTracker`` keeps ``parents``, the set of the modules whose forward is
-running, by name (the outermost module it sees by its class name, the others by their
+**Forward.** ``ModuleTracker`` keeps ``parents``, the set of the modules whose forward
+is running, by name (the outermost module it sees by its class name, the others by their
 attribute path below it: ``"ERFNet.encoder.layers.0"``). The innermost running module
 of the model is the deepest of them. ``innermost()`` returns its qualified name as
 ``model.named_modules()`` spells it (the model itself by its class name) and its class

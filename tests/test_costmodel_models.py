@@ -251,8 +251,9 @@ def test_cpu_amp_trace_has_cuda_autocasts_dtypes(name):
 @pytest.mark.parametrize("precision", ["fp32", "amp-bf16"])
 def test_trace_predicts_the_bytes_saved_for_backward(precision):
     # the trace's saved-tensor meter (fake tensors) against the meter on a real forward
-    # under CPU autocast: equal in fp32; under AMP within 0.5% (the fake batch norm keeps
-    # its saved mean and inverse std in the activation's dtype, the CPU kernel in fp32)
+    # under CPU autocast: equal in fp32; under AMP within 0.5% (the fake batch norm
+    # keeps its saved mean and inverse std in the activation's dtype, the CPU kernel in
+    # fp32)
     from ampbook.memory import saved_for_backward
 
     build, height, width = MODELS["mobilenet_v3_small"]
