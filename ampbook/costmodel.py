@@ -13,9 +13,16 @@ operator and records:
   ``2 N C_out H_out W_out (C_in/groups) k_h k_w``; a transposed convolution
   ``2 N C_in H_in W_in (C_out/groups) k_h k_w``. In the backward pass a convolution costs the
   forward's FLOPs once for the input gradient (only when the input needs one: never for the
-  first layer, whose input is the image) and once for the weight gradient. Everything else
-  (batch norm, ReLU, pooling, additions, dropout) gets a rough count per element
-  (``_VECTOR_FLOPS_PER_ELEMENT``); those never come close to being compute-bound.
+  first layer, whose input is the image) and once for the weight gradient. A matrix
+  product ``M x K`` by ``K x N`` costs ``2 M K N``; fused attention
+  (``scaled_dot_product_attention``'s kernels) ``4 B H S_q S_k D`` forward and
+  ``10 B H S_q S_k D`` backward (it recomputes the scores), as
+  ``torch.utils.flop_counter`` counts it. Everything else (batch and layer norm, ReLU,
+  GELU, hardswish, pooling, additions, dropout...) gets a rough count per element
+  (``_VECTOR_FLOPS_PER_ELEMENT``); those never come close to being compute-bound. An
+  operator in none of the tables is *unmodelled*: its bytes are counted, its FLOPs are
+  unknown, and ``StepTrace.unmodelled`` and ``Prediction.unmodelled`` name it with its
+  share of the bytes and of the predicted time instead of counting it as free.
 * **Bytes moved.** Every tensor an operator reads and every tensor it writes, at its dtype's
   size, once per operator (``inputs + weights + outputs``). Views, reshapes and allocations
   move nothing and are skipped; an in-place operator reads and writes its tensor. This
@@ -23,20 +30,26 @@ operator and records:
   what eager PyTorch does with tensors of megabytes.
 
 Each operator is attributed to the innermost module of the model running when it was
-launched: forward operators through module hooks, backward operators through the autograd
-node that runs them (its sequence number falls inside the forward range of one module).
-Functional calls in a block's ``forward`` (``F.relu(y + x)``, ``torch.cat``) go to the
-block; the loss goes to ``LOSS``.
+launched (``ampbook.tracking.ModuleScopes``): forward operators through the module
+tracker, backward operators through the autograd node that runs them (the module whose
+forward created it). Functional calls in a block's ``forward`` (``F.relu(y + x)``,
+``torch.cat``) go to the block; the loss goes to ``LOSS``.
 
 Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so it
-is the CPU autocast that runs. For the operators of a convolutional network its decisions are
-CUDA's: convolutions in fp16/bf16; batch norm, ReLU, pooling, addition and dropout in their
-inputs' dtype, with PyTorch's type promotion where an fp16 and an fp32 tensor meet. Batch norm
-is in neither autocast list: it takes the fp16 activation with fp32 weights and running
-statistics and writes fp16 (cuDNN's ``cudnn_batch_norm`` on CUDA). ``tests/test_costmodel.py``
-checks this against a trace on fake CUDA tensors, whose autocast is the CUDA one
-(``device_type="cuda"``, forward only); the CPU trace has a few extra cast kernels, before
-``torch.cat`` and the loss, that CUDA folds into the operators.
+is the CPU autocast that runs, with CUDA's op lists applied on top of it
+(``ampbook.autocast_trace.CudaAutocastRules``; ``autocast_rules="cpu"`` turns that off):
+convolutions, matrix products and attention in fp16/bf16; layer and group norm, softmax,
+sums, exponentials, losses and upsampling in fp32; batch norm, ReLU, GELU, pooling,
+addition and dropout in their inputs' dtype, with PyTorch's type promotion where an fp16
+and an fp32 tensor meet. Batch norm is in neither autocast list: it takes the fp16
+activation with fp32 weights and running statistics and writes fp16 (cuDNN's
+``cudnn_batch_norm`` on CUDA). The tests check this against traces on fake CUDA tensors,
+whose autocast is the CUDA one (``device_type="cuda"``, forward only): for ERFNet,
+MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer norm has
+CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat`` and
+the loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
+reference: without a GPU PyTorch cannot pick a fused kernel and takes the unfused fp32
+path.)
 
 ``predict`` holds a trace against a device's ceilings (``Ceilings``, usually from
 ``ampbook.devices``): each operator takes ``max(compute time, memory time)`` where compute
@@ -58,16 +71,37 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from ampbook.memory import SavedTensorMeter
 from ampbook.precision import AUTOCAST_DTYPES, PRECISIONS
 from ampbook.precision import torch_name as _dtype_name
+from ampbook.tracking import ModuleScopes
 
 LOSS = "(loss)"
 OUTSIDE = "(outside model)"
 # Backward work outside every module: the loss gradient's seed, AccumulateGrad.
 AUTOGRAD = "(autograd engine)"
 
-# Operators whose FLOPs go to tensor cores (matrix units): convolutions and matrix products.
-_MMA_OPS = {"convolution", "convolution_backward", "mm", "addmm", "bmm", "baddbmm"}
+# Fused attention (``scaled_dot_product_attention``'s kernels): two matrix products
+# forward, five backward (``_sdpa_flops``), as ``torch.utils.flop_counter`` counts them.
+_SDPA_FORWARD = {
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+}
+_SDPA_BACKWARD = {name + "_backward" for name in _SDPA_FORWARD}
+# Operators whose FLOPs go to tensor cores (matrix units): convolutions, matrix products
+# and fused attention.
+_MMA_OPS = {
+    "convolution",
+    "convolution_backward",
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    *_SDPA_FORWARD,
+    *_SDPA_BACKWARD,
+}
 # Operators that only allocate or describe memory: no kernel, no bytes.
 _NO_DATA_OPS = {
     "empty",
@@ -85,6 +119,13 @@ _NO_DATA_OPS = {
     "sym_numel",
     "sym_storage_offset",
     "is_same_size",
+    # in-place views: they change a tensor's shape or strides, not its data
+    "as_strided_",
+    "detach_",
+    "squeeze_",
+    "unsqueeze_",
+    "transpose_",
+    "t_",
 }
 # In-place operators that overwrite their first argument without reading it.
 _WRITE_ONLY_OPS = {
@@ -97,25 +138,94 @@ _WRITE_ONLY_OPS = {
     "exponential_",
     "copy_",
 }
-# Rough FLOPs per element for vector operators (per output element unless noted). None of
-# these comes near a GPU's vector peak; the figures only keep the model honest about them.
+# Rough FLOPs per element for vector operators: per output element, per input element
+# for backward operators, norms and reductions (``_PER_INPUT``). None of these comes
+# near a GPU's vector peak; the figures only keep the model honest about them.
+# Operators that only move data count 0. An operator in none of these tables is
+# *unmodelled*: its bytes are counted (they follow from its arguments) but its FLOPs
+# are unknown, and the trace names it (``StepTrace.unmodelled``) instead of counting it
+# as free.
+_DATA_MOVEMENT = (
+    "_to_copy clone cat stack copy_ slice_backward select_backward "
+    "as_strided_scatter slice_scatter select_scatter zeros zeros_like ones ones_like "
+    "full full_like new_zeros new_ones new_full fill_ zero_ scalar_tensor arange "
+    "constant_pad_nd index index_select gather scatter scatter_ masked_select roll "
+    "repeat embedding flip _unsafe_index"
+).split()
+_ELEMENTWISE = (
+    "add add_ sub sub_ rsub mul mul_ div div_ neg abs relu relu_ threshold "
+    "threshold_backward where clamp clamp_ clamp_min clamp_min_ clamp_max hardtanh "
+    "hardtanh_ hardtanh_backward leaky_relu leaky_relu_ leaky_relu_backward "
+    "masked_fill masked_fill_ maximum minimum eq ne lt le gt ge logical_not bernoulli_ "
+    "native_dropout native_dropout_backward sign sgn fmod remainder lerp reciprocal "
+    "floor ceil round trunc "
+    "sqrt rsqrt square pow addcmul addcdiv addcmul_ addcdiv_ index_add "
+    "index_put index_put_ embedding_dense_backward upsample_nearest2d "
+    "upsample_nearest2d_backward _adaptive_avg_pool2d _adaptive_avg_pool2d_backward "
+    "max_pool2d_with_indices_backward avg_pool2d_backward nll_loss_forward "
+    "nll_loss_backward nll_loss2d_forward nll_loss2d_backward"
+).split()
 _VECTOR_FLOPS_PER_ELEMENT = {
-    "native_batch_norm": 5,
-    "cudnn_batch_norm": 5,
-    "_native_batch_norm_legit": 5,
-    "_native_batch_norm_legit_functional": 5,
-    "native_batch_norm_backward": 8,
-    "cudnn_batch_norm_backward": 8,
-    "_log_softmax": 5,
-    "_softmax": 5,
-    "_log_softmax_backward_data": 3,
-    "_softmax_backward_data": 3,
-    "_to_copy": 0,
-    "clone": 0,
-    "cat": 0,
-    "copy_": 0,
-    "slice_backward": 0,
+    **dict.fromkeys(_DATA_MOVEMENT, 0),
+    **dict.fromkeys(_ELEMENTWISE, 1),
+    **dict.fromkeys(("native_batch_norm", "cudnn_batch_norm"), 5),
+    **dict.fromkeys(
+        ("_native_batch_norm_legit", "_native_batch_norm_legit_functional"), 5
+    ),
+    **dict.fromkeys(("_native_batch_norm_legit_no_training",), 5),
+    **dict.fromkeys(("native_batch_norm_backward", "cudnn_batch_norm_backward"), 8),
+    **dict.fromkeys(("native_layer_norm", "native_group_norm"), 5),
+    **dict.fromkeys(("native_layer_norm_backward", "native_group_norm_backward"), 8),
+    **dict.fromkeys(("_log_softmax", "_softmax"), 5),
+    **dict.fromkeys(("_log_softmax_backward_data", "_softmax_backward_data"), 3),
+    **dict.fromkeys(
+        ("exp", "log", "sigmoid", "tanh", "hardsigmoid", "hardsigmoid_"), 4
+    ),
+    **dict.fromkeys(("sigmoid_backward", "tanh_backward", "hardsigmoid_backward"), 2),
+    **dict.fromkeys(("hardswish", "hardswish_", "silu", "silu_", "elu", "elu_"), 4),
+    **dict.fromkeys(("hardswish_backward", "silu_backward", "elu_backward"), 5),
+    **dict.fromkeys(("gelu", "gelu_", "erf"), 8),
+    **dict.fromkeys(("gelu_backward",), 10),
+    **dict.fromkeys(("upsample_bilinear2d", "upsample_bilinear2d_backward"), 8),
+    **dict.fromkeys(("mse_loss", "mse_loss_backward"), 3),
+    **dict.fromkeys(("binary_cross_entropy_with_logits",), 8),
+    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "prod"), 1),
+    **dict.fromkeys(("var_mean", "var", "std", "linalg_vector_norm", "norm"), 3),
+    **dict.fromkeys(("cumsum", "argmax", "argmin", "any", "all"), 1),
 }
+# Operators whose FLOPs scale with their (largest) input rather than their output.
+_PER_INPUT = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "prod",
+    "var_mean",
+    "var",
+    "std",
+    "linalg_vector_norm",
+    "norm",
+    "argmax",
+    "argmin",
+    "any",
+    "all",
+    "_adaptive_avg_pool2d",
+    "native_layer_norm",
+    "native_group_norm",
+}
+
+
+def op_is_modelled(name: str) -> bool:
+    """Whether the cost model knows the FLOPs of the ATen operator ``name`` (without
+    namespace or overload: ``"addmm"``). Every operator's bytes are counted; an
+    unmodelled one's FLOPs are unknown and are reported, never counted as zero."""
+    return (
+        name in _MMA_OPS
+        or name in _VECTOR_FLOPS_PER_ELEMENT
+        or name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d")
+    )
 
 
 def conv_flops(
@@ -160,6 +270,9 @@ class OpCost:
     other_flops: float  # rough FLOPs of vector work
     read_bytes: float
     write_bytes: float
+    # False for an operator whose FLOPs the model does not know (``op_is_modelled``):
+    # its bytes are counted, its FLOPs are not, and the trace reports it.
+    modelled: bool = True
 
     @property
     def flops(self) -> float:
@@ -190,6 +303,21 @@ def _compute_dtype(tensors: Iterable[torch.Tensor]) -> str:
     return "none"
 
 
+def _sdpa_flops(backward: bool, args) -> tuple[float, float]:
+    """(mma FLOPs, other FLOPs) of fused attention on ``B x H x S x D`` query, key and
+    value (the backward's arguments start with the output's gradient). Forward: the
+    scores ``Q K^T`` and ``P V``; backward: the scores again (the kernels recompute
+    them), ``dP = dO V^T``, ``dV = P^T dO``, ``dQ = dS K``, ``dK = dS^T Q``. Softmax:
+    about five vector FLOPs per score."""
+    q, k, v = args[1:4] if backward else args[0:3]
+    b, h, s_q, d = q.shape
+    s_k, d_v = k.shape[-2], v.shape[-1]
+    scores = b * h * s_q * s_k
+    if backward:
+        return float(2 * scores * (3 * d + 2 * d_v)), float(5 * scores)
+    return float(2 * scores * (d + d_v)), float(5 * scores)
+
+
 def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
     """(mma FLOPs, other FLOPs) of one operator."""
     if name == "convolution":
@@ -217,14 +345,16 @@ def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
     if name == "baddbmm":
         (b, m, k), n = args[1].shape, args[2].shape[2]
         return float(2 * b * m * k * n), float(b * m * n)
+    if name in _SDPA_FORWARD or name in _SDPA_BACKWARD:
+        return _sdpa_flops(name in _SDPA_BACKWARD, args)
     outs = _tensors(out)
     if name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d"):
         kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size")
         kernel = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
         kernel = kernel * 2 if len(kernel) == 1 else kernel
         return 0.0, float(outs[0].numel() * math.prod(kernel))
-    per = _VECTOR_FLOPS_PER_ELEMENT.get(name, 1)
-    if name.endswith("_backward") or "batch_norm" in name:
+    per = _VECTOR_FLOPS_PER_ELEMENT.get(name, 0)  # unmodelled: reported, not counted
+    if name.endswith("_backward") or "batch_norm" in name or name in _PER_INPUT:
         elements = max((t.numel() for t in _tensors(args)), default=0)
     else:
         elements = max((t.numel() for t in outs), default=0)
@@ -243,6 +373,8 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
     ]
     if schema.returns and all(returns_alias) and not any(mutates):
         return None  # a view: shares its input's memory
+    if not _tensors(out) and not any(mutates):
+        return None  # a query of metadata (``prim::device``...): no kernel
     write_only = name in _WRITE_ONLY_OPS
     seen: set[int] = set()
     read = written = 0
@@ -272,80 +404,39 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Range:
-    start: int
-    end: int
-    scope: str
-    scope_type: str
-
-
 class _CostRecorder(TorchDispatchMode):
-    """Records every ATen operator with its cost and the module that launched it."""
+    """Records every ATen operator with its cost and the module that launched it
+    (``ampbook.tracking.ModuleScopes``: forward and backward)."""
 
-    def __init__(self, names: Mapping[int, str]):
+    def __init__(self, scopes: ModuleScopes):
         super().__init__()
-        self.names = names
+        self.scopes = scopes
         self.ops: list[OpCost] = []
-        self.stack: list[tuple[str, str, int]] = []
-        self.ranges: list[_Range] = []
+        self.region: tuple[str, str] | None = None  # the loss, outside the model
         self.phase = "forward"
-        self._seq = getattr(torch._C._autograd, "_get_sequence_nr", None)
 
-    # -- scopes --------------------------------------------------------------------------
-    def _seqnr(self) -> int:
-        return self._seq() if self._seq is not None else 0
-
-    def enter(self, scope: str, scope_type: str) -> None:
-        self.stack.append((scope, scope_type, self._seqnr()))
-
-    def exit(self) -> None:
-        scope, scope_type, start = self.stack.pop()
-        self.ranges.append(_Range(start, self._seqnr(), scope, scope_type))
-
-    def pre_hook(self, module, args):
-        name = self.names.get(id(module))
-        if name is not None:
-            self.enter(name, type(module).__name__)
-
-    def post_hook(self, module, args, output):
-        if id(module) in self.names and self.stack:
-            self.exit()
-
-    def _backward_scope(self) -> tuple[str, str]:
-        node = torch._C._current_autograd_node()
-        if node is None or self._seq is None:
-            return AUTOGRAD, "autograd engine"
-        seq = node._sequence_nr()
-        best: _Range | None = None
-        for r in self.ranges:
-            if r.start <= seq < r.end and (
-                best is None or r.end - r.start < best.end - best.start
-            ):
-                best = r
-        if best is None:
-            return AUTOGRAD, node.name()
-        return best.scope, best.scope_type
+    def _scope(self) -> tuple[str, str]:
+        if self.phase == "forward":
+            return self.region or self.scopes.innermost() or (OUTSIDE, "-")
+        return self.scopes.backward_scope() or (AUTOGRAD, "autograd engine")
 
     # -- operators -----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.namespace != "aten":
-            return out
         moved = _op_bytes(func, args, kwargs, out)
         if moved is None:
             return out
         name = func._schema.name.split("::")[-1]
-        mma, other = _op_flops(name, func, args, kwargs, out)
+        modelled = func.namespace == "aten" and op_is_modelled(name)
+        if not modelled:
+            name = name if func.namespace == "aten" else func._schema.name
+            mma, other = 0.0, 0.0
+        else:
+            mma, other = _op_flops(name, func, args, kwargs, out)
         if name not in _MMA_OPS:
             mma, other = 0.0, other + mma
-        if self.phase == "forward":
-            scope, scope_type = (
-                (self.stack[-1][0], self.stack[-1][1]) if self.stack else (OUTSIDE, "-")
-            )
-        else:
-            scope, scope_type = self._backward_scope()
+        scope, scope_type = self._scope()
         # The dtype an operator computes in: a convolution's input dtype, else its output's.
         dtype = _compute_dtype(
             _tensors(args)
@@ -353,7 +444,9 @@ class _CostRecorder(TorchDispatchMode):
             else _tensors(out) + _tensors((args, kwargs))
         )
         self.ops.append(
-            OpCost(self.phase, scope, scope_type, name, dtype, mma, other, *moved)
+            OpCost(
+                self.phase, scope, scope_type, name, dtype, mma, other, *moved, modelled
+            )
         )
         return out
 
@@ -369,6 +462,9 @@ class StepTrace:
     width: int
     parameters: int
     ops: list[OpCost] = field(default_factory=list)
+    # ``ampbook.memory.SavedTensorMeter.summary()`` of the traced forward and loss: the
+    # bytes saved for backward, predicted (``new_bytes`` is the book's memory figure)
+    saved_tensors: dict | None = None
 
     def select(
         self, phase: str | None = None, scope: str | None = None
@@ -395,6 +491,28 @@ class StepTrace:
         out["kernels"] = out["forward_kernels"] + out["backward_kernels"]
         return out
 
+    def unmodelled(self) -> list[dict[str, Any]]:
+        """The operators whose FLOPs the model does not know, largest bytes first:
+        ``{"op", "count", "bytes", "bytes_share", "phases", "scopes"}``. Their bytes
+        are in every total; their FLOPs are in none. Empty when every operator is
+        modelled."""
+        total = sum(o.bytes for o in self.ops)
+        rows: dict[str, dict[str, Any]] = {}
+        for o in self.ops:
+            if o.modelled:
+                continue
+            r = rows.setdefault(
+                o.op, {"op": o.op, "count": 0, "bytes": 0.0, "phases": [], "scopes": []}
+            )
+            r["count"] += 1
+            r["bytes"] += o.bytes
+            for key, value in (("phases", o.phase), ("scopes", o.scope)):
+                if value not in r[key]:
+                    r[key].append(value)
+        for r in rows.values():
+            r["bytes_share"] = r["bytes"] / total if total else 0.0
+        return sorted(rows.values(), key=lambda r: -r["bytes"])
+
 
 def trace_step(
     model: nn.Module,
@@ -408,6 +526,7 @@ def trace_step(
     loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
     ignore_index: int = 255,
     device_type: str = "cpu",
+    autocast_rules: str = "cuda",
 ) -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators' costs.
 
@@ -423,7 +542,16 @@ def trace_step(
     ``ampbook.autocast_trace.autocast_region``), forward and loss only: the autograd engine
     needs a real GPU to run a backward pass on CUDA tensors. It exists to check that the CPU
     trace's dtypes are CUDA's.
+
+    ``autocast_rules`` (CPU traces under AMP): ``"cuda"`` applies CUDA's autocast
+    lists in the CPU autocast region (``ampbook.autocast_trace.CudaAutocastRules``:
+    layer norm, softmax, sums, upsampling... in fp32 as on a GPU); ``"cpu"`` leaves
+    CPU autocast's own decisions.
     """
+    if autocast_rules not in ("cuda", "cpu"):
+        raise ValueError(
+            f"autocast_rules must be 'cuda' or 'cpu', got {autocast_rules!r}"
+        )
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
     if device_type == "cuda" and backward:
@@ -446,20 +574,19 @@ def trace_step(
             f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function"
         )
     from torch.func import functional_call
-    from torch.nn.modules.module import (
-        register_module_forward_hook,
-        register_module_forward_pre_hook,
-    )
 
-    names = {id(m): (name or type(m).__name__) for name, m in model.named_modules()}
-    recorder = _CostRecorder(names)
+    from ampbook.autocast_trace import CudaAutocastRules
+
+    rules = (
+        CudaAutocastRules
+        if autocast_rules == "cuda" and device_type == "cpu"
+        else contextlib.nullcontext
+    )
+    scopes = ModuleScopes(model, backward=backward)
+    recorder = _CostRecorder(scopes)
     autocast_dtype = AUTOCAST_DTYPES[precision]
     was_training = model.training
     model.train()
-    hooks = [
-        register_module_forward_pre_hook(recorder.pre_hook),
-        register_module_forward_hook(recorder.post_hook, always_call=True),
-    ]
     try:
         with _fake_region(device_type, autocast_dtype) as (device, autocast):
 
@@ -479,10 +606,17 @@ def trace_step(
                 dtype=torch.float32,
                 device=device,
             )
-            with recorder:
-                with autocast():
+            params = [state[n] for n, _ in model.named_parameters()]
+            meter = SavedTensorMeter(model=model, parameters=params)
+            with scopes, recorder, meter:
+                with autocast(), rules():
                     y = functional_call(model, state, (x,))
-                    recorder.enter(LOSS, "loss")
+                    if isinstance(loss, str) and not isinstance(y, torch.Tensor):
+                        raise ValueError(
+                            f"the model returned a {type(y).__name__}, not a tensor: "
+                            "pass loss= a function of what it returns"
+                        )
+                    recorder.region = (LOSS, "loss")
                     if loss == "cross_entropy":
                         if y.dim() < 2:
                             raise ValueError(
@@ -499,7 +633,8 @@ def trace_step(
                         value = y.float().sum()
                     else:
                         value = loss(y)
-                    recorder.exit()
+                    recorder.region = None
+                    scopes.claim(value, (LOSS, "loss"))
                 if backward and not value.requires_grad:
                     raise ValueError(
                         "the loss does not depend on any trainable parameter: "
@@ -509,8 +644,6 @@ def trace_step(
                     recorder.phase = "backward"
                     value.backward()
     finally:
-        for h in hooks:
-            h.remove()
         model.train(was_training)
     return StepTrace(
         type(model).__name__,
@@ -520,6 +653,7 @@ def trace_step(
         width,
         sum(p.numel() for p in model.parameters()),
         recorder.ops,
+        meter.summary(),
     )
 
 
@@ -698,6 +832,27 @@ class Prediction:
         )
 
     @property
+    def unmodelled(self) -> list[dict[str, Any]]:
+        """``StepTrace.unmodelled`` with each operator's predicted time and its share of
+        the operators' time: those times count bytes only (their FLOPs are unknown), so
+        they are lower bounds like the rest, but weaker ones."""
+        total = sum(t.time_s for t in self.times)
+        time: dict[str, float] = {}
+        for t in self.times:
+            if not t.op.modelled:
+                time[t.op.op] = time.get(t.op.op, 0.0) + t.time_s
+        rows = self.trace.unmodelled()
+        for r in rows:
+            r["time_s"] = time.get(r["op"], 0.0)
+            r["time_share"] = r["time_s"] / total if total else 0.0
+        return rows
+
+    @property
+    def unmodelled_share(self) -> float:
+        """Share of the operators' predicted time spent in unmodelled operators."""
+        return sum(r["time_share"] for r in self.unmodelled)
+
+    @property
     def max_images_per_s(self) -> float:
         """The most images per second the device can train (an upper bound)."""
         return self.trace.batch_size / self.min_step_s
@@ -803,6 +958,8 @@ class Prediction:
             "memory_only_s": self.memory_only_s,
             "memory_bound_share": self.memory_bound_share,
             "max_images_per_s": self.max_images_per_s,
+            "unmodelled_ops": [r["op"] for r in self.unmodelled],
+            "unmodelled_share": self.unmodelled_share,
         }
 
 

@@ -46,6 +46,10 @@ memory below it. ``saved_for_backward`` measures one step; ``fit_line`` and
 ``crossover_pixels`` find the crossover from two measured sizes; ``saving`` and
 ``saving_verdict`` report a figure the same way everywhere.
 
+The meter works on fake tensors too (``torch._subclasses.FakeTensorMode``: shapes and
+dtypes, no data), which is how the cost model predicts these bytes from its trace
+(``ampbook.costmodel.StepTrace.saved_tensors``).
+
 The meter adds a Python call per saved tensor: use it around one step, not a whole
 epoch.
 
@@ -67,13 +71,18 @@ import torch
 from torch import nn
 
 from ampbook.precision import torch_name
+from ampbook.tracking import ModuleScopes
 
 OUTSIDE_MODEL = "(outside model)"
 
 
 def _storage_key_and_bytes(t: torch.Tensor) -> tuple[tuple, int]:
+    from torch._subclasses.fake_tensor import is_fake
+
     try:
         storage = t.untyped_storage()
+        if is_fake(t):  # no data, no address: the storage object stands for it
+            return ("fake", t.device.type, storage._cdata), storage.nbytes()
         return (t.device.type, t.device.index, storage.data_ptr()), storage.nbytes()
     except (
         RuntimeError,
@@ -97,37 +106,25 @@ class SavedTensorMeter:
     ``new_bytes``. See the module docstring for what is counted.
     """
 
-    def __init__(self, model: nn.Module | None = None):
+    def __init__(self, model: nn.Module | None = None, parameters=()):
         self.model = model
+        # more tensors that are the model's parameters: the state a
+        # ``torch.func.functional_call`` runs the model with
+        self.parameters = list(parameters)
         self.total_bytes = 0
         self.count = 0
         self.parameter_bytes = 0
         self.by_dtype: dict[str, int] = defaultdict(int)
         self.by_module_type: dict[str, int] = defaultdict(int)
         self._seen: dict[tuple, list] = {}
-        self._stack: list[str] = []
-        self._handles: list = []
         self._param_ptrs: set[tuple] = set()
         self._hooks_ctx = None
+        self._scopes = ModuleScopes(model) if model is not None else None
 
-    # -- module attribution
-    # ------------------------------------------------------------------
-    def _push(self, module, args):
-        self._stack.append(type(module).__name__)
-
-    def _pop(self, module, args, output):
-        if self._stack:
-            self._stack.pop()
-
-    def _install_module_hooks(self) -> None:
-        for module in self.model.modules():
-            self._handles.append(module.register_forward_pre_hook(self._push))
-            self._handles.append(
-                module.register_forward_hook(self._pop, always_call=True)
-            )
-        for p in self.model.parameters():
-            key, _ = _storage_key_and_bytes(p)
-            self._param_ptrs.add(key)
+    def _owner(self) -> str:
+        """Class name of the innermost module of the model running now."""
+        scope = self._scopes.innermost()
+        return scope[1] if scope is not None else OUTSIDE_MODEL
 
     # -- the saved-tensor hooks
     # ----------------------------------------------------------------
@@ -148,8 +145,7 @@ class SavedTensorMeter:
             return t
         self.by_dtype[torch_name(t.dtype)] += nbytes
         if self.model is not None:
-            owner = self._stack[-1] if self._stack else OUTSIDE_MODEL
-            self.by_module_type[owner] += nbytes
+            self.by_module_type[self._owner()] += nbytes
         return t
 
     @property
@@ -163,7 +159,9 @@ class SavedTensorMeter:
 
     def __enter__(self) -> "SavedTensorMeter":
         if self.model is not None:
-            self._install_module_hooks()
+            self._scopes.__enter__()
+        for p in [*(self.model.parameters() if self.model else ()), *self.parameters]:
+            self._param_ptrs.add(_storage_key_and_bytes(p)[0])
         self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(
             self._pack, self._unpack
         )
@@ -172,10 +170,8 @@ class SavedTensorMeter:
 
     def __exit__(self, *exc) -> None:
         self._hooks_ctx.__exit__(*exc)
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        self._stack.clear()
+        if self._scopes is not None:
+            self._scopes.__exit__(*exc)
         self._seen.clear()  # drop the weak references; the counts stay
         self.by_dtype = dict(self.by_dtype)
         self.by_module_type = dict(self.by_module_type)
