@@ -3,6 +3,7 @@
 python -m ampbook.bench loader [...]   input pipeline (ampbook.bench_loader)
 python -m ampbook.bench matmul [...]   matmul / elementwise by dtype (ampbook.bench_matmul)
 python -m ampbook.bench step   [...]   training step: runner vs bare loop (ampbook.bench_step)
+python -m ampbook.bench doctor [...]   the doctor's full report, timed (ampbook.bench_doctor)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ COMMANDS = {
     "loader": "ampbook.bench_loader",
     "matmul": "ampbook.bench_matmul",
     "step": "ampbook.bench_step",
+    "doctor": "ampbook.bench_doctor",
 }
 
 
