@@ -196,6 +196,7 @@ def _pos(make, shape, dt):
 
 def _probes() -> list[Probe]:
     x4 = (2, 4, 8, 8)
+    qkv = (2, 2, 4, 8)  # batch, heads, tokens, head dimension
     ps = [
         Probe(
             "conv2d",
@@ -216,6 +217,17 @@ def _probes() -> list[Probe]:
             "addmm",
             lambda m, dt: torch.addmm(m((8,), dt), m((4, 8), dt), m((8, 8), dt)),
         ),
+        Probe(
+            "conv2d_depthwise",
+            lambda m, dt: F.conv2d(m(x4, dt), m((4, 1, 3, 3)), m((4,)), groups=4),
+            ("conv2d",),
+        ),
+        Probe(
+            "scaled_dot_product_attention",
+            lambda m, dt: F.scaled_dot_product_attention(
+                m(qkv, dt), m(qkv, dt), m(qkv, dt)
+            ),
+        ),
         Probe("prelu", lambda m, dt: F.prelu(m(x4, dt), m((4,)))),
         Probe(
             "batch_norm",
@@ -229,10 +241,18 @@ def _probes() -> list[Probe]:
         ),
         Probe("group_norm", lambda m, dt: F.group_norm(m(x4, dt), 2, m((4,)), m((4,)))),
         Probe("relu", lambda m, dt: F.relu(m(x4, dt))),
+        Probe("gelu", lambda m, dt: F.gelu(m(x4, dt))),
+        Probe("silu", lambda m, dt: F.silu(m(x4, dt))),
+        Probe("hardswish", lambda m, dt: F.hardswish(m(x4, dt))),
+        Probe("hardsigmoid", lambda m, dt: F.hardsigmoid(m(x4, dt))),
         Probe("sigmoid", lambda m, dt: torch.sigmoid(m(x4, dt))),
         Probe("dropout2d", lambda m, dt: F.dropout2d(m(x4, dt), 0.3, training=True)),
         Probe("max_pool2d", lambda m, dt: F.max_pool2d(m(x4, dt), 2)),
         Probe("avg_pool2d", lambda m, dt: F.avg_pool2d(m(x4, dt), 2)),
+        Probe(
+            "adaptive_avg_pool2d",
+            lambda m, dt: F.adaptive_avg_pool2d(m(x4, dt), 1),
+        ),
         Probe(
             "upsample_bilinear2d",
             lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="bilinear"),

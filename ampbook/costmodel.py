@@ -65,8 +65,27 @@ OUTSIDE = "(outside model)"
 # Backward work outside every module: the loss gradient's seed, AccumulateGrad.
 AUTOGRAD = "(autograd engine)"
 
-# Operators whose FLOPs go to tensor cores (matrix units): convolutions and matrix products.
-_MMA_OPS = {"convolution", "convolution_backward", "mm", "addmm", "bmm", "baddbmm"}
+# Fused attention (``scaled_dot_product_attention``'s kernels): two matrix products
+# forward, five backward (``_sdpa_flops``), as ``torch.utils.flop_counter`` counts them.
+_SDPA_FORWARD = {
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+}
+_SDPA_BACKWARD = {name + "_backward" for name in _SDPA_FORWARD}
+# Operators whose FLOPs go to tensor cores (matrix units): convolutions, matrix products
+# and fused attention.
+_MMA_OPS = {
+    "convolution",
+    "convolution_backward",
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    *_SDPA_FORWARD,
+    *_SDPA_BACKWARD,
+}
 # Operators that only allocate or describe memory: no kernel, no bytes.
 _NO_DATA_OPS = {
     "empty",
@@ -84,6 +103,13 @@ _NO_DATA_OPS = {
     "sym_numel",
     "sym_storage_offset",
     "is_same_size",
+    # in-place views: they change a tensor's shape or strides, not its data
+    "as_strided_",
+    "detach_",
+    "squeeze_",
+    "unsqueeze_",
+    "transpose_",
+    "t_",
 }
 # In-place operators that overwrite their first argument without reading it.
 _WRITE_ONLY_OPS = {
@@ -96,25 +122,93 @@ _WRITE_ONLY_OPS = {
     "exponential_",
     "copy_",
 }
-# Rough FLOPs per element for vector operators (per output element unless noted). None of
-# these comes near a GPU's vector peak; the figures only keep the model honest about them.
+# Rough FLOPs per element for vector operators: per output element, per input element
+# for backward operators, norms and reductions (``_per_input``). None of these comes near
+# a GPU's vector peak; the figures only keep the model honest about them. Operators that
+# only move data count 0. An operator in none of these tables is *unmodelled*: its bytes
+# are counted (they follow from its arguments) but its FLOPs are unknown, and the trace
+# names it (``StepTrace.unmodelled``) instead of counting it as free.
+_DATA_MOVEMENT = (
+    "_to_copy clone cat stack copy_ slice_backward select_backward "
+    "as_strided_scatter slice_scatter select_scatter zeros zeros_like ones ones_like "
+    "full full_like new_zeros new_ones new_full fill_ zero_ scalar_tensor arange "
+    "constant_pad_nd index index_select gather scatter scatter_ masked_select roll "
+    "repeat embedding flip _unsafe_index"
+).split()
+_ELEMENTWISE = (
+    "add add_ sub sub_ rsub mul mul_ div div_ neg abs relu relu_ threshold "
+    "threshold_backward where clamp clamp_ clamp_min clamp_min_ clamp_max hardtanh "
+    "hardtanh_ hardtanh_backward leaky_relu leaky_relu_ leaky_relu_backward "
+    "masked_fill masked_fill_ maximum minimum eq ne lt le gt ge logical_not bernoulli_ "
+    "native_dropout native_dropout_backward sign sgn fmod remainder lerp reciprocal "
+    "floor ceil round trunc "
+    "sqrt rsqrt square pow addcmul addcdiv addcmul_ addcdiv_ index_add "
+    "index_put index_put_ embedding_dense_backward upsample_nearest2d "
+    "upsample_nearest2d_backward _adaptive_avg_pool2d _adaptive_avg_pool2d_backward "
+    "max_pool2d_with_indices_backward avg_pool2d_backward nll_loss_forward "
+    "nll_loss_backward nll_loss2d_forward nll_loss2d_backward"
+).split()
 _VECTOR_FLOPS_PER_ELEMENT = {
-    "native_batch_norm": 5,
-    "cudnn_batch_norm": 5,
-    "_native_batch_norm_legit": 5,
-    "_native_batch_norm_legit_functional": 5,
-    "native_batch_norm_backward": 8,
-    "cudnn_batch_norm_backward": 8,
-    "_log_softmax": 5,
-    "_softmax": 5,
-    "_log_softmax_backward_data": 3,
-    "_softmax_backward_data": 3,
-    "_to_copy": 0,
-    "clone": 0,
-    "cat": 0,
-    "copy_": 0,
-    "slice_backward": 0,
+    **dict.fromkeys(_DATA_MOVEMENT, 0),
+    **dict.fromkeys(_ELEMENTWISE, 1),
+    **dict.fromkeys(("native_batch_norm", "cudnn_batch_norm"), 5),
+    **dict.fromkeys(
+        ("_native_batch_norm_legit", "_native_batch_norm_legit_functional"), 5
+    ),
+    **dict.fromkeys(("_native_batch_norm_legit_no_training",), 5),
+    **dict.fromkeys(("native_batch_norm_backward", "cudnn_batch_norm_backward"), 8),
+    **dict.fromkeys(("native_layer_norm", "native_group_norm"), 5),
+    **dict.fromkeys(("native_layer_norm_backward", "native_group_norm_backward"), 8),
+    **dict.fromkeys(("_log_softmax", "_softmax"), 5),
+    **dict.fromkeys(("_log_softmax_backward_data", "_softmax_backward_data"), 3),
+    **dict.fromkeys(
+        ("exp", "log", "sigmoid", "tanh", "hardsigmoid", "hardsigmoid_"), 4
+    ),
+    **dict.fromkeys(("sigmoid_backward", "tanh_backward", "hardsigmoid_backward"), 2),
+    **dict.fromkeys(("hardswish", "hardswish_", "silu", "silu_", "elu", "elu_"), 4),
+    **dict.fromkeys(("hardswish_backward", "silu_backward", "elu_backward"), 5),
+    **dict.fromkeys(("gelu", "gelu_", "erf"), 8),
+    **dict.fromkeys(("gelu_backward",), 10),
+    **dict.fromkeys(("upsample_bilinear2d", "upsample_bilinear2d_backward"), 8),
+    **dict.fromkeys(("mse_loss", "mse_loss_backward"), 3),
+    **dict.fromkeys(("binary_cross_entropy_with_logits",), 8),
+    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "prod"), 1),
+    **dict.fromkeys(("var_mean", "var", "std", "linalg_vector_norm", "norm"), 3),
+    **dict.fromkeys(("cumsum", "argmax", "argmin", "any", "all"), 1),
 }
+# Operators whose FLOPs scale with their (largest) input rather than their output.
+_PER_INPUT = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "prod",
+    "var_mean",
+    "var",
+    "std",
+    "linalg_vector_norm",
+    "norm",
+    "argmax",
+    "argmin",
+    "any",
+    "all",
+    "_adaptive_avg_pool2d",
+    "native_layer_norm",
+    "native_group_norm",
+}
+
+
+def op_is_modelled(name: str) -> bool:
+    """Whether the cost model knows the FLOPs of the ATen operator ``name`` (without
+    namespace or overload: ``"addmm"``). Every operator's bytes are counted; an
+    unmodelled one's FLOPs are unknown and are reported, never counted as zero."""
+    return (
+        name in _MMA_OPS
+        or name in _VECTOR_FLOPS_PER_ELEMENT
+        or name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d")
+    )
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -163,6 +257,9 @@ class OpCost:
     other_flops: float  # rough FLOPs of vector work
     read_bytes: float
     write_bytes: float
+    # False for an operator whose FLOPs the model does not know (``op_is_modelled``):
+    # its bytes are counted, its FLOPs are not, and the trace reports it.
+    modelled: bool = True
 
     @property
     def flops(self) -> float:
@@ -193,6 +290,21 @@ def _compute_dtype(tensors: Iterable[torch.Tensor]) -> str:
     return "none"
 
 
+def _sdpa_flops(backward: bool, args) -> tuple[float, float]:
+    """(mma FLOPs, other FLOPs) of fused attention on ``B x H x S x D`` query, key and
+    value (the backward's arguments start with the output's gradient). Forward: the
+    scores ``Q K^T`` and ``P V``; backward: the scores again (the kernels recompute
+    them), ``dP = dO V^T``, ``dV = P^T dO``, ``dQ = dS K``, ``dK = dS^T Q``. Softmax:
+    about five vector FLOPs per score."""
+    q, k, v = args[1:4] if backward else args[0:3]
+    b, h, s_q, d = q.shape
+    s_k, d_v = k.shape[-2], v.shape[-1]
+    scores = b * h * s_q * s_k
+    if backward:
+        return float(2 * scores * (3 * d + 2 * d_v)), float(5 * scores)
+    return float(2 * scores * (d + d_v)), float(5 * scores)
+
+
 def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
     """(mma FLOPs, other FLOPs) of one operator."""
     if name == "convolution":
@@ -220,14 +332,16 @@ def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
     if name == "baddbmm":
         (b, m, k), n = args[1].shape, args[2].shape[2]
         return float(2 * b * m * k * n), float(b * m * n)
+    if name in _SDPA_FORWARD or name in _SDPA_BACKWARD:
+        return _sdpa_flops(name in _SDPA_BACKWARD, args)
     outs = _tensors(out)
     if name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d"):
         kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size")
         kernel = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
         kernel = kernel * 2 if len(kernel) == 1 else kernel
         return 0.0, float(outs[0].numel() * math.prod(kernel))
-    per = _VECTOR_FLOPS_PER_ELEMENT.get(name, 1)
-    if name.endswith("_backward") or "batch_norm" in name:
+    per = _VECTOR_FLOPS_PER_ELEMENT.get(name, 0)  # unmodelled: reported, not counted
+    if name.endswith("_backward") or "batch_norm" in name or name in _PER_INPUT:
         elements = max((t.numel() for t in _tensors(args)), default=0)
     else:
         elements = max((t.numel() for t in outs), default=0)
@@ -246,6 +360,8 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
     ]
     if schema.returns and all(returns_alias) and not any(mutates):
         return None  # a view: shares its input's memory
+    if not _tensors(out) and not any(mutates):
+        return None  # a query of metadata (``prim::device``...): no kernel
     write_only = name in _WRITE_ONLY_OPS
     seen: set[int] = set()
     read = written = 0
@@ -334,13 +450,16 @@ class _CostRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.namespace != "aten":
-            return out
         moved = _op_bytes(func, args, kwargs, out)
         if moved is None:
             return out
         name = func._schema.name.split("::")[-1]
-        mma, other = _op_flops(name, func, args, kwargs, out)
+        modelled = func.namespace == "aten" and op_is_modelled(name)
+        if not modelled:
+            name = name if func.namespace == "aten" else func._schema.name
+            mma, other = 0.0, 0.0
+        else:
+            mma, other = _op_flops(name, func, args, kwargs, out)
         if name not in _MMA_OPS:
             mma, other = 0.0, other + mma
         if self.phase == "forward":
@@ -356,7 +475,9 @@ class _CostRecorder(TorchDispatchMode):
             else _tensors(out) + _tensors((args, kwargs))
         )
         self.ops.append(
-            OpCost(self.phase, scope, scope_type, name, dtype, mma, other, *moved)
+            OpCost(
+                self.phase, scope, scope_type, name, dtype, mma, other, *moved, modelled
+            )
         )
         return out
 
@@ -397,6 +518,27 @@ class StepTrace:
         out["bytes"] = out["forward_bytes"] + out["backward_bytes"]
         out["kernels"] = out["forward_kernels"] + out["backward_kernels"]
         return out
+
+    def unmodelled(self) -> list[dict[str, Any]]:
+        """The operators whose FLOPs the model does not know, largest bytes first:
+        ``{"op", "count", "bytes", "bytes_share", "phases", "scopes"}``. Their bytes are
+        in every total; their FLOPs are in none. Empty when every operator is modelled."""
+        total = sum(o.bytes for o in self.ops)
+        rows: dict[str, dict[str, Any]] = {}
+        for o in self.ops:
+            if o.modelled:
+                continue
+            r = rows.setdefault(
+                o.op, {"op": o.op, "count": 0, "bytes": 0.0, "phases": [], "scopes": []}
+            )
+            r["count"] += 1
+            r["bytes"] += o.bytes
+            for key, value in (("phases", o.phase), ("scopes", o.scope)):
+                if value not in r[key]:
+                    r[key].append(value)
+        for r in rows.values():
+            r["bytes_share"] = r["bytes"] / total if total else 0.0
+        return sorted(rows.values(), key=lambda r: -r["bytes"])
 
 
 def trace_step(
@@ -701,6 +843,27 @@ class Prediction:
         )
 
     @property
+    def unmodelled(self) -> list[dict[str, Any]]:
+        """``StepTrace.unmodelled`` with each operator's predicted time and its share of
+        the operators' time: those times count bytes only (their FLOPs are unknown), so
+        they are lower bounds like the rest, but weaker ones."""
+        total = sum(t.time_s for t in self.times)
+        time: dict[str, float] = {}
+        for t in self.times:
+            if not t.op.modelled:
+                time[t.op.op] = time.get(t.op.op, 0.0) + t.time_s
+        rows = self.trace.unmodelled()
+        for r in rows:
+            r["time_s"] = time.get(r["op"], 0.0)
+            r["time_share"] = r["time_s"] / total if total else 0.0
+        return rows
+
+    @property
+    def unmodelled_share(self) -> float:
+        """Share of the operators' predicted time spent in unmodelled operators."""
+        return sum(r["time_share"] for r in self.unmodelled)
+
+    @property
     def max_images_per_s(self) -> float:
         """The most images per second the device can train (an upper bound)."""
         return self.trace.batch_size / self.min_step_s
@@ -806,6 +969,8 @@ class Prediction:
             "memory_only_s": self.memory_only_s,
             "memory_bound_share": self.memory_bound_share,
             "max_images_per_s": self.max_images_per_s,
+            "unmodelled_ops": [r["op"] for r in self.unmodelled],
+            "unmodelled_share": self.unmodelled_share,
         }
 
 
