@@ -293,23 +293,40 @@ def fp32_reason(op: cm.OpCost) -> str:
         return "autograd engine: gradient accumulation into fp32 parameters"
     if op.scope == cm.LOSS:
         return f"{grad}the loss, computed on fp32 values"
+    if grad:
+        return "gradient in fp32: the forward op it belongs to ran in fp32"
     return (
-        f"{grad}not in autocast's lists: runs in its inputs' dtype, and one was fp32 "
+        "not in autocast's lists: runs in its inputs' dtype, and one was fp32 "
         "(e.g. a sum with an fp32 tensor)"
     )
 
 
-def unmodelled(trace: cm.StepTrace) -> list[dict[str, Any]]:
-    """Operators whose FLOPs the cost model does not model, with the share of the
-    step's bytes they move (their time is counted from bytes alone)."""
-    finder = getattr(cm, "unmodelled_ops", None)
-    if finder is None:
-        return []
-    return [dict(r) for r in finder(trace)]
+def unmodelled(p: cm.Prediction) -> list[dict[str, Any]]:
+    """Operators whose FLOPs the cost model does not know (``StepTrace.unmodelled``):
+    their bytes are counted, their FLOPs are not; each with its share of the step's
+    bytes and of the predicted time."""
+    return [dict(r) for r in p.unmodelled]
 
 
-def coverage(trace: cm.StepTrace) -> dict[str, Any]:
-    """Section 1: the 16-bit share of an AMP trace, per phase, and the fp32 rest."""
+def unmodelled_line(rows: Sequence[dict[str, Any]]) -> str | None:
+    """One warning line naming the unmodelled operators and their share, or None."""
+    if not rows:
+        return None
+    names = ", ".join(
+        f"{r['op']} ({r['bytes_share']:.1%} of the bytes, {r['time_share']:.1%} of the "
+        "predicted time)"
+        for r in rows[:5]
+    )
+    more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+    return (
+        f"{len(rows)} operator{'s' if len(rows) != 1 else ''} not modelled: "
+        f"{names}{more}; their FLOPs are left out of the roofline"
+    )
+
+
+def coverage(trace: cm.StepTrace, p: cm.Prediction | None = None) -> dict[str, Any]:
+    """Section 1: the 16-bit share of an AMP trace, per phase, the fp32 rest, and (with
+    its prediction ``p``) the operators left unmodelled."""
     shares = {}
     for phase in ("forward", "backward"):
         ops = trace.select(phase)
@@ -350,7 +367,7 @@ def coverage(trace: cm.StepTrace) -> dict[str, Any]:
         "precision": trace.precision,
         "phases": shares,
         "fp32_ops": fp32_ops,
-        "unmodelled": unmodelled(trace),
+        "unmodelled": unmodelled(p) if p is not None else [],
     }
 
 
@@ -619,13 +636,16 @@ def measure(
     for label, prec, tf32, cl, bench, why in _variants(device, precisions, pixels):
         row = {"variant": label, "precision": prec, "skipped": why}
         if why is None:
-            row.update(
-                _time_variant(model, device, prec, tf32, cl, bench, x, y, repeats)
-            )
+            try:
+                row.update(
+                    _time_variant(model, device, prec, tf32, cl, bench, x, y, repeats)
+                )
+            except Exception as e:  # e.g. an op without a kernel for this dtype here
+                row["skipped"] = f"failed: {type(e).__name__}: {_first_line(e)}"
         rows.append(row)
-    base = rows[0]["step_s"]
+    base = rows[0].get("step_s")
     for r in rows:
-        if r.get("step_s"):
+        if r.get("step_s") and base:
             r["speedup"] = base / r["step_s"]
     if device.type == "cuda":
         what = torch.cuda.get_device_name(device)
@@ -854,7 +874,6 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
             ) from None
     lap("trace")
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
-    cover = coverage(traces[amp]) if amp else None
     roof = roofline(traces, gpus, cfg.loader_images_per_s, devices)
     first = devices[gpus[0]]
     ceil = cm.Ceilings.from_device(first)
@@ -865,7 +884,11 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     }
     lap("roofline")
     small, _ = measure_size(model, shape, batch, torch.device("cpu"))
-    memory = {"predicted": predict_memory(model, shape, batch, cfg.loss, small)}
+    try:
+        predicted = predict_memory(model, shape, batch, cfg.loss, small)
+    except Exception as e:  # the model cannot run a real step here: say so, go on
+        predicted = {"error": f"{type(e).__name__}: {_first_line(e)}", "batch": batch}
+    memory = {"predicted": predicted}
     lap("memory")
     measured = None
     if cfg.measure:
@@ -912,6 +935,9 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
             }
         )
     amp_preds = {first.key: preds[amp]} if amp in preds else {}
+    cover = coverage(traces[amp], preds.get(amp)) if amp else None
+    unknown = unmodelled(preds.get(amp) or preds["fp32"])
+    warning = unmodelled_line(unknown)
     return {
         "schema": "ampbook.doctor/1",
         "model": cfg.model,
@@ -937,6 +963,8 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
             "ranges": ranges,
             "checklist": checklist(roof, amp_preds, cfg.loader_images_per_s, measured),
         },
+        "unmodelled": unknown,
+        "warnings": [warning] if warning else [],
         "seconds": seconds,
     }
 
@@ -994,24 +1022,30 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
             ["phase", "op", "layer type", "kernels", "FLOPs", "bytes", "why fp32"],
             [None, None, None, None, ".2%", ".2%", None],
         )
-        if cov["unmodelled"]:
-            table += "\n\nNot modelled (counted from bytes alone):\n\n"
+        if report["unmodelled"]:
+            table += "\n\nNot modelled (bytes counted, FLOPs left out):\n\n"
             table += md_table_text(
-                [(u.get("op"), u.get("share")) for u in cov["unmodelled"]],
-                ["op", "share of the step left unmodelled"],
-                [None, ".1%"],
+                [
+                    (u["op"], u["count"], u["bytes_share"], u["time_share"])
+                    for u in report["unmodelled"]
+                ],
+                ["op", "kernels", "share of bytes", "share of predicted time"],
+                [None, None, ".1%", ".1%"],
             )
         out.append(("1. Coverage", lead, table))
     mem = report["memory"]
     pm = mem["predicted"]
-    rows = [
-        (f"predicted, batch {pm['batch']} (fp32)", _mib(pm["fp32_bytes"]), None),
-        (
-            f"predicted, batch {pm['batch']} (AMP)",
-            _mib(pm["amp_bytes"]),
-            pm["amp_over_fp32"],
-        ),
-    ]
+    if "error" in pm:
+        rows = [(f"predicted, batch {pm['batch']}: failed ({pm['error']})", None, None)]
+    else:
+        rows = [
+            (f"predicted, batch {pm['batch']} (fp32)", _mib(pm["fp32_bytes"]), None),
+            (
+                f"predicted, batch {pm['batch']} (AMP)",
+                _mib(pm["amp_bytes"]),
+                pm["amp_over_fp32"],
+            ),
+        ]
     measured = mem.get("measured", [])
     for m in measured:
         rows.append(
@@ -1021,7 +1055,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
                 m["bytes"] / measured[0]["bytes"] if measured[0]["bytes"] else None,
             )
         )
-    lead = pm["method"]
+    lead = pm.get("method", "no prediction: a real forward failed on this CPU")
     if measured:
         lead += (
             f"; measured at batch {mem['measured_batch']} x "
@@ -1228,6 +1262,8 @@ def main(argv: list[str] | None = None) -> int:
     except DoctorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for w in report["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
     text = to_markdown(report)
     print(text)
     if a.json:

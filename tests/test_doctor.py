@@ -55,6 +55,21 @@ def one_value() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 1), nn.Flatten(0))
 
 
+class Erfcx(nn.Module):
+    """A convolution followed by an operator the cost model has no FLOPs for."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.special.erfcx(self.conv(x))
+
+
+def unknown_op() -> nn.Module:
+    return Erfcx()
+
+
 def not_a_module():
     return {"weights": 3}
 
@@ -243,3 +258,16 @@ def test_cross_entropy_needs_classes():
         doctor.diagnose(_config(spec, measure=False, gpus=["h200"]))
     r = doctor.diagnose(_config(spec, loss="mse", measure=False, gpus=["h200"]))
     assert r["output"] == [2]
+
+
+def test_unsupported_op_is_named_with_its_share(tmp_path, capsys):
+    j = tmp_path / "r.json"
+    argv = ["--model", "tests.test_doctor:unknown_op", "--input", "3,8,8"]
+    argv += ["--batch", "2", "--no-measure", "--gpus", "h200", "--json", str(j)]
+    assert doctor.main(argv) == 0
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "special_erfcx" in warning[0], err
+    rows = json.loads(j.read_text())["unmodelled"]
+    assert [r["op"] for r in rows] == ["special_erfcx"]
+    assert 0 < rows[0]["bytes_share"] < 1 and 0 < rows[0]["time_share"] < 1
