@@ -802,6 +802,95 @@ def checklist(
     return sorted(items, key=lambda i: -i["gain"])
 
 
+def bytes_ratio(report: dict[str, Any], precision: str = "amp-fp16") -> float:
+    """How much AMP shrinks the step's traffic: fp32 bytes over ``precision``'s."""
+    t = report["totals"]
+    return t["fp32"]["bytes"] / t[precision]["bytes"]
+
+
+def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | None:
+    """The tensor cores' gain on ``gpu``: the 16-bit matrix peak over fp32's with TF32
+    on (None when the GPU has no 16-bit peak for ``precision``)."""
+    from ampbook.devices import load_devices
+
+    devices = load_devices() if devices is None else devices
+    c = cm.Ceilings.from_device(devices[gpu], tf32=True)
+    dtype = cm._dtype_name(cm.AUTOCAST_DTYPES[precision])
+    if dtype not in c.mma_tflops:
+        return None
+    return c.mma_tflops[dtype] / c.mma_tflops["float32"]
+
+
+def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") -> str:
+    """Which of the two ratios a model's predicted AMP gain on ``gpu`` follows, in one
+    line: the bytes (a memory-bound step gains what autocast halves) or the tensor
+    cores' peak (a math-bound step gains what the matrix units add)."""
+    row = next(
+        (
+            r
+            for r in report["roofline"]
+            if r["gpu"] == gpu and r["precision"] == precision and r.get("amp_s")
+        ),
+        None,
+    )
+    if row is None:
+        raise ValueError(f"no {precision} prediction for {gpu} in this report")
+    speed, nb = row["speedup_tf32"], bytes_ratio(report, precision)
+    peak = peak_ratio(gpu, precision)
+    follows = (
+        "its bytes set the gain"
+        if peak is None or abs(math.log(speed / nb)) <= abs(math.log(speed / peak))
+        else "the tensor cores' peak sets the gain"
+    )
+    peak_text = f"{peak:.2f}x" if peak else "none"
+    return (
+        f"{report['model']} on {row['gpu_name']}: {precision} {speed:.2f}x at the "
+        f"roofline, {row['memory_bound_share']:.0%} of the step memory-bound; bytes "
+        f"shrink {nb:.2f}x, the matrix peak grows {peak_text}: {follows}."
+    )
+
+
+def measured_verdict(measured: dict[str, Any]) -> str:
+    """What the timed steps on this device say, in one line: the fastest AMP variant
+    against fp32, and on a CPU whether it lists 16-bit units."""
+    rows = [r for r in measured["rows"] if r.get("step_s")]
+    if not rows or rows[0]["precision"] != "fp32":
+        return (
+            f"On {measured['device_name']} no fp32 step was timed: nothing to compare."
+        )
+    amp = [r for r in rows[1:] if r["precision"] != "fp32"]
+    if not amp:
+        return f"On {measured['device_name']} no AMP step was timed."
+    best = max(amp, key=lambda r: r["speedup"])
+    way = "faster than" if best["speedup"] > 1 else "no faster than"
+    where = "this GPU" if measured["device"] == "cuda" else "this CPU"
+    return (
+        f"On {where}, the fastest AMP step ({best['variant']}) ran at "
+        f"{best['speedup']:.2f}x fp32's speed at batch {measured['batch']} x "
+        f"{'x'.join(map(str, measured['input']))}: {way} fp32 here."
+    )
+
+
+def measured_speedup_verdict(
+    gpu_name: str, measured: float, low: float, high: float
+) -> str:
+    """A measured AMP step speedup held against the doctor's predicted range, in one
+    line."""
+    if not 0 < low <= high or measured <= 0:
+        raise ValueError(f"need 0 < low <= high and measured > 0, got {low}, {high}")
+    span = f"{low:.2f}x" if low == high else f"{low:.2f}x to {high:.2f}x"
+    if measured < low:
+        where = "below the predicted range: the kernels fell short of the model"
+    elif measured <= high:
+        where = "inside the predicted range"
+    else:
+        where = "above the predicted range: fp32 ran further from its roofline"
+    return (
+        f"{gpu_name}: measured AMP step speedup {measured:.2f}x against "
+        f"{span} predicted, {where}."
+    )
+
+
 # --------------------------------------------------------------------------------------
 # the report
 # --------------------------------------------------------------------------------------

@@ -271,3 +271,23 @@ def test_unsupported_op_is_named_with_its_share(tmp_path, capsys):
     rows = json.loads(j.read_text())["unmodelled"]
     assert [r["op"] for r in rows] == ["special_erfcx"]
     assert 0 < rows[0]["bytes_share"] < 1 and 0 < rows[0]["time_share"] < 1
+
+
+def test_gain_verdict_follows_the_nearer_ratio(report):
+    line = doctor.gain_verdict(report, "h200-sxm")
+    row = next(r for r in report["roofline"] if r["gpu"] == "h200-sxm")
+    nb, peak = doctor.bytes_ratio(report), doctor.peak_ratio("h200-sxm")
+    assert f"{row['speedup_tf32']:.2f}x" in line and f"{nb:.2f}x" in line
+    near_bytes = abs(row["speedup_tf32"] - nb) <= abs(row["speedup_tf32"] - peak)
+    assert ("its bytes set" in line) == near_bytes
+    assert doctor.peak_ratio("v100-sxm2", "amp-bf16") is None
+    with pytest.raises(ValueError, match="no amp-bf16 prediction"):
+        doctor.gain_verdict(report, "v100-sxm2", "amp-bf16")
+
+
+def test_measured_verdicts(report):
+    line = doctor.measured_verdict(report["measured"])
+    assert line.startswith("On this CPU") and "batch 2 x 3x8x8" in line
+    assert "inside" in doctor.measured_speedup_verdict("G", 1.5, 1.2, 1.9)
+    assert "below" in doctor.measured_speedup_verdict("G", 1.0, 1.2, 1.9)
+    assert "above" in doctor.measured_speedup_verdict("G", 2.5, 1.2, 1.9)
