@@ -69,6 +69,8 @@ CPU_MEASURE_SIDE = 64
 ERFNET_INPUT = (3, 512, 1024)
 DEFAULT_INPUT = (3, 224, 224)
 SIXTEEN_BIT = ("float16", "bfloat16")
+# Measured steps within this fraction of each other are reported as the same speed.
+SAME_SPEED = 0.05
 
 
 class DoctorError(ValueError):
@@ -283,8 +285,12 @@ def fp32_reason(op: cm.OpCost) -> str:
     base = _base_op(op.op)
     grad = "gradient of " if op.phase == "backward" else ""
     if op.op == "_to_copy":
-        return "a cast back to fp32 (before an fp32 op, or of an fp32 result)"
-    category = documented_category(base, "cuda", aliases=(op.op,))
+        if grad:
+            return "a gradient cast to fp32, the dtype of its fp32 weight or input"
+        return "a cast to fp32, for an fp32 op or an fp32 result"
+    category = documented_category(
+        base, "cuda", aliases=(op.op, base.removesuffix("2d"))
+    )
     if category == "float32":
         return f"{grad}autocast's fp32 list ({base})"
     if category == "promote":
@@ -670,18 +676,13 @@ def profile_efficiencies(results_dir=None) -> dict[str, dict[str, Any]]:
     """Kernel efficiency (roofline bound / measured step) of every committed GPU layer
     profile (``ampbook.results``), per GPU and precision: ``{gpu name: {"key": table
     key or None, "fp32": e, "amp-fp16": e, ...}}``."""
-    from ampbook.devices import find_device
     from ampbook.results import load_results_dir
 
     out: dict[str, dict[str, Any]] = {}
     for lp in load_results_dir(results_dir).layer_profiles:
         if not lp.step_s > 0:
             continue
-        try:
-            entry = find_device(lp.device_name)
-        except ValueError:
-            entry = None
-        e = out.setdefault(lp.device_name, {"key": entry.key if entry else None})
+        e = out.setdefault(lp.device_name, {"key": table_key(lp.device_name)})
         e[lp.precision] = lp.predicted_step_s / lp.step_s
     return out
 
@@ -802,6 +803,18 @@ def checklist(
     return sorted(items, key=lambda i: -i["gain"])
 
 
+def table_key(device_name: str) -> str | None:
+    """The device-table key of a GPU named as ``torch.cuda.get_device_name`` names it
+    (None when the table has no entry, or several match)."""
+    from ampbook.devices import find_device
+
+    try:
+        entry = find_device(device_name)
+    except ValueError:
+        return None
+    return entry.key if entry else None
+
+
 def bytes_ratio(report: dict[str, Any], precision: str = "amp-fp16") -> float:
     """How much AMP shrinks the step's traffic: fp32 bytes over ``precision``'s."""
     t = report["totals"]
@@ -862,12 +875,17 @@ def measured_verdict(measured: dict[str, Any]) -> str:
     if not amp:
         return f"On {measured['device_name']} no AMP step was timed."
     best = max(amp, key=lambda r: r["speedup"])
-    way = "faster than" if best["speedup"] > 1 else "no faster than"
+    if best["speedup"] > 1 + SAME_SPEED:
+        way = "faster than fp32"
+    elif best["speedup"] >= 1 - SAME_SPEED:
+        way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
+    else:
+        way = "slower than fp32"
     where = "this GPU" if measured["device"] == "cuda" else "this CPU"
     return (
         f"On {where}, the fastest AMP step ({best['variant']}) ran at "
         f"{best['speedup']:.2f}x fp32's speed at batch {measured['batch']} x "
-        f"{'x'.join(map(str, measured['input']))}: {way} fp32 here."
+        f"{'x'.join(map(str, measured['input']))}: {way} here."
     )
 
 

@@ -288,6 +288,15 @@ def test_gain_verdict_follows_the_nearer_ratio(report):
 def test_measured_verdicts(report):
     line = doctor.measured_verdict(report["measured"])
     assert line.startswith("On this CPU") and "batch 2 x 3x8x8" in line
+    fake = {"device": "cpu", "device_name": "x", "batch": 1, "input": [3, 8, 8]}
+    for speed, words in ((1.5, "faster than fp32"), (1.02, "no difference"),
+                         (0.5, "slower than fp32")):  # fmt: skip
+        rows = [{"precision": "fp32", "step_s": 1.0, "speedup": 1.0, "variant": "fp32"}]
+        rows.append(
+            {"precision": "amp-bf16", "step_s": 1 / speed, "speedup": speed,
+             "variant": "amp-bf16"}
+        )  # fmt: skip
+        assert words in doctor.measured_verdict({**fake, "rows": rows})
     assert "inside" in doctor.measured_speedup_verdict("G", 1.5, 1.2, 1.9)
     assert "below" in doctor.measured_speedup_verdict("G", 1.0, 1.2, 1.9)
     assert "above" in doctor.measured_speedup_verdict("G", 2.5, 1.2, 1.9)
