@@ -27,8 +27,8 @@ The report has five sections, printed as tables and kept in one JSON-ready dict
    memory-bound operators, and the images/s the input pipeline must deliver;
 4. **measured** on this device: the runner's own step (``ampbook.train.TrainStep``) per
    precision at a small size on a CPU (bf16 stands in for fp16 there except at tiny
-   sizes: CPU fp16 convolution backward is two orders of magnitude slower), at the full
-   size on CUDA, with channels_last and cudnn.benchmark variants;
+   sizes: fp16 convolutions on a CPU without fp16 units are many times slower), at
+   the full size on CUDA, with channels_last and cudnn.benchmark variants;
 5. **verdict**: the expected AMP speedup per GPU as a range (the roofline's bound, and
    the bound scaled by the kernel efficiencies measured in committed GPU layer profiles,
    ``ampbook.results``), and a checklist ranked by predicted gain.
@@ -47,6 +47,7 @@ import importlib
 import json
 import logging
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -57,12 +58,14 @@ import torch
 from torch import nn
 
 from ampbook import costmodel as cm
+from ampbook.results import PEAK_CUDA
+from ampbook.results import SAVED_FOR_BACKWARD as SAVED
 
 PRECISIONS = cm.PRECISIONS
 AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
 LOSSES = ("cross-entropy", "mse")
-# Largest batch x pixels at which a CPU step is timed in fp16 (its convolution backward
-# runs 100-200x slower than fp32 on CPUs without fp16 units; bf16 stands in above this).
+# Largest batch x pixels at which a CPU step is timed in fp16 (on CPUs without fp16
+# units its convolutions run many times slower than fp32; bf16 stands in above this).
 CPU_FP16_MAX_PIXELS = 2 * 32 * 32
 # A CPU step is timed at an input scaled down to about this many pixels on a side.
 CPU_MEASURE_SIDE = 64
@@ -279,32 +282,29 @@ def _base_op(op: str) -> str:
 
 
 def fp32_reason(op: cm.OpCost) -> str:
-    """Why an operator of an AMP trace ran in fp32."""
+    """Why an operator of an AMP trace ran in fp32, in a few words: autocast's fp32 list
+    or promotion (named), a cast, the loss, the autograd engine, or an fp32 input (an op
+    autocast does not list runs in its inputs' dtype, so one fp32 input, such as the
+    skip path of a residual sum, makes it fp32)."""
     from ampbook.autocast_trace import documented_category
 
     base = _base_op(op.op)
-    grad = "gradient of " if op.phase == "backward" else ""
+    grad = op.phase == "backward"
     if op.op == "_to_copy":
-        if grad:
-            return "a gradient cast to fp32, the dtype of its fp32 weight or input"
-        return "a cast to fp32, for an fp32 op or an fp32 result"
+        return "gradient cast to fp32" if grad else "cast to fp32"
     category = documented_category(
         base, "cuda", aliases=(op.op, base.removesuffix("2d"))
     )
+    of = "gradient of " if grad else ""
     if category == "float32":
-        return f"{grad}autocast's fp32 list ({base})"
+        return f"{of}fp32 list ({base})"
     if category == "promote":
-        return f"{grad}autocast promotes to the widest input ({base})"
+        return f"{of}promoted to widest input ({base})"
     if op.scope == cm.AUTOGRAD:
-        return "autograd engine: gradient accumulation into fp32 parameters"
+        return "gradient accumulation (autograd)"
     if op.scope == cm.LOSS:
-        return f"{grad}the loss, computed on fp32 values"
-    if grad:
-        return "gradient in fp32: the forward op it belongs to ran in fp32"
-    return (
-        "not in autocast's lists: runs in its inputs' dtype, and one was fp32 "
-        "(e.g. a sum with an fp32 tensor)"
-    )
+        return f"{of}loss on fp32 values"
+    return "gradient of an fp32 op" if grad else "fp32 input (e.g. residual sum)"
 
 
 def unmodelled(p: cm.Prediction) -> list[dict[str, Any]]:
@@ -554,70 +554,94 @@ def _variants(device: torch.device, precisions: Sequence[str], pixels: int):
         why = None
         if p == "amp-fp16" and pixels > CPU_FP16_MAX_PIXELS:
             why = (
-                f"not timed: fp16 convolution backward on a CPU is 100-200x slower "
-                f"than fp32 (timed only at <= {CPU_FP16_MAX_PIXELS} pixels a batch); "
-                "amp-bf16 stands in"
+                "not timed: fp16 convolutions on a CPU without fp16 units run many "
+                f"times slower than fp32 (timed only at <= {CPU_FP16_MAX_PIXELS} "
+                "pixels a batch); amp-bf16 stands in"
             )
         out.append((p, p, False, False, False, why))
     return out
 
 
-def _time_variant(model, device, prec, tf32, cl, bench, x, y, repeats) -> dict:
-    from ampbook.memory import SavedTensorMeter
-    from ampbook.timing import benchmark
-    from ampbook.train import AUTOCAST_DTYPES, TrainStep
+class _Variant:
+    """One timed variant: its own copy of the model, optimizer and the runner's step,
+    with the CUDA flags it runs under."""
 
-    net = copy.deepcopy(model).to(device)
-    if cl:
-        net = net.to(memory_format=torch.channels_last)
-    dtype = AUTOCAST_DTYPES[prec]
-    opt = torch.optim.Adam(net.parameters(), lr=1e-4)
-    scaler = torch.amp.GradScaler(device.type) if prec == "amp-fp16" else None
-    crit = nn.MSELoss() if y.is_floating_point() else nn.CrossEntropyLoss()
-    step = TrainStep(net, opt, crit, device, dtype, scaler, channels_last=cl)
-    x, y = x.to(device), y.to(device)
-    flags = (
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-        torch.backends.cudnn.benchmark,
-    )
-    try:
-        if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            torch.backends.cudnn.allow_tf32 = tf32
-            torch.backends.cudnn.benchmark = bench
-            torch.cuda.reset_peak_memory_stats(device)
-        r = benchmark(
-            step,
-            lambda: (x, y),
-            device=device,
-            warmup=2,  # the first calls build oneDNN/cuDNN kernels
-            repeats=repeats,
-            number=1,
-            min_time=0.0,
-            buffers=1,
-            check_inputs=False,
-        )
-        if device.type == "cuda":
-            memory = torch.cuda.max_memory_allocated(device)
-            measure = "peak CUDA allocated"
-        else:
-            meter = SavedTensorMeter(model=net)
-            step(x, y, meter=meter)
-            memory, measure = meter.new_bytes, "saved for backward"
-    finally:
-        (
+    def __init__(self, model, device, prec, tf32, cl, bench, x, y):
+        from ampbook.train import AUTOCAST_DTYPES, TrainStep
+
+        net = copy.deepcopy(model).to(device)
+        if cl:
+            net = net.to(memory_format=torch.channels_last)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+        scaler = torch.amp.GradScaler(device.type) if prec == "amp-fp16" else None
+        crit = nn.MSELoss() if y.is_floating_point() else nn.CrossEntropyLoss()
+        dtype = AUTOCAST_DTYPES[prec]
+        self.net, self.device = net, device
+        self.step = TrainStep(net, opt, crit, device, dtype, scaler, channels_last=cl)
+        self.x, self.y = x.to(device), y.to(device)
+        self.tf32, self.bench = tf32, bench
+        self.times: list[float] = []
+
+    @contextlib.contextmanager
+    def flags(self):
+        if self.device.type != "cuda":
+            yield
+            return
+        saved = (
             torch.backends.cuda.matmul.allow_tf32,
             torch.backends.cudnn.allow_tf32,
             torch.backends.cudnn.benchmark,
-        ) = flags
-    return {
-        "step_s": r.median_s,
-        "min_step_s": min(r.times_s),
-        "samples": len(r.times_s),
-        "memory_bytes": memory,
-        "memory_measure": measure,
-    }
+        )
+        torch.backends.cuda.matmul.allow_tf32 = self.tf32
+        torch.backends.cudnn.allow_tf32 = self.tf32
+        torch.backends.cudnn.benchmark = self.bench
+        try:
+            yield
+        finally:
+            (
+                torch.backends.cuda.matmul.allow_tf32,
+                torch.backends.cudnn.allow_tf32,
+                torch.backends.cudnn.benchmark,
+            ) = saved
+
+    def time(self, warmup: int, repeats: int) -> None:
+        from ampbook.timing import benchmark
+
+        with self.flags():
+            r = benchmark(
+                self.step,
+                lambda: (self.x, self.y),
+                device=self.device,
+                warmup=warmup,
+                repeats=repeats,
+                number=1,
+                min_time=0.0,
+                buffers=1,
+                check_inputs=False,
+            )
+        self.times += list(r.times_s)
+
+    def memory(self) -> tuple[int, str]:
+        from ampbook.memory import SavedTensorMeter
+
+        with self.flags():
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
+                self.step(self.x, self.y)
+                return torch.cuda.max_memory_allocated(self.device), PEAK_CUDA
+            meter = SavedTensorMeter(model=self.net)
+            self.step(self.x, self.y, meter=meter)
+            return meter.new_bytes, SAVED
+
+
+def _finish(row: dict, v: _Variant) -> None:
+    """A timed variant's row: median and fastest step, samples, memory."""
+    row["memory_bytes"], row["memory_measure"] = v.memory()
+    row.update(
+        step_s=statistics.median(v.times),
+        min_step_s=min(v.times),
+        samples=len(v.times),
+    )
 
 
 def measure(
@@ -638,17 +662,31 @@ def measure(
     x = torch.randn(mbatch, *mshape, generator=g)
     y = targets(loss, out, g)
     pixels = mbatch * mshape[1] * mshape[2]
-    rows = []
+    rows, live = [], []
     for label, prec, tf32, cl, bench, why in _variants(device, precisions, pixels):
         row = {"variant": label, "precision": prec, "skipped": why}
-        if why is None:
-            try:
-                row.update(
-                    _time_variant(model, device, prec, tf32, cl, bench, x, y, repeats)
-                )
-            except Exception as e:  # e.g. an op without a kernel for this dtype here
-                row["skipped"] = f"failed: {type(e).__name__}: {_first_line(e)}"
         rows.append(row)
+        if why is not None:
+            continue
+        try:  # two warm-up steps (the first calls build oneDNN/cuDNN kernels)
+            v = _Variant(model, device, prec, tf32, cl, bench, x, y)
+            if device.type == "cuda":  # one after another: its peak holds only its own
+                v.time(2, repeats)
+                _finish(row, v)
+                del v
+                torch.cuda.empty_cache()
+            else:
+                v.time(2, 1)
+                live.append((row, v))
+        except Exception as e:  # e.g. an op without a kernel for this dtype here
+            row["skipped"] = f"failed: {type(e).__name__}: {_first_line(e)}"
+    # On a CPU the variants take turns, so a machine busy with other work slows
+    # every variant alike.
+    for _ in range(repeats - 1):
+        for _, v in live:
+            v.time(0, 1)
+    for row, v in live:
+        _finish(row, v)
     base = rows[0].get("step_s")
     for r in rows:
         if r.get("step_s") and base:

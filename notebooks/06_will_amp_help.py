@@ -52,7 +52,8 @@ vit_batch = 32  # ViT-B/16's batch (its input is fixed at 3 x 224 x 224)
 reader_model = ""  # your model: "package.module:callable" or "torchvision:NAME"
 reader_input = [3, 224, 224]  # its input, C, H, W
 reader_batch = 32  # and batch
-gpus = ["rtx3070-desktop", "a100-sxm-80gb", "h100-sxm", "h200-sxm"]  # device-table keys
+gpus = ["rtx3070-desktop", "a100-sxm-80gb", "h100-sxm", "h200-sxm"]  # table keys
+timed = ["ERFNet", "ResNet-50", "ViT-B/16", "your model"]  # networks timed here
 repeats = 3  # timed steps per precision on this device
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
@@ -61,7 +62,6 @@ from ampbook import params
 from ampbook.devices import load_devices
 from ampbook.env import print_environment
 
-print_environment(device)
 params.device("device", device)
 for name in ("erfnet_input", "resnet_input", "reader_input"):
     v = globals()[name]
@@ -73,6 +73,9 @@ params.rule("gpus", gpus, bool(gpus) and set(gpus) <= set(load_devices()),
             "must be keys of data/reference/devices.yml")
 params.rule("reader_model", reader_model, isinstance(reader_model, str),
             "must be a string ('' for none)")
+params.rule("timed", timed, set(timed) <= {"ERFNet", "ResNet-50", "ViT-B/16",
+            "your model"}, "names networks of this chapter")
+print_environment(device)
 
 # %%
 import matplotlib.pyplot as plt
@@ -106,7 +109,8 @@ if reader_model:
     specs["your model"] = (reader_model, reader_input, reader_batch)
 reports = {name: doctor.diagnose(doctor.DoctorConfig(
     spec, tuple(shape), batch, device, gpus=gpus, repeats=repeats,
-    results_dir=results_dir or None)) for name, (spec, shape, batch) in specs.items()}
+    measure=name in timed, results_dir=results_dir or None))
+    for name, (spec, shape, batch) in specs.items()}
 
 # %% [markdown]
 # ## What the steps are made of
@@ -129,11 +133,12 @@ md_table(rows, ["network", "parameters (M)", "batch x input", "GFLOPs / image",
          [None, ".1f", None, ".1f", ".0f", ".1f", ".1%", ".2f"])
 
 # %% [markdown]
-# In ERFNet, ResNet-50 and ViT-B/16 almost every FLOP is a matrix FLOP, so compute alone
-# would promise each the tensor cores' full gain. The bytes decide otherwise. A GPU's ridge point, its
-# matrix peak over its bandwidth, is the intensity an operator needs to be limited by
-# arithmetic rather than memory; the step's average intensity above is an average over
-# operators of very different kinds, and the next table splits it.
+# In ERFNet, ResNet-50 and ViT-B/16 almost every FLOP is a matrix FLOP, so compute
+# alone would promise each the tensor cores' full gain. Whether a GPU can deliver it
+# depends on the bytes. A GPU's ridge point, its matrix peak over its bandwidth, is the
+# intensity an operator needs to be limited by arithmetic rather than memory; the
+# step's intensity above is an average over operators of very different kinds, and the
+# next table splits it.
 #
 # ## Where the time goes
 #
@@ -160,10 +165,10 @@ md_table([(name, t["layer_type"], t["modules"], t["time_share"], t["flops_per_by
 # largest fp32 operators of each step, with the reason:
 
 # %% tags=["hide-input"]
-md_table([(name, g["phase"], g["op"], g["layer_type"], g["bytes_share"], g["reason"])
+md_table([(name, g["op"], g["layer_type"], g["bytes_share"], g["reason"])
           for name, r in reports.items() for g in r["coverage"]["fp32_ops"][:4]],
-         ["network", "phase", "op", "in layer type", "share of bytes", "why fp32"],
-         [None, None, None, None, ".1%", None])
+         ["network", "op", "in", "bytes", "why fp32 (backward: gradient)"],
+         [None, None, None, ".1%", None])
 
 # %% tags=["hide-input"]
 md_table([(name, ph, v["mma_flops_16bit"], v["bytes_16bit"]) for name, r in
@@ -186,7 +191,7 @@ md_table([(name, ph, v["mma_flops_16bit"], v["bytes_16bit"]) for name, r in
 # fp32 with TF32 on, both at the roofline) beside both ratios.
 
 # %% tags=["hide-input"]
-md_table([(name, row["gpu_name"], row["speedup_tf32"], row["memory_bound_share"],
+md_table([(name, row["gpu"], row["speedup_tf32"], row["memory_bound_share"],
            doctor.bytes_ratio(r), doctor.peak_ratio(row["gpu"]))
           for name, r in reports.items() for row in r["roofline"]
           if row["precision"] == "amp-fp16"],
@@ -204,14 +209,15 @@ md_table([(name, row["gpu_name"], row["speedup_tf32"], row["memory_bound_share"]
 for r in reports.values():
     print(doctor.gain_verdict(r, gpus[-1]))
 
-# %% mystnb={"figure": {"caption": "Predicted AMP (fp16) speedup over fp32 with TF32 on, at the roofline, per network and GPU; the black tick is the network's bytes ratio (fp32 bytes over AMP bytes).", "name": "fig-ch6-speedups"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Predicted AMP (fp16) speedup over fp32 with TF32 on, at the roofline, per network and GPU; the black tick is the network's bytes ratio (fp32 bytes over AMP bytes).", "name": "fig-ch6-speedups"}}
 fig, ax = plt.subplots(figsize=(7.0, 3.6))
 x, width = np.arange(len(reports)), 0.8 / len(gpus)
 for j, gpu in enumerate(gpus):
     vals = [next(row.get("speedup_tf32") or 0 for row in r["roofline"]
                  if row["gpu"] == gpu and row["precision"] == "amp-fp16")
             for r in reports.values()]
-    ax.bar(x + (j - (len(gpus) - 1) / 2) * width, vals, width, label=gpu, **bar_style(j))
+    offset = (j - (len(gpus) - 1) / 2) * width
+    ax.bar(x + offset, vals, width, label=gpu, **bar_style(j))
 ax.scatter(x, [doctor.bytes_ratio(r) for r in reports.values()], marker="_", s=900,
            color="black", zorder=3, label="bytes fp32 / AMP")
 ax.set_xticks(x, list(reports))
@@ -245,34 +251,36 @@ md_table([(name, m["fp32_bytes"] / 2**20, m["amp_bytes"] / 2**20, m["amp_over_fp
 # `--loader-images-per-s` with your loader's rate makes the doctor say which side bounds.
 
 # %% tags=["hide-input"]
-md_table([(row["gpu_name"], *[next(x["images_per_s_needed"] for x in r["roofline"]
-           if x["gpu"] == row["gpu"] and x["precision"] == "amp-fp16")
-           for r in reports.values()]) for row in next(iter(reports.values()))["roofline"]
-          if row["precision"] == "amp-fp16"],
-         ["GPU", *[f"{n} (images/s)" for n in reports]], [None] + [".4g"] * len(reports))
+need = {(name, x["gpu"]): x["images_per_s_needed"] for name, r in reports.items()
+        for x in r["roofline"] if x["precision"] == "amp-fp16"}
+md_table([(devices[g].name, *[need[(name, g)] for name in reports]) for g in gpus],
+         ["GPU", *[f"{name} (images/s)" for name in reports]],
+         [None] + [".4g"] * len(reports))
 
 # %% [markdown]
 # ## Measured on this machine
 #
 # The predictions above are for GPUs. The doctor also times the runner's own training
-# step here, per precision: at the full size on a GPU (with channels_last and
-# cudnn.benchmark variants), at a small size on a CPU, where fp16 is timed only at tiny
-# sizes (a CPU without fp16 units runs fp16 convolution backward two orders of magnitude
-# slower than fp32) and bf16 stands in. On a CPU that lists bf16 instructions, bf16 can
-# be as fast as fp32 or faster; on one without, it is slower. On a GPU the measured
-# speedups should lie near the predicted ones. The lines below say which case this
-# machine is.
+# step here, per precision: at the full size on a GPU, with channels_last and
+# cudnn.benchmark variants; at a small size on a CPU, where fp16 is timed only at tiny
+# sizes (on a CPU without fp16 units its convolutions run many times slower than fp32,
+# as the AMP training chapter measures) and bf16 stands in. Whether bf16 pays on a CPU
+# depends on its kernels: the environment table at the top lists this CPU's bf16 and
+# fp16 instruction flags, and the RTX 3070 chapter times its bf16 matmul against fp32.
+# The lines below say, per network, whether the fastest AMP step here was faster than
+# fp32, slower, or within 5% of it.
 
 # %% tags=["hide-input"]
 md_table([(name, x["variant"], x.get("step_s") and x["step_s"] * 1e3, x.get("speedup"),
-           x["skipped"] or "") for name, r in reports.items()
+           x["skipped"] or "") for name, r in reports.items() if r["measured"]
           for x in r["measured"]["rows"]],
          ["network", "variant", "median step (ms)", "speedup", "note"],
          [None, None, ".1f", ".2f", None])
 
 # %%
 for name, r in reports.items():
-    print(f"{name}: {doctor.measured_verdict(r['measured'])}")
+    print(f"{name}: {doctor.measured_verdict(r['measured'])}" if r["measured"]
+          else f"{name}: not timed here (the parameter timed leaves it out)")
 
 # %% [markdown]
 # ## GPU runs beside the prediction
@@ -330,7 +338,8 @@ for name, r in reports.items():
 # %% tags=["hide-input"]
 md_table([(name, i + 1, c["item"], c["gain"], c["source"]) for name, r in
           reports.items() for i, c in enumerate(r["verdict"]["checklist"][:3])],
-         ["network", "rank", "try", "gain (x)", "from"], [None, None, None, ".2f", None])
+         ["network", "rank", "try", "gain (x)", "from"],
+         [None, None, None, ".2f", None])
 
 # %%
 glue_all(ch6_nb_erf=doctor.bytes_ratio(reports["ERFNet"]),
@@ -343,8 +352,8 @@ glue_all(ch6_nb_erf=doctor.bytes_ratio(reports["ERFNet"]),
 #
 # - Nearly every FLOP of ERFNet, ResNet-50 and ViT-B/16 is a matrix FLOP, so compute
 #   alone would promise each the tensor cores' gain, {glue:text}`ch6_peak:.2f`x on the
-#   last GPU of the list (the H200 by default). A step mostly in memory-bound operators gains instead what
-#   autocast shrinks its bytes: {glue:text}`ch6_nb_erf:.2f`x for ERFNet,
+#   last GPU of the list (the H200 by default). A step mostly in memory-bound
+#   operators gains instead what autocast shrinks its bytes: {glue:text}`ch6_nb_erf:.2f`x for ERFNet,
 #   {glue:text}`ch6_nb_r50:.2f`x for ResNet-50, {glue:text}`ch6_nb_vit:.2f`x for
 #   ViT-B/16 at the settings above. The lines under "Two ratios bound the gain" say
 #   which ratio each network's predicted gain follows.

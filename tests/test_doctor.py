@@ -132,7 +132,7 @@ def test_residual_sum_and_layer_norm_stay_fp32_with_reasons():
     assert r["output"] == [2, 5, 8, 8]
     ops = {(g["phase"], g["op"]): g for g in r["coverage"]["fp32_ops"]}
     assert "fp32 list (layer_norm)" in ops[("forward", "native_layer_norm")]["reason"]
-    assert "an fp32 tensor" in ops[("forward", "add")]["reason"]
+    assert ops[("forward", "add")]["reason"] == "fp32 input (e.g. residual sum)"
     assert ops[("forward", "add")]["layer_type"] == "Residual"
     assert r["measured"] is None
 
@@ -300,3 +300,22 @@ def test_measured_verdicts(report):
     assert "inside" in doctor.measured_speedup_verdict("G", 1.5, 1.2, 1.9)
     assert "below" in doctor.measured_speedup_verdict("G", 1.0, 1.2, 1.9)
     assert "above" in doctor.measured_speedup_verdict("G", 2.5, 1.2, 1.9)
+
+
+@pytest.mark.cuda
+def test_cuda_variants_are_timed_with_peak_memory():
+    r = doctor.diagnose(
+        _config(device="cuda", input=(3, 32, 32), batch=4, gpus=["h200"])
+    )
+    rows = {x["variant"]: x for x in r["measured"]["rows"]}
+    for v in ("fp32 (TF32 on)", "fp32 (TF32 off)", "amp-fp16 + channels_last",
+              "amp-fp16 + cudnn.benchmark"):  # fmt: skip
+        assert (
+            rows[v]["step_s"] > 0 and rows[v]["memory_measure"] == "peak CUDA allocated"
+        )
+    assert r["measured"]["input"] == [3, 32, 32] and r["measured"]["batch"] == 4
+    measured = [c for c in r["verdict"]["checklist"] if c["source"] == "measured"]
+    assert {c["item"].split(" with ")[0] for c in measured} == {
+        "channels_last",
+        "cudnn.benchmark",
+    }
