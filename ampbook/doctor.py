@@ -780,7 +780,7 @@ def checklist(
         gains = [r["speedup_tf32"] for r in amp_rows]
         items.append(
             {
-                "item": "train with AMP (autocast, GradScaler for fp16)",
+                "item": "train with AMP",
                 "gain": best["speedup_tf32"],
                 "detail": f"roofline {min(gains):.2f}x to {max(gains):.2f}x over the "
                 f"GPUs; most on {best['gpu_name']} ({best['precision']})",
@@ -790,8 +790,7 @@ def checklist(
         tf = [r["fp32_strict_s"] / r["fp32_tf32_s"] for r in amp_rows]
         items.append(
             {
-                "item": "if you stay in fp32, allow TF32 (torch.backends.cuda.matmul."
-                "allow_tf32 and cudnn.allow_tf32)",
+                "item": "for fp32, allow TF32 (the allow_tf32 flags)",
                 "gain": max(tf),
                 "detail": f"roofline {min(tf):.2f}x to {max(tf):.2f}x over the GPUs",
                 "source": "predicted",
@@ -803,12 +802,11 @@ def checklist(
         if mma_s > 0:
             items.append(
                 {
-                    "item": "fuse the element-wise ops into their neighbours "
-                    "(torch.compile)",
+                    "item": "fuse element-wise ops (torch.compile)",
                     "gain": (ops_s + p.optimizer_s) / (mma_s + p.optimizer_s),
                     "detail": f"at most, on {p.ceilings.name} with AMP: the non-matrix "
                     f"ops take {1 - mma_s / ops_s:.0%} of the bound",
-                    "source": "predicted upper bound",
+                    "source": "upper bound",
                 }
             )
         break  # one GPU (the first asked for) stands for the rest here

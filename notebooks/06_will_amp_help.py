@@ -220,6 +220,7 @@ for j, gpu in enumerate(gpus):
     ax.bar(x + offset, vals, width, label=gpu, **bar_style(j))
 ax.scatter(x, [doctor.bytes_ratio(r) for r in reports.values()], marker="_", s=900,
            color="black", zorder=3, label="bytes fp32 / AMP")
+ax.axhline(1.0, color="black", linewidth=0.8)
 ax.set_xticks(x, list(reports))
 ax.set_ylabel("speedup (fp32 time / AMP time)")
 ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, fontsize=8)
@@ -332,8 +333,8 @@ for gpu, setting, measured, low, high in (r for r in rows if r[3]):
 
 # %%
 for name, r in reports.items():
-    print(next(x["line"] for x in r["verdict"]["ranges"]
-               if x["gpu"] == gpus[-1] and x["precision"] == "amp-fp16"))
+    print(name + ", " + next(x["line"] for x in r["verdict"]["ranges"]
+                             if x["gpu"] == gpus[-1] and x["precision"] == "amp-fp16"))
 
 # %% tags=["hide-input"]
 md_table([(name, i + 1, c["item"], c["gain"], c["source"]) for name, r in
