@@ -24,6 +24,10 @@ GPU).
 op of a model under autocast; ``CastCounter`` counts the dtype conversions autocast
 makes (the casts of the fp32 weights, and the cast cache that makes a weight used twice
 in one region cast once).
+
+``CudaAutocastRules`` makes CUDA's decisions inside a CPU autocast region (CUDA's op
+lists as the installed torch declares them), for the cost model's CPU trace of a
+training step; ``probe_ops(..., cuda_rules=True)`` shows it gives CUDA's dtypes.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
 
 from ampbook.paths import load_reference
+from ampbook.tracking import ModuleScopes
 
 DOC_URL = "https://pytorch.org/docs/stable/amp.html#autocast-op-reference"
 CATEGORIES = ("lower_precision", "float32", "promote")
@@ -108,6 +114,8 @@ def registered_ops(device_type: str) -> list[str]:
     the installed torch (overloads merged: ``conv2d`` and ``conv2d.padding`` give
     ``conv2d``). Works without the device: the registrations are part of the build."""
     key = _DISPATCH_KEYS[_check_device_type(device_type)]
+    # No public API lists a dispatch key's registrations: this private call is the
+    # dispatcher's own answer, used only to list op names.
     regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
     return sorted({_base_name(r) for r in regs})
 
@@ -170,6 +178,100 @@ def autocast_region(
             torch.set_autocast_enabled("cuda", prev[0])
             torch.set_autocast_dtype("cuda", prev[1])
             torch.set_autocast_cache_enabled(prev[2])
+
+
+# --- CUDA's rules in a CPU autocast region
+# ------------------------------------------------
+#
+# CUDA's autocast op lists as the installed torch declares them (the macros
+# AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32 and AT_FORALL_FP32_SET_OPT_DTYPE in
+# torch/include/ATen/autocast_mode.h; tests/test_autocast_trace.py checks these sets
+# against that header), by the name of the Python function that reaches each op.
+# Operators CPU autocast lists the same way are harmless to repeat here.
+CUDA_LOWER_PRECISION = frozenset(
+    "conv1d conv2d conv3d conv_tbc conv_transpose1d conv_transpose2d "
+    "conv_transpose3d convolution prelu addmm addmv addr matmul einsum mm mv "
+    "linalg_vecdot linear addbmm baddbmm bmm chain_matmul linalg_multi_dot lstm_cell "
+    "gru_cell rnn_tanh_cell rnn_relu_cell scaled_dot_product_attention".split()
+)
+CUDA_FP32 = frozenset(
+    "acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsqrt sinh tan "
+    "pow __rpow__ softplus layer_norm rms_norm group_norm frobenius_norm nuclear_norm "
+    "cosine_similarity poisson_nll_loss cosine_embedding_loss nll_loss nll_loss2d "
+    "hinge_embedding_loss kl_div l1_loss smooth_l1_loss huber_loss mse_loss "
+    "margin_ranking_loss multilabel_margin_loss soft_margin_loss triplet_margin_loss "
+    "multi_margin_loss binary_cross_entropy_with_logits dist pdist cdist renorm "
+    "logsumexp interpolate upsample upsample_nearest upsample_bilinear".split()
+)
+# these run in fp32 by being asked for an fp32 result (no separate cast); ``norm`` from
+# AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE (fp32_append_dtype) too
+CUDA_FP32_SET_DTYPE = frozenset(
+    "prod softmax log_softmax cumprod cumsum linalg_vector_norm linalg_matrix_norm "
+    "sum norm".split()
+)
+
+
+def _eligible(t) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and t.is_floating_point()
+        and t.dtype != torch.float64
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_registered() -> frozenset[str]:
+    return frozenset(registered_ops("cpu"))
+
+
+class CudaAutocastRules(TorchFunctionMode):
+    """Inside a CPU autocast region, make the decisions CUDA's autocast would make.
+
+    The cost model traces a training step on the CPU (a backward pass on fake CUDA
+    tensors needs a GPU), so it is CPU autocast that runs. The two agree on
+    convolutions, matrix products and attention, but CUDA also keeps layer and group
+    norm, softmax, sums, exponentials, most losses and upsampling in fp32 (ConvNeXt's
+    and Swin's layer norms, a segmentation head's upsampling). This mode applies CUDA's
+    lists (``CUDA_LOWER_PRECISION``, ``CUDA_FP32``, ``CUDA_FP32_SET_DTYPE``) to the
+    torch functions called while CPU autocast is on, as CUDA autocast does: floating
+    inputs cast to the autocast dtype or to fp32 and the op run with autocast off, or
+    ``dtype=torch.float32`` asked of the op. Ops CPU autocast has a kernel for are left
+    to it: where both lists name them, they name them alike (convolutions and matrix
+    products low, losses fp32), and CPU autocast's cast cache then casts a weight used
+    twice once, as CUDA's does. Outside autocast it does nothing. It works
+    at the level of Python functions (``F.layer_norm``, ``Tensor.softmax``,
+    ``F.interpolate``), which CUDA's lists name by their ATen ops."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not torch.is_autocast_enabled("cpu"):
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in _cpu_registered():
+            return func(*args, **kwargs)  # CPU autocast lists it the same way
+        if name == "interpolate":
+            mode = kwargs.get("mode", args[3] if len(args) > 3 else "nearest")
+            name = "" if mode == "area" else name  # adaptive pooling: in no list
+        if name in CUDA_FP32_SET_DTYPE:
+            first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            if kwargs.get("dtype") is None and _eligible(first):
+                try:
+                    return func(*args, **{**kwargs, "dtype": torch.float32})
+                except TypeError:  # dtype given by position: leave the call alone
+                    pass
+            return func(*args, **kwargs)
+        if name in CUDA_FP32 or name in CUDA_LOWER_PRECISION:
+            dtype = (
+                torch.float32 if name in CUDA_FP32 else torch.get_autocast_dtype("cpu")
+            )
+
+            def cast(t):
+                return t.to(dtype) if _eligible(t) else t
+
+            args, kwargs = tree_map(cast, (args, kwargs))
+            with torch.autocast("cpu", enabled=False):
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
 
 
 # --- op probes
@@ -367,8 +469,11 @@ def classify(
     return f"other ({dtype_name(out_from_fp32)}, {dtype_name(out_from_low)})"
 
 
-def _run_probe(probe: Probe, device_type: str, dtype: torch.dtype, fake: bool) -> dict:
+def _run_probe(
+    probe: Probe, device_type: str, dtype: torch.dtype, fake: bool, cuda_rules=False
+) -> dict:
     gen = torch.Generator().manual_seed(0)
+    rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
 
     out = {}
     for label, fn, dt in (
@@ -379,7 +484,7 @@ def _run_probe(probe: Probe, device_type: str, dtype: torch.dtype, fake: bool) -
         if fn is None:
             out[label] = None
             continue
-        with autocast_region(device_type, dtype, fake=fake) as dev:
+        with autocast_region(device_type, dtype, fake=fake) as dev, rules():
 
             def make(shape, dt_=torch.float32, dev=dev):
                 t = (
@@ -398,13 +503,15 @@ def probe_ops(
     dtype: torch.dtype | None = None,
     fake: bool | None = None,
     names: tuple[str, ...] | None = None,
+    cuda_rules: bool = False,
 ) -> list[ProbeResult]:
     """Run each probe (all of ``PROBES``, or those in ``names``) under autocast on
     ``device_type`` and report the output dtypes, what they say autocast did, the
     documented category and whether the dispatcher has an autocast kernel for the op.
 
     ``fake=None`` means: fake CUDA tensors when CUDA is asked for and absent, real
-    otherwise."""
+    otherwise. ``cuda_rules`` (CPU only): run the CPU probes under
+    ``CudaAutocastRules``, CUDA's decisions in a CPU autocast region."""
     _check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if dtype not in (torch.float16, torch.bfloat16):
@@ -422,13 +529,19 @@ def probe_ops(
             )
         chosen = tuple(p for p in PROBES if p.name in names)
     registered = set(registered_ops(device_type))
-    label = device_type + (" (fake)" if fake else "")
+    if cuda_rules and device_type != "cpu":
+        raise ValueError("cuda_rules applies CUDA's lists to CPU probes: use 'cpu'")
+    label = (
+        device_type
+        + (" (fake)" if fake else "")
+        + (" (CUDA rules)" if cuda_rules else "")
+    )
     results = []
     for p in chosen:
         doc = documented_category(p.name, device_type, p.aliases)
         reg = bool({p.name, *p.aliases} & registered)
         try:
-            o = _run_probe(p, device_type, dtype, fake)
+            o = _run_probe(p, device_type, dtype, fake, cuda_rules)
             observed = classify(o["fp32"], o["low"], dtype, o["mixed"])
             row = ProbeResult(
                 p.name,
@@ -632,18 +745,19 @@ def traced_call(func, out) -> str | None:
 
 
 class _OpRecorder(TorchFunctionMode):
-    def __init__(self, stack: list[str], rows: list[dict]):
+    def __init__(self, scopes: ModuleScopes, rows: list[dict]):
         super().__init__()
-        self.stack, self.rows = stack, rows
+        self.scopes, self.rows = scopes, rows
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = traced_call(func, out)
-        if self.stack and name:
+        scope = self.scopes.innermost()
+        if scope is not None and name:
             self.rows.append(
                 {
-                    "module": self.stack[-1] if self.stack else "",
+                    "module": scope[1],
                     "op": name,
                     "inputs": _dtypes(list(args) + list(kwargs.values())),
                     "output": _dtypes(out),
@@ -668,24 +782,8 @@ def trace_ops(
     if fake is None:
         fake = device_type == "cuda" and cuda_is_fake()
     rows: list[dict] = []
-    stack: list[str] = []
-    handles = []
-
-    def push(module, args):
-        stack.append(type(module).__name__)
-
-    def pop(module, args, output):  # returns None: the output stays as it is
-        stack.pop()
-
-    for m in model.modules():
-        handles.append(m.register_forward_pre_hook(push))
-        handles.append(m.register_forward_hook(pop, always_call=True))
-    try:
-        with torch.no_grad(), _OpRecorder(stack, rows):
-            _forward(model, x, device_type, dtype, fake)
-    finally:
-        for h in handles:
-            h.remove()
+    with ModuleScopes(model) as scopes, torch.no_grad(), _OpRecorder(scopes, rows):
+        _forward(model, x, device_type, dtype, fake)
     return rows
 
 

@@ -13,9 +13,16 @@ operator and records:
   ``2 N C_out H_out W_out (C_in/groups) k_h k_w``; a transposed convolution
   ``2 N C_in H_in W_in (C_out/groups) k_h k_w``. In the backward pass a convolution costs the
   forward's FLOPs once for the input gradient (only when the input needs one: never for the
-  first layer, whose input is the image) and once for the weight gradient. Everything else
-  (batch norm, ReLU, pooling, additions, dropout) gets a rough count per element
-  (``_VECTOR_FLOPS_PER_ELEMENT``); those never come close to being compute-bound.
+  first layer, whose input is the image) and once for the weight gradient. A matrix
+  product ``M x K`` by ``K x N`` costs ``2 M K N``; fused attention
+  (``scaled_dot_product_attention``'s kernels) ``4 B H S_q S_k D`` forward and
+  ``10 B H S_q S_k D`` backward (it recomputes the scores), as
+  ``torch.utils.flop_counter`` counts it. Everything else (batch and layer norm, ReLU,
+  GELU, hardswish, pooling, additions, dropout...) gets a rough count per element
+  (``_VECTOR_FLOPS_PER_ELEMENT``); those never come close to being compute-bound. An
+  operator in none of the tables is *unmodelled*: its bytes are counted, its FLOPs are
+  unknown, and ``StepTrace.unmodelled`` and ``Prediction.unmodelled`` name it with its
+  share of the bytes and of the predicted time instead of counting it as free.
 * **Bytes moved.** Every tensor an operator reads and every tensor it writes, at its dtype's
   size, once per operator (``inputs + weights + outputs``). Views, reshapes and allocations
   move nothing and are skipped; an in-place operator reads and writes its tensor. This
@@ -23,20 +30,26 @@ operator and records:
   what eager PyTorch does with tensors of megabytes.
 
 Each operator is attributed to the innermost module of the model running when it was
-launched: forward operators through module hooks, backward operators through the autograd
-node that runs them (its sequence number falls inside the forward range of one module).
-Functional calls in a block's ``forward`` (``F.relu(y + x)``, ``torch.cat``) go to the
-block; the loss goes to ``LOSS``.
+launched (``ampbook.tracking.ModuleScopes``): forward operators through the module
+tracker, backward operators through the autograd node that runs them (the module whose
+forward created it). Functional calls in a block's ``forward`` (``F.relu(y + x)``,
+``torch.cat``) go to the block; the loss goes to ``LOSS``.
 
 Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so it
-is the CPU autocast that runs. For the operators of a convolutional network its decisions are
-CUDA's: convolutions in fp16/bf16; batch norm, ReLU, pooling, addition and dropout in their
-inputs' dtype, with PyTorch's type promotion where an fp16 and an fp32 tensor meet. Batch norm
-is in neither autocast list: it takes the fp16 activation with fp32 weights and running
-statistics and writes fp16 (cuDNN's ``cudnn_batch_norm`` on CUDA). ``tests/test_costmodel.py``
-checks this against a trace on fake CUDA tensors, whose autocast is the CUDA one
-(``device_type="cuda"``, forward only); the CPU trace has a few extra cast kernels, before
-``torch.cat`` and the loss, that CUDA folds into the operators.
+is the CPU autocast that runs, with CUDA's op lists applied on top of it
+(``ampbook.autocast_trace.CudaAutocastRules``; ``autocast_rules="cpu"`` turns that off):
+convolutions, matrix products and attention in fp16/bf16; layer and group norm, softmax,
+sums, exponentials, losses and upsampling in fp32; batch norm, ReLU, GELU, pooling,
+addition and dropout in their inputs' dtype, with PyTorch's type promotion where an fp16
+and an fp32 tensor meet. Batch norm is in neither autocast list: it takes the fp16
+activation with fp32 weights and running statistics and writes fp16 (cuDNN's
+``cudnn_batch_norm`` on CUDA). The tests check this against traces on fake CUDA tensors,
+whose autocast is the CUDA one (``device_type="cuda"``, forward only): for ERFNet,
+MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer norm has
+CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat`` and
+the loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
+reference: without a GPU PyTorch cannot pick a fused kernel and takes the unfused fp32
+path.)
 
 ``predict`` holds a trace against a device's ceilings (``Ceilings``, usually from
 ``ampbook.devices``): each operator takes ``max(compute time, memory time)`` where compute
@@ -57,6 +70,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from ampbook.tracking import ModuleScopes
 
 PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
 AUTOCAST_DTYPES = {"fp32": None, "amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
@@ -391,60 +406,21 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Range:
-    start: int
-    end: int
-    scope: str
-    scope_type: str
-
-
 class _CostRecorder(TorchDispatchMode):
-    """Records every ATen operator with its cost and the module that launched it."""
+    """Records every ATen operator with its cost and the module that launched it
+    (``ampbook.tracking.ModuleScopes``: forward and backward)."""
 
-    def __init__(self, names: Mapping[int, str]):
+    def __init__(self, scopes: ModuleScopes):
         super().__init__()
-        self.names = names
+        self.scopes = scopes
         self.ops: list[OpCost] = []
-        self.stack: list[tuple[str, str, int]] = []
-        self.ranges: list[_Range] = []
+        self.region: tuple[str, str] | None = None  # the loss, outside the model
         self.phase = "forward"
-        self._seq = getattr(torch._C._autograd, "_get_sequence_nr", None)
 
-    # -- scopes --------------------------------------------------------------------------
-    def _seqnr(self) -> int:
-        return self._seq() if self._seq is not None else 0
-
-    def enter(self, scope: str, scope_type: str) -> None:
-        self.stack.append((scope, scope_type, self._seqnr()))
-
-    def exit(self) -> None:
-        scope, scope_type, start = self.stack.pop()
-        self.ranges.append(_Range(start, self._seqnr(), scope, scope_type))
-
-    def pre_hook(self, module, args):
-        name = self.names.get(id(module))
-        if name is not None:
-            self.enter(name, type(module).__name__)
-
-    def post_hook(self, module, args, output):
-        if id(module) in self.names and self.stack:
-            self.exit()
-
-    def _backward_scope(self) -> tuple[str, str]:
-        node = torch._C._current_autograd_node()
-        if node is None or self._seq is None:
-            return AUTOGRAD, "autograd engine"
-        seq = node._sequence_nr()
-        best: _Range | None = None
-        for r in self.ranges:
-            if r.start <= seq < r.end and (
-                best is None or r.end - r.start < best.end - best.start
-            ):
-                best = r
-        if best is None:
-            return AUTOGRAD, node.name()
-        return best.scope, best.scope_type
+    def _scope(self) -> tuple[str, str]:
+        if self.phase == "forward":
+            return self.region or self.scopes.innermost() or (OUTSIDE, "-")
+        return self.scopes.backward_scope() or (AUTOGRAD, "autograd engine")
 
     # -- operators -----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -462,12 +438,7 @@ class _CostRecorder(TorchDispatchMode):
             mma, other = _op_flops(name, func, args, kwargs, out)
         if name not in _MMA_OPS:
             mma, other = 0.0, other + mma
-        if self.phase == "forward":
-            scope, scope_type = (
-                (self.stack[-1][0], self.stack[-1][1]) if self.stack else (OUTSIDE, "-")
-            )
-        else:
-            scope, scope_type = self._backward_scope()
+        scope, scope_type = self._scope()
         # The dtype an operator computes in: a convolution's input dtype, else its output's.
         dtype = _compute_dtype(
             _tensors(args)
@@ -553,6 +524,7 @@ def trace_step(
     loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
     ignore_index: int = 255,
     device_type: str = "cpu",
+    autocast_rules: str = "cuda",
 ) -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators' costs.
 
@@ -568,7 +540,16 @@ def trace_step(
     ``ampbook.autocast_trace.autocast_region``), forward and loss only: the autograd engine
     needs a real GPU to run a backward pass on CUDA tensors. It exists to check that the CPU
     trace's dtypes are CUDA's.
+
+    ``autocast_rules`` (CPU traces under AMP): ``"cuda"`` applies CUDA's autocast lists
+    in the CPU autocast region (``ampbook.autocast_trace.CudaAutocastRules``: layer norm,
+    softmax, sums, upsampling... in fp32 as on a GPU); ``"cpu"`` leaves CPU autocast's
+    own decisions.
     """
+    if autocast_rules not in ("cuda", "cpu"):
+        raise ValueError(
+            f"autocast_rules must be 'cuda' or 'cpu', got {autocast_rules!r}"
+        )
     if device_type not in ("cpu", "cuda"):
         raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
     if device_type == "cuda" and backward:
@@ -591,20 +572,19 @@ def trace_step(
             f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function"
         )
     from torch.func import functional_call
-    from torch.nn.modules.module import (
-        register_module_forward_hook,
-        register_module_forward_pre_hook,
-    )
 
-    names = {id(m): (name or type(m).__name__) for name, m in model.named_modules()}
-    recorder = _CostRecorder(names)
+    from ampbook.autocast_trace import CudaAutocastRules
+
+    rules = (
+        CudaAutocastRules
+        if autocast_rules == "cuda" and device_type == "cpu"
+        else contextlib.nullcontext
+    )
+    scopes = ModuleScopes(model, backward=backward)
+    recorder = _CostRecorder(scopes)
     autocast_dtype = AUTOCAST_DTYPES[precision]
     was_training = model.training
     model.train()
-    hooks = [
-        register_module_forward_pre_hook(recorder.pre_hook),
-        register_module_forward_hook(recorder.post_hook, always_call=True),
-    ]
     try:
         with _fake_region(device_type, autocast_dtype) as (device, autocast):
 
@@ -624,10 +604,15 @@ def trace_step(
                 dtype=torch.float32,
                 device=device,
             )
-            with recorder:
-                with autocast():
+            with scopes, recorder:
+                with autocast(), rules():
                     y = functional_call(model, state, (x,))
-                    recorder.enter(LOSS, "loss")
+                    if isinstance(loss, str) and not isinstance(y, torch.Tensor):
+                        raise ValueError(
+                            f"the model returned a {type(y).__name__}, not a tensor: "
+                            "pass loss= a function of what it returns"
+                        )
+                    recorder.region = (LOSS, "loss")
                     if loss == "cross_entropy":
                         if y.dim() < 2:
                             raise ValueError(
@@ -644,7 +629,8 @@ def trace_step(
                         value = y.float().sum()
                     else:
                         value = loss(y)
-                    recorder.exit()
+                    recorder.region = None
+                    scopes.claim(value, (LOSS, "loss"))
                 if backward and not value.requires_grad:
                     raise ValueError(
                         "the loss does not depend on any trainable parameter: "
@@ -654,8 +640,6 @@ def trace_step(
                     recorder.phase = "backward"
                     value.backward()
     finally:
-        for h in hooks:
-            h.remove()
         model.train(was_training)
     return StepTrace(
         type(model).__name__,

@@ -66,6 +66,8 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from ampbook.tracking import ModuleScopes
+
 OUTSIDE_MODEL = "(outside model)"
 
 
@@ -103,29 +105,14 @@ class SavedTensorMeter:
         self.by_dtype: dict[str, int] = defaultdict(int)
         self.by_module_type: dict[str, int] = defaultdict(int)
         self._seen: dict[tuple, list] = {}
-        self._stack: list[str] = []
-        self._handles: list = []
         self._param_ptrs: set[tuple] = set()
         self._hooks_ctx = None
+        self._scopes = ModuleScopes(model) if model is not None else None
 
-    # -- module attribution
-    # ------------------------------------------------------------------
-    def _push(self, module, args):
-        self._stack.append(type(module).__name__)
-
-    def _pop(self, module, args, output):
-        if self._stack:
-            self._stack.pop()
-
-    def _install_module_hooks(self) -> None:
-        for module in self.model.modules():
-            self._handles.append(module.register_forward_pre_hook(self._push))
-            self._handles.append(
-                module.register_forward_hook(self._pop, always_call=True)
-            )
-        for p in self.model.parameters():
-            key, _ = _storage_key_and_bytes(p)
-            self._param_ptrs.add(key)
+    def _owner(self) -> str:
+        """Class name of the innermost module of the model running now."""
+        scope = self._scopes.innermost()
+        return scope[1] if scope is not None else OUTSIDE_MODEL
 
     # -- the saved-tensor hooks
     # ----------------------------------------------------------------
@@ -146,8 +133,7 @@ class SavedTensorMeter:
             return t
         self.by_dtype[str(t.dtype).removeprefix("torch.")] += nbytes
         if self.model is not None:
-            owner = self._stack[-1] if self._stack else OUTSIDE_MODEL
-            self.by_module_type[owner] += nbytes
+            self.by_module_type[self._owner()] += nbytes
         return t
 
     @property
@@ -161,7 +147,9 @@ class SavedTensorMeter:
 
     def __enter__(self) -> "SavedTensorMeter":
         if self.model is not None:
-            self._install_module_hooks()
+            for p in self.model.parameters():
+                self._param_ptrs.add(_storage_key_and_bytes(p)[0])
+            self._scopes.__enter__()
         self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(
             self._pack, self._unpack
         )
@@ -170,10 +158,8 @@ class SavedTensorMeter:
 
     def __exit__(self, *exc) -> None:
         self._hooks_ctx.__exit__(*exc)
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        self._stack.clear()
+        if self._scopes is not None:
+            self._scopes.__exit__(*exc)
         self._seen.clear()  # drop the weak references; the counts stay
         self.by_dtype = dict(self.by_dtype)
         self.by_module_type = dict(self.by_module_type)

@@ -226,3 +226,66 @@ def test_backward_dtypes_show_low_precision_grads_cast_to_fp32():
         counts[("_to_copy", "float32")] >= 4
     )  # conv weights' and biases' grads back to fp32
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_cuda_rules_give_cpu_probes_cudas_dtypes():
+    # every probe, run under CPU autocast with CUDA's lists applied, gives the dtypes
+    # CUDA autocast gives (on fake CUDA tensors without a GPU); without them, layer
+    # norm, softmax, sums, upsampling... differ
+    cuda = {r.op: r for r in at.probe_ops("cuda", dtype=torch.float16)}
+    ruled = at.probe_ops("cpu", dtype=torch.float16, cuda_rules=True)
+    plain = {r.op: r for r in at.probe_ops("cpu", dtype=torch.float16)}
+
+    def dtypes(r):
+        return (r.out_from_fp32, r.out_from_low, r.out_mixed, r.observed)
+
+    assert ruled[0].device == "cpu (CUDA rules)"
+    assert [dtypes(r) for r in ruled] == [dtypes(cuda[r.op]) for r in ruled]
+    differ = {op for op in plain if dtypes(plain[op]) != dtypes(cuda[op])}
+    assert {"layer_norm", "softmax", "sum", "upsample_bilinear2d"} <= differ
+    with pytest.raises(ValueError, match="cuda_rules"):
+        at.probe_ops("cuda", cuda_rules=True)
+
+
+def _header_lists() -> dict[str, set[str]]:
+    import re
+    from pathlib import Path
+
+    header = Path(torch.__file__).parent / "include/ATen/autocast_mode.h"
+    if not header.exists():
+        pytest.skip("this torch installs no C++ headers")
+    text = header.read_text()
+    out = {}
+    for macro in ("LOWER_PRECISION_FP", "FP32", "FP32_SET_OPT_DTYPE"):
+        body = re.search(rf"#define AT_FORALL_{macro}\(_\)(.*?)\n\n", text, re.S)
+        out[macro] = set(re.findall(r"_\((\w+)", body.group(1)))
+    return out
+
+
+# ATen ops the Python functions reach under another name
+_ALIASES = {
+    "_convolution": "convolution",
+    "native_layer_norm": "layer_norm",
+    "_thnn_fused_lstm_cell": "lstm_cell",
+    "_thnn_fused_gru_cell": "gru_cell",
+    "_scaled_dot_product_flash_attention": "scaled_dot_product_attention",
+}
+
+
+def test_cuda_rule_sets_are_the_installed_torchs_lists():
+    lists = _header_lists()
+    for macro, ours in (
+        ("LOWER_PRECISION_FP", at.CUDA_LOWER_PRECISION),
+        ("FP32", at.CUDA_FP32),
+        ("FP32_SET_OPT_DTYPE", at.CUDA_FP32_SET_DTYPE - {"norm"}),
+    ):
+        for op in lists[macro]:
+            name = _ALIASES.get(op, op)
+            if "upsample" in name:
+                name = "interpolate"  # F.interpolate reaches every upsample op
+            assert name in ours, (macro, op)
+        extra = ours - {_ALIASES.get(op, op) for op in lists[macro]}
+        assert extra <= {"interpolate", "upsample", "upsample_nearest"} | {
+            "upsample_bilinear",
+            "__rpow__",
+        }, (macro, extra)

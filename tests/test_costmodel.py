@@ -348,6 +348,22 @@ def test_errors_name_the_problem():
         trace_step(Net(), 1, 8, 8, device_type="cuda")
     with pytest.raises(ValueError, match="unknown loss"):
         trace_step(Net(), 1, 8, 8, loss="hinge")
+    with pytest.raises(ValueError, match="autocast_rules must be"):
+        trace_step(Net(), 1, 8, 8, "amp-fp16", autocast_rules="tpu")
+
+    class Dict(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = Net()
+
+        def forward(self, x):
+            return {"out": self.net(x)}
+
+    with pytest.raises(ValueError, match="returned a dict, not a tensor"):
+        trace_step(Dict(), 1, 8, 8)
+    # with a loss that reads the dict, it traces
+    trace = trace_step(Dict(), 1, 8, 8, loss=lambda y: y["out"].sum())
+    assert {o.scope for o in trace.ops} >= {"net.stem", LOSS}
 
 
 # --- roofline ------------------------------------------------------------------------------

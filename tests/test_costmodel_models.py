@@ -204,3 +204,45 @@ def test_an_unknown_operator_is_named_with_its_share_not_counted_as_zero():
         sum(t.time_s for t in pred.times if not t.op.modelled)
         / sum(t.time_s for t in pred.times)
     )
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "vit_b_16", "convnext_tiny"])
+def test_cpu_amp_trace_has_cuda_autocasts_dtypes(name):
+    # the CPU trace's convolutions, linear layers and layer norms have the dtypes and
+    # FLOPs CUDA's autocast gives them (fake CUDA tensors, forward only). Attention is
+    # left out: without a GPU the fake CUDA trace cannot pick a fused kernel.
+    build, height, width = {
+        **MODELS,
+        "convnext_tiny": (lambda: tvm.convnext_tiny(weights=None), 64, 64),
+    }[name]
+    model = build()
+    cpu = trace_step(model, 1, height, width, "amp-fp16", backward=False)
+    cuda = trace_step(
+        model, 1, height, width, "amp-fp16", backward=False, device_type="cuda"
+    )
+    kept = ("convolution", "addmm", "mm", "native_layer_norm")
+
+    def ops(trace):
+        return [
+            (o.scope, o.op, o.dtype, o.mma_flops) for o in trace.ops if o.op in kept
+        ]
+
+    assert ops(cpu) == ops(cuda) and len(ops(cpu)) > 50
+    assert {o.dtype for o in cpu.ops if o.mma_flops} == {"float16"}
+    norms = {d for _, op, d, _ in ops(cpu) if op == "native_layer_norm"}
+    if name == "vit_b_16":  # the layer norms read the fp32 residual stream
+        assert norms == {"float32"}
+    elif name == "convnext_tiny":
+        # CUDA's autocast runs layer norm in fp32 even on an fp16 input; CPU autocast's
+        # own rules would leave ConvNeXt's block norms (after a depthwise conv) in fp16
+        assert norms == {"float32"}
+        plain = trace_step(
+            model, 1, height, width, "amp-fp16", backward=False, autocast_rules="cpu"
+        )
+        assert {o.dtype for o in plain.ops if o.op == "native_layer_norm"} == {
+            "float16",
+            "float32",
+        }
+    else:
+        c, g = cpu.totals()["bytes"], cuda.totals()["bytes"]
+        assert abs(c - g) <= 0.01 * g

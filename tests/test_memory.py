@@ -148,10 +148,15 @@ def test_summary_is_json_serialisable():
 def test_peak_rss_sees_a_large_allocation_after_a_reset():
     if not reset_peak_rss():
         pytest.skip("this system cannot reset the peak RSS")
+    import mmap
+
     before = peak_rss_bytes()
-    block = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MiB, touched
+    # 64 MiB of fresh pages from the kernel, touched: malloc could hand back memory this
+    # process freed earlier (still resident), which would not raise the peak
+    block = mmap.mmap(-1, 64 * 2**20)
+    np.frombuffer(block, dtype=np.uint8)[:] = 1
     assert peak_rss_bytes() >= before + 60 * 2**20 - 8 * 2**20
-    del block
+    block.close()
     assert reset_peak_rss()
     current = current_rss_bytes()
     assert peak_rss_bytes() <= current + 8 * 2**20
