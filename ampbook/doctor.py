@@ -383,10 +383,14 @@ def coverage(trace: cm.StepTrace, p: cm.Prediction | None = None) -> dict[str, A
 
 
 def _saved_bytes(model, x, y, loss: str, dtype) -> int:
+    """New bytes saved for backward by one real forward on the CPU, under CUDA's
+    autocast lists (``autocast_trace.CudaAutocastRules``) when ``dtype`` is set."""
+    from ampbook.autocast_trace import CudaAutocastRules
     from ampbook.memory import saved_for_backward
 
     fn = nn.MSELoss() if loss == "mse" else nn.CrossEntropyLoss(ignore_index=255)
-    return saved_for_backward(model, x, y, "cpu", dtype, loss_fn=fn)["new_bytes"]
+    with CudaAutocastRules():
+        return saved_for_backward(model, x, y, "cpu", dtype, loss_fn=fn)["new_bytes"]
 
 
 def predict_memory(
@@ -398,8 +402,8 @@ def predict_memory(
 ) -> dict[str, Any]:
     """Bytes saved for backward at ``batch`` x ``shape``, fp32 and AMP, from a line in
     the pixels of a batch (``ampbook.memory.fit_line``, the book's memory line) through
-    batch 1 and 2 at the input ``small`` (default: ``shape``): real forwards on the CPU,
-    bf16 standing in for both 16-bit types (same bytes, same autocast lists)."""
+    batch 1 and 2 at the input ``small`` (default: ``shape``): real forwards on the CPU
+    under CUDA's autocast lists, bf16 standing in for fp16 (the same bytes)."""
     from ampbook.memory import fit_line
 
     small = tuple(small or shape)
@@ -424,7 +428,8 @@ def predict_memory(
         "amp_over_fp32": amp / fp32 if fp32 else None,
         "fixed_amp_bytes": lines["amp"].intercept,
         "method": f"a line in the pixels of a batch through batch 1 and 2 at {size} "
-        "(real forwards, CPU autocast with bf16: the same bytes as fp16)",
+        "(real forwards on the CPU under CUDA's autocast lists, bf16: the same bytes "
+        "as fp16)",
     }
 
 
