@@ -243,6 +243,9 @@ def test_mse_loss_for_a_model_without_classes(capsys):
         (["--model", "erfnet", "--precisions", "fp8"], ["unknown ['fp8']"]),
         (["--model", "erfnet", "--json", "/no/such/dir/r.json"], ["does not exist"]),
         (["--model", "erfnet", "--loss", "l1"], ["invalid choice"]),
+        (["--model", "erfnet", "--batch", "0"], ["--batch 0", "positive"]),
+        (["--model", "erfnet", "--loader-images-per-s", "-3"], ["must be positive"]),
+        ([], ["required", "--model"]),
     ],
 )
 def test_cli_errors(argv, words, capsys):
