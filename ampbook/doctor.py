@@ -756,7 +756,7 @@ def speedup_range_verdict(
         lo, hi = sorted((bound, at_efficiency))
         how = (
             f"roofline {bound:.2f}x; {at_efficiency:.2f}x at the kernel efficiencies "
-            f"measured on {source}"
+            f"of ERFNet's layer profiles on {source}"
         )
     span = f"{lo:.2f}x" if lo == hi else f"{lo:.2f}x to {hi:.2f}x"
     if hi < 1.1:

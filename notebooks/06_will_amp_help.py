@@ -325,7 +325,8 @@ for gpu, setting, measured, low, high in (r for r in rows if r[3]):
 # ## The verdict, and what to try
 #
 # The doctor's last section turns the roofline into an expected AMP speedup per GPU, a
-# range from the bound to the bound at measured kernel efficiencies, and ranks what to
+# range from the bound to the bound at measured kernel efficiencies (ERFNet's, from the
+# committed GPU layer profiles: no other network is profiled on a GPU), and ranks what to
 # try by predicted gain: AMP itself, TF32 for an fp32 baseline, fusing the element-wise
 # operators (`torch.compile`; an upper bound, if they vanished entirely), a faster
 # loader (with `--loader-images-per-s`), and on a GPU the measured effect of

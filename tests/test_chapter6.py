@@ -22,5 +22,5 @@ def test_fixture_pairs_and_efficiencies_render(tmp_path):
         s = q.setting
         assert f"| {s.device_name} | {s.label} | {q.step_speedup:.2f} | – | – |" in text
     (name,) = profile_efficiencies(FIXTURES)
-    assert f"at the kernel efficiencies measured on {name}" in text
+    assert f"at the kernel efficiencies of ERFNet's layer profiles on {name}" in text
     assert "Traceback" not in text
