@@ -322,3 +322,16 @@ def test_cuda_variants_are_timed_with_peak_memory():
         "channels_last",
         "cudnn.benchmark",
     }
+
+
+def test_bench_doctor_prints_parts_and_total(capsys):
+    from ampbook.bench import main as bench_main
+
+    spec = "tests.test_doctor:tiny_classifier"
+    argv = ["doctor", "--model", spec, "--input", "3,8,8", "--batch", "2"]
+    assert bench_main([*argv, "--target-s", "600"]) == 0
+    out = capsys.readouterr().out
+    for part in ("trace", "memory", "measured", "total", "machine load"):
+        assert part in out
+    assert bench_main(["doctor", "--model", "nope"]) == 2
+    one_error(capsys.readouterr().err, "unknown model 'nope'")
