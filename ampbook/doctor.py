@@ -505,16 +505,19 @@ def _mma_share(p: cm.Prediction) -> float:
 def where_time_goes(p: cm.Prediction, top: int = 6) -> list[dict[str, Any]]:
     """The layer types that take most of a predicted step, with their intensity and
     whether they are memory-bound (``Prediction.by_type``)."""
-    total = sum(r["time_s"] for r in p.by_type()) or 1.0
+    rows = p.by_type()
+    total = sum(r["time_s"] for r in rows) or 1.0
+    nbytes = sum(r["bytes"] for r in rows) or 1.0
     return [
         {
             "layer_type": r["type"],
             "modules": r["modules"],
             "time_share": r["time_s"] / total,
+            "bytes_share": r["bytes"] / nbytes,
             "flops_per_byte": r["intensity"],
             "bound": r["bound"],
         }
-        for r in p.by_type()[:top]
+        for r in rows[:top]
     ]
 
 
@@ -1259,20 +1262,28 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     out.append(
         (
             f"Where the time goes ({wh['gpu']}, {wh['precision']})",
-            "predicted share of the step per layer type",
+            "predicted share of the step's time and bytes per layer type",
             md_table_text(
                 [
                     (
                         t["layer_type"],
                         t["modules"],
                         t["time_share"],
+                        t["bytes_share"],
                         t["flops_per_byte"],
                         t["bound"],
                     )
                     for t in wh["types"]
                 ],
-                ["layer type", "modules", "share of step", "FLOPs/byte", "bound"],
-                [None, None, ".0%", ".3g", None],
+                [
+                    "layer type",
+                    "modules",
+                    "share of step",
+                    "share of bytes",
+                    "FLOPs/byte",
+                    "bound",
+                ],
+                [None, None, ".0%", ".0%", ".3g", None],
             ),
         )
     )

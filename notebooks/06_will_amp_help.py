@@ -143,13 +143,15 @@ md_table(rows, ["network", "parameters (M)", "batch x input", "GFLOPs / image",
 # ## Where the time goes
 #
 # The doctor's prediction of the AMP step on the first GPU of the list, per layer type:
-# its share of the step, its intensity, and whether most of its time is memory-bound.
+# its share of the step's time and of its bytes, its intensity, and whether most of its
+# time is memory-bound.
 
 # %% tags=["hide-input"]
-md_table([(name, t["layer_type"], t["modules"], t["time_share"], t["flops_per_byte"],
-           t["bound"]) for name, r in reports.items() for t in r["where"]["types"][:4]],
-         ["network", "layer type", "modules", "share of step", "FLOPs / byte", "bound"],
-         [None, None, None, ".0%", ".3g", None])
+md_table([(name, t["layer_type"], t["modules"], t["time_share"], t["bytes_share"],
+           t["flops_per_byte"], t["bound"])
+          for name, r in reports.items() for t in r["where"]["types"][:4]],
+         ["network", "layer type", "modules", "time", "bytes", "FLOPs / byte", "bound"],
+         [None, None, None, ".0%", ".0%", ".3g", None])
 
 # %% [markdown]
 # Convolutions and linear layers are where the FLOPs are; the element-wise layers

@@ -335,3 +335,11 @@ def test_bench_doctor_prints_parts_and_total(capsys):
         assert part in out
     assert bench_main(["doctor", "--model", "nope"]) == 2
     one_error(capsys.readouterr().err, "unknown model 'nope'")
+
+
+def test_where_time_goes_shares_add_up(report):
+    types = report["where"]["types"]
+    assert types and all(0 <= t["bytes_share"] <= 1 for t in types)
+    assert sum(t["time_share"] for t in types) <= 1 + 1e-9
+    times = [t["time_share"] for t in types]
+    assert times == sorted(times, reverse=True)
