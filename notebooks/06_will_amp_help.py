@@ -147,11 +147,11 @@ md_table(rows, ["network", "parameters (M)", "batch x input", "GFLOPs / image",
 # time is memory-bound.
 
 # %% tags=["hide-input"]
-md_table([(name, t["layer_type"], t["modules"], t["time_share"], t["bytes_share"],
+md_table([(name, t["layer_type"], t["time_share"], t["bytes_share"],
            t["flops_per_byte"], t["bound"])
           for name, r in reports.items() for t in r["where"]["types"][:4]],
-         ["network", "layer type", "modules", "time", "bytes", "FLOPs / byte", "bound"],
-         [None, None, None, ".0%", ".0%", ".3g", None])
+         ["network", "layer type", "time", "bytes", "FLOPs / byte", "bound"],
+         [None, None, ".0%", ".0%", ".3g", None])
 
 # %% [markdown]
 # Convolutions and linear layers are where the FLOPs are; the element-wise layers
@@ -167,10 +167,9 @@ md_table([(name, t["layer_type"], t["modules"], t["time_share"], t["bytes_share"
 # largest fp32 operators of each step, with the reason:
 
 # %% tags=["hide-input"]
-md_table([(name, g["op"], g["layer_type"], g["bytes_share"], g["reason"])
+md_table([(name, f"{g['op']} in {g['layer_type']}", g["bytes_share"], g["reason"])
           for name, r in reports.items() for g in r["coverage"]["fp32_ops"][:4]],
-         ["network", "op", "in", "bytes", "why fp32 (backward: gradient)"],
-         [None, None, None, ".1%", None])
+         ["network", "op in layer type", "bytes", "why fp32"], [None, None, ".1%", None])
 
 # %% tags=["hide-input"]
 md_table([(name, ph, v["mma_flops_16bit"], v["bytes_16bit"]) for name, r in
