@@ -169,7 +169,8 @@ md_table([(name, t["layer_type"], t["time_share"], t["bytes_share"],
 # %% tags=["hide-input"]
 md_table([(name, f"{g['op']} in {g['layer_type']}", g["bytes_share"], g["reason"])
           for name, r in reports.items() for g in r["coverage"]["fp32_ops"][:4]],
-         ["network", "op in layer type", "bytes", "why fp32"], [None, None, ".1%", None])
+         ["network", "op in layer type", "bytes", "why fp32"],
+         [None, None, ".1%", None])
 
 # %% tags=["hide-input"]
 md_table([(name, ph, v["mma_flops_16bit"], v["bytes_16bit"]) for name, r in
