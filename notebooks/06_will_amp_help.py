@@ -17,9 +17,11 @@
 # # Will AMP help your model?
 #
 # The book so far explained why AMP gave ERFNet on an RTX 3070 no speedup. The next
-# question is about your own network on your own GPU. PyTorch's AMP recipe and NVIDIA's
-# mixed-precision guide answer it with checklists; this chapter answers it with numbers,
-# from the network itself. One command, `python -m ampbook.doctor`, puts the book's parts
+# question is about your own network on your own GPU. PyTorch's AMP recipe
+# ([Automatic Mixed Precision](https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html))
+# and NVIDIA's guide ([Train With Mixed Precision](https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html))
+# answer it with advice and checklists; this chapter answers it with numbers, from the
+# network itself. One command, `python -m ampbook.doctor`, puts the book's parts
 # behind any `nn.Module`: the autocast trace (which operator runs in which dtype, on
 # CUDA's rules even on a CPU), the saved-tensor meter, the per-operator cost model held
 # against the device table, and the runner's own timed step. The chapter runs it on three
