@@ -3,6 +3,7 @@
 python -m ampbook.bench loader [...]  input pipeline (bench_loader)
 python -m ampbook.bench matmul [...]  matmul, elementwise by dtype (bench_matmul)
 python -m ampbook.bench step   [...]  training step: runner vs bare loop (bench_step)
+python -m ampbook.bench doctor [...]  the doctor's full report, timed (bench_doctor)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ COMMANDS = {
     "loader": "ampbook.bench_loader",
     "matmul": "ampbook.bench_matmul",
     "step": "ampbook.bench_step",
+    "doctor": "ampbook.bench_doctor",
 }
 
 

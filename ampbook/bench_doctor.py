@@ -1,0 +1,72 @@
+"""How long the doctor's full report takes: ``python -m ampbook.doctor`` timed.
+
+    python -m ampbook.bench doctor [--model torchvision:resnet50]
+        [--input 3,224,224] [--batch 32] [--device cpu] [--target-s 60] [--json PATH]
+
+runs ``ampbook.doctor.diagnose`` once, measured steps included (the doctor times them
+at a small size on a CPU), and prints the wall time of each part (tracing, roofline,
+memory, the timed steps) and the total against the target: the whole report for
+ResNet-50 at 224x224, batch 32, in under 60 s on a 2-core CPU. The machine's load is printed beside
+it (a busy machine's CPU timings are not the machine's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ampbook.timing import machine_load
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ampbook import doctor
+
+    p = argparse.ArgumentParser(
+        prog="python -m ampbook.bench doctor", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--model", default="torchvision:resnet50")
+    p.add_argument("--input", default="3,224,224")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--target-s", type=float, default=60.0)
+    p.add_argument("--json", default=None, help="also write the numbers to this file")
+    a = p.parse_args(argv)
+    try:
+        cfg = doctor.DoctorConfig(
+            model=a.model,
+            input=doctor.parse_input(a.input),
+            batch=a.batch,
+            device=a.device,
+        )
+        load = machine_load()
+        start = time.perf_counter()
+        report = doctor.diagnose(cfg)
+        total = time.perf_counter() - start
+    except doctor.DoctorError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    parts = report["seconds"]
+    print(f"doctor on {a.model}, {a.batch} x {a.input}, measured on {a.device}")
+    for name, s in parts.items():
+        print(f"  {name:<10} {s:7.2f} s")
+    verdict = "within" if total <= a.target_s else "OVER"
+    print(
+        f"  {'total':<10} {total:7.2f} s  ({total / a.target_s:.0%} of the "
+        f"{a.target_s:g} s target: {verdict})"
+    )
+    print(
+        f"  machine load {load['load1']} on {load['cpus']} CPUs"
+        + ("  (busy: timings are noisy)" if load["busy"] else "")
+    )
+    if a.json:
+        Path(a.json).write_text(
+            json.dumps({"total_s": total, "parts_s": parts, "load": load}, indent=1)
+        )
+    return 0 if total <= a.target_s else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+"""python -m ampbook.doctor: the report on tiny models, the four book models traced, and
+the command line's errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from ampbook import doctor
+from ampbook.memory import saved_for_backward
+from ampbook.paths import REPO_ROOT
+from tests._cli import one_error
+
+FIXTURES = REPO_ROOT / "tests" / "fixtures" / "results"
+
+
+# Models for ``package.module:callable`` specs (this module is importable as
+# tests.test_doctor when the tests run from the repository root).
+class Residual(nn.Module):
+    """A per-pixel network whose sum with its fp32 input stays fp32 under autocast."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.norm = nn.LayerNorm(8)
+        self.head = nn.Conv2d(3, 5, 1)
+
+    def forward(self, x):
+        return self.head(self.norm(self.conv(x) + x))
+
+
+def tiny_segmenter() -> nn.Module:
+    return Residual()
+
+
+def tiny_classifier() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
+
+
+def fixed_size() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 4))
+
+
+def one_value() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 1), nn.Flatten(0))
+
+
+class Erfcx(nn.Module):
+    """A convolution followed by an operator the cost model has no FLOPs for."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.special.erfcx(self.conv(x))
+
+
+def unknown_op() -> nn.Module:
+    return Erfcx()
+
+
+def not_a_module():
+    return {"weights": 3}
+
+
+def _config(spec="tests.test_doctor:tiny_classifier", **kw):
+    base = dict(model=spec, input=(3, 8, 8), batch=2, device="cpu", repeats=1)
+    base.update(kw)
+    return doctor.DoctorConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def report():
+    return doctor.diagnose(_config(gpus=["h200", "v100"], loader_images_per_s=1000.0))
+
+
+def test_report_sections_on_a_user_classifier(report):
+    assert report["output"] == [2, 4] and report["gpus"] == ["h200-sxm", "v100-sxm2"]
+    cov = report["coverage"]
+    assert cov["precision"] == "amp-fp16"
+    # conv and linear run in fp16 forward and backward: all their matrix FLOPs
+    for phase in ("forward", "backward"):
+        assert cov["phases"][phase]["mma_flops_16bit"] == pytest.approx(1.0)
+        assert 0 < cov["phases"][phase]["bytes_16bit"] < 1
+    reasons = {g["op"]: g["reason"] for g in cov["fp32_ops"]}
+    assert "fp32 list (log_softmax)" in reasons["_log_softmax"]
+    roof = {(r["gpu"], r["precision"]): r for r in report["roofline"]}
+    h200 = roof[("h200-sxm", "amp-fp16")]
+    assert h200["speedup_tf32"] == pytest.approx(h200["fp32_tf32_s"] / h200["amp_s"])
+    assert h200["fp32_strict_s"] >= h200["fp32_tf32_s"]
+    assert h200["images_per_s_needed"] == pytest.approx(2 / h200["amp_s"])
+    assert h200["epoch_bound"] == ("loader" if 1000 < 2 / h200["amp_s"] else "step")
+    assert roof[("v100-sxm2", "amp-bf16")]["amp_s"] is None  # no bf16 tensor cores
+    rows = {r["variant"]: r for r in report["measured"]["rows"]}
+    # 2 x 8 x 8 pixels is tiny: fp16 is timed on the CPU too
+    assert all(rows[v]["step_s"] > 0 for v in ("fp32", "amp-fp16", "amp-bf16"))
+    assert [r["precision"] for r in report["verdict"]["ranges"]] == [
+        "amp-fp16",
+        "amp-bf16",
+        "amp-fp16",
+    ]
+    gains = [c["gain"] for c in report["verdict"]["checklist"]]
+    assert gains == sorted(gains, reverse=True) and gains
+
+
+def test_memory_prediction_matches_a_measurement():
+    """The line through batch 1 and 2 at a small input predicts batch 3 at twice the
+    side: the classifier's saved bytes grow with the pixels of a batch."""
+    model = tiny_classifier()
+    p = doctor.predict_memory(model, (3, 16, 16), 3, "cross-entropy", (3, 8, 8))
+    x, y = torch.randn(3, 3, 16, 16), torch.randint(0, 4, (3,))
+    for key, dtype in (("fp32_bytes", None), ("amp_bytes", torch.bfloat16)):
+        measured = saved_for_backward(model, x, y, dtype=dtype)["new_bytes"]
+        assert p[key] == pytest.approx(measured, rel=0.02)
+
+
+def test_residual_sum_and_layer_norm_stay_fp32_with_reasons():
+    r = doctor.diagnose(
+        _config("tests.test_doctor:tiny_segmenter", measure=False, gpus=["h200"])
+    )
+    assert r["output"] == [2, 5, 8, 8]
+    ops = {(g["phase"], g["op"]): g for g in r["coverage"]["fp32_ops"]}
+    assert "fp32 list (layer_norm)" in ops[("forward", "native_layer_norm")]["reason"]
+    assert ops[("forward", "add")]["reason"] == "fp32 input (e.g. residual sum)"
+    assert ops[("forward", "add")]["layer_type"] == "Residual"
+    assert r["measured"] is None
+
+
+def test_efficiencies_from_committed_profiles_widen_the_range():
+    effs = doctor.profile_efficiencies(FIXTURES)
+    assert effs and all("fp32" in e and "amp-fp16" in e for e in effs.values())
+    r = doctor.diagnose(
+        _config(measure=False, gpus=["a100"], results_dir=str(FIXTURES))
+    )
+    fp16 = next(x for x in r["verdict"]["ranges"] if x["precision"] == "amp-fp16")
+    name, e = next(iter(effs.items()))
+    assert fp16["efficiency_source"] == name
+    assert fp16["at_efficiency"] == pytest.approx(
+        fp16["bound"] * e["amp-fp16"] / e["fp32"]
+    )
+    assert fp16["low"] <= fp16["high"] and name in fp16["line"]
+
+
+def test_speedup_range_verdict():
+    line = doctor.speedup_range_verdict("GPU X", "amp-fp16", 1.3, None)
+    assert "1.30x," in line and "no committed" in line and "modest" in line
+    line = doctor.speedup_range_verdict("GPU X", "amp-fp16", 3.0, 1.6, "GPU Y")
+    assert "1.60x to 3.00x" in line and "GPU Y" in line and "clear gain" in line
+    assert "little or nothing" in doctor.speedup_range_verdict(
+        "G", "amp-bf16", 1.02, 0.9
+    )
+    with pytest.raises(ValueError):
+        doctor.speedup_range_verdict("G", "amp-fp16", 0, None)
+
+
+def test_resolve_gpus_short_names():
+    assert doctor.resolve_gpus("h200,A100") == ["h200-sxm", "a100-sxm-80gb"]
+    assert doctor.resolve_gpus("rtx3070-laptop") == ["rtx3070-laptop"]
+    with pytest.raises(doctor.DoctorError, match="ambiguous.*rtx3070-desktop"):
+        doctor.resolve_gpus("3070")
+
+
+@pytest.mark.parametrize(
+    "spec, size",
+    [
+        ("erfnet", (3, 32, 64)),
+        ("torchvision:resnet50", (3, 64, 64)),
+        ("torchvision:mobilenet_v3_small", (3, 64, 64)),
+        ("torchvision:vit_b_16", (3, 224, 224)),
+    ],
+)
+def test_book_models_trace(spec, size):
+    r = doctor.diagnose(
+        _config(spec, input=size, batch=1, measure=False, gpus=["h100"])
+    )
+    t = r["totals"]
+    assert t["fp32"]["mma_flops"] > 0.5 * t["fp32"]["flops"]
+    cov = r["coverage"]["phases"]["forward"]
+    assert cov["mma_flops_16bit"] > 0.99
+    assert r["memory"]["predicted"]["amp_bytes"] > 0
+    row = r["roofline"][0]
+    assert row["speedup_strict"] >= row["speedup_tf32"] > 0
+
+
+def test_cli_writes_json_and_markdown(tmp_path, capsys):
+    j, m = tmp_path / "r.json", tmp_path / "r.md"
+    rc = doctor.main(
+        [
+            "--model", "tests.test_doctor:tiny_segmenter", "--input", "3,8,8",
+            "--batch", "2", "--device", "cpu", "--gpus", "h200", "--precisions",
+            "amp-bf16", "--repeats", "1", "--json", str(j), "--markdown", str(m),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    data = json.loads(j.read_text())
+    assert data["precisions"] == ["fp32", "amp-bf16"] and data["gpus"] == ["h200-sxm"]
+    text = m.read_text()
+    assert capsys.readouterr().out.strip() == text.strip()
+    for title in (
+        "1. Coverage",
+        "2. Memory",
+        "3. Roofline",
+        "4. Measured",
+        "5. Verdict",
+    ):
+        assert f"## {title}" in text
+
+
+def test_mse_loss_for_a_model_without_classes(capsys):
+    spec = "tests.test_doctor:fixed_size"
+    r = doctor.diagnose(_config(spec, loss="mse", measure=False, gpus=["h200"]))
+    assert r["loss"] == "mse" and r["output"] == [2, 4]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--model", "resnet"], ["unknown model 'resnet'", "torchvision:NAME"]),
+        (
+            ["--model", "torchvision:resnet5000"],
+            ["unknown torchvision model", "resnet"],
+        ),
+        (["--model", "tests.test_doctor:not_a_module"], ["returned dict", "nn.Module"]),
+        (["--model", "no_such_pkg.mod:f"], ["cannot import 'no_such_pkg.mod'"]),
+        (
+            ["--model", "tests.test_doctor:fixed_size", "--input", "3,16,16"],
+            ["rejects input 3x16x16", "mat1 and mat2 shapes cannot be multiplied"],
+        ),
+        (["--model", "erfnet", "--input", "3,16"], ["--input", "C,H,W"]),
+        (["--model", "erfnet", "--gpus", "3070"], ["ambiguous", "rtx3070-laptop"]),
+        (["--model", "erfnet", "--gpus", "tpu"], ["unknown GPU 'tpu'", "h200-sxm"]),
+        (["--model", "erfnet", "--precisions", "fp8"], ["unknown ['fp8']"]),
+        (["--model", "erfnet", "--json", "/no/such/dir/r.json"], ["does not exist"]),
+        (["--model", "erfnet", "--loss", "l1"], ["invalid choice"]),
+        (["--model", "erfnet", "--batch", "0"], ["--batch 0", "positive"]),
+        (["--model", "erfnet", "--loader-images-per-s", "-3"], ["must be positive"]),
+        ([], ["required", "--model"]),
+    ],
+)
+def test_cli_errors(argv, words, capsys):
+    assert doctor.main(argv) == 2
+    one_error(capsys.readouterr().err, *words)
+
+
+def test_cross_entropy_needs_classes():
+    spec = "tests.test_doctor:one_value"
+    with pytest.raises(
+        doctor.DoctorError, match="returns shape \\(2,\\): pass --loss mse"
+    ):
+        doctor.diagnose(_config(spec, measure=False, gpus=["h200"]))
+    r = doctor.diagnose(_config(spec, loss="mse", measure=False, gpus=["h200"]))
+    assert r["output"] == [2]
+
+
+def test_unsupported_op_is_named_with_its_share(tmp_path, capsys):
+    j = tmp_path / "r.json"
+    argv = ["--model", "tests.test_doctor:unknown_op", "--input", "3,8,8"]
+    argv += ["--batch", "2", "--no-measure", "--gpus", "h200", "--json", str(j)]
+    assert doctor.main(argv) == 0
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "special_erfcx" in warning[0], err
+    rows = json.loads(j.read_text())["unmodelled"]
+    assert [r["op"] for r in rows] == ["special_erfcx"]
+    assert 0 < rows[0]["bytes_share"] < 1 and 0 < rows[0]["time_share"] < 1
+
+
+def test_gain_verdict_follows_the_nearer_ratio(report):
+    line = doctor.gain_verdict(report, "h200-sxm")
+    row = next(r for r in report["roofline"] if r["gpu"] == "h200-sxm")
+    nb, peak = doctor.bytes_ratio(report), doctor.peak_ratio("h200-sxm")
+    assert f"{row['speedup_tf32']:.2f}x" in line and f"{nb:.2f}x" in line
+    near_bytes = abs(row["speedup_tf32"] - nb) <= abs(row["speedup_tf32"] - peak)
+    assert ("its bytes set" in line) == near_bytes
+    assert doctor.peak_ratio("v100-sxm2", "amp-bf16") is None
+    with pytest.raises(ValueError, match="no amp-bf16 prediction"):
+        doctor.gain_verdict(report, "v100-sxm2", "amp-bf16")
+
+
+def test_measured_verdicts(report):
+    line = doctor.measured_verdict(report["measured"])
+    assert line.startswith("On this CPU") and "batch 2 x 3x8x8" in line
+    fake = {"device": "cpu", "device_name": "x", "batch": 1, "input": [3, 8, 8]}
+    for speed, words in ((1.5, "faster than fp32"), (1.02, "no difference"),
+                         (0.5, "slower than fp32")):  # fmt: skip
+        rows = [{"precision": "fp32", "step_s": 1.0, "speedup": 1.0, "variant": "fp32"}]
+        rows.append(
+            {"precision": "amp-bf16", "step_s": 1 / speed, "speedup": speed,
+             "variant": "amp-bf16"}
+        )  # fmt: skip
+        assert words in doctor.measured_verdict({**fake, "rows": rows})
+    assert "inside" in doctor.measured_speedup_verdict("G", 1.5, 1.2, 1.9)
+    assert "below" in doctor.measured_speedup_verdict("G", 1.0, 1.2, 1.9)
+    assert "above" in doctor.measured_speedup_verdict("G", 2.5, 1.2, 1.9)
+
+
+@pytest.mark.cuda
+def test_cuda_variants_are_timed_with_peak_memory():
+    r = doctor.diagnose(
+        _config(device="cuda", input=(3, 32, 32), batch=4, gpus=["h200"])
+    )
+    rows = {x["variant"]: x for x in r["measured"]["rows"]}
+    for v in ("fp32 (TF32 on)", "fp32 (TF32 off)", "amp-fp16 + channels_last",
+              "amp-fp16 + cudnn.benchmark"):  # fmt: skip
+        assert (
+            rows[v]["step_s"] > 0 and rows[v]["memory_measure"] == "peak CUDA allocated"
+        )
+    assert r["measured"]["input"] == [3, 32, 32] and r["measured"]["batch"] == 4
+    measured = [c for c in r["verdict"]["checklist"] if c["source"] == "measured"]
+    assert {c["item"].split(" with ")[0] for c in measured} == {
+        "channels_last",
+        "cudnn.benchmark",
+    }
+
+
+def test_bench_doctor_prints_parts_and_total(capsys):
+    from ampbook.bench import main as bench_main
+
+    spec = "tests.test_doctor:tiny_classifier"
+    argv = ["doctor", "--model", spec, "--input", "3,8,8", "--batch", "2"]
+    assert bench_main([*argv, "--target-s", "600"]) == 0
+    out = capsys.readouterr().out
+    for part in ("trace", "memory", "measured", "total", "machine load"):
+        assert part in out
+    assert bench_main(["doctor", "--model", "nope"]) == 2
+    one_error(capsys.readouterr().err, "unknown model 'nope'")
+
+
+def test_where_time_goes_shares_add_up(report):
+    types = report["where"]["types"]
+    assert types and all(0 <= t["bytes_share"] <= 1 for t in types)
+    assert sum(t["time_share"] for t in types) <= 1 + 1e-9
+    times = [t["time_share"] for t in types]
+    assert times == sorted(times, reverse=True)
