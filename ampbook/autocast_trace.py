@@ -65,7 +65,8 @@ def _check_device_type(device_type: str) -> str:
 
 
 def default_dtype(device_type: str) -> torch.dtype:
-    """Autocast's own default low-precision dtype for the device (bf16 on CPU, fp16 on CUDA)."""
+    """Autocast's own default low-precision dtype for the device (bf16 on CPU, fp16 on
+    CUDA)."""
     return _DEFAULT_DTYPE[_check_device_type(device_type)]
 
 
@@ -97,7 +98,8 @@ def documented_source() -> dict:
 def documented_category(
     op: str, device_type: str, aliases: tuple[str, ...] = ()
 ) -> str | None:
-    """The documented category of ``op`` (or one of its ``aliases``), None when unlisted."""
+    """The documented category of ``op`` (or one of its ``aliases``), None when
+    unlisted."""
     names = {op, *aliases}
     for category, ops in documented_ops(device_type).items():
         if names & set(ops):
@@ -618,7 +620,8 @@ def _leaf_modules(model: nn.Module):
 
 
 def _fake_state(model: nn.Module, device: torch.device) -> dict:
-    """The model's parameters and buffers as fake tensors on ``device`` (inside a fake mode)."""
+    """The model's parameters and buffers as fake tensors on ``device`` (inside a fake
+    mode)."""
     state = {}
     for name, p in model.named_parameters():
         state[name] = torch.empty(p.shape, dtype=p.dtype, device=device).requires_grad_(
@@ -931,7 +934,8 @@ def count_casts(
 
 
 def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
-    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's parameters."""
+    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's
+    parameters."""
     out: dict[str, dict[str, int]] = {"params": {}, "grads": {}}
     for p in model.parameters():
         out["params"][dtype_name(p.dtype)] = (

@@ -3,11 +3,11 @@
     python -m ampbook.bench doctor [--model torchvision:resnet50]
         [--input 3,224,224] [--batch 32] [--device cpu] [--target-s 60] [--json PATH]
 
-runs ``ampbook.doctor.diagnose`` once, measured steps included (the doctor times them
-at a small size on a CPU), and prints the wall time of each part (tracing, roofline,
+runs ``ampbook.doctor.diagnose`` once, measured steps included (the doctor times them at
+a small size on a CPU), and prints the wall time of each part (tracing, roofline,
 memory, the timed steps) and the total against the target: the whole report for
-ResNet-50 at 224x224, batch 32, in under 60 s on a 2-core CPU. The machine's load is printed beside
-it (a busy machine's CPU timings are not the machine's).
+ResNet-50 at 224x224, batch 32, in under 60 s on a 2-core CPU. The machine's load is
+printed beside it (a busy machine's CPU timings are not the machine's).
 """
 
 from __future__ import annotations

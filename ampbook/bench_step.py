@@ -1,4 +1,5 @@
-"""One training step of the runner against a bare hand-written loop, and low/full precision.
+"""One training step of the runner against a bare hand-written loop, and low/full
+precision.
 
     python -m ampbook.bench step [--device auto|cpu|cuda] [--precision fp32]
                                  [--height 128 --width 256 --batch-size 2] [--rounds 5]
@@ -6,18 +7,21 @@
 
 prints, measured side by side in one run:
 
-1. **Runner overhead.** ``TrainStep`` (the step function ``python -m ampbook.train`` runs:
-   autocast, loss, scaled backward, the gradient check, the loss read back to Python) against
-   the six-line loop one would write by hand (zero_grad, autocast forward and loss, backward,
-   step, ``loss.item()``), on the same ERFNet initialisation, the same batches already in
-   memory on the device, the same precision. Rounds alternate between the two so that drift in
-   the machine's speed hits both; the medians' ratio is the runner's overhead (target: < 5%).
+1. **Runner overhead.** ``TrainStep`` (the step function ``python -m ampbook.train``
+   runs: autocast, loss, scaled backward, the gradient check, the loss read back to
+   Python) against the six-line loop one would write by hand (zero_grad, autocast
+   forward and loss, backward, step, ``loss.item()``), on the same ERFNet
+   initialisation, the same batches already in memory on the device, the same precision.
+   Rounds alternate between the two so that drift in the machine's speed hits both; the
+   medians' ratio is the runner's overhead (target: < 5%).
 2. **Low precision against fp32 on this device**: the runner's step time in amp-bf16 and
-   amp-fp16 divided by fp32, at a small size (``--low-height/--low-width``), because on a CPU
-   without AMX or AVX-512 BF16/FP16 low-precision convolutions are many times slower than fp32.
+   amp-fp16 divided by fp32, at a small size (``--low-height/--low-width``), because on
+   a CPU without AMX or AVX-512 BF16/FP16 low-precision convolutions are many times
+   slower than fp32.
 
-Times come from ``ampbook.timing.benchmark`` (warm-up, CUDA-synchronised clocks, medians).
-``measure_overhead`` and ``measure_precisions`` return the numbers as dicts for the chapter.
+Times come from ``ampbook.timing.benchmark`` (warm-up, CUDA-synchronised clocks,
+medians). ``measure_overhead`` and ``measure_precisions`` return the numbers as dicts
+for the chapter.
 """
 
 from __future__ import annotations
@@ -59,9 +63,9 @@ def bare_step_fn(
     optimizer: torch.optim.Optimizer | None = None,
 ):
     """The deliberately bare baseline: the loop as one writes it by hand, nothing else.
-    ``model``/``optimizer`` let it drive the very objects the runner trains (the benchmark
-    does, so that both time the same tensors in the same memory); by default it builds its
-    own ERFNet and Adam from ``cfg``."""
+    ``model``/``optimizer`` let it drive the very objects the runner trains (the
+    benchmark does, so that both time the same tensors in the same memory); by default
+    it builds its own ERFNet and Adam from ``cfg``."""
     from ampbook.model import ERFNet
 
     if model is None:
@@ -117,7 +121,8 @@ def measure_overhead(
     rounds: int = 5,
     steps_per_round: int = 3,
 ) -> dict:
-    """Median step time of the runner's ``TrainStep`` and of the bare loop, alternating rounds."""
+    """Median step time of the runner's ``TrainStep`` and of the bare loop, alternating
+    rounds."""
     cfg = TrainConfig(
         precision=precision,
         device=device,
@@ -165,7 +170,8 @@ def measure_precisions(
     precisions=PRECISIONS,
     repeats: int = 5,
 ) -> dict:
-    """Median runner step time per precision at one (small) size, and each one's ratio to fp32."""
+    """Median runner step time per precision at one (small) size, and each one's ratio
+    to fp32."""
     times: dict[str, float] = {}
     dev = None
     for precision in precisions:
@@ -274,21 +280,25 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(dev)
     load = machine_load()
     print(
-        f"device: {env['device_name']} ({dev}); CPU flags: {', '.join(cpu_flags()) or 'none'}; "
+        f"device: {env['device_name']} ({dev}); CPU flags: "
+        f"{', '.join(cpu_flags()) or 'none'}; "
         f"torch {env['torch']}, {env['cpu_threads']} threads; "
         + load_verdict(load, dev.type)
     )
 
     o = measure_overhead(args.precision, str(dev), h, w, args.batch_size, args.rounds)
     print(
-        f"\n1. runner step vs bare loop ({args.precision}, batch {args.batch_size} x {w}x{h}, "
+        f"\n1. runner step vs bare loop ({args.precision}, batch {args.batch_size} x "
+        f"{w}x{h}, "
         f"{o['samples']} steps each, alternating rounds)"
     )
     print(
-        f"   runner (ampbook.train.TrainStep): {o['runner_s'] * 1e3:9.1f} ms per step (median)"
+        f"   runner (ampbook.train.TrainStep): {o['runner_s'] * 1e3:9.1f} ms per step "
+        "(median)"
     )
     print(
-        f"   bare hand-written loop:           {o['bare_s'] * 1e3:9.1f} ms per step (median)"
+        f"   bare hand-written loop:           {o['bare_s'] * 1e3:9.1f} ms per step "
+        "(median)"
     )
     verdict = "within" if o["overhead"] < OVERHEAD_TARGET else "OVER"
     print(
@@ -300,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n2. runner step time by precision (batch {args.batch_size} x {lw}x{lh})")
     for name, t in p["step_s"].items():
         print(
-            f"   {name:<9} {t * 1e3:9.1f} ms   {p['ratio_to_fp32'].get(name, float('nan')):6.2f} x fp32"
+            f"   {name:<9} {t * 1e3:9.1f} ms   "
+            f"{p['ratio_to_fp32'].get(name, float('nan')):6.2f} x fp32"
         )
     if "amp-bf16" in p["ratio_to_fp32"]:
         r = p["ratio_to_fp32"]["amp-bf16"]
@@ -331,10 +342,10 @@ def step_rounds(
 ) -> dict[str, list[float]]:
     """Runner step times of several configurations, taking turns round after round.
 
-    Each configuration gets its own model, optimizer and batch; one untimed warm-up round
-    runs first. Every round times one step of each configuration in turn, so a shared
-    machine's slow spells hit all of them alike; the per-round ratios then carry the
-    spread. Returns ``{name: [seconds per step, one per round]}``.
+    Each configuration gets its own model, optimizer and batch; one untimed warm-up
+    round runs first. Every round times one step of each configuration in turn, so a
+    shared machine's slow spells hit all of them alike; the per-round ratios then carry
+    the spread. Returns ``{name: [seconds per step, one per round]}``.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")

@@ -1,33 +1,33 @@
 """A per-layer cost model of a training step: FLOPs and bytes moved, and a roofline.
 
 The model is computed from the network itself. ``trace_step`` runs one training step
-(forward, loss, backward) on *fake* tensors (``torch._subclasses.FakeTensorMode``): every
-ATen operator PyTorch would launch is dispatched with its real shapes and dtypes, but no
-memory is allocated and nothing is computed, so a step at the RTX 3070 blog post's
-1024x512 setting costs seconds of CPU, not the minutes (and gigabytes) of running it. A ``TorchDispatchMode`` sees each
-operator and records:
+(forward, loss, backward) on *fake* tensors (``torch._subclasses.FakeTensorMode``):
+every ATen operator PyTorch would launch is dispatched with its real shapes and dtypes,
+but no memory is allocated and nothing is computed, so a step at the RTX 3070 blog
+post's 1024x512 setting costs seconds of CPU, not the minutes (and gigabytes) of running
+it. A ``TorchDispatchMode`` sees each operator and records:
 
 * **FLOPs.** Convolutions and matrix products (the work tensor cores do) are counted
-  exactly, two FLOPs per multiply-add, padding included: a convolution producing ``N x C_out
-  x H_out x W_out`` from ``C_in / groups`` input channels with a ``k_h x k_w`` kernel costs
-  ``2 N C_out H_out W_out (C_in/groups) k_h k_w``; a transposed convolution
-  ``2 N C_in H_in W_in (C_out/groups) k_h k_w``. In the backward pass a convolution costs the
-  forward's FLOPs once for the input gradient (only when the input needs one: never for the
-  first layer, whose input is the image) and once for the weight gradient. A matrix
-  product ``M x K`` by ``K x N`` costs ``2 M K N``; fused attention
-  (``scaled_dot_product_attention``'s kernels) ``4 B H S_q S_k D`` forward and
-  ``10 B H S_q S_k D`` backward (it recomputes the scores), as
-  ``torch.utils.flop_counter`` counts it. Everything else (batch and layer norm, ReLU,
-  GELU, hardswish, pooling, additions, dropout...) gets a rough count per element
-  (``_VECTOR_FLOPS_PER_ELEMENT``); those never come close to being compute-bound. An
-  operator in none of the tables is *unmodelled*: its bytes are counted, its FLOPs are
-  unknown, and ``StepTrace.unmodelled`` and ``Prediction.unmodelled`` name it with its
-  share of the bytes and of the predicted time instead of counting it as free.
-* **Bytes moved.** Every tensor an operator reads and every tensor it writes, at its dtype's
-  size, once per operator (``inputs + weights + outputs``). Views, reshapes and allocations
-  move nothing and are skipped; an in-place operator reads and writes its tensor. This
-  assumes no operator finds its input in cache and no two operators are fused, which is
-  what eager PyTorch does with tensors of megabytes.
+  exactly, two FLOPs per multiply-add, padding included: a convolution producing ``N x
+  C_out x H_out x W_out`` from ``C_in / groups`` input channels with a ``k_h x k_w``
+  kernel costs ``2 N C_out H_out W_out (C_in/groups) k_h k_w``; a transposed convolution
+  ``2 N C_in H_in W_in (C_out/groups) k_h k_w``. In the backward pass a convolution
+  costs the forward's FLOPs once for the input gradient (only when the input needs one:
+  never for the first layer, whose input is the image) and once for the weight gradient.
+  A matrix product ``M x K`` by ``K x N`` costs ``2 M K N``; fused attention
+  (``scaled_dot_product_attention``'s kernels) ``4 B H S_q S_k D`` forward and ``10 B H
+  S_q S_k D`` backward (it recomputes the scores), as ``torch.utils.flop_counter``
+  counts it. Everything else (batch and layer norm, ReLU, GELU, hardswish, pooling,
+  additions, dropout...) gets a rough count per element (``_VECTOR_FLOPS_PER_ELEMENT``);
+  those never come close to being compute-bound. An operator in none of the tables is
+  *unmodelled*: its bytes are counted, its FLOPs are unknown, and
+  ``StepTrace.unmodelled`` and ``Prediction.unmodelled`` name it with its share of the
+  bytes and of the predicted time instead of counting it as free.
+* **Bytes moved.** Every tensor an operator reads and every tensor it writes, at its
+  dtype's size, once per operator (``inputs + weights + outputs``). Views, reshapes and
+  allocations move nothing and are skipped; an in-place operator reads and writes its
+  tensor. This assumes no operator finds its input in cache and no two operators are
+  fused, which is what eager PyTorch does with tensors of megabytes.
 
 Each operator is attributed to the innermost module of the model running when it was
 launched (``ampbook.tracking.ModuleScopes``): forward operators through the module
@@ -35,8 +35,8 @@ tracker, backward operators through the autograd node that runs them (the module
 forward created it). Functional calls in a block's ``forward`` (``F.relu(y + x)``,
 ``torch.cat``) go to the block; the loss goes to ``LOSS``.
 
-Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so it
-is the CPU autocast that runs, with CUDA's op lists applied on top of it
+Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so
+it is the CPU autocast that runs, with CUDA's op lists applied on top of it
 (``ampbook.autocast_trace.CudaAutocastRules``; ``autocast_rules="cpu"`` turns that off):
 convolutions, matrix products and attention in fp16/bf16; layer and group norm, softmax,
 sums, exponentials, losses and upsampling in fp32; batch norm, ReLU, GELU, pooling,
@@ -46,17 +46,18 @@ activation with fp32 weights and running statistics and writes fp16 (cuDNN's
 ``cudnn_batch_norm`` on CUDA). The tests check this against traces on fake CUDA tensors,
 whose autocast is the CUDA one (``device_type="cuda"``, forward only): for ERFNet,
 MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer norm has
-CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat`` and
-the loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
+CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat`` and the
+loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
 reference: without a GPU PyTorch cannot pick a fused kernel and takes the unfused fp32
 path.)
 
 ``predict`` holds a trace against a device's ceilings (``Ceilings``, usually from
-``ampbook.devices``): each operator takes ``max(compute time, memory time)`` where compute
-time is ``mma FLOPs / tensor peak + other FLOPs / vector peak`` at the operator's dtype and
-memory time is ``bytes / bandwidth``; the step is the sum (operators run one after another).
-It is a *lower bound* on the step time: real kernels reach a fraction of either peak, and
-kernel launch latency (``min_kernel_s``) is not in it unless asked for.
+``ampbook.devices``): each operator takes ``max(compute time, memory time)`` where
+compute time is ``mma FLOPs / tensor peak + other FLOPs / vector peak`` at the
+operator's dtype and memory time is ``bytes / bandwidth``; the step is the sum
+(operators run one after another). It is a *lower bound* on the step time: real kernels
+reach a fraction of either peak, and kernel launch latency (``min_kernel_s``) is not in
+it unless asked for.
 """
 
 from __future__ import annotations
@@ -234,12 +235,13 @@ def conv_flops(
     out_shape: Sequence[int],
     transposed: bool = False,
 ) -> int:
-    """FLOPs (2 per multiply-add) of a convolution, grouped or not, any number of spatial dims.
+    """FLOPs (2 per multiply-add) of a convolution, grouped or not, any number of
+    spatial dims.
 
     ``w_shape`` is the weight as PyTorch stores it: ``(C_out, C_in/groups, k...)`` for a
     convolution, ``(C_in, C_out/groups, k...)`` for a transposed one. A convolution does
-    ``(C_in/groups) * prod(k)`` multiply-adds per *output* element; a transposed convolution
-    ``(C_out/groups) * prod(k)`` per *input* element.
+    ``(C_in/groups) * prod(k)`` multiply-adds per *output* element; a transposed
+    convolution ``(C_out/groups) * prod(k)`` per *input* element.
     """
     if len(x_shape) != len(w_shape) or len(out_shape) != len(w_shape):
         raise ValueError(
@@ -251,9 +253,9 @@ def conv_flops(
     return 2 * elements * per_element
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # one operator's cost
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -399,9 +401,9 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
     return float(read), float(written)
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # tracing a step
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 class _CostRecorder(TorchDispatchMode):
@@ -420,7 +422,8 @@ class _CostRecorder(TorchDispatchMode):
             return self.region or self.scopes.innermost() or (OUTSIDE, "-")
         return self.scopes.backward_scope() or (AUTOGRAD, "autograd engine")
 
-    # -- operators -----------------------------------------------------------------------
+    # -- operators
+    # -----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -437,7 +440,8 @@ class _CostRecorder(TorchDispatchMode):
         if name not in _MMA_OPS:
             mma, other = 0.0, other + mma
         scope, scope_type = self._scope()
-        # The dtype an operator computes in: a convolution's input dtype, else its output's.
+        # The dtype an operator computes in: a convolution's input dtype, else its
+        # output's.
         dtype = _compute_dtype(
             _tensors(args)
             if name in _MMA_OPS
@@ -477,7 +481,8 @@ class StepTrace:
         ]
 
     def totals(self) -> dict[str, float]:
-        """FLOPs and bytes of the step, forward and backward apart, and kernel counts."""
+        """FLOPs and bytes of the step, forward and backward apart, and kernel
+        counts."""
         out: dict[str, float] = {}
         for phase in ("forward", "backward"):
             ops = self.select(phase)
@@ -528,20 +533,21 @@ def trace_step(
     device_type: str = "cpu",
     autocast_rules: str = "cuda",
 ) -> StepTrace:
-    """Trace one training step of ``model`` on fake tensors and return its operators' costs.
+    """Trace one training step of ``model`` on fake tensors and return its operators'
+    costs.
 
     The input is ``batch_size x in_channels x height x width`` fp32 (as a DataLoader
-    delivers it); ``precision`` is one of ``PRECISIONS`` (``"amp-*"`` runs forward and loss
-    under ``torch.autocast``). ``loss`` is ``"cross_entropy"`` (per-pixel, integer targets
-    of shape N x H x W, as in segmentation), ``"sum"``, or a function of the output. The
-    model is not changed: its parameters and buffers are replaced by fake copies for the
-    trace (``torch.func.functional_call``), in training mode as a step would run.
-    The optimizer step is not traced: ``optimizer_bytes`` estimates it.
+    delivers it); ``precision`` is one of ``PRECISIONS`` (``"amp-*"`` runs forward and
+    loss under ``torch.autocast``). ``loss`` is ``"cross_entropy"`` (per-pixel, integer
+    targets of shape N x H x W, as in segmentation), ``"sum"``, or a function of the
+    output. The model is not changed: its parameters and buffers are replaced by fake
+    copies for the trace (``torch.func.functional_call``), in training mode as a step
+    would run. The optimizer step is not traced: ``optimizer_bytes`` estimates it.
 
-    ``device_type="cuda"`` traces on fake CUDA tensors under CUDA's own autocast (through
-    ``ampbook.autocast_trace.autocast_region``), forward and loss only: the autograd engine
-    needs a real GPU to run a backward pass on CUDA tensors. It exists to check that the CPU
-    trace's dtypes are CUDA's.
+    ``device_type="cuda"`` traces on fake CUDA tensors under CUDA's own autocast
+    (through ``ampbook.autocast_trace.autocast_region``), forward and loss only: the
+    autograd engine needs a real GPU to run a backward pass on CUDA tensors. It exists
+    to check that the CPU trace's dtypes are CUDA's.
 
     ``autocast_rules`` (CPU traces under AMP): ``"cuda"`` applies CUDA's autocast
     lists in the CPU autocast region (``ampbook.autocast_trace.CudaAutocastRules``:
@@ -683,10 +689,10 @@ def optimizer_bytes(
 ) -> float:
     """Bytes an optimizer step moves for ``parameters`` fp32 parameters (not traced).
 
-    Adam reads parameter, gradient and both moments and writes parameter and moments
-    (7 x 4 bytes per parameter); SGD with momentum reads parameter, gradient, momentum and
-    writes parameter and momentum (5 x 4); with ``amp`` the GradScaler's unscale reads and
-    writes each gradient once more (2 x 4).
+    Adam reads parameter, gradient and both moments and writes parameter and moments (7
+    x 4 bytes per parameter); SGD with momentum reads parameter, gradient, momentum and
+    writes parameter and momentum (5 x 4); with ``amp`` the GradScaler's unscale reads
+    and writes each gradient once more (2 x 4).
     """
     per = {"adam": 7, "adamw": 7, "sgd": 5}
     if optimizer not in per:
@@ -698,18 +704,18 @@ def optimizer_bytes(
     return float(parameters * 4 * (per[optimizer] + (2 if amp else 0)))
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # ceilings and the roofline
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Ceilings:
     """The peaks a roofline holds operators against.
 
-    ``mma_tflops`` maps a compute dtype (``"float32"``, ``"float16"``, ``"bfloat16"``) to the
-    peak of convolutions/matrix products in that dtype; ``vector_tflops`` is the peak of
-    everything else; ``bandwidth_gbs`` the memory bandwidth (GB/s, 1e9 bytes).
+    ``mma_tflops`` maps a compute dtype (``"float32"``, ``"float16"``, ``"bfloat16"``)
+    to the peak of convolutions/matrix products in that dtype; ``vector_tflops`` is the
+    peak of everything else; ``bandwidth_gbs`` the memory bandwidth (GB/s, 1e9 bytes).
     """
 
     name: str
@@ -736,7 +742,8 @@ class Ceilings:
     def mma_peak(self, dtype: str) -> float:
         if dtype not in self.mma_tflops:
             raise KeyError(
-                f"{self.name} has no matrix peak for {dtype!r}; it has {sorted(self.mma_tflops)}"
+                f"{self.name} has no matrix peak for {dtype!r}; it has "
+                f"{sorted(self.mma_tflops)}"
             )
         return self.mma_tflops[dtype]
 
@@ -751,16 +758,18 @@ class Ceilings:
     def from_device(cls, device: Any, tf32: bool = True) -> "Ceilings":
         """Ceilings of a GPU from the device table (``ampbook.devices.Device``).
 
-        fp32 convolutions run at the TF32 tensor-core peak when ``tf32`` (PyTorch's default
-        for cuDNN convolutions: ``torch.backends.cudnn.allow_tf32 = True``) and the device
-        has one, else at the fp32 peak; fp16 at the fp16-with-fp32-accumulate peak (what
-        autocast's convolutions use); bf16 at the bf16 peak. Vector work at the fp32 peak.
+        fp32 convolutions run at the TF32 tensor-core peak when ``tf32`` (PyTorch's
+        default for cuDNN convolutions: ``torch.backends.cudnn.allow_tf32 = True``) and
+        the device has one, else at the fp32 peak; fp16 at the fp16-with-fp32-accumulate
+        peak (what autocast's convolutions use); bf16 at the bf16 peak. Vector work at
+        the fp32 peak.
         """
         fp32 = device.fp32_tflops
         tf32_peak = getattr(device, "tf32_tflops", None)
         mma = {"float32": tf32_peak if (tf32 and tf32_peak) else fp32}
         notes = [
-            f"fp32 convolutions at the {'TF32 tensor-core' if (tf32 and tf32_peak) else 'fp32'} peak"
+            "fp32 convolutions at the "
+            f"{'TF32 tensor-core' if (tf32 and tf32_peak) else 'fp32'} peak"
         ]
         fp16 = getattr(device, "fp16_tflops_fp32acc", None)
         if fp16:
@@ -796,9 +805,9 @@ class Prediction:
 
     Every time here is a **lower bound**: each operator runs at a peak no real kernel
     exceeds, so a real step takes *at least* ``min_step_s``, and an epoch *at least*
-    ``min_epoch_s``; a device trains *at most* ``max_images_per_s``. Real kernels reach a
-    fraction of the roofline (``efficiency``): ``step_at_efficiency`` scales the bound by
-    it, and ``efficiency_of`` says what fraction a measured step reached.
+    ``min_epoch_s``; a device trains *at most* ``max_images_per_s``. Real kernels reach
+    a fraction of the roofline (``efficiency``): ``step_at_efficiency`` scales the bound
+    by it, and ``efficiency_of`` says what fraction a measured step reached.
     """
 
     trace: StepTrace
@@ -862,7 +871,8 @@ class Prediction:
         return images / self.max_images_per_s
 
     def step_at_efficiency(self, efficiency: float) -> float:
-        """The step time if the kernels reach ``efficiency`` (0 < e <= 1) of the roofline."""
+        """The step time if the kernels reach ``efficiency`` (0 < e <= 1) of the
+        roofline."""
         if not 0 < efficiency <= 1:
             raise ValueError(
                 f"efficiency must be in (0, 1]: a fraction of the roofline, "
@@ -871,8 +881,9 @@ class Prediction:
         return self.min_step_s / efficiency
 
     def efficiency_of(self, measured_step_s: float) -> float:
-        """The fraction of the roofline a measured step reached: ``min_step_s / measured``.
-        Above 1 means the bound was not a bound (wrong ceilings or wrong counts)."""
+        """The fraction of the roofline a measured step reached: ``min_step_s /
+        measured``. Above 1 means the bound was not a bound (wrong ceilings or wrong
+        counts)."""
         if measured_step_s <= 0:
             raise ValueError(f"measured_step_s must be positive, got {measured_step_s}")
         return self.min_step_s / measured_step_s
@@ -916,7 +927,8 @@ class Prediction:
         return list(rows.values())
 
     def by_type(self) -> list[dict[str, Any]]:
-        """``by_scope`` summed over module types (all Conv2d together...), largest time first."""
+        """``by_scope`` summed over module types (all Conv2d together...), largest time
+        first."""
         agg: dict[str, dict[str, Any]] = {}
         for r in self.by_scope():
             a = agg.setdefault(
@@ -985,9 +997,9 @@ def predict(
 ) -> Prediction:
     """The roofline's lower bound on a traced step on ``ceilings`` (see ``Prediction``).
 
-    ``min_kernel_s`` puts a floor under each operator (launch latency: a few microseconds
-    on a GPU); ``optimizer`` adds ``optimizer_bytes`` at the memory bandwidth (None: leave
-    the optimizer out).
+    ``min_kernel_s`` puts a floor under each operator (launch latency: a few
+    microseconds on a GPU); ``optimizer`` adds ``optimizer_bytes`` at the memory
+    bandwidth (None: leave the optimizer out).
     """
     if min_kernel_s < 0:
         raise ValueError(f"min_kernel_s must be >= 0, got {min_kernel_s}")
@@ -1001,9 +1013,9 @@ def predict(
     return Prediction(trace, ceilings, times, opt_s)
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # the input pipeline against the step: what bounds an epoch
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 def loader_images_per_s(
@@ -1012,11 +1024,12 @@ def loader_images_per_s(
     """Images per second a DataLoader can deliver, under a stated model.
 
     ``load_s_per_image`` is the CPU time to read, decode and transform one image in one
-    process (measured with ``workers=0``). With ``workers=0`` the training process does it
-    itself, one image after another. With ``workers >= 1`` the workers run in parallel, one
-    per core, on the cores the training process leaves free (``cores - reserved_cores``,
-    at least one): throughput scales linearly with workers up to that many and is flat
-    beyond. Linear scaling is the model's assumption; the chapter checks it where it can.
+    process (measured with ``workers=0``). With ``workers=0`` the training process does
+    it itself, one image after another. With ``workers >= 1`` the workers run in
+    parallel, one per core, on the cores the training process leaves free (``cores -
+    reserved_cores``, at least one): throughput scales linearly with workers up to that
+    many and is flat beyond. Linear scaling is the model's assumption; the chapter
+    checks it where it can.
     """
     if load_s_per_image <= 0:
         raise ValueError(f"load_s_per_image must be positive, got {load_s_per_image}")
@@ -1039,9 +1052,9 @@ def epoch_images_per_s(
 ) -> dict[str, Any]:
     """Images per second of a training epoch, and what bounds it.
 
-    With ``workers=0`` loading and the step take turns (a loop that reads the loss back each
-    step, as most do, waits for the GPU): ``1 / (load + step)`` per image. With workers the
-    two overlap and the slower one sets the pace: ``min(loader, 1 / step)``.
+    With ``workers=0`` loading and the step take turns (a loop that reads the loss back
+    each step, as most do, waits for the GPU): ``1 / (load + step)`` per image. With
+    workers the two overlap and the slower one sets the pace: ``min(loader, 1 / step)``.
     """
     if step_s_per_image <= 0:
         raise ValueError(f"step_s_per_image must be positive, got {step_s_per_image}")
@@ -1061,9 +1074,9 @@ def epoch_images_per_s(
     }
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # the post's setting from its memory figures
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 def solve_pixels(
@@ -1071,12 +1084,13 @@ def solve_pixels(
 ) -> dict[str, float]:
     """The pixels per batch at which two reported memory figures agree with the model.
 
-    ``fp32_line`` and ``amp_line`` are ``ampbook.memory.Line`` fits of the new bytes saved
-    for backward against the pixels of a batch (the book's one memory definition). Model
-    of a reported figure: ``fixed + slack * line(pixels)``, where ``fixed`` (CUDA context,
-    cuDNN workspace, weights, gradients and optimizer state) is the same for both runs and
-    ``slack`` (>= 1) is the caching allocator's overhead on the activations. The difference
-    of the two figures then fixes the pixels; the fp32 figure fixes ``fixed``.
+    ``fp32_line`` and ``amp_line`` are ``ampbook.memory.Line`` fits of the new bytes
+    saved for backward against the pixels of a batch (the book's one memory definition).
+    Model of a reported figure: ``fixed + slack * line(pixels)``, where ``fixed`` (CUDA
+    context, cuDNN workspace, weights, gradients and optimizer state) is the same for
+    both runs and ``slack`` (>= 1) is the caching allocator's overhead on the
+    activations. The difference of the two figures then fixes the pixels; the fp32
+    figure fixes ``fixed``.
     """
     if slack < 1:
         raise ValueError(f"slack must be >= 1 (the allocator only adds), got {slack}")
@@ -1101,9 +1115,9 @@ def solve_pixels(
     }
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # one-line verdicts for the conclusions that depend on the machine
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 def bound_verdict(min_s: float, measured_s: float, what: str = "the epoch") -> str:
@@ -1116,22 +1130,28 @@ def bound_verdict(min_s: float, measured_s: float, what: str = "the epoch") -> s
             f"{what}: the model's counts or ceilings are wrong for this run."
         )
     return (
-        f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for {what}: "
+        f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for "
+        f"{what}: "
         f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
         "the bound alone does not say what set the pace."
     )
 
 
 def range_verdict(low_s: float, high_s: float, measured_s: float, what: str) -> str:
-    """Whether a measured time lies in a modelled range ``[low_s, high_s]``, in one line."""
+    """Whether a measured time lies in a modelled range ``[low_s, high_s]``, in one
+    line."""
     if not 0 < low_s <= high_s:
         raise ValueError(f"need 0 < low_s <= high_s, got {low_s} and {high_s}")
     span = f"{low_s:.3g} to {high_s:.3g} s"
     if measured_s < low_s:
-        return f"{what} ({measured_s:.3g} s) is below the range ({span}): the bound is broken."
+        return (
+            f"{what} ({measured_s:.3g} s) is below the range ({span}): "
+            "the bound is broken."
+        )
     if measured_s <= high_s:
         return (
-            f"{what} ({measured_s:.3g} s) lies inside the range ({span}): the GPU alone "
+            f"{what} ({measured_s:.3g} s) lies inside the range ({span}): the GPU "
+            "alone "
             "could have taken that long, so the range does not decide."
         )
     return (
@@ -1167,7 +1187,8 @@ def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
         else (sum(sorted(ratios)[len(ratios) // 2 - 1 : len(ratios) // 2 + 1]) / 2)
     )
     n = len(ratios)
-    spread = f"median {med:.2f}x, {n} round{'s' if n != 1 else ''} from {lo:.2f}x to {hi:.2f}x"
+    rounds = f"{n} round{'s' if n != 1 else ''}"
+    spread = f"median {med:.2f}x, {rounds} from {lo:.2f}x to {hi:.2f}x"
     if hi < 1:
         return f"{name} was slower than fp32 in every round ({spread})."
     if lo > 1:
@@ -1179,7 +1200,8 @@ def lowp_verdict(
     flags: Sequence[str], lowp_over_fp32: float, what: str = "bf16"
 ) -> str:
     """Whether this CPU's low-precision matmul is fast, in one line: ``flags`` are the
-    low-precision CPU flags it lists, ``lowp_over_fp32`` its measured rate over fp32's."""
+    low-precision CPU flags it lists, ``lowp_over_fp32`` its measured rate over
+    fp32's."""
     if lowp_over_fp32 <= 0:
         raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
     listed = f"lists {', '.join(flags)}" if flags else "lists no bf16/fp16 units"
@@ -1189,7 +1211,8 @@ def lowp_verdict(
             "fp32's rate: low precision can pay here."
         )
     return (
-        f"This CPU {listed}, yet its {what} matmul runs at {lowp_over_fp32:.2f}x fp32's "
+        f"This CPU {listed}, yet its {what} matmul runs at {lowp_over_fp32:.2f}x "
+        "fp32's "
         "rate: PyTorch's kernels here do not use fast low-precision units, and AMP "
         "costs time."
     )
@@ -1215,21 +1238,24 @@ def pace_verdict(
 def hypotheses_verdict(
     step_speedup: float, epoch_speedup: float, data_wait_share: float
 ) -> str:
-    """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU pair.
+    """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU
+    pair.
 
-    ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or the
-    step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``: the
-    AMP run's time waiting for data over its waiting plus stepping. (a) the loader bounds
-    the epoch: the loop spends at least half its time waiting for data, so a faster step
-    barely shows in the epoch. (b) the AMP step itself is no faster than fp32's (at most
-    1.05x); against a TF32 baseline that need not mean slow fp16 kernels, only that 16 bits
-    add nothing to what TF32 already gained. Both can hold at once.
+    ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or
+    the step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``:
+    the AMP run's time waiting for data over its waiting plus stepping. (a) the loader
+    bounds the epoch: the loop spends at least half its time waiting for data, so a
+    faster step barely shows in the epoch. (b) the AMP step itself is no faster than
+    fp32's (at most 1.05x); against a TF32 baseline that need not mean slow fp16
+    kernels, only that 16 bits add nothing to what TF32 already gained. Both can hold at
+    once.
     """
     slow_step = step_speedup <= 1.05
     loader = data_wait_share >= 0.5
     if slow_step and loader:
         return (
-            f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's and the loader "
+            f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's and the "
+            "loader "
             f"took {data_wait_share:.0%} of the loop."
         )
     if slow_step:
@@ -1239,8 +1265,10 @@ def hypotheses_verdict(
         )
     if loader:
         return (
-            f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the epoch "
-            f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} of the loop waiting for data."
+            f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the "
+            "epoch "
+            f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} of the loop waiting for "
+            "data."
         )
     return (
         f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "

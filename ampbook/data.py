@@ -5,19 +5,20 @@ The dataset reads the official layout::
     ROOT/leftImg8bit/{train,val,test}/CITY/CITY_SEQ_FRAME_leftImg8bit.png
     ROOT/gtFine/{train,val,test}/CITY/CITY_SEQ_FRAME_gtFine_labelIds.png
 
-and maps Cityscapes labelIds to the 19 training ids (255 = ignore) with the label table of
-``cityscapesscripts.helpers.labels`` (M. Cordts et al., "The Cityscapes Dataset for Semantic
-Urban Scene Understanding", CVPR 2016; https://github.com/mcordts/cityscapesScripts).
+and maps Cityscapes labelIds to the 19 training ids (255 = ignore) with the label table
+of ``cityscapesscripts.helpers.labels`` (M. Cordts et al., "The Cityscapes Dataset for
+Semantic Urban Scene Understanding", CVPR 2016;
+https://github.com/mcordts/cityscapesScripts).
 
 The root is an argument or the ``CITYSCAPES_DATASET`` environment variable (the one
-cityscapesscripts reads). ``torchvision.datasets.Cityscapes`` reads the same layout, but it
-neither maps labelIds to trainIds nor checks the files, so this module lists the image/label
-pairs itself (to name an unpaired or broken file) and uses torchvision for decoding (libpng)
-and for resizing and flipping image and label together (transforms v2 with ``tv_tensors.Mask``,
-which makes the label's resize nearest-neighbour).
+cityscapesscripts reads). ``torchvision.datasets.Cityscapes`` reads the same layout, but
+it neither maps labelIds to trainIds nor checks the files, so this module lists the
+image/label pairs itself (to name an unpaired or broken file) and uses torchvision for
+decoding (libpng) and for resizing and flipping image and label together (transforms v2
+with ``tv_tensors.Mask``, which makes the label's resize nearest-neighbour).
 
-Without Cityscapes, ``ampbook.synthetic`` (``python -m ampbook.data synthesize``) writes a
-synthetic set of street scenes in exactly that layout (see ``data/README.md``).
+Without Cityscapes, ``ampbook.synthetic`` (``python -m ampbook.data synthesize``) writes
+a synthetic set of street scenes in exactly that layout (see ``data/README.md``).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ SPLITS = ("train", "val", "test")
 # The file that marks a synthetic set (ampbook.synthetic) in its root.
 SYNTHETIC_MARKER = "SYNTHETIC.json"
 
-# ImageNet statistics (the usual normalisation for convnets; torchvision's pretrained models
-# use the same numbers).
+# ImageNet statistics (the usual normalisation for convnets; torchvision's pretrained
+# models use the same numbers).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 _MEAN_255 = torch.tensor(IMAGENET_MEAN).view(3, 1, 1) * 255
@@ -84,25 +85,30 @@ TRAIN_TO_LABEL = np.array(
 
 GET_CITYSCAPES = (
     "To get Cityscapes: register at https://www.cityscapes-dataset.com, download "
-    "leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip, unzip both into one folder and "
-    "set CITYSCAPES_DATASET to it (or pass it as the root). Without it, use the synthetic "
-    "stand-in: `python -m ampbook.data synthesize --root DIR --train 100 --val 20` and pass DIR, "
+    "leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip, unzip both into one "
+    "folder and "
+    "set CITYSCAPES_DATASET to it (or pass it as the root). Without it, use the "
+    "synthetic "
+    "stand-in: `python -m ampbook.data synthesize --root DIR --train 100 --val 20` and "
+    "pass DIR, "
     "or call ampbook.synthetic.synthetic_root(train, val, height, width) in Python."
 )
 
 
 class DataError(ValueError):
-    """A dataset file that exists but cannot be used (corrupt, wrong size, unknown ids)."""
+    """A dataset file that exists but cannot be used (corrupt, wrong size, unknown
+    ids)."""
 
 
-# --- where the data is -----------------------------------------------------------------------
+# --- where the data is ----------------------------------------------------------------
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> Path:
-    """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``, else an error.
+    """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``, else an
+    error.
 
-    The folder must hold ``leftImg8bit`` and ``gtFine``; otherwise ``FileNotFoundError`` says
-    what is missing, how to get Cityscapes and how to make the synthetic set.
+    The folder must hold ``leftImg8bit`` and ``gtFine``; otherwise ``FileNotFoundError``
+    says what is missing, how to get Cityscapes and how to make the synthetic set.
     """
     if root is None or str(root) == "":
         env = os.environ.get("CITYSCAPES_DATASET")
@@ -192,18 +198,18 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
     return [(images[k], targets[k]) for k in sorted(images)]
 
 
-# --- reading files ---------------------------------------------------------------------------
+# --- reading files --------------------------------------------------------------------
 
 
 def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
-    """Decode a PNG file: with libpng through ``torchvision.io`` (the fastest decoder here),
-    else with Pillow. Returns C x H x W uint8 (or uint16) from torchvision, H x W (x 3) from
-    Pillow."""
+    """Decode a PNG file: with libpng through ``torchvision.io`` (the fastest decoder
+    here), else with Pillow. Returns C x H x W uint8 (or uint16) from torchvision, H x W
+    (x 3) from Pillow."""
     if decode_png is not None:
         data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
         with warnings.catch_warnings():
-            # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they are
-            # still the fastest PNG decoder available to it.
+            # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they
+            # are still the fastest PNG decoder available to it.
             warnings.simplefilter("ignore", DeprecationWarning)
             return decode_png(
                 data, mode=ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED
@@ -232,7 +238,8 @@ def read_image(path: Path) -> torch.Tensor:
 
 
 def read_label_ids(path: Path) -> np.ndarray:
-    """A labelIds PNG as an H x W uint8 array; ids outside the Cityscapes table are an error."""
+    """A labelIds PNG as an H x W uint8 array; ids outside the Cityscapes table are an
+    error."""
     try:
         arr = _decode_png(path, rgb=False)
     except (RuntimeError, ValueError, OSError, SyntaxError) as err:
@@ -240,7 +247,8 @@ def read_label_ids(path: Path) -> np.ndarray:
     if isinstance(arr, torch.Tensor):
         if arr.shape[0] != 1:
             raise DataError(
-                f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has one "
+                f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has "
+                "one "
                 "(the Cityscapes labelId of each pixel)"
             )
         arr = arr[0].numpy()
@@ -309,11 +317,12 @@ def label_ids_to_train_ids(ids: np.ndarray | torch.Tensor) -> np.ndarray | torch
 class Cityscapes(Dataset):
     """Cityscapes (or the synthetic set) for segmentation training.
 
-    Item ``i`` is ``(image, label)``: image float32 3 x height x width, resized bilinearly (with
-    antialiasing), scaled to [0, 1] and, with ``normalize``, normalised with ImageNet's mean
-    (0.485, 0.456, 0.406) and standard deviation (0.229, 0.224, 0.225) per channel; label
-    int64 height x width of trainIds (0..18, 255 = ignore), resized with nearest neighbour.
-    ``flip`` flips image and label together horizontally with probability 1/2.
+    Item ``i`` is ``(image, label)``: image float32 3 x height x width, resized
+    bilinearly (with antialiasing), scaled to [0, 1] and, with ``normalize``, normalised
+    with ImageNet's mean (0.485, 0.456, 0.406) and standard deviation (0.229, 0.224,
+    0.225) per channel; label int64 height x width of trainIds (0..18, 255 = ignore),
+    resized with nearest neighbour. ``flip`` flips image and label together horizontally
+    with probability 1/2.
     """
 
     def __init__(
@@ -355,11 +364,12 @@ class Cityscapes(Dataset):
         ids = read_label_ids(label_path)
         if tuple(image.shape[1:]) != ids.shape:
             raise DataError(
-                f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its label "
+                f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its "
+                "label "
                 f"file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)"
             )
-        # Nearest-neighbour resizing and flipping only move pixels, so the labelId -> trainId
-        # lookup can come after them, on the smaller label.
+        # Nearest-neighbour resizing and flipping only move pixels, so the labelId ->
+        # trainId lookup can come after them, on the smaller label.
         image, mask = self.transform(
             tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids))
         )
@@ -376,11 +386,12 @@ class Cityscapes(Dataset):
         kind = "synthetic Cityscapes" if self.synthetic else "Cityscapes"
         return (
             f"{kind} {self.split}: {len(self)} images from {self.root}, resized to "
-            f"{self.width}x{self.height} (W x H), flip={self.flip}, normalize={self.normalize}"
+            f"{self.width}x{self.height} (W x H), flip={self.flip}, "
+            f"normalize={self.normalize}"
         )
 
 
-# --- command line ----------------------------------------------------------------------------
+# --- command line ---------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,13 +2,14 @@
 
     python -m ampbook.evaluate PRED_DIR --data-root ROOT [--split val]
 
-Predictions are PNGs of Cityscapes labelIds (not trainIds), one per ground-truth image, at the
-ground truth's size. As in cityscapesscripts' ``evalPixelLevelSemanticLabeling.py``, the
-prediction of ``gtFine/SPLIT/CITY/CITY_SEQ_FRAME_gtFine_labelIds.png`` is the one file under
-PRED_DIR (searched recursively) whose name matches ``CITY_SEQ_FRAME*.png``, e.g.
-``CITY_SEQ_FRAME_leftImg8bit.png`` or ``CITY_SEQ_FRAME_pred.png``. The metrics are those of
-``ampbook.metrics`` (IoU per class, its mean over the classes that occur, pixel accuracy) and
-are printed as JSON.
+Predictions are PNGs of Cityscapes labelIds (not trainIds), one per ground-truth image,
+at the ground truth's size. As in cityscapesscripts'
+``evalPixelLevelSemanticLabeling.py``, the prediction of
+``gtFine/SPLIT/CITY/CITY_SEQ_FRAME_gtFine_labelIds.png`` is the one file under PRED_DIR
+(searched recursively) whose name matches ``CITY_SEQ_FRAME*.png``, e.g.
+``CITY_SEQ_FRAME_leftImg8bit.png`` or ``CITY_SEQ_FRAME_pred.png``. The metrics are those
+of ``ampbook.metrics`` (IoU per class, its mean over the classes that occur, pixel
+accuracy) and are printed as JSON.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def evaluate_folder(
     split: str = "val",
     device: str | torch.device | None = None,
 ) -> dict:
-    """Metrics of the labelId predictions in ``pred_dir`` against the split's ground truth."""
+    """Metrics of the labelId predictions in ``pred_dir`` against the split's ground
+    truth."""
     pred_dir = Path(pred_dir)
     gts = ground_truth_files(root, split)
     predictions = _prediction_index(pred_dir)
@@ -112,10 +114,12 @@ def evaluate_folder(
         pred = read_label_ids(pred_file)
         if pred.shape != gt.shape:
             raise DataError(
-                f"prediction {pred_file} is {pred.shape[1]}x{pred.shape[0]} but its ground "
+                f"prediction {pred_file} is {pred.shape[1]}x{pred.shape[0]} but its "
+                "ground "
                 f"truth {gt_file} is {gt.shape[1]}x{gt.shape[0]} (W x H)"
             )
-        # Predicted ids that map to ignore become 255: a miss of the ground truth's class.
+        # Predicted ids that map to ignore become 255: a miss of the ground truth's
+        # class.
         metrics.update(
             torch.from_numpy(LABEL_TO_TRAIN[pred]), torch.from_numpy(LABEL_TO_TRAIN[gt])
         )
@@ -137,7 +141,8 @@ def evaluate_folder(
 def save_prediction(
     train_ids: np.ndarray | torch.Tensor, path: str | os.PathLike
 ) -> Path:
-    """Write an H x W array of trainIds (0..18) as a labelId PNG the evaluation reads."""
+    """Write an H x W array of trainIds (0..18) as a labelId PNG the evaluation
+    reads."""
     if isinstance(train_ids, torch.Tensor):
         train_ids = train_ids.detach().cpu().numpy()
     train_ids = np.asarray(train_ids)
@@ -185,8 +190,8 @@ def predict_folder(
     width: int = 512,
     device: str | torch.device = "cpu",
 ) -> Path:
-    """Run ``model`` on a split at height x width, upsample its logits to each image's size
-    and write ``CITY_SEQ_FRAME_pred.png`` labelId files into ``out_dir``
+    """Run ``model`` on a split at height x width, upsample its logits to each image's
+    size and write ``CITY_SEQ_FRAME_pred.png`` labelId files into ``out_dir``
     (``save_predictions``, as ``python -m ampbook.train --save-predictions`` does)."""
     from ampbook.data import Cityscapes
 

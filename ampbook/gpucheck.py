@@ -34,8 +34,8 @@ kill loses at most the stage running. ``DIR`` holds at most 8 files, each at mos
 * ``gpucheck.log``: everything the stages printed;
 * ``results.tar.gz``: the result JSONs, named for ``data/results/`` (``tar -xzf
   results.tar.gz -C data/results`` puts them there; ``ampbook.results`` reads them);
-* ``notebooks.tar.gz``: the executed notebooks (``ampbook.build.book --executed`` builds from
-  them).
+* ``notebooks.tar.gz``: the executed notebooks (``ampbook.build.book --executed`` builds
+  from them).
 
 Exit status 0 when every selected stage is ok, 1 otherwise, 2 for bad arguments, 143 on
 SIGTERM. ``--wheels DIR`` names another wheel folder; ``--list-wheels`` prints the wheel

@@ -98,7 +98,8 @@ def _at_most(limit: float, strict: bool) -> float:
 
 @functools.lru_cache(maxsize=16)
 def _boundaries(scales: tuple[float, ...]):
-    bounds = []  # (boundary, scale index, name): the outcome counts values v <= boundary
+    # (boundary, scale index, name): the outcome counts values v <= boundary
+    bounds = []
     for i, s in enumerate(scales):
         bounds += [
             (_at_most(FLUSH_AT_OR_BELOW / s, False), i, "flushed"),
@@ -307,7 +308,8 @@ class GradientRecorder:
         return list(range(HIST_LO, HIST_HI)), h.tolist()
 
     def table(self, kind: str, outcome: str = "flushed") -> list[tuple]:
-        """Rows ``(layer type, tensors, values, zero fraction, outcome fraction at each scale)``."""
+        """Rows ``(layer type, tensors, values, zero fraction, outcome fraction at each
+        scale)``."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
         rows = []
@@ -328,7 +330,8 @@ class GradientRecorder:
         return rows
 
     def summary(self) -> dict:
-        """JSON-serialisable: per kind, the fractions at each scale and the largest |g|."""
+        """JSON-serialisable: per kind, the fractions at each scale and the largest
+        |g|."""
         out = {}
         for kind in self.kinds():
             c = self.combined(kind)

@@ -18,11 +18,11 @@ Rules of the count:
   is counted once however many times, or through however many views, it is saved.
 * ``by_dtype`` splits ``new_bytes`` (below) by the saved tensor's dtype (``"float32"``,
   ``"bfloat16"``...).
-* ``by_module_type`` (only with ``model=``) splits ``new_bytes`` by the class name of the innermost
-  module of ``model`` whose forward was running when the tensor was saved. Tensors saved
-  by layers (``Conv2d``, ``BatchNorm2d``...) go to those layers; tensors saved by
-  functional calls in a block's own ``forward`` (e.g. ``F.relu(y + x)``) go to the
-  block; tensors saved outside the model (the loss) go to ``OUTSIDE_MODEL``.
+* ``by_module_type`` (only with ``model=``) splits ``new_bytes`` by the class name of
+  the innermost module of ``model`` whose forward was running when the tensor was saved.
+  Tensors saved by layers (``Conv2d``, ``BatchNorm2d``...) go to those layers; tensors
+  saved by functional calls in a block's own ``forward`` (e.g. ``F.relu(y + x)``) go to
+  the block; tensors saved outside the model (the loss) go to ``OUTSIDE_MODEL``.
 * ``parameter_bytes``: the part of the total that is parameters saved as they are (fp32
   weights under plain fp32): leaf tensors that require grad, and with ``model=`` any
   storage of the model's parameters. Saving them costs nothing: they exist anyway. Under

@@ -25,7 +25,7 @@ from PIL import Image
 
 from ampbook.data import SPLITS, SYNTHETIC_MARKER
 
-# --- synthetic Cityscapes --------------------------------------------------------------------
+# --- synthetic Cityscapes -------------------------------------------------------------
 
 SYNTHETIC_VERSION = 1
 _TRAIN_CITIES = ("northvale", "eastbrook", "southport", "westmoor")
@@ -56,7 +56,8 @@ _ID = {
 def _smooth_noise(
     rng: np.random.Generator, h: int, w: int, gh: int, gw: int
 ) -> np.ndarray:
-    """Values in [0, 1) varying smoothly over an h x w field: a gh x gw random grid, bilinear."""
+    """Values in [0, 1) varying smoothly over an h x w field: a gh x gw random grid,
+    bilinear."""
     g = rng.random((gh + 1, gw + 1), dtype=np.float32)
     y = np.linspace(0, gh, h, endpoint=False, dtype=np.float32)
     x = np.linspace(0, gw, w, endpoint=False, dtype=np.float32)
@@ -70,7 +71,8 @@ def _smooth_noise(
 
 
 class _Canvas:
-    """A label image and an RGB image painted together, object by object, inside bounding boxes."""
+    """A label image and an RGB image painted together, object by object, inside
+    bounding boxes."""
 
     def __init__(self, h: int, w: int, rng: np.random.Generator):
         self.h, self.w, self.rng = h, w, rng
@@ -78,7 +80,8 @@ class _Canvas:
         self.rgb = np.zeros((h, w, 3), dtype=np.float32)
 
     def box(self, y0, y1, x0, x1):
-        """Clipped integer bounds and local pixel-centre coordinates, or None if empty."""
+        """Clipped integer bounds and local pixel-centre coordinates, or None if
+        empty."""
         iy0, iy1 = max(int(np.floor(y0)), 0), min(int(np.ceil(y1)), self.h)
         ix0, ix1 = max(int(np.floor(x0)), 0), min(int(np.ceil(x1)), self.w)
         if iy0 >= iy1 or ix0 >= ix1:
@@ -88,8 +91,8 @@ class _Canvas:
         return (slice(iy0, iy1), slice(ix0, ix1)), ys, xs
 
     def paint(self, sl, mask, label_id: int, color) -> None:
-        """Set pixels of ``mask`` (local to slices ``sl``; None for all) to ``label_id`` and
-        ``color`` (an RGB triple, or an array of the box's shape h x w x 3)."""
+        """Set pixels of ``mask`` (local to slices ``sl``; None for all) to ``label_id``
+        and ``color`` (an RGB triple, or an array of the box's shape h x w x 3)."""
         color = np.asarray(color, dtype=np.float32)
         if mask is None:  # the whole box
             self.ids[sl] = label_id
@@ -175,7 +178,8 @@ def _draw_scene(
                 c.paint(sl, None, _ID["building"], color)
         x += bw
 
-    # Ground: sidewalk with perspective tiles, a dark road with dashed lane marks, grass verges.
+    # Ground: sidewalk with perspective tiles, a dark road with dashed lane marks, grass
+    # verges.
     b = c.box(horizon, h, 0, w)
     sl, ys, xs = b
     depth = ground_h / np.maximum(ys - horizon, 0.5)  # 1 at the bottom, large far away
@@ -435,7 +439,8 @@ def _draw_scene(
                 _jitter(rng, (90, 95, 80), 20),
             )
 
-    # The ego vehicle's bonnet at the bottom (labelled 'ego vehicle', ignored), as in Cityscapes.
+    # The ego vehicle's bonnet at the bottom (labelled 'ego vehicle', ignored), as in
+    # Cityscapes.
     b = c.box(h * 0.88, h, 0, w)
     if b is not None:
         sl, ys, xs = b
@@ -445,8 +450,8 @@ def _draw_scene(
     # Light and sensor noise over everything.
     light = 0.85 + 0.3 * _smooth_noise(rng, h, w, 3, 5)
     c.rgb *= light[..., None]
-    # Sensor noise: the sum of two uniform 4-bit draws is triangular on -15..15 (sd 6.5),
-    # far cheaper to draw than Gaussian noise of the same spread.
+    # Sensor noise: the sum of two uniform 4-bit draws is triangular on -15..15 (sd
+    # 6.5), far cheaper to draw than Gaussian noise of the same spread.
     bits = rng.integers(0, 256, size=c.rgb.shape, dtype=np.uint8)
     noise = (bits & 15).astype(np.float32)
     noise += bits >> 4
@@ -459,8 +464,8 @@ def _draw_scene(
 def synthetic_pair(
     seed: int, split: str, index: int, height: int = 1024, width: int = 2048
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Image (uint8 H x W x 3) and labelIds (uint8 H x W) of one synthetic scene; the same
-    (seed, split, index) gives the same scene."""
+    """Image (uint8 H x W x 3) and labelIds (uint8 H x W) of one synthetic scene; the
+    same (seed, split, index) gives the same scene."""
     if height < 16 or width < 16:
         raise ValueError(
             f"synthetic images need at least 16x16 pixels, got {width}x{height} (W x H)"
@@ -548,8 +553,8 @@ def synthesize(
     progress: bool = False,
     workers: int | None = None,
 ) -> Path:
-    """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the official
-    layout and file names; returns ``root``. Deterministic for a seed.
+    """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the
+    official layout and file names; returns ``root``. Deterministic for a seed.
 
     The scenes are drawn by ``workers`` processes (default: one per CPU core when the
     set is large enough to pay for starting them, else in this process; 1: always in
@@ -621,8 +626,8 @@ def synthesize(
 def synthetic_root(
     train: int, val: int, height: int = 1024, width: int = 2048, seed: int = 0
 ) -> Path:
-    """A synthetic Cityscapes in ``ampbook.paths.cache_dir()``, written on first use and reused
-    after (safe when several processes ask at once)."""
+    """A synthetic Cityscapes in ``ampbook.paths.cache_dir()``, written on first use and
+    reused after (safe when several processes ask at once)."""
     from ampbook.paths import cache_dir
 
     name = (

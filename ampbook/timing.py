@@ -4,21 +4,24 @@ A measurement here follows five rules:
 
 1. **Warm up first.** ``warmup`` calls run untimed (caches, lazy initialisation, cuBLAS
    heuristics, CPU frequency ramp-up); they never enter the statistics.
-2. **Wait for the work.** GPU kernels run asynchronously: on CUDA each sample is timed with
-   CUDA events and the clock stops only after the work is done; on the CPU a monotonic clock
-   (``time.perf_counter``) is read after ``sync()``. ``sync`` defaults to
-   ``torch.cuda.synchronize`` on CUDA and to nothing on the CPU; pass your own for other
-   asynchronous work.
-3. **Many samples, robust statistics.** A sample is a block of ``number`` back-to-back calls
-   (chosen so that a block lasts about ``block_time``); sampling continues until there are
-   ``repeats`` samples and ``min_time`` seconds of measurement. The result reports the median
-   and the spread (10th/90th and 25th/75th percentiles) of the per-call time.
-4. **Fresh random inputs, never zeros.** ``make_inputs()`` builds one set of arguments; all-zero
-   floating-point inputs are refused (hardware and libraries can take shortcuts on zeros).
-5. **No free cache hits.** When one input set would stay in the last-level cache between calls,
-   ``buffers`` input sets are made and the calls rotate through them, so that each call reads
-   its inputs from memory as it would inside a real network. The number is sized from the
-   working set against the cache size (``cache_bytes``, read from the machine when not given).
+2. **Wait for the work.** GPU kernels run asynchronously: on CUDA each sample is timed
+   with CUDA events and the clock stops only after the work is done; on the CPU a
+   monotonic clock (``time.perf_counter``) is read after ``sync()``. ``sync`` defaults
+   to ``torch.cuda.synchronize`` on CUDA and to nothing on the CPU; pass your own for
+   other asynchronous work.
+3. **Many samples, robust statistics.** A sample is a block of ``number`` back-to-back
+   calls (chosen so that a block lasts about ``block_time``); sampling continues until
+   there are ``repeats`` samples and ``min_time`` seconds of measurement. The result
+   reports the median and the spread (10th/90th and 25th/75th percentiles) of the
+   per-call time.
+4. **Fresh random inputs, never zeros.** ``make_inputs()`` builds one set of arguments;
+   all-zero floating-point inputs are refused (hardware and libraries can take shortcuts
+   on zeros).
+5. **No free cache hits.** When one input set would stay in the last-level cache between
+   calls, ``buffers`` input sets are made and the calls rotate through them, so that
+   each call reads its inputs from memory as it would inside a real network. The number
+   is sized from the working set against the cache size (``cache_bytes``, read from the
+   machine when not given).
 
 Typical use::
 
@@ -31,9 +34,9 @@ Typical use::
                   bytes_moved=3 * 4 * 2**24)
     print(r)              # median, spread and GB/s
 
-Dtype names used across the book: ``"fp32"``, ``"tf32"`` (fp32 tensors with TF32 tensor-core
-matmuls allowed; CUDA only), ``"fp16"``, ``"bf16"``, ``"fp8"`` (= ``"fp8_e4m3"``, CUDA with
-compute capability 8.9 or newer), ``"fp64"``.
+Dtype names used across the book: ``"fp32"``, ``"tf32"`` (fp32 tensors with TF32
+tensor-core matmuls allowed; CUDA only), ``"fp16"``, ``"bf16"``, ``"fp8"`` (=
+``"fp8_e4m3"``, CUDA with compute capability 8.9 or newer), ``"fp64"``.
 """
 
 from __future__ import annotations
@@ -50,13 +53,14 @@ import torch
 from ampbook.env import pick_device
 from ampbook.precision import DTYPES, SHORT_NAMES, backend_flags
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # dtypes (names: ampbook.precision)
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
-    """``(name, torch dtype)`` for a book dtype name (``"fp16"``...) or a ``torch.dtype``."""
+    """``(name, torch dtype)`` for a book dtype name (``"fp16"``...) or a
+    ``torch.dtype``."""
     if isinstance(dtype, torch.dtype):
         if dtype not in SHORT_NAMES:
             raise ValueError(
@@ -70,7 +74,8 @@ def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
     torch_dtype = DTYPES[dtype]
     if torch_dtype is None:
         raise ValueError(
-            f"dtype {dtype!r} needs a PyTorch with float8 types (this is {torch.__version__})"
+            f"dtype {dtype!r} needs a PyTorch with float8 types (this is "
+            f"{torch.__version__})"
         )
     return ("fp8_e4m3" if dtype == "fp8" else dtype), torch_dtype
 
@@ -90,13 +95,14 @@ def random_tensor(
     return x.to(torch_dtype)
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Result
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile of already sorted values (numpy's default method)."""
+    """Linear-interpolation quantile of already sorted values (numpy's default
+    method)."""
     if not sorted_values:
         raise ValueError("no samples")
     pos = q * (len(sorted_values) - 1)
@@ -179,7 +185,8 @@ class TimingResult:
 
     @property
     def gbps(self) -> float | None:
-        """GB/s (1e9 bytes) at the median time (None when ``bytes_moved`` was not given)."""
+        """GB/s (1e9 bytes) at the median time (None when ``bytes_moved`` was not
+        given)."""
         return (
             None if self.bytes_moved is None else self.bytes_moved / self.median_s / 1e9
         )
@@ -194,8 +201,8 @@ class TimingResult:
     def fraction_of_peak(self, peak: float, unit: str | None = None) -> float:
         """Median rate divided by ``peak``.
 
-        ``unit`` is ``"tflops"`` (peak in TFLOP/s) or ``"gbps"`` (peak in GB/s); by default
-        TFLOP/s when ``flops`` was given, else GB/s."""
+        ``unit`` is ``"tflops"`` (peak in TFLOP/s) or ``"gbps"`` (peak in GB/s); by
+        default TFLOP/s when ``flops`` was given, else GB/s."""
         if peak is None or not peak > 0:
             raise ValueError(f"peak must be a positive number, got {peak!r}")
         if unit is None:
@@ -203,21 +210,24 @@ class TimingResult:
         if unit == "tflops":
             if self.tflops is None:
                 raise ValueError(
-                    f"{self.name or 'this result'} has no flops; pass flops= to benchmark "
+                    f"{self.name or 'this result'} has no flops; pass flops= to "
+                    "benchmark "
                     "or compare with a bandwidth peak (unit='gbps')"
                 )
             return self.tflops / peak
         if unit == "gbps":
             if self.gbps is None:
                 raise ValueError(
-                    f"{self.name or 'this result'} has no bytes_moved; pass bytes_moved= "
+                    f"{self.name or 'this result'} has no bytes_moved; pass "
+                    "bytes_moved= "
                     "to benchmark or compare with a compute peak (unit='tflops')"
                 )
             return self.gbps / peak
         raise ValueError(f"unit must be 'tflops' or 'gbps', got {unit!r}")
 
     def to_dict(self) -> dict:
-        """JSON-serialisable summary, without the samples (``dataclasses.asdict`` has them)."""
+        """JSON-serialisable summary, without the samples (``dataclasses.asdict`` has
+        them)."""
         out = {
             "name": self.name,
             "device": self.device,
@@ -246,8 +256,10 @@ class TimingResult:
         if self.gbps is not None:
             rate.append(f"{self.gbps:.3g} GB/s")
         return (
-            f"{self.name or 'benchmark'} on {self.device}: median {_fmt_s(self.median_s)} "
-            f"(p10 {_fmt_s(self.p10_s)}, p90 {_fmt_s(self.p90_s)}, {self.samples} samples x "
+            f"{self.name or 'benchmark'} on {self.device}: median "
+            f"{_fmt_s(self.median_s)} "
+            f"(p10 {_fmt_s(self.p10_s)}, p90 {_fmt_s(self.p90_s)}, {self.samples} "
+            "samples x "
             f"{self.number} calls, {self.buffers} input set(s))"
             + (", " + ", ".join(rate) if rate else "")
         )
@@ -261,14 +273,14 @@ def _fmt_s(s: float) -> str:
     return f"{s * 1e6:.3g} us"
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Clocks
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 def default_sync(device: torch.device) -> Callable[[], None]:
-    """What waits for outstanding work on ``device``: ``torch.cuda.synchronize`` on CUDA,
-    nothing on the CPU (its PyTorch ops return when done)."""
+    """What waits for outstanding work on ``device``: ``torch.cuda.synchronize`` on
+    CUDA, nothing on the CPU (its PyTorch ops return when done)."""
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
@@ -290,8 +302,8 @@ class _HostClock:
 
 
 class _CudaEventClock:
-    """CUDA events recorded on the current stream around the work; the elapsed time is read
-    after the end event completed (the host waits for it, and runs ``sync``)."""
+    """CUDA events recorded on the current stream around the work; the elapsed time is
+    read after the end event completed (the host waits for it, and runs ``sync``)."""
 
     def __init__(self, device: torch.device, sync: Callable[[], None]):
         self.device = device
@@ -314,16 +326,16 @@ def _clock(device: torch.device, sync: Callable[[], None]):
     return _CudaEventClock(device, sync) if device.type == "cuda" else _HostClock(sync)
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Cache size and input rotation
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
 
 
 def cache_bytes_of(device: str | torch.device = "cpu") -> int:
-    """Size of the last-level cache the inputs could sit in: the GPU's L2, or the CPU's largest
-    cache (from /sys); 64 MiB when unknown."""
+    """Size of the last-level cache the inputs could sit in: the GPU's L2, or the CPU's
+    largest cache (from /sys); 64 MiB when unknown."""
     device = torch.device(device) if not isinstance(device, torch.device) else device
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -374,10 +386,12 @@ def buffers_needed(
     max_buffers: int = 64,
     max_total_bytes: int = 2**30,
 ) -> int:
-    """How many input sets to rotate through so that a set is evicted before it is reused.
+    """How many input sets to rotate through so that a set is evicted before it is
+    reused.
 
-    One set when the working set alone is at least twice the cache; otherwise enough sets to
-    cover twice the cache, at most ``max_buffers`` and at most ``max_total_bytes`` in all."""
+    One set when the working set alone is at least twice the cache; otherwise enough
+    sets to cover twice the cache, at most ``max_buffers`` and at most
+    ``max_total_bytes`` in all."""
     if working_set <= 0:
         return 1
     if working_set >= 2 * cache_bytes:
@@ -398,17 +412,19 @@ def _check_not_zero(args: tuple, name: str) -> None:
             probe = t.float() if t.dtype in fp8 else t
             if not bool(probe.ne(0).any()):
                 raise ValueError(
-                    f"{name or 'benchmark'}: an input tensor of shape {tuple(t.shape)} is all "
-                    "zeros; time with random inputs (ampbook.timing.random_tensor), since "
+                    f"{name or 'benchmark'}: an input tensor of shape {tuple(t.shape)} "
+                    "is all "
+                    "zeros; time with random inputs (ampbook.timing.random_tensor), "
+                    "since "
                     "hardware and libraries can take shortcuts on zeros"
                 )
 
 
 def machine_load() -> dict:
-    """How busy the machine is: 1-minute load average, usable CPUs, and ``busy`` when the load
-    exceeds 1.5 runnable tasks per CPU. On a busy machine CPU timings are unreliable: a
-    multi-threaded kernel waits for its descheduled threads (milliseconds per parallel region),
-    so report ``busy`` beside any CPU measurement."""
+    """How busy the machine is: 1-minute load average, usable CPUs, and ``busy`` when
+    the load exceeds 1.5 runnable tasks per CPU. On a busy machine CPU timings are
+    unreliable: a multi-threaded kernel waits for its descheduled threads (milliseconds
+    per parallel region), so report ``busy`` beside any CPU measurement."""
     import os
 
     try:
@@ -422,9 +438,9 @@ def machine_load() -> dict:
     return {"load1": load1, "cpus": cpus, "busy": load1 > 1.5 * cpus}
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # benchmark
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 def benchmark(
@@ -454,23 +470,27 @@ def benchmark(
     Parameters
     ----------
     fn: the work. Called as ``fn(*args)`` with one input set per call.
-    make_inputs: returns one input set (a tuple of arguments, or a single argument). Called
-        ``buffers`` times before timing starts. ``None``: ``fn()`` takes no arguments.
-    flops, bytes_moved: work per call, for TFLOP/s, GB/s, intensity and fraction of peak.
-    device: where the work runs (decides the clock and the default ``sync``). ``None``: the
-        device of the first input tensor, else the CPU. ``"auto"``: CUDA when available.
+    make_inputs: returns one input set (a tuple of arguments, or a single argument).
+        Called ``buffers`` times before timing starts. ``None``: ``fn()`` takes no
+        arguments.
+    flops, bytes_moved: work per call, for TFLOP/s, GB/s, intensity and fraction of
+        peak.
+    device: where the work runs (decides the clock and the default ``sync``).
+        ``None``: the device of the first input tensor, else the CPU. ``"auto"``: CUDA
+        when available.
     warmup: untimed calls first (0 allowed, to see what a cold start costs).
-    repeats: at least this many samples; ``min_time``: and at least this many seconds of
-        measurement; ``max_time``: stop once this many seconds were measured (after at least
-        ``min(3, repeats)`` samples); ``max_repeats``: hard cap on samples.
-    number: calls per sample; ``None`` picks it so a sample lasts about ``block_time``
-        (from the fastest warm-up call; 1 without warm-up).
-    buffers: input sets to rotate through; ``None`` sizes it from the working set against
-        ``cache_bytes`` (the machine's last-level cache when ``None``), at most
+    repeats: at least this many samples; ``min_time``: and at least this many seconds
+        of measurement; ``max_time``: stop once this many seconds were measured (after
+        at least ``min(3, repeats)`` samples); ``max_repeats``: hard cap on samples.
+    number: calls per sample; ``None`` picks it so a sample lasts about
+        ``block_time`` (from the fastest warm-up call; 1 without warm-up).
+    buffers: input sets to rotate through; ``None`` sizes it from the working set
+        against ``cache_bytes`` (the machine's last-level cache when ``None``), at most
         ``max_buffer_bytes`` of inputs in all.
     sync: waits for outstanding asynchronous work; default from ``device``.
-    check_inputs: refuse floating-point input tensors that are all zeros (checked on the first
-        set; turn off for arguments that are legitimately zero, e.g. accumulators).
+    check_inputs: refuse floating-point input tensors that are all zeros (checked on
+        the first set; turn off for arguments that are legitimately zero, e.g.
+        accumulators).
     name, extra: label and extra fields copied into the result (``to_dict``).
     """
     if not callable(fn):
@@ -568,15 +588,16 @@ def benchmark(
     )
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Conveniences: matmul and elementwise
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def tf32_matmul(enabled: bool):
-    """Allow (or forbid) TF32 tensor cores for fp32 matmuls on CUDA inside the block, restoring
-    the previous setting after. ``"fp32"`` timings run with TF32 off so that they mean fp32."""
+    """Allow (or forbid) TF32 tensor cores for fp32 matmuls on CUDA inside the block,
+    restoring the previous setting after. ``"fp32"`` timings run with TF32 off so that
+    they mean fp32."""
     with backend_flags(matmul_tf32=enabled):
         yield
 
@@ -584,7 +605,8 @@ def tf32_matmul(enabled: bool):
 def check_dtype_on(
     dtype: str | torch.dtype, device: str | torch.device
 ) -> tuple[str, torch.dtype]:
-    """Resolve ``dtype`` and raise a clear error when ``device`` cannot run matmuls in it."""
+    """Resolve ``dtype`` and raise a clear error when ``device`` cannot run matmuls in
+    it."""
     name, torch_dtype = resolve_dtype(dtype)
     dev = pick_device(device)
     if name == "tf32" and dev.type != "cuda":
@@ -625,9 +647,9 @@ def time_matmul(
 ) -> TimingResult:
     """Time ``C = A @ B`` with ``A`` n x k, ``B`` k x m (``m``, ``k`` default to ``n``).
 
-    ``bytes_moved`` counts reading A and B and writing C once (the minimum traffic). fp8 runs
-    through ``torch._scaled_mm`` (unit scales, bf16 output, B column-major, sizes multiples of
-    16). Other keyword arguments go to :func:`benchmark`."""
+    ``bytes_moved`` counts reading A and B and writing C once (the minimum traffic). fp8
+    runs through ``torch._scaled_mm`` (unit scales, bf16 output, B column-major, sizes
+    multiples of 16). Other keyword arguments go to :func:`benchmark`."""
     m = n if m is None else m
     k = n if k is None else k
     for label, v in (("n", n), ("m", m), ("k", k)):
@@ -697,8 +719,8 @@ def time_elementwise(
 ) -> TimingResult:
     """Time ``z = x + y`` over ``numel`` elements (written into a preallocated ``z``).
 
-    A memory-bound op: 1 FLOP per element against 3 elements moved (read x and y, write z), so
-    ``bytes_moved = 3 * numel * itemsize``; fp16 moves half the bytes of fp32."""
+    A memory-bound op: 1 FLOP per element against 3 elements moved (read x and y, write
+    z), so ``bytes_moved = 3 * numel * itemsize``; fp16 moves half the bytes of fp32."""
     if not isinstance(numel, int) or numel < 1:
         raise ValueError(f"numel must be a positive integer, got {numel!r}")
     name, torch_dtype = resolve_dtype(dtype)

@@ -74,8 +74,8 @@ def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):
 
 
 def test_browser_check_catches_content_cut_off_sideways(built_book, chromium, tmp_path):
-    """A table wider than the content column fails the check unless it scrolls inside its
-    own box; a wide table that scrolls passes."""
+    """A table wider than the content column fails the check unless it scrolls inside
+    its own box; a wide table that scrolls passes."""
     planted = tmp_path / "html"
     shutil.copytree(built_book, planted)
     row = "".join(f"<td>column_{i:02d}_of_a_planted_table</td>" for i in range(30))

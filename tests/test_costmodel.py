@@ -1,5 +1,6 @@
-"""The per-layer cost model (ampbook.costmodel): FLOPs and bytes by hand, against PyTorch's
-own FLOP counter, attribution to layers, the autocast dtypes, and the roofline arithmetic."""
+"""The per-layer cost model (ampbook.costmodel): FLOPs and bytes by hand, against
+PyTorch's own FLOP counter, attribution to layers, the autocast dtypes, and the roofline
+arithmetic."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class Single(nn.Module):
         return self.layer(x)
 
 
-# --- FLOPs ---------------------------------------------------------------------------------
+# --- FLOPs ----------------------------------------------------------------------------
 
 
 def test_conv_flops_by_hand():
@@ -66,7 +67,8 @@ def test_traced_conv_flops_match_hand_count():
     (conv,) = _ops(trace, "forward", "convolution")
     assert conv.mma_flops == 256 * 54
     (back,) = _ops(trace, "backward", "convolution_backward")
-    # the input is the image: it needs no gradient, so only the weight gradient is computed
+    # the input is the image: it needs no gradient, so only the weight gradient is
+    # computed
     assert back.mma_flops == 256 * 54
 
 
@@ -147,7 +149,7 @@ def test_erfnet_flops_agree_with_torch_flop_counter():
     assert sum(o.mma_flops for o in trace.ops) == counter.get_total_flops()
 
 
-# --- bytes ---------------------------------------------------------------------------------
+# --- bytes ----------------------------------------------------------------------------
 
 
 def test_conv_bytes_by_hand_fp32_and_amp():
@@ -239,7 +241,7 @@ def test_maxpool_writes_its_indices():
     assert pool.write_bytes == out * 4 + out * 8  # fp32 values and int64 indices
 
 
-# --- attribution ---------------------------------------------------------------------------
+# --- attribution ----------------------------------------------------------------------
 
 
 class Block(nn.Module):
@@ -302,7 +304,7 @@ def test_trace_leaves_the_model_alone():
     assert all(p.grad is None for p in model.parameters())
 
 
-# --- autocast ------------------------------------------------------------------------------
+# --- autocast -------------------------------------------------------------------------
 
 
 def test_amp_trace_dtypes():
@@ -317,9 +319,9 @@ def test_amp_trace_dtypes():
 
 
 def test_cpu_trace_has_the_cuda_autocast_dtypes_for_erfnet():
-    # The cost model traces on the CPU; CUDA's autocast decides the same dtypes for every
-    # convolution of ERFNet. The CPU's explicit casts before torch.cat and the loss add a
-    # few percent of bytes that CUDA folds into the ops themselves.
+    # The cost model traces on the CPU; CUDA's autocast decides the same dtypes for
+    # every convolution of ERFNet. The CPU's explicit casts before torch.cat and the
+    # loss add a few percent of bytes that CUDA folds into the ops themselves.
     from ampbook.model import ERFNet
 
     model = ERFNet()
@@ -366,7 +368,7 @@ def test_errors_name_the_problem():
     assert {o.scope for o in trace.ops} >= {"net.stem", LOSS}
 
 
-# --- roofline ------------------------------------------------------------------------------
+# --- roofline -------------------------------------------------------------------------
 
 CEIL = Ceilings(
     "test", {"float32": 10.0, "float16": 40.0}, vector_tflops=5.0, bandwidth_gbs=500.0
@@ -384,7 +386,8 @@ def test_roofline_arithmetic():
     assert t.time_s == pytest.approx(0.1) and t.bound == "compute"
     # the same in fp16 at 40 TFLOP/s: 25 ms
     assert op_time(_op(1e12, 0, 1e9, "float16"), CEIL).time_s == pytest.approx(0.025)
-    # vector work at the vector peak, plus mma work: 1e10/5e12 + 1e11/1e13 = 2 ms + 10 ms
+    # vector work at the vector peak, plus mma work: 1e10/5e12 + 1e11/1e13 = 2 ms + 10
+    # ms
     assert op_time(_op(1e11, 1e10, 0), CEIL).compute_s == pytest.approx(0.012)
     # an elementwise op: 1e8 FLOPs, 4e9 bytes -> 8 ms, memory-bound
     t = op_time(_op(0, 1e8, 4e9), CEIL)
@@ -446,9 +449,10 @@ def test_ceilings_from_the_device_table():
 
 
 def test_amp_bytes_for_erfnet_depend_on_the_image_size():
-    # Autocast casts every fp32 weight to fp16 each step (and the weight gradients back):
-    # about 6 bytes per parameter each way whatever the image size, while activations
-    # scale with it. Tiny images: AMP moves more bytes than fp32; real ones: fewer.
+    # Autocast casts every fp32 weight to fp16 each step (and the weight gradients
+    # back): about 6 bytes per parameter each way whatever the image size, while
+    # activations scale with it. Tiny images: AMP moves more bytes than fp32; real ones:
+    # fewer.
     from ampbook.model import ERFNet
 
     model = ERFNet()
@@ -462,13 +466,14 @@ def test_amp_bytes_for_erfnet_depend_on_the_image_size():
         )  # autocast's casts are kernels of their own
 
 
-# --- the pipeline model --------------------------------------------------------------------
+# --- the pipeline model ---------------------------------------------------------------
 
 
 def test_loader_and_epoch_model():
     from ampbook.costmodel import epoch_images_per_s, loader_images_per_s
 
-    # 0.1 s per image: 10 img/s alone; 4 workers on 8 cores (1 kept for training): 40 img/s
+    # 0.1 s per image: 10 img/s alone; 4 workers on 8 cores (1 kept for training): 40
+    # img/s
     assert loader_images_per_s(0.1, 0, 8) == pytest.approx(10.0)
     assert loader_images_per_s(0.1, 4, 8) == pytest.approx(40.0)
     # more workers than free cores add nothing: 7 free cores -> 70 img/s
@@ -492,12 +497,12 @@ def test_loader_and_epoch_model():
         loader_images_per_s(0.1, -1, 4)
 
 
-# --- the bound's direction -----------------------------------------------------------------
+# --- the bound's direction ------------------------------------------------------------
 
 
 def _cpu_peak_ceilings() -> Ceilings:
-    """Ceilings no CPU core here can beat: 32 fp32 FLOPs per cycle per thread (two AVX2 FMA
-    units; AVX-512 would be 64, so use that) at 6 GHz, and 2 TB/s of bandwidth."""
+    """Ceilings no CPU core here can beat: 32 fp32 FLOPs per cycle per thread (two AVX2
+    FMA units; AVX-512 would be 64, so use that) at 6 GHz, and 2 TB/s of bandwidth."""
     flops = torch.get_num_threads() * 64 * 6e9 / 1e12
     return Ceilings("cpu upper peaks", {"float32": flops}, flops, 2000.0)
 
@@ -544,7 +549,7 @@ def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
         pred.step_at_efficiency(1.5)
 
 
-# --- the post's setting from its memory figures ---------------------------------------------
+# --- the post's setting from its memory figures ---------------------------------------
 
 
 def test_solve_pixels_recovers_a_planted_setting():
@@ -571,7 +576,7 @@ def test_solve_pixels_recovers_a_planted_setting():
         solve_pixels(fp32, amp, 200, 100, slack=0.5)
 
 
-# --- verdicts ------------------------------------------------------------------------------
+# --- verdicts -------------------------------------------------------------------------
 
 
 def test_verdicts_read_both_cases():

@@ -45,7 +45,7 @@ def _files(root, split, kind):
     return sorted((root / sub / split).glob(f"*/*{suffix}"))
 
 
-# --- label table -----------------------------------------------------------------------------
+# --- label table ----------------------------------------------------------------------
 
 
 def test_class_names_are_the_19_train_ids_of_cityscapesscripts():
@@ -73,7 +73,7 @@ def test_label_ids_map_to_train_ids_as_the_table_says():
     )
 
 
-# --- synthetic set ---------------------------------------------------------------------------
+# --- synthetic set --------------------------------------------------------------------
 
 
 def test_synthetic_layout_and_names(small_root):
@@ -205,7 +205,7 @@ def test_synthesize_refuses_a_real_dataset_folder(tmp_path):
         synthesize(tmp_path, 1, 1, height=32, width=64)
 
 
-# --- the dataset -----------------------------------------------------------------------------
+# --- the dataset ----------------------------------------------------------------------
 
 
 def test_items_are_resized_and_mapped(small_root):
@@ -264,7 +264,7 @@ def test_root_from_the_environment(small_root, monkeypatch):
     assert len(Cityscapes(split="val", height=32, width=64)) == 2
 
 
-# --- bad input -------------------------------------------------------------------------------
+# --- bad input ------------------------------------------------------------------------
 
 
 def test_no_root_says_how_to_get_cityscapes(monkeypatch):
@@ -354,7 +354,8 @@ def test_label_ids_outside_the_table_name_file_and_ids(root_copy):
     Image.fromarray(ids).save(victim)
     with pytest.raises(
         DataError,
-        match=rf"label file {victim} holds ids outside the Cityscapes label table.*\[50, 200\]",
+        match=rf"label file {victim} holds ids outside the Cityscapes label "
+        r"table.*\[50, 200\]",
     ):
         Cityscapes(root_copy, "val")[1]
 
@@ -379,14 +380,15 @@ def test_pillow_fallback_decodes_the_same(root_copy, monkeypatch):
         data.read_label_ids(label_path)
 
 
-# --- learnable -------------------------------------------------------------------------------
+# --- learnable ------------------------------------------------------------------------
 
 # Low resolution, few images and epochs: about 20 s of one CPU core.
 LEARN_H, LEARN_W, LEARN_EPOCHS = 48, 96, 12
 
 
 def test_erfnet_learns_the_synthetic_scenes(tmp_path):
-    """A few epochs at low resolution take ERFNet's mIoU far above what guessing gets."""
+    """A few epochs at low resolution take ERFNet's mIoU far above what guessing
+    gets."""
     from ampbook.metrics import SegmentationMetrics
     from ampbook.model import ERFNet
 

@@ -150,7 +150,7 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
 
     from ampbook.gpucheck import CHECK_PROFILE, NOTEBOOKS
     from ampbook.paths import NOTEBOOKS_DIR, PROFILES_FILE
-    from ampbook.run import parameters_cell, read_source
+    from ampbook.build.run import parameters_cell, read_source
 
     check = yaml.safe_load(PROFILES_FILE.read_text())[CHECK_PROFILE]
     for stem in NOTEBOOKS.values():

@@ -1,4 +1,5 @@
-"""The notebook sources, their pairs, their parameters, and the runner that executes them."""
+"""The notebook sources, their pairs, their parameters, and the runner that executes
+them."""
 
 from __future__ import annotations
 
@@ -68,8 +69,8 @@ def test_one_parameters_cell_and_profiles_match_it(source: Path):
 
 @pytest.mark.parametrize("source", SOURCES, ids=IDS)
 def test_chapter_structure(source: Path):
-    """One title; opens with what you will learn and need; ends with summary and exercises;
-    prints the environment first."""
+    """One title; opens with what you will learn and need; ends with summary and
+    exercises; prints the environment first."""
     nb = jupytext.read(source)
     md = [c.source for c in nb.cells if c.cell_type == "markdown"]
     titles = [l for text in md for l in text.splitlines() if l.startswith("# ")]
@@ -83,7 +84,7 @@ def test_chapter_structure(source: Path):
     assert "print_environment" in code[1].source
 
 
-# --- the runner -------------------------------------------------------------------------
+# --- the runner -----------------------------------------------------------------------
 
 NOTEBOOK = """# %% [markdown]
 # # A test notebook
@@ -209,9 +210,9 @@ def test_all_notebooks_run_with_smoke_profile(executed_notebooks):
 
 
 def test_every_figure_cell_shows_exactly_one_image(executed_notebooks):
-    """A cell captioned as a figure must display one image: none means the figure was lost
-    (e.g. a non-inline backend), two means the book gets duplicate figure labels (end the cell
-    with plt.show(), not with the figure object)."""
+    """A cell captioned as a figure must display one image: none means the figure was
+    lost (e.g. a non-inline backend), two means the book gets duplicate figure labels
+    (end the cell with plt.show(), not with the figure object)."""
     bad = []
     for source in SOURCES:
         nb = nbformat.read(executed_notebooks / f"{source.stem}.ipynb", as_version=4)

@@ -1,5 +1,6 @@
-"""ampbook.timing: agrees with torch.utils.benchmark, excludes warm-up, waits for asynchronous
-work, rotates inputs, refuses zeros, and reports rates and spreads correctly."""
+"""ampbook.timing: agrees with torch.utils.benchmark, excludes warm-up, waits for
+asynchronous work, rotates inputs, refuses zeros, and reports rates and spreads
+correctly."""
 
 from __future__ import annotations
 
@@ -46,8 +47,8 @@ def _compare_once(n: int, rounds: int) -> tuple[float, float]:
     for _ in range(rounds):  # alternate, so drifts in machine load hit both alike
         m = timer.blocked_autorange(min_run_time=0.3)
         theirs.append(m.median)
-        # Same work (one input set, as the Timer has) and the same calls per timed block, so
-        # that preemption by other processes hits both alike.
+        # Same work (one input set, as the Timer has) and the same calls per timed
+        # block, so that preemption by other processes hits both alike.
         ours.append(
             time_matmul(
                 n,
@@ -63,11 +64,12 @@ def _compare_once(n: int, rounds: int) -> tuple[float, float]:
 
 
 def test_matmul_time_agrees_with_torch_utils_benchmark():
-    """Same median within 5%. Alternating rounds and the median of the round medians absorb
-    load from other processes; one thread keeps a busy 2-core machine from stalling every
-    parallel region on a descheduled sibling thread. The whole comparison is retried once (twice
-    on a busy machine), since a burst of load can outlast a round. (Warm-up and synchronisation have their own tests
-    below: a median is blind to one slow warm-up call, and a CPU matmul is not asynchronous.)"""
+    """Same median within 5%. Alternating rounds and the median of the round medians
+    absorb load from other processes; one thread keeps a busy 2-core machine from
+    stalling every parallel region on a descheduled sibling thread. The whole comparison
+    is retried once (twice on a busy machine), since a burst of load can outlast a
+    round. (Warm-up and synchronisation have their own tests below: a median is blind to
+    one slow warm-up call, and a CPU matmul is not asynchronous.)"""
     load = timing.machine_load()
     with threads(1):
         for attempt in range(
@@ -78,7 +80,8 @@ def test_matmul_time_agrees_with_torch_utils_benchmark():
                 break
     assert abs(ours / theirs - 1) < 0.05, (
         f"ampbook {ours * 1e3:.4f} ms vs torch.utils.benchmark {theirs * 1e3:.4f} ms "
-        f"(load average {load['load1']} on {load['cpus']} CPUs; far above 1 per CPU, no timer agrees)"
+        f"(load average {load['load1']} on {load['cpus']} CPUs; far above 1 per CPU, "
+        "no timer agrees)"
     )
 
 
@@ -104,8 +107,8 @@ def test_warmup_calls_are_run_but_never_timed():
 
 
 def test_clock_waits_for_asynchronous_work():
-    """Work that returns before it is done (as CUDA kernels do) is timed only when the clock
-    stops after `sync`; without it the measurement is near zero."""
+    """Work that returns before it is done (as CUDA kernels do) is timed only when the
+    clock stops after `sync`; without it the measurement is near zero."""
     pool = ThreadPoolExecutor(max_workers=1)
     pending = []
     work_s = 0.02

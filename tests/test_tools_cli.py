@@ -58,7 +58,7 @@ def _sources() -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in sorted(NOTEBOOKS_DIR.iterdir()) if p.is_file()}
 
 
-# --- ampbook.build.run ----------------------------------------------------------------------
+# --- ampbook.build.run ----------------------------------------------------------------
 
 
 def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys):
@@ -179,7 +179,7 @@ def test_run_interrupted_marks_the_partial_notebook(tmp_path):
     assert report["notebooks"][0]["status"] == "STOPPED"
 
 
-# --- ampbook.build.book ---------------------------------------------------------------------
+# --- ampbook.build.book ---------------------------------------------------------------
 
 
 @pytest.fixture

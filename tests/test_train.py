@@ -1,5 +1,5 @@
-"""The training runner: options checked before work, the results record, AMP paths, non-finite
-losses. Tiny runs (32x64 pixels, a few synthetic images) on the CPU."""
+"""The training runner: options checked before work, the results record, AMP paths,
+non-finite losses. Tiny runs (32x64 pixels, a few synthetic images) on the CPU."""
 
 import dataclasses
 import json
@@ -32,7 +32,7 @@ from ampbook.train import (
 TINY = dict(device="cpu", height=32, width=64, workers=0, quiet=True)
 
 
-# --- options ---------------------------------------------------------------------------------
+# --- options --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def test_every_config_field_is_a_cli_option():
     assert PRECISIONS == ("fp32", "amp-fp16", "amp-bf16")
 
 
-# --- a real fp32 run, shared by the tests below ------------------------------------------------
+# --- a real fp32 run, shared by the tests below ---------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,8 @@ def fp32_run(tmp_path_factory):
 
 
 def _documented_keys(section: str) -> set[str]:
-    """Keys listed in a table of data/results/README.md under the heading ``section``."""
+    """Keys listed in a table of data/results/README.md under the heading
+    ``section``."""
     text = (REPO_ROOT / "data" / "results" / "README.md").read_text()
     part = text.split(f"### {section}", 1)[1].split("\n#", 1)[0]
     return set(re.findall(r"^\| `([a-z_0-9]+)`", part, flags=re.M))
@@ -262,7 +263,7 @@ def test_saved_predictions_are_label_id_pngs_that_the_evaluator_reads(fp32_run):
     assert scores["images"] == len(val) and 0 <= scores["pixel_accuracy"] <= 1
 
 
-# --- AMP paths and options ----------------------------------------------------------------------
+# --- AMP paths and options ------------------------------------------------------------
 
 
 def test_fp16_with_scaler_accumulation_clipping_and_channels_last(tmp_path):

@@ -1,5 +1,5 @@
-"""DistributedDataParallel: two CPU processes (gloo) train a tiny epoch with AMP; rank 0 writes
-one results file."""
+"""DistributedDataParallel: two CPU processes (gloo) train a tiny epoch with AMP; rank 0
+writes one results file."""
 
 import json
 import os

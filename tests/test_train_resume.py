@@ -1,5 +1,5 @@
-"""A run killed in the middle of an epoch and resumed from its checkpoint ends with the same
-weights and numbers, bit for bit, as a run that was never interrupted."""
+"""A run killed in the middle of an epoch and resumed from its checkpoint ends with the
+same weights and numbers, bit for bit, as a run that was never interrupted."""
 
 import json
 import os
@@ -63,7 +63,8 @@ def _start(out: Path, *extra: str, progress: str = "off") -> subprocess.Popen:
 
 
 def _kill_during_epoch_2(proc: subprocess.Popen, timeout: float = 120.0) -> bytes:
-    """Read the progress bar on stderr; SIGKILL once epoch 2 has trained at least one batch."""
+    """Read the progress bar on stderr; SIGKILL once epoch 2 has trained at least one
+    batch."""
     seen = b""
     deadline = time.monotonic() + timeout
     fd = proc.stderr.fileno()
@@ -78,7 +79,8 @@ def _kill_during_epoch_2(proc: subprocess.Popen, timeout: float = 120.0) -> byte
             return seen
     proc.kill()
     pytest.fail(
-        f"never saw epoch 2 in progress; stderr:\n{seen.decode(errors='replace')[-2000:]}"
+        "never saw epoch 2 in progress; "
+        f"stderr:\n{seen.decode(errors='replace')[-2000:]}"
     )
 
 

@@ -1,11 +1,13 @@
-"""Build the HTML book from executed notebooks (Jupyter Book 1.x, never re-executing them).
+"""Build the HTML book from executed notebooks (Jupyter Book 1.x, never re-executing
+them).
 
     python -m ampbook.build.book [--executed DIR] [--out DIR]
 
-``book/`` (config, table of contents, front matter) is staged with the executed notebooks of
-``DIR`` (default ``build/executed``, written by ``python -m ampbook.build.run``) under
-``chapters/``, then built with Sphinx warnings as errors. The result is static HTML at
-``OUT/_build/html/index.html`` that opens from disk with no network.
+``book/`` (config, table of contents, front matter) is staged with the executed
+notebooks of ``DIR`` (default ``build/executed``, written by ``python -m
+ampbook.build.run``) under ``chapters/``, then built with Sphinx warnings as errors. The
+result is static HTML at ``OUT/_build/html/index.html`` that opens from disk with no
+network.
 
 A failed or interrupted run is refused: its ``run_report.json`` names a notebook that
 did not finish, a notebook is marked so by ``python -m ampbook.build.run``, or a cell
@@ -60,9 +62,11 @@ def _build_section(report: dict) -> str:
         "",
         "## How this copy was built",
         "",
-        f"The notebooks of this copy were executed with the `{report['profile']}` profile"
+        f"The notebooks of this copy were executed with the `{report['profile']}` "
+        "profile"
         + (
-            f" on {env.get('device_name')} ({env.get('device')}), torch {env.get('torch')}"
+            f" on {env.get('device_name')} ({env.get('device')}), torch "
+            f"{env.get('torch')}"
             if env
             else ""
         )
@@ -188,7 +192,8 @@ def stage(executed: Path, staging: Path, book_dir: Path = BOOK_DIR) -> Path:
 def build(
     executed: Path | str = DEFAULT_EXECUTED, out: Path | str = DEFAULT_OUT, log=print
 ) -> Path:
-    """Stage and build; return the path of ``index.html``. Raises BookError on any warning."""
+    """Stage and build; return the path of ``index.html``. Raises BookError on any
+    warning."""
     out = check_out(out)
     executed = Path(executed).expanduser().resolve()
     check_executed(executed)
@@ -216,7 +221,8 @@ def build(
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
         raise BookError(
-            f"jupyter-book build failed (exit {proc.returncode}); full log at {log_file}\n{tail}"
+            f"jupyter-book build failed (exit {proc.returncode}); full log at "
+            f"{log_file}\n{tail}"
         )
     index = out / "_build" / "html" / "index.html"
     if not index.exists():

@@ -44,13 +44,16 @@ async () => {
   const imgs = Array.from(document.images).map(i => ({src: i.getAttribute('src'),
       ok: i.complete && i.naturalWidth > 0}));
   const maths = Array.from(document.querySelectorAll('.math'));
-  const untypeset = maths.filter(m => !m.querySelector('mjx-container')).map(m => m.textContent.slice(0, 80));
-  const clone = document.querySelector('main') ? document.querySelector('main').cloneNode(true)
-                                               : document.body.cloneNode(true);
-  clone.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach(e => e.remove());
+  const untypeset = maths.filter(m => !m.querySelector('mjx-container'))
+      .map(m => m.textContent.slice(0, 80));
+  const root = document.querySelector('main') || document.body;
+  const clone = root.cloneNode(true);
+  clone.querySelectorAll('pre, code, script, style, mjx-container, .highlight')
+      .forEach(e => e.remove());
   const links = Array.from(document.querySelectorAll('a[href]')).map(a => a.href);
   const ids = Array.from(document.querySelectorAll('[id]')).map(e => e.id)
-      .concat(Array.from(document.querySelectorAll('a[name]')).map(e => e.getAttribute('name')));
+      .concat(Array.from(document.querySelectorAll('a[name]'))
+          .map(e => e.getAttribute('name')));
   const failed = '.output.traceback, #papermill-error-cell';
   const errors = Array.from(document.querySelectorAll(failed)).map(
       e => e.textContent.trim().split('\\n').filter(l => l.trim()).slice(-1)[0] || '');
@@ -199,12 +202,12 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
     return reports
 
 
-# --- horizontal overflow: nothing on a page may be cut off sideways ------------------------
+# --- horizontal overflow: nothing on a page may be cut off sideways -------------------
 
 _OVERFLOW_JS = """
 () => {
-  const col = document.querySelector('article.bd-article') || document.querySelector('main')
-      || document.body;
+  const col = document.querySelector('article.bd-article')
+      || document.querySelector('main') || document.body;
   const edge = col.getBoundingClientRect();
   const out = [];
   const seen = new Set();
@@ -222,7 +225,9 @@ _OVERFLOW_JS = """
     const past = Math.max(r.right - limit.right, limit.left - r.left);
     if (past <= 1) continue;
     let parent = el.parentElement, inner = false;
-    for (; parent; parent = parent.parentElement) if (seen.has(parent)) { inner = true; break; }
+    for (; parent; parent = parent.parentElement) {
+      if (seen.has(parent)) { inner = true; break; }
+    }
     seen.add(el);
     if (inner) continue;  // report the outermost element only
     const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
@@ -235,9 +240,10 @@ _OVERFLOW_JS = """
 
 
 def overflow_problems(page) -> list[str]:
-    """Elements of the page's content column that stick out sideways and cannot be scrolled
-    to: past the column's edge, or clipped by an ancestor that hides its overflow. An
-    element inside a box that scrolls (a code block, a wide table) is fine."""
+    """Elements of the page's content column that stick out sideways and cannot be
+    scrolled to: past the column's edge, or clipped by an ancestor that hides its
+    overflow. An element inside a box that scrolls (a code block, a wide table) is
+    fine."""
     return [
         f"cut off horizontally by {o['past']} px: <{o['tag']}> {o['text']!r}"
         + (" (clipped by its container)" if o["clipped"] else " (past the column)")
@@ -264,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in reports:
         status = "ok" if not r.problems else f"{len(r.problems)} problem(s)"
         print(
-            f"{r.page:<40} images {r.images:>3}  math {r.math:>4}  links {r.links:>4}  {status}"
+            f"{r.page:<40} images {r.images:>3}  math {r.math:>4}  links {r.links:>4}  "
+            f"{status}"
         )
         for p in r.problems:
             print(f"    {p}")

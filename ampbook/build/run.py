@@ -157,15 +157,17 @@ def profile_parameters(profiles: dict, profile: str, source: Path, nb) -> dict:
     unknown = sorted(set(params) - set(names))
     if unknown:
         raise RunError(
-            f"{PROFILES_FILE.name}: profile {profile!r} sets {unknown} for {source.stem}, "
+            f"{PROFILES_FILE.name}: profile {profile!r} sets {unknown} for "
+            f"{source.stem}, "
             f"but its parameters cell defines only {sorted(names)}"
         )
     return params
 
 
 def _failing_cell(nb, source: Path) -> str:
-    """Where the failing cell is, in the reader's terms: its code-cell number (papermill's
-    injected cell not counted), its first line, and its line in the ``.py`` source."""
+    """Where the failing cell is, in the reader's terms: its code-cell number
+    (papermill's injected cell not counted), its first line, and its line in the ``.py``
+    source."""
     code_no = 0
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -195,8 +197,8 @@ def execute(
     threads: int | None = None,
 ) -> NotebookRun:
     """Run one notebook; raise RunError (partly executed notebook kept) on failure.
-    ``threads`` sets the kernel's intra-op thread count (``OMP_NUM_THREADS``); None keeps
-    torch's default."""
+    ``threads`` sets the kernel's intra-op thread count (``OMP_NUM_THREADS``); None
+    keeps torch's default."""
     import nbformat
     import papermill as pm
 
@@ -429,7 +431,8 @@ def time_table(runs: list[NotebookRun], wall: float | None = None) -> str:
     lines = [f"{'notebook':<{width}}  {'status':<6}  {'cells':>5}  {'seconds':>8}"]
     for r in runs:
         lines.append(
-            f"{r.name:<{width}}  {r.status:<6}  {r.executed_cells:>5}  {r.seconds:>8.1f}"
+            f"{r.name:<{width}}  {r.status:<6}  {r.executed_cells:>5}  "
+            f"{r.seconds:>8.1f}"
         )
     lines.append(
         f"{'total':<{width}}  {'':<6}  {'':>5}  {sum(r.seconds for r in runs):>8.1f}"
@@ -542,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         choices=PROFILES,
         default=None,
-        help="parameter profile (default: gpu with CUDA, else cpu; or $AMPBOOK_PROFILE)",
+        help="parameter profile (default: gpu with CUDA, else cpu; "
+        "or $AMPBOOK_PROFILE)",
     )
     parser.add_argument(
         "--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})"
