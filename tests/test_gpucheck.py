@@ -148,9 +148,9 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
     parameters cells define (the runner would reject others, but only on the GPU)."""
     import yaml
 
+    from ampbook.build.run import parameters_cell, read_source
     from ampbook.gpucheck import CHECK_PROFILE, NOTEBOOKS
     from ampbook.paths import NOTEBOOKS_DIR, PROFILES_FILE
-    from ampbook.build.run import parameters_cell, read_source
 
     check = yaml.safe_load(PROFILES_FILE.read_text())[CHECK_PROFILE]
     for stem in NOTEBOOKS.values():
