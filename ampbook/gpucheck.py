@@ -10,7 +10,7 @@ needed). Stages, in order, each in its own process with its own time budget:
   ``--dry-run``);
 * ``env``: print the environment (``ampbook.env``, nvidia-smi, package versions);
 * ``tests``: ``pytest -m cuda``, every test that needs a GPU (they skip without one);
-* ``nb01`` to ``nb05``: execute each notebook with the ``gpu`` profile through
+* ``nb01`` to ``nb06``: execute each notebook with the ``gpucheck`` profile through
   ``ampbook.build.run`` (the runner of ``make book``); chapter 2 saves its sweep
   (``save_results``), chapter 3 its training runs (``out_dir``), the later chapters read
   them (``results_dir``);
@@ -85,6 +85,7 @@ NOTEBOOKS = {
     "nb03": "03_amp_training",
     "nb04": "04_loss_scaling",
     "nb05": "05_rtx3070",
+    "nb06": "06_will_amp_help",
 }
 # The notebooks' sizes in the check: notebooks/profiles.yml's "gpucheck" profile, the
 # gpu profile cut to fit the stage budgets (a reader's GPU run uses "gpu").
@@ -103,7 +104,7 @@ class Stage:
     always: bool = False
 
 
-# Budgets sum to 456 s of the 465 s left after RESERVE_S. They were sized again from the
+# Budgets sum to the 465 s left after RESERVE_S. They were sized again from the
 # first run on an H200 (2026-11-30, data/gpucheck/): data/results/README.md ("Sizing the
 # GPU check") shows the seconds each stage took and the sizes chosen from them.
 STAGES = (
@@ -111,12 +112,13 @@ STAGES = (
     Stage("env", 8, 15, always=True),
     Stage("tests", 30, 60),
     Stage("nb01", 20, 60),
-    Stage("nb02", 35, 60),
-    Stage("nb03", 130, 120),
+    Stage("nb02", 34, 60),
+    Stage("nb03", 120, 120),
     Stage("profile", 25, 60),
     Stage("loader", 30, 60),
     Stage("nb04", 70, 120),
-    Stage("nb05", 100, 120),
+    Stage("nb05", 90, 120),
+    Stage("nb06", 30, 120),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
 

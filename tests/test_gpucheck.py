@@ -51,7 +51,7 @@ def test_dry_run_writes_the_file_set(tmp_path):
     assert status == {**{n: "ok" for n in STAGE_NAMES}, "wheels": "skipped"}
     assert report["elapsed_s"] <= elapsed
     log = (out / "gpucheck.log").read_text()
-    assert "== nb05: ok" in log and "done in" in log
+    assert "== nb06: ok" in log and "done in" in log
     with tarfile.open(out / "notebooks.tar.gz") as tar:
         assert sorted(tar.getnames()) == [
             "01_floating_point.ipynb",
@@ -59,6 +59,7 @@ def test_dry_run_writes_the_file_set(tmp_path):
             "03_amp_training.ipynb",
             "04_loss_scaling.ipynb",
             "05_rtx3070.ipynb",
+            "06_will_amp_help.ipynb",
         ]
     extracted = tmp_path / "results"
     with tarfile.open(out / "results.tar.gz") as tar:
