@@ -58,6 +58,12 @@ import torch
 from torch import nn
 
 from ampbook import costmodel as cm
+from ampbook.precision import (
+    AUTOCAST_DTYPES,
+    backend_flags,
+    native_cpu_flags,
+    torch_name,
+)
 from ampbook.results import PEAK_CUDA
 from ampbook.results import SAVED_FOR_BACKWARD as SAVED
 
@@ -460,7 +466,7 @@ def roofline(
         for prec, tr in traces.items():
             if prec == "fp32":
                 continue
-            dtype = cm._dtype_name(cm.AUTOCAST_DTYPES[prec])
+            dtype = torch_name(AUTOCAST_DTYPES[prec])
             row = {
                 "gpu": key,
                 "gpu_name": d.name,
@@ -575,7 +581,7 @@ class _Variant:
     with the CUDA flags it runs under."""
 
     def __init__(self, model, device, prec, tf32, cl, bench, x, y):
-        from ampbook.train import AUTOCAST_DTYPES, TrainStep
+        from ampbook.train import TrainStep
 
         net = copy.deepcopy(model).to(device)
         if cl:
@@ -590,27 +596,12 @@ class _Variant:
         self.tf32, self.bench = tf32, bench
         self.times: list[float] = []
 
-    @contextlib.contextmanager
     def flags(self):
+        """The variant's TF32 and cudnn.benchmark flags on CUDA (restored after);
+        nothing on a CPU."""
         if self.device.type != "cuda":
-            yield
-            return
-        saved = (
-            torch.backends.cuda.matmul.allow_tf32,
-            torch.backends.cudnn.allow_tf32,
-            torch.backends.cudnn.benchmark,
-        )
-        torch.backends.cuda.matmul.allow_tf32 = self.tf32
-        torch.backends.cudnn.allow_tf32 = self.tf32
-        torch.backends.cudnn.benchmark = self.bench
-        try:
-            yield
-        finally:
-            (
-                torch.backends.cuda.matmul.allow_tf32,
-                torch.backends.cudnn.allow_tf32,
-                torch.backends.cudnn.benchmark,
-            ) = saved
+            return contextlib.nullcontext()
+        return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
 
     def time(self, warmup: int, repeats: int) -> None:
         from ampbook.timing import benchmark
@@ -662,7 +653,7 @@ def measure(
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Section 4: the runner's step timed per precision (and layout/flag) here."""
-    from ampbook.env import cpu_flags, cpu_name
+    from ampbook.env import cpu_name
 
     mshape, mbatch = measure_size(model, shape, batch, device)
     out = output_shape(model, mshape, mbatch)
@@ -702,7 +693,7 @@ def measure(
     if device.type == "cuda":
         what = torch.cuda.get_device_name(device)
     else:
-        flags = [f for f in cpu_flags() if "bf16" in f or "fp16" in f or "amx" in f]
+        flags = native_cpu_flags()
         what = f"{cpu_name()} (16-bit units: {', '.join(flags) or 'none listed'})"
     return {
         "device": device.type,
@@ -729,7 +720,7 @@ def profile_efficiencies(results_dir=None) -> dict[str, dict[str, Any]]:
         if not lp.step_s > 0:
             continue
         e = out.setdefault(lp.device_name, {"key": table_key(lp.device_name)})
-        e[lp.precision] = lp.predicted_step_s / lp.step_s
+        e[lp.precision] = lp.efficiency
     return out
 
 
@@ -872,7 +863,7 @@ def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | N
 
     devices = load_devices() if devices is None else devices
     c = cm.Ceilings.from_device(devices[gpu], tf32=True)
-    dtype = cm._dtype_name(cm.AUTOCAST_DTYPES[precision])
+    dtype = torch_name(AUTOCAST_DTYPES[precision])
     if dtype not in c.mma_tflops:
         return None
     return c.mma_tflops[dtype] / c.mma_tflops["float32"]
@@ -1031,7 +1022,7 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     preds = {
         p: cm.predict(tr, ceil)
         for p, tr in traces.items()
-        if p == "fp32" or cm._dtype_name(cm.AUTOCAST_DTYPES[p]) in ceil.mma_tflops
+        if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
     }
     lap("roofline")
     small, _ = measure_size(model, shape, batch, torch.device("cpu"))

@@ -445,6 +445,11 @@ class LayerProfile:
     record: dict = field(repr=False, compare=False, hash=False)
 
     @property
+    def efficiency(self) -> float:
+        """The share of the roofline the measured step reached: bound over step."""
+        return self.predicted_step_s / self.step_s
+
+    @property
     def measured_total_s(self) -> float:
         return sum(layer.measured_s for layer in self.layers) + self.unattributed_s
 

@@ -823,13 +823,13 @@ md_table([(lp.device_name, lp.precision, t.type, t.measured_s * 1e3,
 
 # %%
 for lp in results.layer_profiles:
-    eff = min(1.0, lp.predicted_step_s / lp.step_s)
+    eff = min(1.0, lp.efficiency)
     epoch = pamp.step_at_efficiency(eff) * n_img / B
     print(f"{lp.device_name}, {lp.precision}: steps at {eff:.0%} of the roofline; at "
           f"that efficiency the 3070's AMP epoch takes {epoch:.0f} s")
 
 # %%
-effs = [eff_here] + [lp.predicted_step_s / lp.step_s for lp in results.layer_profiles]
+effs = [eff_here] + [lp.efficiency for lp in results.layer_profiles]
 print(cm.efficiency_range_verdict(pamp.min_epoch_s(n_img), effs, amp_post["time_s"],
                                   "The post's AMP epoch"))
 
