@@ -67,6 +67,7 @@ class Device:
 
     key: str
     name: str
+    short_name: str
     architecture: str
     chip: str
     segment: str
@@ -237,6 +238,25 @@ def find_device(
             f"{name!r} matches several table entries: {[d.key for d in hits]}"
         )
     return hits[0] if hits else None
+
+
+def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> str:
+    """How the book names a GPU in tables, figures and prose: the table's
+    ``short_name`` for a table key (``h200-sxm``) or a name from
+    ``torch.cuda.get_device_name`` the table matches; otherwise that name without
+    the vendor prefix ("NVIDIA L4" -> "L4")."""
+    if not isinstance(name_or_key, str) or not name_or_key.strip():
+        raise ValueError(f"expected a GPU name or table key, got {name_or_key!r}")
+    devices = load_devices() if devices is None else devices
+    if name_or_key in devices:
+        return devices[name_or_key].short_name
+    try:
+        hit = find_device(name_or_key, devices)
+    except ValueError:
+        hit = None
+    if hit is not None:
+        return hit.short_name
+    return re.sub(r"^NVIDIA\s+", "", name_or_key.strip())
 
 
 def device_for(

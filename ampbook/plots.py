@@ -11,6 +11,10 @@ from typing import Iterable, Sequence
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+# The book's byte units (binary): tables and prose show MiB and GiB.
+MIB = 2**20
+GIB = 2**30
+
 _COLORS = [
     "#1b1b1b",
     "#3b6ea8",

@@ -79,6 +79,49 @@ class ResultsError(ValueError):
 # --------------------------------------------------------------------------------------
 
 
+def cudnn_version_text(version: int | None) -> str | None:
+    """``torch.backends.cudnn.version()`` as people write it: 91900 -> "9.19",
+    8907 -> "8.9.7" (cuDNN 9 changed the encoding)."""
+    if version is None:
+        return None
+    v = int(version)
+    if v >= 10000:
+        return f"{v // 10000}.{v % 10000 // 100}"
+    return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+
+
+def provenance(
+    environment: dict,
+    date: str | None = None,
+    settings: dict[str, Any] | None = None,
+) -> str:
+    """The one-line provenance of a measurement shown in the book: the device (GPU
+    by ``devices.display_name``), the date, torch/CUDA/cuDNN, the host's CPU threads,
+    then ``settings`` as ``key value`` pairs in the given order (workers, memory
+    format, cudnn.benchmark, data...). ``date`` is an ISO time or date; its day is
+    shown."""
+    from ampbook.devices import display_name
+
+    name = environment.get("device_name") or "unknown device"
+    if str(environment.get("device", "")).startswith("cuda"):
+        name = display_name(name)
+    parts = [name]
+    if date:
+        parts.append(str(date)[:10])
+    soft = [f"torch {environment.get('torch', '?')}"]
+    if environment.get("cuda"):
+        soft.append(f"CUDA {environment['cuda']}")
+    cudnn = cudnn_version_text(environment.get("cudnn"))
+    if cudnn and str(environment.get("device", "")).startswith("cuda"):
+        soft.append(f"cuDNN {cudnn}")
+    parts.append(", ".join(soft))
+    if environment.get("cpu_threads"):
+        parts.append(f"{environment['cpu_threads']} CPU threads")
+    for key, value in (settings or {}).items():
+        parts.append(f"{key} {value}" if key else str(value))
+    return " · ".join(parts)
+
+
 @dataclass(frozen=True)
 class Setting:
     """What must match for two training runs to be compared."""

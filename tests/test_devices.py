@@ -11,6 +11,7 @@ from ampbook.devices import (
     FIGURE_FIELDS,
     attainable_tflops,
     device_for,
+    display_name,
     find_device,
     load_devices,
 )
@@ -172,3 +173,21 @@ def test_the_posts_tensor_core_claims_checked():
     )
     assert "V100 7.96x" in text["fp16 throughput 2-8x fp32"]
     assert all(r[2] for r in rows)  # every row names its source
+
+
+@pytest.mark.parametrize(
+    "given, shown",
+    [
+        ("h200-sxm", "H200 SXM"),
+        ("rtx3070-desktop", "RTX 3070"),
+        ("NVIDIA GeForce RTX 3070 Laptop GPU", "RTX 3070 Laptop"),
+        ("NVIDIA L4", "L4"),
+    ],
+)
+def test_display_name(devices, given, shown):
+    assert display_name(given, devices) == shown
+
+
+def test_display_name_refuses_empty(devices):
+    with pytest.raises(ValueError, match="GPU name or table key"):
+        display_name("  ", devices)

@@ -211,3 +211,31 @@ def test_bound_checks_only_for_table_gpus_at_the_pairs_setting(tmp_path):
     assert c.baseline_bound_s > tf32.baseline_bound_s
     assert f"promised {c.bound_speedup:.2f}x" in c.verdict()
     assert f"gained {c.pair.step_speedup:.2f}x" in c.verdict()
+
+
+def test_cudnn_version_text_both_encodings():
+    from ampbook.results import cudnn_version_text
+
+    assert cudnn_version_text(91900) == "9.19"
+    assert cudnn_version_text(8907) == "8.9.7"
+    assert cudnn_version_text(None) is None
+
+
+def test_provenance_line_of_a_gpu_run():
+    from ampbook.results import provenance
+
+    env = {
+        "device": "cuda",
+        "device_name": "NVIDIA H200",
+        "torch": "2.11.0+cu130",
+        "cuda": "13.0",
+        "cudnn": 91900,
+        "cpu_threads": 16,
+    }
+    line = provenance(env, "2026-11-30T23:55:39+00:00", {"workers": 4, "": "NCHW"})
+    assert line == (
+        "H200 SXM · 2026-11-30 · torch 2.11.0+cu130, CUDA 13.0, cuDNN 9.19 · "
+        "16 CPU threads · workers 4 · NCHW"
+    )
+    cpu = provenance({"device": "cpu", "device_name": "AMD EPYC", "torch": "2.14.1"})
+    assert cpu == "AMD EPYC · torch 2.14.1"
