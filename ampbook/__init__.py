@@ -11,3 +11,19 @@ checks the HTML book. See DEVELOPING.md.
 """
 
 __version__ = "0.1.0"
+
+
+def _as_command() -> None:
+    """A process started as ``python -m ampbook...``: SIGTERM is Ctrl-C, and either
+    one during the start-up imports ends it with one line (``ampbook.cli.install``)."""
+    import sys
+
+    argv = getattr(sys, "orig_argv", [])
+    if "-m" in argv[1:] or any(a.startswith("-mampbook") for a in argv[1:]):
+        from ampbook import cli
+
+        if cli.is_command(argv):
+            cli.install()
+
+
+_as_command()

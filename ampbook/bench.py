@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ampbook import cli
+
 COMMANDS = {
     "loader": "ampbook.bench_loader",
     "matmul": "ampbook.bench_matmul",
@@ -19,6 +21,7 @@ COMMANDS = {
 }
 
 
+@cli.command("python -m ampbook.bench")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):

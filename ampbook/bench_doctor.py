@@ -12,28 +12,29 @@ printed beside it (a busy machine's CPU timings are not the machine's).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
+from ampbook import cli
 from ampbook.timing import machine_load
 
 
+@cli.command("python -m ampbook.bench doctor")
 def main(argv: list[str] | None = None) -> int:
     from ampbook import doctor
 
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog="python -m ampbook.bench doctor", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--model", default="torchvision:resnet50")
     p.add_argument("--input", default="3,224,224")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=cli.positive_int, default=32)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--target-s", type=float, default=60.0)
+    p.add_argument("--target-s", type=cli.positive_float, default=60.0)
     p.add_argument("--json", default=None, help="also write the numbers to this file")
     a = p.parse_args(argv)
+    if a.json:  # checked before the report is timed, written after
+        cli.check_output_file(a.json, "--json")
     try:
         cfg = doctor.DoctorConfig(
             model=a.model,
@@ -62,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("  (busy: timings are noisy)" if load["busy"] else "")
     )
     if a.json:
-        Path(a.json).write_text(
-            json.dumps({"total_s": total, "parts_s": parts, "load": load}, indent=1)
-        )
+        cli.save_result(a.json, {"total_s": total, "parts_s": parts, "load": load})
     return 0 if total <= a.target_s else 1
 
 

@@ -19,20 +19,18 @@ and faster arithmetic (AMP) cannot shorten it.
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 from PIL import Image
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
+from ampbook import cli
 from ampbook.data import (
     SYNTHETIC_MARKER,
     Cityscapes,
@@ -196,8 +194,9 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+@cli.command("python -m ampbook.bench loader")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.bench loader",
         description="Images per second of the Cityscapes input pipeline.",
     )
@@ -239,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.json:  # checked before measuring, written after
+        cli.check_output_file(args.json, "--json")
     try:
         if args.root is not None:
             resolve_root(args.root)
@@ -253,12 +254,12 @@ def main(argv: list[str] | None = None) -> int:
             args.passes,
             args.threads,
         )
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError) as err:  # the data: an input
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print(format_table(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        cli.save_result(args.json, result)
     return 0
 
 

@@ -40,7 +40,6 @@ above. Times are seconds per call, rates use the median (TFLOP/s = 1e12 FLOP/s, 
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import math
@@ -51,6 +50,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from ampbook import cli
 from ampbook.env import cpu_flags, environment, pick_device
 from ampbook.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.timing import machine_load, time_elementwise, time_matmul
@@ -773,8 +773,9 @@ def run(
     return make_record(dev, matmul, shapes, ew, skipped + skipped2, profile=profile)
 
 
+@cli.command("python -m ampbook.bench matmul")
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = cli.ArgumentParser(
         prog="python -m ampbook.bench matmul",
         description="Matmul and elementwise speed by dtype, side by side.",
     )
@@ -782,35 +783,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--device", default="auto", help="auto (CUDA if available), cpu or cuda"
     )
     ap.add_argument(
-        "--sizes", type=int, nargs="+", help="square matmul sizes for the dtype ratios"
+        "--sizes",
+        type=cli.positive_int,
+        nargs="+",
+        help="square matmul sizes for the dtype ratios",
     )
     ap.add_argument(
         "--shape-sizes",
-        type=int,
+        type=cli.positive_int,
         nargs="+",
         help="multiples of 8 to compare with one off",
     )
-    ap.add_argument("--numel", type=int, nargs="+", help="elementwise sizes (elements)")
+    ap.add_argument(
+        "--numel", type=cli.positive_int, nargs="+", help="elementwise sizes (elements)"
+    )
     ap.add_argument(
         "--dtypes", nargs="+", help="matmul dtypes (default: all the device runs)"
     )
     ap.add_argument(
         "--rounds",
-        type=int,
+        type=cli.positive_int,
         default=2,
         help="interleaved rounds per point; the best is kept",
     )
     ap.add_argument(
-        "--max-call-s", type=float, help="skip sizes whose predicted call is longer"
+        "--max-call-s",
+        type=cli.positive_float,
+        help="skip sizes whose predicted call is longer",
     )
     ap.add_argument(
         "--min-time",
-        type=float,
+        type=cli.positive_float,
         default=0.1,
         help="seconds measured per point (at least)",
     )
     ap.add_argument(
-        "--threads", type=int, help="CPU threads for PyTorch (default: its own choice)"
+        "--threads",
+        type=cli.positive_int,
+        help="CPU threads for PyTorch (default: its own choice)",
     )
     ap.add_argument(
         "--quick", action="store_true", help="tiny sizes (seconds; for tests)"
@@ -826,6 +836,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.threads < 1:
             ap.error("--threads must be >= 1")
         torch.set_num_threads(args.threads)
+    if args.save:  # checked before measuring, written after
+        cli.check_output_file(args.save, "--save")
     t0 = time.perf_counter()
     try:
         record = run(
@@ -848,7 +860,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{cpu_flags() or '-'})"
     )
     if args.save:
-        path = save_record(record, args.save)
+        try:
+            path = save_record(record, args.save)
+        except OSError as err:
+            raise cli.Stopped(
+                f"could not write {args.save}: {cli.os_error(err)[1]} (the numbers "
+                "are printed above)"
+            ) from None
         print(f"saved {path}")
     return 0
 

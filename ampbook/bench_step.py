@@ -26,14 +26,12 @@ for the chapter.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
+from ampbook import cli
 from ampbook.bench_matmul import load_verdict
 from ampbook.env import cpu_flags, environment
 from ampbook.precision import PRECISIONS, autocast_dtype
@@ -204,8 +202,9 @@ def measure_precisions(
     }
 
 
+@cli.command("python -m ampbook.bench step")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.bench step", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--device", default="auto")
@@ -216,18 +215,30 @@ def main(argv: list[str] | None = None) -> int:
         help="precision of the runner-vs-bare comparison",
     )
     parser.add_argument(
-        "--height", type=int, default=None, help="default: 128 on CPU, 512 on CUDA"
+        "--height",
+        type=cli.positive_int,
+        default=None,
+        help="default: 128 on CPU, 512 on CUDA",
     )
     parser.add_argument(
-        "--width", type=int, default=None, help="default: 256 on CPU, 1024 on CUDA"
+        "--width",
+        type=cli.positive_int,
+        default=None,
+        help="default: 256 on CPU, 1024 on CUDA",
     )
     parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=cli.positive_int, default=5)
     parser.add_argument(
-        "--low-height", type=int, default=None, help="default: 32 on CPU, 512 on CUDA"
+        "--low-height",
+        type=cli.positive_int,
+        default=None,
+        help="default: 32 on CPU, 512 on CUDA",
     )
     parser.add_argument(
-        "--low-width", type=int, default=None, help="default: 64 on CPU, 1024 on CUDA"
+        "--low-width",
+        type=cli.positive_int,
+        default=None,
+        help="default: 64 on CPU, 1024 on CUDA",
     )
     parser.add_argument(
         "--json", default=None, help="also write the numbers to this file"
@@ -245,10 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     gpu = dev.type == "cuda"
-    h = args.height or (512 if gpu else 128)
-    w = args.width or (1024 if gpu else 256)
-    lh = args.low_height or (512 if gpu else 32)
-    lw = args.low_width or (1024 if gpu else 64)
+
+    def size(value, cuda, cpu):  # None: the device's default (0 is refused)
+        return value if value is not None else (cuda if gpu else cpu)
+
+    h = size(args.height, 512, 128)
+    w = size(args.width, 1024, 256)
+    lh = size(args.low_height, 512, 32)
+    lw = size(args.low_width, 1024, 64)
     # Every size and the batch size, checked as the runner does, before measuring.
     try:
         if args.batch_size < 1:
@@ -270,11 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             except ConfigError as err:
                 raise ConfigError(f"{which}: {err}") from None
         if args.json:
-            path = Path(args.json)
-            if path.is_dir():
-                raise ConfigError(f"--json {path} is a folder; give a file name")
-            path.parent.mkdir(parents=True, exist_ok=True)
-    except (ConfigError, OSError) as err:
+            cli.check_output_file(args.json, "--json")
+    except (ConfigError, cli.UserError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     env = environment(dev)
@@ -320,16 +332,11 @@ def main(argv: list[str] | None = None) -> int:
             f"({'bf16 slower' if r > 1 else 'bf16 faster'})"
         )
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(
-                {"environment": env, "load": load, "overhead": o, "precisions": p},
-                indent=1,
-            )
-            + "\n"
+        cli.save_result(
+            args.json,
+            {"environment": env, "load": load, "overhead": o, "precisions": p},
         )
-        print(f"\nwrote {path}")
+        print(f"\nwrote {args.json}")
     return 0
 
 

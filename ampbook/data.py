@@ -23,9 +23,9 @@ a synthetic set of street scenes in exactly that layout (see ``data/README.md``)
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
+import stat
 import sys
 import warnings
 from pathlib import Path
@@ -38,6 +38,8 @@ from torch.utils.data import Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from ampbook import cli
+
 try:
     from torchvision.io import ImageReadMode, decode_png
 except ImportError:  # a torchvision without image codecs: Pillow decodes
@@ -46,8 +48,11 @@ except ImportError:  # a torchvision without image codecs: Pillow decodes
 NUM_CLASSES = 19
 IGNORE_INDEX = 255
 SPLITS = ("train", "val", "test")
-# The file that marks a synthetic set (ampbook.synthetic) in its root.
+# The file that marks a synthetic set (ampbook.synthetic) in its root, written last
+# once every image is; and the one that marks a set being written (or whose writing
+# was stopped), written first: a root holding it is never read as data.
 SYNTHETIC_MARKER = "SYNTHETIC.json"
+SYNTHETIC_PARTIAL = "SYNTHETIC.partial"
 
 # ImageNet statistics (the usual normalisation for convnets; torchvision's pretrained
 # models use the same numbers).
@@ -131,6 +136,12 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
             f"Cityscapes root {str(path)!r} (from {origin}) does not exist. "
             + GET_CITYSCAPES
         )
+    if (path / SYNTHETIC_PARTIAL).exists():
+        raise FileNotFoundError(
+            f"{str(path)!r} (from {origin}) holds a synthetic set whose writing was "
+            "stopped before it finished; write it again: python -m ampbook.data "
+            f"synthesize --root {path} --train N --val N"
+        )
     missing = [d for d in ("leftImg8bit", "gtFine") if not (path / d).is_dir()]
     if missing:
         what = (
@@ -201,10 +212,19 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
 # --- reading files --------------------------------------------------------------------
 
 
+def _regular(path: Path) -> None:
+    """Refuse to read a FIFO, a device or a socket (the read would block or never
+    end): ``OSError``, which the readers turn into ``DataError``."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(f"not a regular file ({cli._kind(mode)})")
+
+
 def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
     """Decode a PNG file: with libpng through ``torchvision.io`` (the fastest decoder
     here), else with Pillow. Returns C x H x W uint8 (or uint16) from torchvision, H x W
     (x 3) from Pillow."""
+    _regular(path)
     if decode_png is not None:
         data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
         with warnings.catch_warnings():
@@ -287,6 +307,7 @@ def check_headers(pairs: list[tuple[Path, Path]]) -> None:
 
     def header(path: Path, what: str) -> tuple[tuple[int, int], int]:
         try:
+            _regular(path)
             with Image.open(path) as img:
                 return img.size, len(img.getbands())
         except (OSError, SyntaxError, ValueError) as err:
@@ -394,8 +415,9 @@ class Cityscapes(Dataset):
 # --- command line ---------------------------------------------------------------------
 
 
+@cli.command("python -m ampbook.data")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.data", description="Cityscapes data tools."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -404,14 +426,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     syn.add_argument("--root", required=True, help="folder to write into")
     syn.add_argument(
-        "--train", type=int, required=True, help="number of training images"
+        "--train",
+        type=cli.nonnegative_int,
+        required=True,
+        help="number of training images",
     )
     syn.add_argument(
-        "--val", type=int, required=True, help="number of validation images"
+        "--val",
+        type=cli.nonnegative_int,
+        required=True,
+        help="number of validation images",
     )
-    syn.add_argument("--seed", type=int, default=0)
-    syn.add_argument("--height", type=int, default=1024)
-    syn.add_argument("--width", type=int, default=2048)
+    syn.add_argument("--seed", type=cli.seed, default=0)
+    syn.add_argument("--height", type=cli.positive_int, default=1024)
+    syn.add_argument("--width", type=cli.positive_int, default=2048)
     info = sub.add_parser(
         "info", help="count the image/label pairs of a Cityscapes root"
     )
@@ -430,8 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                 if (root / "leftImg8bit" / split).is_dir():
                     print(f"{split}: {len(list_pairs(root, split))} image/label pairs")
     except (FileNotFoundError, FileExistsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        print(f"error: {err}", file=sys.stderr)  # the settings, or the data's folder
+        return 2
     return 0
 
 

@@ -44,7 +44,6 @@ import argparse
 import contextlib
 import copy
 import importlib
-import json
 import logging
 import math
 import statistics
@@ -57,6 +56,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ampbook import cli
 from ampbook import costmodel as cm
 from ampbook.precision import (
     AUTOCAST_DTYPES,
@@ -82,7 +82,7 @@ SIXTEEN_BIT = ("float16", "bfloat16")
 SAME_SPEED = 0.05
 
 
-class DoctorError(ValueError):
+class DoctorError(ValueError, cli.UserError):
     """Bad input to the doctor: the message says what is wrong and what to do."""
 
 
@@ -110,6 +110,11 @@ def load_model(spec: str) -> nn.Module:
             "'package.module:callable'"
         )
     where, name = spec.split(":", 1)
+    if not where.strip() or not name.strip() or where.startswith("."):
+        raise DoctorError(
+            f"model {spec!r}: give package.module:callable with a module name that is "
+            "not relative and a callable's name, e.g. mypackage.models:build"
+        )
     if where == "torchvision":
         import torchvision
 
@@ -128,11 +133,21 @@ def load_model(spec: str) -> nn.Module:
             f"cannot import {where!r} for model {spec!r} ({_first_line(e)}): is the "
             "package on PYTHONPATH?"
         ) from None
+    except (Exception, SystemExit) as e:  # the user's module failed as it loaded
+        raise DoctorError(
+            f"importing {where!r} for model {spec!r} raised {type(e).__name__}: "
+            f"{_first_line(e)}"
+        ) from None
     factory = getattr(module, name, None)
     if factory is None or not callable(factory):
         raise DoctorError(f"{where} has no callable {name!r} for model {spec!r}")
     try:
         model = factory()
+    except SystemExit as e:  # a script's sys.exit(): not a model, and not a success
+        raise DoctorError(
+            f"{spec}() called sys.exit({e.code!r}) instead of returning a model: "
+            "make it return the nn.Module"
+        ) from None
     except Exception as e:  # the user's code: report it in one line
         raise DoctorError(
             f"{spec}() raised {type(e).__name__}: {_first_line(e)}"
@@ -1367,7 +1382,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--loader-images-per-s",
-        type=float,
+        type=cli.positive_float,
         help="what your input pipeline delivers: says which side bounds the epoch",
     )
     p.add_argument("--loss", default="cross-entropy", choices=LOSSES)
@@ -1384,15 +1399,13 @@ class _Parser(argparse.ArgumentParser):
         raise DoctorError(message)
 
 
+@cli.command("python -m ampbook.doctor")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     parser.__class__ = _Parser
     try:
         a = parser.parse_args(argv)
-        outputs = [Path(f) for f in (a.json, a.markdown) if f]
-        for f in outputs:
-            if not f.parent.is_dir():
-                raise DoctorError(f"cannot write {f}: folder {f.parent} does not exist")
+        check_outputs(a.json, a.markdown)
         if a.repeats < 1:
             raise DoctorError(f"--repeats {a.repeats}: must be at least 1")
         cfg = DoctorConfig(
@@ -1417,10 +1430,35 @@ def main(argv: list[str] | None = None) -> int:
     text = to_markdown(report)
     print(text)
     if a.json:
-        Path(a.json).write_text(json.dumps(_jsonable(report), indent=1) + "\n")
+        cli.save_result(a.json, _jsonable(report), "the report's numbers")
     if a.markdown:
-        Path(a.markdown).write_text(text)
+        try:
+            cli.write_text_atomic(a.markdown, text)
+        except OSError as err:
+            raise cli.Stopped(
+                f"could not write {a.markdown}: {cli.os_error(err)[1]} (the report "
+                "is printed above)"
+            ) from None
     return 0
+
+
+def check_outputs(json_path: str | None, markdown_path: str | None) -> None:
+    """``--json`` and ``--markdown`` checked before the diagnosis: two different files
+    (one would overwrite the other), each writable in an existing folder."""
+    outputs = {"--json": json_path, "--markdown": markdown_path}
+    for flag, f in outputs.items():
+        if f is not None:
+            try:
+                cli.check_output_file(f, flag, create_parents=False)
+            except cli.UserError as err:
+                raise DoctorError(str(err)) from None
+    if json_path and markdown_path:
+        same = Path(json_path).resolve() == Path(markdown_path).resolve()
+        if same:
+            raise DoctorError(
+                f"--json and --markdown both name {json_path}: the second would "
+                "overwrite the first; give two files"
+            )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ accuracy) and are printed as JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ampbook import cli
 from ampbook.data import (
     CLASS_NAMES,
     IGNORE_INDEX,
@@ -204,8 +204,9 @@ def predict_folder(
     return out_dir
 
 
+@cli.command("python -m ampbook.evaluate")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.evaluate", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
@@ -227,14 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         device = pick_device(args.device)
     except (RuntimeError, ValueError) as err:  # no CUDA, or not a device name
         print(f"error: --device {args.device}: {err}", file=sys.stderr)
-        return 1
+        return 2
     try:
         result = evaluate_folder(
             args.pred_dir, args.data_root, args.split, device=device
         )
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError) as err:  # the inputs (DataError too)
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps(result, indent=1))
     return 0
 

@@ -61,6 +61,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ampbook import cli
 from ampbook.paths import REPO_ROOT
 
 DEFAULT_BUDGET_S = 480.0
@@ -572,6 +573,7 @@ class Check:
             raise Terminated()
 
         signal.signal(signal.SIGTERM, terminate)
+        signal.signal(signal.SIGINT, terminate)  # Ctrl-C ends the check alike
         # The selected stages share the budget in the proportions of their own budgets,
         # and each stage's share is taken of what is left when it starts: the full check
         # at 480 s gets them as written, a rerun of a few stages gets more each, and a
@@ -621,7 +623,7 @@ class Check:
                     res.status = "ok"
                 else:
                     res.status, res.detail = self.run_child(stage.name, timeout)
-            except Terminated:
+            except (Terminated, KeyboardInterrupt):
                 res.status = "cut short"
                 res.detail = "the check was terminated (SIGTERM) before the stage ended"
                 res.seconds = round(time.monotonic() - start, 1)
@@ -811,6 +813,20 @@ def sizing() -> list[tuple[str, str, float]]:
     return rows
 
 
+def check_out(out: Path) -> None:
+    """``--out`` can be written (long names, a file in the way, read-only, 64 MiB
+    free for the archives) and holds no earlier check's files: a second check into
+    the same folder would replace the first one's results."""
+    cli.check_output_dir(out, "--out", size=4 * MAX_FILE_BYTES)
+    earlier = [n for n in ("report.json", "results.tar.gz") if (out / n).exists()]
+    if earlier:
+        raise cli.UserError(
+            f"--out {out} already holds an earlier check's {' and '.join(earlier)}; "
+            "a second check would replace them: choose another --out, or move them "
+            "away first"
+        )
+
+
 def parse_stages(text: str | None) -> tuple[str, ...]:
     if not text:
         return STAGE_NAMES
@@ -825,8 +841,9 @@ def parse_stages(text: str | None) -> tuple[str, ...]:
     return tuple(n for n in STAGE_NAMES if n in chosen)
 
 
+@cli.command("python -m ampbook.gpucheck")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.gpucheck", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
@@ -889,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not args.budget_s > RESERVE_S + MIN_STAGE_S:
+    if not RESERVE_S + MIN_STAGE_S < args.budget_s < float("inf"):
         print(
             f"error: --budget-s must be more than {RESERVE_S + MIN_STAGE_S:.0f} s, "
             f"got {args.budget_s:g}",
@@ -905,6 +922,7 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists() and not out.is_dir():
         print(f"error: --out {out} exists and is not a folder", file=sys.stderr)
         return 2
+    check_out(out)
     return Check(
         out, args.budget_s, args.dry_run, selected, wheel_dir=Path(args.wheels)
     ).run()

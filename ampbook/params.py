@@ -4,10 +4,20 @@ A profile or ``-p NAME VALUE`` can hand a notebook any value; a bad one should s
 run at once with a message that names the parameter and the rule, not deep inside a
 measurement::
 
-    from ampbook import params params.integer("n_samples", n_samples, minimum=1000)
-    params.integers("matmul_sizes", matmul_sizes, minimum=1, count=2, why="the fit needs
-    two") params.number("min_time", min_time, above=0) params.choice("precision",
-    precision, ["fp32", "amp-fp16", "amp-bf16"])
+    from ampbook import params
+    params.integer("n_samples", n_samples, minimum=1000)
+    params.integers("matmul_sizes", matmul_sizes, minimum=1, count=2,
+                    why="the fit needs two")
+    params.number("min_time", min_time, above=0)
+    params.choice("precision", precision, ["fp32", "amp-fp16", "amp-bf16"])
+    params.seed("seed", seed)
+    params.rule("sizes", sizes, lambda v: len({h * w for h, w in v}) >= 2,
+                "needs 2 sizes of different pixel counts")
+
+Numbers are finite unless a check says otherwise (``finite=False``): NaN and inf are
+refused with 0 and negatives wherever a bound says so. ``rule`` takes the test as a
+function of the value, so a value of the wrong type (a string where a list was meant)
+fails the rule instead of raising deep inside the test.
 
 Each check returns the value (lists come back as lists of int) and raises
 ``ParameterError`` (a ``ValueError``) with one line such as
@@ -16,13 +26,17 @@ Each check returns the value (lists come back as lists of int) and raises
 
 from __future__ import annotations
 
+import math
 import numbers
-from typing import Any, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from ampbook.cli import SEED_MAX, UserError
 
-class ParameterError(ValueError):
+
+class ParameterError(ValueError, UserError):
     """A notebook parameter breaks its rule; the message names both."""
 
 
@@ -33,8 +47,17 @@ def fail(name: str, value: Any, rule: str, why: str = "") -> None:
     )
 
 
-def rule(name: str, value: Any, ok: bool, text: str, why: str = "") -> Any:
-    """Any rule: ``ok`` says whether it holds, ``text`` states it ("must be ...")."""
+def rule(
+    name: str, value: Any, ok: bool | Callable[[Any], bool], text: str, why: str = ""
+) -> Any:
+    """Any rule: ``ok`` says whether it holds (or is a test called with ``value``: one
+    that raises, on a value of the wrong type, counts as broken), ``text`` states it
+    ("must be ...")."""
+    if callable(ok):
+        try:
+            ok = bool(ok(value))
+        except Exception:  # noqa: BLE001 -- a wrong type breaks the rule
+            ok = False
     if not ok:
         fail(name, value, text, why)
     return value
@@ -89,13 +112,18 @@ def number(
     maximum: float | None = None,
     above: float | None = None,
     why: str = "",
+    finite: bool = True,
 ) -> float:
-    """A real number within the bounds given (``above``: strictly greater)."""
+    """A finite real number within the bounds given (``above``: strictly greater);
+    ``finite=False`` lets inf through (NaN never)."""
     bounds = _bounds(minimum, maximum, above)
-    text = "must be a number" + (f" {bounds}" if bounds else "")
+    text = f"must be a {'finite ' if finite else ''}number" + (
+        f" {bounds}" if bounds else ""
+    )
     if (
         not _is_number(value)
         or value != value
+        or (finite and not math.isfinite(value))
         or not _in_bounds(value, minimum, maximum, above)
     ):
         fail(name, value, text, why)
@@ -161,4 +189,59 @@ def device(name: str, value: Any) -> Any:
         torch.device(value)
     except (RuntimeError, TypeError):
         fail(name, value, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return value
+
+
+def seed(name: str, value: Any) -> int:
+    """A seed numpy takes: an integer from 0 to 2**32 - 1."""
+    return integer(name, value, minimum=0, maximum=SEED_MAX, why="numpy's seeds")
+
+
+def flag(name: str, value: Any) -> bool:
+    """``True`` or ``False`` (YAML's true/false with ``-p``), nothing else."""
+    if not isinstance(value, bool):
+        fail(name, value, "must be True or False")
+    return value
+
+
+def shape(name: str, value: Any, length: int = 3, why: str = "") -> list[int]:
+    """A list of ``length`` positive integers (an input's C, H, W...)."""
+    ok = (
+        isinstance(value, (list, tuple))
+        and len(value) == length
+        and all(_is_int(v) and v > 0 for v in value)
+    )
+    if not ok:
+        fail(name, value, f"must be a list of {length} positive integers", why)
+    return [int(v) for v in value]
+
+
+def folder(name: str, value: Any, empty: str = "the default") -> Any:
+    """A folder to read that exists, or None / "" for ``empty``."""
+    if value is None or value == "":
+        return value
+    if not isinstance(value, (str, Path)):
+        fail(name, value, f"must be a folder's path (or empty for {empty})")
+    if not Path(value).expanduser().is_dir():
+        fail(name, value, f"must be an existing folder (or empty for {empty})")
+    return value
+
+
+def output(name: str, value: Any, kind: str = "file") -> Any:
+    """A file (``kind="file"``) or folder (``"folder"``) the notebook will write, or
+    None / "" for none: checked before any work (``ampbook.cli``: long names, a file
+    in the way, read-only places)."""
+    from ampbook import cli
+
+    if value is None or value == "":
+        return value
+    if not isinstance(value, (str, Path)):
+        fail(name, value, f"must be a {kind}'s path (or empty for none)")
+    try:
+        if kind == "file":
+            cli.check_output_file(value, f"parameter {name}")
+        else:
+            cli.check_output_dir(value, f"parameter {name}")
+    except cli.UserError as err:
+        raise ParameterError(str(err)) from None
     return value

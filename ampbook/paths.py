@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from ampbook.cli import UserError, check_output_dir
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 BOOK_DIR = REPO_ROOT / "book"
@@ -17,11 +19,26 @@ RESULTS_DIR = DATA_DIR / "results"
 PROFILES_FILE = NOTEBOOKS_DIR / "profiles.yml"
 
 
+class CacheError(ValueError, UserError):
+    """``$AMPBOOK_CACHE`` (or the default cache folder) cannot be used."""
+
+
 def cache_dir() -> Path:
     """Directory for generated artefacts (synthetic datasets...): ``$AMPBOOK_CACHE`` or
-    ``<repo>/build/cache``."""
-    path = Path(os.environ.get("AMPBOOK_CACHE", REPO_ROOT / "build" / "cache"))
-    path.mkdir(parents=True, exist_ok=True)
+    ``<repo>/build/cache``; ``CacheError`` when it is not a folder that can be
+    written (a file, a read-only place, a name too long)."""
+    raw = os.environ.get("AMPBOOK_CACHE", "")
+    path = Path(raw).expanduser() if raw.strip() else REPO_ROOT / "build" / "cache"
+    what = f"AMPBOOK_CACHE={raw}" if raw.strip() else "the cache folder"
+    try:
+        check_output_dir(path, what)
+        path.mkdir(parents=True, exist_ok=True)
+    except (UserError, OSError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        how = "point AMPBOOK_CACHE at a writable folder" + (
+            " or unset it" if raw.strip() else ""
+        )
+        raise CacheError(f"{why}; {how}") from None
     return path
 
 

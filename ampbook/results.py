@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ampbook import cli
 from ampbook.paths import RESULTS_DIR
 from ampbook.precision import PRECISIONS
 
@@ -70,7 +71,7 @@ MODE_LABELS = {
 }
 
 
-class ResultsError(ValueError):
+class ResultsError(ValueError, cli.UserError):
     """A results file that claims a known schema but does not hold to it."""
 
 
@@ -236,6 +237,7 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
         epochs = record["epochs"]
         if not epochs:
             raise ResultsError(f"{where}: no epoch was recorded")
+        _check_run_numbers(record, where)
         timed = epochs[1:] if len(epochs) > 1 else epochs
         epoch_s = _median_after_first([e["wall_s"] for e in epochs])
         if not epoch_s > 0:
@@ -284,10 +286,68 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             record=record,
             steps_per_epoch=max(1, int(epochs[-1].get("steps") or 1)),
         )
-    except (KeyError, TypeError) as err:
+    except (KeyError, TypeError, ValueError) as err:
+        if isinstance(err, ResultsError):
+            raise
         raise ResultsError(
             f"{where}: training-run record lacks or mistypes {err}"
         ) from None
+
+
+def _number(value: Any, field: str, where: str, least: float = 0.0, above=False):
+    """``value`` as a finite number >= ``least`` (> with ``above``), else
+    ``ResultsError`` naming the file and the field."""
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > least if above else value >= least)
+    )
+    if not ok:
+        rule = f"{'above' if above else 'at least'} {least:g}"
+        raise ResultsError(f"{where}: {field} must be a number {rule}, got {value!r}")
+    return value
+
+
+def _count(value: Any, field: str, where: str, least: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ResultsError(
+            f"{where}: {field} must be an integer of at least {least}, got {value!r}"
+        )
+    return value
+
+
+def _check_run_numbers(record: dict, where: str) -> None:
+    """The numbers a ``TrainRun`` is made of: times positive (they divide), counts
+    positive integers, memory non-negative or null."""
+    if not isinstance(record["epochs"], list):
+        raise ResultsError(f"{where}: epochs must be a list of epoch records")
+    for i, e in enumerate(record["epochs"]):
+        if not isinstance(e, dict):
+            raise ResultsError(f"{where}: epochs[{i}] is not an epoch record")
+        _number(e.get("wall_s"), f"epochs[{i}].wall_s", where, above=True)
+        _number(e.get("step_s"), f"epochs[{i}].step_s", where, above=True)
+        _number(e.get("data_wait_s"), f"epochs[{i}].data_wait_s", where)
+        _count(e.get("images"), f"epochs[{i}].images", where)
+        if e.get("steps") is not None:
+            _count(e["steps"], f"epochs[{i}].steps", where)
+    c, r, s = record["config"], record["resolved"], record["summary"]
+    for key in ("height", "width", "batch_size"):
+        _count(c.get(key), f"config.{key}", where)
+    if c.get("workers") is not None:
+        _count(c["workers"], "config.workers", where, least=0)
+    _count(r.get("train_images"), "resolved.train_images", where)
+    for key in (
+        "max_cuda_allocated_bytes",
+        "max_saved_tensor_bytes",
+        "max_cuda_reserved_bytes",
+    ):
+        if s.get(key) is not None:
+            _number(s[key], f"summary.{key}", where)
+    for key in ("name", "status", "precision"):
+        holder = c if key == "precision" else record
+        if not isinstance(holder.get(key), str):
+            raise ResultsError(f"{where}: {key} must be a string")
 
 
 @dataclass(frozen=True)
@@ -539,16 +599,17 @@ class LoaderSweep:
         return next((p.images_per_s for p in self.points if p.workers == workers), None)
 
 
-def _positive(value: Any, what: str, where: str) -> float:
+def _positive(value: Any, what: str, where: str, above: bool = False) -> float:
+    """A finite number >= 0 (> 0 with ``above``: a time or rate that divides)."""
     if (
         not isinstance(value, (int, float))
         or isinstance(value, bool)
         or not math.isfinite(value)
         or value < 0
+        or (above and value == 0)
     ):
-        raise ResultsError(
-            f"{where}: {what} must be a non-negative number, got {value!r}"
-        )
+        rule = "a positive" if above else "a non-negative"
+        raise ResultsError(f"{where}: {what} must be {rule} number, got {value!r}")
     return float(value)
 
 
@@ -557,8 +618,15 @@ def read_matmul(record: dict, path: str) -> MatmulSweep:
 
     try:
         validate_record(record, path)
-    except ValueError as err:
-        raise ResultsError(str(err)) from None
+        for section in ("matmul", "shapes", "elementwise"):
+            for i, row in enumerate(record[section]):
+                _number(row["median_s"], f"{section}[{i}].median_s", path, above=True)
+    except ResultsError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise ResultsError(
+            f"{path}: tensor-core sweep lacks or mistypes {err}"
+        ) from None
     dtypes = tuple(dict.fromkeys(r["dtype"] for r in record["matmul"]))
     return MatmulSweep(path, str(record["environment"]["device_name"]), dtypes, record)
 
@@ -592,16 +660,18 @@ def read_layer_profile(record: dict, path: str) -> LayerProfile:
             width=int(record["width"]),
             time_source=record["time_source"],
             steps=int(record["steps"]),
-            step_s=_positive(record["step_s"], "step_s", path),
+            step_s=_positive(record["step_s"], "step_s", path, above=True),
             predicted_step_s=_positive(
-                record["predicted_step_s"], "predicted_step_s", path
+                record["predicted_step_s"], "predicted_step_s", path, above=True
             ),
             unattributed_s=_positive(record["unattributed_s"], "unattributed_s", path),
             ceilings=str(record["ceilings"]),
             layers=layers,
             record=record,
         )
-    except (KeyError, TypeError) as err:
+    except (KeyError, TypeError, ValueError) as err:
+        if isinstance(err, ResultsError):
+            raise
         raise ResultsError(f"{path}: layer profile lacks or mistypes {err}") from None
 
 
@@ -609,7 +679,8 @@ def read_loader(record: dict, path: str) -> LoaderSweep:
     try:
         points = tuple(
             LoaderPoint(
-                int(r["workers"]), _positive(r["images_per_s"], "images_per_s", path)
+                int(r["workers"]),
+                _positive(r["images_per_s"], "images_per_s", path, above=True),
             )
             for r in record["results"]
         )
@@ -625,12 +696,17 @@ def read_loader(record: dict, path: str) -> LoaderSweep:
             images=int(record["images"]),
             synthetic=bool(record["synthetic"]),
             decode_resize_images_per_s=_positive(
-                record["decode_resize_images_per_s"], "decode_resize_images_per_s", path
+                record["decode_resize_images_per_s"],
+                "decode_resize_images_per_s",
+                path,
+                above=True,
             ),
             points=points,
             record=record,
         )
-    except (KeyError, TypeError) as err:
+    except (KeyError, TypeError, ValueError) as err:
+        if isinstance(err, ResultsError):
+            raise
         raise ResultsError(f"{path}: loader sweep lacks or mistypes {err}") from None
 
 
@@ -694,8 +770,10 @@ def read_file(path: str | Path) -> TrainRun | MatmulSweep | LayerProfile | Loade
     problem."""
     path = Path(path)
     try:
-        record = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        record = json.loads(cli.read_text(path, "results file"))
+    except cli.UserError as err:  # a FIFO, a device, unreadable, not text
+        raise ResultsError(str(err)) from None
+    except json.JSONDecodeError as err:
         raise ResultsError(f"{path}: not readable JSON ({err})") from None
     if not isinstance(record, dict):
         raise ResultsError(f"{path}: a results file holds a JSON object")

@@ -9,6 +9,7 @@ See ``data/README.md``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -23,7 +24,8 @@ import numpy as np
 from cityscapesscripts.helpers.labels import labels as _CS_LABELS
 from PIL import Image
 
-from ampbook.data import SPLITS, SYNTHETIC_MARKER
+from ampbook import cli
+from ampbook.data import SPLITS, SYNTHETIC_MARKER, SYNTHETIC_PARTIAL
 
 # --- synthetic Cityscapes -------------------------------------------------------------
 
@@ -517,13 +519,17 @@ def check_synthesis(
 ) -> Path:
     """Every argument of ``synthesize`` checked before anything is written
     (``ValueError``, ``FileExistsError``); returns ``root`` as a Path."""
-    root = Path(root)
-    if not str(root).strip():
+    if not str(root).strip():  # Path("") is ".": the current folder
         raise ValueError("root is an empty path; give the folder to write into")
+    root = Path(root)
     if root.exists() and not root.is_dir():
         raise FileExistsError(
             f"root {root} is a file; give a folder to write the data set into"
         )
+    try:  # long names, a file in the way, a read-only place
+        cli.check_output_dir(root, "root")
+    except cli.UserError as err:
+        raise ValueError(str(err)) from None
     if train < 0 or val < 0 or train + val == 0:
         raise ValueError(
             f"need a positive number of images, got train={train}, val={val}"
@@ -535,7 +541,7 @@ def check_synthesis(
     if seed < 0:
         raise ValueError(f"seed must be 0 or more, got {seed}")
     if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
-        if not (root / SYNTHETIC_MARKER).exists():
+        if not _ours(root):
             raise FileExistsError(
                 f"{root} already holds a dataset that is not synthetic; "
                 "refusing to write synthetic images into it"
@@ -564,16 +570,18 @@ def synthesize(
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
-        if not (root / SYNTHETIC_MARKER).exists():
+        if not _ours(root):
             raise FileExistsError(
                 f"{root} already holds a dataset that is not synthetic; refusing to "
                 "write synthetic images into it"
             )
-        for sub in (
-            "leftImg8bit",
-            "gtFine",
-        ):  # an older synthetic set: replace it whole
-            shutil.rmtree(root / sub, ignore_errors=True)
+    # The marker of a set being written goes first and the set's marker goes before
+    # anything is removed: a set stopped half-way is never taken for a whole one.
+    root.mkdir(parents=True, exist_ok=True)
+    (root / SYNTHETIC_PARTIAL).write_text("being written by ampbook.synthetic\n")
+    (root / SYNTHETIC_MARKER).unlink(missing_ok=True)
+    for sub in ("leftImg8bit", "gtFine"):  # an older synthetic set: replace it whole
+        shutil.rmtree(root / sub, ignore_errors=True)
     start = time.perf_counter()
     jobs = [
         (root, seed, split, i, height, width)
@@ -593,7 +601,9 @@ def synthesize(
         # each worker.
         fork = "fork" in multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("fork" if fork else "spawn")
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=_quiet_worker
+        )
         done = pool.map(_write_scene_job, jobs)
     try:
         for n, _ in enumerate(done, 1):
@@ -612,7 +622,8 @@ def synthesize(
         "width": width,
         "generator": "ampbook.synthetic.synthesize",
     }
-    (root / SYNTHETIC_MARKER).write_text(json.dumps(meta, indent=1) + "\n")
+    cli.write_text_atomic(root / SYNTHETIC_MARKER, json.dumps(meta, indent=1) + "\n")
+    (root / SYNTHETIC_PARTIAL).unlink()
     if progress:
         print(
             f"wrote {train + val} synthetic images ({width}x{height}) to {root} in "
@@ -623,11 +634,57 @@ def synthesize(
     return root
 
 
+def _ours(root: Path) -> bool:
+    """Whether the data set in ``root`` is a synthetic one (whole, or stopped while
+    being written)."""
+    return (root / SYNTHETIC_MARKER).exists() or (root / SYNTHETIC_PARTIAL).exists()
+
+
+def _quiet_worker() -> None:
+    """A drawing process leaves Ctrl-C and SIGTERM to its parent, which stops the
+    pool: no worker's traceback on the terminal."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def set_matches(root: Path, meta: dict) -> bool:
+    """Whether ``root`` holds the whole synthetic set ``meta`` describes: its marker
+    says so (same version and parameters), nothing marks it partial, and each split
+    has its image and label files, none empty."""
+    try:
+        marker = json.loads((root / SYNTHETIC_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(marker, dict) or (root / SYNTHETIC_PARTIAL).exists():
+        return False
+    keys = ("version", "seed", "train", "val", "height", "width")
+    if any(marker.get(k) != meta[k] for k in keys):
+        return False
+    for split in ("train", "val"):
+        for folder, suffix in (
+            ("leftImg8bit", "_leftImg8bit.png"),
+            ("gtFine", "_gtFine_labelIds.png"),
+        ):
+            files = list((root / folder / split).glob(f"*/*{suffix}"))
+            if len(files) != meta[split]:
+                return False
+            try:
+                if any(f.stat().st_size == 0 for f in files):
+                    return False
+            except OSError:
+                return False
+    return True
+
+
 def synthetic_root(
     train: int, val: int, height: int = 1024, width: int = 2048, seed: int = 0
 ) -> Path:
     """A synthetic Cityscapes in ``ampbook.paths.cache_dir()``, written on first use and
-    reused after (safe when several processes ask at once)."""
+    reused after (safe when several processes ask at once). A cached set that does not
+    match its marker (files missing or empty, other parameters, stopped half-way) is
+    written again, never reused."""
     from ampbook.paths import cache_dir
 
     name = (
@@ -635,15 +692,31 @@ def synthetic_root(
         f"{width}x{height}"
     )
     root = cache_dir() / name
-    if (root / SYNTHETIC_MARKER).exists():
+    meta = {
+        "version": SYNTHETIC_VERSION,
+        "seed": seed,
+        "train": train,
+        "val": val,
+        "height": height,
+        "width": width,
+    }
+    if set_matches(root, meta):
         return root
+    if root.exists():  # damaged or partial: moved out of the way, then removed
+        stale = root.with_name(f"{name}.stale-{os.getpid()}")
+        try:
+            root.rename(stale)
+        except OSError:
+            pass  # another process moved it first
+        else:
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=name + ".tmp-", dir=cache_dir()))
     try:
         synthesize(tmp, train, val, seed=seed, height=height, width=width)
         try:
             tmp.rename(root)
         except OSError:  # another process finished first
-            if not (root / SYNTHETIC_MARKER).exists():
+            if not set_matches(root, meta):
                 raise
     finally:
         if tmp.exists():
@@ -653,12 +726,12 @@ def synthetic_root(
 
 def synthesize_cli(args) -> int:
     """``python -m ampbook.data synthesize``: arguments checked before anything is
-    written; a run that stops half-way (Ctrl-C, a full disk) removes the folders it
-    began, so that a retry is not refused."""
+    written; a run that stops half-way (Ctrl-C, SIGTERM, a full disk) removes what it
+    began, so that a retry is not refused and nothing partial is read as data."""
     root = check_synthesis(
         args.root, args.train, args.val, args.seed, args.height, args.width
     )
-    fresh = [d for d in (root / "leftImg8bit", root / "gtFine") if not d.exists()]
+    fresh = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -676,14 +749,21 @@ def synthesize_cli(args) -> int:
             progress=True,
         )
     except (KeyboardInterrupt, OSError) as err:
-        if not (root / SYNTHETIC_MARKER).exists():
-            for d in fresh:
+        if not (root / SYNTHETIC_MARKER).exists():  # ours, and not finished
+            for d in (root / "leftImg8bit", root / "gtFine"):
                 shutil.rmtree(d, ignore_errors=True)
-        what = "interrupted" if isinstance(err, KeyboardInterrupt) else f"failed: {err}"
+            (root / SYNTHETIC_PARTIAL).unlink(missing_ok=True)
+            if fresh:
+                with contextlib.suppress(OSError):
+                    root.rmdir()
+        if isinstance(err, KeyboardInterrupt):
+            what = f"interrupted ({cli.signal_name()})"
+        else:
+            what = "failed: " + " ".join(cli.os_error(err)[1].split())
         print(
             f"error: synthesize {what}; the half-written images were removed, "
             "run it again",
             file=sys.stderr,
         )
-        return 130 if isinstance(err, KeyboardInterrupt) else 1
+        return cli.stop_code(err) if isinstance(err, KeyboardInterrupt) else 1
     return 0

@@ -19,9 +19,9 @@ and Jupyter Book's ``OUT/_build``, and refuses an OUT inside the sources (``book
 
 from __future__ import annotations
 
-import argparse
-import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,15 +29,23 @@ from pathlib import Path
 
 import yaml
 
+from ampbook import cli
 from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 
 DEFAULT_EXECUTED = REPO_ROOT / "build" / "executed"
 DEFAULT_OUT = REPO_ROOT / "build" / "book"
 MARKER = ".ampbook-book"
+BOOK_ROOM = 64 * 2**20  # about what the HTML, its sources and a build take
 
 
-class BookError(RuntimeError):
-    pass
+class BookError(RuntimeError, cli.UserError):
+    """The inputs or the output folder cannot make a book (exit 2)."""
+
+
+class BuildFailed(BookError):
+    """Jupyter Book ran and failed (exit 1); the message carries its log's tail."""
+
+    exit_code = cli.EXIT_STOPPED
 
 
 def toc_chapters(book_dir: Path = BOOK_DIR) -> list[str]:
@@ -88,7 +96,7 @@ def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
     finish, or a cell with an error output (one not tagged ``raises-exception``)."""
     import nbformat
 
-    from ampbook.build.run import run_status
+    from ampbook.build.run import REPORT, RunError, load_run_report, run_mark
 
     executed = Path(executed)
     again = f"run `python -m ampbook.build.run --out {executed}` again"
@@ -98,20 +106,19 @@ def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
     missing = [s for s in chapters if not (executed / f"{s}.ipynb").exists()]
     if missing:
         raise BookError(f"executed notebooks missing in {executed}: {missing}; {again}")
-    report_file = executed / "run_report.json"
+    report_file = executed / REPORT
+    entries = {}
     if report_file.exists():
         try:
-            report = json.loads(report_file.read_text())
-            bad = [
-                (n["name"], n["status"])
-                for n in report["notebooks"]
-                if n.get("status") != "ok" and n["name"] in chapters
-            ]
-        except (ValueError, KeyError, TypeError):
-            raise BookError(
-                f"{report_file} is not a run report of python -m "
-                f"ampbook.build.run; {again}"
-            ) from None
+            report = load_run_report(report_file)
+        except RunError as err:
+            raise BookError(f"{err}; {again}") from None
+        entries = {n["name"]: n for n in report["notebooks"]}
+        bad = [
+            (n["name"], n["status"])
+            for n in report["notebooks"]
+            if n["status"] != "ok" and n["name"] in chapters
+        ]
         if bad:
             names = ", ".join(f"{n} ({status})" for n, status in bad)
             raise BookError(
@@ -119,11 +126,24 @@ def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
             )
     for stem in chapters:
         path = executed / f"{stem}.ipynb"
-        status = run_status(path)
-        if status not in (None, "complete"):
+        mark = run_mark(path)
+        status = mark.get("status")
+        if status is None:  # a run killed before it marked its notebook
+            raise BookError(
+                f"{path} carries no mark of a finished run (a run killed while "
+                f"executing it leaves it so); {again}"
+            )
+        if status != "complete":
             raise BookError(
                 f"{path} is from a run that did not finish (marked {status}); {again}"
             )
+        if report_file.exists():
+            entry = entries.get(stem)
+            if entry is None or entry["run"] != mark.get("run"):
+                raise BookError(
+                    f"{report_file} does not describe {path} (it is from another run "
+                    f"of the notebooks); {again}, or delete {report_file}"
+                )
         nb = nbformat.read(path, as_version=4)
         for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
             if "raises-exception" in cell.get("metadata", {}).get("tags", []):
@@ -154,6 +174,10 @@ def check_out(out: Path) -> Path:
         )
     if out.exists() and not out.is_dir():
         raise BookError(f"--out {out} is a file; give a folder")
+    try:  # long names, a file in the way, read-only, room for the HTML
+        cli.check_output_dir(out, "--out", size=BOOK_ROOM)
+    except cli.UserError as err:
+        raise BookError(str(err)) from None
     if out.is_dir() and any(out.iterdir()):
         ours = (out / MARKER).exists() or (
             (out / "build.log").is_file() and (out / "src" / "_toc.yml").is_file()
@@ -183,7 +207,11 @@ def stage(executed: Path, staging: Path, book_dir: Path = BOOK_DIR) -> Path:
         shutil.copy2(executed / f"{stem}.ipynb", chapters / f"{stem}.ipynb")
     report_file = executed / "run_report.json"
     if report_file.exists() and (staging / "reproducing.md").exists():
-        report = json.loads(report_file.read_text())
+        from ampbook.build.run import load_run_report
+
+        report = load_run_report(report_file)  # checked by check_executed
+        chapters = set(toc_chapters(book_dir))
+        report["notebooks"] = [n for n in report["notebooks"] if n["name"] in chapters]
         with open(staging / "reproducing.md", "a") as f:
             f.write(_build_section(report))
     return staging
@@ -215,26 +243,55 @@ def build(
     ]
     log("building the book: jupyter-book " + " ".join(cmd[1:]))
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = run_ended(cmd)
     log_file = out / "build.log"
     log_file.write_text(proc.stdout + "\n" + proc.stderr)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
-        raise BookError(
+        raise BuildFailed(
             f"jupyter-book build failed (exit {proc.returncode}); full log at "
             f"{log_file}\n{tail}"
         )
     index = out / "_build" / "html" / "index.html"
     if not index.exists():
-        raise BookError(
+        raise BuildFailed(
             f"the build reported success but {index} is missing; log at {log_file}"
         )
     log(f"book built in {time.perf_counter() - start:.0f} s: {index}")
     return index
 
 
+def run_ended(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (Jupyter Book and the Sphinx it starts) in its own process group,
+    capturing its output; Ctrl-C or SIGTERM here ends the whole group before the
+    interruption goes on: nothing is left running."""
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@cli.command("python -m ampbook.build.book")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.build.book", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
@@ -249,10 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         if tail:  # the build log's last lines first, then the one error line
             print(tail, file=sys.stderr)
         print(f"error: {message}", file=sys.stderr)
-        return 1
+        return err.exit_code  # 2: the inputs or --out; 1: the build failed
     except KeyboardInterrupt:
-        print("error: interrupted; the book was not built", file=sys.stderr)
-        return 130
+        print(
+            f"error: interrupted ({cli.signal_name()}); the book was not built",
+            file=sys.stderr,
+        )
+        return cli.stop_code()
     print(f"Open the book: file://{index}")
     return 0
 

@@ -13,7 +13,6 @@ pages or no Chromium is one ``error:`` line and exit 2. Chromium: ``$CHROMIUM``,
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -22,6 +21,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+from ampbook import cli
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -64,7 +65,7 @@ async () => {
 """
 
 
-class CheckError(RuntimeError):
+class CheckError(RuntimeError, cli.UserError):
     """The check cannot run: no pages, no Chromium."""
 
 
@@ -78,8 +79,18 @@ class PageReport:
 
 
 def find_chromium() -> str | None:
+    """``$CHROMIUM`` (checked: an executable file), else Chromium or Chrome on PATH;
+    None when there is none."""
+    env = os.environ.get("CHROMIUM", "").strip()
+    if env:
+        path = shutil.which(env) or env
+        if not (Path(path).is_file() and os.access(path, os.X_OK)):
+            raise CheckError(
+                f"environment variable CHROMIUM={env!r} is not an executable file; "
+                "point it at a Chromium binary, or unset it to use chromium on PATH"
+            )
+        return path
     for cand in (
-        os.environ.get("CHROMIUM"),
         "chromium",
         "chromium-browser",
         "google-chrome",
@@ -118,12 +129,20 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
     reports: list[PageReport] = []
     page_info: dict[Path, dict] = {}
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile_dir:
-        browser = pw.chromium.launch_persistent_context(
-            profile_dir,
-            executable_path=chromium,
-            headless=True,
-            args=CHROMIUM_FLAGS[1:],
-        )
+        try:
+            browser = pw.chromium.launch_persistent_context(
+                profile_dir,
+                executable_path=chromium,
+                headless=True,
+                args=CHROMIUM_FLAGS[1:],
+                timeout=60_000,
+            )
+        except Exception as err:  # noqa: BLE001 -- playwright's Error: no browser
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise CheckError(
+                f"{chromium} could not be started as Chromium ({first[:200]}); "
+                "install chromium or point CHROMIUM at it"
+            ) from None
         for path in pages:
             report = PageReport(str(path.relative_to(html_dir)))
             reports.append(report)
@@ -251,10 +270,11 @@ def overflow_problems(page) -> list[str]:
     ]
 
 
+@cli.command("python -m ampbook.build.bookcheck")
 def main(argv: list[str] | None = None) -> int:
     from ampbook.build.book import DEFAULT_OUT
 
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.build.bookcheck", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(

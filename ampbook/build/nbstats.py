@@ -14,7 +14,6 @@ reaches the page. ``discarded_displays`` finds such calls statically.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import statistics
 import sys
@@ -22,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jupytext
+
+from ampbook import cli
 
 # Calls whose value is something to display (a sentence, a table): losing it loses text.
 DISPLAY_FACTORIES = frozenset({"md", "md_table", "Markdown", "HTML", "Latex", "Math"})
@@ -124,12 +125,11 @@ def notebook_stats(path: str | Path) -> NotebookStats:
     )
 
 
+@cli.command("python -m ampbook.build.nbstats")
 def main(argv: list[str] | None = None) -> int:
     from ampbook.build.run import all_notebooks
 
-    ap = argparse.ArgumentParser(
-        prog="python -m ampbook.build.nbstats", description=__doc__
-    )
+    ap = cli.ArgumentParser(prog="python -m ampbook.build.nbstats", description=__doc__)
     ap.add_argument("notebooks", nargs="*", help="notebook sources (default: all)")
     args = ap.parse_args(argv)
     paths = [Path(p) for p in args.notebooks] or all_notebooks()
@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if not p.exists():
             print(f"error: no notebook {p}", file=sys.stderr)
             return 2
+        cli.check_input_file(p, "notebook")
     print(
         f"{'notebook':<20} {'code lines':>10} {'median cell':>11} {'functions':>9} "
         f"{'md(f) prose':>11} {'discarded':>9}"

@@ -23,8 +23,8 @@ runner over local IPC sockets in a private temporary folder, not TCP.
 
 from __future__ import annotations
 
-import argparse
 import ast
+import contextlib
 import json
 import os
 import shutil
@@ -37,18 +37,32 @@ from pathlib import Path
 
 import yaml
 
+from ampbook import cli
 from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
 
 PROFILES = ("smoke", "cpu", "gpu")
 DEFAULT_OUT = REPO_ROOT / "build" / "executed"
 
 
-class RunError(RuntimeError):
-    """A notebook could not be run; the message says which and why."""
+class RunError(RuntimeError, cli.UserError):
+    """A notebook could not be run: the settings (a notebook, profile, parameter or
+    output folder that cannot work; exit 2); the message says which and why."""
 
 
-class RunInterrupted(RunError):
-    """Ctrl-C during a run."""
+class NotebookFailed(RunError):
+    """A notebook started and stopped on an error (exit 1; 2 when the error is a
+    parameter check's, ``ampbook.params.ParameterError``: a bad ``-p`` value)."""
+
+    exit_code = cli.EXIT_STOPPED
+
+    def __init__(self, message: str, parameter: bool = False):
+        super().__init__(message)
+        if parameter:
+            self.exit_code = cli.EXIT_SETTINGS
+
+
+class RunInterrupted(NotebookFailed):
+    """Ctrl-C or SIGTERM during a run."""
 
 
 @dataclass
@@ -78,6 +92,10 @@ def resolve_notebook(spec: str) -> Path:
         source = path.with_suffix(".py")
         if not source.exists():
             raise RunError(f"{spec}: no jupytext source {source.name} beside it")
+        try:  # a FIFO or a device would block the read
+            cli.check_input_file(source, "notebook")
+        except cli.UserError as err:
+            raise RunError(str(err)) from None
         return source.resolve()
     stem = path.stem if path.suffix in (".py", ".ipynb") else spec
     for cand in candidates:
@@ -90,8 +108,13 @@ def resolve_notebook(spec: str) -> Path:
 
 
 def default_profile() -> str:
-    env = os.environ.get("AMPBOOK_PROFILE")
+    env = os.environ.get("AMPBOOK_PROFILE", "").strip()
     if env:
+        if env not in PROFILES:
+            raise RunError(
+                f"environment variable AMPBOOK_PROFILE={env!r} is not a profile; "
+                f"set it to one of {', '.join(PROFILES)}, or unset it"
+            )
         return env
     import torch
 
@@ -99,13 +122,51 @@ def default_profile() -> str:
 
 
 def load_profiles(path: Path = PROFILES_FILE) -> dict:
-    with open(path) as f:
-        profiles = yaml.safe_load(f) or {}
+    """``notebooks/profiles.yml``, checked: YAML, a mapping of profile -> notebook stem
+    -> parameter -> value. ``RunError`` names the file, the place and the fix."""
+    try:
+        text = cli.read_text(path, "profiles")
+    except cli.UserError as err:
+        raise RunError(str(err)) from None
+    try:
+        profiles = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise RunError(
+            f"{path} is not valid YAML{at}: {problem}; fix that line"
+        ) from None
+    if not isinstance(profiles, dict):
+        raise RunError(
+            f"{path} holds a {type(profiles).__name__}, not a mapping of profiles "
+            f"({', '.join(PROFILES)}) to notebooks to parameters"
+        )
     missing = [p for p in PROFILES if p not in profiles]
     if missing:
         raise RunError(
             f"{path}: profiles {missing} are missing (need {list(PROFILES)})"
         )
+    for profile, notebooks in profiles.items():
+        if notebooks is None:
+            continue
+        if not isinstance(notebooks, dict):
+            raise RunError(
+                f"{path}: profile {profile!r} is a {type(notebooks).__name__}; it must "
+                "map notebook stems (01_floating_point...) to their parameters"
+            )
+        for stem, params in notebooks.items():
+            if params is not None and not isinstance(params, dict):
+                raise RunError(
+                    f"{path}: {profile}.{stem} is a {type(params).__name__}; it must "
+                    "map parameter names to values"
+                )
+            bad = [k for k in params or {} if not isinstance(k, str)]
+            if bad:
+                raise RunError(
+                    f"{path}: {profile}.{stem} has parameter names that are not "
+                    f"names: {bad}"
+                )
     return profiles
 
 
@@ -195,10 +256,12 @@ def execute(
     profile: str,
     log=print,
     threads: int | None = None,
+    run_id: str | None = None,
 ) -> NotebookRun:
     """Run one notebook; raise RunError (partly executed notebook kept) on failure.
     ``threads`` sets the kernel's intra-op thread count (``OMP_NUM_THREADS``); None
-    keeps torch's default."""
+    keeps torch's default. ``run_id`` goes into the notebook's mark and the run
+    report, which ``python -m ampbook.build.book`` matches."""
     import nbformat
     import papermill as pm
 
@@ -257,37 +320,46 @@ def execute(
         run.seconds = time.perf_counter() - start
         if interrupted and err.ename == "KeyboardInterrupt":
             where = _failing_cell(nbformat.read(output, as_version=4), source)
-            mark(output, "interrupted", f"interrupted (Ctrl-C) in {where}")
+            how = cli.signal_name()
+            mark(output, "interrupted", f"interrupted ({how}) in {where}", run_id)
             raise RunInterrupted(
-                f"{source.stem} was interrupted in {where}; the partly "
+                f"{source.stem} was interrupted ({how}) in {where}; the partly "
                 f"executed notebook is kept at {output}, marked "
                 "interrupted"
             ) from None
         executed = nbformat.read(output, as_version=4)
         where = _failing_cell(executed, source)
         evalue = (str(err.evalue).strip().splitlines() or [""])[0]
-        mark(output, "failed", f"{err.ename}: {evalue}")
-        raise RunError(
+        mark(output, "failed", f"{err.ename}: {evalue}", run_id)
+        if err.ename == "ParameterError":  # a parameter check: the settings
+            raise NotebookFailed(
+                f"{source.stem}: {evalue}; change it (-p or notebooks/profiles.yml)",
+                parameter=True,
+            ) from None
+        raise NotebookFailed(
             f"{source.stem} failed in {where}: {err.ename}: {evalue}; the partly "
             f"executed notebook is kept at {output}, marked failed"
         ) from None
     except KeyboardInterrupt:
-        mark(output, "interrupted", "interrupted (Ctrl-C)")
+        how = cli.signal_name()
+        mark(output, "interrupted", f"interrupted ({how})", run_id)
         raise RunInterrupted(
-            f"{source.stem} was interrupted; the partly executed notebook "
+            f"{source.stem} was interrupted ({how}); the partly executed notebook "
             f"(if any) is kept at {output}, marked interrupted"
         ) from None
     except Exception as err:  # kernel died, timeout, bad parameters...
         first = (str(err).strip().splitlines() or [""])[0]
-        mark(output, "failed", f"{type(err).__name__}: {first}")
-        raise RunError(
+        mark(output, "failed", f"{type(err).__name__}: {first}", run_id)
+        raise NotebookFailed(
             f"{source.stem} could not be executed: {type(err).__name__}: {first}; "
             f"the partly executed notebook (if any) is at {output}, marked "
             "failed"
         ) from None
     finally:
         if old_handler is not None:
-            signal.signal(signal.SIGINT, old_handler)
+            for signum, handler in old_handler.items():
+                signal.signal(signum, handler)
+        _end_kernels(started)
         shutil.rmtree(sockets, ignore_errors=True)
         for key, value in saved.items():
             if value is None:
@@ -295,7 +367,7 @@ def execute(
             else:
                 os.environ[key] = value
     run.seconds = time.perf_counter() - start
-    mark(output, "complete")
+    mark(output, "complete", run_id=run_id)
     executed = nbformat.read(output, as_version=4)
     run.executed_cells = sum(
         1
@@ -326,31 +398,55 @@ def _kernel_manager_class():
 
 
 def _forward_sigint(kernels, interrupted: list):
-    """Ctrl-C while a notebook runs interrupts its kernel, as Jupyter's stop button
-    does: the running cell stops with KeyboardInterrupt and the run ends cleanly. A
-    second Ctrl-C stops the runner at once. Returns the previous handler (None when none
-    could be set)."""
+    """Ctrl-C (or SIGTERM, handled alike) while a notebook runs interrupts its kernel,
+    as Jupyter's stop button does: the running cell stops with KeyboardInterrupt and
+    the run ends cleanly, the notebook marked interrupted. A second signal stops the
+    runner at once. Returns the previous handlers (None when none could be set)."""
     started = kernels[1] if isinstance(kernels, tuple) else None
 
     def handler(signum, frame):
+        cli._state["signal"] = signum
+        stop = cli.Terminated if signum == signal.SIGTERM else KeyboardInterrupt
         managers = started if started is not None else []
         if interrupted or not managers:
-            raise KeyboardInterrupt
+            raise stop
         interrupted.append(time.time())
         try:
             os.kill(managers[-1].provisioner.pid, signal.SIGINT)
         except (AttributeError, OSError, TypeError):
-            raise KeyboardInterrupt from None
+            raise stop from None
 
     try:
-        return signal.signal(signal.SIGINT, handler)
+        return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: leave Ctrl-C alone
         return None
 
 
-def mark(output: Path, status: str, error: str | None = None) -> None:
+def _end_kernels(managers: list) -> None:
+    """No kernel outlives its notebook's run: one still alive (the runner stopped
+    while papermill waited on it) is ended, SIGTERM then SIGKILL."""
+    import subprocess
+
+    for manager in managers:
+        proc = getattr(getattr(manager, "provisioner", None), "process", None)
+        if proc is None or not hasattr(proc, "poll") or proc.poll() is not None:
+            continue
+        for stop in (proc.terminate, proc.kill):
+            with contextlib.suppress(OSError):
+                stop()
+            try:
+                proc.wait(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def mark(
+    output: Path, status: str, error: str | None = None, run_id: str | None = None
+) -> None:
     """Record in an executed notebook's metadata how its run ended
-    (``ampbook.status``)."""
+    (``ampbook.status``) and which run it was (``ampbook.run``, also in the run
+    report)."""
     import nbformat
 
     if not output.exists():
@@ -359,7 +455,7 @@ def mark(output: Path, status: str, error: str | None = None) -> None:
         nb = nbformat.read(output, as_version=4)
     except Exception:  # noqa: BLE001 -- half-written by a killed run: nothing to mark
         return
-    nb.metadata["ampbook"] = {"status": status, "error": error}
+    nb.metadata["ampbook"] = {"status": status, "error": error, "run": run_id}
     tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     nbformat.write(nb, tmp)
     os.replace(tmp, output)
@@ -367,13 +463,22 @@ def mark(output: Path, status: str, error: str | None = None) -> None:
 
 def run_status(path: Path) -> str | None:
     """How the run of an executed notebook ended (``mark``), or None when unmarked."""
+    return run_mark(path).get("status")
+
+
+def run_mark(path: Path) -> dict:
+    """An executed notebook's mark (``mark``): ``status``, ``error``, ``run``; ``{}``
+    when unmarked, ``{"status": "unreadable"}`` when it cannot be read."""
     import nbformat
 
+    if cli.is_special(path):
+        return {"status": "unreadable"}
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception:  # noqa: BLE001 -- unreadable: certainly not a complete run
-        return "unreadable"
-    return (nb.metadata.get("ampbook") or {}).get("status")
+        return {"status": "unreadable"}
+    mark = nb.metadata.get("ampbook")
+    return dict(mark) if isinstance(mark, dict) else {}
 
 
 def check_out_dir(out_dir: Path) -> Path:
@@ -389,7 +494,79 @@ def check_out_dir(out_dir: Path) -> Path:
                 f"--out {out_dir} is inside {sources}, the book's sources: the run "
                 f"would overwrite them; use another folder (default {DEFAULT_OUT})"
             )
+    try:  # long names, a file in the way, read-only, a little room for the notebooks
+        cli.check_output_dir(out_dir, "--out", size=REPORT_ROOM)
+    except cli.UserError as err:
+        raise RunError(str(err)) from None
     return out_dir
+
+
+REPORT = "run_report.json"
+REPORT_ROOM = 4 * 2**20  # bytes free below which a run could not keep its notebooks
+REPORT_KEYS = {"name": str, "status": str, "seconds": (int, float), "run": str}
+
+
+def load_run_report(path: Path) -> dict:
+    """``run_report.json`` as ``write_run_report`` writes it, checked: ``RunError``
+    names the file and the field that is missing or of the wrong type."""
+    try:
+        report = json.loads(cli.read_text(path, "run report"))
+    except cli.UserError as err:
+        raise RunError(str(err)) from None
+    except ValueError as err:
+        raise RunError(f"{path} is not JSON ({err})") from None
+
+    def bad(field: str, want: str) -> RunError:
+        return RunError(f"{path}: field {field} is missing or not {want}")
+
+    if not isinstance(report, dict):
+        raise bad("(the whole file)", "a JSON object")
+    if not isinstance(report.get("profile"), str):
+        raise bad("profile", "a profile name")
+    if not isinstance(report.get("notebooks"), list):
+        raise bad("notebooks", "a list")
+    for i, entry in enumerate(report["notebooks"]):
+        if not isinstance(entry, dict):
+            raise bad(f"notebooks[{i}]", "an object")
+        for key, kind in REPORT_KEYS.items():
+            value = entry.get(key)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise bad(f"notebooks[{i}].{key}", kind_name(kind))
+        cells = entry.get("executed_cells")
+        if isinstance(cells, bool) or not isinstance(cells, int) or cells < 0:
+            raise bad(f"notebooks[{i}].executed_cells", "a count")
+        if not (entry["seconds"] >= 0 and entry["seconds"] < float("inf")):
+            raise bad(f"notebooks[{i}].seconds", "a time in seconds")
+    env = report.get("environment")
+    if env is not None and not isinstance(env, dict):
+        raise bad("environment", "an object")
+    return report
+
+
+def kind_name(kind) -> str:
+    return "a string" if kind is str else "a number"
+
+
+def write_run_report(out_dir: Path, report: dict) -> None:
+    """Write ``run_report.json``: this run's notebooks, and the entries of an earlier
+    report for notebooks not run this time that are still the ones it describes (the
+    run id in their mark matches). Atomic: a report is whole or absent."""
+    path = out_dir / REPORT
+    mine = {n["name"] for n in report["notebooks"]}
+    kept = []
+    try:
+        earlier = load_run_report(path) if path.exists() else None
+    except RunError:
+        earlier = None
+    if earlier is not None:
+        for entry in earlier["notebooks"]:
+            if entry["name"] in mine:
+                continue
+            nb = out_dir / f"{entry['name']}.ipynb"
+            if nb.exists() and run_mark(nb).get("run") == entry["run"]:
+                kept.append(entry)
+    report = dict(report, notebooks=kept + report["notebooks"])
+    cli.write_text_atomic(path, json.dumps(report, indent=2))
 
 
 def parse_value(text: str):
@@ -456,6 +633,7 @@ def run_notebooks(
     """Execute notebooks (all by default); raise RunError at the first failure.
     ``overrides`` (``-p NAME VALUE``) replace parameters of the profile."""
     started = time.perf_counter()
+    run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{time.time_ns() % 10**6}"
     profile = profile or default_profile()
     if profile not in PROFILES:
         raise RunError(
@@ -483,12 +661,21 @@ def run_notebooks(
     apply_overrides(plans, overrides or {})
     runs: list[NotebookRun] = []
     log(f"profile {profile}: {len(plans)} notebook(s) -> {out_dir}")
+    finished = False
     try:
         for n, (source, params, _) in enumerate(plans, 1):
             log(f"[{n}/{len(plans)}] {source.stem} {params if params else ''}".rstrip())
             try:
                 runs.append(
-                    execute(source, out_dir, params, profile, log=log, threads=threads)
+                    execute(
+                        source,
+                        out_dir,
+                        params,
+                        profile,
+                        log=log,
+                        threads=threads,
+                        run_id=run_id,
+                    )
                 )
             except RunError as err:
                 status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
@@ -503,6 +690,7 @@ def run_notebooks(
                 runs.append(failed)
                 raise
             log(f"      done in {runs[-1].seconds:.1f} s")
+        finished = True
     finally:
         if runs:
             wall = time.perf_counter() - started
@@ -522,17 +710,26 @@ def run_notebooks(
                         "executed_cells": r.executed_cells,
                         "parameters": r.parameters,
                         "error": r.error,
+                        "run": run_id,
                     }
                     for r in runs
                 ],
             }
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "run_report.json").write_text(json.dumps(report, indent=2))
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                write_run_report(out_dir, report)
+            except OSError as err:
+                if finished:  # else the run's own error is the one to report
+                    raise cli.Stopped(
+                        f"the notebooks ran, but {out_dir / REPORT} could not be "
+                        f"written: {cli.os_error(err)[1]}; the book needs it"
+                    ) from None
     return runs
 
 
+@cli.command("python -m ampbook.build.run")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.build.run", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
@@ -553,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=cli.positive_int,
         default=None,
         help="CPU threads for torch in each kernel (default: torch's choice)",
     )
@@ -580,10 +777,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except RunInterrupted as err:
         print(f"error: {err}", file=sys.stderr)
-        return 130
-    except RunError as err:
+        return cli.stop_code()
+    except RunError as err:  # 2: the settings; 1: a notebook that failed
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return err.exit_code
     except KeyboardInterrupt:
         print(
             "error: interrupted before any notebook ran; nothing was written",

@@ -6,15 +6,18 @@ with ``torch.load(..., weights_only=True)``, no pickled objects."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import pickle
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ampbook import cli
 from ampbook.train.config import ConfigError, Resolved, TrainConfig, check_resumable
 from ampbook.train.step import StepCounters, Training
 
@@ -84,13 +87,30 @@ def write_atomic(path: Path, text: str | None = None, obj=None) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         if obj is not None:
-            torch.save(obj, tmp)
+            try:
+                torch.save(obj, tmp)
+            except RuntimeError as err:  # torch's writer: no errno, often a full disk
+                raise _write_failed(err, tmp, path) from None
         else:
             tmp.write_text(text)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _write_failed(err: RuntimeError, tmp: Path, path: Path) -> OSError:
+    """torch.save's ``RuntimeError`` ("PytorchStreamWriter failed writing file") as the
+    ``OSError`` it stands for: ENOSPC when the disk is (nearly) full, else EIO."""
+    try:
+        written = tmp.stat().st_size if tmp.exists() else 0
+        free = shutil.disk_usage(tmp.parent).free
+    except OSError:
+        written, free = 0, 0
+    full = free <= max(written, 1 << 20)
+    code = errno.ENOSPC if full else errno.EIO
+    why = os.strerror(code) if full else f"write failed ({str(err).splitlines()[0]})"
+    return OSError(code, why, str(path))
 
 
 def save_checkpoint(
@@ -134,6 +154,8 @@ def load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
             "again with --overwrite, or choose another --name"
         )
 
+    if cli.is_special(path):
+        raise refuse("it is not a regular file")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -160,6 +182,7 @@ def load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
     except (TypeError, ValueError, AssertionError):
         raise refuse("its config, records, epoch or RNG states are malformed") from None
     check_resumable(saved, cfg)
+    _check_epochs(path, ckpt["epoch"], epoch, records, cfg)
     if len(ckpt["rng"]) != res.world_size:
         raise ConfigError(
             f"resume: the checkpoint holds {len(ckpt['rng'])} process(es); "
@@ -167,6 +190,35 @@ def load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
         )
     ckpt["epoch"], ckpt["records"] = epoch, records
     return ckpt
+
+
+def _check_epochs(path: Path, raw, epoch: int, records: list, cfg: TrainConfig) -> None:
+    """The checkpoint's epoch and its records agree: epoch N (1 <= N <= the run's
+    epochs) after records of epochs 1..N, each with the fields a resumed record
+    needs."""
+
+    def bad(field: str, why: str) -> ConfigError:
+        return ConfigError(
+            f"resume: {path} field {field} {why}; the file was changed or damaged. "
+            "Start the run again with --overwrite, or choose another --name"
+        )
+
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= epoch:
+        raise bad("epoch", f"is {raw!r}, not an epoch number (1 or more)")
+    if epoch > cfg.epochs:
+        raise bad("epoch", f"is {epoch}, beyond the run's {cfg.epochs} epochs")
+    numbers = [r.get("epoch") if isinstance(r, dict) else None for r in records]
+    if numbers != list(range(1, epoch + 1)):
+        raise bad(
+            "records",
+            f"lists epochs {numbers}, but a checkpoint after epoch {epoch} holds "
+            f"epochs 1 to {epoch}",
+        )
+    for i, r in enumerate(records):
+        for key in ("wall_s", "steps", "images", "skipped_steps"):
+            value = r.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise bad(f"records[{i}].{key}", f"is {value!r}, not a number")
 
 
 def restore(ckpt: dict, path: Path, tr: Training, rank: int) -> None:

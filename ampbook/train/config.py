@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ampbook import cli
 from ampbook import env as _env
 from ampbook.precision import (
     AUTOCAST_DTYPES,
@@ -46,15 +47,15 @@ RUNTIME_FIELDS = frozenset(
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, cli.UserError):
     """Settings that cannot work, found before any work starts."""
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(RuntimeError, cli.Stopped):
     """The loss or gradients stayed non-finite for too many consecutive steps."""
 
 
-class TrainError(RuntimeError):
+class TrainError(RuntimeError, cli.Stopped):
     """A known failure during a run (a broken data file, an output that cannot be
     written); the message says what was kept and how to continue."""
 
@@ -226,8 +227,40 @@ class Resolved:
 
 
 def ranks() -> tuple[int, int, int]:
-    ws = int(os.environ.get("WORLD_SIZE", "1"))
-    return int(os.environ.get("RANK", "0")), ws, int(os.environ.get("LOCAL_RANK", "0"))
+    """(rank, world size, local rank) from torchrun's variables, checked:
+    ``ConfigError`` names a variable that is not a count, out of range, or a world
+    size above 1 without torchrun's rendezvous (``MASTER_ADDR``, ``MASTER_PORT``)."""
+    values = {}
+    for key, default, least in (
+        ("WORLD_SIZE", "1", 1),
+        ("RANK", "0", 0),
+        ("LOCAL_RANK", "0", 0),
+    ):
+        text = os.environ.get(key, default).strip() or default
+        try:
+            values[key] = int(text)
+        except ValueError:
+            values[key] = None
+        if values[key] is None or values[key] < least:
+            raise ConfigError(
+                f"environment variable {key}={text!r} is not an integer >= {least}; "
+                f"unset it (torchrun sets it for each process)"
+            )
+    rank, ws, local = values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"]
+    if rank >= ws:
+        raise ConfigError(
+            f"environment variable RANK={rank} is not below WORLD_SIZE={ws}; unset "
+            "both (torchrun sets them)"
+        )
+    if ws > 1:
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
+        if missing:
+            raise ConfigError(
+                f"WORLD_SIZE={ws} asks for {ws} processes, but {' and '.join(missing)} "
+                "is not set: start them with torchrun --nproc_per_node "
+                f"{ws} -m ampbook.train ..., or unset WORLD_SIZE for one process"
+            )
+    return rank, ws, local
 
 
 def validate(cfg: TrainConfig) -> Resolved:
@@ -247,6 +280,10 @@ def validate(cfg: TrainConfig) -> Resolved:
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    try:
+        cli.check_seed(cfg.seed)
+    except cli.UserError as err:
+        raise ConfigError(str(err)) from None
     if not isinstance(cfg.workers, int) or cfg.workers < 0:
         raise ConfigError(f"workers must be 0 or more, got {cfg.workers!r}")
     for name in ("height", "width"):
@@ -283,6 +320,11 @@ def validate(cfg: TrainConfig) -> Resolved:
             raise ConfigError(
                 f"{name} is an empty path; give a folder (or leave it unset)"
             )
+        if value is not None:  # long names, a file in the way, read-only
+            try:
+                cli.check_output_dir(value, name)
+            except cli.UserError as err:
+                raise ConfigError(str(err)) from None
     if cfg.name is not None and (
         not cfg.name.strip()
         or "/" in cfg.name
@@ -444,7 +486,9 @@ def command_line(cfg: TrainConfig) -> str:
 
 
 def config_from_args(argv: list[str] | None = None) -> TrainConfig:
-    args = vars(build_parser().parse_args(argv))
+    parser = build_parser()
+    parser.__class__ = cli.ArgumentParser  # a bad option: one error line
+    args = vars(parser.parse_args(argv))
     if args["progress"] is not None:
         args["progress"] = args["progress"] == "on"
     return TrainConfig(**args)

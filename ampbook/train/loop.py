@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ampbook import cli
 from ampbook import env as _env
 from ampbook.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_rss
 from ampbook.precision import backend_flags
@@ -45,7 +46,11 @@ from ampbook.train.config import (
     run_name,
     validate,
 )
-from ampbook.train.outdir import check_predictions_folder, output_folder
+from ampbook.train.outdir import (
+    check_predictions_folder,
+    discard_replaced,
+    output_folder,
+)
 from ampbook.train.record import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -97,8 +102,9 @@ def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[f
         / "class-weights"
         / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
     )
-    if path.exists():
-        return json.loads(path.read_text())["weights"]
+    cached = _cached_weights(path, key, NUM_CLASSES)
+    if cached is not None:
+        return cached
     counts = torch.zeros(NUM_CLASSES, dtype=torch.float64)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch_size, num_workers=workers
@@ -113,6 +119,31 @@ def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[f
         path, json.dumps({"key": key, "counts": counts.tolist(), "weights": weights})
     )
     return weights
+
+
+def _cached_weights(path: Path, key: str, classes: int) -> list[float] | None:
+    """The class weights cached at ``path`` when the file is whole and made for
+    ``key``; None (compute them again, and replace the file) otherwise."""
+    if not path.exists() or cli.is_special(path):
+        return None
+    try:
+        cached = json.loads(path.read_text())
+        weights = cached["weights"]
+        ok = (
+            cached.get("key") == key
+            and isinstance(weights, list)
+            and len(weights) == classes
+            and all(
+                isinstance(w, (int, float))
+                and not isinstance(w, bool)
+                and math.isfinite(w)
+                and w > 0
+                for w in weights
+            )
+        )
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return [float(w) for w in weights] if ok else None
 
 
 @torch.no_grad()
@@ -290,7 +321,7 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
         if res.rank == 0:
             if out is not None:
                 stack.enter_context(output_folder(cfg, out, name))
-            check_predictions_folder(cfg)
+            check_predictions_folder(cfg, name)
         try:
             return _train(cfg, res, name, out)
         except KeyboardInterrupt:
@@ -518,6 +549,8 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             record["summary"] = summarize(epochs)
             if writer and json_path is not None:
                 write_results(record, json_path)
+                if cfg.overwrite:  # the first record is written: the old files go
+                    discard_replaced(out, name)
             _say(cfg, res, epoch_line(cfg, rec))
         if save_dir is not None and writer and start_epoch > cfg.epochs:
             evaluate(
@@ -543,7 +576,8 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         raise
     except KeyboardInterrupt:
         kept = _kept(cfg, epochs, json_path, ckpt_path)
-        stop("interrupted", epoch, "interrupted (SIGINT)")
+        how = "SIGTERM" if cli.terminated() else "SIGINT"
+        stop("interrupted", epoch, f"interrupted ({how})")
         raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
     except DataError as err:
         kept = _kept(cfg, epochs, json_path, ckpt_path)
@@ -561,10 +595,11 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     return clean(record)
 
 
+@cli.command("python -m ampbook.train")
 def main(argv: list[str] | None = None) -> int:
     """The command line: a known failure prints one ``error:`` line and exits nonzero
-    (2: the settings, 1: the run stopped, 130: interrupted); what earlier epochs saved
-    stays."""
+    (2: the settings, 1: the run stopped, 130: Ctrl-C, 143: SIGTERM); what earlier
+    epochs saved stays."""
     cfg = config_from_args(argv)
     rank, world, _ = ranks()
     error = (

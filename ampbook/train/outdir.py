@@ -1,7 +1,10 @@
 """The output folder: one run per name, nothing overwritten by accident. A run holds
 ``OUT/NAME.lock`` (``RunLock``) while it works; ``output_folder`` refuses an earlier
 run's files unless resuming or overwriting, and removes temporary files a killed run
-left."""
+left. ``--overwrite`` moves the earlier run's files aside (``.NAME.json.replaced``,
+``.NAME.ckpt.replaced``) and deletes them only once the new run has written its first
+record (``discard_replaced``); a run that stops before that puts them back, and one
+killed before that has them put back by the next run of the name."""
 
 from __future__ import annotations
 
@@ -13,6 +16,37 @@ from pathlib import Path
 
 from ampbook.train.config import ConfigError, TrainConfig
 from ampbook.train.record import earlier_record, now
+
+REPLACED = ".replaced"  # suffix of an earlier run's file moved aside by --overwrite
+
+
+def _aside(path: Path) -> Path:
+    return path.with_name(f".{path.name}{REPLACED}")
+
+
+def discard_replaced(out: Path, name: str) -> None:
+    """The new run has written its first record: the files it replaces go."""
+    for suffix in (".json", ".ckpt"):
+        with contextlib.suppress(FileNotFoundError):
+            _aside(out / f"{name}{suffix}").unlink()
+
+
+def _settle_replaced(out: Path, name: str) -> None:
+    """Files moved aside by an ``--overwrite`` run that ended (or was killed): kept
+    for good when the new run wrote its record, else put back."""
+    json_path = out / f"{name}.json"
+    asides = [_aside(out / f"{name}{s}") for s in (".json", ".ckpt")]
+    if not any(a.exists() for a in asides):
+        return
+    if json_path.exists():  # written by the new run: the earlier one was moved
+        discard_replaced(out, name)
+        return
+    for aside in asides:  # the new run wrote no record: none of it stays
+        path = aside.with_name(aside.name[1 : -len(REPLACED)])
+        if aside.exists():
+            os.replace(aside, path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 class RunLock:
@@ -84,6 +118,7 @@ def output_folder(cfg: TrainConfig, out: Path, name: str):
     try:
         lock = RunLock(out / f"{name}.lock", name)
         json_path, ckpt_path = out / f"{name}.json", out / f"{name}.ckpt"
+        _settle_replaced(out, name)  # a killed --overwrite run's earlier files
         for path in (json_path, ckpt_path):
             if path.is_dir():
                 raise ConfigError(
@@ -105,9 +140,12 @@ def output_folder(cfg: TrainConfig, out: Path, name: str):
                 f"{existing[0]} already holds run {name!r}{status}; nothing was "
                 f"changed: {', '.join(how)}"
             )
+        # Every other check comes first (in run_training, before this folder is
+        # entered); the earlier run's files are moved aside, not deleted, until the
+        # new run writes its first record.
         if cfg.overwrite:
             for path in existing:
-                path.unlink()
+                os.replace(path, _aside(path))
         # Temporary files of this name can only be left over from a killed run: we hold
         # its lock.
         for stale in out.iterdir():
@@ -124,21 +162,42 @@ def output_folder(cfg: TrainConfig, out: Path, name: str):
         yield
     finally:
         if lock is not None:
+            with contextlib.suppress(OSError):
+                _settle_replaced(out, name)
             lock.release()
         if created:
             with contextlib.suppress(OSError):
                 out.rmdir()  # only when empty: a run that wrote nothing leaves nothing
 
 
-def check_predictions_folder(cfg: TrainConfig) -> None:
+PREDICTIONS_MARKER = ".ampbook-predictions"
+
+
+def check_predictions_folder(cfg: TrainConfig, name: str | None = None) -> None:
+    """``--save-predictions`` names a folder that can be written and holds no other
+    run's predictions (PNGs without this run's marker) unless ``--overwrite``; the
+    marker naming the run is written here."""
     if not cfg.save_predictions:
         return
     folder = Path(cfg.save_predictions)
+    owner = f"{Path(cfg.out).resolve() if cfg.out else '-'}/{name or ''}\n"
+    marker = folder / PREDICTIONS_MARKER
+    if folder.is_dir() and not cfg.overwrite:
+        try:
+            mine = marker.is_file() and marker.read_text() == owner
+        except OSError:
+            mine = False
+        if not mine and next(folder.rglob("*.png"), None) is not None:
+            raise ConfigError(
+                f"save_predictions {folder} already holds predictions of another "
+                "run; choose another folder, or pass --overwrite to replace them"
+            )
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-test.{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
+        marker.write_text(owner)
     except OSError as err:
         raise ConfigError(
             f"save_predictions {folder} cannot be written ({err.strerror or err}); "

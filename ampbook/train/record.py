@@ -50,8 +50,9 @@ from pathlib import Path
 
 import torch
 
+from ampbook import cli
 from ampbook.train.checkpoint import write_atomic
-from ampbook.train.config import TrainConfig
+from ampbook.train.config import ConfigError, TrainConfig
 
 SCHEMA = "ampbook.train"
 SCHEMA_VERSION = 1
@@ -82,7 +83,12 @@ def write_results(record: dict, path: Path) -> None:
 
 def load_results(path: str | os.PathLike) -> dict:
     """Read a results JSON written by the runner, checking its schema."""
-    record = json.loads(Path(path).read_text())
+    try:
+        record = json.loads(cli.read_text(path, "training-run record"))
+    except cli.UserError as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a training-run record (not a JSON object)")
     if record.get("schema") != SCHEMA:
         raise ValueError(
             f"{path} is not a training-run record (schema {record.get('schema')!r})"
@@ -97,7 +103,7 @@ def load_results(path: str | os.PathLike) -> dict:
 
 def earlier_record(path: Path | None) -> dict | None:
     """The results record at ``path`` if it is one of this runner's, else None."""
-    if path is None:
+    if path is None or cli.is_special(path):
         return None
     try:
         record = json.loads(path.read_text())
@@ -147,15 +153,29 @@ def earlier_epochs(
     epoch), where that file agrees with the checkpoint; else from the checkpoint."""
     epochs = list(checkpoint["records"])
     started = checkpoint.get("started") or now()
+    if not isinstance(started, str):
+        started = now()
     resumes: list[dict] = []
     earlier = earlier_record(json_path)
+    if earlier is not None:
+        check_earlier(earlier, json_path)
     if earlier is not None and earlier.get("name") == name:
         written = {
             e.get("epoch"): e
             for e in earlier.get("epochs") or []
             if isinstance(e, dict)
         }
-        same = ("epoch", "steps", "train_loss", "val_loss")
+        # The file's record is used only where it agrees with the checkpoint's on
+        # every number summarize() reads: a hand-edited value never enters the run.
+        same = (
+            "epoch",
+            "steps",
+            "train_loss",
+            "val_loss",
+            "wall_s",
+            "images",
+            "skipped_steps",
+        )
         epochs = [
             written[e["epoch"]]
             if all(written.get(e["epoch"], {}).get(k) == e.get(k) for k in same)
@@ -168,6 +188,39 @@ def earlier_epochs(
         e.setdefault("checkpoint_s", None)
         e.setdefault("epoch_s", None)
     return epochs, started, resumes
+
+
+def check_earlier(record: dict, path: Path) -> None:
+    """The fields of an earlier results file that a resumed run carries over
+    (``started``, ``resumed``, ``epochs``), checked; ``ConfigError`` names the file and
+    the field."""
+
+    def bad(field: str, value, want: str) -> ConfigError:
+        return ConfigError(
+            f"resume: {path} field {field} is {value!r}, not {want}; the file was "
+            "edited or damaged. Restore it, or delete it: the checkpoint holds the "
+            "epochs"
+        )
+
+    if not isinstance(record.get("name"), str):
+        raise bad("name", record.get("name"), "the run's name")
+    started = record.get("started")
+    if started is not None and not isinstance(started, str):
+        raise bad("started", started, "an ISO time")
+    resumed = record.get("resumed")
+    if resumed is not None and not (
+        isinstance(resumed, list) and all(isinstance(r, dict) for r in resumed)
+    ):
+        raise bad("resumed", resumed, "a list of resumptions")
+    epochs = record.get("epochs")
+    if epochs is not None and not isinstance(epochs, list):
+        raise bad("epochs", epochs, "a list of epoch records")
+    for i, e in enumerate(epochs or []):
+        if not isinstance(e, dict):
+            raise bad(f"epochs[{i}]", e, "an epoch record")
+        n = e.get("epoch")
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise bad(f"epochs[{i}].epoch", n, "an epoch number")
 
 
 def epoch_line(cfg: TrainConfig, r: dict) -> str:

@@ -1,0 +1,544 @@
+"""The error layer every ``python -m ampbook...`` command shares.
+
+A command's ``main`` is wrapped by ``@command("python -m ampbook.x")``; argparse stays
+(``ArgumentParser`` here prints one ``error:`` line instead of a usage block). The
+promise to a user, the same for every command:
+
+* a known failure is one ``error:`` line on stderr that names the file or setting and
+  what to do, and the exit status says which kind: **2** bad settings, inputs or
+  environment (found before any work, nothing changed), **1** a run that started and
+  stopped (what it kept is named), **130** Ctrl-C and **143** SIGTERM;
+* SIGTERM is handled exactly as Ctrl-C (``Terminated`` is a ``KeyboardInterrupt``), so
+  every cleanup written for Ctrl-C runs for it too, at any moment: ``install`` (called
+  by ``ampbook/__init__.py`` when the process is an ``ampbook`` command) covers the
+  start-up imports before ``main`` runs;
+* outputs are checked before any work or deletion (``check_output_file``,
+  ``check_output_dir``: long names, files in the way, read-only or missing folders,
+  free space where the size is known), and inputs are read only from regular files
+  (``check_input_file``: a FIFO or a device would block or never end);
+* numbers from the command line are numbers (``positive_int``, ``positive_float``,
+  ``seed``...: argparse types that refuse 0, negatives, NaN and inf where they make no
+  sense).
+
+Only the standard library is imported here: the module is loaded before torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import functools
+import json
+import math
+import os
+import shutil
+import signal
+import stat
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+NAME_MAX = 255  # bytes in one path component (Linux, macOS)
+PATH_MAX = 4096
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding takes 0 .. 2**32 - 1
+EXIT_SETTINGS = 2
+EXIT_STOPPED = 1
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class UserError(Exception):
+    """Bad settings, inputs or environment, found before any work (exit 2)."""
+
+    exit_code = EXIT_SETTINGS
+
+
+class Stopped(Exception):
+    """A run that started and stopped; the message says what it kept (exit 1)."""
+
+    exit_code = EXIT_STOPPED
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's ``KeyboardInterrupt`` would be: every cleanup
+    written for Ctrl-C runs for it too. The exit status is 143 instead of 130."""
+
+
+_state = {"signal": None}
+
+
+def _on_sigterm(signum, frame):
+    _state["signal"] = signal.SIGTERM
+    raise Terminated()
+
+
+def _on_sigint(signum, frame):
+    _state["signal"] = signal.SIGINT
+    raise KeyboardInterrupt()
+
+
+def terminated() -> bool:
+    """Whether the last stop signal this process received was SIGTERM."""
+    return _state["signal"] == signal.SIGTERM
+
+
+def stop_code(err: BaseException | None = None) -> int:
+    """130 after Ctrl-C, 143 after SIGTERM."""
+    return EXIT_SIGTERM if isinstance(err, Terminated) or terminated() else EXIT_SIGINT
+
+
+def signal_name() -> str:
+    return "SIGTERM" if terminated() else "Ctrl-C"
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def signals():
+    """SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` (recording which
+    came) for the duration; the previous handlers come back after."""
+    if not _main_thread():
+        yield
+        return
+    old = {
+        s: signal.signal(s, h)
+        for s, h in ((signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint))
+    }
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def say(message: str) -> None:
+    """Print ``message`` as the one ``error:`` line (its lines joined)."""
+    text = " ".join(str(message).split("\n")).strip()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"error: {text}\n")
+        sys.stderr.flush()
+
+
+# --- start-up: before main() runs -----------------------------------------------------
+
+
+def is_command(argv: list[str] | None = None) -> bool:
+    """Whether this process was started as ``python -m ampbook...``."""
+    argv = list(getattr(sys, "orig_argv", []) if argv is None else argv)
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "-m":
+            return i + 1 < len(argv) and argv[i + 1].split(".")[0] == "ampbook"
+        if arg.startswith("-m"):  # -mampbook.train
+            return arg[2:].split(".")[0] == "ampbook"
+        if not arg.startswith("-"):
+            return False
+    return False
+
+
+def _excepthook(kind, value, tb):
+    if issubclass(kind, KeyboardInterrupt):
+        say(
+            f"interrupted ({signal_name()}) while starting up; nothing was started "
+            "or written"
+        )
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os._exit(stop_code(value))
+    _previous_hook(kind, value, tb)
+
+
+_previous_hook = sys.excepthook
+
+
+def install() -> None:
+    """For a process started as an ``ampbook`` command: SIGTERM is Ctrl-C from now on,
+    and either of them before ``main`` catches it (during the start-up imports) ends
+    the process with one line and 130/143 instead of a traceback."""
+    if not _main_thread():
+        return
+    with contextlib.suppress(ValueError, OSError):
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_sigint)
+    sys.excepthook = _excepthook
+
+
+# --- the wrapper of every main() ------------------------------------------------------
+
+
+def describe(err: BaseException) -> tuple[int, str] | None:
+    """(exit status, message) of a failure every command knows, or None."""
+    if isinstance(err, (UserError, Stopped)):
+        return err.exit_code, str(err)
+    if isinstance(err, OSError):
+        return os_error(err)
+    if isinstance(err, MemoryError):
+        return EXIT_STOPPED, "out of memory: use smaller sizes"
+    if isinstance(err, RuntimeError):
+        text = str(err)
+        if "PytorchStreamWriter failed" in text or "file write failed" in text:
+            return EXIT_STOPPED, (
+                "could not write a file (the disk is probably full): free some "
+                "space or choose another folder"
+            )
+        if type(err).__name__ == "OutOfMemoryError":
+            return EXIT_STOPPED, (
+                f"out of GPU memory ({text.splitlines()[0][:160]}): use a smaller "
+                "batch or size"
+            )
+    return None
+
+
+_ADVICE = {
+    errno.ENOSPC: "free some space or choose another folder",
+    errno.EDQUOT: "free some space or choose another folder",
+    errno.EROFS: "the file system is read-only: choose a writable folder",
+    errno.EACCES: "choose a folder you may write to",
+    errno.EPERM: "choose a folder you may write to",
+    errno.ENAMETOOLONG: f"use names of at most {NAME_MAX} bytes per folder or file",
+    errno.ENOTDIR: "a file is in the way of that path: choose another path",
+    errno.EISDIR: "that path is a folder: give a file name",
+    errno.ENOENT: "check the path",
+    errno.EEXIST: "choose another path",
+}
+
+
+def os_error(err: OSError) -> tuple[int, str]:
+    """(exit status, message) of an ``OSError``: a full disk or an I/O error stops a
+    run (1); a path that cannot be used is a setting (2)."""
+    what = f"{err.filename}: " if err.filename else ""
+    why = err.strerror or str(err) or type(err).__name__
+    advice = _ADVICE.get(err.errno)
+    code = EXIT_STOPPED if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2
+    return code, f"{what}{why}" + (f"; {advice}" if advice else "")
+
+
+def command(prog: str) -> Callable:
+    """Wrap a command's ``main(argv) -> int``: signals as Ctrl-C, a known failure left
+    over by ``main`` turned into one ``error:`` line and its exit status, 130 turned
+    into 143 when the stop came from SIGTERM."""
+
+    def wrap(main: Callable) -> Callable:
+        @functools.wraps(main)
+        def run(argv: list[str] | None = None) -> int:
+            _state["signal"] = None
+            with signals():
+                try:
+                    code = main(argv)
+                except KeyboardInterrupt as err:
+                    say(
+                        f"{prog} interrupted ({signal_name()}) before it finished; "
+                        "what it had not finished was not written"
+                    )
+                    return stop_code(err)
+                except SystemExit as err:  # argparse: --help (0), a bad option (2)
+                    code = err.code
+                    return code if isinstance(code, int) else (0 if code is None else 2)
+                except BaseException as err:  # noqa: BLE001 -- only known ones kept
+                    known = describe(err)
+                    if known is None:
+                        raise
+                    say(known[1])
+                    return known[0]
+            code = 0 if code is None else code
+            if code == EXIT_SIGINT and terminated():
+                code = EXIT_SIGTERM
+            return code
+
+        return run
+
+    return wrap
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported as one ``error:`` line and exit 2."""
+
+    def error(self, message: str):
+        say(f"{message} ({self.prog} --help lists the options)")
+        sys.exit(EXIT_SETTINGS)
+
+
+# --- numbers --------------------------------------------------------------------------
+
+
+def _number(text: str, kind) -> float | int:
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        name = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {name}") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = _number(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def seed(text: str) -> int:
+    value = _number(text, int)
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and {SEED_MAX} (numpy's seeds), got {value}"
+        )
+    return value
+
+
+def check_seed(value, what: str = "seed") -> int:
+    """A seed numpy accepts, else ``UserError`` naming it."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok or not 0 <= value <= SEED_MAX:
+        raise UserError(
+            f"{what} must be an integer from 0 to {SEED_MAX} (numpy's seeds), got "
+            f"{value!r}"
+        )
+    return value
+
+
+# --- paths ----------------------------------------------------------------------------
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def check_names(path: Path, what: str) -> None:
+    """Each component of ``path`` at most ``NAME_MAX`` bytes, the whole at most
+    ``PATH_MAX``."""
+    raw = os.fsencode(str(path))
+    if len(raw) >= PATH_MAX:
+        raise UserError(
+            f"{what}: the path is {len(raw)} bytes long, over the system's "
+            f"{PATH_MAX}; choose a shorter one"
+        )
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            raise UserError(
+                f"{what}: the name {part[:40]}... is {size} bytes long, over the "
+                f"{NAME_MAX} a file system allows; choose a shorter one"
+            )
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    try:
+        readonly = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        readonly = False
+    if readonly:
+        raise UserError(
+            f"{what}: {folder} is on a read-only file system; choose a writable folder"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(
+            f"{what}: {folder} cannot be written (permission denied); choose a "
+            "writable folder"
+        )
+
+
+def _existing_ancestor(path: Path, what: str) -> Path:
+    """The nearest folder of ``path`` (itself included) that exists; a file there
+    cannot hold the rest."""
+    path = Path(os.path.abspath(path))
+    for folder in (path, *path.parents):
+        try:
+            mode = os.stat(folder).st_mode
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            continue
+        except OSError as err:
+            raise UserError(f"{what}: {folder}: {err.strerror}") from None
+        if not stat.S_ISDIR(mode):
+            kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
+            raise UserError(
+                f"{what}: {folder} is {kind}, so {path} cannot be made below it; "
+                "choose another path"
+            )
+        return folder
+    return Path(path.anchor)
+
+
+def check_free_space(folder: Path, size: int, what: str) -> None:
+    """Refuse when ``folder``'s file system has less than ``size`` bytes free."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return
+    if free < size:
+        raise UserError(
+            f"{what}: {folder} has {free / 2**20:.1f} MiB free but {size / 2**20:.1f} "
+            "MiB are needed; free some space or choose another folder"
+        )
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    what: str,
+    size: int | None = None,
+    create_parents: bool = True,
+) -> Path:
+    """A file a command will write, checked before any work: a name, not too long, not
+    a folder or a special file, its folder existing (or creatable: nothing but folders
+    above it) and writable, with ``size`` bytes free when given. ``UserError``
+    otherwise."""
+    if path is None or not str(path).strip():
+        raise UserError(f"{what} is an empty path; give a file name")
+    p = Path(path).expanduser()
+    check_names(p, what)
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:
+        mode = None  # reported below, with the file in the way
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror}") from None
+    if mode is not None and not (
+        stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+    ):  # a FIFO or /dev/stdout is written into; a folder or a socket cannot be
+        raise UserError(
+            f"{what}: {p} is {_kind(mode)}; give the name of a file to write"
+        )
+    if mode is not None and not stat.S_ISREG(mode):
+        return p  # written into as it is (write_text_atomic)
+    folder = _existing_ancestor(p.parent, what)
+    if folder != Path(os.path.abspath(p.parent)) and not create_parents:
+        raise UserError(
+            f"{what}: cannot write {p}: folder {p.parent} does not exist; create it or "
+            "choose another path"
+        )
+    _writable_folder(folder, what)
+    if size:
+        check_free_space(folder, size, what)
+    return p
+
+
+def check_output_dir(
+    path: str | os.PathLike, what: str, size: int | None = None
+) -> Path:
+    """A folder a command will write into, checked before any work (as
+    ``check_output_file``)."""
+    if path is None or not str(path).strip():
+        raise UserError(f"{what} is an empty path; give a folder")
+    p = Path(path).expanduser()
+    check_names(p, what)
+    try:
+        mode = os.stat(p).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror}") from None
+    if mode is not None and not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
+        raise UserError(f"{what}: {p} is {kind}, not a folder; give a folder")
+    folder = _existing_ancestor(p, what)
+    _writable_folder(folder, what)
+    if size:
+        check_free_space(folder, size, what)
+    return p
+
+
+def check_input_file(path: str | os.PathLike, what: str) -> Path:
+    """A file a command will read: it exists and is a regular file (a FIFO or a
+    device would block the read or never end). ``UserError`` otherwise."""
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        raise UserError(f"{what}: {p} does not exist") from None
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{what}: {p} is {_kind(mode)}, not a file; give a file")
+    return p
+
+
+def is_special(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """The text of a regular file (``check_input_file``); ``UserError`` names the file
+    when it cannot be read or decoded."""
+    p = check_input_file(path, what)
+    try:
+        return p.read_text()
+    except UnicodeDecodeError as err:
+        raise UserError(f"{what}: {p} is not text ({err.reason})") from None
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror or err}") from None
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to a temporary file beside ``path``, then rename it: a full disk
+    leaves the earlier file (or none), never half a file. Creates missing folders."""
+    p = Path(path)
+    if is_special(p):  # /dev/stdout, a FIFO someone reads: written into, not replaced
+        with open(p, "w") as f:
+            f.write(text)
+        return p
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, p)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return p
+
+
+def save_result(path: str | os.PathLike, result, what: str = "the numbers") -> Path:
+    """Write a command's result as JSON at the end of its work (``path`` was checked
+    with ``check_output_file`` before it began); ``Stopped`` when the disk refuses,
+    saying where the result is still to be read."""
+    try:
+        return write_text_atomic(path, json.dumps(result, indent=1) + "\n")
+    except OSError as err:
+        raise Stopped(
+            f"could not write {path}: {os_error(err)[1]} ({what} are printed above)"
+        ) from None
