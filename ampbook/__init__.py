@@ -15,15 +15,51 @@ __version__ = "0.1.0"
 
 def _as_command() -> None:
     """A process started as ``python -m ampbook...``: SIGTERM is Ctrl-C, and either
-    one during the start-up imports ends it with one line (``ampbook.cli.install``)."""
+    one during the start-up imports ends it with one line (``ampbook.cli.install``).
+    The first handlers use only what the interpreter has loaded already, so that the
+    window before them is as short as it can be."""
     import sys
 
     argv = getattr(sys, "orig_argv", [])
-    if "-m" in argv[1:] or any(a.startswith("-mampbook") for a in argv[1:]):
-        from ampbook import cli
+    module, skip = "", False
+    for i, arg in enumerate(argv[1:], 1):  # python [options] -m MODULE ...
+        if skip:
+            skip = False
+        elif arg.startswith("-m"):
+            module = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            break
+        elif arg in ("-X", "-W"):
+            skip = True  # their value follows
+        elif not arg.startswith("-"):
+            return
+    if module.split(".")[0] != "ampbook":
+        return
+    import _signal
+    import os
 
-        if cli.is_command(argv):
-            cli.install()
+    stopped = []
+
+    def early_term(signum, frame):
+        stopped.append(signum)
+        raise KeyboardInterrupt
+
+    def early_hook(kind, value, tb):
+        if issubclass(kind, KeyboardInterrupt):
+            how = "SIGTERM" if stopped else "Ctrl-C"
+            sys.stderr.write(
+                f"error: interrupted ({how}) while starting up; nothing was started "
+                "or written\n"
+            )
+            sys.stderr.flush()
+            os._exit(143 if stopped else 130)
+        sys.__excepthook__(kind, value, tb)
+
+    sys.excepthook = early_hook
+    if _signal.getsignal(_signal.SIGTERM) == _signal.SIG_DFL:
+        _signal.signal(_signal.SIGTERM, early_term)
+    from ampbook import cli
+
+    cli.install(early=stopped)
 
 
 _as_command()

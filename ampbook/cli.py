@@ -129,12 +129,17 @@ def say(message: str) -> None:
 def is_command(argv: list[str] | None = None) -> bool:
     """Whether this process was started as ``python -m ampbook...``."""
     argv = list(getattr(sys, "orig_argv", []) if argv is None else argv)
+    skip = False
     for i, arg in enumerate(argv[1:], 1):
-        if arg == "-m":
+        if skip:
+            skip = False
+        elif arg == "-m":
             return i + 1 < len(argv) and argv[i + 1].split(".")[0] == "ampbook"
-        if arg.startswith("-m"):  # -mampbook.train
+        elif arg.startswith("-m"):  # -mampbook.train
             return arg[2:].split(".")[0] == "ampbook"
-        if not arg.startswith("-"):
+        elif arg in ("-X", "-W"):
+            skip = True  # their value follows
+        elif not arg.startswith("-"):
             return False
     return False
 
@@ -154,14 +159,20 @@ def _excepthook(kind, value, tb):
 _previous_hook = sys.excepthook
 
 
-def install() -> None:
+def install(early: list | None = None) -> None:
     """For a process started as an ``ampbook`` command: SIGTERM is Ctrl-C from now on,
     and either of them before ``main`` catches it (during the start-up imports) ends
-    the process with one line and 130/143 instead of a traceback."""
+    the process with one line and 130/143 instead of a traceback. ``early``: the
+    signals ``ampbook/__init__``'s first handler saw."""
     if not _main_thread():
         return
+    if early:
+        _state["signal"] = signal.SIGTERM
     with contextlib.suppress(ValueError, OSError):
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        current = signal.getsignal(signal.SIGTERM)
+        if current in (signal.SIG_DFL, None) or getattr(current, "__name__", "") == (
+            "early_term"
+        ):
             signal.signal(signal.SIGTERM, _on_sigterm)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _on_sigint)

@@ -117,7 +117,8 @@ def number(
     """A finite real number within the bounds given (``above``: strictly greater);
     ``finite=False`` lets inf through (NaN never)."""
     bounds = _bounds(minimum, maximum, above)
-    text = f"must be a {'finite ' if finite else ''}number" + (
+    infinite = _is_number(value) and value == value and not math.isfinite(value)
+    text = f"must be a {'finite ' if finite and infinite else ''}number" + (
         f" {bounds}" if bounds else ""
     )
     if (
@@ -245,3 +246,24 @@ def output(name: str, value: Any, kind: str = "file") -> Any:
     except cli.UserError as err:
         raise ParameterError(str(err)) from None
     return value
+
+
+def floats(
+    name: str, value: Any, above: float | None = 0, count: int = 1, why: str = ""
+) -> list[float]:
+    """A list of at least ``count`` finite numbers, each above ``above``."""
+    items = value if isinstance(value, (list, tuple)) else None
+    ok = (
+        items is not None
+        and len(items) >= count
+        and all(
+            _is_number(v) and math.isfinite(v) and (above is None or v > above)
+            for v in items
+        )
+    )
+    if not ok:
+        rule = f"must be a list of at least {count} finite number" + (
+            "s" if count > 1 else ""
+        )
+        fail(name, value, rule + (f" > {above:g}" if above is not None else ""), why)
+    return [float(v) for v in items]

@@ -53,7 +53,7 @@ params.device("device", device)
 params.integer("n_accumulate", n_accumulate, minimum=6000,
                why="the fp16 sum must reach its stall point")
 params.integer("n_samples", n_samples, minimum=1000, why="medians per power of two")
-params.integer("seed", seed, minimum=0)
+params.seed("seed", seed)
 print_environment(device)
 
 # %%

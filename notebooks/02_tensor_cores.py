@@ -70,6 +70,8 @@ params.number("max_call_s", max_call_s, above=0)
 params.number("min_time", min_time, minimum=0)
 params.integer("rounds", rounds, minimum=1)
 params.integer("accumulate_terms", accumulate_terms, minimum=16)
+params.output("save_results", save_results)
+params.folder("results_dir", results_dir, empty="data/results")
 print_environment(device)
 
 # %%

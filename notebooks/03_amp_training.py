@@ -65,10 +65,10 @@ from ampbook.env import print_environment
 from ampbook.precision import PRECISIONS
 
 params.device("device", device)
-ok = precisions[:1] == ["fp32"] and len(precisions) > 1
+ok = lambda v: list(v[:1]) == ["fp32"] and len(v) > 1  # noqa: E731
 params.rule("precisions", precisions, ok, "must start with fp32 and name an AMP one",
             why="runs pair with fp32")
-ok = set(precisions) <= set(PRECISIONS)
+ok = lambda v: set(v) <= set(PRECISIONS)  # noqa: E731
 params.rule("precisions", precisions, ok, f"may hold {', '.join(PRECISIONS)}")
 for name in ("height", "width"):
     value = params.integer(name, globals()[name], minimum=8)
@@ -80,6 +80,13 @@ params.integer("train_images", train_images, minimum=2 * batch_size)
 params.number("lr", lr, above=0)
 params.number("run_budget_s", run_budget_s, above=0)
 params.choice("tf32", tf32, ["on", "off"])
+params.integer("workers", workers, minimum=0)
+params.seed("seed", seed)
+for name in ("shuffle", "strict_fp32"):
+    params.flag(name, globals()[name])
+params.folder("data_root", data_root, empty="$CITYSCAPES_DATASET or the synthetic set")
+params.folder("results_dir", results_dir, empty="data/results")
+params.output("out_dir", out_dir, kind="folder")
 print_environment(device)
 
 # %%

@@ -69,16 +69,21 @@ from ampbook.env import print_environment
 
 params.device("device", device)
 for name in ("height", "width", "trace_height", "trace_width"):
-    params.rule(name, globals()[name], globals()[name] % 8 == 0 and globals()[name] > 0,
+    params.rule(name, globals()[name], lambda v: v % 8 == 0 and v > 0,
                 "must be a positive multiple of 8", why="ERFNet downsamples by 8")
 params.rule("trace_height", trace_height, trace_height <= height, "must be <= height")
 params.rule("trace_width", trace_width, trace_width <= width, f"must be <= {width}")
-for name in ("batch_size", "grad_batches", "num_steps", "growth_interval"):
+for name in ("batch_size", "grad_batches", "num_steps", "growth_interval",
+             "memory_batch_size"):
     params.integer(name, globals()[name], minimum=1)
 params.integer("synthetic_train", synthetic_train, minimum=batch_size)
 params.number("lr", lr, above=0)
 params.choice("fp16_mode", fp16_mode, ["auto", "emulate", "autocast"])
-params.rule("memory_sizes", memory_sizes, len({h * w for h, w in memory_sizes}) >= 2,
+params.floats("fixed_scales", fixed_scales, above=0)
+params.seed("seed", seed)
+params.folder("data_root", data_root, empty="$CITYSCAPES_DATASET or the synthetic set")
+params.folder("results_dir", results_dir, empty="data/results")
+params.rule("memory_sizes", memory_sizes, lambda v: len({h * w for h, w in v}) >= 2,
             "needs 2 sizes of different pixel counts", why="a line needs two")
 odd = [hw for hw in memory_sizes if hw[0] % 8 or hw[1] % 8]
 params.rule("memory_sizes", memory_sizes, not odd, "sizes must be multiples of 8",

@@ -87,12 +87,21 @@ for name in ("run_height", "run_width", "check_height", "check_width",
 for name in ("check_height", "check_width"):
     params.rule(name, globals()[name], globals()[name] % 16 == 0,
                 "must be a multiple of 16", why="the memory line runs at half size")
+params.integers("loader_workers", loader_workers, minimum=0)
 params.rule("loader_workers", loader_workers, 0 in loader_workers, "must include 0",
             why="the 0-worker rate is the per-image cost")
 params.integers("checklist_batches", checklist_batches, minimum=1, count=2)
 params.integer("check_repeats", check_repeats, minimum=1)
-run_precisions = params.rule("run_precisions", run_precisions, "fp32" in run_precisions
-            and len(run_precisions) == 2, "must be fp32 and one AMP precision")
+run_precisions = params.rule("run_precisions", run_precisions, lambda v: "fp32" in v
+            and len(v) == 2, "must be fp32 and one AMP precision")
+for name in ("batch_size", "num_epochs", "run_train_images", "run_val_images",
+             "loader_images", "loader_passes", "host_cores", "check_batch"):
+    params.integer(name, globals()[name], minimum=1)
+params.integer("run_workers", run_workers, minimum=0)
+params.rule("sensitivity", sensitivity, lambda v: all(
+    params.shape("sensitivity", s) and s[0] % 8 == 0 and s[1] % 8 == 0 for s in v),
+    "must be a list of [height, width, batch], sizes multiples of 8")
+params.folder("results_dir", results_dir, empty="data/results")
 
 # %%
 import inspect

@@ -66,17 +66,16 @@ from ampbook.env import print_environment
 
 params.device("device", device)
 for name in ("erfnet_input", "resnet_input", "reader_input"):
-    v = globals()[name]
-    params.rule(name, v, len(v) == 3 and all(isinstance(i, int) and i > 0 for i in v),
-                "must be [C, H, W]: three positive integers")
+    params.shape(name, globals()[name], why="[C, H, W]")
 for name in ("erfnet_batch", "resnet_batch", "vit_batch", "reader_batch", "repeats"):
     params.integer(name, globals()[name], minimum=1)
-params.rule("gpus", gpus, bool(gpus) and set(gpus) <= set(load_devices()),
+params.rule("gpus", gpus, lambda v: bool(v) and set(v) <= set(load_devices()),
             "must be keys of data/reference/devices.yml")
 params.rule("reader_model", reader_model, isinstance(reader_model, str),
             "must be a string ('' for none)")
-params.rule("timed", timed, set(timed) <= {"ERFNet", "ResNet-50", "ViT-B/16",
+params.rule("timed", timed, lambda v: set(v) <= {"ERFNet", "ResNet-50", "ViT-B/16",
             "your model"}, "names networks of this chapter")
+params.folder("results_dir", results_dir, empty="data/results")
 print_environment(device)
 
 # %%

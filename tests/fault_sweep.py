@@ -1209,7 +1209,7 @@ def signals_cases() -> list[Case]:
                     f"{name}: {sig.name} during start-up",
                     argv,
                     sig,
-                    0.4,
+                    1.5,
                     code,
                     quick=(name, sig) == ("evaluate", TERM),
                 )
@@ -1517,7 +1517,7 @@ def _edit_ckpt(edit):
 
 
 RESUME = lambda ctx: train(  # noqa: E731
-    "--out", str(ctx.finished()), "--name", "a", "--resume", "--epochs", "2", out=False
+    "--out", str(ctx.finished()), "--name", "a", "--resume", out=False
 )(ctx)
 
 

@@ -89,7 +89,7 @@ def test_cli_through_the_bench_dispatcher(tiny_root, tmp_path, capsys):
 
 
 def test_cli_errors(tmp_path, capsys):
-    assert bench.main(["loader", "--root", str(tmp_path / "missing")]) == 1
+    assert bench.main(["loader", "--root", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        bench.main(["loader", "--workers", "0,x"])
+    assert bench.main(["loader", "--workers", "0,x"]) == 2  # one error line, exit 2
+    assert "--workers must be" in capsys.readouterr().err

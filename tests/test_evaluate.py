@@ -127,7 +127,7 @@ def test_missing_and_duplicate_predictions_are_errors(val_root, tmp_path, capsys
         match=f"no prediction for ground truth .*{stem}_gtFine_labelIds.png",
     ):
         evaluate_folder(pred_dir, val_root)
-    assert main([str(pred_dir), "--data-root", str(val_root)]) == 1
+    assert main([str(pred_dir), "--data-root", str(val_root)]) == 2
     assert "no prediction for ground truth" in capsys.readouterr().err
 
 

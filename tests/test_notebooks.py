@@ -188,7 +188,7 @@ def test_cli_reports_failure_with_exit_code(tmp_path):
         text=True,
         cwd=REPO_ROOT,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a notebook that does not exist: the settings
     assert "no notebook '99_missing'" in proc.stderr
 
 

@@ -64,11 +64,11 @@ def _sources() -> dict[Path, bytes]:
 def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys):
     before = _sources()
     for out in (NOTEBOOKS_DIR, NOTEBOOKS_DIR / "sub", BOOK_DIR):
-        assert run.main(["--profile", "smoke", "--out", str(out), "1"]) == 1
+        assert run.main(["--profile", "smoke", "--out", str(out), "1"]) == 2
         one_error(capsys.readouterr().err, "the book's sources")
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert run.main(["--profile", "smoke", "--out", str(blocker), "1"]) == 1
+    assert run.main(["--profile", "smoke", "--out", str(blocker), "1"]) == 2
     one_error(capsys.readouterr().err, "is a file")
     assert _sources() == before and blocker.read_text() == "x"
     assert not (NOTEBOOKS_DIR / "run_report.json").exists()
@@ -116,7 +116,7 @@ def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path
         "1",
         str(source),
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # the settings
     one_error(
         proc.stderr, "-p m", "no selected notebook has a parameter 'm'", "label, n"
     )
@@ -182,6 +182,9 @@ def test_run_interrupted_marks_the_partial_notebook(tmp_path):
 # --- ampbook.build.book ---------------------------------------------------------------
 
 
+RUN = "test-run"
+
+
 @pytest.fixture
 def executed(tmp_path) -> Path:
     """A folder shaped like a finished run: each chapter (unexecuted), a report."""
@@ -190,10 +193,11 @@ def executed(tmp_path) -> Path:
     names = book.toc_chapters()
     for stem in names:
         shutil.copy(NOTEBOOKS_DIR / f"{stem}.ipynb", folder / f"{stem}.ipynb")
+        run.mark(folder / f"{stem}.ipynb", "complete", run_id=RUN)
     report = {
         "profile": "smoke",
         "notebooks": [
-            {"name": n, "status": "ok", "seconds": 1.0, "executed_cells": 1}
+            {"name": n, "status": "ok", "seconds": 1.0, "executed_cells": 1, "run": RUN}
             for n in names
         ],
     }
@@ -213,17 +217,17 @@ def test_book_refuses_a_failed_run(executed, tmp_path, capsys):
     (executed / "run_report.json").write_text(json.dumps(report))
     out = tmp_path / "book"
     code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
-    assert code == 1
+    assert code == 2
     one_error(err, "did not finish", f"{first} (FAILED)", "python -m ampbook.build.run")
     assert not out.exists()
 
     report["notebooks"][0]["status"] = "ok"
     (executed / "run_report.json").write_text(json.dumps(report))
-    run.mark(executed / f"{first}.ipynb", "interrupted")
+    run.mark(executed / f"{first}.ipynb", "interrupted", run_id=RUN)
     code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
-    assert code == 1 and "marked interrupted" in one_error(err)
+    assert code == 2 and "marked interrupted" in one_error(err)
 
-    run.mark(executed / f"{first}.ipynb", "complete")
+    run.mark(executed / f"{first}.ipynb", "complete", run_id=RUN)
     nb = nbformat.read(executed / f"{first}.ipynb", as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code")
     cell.outputs = [
@@ -236,7 +240,7 @@ def test_book_refuses_a_failed_run(executed, tmp_path, capsys):
     ]
     nbformat.write(nb, executed / f"{first}.ipynb")
     code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
-    assert code == 1
+    assert code == 2
     one_error(err, "shows an error in a cell", "ZeroDivisionError")
     assert not out.exists()
 
@@ -246,12 +250,12 @@ def test_book_deletes_only_what_it_made(executed, tmp_path, capsys):
     (foreign / "src").mkdir(parents=True)
     (foreign / "src" / "notes.txt").write_text("not the book's")
     code, err = _book(capsys, "--executed", str(executed), "--out", str(foreign))
-    assert code == 1
+    assert code == 2
     one_error(err, "holds files this tool did not make")
     assert (foreign / "src" / "notes.txt").read_text() == "not the book's"
     for inside in (BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT):
         code, err = _book(capsys, "--executed", str(executed), "--out", str(inside))
-        assert code == 1 and "error:" in one_error(err)
+        assert code == 2 and "error:" in one_error(err)
     # A folder the tool made (its marker) may be rebuilt: staging replaces src/ only.
     ours = tmp_path / "ours"
     ours.mkdir()
@@ -280,7 +284,7 @@ def val_root(tmp_path_factory) -> Path:
 def test_evaluate_prediction_folder_is_a_file(val_root, tmp_path, capsys):
     blocker = tmp_path / "preds"
     blocker.write_text("x")
-    assert evaluate.main([str(blocker), "--data-root", str(val_root)]) == 1
+    assert evaluate.main([str(blocker), "--data-root", str(val_root)]) == 2
     one_error(capsys.readouterr().err, "is a file")
 
 
@@ -291,7 +295,7 @@ def test_evaluate_on_cuda_without_cuda(val_root, tmp_path, capsys):
         evaluate.main(
             [str(tmp_path / "preds"), "--data-root", str(val_root), "--device", "cuda"]
         )
-        == 1
+        == 2
     )
     one_error(capsys.readouterr().err, "--device cuda", "no CUDA")
 
@@ -326,7 +330,7 @@ def test_bench_step_checks_its_arguments_before_measuring(
     "argv, words",
     [
         (["--height", "8"], ["at least 16x16"]),
-        (["--seed", "-1"], ["seed must be 0 or more"]),
+        (["--seed", "-1"], ["--seed", "between 0 and"]),
         (["--train", "0", "--val", "0"], ["positive number of images"]),
     ],
 )
@@ -347,7 +351,7 @@ def test_synthesize_bad_arguments_write_nothing_and_a_retry_works(
         "--width",
         "64",
     ]
-    assert data.main([*base, *argv]) == 1
+    assert data.main([*base, *argv]) == 2
     one_error(capsys.readouterr().err, *words)
     assert not root.exists()
     assert data.main(base) == 0
@@ -373,7 +377,7 @@ def test_synthesize_root_is_a_file(tmp_path, capsys):
                 "64",
             ]
         )
-        == 1
+        == 2
     )
     one_error(capsys.readouterr().err, "is a file")
     assert blocker.read_text() == "x"

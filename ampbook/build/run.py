@@ -348,6 +348,13 @@ def execute(
             f"(if any) is kept at {output}, marked interrupted"
         ) from None
     except Exception as err:  # kernel died, timeout, bad parameters...
+        if interrupted:  # the signal reached a kernel still starting: it died of it
+            how = cli.signal_name()
+            mark(output, "interrupted", f"interrupted ({how})", run_id)
+            raise RunInterrupted(
+                f"{source.stem} was interrupted ({how}) while its kernel started; "
+                f"the notebook (if any) is kept at {output}, marked interrupted"
+            ) from None
         first = (str(err).strip().splitlines() or [""])[0]
         mark(output, "failed", f"{type(err).__name__}: {first}", run_id)
         raise NotebookFailed(
