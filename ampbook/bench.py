@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
+        if not argv:
+            cli.say(f"name a benchmark: {', '.join(COMMANDS)}")
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

@@ -570,6 +570,7 @@ class Check:
 
     def run(self) -> int:
         def terminate(signum, frame):
+            cli._state["signal"] = signum  # 143 for SIGTERM, 130 for Ctrl-C
             raise Terminated()
 
         signal.signal(signal.SIGTERM, terminate)
@@ -625,13 +626,16 @@ class Check:
                     res.status, res.detail = self.run_child(stage.name, timeout)
             except (Terminated, KeyboardInterrupt):
                 res.status = "cut short"
-                res.detail = "the check was terminated (SIGTERM) before the stage ended"
+                res.detail = (
+                    f"the check was stopped ({cli.signal_name()}) before the stage "
+                    "ended"
+                )
                 res.seconds = round(time.monotonic() - start, 1)
                 self.log(f"== {stage.name}: {res.detail}")
                 self.finish_stage(res, final=True)
                 self.log_file.close()
                 shutil.rmtree(self.work, ignore_errors=True)
-                return 143
+                return cli.stop_code()
             except Exception as err:  # a stage's failure is reported, the check goes on
                 res.status, res.detail = "error", f"{type(err).__name__}: {err}"
             res.seconds = round(time.monotonic() - start, 1)

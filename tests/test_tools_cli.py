@@ -173,7 +173,7 @@ def test_run_interrupted_marks_the_partial_notebook(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    one_error(err, "slow was interrupted in code cell 3", "marked interrupted")
+    one_error(err, "slow was interrupted (Ctrl-C) in code cell 3", "marked interrupted")
     assert run.run_status(out / "slow.ipynb") == "interrupted"
     report = json.loads((out / "run_report.json").read_text())
     assert report["notebooks"][0]["status"] == "STOPPED"

@@ -199,7 +199,7 @@ def test_output_and_size_errors_before_any_step(case, finished, data, tmp_path, 
         "json-folder": ([], ["c.json is a folder"]),
         "pred-unwritable": (
             ["--save-predictions", str(blocker / "p")],
-            ["save_predictions", "cannot be written"],
+            ["save_predictions", "is a file, so", "cannot be made below it"],
         ),
         "name-path": (["--name", "../c"], ["is not a file name"]),
         "too-small": (
@@ -222,18 +222,25 @@ def test_output_and_size_errors_before_any_step(case, finished, data, tmp_path, 
     assert not (finished / "c.lock").exists() and blocker.read_text() == "x"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_read_only_out_is_refused(data, tmp_path, capsys):
+    """A read-only file system (a tmpfs mounted ro: the tests run as root, for whom
+    permission bits do not make a folder read-only)."""
     out = tmp_path / "ro"
     out.mkdir()
-    out.chmod(0o555)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip()}")
     try:
         code, err = run_cli(
-            capsys, "--data-root", str(data), "--out", str(out), "--name", "d"
+            capsys, "--data-root", str(data), "--out", str(out / "runs"), "--name", "d"
         )
     finally:
-        out.chmod(0o755)
-    assert code == 2 and "cannot write in" in one_error(err)
+        subprocess.run(["umount", "-l", str(out)], capture_output=True)
+    assert code == 2 and "read-only file system" in one_error(err, str(out))
 
 
 def test_stale_temporary_files_of_the_name_are_removed(data, tmp_path, capsys):
