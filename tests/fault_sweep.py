@@ -288,10 +288,6 @@ def _run(case: Case, ctx: Ctx, start: float) -> Result:
     if hung:
         res.outcome, res.why = "hang", f"still running after {case.timeout:.0f} s"
         return res
-    if case.signal is not None and not sent:
-        res.outcome = "unclear"
-        res.why = "ended before the signal was sent (case too fast to test)"
-        return res
     wrong = None
     if orphans:
         wrong = "child processes outlived the command"
@@ -303,6 +299,10 @@ def _run(case: Case, ctx: Ctx, start: float) -> Result:
         wrong = f"exit {proc.returncode} where the command should cope"
     if wrong:
         res.outcome, res.why = "wrong result", wrong
+        return res
+    if case.signal is not None and not sent:
+        res.outcome = "unclear"
+        res.why = "ended before the signal was sent (case too fast to test)"
         return res
     if "Traceback (most recent call last)" in stderr:
         res.outcome = "traceback"
@@ -1460,7 +1460,7 @@ def signals_cases() -> list[Case]:
                     "256",
                 ),
                 sig,
-                5.0,
+                file_seen(lambda ctx: ctx.tmp / "ds" / "SYNTHETIC.partial"),
                 code,
                 check=no_old_marker,
                 setup=replace_setup,
@@ -1483,7 +1483,7 @@ def signals_cases() -> list[Case]:
                 out=False,
             )(ctx),
             INT,
-            7.0,
+            file_seen(lambda ctx: ctx.finished() / ".a.json.replaced"),
             130,
             setup=take_snapshot(lambda ctx: ctx.finished()),
             check=unchanged(lambda ctx: ctx.finished()),
@@ -1766,6 +1766,8 @@ def files_cases() -> list[Case]:
                     "--class-weights",
                     "enet",
                     "--no-checkpoint",
+                    "--out",
+                    str(ctx.tmp / "setup-out"),
                 ],
                 cwd=ctx.repo,
                 env=env,
@@ -1791,7 +1793,7 @@ def files_cases() -> list[Case]:
             Case(
                 c,
                 f"train: class-weight cache {label}",
-                train("--class-weights", "enet", "--no-checkpoint", out=False),
+                train("--class-weights", "enet", "--no-checkpoint"),
                 expect=(0,),
                 setup=setup,
                 check=cache_ok,
@@ -1923,6 +1925,8 @@ def env_cases() -> list[Case]:
                 "2",
                 "--synthetic-val",
                 "1",
+                "--out",
+                str(ctx.tmp / "o"),
             ],
             env=cache_file,
             words=["AMPBOOK_CACHE"],
@@ -1945,6 +1949,8 @@ def env_cases() -> list[Case]:
                 "2",
                 "--synthetic-val",
                 "1",
+                "--out",
+                str(ctx.tmp / "o"),
             ],
             env=lambda ctx: {"AMPBOOK_CACHE": str(ctx.readonly() / "c")},
             words=["AMPBOOK_CACHE"],
@@ -2286,6 +2292,8 @@ def results_cases() -> list[Case]:
                     "2",
                     "--synthetic-val",
                     "1",
+                    "--out",
+                    str(ctx.tmp / "o"),
                 ],
                 expect=(0,),
                 setup=cache_damaged(how),

@@ -19,6 +19,7 @@ and Jupyter Book's ``OUT/_build``, and refuses an OUT inside the sources (``book
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -275,18 +276,29 @@ def run_ended(cmd: list[str]) -> subprocess.CompletedProcess:
     try:
         out, err = proc.communicate()
     except BaseException:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        end_group(proc)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM to ``proc``'s process group; SIGKILL to whatever of it is left after
+    ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        proc.poll()  # reap the leader, so that it does not count as alive
+        time.sleep(0.1)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
 
 
 @cli.command("python -m ampbook.build.book")
