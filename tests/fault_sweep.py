@@ -330,6 +330,24 @@ def _run(case: Case, ctx: Ctx, start: float) -> Result:
     return res
 
 
+def png_bytes(width: int, height: int, value: int = 0) -> bytes:
+    """A valid 8-bit grayscale PNG of ``width`` x ``height`` pixels."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\0" + bytes([value]) * width for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
 # --- checks of what is on disk --------------------------------------------------------
 
 
@@ -1844,30 +1862,52 @@ def files_cases() -> list[Case]:
             )
         )
 
-    def wrong_size(ctx):
-        preds = ctx.tmp / "preds" / "midhaven"
-        preds.mkdir(parents=True)
-        from_ds = sorted((ctx.data / "gtFine" / "val").rglob("*_labelIds.png"))
-        for gt in from_ds:
+    def predictions(ctx, damage: bool) -> None:
+        """A prediction for each val image: 1x1 (the wrong size), or of the right size
+        with one byte of its pixel data flipped (a damaged file)."""
+        preds = ctx.tmp / "preds"
+        for gt in sorted((ctx.data / "gtFine" / "val").rglob("*_labelIds.png")):
             stem = gt.name.replace("_gtFine_labelIds.png", "")
-            # a 1x1 PNG: the wrong size
-            (preds / f"{stem}_pred.png").write_bytes(
-                bytes.fromhex(
-                    "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
-                    "3a7e9b550000000a49444154789c63600000000200015d0b3c5a000000"
-                    "0049454e44ae426082"
-                )
-            )
+            dest = preds / gt.parent.name / f"{stem}_pred.png"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if damage:
+                raw = bytearray(gt.read_bytes())
+                raw[raw.find(b"IDAT") + 12] ^= 0xFF
+                dest.write_bytes(bytes(raw))
+            else:
+                dest.write_bytes(png_bytes(1, 1))
 
-    out.append(
+    def damaged_label(ctx):
+        root = ctx.copy_data()
+        label = sorted((root / "gtFine" / "train").rglob("*.png"))[1]
+        raw = bytearray(label.read_bytes())
+        raw[raw.find(b"IDAT") + 12] ^= 0xFF
+        label.write_bytes(bytes(raw))
+
+    out += [
         Case(
             c,
             "evaluate: predictions of the wrong size",
             cmd("ampbook.evaluate", T("preds"), "--data-root", DATA),
-            setup=wrong_size,
+            setup=lambda ctx: predictions(ctx, False),
             words=["W x H"],
-        )
-    )
+        ),
+        Case(
+            c,
+            "evaluate: a damaged prediction PNG (one byte flipped)",
+            cmd("ampbook.evaluate", T("preds"), "--data-root", DATA),
+            setup=lambda ctx: predictions(ctx, True),
+            words=["CRC"],
+        ),
+        Case(
+            c,
+            "train: a damaged label PNG (one byte flipped)",
+            lambda ctx: train("--data-root", str(ctx.copy_data()))(ctx),
+            setup=damaged_label,
+            expect=(1, 2),
+            words=["CRC"],
+        ),
+    ]
     return out
 
 

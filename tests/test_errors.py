@@ -940,3 +940,30 @@ def test_parameter_checks_refuse_what_would_fail_later(tmp_path):
     assert params.shape("x", [3, 8, 8]) == [3, 8, 8]
     assert params.folder("results_dir", "") == ""
     assert params.output("save_results", str(tmp_path / "new" / "r.json"))
+
+
+def test_a_damaged_png_is_an_error_not_a_crash(tiny, tmp_path):
+    """torchvision's libpng decoder kills the process (SIGSEGV) on a damaged stream:
+    every PNG's chunks are checked first (``ampbook.data.png_damage``)."""
+    label = sorted((tiny / "gtFine" / "train").rglob("*.png"))[0]
+    raw = bytearray(label.read_bytes())
+    raw[raw.find(b"IDAT") + 12] ^= 0xFF
+    damaged = tmp_path / "damaged.png"
+    damaged.write_bytes(bytes(raw))
+    assert data.png_damage(label.read_bytes()) is None
+    assert "fails its CRC" in data.png_damage(bytes(raw))
+    assert "cut short" in data.png_damage(label.read_bytes()[:-20])
+    code = (
+        "import sys; from pathlib import Path; from ampbook.data import DataError, "
+        "read_label_ids\ntry:\n    read_label_ids(Path(sys.argv[1]))\n"
+        "except DataError as err:\n    print(err)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(damaged)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "fails its CRC" in done.stdout
