@@ -216,9 +216,14 @@ def run_case(case: Case, shared: Path, repo: Path, keep: bool = False) -> Result
 
 
 def _run(case: Case, ctx: Ctx, start: float) -> Result:
-    if case.setup:
-        case.setup(ctx)
-    argv = [str(a) for a in _resolve(case.argv, ctx)]
+    try:
+        if case.setup:
+            case.setup(ctx)
+        argv = [str(a) for a in _resolve(case.argv, ctx)]
+    except Skip:
+        raise
+    except Exception as err:  # noqa: BLE001 -- the code under test failed in setup
+        raise Skip(f"setup failed: {type(err).__name__}: {err}") from None
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -292,7 +297,10 @@ def _run(case: Case, ctx: Ctx, start: float) -> Result:
     if orphans:
         wrong = "child processes outlived the command"
     if wrong is None and case.check:
-        wrong = case.check(ctx, res)
+        try:
+            wrong = case.check(ctx, res)
+        except Exception as err:  # noqa: BLE001 -- what is on disk is not readable
+            wrong = f"the check of the result failed: {type(err).__name__}: {err}"
     if wrong is None and 0 not in case.expect and proc.returncode == 0:
         wrong = "exit 0 for a case that must fail"
     if wrong is None and case.expect == (0,) and proc.returncode != 0:
@@ -2536,6 +2544,19 @@ def summary(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def _record(r: Result) -> dict:
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    return {
+        "class": r.case.cls,
+        "case": r.case.name,
+        "outcome": r.outcome,
+        "exit": r.code,
+        "seconds": round(r.seconds, 1),
+        "why": r.why,
+        "error_line": lines[0] if lines else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m tests.fault_sweep", description=__doc__.split("\n\n")[0]
@@ -2570,6 +2591,9 @@ def main(argv: list[str] | None = None) -> int:
             for fut in concurrent.futures.as_completed(futures):
                 r = fut.result()
                 results.append(r)
+                if args.json:  # one line per case as it ends: nothing lost
+                    with open(args.json + "l", "a") as f:
+                        f.write(json.dumps(_record(r)) + "\n")
                 if args.verbose or r.outcome not in ("clear", "skipped"):
                     print(
                         f"[{r.outcome:>12}] {r.case.cls}: {r.case.name} "
@@ -2587,30 +2611,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
     if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                [
-                    {
-                        "class": r.case.cls,
-                        "case": r.case.name,
-                        "outcome": r.outcome,
-                        "exit": r.code,
-                        "seconds": round(r.seconds, 1),
-                        "why": r.why,
-                        "error_line": next(
-                            (
-                                l
-                                for l in r.stderr.splitlines()
-                                if l.startswith("error:")
-                            ),
-                            None,
-                        ),
-                    }
-                    for r in results
-                ],
-                indent=1,
-            )
-        )
+        Path(args.json).write_text(json.dumps([_record(r) for r in results], indent=1))
     bad = [r for r in results if r.outcome not in ("clear", "skipped")]
     return 1 if bad else 0
 
