@@ -635,6 +635,10 @@ class Check:
                 self.finish_stage(res, final=True)
                 self.log_file.close()
                 shutil.rmtree(self.work, ignore_errors=True)
+                cli.say(
+                    f"the check was stopped ({cli.signal_name()}) in stage "
+                    f"{stage.name}; {self.out / 'report.json'} says what ran"
+                )
                 return cli.stop_code()
             except Exception as err:  # a stage's failure is reported, the check goes on
                 res.status, res.detail = "error", f"{type(err).__name__}: {err}"
