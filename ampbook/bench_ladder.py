@@ -1,0 +1,1265 @@
+"""The ladder: the training step from the post's setup to the optimised one, one change
+per rung, in every precision.
+
+    python -m ampbook.bench ladder [--device auto|cpu|cuda] [--rungs 0-5]
+                                   [--precisions fp32-tf32,amp-fp16,...]
+                                   [--height H --width W --batch-size B]
+                                   [--steps N --warmup N --profile-steps N]
+                                   [--epochs N --train-images N]
+                                   [--isolate none|precision|cell]
+                                   [--json PATH [--merge]]
+
+Each rung adds one change to the rung before it (``RUNGS``; the changes are fields of
+the runner's ``TrainConfig``, so every rung is a ``python -m ampbook.train`` command):
+
+0. the post's setup: NCHW, 4 loader workers, the loss read back every step;
+1. + the data fixed: images decoded once to a cache, normalised on the device;
+2. + channels_last and ``cudnn.benchmark``;
+3. + a fused optimizer and no per-step host sync;
+4. + the 16-bit residual stream (``fp16_stream``: the first downsampler's pool branch
+   cast to the convolution's dtype, so autocast no longer promotes the encoder to fp32);
+5. + ``torch.compile``.
+
+For every rung and mode (``MODES``: fp32 with TF32, strict fp32, amp-fp16 with a
+GradScaler, amp-bf16) ``measure_rung`` takes, with the runner's own step
+(``ampbook.train.build_training``):
+
+* **step time**: the median of ``steps`` steps on one batch already on the device, as
+  the period from one step's start to the next (CUDA events on a GPU, so a step's time
+  includes every gap in which the GPU waited for the host); the first step (which pays
+  for ``torch.compile`` and cuDNN's search) apart;
+* **kernel and idle time**: ``profile_steps`` more steps under ``torch.profiler``. On a
+  GPU, ``kernel_s`` is the time the GPU was busy (the union of its kernels, copies and
+  fills) per step, and ``idle_s`` the median step less that: the GPU waiting for the
+  host. On a CPU the profiler sees no device timeline: the CPU runs the operators and
+  the Python and framework code between them on the same cores, so ``kernel_s`` is the
+  time inside the top-level operators per step and ``idle_s`` the time outside them
+  (Python, dispatch, the optimizer's loop); how busy the cores were inside an operator
+  (its threads) it cannot say;
+* **peak memory**: ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` over
+  the timed steps on a GPU; on a CPU the growth of the process's peak resident set over
+  them;
+* **an epoch** through the runner itself (``run_training``, loader or cache included):
+  images per second and the share of the loop spent waiting for data, the median of the
+  epochs after the first;
+* **the roofline bound** of the step (``ampbook.costmodel``, the device table's
+  ceilings on a GPU it lists, ceilings measured here otherwise) and the share of it the
+  step reached. The bound counts every eager operator's bytes; compiled code that fuses
+  operators moves fewer, so at rung 5 the share is an eager yardstick.
+
+Processes (``--isolate``): ``precision`` (the default on a GPU) runs each mode in its
+own process, the rungs in order inside it, the allocator's cache emptied and its peaks
+reset between rungs, so a mode's reserved memory is never another's; ``cell`` a process
+per rung and mode; ``none`` (the default on a CPU) everything in this process. The
+modes take turns: on a GPU TF32 and amp-fp16 (the comparison the targets name) first.
+Each finished cell is written to the JSON at once, so a ladder stopped part-way keeps
+what it measured.
+
+``--json PATH`` writes the record (schema ``ampbook.ladder/1``, described in
+``data/results/README.md`` and read by ``ampbook.results.read_ladder``); a folder (or a
+path without ``.json``) gets ``ladder_<gpu>.json`` inside it. ``--merge`` adds the
+cells to an existing record of the same device and size (the GPU check measures the
+compiled rung in a second stage). At the end the table and the issue's targets
+(``TARGETS``: the H200 at 1024x512, batch 6) are printed one by one, met or missed, with
+what the profile shows for a missed one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import gc
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ampbook.results import (
+    LADDER_SCHEMA,
+    MODE_LABELS,
+    MODES,
+    Ladder,
+    LadderCell,
+    read_ladder,
+)
+
+PEAK_CUDA = "peak CUDA allocated"
+PEAK_RSS = "peak resident set growth"
+MODE_SETTINGS = {  # mode -> (precision, tf32)
+    "fp32-tf32": ("fp32", "on"),
+    "fp32": ("fp32", "off"),
+    "amp-fp16": ("amp-fp16", "on"),
+    "amp-bf16": ("amp-bf16", "on"),
+}
+# The order modes take turns in: the targets' comparison (TF32 against amp-fp16) first.
+GPU_MODES = ("fp32-tf32", "amp-fp16", "amp-bf16", "fp32")
+# A CPU has no TF32, and its mixed precision is bf16.
+CPU_MODES = ("fp32", "amp-bf16")
+SYNC_EVERY = 25  # rung 3's loss read-back interval, in steps
+COMPILE_MODE = "default"
+
+
+@dataclass(frozen=True)
+class Rung:
+    index: int
+    key: str
+    title: str
+    changes: dict = field(compare=False, hash=False)
+    why: str = ""
+
+
+RUNGS = (
+    Rung(
+        0,
+        "post",
+        "the post's setup",
+        {
+            "channels_last": False,
+            "cudnn_benchmark": False,
+            "data_cache": "none",
+            "workers": 4,
+            "fused_optimizer": False,
+            "sync_every": 1,
+            "fp16_stream": False,
+            "compile": None,
+        },
+        "NCHW, 4 loader workers decoding PNGs, the loss read back every step",
+    ),
+    Rung(
+        1,
+        "data",
+        "+ data cached",
+        {"data_cache": "device"},
+        "images decoded once at the training size, normalised on the device",
+    ),
+    Rung(
+        2,
+        "layout",
+        "+ channels_last, cudnn.benchmark",
+        {"channels_last": True, "cudnn_benchmark": True},
+        "NHWC kernels for batch norm and the 16-channel convolutions; cuDNN picks "
+        "the fastest algorithm per shape",
+    ),
+    Rung(
+        3,
+        "sync",
+        "+ fused Adam, no per-step sync",
+        {"fused_optimizer": True, "sync_every": SYNC_EVERY},
+        "one optimizer kernel instead of hundreds; the host runs ahead of the GPU",
+    ),
+    Rung(
+        4,
+        "stream",
+        "+ 16-bit residual stream",
+        {"fp16_stream": True},
+        "the encoder's activations stay 16-bit under autocast",
+    ),
+    Rung(
+        5,
+        "compile",
+        "+ torch.compile",
+        {"compile": COMPILE_MODE},
+        "elementwise operators fused into the kernels around them",
+    ),
+)
+RUNG_INDICES = tuple(r.index for r in RUNGS)
+EAGER_TOP = 4  # the last rung without torch.compile
+
+
+class LadderError(ValueError):
+    """Settings the ladder cannot run (checked before any measurement)."""
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------------------
+# settings
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class LadderSpec:
+    """What to measure: device, size, rungs, modes, and how long to measure each."""
+
+    device: str = "auto"
+    height: int = 512
+    width: int = 1024
+    batch_size: int = 6
+    rungs: tuple[int, ...] = RUNG_INDICES
+    modes: tuple[str, ...] = GPU_MODES
+    warmup: int = 3
+    steps: int = 10
+    profile_steps: int = 3
+    epochs: int = 2
+    train_images: int = 48
+    val_images: int = 2
+    workers_auto: bool = False  # rung 0 keeps the post's 4 workers
+    compile_mode: str = COMPILE_MODE
+
+    @classmethod
+    def for_device(cls, device_type: str, **kw) -> "LadderSpec":
+        """The defaults for a GPU (the post's setting) or a CPU (a small size)."""
+        if device_type == "cpu":
+            base = dict(
+                height=64,
+                width=128,
+                batch_size=2,
+                modes=CPU_MODES,
+                warmup=2,
+                steps=5,
+                profile_steps=2,
+                epochs=2,
+                train_images=8,
+                val_images=1,
+            )
+        else:
+            base = {}
+        base.update({k: v for k, v in kw.items() if v is not None})
+        return cls(**base)
+
+    def check(self) -> None:
+        for name in (
+            "height",
+            "width",
+            "batch_size",
+            "steps",
+            "profile_steps",
+            "train_images",
+            "val_images",
+        ):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise LadderError(f"{name} must be a positive integer, got {v!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 1:
+            raise LadderError(
+                f"warmup must be at least 1 (the first step compiles), got "
+                f"{self.warmup!r}"
+            )
+        if not isinstance(self.epochs, int) or self.epochs < 2:
+            raise LadderError(
+                f"epochs must be at least 2 (the first one warms up), got "
+                f"{self.epochs!r}"
+            )
+        for name in ("height", "width"):
+            if getattr(self, name) % 8:
+                raise LadderError(
+                    f"{name} must be a multiple of 8 (ERFNet halves it three times), "
+                    f"got {getattr(self, name)}"
+                )
+        if self.train_images < self.batch_size:
+            raise LadderError(
+                f"train_images ({self.train_images}) must hold at least one batch of "
+                f"{self.batch_size}"
+            )
+        bad = [r for r in self.rungs if r not in RUNG_INDICES]
+        if bad or not self.rungs:
+            raise LadderError(
+                f"rungs {bad or '(none)'}: choose from {RUNG_INDICES[0]} to "
+                f"{RUNG_INDICES[-1]}"
+            )
+        bad = [m for m in self.modes if m not in MODE_SETTINGS]
+        if bad or not self.modes:
+            raise LadderError(
+                f"precisions {bad or '(none)'}: choose from {', '.join(MODES)}"
+            )
+
+    def settings(self, time_source: str, isolate: str) -> dict:
+        return {
+            "height": self.height,
+            "width": self.width,
+            "batch_size": self.batch_size,
+            "warmup": self.warmup,
+            "steps": self.steps,
+            "profile_steps": self.profile_steps,
+            "epochs": self.epochs,
+            "train_images": self.train_images,
+            "val_images": self.val_images,
+            "time_source": time_source,
+            "memory_measure": PEAK_CUDA if time_source == "cuda" else PEAK_RSS,
+            "isolate": isolate,
+        }
+
+
+def parse_rungs(text: str) -> tuple[int, ...]:
+    """``"0-5"``, ``"0,2,4"`` or ``"3"`` -> rung indices (``LadderError`` if not)."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise LadderError(
+            f"--rungs {text!r}: give indices such as 0-5 or 0,2,4"
+        ) from None
+    bad = [r for r in out if r not in RUNG_INDICES]
+    if bad or not out:
+        raise LadderError(
+            f"--rungs {text!r}: rungs are {RUNG_INDICES[0]} to {RUNG_INDICES[-1]}"
+        )
+    return tuple(sorted(set(out)))
+
+
+def parse_modes(text: str) -> tuple[str, ...]:
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODE_SETTINGS]
+    if bad or not modes:
+        raise LadderError(f"--precisions {text!r}: choose from {', '.join(MODES)}")
+    return tuple(dict.fromkeys(modes))
+
+
+def rung_fields(index: int, compile_mode: str = COMPILE_MODE) -> dict:
+    """The ``TrainConfig`` fields rung ``index`` sets: its changes and every rung's
+    before it."""
+    fields: dict = {}
+    for rung in RUNGS[: index + 1]:
+        fields.update(rung.changes)
+    if fields.get("compile"):
+        fields["compile"] = compile_mode
+    return fields
+
+
+def missing_fields() -> list[str]:
+    """The rungs' ``TrainConfig`` fields this runner lacks (empty when it has them
+    all)."""
+    from ampbook.train import TrainConfig
+
+    have = {f.name for f in dataclasses.fields(TrainConfig)}
+    need = {k for r in RUNGS for k in r.changes}
+    return sorted(need - have)
+
+
+def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
+    """The runner's ``TrainConfig`` of rung ``index`` in ``mode``."""
+    from ampbook.train import TrainConfig
+
+    fields = rung_fields(index, spec.compile_mode)
+    have = {f.name for f in dataclasses.fields(TrainConfig)}
+    # A field this runner lacks is fine at rung 0's value (the runner does that
+    # anyway); a rung that needs it changed cannot run.
+    post = RUNGS[0].changes
+    for k in [k for k in fields if k not in have and fields[k] == post.get(k)]:
+        del fields[k]
+    lacking = sorted(k for k in fields if k not in have)
+    if lacking:
+        raise LadderError(
+            f"rung {index} needs TrainConfig.{', TrainConfig.'.join(lacking)}, which "
+            "this runner does not have"
+        )
+    if spec.workers_auto and fields.get("workers") == 4:
+        fields["workers"] = "auto"
+    precision, tf32 = MODE_SETTINGS[mode]
+    return TrainConfig(
+        precision=precision,
+        tf32=tf32,
+        device=device,
+        height=spec.height,
+        width=spec.width,
+        batch_size=spec.batch_size,
+        epochs=spec.epochs,
+        synthetic_train=spec.train_images,
+        synthetic_val=spec.val_images,
+        shuffle=False,
+        checkpoint=False,
+        quiet=True,
+        **fields,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# measuring one rung in one mode
+# --------------------------------------------------------------------------------------
+
+
+def _batch(spec: LadderSpec, device, seed: int = 1):
+    import torch
+
+    from ampbook.data import NUM_CLASSES
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(spec.batch_size, 3, spec.height, spec.width, generator=g)
+    y = torch.randint(
+        0, NUM_CLASSES, (spec.batch_size, spec.height, spec.width), generator=g
+    )
+    return x.to(device), y.to(device)
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_steps(step: Callable, x, y, n: int, device) -> list[float]:
+    """Seconds per step of ``n`` steps in a row: the period from one step's start to
+    the next (CUDA events on a GPU, recorded without synchronising in between)."""
+    import torch
+
+    _sync(device)
+    if device.type == "cuda":
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+        for i in range(n):
+            events[i].record()
+            step(x, y)
+        events[n].record()
+        torch.cuda.synchronize(device)
+        return [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(n)]
+    marks = [time.perf_counter()]
+    for _ in range(n):
+        step(x, y)
+        marks.append(time.perf_counter())
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def profile_steps(step: Callable, x, y, n: int, device) -> dict:
+    """``n`` steps under ``torch.profiler``: per step, the device's busy time and its
+    count of kernels (GPU), or the time inside top-level operators and their count
+    (CPU), and the wall time of the profiled steps."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    _sync(device)
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(n):
+            step(x, y)
+        _sync(device)
+        wall = time.perf_counter() - start
+    events = prof.events()
+    if cuda:
+        gpu = [
+            e
+            for e in events
+            if e.device_type == DeviceType.CUDA
+            and not getattr(e, "is_user_annotation", False)
+        ]
+        busy_us = _union_us([(e.time_range.start, e.time_range.end) for e in gpu])
+        count = len(gpu)
+    else:
+        top = [
+            e
+            for e in events
+            if e.device_type == DeviceType.CPU
+            and e.cpu_parent is None
+            and not getattr(e, "is_user_annotation", False)
+        ]
+        busy_us = _union_us([(e.time_range.start, e.time_range.end) for e in top])
+        count = len(top)
+    return {
+        "kernel_s": busy_us / n / 1e6,
+        "kernels_per_step": count / n,
+        "profiled_step_s": wall / n,
+    }
+
+
+_TRACES: dict = {}
+_CEILINGS: dict = {}
+
+
+def ceilings(device, tf32: bool):
+    """The roofline ceilings of ``device`` (``layer_profile.ceilings_for``), once per
+    process."""
+    from ampbook.layer_profile import ceilings_for
+
+    key = (str(device), tf32 if device.type == "cuda" else None)
+    if key not in _CEILINGS:
+        _CEILINGS[key] = ceilings_for(device, tf32)
+    return _CEILINGS[key]
+
+
+def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
+    """The cost model's lower bound on one step of ERFNet (with the 16-bit stream when
+    asked) at the spec's size."""
+    import inspect
+
+    from ampbook.costmodel import predict, trace_step
+    from ampbook.data import NUM_CLASSES
+    from ampbook.model import ERFNet
+
+    key = (precision, fp16_stream, spec.batch_size, spec.height, spec.width)
+    if key not in _TRACES:
+        kw = {}
+        if fp16_stream and "fp16_stream" in inspect.signature(ERFNet).parameters:
+            kw["fp16_stream"] = True
+        _TRACES[key] = trace_step(
+            ERFNet(NUM_CLASSES, **kw),
+            spec.batch_size,
+            spec.height,
+            spec.width,
+            precision,
+        )
+    return predict(_TRACES[key], ceil).min_step_s
+
+
+def _epoch_phase(cfg) -> dict:
+    """Train ``cfg`` for its epochs through the runner; the epochs after the first."""
+    from ampbook.train import run_training
+
+    rec = run_training(dataclasses.replace(cfg, out=None, name=None))
+    epochs = rec["epochs"]
+    timed = epochs[1:] if len(epochs) > 1 else epochs
+    ips = statistics.median(e["images"] / e["wall_s"] for e in timed)
+    wait = statistics.median(e["data_wait_s"] / e["wall_s"] for e in timed)
+    extra = {}
+    for key in ("compile_s",):
+        for where in (rec.get("summary", {}), rec.get("resolved", {})):
+            if where.get(key) is not None:
+                extra[f"epoch_{key}"] = where[key]
+    return {
+        "images_per_s": ips,
+        "data_wait_share": wait,
+        "epoch_wall_s": statistics.median(e["wall_s"] for e in timed),
+        "epoch_images": int(timed[-1]["images"]),
+        **extra,
+    }
+
+
+def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
+    """One cell of the ladder: rung ``index`` in ``mode`` (module docstring)."""
+    import torch
+
+    from ampbook.env import pick_device
+    from ampbook.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
+    from ampbook.precision import backend_flags
+    from ampbook.timing import machine_load
+    from ampbook.train import build_training, validate
+
+    dev = pick_device(device or spec.device)
+    cfg = rung_config(spec, index, mode, str(dev))
+    res = validate(cfg)
+    cuda = dev.type == "cuda"
+    cell: dict = {"rung": index, "mode": mode, "status": "ok", "error": None}
+    gc.collect()
+    if cuda:
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        cell["reserved_at_start_bytes"] = torch.cuda.memory_reserved(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+    else:
+        reset_peak_rss()
+        rss0 = current_rss_bytes() or peak_rss_bytes()
+    flags = backend_flags(
+        tf32=cfg.tf32 == "on", cudnn_benchmark=bool(cfg.cudnn_benchmark)
+    )
+    with flags:
+        training = build_training(cfg, res)
+        step = training.step
+        x, y = _batch(spec, dev)
+        start = time.perf_counter()
+        step(x, y)
+        _sync(dev)
+        cell["first_step_s"] = time.perf_counter() - start
+        for _ in range(spec.warmup - 1):
+            step(x, y)
+        times = timed_steps(step, x, y, spec.steps, dev)
+        if cuda:
+            cell["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
+            cell["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
+            cell["memory_bytes"] = cell["peak_allocated_bytes"]
+        else:
+            cell["memory_bytes"] = max(peak_rss_bytes() - rss0, 0)
+        prof = profile_steps(step, x, y, spec.profile_steps, dev)
+    cell["step_s"] = statistics.median(times)
+    cell["step_times_s"] = times
+    cell.update(prof)
+    cell["idle_s"] = max(cell["step_s"] - cell["kernel_s"], 0.0)
+    del training, step, x, y
+    if getattr(cfg, "compile", None):
+        torch._dynamo.reset()
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    cell.update(_epoch_phase(cfg))
+    ceil = ceilings(dev, cfg.tf32 == "on")
+    cell["bound_s"] = bound_s(
+        spec, cfg.precision, bool(getattr(cfg, "fp16_stream", False)), ceil
+    )
+    cell["ceilings"] = ceil.name
+    cell["bound_share"] = cell["bound_s"] / cell["step_s"]
+    cell["load_average"] = machine_load()["load1"]
+    if getattr(cfg, "compile", None):
+        torch._dynamo.reset()
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return cell
+
+
+def measure_safely(spec: LadderSpec, index: int, mode: str) -> dict:
+    """``measure_rung``, with a failure recorded as the cell's error (one line)."""
+    try:
+        return measure_rung(spec, index, mode)
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:  # a rung that fails is reported; the ladder goes on
+        text = str(err).strip().splitlines()
+        msg = f"{type(err).__name__}: {text[0] if text else ''}"[:400]
+        gc.collect()
+        try:
+            import torch
+
+            torch._dynamo.reset()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 (cleaning up after a failure)
+            pass
+        return {"rung": index, "mode": mode, "status": "error", "error": msg}
+
+
+# --------------------------------------------------------------------------------------
+# the record
+# --------------------------------------------------------------------------------------
+
+
+def ladder_path(json_arg: str | Path, device_name: str) -> Path:
+    """``--json``'s file: the path itself when it ends in ``.json`` and is not a
+    folder, else ``ladder_<gpu>.json`` inside it."""
+    from ampbook.gpucheck import slug
+
+    path = Path(json_arg)
+    if path.suffix == ".json" and not path.is_dir():
+        return path
+    return path / f"ladder_{slug(device_name)}.json"
+
+
+def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
+    from ampbook.devices import find_device
+
+    cuda = str(environment.get("device", "")).startswith("cuda")
+    entry = find_device(environment["device_name"]) if cuda else None
+    return {
+        "schema": LADDER_SCHEMA,
+        "created": _now(),
+        "updated": _now(),
+        "status": "running",
+        "environment": environment,
+        "device_key": entry.key if entry else None,
+        "settings": spec.settings("cuda" if cuda else "cpu", isolate),
+        "rungs": [
+            {
+                "index": r.index,
+                "key": r.key,
+                "title": r.title,
+                "why": r.why,
+                "changes": {
+                    k: (spec.compile_mode if k == "compile" and v else v)
+                    for k, v in r.changes.items()
+                },
+            }
+            for r in RUNGS
+        ],
+        "cells": [],
+    }
+
+
+def write_record(record: dict, path: Path) -> None:
+    """Write atomically (a temporary file beside it, then ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def add_cell(path: Path, cell: dict) -> None:
+    """Put ``cell`` into the record at ``path`` (replacing the same rung and mode)."""
+    record = json.loads(path.read_text())
+    record["cells"] = [
+        c
+        for c in record["cells"]
+        if (c["rung"], c["mode"]) != (cell["rung"], cell["mode"])
+    ] + [cell]
+    record["cells"].sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
+    record["updated"] = _now()
+    write_record(record, path)
+
+
+def _same_setting(old: dict, new: dict) -> bool:
+    keys = ("height", "width", "batch_size", "time_source")
+    return old.get("environment", {}).get("device_name") == new["environment"][
+        "device_name"
+    ] and all(old.get("settings", {}).get(k) == new["settings"][k] for k in keys)
+
+
+# --------------------------------------------------------------------------------------
+# running the ladder: processes, order
+# --------------------------------------------------------------------------------------
+
+
+def plan(
+    rungs: tuple[int, ...], modes: tuple[str, ...], isolate: str
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The processes to run, in order, as (mode, rungs): one per mode (``precision``,
+    ``none``) or per cell (``cell``, rung by rung, the modes taking turns)."""
+    if isolate == "cell":
+        return [(m, (r,)) for r in rungs for m in modes]
+    return [(m, tuple(rungs)) for m in modes]
+
+
+def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
+    head = f"rung {cell['rung']} {cell['mode']:<9}"
+    if cell["status"] != "ok":
+        log(f"{head} error: {cell['error']}")
+        return
+    log(
+        f"{head} step {cell['step_s'] * 1e3:8.2f} ms, busy "
+        f"{min(cell['kernel_s'] / cell['step_s'], 1):4.0%}, "
+        f"{cell['images_per_s']:7.1f} img/s, wait {cell['data_wait_share']:4.0%}, "
+        f"bound {cell['bound_share']:4.0%} [first step {cell['first_step_s']:.1f} s]"
+    )
+
+
+def run_group(
+    spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log=print
+) -> None:
+    """Measure ``rungs`` of ``mode`` in this process, each cell written as it ends."""
+    for index in rungs:
+        cell = measure_safely(spec, index, mode)
+        add_cell(path, cell)
+        _log_cell(cell, log)
+
+
+def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log):
+    """Run one group in a fresh process; a group that dies leaves error cells."""
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".json", prefix="ampbook-ladder-", delete=False
+    ) as f:
+        json.dump(
+            {
+                "spec": dataclasses.asdict(spec),
+                "mode": mode,
+                "rungs": list(rungs),
+                "path": str(path),
+            },
+            f,
+        )
+        spec_file = f.name
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ampbook.bench_ladder", "--child", spec_file],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        tail = []
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail = (tail + [line])[-5:]
+            log(line)
+        rc = proc.wait()
+    finally:
+        os.unlink(spec_file)
+    if rc != 0:
+        done = {(c["rung"], c["mode"]) for c in json.loads(path.read_text())["cells"]}
+        last = next((t for t in reversed(tail) if t.strip()), "")
+        for index in rungs:
+            if (index, mode) not in done:
+                add_cell(
+                    path,
+                    {
+                        "rung": index,
+                        "mode": mode,
+                        "status": "error",
+                        "error": f"its process ended with exit {rc} before this "
+                        f"cell was measured: {last.strip()[:300]}",
+                    },
+                )
+
+
+def run_ladder(
+    spec: LadderSpec,
+    path: Path,
+    isolate: str = "precision",
+    merge: bool = False,
+    log: Callable[[str], None] = print,
+) -> Ladder:
+    """Measure the ladder into ``path`` (the record written after every cell) and
+    return it as ``ampbook.results.Ladder``."""
+    from ampbook.env import environment, pick_device
+
+    spec.check()
+    dev = pick_device(spec.device)
+    spec = dataclasses.replace(spec, device=str(dev))
+    record = new_record(spec, environment(dev), isolate)
+    if merge and path.exists():
+        old = json.loads(path.read_text())
+        if not _same_setting(old, record):
+            raise LadderError(
+                f"--merge: {path} holds another device or size; write to another "
+                "file or leave out --merge"
+            )
+        old["status"], old["updated"] = "running", _now()
+        record = old
+    write_record(record, path)
+    for mode, rungs in plan(spec.rungs, spec.modes, isolate):
+        if isolate == "none":
+            run_group(spec, mode, rungs, path, log)
+        else:
+            _child(spec, mode, rungs, path, log)
+    record = json.loads(path.read_text())
+    record["status"], record["updated"] = "complete", _now()
+    write_record(record, path)
+    return read_ladder(record, str(path))
+
+
+# --------------------------------------------------------------------------------------
+# reading a ladder: the table and the targets
+# --------------------------------------------------------------------------------------
+
+
+def format_table(ladder: Ladder) -> str:
+    """The ladder as text, one line per measured cell (at most 88 columns)."""
+    unit = "GPU" if ladder.time_source == "cuda" else "ops"
+    lines = [
+        f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
+        f"{'busy':>6}{'MiB':>7}{'img/s':>7}{'wait':>6}{'bound':>7}",
+    ]
+    for rung in ladder.rungs:
+        for mode in MODES:
+            c = next(
+                (x for x in ladder.cells if x.rung == rung.index and x.mode == mode),
+                None,
+            )
+            if c is None:
+                continue
+            head = f"{rung.index} {rung.key:<10}{mode:<10}"
+            if not c.ok:
+                lines.append(f"{head}error: {(c.error or '')[:58]}")
+                continue
+            lines.append(
+                f"{head}{c.step_s * 1e3:8.2f}{(c.kernel_s or 0) * 1e3:8.2f}"
+                f"{(c.idle_s or 0) * 1e3:8.2f}{_pct(c.busy_share):>6}"
+                f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
+                f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
+            )
+    return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets, read from a ladder."""
+
+    name: str
+    limit: float
+    kind: str  # "max": the value must be at most the limit; "min": at least
+    unit: str  # "ms", "x", "share", "img/s"
+    value: float | None
+    start: float | None  # the same figure at rung 0
+    where: str
+    note: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return (
+            self.value <= self.limit
+            if self.kind == "max"
+            else (self.value >= self.limit)
+        )
+
+    def fmt(self, v: float | None) -> str:
+        if v is None:
+            return "not measured"
+        if self.unit == "ms":
+            return f"{v * 1e3:.1f} ms"
+        if self.unit == "x":
+            return f"{v:.2f}x"
+        if self.unit == "share":
+            return f"{v:.0%}"
+        if self.unit == "ratio":
+            return f"{v:.2f}"
+        return f"{v:.0f} {self.unit}"
+
+    def line(self) -> str:
+        """One line: the target, the value, met or missed, and for a missed one what
+        the profile shows."""
+        op = "<=" if self.kind == "max" else ">="
+        head = f"{self.name} {op} {self.fmt(self.limit)}: "
+        if self.met is None:
+            return head + f"not measured ({self.where})."
+        verdict = "met" if self.met else "MISSED"
+        text = f"{head}{self.fmt(self.value)}, {verdict} ({self.where}"
+        if self.start is not None:
+            text += f"; rung 0: {self.fmt(self.start)}"
+        text += ")"
+        if not self.met and self.note:
+            text += f". {self.note}"
+        return text + "."
+
+
+# The issue's targets for the H200 at the post's setting (1024x512, batch 6).
+TARGET_SETTING = ("h200", 512, 1024, 6)
+TARGETS = {
+    "step_eager": 0.020,
+    "step_compiled": 0.011,
+    "speedup_eager": 1.3,
+    "speedup_compiled": 1.6,
+    "busy": 0.90,
+    "data_wait": 0.05,
+    "images_per_s": 300.0,
+    "memory_ratio": 0.57,
+}
+AMP, BASE = "amp-fp16", "fp32-tf32"
+
+
+def _top(ladder: Ladder, mode: str, eager: bool) -> LadderCell | None:
+    rungs = [
+        r.index
+        for r in ladder.rungs
+        if (r.index <= EAGER_TOP or not eager) and ladder.cell(r.index, mode)
+    ]
+    return ladder.cell(max(rungs), mode) if rungs else None
+
+
+def _profile_note(c: LadderCell, ladder: Ladder) -> str:
+    dev = "GPU" if ladder.time_source == "cuda" else "operators"
+    idle = (c.idle_s or 0) / c.step_s
+    parts = [
+        f"the profile: {dev} busy {(c.kernel_s or 0) * 1e3:.1f} ms and idle "
+        f"{(c.idle_s or 0) * 1e3:.1f} ms of the {c.step_s * 1e3:.1f} ms step"
+    ]
+    per = c.record.get("kernels_per_step")
+    if per:
+        parts.append(f"{per:.0f} {'kernels' if dev == 'GPU' else 'operators'} a step")
+    if idle > 0.2:
+        parts.append("the host sets the pace (launches and syncs), not the kernels")
+    elif c.bound_share is not None:
+        parts.append(
+            f"the kernels set it, at {c.bound_share:.0%} of the roofline bound"
+        )
+    return "; ".join(parts)
+
+
+def check_targets(ladder: Ladder) -> list[Target]:
+    """The issue's targets, one by one, from ``ladder`` (AMP is amp-fp16 against fp32
+    with TF32; the eager figures from the highest eager rung measured, the compiled
+    ones from rung 5)."""
+    out: list[Target] = []
+    r0 = {m: ladder.cell(0, m) for m in (AMP, BASE)}
+    eager = {m: _top(ladder, m, True) for m in (AMP, BASE)}
+    comp = {m: ladder.cell(5, m) for m in (AMP, BASE)}
+    final = _top(ladder, AMP, False)
+
+    def where(c: LadderCell | None) -> str:
+        return f"rung {c.rung}" if c else f"no {MODE_LABELS[AMP]} cell"
+
+    for key, name, c in (
+        ("step_eager", "AMP step, eager", eager[AMP]),
+        ("step_compiled", "AMP step, compiled", comp[AMP]),
+    ):
+        out.append(
+            Target(
+                name,
+                TARGETS[key],
+                "max",
+                "ms",
+                c.step_s if c else None,
+                r0[AMP].step_s if r0[AMP] else None,
+                where(c) if c or key == "step_eager" else "rung 5 not measured",
+                _profile_note(c, ladder) if c else "",
+            )
+        )
+    for key, name, pair in (
+        ("speedup_eager", "AMP over TF32, eager", eager),
+        ("speedup_compiled", "AMP over TF32, compiled", comp),
+    ):
+        a, b = pair[AMP], pair[BASE]
+        value = b.step_s / a.step_s if a and b else None
+        start = r0[BASE].step_s / r0[AMP].step_s if r0[AMP] and r0[BASE] else None
+        note = ""
+        if a and b and a.kernel_s and b.kernel_s:
+            note = (
+                f"kernel time TF32 {b.kernel_s * 1e3:.1f} ms, AMP "
+                f"{a.kernel_s * 1e3:.1f} ms ({b.kernel_s / a.kernel_s:.2f}x); idle "
+                f"TF32 {(b.idle_s or 0) * 1e3:.1f} ms, "
+                f"AMP {(a.idle_s or 0) * 1e3:.1f} ms"
+            )
+        out.append(
+            Target(
+                name,
+                TARGETS[key],
+                "min",
+                "x",
+                value,
+                start,
+                f"rung {a.rung}" if a and b else "a TF32 and an AMP cell needed",
+                note,
+            )
+        )
+    busy_note = data_note = ips_note = ""
+    if final:
+        busy_note = _profile_note(final, ladder)
+        step_ips = ladder.batch_size / final.step_s
+        data_note = (
+            f"the loop trained {_num(final.images_per_s)} images/s, the step alone "
+            f"{step_ips:.0f}: the data path sets the pace"
+        )
+        ips_note = (
+            f"the step alone trains {step_ips:.0f} images/s and the loop waited for "
+            f"data {_pct(final.data_wait_share)} of its time"
+        )
+    out.append(
+        Target(
+            "device busy",
+            TARGETS["busy"],
+            "min",
+            "share",
+            final.busy_share if final else None,
+            r0[AMP].busy_share if r0[AMP] else None,
+            where(final),
+            busy_note,
+        )
+    )
+    out.append(
+        Target(
+            "data wait",
+            TARGETS["data_wait"],
+            "max",
+            "share",
+            final.data_wait_share if final else None,
+            r0[AMP].data_wait_share if r0[AMP] else None,
+            where(final),
+            data_note,
+        )
+    )
+    out.append(
+        Target(
+            "images/s end to end",
+            TARGETS["images_per_s"],
+            "min",
+            "img/s",
+            final.images_per_s if final else None,
+            r0[AMP].images_per_s if r0[AMP] else None,
+            where(final),
+            ips_note,
+        )
+    )
+    a, b = eager[AMP], eager[BASE]
+    ratio = (
+        a.memory_bytes / b.memory_bytes
+        if a and b and a.memory_bytes and b.memory_bytes
+        else None
+    )
+    start = (
+        r0[AMP].memory_bytes / r0[BASE].memory_bytes
+        if r0[AMP] and r0[BASE] and r0[BASE].memory_bytes and r0[AMP].memory_bytes
+        else None
+    )
+    mem_note = ""
+    if a and b and ratio is not None:
+        mem_note = (
+            f"{ladder.memory_measure}: AMP {a.memory_bytes / 2**30:.2f} GiB, TF32 "
+            f"{b.memory_bytes / 2**30:.2f} GiB"
+        )
+    out.append(
+        Target(
+            "AMP / fp32 peak memory",
+            TARGETS["memory_ratio"],
+            "max",
+            "ratio",
+            ratio,
+            start,
+            f"rung {a.rung}" if a and b else "a TF32 and an AMP cell needed",
+            mem_note,
+        )
+    )
+    return out
+
+
+def targets_apply(ladder: Ladder) -> bool:
+    """Whether ``ladder`` is the targets' setting: an H200 at 1024x512, batch 6."""
+    from ampbook.gpucheck import slug
+
+    gpu, h, w, b = TARGET_SETTING
+    return (
+        ladder.is_cuda
+        and slug(ladder.device_name) == gpu
+        and (ladder.height, ladder.width, ladder.batch_size) == (h, w, b)
+    )
+
+
+def format_targets(ladder: Ladder) -> str:
+    head = "targets (issue 18, for an H200 at 1024x512, batch 6)"
+    if not targets_apply(ladder):
+        head += (
+            f"; this ladder is {ladder.device_name} at {ladder.width}x"
+            f"{ladder.height}, batch {ladder.batch_size}: read them as a yardstick"
+        )
+    return "\n".join([head + ":"] + [f"  {t.line()}" for t in check_targets(ladder)])
+
+
+# --------------------------------------------------------------------------------------
+# the command line
+# --------------------------------------------------------------------------------------
+
+
+def _child_main(spec_file: str) -> int:
+    job = json.loads(Path(spec_file).read_text())
+    spec = LadderSpec(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in job["spec"].items()}
+    )
+    run_group(spec, job["mode"], tuple(job["rungs"]), Path(job["path"]))
+    return 0
+
+
+def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
+    """The spec, the isolation and notes from parsed arguments (``LadderError``)."""
+    from ampbook.env import pick_device
+
+    try:
+        dev = pick_device(args.device)
+    except (RuntimeError, ValueError) as err:
+        raise LadderError(str(err)) from None
+    notes = []
+    modes = parse_modes(args.precisions) if args.precisions else None
+    if dev.type != "cuda" and modes and "fp32-tf32" in modes:
+        modes = tuple(m for m in modes if m != "fp32-tf32")
+        notes.append("fp32-tf32 left out: TF32 does nothing on a CPU (fp32 is it)")
+        if not modes:
+            raise LadderError("--precisions: nothing left to measure on a CPU")
+    spec = LadderSpec.for_device(
+        dev.type,
+        device=str(dev),
+        rungs=parse_rungs(args.rungs) if args.rungs else None,
+        modes=modes,
+        height=args.height,
+        width=args.width,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        warmup=args.warmup,
+        profile_steps=args.profile_steps,
+        epochs=args.epochs,
+        train_images=args.train_images,
+        compile_mode=args.compile_mode,
+    )
+    spec.check()
+    lacking = missing_fields()
+    if lacking:
+        notes.append(
+            f"this runner lacks TrainConfig.{', TrainConfig.'.join(lacking)}: the "
+            "rungs that need them are recorded as errors"
+        )
+    isolate = args.isolate or ("precision" if dev.type == "cuda" else "none")
+    return spec, isolate, notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m ampbook.bench ladder", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--rungs", default=None, help="e.g. 0-5 (default) or 0,2,4")
+    parser.add_argument(
+        "--precisions",
+        default=None,
+        help="comma-separated modes: fp32-tf32, fp32, amp-fp16, amp-bf16 (default: "
+        "all four on a GPU, fp32 and amp-bf16 on a CPU)",
+    )
+    parser.add_argument("--height", type=int, default=None)
+    parser.add_argument("--width", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--profile-steps", type=int, default=None)
+    parser.add_argument("--epochs", type=int, default=None, help="at least 2")
+    parser.add_argument("--train-images", type=int, default=None)
+    parser.add_argument(
+        "--compile-mode", default=None, help="rung 5's torch.compile mode"
+    )
+    parser.add_argument(
+        "--isolate", choices=("none", "precision", "cell"), default=None
+    )
+    parser.add_argument(
+        "--json", default=None, help="file, or folder for ladder_<gpu>.json"
+    )
+    parser.add_argument("--merge", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child_main(args.child)
+    return run_main(args)
+
+
+def run_main(args) -> int:
+    """The command's work after parsing: settings, the ladder, the table, targets."""
+    from ampbook.bench_matmul import load_verdict
+    from ampbook.env import environment
+    from ampbook.timing import machine_load
+
+    try:
+        spec, isolate, notes = build_spec(args)
+    except LadderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    env = environment(spec.device)
+    if args.json:
+        path = ladder_path(args.json, env["device_name"])
+        if path.exists() and path.is_dir():
+            print(f"error: --json {path} is a folder", file=sys.stderr)
+            return 2
+    else:
+        path = Path(tempfile.mkdtemp(prefix="ampbook-ladder-")) / "ladder.json"
+    load = machine_load()
+    print(
+        f"ladder on {env['device_name']} ({spec.device}), {spec.width}x{spec.height}, "
+        f"batch {spec.batch_size}; rungs {','.join(map(str, spec.rungs))}; "
+        f"{', '.join(spec.modes)}; processes: {isolate}; "
+        + load_verdict(load, "cuda" if spec.device.startswith("cuda") else "cpu")
+    )
+    for note in notes:
+        print(f"note: {note}")
+    try:
+        ladder = run_ladder(spec, path, isolate, args.merge)
+    except LadderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print()
+    print(format_table(ladder))
+    print()
+    print(format_targets(ladder))
+    if args.json:
+        print(f"\nwrote {path}")
+    errors = [c for c in ladder.cells if not c.ok]
+    return 1 if errors and len(errors) == len(ladder.cells) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
