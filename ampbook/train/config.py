@@ -137,7 +137,19 @@ class TrainConfig:
         default=False, metadata=_opt("model and inputs in channels_last memory format")
     )
     cudnn_benchmark: bool = field(
-        default=False, metadata=_opt("torch.backends.cudnn.benchmark = True")
+        default=False,
+        metadata=_opt(
+            "torch.backends.cudnn.benchmark = True: cuDNN times its algorithms for "
+            "each new input shape and keeps the fastest (no effect on a CPU)"
+        ),
+    )
+    fp16_stream: bool = field(
+        default=False,
+        metadata=_opt(
+            "ERFNet's downsamplers cast their pool branch to the conv's dtype, so "
+            "under autocast the encoder's residual stream stays 16-bit (default: "
+            "the reference ERFNet, whose stream autocast promotes to fp32)"
+        ),
     )
     deterministic: bool = field(
         default=False, metadata=_opt("torch.use_deterministic_algorithms(True)")
@@ -207,6 +219,8 @@ def run_name(cfg: TrainConfig) -> str:
         parts.append("tf32")
     if cfg.channels_last:
         parts.append("cl")
+    if cfg.fp16_stream:
+        parts.append("fp16stream")
     if not cfg.shuffle:
         parts.append("noshuffle")
     if cfg.accumulate > 1:

@@ -204,7 +204,7 @@ def build_training(
     from ampbook.model import ERFNet
 
     torch.manual_seed(cfg.seed)
-    net = ERFNet(NUM_CLASSES).to(res.device)
+    net = ERFNet(NUM_CLASSES, fp16_stream=cfg.fp16_stream).to(res.device)
     if cfg.channels_last:
         net = net.to(memory_format=torch.channels_last)
     model: nn.Module = net
