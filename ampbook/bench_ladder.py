@@ -37,8 +37,9 @@ GradScaler, amp-bf16) ``measure_rung`` takes, with the runner's own step
   (Python, dispatch, the optimizer's loop); how busy the cores were inside an operator
   (its threads) it cannot say;
 * **peak memory**: ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` over
-  the timed steps on a GPU; on a CPU the growth of the process's peak resident set over
-  them;
+  the timed steps on a GPU; on a CPU, which has no allocator peak, the bytes autograd
+  saved for backward in the epoch's first step (the book's CPU memory figure,
+  ``ampbook.results``), with the growth of the process's peak resident set beside it;
 * **an epoch** through the runner itself (``run_training``, loader or cache included):
   images per second and the share of the loop spent waiting for data, the median of the
   epochs after the first;
@@ -69,6 +70,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import gc
+import inspect
 import json
 import math
 import os
@@ -76,6 +78,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,13 +88,13 @@ from ampbook.results import (
     LADDER_SCHEMA,
     MODE_LABELS,
     MODES,
+    PEAK_CUDA,
+    SAVED_FOR_BACKWARD,
     Ladder,
     LadderCell,
     read_ladder,
 )
 
-PEAK_CUDA = "peak CUDA allocated"
-PEAK_RSS = "peak resident set growth"
 MODE_SETTINGS = {  # mode -> (precision, tf32)
     "fp32-tf32": ("fp32", "on"),
     "fp32": ("fp32", "off"),
@@ -284,7 +287,9 @@ class LadderSpec:
             "train_images": self.train_images,
             "val_images": self.val_images,
             "time_source": time_source,
-            "memory_measure": PEAK_CUDA if time_source == "cuda" else PEAK_RSS,
+            "memory_measure": (
+                PEAK_CUDA if time_source == "cuda" else SAVED_FOR_BACKWARD
+            ),
             "isolate": isolate,
         }
 
@@ -497,8 +502,6 @@ def ceilings(device, tf32: bool):
 def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
     """The cost model's lower bound on one step of ERFNet (with the 16-bit stream when
     asked) at the spec's size."""
-    import inspect
-
     from ampbook.costmodel import predict, trace_step
     from ampbook.data import NUM_CLASSES
     from ampbook.model import ERFNet
@@ -520,9 +523,14 @@ def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
 
 def _epoch_phase(cfg) -> dict:
     """Train ``cfg`` for its epochs through the runner; the epochs after the first."""
+    import warnings
+
     from ampbook.train import run_training
 
-    rec = run_training(dataclasses.replace(cfg, out=None, name=None))
+    with warnings.catch_warnings():  # rung 0's 4 workers on a small machine are the
+        # post's setting, on purpose
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        rec = run_training(dataclasses.replace(cfg, out=None, name=None))
     epochs = rec["epochs"]
     timed = epochs[1:] if len(epochs) > 1 else epochs
     ips = statistics.median(e["images"] / e["wall_s"] for e in timed)
@@ -532,9 +540,11 @@ def _epoch_phase(cfg) -> dict:
         for where in (rec.get("summary", {}), rec.get("resolved", {})):
             if where.get(key) is not None:
                 extra[f"epoch_{key}"] = where[key]
+    saved = [e.get("saved_tensor_bytes") for e in epochs]
     return {
         "images_per_s": ips,
         "data_wait_share": wait,
+        "saved_tensor_bytes": max((b for b in saved if b is not None), default=None),
         "epoch_wall_s": statistics.median(e["wall_s"] for e in timed),
         "epoch_images": int(timed[-1]["images"]),
         **extra,
@@ -584,7 +594,7 @@ def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
             cell["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
             cell["memory_bytes"] = cell["peak_allocated_bytes"]
         else:
-            cell["memory_bytes"] = max(peak_rss_bytes() - rss0, 0)
+            cell["peak_rss_growth_bytes"] = max(peak_rss_bytes() - rss0, 0)
         prof = profile_steps(step, x, y, spec.profile_steps, dev)
     cell["step_s"] = statistics.median(times)
     cell["step_times_s"] = times
@@ -597,6 +607,8 @@ def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
     if cuda:
         torch.cuda.empty_cache()
     cell.update(_epoch_phase(cfg))
+    if not cuda:  # the book's memory figure on a CPU: the bytes saved for backward
+        cell["memory_bytes"] = cell["saved_tensor_bytes"]
     ceil = ceilings(dev, cfg.tf32 == "on")
     cell["bound_s"] = bound_s(
         spec, cfg.precision, bool(getattr(cfg, "fp16_stream", False)), ceil
@@ -967,21 +979,28 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
 
 
 def check_targets(ladder: Ladder) -> list[Target]:
-    """The issue's targets, one by one, from ``ladder`` (AMP is amp-fp16 against fp32
-    with TF32; the eager figures from the highest eager rung measured, the compiled
-    ones from rung 5)."""
+    """The issue's targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
+    with TF32 (on a CPU ladder, amp-bf16 against fp32); the eager figures come from the
+    highest eager rung measured, the compiled ones from rung 5."""
     out: list[Target] = []
-    r0 = {m: ladder.cell(0, m) for m in (AMP, BASE)}
-    eager = {m: _top(ladder, m, True) for m in (AMP, BASE)}
-    comp = {m: ladder.cell(5, m) for m in (AMP, BASE)}
-    final = _top(ladder, AMP, False)
+    have = ladder.modes()
+    # On a CPU the mixed precision is bf16 and the baseline fp32 (no TF32).
+    amp = "amp-fp16" if "amp-fp16" in have or "amp-bf16" not in have else "amp-bf16"
+    base = "fp32-tf32" if "fp32-tf32" in have or "fp32" not in have else "fp32"
+    r0 = {m: ladder.cell(0, m) for m in (amp, base)}
+    eager = {m: _top(ladder, m, True) for m in (amp, base)}
+    comp = {m: ladder.cell(5, m) for m in (amp, base)}
+    final = _top(ladder, amp, False)
+
+    amp_name = "AMP" if amp == "amp-fp16" else MODE_LABELS[amp]
+    base_name = "TF32" if base == "fp32-tf32" else MODE_LABELS[base]
 
     def where(c: LadderCell | None) -> str:
-        return f"rung {c.rung}" if c else f"no {MODE_LABELS[AMP]} cell"
+        return f"rung {c.rung}" if c else f"no {MODE_LABELS[amp]} cell"
 
     for key, name, c in (
-        ("step_eager", "AMP step, eager", eager[AMP]),
-        ("step_compiled", "AMP step, compiled", comp[AMP]),
+        ("step_eager", f"{amp_name} step, eager", eager[amp]),
+        ("step_compiled", f"{amp_name} step, compiled", comp[amp]),
     ):
         out.append(
             Target(
@@ -990,25 +1009,25 @@ def check_targets(ladder: Ladder) -> list[Target]:
                 "max",
                 "ms",
                 c.step_s if c else None,
-                r0[AMP].step_s if r0[AMP] else None,
+                r0[amp].step_s if r0[amp] else None,
                 where(c) if c or key == "step_eager" else "rung 5 not measured",
                 _profile_note(c, ladder) if c else "",
             )
         )
     for key, name, pair in (
-        ("speedup_eager", "AMP over TF32, eager", eager),
-        ("speedup_compiled", "AMP over TF32, compiled", comp),
+        ("speedup_eager", f"{amp_name} over {base_name}, eager", eager),
+        ("speedup_compiled", f"{amp_name} over {base_name}, compiled", comp),
     ):
-        a, b = pair[AMP], pair[BASE]
+        a, b = pair[amp], pair[base]
         value = b.step_s / a.step_s if a and b else None
-        start = r0[BASE].step_s / r0[AMP].step_s if r0[AMP] and r0[BASE] else None
+        start = r0[base].step_s / r0[amp].step_s if r0[amp] and r0[base] else None
         note = ""
         if a and b and a.kernel_s and b.kernel_s:
             note = (
-                f"kernel time TF32 {b.kernel_s * 1e3:.1f} ms, AMP "
+                f"kernel time {base_name} {b.kernel_s * 1e3:.1f} ms, {amp_name} "
                 f"{a.kernel_s * 1e3:.1f} ms ({b.kernel_s / a.kernel_s:.2f}x); idle "
-                f"TF32 {(b.idle_s or 0) * 1e3:.1f} ms, "
-                f"AMP {(a.idle_s or 0) * 1e3:.1f} ms"
+                f"{base_name} {(b.idle_s or 0) * 1e3:.1f} ms, "
+                f"{amp_name} {(a.idle_s or 0) * 1e3:.1f} ms"
             )
         out.append(
             Target(
@@ -1018,7 +1037,9 @@ def check_targets(ladder: Ladder) -> list[Target]:
                 "x",
                 value,
                 start,
-                f"rung {a.rung}" if a and b else "a TF32 and an AMP cell needed",
+                f"rung {a.rung}"
+                if a and b
+                else f"a {base_name} and an {amp_name} cell needed",
                 note,
             )
         )
@@ -1027,11 +1048,11 @@ def check_targets(ladder: Ladder) -> list[Target]:
         busy_note = _profile_note(final, ladder)
         step_ips = ladder.batch_size / final.step_s
         data_note = (
-            f"the loop trained {_num(final.images_per_s)} images/s, the step alone "
-            f"{step_ips:.0f}: the data path sets the pace"
+            f"the loop trained {final.images_per_s:.3g} images/s against the step "
+            f"alone's {step_ips:.3g}"
         )
         ips_note = (
-            f"the step alone trains {step_ips:.0f} images/s and the loop waited for "
+            f"the step alone trains {step_ips:.3g} images/s and the loop waited for "
             f"data {_pct(final.data_wait_share)} of its time"
         )
     out.append(
@@ -1041,7 +1062,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
             "min",
             "share",
             final.busy_share if final else None,
-            r0[AMP].busy_share if r0[AMP] else None,
+            r0[amp].busy_share if r0[amp] else None,
             where(final),
             busy_note,
         )
@@ -1053,7 +1074,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
             "max",
             "share",
             final.data_wait_share if final else None,
-            r0[AMP].data_wait_share if r0[AMP] else None,
+            r0[amp].data_wait_share if r0[amp] else None,
             where(final),
             data_note,
         )
@@ -1065,37 +1086,39 @@ def check_targets(ladder: Ladder) -> list[Target]:
             "min",
             "img/s",
             final.images_per_s if final else None,
-            r0[AMP].images_per_s if r0[AMP] else None,
+            r0[amp].images_per_s if r0[amp] else None,
             where(final),
             ips_note,
         )
     )
-    a, b = eager[AMP], eager[BASE]
+    a, b = eager[amp], eager[base]
     ratio = (
         a.memory_bytes / b.memory_bytes
         if a and b and a.memory_bytes and b.memory_bytes
         else None
     )
     start = (
-        r0[AMP].memory_bytes / r0[BASE].memory_bytes
-        if r0[AMP] and r0[BASE] and r0[BASE].memory_bytes and r0[AMP].memory_bytes
+        r0[amp].memory_bytes / r0[base].memory_bytes
+        if r0[amp] and r0[base] and r0[base].memory_bytes and r0[amp].memory_bytes
         else None
     )
     mem_note = ""
     if a and b and ratio is not None:
         mem_note = (
-            f"{ladder.memory_measure}: AMP {a.memory_bytes / 2**30:.2f} GiB, TF32 "
-            f"{b.memory_bytes / 2**30:.2f} GiB"
+            f"{ladder.memory_measure}: {amp_name} {a.memory_bytes / 2**30:.2f} GiB, "
+            f"{base_name} {b.memory_bytes / 2**30:.2f} GiB"
         )
     out.append(
         Target(
-            "AMP / fp32 peak memory",
+            f"{amp_name} / {base_name} peak memory",
             TARGETS["memory_ratio"],
             "max",
             "ratio",
             ratio,
             start,
-            f"rung {a.rung}" if a and b else "a TF32 and an AMP cell needed",
+            f"rung {a.rung}"
+            if a and b
+            else f"a {base_name} and an {amp_name} cell needed",
             mem_note,
         )
     )
@@ -1115,13 +1138,191 @@ def targets_apply(ladder: Ladder) -> bool:
 
 
 def format_targets(ladder: Ladder) -> str:
-    head = "targets (issue 18, for an H200 at 1024x512, batch 6)"
+    head = ["targets (issue 18, set for an H200 at 1024x512, batch 6):"]
     if not targets_apply(ladder):
-        head += (
-            f"; this ladder is {ladder.device_name} at {ladder.width}x"
-            f"{ladder.height}, batch {ladder.batch_size}: read them as a yardstick"
+        head.append(
+            f"  (this ladder is {ladder.device_name} at {ladder.width}x"
+            f"{ladder.height}, batch {ladder.batch_size}: read them as a yardstick)"
         )
-    return "\n".join([head + ":"] + [f"  {t.line()}" for t in check_targets(ladder)])
+    lines = [
+        textwrap.fill(t.line(), 88, initial_indent="  ", subsequent_indent="    ")
+        for t in check_targets(ladder)
+    ]
+    return "\n".join(head + lines)
+
+
+# --------------------------------------------------------------------------------------
+# a prediction from measured layer profiles (where no GPU ladder is committed)
+# --------------------------------------------------------------------------------------
+
+# NHWC batch norm against NCHW: about twice as fast (NVIDIA/cudnn-frontend#134, on an
+# H100); the prediction halves batch norm's measured time at rung 2.
+NHWC_BATCH_NORM_SPEEDUP = 2.0
+
+
+def predict_ladder(results, device_name: str | None = None) -> dict | None:
+    """A ladder record *predicted* from a GPU's committed layer profiles (fp32 with TF32
+    and amp-fp16, one setting) and its training runs at that setting, or None where
+    there are none. Modes fp32-tf32 and amp-fp16, rungs 0 to 4; nothing for rung 5
+    (what compilation fuses is not in an eager profile). The record says
+    ``"predicted": true`` and lists its assumptions in ``"prediction"``:
+
+    * rung 0 is measured: the profile's step (``step_s``) and kernel time (its modules
+      and the unattributed rest), the training run's images/s, data wait and peak
+      allocated memory;
+    * rung 1: the data wait gone, images/s = batch / step;
+    * rung 2: batch norm's kernel time divided by ``NHWC_BATCH_NORM_SPEEDUP``;
+    * rung 3: no idle time (the host runs ahead of the GPU), the step = its kernels;
+    * rung 4 (amp-fp16 only changes): kernels scaled by the cost model's bound with the
+      16-bit stream over the bound without, peak memory less the bytes saved for
+      backward the stream removes (both traced on fake tensors).
+    """
+    from ampbook.costmodel import Ceilings, predict, trace_step
+    from ampbook.data import NUM_CLASSES
+    from ampbook.devices import find_device
+    from ampbook.model import ERFNet
+
+    profiles = [
+        lp
+        for lp in results.layer_profiles
+        if lp.device.startswith("cuda")
+        and (device_name is None or lp.device_name == device_name)
+        and not lp.record.get("channels_last")
+    ]
+    by_mode = {}
+    for lp in profiles:
+        tf32 = lp.precision == "fp32" and lp.record.get("tf32")
+        mode = BASE if tf32 else lp.precision
+        if mode in (BASE, AMP):
+            by_mode.setdefault(mode, lp)
+    if set(by_mode) != {BASE, AMP}:
+        return None
+    lp_amp = by_mode[AMP]
+    setting = (lp_amp.batch_size, lp_amp.height, lp_amp.width)
+    if (by_mode[BASE].batch_size, by_mode[BASE].height, by_mode[BASE].width) != setting:
+        return None
+    b, h, w = setting
+    entry = find_device(lp_amp.device_name)
+    runs = {}
+    for run in results.gpu_runs():
+        at = (run.setting.batch_size, run.setting.height, run.setting.width)
+        same = run.device_name == lp_amp.device_name and at == setting
+        if same and run.mode in (BASE, AMP):
+            runs.setdefault(run.mode, run)
+    stream = "fp16_stream" in inspect.signature(ERFNet).parameters
+    # The profiles' own bounds (the device table's ceilings, TF32 on); with the stream,
+    # the cost model's bound and saved bytes of the 16-bit stream against the reference.
+    bounds = {mode: lp.predicted_step_s for mode, lp in by_mode.items()}
+    saved = {}
+    if entry is not None and stream:
+        tr = trace_step(ERFNet(NUM_CLASSES, fp16_stream=True), b, h, w, AMP)
+        bounds["stream"] = predict(tr, Ceilings.from_device(entry)).min_step_s
+        saved["stream"] = tr.saved_tensors["new_bytes"]
+        ref = trace_step(ERFNet(NUM_CLASSES), b, h, w, AMP, backward=False)
+        saved["ref"] = ref.saved_tensors["new_bytes"]
+    cells = []
+    for mode, lp in by_mode.items():
+        run = runs.get(mode)
+        kernel = lp.measured_total_s
+        idle = max(lp.step_s - kernel, 0.0)
+        bn = sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
+        memory = run.memory_bytes if run else None
+        for rung in range(EAGER_TOP + 1):
+            if rung == 2:
+                kernel -= bn * (1 - 1 / NHWC_BATCH_NORM_SPEEDUP)
+            if rung == 3:
+                idle = 0.0
+            bound = bounds.get(mode)
+            if rung == 4 and mode == AMP:
+                if "stream" in bounds:
+                    kernel *= bounds["stream"] / bounds[AMP]
+                    bound = bounds["stream"]
+                    if memory is not None:
+                        memory -= saved["ref"] - saved["stream"]
+                else:
+                    continue
+            step = kernel + idle
+            measured = rung == 0
+            cells.append(
+                {
+                    "rung": rung,
+                    "mode": mode,
+                    "status": "ok",
+                    "error": None,
+                    "step_s": step,
+                    "kernel_s": kernel,
+                    "idle_s": idle,
+                    "memory_bytes": memory,
+                    "images_per_s": (
+                        run.images_per_s if measured and run else b / step
+                    ),
+                    "data_wait_share": (
+                        run.data_wait_share if measured and run else 0.0
+                    ),
+                    "bound_s": bound,
+                    "bound_share": bound / step if bound else None,
+                    "measured": measured,
+                }
+            )
+    cells.sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
+    env = dict(lp_amp.record["environment"])
+    spec = LadderSpec(height=h, width=w, batch_size=b)
+    record = new_record(spec, env, "none")
+    record.update(
+        status="complete",
+        created=lp_amp.record.get("created"),
+        cells=cells,
+        rungs=[x for x in record["rungs"] if x["index"] <= EAGER_TOP],
+        predicted=True,
+        prediction={
+            "from": [lp.path for lp in by_mode.values()]
+            + [r.path for r in runs.values() if r.path],
+            "nhwc_batch_norm_speedup": NHWC_BATCH_NORM_SPEEDUP,
+            "fp16_stream_bound_ratio": (
+                bounds["stream"] / bounds[AMP] if "stream" in bounds else None
+            ),
+            "fp16_stream_saved_bytes": (
+                saved["ref"] - saved["stream"] if saved else None
+            ),
+        },
+    )
+    return record
+
+
+def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> None:
+    """Step time per rung and mode as bars, kernel time (solid) and idle time (hatched)
+    stacked; rungs along the x axis, one bar per mode in each group."""
+    import numpy as np
+
+    from ampbook.plots import bar_style
+
+    modes = [m for m in (modes or ladder.modes()) if m in ladder.modes()]
+    rungs = [r for r in ladder.rungs if any(ladder.cell(r.index, m) for m in modes)]
+    xs = np.arange(len(rungs))
+    width = 0.8 / max(len(modes), 1)
+    for j, mode in enumerate(modes):
+        cells = [ladder.cell(r.index, mode) for r in rungs]
+        kern = np.array([(c.kernel_s or 0) * 1e3 if c else 0 for c in cells])
+        idle = np.array([(c.idle_s or 0) * 1e3 if c else 0 for c in cells])
+        x = xs - 0.4 + width * (j + 0.5)
+        style = bar_style(j)
+        ax.bar(x, kern, width, label=f"{MODE_LABELS[mode]}", **style)
+        ax.bar(
+            x,
+            idle,
+            width,
+            bottom=kern,
+            color="white",
+            edgecolor=style["color"] if j else "black",
+            hatch="////",
+            linewidth=0.5,
+            label="idle" if j == len(modes) - 1 else None,
+        )
+    ax.set_xticks(xs, [f"{r.index}: {r.key}" for r in rungs])
+    ax.set_ylabel("ms per step")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
 
 
 # --------------------------------------------------------------------------------------
@@ -1211,6 +1412,9 @@ def main(argv: list[str] | None = None) -> int:
         "--json", default=None, help="file, or folder for ladder_<gpu>.json"
     )
     parser.add_argument("--merge", action="store_true")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -1226,6 +1430,13 @@ def run_main(args) -> int:
 
     try:
         spec, isolate, notes = build_spec(args)
+        if args.threads is not None:
+            if args.threads < 1:
+                raise LadderError(f"--threads must be at least 1, got {args.threads}")
+            import torch
+
+            torch.set_num_threads(args.threads)
+            os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the children's too
     except LadderError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
