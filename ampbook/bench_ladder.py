@@ -1326,6 +1326,96 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
 
 
 # --------------------------------------------------------------------------------------
+# what the chapter says about a ladder
+# --------------------------------------------------------------------------------------
+
+
+def gpu_ladder(results) -> tuple[Ladder | None, bool]:
+    """The GPU ladder to show: the most complete committed one, else the prediction
+    from committed layer profiles (``predict_ladder``); ``(ladder, predicted)``, or
+    ``(None, False)`` where there is neither."""
+    committed = results.gpu_ladders()
+    if committed:
+        return committed[0], False
+    record = predict_ladder(results)
+    if record is None:
+        return None, False
+    return read_ladder(
+        record,
+        "prediction from "
+        + ", ".join(Path(p).name for p in record["prediction"]["from"]),
+    ), True
+
+
+def source_line(ladder: Ladder, predicted: bool) -> str:
+    """Where a GPU ladder's numbers come from: its provenance, and for a prediction
+    what it was predicted from (``predict_ladder``'s assumptions)."""
+    from ampbook.results import provenance
+
+    settings = {
+        "": f"{ladder.width}x{ladder.height}, batch {ladder.batch_size}",
+    }
+    line = provenance(
+        ladder.record["environment"], ladder.record.get("created"), settings
+    )
+    if not predicted:
+        return f"Measured: {line}."
+    p = ladder.record["prediction"]
+    return (
+        f"Predicted from the layer profiles measured on {line}: rung 0 as measured "
+        f"(with the training runs' images/s, data wait and memory), then no data "
+        f"wait (rung 1), batch norm {p['nhwc_batch_norm_speedup']:g} times faster in "
+        f"NHWC (rung 2), no idle time (rung 3), the 16-bit stream's bound and saved "
+        f"bytes from the cost model (rung 4); no rung 5."
+    )
+
+
+def missing_ladder_line(results) -> str:
+    """The sentence for a results folder with no GPU ladder ('' when there is one)."""
+    if results.gpu_ladders():
+        return ""
+    return (
+        "No GPU ladder is committed in the results folder yet (python -m "
+        "ampbook.bench ladder on a GPU writes one): what follows for the GPU is a "
+        "prediction, not a measurement."
+    )
+
+
+def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
+    """One line: what rung ``index`` did to each mode's step against the rung before
+    it (measured side by side; within 5% is read as no change)."""
+    if index not in {r.index for r in ladder.rungs}:
+        why = (
+            "what compilation fuses is not in an eager profile"
+            if ladder.record.get("predicted")
+            else "not measured"
+        )
+        return (
+            f"This ladder has no rung {index} ({RUNGS[index].title}): {why}; "
+            "python -m ampbook.bench ladder measures it."
+        )
+    rung = ladder.rung(index)
+    before = max((r.index for r in ladder.rungs if r.index < index), default=None)
+    parts = []
+    for mode in modes or ladder.modes():
+        a = ladder.cell(before, mode) if before is not None else None
+        b = ladder.cell(index, mode)
+        if a is None or b is None:
+            continue
+        ratio = a.step_s / b.step_s
+        word = (
+            "faster" if ratio > 1.05 else "slower" if ratio < 1 / 1.05 else "no change"
+        )
+        parts.append(
+            f"{mode} {a.step_s * 1e3:.3g} -> {b.step_s * 1e3:.3g} ms "
+            f"({ratio:.2f}x, {word})"
+        )
+    if not parts:
+        return f"Rung {index} ({rung.title}) was not measured beside rung {before}."
+    return f"Rung {index} ({rung.title}): " + "; ".join(parts) + "."
+
+
+# --------------------------------------------------------------------------------------
 # the command line
 # --------------------------------------------------------------------------------------
 
