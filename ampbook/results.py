@@ -257,7 +257,8 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             width=int(c["width"]),
             batch_size=int(c["batch_size"]),
             channels_last=bool(c.get("channels_last", False)),
-            workers=int(c.get("workers", 0)),
+            # resolved: what "--workers auto" became (runs before it: the config's)
+            workers=int(r.get("workers", c.get("workers", 0))),
             train_images=int(r["train_images"]),
             synthetic_data=bool(r["synthetic_data"]),
         )

@@ -147,6 +147,7 @@ from ampbook.train.step import (
     Training,
     TrainStep,
     build_training,
+    optimizer_impl,
 )
 
 __all__ = [
@@ -176,6 +177,7 @@ __all__ = [
     "enet_class_weights",
     "load_results",
     "main",
+    "optimizer_impl",
     "resolve_data",
     "resume_command",
     "rng_state",

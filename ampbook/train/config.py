@@ -68,6 +68,37 @@ def _opt(help: str, **kw):
     return {"help": help, **kw}
 
 
+def workers_arg(text: str) -> int | str:
+    """``--workers``: a number of worker processes, or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a number of worker processes nor 'auto'"
+        ) from None
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity mask; the CPU count where the
+    mask cannot be read)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def fused_devices() -> tuple[str, ...]:
+    """Device types that have torch's fused Adam kernel."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        return tuple(_get_fused_kernels_supported_devices())
+    except ImportError:  # an older torch: CUDA only
+        return ("cuda",)
+
+
 @dataclass
 class TrainConfig:
     """Settings of one training run; each field is the command-line option of the same
@@ -101,7 +132,14 @@ class TrainConfig:
     width: int = field(
         default=1024, metadata=_opt("training width in pixels (multiple of 8)")
     )
-    workers: int = field(default=4, metadata=_opt("DataLoader worker processes"))
+    workers: int | str = field(
+        default=4,
+        metadata=_opt(
+            "DataLoader worker processes, or auto: one per CPU core this process may "
+            "use (the number is in the run's resolved.workers)",
+            type=workers_arg,
+        ),
+    )
     seed: int = field(
         default=0, metadata=_opt("seed of the weights, dropout and data order")
     )
@@ -141,6 +179,14 @@ class TrainConfig:
         metadata=_opt(
             "torch.backends.cudnn.benchmark = True: cuDNN times its algorithms for "
             "each new input shape and keeps the fastest (no effect on a CPU)"
+        ),
+    )
+    fused_optimizer: bool = field(
+        default=False,
+        metadata=_opt(
+            "Adam's fused implementation (torch.optim.Adam(fused=True): one kernel "
+            "for all parameters), on CUDA and on a CPU, where it was the fastest of "
+            "fused, foreach and for-loop (python -m ampbook.bench step --optimizers)"
         ),
     )
     fp16_stream: bool = field(
@@ -221,6 +267,8 @@ def run_name(cfg: TrainConfig) -> str:
         parts.append("cl")
     if cfg.fp16_stream:
         parts.append("fp16stream")
+    if cfg.fused_optimizer:
+        parts.append("fused")
     if not cfg.shuffle:
         parts.append("noshuffle")
     if cfg.accumulate > 1:
@@ -237,6 +285,8 @@ class Resolved:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    workers: int = 0  # DataLoader worker processes ("auto" resolved)
+    cpu_cores: int = 1  # cores this process may use
 
 
 def ranks() -> tuple[int, int, int]:
@@ -261,8 +311,12 @@ def validate(cfg: TrainConfig) -> Resolved:
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    if not isinstance(cfg.workers, int) or cfg.workers < 0:
-        raise ConfigError(f"workers must be 0 or more, got {cfg.workers!r}")
+    if cfg.workers != "auto" and (
+        not isinstance(cfg.workers, int)
+        or isinstance(cfg.workers, bool)
+        or cfg.workers < 0
+    ):
+        raise ConfigError(f"workers must be 0 or more, or 'auto', got {cfg.workers!r}")
     for name in ("height", "width"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 8 or value % 8:
@@ -349,6 +403,13 @@ def validate(cfg: TrainConfig) -> Resolved:
             f"{torch.cuda.device_count()} CUDA device(s)"
         )
 
+    if cfg.fused_optimizer and device.type not in fused_devices():
+        raise ConfigError(
+            f"fused_optimizer: this torch ({torch.__version__}) has no fused Adam for "
+            f"{device.type} (it has one for {', '.join(fused_devices())}); drop "
+            "--fused-optimizer"
+        )
+
     notes: list[str] = []
     dtype = AUTOCAST_DTYPES[cfg.precision]
     if device.type == "cuda":
@@ -378,6 +439,7 @@ def validate(cfg: TrainConfig) -> Resolved:
             )
         if cfg.tf32 == "on":
             notes.append("tf32 on has no effect on a CPU")
+    cores = cpu_cores()
     return Resolved(
         device=device,
         autocast_dtype=dtype,
@@ -386,6 +448,8 @@ def validate(cfg: TrainConfig) -> Resolved:
         rank=rank,
         world_size=world_size,
         local_rank=local_rank,
+        workers=cores if cfg.workers == "auto" else cfg.workers,
+        cpu_cores=cores,
     )
 
 
@@ -416,6 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
         meta = dict(f.metadata)
         flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
         default = meta.pop("cli_default", f.default)
+        parse = meta.pop("type", None)
         if f.type in ("bool", bool):
             action = "store_false" if f.default else "store_true"
             parser.add_argument(flag, dest=f.name, action=action, help=meta["help"])
@@ -428,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
                 help=meta["help"],
             )
         else:
-            kind = {"int": int, "float": float, "float | None": float}.get(
+            kind = parse or {"int": int, "float": float, "float | None": float}.get(
                 str(f.type), str
             )
             parser.add_argument(flag, dest=f.name, type=kind, default=default, **meta)

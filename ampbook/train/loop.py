@@ -56,7 +56,7 @@ from ampbook.train.record import (
     summarize,
     write_results,
 )
-from ampbook.train.step import Training, TrainStep, build_training
+from ampbook.train.step import Training, TrainStep, build_training, optimizer_impl
 
 ENET_C = 1.02
 
@@ -356,7 +356,7 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     )
     try:
         weights = (
-            enet_class_weights(train_ds, cfg.workers)
+            enet_class_weights(train_ds, res.workers)
             if cfg.class_weights == "enet"
             else None
         )
@@ -384,7 +384,7 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         train_ds,
         batch_size=cfg.batch_size,
         sampler=sampler,
-        num_workers=cfg.workers,
+        num_workers=res.workers,
         pin_memory=pin,
         generator=loader_gen,
     )
@@ -392,7 +392,7 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         val_ds,
         batch_size=cfg.batch_size,
         shuffle=False,
-        num_workers=cfg.workers,
+        num_workers=res.workers,
         pin_memory=pin,
     )
     if cfg.accumulate > len(train_loader):
@@ -441,6 +441,9 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             "train_images": len(train_ds),
             "val_images": len(val_ds),
             "world_size": res.world_size,
+            "workers": res.workers,
+            "cpu_cores": res.cpu_cores,
+            "optimizer": optimizer_impl(tr.optimizer),
             "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
             "memory_format": environment["memory_format"],
             "class_weights": weights,

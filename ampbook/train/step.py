@@ -182,6 +182,22 @@ class TrainStep:
             c.consecutive_skipped = 0
 
 
+def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
+    """Which of torch's implementations ``optimizer.step`` runs: ``"fused"`` (one
+    kernel for all parameters), ``"foreach"`` (one kernel per operation over lists of
+    tensors) or ``"for-loop"`` (kernels per parameter). Left to torch, it takes foreach
+    where every parameter is on a GPU, else the for-loop."""
+    d = optimizer.defaults
+    if d.get("fused"):
+        return "fused"
+    if d.get("foreach") is False:
+        return "for-loop"
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if d.get("foreach") or (params and all(p.is_cuda for p in params)):
+        return "foreach"
+    return "for-loop"
+
+
 @dataclass
 class Training:
     """Everything a run trains with (built by ``build_training``)."""
@@ -218,6 +234,7 @@ def build_training(
         betas=(0.9, 0.999),
         eps=1e-8,
         weight_decay=cfg.weight_decay,
+        fused=True if cfg.fused_optimizer else None,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, PolyDecay(cfg.epochs, cfg.poly_power)
