@@ -1141,8 +1141,14 @@ def format_targets(ladder: Ladder) -> str:
     head = ["targets (issue 18, set for an H200 at 1024x512, batch 6):"]
     if not targets_apply(ladder):
         head.append(
-            f"  (this ladder is {ladder.device_name} at {ladder.width}x"
-            f"{ladder.height}, batch {ladder.batch_size}: read them as a yardstick)"
+            textwrap.fill(
+                f"(this ladder is {ladder.device_name} at {ladder.width}x"
+                f"{ladder.height}, batch {ladder.batch_size}: read them as a "
+                "yardstick)",
+                88,
+                initial_indent="  ",
+                subsequent_indent="  ",
+            )
         )
     lines = [
         textwrap.fill(t.line(), 88, initial_indent="  ", subsequent_indent="    ")

@@ -28,7 +28,7 @@ def fixture_record() -> dict:
     return json.loads(FIXTURE_LADDER.read_text())
 
 
-# --- the rungs --------------------------------------------------------------------------
+# --- the rungs ------------------------------------------------------------------------
 
 
 def test_each_rung_adds_its_own_change_to_the_ones_below():
@@ -39,9 +39,9 @@ def test_each_rung_adds_its_own_change_to_the_ones_below():
     top = bl.rung_fields(5, "max-autotune")
     assert top["compile"] == "max-autotune" and top["fp16_stream"] is True
     assert bl.rung_fields(3)["sync_every"] == bl.SYNC_EVERY
-    assert bl.rung_fields(3)["fp16_stream"] is False and bl.rung_fields(2)[
-        "channels_last"
-    ]
+    assert (
+        bl.rung_fields(3)["fp16_stream"] is False and bl.rung_fields(2)["channels_last"]
+    )
     assert bl.rung_fields(0) == bl.RUNGS[0].changes
 
 
@@ -90,7 +90,7 @@ def test_processes_one_per_precision_or_per_cell_the_modes_taking_turns():
     ]
 
 
-# --- the record and its reader ----------------------------------------------------------
+# --- the record and its reader --------------------------------------------------------
 
 
 def test_fixture_ladder_is_read_like_any_result():
@@ -144,7 +144,7 @@ def test_an_error_cell_and_a_running_ladder_are_kept():
     assert "error: RuntimeError: out of memory" in bl.format_table(ladder)
 
 
-# --- reading a ladder -------------------------------------------------------------------
+# --- reading a ladder -----------------------------------------------------------------
 
 
 def test_targets_read_from_the_fixture_one_by_one():
@@ -189,7 +189,7 @@ def test_table_fits_88_columns():
     assert all(len(line) <= 88 for line in lines)
 
 
-# --- measured here ----------------------------------------------------------------------
+# --- measured here --------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -274,8 +274,9 @@ def test_a_failing_rung_is_an_error_cell_and_the_ladder_goes_on(tmp_path):
     )
     spec.train_images = 0  # a spec the runner refuses: recorded, not raised
     path = tmp_path / "l.json"
-    bl.write_record(bl.new_record(spec, {"device_name": "cpu", "device": "cpu"}, "none"),
-                    path)
+    bl.write_record(
+        bl.new_record(spec, {"device_name": "cpu", "device": "cpu"}, "none"), path
+    )
     bl.run_group(spec, "fp32", (0,), path, log=lambda s: None)
     cell = json.loads(path.read_text())["cells"][0]
     assert cell["status"] == "error" and "synthetic_train" in cell["error"]
@@ -299,7 +300,7 @@ def test_command_line_errors_are_one_line():
         assert done.stderr.startswith("error:") and message in done.stderr
 
 
-# --- the prediction ---------------------------------------------------------------------
+# --- the prediction -------------------------------------------------------------------
 
 
 def test_prediction_from_measured_layer_profiles():
