@@ -84,7 +84,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ampbook.results import (
+# torch.profiler's kineto logs every profiler start and stop to stderr unless told not
+# to; it reads this when torch is first imported (here, for the command and the
+# processes it starts).
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+from ampbook.results import (  # noqa: E402
     LADDER_SCHEMA,
     MODE_LABELS,
     MODES,
@@ -1166,7 +1171,9 @@ def format_targets(ladder: Ladder) -> str:
 NHWC_BATCH_NORM_SPEEDUP = 2.0
 
 
-def predict_ladder(results, device_name: str | None = None) -> dict | None:
+def predict_ladder(
+    results, device_name: str | None = None, ceilings=None
+) -> dict | None:
     """A ladder record *predicted* from a GPU's committed layer profiles (fp32 with TF32
     and amp-fp16, one setting) and its training runs at that setting, or None where
     there are none. Modes fp32-tf32 and amp-fp16, rungs 0 to 4; nothing for rung 5
@@ -1181,7 +1188,9 @@ def predict_ladder(results, device_name: str | None = None) -> dict | None:
     * rung 3: no idle time (the host runs ahead of the GPU), the step = its kernels;
     * rung 4 (amp-fp16 only changes): kernels scaled by the cost model's bound with the
       16-bit stream over the bound without, peak memory less the bytes saved for
-      backward the stream removes (both traced on fake tensors).
+      backward the stream removes (both traced on fake tensors). The bounds use the
+      device table's ceilings (``ceilings`` for a GPU not in it; without them there is
+      no rung 4).
     """
     from ampbook.costmodel import Ceilings, predict, trace_step
     from ampbook.data import NUM_CLASSES
@@ -1220,11 +1229,13 @@ def predict_ladder(results, device_name: str | None = None) -> dict | None:
     # the cost model's bound and saved bytes of the 16-bit stream against the reference.
     bounds = {mode: lp.predicted_step_s for mode, lp in by_mode.items()}
     saved = {}
-    if entry is not None and stream:
+    ceil = ceilings or (Ceilings.from_device(entry) if entry is not None else None)
+    if ceil is not None and stream:
         tr = trace_step(ERFNet(NUM_CLASSES, fp16_stream=True), b, h, w, AMP)
-        bounds["stream"] = predict(tr, Ceilings.from_device(entry)).min_step_s
+        ref = trace_step(ERFNet(NUM_CLASSES), b, h, w, AMP)
+        bounds["stream"] = predict(tr, ceil).min_step_s
+        bounds["ref"] = predict(ref, ceil).min_step_s
         saved["stream"] = tr.saved_tensors["new_bytes"]
-        ref = trace_step(ERFNet(NUM_CLASSES), b, h, w, AMP, backward=False)
         saved["ref"] = ref.saved_tensors["new_bytes"]
     cells = []
     for mode, lp in by_mode.items():
@@ -1241,7 +1252,7 @@ def predict_ladder(results, device_name: str | None = None) -> dict | None:
             bound = bounds.get(mode)
             if rung == 4 and mode == AMP:
                 if "stream" in bounds:
-                    kernel *= bounds["stream"] / bounds[AMP]
+                    kernel *= bounds["stream"] / bounds["ref"]
                     bound = bounds["stream"]
                     if memory is not None:
                         memory -= saved["ref"] - saved["stream"]
@@ -1285,7 +1296,7 @@ def predict_ladder(results, device_name: str | None = None) -> dict | None:
             + [r.path for r in runs.values() if r.path],
             "nhwc_batch_norm_speedup": NHWC_BATCH_NORM_SPEEDUP,
             "fp16_stream_bound_ratio": (
-                bounds["stream"] / bounds[AMP] if "stream" in bounds else None
+                bounds["stream"] / bounds["ref"] if "stream" in bounds else None
             ),
             "fp16_stream_saved_bytes": (
                 saved["ref"] - saved["stream"] if saved else None

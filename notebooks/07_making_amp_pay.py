@@ -16,12 +16,12 @@
 # %% [markdown]
 # # Making AMP pay
 #
-# At the post's setup, on the book's H200, amp-fp16's training step took
-# {glue:text}`ch7_r0_amp:.1f` ms against {glue:text}`ch7_r0_base:.1f` ms for fp32 with
-# TF32, and the loop trained {glue:text}`ch7_r0_ips:.0f` images per second. This chapter
-# climbs from that setup to an optimised step, one change per rung, and times every rung
-# in every precision. At the top of the ladder ({glue:text}`ch7_gpu_name`,
-# {glue:text}`ch7_gpu_kind`), AMP's step takes {glue:text}`ch7_top_amp:.1f` ms,
+# At the post's setup, on the book's GPU ({glue:text}`ch7_gpu_name`), amp-fp16's
+# training step took {glue:text}`ch7_r0_amp:.1f` ms against {glue:text}`ch7_r0_base:.1f`
+# ms for fp32 with TF32, and the loop trained {glue:text}`ch7_r0_ips:.0f` images per
+# second. This chapter climbs from that setup to an optimised step, one change per rung,
+# and times every rung in every precision. At the top of the ladder
+# ({glue:text}`ch7_gpu_kind`), AMP's step takes {glue:text}`ch7_top_amp:.1f` ms,
 # {glue:text}`ch7_top_speedup:.2f` times as fast as fp32 with TF32 on the same rung, and
 # the loop trains {glue:text}`ch7_top_ips:.0f` images per second.
 #
@@ -81,6 +81,7 @@ import torch
 from ampbook import bench_ladder as bl
 from ampbook.devices import display_name
 from ampbook.env import pick_device
+from ampbook.model import ERFNet
 from ampbook.paths import REPO_ROOT
 from ampbook.plots import GIB, glue_all, md, md_table, use_style
 from ampbook.results import MODE_LABELS, load_results_dir
@@ -126,8 +127,9 @@ gpu, predicted = bl.gpu_ladder(results)
 md(bl.missing_ladder_line(results))
 
 # %% [markdown]
-# The H200 of the AMP training chapter, at the post's setting (1024x512, batch 6). Each
-# bar is one rung in one precision: the GPU's kernel time, solid, and its idle time,
+# The GPU of the AMP training chapter's runs, {glue:text}`ch7_gpu_name`, at
+# {glue:text}`ch7_gpu_w`x{glue:text}`ch7_gpu_h`, batch {glue:text}`ch7_gpu_b`. Each bar
+# is one rung in one precision: the GPU's kernel time, solid, and its idle time,
 # hatched, on top. Where the committed results hold no measured ladder, the bars are
 # the prediction the line above announces, built from that GPU's measured layer
 # profiles and training runs.
@@ -151,9 +153,9 @@ for r in gpu.rungs if gpu else []:
                  a.step_s * 1e3 if a else None,
                  b.step_s / a.step_s if a and b else None,
                  a.busy_share if a else None, a.images_per_s if a else None))
-md_table(rows, ["rung", "fp32 (TF32) step (ms)", "AMP step (ms)", "speedup (x)",
-                "AMP: GPU busy", "AMP: images/s"], [None, ".1f", ".1f", ".2f", ".0%",
-                                                    ".0f"])
+md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",
+                f"{MODE_LABELS[amp_mode]}: step (ms)", "speedup (x)", "AMP: GPU busy",
+                "AMP: images/s"], [None, ".1f", ".1f", ".2f", ".0%", ".0f"])
 
 # %% tags=["hide-cell"]
 def cell_values(ladder, index, mode):
@@ -181,6 +183,11 @@ for i in range(eager_top + 1):
             glue_all(**{f"ch7_r{i}_{key}_{name}": value})
 glue_all(
     ch7_gpu_name=display_name(gpu.device_name) if gpu else "no GPU",
+    ch7_gpu_w=gpu.width if gpu else 0, ch7_gpu_h=gpu.height if gpu else 0,
+    ch7_gpu_b=gpu.batch_size if gpu else 0, ch7_sync_every=bl.SYNC_EVERY,
+    ch7_workers=bl.RUNGS[0].changes["workers"],
+    ch7_bn=sum(isinstance(m, torch.nn.BatchNorm2d) for m in ERFNet(19).modules()),
+    ch7_bn_speedup=bl.NHWC_BATCH_NORM_SPEEDUP,
     ch7_gpu_kind="predicted from its measured rung 0" if predicted else "measured",
     ch7_r0_amp=v[0, amp_mode]["step"], ch7_r0_base=v[0, base_mode]["step"],
     ch7_r0_ips=v[0, amp_mode]["ips"], ch7_top_amp=v[top, amp_mode]["step"],
@@ -192,12 +199,13 @@ glue_all(
 # ### Rung by rung
 #
 # **Rung 0, the post's setup.** AMP's kernels take {glue:text}`ch7_r0_amp_kernel:.1f`
-# ms a step against TF32's {glue:text}`ch7_r0_base_kernel:.1f` ms, but the GPU sits idle
-# {glue:text}`ch7_r0_amp_idle:.1f` ms of every AMP step ({glue:text}`ch7_r0_base_idle:.1f`
-# ms of TF32's), waiting for the host: it launches about a thousand kernels a step,
-# autocast's casts among them, and waits for the loss and the GradScaler's checks every
-# step. The loop as a whole spends {glue:text}`ch7_r0_amp_wait:.0%` of its time in data
-# wait: four workers decode and resize 2048x1024 PNGs.
+# ms a step against TF32's {glue:text}`ch7_r0_base_kernel:.1f` ms, and the GPU sits idle
+# {glue:text}`ch7_r0_amp_idle:.1f` ms of every AMP step
+# ({glue:text}`ch7_r0_base_idle:.1f` ms of TF32's), waiting for the host: the host
+# launches every kernel of the step one after another, autocast's casts among them, and
+# waits for the loss and the GradScaler's checks every step. The loop as a whole spends
+# {glue:text}`ch7_r0_amp_wait:.0%` of its time in data wait:
+# {glue:text}`ch7_workers` workers decode and resize 2048x1024 PNGs.
 #
 # **Rung 1, the data.** The images and labels are decoded once, at the training size,
 # into a uint8 cache on the device; each step only normalises (and flips) them there.
@@ -206,17 +214,18 @@ glue_all(
 # {glue:text}`ch7_r1_amp_ips:.0f` images per second. Enough loader workers (the
 # runner's `--workers auto`) does the same where there are cores for them.
 #
-# **Rung 2, the layout.** ERFNet's 39 batch norms, and above all the ones with 16
+# **Rung 2, the layout.** ERFNet's {glue:text}`ch7_bn` batch norms, and above all the ones with 16
 # channels at half resolution, run far below their bound in the NCHW layout: their
 # kernels reduce each channel over a strided plane, whatever the dtype. In the NHWC
-# layout (`channels_last`) cuDNN runs other kernels, measured about twice as fast on an
-# H100 {cite:p}`cudnn-frontend-134`, and `cudnn.benchmark` lets cuDNN time its
+# layout (`channels_last`) cuDNN runs other kernels, measured about
+# {glue:text}`ch7_bn_speedup:.0f` times as fast on an H100 {cite:p}`cudnn-frontend-134`, and `cudnn.benchmark` lets cuDNN time its
 # algorithms for each convolution shape and keep the fastest
 # {cite:p}`pytorch-tuning-guide`. AMP's step: {glue:text}`ch7_r2_amp_step:.1f` ms.
 #
 # **Rung 3, the host.** Reading the loss back with `.item()` and the GradScaler's scale
 # with `get_scale()` every step make the host wait for the GPU, which then waits for
-# the host to launch the next step's first kernels. With the loss read every 25 steps
+# the host to launch the next step's first kernels. With the loss read every
+# {glue:text}`ch7_sync_every` steps
 # and the optimizer's hundreds of small per-parameter kernels fused into a few
 # (`torch.optim.Adam(fused=True)`), the host can run ahead and keep the GPU's queue
 # filled: AMP's idle time goes from {glue:text}`ch7_r2_amp_idle:.1f` to
@@ -356,8 +365,6 @@ def optimised_training(model, images_u8, labels, dtype, lr=5e-4, compile=False):
 
 
 # %%
-from ampbook.model import ERFNet
-
 amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
 torch.manual_seed(0)
 cache = torch.randint(0, 256, (4, 3, height, width), dtype=torch.uint8, device=device)
@@ -396,8 +403,8 @@ print("losses, read once at the end:", [round(x.item(), 3) for x in losses])
 # 1. Run `python -m ampbook.bench ladder --rungs 0,2` on your GPU. How much of rung 2's
 #    gain comes from `cudnn.benchmark` alone? (Set `cudnn_benchmark` without
 #    `channels_last` in a `TrainConfig` and time it with `bench_ladder.measure_rung`.)
-# 2. Rung 3 reads the loss every 25 steps. Time `--sync-every 1, 5, 25` at the top rung:
-#    from how many steps on is the host's wait no longer visible?
+# 2. Rung 3 reads the loss back only every few steps. Time `--sync-every 1`, `5` and
+#    `25` at the top rung: from how many steps on is the host's wait no longer visible?
 # 3. Find the first operator where autocast promotes to fp32 in a network of your own
 #    (`python -m ampbook.doctor --model ...`), cast there, and measure the memory saved.
 # 4. With the recipe's step at the post's setting on your GPU, how many images per

@@ -304,11 +304,16 @@ def test_command_line_errors_are_one_line():
 
 
 def test_prediction_from_measured_layer_profiles():
+    from fixtures.make_results import CEILINGS  # the fixture profiles' own ceilings
+
     rs = load_results_dir(FIXTURES)
     rs.ladders.clear()  # as if no ladder were committed
-    ladder, predicted = bl.gpu_ladder(rs)
-    assert predicted and ladder.record["predicted"] is True
+    shown, predicted = bl.gpu_ladder(rs)
+    assert predicted and shown.record["predicted"] is True
     assert "No GPU ladder is committed" in bl.missing_ladder_line(rs)
+    # the fictitious GPU is not in the device table: no bound for the 16-bit stream
+    assert shown.cell(4, "amp-fp16") is None and shown.cell(3, "amp-fp16")
+    ladder = read_ladder(bl.predict_ladder(rs, ceilings=CEILINGS), "prediction")
     assert [r.index for r in ladder.rungs] == [0, 1, 2, 3, 4]
     assert ladder.modes() == ["fp32-tf32", "amp-fp16"]
     profile = {lp.precision: lp for lp in rs.layer_profiles}["amp-fp16"]
@@ -327,3 +332,61 @@ def test_prediction_from_measured_layer_profiles():
     assert tf32[0].step_s == tf32[1].step_s  # no autocast: the stream changes nothing
     assert bl.source_line(ladder, True).startswith("Predicted from the layer profiles")
     assert bl.missing_ladder_line(load_results_dir(FIXTURES)) == ""
+
+
+def test_a_ladder_stopped_part_way_keeps_its_finished_cells(tmp_path):
+    """Killed after its first cell (as a GPU check's time limit kills it), the ladder's
+    file holds that cell and reads as a running ladder."""
+    import os
+    import signal
+    import time
+
+    path = tmp_path / "ladder.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ampbook.bench",
+            "ladder",
+            "--device",
+            "cpu",
+            "--rungs",
+            "0,4",
+            "--precisions",
+            "fp32",
+            "--height",
+            "16",
+            "--width",
+            "32",
+            "--batch-size",
+            "1",
+            "--steps",
+            "1",
+            "--profile-steps",
+            "1",
+            "--train-images",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            str(path),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if path.exists() and json.loads(path.read_text())["cells"]:
+                break
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    ladder = read_file(path)
+    assert ladder.status == "running" and [(c.rung, c.ok) for c in ladder.cells] == [
+        (0, True)
+    ]
+    assert load_results_dir(tmp_path).ladders[0].cell(0, "fp32").step_s > 0
