@@ -49,6 +49,9 @@ threads = 0  # torch threads for this machine's ladder (0: torch's default)
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
+import os
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # torch.profiler quiet (before torch)
 from ampbook import params
 from ampbook.bench_ladder import MODE_SETTINGS, RUNG_INDICES
 from ampbook.env import print_environment
@@ -214,20 +217,21 @@ glue_all(
 # {glue:text}`ch7_r1_amp_ips:.0f` images per second. Enough loader workers (the
 # runner's `--workers auto`) does the same where there are cores for them.
 #
-# **Rung 2, the layout.** ERFNet's {glue:text}`ch7_bn` batch norms, and above all the ones with 16
-# channels at half resolution, run far below their bound in the NCHW layout: their
-# kernels reduce each channel over a strided plane, whatever the dtype. In the NHWC
-# layout (`channels_last`) cuDNN runs other kernels, measured about
-# {glue:text}`ch7_bn_speedup:.0f` times as fast on an H100 {cite:p}`cudnn-frontend-134`, and `cudnn.benchmark` lets cuDNN time its
-# algorithms for each convolution shape and keep the fastest
-# {cite:p}`pytorch-tuning-guide`. AMP's step: {glue:text}`ch7_r2_amp_step:.1f` ms.
+# **Rung 2, the layout.** ERFNet's {glue:text}`ch7_bn` batch norms, and above all the
+# ones with 16 channels at half resolution, run far below their bound in the NCHW
+# layout: their kernels reduce each channel over a strided plane, whatever the dtype. In
+# the NHWC layout ({term}`channels_last`) cuDNN runs other kernels, measured about
+# {glue:text}`ch7_bn_speedup:.0f` times as fast on an H100 {cite:p}`cudnn-frontend-134`,
+# and `cudnn.benchmark` lets cuDNN time its algorithms for each convolution shape and
+# keep the fastest {cite:p}`pytorch-tuning-guide`. AMP's step:
+# {glue:text}`ch7_r2_amp_step:.1f` ms.
 #
 # **Rung 3, the host.** Reading the loss back with `.item()` and the GradScaler's scale
-# with `get_scale()` every step make the host wait for the GPU, which then waits for
-# the host to launch the next step's first kernels. With the loss read every
-# {glue:text}`ch7_sync_every` steps
-# and the optimizer's hundreds of small per-parameter kernels fused into a few
-# (`torch.optim.Adam(fused=True)`), the host can run ahead and keep the GPU's queue
+# with `get_scale()` every step are {term}`host syncs <host sync>`: the host waits for
+# the GPU, which then waits for the host to launch the next step's first kernels. With
+# the loss read every {glue:text}`ch7_sync_every` steps and the optimizer's hundreds of
+# small per-parameter kernels fused into a few (`torch.optim.Adam(fused=True)`)
+# {cite:p}`pytorch-tuning-guide`, the host can run ahead and keep the GPU's queue
 # filled: AMP's idle time goes from {glue:text}`ch7_r2_amp_idle:.1f` to
 # {glue:text}`ch7_r3_amp_idle:.1f` ms a step.
 #
@@ -377,8 +381,9 @@ print("losses, read once at the end:", [round(x.item(), 3) for x in losses])
 # The runner does the same with flags, and records every run:
 #
 # ```bash
-# python -m ampbook.train --precision amp-fp16 --data-cache device --channels-last \
-#     --cudnn-benchmark --fused-optimizer --sync-every 25 --fp16-stream --compile default
+# python -m ampbook.train --precision amp-fp16 --data-cache device \
+#     --channels-last --cudnn-benchmark --fused-optimizer --sync-every 25 \
+#     --fp16-stream --compile default
 # ```
 #
 # `--fp16-stream` is ERFNet's fix; in your network, look for the operator where an
