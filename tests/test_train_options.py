@@ -6,6 +6,7 @@ ampbook.bench step --options`` prints the ratios)."""
 import dataclasses
 
 import pytest
+import torch
 
 from ampbook.train import (
     ConfigError,
@@ -77,3 +78,107 @@ def test_fused_adam_where_torch_has_none_is_refused(monkeypatch):
     monkeypatch.setattr(config, "fused_devices", lambda: ("cuda",))
     with pytest.raises(ConfigError, match="no fused Adam for cpu"):
         validate(TrainConfig(**TINY, fused_optimizer=True))
+
+
+# --- the sync-free step ------------------------------------------------------------
+
+NAN_AT = (1, 3, 4)  # batches whose images hold a NaN: loss and gradients non-finite
+
+
+def _batches(n: int = 7):
+    g = torch.Generator().manual_seed(5)
+    out = []
+    for i in range(n):
+        x = torch.randn(1, 3, 32, 64, generator=g)
+        if i in NAN_AT:
+            x[0, 0, 0, 0] = float("nan")
+        out.append((x, torch.randint(0, 19, (1, 32, 64), generator=g)))
+    return out
+
+
+def _train_steps(precision="fp32", fused=False, sync_every=1, max_nonfinite=20):
+    cfg = TrainConfig(
+        **TINY,
+        precision=precision,
+        fused_optimizer=fused,
+        sync_every=sync_every,
+        max_nonfinite=max_nonfinite,
+    )
+    tr = build_training(cfg, validate(cfg))
+    batches = _batches()
+    tr.step.begin_epoch(len(batches))
+    returned = []
+    for x, y in batches:
+        torch.manual_seed(11)  # the same dropout masks in every variant
+        returned.append(tr.step(x, y))
+        assert tr.step.synced == (returned[-1] is not None)
+    tr.step.sync()
+    return tr, returned
+
+
+@pytest.mark.parametrize(
+    "precision, fused",
+    [("fp32", False), ("fp32", True), ("amp-fp16", False), ("amp-fp16", True)],
+)
+def test_sync_every_counts_exactly_and_changes_no_number(precision, fused):
+    ref, ref_returned = _train_steps(precision, fused, sync_every=1)
+    tr, returned = _train_steps(precision, fused, sync_every=3)
+    # values come back only at the reads: batches 3 and 6 (the 7th at sync())
+    assert [v is not None for v in returned] == [i % 3 == 2 for i in range(7)]
+    assert all(v is not None for v in ref_returned)
+    assert ref.step.counters == tr.step.counters
+    for t in (ref, tr):
+        c = t.step.counters
+        assert c.nonfinite_losses == 3 and c.skipped_steps + c.optimizer_steps == 7
+        # fp16: the scaler may also skip a step whose scaled gradients overflowed
+        assert c.skipped_steps == 3 if precision == "fp32" else c.skipped_steps >= 3
+        losses = t.step.take_losses()
+        assert [i for i, v in enumerate(losses) if v != v] == list(NAN_AT)
+        assert all(torch.isfinite(p).all() for p in t.net.parameters())
+    assert ref.step.take_losses()[0] == tr.step.take_losses()[0]
+    assert str(ref.step.take_losses()) == str(tr.step.take_losses())
+    for a, b in zip(ref.net.parameters(), tr.net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    if precision == "amp-fp16":  # each skipped step halved the scale
+        skipped = tr.step.counters.skipped_steps
+        assert tr.scaler.get_scale() == ref.scaler.get_scale() == 65536.0 * 0.5**skipped
+
+
+def test_the_fused_kernel_skips_on_the_device_without_a_read():
+    cfg = TrainConfig(**TINY, fused_optimizer=True, sync_every=4)
+    tr = build_training(cfg, validate(cfg))
+    (x, y), (bad, _) = _batches(2)
+    tr.step(x, y)
+    params = [p.detach().clone() for p in tr.net.parameters()]
+    state = tr.optimizer.state_dict()["state"]
+    state = {k: {n: v.clone() for n, v in s.items()} for k, s in state.items()}
+    assert tr.step(bad, y) is None and not tr.step.synced  # nothing read yet
+    for a, b in zip(params, tr.net.parameters(), strict=True):
+        assert torch.equal(a, b)  # the NaN gradients were not applied
+    after = tr.optimizer.state_dict()["state"]
+    for k, s in state.items():
+        for n, v in s.items():
+            assert torch.equal(v, after[k][n]), (k, n)  # nor counted as a step
+    tr.step.sync()
+    c = tr.step.counters
+    assert (c.optimizer_steps, c.skipped_steps, c.nonfinite_losses) == (1, 1, 1)
+
+
+def test_max_nonfinite_is_checked_at_each_read():
+    from ampbook.train import NonFiniteLossError
+
+    with pytest.raises(NonFiniteLossError, match="read every 5 batches; seen after"):
+        _train_steps("fp32", fused=True, sync_every=5, max_nonfinite=2)
+    with pytest.raises(NonFiniteLossError, match="^2 consecutive optimizer steps"):
+        _train_steps("fp32", fused=True, sync_every=1, max_nonfinite=2)
+
+
+def test_a_run_with_sync_every_gives_the_same_record_numbers():
+    runs = [
+        run_training(TrainConfig(**{**RUN, "synthetic_train": 5}, sync_every=n))
+        for n in (1, 4)
+    ]
+    same = ("train_loss", "val_loss", "val_miou", "optimizer_steps", "steps")
+    a, b = (r["epochs"][0] for r in runs)
+    assert {k: a[k] for k in same} == {k: b[k] for k in same}
+    assert runs[1]["config"]["sync_every"] == 4

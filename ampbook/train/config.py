@@ -42,6 +42,7 @@ RUNTIME_FIELDS = frozenset(
         "save_predictions",
         "device",
         "checkpoint",
+        "sync_every",  # the same losses and skip decisions, read later
     }
 )
 
@@ -212,7 +213,17 @@ class TrainConfig:
         default=20,
         metadata=_opt(
             "stop after this many consecutive steps skipped for non-finite "
-            "loss/gradients"
+            "loss/gradients (checked at each host sync: see --sync-every)"
+        ),
+    )
+    sync_every: int = field(
+        default=1,
+        metadata=_opt(
+            "read the losses and the skipped-step flags to the host every N batches "
+            "(and at each epoch's end) instead of every batch, so the host can queue "
+            "work ahead of the GPU. Counts stay exact; --max-nonfinite is checked at "
+            "each read, so a run may stop up to N-1 batches later. Steps skip on the "
+            "device only with --fused-optimizer (else one read per optimizer step)"
         ),
     )
     out: str | None = field(
@@ -305,6 +316,7 @@ def validate(cfg: TrainConfig) -> Resolved:
         "batch_size",
         "accumulate",
         "max_nonfinite",
+        "sync_every",
         "synthetic_train",
         "synthetic_val",
     ):
@@ -426,6 +438,13 @@ def validate(cfg: TrainConfig) -> Resolved:
             notes.append(
                 f"{name} (compute capability {cap[0]}.{cap[1]}) has no tensor cores: "
                 "fp16 saves memory there but is unlikely to be faster than fp32"
+            )
+        if cfg.sync_every > 1 and not cfg.fused_optimizer:
+            notes.append(
+                f"sync_every {cfg.sync_every} without fused_optimizer: the losses are "
+                "read every "
+                f"{cfg.sync_every} batches, but each optimizer step still reads its "
+                "skip flag to the host (only the fused Adam skips on the GPU)"
             )
     else:
         if dtype is not None and not native_cpu_flags(dtype):

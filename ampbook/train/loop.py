@@ -174,7 +174,6 @@ def train_epoch(
         torch.cuda.reset_peak_memory_stats(device)
     rss_reset = reset_peak_rss()
     lr = tr.optimizer.param_groups[0]["lr"]
-    losses: list[float] = []
     images = steps = 0
     data_wait = step_time = 0.0
     saved: SavedTensorMeter | None = None
@@ -201,7 +200,8 @@ def train_epoch(
             t1 = time.perf_counter()
             meter = SavedTensorMeter() if steps == 0 else None
             value = step(x, y, meter=meter)
-            sync()
+            if step.synced:  # the clock stops after the device's work
+                sync()
             t2 = time.perf_counter()
             if meter is not None:
                 saved = meter
@@ -209,12 +209,18 @@ def train_epoch(
             step_time += t2 - t1
             steps += 1
             images += len(x)
-            if math.isfinite(value):
-                losses.append(value)
             bar.update(1)
-            bar.set_postfix(loss=f"{value:.4f}", img_s=f"{images / (t2 - start):.1f}")
+            if value is not None:
+                bar.set_postfix(
+                    loss=f"{value:.4f}", img_s=f"{images / (t2 - start):.1f}"
+                )
+        t1 = time.perf_counter()
+        step.sync()  # what the last host sync left on the device
+        sync()
+        step_time += time.perf_counter() - t1
     finally:
         bar.close()
+    losses = [v for v in step.take_losses() if math.isfinite(v)]
     wall = time.perf_counter() - start
     c = step.counters
     rec = {
