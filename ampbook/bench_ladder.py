@@ -37,7 +37,8 @@ GradScaler, amp-bf16) ``measure_rung`` takes, with the runner's own step
   (Python, dispatch, the optimizer's loop); how busy the cores were inside an operator
   (its threads) it cannot say;
 * **peak memory**: ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` over
-  the timed steps on a GPU; on a CPU, which has no allocator peak, the bytes autograd
+  the timed steps on a GPU (the allocator's cache emptied after the warm-up, whose
+  cuDNN search tries workspaces no step needs again); on a CPU, which has no allocator peak, the bytes autograd
   saved for backward in the epoch's first step (the book's CPU memory figure,
   ``ampbook.results``), with the growth of the process's peak resident set beside it;
 * **an epoch** through the runner itself (``run_training``, loader or cache included):
@@ -576,10 +577,6 @@ def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
         cell["reserved_at_start_bytes"] = torch.cuda.memory_reserved(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-    else:
-        reset_peak_rss()
-        rss0 = current_rss_bytes() or peak_rss_bytes()
     flags = backend_flags(
         tf32=cfg.tf32 == "on", cudnn_benchmark=bool(cfg.cudnn_benchmark)
     )
@@ -593,6 +590,15 @@ def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
         cell["first_step_s"] = time.perf_counter() - start
         for _ in range(spec.warmup - 1):
             step(x, y)
+        # The peaks of the timed steps alone: cuDNN's algorithm search (warm-up) tries
+        # workspaces a training step never needs again.
+        _sync(dev)
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev)
+        else:
+            reset_peak_rss()
+            rss0 = current_rss_bytes() or peak_rss_bytes()
         times = timed_steps(step, x, y, spec.steps, dev)
         if cuda:
             cell["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
