@@ -38,9 +38,10 @@ GradScaler, amp-bf16) ``measure_rung`` takes, with the runner's own step
   (its threads) it cannot say;
 * **peak memory**: ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` over
   the timed steps on a GPU (the allocator's cache emptied after the warm-up, whose
-  cuDNN search tries workspaces no step needs again); on a CPU, which has no allocator peak, the bytes autograd
-  saved for backward in the epoch's first step (the book's CPU memory figure,
-  ``ampbook.results``), with the growth of the process's peak resident set beside it;
+  cuDNN search tries workspaces no step needs again); on a CPU, which has no
+  allocator peak, the bytes autograd saved for backward in the epoch's first step (the
+  book's CPU memory figure, ``ampbook.results``), with the growth of the process's peak
+  resident set beside it;
 * **an epoch** through the runner itself (``run_training``, loader or cache included):
   images per second and the share of the loop spent waiting for data, the median of the
   epochs after the first;
