@@ -109,6 +109,7 @@ from ampbook.train.checkpoint import (
 )
 from ampbook.train.config import (
     CLASS_WEIGHTS,
+    DATA_CACHES,
     RUNTIME_FIELDS,
     TF32_CHOICES,
     ConfigError,
@@ -154,6 +155,7 @@ __all__ = [
     "AUTOCAST_DTYPES",
     "CHECKPOINT_FORMAT",
     "CLASS_WEIGHTS",
+    "DATA_CACHES",
     "ConfigError",
     "Interrupted",
     "NonFiniteLossError",

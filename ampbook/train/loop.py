@@ -332,8 +332,40 @@ def _first_line(err: BaseException) -> str:
     return text
 
 
+def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
+    """(train cache, val cache, what to record) for ``--data-cache host|device``, None
+    for ``none``. Their size is checked against the memory there before decoding."""
+    from ampbook.data import DecodedCache, check_cache_fits, decoded_bytes
+
+    if cfg.data_cache == "none":
+        return None
+    memory = res.device if cfg.data_cache == "device" else torch.device("cpu")
+    images = len(train_ds) + len(val_ds)
+    try:
+        need = check_cache_fits(decoded_bytes(images, cfg.height, cfg.width), memory)
+    except ValueError as err:
+        raise ConfigError(f"data_cache {cfg.data_cache}: {err}") from None
+    _say(
+        cfg,
+        res,
+        f"data cache: decoding {images} images once into {memory} memory "
+        f"({need / 2**20:.1f} MiB, {res.workers} workers)",
+    )
+    start = time.perf_counter()
+    train = DecodedCache.build(train_ds, memory, res.workers)
+    val = DecodedCache.build(val_ds, memory, res.workers)
+    info = {
+        "memory": str(memory),
+        "bytes": train.nbytes + val.nbytes,
+        "images": images,
+        "workers": res.workers,
+        "build_s": time.perf_counter() - start,
+    }
+    return train, val, info
+
+
 def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict:
-    from ampbook.data import Cityscapes, DataError, check_headers
+    from ampbook.data import CachedLoader, Cityscapes, DataError, check_headers
 
     json_path = out / f"{name}.json" if out else None
     ckpt_path = out / f"{name}.ckpt" if out else None
@@ -361,6 +393,7 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         f"{cfg.width}x{cfg.height} (W x H)",
     )
     try:
+        caches = _data_cache(cfg, res, train_ds, val_ds)
         weights = (
             enet_class_weights(train_ds, res.workers)
             if cfg.class_weights == "enet"
@@ -386,21 +419,31 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     )
     loader_gen = torch.Generator()
     pin = res.device.type == "cuda"
-    train_loader = torch.utils.data.DataLoader(
-        train_ds,
-        batch_size=cfg.batch_size,
-        sampler=sampler,
-        num_workers=res.workers,
-        pin_memory=pin,
-        generator=loader_gen,
-    )
-    val_loader = torch.utils.data.DataLoader(
-        val_ds,
-        batch_size=cfg.batch_size,
-        shuffle=False,
-        num_workers=res.workers,
-        pin_memory=pin,
-    )
+    if caches is not None:  # batches from memory: no workers
+        train_cache, val_cache, cache_info = caches
+        train_loader = CachedLoader(
+            train_cache, cfg.batch_size, res.device, sampler=sampler, flip=cfg.flip
+        )
+        val_loader = CachedLoader(val_cache, cfg.batch_size, res.device)
+        loader_workers = 0
+    else:
+        cache_info, loader_workers = None, res.workers
+        train_loader = torch.utils.data.DataLoader(
+            train_ds,
+            batch_size=cfg.batch_size,
+            sampler=sampler,
+            num_workers=loader_workers,
+            pin_memory=pin,
+            generator=loader_gen,
+        )
+        val_loader = torch.utils.data.DataLoader(
+            val_ds,
+            batch_size=cfg.batch_size,
+            shuffle=False,
+            num_workers=loader_workers,
+            pin_memory=pin,
+            generator=torch.Generator(),  # leaves torch's global generator alone
+        )
     if cfg.accumulate > len(train_loader):
         per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
         raise ConfigError(
@@ -447,9 +490,10 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             "train_images": len(train_ds),
             "val_images": len(val_ds),
             "world_size": res.world_size,
-            "workers": res.workers,
+            "workers": loader_workers,
             "cpu_cores": res.cpu_cores,
             "optimizer": optimizer_impl(tr.optimizer),
+            "data_cache": cache_info,
             "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
             "memory_format": environment["memory_format"],
             "class_weights": weights,

@@ -10,6 +10,7 @@ Top level: ``schema`` ("ampbook.train"), ``schema_version``, ``name``, ``status`
 ``resolved`` (what the settings resolved to: ``device``, ``autocast_dtype`` (null for
 fp32), ``grad_scaler``, ``data_root``, ``synthetic_data``, ``train_images``,
 ``val_images``, ``world_size``, ``workers``, ``cpu_cores``, ``optimizer``,
+``data_cache``,
 ``global_batch_size``, ``memory_format``,
 ``class_weights`` (list or null), ``parameters``, ``warnings``, ``resumed_from_epoch``),
 ``environment`` (``ampbook.env.environment``: versions, device name, tensor cores, TF32
