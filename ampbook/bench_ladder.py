@@ -890,6 +890,10 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
 
+def _bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
@@ -1117,8 +1121,8 @@ def check_targets(ladder: Ladder) -> list[Target]:
     mem_note = ""
     if a and b and ratio is not None:
         mem_note = (
-            f"{ladder.memory_measure}: {amp_name} {a.memory_bytes / 2**30:.2f} GiB, "
-            f"{base_name} {b.memory_bytes / 2**30:.2f} GiB"
+            f"{ladder.memory_measure}: {amp_name} {_bytes(a.memory_bytes)}, "
+            f"{base_name} {_bytes(b.memory_bytes)}"
         )
     out.append(
         Target(
