@@ -69,6 +69,7 @@ what the profile shows for a missed one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import gc
@@ -86,12 +87,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-# torch.profiler's kineto logs every profiler start and stop to stderr unless told not
-# to; it reads this when torch is first imported (here, for the command and the
-# processes it starts).
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-
-from ampbook.results import (  # noqa: E402
+from ampbook.results import (
     LADDER_SCHEMA,
     MODE_LABELS,
     MODES,
@@ -448,6 +444,26 @@ def _union_us(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+@contextlib.contextmanager
+def _quiet_stderr_fd():
+    """File descriptor 2 sent to /dev/null for the block: torch.profiler's kineto
+    writes a line to it at every start and stop (and, on a CPU, that it found no GPU),
+    from C++, past Python's ``sys.stderr``."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def profile_steps(step: Callable, x, y, n: int, device) -> dict:
     """``n`` steps under ``torch.profiler``: per step, the device's busy time and its
     count of kernels (GPU), or the time inside top-level operators and their count
@@ -458,7 +474,7 @@ def profile_steps(step: Callable, x, y, n: int, device) -> dict:
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     _sync(device)
-    with profile(activities=activities) as prof:
+    with _quiet_stderr_fd(), profile(activities=activities) as prof:
         start = time.perf_counter()
         for _ in range(n):
             step(x, y)

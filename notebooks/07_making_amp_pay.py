@@ -49,9 +49,6 @@ threads = 0  # torch threads for this machine's ladder (0: torch's default)
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
-import os
-
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # torch.profiler quiet (before torch)
 from ampbook import params
 from ampbook.bench_ladder import MODE_SETTINGS, RUNG_INDICES
 from ampbook.env import print_environment
