@@ -218,9 +218,9 @@ class TrainConfig:
             "none: decode and resize every image in DataLoader workers, every epoch; "
             "host or device: decode the train and val images once, at the training "
             "size, to uint8 in host or GPU memory (4 bytes per pixel, checked before "
-            "it is built), then flip and normalise each batch on the device; no "
-            "workers needed. On a CPU, device is host. Same batches as none with 0 "
-            "workers",
+            "it is built; --workers processes decode it), then flip and normalise "
+            "each batch on the device, with no loader workers. On a CPU, device is "
+            "host. The same batches as none with --workers 0",
             choices=DATA_CACHES,
         ),
     )
