@@ -182,3 +182,45 @@ def test_a_run_with_sync_every_gives_the_same_record_numbers():
     a, b = (r["epochs"][0] for r in runs)
     assert {k: a[k] for k in same} == {k: b[k] for k in same}
     assert runs[1]["config"]["sync_every"] == 4
+
+
+# --- torch.compile -----------------------------------------------------------------
+
+
+def test_compile_modes_parse_and_bad_ones_are_refused(capsys):
+    assert config_from_args(["--compile", "max-autotune"]).compile == "max-autotune"
+    assert config_from_args([]).compile is None
+    with pytest.raises(SystemExit):
+        config_from_args(["--compile", "fast"])
+    assert "invalid choice: 'fast'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="unknown compile mode 'fast'"):
+        validate(TrainConfig(**TINY, compile="fast"))
+
+
+def test_inductor_without_a_cpp_compiler_is_refused_before_any_work(monkeypatch):
+    import torch._inductor.config as inductor
+
+    monkeypatch.setattr(inductor.cpp, "cxx", (None, "no-such-compiler-here"))
+    with pytest.raises(ConfigError, match="needs a C.. compiler on a CPU") as err:
+        validate(TrainConfig(**TINY, compile="default"))
+    assert "no-such-compiler-here" in str(err.value)
+    assert "--compile aot_eager" in str(err.value)
+    validate(TrainConfig(**TINY, compile="aot_eager"))  # generates no code: fine
+
+
+@pytest.mark.slow  # TorchDynamo + AOTAutograd trace ERFNet: ~17 s of CPU time
+def test_a_compiled_run_times_its_compilation_apart(tmp_path):
+    cfg = TrainConfig(
+        **{**RUN, "epochs": 2}, compile="aot_eager", out=str(tmp_path), name="c"
+    )
+    r = run_training(cfg)
+    e1, e2 = r["epochs"]
+    assert r["config"]["compile"] == "aot_eager"
+    # epoch 1's first step compiled (one batch size: no recompile); the rest did not
+    assert e1["compile_s"] > 0 and e2["compile_s"] == 0.0
+    assert e1["compile_s"] > e1["step_s"]  # compiling costs more than the steps
+    assert e1["compile_s"] + e1["step_s"] + e1["data_wait_s"] <= e1["wall_s"] * 1.001
+    ckpt = torch.load(tmp_path / "c.ckpt", weights_only=True)
+    assert not any(k.startswith("_orig_mod") for k in ckpt["model"])  # bare ERFNet
+    with pytest.raises(ConfigError, match="compile: checkpoint 'aot_eager' vs now"):
+        run_training(dataclasses.replace(cfg, compile=None, resume=True))

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,15 @@ from ampbook.precision import (
 
 CLASS_WEIGHTS = ("none", "enet")
 DATA_CACHES = ("none", "host", "device")
+# torch.compile's modes, and its debugging backend "aot_eager" (graph capture and
+# AOTAutograd, no code generation: no C++ compiler or Triton needed).
+COMPILE_MODES = (
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",
+    "aot_eager",
+)
 TF32_CHOICES = ("on", "off")
 # Fields that may differ between an interrupted run and its resumption (they do not
 # change the numbers the run computes).
@@ -191,15 +201,26 @@ class TrainConfig:
             "fused, foreach and for-loop (python -m ampbook.bench step --optimizers)"
         ),
     )
+    compile: str | None = field(
+        default=None,
+        metadata=_opt(
+            "torch.compile the model with this mode (default, reduce-overhead: CUDA "
+            "graphs, max-autotune, max-autotune-no-cudagraphs), or aot_eager: its "
+            "debugging backend, no code generation. The steps that compile are "
+            "timed apart (epoch compile_s, kept out of step_s). Inductor needs a C++ "
+            "compiler on a CPU and Triton on a GPU",
+            choices=COMPILE_MODES,
+        ),
+    )
     data_cache: str = field(
         default="none",
         metadata=_opt(
             "none: decode and resize every image in DataLoader workers, every epoch; "
             "host or device: decode the train and val images once, at the training "
             "size, to uint8 in host or GPU memory (4 bytes per pixel, checked before "
-            "it is built), then flip and normalise each batch on the device; no "
-            "workers needed. On a CPU, device is host. Same batches as none with 0 "
-            "workers",
+            "it is built; --workers processes decode it), then flip and normalise "
+            "each batch on the device, with no loader workers. On a CPU, device is "
+            "host. The same batches as none with --workers 0",
             choices=DATA_CACHES,
         ),
     )
@@ -293,6 +314,8 @@ def run_name(cfg: TrainConfig) -> str:
         parts.append("fp16stream")
     if cfg.fused_optimizer:
         parts.append("fused")
+    if cfg.compile:
+        parts.append(f"compile-{cfg.compile}")
     if not cfg.shuffle:
         parts.append("noshuffle")
     if cfg.accumulate > 1:
@@ -365,6 +388,11 @@ def validate(cfg: TrainConfig) -> Resolved:
         raise ConfigError(
             f"unknown class_weights {cfg.class_weights!r}; choose one of "
             f"{', '.join(CLASS_WEIGHTS)}"
+        )
+    if cfg.compile is not None and cfg.compile not in COMPILE_MODES:
+        raise ConfigError(
+            f"unknown compile mode {cfg.compile!r}; choose one of "
+            f"{', '.join(COMPILE_MODES)} (or leave it unset)"
         )
     if cfg.data_cache not in DATA_CACHES:
         raise ConfigError(
@@ -440,6 +468,9 @@ def validate(cfg: TrainConfig) -> Resolved:
             "--fused-optimizer"
         )
 
+    if cfg.compile is not None:
+        check_compile(cfg.compile, device)
+
     notes: list[str] = []
     dtype = AUTOCAST_DTYPES[cfg.precision]
     if device.type == "cuda":
@@ -476,6 +507,11 @@ def validate(cfg: TrainConfig) -> Resolved:
             )
         if cfg.tf32 == "on":
             notes.append("tf32 on has no effect on a CPU")
+        if cfg.compile == "reduce-overhead":
+            notes.append(
+                "compile reduce-overhead: its CUDA graphs do not apply on a CPU (it "
+                "compiles as default there)"
+            )
     cores = cpu_cores()
     return Resolved(
         device=device,
@@ -488,6 +524,46 @@ def validate(cfg: TrainConfig) -> Resolved:
         workers=cores if cfg.workers == "auto" else cfg.workers,
         cpu_cores=cores,
     )
+
+
+def check_compile(mode: str, device: torch.device) -> None:
+    """``ConfigError`` when ``torch.compile`` in ``mode`` cannot work on ``device``
+    here: no TorchDynamo for this Python, no C++ compiler for Inductor on a CPU, no
+    Triton for Inductor on a GPU."""
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        raise ConfigError(
+            "compile: torch.compile does not support this Python "
+            f"({sys.version.split()[0]}) with torch {torch.__version__}; run without "
+            "--compile"
+        )
+    if mode == "aot_eager":
+        return
+    if device.type == "cpu":
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        try:
+            get_cpp_compiler()
+        except Exception:  # noqa: BLE001 -- Inductor's InvalidCxxCompiler and kin
+            import torch._inductor.config as inductor
+
+            tried = ", ".join(str(c) for c in inductor.cpp.cxx if c)
+            raise ConfigError(
+                f"compile {mode}: Inductor needs a C++ compiler on a CPU and found "
+                f"none (tried {tried}); install g++ or set CXX, or use --compile "
+                "aot_eager "
+                "(no code generation), or run without --compile"
+            ) from None
+    else:
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise ConfigError(
+                f"compile {mode}: Inductor needs Triton on a GPU and this environment "
+                "has none (pip install triton); or use --compile aot_eager, or run "
+                "without --compile"
+            )
 
 
 def config_dict(cfg: TrainConfig) -> dict:

@@ -56,7 +56,13 @@ from ampbook.train.record import (
     summarize,
     write_results,
 )
-from ampbook.train.step import Training, TrainStep, build_training, optimizer_impl
+from ampbook.train.step import (
+    Training,
+    TrainStep,
+    build_training,
+    compile_count,
+    optimizer_impl,
+)
 
 ENET_C = 1.02
 
@@ -161,6 +167,26 @@ def _show_progress(cfg: TrainConfig, res: Resolved) -> bool:
     return sys.stderr.isatty()
 
 
+class CompileFailed(RuntimeError):
+    """torch.compile could not compile the model (raised from a step)."""
+
+
+def _compiled_step(cfg: TrainConfig, step: TrainStep, x, y, meter):
+    """``step(x, y, meter=meter)``; with ``--compile``, a failure of torch.compile
+    (TorchDynamo or its backend) becomes ``CompileFailed``, one line."""
+    if not cfg.compile:
+        return step(x, y, meter=meter)
+    from torch._dynamo.exc import TorchDynamoException
+
+    try:
+        return step(x, y, meter=meter)
+    except TorchDynamoException as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise CompileFailed(
+            f"torch.compile ({cfg.compile}) failed: {type(err).__name__}: {first}"
+        ) from None
+
+
 def train_epoch(
     epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loader
 ) -> dict:
@@ -175,7 +201,7 @@ def train_epoch(
     rss_reset = reset_peak_rss()
     lr = tr.optimizer.param_groups[0]["lr"]
     images = steps = 0
-    data_wait = step_time = 0.0
+    data_wait = step_time = compile_time = 0.0
     saved: SavedTensorMeter | None = None
     bar = tqdm(
         total=len(loader),
@@ -199,14 +225,18 @@ def train_epoch(
                 break
             t1 = time.perf_counter()
             meter = SavedTensorMeter() if steps == 0 else None
-            value = step(x, y, meter=meter)
+            frames = compile_count() if cfg.compile else 0
+            value = _compiled_step(cfg, step, x, y, meter)
             if step.synced:  # the clock stops after the device's work
                 sync()
             t2 = time.perf_counter()
             if meter is not None:
                 saved = meter
             data_wait += t1 - t0
-            step_time += t2 - t1
+            if cfg.compile and compile_count() > frames:
+                compile_time += t2 - t1  # a step that compiled: timed apart
+            else:
+                step_time += t2 - t1
             steps += 1
             images += len(x)
             bar.update(1)
@@ -235,6 +265,7 @@ def train_epoch(
         "train_loss": sum(losses) / len(losses) if losses else float("nan"),
         "wall_s": wall,
         "step_s": step_time,
+        "compile_s": compile_time if cfg.compile else None,
         "data_wait_s": data_wait,
         "images_per_s": images * res.world_size / wall if wall > 0 else None,
         "saved_tensor_bytes": saved.new_bytes if saved is not None else None,
@@ -598,6 +629,13 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         kept = _kept(cfg, epochs, json_path, ckpt_path)
         stop("interrupted", epoch, "interrupted (SIGINT)")
         raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
+    except CompileFailed as err:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("failed", epoch, str(err))
+        raise TrainError(
+            f"{err}. Run without --compile (or with --compile aot_eager, which "
+            f"generates no code). Epoch {epoch} stopped unfinished; {kept}"
+        ) from None
     except DataError as err:
         kept = _kept(cfg, epochs, json_path, ckpt_path)
         stop("failed", epoch, _first_line(err))

@@ -23,8 +23,9 @@ Epoch record: ``epoch`` (1-based), ``lr``, ``steps`` (batches), ``images``,
 ``optimizer_steps``, ``skipped_steps``, ``nonfinite_losses``, ``loss_scale`` (GradScaler
 scale at the epoch's end; null without a scaler), ``train_loss`` (mean over the batches
 with a finite loss), ``wall_s`` (training loop), ``step_s`` (inside the step function,
-CUDA synchronised at each host read: see ``--sync-every``), ``data_wait_s`` (waiting
-for the loader), ``images_per_s`` (images /
+CUDA synchronised at each host read: see ``--sync-every``), ``compile_s`` (with
+``--compile``: the steps that compiled, kept out of ``step_s``; else null),
+``data_wait_s`` (waiting for the loader), ``images_per_s`` (images /
 wall_s), ``val_s``, ``checkpoint_s``, ``epoch_s`` (all of it), ``saved_tensor_bytes``
 (new bytes autograd saved for backward in the epoch's first forward pass, parameters
 saved by reference not counted: ``SavedTensorMeter.new_bytes``, the book's one memory

@@ -103,7 +103,9 @@ class TrainStep:
         self._micro = 0  # batches done in the current window
         self._window = accumulate  # length of the current window
         self._remaining: int | None = None  # batches left in the epoch (None: unknown)
-        self._ddp = isinstance(model, nn.parallel.DistributedDataParallel)
+        self._ddp = isinstance(  # (a compiled model wraps the DDP module)
+            getattr(model, "_orig_mod", model), nn.parallel.DistributedDataParallel
+        )
 
     def autocast(self):
         return torch.autocast(
@@ -238,6 +240,23 @@ def _scaler_found_inf(
     return (torch.stack(flags).sum() > 0).float()
 
 
+def compiled(model: nn.Module, mode: str) -> nn.Module:
+    """``torch.compile(model, mode=mode)`` (``"aot_eager"``: that backend), with static
+    shapes: a batch of another size (an epoch's last) compiles its own graph rather
+    than a slower dynamic-shape one for every size."""
+    if mode == "aot_eager":
+        return torch.compile(model, backend="aot_eager", dynamic=False)
+    return torch.compile(model, mode=mode, dynamic=False)
+
+
+def compile_count() -> int:
+    """Frames TorchDynamo has compiled in this process so far: a step that raises it
+    compiled (its backward graph compiles in the same step)."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["total"]
+
+
 def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
     """Which of torch's implementations ``optimizer.step`` runs: ``"fused"`` (one
     kernel for all parameters), ``"foreach"`` (one kernel per operation over lists of
@@ -284,6 +303,8 @@ def build_training(
         model = nn.parallel.DistributedDataParallel(
             net, device_ids=[res.device.index] if res.device.type == "cuda" else None
         )
+    if cfg.compile is not None:
+        model = compiled(model, cfg.compile)
     optimizer = torch.optim.Adam(
         net.parameters(),
         lr=cfg.lr,
