@@ -558,11 +558,8 @@ def _epoch_phase(cfg) -> dict:
     timed = epochs[1:] if len(epochs) > 1 else epochs
     ips = statistics.median(e["images"] / e["wall_s"] for e in timed)
     wait = statistics.median(e["data_wait_s"] / e["wall_s"] for e in timed)
-    extra = {}
-    for key in ("compile_s",):
-        for where in (rec.get("summary", {}), rec.get("resolved", {})):
-            if where.get(key) is not None:
-                extra[f"epoch_{key}"] = where[key]
+    compile_s = [e.get("compile_s") for e in epochs if e.get("compile_s") is not None]
+    extra = {"epoch_compile_s": sum(compile_s)} if compile_s else {}
     saved = [e.get("saved_tensor_bytes") for e in epochs]
     return {
         "images_per_s": ips,
