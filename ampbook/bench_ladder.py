@@ -1195,6 +1195,52 @@ def format_targets(ladder: Ladder) -> str:
 NHWC_BATCH_NORM_SPEEDUP = 2.0
 
 
+def _stream_effect(ceil, b: int, h: int, w: int) -> tuple[float, float, int, int]:
+    """The cost model's amp-fp16 bound with and without the 16-bit stream, and the
+    bytes saved for backward with and without it, at batch ``b`` and ``h`` x ``w``.
+    Two traces at full size cost seconds each, so the four numbers are kept in
+    ``ampbook.paths.cache_dir()`` under a key of everything they depend on (the
+    ceilings, the size, torch's version and the sources of the model, the cost model and
+    the saved-tensor meter)."""
+    import hashlib
+
+    import torch
+
+    from ampbook import costmodel, memory, model
+    from ampbook.costmodel import predict, trace_step
+    from ampbook.data import NUM_CLASSES
+    from ampbook.paths import cache_dir
+
+    key = hashlib.sha1(
+        json.dumps(
+            [
+                repr(ceil),
+                b,
+                h,
+                w,
+                torch.__version__,
+                *(inspect.getsource(m) for m in (model, costmodel, memory)),
+            ]
+        ).encode()
+    ).hexdigest()[:20]
+    path = cache_dir() / "ladder-prediction" / f"{key}.json"
+    if path.exists():
+        try:
+            return tuple(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+    stream = trace_step(model.ERFNet(NUM_CLASSES, fp16_stream=True), b, h, w, AMP)
+    ref = trace_step(model.ERFNet(NUM_CLASSES), b, h, w, AMP)
+    out = (
+        predict(stream, ceil).min_step_s,
+        predict(ref, ceil).min_step_s,
+        int(stream.saved_tensors["new_bytes"]),
+        int(ref.saved_tensors["new_bytes"]),
+    )
+    write_record(list(out), path)
+    return out
+
+
 def predict_ladder(
     results, device_name: str | None = None, ceilings=None
 ) -> dict | None:
@@ -1216,8 +1262,7 @@ def predict_ladder(
       device table's ceilings (``ceilings`` for a GPU not in it; without them there is
       no rung 4).
     """
-    from ampbook.costmodel import Ceilings, predict, trace_step
-    from ampbook.data import NUM_CLASSES
+    from ampbook.costmodel import Ceilings
     from ampbook.devices import find_device
     from ampbook.model import ERFNet
 
@@ -1255,12 +1300,9 @@ def predict_ladder(
     saved = {}
     ceil = ceilings or (Ceilings.from_device(entry) if entry is not None else None)
     if ceil is not None and stream:
-        tr = trace_step(ERFNet(NUM_CLASSES, fp16_stream=True), b, h, w, AMP)
-        ref = trace_step(ERFNet(NUM_CLASSES), b, h, w, AMP)
-        bounds["stream"] = predict(tr, ceil).min_step_s
-        bounds["ref"] = predict(ref, ceil).min_step_s
-        saved["stream"] = tr.saved_tensors["new_bytes"]
-        saved["ref"] = ref.saved_tensors["new_bytes"]
+        bounds["stream"], bounds["ref"], saved["stream"], saved["ref"] = _stream_effect(
+            ceil, b, h, w
+        )
     cells = []
     for mode, lp in by_mode.items():
         run = runs.get(mode)

@@ -38,13 +38,13 @@
 device = "auto"  # where this machine's ladder runs: "auto", "cpu" or "cuda"
 precisions = ["fp32", "amp-bf16"]  # modes of this machine's ladder (a CPU's AMP: bf16)
 rungs = [0, 1, 2, 3, 4]  # rungs measured here (5, torch.compile, compiles for minutes)
-height = 64  # this machine's ladder: image height (a multiple of 8)
-width = 128  # and width
-batch_size = 2  # images per step
-steps = 5  # timed steps per rung and mode
-profile_steps = 2  # steps under torch.profiler
+height = 32  # this machine's ladder: image height (a multiple of 8)
+width = 64  # and width (bf16 without AMX or AVX-512 BF16 is slow: small on a CPU)
+batch_size = 1  # images per step
+steps = 3  # timed steps per rung and mode
+profile_steps = 1  # steps under torch.profiler
 epochs = 2  # epochs through the runner (the first one warms up)
-train_images = 8  # synthetic training images per epoch
+train_images = 2  # synthetic training images per epoch
 threads = 0  # torch threads for this machine's ladder (0: torch's default)
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
