@@ -220,7 +220,7 @@ class LadderSpec:
                 width=128,
                 batch_size=2,
                 modes=CPU_MODES,
-                warmup=2,
+                warmup=1,
                 steps=5,
                 profile_steps=2,
                 epochs=2,
@@ -903,6 +903,11 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
 
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
 def _bytes(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
@@ -944,7 +949,7 @@ class Target:
         if self.unit == "share":
             return f"{v:.0%}"
         if self.unit == "ratio":
-            return f"{v:.2f}"
+            return f"{v:.3f}"
         return f"{v:.0f} {self.unit}"
 
     def line(self) -> str:
@@ -1490,8 +1495,7 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
             "faster" if ratio > 1.05 else "slower" if ratio < 1 / 1.05 else "no change"
         )
         parts.append(
-            f"{mode} {a.step_s * 1e3:.3g} -> {b.step_s * 1e3:.3g} ms "
-            f"({ratio:.2f}x, {word})"
+            f"{mode} {_ms(a.step_s)} -> {_ms(b.step_s)} ms ({ratio:.2f}x, {word})"
         )
     if not parts:
         return f"Rung {index} ({rung.title}) was not measured beside rung {before}."

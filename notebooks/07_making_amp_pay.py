@@ -316,8 +316,11 @@ bl.draw_ladder(ax, here)
 plt.show()
 
 # %% [markdown]
-# Each rung against the one below it, per precision (`bench_ladder.rung_verdict`; on a
-# busy machine a few percent either way is noise):
+# On a CPU the bound's ceilings are measured here, with one matmul per dtype and one
+# addition, not taken from a data sheet; where the network's operators find faster
+# paths than that matmul (oneDNN's convolutions often do), the step reaches more than
+# 100% of such a bound. Each rung against the one below it, per precision
+# (`bench_ladder.rung_verdict`; on a busy machine a few percent either way is noise):
 
 # %% tags=["hide-input"]
 md("\n".join(f"- {bl.rung_verdict(here, r.index)}" for r in here.rungs[1:]
