@@ -72,9 +72,6 @@ params.integer("threads", threads, minimum=0)
 print_environment(device)
 
 # %% tags=["hide-cell"]
-import inspect
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import torch
 
