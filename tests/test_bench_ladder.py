@@ -392,3 +392,29 @@ def test_a_ladder_stopped_part_way_keeps_its_finished_cells(tmp_path):
         (0, True)
     ]
     assert load_results_dir(tmp_path).ladders[0].cell(0, "fp32").step_s > 0
+
+
+@pytest.mark.cuda
+def test_a_gpu_ladder_times_kernels_and_idle_apart(tmp_path):
+    """On a GPU: CUDA-event step times, the GPU's busy time from the profiler below
+    the step, allocator peaks, and rung 3 (no per-step sync) idling less than rung 0."""
+    spec = bl.LadderSpec.for_device(
+        "cuda",
+        device="cuda",
+        rungs=(0, 3),
+        modes=("amp-fp16",),
+        height=64,
+        width=128,
+        batch_size=2,
+        steps=5,
+        train_images=4,
+    )
+    ladder = bl.run_ladder(spec, tmp_path / "l.json", "none", log=lambda s: None)
+    assert ladder.is_cuda and ladder.time_source == "cuda"
+    for c in ladder.cells:
+        assert c.ok, c.error
+        assert 0 < c.kernel_s <= c.record["profiled_step_s"] * 1.01
+        assert c.record["peak_reserved_bytes"] >= c.memory_bytes > 0
+        assert c.record["kernels_per_step"] > 100
+    r0, r3 = ladder.cell(0, "amp-fp16"), ladder.cell(3, "amp-fp16")
+    assert r3.record["kernels_per_step"] < r0.record["kernels_per_step"]  # fused Adam
