@@ -433,15 +433,18 @@ def available_bytes(device: torch.device) -> int:
 CACHE_SHARE = {"cuda": 0.5, "cpu": 0.8}
 
 
-def check_cache_fits(nbytes: int, device: torch.device) -> int:
-    """``nbytes`` when a cache of that size fits on ``device``; else ``ValueError``
-    with the numbers."""
+def check_cache_fits(nbytes: int, device: torch.device, copies: int = 1) -> int:
+    """``nbytes`` when ``copies`` caches of that size fit on ``device`` (one per
+    training process sharing the host's memory); else ``ValueError`` with the
+    numbers."""
     free = available_bytes(device)
     share = CACHE_SHARE[device.type]
-    if nbytes > share * free:
+    if nbytes * copies > share * free:
         where = "GPU memory free" if device.type == "cuda" else "host memory available"
+        each = f" in each of {copies} processes" if copies > 1 else ""
         raise ValueError(
-            f"the decoded cache needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB), "
+            f"the decoded cache needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB)"
+            f"{each}, "
             f"more than {share:.0%} of the {free:,} bytes ({free / 2**30:.2f} GiB) of "
             f"{where} ({device}); use fewer or smaller images, "
             + (

@@ -59,6 +59,8 @@ def test_a_cache_that_does_not_fit_is_refused_with_its_size():
     with pytest.raises(ValueError, match=r"needs 4,000,000,000,000,000,000 bytes"):
         check_cache_fits(4 * 10**18, torch.device("cpu"))
     assert check_cache_fits(1000, torch.device("cpu")) == 1000
+    with pytest.raises(ValueError, match="in each of 4 processes"):
+        check_cache_fits(10**18, torch.device("cpu"), copies=4)
 
 
 RUN = dict(

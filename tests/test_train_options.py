@@ -43,7 +43,7 @@ def test_fp16_stream_builds_the_option_model_and_must_match_on_resume(tmp_path):
         run_training(again)
 
 
-def test_workers_auto_uses_the_cores_and_bad_values_are_refused(capsys):
+def test_workers_auto_uses_the_cores_and_bad_values_are_refused(capsys, monkeypatch):
     from ampbook.train.config import cpu_cores
 
     cfg = config_from_args(["--workers", "auto"])
@@ -51,6 +51,10 @@ def test_workers_auto_uses_the_cores_and_bad_values_are_refused(capsys):
     res = validate(dataclasses.replace(cfg, device="cpu"))
     assert res.workers == res.cpu_cores == cpu_cores() >= 1
     assert validate(TrainConfig(**TINY)).workers == 0
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun: 2 processes share them
+    assert validate(dataclasses.replace(cfg, device="cpu")).workers == max(
+        1, cpu_cores() // 2
+    )
     with pytest.raises(SystemExit):
         config_from_args(["--workers", "many"])
     assert "neither a number of worker processes nor 'auto'" in capsys.readouterr().err

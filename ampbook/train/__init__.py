@@ -84,12 +84,13 @@ the same batches.
 Non-finite values
 -----------------
 Every optimizer step checks the gradients: with the GradScaler (amp-fp16) a step whose
-scaled gradients overflow is skipped by the scaler and the scale halves (detected as a
-drop of the scale); without it (fp32, amp-bf16) a step with non-finite gradients is
-skipped by the runner rather than written into the weights. Skipped steps and non-finite
-losses are counted per epoch. After ``--max-nonfinite`` consecutive skipped steps
-(default 20) the run stops with ``NonFiniteLossError``; the results file is written
-first with ``status`` saying so.
+scaled gradients overflow is skipped by the scaler and the scale halves (the scaler's
+own found-inf flag says so); without it (fp32, amp-bf16) a step with non-finite
+gradients is skipped by the runner rather than written into the weights. Skipped steps
+and non-finite losses are counted per epoch, exactly, from flags kept on the device and
+read with the losses (every ``--sync-every`` batches). After ``--max-nonfinite``
+consecutive skipped steps (default 20) the run stops with ``NonFiniteLossError`` (at
+the read that sees them); the results file is written first with ``status`` saying so.
 
 Outputs
 -------

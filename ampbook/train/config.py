@@ -341,6 +341,11 @@ def ranks() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", "0")), ws, int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def local_processes() -> int:
+    """Training processes on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 alone)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
 def validate(cfg: TrainConfig) -> Resolved:
     """Check the settings before any work; ``ConfigError`` names the first problem."""
     try:
@@ -521,7 +526,10 @@ def validate(cfg: TrainConfig) -> Resolved:
         rank=rank,
         world_size=world_size,
         local_rank=local_rank,
-        workers=cores if cfg.workers == "auto" else cfg.workers,
+        # auto: the cores, shared among this machine's training processes
+        workers=max(1, cores // local_processes())
+        if cfg.workers == "auto"
+        else cfg.workers,
         cpu_cores=cores,
     )
 

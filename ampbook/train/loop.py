@@ -40,6 +40,7 @@ from ampbook.train.config import (
     TrainError,
     config_dict,
     config_from_args,
+    local_processes,
     ranks,
     resume_command,
     run_name,
@@ -373,7 +374,11 @@ def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
     memory = res.device if cfg.data_cache == "device" else torch.device("cpu")
     images = len(train_ds) + len(val_ds)
     try:
-        need = check_cache_fits(decoded_bytes(images, cfg.height, cfg.width), memory)
+        need = check_cache_fits(
+            decoded_bytes(images, cfg.height, cfg.width),
+            memory,
+            copies=local_processes() if memory.type == "cpu" else 1,
+        )
     except ValueError as err:
         raise ConfigError(f"data_cache {cfg.data_cache}: {err}") from None
     _say(
