@@ -4,6 +4,8 @@ python -m ampbook.bench loader [...]  input pipeline (bench_loader)
 python -m ampbook.bench matmul [...]  matmul, elementwise by dtype (bench_matmul)
 python -m ampbook.bench step   [...]  training step: runner vs bare loop (bench_step)
 python -m ampbook.bench doctor [...]  the doctor's full report, timed (bench_doctor)
+python -m ampbook.bench ladder [...]  the step from the post's setup to the optimised
+                                      one, rung by rung, per precision (bench_ladder)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ COMMANDS = {
     "matmul": "ampbook.bench_matmul",
     "step": "ampbook.bench_step",
     "doctor": "ampbook.bench_doctor",
+    "ladder": "ampbook.bench_ladder",
 }
 
 

@@ -19,6 +19,23 @@ prints, measured side by side in one run:
    a CPU without AMX or AVX-512 BF16/FP16 low-precision convolutions are many times
    slower than fp32.
 
+Sections on request (given any of them, only those run):
+
+3. ``--options [LIST]``: the runner's step with each of its optimisations (issue 18:
+   ``channels_last``, ``cudnn_benchmark`` (CUDA only), ``fused_optimizer``,
+   ``sync_every``, ``fp16_stream``, ``compile``; default: all but ``compile``) against
+   the same runner without it, and with all of them together, in each of
+   ``--option-precisions`` (default fp32 and amp-bf16), at ``--height/--width``.
+   Samples are blocks of ``--block`` steps, the device waited for once per block, so
+   the sync-free step can run ahead; rounds take turns. Prints the speedup per option
+   (median of the per-round ratios, and their spread).
+4. ``--optimizers``: one ``Adam.step`` over ERFNet's parameters in torch's three
+   implementations (fused, foreach, for-loop), in turns: the measurement behind
+   ``--fused-optimizer`` on a CPU.
+5. ``--data-cache``: images per second of the decoded cache (``--data-cache host``)
+   against the decoding loader with 0 workers, over the synthetic set at
+   ``--height/--width``, passes in turns; and the cache's one-off decoding time.
+
 Times come from ``ampbook.timing.benchmark`` (warm-up, CUDA-synchronised clocks,
 medians). ``measure_overhead`` and ``measure_precisions`` return the numbers as dicts
 for the chapter.
@@ -26,6 +43,7 @@ for the chapter.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 
@@ -202,6 +220,212 @@ def measure_precisions(
     }
 
 
+# --- the runner's optimisations, one at a time (issue 18) ----------------------------
+
+SYNC_EVERY = 8
+OPTIONS: dict[str, dict] = {
+    "channels_last": {"channels_last": True},
+    "cudnn_benchmark": {"cudnn_benchmark": True},
+    "fused_optimizer": {"fused_optimizer": True},
+    "sync_every": {"sync_every": SYNC_EVERY},
+    "fp16_stream": {"fp16_stream": True},
+    "compile": {"compile": "default"},
+}
+DEFAULT_OPTIONS = tuple(o for o in OPTIONS if o != "compile")
+
+
+def _block_time(step, batch, device, steps: int, cudnn_benchmark: bool) -> float:
+    """Seconds per step over ``steps`` back-to-back steps, the device waited for once
+    at the end (the step's own host reads still happen where it does them)."""
+    import time
+
+    from ampbook.precision import backend_flags
+    from ampbook.timing import default_sync
+
+    sync = default_sync(device)
+    with backend_flags(cudnn_benchmark=cudnn_benchmark):
+        sync()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(*batch)
+        step.sync()
+        sync()
+        return (time.perf_counter() - start) / steps
+
+
+def measure_options(
+    precision: str = "fp32",
+    device: str = "auto",
+    height: int = 128,
+    width: int = 256,
+    batch_size: int = 2,
+    options=DEFAULT_OPTIONS,
+    rounds: int = 5,
+    block: int = SYNC_EVERY,
+) -> dict:
+    """The runner's step time with each option in ``options`` on, against the runner
+    without it, and with all of them together (``"all"``, when more than one): each
+    configuration has its own model, optimizer and batch; one untimed block each first
+    (where ``compile`` compiles), then ``rounds`` rounds in which every configuration
+    times one block of ``block`` steps, in turns (reversed every other round).
+    ``speedup[name]`` is the median over rounds of runner time / option time."""
+    unknown = [o for o in options if o not in OPTIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)}; choose from {', '.join(OPTIONS)}"
+        )
+    if rounds < 1 or block < 1:
+        raise ValueError(f"rounds and block must be >= 1, got {rounds}, {block}")
+    base = TrainConfig(
+        precision=precision,
+        device=device,
+        height=height,
+        width=width,
+        batch_size=batch_size,
+        workers=0,
+    )
+    res = validate(base)
+    skipped = {}
+    if res.device.type != "cuda" and "cudnn_benchmark" in options:
+        skipped["cudnn_benchmark"] = "no effect on a CPU"
+    chosen = [o for o in options if o not in skipped]
+    configs = {"runner": base}
+    for name in chosen:
+        configs[name] = dataclasses.replace(base, **OPTIONS[name])
+    eager = [o for o in chosen if o != "compile"]
+    if len(eager) > 1:
+        together: dict = {}
+        for name in eager:
+            together.update(OPTIONS[name])
+        configs["all"] = dataclasses.replace(base, **together)
+    runs = {}
+    for name, cfg in configs.items():
+        r = validate(cfg)
+        step = build_training(cfg, r).step
+        batch = _batch(cfg, r.device)
+        _block_time(step, batch, r.device, block, cfg.cudnn_benchmark)  # warm-up
+        runs[name] = (step, batch, r.device, cfg.cudnn_benchmark)
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    for i in range(rounds):
+        order = list(runs) if i % 2 == 0 else list(runs)[::-1]
+        for name in order:
+            step, batch, dev, bench = runs[name]
+            times[name].append(_block_time(step, batch, dev, block, bench))
+    ratios = {
+        name: [b / t for b, t in zip(times["runner"], ts)]
+        for name, ts in times.items()
+        if name != "runner"
+    }
+    return {
+        "precision": precision,
+        "device": str(res.device),
+        "height": height,
+        "width": width,
+        "batch_size": batch_size,
+        "block": block,
+        "rounds": rounds,
+        "sync_every": SYNC_EVERY,
+        "skipped": skipped,
+        "step_s": {name: statistics.median(ts) for name, ts in times.items()},
+        "times_s": times,
+        "speedup": {name: statistics.median(r) for name, r in ratios.items()},
+        "speedup_range": {name: (min(r), max(r)) for name, r in ratios.items()},
+    }
+
+
+def measure_optimizers(device: str = "auto", rounds: int = 9, steps: int = 5) -> dict:
+    """Seconds per ``Adam.step`` over ERFNet's parameters (random gradients, the
+    runner's lr and weight decay) in torch's fused, foreach and for-loop
+    implementations, in turns; each sample is ``steps`` steps."""
+    import time
+
+    from ampbook.env import pick_device
+    from ampbook.model import ERFNet
+    from ampbook.timing import default_sync
+
+    dev = pick_device(device)
+    sync = default_sync(dev)
+    impls = {
+        "fused": {"fused": True},
+        "foreach": {"foreach": True},
+        "for-loop": {"foreach": False},
+    }
+    optimizers = {}
+    for name, kw in impls.items():
+        torch.manual_seed(0)
+        net = ERFNet(19).to(dev)
+        for p in net.parameters():
+            p.grad = torch.randn_like(p) * 1e-3
+        opt = torch.optim.Adam(net.parameters(), lr=5e-4, weight_decay=1e-4, **kw)
+        opt.step()  # the state is made on the first step
+        optimizers[name] = opt
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for i in range(rounds):
+        order = list(impls) if i % 2 == 0 else list(impls)[::-1]
+        for name in order:
+            sync()
+            start = time.perf_counter()
+            for _ in range(steps):
+                optimizers[name].step()
+            sync()
+            times[name].append((time.perf_counter() - start) / steps)
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    return {
+        "device": str(dev),
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "tensors": len(list(net.parameters())),
+        "step_s": medians,
+        "times_s": times,
+        "fastest": min(medians, key=medians.get),
+    }
+
+
+def measure_data_cache(
+    height: int = 128,
+    width: int = 256,
+    batch_size: int = 2,
+    images: int = 24,
+    rounds: int = 3,
+) -> dict:
+    """Images per second of one pass over ``images`` synthetic training images (drawn
+    at twice ``height`` x ``width``, as the runner draws them) through the decoding
+    loader with 0 workers and through the decoded cache in host memory, in turns;
+    with the cache's one-off decoding time."""
+    import time
+
+    from ampbook.data import CachedLoader, Cityscapes, DecodedCache
+    from ampbook.synthetic import synthetic_root
+
+    root = synthetic_root(images, 2, 2 * height, 2 * width)
+    ds = Cityscapes(root, "train", height, width)
+    start = time.perf_counter()
+    cache = DecodedCache.build(ds, "cpu", workers=0)
+    build_s = time.perf_counter() - start
+    passes = {
+        "loader": torch.utils.data.DataLoader(ds, batch_size=batch_size),
+        "cache": CachedLoader(cache, batch_size, "cpu"),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in passes}
+    for i in range(rounds):
+        order = list(passes) if i % 2 == 0 else list(passes)[::-1]
+        for name in order:
+            start = time.perf_counter()
+            n = sum(len(x) for x, _ in passes[name])
+            rates[name].append(n / (time.perf_counter() - start))
+    medians = {name: statistics.median(r) for name, r in rates.items()}
+    return {
+        "height": height,
+        "width": width,
+        "batch_size": batch_size,
+        "images": len(ds),
+        "images_per_s": medians,
+        "rates": rates,
+        "build_s": build_s,
+        "cache_bytes": cache.nbytes,
+        "ratio": medians["cache"] / medians["loader"],
+    }
+
+
 @cli.command("python -m ampbook.bench step")
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(
@@ -243,9 +467,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", default=None, help="also write the numbers to this file"
     )
+    parser.add_argument(
+        "--options",
+        nargs="?",
+        const=",".join(DEFAULT_OPTIONS),
+        default=None,
+        help="section 3: the runner with each option against without it "
+        f"(comma-separated, from {', '.join(OPTIONS)}; default: all but compile)",
+    )
+    parser.add_argument(
+        "--option-precisions",
+        default="fp32,amp-bf16",
+        help="precisions of section 3 (comma-separated)",
+    )
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=SYNC_EVERY,
+        help="steps per sample in section 3 (the device waited for once per block)",
+    )
+    parser.add_argument(
+        "--optimizers",
+        action="store_true",
+        help="section 4: Adam's fused, foreach and for-loop steps",
+    )
+    parser.add_argument(
+        "--data-cache",
+        action="store_true",
+        help="section 5: the decoded cache against the decoding loader (0 workers)",
+    )
+    parser.add_argument(
+        "--data-images", type=int, default=24, help="images of section 5"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.block < 1:
+        parser.error(f"--block must be at least 1, got {args.block}")
+    if args.data_images < 1:
+        parser.error(f"--data-images must be at least 1, got {args.data_images}")
+    options = [o for o in (args.options or "").split(",") if o]
+    bad = [o for o in options if o not in OPTIONS]
+    if bad:
+        parser.error(
+            f"--options: unknown {', '.join(bad)}; choose from {', '.join(OPTIONS)}"
+        )
+    option_precisions = [p for p in args.option_precisions.split(",") if p]
+    bad = [p for p in option_precisions if p not in PRECISIONS]
+    if bad:
+        parser.error(
+            f"--option-precisions: unknown {', '.join(bad)}; choose from "
+            f"{', '.join(PRECISIONS)}"
+        )
+    extra = bool(options or args.optimizers or args.data_cache)
 
     from ampbook.env import pick_device
     from ampbook.train import ConfigError
@@ -298,6 +572,27 @@ def main(argv: list[str] | None = None) -> int:
         + load_verdict(load, dev.type)
     )
 
+    numbers: dict = {"environment": env, "load": load}
+    if not extra:
+        numbers.update(_default_sections(args, dev, h, w, lh, lw))
+    if options:
+        numbers["options"] = _options_section(
+            args, dev, h, w, options, option_precisions
+        )
+    if args.optimizers:
+        numbers["optimizers"] = _optimizers_section(args, dev)
+    if args.data_cache:
+        numbers["data_cache"] = _data_section(args, h, w)
+    numbers["load_after"] = machine_load()
+    print(f"\nload average after: {numbers['load_after']['load1']:.2f}")
+    if args.json:
+        cli.save_result(args.json, numbers)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def _default_sections(args, dev, h, w, lh, lw) -> dict:
+    gpu = dev.type == "cuda"
     o = measure_overhead(args.precision, str(dev), h, w, args.batch_size, args.rounds)
     print(
         f"\n1. runner step vs bare loop ({args.precision}, batch {args.batch_size} x "
@@ -331,13 +626,74 @@ def main(argv: list[str] | None = None) -> int:
             f"   bf16/fp32 step-time ratio on this {'GPU' if gpu else 'CPU'}: {r:.2f} "
             f"({'bf16 slower' if r > 1 else 'bf16 faster'})"
         )
-    if args.json:
-        cli.save_result(
-            args.json,
-            {"environment": env, "load": load, "overhead": o, "precisions": p},
+    return {"overhead": o, "precisions": p}
+
+
+def _options_section(args, dev, h, w, options, precisions) -> dict:
+    out = {}
+    for precision in precisions:
+        try:
+            m = measure_options(
+                precision,
+                str(dev),
+                h,
+                w,
+                args.batch_size,
+                options,
+                args.rounds,
+                args.block,
+            )
+        except ValueError as err:  # e.g. amp-bf16 on a GPU without bf16
+            print(f"\n3. {precision}: skipped ({err})")
+            continue
+        out[precision] = m
+        print(
+            f"\n3. the runner with one option on ({precision}, batch "
+            f"{args.batch_size} x {w}x{h}; {m['rounds']} rounds of {m['block']} "
+            "steps, in turns)"
         )
-        print(f"\nwrote {args.json}")
-    return 0
+        base = m["step_s"]["runner"]
+        print(f"   {'runner (none)':<17} {base * 1e3:9.1f} ms per step")
+        for name, t in m["step_s"].items():
+            if name == "runner":
+                continue
+            lo, hi = m["speedup_range"][name]
+            label = f"sync_every {m['sync_every']}" if name == "sync_every" else name
+            print(
+                f"   {label:<17} {t * 1e3:9.1f} ms per step   speedup "
+                f"{m['speedup'][name]:5.2f}x (rounds {lo:.2f}-{hi:.2f})"
+            )
+        for name, why in m["skipped"].items():
+            print(f"   {name:<17} not measured: {why}")
+    return out
+
+
+def _optimizers_section(args, dev) -> dict:
+    m = measure_optimizers(str(dev), rounds=max(args.rounds, 3))
+    print(
+        f"\n4. Adam.step over ERFNet's {m['parameters']:,} parameters "
+        f"({m['tensors']} tensors), {len(m['times_s']['fused'])} rounds in turns"
+    )
+    fastest = m["step_s"][m["fastest"]]
+    for name, t in m["step_s"].items():
+        print(f"   {name:<9} {t * 1e3:8.2f} ms   {t / fastest:5.2f} x the fastest")
+    return m
+
+
+def _data_section(args, h, w) -> dict:
+    m = measure_data_cache(h, w, args.batch_size, args.data_images, args.rounds)
+    print(
+        f"\n5. one pass over {m['images']} synthetic images at {w}x{h}, batch "
+        f"{args.batch_size}, {args.rounds} passes each in turns"
+    )
+    r = m["images_per_s"]
+    print(f"   decoding loader, 0 workers: {r['loader']:9.1f} images/s")
+    print(f"   decoded cache (host):       {r['cache']:9.1f} images/s")
+    print(
+        f"   ratio {m['ratio']:.1f}x; building the cache took {m['build_s']:.2f} s "
+        f"({m['cache_bytes'] / 2**20:.1f} MiB)"
+    )
+    return m
 
 
 if __name__ == "__main__":

@@ -83,7 +83,6 @@ def _label_tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 LABEL_TO_TRAIN, KNOWN_LABEL_IDS = _label_tables()
-_LUT_INT64 = LABEL_TO_TRAIN.astype(np.int64)
 TRAIN_TO_LABEL = np.array(
     [next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
     dtype=np.uint8,
@@ -370,6 +369,15 @@ def label_ids_to_train_ids(ids: np.ndarray | torch.Tensor) -> np.ndarray | torch
     return LABEL_TO_TRAIN[ids]
 
 
+def normalize_(images: torch.Tensor) -> torch.Tensor:
+    """``(x / 255 - mean) / std`` with ImageNet's statistics, in place on a float
+    tensor of 0..255 values (C x H x W or N x C x H x W, on any device), in two passes;
+    the loader and the decoded cache normalise with this one function, so their batches
+    are identical."""
+    mean, inv_std = _MEAN_255.to(images.device), _INV_STD_255.to(images.device)
+    return images.sub_(mean).mul_(inv_std)
+
+
 class Cityscapes(Dataset):
     """Cityscapes (or the synthetic set) for segmentation training.
 
@@ -378,7 +386,9 @@ class Cityscapes(Dataset):
     with ImageNet's mean (0.485, 0.456, 0.406) and standard deviation (0.229, 0.224,
     0.225) per channel; label int64 height x width of trainIds (0..18, 255 = ignore),
     resized with nearest neighbour. ``flip`` flips image and label together horizontally
-    with probability 1/2.
+    with probability 1/2 (one ``torch.rand(1)`` from torch's global generator per item).
+    ``decode(i)`` is the item before flip and normalisation, in uint8: what a
+    ``DecodedCache`` keeps.
     """
 
     def __init__(
@@ -398,23 +408,20 @@ class Cityscapes(Dataset):
         self.flip, self.normalize = flip, normalize
         self.pairs = list_pairs(self.root, split)
         self.synthetic = (self.root / SYNTHETIC_MARKER).exists()
-        steps: list = [
-            v2.Resize(
-                (self.height, self.width),
-                interpolation=v2.InterpolationMode.BILINEAR,
-                antialias=True,
-            )
-        ]
-        if flip:
-            steps.append(v2.RandomHorizontalFlip(p=0.5))
-        self.transform = v2.Compose(
-            steps
-        )  # on uint8 images: resizing 1 byte per value is fastest
+        # on uint8 images: resizing 1 byte per value is fastest
+        self.resize = v2.Resize(
+            (self.height, self.width),
+            interpolation=v2.InterpolationMode.BILINEAR,
+            antialias=True,
+        )
+        self.random_flip = v2.RandomHorizontalFlip(p=0.5) if flip else None
 
     def __len__(self) -> int:
         return len(self.pairs)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Item ``index`` decoded and resized, neither flipped nor normalised: image
+        uint8 3 x height x width, label uint8 height x width of trainIds."""
         image_path, label_path = self.pairs[index]
         image = read_image(image_path)
         ids = read_label_ids(label_path)
@@ -426,17 +433,27 @@ class Cityscapes(Dataset):
             )
         # Nearest-neighbour resizing and flipping only move pixels, so the labelId ->
         # trainId lookup can come after them, on the smaller label.
-        image, mask = self.transform(
+        image, mask = self.resize(
             tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids))
         )
-        image = image.as_subclass(torch.Tensor).float()
-        if self.normalize:  # (x / 255 - mean) / std in two in-place passes
-            image.sub_(_MEAN_255).mul_(_INV_STD_255)
+        return image.as_subclass(torch.Tensor), torch.from_numpy(
+            np.take(LABEL_TO_TRAIN, mask.as_subclass(torch.Tensor).numpy())
+        )
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image, label = self.decode(index)
+        if self.random_flip is not None:
+            image, label = self.random_flip(
+                tv_tensors.Image(image), tv_tensors.Mask(label)
+            )
+            image = image.as_subclass(torch.Tensor)
+            label = label.as_subclass(torch.Tensor)
+        image = image.float()
+        if self.normalize:
+            normalize_(image)
         else:
             image.div_(255.0)
-        return image, torch.from_numpy(
-            np.take(_LUT_INT64, mask.as_subclass(torch.Tensor).numpy())
-        )
+        return image, label.long()
 
     def __repr__(self) -> str:
         kind = "synthetic Cityscapes" if self.synthetic else "Cityscapes"
@@ -445,6 +462,176 @@ class Cityscapes(Dataset):
             f"{self.width}x{self.height} (W x H), flip={self.flip}, "
             f"normalize={self.normalize}"
         )
+
+
+# --- the decoded cache ----------------------------------------------------------------
+
+
+def decoded_bytes(images: int, height: int, width: int) -> int:
+    """Bytes a decoded cache of ``images`` image/label pairs at ``height`` x ``width``
+    holds: a uint8 RGB image and a uint8 label, 4 bytes per pixel."""
+    return images * 4 * height * width
+
+
+def available_bytes(device: torch.device) -> int:
+    """Memory a cache could take on ``device``: free GPU memory on CUDA
+    (``torch.cuda.mem_get_info``), the kernel's estimate of available memory on the
+    host (``MemAvailable``, read by psutil)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    import psutil
+
+    return psutil.virtual_memory().available
+
+
+# A cache may take this share of what is available: the run needs the rest (the GPU for
+# activations and the allocator's slack; the host for the process and the page cache).
+CACHE_SHARE = {"cuda": 0.5, "cpu": 0.8}
+
+
+def check_cache_fits(nbytes: int, device: torch.device, copies: int = 1) -> int:
+    """``nbytes`` when ``copies`` caches of that size fit on ``device`` (one per
+    training process sharing the host's memory); else ``ValueError`` with the
+    numbers."""
+    free = available_bytes(device)
+    share = CACHE_SHARE[device.type]
+    if nbytes * copies > share * free:
+        where = "GPU memory free" if device.type == "cuda" else "host memory available"
+        each = f" in each of {copies} processes" if copies > 1 else ""
+        raise ValueError(
+            f"the decoded cache needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB)"
+            f"{each}, "
+            f"more than {share:.0%} of the {free:,} bytes ({free / 2**30:.2f} GiB) of "
+            f"{where} ({device}); use fewer or smaller images, "
+            + (
+                "--data-cache host, or --data-cache none"
+                if device.type == "cuda"
+                else "or --data-cache none"
+            )
+        )
+    return nbytes
+
+
+class _Decoded(Dataset):
+    def __init__(self, dataset: Cityscapes):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        return self.dataset.decode(index)
+
+
+class DecodedCache:
+    """A dataset's items decoded once, at its training size: ``images`` N x 3 x H x W
+    uint8, ``labels`` N x H x W uint8 trainIds, on ``device`` (host memory or a GPU).
+    ``batch(indices, flips)`` returns what ``Cityscapes`` would give for those items
+    (float32 normalised images, int64 labels), on ``target``: flipped and normalised
+    there, with the very operations of ``Cityscapes.__getitem__`` (bit-identical
+    batches)."""
+
+    def __init__(
+        self, dataset: Cityscapes, images: torch.Tensor, labels: torch.Tensor
+    ) -> None:
+        self.dataset, self.images, self.labels = dataset, images, labels
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.nbytes + self.labels.nbytes
+
+    @classmethod
+    def build(
+        cls,
+        dataset: Cityscapes,
+        device: torch.device | str = "cpu",
+        workers: int = 0,
+    ) -> "DecodedCache":
+        """Decode every item of ``dataset`` (``workers`` processes) into uint8 tensors
+        on ``device``. Check the size first with ``check_cache_fits(decoded_bytes(...),
+        device)``."""
+        device = torch.device(device)
+        n, h, w = len(dataset), dataset.height, dataset.width
+        images = torch.empty((n, 3, h, w), dtype=torch.uint8, device=device)
+        labels = torch.empty((n, h, w), dtype=torch.uint8, device=device)
+        loader = torch.utils.data.DataLoader(
+            _Decoded(dataset),
+            batch_size=8,
+            num_workers=workers,
+            generator=torch.Generator(),  # not torch's global one: no draw from it
+        )
+        i = 0
+        for image, label in loader:
+            images[i : i + len(image)].copy_(image)
+            labels[i : i + len(label)].copy_(label)
+            i += len(image)
+        return cls(dataset, images, labels)
+
+    def batch(
+        self,
+        indices: list[int],
+        flips: list[bool] | None = None,
+        target: torch.device | str | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Items ``indices`` as one batch on ``target`` (default: where the cache
+        is), those with ``flips[k]`` flipped horizontally, images normalised when the
+        dataset normalises."""
+        target = torch.device(target) if target is not None else self.images.device
+        index = torch.tensor(indices, device=self.images.device)
+        if self.images.device.type == "cpu" and target.type == "cuda":
+            n = len(indices)
+            images = torch.empty((n, *self.images.shape[1:]), dtype=torch.uint8)
+            labels = torch.empty((n, *self.labels.shape[1:]), dtype=torch.uint8)
+            images, labels = images.pin_memory(), labels.pin_memory()
+            torch.index_select(self.images, 0, index, out=images)
+            torch.index_select(self.labels, 0, index, out=labels)
+        else:
+            images, labels = self.images[index], self.labels[index]
+        images = images.to(target, non_blocking=True)
+        labels = labels.to(target, non_blocking=True)
+        flipped = [k for k, f in enumerate(flips or ()) if f]
+        if flipped:
+            images[flipped] = images[flipped].flip(-1)
+            labels[flipped] = labels[flipped].flip(-1)
+        images = images.float()
+        if self.dataset.normalize:
+            normalize_(images)
+        else:
+            images.div_(255.0)
+        return images, labels.long()
+
+
+class CachedLoader:
+    """A ``DataLoader`` stand-in over a ``DecodedCache``: batches of ``batch_size``
+    items in ``sampler``'s order (all items in order without one), on ``device``.
+    With ``flip`` each item is flipped with probability 1/2, drawn as ``Cityscapes``
+    draws it (one ``torch.rand(1)`` per item from torch's global generator, when the
+    batch is taken), so a run gets the batches the dataset gives with 0 workers."""
+
+    def __init__(
+        self,
+        cache: DecodedCache,
+        batch_size: int,
+        device: torch.device | str,
+        sampler=None,
+        flip: bool = False,
+    ):
+        self.cache, self.batch_size, self.sampler = cache, batch_size, sampler
+        self.device, self.flip = torch.device(device), flip
+        self.dataset = cache.dataset
+
+    def __len__(self) -> int:
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        return -(-n // self.batch_size)
+
+    def __iter__(self):
+        order = list(
+            self.sampler if self.sampler is not None else range(len(self.dataset))
+        )
+        for start in range(0, len(order), self.batch_size):
+            indices = order[start : start + self.batch_size]
+            flips = [bool(torch.rand(1) < 0.5) for _ in indices] if self.flip else None
+            yield self.cache.batch(indices, flips, self.device)
 
 
 # --- command line ---------------------------------------------------------------------

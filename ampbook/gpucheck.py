@@ -1,41 +1,53 @@
-"""The GPU check: one command that runs everything the book measures on a CUDA machine.
+"""The GPU check: everything the book measures on a CUDA machine, in two calls that
+fit one 15-minute lease.
 
-    python3 -m ampbook.gpucheck --out DIR [--budget-s 480] [--dry-run] [--stages a,b]
+    python3 -m ampbook.gpucheck --plan A --out DIR [--budget-s 330] [--dry-run]
+    python3 -m ampbook.gpucheck --plan B --out DIR [--budget-s 330] [--dry-run]
+    python3 -m ampbook.gpucheck --stages ladder,compile --out DIR  (a rerun)
 
 Run from the repository root with the machine's own ``python3`` (no virtual environment
-needed). Stages, in order, each in its own process with its own time budget:
+needed). Each plan is a list of stages (``PLANS``), each run in its own process under a
+hard time limit sized from the last measured run (``STAGES``; data/results/README.md,
+"Sizing the GPU check"):
 
-* ``wheels``: install the wheels carried in ``.whl/`` (``make gpu-wheels``) into a
-  temporary folder when papermill, jupytext, ipykernel... are not importable (not in
-  ``--dry-run``);
-* ``env``: print the environment (``ampbook.env``, nvidia-smi, package versions);
-* ``tests``: ``pytest -m cuda``, every test that needs a GPU (they skip without one);
-* ``nb01`` to ``nb06``: execute each notebook with the ``gpucheck`` profile through
-  ``ampbook.build.run`` (the runner of ``make book``); chapter 2 saves its sweep
-  (``save_results``), chapter 3 its training runs (``out_dir``), the later chapters read
-  them (``results_dir``);
-* ``profile``: per-module GPU kernel time of the training step, fp32 (TF32 on) and
-  amp-fp16, beside the cost model's prediction (``ampbook.layer_profile``);
-* ``loader``: DataLoader images/s at 0 to 8 workers (``ampbook.bench_loader``).
+* ``wheels`` (both plans): install the wheels carried in ``.whl/`` (``make gpu-wheels``)
+  into a temporary folder when papermill, jupytext, ipykernel... are not importable
+  (not in ``--dry-run``);
+* ``env`` (both): the environment (``ampbook.env``, nvidia-smi, package versions);
+* ``data`` (both): the synthetic Cityscapes sets the later stages read, made once in
+  ``build/cache`` (kept between two calls on a warm machine: plan B finds plan A's);
+* plan A: ``tests`` (``pytest -m cuda``), ``profile`` (per-module GPU kernel time of
+  the step, fp32 with TF32 and amp-fp16, NCHW and channels_last, beside the cost model:
+  ``ampbook.layer_profile``), ``ladder`` (``python -m ampbook.bench ladder``, rungs 0-4,
+  each precision in its own process, the precisions taking turns), ``compile`` (rung 5,
+  amp-fp16 and fp32 with TF32, added to the same ladder; the compile cache written to
+  the output), ``nb06`` (chapter 6: the doctor's CUDA path);
+* plan B: ``nb01`` to ``nb05`` (the chapters with the ``gpucheck`` profile through
+  ``ampbook.build.run``; chapter 2 saves its sweep, chapter 3 its training runs, the
+  later chapters read them) and ``loader`` (DataLoader images/s at 0-12 workers).
 
-``wheels`` and ``env`` always run; ``--stages`` picks the others (a second try that fits
-what is left of a lease). ``--dry-run`` runs every stage on the CPU at the ``smoke``
-sizes and writes the same files. The whole check ends inside ``--budget-s``: the
-selected stages share it in the proportions of their budgets in ``STAGES`` (which sum to
-the default less a reserve), each capped by the time left; a stage that overruns is
-stopped (its whole process group) and reported as cut short, and the check goes on with
-the next stage while time is left. SIGTERM stops the running stage the same way, writes
-the report and exits 143. After every stage ``DIR`` is brought up to date, so an outside
-kill loses at most the stage running. ``DIR`` holds at most 8 files, each at most
-16 MiB, named only with letters, digits, ``.``, ``_``, ``-``:
+``wheels`` and ``env`` always run; ``--stages`` picks any stages instead of a plan (a
+rerun of what a call cut short). ``--dry-run`` runs the stages on the CPU at tiny sizes
+and writes the same files (the compile stage with ``TORCH_COMPILE_DISABLE=1``: a CPU
+compiles ERFNet in minutes). The whole call ends inside ``--budget-s``: the selected
+stages share it in the proportions of their budgets in ``STAGES`` (a plan's sum to the
+default less a reserve), each capped by the time left; a stage that overruns is stopped
+(its whole process group) and reported as cut short, and the check goes on with the
+next stage while time is left. SIGTERM stops the running stage the same way, writes the
+report and exits 143. After every stage ``DIR`` is brought up to date, and what a stage
+measured is in it even when the stage was cut short (the training runner writes its
+record after every epoch, the ladder after every rung). ``DIR`` holds at most 8 files,
+each at most 16 MiB, named only with letters, digits, ``.``, ``_``, ``-``:
 
-* ``report.json``: every stage, its budget, seconds and status (ok, error, cut short,
-  skipped);
+* ``report.json``: every stage, its budget, seconds, status (ok, error, cut short,
+  skipped) and what it writes;
 * ``gpucheck.log``: everything the stages printed;
 * ``results.tar.gz``: the result JSONs, named for ``data/results/`` (``tar -xzf
   results.tar.gz -C data/results`` puts them there; ``ampbook.results`` reads them);
 * ``notebooks.tar.gz``: the executed notebooks (``ampbook.build.book --executed`` builds
-  from them).
+  from them);
+* ``compile_cache.tar.gz`` (plan A): the compile stage's TorchInductor cache
+  (``build/inductor-cache``; extract it there and carry it to skip the compilation).
 
 Exit status 0 when every selected stage is ok, 1 otherwise, 2 for bad arguments, 143 on
 SIGTERM. ``--wheels DIR`` names another wheel folder; ``--list-wheels`` prints the wheel
@@ -64,10 +76,15 @@ from pathlib import Path
 from ampbook import cli
 from ampbook.paths import REPO_ROOT
 
-DEFAULT_BUDGET_S = 480.0
+DEFAULT_BUDGET_S = 330.0  # one of the two calls of a 15-minute lease
 RESERVE_S = 15.0  # kept back from the budget for packaging the files
 MIN_STAGE_S = 3.0  # a stage with less time than this left is not started
 WHEEL_DIR = REPO_ROOT / ".whl"
+# TorchInductor's cache of the compile stage: under build/ (ignored by git, kept between
+# calls on a warm machine, carried to a fresh one when a session extracts
+# compile_cache.tar.gz there).
+INDUCTOR_CACHE = REPO_ROOT / "build" / "inductor-cache"
+COMPILE_ARCHIVE = "compile_cache.tar.gz"
 # What the notebook runner needs beyond the device image (importable names).
 RUNNER_MODULES = (
     "papermill",
@@ -87,6 +104,7 @@ NOTEBOOKS = {
     "nb04": "04_loss_scaling",
     "nb05": "05_rtx3070",
     "nb06": "06_will_amp_help",
+    "nb07": "07_making_amp_pay",
 }
 # The notebooks' sizes in the check: notebooks/profiles.yml's "gpucheck" profile, the
 # gpu profile cut to fit the stage budgets (a reader's GPU run uses "gpu").
@@ -98,33 +116,42 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 @dataclass(frozen=True)
 class Stage:
     name: str
-    budget_s: (
-        float  # on one H200 at --budget-s 480 (data/results/README.md shows the sizing)
-    )
-    dry_budget_s: float  # at smoke sizes on a 2-core CPU
+    budget_s: float  # on one H200 in its plan (data/results/README.md shows the sizing)
+    dry_budget_s: float  # at the dry-run sizes on a 2-core CPU, with room for its load
+    writes: str = ""  # what it leaves in the output
     always: bool = False
 
 
-# Budgets sum to the 465 s left after RESERVE_S. They were sized again from the
-# first run on an H200 (2026-11-30, data/gpucheck/): data/results/README.md ("Sizing the
-# GPU check") shows the seconds each stage took and the sizes chosen from them.
+# Budgets: hard limits sized from the H200 run of 2026-11-30 (data/gpucheck/) where a
+# stage ran then, else from its work at the measured rates (data/results/README.md,
+# "Sizing the GPU check"). Each plan's stages sum to at most the 315 s a 330 s call
+# leaves after RESERVE_S.
 STAGES = (
-    Stage("wheels", 8, 5, always=True),
-    Stage("env", 8, 15, always=True),
-    Stage("tests", 30, 60),
-    Stage("nb01", 20, 60),
-    Stage("nb02", 34, 60),
-    Stage("nb03", 120, 120),
-    Stage("profile", 25, 60),
-    Stage("loader", 30, 60),
-    Stage("nb04", 70, 120),
-    Stage("nb05", 90, 120),
-    Stage("nb06", 30, 120),
+    Stage("wheels", 8, 5, "", always=True),
+    Stage("env", 6, 40, "environment.json in report.json", always=True),
+    Stage("data", 18, 120, "the synthetic sets in build/cache (not in the output)"),
+    Stage("tests", 28, 240, "the log of pytest -m cuda"),
+    Stage("profile", 28, 240, "layer_profile_<gpu>_{fp32,amp-fp16}_1024x512[_cl].json"),
+    Stage("ladder", 110, 480, "ladder_<gpu>.json, rungs 0-4 (after every rung)"),
+    Stage("compile", 85, 300, "rung 5 into ladder_<gpu>.json; compile_cache.tar.gz"),
+    Stage("nb06", 25, 240, "06_will_amp_help.ipynb"),
+    Stage("nb01", 18, 180, "01_floating_point.ipynb"),
+    Stage("nb02", 30, 180, "02_tensor_cores.ipynb, tensor_cores_<gpu>.json"),
+    Stage("nb03", 75, 300, "03_amp_training.ipynb, train_<gpu>_*.json (every epoch)"),
+    Stage("loader", 25, 180, "loader_<gpu>.json"),
+    Stage("nb04", 58, 240, "04_loss_scaling.ipynb"),
+    Stage("nb05", 72, 300, "05_rtx3070.ipynb"),
+    # in no plan (--stages nb07): chapter 7 on the GPU, its own small ladder
+    Stage("nb07", 45, 300, "07_making_amp_pay.ipynb"),
 )
 STAGE_NAMES = tuple(s.name for s in STAGES)
+PLANS = {
+    "A": ("wheels", "env", "data", "tests", "profile", "ladder", "compile", "nb06"),
+    "B": ("wheels", "env", "data", "nb01", "nb02", "nb03", "loader", "nb04", "nb05"),
+}
 
-# Sizes of the profile and loader stages (the notebooks' sizes are in
-# notebooks/profiles.yml).
+# Sizes of the data, profile, ladder and loader stages (the notebooks' sizes are in
+# notebooks/profiles.yml, profile "gpucheck").
 STAGE_SIZES = {
     "gpu": {
         "profile": {
@@ -135,12 +162,26 @@ STAGE_SIZES = {
             "warmup": 3,
             "timed_steps": 10,
         },
+        "ladder": {
+            "height": 512,
+            "width": 1024,
+            "batch_size": 6,
+            "warmup": 3,
+            "steps": 10,
+            "profile_steps": 3,
+            "epochs": 2,
+            "train_images": 48,
+            "val_images": 2,
+            "rungs": (0, 1, 2, 3, 4),
+            "modes": ("fp32-tf32", "amp-fp16", "amp-bf16", "fp32"),
+            "compile_modes": ("amp-fp16", "fp32-tf32"),
+        },
         "loader": {
             "images": 24,
             "height": 512,
             "width": 1024,
             "batch_size": 6,
-            "workers": (0, 2, 4, 8),
+            "workers": (0, 2, 4, 8, 12),
             "passes": 1,
         },
     },
@@ -152,6 +193,22 @@ STAGE_SIZES = {
             "steps": 1,
             "warmup": 1,
             "timed_steps": 1,
+        },
+        "ladder": {
+            "height": 16,
+            "width": 32,
+            "batch_size": 1,
+            "warmup": 1,
+            "steps": 2,
+            "profile_steps": 1,
+            "epochs": 2,
+            "train_images": 2,
+            "val_images": 1,
+            "rungs": (0, 4),
+            # two precisions, two processes, as on the GPU; a CPU without native bf16
+            # runs amp-bf16 several times slower, so the dry run takes fp32 twice
+            "modes": ("fp32-tf32", "fp32"),
+            "compile_modes": ("fp32-tf32",),
         },
         "loader": {
             "images": 4,
@@ -292,7 +349,52 @@ def stage_notebook(work: Path, dry: bool, stem: str) -> None:
     print(f"{stem}: {run.executed_cells} cells in {run.seconds:.1f} s", flush=True)
 
 
+def data_sets(dry: bool) -> list[tuple[int, int, int, int]]:
+    """The synthetic sets (train, val, height, width) the stages read: the ladder's,
+    the loader sweep's and, on the GPU, chapter 3's (its ``gpucheck`` profile)."""
+    sizes = STAGE_SIZES["dry" if dry else "gpu"]
+    lad, load = sizes["ladder"], sizes["loader"]
+    sets = [
+        (lad["train_images"], lad["val_images"], 2 * lad["height"], 2 * lad["width"]),
+        (load["images"], 0, 2 * load["height"], 2 * load["width"]),
+    ]
+    if not dry:
+        import yaml
+
+        from ampbook.paths import PROFILES_FILE
+
+        ch3 = yaml.safe_load(PROFILES_FILE.read_text())[CHECK_PROFILE][
+            NOTEBOOKS["nb03"]
+        ]
+        sets.append(
+            (
+                ch3["train_images"],
+                ch3["val_images"],
+                2 * ch3["height"],
+                2 * ch3["width"],
+            )
+        )
+    return list(dict.fromkeys(sets))
+
+
+def stage_data(work: Path, dry: bool) -> None:
+    from ampbook.synthetic import synthetic_root
+
+    for train, val, height, width in data_sets(dry):
+        start = time.perf_counter()
+        root = synthetic_root(train, val, height=height, width=width)
+        print(
+            f"synthetic set {train} train + {val} val at {width}x{height}: {root} "
+            f"[{time.perf_counter() - start:.1f} s]",
+            flush=True,
+        )
+
+
 def stage_profile(work: Path, dry: bool) -> None:
+    """Per-module time of the step, fp32 (TF32) and amp-fp16, NCHW then channels_last
+    with cudnn.benchmark (file names ending ``_cl``)."""
+    import inspect
+
     import torch
 
     from ampbook.layer_profile import profile_layers, save_json
@@ -302,33 +404,78 @@ def stage_profile(work: Path, dry: bool) -> None:
         raise RuntimeError(
             "no CUDA device: the profile stage needs one (use --dry-run on a CPU)"
         )
-    for precision in ("fp32", "amp-fp16"):
-        start = time.perf_counter()
-        rec = profile_layers(
-            precision,
-            s["batch_size"],
-            s["height"],
-            s["width"],
-            "cpu" if dry else "cuda",
-            steps=s["steps"],
-            warmup=s["warmup"],
-            timed_steps=s["timed_steps"],
-            tf32=True,
-        )
-        name = (
-            f"layer_profile_{slug(rec['environment']['device_name'])}_{precision}_"
-            f"{rec['width']}x{rec['height']}.json"
-        )
-        save_json(rec, work / "results" / name)
-        top = sorted(rec["layers"], key=lambda x: -x["measured_s"])[:5]
-        print(
-            f"{precision}: step {rec['step_s'] * 1e3:.1f} ms measured, "
-            f"{rec['predicted_step_s'] * 1e3:.1f} ms predicted ({rec['ceilings']}); "
-            "largest: "
-            + ", ".join(f"{x['scope']} {x['measured_s'] * 1e3:.2f} ms" for x in top)
-            + f" [{time.perf_counter() - start:.1f} s]",
-            flush=True,
-        )
+    layouts = [False]
+    if "channels_last" in inspect.signature(profile_layers).parameters:
+        layouts.append(True)
+    else:
+        print("profile_layers has no channels_last: NCHW only", flush=True)
+    for channels_last in layouts:
+        for precision in ("fp32", "amp-fp16"):
+            start = time.perf_counter()
+            kw = (
+                {"channels_last": True, "cudnn_benchmark": True}
+                if channels_last
+                else {}
+            )
+            rec = profile_layers(
+                precision,
+                s["batch_size"],
+                s["height"],
+                s["width"],
+                "cpu" if dry else "cuda",
+                steps=s["steps"],
+                warmup=s["warmup"],
+                timed_steps=s["timed_steps"],
+                tf32=True,
+                **kw,
+            )
+            name = (
+                f"layer_profile_{slug(rec['environment']['device_name'])}_{precision}_"
+                f"{rec['width']}x{rec['height']}{'_cl' if channels_last else ''}.json"
+            )
+            save_json(rec, work / "results" / name)
+            kernels = (
+                sum(x["measured_s"] for x in rec["layers"]) + rec["unattributed_s"]
+            )
+            top = sorted(rec["layers"], key=lambda x: -x["measured_s"])[:4]
+            print(
+                f"{precision}{', channels_last' if channels_last else ''}: step "
+                f"{rec['step_s'] * 1e3:.1f} ms, kernels {kernels * 1e3:.1f} ms, idle "
+                f"{max(rec['step_s'] - kernels, 0) * 1e3:.1f} ms, bound "
+                f"{rec['predicted_step_s'] * 1e3:.1f} ms; largest: "
+                + ", ".join(f"{x['scope']} {x['measured_s'] * 1e3:.2f} ms" for x in top)
+                + f" [{time.perf_counter() - start:.1f} s]",
+                flush=True,
+            )
+
+
+def _ladder_spec(dry: bool, compile_stage: bool):
+    from ampbook.bench_ladder import LadderSpec
+
+    s = dict(STAGE_SIZES["dry" if dry else "gpu"]["ladder"])
+    modes = s.pop("compile_modes") if compile_stage else s["modes"]
+    s.pop("compile_modes", None)
+    s["modes"] = tuple(modes)
+    s["rungs"] = (5,) if compile_stage else tuple(s["rungs"])
+    return LadderSpec(device="cpu" if dry else "cuda", **s)
+
+
+def stage_ladder(work: Path, dry: bool, compile_stage: bool = False) -> None:
+    """The ladder (rungs 0-4), or its compiled rung added to the same file: each
+    precision in its own process, every finished rung written at once."""
+    import torch
+
+    from ampbook.bench_ladder import format_table, ladder_path, run_ladder
+
+    if not dry and not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device: the ladder stage needs one")
+    spec = _ladder_spec(dry, compile_stage)
+    path = ladder_path(work / "results", _device_name())
+    if compile_stage:
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        print(f"compile cache: {cache}", flush=True)
+    ladder = run_ladder(spec, path, "precision", merge=compile_stage or path.exists())
+    print(format_table(ladder), flush=True)
 
 
 def stage_loader(work: Path, dry: bool) -> None:
@@ -368,8 +515,14 @@ def run_stage_child(name: str, work: Path, dry: bool) -> None:
         stage_tests(work, dry)
     elif name in NOTEBOOKS:
         stage_notebook(work, dry, NOTEBOOKS[name])
+    elif name == "data":
+        stage_data(work, dry)
     elif name == "profile":
         stage_profile(work, dry)
+    elif name == "ladder":
+        stage_ladder(work, dry)
+    elif name == "compile":
+        stage_ladder(work, dry, compile_stage=True)
     elif name == "loader":
         stage_loader(work, dry)
     else:
@@ -394,6 +547,7 @@ class StageResult:
     status: str = "pending"  # ok | error | cut short | skipped | not selected
     ok: bool = False
     detail: str = ""
+    writes: str = ""
 
 
 @dataclass
@@ -410,6 +564,7 @@ class Check:
     results: list[StageResult] = field(default_factory=list)
     env: dict = field(default_factory=lambda: dict(os.environ))
     wheel_dir: Path = WHEEL_DIR
+    plan: str | None = None
 
     def __post_init__(self):
         self.out.mkdir(parents=True, exist_ok=True)
@@ -513,16 +668,25 @@ class Check:
         ]
         if self.dry_run:
             cmd.append("--dry-run")
-        return self.run_process(cmd, timeout)
+        env = None
+        if name == "compile":
+            env = dict(self.env)
+            env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
+            if self.dry_run:  # a CPU compiles ERFNet in minutes: the plumbing only
+                env["TORCH_COMPILE_DISABLE"] = "1"
+                self.log("  --dry-run: TORCH_COMPILE_DISABLE=1 (rung 5 runs eager)")
+        return self.run_process(cmd, timeout, env)
 
-    def run_process(self, cmd: list[str], timeout: float) -> tuple[str, str]:
+    def run_process(
+        self, cmd: list[str], timeout: float, env: dict | None = None
+    ) -> tuple[str, str]:
         """Run ``cmd`` in its own process group, its output into the log; past
         ``timeout``
         stop the whole group. Returns (status, detail)."""
         proc = subprocess.Popen(
             cmd,
             cwd=REPO_ROOT,
-            env=self.env,
+            env=env or self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -582,7 +746,8 @@ class Check:
         pending = sum(st.budget_s for st in STAGES if st.name in self.selected)
         self.log(
             f"ampbook.gpucheck {'--dry-run ' if self.dry_run else ''}"
-            f"budget {self.budget_s:.0f} s, "
+            + (f"plan {self.plan}, " if self.plan else "")
+            + f"budget {self.budget_s:.0f} s, "
             f"stages {', '.join(self.selected)}; work folder {self.work}"
         )
         for stage in STAGES:
@@ -594,7 +759,7 @@ class Check:
             else:
                 budget = stage.budget_s / pending * max(self.left(), 0.0)
             pending -= stage.budget_s
-            res = StageResult(stage.name, round(budget, 1))
+            res = StageResult(stage.name, round(budget, 1), writes=stage.writes)
             self.results.append(res)
             if stage.name == "wheels" and self.dry_run:
                 res.status, res.ok, res.detail = (
@@ -686,10 +851,13 @@ class Check:
         self._archive("results.tar.gz", self.result_files())
         executed = sorted((self.work / "executed").glob("*.ipynb"))
         self._archive("notebooks.tar.gz", [(p, p.name) for p in executed])
+        if res is not None and res.name == "compile":
+            self.archive_compile_cache()
         env_file = self.work / "environment.json"
         report = {
             "check": "ampbook.gpucheck",
             "dry_run": self.dry_run,
+            "plan": self.plan,
             "budget_s": self.budget_s,
             "started": self.started,
             "updated": _now(),
@@ -707,6 +875,20 @@ class Check:
         tmp = self.out / ".report.json.tmp"
         tmp.write_text(json.dumps(report, indent=1) + "\n")
         os.replace(tmp, self.out / "report.json")
+
+    def archive_compile_cache(self) -> None:
+        """TorchInductor's cache as ``compile_cache.tar.gz`` (paths relative to
+        ``build/inductor-cache``), when there is one and it fits a file of the
+        output."""
+        cache = Path(self.env.get("TORCHINDUCTOR_CACHE_DIR", INDUCTOR_CACHE))
+        files = (
+            sorted(p for p in cache.rglob("*") if p.is_file()) if cache.is_dir() else []
+        )
+        if not files:
+            self.log(f"no compile cache in {cache} to archive")
+            return
+        self._archive(COMPILE_ARCHIVE, [(p, str(p.relative_to(cache))) for p in files])
+        self.log(f"compile cache: {len(files)} files from {cache} -> {COMPILE_ARCHIVE}")
 
     def _archive(self, name: str, members: list[tuple[Path, str]]) -> None:
         tmp = self.out / f".{name}.tmp"
@@ -849,6 +1031,29 @@ def parse_stages(text: str | None) -> tuple[str, ...]:
     return tuple(n for n in STAGE_NAMES if n in chosen)
 
 
+def default_budget(selected: tuple[str, ...], dry_run: bool) -> float:
+    """A call's budget: ``DEFAULT_BUDGET_S`` on a GPU; in a dry run the selected
+    stages' dry budgets and the reserve (a loaded CPU takes what it takes)."""
+    if not dry_run:
+        return DEFAULT_BUDGET_S
+    return sum(s.dry_budget_s for s in STAGES if s.name in selected) + RESERVE_S
+
+
+def select_stages(plan: str | None, stages: str | None) -> tuple[str, ...]:
+    """The stages of ``--plan`` (A or B), or of ``--stages`` (which wins); one of the
+    two is needed."""
+    if stages:
+        return parse_stages(stages)
+    if plan is None:
+        raise ValueError(
+            "give --plan A or --plan B (the two calls of a lease), or --stages a,b"
+        )
+    key = plan.strip().upper()
+    if key not in PLANS:
+        raise ValueError(f"unknown plan {plan!r}; choose A or B")
+    return PLANS[key]
+
+
 @cli.command("python -m ampbook.gpucheck")
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(
@@ -860,9 +1065,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-s",
         type=float,
-        default=DEFAULT_BUDGET_S,
+        default=None,
         help="the whole check ends inside this many seconds "
-        f"(default {DEFAULT_BUDGET_S:.0f})",
+        f"(default {DEFAULT_BUDGET_S:.0f}; with --dry-run, the stages' dry budgets)",
     )
     parser.add_argument(
         "--dry-run",
@@ -870,10 +1075,16 @@ def main(argv: list[str] | None = None) -> int:
         help="every stage on the CPU at smoke sizes (no wheels step)",
     )
     parser.add_argument(
+        "--plan",
+        default=None,
+        help="A (tests, profiles, the ladder, compiled rung, chapter 6) or B "
+        "(chapters 1-5, the loader sweep): the two calls of a lease",
+    )
+    parser.add_argument(
         "--stages",
         default=None,
-        help=f"comma-separated stages to run (default all: {','.join(STAGE_NAMES)}); "
-        "wheels and env always run",
+        help="comma-separated stages to run instead of a plan "
+        f"({','.join(STAGE_NAMES)}); wheels and env always run",
     )
     parser.add_argument(
         "--wheels",
@@ -914,7 +1125,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if not RESERVE_S + MIN_STAGE_S < args.budget_s < float("inf"):
+    if args.budget_s is not None and not (
+        RESERVE_S + MIN_STAGE_S < args.budget_s < float("inf")
+    ):
         print(
             f"error: --budget-s must be more than {RESERVE_S + MIN_STAGE_S:.0f} s, "
             f"got {args.budget_s:g}",
@@ -922,17 +1135,23 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        selected = parse_stages(args.stages)
+        selected = select_stages(args.plan, args.stages)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    budget = args.budget_s or default_budget(selected, args.dry_run)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         print(f"error: --out {out} exists and is not a folder", file=sys.stderr)
         return 2
     check_out(out)
     return Check(
-        out, args.budget_s, args.dry_run, selected, wheel_dir=Path(args.wheels)
+        out,
+        budget,
+        args.dry_run,
+        selected,
+        wheel_dir=Path(args.wheels),
+        plan=args.plan.upper() if args.plan and not args.stages else None,
     ).run()
 
 

@@ -22,7 +22,8 @@ the profile's sum against.
 The record (schema ``ampbook.layer_profile/1``, read by ``ampbook.results``)::
 
     {"schema", "created", "environment", "device_key", "precision", "tf32",
-     "batch_size", "height", "width", "steps", "warmup",
+     "channels_last", "cudnn_benchmark", "batch_size", "height", "width", "steps",
+     "warmup",
      "time_source": "cuda" | "cpu", "step_s", "predicted_step_s", "ceilings",
      "unattributed_s", "layers": [{"scope", "type", "measured_s", "forward_s",
                                    "backward_s", "predicted_s"}]}
@@ -172,6 +173,8 @@ def profile_layers(
     timed_steps: int = 5,
     ceilings: Ceilings | None = None,
     seed: int = 0,
+    channels_last: bool = False,
+    cudnn_benchmark: bool = False,
 ) -> dict:
     """Profile the runner's training step per module; return the record (module
     docstring)."""
@@ -202,9 +205,11 @@ def profile_layers(
         seed=seed,
         checkpoint=False,
         quiet=True,
+        channels_last=channels_last,
+        cudnn_benchmark=cudnn_benchmark,
     )
     res = validate(cfg)
-    with backend_flags(tf32=tf32):
+    with backend_flags(tf32=tf32, cudnn_benchmark=cudnn_benchmark):
         training = build_training(cfg, res)
         gen = torch.Generator().manual_seed(seed)
         images = torch.randn(batch_size, 3, height, width, generator=gen).to(dev)
@@ -286,6 +291,8 @@ def profile_layers(
         "device_key": entry.key if entry else None,
         "precision": precision,
         "tf32": tf32,
+        "channels_last": channels_last,
+        "cudnn_benchmark": cudnn_benchmark,
         "batch_size": batch_size,
         "height": height,
         "width": width,

@@ -41,10 +41,12 @@ ENCODER_DILATIONS = (2, 4, 8, 16, 2, 4, 8, 16)
 
 class Downsampler(nn.Module):
     """3x3 stride-2 conv (``out - in`` channels) beside a 2x2 max-pool, concatenated;
-    BN, ReLU."""
+    BN, ReLU. With ``fp16_stream`` the pool branch is cast to the conv's dtype before
+    the concatenation (see ``ERFNet``)."""
 
-    def __init__(self, in_channels: int, out_channels: int):
+    def __init__(self, in_channels: int, out_channels: int, fp16_stream: bool = False):
         super().__init__()
+        self.fp16_stream = fp16_stream
         if out_channels <= in_channels:
             raise ValueError(
                 f"a downsampler widens: out_channels ({out_channels}) must exceed "
@@ -59,7 +61,10 @@ class Downsampler(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # torch.cat promotes dtypes, so under autocast (conv in low precision, pool in
         # the input's precision) the concatenation takes the wider of the two.
-        return F.relu(self.bn(torch.cat([self.conv(x), self.pool(x)], dim=1)))
+        conv, pool = self.conv(x), self.pool(x)
+        if self.fp16_stream:
+            pool = pool.to(conv.dtype)  # a no-op outside autocast
+        return F.relu(self.bn(torch.cat([conv, pool], dim=1)))
 
 
 class NonBottleneck1D(nn.Module):
@@ -111,11 +116,14 @@ class Upsampler(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self):
+    def __init__(self, fp16_stream: bool = False):
         super().__init__()
-        layers: list[nn.Module] = [Downsampler(3, 16), Downsampler(16, 64)]
+        layers: list[nn.Module] = [
+            Downsampler(3, 16, fp16_stream),
+            Downsampler(16, 64, fp16_stream),
+        ]
         layers += [NonBottleneck1D(64, dropout=0.03, dilation=1) for _ in range(5)]
-        layers.append(Downsampler(64, 128))
+        layers.append(Downsampler(64, 128, fp16_stream))
         layers += [
             NonBottleneck1D(128, dropout=0.3, dilation=d) for d in ENCODER_DILATIONS
         ]
@@ -150,14 +158,25 @@ class ERFNet(nn.Module):
     H and W must be divisible by 8 (three downsamplers halve them, three upsamplers
     double them back); anything else raises ``ValueError``. Works in channels_last
     memory format and under ``torch.autocast`` (CPU and CUDA, fp16 and bf16).
+
+    ``fp16_stream=True`` (default off: the reference ERFNet) keeps the encoder's
+    residual stream 16-bit under autocast. In the reference, the first downsampler
+    concatenates its convolution (16-bit under autocast) with a max-pool of the fp32
+    image; ``torch.cat`` promotes the pair to fp32, and every residual block after it
+    adds a 16-bit branch to an fp32 skip, so the whole encoder carries fp32
+    activations. With the option each downsampler casts its pool branch to the
+    convolution's dtype before the concatenation (only the first one changes anything:
+    the others already receive 16-bit inputs). Without autocast the cast is a no-op:
+    same parameters, same state dict, same fp32 outputs.
     """
 
-    def __init__(self, num_classes: int = 19):
+    def __init__(self, num_classes: int = 19, fp16_stream: bool = False):
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be positive, got {num_classes}")
         self.num_classes = num_classes
-        self.encoder = Encoder()
+        self.fp16_stream = fp16_stream
+        self.encoder = Encoder(fp16_stream)
         self.decoder = Decoder(num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

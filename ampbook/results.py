@@ -4,7 +4,7 @@
     rs = load_results_dir(results_dir)          # default: data/results
     for pair in rs.pairs(): print(pair.label, pair.speedup, pair.memory_ratio)
 
-Four kinds of file, each named by its ``schema`` field, are read (recursively, sorted by
+Five kinds of file, each named by its ``schema`` field, are read (recursively, sorted by
 path):
 
 * training runs (``"ampbook.train"``, ``ampbook.train.load_results``) -> ``TrainRun``;
@@ -14,7 +14,10 @@ path):
   measured time per ERFNet module beside the cost model's prediction ->
   ``LayerProfile``;
 * loader sweeps (``"ampbook.loader_sweep/1"``, ``ampbook.layer_profile.loader_record``):
-  DataLoader images/s by worker count -> ``LoaderSweep``.
+  DataLoader images/s by worker count -> ``LoaderSweep``;
+* ladders (``"ampbook.ladder/1"``, ``python -m ampbook.bench ladder``): the training
+  step rung by rung from the post's setup to the optimised one, per precision ->
+  ``Ladder``.
 
 Any other JSON (or a file that fails its schema's checks) is listed in
 ``ResultSet.ignored`` with the reason, never silently mixed in.
@@ -56,7 +59,8 @@ TRAIN_SCHEMA = "ampbook.train"
 MATMUL_SCHEMA = "ampbook.tensor_cores/1"
 LAYER_SCHEMA = "ampbook.layer_profile/1"
 LOADER_SCHEMA = "ampbook.loader_sweep/1"
-SCHEMAS = (TRAIN_SCHEMA, MATMUL_SCHEMA, LAYER_SCHEMA, LOADER_SCHEMA)
+LADDER_SCHEMA = "ampbook.ladder/1"
+SCHEMAS = (TRAIN_SCHEMA, MATMUL_SCHEMA, LAYER_SCHEMA, LOADER_SCHEMA, LADDER_SCHEMA)
 
 PEAK_CUDA = "peak CUDA allocated"
 SAVED_FOR_BACKWARD = "saved for backward"
@@ -255,7 +259,8 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             width=int(c["width"]),
             batch_size=int(c["batch_size"]),
             channels_last=bool(c.get("channels_last", False)),
-            workers=int(c.get("workers", 0)),
+            # resolved: what "--workers auto" became (runs before it: the config's)
+            workers=int(r.get("workers", c.get("workers", 0))),
             train_images=int(r["train_images"]),
             synthetic_data=bool(r["synthetic_data"]),
         )
@@ -711,6 +716,195 @@ def read_loader(record: dict, path: str) -> LoaderSweep:
 
 
 # --------------------------------------------------------------------------------------
+# ladders (python -m ampbook.bench ladder)
+# --------------------------------------------------------------------------------------
+
+LADDER_STATUSES = ("running", "complete")
+CELL_STATUSES = ("ok", "error")
+
+
+@dataclass(frozen=True)
+class LadderRung:
+    """One rung: what it adds to the rung before (``TrainConfig`` fields)."""
+
+    index: int
+    key: str
+    title: str
+    changes: dict = field(compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class LadderCell:
+    """One rung in one mode (``MODES``): the step timed alone, profiled, and trained
+    for an epoch. ``kernel_s`` is the GPU's busy time per step (the union of its
+    kernels, from torch.profiler) on CUDA, the CPU operators' time on a CPU
+    (``Ladder.time_source``); ``idle_s`` the rest of the step."""
+
+    rung: int
+    mode: str
+    status: str
+    error: str | None
+    step_s: float | None
+    kernel_s: float | None
+    idle_s: float | None
+    memory_bytes: float | None
+    images_per_s: float | None
+    data_wait_share: float | None
+    bound_s: float | None
+    record: dict = field(repr=False, compare=False, hash=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def mode_label(self) -> str:
+        return MODE_LABELS[self.mode]
+
+    @property
+    def busy_share(self) -> float | None:
+        """The share of the step the device was busy (kernel time over step time)."""
+        if self.kernel_s is None or not self.step_s:
+            return None
+        return min(self.kernel_s / self.step_s, 1.0)
+
+    @property
+    def bound_share(self) -> float | None:
+        """The share of the cost model's roofline bound the step reached."""
+        if self.bound_s is None or not self.step_s:
+            return None
+        return self.bound_s / self.step_s
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """A ladder record (``ampbook.bench_ladder``; schema in data/results/README.md)."""
+
+    path: str
+    device_name: str
+    device: str
+    status: str
+    height: int
+    width: int
+    batch_size: int
+    time_source: str
+    memory_measure: str
+    rungs: tuple[LadderRung, ...]
+    cells: tuple[LadderCell, ...]
+    record: dict = field(repr=False, compare=False, hash=False)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    def cell(self, rung: int, mode: str) -> LadderCell | None:
+        """The measured (ok) cell of ``rung`` in ``mode``, or None."""
+        return next(
+            (c for c in self.cells if c.rung == rung and c.mode == mode and c.ok), None
+        )
+
+    def modes(self) -> list[str]:
+        """The modes with at least one measured cell, in ``MODES`` order."""
+        have = {c.mode for c in self.cells if c.ok}
+        return [m for m in MODES if m in have]
+
+    def rung(self, index: int) -> LadderRung:
+        return next(r for r in self.rungs if r.index == index)
+
+
+def _optional(value: Any, what: str, where: str) -> float | None:
+    return None if value is None else _positive(value, what, where)
+
+
+def read_ladder(record: dict, path: str) -> Ladder:
+    """A ``Ladder`` from a ladder record; ``ResultsError`` names what is wrong."""
+    try:
+        env, settings = record["environment"], record["settings"]
+        if record["status"] not in LADDER_STATUSES:
+            raise ResultsError(
+                f"{path}: status must be one of {', '.join(LADDER_STATUSES)}, got "
+                f"{record['status']!r}"
+            )
+        if settings["time_source"] not in ("cuda", "cpu"):
+            raise ResultsError(
+                f"{path}: time_source must be 'cuda' or 'cpu', got "
+                f"{settings['time_source']!r}"
+            )
+        rungs = tuple(
+            LadderRung(
+                int(r["index"]), str(r["key"]), str(r["title"]), dict(r["changes"])
+            )
+            for r in record["rungs"]
+        )
+        if not rungs:
+            raise ResultsError(f"{path}: no rungs")
+        indices = [r.index for r in rungs]
+        if len(set(indices)) != len(indices):
+            raise ResultsError(f"{path}: rung indices repeat: {indices}")
+        cells, seen = [], set()
+        for c in record["cells"]:
+            where = f"{path}: cell rung {c.get('rung')!r} {c.get('mode')!r}"
+            if c["rung"] not in indices:
+                raise ResultsError(f"{where}: no such rung (rungs {indices})")
+            if c["mode"] not in MODES:
+                raise ResultsError(f"{where}: mode must be one of {', '.join(MODES)}")
+            if c["status"] not in CELL_STATUSES:
+                raise ResultsError(
+                    f"{where}: status must be one of {', '.join(CELL_STATUSES)}"
+                )
+            if (c["rung"], c["mode"]) in seen:
+                raise ResultsError(f"{where}: measured twice")
+            seen.add((c["rung"], c["mode"]))
+            ok = c["status"] == "ok"
+            if ok and not (
+                isinstance(c.get("step_s"), (int, float)) and c["step_s"] > 0
+            ):
+                raise ResultsError(f"{where}: step_s must be a positive number")
+            cells.append(
+                LadderCell(
+                    rung=int(c["rung"]),
+                    mode=str(c["mode"]),
+                    status=c["status"],
+                    error=c.get("error"),
+                    step_s=_optional(c.get("step_s"), "step_s", where),
+                    kernel_s=_optional(c.get("kernel_s"), "kernel_s", where),
+                    idle_s=_optional(c.get("idle_s"), "idle_s", where),
+                    memory_bytes=_optional(
+                        c.get("memory_bytes"), "memory_bytes", where
+                    ),
+                    images_per_s=_optional(
+                        c.get("images_per_s"), "images_per_s", where
+                    ),
+                    data_wait_share=_optional(
+                        c.get("data_wait_share"), "data_wait_share", where
+                    ),
+                    bound_s=_optional(c.get("bound_s"), "bound_s", where),
+                    record=c,
+                )
+            )
+        return Ladder(
+            path=path,
+            device_name=str(env["device_name"]),
+            device=str(env["device"]),
+            status=record["status"],
+            height=int(settings["height"]),
+            width=int(settings["width"]),
+            batch_size=int(settings["batch_size"]),
+            time_source=settings["time_source"],
+            memory_measure=str(settings["memory_measure"]),
+            rungs=rungs,
+            cells=tuple(cells),
+            record=record,
+        )
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ResultsError(f"{path}: ladder lacks or mistypes {err}") from None
+
+
+# --------------------------------------------------------------------------------------
 # a folder
 # --------------------------------------------------------------------------------------
 
@@ -730,6 +924,7 @@ class ResultSet:
     matmul_sweeps: list[MatmulSweep] = field(default_factory=list)
     layer_profiles: list[LayerProfile] = field(default_factory=list)
     loader_sweeps: list[LoaderSweep] = field(default_factory=list)
+    ladders: list[Ladder] = field(default_factory=list)
     ignored: list[Ignored] = field(default_factory=list)
 
     def gpu_runs(self, complete_only: bool = True) -> list[TrainRun]:
@@ -751,7 +946,12 @@ class ResultSet:
     def devices(self) -> list[str]:
         """Device names that appear in any result, sorted."""
         names = {r.device_name for r in self.train_runs}
-        for group in (self.matmul_sweeps, self.layer_profiles, self.loader_sweeps):
+        for group in (
+            self.matmul_sweeps,
+            self.layer_profiles,
+            self.loader_sweeps,
+            self.ladders,
+        ):
             names.update(x.device_name for x in group)
         return sorted(names)
 
@@ -762,10 +962,20 @@ class ResultSet:
             or self.matmul_sweeps
             or self.layer_profiles
             or self.loader_sweeps
+            or self.ladders
+        )
+
+    def gpu_ladders(self) -> list[Ladder]:
+        """Ladders measured on CUDA, the most complete (most measured cells) first."""
+        return sorted(
+            (x for x in self.ladders if x.is_cuda),
+            key=lambda x: -sum(c.ok for c in x.cells),
         )
 
 
-def read_file(path: str | Path) -> TrainRun | MatmulSweep | LayerProfile | LoaderSweep:
+def read_file(
+    path: str | Path,
+) -> TrainRun | MatmulSweep | LayerProfile | LoaderSweep | Ladder:
     """One results file, by its schema; ``ResultsError`` names the file and the
     problem."""
     path = Path(path)
@@ -792,6 +1002,8 @@ def read_file(path: str | Path) -> TrainRun | MatmulSweep | LayerProfile | Loade
         return read_layer_profile(record, str(path))
     if schema == LOADER_SCHEMA:
         return read_loader(record, str(path))
+    if schema == LADDER_SCHEMA:
+        return read_ladder(record, str(path))
     raise ResultsError(
         f"{path}: unknown schema {schema!r} (known: {', '.join(SCHEMAS)})"
     )
@@ -823,6 +1035,8 @@ def load_results_dir(directory: str | Path | None = None) -> ResultSet:
             rs.matmul_sweeps.append(item)
         elif isinstance(item, LayerProfile):
             rs.layer_profiles.append(item)
+        elif isinstance(item, Ladder):
+            rs.ladders.append(item)
         else:
             rs.loader_sweeps.append(item)
     return rs

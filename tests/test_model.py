@@ -163,3 +163,65 @@ def test_autocast_on_cuda_channels_last(dtype):
     assert out.dtype == dtype and out.shape == (2, 19, 64, 128)
     out.float().mean().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+# --- the fp16 residual stream (an option; the reference ERFNet is the default) --------
+
+
+def _pair(num_classes: int = 19):
+    torch.manual_seed(0)
+    reference = ERFNet(num_classes)
+    torch.manual_seed(0)
+    stream = ERFNet(num_classes, fp16_stream=True)
+    return reference, stream
+
+
+def test_fp16_stream_changes_no_parameter_and_no_fp32_output():
+    reference, stream = _pair()
+    assert not reference.fp16_stream and stream.fp16_stream
+    a, b = reference.state_dict(), stream.state_dict()
+    assert list(a) == list(b)
+    for key in a:
+        assert a[key].shape == b[key].shape and torch.equal(a[key], b[key]), key
+    x = torch.randn(2, 3, 32, 64)
+    for mode in ("eval", "train"):
+        getattr(reference, mode)(), getattr(stream, mode)()
+        torch.manual_seed(1)  # the same dropout masks in train mode
+        out_a = reference(x)
+        torch.manual_seed(1)
+        out_b = stream(x)
+        assert out_a.dtype == out_b.dtype == torch.float32
+        assert torch.equal(out_a, out_b), mode
+
+
+def _encoder_dtypes(model: ERFNet, x: torch.Tensor) -> list[torch.dtype]:
+    """Output dtype of each encoder block under CPU bf16 autocast."""
+    seen: list[torch.dtype] = []
+    hooks = [
+        block.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+        for block in model.encoder.layers
+    ]
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def test_fp16_stream_keeps_the_encoder_16_bit_under_autocast():
+    from ampbook.memory import saved_for_backward
+
+    reference, stream = _pair()
+    x = torch.randn(2, 3, 32, 64)
+    target = torch.randint(0, 19, (2, 32, 64))
+    # The reference: the first downsampler's cat promotes to fp32, and every residual
+    # add of a bf16 branch to that fp32 skip stays fp32.
+    assert set(_encoder_dtypes(reference, x)) == {torch.float32}
+    assert set(_encoder_dtypes(stream, x)) == {torch.bfloat16}
+    saved_ref = saved_for_backward(reference, x, target, "cpu", torch.bfloat16)
+    saved_16 = saved_for_backward(stream, x, target, "cpu", torch.bfloat16)
+    assert saved_16["new_bytes"] < saved_ref["new_bytes"]
+    fp32_ref = saved_ref["by_dtype"]["float32"]
+    assert saved_16["by_dtype"].get("float32", 0) < fp32_ref / 2

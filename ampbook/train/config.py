@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,16 @@ from ampbook.precision import (
 )
 
 CLASS_WEIGHTS = ("none", "enet")
+DATA_CACHES = ("none", "host", "device")
+# torch.compile's modes, and its debugging backend "aot_eager" (graph capture and
+# AOTAutograd, no code generation: no C++ compiler or Triton needed).
+COMPILE_MODES = (
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",
+    "aot_eager",
+)
 TF32_CHOICES = ("on", "off")
 # Fields that may differ between an interrupted run and its resumption (they do not
 # change the numbers the run computes).
@@ -43,6 +54,7 @@ RUNTIME_FIELDS = frozenset(
         "save_predictions",
         "device",
         "checkpoint",
+        "sync_every",  # the same losses and skip decisions, read later
     }
 )
 
@@ -67,6 +79,37 @@ class Interrupted(TrainError):
 
 def _opt(help: str, **kw):
     return {"help": help, **kw}
+
+
+def workers_arg(text: str) -> int | str:
+    """``--workers``: a number of worker processes, or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a number of worker processes nor 'auto'"
+        ) from None
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (its affinity mask; the CPU count where the
+    mask cannot be read)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def fused_devices() -> tuple[str, ...]:
+    """Device types that have torch's fused Adam kernel."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        return tuple(_get_fused_kernels_supported_devices())
+    except ImportError:  # an older torch: CUDA only
+        return ("cuda",)
 
 
 @dataclass
@@ -102,7 +145,14 @@ class TrainConfig:
     width: int = field(
         default=1024, metadata=_opt("training width in pixels (multiple of 8)")
     )
-    workers: int = field(default=4, metadata=_opt("DataLoader worker processes"))
+    workers: int | str = field(
+        default=4,
+        metadata=_opt(
+            "DataLoader worker processes, or auto: one per CPU core this process may "
+            "use (the number is in the run's resolved.workers)",
+            type=workers_arg,
+        ),
+    )
     seed: int = field(
         default=0, metadata=_opt("seed of the weights, dropout and data order")
     )
@@ -138,7 +188,50 @@ class TrainConfig:
         default=False, metadata=_opt("model and inputs in channels_last memory format")
     )
     cudnn_benchmark: bool = field(
-        default=False, metadata=_opt("torch.backends.cudnn.benchmark = True")
+        default=False,
+        metadata=_opt(
+            "torch.backends.cudnn.benchmark = True: cuDNN times its algorithms for "
+            "each new input shape and keeps the fastest (no effect on a CPU)"
+        ),
+    )
+    fused_optimizer: bool = field(
+        default=False,
+        metadata=_opt(
+            "Adam's fused implementation (torch.optim.Adam(fused=True): one kernel "
+            "for all parameters), on CUDA and on a CPU, where it was the fastest of "
+            "fused, foreach and for-loop (python -m ampbook.bench step --optimizers)"
+        ),
+    )
+    compile: str | None = field(
+        default=None,
+        metadata=_opt(
+            "torch.compile the model with this mode (default, reduce-overhead: CUDA "
+            "graphs, max-autotune, max-autotune-no-cudagraphs), or aot_eager: its "
+            "debugging backend, no code generation. The steps that compile are "
+            "timed apart (epoch compile_s, kept out of step_s). Inductor needs a C++ "
+            "compiler on a CPU and Triton on a GPU",
+            choices=COMPILE_MODES,
+        ),
+    )
+    data_cache: str = field(
+        default="none",
+        metadata=_opt(
+            "none: decode and resize every image in DataLoader workers, every epoch; "
+            "host or device: decode the train and val images once, at the training "
+            "size, to uint8 in host or GPU memory (4 bytes per pixel, checked before "
+            "it is built; --workers processes decode it), then flip and normalise "
+            "each batch on the device, with no loader workers. On a CPU, device is "
+            "host. The same batches as none with --workers 0",
+            choices=DATA_CACHES,
+        ),
+    )
+    fp16_stream: bool = field(
+        default=False,
+        metadata=_opt(
+            "ERFNet's downsamplers cast their pool branch to the conv's dtype, so "
+            "under autocast the encoder's residual stream stays 16-bit (default: "
+            "the reference ERFNet, whose stream autocast promotes to fp32)"
+        ),
     )
     deterministic: bool = field(
         default=False, metadata=_opt("torch.use_deterministic_algorithms(True)")
@@ -155,7 +248,17 @@ class TrainConfig:
         default=20,
         metadata=_opt(
             "stop after this many consecutive steps skipped for non-finite "
-            "loss/gradients"
+            "loss/gradients (checked at each host sync: see --sync-every)"
+        ),
+    )
+    sync_every: int = field(
+        default=1,
+        metadata=_opt(
+            "read the losses and the skipped-step flags to the host every N batches "
+            "(and at each epoch's end) instead of every batch, so the host can queue "
+            "work ahead of the GPU. Counts stay exact; --max-nonfinite is checked at "
+            "each read, so a run may stop up to N-1 batches later. Steps skip on the "
+            "device only with --fused-optimizer (else one read per optimizer step)"
         ),
     )
     out: str | None = field(
@@ -208,6 +311,12 @@ def run_name(cfg: TrainConfig) -> str:
         parts.append("tf32")
     if cfg.channels_last:
         parts.append("cl")
+    if cfg.fp16_stream:
+        parts.append("fp16stream")
+    if cfg.fused_optimizer:
+        parts.append("fused")
+    if cfg.compile:
+        parts.append(f"compile-{cfg.compile}")
     if not cfg.shuffle:
         parts.append("noshuffle")
     if cfg.accumulate > 1:
@@ -224,6 +333,8 @@ class Resolved:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    workers: int = 0  # DataLoader worker processes ("auto" resolved)
+    cpu_cores: int = 1  # cores this process may use
 
 
 def ranks() -> tuple[int, int, int]:
@@ -263,6 +374,11 @@ def ranks() -> tuple[int, int, int]:
     return rank, ws, local
 
 
+def local_processes() -> int:
+    """Training processes on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 alone)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
 def validate(cfg: TrainConfig) -> Resolved:
     """Check the settings before any work; ``ConfigError`` names the first problem."""
     try:
@@ -274,6 +390,7 @@ def validate(cfg: TrainConfig) -> Resolved:
         "batch_size",
         "accumulate",
         "max_nonfinite",
+        "sync_every",
         "synthetic_train",
         "synthetic_val",
     ):
@@ -284,8 +401,12 @@ def validate(cfg: TrainConfig) -> Resolved:
         cli.check_seed(cfg.seed)
     except cli.UserError as err:
         raise ConfigError(str(err)) from None
-    if not isinstance(cfg.workers, int) or cfg.workers < 0:
-        raise ConfigError(f"workers must be 0 or more, got {cfg.workers!r}")
+    if cfg.workers != "auto" and (
+        not isinstance(cfg.workers, int)
+        or isinstance(cfg.workers, bool)
+        or cfg.workers < 0
+    ):
+        raise ConfigError(f"workers must be 0 or more, or 'auto', got {cfg.workers!r}")
     for name in ("height", "width"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 8 or value % 8:
@@ -309,6 +430,16 @@ def validate(cfg: TrainConfig) -> Resolved:
         raise ConfigError(
             f"unknown class_weights {cfg.class_weights!r}; choose one of "
             f"{', '.join(CLASS_WEIGHTS)}"
+        )
+    if cfg.compile is not None and cfg.compile not in COMPILE_MODES:
+        raise ConfigError(
+            f"unknown compile mode {cfg.compile!r}; choose one of "
+            f"{', '.join(COMPILE_MODES)} (or leave it unset)"
+        )
+    if cfg.data_cache not in DATA_CACHES:
+        raise ConfigError(
+            f"unknown data_cache {cfg.data_cache!r}; choose one of "
+            f"{', '.join(DATA_CACHES)}"
         )
     if cfg.tf32 not in TF32_CHOICES:
         raise ConfigError(f"tf32 must be 'on' or 'off', got {cfg.tf32!r}")
@@ -377,6 +508,16 @@ def validate(cfg: TrainConfig) -> Resolved:
             f"{torch.cuda.device_count()} CUDA device(s)"
         )
 
+    if cfg.fused_optimizer and device.type not in fused_devices():
+        raise ConfigError(
+            f"fused_optimizer: this torch ({torch.__version__}) has no fused Adam for "
+            f"{device.type} (it has one for {', '.join(fused_devices())}); drop "
+            "--fused-optimizer"
+        )
+
+    if cfg.compile is not None:
+        check_compile(cfg.compile, device)
+
     notes: list[str] = []
     dtype = AUTOCAST_DTYPES[cfg.precision]
     if device.type == "cuda":
@@ -394,6 +535,13 @@ def validate(cfg: TrainConfig) -> Resolved:
                 f"{name} (compute capability {cap[0]}.{cap[1]}) has no tensor cores: "
                 "fp16 saves memory there but is unlikely to be faster than fp32"
             )
+        if cfg.sync_every > 1 and not cfg.fused_optimizer:
+            notes.append(
+                f"sync_every {cfg.sync_every} without fused_optimizer: the losses are "
+                "read every "
+                f"{cfg.sync_every} batches, but each optimizer step still reads its "
+                "skip flag to the host (only the fused Adam skips on the GPU)"
+            )
     else:
         if dtype is not None and not native_cpu_flags(dtype):
             absent = " / ".join(sorted(NATIVE_CPU_FLAGS[dtype]))
@@ -406,6 +554,12 @@ def validate(cfg: TrainConfig) -> Resolved:
             )
         if cfg.tf32 == "on":
             notes.append("tf32 on has no effect on a CPU")
+        if cfg.compile == "reduce-overhead":
+            notes.append(
+                "compile reduce-overhead: its CUDA graphs do not apply on a CPU (it "
+                "compiles as default there)"
+            )
+    cores = cpu_cores()
     return Resolved(
         device=device,
         autocast_dtype=dtype,
@@ -414,16 +568,73 @@ def validate(cfg: TrainConfig) -> Resolved:
         rank=rank,
         world_size=world_size,
         local_rank=local_rank,
+        # auto: the cores, shared among this machine's training processes
+        workers=max(1, cores // local_processes())
+        if cfg.workers == "auto"
+        else cfg.workers,
+        cpu_cores=cores,
     )
+
+
+def check_compile(mode: str, device: torch.device) -> None:
+    """``ConfigError`` when ``torch.compile`` in ``mode`` cannot work on ``device``
+    here: no TorchDynamo for this Python, no C++ compiler for Inductor on a CPU, no
+    Triton for Inductor on a GPU."""
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        raise ConfigError(
+            "compile: torch.compile does not support this Python "
+            f"({sys.version.split()[0]}) with torch {torch.__version__}; run without "
+            "--compile"
+        )
+    if mode == "aot_eager":
+        return
+    if device.type == "cpu":
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        try:
+            get_cpp_compiler()
+        except Exception:  # noqa: BLE001 -- Inductor's InvalidCxxCompiler and kin
+            import torch._inductor.config as inductor
+
+            tried = ", ".join(str(c) for c in inductor.cpp.cxx if c)
+            raise ConfigError(
+                f"compile {mode}: Inductor needs a C++ compiler on a CPU and found "
+                f"none (tried {tried}); install g++ or set CXX, or use --compile "
+                "aot_eager "
+                "(no code generation), or run without --compile"
+            ) from None
+    else:
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise ConfigError(
+                f"compile {mode}: Inductor needs Triton on a GPU and this environment "
+                "has none (pip install triton); or use --compile aot_eager, or run "
+                "without --compile"
+            )
 
 
 def config_dict(cfg: TrainConfig) -> dict:
     return dataclasses.asdict(cfg)
 
 
+# Settings whose values give the same numbers: a cache in host or in GPU memory holds
+# the same bytes.
+SAME_NUMBERS = {"data_cache": lambda v: "cached" if v in ("host", "device") else v}
+
+
 def check_resumable(saved: dict, cfg: TrainConfig) -> None:
     now = config_dict(cfg)
-    diff = [k for k in now if k not in RUNTIME_FIELDS and saved.get(k) != now[k]]
+    # a setting newer than the checkpoint was at its default then
+    saved = {**config_dict(TrainConfig()), **saved}
+
+    def same(k: str) -> bool:
+        norm = SAME_NUMBERS.get(k, lambda v: v)
+        return norm(saved.get(k)) == norm(now[k])
+
+    diff = [k for k in now if k not in RUNTIME_FIELDS and not same(k)]
     if diff:
         pairs = ", ".join(
             f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}" for k in diff
@@ -444,6 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
         meta = dict(f.metadata)
         flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
         default = meta.pop("cli_default", f.default)
+        parse = meta.pop("type", None)
         if f.type in ("bool", bool):
             action = "store_false" if f.default else "store_true"
             parser.add_argument(flag, dest=f.name, action=action, help=meta["help"])
@@ -456,7 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
                 help=meta["help"],
             )
         else:
-            kind = {"int": int, "float": float, "float | None": float}.get(
+            kind = parse or {"int": int, "float": float, "float | None": float}.get(
                 str(f.type), str
             )
             parser.add_argument(flag, dest=f.name, type=kind, default=default, **meta)

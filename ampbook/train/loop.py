@@ -41,6 +41,7 @@ from ampbook.train.config import (
     TrainError,
     config_dict,
     config_from_args,
+    local_processes,
     ranks,
     resume_command,
     run_name,
@@ -61,7 +62,13 @@ from ampbook.train.record import (
     summarize,
     write_results,
 )
-from ampbook.train.step import Training, TrainStep, build_training
+from ampbook.train.step import (
+    Training,
+    TrainStep,
+    build_training,
+    compile_count,
+    optimizer_impl,
+)
 
 ENET_C = 1.02
 
@@ -192,6 +199,26 @@ def _show_progress(cfg: TrainConfig, res: Resolved) -> bool:
     return sys.stderr.isatty()
 
 
+class CompileFailed(RuntimeError):
+    """torch.compile could not compile the model (raised from a step)."""
+
+
+def _compiled_step(cfg: TrainConfig, step: TrainStep, x, y, meter):
+    """``step(x, y, meter=meter)``; with ``--compile``, a failure of torch.compile
+    (TorchDynamo or its backend) becomes ``CompileFailed``, one line."""
+    if not cfg.compile:
+        return step(x, y, meter=meter)
+    from torch._dynamo.exc import TorchDynamoException
+
+    try:
+        return step(x, y, meter=meter)
+    except TorchDynamoException as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise CompileFailed(
+            f"torch.compile ({cfg.compile}) failed: {type(err).__name__}: {first}"
+        ) from None
+
+
 def train_epoch(
     epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loader
 ) -> dict:
@@ -205,9 +232,8 @@ def train_epoch(
         torch.cuda.reset_peak_memory_stats(device)
     rss_reset = reset_peak_rss()
     lr = tr.optimizer.param_groups[0]["lr"]
-    losses: list[float] = []
     images = steps = 0
-    data_wait = step_time = 0.0
+    data_wait = step_time = compile_time = 0.0
     saved: SavedTensorMeter | None = None
     bar = tqdm(
         total=len(loader),
@@ -231,21 +257,32 @@ def train_epoch(
                 break
             t1 = time.perf_counter()
             meter = SavedTensorMeter() if steps == 0 else None
-            value = step(x, y, meter=meter)
-            sync()
+            frames = compile_count() if cfg.compile else 0
+            value = _compiled_step(cfg, step, x, y, meter)
+            if step.synced:  # the clock stops after the device's work
+                sync()
             t2 = time.perf_counter()
             if meter is not None:
                 saved = meter
             data_wait += t1 - t0
-            step_time += t2 - t1
+            if cfg.compile and compile_count() > frames:
+                compile_time += t2 - t1  # a step that compiled: timed apart
+            else:
+                step_time += t2 - t1
             steps += 1
             images += len(x)
-            if math.isfinite(value):
-                losses.append(value)
             bar.update(1)
-            bar.set_postfix(loss=f"{value:.4f}", img_s=f"{images / (t2 - start):.1f}")
+            if value is not None:
+                bar.set_postfix(
+                    loss=f"{value:.4f}", img_s=f"{images / (t2 - start):.1f}"
+                )
+        t1 = time.perf_counter()
+        step.sync()  # what the last host sync left on the device
+        sync()
+        step_time += time.perf_counter() - t1
     finally:
         bar.close()
+    losses = [v for v in step.take_losses() if math.isfinite(v)]
     wall = time.perf_counter() - start
     c = step.counters
     rec = {
@@ -260,6 +297,7 @@ def train_epoch(
         "train_loss": sum(losses) / len(losses) if losses else float("nan"),
         "wall_s": wall,
         "step_s": step_time,
+        "compile_s": compile_time if cfg.compile else None,
         "data_wait_s": data_wait,
         "images_per_s": images * res.world_size / wall if wall > 0 else None,
         "saved_tensor_bytes": saved.new_bytes if saved is not None else None,
@@ -357,8 +395,44 @@ def _first_line(err: BaseException) -> str:
     return text
 
 
+def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
+    """(train cache, val cache, what to record) for ``--data-cache host|device``, None
+    for ``none``. Their size is checked against the memory there before decoding."""
+    from ampbook.data import DecodedCache, check_cache_fits, decoded_bytes
+
+    if cfg.data_cache == "none":
+        return None
+    memory = res.device if cfg.data_cache == "device" else torch.device("cpu")
+    images = len(train_ds) + len(val_ds)
+    try:
+        need = check_cache_fits(
+            decoded_bytes(images, cfg.height, cfg.width),
+            memory,
+            copies=local_processes() if memory.type == "cpu" else 1,
+        )
+    except ValueError as err:
+        raise ConfigError(f"data_cache {cfg.data_cache}: {err}") from None
+    _say(
+        cfg,
+        res,
+        f"data cache: decoding {images} images once into {memory} memory "
+        f"({need / 2**20:.1f} MiB, {res.workers} workers)",
+    )
+    start = time.perf_counter()
+    train = DecodedCache.build(train_ds, memory, res.workers)
+    val = DecodedCache.build(val_ds, memory, res.workers)
+    info = {
+        "memory": str(memory),
+        "bytes": train.nbytes + val.nbytes,
+        "images": images,
+        "workers": res.workers,
+        "build_s": time.perf_counter() - start,
+    }
+    return train, val, info
+
+
 def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict:
-    from ampbook.data import Cityscapes, DataError, check_headers
+    from ampbook.data import CachedLoader, Cityscapes, DataError, check_headers
 
     json_path = out / f"{name}.json" if out else None
     ckpt_path = out / f"{name}.ckpt" if out else None
@@ -386,8 +460,9 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         f"{cfg.width}x{cfg.height} (W x H)",
     )
     try:
+        caches = _data_cache(cfg, res, train_ds, val_ds)
         weights = (
-            enet_class_weights(train_ds, cfg.workers)
+            enet_class_weights(train_ds, res.workers)
             if cfg.class_weights == "enet"
             else None
         )
@@ -411,21 +486,31 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     )
     loader_gen = torch.Generator()
     pin = res.device.type == "cuda"
-    train_loader = torch.utils.data.DataLoader(
-        train_ds,
-        batch_size=cfg.batch_size,
-        sampler=sampler,
-        num_workers=cfg.workers,
-        pin_memory=pin,
-        generator=loader_gen,
-    )
-    val_loader = torch.utils.data.DataLoader(
-        val_ds,
-        batch_size=cfg.batch_size,
-        shuffle=False,
-        num_workers=cfg.workers,
-        pin_memory=pin,
-    )
+    if caches is not None:  # batches from memory: no workers
+        train_cache, val_cache, cache_info = caches
+        train_loader = CachedLoader(
+            train_cache, cfg.batch_size, res.device, sampler=sampler, flip=cfg.flip
+        )
+        val_loader = CachedLoader(val_cache, cfg.batch_size, res.device)
+        loader_workers = 0
+    else:
+        cache_info, loader_workers = None, res.workers
+        train_loader = torch.utils.data.DataLoader(
+            train_ds,
+            batch_size=cfg.batch_size,
+            sampler=sampler,
+            num_workers=loader_workers,
+            pin_memory=pin,
+            generator=loader_gen,
+        )
+        val_loader = torch.utils.data.DataLoader(
+            val_ds,
+            batch_size=cfg.batch_size,
+            shuffle=False,
+            num_workers=loader_workers,
+            pin_memory=pin,
+            generator=torch.Generator(),  # leaves torch's global generator alone
+        )
     if cfg.accumulate > len(train_loader):
         per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
         raise ConfigError(
@@ -472,6 +557,10 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             "train_images": len(train_ds),
             "val_images": len(val_ds),
             "world_size": res.world_size,
+            "workers": loader_workers,
+            "cpu_cores": res.cpu_cores,
+            "optimizer": optimizer_impl(tr.optimizer),
+            "data_cache": cache_info,
             "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
             "memory_format": environment["memory_format"],
             "class_weights": weights,
@@ -579,6 +668,13 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         how = "SIGTERM" if cli.terminated() else "SIGINT"
         stop("interrupted", epoch, f"interrupted ({how})")
         raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
+    except CompileFailed as err:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("failed", epoch, str(err))
+        raise TrainError(
+            f"{err}. Run without --compile (or with --compile aot_eager, which "
+            f"generates no code). Epoch {epoch} stopped unfinished; {kept}"
+        ) from None
     except DataError as err:
         kept = _kept(cfg, epochs, json_path, ckpt_path)
         stop("failed", epoch, _first_line(err))

@@ -9,7 +9,9 @@ Top level: ``schema`` ("ampbook.train"), ``schema_version``, ``name``, ``status`
 (``at``, ``after_epoch``: one per resumption), ``config`` (every ``TrainConfig`` field),
 ``resolved`` (what the settings resolved to: ``device``, ``autocast_dtype`` (null for
 fp32), ``grad_scaler``, ``data_root``, ``synthetic_data``, ``train_images``,
-``val_images``, ``world_size``, ``global_batch_size``, ``memory_format``,
+``val_images``, ``world_size``, ``workers``, ``cpu_cores``, ``optimizer``,
+``data_cache``,
+``global_batch_size``, ``memory_format``,
 ``class_weights`` (list or null), ``parameters``, ``warnings``, ``resumed_from_epoch``),
 ``environment`` (``ampbook.env.environment``: versions, device name, tensor cores, TF32
 and cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below),
@@ -21,7 +23,9 @@ Epoch record: ``epoch`` (1-based), ``lr``, ``steps`` (batches), ``images``,
 ``optimizer_steps``, ``skipped_steps``, ``nonfinite_losses``, ``loss_scale`` (GradScaler
 scale at the epoch's end; null without a scaler), ``train_loss`` (mean over the batches
 with a finite loss), ``wall_s`` (training loop), ``step_s`` (inside the step function,
-CUDA synchronised), ``data_wait_s`` (waiting for the loader), ``images_per_s`` (images /
+CUDA synchronised at each host read: see ``--sync-every``), ``compile_s`` (with
+``--compile``: the steps that compiled, kept out of ``step_s``; else null),
+``data_wait_s`` (waiting for the loader), ``images_per_s`` (images /
 wall_s), ``val_s``, ``checkpoint_s``, ``epoch_s`` (all of it), ``saved_tensor_bytes``
 (new bytes autograd saved for backward in the epoch's first forward pass, parameters
 saved by reference not counted: ``SavedTensorMeter.new_bytes``, the book's one memory

@@ -49,12 +49,22 @@ class StepCounters:
 class TrainStep:
     """The runner's training step, also timed by ``python -m ampbook.bench step``.
 
-    ``step(images, labels, meter=None) -> float`` runs one batch: forward pass and loss
-    under autocast (when the precision has one), backward (scaled with a GradScaler),
-    and at the end of each accumulation window the optimizer step: unscale and clip when
-    asked, skip on non-finite gradients, ``scaler.step``/``update``. Returns the batch's
-    loss as a Python float. ``meter`` (a ``SavedTensorMeter``) wraps the forward pass
-    when given.
+    ``step(images, labels, meter=None) -> float | None`` runs one batch: forward pass
+    and loss under autocast (when the precision has one), backward (scaled with a
+    GradScaler), and at the end of each accumulation window the optimizer step: unscale
+    and clip when asked, skip on non-finite gradients, ``scaler.step``/``update``.
+    ``meter`` (a ``SavedTensorMeter``) wraps the forward pass when given.
+
+    Host syncs: the losses and each optimizer step's skip flag stay on the device and
+    are read back together every ``sync_every`` batches (``sync``), in one transfer.
+    The call that reads them returns the batch's loss as a Python float (every call
+    with ``sync_every=1``, the default); the others return None, and ``synced`` says
+    which. ``sync()`` at the end of an epoch reads the rest; ``take_losses()`` returns
+    every loss read since ``begin_epoch``. The counters (``StepCounters``) are exact,
+    updated at each read, and ``max_nonfinite`` consecutive skipped steps stop the run
+    (``NonFiniteLossError``) at the read that sees them. Skipping on the device needs
+    the fused Adam (the GradScaler and the runner pass it the skip flag); other Adam
+    implementations read the flag once per optimizer step.
 
     Accumulation windows: ``accumulate`` batches each, counted from the start of an
     epoch (``begin_epoch(batches)``); the epoch's last window may be shorter and steps
@@ -75,17 +85,27 @@ class TrainStep:
         clip_grad: float | None = None,
         channels_last: bool = False,
         max_nonfinite: int = 20,
+        sync_every: int = 1,
     ):
         self.model, self.optimizer, self.criterion = model, optimizer, criterion
         self.device, self.autocast_dtype, self.scaler = device, autocast_dtype, scaler
         self.accumulate, self.clip_grad = accumulate, clip_grad
         self.channels_last, self.max_nonfinite = channels_last, max_nonfinite
+        self.sync_every = sync_every
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.counters = StepCounters()
+        self.synced = False  # whether the last call read its values to the host
+        self._fused = bool(optimizer.defaults.get("fused"))
+        self._losses: list[torch.Tensor] = []  # on the device, not read yet
+        self._skips: list[torch.Tensor] = []  # one 0/1 flag per optimizer step
+        self._read: list[float] = []  # losses read since begin_epoch
+        self._batches_read = 0  # batches whose loss has been read
         self._micro = 0  # batches done in the current window
         self._window = accumulate  # length of the current window
         self._remaining: int | None = None  # batches left in the epoch (None: unknown)
-        self._ddp = isinstance(model, nn.parallel.DistributedDataParallel)
+        self._ddp = isinstance(  # (a compiled model wraps the DDP module)
+            getattr(model, "_orig_mod", model), nn.parallel.DistributedDataParallel
+        )
 
     def autocast(self):
         return torch.autocast(
@@ -99,7 +119,7 @@ class TrainStep:
         images: torch.Tensor,
         labels: torch.Tensor,
         meter: SavedTensorMeter | None = None,
-    ) -> float:
+    ) -> float | None:
         images = images.to(self.device, non_blocking=True)
         labels = labels.to(self.device, non_blocking=True)
         if self.channels_last:
@@ -125,61 +145,132 @@ class TrainStep:
             (
                 self.scaler.scale(scaled) if self.scaler is not None else scaled
             ).backward()
-        value = loss.item()
-        if not math.isfinite(value):
-            self.counters.nonfinite_losses += 1
+        self._losses.append(loss.detach().float())
         self._micro += 1
         if self._remaining is not None:
             self._remaining -= 1
         if last:
             self._micro = 0
             self._optimizer_step()
-        return value
+        self.synced = len(self._losses) >= self.sync_every
+        return self.sync()[-1] if self.synced else None
 
     def begin_epoch(self, batches: int) -> None:
         """Start an epoch of ``batches`` batches: windows restart, the last one ends
-        with it."""
+        with it, the losses read start afresh."""
         self._micro, self._remaining = 0, batches
+        self._read = []
 
     def _optimizer_step(self) -> None:
-        c = self.counters
         if self.scaler is not None:
             if self.clip_grad is not None:
                 self.scaler.unscale_(self.optimizer)
                 nn.utils.clip_grad_norm_(self.params, self.clip_grad)
-            before = self.scaler.get_scale()
-            self.scaler.step(
-                self.optimizer
-            )  # skipped by the scaler on inf/NaN gradients
-            self.scaler.update()
-            skipped = self.scaler.get_scale() < before
+            self.scaler.step(self.optimizer)  # skipped on inf/NaN gradients
+            skipped = _scaler_found_inf(self.scaler, self.optimizer)
+            self.scaler.update()  # halves the scale after a skip
         else:
-            grads = [p.grad for p in self.params if p.grad is not None]
             if self.clip_grad is not None:
                 norm = nn.utils.clip_grad_norm_(self.params, self.clip_grad)
             else:
-                norm = _total_norm(grads)
-            skipped = not bool(torch.isfinite(norm))
-            if not skipped:
+                norm = _total_norm([p.grad for p in self.params if p.grad is not None])
+            skipped = (~torch.isfinite(norm)).float()
+            if self._fused:  # the fused kernel skips on the flag, on the device
+                self.optimizer.found_inf = skipped
+                try:
+                    self.optimizer.step()
+                finally:
+                    del self.optimizer.found_inf
+            elif not skipped.item():  # any other Adam: the host decides
                 self.optimizer.step()
-        if skipped:
-            c.skipped_steps += 1
-            c.consecutive_skipped += 1
-            self.optimizer.zero_grad(set_to_none=True)
-            if c.consecutive_skipped >= self.max_nonfinite:
-                scale = (
-                    self.scaler.get_scale() if self.scaler is not None else "no scaler"
-                )
-                raise NonFiniteLossError(
-                    f"{c.consecutive_skipped} consecutive optimizer steps had "
-                    "non-finite gradients (batches with a non-finite loss so far: "
-                    f"{c.nonfinite_losses}; loss scale: {scale}); stopping instead "
-                    "of training on NaN. Lower the learning rate, check the data for "
-                    "NaN/inf, or try another precision (fp16 overflows above 65504)."
-                )
-        else:
-            c.optimizer_steps += 1
-            c.consecutive_skipped = 0
+        self._skips.append(skipped.to(self.device))
+
+    def sync(self) -> list[float]:
+        """Read the pending losses and skip flags to the host (one transfer), update
+        the counters and return the losses read; ``NonFiniteLossError`` when
+        ``max_nonfinite`` consecutive optimizer steps were skipped."""
+        if not self._losses and not self._skips:
+            return []
+        values = torch.stack(self._losses + self._skips).tolist()
+        losses, skips = values[: len(self._losses)], values[len(self._losses) :]
+        self._losses, self._skips = [], []
+        self._read += losses
+        self._batches_read += len(losses)
+        c = self.counters
+        c.nonfinite_losses += sum(not math.isfinite(v) for v in losses)
+        worst = 0
+        for skipped in skips:
+            if skipped:
+                c.skipped_steps += 1
+                c.consecutive_skipped += 1
+                worst = max(worst, c.consecutive_skipped)
+            else:
+                c.optimizer_steps += 1
+                c.consecutive_skipped = 0
+        if worst >= self.max_nonfinite:
+            scale = self.scaler.get_scale() if self.scaler is not None else "no scaler"
+            seen = (
+                f" (read every {self.sync_every} batches; seen after batch "
+                f"{self._batches_read})"
+                if self.sync_every > 1
+                else ""
+            )
+            raise NonFiniteLossError(
+                f"{worst} consecutive optimizer steps had non-finite gradients"
+                f"{seen} (batches with a non-finite loss so far: "
+                f"{c.nonfinite_losses}; loss scale: {scale}); stopping instead of "
+                "training on NaN. Lower the learning rate, check the data for "
+                "NaN/inf, or try another precision (fp16 overflows above 65504)."
+            )
+        return losses
+
+    def take_losses(self) -> list[float]:
+        """Every loss read since ``begin_epoch`` (call ``sync()`` first for all)."""
+        return list(self._read)
+
+
+def _scaler_found_inf(
+    scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer
+) -> torch.Tensor:
+    """1.0 when the GradScaler's last ``step`` found inf/NaN gradients (and so skipped
+    the update), else 0.0: its own flags, read on the device (between ``step`` and
+    ``update``; GradScaler keeps them per optimizer and device)."""
+    found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+    flags = [f.to(scaler._scale.device, non_blocking=True) for f in found.values()]
+    return (torch.stack(flags).sum() > 0).float()
+
+
+def compiled(model: nn.Module, mode: str) -> nn.Module:
+    """``torch.compile(model, mode=mode)`` (``"aot_eager"``: that backend), with static
+    shapes: a batch of another size (an epoch's last) compiles its own graph rather
+    than a slower dynamic-shape one for every size."""
+    if mode == "aot_eager":
+        return torch.compile(model, backend="aot_eager", dynamic=False)
+    return torch.compile(model, mode=mode, dynamic=False)
+
+
+def compile_count() -> int:
+    """Frames TorchDynamo has compiled in this process so far: a step that raises it
+    compiled (its backward graph compiles in the same step)."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["total"]
+
+
+def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
+    """Which of torch's implementations ``optimizer.step`` runs: ``"fused"`` (one
+    kernel for all parameters), ``"foreach"`` (one kernel per operation over lists of
+    tensors) or ``"for-loop"`` (kernels per parameter). Left to torch, it takes foreach
+    where every parameter is on a GPU, else the for-loop."""
+    d = optimizer.defaults
+    if d.get("fused"):
+        return "fused"
+    if d.get("foreach") is False:
+        return "for-loop"
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if d.get("foreach") or (params and all(p.is_cuda for p in params)):
+        return "foreach"
+    return "for-loop"
 
 
 @dataclass
@@ -204,7 +295,7 @@ def build_training(
     from ampbook.model import ERFNet
 
     torch.manual_seed(cfg.seed)
-    net = ERFNet(NUM_CLASSES).to(res.device)
+    net = ERFNet(NUM_CLASSES, fp16_stream=cfg.fp16_stream).to(res.device)
     if cfg.channels_last:
         net = net.to(memory_format=torch.channels_last)
     model: nn.Module = net
@@ -212,12 +303,15 @@ def build_training(
         model = nn.parallel.DistributedDataParallel(
             net, device_ids=[res.device.index] if res.device.type == "cuda" else None
         )
+    if cfg.compile is not None:
+        model = compiled(model, cfg.compile)
     optimizer = torch.optim.Adam(
         net.parameters(),
         lr=cfg.lr,
         betas=(0.9, 0.999),
         eps=1e-8,
         weight_decay=cfg.weight_decay,
+        fused=True if cfg.fused_optimizer else None,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, PolyDecay(cfg.epochs, cfg.poly_power)
@@ -240,5 +334,6 @@ def build_training(
         clip_grad=cfg.clip_grad,
         channels_last=cfg.channels_last,
         max_nonfinite=cfg.max_nonfinite,
+        sync_every=cfg.sync_every,
     )
     return Training(model, net, optimizer, scheduler, scaler, criterion, step)

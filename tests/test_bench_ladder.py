@@ -1,0 +1,419 @@
+"""python -m ampbook.bench ladder: the rungs, the record and its reader, the targets, a
+ladder measured on this CPU, and the prediction from measured layer profiles."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+from _chapters import FIXTURES
+
+from ampbook import bench_ladder as bl
+from ampbook.paths import REPO_ROOT
+from ampbook.results import (
+    MODES,
+    ResultsError,
+    load_results_dir,
+    read_file,
+    read_ladder,
+)
+
+FIXTURE_LADDER = FIXTURES / "ladder_fixture-gpu.json"
+
+
+def fixture_record() -> dict:
+    return json.loads(FIXTURE_LADDER.read_text())
+
+
+# --- the rungs ------------------------------------------------------------------------
+
+
+def test_each_rung_adds_its_own_change_to_the_ones_below():
+    changed = [set(r.changes) for r in bl.RUNGS[1:]]
+    for i, fields in enumerate(changed):  # no field is changed by two rungs
+        assert not fields & set().union(*changed[:i], *changed[i + 1 :])
+    assert set().union(*changed) <= set(bl.RUNGS[0].changes)  # rung 0 sets them all
+    top = bl.rung_fields(5, "max-autotune")
+    assert top["compile"] == "max-autotune" and top["fp16_stream"] is True
+    assert bl.rung_fields(3)["sync_every"] == bl.SYNC_EVERY
+    assert (
+        bl.rung_fields(3)["fp16_stream"] is False and bl.rung_fields(2)["channels_last"]
+    )
+    assert bl.rung_fields(0) == bl.RUNGS[0].changes
+
+
+def test_every_rung_is_a_runner_config():
+    """Each rung's fields are the runner's own (a TrainConfig, so a train command)."""
+    from ampbook.train import TrainConfig, command_line
+
+    assert bl.missing_fields() == [], "the runner lacks fields the rungs set"
+    spec = bl.LadderSpec.for_device("cpu")
+    for rung in bl.RUNGS:
+        cfg = bl.rung_config(spec, rung.index, "amp-fp16", "cpu")
+        assert isinstance(cfg, TrainConfig)
+        assert (cfg.precision, cfg.tf32) == ("amp-fp16", "on")
+        for key, value in rung.changes.items():
+            assert getattr(cfg, key) == (
+                value if key != "compile" or not value else "default"
+            )
+        line = command_line(cfg)
+        assert line.startswith("python -m ampbook.train")
+
+
+def test_rungs_and_precisions_parse_or_fail_with_the_rule():
+    assert bl.parse_rungs("0-5") == bl.RUNG_INDICES
+    assert bl.parse_rungs("4,0,2,2") == (0, 2, 4)
+    assert bl.parse_modes("amp-fp16, fp32-tf32") == ("amp-fp16", "fp32-tf32")
+    for bad in ("6", "a", "", "0-9"):
+        with pytest.raises(bl.LadderError, match="rungs"):
+            bl.parse_rungs(bad)
+    with pytest.raises(bl.LadderError, match="choose from"):
+        bl.parse_modes("fp16")
+    with pytest.raises(bl.LadderError, match="epochs must be at least 2"):
+        bl.LadderSpec(epochs=1).check()
+    with pytest.raises(bl.LadderError, match="multiple of 8"):
+        bl.LadderSpec(height=100).check()
+
+
+def test_processes_one_per_precision_or_per_cell_the_modes_taking_turns():
+    modes = ("fp32-tf32", "amp-fp16")
+    assert bl.plan((0, 1), modes, "precision") == [
+        ("fp32-tf32", (0, 1)),
+        ("amp-fp16", (0, 1)),
+    ]
+    assert bl.plan((0, 1), modes, "cell") == [
+        ("fp32-tf32", (0,)),
+        ("amp-fp16", (0,)),
+        ("fp32-tf32", (1,)),
+        ("amp-fp16", (1,)),
+    ]
+
+
+# --- the record and its reader --------------------------------------------------------
+
+
+def test_fixture_ladder_is_read_like_any_result():
+    rs = load_results_dir(FIXTURES)
+    assert rs.ignored == [] and len(rs.ladders) == 1 and rs.gpu_ladders() == rs.ladders
+    ladder = rs.ladders[0]
+    assert ladder.device_name == "Fixture GPU (fictitious)" and ladder.is_cuda
+    assert [r.index for r in ladder.rungs] == list(bl.RUNG_INDICES)
+    assert ladder.modes() == list(MODES)
+    c = ladder.cell(4, "amp-fp16")
+    assert c.step_s == pytest.approx(0.036) and c.busy_share == pytest.approx(0.95)
+    assert c.bound_share == pytest.approx(c.bound_s / c.step_s)
+    assert "Fixture GPU (fictitious)" in rs.devices()
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda r: r["cells"][0].update(mode="fp16"), "mode must be one of"),
+        (lambda r: r["cells"][0].update(rung=9), "no such rung"),
+        (lambda r: r["cells"].append(dict(r["cells"][0])), "measured twice"),
+        (lambda r: r["cells"][0].update(step_s=None), "step_s must be a positive"),
+        (lambda r: r["cells"][0].update(kernel_s=-1.0), "kernel_s must be"),
+        (lambda r: r.update(status="done"), "status must be one of"),
+        (lambda r: r["settings"].update(time_source="tpu"), "time_source"),
+        (lambda r: r.pop("settings"), "lacks or mistypes"),
+    ],
+)
+def test_a_broken_ladder_is_refused_with_the_reason(tmp_path, breakage, message):
+    record = fixture_record()
+    breakage(record)
+    path = tmp_path / "ladder_x.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ResultsError, match=message):
+        read_file(path)
+    rs = load_results_dir(tmp_path)
+    assert rs.ladders == [] and message.split()[0] in rs.ignored[0].reason
+
+
+def test_an_error_cell_and_a_running_ladder_are_kept():
+    record = fixture_record()
+    record["status"] = "running"
+    record["cells"][0] = {
+        "rung": 0,
+        "mode": "fp32-tf32",
+        "status": "error",
+        "error": "RuntimeError: out of memory",
+    }
+    ladder = read_ladder(record, "x")
+    assert not ladder.complete and ladder.cell(0, "fp32-tf32") is None
+    assert "error: RuntimeError: out of memory" in bl.format_table(ladder)
+
+
+# --- reading a ladder -----------------------------------------------------------------
+
+
+def test_targets_read_from_the_fixture_one_by_one():
+    ladder = read_ladder(fixture_record(), "fixture")
+    got = {t.name: t for t in bl.check_targets(ladder)}
+    # the fixture's made-up figures: rung 4 eager, rung 5 compiled, amp-fp16 vs TF32
+    assert got["AMP step, eager"].value == pytest.approx(0.036)
+    assert got["AMP step, eager"].met is False
+    assert got["AMP step, eager"].start == pytest.approx(0.110)
+    assert got["AMP over TF32, eager"].value == pytest.approx(0.092 / 0.036)
+    assert got["AMP over TF32, compiled"].met is True
+    assert got["AMP step, compiled"].value == pytest.approx(0.020)
+    assert got["images/s end to end"].value == pytest.approx(0.98 * 6 / 0.020)
+    assert got["images/s end to end"].met is False
+    assert got["AMP / TF32 peak memory"].value == pytest.approx(2.9 / 5.2)
+    assert got["AMP / TF32 peak memory"].met is True
+    assert got["data wait"].met and got["device busy"].met
+    missed = [t for t in got.values() if t.met is False]
+    assert missed and all("MISSED" in t.line() and t.note in t.line() for t in missed)
+    assert "the profile: GPU busy" in got["AMP step, eager"].line()
+    text = bl.format_targets(ladder)
+    assert "read them as a yardstick" in " ".join(text.split())  # not an H200
+    assert all(len(line) <= 88 for line in text.splitlines())
+
+
+def test_rung_verdicts_say_what_each_rung_did():
+    ladder = read_ladder(fixture_record(), "fixture")
+    line = bl.rung_verdict(ladder, 2, ["amp-fp16"])
+    assert line.startswith("Rung 2 (+ channels_last, cudnn.benchmark): amp-fp16 108")
+    assert "(1.80x, faster)" in line
+    record = fixture_record()
+    record["cells"] = [c for c in record["cells"] if c["rung"] < 5]
+    record["rungs"] = [r for r in record["rungs"] if r["index"] < 5]
+    line = bl.rung_verdict(read_ladder(record, "x"), 5)
+    assert line.startswith("This ladder has no rung 5 (+ torch.compile)")
+
+
+def test_table_fits_88_columns():
+    table = bl.format_table(read_ladder(fixture_record(), "fixture"))
+    lines = table.splitlines()
+    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES)
+    assert all(len(line) <= 88 for line in lines)
+
+
+# --- measured here --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_ladder(tmp_path_factory):
+    """A tiny ladder on this CPU: rungs 0 and 4, fp32 and amp-bf16, in this process."""
+    spec = bl.LadderSpec.for_device(
+        "cpu",
+        device="cpu",
+        rungs=(0, 4),
+        height=16,
+        width=32,
+        batch_size=1,
+        steps=2,
+        profile_steps=1,
+        train_images=1,
+        val_images=1,
+        warmup=1,
+    )
+    path = tmp_path_factory.mktemp("ladder") / "ladder.json"
+    lines = []
+    ladder = bl.run_ladder(spec, path, "none", log=lines.append)
+    return ladder, path, lines
+
+
+def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
+    ladder, path, lines = cpu_ladder
+    assert ladder.complete and ladder.time_source == "cpu" and not ladder.is_cuda
+    assert [(c.rung, c.mode) for c in ladder.cells] == [
+        (0, "fp32"),
+        (0, "amp-bf16"),
+        (4, "fp32"),
+        (4, "amp-bf16"),
+    ]
+    for c in ladder.cells:
+        assert c.ok, c.error
+        r = c.record
+        assert len(r["step_times_s"]) == 2 and c.step_s > 0
+        assert 0 <= c.kernel_s and c.idle_s == pytest.approx(
+            max(c.step_s - c.kernel_s, 0.0)
+        )
+        assert r["kernels_per_step"] > 100  # ERFNet's operators, counted
+        assert c.memory_bytes > 0 and c.images_per_s > 0
+        assert 0 <= c.data_wait_share < 1 and 0 < c.bound_s
+    # the 16-bit stream saves bytes for backward under bf16 autocast
+    assert (
+        ladder.cell(4, "amp-bf16").memory_bytes
+        < ladder.cell(0, "amp-bf16").memory_bytes
+    )
+    assert len(lines) == 4 and lines[0].startswith("rung 0 fp32")
+    assert read_file(path).cells == ladder.cells  # the file holds what was returned
+
+
+def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):
+    ladder, path, _ = cpu_ladder
+    copy_path = tmp_path / "ladder.json"
+    copy_path.write_text(path.read_text())
+    spec = bl.LadderSpec.for_device(
+        "cpu", device="cpu", rungs=(0,), modes=("fp32",), height=32, width=32
+    )
+    with pytest.raises(bl.LadderError, match="another device or size"):
+        bl.run_ladder(spec, copy_path, "none", merge=True)
+    record = json.loads(copy_path.read_text())
+    record["cells"] = record["cells"][:1]
+    bl.add_cell(copy_path, copy.deepcopy(json.loads(path.read_text())["cells"][3]))
+    assert [(c["rung"], c["mode"]) for c in json.loads(copy_path.read_text())["cells"]]
+
+
+def test_a_failing_rung_is_an_error_cell_and_the_ladder_goes_on(tmp_path):
+    spec = bl.LadderSpec.for_device(
+        "cpu",
+        device="cpu",
+        rungs=(0,),
+        modes=("fp32",),
+        height=16,
+        width=32,
+        batch_size=1,
+        steps=1,
+        profile_steps=1,
+        train_images=1,
+        val_images=1,
+        warmup=1,
+    )
+    spec.train_images = 0  # a spec the runner refuses: recorded, not raised
+    path = tmp_path / "l.json"
+    bl.write_record(
+        bl.new_record(spec, {"device_name": "cpu", "device": "cpu"}, "none"), path
+    )
+    bl.run_group(spec, "fp32", (0,), path, log=lambda s: None)
+    cell = json.loads(path.read_text())["cells"][0]
+    assert cell["status"] == "error" and "synthetic_train" in cell["error"]
+
+
+def test_command_line_errors_are_one_line():
+    for args, message in (
+        (["--device", "cpu", "--rungs", "7"], "rungs are 0 to 5"),
+        (["--device", "cpu", "--precisions", "fp64"], "choose from"),
+        (["--device", "cpu", "--epochs", "1"], "epochs must be at least 2"),
+        (["--device", "cpu", "--precisions", "fp32-tf32"], "nothing left"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "ampbook.bench", "ladder", *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error:") and message in done.stderr
+
+
+# --- the prediction -------------------------------------------------------------------
+
+
+def test_prediction_from_measured_layer_profiles():
+    from fixtures.make_results import CEILINGS  # the fixture profiles' own ceilings
+
+    rs = load_results_dir(FIXTURES)
+    rs.ladders.clear()  # as if no ladder were committed
+    shown, predicted = bl.gpu_ladder(rs)
+    assert predicted and shown.record["predicted"] is True
+    assert "No GPU ladder is committed" in bl.missing_ladder_line(rs)
+    # the fictitious GPU is not in the device table: no bound for the 16-bit stream
+    assert shown.cell(4, "amp-fp16") is None and shown.cell(3, "amp-fp16")
+    ladder = read_ladder(bl.predict_ladder(rs, ceilings=CEILINGS), "prediction")
+    assert [r.index for r in ladder.rungs] == [0, 1, 2, 3, 4]
+    assert ladder.modes() == ["fp32-tf32", "amp-fp16"]
+    profile = {lp.precision: lp for lp in rs.layer_profiles}["amp-fp16"]
+    r0, r1 = ladder.cell(0, "amp-fp16"), ladder.cell(1, "amp-fp16")
+    assert r0.step_s == pytest.approx(profile.step_s)
+    assert r0.kernel_s == pytest.approx(profile.measured_total_s)
+    run = next(r for r in rs.gpu_runs() if r.mode == "amp-fp16")
+    assert r0.images_per_s == pytest.approx(run.images_per_s)
+    assert r1.data_wait_share == 0 and r1.images_per_s == pytest.approx(6 / r1.step_s)
+    bn = sum(t.measured_s for t in profile.layers if t.type == "BatchNorm2d")
+    r2, r3, r4 = (ladder.cell(i, "amp-fp16") for i in (2, 3, 4))
+    assert r2.kernel_s == pytest.approx(r1.kernel_s - bn / 2)
+    assert r3.idle_s == 0 and r3.step_s == pytest.approx(r2.kernel_s)
+    assert r4.step_s < r3.step_s and r4.memory_bytes < r3.memory_bytes
+    tf32 = ladder.cell(4, "fp32-tf32"), ladder.cell(3, "fp32-tf32")
+    assert tf32[0].step_s == tf32[1].step_s  # no autocast: the stream changes nothing
+    assert bl.source_line(ladder, True).startswith("Predicted from the layer profiles")
+    assert bl.missing_ladder_line(load_results_dir(FIXTURES)) == ""
+
+
+def test_a_ladder_stopped_part_way_keeps_its_finished_cells(tmp_path):
+    """Killed after its first cell (as a GPU check's time limit kills it), the ladder's
+    file holds that cell and reads as a running ladder."""
+    import os
+    import signal
+    import time
+
+    path = tmp_path / "ladder.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ampbook.bench",
+            "ladder",
+            "--device",
+            "cpu",
+            "--rungs",
+            "0,4",
+            "--precisions",
+            "fp32",
+            "--height",
+            "16",
+            "--width",
+            "32",
+            "--batch-size",
+            "1",
+            "--steps",
+            "1",
+            "--profile-steps",
+            "1",
+            "--train-images",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            str(path),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if path.exists() and json.loads(path.read_text())["cells"]:
+                break
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    ladder = read_file(path)
+    assert ladder.status == "running" and [(c.rung, c.ok) for c in ladder.cells] == [
+        (0, True)
+    ]
+    assert load_results_dir(tmp_path).ladders[0].cell(0, "fp32").step_s > 0
+
+
+@pytest.mark.cuda
+def test_a_gpu_ladder_times_kernels_and_idle_apart(tmp_path):
+    """On a GPU: CUDA-event step times, the GPU's busy time from the profiler no more
+    than the profiled step, the allocator's peaks, the kernels counted."""
+    spec = bl.LadderSpec.for_device(
+        "cuda",
+        device="cuda",
+        rungs=(0, 3),
+        modes=("amp-fp16",),
+        height=64,
+        width=128,
+        batch_size=2,
+        steps=5,
+        train_images=4,
+    )
+    ladder = bl.run_ladder(spec, tmp_path / "l.json", "none", log=lambda s: None)
+    assert ladder.is_cuda and ladder.time_source == "cuda"
+    for c in ladder.cells:
+        assert c.ok, c.error
+        assert 0 < c.kernel_s <= c.record["profiled_step_s"] * 1.01
+        assert c.record["peak_reserved_bytes"] >= c.memory_bytes > 0
+        assert c.record["kernels_per_step"] > 100
+    assert [c.rung for c in ladder.cells] == [0, 3]
