@@ -53,7 +53,12 @@ import torch
 
 from ampbook.env import cpu_flags, environment, pick_device
 from ampbook.paths import REPO_ROOT, RESULTS_DIR
-from ampbook.timing import machine_load, time_elementwise, time_matmul
+from ampbook.timing import (
+    machine_load,
+    time_conv2d,
+    time_elementwise,
+    time_matmul,
+)
 
 SCHEMA = "ampbook.tensor_cores/1"
 RESULTS_PATTERN = "tensor_cores_*.json"
@@ -295,6 +300,136 @@ def elementwise_sweep(
     return rows
 
 
+CONV_KINDS = ("conv", "conv_train")
+
+
+def conv_sweep(
+    shape: Sequence[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    kernel: int = 3,
+    max_call_s: float | None = None,
+    rounds: int = 1,
+    **timing,
+) -> tuple[list[dict], list[dict]]:
+    """One convolution (``shape`` = batch, channels, height, width; ``kernel`` square)
+    in each dtype: its forward (kind ``"conv"``) and a training pass, forward and
+    backward (kind ``"conv_train"``), measured side by side; returns ``(rows,
+    skipped)``. A dtype whose forward took longer than ``max_call_s`` per call skips
+    its training pass (about three times the work), with the reason recorded."""
+    batch, channels, height, width = (int(v) for v in shape)
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    dev = pick_device(device)
+    size = {"batch": batch, "channels": channels, "height": height, "width": width}
+    rows, skipped = [], []
+    for backward in (False, True):
+        kind = CONV_KINDS[backward]
+        todo = []
+        for dtype in dtypes:
+            fwd = next((r for r in rows if r["dtype"] == dtype), None)
+            if backward and max_call_s is not None and fwd is not None:
+                if fwd["median_s"] > max_call_s:
+                    skipped.append(
+                        dict(
+                            size,
+                            kind=kind,
+                            dtype=dtype,
+                            reason=f"its forward took {fwd['median_s']:.3g} s per "
+                            f"call > max_call_s {max_call_s:g} s",
+                        )
+                    )
+                    continue
+            todo.append(dtype)
+        got: dict[str, list[dict]] = {d: [] for d in todo}
+        for _ in range(rounds):
+            for dtype in todo:
+                got[dtype].append(
+                    time_conv2d(
+                        batch,
+                        channels,
+                        height,
+                        width,
+                        kernel,
+                        dtype,
+                        dev,
+                        backward=backward,
+                        **_timing(timing),
+                    ).to_dict()
+                )
+        rows.extend(_best_of(got[d]) for d in todo)
+    return rows, skipped
+
+
+def op_speeds(
+    mm_rows: Sequence[dict], conv_rows: Sequence[dict]
+) -> tuple[int, dict[str, dict[str, float]]]:
+    """Each 16-bit dtype's speed against fp32, per op: ``(n, {dtype: {"matmul",
+    "conv", "conv_train": ratio}})`` with the matmuls at the largest size every dtype
+    reached (``speeds_at_common_size``); a ratio above 1 is faster than fp32. An op a
+    dtype did not run is left out."""
+    n, speed = speeds_at_common_size(mm_rows)
+    conv = {(r["kind"], r["dtype"]): r["median_s"] for r in conv_rows}
+    out: dict[str, dict[str, float]] = {}
+    for d in speed:
+        if d == "fp32":
+            continue
+        ratios = {"matmul": speed[d] / speed["fp32"]}
+        for kind in CONV_KINDS:
+            if (kind, d) in conv and (kind, "fp32") in conv:
+                ratios[kind] = conv[(kind, "fp32")] / conv[(kind, d)]
+        out[d] = ratios
+    return n, out
+
+
+_OP_WORDS = {
+    "matmul": "matmuls",
+    "conv": "the convolution's forward",
+    "conv_train": "its forward and backward",
+}
+
+
+def amp_op_verdict(
+    ratios: dict[str, dict[str, float]], device_type: str, margin: float = 0.1
+) -> str:
+    """Where mixed precision pays on this device, from measured op speeds
+    (``op_speeds``, never from the CPU's instruction flags): per 16-bit dtype, its speed
+    against fp32 on each op and whether it is faster on all of them (by more than
+    ``margin``), slower on all, or mixed; then what that means for autocast here.
+    Autocast's low dtype is bf16 on a CPU and fp16 on CUDA."""
+    if not ratios:
+        return "no 16-bit dtype was measured beside fp32."
+    parts, verdicts = [], {}
+    for d, r in ratios.items():
+        speeds = ", ".join(f"{_OP_WORDS.get(k, k)} {v:.3g}x" for k, v in r.items())
+        if all(v > 1 + margin for v in r.values()):
+            verdicts[d] = "faster"
+        elif all(v < 1 - margin for v in r.values()):
+            verdicts[d] = "slower"
+        else:
+            verdicts[d] = "mixed"
+        parts.append(f"{d} ran {speeds} the fp32 speed ({verdicts[d]})")
+    text = f"On this {device_type}, " + "; ".join(parts) + ". "
+    low = "bf16" if device_type == "cpu" else "fp16"
+    what = verdicts.get(low)
+    if what == "faster":
+        return text + (
+            f"Autocast's {low} can pay here in layers made of these ops; a whole step "
+            "gains less, since it also runs casts and the ops autocast keeps in fp32."
+        )
+    if what == "slower":
+        return text + (
+            f"Autocast's {low} costs time here in layers made of these ops: mixed "
+            f"precision does not pay on this {device_type}."
+        )
+    if what == "mixed":
+        return text + (
+            f"Autocast's {low} pays here for some ops and costs for others: only a "
+            "whole step says which wins."
+        )
+    return text + f"Autocast's {low} was not measured."
+
+
 # --------------------------------------------------------------------------------------
 # What a run shows: summaries and one-line verdicts (chapter 2 prints them)
 # --------------------------------------------------------------------------------------
@@ -334,20 +469,16 @@ def load_verdict(load: dict, device_type: str) -> str:
     return head + "quiet, the CPU timings below are the CPU's."
 
 
-def speed_verdict(
-    speed: dict[str, float], n: int, device_type: str, flags: Sequence[str] = ()
-) -> str:
-    """One line: each dtype's speed against fp32 at size n, and what that means here."""
+def speed_verdict(speed: dict[str, float], n: int, device_type: str) -> str:
+    """One line: each dtype's speed against fp32 at size n, and which way it went on
+    this device (measured, not inferred from the CPU's instruction flags)."""
     ratios = {d: v / speed["fp32"] for d, v in speed.items() if d != "fp32"}
     text = f"n = {n}: " + ", ".join(f"{d} {r:.3g}x fp32" for d, r in ratios.items())
     low = {d: r for d, r in ratios.items() if d in ("fp16", "bf16")}
     if not low:
         return text + "."
     if all(r < 1 for r in low.values()):
-        what = "16-bit matmuls are SLOWER than fp32 on this " + device_type
-        if device_type == "cpu" and not any(f.startswith("amx") for f in flags):
-            what += " (no AMX tile units)"
-        return text + f"; {what}."
+        return text + f"; 16-bit matmuls are SLOWER than fp32 on this {device_type}."
     if all(r >= 1 for r in low.values()):
         return text + f"; 16-bit matmuls are faster than fp32 on this {device_type}."
     return (
@@ -376,14 +507,34 @@ def shape_verdict(penalties: Sequence[dict]) -> str:
     return text + f"; {len(real)} of {len(penalties)} pairs differ beyond their spread."
 
 
+_ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+
+
+def read_from(row: dict, cache_bytes: int) -> str:
+    """Where the timed calls of a row found their inputs: ``"memory"`` when the input
+    sets the timer rotated through (``buffers`` of ``bytes_moved`` each) cover at least
+    twice the last-level cache, so that each set was evicted before its next use;
+    ``"cache"`` otherwise (a working set the cache holds, or too few sets to push it
+    out: the timer rotates at most 64 sets and 1 GiB)."""
+    moved = row.get("bytes_moved")
+    if moved is None:
+        moved = 3 * row["numel"] * _ITEMSIZE[row["dtype"]]
+    return "memory" if moved * row.get("buffers", 1) >= 2 * cache_bytes else "cache"
+
+
 def elementwise_verdict(rows: Sequence[dict], cache_bytes: int) -> str:
-    """One line: at the largest size, fp16 time over fp32 time for the add, and whether
-    halving the bytes halved the time (< 0.6: yes, close; else no)."""
+    """One line: at the largest size, fp16 time over fp32 time for the add, where its
+    inputs were read from (``read_from``), and whether halving the bytes halved the time
+    (< 0.6: yes, close; else no)."""
     ew = {(r["dtype"], r["numel"]): r for r in rows}
     n = max(r["numel"] for r in rows)
     ratio = ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]
-    where = ("beyond" if 3 * n * 2 >= 2 * cache_bytes else "within") + " the cache"
-    text = f"{n} elements ({where}): fp16 takes {ratio:.2f}x the fp32 time; "
+    where = read_from(ew[("fp16", n)], cache_bytes)
+    place = "from memory" if where == "memory" else "from the cache"
+    text = (
+        f"{n} elements (inputs read {place}; last-level cache "
+        f"{cache_bytes / 2**20:.3g} MiB): fp16 takes {ratio:.2f}x the fp32 time; "
+    )
     if ratio < 0.6:
         return text + "half the bytes, close to half the time."
     if ratio < 0.9:
@@ -396,7 +547,7 @@ def roofline_ceilings(
 ) -> dict:
     """Compute ceilings (TFLOP/s per dtype) and a bandwidth ceiling (GB/s): the
     published peaks of ``entry`` (a devices.yml Device) when given, else the best rates
-    measured (adds whose working set exceeds twice the cache when there are any)."""
+    measured (adds read from memory, ``read_from``, when there are any)."""
     if entry is not None:
         compute = {d: entry.peak_tflops(d.split("_")[0]) for d in best}
         compute = {d: v for d, v in compute.items() if v}
@@ -405,12 +556,7 @@ def roofline_ceilings(
             "bandwidth": entry.mem_bandwidth_gbs,
             "kind": f"published peaks of the {entry.name}",
         }
-    size = {"fp32": 4}
-    dram = [
-        r
-        for r in ew_rows
-        if 3 * r["numel"] * size.get(r["dtype"], 2) >= 2 * cache_bytes
-    ]
+    dram = [r for r in ew_rows if read_from(r, cache_bytes) == "memory"]
     kind = "best rates measured in this run" + (
         "" if dram else " (all adds fit in cache)"
     )

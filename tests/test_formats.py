@@ -462,7 +462,7 @@ def test_cast_overflow_rule_reads_this_torch():
     direct = torch.tensor([1e6]).to(torch.float8_e4m3fn).float().item()
     assert rule == ("nan" if math.isnan(direct) else "saturate") and direct != math.inf
     assert cast_overflow_rule(torch.float8_e5m2) == "inf"
-    # bf16 holds 1e6; its probe is past bf16's range (float32's largest), so it overflows
+    # bf16 holds 1e6; its probe (float32's largest) is past bf16's range: inf
     assert cast_overflow_rule(torch.bfloat16) == "inf"
 
 
