@@ -316,7 +316,8 @@ def conv_sweep(
     in each dtype: its forward (kind ``"conv"``) and a training pass, forward and
     backward (kind ``"conv_train"``), measured side by side; returns ``(rows,
     skipped)``. A dtype whose forward took longer than ``max_call_s`` per call skips
-    its training pass (about three times the work), with the reason recorded."""
+    its training pass (about three times the work), with the reason recorded; fp32, the
+    reference, never does."""
     batch, channels, height, width = (int(v) for v in shape)
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -328,7 +329,7 @@ def conv_sweep(
         todo = []
         for dtype in dtypes:
             fwd = next((r for r in rows if r["dtype"] == dtype), None)
-            if backward and max_call_s is not None and fwd is not None:
+            if backward and max_call_s is not None and fwd and dtype != "fp32":
                 if fwd["median_s"] > max_call_s:
                     skipped.append(
                         dict(
@@ -390,13 +391,18 @@ _OP_WORDS = {
 
 
 def amp_op_verdict(
-    ratios: dict[str, dict[str, float]], device_type: str, margin: float = 0.1
+    ratios: dict[str, dict[str, float]],
+    device_type: str,
+    load: dict | None = None,
+    margin: float = 0.1,
 ) -> str:
     """Where mixed precision pays on this device, from measured op speeds
     (``op_speeds``, never from the CPU's instruction flags): per 16-bit dtype, its speed
     against fp32 on each op and whether it is faster on all of them (by more than
     ``margin``), slower on all, or mixed; then what that means for autocast here.
-    Autocast's low dtype is bf16 on a CPU and fp16 on CUDA."""
+    Autocast's low dtype is bf16 on a CPU and fp16 on CUDA. ``load``
+    (``timing.machine_load()``) adds a warning when CPU timings were taken on a busy
+    machine."""
     if not ratios:
         return "no 16-bit dtype was measured beside fp32."
     parts, verdicts = [], {}
@@ -413,21 +419,29 @@ def amp_op_verdict(
     low = "bf16" if device_type == "cpu" else "fp16"
     what = verdicts.get(low)
     if what == "faster":
-        return text + (
+        text += (
             f"Autocast's {low} can pay here in layers made of these ops; a whole step "
             "gains less, since it also runs casts and the ops autocast keeps in fp32."
         )
-    if what == "slower":
-        return text + (
+    elif what == "slower":
+        text += (
             f"Autocast's {low} costs time here in layers made of these ops: mixed "
             f"precision does not pay on this {device_type}."
         )
-    if what == "mixed":
-        return text + (
+    elif what == "mixed":
+        text += (
             f"Autocast's {low} pays here for some ops and costs for others: only a "
             "whole step says which wins."
         )
-    return text + f"Autocast's {low} was not measured."
+    else:
+        text += f"Autocast's {low} was not measured."
+    if device_type == "cpu" and load and load.get("busy"):
+        text += (
+            f" These CPU timings were taken on a busy machine (load average "
+            f"{load['load1']:.1f} on {load['cpus']} CPUs): rerun on an idle one "
+            "before trusting the ratios."
+        )
+    return text
 
 
 # --------------------------------------------------------------------------------------
@@ -567,6 +581,17 @@ def roofline_ceilings(
     }
 
 
+def ceilings_text(ceilings: dict) -> str:
+    """One line: what the roofline's ceilings are and their values."""
+    compute = ", ".join(
+        f"{d} {v * 1e3:.4g} GFLOP/s" for d, v in ceilings["compute"].items()
+    )
+    return (
+        f"Ceilings: {ceilings['kind']}; bandwidth {ceilings['bandwidth']:.4g} GB/s; "
+        f"compute {compute}."
+    )
+
+
 def roofline_rows(
     points: Sequence[tuple[str, dict, str]], ceilings: dict
 ) -> list[dict]:
@@ -615,9 +640,21 @@ def roofline_verdict(rows: Sequence[dict], ceilings: dict) -> str:
     return text
 
 
+def record_device(record: dict) -> str:
+    """How the book names the device of a record: a GPU by
+    ``devices.display_name``, a CPU by the name it reported."""
+    from ampbook.devices import display_name
+
+    env = record["environment"]
+    if str(env.get("device", "")).startswith("cuda"):
+        return display_name(env["device_name"])
+    return env["device_name"]
+
+
 def records_table(records: Sequence[dict], devices: dict) -> list[list]:
-    """One row per committed record and dtype: its best matmul against the published
-    peak of its device (when the device is in the table)."""
+    """One row per committed record and dtype: ``[device, dtype, best n, TFLOP/s,
+    published peak, fraction of peak]``, its best matmul against the published peak of
+    its device (None where the device is not in the table)."""
     rows = []
     for rec in records:
         entry = devices.get(rec.get("device_key") or "")
@@ -625,8 +662,7 @@ def records_table(records: Sequence[dict], devices: dict) -> list[list]:
             peak = entry.peak_tflops(d.split("_")[0]) if entry else None
             rows.append(
                 [
-                    rec["file"],
-                    rec["environment"]["device_name"],
+                    record_device(rec),
                     d,
                     r["n"],
                     r["tflops"],
@@ -644,8 +680,62 @@ def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> s
         if where.is_relative_to(REPO_ROOT):
             where = where.relative_to(REPO_ROOT)
         return f"no GPU results committed under {where}/ (no file {RESULTS_PATTERN})."
-    names = sorted({r["environment"]["device_name"] for r in records})
+    names = sorted({record_device(r) for r in records})
     return f"{len(records)} committed result file(s), from: {', '.join(names)}."
+
+
+def sweep_provenance(record: dict) -> str:
+    """The one-line provenance of a committed sweep (``results.provenance``): device,
+    date, software, CPU threads, then the sizes it ran and how fp32 was timed."""
+    from ampbook.results import provenance
+
+    sizes = sorted({r["n"] for r in record["matmul"]})
+    span = f"{sizes[0]}-{sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
+    return provenance(
+        record["environment"],
+        record.get("created"),
+        {"matmul sizes n =": span, "": "fp32 timed with TF32 off"},
+    )
+
+
+def sweep_summary(record: dict, devices: dict) -> str:
+    """What a committed sweep shows, in two sentences: each dtype's best matmul
+    (TFLOP/s, size, share of the published dense peak where the device is in the table)
+    and speed against the best fp32; then the largest penalty of a size one off a
+    multiple of 8, and whether it stands out of the run-to-run spread."""
+    name = record_device(record)
+    entry = devices.get(record.get("device_key") or "")
+    best = best_per_dtype(record["matmul"])
+    if not best:
+        return f"The {name} sweep holds no matmul."
+    f32 = best.get("fp32")
+    parts = []
+    for d, r in best.items():
+        text = f"{d} {r['tflops']:.4g} TFLOP/s at n = {r['n']}"
+        peak = entry.peak_tflops(d.split("_")[0]) if entry else None
+        if peak:
+            text += f" ({r['tflops'] / peak:.0%} of its peak"
+            text += (
+                f", {r['tflops'] / f32['tflops']:.3g}x fp32)"
+                if f32 and d != "fp32"
+                else ")"
+            )
+        elif f32 and d != "fp32":
+            text += f" ({r['tflops'] / f32['tflops']:.3g}x fp32)"
+        parts.append(text)
+    where = "" if entry else " (not in the peak table: no published peak to compare)"
+    out = f"On the {name}{where}, the best matmuls: " + "; ".join(parts) + "."
+    pens = shape_penalties(record.get("shapes", []))
+    if pens:
+        worst = max(pens, key=lambda q: q["slowdown"])
+        real = sum(1 for q in pens if q["outside_spread"])
+        out += (
+            f" A size one off a multiple of 8 ran up to {worst['slowdown']:.2f}x "
+            f"slower per FLOP ({worst['dtype']}, n = {worst['n']} against "
+            f"{worst['base']}); {real} of {len(pens)} such pairs differ beyond their "
+            "run-to-run spread."
+        )
+    return out
 
 
 # --------------------------------------------------------------------------------------
