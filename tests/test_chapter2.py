@@ -28,3 +28,26 @@ def test_chapter2_shows_the_fixture_gpu_sweep(tmp_path):
         assert f"| {p['base']} | {p['n']} | {p['slowdown']:.3f} |" in text
     # where AMP pays here: the measured verdict, never the CPU's flags
     assert "On this cpu, bf16 ran matmuls" in text and "the fp32 speed" in text
+
+
+def _cited(stem: str) -> set[str]:
+    import re
+
+    from ampbook.paths import NOTEBOOKS_DIR
+
+    text = (NOTEBOOKS_DIR / f"{stem}.py").read_text()
+    found = re.findall(r"\{cite:[pt]\}`([^`]+)`", text)
+    return {key.strip() for group in found for key in group.split(",")}
+
+
+def test_chapter2_cites_the_source_of_every_peak_and_every_key_exists():
+    import re
+
+    from ampbook.paths import BOOK_DIR
+
+    bib = (BOOK_DIR / "references.bib").read_text()
+    entries = set(re.findall(r"^@\w+\{([^,\s]+),", bib, flags=re.MULTILINE))
+    sources = {s["key"] for d in load_devices().values() for s in d.sources.values()}
+    assert sources <= _cited("02_tensor_cores")  # each peak's source is cited
+    for stem in ("01_floating_point", "02_tensor_cores", "04_loss_scaling"):
+        assert _cited(stem) <= entries, stem  # and every citation has its entry
