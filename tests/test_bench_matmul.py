@@ -218,6 +218,12 @@ def test_roofline_ceilings_rows_and_verdict():
     assert rows[0]["bound"] == "memory" and rows[0]["fraction"] == pytest.approx(1.0)
     assert rows[1]["bound"] == "compute" and rows[1]["fraction"] == pytest.approx(1.0)
     assert "adds left of it" in roofline_verdict(rows, c)
+    # a busy machine slowed the fp32 matmul below the add: the roof is raised to the add
+    slow = {"fp32": dict(best["fp32"], tflops=add["tflops"] / 10)}
+    c = roofline_ceilings(None, slow, [add], cache_bytes=2**20)
+    assert c["compute"]["fp32"] == add["tflops"] and "raised" in c["kind"]
+    rows = roofline_rows([("add fp32", add, "fp32")], c)
+    assert rows[0]["fraction"] == pytest.approx(1.0)
     h100 = load_devices()["h100-sxm"]
     pub = roofline_ceilings(h100, best, [add], 2**20)
     assert pub["compute"]["fp32"] == h100.fp32_tflops and pub["bandwidth"] == 3350
