@@ -139,13 +139,22 @@ plt.show()
 # `finfo.precision` is this rounded down).
 
 # %% tags=["hide-input"]
-headers, rows = formats.format_table(transpose=True)
-md_table(rows, headers, [None] + [".4g"] * len(FORMATS))
+training = ["fp32", "tf32", "fp16", "bf16"]  # the formats mixed-precision training uses
+headers, rows = formats.format_table(training, transpose=True)
+md_table(rows, headers, [None] + [".4g"] * len(training))
 
 # %% [markdown]
 # Read across the rows: fp16 and TF32 have the same mantissa, so the same epsilon;
-# {term}`bf16` and TF32 have fp32's exponent, so (almost) fp32's range. The same values as exact powers of
-# two, written from the layouts:
+# {term}`bf16` and TF32 have fp32's exponent, so (almost) fp32's range. The other three, fp64
+# for reference and the two fp8 formats:
+
+# %% tags=["hide-input"]
+others = [name for name in FORMATS if name not in training]
+headers, rows = formats.format_table(others, transpose=True)
+md_table(rows, headers, [None] + [".4g"] * len(others))
+
+# %% [markdown]
+# The same values as exact powers of two, written from the layouts:
 
 # %% tags=["hide-input"]
 headers, rows = formats.exact_powers_table()

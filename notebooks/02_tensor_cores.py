@@ -23,24 +23,19 @@
 # {glue:text}`desk_ratio:.2g`x on a GeForce RTX 3070 for fp16 with fp32 accumulation (AMP's
 # mode), and {glue:text}`desk_tf32_ratio:.2g`x for TF32 there. Memory-bound work
 # (elementwise ops, normalisation, most of what sits between the big layers) moves half the
-# bytes in a 16-bit format. This chapter measures both on the machine you run it on and
-# shows the same measurements from an H200 committed with the book, against the published
-# peaks of the GPUs the book talks about, and says how much of each peak a measurement
-# reaches and on which machine mixed precision pays.
+# bytes in a 16-bit format. This chapter measures both, on this machine and on an H200
+# whose results come with the book, against the GPUs' published peaks, and says where mixed
+# precision pays.
 #
 # **What you will learn**
 #
 # - how to time a kernel so the number means something: warm-up, many samples, median and
-#   spread, waiting for asynchronous GPU work, fresh inputs that do not sit in cache;
-# - what a tensor core computes (a small matrix multiply-accumulate, $D = A B + C$, with
-#   16-bit inputs and an fp32 accumulator) and why the accumulator's width matters;
-# - how Volta, Ampere and Hopper, and GeForce and data-centre parts, differ, computed from a
-#   table of published peaks with a source for each figure;
-# - matmul speed against size for each dtype, here and on an H200, and whether a
-#   convolution and a matmul run faster or slower in 16 bits on this machine (where mixed
-#   precision pays);
-# - whether a size one off a multiple of 8 costs anything, and where an op sits on the
-#   roofline between the memory ceiling and the compute ceiling.
+#   spread, waiting for the GPU, inputs that do not sit in cache;
+# - what a tensor core computes ($D = A B + C$, 16-bit inputs, an fp32 accumulator) and why
+#   the accumulator's width matters;
+# - how GPU generations, and GeForce and data-centre parts, differ, from published peaks;
+# - matmul and convolution speed per dtype here and on an H200, the cost of a size one off
+#   a multiple of 8, and the roofline between the memory and the compute ceilings.
 #
 # **What you need**: PyTorch. A CUDA GPU shows tensor cores at work (tf32, fp16, bf16, and
 # fp8 on compute capability 8.9+); on a CPU the chapter measures what the CPU does with the

@@ -106,6 +106,7 @@ from ampbook.plots import (
     glue_all,
     md,
     md_table,
+    md_table_text,
     series_style,
     use_style,
 )
@@ -478,7 +479,11 @@ rows.append(("ops probed", *(len(probes[d]) for d in at.DEVICE_TYPES)))
 md_table(rows, ["observed behaviour"] + [f"{d.upper()} ops" for d in at.DEVICE_TYPES])
 
 # %% tags=["hide-input", "hide-output"]
-md_table(at.probe_rows(probes), at.PROBE_HEADERS)
+short = {"lower_precision": "low", "float32": "fp32", "input dtype": "input",
+         "unlisted": "–"}
+rows = [[r[0]] + [short.get(v, v) for v in r[1:]] for r in at.probe_rows(probes)]
+md("low: lower_precision; fp32: float32; input: input dtype; –: not in the documented "
+   "lists.\n\n" + md_table_text(rows, at.PROBE_HEADERS))
 
 # %% [markdown]
 # "lower_precision": the output is bf16 (CPU) or fp16 (CUDA) even from fp32 inputs; "float32":
