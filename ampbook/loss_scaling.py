@@ -257,7 +257,7 @@ def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
         "run",
         "final loss",
         "final - fp32",
-        "largest |difference|",
+        "largest difference",
         "overflow steps (skipped)",
     ]
     formats = [None, ".4f", "+.2e", ".2e", None]

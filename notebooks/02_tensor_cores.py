@@ -432,7 +432,7 @@ md("\n\n".join(bm.sweep_summary(r, devices) for r in records)
 # %% [markdown]
 # Read the GPU panel with the line above it: where the TF32, 16-bit and fp8 lines sit far
 # above fp32 at the large sizes, tensor cores do the work, and the ratio to fp32 there is
-# the most autocast can gain on a matmul of that GPU; how far below its published peak each
+# what autocast gains on a large matmul of that GPU; how far below its published peak each
 # dtype stays (clocks under load, kernel overheads) is the share printed. At small sizes
 # every dtype falls short, because a small matmul cannot fill every SM or hide the launch
 # and tile-edge overheads. This machine's own best rates:

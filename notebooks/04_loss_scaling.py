@@ -364,7 +364,8 @@ x1, y1 = gs.crop_batch(batches, height, width, 1)
 secs = {mode: ls.step_seconds(model, x1, y1, fp16=mode, fp16_calls=low_calls)
         for mode in ls.FP16_MODES}
 rows = [(m, secs[m], secs[m] / secs["off"]) for m in ("off", "emulate", "autocast")]
-md_table(rows, ["backward kind", "seconds per step", "vs fp32"], [None, ".3f", ".1f"])
+md_table(rows, ["backward kind", "seconds per step", "time vs fp32 (x)"],
+         [None, ".3f", ".1f"])
 
 # %% [markdown]
 # With `fp16_mode = "auto"` the chapter trains with real fp16 autocast on a GPU and with the

@@ -159,7 +159,7 @@ def test_run_table_against_the_reference():
         "run",
         "final loss",
         "final - fp32",
-        "largest |difference|",
+        "largest difference",
         "overflow steps (skipped)",
     ]  # no emulation: no flushed column
     assert len(formats) == len(headers) and all(len(r) == len(headers) for r in rows)
