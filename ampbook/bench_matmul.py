@@ -53,7 +53,12 @@ import torch
 from ampbook import cli
 from ampbook.env import cpu_flags, environment, pick_device
 from ampbook.paths import REPO_ROOT, RESULTS_DIR
-from ampbook.timing import machine_load, time_elementwise, time_matmul
+from ampbook.timing import (
+    machine_load,
+    time_conv2d,
+    time_elementwise,
+    time_matmul,
+)
 
 SCHEMA = "ampbook.tensor_cores/1"
 RESULTS_PATTERN = "tensor_cores_*.json"
@@ -295,6 +300,150 @@ def elementwise_sweep(
     return rows
 
 
+CONV_KINDS = ("conv", "conv_train")
+
+
+def conv_sweep(
+    shape: Sequence[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    kernel: int = 3,
+    max_call_s: float | None = None,
+    rounds: int = 1,
+    **timing,
+) -> tuple[list[dict], list[dict]]:
+    """One convolution (``shape`` = batch, channels, height, width; ``kernel`` square)
+    in each dtype: its forward (kind ``"conv"``) and a training pass, forward and
+    backward (kind ``"conv_train"``), measured side by side; returns ``(rows,
+    skipped)``. A dtype whose forward took longer than ``max_call_s`` per call skips
+    its training pass (about three times the work), with the reason recorded; fp32, the
+    reference, never does."""
+    batch, channels, height, width = (int(v) for v in shape)
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    dev = pick_device(device)
+    size = {"batch": batch, "channels": channels, "height": height, "width": width}
+    rows, skipped = [], []
+    for backward in (False, True):
+        kind = CONV_KINDS[backward]
+        todo = []
+        for dtype in dtypes:
+            fwd = next((r for r in rows if r["dtype"] == dtype), None)
+            if backward and max_call_s is not None and fwd and dtype != "fp32":
+                if fwd["median_s"] > max_call_s:
+                    skipped.append(
+                        dict(
+                            size,
+                            kind=kind,
+                            dtype=dtype,
+                            reason=f"its forward took {fwd['median_s']:.3g} s per "
+                            f"call > max_call_s {max_call_s:g} s",
+                        )
+                    )
+                    continue
+            todo.append(dtype)
+        got: dict[str, list[dict]] = {d: [] for d in todo}
+        for _ in range(rounds):
+            for dtype in todo:
+                got[dtype].append(
+                    time_conv2d(
+                        batch,
+                        channels,
+                        height,
+                        width,
+                        kernel,
+                        dtype,
+                        dev,
+                        backward=backward,
+                        **_timing(timing),
+                    ).to_dict()
+                )
+        rows.extend(_best_of(got[d]) for d in todo)
+    return rows, skipped
+
+
+def op_speeds(
+    mm_rows: Sequence[dict], conv_rows: Sequence[dict]
+) -> tuple[int, dict[str, dict[str, float]]]:
+    """Each 16-bit dtype's speed against fp32, per op: ``(n, {dtype: {"matmul",
+    "conv", "conv_train": ratio}})`` with the matmuls at the largest size every dtype
+    reached (``speeds_at_common_size``); a ratio above 1 is faster than fp32. An op a
+    dtype did not run is left out."""
+    n, speed = speeds_at_common_size(mm_rows)
+    conv = {(r["kind"], r["dtype"]): r["median_s"] for r in conv_rows}
+    out: dict[str, dict[str, float]] = {}
+    for d in speed:
+        if d == "fp32":
+            continue
+        ratios = {"matmul": speed[d] / speed["fp32"]}
+        for kind in CONV_KINDS:
+            if (kind, d) in conv and (kind, "fp32") in conv:
+                ratios[kind] = conv[(kind, "fp32")] / conv[(kind, d)]
+        out[d] = ratios
+    return n, out
+
+
+_OP_WORDS = {
+    "matmul": "matmuls",
+    "conv": "the convolution's forward",
+    "conv_train": "its forward and backward",
+}
+
+
+def amp_op_verdict(
+    ratios: dict[str, dict[str, float]],
+    device_type: str,
+    load: dict | None = None,
+    margin: float = 0.1,
+) -> str:
+    """Where mixed precision pays on this device, from measured op speeds
+    (``op_speeds``, never from the CPU's instruction flags): per 16-bit dtype, its speed
+    against fp32 on each op and whether it is faster on all of them (by more than
+    ``margin``), slower on all, or mixed; then what that means for autocast here.
+    Autocast's low dtype is bf16 on a CPU and fp16 on CUDA. ``load``
+    (``timing.machine_load()``) adds a warning when CPU timings were taken on a busy
+    machine."""
+    if not ratios:
+        return "no 16-bit dtype was measured beside fp32."
+    parts, verdicts = [], {}
+    for d, r in ratios.items():
+        speeds = ", ".join(f"{_OP_WORDS.get(k, k)} {v:.3g}x" for k, v in r.items())
+        if all(v > 1 + margin for v in r.values()):
+            verdicts[d] = "faster"
+        elif all(v < 1 - margin for v in r.values()):
+            verdicts[d] = "slower"
+        else:
+            verdicts[d] = "mixed"
+        parts.append(f"{d} ran {speeds} the fp32 speed ({verdicts[d]})")
+    text = f"On this {device_type}, " + "; ".join(parts) + ". "
+    low = "bf16" if device_type == "cpu" else "fp16"
+    what = verdicts.get(low)
+    if what == "faster":
+        text += (
+            f"Autocast's {low} can pay here in layers made of these ops; a whole step "
+            "gains less, since it also runs casts and the ops autocast keeps in fp32."
+        )
+    elif what == "slower":
+        text += (
+            f"Autocast's {low} costs time here in layers made of these ops: mixed "
+            f"precision does not pay on this {device_type}."
+        )
+    elif what == "mixed":
+        text += (
+            f"Autocast's {low} pays here for some ops and costs for others: only a "
+            "whole step says which wins."
+        )
+    else:
+        text += f"Autocast's {low} was not measured."
+    if device_type == "cpu" and load and load.get("busy"):
+        text += (
+            f" These CPU timings were taken on a busy machine (load average "
+            f"{load['load1']:.1f} on {load['cpus']} CPUs): rerun on an idle one "
+            "before trusting the ratios."
+        )
+    return text
+
+
 # --------------------------------------------------------------------------------------
 # What a run shows: summaries and one-line verdicts (chapter 2 prints them)
 # --------------------------------------------------------------------------------------
@@ -334,20 +483,16 @@ def load_verdict(load: dict, device_type: str) -> str:
     return head + "quiet, the CPU timings below are the CPU's."
 
 
-def speed_verdict(
-    speed: dict[str, float], n: int, device_type: str, flags: Sequence[str] = ()
-) -> str:
-    """One line: each dtype's speed against fp32 at size n, and what that means here."""
+def speed_verdict(speed: dict[str, float], n: int, device_type: str) -> str:
+    """One line: each dtype's speed against fp32 at size n, and which way it went on
+    this device (measured, not inferred from the CPU's instruction flags)."""
     ratios = {d: v / speed["fp32"] for d, v in speed.items() if d != "fp32"}
     text = f"n = {n}: " + ", ".join(f"{d} {r:.3g}x fp32" for d, r in ratios.items())
     low = {d: r for d, r in ratios.items() if d in ("fp16", "bf16")}
     if not low:
         return text + "."
     if all(r < 1 for r in low.values()):
-        what = "16-bit matmuls are SLOWER than fp32 on this " + device_type
-        if device_type == "cpu" and not any(f.startswith("amx") for f in flags):
-            what += " (no AMX tile units)"
-        return text + f"; {what}."
+        return text + f"; 16-bit matmuls are SLOWER than fp32 on this {device_type}."
     if all(r >= 1 for r in low.values()):
         return text + f"; 16-bit matmuls are faster than fp32 on this {device_type}."
     return (
@@ -376,14 +521,34 @@ def shape_verdict(penalties: Sequence[dict]) -> str:
     return text + f"; {len(real)} of {len(penalties)} pairs differ beyond their spread."
 
 
+_ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+
+
+def read_from(row: dict, cache_bytes: int) -> str:
+    """Where the timed calls of a row found their inputs: ``"memory"`` when the input
+    sets the timer rotated through (``buffers`` of ``bytes_moved`` each) cover at least
+    twice the last-level cache, so that each set was evicted before its next use;
+    ``"cache"`` otherwise (a working set the cache holds, or too few sets to push it
+    out: the timer rotates at most 64 sets and 1 GiB)."""
+    moved = row.get("bytes_moved")
+    if moved is None:
+        moved = 3 * row["numel"] * _ITEMSIZE[row["dtype"]]
+    return "memory" if moved * row.get("buffers", 1) >= 2 * cache_bytes else "cache"
+
+
 def elementwise_verdict(rows: Sequence[dict], cache_bytes: int) -> str:
-    """One line: at the largest size, fp16 time over fp32 time for the add, and whether
-    halving the bytes halved the time (< 0.6: yes, close; else no)."""
+    """One line: at the largest size, fp16 time over fp32 time for the add, where its
+    inputs were read from (``read_from``), and whether halving the bytes halved the time
+    (< 0.6: yes, close; else no)."""
     ew = {(r["dtype"], r["numel"]): r for r in rows}
     n = max(r["numel"] for r in rows)
     ratio = ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]
-    where = ("beyond" if 3 * n * 2 >= 2 * cache_bytes else "within") + " the cache"
-    text = f"{n} elements ({where}): fp16 takes {ratio:.2f}x the fp32 time; "
+    where = read_from(ew[("fp16", n)], cache_bytes)
+    place = "from memory" if where == "memory" else "from the cache"
+    text = (
+        f"{n} elements (inputs read {place}; last-level cache "
+        f"{cache_bytes / 2**20:.3g} MiB): fp16 takes {ratio:.2f}x the fp32 time; "
+    )
     if ratio < 0.6:
         return text + "half the bytes, close to half the time."
     if ratio < 0.9:
@@ -396,7 +561,8 @@ def roofline_ceilings(
 ) -> dict:
     """Compute ceilings (TFLOP/s per dtype) and a bandwidth ceiling (GB/s): the
     published peaks of ``entry`` (a devices.yml Device) when given, else the best rates
-    measured (adds whose working set exceeds twice the cache when there are any)."""
+    measured (adds read from memory, ``read_from``, when there are any; fp32's compute
+    ceiling no lower than the fastest add, which is held against it)."""
     if entry is not None:
         compute = {d: entry.peak_tflops(d.split("_")[0]) for d in best}
         compute = {d: v for d, v in compute.items() if v}
@@ -405,20 +571,33 @@ def roofline_ceilings(
             "bandwidth": entry.mem_bandwidth_gbs,
             "kind": f"published peaks of the {entry.name}",
         }
-    size = {"fp32": 4}
-    dram = [
-        r
-        for r in ew_rows
-        if 3 * r["numel"] * size.get(r["dtype"], 2) >= 2 * cache_bytes
-    ]
+    dram = [r for r in ew_rows if read_from(r, cache_bytes) == "memory"]
     kind = "best rates measured in this run" + (
         "" if dram else " (all adds fit in cache)"
     )
+    compute = {d: r["tflops"] for d, r in best.items()}
+    # The adds are held against the fp32 roof, which is at least as high as the
+    # fastest add: a busy machine can slow the fp32 matmuls below it.
+    fastest_add = max((r["tflops"] for r in ew_rows), default=0.0)
+    if "fp32" in compute and fastest_add > compute["fp32"]:
+        compute["fp32"] = fastest_add
+        kind += "; fp32's compute ceiling raised to the fastest add"
     return {
-        "compute": {d: r["tflops"] for d, r in best.items()},
+        "compute": compute,
         "bandwidth": max(r["gbps"] for r in (dram or ew_rows)),
         "kind": kind,
     }
+
+
+def ceilings_text(ceilings: dict) -> str:
+    """One line: what the roofline's ceilings are and their values."""
+    compute = ", ".join(
+        f"{d} {v * 1e3:.4g} GFLOP/s" for d, v in ceilings["compute"].items()
+    )
+    return (
+        f"Ceilings: {ceilings['kind']}; bandwidth {ceilings['bandwidth']:.4g} GB/s; "
+        f"compute {compute}."
+    )
 
 
 def roofline_rows(
@@ -469,9 +648,21 @@ def roofline_verdict(rows: Sequence[dict], ceilings: dict) -> str:
     return text
 
 
+def record_device(record: dict) -> str:
+    """How the book names the device of a record: a GPU by
+    ``devices.display_name``, a CPU by the name it reported."""
+    from ampbook.devices import display_name
+
+    env = record["environment"]
+    if str(env.get("device", "")).startswith("cuda"):
+        return display_name(env["device_name"])
+    return env["device_name"]
+
+
 def records_table(records: Sequence[dict], devices: dict) -> list[list]:
-    """One row per committed record and dtype: its best matmul against the published
-    peak of its device (when the device is in the table)."""
+    """One row per committed record and dtype: ``[device, dtype, best n, TFLOP/s,
+    published peak, fraction of peak]``, its best matmul against the published peak of
+    its device (None where the device is not in the table)."""
     rows = []
     for rec in records:
         entry = devices.get(rec.get("device_key") or "")
@@ -479,8 +670,7 @@ def records_table(records: Sequence[dict], devices: dict) -> list[list]:
             peak = entry.peak_tflops(d.split("_")[0]) if entry else None
             rows.append(
                 [
-                    rec["file"],
-                    rec["environment"]["device_name"],
+                    record_device(rec),
                     d,
                     r["n"],
                     r["tflops"],
@@ -498,8 +688,62 @@ def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> s
         if where.is_relative_to(REPO_ROOT):
             where = where.relative_to(REPO_ROOT)
         return f"no GPU results committed under {where}/ (no file {RESULTS_PATTERN})."
-    names = sorted({r["environment"]["device_name"] for r in records})
+    names = sorted({record_device(r) for r in records})
     return f"{len(records)} committed result file(s), from: {', '.join(names)}."
+
+
+def sweep_provenance(record: dict) -> str:
+    """The one-line provenance of a committed sweep (``results.provenance``): device,
+    date, software, CPU threads, then the sizes it ran and how fp32 was timed."""
+    from ampbook.results import provenance
+
+    sizes = sorted({r["n"] for r in record["matmul"]})
+    span = f"{sizes[0]}-{sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
+    return provenance(
+        record["environment"],
+        record.get("created"),
+        {"matmul sizes n =": span, "": "fp32 timed with TF32 off"},
+    )
+
+
+def sweep_summary(record: dict, devices: dict) -> str:
+    """What a committed sweep shows, in two sentences: each dtype's best matmul
+    (TFLOP/s, size, share of the published dense peak where the device is in the table)
+    and speed against the best fp32; then the largest penalty of a size one off a
+    multiple of 8, and whether it stands out of the run-to-run spread."""
+    name = record_device(record)
+    entry = devices.get(record.get("device_key") or "")
+    best = best_per_dtype(record["matmul"])
+    if not best:
+        return f"The {name} sweep holds no matmul."
+    f32 = best.get("fp32")
+    parts = []
+    for d, r in best.items():
+        text = f"{d} {r['tflops']:.4g} TFLOP/s at n = {r['n']}"
+        peak = entry.peak_tflops(d.split("_")[0]) if entry else None
+        if peak:
+            text += f" ({r['tflops'] / peak:.0%} of its peak"
+            text += (
+                f", {r['tflops'] / f32['tflops']:.3g}x fp32)"
+                if f32 and d != "fp32"
+                else ")"
+            )
+        elif f32 and d != "fp32":
+            text += f" ({r['tflops'] / f32['tflops']:.3g}x fp32)"
+        parts.append(text)
+    where = "" if entry else " (not in the peak table: no published peak to compare)"
+    out = f"On the {name}{where}, the best matmuls: " + "; ".join(parts) + "."
+    pens = shape_penalties(record.get("shapes", []))
+    if pens:
+        worst = max(pens, key=lambda q: q["slowdown"])
+        real = sum(1 for q in pens if q["outside_spread"])
+        out += (
+            f" A size one off a multiple of 8 ran up to {worst['slowdown']:.2f}x "
+            f"slower per FLOP ({worst['dtype']}, n = {worst['n']} against "
+            f"{worst['base']}); {real} of {len(pens)} such pairs differ beyond their "
+            "run-to-run spread."
+        )
+    return out
 
 
 # --------------------------------------------------------------------------------------

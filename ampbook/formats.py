@@ -39,6 +39,9 @@ __all__ = [
     "decode",
     "properties",
     "format_table",
+    "cast_specials",
+    "specials_rule",
+    "specials_report",
 ]
 
 
@@ -588,13 +591,85 @@ def stall_point(name: str | Format | torch.dtype, term: float) -> float:
     return math.nan
 
 
+# What a cast does with values it cannot hold, probed kind by kind: a finite value past
+# the largest, +inf, -inf and NaN (the OCP fp8 specification allows a conversion to
+# saturate or not, and torch's eager casts changed over versions).
+SPECIAL_INPUTS = ("finite overflow", "+inf", "-inf", "NaN")
+
+
+def overflow_probe(name: str | Format | torch.dtype) -> float:
+    """A finite float32 value past the format's range: twice its largest value, or
+    float32's largest where twice is not finite in float32 (bf16)."""
+    fmt = get_format(name)
+    f32_max = torch.finfo(torch.float32).max
+    return 2 * fmt.max if 2 * fmt.max <= f32_max else f32_max
+
+
+def _outcome(value: float, fmt: Format) -> str:
+    """A cast's result named: ``"+max"``/``"-max"`` (saturated), ``"+inf"``,
+    ``"-inf"``, ``"NaN"``, or the number itself."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+inf" if value > 0 else "-inf"
+    if abs(value) == fmt.max:
+        return "+max" if value > 0 else "-max"
+    return f"{value:g}"
+
+
+def cast_specials(dtype: torch.dtype, device="cpu") -> dict[str, tuple[float, str]]:
+    """What this torch's own cast from float32 to ``dtype`` on ``device`` gives for each
+    of ``SPECIAL_INPUTS``: ``{kind: (result as a float, outcome)}``, the outcome one of
+    ``"+max"``, ``"-max"`` (saturated to the largest finite value), ``"+inf"``,
+    ``"-inf"``, ``"NaN"``, or the number."""
+    fmt = get_format(dtype)
+    if fmt.torch_dtype is None:
+        raise ValueError(f"{fmt.name} has no torch dtype to cast to")
+    inputs = [overflow_probe(fmt), math.inf, -math.inf, math.nan]
+    x = torch.tensor(inputs, dtype=torch.float32, device=device)
+    got = x.to(fmt.torch_dtype).to(torch.float32).cpu().tolist()
+    return {k: (v, _outcome(v, fmt)) for k, v in zip(SPECIAL_INPUTS, got)}
+
+
+def specials_rule(name: str | Format | torch.dtype, outcomes: dict) -> str:
+    """One sentence naming what each kind of input became, from ``cast_specials``'s
+    outcomes: the largest value is written out, saturation and NaN named."""
+    fmt = get_format(name)
+    top = f"{fmt.max:g}"
+
+    def word(kind: str) -> str:
+        out = outcomes[kind][1] if isinstance(outcomes[kind], tuple) else outcomes[kind]
+        if out == kind:  # inf -> inf, NaN -> NaN
+            return f"stays {out.lstrip('+')}"
+        return {
+            "+max": f"saturates to {top}",
+            "-max": f"saturates to -{top}",
+            "+inf": "becomes inf",
+            "-inf": "becomes -inf",
+            "NaN": "becomes NaN",
+        }.get(out, f"becomes {out}")
+
+    return (
+        f"{fmt.name}: a finite value past {top} {word('finite overflow')}, "
+        f"inf {word('+inf')}, -inf {word('-inf')}, NaN {word('NaN')}."
+    )
+
+
+def specials_report(specials: dict[str, dict], device="cpu") -> str:
+    """Markdown: which torch ran the casts, then ``specials_rule`` for each format of
+    ``specials`` (``{format name: cast_specials(...)}``), one list item each."""
+    where = torch.device(device).type
+    lines = [f"- {specials_rule(name, out)}" for name, out in specials.items()]
+    return f"torch {torch.__version__} on {where}:\n\n" + "\n".join(lines)
+
+
 def cast_overflow_rule(dtype: torch.dtype, device="cpu") -> str:
-    """What this torch's cast to ``dtype`` does on ``device`` with a finite value far
-    past the largest one: ``"saturate"`` (the largest value), ``"inf"`` or ``"nan"``."""
-    big = torch.tensor([1e6], device=device).to(dtype).float().item()
-    if math.isnan(big):
-        return "nan"
-    return "inf" if math.isinf(big) else "saturate"
+    """What this torch's cast to ``dtype`` on ``device`` does with a finite value past
+    the largest one (``overflow_probe``): ``"saturate"`` (the largest value), ``"inf"``
+    or ``"nan"``. Infinities and NaN: ``cast_specials``."""
+    outcome = cast_specials(dtype, device)["finite overflow"][1]
+    rule = {"NaN": "nan", "+inf": "inf", "+max": "saturate"}
+    return rule.get(outcome, f"other ({outcome})")
 
 
 def agrees(claimed: float, value: float) -> bool:

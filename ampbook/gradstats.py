@@ -610,20 +610,40 @@ def median_exponent(rec: GradientRecorder, kind: str) -> int:
     raise ValueError(f"no nonzero {kind} gradients recorded")
 
 
+def median_log2(rec: GradientRecorder, kind: str) -> float:
+    """The median of log2|g| over the nonzero values of one kind of gradient, read
+    from the histogram with the values of the median's bin taken as spread evenly
+    over it (in log2): a fraction of a bin, finer than ``median_exponent``."""
+    exps, counts = rec.histogram(kind)
+    half, acc = sum(counts) / 2, 0
+    if not half:
+        raise ValueError(f"no nonzero {kind} gradients recorded")
+    for e, c in zip(exps, counts):
+        if c and acc + c >= half:
+            return e + (half - acc) / c
+        acc += c
+    raise AssertionError("unreachable: the counts sum to twice half")
+
+
 def shifted_below(
-    rec: GradientRecorder, kind: str, bins: int, scales: Iterable[float]
+    rec: GradientRecorder, kind: str, bins: float, scales: Iterable[float]
 ) -> dict[float, float]:
     """Fraction of the nonzero values of ``kind`` below 2^-24 at each scale if the whole
     histogram moved ``bins`` binades to the left (an estimate for a larger batch in
-    pixels). A bin k holds 2^k <= |g| < 2^(k+1): it counts as below when 2^(k+1) <=
-    2^-24."""
+    pixels). A bin k holds 2^k <= |g| < 2^(k+1), its values taken as spread evenly over
+    it in log2: after the move and the scale it lies on [k - bins + log2 s, that + 1),
+    and the part of it left of -24 counts (all of it or none when ``bins`` is a whole
+    number)."""
     exps, counts = rec.histogram(kind)
     total = sum(counts)
-    return {
-        s: sum(c for e, c in zip(exps, counts) if e - bins + math.log2(s) + 1 <= -24)
-        / total
-        for s in scales
-    }
+    if not total:
+        raise ValueError(f"no nonzero {kind} gradients recorded")
+    out = {}
+    for s in scales:
+        lo = [e - bins + math.log2(check_scale(s)) for e in exps]
+        below = sum(c * min(max(-24 - x, 0.0), 1.0) for x, c in zip(lo, counts))
+        out[s] = below / total
+    return out
 
 
 def fraction_rows(rec: GradientRecorder, kinds=("activation", "weight")) -> list[tuple]:

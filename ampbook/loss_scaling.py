@@ -5,7 +5,7 @@ ICLR 2018, arXiv:1710.03740), and ``torch.amp.GradScaler``'s dynamic scale.
 ``train_with_scaling`` runs one short training run, with fp16 gradients emulated in fp32
 (``ampbook.gradstats.emulate_fp16_grads``) or under a real fp16 autocast; chapter 4
 plans the runs (``scaling_plan``), tabulates them against the fp32 reference
-(``run_rows``) and states what they show (``scaling_verdict``).
+(``run_table``) and states what they show (``scaling_verdict``).
 """
 
 from __future__ import annotations
@@ -238,56 +238,91 @@ def scaling_plan(
     return plan + [("dynamic (GradScaler)", "dynamic", 1.0, fp16)]
 
 
-RUN_HEADERS = [
-    "run",
-    "gradients",
-    "final loss",
-    "largest loss difference from fp32",
-    "skipped steps",
-    "overflow steps",
-    "mean flushed (emulation)",
-    "weights finite",
-]
-RUN_FORMATS = [None, None, ".4f", ".2e", None, None, ".4%", None]
+def reference_run(runs: list[ScalingRun]) -> ScalingRun:
+    """The fp32 reference among ``runs`` (the run with fp16 gradients off)."""
+    ref = next((r for r in runs if r.fp16 == "off"), None)
+    if ref is None:
+        raise ValueError("no fp32 reference run (fp16='off') among the runs")
+    return ref
 
 
-def run_rows(runs: list[ScalingRun]) -> list[tuple]:
-    """One row per run against the first (the fp32 reference), as ``RUN_HEADERS``."""
-    ref = runs[0]
+def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
+    """``(headers, rows, formats)`` for ``ampbook.plots.md_table``: one row per run
+    against the fp32 reference: its final loss, the final loss minus the reference's,
+    the largest difference over the steps (nan once its weights are not finite), its
+    overflow steps and, of those, the steps it skipped, and (when any run emulated fp16
+    gradients) the mean share of the nonzero values flushed to zero per step."""
+    ref = reference_run(runs)
+    headers = [
+        "run",
+        "final loss",
+        "final - fp32",
+        "largest difference",
+        "overflow steps (skipped)",
+    ]
+    formats = [None, ".4f", "+.2e", ".2e", None]
+    emulated = any(not math.isnan(f) for r in runs for f in r.flushed)
+    if emulated:
+        headers.append("mean flushed")
+        formats.append(".4%")
     rows = []
     for run in runs:
-        diff = (
-            max(abs(a - b) for a, b in zip(run.losses, ref.losses))
-            if run.weights_finite
-            else float("nan")
-        )
-        flushed = [f for f in run.flushed if not math.isnan(f)]
-        rows.append(
-            (
-                run.label,
-                run.fp16,
-                run.losses[-1],
-                diff,
-                sum(run.skipped),
-                sum(run.overflowed),
-                sum(flushed) / len(flushed) if flushed else None,
-                "yes" if run.weights_finite else "no",
-            )
-        )
-    return rows
+        ok = run.weights_finite
+        diff = max(abs(a - b) for a, b in zip(run.losses, ref.losses))
+        row = [
+            run.label,
+            run.losses[-1],
+            run.losses[-1] - ref.losses[-1] if ok else math.nan,
+            diff if ok else math.nan,
+            f"{sum(run.overflowed)} ({sum(run.skipped)})",
+        ]
+        if emulated:
+            flushed = [f for f in run.flushed if not math.isnan(f)]
+            row.append(sum(flushed) / len(flushed) if flushed else None)
+        rows.append(tuple(row))
+    return headers, rows, formats
 
 
 def scaling_verdict(runs: list[ScalingRun]) -> str:
-    """What the runs show, one line: the dynamic run's scale history and which runs lost
-    their weights to NaN."""
+    """What the runs show: the dynamic run's scale history, which runs lost their
+    weights to NaN, and which run that kept finite weights ended furthest from the fp32
+    reference (by final loss), with GradScaler's skipped steps beside it."""
     dyn = next(r for r in runs if r.regime == "dynamic")
+    ref = reference_run(runs)
     growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)
+    steps, skipped = len(dyn.skipped), sum(dyn.skipped)
     text = (
         f"GradScaler started at 2^{math.log2(dyn.scales[0]):g}, skipped "
-        f"{sum(dyn.skipped)} of {len(dyn.skipped)} steps, grew its scale {growths} "
+        f"{skipped} of {steps} steps, grew its scale {growths} "
         f"times and ended at 2^{math.log2(dyn.scales[-1]):g}. "
     )
     broken = [r.label for r in runs if not r.weights_finite]
-    if broken:
-        return text + f"Weights became NaN in: {', '.join(broken)}."
-    return text + "No run lost its weights to NaN."
+    text += (
+        f"Weights became NaN in: {', '.join(broken)}."
+        if broken
+        else "No run lost its weights to NaN."
+    )
+    finite = [r for r in runs if r is not ref and r.weights_finite]
+    if not finite:
+        return text
+    far = max(finite, key=lambda r: abs(r.losses[-1] - ref.losses[-1]))
+    gap = far.losses[-1] - ref.losses[-1]
+    if far is dyn:
+        text += (
+            f" Of the runs with finite weights, GradScaler's ended furthest from the "
+            f"fp32 reference ({gap:+.2e} in final loss)"
+        )
+        if skipped:
+            text += (
+                f": it skipped {skipped} of {steps} steps, so its weights took "
+                f"{steps - skipped} updates to the reference's {len(ref.losses)}."
+            )
+        else:
+            text += ", without skipping a step."
+        return text
+    dyn_gap = dyn.losses[-1] - ref.losses[-1] if dyn.weights_finite else math.nan
+    return text + (
+        f" Of the runs with finite weights, {far.label} ended furthest from the fp32 "
+        f"reference ({gap:+.2e} in final loss); GradScaler's ended {dyn_gap:+.2e} from "
+        f"it after skipping {skipped} of {steps} steps."
+    )

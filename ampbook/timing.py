@@ -333,19 +333,26 @@ def _clock(device: torch.device, sync: Callable[[], None]):
 DEFAULT_CACHE_BYTES = 64 * 2**20
 
 
-def cache_bytes_of(device: str | torch.device = "cpu") -> int:
-    """Size of the last-level cache the inputs could sit in: the GPU's L2, or the CPU's
-    largest cache (from /sys); 64 MiB when unknown."""
+CPU_CACHE_GLOB = "/sys/devices/system/cpu/cpu0/cache/index*/size"
+
+
+def last_level_cache(device: str | torch.device = "cpu") -> tuple[int, str]:
+    """``(bytes, where the figure came from)`` for the last-level cache the inputs could
+    sit in: the GPU's L2 (CUDA device properties), or the largest cache the OS lists for
+    CPU 0 (``CPU_CACHE_GLOB``); ``DEFAULT_CACHE_BYTES`` with "not exposed" when
+    neither says."""
     device = torch.device(device) if not isinstance(device, torch.device) else device
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         size = getattr(props, "L2_cache_size", 0) or getattr(props, "l2_cache_size", 0)
-        return int(size) if size else DEFAULT_CACHE_BYTES
+        if size:
+            return int(size), "the GPU's L2, from the CUDA device properties"
+        return DEFAULT_CACHE_BYTES, "not exposed by CUDA: assumed"
     best = 0
     try:
         import glob
 
-        for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        for path in glob.glob(CPU_CACHE_GLOB):
             with open(path) as f:
                 text = f.read().strip().upper()
             mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
@@ -353,7 +360,16 @@ def cache_bytes_of(device: str | torch.device = "cpu") -> int:
             best = max(best, int(digits) * mult)
     except (OSError, ValueError):
         best = 0
-    return best or DEFAULT_CACHE_BYTES
+    if best:
+        return best, "the largest cache the OS lists for CPU 0 (/sys)"
+    return DEFAULT_CACHE_BYTES, "not exposed by the OS: assumed"
+
+
+def cache_bytes_of(device: str | torch.device = "cpu") -> int:
+    """Size of the last-level cache the inputs could sit in: the GPU's L2, or the CPU's
+    largest cache (from /sys); 64 MiB when unknown (``last_level_cache`` says
+    which)."""
+    return last_level_cache(device)[0]
 
 
 def _tensors(args: Iterable[Any]) -> list[torch.Tensor]:
@@ -752,3 +768,103 @@ def time_elementwise(
         extra=extra,
         **kwargs,
     )
+
+
+def conv2d_flops(
+    batch: int, channels: int, height: int, width: int, kernel: int
+) -> int:
+    """FLOPs of a same-padded, stride-1 convolution with ``channels`` in and out: one
+    multiply and one add per weight per output pixel."""
+    return 2 * batch * channels * height * width * channels * kernel * kernel
+
+
+def time_conv2d(
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    kernel: int = 3,
+    dtype: str | torch.dtype = "fp32",
+    device: str | torch.device = "auto",
+    backward: bool = False,
+    seed: int = 0,
+    **kwargs,
+) -> TimingResult:
+    """Time a same-padded, stride-1 ``conv2d`` (NCHW, ``channels`` in and out, no bias)
+    with input, weight and output in ``dtype``; with ``backward`` one training pass:
+    the forward and ``aten.convolution_backward`` for the input's and the weight's
+    gradients (3x the forward's FLOPs). Other keyword arguments go to
+    :func:`benchmark`."""
+    for label, v in (
+        ("batch", batch),
+        ("channels", channels),
+        ("height", height),
+        ("width", width),
+        ("kernel", kernel),
+    ):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"conv {label} must be a positive integer, got {v!r}")
+    if kernel % 2 == 0:
+        raise ValueError(f"conv kernel must be odd (same padding), got {kernel}")
+    name, torch_dtype = resolve_dtype(dtype)
+    if name.startswith("fp8") or name == "tf32":
+        raise ValueError(f"conv timing supports fp64/fp32/fp16/bf16, not {name}")
+    dev = pick_device(device)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    pad = kernel // 2
+    act = (batch, channels, height, width)
+
+    def make():
+        return (
+            random_tensor(act, name, dev, gen),
+            random_tensor((channels, channels, kernel, kernel), name, dev, gen),
+            random_tensor(act, name, dev, gen),  # the output's gradient
+        )
+
+    def forward(x, w, grad_out):
+        return torch.nn.functional.conv2d(x, w, padding=pad)
+
+    def training_pass(x, w, grad_out):
+        torch.nn.functional.conv2d(x, w, padding=pad)
+        return torch.ops.aten.convolution_backward(
+            grad_out,
+            x,
+            w,
+            None,
+            [1, 1],
+            [pad, pad],
+            [1, 1],
+            False,
+            [0, 0],
+            1,
+            [True, True, False],
+        )
+
+    x_el = batch * channels * height * width
+    w_el = channels * channels * kernel * kernel
+    # forward: read x and w, write y; backward: read dy, x and w, write dx and dw
+    elements = 3 * x_el + 3 * w_el + x_el if backward else 2 * x_el + w_el
+    flops = conv2d_flops(batch, channels, height, width, kernel)
+    what = "conv2d forward+backward" if backward else "conv2d"
+    kwargs.setdefault("name", f"{what} {name} {batch}x{channels}x{height}x{width}")
+    extra = {
+        "kind": "conv_train" if backward else "conv",
+        "dtype": name,
+        "batch": batch,
+        "channels": channels,
+        "height": height,
+        "width": width,
+        "kernel": kernel,
+    }
+    extra.update(kwargs.pop("extra", {}) or {})
+    with torch.no_grad() if not backward else contextlib.nullcontext():
+        return benchmark(
+            training_pass if backward else forward,
+            make,
+            flops=3 * flops if backward else flops,
+            bytes_moved=elements * itemsize,
+            device=dev,
+            extra=extra,
+            **kwargs,
+        )

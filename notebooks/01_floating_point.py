@@ -38,13 +38,13 @@
 # in seconds on a CPU (with `device="cuda"` the accumulation and the fp8 casts run on the
 # GPU instead).
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 device = "auto"  # where the accumulation demo runs: "auto", "cpu" or "cuda"
 n_accumulate = 20000  # how many small values the accumulation demo adds up
 n_samples = 200000  # random weights and gradients for the swamping and underflow demos
 seed = 0
 
-# %%
+# %% tags=["remove-input"]
 from ampbook import params
 from ampbook.env import print_environment
 
@@ -56,7 +56,7 @@ params.integer("n_samples", n_samples, minimum=1000, why="medians per power of t
 params.seed("seed", seed)
 print_environment(device)
 
-# %%
+# %% tags=["hide-cell"]
 import inspect
 import math
 
@@ -67,7 +67,7 @@ from ampbook import formats
 from ampbook.env import pick_device
 from ampbook.formats import FORMATS, bits, decode, round_to, spacing
 from ampbook.paths import load_reference
-from ampbook.plots import bar_style, glue_all, md_table, series_style, use_style
+from ampbook.plots import bar_style, glue_all, md, md_table, series_style, use_style
 
 use_style()
 device = pick_device(device)
@@ -88,40 +88,43 @@ style.update({torch.float32: style["fp32"], torch.float16: style["fp16"],
 #   \qquad \text{bias} = 2^{e-1} - 1,$$
 #
 # a *normal* number with an implicit leading 1, so it carries $m + 1$ significant bits. The
-# all-zeros exponent holds the *subnormal* numbers $(-1)^s\, 2^{1 - \text{bias}}\, M / 2^m$,
+# all-zeros exponent holds the {term}`subnormal` numbers $(-1)^s\, 2^{1 - \text{bias}}\, M / 2^m$,
 # which fill the gap between zero and the smallest normal number evenly (and zero itself,
 # with either sign). The all-ones exponent is reserved for infinity ($M = 0$) and NaN
 # ($M \ne 0$), except in fp8 E4M3, which uses it for numbers and keeps only the all-ones
 # pattern for NaN. The exponent bits set the range, the mantissa bits the precision.
 #
-# The seven formats side by side, each bit drawn as one box:
+# {numref}`fig-ch1-bits` draws the seven formats side by side, each bit as one box:
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Bit layouts of the seven formats, one box per bit, to scale: sign (black), exponent (hatched), mantissa (dotted). The number in each field is its width in bits.", "name": "fig-ch1-bits"}}
-fig, ax = plt.subplots(figsize=(9, 3.4))
+fig, ax = plt.subplots(figsize=(9, 4.4))
+gap = 1.5  # rows apart, so that each field's width label sits clear of the row above
 for row, fmt in enumerate(FORMATS.values()):
+    y = -gap * row
     fields = [("sign", 1), ("exponent", fmt.exponent_bits),
               ("mantissa", fmt.mantissa_bits)]
     left = 0
     for i, (field, width) in enumerate(fields):
         label = field if row == 0 else None
-        ax.barh(-row, width, left=left, height=0.7, label=label, **bar_style(i))
+        ax.barh(y, width, left=left, height=0.7, label=label, **bar_style(i))
         ticks = range(left + 1, left + width)
-        ax.vlines(ticks, -row - 0.35, -row + 0.35, color="white", linewidth=0.8)
+        ax.vlines(ticks, y - 0.35, y + 0.35, color="white", linewidth=0.8)
         if i > 0:
-            ax.text(left + width / 2, -row + 0.5, str(width), ha="center", fontsize=8)
+            ax.text(left + width / 2, y + 0.42, str(width), ha="center", va="bottom",
+                    fontsize=8)
         left += width
-    ax.text(left + 0.7, -row, f"{fmt.bits} bits", va="center", fontsize=8)
-ax.set_yticks([-r for r in range(len(FORMATS))], list(FORMATS))
-ax.set(xlim=(0, 72), ylim=(-len(FORMATS) + 0.4, 1.0))
+    ax.text(left + 0.7, y, f"{fmt.bits} bits", va="center", fontsize=8)
+ax.set_yticks([-gap * r for r in range(len(FORMATS))], list(FORMATS))
+ax.set(xlim=(0, 72), ylim=(-gap * (len(FORMATS) - 1) - 0.6, 1.0))
 ax.set_xlabel("bit position (sign first)")
 ax.grid(False)
-ax.legend(ncols=3, loc="upper right", bbox_to_anchor=(1.0, 1.12))
+ax.legend(ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 plt.show()
 
 # %% [markdown]
-# TF32 is not a storage format: NVIDIA tensor cores (Ampere and later) read fp32 matrices and
-# keep only fp16's mantissa width inside the multiplication (NVIDIA A100 Tensor Core GPU
-# Architecture whitepaper, 2020). PyTorch has no TF32 dtype; whether fp32 matmuls and
+# {term}`TF32` is not a storage format: NVIDIA tensor cores (Ampere and later) read fp32
+# matrices and keep only fp16's mantissa width inside the multiplication
+# {cite:p}`a100-whitepaper`. PyTorch has no TF32 dtype; whether fp32 matmuls and
 # convolutions use it is the `tf32_matmul` / `tf32_cudnn` lines of the environment report
 # above.
 #
@@ -130,18 +133,28 @@ plt.show()
 # `ampbook.formats` derives every property from the three bit counts (and the E4M3
 # exception). The largest value has the largest normal exponent and all mantissa bits set;
 # the smallest normal is $2^{1-\text{bias}}$; the smallest subnormal has only the last
-# mantissa bit set; machine epsilon $2^{-m}$ is the gap between 1 and the next number.
+# mantissa bit set; {term}`machine epsilon` $2^{-m}$ is the gap between 1 and the next
+# number.
 # "Decimal digits" here is $-\log_{10}(\text{eps}) = m \log_{10} 2$ (numpy's
 # `finfo.precision` is this rounded down).
 
 # %% tags=["hide-input"]
-headers, rows = formats.format_table(transpose=True)
-md_table(rows, headers, [None] + [".4g"] * len(FORMATS))
+training = ["fp32", "tf32", "fp16", "bf16"]  # the formats mixed-precision training uses
+headers, rows = formats.format_table(training, transpose=True)
+md_table(rows, headers, [None] + [".4g"] * len(training))
 
 # %% [markdown]
-# Read across the rows: fp16 and TF32 have the same mantissa, so the same epsilon; bf16 and
-# TF32 have fp32's exponent, so (almost) fp32's range. The same values as exact powers of
-# two, written from the layouts:
+# Read across the rows: fp16 and TF32 have the same mantissa, so the same epsilon;
+# {term}`bf16` and TF32 have fp32's exponent, so (almost) fp32's range. The other three, fp64
+# for reference and the two fp8 formats:
+
+# %% tags=["hide-input"]
+others = [name for name in FORMATS if name not in training]
+headers, rows = formats.format_table(others, transpose=True)
+md_table(rows, headers, [None] + [".4g"] * len(others))
+
+# %% [markdown]
+# The same values as exact powers of two, written from the layouts:
 
 # %% tags=["hide-input"]
 headers, rows = formats.exact_powers_table()
@@ -195,7 +208,8 @@ print(f"decode: {decode('0 11110 1111111111', 'fp16')}, "
 # Within one power-of-two interval the numbers of a format are evenly spaced; each interval
 # up the spacing doubles. So the *absolute* gap grows with the magnitude while the *relative*
 # gap stays between eps/2 and eps, until the subnormal range, where the gap stops shrinking
-# and the relative precision runs out. `spacing(x, name)` gives the gap above $|x|$:
+# and the relative precision runs out. `spacing(x, name)` gives the gap above $|x|$
+# ({numref}`fig-ch1-gap`):
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Gap between neighbouring representable numbers against magnitude, for each format (log-log). Each staircase ends at the format's largest value; the flat part on the left is the subnormal range. fp16 and TF32 coincide in the normal range (same mantissa width).", "name": "fig-ch1-gap"}}
 x = torch.logspace(-30, 20, 4001, base=2, dtype=torch.float64)
@@ -241,12 +255,12 @@ md_table(rows, ["value", "fp16 bits", "round_to fp16", "torch .half()"],
 # ### Swamping: a small update to a large weight
 #
 # An optimizer step adds an update $u$ to a weight $w$. In fp16 the sum is rounded to the
-# weight's grid, so an update smaller than half the gap at $w$ disappears. Micikevicius et al.
-# (*Mixed Precision Training*, ICLR 2018, arXiv:1710.03740) put the danger point at a weight
+# weight's grid, so an update smaller than half the gap at $w$ disappears (the update is
+# {term}`swamped <swamping>`). {cite:t}`micikevicius2018` put the danger point at a weight
 # $2^{11}$ times larger than its update: aligning the update with the weight shifts it right
 # by 11 or more bits, past fp16's 10-bit mantissa. Here random weights of many magnitudes get
 # updates $w / r$ for a range of ratios $r$, added in fp32, bf16 and fp16 by PyTorch's own
-# arithmetic:
+# arithmetic ({numref}`fig-ch1-swamping`):
 
 # %%
 w = torch.exp2(torch.rand(n_samples, generator=gen) * 8 - 4)  # weights from 1/16 to 16
@@ -281,9 +295,9 @@ print(f"fp16: first loss at {f16_some:g}, nearly all from {f16_all:g}; "
 # a fraction {glue:text}`f32_lost:.0%` of them in this range. This is why an optimizer step
 # must not add updates to fp16 weights. With PyTorch's native AMP the weights are never fp16
 # in the first place: the parameters stay fp32, autocast casts them to fp16 for each op that
-# runs in fp16, and the optimizer adds the updates to the fp32 parameters (chapter 4 shows
-# this on ERFNet). Keeping an fp32 "master copy" beside fp16 weights is what the paper, and
-# NVIDIA's older apex library, did.
+# runs in fp16, and the optimizer adds the updates to the fp32 parameters
+# ({doc}`04_loss_scaling` shows this on ERFNet). Keeping an fp32 "master copy" beside fp16
+# weights is what the paper, and NVIDIA's older apex library {cite:p}`apex-amp`, did.
 #
 # ### Accumulation: a long sum in fp16
 #
@@ -291,7 +305,8 @@ print(f"fp16: first loss at {f16_some:g}, nearly all from {f16_all:g}; "
 # half the gap at the sum exceeds the terms and every addition rounds back to the same sum.
 # The terms here are multiples of $2^{-18}$ below $2^{-10}$, exactly representable in every
 # format, so each accumulator adds the very same numbers and only the rounding of the sum
-# differs. The whole experiment is this function from `ampbook.formats`:
+# differs ({numref}`fig-ch1-accumulation`). The whole experiment is this function from
+# `ampbook.formats`:
 
 # %%
 print(inspect.getsource(formats.running_sum))
@@ -337,7 +352,7 @@ print(f"torch.sum error: {library_error / fp16.eps:.2f} fp16 epsilons")
 # tensor errs by {glue:text}`library_error_roundings:.2f` fp16 epsilons: its kernels add in
 # fp32 and round only the result (if the line above printed an error of several epsilons, the
 # kernel on your device did not). The RTX 3070 blog post's remedy, fp16 products with fp32
-# accumulation, is the same idea in hardware (chapter 2).
+# accumulation, is the same idea in hardware ({doc}`02_tensor_cores`).
 #
 # ### Underflow: gradients below 2⁻²⁴
 #
@@ -369,8 +384,9 @@ glue_all(half_sub=half_sub, tie_torch=tie.half()[0].item(),
 # becomes {glue:text}`above_torch:.4g` = $2^{-24}$.
 #
 # How much of each value survives, for random magnitudes spread evenly (on a log scale) over
-# the range where small gradients live. The relative rounding error is at most eps/2 for
-# normal numbers and reaches 1 when a value becomes zero:
+# the range where small gradients live ({numref}`fig-ch1-underflow`). The relative rounding
+# error is at most eps/2 (the {term}`unit roundoff`) for normal numbers and reaches 1 when a
+# value becomes zero:
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Median relative rounding error against magnitude for fp16, bf16 and fp8 E5M2, over random values in each power-of-two interval. The error grows where a format's subnormal range starts and reaches 1 (the value is lost) at half its smallest subnormal.", "name": "fig-ch1-underflow"}}
 g = torch.exp2(torch.rand(n_samples, generator=gen, dtype=torch.float64) * 30 - 36)
@@ -397,8 +413,9 @@ glue_all(flushed=(round_to(g, "fp16") == 0).double().mean().item(),
 # Of these log-uniform magnitudes, {glue:text}`flushed:.1%` become zero in fp16 (those at or
 # below half the smallest subnormal; {glue:text}`below:.1%` lie below the smallest subnormal
 # itself) and {glue:text}`flushed_bf16:.1%` in bf16. The fraction for a real network depends
-# on its gradients: Micikevicius et al. report how many of a network's activation gradients
-# fall below fp16's range, and scale the loss (hence every gradient) up to lift them into it.
+# on its gradients: {cite:t}`micikevicius2018` report how many of a network's activation
+# gradients fall below fp16's range, and scale the loss (hence every gradient) up by a
+# {term}`loss scale` to lift them into it.
 #
 # ### Overflow past 65504, and what bf16 gives up instead
 #
@@ -434,30 +451,41 @@ glue_all(bf16_max=bf16.max, bf16_eps=bf16.eps, fp16_eps=fp16.eps,
 #
 # ### fp8 overflow: saturate or NaN?
 #
-# E4M3 has no infinity, so a cast of a value past its largest (448) must do something else:
-# *saturate* (give ±448) or give NaN. The OCP 8-bit floating point specification allows both
-# modes. What PyTorch's eager cast does has changed over versions: it did not saturate (values
-# past the range became NaN) while `torch.compile`'s Triton casts did (pytorch/ao issue 1912,
-# March 2025); pytorch/pytorch pull request 178817 (merged April 2026; PyTorch 2.12 and
-# later, as pytorch/ao pull request 4364 records) made eager casts saturate finite
-# overflows, in the C++ conversion code that CPU kernels use; pytorch/ao's test from that
-# pull request expects eager CUDA casts to saturate as well. E5M2 has infinities and
-# overflows to them. What this torch does on this chapter's device (run it with
-# `device="cuda"` to see a GPU's cast):
+# {term}`E4M3 <fp8 E4M3>` has no infinity, so a cast of a value past its largest (448) must
+# do something else: *saturate* (give ±448) or give NaN. The OCP 8-bit floating point
+# specification allows both modes {cite:p}`ocp-ofp8`. What PyTorch's eager cast does has
+# changed over versions: it did not saturate (values past the range became NaN) while
+# `torch.compile`'s Triton casts did {cite:p}`pytorch-ao-1912`; a pull request merged in
+# April 2026 (PyTorch 2.12 and later) made eager casts saturate finite overflows, in the C++
+# conversion code that CPU kernels use {cite:p}`pytorch-pr-178817,pytorch-ao-4364`.
+# {term}`E5M2 <fp8 E5M2>` has infinities and overflows to them. Infinity and NaN are
+# inputs of their own, apart from a finite value that is too large: a cast that saturates
+# may send ±inf to ±448 or to NaN, and NaN has nowhere to go but NaN. What this torch's own
+# casts do on this chapter's device (run it with `device="cuda"` to see a GPU's), for a
+# finite value past each format's range (twice its largest value, or float32's largest for
+# bf16), for ±inf and for NaN:
 
 # %%
-probe = torch.tensor([448.0, 464.0, 480.0, 1000.0, math.inf])
-rows = [[name] + probe.to(device).to(FORMATS[name].torch_dtype).float().cpu().tolist()
-        + [formats.cast_overflow_rule(FORMATS[name].torch_dtype, device)]
-        for name in ("fp8_e4m3", "fp8_e5m2")]
-print(f"torch {torch.__version__} on {device.type}")
-headers = ["cast to"] + [f"{v:g}" for v in probe.tolist()] + ["rule past the range"]
-md_table(rows, headers)
+special_names = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+specials = {name: formats.cast_specials(FORMATS[name].torch_dtype, device)
+            for name in special_names}
+rows = [[name, formats.overflow_probe(name)]
+        + [f"{v:g}" + (" (max)" if out.endswith("max") else "")
+           for v, out in specials[name].values()] for name in special_names]
+md_table(rows, ["cast to", "finite probe"] + list(formats.SPECIAL_INPUTS),
+         [None, ".4g"] + [None] * 4)
+
+# %%
+md(formats.specials_report(specials, device))
 
 # %% [markdown]
 # Saturation hides an overflow as a wrong but finite number; NaN makes it visible and
-# poisons everything downstream. Code that casts to fp8 (scaled matmuls) therefore scales the
-# tensor into range first and clamps explicitly, rather than relying on either rule.
+# poisons everything downstream. Where a cast sends inf to the largest finite value (the
+# lines above say whether this torch does so for E4M3), an overflow that already happened
+# upstream, an inf in fp32, leaves the cast as an ordinary large number, and no later check
+# for inf sees it; where the cast gives NaN instead, the overflow stays visible. Code that
+# casts to fp8 (scaled matmuls) therefore scales the tensor into range first and clamps
+# explicitly, rather than relying on either rule.
 #
 # ## The post's numbers, checked
 #
@@ -466,7 +494,7 @@ md_table(rows, headers)
 # formats, with a verdict worked out by `formats.claim_verdict`: a claim agrees when it
 # matches to the digits it gives. For the rounding errors the true value is the largest
 # relative error of rounding to nearest (the unit roundoff, half of machine epsilon).
-# Chapter 2 checks the post's tensor-core claims.
+# {doc}`02_tensor_cores` checks the post's tensor-core claims.
 
 # %%
 claims = load_reference("seed_post")["claims"]
@@ -480,7 +508,8 @@ true = {"fp16_bytes": (fp16.bits / 8, {}), "fp32_bytes": (fp32.bits / 8, {}),
         "paper_lost_below": (fp16.smallest_subnormal, {})}
 
 # %% tags=["hide-input"]
-rows = [[key, claims[key], value, formats.claim_verdict(claims[key], value, others)]
+rows = [[key.replace("_", " "), claims[key], value,
+         formats.claim_verdict(claims[key], value, others)]
         for key, (value, others) in true.items()]
 md_table(rows, ["claim", "the post says", "true value", "verdict"],
          [None, ".4g", ".6g", None])
@@ -490,11 +519,12 @@ glue_all(fp32_max=fp32.max, post_fp32_max=claims["fp32_max"], pow127=2.0**127,
          post_f16_err=claims["fp16_rounding_error"],
          post_f32_err=claims["fp32_rounding_error"],
          f16_u=fp16.unit_roundoff, f32_u=fp32.unit_roundoff)
-print([k for k, (v, others) in true.items()
-       if formats.claim_verdict(claims[k], v, others) != "agrees"])
+failed = [k.replace("_", " ") for k, (v, others) in true.items()
+          if formats.claim_verdict(claims[k], v, others) != "agrees"]
+md("Claims the table does not pass: " + ", ".join(failed or ["none"]) + ".")
 
 # %% [markdown]
-# The claims the table does not pass (printed above), looked at closer:
+# The claims the table does not pass (named above), looked at closer:
 #
 # - **fp32 maximum.** The largest fp32 value is $2^{127}(2 - 2^{-23})$ =
 #   {glue:text}`fp32_max:.6g`. The post's {glue:text}`post_fp32_max:g` is $2^{127}$ =
@@ -518,7 +548,8 @@ print([k for k, (v, others) in true.items()
 #   contributions.
 # - bf16 keeps fp32's range and gives up even more precision; TF32 keeps fp32's range with
 #   fp16's precision, inside tensor-core matmuls only; the fp8 formats trade both away
-#   further, and what a cast past E4M3's range gives depends on the PyTorch version.
+#   further; what a cast past E4M3's range gives, and what it does with inf, depends on the
+#   PyTorch version (this one's casts are probed above).
 # - Mixed precision answers each failure: fp32 accumulation for sums, fp32 parameters for the
 #   updates (with native AMP the parameters simply stay fp32), loss scaling for underflow.
 #   Later chapters measure them.
@@ -529,13 +560,42 @@ print([k for k, (v, others) in true.items()
 #
 # 1. Show the fp16, bf16 and fp8 E4M3 bits of 0.1 with `bits`, decode them, and compute each
 #    relative error. Which is within the unit roundoff of its format?
+#
+#    ```{dropdown} Hint
+#    `decode(bits(0.1, name), name)` gives the stored value; compare
+#    `abs(stored - 0.1) / 0.1` with `FORMATS[name].unit_roundoff`. Rounding to nearest keeps
+#    every normal number within it, so all three should be.
+#    ```
 # 2. Find the smallest positive `x` for which `1 + x` in fp16 is not 1 (bisect with
 #    `round_to`). Explain the result with ties-to-even.
+#
+#    ```{dropdown} Hint
+#    $1 + 2^{-11}$ is exactly halfway between 1 and the next fp16 number and rounds to the
+#    even one, 1. Any $x$ above $2^{-11}$ rounds up, so the answer is the next number above
+#    $2^{-11}$ in the arithmetic you bisect in (float64 here), not $2^{-11}$ itself.
+#    ```
 # 3. Predict from the gap figure where the fp16 running sum stalls if the terms are ten times
 #    larger, then change the cell and check. Then write Kahan (compensated) summation with an
 #    fp16 accumulator and an fp16 compensation term: how close does it get?
+#
+#    ```{dropdown} Hint
+#    The sum stalls once half the gap at the sum reaches the largest term; the gap doubles
+#    with each power of two, so ten times larger terms move the stall point up by three or
+#    four powers of two (`formats.stall_point` computes it). Kahan's compensation term keeps
+#    the part of each addition that the rounding threw away and adds it back in the next.
+#    ```
 # 4. Read off the swamping figure the ratio at which bf16 starts losing updates and relate it
 #    to its mantissa width. What would the ratio be for TF32?
-# 5. The FP8 paper (Micikevicius et al., *FP8 Formats for Deep Learning*, arXiv:2209.05433)
-#    uses E4M3 for weights and activations and E5M2 for gradients. Using the tables above,
-#    explain why.
+#
+#    ```{dropdown} Hint
+#    An update vanishes when it is at most half the gap at the weight, and the gap is between
+#    $2^{-m-1}$ and $2^{-m}$ times the weight for $m$ mantissa bits. TF32 has fp16's ten.
+#    ```
+# 5. The FP8 paper {cite:p}`micikevicius2022fp8` uses E4M3 for weights and activations and
+#    E5M2 for gradients. Using the tables above, explain why.
+#
+#    ```{dropdown} Hint
+#    Compare the two formats' machine epsilon and their smallest and largest values: which
+#    one spans more binades, and which one rounds more finely within a binade? Gradients
+#    spread over many binades (chapter 4's histograms).
+#    ```

@@ -17,33 +17,31 @@
 # # Tensor cores and matmul speed, measured
 #
 # Mixed precision promises speed from two sources. Math-bound work (large matrix multiplies
-# and convolutions) can run on tensor cores, units that multiply small fp16, bf16, TF32 or
-# fp8 matrices faster than the ordinary fp32 cores, by a factor that depends on the card and
+# and convolutions) can run on {term}`tensor cores <tensor core>`, units that multiply small
+# fp16, bf16, TF32 or fp8 matrices faster than the ordinary fp32 cores, by a factor that depends on the card and
 # the mode: the peak table below gives {glue:text}`a100_ratio:.3g`x on an A100 but only
 # {glue:text}`desk_ratio:.2g`x on a GeForce RTX 3070 for fp16 with fp32 accumulation (AMP's
 # mode), and {glue:text}`desk_tf32_ratio:.2g`x for TF32 there. Memory-bound work
 # (elementwise ops, normalisation, most of what sits between the big layers) moves half the
-# bytes in a 16-bit format. This chapter measures both on the machine you run it on, against
-# the published peaks of the GPUs the book talks about, and says how much of each peak a
-# measurement reaches.
+# bytes in a 16-bit format. This chapter measures both, on this machine and on an H200
+# whose results come with the book, against the GPUs' published peaks, and says where mixed
+# precision pays.
 #
 # **What you will learn**
 #
 # - how to time a kernel so the number means something: warm-up, many samples, median and
-#   spread, waiting for asynchronous GPU work, fresh inputs that do not sit in cache;
-# - what a tensor core computes (a small matrix multiply-accumulate, $D = A B + C$, with
-#   16-bit inputs and an fp32 accumulator) and why the accumulator's width matters;
-# - how Volta, Ampere and Hopper, and GeForce and data-centre parts, differ, computed from a
-#   table of published peaks with a source for each figure;
-# - matmul speed against size for each dtype, whether a size one off a multiple of 8 costs
-#   anything, and where an op sits on the roofline between the memory ceiling and the compute
-#   ceiling.
+#   spread, waiting for the GPU, inputs that do not sit in cache;
+# - what a tensor core computes ($D = A B + C$, 16-bit inputs, an fp32 accumulator) and why
+#   the accumulator's width matters;
+# - how GPU generations, and GeForce and data-centre parts, differ, from published peaks;
+# - matmul and convolution speed per dtype here and on an H200, the cost of a size one off
+#   a multiple of 8, and the roofline between the memory and the compute ceilings.
 #
 # **What you need**: PyTorch. A CUDA GPU shows tensor cores at work (tf32, fp16, bf16, and
 # fp8 on compute capability 8.9+); on a CPU the chapter measures what the CPU does with the
-# same dtypes, and shows GPU results committed under `data/results/` when there are any.
+# same dtypes, and shows GPU results committed under `data/results/` beside them.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 device = "auto"  # "auto", "cpu" or "cuda"
 demo_size = 512  # square matmul used to show how timing goes wrong
 matmul_sizes = [64, 128, 256, 512, 1024, 2048]  # square matmul sizes of the speed sweep
@@ -53,10 +51,11 @@ elementwise_numels = [4096, 65536, 1048576, 16777216]  # elements of the element
 min_time = 0.1  # seconds measured per point (at least)
 rounds = 1  # interleaved repetitions per point; the fastest median is kept
 accumulate_terms = 4096  # length of the dot product in the accumulation demo
+conv_shape = [1, 16, 32, 32]  # batch, channels, height, width of the timed 3x3 conv
 save_results = ""  # path for a JSON record of this run (empty: no file)
 results_dir = ""  # folder of committed GPU sweeps (empty: data/results)
 
-# %%
+# %% tags=["remove-input"]
 from ampbook import params
 from ampbook.env import print_environment
 
@@ -70,32 +69,41 @@ params.number("max_call_s", max_call_s, above=0)
 params.number("min_time", min_time, minimum=0)
 params.integer("rounds", rounds, minimum=1)
 params.integer("accumulate_terms", accumulate_terms, minimum=16)
+params.shape("conv_shape", conv_shape, length=4, why="[batch, channels, height, width]")
 params.output("save_results", save_results)
 params.folder("results_dir", results_dir, empty="data/results")
 print_environment(device)
 
-# %%
+# %% tags=["hide-cell"]
 import inspect
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from IPython.display import display
 
 from ampbook import bench_matmul as bm
+from ampbook import results
 from ampbook.devices import (
     attainable_tflops,
     device_for,
     load_devices,
     tensor_core_claims,
 )
-from ampbook.env import cpu_flags, pick_device
+from ampbook.env import pick_device
 from ampbook.formats import running_sum
 from ampbook.paths import RESULTS_DIR, load_reference
-from ampbook.plots import bar_style, glue_all, md_table, series_style, use_style
+from ampbook.plots import (
+    MIB,
+    bar_style,
+    glue_all,
+    md,
+    md_table,
+    series_style,
+    use_style,
+)
 from ampbook.timing import (
     benchmark,
-    cache_bytes_of,
+    last_level_cache,
     machine_load,
     random_tensor,
     time_matmul,
@@ -105,18 +113,22 @@ use_style()
 device = pick_device(device)
 devices = load_devices()
 here = device_for(device)  # this GPU's entry in the peak table, or None
-dtypes = bm.supported_dtypes(device)
-print(f"device {device}; table entry: {here.key if here else 'none'}; dtypes: {dtypes}")
-print(bm.load_verdict(machine_load(), device.type))
+dtypes = bm.supported_dtypes(device)  # the matmul dtypes this device runs
+load = machine_load()
 
 # %% [markdown]
-# The line above says how busy the machine was when this run started. On a busy or shared
-# machine other processes hold the CPUs, and a multi-threaded CPU kernel then waits
-# milliseconds for its descheduled threads: read the CPU timings below as that machine's,
-# not the CPU's, expect wide spreads, and rerun on an idle machine before drawing
-# conclusions. On a quiet machine (or a GPU) the timings mean what they say.
-#
 # ## Timing a kernel
+#
+# First, how busy this machine was when the run started:
+
+# %%
+md(bm.load_verdict(load, device.type))
+
+# %% [markdown]
+# On a busy or shared machine other processes hold the CPUs, and a multi-threaded CPU kernel
+# then waits milliseconds for its descheduled threads: read the CPU timings below as that
+# machine's, not the CPU's, expect wide spreads, and rerun on an idle machine before drawing
+# conclusions. On a quiet machine (or a GPU) the timings mean what they say.
 #
 # A single call timed with a wall clock can be wrong in three ways. The first call pays for
 # things later calls do not (allocations, library initialisation, picking a kernel). On a GPU
@@ -134,7 +146,10 @@ b = random_tensor((demo_size, demo_size), "fp32", device)
 cold = benchmark(torch.matmul, lambda: (a, b), warmup=0, repeats=1, min_time=0,
                  number=1, buffers=1, name="first call")
 warm = time_matmul(demo_size, dtype="fp32", device=device, min_time=min_time)
-print(cold, warm, sep="\n")
+rows = [[r.name, r.median_s * 1e3, r.p10_s * 1e3, r.p90_s * 1e3,
+         f"{r.samples} x {r.number}", r.buffers] for r in (cold, warm)]
+md_table(rows, ["timing", "median ms", "p10 ms", "p90 ms", "samples x calls",
+                "input sets"], [None, ".3g", ".3g", ".3g", None, None])
 
 # %% tags=["hide-input"]
 glue_all(cold_ms=cold.median_s * 1e3, warm_ms=warm.median_s * 1e3,
@@ -162,12 +177,12 @@ glue_all(cold_ms=cold.median_s * 1e3, warm_ms=warm.median_s * 1e3,
 # A tensor core takes small tiles of two matrices and adds their product to a third in one
 # step. In Volta, the first generation, each tensor core computes $D = A B + C$ on
 # $4 \times 4$ fp16 matrices $A$ and $B$ with $C$ and $D$ in fp16 or fp32, one such operation
-# per clock: $4 \times 4 \times 4 = 64$ fused multiply-adds (NVIDIA Tesla V100 GPU
-# Architecture whitepaper, 2017). The products of two fp16 numbers are exact in fp32 (11
+# per clock: $4 \times 4 \times 4 = 64$ fused multiply-adds {cite:p}`volta-whitepaper`
+# ({numref}`fig-ch2-mma`). The products of two fp16 numbers are exact in fp32 (11
 # significant bits times 11 fit in 24), so with an fp32 accumulator the only rounding is in
 # the sums.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "One tensor-core step, D = A\u00b7B + C, on 4x4 tiles: A and B in fp16, the accumulator C and the result D in fp32. Each entry of D adds four products to an entry of C: 16 entries x 4 = 64 fused multiply-adds.", "name": "fig-ch2-mma"}}
+# %% mystnb={"figure": {"caption": "One tensor-core step, D = A\u00b7B + C, on 4x4 tiles: A and B in fp16, the accumulator C and the result D in fp32. Each entry of D adds four products to an entry of C: 16 entries x 4 = 64 fused multiply-adds.", "name": "fig-ch2-mma"}} tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(8.5, 2.6))
 tiles = [("A", "fp16", 0, 1), ("B", "fp16", 5.6, 1), ("C", "fp32", 11.2, 2),
          ("D", "fp32", 17.3, 2)]
@@ -211,10 +226,10 @@ torch_dot = torch.matmul(x16[None].to(device), y16[:, None].to(device)).item()
 glue_all(dot_exact=exact, err32=rows[0][2], err16=rows[1][2],
          err_ratio=rows[1][2] / max(rows[0][2], 1e-12),
          err_torch=abs(torch_dot - exact) / exact, fp16_u=2.0**-11)
-flags = {f"allow_{k}": getattr(torch.backends.cuda.matmul, f"allow_{k}", None)
+flags = [(f"`allow_{k}`", getattr(torch.backends.cuda.matmul, f"allow_{k}", None))
          for k in ("fp16_reduced_precision_reduction",
-                   "bf16_reduced_precision_reduction", "fp16_accumulation")}
-print(f"torch {torch.__version__}:", flags)
+                   "bf16_reduced_precision_reduction", "fp16_accumulation")]
+md_table(flags, [f"torch.backends.cuda.matmul (torch {torch.__version__})", "value"])
 
 # %% [markdown]
 # The exact dot product is {glue:text}`dot_exact:.6g`. The fp16 accumulator is off by
@@ -224,9 +239,8 @@ print(f"torch {torch.__version__}:", flags)
 #
 # Does PyTorch accumulate its fp16 and bf16 matmuls in fp32? On CUDA, cuBLAS multiplies the
 # 16-bit tiles and accumulates each dot product in fp32, with two qualifications that
-# PyTorch exposes as flags (printed above for this torch; see *CUDA semantics*, "Reduced
-# Precision Reduction in FP16 and BF16 GEMMs", in the PyTorch documentation,
-# https://docs.pytorch.org/docs/stable/notes/cuda.html).
+# PyTorch exposes as flags (shown above for this torch; see "Reduced Precision Reduction in
+# FP16 and BF16 GEMMs" in PyTorch's CUDA semantics notes {cite:p}`pytorch-cuda-notes`).
 # `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` and
 # `allow_bf16_reduced_precision_reduction` are `True` by default: cuBLAS may then split a
 # long inner dimension into pieces and add the partial sums in the 16-bit format (split-K),
@@ -245,38 +259,50 @@ print(f"torch {torch.__version__}:", flags)
 # Later generations made tensor cores wider, added formats (bf16 and TF32 in Ampere, fp8 in
 # Ada and Hopper), and put them in GeForce cards too. `data/reference/devices.yml` holds the
 # published dense peaks (no structured sparsity) of the GPUs this book talks about, each
-# figure with its source (listed at the end of this section). In TFLOP/s, and GB/s for
-# memory:
+# figure with its source (cited at the end of this section). The GPUs:
 
 # %% tags=["hide-input"]
 order = ["v100-sxm2", "rtx3070-laptop", "rtx3070-desktop", "a100-sxm-80gb", "h100-sxm",
          "h200-sxm"]
 table = [devices[k] for k in order] + [d for k, d in devices.items() if k not in order]
-fields = ["fp32_tflops", "tf32_tflops", "fp16_tflops_fp32acc", "fp16_tflops_fp16acc",
-          "bf16_tflops", "fp8_tflops", "mem_bandwidth_gbs"]
-rows = [[d.name, d.architecture, d.segment, d.tensor_cores]
-        + [getattr(d, f) for f in fields] for d in table]
-md_table(rows, ["GPU", "architecture", "segment", "tensor cores", "fp32", "tf32",
-                "fp16 (fp32 acc.)", "fp16 (fp16 acc.)", "bf16", "fp8", "memory GB/s"],
-         [None] * 4 + [".4g"] * 7)
+rows = [[d.short_name, d.architecture, d.segment, d.tensor_cores, d.mem_bandwidth_gbs]
+        for d in table]
+md_table(rows, ["GPU", "architecture", "segment", "tensor cores", "memory GB/s"],
+         [None] * 4 + [".4g"])
 
 # %% [markdown]
-# Ratios computed from that table say more than the raw numbers. "Tensor / fp32" is how many
-# times the fp32 CUDA-core peak a matmul can reach in fp16 (with fp32 accumulation, as
-# PyTorch does it); "fp16 acc. / fp32 acc." shows the GeForce split; FMA per clock per
-# tensor core is the fp16 peak divided by tensor cores, clock and 2 FLOPs; the ridge point
-# is where the roofline bends (peak FLOP/s over bytes/s: work with fewer FLOPs per byte is
-# memory-bound).
+# Their peaks in TFLOP/s ("acc." is the accumulator's format; a dash is a mode the GPU
+# lacks), drawn in {numref}`fig-ch2-peaks` below:
 
 # %% tags=["hide-input"]
-rows = [[d.name, d.fma_per_clock_per_tensor_core("fp16"),
-         d.fma_per_clock_per_tensor_core("fp32"), d.tensor_over_fp32,
-         d.fp16acc_over_fp32acc, d.ridge_point("fp16"), d.ridge_point("fp32")]
-        for d in table]
-md_table(rows, ["GPU", "FMA/clock/TC (fp16 acc.)", "FMA/clock/TC (fp32 acc.)",
-                "tensor / fp32", "fp16 acc. / fp32 acc.", "ridge fp16 (FLOP/B)",
-                "ridge fp32 (FLOP/B)"],
-         [None, ".0f", ".0f", ".3g", ".2g", ".0f", ".1f"])
+fields = ["fp32_tflops", "tf32_tflops", "fp16_tflops_fp32acc", "fp16_tflops_fp16acc",
+          "bf16_tflops", "fp8_tflops"]
+rows = [[d.short_name] + [getattr(d, f) for f in fields] for d in table]
+md_table(rows, ["GPU", "fp32", "tf32", "fp16, fp32 acc.", "fp16, fp16 acc.", "bf16",
+                "fp8"], [None] + [".4g"] * 6)
+
+# %% [markdown]
+# Ratios computed from those peaks say more than the raw numbers. "Tensor / fp32" is how
+# many times the fp32 CUDA-core peak a matmul can reach in fp16 (with fp32 accumulation, as
+# PyTorch does it); "fp16 acc. / fp32 acc." shows the GeForce split; the
+# {term}`ridge point` is where the roofline bends (peak FLOP/s over bytes/s: work with fewer
+# FLOPs per byte is {term}`memory-bound`):
+
+# %% tags=["hide-input"]
+rows = [[d.short_name, d.tensor_over_fp32, d.fp16acc_over_fp32acc,
+         d.ridge_point("fp16"), d.ridge_point("fp32")] for d in table]
+md_table(rows, ["GPU", "tensor / fp32", "fp16 acc. / fp32 acc.", "ridge fp16 (FLOP/B)",
+                "ridge fp32 (FLOP/B)"], [None, ".3g", ".2g", ".0f", ".1f"])
+
+# %% [markdown]
+# Fused multiply-adds per clock per tensor core, the fp16 peak divided by the tensor cores,
+# the clock and 2 FLOPs, with each accumulator:
+
+# %% tags=["hide-input"]
+rows = [[d.short_name, d.fma_per_clock_per_tensor_core("fp16"),
+         d.fma_per_clock_per_tensor_core("fp32")] for d in table]
+md_table(rows, ["GPU", "FMA/clock/TC, fp16 acc.", "FMA/clock/TC, fp32 acc."],
+         [None, ".0f", ".0f"])
 
 # %%
 v100, a100, h100, h200 = (devices[k] for k in order[:1] + order[3:])
@@ -315,7 +341,7 @@ glue_all(**{k.replace("-", "_"): v for k, v in fma.items()},
 #   its fp16 ridge point drops from {glue:text}`ridge_h100:.0f` to
 #   {glue:text}`ridge_h200:.0f` FLOP/byte: more work becomes compute-bound.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Published dense peaks by mode (log scale) from data/reference/devices.yml. Missing bars are modes the GPU lacks (no bf16/TF32 before Ampere, no fp8 before Ada/Hopper).", "name": "fig-ch2-peaks"}}
+# %% mystnb={"figure": {"caption": "Published dense peaks by mode (log scale) from data/reference/devices.yml. Missing bars are modes the GPU lacks (no bf16/TF32 before Ampere, no fp8 before Ada/Hopper).", "name": "fig-ch2-peaks"}} tags=["hide-input"]
 labels = ["fp32", "tf32", "fp16, fp32 acc.", "fp16, fp16 acc.", "bf16", "fp8"]
 fig, ax = plt.subplots(figsize=(9, 4))
 width = 0.8 / len(labels)
@@ -323,33 +349,34 @@ for i, (label, field) in enumerate(zip(labels, fields)):
     xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(table))]
     ys = [getattr(d, field) or np.nan for d in table]
     ax.bar(xs, ys, width, label=label, **bar_style(i))
-names = [d.name.replace("NVIDIA ", "").replace(" GeForce", "") for d in table]
-ax.set_xticks(range(len(table)), names, rotation=15, ha="right", fontsize=8)
+ax.set_xticks(range(len(table)), [d.short_name for d in table], fontsize=8)
 ax.set(yscale="log", ylabel="peak TFLOP/s (dense)", ylim=(5, 8000))
 ax.legend(ncols=3, fontsize=8, loc="upper left")
 plt.show()
 
-# %% tags=["hide-input"]
-sources = {}
-for d in table:
-    for src in d.sources.values():
-        sources.setdefault(src["key"], (src, set()))[1].add(d.name)
-rows = [[src["title"], src["url"], ", ".join(sorted(names))]
-        for src, names in sources.values()]
-md_table(rows, ["source", "address", "figures for"])
-
 # %% [markdown]
-# The RTX 3070 Laptop GPU's peaks are not printed by NVIDIA: the table derives them from the
-# desktop GA104's per-SM rates at the laptop's SM count and top boost clock (the `derived`
-# entries of the YAML file say how), so real laptops, which boost lower, reach less.
+# Sources of the peaks: V100 {cite:p}`volta-whitepaper,v100-datasheet`; RTX 3070
+# {cite:p}`ga102-whitepaper`; RTX 3070 Laptop
+# {cite:p}`ga102-whitepaper,wccftech-rtx30-mobile,tpu-db-rtx3070-mobile`; A100
+# {cite:p}`a100-datasheet,a100-whitepaper`; H100 {cite:p}`hopper-whitepaper,h100-datasheet`;
+# H200 {cite:p}`h200-page,hopper-whitepaper`. The RTX 3070 Laptop GPU's peaks are not printed
+# by NVIDIA: the table derives them from the desktop GA104's per-SM rates at the laptop's SM
+# count and top boost clock (the `derived` entries of the YAML file say how), so real
+# laptops, which boost lower, reach less.
 #
 # The post's other tensor-core claims, checked against the same table and the facts kept
-# with their sources in `data/reference/seed_post.yml`. The post's "2-8x" runs from the
-# RTX 3070's ratio to the V100's:
+# with their sources in `data/reference/seed_post.yml` (the P100 {cite:p}`pascal-whitepaper`
+# and Turing {cite:p}`turing-whitepaper` whitepapers; the rest from the peak table). The
+# post's "2-8x" is the figure of {cite:t}`micikevicius2018` for the GPUs of its day, half
+# precision's math throughput over single precision's: its ends match the P100, which has no
+# tensor cores and runs fp16 on its CUDA cores at twice the fp32 rate, and the V100's tensor
+# cores ({glue:text}`v100_ratio:.3g`x). The post's own card reaches
+# {glue:text}`desk_ratio:.2g`x in AMP's mode, the low end, for a different reason: GeForce
+# halves the fp32-accumulate rate.
 
 # %% tags=["hide-input"]
-md_table(tensor_core_claims(load_reference("seed_post"), devices),
-         ["the post says", "what is true", "source"])
+md_table([r[:2] for r in tensor_core_claims(load_reference("seed_post"), devices)],
+         ["the post says", "what is true"])
 
 # %% [markdown]
 # ## Matmul speed against size
@@ -365,53 +392,125 @@ mm_rows, mm_skipped = bm.matmul_sweep(matmul_sizes, dtypes, device,
 for s in mm_skipped:
     print(f"skipped {s['dtype']} n={s['n']}: {s['reason']}")
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Measured matmul throughput against size, one line per dtype, on the device this chapter ran on (median of the samples; the bars span the 10th to 90th percentile).", "name": "fig-ch2-matmul-size"}}
-fig, ax = plt.subplots()
-for i, dtype in enumerate(dict.fromkeys(r["dtype"] for r in mm_rows)):
-    rs = [r for r in mm_rows if r["dtype"] == dtype]
-    med = np.array([r["tflops"] for r in rs])
-    lo = np.array([r["flops"] / r["p90_s"] / 1e12 for r in rs])
-    hi = np.array([r["flops"] / r["p10_s"] / 1e12 for r in rs])
-    ax.errorbar([r["n"] for r in rs], med, yerr=[med - lo, hi - med], label=dtype,
-                capsize=2, **series_style(i))
-ax.set_xscale("log", base=2)
-ax.set(yscale="log", xlabel="n (n x n x n matmul)", ylabel="TFLOP/s")
-ax.legend()
+# %% [markdown]
+# The same sweep was run on an H200 and committed with the book under `data/results/`
+# (read here through `ampbook.results`, like every committed result). Each GPU sweep found
+# there gets a panel of {numref}`fig-ch2-matmul-size` beside this machine's, and a line
+# saying where and how it was measured:
+
+# %%
+sweeps = results.load_results_dir(results_dir or None).matmul_sweeps
+records = [sw.record for sw in sweeps]
+md("\n\n".join(bm.sweep_provenance(r) for r in records)
+   or bm.records_verdict(records, results_dir or RESULTS_DIR))
+
+# %% mystnb={"figure": {"caption": "Matmul throughput against size, one line per dtype (median of the samples; the bars span the 10th to 90th percentile): on the device this chapter ran on (first panel) and on each GPU whose sweep is committed under data/results (a panel each, named in its title). Mind the different y scales.", "name": "fig-ch2-matmul-size"}} tags=["hide-input"]
+panels = [(f"this machine ({device.type})", mm_rows)]
+panels += [(bm.record_device(r), r["matmul"]) for r in records]
+fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.8),
+                         squeeze=False)
+dtype_order = ["fp32", "tf32", "fp16", "bf16", "fp8_e4m3"]  # one look per dtype
+for ax, (title, rows) in zip(axes[0], panels):
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        rs = [r for r in rows if r["dtype"] == dtype]
+        med = np.array([r["tflops"] for r in rs])
+        lo = np.array([r["flops"] / r["p90_s"] / 1e12 for r in rs])
+        hi = np.array([r["flops"] / r["p10_s"] / 1e12 for r in rs])
+        k = dtype_order.index(dtype) if dtype in dtype_order else len(dtype_order)
+        ax.errorbar([r["n"] for r in rs], med, yerr=[med - lo, hi - med], label=dtype,
+                    capsize=2, markersize=4, **series_style(k))
+    ax.set_xscale("log", base=2)
+    ax.set(yscale="log", xlabel="n (n x n x n matmul)", title=title)
+    ax.legend(fontsize=8)
+axes[0][0].set_ylabel("TFLOP/s")
 plt.show()
+
+# %%
+md("\n\n".join(bm.sweep_summary(r, devices) for r in records)
+   or "No GPU sweep to compare with.")
+
+# %% [markdown]
+# Read the GPU panel with the line above it: where the TF32, 16-bit and fp8 lines sit far
+# above fp32 at the large sizes, tensor cores do the work, and the ratio to fp32 there is
+# what autocast gains on a large matmul of that GPU; how far below its published peak each
+# dtype stays (clocks under load, kernel overheads) is the share printed. At small sizes
+# every dtype falls short, because a small matmul cannot fill every SM or hide the launch
+# and tile-edge overheads. This machine's own best rates:
 
 # %% tags=["hide-input"]
 best = bm.best_per_dtype(mm_rows)
-peak = {d: here.peak_tflops(d.split("_")[0]) if here else None for d in best}
-rows = [[d, r["n"], r["tflops"] * 1e3, r["tflops"] / best["fp32"]["tflops"], peak[d],
-         r["tflops"] / peak[d] if peak[d] else None] for d, r in best.items()]
-md_table(rows, ["dtype", "best at n", "GFLOP/s", "vs best fp32",
-                "published peak TFLOP/s", "fraction of peak"],
-         [None, None, ".4g", ".3g", ".4g", ".1%"])
+rows = [[d, r["n"], r["tflops"] * 1e3, r["tflops"] / best["fp32"]["tflops"]]
+        for d, r in best.items()]
+headers = ["dtype", "best at n", "GFLOP/s", "speed vs best fp32 (x)"]
+if here is not None:  # a GPU of the peak table: against its published peaks
+    for row, (d, r) in zip(rows, best.items()):
+        peak = here.peak_tflops(d.split("_")[0])
+        row += [peak, r["tflops"] / peak if peak else None]
+    headers += ["published peak TFLOP/s", "fraction of peak"]
+md_table(rows, headers, [None, None, ".4g", ".3g", ".4g", ".1%"][: len(headers)])
 
 # %%
 n_cmp, speed = bm.speeds_at_common_size(mm_rows)
-print(bm.speed_verdict(speed, n_cmp, device.type, cpu_flags()))
-print("CPU features:", ", ".join(cpu_flags()) or "none of the listed ones")
-glue_all(n_cmp=n_cmp, **{f"speed_{d}": speed.get(d, np.nan) / speed["fp32"]
-                         for d in ("fp16", "bf16")})
+md(bm.speed_verdict(speed, n_cmp, device.type))
 
 # %% [markdown]
 # The line above compares every dtype with fp32 at the largest size all of them reached. On
 # a GPU in the peak table, fp16 and bf16 should beat fp32 by up to the tensor/fp32 ratio of
-# its row, and the fraction of peak shows how close this run came; small sizes fall short
-# because they cannot fill every SM or hide the launch and tile-edge overheads. On a CPU the
-# 16-bit matmuls are usually *slower* than fp32: without AMX tile units (or at least
-# AVX-512 bf16/fp16 instructions used by the kernel), a 16-bit matmul converts its inputs to
-# fp32 inside a less optimised kernel than the fp32 one, and mixed precision then costs
-# time: it is a GPU technique. Which dtypes won here is in the line above.
+# its row. On a CPU it depends on the CPU and on its kernels, which is why the next section
+# measures it rather than reading it off the CPU's instruction flags.
 #
+# ### Where mixed precision pays on this machine
+#
+# Autocast speeds up a training step only through the ops it runs in 16 bits, above all the
+# matmuls and the convolutions. One 3x3 convolution of `conv_shape` (batch, channels,
+# height, width), timed per dtype beside the matmuls above: its forward, and a training
+# pass, the forward and the backward for the input's and the weight's gradients, which is
+# what a training step runs for each such layer.
+
+# %%
+conv_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes]
+conv_rows, conv_skipped = bm.conv_sweep(conv_shape, conv_dtypes, device,
+                                        max_call_s=max_call_s, rounds=rounds,
+                                        min_time=min_time)
+for s in conv_skipped:
+    print(f"skipped the {s['dtype']} training pass: {s['reason']}")
+n_cmp, op_ratios = bm.op_speeds(mm_rows, conv_rows)
+
+# %% tags=["hide-input"]
+f32 = {r["kind"]: r["median_s"] for r in conv_rows if r["dtype"] == "fp32"}
+f32["matmul"] = next(r["median_s"] for r in mm_rows
+                     if r["dtype"] == "fp32" and r["n"] == n_cmp)
+ops = [("matmul", f"matmul, n = {n_cmp}"), ("conv", "conv forward"),
+       ("conv_train", "conv forward + backward")]
+low = [d for d in ("fp16", "bf16") if d in op_ratios]
+rows = [[label, f32[k] * 1e3] + [op_ratios[d].get(k) for d in low] for k, label in ops]
+md_table(rows, ["op", "fp32 ms"] + [f"{d} speedup (x)" for d in low],
+         [None, ".3g"] + [".3g"] * len(low))
+
+# %%
+md(bm.amp_op_verdict(op_ratios, device.type, load))
+
+# %% [markdown]
+# A speedup above 1 means the 16-bit dtype ran faster than fp32. Where it does, as tensor
+# cores make it on a GPU and as CPUs with bf16 matrix units can, autocast can pay on that
+# machine, in layers made of these ops; where it does not, because the 16-bit kernels
+# convert their inputs to fp32 inside slower code, autocast costs time there (CPU autocast
+# uses bf16 unless told otherwise). Which case this machine is, the line above says,
+# measured. A faster op is not yet a faster step: a step also runs the casts autocast
+# inserts and the ops it keeps in fp32, and every layer's backward. {doc}`03_amp_training`
+# times whole training steps in each precision.
+
+# %%
+glue_all(n_cmp=n_cmp, **{f"speed_{d}_{k}": op_ratios.get(d, {}).get(k, np.nan)
+                         for d in ("fp16", "bf16") for k in ("matmul", "conv_train")})
+
+# %% [markdown]
 # ## Shapes: multiples of 8
 #
 # Tensor cores work on tiles, and their fastest kernels want fp16 matrix dimensions that are
 # multiples of 8 (16 bytes), so that every row starts aligned. Since cuBLAS 11 other sizes
-# can use tensor cores too, but less efficiently (NVIDIA, *Matrix Multiplication Background
-# User's Guide*, "Tensor Core Requirements",
-# https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/).
+# can use tensor cores too, but less efficiently ("Tensor Core Requirements" in
+# {cite:t}`nvidia-matmul-guide`).
 # CPU kernels have their own vector widths and blocking. Below, each size in `shape_sizes`
 # against the sizes one below and one above, measured side by side. A difference counts only
 # when it is larger than the run-to-run spread: when the per-FLOP times' 10th-90th
@@ -431,13 +530,13 @@ for s in shape_skipped:
     print(f"skipped {s['dtype']} near n={s['n']}: {s['reason']}")
 
 # %% tags=["hide-input"]
-rows = [[p["dtype"], p["base"], p["n"], p["tflops_aligned"] * 1e3, p["tflops"] * 1e3,
-         p["slowdown"], "yes" if p["outside_spread"] else "no"] for p in pens]
-md_table(rows, ["dtype", "multiple of 8", "one off", "GFLOP/s at the multiple",
-                "GFLOP/s one off", "slowdown", "beyond the spread"],
-         [None, None, None, ".4g", ".4g", ".3f", None])
+rows = [[p["dtype"], p["base"], p["n"], p["tflops"] * 1e3, p["slowdown"],
+         "yes" if p["outside_spread"] else "no"] for p in pens]
+md_table(rows, ["dtype", "multiple of 8", "one off", "GFLOP/s one off",
+                "slowdown (x)", "beyond the spread"],
+         [None, None, None, ".4g", ".3f", None])
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Throughput at sizes one below, at, and one above a multiple of 8, relative to the multiple of 8 (1.0), per dtype and size. Bars below 1 are a penalty for the odd size.", "name": "fig-ch2-shapes"}}
+# %% mystnb={"figure": {"caption": "Throughput at sizes one below, at, and one above a multiple of 8, relative to the multiple of 8 (1.0), per dtype and size. Bars below 1 are a penalty for the odd size.", "name": "fig-ch2-shapes"}} tags=["hide-input"]
 fig, ax = plt.subplots()
 groups = sorted({(r["dtype"], r["base"]) for r in shape_rows})
 offs = sorted({r["n"] - r["base"] for r in shape_rows})
@@ -455,10 +554,10 @@ ax.legend(fontsize=8, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 plt.show()
 
 # %%
-print(bm.shape_verdict(pens))
+md(bm.shape_verdict(pens))
 
 # %% [markdown]
-# The verdict above names the largest difference and whether it stands out of the noise. A
+# The verdict above ({numref}`fig-ch2-shapes` draws the same ratios) names the largest difference and whether it stands out of the noise. A
 # difference *within* the spread, in either direction, says nothing: an odd size that
 # "wins" by less than the spread (as 513 against 512 sometimes does for bf16 on a CPU) is
 # noise, and a second run may well reverse it. A difference *beyond* the spread is real for
@@ -466,7 +565,7 @@ print(bm.shape_verdict(pens))
 # widths to multiples of 8, 16 for fp8); on a CPU a difference can come from the kernel's
 # blocking (how the matrix splits into the vector and cache tiles of the kernel), which
 # need not favour multiples of 8, and it is worth re-running with `rounds = 3` before
-# believing it. Committed GPU results, when present, are shown at the end of the chapter.
+# believing it. The committed GPU sweeps' penalties are shown at the end of the chapter.
 #
 # ## Memory-bound and math-bound: the roofline
 #
@@ -474,38 +573,51 @@ print(bm.shape_verdict(pens))
 # reads, one write): its arithmetic intensity is $1 / (3 \times \text{bytes per element})$
 # FLOP/byte, far below any ridge point above, so its speed is set by memory bandwidth, and a
 # 16-bit format halves its bytes. A square matmul does $2n^3$ FLOPs on $3n^2$ elements; its
-# intensity grows with $n$ and crosses the ridge point. The add at several sizes (GB/s
-# counts the three tensors; the largest sizes no longer fit in the last-level cache):
+# {term}`arithmetic intensity` grows with $n$ and crosses the ridge point.
+#
+# The add at several sizes; GB/s counts the three tensors. Whether a call reads its inputs
+# from memory or from the {term}`last-level cache` is not a matter of size alone: the timer
+# rotates through several input sets so that each set is evicted before it is used again,
+# where it can (64 sets and 1 GiB at most). The column "inputs from" says, per size, whether
+# the sets it rotated through covered at least twice this machine's last-level cache
+# ("memory") or not ("cache"):
 
 # %%
 ew_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes]
 ew_rows = bm.elementwise_sweep(elementwise_numels, ew_dtypes, device, rounds=rounds,
                                min_time=min_time)
-cache = cache_bytes_of(device)
+cache, cache_where = last_level_cache(device)
 ew = {(r["dtype"], r["numel"]): r for r in ew_rows}
 big = max(elementwise_numels)
+glue_all(cache_mib=cache / MIB, cache_where=cache_where)
 
 # %% tags=["hide-input"]
-rows = [[n, 3 * n * 4 / 2**20] + [ew[(d, n)]["gbps"] for d in ew_dtypes]
-        + [ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]]
-        for n in sorted(set(elementwise_numels))]
-md_table(rows, ["elements", "fp32 working set MiB"] + [f"{d} GB/s" for d in ew_dtypes]
-         + ["fp16 time / fp32 time"],
-         [None, ".3g"] + [".3g"] * len(ew_dtypes) + [".2f"])
+rows = []
+for n in sorted(set(elementwise_numels)):
+    where = {d: bm.read_from(ew[(d, n)], cache) for d in ew_dtypes}
+    odd = [f"{d}: {w}" for d, w in where.items() if w != where["fp32"]]
+    read = where["fp32"] + (f" ({', '.join(odd)})" if odd else "")
+    rows.append([n, 3 * n * 4 / MIB, read, ew[("fp32", n)]["gbps"]]
+                + [ew[(d, n)]["median_s"] / ew[("fp32", n)]["median_s"]
+                   for d in ew_dtypes[1:]])
+md_table(rows, ["elements", "fp32 MiB per call", "inputs from", "fp32 GB/s"]
+         + [f"{d} / fp32 time" for d in ew_dtypes[1:]],
+         [None, ".3g", None, ".3g"] + [".2f"] * len(ew_dtypes[1:]))
 
 # %%
-print(bm.elementwise_verdict(ew_rows, cache))
 glue_all(ew_ratio=ew[("fp16", big)]["median_s"] / ew[("fp32", big)]["median_s"],
-         ew_big=big, cache_mib=cache / 2**20, ew_gbps16=ew[("fp16", big)]["gbps"],
+         ew_big=big, ew_gbps16=ew[("fp16", big)]["gbps"],
          ew_gbps32=ew[("fp32", big)]["gbps"])
+md(bm.elementwise_verdict(ew_rows, cache))
 
 # %% [markdown]
-# At {glue:text}`ew_big:d` elements (against a {glue:text}`cache_mib:.3g` MiB last-level
-# cache) fp16 took {glue:text}`ew_ratio:.2f`x the fp32 time, moving
-# {glue:text}`ew_gbps16:.3g` GB/s against fp32's {glue:text}`ew_gbps32:.3g`. If an add were
-# purely bandwidth-bound, half the bytes would take half the time, a ratio near 0.5, and the
-# two dtypes would move the same GB/s. The verdict line says how close this run came. A
-# ratio well above 0.5 means something other than DRAM bandwidth sets the pace: with the
+# The last-level cache here is {glue:text}`cache_mib:.3g` MiB
+# ({glue:text}`cache_where`). At {glue:text}`ew_big:d` elements fp16 took
+# {glue:text}`ew_ratio:.2f`x the fp32 time, moving {glue:text}`ew_gbps16:.3g` GB/s against
+# fp32's {glue:text}`ew_gbps32:.3g`. If an add were purely bandwidth-bound, half the bytes
+# would take half the time, a ratio near 0.5, and the two dtypes would move the same GB/s.
+# The verdict line says where its inputs came from and how close this run came. A ratio well
+# above 0.5 means something other than memory bandwidth sets the pace: with the
 # working set in cache, the cache is fast enough that the kernel's own instruction rate
 # matters; out of cache, a 16-bit kernel that converts every element to fp32 and back (as
 # CPU kernels without native 16-bit arithmetic do) can be limited by that conversion instead
@@ -520,10 +632,9 @@ ceilings = bm.roofline_ceilings(here, best, ew_rows, cache)
 # the adds do not use tensor cores: their compute roof is fp32's
 points = [(f"add {d}", ew[(d, big)], "fp32") for d in ew_dtypes]
 points += [(f"matmul {d} n={r['n']}", r, d) for d, r in best.items()]
-print(f"ceilings: {ceilings['kind']}; bandwidth {ceilings['bandwidth']:.4g} GB/s; "
-      + ", ".join(f"{d} {v * 1e3:.4g} GFLOP/s" for d, v in ceilings["compute"].items()))
+md(bm.ceilings_text(ceilings))
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Roofline of the device this chapter ran on: attainable FLOP/s against arithmetic intensity, one compute ceiling per dtype and one bandwidth ceiling (published peaks for a GPU in the table, else the best measured rates), with the measured elementwise adds and best matmuls as points.", "name": "fig-ch2-roofline"}}
+# %% mystnb={"figure": {"caption": "Roofline of the device this chapter ran on: attainable FLOP/s against arithmetic intensity, one compute ceiling per dtype and one bandwidth ceiling (published peaks for a GPU in the table, else the best measured rates), with the measured elementwise adds and best matmuls as points.", "name": "fig-ch2-roofline"}} tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(7.5, 4.5))
 xs = np.logspace(-2.5, 4, 200)
 for i, (d, roof) in enumerate(ceilings["compute"].items()):
@@ -539,20 +650,20 @@ ax.legend(fontsize=7, ncols=2)
 plt.show()
 
 # %% [markdown]
-# How far each point is from the roof right above it, and which ceiling that roof is (the
+# {numref}`fig-ch2-roofline` after {cite:t}`williams2009roofline`. How far each point is from
+# the roof right above it, and which ceiling that roof is (the
 # adds are measured against the fp32 compute ceiling, since elementwise ops do not use
 # tensor cores):
 
 # %% tags=["hide-input"]
 roof = bm.roofline_rows(points, ceilings)
-keys = ["label", "intensity", "gflops", "gbps", "roof_gflops", "fraction", "bound"]
+keys = ["label", "intensity", "gflops", "roof_gflops", "fraction", "bound"]
 md_table([[r[k] for k in keys] for r in roof],
-         ["measurement", "FLOP/byte", "GFLOP/s", "GB/s", "roof GFLOP/s",
-          "fraction of roof", "bound by"],
-         [None, ".3g", ".4g", ".4g", ".4g", ".1%", None])
+         ["measurement", "FLOP/byte", "GFLOP/s", "roof GFLOP/s", "fraction of roof",
+          "bound by"], [None, ".3g", ".4g", ".4g", ".1%", None])
 
 # %%
-print(bm.roofline_verdict(roof, ceilings))
+md(bm.roofline_verdict(roof, ceilings))
 
 # %% [markdown]
 # Left of the fp32 ridge point a faster math unit would not help the adds; fewer bytes
@@ -565,28 +676,39 @@ print(bm.roofline_verdict(roof, ceilings))
 #
 # ## GPU results committed with the book
 #
-# The same measurements made on GPUs are committed as JSON under `data/results/`
-# (`tensor_cores_<gpu>.json`, written by `python -m ampbook.bench matmul --save ...` or by
-# this notebook with `save_results`; the format is documented in
-# `ampbook/bench_matmul.py`). This run shows every such file it finds, or says there is
-# none:
+# The GPU sweeps shown in {numref}`fig-ch2-matmul-size` are committed as JSON under
+# `data/results/` (`tensor_cores_<gpu>.json`, written by `python -m ampbook.bench matmul
+# --save ...` or by this notebook with `save_results`; the format is documented in
+# `ampbook/bench_matmul.py`). Each one's best matmul per dtype against its GPU's published
+# peak:
 
 # %%
-results_dir = results_dir or RESULTS_DIR
-records = bm.load_records(results_dir)
-print(bm.records_verdict(records, results_dir))
-if records:
-    display(md_table(bm.records_table(records, devices),
-                     ["file", "device", "dtype", "n", "TFLOP/s", "published peak",
-                      "fraction"], [None, None, None, None, ".4g", ".4g", ".1%"]))
+md(bm.records_verdict(records, results_dir or RESULTS_DIR))
+
+# %% tags=["hide-input"]
+rows = bm.records_table(records, devices)
+one = int(len({r[0] for r in rows}) <= 1)  # one GPU: named above, not in every row
+md_table([r[one:] for r in rows],
+         ["GPU", "dtype", "best at n", "TFLOP/s", "published peak",
+          "fraction of peak"][one:], [None, None, None, ".4g", ".4g", ".1%"][one:])
+
+# %% [markdown]
+# And the sizes one off a multiple of 8 on each GPU, summed up in one line each (the full
+# table is behind the toggle below it):
 
 # %%
-if records:
-    prow = [[rec["file"], p["dtype"], p["base"], p["n"], p["slowdown"],
-             "yes" if p["outside_spread"] else "no"]
-            for rec in records for p in bm.shape_penalties(rec["shapes"])]
-    display(md_table(prow, ["file", "dtype", "multiple of 8", "one off", "slowdown",
-                            "beyond the spread"], [None] * 4 + [".3f", None]))
+md("\n\n".join(bm.record_device(r) + ": "
+                + bm.shape_verdict(bm.shape_penalties(r["shapes"])) for r in records)
+   or "No GPU sweep to show.")
+
+# %% tags=["hide-input", "hide-output"]
+rows = [[bm.record_device(r), p["dtype"], p["base"], p["n"], p["slowdown"],
+         "yes" if p["outside_spread"] else "no"]
+        for r in records for p in bm.shape_penalties(r["shapes"])]
+one = int(len({r[0] for r in rows}) <= 1)
+md_table([r[one:] for r in rows], ["GPU", "dtype", "multiple of 8", "one off",
+                                   "slowdown (x)", "beyond the spread"][one:],
+         ([None] * 4 + [".3f", None])[one:])
 
 # %%
 if save_results:
@@ -609,28 +731,62 @@ if save_results:
 #   accumulation) but {glue:text}`a100_ratio:.3g`x on an A100 and
 #   {glue:text}`h100_ratio:.3g`x on an H100: how much AMP can speed up a matmul depends
 #   first on the card. The post's "64 FMA per clock" is right for the V100 and for the
-#   3070 in AMP's mode; its "2-8x" spans the 3070 and the V100.
+#   3070 in AMP's mode; its "2-8x" is {cite:t}`micikevicius2018`'s span from the P100 to
+#   the V100, and the post's own card sits at its low end.
+# - The committed H200 sweep ({numref}`fig-ch2-matmul-size`) shows what tensor cores give
+#   when the matmul is large; its summary line above gives each dtype's share of the
+#   published peak.
 # - On this machine, at n = {glue:text}`n_cmp:d`, fp16 matmuls ran at
-#   {glue:text}`speed_fp16:.3g`x and bf16 at {glue:text}`speed_bf16:.3g`x the fp32 speed.
+#   {glue:text}`speed_fp16_matmul:.3g`x and bf16 at {glue:text}`speed_bf16_matmul:.3g`x the
+#   fp32 speed, and the convolution's training pass at {glue:text}`speed_fp16_conv_train:.3g`x
+#   and {glue:text}`speed_bf16_conv_train:.3g`x. Mixed precision pays on a machine where
+#   these are above 1, and costs time where they are below; the verdict of "Where mixed
+#   precision pays on this machine" says which this one is.
 # - An elementwise add moves half the bytes in fp16; here it took {glue:text}`ew_ratio:.2f`x
 #   the fp32 time at the largest size. Speed from mixed precision comes from tensor cores
-#   for the big matmuls and from halved bytes for memory-bound work, where the hardware
-#   handles 16-bit data natively.
+#   (or a CPU's 16-bit matrix units) for the big matmuls and from halved bytes for
+#   memory-bound work, where the hardware handles 16-bit data natively.
 #
 # ## Exercises
 #
 # 1. Time `torch.matmul` at `demo_size` with `benchmark(..., warmup=0, repeats=1,
 #    number=1)` ten times in a loop and plot the ten values. Which of them would you
 #    publish, and why is the median of many samples a better choice?
+#
+#    ```{dropdown} Hint
+#    The first value carries the start-up costs; the rest scatter with whatever else the
+#    machine does. A median of many samples ignores the outliers on both sides, and its
+#    percentiles say how wide the scatter is.
+#    ```
 # 2. On a GPU, time an fp16 matmul with `time.perf_counter()` around the call and no
 #    `torch.cuda.synchronize()`. How many TFLOP/s does it "reach"? Compare with the
 #    device's peak from `ampbook.devices`.
+#
+#    ```{dropdown} Hint
+#    The call returns once the kernel is queued, so the clock measures the launch, a few
+#    microseconds, and the "rate" can exceed the peak many times over.
+#    ```
 # 3. From the peak table, compute the matmul size $n$ at which an fp16 matmul crosses the
 #    ridge point of an RTX 3070 and of an H200 (intensity $2n^3 / (3 n^2 \cdot 2)$
 #    FLOP/byte). Which layers of a small segmentation network are below it?
+#
+#    ```{dropdown} Hint
+#    The intensity simplifies to $n/3$ FLOP/byte; set it equal to the ridge points of the
+#    ratio table and solve for $n$.
+#    ```
 # 4. Rerun the shape section with `shape_sizes = [1000, 1024]` and `rounds = 3` on a GPU. Is
 #    the cliff at "multiple of 8" or at "multiple of 64"? Explain with tile sizes.
+#
+#    ```{dropdown} Hint
+#    1000 is a multiple of 8 but not of 64. Compare its penalty with the H200's at 4095 and
+#    4097 (not multiples of 8) in the table at the end of the chapter.
+#    ```
 # 5. With `device="cuda"`, compare `tf32` with `fp32` in the size sweep, then set
 #    `allow_fp16_reduced_precision_reduction = False` and time fp16 at a long inner
 #    dimension ($k \gg n$). What changes, and is the table's tf32/fp32 ratio for your GPU
 #    what you measured?
+#
+#    ```{dropdown} Hint
+#    `time_matmul(n, m, k, ...)` takes the three sizes apart; a long $k$ with small $n$ and
+#    $m$ leaves few output tiles, which is where cuBLAS splits $k$.
+#    ```

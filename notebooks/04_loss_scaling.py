@@ -17,8 +17,8 @@
 # # Loss scaling, and what autocast does inside ERFNet
 #
 # The RTX 3070 blog post explains two ideas in prose: gradients too small for fp16 are rescued
-# by multiplying the loss before the backward pass, and `autocast` picks a precision for each
-# layer while the weights keep a full-precision master copy. This chapter measures both on the
+# by multiplying the loss before the backward pass, and {term}`autocast` picks a precision for
+# each layer while the weights keep a full-precision master copy. This chapter measures both on the
 # book's own network, ERFNet: the gradients of real training steps against fp16's range, short
 # training runs with and without loss scaling, the dtype every layer actually runs in, what
 # happens to the weights, and where the memory goes.
@@ -43,7 +43,7 @@
 # of fp16 gradients and trains with the faster (it says which). A CUDA GPU runs real fp16
 # autocast.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 device = "auto"  # "auto", "cpu" or "cuda"
 data_root = None  # a Cityscapes root; None: $CITYSCAPES_DATASET, else the synthetic set
 height = 64  # training images' height and width (gradient statistics and runs)
@@ -63,7 +63,7 @@ memory_batch_size = 2
 results_dir = None  # GPU run records; None: data/results
 seed = 0
 
-# %%
+# %% tags=["remove-input"]
 from ampbook import params
 from ampbook.env import print_environment
 
@@ -90,7 +90,7 @@ params.rule("memory_sizes", memory_sizes, not odd, "sizes must be multiples of 8
             why="ERFNet downsamples by 8")
 print_environment(device)
 
-# %%
+# %% tags=["hide-cell"]
 import math
 
 import matplotlib.pyplot as plt
@@ -99,34 +99,46 @@ import torch
 from ampbook import autocast_trace as at
 from ampbook import gradstats as gs
 from ampbook import loss_scaling as ls
-from ampbook import memory
+from ampbook import memory, results
+from ampbook.devices import display_name
 from ampbook.env import pick_device
 from ampbook.model import ERFNet
 from ampbook.paths import load_reference
-from ampbook.plots import bar_style, glue_all, md, md_table, series_style, use_style
+from ampbook.plots import (
+    GIB,
+    MIB,
+    bar_style,
+    glue_all,
+    md,
+    md_table,
+    md_table_text,
+    series_style,
+    use_style,
+)
 
 use_style()
 device = pick_device(device)
 claims = load_reference("seed_post")["claims"]
 
 # %% [markdown]
-# Every experiment starts from the same weights (`torch.manual_seed(seed)` before building
-# ERFNet) and sees the same batches, read once:
+# ## Gradients against fp16's range
+#
+# Every experiment of this chapter starts from the same weights (`torch.manual_seed(seed)`
+# before building ERFNet) and sees the same batches, read once:
 
 # %%
 n_batches = max(grad_batches, num_steps)
 batches, root = gs.training_batches(data_root, height, width, n_batches, batch_size,
                                     synthetic_train, seed)
-print(f"data: {root}; {len(batches)} batches of {tuple(batches[0][0].shape)}")
+print(f"data: {root.name}; {len(batches)} batches of {tuple(batches[0][0].shape)}")
 
 # %% [markdown]
-# ## Gradients against fp16's range
-#
-# fp16 holds magnitudes from its smallest subnormal number up to its largest value; between
-# the smallest subnormal and the smallest normal number it keeps them with fewer significant
-# bits. Rounding to nearest decides the fate of anything outside: a magnitude at or below half
-# the smallest subnormal becomes 0, one at or above the largest value plus half a step becomes
-# infinity. The thresholds, computed from the format's bit layout in `ampbook.formats`:
+# fp16 holds magnitudes from its smallest {term}`subnormal` number up to its largest value;
+# between the smallest subnormal and the smallest normal number it keeps them with fewer
+# significant bits ({doc}`01_floating_point`). Rounding to nearest decides the fate of
+# anything outside: a magnitude at or below half the smallest subnormal becomes 0, one at or
+# above the largest value plus half a step becomes infinity. The thresholds, computed from
+# the format's bit layout in `ampbook.formats`:
 
 # %% tags=["hide-input"]
 limits = [("smallest subnormal", gs.FP16_MIN_SUBNORMAL),
@@ -171,7 +183,7 @@ glue_all(low_layers=len(low_layers), leaves=n_leaves, calls=len(low_calls),
 # **weight gradients**, each parameter's `.grad`. The weight gradients of the convolutions are
 # computed in fp16 in an AMP step and then cast to fp32 (shown below). `GradientRecorder`
 # counts, for each loss scale, how many nonzero values would be flushed, fall below 2⁻²⁴, be
-# stored as subnormals, or overflow.
+# stored as subnormals, or overflow; {numref}`fig-ch4-grad-hist` draws where they fall.
 
 # %%
 scales = gs.SCALES
@@ -223,9 +235,8 @@ md_table([r[:5] for r in by_type],
 # %% [markdown]
 # ### Compared with the paper
 #
-# The post quotes two figures from Micikevicius et al. ("Mixed Precision Training", ICLR 2018,
-# arXiv:1710.03740); `data/reference/seed_post.yml` keeps them. Each belongs to its own
-# argument in the paper:
+# The post quotes two figures from {cite:t}`micikevicius2018`;
+# `data/reference/seed_post.yml` keeps them. Each belongs to its own argument in the paper:
 #
 # - **About 5%** is a share of *weight* gradients, in the paper's Mandarin speech-recognition
 #   model (its Section 3.1 and Figure 2b): about 5% of their values had exponents below -24
@@ -272,42 +283,54 @@ n_big, n_small = gs.labelled_pixels(batches[0][1]), gs.labelled_pixels(small[0][
 
 # %%
 doublings = math.log2(n_big / n_small)
-shift = {k: gs.median_exponent(rec, k) - gs.median_exponent(rec_small, k)
+shift = {k: gs.median_log2(rec, k) - gs.median_log2(rec_small, k)
          for k in ("activation", "weight")}
+rate = -shift["activation"] / doublings  # bins to the left per doubling, measured
 glue_all(n_small=n_small, n_big=n_big, doublings=doublings, shift_a=shift["activation"],
-         shift_w=shift["weight"], half_doublings=doublings / 2,
+         shift_w=shift["weight"], half_doublings=doublings / 2, rate=rate,
          bound_log2=-math.log2(n_big),
          act_small=rec_small.fractions("activation")[1.0]["below_min_subnormal"])
 
 # %% [markdown]
 # From {glue:text}`n_small:,` to {glue:text}`n_big:,` labelled pixels per batch
-# ({glue:text}`doublings:.1f` doublings) the median exponent of the fp16 activation gradients
-# moved by {glue:text}`shift_a:+d` bins (the bound predicts -{glue:text}`doublings:.0f`) and
-# that of the weight gradients by {glue:text}`shift_w:+d` (between 0 and
-# -{glue:text}`half_doublings:.0f`). Below 2⁻²⁴ at scale 1: {glue:text}`act_small:.3%` of the
-# fp16 activation-gradient values at the small size, {glue:text}`act_1:.3%` at the larger. At
-# this chapter's size the bound on a logit's gradient is 2^{glue:text}`bound_log2:.1f`.
+# ({glue:text}`doublings:.1f` doublings) the median of log2|g| of the fp16 activation
+# gradients moved by {glue:text}`shift_a:+.2f` bins, {glue:text}`rate:.2f` bins per
+# doubling, where the bound's factor alone would move it one bin per doubling
+# (-{glue:text}`doublings:.1f` in all); that of the weight gradients moved by
+# {glue:text}`shift_w:+.2f` (between 0 and -{glue:text}`half_doublings:.1f`). The medians are
+# read from the histograms, a fraction of a bin apart. Below 2⁻²⁴ at scale 1:
+# {glue:text}`act_small:.3%` of the fp16 activation-gradient values at the small size,
+# {glue:text}`act_1:.3%` at the larger. At this chapter's size the bound on a logit's
+# gradient is 2^{glue:text}`bound_log2:.1f`.
 #
-# The training runner's default step is far larger. Moving this chapter's histogram left by
-# the doublings between the two predicts what falls below 2⁻²⁴ there (an estimate from a
-# shift, assuming the same share of labelled pixels; the gpu profile measures it):
+# The training runner's default step is far larger. Moving this chapter's histogram to the
+# left predicts what falls below 2⁻²⁴ there: an estimate from a shift alone, which assumes
+# the same share of labelled pixels and a histogram that keeps its shape. It is made twice,
+# at the bound's one bin per doubling and at the rate measured just now, and the two
+# bracket what the shift predicts; no run of this chapter measures that size.
 
 # %%
 from ampbook.train import TrainConfig
 
 cfg = TrainConfig()
 n_full = cfg.batch_size * cfg.height * cfg.width * n_big / batches[0][1].numel()
-move = round(math.log2(n_full / n_big))
-lost = gs.shifted_below(rec, "activation", move, scales)
-rows = [(f"2^{math.log2(s):g}", f) for s, f in lost.items()]
+more = math.log2(n_full / n_big)  # doublings from this chapter's size to the runner's
+lost = {r: gs.shifted_below(rec, "activation", r * more, scales) for r in (1.0, rate)}
+rows = [(f"2^{math.log2(s):g}", lost[1.0][s], lost[rate][s]) for s in scales]
 glue_all(full_b=cfg.batch_size, full_h=cfg.height, full_w=cfg.width, n_full=n_full,
-         move=move)
-md_table(rows, ["loss scale", "predicted share below 2⁻²⁴"], [None, ".2%"])
+         more=more, move_rate=rate * more)
+md_table(rows, ["loss scale", "below 2⁻²⁴, 1 bin per doubling",
+                f"below 2⁻²⁴, {rate:.2f} bins per doubling (measured)"],
+         [None, ".2%", ".2%"])
 
 # %% [markdown]
 # That is for the runner's step of {glue:text}`full_b` images of
 # {glue:text}`full_w`x{glue:text}`full_h` (W x H), about {glue:text}`n_full:,.0f` labelled
-# pixels: the histogram moves {glue:text}`move` bins to the left.
+# pixels, {glue:text}`more:.1f` doublings above this chapter's batch: the histogram moves
+# {glue:text}`more:.1f` bins to the left at the bound's rate and {glue:text}`move_rate:.1f`
+# at the measured one. Where the measured rate is below one bin per doubling, the first
+# column overstates the shift and the second is the better guess, though a rate read from
+# two sizes is itself an estimate; a run at the full size would settle it.
 #
 # ## Training with fp16 gradients: no scaling, a fixed scale, a dynamic scale
 #
@@ -346,7 +369,8 @@ x1, y1 = gs.crop_batch(batches, height, width, 1)
 secs = {mode: ls.step_seconds(model, x1, y1, fp16=mode, fp16_calls=low_calls)
         for mode in ls.FP16_MODES}
 rows = [(m, secs[m], secs[m] / secs["off"]) for m in ("off", "emulate", "autocast")]
-md_table(rows, ["backward kind", "seconds per step", "vs fp32"], [None, ".3f", ".1f"])
+md_table(rows, ["backward kind", "seconds per step", "time vs fp32 (x)"],
+         [None, ".3f", ".1f"])
 
 # %% [markdown]
 # With `fp16_mode = "auto"` the chapter trains with real fp16 autocast on a GPU and with the
@@ -354,7 +378,7 @@ md_table(rows, ["backward kind", "seconds per step", "vs fp32"], [None, ".3f", "
 
 # %%
 fp16_used, why = ls.choose_fp16_mode(fp16_mode, device.type, secs)
-print(f"fp16 gradients: {fp16_used} ({why})")
+md("fp16 gradients: " + fp16_used + " (" + why + ").")
 
 # %% [markdown]
 # Every run starts from the same weights and sees the same batches; the fp32 run is the
@@ -400,20 +424,30 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# The runs side by side. "Mean flushed" is the share of the nonzero fp16 gradient values the
-# emulation flushed to zero per step (empty with real fp16 autocast, which does not count).
-# With real fp16 autocast the forward pass itself runs in fp16, so every fp16 run's loss
+# The runs side by side ({numref}`fig-ch4-loss-curves` and {numref}`fig-ch4-scale` draw
+# them), each against the fp32 reference: its final loss and that loss minus the
+# reference's, the largest difference over the steps, and the steps whose gradients
+# overflowed (in brackets, those the run skipped). When the chapter emulates fp16 gradients a
+# last column gives the share of the nonzero fp16 gradient values the emulation flushed to
+# zero per step (real fp16 autocast does not count them). With real fp16 autocast the forward pass itself runs in fp16, so every fp16 run's loss
 # differs from the fp32 reference from the first step on, whatever the scaling; with the
 # emulation the forward pass is fp32 and the losses differ only through the rounded
 # gradients.
 
 # %% tags=["hide-input"]
-md_table(ls.run_rows(runs), ls.RUN_HEADERS, ls.RUN_FORMATS)
+headers, rows, formats = ls.run_table(runs)
+md_table(rows, headers, formats)
 
 # %%
 md(ls.scaling_verdict(runs))
 
 # %% [markdown]
+# A skipped step is one the weights did not take. After skipping some of a short run's steps
+# GradScaler's run has trained for fewer steps than the others, so its final loss can sit
+# further from the reference than theirs for that reason alone; over a long run the few steps
+# skipped while the scale comes down from 2¹⁶ stop mattering. The verdict above says which
+# run ended furthest from the reference here, and how many steps GradScaler skipped.
+#
 # How far the unscaled run strays depends on how many gradients underflow, which the first
 # section showed grows with the image size. What the runs show at any size is the mechanism: a
 # fixed scale has to sit below the overflow point and above the underflow point, and without
@@ -427,8 +461,7 @@ md(ls.scaling_verdict(runs))
 # Three sources say which ops it knows:
 #
 # - the **documentation**, "Autocast Op Reference" of the torch.amp docs
-#   (<https://pytorch.org/docs/stable/amp.html#autocast-op-reference>), kept as data in
-#   `data/reference/autocast_ops.yml`;
+#   {cite:p}`pytorch-amp-docs`, kept as data in `data/reference/autocast_ops.yml`;
 # - the **dispatcher**: the ops the installed torch registers a kernel for under the
 #   `AutocastCPU` and `AutocastCUDA` dispatch keys;
 # - **running the ops** under autocast, once with fp32 inputs and once with low-precision
@@ -437,13 +470,26 @@ md(ls.scaling_verdict(runs))
 # The CUDA column runs on the GPU when there is one. Without one it runs on *fake* CUDA tensors
 # (PyTorch's `FakeTensorMode`: tensors with a device, dtype and shape but no data), so that the
 # dispatcher's CUDA autocast kernels make their real decisions with no arithmetic done.
+# What each probed op did, counted by behaviour (the ops one by one are behind the toggle
+# under the table):
 
 # %% tags=["hide-input"]
 probes = {d: {r.op: r for r in at.probe_ops(d)} for d in at.DEVICE_TYPES}
 where = {d: next(iter(probes[d].values())) for d in at.DEVICE_TYPES}
 print(f"CPU probes: {where['cpu'].low_dtype}; "
       f"CUDA probes: {where['cuda'].low_dtype} on {where['cuda'].device}")
-md_table(at.probe_rows(probes), at.PROBE_HEADERS)
+seen = sorted({r.observed for d in at.DEVICE_TYPES for r in probes[d].values()})
+rows = [(b, *(sum(r.observed == b for r in probes[d].values())
+              for d in at.DEVICE_TYPES)) for b in seen]
+rows.append(("ops probed", *(len(probes[d]) for d in at.DEVICE_TYPES)))
+md_table(rows, ["observed behaviour"] + [f"{d.upper()} ops" for d in at.DEVICE_TYPES])
+
+# %% tags=["hide-input", "hide-output"]
+short = {"lower_precision": "low", "float32": "fp32", "input dtype": "input",
+         "unlisted": "–"}
+rows = [[r[0]] + [short.get(v, v) for v in r[1:]] for r in at.probe_rows(probes)]
+md("low: lower_precision; fp32: float32; input: input dtype; –: not in the documented "
+   "lists.\n\n" + md_table_text(rows, at.PROBE_HEADERS))
 
 # %% [markdown]
 # "lower_precision": the output is bf16 (CPU) or fp16 (CUDA) even from fp32 inputs; "float32":
@@ -472,11 +518,19 @@ glue_all(reg_cpu=len(reg["cpu"]), reg_cuda=len(reg["cuda"]),
 # ### ERFNet, layer by layer
 #
 # Forward hooks on every layer record the dtypes going in and out during one forward pass under
-# autocast (bf16 on CPU, fp16 on CUDA), grouped by layer type:
+# autocast, grouped by layer type. "low" is autocast's low-precision dtype, bf16 on the CPU
+# and fp16 on CUDA; the calls are counted on each device (a layer type whose dtypes differ
+# between the two gets a row for each):
 
 # %% tags=["hide-input"]
 layer_rows = at.layer_rows(model.eval(), x_trace, device)
-md_table(layer_rows, ["device", "layer type", "input dtypes", "output dtype", "calls"])
+low = {"bfloat16": "low", "float16": "low"}
+calls = {}
+for dev, kind, ins, out, n in layer_rows:
+    key = (kind, ", ".join(low.get(d, d) for d in ins.split(", ")), low.get(out, out))
+    calls.setdefault(key, {})[dev.split()[0]] = n
+md_table([(*key, c.get("cpu"), c.get("cuda")) for key, c in calls.items()],
+         ["layer type", "input dtypes", "output dtype", "CPU calls", "CUDA calls"])
 
 # %% [markdown]
 # Convolutions turn fp32 inputs into low-precision outputs; batch norm, dropout and ReLU keep
@@ -511,8 +565,8 @@ glue_all(cats=len(cats), fp32_cats=sum(r["output"] == ["float32"] for r in cats)
 #
 # The post says that PyTorch's AMP keeps two copies of the weights, an fp32 master copy and an
 # fp16 working copy. That describes NVIDIA apex's `O2` mode, which converted the model itself
-# to fp16 and kept fp32 master weights for the optimizer (apex documentation,
-# <https://nvidia.github.io/apex/amp.html>). Native autocast keeps only the model's fp32
+# to fp16 and kept fp32 master weights for the optimizer {cite:p}`apex-amp`. Native
+# autocast keeps only the model's fp32
 # weights: inside an autocast region each op that runs in low precision casts its fp32
 # weight, and a cache keeps that cast for the rest of the region. After one training step
 # under autocast (and after one with a model converted by `.half()`), the parameters and
@@ -581,7 +635,7 @@ counts = {
 }
 
 # %% tags=["hide-input"]
-rows = [(k, c.parameter_casts, c.parameter_cast_bytes / 2**20, c.other_casts)
+rows = [(k, c.parameter_casts, c.parameter_cast_bytes / MIB, c.other_casts)
         for k, c in counts.items()]
 md_table(rows, ["forward pass (bf16 autocast, CPU)", "weight casts",
                 "MiB of weight copies", "other casts"], [None, None, ".2f", None])
@@ -591,8 +645,8 @@ one = counts["ERFNet, 1 forward"]
 conv_params = sum(1 for m in cm.modules() if isinstance(m, gs.LOW_PRECISION_LAYERS)
                   for p in m.parameters(recurse=False))
 glue_all(n_params=len(list(cm.parameters())), conv_params=conv_params,
-         fp32_mib=sum(p.numel() * 4 for p in cm.parameters()) / 2**20,
-         casts=one.parameter_casts, copies_mib=one.parameter_cast_bytes / 2**20)
+         fp32_mib=sum(p.numel() * 4 for p in cm.parameters()) / MIB,
+         casts=one.parameter_casts, copies_mib=one.parameter_cast_bytes / MIB)
 
 # %% [markdown]
 # ERFNet has {glue:text}`n_params` parameter tensors ({glue:text}`fp32_mib:.2f` MiB in fp32),
@@ -658,9 +712,9 @@ for h, w in memory_sizes:
 big = max(mem)
 f32, amp = mem[big]["fp32"]["by_module_type"], mem[big]["amp"]["by_module_type"]
 types = sorted(set(f32) | set(amp), key=lambda t: -f32.get(t, 0))
-rows = [(t, f32.get(t, 0) / 2**20, amp.get(t, 0) / 2**20) for t in types]
-rows.append(("total", mem[big]["fp32"]["new_bytes"] / 2**20,
-             mem[big]["amp"]["new_bytes"] / 2**20))
+rows = [(t, f32.get(t, 0) / MIB, amp.get(t, 0) / MIB) for t in types]
+rows.append(("total", mem[big]["fp32"]["new_bytes"] / MIB,
+             mem[big]["amp"]["new_bytes"] / MIB))
 amp_name = at.dtype_name(amp_dtype)
 md_table(rows, ["new bytes saved by", "fp32 MiB", f"autocast {amp_name} MiB"],
          [None, ".3f", ".3f"])
@@ -668,9 +722,9 @@ md_table(rows, ["new bytes saved by", "fp32 MiB", f"autocast {amp_name} MiB"],
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "New bytes saved for the backward pass per layer type in one ERFNet step, fp32 against autocast, at the larger measured size. Blocks' own entries (Downsampler, NonBottleneck1D) are the functional ops in their forward: concatenations, ReLUs and residual sums. In fp32 the convolutions save their weights as they are (not counted) and inputs a ReLU saved already.", "name": "fig-ch4-saved-bytes"}}
 fig, ax = plt.subplots()
 ypos = list(range(len(types)))
-ax.barh([y - 0.2 for y in ypos], [f32.get(t, 0) / 2**20 for t in types], height=0.4,
+ax.barh([y - 0.2 for y in ypos], [f32.get(t, 0) / MIB for t in types], height=0.4,
         label="fp32", **bar_style(0))
-ax.barh([y + 0.2 for y in ypos], [amp.get(t, 0) / 2**20 for t in types], height=0.4,
+ax.barh([y + 0.2 for y in ypos], [amp.get(t, 0) / MIB for t in types], height=0.4,
         label=f"autocast {at.dtype_name(amp_dtype)}", **bar_style(2))
 ax.set_yticks(ypos, types)
 ax.invert_yaxis()
@@ -679,12 +733,13 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# Per measured step, the same figure in fp32 and under autocast, and what autocast saved or
+# {numref}`fig-ch4-saved-bytes` draws the table. Per measured step, the same figure in fp32
+# and under autocast, and what autocast saved or
 # cost (the verdict is `ampbook.memory.saving_verdict`, the same line chapters 3 and 5 print):
 
 # %% tags=["hide-input"]
 new = {p: (m["fp32"]["new_bytes"], m["amp"]["new_bytes"]) for p, m in mem.items()}
-rows = [(f"{p:,}", f / 2**20, a / 2**20, memory.saving(f, a))
+rows = [(f"{p:,}", f / MIB, a / MIB, memory.saving(f, a))
         for p, (f, a) in sorted(new.items())]
 md_table(rows, ["pixels per batch", "fp32 new MiB", "autocast new MiB", "saved"],
          [None, ".2f", ".2f", ".1%"])
@@ -709,7 +764,7 @@ crossover = memory.crossover_pixels(fp32_line, amp_line)
 n_weights = sum(p.numel() for p in model.parameters())
 glue_all(slope_f=fp32_line.slope, slope_a=amp_line.slope, crossover=crossover,
          slope_ratio=amp_line.slope / fp32_line.slope,
-         fixed_mib=(amp_line.intercept - fp32_line.intercept) / 2**20)
+         fixed_mib=(amp_line.intercept - fp32_line.intercept) / MIB)
 
 # %% [markdown]
 # Each pixel of the batch costs {glue:text}`slope_f:,.0f` new saved bytes in fp32 and
@@ -734,13 +789,29 @@ rows.append((f"{n_default:,} (runner default, extrapolated)",
 rows.append(("the post (RTX 3070, size unstated)", post_saving))
 md_table(rows, ["pixels per batch", "predicted memory saving"], [None, ".1%"])
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Predicted saving of a training step's memory (new saved bytes plus fp32 weights, gradients and Adam state) against pixels per batch, extrapolated linearly from the measured sizes; the horizontal line is the post's measured saving. Below zero autocast costs memory.", "name": "fig-ch4-saving"}}
+# %% [markdown]
+# {numref}`fig-ch4-saving` draws the prediction against pixels per batch, with the savings
+# measured on a GPU and committed under `results_dir` (by default `data/results`; the next
+# section lists them).
+
+# %% tags=["hide-cell"]
+found = results.load_results_dir(results_dir)
+gpu_pairs = [p for p in found.pairs() if p.amp.mode == "amp-fp16"]
+gpu_points = {(display_name(p.setting.device_name),
+               p.setting.batch_size * p.setting.height * p.setting.width,
+               1 - p.memory_ratio) for p in gpu_pairs}
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Predicted saving of a training step's memory (new saved bytes plus fp32 weights, gradients and Adam state) against pixels per batch, extrapolated linearly from the sizes measured on this machine (dots); the horizontal line is the post's measured saving; diamonds are savings of the CUDA allocator's peak measured on a GPU and committed with the book, where there are any. Below zero autocast costs memory.", "name": "fig-ch4-saving"}}
 grid = [2**k for k in range(10, 25)]
 fig, ax = plt.subplots(figsize=(7.0, 3.4))
 ax.plot(grid, [memory.step_saving(p, fp32_line, amp_line, n_weights) for p in grid],
         label="predicted (saved tensors + fp32 state)", markersize=3, **series_style(1))
 measured = [memory.step_saving(p, fp32_line, amp_line, n_weights) for p in sorted(mem)]
-ax.scatter(sorted(mem), measured, color="black", zorder=3, label="measured")
+ax.scatter(sorted(mem), measured, color="black", zorder=3, label="measured here")
+for i, gpu in enumerate(sorted({g for g, _, _ in gpu_points})):
+    pts = sorted((px, sv) for g, px, sv in gpu_points if g == gpu)
+    ax.scatter(*zip(*pts), marker="D", s=40, zorder=3, label=f"{gpu}, measured",
+               color=series_style(i + 2)["color"], edgecolor="black")
 post_label = f"the post ({post_gb[1]} GB vs {post_gb[0]} GB)"
 ax.axhline(post_saving, color="black", linestyle=":", label=post_label)
 ax.axhline(0, color="gray", linewidth=0.8)
@@ -766,30 +837,37 @@ glue_all(limit=1 - amp_line.slope / fp32_line.slope, post_saving=post_saving,
 # ### Measured on a GPU
 #
 # The training runner records the CUDA allocator's peak for each epoch. Runs committed under
-# `results_dir` (by default `data/results`) are paired by `ampbook.results`: an fp32 run and
-# an fp16 autocast run pair only when they ran on the same GPU with the same setting (size,
-# batch, memory format, data). Each pair's measured saving, beside this chapter's prediction
-# for its size:
+# `results_dir` are paired by `ampbook.results`: an fp32 run and an fp16 autocast run pair
+# only when they ran on the same GPU with the same setting (size, batch, memory format,
+# data). Where and how the paired runs were made:
+
+# %%
+settings = {(p.setting.device_name, p.setting.label): p for p in gpu_pairs}
+md("\n\n".join(results.provenance(p.amp.record["environment"],
+                                   p.amp.record.get("finished"), {"": label})
+                for (_, label), p in settings.items())
+   or "No pair of fp32 and amp-fp16 CUDA runs in " + str(found.directory) + ".")
+
+# %% [markdown]
+# Each pair's measured saving, beside this chapter's prediction for its size:
 
 # %% tags=["hide-input"]
-from ampbook import results
-
-found = results.load_results_dir(results_dir)
-gpu_pairs = [p for p in found.pairs() if p.amp.mode == "amp-fp16"]
-print(f"{len(gpu_pairs)} pair(s) of fp32 and amp-fp16 CUDA runs in {found.directory}")
-rows = [(p.setting.device_name, p.label, p.setting.label,
-         p.baseline.memory_bytes / 2**30, p.amp.memory_bytes / 2**30,
-         1 - p.memory_ratio,
+rows = [(display_name(p.setting.device_name), p.label,
+         p.baseline.memory_bytes / GIB, p.amp.memory_bytes / GIB, 1 - p.memory_ratio,
          memory.step_saving(p.setting.batch_size * p.setting.height * p.setting.width,
                             fp32_line, amp_line, n_weights)) for p in gpu_pairs]
-md_table(rows, ["GPU", "pair", "setting", "fp32 peak GiB", "amp-fp16 peak GiB",
-                "measured saving", "predicted saving"],
-         [None, None, None, ".2f", ".2f", ".1%", ".1%"])
+one = int(len({r[0] for r in rows}) <= 1)  # one GPU: named in the line above
+md_table([r[one:] for r in rows],
+         ["GPU", "pair", "fp32 peak GiB", "amp-fp16 peak GiB", "measured saving",
+          "predicted saving"][one:], [None, None, ".2f", ".2f", ".1%", ".1%"][one:])
 
 # %% [markdown]
 # The measured saving is of the allocator's peak, which also holds the weights, gradients,
-# Adam state and cuDNN's workspaces; the prediction holds the first three. With no GPU runs
-# in the folder the table is empty; the fixtures of the tests fill it with a fictitious GPU.
+# Adam state and cuDNN's workspaces; the prediction holds the first three and extrapolates
+# this machine's saved tensors, measured at far smaller sizes, to the GPU run's. Where the
+# two agree, the saved tensors explain the saving; where the measured one is larger or
+# smaller, what the prediction leaves out (workspaces, the allocator's rounding) or the
+# straight line's extrapolation is the gap.
 
 # %% [markdown]
 # ## Summary
@@ -798,32 +876,62 @@ md_table(rows, ["GPU", "pair", "setting", "fp32 peak GiB", "amp-fp16 peak GiB",
 #   each block's branch and the decoder, not the encoder's residual stream or the
 #   downsamplers' concatenations. Those fp16 activation gradients sit many binades below the
 #   weight gradients, and move further down as the labelled pixels per batch grow, because
-#   the loss averages over them. The table above gives the share below fp16's 2⁻²⁴ at this
-#   chapter's size, and the shift predicts how many more fall below it at full size.
+#   the loss averages over them: here by {glue:text}`rate:.2f` bins per doubling of the
+#   pixels, against the one bin of the bound. The table above gives the share below fp16's
+#   2⁻²⁴ at this chapter's size, and the shift, at either rate, estimates how many more fall
+#   below it at full size.
 # - The paper's "about 5%" is of a speech model's weight gradients and argues for fp32 master
 #   weights; native autocast keeps the parameters and their gradients in fp32.
 # - Loss scaling shifts the whole histogram by log2 of the scale. A fixed scale must sit below
 #   the overflow point and above the underflow point and has no safety net; `GradScaler` starts
 #   high (2¹⁶), multiplies the scale by its backoff factor on overflow and skips that step, and
-#   grows the scale again after clean steps.
+#   grows the scale again after clean steps. Each skipped step is a step the weights do not
+#   take, which in a short run can leave {term}`GradScaler`'s run the furthest from fp32.
 # - Autocast picks a dtype per op, not per layer or model: convolutions and matmuls in low
 #   precision, a list of ops in fp32, everything else in its inputs' dtype. CPU and CUDA differ
-#   on some ops (the table above, for the installed torch).
-# - Memory: the new bytes saved for backward. Autocast halves what its low-precision ops save
-#   per pixel, but adds copies of the weights: it costs memory on small batches and saves it
-#   on large ones, by less than half because of the fp32 parts.
+#   on some ops (the counts above, for the installed torch).
+# - Memory: the {term}`new bytes saved for backward`. Autocast halves what its low-precision
+#   ops save per pixel, but adds copies of the weights: it costs memory on small batches and
+#   saves it on large ones, by less than half because of the fp32 parts.
 #
 # ## Exercises
 #
 # 1. Rerun the chapter with `height=128, width=256` (or the gpu profile on a GPU). How far does
 #    the activation histogram move, and does the fraction below 2⁻²⁴ at scale 1 follow the
 #    estimate made from the shift?
+#
+#    ```{dropdown} Hint
+#    Doubling height and width is two doublings of the labelled pixels. Compare the new
+#    fraction with both columns of the estimate: which rate, the bound's or the measured,
+#    came closer?
+#    ```
 # 2. Replace the loss's mean by a sum over pixels (`reduction="sum"`). What happens to the
 #    histograms, and which loss scale would you need then?
+#
+#    ```{dropdown} Hint
+#    A sum is the mean times N: every gradient grows by log2 N bins, as if the loss were
+#    scaled by N. Check the largest gradient against fp16's 65504 before picking a scale.
+#    ```
 # 3. Use `at.probe_ops("cuda", names=(...))` to check an op your own model uses. Is it in the
 #    documented lists? Does it behave as they say?
+#
+#    ```{dropdown} Hint
+#    Each result has `observed` and `documented`; `at.disagreements` lists the ops where
+#    the two part ways.
+#    ```
 # 4. Change ERFNet's downsampler so that the max-pool branch runs in low precision (cast its
 #    output with `.to(conv_out.dtype)`). Trace again: how much of the network now runs in low
 #    precision, and how many new bytes does the memory table show?
+#
+#    ```{dropdown} Hint
+#    `torch.cat` promotes to its widest input; with both branches in low precision the
+#    concatenation, and the encoder's residual stream after it, stay low.
+#    ```
 # 5. Train with `GradScaler(growth_interval=1)`. How often does it skip steps, and why is
 #    PyTorch's default interval so long?
+#
+#    ```{dropdown} Hint
+#    Each growth doubles the scale until a gradient overflows, and each overflow costs a
+#    skipped step: with an interval of 1 the scale oscillates about its limit and skips
+#    every other step or so.
+#    ```

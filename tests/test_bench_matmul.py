@@ -132,8 +132,9 @@ def test_best_and_common_size_and_speed_verdict():
     assert best["fp32"]["n"] == 256 and best["bf16"]["n"] == 64
     n, speed = speeds_at_common_size(rows)
     assert n == 128 and speed["bf16"] / speed["fp32"] == pytest.approx(0.125)
-    line = speed_verdict(speed, n, "cpu", ["avx2"])
-    assert "bf16 0.125x fp32" in line and "SLOWER" in line and "no AMX" in line
+    line = speed_verdict(speed, n, "cpu")
+    assert "bf16 0.125x fp32" in line and "SLOWER" in line
+    assert "AMX" not in line  # measured, never inferred from the CPU's flags
     fast = speed_verdict({"fp32": 1.0, "fp16": 2.0}, 512, "cuda")
     assert "faster than fp32 on this cuda" in fast
     with pytest.raises(ValueError, match="every dtype"):
@@ -161,8 +162,15 @@ def test_shape_verdict_separates_noise_from_a_cliff():
 def test_elementwise_and_load_verdicts():
     from ampbook.bench_matmul import elementwise_verdict, load_verdict
 
-    def ew(dtype, numel, t):
-        return {"dtype": dtype, "numel": numel, "median_s": t}
+    def ew(dtype, numel, t, buffers=1):
+        size = 4 if dtype == "fp32" else 2
+        return {
+            "dtype": dtype,
+            "numel": numel,
+            "median_s": t,
+            "bytes_moved": 3 * numel * size,
+            "buffers": buffers,
+        }
 
     half = [
         ew("fp32", 2**24, 1.0),
@@ -170,11 +178,16 @@ def test_elementwise_and_load_verdicts():
         ew("fp32", 2**10, 1e-6),
         ew("fp16", 2**10, 1e-6),
     ]
-    assert "half the bytes, close to half the time" in elementwise_verdict(half, 2**20)
-    assert "beyond the cache" in elementwise_verdict(half, 2**20)
+    line = elementwise_verdict(half, 2**20)
+    assert "half the bytes, close to half the time" in line
+    assert "read from memory; last-level cache 1 MiB" in line
+    # 96 MiB of fp16 inputs against a 1 GiB cache: they stay in it
     two_thirds = [ew("fp32", 2**24, 1.0), ew("fp16", 2**24, 0.66)]
-    assert "well short of half" in elementwise_verdict(two_thirds, 2**30)
-    assert "within the cache" in elementwise_verdict(two_thirds, 2**30)
+    line = elementwise_verdict(two_thirds, 2**30)
+    assert "well short of half" in line and "read from the cache" in line
+    # ... unless the timer rotated enough input sets to cover twice the cache
+    rotated = [ew("fp32", 2**24, 1.0, 11), ew("fp16", 2**24, 0.66, 22)]
+    assert "read from memory" in elementwise_verdict(rotated, 2**30)
     same = [ew("fp32", 2**24, 1.0), ew("fp16", 2**24, 0.98)]
     assert "little or no gain" in elementwise_verdict(same, 2**20)
     assert "BUSY" in load_verdict({"load1": 3.0, "cpus": 2, "busy": True}, "cpu")
@@ -205,6 +218,12 @@ def test_roofline_ceilings_rows_and_verdict():
     assert rows[0]["bound"] == "memory" and rows[0]["fraction"] == pytest.approx(1.0)
     assert rows[1]["bound"] == "compute" and rows[1]["fraction"] == pytest.approx(1.0)
     assert "adds left of it" in roofline_verdict(rows, c)
+    # a busy machine slowed the fp32 matmul below the add: the roof is raised to the add
+    slow = {"fp32": dict(best["fp32"], tflops=add["tflops"] / 10)}
+    c = roofline_ceilings(None, slow, [add], cache_bytes=2**20)
+    assert c["compute"]["fp32"] == add["tflops"] and "raised" in c["kind"]
+    rows = roofline_rows([("add fp32", add, "fp32")], c)
+    assert rows[0]["fraction"] == pytest.approx(1.0)
     h100 = load_devices()["h100-sxm"]
     pub = roofline_ceilings(h100, best, [add], 2**20)
     assert pub["compute"]["fp32"] == h100.fp32_tflops and pub["bandwidth"] == 3350
@@ -222,7 +241,119 @@ def test_records_verdict_and_table(tmp_path):
         "environment": {"device_name": "NVIDIA H100 80GB HBM3"},
         "matmul": [_row("fp16", 4096, 0.5e-3), _row("fp16", 8192, 2e-3)],
     }
+    rec["environment"]["device"] = "cuda:0"
     rows = records_table([rec], load_devices())
-    assert len(rows) == 1 and rows[0][3] == 8192
-    assert rows[0][6] == pytest.approx(rows[0][4] / 989.4)
-    assert "1 committed result file(s), from: NVIDIA H100" in records_verdict([rec])
+    assert len(rows) == 1 and rows[0][:3] == ["H100 SXM", "fp16", 8192]
+    assert rows[0][5] == pytest.approx(rows[0][3] / 989.4)
+    assert "1 committed result file(s), from: H100 SXM." == records_verdict([rec])
+
+
+# ---- where mixed precision pays: convolutions beside matmuls -------------------------
+
+
+def test_conv_sweep_times_forward_and_training_pass_and_skips_slow_dtypes():
+    from ampbook.bench_matmul import conv_sweep
+
+    rows, skipped = conv_sweep([1, 4, 8, 8], ["fp32", "bf16"], "cpu", **FAST)
+    kinds = {(r["kind"], r["dtype"]) for r in rows}
+    assert kinds == {(k, d) for k in ("conv", "conv_train") for d in ("fp32", "bf16")}
+    assert not skipped
+    fwd = {r["dtype"]: r for r in rows if r["kind"] == "conv"}
+    train = {r["dtype"]: r for r in rows if r["kind"] == "conv_train"}
+    # a training pass is three times the forward's FLOPs
+    assert train["fp32"]["flops"] == 3 * fwd["fp32"]["flops"] == 3 * 2 * 4 * 4 * 9 * 64
+    # a limit below every forward skips the 16-bit training pass, never fp32's
+    rows, skipped = conv_sweep(
+        [1, 4, 8, 8], ["fp32", "bf16"], "cpu", max_call_s=1e-9, **FAST
+    )
+    assert [(s["kind"], s["dtype"]) for s in skipped] == [("conv_train", "bf16")]
+    assert ("conv_train", "fp32") in {(r["kind"], r["dtype"]) for r in rows}
+
+
+def _conv(kind, dtype, median_s):
+    return {"kind": kind, "dtype": dtype, "median_s": median_s}
+
+
+def test_op_speeds_and_amp_op_verdict_both_ways():
+    from ampbook.bench_matmul import amp_op_verdict, op_speeds
+
+    mm = [_row("fp32", 256, 1e-3), _row("bf16", 256, 0.3e-3), _row("fp16", 256, 2e-3)]
+    conv = [
+        _conv("conv", "fp32", 1e-3),
+        _conv("conv", "bf16", 0.5e-3),
+        _conv("conv_train", "fp32", 3e-3),
+        _conv("conv_train", "bf16", 2e-3),
+        _conv("conv", "fp16", 4e-3),
+    ]
+    n, ratios = op_speeds(mm, conv)
+    assert n == 256
+    assert ratios["bf16"] == pytest.approx(
+        {"matmul": 1e-3 / 0.3e-3, "conv": 2.0, "conv_train": 1.5}
+    )
+    assert ratios["fp16"] == pytest.approx({"matmul": 0.5, "conv": 0.25})
+    # an AMX-like CPU: bf16 faster on every op, fp16 slower
+    line = amp_op_verdict(ratios, "cpu")
+    assert (
+        "bf16 ran matmuls 3.33x" in line and "(faster)" in line and "(slower)" in line
+    )
+    assert "Autocast's bf16 can pay here" in line and "gains less" in line
+    # a CPU whose 16-bit kernels are slow: autocast costs time
+    slow = {"bf16": {"matmul": 0.01, "conv": 0.02, "conv_train": 0.05}}
+    line = amp_op_verdict(slow, "cpu")
+    assert "Autocast's bf16 costs time here" in line
+    assert "does not pay on this cpu" in line and "busy" not in line
+    # on CUDA autocast's dtype is fp16; a mixed result names no winner
+    mixed = {"fp16": {"matmul": 4.0, "conv": 0.8}}
+    assert "only a whole step says which wins" in amp_op_verdict(mixed, "cuda")
+    # timings from a busy machine carry a warning
+    busy = {"load1": 9.0, "cpus": 2, "busy": True}
+    assert "busy machine (load average 9.0 on 2 CPUs)" in amp_op_verdict(
+        slow, "cpu", busy
+    )
+    assert amp_op_verdict({}, "cpu").startswith("no 16-bit dtype")
+
+
+def test_read_from_counts_the_rotated_input_sets():
+    from ampbook.bench_matmul import read_from
+
+    row = {"dtype": "fp32", "numel": 2**20, "bytes_moved": 12 * 2**20, "buffers": 1}
+    assert read_from(row, 8 * 2**20) == "cache"  # 12 MiB against 2 x 8 MiB
+    assert read_from(dict(row, buffers=2), 8 * 2**20) == "memory"
+    assert read_from({"dtype": "fp16", "numel": 2**20}, 2**20) == "memory"
+
+
+def test_sweep_provenance_and_summary_of_the_committed_h200_sweep():
+    from ampbook import results
+    from ampbook.bench_matmul import (
+        best_per_dtype,
+        record_device,
+        sweep_provenance,
+        sweep_summary,
+    )
+    from ampbook.devices import load_devices
+
+    sweeps = results.load_results_dir().matmul_sweeps
+    h200 = next(s.record for s in sweeps if s.record["device_key"] == "h200-sxm")
+    line = sweep_provenance(h200)
+    assert line.startswith(f"{record_device(h200)} · {h200['created'][:10]} · torch")
+    sizes = sorted({r["n"] for r in h200["matmul"]})
+    assert f"matmul sizes n = {sizes[0]}-{sizes[-1]}" in line
+    text = sweep_summary(h200, load_devices())
+    peak = load_devices()["h200-sxm"].fp16_tflops_fp32acc
+    fp16 = best_per_dtype(h200["matmul"])["fp16"]
+    assert f"fp16 {fp16['tflops']:.4g} TFLOP/s at n = {fp16['n']}" in text
+    assert f"({fp16['tflops'] / peak:.0%} of its peak" in text
+    assert "A size one off a multiple of 8 ran up to" in text
+
+
+def test_sweep_summary_of_a_gpu_outside_the_peak_table():
+    from _chapters import FIXTURES
+
+    from ampbook import results
+    from ampbook.bench_matmul import sweep_summary
+    from ampbook.devices import load_devices
+
+    (fixture,) = results.load_results_dir(FIXTURES).matmul_sweeps
+    text = sweep_summary(fixture.record, load_devices())
+    assert "not in the peak table" in text and "of its peak" not in text
+    assert "x fp32)" in text

@@ -462,6 +462,59 @@ def test_cast_overflow_rule_reads_this_torch():
     direct = torch.tensor([1e6]).to(torch.float8_e4m3fn).float().item()
     assert rule == ("nan" if math.isnan(direct) else "saturate") and direct != math.inf
     assert cast_overflow_rule(torch.float8_e5m2) == "inf"
+    # bf16 holds 1e6; its probe (float32's largest) is past bf16's range: inf
+    assert cast_overflow_rule(torch.bfloat16) == "inf"
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"])
+def test_cast_specials_probe_each_kind_with_torchs_own_cast(name):
+    from ampbook.formats import SPECIAL_INPUTS, cast_specials, overflow_probe
+
+    fmt = FORMATS[name]
+    probe = overflow_probe(name)
+    assert math.isfinite(probe) and probe > fmt.max
+    out = cast_specials(fmt.torch_dtype)
+    assert list(out) == list(SPECIAL_INPUTS)
+    x = torch.tensor([probe, math.inf, -math.inf, math.nan])
+    direct = x.to(fmt.torch_dtype).float().tolist()
+    for (value, outcome), want in zip(out.values(), direct):
+        assert value == want or (math.isnan(value) and math.isnan(want))
+        if math.isnan(want):
+            assert outcome == "NaN"
+        elif abs(want) == fmt.max:
+            assert outcome == ("+max" if want > 0 else "-max")
+        elif math.isinf(want):
+            assert outcome == ("+inf" if want > 0 else "-inf")
+    assert out["NaN"][1] == "NaN"  # NaN has nowhere else to go
+    if fmt.has_inf:  # IEEE-like formats keep their infinities
+        assert out["+inf"][1] == "+inf" and out["-inf"][1] == "-inf"
+
+
+def test_specials_rule_names_each_kind_apart():
+    from ampbook.formats import specials_report, specials_rule
+
+    saturate_all = {
+        "finite overflow": "+max",
+        "+inf": "+max",
+        "-inf": "-max",
+        "NaN": "NaN",
+    }
+    text = specials_rule("fp8_e4m3", saturate_all)
+    assert text == (
+        "fp8_e4m3: a finite value past 448 saturates to 448, inf saturates to 448, "
+        "-inf saturates to -448, NaN stays NaN."
+    )
+    finite_only = dict(saturate_all, **{"+inf": "NaN", "-inf": "NaN"})
+    text = specials_rule("fp8_e4m3", finite_only)
+    assert "past 448 saturates to 448, inf becomes NaN, -inf becomes NaN" in text
+    ieee = {"finite overflow": "+inf", "+inf": "+inf", "-inf": "-inf", "NaN": "NaN"}
+    assert specials_rule("fp16", ieee) == (
+        "fp16: a finite value past 65504 becomes inf, inf stays inf, -inf stays -inf, "
+        "NaN stays NaN."
+    )
+    report = specials_report({"fp16": ieee, "fp8_e4m3": finite_only})
+    assert report.startswith(f"torch {torch.__version__} on cpu:")
+    assert report.count("\n- ") == 2
 
 
 @pytest.mark.parametrize(

@@ -249,3 +249,47 @@ def test_only_gradients_autocast_holds_in_fp16_count_as_fp16():
     ):
         with gs.emulate_fp16_grads(model, calls=[("relu", True)] + calls):
             model(x)
+
+
+# ---- moving the histogram: chapter 4's estimate for a larger batch -------------------
+
+
+def _recorder_with(values: torch.Tensor) -> gs.GradientRecorder:
+    rec = gs.GradientRecorder(nn.Identity(), scales=(1.0, 8.0))
+    rec.record("activation", "Test", values)
+    return rec
+
+
+def test_median_log2_reads_a_fraction_of_a_bin():
+    # log-uniform magnitudes over [2^-30, 2^-19): the median of log2|g| is -24.5
+    values = log_uniform(200_000, lo=-30, hi=-19, seed=3)
+    rec = _recorder_with(values)
+    assert gs.median_exponent(rec, "activation") == -25  # the bin, [2^-25, 2^-24)
+    assert gs.median_log2(rec, "activation") == pytest.approx(-24.5, abs=0.03)
+    # one decade lower, the same median in bins: a shift of exactly -10 read back
+    lower = _recorder_with(values * 2.0**-10)
+    shift = gs.median_log2(lower, "activation") - gs.median_log2(rec, "activation")
+    assert shift == pytest.approx(-10.0, abs=1e-9)
+    with pytest.raises(ValueError, match="no nonzero"):
+        gs.median_log2(_recorder_with(torch.zeros(4)), "activation")
+
+
+def test_shifted_below_whole_and_fractional_bins():
+    values = log_uniform(200_000, lo=-30, hi=-14, seed=4)
+    rec = _recorder_with(values)
+    a = values.abs()
+    for bins in (0, 1, 3):
+        got = gs.shifted_below(rec, "activation", bins, (1.0, 8.0))
+        for s in (1.0, 8.0):
+            # whole bins: a bin counts when all of it lands below 2^-24
+            top = torch.exp2(torch.floor(torch.log2(a)) + 1)
+            want = float((top * 2.0**-bins * s <= 2.0**-24).double().mean())
+            assert got[s] == pytest.approx(want, abs=1e-12)
+    # a fraction of a bin: close to moving the values themselves (log-uniform within
+    # each bin, as the estimate assumes)
+    got = gs.shifted_below(rec, "activation", 2.5, (1.0, 8.0))
+    for s in (1.0, 8.0):
+        want = float((a * 2.0**-2.5 * s < 2.0**-24).double().mean())
+        assert got[s] == pytest.approx(want, abs=0.005)
+    # further left, more below
+    assert gs.shifted_below(rec, "activation", 3.7, (1.0,))[1.0] > got[1.0]

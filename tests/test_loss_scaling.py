@@ -109,3 +109,79 @@ def test_step_seconds_times_each_mode_and_leaves_no_hooks():
     assert all(p.grad is None and not p._backward_hooks for p in model.parameters())
     with pytest.raises(ValueError, match="repeats"):
         ls.step_seconds(model, x, y, repeats=0)
+
+
+# ---- the runs side by side, and what they show ---------------------------------------
+
+
+def _run(label, regime, fp16, losses, skipped=None, overflowed=None, finite=True):
+    n = len(losses)
+    return ls.ScalingRun(
+        regime,
+        fp16,
+        label,
+        losses=list(losses),
+        scales=[2.0**16 / 2 ** min(i, 2) for i in range(n)]
+        if regime == "dynamic"
+        else [1.0] * n,
+        skipped=list(skipped or [False] * n),
+        flushed=[math.nan] * n,
+        overflowed=list(overflowed or [False] * n),
+        weights_finite=finite,
+    )
+
+
+def _runs(dyn_losses, none_losses=(2.0, 1.5, 1.2, 1.1)):
+    ref = _run("fp32 reference", "none", "off", [2.0, 1.5, 1.2, 1.0])
+    plain = _run("no scaling", "none", "autocast", none_losses)
+    broken = _run(
+        "fixed 2^16",
+        "fixed",
+        "autocast",
+        [2.0, math.nan, math.nan, math.nan],
+        finite=False,
+    )
+    dyn = _run(
+        "dynamic (GradScaler)",
+        "dynamic",
+        "autocast",
+        dyn_losses,
+        skipped=[True, True, False, False],
+        overflowed=[True, True, False, False],
+    )
+    return [ref, plain, broken, dyn]
+
+
+def test_run_table_against_the_reference():
+    runs = _runs([2.0, 2.0, 1.6, 1.4])
+    headers, rows, formats = ls.run_table(runs)
+    assert headers == [
+        "run",
+        "final loss",
+        "final - fp32",
+        "largest difference",
+        "overflow steps (skipped)",
+    ]  # no emulation: no flushed column
+    assert len(formats) == len(headers) and all(len(r) == len(headers) for r in rows)
+    by = {r[0]: r for r in rows}
+    assert by["dynamic (GradScaler)"][2] == pytest.approx(0.4)
+    assert by["dynamic (GradScaler)"][3] == pytest.approx(0.5)
+    assert by["dynamic (GradScaler)"][4] == "2 (2)"
+    assert math.isnan(by["fixed 2^16"][2])  # weights lost: no difference to show
+    runs[1].flushed = [0.01, 0.03, 0.02, 0.02]
+    headers, rows, _ = ls.run_table(runs)
+    assert headers[-1] == "mean flushed" and rows[1][-1] == pytest.approx(0.02)
+
+
+def test_scaling_verdict_names_the_run_furthest_from_fp32_both_ways():
+    # GradScaler skipped 2 of 4 steps and ended furthest from the reference
+    text = ls.scaling_verdict(_runs([2.0, 2.0, 1.6, 1.4]))
+    assert (
+        "skipped 2 of 4 steps" in text and "Weights became NaN in: fixed 2^16" in text
+    )
+    assert "GradScaler's ended furthest from the fp32 reference (+4.00e-01" in text
+    assert "its weights took 2 updates to the reference's 4" in text
+    # another run ended further away: it is named, GradScaler's gap given beside it
+    text = ls.scaling_verdict(_runs([2.0, 2.0, 1.2, 1.05], [2.0, 1.5, 1.3, 1.3]))
+    assert "no scaling ended furthest from the fp32 reference (+3.00e-01" in text
+    assert "GradScaler's ended +5.00e-02 from it after skipping 2 of 4 steps" in text
