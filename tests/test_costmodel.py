@@ -616,7 +616,12 @@ def test_verdicts_read_both_cases():
     assert "broken" in range_verdict(70, 100, 66.7, "x")
     with pytest.raises(ValueError, match="low_s <= high_s"):
         range_verdict(2, 1, 1, "x")
+    from ampbook.costmodel import MeasuredEfficiency as E
     from ampbook.costmodel import efficiency_range_verdict as erv
 
-    assert "(39 to 97.5 s)" in erv(39, [0.4, 1.3, 0.8], 66.7, "x")  # 1.3 left out
-    assert erv(39, [1.3], 66.7, "x").startswith("No measured efficiency at or below 1")
+    effs = [E("net", "gpu", 0.4), E("net", "gpu", 1.3), E("net", "gpu", 0.8)]
+    line = erv(39, effs, 66.7, "x", network="net", device="gpu")  # 1.3 left out
+    assert "(48.8 to 97.5 s at the 2 measured efficiencies (40%-80%))" in line
+    assert erv(39, effs[1:2], 66.7, "x", network="net", device="gpu").startswith(
+        "No profile of net on gpu is committed"
+    )
