@@ -113,3 +113,60 @@ def kernel_time_verdict(amp, baseline) -> str:
     if ks <= 1.05:
         return f"{facts}: AMP's kernels themselves were no faster."
     return f"{facts}: the step kept the kernels' gain."
+
+
+def headline_pair(pairs):
+    """The pair that stands for the post's comparison: amp-fp16 against fp32 with TF32
+    on where there is one, else the first pair; None without pairs."""
+    pairs = list(pairs)
+    for p in pairs:
+        if p.amp.mode == "amp-fp16" and p.baseline.mode == "fp32-tf32":
+            return p
+    return pairs[0] if pairs else None
+
+
+def gpu_training_answer(pairs) -> str:
+    """The post's three findings (memory, time, curves) as the committed GPU runs give
+    them, in a few sentences; what to do when there are none. ``pairs``: GPU
+    ``RunPair``s (``ResultSet.pairs``)."""
+    pairs = list(pairs)
+    p = headline_pair(pairs)
+    if p is None:
+        return (
+            "No GPU run is committed (data/results/, or the results_dir parameter): "
+            "this page shows this machine's runs only, and a CPU cannot answer the "
+            "post's question about a GPU's time."
+        )
+    amp, base = p.amp, p.baseline
+    strict = next(
+        (
+            q
+            for q in pairs
+            if q.setting == p.setting and q.amp is amp and q.baseline.mode == "fp32"
+        ),
+        None,
+    )
+    vs_strict = f" ({strict.step_speedup:.2f}x strict fp32's)" if strict else ""
+    s = p.setting
+    head = (
+        f"On {_name(p)} ({amp.epochs_completed} epochs at {s.width}x{s.height}, batch "
+        f"{s.batch_size}), {amp.mode_label} took {p.memory_ratio:.2f} of the peak "
+        f"memory of {base.mode_label} and ended at a training loss of "
+        f"{amp.final_train_loss:.3f} against {base.final_train_loss:.3f}. "
+    )
+    threads = amp.record.get("environment", {}).get("cpu_threads")
+    host = f" on {threads} CPU threads" if threads else ""
+    if p.loader_bound:
+        wait = max(amp.data_wait_share, base.data_wait_share)
+        return head + (
+            f"Its step alone ran {p.step_speedup:.2f}x as fast as fp32's{vs_strict}, "
+            f"but its epochs took the same time ({p.speedup:.2f}x): the loop waited "
+            f"for data {wait:.0%} of the time, with {s.workers} loader workers{host}. "
+            "That is the post's result, and the loader setting was ours."
+        )
+    return head + (
+        f"Its step ran {p.step_speedup:.2f}x as fast as fp32's{vs_strict} and its "
+        f"epoch {p.speedup:.2f}x, with at most "
+        f"{max(amp.data_wait_share, base.data_wait_share):.0%} of the loop waiting "
+        "for data."
+    )

@@ -279,3 +279,20 @@ def test_pace_verdict_against_a_bound_is_conditional():
     )
     # measured rates stay categorical
     assert cm.pace_verdict(10, 20).startswith("The loader sets the pace here:")
+
+
+def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
+    from ampbook.verdicts import gpu_training_answer, headline_pair
+
+    pairs = _rs().pairs()
+    p = headline_pair(pairs)
+    assert (p.amp.mode, p.baseline.mode) == ("amp-fp16", "fp32-tf32")
+    line = gpu_training_answer(pairs)
+    assert line.startswith(
+        "On Fixture GPU (fictitious) (3 epochs at 1024x512, batch 6)"
+    )
+    assert f"took {p.memory_ratio:.2f} of the peak memory of fp32 (TF32 on)" in line
+    strict = next(q for q in pairs if q.amp is p.amp and q.baseline.mode == "fp32")
+    assert f"({strict.step_speedup:.2f}x strict fp32's)" in line
+    assert "waited" not in line  # the fixture's step sets the pace
+    assert gpu_training_answer([]).startswith("No GPU run is committed")
