@@ -1209,10 +1209,11 @@ def efficiency_range_verdict(
             if elsewhere
             else ""
         )
+        inner = what[:1].lower() + what[1:]
         return (
             f"No profile of {network} on {device} is committed, so no kernel "
             f"efficiency is known there: the bound ({min_s:.3g} s) stays a lower bound "
-            f"for {what} ({measured_s:.3g} s){note}."
+            f"for {inner} ({measured_s:.3g} s){note}."
         )
     lo_eff, hi_eff = min(same), max(same)
     low_s, high_s = min_s / hi_eff, min_s / lo_eff
@@ -1340,24 +1341,28 @@ def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
 
 
 def lowp_verdict(
-    flags: Sequence[str], lowp_over_fp32: float, what: str = "bf16"
+    flags: Sequence[str] | None, lowp_over_fp32: float, what: str = "bf16"
 ) -> str:
-    """Whether this CPU's low-precision matmul is fast, in one line: ``flags`` are the
-    low-precision CPU flags it lists, ``lowp_over_fp32`` its measured rate over
-    fp32's."""
+    """Whether this CPU's low-precision matmul is fast, in one line, from its measured
+    rate over fp32's (``lowp_over_fp32``). ``flags``, the low-precision CPU flags it
+    lists, are reported beside the measurement when given (None: not mentioned); the
+    verdict never rests on them: which kernels PyTorch runs is measured, not read from
+    the flags (``ampbook.cpu_kernels``)."""
     if lowp_over_fp32 <= 0:
         raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
-    listed = f"lists {', '.join(flags)}" if flags else "lists no bf16/fp16 units"
+    if flags is None:
+        listed = ""
+    else:
+        listed = f" (it lists {', '.join(flags) or 'no bf16/fp16 units'})"
     if lowp_over_fp32 >= 1:
         return (
-            f"This CPU {listed}, and its {what} matmul runs at {lowp_over_fp32:.2f}x "
-            "fp32's rate: low precision can pay here."
+            f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's "
+            f"rate{listed}: low precision can pay here."
         )
     return (
-        f"This CPU {listed}, yet its {what} matmul runs at {lowp_over_fp32:.2f}x "
-        "fp32's "
-        "rate: PyTorch's kernels here do not use fast low-precision units, and AMP "
-        "costs time."
+        f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's rate{listed}: "
+        "the kernels PyTorch runs here for it are slower than fp32's, and AMP costs "
+        "time."
     )
 
 

@@ -170,3 +170,51 @@ def gpu_training_answer(pairs) -> str:
         f"{max(amp.data_wait_share, base.data_wait_share):.0%} of the loop waiting "
         "for data."
     )
+
+
+def gpu_in_short(pairs, profile_pairs=()) -> str:
+    """One or two sentences for a chapter's opening box: what the committed GPU runs
+    say about AMP's speed (``headline_pair``), with the loader named as the run's
+    setting where it set the pace, and, given layer profiles of that GPU and setting
+    (``ResultSet.profile_pairs``), where the step's kernel gain went."""
+    p = headline_pair(pairs)
+    if p is None:
+        return "No GPU run is committed to test this on a GPU."
+    amp, base = p.amp, p.baseline
+    env = amp.record.get("environment", {})
+    soft = f"torch {env['torch']}" if env.get("torch") else "today's software"
+    threads = env.get("cpu_threads")
+    host = f" on {threads} CPU threads" if threads else ""
+    head = f"On {_name(p)} with {soft}, our runs"
+    if p.loader_bound:
+        wait = max(amp.data_wait_share, base.data_wait_share)
+        text = (
+            f"{head} repeat the post: epochs {p.speedup:.2f}x, because with "
+            f"{p.setting.workers} loader workers{host} (our setting) the loop waited "
+            f"for data {wait:.0%} of its time, while the {amp.mode_label} step alone "
+            f"gained {p.step_speedup:.2f}x over {base.mode_label}."
+        )
+    else:
+        text = (
+            f"{head} gained {p.speedup:.2f}x per epoch and {p.step_speedup:.2f}x per "
+            f"step ({amp.mode_label} against {base.mode_label})."
+        )
+    prof = next(
+        (
+            (b, a)
+            for b, a in profile_pairs
+            if a.mode == amp.mode
+            and b.mode == base.mode
+            and a.device_name == p.setting.device_name
+        ),
+        None,
+    )
+    if prof is not None:
+        b, a = prof
+        ks = b.kernel_s / a.kernel_s
+        text += (
+            f" Its kernels were {ks:.2f}x faster; the GPU idled "
+            f"{a.idle_s * 1e3:.1f} ms of the AMP step against "
+            f"{b.idle_s * 1e3:.1f} ms of fp32's."
+        )
+    return text

@@ -606,9 +606,12 @@ def test_verdicts_read_both_cases():
     assert hypotheses_verdict(1.06, 0.89, 0.65).startswith("(a) the loader")
     assert hypotheses_verdict(1.5, 1.5, 0.1).startswith("Neither")
     assert speedup_verdict([0.5]).endswith("1 round from 0.50x to 0.50x).")
-    assert "yet its bf16 matmul runs at 0.10x" in lowp_verdict(["avx512_bf16"], 0.1)
+    slow = lowp_verdict(["avx512_bf16"], 0.1)
+    assert "bf16 matmul runs at 0.10x fp32's rate (it lists avx512_bf16)" in slow
+    assert "slower than fp32's, and AMP costs time" in slow
     assert "lists no bf16/fp16 units" in lowp_verdict([], 0.1)
     assert "can pay" in lowp_verdict(["amx_bf16"], 3.0)
+    assert "lists" not in lowp_verdict(None, 0.1)  # flags are not needed
     from ampbook.costmodel import range_verdict
 
     assert "lies inside" in range_verdict(39, 100, 66.7, "x")

@@ -296,3 +296,15 @@ def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
     assert f"({strict.step_speedup:.2f}x strict fp32's)" in line
     assert "waited" not in line  # the fixture's step sets the pace
     assert gpu_training_answer([]).startswith("No GPU run is committed")
+
+
+def test_gpu_in_short_adds_the_profiles_kernel_and_idle_times():
+    from ampbook.verdicts import gpu_in_short
+
+    rs = _rs()
+    line = gpu_in_short(rs.pairs(), rs.profile_pairs())
+    assert line.startswith("On Fixture GPU (fictitious) with torch ")
+    base, amp = rs.profile_pairs()[0]
+    assert f"Its kernels were {base.kernel_s / amp.kernel_s:.2f}x faster" in line
+    assert f"idled {amp.idle_s * 1e3:.1f} ms of the AMP step" in line
+    assert gpu_in_short([]).startswith("No GPU run is committed")
