@@ -16,37 +16,32 @@
 # %% [markdown]
 # # The RTX 3070 result, reproduced and explained
 #
-# The blog post this book grew from {cite:p}`rtx3070post` trained ERFNet on Cityscapes on
-# a GeForce RTX 3070, with and without automatic mixed precision: AMP saved about a
-# quarter of the GPU memory and no time at all, and the post left the reason open. This
-# chapter recovers the setting the post did not state, bounds what the 3070 could do
-# from the network itself, weighs the two explanations on offer, and holds them against
-# GPU runs committed to the book.
+# The blog post this book grew from {cite:p}`rtx3070post` trained ERFNet on a GeForce
+# RTX 3070 with and without automatic mixed precision: AMP saved about a quarter of the
+# memory and no time, and the post left the reason open. This chapter recovers the
+# setting it did not state, bounds what the 3070 could do, and holds the two
+# explanations on offer against the evidence.
 #
 # :::{admonition} In short
 # The post's memory figures fit batch {glue:text}`ch5_B` at
 # {glue:text}`ch5_W`x{glue:text}`ch5_H`, the candidate whose kernels need the least of
-# the roofline, {glue:text}`ch5_need:.0%`, to finish within the post's epoch (at
-# {glue:text}`ch5_W2`x{glue:text}`ch5_H2` they would need
-# {glue:text}`ch5_need2:.0%`). There the 3070 needs at least
-# {glue:text}`ch5_min_fp32:.0f` s for an fp32 epoch and {glue:text}`ch5_min_amp:.0f` s
-# for an AMP one: {glue:text}`ch5_model_speedup:.2f`x if both precisions reach the same
-# share of their bounds, a ratio and not a ceiling (ResNet-50 on an A100 gained
-# {glue:text}`ch5_rn_meas:.2f`x against a ratio of {glue:text}`ch5_rn_ratio:.2f`x). In
-# 2020 a 3070 user measured both explanations at once: equal epochs (the loader) and an
-# AMP step {glue:text}`ch5_ev_slow_lo:.1f` to {glue:text}`ch5_ev_slow_hi:.1f` times
-# slower than fp32's (the 2020 software). {glue:md}`ch5_gpu_short` Which of the two set
-# the post's own epoch, its numbers cannot say; chapter 7, *Making AMP pay*, removes
-# both.
+# the roofline ({glue:text}`ch5_need:.0%`; {glue:text}`ch5_need2:.0%` at
+# {glue:text}`ch5_W2`x{glue:text}`ch5_H2`) to finish within its epoch. There the 3070
+# needs at least {glue:text}`ch5_min_fp32:.0f` s for an fp32 epoch and
+# {glue:text}`ch5_min_amp:.0f` s for an AMP one: {glue:text}`ch5_model_speedup:.2f`x if
+# both reach the same share of their bounds, a ratio and not a ceiling (ResNet-50 on an
+# A100: {glue:text}`ch5_rn_meas:.2f`x against {glue:text}`ch5_rn_ratio:.2f`x). In 2020 a
+# 3070 user measured both explanations at once: equal epochs (the loader) and an AMP
+# step {glue:text}`ch5_ev_slow_lo:.1f`-{glue:text}`ch5_ev_slow_hi:.1f`x slower than
+# fp32's (the software of the time). {glue:md}`ch5_gpu_short` Which one set the post's
+# epoch its numbers cannot say; chapter 7, *Making AMP pay*, removes both.
 # :::
 #
-# **What you will learn**: to count a network's FLOPs and bytes per layer and turn them
-# into a lower bound on the step (a {term}`roofline`); why a ratio of two lower bounds is
-# not an upper bound on the speedup; to recover an unstated setting from two memory
-# figures and test it against the time; to tell whether the GPU or the DataLoader sets
-# an epoch's pace; and a checklist for an AMP run that gives no speedup. **What you
-# need**: the runner of chapter 3, the timing helpers of chapter 2, a few minutes of CPU;
-# no GPU (committed GPU runs appear beside this machine's).
+# **What you will learn**: a per-layer {term}`roofline` bound on the step; why a ratio
+# of two lower bounds is not an upper bound; how to recover a setting from two memory
+# figures; whether the GPU or the DataLoader sets an epoch's pace; a checklist for AMP
+# without a speedup. **What you need**: the tools of chapters 2 and 3 and a few minutes
+# of CPU; no GPU (committed GPU runs appear beside this machine's).
 
 # %% tags=["parameters", "remove-cell"]
 device = "auto"  # where this machine's runs and checks go: "auto", "cpu" or "cuda"

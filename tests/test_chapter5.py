@@ -38,7 +38,7 @@ def test_gpu_pairs_render_with_provenance_and_loader_aware_verdicts(chapter5):
     assert lines and not any("(b)" in x or ": Both" in x for x in lines)
 
 
-def test_layer_profiles_split_kernel_and_idle_time(chapter5):
+def test_layer_profiles_split_kernel_and_idle_time(executed, chapter5):
     rs = load_results_dir(FIXTURES)
     for lp in rs.layer_profiles:
         name = f"{display_name(lp.device_name)}, {lp.mode_label}"
@@ -50,7 +50,14 @@ def test_layer_profiles_split_kernel_and_idle_time(chapter5):
         assert f"| {name} | {top.type} | {top.measured_s * 1e3:.2f} |" in chapter5
     assert "fp32 (TF32 on)" in chapter5  # the fp32 profile ran with TF32 and says so
     assert "the kernels' gain went to idle time" in chapter5
-    assert "Its kernels were" in chapter5  # the In short box's GPU sentence (glued)
+    glued = [  # the In short box's GPU sentence, glued as Markdown
+        v
+        for c in executed.cells
+        for o in c.get("outputs", [])
+        for k, v in o.get("data", {}).items()
+        if k.endswith("text/markdown") and "Its kernels were" in v
+    ]
+    assert len(glued) == 1 and glued[0].startswith(f"On {display_name(GPU)} with")
 
 
 def test_no_efficiency_crosses_gpus_and_the_ratio_is_no_ceiling(chapter5):
