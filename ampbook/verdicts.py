@@ -160,7 +160,7 @@ def gpu_training_answer(pairs) -> str:
         wait = max(amp.data_wait_share, base.data_wait_share)
         return head + (
             f"Its step alone ran {p.step_speedup:.2f}x as fast as fp32's{vs_strict}, "
-            f"but its epochs took the same time ({p.speedup:.2f}x): the loop waited "
+            f"but its epochs were no shorter ({p.speedup:.2f}x): the loop waited "
             f"for data {wait:.0%} of the time, with {s.workers} loader workers{host}. "
             "That is the post's result, and the loader setting was ours."
         )
