@@ -89,8 +89,16 @@ from ampbook.cpu_kernels import probe_conv
 from ampbook.devices import display_name, load_devices
 from ampbook.env import pick_device
 from ampbook.paths import REPO_ROOT, load_reference
-from ampbook.plots import GIB, MIB, bar_style, glue_all, md, md_table, series_style
-from ampbook.plots import use_style
+from ampbook.plots import (
+    GIB,
+    MIB,
+    bar_style,
+    glue_all,
+    md,
+    md_table,
+    series_style,
+    use_style,
+)
 
 use_style()
 device = pick_device(device)
@@ -127,8 +135,13 @@ md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs) + "\n:
 # %%
 from ampbook.data import IGNORE_INDEX, NUM_CLASSES, Cityscapes
 from ampbook.model import ERFNet
-from ampbook.train import (TrainConfig, command_line, resolve_data, run_training,
-                           validate)
+from ampbook.train import (
+    TrainConfig,
+    command_line,
+    resolve_data,
+    run_training,
+    validate,
+)
 
 base = TrainConfig(device=str(device), data_root=data_root, height=height, width=width,
                    batch_size=batch_size, epochs=num_epochs, lr=lr, seed=seed,
