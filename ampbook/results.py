@@ -660,6 +660,24 @@ class LayerProfile:
         return max(self.step_s - self.kernel_s, 0.0)
 
     @property
+    def provenance(self) -> str:
+        """``provenance`` of this profile: device, date, software, then its settings
+        (batch and size, profiled steps, no DataLoader: one batch already on the
+        device, cudnn.benchmark)."""
+        env = self.record.get("environment", {})
+        settings: dict[str, Any] = {
+            "": f"batch {self.batch_size} at {self.width}x{self.height}",
+            "steps profiled": self.steps,
+        }
+        if str(env.get("device", "")).startswith("cuda"):
+            bench = env.get("cudnn_benchmark")
+            settings["cudnn.benchmark"] = (
+                "?" if bench is None else ("on" if bench else "off")
+            )
+        settings["data"] = "one batch on the device, no DataLoader"
+        return provenance(env, self.record.get("created"), settings)
+
+    @property
     def kernel_efficiency(self) -> float:
         """The bound over the kernel time: how close the kernels came to the roofline,
         GPU idle time left out."""

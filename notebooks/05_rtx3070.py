@@ -734,8 +734,12 @@ md("\n\n".join(verdicts.gpu_pair_verdict(q) for q in gpu_pairs)
 # that GPU next to both. Its {term}`kernel efficiency` is the bound over the kernel
 # time, not over the wall time. The fp32 profiles ran with TF32 on and are labelled so:
 
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
 profs = results.layer_profiles
+md("\n\n".join(sorted({"Provenance: " + lp.provenance for lp in profs}))
+   or "No layer profile is committed.")
+
+# %% tags=["hide-input"]
 md_table([(f"{display_name(lp.device_name)}, {lp.mode_label}", lp.step_s * 1e3,
            lp.kernel_s * 1e3, lp.idle_s * 1e3, lp.predicted_step_s * 1e3,
            lp.kernel_efficiency) for lp in profs]

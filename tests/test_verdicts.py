@@ -226,6 +226,10 @@ def test_a_loader_bound_gpu_pair_reads_its_epoch_ratio_as_loader_noise():
 
 
 def test_every_gpu_run_carries_its_provenance():
+    lp = _rs().layer_profiles[0]
+    assert "Fixture GPU (fictitious) · 2026-01-01 · torch " in lp.provenance
+    assert "cuDNN 9.10" in lp.provenance and "batch 6 at 1024x512" in lp.provenance
+    assert "no DataLoader" in lp.provenance
     p = _pair("amp-fp16")
     line = p.provenance
     for part in (
