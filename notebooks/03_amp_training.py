@@ -318,7 +318,7 @@ md("\n\n".join(verdicts.gpu_pair_verdict(p) for p in gpu_pairs)
 # On that GPU the post's three findings return: the same curves, a quarter to a third
 # less memory, and epochs no shorter. The last one, read with the wait for data beside
 # it, is a finding about the loader our runs had, not about AMP. Where AMP gives no
-# speedup in your own runs, chapter 7, *Making AMP pay*, takes the step apart and
+# speedup in your own runs, chapter 7, {doc}`07_making_amp_pay`, takes the step apart and
 # removes what keeps it from paying.
 #
 # The memory AMP saves is what autograd keeps for the backward pass. This chapter's CPU

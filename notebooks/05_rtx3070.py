@@ -34,7 +34,7 @@
 # 3070 user measured both explanations at once: equal epochs (the loader) and an AMP
 # step {glue:text}`ch5_ev_slow_lo:.1f`-{glue:text}`ch5_ev_slow_hi:.1f`x slower than
 # fp32's (the software of the time). {glue:md}`ch5_gpu_short` Which one set the post's
-# epoch its numbers cannot say; chapter 7, *Making AMP pay*, removes both.
+# epoch its numbers cannot say; chapter 7, {doc}`07_making_amp_pay`, removes both.
 # :::
 #
 # **What you will learn**: a per-layer {term}`roofline` bound on the step; why a ratio
@@ -1003,7 +1003,7 @@ md("\n\n".join([cm.lowp_verdict(None, peak_bf16 / peak), probe.verdict("bf16"),
 # If your mixed-precision run is no faster than fp32, go through these, measuring each.
 # The middle column was timed on this chapter's device under its load, the way the steps
 # above were; where a committed GPU run measured an item, the right column says so, and
-# the rest is published or modelled. Chapter 7, *Making AMP pay*, measures each step of
+# the rest is published or modelled. Chapter 7, {doc}`07_making_amp_pay`, measures each step of
 # this list on a GPU.
 
 # %%
@@ -1112,7 +1112,7 @@ md_table([
 #   the post's card; an efficiency measured on another GPU does not transfer.
 # - When AMP gives no speedup: time the step without the DataLoader, then add workers,
 #   upgrade PyTorch and cuDNN, and look at the fp32 baseline's TF32, the batch size,
-#   channels_last and cudnn.benchmark; chapter 7, *Making AMP pay*, goes through them
+#   channels_last and cudnn.benchmark; chapter 7, {doc}`07_making_amp_pay`, goes through them
 #   on a GPU.
 #
 # ## Exercises
