@@ -1160,20 +1160,164 @@ def range_verdict(low_s: float, high_s: float, measured_s: float, what: str) -> 
     )
 
 
+@dataclass(frozen=True)
+class MeasuredEfficiency:
+    """A measured share of the roofline: ``value`` = bound / measured time of one
+    network on one GPU (``kind``: "kernel" when measured from kernel time, "step" from
+    wall time), with what measured it."""
+
+    network: str
+    device: str
+    value: float
+    kind: str = "kernel"
+    source: str = ""
+
+
 def efficiency_range_verdict(
-    min_s: float, efficiencies: Sequence[float], measured_s: float, what: str
+    min_s: float,
+    efficiencies: Sequence[MeasuredEfficiency],
+    measured_s: float,
+    what: str,
+    *,
+    network: str,
+    device: str,
 ) -> str:
-    """Turn a lower bound into a range with measured kernel efficiencies and hold a
-    measured time against it, in one line. Efficiencies above 1 (a bound that was not a
-    bound, from ceilings below the hardware's peaks) cannot widen the range and are left
-    out; with none left there is no range to give."""
-    usable = [e for e in efficiencies if 0 < e <= 1]
-    if not usable:
-        return (
-            f"No measured efficiency at or below 1 ({len(efficiencies)} measured): "
-            f"the bound ({min_s:.3g} s) stays a bound, not a range."
+    """Turn a lower bound into a range with measured efficiencies and hold a measured
+    time against it, in one line.
+
+    Efficiencies do not transfer: a kernel's share of the roofline depends on the
+    network, the GPU, its software and the setting. Only efficiencies measured for
+    ``network`` on ``device`` count; the range runs from the bound at the highest of
+    them to the bound at the lowest (bounded above by what was measured, never by the
+    roofline itself). With none (or none at or below 1: a bound that was not a bound),
+    no efficiency is known and the bound stays a bound; the efficiencies measured
+    elsewhere are named so the reader sees what was not used."""
+    if min_s <= 0 or measured_s <= 0:
+        raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
+    same = [
+        e.value
+        for e in efficiencies
+        if e.network == network and e.device == device and 0 < e.value <= 1
+    ]
+    if not same:
+        elsewhere = sorted(
+            {f"{e.network} on {e.device}" for e in efficiencies if e.device != device}
         )
-    return range_verdict(min_s, min_s / min(usable), measured_s, what)
+        note = (
+            f"; efficiencies measured elsewhere ({', '.join(elsewhere)}) do not "
+            "transfer to it"
+            if elsewhere
+            else ""
+        )
+        inner = what[:1].lower() + what[1:]
+        return (
+            f"No profile of {network} on {device} is committed, so no kernel "
+            f"efficiency is known there: the bound ({min_s:.3g} s) stays a lower bound "
+            f"for {inner} ({measured_s:.3g} s){note}."
+        )
+    lo_eff, hi_eff = min(same), max(same)
+    low_s, high_s = min_s / hi_eff, min_s / lo_eff
+    span = f"{low_s:.3g} to {high_s:.3g} s at the {len(same)} measured efficiencies"
+    span += f" ({lo_eff:.0%}-{hi_eff:.0%})" if len(same) > 1 else f" ({lo_eff:.0%})"
+    if measured_s < low_s:
+        return (
+            f"{what} ({measured_s:.3g} s) is below the range ({span}): its kernels ran "
+            "closer to the roofline than any measured profile."
+        )
+    if measured_s <= high_s:
+        return (
+            f"{what} ({measured_s:.3g} s) lies inside the range ({span}): the GPU "
+            "alone could have taken that long, so the range does not decide."
+        )
+    return (
+        f"{what} ({measured_s:.3g} s) lies above the range ({span}): the GPU's kernels "
+        "alone would have been faster, so something else set the pace."
+    )
+
+
+def roofline_ratio_verdict(
+    roofline_ratio: float, measured_speedup: float, what: str, tolerance: float = 0.02
+) -> str:
+    """Hold a measured AMP speedup against the roofline ratio of the same network, GPU
+    and setting, in one line. The ratio of two lower bounds is the speedup if both
+    precisions reach the same share of their bound; it is not an upper bound, and a
+    precision whose kernels get closer to their bound beats it."""
+    if roofline_ratio <= 0 or measured_speedup <= 0:
+        raise ValueError(
+            f"ratios must be positive, got {roofline_ratio} and {measured_speedup}"
+        )
+    head = (
+        f"{what}: measured {measured_speedup:.2f}x against a roofline ratio of "
+        f"{roofline_ratio:.2f}x"
+    )
+    if measured_speedup > roofline_ratio * (1 + tolerance):
+        return (
+            f"{head}, above it: AMP's steps got closer to their bound than the "
+            "baseline's, so the ratio is no upper bound."
+        )
+    if measured_speedup < roofline_ratio / (1 + tolerance):
+        return (
+            f"{head}, below it: AMP's steps got less close to their bound than the "
+            "baseline's."
+        )
+    return f"{head}: both reached about the same share of their bound."
+
+
+@dataclass(frozen=True)
+class SettingCandidate:
+    """A training setting the memory figures allow, held against the time figures:
+    ``needed_efficiency`` is the least share of the roofline the kernels must reach for
+    the GPU's part of an epoch to fit in the measured epoch (bound / measured; the
+    higher of the runs compared)."""
+
+    label: str
+    memory_fits: bool
+    needed_efficiency: float
+
+
+def setting_verdict(
+    candidates: Sequence[SettingCandidate],
+    reference: MeasuredEfficiency | None = None,
+) -> str:
+    """Choose a setting that fits both the memory and the time figures, in one line.
+
+    A candidate fits the time bound when its kernels would need at most 100% of the
+    roofline; among the candidates that fit both, the one that needs the lowest share
+    is chosen (the others need kernels closer to the roofline than it does).
+    ``reference``, the highest efficiency measured for the network anywhere, is
+    printed beside the needs as context: it was measured on another GPU and does not
+    decide."""
+    if not candidates:
+        raise ValueError("no candidate settings to weigh")
+    needs = "; ".join(
+        f"{c.label} {'fits' if c.memory_fits else 'does not fit'} the memory and needs "
+        f"{c.needed_efficiency:.0%}"
+        for c in candidates
+    )
+    context = (
+        f" (for scale: {reference.network}'s {reference.kind}s reached at most "
+        f"{reference.value:.0%} of their roofline on {reference.device}, another GPU)"
+        if reference
+        else ""
+    )
+    both = [c for c in candidates if c.memory_fits and c.needed_efficiency <= 1]
+    if not both:
+        return (
+            f"No candidate fits both the memory and the time figures: {needs}{context}."
+        )
+    best = min(both, key=lambda c: c.needed_efficiency)
+    others = [c for c in both if c is not best]
+    why = (
+        f"; the others that fit need {min(c.needed_efficiency for c in others):.0%} "
+        "or more"
+        if others
+        else ""
+    )
+    return (
+        f"{best.label} fits both: its kernels need only {best.needed_efficiency:.0%} "
+        f"of the roofline to finish within the post's epoch{why}. All candidates: "
+        f"{needs}{context}."
+    )
 
 
 def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
@@ -1197,33 +1341,59 @@ def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
 
 
 def lowp_verdict(
-    flags: Sequence[str], lowp_over_fp32: float, what: str = "bf16"
+    flags: Sequence[str] | None, lowp_over_fp32: float, what: str = "bf16"
 ) -> str:
-    """Whether this CPU's low-precision matmul is fast, in one line: ``flags`` are the
-    low-precision CPU flags it lists, ``lowp_over_fp32`` its measured rate over
-    fp32's."""
+    """Whether this CPU's low-precision matmul is fast, in one line, from its measured
+    rate over fp32's (``lowp_over_fp32``). ``flags``, the low-precision CPU flags it
+    lists, are reported beside the measurement when given (None: not mentioned); the
+    verdict never rests on them: which kernels PyTorch runs is measured, not read from
+    the flags (``ampbook.cpu_kernels``)."""
     if lowp_over_fp32 <= 0:
         raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
-    listed = f"lists {', '.join(flags)}" if flags else "lists no bf16/fp16 units"
+    if flags is None:
+        listed = ""
+    else:
+        listed = f" (it lists {', '.join(flags) or 'no bf16/fp16 units'})"
     if lowp_over_fp32 >= 1:
         return (
-            f"This CPU {listed}, and its {what} matmul runs at {lowp_over_fp32:.2f}x "
-            "fp32's rate: low precision can pay here."
+            f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's "
+            f"rate{listed}: low precision can pay here."
         )
     return (
-        f"This CPU {listed}, yet its {what} matmul runs at {lowp_over_fp32:.2f}x "
-        "fp32's "
-        "rate: PyTorch's kernels here do not use fast low-precision units, and AMP "
-        "costs time."
+        f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's rate{listed}: "
+        "the kernels PyTorch runs here for it are slower than fp32's, and AMP costs "
+        "time."
     )
 
 
 def pace_verdict(
-    loader_images_per_s: float, step_images_per_s: float, where: str = "here"
+    loader_images_per_s: float,
+    step_images_per_s: float,
+    where: str = "here",
+    step_is_bound: bool = False,
 ) -> str:
-    """Which of the loader and the step sets an epoch's pace, in one line."""
+    """Which of the loader and the step sets an epoch's pace, in one line.
+
+    ``step_is_bound``: ``step_images_per_s`` is the roofline's most (a bound, not a
+    measurement). Real kernels reach a share of it, so a loader slower than the bound
+    sets the pace only while the kernels run above the share ``loader / bound``; below
+    it the step does. The verdict is then conditional."""
     if loader_images_per_s <= 0 or step_images_per_s <= 0:
         raise ValueError("rates must be positive")
+    if step_is_bound:
+        if loader_images_per_s < step_images_per_s:
+            share = loader_images_per_s / step_images_per_s
+            return (
+                f"The loader sets the pace {where} only if the kernels reach more than "
+                f"{share:.0%} of the roofline: it delivers {loader_images_per_s:.3g} "
+                f"images/s against the step's {step_images_per_s:.3g} at most; with "
+                "kernels at or below that share the step sets it."
+            )
+        return (
+            f"The step sets the pace {where}: even at the roofline it trains at most "
+            f"{step_images_per_s:.3g} images/s, against the loader's "
+            f"{loader_images_per_s:.3g}; a faster step shortens the epoch."
+        )
     if loader_images_per_s < step_images_per_s:
         return (
             f"The loader sets the pace {where}: {loader_images_per_s:.3g} images/s "
@@ -1239,7 +1409,9 @@ def hypotheses_verdict(
     step_speedup: float, epoch_speedup: float, data_wait_share: float
 ) -> str:
     """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU
-    pair.
+    pair run on the post's 2020 software (PyTorch 1.7, cuDNN 8.0): hypothesis (b) is
+    about that software, so its label means nothing for a pair of today's software
+    (read those with ``ampbook.verdicts.gpu_pair_verdict``).
 
     ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or
     the step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``:

@@ -218,6 +218,46 @@ class TrainRun:
         waiting)."""
         return self.images_per_epoch / self.step_s
 
+    def timed_epochs(self) -> list[dict]:
+        """The epoch records the medians are taken over (after the first, when there
+        is more than one)."""
+        epochs = self.record["epochs"]
+        return epochs[1:] if len(epochs) > 1 else epochs
+
+    @property
+    def data_wait_range(self) -> tuple[float, float]:
+        """Least and most data wait of one timed epoch (s): the loader's noise."""
+        waits = [e["data_wait_s"] for e in self.timed_epochs()]
+        return (min(waits), max(waits))
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What the run's provenance line shows after the software: workers, memory
+        format, cudnn.benchmark (GPU runs) and the data."""
+        env = self.record.get("environment", {})
+        out: dict[str, Any] = {"workers": self.setting.workers}
+        out["memory format"] = (
+            "channels_last" if self.setting.channels_last else "contiguous"
+        )
+        if self.is_cuda:
+            bench = env.get("cudnn_benchmark")
+            out["cudnn.benchmark"] = (
+                "?" if bench is None else ("on" if bench else "off")
+            )
+        data = "synthetic" if self.setting.synthetic_data else "Cityscapes"
+        out[""] = f"{self.setting.train_images} {data} images"
+        return out
+
+    @property
+    def provenance(self) -> str:
+        """``provenance`` of this run: device, date, torch/CUDA/cuDNN, CPU threads,
+        workers, memory format, cudnn.benchmark and data, in one line."""
+        return provenance(
+            self.record.get("environment", {}),
+            self.record.get("started"),
+            self.settings,
+        )
+
 
 def _median_after_first(values: list[float]) -> float:
     return statistics.median(values[1:] if len(values) > 1 else values)
@@ -389,6 +429,36 @@ class RunPair:
     def memory_measure(self) -> str:
         return self.baseline.memory_measure
 
+    @property
+    def epoch_speedups(self) -> list[float]:
+        """Baseline over AMP wall time, epoch by epoch (the timed epochs the two runs
+        share): the spread of ``speedup``."""
+        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
+        return [b["wall_s"] / a["wall_s"] for b, a in pairs]
+
+    @property
+    def step_speedups(self) -> list[float]:
+        """The same for the time inside the step: the spread of ``step_speedup``."""
+        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
+        return [b["step_s"] / a["step_s"] for b, a in pairs]
+
+    @property
+    def loader_bound(self) -> bool:
+        """Either run spent at least half its loop waiting for data: its epoch time is
+        the loader's, and the epoch ratio measures the loader's noise, not AMP."""
+        return max(self.amp.data_wait_share, self.baseline.data_wait_share) >= 0.5
+
+    @property
+    def headline_speedup(self) -> float:
+        """The speedup to show for this pair: the step's when the pair is loader-bound
+        (``loader_bound``), else the epoch's."""
+        return self.step_speedup if self.loader_bound else self.speedup
+
+    @property
+    def provenance(self) -> str:
+        """The AMP run's provenance line (both runs share device and setting)."""
+        return self.amp.provenance
+
 
 def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunPair]:
     """Every (fp32 baseline, AMP run) pair that shares device and setting.
@@ -426,54 +496,90 @@ def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunP
 @dataclass(frozen=True)
 class BoundCheck:
     """A GPU pair's measured steps beside the cost model's bound for that GPU, traced at
-    the pair's own setting (``bound_checks``)."""
+    the pair's own setting (``bound_checks``), with the layer profiles of the same GPU
+    and setting where there are any (they split each step into kernel time and GPU
+    idle time)."""
 
     pair: RunPair
     device_key: str  # the device table's entry
     baseline_bound_s: float
     amp_bound_s: float
+    amp_profile: LayerProfile | None = None
+    baseline_profile: LayerProfile | None = None
 
     @property
     def bound_speedup(self) -> float:
-        """What the roofline promises AMP: baseline bound over AMP bound."""
+        """Baseline bound over AMP bound: the speedup if both precisions reach the same
+        share of their bound. A ratio of two lower bounds, not an upper bound: a
+        precision whose kernels get closer to their bound beats it."""
         return self.baseline_bound_s / self.amp_bound_s
 
     @property
     def baseline_efficiency(self) -> float:
+        """The baseline's bound over its measured step (wall time: kernels and GPU idle
+        time together)."""
         return self.baseline_bound_s / self.pair.baseline.one_step_s
 
     @property
     def amp_efficiency(self) -> float:
         return self.amp_bound_s / self.pair.amp.one_step_s
 
+    @property
+    def share_ratio(self) -> float:
+        """AMP's share of its bound over the baseline's: measured step speedup over the
+        bound's speedup (above 1: AMP beat the roofline ratio)."""
+        return self.amp_efficiency / self.baseline_efficiency
+
     def verdict(self) -> str:
-        """One line: the bound's promise, the measured step, and why they differ."""
+        """One line: the roofline ratio, the measured step, which precision got closer
+        to its bound, and, with layer profiles, where the AMP step's time went."""
+        from ampbook.devices import display_name
+
         p = self.pair
         head = (
-            f"{p.setting.device_name}, {p.label}: the bound promised "
-            f"{self.bound_speedup:.2f}x, the step gained {p.step_speedup:.2f}x"
+            f"{display_name(p.setting.device_name)}, {p.label}: at equal shares of "
+            f"their bounds AMP would gain {self.bound_speedup:.2f}x; its step gained "
+            f"{p.step_speedup:.2f}x"
         )
         effs = (
             f"AMP's steps reached {self.amp_efficiency:.0%} of their bound, the "
-            f"baseline's {self.baseline_efficiency:.0%}"
+            f"baseline's {self.baseline_efficiency:.0%} (wall time)"
         )
-        if p.step_speedup < 0.8 * self.bound_speedup:
-            return f"{head}: {effs}, so AMP lost more to kernel inefficiency."
-        if p.step_speedup > 1.25 * self.bound_speedup:
-            return f"{head}: {effs}, so the baseline lost more to kernel inefficiency."
-        return f"{head}, close to the promise ({effs})."
+        r = self.share_ratio
+        if r > 1.1:
+            why = (
+                f"{effs}: AMP got closer to its bound, so the measured speedup exceeds "
+                "the roofline ratio, which is no upper bound"
+            )
+        elif r < 1 / 1.1:
+            why = f"{effs}: AMP got less close to its bound than the baseline"
+        else:
+            why = f"{effs}: both about as close to their bounds"
+        text = f"{head}. {why}."
+        if self.amp_profile is not None and self.baseline_profile is not None:
+            from ampbook.verdicts import kernel_time_verdict
+
+            text += " " + kernel_time_verdict(self.amp_profile, self.baseline_profile)
+        return text
 
 
-def bound_checks(pairs: Iterable[RunPair], model, devices=None) -> list[BoundCheck]:
+def bound_checks(
+    pairs: Iterable[RunPair],
+    model,
+    devices=None,
+    profiles: Iterable[LayerProfile] = (),
+) -> list[BoundCheck]:
     """A ``BoundCheck`` for every pair that ran on a GPU of the device table (others are
     left out: there are no ceilings to hold them against). ``model`` is the network the
     runs trained (ERFNet for the runner's records); it is traced on fake tensors at each
     pair's resolution and batch, fp32 against the bound with TF32 as the baseline ran
-    it."""
+    it. ``profiles`` (layer profiles) of the same GPU, batch, resolution and mode as
+    the pair's runs are attached to the check."""
     from ampbook import costmodel as cm
     from ampbook.devices import find_device, load_devices
 
     devices = load_devices() if devices is None else devices
+    profiles = list(profiles)
     traces: dict[tuple, Any] = {}
 
     def bound(setting: Setting, precision: str, ceilings) -> float:
@@ -496,8 +602,41 @@ def bound_checks(pairs: Iterable[RunPair], model, devices=None) -> list[BoundChe
                 dev.key,
                 bound(p.setting, "fp32", base_ceil),
                 bound(p.setting, p.amp.precision, cm.Ceilings.from_device(dev)),
+                _profile_for(profiles, p.setting, p.amp.mode),
+                _profile_for(profiles, p.setting, p.baseline.mode),
             )
         )
+    return out
+
+
+def _profile_for(profiles, setting: Setting, mode: str) -> LayerProfile | None:
+    """The last layer profile of ``mode`` on the setting's GPU, batch and size."""
+    found = None
+    for lp in profiles:
+        if (
+            lp.device_name == setting.device_name
+            and (lp.batch_size, lp.height, lp.width)
+            == (setting.batch_size, setting.height, setting.width)
+            and lp.mode == mode
+        ):
+            found = lp
+    return found
+
+
+def profile_pairs(profiles: Iterable[LayerProfile]) -> list[tuple]:
+    """``(baseline, amp)`` layer profiles of one GPU, batch and size: each fp32
+    profile (TF32 on or strict) with each AMP profile, in ``MODES`` order."""
+    groups: dict[tuple, dict[str, LayerProfile]] = {}
+    for lp in profiles:
+        key = (lp.device_name, lp.batch_size, lp.height, lp.width)
+        groups.setdefault(key, {})[lp.mode] = lp
+    out = []
+    for key in sorted(groups):
+        by_mode = groups[key]
+        for base in ("fp32-tf32", "fp32"):
+            for amp in ("amp-fp16", "amp-bf16"):
+                if base in by_mode and amp in by_mode:
+                    out.append((by_mode[base], by_mode[amp]))
     return out
 
 
@@ -551,15 +690,63 @@ class LayerProfile:
     ceilings: str
     layers: tuple[LayerTime, ...]
     record: dict = field(repr=False, compare=False, hash=False)
+    tf32: bool | None = None  # fp32 profiles: whether TF32 was on (None: not recorded)
+
+    @property
+    def mode(self) -> str:
+        """As ``TrainRun.mode``: ``fp32-tf32`` for an fp32 profile with TF32 on."""
+        return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
+
+    @property
+    def mode_label(self) -> str:
+        return MODE_LABELS.get(self.mode, self.mode)
 
     @property
     def efficiency(self) -> float:
-        """The share of the roofline the measured step reached: bound over step."""
+        """The bound over the measured *wall* time of a step: the step's share of the
+        roofline, kernel time and GPU idle time mixed. For the kernels' own share use
+        ``kernel_efficiency``."""
         return self.predicted_step_s / self.step_s
 
     @property
     def measured_total_s(self) -> float:
         return sum(layer.measured_s for layer in self.layers) + self.unattributed_s
+
+    @property
+    def kernel_s(self) -> float:
+        """Time of a step's kernels (on CUDA the profiler's device time of every module
+        and of what no module claims): ``measured_total_s``."""
+        return self.measured_total_s
+
+    @property
+    def idle_s(self) -> float:
+        """The step's wall time in which no kernel ran: ``step_s - kernel_s`` (GPU idle
+        time: launches, host work, synchronisations); 0 where kernels add up to more."""
+        return max(self.step_s - self.kernel_s, 0.0)
+
+    @property
+    def provenance(self) -> str:
+        """``provenance`` of this profile: device, date, software, then its settings
+        (batch and size, profiled steps, no DataLoader: one batch already on the
+        device, cudnn.benchmark)."""
+        env = self.record.get("environment", {})
+        settings: dict[str, Any] = {
+            "": f"batch {self.batch_size} at {self.width}x{self.height}",
+            "steps profiled": self.steps,
+        }
+        if str(env.get("device", "")).startswith("cuda"):
+            bench = env.get("cudnn_benchmark")
+            settings["cudnn.benchmark"] = (
+                "?" if bench is None else ("on" if bench else "off")
+            )
+        settings["data"] = "one batch on the device, no DataLoader"
+        return provenance(env, self.record.get("created"), settings)
+
+    @property
+    def kernel_efficiency(self) -> float:
+        """The bound over the kernel time: how close the kernels came to the roofline,
+        GPU idle time left out."""
+        return self.predicted_step_s / self.kernel_s
 
     @property
     def predicted_total_s(self) -> float:
@@ -673,6 +860,7 @@ def read_layer_profile(record: dict, path: str) -> LayerProfile:
             ceilings=str(record["ceilings"]),
             layers=layers,
             record=record,
+            tf32=record.get("tf32"),
         )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, ResultsError):
@@ -940,8 +1128,13 @@ class ResultSet:
         return pair_runs(self.gpu_runs(complete_only), complete_only)
 
     def bound_checks(self, model, devices=None) -> list[BoundCheck]:
-        """``bound_checks`` of this folder's complete GPU pairs."""
-        return bound_checks(self.pairs(), model, devices)
+        """``bound_checks`` of this folder's complete GPU pairs, with its layer
+        profiles."""
+        return bound_checks(self.pairs(), model, devices, self.layer_profiles)
+
+    def profile_pairs(self) -> list[tuple]:
+        """``profile_pairs`` of this folder's layer profiles."""
+        return profile_pairs(self.layer_profiles)
 
     def devices(self) -> list[str]:
         """Device names that appear in any result, sorted."""

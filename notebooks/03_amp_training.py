@@ -16,29 +16,21 @@
 # %% [markdown]
 # # Training ERFNet with autocast and GradScaler
 #
-# The RTX 3070 blog post this book grew from trained ERFNet on Cityscapes for 10 epochs twice,
-# once in fp32 and once with automatic mixed precision, and reported three things: AMP used
-# about a quarter less GPU memory, it was not faster, and the train-loss and val-accuracy curves
-# of the two runs looked the same. This chapter repeats that experiment with the book's training
-# runner and rebuilds the post's table and curves from our own runs.
+# The RTX 3070 blog post this book grew from {cite:p}`rtx3070post` trained ERFNet
+# {cite:p}`romera2018erfnet` on Cityscapes {cite:p}`cordts2016cityscapes` for 10 epochs,
+# once in fp32 and once with automatic mixed precision, and found three things: AMP used
+# about a quarter less memory, it was not faster, and the loss and accuracy curves of the
+# two runs looked the same. This chapter adds AMP's few lines to a training loop, repeats
+# the experiment with the book's runner on a GPU and on this machine, and rebuilds the
+# post's table and curves from both.
 #
-# **What you will learn**
-#
-# - the few lines AMP adds to a PyTorch training loop: `torch.autocast` around the forward pass
-#   and the loss, and a `GradScaler` around the backward pass and the update;
-# - how to run the same experiment with the book's runner, `python -m ampbook.train`, and what
-#   it records for every epoch (time in the step and waiting for data, memory, loss, accuracy,
-#   the loss scale and skipped steps);
-# - what "fp32" meant in the post: its PyTorch ran fp32 convolutions and matmuls in TF32;
-# - what changed between fp32 and AMP in our runs, by how much, and which of those numbers a
-#   CPU can say anything about for a GPU.
-#
-# **What you need**: the `ampbook` package and PyTorch. A CUDA GPU for the real experiment
-# (the `gpu` profile: the post's 10 epochs at 1024x512); without one the chapter trains on
-# the synthetic Cityscapes on the CPU at 256x128 in a few minutes. With the real Cityscapes,
-# set `data_root` (or `CITYSCAPES_DATASET`).
+# **What you will learn**: the three changes AMP makes to a loop (`torch.autocast`,
+# `GradScaler.scale`, `GradScaler.step`/`update`); what "fp32" meant in the post (TF32);
+# how to run and read the experiment with `python -m ampbook.train`; what a CPU run can
+# and cannot tell you about a GPU. **What you need**: `ampbook` and PyTorch; a GPU only
+# to repeat the GPU runs (the committed ones are shown here).
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 device = "auto"  # "auto", "cpu" or "cuda"
 data_root = None  # Cityscapes root; None: $CITYSCAPES_DATASET, else the synthetic set
 precisions = ["fp32", "amp-bf16", "amp-fp16"]  # fp32 first, then the AMP precisions
@@ -55,11 +47,13 @@ tf32 = "on"  # fp32 on CUDA: TF32 "on" as in the post's PyTorch 1.7.1, or "off"
 strict_fp32 = True  # on CUDA, also train fp32 with TF32 off beside it
 run_budget_s = 20.0  # seconds per run; slower precisions train fewer epochs/images
 loop_steps = 1  # steps of the minimal AMP loop
+loop_height = 32  # the minimal loop's images (small: fp16 is slow on most CPUs)
+loop_width = 64
 results_dir = None  # committed GPU run records; None: data/results
 out_dir = None  # run JSONs go here; None: build/runs/03_amp_training
 seed = 0
 
-# %%
+# %% tags=["remove-input"]
 from ampbook import params
 from ampbook.env import print_environment
 from ampbook.precision import PRECISIONS
@@ -70,7 +64,7 @@ params.rule("precisions", precisions, ok, "must start with fp32 and name an AMP 
             why="runs pair with fp32")
 ok = lambda v: set(v) <= set(PRECISIONS)  # noqa: E731
 params.rule("precisions", precisions, ok, f"may hold {', '.join(PRECISIONS)}")
-for name in ("height", "width"):
+for name in ("height", "width", "loop_height", "loop_width"):
     value = params.integer(name, globals()[name], minimum=8)
     params.rule(name, value, value % 8 == 0, "must be a multiple of 8",
                 why="ERFNet downsamples by 8")
@@ -89,44 +83,61 @@ params.folder("results_dir", results_dir, empty="data/results")
 params.output("out_dir", out_dir, kind="folder")
 print_environment(device)
 
-# %%
+# %% tags=["hide-cell"]
 import dataclasses
-import inspect
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 
-from ampbook import memory, results, verdicts
-from ampbook.env import cpu_flags, pick_device
+from ampbook import memory, results, runplan, verdicts
+from ampbook.cpu_kernels import probe_conv
+from ampbook.devices import display_name, load_devices
+from ampbook.env import pick_device
 from ampbook.paths import REPO_ROOT, load_reference
-from ampbook.plots import glue_all, md, md_table, series_style, use_style
+from ampbook.plots import (
+    GIB,
+    MIB,
+    bar_style,
+    glue_all,
+    md,
+    md_table,
+    series_style,
+    use_style,
+)
 
 use_style()
 device = pick_device(device)
 gpu = device.type == "cuda"
 out_dir = Path(out_dir or REPO_ROOT / "build" / "runs" / "03_amp_training")
 post = load_reference("seed_post")
+found = results.load_results_dir(results_dir)
+gpu_pairs = found.pairs()
+
+# %% tags=["remove-input"]
+md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs) + "\n:::")
 
 # %% [markdown]
 # ## The minimal AMP loop
 #
 # The post used `torch.cuda.amp` (PyTorch 1.7); today the same two tools live in `torch.amp`
-# and take the device type, so the loop below runs on a GPU and on a CPU. Compared with an fp32
-# loop, three things change:
+# and take the device type, so the loop below runs on a GPU and on a CPU. Compared with an
+# fp32 loop, three things change:
 #
-# 1. the forward pass and the loss run inside `torch.autocast(device_type, dtype=torch.float16)`,
-#    which runs each operation in fp16 or fp32 as PyTorch's per-device op lists say (on a GPU,
-#    for example, convolutions in fp16 and the loss's softmax and reductions in fp32; chapter 4
-#    traces what runs where);
+# 1. the forward pass and the loss run inside `torch.autocast(device_type, dtype=
+#    torch.float16)`, which runs each operation in fp16 or fp32 as PyTorch's per-device op
+#    lists say (on a GPU, for example, convolutions in fp16 and the loss's softmax and
+#    reductions in fp32; chapter 4 traces what runs where);
 # 2. `scaler.scale(loss).backward()` multiplies the loss by the current scale before the
 #    backward pass, so that small gradients survive in fp16;
-# 3. `scaler.step(optimizer)` divides the gradients by the scale and takes the step only when
-#    they are all finite; `scaler.update()` then lowers the scale after an overflow and raises
-#    it after a run of clean steps (chapter 4 reads its defaults).
+# 3. `scaler.step(optimizer)` divides the gradients by the scale and takes the step only
+#    when they are all finite; `scaler.update()` then lowers the scale after an overflow
+#    and raises it after a run of clean steps (chapter 4 reads its defaults).
 #
 # First a few images to train on: the synthetic Cityscapes of `ampbook.synthetic` unless a
-# Cityscapes root is given (the runner's own rule, reused here).
+# Cityscapes root is given (the runner's own rule, reused here), at the loop's own small
+# size (`loop_height` x `loop_width`: fp16 is slow on most CPUs, as this chapter measures).
 
 # %%
 from ampbook.data import IGNORE_INDEX, NUM_CLASSES, Cityscapes
@@ -145,14 +156,13 @@ base = TrainConfig(device=str(device), data_root=data_root, height=height, width
                    shuffle=shuffle, workers=workers, out=str(out_dir),
                    checkpoint=False, progress=False, overwrite=True)
 root, synthetic = resolve_data(base, validate(base))
-dataset = Cityscapes(root, "train", height, width)
+dataset = Cityscapes(root, "train", loop_height, loop_width)
 loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size)
 kind = "synthetic Cityscapes" if synthetic else "Cityscapes"
-print(f"{kind} at {root}: {len(dataset)} training images, resized to {width}x{height}")
+print(f"{kind}: {len(dataset)} training images at {loop_width}x{loop_height}")
 
 # %% [markdown]
-# The loop itself, with fp16 autocast and a GradScaler as in the post (fp16 is slow on most
-# CPUs; the runs below measure how slow here):
+# The loop itself, with fp16 autocast and a GradScaler as in the post:
 
 # %%
 torch.manual_seed(seed)
@@ -180,93 +190,230 @@ for step, (images, labels) in zip(range(loop_steps), loader):
 #
 # ## The same step in the runner
 #
-# The runner, `ampbook.train`, runs exactly this step and adds what an experiment needs:
-# ERFNet's training recipe (Adam, lr 5e-4, weight decay 1e-4, poly decay; from the authors'
-# code, E. Romera, github.com/Eromera/erfnet_pytorch), validation with pixel accuracy and
-# mIoU, timings that separate the model step from waiting for data, memory, checks for
-# non-finite losses, a checkpoint per epoch and a JSON record per run (its schema is in
-# `data/results/README.md`). Its step, `ampbook.train.TrainStep`, from its source:
+# The runner, `ampbook.train`, runs exactly these lines in its step
+# (`ampbook.train.TrainStep`, in `ampbook/train/step.py`) and adds what an experiment
+# needs: gradient accumulation, DistributedDataParallel, clipping after
+# `scaler.unscale_`, a count of skipped steps; ERFNet's training recipe (Adam, lr 5e-4,
+# weight decay 1e-4, poly decay, from the authors' code {cite:p}`erfnet-code`);
+# validation with pixel accuracy and mIoU; timings that separate the model step from
+# waiting for data; memory; a JSON record per run (its schema is in
+# `data/results/README.md`). From Python a run is a `TrainConfig`; from a shell, the same
+# run is the command below. The learning rate is the chapter's `lr`: the recipe's 5e-4
+# is for 150 epochs, and the CPU profile trains a few short epochs at a higher rate so
+# that they show some learning.
 
 # %%
-from ampbook.train import TrainStep
-
-print(inspect.getsource(TrainStep.__call__))
-print(inspect.getsource(TrainStep._optimizer_step))
-
-# %% [markdown]
-# From Python a run is a `TrainConfig`; the same run from a shell is the command printed
-# below. The learning rate is the chapter's `lr` parameter: ERFNet's recipe uses 5e-4 for
-# 150 epochs, and the CPU profile trains a few short epochs at a higher rate so that they
-# show some learning.
-
-# %%
-print(command_line(dataclasses.replace(base, precision="fp32", tf32=tf32)))
+cmd = command_line(dataclasses.replace(base, precision="fp32", tf32=tf32))
+md("```bash\n" + cmd.replace(" --", " \\\n    --") + "\n```")
 
 # %% [markdown]
 # ## What "fp32" meant in the post: TF32
 #
-# On Ampere GPUs (the RTX 3070 among them) PyTorch can run fp32 convolutions and matmuls on
-# the tensor cores in TF32, a format with fp32's range and 10 mantissa bits (chapter 1). The
-# post's PyTorch 1.7.1 had TF32 on by default for both cuDNN convolutions and matmuls
-# (`torch.backends.cudnn.allow_tf32` and `torch.backends.cuda.matmul.allow_tf32`, both
-# `True`; PyTorch's documentation, "TensorFloat-32 (TF32) on Ampere devices", and its 1.7
-# release notes). PyTorch 1.12 turned the matmul default off; convolutions still default to
-# TF32. So the post's "no_amp" run was fp32 *with TF32*, and this chapter's comparison "as in
-# the post" is the same: its default is `tf32 = "on"`. Strict fp32 (TF32 off) is run beside
-# it on a GPU (`strict_fp32`) and labelled "fp32 (strict)". On a CPU TF32 does not exist; the
-# fp32 run there is strict fp32.
+# On Ampere GPUs (the RTX 3070 among them) PyTorch can run fp32 convolutions and matmuls
+# on the tensor cores in TF32, a format with fp32's range and 10 mantissa bits (chapter
+# 1). The post's PyTorch 1.7.1 had TF32 on by default for both cuDNN convolutions and
+# matmuls (`torch.backends.cudnn.allow_tf32` and `torch.backends.cuda.matmul.allow_tf32`,
+# both `True`) {cite:p}`pytorch-cuda-notes`; PyTorch 1.12 turned the matmul default off,
+# and convolutions still default to TF32. So the post's "no_amp" run was fp32 *with TF32*,
+# and this chapter's comparison "as in the post" is the same: its default is
+# `tf32 = "on"`. Strict fp32 (TF32 off) is run beside it on a GPU (`strict_fp32`) and
+# labelled "fp32 (strict)". On a CPU TF32 does not exist; the fp32 run there is strict.
 #
-# Whether TF32 makes fp32 faster depends on the card. The published dense peaks (chapter 2's
-# table, `data/reference/devices.yml`):
+# Whether TF32 makes fp32 faster depends on the card. The published dense peaks (chapter
+# 2's table, `data/reference/devices.yml`):
 
 # %% tags=["hide-input"]
-from ampbook.devices import load_devices
-
 cards = load_devices()
-rows = [(d.name, d.fp32_tflops, d.tf32_tflops, d.tf32_tflops / d.fp32_tflops)
-        for d in cards.values() if d.tf32_tflops]
+rows = [(display_name(k), d.fp32_tflops, d.tf32_tflops, d.tf32_tflops / d.fp32_tflops)
+        for k, d in cards.items() if d.tf32_tflops]
 rtx, a100 = cards["rtx3070-desktop"], cards["a100-sxm-80gb"]
 glue_all(tf32_3070=rtx.tf32_tflops, fp32_3070=rtx.fp32_tflops,
          tf32_ratio_a100=a100.tf32_tflops / a100.fp32_tflops)
-md_table(rows, ["GPU", "fp32 TFLOP/s", "TF32 tensor TFLOP/s", "TF32 / fp32"],
+md_table(rows, ["GPU", "fp32 TFLOP/s", "TF32 tensor TFLOP/s", "TF32 / fp32 (x)"],
          [None, ".1f", ".1f", ".2f"])
 
 # %% [markdown]
 # On the RTX 3070, a GeForce card, TF32 tensor math peaks at {glue:text}`tf32_3070:.1f`
-# TFLOP/s, the same as its fp32 cores ({glue:text}`fp32_3070:.1f`): TF32 does not raise the
-# fp32 ceiling there, so it cannot explain the post's missing AMP speedup by making fp32
-# faster. On the data-centre A100 TF32 peaks at {glue:text}`tf32_ratio_a100:.0f` times fp32,
-# and there the choice matters.
+# TFLOP/s, the same as its fp32 cores ({glue:text}`fp32_3070:.1f`): on paper TF32 does
+# not raise the fp32 ceiling there, so the peaks cannot explain the post's missing AMP
+# speedup by a faster fp32. (Peaks are not the kernels' speed: only a run on the card
+# measures that.) On the data-centre A100 TF32 peaks at
+# {glue:text}`tf32_ratio_a100:.0f` times fp32, and there the choice matters.
 #
-# ## Sizing the runs to this machine
+# (ch3-gpu)=
+# ## The post's experiment on a GPU
 #
-# Each precision trains from the same weights on the same data in the same order. A CPU may
-# be many times slower in a 16-bit type than in fp32, so the chapter first times one step of
-# each precision at the chapter's size after a warm-up step (`ampbook.runplan.step_seconds`),
-# then gives each run at most `run_budget_s` seconds (`ampbook.runplan.plan_runs`): a run
-# that would take longer trains fewer epochs, then fewer images, and gets an fp32 twin of
-# the same size to be compared with. The plan says which runs were cut and why:
+# The experiment itself needs a GPU. Runs of this chapter's `gpu` profile (or of
+# `python -m ampbook.train` on a GPU) committed under `data/results/` are read by
+# `ampbook.results`, which pairs each AMP run with the fp32 runs of the same GPU and
+# setting and defines each figure once for the book: the epoch time is the median
+# training-loop time of the epochs after the first, the step time the same median of the
+# time inside the step function, and the memory the peak CUDA allocation. The runs
+# committed here, and how they ran:
 
-# %%
-from ampbook.runplan import plan_runs, step_seconds
+# %% tags=["remove-input"]
+gpu_runs = found.gpu_runs()
+main_gpu = verdicts.headline_pair(gpu_pairs)
+same = sorted((r for r in gpu_runs if main_gpu and r.setting == main_gpu.setting),
+              key=lambda r: results.MODES.index(r.mode))
+md("\n\n".join(sorted({"Provenance: " + r.provenance for r in same}))
+   or "No GPU run is committed: the figures below are empty.")
 
-step_s = step_seconds(base, precisions)
-plans = plan_runs(step_s, len(dataset), num_epochs, val_images, batch_size,
-                  run_budget_s)
-rows = [(p.precision, step_s[p.precision], p.train_images, p.epochs, p.note or "-")
-        for p in plans]
-md_table(rows, ["precision", "one step (s)", "images", "epochs", "reduced because"],
-         [None, ".3f", None, None, None])
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "The post's two plots, rebuilt from the committed GPU runs of one GPU and setting: training loss (left) and val pixel accuracy (right) per epoch, for each precision. Same data, seed and batch order (not shuffled).", "name": "fig-ch3-gpu-curves"}}
+fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(8.0, 3.4))
+for i, r in enumerate(same):
+    ep = r.record["epochs"]
+    x = [e["epoch"] for e in ep]
+    style = dict(label=r.mode_label, **series_style(i))
+    ax_loss.plot(x, [e["train_loss"] for e in ep], **style)
+    ax_acc.plot(x, [e["val_pixel_accuracy"] for e in ep], **style)
+ax_loss.set(xlabel="epoch", ylabel="train loss")
+ax_acc.set(xlabel="epoch", ylabel="val pixel accuracy")
+if same:
+    ax_acc.legend(fontsize=8)
+else:
+    ax_loss.text(0.5, 0.5, "no GPU runs committed", ha="center",
+                 transform=ax_loss.transAxes)
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
-# ## fp32 against AMP
+# The curves of every precision lie on top of each other, as in the post. The post's
+# table had a time and a memory figure per run; the same for the GPU runs, with the
+# epoch's time split into the step and the wait for data:
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "The post's table as bars, from the same GPU runs: seconds per epoch split into the time inside the training step and the time waiting for the DataLoader (left), and peak CUDA memory allocated (right). A step that gets faster only lengthens the wait when the loader sets the pace.", "name": "fig-ch3-gpu-bars"}}
+fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(8.0, 1.4 + 0.45 * max(len(same), 1)))
+labels = [r.mode_label for r in same]
+ys = np.arange(len(same))
+parts = [("step", [r.step_s for r in same]), ("waiting for data",
+                                                [r.data_wait_s for r in same]),
+         ("rest", [max(r.epoch_s - r.step_s - r.data_wait_s, 0.0) for r in same])]
+left = np.zeros(len(same))
+for i, (name, vals) in enumerate(parts):
+    ax_t.barh(ys, vals, left=left, label=name, **bar_style(i))
+    left += np.array(vals)
+ax_t.set_yticks(ys, labels)
+ax_t.invert_yaxis()
+ax_t.set_xlabel("seconds per epoch")
+ax_t.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, fontsize=8)
+ax_m.barh(ys, [(r.memory_bytes or 0) / GIB for r in same], **bar_style(1))
+ax_m.set_yticks(ys, [""] * len(same))
+ax_m.invert_yaxis()
+ax_m.set_xlabel("peak memory allocated (GiB)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Each pair of that GPU, read by `ampbook.verdicts.gpu_pair_verdict`: where the loop
+# waited for data half its time or more, the epoch ran at the loader's pace, its ratio is
+# the loader's noise from epoch to epoch, and the step's ratio is the one that speaks for
+# AMP (chapter 5 weighs it against the GPU's ceilings):
+
+# %% tags=["hide-input"]
+rows = [(p.label, p.step_speedup, p.speedup, p.memory_ratio)
+        for p in gpu_pairs if main_gpu and p.setting == main_gpu.setting]
+md_table(rows or [("no GPU pairs committed", None, None, None)],
+         ["pair", "step speedup (x)", "epoch speedup (x)", "memory AMP / fp32"],
+         [None, ".2f", ".2f", ".2f"])
+
+# %% tags=["remove-input"]
+md("\n\n".join(verdicts.gpu_pair_verdict(p) for p in gpu_pairs)
+   or "No GPU pairs are committed.")
+
+# %% [markdown]
+# On that GPU the post's three findings return: the same curves, a quarter to a third
+# less memory, and epochs no shorter. The last one, read with the wait for data beside
+# it, is a finding about the loader our runs had, not about AMP. Where AMP gives no
+# speedup in your own runs, chapter 7, {doc}`07_making_amp_pay`, takes the step apart and
+# removes what keeps it from paying.
 #
+# The memory AMP saves is what autograd keeps for the backward pass. This chapter's CPU
+# can count those bytes for the GPU's setting without a GPU: the count grows as a
+# straight line in the pixels of a batch (`ampbook.memory.fit_line`), so two small
+# forward passes per precision give it at any size. Set beside the bytes the GPU runs
+# recorded (the runner counts them on every device):
+
+# %%
+mem_model = ERFNet(NUM_CLASSES)
+sizes = [(16, 32), (32, 64)]
+lines = {}
+for p in ("fp32", "amp-fp16"):
+    dtype = None if p == "fp32" else torch.float16
+    points = [(h * w, memory.saved_for_backward(
+        mem_model, torch.randn(1, 3, h, w), torch.zeros(1, h, w, dtype=torch.long),
+        dtype=dtype)["new_bytes"]) for h, w in sizes]
+    lines[p] = memory.fit_line(points)
+
+# %% tags=["hide-input"]
+by_mode = {r.mode: r for r in same}
+rows = []
+for p in ("fp32", "amp-fp16"):
+    r = by_mode.get(p) or by_mode.get("fp32-tf32" if p == "fp32" else p)
+    if r is None or not r.saved_tensor_bytes:
+        continue
+    s = r.setting
+    here = lines[p](s.batch_size * s.height * s.width)
+    rows.append((p, r.saved_tensor_bytes / GIB, here / GIB,
+                 here / r.saved_tensor_bytes))
+glue_all(**{f"mem_{p.replace('-', '_')}": abs(x - 1) for p, _, _, x in rows})
+md_table(rows or [("no GPU runs committed", None, None, None)],
+         ["precision", "GPU run (GiB)", "counted on this CPU (GiB)", "CPU / GPU"],
+         [None, ".3f", ".3f", ".3f"])
+
+# %% [markdown]
+# The fp32 count differs from the GPU's by {glue:text}`mem_fp32:.1%`: these bytes depend
+# on the network, the dtypes and the batch, not on the device. The AMP count differs by
+# {glue:text}`mem_amp_fp16:.1%`, because the CPU's autocast has op lists of its own: a
+# few operators the CUDA lists run in fp16 it runs in fp32, or the reverse (chapter 4
+# traces them). The rest of a GPU's memory (the CUDA context, cuDNN's workspaces, the
+# caching allocator's reserve, weights and optimizer state) a CPU does not see.
+#
+# ## The same experiment on this machine
+#
+# On this machine the runner trains the same network at a small size. A CPU may be many
+# times slower in a 16-bit type than in fp32, and its flags do not say by how much: the
+# instructions it lists are not the kernels PyTorch runs. So the chapter measures first.
+# `ampbook.cpu_kernels.probe_conv` times one ERFNet-like convolution (64 channels, 3x1)
+# forward, backward-data and backward-weights in each dtype, and reads from oneDNN's
+# verbose output which kernel ran each pass (a JIT-compiled one, oneDNN's reference
+# loop `ref:any`, or ATen's generic fallback when oneDNN took none):
+
+# %%
+probe = probe_conv() if device.type == "cpu" else None
+load = f"load average {probe.load1:.1f} on {probe.cpus} CPUs" if probe else ""
+md("\n\n".join([probe.verdict(d) for d in probe.dtypes] + [f"Measured at {load}."])
+   if probe else "On a GPU the probe does not apply: each precision is timed directly.")
+
+# %% tags=["hide-input"]
+md_table(probe.rows() if probe else [("-", "-", None, None, "GPU")],
+         ["dtype", "pass", "ms", "x fp32", "kernel"], [None, None, ".3g", ".3g", None])
+
+# %% [markdown]
+# The plan then sizes each run to the `run_budget_s` seconds it gets
+# (`ampbook.runplan`). Each precision's step is timed after a warm-up step; one whose
+# convolution the probe found more than four times slower than fp32's is timed at a
+# quarter of the height and width and scaled up by the pixels, so that finding out costs
+# seconds. A run that would take longer than its budget trains fewer epochs, then fewer
+# images, then smaller images, and gets an fp32 twin of the same size to be compared
+# with. Each precision, its size, and why it was cut:
+
+# %%
+slow = runplan.slow_precisions(probe, precisions)
+estimates = runplan.estimate_steps(base, precisions, slow)
+plans = runplan.plan_runs(estimates, len(dataset), num_epochs, val_images, batch_size,
+                          run_budget_s, size=(height, width))
+rows = [(p.precision, "{1}x{0}".format(*p.size(height, width)), p.train_images,
+         p.epochs, p.note or "-") for p in plans]
+md_table(rows, ["precision", "image size", "training images", "epochs",
+               "reduced because"])
+
+# %% [markdown]
 # The runs of the plan, and on a GPU strict fp32 beside fp32 with TF32. The runner records
-# per epoch the training loss, val accuracy and mIoU, the wall time of the training loop and
-# how much of it was spent waiting for data, and the memory measure of the device (on a GPU
-# the peak CUDA allocation; on a CPU the book's memory figure, the new bytes autograd saved
-# for the backward pass in one step, `ampbook.memory`). It runs quietly here; the table
-# below shows its records.
+# per epoch the training loss, val accuracy and mIoU, the wall time of the training loop
+# and how much of it was spent waiting for data, and on a CPU the book's memory figure,
+# the {term}`new bytes saved for backward` in one step (`ampbook.memory`). It runs
+# quietly here; the tables below show its records.
 
 # %%
 if gpu and strict_fp32:
@@ -274,36 +421,36 @@ if gpu and strict_fp32:
 records = []
 for i, p in enumerate(plans):
     t32 = "off" if not gpu or (strict_fp32 and i == 1) else tf32
-    name = f"ch3-{p.precision}{'-tf32' * (t32 == 'on')}-{p.train_images}img-e{p.epochs}"
+    h, w = p.size(height, width)
+    name = (f"ch3-{p.precision}{'-tf32' * (t32 == 'on')}-{w}x{h}-{p.train_images}img"
+            f"-e{p.epochs}")
     cfg = dataclasses.replace(base, precision=p.precision, tf32=t32, epochs=p.epochs,
-                              synthetic_train=p.train_images, name=name, quiet=True)
+                              height=h, width=w, synthetic_train=p.train_images,
+                              name=name, quiet=True)
     records.append(run_training(cfg))
 runs = [results.summarise_run(r) for r in records]
 pairs = results.pair_runs(runs)
-main = max(pairs, key=lambda p: p.setting.train_images * p.amp.epochs_completed)
+main = max(pairs, key=lambda p: (p.setting.height * p.setting.width
+                                 * p.setting.train_images * p.amp.epochs_completed))
 
 # %% [markdown]
 # The per-epoch records side by side. The first epoch includes one-off costs (kernel
 # selection, memory pool growth, reading the data the first time).
 
 # %% tags=["hide-input"]
-rows = [(r.mode_label, r.setting.train_images, e["epoch"], e["train_loss"],
-         e["val_pixel_accuracy"], e["val_miou"], e["wall_s"],
-         e["data_wait_s"] / e["wall_s"], e["skipped_steps"], e["loss_scale"])
+rows = [(r.mode_label, f"{r.setting.width}x{r.setting.height}, "
+         f"{r.setting.train_images} img", e["epoch"], e["train_loss"],
+         e["val_pixel_accuracy"], e["skipped_steps"])
         for r in runs for e in r.record["epochs"]]
-md_table(rows, ["run", "images", "epoch", "train loss", "val acc", "val mIoU",
-                "time (s)", "waiting for data", "skipped steps", "loss scale"],
-         [None, None, None, ".4f", ".3f", ".3f", ".2f", ".1%", None, "g"])
+md_table(rows, ["run", "setting", "epoch", "train loss", "val acc", "skipped steps"],
+         [None, None, None, ".4f", ".3f", None])
 
 # %% [markdown]
-# ## The post's figures, rebuilt
-#
-# The post plotted the training loss and the val accuracy of its two runs over 10 epochs. The
-# same plot from our runs of the largest size the plan allowed an AMP run (`main`, the pair
-# with the most images times epochs; on a GPU the post's comparison, AMP fp16 against fp32
-# with TF32), with every other run of that size:
+# The same plot as the GPU's from this machine's runs of the largest setting the plan
+# allowed an AMP run (`main`: the pair with the most pixels times images times epochs),
+# with every other run of that setting:
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Training loss (left) and val pixel accuracy (right) per epoch for each precision: the same data, seed and batch order (not shuffled), as in the post's comparison.", "name": "fig-ch3-curves"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "This machine's runs: training loss (left) and val pixel accuracy (right) per epoch for each precision of one setting, the same data, seed and batch order.", "name": "fig-ch3-curves"}}
 size = (main.setting, main.amp.epochs_completed)
 full = [r for r in runs if (r.setting, r.epochs_completed) == size]
 fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(8.0, 3.4))
@@ -315,34 +462,27 @@ for i, r in enumerate(full):
     ax_acc.plot(x, [e["val_pixel_accuracy"] for e in ep], **style)
 ax_loss.set(xlabel="epoch", ylabel="train loss", xticks=x)
 ax_acc.set(xlabel="epoch", ylabel="val pixel accuracy", xticks=x)
-ax_acc.legend()
+ax_acc.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## fp32 and AMP, pair by pair
-#
-# `ampbook.results` pairs each AMP run with the fp32 run of the same device and setting
-# (size, batch, images, data) and defines each figure once for every chapter: the epoch time
-# is the median training-loop time of the epochs after the first (of the only epoch, when
-# there is one), the step time the same median of the time inside the step function, and
-# the memory on a CPU the new bytes saved for backward in one step.
+# Each pair on this machine: the step time and the memory (new bytes saved for
+# backward) of AMP over fp32's.
 
 # %% tags=["hide-input"]
-rows = [(p.label, p.setting.train_images, p.amp.epochs_completed,
-         p.amp.step_s / p.baseline.step_s, p.amp.epoch_s / p.baseline.epoch_s,
-         p.baseline.memory_bytes / 2**20, p.amp.memory_bytes / 2**20,
-         memory.saving(p.baseline.memory_bytes, p.amp.memory_bytes)) for p in pairs]
-md_table(rows, ["pair", "images", "epochs", "step time AMP / fp32",
-                "epoch time AMP / fp32", "fp32 MiB", "AMP MiB", "memory saved"],
-         [None, None, None, ".2f", ".2f", ".2f", ".2f", ".1%"])
+rows = [(p.label, f"{p.setting.width}x{p.setting.height}, {p.setting.train_images} img",
+         p.amp.step_s / p.baseline.step_s, p.baseline.memory_bytes / MIB,
+         p.amp.memory_bytes / MIB, p.memory_ratio) for p in pairs]
+md_table(rows, ["pair", "setting", "step AMP / fp32", "fp32 MiB", "AMP MiB",
+                "memory AMP / fp32"], [None, None, ".2f", ".2f", ".2f", ".2f"])
 
 # %% [markdown]
-# AMP's memory can go either way. Autocast halves the activations its low-precision ops save,
-# but saves a 16-bit copy of every weight it casts, which fp32 does not (it saves the weights
-# by reference, at no cost): on a small batch the copies outweigh the savings, on a large one
-# the halved activations win (chapter 4 finds the crossover). For the pair of the figure
-# above, measured:
+# AMP's memory can go either way. Autocast halves the activations its low-precision ops
+# save, but saves a 16-bit copy of every weight it casts, which fp32 does not (it saves
+# the weights by reference, at no cost): on a small batch the copies outweigh the
+# savings, on a large one the halved activations win (chapter 4 finds the crossover).
+# For the pair of the figure above:
 
 # %%
 measure = "peak CUDA memory allocated" if gpu else memory.NEW_BYTES
@@ -350,31 +490,40 @@ md(memory.saving_verdict(main.baseline.memory_bytes, main.amp.memory_bytes,
                          what=main.amp.mode_label, measure=measure))
 
 # %% [markdown]
-# Speed on a CPU depends on whether it has instructions for the 16-bit type: without them
-# (no AVX-512 BF16/FP16 or AMX), 16-bit convolutions convert to and from wider types and run
-# many times slower than fp32; with them, bf16 can beat fp32. Each pair on this machine:
+# Speed on a CPU depends on the kernels PyTorch picks for the 16-bit type, which the
+# probe above measured: a dtype whose convolutions run in oneDNN's JIT kernels can match
+# or beat fp32, one whose passes fall to a reference loop or to ATen's fallback runs many
+# times slower. Each pair on this machine, with the probe's finding for its dtype:
 
 # %%
-md("\n\n".join(verdicts.speed_verdict(p, cpu_flags()) for p in pairs))
+md("\n\n".join(verdicts.speed_verdict(p, probe) for p in pairs))
 
 # %% [markdown]
-# And the post's table (time and memory of AMP and of fp32) with that pair beside it.
-# The post did not say what its time and memory cover; the book reads them as seconds per
-# epoch and GPU memory. Our memory is the device's measure: comparable with the post's on a
-# GPU only, and as a ratio (AMP over fp32) everywhere.
+# And the post's table with the GPU runs and this machine's beside it. The post did not
+# say what its time and memory cover; the book reads them as seconds per epoch and GPU
+# memory as a monitor shows it (in the GB the post gives). Ours are each device's own
+# memory measure, so only the ratios compare across columns.
 
 # %% tags=["hide-input"]
 amp_post, fp32_post = (post["experiment"]["runs"][k] for k in ("amp", "no_amp"))
-rows = [(f"{k} (the post)", r["time_s"], r["memory_gb"] * 1e9 / 2**20)
-        for k, r in (("amp", amp_post), ("no_amp", fp32_post))]
-rows.append(("amp / no_amp (the post)", amp_post["time_s"] / fp32_post["time_s"],
-             amp_post["memory_gb"] / fp32_post["memory_gb"]))
-rows += [(f"{r.mode_label} (here)", r.epoch_s, r.memory_bytes / 2**20)
-         for r in (main.amp, main.baseline)]
-rows.append(("AMP / fp32 (here)", main.amp.epoch_s / main.baseline.epoch_s,
-             main.amp.memory_bytes / main.baseline.memory_bytes))
-md_table(rows, ["metrics", "time (s per epoch)", "memory (MiB; ratio)"],
-         [None, ".4g", ".4g"])
+cols = [("the post (RTX 3070)", fp32_post["time_s"], amp_post["time_s"],
+         f"{fp32_post['memory_gb']} GB", f"{amp_post['memory_gb']} GB",
+         amp_post["memory_gb"] / fp32_post["memory_gb"])]
+if main_gpu:
+    b, a = main_gpu.baseline, main_gpu.amp
+    cols.append((f"{display_name(b.device_name)} (ours)", b.epoch_s, a.epoch_s,
+                 f"{b.memory_bytes / GIB:.2f} GiB", f"{a.memory_bytes / GIB:.2f} GiB",
+                 main_gpu.memory_ratio))
+b, a = main.baseline, main.amp
+cols.append(("this machine", b.epoch_s, a.epoch_s, f"{b.memory_bytes / MIB:.1f} MiB",
+             f"{a.memory_bytes / MIB:.1f} MiB", main.memory_ratio))
+rows = [("fp32 epoch (s)", *(f"{c[1]:.4g}" for c in cols)),
+        ("AMP epoch (s)", *(f"{c[2]:.4g}" for c in cols)),
+        ("speedup, fp32 / AMP (x)", *(f"{c[1] / c[2]:.2f}" for c in cols)),
+        ("fp32 memory", *(c[3] for c in cols)),
+        ("AMP memory", *(c[4] for c in cols)),
+        ("memory, AMP / fp32", *(f"{c[5]:.2f}" for c in cols))]
+md_table(rows, ["", *(c[0] for c in cols)])
 
 # %%
 f, a = main.baseline, main.amp
@@ -386,90 +535,73 @@ glue_all(loss_f=f.final_train_loss, loss_a=a.final_train_loss, gap=gap,
          wait_a=a.data_wait_share)
 
 # %% [markdown]
-# **Accuracy.** That pair trained for {glue:text}`epochs_main` epoch(s). Its final training
-# loss was {glue:text}`loss_f:.4f` (fp32) and {glue:text}`loss_a:.4f` (AMP), with a largest
-# gap in any epoch of {glue:text}`gap:.4f`; val pixel accuracy {glue:text}`acc_f:.3f` and
-# {glue:text}`acc_a:.3f`. The two runs start from the same weights and see the same batches;
-# the differences come from rounding alone.
+# **Accuracy.** This machine's pair trained for {glue:text}`epochs_main` epoch(s). Its
+# final training loss was {glue:text}`loss_f:.4f` (fp32) and {glue:text}`loss_a:.4f`
+# (AMP), with a largest gap in any epoch of {glue:text}`gap:.4f`; val pixel accuracy
+# {glue:text}`acc_f:.3f` and {glue:text}`acc_a:.3f`. The two runs start from the same
+# weights and see the same batches; the differences come from rounding alone.
 #
-# **Waiting for data** took {glue:text}`wait_f:.1%` (fp32) and {glue:text}`wait_a:.1%` (AMP)
-# of the training loop. When that share is large, the model step is not what bounds the epoch
-# and a faster step cannot show; chapter 5 follows this up for the post's GPU.
-#
-# ## GPU runs
-#
-# A CPU cannot show what AMP does to a GPU's speed. Runs of the `gpu` profile or of
-# `python -m ampbook.train` on a GPU, committed under `results_dir` (by default
-# `data/results/`), are read here by `ampbook.results`. Each run:
-
-# %% tags=["hide-input"]
-found = results.load_results_dir(results_dir)
-print(f"{len(found.gpu_runs())} complete GPU run(s) in {found.directory}")
-rows = [(r.device_name, r.mode_label, r.setting.label, r.epochs_completed, r.epoch_s,
-         r.images_per_s, r.memory_bytes / 2**30, r.final_train_loss,
-         r.final_val_pixel_accuracy) for r in found.gpu_runs()]
-md_table(rows, ["GPU", "run", "setting", "epochs", "s per epoch", "images/s",
-                "peak GiB", "final loss", "final val acc"],
-         [None, None, None, None, ".3g", ".1f", ".2f", ".4f", ".3f"])
-
-# %% [markdown]
-# and each pair of one GPU and one setting, AMP against fp32 with TF32 on (the post's
-# comparison) and against strict fp32. A speedup above 1 means AMP was faster; the step
-# speedup leaves out the time spent waiting for data.
-
-# %% tags=["hide-input"]
-rows = [(p.setting.device_name, p.label, p.speedup, p.step_speedup, p.memory_ratio)
-        for p in found.pairs()]
-md_table(rows, ["GPU", "pair", "epoch speedup", "step speedup", "memory AMP / fp32"],
-         [None, None, ".2f", ".2f", ".2f"])
-
-# %% [markdown]
-# With no GPU runs in the folder both tables are empty; run this chapter with the `gpu`
-# profile (or `python -m ampbook.train` on a GPU with `--out data/results --no-checkpoint`)
-# and commit the JSON files to fill them.
+# **Waiting for data** took {glue:text}`wait_f:.1%` (fp32) and {glue:text}`wait_a:.1%`
+# (AMP) of this machine's training loop. When that share is large, as on the GPU above,
+# the model step is not what bounds the epoch and a faster step cannot show; chapter 5
+# follows this up for the post's GPU.
 #
 # ## What a CPU run can and cannot say about a GPU
 #
-# - **It can** show that the recipe trains the same way in each precision (the curves), that
-#   GradScaler skips steps while it finds its scale, and how many new bytes autograd saves for
-#   the backward pass in each precision. That last figure depends on the network, the dtypes
-#   and the batch size, not on the device, so it predicts the part of a GPU's memory that
-#   activations take; the rest (the CUDA context, cuDNN workspaces, the caching allocator's
-#   reserve, the weights and optimizer state, which stay fp32) it does not see.
-# - **It cannot** say anything about a GPU's speed. A CPU's 16-bit speed depends on its
-#   instructions; a GPU's on its tensor cores, on whether a layer is limited by arithmetic or
-#   by memory traffic, on the card (on the RTX 3070 TF32 brings fp32 no higher peak; on the
-#   A100 it does), and on whether the data loader keeps up. Those are the questions of
-#   chapters 2 and 5.
+# - **It can** show that the recipe trains the same way in each precision (the curves),
+#   that GradScaler skips steps while it finds its scale, and how many new bytes autograd
+#   saves for the backward pass in each precision: in fp32 the count above matched the
+#   GPU's own; with AMP it is off by the operators the two autocasts treat differently.
+# - **It cannot** say anything about a GPU's speed. A CPU's 16-bit speed depends on the
+#   kernels PyTorch picks there (measured above); a GPU's on its tensor cores, on whether
+#   a layer is limited by arithmetic or by memory traffic, on the card (on the RTX 3070
+#   TF32 brings fp32 no higher peak; on the A100 it does), and on whether the data loader
+#   keeps up. Those are the questions of chapters 2 and 5.
 
 # %%
-print(f"run records of this chapter in {out_dir}:")
+print(f"run records of this chapter in {out_dir.name}/:")
 print("\n".join(sorted(Path(r["json_path"]).name for r in records)))
 
 # %% [markdown]
 # ## Summary
 #
-# - AMP in PyTorch is three changes to a training loop: `torch.autocast` around the forward
-#   pass and loss, `scaler.scale(loss).backward()`, and `scaler.step`/`scaler.update`.
-#   bf16 needs no scaler.
+# - AMP in PyTorch is three changes to a training loop: `torch.autocast` around the
+#   forward pass and loss, `scaler.scale(loss).backward()`, and
+#   `scaler.step`/`scaler.update`. bf16 needs no scaler.
 # - `python -m ampbook.train` runs that loop with ERFNet's recipe and records every epoch:
-#   time in the step and waiting for data, memory, loss, accuracy, loss scale and skipped steps.
-# - The post's fp32 was TF32 on its Ampere card; on a GeForce card TF32 peaks at the fp32
-#   rate, so it does not make fp32 faster there.
+#   time in the step and waiting for data, memory, loss, accuracy, loss scale and skipped
+#   steps.
+# - The post's fp32 was TF32 on its Ampere card; on a GeForce card TF32 peaks at the
+#   fp32 rate, so on paper it does not make fp32 faster there.
+# - The committed GPU runs ({numref}`fig-ch3-gpu-curves`, {numref}`fig-ch3-gpu-bars`)
+#   repeat the post's three findings, and show why the time did not change where the loop
+#   waited for data; the pairs' verdicts above say which case each pair is.
 # - Memory, measured as the new bytes saved for backward: autocast's 16-bit weight copies
-#   cost memory on small batches, its halved activations save it on large ones.
-# - Speed is a property of the device: only a GPU run can answer the post's question about
-#   time.
+#   cost memory on small batches, its halved activations save it on large ones; a CPU
+#   counts the GPU's fp32 bytes exactly.
+# - On a CPU, 16-bit speed is a property of the kernels PyTorch runs, which the probe
+#   measures; a CPU cannot answer the post's question about a GPU's time.
 #
 # ## Exercises
 #
-# 1. Run `python -m ampbook.train --precision amp-fp16 --clip-grad 1.0` and find in the
-#    step above why gradient clipping needs `scaler.unscale_` first. What would clipping the
-#    scaled gradients do?
+# 1. Run `python -m ampbook.train --precision amp-fp16 --clip-grad 1.0` and find in
+#    `TrainStep._optimizer_step` (`ampbook/train/step.py`) why gradient clipping needs
+#    `scaler.unscale_` first. What would clipping the scaled gradients do?
+#
+#    :::{dropdown} Hint
+#    The gradients after `scaler.scale(loss).backward()` are multiplied by the scale
+#    (65536 at the start). A clipping threshold of 1.0 applied to them would cut every
+#    step to almost nothing once unscaled.
+#    :::
 # 2. Set `shuffle = True` and rerun. Do the fp32 and AMP curves stay as close as before?
-# 3. Add `channels_last=True` to `base` and compare the new bytes saved for backward and the
-#    epoch time with the runs above.
+# 3. Add `channels_last=True` to `base` and compare the new bytes saved for backward and
+#    the epoch time with the runs above.
 # 4. With a GPU, compare the pairs against fp32 with TF32 on and against strict fp32: how
 #    much of the post's missing AMP speedup does TF32 explain on your card?
-# 5. Interrupt a run (`python -m ampbook.train ... --out runs`, Ctrl-C in the second epoch),
-#    then add `--resume`. Compare its JSON with that of an uninterrupted run.
+#
+#    :::{dropdown} Hint
+#    Compare the step speedups, not the epoch speedups, of the two baselines; where the
+#    loop waits for data, add workers first (chapter 5).
+#    :::
+# 5. Interrupt a run (`python -m ampbook.train ... --out runs`, Ctrl-C in the second
+#    epoch), then add `--resume`. Compare its JSON with that of an uninterrupted run.

@@ -42,15 +42,39 @@ def test_chapter3_shows_the_fixture_gpu_runs_and_pairs(tmp_path, fixture_pairs):
         num_epochs=1,
         loop_steps=1,
     )
-    runs = _table(nb, "| GPU | run | setting |")
-    assert GPU in runs and OTHER in runs  # every complete GPU run is listed
-    pairs = _table(nb, "| GPU | pair | epoch speedup |")
-    assert OTHER not in pairs  # the other GPU's fp16 run has no fp32 on its GPU
+    text = "\n".join(
+        o.get("data", {}).get("text/markdown", "") + o.get("text", "")
+        for c in nb.cells
+        for o in c.get("outputs", [])
+    )
+    # the answer first, from the fixture GPU's runs
+    assert ":::{admonition} In short\nOn Fixture GPU (fictitious) (3 epochs" in text
+    # one provenance line per GPU setting shown, with versions and settings
+    prov = results.load_results_dir(FIXTURES).pairs()[0].provenance
+    assert f"Provenance: {prov}" in text and "cuDNN" in prov
+    pairs = _table(nb, "| pair | step speedup (x) | epoch speedup (x) |")
+    assert OTHER not in pairs and GPU not in pairs  # one GPU: named in the provenance
     assert len(pairs.splitlines()) == 2 + len(fixture_pairs) == 2 + 4
     for p in fixture_pairs:
-        row = _row(pairs, p.setting.device_name, p.label)
+        row = _row(pairs, f"| {p.label} |")
         assert f"{p.speedup:.2f}" in row and f"{p.step_speedup:.2f}" in row
         assert f"{p.memory_ratio:.2f}" in row
+        assert f"{GPU}, {p.label}: " in text  # its verdict line
+    # two GPU figures and this machine's, each one image
+    figures = [
+        c for c in nb.cells if c.get("metadata", {}).get("mystnb", {}).get("figure")
+    ]
+    names = [c.metadata["mystnb"]["figure"]["name"] for c in figures]
+    assert names == ["fig-ch3-gpu-curves", "fig-ch3-gpu-bars", "fig-ch3-curves"]
+    # the CPU's bytes saved for backward held against the GPU run's, per precision
+    mem = _table(nb, "| precision | GPU run (GiB) | counted on this CPU (GiB) |")
+    assert "| fp32 |" in mem and "| amp-fp16 |" in mem
+    # the kernel probe ran and the plan reports what it measured
+    assert "fp32: the 64-channel 3x1 convolution at 64x32 took" in text
+    plan = _table(nb, "| precision | image size | training images | epochs |")
+    assert "| fp32 |" in plan and "| amp-bf16 |" in plan
+    # the runner's 60-line step is not printed on the page
+    assert "def __call__" not in text and "_optimizer_step" not in text
 
 
 def test_chapter4_pairs_only_runs_of_one_gpu(tmp_path, fixture_pairs):

@@ -606,9 +606,12 @@ def test_verdicts_read_both_cases():
     assert hypotheses_verdict(1.06, 0.89, 0.65).startswith("(a) the loader")
     assert hypotheses_verdict(1.5, 1.5, 0.1).startswith("Neither")
     assert speedup_verdict([0.5]).endswith("1 round from 0.50x to 0.50x).")
-    assert "yet its bf16 matmul runs at 0.10x" in lowp_verdict(["avx512_bf16"], 0.1)
+    slow = lowp_verdict(["avx512_bf16"], 0.1)
+    assert "bf16 matmul runs at 0.10x fp32's rate (it lists avx512_bf16)" in slow
+    assert "slower than fp32's, and AMP costs time" in slow
     assert "lists no bf16/fp16 units" in lowp_verdict([], 0.1)
     assert "can pay" in lowp_verdict(["amx_bf16"], 3.0)
+    assert "lists" not in lowp_verdict(None, 0.1)  # flags are not needed
     from ampbook.costmodel import range_verdict
 
     assert "lies inside" in range_verdict(39, 100, 66.7, "x")
@@ -616,7 +619,12 @@ def test_verdicts_read_both_cases():
     assert "broken" in range_verdict(70, 100, 66.7, "x")
     with pytest.raises(ValueError, match="low_s <= high_s"):
         range_verdict(2, 1, 1, "x")
+    from ampbook.costmodel import MeasuredEfficiency as E
     from ampbook.costmodel import efficiency_range_verdict as erv
 
-    assert "(39 to 97.5 s)" in erv(39, [0.4, 1.3, 0.8], 66.7, "x")  # 1.3 left out
-    assert erv(39, [1.3], 66.7, "x").startswith("No measured efficiency at or below 1")
+    effs = [E("net", "gpu", 0.4), E("net", "gpu", 1.3), E("net", "gpu", 0.8)]
+    line = erv(39, effs, 66.7, "x", network="net", device="gpu")  # 1.3 left out
+    assert "(48.8 to 97.5 s at the 2 measured efficiencies (40%-80%))" in line
+    assert erv(39, effs[1:2], 66.7, "x", network="net", device="gpu").startswith(
+        "No profile of net on gpu is committed"
+    )

@@ -1,18 +1,31 @@
-"""The speed verdict names the faster side and, on a CPU, its 16-bit hardware."""
+"""The verdicts that print the book's machine-dependent conclusions: each one's rule,
+on the fictitious GPU's fixtures and on planted cases (issue 19)."""
 
 import dataclasses
 from pathlib import Path
 
+import pytest
+
+from ampbook import costmodel as cm
+from ampbook import cpu_kernels as ck
 from ampbook import results
-from ampbook.verdicts import speed_verdict
+from ampbook.paths import load_reference
+from ampbook.verdicts import gpu_pair_verdict, kernel_time_verdict, speed_verdict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
 
-def _pair(mode: str):
+def _rs():
+    return results.load_results_dir(FIXTURES)
+
+
+def _pair(mode: str, baseline: str = "fp32-tf32"):
     return next(
-        p for p in results.load_results_dir(FIXTURES).pairs() if p.amp.mode == mode
+        p for p in _rs().pairs() if p.amp.mode == mode and p.baseline.mode == baseline
     )
+
+
+# --- speed on this device ---------------------------------------------------------
 
 
 def test_gpu_pair_says_faster_or_slower_by_the_step_ratio():
@@ -21,15 +34,281 @@ def test_gpu_pair_says_faster_or_slower_by_the_step_ratio():
     ratio = p.amp.step_s / p.baseline.step_s
     assert f"{ratio:.2f} times" in text and p.setting.device_name in text
     assert ("faster" if ratio < 1 else "slower") in text
-    assert "CPU" not in text  # no CPU-instruction sentence for a GPU pair
+    assert "probe" not in text  # no CPU sentence for a GPU pair
 
 
-def test_cpu_pair_reports_whether_the_cpu_has_the_instructions():
+def test_cpu_pair_reports_the_kernel_probe_not_the_flags():
     p = _pair("amp-bf16")
     cpu = dataclasses.replace(p, amp=dataclasses.replace(p.amp, device="cpu"))
-    assert "reports avx512_bf16: native bf16" in speed_verdict(
-        cpu, ["avx2", "avx512_bf16"]
+    probe = ck.ConvProbe(
+        64,
+        32,
+        64,
+        (3, 1),
+        1,
+        1,
+        None,
+        2,
+        True,
+        {
+            d: ck.DtypeProbe(d, {n: ck.PassTiming(n, t, 3, impl) for n in ck.PASSES})
+            for d, t, impl in (
+                ("fp32", 1e-3, "jit:avx2"),
+                ("bf16", 0.2, ck.ATEN_FALLBACK),
+            )
+        },
     )
-    assert "reports no bf16 instructions" in speed_verdict(cpu, ["avx2"])
+    text = speed_verdict(cpu, probe)
+    assert "The kernel probe: bf16: the 64-channel 3x1 convolution" in text
+    assert "200x slower" in text and "ATen's fallback" in text
+    assert "native" not in text and "instructions" not in text
+    assert "kernel probe" not in speed_verdict(cpu)  # no probe, no claim
     one = dataclasses.replace(cpu, amp=dataclasses.replace(cpu.amp, epochs_completed=1))
-    assert "one-off start-up costs" in speed_verdict(one, [])
+    assert "one-off start-up costs" in speed_verdict(one)
+
+
+# --- item 1: a ratio of two lower bounds is not an upper bound --------------------
+
+
+def test_a_measured_speedup_above_the_roofline_ratio_is_reported_as_such():
+    """Fixture pair (step speedup 1.45x) held against bounds whose ratio is 1.25x:
+    AMP's steps got closer to their bound, and the verdict says the ratio is exceeded
+    rather than calling it a promise."""
+    p = _pair("amp-fp16")
+    check = results.BoundCheck(p, "fixture", 0.020, 0.016)
+    assert check.bound_speedup == pytest.approx(1.25)
+    assert p.step_speedup > check.bound_speedup
+    assert check.share_ratio == pytest.approx(p.step_speedup / 1.25)
+    line = check.verdict()
+    assert "at equal shares of their bounds AMP would gain 1.25x" in line
+    assert f"its step gained {p.step_speedup:.2f}x" in line
+    assert "exceeds the roofline ratio, which is no upper bound" in line
+    assert "promise" not in line and "inefficiency" not in line
+    below = results.BoundCheck(p, "fixture", 0.030, 0.010).verdict()
+    assert "AMP got less close to its bound than the baseline" in below
+
+
+def test_roofline_ratio_verdict_on_the_published_resnet50_figures():
+    pub = load_reference("published_speedups")["resnet50_a100"]
+    rate = pub["images_per_s"]
+    measured = rate["amp-fp16"] / rate["fp32-tf32"]
+    assert measured == pytest.approx(pub["speedup_published"], abs=0.01)
+    line = cm.roofline_ratio_verdict(measured / 1.3, measured, "ResNet-50 on an A100")
+    assert "above it" in line and "no upper bound" in line
+    assert "below it" in cm.roofline_ratio_verdict(2.0, 1.2, "x")
+    assert "about the same share" in cm.roofline_ratio_verdict(2.0, 2.01, "x")
+
+
+# --- item 2: kernel time and idle time apart ----------------------------------------
+
+
+def test_kernel_time_and_idle_time_disagree_in_the_fixture_profiles():
+    """The fixture AMP profile: kernels faster than fp32's, step slower, because the
+    GPU idled longer. The verdict puts the gain in idle time, not in the kernels."""
+    pairs = _rs().profile_pairs()
+    assert len(pairs) == 1
+    base, amp = pairs[0]
+    assert base.mode_label == "fp32 (TF32 on)"  # an fp32 profile with TF32 on says so
+    assert amp.kernel_s < base.kernel_s and amp.step_s > base.step_s
+    assert amp.idle_s == pytest.approx(amp.step_s - amp.kernel_s)
+    assert amp.kernel_efficiency == pytest.approx(amp.predicted_step_s / amp.kernel_s)
+    assert amp.kernel_efficiency > amp.efficiency  # wall time hides the kernels' share
+    line = kernel_time_verdict(amp, base)
+    assert f"AMP's kernels took {amp.kernel_s * 1e3:.1f} ms" in line
+    assert f"({base.kernel_s / amp.kernel_s:.2f}x)" in line
+    assert f"idle {amp.idle_s * 1e3:.1f} ms against {base.idle_s * 1e3:.1f}" in line
+    assert "the kernels' gain went to idle time" in line
+    same = dataclasses.replace(amp, step_s=amp.kernel_s * 1.05)
+    assert "the step kept the kernels' gain" in kernel_time_verdict(same, base)
+    slow = dataclasses.replace(
+        base,
+        layers=tuple(
+            dataclasses.replace(x, measured_s=x.measured_s / 2) for x in base.layers
+        ),
+        unattributed_s=0.0,
+    )
+    assert "AMP's kernels themselves were slower" in kernel_time_verdict(amp, slow)
+
+
+def test_bound_checks_attach_the_profiles_of_the_same_gpu_and_setting(tmp_path):
+    import json
+    import shutil
+
+    from ampbook.model import ERFNet
+
+    for f in FIXTURES.glob("*_fixture-gpu_*.json"):
+        rec = json.loads(f.read_text())
+        rec["environment"]["device_name"] = "NVIDIA H200"
+        (tmp_path / f.name).write_text(json.dumps(rec))
+    shutil.copy(FIXTURES / "train_other-fixture-gpu_amp-fp16_1024x512.json", tmp_path)
+    checks = results.load_results_dir(tmp_path).bound_checks(ERFNet(num_classes=19))
+    by = {(c.pair.amp.mode, c.pair.baseline.mode): c for c in checks}
+    tf32 = by[("amp-fp16", "fp32-tf32")]
+    assert tf32.amp_profile.mode == "amp-fp16"
+    assert tf32.baseline_profile.mode == "fp32-tf32"
+    assert "the kernels' gain went to idle time" in tf32.verdict()
+    assert by[("amp-fp16", "fp32")].baseline_profile is None  # no strict profile
+    assert "layer profiles" not in by[("amp-fp16", "fp32")].verdict()
+
+
+# --- item 3: efficiencies do not transfer --------------------------------------------
+
+
+def test_an_efficiency_measured_on_another_gpu_gives_no_range():
+    h200 = cm.MeasuredEfficiency("ERFNet", "H200 SXM", 0.10)
+    line = cm.efficiency_range_verdict(
+        20.0,
+        [h200],
+        66.7,
+        "The post's AMP epoch",
+        network="ERFNet",
+        device="GeForce RTX 3070",
+    )
+    assert line.startswith("No profile of ERFNet on GeForce RTX 3070 is committed")
+    assert (
+        "stays a lower bound" in line and "(ERFNet on H200 SXM) do not transfer" in line
+    )
+    assert "200 s" not in line and "range" not in line  # 20 / 0.10 is not used
+
+
+def test_a_range_from_the_same_network_and_gpu_is_bounded_by_what_was_measured():
+    effs = [
+        cm.MeasuredEfficiency("ERFNet", "RTX 3070", 0.20),
+        cm.MeasuredEfficiency("ERFNet", "RTX 3070", 0.40),
+        cm.MeasuredEfficiency("ResNet-50", "RTX 3070", 0.90),  # another network
+        cm.MeasuredEfficiency("ERFNet", "RTX 3070", 1.5),  # not a bound: left out
+    ]
+    kw = dict(network="ERFNet", device="RTX 3070")
+    inside = cm.efficiency_range_verdict(10.0, effs, 40.0, "the epoch", **kw)
+    assert "range (25 to 50 s at the 2 measured efficiencies (20%-40%))" in inside
+    assert "does not decide" in inside
+    assert "closer to the roofline than any" in cm.efficiency_range_verdict(
+        10.0, effs, 20.0, "the epoch", **kw
+    )
+    assert "something else set the pace" in cm.efficiency_range_verdict(
+        10.0, effs, 60.0, "the epoch", **kw
+    )
+
+
+# --- item 5: the loader bound was the run's setting ----------------------------------
+
+
+def test_a_loader_bound_gpu_pair_reads_its_epoch_ratio_as_loader_noise():
+    p = _pair("amp-fp16")
+    assert not p.loader_bound  # the fixture waits 20 ms a step: the step sets the pace
+    line = gpu_pair_verdict(p)
+    assert f"the epoch gained {p.speedup:.2f}x" in line and "noise" not in line
+    assert p.headline_speedup == p.speedup
+
+    # the same runs waiting 65% of the loop, with a data wait that varies by epoch
+    def waiting(run, waits):
+        rec = dict(run.record)
+        rec["epochs"] = [
+            dict(e, data_wait_s=w, wall_s=e["step_s"] + w)
+            for e, w in zip(run.record["epochs"], waits)
+        ]
+        return results.summarise_run(rec)
+
+    amp = waiting(p.amp, [5.0, 4.0, 5.5])
+    base = waiting(p.baseline, [5.0, 3.2, 5.0])
+    slow = results.RunPair(p.setting, base, amp)
+    assert slow.loader_bound and slow.headline_speedup == slow.step_speedup
+    line = gpu_pair_verdict(slow)
+    assert "the loop waited for data" in line
+    assert "4 workers on 16 CPU threads, the run's setting" in line
+    assert (
+        f"epoch ratio {slow.speedup:.2f}x" in line and "is the loader's noise" in line
+    )
+    assert "data wait per epoch 3.20-5.50 s" in line
+    assert f"the step alone gained {slow.step_speedup:.2f}x" in line
+    lo, hi = min(slow.step_speedups), max(slow.step_speedups)
+    assert f"(epoch by epoch {lo:.2f}-{hi:.2f}x)" in line
+
+
+def test_every_gpu_run_carries_its_provenance():
+    lp = _rs().layer_profiles[0]
+    assert "Fixture GPU (fictitious) · 2026-01-01 · torch " in lp.provenance
+    assert "cuDNN 9.10" in lp.provenance and "batch 6 at 1024x512" in lp.provenance
+    assert "no DataLoader" in lp.provenance
+    p = _pair("amp-fp16")
+    line = p.provenance
+    for part in (
+        "Fixture GPU (fictitious)",
+        "2026-01-01",
+        "torch ",
+        "CUDA 13.0",
+        "cuDNN 9.10",
+        "16 CPU threads",
+        "workers 4",
+        "memory format contiguous",
+        "cudnn.benchmark off",
+        "120 synthetic images",
+    ):
+        assert part in line, (part, line)
+
+
+# --- item 6: the memory candidates against the time bound ---------------------------
+
+
+def test_setting_verdict_tests_every_memory_candidate_against_the_time_bound():
+    ref = cm.MeasuredEfficiency("ERFNet", "H200 SXM", 0.177)
+    cands = [
+        cm.SettingCandidate("batch 3 at 1024x512", True, 0.91),
+        cm.SettingCandidate("batch 12 at 512x256", True, 0.23),
+        cm.SettingCandidate("batch 6 at 1024x512", False, 0.91),
+    ]
+    line = cm.setting_verdict(cands, ref)
+    assert line.startswith("batch 12 at 512x256 fits both: its kernels need only 23%")
+    assert "the others that fit need 91% or more" in line
+    assert "batch 6 at 1024x512 does not fit the memory" in line
+    assert "at most 18% of their roofline on H200 SXM, another GPU" in line
+    none = cm.setting_verdict(
+        [cm.SettingCandidate("a", True, 1.4), cm.SettingCandidate("b", False, 0.2)]
+    )
+    assert none.startswith("No candidate fits both")
+    with pytest.raises(ValueError):
+        cm.setting_verdict([])
+
+
+# --- smaller ones --------------------------------------------------------------------
+
+
+def test_pace_verdict_against_a_bound_is_conditional():
+    line = cm.pace_verdict(54.0, 100.0, "for the post", step_is_bound=True)
+    assert line.startswith("The loader sets the pace for the post only if the kernels")
+    assert "more than 54% of the roofline" in line
+    assert "at or below that share the step sets it" in line
+    assert cm.pace_verdict(120.0, 100.0, step_is_bound=True).startswith(
+        "The step sets the pace here: even at the roofline"
+    )
+    # measured rates stay categorical
+    assert cm.pace_verdict(10, 20).startswith("The loader sets the pace here:")
+
+
+def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
+    from ampbook.verdicts import gpu_training_answer, headline_pair
+
+    pairs = _rs().pairs()
+    p = headline_pair(pairs)
+    assert (p.amp.mode, p.baseline.mode) == ("amp-fp16", "fp32-tf32")
+    line = gpu_training_answer(pairs)
+    assert line.startswith(
+        "On Fixture GPU (fictitious) (3 epochs at 1024x512, batch 6)"
+    )
+    assert f"took {p.memory_ratio:.2f} of the peak memory of fp32 (TF32 on)" in line
+    strict = next(q for q in pairs if q.amp is p.amp and q.baseline.mode == "fp32")
+    assert f"({strict.step_speedup:.2f}x strict fp32's)" in line
+    assert "waited" not in line  # the fixture's step sets the pace
+    assert gpu_training_answer([]).startswith("No GPU run is committed")
+
+
+def test_gpu_in_short_adds_the_profiles_kernel_and_idle_times():
+    from ampbook.verdicts import gpu_in_short
+
+    rs = _rs()
+    line = gpu_in_short(rs.pairs(), rs.profile_pairs())
+    assert line.startswith("On Fixture GPU (fictitious) with torch ")
+    base, amp = rs.profile_pairs()[0]
+    assert f"Its kernels were {base.kernel_s / amp.kernel_s:.2f}x faster" in line
+    assert f"idled {amp.idle_s * 1e3:.1f} ms of the AMP step" in line
+    assert gpu_in_short([]).startswith("No GPU run is committed")
