@@ -357,16 +357,19 @@ def step_rounds(
     return time_rounds(steps, rounds)
 
 
-def time_rounds(steps: dict[str, tuple], rounds: int = 5) -> dict[str, list[float]]:
+def time_rounds(
+    steps: dict[str, tuple], rounds: int = 5, warmup: bool = True
+) -> dict[str, list[float]]:
     """``step_rounds``'s protocol for any steps: ``{name: (step function, batch tuple,
-    device)}``, each called as ``step(*batch)``; one untimed warm-up round, then
-    ``rounds`` rounds that time one call of each in turn. Returns ``{name: [seconds,
-    one per round]}``; ``ampbook.costmodel.speedup_verdict`` reads the per-round
-    ratios."""
+    device)}``, each called as ``step(*batch)``; one untimed warm-up round (unless
+    ``warmup`` is False: the caller ran one), then ``rounds`` rounds that time one call
+    of each in turn. Returns ``{name: [seconds, one per round]}``;
+    ``ampbook.costmodel.speedup_verdict`` reads the per-round ratios."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for r in range(rounds + 1):
+    first = 0 if warmup else 1
+    for r in range(first, rounds + 1):
         for name, (step, batch, dev) in steps.items():
             t = benchmark(
                 step,

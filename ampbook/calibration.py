@@ -270,7 +270,7 @@ class Reference:
     key: str
     kind: str  # "published" or "profile"
     network: str
-    gpu: str  # device-table key
+    gpu: str  # device-table key, or the GPU's own name when the table lacks it
     efficiency: dict[tuple[str, str], float]
     mix: dict[str, float]  # share of the baseline's bound per class
     measured_speedup: float
@@ -278,6 +278,8 @@ class Reference:
     setting: str = ""
     source: dict = field(default_factory=dict)
     per_class: bool = False  # True: measured per class; False: one per family
+    # the whole step's efficiency per family: its bound over its measured time
+    step_efficiency: dict[str, float] = field(default_factory=dict)
 
     @property
     def families(self) -> set[str]:
@@ -287,6 +289,12 @@ class Reference:
         from ampbook.devices import display_name
 
         return f"{self.network} on {display_name(self.gpu, devices)}"
+
+    @property
+    def gpu_label(self) -> str:
+        from ampbook.devices import display_name
+
+        return display_name(self.gpu)
 
 
 def _mix(by_class: Mapping[str, float]) -> dict[str, float]:
@@ -306,10 +314,10 @@ def published_references(
         b = bounds.get(ref.key)
         if not b:
             continue  # not yet traced: python -m ampbook.calibration --write
-        eff = {}
+        eff, whole = {}, {}
         for name in SIDES:
             side = ref.side(name)
-            e = b[name]["bound_s"] / side.step_s
+            e = whole[side.family] = b[name]["bound_s"] / side.step_s
             for c in OP_CLASSES:
                 eff[(side.family, c)] = e
         out.append(
@@ -325,6 +333,7 @@ def published_references(
                 f"batch {ref.baseline.batch}/{ref.amp.batch} x "
                 f"{'x'.join(map(str, ref.input))}",
                 ref.source,
+                step_efficiency=whole,
             )  # fmt: skip
         )
     return out
@@ -357,10 +366,8 @@ def profile_references(results_dir=None) -> list[Reference]:
     for (name, batch, h, w), g in groups.items():
         if "fp32" not in g or "amp-fp16" not in g:
             continue
-        key = table_key(name)
-        if key is None:
-            continue
-        eff, mixes = {}, {}
+        key = table_key(name) or name  # a GPU the table lacks keeps its own name
+        eff, mixes, whole = {}, {}, {}
         for prec, fam_on in (("fp32", None), ("amp-fp16", "16-bit")):
             lp = g[prec]
             fam = fam_on or ("tf32" if lp.record.get("tf32") else "fp32")
@@ -371,10 +378,10 @@ def profile_references(results_dir=None) -> list[Reference]:
                 bound[c] += layer.predicted_s
                 measured[c] += layer.measured_s
             measured["elementwise"] += lp.unattributed_s
-            whole = sum(bound.values()) / sum(measured.values())
+            step = whole[fam] = sum(bound.values()) / sum(measured.values())
             for c in OP_CLASSES:
                 has = bound[c] > 0 and measured[c] > 0
-                eff[(fam, c)] = bound[c] / measured[c] if has else whole
+                eff[(fam, c)] = bound[c] / measured[c] if has else step
             mixes[prec] = _mix(bound)
         fp32, amp = g["fp32"], g["amp-fp16"]
         out.append(
@@ -393,6 +400,7 @@ def profile_references(results_dir=None) -> list[Reference]:
                     f"{Path(amp.path).name}"
                 },
                 True,
+                whole,
             )  # fmt: skip
         )
     return out
@@ -459,14 +467,16 @@ def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
 
 
 def gpu_distance(ref_gpu: str, gpu: str, devices=None) -> str:
-    """``"same GPU"``, ``"same architecture"`` or ``"other architecture"``."""
+    """``"same GPU"``, ``"same architecture"`` or ``"other architecture"`` (also for a
+    GPU the device table lacks: its architecture is unknown)."""
     from ampbook.devices import load_devices
 
     devices = load_devices() if devices is None else devices
     if ref_gpu == gpu:
         return "same GPU"
-    if devices[ref_gpu].architecture == devices[gpu].architecture:
-        return "same architecture"
+    if ref_gpu in devices and gpu in devices:
+        if devices[ref_gpu].architecture == devices[gpu].architecture:
+            return "same architecture"
     return "other architecture"
 
 
@@ -504,9 +514,9 @@ def calibrated_range(
     for ref in refs:
         if ref.key == exclude or not {family, "16-bit"} <= ref.families:
             continue
-        t32 = step_time(fp32_by_class, ref, family)
-        t16 = step_time(amp_by_class, ref, "16-bit")
-        kernel_speedup = t32 / t16
+        k32 = step_time(fp32_by_class, ref, family)
+        k16 = step_time(amp_by_class, ref, "16-bit")
+        t32, t16 = k32, k16
         if floor is not None and kernels:
             t32 = max(t32, floor.floor_s(kernels["fp32"]))
             t16 = max(t16, floor.floor_s(kernels["amp"]))
@@ -516,9 +526,11 @@ def calibrated_range(
                 "label": ref.label(devices),
                 "kind": ref.kind,
                 "speedup": t32 / t16,
-                "kernel_speedup": kernel_speedup,
+                "kernel_speedup": k32 / k16,
                 "fp32_s": t32,
                 "amp_s": t16,
+                "fp32_kernel_s": k32,
+                "amp_kernel_s": k16,
                 "gpu_distance": gpu_distance(ref.gpu, gpu, devices),
                 "same_network": bool(model and ref.model == model),
                 "mix_distance": mix_distance(mix, ref.mix),
@@ -536,11 +548,15 @@ def calibrated_range(
             "fp32_kernels": kernels["fp32"],
             "amp_kernels": kernels["amp"],
         }
-        if rows:
-            mid = statistics.median(r["amp_s"] for r in rows)
-            launch["amp_bound"] = launch["amp_floor_s"] >= mid
-            mid32 = statistics.median(r["fp32_s"] for r in rows)
-            launch["fp32_bound"] = launch["fp32_floor_s"] >= mid32
+        if rows:  # against the median reference's kernel time
+            mid = statistics.median(r["amp_kernel_s"] for r in rows)
+            mid32 = statistics.median(r["fp32_kernel_s"] for r in rows)
+            launch.update(
+                amp_kernel_s=mid,
+                fp32_kernel_s=mid32,
+                amp_bound=launch["amp_floor_s"] >= mid,
+                fp32_bound=launch["fp32_floor_s"] >= mid32,
+            )
     return {
         "family": family,
         "equal_share": equal,
@@ -549,6 +565,29 @@ def calibrated_range(
         "rows": rows,
         "launch": launch,
     }
+
+
+def published_prediction(
+    ref: Published,
+    refs: Sequence[Reference] | None = None,
+    exclude_own: bool = True,
+    bounds: Mapping | None = None,
+    devices=None,
+) -> dict[str, Any]:
+    """The calibrated range for a published reference's own network, batch and GPU
+    (from its stored bounds, per image: its two runs may use different batches),
+    without its own efficiencies (``exclude_own``): what the other references
+    predict for it, to hold against its published speedup."""
+    refs = references() if refs is None else refs
+    b = (load_bounds() if bounds is None else bounds)[ref.key]
+    per_image = {
+        name: {c: s / b[name]["batch"] for c, s in b[name]["by_class_s"].items()}
+        for name in SIDES
+    }
+    return calibrated_range(
+        per_image["baseline"], per_image["amp"], ref.gpu, refs, model=ref.model,
+        exclude=ref.key if exclude_own else None, devices=devices,
+    )  # fmt: skip
 
 
 def distance_text(row: Mapping[str, Any]) -> str:
@@ -583,8 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     for r in references(a.results_dir):
         fam = "tf32" if "tf32" in r.families else "fp32"
-        e32 = statistics.mean(r.efficiency[(fam, c)] for c in OP_CLASSES)
-        e16 = statistics.mean(r.efficiency[("16-bit", c)] for c in OP_CLASSES)
+        e32, e16 = r.step_efficiency[fam], r.step_efficiency["16-bit"]
         print(
             f"| {r.network} | {display_name(r.gpu)} | {r.kind} | {e32:.0%} | "
             f"{e16:.0%} | {r.measured_speedup:.2f} |"

@@ -63,6 +63,7 @@ it unless asked for.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -163,7 +164,8 @@ _DATA_MOVEMENT = (
     "as_strided_scatter slice_scatter select_scatter zeros zeros_like ones ones_like "
     "full full_like new_zeros new_ones new_full fill_ zero_ scalar_tensor arange "
     "constant_pad_nd index index_select gather scatter scatter_ masked_select roll "
-    "repeat embedding flip _unsafe_index"
+    "repeat embedding flip _unsafe_index linspace unsafe_split unsafe_split_with_sizes "
+    "split_with_sizes_copy"
 ).split()
 _ELEMENTWISE = (
     "add add_ sub sub_ rsub mul mul_ div div_ neg abs relu relu_ threshold "
@@ -205,6 +207,33 @@ _VECTOR_FLOPS_PER_ELEMENT = {
     **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "prod"), 1),
     **dict.fromkeys(("var_mean", "var", "std", "linalg_vector_norm", "norm"), 3),
     **dict.fromkeys(("cumsum", "argmax", "argmin", "any", "all"), 1),
+    # 3-D pooling and upsampling (video), in-place activations, attention's masked
+    # softmax, sampling by a grid (bilinear: four neighbours weighted per output)
+    **dict.fromkeys(
+        (
+            "max_pool3d_with_indices_backward",
+            "avg_pool3d_backward",
+            "_adaptive_avg_pool3d",
+            "_adaptive_avg_pool3d_backward",
+            "upsample_nearest3d",
+            "upsample_nearest3d_backward",
+        ),
+        1,
+    ),  # fmt: skip
+    **dict.fromkeys(("upsample_trilinear3d", "upsample_trilinear3d_backward"), 16),
+    **dict.fromkeys(("sigmoid_", "tanh_"), 4),
+    **dict.fromkeys(("_safe_softmax",), 5),
+    **dict.fromkeys(("grid_sampler_2d", "grid_sampler_2d_backward"), 10),
+    **dict.fromkeys(("grid_sampler_3d", "grid_sampler_3d_backward"), 20),
+}
+# Pooling: FLOPs per output element are the window's size.
+_POOLS = {
+    "max_pool2d_with_indices",
+    "max_pool2d",
+    "avg_pool2d",
+    "max_pool3d_with_indices",
+    "max_pool3d",
+    "avg_pool3d",
 }
 # Operators whose FLOPs scale with their (largest) input rather than their output.
 _PER_INPUT = {
@@ -225,6 +254,7 @@ _PER_INPUT = {
     "any",
     "all",
     "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool3d",
     "native_layer_norm",
     "native_group_norm",
 }
@@ -245,11 +275,7 @@ def op_is_modelled(name: str) -> bool:
     """Whether the cost model knows the FLOPs of the ATen operator ``name`` (without
     namespace or overload: ``"addmm"``). Every operator's bytes are counted; an
     unmodelled one's FLOPs are unknown and are reported, never counted as zero."""
-    return (
-        name in _MMA_OPS
-        or name in _VECTOR_FLOPS_PER_ELEMENT
-        or name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d")
-    )
+    return name in _MMA_OPS or name in _VECTOR_FLOPS_PER_ELEMENT or name in _POOLS
 
 
 def conv_flops(
@@ -432,10 +458,11 @@ def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
         mma, other = _rnn_flops(x, mode, hidden, layers, bf, bidir)
         return 2 * mma, other  # input and hidden-state gradients, weight gradients
     outs = _tensors(out)
-    if name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d"):
+    if name in _POOLS:
+        dims = 3 if "3d" in name else 2
         kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size")
         kernel = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
-        kernel = kernel * 2 if len(kernel) == 1 else kernel
+        kernel = kernel * dims if len(kernel) == 1 else kernel
         return 0.0, float(outs[0].numel() * math.prod(kernel))
     per = _VECTOR_FLOPS_PER_ELEMENT.get(name, 0)  # unmodelled: reported, not counted
     if name.endswith("_backward") or "batch_norm" in name or name in _PER_INPUT:
@@ -774,6 +801,27 @@ def trace_step(
         meter.summary(),
         shape,
     )
+
+
+def relabel(trace: StepTrace, precision: str) -> StepTrace:
+    """An AMP trace as the other 16-bit precision would trace: CUDA's autocast lists
+    are the same for fp16 and bf16, so the operators, shapes and bytes are too; only
+    the dtype names change (and the GradScaler's traffic in ``optimizer_bytes``,
+    which follows ``precision``). Saves tracing the step twice."""
+    old = _dtype_name(AUTOCAST_DTYPES[trace.precision])
+    new = _dtype_name(AUTOCAST_DTYPES[precision])
+    if None in (AUTOCAST_DTYPES[trace.precision], AUTOCAST_DTYPES[precision]):
+        raise ValueError(f"relabel needs two AMP precisions, got {trace.precision}")
+    ops = [
+        dataclasses.replace(o, dtype=new) if o.dtype == old else o for o in trace.ops
+    ]
+    saved = None
+    if trace.saved_tensors is not None:
+        saved = dict(trace.saved_tensors)
+        saved["by_dtype"] = {
+            (new if k == old else k): v for k, v in saved["by_dtype"].items()
+        }
+    return dataclasses.replace(trace, precision=precision, ops=ops, saved_tensors=saved)
 
 
 @contextlib.contextmanager

@@ -73,6 +73,7 @@ import math
 import statistics
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -92,10 +93,10 @@ from ampbook.results import SAVED_FOR_BACKWARD as SAVED
 PRECISIONS = cm.PRECISIONS
 AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
 LOSSES = ("cross-entropy", "mse")
-# Largest batch x pixels at which a CPU step is timed in fp16: fp16 training steps on
-# CPUs measured many times slower than fp32 (the probe of the AMP training chapter
-# times why); the doctor prints the ratio it measures there.
-CPU_FP16_MAX_PIXELS = 32 * 32
+# Largest batch x pixels at which a CPU step is timed in fp16 (batch 2 of 32 x 32):
+# fp16 training steps on CPUs were measured many times slower than fp32; the doctor
+# prints the ratio it measures there, and no cause.
+CPU_FP16_MAX_PIXELS = 2 * 32 * 32
 # A CPU step is timed at an input scaled down to about this many pixels on a side.
 CPU_MEASURE_SIDE = 64
 # Rounds of the CPU timing (chapter 5's method: the precisions take turns).
@@ -402,6 +403,9 @@ def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
             model.train(was)
 
 
+_PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def output_shape(
     model: nn.Module, shape: Sequence[int], batch: int, key: str | None = None
 ) -> tuple[int, ...]:
@@ -409,6 +413,24 @@ def output_shape(
     inputs of ``shape``, from a training-mode forward on fake tensors (nothing
     computed). A model that rejects the input, needs several inputs or has
     data-dependent shapes raises DoctorError saying so."""
+    return _probe(model, shape, batch, key)[0]
+
+
+def returns_tensor(model: nn.Module, shape: Sequence[int], batch: int) -> bool:
+    """Whether the model's forward returns a plain tensor (else the doctor wraps it in
+    ``SelectOutput``)."""
+    return _probe(model, shape, batch, None)[1]
+
+
+def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
+    cache = _PROBES.setdefault(model, {})
+    k = (tuple(shape), batch, key)
+    if k not in cache:
+        cache[k] = _probe_uncached(model, shape, batch, key)
+    return cache[k]
+
+
+def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
     needs = _forward_inputs(model)
     if len(needs) > 1:
         raise DoctorError(
@@ -450,7 +472,7 @@ def output_shape(
             f"the model rejects input {_shape_text(shape)} at batch {batch}: "
             f"{type(err).__name__}: {_first_line(err)}{hint}"
         ) from None
-    return tuple(select_output(y, key).shape)
+    return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor)
 
 
 def _check_loss(loss: str, out: Sequence[int]) -> None:
@@ -879,18 +901,19 @@ def _cpu_rounds(model, shape, batch, loss, precisions, key, rounds):
         rows.append(row)
         try:
             v = _Variant(model, dev, p, False, False, False, x, y)
-            v.step(v.x, v.y)  # the first step builds oneDNN's kernels: not timed
+            # the first step builds oneDNN's kernels: untimed, it counts the memory
+            row["memory_bytes"], row["memory_measure"] = v.memory()
         except Exception as e:  # e.g. an op without a kernel for this dtype here
             row["skipped"] = f"failed: {type(e).__name__}: {_first_line(e)}"
             continue
         steps[p], live[p] = (v.step, (v.x, v.y), dev), v
-    times = time_rounds(steps, rounds) if steps else {}
+    times = time_rounds(steps, rounds, warmup=False) if steps else {}
     for row in rows:
         p = row["precision"]
         if p not in live:
             continue
-        live[p].times = times[p]
-        _finish(row, live[p])
+        t = times[p]
+        row.update(step_s=statistics.median(t), min_step_s=min(t), samples=len(t))
         if p != "fp32" and "fp32" in times:
             ratios = [a / b for a, b in zip(times["fp32"], times[p])]
             row.update(speedup=statistics.median(ratios), ratios=ratios)
@@ -931,17 +954,17 @@ def measure(
         rows = _cpu_rounds(model, mshape, mbatch, loss, main, key, rounds)
         extra = None
         if "amp-fp16" in precisions:
-            tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS)))
+            tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
             try:
-                output_shape(model, tiny, 1, key)
+                output_shape(model, tiny, 2, key)
             except DoctorError:
                 tiny = mshape
-            pair = _cpu_rounds(model, tiny, 1, loss, ["fp32", "amp-fp16"], key, 3)
+            pair = _cpu_rounds(model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1)
             fp16 = pair[1]
-            fp16["input"], fp16["batch"] = list(tiny), 1
+            fp16["input"], fp16["batch"] = list(tiny), 2
             if fp16.get("speedup"):
                 fp16["note"] = (
-                    f"timed at batch 1 x {_shape_text(tiny)} beside fp32 there "
+                    f"timed at batch 2 x {_shape_text(tiny)} beside fp32 there "
                     f"({fp16['speedup']:.2g}x fp32's speed)"
                 )
             order = list(precisions)
@@ -1295,8 +1318,8 @@ def measured_verdict(measured: dict[str, Any]) -> str:
         fp16 = measured.get("fp16")
         if fp16 and fp16.get("speedup"):
             parts.append(
-                f"amp-fp16 ran at {fp16['speedup']:.2g}x fp32's speed at batch 1 x "
-                f"{_shape_text(fp16['input'])}."
+                f"amp-fp16 ran at {fp16['speedup']:.2g}x fp32's speed at batch "
+                f"{fp16['batch']} x {_shape_text(fp16['input'])}."
             )
         if not parts:
             return "On this CPU no AMP step was timed against fp32."
@@ -1403,12 +1426,13 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     out = output_shape(model, shape, batch, cfg.output)
     _check_loss(cfg.loss, out)
     traced = model
-    if cfg.output is not None or not isinstance(
-        _fake_forward(model, shape, 1 if batch > 1 else batch), torch.Tensor
-    ):
+    if cfg.output is not None or not returns_tensor(model, shape, batch):
         traced = SelectOutput(model, cfg.output)
     traces = {}
     for p in precisions:
+        if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
+            traces[p] = cm.relabel(traces["amp-fp16"], p)
+            continue
         try:
             with _quiet_fake():
                 traces[p] = cm.trace_step(
@@ -1605,9 +1629,12 @@ def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
     from ampbook.plots import md_table_text
 
     rows = []
+    small = min(r["fp32_tf32_s"] for r in report["roofline"]) < 1e-5
+    unit, scale = ("µs", 1e6) if small else ("ms", 1e3)
     for r in report["roofline"]:
+        amp_s = r["amp_s"] * scale if r["amp_s"] else None
         rows.append(
-            (r["gpu_name"], r["precision"], _ms(r["fp32_tf32_s"]), _ms(r["amp_s"]),
+            (r["gpu_name"], r["precision"], r["fp32_tf32_s"] * scale, amp_s,
              r.get("speedup_tf32"),
              None if r.get("images_per_s_needed") is None
              else round(r["images_per_s_needed"]))
@@ -1626,8 +1653,8 @@ def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
             [
                 "GPU",
                 "AMP",
-                "fp32 bound (ms)",
-                "AMP bound (ms)",
+                f"fp32 bound ({unit})",
+                f"AMP bound ({unit})",
                 "ratio (x)",
                 "images/s",
             ],
