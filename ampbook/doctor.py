@@ -98,7 +98,7 @@ LOSSES = ("cross-entropy", "mse")
 # prints the ratio it measures there, and no cause.
 CPU_FP16_MAX_PIXELS = 2 * 32 * 32
 # A CPU step is timed at an input scaled down to about this many pixels on a side.
-CPU_MEASURE_SIDE = 64
+CPU_MEASURE_SIDE = 32
 # Rounds of the CPU timing (chapter 5's method: the precisions take turns).
 CPU_ROUNDS = 5
 ERFNET_INPUT = (3, 512, 1024)

@@ -16,32 +16,26 @@
 # %% [markdown]
 # # Will AMP help your model?
 #
-# The book so far explained why AMP gave ERFNet on an RTX 3070 no speedup. The next
-# question is about your own network on your own GPU, and this chapter answers it with
-# one command, `python -m ampbook.doctor`, which traces a training step of any
-# `nn.Module` and predicts AMP's speedup per GPU as a range calibrated on measured
-# kernel efficiencies. For ResNet-50 at batch 256 on an A100 it predicts
-# {glue:text}`ch6_rn50_low:.2f`x to {glue:text}`ch6_rn50_high:.2f`x from the other
-# references alone; NVIDIA published {glue:text}`ch6_rn50_pub:.2f`x
-# {cite:p}`nvidia-dle-resnet50`, where the ratio of the two roofline bounds says
-# {glue:text}`ch6_rn50_equal:.2f`x. PyTorch's AMP recipe {cite:p}`pytorch-amp-recipe`
-# and NVIDIA's guide {cite:p}`nvidia-mp-guide` answer the question with advice; this
-# chapter answers it with numbers, from the network itself and from what was measured.
+# The book so far explained why AMP gave ERFNet on an RTX 3070 no speedup. This chapter
+# turns to your network on your GPU with one command, `python -m ampbook.doctor`: it
+# traces a training step of any `nn.Module` and predicts AMP's speedup per GPU as a
+# range calibrated on measured kernel efficiencies. For ResNet-50 at batch 256 on an
+# A100 the other references predict {glue:text}`ch6_rn50_low:.2f`x to
+# {glue:text}`ch6_rn50_high:.2f`x; NVIDIA published {glue:text}`ch6_rn50_pub:.2f`x
+# {cite:p}`nvidia-dle-resnet50`, above the {glue:text}`ch6_rn50_equal:.2f`x the ratio
+# of the two roofline bounds gives. PyTorch's AMP recipe {cite:p}`pytorch-amp-recipe`
+# and NVIDIA's guide {cite:p}`nvidia-mp-guide` answer with advice; the doctor answers
+# with numbers, from the network and from what was measured.
 #
-# **What you will learn**
+# **What you will learn**: what the doctor reports and how to run it on your model;
+# what autocast leaves in fp32 in ERFNet, ResNet-50 and ViT-B/16; why the ratio of two
+# roofline bounds limits nothing, and how efficiencies measured per operator class make
+# a range of it; when a step is too small to gain (the launch floor); and how well the
+# ranges predict published results they were not given.
 #
-# - what the doctor reports for a model, section by section, and how to run it on
-#   yours: `python -m ampbook.doctor --model package.module:callable`;
-# - which operators autocast leaves in fp32 in ERFNet, ResNet-50 and ViT-B/16, and why;
-# - why the ratio of two roofline bounds is no limit on the speedup, and how kernel
-#   efficiencies measured per operator class turn it into a calibrated range;
-# - when a step is too small to gain: the launch floor, and the kernels AMP's casts add;
-# - how well the ranges predict published training throughputs they were not given.
-#
-# **What you need**: the cost model and the input-pipeline reasoning of the RTX 3070
-# chapter, what autocast runs in which dtype from the loss-scaling chapter, and about a
-# minute of CPU. No GPU: the GPUs come from the device table, and GPU runs committed to
-# the book appear beside the predictions.
+# **What you need**: the cost model of the RTX 3070 chapter, autocast's dtypes from
+# the loss-scaling chapter, and a minute or two of CPU. No GPU: the GPUs come from the
+# device table, and committed GPU runs appear beside the predictions.
 
 # %% tags=["parameters", "remove-cell"]
 device = "auto"  # where the steps are timed: "auto", "cpu" or "cuda"

@@ -476,3 +476,17 @@ def test_tf32_split_into_convolutions_and_matrix_products():
     row = next(x for x in r["roofline"] if x["gpu"] == "a100-sxm-80gb")
     assert mm["gain"] == pytest.approx(row["fp32_default_s"] / row["fp32_tf32_s"])
     assert "off by default" in mm["item"] and mm["gain"] > 1
+
+
+def test_bf16_trace_is_fp16s_relabelled():
+    """The doctor traces fp16 and relabels it bf16 (CUDA's lists are the same for
+    both): the result equals a bf16 trace, operator for operator."""
+    model = TinyWarp()
+    bf16 = cm.trace_step(model, 2, 8, 8, "amp-bf16")
+    relabelled = cm.relabel(cm.trace_step(model, 2, 8, 8, "amp-fp16"), "amp-bf16")
+
+    def key(tr):
+        return [(o.phase, o.op, o.dtype, o.bytes, o.flops) for o in tr.ops]
+
+    assert key(relabelled) == key(bf16)
+    assert relabelled.saved_tensors == bf16.saved_tensors
