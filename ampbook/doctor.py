@@ -73,6 +73,7 @@ import math
 import statistics
 import sys
 import time
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1026,12 +1027,12 @@ def _span(lo: float, hi: float) -> str:
 
 
 def _gist(lo: float, hi: float) -> str:
+    """Words for a range, from its upper end only (no threshold inside a range, where
+    two precisions on the same peaks could fall on either side of it)."""
     if hi < 1:
         return "AMP would be slower"
     if hi < 1.1:
         return "little or nothing to gain"
-    if lo >= 1.5:
-        return "a clear gain"
     return "a gain"
 
 
@@ -1429,6 +1430,7 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     if cfg.output is not None or not returns_tensor(model, shape, batch):
         traced = SelectOutput(model, cfg.output)
     traces = {}
+    warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
             traces[p] = cm.relabel(traces["amp-fp16"], p)
