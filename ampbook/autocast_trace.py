@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -43,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 from ampbook.paths import load_reference
 from ampbook.precision import torch_name
@@ -212,6 +213,33 @@ CUDA_FP32_SET_DTYPE = frozenset(
     "prod softmax log_softmax cumprod cumsum linalg_vector_norm linalg_matrix_norm "
     "sum norm".split()
 )
+# AT_FORALL_PROMOTE: run in the widest floating dtype of their inputs (``grid_sample``
+# is the Python function that reaches ``grid_sampler``)
+CUDA_PROMOTE = frozenset(
+    "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler grid_sample "
+    "index_put scatter_add tensordot".split()
+)
+# Python functions whose ATen ops CPU autocast lists under another name (the pads of
+# ``F.pad``, the pooling ops behind ``F.max_pool3d``...): a call CUDA's lists leave
+# alone must not reach CPU autocast's fp32 kernels for these.
+_PY_TO_ATEN = {
+    "grid_sample": ("grid_sampler", "grid_sampler_2d", "grid_sampler_3d"),
+    "pad": (
+        "reflection_pad1d",
+        "reflection_pad2d",
+        "replication_pad1d",
+        "replication_pad2d",
+        "replication_pad3d",
+    ),
+    "_max_pool3d": ("max_pool3d",),
+    "max_pool3d_with_indices": ("max_pool3d",),
+    "_adaptive_max_pool3d": ("adaptive_max_pool3d",),
+    "adaptive_max_pool3d_with_indices": ("adaptive_max_pool3d",),
+    "_fractional_max_pool2d": ("fractional_max_pool2d",),
+    "_fractional_max_pool3d": ("fractional_max_pool3d",),
+    "_max_unpool2d": ("max_unpool2d",),
+    "_max_unpool3d": ("max_unpool3d",),
+}
 
 
 def _eligible(t) -> bool:
@@ -227,6 +255,50 @@ def _cpu_registered() -> frozenset[str]:
     return frozenset(registered_ops("cpu"))
 
 
+def _cpu_lists(name: str) -> bool:
+    """Whether CPU autocast has a kernel for the Python function ``name`` (under its own
+    name or the ATen ops it reaches)."""
+    names = {name, name.lstrip("_"), *_PY_TO_ATEN.get(name, ())}
+    return bool(names & _cpu_registered())
+
+
+def _aten_base(op: str) -> str:
+    """``native_layer_norm_backward`` -> ``layer_norm``, ``grid_sampler_2d`` ->
+    ``grid_sampler``, ``upsample_bilinear2d`` -> ``upsample_bilinear``: the name
+    CUDA's lists give the ATen operator ``op`` (or its backward)."""
+    name = op.split("::")[-1].split(".")[0]
+    for suffix in ("_backward_data", "_backward", "_forward", "_with_indices", "_aa"):
+        name = name.removesuffix(suffix)
+    name = name.lstrip("_").removeprefix("native_")
+    return re.sub(r"_?[123]d$", "", name)
+
+
+def cuda_category(op: str) -> str | None:
+    """What CUDA's autocast does with the ATen operator (or Python function) ``op``:
+    ``"lower_precision"``, ``"float32"`` (its fp32 list, or an fp32 result asked of
+    it), ``"promote"`` (the widest input's dtype) or None (not listed: it runs in its
+    inputs' dtype)."""
+    name = op.split("::")[-1].split(".")[0]
+    for n in (name, _aten_base(name)):
+        if n in CUDA_LOWER_PRECISION or n in ("convolution", "cudnn_convolution"):
+            return "lower_precision"
+        if n in CUDA_FP32 or n in CUDA_FP32_SET_DTYPE or n.startswith("upsample"):
+            return "float32"
+        if n in CUDA_PROMOTE:
+            return "promote"
+    return None
+
+
+def _widest(tensors) -> torch.dtype | None:
+    floats = [t.dtype for t in tensors if _eligible(t)]
+    if not floats:
+        return None
+    out = floats[0]
+    for d in floats[1:]:
+        out = torch.promote_types(out, d)
+    return out
+
+
 class CudaAutocastRules(TorchFunctionMode):
     """Inside a CPU autocast region, make the decisions CUDA's autocast would make.
 
@@ -234,27 +306,34 @@ class CudaAutocastRules(TorchFunctionMode):
     tensors needs a GPU), so it is CPU autocast that runs. The two agree on
     convolutions, matrix products and attention, but CUDA also keeps layer and group
     norm, softmax, sums, exponentials, most losses and upsampling in fp32 (ConvNeXt's
-    and Swin's layer norms, a segmentation head's upsampling). This mode applies CUDA's
-    lists (``CUDA_LOWER_PRECISION``, ``CUDA_FP32``, ``CUDA_FP32_SET_DTYPE``) to the
-    torch functions called while CPU autocast is on, as CUDA autocast does: floating
-    inputs cast to the autocast dtype or to fp32 and the op run with autocast off, or
-    ``dtype=torch.float32`` asked of the op. Ops CPU autocast has a kernel for are left
-    to it: where both lists name them, they name them alike (convolutions and matrix
-    products low, losses fp32), and CPU autocast's cast cache then casts a weight used
-    twice once, as CUDA's does. Outside autocast it does nothing. It works
-    at the level of Python functions (``F.layer_norm``, ``Tensor.softmax``,
-    ``F.interpolate``), which CUDA's lists name by their ATen ops."""
+    and Swin's layer norms, a segmentation head's upsampling), and CPU autocast has
+    rules of its own that CUDA's lists do not have (FFTs, 3-D pooling, reflection pads
+    and linear algebra in fp32; ``grid_sample`` in fp32 where CUDA promotes). This mode
+    applies CUDA's lists (``CUDA_LOWER_PRECISION``, ``CUDA_FP32``,
+    ``CUDA_FP32_SET_DTYPE``, ``CUDA_PROMOTE``) to the torch functions called while CPU
+    autocast is on, as CUDA autocast does: floating inputs cast to the autocast dtype,
+    to fp32 or to the widest of them and the op run with autocast off, or
+    ``dtype=torch.float32`` asked of the op; a function CUDA does not list but CPU
+    autocast does runs with autocast off, in its inputs' dtypes, as on CUDA. Ops both
+    list alike (convolutions and matrix products low, losses fp32) are left to CPU
+    autocast, whose cast cache then casts a weight used twice once, as CUDA's does.
+    Outside autocast it does nothing. It works at the level of Python functions
+    (``F.layer_norm``, ``Tensor.softmax``, ``F.interpolate``), which CUDA's lists name
+    by their ATen ops; the functions a composite such as ``F.multi_head_attention_
+    forward`` calls inside it are not seen here (``CudaKernels`` sees its attention and
+    softmax)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not torch.is_autocast_enabled("cpu"):
             return func(*args, **kwargs)
         name = getattr(func, "__name__", "")
-        if name in _cpu_registered():
-            return func(*args, **kwargs)  # CPU autocast lists it the same way
         if name == "interpolate":
             mode = kwargs.get("mode", args[3] if len(args) > 3 else "nearest")
             name = "" if mode == "area" else name  # adaptive pooling: in no list
+        if name in CUDA_PROMOTE:
+            dtype = _widest(tree_leaves((args, kwargs)))
+            return _call_cast(func, args, kwargs, dtype)
         if name in CUDA_FP32_SET_DTYPE:
             first = next((a for a in args if isinstance(a, torch.Tensor)), None)
             if kwargs.get("dtype") is None and _eligible(first):
@@ -263,18 +342,262 @@ class CudaAutocastRules(TorchFunctionMode):
                 except TypeError:  # dtype given by position: leave the call alone
                     pass
             return func(*args, **kwargs)
+        cpu = _cpu_lists(name)
         if name in CUDA_FP32 or name in CUDA_LOWER_PRECISION:
-            dtype = (
-                torch.float32 if name in CUDA_FP32 else torch.get_autocast_dtype("cpu")
-            )
-
-            def cast(t):
-                return t.to(dtype) if _eligible(t) else t
-
-            args, kwargs = tree_map(cast, (args, kwargs))
-            with torch.autocast("cpu", enabled=False):
-                return func(*args, **kwargs)
+            if cpu:
+                return func(*args, **kwargs)  # CPU autocast lists it the same way
+            low = torch.get_autocast_dtype("cpu")
+            dtype = torch.float32 if name in CUDA_FP32 else low
+            return _call_cast(func, args, kwargs, dtype)
+        if cpu:  # a CPU-only rule: CUDA runs it in its inputs' dtypes
+            return _call_cast(func, args, kwargs, None)
         return func(*args, **kwargs)
+
+
+def _call_cast(func, args, kwargs, dtype: torch.dtype | None):
+    """``func`` with its floating tensors cast to ``dtype`` (None: as they are), run
+    with CPU autocast off. Where the CPU has no kernel for 16-bit inputs that CUDA has
+    (FFTs in fp16), the op runs on fp32 copies and its results are cast to the dtypes
+    CUDA returns (fp16, and complex32 for complex results)."""
+
+    def cast_to(d):
+        def cast(t):
+            return t.to(d) if _eligible(t) else t
+
+        return cast
+
+    if dtype is not None:
+        args, kwargs = tree_map(cast_to(dtype), (args, kwargs))
+    with torch.autocast("cpu", enabled=False):
+        try:
+            return func(*args, **kwargs)
+        except (NotImplementedError, RuntimeError):
+            low = _widest(tree_leaves((args, kwargs)))
+            if dtype is not None or low not in (torch.float16, torch.bfloat16):
+                raise
+        out = func(*tree_map(cast_to(torch.float32), args), **kwargs)
+    half = torch.complex32 if low == torch.float16 else torch.complex64
+
+    def back(t):
+        if isinstance(t, torch.Tensor) and t.is_complex():
+            return t.to(half)
+        return t.to(low) if _eligible(t) else t
+
+    return tree_map(back, out)
+
+
+# --- the kernels CUDA runs where the CPU runs others
+# ----------------------------------------------
+#
+# A CPU trace of a step dispatches the CPU's kernels. Two kinds differ from CUDA's in
+# what the cost model sees: attention (the CPU's math path upcasts 16-bit inputs and
+# runs softmax, dropout and two matrix products apart; CUDA runs one fused kernel in
+# 16 bits) and recurrent layers (oneDNN's RNN in fp32, a cell per time step under
+# 16-bit autocast; cuDNN runs the whole layer stack as one operator). ``CudaKernels``
+# puts CUDA's operators in the trace: ``aten::_scaled_dot_product_flash_attention`` or
+# ``_efficient_attention`` (whose meta kernels fake tensors run, forward and backward)
+# and ``aten::_cudnn_rnn`` forward with ``ampbook::cudnn_rnn_backward`` (below) for its
+# backward, which has no meta kernel.
+
+_RNN_MODES = {"rnn_relu": 0, "rnn_tanh": 1, "lstm": 2, "gru": 3}
+RNN_GATES = {0: 1, 1: 1, 2: 4, 3: 3}
+
+
+@torch.library.custom_op("ampbook::cudnn_rnn_backward", mutates_args=())
+def _cudnn_rnn_backward(
+    x: torch.Tensor,
+    hx: torch.Tensor,
+    output: torch.Tensor,
+    grad_output: torch.Tensor,
+    reserve: torch.Tensor,
+    weights: list[torch.Tensor],
+    mode: int,
+    hidden: int,
+    layers: int,
+    batch_first: bool,
+    bidirectional: bool,
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Stands for cuDNN's RNN backward (``aten::_cudnn_rnn_backward``) in a trace on
+    fake tensors: the input, hidden-state and weight gradients (the cell state's,
+    for an LSTM, is the hidden state's shape). No kernel computes it here."""
+    raise NotImplementedError("ampbook::cudnn_rnn_backward exists for fake tensors")
+
+
+@_cudnn_rnn_backward.register_fake
+def _(x, hx, output, grad_output, reserve, weights, mode, hidden, layers, batch_first,
+      bidirectional):  # fmt: skip
+    return (
+        torch.empty_like(x),
+        torch.empty_like(hx),
+        [torch.empty_like(w) for w in weights],
+    )
+
+
+def rnn_reserve_numel(x_shape, mode: int, hidden: int, layers: int, dirs: int) -> int:
+    """Elements of cuDNN's training reserve (an estimate): per layer, direction and
+    time step, the gates' activations and the cell and hidden states."""
+    steps_batch = x_shape[0] * x_shape[1]
+    return steps_batch * layers * dirs * hidden * (RNN_GATES[mode] + 2)
+
+
+class _CudnnRNN(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cfg, x, hx, cx, *weights):
+        mode, hidden, layers, batch_first, dropout, train, bidir, stride = cfg
+        output, hy, cy, _, _ = torch.ops.aten._cudnn_rnn(
+            x, list(weights), stride, None, hx, cx, mode, hidden, 0, layers,
+            batch_first, dropout, train, bidir, [], None,
+        )  # fmt: skip
+        dirs = 2 if bidir else 1
+        shape = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
+        reserve = x.new_empty(rnn_reserve_numel(shape, mode, hidden, layers, dirs))
+        ctx.cfg = cfg
+        ctx.save_for_backward(x, hx, output, reserve, *weights)
+        return output, hy, cy
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_hy, grad_cy):
+        mode, hidden, layers, batch_first, _, _, bidir, _ = ctx.cfg
+        x, hx, output, reserve, *weights = ctx.saved_tensors
+        dx, dhx, dws = torch.ops.ampbook.cudnn_rnn_backward(
+            x, hx, output, grad_output, reserve, weights, mode, hidden, layers,
+            batch_first, bidir,
+        )  # fmt: skip
+        dcx = torch.empty_like(dhx) if mode == _RNN_MODES["lstm"] else None
+        return (None, dx, dhx, dcx, *dws)
+
+
+def _autocast_low() -> torch.dtype | None:
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+
+
+def _cudnn_rnn(name: str, func, args, kwargs):
+    """``_VF.lstm/gru/rnn_tanh/rnn_relu`` on padded input as cuDNN runs it (CUDA
+    autocast casts input, states and weights to the autocast dtype), else None (packed
+    sequences, projections: left to the CPU kernels)."""
+    if kwargs or len(args) != 9 or not isinstance(args[2], (list, tuple)):
+        return None
+    x, hx, params, has_biases, layers, dropout, train, bidir, batch_first = args
+    lstm = name == "lstm"
+    h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
+    stride = 4 if has_biases else 2
+    if len(params) != stride * layers * (2 if bidir else 1) or x.dim() != 3:
+        return None
+    low = _autocast_low()
+    with torch.autocast("cpu", enabled=False):
+        if low is not None:
+            x, h0, params = x.to(low), h0.to(low), [p.to(low) for p in params]
+            c0 = c0.to(low) if c0 is not None else None
+        cfg = (_RNN_MODES[name], h0.shape[-1], layers, batch_first, dropout, train,
+               bidir, stride)  # fmt: skip
+        output, hy, cy = _CudnnRNN.apply(cfg, x, h0, c0, *params)
+    return (output, hy, cy) if lstm else (output, hy)
+
+
+def _fused_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                     is_causal=False, scale=None, enable_gqa=False):  # fmt: skip
+    """``scaled_dot_product_attention`` as CUDA runs it in training: flash attention for
+    16-bit inputs without a mask (head dimension a multiple of 8, at most 256), else
+    the memory-efficient kernel (fp32, or a mask), as one operator forward and one
+    backward. Under autocast the inputs are cast to its dtype first, as CUDA's autocast
+    does. Anything else (grouped-query attention, odd head sizes, fp64) takes the
+    function PyTorch gives it."""
+    original = _ORIGINAL["scaled_dot_product_attention"]
+    low = _autocast_low()
+    q, k, v = query, key, value
+    if low is not None:
+        q, k, v = (t.to(low) if _eligible(t) else t for t in (q, k, v))
+    d, dv = q.shape[-1], v.shape[-1]
+    supported = (
+        not enable_gqa
+        and q.dim() >= 3
+        and k.dim() == q.dim()
+        and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and q.dtype == k.dtype == v.dtype
+        and d % 8 == 0
+        and dv % 8 == 0
+        and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+    )
+    if not supported:
+        with torch.autocast("cpu", enabled=False):
+            return original(q, k, v, attn_mask, dropout_p, is_causal, scale=scale)
+    batch = q.shape[:-2]
+
+    def four(t):
+        return t.reshape(-1, 1, *t.shape[-2:]) if t.dim() != 4 else t
+
+    with torch.autocast("cpu", enabled=False):
+        q4, k4, v4 = four(q), four(k), four(v)
+        flash = q.dtype != torch.float32 and attn_mask is None and d == dv and d <= 256
+        if flash:
+            out = torch.ops.aten._scaled_dot_product_flash_attention(
+                q4, k4, v4, dropout_p, is_causal, False, scale=scale
+            )[0]
+        else:
+            bias = attn_mask
+            if bias is not None:
+                if bias.dtype == torch.bool:
+                    bias = torch.zeros_like(bias, dtype=q.dtype).masked_fill(
+                        ~bias, float("-inf")
+                    )
+                bias = bias.to(q.dtype).expand(
+                    q4.shape[0], q4.shape[1], q4.shape[2], k4.shape[2]
+                )
+            grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+            out = torch.ops.aten._scaled_dot_product_efficient_attention(
+                q4, k4, v4, bias, grad, dropout_p, is_causal, scale=scale
+            )[0]
+    return out.reshape(*batch, *out.shape[-2:])
+
+
+def _softmax_fp32(input, dim=None, _stacklevel=3, dtype=None):
+    """``F.softmax`` with CUDA autocast's rule (an fp32 result) inside composites such
+    as ``F.multi_head_attention_forward``."""
+    if dtype is None and _autocast_low() is not None and _eligible(input):
+        dtype = torch.float32
+    return _ORIGINAL["softmax"](input, dim, _stacklevel, dtype)
+
+
+_ORIGINAL = {
+    "scaled_dot_product_attention": F.scaled_dot_product_attention,
+    "softmax": F.softmax,
+}
+_PATCHED = {
+    "scaled_dot_product_attention": _fused_attention,
+    "softmax": _softmax_fp32,
+}
+
+
+class _KernelMode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in _RNN_MODES and getattr(func, "__module__", "") in ("torch", None):
+            out = _cudnn_rnn(name, func, args, kwargs)
+            if out is not None:
+                return out
+        if name == "scaled_dot_product_attention":
+            return _fused_attention(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def CudaKernels():  # noqa: N802 (a context manager used like a mode)
+    """Within the block, attention and recurrent layers run as CUDA's fused kernels
+    run them (see the comment above ``_RNN_MODES``). Called from a model's own
+    ``forward`` they are seen by a ``TorchFunctionMode``; called from inside a
+    composite function (``nn.MultiheadAttention`` calls ``F.scaled_dot_product_
+    attention`` and ``F.softmax`` from ``F.multi_head_attention_forward``), by
+    replacing those two names in ``torch.nn.functional`` for the block. For traces on
+    fake tensors only: the replacements compute nothing on real ones."""
+    for key, fn in _PATCHED.items():
+        setattr(F, key, fn)
+    try:
+        with _KernelMode():
+            yield
+    finally:
+        for key, fn in _ORIGINAL.items():
+            setattr(F, key, fn)
 
 
 # --- op probes

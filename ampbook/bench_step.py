@@ -717,8 +717,22 @@ def step_rounds(
         res = validate(cfg)
         batch = _batch(cfg, res.device)
         steps[name] = (build_training(cfg, res).step, batch, res.device)
-    times: dict[str, list[float]] = {name: [] for name in configs}
-    for r in range(rounds + 1):
+    return time_rounds(steps, rounds)
+
+
+def time_rounds(
+    steps: dict[str, tuple], rounds: int = 5, warmup: bool = True
+) -> dict[str, list[float]]:
+    """``step_rounds``'s protocol for any steps: ``{name: (step function, batch tuple,
+    device)}``, each called as ``step(*batch)``; one untimed warm-up round (unless
+    ``warmup`` is False: the caller ran one), then ``rounds`` rounds that time one call
+    of each in turn. Returns ``{name: [seconds, one per round]}``;
+    ``ampbook.costmodel.speedup_verdict`` reads the per-round ratios."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    first = 0 if warmup else 1
+    for r in range(first, rounds + 1):
         for name, (step, batch, dev) in steps.items():
             t = benchmark(
                 step,

@@ -63,7 +63,9 @@ it unless asked for.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -91,6 +93,9 @@ _SDPA_FORWARD = {
     "_scaled_dot_product_cudnn_attention",
 }
 _SDPA_BACKWARD = {name + "_backward" for name in _SDPA_FORWARD}
+# cuDNN's recurrent layers (``autocast_trace.CudaKernels`` puts them in a trace):
+# the input and recurrent matrix products of every layer, direction and time step.
+_RNN_OPS = {"_cudnn_rnn", "_cudnn_rnn_backward"}
 # Operators whose FLOPs go to tensor cores (matrix units): convolutions, matrix products
 # and fused attention.
 _MMA_OPS = {
@@ -102,7 +107,15 @@ _MMA_OPS = {
     "baddbmm",
     *_SDPA_FORWARD,
     *_SDPA_BACKWARD,
+    *_RNN_OPS,
 }
+# Operator classes, for kernel efficiencies (``ampbook.calibration``): convolutions,
+# matrix products (attention and recurrent layers among them), normalisation layers,
+# and everything else (element-wise, pooling, casts, losses, data movement).
+OP_CLASSES = ("conv", "matmul", "norm", "elementwise")
+# Dtypes the roofline has peaks for; an operator computing in another (complex, fp64)
+# is reported as unmodelled with its share, its FLOPs left out.
+MODELLED_DTYPES = ("float32", "float16", "bfloat16", "none")
 # Operators that only allocate or describe memory: no kernel, no bytes.
 _NO_DATA_OPS = {
     "empty",
@@ -151,7 +164,8 @@ _DATA_MOVEMENT = (
     "as_strided_scatter slice_scatter select_scatter zeros zeros_like ones ones_like "
     "full full_like new_zeros new_ones new_full fill_ zero_ scalar_tensor arange "
     "constant_pad_nd index index_select gather scatter scatter_ masked_select roll "
-    "repeat embedding flip _unsafe_index"
+    "repeat embedding flip _unsafe_index linspace unsafe_split unsafe_split_with_sizes "
+    "split_with_sizes_copy"
 ).split()
 _ELEMENTWISE = (
     "add add_ sub sub_ rsub mul mul_ div div_ neg abs relu relu_ threshold "
@@ -193,6 +207,33 @@ _VECTOR_FLOPS_PER_ELEMENT = {
     **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "prod"), 1),
     **dict.fromkeys(("var_mean", "var", "std", "linalg_vector_norm", "norm"), 3),
     **dict.fromkeys(("cumsum", "argmax", "argmin", "any", "all"), 1),
+    # 3-D pooling and upsampling (video), in-place activations, attention's masked
+    # softmax, sampling by a grid (bilinear: four neighbours weighted per output)
+    **dict.fromkeys(
+        (
+            "max_pool3d_with_indices_backward",
+            "avg_pool3d_backward",
+            "_adaptive_avg_pool3d",
+            "_adaptive_avg_pool3d_backward",
+            "upsample_nearest3d",
+            "upsample_nearest3d_backward",
+        ),
+        1,
+    ),  # fmt: skip
+    **dict.fromkeys(("upsample_trilinear3d", "upsample_trilinear3d_backward"), 16),
+    **dict.fromkeys(("sigmoid_", "tanh_"), 4),
+    **dict.fromkeys(("_safe_softmax",), 5),
+    **dict.fromkeys(("grid_sampler_2d", "grid_sampler_2d_backward"), 10),
+    **dict.fromkeys(("grid_sampler_3d", "grid_sampler_3d_backward"), 20),
+}
+# Pooling: FLOPs per output element are the window's size.
+_POOLS = {
+    "max_pool2d_with_indices",
+    "max_pool2d",
+    "avg_pool2d",
+    "max_pool3d_with_indices",
+    "max_pool3d",
+    "avg_pool3d",
 }
 # Operators whose FLOPs scale with their (largest) input rather than their output.
 _PER_INPUT = {
@@ -213,20 +254,28 @@ _PER_INPUT = {
     "any",
     "all",
     "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool3d",
     "native_layer_norm",
     "native_group_norm",
 }
+
+
+def op_class(name: str) -> str:
+    """The class of the ATen operator ``name`` (``OP_CLASSES``)."""
+    if "convolution" in name or re.match(r"_?(slow_|thnn_)?conv", name):
+        return "conv"
+    if name in _MMA_OPS:
+        return "matmul"
+    if any(k in name for k in ("batch_norm", "layer_norm", "group_norm", "rms_norm")):
+        return "norm"
+    return "elementwise"
 
 
 def op_is_modelled(name: str) -> bool:
     """Whether the cost model knows the FLOPs of the ATen operator ``name`` (without
     namespace or overload: ``"addmm"``). Every operator's bytes are counted; an
     unmodelled one's FLOPs are unknown and are reported, never counted as zero."""
-    return (
-        name in _MMA_OPS
-        or name in _VECTOR_FLOPS_PER_ELEMENT
-        or name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d")
-    )
+    return name in _MMA_OPS or name in _VECTOR_FLOPS_PER_ELEMENT or name in _POOLS
 
 
 def conv_flops(
@@ -272,9 +321,26 @@ class OpCost:
     other_flops: float  # rough FLOPs of vector work
     read_bytes: float
     write_bytes: float
-    # False for an operator whose FLOPs the model does not know (``op_is_modelled``):
-    # its bytes are counted, its FLOPs are not, and the trace reports it.
+    # False for an operator whose FLOPs the model does not know (``op_is_modelled``) or
+    # that computes in a dtype without a peak (``MODELLED_DTYPES``): its bytes are
+    # counted, its FLOPs are not, and the trace reports it.
     modelled: bool = True
+    # GPU kernels it launches: 1 for an eager ATen operator; cuDNN's recurrent layers
+    # launch about two per time step, layer and direction (``_rnn_kernels``)
+    kernels: int = 1
+
+    @property
+    def op_class(self) -> str:
+        return op_class(self.op)
+
+    @property
+    def why_unmodelled(self) -> str | None:
+        """None for a modelled operator, else "dtype complex64" or "FLOPs unknown"."""
+        if self.modelled:
+            return None
+        if self.dtype not in MODELLED_DTYPES:
+            return f"dtype {self.dtype}"
+        return "FLOPs unknown"
 
     @property
     def flops(self) -> float:
@@ -300,9 +366,40 @@ def _nbytes(t: torch.Tensor) -> int:
 
 def _compute_dtype(tensors: Iterable[torch.Tensor]) -> str:
     for t in tensors:
-        if t.is_floating_point():
+        if t.is_floating_point() or t.is_complex():
             return _dtype_name(t.dtype)
     return "none"
+
+
+def _rnn_shape(x, batch_first: bool, hidden: int, layers: int, bidir: bool):
+    """(steps, batch, input features, gates... ) of a cuDNN RNN call."""
+    steps, batch = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
+    return steps, batch, x.shape[-1], hidden, layers, 2 if bidir else 1
+
+
+def _rnn_flops(x, mode: int, hidden: int, layers: int, batch_first: bool, bidir: bool):
+    """(mma FLOPs, other FLOPs) of a cuDNN RNN forward: per layer, direction and time
+    step, the gates' products with the layer's input and with the hidden state
+    (``2 x gates x hidden x (input + hidden)`` per sample), and about five vector FLOPs
+    per gate element (activations, the cell update)."""
+    from ampbook.autocast_trace import RNN_GATES
+
+    steps, batch, feat, h, n, dirs = _rnn_shape(x, batch_first, hidden, layers, bidir)
+    g = RNN_GATES[mode]
+    mma = sum(
+        dirs * 2 * steps * batch * g * h * ((feat if i == 0 else h * dirs) + h)
+        for i in range(n)
+    )
+    return float(mma), float(5 * steps * batch * g * h * n * dirs)
+
+
+def _rnn_kernels(x, batch_first: bool, layers: int, bidir: bool, backward: bool) -> int:
+    """Kernels cuDNN's standard RNN algorithm launches (an estimate): per layer and
+    direction one product of the whole input sequence, then a recurrent product and a
+    point-wise kernel per time step; twice as many backward."""
+    steps = x.shape[1] if batch_first else x.shape[0]
+    per = 1 + 2 * steps
+    return layers * (2 if bidir else 1) * per * (2 if backward else 1)
 
 
 def _sdpa_flops(backward: bool, args) -> tuple[float, float]:
@@ -349,11 +446,23 @@ def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
         return float(2 * b * m * k * n), float(b * m * n)
     if name in _SDPA_FORWARD or name in _SDPA_BACKWARD:
         return _sdpa_flops(name in _SDPA_BACKWARD, args)
+    if name == "_cudnn_rnn":  # input, weights, stride, buf, hx, cx, mode, hidden...
+        x, mode, hidden, layers, bf, bidir = (
+            args[0], args[6], args[7], args[9], args[10], args[13]
+        )  # fmt: skip
+        return _rnn_flops(x, mode, hidden, layers, bf, bidir)
+    if name == "_cudnn_rnn_backward":  # ampbook::cudnn_rnn_backward's arguments
+        x, mode, hidden, layers, bf, bidir = (
+            args[0], args[6], args[7], args[8], args[9], args[10]
+        )  # fmt: skip
+        mma, other = _rnn_flops(x, mode, hidden, layers, bf, bidir)
+        return 2 * mma, other  # input and hidden-state gradients, weight gradients
     outs = _tensors(out)
-    if name in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d"):
+    if name in _POOLS:
+        dims = 3 if "3d" in name else 2
         kernel = args[1] if len(args) > 1 else kwargs.get("kernel_size")
         kernel = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
-        kernel = kernel * 2 if len(kernel) == 1 else kernel
+        kernel = kernel * dims if len(kernel) == 1 else kernel
         return 0.0, float(outs[0].numel() * math.prod(kernel))
     per = _VECTOR_FLOPS_PER_ELEMENT.get(name, 0)  # unmodelled: reported, not counted
     if name.endswith("_backward") or "batch_norm" in name or name in _PER_INPUT:
@@ -431,15 +540,9 @@ class _CostRecorder(TorchDispatchMode):
         if moved is None:
             return out
         name = func._schema.name.split("::")[-1]
-        modelled = func.namespace == "aten" and op_is_modelled(name)
-        if not modelled:
-            name = name if func.namespace == "aten" else func._schema.name
-            mma, other = 0.0, 0.0
-        else:
-            mma, other = _op_flops(name, func, args, kwargs, out)
-        if name not in _MMA_OPS:
-            mma, other = 0.0, other + mma
-        scope, scope_type = self._scope()
+        if func.namespace == "ampbook":  # stands for the ATen operator CUDA runs
+            name = "_" + name
+        known = func.namespace in ("aten", "ampbook") and op_is_modelled(name)
         # The dtype an operator computes in: a convolution's input dtype, else its
         # output's.
         dtype = _compute_dtype(
@@ -447,10 +550,34 @@ class _CostRecorder(TorchDispatchMode):
             if name in _MMA_OPS
             else _tensors(out) + _tensors((args, kwargs))
         )
+        modelled = known and dtype in MODELLED_DTYPES
+        if not known:
+            name = name if func.namespace == "aten" else func._schema.name
+        if not modelled:
+            mma, other = 0.0, 0.0
+        else:
+            mma, other = _op_flops(name, func, args, kwargs, out)
+        if name not in _MMA_OPS:
+            mma, other = 0.0, other + mma
+        kernels = 1
+        if name == "_cudnn_rnn":
+            kernels = _rnn_kernels(args[0], args[10], args[9], args[13], False)
+        elif name == "_cudnn_rnn_backward":
+            kernels = _rnn_kernels(args[0], args[9], args[8], args[10], True)
+        scope, scope_type = self._scope()
         self.ops.append(
             OpCost(
-                self.phase, scope, scope_type, name, dtype, mma, other, *moved, modelled
-            )
+                self.phase,
+                scope,
+                scope_type,
+                name,
+                dtype,
+                mma,
+                other,
+                *moved,
+                modelled,
+                kernels,
+            )  # fmt: skip
         )
         return out
 
@@ -469,6 +596,8 @@ class StepTrace:
     # ``ampbook.memory.SavedTensorMeter.summary()`` of the traced forward and loss: the
     # bytes saved for backward, predicted (``new_bytes`` is the book's memory figure)
     saved_tensors: dict | None = None
+    # one sample's shape (C, H, W for an image)
+    input_shape: tuple[int, ...] | None = None
 
     def select(
         self, phase: str | None = None, scope: str | None = None
@@ -489,7 +618,7 @@ class StepTrace:
             out[f"{phase}_mma_flops"] = sum(o.mma_flops for o in ops)
             out[f"{phase}_flops"] = sum(o.flops for o in ops)
             out[f"{phase}_bytes"] = sum(o.bytes for o in ops)
-            out[f"{phase}_kernels"] = len(ops)
+            out[f"{phase}_kernels"] = sum(o.kernels for o in ops)
         out["flops"] = out["forward_flops"] + out["backward_flops"]
         out["mma_flops"] = out["forward_mma_flops"] + out["backward_mma_flops"]
         out["bytes"] = out["forward_bytes"] + out["backward_bytes"]
@@ -498,7 +627,9 @@ class StepTrace:
 
     def unmodelled(self) -> list[dict[str, Any]]:
         """The operators whose FLOPs the model does not know, largest bytes first:
-        ``{"op", "count", "bytes", "bytes_share", "phases", "scopes"}``. Their bytes
+        ``{"op", "why", "count", "bytes", "bytes_share", "phases", "scopes"}`` (``why``:
+        "FLOPs unknown", or the dtype it computes in, such as "dtype complex64", where
+        the roofline has no peak). Their bytes
         are in every total; their FLOPs are in none. Empty when every operator is
         modelled."""
         total = sum(o.bytes for o in self.ops)
@@ -507,7 +638,15 @@ class StepTrace:
             if o.modelled:
                 continue
             r = rows.setdefault(
-                o.op, {"op": o.op, "count": 0, "bytes": 0.0, "phases": [], "scopes": []}
+                o.op,
+                {
+                    "op": o.op,
+                    "why": o.why_unmodelled,
+                    "count": 0,
+                    "bytes": 0.0,
+                    "phases": [],
+                    "scopes": [],
+                },
             )
             r["count"] += 1
             r["bytes"] += o.bytes
@@ -532,6 +671,7 @@ def trace_step(
     ignore_index: int = 255,
     device_type: str = "cpu",
     autocast_rules: str = "cuda",
+    input_shape: Sequence[int] | None = None,
 ) -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators'
     costs.
@@ -549,10 +689,15 @@ def trace_step(
     autograd engine needs a real GPU to run a backward pass on CUDA tensors. It exists
     to check that the CPU trace's dtypes are CUDA's.
 
-    ``autocast_rules`` (CPU traces under AMP): ``"cuda"`` applies CUDA's autocast
-    lists in the CPU autocast region (``ampbook.autocast_trace.CudaAutocastRules``:
-    layer norm, softmax, sums, upsampling... in fp32 as on a GPU); ``"cpu"`` leaves
-    CPU autocast's own decisions.
+    ``autocast_rules`` (CPU traces): ``"cuda"`` applies CUDA's autocast lists in the
+    CPU autocast region (``ampbook.autocast_trace.CudaAutocastRules``: layer norm,
+    softmax, sums, upsampling... in fp32 as on a GPU, none of CPU autocast's own fp32
+    rules) and runs attention and recurrent layers as CUDA's fused kernels
+    (``ampbook.autocast_trace.CudaKernels``), in every precision; ``"cpu"`` leaves the
+    CPU's kernels and CPU autocast's own decisions.
+
+    ``input_shape``: one sample's shape, of any rank (``(C, T, H, W)`` for video,
+    ``(C, L)`` for sequences), instead of ``in_channels x height x width``.
     """
     if autocast_rules not in ("cuda", "cpu"):
         raise ValueError(
@@ -567,12 +712,15 @@ def trace_step(
         )
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
-    for label, v in (
-        ("batch_size", batch_size),
-        ("height", height),
-        ("width", width),
-        ("in_channels", in_channels),
-    ):
+    if input_shape is not None:
+        shape = tuple(input_shape)
+        if not shape:
+            raise ValueError("input_shape needs at least one dimension")
+        dims = [(f"input_shape[{i}]", d) for i, d in enumerate(shape)]
+    else:
+        shape = (in_channels, height, width)
+        dims = [("height", height), ("width", width), ("in_channels", in_channels)]
+    for label, v in (("batch_size", batch_size), *dims):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     if isinstance(loss, str) and loss not in ("cross_entropy", "sum"):
@@ -581,13 +729,11 @@ def trace_step(
         )
     from torch.func import functional_call
 
-    from ampbook.autocast_trace import CudaAutocastRules
+    from ampbook.autocast_trace import CudaAutocastRules, CudaKernels
 
-    rules = (
-        CudaAutocastRules
-        if autocast_rules == "cuda" and device_type == "cpu"
-        else contextlib.nullcontext
-    )
+    cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
+    rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
+    kernels = CudaKernels if cuda_rules else contextlib.nullcontext
     scopes = ModuleScopes(model, backward=backward)
     recorder = _CostRecorder(scopes)
     autocast_dtype = AUTOCAST_DTYPES[precision]
@@ -604,18 +750,11 @@ def trace_step(
 
             state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
             state.update({n: fake(b, False) for n, b in model.named_buffers()})
-            x = torch.empty(
-                batch_size,
-                in_channels,
-                height,
-                width,
-                dtype=torch.float32,
-                device=device,
-            )
+            x = torch.empty(batch_size, *shape, dtype=torch.float32, device=device)
             params = [state[n] for n, _ in model.named_parameters()]
             meter = SavedTensorMeter(model=model, parameters=params)
             with scopes, recorder, meter:
-                with autocast(), rules():
+                with autocast(), rules(), kernels():
                     y = functional_call(model, state, (x,))
                     if isinstance(loss, str) and not isinstance(y, torch.Tensor):
                         raise ValueError(
@@ -655,12 +794,34 @@ def trace_step(
         type(model).__name__,
         precision,
         batch_size,
-        height,
-        width,
+        shape[-2] if len(shape) >= 3 else 1,
+        shape[-1] if len(shape) >= 2 else 1,
         sum(p.numel() for p in model.parameters()),
         recorder.ops,
         meter.summary(),
+        shape,
     )
+
+
+def relabel(trace: StepTrace, precision: str) -> StepTrace:
+    """An AMP trace as the other 16-bit precision would trace: CUDA's autocast lists
+    are the same for fp16 and bf16, so the operators, shapes and bytes are too; only
+    the dtype names change (and the GradScaler's traffic in ``optimizer_bytes``,
+    which follows ``precision``). Saves tracing the step twice."""
+    old = _dtype_name(AUTOCAST_DTYPES[trace.precision])
+    new = _dtype_name(AUTOCAST_DTYPES[precision])
+    if None in (AUTOCAST_DTYPES[trace.precision], AUTOCAST_DTYPES[precision]):
+        raise ValueError(f"relabel needs two AMP precisions, got {trace.precision}")
+    ops = [
+        dataclasses.replace(o, dtype=new) if o.dtype == old else o for o in trace.ops
+    ]
+    saved = None
+    if trace.saved_tensors is not None:
+        saved = dict(trace.saved_tensors)
+        saved["by_dtype"] = {
+            (new if k == old else k): v for k, v in saved["by_dtype"].items()
+        }
+    return dataclasses.replace(trace, precision=precision, ops=ops, saved_tensors=saved)
 
 
 @contextlib.contextmanager
@@ -716,6 +877,10 @@ class Ceilings:
     ``mma_tflops`` maps a compute dtype (``"float32"``, ``"float16"``, ``"bfloat16"``)
     to the peak of convolutions/matrix products in that dtype; ``vector_tflops`` is the
     peak of everything else; ``bandwidth_gbs`` the memory bandwidth (GB/s, 1e9 bytes).
+    ``matmul_fp32_tflops``, when set, is the peak of fp32 matrix products (cuBLAS:
+    ``mm``, attention, recurrent layers) where it differs from fp32 convolutions'
+    (cuDNN): PyTorch allows TF32 for convolutions by default and not for matrix
+    products. ``conv_tf32``/``matmul_tf32`` say which of the two run in TF32.
     """
 
     name: str
@@ -723,6 +888,9 @@ class Ceilings:
     vector_tflops: float
     bandwidth_gbs: float
     notes: str = ""
+    matmul_fp32_tflops: float | None = None
+    conv_tf32: bool = False
+    matmul_tf32: bool = False
 
     def __post_init__(self):
         if not self.bandwidth_gbs or self.bandwidth_gbs <= 0:
@@ -739,7 +907,11 @@ class Ceilings:
                     f"{self.name}: mma peak for {k} must be positive, got {v}"
                 )
 
-    def mma_peak(self, dtype: str) -> float:
+    def mma_peak(self, dtype: str, kind: str = "conv") -> float:
+        """The matrix peak for ``dtype``; ``kind="matmul"`` for matrix products, whose
+        fp32 peak may differ from convolutions' (``matmul_fp32_tflops``)."""
+        if kind == "matmul" and dtype == "float32" and self.matmul_fp32_tflops:
+            return self.matmul_fp32_tflops
         if dtype not in self.mma_tflops:
             raise KeyError(
                 f"{self.name} has no matrix peak for {dtype!r}; it has "
@@ -755,21 +927,30 @@ class Ceilings:
         }
 
     @classmethod
-    def from_device(cls, device: Any, tf32: bool = True) -> "Ceilings":
+    def from_device(
+        cls, device: Any, tf32: bool = True, matmul_tf32: bool | None = None
+    ) -> "Ceilings":
         """Ceilings of a GPU from the device table (``ampbook.devices.Device``).
 
         fp32 convolutions run at the TF32 tensor-core peak when ``tf32`` (PyTorch's
         default for cuDNN convolutions: ``torch.backends.cudnn.allow_tf32 = True``) and
-        the device has one, else at the fp32 peak; fp16 at the fp16-with-fp32-accumulate
-        peak (what autocast's convolutions use); bf16 at the bf16 peak. Vector work at
-        the fp32 peak.
+        the device has one, else at the fp32 peak; fp32 matrix products likewise when
+        ``matmul_tf32`` (PyTorch's default is off:
+        ``torch.backends.cuda.matmul.allow_tf32 = False``; None: as ``tf32``); fp16 at
+        the fp16-with-fp32-accumulate peak (what autocast's convolutions use); bf16 at
+        the bf16 peak. Vector work at the fp32 peak.
         """
         fp32 = device.fp32_tflops
         tf32_peak = getattr(device, "tf32_tflops", None)
-        mma = {"float32": tf32_peak if (tf32 and tf32_peak) else fp32}
+        matmul_tf32 = tf32 if matmul_tf32 is None else matmul_tf32
+        conv_on, mm_on = bool(tf32 and tf32_peak), bool(matmul_tf32 and tf32_peak)
+        mma = {"float32": tf32_peak if conv_on else fp32}
+        mm_peak = tf32_peak if mm_on else fp32
+        conv_peak = "TF32 tensor-core" if conv_on else "fp32"
+        mm_name = "TF32 tensor-core" if mm_on else "fp32"
         notes = [
-            "fp32 convolutions at the "
-            f"{'TF32 tensor-core' if (tf32 and tf32_peak) else 'fp32'} peak"
+            f"fp32 convolutions at the {conv_peak} peak, fp32 matrix products at the "
+            f"{mm_name} peak"
         ]
         fp16 = getattr(device, "fp16_tflops_fp32acc", None)
         if fp16:
@@ -784,7 +965,24 @@ class Ceilings:
             vector_tflops=fp32,
             bandwidth_gbs=device.mem_bandwidth_gbs,
             notes="; ".join(notes),
+            matmul_fp32_tflops=mm_peak if mm_peak != mma["float32"] else None,
+            conv_tf32=conv_on,
+            matmul_tf32=mm_on,
         )
+
+    def family(self, op: "OpCost") -> str:
+        """The dtype family an operator runs in on these ceilings: ``"16-bit"``,
+        ``"tf32"`` (an fp32 convolution or matrix product on TF32 tensor cores),
+        ``"fp32"`` (CUDA cores) or ``"other"`` (an unmodelled dtype)."""
+        if op.dtype in ("float16", "bfloat16"):
+            return "16-bit"
+        if op.dtype not in ("float32", "none"):
+            return "other"
+        if op.mma_flops and op.dtype == "float32":
+            kind = op.op_class
+            on = self.matmul_tf32 if kind == "matmul" else self.conv_tf32
+            return "tf32" if on else "fp32"
+        return "fp32"
 
 
 @dataclass
@@ -982,8 +1180,9 @@ def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime
     before its bytes have moved at the bandwidth, so its time is at least the larger of
     the two (and at least ``min_kernel_s``, a launch's latency, when given)."""
     compute = op.other_flops / (ceilings.vector_tflops * 1e12)
-    if op.mma_flops:
-        compute += op.mma_flops / (ceilings.mma_peak(op.dtype) * 1e12)
+    if op.mma_flops:  # 0 for an unmodelled operator (complex, fp64...)
+        kind = "matmul" if op.op_class == "matmul" else "conv"
+        compute += op.mma_flops / (ceilings.mma_peak(op.dtype, kind) * 1e12)
     memory = op.bytes / (ceilings.bandwidth_gbs * 1e9)
     return OpTime(op, compute, memory, max(compute, memory, min_kernel_s))
 

@@ -1,37 +1,59 @@
 """Will AMP help *this* model? One command that diagnoses any ``nn.Module``.
 
-    python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N]
+    python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
         [--device auto|cpu|cuda] [--precisions fp32,amp-fp16,amp-bf16]
         [--gpus rtx3070-desktop,a100,h100,h200] [--loader-images-per-s X]
         [--loss cross-entropy|mse] [--json FILE] [--markdown FILE]
 
 ``SPEC`` is ``erfnet`` (the book's network), ``torchvision:NAME`` (any torchvision
-model, built with ``weights=None``: nothing is downloaded) or
-``package.module:callable`` (called with no arguments, it must return an
-``nn.Module``). The loss is cross-entropy
-against random targets shaped like the output (``N x C`` logits: one class per image;
-``N x C x ...``: one class per pixel), or ``--loss mse`` against random values.
+model, built with every weights argument off, ``weights=None`` and
+``weights_backbone=None``: nothing is downloaded) or ``package.module:callable``
+(called with no arguments, it must return an ``nn.Module``). ``--input`` is one sample's
+shape, of any rank (``3,224,224`` for an image, ``3,16,112,112`` for a video clip,
+``64,1000`` for a sequence). The loss is cross-entropy against random targets shaped
+like the output (``N x C`` logits: one class per sample; ``N x C x ...``: one class per
+pixel), or ``--loss mse`` against random values.
 
-The report has five sections, printed as tables and kept in one JSON-ready dict
+**What the model returns.** A tensor is the output. Otherwise the doctor reads one
+tensor by a fixed rule (``select_output``): from a dict, its ``"out"`` entry
+(torchvision's segmentation models), else its only tensor; from a tuple or list (a
+named tuple too), its first tensor (the logits, before auxiliary heads). ``--output
+KEY`` picks another: a dict key, a tuple index or a named-tuple field. The other
+outputs are computed in the forward and get no gradient. A model whose ``forward``
+takes several inputs, or whose shapes depend on its input's values (detection's box
+selection), cannot be traced from one tensor of fake data: the doctor says so, and a
+wrapper module whose ``forward(x)`` builds the inputs from one tensor makes it
+traceable (the README's doctor section has one).
+
+The report has five sections, printed as Markdown and kept in one JSON-ready dict
 (``diagnose``):
 
 1. **coverage**: of the traced step's forward and backward FLOPs and bytes, the share
    that CUDA's autocast runs in 16 bits, and the operators left in fp32 with the reason
    (autocast's fp32 list, a promotion, or an fp32 input such as a residual sum); ops the
-   cost model does not model are named with the share of the step they leave out;
+   cost model does not model (unknown FLOPs, or a dtype such as complex64 it has no
+   peak for) are named with the share of the step they leave out;
 2. **memory**: bytes saved for backward (the book's memory figure, ``ampbook.memory``),
-   fp32 against AMP, predicted for ``--batch`` from a line through batch 1 and 2 at the
-   full input, and measured on this device;
-3. **roofline** per GPU of the device table (``ampbook.costmodel.predict``): fp32 with
-   TF32 on and off, each AMP precision, the speedup, the share of the step in
-   memory-bound operators, and the images/s the input pipeline must deliver;
+   fp32 against AMP, counted at the requested size on the traced step (fake tensors: the
+   autograd graph of the real size, with CUDA's attention and recurrent kernels, and no
+   data), beside a real step measured on this device;
+3. **roofline** per GPU of the device table (``ampbook.costmodel.predict``): the bound
+   of fp32 with TF32 (for convolutions and matrix products), of each AMP precision,
+   their ratio (the speedup if both precisions reached the same share of their bound:
+   not an upper bound), the kernel counts, and the images/s the input pipeline must
+   deliver;
 4. **measured** on this device: the runner's own step (``ampbook.train.TrainStep``) per
-   precision at a small size on a CPU (bf16 stands in for fp16 there except at tiny
-   sizes: fp16 convolutions on a CPU without fp16 units are many times slower), at
-   the full size on CUDA, with channels_last and cudnn.benchmark variants;
-5. **verdict**: the expected AMP speedup per GPU as a range (the roofline's bound, and
-   the bound scaled by the kernel efficiencies measured in committed GPU layer profiles,
-   ``ampbook.results``), and a checklist ranked by predicted gain.
+   precision, on a CPU at a small size by chapter 5's rounds method
+   (``ampbook.bench_step.time_rounds``: the precisions take turns, and the verdict
+   says "no difference resolved" when the rounds disagree), fp16 at a tiny size with
+   its measured ratio; on CUDA at the full size, with channels_last and cudnn.benchmark
+   variants;
+5. **verdict**: the expected AMP speedup per GPU as a calibrated range
+   (``ampbook.calibration``: kernel efficiencies per operator class and dtype family
+   from committed GPU layer profiles and published training throughputs, each named
+   with its distance from this model), with the launch floor (kernels times the
+   measured host time per kernel) and the cast kernels AMP adds, and a checklist per
+   GPU: predicted and measured gains, upper bounds apart.
 
 Every FLOP and byte comes from ``ampbook.costmodel.trace_step`` (fake tensors: the full
 size costs seconds, not memory), every dtype from the CPU autocast that stands in for
@@ -44,11 +66,14 @@ import argparse
 import contextlib
 import copy
 import importlib
+import inspect
 import logging
 import math
 import statistics
 import sys
 import time
+import warnings
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -61,7 +86,6 @@ from ampbook import costmodel as cm
 from ampbook.precision import (
     AUTOCAST_DTYPES,
     backend_flags,
-    native_cpu_flags,
     torch_name,
 )
 from ampbook.results import PEAK_CUDA
@@ -70,11 +94,14 @@ from ampbook.results import SAVED_FOR_BACKWARD as SAVED
 PRECISIONS = cm.PRECISIONS
 AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
 LOSSES = ("cross-entropy", "mse")
-# Largest batch x pixels at which a CPU step is timed in fp16 (on CPUs without fp16
-# units its convolutions run many times slower than fp32; bf16 stands in above this).
+# Largest batch x pixels at which a CPU step is timed in fp16 (batch 2 of 32 x 32):
+# fp16 training steps on CPUs were measured many times slower than fp32; the doctor
+# prints the ratio it measures there, and no cause.
 CPU_FP16_MAX_PIXELS = 2 * 32 * 32
 # A CPU step is timed at an input scaled down to about this many pixels on a side.
-CPU_MEASURE_SIDE = 64
+CPU_MEASURE_SIDE = 32
+# Rounds of the CPU timing (chapter 5's method: the precisions take turns).
+CPU_ROUNDS = 5
 ERFNET_INPUT = (3, 512, 1024)
 DEFAULT_INPUT = (3, 224, 224)
 SIXTEEN_BIT = ("float16", "bfloat16")
@@ -96,8 +123,20 @@ def _first_line(err: BaseException) -> str:
 # --------------------------------------------------------------------------------------
 
 
+def _torchvision_model(name: str) -> nn.Module:
+    """A torchvision model with every weights argument off (``weights=None``, and
+    ``weights_backbone=None`` for the models built on a backbone): nothing is
+    downloaded."""
+    import torchvision
+
+    builder = torchvision.models.get_model_builder(name)
+    params = inspect.signature(builder).parameters
+    kwargs = {k: None for k in ("weights", "weights_backbone") if k in params}
+    return builder(**kwargs)
+
+
 def load_model(spec: str) -> nn.Module:
-    """The module ``spec`` names: ``erfnet``, ``torchvision:NAME`` (weights=None) or
+    """The module ``spec`` names: ``erfnet``, ``torchvision:NAME`` (no weights) or
     ``package.module:callable``."""
     if spec == "erfnet":
         from ampbook.data import NUM_CLASSES
@@ -125,7 +164,7 @@ def load_model(spec: str) -> nn.Module:
                 f"unknown torchvision model {name!r}: try one of {', '.join(near[:8])} "
                 f"(torchvision.models.list_models() has {len(names)})"
             )
-        return torchvision.models.get_model(name, weights=None)
+        return _torchvision_model(name)
     try:
         module = importlib.import_module(where)
     except ImportError as e:
@@ -160,24 +199,30 @@ def load_model(spec: str) -> nn.Module:
     return model
 
 
-def default_input(spec: str) -> tuple[int, int, int]:
+def default_input(spec: str) -> tuple[int, ...]:
     """ERFNet's book setting (3 x 512 x 1024), else an ImageNet image (3 x 224 x
     224)."""
     return ERFNET_INPUT if spec == "erfnet" else DEFAULT_INPUT
 
 
-def parse_input(text: str) -> tuple[int, int, int]:
-    """``"3,224,224"`` -> (3, 224, 224): channels, height, width, all positive."""
+def parse_input(text: str) -> tuple[int, ...]:
+    """``"3,224,224"`` -> (3, 224, 224): one sample's shape, any number of positive
+    dimensions (``3,16,112,112`` for a video clip: C, T, H, W)."""
     parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
     try:
         dims = tuple(int(p) for p in parts)
     except ValueError:
         dims = ()
-    if len(dims) != 3 or min(dims) < 1:
+    if not dims or min(dims) < 1:
         raise DoctorError(
-            f"--input {text!r}: give C,H,W as three positive integers, e.g. 3,224,224"
+            f"--input {text!r}: give one sample's shape as positive integers, e.g. "
+            "3,224,224 (C,H,W) or 3,16,112,112 (C,T,H,W)"
         )
-    return dims  # type: ignore[return-value]
+    return dims
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape))
 
 
 def parse_precisions(text: str | Sequence[str]) -> list[str]:
@@ -238,39 +283,212 @@ def _quiet_fake():
         log.setLevel(level)
 
 
-def output_shape(model: nn.Module, shape: Sequence[int], batch: int) -> tuple[int, ...]:
-    """The model's output shape for ``batch`` inputs of ``shape``, from a forward on
-    fake tensors (nothing computed). A model that rejects the input raises DoctorError
-    with the model's own message."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+# --------------------------------------------------------------------------------------
+# what the model returns
+# --------------------------------------------------------------------------------------
 
-    was_training = model.training
-    model.eval()
+OUTPUT_RULE = (
+    "a tensor as it is; a dict's 'out' entry, else its only tensor; a tuple's or "
+    "list's first tensor; --output KEY picks another"
+)
+
+
+def _pick(y, key: str | None):
+    """The tensor ``select_output`` reads, or a DoctorError naming what was there."""
+    if isinstance(y, torch.Tensor) and key is None:
+        return y
+    if isinstance(y, dict):
+        keys = list(y)
+        if key is not None:
+            if key not in y:
+                raise DoctorError(
+                    f"--output {key!r}: the model returns a dict with keys "
+                    f"{keys}; pass one of them"
+                )
+            return y[key]
+        if "out" in y:
+            return y["out"]
+        tensors = [k for k, v in y.items() if isinstance(v, torch.Tensor)]
+        if len(tensors) == 1:
+            return y[tensors[0]]
+        raise DoctorError(
+            f"the model returns a dict with keys {keys} and no 'out': pass --output "
+            "KEY to say which one is the output"
+        )
+    if isinstance(y, (tuple, list)):
+        if key is not None:
+            fields = getattr(y, "_fields", ())
+            if key in fields:
+                return getattr(y, key)
+            try:
+                return y[int(key)]
+            except (ValueError, IndexError):
+                named = f" or one of {list(fields)}" if fields else ""
+                raise DoctorError(
+                    f"--output {key!r}: the model returns a {type(y).__name__} of "
+                    f"{len(y)}; pass an index below {len(y)}{named}"
+                ) from None
+        first = next((v for v in y if isinstance(v, torch.Tensor)), None)
+        if first is None:
+            raise DoctorError(
+                f"the model returns a {type(y).__name__} without a tensor in it: pass "
+                "--output KEY, or wrap it so that forward returns the logits"
+            )
+        return first
+    if isinstance(y, torch.Tensor):
+        raise DoctorError(f"--output {key!r}: the model returns one tensor; drop it")
+    raise DoctorError(
+        f"the model returned {type(y).__name__}, not a tensor: wrap it so that "
+        "forward returns the logits"
+    )
+
+
+def select_output(y, key: str | None = None) -> torch.Tensor:
+    """The output the doctor's loss reads (``OUTPUT_RULE``)."""
+    out = _pick(y, key)
+    if not isinstance(out, torch.Tensor):
+        raise DoctorError(
+            f"the output the doctor read ({key or 'by its rule'}) is a "
+            f"{type(out).__name__}, not a tensor: pass --output KEY"
+        )
+    return out
+
+
+class SelectOutput(nn.Module):
+    """``model`` whose forward returns the one tensor ``select_output`` reads."""
+
+    def __init__(self, model: nn.Module, key: str | None = None):
+        super().__init__()
+        self.model, self.key = model, key
+
+    def forward(self, x):
+        return select_output(self.model(x), self.key)
+
+
+def _forward_inputs(model: nn.Module) -> list[str]:
+    """The names of the positional inputs ``model.forward`` requires."""
     try:
-        with _quiet_fake(), FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
-            y = model(torch.empty(batch, *shape))
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return ["x"]
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in params if p.kind in kinds and p.default is p.empty]
+
+
+def _data_dependent(err: BaseException) -> bool:
+    """Whether a fake-tensor forward failed because an output's shape depends on the
+    input's values (``nonzero``, non-maximum suppression, ``.item()``)."""
+    from torch._subclasses import fake_tensor as ft
+
+    kinds = tuple(
+        getattr(ft, n)
+        for n in ("DataDependentOutputException", "DynamicOutputShapeException")
+        if hasattr(ft, n)
+    )
+    text = f"{type(err).__name__} {err}"
+    return isinstance(err, kinds) or any(
+        w in text for w in ("data-dependent", "data dependent", "DataDependent")
+    )
+
+
+WRAP_HINT = (
+    "wrap it in a module whose forward(x) builds them from one tensor (see the "
+    "README's doctor section)"
+)
+
+
+def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
+    """One training-mode forward of ``model`` on fake tensors (its parameters and
+    buffers replaced by fake copies: nothing computed, nothing changed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.func import functional_call
+
+    with _quiet_fake(), FakeTensorMode():
+
+        def fake(t):
+            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype)
+
+        state = {n: fake(p) for n, p in model.named_parameters()}
+        state.update({n: fake(b) for n, b in model.named_buffers()})
+        was = model.training
+        model.train()
+        try:
+            with torch.no_grad():
+                return functional_call(model, state, (torch.empty(batch, *shape),))
+        finally:
+            model.train(was)
+
+
+_PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def output_shape(
+    model: nn.Module, shape: Sequence[int], batch: int, key: str | None = None
+) -> tuple[int, ...]:
+    """The shape of the output the doctor reads (``select_output``) for ``batch``
+    inputs of ``shape``, from a training-mode forward on fake tensors (nothing
+    computed). A model that rejects the input, needs several inputs or has
+    data-dependent shapes raises DoctorError saying so."""
+    return _probe(model, shape, batch, key)[0]
+
+
+def returns_tensor(model: nn.Module, shape: Sequence[int], batch: int) -> bool:
+    """Whether the model's forward returns a plain tensor (else the doctor wraps it in
+    ``SelectOutput``)."""
+    return _probe(model, shape, batch, None)[1]
+
+
+def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
+    cache = _PROBES.setdefault(model, {})
+    k = (tuple(shape), batch, key)
+    if k not in cache:
+        cache[k] = _probe_uncached(model, shape, batch, key)
+    return cache[k]
+
+
+def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
+    needs = _forward_inputs(model)
+    if len(needs) > 1:
+        raise DoctorError(
+            f"the model's forward takes {len(needs)} inputs ({', '.join(needs)}); the "
+            f"doctor feeds one tensor: {WRAP_HINT}"
+        )
+    try:
+        y = _fake_forward(model, shape, batch)
+    except DoctorError:
+        raise
     except Exception as fake_error:
+        if _data_dependent(fake_error):
+            raise DoctorError(
+                "the model's shapes depend on its input's values (an operator such as "
+                "nonzero or non-maximum suppression, as in detection models), which "
+                "fake tensors cannot trace: give the doctor the part whose shapes are "
+                f"fixed (the backbone), or {WRAP_HINT}"
+            ) from None
         err: BaseException = fake_error
-        # The model's own complaint about the shape: a real forward of one image says
+        # The model's own complaint about the shape: a real forward of one sample says
         # it in the model's words (fake tensors report their own meta-kernel messages).
         try:
             with torch.no_grad():
-                model(torch.zeros(1, *shape))
+                was = model.training
+                model.eval()
+                try:
+                    model(torch.zeros(1, *shape))
+                finally:
+                    model.train(was)
         except Exception as real:
             err = real
-        c, h, w = shape
-        raise DoctorError(
-            f"the model rejects input {c}x{h}x{w}: "
-            f"{type(err).__name__}: {_first_line(err)}; pass --input C,H,W it accepts"
-        ) from None
-    finally:
-        model.train(was_training)
-    if not isinstance(y, torch.Tensor):
-        raise DoctorError(
-            f"the model returned {type(y).__name__}, not a tensor: wrap it so that "
-            "forward returns the logits"
+        targets = "targets" in inspect.signature(model.forward).parameters
+        hint = (
+            f"; it takes targets in training mode (a detection model?): {WRAP_HINT}"
+            if targets
+            else "; pass --input with a shape it accepts"
         )
-    return tuple(y.shape)
+        raise DoctorError(
+            f"the model rejects input {_shape_text(shape)} at batch {batch}: "
+            f"{type(err).__name__}: {_first_line(err)}{hint}"
+        ) from None
+    return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor)
 
 
 def _check_loss(loss: str, out: Sequence[int]) -> None:
@@ -293,30 +511,24 @@ def targets(loss: str, out: Sequence[int], generator=None) -> torch.Tensor:
 # 1. coverage
 # --------------------------------------------------------------------------------------
 
-
-def _base_op(op: str) -> str:
-    """``native_layer_norm_backward`` -> ``layer_norm``: the name autocast's lists
-    use."""
-    name = op.removesuffix("_backward_data").removesuffix("_backward")
-    name = name.removesuffix("_forward").lstrip("_")
-    return name.removeprefix("native_")
+_CREATION_OPS = {"zeros", "ones", "full", "arange", "scalar_tensor", "randn", "rand"}
 
 
 def fp32_reason(op: cm.OpCost) -> str:
-    """Why an operator of an AMP trace ran in fp32, in a few words: autocast's fp32 list
-    or promotion (named), a cast, the loss, the autograd engine, or an fp32 input (an op
-    autocast does not list runs in its inputs' dtype, so one fp32 input, such as the
-    skip path of a residual sum, makes it fp32)."""
-    from ampbook.autocast_trace import documented_category
+    """Why an operator of an AMP trace ran in fp32, in a few words: CUDA autocast's
+    fp32 list or promotion (named, from the installed torch's lists:
+    ``autocast_trace.cuda_category``), a cast, the loss, the autograd engine, a tensor
+    created in fp32, or an fp32 input (an op autocast does not list runs in its inputs'
+    dtype, so one fp32 input, such as the skip path of a residual sum, makes it
+    fp32)."""
+    from ampbook.autocast_trace import _aten_base, cuda_category
 
-    base = _base_op(op.op)
+    base = _aten_base(op.op)
     grad = op.phase == "backward"
+    of = "gradient of " if grad else ""
     if op.op == "_to_copy":
         return "gradient cast to fp32" if grad else "cast to fp32"
-    category = documented_category(
-        base, "cuda", aliases=(op.op, base.removesuffix("2d"))
-    )
-    of = "gradient of " if grad else ""
+    category = cuda_category(op.op)
     if category == "float32":
         return f"{of}fp32 list ({base})"
     if category == "promote":
@@ -325,13 +537,15 @@ def fp32_reason(op: cm.OpCost) -> str:
         return "gradient accumulation (autograd)"
     if op.scope == cm.LOSS:
         return f"{of}loss on fp32 values"
+    if op.op in _CREATION_OPS or op.op.startswith("new_"):
+        return "created in fp32"
     return "gradient of an fp32 op" if grad else "fp32 input (e.g. residual sum)"
 
 
 def unmodelled(p: cm.Prediction) -> list[dict[str, Any]]:
-    """Operators whose FLOPs the cost model does not know (``StepTrace.unmodelled``):
-    their bytes are counted, their FLOPs are not; each with its share of the step's
-    bytes and of the predicted time."""
+    """Operators whose FLOPs the cost model does not know, or that compute in a dtype
+    it has no peak for (``StepTrace.unmodelled``): their bytes are counted, their FLOPs
+    are not; each with its share of the step's bytes and of the predicted time."""
     return [dict(r) for r in p.unmodelled]
 
 
@@ -340,8 +554,8 @@ def unmodelled_line(rows: Sequence[dict[str, Any]]) -> str | None:
     if not rows:
         return None
     names = ", ".join(
-        f"{r['op']} ({r['bytes_share']:.1%} of the bytes, {r['time_share']:.1%} of the "
-        "predicted time)"
+        f"{r['op']} ({r.get('why') or 'FLOPs unknown'}: {r['bytes_share']:.1%} of the "
+        f"bytes, {r['time_share']:.1%} of the predicted time)"
         for r in rows[:5]
     )
     more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
@@ -398,60 +612,60 @@ def coverage(trace: cm.StepTrace, p: cm.Prediction | None = None) -> dict[str, A
     }
 
 
+def cast_kernels(traces: dict[str, cm.StepTrace], precision: str) -> int:
+    """The dtype conversions (``_to_copy``) an AMP step adds over fp32's: autocast's
+    casts of weights and activations and their gradients' casts back."""
+
+    def casts(tr: cm.StepTrace) -> int:
+        return sum(o.kernels for o in tr.ops if o.op == "_to_copy")
+
+    return casts(traces[precision]) - casts(traces["fp32"])
+
+
 # --------------------------------------------------------------------------------------
 # 2. memory
 # --------------------------------------------------------------------------------------
 
 
-def _saved_bytes(model, x, y, loss: str, dtype) -> int:
-    """New bytes saved for backward by one real forward on the CPU, under CUDA's
-    autocast lists (``autocast_trace.CudaAutocastRules``) when ``dtype`` is set."""
-    from ampbook.autocast_trace import CudaAutocastRules
-    from ampbook.memory import saved_for_backward
+def memory_at_size(traces: dict[str, cm.StepTrace], amp: str | None) -> dict[str, Any]:
+    """Bytes saved for backward at the requested size, fp32 and AMP, counted on the
+    traced steps (``StepTrace.saved_tensors``: the saved-tensor meter on the autograd
+    graph of the real size, fake tensors without data, CUDA's autocast lists and
+    kernels), and the weights, gradients and Adam state beside them."""
+    from ampbook.memory import ADAM_STATE_BYTES_PER_PARAM
 
-    fn = nn.MSELoss() if loss == "mse" else nn.CrossEntropyLoss(ignore_index=255)
-    with CudaAutocastRules():
-        return saved_for_backward(model, x, y, "cpu", dtype, loss_fn=fn)["new_bytes"]
-
-
-def predict_memory(
-    model: nn.Module,
-    shape: Sequence[int],
-    batch: int,
-    loss: str,
-    small: Sequence[int] | None = None,
-) -> dict[str, Any]:
-    """Bytes saved for backward at ``batch`` x ``shape``, fp32 and AMP, from a line in
-    the pixels of a batch (``ampbook.memory.fit_line``, the book's memory line) through
-    batch 1 and 2 at the input ``small`` (default: ``shape``): real forwards on the CPU
-    under CUDA's autocast lists, bf16 standing in for fp16 (the same bytes)."""
-    from ampbook.memory import fit_line
-
-    small = tuple(small or shape)
-    out = output_shape(model, small, 1)
-    g = torch.Generator().manual_seed(0)
-    lines = {}
-    for name, dtype in (("fp32", None), ("amp", torch.bfloat16)):
-        points = []
-        for n in (1, 2):
-            x = torch.randn(n, *small, generator=g)
-            y = targets(loss, (n, *out[1:]), g)
-            pixels = n * small[1] * small[2]
-            points.append((pixels, _saved_bytes(model, x, y, loss, dtype)))
-        lines[name] = fit_line(points)
-    pixels = batch * shape[1] * shape[2]
-    fp32, amp = lines["fp32"](pixels), lines["amp"](pixels)
-    size = "x".join(map(str, small[1:]))
-    return {
-        "batch": batch,
-        "fp32_bytes": fp32,
-        "amp_bytes": amp,
-        "amp_over_fp32": amp / fp32 if fp32 else None,
-        "fixed_amp_bytes": lines["amp"].intercept,
-        "method": f"a line in the pixels of a batch through batch 1 and 2 at {size} "
-        "(real forwards on the CPU under CUDA's autocast lists, bf16: the same bytes "
-        "as fp16)",
+    fp32 = traces["fp32"]
+    out: dict[str, Any] = {
+        "batch": fp32.batch_size,
+        "input": list(fp32.input_shape or ()),
+        "fp32_bytes": fp32.saved_tensors["new_bytes"],
+        "state_bytes": ADAM_STATE_BYTES_PER_PARAM * fp32.parameters,
+        "method": "counted at the requested size on the traced step (fake tensors: "
+        "the real size's autograd graph, no data)",
     }
+    if amp is not None:
+        a = traces[amp].saved_tensors
+        out.update(
+            amp_precision=amp,
+            amp_bytes=a["new_bytes"],
+            amp_over_fp32=a["new_bytes"] / out["fp32_bytes"]
+            if out["fp32_bytes"]
+            else None,
+            amp_fp32_part=a["by_dtype"].get("float32", 0),
+        )
+    return out
+
+
+def fake_saved_bytes(
+    model: nn.Module, shape: Sequence[int], batch: int, loss: str, precision: str
+) -> int:
+    """New bytes saved for backward by one forward and loss on fake tensors (a trace
+    without its backward), to hold against a real step's count at the same size."""
+    tr = cm.trace_step(
+        model, batch, 1, 1, precision, input_shape=shape, backward=False,
+        loss=_loss_fn(loss),
+    )  # fmt: skip
+    return tr.saved_tensors["new_bytes"]
 
 
 # --------------------------------------------------------------------------------------
@@ -465,44 +679,62 @@ def roofline(
     loader_images_per_s: float | None = None,
     devices=None,
 ) -> list[dict[str, Any]]:
-    """Section 3: per GPU and AMP precision, the predicted steps and what they need."""
-    from ampbook.devices import load_devices
+    """Section 3: per GPU and AMP precision, the bounds and what they need.
+
+    fp32 three ways: with TF32 for convolutions and matrix products (``fp32_tf32_s``,
+    the baseline of every speedup), with PyTorch's defaults (TF32 for cuDNN's
+    convolutions, not for matrix products: ``fp32_default_s``) and without TF32
+    (``fp32_strict_s``)."""
+    from ampbook.calibration import class_bounds
+    from ampbook.devices import display_name, load_devices
 
     devices = load_devices() if devices is None else devices
     rows = []
     batch = traces["fp32"].batch_size
+    fp32_kernels = int(traces["fp32"].totals()["kernels"])
     for key in gpus:
         d = devices[key]
-        on, off = (
-            cm.Ceilings.from_device(d, tf32=True),
-            cm.Ceilings.from_device(d, tf32=False),
-        )
-        p_on, p_off = cm.predict(traces["fp32"], on), cm.predict(traces["fp32"], off)
+        on = cm.Ceilings.from_device(d, tf32=True, matmul_tf32=True)
+        default = cm.Ceilings.from_device(d, tf32=True, matmul_tf32=False)
+        off = cm.Ceilings.from_device(d, tf32=False, matmul_tf32=False)
+        p_on = cm.predict(traces["fp32"], on)
+        p_def = cm.predict(traces["fp32"], default)
+        p_off = cm.predict(traces["fp32"], off)
         for prec, tr in traces.items():
             if prec == "fp32":
                 continue
             dtype = torch_name(AUTOCAST_DTYPES[prec])
             row = {
                 "gpu": key,
-                "gpu_name": d.name,
+                "gpu_name": display_name(key, devices),
                 "precision": prec,
                 "fp32_tf32_s": p_on.min_step_s,
+                "fp32_default_s": p_def.min_step_s,
                 "fp32_strict_s": p_off.min_step_s,
                 "fp32_memory_bound_share": p_on.memory_bound_share,
+                "fp32_by_class_s": class_bounds(p_on),
+                "fp32_kernels": fp32_kernels,
             }
             if dtype not in on.mma_tflops:
-                row.update(amp_s=None, note=f"{d.name} has no {dtype} tensor cores")
+                row.update(
+                    amp_s=None,
+                    note=f"the {row['gpu_name']} has no {dtype} tensor cores",
+                )
                 rows.append(row)
                 continue
             p = cm.predict(tr, on)
             row.update(
                 amp_s=p.min_step_s,
+                amp_by_class_s=class_bounds(p),
+                amp_kernels=int(tr.totals()["kernels"]),
                 speedup_tf32=p_on.min_step_s / p.min_step_s,
+                speedup_default=p_def.min_step_s / p.min_step_s,
                 speedup_strict=p_off.min_step_s / p.min_step_s,
                 memory_bound_share=p.memory_bound_share,
                 mma_share=_mma_share(p),
                 images_per_s_needed=batch / p.min_step_s,
                 fp32_images_per_s_needed=batch / p_on.min_step_s,
+                fusable_s=class_bounds(p)["elementwise"],
             )
             if loader_images_per_s:
                 row["epoch_bound"] = (
@@ -511,7 +743,9 @@ def roofline(
                     else "step"
                 )
                 row["pace"] = cm.pace_verdict(
-                    loader_images_per_s, row["images_per_s_needed"], f"on {d.name}"
+                    loader_images_per_s,
+                    row["images_per_s_needed"],
+                    f"on the {row['gpu_name']}",
                 )
             rows.append(row)
     return rows
@@ -547,26 +781,41 @@ def where_time_goes(p: cm.Prediction, top: int = 6) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------
 
 
+def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
+    """``shape`` with its last two dimensions (the last one for a sequence, none for a
+    vector) scaled down to about ``side`` each, multiples of 32 (at least 32, at most
+    the original)."""
+    shape = tuple(shape)
+    n = min(2, len(shape) - 1)
+    if n <= 0:
+        return shape
+    spatial = shape[-n:]
+    f = max(1, math.ceil(max(spatial) / side))
+    small = tuple(min(s, max(32, round(s / f / 32) * 32)) for s in spatial)
+    return shape[:-n] + small
+
+
 def measure_size(
-    model: nn.Module, shape: Sequence[int], batch: int, device: torch.device
-) -> tuple[tuple[int, int, int], int]:
+    model: nn.Module,
+    shape: Sequence[int],
+    batch: int,
+    device: torch.device,
+    key: str | None = None,
+) -> tuple[tuple[int, ...], int]:
     """Where to time steps: the full size on CUDA; on a CPU an input scaled to about
-    ``CPU_MEASURE_SIDE`` pixels a side (multiples of 32) and batch <= 2, or the full
-    input at batch 1 when the model accepts no other."""
+    ``CPU_MEASURE_SIDE`` pixels a side (``_scaled``) and batch <= 2, or the full input
+    at batch 2 when the model accepts no other."""
     if device.type == "cuda":
-        return tuple(shape), batch  # type: ignore[return-value]
-    c, h, w = shape
-    f = max(1, math.ceil(max(h, w) / CPU_MEASURE_SIDE))
-    small = (c, max(32, round(h / f / 32) * 32), max(32, round(w / f / 32) * 32))
-    small = (c, min(small[1], h), min(small[2], w))
+        return tuple(shape), batch
+    small = _scaled(shape, CPU_MEASURE_SIDE)
     try:
-        output_shape(model, small, 1)
+        output_shape(model, small, min(batch, 2), key)
         return small, min(batch, 2)
     except DoctorError:
-        return tuple(shape), 1  # type: ignore[return-value]
+        return tuple(shape), min(batch, 2)
 
 
-def _variants(device: torch.device, precisions: Sequence[str], pixels: int):
+def _variants(device: torch.device, precisions: Sequence[str]):
     """(label, precision, tf32, channels_last, cudnn_benchmark, skip reason)."""
     if device.type == "cuda":
         out = [("fp32 (TF32 on)", "fp32", True, False, False, None)]
@@ -578,17 +827,7 @@ def _variants(device: torch.device, precisions: Sequence[str], pixels: int):
             out.append((f"{p} + channels_last", p, True, True, False, why))
             out.append((f"{p} + cudnn.benchmark", p, True, False, True, why))
         return out
-    out = [("fp32", "fp32", False, False, False, None)]
-    for p in precisions[1:]:
-        why = None
-        if p == "amp-fp16" and pixels > CPU_FP16_MAX_PIXELS:
-            why = (
-                "not timed: fp16 convolutions on a CPU without fp16 units run many "
-                f"times slower than fp32 (timed only at <= {CPU_FP16_MAX_PIXELS} "
-                "pixels a batch); amp-bf16 stands in"
-            )
-        out.append((p, p, False, False, False, why))
-    return out
+    return [(p, p, False, False, False, None) for p in precisions]
 
 
 class _Variant:
@@ -658,6 +897,47 @@ def _finish(row: dict, v: _Variant) -> None:
     )
 
 
+def _batch_for(model, shape, batch, loss, key, seed=0):
+    out = output_shape(model, shape, batch, key)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, *shape, generator=g), targets(loss, out, g)
+
+
+def _cpu_rounds(model, shape, batch, loss, precisions, key, rounds):
+    """The CPU's precisions timed by chapter 5's rounds method at one size: rows with
+    each one's median step, the median of its per-round ratios to fp32 and the
+    ratios."""
+    from ampbook.bench_step import time_rounds
+
+    x, y = _batch_for(model, shape, batch, loss, key)
+    dev = torch.device("cpu")
+    rows, steps, live = [], {}, {}
+    for p in precisions:
+        row = {"variant": p, "precision": p, "skipped": None}
+        rows.append(row)
+        try:
+            v = _Variant(model, dev, p, False, False, False, x, y)
+            # the first step builds oneDNN's kernels: untimed, it counts the memory
+            row["memory_bytes"], row["memory_measure"] = v.memory()
+        except Exception as e:  # e.g. an op without a kernel for this dtype here
+            row["skipped"] = f"failed: {type(e).__name__}: {_first_line(e)}"
+            continue
+        steps[p], live[p] = (v.step, (v.x, v.y), dev), v
+    times = time_rounds(steps, rounds, warmup=False) if steps else {}
+    for row in rows:
+        p = row["precision"]
+        if p not in live:
+            continue
+        t = times[p]
+        row.update(step_s=statistics.median(t), min_step_s=min(t), samples=len(t))
+        if p != "fp32" and "fp32" in times:
+            ratios = [a / b for a, b in zip(times["fp32"], times[p])]
+            row.update(speedup=statistics.median(ratios), ratios=ratios)
+        elif p == "fp32":
+            row["speedup"] = 1.0
+    return rows
+
+
 def measure(
     model: nn.Module,
     shape: Sequence[int],
@@ -666,56 +946,89 @@ def measure(
     precisions: Sequence[str],
     device: torch.device,
     repeats: int = 3,
+    key: str | None = None,
+    size: tuple[Sequence[int], int] | None = None,
+    rounds: int = CPU_ROUNDS,
 ) -> dict[str, Any]:
-    """Section 4: the runner's step timed per precision (and layout/flag) here."""
+    """Section 4: the runner's step timed per precision (and layout/flag) here.
+
+    On a CPU (``size`` overrides the input and batch chosen by ``measure_size``): fp32
+    and amp-bf16 by chapter 5's rounds method (``rounds`` rounds, taking turns), with
+    the verdict on their per-round ratios (``costmodel.speedup_verdict``: "no difference
+    is resolved" when the rounds disagree); amp-fp16 at a tiny size
+    (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed with no
+    cause. On CUDA: every variant at the full size, ``repeats`` timed steps each."""
     from ampbook.env import cpu_name
 
-    mshape, mbatch = measure_size(model, shape, batch, device)
-    out = output_shape(model, mshape, mbatch)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(mbatch, *mshape, generator=g)
-    y = targets(loss, out, g)
-    pixels = mbatch * mshape[1] * mshape[2]
-    rows, live = [], []
-    for label, prec, tf32, cl, bench, why in _variants(device, precisions, pixels):
+    mshape, mbatch = (
+        (tuple(size[0]), int(size[1]))
+        if size and device.type != "cuda"
+        else measure_size(model, shape, batch, device, key)
+    )
+    if device.type != "cuda":
+        main = [p for p in precisions if p != "amp-fp16"]
+        rows = _cpu_rounds(model, mshape, mbatch, loss, main, key, rounds)
+        extra = None
+        if "amp-fp16" in precisions:
+            tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
+            try:
+                output_shape(model, tiny, 2, key)
+            except DoctorError:
+                tiny = mshape
+            pair = _cpu_rounds(model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1)
+            fp16 = pair[1]
+            fp16["input"], fp16["batch"] = list(tiny), 2
+            if fp16.get("speedup"):
+                fp16["note"] = (
+                    f"timed at batch 2 x {_shape_text(tiny)} beside fp32 there "
+                    f"({fp16['speedup']:.2g}x fp32's speed)"
+                )
+            order = list(precisions)
+            rows = sorted(rows + [fp16], key=lambda r: order.index(r["precision"]))
+            extra = fp16
+        bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
+        verdict = (
+            cm.speedup_verdict(bf16["ratios"], "amp-bf16")
+            if bf16 and bf16.get("ratios")
+            else None
+        )
+        return {
+            "device": "cpu",
+            "device_name": cpu_name(),
+            "input": list(mshape),
+            "batch": mbatch,
+            "rounds": rounds,
+            "rows": rows,
+            "rounds_verdict": verdict,
+            "fp16": extra,
+        }
+    x, y = _batch_for(model, mshape, mbatch, loss, key)
+    rows = []
+    for label, prec, tf32, cl, bench, why in _variants(device, precisions):
         row = {"variant": label, "precision": prec, "skipped": why}
         rows.append(row)
         if why is not None:
             continue
-        try:  # two warm-up steps (the first calls build oneDNN/cuDNN kernels)
+        try:  # two warm-up steps (the first calls build cuDNN's kernels)
             v = _Variant(model, device, prec, tf32, cl, bench, x, y)
-            if device.type == "cuda":  # one after another: its peak holds only its own
-                v.time(2, repeats)
-                _finish(row, v)
-                del v
-                torch.cuda.empty_cache()
-            else:
-                v.time(2, 1)
-                live.append((row, v))
+            v.time(2, repeats)
+            _finish(row, v)
+            del v
+            torch.cuda.empty_cache()
         except Exception as e:  # e.g. an op without a kernel for this dtype here
             row["skipped"] = f"failed: {type(e).__name__}: {_first_line(e)}"
-    # On a CPU the variants take turns, so a machine busy with other work slows
-    # every variant alike.
-    for _ in range(repeats - 1):
-        for _, v in live:
-            v.time(0, 1)
-    for row, v in live:
-        _finish(row, v)
     base = rows[0].get("step_s")
     for r in rows:
         if r.get("step_s") and base:
             r["speedup"] = base / r["step_s"]
-    if device.type == "cuda":
-        what = torch.cuda.get_device_name(device)
-    else:
-        flags = native_cpu_flags()
-        what = f"{cpu_name()} (16-bit units: {', '.join(flags) or 'none listed'})"
     return {
-        "device": device.type,
-        "device_name": what,
+        "device": "cuda",
+        "device_name": torch.cuda.get_device_name(device),
         "input": list(mshape),
         "batch": mbatch,
         "rows": rows,
+        "rounds_verdict": None,
+        "fp16": None,
     }
 
 
@@ -724,133 +1037,225 @@ def measure(
 # --------------------------------------------------------------------------------------
 
 
-def profile_efficiencies(results_dir=None) -> dict[str, dict[str, Any]]:
-    """Kernel efficiency (roofline bound / measured step) of every committed GPU layer
-    profile (``ampbook.results``), per GPU and precision: ``{gpu name: {"key": table
-    key or None, "fp32": e, "amp-fp16": e, ...}}``."""
-    from ampbook.results import load_results_dir
-
-    out: dict[str, dict[str, Any]] = {}
-    for lp in load_results_dir(results_dir).layer_profiles:
-        if not lp.step_s > 0:
-            continue
-        e = out.setdefault(lp.device_name, {"key": table_key(lp.device_name)})
-        e[lp.precision] = lp.efficiency
-    return out
+def _span(lo: float, hi: float) -> str:
+    return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"
 
 
-def _efficiency_for(gpu: str, precision: str, effs: dict) -> tuple[float, str] | None:
-    """The efficiency ratio AMP/fp32 to apply on ``gpu``: its own profiles when
-    committed, else those of another GPU (named)."""
-    pairs = [(name, e) for name, e in effs.items() if "fp32" in e and precision in e]
-    own = [(n, e) for n, e in pairs if e["key"] == gpu]
-    pick = (own or pairs)[:1]
-    if not pick:
-        return None
-    name, e = pick[0]
-    return e[precision] / e["fp32"], name
+def _gist(lo: float, hi: float) -> str:
+    """Words for a range, from its upper end only (no threshold inside a range, where
+    two precisions on the same peaks could fall on either side of it)."""
+    if hi < 1:
+        return "AMP would be slower"
+    if hi < 1.1:
+        return "little or nothing to gain"
+    return "a gain"
 
 
 def speedup_range_verdict(
-    gpu_name: str, precision: str, bound: float, at_efficiency: float | None, source=""
+    gpu_name: str, precision: str, rng: dict[str, Any], casts: int | None = None
 ) -> str:
-    """The expected AMP speedup on one GPU, in one line: the roofline's ratio and, when
-    kernel efficiencies were measured, the ratio at those efficiencies."""
-    if bound <= 0 or (at_efficiency is not None and at_efficiency <= 0):
+    """The expected AMP speedup on one GPU, in one line, from a calibrated range
+    (``calibration.calibrated_range``): the range and how many references give it,
+    the nearest of them, the ratio at equal shares of the bound (not a bound), and the
+    launch floor when it binds."""
+    equal = rng["equal_share"]
+    if equal <= 0:
         raise ValueError("speedups must be positive")
-    if at_efficiency is None:
-        lo = hi = bound
-        how = "the roofline's ratio alone: no committed GPU layer profile"
-    else:
-        lo, hi = sorted((bound, at_efficiency))
-        how = (
-            f"roofline {bound:.2f}x; {at_efficiency:.2f}x at the kernel efficiencies "
-            f"of ERFNet's layer profiles on {source}"
+    family = "TF32" if rng["family"] == "tf32" else "fp32"
+    tf32 = "TF32 on" if family == "TF32" else "no TF32"
+    head = f"{gpu_name}: {precision} over fp32 ({tf32})"
+    same = f"{equal:.2f}x if both precisions reached the same share of their bound"
+    rows = rng["rows"]
+    if not rows:
+        return (
+            f"{head}: no reference measured the {family} and 16-bit efficiencies this "
+            f"GPU needs, so no calibrated range; {same} (not a bound)."
         )
-    span = f"{lo:.2f}x" if lo == hi else f"{lo:.2f}x to {hi:.2f}x"
-    if hi < 1.1:
-        gist = "little or nothing to gain"
-    elif lo >= 1.5:
-        gist = "a clear gain"
-    else:
-        gist = "a modest gain"
-    return f"{gpu_name}: {precision} over fp32 (TF32 on) {span}, {gist} ({how})."
+    lo, hi = rng["low"], rng["high"]
+    near = min(rows, key=_nearness)
+    from ampbook.calibration import distance_text
+
+    n = len(rows)
+    line = (
+        f"{head} {_span(lo, hi)}, {_gist(lo, hi)}, at the kernel efficiencies of "
+        f"{n} reference{'s' if n != 1 else ''} (nearest: {near['label']}, "
+        f"{distance_text(near)}: {near['speedup']:.2f}x); {same}."
+    )
+    launch = rng.get("launch")
+    if launch and (launch.get("amp_bound") or launch.get("fp32_bound")):
+        which = "AMP's" if launch.get("amp_bound") else "fp32's"
+        kernels = launch["amp_kernels"] if launch.get("amp_bound") else None
+        kernels = kernels or launch["fp32_kernels"]
+        floor = launch["amp_floor_s"] if launch.get("amp_bound") else None
+        floor = floor or launch["fp32_floor_s"]
+        cast = f" (its casts add {casts})" if casts and which == "AMP's" else ""
+        line += (
+            f" Launch-bound: {which} {kernels} kernels{cast} need at least "
+            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each, "
+            "longer than their calibrated kernel time."
+        )
+    return line
+
+
+def _nearness(row: dict[str, Any]) -> tuple:
+    order = {"same GPU": 0, "same architecture": 1, "other architecture": 2}
+    return (not row["same_network"], order[row["gpu_distance"]], row["mix_distance"])
+
+
+def verdict_ranges(
+    roof: list[dict[str, Any]],
+    traces: dict[str, cm.StepTrace],
+    refs,
+    floor,
+    model: str | None,
+    devices=None,
+) -> list[dict[str, Any]]:
+    """Section 5's ranges: per GPU and AMP precision, the calibrated range
+    (``calibration.calibrated_range``) with its verdict line."""
+    from ampbook.calibration import calibrated_range
+
+    out = []
+    for r in roof:
+        if not r.get("amp_s"):
+            continue
+        rng = calibrated_range(
+            r["fp32_by_class_s"],
+            r["amp_by_class_s"],
+            r["gpu"],
+            refs,
+            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
+            floor=floor,
+            model=model,
+            devices=devices,
+        )
+        casts = cast_kernels(traces, r["precision"])
+        out.append(
+            {
+                "gpu": r["gpu"],
+                "gpu_name": r["gpu_name"],
+                "precision": r["precision"],
+                "casts": casts,
+                **rng,
+                "line": speedup_range_verdict(
+                    r["gpu_name"], r["precision"], rng, casts
+                ),
+            }
+        )
+    return out
 
 
 def checklist(
     roof: list[dict[str, Any]],
-    preds: dict[str, cm.Prediction],
+    ranges: list[dict[str, Any]],
     loader_images_per_s: float | None,
     measured: dict[str, Any] | None,
-) -> list[dict[str, Any]]:
-    """What to try for this model, ranked by predicted (or measured) gain on the step:
-    AMP, TF32 for the fp32 baseline, fusing the non-matrix ops (an upper bound), the
-    input pipeline (with a loader rate), channels_last and cudnn.benchmark (measured on
-    CUDA)."""
-    items = []
-    amp_rows = [r for r in roof if r.get("amp_s")]
-    if amp_rows:
-        best = max(amp_rows, key=lambda r: r["speedup_tf32"])
-        gains = [r["speedup_tf32"] for r in amp_rows]
-        items.append(
-            {
-                "item": "train with AMP",
-                "gain": best["speedup_tf32"],
-                "detail": f"roofline {min(gains):.2f}x to {max(gains):.2f}x over the "
-                f"GPUs; most on {best['gpu_name']} ({best['precision']})",
-                "source": "predicted",
-            }
-        )
-        tf = [r["fp32_strict_s"] / r["fp32_tf32_s"] for r in amp_rows]
-        items.append(
-            {
-                "item": "for fp32, allow TF32 (the allow_tf32 flags)",
-                "gain": max(tf),
-                "detail": f"roofline {min(tf):.2f}x to {max(tf):.2f}x over the GPUs",
-                "source": "predicted",
-            }
-        )
-    for gpu, p in preds.items():
-        ops_s = sum(t.time_s for t in p.times)
-        mma_s = sum(t.time_s for t in p.times if t.op.mma_flops)
-        if mma_s > 0:
+) -> dict[str, list[dict[str, Any]]]:
+    """What to try, per GPU (one GPU per row, named), ranked by gain within each GPU:
+    AMP (the calibrated range's middle, or the ratio at equal shares without one), TF32
+    for matrix products (off by default in PyTorch), TF32 for convolutions (on by
+    default: listed, never ranked), the input pipeline (with a loader rate), and
+    channels_last and cudnn.benchmark as measured on this GPU. ``upper_bounds`` apart:
+    fusing the element-wise operators (``torch.compile``) if they vanished entirely;
+    normalisation layers stay (training BatchNorm reads and writes its input whatever
+    is fused into it)."""
+    items: list[dict[str, Any]] = []
+    bounds: list[dict[str, Any]] = []
+    by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
+    seen = set()
+    for r in roof:
+        gpu, name = r["gpu"], r["gpu_name"]
+        rng = by_gpu.get((gpu, r["precision"]))
+        if rng is not None:
+            if rng["rows"]:
+                lo, hi = rng["low"], rng["high"]
+                gain, src = math.sqrt(lo * hi), "calibrated"
+                n = len(rng["rows"])
+                detail = f"{_span(lo, hi)} from {n} reference{'s' if n != 1 else ''}"
+            else:
+                gain, src = rng["equal_share"], "equal shares of the bound"
+                detail = "no reference for this GPU's families"
+            items.append(
+                {"gpu": name, "item": f"train with AMP ({r['precision']})",
+                 "gain": gain, "source": src, "detail": detail}
+            )  # fmt: skip
+        if gpu in seen:
+            continue
+        seen.add(gpu)
+        mm = r["fp32_default_s"] / r["fp32_tf32_s"]
+        if mm > 1.005:
             items.append(
                 {
-                    "item": "fuse element-wise ops (torch.compile)",
-                    "gain": (ops_s + p.optimizer_s) / (mma_s + p.optimizer_s),
-                    "detail": f"at most, on {p.ceilings.name} with AMP: the non-matrix "
-                    f"ops take {1 - mma_s / ops_s:.0%} of the bound",
-                    "source": "upper bound",
+                    "gpu": name,
+                    "item": "fp32: allow TF32 for matrix products "
+                    "(torch.backends.cuda.matmul.allow_tf32, off by default)",
+                    "gain": mm,
+                    "source": "equal shares of the bound",
+                    "detail": "the fp32 step's matrix products on TF32 tensor cores",
                 }
             )
-        break  # one GPU (the first asked for) stands for the rest here
-    if loader_images_per_s and amp_rows:
-        need = max(r["images_per_s_needed"] for r in amp_rows)
-        if loader_images_per_s < need:
+        conv = r["fp32_strict_s"] / r["fp32_default_s"]
+        if conv > 1.005:
             items.append(
                 {
-                    "item": "speed up the input pipeline (more workers, faster "
-                    "decoding)",
-                    "gain": need / loader_images_per_s,
-                    "detail": f"the loader's {loader_images_per_s:.3g} images/s bound "
-                    f"the epoch; the fastest GPU here needs {need:.3g}",
-                    "source": "predicted",
+                    "gpu": name,
+                    "item": "fp32: TF32 for convolutions (torch.backends.cudnn."
+                    "allow_tf32) is on by default",
+                    "gain": None,
+                    "source": "already on",
+                    "detail": f"turning it off would cost {conv:.2f}x at equal shares",
                 }
             )
+        if r.get("amp_s"):
+            total = r["amp_s"]
+            fusable = r["fusable_s"]
+            if 0 < fusable < total:
+                bounds.append(
+                    {
+                        "gpu": name,
+                        "item": "fuse element-wise ops (torch.compile)",
+                        "gain": total / (total - fusable),
+                        "source": "upper bound",
+                        "detail": "if the element-wise operators' "
+                        f"{fusable / total:.0%} of the AMP bound vanished; "
+                        "normalisation stays",
+                    }
+                )
+        if loader_images_per_s and r.get("images_per_s_needed"):
+            need = r["images_per_s_needed"]
+            if loader_images_per_s < need:
+                items.append(
+                    {
+                        "gpu": name,
+                        "item": "speed up the input pipeline (more workers, faster "
+                        "decoding)",
+                        "gain": need / loader_images_per_s,
+                        "source": "bound",
+                        "detail": f"the loader's {loader_images_per_s:,.0f} images/s "
+                        f"against the {need:,.0f} the AMP bound uses",
+                    }
+                )
     if measured and measured["device"] == "cuda":
+        from ampbook.devices import display_name
+
+        name = display_name(measured["device_name"])
         rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
         for r in rows.values():
             for what in ("channels_last", "cudnn.benchmark"):
                 if r["variant"].endswith(what) and r["precision"] in rows:
                     items.append(
                         {
+                            "gpu": name,
                             "item": f"{what} with {r['precision']}",
                             "gain": rows[r["precision"]]["step_s"] / r["step_s"],
-                            "detail": f"measured on {measured['device_name']}",
                             "source": "measured",
+                            "detail": f"measured on this {name}",
                         }
                     )
-    return sorted(items, key=lambda i: -i["gain"])
+    order = list(dict.fromkeys(i["gpu"] for i in items))
+    items.sort(
+        key=lambda i: (order.index(i["gpu"]), i["gain"] is None, -(i["gain"] or 0))
+    )
+    return {"items": items, "upper_bounds": bounds}
 
 
 def table_key(device_name: str) -> str | None:
@@ -885,9 +1290,11 @@ def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | N
 
 
 def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") -> str:
-    """Which of the two ratios a model's predicted AMP gain on ``gpu`` follows, in one
-    line: the bytes (a memory-bound step gains what autocast halves) or the tensor
-    cores' peak (a math-bound step gains what the matrix units add)."""
+    """Which of two ratios a model's bound ratio on ``gpu`` follows, in one line: the
+    bytes (a memory-bound step's bound shrinks by what autocast halves) or the tensor
+    cores' peak (a math-bound step's bound by what the matrix units add). Both are
+    ratios of bounds: the speedup if both precisions reached the same share of their
+    bound, which real kernels do not (the calibrated range says by how much)."""
     row = next(
         (
             r
@@ -901,22 +1308,38 @@ def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") 
     speed, nb = row["speedup_tf32"], bytes_ratio(report, precision)
     peak = peak_ratio(gpu, precision)
     follows = (
-        "its bytes set the gain"
+        "its bytes set the ratio"
         if peak is None or abs(math.log(speed / nb)) <= abs(math.log(speed / peak))
-        else "the tensor cores' peak sets the gain"
+        else "the tensor cores' peak sets the ratio"
     )
     peak_text = f"{peak:.2f}x" if peak else "none"
     return (
-        f"{report['model']} on {row['gpu_name']}: {precision} {speed:.2f}x at the "
-        f"roofline, {row['memory_bound_share']:.0%} of the step memory-bound; bytes "
-        f"shrink {nb:.2f}x, the matrix peak grows {peak_text}: {follows}."
+        f"{report['model']} on the {row['gpu_name']}: {precision}'s bound is "
+        f"{speed:.2f}x smaller, {row['memory_bound_share']:.0%} of it memory-bound; "
+        f"bytes shrink {nb:.2f}x, the matrix peak grows {peak_text}: {follows}."
     )
 
 
 def measured_verdict(measured: dict[str, Any]) -> str:
-    """What the timed steps on this device say, in one line: the fastest AMP variant
-    against fp32, and on a CPU whether it lists 16-bit units."""
+    """What the timed steps on this device say, in one line: on a CPU, the rounds
+    method's verdict on amp-bf16 (the per-round ratios: "no difference is resolved"
+    when they disagree) and fp16's measured ratio; on CUDA, the fastest AMP variant
+    against fp32."""
     rows = [r for r in measured["rows"] if r.get("step_s")]
+    where = f"batch {measured['batch']} x {_shape_text(measured['input'])}"
+    if measured["device"] != "cuda":
+        parts = []
+        if measured.get("rounds_verdict"):
+            parts.append(f"At {where} on this CPU: {measured['rounds_verdict']}")
+        fp16 = measured.get("fp16")
+        if fp16 and fp16.get("speedup"):
+            parts.append(
+                f"amp-fp16 ran at {fp16['speedup']:.2g}x fp32's speed at batch "
+                f"{fp16['batch']} x {_shape_text(fp16['input'])}."
+            )
+        if not parts:
+            return "On this CPU no AMP step was timed against fp32."
+        return " ".join(parts)
     if not rows or rows[0]["precision"] != "fp32":
         return (
             f"On {measured['device_name']} no fp32 step was timed: nothing to compare."
@@ -931,31 +1354,29 @@ def measured_verdict(measured: dict[str, Any]) -> str:
         way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
     else:
         way = "slower than fp32"
-    where = "this GPU" if measured["device"] == "cuda" else "this CPU"
     return (
-        f"On {where}, the fastest AMP step ({best['variant']}) ran at "
-        f"{best['speedup']:.2f}x fp32's speed at batch {measured['batch']} x "
-        f"{'x'.join(map(str, measured['input']))}: {way} here."
+        f"On this GPU, the fastest AMP step ({best['variant']}) ran at "
+        f"{best['speedup']:.2f}x fp32's speed at {where}: {way} here."
     )
 
 
 def measured_speedup_verdict(
     gpu_name: str, measured: float, low: float, high: float
 ) -> str:
-    """A measured AMP step speedup held against the doctor's predicted range, in one
-    line."""
+    """A measured AMP step speedup held against a predicted range, in one line: a
+    cross-check, not a test, when the range was calibrated on the same run."""
     if not 0 < low <= high or measured <= 0:
         raise ValueError(f"need 0 < low <= high and measured > 0, got {low}, {high}")
-    span = f"{low:.2f}x" if low == high else f"{low:.2f}x to {high:.2f}x"
+    span = _span(low, high)
     if measured < low:
-        where = "below the predicted range: the kernels fell short of the model"
+        where = "below the range"
     elif measured <= high:
-        where = "inside the predicted range"
+        where = "inside the range"
     else:
-        where = "above the predicted range: fp32 ran further from its roofline"
+        where = "above the range"
     return (
-        f"{gpu_name}: measured AMP step speedup {measured:.2f}x against "
-        f"{span} predicted, {where}."
+        f"{gpu_name}: measured AMP step speedup {measured:.2f}x against {span} "
+        f"predicted, {where}."
     )
 
 
@@ -967,7 +1388,7 @@ def measured_speedup_verdict(
 @dataclass
 class DoctorConfig:
     model: str
-    input: tuple[int, int, int] | None = None
+    input: tuple[int, ...] | None = None
     batch: int | None = None
     device: str = "auto"
     precisions: list[str] = field(default_factory=lambda: list(PRECISIONS))
@@ -977,12 +1398,17 @@ class DoctorConfig:
     measure: bool = True
     repeats: int = 3
     results_dir: str | None = None
+    output: str | None = None  # --output KEY: which of several outputs the loss reads
+    # where a CPU times its steps: (input shape, batch); None: ``measure_size``'s
+    measure_size: tuple[tuple[int, ...], int] | None = None
+    rounds: int = CPU_ROUNDS
 
 
 def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any]:
     """The whole report as a JSON-ready dict (sections ``coverage``, ``memory``,
     ``roofline``, ``where``, ``measured``, ``verdict``). ``model`` overrides
     ``cfg.model``'s construction (the spec is then only its label)."""
+    from ampbook import calibration
     from ampbook.devices import load_devices
     from ampbook.env import pick_device
 
@@ -1013,15 +1439,21 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         seconds[name] = now - clock
         clock = now
 
-    out = output_shape(model, shape, batch)
+    out = output_shape(model, shape, batch, cfg.output)
     _check_loss(cfg.loss, out)
-    c, h, w = shape
+    traced = model
+    if cfg.output is not None or not returns_tensor(model, shape, batch):
+        traced = SelectOutput(model, cfg.output)
     traces = {}
+    warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
     for p in precisions:
+        if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
+            traces[p] = cm.relabel(traces["amp-fp16"], p)
+            continue
         try:
             with _quiet_fake():
                 traces[p] = cm.trace_step(
-                    model, batch, h, w, p, in_channels=c, loss=_loss_fn(cfg.loss)
+                    traced, batch, 1, 1, p, input_shape=shape, loss=_loss_fn(cfg.loss)
                 )
         except DoctorError:
             raise
@@ -1040,18 +1472,13 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
     }
     lap("roofline")
-    small, _ = measure_size(model, shape, batch, torch.device("cpu"))
-    try:
-        predicted = predict_memory(model, shape, batch, cfg.loss, small)
-    except Exception as e:  # the model cannot run a real step here: say so, go on
-        predicted = {"error": f"{type(e).__name__}: {_first_line(e)}", "batch": batch}
-    memory = {"predicted": predicted}
-    lap("memory")
+    memory: dict[str, Any] = {"at_size": memory_at_size(traces, amp)}
     measured = None
     if cfg.measure:
         measured = measure(
-            model, shape, batch, cfg.loss, precisions, device, cfg.repeats
-        )
+            traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
+            size=cfg.measure_size, rounds=cfg.rounds,
+        )  # fmt: skip
         memory["measured"] = [
             {
                 "variant": r["variant"],
@@ -1059,50 +1486,33 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
                 "measure": r["memory_measure"],
             }
             for r in measured["rows"]
-            if r.get("memory_bytes") is not None
+            if r.get("memory_bytes") is not None and not r.get("input")
         ]
         memory["measured_input"], memory["measured_batch"] = (
             measured["input"],
             measured["batch"],
         )
+        if device.type != "cuda" and memory["measured"]:
+            memory["fake_at_measured"] = fake_saved_bytes(
+                traced, measured["input"], measured["batch"], cfg.loss, "fp32"
+            )
     lap("measured")
-    effs = profile_efficiencies(cfg.results_dir)
-    ranges = []
-    for r in roof:
-        if not r.get("amp_s"):
-            continue
-        e = _efficiency_for(r["gpu"], r["precision"], effs)
-        at = r["speedup_tf32"] * e[0] if e else None
-        ranges.append(
-            {
-                "gpu": r["gpu"],
-                "precision": r["precision"],
-                "bound": r["speedup_tf32"],
-                "at_efficiency": at,
-                "efficiency_source": e[1] if e else None,
-                "low": min(r["speedup_tf32"], at or r["speedup_tf32"]),
-                "high": max(r["speedup_tf32"], at or r["speedup_tf32"]),
-                "line": speedup_range_verdict(
-                    r["gpu_name"],
-                    r["precision"],
-                    r["speedup_tf32"],
-                    at,
-                    e[1] if e else "",
-                ),
-            }
-        )
-    amp_preds = {first.key: preds[amp]} if amp in preds else {}
+    refs = calibration.references(cfg.results_dir)
+    floor = calibration.launch_floor(cfg.results_dir)
+    ranges = verdict_ranges(roof, traces, refs, floor, cfg.model, devices)
     cover = coverage(traces[amp], preds.get(amp)) if amp else None
     unknown = unmodelled(preds.get(amp) or preds["fp32"])
     warning = unmodelled_line(unknown)
+    lap("verdict")
     return {
-        "schema": "ampbook.doctor/1",
+        "schema": "ampbook.doctor/2",
         "model": cfg.model,
         "model_class": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
         "input": list(shape),
         "batch": batch,
         "output": list(out),
+        "output_rule": cfg.output or OUTPUT_RULE,
         "loss": cfg.loss,
         "precisions": precisions,
         "gpus": gpus,
@@ -1111,14 +1521,18 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         "memory": memory,
         "roofline": roof,
         "where": {
-            "gpu": first.name,
+            "gpu": gpus[0],
+            "gpu_name": roof[0]["gpu_name"] if roof else first.short_name,
             "precision": amp or "fp32",
             "types": where_time_goes(preds.get(amp) or preds["fp32"]),
         },
         "measured": measured,
         "verdict": {
             "ranges": ranges,
-            "checklist": checklist(roof, amp_preds, cfg.loader_images_per_s, measured),
+            "launch_floor": None
+            if floor is None
+            else {"per_kernel_s": floor.per_kernel_s, "source": floor.source},
+            **checklist(roof, ranges, cfg.loader_images_per_s, measured),
         },
         "unmodelled": unknown,
         "warnings": [warning] if warning else [],
@@ -1135,208 +1549,292 @@ def _mib(b):
     return None if b is None else b / 2**20
 
 
-def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """The report as (title, one-line lead, Markdown table) per section."""
+def _ms(s):
+    return None if s is None else s * 1e3
+
+
+def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
     from ampbook.plots import md_table_text
 
-    out = []
     cov = report["coverage"]
-    if cov:
-        ph = cov["phases"]
-        rows = [
-            (k, v["flops_16bit"], v["mma_flops_16bit"], v["bytes_16bit"])
-            for k, v in ph.items()
-        ]
-        lead = (
-            f"{cov['precision']} on CUDA's autocast rules (traced on the CPU), "
-            f"{report['batch']} x {'x'.join(map(str, report['input']))}"
+    if not cov:
+        return None
+    rows = [
+        (k, v["flops_16bit"], v["mma_flops_16bit"], v["bytes_16bit"])
+        for k, v in cov["phases"].items()
+    ]
+    lead = (
+        f"{cov['precision']} on CUDA's autocast rules and kernels (traced on the "
+        f"CPU), batch {report['batch']} x {_shape_text(report['input'])}"
+    )
+    table = md_table_text(
+        rows,
+        ["phase", "FLOPs in 16 bits", "matrix FLOPs in 16 bits", "bytes in 16 bits"],
+        [None, ".1%", ".1%", ".1%"],
+    )
+    fp32 = [
+        (g["phase"], f"{g['op']} in {g['layer_type']}", g["count"], g["bytes_share"],
+         g["reason"])
+        for g in cov["fp32_ops"][:8]
+    ]  # fmt: skip
+    table += "\n\nLeft in fp32 (largest share of the step's bytes first):\n\n"
+    table += md_table_text(
+        fp32 or [("-", "none", 0, 0.0, "-")],
+        ["phase", "op in layer type", "kernels", "bytes", "why fp32"],
+        [None, None, None, ".1%", None],
+    )
+    if report["unmodelled"]:
+        table += "\n\nNot modelled (bytes counted, FLOPs left out):\n\n"
+        table += md_table_text(
+            [
+                (
+                    u["op"],
+                    u.get("why") or "FLOPs unknown",
+                    u["count"],
+                    u["bytes_share"],
+                    u["time_share"],
+                )
+                for u in report["unmodelled"]
+            ],  # fmt: skip
+            ["op", "why", "kernels", "share of bytes", "share of the bound"],
+            [None, None, None, ".1%", ".1%"],
         )
-        table = md_table_text(
+    return ("1. Coverage", lead, table)
+
+
+def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
+    from ampbook.plots import md_table_text
+
+    mem = report["memory"]
+    at = mem["at_size"]
+    size = f"batch {at['batch']} x {_shape_text(at['input'])}"
+    rows = [(f"fp32, {size}", _mib(at["fp32_bytes"]), 1.0)]
+    if at.get("amp_bytes") is not None:
+        rows.append(
+            (f"{at['amp_precision']}, {size}", _mib(at["amp_bytes"]),
+             at["amp_over_fp32"])
+        )  # fmt: skip
+        rows.append(
+            (f"of which left in fp32 ({at['amp_precision']})",
+             _mib(at["amp_fp32_part"]), None)
+        )  # fmt: skip
+    rows.append(("weights, gradients and Adam state (not saved)",
+                 _mib(at["state_bytes"]), None))  # fmt: skip
+    measured = mem.get("measured", [])
+    if measured:
+        where = f"batch {mem['measured_batch']} x {_shape_text(mem['measured_input'])}"
+        for m in measured:
+            rows.append(
+                (f"measured here: {m['variant']}, {where} ({m['measure']})",
+                 _mib(m["bytes"]),
+                 m["bytes"] / measured[0]["bytes"] if measured[0]["bytes"] else None)
+            )  # fmt: skip
+        if mem.get("fake_at_measured") is not None:
+            rows.append(
+                (f"traced: fp32, {where} (the count above, on fake tensors)",
+                 _mib(mem["fake_at_measured"]), None)
+            )  # fmt: skip
+    lead = at["method"]
+    return (
+        "2. Memory: bytes saved for backward",
+        lead,
+        md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, ",.4g", ".2f"]),
+    )
+
+
+def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
+    from ampbook.plots import md_table_text
+
+    rows = []
+    small = min(r["fp32_tf32_s"] for r in report["roofline"]) < 1e-5
+    unit, scale = ("µs", 1e6) if small else ("ms", 1e3)
+    for r in report["roofline"]:
+        amp_s = r["amp_s"] * scale if r["amp_s"] else None
+        rows.append(
+            (r["gpu_name"], r["precision"], r["fp32_tf32_s"] * scale, amp_s,
+             r.get("speedup_tf32"),
+             None if r.get("images_per_s_needed") is None
+             else round(r["images_per_s_needed"]))
+        )  # fmt: skip
+    lead = (
+        f"lower bounds of one step at batch {report['batch']} (fp32 with TF32 for "
+        "convolutions and matrix products); their ratio is the speedup if both "
+        "precisions reached the same share of their bound, which real kernels do not "
+        "(section 5); images/s: what the input pipeline must deliver at the AMP bound"
+    )
+    return (
+        "3. Roofline per GPU",
+        lead,
+        md_table_text(
             rows,
             [
-                "phase",
-                "FLOPs in 16 bits",
-                "matrix FLOPs in 16 bits",
-                "bytes in 16 bits",
+                "GPU",
+                "AMP",
+                f"fp32 bound ({unit})",
+                f"AMP bound ({unit})",
+                "ratio (x)",
+                "images/s",
             ],
-            [None, ".1%", ".1%", ".1%"],
-        )
-        fp32 = [
-            (
-                g["phase"],
-                g["op"],
-                g["layer_type"],
-                g["count"],
-                g["flops_share"],
-                g["bytes_share"],
-                g["reason"],
-            )
-            for g in cov["fp32_ops"][:12]
-        ]
-        table += "\n\nLeft in fp32 (largest share of the step's bytes first):\n\n"
-        table += md_table_text(
-            fp32 or [("-", "none", "-", 0, 0.0, 0.0, "-")],
-            ["phase", "op", "layer type", "kernels", "FLOPs", "bytes", "why fp32"],
-            [None, None, None, None, ".2%", ".2%", None],
-        )
-        if report["unmodelled"]:
-            table += "\n\nNot modelled (bytes counted, FLOPs left out):\n\n"
-            table += md_table_text(
-                [
-                    (u["op"], u["count"], u["bytes_share"], u["time_share"])
-                    for u in report["unmodelled"]
-                ],
-                ["op", "kernels", "share of bytes", "share of predicted time"],
-                [None, None, ".1%", ".1%"],
-            )
-        out.append(("1. Coverage", lead, table))
-    mem = report["memory"]
-    pm = mem["predicted"]
-    if "error" in pm:
-        rows = [(f"predicted, batch {pm['batch']}: failed ({pm['error']})", None, None)]
-    else:
-        rows = [
-            (f"predicted, batch {pm['batch']} (fp32)", _mib(pm["fp32_bytes"]), None),
-            (
-                f"predicted, batch {pm['batch']} (AMP)",
-                _mib(pm["amp_bytes"]),
-                pm["amp_over_fp32"],
-            ),
-        ]
-    measured = mem.get("measured", [])
-    for m in measured:
-        rows.append(
-            (
-                f"measured here ({m['variant']}, {m['measure']})",
-                _mib(m["bytes"]),
-                m["bytes"] / measured[0]["bytes"] if measured[0]["bytes"] else None,
-            )
-        )
-    lead = pm.get("method", "no prediction: a real forward failed on this CPU")
-    if measured:
-        lead += (
-            f"; measured at batch {mem['measured_batch']} x "
-            f"{'x'.join(map(str, mem['measured_input']))}"
-        )
-    out.append(
-        (
-            "2. Memory: bytes saved for backward",
-            lead,
-            md_table_text(rows, ["", "MiB", "over fp32"], [None, ".1f", ".2f"]),
-        )
+            [None, None, ".3g", ".3g", ".2f", ",d"],
+        ),  # fmt: skip
     )
-    rows = []
-    for r in report["roofline"]:
-        rows.append(
-            (
-                r["gpu"],
-                r["precision"],
-                r["fp32_tf32_s"] * 1e3,
-                r["fp32_strict_s"] * 1e3,
-                r["amp_s"] * 1e3 if r["amp_s"] else None,
-                r.get("speedup_tf32"),
-                r.get("speedup_strict"),
-                r.get("memory_bound_share"),
-                r.get("images_per_s_needed"),
-                r.get("epoch_bound", r.get("note", "")),
-            )
-        )
-    out.append(
-        (
-            "3. Roofline per GPU (lower bounds)",
-            f"batch {report['batch']}; images/s: what the input pipeline must deliver "
-            "to keep the GPU busy at the bound",
-            md_table_text(
-                rows,
-                [
-                    "GPU",
-                    "AMP",
-                    "fp32 TF32 (ms)",
-                    "fp32 strict (ms)",
-                    "AMP (ms)",
-                    "speedup vs TF32",
-                    "vs strict",
-                    "memory-bound",
-                    "images/s",
-                    "epoch bound",
-                ],
-                [None, None, ".3g", ".3g", ".3g", ".2f", ".2f", ".0%", ".4g", None],
-            ),
-        )
-    )
+
+
+def _where_section(report: dict[str, Any]) -> tuple[str, str, str]:
+    from ampbook.plots import md_table_text
+
     wh = report["where"]
-    out.append(
-        (
-            f"Where the time goes ({wh['gpu']}, {wh['precision']})",
-            "predicted share of the step's time and bytes per layer type",
-            md_table_text(
-                [
-                    (
-                        t["layer_type"],
-                        t["modules"],
-                        t["time_share"],
-                        t["bytes_share"],
-                        t["flops_per_byte"],
-                        t["bound"],
-                    )
-                    for t in wh["types"]
-                ],
-                [
-                    "layer type",
-                    "modules",
-                    "share of step",
-                    "share of bytes",
-                    "FLOPs/byte",
-                    "bound",
-                ],
-                [None, None, ".0%", ".0%", ".3g", None],
-            ),
-        )
+    return (
+        f"Where the time goes ({wh['gpu_name']}, {wh['precision']})",
+        "share of the bound and of the bytes per layer type",
+        md_table_text(
+            [
+                (
+                    t["layer_type"],
+                    t["modules"],
+                    t["time_share"],
+                    t["bytes_share"],
+                    t["flops_per_byte"],
+                    t["bound"],
+                )
+                for t in wh["types"]
+            ],  # fmt: skip
+            [
+                "layer type",
+                "modules",
+                "share of bound",
+                "share of bytes",
+                "FLOPs/byte",
+                "bound",
+            ],  # fmt: skip
+            [None, None, ".0%", ".0%", ".3g", None],
+        ),
     )
+
+
+def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
+    from ampbook.plots import md_table_text
+
     me = report["measured"]
-    if me:
-        rows = [
+    if not me:
+        return None
+    rows = [
+        (r["variant"], _ms(r.get("step_s")), r.get("speedup"),
+         r.get("note") or r["skipped"] or "")
+        for r in me["rows"]
+    ]  # fmt: skip
+    how = (
+        f"{me['rounds']} rounds taking turns (chapter 5's method); speedup: the median "
+        "of the per-round ratios"
+        if me["device"] == "cpu"
+        else "timed steps"
+    )
+    lead = (
+        f"{me['device_name']}; the runner's step, batch {me['batch']} x "
+        f"{_shape_text(me['input'])}, {how}"
+    )
+    text = md_table_text(
+        rows,
+        ["variant", "median step (ms)", "speedup (x)", "note"],
+        [None, ".1f", ".2f", None],
+    )
+    return ("4. Measured on this device", lead, text + "\n\n" + measured_verdict(me))
+
+
+def references_table(rng: dict[str, Any]) -> str:
+    """The references behind one calibrated range, nearest first."""
+    from ampbook.calibration import distance_text
+    from ampbook.plots import md_table_text
+
+    rows = sorted(rng["rows"], key=_nearness)
+    return md_table_text(
+        [
             (
-                r["variant"],
-                r["step_s"] * 1e3 if r.get("step_s") else None,
-                r.get("speedup"),
-                r["skipped"] or "",
+                r["label"],
+                r["kind"],
+                distance_text(r),
+                r["speedup"],
+                r["measured_speedup"],
             )
-            for r in me["rows"]
-        ]
-        out.append(
-            (
-                "4. Measured on this device",
-                f"{me['device_name']}; the runner's step, batch {me['batch']} x "
-                f"{'x'.join(map(str, me['input']))}",
-                md_table_text(
-                    rows,
-                    ["variant", "median step (ms)", "speedup", "note"],
-                    [None, ".1f", ".2f", None],
-                ),
-            )
-        )
+            for r in rows
+        ],  # fmt: skip
+        ["reference", "from", "distance", "speedup here (x)", "measured there (x)"],
+        [None, None, None, ".2f", ".2f"],
+    )
+
+
+def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
+    from ampbook.plots import md_table_text
+
     ver = report["verdict"]
     lines = "\n".join(f"- {r['line']}" for r in ver["ranges"])
-    table = md_table_text(
+    text = lines
+    first = next((r for r in ver["ranges"] if r["rows"]), None)
+    if first is not None:
+        text += (
+            f"\n\nThe references behind the {first['gpu_name']} range "
+            f"({first['precision']}; each one's efficiencies applied to this model, "
+            "beside the speedup it measured):\n\n" + references_table(first)
+        )
+    fl = ver.get("launch_floor")
+    if fl:
+        text += (
+            f"\n\nLaunch floor: {fl['per_kernel_s'] * 1e6:.2g} µs of host time per "
+            f"kernel (the smallest element-wise calls measured on {fl['source']})."
+        )
+    text += "\n\nWhat to try, per GPU:\n\n" + md_table_text(
         [
-            (i + 1, c["item"], c["gain"], c["source"], c["detail"])
-            for i, c in enumerate(ver["checklist"])
-        ],
-        ["rank", "try", "gain (x)", "from", "detail"],
+            (c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
+            for c in ver["items"]
+        ],  # fmt: skip
+        ["GPU", "try", "gain (x)", "from", "detail"],
         [None, None, ".2f", None, None],
     )
-    out.append(("5. Verdict", "expected AMP speedup per GPU", lines + "\n\n" + table))
-    return out
+    if ver["upper_bounds"]:
+        text += "\n\nUpper bounds (if the work vanished entirely):\n\n" + md_table_text(
+            [
+                (c["gpu"], c["item"], c["gain"], c["detail"])
+                for c in ver["upper_bounds"]
+            ],  # fmt: skip
+            ["GPU", "at most", "gain (x)", "detail"],
+            [None, None, ".2f", None],
+        )
+    return ("5. Verdict", "expected AMP speedup per GPU", text)
 
 
-def to_markdown(report: dict[str, Any]) -> str:
+def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The report as (title, one-line lead, Markdown body) per section."""
+    parts = [
+        _coverage_section(report),
+        _memory_section(report),
+        _roofline_section(report),
+        _where_section(report),
+        _measured_section(report),
+        _verdict_section(report),
+    ]
+    return [p for p in parts if p is not None]
+
+
+def to_markdown(report: dict[str, Any], level: int = 1) -> str:
+    """The report as Markdown; ``level`` is the title's heading level (the sections
+    one below); 0 sets the titles in bold instead of headings (for a page that has its
+    own)."""
+
+    def title(text: str, depth: int) -> str:
+        return f"{'#' * depth} {text}" if level else f"**{text}**"
+
     head = (
-        f"# AMP doctor: {report['model']} ({report['model_class']}, "
-        f"{report['parameters'] / 1e6:.1f} M parameters)\n"
+        title(
+            f"AMP doctor: {report['model']} ({report['model_class']}, "
+            f"{report['parameters'] / 1e6:.1f} M parameters)",
+            level,
+        )
+        + f"\n\nOutput: shape {_shape_text(report['output'])} "
+        f"({report['output_rule']}); loss: {report['loss']}.\n"
     )
     body = "\n".join(
-        f"## {t}\n\n{lead}\n\n{tab}\n" for t, lead, tab in sections(report)
+        f"{title(t, level + 1)}\n\n{lead}\n\n{tab}\n"
+        for t, lead, tab in sections(report)
     )
     return head + "\n" + body
 
@@ -1368,7 +1866,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="erfnet, torchvision:NAME or package.module:callable",
     )
     p.add_argument(
-        "--input", help="C,H,W (default 3,512,1024 for erfnet, else 3,224,224)"
+        "--input",
+        help="one sample's shape, any rank: C,H,W, or C,T,H,W for video (default "
+        "3,512,1024 for erfnet, else 3,224,224)",
     )
     p.add_argument(
         "--batch", type=int, help="batch size (default 6 for erfnet, else 32)"
@@ -1386,6 +1886,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="what your input pipeline delivers: says which side bounds the epoch",
     )
     p.add_argument("--loss", default="cross-entropy", choices=LOSSES)
+    p.add_argument(
+        "--output",
+        help="which output the loss reads when the model returns several: a dict "
+        f"key, a tuple index or a named-tuple field (default: {OUTPUT_RULE})",
+    )
     p.add_argument("--no-measure", action="store_true", help="skip the timed steps")
     p.add_argument("--repeats", type=int, default=3, help="timed steps per variant")
     p.add_argument("--results-dir", help="committed GPU results (default data/results)")
@@ -1420,6 +1925,7 @@ def main(argv: list[str] | None = None) -> int:
             measure=not a.no_measure,
             repeats=a.repeats,
             results_dir=a.results_dir,
+            output=a.output,
         )
         report = diagnose(cfg)
     except DoctorError as e:

@@ -258,7 +258,7 @@ def _header_lists() -> dict[str, set[str]]:
         pytest.skip("this torch installs no C++ headers")
     text = header.read_text()
     out = {}
-    for macro in ("LOWER_PRECISION_FP", "FP32", "FP32_SET_OPT_DTYPE"):
+    for macro in ("LOWER_PRECISION_FP", "FP32", "FP32_SET_OPT_DTYPE", "PROMOTE"):
         body = re.search(rf"#define AT_FORALL_{macro}\(_\)(.*?)\n\n", text, re.S)
         out[macro] = set(re.findall(r"_\((\w+)", body.group(1)))
     return out
@@ -280,6 +280,7 @@ def test_cuda_rule_sets_are_the_installed_torchs_lists():
         ("LOWER_PRECISION_FP", at.CUDA_LOWER_PRECISION),
         ("FP32", at.CUDA_FP32),
         ("FP32_SET_OPT_DTYPE", at.CUDA_FP32_SET_DTYPE - {"norm"}),
+        ("PROMOTE", at.CUDA_PROMOTE - {"grid_sample"}),  # F.grid_sample: grid_sampler
     ):
         for op in lists[macro]:
             name = _ALIASES.get(op, op)
@@ -291,3 +292,13 @@ def test_cuda_rule_sets_are_the_installed_torchs_lists():
             "upsample_bilinear",
             "__rpow__",
         }, (macro, extra)
+
+
+def test_cuda_category_names_cuda_lists_for_aten_operators():
+    assert at.cuda_category("upsample_bilinear2d") == "float32"
+    assert at.cuda_category("upsample_bilinear2d_backward") == "float32"
+    assert at.cuda_category("grid_sampler_2d") == "promote"
+    assert at.cuda_category("native_layer_norm") == "float32"
+    assert at.cuda_category("_log_softmax") == "float32"
+    assert at.cuda_category("convolution") == "lower_precision"
+    assert at.cuda_category("add") is None and at.cuda_category("_fft_r2c") is None

@@ -1,26 +1,32 @@
 """Chapter 6 with smoke parameters against the fictitious GPU's fixture results: the
-committed pairs stand in the comparison table, and the verdict ranges use the fixture's
-measured kernel efficiencies."""
+doctor's own report is shown, the fixture's layer profiles join the references, and the
+committed pair stands in the comparison table beside no range (its GPU is not in the
+device table)."""
 
 from __future__ import annotations
 
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
-from ampbook.doctor import profile_efficiencies
+from ampbook.calibration import load_published, profile_references
 from ampbook.results import load_results_dir
 
 
-def test_fixture_pairs_and_efficiencies_render(tmp_path):
+def test_chapter6_shows_the_report_references_and_pairs(tmp_path):
     text = output_text(execute_with_fixtures("6", tmp_path))
+    assert "Traceback" not in text
+    for title in ("**1. Coverage**", "**3. Roofline per GPU**", "**5. Verdict**"):
+        assert title in text
+    (profile,) = profile_references(FIXTURES)
+    assert f"| ERFNet | {profile.gpu_label} | profile |" in text
+    for ref in load_published():
+        assert f"| {ref.network} |" in text
     pairs = [
         q
         for q in load_results_dir(FIXTURES).pairs()
         if q.amp.mode == "amp-fp16" and q.baseline.mode == "fp32-tf32"
     ]
     assert pairs and f"{len(pairs)} committed GPU pairs" in text
-    for q in pairs:  # not in the device table: measured beside no prediction
-        s = q.setting
-        assert f"| {s.device_name} | {s.label} | {q.step_speedup:.2f} | – | – |" in text
-    (name,) = profile_efficiencies(FIXTURES)
-    assert f"at the kernel efficiencies of ERFNet's layer profiles on {name}" in text
-    assert "Traceback" not in text
+    for q in pairs:  # not in the device table: measured beside no range
+        name = q.setting.device_name.removeprefix("NVIDIA ")
+        assert f"| {name} | {q.step_speedup:.2f} | – | – |" in text
+    assert "rtx3070-desktop" not in text and "e+0" not in text
