@@ -31,10 +31,6 @@ def chromium():
     return path
 
 
-def _problems(reports):
-    return {r.page: r.problems for r in reports if r.problems}
-
-
 def test_book_has_every_chapter_and_offline_mathjax(built_book):
     from ampbook.build.book import toc_chapters
 
@@ -45,13 +41,33 @@ def test_book_has_every_chapter_and_offline_mathjax(built_book):
     assert "https://cdn" not in html and "mathjax/tex-chtml.js" in html
 
 
-def test_book_in_browser(built_book, chromium):
-    reports = check_book(built_book, chromium)
-    assert not _problems(reports), _problems(reports)
+@pytest.fixture(scope="module")
+def book_reports(built_book, chromium):
+    return check_book(built_book, chromium)
+
+
+def test_book_in_browser(book_reports):
+    """Images, math, links, no error output: on every page."""
+    reports = book_reports
+    other = {
+        r.page: [p for p in r.problems if p not in r.layout_problems]
+        for r in reports
+        if len(r.problems) > len(r.layout_problems)
+    }
+    assert not other, other
     pages = {r.page for r in reports}
     assert "index.html" in pages and len(pages) >= 3
     assert sum(r.images for r in reports) > 0, "the book shows no figure at all"
     assert sum(r.math for r in reports) > 0, "the book typesets no math at all"
+
+
+def test_book_pages_read_well(book_reports):
+    """The page a reader sees (DEVELOPING.md): the first ## heading of every page on
+    the first screen at 1300 px, nothing cut off at 1300 or 1000 px. The numbers of
+    each page are printed (pytest -s shows them)."""
+    print_reports(book_reports)
+    layout = {r.page: r.layout_problems for r in book_reports if r.layout_problems}
+    assert not layout, layout
 
 
 def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):

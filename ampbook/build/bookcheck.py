@@ -103,6 +103,8 @@ class PageReport:
     # elements cut off, by kind ("table", "output", "code", "figure", "other"), at the
     # width where each kind had the most
     clipped: dict = field(default_factory=dict)
+    # the problems of the page a reader sees (also in ``problems``)
+    layout_problems: list = field(default_factory=list)
 
     @property
     def clipped_total(self) -> int:
@@ -301,7 +303,9 @@ _CLIPPED_JS = """
   const out = [];
   // 1. boxes that scroll or clip sideways and hide part of what they hold
   for (const el of col.querySelectorAll('*')) {
-    if (el.closest('mjx-assistive-mml')) continue;  // MathJax's screen-reader copy
+    // inline math: its box is as wide as the formula; MathJax's hidden screen-reader
+    // copy inside it only makes it look wider
+    if (el.closest('mjx-container, span.math')) continue;
     const style = getComputedStyle(el);
     // overflow does not apply to an inline box (and its clientWidth is 0)
     if (style.overflowX === 'visible' || style.display === 'inline') continue;
@@ -401,14 +405,14 @@ def layout(page, report: PageReport, chapter: bool) -> None:
                 report.heading_px = info["heading"]["top"]
                 report.heading = info["heading"]["text"]
                 if report.heading_px > FIRST_SCREEN_PX:
-                    report.problems.append(
+                    report.layout_problems.append(
                         f"first ## heading {report.heading!r} starts at "
                         f"{report.heading_px} px at {width} px wide, "
                         f"{report.heading_px - FIRST_SCREEN_PX} px below the first "
                         f"screen ({FIRST_SCREEN_PX} px): move plumbing off the page"
                     )
             elif chapter:
-                report.problems.append("chapter page has no ## heading")
+                report.layout_problems.append("chapter page has no ## heading")
             page.evaluate(_OPEN_ALL_JS)
             page.wait_for_timeout(50)
         found[width] = page.evaluate(_CLIPPED_JS) + [
@@ -423,8 +427,9 @@ def layout(page, report: PageReport, chapter: bool) -> None:
             if key in seen:
                 continue
             seen.add(key)
-            report.problems.append(_describe(cut, width))
+            report.layout_problems.append(_describe(cut, width))
             report.clipped[cut["kind"]] = report.clipped.get(cut["kind"], 0) + 1
+    report.problems += report.layout_problems
 
 
 # --- horizontal overflow: nothing on a page may be cut off sideways -------------------
