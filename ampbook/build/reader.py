@@ -530,9 +530,9 @@ def reader_copy(nb, stem: str, index: BookIndex, profile: str | None = None):
     how = f" with the `{profile}` profile" if profile else ""
     number = stem[:2].lstrip("0") if stem[:2].isdigit() else stem
     note = _markdown_cell(
-        f"*The reader's copy of this chapter, executed{how} by `python -m "
-        "ampbook.build.run`: the numbers in the text are pasted in from this run's "
-        "outputs, as in the book, and each figure has its caption under it. Running "
+        f"*The reader's copy of this chapter as executed for the book{how}: the "
+        "numbers in the text are pasted in from this run's outputs, as in the book, "
+        "and each figure has its caption under it. Running "
         "a cell again updates its output, not the text. To run the chapter yourself, "
         f"open `notebooks/{stem}.ipynb`, or run `python -m ampbook.build.run "
         f"{number}`.*"
@@ -592,7 +592,7 @@ def write_reader_copies(
     errors: list[str] | None = None,
 ) -> list[Path]:
     """Write the reader's copy of each executed notebook ``stems`` (default: every
-    ``NN_*.ipynb`` of ``executed_dir``) to ``out_dir`` (default
+    ``.ipynb`` of ``executed_dir``) to ``out_dir`` (default
     ``executed_dir/reader``), same file names. Figures, titles and labels of chapters
     not executed there are read from their sources, so a reference to another chapter
     resolves; a glued value must come from an executed notebook. A reference that does
@@ -606,7 +606,8 @@ def write_reader_copies(
     out_dir = Path(out_dir) if out_dir is not None else executed_dir / READER_DIR
     notebooks = {
         p.stem: nbformat.read(p, as_version=4)
-        for p in sorted(executed_dir.glob("[0-9][0-9]_*.ipynb"))
+        for p in sorted(executed_dir.glob("*.ipynb"))
+        if not p.name.startswith(".")
     }
     context = dict(notebooks)
     for source in all_notebooks():
@@ -618,6 +619,8 @@ def write_reader_copies(
     written = []
     for stem in stems:
         try:
+            if stem not in notebooks:
+                raise ReaderCopyError(f"no executed notebook {stem}.ipynb")
             copy_nb = reader_copy(notebooks[stem], stem, index, profile)
         except ReaderCopyError as err:
             if errors is None:
