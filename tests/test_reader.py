@@ -23,8 +23,9 @@ PLANTED = """# %% [markdown]
 # {cite:t}`williams2009roofline` drew it.
 # See {numref}`fig-p-b`, {numref}`Figure %s <fig-p-a>`,
 # {ref}`planted-label`, {ref}`that part <planted-label>`, {doc}`../glossary`,
-# {doc}`01_floating_point`, {term}`loss scale`, {term}`scales <loss scale>`, and
-# {math}`2^{-24}`. Code stays code: `{glue:text}` is the role.
+# {doc}`01_floating_point`, {term}`loss scale`, {term}`scales <loss
+# scale>` (a role over a line end), and {math}`2^{-24}`.
+# Code stays code: `{glue:text}` is the role.
 #
 # :::{dropdown} A hint
 # Use **bf16** ({glue:text}`x:.1f`).
@@ -94,7 +95,7 @@ def test_citations_references_and_terms_become_text(planted):
     flat = " ".join(text.split())
     assert "See Fig. 99.2, Figure 99.1, “The section”, that part, Glossary," in flat
     assert "[Floating-point formats, computed](01_floating_point.ipynb)" in flat
-    assert "loss scale, scales, and $2^{-24}$." in flat
+    assert "loss scale, scales (a role over a line end), and $2^{-24}$." in flat
     assert "Code stays code: `{glue:text}` is the role." in flat
 
 

@@ -294,6 +294,7 @@ def _doc_link(doc: str, here: str, text: str) -> str:
 def resolve_role(name: str, content: str, here: str, index: BookIndex) -> str:
     """The text the book shows for one role, as Markdown. ``here`` is the docname of
     the page it sits in (``chapters/03_amp_training``)."""
+    content = " ".join(content.split())  # a role may run over a line end
     if name == "glue:text":
         # myst-nb's parsing: the format spec after the last colon (default "s")
         parts = content.rsplit(":", 1)
@@ -346,32 +347,45 @@ def resolve_role(name: str, content: str, here: str, index: BookIndex) -> str:
     return text or target
 
 
+def _chunks(text: str) -> list[tuple[bool, str]]:
+    """A markdown text cut into ``(is_code, chunk)`` pieces: fenced code blocks (not
+    MyST directives, whose fences name a ``{directive}``) and the prose between them,
+    each piece with its line ends, so that joining them gives the text back."""
+    out: list[tuple[bool, str]] = []
+    fenced, lines = None, []
+    for line in text.split("\n"):
+        fence = CODE_FENCE.match(line)
+        if fenced is None and fence and not FENCE_OPEN.match(line):
+            if lines:
+                out.append((False, "\n".join(lines)))
+            fenced, lines = fence["fence"], [line]
+            continue
+        lines.append(line)
+        if (
+            fenced
+            and fence
+            and fence["fence"][0] == fenced[0]
+            and len(fence["fence"]) >= len(fenced)
+            and len(lines) > 1
+        ):
+            out.append((True, "\n".join(lines)))
+            fenced, lines = None, []
+    if lines or not out:
+        out.append((fenced is not None, "\n".join(lines)))
+    return out
+
+
 def replace_roles(text: str, here: str, index: BookIndex) -> str:
     """Every role of a markdown text replaced, outside code (fenced blocks and inline
-    code spans)."""
+    code spans); a role may run over a line end, as MyST allows."""
 
     def sub(m: re.Match) -> str:
         return resolve_role(m["name"], m["content"], here, index)
 
-    out, fenced = [], None
-    for line in text.split("\n"):
-        fence = CODE_FENCE.match(line)
-        if fenced:
-            out.append(line)
-            if (
-                fence
-                and fence["fence"][0] == fenced[0]
-                and len(fence["fence"]) >= len(fenced)
-            ):
-                fenced = None
-            continue
-        if fence and not FENCE_OPEN.match(line):
-            fenced = fence["fence"]
-            out.append(line)
-            continue
-        # Roles outside inline code spans: split on backtick runs that are not a role.
-        out.append(_sub_outside_code(line, sub))
-    return "\n".join(out)
+    return "\n".join(
+        chunk if code else _sub_outside_code(chunk, sub)
+        for code, chunk in _chunks(text)
+    )
 
 
 def _sub_outside_code(line: str, sub) -> str:
@@ -564,22 +578,17 @@ def leftover_roles(nb) -> list[str]:
     for n, cell in enumerate(nb.cells):
         if cell.cell_type != "markdown":
             continue
-        fenced = None
-        for line in cell.source.split("\n"):
-            code = CODE_FENCE.match(line)
-            if code and fenced is None:
-                fenced = code["fence"]
-                continue
-            if code and fenced and code["fence"][0] == fenced[0]:
-                fenced = None
-                continue
-            if fenced:
+        for code, chunk in _chunks(cell.source):
+            if code:
                 continue
             found: list[str] = []
-            _sub_outside_code(line, lambda m: found.append(m[0]) or "")
-            bad += [f"cell {n}: {role}" for role in found]
-            if FENCE_OPEN.match(line) or LABEL.match(line):
-                bad.append(f"cell {n}: {line.strip()[:80]}")
+            _sub_outside_code(chunk, lambda m: found.append(m[0]) or "")
+            bad += [f"cell {n}: {' '.join(role.split())[:80]}" for role in found]
+            bad += [
+                f"cell {n}: {line.strip()[:80]}"
+                for line in chunk.split("\n")
+                if FENCE_OPEN.match(line) or LABEL.match(line)
+            ]
     return bad
 
 
