@@ -144,9 +144,76 @@ def format_environment(info: dict) -> str:
     return "\n".join(lines)
 
 
+# Set by ``python -m ampbook.build.run`` for the kernel it starts: the profile whose
+# parameters it injected. A notebook run by hand has none, and says so.
+RUN_PROFILE_VAR = "AMPBOOK_RUN_PROFILE"
+
+
+def run_profile() -> str | None:
+    """The profile the runner executed this notebook with, or None when it was run by
+    hand (in Jupyter, or as a script)."""
+    return os.environ.get(RUN_PROFILE_VAR) or None
+
+
+def environment_line(info: dict, profile: str | None = None, day=None) -> str:
+    """One sentence for the top of a chapter: "Ran on <device> (<n> CPU threads), torch
+    X[, CUDA Y, cuDNN Z], with the <profile> profile, <date>.". The CUDA and cuDNN
+    versions are named only when the device is a GPU; without a profile the notebook
+    was run by hand with its parameters cell's values."""
+    import datetime
+
+    from ampbook.results import cudnn_version_text
+
+    name = info.get("device_name") or info.get("device") or "an unknown device"
+    on_gpu = str(info.get("device", "")).startswith("cuda")
+    if on_gpu:
+        from ampbook.devices import display_name
+
+        name = display_name(name)
+    soft = [f"torch {info.get('torch', '?')}"]
+    if on_gpu and info.get("cuda"):
+        soft.append(f"CUDA {info['cuda']}")
+    if on_gpu and cudnn_version_text(info.get("cudnn")):
+        soft.append(f"cuDNN {cudnn_version_text(info['cudnn'])}")
+    how = (
+        f"with the {profile} profile"
+        if profile
+        else "by hand, with the parameters cell's values"
+    )
+    day = day or datetime.date.today()
+    threads = info.get("cpu_threads")
+    plural = "" if threads == 1 else "s"
+    where = f"{name} ({threads} CPU thread{plural})" if threads else name
+    return f"Ran on {where}, {', '.join(soft)}, {how}, {day.isoformat()}."
+
+
 def print_environment(
     device: str | torch.device = "auto",
     packages=("matplotlib", "jupytext", "papermill"),
 ) -> None:
-    """Print the environment as aligned lines (second code cell of every notebook)."""
-    print(format_environment(environment_report(device, packages)))
+    """The second code cell of every notebook: one line saying where and how the
+    notebook ran (``environment_line``; the profile comes from the runner), then the
+    full environment behind a dropdown that opens on a click. One Markdown output, so
+    the line wraps on a narrow page; the book and Jupyter render it, a terminal prints
+    the line and the environment as aligned lines."""
+    from IPython.display import display
+
+    display(environment_display(environment_report(device, packages), run_profile()))
+
+
+def environment_display(info: dict, profile: str | None = None, day=None):
+    """What ``print_environment`` displays, for an environment report ``info``."""
+    from ampbook.plots import Dropdown, md_table_text
+
+    line = environment_line(info, profile, day)
+    rows = [
+        (key, (", ".join(value) or "–") if isinstance(value, list) else value)
+        for key, value in info.items()
+    ]
+    table = md_table_text(rows, ["setting", "value"])
+    return Dropdown(
+        "The full environment",
+        table,
+        plain=format_environment(info),
+        lead=line,
+    )

@@ -6,6 +6,7 @@ a colour (``series_style``)."""
 
 from __future__ import annotations
 
+import html
 import math
 from typing import Iterable, Sequence
 
@@ -129,6 +130,73 @@ def md(text: str):
     from IPython.display import Markdown
 
     return Markdown(text)
+
+
+class Dropdown:
+    """A titled block that opens on a click: an HTML ``<details>`` element around
+    Markdown, which the book and Jupyter both render (the Markdown inside is parsed by
+    each), with a plain-text form for a terminal. Made by ``dropdown``."""
+
+    def __init__(self, title: str, body: str, plain: str | None = None, lead: str = ""):
+        self.title = title
+        self.body = body
+        self.plain = plain if plain is not None else body
+        self.lead = lead
+
+    def _repr_markdown_(self) -> str:
+        # Blank lines around the body: both Markdown parsers end the HTML block there
+        # and read the body as Markdown (a table stays a table).
+        title = html.escape(self.title)
+        lead = f"{self.lead.strip()}\n\n" if self.lead.strip() else ""
+        return (
+            f'{lead}<details class="ampbook-dropdown">\n<summary>{title}</summary>'
+            f"\n\n{self.body.strip()}\n\n</details>\n"
+        )
+
+    def __repr__(self) -> str:
+        lead = f"{self.lead.strip()}\n" if self.lead.strip() else ""
+        return f"{lead}{self.title}:\n{self.plain.rstrip()}"
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+
+def dropdown(title: str, content, plain: str | None = None, lead: str = "") -> Dropdown:
+    """``content`` (Markdown text, or a Markdown object such as ``md_table``'s) behind
+    a one-line ``title`` that opens it: end a cell with it, like ``md``. ``lead`` is
+    Markdown shown above it, always visible (a table's summary); ``plain`` the text a
+    terminal prints instead of the content (default: the Markdown itself). Use it for a
+    long table under its summary, or an exercise's hint."""
+    body = getattr(content, "data", content)
+    if not isinstance(body, str):
+        raise TypeError(
+            f"dropdown content must be Markdown text or a Markdown object, got "
+            f"{type(content).__name__}"
+        )
+    if not title.strip() or "\n" in title:
+        raise ValueError(f"dropdown title must be one non-empty line, got {title!r}")
+    lead = getattr(lead, "data", lead)
+    return Dropdown(title.strip(), body, plain, lead)
+
+
+def fmt_bytes(n: float, digits: int = 3) -> str:
+    """A byte count in the book's binary units: ``"512 B"``, ``"3.5 KiB"``, ``"33.1
+    MiB"``, ``"4.41 GiB"`` (``digits`` significant digits; the unit keeps the number
+    between 1 and 1024)."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "–"
+    sign = "-" if n < 0 else ""
+    n = abs(float(n))
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", 2**10)):
+        if n >= size:
+            return f"{sign}{_sig(n / size, digits)} {unit}"
+    return f"{sign}{n:.0f} B"
+
+
+def _sig(x: float, digits: int) -> str:
+    """``x`` to ``digits`` significant digits, never in exponent notation."""
+    places = max(0, digits - 1 - int(math.floor(math.log10(x)))) if x > 0 else 0
+    return f"{x:.{places}f}"
 
 
 def glue_all(**values) -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import shutil
 
 import pytest
 
-from ampbook.build.bookcheck import check_book, find_chromium
+from ampbook.build.bookcheck import (
+    FIRST_SCREEN_PX,
+    check_book,
+    find_chromium,
+    print_reports,
+)
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -24,10 +31,6 @@ def chromium():
     return path
 
 
-def _problems(reports):
-    return {r.page: r.problems for r in reports if r.problems}
-
-
 def test_book_has_every_chapter_and_offline_mathjax(built_book):
     from ampbook.build.book import toc_chapters
 
@@ -38,13 +41,33 @@ def test_book_has_every_chapter_and_offline_mathjax(built_book):
     assert "https://cdn" not in html and "mathjax/tex-chtml.js" in html
 
 
-def test_book_in_browser(built_book, chromium):
-    reports = check_book(built_book, chromium)
-    assert not _problems(reports), _problems(reports)
+@pytest.fixture(scope="module")
+def book_reports(built_book, chromium):
+    return check_book(built_book, chromium)
+
+
+def test_book_in_browser(book_reports):
+    """Images, math, links, no error output: on every page."""
+    reports = book_reports
+    other = {
+        r.page: [p for p in r.problems if p not in r.layout_problems]
+        for r in reports
+        if len(r.problems) > len(r.layout_problems)
+    }
+    assert not other, other
     pages = {r.page for r in reports}
     assert "index.html" in pages and len(pages) >= 3
     assert sum(r.images for r in reports) > 0, "the book shows no figure at all"
     assert sum(r.math for r in reports) > 0, "the book typesets no math at all"
+
+
+def test_book_pages_read_well(book_reports):
+    """The page a reader sees (DEVELOPING.md): the first ## heading of every page on
+    the first screen at 1300 px, nothing cut off at 1300 or 1000 px. The numbers of
+    each page are printed (pytest -s shows them)."""
+    print_reports(book_reports)
+    layout = {r.page: r.layout_problems for r in book_reports if r.layout_problems}
+    assert not layout, layout
 
 
 def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):
@@ -74,8 +97,9 @@ def test_browser_check_catches_broken_books(built_book, chromium, tmp_path):
 
 
 def test_browser_check_catches_content_cut_off_sideways(built_book, chromium, tmp_path):
-    """A table wider than the content column fails the check unless it scrolls inside
-    its own box; a wide table that scrolls passes."""
+    """A table wider than the content column fails the check, whether it sticks out of
+    the column or scrolls inside a box of its own (issue 21: a reader at 1000 px must
+    not have to scroll a table to read it)."""
     planted = tmp_path / "html"
     shutil.copytree(built_book, planted)
     row = "".join(f"<td>column_{i:02d}_of_a_planted_table</td>" for i in range(30))
@@ -90,7 +114,114 @@ def test_browser_check_catches_content_cut_off_sideways(built_book, chromium, tm
     page.write_text(html.replace("</article>", cut + "</article>", 1))
     page = planted / "reproducing.html"
     page.write_text(page.read_text().replace("</article>", scrolls + "</article>", 1))
-    reports = {r.page: r.problems for r in check_book(planted, chromium)}
+    reports = {
+        r.page: r.problems
+        for r in check_book(planted, chromium, only=["intro.html", "reproducing.html"])
+    }
     cut_off = [p for p in reports["intro.html"] if "cut off horizontally" in p]
     assert len(cut_off) == 1 and "column_00" in cut_off[0] and "<table>" in cut_off[0]
-    assert not [p for p in reports["reproducing.html"] if "cut off" in p]
+    scrolled = [p for p in reports["reproducing.html"] if "cut off" in p]
+    assert len(scrolled) == 1 and scrolled[0].startswith("table cut off at 1000 px: ")
+    assert "cell(s) hidden in its scroll box" in scrolled[0]
+
+
+# --- the page a reader sees: planted pages ------------------------------------------
+
+ARTICLE = re.compile(r'(<article class="bd-article"[^>]*>).*?(</article>)', re.S)
+CELLS = "".join(f"<td>column_{i:02d}_planted_value</td>" for i in range(12))
+PLANTED_PAGES = {
+    # the lesson starts below the first screen
+    "99_late": '<section><h1>Late</h1><div style="height: 1500px">set-up</div>'
+    "<section><h2>The lesson</h2><p>text</p></section></section>",
+    # a table whose columns hide in its scroll box (book CSS: .cell_output table)
+    "98_table": "<section><h1>Table</h1><section><h2>Early</h2>"
+    '<div class="cell_output"><table class="table"><tr><th>planted header</th>'
+    "<th>b</th></tr><tr>" + CELLS + "</tr></table></div></section></section>",
+    # an output line that does not wrap and runs past its box
+    "97_output": "<section><h1>Output</h1><section><h2>Early</h2>"
+    '<div class="cell_output"><div class="output stream">'
+    '<pre style="white-space: pre">planted verdict: ' + "x" * 283 + "</pre>"
+    "</div></div></section></section>",
+    # a figure drawn wider than the column
+    "96_figure": "<section><h1>Figure</h1><section><h2>Early</h2>"
+    '<img alt="planted wide figure" src="{image}" '
+    'style="width: 1400px; max-width: none"></section></section>',
+    # what the book's pages should be: lesson first, output wraps, table fits
+    "95_ok": "<section><h1>Fine</h1><p>The answer first.</p><section><h2>Lesson</h2>"
+    '<div class="cell_output"><div class="output stream"><pre>planted verdict: '
+    + "word "
+    * 60
+    + '</pre></div></div><div class="cell_output"><table class="table"><tr>'
+    "<td>a</td><td>b</td></tr></table></div>"
+    '<img alt="fits" src="{image}" style="width: 300px"></section></section>',
+}
+
+
+@pytest.fixture(scope="module")
+def planted_pages(built_book, tmp_path_factory):
+    """The built book with five planted pages, each in the theme's page of the
+    glossary (a page without a table of contents of its own)."""
+    html = tmp_path_factory.mktemp("planted") / "html"
+    shutil.copytree(built_book, html)
+    template = (html / "glossary.html").read_text()
+    image = "_images/" + next((html / "_images").iterdir()).name
+    for stem, body in PLANTED_PAGES.items():
+        page = ARTICLE.sub(
+            lambda m: m[1] + body.replace("{image}", image) + m[2], template, count=1
+        )
+        (html / f"{stem}.html").write_text(page)
+    return html
+
+
+def test_bookcheck_fails_each_planted_page_naming_what_and_by_how_much(
+    planted_pages, chromium
+):
+    reports = {
+        r.page[:-5]: r
+        for r in check_book(
+            planted_pages, chromium, only=[f"{s}.html" for s in PLANTED_PAGES]
+        )
+    }
+    late = reports["99_late"]
+    assert late.heading == "The lesson" and late.heading_px > FIRST_SCREEN_PX
+    assert len(late.problems) == 1
+    assert late.problems[0].startswith("first ## heading 'The lesson' starts at ")
+    assert (
+        f"{late.heading_px - FIRST_SCREEN_PX} px below the first screen"
+        in (late.problems[0])
+    )
+
+    table = reports["98_table"]
+    assert table.heading_px < FIRST_SCREEN_PX and table.clipped == {"table": 1}
+    [problem] = table.problems
+    assert problem.startswith("table cut off at 1000 px: ")
+    assert "planted header" in problem and "first hidden: 'column_" in problem
+    assert re.search(r"\d+ cell\(s\) hidden in its scroll box, \d+ px", problem)
+
+    output = reports["97_output"]
+    assert output.clipped == {"output": 1}
+    [problem] = output.problems
+    assert problem.startswith("output line cut off at 1000 px: 300 characters, ")
+    assert "'planted verdict: xxx" in problem
+
+    figure = reports["96_figure"]
+    assert figure.clipped == {"figure": 1}
+    assert figure.problems[0].startswith("figure cut off at 1000 px: ")
+    assert "planted wide figure" in figure.problems[0]
+
+    ok = reports["95_ok"]
+    assert ok.problems == [] and ok.clipped == {}
+    assert ok.heading == "Lesson" and ok.heading_px < FIRST_SCREEN_PX
+    assert 0 < ok.table_share < 1 and 0 < ok.figure_share < 1
+
+
+def test_bookcheck_prints_each_pages_numbers(planted_pages, chromium):
+    reports = check_book(planted_pages, chromium, only=["98_table.html"])
+    out = io.StringIO()
+    assert print_reports(reports, out) == 1
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("98_table.html") and "1 problem(s)" in lines[0]
+    assert re.match(
+        r"    first ## at \d+ px; tables \d+%, figures 0% of \d+ px; cut off: 1 table$",
+        lines[1],
+    )

@@ -24,6 +24,10 @@ BOOK_ONLY = {
     "ampbook/build/book.py",
     "ampbook/build/bookcheck.py",
     "ampbook/build/sphinx_scripts.py",
+    "ampbook/build/sphinx_book.py",
+    # the reader's copies: written by `python -m ampbook.build.run` where the book's
+    # packages are installed (it warns and goes on without them), never by gpucheck
+    "ampbook/build/reader.py",
 }
 # Requirements the list leaves out on purpose (gpu-wheels.txt says why).
 LEFT_OUT = set(WHEEL_NEVER)

@@ -205,17 +205,58 @@ def stage(executed: Path, staging: Path, book_dir: Path = BOOK_DIR) -> Path:
     chapters = staging / "chapters"
     chapters.mkdir()
     for stem in toc_chapters(book_dir):
-        shutil.copy2(executed / f"{stem}.ipynb", chapters / f"{stem}.ipynb")
+        stage_notebook(executed / f"{stem}.ipynb", chapters / f"{stem}.ipynb")
     report_file = executed / "run_report.json"
-    if report_file.exists() and (staging / "reproducing.md").exists():
+    report: dict = {}
+    if report_file.exists():
         from ampbook.build.run import load_run_report
 
         report = load_run_report(report_file)  # checked by check_executed
         chapters = set(toc_chapters(book_dir))
         report["notebooks"] = [n for n in report["notebooks"] if n["name"] in chapters]
+    if report and (staging / "reproducing.md").exists():
         with open(staging / "reproducing.md", "a") as f:
             f.write(_build_section(report))
+    stage_reader_copies(executed, staging, report.get("profile"), book_dir)
     return staging
+
+
+def stage_notebook(executed: Path, staged: Path) -> None:
+    """Copy an executed notebook for the book, with papermill's injected-parameters
+    cell tagged ``remove-cell``: the book shows the chapter's lesson, and the profile's
+    values are on the environment line and the reproducing page."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    for cell in nb.cells:
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
+    nbformat.write(nb, staged)
+
+
+def stage_reader_copies(
+    executed: Path, staging: Path, profile: str | None, book_dir: Path = BOOK_DIR
+) -> list[Path]:
+    """Each chapter's reader's copy (``ampbook.build.reader``), made afresh from the
+    executed notebook into the staged ``_static/notebooks/``, where the download
+    button points (``ampbook.build.sphinx_book``)."""
+    from ampbook.build import reader
+    from ampbook.build.sphinx_book import NOTEBOOKS
+
+    try:
+        return reader.write_reader_copies(
+            executed,
+            toc_chapters(book_dir),
+            staging / NOTEBOOKS,
+            book_dir=book_dir,
+            profile=profile,
+        )
+    except reader.ReaderCopyError as err:
+        raise BookError(
+            f"the reader's copy of {err} (the book's download of that chapter); fix "
+            "the reference in the notebook"
+        ) from None
 
 
 def build(

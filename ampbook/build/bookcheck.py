@@ -6,8 +6,23 @@ For every page: it loads from disk with the network blocked; every image loads; 
 has typeset every math element and no raw TeX delimiters are left in the text; every
 internal link points to an existing page and anchor; nothing asked for the network; no
 cell shows an error (a traceback output, or papermill's "encountered an exception"
-banner). Prints one line per problem and exits 1 when there is any; a folder without
-pages or no Chromium is one ``error:`` line and exit 2. Chromium: ``$CHROMIUM``, else
+banner).
+
+And the page a reader sees (DEVELOPING.md, "The page a reader sees"), at 1300 and
+1000 px wide:
+
+- the lesson first: on a chapter page the first ``##`` heading starts within the first
+  screen, ``FIRST_SCREEN_PX`` (1200 px) from the top at 1300 px wide; on another page
+  that has one, too;
+- nothing cut off, at either width, with every dropdown and hidden cell opened: no
+  table with cells hidden in its scroll box, no line of output or code wider than its
+  box, no figure wider than the column, nothing past the column's edge. Each is named
+  by its text's start and by how much it is cut.
+
+Per page it prints the first heading's position, the share of the page's height in
+tables and in figures, and the number of elements cut off; then one line per problem.
+Exits 1 when there is any problem; a folder without pages or no Chromium is one
+``error:`` line and exit 2. Chromium: ``$CHROMIUM``, else
 ``chromium`` or ``chromium-browser`` on PATH (Debian: ``apt-get install chromium``).
 """
 
@@ -69,6 +84,10 @@ class CheckError(RuntimeError, cli.UserError):
     """The check cannot run: no pages, no Chromium."""
 
 
+WIDTHS = (1300, 1000)  # the page is read at these widths (px)
+FIRST_SCREEN_PX = 1200  # a chapter's first ## heading starts above this, at 1300 px
+
+
 @dataclass
 class PageReport:
     page: str
@@ -76,6 +95,33 @@ class PageReport:
     math: int = 0
     links: int = 0
     problems: list = field(default_factory=list)
+    # the page a reader sees, at 1300 px wide (``layout``)
+    heading_px: int | None = None  # top of the first ## heading, from the page's top
+    heading: str | None = None  # its text
+    page_px: int = 0  # the page's height
+    table_share: float = 0.0  # of the page's height, in tables (dropdowns closed)
+    figure_share: float = 0.0  # in figures
+    # elements cut off, by kind ("table", "output", "code", "figure", "other"), at the
+    # width where each kind had the most
+    clipped: dict = field(default_factory=dict)
+    # the problems of the page a reader sees (also in ``problems``)
+    layout_problems: list = field(default_factory=list)
+
+    @property
+    def clipped_total(self) -> int:
+        return sum(self.clipped.values())
+
+    def summary(self) -> str:
+        """The page's layout numbers on one line."""
+        heading = "-" if self.heading_px is None else f"{self.heading_px} px"
+        clipped = (
+            ", ".join(f"{n} {kind}" for kind, n in sorted(self.clipped.items()))
+            or "none"
+        )
+        return (
+            f"first ## at {heading}; tables {self.table_share:.0%}, figures "
+            f"{self.figure_share:.0%} of {self.page_px} px; cut off: {clipped}"
+        )
 
 
 def find_chromium() -> str | None:
@@ -100,7 +146,12 @@ def find_chromium() -> str | None:
     return None
 
 
-def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageReport]:
+def check_book(
+    html_dir: Path | str, chromium: str | None = None, only: list[str] | None = None
+) -> list[PageReport]:
+    """Check every page of the built book in ``html_dir`` (``only``: just these pages,
+    paths relative to it); one report per page."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     html_dir = Path(html_dir).resolve()
@@ -116,6 +167,9 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
         and "_static" not in p.parts
         and "_sources" not in p.parts
     )
+    if only is not None:
+        wanted = {str(Path(p)) for p in only}
+        pages = [p for p in pages if str(p.relative_to(html_dir)) in wanted]
     if not pages:
         raise CheckError(
             f"no HTML pages under {html_dir}; build the book first "
@@ -137,6 +191,8 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
                 args=CHROMIUM_FLAGS[1:],
                 timeout=60_000,
             )
+            # a loaded 2-core machine can take far longer than Playwright's 30 s
+            browser.set_default_timeout(180_000)
         except Exception as err:  # noqa: BLE001 -- playwright's Error: no browser
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise CheckError(
@@ -170,9 +226,12 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
             response = page.goto(path.as_uri(), wait_until="load")
             if response is not None and not response.ok:
                 report.problems.append(f"page did not load (status {response.status})")
-            page.wait_for_load_state("networkidle")
+            try:  # late requests (fonts, MathJax's parts): best effort, all local
+                page.wait_for_load_state("networkidle", timeout=20_000)
+            except PlaywrightTimeout:
+                pass
             info = page.evaluate(_PAGE_JS)
-            report.problems += overflow_problems(page)
+            layout(page, report, chapter=report.page.startswith("chapters/"))
             page.close()
             page_info[path] = info
             report.images = len(info["imgs"])
@@ -221,6 +280,177 @@ def check_book(html_dir: Path | str, chromium: str | None = None) -> list[PageRe
     return reports
 
 
+# --- the page a reader sees: the lesson first, nothing cut off ------------------------
+
+_LAYOUT_JS = """
+() => {
+  const col = document.querySelector('article.bd-article')
+      || document.querySelector('main') || document.body;
+  const top = e => e.getBoundingClientRect().top + window.scrollY;
+  const height = e => e.getBoundingClientRect().height;
+  const page = document.documentElement.scrollHeight;
+  const h2 = col.querySelector('h2');
+  const heading = h2 ? {top: Math.round(top(h2)),
+      text: h2.textContent.replace(/[\\s#¶]+$/, '').trim().slice(0, 60)} : null;
+  const outer = sel => Array.from(col.querySelectorAll(sel))
+      .filter(e => !e.parentElement.closest(sel));
+  const tables = outer('table').reduce((a, t) => a + height(t), 0);
+  const figures = outer('img').reduce((a, f) => a + height(f), 0);
+  return {page, heading, tables, figures};
+}
+"""
+
+# Everything the reader can open is opened before the check for content cut off:
+# dropdowns (<details>), hidden cells and toggled admonitions.
+_OPEN_ALL_JS = """
+() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  document.querySelectorAll('.toggle-hidden').forEach(
+      e => e.classList.remove('toggle-hidden'));
+  document.querySelectorAll('.toggle-details__summary, button.toggle-button')
+      .forEach(b => b.setAttribute('aria-expanded', 'true'));
+  return document.querySelectorAll('details').length;
+}
+"""
+
+_CLIPPED_JS = """
+() => {
+  const col = document.querySelector('article.bd-article')
+      || document.querySelector('main') || document.body;
+  const colBox = col.getBoundingClientRect();
+  const squash = t => (t || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
+  const out = [];
+  // 1. boxes that scroll or clip sideways and hide part of what they hold
+  for (const el of col.querySelectorAll('*')) {
+    // inline math: its box is as wide as the formula; MathJax's hidden screen-reader
+    // copy inside it only makes it look wider
+    if (el.closest('mjx-container, span.math')) continue;
+    const style = getComputedStyle(el);
+    // overflow does not apply to an inline box (and its clientWidth is 0)
+    if (style.overflowX === 'visible' || style.display === 'inline') continue;
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    const hidden = el.scrollWidth - el.clientWidth;
+    if (hidden <= 1) continue;
+    const right = r.left + el.clientLeft + el.clientWidth;
+    const table = el.tagName === 'TABLE' ? el : el.querySelector('table');
+    const pre = el.tagName === 'PRE' ? el : el.querySelector('pre');
+    const img = el.tagName === 'IMG' ? el : el.querySelector('img');
+    if (table) {
+      const cells = Array.from(table.querySelectorAll('th, td'));
+      const cut = cells.filter(c => c.getBoundingClientRect().right > right + 1);
+      if (!cut.length) continue;
+      const head = Array.from(table.querySelectorAll('th')).map(c => c.textContent)
+          .join(' | ');
+      out.push({kind: 'table', px: Math.round(hidden),
+                width: Math.round(el.clientWidth),
+                text: squash(head || table.textContent), cells: cut.length,
+                first: squash(cut[0].textContent)});
+    } else if (pre) {
+      const lines = pre.textContent.split('\\n');
+      const longest = lines.reduce((a, l) => (l.length > a.length ? l : a), '');
+      const output = !!pre.closest('.cell_output, .output');
+      out.push({kind: output ? 'output' : 'code', px: Math.round(hidden),
+                width: Math.round(el.clientWidth), text: squash(longest),
+                chars: longest.length});
+    } else if (img) {
+      out.push({kind: 'figure', px: Math.round(hidden),
+                width: Math.round(el.clientWidth),
+                text: squash(img.getAttribute('alt') || img.getAttribute('src'))});
+    } else {
+      out.push({kind: 'other', px: Math.round(hidden),
+                width: Math.round(el.clientWidth), text: squash(el.textContent)});
+    }
+  }
+  // 2. figures wider than the column (scaled images never are; fixed-size ones can be)
+  for (const img of col.querySelectorAll('img')) {
+    const r = img.getBoundingClientRect();
+    if (r.width === 0) continue;
+    const past = Math.max(r.right - colBox.right, colBox.left - r.left);
+    if (past > 1) {
+      out.push({kind: 'figure', px: Math.round(past), width: Math.round(colBox.width),
+                text: squash(img.getAttribute('alt') || img.getAttribute('src'))});
+    }
+  }
+  return out;
+}
+"""
+
+
+def _describe(cut: dict, width: int) -> str:
+    """One problem line for an element cut off at ``width`` px."""
+    where = f"at {width} px"
+    if cut["kind"] == "table":
+        return (
+            f"table cut off {where}: {cut['cells']} cell(s) hidden in its scroll box, "
+            f"{cut['px']} px of the table beyond its {cut['width']} px (first hidden: "
+            f"{cut['first']!r}): {cut['text']!r}"
+        )
+    if cut["kind"] in ("output", "code"):
+        what = "output line" if cut["kind"] == "output" else "code line"
+        return (
+            f"{what} cut off {where}: {cut['chars']} characters, {cut['px']} px past "
+            f"its {cut['width']} px box: {cut['text']!r}"
+        )
+    if cut["kind"] == "figure":
+        return (
+            f"figure cut off {where}: {cut['px']} px wider than its {cut['width']} px "
+            f"box: {cut['text']!r}"
+        )
+    if "tag" in cut:  # sticks out of the column, or out of a box that clips
+        how = "clipped by its container" if cut["clipped"] else "past the column"
+        return (
+            f"cut off horizontally {where} by {cut['px']} px ({how}): "
+            f"<{cut['tag']}> {cut['text']!r}"
+        )
+    return f"content cut off {where}: {cut['px']} px hidden in its box: {cut['text']!r}"
+
+
+def layout(page, report: PageReport, chapter: bool) -> None:
+    """Measure the loaded ``page`` at each of ``WIDTHS`` into ``report``: its first
+    heading, its tables' and figures' share of the height (at the first width), and
+    what is cut off (at every width, everything opened). ``chapter`` pages must have a
+    ``##`` heading."""
+    found: dict[int, list] = {}
+    for n, width in enumerate(WIDTHS):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(50)  # let the layout settle
+        if n == 0:
+            info = page.evaluate(_LAYOUT_JS)
+            report.page_px = int(info["page"])
+            report.table_share = info["tables"] / max(info["page"], 1)
+            report.figure_share = info["figures"] / max(info["page"], 1)
+            if info["heading"] is not None:
+                report.heading_px = info["heading"]["top"]
+                report.heading = info["heading"]["text"]
+                if report.heading_px > FIRST_SCREEN_PX:
+                    report.layout_problems.append(
+                        f"first ## heading {report.heading!r} starts at "
+                        f"{report.heading_px} px at {width} px wide, "
+                        f"{report.heading_px - FIRST_SCREEN_PX} px below the first "
+                        f"screen ({FIRST_SCREEN_PX} px): move plumbing off the page"
+                    )
+            elif chapter:
+                report.layout_problems.append("chapter page has no ## heading")
+            page.evaluate(_OPEN_ALL_JS)
+            page.wait_for_timeout(50)
+        found[width] = page.evaluate(_CLIPPED_JS) + [
+            dict(o, kind="other") for o in page.evaluate(_OVERFLOW_JS)
+        ]
+    # Each element once: as cut at the narrowest width, or at a wider one where only
+    # that one cuts it.
+    seen: set = set()
+    for width in sorted(found):
+        for cut in found[width]:
+            key = (cut["kind"], cut["text"])
+            if key in seen:
+                continue
+            seen.add(key)
+            report.layout_problems.append(_describe(cut, width))
+            report.clipped[cut["kind"]] = report.clipped.get(cut["kind"], 0) + 1
+    report.problems += report.layout_problems
+
+
 # --- horizontal overflow: nothing on a page may be cut off sideways -------------------
 
 _OVERFLOW_JS = """
@@ -234,6 +464,7 @@ _OVERFLOW_JS = """
     const r = el.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
     if (el.closest('mjx-assistive-mml')) continue;  // MathJax's screen-reader copy
+    if (el.tagName === 'IMG') continue;  // figures: layout() checks them
     let box = null;
     for (let a = el.parentElement; a && a !== col.parentElement; a = a.parentElement) {
       if (getComputedStyle(a).overflowX !== 'visible') { box = a; break; }
@@ -250,24 +481,13 @@ _OVERFLOW_JS = """
     seen.add(el);
     if (inner) continue;  // report the outermost element only
     const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
-    out.push({tag: el.tagName.toLowerCase(), past: Math.round(past),
+    out.push({tag: el.tagName.toLowerCase(), px: Math.round(past),
+              width: Math.round((box || col).getBoundingClientRect().width),
               clipped: !!box, text});
   }
   return out;
 }
 """
-
-
-def overflow_problems(page) -> list[str]:
-    """Elements of the page's content column that stick out sideways and cannot be
-    scrolled to: past the column's edge, or clipped by an ancestor that hides its
-    overflow. An element inside a box that scrolls (a code block, a wide table) is
-    fine."""
-    return [
-        f"cut off horizontally by {o['past']} px: <{o['tag']}> {o['text']!r}"
-        + (" (clipped by its container)" if o["clipped"] else " (past the column)")
-        for o in page.evaluate(_OVERFLOW_JS)
-    ]
 
 
 @cli.command("python -m ampbook.build.bookcheck")
@@ -286,18 +506,27 @@ def main(argv: list[str] | None = None) -> int:
     except CheckError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    return 1 if print_reports(reports) else 0
+
+
+def print_reports(reports: list[PageReport], out=None) -> int:
+    """Print one line per page, its layout numbers, and its problems; the number of
+    problems."""
+    out = out or sys.stdout
     problems = 0
     for r in reports:
         status = "ok" if not r.problems else f"{len(r.problems)} problem(s)"
         print(
             f"{r.page:<40} images {r.images:>3}  math {r.math:>4}  links {r.links:>4}  "
-            f"{status}"
+            f"{status}",
+            file=out,
         )
+        print(f"    {r.summary()}", file=out)
         for p in r.problems:
-            print(f"    {p}")
+            print(f"    {p}", file=out)
         problems += len(r.problems)
-    print(f"{len(reports)} pages checked, {problems} problem(s)")
-    return 1 if problems else 0
+    print(f"{len(reports)} pages checked, {problems} problem(s)", file=out)
+    return problems
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ import jupytext
 from ampbook import cli
 
 # Calls whose value is something to display (a sentence, a table): losing it loses text.
-DISPLAY_FACTORIES = frozenset({"md", "md_table", "Markdown", "HTML", "Latex", "Math"})
+DISPLAY_FACTORIES = frozenset(
+    {"md", "md_table", "dropdown", "Markdown", "HTML", "Latex", "Math"}
+)
 
 
 def _code(source: str) -> str:

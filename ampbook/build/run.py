@@ -281,11 +281,17 @@ def execute(
     run.code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
     if run.code_cells == 0:
         raise RunError(f"{source.stem}: the notebook has no code cell to execute")
+    from ampbook.env import RUN_PROFILE_VAR
+
     saved = {
         k: os.environ.get(k)
-        for k in ("AMPBOOK_PROFILE", "MPLBACKEND", "OMP_NUM_THREADS")
+        for k in ("AMPBOOK_PROFILE", RUN_PROFILE_VAR, "MPLBACKEND", "OMP_NUM_THREADS")
     }
     os.environ["AMPBOOK_PROFILE"] = profile
+    # What print_environment names: the profile whose parameters were injected (a
+    # variable of its own: $AMPBOOK_PROFILE in a reader's shell says nothing about a
+    # notebook run by hand in Jupyter).
+    os.environ[RUN_PROFILE_VAR] = profile
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
     # The kernel inherits the environment: figures must go to the notebook, not to Agg.
@@ -629,6 +635,32 @@ def time_table(runs: list[NotebookRun], wall: float | None = None) -> str:
     return "\n".join(lines)
 
 
+def write_reader_copies(
+    runs: list[NotebookRun], out_dir: Path, profile: str, log=print
+) -> list[Path]:
+    """The reader's copy of each notebook run (``ampbook.build.reader``) in
+    ``out_dir/reader/``. A reference that does not resolve costs that copy only, with a
+    warning: the run itself succeeded (the book build refuses the chapter)."""
+    errors: list[str] = []
+    try:
+        from ampbook.build import reader
+
+        written = reader.write_reader_copies(
+            out_dir, [r.name for r in runs], profile=profile, errors=errors
+        )
+    except ImportError as err:  # a machine with the runner's packages only
+        log(f"warning: no reader's copies ({err}); the executed notebooks are complete")
+        return []
+    for error in errors:
+        log(f"warning: no reader's copy of {error}")
+    if written:
+        log(
+            f"reader's copies (roles replaced, captions under the figures): "
+            f"{out_dir / reader.READER_DIR}"
+        )
+    return written
+
+
 def run_notebooks(
     specs: list[str] | None = None,
     profile: str | None = None,
@@ -697,6 +729,7 @@ def run_notebooks(
                 runs.append(failed)
                 raise
             log(f"      done in {runs[-1].seconds:.1f} s")
+        write_reader_copies(runs, out_dir, profile, log)
         finished = True
     finally:
         if runs:
