@@ -779,6 +779,82 @@ def test_gpucheck_does_not_replace_an_earlier_checks_results(tmp_path, capsys):
     assert (tmp_path / "report.json").read_text() == "{}"
 
 
+def _sentinels():
+    """Handlers a caller had before a command ran, and what they received."""
+    got = []
+
+    def caller(signum, frame):
+        got.append(signum)
+
+    hook = lambda *a: None  # noqa: E731
+    old = {s: signal.signal(s, caller) for s in (signal.SIGTERM, signal.SIGINT)}
+    old_hup = signal.signal(signal.SIGHUP, caller)
+    old_hook, sys.excepthook = sys.excepthook, hook
+    return caller, hook, got, {**old, signal.SIGHUP: old_hup}, old_hook
+
+
+def _assert_back(caller, hook, got):
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        assert signal.getsignal(s) is caller, signal.Signals(s).name
+    assert sys.excepthook is hook
+    os.kill(os.getpid(), signal.SIGTERM)  # reaches the caller's handler, not a check's
+    assert got == [signal.SIGTERM]
+    got.clear()
+
+
+def test_a_command_leaves_its_callers_handlers_as_it_found_them(tmp_path, capsys):
+    """Whatever a command installs (signal handlers, an excepthook) is undone when its
+    main returns or raises: a test once found gpucheck's SIGTERM handler still in
+    pytest's process, and a later SIGTERM (from ``timeout``) ended in a traceback."""
+    from ampbook import gpucheck
+
+    @cli.command("python -m x")
+    def main(argv):
+        signal.signal(signal.SIGTERM, lambda *a: None)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        sys.excepthook = print
+        if argv[0] == "bug":
+            raise ZeroDivisionError("a bug")
+        return 0
+
+    caller, hook, got, old, old_hook = _sentinels()
+    try:
+        assert main(["ok"]) == 0
+        _assert_back(caller, hook, got)
+        with pytest.raises(ZeroDivisionError):
+            main(["bug"])
+        _assert_back(caller, hook, got)
+        # gpucheck sets its own handlers for the whole check: a finished check, a
+        # check whose stage raised, and Check.run called alone all undo them.
+        assert (
+            gpucheck.main(["--dry-run", "--out", str(tmp_path / "a"), "--stages", "x"])
+            == 2
+        )
+        _assert_back(caller, hook, got)
+
+        def broken(self, res, final=False):
+            raise ZeroDivisionError("a bug in the report")
+
+        check = gpucheck.Check(tmp_path / "b", 60, True, ("wheels",))
+        original = gpucheck.Check.finish_stage
+        gpucheck.Check.finish_stage = broken
+        try:
+            with pytest.raises(ZeroDivisionError):
+                check.run()
+        finally:
+            gpucheck.Check.finish_stage = original
+            check.log_file.close()
+        _assert_back(caller, hook, got)
+        check = gpucheck.Check(tmp_path / "c", 60, True, ("wheels",))
+        assert check.run() == 0
+        _assert_back(caller, hook, got)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        sys.excepthook = old_hook
+    capsys.readouterr()
+
+
 # --- what is read: results, reports, profiles, environment ----------------------------
 
 
