@@ -10,10 +10,12 @@ its subset)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import errno
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,6 +106,58 @@ def test_command_maps_known_failures_to_one_line_and_exit_codes(capsys):
         main(["bug"])
     # The handlers in place before come back.
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, cli._on_sigterm)
+
+
+def _commands() -> dict[str, str]:
+    """Every ``python -m`` entry point of the package: module -> the module whose
+    ``main`` it calls."""
+    found = {}
+    for path in sorted((REPO_ROOT / "ampbook").rglob("*.py")):
+        text = path.read_text()
+        module = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        if path.name == "__main__.py":
+            target = re.search(r"from (ampbook[\w.]*) import main", text)
+            assert target, f"{path}: a __main__ that does not call a main()"
+            found[module.removesuffix(".__main__")] = target.group(1)
+        elif re.search(r"^if __name__ == .__main__.:", text, re.M):
+            found[module] = module
+    return found
+
+
+def _command_prog(module: str) -> str | None:
+    """The ``prog`` of ``@cli.command(prog)`` on ``module``'s ``main`` (read from the
+    source, not imported: importing every command takes tens of seconds)."""
+    path = REPO_ROOT / Path(*module.split(".")).with_suffix(".py")
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            for deco in node.decorator_list:
+                if (
+                    isinstance(deco, ast.Call)
+                    and ast.unparse(deco.func) in ("cli.command", "command")
+                    and deco.args
+                    and isinstance(deco.args[0], ast.Constant)
+                ):
+                    return deco.args[0].value
+    return None
+
+
+def test_every_command_goes_through_the_error_layer():
+    """A new ``python -m ampbook...`` command (or ``bench`` subcommand) joins the
+    error layer by its decorator: without it, none of the promises hold."""
+    commands = _commands()
+    assert {"ampbook.train", "ampbook.evaluate", "ampbook.bench"} <= set(commands)
+    for name, module in commands.items():
+        prog = _command_prog(module)
+        assert prog, f"{module}.main is not decorated with @cli.command"
+        assert prog.startswith(f"python -m {name}") or name.startswith(
+            "ampbook.bench_"
+        ), (name, prog)
+    from ampbook import bench  # its subcommands, whichever modules they live in
+
+    for sub, module in bench.COMMANDS.items():
+        assert _command_prog(module) == f"python -m ampbook.bench {sub}", module
+    # The decorator is what marks them (the test above reads the source).
+    assert bench.main.ampbook_command == "python -m ampbook.bench"
 
 
 def test_argument_errors_are_one_line_with_exit_2(capsys):
