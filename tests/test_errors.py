@@ -564,10 +564,25 @@ def test_predictions_of_another_run_are_not_replaced(tiny, tmp_path, capsys):
 def test_a_full_disk_stops_the_run_with_one_line(tiny, tmpfs, capsys):
     from ampbook.train import main
 
-    full = tmpfs("full", size="200k")
-    code = main([*TRAIN, "--data-root", str(tiny), "--out", str(full), "--name", "f"])
-    assert code == 1
+    # Too small for one checkpoint: refused before any work.
+    small = tmpfs("small", size="200k")
+    code = main([*TRAIN, "--data-root", str(tiny), "--out", str(small), "--name", "f"])
+    assert code == 2
+    one_error(
+        capsys.readouterr().err, "checkpoint f.ckpt", "MiB free", "MiB are needed"
+    )
+    assert list(small.iterdir()) == []
+    # Room for one checkpoint, not for the second written beside it: epoch 1 is kept.
+    from ampbook.train.outdir import checkpoint_room
+
+    room = checkpoint_room()
+    full = tmpfs("full", size=f"{(room * 3) // 2 // 1024}k")
+    argv = [*TRAIN, "--epochs", "2", "--data-root", str(tiny), "--out", str(full)]
+    assert main([*argv, "--name", "f"]) == 1
     one_error(capsys.readouterr().err, "No space left")
+    record = json.loads((full / "f.json").read_text())
+    assert [e["epoch"] for e in record["epochs"]] == [1]
+    assert torch.load(full / "f.ckpt", weights_only=False)["epoch"] == 1
 
 
 @pytest.mark.parametrize(
