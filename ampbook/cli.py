@@ -115,6 +115,33 @@ def signals():
             signal.signal(s, h)
 
 
+_KEPT = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGALRM")
+    if hasattr(signal, name)
+)
+
+
+@contextlib.contextmanager
+def kept_handlers():
+    """Whatever a command installs while it runs (signal handlers, ``sys.excepthook``)
+    is undone when it returns or raises: a command called as a function (a test, a
+    notebook, another command) leaves its caller's process as it found it."""
+    if not _main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in _KEPT}
+    hook = sys.excepthook
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            if h is not None:  # None: set outside Python, cannot be put back
+                with contextlib.suppress(ValueError, OSError, TypeError):
+                    signal.signal(s, h)
+        sys.excepthook = hook
+
+
 def say(message: str) -> None:
     """Print ``message`` as the one ``error:`` line (its lines joined)."""
     text = " ".join(str(message).split("\n")).strip()
@@ -238,7 +265,7 @@ def command(prog: str) -> Callable:
         @functools.wraps(main)
         def run(argv: list[str] | None = None) -> int:
             _state["signal"] = None
-            with signals():
+            with kept_handlers(), signals():
                 try:
                     code = main(argv)
                 except KeyboardInterrupt as err:
@@ -261,6 +288,7 @@ def command(prog: str) -> Callable:
                 code = EXIT_SIGTERM
             return code
 
+        run.ampbook_command = prog  # tests/test_errors.py finds every command by it
         return run
 
     return wrap

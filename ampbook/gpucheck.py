@@ -733,6 +733,12 @@ class Check:
                 continue
 
     def run(self) -> int:
+        """Run the selected stages; the signal handlers it sets are undone when it
+        returns or raises."""
+        with cli.kept_handlers():
+            return self._run()
+
+    def _run(self) -> int:
         def terminate(signum, frame):
             cli._state["signal"] = signum  # 143 for SIGTERM, 130 for Ctrl-C
             raise Terminated()

@@ -953,6 +953,20 @@ def parameters_cases() -> list[Case]:
     return out
 
 
+def _kept_epoch_1(out: Path) -> str | None:
+    """A run stopped by a full disk in epoch 2 keeps epoch 1 (record and
+    checkpoint)."""
+    runs = list(out.glob("*.json"))
+    if len(runs) != 1:
+        return f"expected one run record, found {len(runs)}"
+    epochs = [e.get("epoch") for e in json.loads(runs[0].read_text())["epochs"]]
+    if epochs != [1]:
+        return f"the record lists epochs {epochs}, not [1]"
+    if not runs[0].with_suffix(".ckpt").is_file():
+        return "epoch 1's checkpoint was lost"
+    return None
+
+
 def fs_cases() -> list[Case]:
     c = "filesystem"
     out = []
@@ -1093,11 +1107,26 @@ def fs_cases() -> list[Case]:
         ),
         Case(
             c,
-            "train: disk full while writing the checkpoint",
+            "train: no room for a checkpoint",
             lambda ctx: train("--out", str(ctx.tmpfs("full", size="200k")))(ctx),
-            expect=(1, 2),
-            words=["space"],
+            expect=(2,),
+            words=["checkpoint", "MiB free"],
             quick=True,
+            check=lambda ctx, res: (
+                "the refused run left files"
+                if any((ctx.tmp / "full").iterdir())
+                else None
+            ),
+        ),
+        Case(
+            c,
+            "train: disk full while writing the second checkpoint",
+            lambda ctx: train(
+                "--epochs", "2", "--out", str(ctx.tmpfs("full", size="40m"))
+            )(ctx),
+            expect=(1,),
+            words=["space"],
+            check=lambda ctx, res: _kept_epoch_1(ctx.tmp / "full"),
         ),
         Case(
             c,

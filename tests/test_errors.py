@@ -10,10 +10,12 @@ its subset)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import errno
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -104,6 +106,58 @@ def test_command_maps_known_failures_to_one_line_and_exit_codes(capsys):
         main(["bug"])
     # The handlers in place before come back.
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, cli._on_sigterm)
+
+
+def _commands() -> dict[str, str]:
+    """Every ``python -m`` entry point of the package: module -> the module whose
+    ``main`` it calls."""
+    found = {}
+    for path in sorted((REPO_ROOT / "ampbook").rglob("*.py")):
+        text = path.read_text()
+        module = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        if path.name == "__main__.py":
+            target = re.search(r"from (ampbook[\w.]*) import main", text)
+            assert target, f"{path}: a __main__ that does not call a main()"
+            found[module.removesuffix(".__main__")] = target.group(1)
+        elif re.search(r"^if __name__ == .__main__.:", text, re.M):
+            found[module] = module
+    return found
+
+
+def _command_prog(module: str) -> str | None:
+    """The ``prog`` of ``@cli.command(prog)`` on ``module``'s ``main`` (read from the
+    source, not imported: importing every command takes tens of seconds)."""
+    path = REPO_ROOT / Path(*module.split(".")).with_suffix(".py")
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            for deco in node.decorator_list:
+                if (
+                    isinstance(deco, ast.Call)
+                    and ast.unparse(deco.func) in ("cli.command", "command")
+                    and deco.args
+                    and isinstance(deco.args[0], ast.Constant)
+                ):
+                    return deco.args[0].value
+    return None
+
+
+def test_every_command_goes_through_the_error_layer():
+    """A new ``python -m ampbook...`` command (or ``bench`` subcommand) joins the
+    error layer by its decorator: without it, none of the promises hold."""
+    commands = _commands()
+    assert {"ampbook.train", "ampbook.evaluate", "ampbook.bench"} <= set(commands)
+    for name, module in commands.items():
+        prog = _command_prog(module)
+        assert prog, f"{module}.main is not decorated with @cli.command"
+        assert prog.startswith(f"python -m {name}") or name.startswith(
+            "ampbook.bench_"
+        ), (name, prog)
+    from ampbook import bench  # its subcommands, whichever modules they live in
+
+    for sub, module in bench.COMMANDS.items():
+        assert _command_prog(module) == f"python -m ampbook.bench {sub}", module
+    # The decorator is what marks them (the test above reads the source).
+    assert bench.main.ampbook_command == "python -m ampbook.bench"
 
 
 def test_argument_errors_are_one_line_with_exit_2(capsys):
@@ -510,10 +564,25 @@ def test_predictions_of_another_run_are_not_replaced(tiny, tmp_path, capsys):
 def test_a_full_disk_stops_the_run_with_one_line(tiny, tmpfs, capsys):
     from ampbook.train import main
 
-    full = tmpfs("full", size="200k")
-    code = main([*TRAIN, "--data-root", str(tiny), "--out", str(full), "--name", "f"])
-    assert code == 1
+    # Too small for one checkpoint: refused before any work.
+    small = tmpfs("small", size="200k")
+    code = main([*TRAIN, "--data-root", str(tiny), "--out", str(small), "--name", "f"])
+    assert code == 2
+    one_error(
+        capsys.readouterr().err, "checkpoint f.ckpt", "MiB free", "MiB are needed"
+    )
+    assert list(small.iterdir()) == []
+    # Room for one checkpoint, not for the second written beside it: epoch 1 is kept.
+    from ampbook.train.outdir import checkpoint_room
+
+    room = checkpoint_room()
+    full = tmpfs("full", size=f"{(room * 3) // 2 // 1024}k")
+    argv = [*TRAIN, "--epochs", "2", "--data-root", str(tiny), "--out", str(full)]
+    assert main([*argv, "--name", "f"]) == 1
     one_error(capsys.readouterr().err, "No space left")
+    record = json.loads((full / "f.json").read_text())
+    assert [e["epoch"] for e in record["epochs"]] == [1]
+    assert torch.load(full / "f.ckpt", weights_only=False)["epoch"] == 1
 
 
 @pytest.mark.parametrize(
@@ -777,6 +846,82 @@ def test_gpucheck_does_not_replace_an_earlier_checks_results(tmp_path, capsys):
     assert gpucheck.main(["--dry-run", "--out", str(tmp_path), "--stages", "env"]) == 2
     one_error(capsys.readouterr().err, "earlier check", "report.json")
     assert (tmp_path / "report.json").read_text() == "{}"
+
+
+def _sentinels():
+    """Handlers a caller had before a command ran, and what they received."""
+    got = []
+
+    def caller(signum, frame):
+        got.append(signum)
+
+    hook = lambda *a: None  # noqa: E731
+    old = {s: signal.signal(s, caller) for s in (signal.SIGTERM, signal.SIGINT)}
+    old_hup = signal.signal(signal.SIGHUP, caller)
+    old_hook, sys.excepthook = sys.excepthook, hook
+    return caller, hook, got, {**old, signal.SIGHUP: old_hup}, old_hook
+
+
+def _assert_back(caller, hook, got):
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        assert signal.getsignal(s) is caller, signal.Signals(s).name
+    assert sys.excepthook is hook
+    os.kill(os.getpid(), signal.SIGTERM)  # reaches the caller's handler, not a check's
+    assert got == [signal.SIGTERM]
+    got.clear()
+
+
+def test_a_command_leaves_its_callers_handlers_as_it_found_them(tmp_path, capsys):
+    """Whatever a command installs (signal handlers, an excepthook) is undone when its
+    main returns or raises: a test once found gpucheck's SIGTERM handler still in
+    pytest's process, and a later SIGTERM (from ``timeout``) ended in a traceback."""
+    from ampbook import gpucheck
+
+    @cli.command("python -m x")
+    def main(argv):
+        signal.signal(signal.SIGTERM, lambda *a: None)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        sys.excepthook = print
+        if argv[0] == "bug":
+            raise ZeroDivisionError("a bug")
+        return 0
+
+    caller, hook, got, old, old_hook = _sentinels()
+    try:
+        assert main(["ok"]) == 0
+        _assert_back(caller, hook, got)
+        with pytest.raises(ZeroDivisionError):
+            main(["bug"])
+        _assert_back(caller, hook, got)
+        # gpucheck sets its own handlers for the whole check: a finished check, a
+        # check whose stage raised, and Check.run called alone all undo them.
+        assert (
+            gpucheck.main(["--dry-run", "--out", str(tmp_path / "a"), "--stages", "x"])
+            == 2
+        )
+        _assert_back(caller, hook, got)
+
+        def broken(self, res, final=False):
+            raise ZeroDivisionError("a bug in the report")
+
+        check = gpucheck.Check(tmp_path / "b", 60, True, ("wheels",))
+        original = gpucheck.Check.finish_stage
+        gpucheck.Check.finish_stage = broken
+        try:
+            with pytest.raises(ZeroDivisionError):
+                check.run()
+        finally:
+            gpucheck.Check.finish_stage = original
+            check.log_file.close()
+        _assert_back(caller, hook, got)
+        check = gpucheck.Check(tmp_path / "c", 60, True, ("wheels",))
+        assert check.run() == 0
+        _assert_back(caller, hook, got)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        sys.excepthook = old_hook
+    capsys.readouterr()
 
 
 # --- what is read: results, reports, profiles, environment ----------------------------

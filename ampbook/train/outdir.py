@@ -14,6 +14,7 @@ import os
 import socket
 from pathlib import Path
 
+from ampbook import cli
 from ampbook.train.config import ConfigError, TrainConfig
 from ampbook.train.record import earlier_record, now
 
@@ -96,6 +97,24 @@ class RunLock:
         os.close(self.fd)
 
 
+def checkpoint_room() -> int:
+    """Bytes a run's checkpoint takes (the model's parameters, Adam's two moments of
+    each, the buffers; the sizes read from a model on the meta device, which holds no
+    memory), with a margin for the rest it keeps. A folder with less free space is
+    refused before any work: a long run would otherwise learn it only when its first
+    epoch ends."""
+    import torch
+
+    from ampbook.data import NUM_CLASSES
+    from ampbook.model import ERFNet
+
+    with torch.device("meta"):
+        net = ERFNet(NUM_CLASSES)
+    params = sum(p.numel() * p.element_size() for p in net.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in net.buffers())
+    return int((3 * params + buffers) * 1.05) + (1 << 20)
+
+
 @contextlib.contextmanager
 def output_folder(cfg: TrainConfig, out: Path, name: str):
     """Lock ``out`` for ``name`` and check it before any work: a folder that can be
@@ -117,6 +136,11 @@ def output_folder(cfg: TrainConfig, out: Path, name: str):
     lock = None
     try:
         lock = RunLock(out / f"{name}.lock", name)
+        # Room for the checkpoint, before an earlier run's files are touched (moved
+        # aside, they still take their space until the new run's first record).
+        cli.check_free_space(
+            out, checkpoint_room(), f"out (the checkpoint {name}.ckpt)"
+        )
         json_path, ckpt_path = out / f"{name}.json", out / f"{name}.ckpt"
         _settle_replaced(out, name)  # a killed --overwrite run's earlier files
         for path in (json_path, ckpt_path):
