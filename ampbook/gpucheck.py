@@ -127,7 +127,7 @@ class Stage:
 # leaves after RESERVE_S.
 STAGES = (
     Stage("wheels", 8, 5, "", always=True),
-    Stage("env", 6, 40, "environment.json in report.json", always=True),
+    Stage("env", 6, 120, "environment.json in report.json", always=True),
     Stage("data", 18, 120, "the synthetic sets in build/cache (not in the output)"),
     Stage("tests", 28, 240, "the log of pytest -m cuda"),
     Stage("profile", 28, 240, "layer_profile_<gpu>_{fp32,amp-fp16}_1024x512[_cl].json"),
@@ -187,8 +187,8 @@ STAGE_SIZES = {
     "dry": {
         "profile": {
             "batch_size": 1,
-            "height": 32,
-            "width": 64,
+            "height": 16,
+            "width": 32,
             "steps": 1,
             "warmup": 1,
             "timed_steps": 1,
@@ -287,7 +287,16 @@ def stage_env(work: Path, dry: bool) -> None:
     )
 
 
+def cuda_test_files(tests: Path = REPO_ROOT / "tests") -> list[Path]:
+    """The test files that mark a test ``cuda``: ``pytest -m cuda`` collects only these
+    (collecting the whole suite to deselect it costs tens of seconds of imports)."""
+    return sorted(
+        f for f in tests.glob("test_*.py") if "mark.cuda" in f.read_text("utf-8")
+    )
+
+
 def stage_tests(work: Path, dry: bool) -> None:
+    files = cuda_test_files()
     cmd = [
         sys.executable,
         "-m",
@@ -298,7 +307,7 @@ def stage_tests(work: Path, dry: bool) -> None:
         "-rs",
         "-p",
         "no:cacheprovider",
-        str(REPO_ROOT / "tests"),
+        *(str(f) for f in files or [REPO_ROOT / "tests"]),
     ]
     print("$", " ".join(cmd), flush=True)
     rc = subprocess.run(cmd, cwd=REPO_ROOT).returncode
@@ -464,7 +473,12 @@ def stage_ladder(work: Path, dry: bool, compile_stage: bool = False) -> None:
     precision in its own process, every finished rung written at once."""
     import torch
 
-    from ampbook.bench_ladder import format_table, ladder_path, run_ladder
+    from ampbook.bench_ladder import (
+        format_table,
+        format_targets,
+        ladder_path,
+        run_ladder,
+    )
 
     if not dry and not torch.cuda.is_available():
         raise RuntimeError("no CUDA device: the ladder stage needs one")
@@ -475,6 +489,7 @@ def stage_ladder(work: Path, dry: bool, compile_stage: bool = False) -> None:
         print(f"compile cache: {cache}", flush=True)
     ladder = run_ladder(spec, path, "precision", merge=compile_stage or path.exists())
     print(format_table(ladder), flush=True)
+    print(format_targets(ladder), flush=True)  # issue 18's targets, one by one
 
 
 def stage_loader(work: Path, dry: bool) -> None:
