@@ -981,10 +981,12 @@ def wheel_closure(roots=WHEEL_ROOTS, image_list: Path | None = None) -> dict[str
     return dict(sorted(need.items()))
 
 
-def sizing() -> list[tuple[str, str, float]]:
+def sizing(
+    precisions: tuple[str, ...] = ("fp32", "amp-fp16", "amp-bf16"),
+) -> list[tuple[str, str, float]]:
     """The cost model's lower bound of one training step at the post's setting
-    (1024x512,
-    batch 6) on the H200 and the RTX 3070: (device key, precision and TF32, seconds)."""
+    (1024x512, batch 6) on the H200 and the RTX 3070: (device key, precision and TF32,
+    seconds), for each of ``precisions`` (one trace each, seconds of CPU)."""
     from ampbook.costmodel import Ceilings, predict, trace_step
     from ampbook.devices import load_devices
     from ampbook.model import ERFNet
@@ -992,7 +994,7 @@ def sizing() -> list[tuple[str, str, float]]:
     devices = load_devices()
     model = ERFNet(19)
     rows = []
-    for precision in ("fp32", "amp-fp16", "amp-bf16"):
+    for precision in precisions:
         trace = trace_step(model, 6, 512, 1024, precision)
         for key in ("h200-sxm", "rtx3070-desktop"):
             for tf32 in (True, False) if precision == "fp32" else (True,):

@@ -259,7 +259,7 @@ def test_stage_selection_and_slug():
 def test_sizing_figures_order():
     from ampbook.gpucheck import sizing
 
-    step = {(key, label): s for key, label, s in sizing()}
+    step = {(key, label): s for key, label, s in sizing(("fp32", "amp-fp16"))}
     h200, rtx = "h200-sxm", "rtx3070-desktop"
     assert (
         step[h200, "fp32, TF32 off"]
