@@ -290,9 +290,8 @@ def stage_env(work: Path, dry: bool) -> None:
 def cuda_test_files(tests: Path = REPO_ROOT / "tests") -> list[Path]:
     """The test files that mark a test ``cuda``: ``pytest -m cuda`` collects only these
     (collecting the whole suite to deselect it costs tens of seconds of imports)."""
-    return sorted(
-        f for f in tests.glob("test_*.py") if "mark.cuda" in f.read_text("utf-8")
-    )
+    marked = re.compile(r"^\s*(@pytest\.mark\.cuda|pytestmark\b.*\bcuda\b)", re.M)
+    return sorted(f for f in tests.glob("test_*.py") if marked.search(f.read_text()))
 
 
 def stage_tests(work: Path, dry: bool) -> None:
