@@ -72,6 +72,9 @@ params.integer("threads", threads, minimum=0)
 print_environment(device)
 
 # %% tags=["hide-cell"]
+import tempfile
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import torch
 
@@ -79,7 +82,6 @@ from ampbook import bench_ladder as bl
 from ampbook.devices import display_name
 from ampbook.env import pick_device
 from ampbook.model import ERFNet
-from ampbook.paths import REPO_ROOT
 from ampbook.plots import GIB, glue_all, md, md_table, use_style
 from ampbook.results import MODE_LABELS, load_results_dir
 
@@ -303,7 +305,8 @@ spec = bl.LadderSpec.for_device(
     device.type, device=str(device), rungs=tuple(rungs), modes=tuple(precisions),
     height=height, width=width, batch_size=batch_size, steps=steps,
     profile_steps=profile_steps, epochs=epochs, train_images=train_images)
-path = REPO_ROOT / "build" / "ladder" / f"ladder_{device.type}.json"
+# a file of this run's own: two runs of the chapter at once must not share one
+path = Path(tempfile.mkdtemp(prefix="ampbook-ch7-")) / f"ladder_{device.type}.json"
 here = bl.run_ladder(spec, path, "none" if device.type == "cpu" else "precision",
                      log=lambda line: None)
 print(bl.format_table(here))
