@@ -522,14 +522,43 @@ def ceilings(device, tf32: bool):
     return _CEILINGS[key]
 
 
+def _source_key(*parts) -> str:
+    """A cache key of ``parts``, torch's version and the sources a trace depends on
+    (the model, the cost model and the saved-tensor meter)."""
+    import hashlib
+
+    import torch
+
+    from ampbook import costmodel, memory, model
+
+    return hashlib.sha1(
+        json.dumps(
+            [
+                *parts,
+                torch.__version__,
+                *(inspect.getsource(m) for m in (model, costmodel, memory)),
+            ]
+        ).encode()
+    ).hexdigest()[:20]
+
+
 def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
     """The cost model's lower bound on one step of ERFNet (with the 16-bit stream when
-    asked) at the spec's size."""
+    asked) at the spec's size. A trace costs seconds of CPU whatever the size, and each
+    precision runs in its own process, so the bound is kept in ``cache_dir()`` under a
+    key of everything it depends on."""
     from ampbook.costmodel import predict, trace_step
     from ampbook.data import NUM_CLASSES
     from ampbook.model import ERFNet
+    from ampbook.paths import cache_dir
 
     key = (precision, fp16_stream, spec.batch_size, spec.height, spec.width)
+    path = cache_dir() / "ladder-bound" / f"{_source_key(repr(ceil), *key)}.json"
+    if path.exists():
+        try:
+            return float(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
     if key not in _TRACES:
         kw = {}
         if fp16_stream and "fp16_stream" in inspect.signature(ERFNet).parameters:
@@ -541,7 +570,10 @@ def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
             spec.width,
             precision,
         )
-    return predict(_TRACES[key], ceil).min_step_s
+    out = predict(_TRACES[key], ceil).min_step_s
+    with contextlib.suppress(OSError):  # a cache that cannot be written costs time only
+        write_record(out, path)
+    return out
 
 
 def _epoch_phase(cfg) -> dict:
@@ -1207,27 +1239,12 @@ def _stream_effect(ceil, b: int, h: int, w: int) -> tuple[float, float, int, int
     ``ampbook.paths.cache_dir()`` under a key of everything they depend on (the
     ceilings, the size, torch's version and the sources of the model, the cost model and
     the saved-tensor meter)."""
-    import hashlib
-
-    import torch
-
-    from ampbook import costmodel, memory, model
+    from ampbook import model
     from ampbook.costmodel import predict, trace_step
     from ampbook.data import NUM_CLASSES
     from ampbook.paths import cache_dir
 
-    key = hashlib.sha1(
-        json.dumps(
-            [
-                repr(ceil),
-                b,
-                h,
-                w,
-                torch.__version__,
-                *(inspect.getsource(m) for m in (model, costmodel, memory)),
-            ]
-        ).encode()
-    ).hexdigest()[:20]
+    key = _source_key(repr(ceil), b, h, w)
     path = cache_dir() / "ladder-prediction" / f"{key}.json"
     if path.exists():
         try:
@@ -1592,11 +1609,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's)"
     )
+    parser.add_argument(
+        "--show",
+        metavar="FILE",
+        default=None,
+        help="print a written ladder's table and the targets one by one; measure "
+        "nothing",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return _child_main(args.child)
+    if args.show:
+        return show_main(Path(args.show))
     return run_main(args)
+
+
+def show_main(path: Path) -> int:
+    """``--show FILE``: the table and the targets of a ladder already written."""
+    from ampbook.results import ResultsError, read_ladder
+
+    try:
+        record = json.loads(path.read_text("utf-8"))
+        ladder = read_ladder(record, str(path))
+    except (OSError, ValueError, ResultsError) as err:
+        print(
+            f"error: --show {path}: not a readable ladder record ({err}); give a "
+            "ladder_<gpu>.json written by python -m ampbook.bench ladder --json",
+            file=sys.stderr,
+        )
+        return 2
+    print(format_table(ladder))
+    print()
+    print(format_targets(ladder))
+    return 0
 
 
 def run_main(args) -> int:

@@ -128,7 +128,7 @@ class Stage:
 # leaves after RESERVE_S.
 STAGES = (
     Stage("wheels", 8, 5, "", always=True),
-    Stage("env", 6, 40, "environment.json in report.json", always=True),
+    Stage("env", 6, 120, "environment.json in report.json", always=True),
     Stage("data", 18, 120, "the synthetic sets in build/cache (not in the output)"),
     Stage("tests", 28, 240, "the log of pytest -m cuda"),
     Stage("profile", 28, 240, "layer_profile_<gpu>_{fp32,amp-fp16}_1024x512[_cl].json"),
@@ -188,8 +188,8 @@ STAGE_SIZES = {
     "dry": {
         "profile": {
             "batch_size": 1,
-            "height": 32,
-            "width": 64,
+            "height": 16,
+            "width": 32,
             "steps": 1,
             "warmup": 1,
             "timed_steps": 1,
@@ -288,7 +288,15 @@ def stage_env(work: Path, dry: bool) -> None:
     )
 
 
+def cuda_test_files(tests: Path = REPO_ROOT / "tests") -> list[Path]:
+    """The test files that mark a test ``cuda``: ``pytest -m cuda`` collects only these
+    (collecting the whole suite to deselect it costs tens of seconds of imports)."""
+    marked = re.compile(r"^\s*(@pytest\.mark\.cuda|pytestmark\b.*\bcuda\b)", re.M)
+    return sorted(f for f in tests.glob("test_*.py") if marked.search(f.read_text()))
+
+
 def stage_tests(work: Path, dry: bool) -> None:
+    files = cuda_test_files()
     cmd = [
         sys.executable,
         "-m",
@@ -299,7 +307,7 @@ def stage_tests(work: Path, dry: bool) -> None:
         "-rs",
         "-p",
         "no:cacheprovider",
-        str(REPO_ROOT / "tests"),
+        *(str(f) for f in files or [REPO_ROOT / "tests"]),
     ]
     print("$", " ".join(cmd), flush=True)
     rc = subprocess.run(cmd, cwd=REPO_ROOT).returncode
@@ -465,7 +473,12 @@ def stage_ladder(work: Path, dry: bool, compile_stage: bool = False) -> None:
     precision in its own process, every finished rung written at once."""
     import torch
 
-    from ampbook.bench_ladder import format_table, ladder_path, run_ladder
+    from ampbook.bench_ladder import (
+        format_table,
+        format_targets,
+        ladder_path,
+        run_ladder,
+    )
 
     if not dry and not torch.cuda.is_available():
         raise RuntimeError("no CUDA device: the ladder stage needs one")
@@ -476,6 +489,7 @@ def stage_ladder(work: Path, dry: bool, compile_stage: bool = False) -> None:
         print(f"compile cache: {cache}", flush=True)
     ladder = run_ladder(spec, path, "precision", merge=compile_stage or path.exists())
     print(format_table(ladder), flush=True)
+    print(format_targets(ladder), flush=True)  # issue 18's targets, one by one
 
 
 def stage_loader(work: Path, dry: bool) -> None:
@@ -982,10 +996,12 @@ def wheel_closure(roots=WHEEL_ROOTS, image_list: Path | None = None) -> dict[str
     return dict(sorted(need.items()))
 
 
-def sizing() -> list[tuple[str, str, float]]:
+def sizing(
+    precisions: tuple[str, ...] = ("fp32", "amp-fp16", "amp-bf16"),
+) -> list[tuple[str, str, float]]:
     """The cost model's lower bound of one training step at the post's setting
-    (1024x512,
-    batch 6) on the H200 and the RTX 3070: (device key, precision and TF32, seconds)."""
+    (1024x512, batch 6) on the H200 and the RTX 3070: (device key, precision and TF32,
+    seconds), for each of ``precisions`` (one trace each, seconds of CPU)."""
     from ampbook.costmodel import Ceilings, predict, trace_step
     from ampbook.devices import load_devices
     from ampbook.model import ERFNet
@@ -993,7 +1009,7 @@ def sizing() -> list[tuple[str, str, float]]:
     devices = load_devices()
     model = ERFNet(19)
     rows = []
-    for precision in ("fp32", "amp-fp16", "amp-bf16"):
+    for precision in precisions:
         trace = trace_step(model, 6, 512, 1024, precision)
         for key in ("h200-sxm", "rtx3070-desktop"):
             for tf32 in (True, False) if precision == "fp32" else (True,):

@@ -172,6 +172,20 @@ def test_targets_read_from_the_fixture_one_by_one():
     assert all(len(line) <= 88 for line in text.splitlines())
 
 
+def test_show_prints_a_written_ladder_and_its_targets(tmp_path, capsys):
+    from _cli import one_error
+
+    path = FIXTURES / "ladder_fixture-gpu.json"
+    assert bl.main(["--show", str(path)]) == 0
+    out = capsys.readouterr().out
+    ladder = read_ladder(fixture_record(), "fixture")
+    assert bl.format_table(ladder) in out and bl.format_targets(ladder) in out
+    bad = tmp_path / "ladder_x.json"
+    bad.write_text('{"schema": "ampbook.ladder/1"}')
+    assert bl.main(["--show", str(bad)]) == 2
+    one_error(capsys.readouterr().err, "--show", str(bad), "not a readable ladder")
+
+
 def test_rung_verdicts_say_what_each_rung_did():
     ladder = read_ladder(fixture_record(), "fixture")
     line = bl.rung_verdict(ladder, 2, ["amp-fp16"])

@@ -259,7 +259,7 @@ def test_stage_selection_and_slug():
 def test_sizing_figures_order():
     from ampbook.gpucheck import sizing
 
-    step = {(key, label): s for key, label, s in sizing()}
+    step = {(key, label): s for key, label, s in sizing(("fp32", "amp-fp16"))}
     h200, rtx = "h200-sxm", "rtx3070-desktop"
     assert (
         step[h200, "fp32, TF32 off"]
@@ -301,3 +301,15 @@ def test_sigterm_stops_the_stage_and_writes_the_report(tmp_path):
     assert report["finished"] and len(report["cut_short"]) == 1
     stage = next(s for s in report["stages"] if s["status"] == "cut short")
     assert "SIGTERM" in stage["detail"]
+
+
+def test_the_tests_stage_collects_every_file_with_a_cuda_test():
+    from ampbook.gpucheck import cuda_test_files
+
+    files = cuda_test_files()
+    names = {f.name for f in files}
+    assert "test_bench_ladder.py" in names and "test_gpucheck.py" not in names
+    for f in (REPO_ROOT / "tests").glob("test_*.py"):
+        lines = f.read_text("utf-8").splitlines()
+        has = any(line.strip().startswith("@pytest.mark.cuda") for line in lines)
+        assert (f in files) >= has, f.name  # no file with a cuda test left out
