@@ -323,9 +323,10 @@ md_table(rows, ["loss scale", "below 2⁻²⁴, 1 bin per doubling",
 # {glue:text}`full_w`x{glue:text}`full_h` (W x H), about {glue:text}`n_full:,.0f` labelled
 # pixels, {glue:text}`more:.1f` doublings above this chapter's batch: the histogram moves
 # {glue:text}`more:.1f` bins to the left at the bound's rate and {glue:text}`move_rate:.1f`
-# at the measured one. Where the measured rate is below one bin per doubling, the first
-# column overstates the shift and the second is the better guess, though a rate read from
-# two sizes is itself an estimate; a run at the full size would settle it.
+# at the measured one. Where the measured rate is below one bin per doubling the first
+# column overstates the shift, where it is above it understates it; the second is the
+# better guess either way, though a rate read from two sizes is itself an estimate; a run
+# at the full size would settle it.
 #
 # ## Training with fp16 gradients: no scaling, a fixed scale, a dynamic scale
 #
