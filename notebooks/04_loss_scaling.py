@@ -423,12 +423,12 @@ plt.show()
 # The runs side by side ({numref}`fig-ch4-loss-curves` and {numref}`fig-ch4-scale` draw
 # them), each against the fp32 reference: its final loss and that loss minus the
 # reference's, the largest difference over the steps, and the steps whose gradients
-# overflowed (in brackets, those the run skipped). When the chapter emulates fp16 gradients a
-# last column gives the share of the nonzero fp16 gradient values the emulation flushed to
-# zero per step (real fp16 autocast does not count them). With real fp16 autocast the forward pass itself runs in fp16, so every fp16 run's loss
-# differs from the fp32 reference from the first step on, whatever the scaling; with the
-# emulation the forward pass is fp32 and the losses differ only through the rounded
-# gradients.
+# overflowed (in brackets, those the run skipped). When the chapter emulates fp16
+# gradients a last column gives the share of the nonzero fp16 gradient values the
+# emulation flushed to zero per step (real fp16 autocast does not count them). With real
+# fp16 autocast the forward pass itself runs in fp16, so every fp16 run's loss differs
+# from the fp32 reference from the first step on, whatever the scaling; with the emulation
+# the forward pass is fp32 and the losses differ only through the rounded gradients.
 
 # %% tags=["hide-input"]
 headers, rows, formats = ls.run_table(runs)
