@@ -16,16 +16,17 @@
 # %% [markdown]
 # # Tensor cores and matmul speed, measured
 #
-# Mixed precision promises speed from two sources. Math-bound work (large matrix multiplies
-# and convolutions) can run on {term}`tensor cores <tensor core>`, units that multiply small
-# fp16, bf16, TF32 or fp8 matrices faster than the ordinary fp32 cores, by a factor that depends on the card and
-# the mode: the peak table below gives {glue:text}`a100_ratio:.3g`x on an A100 but only
-# {glue:text}`desk_ratio:.2g`x on a GeForce RTX 3070 for fp16 with fp32 accumulation (AMP's
-# mode), and {glue:text}`desk_tf32_ratio:.2g`x for TF32 there. Memory-bound work
-# (elementwise ops, normalisation, most of what sits between the big layers) moves half the
-# bytes in a 16-bit format. This chapter measures both, on this machine and on an H200
-# whose results come with the book, against the GPUs' published peaks, and says where mixed
-# precision pays.
+# Mixed precision promises speed from two sources. Math-bound work (large matrix
+# multiplies and convolutions) can run on {term}`tensor cores <tensor core>`, units that
+# multiply small fp16, bf16, TF32 or fp8 matrices faster than the ordinary fp32 cores, by
+# a factor that depends on the card and the mode: the peak table below gives
+# {glue:text}`a100_ratio:.3g`x on an A100 but only {glue:text}`desk_ratio:.2g`x on a
+# GeForce RTX 3070 for fp16 with fp32 accumulation (AMP's mode), and
+# {glue:text}`desk_tf32_ratio:.2g`x for TF32 there. Memory-bound work (elementwise ops,
+# normalisation, most of what sits between the big layers) moves half the bytes in a
+# 16-bit format. This chapter measures both, on this machine and on an H200 whose results
+# come with the book, against the GPUs' published peaks, and says where mixed precision
+# pays.
 #
 # **What you will learn**
 #
@@ -557,15 +558,16 @@ plt.show()
 md(bm.shape_verdict(pens))
 
 # %% [markdown]
-# The verdict above ({numref}`fig-ch2-shapes` draws the same ratios) names the largest difference and whether it stands out of the noise. A
-# difference *within* the spread, in either direction, says nothing: an odd size that
-# "wins" by less than the spread (as 513 against 512 sometimes does for bf16 on a CPU) is
-# noise, and a second run may well reverse it. A difference *beyond* the spread is real for
-# this run: on a GPU an odd size typically loses the fastest tensor-core kernels (pad layer
-# widths to multiples of 8, 16 for fp8); on a CPU a difference can come from the kernel's
-# blocking (how the matrix splits into the vector and cache tiles of the kernel), which
-# need not favour multiples of 8, and it is worth re-running with `rounds = 3` before
-# believing it. The committed GPU sweeps' penalties are shown at the end of the chapter.
+# The verdict above ({numref}`fig-ch2-shapes` draws the same ratios) names the largest
+# difference and whether it stands out of the noise. A difference *within* the spread, in
+# either direction, says nothing: an odd size that "wins" by less than the spread (as 513
+# against 512 sometimes does for bf16 on a CPU) is noise, and a second run may well
+# reverse it. A difference *beyond* the spread is real for this run: on a GPU an odd size
+# typically loses the fastest tensor-core kernels (pad layer widths to multiples of 8, 16
+# for fp8); on a CPU a difference can come from the kernel's blocking (how the matrix
+# splits into the vector and cache tiles of the kernel), which need not favour multiples
+# of 8, and it is worth re-running with `rounds = 3` before believing it. The committed
+# GPU sweeps' penalties are shown at the end of the chapter.
 #
 # ## Memory-bound and math-bound: the roofline
 #

@@ -328,9 +328,10 @@ md_table(rows, ["loss scale", "below 2⁻²⁴, 1 bin per doubling",
 # {glue:text}`full_w`x{glue:text}`full_h` (W x H), about {glue:text}`n_full:,.0f` labelled
 # pixels, {glue:text}`more:.1f` doublings above this chapter's batch: the histogram moves
 # {glue:text}`more:.1f` bins to the left at the bound's rate and {glue:text}`move_rate:.1f`
-# at the measured one. Where the measured rate is below one bin per doubling, the first
-# column overstates the shift and the second is the better guess, though a rate read from
-# two sizes is itself an estimate; a run at the full size would settle it.
+# at the measured one. Where the measured rate is below one bin per doubling the first
+# column overstates the shift, where it is above it understates it; the second is the
+# better guess either way, though a rate read from two sizes is itself an estimate; a run
+# at the full size would settle it.
 #
 # ## Training with fp16 gradients: no scaling, a fixed scale, a dynamic scale
 #
@@ -427,12 +428,12 @@ plt.show()
 # The runs side by side ({numref}`fig-ch4-loss-curves` and {numref}`fig-ch4-scale` draw
 # them), each against the fp32 reference: its final loss and that loss minus the
 # reference's, the largest difference over the steps, and the steps whose gradients
-# overflowed (in brackets, those the run skipped). When the chapter emulates fp16 gradients a
-# last column gives the share of the nonzero fp16 gradient values the emulation flushed to
-# zero per step (real fp16 autocast does not count them). With real fp16 autocast the forward pass itself runs in fp16, so every fp16 run's loss
-# differs from the fp32 reference from the first step on, whatever the scaling; with the
-# emulation the forward pass is fp32 and the losses differ only through the rounded
-# gradients.
+# overflowed (in brackets, those the run skipped). When the chapter emulates fp16
+# gradients a last column gives the share of the nonzero fp16 gradient values the
+# emulation flushed to zero per step (real fp16 autocast does not count them). With real
+# fp16 autocast the forward pass itself runs in fp16, so every fp16 run's loss differs
+# from the fp32 reference from the first step on, whatever the scaling; with the emulation
+# the forward pass is fp32 and the losses differ only through the rounded gradients.
 
 # %% tags=["hide-input"]
 headers, rows, formats = ls.run_table(runs)

@@ -347,13 +347,15 @@ def test_sweep_provenance_and_summary_of_the_committed_h200_sweep():
 
 
 def test_sweep_summary_of_a_gpu_outside_the_peak_table():
-    from _chapters import FIXTURES
+    from pathlib import Path
 
     from ampbook import results
     from ampbook.bench_matmul import sweep_summary
     from ampbook.devices import load_devices
 
-    (fixture,) = results.load_results_dir(FIXTURES).matmul_sweeps
+    # the fixtures' path, not _chapters' (importing the runner costs seconds)
+    fixtures = Path(__file__).parent / "fixtures" / "results"
+    (fixture,) = results.load_results_dir(fixtures).matmul_sweeps
     text = sweep_summary(fixture.record, load_devices())
     assert "not in the peak table" in text and "of its peak" not in text
     assert "x fp32)" in text

@@ -293,3 +293,18 @@ def test_machine_load_reports_busy_by_load_per_cpu():
     assert load["cpus"] >= 1
     if load["load1"] is not None:
         assert load["busy"] == (load["load1"] > 1.5 * load["cpus"])
+
+
+def test_last_level_cache_reads_the_largest_cache_the_os_lists(tmp_path, monkeypatch):
+    for i, size in enumerate(("32K", "1024K", "32M", "512")):
+        (tmp_path / f"index{i}").mkdir()
+        (tmp_path / f"index{i}" / "size").write_text(size + "\n")
+    monkeypatch.setattr(timing, "CPU_CACHE_GLOB", str(tmp_path / "index*" / "size"))
+    size, where = timing.last_level_cache("cpu")
+    assert size == 32 * 2**20 and "/sys" in where
+    assert timing.cache_bytes_of("cpu") == 32 * 2**20
+    monkeypatch.setattr(timing, "CPU_CACHE_GLOB", str(tmp_path / "none*" / "size"))
+    assert timing.last_level_cache("cpu") == (
+        timing.DEFAULT_CACHE_BYTES,
+        "not exposed by the OS: assumed",
+    )
