@@ -62,6 +62,18 @@ def test_cpu_pair_reports_the_kernel_probe_not_the_flags():
     assert "The kernel probe: bf16: the 64-channel 3x1 convolution" in text
     assert "200x slower" in text and "ATen's fallback" in text
     assert "native" not in text and "instructions" not in text
+    # the fixture's step lost 1/1.45 at most; a CPU step 1.2x slower beside a 200x
+    # slower convolution: the step is mostly work that does not scale with the conv
+    slowstep = dataclasses.replace(
+        cpu, amp=dataclasses.replace(cpu.amp, step_s=1.2 * cpu.baseline.step_s)
+    )
+    line = speed_verdict(slowstep, probe)
+    assert "The step lost 1.20x where the convolution lost 200x" in line
+    assert "does not grow with the convolutions' arithmetic" in line
+    closer = dataclasses.replace(
+        cpu, amp=dataclasses.replace(cpu.amp, step_s=80 * cpu.baseline.step_s)
+    )
+    assert "The step lost" not in speed_verdict(closer, probe)
     assert "kernel probe" not in speed_verdict(cpu)  # no probe, no claim
     one = dataclasses.replace(cpu, amp=dataclasses.replace(cpu.amp, epochs_completed=1))
     assert "one-off start-up costs" in speed_verdict(one)
