@@ -117,8 +117,8 @@ def kernel_time_verdict(amp, baseline) -> str:
     )
     if ks > 1.05 and ws < ks / 1.05:
         return (
-            f"{facts}: the kernels' gain went to idle time (launches, casts, host "
-            "synchronisations), not to slower kernels."
+            f"{facts}: the kernels' gain went to idle time (the gaps between kernels: "
+            "launches and host work), not to slower kernels."
         )
     if ks <= 1.0 / 1.05:
         return f"{facts}: AMP's kernels themselves were slower."
