@@ -35,6 +35,18 @@ def speed_verdict(pair, probe=None) -> str:
         dtype = precision_dtype(amp.precision)
         if dtype in probe.dtypes:
             text += f" The kernel probe: {probe.verdict(dtype)}"
+            conv = probe.dtypes[dtype]
+            if not conv.error and "fp32" in probe.dtypes and ratio > 1:
+                slow = probe.slowdown(dtype)
+                if slow > 4 and ratio < slow / 4:
+                    s = pair.setting
+                    text += (
+                        f" The step lost {ratio:.2f}x where the convolution lost "
+                        f"{slow:.3g}x: at {s.width}x{s.height} pixels most of the "
+                        "step's time is work that does not grow with the "
+                        "convolutions' arithmetic, and this ratio does not measure the "
+                        "16-bit kernels."
+                    )
     if min(amp.epochs_completed, base.epochs_completed) == 1:
         text += " With one epoch the step time includes one-off start-up costs."
     return text
@@ -105,8 +117,8 @@ def kernel_time_verdict(amp, baseline) -> str:
     )
     if ks > 1.05 and ws < ks / 1.05:
         return (
-            f"{facts}: the kernels' gain went to idle time (launches, casts, host "
-            "synchronisations), not to slower kernels."
+            f"{facts}: the kernels' gain went to idle time (the gaps between kernels: "
+            "launches and host work), not to slower kernels."
         )
     if ks <= 1.0 / 1.05:
         return f"{facts}: AMP's kernels themselves were slower."

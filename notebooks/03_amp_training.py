@@ -533,13 +533,19 @@ glue_all(loss_f=f.final_train_loss, loss_a=a.final_train_loss, gap=gap,
          acc_f=f.final_val_pixel_accuracy, acc_a=a.final_val_pixel_accuracy,
          epochs_main=a.epochs_completed, wait_f=f.data_wait_share,
          wait_a=a.data_wait_share)
+# what the runs' differences come from: rounding, and any steps GradScaler skipped
+differ = ("the differences come from rounding alone." if a.skipped_steps == 0 else
+          f"the differences come from rounding and from the {a.skipped_steps} "
+          "step(s) GradScaler skipped while it searched for its scale (fp32 skips "
+          "none): those batches did not update the AMP run's weights.")
+glue_all(ch3_differ=md(differ))
 
 # %% [markdown]
 # **Accuracy.** This machine's pair trained for {glue:text}`epochs_main` epoch(s). Its
 # final training loss was {glue:text}`loss_f:.4f` (fp32) and {glue:text}`loss_a:.4f`
 # (AMP), with a largest gap in any epoch of {glue:text}`gap:.4f`; val pixel accuracy
 # {glue:text}`acc_f:.3f` and {glue:text}`acc_a:.3f`. The two runs start from the same
-# weights and see the same batches; the differences come from rounding alone.
+# weights and see the same batches; {glue:md}`ch3_differ`
 #
 # **Waiting for data** took {glue:text}`wait_f:.1%` (fp32) and {glue:text}`wait_a:.1%`
 # (AMP) of this machine's training loop. When that share is large, as on the GPU above,

@@ -995,7 +995,7 @@ eff_here = cpu_rows[0][3]
 glue("ch5_eff_here", eff_here, display=False)
 md("\n\n".join([cm.lowp_verdict(None, peak_bf16 / peak), probe.verdict("bf16"),
                 cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3,
-                                 "an fp32 step here")]))
+                                 "an fp32 step here", timed_alone=True)]))
 
 # %% [markdown]
 # A measured step should take at least its bound (a test checks the direction against
@@ -1040,7 +1040,8 @@ where = f"this CPU, load {load['load1']:.1f}" if device.type == "cpu" else str(d
 glue("ch5_where", where, display=False)
 md_table([
     ("DataLoader workers", f"{lm_rate[max(lm_rate)] / lm_rate[0]:.2f}x images/s, "
-     f"{max(lm_rate)} workers over 0", "loader model: linear up to the free cores"),
+     f"{max(lm_rate)} worker{'s' * (max(lm_rate) != 1)} over 0",
+     "loader model: linear up to the free cores"),
     ("pin_memory=True", "GPU only", "faster host-to-GPU copies (not modelled)"),
     ("torch.backends.cudnn.benchmark = True", "GPU only",
      f"#46377: AMP step {ev['step_s_no_loader']['amp']} -> {evb['amp']} s"),

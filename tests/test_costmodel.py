@@ -545,6 +545,11 @@ def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
         f"The bound ({step:.3g} s) is below"
     )
     assert "wrong" in bound_verdict(2.0, 1.0)
+    # a step timed alone is the device's own work: no open question about the pace
+    alone = bound_verdict(0.1, 10.0, "an fp32 step here", timed_alone=True)
+    assert "timed without a loader" in alone and "reached 1% of the roofline" in alone
+    assert "pace" not in alone
+    assert "does not say what set the pace" in bound_verdict(0.1, 10.0)
     with pytest.raises(ValueError, match="efficiency must be in"):
         pred.step_at_efficiency(1.5)
 
