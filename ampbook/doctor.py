@@ -423,7 +423,7 @@ def returns_tensor(model: nn.Module, shape: Sequence[int], batch: int) -> bool:
     return _probe(model, shape, batch, None)[1]
 
 
-def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
+def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
     cache = _PROBES.setdefault(model, {})
     k = (tuple(shape), batch, key)
     if k not in cache:
@@ -431,7 +431,7 @@ def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
     return cache[k]
 
 
-def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
+def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
     needs = _forward_inputs(model)
     if len(needs) > 1:
         raise DoctorError(
@@ -473,7 +473,27 @@ def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
             f"the model rejects input {_shape_text(shape)} at batch {batch}: "
             f"{type(err).__name__}: {_first_line(err)}{hint}"
         ) from None
-    return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor)
+    return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor), _how(y, key)
+
+
+def _how(y, key: str | None) -> str:
+    """Which output ``select_output`` read, in words."""
+    if key is not None:
+        return f"--output {key}"
+    if isinstance(y, torch.Tensor):
+        return "the tensor it returns"
+    kind = type(y).__name__
+    if isinstance(y, dict):
+        if "out" in y:
+            return f"the {kind}'s 'out' entry"
+        only = next(k for k, v in y.items() if isinstance(v, torch.Tensor))
+        return f"the {kind}'s only tensor, {only!r}"
+    return f"the first tensor of the {kind}"
+
+
+def output_rule(model: nn.Module, shape: Sequence[int], batch: int, key=None) -> str:
+    """Which output the doctor reads for this model, in words (``OUTPUT_RULE``)."""
+    return _probe(model, shape, batch, key)[2]
 
 
 def _check_loss(loss: str, out: Sequence[int]) -> None:
@@ -1430,13 +1450,13 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     if cfg.output is not None or not returns_tensor(model, shape, batch):
         traced = SelectOutput(model, cfg.output)
     traces = {}
-    warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
             traces[p] = cm.relabel(traces["amp-fp16"], p)
             continue
         try:
-            with _quiet_fake():
+            with _quiet_fake(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="ComplexHalf support")
                 traces[p] = cm.trace_step(
                     traced, batch, 1, 1, p, input_shape=shape, loss=_loss_fn(cfg.loss)
                 )
@@ -1497,7 +1517,7 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         "input": list(shape),
         "batch": batch,
         "output": list(out),
-        "output_rule": cfg.output or OUTPUT_RULE,
+        "output_rule": output_rule(model, shape, batch, cfg.output),
         "loss": cfg.loss,
         "precisions": precisions,
         "gpus": gpus,
