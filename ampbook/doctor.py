@@ -1365,6 +1365,14 @@ def measured_verdict(measured: dict[str, Any]) -> str:
     )
 
 
+def range_position(value: float, low: float, high: float) -> str:
+    """Where ``value`` lies against the range ``low``-``high``: "below the range",
+    "inside the range" or "above the range"."""
+    if value < low:
+        return "below the range"
+    return "inside the range" if value <= high else "above the range"
+
+
 def measured_speedup_verdict(
     gpu_name: str, measured: float, low: float, high: float
 ) -> str:
@@ -1373,12 +1381,7 @@ def measured_speedup_verdict(
     if not 0 < low <= high or measured <= 0:
         raise ValueError(f"need 0 < low <= high and measured > 0, got {low}, {high}")
     span = _span(low, high)
-    if measured < low:
-        where = "below the range"
-    elif measured <= high:
-        where = "inside the range"
-    else:
-        where = "above the range"
+    where = range_position(measured, low, high)
     return (
         f"{gpu_name}: measured AMP step speedup {measured:.2f}x against {span} "
         f"predicted, {where}."
