@@ -601,6 +601,36 @@ def distance_text(row: Mapping[str, Any]) -> str:
     return f"{row['gpu_distance']}, {net}"
 
 
+def _range_text(r: Mapping[str, Any]) -> str:
+    if r["low"] is None:
+        return "no reference applies"
+    return f"{r['low']:.2f}-{r['high']:.2f}x ({len(r['rows'])} refs)"
+
+
+def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> str:
+    """A Markdown table, one row per published reference kept as data: its network,
+    GPU and batch, the range the other references predict for it (leave-one-out: a
+    prediction), the range with its own efficiencies (a cross-check) and the speedup
+    published."""
+    from ampbook.devices import display_name
+
+    refs = references() if refs is None else refs
+    lines = [
+        "| model | GPU | batch (32-bit / AMP) | predicted without it | with it "
+        "(cross-check) | published |",
+        "|---|---|---|---|---|---|",
+    ]
+    for ref in load_published(devices=devices):
+        other = published_prediction(ref, refs, exclude_own=True, devices=devices)
+        own = published_prediction(ref, refs, exclude_own=False, devices=devices)
+        lines.append(
+            f"| {ref.network} | {display_name(ref.gpu)} | {ref.baseline.batch} / "
+            f"{ref.amp.batch} | {_range_text(other)} | {_range_text(own)} | "
+            f"{ref.speedup:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------
 # command line
 # --------------------------------------------------------------------------------------
@@ -615,9 +645,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--write", action="store_true", help="retrace the published ones")
     p.add_argument("--results-dir", help="committed GPU results (default data/results)")
+    p.add_argument(
+        "--predictions",
+        action="store_true",
+        help="per published reference: the range the others predict for it, the range "
+        "with its own efficiencies (a cross-check) and the published speedup",
+    )
     a = p.parse_args(argv)
     if a.write:
         write_bounds()
+    if a.predictions:
+        print(predictions_table(references(a.results_dir)))
+        return 0
     print("| reference | GPU | kind | fp32 eff. | AMP eff. | speedup |")
     print("|---|---|---|---|---|---|")
     for r in references(a.results_dir):

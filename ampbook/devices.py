@@ -155,8 +155,19 @@ def load_devices(path: str | Path | None = None) -> dict[str, Device]:
     """Read the device table; every non-null figure must name a source in its
     ``sources`` table (a clear ValueError names what is missing)."""
     path = Path(path) if path is not None else DEVICES_FILE
-    with path.open() as f:
-        doc = yaml.safe_load(f)
+    text = path.read_bytes()
+    cached = _LOADED.get(str(path))
+    if cached is None or cached[0] != text:  # parsed once per content
+        cached = _LOADED[str(path)] = (text, _parse_devices(text, path))
+    return dict(cached[1])
+
+
+# path -> (the file's bytes, its table): the doctor reads the table many times a report
+_LOADED: dict[str, tuple[bytes, dict[str, Device]]] = {}
+
+
+def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
+    doc = yaml.safe_load(text)
     if not isinstance(doc, dict) or "devices" not in doc or "sources" not in doc:
         raise ValueError(f"{path}: expected top-level 'devices' and 'sources' mappings")
     table = doc["sources"]

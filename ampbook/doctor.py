@@ -438,7 +438,7 @@ def returns_tensor(model: nn.Module, shape: Sequence[int], batch: int) -> bool:
     return _probe(model, shape, batch, None)[1]
 
 
-def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
+def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
     cache = _PROBES.setdefault(model, {})
     k = (tuple(shape), batch, key)
     if k not in cache:
@@ -446,7 +446,7 @@ def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
     return cache[k]
 
 
-def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
+def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
     needs = _forward_inputs(model)
     if len(needs) > 1:
         raise DoctorError(
@@ -488,7 +488,27 @@ def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool]:
             f"the model rejects input {_shape_text(shape)} at batch {batch}: "
             f"{type(err).__name__}: {_first_line(err)}{hint}"
         ) from None
-    return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor)
+    return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor), _how(y, key)
+
+
+def _how(y, key: str | None) -> str:
+    """Which output ``select_output`` read, in words."""
+    if key is not None:
+        return f"--output {key}"
+    if isinstance(y, torch.Tensor):
+        return "the tensor it returns"
+    kind = type(y).__name__
+    if isinstance(y, dict):
+        if "out" in y:
+            return f"the {kind}'s 'out' entry"
+        only = next(k for k, v in y.items() if isinstance(v, torch.Tensor))
+        return f"the {kind}'s only tensor, {only!r}"
+    return f"the first tensor of the {kind}"
+
+
+def output_rule(model: nn.Module, shape: Sequence[int], batch: int, key=None) -> str:
+    """Which output the doctor reads for this model, in words (``OUTPUT_RULE``)."""
+    return _probe(model, shape, batch, key)[2]
 
 
 def _check_loss(loss: str, out: Sequence[int]) -> None:
@@ -975,8 +995,20 @@ def measure(
                 output_shape(model, tiny, 2, key)
             except DoctorError:
                 tiny = mshape
-            pair = _cpu_rounds(model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1)
-            fp16 = pair[1]
+            fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
+            if (
+                tuple(tiny) == tuple(mshape)
+                and mbatch == 2
+                and fp32
+                and "step_s" in fp32
+            ):
+                # the same size as the rounds: fp16 beside their fp32 median
+                fp16 = _cpu_rounds(model, tiny, 2, loss, ["amp-fp16"], key, 1)[0]
+                if fp16.get("step_s"):
+                    fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
+            else:
+                pair = _cpu_rounds(model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1)
+                fp16 = pair[1]
             fp16["input"], fp16["batch"] = list(tiny), 2
             if fp16.get("speedup"):
                 fp16["note"] = (
@@ -1360,6 +1392,14 @@ def measured_verdict(measured: dict[str, Any]) -> str:
     )
 
 
+def range_position(value: float, low: float, high: float) -> str:
+    """Where ``value`` lies against the range ``low``-``high``: "below the range",
+    "inside the range" or "above the range"."""
+    if value < low:
+        return "below the range"
+    return "inside the range" if value <= high else "above the range"
+
+
 def measured_speedup_verdict(
     gpu_name: str, measured: float, low: float, high: float
 ) -> str:
@@ -1368,12 +1408,7 @@ def measured_speedup_verdict(
     if not 0 < low <= high or measured <= 0:
         raise ValueError(f"need 0 < low <= high and measured > 0, got {low}, {high}")
     span = _span(low, high)
-    if measured < low:
-        where = "below the range"
-    elif measured <= high:
-        where = "inside the range"
-    else:
-        where = "above the range"
+    where = range_position(measured, low, high)
     return (
         f"{gpu_name}: measured AMP step speedup {measured:.2f}x against {span} "
         f"predicted, {where}."
@@ -1445,13 +1480,13 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     if cfg.output is not None or not returns_tensor(model, shape, batch):
         traced = SelectOutput(model, cfg.output)
     traces = {}
-    warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
             traces[p] = cm.relabel(traces["amp-fp16"], p)
             continue
         try:
-            with _quiet_fake():
+            with _quiet_fake(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="ComplexHalf support")
                 traces[p] = cm.trace_step(
                     traced, batch, 1, 1, p, input_shape=shape, loss=_loss_fn(cfg.loss)
                 )
@@ -1512,7 +1547,7 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         "input": list(shape),
         "batch": batch,
         "output": list(out),
-        "output_rule": cfg.output or OUTPUT_RULE,
+        "output_rule": output_rule(model, shape, batch, cfg.output),
         "loss": cfg.loss,
         "precisions": precisions,
         "gpus": gpus,

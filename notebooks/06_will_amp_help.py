@@ -21,11 +21,12 @@
 # traces a training step of any `nn.Module` and predicts AMP's speedup per GPU as a
 # range calibrated on measured kernel efficiencies. For ResNet-50 at batch 256 on an
 # A100 the other references predict {glue:text}`ch6_rn50_low:.2f`x to
-# {glue:text}`ch6_rn50_high:.2f`x; NVIDIA published {glue:text}`ch6_rn50_pub:.2f`x
-# {cite:p}`nvidia-dle-resnet50`, above the {glue:text}`ch6_rn50_equal:.2f`x the ratio
-# of the two roofline bounds gives. PyTorch's AMP recipe {cite:p}`pytorch-amp-recipe`
-# and NVIDIA's guide {cite:p}`nvidia-mp-guide` answer with advice; the doctor answers
-# with numbers, from the network and from what was measured.
+# {glue:text}`ch6_rn50_high:.2f`x, and NVIDIA published {glue:text}`ch6_rn50_pub:.2f`x
+# {cite:p}`nvidia-dle-resnet50`, which lies {glue:text}`ch6_rn50_where`; the ratio of
+# the two roofline bounds gives {glue:text}`ch6_rn50_equal:.2f`x. PyTorch's AMP recipe
+# {cite:p}`pytorch-amp-recipe` and NVIDIA's guide {cite:p}`nvidia-mp-guide` answer
+# with advice; the doctor answers with numbers, from the network and from what was
+# measured.
 #
 # **What you will learn**: what the doctor reports and how to run it on your model;
 # what autocast leaves in fp32 in ERFNet, ResNet-50 and ViT-B/16; why the ratio of two
@@ -448,17 +449,21 @@ md("\n".join(f"- {doctor.measured_speedup_verdict(g, m, alone['low'], alone['hig
 #
 # The doctor's checklist per GPU, one GPU per row and ranked within it; upper bounds
 # apart. TF32 appears twice: PyTorch runs cuDNN's convolutions in TF32 by default and
-# keeps matrix products in full fp32 unless asked. The list for the last GPU:
+# keeps matrix products in full fp32 unless asked. The list for the last GPU of the
+# table, each row naming it; then, apart, the gains that are only upper bounds:
 
 # %% tags=["hide-input"]
-md_table([(name, c["item"], c["gain"], c["source"]) for name, r in reports.items()
-          for c in r["verdict"]["items"] if c["gpu"] == display_name(gpus[-1])],
-         ["network", "try", "gain (x)", "from"], [None, None, ".2f", None])
+md_table([(c["gpu"], name, c["item"], c["gain"], c["source"])
+          for name, r in reports.items() for c in r["verdict"]["items"]
+          if c["gpu"] == display_name(gpus[-1])],
+         ["GPU", "network", "try", "gain (x)", "from"], [None, None, None, ".2f", None])
 
 # %% tags=["hide-input"]
-md_table([(name, c["item"], c["gain"], c["detail"]) for name, r in reports.items()
-          for c in r["verdict"]["upper_bounds"] if c["gpu"] == display_name(gpus[-1])],
-         ["network", "at most", "gain (x)", "why"], [None, None, ".2f", None])
+md_table([(c["gpu"], name, c["item"], c["gain"], c["detail"])
+          for name, r in reports.items() for c in r["verdict"]["upper_bounds"]
+          if c["gpu"] == display_name(gpus[-1])],
+         ["GPU", "network", "at most", "gain (x)", "why"],
+         [None, None, None, ".2f", None])
 
 # %% [markdown]
 # (ch6-references)=
@@ -501,7 +506,13 @@ plt.show()
 # %%
 loo_rn50 = next(other for ref, own, other in loo if ref.key == "dle-resnet50-a100")
 glue_all(ch6_rn50_low=loo_rn50["low"], ch6_rn50_high=loo_rn50["high"],
-         ch6_refs=len(refs))
+         ch6_refs=len(refs), ch6_rn50_where=doctor.range_position(
+             rn50.speedup, loo_rn50["low"], loo_rn50["high"]))
+hits = [doctor.range_position(ref.speedup, other["low"], other["high"])
+        for ref, own, other in loo if other["low"] is not None]
+md(f"{hits.count('inside the range')} of {len(hits)} published speedups lie inside "
+   f"the range the other references predict, {hits.count('above the range')} above "
+   f"it and {hits.count('below the range')} below it.")
 
 # %% [markdown]
 # A range from references of other networks is as good as those networks are like
@@ -519,7 +530,8 @@ glue_all(ch6_rn50_low=loo_rn50["low"], ch6_rn50_high=loo_rn50["high"],
 # - The doctor predicts a range from the kernel efficiencies of
 #   {glue:text}`ch6_refs` references, per operator class and dtype family, each named
 #   with its distance from the model; for ResNet-50 on an A100 the others predict
-#   {glue:text}`ch6_rn50_low:.2f`x to {glue:text}`ch6_rn50_high:.2f`x
+#   {glue:text}`ch6_rn50_low:.2f`x to {glue:text}`ch6_rn50_high:.2f`x, and the
+#   published {glue:text}`ch6_rn50_pub:.2f`x lies {glue:text}`ch6_rn50_where`
 #   ({ref}`ch6-references`).
 # - At small batches a step is launch-bound, and AMP's casts add kernels
 #   ({ref}`ch6-launch`).

@@ -124,3 +124,17 @@ def test_leaving_a_reference_out(resnet50_a100):
     )  # fmt: skip
     assert "dle-resnet50-a100" not in {r["key"] for r in rng["rows"]}
     assert rng["rows"] and rng["low"] <= rng["high"]
+
+
+def test_predictions_table_has_every_published_reference(capsys):
+    refs = cal.references()
+    published = cal.load_published()
+    assert cal.main(["--predictions"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 + len(published)
+    for ref, line in zip(published, lines[2:]):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == ref.network and cells[-1] == f"{ref.speedup:.2f}x"
+        other = cal.published_prediction(ref, refs, exclude_own=True)
+        assert cells[3].startswith(f"{other['low']:.2f}-{other['high']:.2f}x")
+        assert f"({len(other['rows'])} refs)" in cells[3]

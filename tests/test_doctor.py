@@ -309,6 +309,8 @@ def test_measured_verdicts(report):
     assert "inside" in doctor.measured_speedup_verdict("G", 1.5, 1.2, 1.9)
     assert "below" in doctor.measured_speedup_verdict("G", 1.0, 1.2, 1.9)
     assert "above" in doctor.measured_speedup_verdict("G", 2.5, 1.2, 1.9)
+    assert doctor.range_position(1.2, 1.2, 1.9) == "inside the range"
+    assert doctor.range_position(1.91, 1.2, 1.9) == "above the range"
 
 
 @pytest.mark.cuda

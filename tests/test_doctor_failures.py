@@ -376,15 +376,17 @@ def test_torchvision_models_built_without_any_weights():
 
 def test_dict_output_reads_out_and_output_picks_another():
     r = _diagnose(DictOut(), (3, 8, 8))
-    assert r["output"] == [2, 5, 8, 8] and "'out' entry" in r["output_rule"]
+    assert r["output"] == [2, 5, 8, 8] and r["output_rule"] == "the dict's 'out' entry"
     aux = _diagnose(DictOut(), (3, 8, 8), output="aux")
-    assert aux["output"] == [2, 5, 8, 8] and aux["output_rule"] == "aux"
+    assert aux["output"] == [2, 5, 8, 8] and aux["output_rule"] == "--output aux"
     with pytest.raises(doctor.DoctorError, match=r"keys \['out', 'aux'\]"):
         _diagnose(DictOut(), (3, 8, 8), output="nope")
 
 
 def test_tuple_output_reads_the_first_tensor_or_an_index():
-    assert _diagnose(TupleOut(), (3, 8, 8))["output"] == [2, 7]
+    first = _diagnose(TupleOut(), (3, 8, 8))
+    assert first["output"] == [2, 7]
+    assert first["output_rule"] == "the first tensor of the tuple"
     assert _diagnose(TupleOut(), (3, 8, 8), output="1")["output"] == [2, 3]
     with pytest.raises(doctor.DoctorError, match="index below 2"):
         _diagnose(TupleOut(), (3, 8, 8), output="5")
@@ -420,7 +422,7 @@ def test_output_option_on_the_command_line(tmp_path, capsys):
             "--batch", "2", "--no-measure", "--gpus", "h200", "--output", "aux",
             "--json", str(j)]  # fmt: skip
     assert doctor.main(argv) == 0
-    assert json.loads(j.read_text())["output_rule"] == "aux"
+    assert json.loads(j.read_text())["output_rule"] == "--output aux"
 
 
 # --------------------------------------------------------------------------------------
