@@ -87,3 +87,46 @@ def gpu_findings(rs: ResultSet) -> str:
             ).rstrip()
         )
     return "\n\n".join(parts)
+
+
+def in_short(rs: ResultSet) -> str:
+    """One plain-text sentence per GPU for the intro's "In short" box: AMP's step and
+    epoch against fp32 with TF32 (else the first baseline the folder pairs it with),
+    strict fp32's step where measured, the wait for data and the peak memory. Says so
+    when the folder has no pair to compare."""
+    from ampbook.devices import display_name
+
+    sentences = []
+    for device in sorted({p.setting.device_name for p in rs.pairs()}):
+        pairs = [p for p in rs.pairs() if p.setting.device_name == device]
+        fp16 = [p for p in pairs if p.amp.mode == "amp-fp16"] or pairs
+        main = next((p for p in fp16 if p.baseline.mode == "fp32-tf32"), fp16[0])
+        strict = next(
+            (
+                p
+                for p in fp16
+                if p.baseline.mode == "fp32" and p.amp.mode == main.amp.mode
+            ),
+            None,
+        )
+        text = (
+            f"On the {display_name(device)}, the runs committed with the book measured "
+            f"{main.amp.mode_label}'s step at {main.step_speedup:.2f}x the speed of "
+            f"{main.baseline.mode_label}"
+        )
+        if strict is not None and strict is not main:
+            text += (
+                f" and {strict.step_speedup:.2f}x that of {strict.baseline.mode_label}"
+            )
+        but = "but" if main.speedup < main.step_speedup - 0.03 else "and"
+        text += (
+            f", {but} the whole "
+            f"epoch at {main.speedup:.2f}x, the loader keeping the GPU "
+            f"waiting {main.amp.data_wait_share:.0%} of it"
+        )
+        if main.memory_ratio is not None:
+            text += f"; peak memory was {main.memory_ratio:.0%} of fp32's"
+        sentences.append(text + ".")
+    if not sentences:
+        return "No GPU runs to compare are committed with this copy of the book."
+    return " ".join(sentences)

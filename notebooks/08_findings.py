@@ -43,11 +43,12 @@ from ampbook.env import print_environment
 print_environment("cpu")
 
 # %% tags=["hide-cell"]
-from ampbook.findings import gpu_findings
-from ampbook.plots import md
+from ampbook.findings import gpu_findings, in_short
+from ampbook.plots import glue_all, md
 from ampbook.results import load_results_dir
 
 results = load_results_dir(results_dir)
+glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 
 # %% [markdown]
 # (findings-post)=
