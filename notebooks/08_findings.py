@@ -132,7 +132,7 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 # the wait for data; the epoch's includes it, which is where a GPU kept waiting by its loader
 # loses what a faster step gains.
 
-# %%
+# %% tags=["remove-input"]
 md(gpu_findings(results))
 
 # %% [markdown]
