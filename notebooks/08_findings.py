@@ -1,0 +1,194 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Findings
+#
+# What the book found, gathered in one place; each finding links to the chapter that shows
+# how it knows. The numbers are pasted from the chapters' cells (a number in a sentence is
+# never typed). Those under "On this machine" were measured by the run that built this copy
+# of the book; the GPU findings are computed here from the training runs committed under
+# `data/results/`; the others come from the blog post, published peaks and the cost model,
+# and are the same on every machine.
+#
+# **What you will learn**: the answer to the post's question in numbers, what holds on any
+# machine, what the committed GPU runs measured, and what this machine measured.
+#
+# **What you need**: nothing beyond the other chapters: this one reads their results and the
+# results folder, in seconds.
+#
+# % How this page is built: cross-document glue, `{glue:text}`NN_topic.ipynb::key:fmt``
+# % (a path relative to chapters/; myst-nb requires the format spec for another page's
+# % key). A chapter that renames a key must rename it here too (the book build fails on
+# % a missing key). The GPU part is computed by `ampbook.findings.gpu_findings`.
+
+# %% tags=["parameters", "remove-cell"]
+results_dir = None  # GPU run records; None: data/results
+
+# %% tags=["remove-input"]
+from ampbook.env import print_environment
+
+print_environment("cpu")
+
+# %% tags=["hide-cell"]
+from ampbook.findings import gpu_findings, in_short
+from ampbook.plots import glue_all, md
+from ampbook.results import load_results_dir
+
+results = load_results_dir(results_dir)
+glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
+
+# %% [markdown]
+# (findings-post)=
+# ## The post's question: memory saved, no time saved
+#
+# - **What the post measured.** AMP ran at
+#   {glue:text}`05_rtx3070.ipynb::ch5_post_speedup:.2f` times fp32's speed and
+#   took {glue:text}`05_rtx3070.ipynb::ch5_post_mem:.0%` of its memory on an RTX
+#   3070, in {cite:t}`rtx3070post` ({doc}`05_rtx3070`).
+# - **Its unstated setting.** Its two memory figures fix the pixels per batch at
+#   {glue:text}`05_rtx3070.ipynb::ch5_mpx_lo:.1f` to
+#   {glue:text}`05_rtx3070.ipynb::ch5_mpx_hi:.1f` million: most likely batch
+#   {glue:text}`05_rtx3070.ipynb::ch5_B:d` at
+#   {glue:text}`05_rtx3070.ipynb::ch5_W:d`x{glue:text}`05_rtx3070.ipynb::ch5_H:d`,
+#   not the ERFNet authors' batch of
+#   {glue:text}`05_rtx3070.ipynb::ch5_def_b:d` ({doc}`05_rtx3070`).
+# - **The card had little to give.** With fp32 accumulation, as AMP uses them, the 3070's
+#   fp16 tensor cores peak at {glue:text}`02_tensor_cores.ipynb::desk_ratio:.2g`
+#   times its fp32 rate, and TF32 at
+#   {glue:text}`02_tensor_cores.ipynb::desk_tf32_ratio:.2g` times; an A100's fp16
+#   peak is {glue:text}`02_tensor_cores.ipynb::a100_ratio:.3g` times its fp32
+#   rate, an H100's {glue:text}`02_tensor_cores.ipynb::h100_ratio:.3g` times
+#   ({numref}`fig-ch2-peaks`).
+# - **The network had less.** On the 3070 the roofline bound of ERFNet's epoch is
+#   {glue:text}`05_rtx3070.ipynb::ch5_min_fp32:.0f` s in fp32 and
+#   {glue:text}`05_rtx3070.ipynb::ch5_min_amp:.0f` s with AMP, a speedup of
+#   {glue:text}`05_rtx3070.ipynb::ch5_model_speedup:.2f` at best, because
+#   {glue:text}`05_rtx3070.ipynb::ch5_mem_share:.0%` of the AMP step is
+#   memory-bound. AMP moves {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f`
+#   times fp32's bytes, not half, and launches
+#   {glue:text}`05_rtx3070.ipynb::ch5_kernel_ratio:.2f` times as many kernels
+#   ({numref}`fig-ch5-roofline` places each layer against the 3070's ceilings).
+# - **The bound does not decide.** Kernels at
+#   {glue:text}`05_rtx3070.ipynb::ch5_need_eff:.0%` of the roofline would take
+#   the post's time on their own. Two causes remain, and a 2020 RTX 3070 user measured
+#   both: at least {glue:text}`05_rtx3070.ipynb::ch5_ev_wait:.0%` of an AMP
+#   epoch spent waiting for data, and an AMP step
+#   {glue:text}`05_rtx3070.ipynb::ch5_ev_slow_lo:.1f` to
+#   {glue:text}`05_rtx3070.ipynb::ch5_ev_slow_hi:.1f` times slower than fp32's
+#   on that year's software {cite:p}`pytorch-issue-46377` ({doc}`05_rtx3070`).
+#
+# (findings-any-machine)=
+# ## What holds on every machine
+#
+# - **Precision.** bf16's {term}`machine epsilon` is
+#   {glue:text}`01_floating_point.ipynb::eps_ratio:g` times fp16's: it keeps
+#   fp32's range and gives up precision. A long sum in fp16 stops growing once its terms
+#   fall below half its spacing ({term}`swamping`); fp32 accumulation is the cure
+#   ({doc}`01_floating_point`).
+# - **Accumulation.** A long dot product with an fp32 accumulator had a relative error of
+#   {glue:text}`02_tensor_cores.ipynb::err32:.1e`, with an fp16 one
+#   {glue:text}`02_tensor_cores.ipynb::err16:.1e`
+#   ({doc}`02_tensor_cores`).
+# - **Loss scaling.** `GradScaler` starts at a scale of
+#   {glue:text}`04_loss_scaling.ipynb::init_scale:.0f`, multiplies it by
+#   {glue:text}`04_loss_scaling.ipynb::backoff_factor:g` when the gradients
+#   overflow (and skips that step), and by
+#   {glue:text}`04_loss_scaling.ipynb::growth_factor:g` after
+#   {glue:text}`04_loss_scaling.ipynb::growth_interval:.0f` clean steps
+#   ({doc}`04_loss_scaling`).
+# - **Memory.** Per pixel of a batch, AMP saves at most
+#   {glue:text}`04_loss_scaling.ipynb::limit:.0%` of ERFNet's {term}`new bytes
+#   saved for backward`, because parts of the network stay fp32; the post saved
+#   {glue:text}`04_loss_scaling.ipynb::post_saving:.0%` of its monitor's figure
+#   ({doc}`04_loss_scaling`).
+# - **Other networks.** At the sizes chapter 6 traces, autocast shrinks the bytes a
+#   step moves by {glue:text}`06_will_amp_help.ipynb::ch6_nb_erf:.2f`x for
+#   ERFNet, {glue:text}`06_will_amp_help.ipynb::ch6_nb_r50:.2f`x for ResNet-50
+#   and {glue:text}`06_will_amp_help.ipynb::ch6_nb_vit:.2f`x for ViT-B/16: what a
+#   step of memory-bound operators can gain, where a compute-bound one could gain the
+#   tensor cores' {glue:text}`06_will_amp_help.ipynb::ch6_peak:.2f`x over fp32
+#   with TF32 on the last GPU the chapter compares ({doc}`06_will_amp_help`).
+
+# %% [markdown]
+# (findings-gpu)=
+# ## On the GPUs in the results folder
+#
+# Each GPU's committed ERFNet runs, measured by `python -m ampbook.gpucheck`, with their
+# provenance; {doc}`03_amp_training` shows them beside this machine's runs and
+# {doc}`05_rtx3070` sets them against the roofline bound. A step's time leaves out
+# the wait for data; the epoch's includes it, which is where a GPU kept waiting by its loader
+# loses what a faster step gains.
+
+# %% tags=["remove-input"]
+md(gpu_findings(results))
+
+# %% [markdown]
+# What the roofline bound says of an H200, for the same network:
+#
+#
+# - **What the bound promises.** For ERFNet at the post's setting, the roofline bound's
+#   speedup from AMP over fp32 with TF32 is
+#   {glue:text}`05_rtx3070.ipynb::ch5_h_speed:.2f`x on an H200, and TF32's over
+#   strict fp32 {glue:text}`05_rtx3070.ipynb::ch5_h_tf32:.2f`x: on a data-centre
+#   GPU the fp32 baseline's TF32 matters as much as AMP does
+#   ({doc}`05_rtx3070`).
+# - **What it needs from the loader.** Kept busy with AMP, an H200 could train up to
+#   {glue:text}`05_rtx3070.ipynb::ch5_h_img_s:.0f` images per second: the
+#   decoding work of {glue:text}`05_rtx3070.ipynb::ch5_h_cores:.0f` cores at this
+#   machine's cost per image ({doc}`05_rtx3070`).
+
+# %% [markdown]
+# (findings-this-machine)=
+# ## On this machine
+#
+# Measured by the run that built this copy; on another machine these numbers differ, and
+# the chapters say how to read them either way.
+#
+# - **Matmuls.** At n = {glue:text}`02_tensor_cores.ipynb::n_cmp:d`, fp16 ran at
+#   {glue:text}`02_tensor_cores.ipynb::speed_fp16:.3g` and bf16 at
+#   {glue:text}`02_tensor_cores.ipynb::speed_bf16:.3g` times the fp32 speed: above
+#   1, the 16-bit formats have fast hardware here; below 1, they are converted to fp32 and
+#   back and cost time ({doc}`02_tensor_cores`).
+# - **Memory-bound work.** An elementwise add in fp16 took
+#   {glue:text}`02_tensor_cores.ipynb::ew_ratio:.2f` times the fp32 time; 0.5 is
+#   what halved bytes alone would give ({doc}`02_tensor_cores`).
+# - **Training.** fp32 and AMP reached final training losses of
+#   {glue:text}`03_amp_training.ipynb::loss_f:.4f` and
+#   {glue:text}`03_amp_training.ipynb::loss_a:.4f`, the largest gap in any epoch
+#   {glue:text}`03_amp_training.ipynb::gap:.4f` ({doc}`03_amp_training`).
+# - **The input pipeline.** One core decodes and resizes a Cityscapes-sized image in
+#   {glue:text}`05_rtx3070.ipynb::ch5_load_ms:.0f` ms; had the loader set the
+#   post's pace, one image would have cost
+#   {glue:text}`05_rtx3070.ipynb::ch5_implied_ms:.0f` ms there
+#   ({doc}`05_rtx3070`).
+
+# %% [markdown]
+# ## Summary
+#
+# AMP saves memory wherever the network keeps 16-bit activations for the backward pass; it
+# saves time only where the step is bound by tensor-core arithmetic and the GPU is kept busy.
+# The post's RTX 3070 had little tensor-core headroom, ERFNet's step is mostly memory-bound,
+# and a GPU that waits for its loader turns a faster step into an epoch no faster. The
+# committed GPU runs above show each of these effects measured; {doc}`06_will_amp_help`
+# makes the same diagnosis for another network. Chapter 7 (the optimisation ladder), when it
+# lands, goes before this page and adds what making AMP pay takes.
+#
+# ## Exercises
+#
+# 1. Run `python -m ampbook.gpucheck` on your GPU, copy its records into `data/results/` and
+#    rebuild this page: which of the findings above change, and which hold?
+# 2. On your GPU, which share of the AMP epoch is spent waiting for data? Compare it with the
+#    committed runs' share and with {ref}`findings-post`'s evidence from 2020.

@@ -1,0 +1,80 @@
+"""The Findings chapter's GPU part (ampbook.findings) says what the results folder
+holds, and only that."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from ampbook.findings import gpu_findings, in_short, pace
+from ampbook.paths import RESULTS_DIR
+from ampbook.results import load_results_dir
+
+RESULTS = RESULTS_DIR
+
+
+def test_pace_words_a_ratio_with_a_margin():
+    assert pace(1.05) == "faster"
+    assert pace(0.89) == "slower"
+    assert pace(1.001) == pace(0.98) == "about the same"
+
+
+def test_an_empty_folder_has_no_gpu_findings(tmp_path):
+    text = gpu_findings(load_results_dir(tmp_path))
+    assert "no complete GPU training run" in text
+    assert "|" not in text
+
+
+def test_committed_h200_runs_are_read_with_their_numbers():
+    rs = load_results_dir(RESULTS)
+    runs = rs.gpu_runs()
+    if not runs:
+        pytest.skip("no GPU runs committed")
+    text = gpu_findings(rs)
+    for r in runs:
+        assert f"| {r.mode_label} | {r.one_step_s * 1e3:.1f} |" in text
+    for p in rs.pairs():
+        sentence = next(
+            line
+            for line in text.splitlines()
+            if line.startswith(f"- {p.amp.mode_label} against {p.baseline.mode_label}:")
+        )
+        assert (
+            f"the step ran {p.step_speedup:.2f}x ({pace(p.step_speedup)})" in sentence
+        )
+        assert f"the epoch {p.speedup:.2f}x ({pace(p.speedup)})" in sentence
+        assert ("waiting" in sentence) == (p.speedup < p.step_speedup - 0.03)
+
+
+def test_a_run_without_its_baseline_gets_a_table_row_and_no_comparison(tmp_path):
+    amp = sorted(RESULTS.glob("train_*amp-fp16*.json"))
+    if not amp:
+        pytest.skip("no committed AMP run")
+    shutil.copy(amp[0], tmp_path)
+    text = gpu_findings(load_results_dir(tmp_path))
+    assert "amp-fp16" in text and " against " not in text
+
+
+def test_in_short_quotes_the_fp16_pair_against_tf32_and_strict_fp32():
+    rs = load_results_dir(RESULTS)
+    pairs = {(p.amp.mode, p.baseline.mode): p for p in rs.pairs()}
+    if ("amp-fp16", "fp32-tf32") not in pairs or ("amp-fp16", "fp32") not in pairs:
+        pytest.skip("the committed runs lack fp16 against both fp32 baselines")
+    main, strict = pairs["amp-fp16", "fp32-tf32"], pairs["amp-fp16", "fp32"]
+    text = in_short(rs)
+    assert f"step at {main.step_speedup:.2f}x the speed of fp32 (TF32 on)" in text
+    assert f"and {strict.step_speedup:.2f}x that of fp32 (strict)" in text
+    assert f"whole epoch at {main.speedup:.2f}x" in text
+    assert ("but the whole" in text) == (main.speedup < main.step_speedup - 0.03)
+    assert f"waiting {main.amp.data_wait_share:.0%}" in text
+    assert "{" not in text and "|" not in text  # plain text, pasted into the intro
+
+
+def test_in_short_without_pairs_says_so(tmp_path):
+    amp = sorted(RESULTS.glob("train_*amp-fp16*.json"))
+    if amp:
+        shutil.copy(amp[0], tmp_path)  # a run alone pairs with nothing
+    assert in_short(load_results_dir(tmp_path)) == (
+        "No GPU runs to compare are committed with this copy of the book."
+    )
