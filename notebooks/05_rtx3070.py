@@ -115,6 +115,7 @@ from ampbook import verdicts
 from ampbook.bench_loader import measure_loader
 from ampbook.bench_matmul import load_verdict
 from ampbook.bench_step import step_rounds
+from ampbook.calibration import load_published
 from ampbook.cpu_kernels import probe_conv
 from ampbook.data import NUM_CLASSES
 from ampbook.devices import attainable_tflops, display_name, load_devices
@@ -549,28 +550,28 @@ plt.show()
 # ### The ratio is not a ceiling: a published case
 #
 # NVIDIA publishes ResNet-50's training throughput on one A100 with TF32 and with AMP
-# {cite:p}`nvidia-dle-resnet50` (`data/reference/published_speedups.yml`). The same cost
+# {cite:p}`nvidia-dle-resnet50` (`data/reference/training_throughputs.yml`). The same cost
 # model traces ResNet-50 at the benchmark's batch and holds it against the A100's
 # ceilings: the measured speedup beside the ratio of the two bounds, and each
 # precision's share of its bound.
 
 # %%
-pub = load_reference("published_speedups")["resnet50_a100"]
-a100 = cm.Ceilings.from_device(devices[pub["gpu"]])
+pub = {r.key: r for r in load_published()}["dle-resnet50-a100"]
+a100 = cm.Ceilings.from_device(devices[pub.gpu])
 resnet = torchvision.models.resnet50()
-rn = {p: cm.predict(cm.trace_step(resnet, pub["batch_size"], pub["height"],
-                                  pub["width"], p.replace("fp32-tf32", "fp32"),
-                                  loss="sum"), a100)
-      for p in (pub["baseline"], pub["amp"])}
-rate = pub["images_per_s"]
+rn = {s.precision: cm.predict(cm.trace_step(resnet, s.batch, *pub.input[1:],
+                                            s.precision.replace("fp32-tf32", "fp32"),
+                                            loss="sum"), a100)
+      for s in (pub.baseline, pub.amp)}
+rate = {s.precision: s.images_per_s for s in (pub.baseline, pub.amp)}
 md_table([(MODE_LABELS[p], rate[p], r.max_images_per_s, rate[p] / r.max_images_per_s)
           for p, r in rn.items()],
          ["ResNet-50, A100", "measured images/s", "bound's images/s", "share of bound"],
          [None, ".0f", ".0f", ".0%"])
 
 # %%
-rn_ratio = rn[pub["baseline"]].min_step_s / rn[pub["amp"]].min_step_s
-rn_meas = rate[pub["amp"]] / rate[pub["baseline"]]
+rn_ratio = rn[pub.baseline.precision].min_step_s / rn[pub.amp.precision].min_step_s
+rn_meas = pub.speedup
 glue("ch5_rn_ratio", rn_ratio, display=False)
 glue("ch5_rn_meas", rn_meas, display=False)
 md(cm.roofline_ratio_verdict(rn_ratio, rn_meas, "ResNet-50 on one A100 (NVIDIA)"))

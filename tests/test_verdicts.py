@@ -9,7 +9,7 @@ import pytest
 from ampbook import costmodel as cm
 from ampbook import cpu_kernels as ck
 from ampbook import results
-from ampbook.paths import load_reference
+from ampbook.calibration import load_published
 from ampbook.verdicts import gpu_pair_verdict, kernel_time_verdict, speed_verdict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -101,10 +101,10 @@ def test_a_measured_speedup_above_the_roofline_ratio_is_reported_as_such():
 
 
 def test_roofline_ratio_verdict_on_the_published_resnet50_figures():
-    pub = load_reference("published_speedups")["resnet50_a100"]
-    rate = pub["images_per_s"]
-    measured = rate["amp-fp16"] / rate["fp32-tf32"]
-    assert measured == pytest.approx(pub["speedup_published"], abs=0.01)
+    pub = {r.key: r for r in load_published()}["dle-resnet50-a100"]
+    assert (pub.baseline.precision, pub.amp.precision) == ("fp32-tf32", "amp-fp16")
+    measured = pub.speedup
+    assert measured == pytest.approx(pub.published_speedup, abs=0.01)
     line = cm.roofline_ratio_verdict(measured / 1.3, measured, "ResNet-50 on an A100")
     assert "above it" in line and "no upper bound" in line
     assert "below it" in cm.roofline_ratio_verdict(2.0, 1.2, "x")
