@@ -321,7 +321,10 @@ plt.show()
 # addition, not taken from a data sheet; where the network's operators find faster
 # paths than that matmul (oneDNN's convolutions often do), the step reaches more than
 # 100% of such a bound. Each rung against the one below it, per precision
-# (`bench_ladder.rung_verdict`; on a busy machine a few percent either way is noise):
+# (`bench_ladder.rung_verdict`). Rung 1 changes where the batches come from, not the
+# step, which is timed on one batch already in memory: where it is measured, its change
+# in step time is this machine's noise, and a change of that size elsewhere says
+# nothing.
 
 # %% tags=["hide-input"]
 md("\n".join(f"- {bl.rung_verdict(here, r.index)}" for r in here.rungs[1:]
