@@ -86,6 +86,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ampbook import calibration, doctor
+from ampbook.cpu_kernels import probe_conv
 from ampbook.devices import display_name
 from ampbook.plots import GIB, MIB, bar_style, glue_all, md, md_table, use_style
 from ampbook.results import load_results_dir
@@ -389,6 +390,21 @@ md_table([(x["variant"], x.get("step_s") and x["step_s"] * 1e3, x.get("speedup")
 glue_all(ch6_measured_size=f"batch {me['batch']} x {'x'.join(map(str, me['input']))}",
          ch6_rounds=me.get("rounds") or 1)
 md(doctor.measured_verdict(me))
+
+# %% [markdown]
+# On a CPU, why a 16-bit step is slow or fast is a question of which kernels PyTorch
+# runs for it, not of the instruction sets the CPU lists: chapter 3's probe times one
+# of ERFNet's 3x1 convolutions forward and in both backward passes per dtype and names
+# the oneDNN kernel of each pass (on a GPU this section has nothing to add).
+
+# %% tags=["hide-input"]
+if me["device"] == "cpu":
+    probe = probe_conv(("fp32", "fp16", "bf16"))
+    load = "" if probe.load1 is None else f" at load {probe.load1:.1f}"
+    md("\n\n".join(probe.verdict(d) for d in probe.dtypes if d != "fp32")
+       + f"\n\n(One thread, {probe.cpus} CPUs{load}.)")
+else:
+    md("Measured on a GPU: the CPU's kernels do not enter this chapter's step.")
 
 # %% [markdown]
 # (ch6-gpu-runs)=
