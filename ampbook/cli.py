@@ -264,6 +264,14 @@ def command(prog: str) -> Callable:
     def wrap(main: Callable) -> Callable:
         @functools.wraps(main)
         def run(argv: list[str] | None = None) -> int:
+            if _state["signal"] is not None and is_command():
+                # A stop during the start-up imports that an import swallowed (a bare
+                # ``except:`` in a library): the command does not start.
+                say(
+                    f"interrupted ({signal_name()}) while starting up; nothing was "
+                    "started or written"
+                )
+                return stop_code()
             _state["signal"] = None
             with kept_handlers(), signals():
                 try:
@@ -273,6 +281,15 @@ def command(prog: str) -> Callable:
                         f"{prog} interrupted ({signal_name()}) before it finished; "
                         "what it had not finished was not written"
                     )
+                    if is_command():
+                        # The process ends here (main's own cleanup has run): a stop
+                        # that landed inside an import (torch's, in main) can leave a
+                        # C extension that aborts in the interpreter's teardown
+                        # (SIGABRT instead of 130/143).
+                        with contextlib.suppress(Exception):
+                            sys.stdout.flush()
+                            sys.stderr.flush()
+                        os._exit(stop_code(err))
                     return stop_code(err)
                 except SystemExit as err:  # argparse: --help (0), a bad option (2)
                     code = err.code

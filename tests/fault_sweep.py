@@ -2586,6 +2586,14 @@ def _record(r: Result) -> dict:
     }
 
 
+def default_sigint() -> None:
+    """A sweep started in the background by a shell without job control inherits
+    SIGINT ignored, and so would every command it starts: give them Ctrl-C as a
+    terminal does (a Python handler here is reset to the default on exec)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m tests.fault_sweep", description=__doc__.split("\n\n")[0]
@@ -2599,6 +2607,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep each case's folder")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
+    default_sigint()
     repo = Path(args.repo).resolve()
     cases = all_cases()
     if args.quick:

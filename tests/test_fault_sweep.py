@@ -6,6 +6,7 @@ cases, is ``python -m tests.fault_sweep``."""
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +17,8 @@ import fault_sweep as sweep
 def test_the_quick_sweep_is_clear():
     cases = [c for c in sweep.all_cases() if c.quick]
     assert {c.cls for c in cases} == set(sweep.CLASSES)
+    old = signal.getsignal(signal.SIGINT)
+    sweep.default_sigint()
     shared = Path(tempfile.mkdtemp(prefix="sweep-shared-"))
     try:
         sweep.prepare(shared, sweep.HERE)
@@ -24,6 +27,7 @@ def test_the_quick_sweep_is_clear():
                 pool.map(lambda c: sweep.run_case(c, shared, sweep.HERE), cases)
             )
     finally:
+        signal.signal(signal.SIGINT, old)
         shutil.rmtree(shared, ignore_errors=True)
     bad = [
         f"{r.case.cls}: {r.case.name}: {r.outcome} (exit {r.code}) {r.why}"
