@@ -87,6 +87,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ampbook import cli
 from ampbook.results import (
     LADDER_SCHEMA,
     MODE_LABELS,
@@ -1574,10 +1575,11 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
     return spec, isolate, notes
 
 
+@cli.command("python -m ampbook.bench ladder")
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.bench ladder", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--device", default="auto")
@@ -1588,14 +1590,18 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated modes: fp32-tf32, fp32, amp-fp16, amp-bf16 (default: "
         "all four on a GPU, fp32 and amp-bf16 on a CPU)",
     )
-    parser.add_argument("--height", type=int, default=None)
-    parser.add_argument("--width", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=None, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=None)
-    parser.add_argument("--profile-steps", type=int, default=None)
-    parser.add_argument("--epochs", type=int, default=None, help="at least 2")
-    parser.add_argument("--train-images", type=int, default=None)
+    parser.add_argument("--height", type=cli.positive_int, default=None)
+    parser.add_argument("--width", type=cli.positive_int, default=None)
+    parser.add_argument("--batch-size", type=cli.positive_int, default=None)
+    parser.add_argument(
+        "--steps", type=cli.positive_int, default=None, help="timed steps"
+    )
+    parser.add_argument("--warmup", type=cli.nonnegative_int, default=None)
+    parser.add_argument("--profile-steps", type=cli.positive_int, default=None)
+    parser.add_argument(
+        "--epochs", type=cli.positive_int, default=None, help="at least 2"
+    )
+    parser.add_argument("--train-images", type=cli.positive_int, default=None)
     parser.add_argument(
         "--compile-mode", default=None, help="rung 5's torch.compile mode"
     )
@@ -1607,7 +1613,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--merge", action="store_true")
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+        "--threads",
+        type=cli.positive_int,
+        default=None,
+        help="torch threads (default: torch's)",
     )
     parser.add_argument(
         "--show",
@@ -1630,9 +1639,9 @@ def show_main(path: Path) -> int:
     from ampbook.results import ResultsError, read_ladder
 
     try:
-        record = json.loads(path.read_text("utf-8"))
+        record = json.loads(cli.read_text(path, "--show"))
         ladder = read_ladder(record, str(path))
-    except (OSError, ValueError, ResultsError) as err:
+    except (ValueError, ResultsError) as err:
         print(
             f"error: --show {path}: not a readable ladder record ({err}); give a "
             "ladder_<gpu>.json written by python -m ampbook.bench ladder --json",
@@ -1665,10 +1674,9 @@ def run_main(args) -> int:
         return 2
     env = environment(spec.device)
     if args.json:
-        path = ladder_path(args.json, env["device_name"])
-        if path.exists() and path.is_dir():
-            print(f"error: --json {path} is a folder", file=sys.stderr)
-            return 2
+        path = cli.check_output_file(
+            ladder_path(args.json, env["device_name"]), "--json"
+        )
     else:
         path = Path(tempfile.mkdtemp(prefix="ampbook-ladder-")) / "ladder.json"
     load = machine_load()

@@ -788,6 +788,8 @@ def numbers_cases() -> list[Case]:
         ("--workers", "-1", "workers"),
         ("--synthetic-train", "0", "synthetic_train"),
         ("--max-nonfinite", "0", "max_nonfinite"),
+        ("--sync-every", "0", "sync"),
+        ("--sync-every", "nan", "sync"),
     ):
         out.append(
             Case(
@@ -814,6 +816,10 @@ def numbers_cases() -> list[Case]:
         ("loader", ["--passes", "0"], "--passes"),
         ("loader", ["--batch-size", "0"], "--batch-size"),
         ("loader", ["--height", "-1"], "--height"),
+        ("ladder", ["--height", "0"], "--height"),
+        ("ladder", ["--steps", "nan"], "--steps"),
+        ("ladder", ["--warmup", "-1"], "--warmup"),
+        ("ladder", ["--threads", "0"], "--threads"),
         ("doctor", ["--target-s", "nan"], "--target-s"),
         ("doctor", ["--batch", "0"], "--batch"),
     )
