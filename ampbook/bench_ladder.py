@@ -1501,22 +1501,32 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
             "python -m ampbook.bench ladder measures it."
         )
     rung = ladder.rung(index)
-    before = max((r.index for r in ladder.rungs if r.index < index), default=None)
     parts = []
     for mode in modes or ladder.modes():
-        a = ladder.cell(before, mode) if before is not None else None
         b = ladder.cell(index, mode)
-        if a is None or b is None:
+        # the rung below it that was measured in this mode (the one before when it was)
+        before = max(
+            (
+                r.index
+                for r in ladder.rungs
+                if r.index < index and ladder.cell(r.index, mode)
+            ),
+            default=None,
+        )
+        if b is None or before is None:
             continue
+        a = ladder.cell(before, mode)
         ratio = a.step_s / b.step_s
         word = (
             "faster" if ratio > 1.05 else "slower" if ratio < 1 / 1.05 else "no change"
         )
+        since = "" if before == index - 1 else f" (from rung {before})"
         parts.append(
-            f"{mode} {_ms(a.step_s)} -> {_ms(b.step_s)} ms ({ratio:.2f}x, {word})"
+            f"{mode} {_ms(a.step_s)} -> {_ms(b.step_s)} ms{since} "
+            f"({ratio:.2f}x, {word})"
         )
     if not parts:
-        return f"Rung {index} ({rung.title}) was not measured beside rung {before}."
+        return f"Rung {index} ({rung.title}) was not measured beside a rung below it."
     return f"Rung {index} ({rung.title}): " + "; ".join(parts) + "."
 
 

@@ -44,7 +44,6 @@ takes from measurements, never from one network applied to all:
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -54,6 +53,7 @@ from typing import Any, Mapping, Sequence
 
 from torch import nn
 
+from ampbook import cli
 from ampbook.costmodel import OP_CLASSES, Ceilings, Prediction, StepTrace, predict
 from ampbook.paths import REFERENCE_DIR
 
@@ -636,10 +636,11 @@ def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> 
 # --------------------------------------------------------------------------------------
 
 
+@cli.command("python -m ampbook.calibration")
 def main(argv: list[str] | None = None) -> int:
     from ampbook.devices import display_name
 
-    p = argparse.ArgumentParser(
+    p = cli.ArgumentParser(
         prog="python -m ampbook.calibration",
         description="The references behind the doctor's calibrated AMP speedups.",
     )
@@ -657,9 +658,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.predictions:
         print(predictions_table(references(a.results_dir)))
         return 0
+    refs = references(a.results_dir)
     print("| reference | GPU | kind | fp32 eff. | AMP eff. | speedup |")
     print("|---|---|---|---|---|---|")
-    for r in references(a.results_dir):
+    for r in refs:
         fam = "tf32" if "tf32" in r.families else "fp32"
         e32, e16 = r.step_efficiency[fam], r.step_efficiency["16-bit"]
         print(

@@ -398,13 +398,13 @@ md(doctor.measured_verdict(me))
 # the oneDNN kernel of each pass (on a GPU this section has nothing to add).
 
 # %% tags=["hide-input"]
+kernels_here = "Measured on a GPU: the CPU's kernels do not enter this chapter's step."
 if me["device"] == "cpu":
     probe = probe_conv(("fp32", "fp16", "bf16"))
     load = "" if probe.load1 is None else f" at load {probe.load1:.1f}"
-    md("\n\n".join(probe.verdict(d) for d in probe.dtypes if d != "fp32")
-       + f"\n\n(One thread, {probe.cpus} CPUs{load}.)")
-else:
-    md("Measured on a GPU: the CPU's kernels do not enter this chapter's step.")
+    kernels_here = ("\n\n".join(probe.verdict(d) for d in probe.dtypes if d != "fp32")
+                    + f"\n\n(One thread, {probe.cpus} CPUs{load}.)")
+md(kernels_here)
 
 # %% [markdown]
 # (ch6-gpu-runs)=

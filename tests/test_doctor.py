@@ -250,7 +250,7 @@ def test_mse_loss_for_a_model_without_classes(capsys):
         (["--model", "erfnet", "--json", "/no/such/dir/r.json"], ["does not exist"]),
         (["--model", "erfnet", "--loss", "l1"], ["invalid choice"]),
         (["--model", "erfnet", "--batch", "0"], ["--batch 0", "positive"]),
-        (["--model", "erfnet", "--loader-images-per-s", "-3"], ["must be positive"]),
+        (["--model", "erfnet", "--loader-images-per-s", "-3"], ["must be more than 0"]),
         ([], ["required", "--model"]),
     ],
 )
