@@ -32,8 +32,13 @@ book: execute html
 check: $(STAMP)
 	$(VPY) -m ampbook.build.bookcheck build/book/_build/html
 
+# The tests run in parallel, one worker per core (pytest-xdist; TEST_JOBS=1 for one
+# process). Tests that share the book's one smoke execution stay on one worker
+# (tests/conftest.py), the rest are dealt out as workers free up.
+TEST_JOBS ?= auto
+
 test: $(STAMP)
-	$(VPY) -m pytest
+	$(VPY) -m pytest -n $(TEST_JOBS) --dist loadgroup
 
 sync: $(STAMP)
 	$(VPY) -m jupytext --sync notebooks/[0-9][0-9]_*.py

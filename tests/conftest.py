@@ -17,6 +17,17 @@ def pytest_runtest_setup(item):
         pytest.skip("needs a CUDA GPU")
 
 
+BOOK_FIXTURES = {"executed_notebooks", "built_book"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test``), every test that uses the session's smoke
+    execution of the book runs on one worker, so the notebooks are executed once."""
+    for item in items:
+        if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("book"))
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Unit tests run torch on one intra-op thread: at the small sizes tests use, two
