@@ -116,13 +116,14 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   saved for backward`, because parts of the network stay fp32; the post saved
 #   {glue:text}`04_loss_scaling.ipynb::post_saving:.0%` of its monitor's figure
 #   ({doc}`04_loss_scaling`).
-# - **Other networks.** At the sizes chapter 6 traces, autocast shrinks the bytes a
-#   step moves by {glue:text}`06_will_amp_help.ipynb::ch6_nb_erf:.2f`x for
-#   ERFNet, {glue:text}`06_will_amp_help.ipynb::ch6_nb_r50:.2f`x for ResNet-50
-#   and {glue:text}`06_will_amp_help.ipynb::ch6_nb_vit:.2f`x for ViT-B/16: what a
-#   step of memory-bound operators can gain, where a compute-bound one could gain the
-#   tensor cores' {glue:text}`06_will_amp_help.ipynb::ch6_peak:.2f`x over fp32
-#   with TF32 on the last GPU the chapter compares ({doc}`06_will_amp_help`).
+# - **Other networks.** For ResNet-50 at batch 256 on an A100, the doctor's calibrated
+#   range from the references other than NVIDIA's own is
+#   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_low:.2f`x to
+#   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_high:.2f`x; NVIDIA published
+#   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_pub:.2f`x, which lies
+#   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_where:s`, where the ratio of the two
+#   roofline bounds says {glue:text}`06_will_amp_help.ipynb::ch6_rn50_equal:.2f`x
+#   ({doc}`06_will_amp_help`).
 
 # %% [markdown]
 # (findings-gpu)=
@@ -179,11 +180,15 @@ md(gpu_findings(results))
 # Measured by the run that built this copy; on another machine these numbers differ, and
 # the chapters say how to read them either way.
 #
-# - **Matmuls.** At n = {glue:text}`02_tensor_cores.ipynb::n_cmp:d`, fp16 ran at
-#   {glue:text}`02_tensor_cores.ipynb::speed_fp16:.3g` and bf16 at
-#   {glue:text}`02_tensor_cores.ipynb::speed_bf16:.3g` times the fp32 speed: above
-#   1, the 16-bit formats have fast hardware here; below 1, they are converted to fp32 and
-#   back and cost time ({doc}`02_tensor_cores`).
+# - **Matmuls and convolutions.** At n = {glue:text}`02_tensor_cores.ipynb::n_cmp:d`,
+#   fp16 matmuls ran at {glue:text}`02_tensor_cores.ipynb::speed_fp16_matmul:.3g` and
+#   bf16 at {glue:text}`02_tensor_cores.ipynb::speed_bf16_matmul:.3g` times the fp32
+#   speed, and a convolution's forward and backward at
+#   {glue:text}`02_tensor_cores.ipynb::speed_fp16_conv_train:.3g` and
+#   {glue:text}`02_tensor_cores.ipynb::speed_bf16_conv_train:.3g` times: above 1, the
+#   kernels PyTorch runs here for the 16-bit format are faster than fp32's; below 1 they
+#   are slower, whatever the CPU's instruction sets suggest ({doc}`02_tensor_cores`;
+#   {ref}`ch6-measured` names the kernels of each pass).
 # - **Memory-bound work.** An elementwise add in fp16 took
 #   {glue:text}`02_tensor_cores.ipynb::ew_ratio:.2f` times the fp32 time; 0.5 is
 #   what halved bytes alone would give ({doc}`02_tensor_cores`).

@@ -20,6 +20,7 @@ def pytest_runtest_setup(item):
 BOOK_FIXTURES = {"executed_notebooks", "built_book"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test``), every test that uses the session's smoke
     execution of the book runs on one worker, so the notebooks are executed once."""
