@@ -187,7 +187,7 @@ glue_all(
     ch7_workers=bl.RUNGS[0].changes["workers"],
     ch7_bn=sum(isinstance(m, torch.nn.BatchNorm2d) for m in ERFNet(19).modules()),
     ch7_bn_speedup=bl.NHWC_BATCH_NORM_SPEEDUP,
-    ch7_gpu_kind="predicted from its measured rung 0" if predicted else "measured",
+    ch7_gpu_kind="predicted from the measured rung 0" if predicted else "measured",
     ch7_r0_amp=v[0, amp_mode]["step"], ch7_r0_base=v[0, base_mode]["step"],
     ch7_r0_ips=v[0, amp_mode]["ips"], ch7_top_amp=v[top, amp_mode]["step"],
     ch7_top_speedup=(v[top, base_mode]["step"] or 0) / (v[top, amp_mode]["step"] or 1),
@@ -197,6 +197,9 @@ glue_all(
 
 # %% [markdown]
 # ### Rung by rung
+#
+# The numbers are those of the GPU ladder above: rung 0 is measured, and the rungs above
+# it are {glue:text}`ch7_gpu_kind`.
 #
 # **Rung 0, the post's setup.** AMP's kernels take {glue:text}`ch7_r0_amp_kernel:.1f`
 # ms a step against TF32's {glue:text}`ch7_r0_base_kernel:.1f` ms, and the GPU sits idle
