@@ -29,7 +29,7 @@
 # **What you need**: nothing beyond the other chapters: this one reads their results and the
 # results folder, in seconds.
 #
-# % How this page is built: cross-document glue, `{glue:text}`NN_topic.ipynb::key:fmt``
+# % How this page is built: cross-document glue, the glue text role on `NN_topic.ipynb::key:fmt`
 # % (a path relative to chapters/; myst-nb requires the format spec for another page's
 # % key). A chapter that renames a key must rename it here too (the book build fails on
 # % a missing key). The GPU part is computed by `ampbook.findings.gpu_findings`.

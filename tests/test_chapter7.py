@@ -4,6 +4,8 @@ machine's own ladder, the targets and the recipe run."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
@@ -59,5 +61,7 @@ def test_without_a_gpu_ladder_the_chapter_says_it_predicts(executed_notebooks):
     nb = nbformat.read(executed_notebooks / "07_making_amp_pay.ipynb", as_version=4)
     out = output_text(nb)
     assert "No GPU ladder is committed in the results folder yet" in out
-    assert "Predicted from the layer profiles measured on NVIDIA H200" in out
+    assert re.search(
+        r"Predicted from the layer profiles measured on (NVIDIA )?H200", out
+    )
     assert "This ladder has no rung 5 (+ torch.compile)" in out
