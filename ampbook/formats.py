@@ -544,11 +544,11 @@ def finfo_table() -> tuple[list[str], list[list]]:
         )
     return [
         "format",
-        "torch dtype",
+        "dtype",
         "finfo.max",
         "finfo.tiny",
         "finfo.eps",
-        "matches the layout",
+        "as computed",
     ], rows
 
 

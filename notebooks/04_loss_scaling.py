@@ -489,8 +489,9 @@ md_table(rows, ["observed behaviour"] + [f"{d.upper()} ops" for d in at.DEVICE_T
 short = {"lower_precision": "low", "float32": "fp32", "input dtype": "input",
          "unlisted": "–"}
 rows = [[r[0]] + [short.get(v, v) for v in r[1:]] for r in at.probe_rows(probes)]
-md("low: lower_precision; fp32: float32; input: input dtype; –: not in the documented "
-   "lists.\n\n" + md_table_text(rows, at.PROBE_HEADERS))
+md("ran: the dtype observed; docs: PyTorch's documented lists. low: lower_precision; "
+   "fp32: float32; input: input dtype; –: not in the documented lists.\n\n"
+   + md_table_text(rows, at.PROBE_HEADERS))
 
 # %% [markdown]
 # "lower_precision": the output is bf16 (CPU) or fp16 (CUDA) even from fp32 inputs; "float32":
