@@ -535,7 +535,7 @@ def finfo_table() -> tuple[list[str], list[list]]:
         rows.append(
             [
                 f.name,
-                str(f.torch_dtype),
+                str(f.torch_dtype).removeprefix("torch."),
                 fi.max,
                 fi.tiny,
                 fi.eps,
