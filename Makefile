@@ -8,7 +8,7 @@ PROFILE ?=
 NOTEBOOKS ?=
 EXECUTED := build/executed
 
-.PHONY: book test venv execute html check sync clean gpu-wheels
+.PHONY: book test venv execute html check sync clean gpu-wheels gpucheck-dry
 
 venv: $(STAMP)
 
@@ -54,6 +54,11 @@ WHEEL_MAX_MIB := 40
 WHEEL_PLATFORMS := manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 \
 	manylinux_2_24_x86_64 manylinux_2_27_x86_64 manylinux_2_28_x86_64 manylinux_2_31_x86_64 \
 	manylinux_2_34_x86_64 manylinux_2_35_x86_64 manylinux_2_39_x86_64
+
+# Both plans of the GPU check, whole, on this CPU at tiny sizes (before a GPU session).
+gpucheck-dry: $(STAMP)
+	$(VPY) -m ampbook.gpucheck --plan A --dry-run --out build/gpucheck-dry/A
+	$(VPY) -m ampbook.gpucheck --plan B --dry-run --out build/gpucheck-dry/B
 
 gpu-wheels:
 	@rm -rf .whl && mkdir -p .whl

@@ -4,11 +4,12 @@
         [--input 3,224,224] [--batch 32] [--device cpu] [--target-s 60] [--json PATH]
 
 runs ``ampbook.doctor.diagnose`` once, measured steps included (the doctor times them at
-a small size on a CPU), and prints the wall time of each part (tracing, roofline, the
-timed steps, the verdict) and the total against the target: the whole report for
-ResNet-50 at 224x224, batch 32, in under 60 s on a 2-core CPU. The process's CPU time
-and the machine's load are printed beside it (a busy machine's wall times are not the
-machine's).
+a small size on a CPU), and prints the wall time of each part (building the model,
+tracing, roofline, the timed steps, the verdict), their total, and the time since Python
+started (imports included: what the user waits for, less printing), which is held
+against the target: the whole report for ResNet-50 at 224x224, batch 32, in under 60 s
+on a 2-core CPU. The report's CPU time and the machine's load are printed beside it (a
+busy machine's wall times are not the machine's).
 """
 
 from __future__ import annotations
@@ -18,6 +19,20 @@ import time
 
 from ampbook import cli
 from ampbook.timing import machine_load
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux's /proc; None elsewhere)."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @cli.command("python -m ampbook.bench doctor")
@@ -54,21 +69,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"doctor on {a.model}, {a.batch} x {a.input}, measured on {a.device}")
     for name, s in parts.items():
         print(f"  {name:<10} {s:7.2f} s")
-    verdict = "within" if total <= a.target_s else "OVER"
+    since = process_age_s()
+    held = total if since is None else since
+    verdict = "within" if held <= a.target_s else "OVER"
+    print(f"  {'report':<10} {total:7.2f} s  (the parts above)")
+    if since is not None:
+        print(
+            f"  {'process':<10} {since:7.2f} s  (since Python started, imports "
+            "included: `python -m ampbook.doctor` end to end, less printing)"
+        )
     print(
-        f"  {'total':<10} {total:7.2f} s  ({total / a.target_s:.0%} of the "
-        f"{a.target_s:g} s target: {verdict})"
+        f"  {'target':<10} {a.target_s:7.2f} s  ({held / a.target_s:.0%} of it, "
+        f"{'process' if since is not None else 'report'} time: {verdict})"
     )
-    print(f"  {'cpu time':<10} {cpu:7.2f} s  (this process, all threads)")
+    print(f"  {'cpu time':<10} {cpu:7.2f} s  (the report, all threads)")
+    level = "no load average" if load["load1"] is None else f"{load['load1']:.2f}"
     print(
-        f"  machine load {load['load1']} on {load['cpus']} CPUs"
+        f"  machine load {level} on {load['cpus']} CPUs"
         + ("  (busy: timings are noisy)" if load["busy"] else "")
     )
     if a.json:
         cli.save_result(
-            a.json, {"total_s": total, "cpu_s": cpu, "parts_s": parts, "load": load}
-        )
-    return 0 if total <= a.target_s else 1
+            a.json,
+            {"total_s": total, "process_s": since, "cpu_s": cpu, "parts_s": parts,
+             "load": load},
+        )  # fmt: skip
+    return 0 if held <= a.target_s else 1
 
 
 if __name__ == "__main__":

@@ -676,6 +676,19 @@ def memory_at_size(traces: dict[str, cm.StepTrace], amp: str | None) -> dict[str
     return out
 
 
+def weight_copy_bytes(model: nn.Module) -> int:
+    """Bytes of the 16-bit copies autocast makes of the weights of convolutions and
+    linear layers (2 bytes per element), once per step whatever the batch: at most what
+    backward keeps of them (a convolution saves its cast weight; a linear layer only
+    when its input needs a gradient, so not the first layer's)."""
+    kinds = (nn.Linear, nn.modules.conv._ConvNd)
+    return 2 * sum(
+        m.weight.numel()
+        for m in model.modules()
+        if isinstance(m, kinds) and isinstance(getattr(m, "weight", None), torch.Tensor)
+    )
+
+
 def fake_saved_bytes(
     model: nn.Module, shape: Sequence[int], batch: int, loss: str, precision: str
 ) -> int:
@@ -1462,9 +1475,6 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         device = pick_device(cfg.device)
     except (RuntimeError, ValueError) as e:
         raise DoctorError(f"--device {cfg.device}: {_first_line(e)}") from None
-    model = load_model(cfg.model) if model is None else model
-    shape = tuple(cfg.input) if cfg.input else default_input(cfg.model)
-    batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
 
@@ -1474,11 +1484,15 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         seconds[name] = now - clock
         clock = now
 
+    model = load_model(cfg.model) if model is None else model
+    shape = tuple(cfg.input) if cfg.input else default_input(cfg.model)
+    batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
     out = output_shape(model, shape, batch, cfg.output)
     _check_loss(cfg.loss, out)
     traced = model
     if cfg.output is not None or not returns_tensor(model, shape, batch):
         traced = SelectOutput(model, cfg.output)
+    lap("model")
     traces = {}
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
@@ -1507,7 +1521,10 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
     }
     lap("roofline")
-    memory: dict[str, Any] = {"at_size": memory_at_size(traces, amp)}
+    memory: dict[str, Any] = {
+        "at_size": memory_at_size(traces, amp),
+        "weight_copies_bytes": weight_copy_bytes(model) if amp else 0,
+    }
     measured = None
     if cfg.measure:
         measured = measure(
@@ -1670,10 +1687,40 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
                  _mib(mem["fake_at_measured"]), None)
             )  # fmt: skip
     lead = at["method"]
+    note = weight_copy_note(mem)
+    if note:
+        lead = f"{lead}. {note}"
     return (
         "2. Memory: bytes saved for backward",
         lead,
         md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, ",.4g", ".2f"]),
+    )
+
+
+def weight_copy_note(mem: dict[str, Any]) -> str | None:
+    """Why AMP can save more bytes than fp32 at the small measured size: the 16-bit
+    weight copies, a fixed cost per step, against activations that grow with the
+    batch. None when no measured AMP row saves more than fp32."""
+    measured = mem.get("measured") or []
+    copies = mem.get("weight_copies_bytes") or 0
+    if not measured or not copies or not measured[0]["bytes"]:
+        return None
+    more = [m for m in measured[1:] if m["bytes"] > measured[0]["bytes"]]
+    if not more:
+        return None
+    at = mem["at_size"]
+    share = (
+        f"; at the requested size they are at most {copies / at['amp_bytes']:.1%} "
+        f"of {at['amp_precision']}'s saved bytes"
+        if at.get("amp_bytes")
+        else ""
+    )
+    return (
+        f"The saved bytes include autocast's 16-bit copies of the weights (up to "
+        f"{_mib(copies):,.4g} MiB: every convolution's, and a linear layer's when its "
+        f"input needs a gradient), a fixed cost whatever the batch: at the small "
+        f"measured size they outweigh the activations, so "
+        f"{' and '.join(m['variant'] for m in more)} saved more than fp32 there{share}"
     )
 
 

@@ -900,6 +900,9 @@ class Check:
         """TorchInductor's cache as ``compile_cache.tar.gz`` (paths relative to
         ``build/inductor-cache``), when there is one and it fits a file of the
         output."""
+        if self.dry_run:  # TORCH_COMPILE_DISABLE=1: nothing was compiled
+            self.log("--dry-run: nothing compiled, no compile cache to archive")
+            return
         cache = Path(self.env.get("TORCHINDUCTOR_CACHE_DIR", INDUCTOR_CACHE))
         files = (
             sorted(p for p in cache.rglob("*") if p.is_file()) if cache.is_dir() else []
@@ -911,19 +914,48 @@ class Check:
         self.log(f"compile cache: {len(files)} files from {cache} -> {COMPILE_ARCHIVE}")
 
     def _archive(self, name: str, members: list[tuple[Path, str]]) -> None:
+        """``members`` as ``name`` in the output, written aside and moved in whole;
+        compression stops as soon as the archive passes the 16 MiB a file may be (a
+        large compile cache costs no more time than the part that fits)."""
         tmp = self.out / f".{name}.tmp"
-        with tarfile.open(tmp, "w:gz") as tar:
-            for path, arcname in members:
-                tar.add(path, arcname=arcname)
-        if tmp.stat().st_size > MAX_FILE_BYTES:
+        try:
+            with open(tmp, "wb") as raw, tarfile.open(
+                fileobj=_CappedFile(raw, MAX_FILE_BYTES), mode="w:gz"
+            ) as tar:
+                for path, arcname in members:
+                    tar.add(path, arcname=arcname)
+        except _TooBig:
             self.log(
-                f"warning: {name} would be {tmp.stat().st_size / 2**20:.1f} MiB, "
-                "over the "
-                f"16 MiB a file may be: kept the previous one"
+                f"warning: {name} passed the {MAX_FILE_BYTES / 2**20:g} MiB a file "
+                f"may be ({len(members)} files): kept the previous one"
             )
-            tmp.unlink()
+            tmp.unlink(missing_ok=True)
             return
         os.replace(tmp, self.out / name)
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _CappedFile:
+    """A binary file that raises ``_TooBig`` when a write would take it past
+    ``limit`` bytes (what ``tarfile`` writes through gzip goes through ``write``)."""
+
+    def __init__(self, raw, limit: int):
+        self.raw, self.limit, self.size = raw, limit, 0
+
+    def write(self, data) -> int:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise _TooBig
+        return self.raw.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self.raw.flush()
 
 
 # Distributions the book needs on the GPU machine beyond its imports' own closure: the

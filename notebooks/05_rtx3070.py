@@ -66,6 +66,7 @@ check_repeats = 7  # rounds of the timed steps (the variants take turns)
 checklist_height = 64  # size of the checklist's step timings (on `device`)
 checklist_width = 128  # and width
 checklist_batches = [1, 2]  # batch sizes compared in the checklist
+ceiling_sizes = [256, 512]  # matmul sizes timed for this CPU's compute ceiling
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
@@ -87,6 +88,7 @@ params.integers("loader_workers", loader_workers, minimum=0)
 params.rule("loader_workers", loader_workers, 0 in loader_workers, "must include 0",
             why="the 0-worker rate is the per-image cost")
 params.integers("checklist_batches", checklist_batches, minimum=1, count=2)
+params.integers("ceiling_sizes", ceiling_sizes, minimum=16)
 params.integer("check_repeats", check_repeats, minimum=1)
 run_precisions = params.rule("run_precisions", run_precisions, lambda v: "fp32" in v
             and len(v) == 2, "must be fp32 and one AMP precision")
@@ -961,8 +963,9 @@ plt.show()
 # ## The model against this CPU
 #
 # The same bound holds on any device whose ceilings are known. This CPU's can be
-# measured (the faster of two matmuls for the compute peak, the faster of two additions,
-# one small enough for the cache, for the bandwidth; on a GPU the device table's), and
+# measured (the fastest of the matmuls timed for the compute peak, the faster of two
+# additions, one small enough for the cache, for the bandwidth; on a GPU the device
+# table's), and
 # the bound set against the timed steps above: the measured step must take at least the
 # bound, and their ratio is the efficiency its kernels reached. The model also assumes
 # what GPUs have, low-precision units at least as fast as fp32's; a bf16 matmul timed
@@ -971,15 +974,16 @@ plt.show()
 # CPU's kernels do.
 
 # %%
-cpu, kw = pick_device("cpu"), {"min_time": 0.05, "max_time": 1.0}
-mm = {(dt, n): time_matmul(n, dtype=dt, device=cpu, **kw).tflops
-      for dt in ("fp32", "bf16") for n in (512, 1024)}
-peak, peak_bf16 = (max(mm[(dt, 512)], mm[(dt, 1024)]) for dt in ("fp32", "bf16"))
-bw = max(time_elementwise(n, "fp32", cpu, **kw).gbps for n in (2**16, 2**22))
-cpu_ceil = cm.Ceilings("this CPU, measured", {"float32": peak, "bfloat16": peak_bf16},
-                       peak, bw)
-here_ceil = cpu_ceil if device.type == "cpu" else ceilings_for(device)
-probe = probe_conv(["fp32", "bf16"])
+if device.type == "cpu":  # a GPU's ceilings are the device table's
+    kw = {"min_time": 0.05, "max_time": 1.0}
+    peak, peak_bf16 = (max(time_matmul(n, dtype=dt, device=device, **kw).tflops
+                           for n in ceiling_sizes) for dt in ("fp32", "bf16"))
+    bw = max(time_elementwise(n, "fp32", device, **kw).gbps for n in (2**16, 2**22))
+    here_ceil = cm.Ceilings("this CPU, measured",
+                            {"float32": peak, "bfloat16": peak_bf16}, peak, bw)
+    probe = probe_conv(["fp32", "bf16"])
+else:
+    here_ceil = ceilings_for(device)
 
 # %%
 cpu_rows = []
@@ -994,9 +998,10 @@ md_table(cpu_rows, ["precision", "fastest measured step (ms)", "bound (ms)",
 # %%
 eff_here = cpu_rows[0][3]
 glue("ch5_eff_here", eff_here, display=False)
-md("\n\n".join([cm.lowp_verdict(None, peak_bf16 / peak), probe.verdict("bf16"),
-                cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3,
-                                 "an fp32 step here", timed_alone=True)]))
+here_lines = ([cm.lowp_verdict(None, peak_bf16 / peak), probe.verdict("bf16")]
+              if device.type == "cpu" else [])
+md("\n\n".join(here_lines + [cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3,
+                                               "an fp32 step here", timed_alone=True)]))
 
 # %% [markdown]
 # A measured step should take at least its bound (a test checks the direction against
@@ -1005,8 +1010,9 @@ md("\n\n".join([cm.lowp_verdict(None, peak_bf16 / peak), probe.verdict("bf16"),
 # above may find the bound broken; the ratio here was {glue:text}`ch5_eff_here:.0%`.
 # Where the bf16 matmul and the probe's convolution run below fp32's rate, the model's
 # assumption fails on this device and AMP costs time; where they run at or above it,
-# AMP can gain. The lines above say which case this CPU is, and the timed steps further
-# up what AMP did.
+# AMP can gain. On a CPU the lines above say which case it is (on a GPU they are not
+# printed: its ceilings are the device table's), and the timed steps further up what
+# AMP did.
 #
 # ## A checklist for when AMP gives no speedup
 #

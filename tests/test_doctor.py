@@ -134,6 +134,37 @@ def test_memory_at_the_requested_size_is_the_real_count():
     assert at["amp_bytes"] == pytest.approx(amp, rel=0.01)  # CPU kernels vs CUDA's
 
 
+def wide_convs() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.Flatten(),
+        nn.Linear(64 * 4 * 4, 4),
+    )  # fmt: skip
+
+
+def test_weight_copies_explain_amp_saving_more_at_the_measured_size():
+    """At a tiny measured size the 16-bit weight copies autocast saves for backward
+    outweigh the activations: the measured AMP row saves more than fp32, at least the
+    convolutions' copies, and the memory section says why."""
+    model = wide_convs()
+    r = doctor.diagnose(
+        _config("tests.test_doctor:wide_convs", precisions="fp32,amp-bf16",
+                gpus=["h200"]),
+        model,
+    )  # fmt: skip
+    mem = r["memory"]
+    convs = 2 * (64 * 3 * 9 + 64 * 64 * 9)
+    assert mem["weight_copies_bytes"] == convs + 2 * 64 * 4 * 4 * 4
+    fp32, bf16 = (m["bytes"] for m in mem["measured"])
+    assert bf16 >= convs > fp32
+    note = doctor.weight_copy_note(mem)
+    assert note and "amp-bf16 saved more than fp32" in note
+    text = doctor.to_markdown(r)
+    assert note in text
+    # where AMP saves less than fp32, no note
+    mem = dict(mem, measured=[mem["measured"][0], dict(mem["measured"][1], bytes=1)])
+    assert doctor.weight_copy_note(mem) is None
+
+
 def test_residual_sum_and_layer_norm_stay_fp32_with_reasons():
     r = doctor.diagnose(
         _config("tests.test_doctor:tiny_segmenter", measure=False, gpus=["h200"])
@@ -339,7 +370,7 @@ def test_bench_doctor_prints_parts_and_total(capsys):
     argv = ["doctor", "--model", spec, "--input", "3,8,8", "--batch", "2"]
     assert bench_main([*argv, "--target-s", "600"]) == 0
     out = capsys.readouterr().out
-    for part in ("trace", "measured", "verdict", "total", "machine load"):
+    for part in ("model", "trace", "measured", "verdict", "report", "process", "target", "machine load"):
         assert part in out
     assert bench_main(["doctor", "--model", "nope"]) == 2
     one_error(capsys.readouterr().err, "unknown model 'nope'")
