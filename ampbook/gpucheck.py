@@ -919,9 +919,12 @@ class Check:
         large compile cache costs no more time than the part that fits)."""
         tmp = self.out / f".{name}.tmp"
         try:
-            with open(tmp, "wb") as raw, tarfile.open(
-                fileobj=_CappedFile(raw, MAX_FILE_BYTES), mode="w:gz"
-            ) as tar:
+            with (
+                open(tmp, "wb") as raw,
+                tarfile.open(
+                    fileobj=_CappedFile(raw, MAX_FILE_BYTES), mode="w:gz"
+                ) as tar,
+            ):
                 for path, arcname in members:
                     tar.add(path, arcname=arcname)
         except _TooBig:

@@ -1000,8 +1000,9 @@ eff_here = cpu_rows[0][3]
 glue("ch5_eff_here", eff_here, display=False)
 here_lines = ([cm.lowp_verdict(None, peak_bf16 / peak), probe.verdict("bf16")]
               if device.type == "cpu" else [])
-md("\n\n".join(here_lines + [cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3,
-                                               "an fp32 step here", timed_alone=True)]))
+here_lines.append(cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3,
+                                   "an fp32 step here", timed_alone=True))
+md("\n\n".join(here_lines))
 
 # %% [markdown]
 # A measured step should take at least its bound (a test checks the direction against

@@ -370,7 +370,16 @@ def test_bench_doctor_prints_parts_and_total(capsys):
     argv = ["doctor", "--model", spec, "--input", "3,8,8", "--batch", "2"]
     assert bench_main([*argv, "--target-s", "600"]) == 0
     out = capsys.readouterr().out
-    for part in ("model", "trace", "measured", "verdict", "report", "process", "target", "machine load"):
+    for part in (
+        "model",
+        "trace",
+        "measured",
+        "verdict",
+        "report",
+        "process",
+        "target",
+        "machine load",
+    ):
         assert part in out
     assert bench_main(["doctor", "--model", "nope"]) == 2
     one_error(capsys.readouterr().err, "unknown model 'nope'")
