@@ -1689,7 +1689,7 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
     lead = at["method"]
     note = weight_copy_note(mem)
     if note:
-        lead = f"{lead}. {note}"
+        lead = f"{lead}. {note}."
     return (
         "2. Memory: bytes saved for backward",
         lead,
