@@ -303,6 +303,85 @@ def elementwise_sweep(
 CONV_KINDS = ("conv", "conv_train")
 
 
+# A probe call is about this share of conv_sweep's convolution (batch 1, then the sides
+# halved): small enough that a dtype in a fallback kernel hundreds of times slower than
+# fp32 answers in seconds.
+CONV_PROBE_WORK = 1 / 128
+CONV_MIN_SIDE = 8
+
+
+def _conv_work(shape: Sequence[int]) -> int:
+    b, _, h, w = shape
+    return b * h * w
+
+
+def _shrink_conv(shape: Sequence[int], fraction: float) -> tuple[int, int, int, int]:
+    """``shape`` (batch, channels, height, width) with at most ``fraction`` of its work:
+    the batch cut first, then the longer side halved, sides kept >= ``CONV_MIN_SIDE``;
+    channels stay (they set the kernel's shape)."""
+    b, c, h, w = (int(v) for v in shape)
+    target = fraction * _conv_work(shape)
+    while b * h * w > target:
+        if b > 1:
+            b = max(1, min(b // 2, math.ceil(target / (h * w))))
+        elif max(h, w) // 2 >= CONV_MIN_SIDE:
+            h, w = (h // 2, w) if h >= w else (h, w // 2)
+        else:
+            break
+    return b, c, h, w
+
+
+def _single_call_s(shape, kernel, dtype, dev, backward: bool) -> float:
+    b, c, h, w = shape
+    warm = 1 if dtype == "fp32" else 0  # a slow dtype's one call says enough
+    return time_conv2d(
+        b, c, h, w, kernel, dtype, dev, backward=backward,
+        warmup=warm, repeats=1, min_time=0.0,
+    ).median_s  # fmt: skip
+
+
+def fit_conv_shape(
+    shape: Sequence[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    kernel: int = 3,
+    max_call_s: float = 1.0,
+) -> tuple[tuple[int, int, int, int], str | None]:
+    """The convolution shape at which every dtype's forward and training pass should
+    take at most ``max_call_s`` per call, and a line saying why when it is smaller than
+    ``shape`` (None otherwise). Each dtype is timed once at a probe shape
+    (``CONV_PROBE_WORK`` of the work) beside fp32 there, and fp32 once at ``shape``; a
+    dtype's call at ``shape`` is predicted as fp32's there times its ratio to fp32 at
+    the probe (a fallback kernel hundreds of times slower than fp32 would otherwise
+    take minutes a call to find out)."""
+    shape = tuple(int(v) for v in shape)
+    dev = pick_device(device)
+    probe = _shrink_conv(shape, CONV_PROBE_WORK)
+    if probe == shape:
+        return shape, None
+    at_probe = {
+        (d, bwd): _single_call_s(probe, kernel, d, dev, bwd)
+        for d in ["fp32", *(d for d in dtypes if d != "fp32")]
+        for bwd in (False, True)
+    }
+    fp32_full = _single_call_s(shape, kernel, "fp32", dev, False)
+    ref = at_probe[("fp32", False)]
+    predicted = {k: fp32_full * t / ref for k, t in at_probe.items()}
+    (dtype, bwd), worst = max(predicted.items(), key=lambda kv: kv[1])
+    if worst <= max_call_s:
+        return shape, None
+    fitted = _shrink_conv(shape, max_call_s / worst)
+    what = "training pass" if bwd else "forward"
+    line = (
+        f"timed at {'x'.join(map(str, fitted))}, not {'x'.join(map(str, shape))}: "
+        f"there one {dtype} {what} would take about {worst:.3g} s (fp32's "
+        f"forward {fp32_full:.3g} s times the {dtype} {what}'s "
+        f"{at_probe[(dtype, bwd)] / ref:.3g}x fp32's forward at "
+        f"{'x'.join(map(str, probe))}), over max_call_s {max_call_s:g} s"
+    )
+    return fitted, line
+
+
 def conv_sweep(
     shape: Sequence[int],
     dtypes: Sequence[str],
@@ -311,17 +390,22 @@ def conv_sweep(
     max_call_s: float | None = None,
     rounds: int = 1,
     **timing,
-) -> tuple[list[dict], list[dict]]:
+) -> tuple[list[dict], list[dict], str | None]:
     """One convolution (``shape`` = batch, channels, height, width; ``kernel`` square)
     in each dtype: its forward (kind ``"conv"``) and a training pass, forward and
-    backward (kind ``"conv_train"``), measured side by side; returns ``(rows,
-    skipped)``. A dtype whose forward took longer than ``max_call_s`` per call skips
-    its training pass (about three times the work), with the reason recorded; fp32, the
-    reference, never does."""
-    batch, channels, height, width = (int(v) for v in shape)
+    backward (kind ``"conv_train"``), measured side by side; returns ``(rows, skipped,
+    fitted)``. With ``max_call_s``, the convolution is first shrunk until every dtype's
+    calls should fit it (``fit_conv_shape``; ``fitted`` says so, None when ``shape``
+    fits), and a dtype whose forward still took longer than ``max_call_s`` per call
+    skips its training pass (about three times the work), with the reason recorded;
+    fp32, the reference, never does. Every row holds the shape it ran at."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     dev = pick_device(device)
+    fitted = None
+    if max_call_s is not None:
+        shape, fitted = fit_conv_shape(shape, dtypes, dev, kernel, max_call_s)
+    batch, channels, height, width = (int(v) for v in shape)
     size = {"batch": batch, "channels": channels, "height": height, "width": width}
     rows, skipped = [], []
     for backward in (False, True):
@@ -346,20 +430,23 @@ def conv_sweep(
         for _ in range(rounds):
             for dtype in todo:
                 got[dtype].append(
-                    time_conv2d(
-                        batch,
-                        channels,
-                        height,
-                        width,
-                        kernel,
-                        dtype,
-                        dev,
-                        backward=backward,
-                        **_timing(timing),
-                    ).to_dict()
+                    dict(
+                        time_conv2d(
+                            batch,
+                            channels,
+                            height,
+                            width,
+                            kernel,
+                            dtype,
+                            dev,
+                            backward=backward,
+                            **_timing(timing),
+                        ).to_dict(),
+                        **size,
+                    )
                 )
         rows.extend(_best_of(got[d]) for d in todo)
-    return rows, skipped
+    return rows, skipped, fitted
 
 
 def op_speeds(

@@ -466,13 +466,18 @@ md(bm.speed_verdict(speed, n_cmp, device.type))
 # matmuls and the convolutions. One 3x3 convolution of `conv_shape` (batch, channels,
 # height, width), timed per dtype beside the matmuls above: its forward, and a training
 # pass, the forward and the backward for the input's and the weight's gradients, which is
-# what a training step runs for each such layer.
+# what a training step runs for each such layer. Where some dtype would take longer than
+# `max_call_s` a call at that shape (a CPU's fallback kernels can be hundreds of times
+# slower than fp32's), every dtype is timed at a smaller one, and the line under the
+# cell says which and why.
 
 # %%
 conv_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes]
-conv_rows, conv_skipped = bm.conv_sweep(conv_shape, conv_dtypes, device,
-                                        max_call_s=max_call_s, rounds=rounds,
-                                        min_time=min_time)
+conv_rows, conv_skipped, conv_fitted = bm.conv_sweep(
+    conv_shape, conv_dtypes, device, max_call_s=max_call_s, rounds=rounds,
+    min_time=min_time)
+if conv_fitted:
+    print(f"The convolution was {conv_fitted}.")
 for s in conv_skipped:
     print(f"skipped the {s['dtype']} training pass: {s['reason']}")
 n_cmp, op_ratios = bm.op_speeds(mm_rows, conv_rows)

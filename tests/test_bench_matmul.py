@@ -253,7 +253,8 @@ def test_records_verdict_and_table(tmp_path):
 def test_conv_sweep_times_forward_and_training_pass_and_skips_slow_dtypes():
     from ampbook.bench_matmul import conv_sweep
 
-    rows, skipped = conv_sweep([1, 4, 8, 8], ["fp32", "bf16"], "cpu", **FAST)
+    rows, skipped, fitted = conv_sweep([1, 4, 8, 8], ["fp32", "bf16"], "cpu", **FAST)
+    assert fitted is None and {(r["batch"], r["height"]) for r in rows} == {(1, 8)}
     kinds = {(r["kind"], r["dtype"]) for r in rows}
     assert kinds == {(k, d) for k in ("conv", "conv_train") for d in ("fp32", "bf16")}
     assert not skipped
@@ -262,11 +263,45 @@ def test_conv_sweep_times_forward_and_training_pass_and_skips_slow_dtypes():
     # a training pass is three times the forward's FLOPs
     assert train["fp32"]["flops"] == 3 * fwd["fp32"]["flops"] == 3 * 2 * 4 * 4 * 9 * 64
     # a limit below every forward skips the 16-bit training pass, never fp32's
-    rows, skipped = conv_sweep(
+    rows, skipped, _ = conv_sweep(
         [1, 4, 8, 8], ["fp32", "bf16"], "cpu", max_call_s=1e-9, **FAST
     )
     assert [(s["kind"], s["dtype"]) for s in skipped] == [("conv_train", "bf16")]
     assert ("conv_train", "fp32") in {(r["kind"], r["dtype"]) for r in rows}
+
+
+def test_a_convolution_too_slow_for_max_call_s_is_timed_smaller(monkeypatch):
+    """A dtype whose probe runs far slower than fp32 (here a fake bf16 600x slower:
+    the CPU fallback's case) shrinks the convolution every dtype is timed at, to fit
+    max_call_s, and the line says the shape, the prediction and its source."""
+    from ampbook import bench_matmul as bm
+
+    calls = []
+
+    def fake_single(shape, kernel, dtype, dev, backward):
+        calls.append((tuple(shape), dtype, backward))
+        per_pixel = 1e-8 * (600 if dtype == "bf16" else 1) * (3 if backward else 1)
+        return per_pixel * bm._conv_work(shape)
+
+    monkeypatch.setattr(bm, "_single_call_s", fake_single)
+    shape, line = bm.fit_conv_shape([8, 4, 128, 256], ["fp32", "bf16"], "cpu", 3, 0.2)
+    # full: 262144 pixels, fp32 forward 2.6 ms; bf16 training 600 x 3 x that = 4.7 s
+    assert shape[0] == 1 and shape[1] == 4
+    assert bm._conv_work(shape) <= 0.2 / 4.72 * 8 * 128 * 256
+    # and no smaller than needed
+    assert bm._conv_work(shape) > 0.2 / 4.72 * 8 * 128 * 256 / 2
+    assert "not 8x4x128x256" in line and "bf16 training pass" in line
+    assert "about 4.72 s" in line and "1.8e+03x fp32's forward" in line
+    probe = bm._shrink_conv([8, 4, 128, 256], bm.CONV_PROBE_WORK)
+    assert bm._conv_work(probe) <= bm.CONV_PROBE_WORK * 8 * 128 * 256
+    assert calls[-1] == ((8, 4, 128, 256), "fp32", False)  # fp32 alone at full size
+    assert all(c[0] == probe for c in calls[:-1])
+    # a convolution every dtype runs fast enough stays as it is
+    fast, none = bm.fit_conv_shape([8, 4, 128, 256], ["fp32"], "cpu", 3, 10.0)
+    assert fast == (8, 4, 128, 256) and none is None
+    # sides never go below 8, however slow
+    tiny, _ = bm.fit_conv_shape([2, 4, 16, 16], ["fp32", "bf16"], "cpu", 3, 1e-12)
+    assert tiny == (1, 4, 8, 8)
 
 
 def _conv(kind, dtype, median_s):
