@@ -128,6 +128,19 @@ def _time(fn, batch: tuple, device, repeats: int) -> list[float]:
     return list(r.times_s)
 
 
+def _step_config(precision, device, height, width, batch_size) -> TrainConfig:
+    """The runner's configuration the step benchmarks time: synthetic batches, no
+    loader workers."""
+    return TrainConfig(
+        precision=precision,
+        device=device,
+        height=height,
+        width=width,
+        batch_size=batch_size,
+        workers=0,
+    )
+
+
 def measure_overhead(
     precision: str = "fp32",
     device: str = "auto",
@@ -139,14 +152,7 @@ def measure_overhead(
 ) -> dict:
     """Median step time of the runner's ``TrainStep`` and of the bare loop, alternating
     rounds."""
-    cfg = TrainConfig(
-        precision=precision,
-        device=device,
-        height=height,
-        width=width,
-        batch_size=batch_size,
-        workers=0,
-    )
+    cfg = _step_config(precision, device, height, width, batch_size)
     res = validate(cfg)
     training = build_training(cfg, res)
     runner = training.step
@@ -191,14 +197,7 @@ def measure_precisions(
     times: dict[str, float] = {}
     dev = None
     for precision in precisions:
-        cfg = TrainConfig(
-            precision=precision,
-            device=device,
-            height=height,
-            width=width,
-            batch_size=batch_size,
-            workers=0,
-        )
+        cfg = _step_config(precision, device, height, width, batch_size)
         try:
             res = validate(cfg)
         except ValueError as err:  # e.g. amp-bf16 on a GPU without bf16
@@ -276,14 +275,7 @@ def measure_options(
         )
     if rounds < 1 or block < 1:
         raise ValueError(f"rounds and block must be >= 1, got {rounds}, {block}")
-    base = TrainConfig(
-        precision=precision,
-        device=device,
-        height=height,
-        width=width,
-        batch_size=batch_size,
-        workers=0,
-    )
+    base = _step_config(precision, device, height, width, batch_size)
     res = validate(base)
     skipped = {}
     if res.device.type != "cuda" and "cudnn_benchmark" in options:
