@@ -681,11 +681,13 @@ def weight_copy_bytes(model: nn.Module) -> int:
     linear layers (2 bytes per element), once per step whatever the batch: at most what
     backward keeps of them (a convolution saves its cast weight; a linear layer only
     when its input needs a gradient, so not the first layer's)."""
-    kinds = (nn.Linear, nn.modules.conv._ConvNd)
+    from ampbook.gradstats import LOW_PRECISION_LAYERS
+
     return 2 * sum(
         m.weight.numel()
         for m in model.modules()
-        if isinstance(m, kinds) and isinstance(getattr(m, "weight", None), torch.Tensor)
+        if isinstance(m, LOW_PRECISION_LAYERS)
+        and isinstance(getattr(m, "weight", None), torch.Tensor)
     )
 
 
