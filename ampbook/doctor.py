@@ -1691,7 +1691,7 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
     lead = at["method"]
     note = weight_copy_note(mem)
     if note:
-        lead = f"{lead}. {note}."
+        lead = f"{lead}. {note}"
     return (
         "2. Memory: bytes saved for backward",
         lead,
@@ -1700,29 +1700,40 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def weight_copy_note(mem: dict[str, Any]) -> str | None:
-    """Why AMP can save more bytes than fp32 at the small measured size: the 16-bit
-    weight copies, a fixed cost per step, against activations that grow with the
-    batch. None when no measured AMP row saves more than fp32."""
-    measured = mem.get("measured") or []
+    """Why AMP can save more bytes than fp32: the 16-bit weight copies, a fixed cost
+    per step, against activations that grow with the batch. Said only where an AMP
+    count exceeds fp32's by no more than the copies (the measured rows, the requested
+    size); None elsewhere."""
     copies = mem.get("weight_copies_bytes") or 0
-    if not measured or not copies or not measured[0]["bytes"]:
+    if not copies:
         return None
-    more = [m for m in measured[1:] if m["bytes"] > measured[0]["bytes"]]
-    if not more:
-        return None
+    places = []
+    measured = mem.get("measured") or []
+    if measured and measured[0]["bytes"]:
+        base = measured[0]["bytes"]
+        more = [
+            m["variant"] for m in measured[1:] if base < m["bytes"] <= base + copies
+        ]
+        if more:
+            places.append(f"at the small measured size ({' and '.join(more)})")
     at = mem["at_size"]
+    amp = at.get("amp_bytes")
+    if amp and at["fp32_bytes"] < amp <= at["fp32_bytes"] + copies:
+        places.append(f"at the requested size ({at['amp_precision']})")
+    if not places:
+        return None
     share = (
-        f"; at the requested size they are at most {copies / at['amp_bytes']:.1%} "
-        f"of {at['amp_precision']}'s saved bytes"
-        if at.get("amp_bytes")
+        f" At the requested size the copies are at most {copies / amp:.1%} of "
+        f"{at['amp_precision']}'s saved bytes."
+        if amp
         else ""
     )
     return (
         f"The saved bytes include autocast's 16-bit copies of the weights (up to "
         f"{_mib(copies):,.4g} MiB: every convolution's, and a linear layer's when its "
-        f"input needs a gradient), a fixed cost whatever the batch: at the small "
-        f"measured size they outweigh the activations, so "
-        f"{' and '.join(m['variant'] for m in more)} saved more than fp32 there{share}"
+        f"input needs a gradient), a fixed cost whatever the batch: they are why AMP "
+        f"saves more than fp32 {' and '.join(places)}, where the activations are "
+        f"small.{share}"
     )
 
 

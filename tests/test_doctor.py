@@ -157,12 +157,21 @@ def test_weight_copies_explain_amp_saving_more_at_the_measured_size():
     fp32, bf16 = (m["bytes"] for m in mem["measured"])
     assert bf16 >= convs > fp32
     note = doctor.weight_copy_note(mem)
-    assert note and "amp-bf16 saved more than fp32" in note
-    text = doctor.to_markdown(r)
-    assert note in text
-    # where AMP saves less than fp32, no note
-    mem = dict(mem, measured=[mem["measured"][0], dict(mem["measured"][1], bytes=1)])
-    assert doctor.weight_copy_note(mem) is None
+    assert note and "more than fp32 at the small measured size (amp-bf16)" in note
+    assert note in doctor.to_markdown(r)
+    at = mem["at_size"]
+    assert ("at the requested size (amp-bf16)" in note) == (
+        at["fp32_bytes"]
+        < at["amp_bytes"]
+        <= at["fp32_bytes"] + mem["weight_copies_bytes"]
+    )
+    # where AMP saves less than fp32, or more than the copies explain, no note
+    less = dict(mem["measured"][1], bytes=1)
+    lots = dict(mem["measured"][1], bytes=fp32 + 10 * mem["weight_copies_bytes"])
+    small_at = dict(at, amp_bytes=at["fp32_bytes"] // 2)
+    for m in (less, lots):
+        again = dict(mem, measured=[mem["measured"][0], m], at_size=small_at)
+        assert doctor.weight_copy_note(again) is None
 
 
 def test_residual_sum_and_layer_norm_stay_fp32_with_reasons():
