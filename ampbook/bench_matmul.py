@@ -394,17 +394,17 @@ def conv_sweep(
     """One convolution (``shape`` = batch, channels, height, width; ``kernel`` square)
     in each dtype: its forward (kind ``"conv"``) and a training pass, forward and
     backward (kind ``"conv_train"``), measured side by side; returns ``(rows, skipped,
-    fitted)``. With ``max_call_s``, the convolution is first shrunk until every dtype's
-    calls should fit it (``fit_conv_shape``; ``fitted`` says so, None when ``shape``
-    fits), and a dtype whose forward still took longer than ``max_call_s`` per call
-    skips its training pass (about three times the work), with the reason recorded;
-    fp32, the reference, never does. Every row holds the shape it ran at."""
+    fit_line)``. With ``max_call_s``, the convolution is first shrunk until every
+    dtype's calls should fit it (``fit_conv_shape``; ``fit_line`` says so, None when
+    ``shape`` fits), and a dtype whose forward still took longer than ``max_call_s``
+    per call skips its training pass (about three times the work), with the reason
+    recorded; fp32, the reference, never does. Every row holds the shape it ran at."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     dev = pick_device(device)
-    fitted = None
+    fit_line = None
     if max_call_s is not None:
-        shape, fitted = fit_conv_shape(shape, dtypes, dev, kernel, max_call_s)
+        shape, fit_line = fit_conv_shape(shape, dtypes, dev, kernel, max_call_s)
     batch, channels, height, width = (int(v) for v in shape)
     size = {"batch": batch, "channels": channels, "height": height, "width": width}
     rows, skipped = [], []
@@ -446,7 +446,7 @@ def conv_sweep(
                     )
                 )
         rows.extend(_best_of(got[d]) for d in todo)
-    return rows, skipped, fitted
+    return rows, skipped, fit_line
 
 
 def op_speeds(
