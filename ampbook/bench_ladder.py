@@ -53,10 +53,11 @@ GradScaler, amp-bf16) ``measure_rung`` takes, with the runner's own step
 Processes (``--isolate``): ``precision`` (the default on a GPU) runs each mode in its
 own process, the rungs in order inside it, the allocator's cache emptied and its peaks
 reset between rungs, so a mode's reserved memory is never another's; ``cell`` a process
-per rung and mode; ``none`` (the default on a CPU) everything in this process. The
-modes take turns: on a GPU TF32 and amp-fp16 (the comparison the targets name) first.
-Each finished cell is written to the JSON at once, so a ladder stopped part-way keeps
-what it measured.
+per rung and mode; ``none`` (the default on a CPU) everything in this process, the
+modes taking turns at each rung. On a GPU TF32 and amp-fp16 (the comparison the targets
+name) go first. Each cell is written to the JSON as soon as its step, kernel/idle split
+and memory are measured (``"epoch": "pending"``) and again with its epochs
+(``"measured"``), so a ladder stopped part-way keeps what it measured.
 
 ``--json PATH`` writes the record (schema ``ampbook.ladder/1``, described in
 ``data/results/README.md`` and read by ``ampbook.results.read_ladder``); a folder (or a
@@ -604,8 +605,18 @@ def _epoch_phase(cfg) -> dict:
     }
 
 
-def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
-    """One cell of the ladder: rung ``index`` in ``mode`` (module docstring)."""
+def measure_rung(
+    spec: LadderSpec,
+    index: int,
+    mode: str,
+    device=None,
+    partial: Callable[[dict], None] | None = None,
+) -> dict:
+    """One cell of the ladder: rung ``index`` in ``mode`` (module docstring).
+    ``partial`` is given the cell as soon as its step, kernel/idle split and (on a GPU)
+    memory are measured, marked ``"epoch": "pending"``, before the epochs through the
+    runner (which cost more than the rest, and at rung 5 compile again); the cell
+    returned says ``"epoch": "measured"``."""
     import torch
 
     from ampbook.env import pick_device
@@ -659,6 +670,8 @@ def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
     cell.update(prof)
     cell["idle_s"] = max(cell["step_s"] - cell["kernel_s"], 0.0)
     del training, step, x, y
+    if partial is not None:
+        partial({**cell, "epoch": "pending"})
     if getattr(cfg, "compile", None):
         torch._dynamo.reset()
     gc.collect()
@@ -674,6 +687,7 @@ def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
     cell["ceilings"] = ceil.name
     cell["bound_share"] = cell["bound_s"] / cell["step_s"]
     cell["load_average"] = machine_load()["load1"]
+    cell["epoch"] = "measured"
     if getattr(cfg, "compile", None):
         torch._dynamo.reset()
     gc.collect()
@@ -682,10 +696,24 @@ def measure_rung(spec: LadderSpec, index: int, mode: str, device=None) -> dict:
     return cell
 
 
-def measure_safely(spec: LadderSpec, index: int, mode: str) -> dict:
-    """``measure_rung``, with a failure recorded as the cell's error (one line)."""
+def measure_safely(
+    spec: LadderSpec,
+    index: int,
+    mode: str,
+    partial: Callable[[dict], None] | None = None,
+) -> dict:
+    """``measure_rung``, with a failure recorded as the cell's error (one line); a
+    failure in the epochs after ``partial`` had the cell keeps its step, with the
+    error beside it."""
+    early: dict = {}
+
+    def keep(cell: dict) -> None:
+        early.update(cell)
+        if partial is not None:
+            partial(cell)
+
     try:
-        return measure_rung(spec, index, mode)
+        return measure_rung(spec, index, mode, partial=keep)
     except KeyboardInterrupt:
         raise
     except Exception as err:  # a rung that fails is reported; the ladder goes on
@@ -700,6 +728,8 @@ def measure_safely(spec: LadderSpec, index: int, mode: str) -> dict:
                 torch.cuda.empty_cache()
         except Exception:  # noqa: BLE001 (cleaning up after a failure)
             pass
+        if early:  # the step was measured; the epochs failed
+            return {**early, "epoch": "error", "epoch_error": msg}
         return {"rung": index, "mode": mode, "status": "error", "error": msg}
 
 
@@ -785,9 +815,11 @@ def _same_setting(old: dict, new: dict) -> bool:
 def plan(
     rungs: tuple[int, ...], modes: tuple[str, ...], isolate: str
 ) -> list[tuple[str, tuple[int, ...]]]:
-    """The processes to run, in order, as (mode, rungs): one per mode (``precision``,
-    ``none``) or per cell (``cell``, rung by rung, the modes taking turns)."""
-    if isolate == "cell":
+    """The groups to run, in order, as (mode, rungs): a process per mode
+    (``precision``), or one group per cell, rung by rung, the modes taking turns at
+    each rung (``cell``: a process each; ``none``: all in this process, so a ladder
+    stopped part-way has both modes of every rung below the one it stopped in)."""
+    if isolate in ("cell", "none"):
         return [(m, (r,)) for r in rungs for m in modes]
     return [(m, tuple(rungs)) for m in modes]
 
@@ -797,6 +829,11 @@ def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
     if cell["status"] != "ok":
         log(f"{head} error: {cell['error']}")
         return
+    if cell.get("epoch") == "error":
+        log(
+            f"{head} step {cell['step_s'] * 1e3:8.2f} ms; epochs: {cell['epoch_error']}"
+        )
+        return
     log(
         f"{head} step {cell['step_s'] * 1e3:8.2f} ms, busy "
         f"{min(cell['kernel_s'] / cell['step_s'], 1):4.0%}, "
@@ -805,12 +842,38 @@ def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
     )
 
 
+def _log_partial(cell: dict, log: Callable[[str], None]) -> None:
+    log(
+        f"rung {cell['rung']} {cell['mode']:<9} step {cell['step_s'] * 1e3:8.2f} ms, "
+        f"busy {min(cell['kernel_s'] / cell['step_s'], 1):4.0%} [first step "
+        f"{cell['first_step_s']:.1f} s]; written, the epochs next"
+    )
+
+
+def finished_cells(path: Path) -> set[tuple[int, str]]:
+    """(rung, mode) of the cells in the record at ``path`` measured whole (the step
+    and the epochs), which a rerun into the same file need not measure again."""
+    if not path.exists():
+        return set()
+    return {
+        (c["rung"], c["mode"])
+        for c in json.loads(path.read_text())["cells"]
+        if c["status"] == "ok" and c.get("epoch", "measured") == "measured"
+    }
+
+
 def run_group(
     spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log=print
 ) -> None:
-    """Measure ``rungs`` of ``mode`` in this process, each cell written as it ends."""
+    """Measure ``rungs`` of ``mode`` in this process, each cell written as soon as its
+    step is measured and again when its epochs are."""
+
+    def partial(cell: dict) -> None:
+        add_cell(path, cell)
+        _log_partial(cell, log)
+
     for index in rungs:
-        cell = measure_safely(spec, index, mode)
+        cell = measure_safely(spec, index, mode, partial)
         add_cell(path, cell)
         _log_cell(cell, log)
 
@@ -869,9 +932,11 @@ def run_ladder(
     isolate: str = "precision",
     merge: bool = False,
     log: Callable[[str], None] = print,
+    skip_finished: bool = False,
 ) -> Ladder:
     """Measure the ladder into ``path`` (the record written after every cell) and
-    return it as ``ampbook.results.Ladder``."""
+    return it as ``ampbook.results.Ladder``; with ``merge`` and ``skip_finished``, the
+    cells ``path`` holds whole are not measured again (a rerun after a cut)."""
     from ampbook.env import environment, pick_device
 
     spec.check()
@@ -888,7 +953,11 @@ def run_ladder(
         old["status"], old["updated"] = "running", _now()
         record = old
     write_record(record, path)
+    done = finished_cells(path) if merge and skip_finished else set()
     for mode, rungs in plan(spec.rungs, spec.modes, isolate):
+        rungs = tuple(r for r in rungs if (r, mode) not in done)
+        if not rungs:
+            continue
         if isolate == "none":
             run_group(spec, mode, rungs, path, log)
         else:
@@ -1017,13 +1086,34 @@ TARGETS = {
 AMP, BASE = "amp-fp16", "fp32-tf32"
 
 
-def _top(ladder: Ladder, mode: str, eager: bool) -> LadderCell | None:
+def _top(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> int | None:
+    """The highest rung (``eager``: without torch.compile) at which every one of
+    ``modes`` has a measured cell, or None: a comparison of two modes is made at one
+    rung, never one mode's rung 4 against the other's rung 2 after a cut."""
     rungs = [
         r.index
         for r in ladder.rungs
-        if (r.index <= EAGER_TOP or not eager) and ladder.cell(r.index, mode)
+        if (r.index <= EAGER_TOP or not eager)
+        and all(ladder.cell(r.index, m) for m in modes)
     ]
-    return ladder.cell(max(rungs), mode) if rungs else None
+    return max(rungs) if rungs else None
+
+
+def _top_cells(
+    ladder: Ladder, modes: tuple[str, ...], eager: bool
+) -> dict[str, LadderCell | None]:
+    """Each of ``modes``' cell at ``_top(ladder, modes, eager)`` (None where none)."""
+    index = _top(ladder, modes, eager)
+    return {m: None if index is None else ladder.cell(index, m) for m in modes}
+
+
+def _pair_where(ladder: Ladder, a: LadderCell, modes: tuple[str, ...]) -> str:
+    """Which rung a two-mode comparison was made at, and why when one mode reached
+    higher."""
+    alone = max(_top(ladder, (m,), a.rung <= EAGER_TOP) or 0 for m in modes)
+    if alone > a.rung:
+        return f"rung {a.rung}, the highest both reached"
+    return f"rung {a.rung}"
 
 
 def _profile_note(c: LadderCell, ladder: Ladder) -> str:
@@ -1055,9 +1145,19 @@ def check_targets(ladder: Ladder) -> list[Target]:
     amp = "amp-fp16" if "amp-fp16" in have or "amp-bf16" not in have else "amp-bf16"
     base = "fp32-tf32" if "fp32-tf32" in have or "fp32" not in have else "fp32"
     r0 = {m: ladder.cell(0, m) for m in (amp, base)}
-    eager = {m: _top(ladder, m, True) for m in (amp, base)}
+    eager = _top_cells(ladder, (amp, base), True)  # at the highest rung both reached
+    amp_eager = _top_cells(ladder, (amp,), True)[amp]
     comp = {m: ladder.cell(5, m) for m in (amp, base)}
-    final = _top(ladder, amp, False)
+    final = _top_cells(ladder, (amp,), False)[amp]
+    # a cell cut after its step was timed has no epochs: the end-to-end targets come
+    # from the highest cell with them
+    whole = [
+        r.index
+        for r in ladder.rungs
+        if ladder.cell(r.index, amp)
+        and ladder.cell(r.index, amp).images_per_s is not None
+    ]
+    final_epochs = ladder.cell(max(whole), amp) if whole else None
 
     amp_name = "AMP" if amp == "amp-fp16" else MODE_LABELS[amp]
     base_name = "TF32" if base == "fp32-tf32" else MODE_LABELS[base]
@@ -1066,7 +1166,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
         return f"rung {c.rung}" if c else f"no {MODE_LABELS[amp]} cell"
 
     for key, name, c in (
-        ("step_eager", f"{amp_name} step, eager", eager[amp]),
+        ("step_eager", f"{amp_name} step, eager", amp_eager),
         ("step_compiled", f"{amp_name} step, compiled", comp[amp]),
     ):
         out.append(
@@ -1104,7 +1204,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
                 "x",
                 value,
                 start,
-                f"rung {a.rung}"
+                _pair_where(ladder, a, (amp, base))
                 if a and b
                 else f"a {base_name} and an {amp_name} cell needed",
                 note,
@@ -1113,14 +1213,15 @@ def check_targets(ladder: Ladder) -> list[Target]:
     busy_note = data_note = ips_note = ""
     if final:
         busy_note = _profile_note(final, ladder)
-        step_ips = ladder.batch_size / final.step_s
+    if final_epochs:
+        step_ips = ladder.batch_size / final_epochs.step_s
         data_note = (
-            f"the loop trained {final.images_per_s:.3g} images/s against the step "
-            f"alone's {step_ips:.3g}"
+            f"the loop trained {final_epochs.images_per_s:.3g} images/s against the "
+            f"step alone's {step_ips:.3g}"
         )
         ips_note = (
             f"the step alone trains {step_ips:.3g} images/s and the loop waited for "
-            f"data {_pct(final.data_wait_share)} of its time"
+            f"data {_pct(final_epochs.data_wait_share)} of its time"
         )
     out.append(
         Target(
@@ -1140,9 +1241,9 @@ def check_targets(ladder: Ladder) -> list[Target]:
             TARGETS["data_wait"],
             "max",
             "share",
-            final.data_wait_share if final else None,
+            final_epochs.data_wait_share if final_epochs else None,
             r0[amp].data_wait_share if r0[amp] else None,
-            where(final),
+            where(final_epochs),
             data_note,
         )
     )
@@ -1152,9 +1253,9 @@ def check_targets(ladder: Ladder) -> list[Target]:
             TARGETS["images_per_s"],
             "min",
             "img/s",
-            final.images_per_s if final else None,
+            final_epochs.images_per_s if final_epochs else None,
             r0[amp].images_per_s if r0[amp] else None,
-            where(final),
+            where(final_epochs),
             ips_note,
         )
     )
@@ -1183,7 +1284,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
             "ratio",
             ratio,
             start,
-            f"rung {a.rung}"
+            _pair_where(ladder, a, (amp, base))
             if a and b
             else f"a {base_name} and an {amp_name} cell needed",
             mem_note,

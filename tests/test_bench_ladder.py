@@ -90,6 +90,8 @@ def test_processes_one_per_precision_or_per_cell_the_modes_taking_turns():
         ("fp32-tf32", (1,)),
         ("amp-fp16", (1,)),
     ]
+    # in one process the modes take turns too: a cut keeps both modes of each rung
+    assert bl.plan((0, 1), modes, "none") == bl.plan((0, 1), modes, "cell")
 
 
 # --- the record and its reader --------------------------------------------------------
@@ -170,6 +172,41 @@ def test_targets_read_from_the_fixture_one_by_one():
     text = bl.format_targets(ladder)
     assert "read them as a yardstick" in " ".join(text.split())  # not an H200
     assert all(len(line) <= 88 for line in text.splitlines())
+
+
+def test_after_a_cut_two_modes_are_compared_at_the_highest_rung_both_reached():
+    """A ladder cut in AMP's rung 3 (TF32 reached rung 4): the speedup and the memory
+    ratio are read at rung 2 and say so; AMP's own step target keeps its rung 2; a
+    cell cut after its step (no epochs) gives the step but not the end-to-end
+    figures."""
+    record = fixture_record()
+    record["cells"] = [
+        c for c in record["cells"] if not (c["mode"] == "amp-fp16" and c["rung"] > 2)
+    ]
+    ladder = read_ladder(record, "cut")
+    assert bl._top(ladder, ("amp-fp16", "fp32-tf32"), True) == 2
+    assert bl._top(ladder, ("fp32-tf32",), True) == 4
+    got = {t.name: t for t in bl.check_targets(ladder)}
+    a2, b2 = ladder.cell(2, "amp-fp16"), ladder.cell(2, "fp32-tf32")
+    speedup = got["AMP over TF32, eager"]
+    assert speedup.value == pytest.approx(b2.step_s / a2.step_s)
+    assert speedup.where == "rung 2, the highest both reached"
+    assert got["AMP / TF32 peak memory"].where == "rung 2, the highest both reached"
+    assert got["AMP step, eager"].where == "rung 2"
+    assert got["AMP over TF32, compiled"].value is None  # no AMP rung 5
+    # AMP's rung 2 cut after its step was timed: the step stays, the loop's figures
+    # come from rung 1, the highest AMP cell trained through its epochs
+    for c in record["cells"]:
+        if (c["rung"], c["mode"]) == (2, "amp-fp16"):
+            for key in ("images_per_s", "data_wait_share"):
+                c.pop(key, None)
+            c["epoch"] = "pending"
+    got = {t.name: t for t in bl.check_targets(read_ladder(record, "cut"))}
+    assert got["AMP step, eager"].value == pytest.approx(a2.step_s)
+    assert got["images/s end to end"].where == "rung 1"
+    assert got["images/s end to end"].value == pytest.approx(
+        ladder.cell(1, "amp-fp16").images_per_s
+    )
 
 
 def test_show_prints_a_written_ladder_and_its_targets(tmp_path, capsys):
@@ -254,7 +291,10 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
         ladder.cell(4, "amp-bf16").memory_bytes
         < ladder.cell(0, "amp-bf16").memory_bytes
     )
-    assert len(lines) == 4 and lines[0].startswith("rung 0 fp32")
+    # each cell twice: once its step is measured (written then), once with its epochs
+    assert len(lines) == 8 and lines[0].startswith("rung 0 fp32")
+    assert [line.endswith("the epochs next") for line in lines] == [True, False] * 4
+    assert all(c.record["epoch"] == "measured" for c in ladder.cells)
     assert read_file(path).cells == ladder.cells  # the file holds what was returned
 
 
