@@ -1,58 +1,69 @@
-"""The GPU check: everything the book measures on a CUDA machine, in two calls that
-fit one 15-minute lease.
+"""The GPU check: everything the book measures on a CUDA machine, in one call that fits
+one 15-minute lease, the most valuable measurements first.
 
-    python3 -m ampbook.gpucheck --plan A --out DIR [--budget-s 330] [--dry-run]
-    python3 -m ampbook.gpucheck --plan B --out DIR [--budget-s 330] [--dry-run]
-    python3 -m ampbook.gpucheck --stages ladder,compile --out DIR  (a rerun)
+    python3 -m ampbook.gpucheck --lease --out DIR [--budget-s 560] [--dry-run]
+    python3 -m ampbook.gpucheck --stages ladder,compile --budget-s S --out DIR (a rerun)
 
 Run from the repository root with the machine's own ``python3`` (no virtual environment
-needed). Each plan is a list of stages (``PLANS``), each run in its own process under a
-hard time limit sized from the last measured run (``STAGES``; data/results/README.md,
-"Sizing the GPU check"):
+needed). ``--lease`` runs every stage (``STAGES``, in that order) in one process tree
+under one budget; each stage runs in its own process under a hard time limit, its share
+(``Stage.share_s``) sized from the last H200 lease's logs (``data/gpucheck/``) and a
+measured CPU proxy (the table beside ``STAGES``; DEVELOPING.md, "The GPU check on a
+lent machine"):
 
-* ``wheels`` (both plans): install the wheels carried in ``.whl/`` (``make gpu-wheels``)
-  into a temporary folder when papermill, jupytext, ipykernel... are not importable
-  (not in ``--dry-run``);
-* ``env`` (both): the environment (``ampbook.env``, nvidia-smi, package versions);
-* ``data`` (both): the synthetic Cityscapes sets the later stages read, made once in
-  ``build/cache`` (kept between two calls on a warm machine: plan B finds plan A's);
-* plan A: ``tests`` (``pytest -m cuda``), ``profile`` (per-module GPU kernel time of
-  the step, fp32 with TF32 and amp-fp16, NCHW and channels_last, beside the cost model:
-  ``ampbook.layer_profile``), ``ladder`` (``python -m ampbook.bench ladder``, rungs 0-4,
-  each precision in its own process, the precisions taking turns), ``compile`` (rung 5,
-  amp-fp16 and fp32 with TF32, added to the same ladder; the compile cache written to
-  the output), ``nb06`` (chapter 6: the doctor's CUDA path);
-* plan B: ``nb01`` to ``nb05`` (the chapters with the ``gpucheck`` profile through
-  ``ampbook.build.run``; chapter 2 saves its sweep, chapter 3 its training runs, the
-  later chapters read them) and ``loader`` (DataLoader images/s at 0-12 workers).
+* ``wheels``: install the wheels carried in ``.whl/`` (``make gpu-wheels``) into the
+  work folder when papermill, jupytext, ipykernel... are not importable (not in
+  ``--dry-run``);
+* ``env``: the environment (``ampbook.env``, nvidia-smi, package versions);
+* ``data``: the synthetic Cityscapes sets the later stages read (``build/cache``);
+* ``ladder``: chapter 7's ladder (``ampbook.bench_ladder``), fp32 with TF32 and
+  amp-fp16, rungs 0 to 4, rung by rung (the two modes take turns at each rung);
+* ``compile``: rung 5 (``torch.compile``), amp-fp16 then TF32; the compile cache saved
+  through ``torch.compiler.save_cache_artifacts()`` as ``compile_cache.bin``;
+* ``profile-cl``: the per-module GPU time of the step in channels_last with
+  cudnn.benchmark (``ampbook.layer_profile``), TF32 and amp-fp16;
+* ``ladder-extra``: amp-bf16 and strict fp32 at rungs 0 and 4;
+* ``tests``: ``pytest -m cuda -v -rA --durations=0`` with a per-test timeout;
+* the chapters and the rest: ``nb06``, ``loader`` (DataLoader images/s at 0-12
+  workers), ``nb04``, ``nb05``, ``nb02``, ``nb01``, ``nb03`` (the chapters with the
+  ``gpucheck`` profile through ``ampbook.build.run``), then what is already committed
+  or least needed: ``profile`` (NCHW), ``ladder-rest`` (amp-bf16 and strict fp32 at
+  rungs 1-3), ``nb07``.
 
-``wheels`` and ``env`` always run; ``--stages`` picks any stages instead of a plan (a
-rerun of what a call cut short). ``--dry-run`` runs the stages on the CPU at tiny sizes
-and writes the same files (the compile stage with ``TORCH_COMPILE_DISABLE=1``: a CPU
-compiles ERFNet in minutes). The whole call ends inside ``--budget-s``: the selected
-stages share it in the proportions of their budgets in ``STAGES`` (a plan's sum to the
-default less a reserve), each capped by the time left; a stage that overruns is stopped
-(its whole process group) and reported as cut short, and the check goes on with the
-next stage while time is left. SIGTERM stops the running stage the same way, writes the
-report and exits 143. After every stage ``DIR`` is brought up to date, and what a stage
-measured is in it even when the stage was cut short (the training runner writes its
-record after every epoch, the ladder after every rung). ``DIR`` holds at most 8 files,
-each at most 16 MiB, named only with letters, digits, ``.``, ``_``, ``-``:
+The budget rule (``stage_timeout``): a stage may run for its share, or for more when
+the shares of the stages after it still fit in what is left, and never past the
+budget; a stage that ends early leaves its time to the later ones; a stage whose time
+left is under half its share (and under ``MIN_STAGE_S``) is skipped. A stage over its
+time is stopped (its whole process group) and reported as cut short, and what it
+measured stays: the ladder writes each cell as soon as its step, kernel/idle split and
+memory are measured and again with its epochs, the training runner every epoch.
+SIGTERM stops the running stage the same way, writes the report and exits 143.
 
-* ``report.json``: every stage, its budget, seconds, status (ok, error, cut short,
-  skipped) and what it writes;
+The work folder (``--work``, default ``build/gpucheck-work``, emptied by ``--lease``)
+outlives the call: a rerun on the warm machine (``--stages``) adds to it, the ladder
+measures only the cells it lacks, and its archives hold both calls' results. The log's
+last line names the stages cut or skipped and the exact command that reruns them in
+the time left of the lease (``--lease-left-s``: the device time left when the call
+started).
+
+``DIR`` holds at most 8 files (5 here), each at most 16 MiB, named only with letters,
+digits, ``.``, ``_``, ``-``, brought up to date after every stage:
+
+* ``report.json``: every stage, its share, time limit, seconds, status (ok, error, cut
+  short, skipped) and what it writes; ``rerun``: the command of the log's last line;
 * ``gpucheck.log``: everything the stages printed;
 * ``results.tar.gz``: the result JSONs, named for ``data/results/`` (``tar -xzf
-  results.tar.gz -C data/results`` puts them there; ``ampbook.results`` reads them);
-* ``notebooks.tar.gz``: the executed notebooks (``ampbook.build.book --executed`` builds
-  from them);
-* ``compile_cache.tar.gz`` (plan A): the compile stage's TorchInductor cache
-  (``build/inductor-cache``; extract it there and carry it to skip the compilation).
+  results.tar.gz -C data/results``);
+* ``notebooks.tar.gz``: the executed notebooks (``ampbook.build.book --executed``);
+* ``compile_cache.bin``: the compile stage's cache artifacts (put it at
+  ``build/compile_cache.bin`` and carry it: the next lease's compile stage loads it);
+  left out, with a line in the log saying why, when nothing was compiled or it passes
+  16 MiB.
 
 Exit status 0 when every selected stage is ok, 1 otherwise, 2 for bad arguments, 143 on
 SIGTERM. ``--wheels DIR`` names another wheel folder; ``--list-wheels`` prints the wheel
 list from the installed packages (``gpu-wheels.txt``); ``--sizing`` prints the cost
-model's step times the budgets were sized from.
+model's step times and the stages' shares beside what they were sized from.
 """
 
 from __future__ import annotations
@@ -76,15 +87,25 @@ from pathlib import Path
 from ampbook import cli
 from ampbook.paths import REPO_ROOT
 
-DEFAULT_BUDGET_S = 330.0  # one of the two calls of a 15-minute lease
+# The device tool's limit for one command is 600 s: the call ends inside 560 s, which
+# leaves 40 s for the transfers and a slow start of the interpreter.
+DEFAULT_BUDGET_S = 560.0
 RESERVE_S = 15.0  # kept back from the budget for packaging the files
 MIN_STAGE_S = 3.0  # a stage with less time than this left is not started
+# A lease: 15 minutes of device time less the machine's start (~100 s) and the first
+# call's transfers (~20 s): what is left when the call starts (or --lease-left-s).
+LEASE_LEFT_S = 15 * 60 - 100 - 20
+RERUN_MARGIN_S = 45  # a rerun's transfers, start and packing, beside its budget
+MIN_RERUN_S = 60  # a rerun with less budget than this is not worth its start
 WHEEL_DIR = REPO_ROOT / ".whl"
+WORK_DIR = REPO_ROOT / "build" / "gpucheck-work"
 # TorchInductor's cache of the compile stage: under build/ (ignored by git, kept between
-# calls on a warm machine, carried to a fresh one when a session extracts
-# compile_cache.tar.gz there).
+# calls on a warm machine, so a rerun finds it).
 INDUCTOR_CACHE = REPO_ROOT / "build" / "inductor-cache"
-COMPILE_ARCHIVE = "compile_cache.tar.gz"
+# The portable compile cache (torch.compiler.save_cache_artifacts): what a call returns,
+# and where the next lease's compile stage looks for it (carried with the tree).
+COMPILE_CACHE = "compile_cache.bin"
+CARRIED_COMPILE_CACHE = REPO_ROOT / "build" / COMPILE_CACHE
 # What the notebook runner needs beyond the device image (importable names).
 RUNNER_MODULES = (
     "papermill",
@@ -107,48 +128,96 @@ NOTEBOOKS = {
     "nb07": "07_making_amp_pay",
 }
 # The notebooks' sizes in the check: notebooks/profiles.yml's "gpucheck" profile, the
-# gpu profile cut to fit the stage budgets (a reader's GPU run uses "gpu").
+# gpu profile cut to fit the stage shares (a reader's GPU run uses "gpu").
 CHECK_PROFILE = "gpucheck"
 MAX_FILE_BYTES = 16 * 2**20
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+PYTEST_TIMEOUT_S = 60  # per CUDA test (the slowest took ~8 s on the H200)
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str
-    budget_s: float  # on one H200 in its plan (data/results/README.md shows the sizing)
+    share_s: float  # seconds on one H200 (sized from h200 and cpu below)
     dry_budget_s: float  # at the dry-run sizes on a 2-core CPU, with room for its load
+    h200: str  # what the last H200 lease measured (data/gpucheck/2026-11-30_*.log)
+    cpu: str  # the CPU proxy: measured here (the dry run, 2 cores) or at H200 rates
     writes: str = ""  # what it leaves in the output
     always: bool = False
 
 
-# Budgets: hard limits sized from the H200 run of 2026-11-30 (data/gpucheck/) where a
-# stage ran then, else from its work at the measured rates (data/results/README.md,
-# "Sizing the GPU check"). Each plan's stages sum to at most the 315 s a 330 s call
-# leaves after RESERVE_S.
+# The lease, most valuable first: the shares, and beside them what they were sized
+# from. "h200": the stage's seconds in the 2026-11-30 lease (data/gpucheck/), "-" where
+# it did not run then; "cpu": a proxy measured on a CPU (../GPU-FINDINGS.md, "Sizing
+# the next lease": a ladder cell at the H200's step times costs ~10 s, a cost-model
+# trace 3.1 s first, Dynamo + AOTAutograd 8 s for rung 5's first step) and the stage's
+# seconds in this dry run on 2 cores. A share carries a margin of at least a third
+# over the upper figure; wheels, env and data, which every later stage needs, have
+# fixed minimums (30, 15, 25 s) far above what they took. The shares up to ``tests``
+# sum to 520 s of the 545 s the default budget leaves after RESERVE_S; the chapters
+# after them run in what is left plus what the earlier stages did not use.
 STAGES = (
-    Stage("wheels", 8, 5, "", always=True),
-    Stage("env", 6, 120, "environment.json in report.json", always=True),
-    Stage("data", 18, 120, "the synthetic sets in build/cache (not in the output)"),
-    Stage("tests", 28, 240, "the log of pytest -m cuda"),
-    Stage("profile", 28, 240, "layer_profile_<gpu>_{fp32,amp-fp16}_1024x512[_cl].json"),
-    Stage("ladder", 110, 480, "ladder_<gpu>.json, rungs 0-4 (after every rung)"),
-    Stage("compile", 85, 300, "rung 5 into ladder_<gpu>.json; compile_cache.tar.gz"),
-    Stage("nb06", 25, 240, "06_will_amp_help.ipynb"),
-    Stage("nb01", 18, 180, "01_floating_point.ipynb"),
-    Stage("nb02", 30, 180, "02_tensor_cores.ipynb, tensor_cores_<gpu>.json"),
-    Stage("nb03", 75, 300, "03_amp_training.ipynb, train_<gpu>_*.json (every epoch)"),
-    Stage("loader", 25, 180, "loader_<gpu>.json"),
-    Stage("nb04", 58, 240, "04_loss_scaling.ipynb"),
-    Stage("nb05", 72, 300, "05_rtx3070.ipynb"),
-    # in no plan (--stages nb07): chapter 7 on the GPU, its own small ladder
-    Stage("nb07", 45, 300, "07_making_amp_pay.ipynb"),
-)
+    Stage("wheels", 30, 5, "3.6-6.2 s", "-", "", always=True),
+    Stage(
+        "env", 15, 120, "4.3-6.3 s", "dry 10-25 s", "environment.json in report.json",
+        always=True,
+    ),
+    Stage(
+        "data", 25, 120, "-", "2.2 s per 32 images at 2048x1024 (16 cores): ~11 s",
+        "the synthetic sets in build/cache (not in the output)",
+    ),
+    Stage(
+        "ladder", 120, 240, "-",
+        "10 cells x ~10 s + ~8 s start and first traces; dry 2x2 cells",
+        "ladder_<gpu>.json, fp32-tf32 and amp-fp16 rungs 0-4 (every cell at once)",
+    ),
+    Stage(
+        "compile", 200, 240, "-",
+        "2 x (8 s Dynamo + 25-60 s Inductor + ~10 s cell + ~15 s epochs' recompile)",
+        "rung 5 of amp-fp16 and fp32-tf32 into ladder_<gpu>.json; compile_cache.bin",
+    ),
+    Stage(
+        "profile-cl", 25, 120, "20.6 s (the two NCHW profiles)", "dry 2 profiles",
+        "layer_profile_<gpu>_{fp32,amp-fp16}_1024x512_cl.json",
+    ),
+    Stage(
+        "ladder-extra", 70, 180, "-",
+        "4 cells: amp-bf16 ~10 s, strict fp32 ~15 s each, + ~8 s start",
+        "amp-bf16 and fp32 rungs 0 and 4 into ladder_<gpu>.json",
+    ),
+    Stage(
+        "tests", 35, 240, "23.8 s (9 tests)", "dry: collection only",
+        "the log of pytest -m cuda -v -rA --durations=0",
+    ),
+    Stage("nb06", 25, 240, "-", "chapter 6 smoke", "06_will_amp_help.ipynb"),
+    Stage(
+        "loader", 25, 180, "cut at 25 s (synthetic set 2.2 s)", "-",
+        "loader_<gpu>.json",
+    ),
+    Stage("nb04", 60, 240, "cut at 55-61 s", "-", "04_loss_scaling.ipynb"),
+    Stage("nb05", 72, 300, "cut at 68 s", "-", "05_rtx3070.ipynb"),
+    Stage(
+        "nb02", 30, 180, "25.3 s", "-",
+        "02_tensor_cores.ipynb, tensor_cores_<gpu>.json",
+    ),
+    Stage("nb01", 18, 180, "12.9-13.9 s", "-", "01_floating_point.ipynb"),
+    Stage(
+        "nb03", 75, 300, "250.6 s at the gpu profile", "-",
+        "03_amp_training.ipynb, train_<gpu>_*.json (every epoch)",
+    ),
+    Stage(
+        "profile", 25, 120, "20.6 s", "dry 2 profiles",
+        "layer_profile_<gpu>_{fp32,amp-fp16}_1024x512.json (committed already)",
+    ),
+    Stage(
+        "ladder-rest", 75, 180, "-", "6 cells", "amp-bf16 and fp32 rungs 1-3",
+    ),
+    Stage("nb07", 45, 300, "-", "-", "07_making_amp_pay.ipynb"),
+)  # fmt: skip
 STAGE_NAMES = tuple(s.name for s in STAGES)
-PLANS = {
-    "A": ("wheels", "env", "data", "tests", "profile", "ladder", "compile", "nb06"),
-    "B": ("wheels", "env", "data", "nb01", "nb02", "nb03", "loader", "nb04", "nb05"),
-}
+BY_NAME = {s.name: s for s in STAGES}
+# the stages that must finish inside the default budget (a test replays the rule)
+LADDER_STAGES = ("ladder", "compile", "ladder-extra", "ladder-rest")
 
 # Sizes of the data, profile, ladder and loader stages (the notebooks' sizes are in
 # notebooks/profiles.yml, profile "gpucheck").
@@ -172,9 +241,13 @@ STAGE_SIZES = {
             "epochs": 2,
             "train_images": 48,
             "val_images": 2,
-            "rungs": (0, 1, 2, 3, 4),
-            "modes": ("fp32-tf32", "amp-fp16", "amp-bf16", "fp32"),
-            "compile_modes": ("amp-fp16", "fp32-tf32"),
+        },
+        # (modes in the order they run, rungs) of each ladder stage
+        "cells": {
+            "ladder": (("fp32-tf32", "amp-fp16"), (0, 1, 2, 3, 4)),
+            "compile": (("amp-fp16", "fp32-tf32"), (5,)),
+            "ladder-extra": (("amp-bf16", "fp32"), (0, 4)),
+            "ladder-rest": (("amp-bf16", "fp32"), (1, 2, 3)),
         },
         "loader": {
             "images": 24,
@@ -204,11 +277,16 @@ STAGE_SIZES = {
             "epochs": 2,
             "train_images": 2,
             "val_images": 1,
-            "rungs": (0, 4),
-            # two precisions, two processes, as on the GPU; a CPU without native bf16
-            # runs amp-bf16 several times slower, so the dry run takes fp32 twice
-            "modes": ("fp32-tf32", "fp32"),
-            "compile_modes": ("fp32-tf32",),
+        },
+        # two modes taking turns, as on the GPU; a CPU has no fp16 training and runs
+        # amp-bf16 several times slower without native bf16, so the dry run takes fp32
+        # twice (with and without the TF32 setting, which a CPU ignores) and amp-bf16
+        # once
+        "cells": {
+            "ladder": (("fp32-tf32", "fp32"), (0, 4)),
+            "compile": (("fp32-tf32",), (5,)),
+            "ladder-extra": (("amp-bf16",), (0,)),
+            "ladder-rest": (("fp32",), (1,)),
         },
         "loader": {
             "images": 4,
@@ -220,6 +298,55 @@ STAGE_SIZES = {
         },
     },
 }
+
+
+def stage_timeout(share_s: float, later_s: float, left_s: float) -> float:
+    """The budget rule: a stage may run for its share, or longer when the shares of
+    the stages after it (``later_s``) still fit in what is left after it, and never
+    past what is left of the budget (``left_s``)."""
+    return max(min(left_s, max(share_s, left_s - later_s)), 0.0)
+
+
+def replay(
+    took: dict[str, float | list[float]],
+    selected: tuple[str, ...] = STAGE_NAMES,
+    budget_s: float = DEFAULT_BUDGET_S,
+) -> dict[str, dict]:
+    """The budget rule replayed on stage times: ``took[name]`` is the seconds a stage
+    needs, or for a ladder stage the seconds at which each of its cells is written
+    (counted from the stage's start, the last one its end). Returns per stage its
+    time limit, start, seconds, status (ok, cut short, skipped) and the cells that
+    were written inside its limit, as ``Check`` runs them."""
+    t, out = 0.0, {}
+    names = [n for n in STAGE_NAMES if n in selected]
+    for i, name in enumerate(names):
+        stage = BY_NAME[name]
+        left = budget_s - RESERVE_S - t
+        later = sum(BY_NAME[n].share_s for n in names[i + 1 :])
+        limit = stage_timeout(stage.share_s, later, left)
+        need = took.get(name, stage.share_s)
+        cells = need if isinstance(need, list) else [need]
+        if not should_start(0.0 if stage.always else stage.share_s, limit):
+            out[name] = {"limit": limit, "start": t, "seconds": 0.0, "cells": 0,
+                         "status": "skipped"}  # fmt: skip
+            continue
+        spent = min(cells[-1], limit)
+        out[name] = {
+            "limit": limit,
+            "start": t,
+            "seconds": spent,
+            "cells": sum(c <= limit for c in cells),
+            "status": "ok" if cells[-1] <= limit else "cut short",
+        }
+        t += spent
+    return out
+
+
+def should_start(share_s: float, limit_s: float) -> bool:
+    """Whether a stage is started with ``limit_s`` of time: at least ``MIN_STAGE_S``
+    and half its share (a chapter started with less would be cut before it wrote
+    anything; it is named in the rerun line instead)."""
+    return limit_s >= max(MIN_STAGE_S, min(share_s / 2, 30.0))
 
 
 def slug(device_name: str) -> str:
@@ -296,15 +423,32 @@ def cuda_test_files(tests: Path = REPO_ROOT / "tests") -> list[Path]:
 
 
 def stage_tests(work: Path, dry: bool) -> None:
+    """``pytest -m cuda``, every test named with its outcome and time (a cut leaves
+    the names of those that ran), each under ``PYTEST_TIMEOUT_S``: pytest-timeout's
+    ``--timeout`` where it is installed (the device image has it), else the
+    faulthandler's traceback of a test that hangs."""
+    from importlib.util import find_spec
+
     files = cuda_test_files()
+    if find_spec("pytest_timeout"):
+        limit = ["-p", "pytest_timeout", f"--timeout={PYTEST_TIMEOUT_S}"]
+    else:
+        print(
+            "pytest-timeout not installed: a test over "
+            f"{PYTEST_TIMEOUT_S} s dumps its traceback instead (faulthandler)",
+            flush=True,
+        )
+        limit = ["-o", f"faulthandler_timeout={PYTEST_TIMEOUT_S}"]
     cmd = [
         sys.executable,
         "-m",
         "pytest",
         "-m",
         "cuda",
-        "-q",
-        "-rs",
+        "-v",
+        "-rA",
+        "--durations=0",
+        *limit,
         "-p",
         "no:cacheprovider",
         *(str(f) for f in files or [REPO_ROOT / "tests"]),
@@ -398,9 +542,9 @@ def stage_data(work: Path, dry: bool) -> None:
         )
 
 
-def stage_profile(work: Path, dry: bool) -> None:
-    """Per-module time of the step, fp32 (TF32) and amp-fp16, NCHW then channels_last
-    with cudnn.benchmark (file names ending ``_cl``)."""
+def stage_profile(work: Path, dry: bool, channels_last: bool) -> None:
+    """Per-module time of the step, fp32 (TF32) and amp-fp16, in NCHW or in
+    channels_last with cudnn.benchmark (file names ending ``_cl``)."""
     import inspect
 
     import torch
@@ -412,12 +556,12 @@ def stage_profile(work: Path, dry: bool) -> None:
         raise RuntimeError(
             "no CUDA device: the profile stage needs one (use --dry-run on a CPU)"
         )
-    layouts = [False]
-    if "channels_last" in inspect.signature(profile_layers).parameters:
-        layouts.append(True)
-    else:
-        print("profile_layers has no channels_last: NCHW only", flush=True)
-    for channels_last in layouts:
+    if (
+        channels_last
+        and "channels_last" not in inspect.signature(profile_layers).parameters
+    ):
+        raise RuntimeError("this ampbook.layer_profile has no channels_last")
+    for channels_last in (channels_last,):
         for precision in ("fp32", "amp-fp16"):
             start = time.perf_counter()
             kw = (
@@ -457,23 +601,69 @@ def stage_profile(work: Path, dry: bool) -> None:
             )
 
 
-def _ladder_spec(dry: bool, compile_stage: bool):
+def _ladder_spec(dry: bool, stage: str):
+    """The ladder stage ``stage``'s spec: the ladder's size, its modes and rungs."""
     from ampbook.bench_ladder import LadderSpec
 
-    s = dict(STAGE_SIZES["dry" if dry else "gpu"]["ladder"])
-    modes = s.pop("compile_modes") if compile_stage else s["modes"]
-    s.pop("compile_modes", None)
-    s["modes"] = tuple(modes)
-    s["rungs"] = (5,) if compile_stage else tuple(s["rungs"])
-    return LadderSpec(device="cpu" if dry else "cuda", **s)
+    sizes = STAGE_SIZES["dry" if dry else "gpu"]
+    modes, rungs = sizes["cells"][stage]
+    return LadderSpec(
+        device="cpu" if dry else "cuda",
+        modes=tuple(modes),
+        rungs=tuple(rungs),
+        **sizes["ladder"],
+    )
 
 
-def stage_ladder(work: Path, dry: bool, compile_stage: bool = False) -> None:
-    """The ladder (rungs 0-4), or its compiled rung added to the same file: each
-    precision in its own process, every finished rung written at once."""
+def save_compile_cache(work: Path) -> None:
+    """The compile cache of this process (``torch.compiler.save_cache_artifacts``:
+    FX graphs, AOTAutograd, Inductor and autotuning, portable to another machine with
+    the same torch and GPU) into ``work/compile_cache.bin``; a line says what."""
+    import torch
+
+    art = torch.compiler.save_cache_artifacts()
+    if not art or not art[0]:
+        print(
+            f"compile cache: nothing compiled in this process, no {COMPILE_CACHE}",
+            flush=True,
+        )
+        return
+    data = art[0]
+    tmp = work / f".{COMPILE_CACHE}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, work / COMPILE_CACHE)
+    print(f"compile cache: {len(data) / 2**20:.1f} MiB of artifacts saved", flush=True)
+
+
+def load_compile_cache(path: Path = CARRIED_COMPILE_CACHE) -> None:
+    """A carried compile cache (``compile_cache.bin`` of an earlier lease) loaded
+    before compiling, where there is one."""
+    import torch
+
+    if not path.is_file():
+        print(
+            f"compile cache: none carried ({path} absent): compiling cold", flush=True
+        )
+        return
+    try:
+        torch.compiler.load_cache_artifacts(path.read_bytes())
+        print(f"compile cache: loaded {path} ({path.stat().st_size} bytes)", flush=True)
+    except Exception as err:  # noqa: BLE001 (a stale cache costs time only)
+        print(f"compile cache: {path} not loaded ({type(err).__name__}: {err})")
+
+
+def stage_ladder(work: Path, dry: bool, stage: str) -> None:
+    """A ladder stage's cells (``STAGE_SIZES[...]["cells"][stage]``) added to the one
+    ladder file, in this process, the modes taking turns at each rung, every cell
+    written as soon as its step is measured; cells the file holds whole already (a
+    rerun) are not measured again. The compile stage measures one mode at a time and
+    saves the compile cache after each."""
+    import dataclasses
+
     import torch
 
     from ampbook.bench_ladder import (
+        LadderError,
         format_table,
         format_targets,
         ladder_path,
@@ -481,15 +671,30 @@ def stage_ladder(work: Path, dry: bool, compile_stage: bool = False) -> None:
     )
 
     if not dry and not torch.cuda.is_available():
-        raise RuntimeError("no CUDA device: the ladder stage needs one")
-    spec = _ladder_spec(dry, compile_stage)
+        raise RuntimeError(f"no CUDA device: the {stage} stage needs one")
+    spec = _ladder_spec(dry, stage)
     path = ladder_path(work / "results", _device_name())
-    if compile_stage:
-        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        print(f"compile cache: {cache}", flush=True)
-    ladder = run_ladder(spec, path, "precision", merge=compile_stage or path.exists())
+    compiled = 5 in spec.rungs
+    if compiled:
+        print(f"TorchInductor cache: {os.environ.get('TORCHINDUCTOR_CACHE_DIR')}")
+        if os.environ.get("TORCH_COMPILE_DISABLE") == "1":
+            print("TORCH_COMPILE_DISABLE=1: rung 5 runs eager", flush=True)
+        else:
+            load_compile_cache()
+    groups = [(m,) for m in spec.modes] if compiled else [spec.modes]
+    ladder = None
+    for modes in groups:
+        sub = dataclasses.replace(spec, modes=modes)
+        try:
+            ladder = run_ladder(sub, path, "none", merge=True, skip_finished=True)
+        except LadderError as err:  # another device or size in a reused work folder
+            print(f"{err}: starting {path.name} afresh", flush=True)
+            path.unlink()
+            ladder = run_ladder(sub, path, "none")
+        if compiled:
+            save_compile_cache(work)
     print(format_table(ladder), flush=True)
-    print(format_targets(ladder), flush=True)  # issue 18's targets, one by one
+    print(format_targets(ladder), flush=True)
 
 
 def stage_loader(work: Path, dry: bool) -> None:
@@ -531,12 +736,10 @@ def run_stage_child(name: str, work: Path, dry: bool) -> None:
         stage_notebook(work, dry, NOTEBOOKS[name])
     elif name == "data":
         stage_data(work, dry)
-    elif name == "profile":
-        stage_profile(work, dry)
-    elif name == "ladder":
-        stage_ladder(work, dry)
-    elif name == "compile":
-        stage_ladder(work, dry, compile_stage=True)
+    elif name in ("profile", "profile-cl"):
+        stage_profile(work, dry, channels_last=name == "profile-cl")
+    elif name in LADDER_STAGES:
+        stage_ladder(work, dry, name)
     elif name == "loader":
         stage_loader(work, dry)
     else:
@@ -556,7 +759,8 @@ class Terminated(Exception):
 @dataclass
 class StageResult:
     name: str
-    budget_s: float
+    budget_s: float  # its time limit in this call (the budget rule)
+    share_s: float = 0.0  # its share (STAGES)
     seconds: float = 0.0
     status: str = "pending"  # ok | error | cut short | skipped | not selected
     ok: bool = False
@@ -578,7 +782,10 @@ class Check:
     results: list[StageResult] = field(default_factory=list)
     env: dict = field(default_factory=lambda: dict(os.environ))
     wheel_dir: Path = WHEEL_DIR
-    plan: str | None = None
+    lease: bool = False
+    keep_work: bool = False  # a work folder given (--work): kept for a rerun
+    lease_left_s: float = LEASE_LEFT_S
+    rerun: str = ""
 
     def __post_init__(self):
         self.out.mkdir(parents=True, exist_ok=True)
@@ -683,10 +890,10 @@ class Check:
         if self.dry_run:
             cmd.append("--dry-run")
         env = None
-        if name == "compile":
+        if name in LADDER_STAGES:
             env = dict(self.env)
             env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
-            if self.dry_run:  # a CPU compiles ERFNet in minutes: the plumbing only
+            if self.dry_run and name == "compile":  # a CPU compiles ERFNet in minutes
                 env["TORCH_COMPILE_DISABLE"] = "1"
                 self.log("  --dry-run: TORCH_COMPILE_DISABLE=1 (rung 5 runs eager)")
         return self.run_process(cmd, timeout, env)
@@ -759,27 +966,26 @@ class Check:
 
         signal.signal(signal.SIGTERM, terminate)
         signal.signal(signal.SIGINT, terminate)  # Ctrl-C ends the check alike
-        # The selected stages share the budget in the proportions of their own budgets,
-        # and each stage's share is taken of what is left when it starts: the full check
-        # at 480 s gets them as written, a rerun of a few stages gets more each, and a
-        # stage that ends early leaves its time to the ones after it.
-        pending = sum(st.budget_s for st in STAGES if st.name in self.selected)
+        names = [st.name for st in STAGES if st.name in self.selected]
         self.log(
             f"ampbook.gpucheck {'--dry-run ' if self.dry_run else ''}"
-            + (f"plan {self.plan}, " if self.plan else "")
+            + ("--lease, " if self.lease else "")
             + f"budget {self.budget_s:.0f} s, "
-            f"stages {', '.join(self.selected)}; work folder {self.work}"
+            f"stages {', '.join(names)}; work folder {self.work}"
         )
         for stage in STAGES:
             if stage.name not in self.selected:
                 self.results.append(StageResult(stage.name, 0.0, status="not selected"))
-                continue
+        for i, name in enumerate(names):
+            stage = BY_NAME[name]
             if self.dry_run:
-                budget = stage.dry_budget_s
-            else:
-                budget = stage.budget_s / pending * max(self.left(), 0.0)
-            pending -= stage.budget_s
-            res = StageResult(stage.name, round(budget, 1), writes=stage.writes)
+                budget = min(stage.dry_budget_s, max(self.left(), 0.0))
+            else:  # the budget rule: its share, more where the later shares fit
+                later = sum(BY_NAME[n].share_s for n in names[i + 1 :])
+                budget = stage_timeout(stage.share_s, later, self.left())
+            res = StageResult(
+                stage.name, round(budget, 1), stage.share_s, writes=stage.writes
+            )
             self.results.append(res)
             if stage.name == "wheels" and self.dry_run:
                 res.status, res.ok, res.detail = (
@@ -790,7 +996,8 @@ class Check:
                 self.finish_stage(res)
                 continue
             timeout = min(budget, self.left())
-            if timeout < MIN_STAGE_S:
+            share = stage.dry_budget_s if self.dry_run else stage.share_s
+            if not should_start(0.0 if stage.always else share, timeout):
                 res.status, res.detail = (
                     "skipped",
                     f"only {max(self.left(), 0):.0f} s of the budget left",
@@ -799,7 +1006,7 @@ class Check:
                 self.finish_stage(res)
                 continue
             self.log(
-                f"== {stage.name} (budget {timeout:.0f} s, "
+                f"== {stage.name} (limit {timeout:.0f} s, share {share:.0f} s, "
                 f"{self.elapsed():.0f} s elapsed)"
             )
             start = time.monotonic()
@@ -817,9 +1024,10 @@ class Check:
                 )
                 res.seconds = round(time.monotonic() - start, 1)
                 self.log(f"== {stage.name}: {res.detail}")
+                self.rerun = self.rerun_line()
                 self.finish_stage(res, final=True)
-                self.log_file.close()
-                shutil.rmtree(self.work, ignore_errors=True)
+                self.log(self.rerun)
+                self.close()
                 cli.say(
                     f"the check was stopped ({cli.signal_name()}) in stage "
                     f"{stage.name}; {self.out / 'report.json'} says what ran"
@@ -834,6 +1042,7 @@ class Check:
                 + (f" ({res.detail})" if res.detail else "")
             )
             self.finish_stage(res)
+        self.rerun = self.rerun_line()
         self.finish_stage(None, final=True)
         bad = [r for r in self.results if r.name in self.selected and not r.ok]
         self.log(
@@ -844,9 +1053,48 @@ class Check:
                 else "not ok: " + ", ".join(f"{r.name} ({r.status})" for r in bad)
             )
         )
-        self.log_file.close()
-        shutil.rmtree(self.work, ignore_errors=True)
+        self.log(self.rerun)  # the log's last line
+        self.close()
         return 0 if not bad else 1
+
+    def close(self) -> None:
+        self.log_file.close()
+        if not self.keep_work:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def rerun_line(self) -> str:
+        """The log's last line: the stages cut short, skipped or never reached, and the
+        command that reruns them in the time left of the lease (or at the next)."""
+        done = {r.name: r.status for r in self.results}
+        again = [
+            n
+            for n in STAGE_NAMES
+            if n in self.selected
+            and n != "wheels"
+            and done.get(n) in ("cut short", "skipped", "pending", None)
+        ]
+        if not again:
+            return "rerun: none needed, no stage was cut short or skipped"
+        left = self.lease_left_s - self.elapsed()
+        budget = min(DEFAULT_BUDGET_S, left - RERUN_MARGIN_S)
+        cut = ", ".join(f"{n} ({done.get(n) or 'not reached'})" for n in again)
+        cmd = ["python3", "-m", "ampbook.gpucheck"]
+        if self.dry_run:
+            cmd.append("--dry-run")
+        cmd += ["--stages", ",".join(again)]
+        if self.keep_work and self.work != WORK_DIR:
+            cmd += ["--work", str(self.work)]
+        if budget >= MIN_RERUN_S:
+            cmd += ["--budget-s", f"{budget:.0f}", "--out", "$OUT"]
+            return (
+                f"rerun: cut {cut}; in the lease's ~{left:.0f} s left: "
+                f"{' '.join(cmd)} (timeout_s {budget + 30:.0f})"
+            )
+        cmd += ["--out", "$OUT"]
+        return (
+            f"rerun: cut {cut}; the lease has ~{max(left, 0):.0f} s left, too few "
+            f"for a rerun: at the next lease, {' '.join(cmd)}"
+        )
 
     # ---- the output folder -----------------------------------------------------------
     def result_files(self) -> list[tuple[Path, str]]:
@@ -872,13 +1120,14 @@ class Check:
         executed = sorted((self.work / "executed").glob("*.ipynb"))
         self._archive("notebooks.tar.gz", [(p, p.name) for p in executed])
         if res is not None and res.name == "compile":
-            self.archive_compile_cache()
+            self.copy_compile_cache()
         env_file = self.work / "environment.json"
         report = {
             "check": "ampbook.gpucheck",
             "dry_run": self.dry_run,
-            "plan": self.plan,
+            "lease": self.lease,
             "budget_s": self.budget_s,
+            "lease_left_s": self.lease_left_s,
             "started": self.started,
             "updated": _now(),
             "finished": final,
@@ -891,27 +1140,35 @@ class Check:
             "cut_short": [r.name for r in self.results if r.status == "cut short"],
             "results": [n for _, n in self.result_files()],
             "notebooks": [p.name for p in executed],
+            "rerun": self.rerun,
         }
         tmp = self.out / ".report.json.tmp"
         tmp.write_text(json.dumps(report, indent=1) + "\n")
         os.replace(tmp, self.out / "report.json")
 
-    def archive_compile_cache(self) -> None:
-        """TorchInductor's cache as ``compile_cache.tar.gz`` (paths relative to
-        ``build/inductor-cache``), when there is one and it fits a file of the
-        output."""
-        if self.dry_run:  # TORCH_COMPILE_DISABLE=1: nothing was compiled
-            self.log("--dry-run: nothing compiled, no compile cache to archive")
+    def copy_compile_cache(self) -> None:
+        """The compile stage's ``compile_cache.bin`` into the output when it fits a
+        file of it (16 MiB), else left out with a line saying so."""
+        src = self.work / COMPILE_CACHE
+        if not src.is_file():
+            why = (
+                "--dry-run: nothing compiled (TORCH_COMPILE_DISABLE=1)"
+                if self.dry_run
+                else "the compile stage saved no cache artifacts"
+            )
+            self.log(f"{COMPILE_CACHE} left out: {why}")
             return
-        cache = Path(self.env.get("TORCHINDUCTOR_CACHE_DIR", INDUCTOR_CACHE))
-        files = (
-            sorted(p for p in cache.rglob("*") if p.is_file()) if cache.is_dir() else []
-        )
-        if not files:
-            self.log(f"no compile cache in {cache} to archive")
+        size = src.stat().st_size
+        if size > MAX_FILE_BYTES:
+            self.log(
+                f"{COMPILE_CACHE} left out: {size / 2**20:.1f} MiB, over the "
+                f"{MAX_FILE_BYTES / 2**20:g} MiB a file may be"
+            )
             return
-        self._archive(COMPILE_ARCHIVE, [(p, str(p.relative_to(cache))) for p in files])
-        self.log(f"compile cache: {len(files)} files from {cache} -> {COMPILE_ARCHIVE}")
+        tmp = self.out / f".{COMPILE_CACHE}.tmp"
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, self.out / COMPILE_CACHE)
+        self.log(f"{COMPILE_CACHE}: {size / 2**20:.1f} MiB in the output")
 
     def _archive(self, name: str, members: list[tuple[Path, str]]) -> None:
         """``members`` as ``name`` in the output, written aside and moved in whole;
@@ -1096,19 +1353,28 @@ def default_budget(selected: tuple[str, ...], dry_run: bool) -> float:
     return sum(s.dry_budget_s for s in STAGES if s.name in selected) + RESERVE_S
 
 
-def select_stages(plan: str | None, stages: str | None) -> tuple[str, ...]:
-    """The stages of ``--plan`` (A or B), or of ``--stages`` (which wins); one of the
-    two is needed."""
+def select_stages(lease: bool, stages: str | None) -> tuple[str, ...]:
+    """Every stage (``--lease``), or those of ``--stages`` (which wins: a rerun); one
+    of the two is needed."""
     if stages:
         return parse_stages(stages)
-    if plan is None:
+    if not lease:
         raise ValueError(
-            "give --plan A or --plan B (the two calls of a lease), or --stages a,b"
+            "give --lease (every stage, the whole lease in one call) or --stages a,b "
+            "(a rerun)"
         )
-    key = plan.strip().upper()
-    if key not in PLANS:
-        raise ValueError(f"unknown plan {plan!r}; choose A or B")
-    return PLANS[key]
+    return STAGE_NAMES
+
+
+def sizing_table() -> str:
+    """The stages in order: share, dry-run budget and what each was sized from."""
+    rows = [f"{'stage':<13}{'share s':>8}{'dry s':>7}  H200 (2026-11-30)  |  CPU proxy"]
+    for st in STAGES:
+        rows.append(
+            f"{st.name:<13}{st.share_s:>8.0f}{st.dry_budget_s:>7.0f}  {st.h200}  |  "
+            f"{st.cpu}"
+        )
+    return "\n".join(rows)
 
 
 @cli.command("python -m ampbook.gpucheck")
@@ -1118,6 +1384,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--out", help="folder for report.json, the log and the archives"
+    )
+    parser.add_argument(
+        "--lease",
+        action="store_true",
+        help="every stage, the most valuable first, in one call (the work folder "
+        "emptied first)",
     )
     parser.add_argument(
         "--budget-s",
@@ -1132,16 +1404,24 @@ def main(argv: list[str] | None = None) -> int:
         help="every stage on the CPU at smoke sizes (no wheels step)",
     )
     parser.add_argument(
-        "--plan",
-        default=None,
-        help="A (tests, profiles, the ladder, compiled rung, chapter 6) or B "
-        "(chapters 1-5, the loader sweep): the two calls of a lease",
-    )
-    parser.add_argument(
         "--stages",
         default=None,
-        help="comma-separated stages to run instead of a plan "
+        help="comma-separated stages to run (a rerun; they add to the work folder) "
         f"({','.join(STAGE_NAMES)}); wheels and env always run",
+    )
+    parser.add_argument("--plan", default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--work",
+        default=None,
+        help=f"work folder kept between a call and its rerun (default "
+        f"{WORK_DIR.relative_to(REPO_ROOT)}, or {WORK_DIR.name}-dry with --dry-run)",
+    )
+    parser.add_argument(
+        "--lease-left-s",
+        type=cli.positive_float,
+        default=LEASE_LEFT_S,
+        help="device time left in the lease when this call starts, for the rerun "
+        f"line (default {LEASE_LEFT_S:.0f}: 15 minutes less the start and transfers)",
     )
     parser.add_argument(
         "--wheels",
@@ -1157,10 +1437,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizing",
         action="store_true",
-        help="print the cost model's step times the budgets were sized from, and exit",
+        help="print the stages' shares beside what they were sized from, and the "
+        "cost model's step times, and exit",
     )
     parser.add_argument("--stage-child", help=argparse.SUPPRESS)
-    parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stage_child:
         run_stage_child(args.stage_child, Path(args.work), args.dry_run)
@@ -1169,12 +1449,20 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(f"{k}=={v}" for k, v in wheel_closure().items()))
         return 0
     if args.sizing:
+        print(sizing_table())
         for key, label, step_s in sizing():
             print(
                 f"{key:<16} {label:<18} {step_s * 1e3:7.1f} ms per step "
                 "(1024x512, batch 6; lower bound)"
             )
         return 0
+    if args.plan:
+        print(
+            "error: --plan is gone: the whole lease is one call now, "
+            "python3 -m ampbook.gpucheck --lease --out DIR",
+            file=sys.stderr,
+        )
+        return 2
     if not args.out:
         print(
             "error: --out DIR is required "
@@ -1192,7 +1480,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        selected = select_stages(args.plan, args.stages)
+        selected = select_stages(args.lease, args.stages)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -1202,13 +1490,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --out {out} exists and is not a folder", file=sys.stderr)
         return 2
     check_out(out)
+    work = Path(args.work) if args.work else WORK_DIR
+    if args.dry_run and not args.work:
+        work = work.with_name(work.name + "-dry")
+    cli.check_output_dir(work, "--work")
+    if not args.stages:  # a new lease: nothing of an earlier one is merged
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
     return Check(
         out,
         budget,
         args.dry_run,
         selected,
+        work=work,
+        keep_work=True,
         wheel_dir=Path(args.wheels),
-        plan=args.plan.upper() if args.plan and not args.stages else None,
+        lease=bool(args.lease and not args.stages),
+        lease_left_s=args.lease_left_s,
     ).run()
 
 

@@ -11,7 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from ampbook.gpucheck import PLANS, STAGE_NAMES, parse_stages, select_stages, slug
+from ampbook.gpucheck import (
+    BY_NAME,
+    DEFAULT_BUDGET_S,
+    RESERVE_S,
+    STAGE_NAMES,
+    STAGE_SIZES,
+    STAGES,
+    parse_stages,
+    replay,
+    select_stages,
+    should_start,
+    slug,
+    stage_timeout,
+)
 from ampbook.paths import REPO_ROOT
 from ampbook.results import load_results_dir
 
@@ -29,6 +42,8 @@ def gpucheck(*args, timeout=900):
 
 
 def check_file_set(out: Path) -> dict:
+    """At most 8 flat files with plain names, each within 16 MiB: the four a dry run
+    writes (no compile cache: nothing was compiled)."""
     files = list(out.iterdir())
     assert {f.name for f in files} == FILE_SET
     assert len(files) <= 8
@@ -38,11 +53,12 @@ def check_file_set(out: Path) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
-def dry_run(stages: tuple[str, ...], out: Path) -> tuple[dict, float]:
+def dry_run(stages: tuple[str, ...], out: Path, work: Path) -> tuple[dict, float]:
     start = time.monotonic()
     done = gpucheck(
-        "--stages", ",".join(stages), "--dry-run", "--out", str(out), timeout=2400
-    )
+        "--stages", ",".join(stages), "--dry-run", "--out", str(out),
+        "--work", str(work), timeout=2400,
+    )  # fmt: skip
     elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return check_file_set(out), elapsed
@@ -54,41 +70,102 @@ def extract_results(out: Path, to: Path):
     return load_results_dir(to)
 
 
-# The suite dry-runs each plan's stages but one or two notebooks: every notebook stage
-# is the same code with another chapter (``stage_notebook``), and the book's own smoke
-# execution runs every chapter. The whole plans are dry-run before a GPU session
-# (DEVELOPING.md, "The GPU check on a lent machine": ``make gpucheck-dry``).
-PLAN_A_DRY = tuple(n for n in PLANS["A"] if n != "nb06")
-PLAN_B_DRY = ("wheels", "env", "data", "nb02", "nb03", "loader")
+# The suite's one-call dry run: every stage of the lease but the chapters, whose
+# notebook stage is the same code for every chapter (``stage_notebook``) and which the
+# book's own smoke execution runs (chapter 2 stays: it names its results file). The
+# whole lease is dry-run before a GPU session (DEVELOPING.md, "The GPU check on a lent
+# machine": ``make gpucheck-dry``).
+LEASE_DRY = tuple(n for n in STAGE_NAMES if not n.startswith("nb") or n == "nb02")
 
 
-def test_the_plans_and_what_the_suite_dry_runs_of_them():
-    assert PLANS["A"] == (
-        "wheels", "env", "data", "tests", "profile", "ladder", "compile", "nb06"
-    )  # fmt: skip
-    assert PLANS["B"] == (
-        "wheels", "env", "data", "nb01", "nb02", "nb03", "loader", "nb04", "nb05"
-    )  # fmt: skip
-    assert set(PLAN_B_DRY) <= set(PLANS["B"]) and set(PLAN_A_DRY) <= set(PLANS["A"])
-    # every notebook a plan runs is a chapter the book's smoke execution runs
-    assert {n for n in PLANS["A"] + PLANS["B"] if n.startswith("nb")} <= {
-        f"nb{p.stem[:2]}" for p in (REPO_ROOT / "notebooks").glob("0*.py")
-    }
+def test_the_lease_puts_the_ladder_first_and_the_committed_profiles_last():
+    order = list(STAGE_NAMES)
+    assert order[:8] == [
+        "wheels", "env", "data", "ladder", "compile", "profile-cl", "ladder-extra",
+        "tests",
+    ]  # fmt: skip
+    chapters = [n for n in order if n.startswith("nb")]
+    assert order.index("profile") > max(order.index(n) for n in chapters[:-1])
+    assert chapters[-1] == "nb07"  # its own small ladder: least needed
+    # the stages every later one needs have their minimum shares with margin
+    assert (BY_NAME["wheels"].share_s, BY_NAME["env"].share_s) == (30, 15)
+    assert BY_NAME["data"].share_s == 25
+    # every share says what it was sized from: an H200 figure or a CPU proxy
+    assert all(st.h200 != "-" or st.cpu != "-" for st in STAGES if st.name != "nb07")
+    # the cells of the two comparisons first: TF32 and amp-fp16, rung by rung
+    cells = STAGE_SIZES["gpu"]["cells"]
+    assert cells["ladder"] == (("fp32-tf32", "amp-fp16"), (0, 1, 2, 3, 4))
+    assert cells["compile"] == (("amp-fp16", "fp32-tf32"), (5,))
+    assert cells["ladder-extra"] == (("amp-bf16", "fp32"), (0, 4))
+    # the stages through the tests fit the default budget, and it the tool's 600 s
+    upto = sum(st.share_s for st in STAGES[: order.index("tests") + 1])
+    assert upto <= DEFAULT_BUDGET_S - RESERVE_S and DEFAULT_BUDGET_S + 40 <= 600
+
+
+# The last H200 lease's measured stage seconds (data/gpucheck/2026-11-30_h200_try*.log,
+# the slowest of each) and, for the stages that never ran there, the CPU proxies of
+# ../GPU-FINDINGS.md ("Sizing the next lease") at their upper ends.
+H200_TOOK = {
+    "wheels": 6.2,
+    "env": 6.3,
+    # 2.2 s per 32 images at 2048x1024: ~11 s for the 50 + 24 + 84 of the sets
+    "data": 17.0,
+    # a cell ~10 s, after ~8 s of process start and the first cost-model traces
+    "ladder": [8 + 10 * (i + 1) for i in range(10)],
+    # per mode: Dynamo + AOTAutograd 8 s, a cold Inductor compile 60 s, the cell 10 s,
+    # the epochs' recompilation 15 s
+    "compile": [93.0, 186.0],
+    "profile-cl": 20.6,
+    "ladder-extra": [18.0, 33.0, 43.0, 58.0],  # amp-bf16 ~10 s, strict fp32 ~15 s
+    "tests": 23.8,
+    "loader": 25.0,
+    "nb04": 61.0,
+    "nb05": 68.0,
+    "nb02": 25.3,
+    "nb01": 13.9,
+}
+
+
+def test_the_budget_rule_replayed_on_the_h200_times_keeps_the_whole_ladder():
+    got = replay(H200_TOOK)
+    end = DEFAULT_BUDGET_S - RESERVE_S
+    ladder, compiled = got["ladder"], got["compile"]
+    assert ladder["status"] == "ok" and ladder["cells"] == 10  # TF32, fp16: rungs 0-4
+    assert compiled["status"] == "ok" and compiled["cells"] == 2  # both rung-5 cells
+    assert compiled["start"] + compiled["seconds"] <= end
+    assert got["profile-cl"]["status"] == got["tests"]["status"] == "ok"
+    # strict fp32 and amp-bf16 at rungs 0 and 4 fit in what the ladder left
+    assert got["ladder-extra"]["status"] == "ok"
+    # what the early stages did not use went to the chapters after them
+    ran = [n for n, r in got.items() if r["status"] != "skipped"]
+    assert {"nb06", "loader", "nb04"} <= set(ran)
+    assert all(r["start"] + r["seconds"] <= end + 1e-9 for r in got.values())
+    # with wheels, env and data taking their whole shares, the ladder and both
+    # compiled cells still finish: their limits are their shares, whatever came first
+    slow = {**H200_TOOK, "wheels": 30.0, "env": 15.0, "data": 25.0}
+    got = replay(slow)
+    assert got["ladder"]["cells"] == 10 and got["compile"]["cells"] == 2
+    # a compile stage twice as slow as the proxy keeps the cells it wrote in its limit
+    got = replay({**H200_TOOK, "compile": [186.0, 372.0]})
+    assert got["compile"]["status"] == "cut short" and got["compile"]["cells"] == 1
+    assert got["compile"]["seconds"] == BY_NAME["compile"].share_s
+
+
+def test_the_budget_rule_gives_a_stage_its_share_or_the_time_later_ones_leave():
+    assert stage_timeout(120, 400, 545) == 145  # the later shares fit in 400: more
+    assert stage_timeout(120, 1000, 545) == 120  # they do not: its share
+    assert stage_timeout(120, 1000, 50) == 50  # never past the budget
+    assert stage_timeout(25, 0, 300) == 300  # a rerun's last stage: all that is left
+    assert should_start(60, 30) and not should_start(60, 29)
+    assert should_start(200, 30) and not should_start(6, 2.9)
 
 
 @pytest.fixture(scope="module")
-def plan_a(tmp_path_factory):
-    """One dry run of plan A's stages but chapter 6, shared by the assertions."""
-    out = tmp_path_factory.mktemp("plan-a") / "out"
-    report, elapsed = dry_run(PLAN_A_DRY, out)
-    return out, report, elapsed
-
-
-@pytest.fixture(scope="module")
-def plan_b(tmp_path_factory):
-    out = tmp_path_factory.mktemp("plan-b") / "out"
-    report, elapsed = dry_run(PLAN_B_DRY, out)
-    return out, report, elapsed
+def lease_dry(tmp_path_factory):
+    """One dry run of the lease's stages but the chapters, shared by the assertions."""
+    base = tmp_path_factory.mktemp("lease")
+    report, elapsed = dry_run(LEASE_DRY, base / "out", base / "work")
+    return base / "out", report, elapsed
 
 
 def _statuses(report: dict) -> dict:
@@ -96,64 +173,174 @@ def _statuses(report: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_plan_a_dry_run_runs_its_stages_and_keeps_the_ladder(plan_a, tmp_path):
-    out, report, elapsed = plan_a
-    assert report["finished"] and report["dry_run"] and report["plan"] is None
-    assert report["cut_short"] == [] and report["elapsed_s"] <= elapsed
+def test_the_one_call_dry_run_runs_every_stage_and_returns_eight_files_at_most(
+    lease_dry, tmp_path
+):
+    out, report, elapsed = lease_dry
+    assert report["finished"] and report["dry_run"] and report["cut_short"] == []
+    assert report["elapsed_s"] <= elapsed
     status = _statuses(report)
-    assert {n for n, st in status.items() if st != "not selected"} == set(PLAN_A_DRY)
+    assert {n for n, st in status.items() if st != "not selected"} == set(LEASE_DRY)
     assert status["wheels"] == "skipped"
-    assert all(status[n] == "ok" for n in PLAN_A_DRY if n != "wheels"), status
-    assert all(s["writes"] for s in report["stages"] if s["name"] in PLAN_A_DRY[1:])
-    log = (out / "gpucheck.log").read_text()
-    assert "TORCH_COMPILE_DISABLE=1" in log and "done in" in log
-    assert "nothing compiled, no compile cache to archive" in log
-    with tarfile.open(out / "notebooks.tar.gz") as tar:
-        assert tar.getnames() == []
+    assert all(status[n] == "ok" for n in LEASE_DRY if n != "wheels"), status
+    log = (out / "gpucheck.log").read_text().splitlines()
+    assert (
+        log[-1]
+        == report["rerun"]
+        == ("rerun: none needed, no stage was cut short or skipped")
+    )
+    text = "\n".join(log)
+    assert "TORCH_COMPILE_DISABLE=1" in text
+    assert "compile_cache.bin left out: --dry-run: nothing compiled" in text
+    assert "-m cuda -v -rA --durations=0" in text  # every test named, timed
     rs = extract_results(out, tmp_path / "results")
-    assert rs.ignored == [] and rs.train_runs == []
-    assert len(rs.layer_profiles) == 4  # fp32 and amp-fp16, NCHW and channels_last
+    assert rs.ignored == [] and len(rs.loader_sweeps) == len(rs.matmul_sweeps) == 1
     assert sorted(bool(p.record["channels_last"]) for p in rs.layer_profiles) == [
-        False,
-        False,
-        True,
-        True,
-    ]
+        False, False, True, True,
+    ]  # fmt: skip
     (ladder,) = rs.ladders
-    assert ladder.complete and ladder.record["settings"]["isolate"] == "precision"
-    cells = {(c.rung, c.mode): c.ok for c in ladder.cells}
-    assert cells == {
-        (0, "fp32-tf32"): True,
-        (0, "fp32"): True,
-        (4, "fp32-tf32"): True,
-        (4, "fp32"): True,
-        (5, "fp32-tf32"): True,  # the compile stage, merged into the same file
-    }
-    assert sorted(report["results"]) == sorted(
-        p.name for p in (tmp_path / "results").iterdir()
-    )
+    assert ladder.complete and ladder.record["settings"]["isolate"] == "none"
+    cells = {(c.rung, c.mode): c.record["epoch"] for c in ladder.cells if c.ok}
+    dry = STAGE_SIZES["dry"]["cells"]
+    want = {
+        (r, m) for stage in dry.values() for m in stage[0] for r in stage[1]
+    }  # the ladder, the compiled rung, the extra and the rest, in one file
+    assert cells == {cell: "measured" for cell in want}
 
 
-@pytest.mark.slow
-def test_plan_b_dry_run_runs_the_chapters_and_the_loader(plan_b, tmp_path):
-    out, report, elapsed = plan_b
-    assert report["finished"] and report["cut_short"] == []
-    status = _statuses(report)
-    assert {n for n, st in status.items() if st != "not selected"} == set(PLAN_B_DRY)
-    assert all(status[n] == "ok" for n in PLAN_B_DRY if n != "wheels"), status
-    with tarfile.open(out / "notebooks.tar.gz") as tar:
-        assert sorted(tar.getnames()) == [
-            "02_tensor_cores.ipynb",
-            "03_amp_training.ipynb",
-        ]
-    rs = extract_results(out, tmp_path / "results")
-    assert rs.ignored == [] and rs.ladders == []
-    assert rs.train_runs and len(rs.matmul_sweeps) == 1 and len(rs.loader_sweeps) == 1
-    assert all(
-        p.name.startswith("train_")
-        for p in (tmp_path / "results").iterdir()
-        if json.loads(p.read_text())["schema"] == "ampbook.train"
+def _watch(cmd: list[str], log: Path, until, limit_s: float = 600):
+    """Start the check, wait until ``until(lines of its log)`` holds, SIGTERM it (the
+    check alone: it stops its stage's process group itself) and return its output."""
+    import signal
+
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+    try:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            if log.exists() and until(log.read_text().splitlines()):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the check ended before the moment to stop it"
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, stdout
+
+
+def _cell_lines(lines: list[str]) -> tuple[list[tuple[int, str]], list[tuple]]:
+    """(rung, mode) of the ladder's cell lines in the log: written whole (with their
+    epochs), and written once their step was measured."""
+    whole, early = [], []
+    for line in lines:
+        m = re.match(r"\s*rung (\d) (\S+)\s+step .*", line)
+        if m:
+            cell = (int(m[1]), m[2])
+            (early if line.endswith("the epochs next") else whole).append(cell)
+    return whole, early
+
+
+def _lease_cmd(stages: str, out: Path, work: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "ampbook.gpucheck", "--dry-run", "--stages", stages,
+        "--out", str(out), "--work", str(work),
+    ]  # fmt: skip
+
+
+def _ladder_of(out: Path, to: Path):
+    (ladder,) = extract_results(out, to).ladders
+    return ladder
+
+
+def test_a_check_killed_in_the_middle_of_the_ladder_returns_every_finished_cell(
+    tmp_path,
+):
+    out, work = tmp_path / "out", tmp_path / "work"
+    rc, stdout = _watch(
+        _lease_cmd("ladder", out, work),
+        out / "gpucheck.log",
+        # the first cell whole, the second begun: stopped in the middle of the ladder
+        lambda lines: len(_cell_lines(lines)[0]) >= 1,
+    )
+    assert rc == 143, stdout[-2000:]
+    report = check_file_set(out)
+    assert report["finished"] and report["cut_short"] == ["ladder"]
+    lines = (out / "gpucheck.log").read_text().splitlines()
+    whole, early = _cell_lines(lines)
+    ladder = _ladder_of(out, tmp_path / "results")
+    assert ladder.status == "running"  # stopped part-way, and says so
+    got = {(c.rung, c.mode): c for c in ladder.cells if c.ok}
+    assert set(whole) <= set(got) and set(early) == set(got)
+    assert whole[0] == (0, "fp32-tf32") and len(got) <= 2
+    for cell, c in got.items():
+        assert c.step_s > 0 and c.kernel_s is not None
+        assert c.record["epoch"] == ("measured" if cell in whole else "pending")
+        assert (c.images_per_s is not None) == (cell in whole)
+    # the log's last line: what was cut, and the command that reruns it
+    assert lines[-1] == report["rerun"]
+    assert lines[-1].startswith("rerun: cut ladder (cut short); in the lease's ~")
+    assert f"--dry-run --stages ladder --work {work} --budget-s " in lines[-1]
+    assert "--out $OUT (timeout_s " in lines[-1]
+
+
+def test_a_check_killed_in_the_compiled_rung_keeps_the_step_it_timed(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    rc, stdout = _watch(
+        _lease_cmd("compile", out, work),
+        out / "gpucheck.log",
+        lambda lines: (5, "fp32-tf32") in _cell_lines(lines)[1],
+    )
+    assert rc == 143, stdout[-2000:]
+    report = check_file_set(out)
+    assert report["cut_short"] == ["compile"]
+    whole, early = _cell_lines((out / "gpucheck.log").read_text().splitlines())
+    c = _ladder_of(out, tmp_path / "results").cell(5, "fp32-tf32")
+    assert c is not None and c.step_s > 0 and c.record["first_step_s"] > 0
+    # its epochs were cut (unless they ended before the signal, as the log then says)
+    done = (5, "fp32-tf32") in whole
+    assert c.record["epoch"] == ("measured" if done else "pending")
+
+
+def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path):
+    """The stages cut short, skipped or never reached are rerun in what the lease has
+    left after this call and the rerun's transfers, or at the next lease when that is
+    too little; stages that ran to an end (ok or error) are not."""
+    from ampbook.gpucheck import RERUN_MARGIN_S, Check, StageResult
+
+    selected = ("wheels", "env", "ladder", "compile", "tests", "nb04")
+    check = Check(tmp_path / "out", 560, False, selected, lease_left_s=780)
+    check.t0 = time.monotonic() - 500  # this call has taken 500 s
+    check.results = [
+        StageResult("wheels", 30, status="ok", ok=True),
+        StageResult("env", 15, status="ok", ok=True),
+        StageResult("ladder", 120, status="ok", ok=True),
+        StageResult("compile", 200, status="cut short"),
+        StageResult("tests", 35, status="error"),
+        StageResult("nb04", 60, status="skipped"),
+    ]
+    line = check.rerun_line()
+    budget = 780 - 500 - RERUN_MARGIN_S
+    assert line == (
+        "rerun: cut compile (cut short), nb04 (skipped); in the lease's ~280 s left: "
+        f"python3 -m ampbook.gpucheck --stages compile,nb04 --budget-s {budget} "
+        f"--out $OUT (timeout_s {budget + 30})"
+    )
+    assert parse_stages("compile,nb04") == ("wheels", "env", "compile", "nb04")
+    check.results = check.results[:3]  # killed in the ladder: the rest not reached
+    check.t0 = time.monotonic() - 700
+    line = check.rerun_line()
+    assert line.startswith("rerun: cut compile (not reached), tests (not reached)")
+    assert line.endswith(
+        "too few for a rerun: at the next lease, python3 -m ampbook.gpucheck "
+        "--stages compile,tests,nb04 --out $OUT"
+    )
+    check.results = [StageResult(n, 1, status="ok", ok=True) for n in selected]
+    assert check.rerun_line() == "rerun: none needed, no stage was cut short or skipped"
+    check.close()
 
 
 def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
@@ -205,8 +392,9 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
         (["--dry-run"], "--out DIR is required"),
         (["--out", str(tmp_path), "--stages", "nb09"], "unknown stage(s) nb09"),
         (["--out", str(tmp_path), "--budget-s", "5"], "--budget-s must be more"),
-        (["--out", str(tmp_path)], "give --plan A or --plan B"),
-        (["--out", str(tmp_path), "--plan", "C"], "unknown plan 'C'"),
+        (["--out", str(tmp_path)], "give --lease"),
+        (["--out", str(tmp_path), "--plan", "A"], "--plan is gone"),
+        (["--out", str(tmp_path), "--lease", "--lease-left-s", "0"], "--lease-left-s"),
     ):
         done = gpucheck(*args, timeout=60)
         assert (
@@ -216,20 +404,8 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
         )
     afile = tmp_path / "f"
     afile.write_text("x")
-    done = gpucheck("--plan", "A", "--out", str(afile), timeout=60)
+    done = gpucheck("--lease", "--out", str(afile), timeout=60)
     assert done.returncode == 2 and "not a folder" in done.stderr
-
-
-def test_each_plans_budgets_fit_one_call_and_two_calls_fit_a_lease():
-    from ampbook.gpucheck import DEFAULT_BUDGET_S, RESERVE_S, STAGES
-
-    budget = {s.name: s.budget_s for s in STAGES}
-    assert DEFAULT_BUDGET_S <= 330
-    for plan, names in PLANS.items():
-        assert sum(budget[n] for n in names) <= DEFAULT_BUDGET_S - RESERVE_S, plan
-    # a 15-minute lease: ~100 s to start, two calls with ~30 s of start-up and packing
-    assert 100 + 2 * (DEFAULT_BUDGET_S + 30) <= 15 * 60
-    assert set(PLANS["A"]) | set(PLANS["B"]) | {"nb07"} == set(STAGE_NAMES)
 
 
 def test_check_profile_sets_only_parameters_of_each_checked_notebook():
@@ -271,11 +447,13 @@ def test_a_stage_that_ends_early_leaves_its_time_to_the_next(tmp_path):
 
 def test_stage_selection_and_slug():
     assert parse_stages(None) == STAGE_NAMES
-    assert parse_stages("nb05,profile") == ("wheels", "env", "profile", "nb05")
+    assert parse_stages("profile,nb05") == ("wheels", "env", "nb05", "profile")
     with pytest.raises(ValueError, match="unknown stage"):
         parse_stages("nb3")
-    assert select_stages("a", None) == PLANS["A"]
-    assert select_stages("B", "nb01") == ("wheels", "env", "nb01")  # --stages wins
+    assert select_stages(True, None) == STAGE_NAMES
+    assert select_stages(True, "nb01") == ("wheels", "env", "nb01")  # --stages wins
+    with pytest.raises(ValueError, match="give --lease"):
+        select_stages(False, None)
     assert slug("NVIDIA H200") == "h200"
     assert slug("NVIDIA GeForce RTX 3070") == "rtx-3070"
     assert slug("Fixture GPU (fictitious)") == "fixture-gpu-fictitious"
@@ -377,7 +555,19 @@ def test_an_archive_over_the_file_limit_stops_early_and_keeps_the_previous(
     log = (tmp_path / "out" / "gpucheck.log").read_text()
     assert "passed the 0.0625 MiB a file may be (40 files)" in log
     assert "kept the previous one" in log
-    check.archive_compile_cache()  # a dry run compiles nothing: no archive, a line
-    assert not (tmp_path / "out" / gc.COMPILE_ARCHIVE).exists()
-    assert "nothing compiled" in (tmp_path / "out" / "gpucheck.log").read_text()
+    check.copy_compile_cache()  # a dry run compiles nothing: no file, a line
+    assert not (tmp_path / "out" / gc.COMPILE_CACHE).exists()
+    log = (tmp_path / "out" / "gpucheck.log").read_text()
+    assert "compile_cache.bin left out: --dry-run: nothing compiled" in log
+    # a cache over the limit is left out, with its size; one that fits is copied
+    (tmp_path / "w" / gc.COMPILE_CACHE).write_bytes(os.urandom(80 * 1024))
+    check.copy_compile_cache()
+    assert not (tmp_path / "out" / gc.COMPILE_CACHE).exists()
+    assert (
+        "left out: 0.1 MiB, over the 0.0625 MiB"
+        in (tmp_path / "out" / "gpucheck.log").read_text()
+    )
+    (tmp_path / "w" / gc.COMPILE_CACHE).write_bytes(b"artifacts")
+    check.copy_compile_cache()
+    assert (tmp_path / "out" / gc.COMPILE_CACHE).read_bytes() == b"artifacts"
     check.log_file.close()
