@@ -55,10 +55,10 @@ WHEEL_PLATFORMS := manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 
 	manylinux_2_24_x86_64 manylinux_2_27_x86_64 manylinux_2_28_x86_64 manylinux_2_31_x86_64 \
 	manylinux_2_34_x86_64 manylinux_2_35_x86_64 manylinux_2_39_x86_64
 
-# Both plans of the GPU check, whole, on this CPU at tiny sizes (before a GPU session).
+# The whole GPU check (the lease in one call) on this CPU at tiny sizes, before a GPU session.
 gpucheck-dry: $(STAMP)
-	$(VPY) -m ampbook.gpucheck --plan A --dry-run --out build/gpucheck-dry/A
-	$(VPY) -m ampbook.gpucheck --plan B --dry-run --out build/gpucheck-dry/B
+	rm -rf build/gpucheck-dry
+	$(VPY) -m ampbook.gpucheck --lease --dry-run --out build/gpucheck-dry
 
 gpu-wheels:
 	@rm -rf .whl && mkdir -p .whl

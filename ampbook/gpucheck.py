@@ -1366,6 +1366,20 @@ def select_stages(lease: bool, stages: str | None) -> tuple[str, ...]:
     return STAGE_NAMES
 
 
+def sizing_markdown() -> str:
+    """``STAGES`` as the Markdown table of DEVELOPING.md (a test keeps the two equal)."""
+    rows = [
+        "| stage | share (s) | dry run (s) | H200, 2026-11-30 | CPU proxy | writes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for st in STAGES:
+        rows.append(
+            f"| {st.name} | {st.share_s:.0f} | {st.dry_budget_s:.0f} | {st.h200} | "
+            f"{st.cpu} | {st.writes or '-'} |"
+        )
+    return "\n".join(rows)
+
+
 def sizing_table() -> str:
     """The stages in order: share, dry-run budget and what each was sized from."""
     rows = [f"{'stage':<13}{'share s':>8}{'dry s':>7}  H200 (2026-11-30)  |  CPU proxy"]

@@ -151,6 +151,13 @@ def test_the_budget_rule_replayed_on_the_h200_times_keeps_the_whole_ladder():
     assert got["compile"]["seconds"] == BY_NAME["compile"].share_s
 
 
+def test_developing_md_shows_the_shares_table_the_code_runs():
+    from ampbook.gpucheck import sizing_markdown
+
+    text = (REPO_ROOT / "DEVELOPING.md").read_text()
+    assert sizing_markdown() in text, "rewrite DEVELOPING.md's table from the code"
+
+
 def test_the_budget_rule_gives_a_stage_its_share_or_the_time_later_ones_leave():
     assert stage_timeout(120, 400, 545) == 145  # the later shares fit in 400: more
     assert stage_timeout(120, 1000, 545) == 120  # they do not: its share
