@@ -159,60 +159,62 @@ class Stage:
 STAGES = (
     Stage("wheels", 30, 5, "3.6-6.2 s", "-", "", always=True),
     Stage(
-        "env", 15, 120, "4.3-6.3 s", "dry 10-25 s", "environment.json in report.json",
+        "env", 15, 120, "4.3-6.3 s", "dry 3 s", "environment.json in report.json",
         always=True,
     ),
     Stage(
-        "data", 25, 120, "-", "2.2 s per 32 images at 2048x1024 (16 cores): ~11 s",
+        "data", 25, 120, "-",
+        "2.2 s per 32 images at 2048x1024 (16 cores): ~11 s; dry 6 s",
         "the synthetic sets in build/cache (not in the output)",
     ),
     Stage(
         "ladder", 120, 240, "-",
-        "10 cells x ~10 s + ~8 s start and first traces; dry 2x2 cells",
+        "10 cells x ~10 s + ~8 s start and first traces; dry 37 s",
         "ladder_<gpu>.json, fp32-tf32 and amp-fp16 rungs 0-4 (every cell at once)",
     ),
     Stage(
         "compile", 200, 240, "-",
-        "2 x (8 s Dynamo + 25-60 s Inductor + ~10 s cell + ~15 s epochs' recompile)",
+        "2 x (8 s Dynamo + 25-60 s Inductor + ~10 s cell + ~15 s epochs' "
+        "recompile); dry 15 s (eager)",
         "rung 5 of amp-fp16 and fp32-tf32 into ladder_<gpu>.json; compile_cache.bin",
     ),
     Stage(
-        "profile-cl", 25, 120, "20.6 s (the two NCHW profiles)", "dry 2 profiles",
+        "profile-cl", 25, 120, "20.6 s (the two NCHW profiles)", "dry 17 s",
         "layer_profile_<gpu>_{fp32,amp-fp16}_1024x512_cl.json",
     ),
     Stage(
         "ladder-extra", 70, 180, "-",
-        "4 cells: amp-bf16 ~10 s, strict fp32 ~15 s each, + ~8 s start",
+        "4 cells: amp-bf16 ~10 s, strict fp32 ~15 s each, + ~8 s start; dry 12 s",
         "amp-bf16 and fp32 rungs 0 and 4 into ladder_<gpu>.json",
     ),
     Stage(
-        "tests", 35, 240, "23.8 s (9 tests)", "dry: collection only",
+        "tests", 35, 240, "23.8 s (9 tests)", "dry 11 s (no CUDA test to run)",
         "the log of pytest -m cuda -v -rA --durations=0",
     ),
-    Stage("nb06", 25, 240, "-", "chapter 6 smoke", "06_will_amp_help.ipynb"),
+    Stage("nb06", 25, 240, "-", "dry 46 s", "06_will_amp_help.ipynb"),
     Stage(
-        "loader", 25, 180, "cut at 25 s (synthetic set 2.2 s)", "-",
+        "loader", 25, 180, "cut at 25 s (synthetic set 2.2 s)", "dry 6 s",
         "loader_<gpu>.json",
     ),
-    Stage("nb04", 60, 240, "cut at 55-61 s", "-", "04_loss_scaling.ipynb"),
-    Stage("nb05", 72, 300, "cut at 68 s", "-", "05_rtx3070.ipynb"),
+    Stage("nb04", 60, 240, "cut at 55-61 s", "dry 29 s", "04_loss_scaling.ipynb"),
+    Stage("nb05", 72, 300, "cut at 68 s", "dry 52 s", "05_rtx3070.ipynb"),
     Stage(
-        "nb02", 30, 180, "25.3 s", "-",
+        "nb02", 30, 180, "25.3 s", "dry 23 s",
         "02_tensor_cores.ipynb, tensor_cores_<gpu>.json",
     ),
-    Stage("nb01", 18, 180, "12.9-13.9 s", "-", "01_floating_point.ipynb"),
+    Stage("nb01", 18, 180, "12.9-13.9 s", "dry 16 s", "01_floating_point.ipynb"),
     Stage(
-        "nb03", 75, 300, "250.6 s at the gpu profile", "-",
+        "nb03", 75, 300, "250.6 s at the gpu profile", "dry 43 s",
         "03_amp_training.ipynb, train_<gpu>_*.json (every epoch)",
     ),
     Stage(
-        "profile", 25, 120, "20.6 s", "dry 2 profiles",
+        "profile", 25, 120, "20.6 s", "dry 52 s",
         "layer_profile_<gpu>_{fp32,amp-fp16}_1024x512.json (committed already)",
     ),
     Stage(
-        "ladder-rest", 75, 180, "-", "6 cells", "amp-bf16 and fp32 rungs 1-3",
+        "ladder-rest", 75, 180, "-", "6 cells; dry 38 s", "amp-bf16 and fp32 rungs 1-3",
     ),
-    Stage("nb07", 45, 300, "-", "-", "07_making_amp_pay.ipynb"),
+    Stage("nb07", 45, 300, "-", "dry 97 s", "07_making_amp_pay.ipynb"),
 )  # fmt: skip
 STAGE_NAMES = tuple(s.name for s in STAGES)
 BY_NAME = {s.name: s for s in STAGES}
@@ -1367,7 +1369,7 @@ def select_stages(lease: bool, stages: str | None) -> tuple[str, ...]:
 
 
 def sizing_markdown() -> str:
-    """``STAGES`` as the Markdown table of DEVELOPING.md (a test keeps the two equal)."""
+    """``STAGES`` as DEVELOPING.md's Markdown table (a test keeps the two equal)."""
     rows = [
         "| stage | share (s) | dry run (s) | H200, 2026-11-30 | CPU proxy | writes |",
         "|---|---|---|---|---|---|",
