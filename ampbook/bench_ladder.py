@@ -194,6 +194,22 @@ def _now() -> str:
 # --------------------------------------------------------------------------------------
 
 
+# A CPU's default ladder, sized for about a minute on 2 cores: the post's setup against
+# every eager change at once (rungs 0 and 4), at 64x32, one image a step, 3 timed steps.
+CPU_DEFAULTS = dict(
+    rungs=(0, 4),
+    height=32,
+    width=64,
+    batch_size=1,
+    warmup=1,
+    steps=3,
+    profile_steps=1,
+    epochs=2,
+    train_images=2,
+    val_images=1,
+)
+
+
 @dataclass
 class LadderSpec:
     """What to measure: device, size, rungs, modes, and how long to measure each."""
@@ -215,20 +231,9 @@ class LadderSpec:
 
     @classmethod
     def for_device(cls, device_type: str, **kw) -> "LadderSpec":
-        """The defaults for a GPU (the post's setting) or a CPU (a small size)."""
+        """The defaults for a GPU (the post's setting) or a CPU (``CPU_DEFAULTS``)."""
         if device_type == "cpu":
-            base = dict(
-                height=64,
-                width=128,
-                batch_size=2,
-                modes=CPU_MODES,
-                warmup=1,
-                steps=5,
-                profile_steps=2,
-                epochs=2,
-                train_images=8,
-                val_images=1,
-            )
+            base = dict(CPU_DEFAULTS, modes=CPU_MODES)
         else:
             base = {}
         base.update({k: v for k, v in kw.items() if v is not None})
@@ -1702,8 +1707,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(
         prog="python -m ampbook.bench ladder", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--rungs", default=None, help="e.g. 0-5 (default) or 0,2,4")
+    cpu = CPU_DEFAULTS
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto (default: CUDA where there is one), cpu or cuda. The defaults: on "
+        "a GPU the post's setting (1024x512, batch 6), rungs 0-5, four precisions; "
+        f"on a CPU rungs {','.join(map(str, cpu['rungs']))} at {cpu['width']}x"
+        f"{cpu['height']}, batch {cpu['batch_size']}, fp32 and amp-bf16, "
+        f"{cpu['steps']} timed steps (sized for about a minute on 2 cores)",
+    )
+    parser.add_argument(
+        "--rungs", default=None, help="e.g. 0-5 or 0,2,4 (default: see --device)"
+    )
     parser.add_argument(
         "--precisions",
         default=None,
