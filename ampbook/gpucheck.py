@@ -32,8 +32,9 @@ lent machine"):
 
 The budget rule (``stage_timeout``): a stage may run for its share, or for more when
 the shares of the stages after it still fit in what is left, and never past the
-budget; a stage that ends early leaves its time to the later ones; a stage whose time
-left is under half its share (and under ``MIN_STAGE_S``) is skipped. A stage over its
+budget; a stage that ends early leaves its time to the later ones; a stage left with
+less than half its share (at most 30 s) or than ``MIN_STAGE_S`` is skipped (``wheels``
+and ``env`` run with whatever is left). A stage over its
 time is stopped (its whole process group) and reported as cut short, and what it
 measured stays: the ladder writes each cell as soon as its step, kernel/idle split and
 memory are measured and again with its epochs, the training runner every epoch.

@@ -294,6 +294,38 @@ def test_a_check_killed_in_the_middle_of_the_ladder_returns_every_finished_cell(
     assert "--out $OUT (timeout_s " in lines[-1]
 
 
+@pytest.mark.slow
+def test_the_rerun_line_run_as_given_measures_only_the_cells_the_first_call_lacked(
+    tmp_path,
+):
+    """Killed in the ladder, then its rerun line run as printed (in the same work
+    folder, as on the warm machine): the cells measured whole are kept as they were,
+    the others measured, and the second call's results hold the whole ladder."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    rc, _ = _watch(
+        _lease_cmd("ladder", out, work),
+        out / "gpucheck.log",
+        lambda lines: len(_cell_lines(lines)[0]) >= 1,
+    )
+    assert rc == 143
+    first = _ladder_of(out, tmp_path / "r1")
+    whole = {(c.rung, c.mode): c.step_s for c in first.cells if c.images_per_s}
+    line = json.loads((out / "report.json").read_text())["rerun"]
+    cmd = line.split(": ", 2)[2].rsplit(" (timeout_s", 1)[0].split()
+    assert cmd[:3] == ["python3", "-m", "ampbook.gpucheck"]
+    out2 = tmp_path / "out2"
+    cmd = [sys.executable, *cmd[1:]]
+    cmd[cmd.index("$OUT")] = str(out2)
+    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:]
+    second = _ladder_of(out2, tmp_path / "r2")
+    assert second.complete and len([c for c in second.cells if c.ok]) == 4
+    for cell, step_s in whole.items():
+        assert second.cell(*cell).step_s == step_s  # kept, not measured again
+    again = _cell_lines((out2 / "gpucheck.log").read_text().splitlines())
+    assert whole and not set(whole) & set(again[0] + again[1])
+
+
 def test_a_check_killed_in_the_compiled_rung_keeps_the_step_it_timed(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     rc, stdout = _watch(
