@@ -1076,7 +1076,7 @@ def fs_cases() -> list[Case]:
             Case(
                 c,
                 f"gpucheck --out {label}",
-                cmd("ampbook.gpucheck", "--dry-run", "--out", where("gc")),
+                cmd("ampbook.gpucheck", "--lease", "--dry-run", "--out", where("gc")),
             ),
             Case(
                 c,
@@ -1245,7 +1245,7 @@ def signals_cases() -> list[Case]:
         ),
         ("bench step", cmd("ampbook.bench", "step")),
         ("doctor", cmd("ampbook.doctor", "--model", "erfnet")),
-        ("gpucheck", cmd("ampbook.gpucheck", "--dry-run", "--out", T("gc"))),
+        ("gpucheck", cmd("ampbook.gpucheck", "--lease", "--dry-run", "--out", T("gc"))),
         (
             "build.run",
             cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
