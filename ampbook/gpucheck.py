@@ -434,7 +434,7 @@ def stage_tests(work: Path, dry: bool) -> None:
 
     files = cuda_test_files()
     if find_spec("pytest_timeout"):
-        limit = ["-p", "pytest_timeout", f"--timeout={PYTEST_TIMEOUT_S}"]
+        limit = [f"--timeout={PYTEST_TIMEOUT_S}"]  # the plugin loads itself
     else:
         print(
             "pytest-timeout not installed: a test over "
