@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 
@@ -207,6 +208,27 @@ def test_after_a_cut_two_modes_are_compared_at_the_highest_rung_both_reached():
     assert got["images/s end to end"].value == pytest.approx(
         ladder.cell(1, "amp-fp16").images_per_s
     )
+
+
+def test_progress_goes_to_a_terminal_with_a_count_and_an_estimate(capsys):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, pipe = Terminal(), io.StringIO()
+    for stream in (tty, pipe):
+        log = bl.progress_log(2, stream)
+        log("rung 0 fp32      step    68.70 ms, busy 81% [first step 0.1 s]; written, "
+            "the epochs next")  # fmt: skip
+        log("rung 0 fp32      step    68.70 ms, busy  81%,     5.2 img/s, wait 4%")
+        log("rung 0 amp-bf16  error: a failure")
+    lines = tty.getvalue().splitlines()
+    assert re.fullmatch(r"  \[1/2 cells, \d+ s, about \d+ s left\]", lines[0])
+    assert re.fullmatch(r"  \[2/2 cells, \d+ s\]", lines[1]) and len(lines) == 2
+    assert pipe.getvalue() == ""  # silent when not a terminal
+    assert len(capsys.readouterr().out.splitlines()) == 6  # every line printed
 
 
 def test_show_prints_a_written_ladder_and_its_targets(tmp_path, capsys):
