@@ -238,9 +238,38 @@ def parse_precisions(text: str | Sequence[str]) -> list[str]:
     return ["fp32"] + [p for p in AMP_PRECISIONS if p in items]
 
 
+def _gpu_name(text: str) -> str:
+    """A GPU name as ``--gpus`` compares it: lower case, without the vendor, spaces,
+    hyphens or underscores (``"GeForce RTX 4090"`` -> ``"rtx4090"``)."""
+    text = text.lower().replace("nvidia", "").replace("geforce", "")
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def gpu_hits(raw: str, devices) -> list[str]:
+    """The table keys one ``--gpus`` name can mean, best rule first: the key itself,
+    an alias (``a100``), the short name (``RTX 4090``, ``l4``), then any key or short
+    name containing it (``4090``)."""
+    raw = raw.strip().lower()
+    norm = _gpu_name(raw)
+    rules = (
+        lambda k, d: k == raw,
+        lambda k, d: raw in d.aliases or norm in map(_gpu_name, d.aliases),
+        lambda k, d: norm == _gpu_name(d.short_name) or norm == _gpu_name(k),
+        lambda k, d: bool(norm) and (norm in _gpu_name(k)
+                                     or norm in _gpu_name(d.short_name)),
+    )  # fmt: skip
+    for rule in rules:
+        hits = [k for k, d in devices.items() if rule(k, d)]
+        if hits:
+            return hits
+    return []
+
+
 def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
-    """Keys of the device table for ``names``: a key itself, or a short name that is
-    part of exactly one key (``h200`` -> ``h200-sxm``). None or empty: every GPU."""
+    """Keys of the device table for ``names`` (``gpu_hits``: a key, an alias such as
+    ``a100``, a short name such as ``l4`` or ``RTX 4090``, or a part of exactly one
+    key or short name such as ``4090``). None or empty: every GPU. An unknown or
+    ambiguous name is an error that lists what the table knows."""
     from ampbook.devices import load_devices
 
     devices = load_devices() if devices is None else devices
@@ -249,15 +278,15 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
     items = names.split(",") if isinstance(names, str) else list(names)
     keys = []
     for raw in (n.strip().lower() for n in items if n.strip()):
-        if raw in devices:
-            hits = [raw]
-        else:
-            hits = [k for k in devices if raw in k]
+        hits = gpu_hits(raw, devices)
         if len(hits) != 1:
-            what = "ambiguous" if hits else "unknown"
-            raise DoctorError(
-                f"--gpus: {what} GPU {raw!r}; choose from {', '.join(hits or devices)}"
+            known = ", ".join(
+                f"{k} ({devices[k].short_name})" for k in (hits or devices)
             )
+            what = f"ambiguous GPU {raw!r}: it names {known}" if hits else (
+                f"unknown GPU {raw!r}; the table knows {known}"
+            )
+            raise DoctorError(f"--gpus: {what} (a key, a short name or an alias)")
         if hits[0] not in keys:
             keys.append(hits[0])
     return keys
