@@ -765,6 +765,22 @@ def calibrated_range(
     }
 
 
+def unreferenced_gpus(
+    gpus: Sequence[str], refs: Sequence[Reference], devices=None
+) -> list[str]:
+    """The GPUs of ``gpus`` with no reference of their generation (the same
+    architecture and segment: a GeForce Ampere card is not an A100): their ranges
+    are carried over from other generations."""
+    devices = _devices() if devices is None else devices
+
+    def gen(key):
+        d = devices.get(key)
+        return (d.architecture, d.segment) if d else (key, None)
+
+    have = {gen(r.gpu) for r in refs}
+    return [g for g in gpus if gen(g) not in have]
+
+
 def reference_prediction(
     ref: Reference,
     refs: Sequence[Reference],

@@ -1432,7 +1432,8 @@ def checklist(
                         "gain": total / (total - fusable),
                         "source": "upper bound",
                         "detail": "if the element-wise operators' "
-                        f"{fusable / total:.0%} of the AMP bound vanished; "
+                        f"{fusable / total:.0%} of the AMP bound vanished (their "
+                        "share of the time taken as their share of the bound); "
                         "normalisation stays",
                     }
                 )
@@ -1997,11 +1998,19 @@ def _where_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
-    from ampbook.plots import md_table_text
-
     me = report["measured"]
     if not me:
         return None
+    lead, text = measured_table(me)
+    return ("4. Measured on this device", lead, text + "\n\n" + measured_verdict(me))
+
+
+def measured_table(me: dict[str, Any]) -> tuple[str, str]:
+    """Section 4's lead and Markdown table: each timed variant's median and fastest
+    step and its speedup, with columns that say which (on a CPU, the ratio of the
+    medians shown and the median of the per-round ratios the verdict reads)."""
+    from ampbook.plots import md_table_text
+
     cpu = me["device"] == "cpu"
     base = next(
         (r for r in me["rows"] if r["precision"] == "fp32" and r.get("step_s")), None
@@ -2048,8 +2057,7 @@ def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
         f"{me['device_name']}; the runner's step, batch {me['batch']} x "
         f"{_shape_text(me['input'])}, {how}"
     )
-    text = md_table_text(rows, heads, fmts)  # fmt: skip
-    return ("4. Measured on this device", lead, text + "\n\n" + measured_verdict(me))
+    return lead, md_table_text(rows, heads, fmts)
 
 
 def references_table(rng: dict[str, Any]) -> str:
