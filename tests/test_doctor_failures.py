@@ -3,9 +3,8 @@ tried as a new user would, on a tiny model built here."""
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 
 import pytest
 import torch
