@@ -1322,6 +1322,7 @@ def committed_measurements(
         if ref.kind == "profile" and ref.model == model and ref.gpu in out:
             out[ref.gpu].append(
                 {
+                    "precision": "amp-fp16",
                     "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
                     "speedup": ref.measured_speedup,
                     "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
@@ -1343,9 +1344,11 @@ def committed_measurements(
         if key in out:
             out[key].append(
                 {
+                    "precision": "amp-fp16",
                     "what": "step time, amp-fp16 over fp32 (TF32 on), training runs",
                     "speedup": q.step_speedup,
-                    "source": "committed training runs in data/results",
+                    "source": "committed training runs in data/results, batch "
+                    f"{q.setting.batch_size} x 3x{q.setting.height}x{q.setting.width}",
                 }
             )
     return out
@@ -1740,7 +1743,9 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     )
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
     for r in ranges:  # a measurement of the same network and GPU beside the range
-        r["committed"] = committed.get(r["gpu"], [])
+        r["committed"] = [
+            m for m in committed.get(r["gpu"], []) if m["precision"] == r["precision"]
+        ]
         r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r, r["casts"])
     cover = coverage(traces[amp], preds.get(amp)) if amp else None
     unknown = unmodelled(preds.get(amp) or preds["fp32"])
