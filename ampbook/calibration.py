@@ -25,12 +25,18 @@ takes from measurements, never from one network applied to all:
     (``reference_bounds``, stored in ``training_throughputs_bounds.json``): every class
     of that step gets it.
 * **A range.** For the model diagnosed, each reference's efficiencies turn the bound
-  of each class into a time, fp32 and AMP, and give a speedup; the range is the
-  spread of those speedups over the references that measured both families the GPU
-  needs (``calibrated_range``). Each reference is named with its distance from the
-  diagnosed case: the same GPU, the same architecture or another; the same network or
-  another, and how far its mix of classes (share of the fp32 bound per class) lies
-  from the model's.
+  of each class into a time, fp32 and AMP, and give a speedup. The references are
+  weighted by how close they are (``closeness``: the same network or how far its mix
+  of classes lies, the memory format of each precision, the same GPU, architecture or
+  another, the batch); the point estimate is the weighted geometric mean, its error
+  the weighted spread (at least ``MIN_ERROR``), the range the point times and over
+  that error, and ``basis`` names the references that carry most of the weight
+  (``calibrated_range``). ``leave_one_out`` predicts each reference from the others.
+* **Layout and classes.** A reference's efficiencies belong to the memory format each
+  precision ran in (``costmodel.with_memory_format`` puts NCHW's transposes around
+  16-bit convolutions into the bound), and every operator is classed by its module
+  (``scope_class``), as a layer profile classes measured time: a profile applied to
+  its own network, GPU, batch and layout gives back its own measured ratio.
 * **A launch floor.** A step cannot be faster than its kernels can be issued: eager
   PyTorch spends some microseconds of host time per operator. The per-kernel time is
   the median of the smallest element-wise calls of the committed GPU sweeps
@@ -39,7 +45,8 @@ takes from measurements, never from one network applied to all:
   adds kernels (its casts), so at small batches the floor can make it slower.
 
     python -m ampbook.calibration          # the references and their efficiencies
-    python -m ampbook.calibration --write  # retrace the published references' bounds
+    python -m ampbook.calibration --write  # retrace the references' bounds
+    python -m ampbook.calibration --predictions  # the leave-one-out table
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
     python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
         [--device auto|cpu|cuda] [--precisions fp32,amp-fp16,amp-bf16]
-        [--gpus rtx3070-desktop,a100,h100,h200] [--loader-images-per-s X]
+        [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
+        [--memory-format channels_first|channels_last]
         [--loss cross-entropy|mse] [--json FILE] [--markdown FILE]
 
 ``SPEC`` is ``erfnet`` (the book's network), ``torchvision:NAME`` (any torchvision
@@ -48,6 +49,12 @@ The report has five sections, printed as Markdown and kept in one JSON-ready dic
    says "no difference resolved" when the rounds disagree), fp16 at a tiny size with
    its measured ratio; on CUDA at the full size, with channels_last and cudnn.benchmark
    variants;
+The report opens with its answer (``first_screen``): the memory format every precision
+was predicted for (``--memory-format``, default channels_first, PyTorch's), one line
+per GPU and AMP precision with the point estimate, its range and the verdict, a
+committed measurement of the same network and GPU beside it, and the warnings (a
+precision whose step cannot fit a GPU's memory, with the largest batch that fits).
+
 5. **verdict**: the expected AMP speedup per GPU as a calibrated range
    (``ampbook.calibration``: kernel efficiencies per operator class and dtype family
    from committed GPU layer profiles and published training throughputs, each named
