@@ -25,12 +25,18 @@ takes from measurements, never from one network applied to all:
     (``reference_bounds``, stored in ``training_throughputs_bounds.json``): every class
     of that step gets it.
 * **A range.** For the model diagnosed, each reference's efficiencies turn the bound
-  of each class into a time, fp32 and AMP, and give a speedup; the range is the
-  spread of those speedups over the references that measured both families the GPU
-  needs (``calibrated_range``). Each reference is named with its distance from the
-  diagnosed case: the same GPU, the same architecture or another; the same network or
-  another, and how far its mix of classes (share of the fp32 bound per class) lies
-  from the model's.
+  of each class into a time, fp32 and AMP, and give a speedup. The references are
+  weighted by how close they are (``closeness``: the same network or how far its mix
+  of classes lies, the memory format of each precision, the same GPU, architecture or
+  another, the batch); the point estimate is the weighted geometric mean, its error
+  the weighted spread (at least ``MIN_ERROR``), the range the point times and over
+  that error, and ``basis`` names the references that carry most of the weight
+  (``calibrated_range``). ``leave_one_out`` predicts each reference from the others.
+* **Layout and classes.** A reference's efficiencies belong to the memory format each
+  precision ran in (``costmodel.with_memory_format`` puts NCHW's transposes around
+  16-bit convolutions into the bound), and every operator is classed by its module
+  (``scope_class``), as a layer profile classes measured time: a profile applied to
+  its own network, GPU, batch and layout gives back its own measured ratio.
 * **A launch floor.** A step cannot be faster than its kernels can be issued: eager
   PyTorch spends some microseconds of host time per operator. The per-kernel time is
   the median of the smallest element-wise calls of the committed GPU sweeps
@@ -39,12 +45,14 @@ takes from measurements, never from one network applied to all:
   adds kernels (its casts), so at small batches the floor can make it slower.
 
     python -m ampbook.calibration          # the references and their efficiencies
-    python -m ampbook.calibration --write  # retrace the published references' bounds
+    python -m ampbook.calibration --write  # retrace the references' bounds
+    python -m ampbook.calibration --predictions  # the leave-one-out table
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -199,12 +207,27 @@ def ceilings_for(gpu: str, family: str, devices=None) -> Ceilings:
     return Ceilings.from_device(devices[gpu], tf32=on, matmul_tf32=on)
 
 
+def scope_class(scope_type: str, op: str) -> str:
+    """The operator class of a traced operator, by the module it runs in, as a layer
+    profile classes its measured time (``layer_class``): a convolution's autocast
+    casts, its gradient casts and its layout transposes are the convolution's, as
+    the time measured for that module includes them. An operator in a module of no
+    class (the model's own ``forward``, a block, the loss) keeps its operator's class
+    (``costmodel.op_class``)."""
+    from ampbook.costmodel import op_class
+
+    c = layer_class(scope_type or "")
+    return c if c != "elementwise" else op_class(op)
+
+
 def class_bounds(p: Prediction) -> dict[str, float]:
-    """Seconds of a predicted step per operator class (``costmodel.OP_CLASSES``); the
-    optimizer step (not traced) counts as element-wise."""
+    """Seconds of a predicted step per operator class (``costmodel.OP_CLASSES``),
+    each operator classed by its module (``scope_class``: measured time and traced
+    operators alike); the optimizer step (not traced) counts as element-wise, as a
+    layer profile counts it (unattributed)."""
     out = dict.fromkeys(OP_CLASSES, 0.0)
     for t in p.times:
-        out[t.op.op_class] += t.time_s
+        out[scope_class(t.op.scope_type, t.op.op)] += t.time_s
     out["elementwise"] += p.optimizer_s
     return out
 
@@ -231,6 +254,7 @@ def reference_bounds(ref: Published, devices=None) -> dict[str, Any]:
         side = ref.side(name)
         prec = "amp-fp16" if side.family == "16-bit" else "fp32"
         tr = cm.trace_step(model, side.batch, 1, 1, prec, input_shape=ref.input)
+        tr = cm.with_memory_format(tr, side.memory_format)
         ceil = ceilings_for(ref.gpu, side.family if prec == "fp32" else "tf32", devices)
         out[name] = {"batch": side.batch, **_side_record(tr, ceil, opt)}
     return out
@@ -244,14 +268,30 @@ def load_bounds(path: str | Path | None = None) -> dict[str, Any]:
     return json.loads(path.read_text())["references"]
 
 
+def load_profile_bounds(path: str | Path | None = None) -> dict[str, Any]:
+    """The stored bounds of the committed layer profiles' settings
+    (``profile_bounds``), keyed by ``profile_key``."""
+    path = Path(path) if path else BOUNDS_FILE
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text()).get("profiles", {})
+
+
 def write_bounds(path: str | Path | None = None, devices=None) -> dict[str, Any]:
     """Trace every published reference and store its bounds (a minute or two)."""
     path = Path(path) if path else BOUNDS_FILE
     bounds = {r.key: reference_bounds(r, devices) for r in load_published()}
+    profiles = {}
+    for group in _profile_groups():
+        key, g = group
+        if key[0] in (devices or _devices()):
+            profiles[profile_key(*key)] = profile_bounds(*key, devices=devices)
     doc = {
         "note": "generated by `python -m ampbook.calibration --write` from "
-        "training_throughputs.yml and the cost model; do not edit",
+        "training_throughputs.yml, the committed layer profiles and the cost model; "
+        "do not edit",
         "references": bounds,
+        "profiles": profiles,
     }
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return bounds
@@ -280,6 +320,12 @@ class Reference:
     per_class: bool = False  # True: measured per class; False: one per family
     # the whole step's efficiency per family: its bound over its measured time
     step_efficiency: dict[str, float] = field(default_factory=dict)
+    # the memory format each family ran in ("channels_first" or "channels_last")
+    layout: dict[str, str] = field(default_factory=dict)
+    batch: int = 0  # the baseline's batch (the AMP side's may differ)
+    # per family: bound per class of one sample at the reference's own setting,
+    # for its leave-one-out prediction (``reference_prediction``)
+    per_image: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def families(self) -> set[str]:
@@ -296,6 +342,10 @@ class Reference:
 
         return display_name(self.gpu)
 
+    @property
+    def baseline_family(self) -> str:
+        return "tf32" if "tf32" in self.families else "fp32"
+
 
 def _mix(by_class: Mapping[str, float]) -> dict[str, float]:
     total = sum(by_class.values()) or 1.0
@@ -306,7 +356,8 @@ def published_references(
     published: Sequence[Published] | None = None, bounds: Mapping | None = None
 ) -> list[Reference]:
     """Each published pair as efficiencies: per family, the whole step's bound over its
-    published time, the same for every class of the step."""
+    published time, the same for every class of the step (a whole-step efficiency,
+    not a kernel one: the published time includes the host's share of the step)."""
     published = load_published() if published is None else published
     bounds = load_bounds() if bounds is None else bounds
     out = []
@@ -314,10 +365,14 @@ def published_references(
         b = bounds.get(ref.key)
         if not b:
             continue  # not yet traced: python -m ampbook.calibration --write
-        eff, whole = {}, {}
+        eff, whole, layout, per_image = {}, {}, {}, {}
         for name in SIDES:
             side = ref.side(name)
             e = whole[side.family] = b[name]["bound_s"] / side.step_s
+            layout[side.family] = side.memory_format
+            per_image[side.family] = {
+                c: s / b[name]["batch"] for c, s in b[name]["by_class_s"].items()
+            }
             for c in OP_CLASSES:
                 eff[(side.family, c)] = e
         out.append(
@@ -334,6 +389,9 @@ def published_references(
                 f"{'x'.join(map(str, ref.input))}",
                 ref.source,
                 step_efficiency=whole,
+                layout=layout,
+                batch=ref.baseline.batch,
+                per_image=per_image,
             )  # fmt: skip
         )
     return out
@@ -350,39 +408,92 @@ def layer_class(module_type: str) -> str:
     return "elementwise"
 
 
-def profile_references(results_dir=None) -> list[Reference]:
-    """Each GPU's pair of committed layer profiles (fp32 and amp-fp16, same GPU and
-    setting) as efficiencies per class: the modules of a class summed, bound over
-    kernel time (the unattributed time counts as element-wise)."""
+def _devices():
+    from ampbook.devices import load_devices
+
+    return load_devices()
+
+
+def profile_key(gpu: str, batch: int, h: int, w: int, layout: str) -> str:
+    """The key of a layer-profile setting in the stored bounds."""
+    return f"{gpu}-{batch}x{h}x{w}-{layout}"
+
+
+def profile_bounds(
+    gpu: str, batch: int, h: int, w: int, layout: str, devices=None
+) -> dict[str, Any]:
+    """The cost model's bound per class of ERFNet's step at a layer profile's setting
+    on ``gpu``'s ceilings, fp32 (TF32 on) and amp-fp16, in ``layout``: the same
+    classes (``class_bounds``) the doctor gives the model it diagnoses, so that the
+    profile applied to its own network gives back its own measured ratio."""
+    from ampbook import costmodel as cm
+    from ampbook.doctor import load_model
+
+    model = load_model("erfnet")
+    out: dict[str, Any] = {}
+    for prec in ("fp32", "amp-fp16"):
+        tr = cm.trace_step(model, batch, h, w, prec)
+        tr = cm.with_memory_format(tr, layout)
+        ceil = ceilings_for(gpu, "tf32", devices)
+        p = predict(tr, ceil, optimizer="adam")
+        out[prec] = {"by_class_s": class_bounds(p), "bound_s": p.min_step_s}
+    return out
+
+
+def _profile_groups(results_dir=None) -> list[tuple[tuple, dict[str, Any]]]:
+    """The committed layer profiles in pairs: ((GPU key or name, batch, height,
+    width, layout), {precision: profile})."""
     from ampbook.doctor import table_key
     from ampbook.results import load_results_dir
 
-    profiles = [lp for lp in load_results_dir(results_dir).layer_profiles]
-    out = []
     groups: dict[tuple, dict[str, Any]] = {}
-    for lp in profiles:
-        setting = (lp.device_name, lp.batch_size, lp.height, lp.width)
+    for lp in load_results_dir(results_dir).layer_profiles:
+        layout = "channels_last" if lp.record.get("channels_last") else "channels_first"
+        name = table_key(lp.device_name) or lp.device_name
+        setting = (name, lp.batch_size, lp.height, lp.width, layout)
         groups.setdefault(setting, {})[lp.precision] = lp
-    for (name, batch, h, w), g in groups.items():
-        if "fp32" not in g or "amp-fp16" not in g:
-            continue
-        key = table_key(name) or name  # a GPU the table lacks keeps its own name
-        eff, mixes, whole = {}, {}, {}
+    return [(k, g) for k, g in groups.items() if {"fp32", "amp-fp16"} <= set(g)]
+
+
+def profile_references(results_dir=None) -> list[Reference]:
+    """Each GPU's pair of committed layer profiles (fp32 and amp-fp16, same GPU, setting
+    and layout) as efficiencies per class: the modules of a class summed (the
+    unattributed time counts as element-wise), the cost model's bound of the same
+    classes over their kernel time. For a GPU of the device table the bound is the
+    current cost model's (``profile_bounds``, stored by ``--write``); for one it
+    lacks, the bound the profile recorded."""
+    devices = _devices()
+    stored = load_profile_bounds()
+    out = []
+    for (key, batch, h, w, layout), g in _profile_groups(results_dir):
+        traced = None
+        if key in devices:
+            traced = stored.get(profile_key(key, batch, h, w, layout))
+            if traced is None:
+                traced = profile_bounds(key, batch, h, w, layout, devices)
+        eff, mixes, whole, per_image = {}, {}, {}, {}
         for prec, fam_on in (("fp32", None), ("amp-fp16", "16-bit")):
             lp = g[prec]
             fam = fam_on or ("tf32" if lp.record.get("tf32") else "fp32")
-            bound = dict.fromkeys(OP_CLASSES, 0.0)
             measured = dict.fromkeys(OP_CLASSES, 0.0)
             for layer in lp.layers:
-                c = layer_class(layer.type)
-                bound[c] += layer.predicted_s
-                measured[c] += layer.measured_s
+                measured[layer_class(layer.type)] += layer.measured_s
             measured["elementwise"] += lp.unattributed_s
+            if traced is not None:
+                bound = dict(traced[prec]["by_class_s"])
+            else:
+                bound = dict.fromkeys(OP_CLASSES, 0.0)
+                for layer in lp.layers:
+                    bound[layer_class(layer.type)] += layer.predicted_s
+                bound["elementwise"] += max(
+                    lp.predicted_step_s - sum(x.predicted_s for x in lp.layers), 0.0
+                )  # the optimizer's bound, as its time is the unattributed one
             step = whole[fam] = sum(bound.values()) / sum(measured.values())
             for c in OP_CLASSES:
                 has = bound[c] > 0 and measured[c] > 0
                 eff[(fam, c)] = bound[c] / measured[c] if has else step
             mixes[prec] = _mix(bound)
+            per_image[fam] = {c: s / batch for c, s in bound.items()}
         fp32, amp = g["fp32"], g["amp-fp16"]
         out.append(
             Reference(
@@ -401,6 +512,9 @@ def profile_references(results_dir=None) -> list[Reference]:
                 },
                 True,
                 whole,
+                layout={f: layout for f in whole},
+                batch=batch,
+                per_image=per_image,
             )  # fmt: skip
         )
     return out
@@ -486,6 +600,61 @@ def step_time(by_class: Mapping[str, float], ref: Reference, family: str) -> flo
     return sum(s / ref.efficiency[(family, c)] for c, s in by_class.items() if s > 0)
 
 
+# How much a reference counts for a prediction (``closeness``): a factor per way it
+# differs from the case predicted. Chosen by hand, not fitted; the leave-one-out
+# (``leave_one_out``) measures how well the ranges they give hold.
+OTHER_NETWORK = 0.5  # times exp(-class-mix distance / MIX_SCALE)
+MIX_SCALE = 0.15
+OTHER_LAYOUT = 0.3  # per precision whose memory format differs
+GPU_WEIGHT = {"same GPU": 1.0, "same architecture": 0.6, "other architecture": 0.25}
+BATCH_OCTAVES = 3.0  # weight 1 / (1 + |log2(batch ratio)| / BATCH_OCTAVES)
+# The least error a prediction is given (log scale): the spread of references that
+# agree says nothing about how far their agreement carries to another network.
+MIN_ERROR = 0.12
+
+
+def closeness(
+    ref: Reference,
+    gpu: str,
+    model: str | None,
+    mix: Mapping[str, float],
+    layouts: tuple[str, str],
+    family: str,
+    batch: int | None = None,
+    devices=None,
+) -> tuple[float, dict[str, Any]]:
+    """A reference's weight for a prediction on ``gpu`` of ``model`` (class mix
+    ``mix``) with the baseline in ``layouts[0]`` and AMP in ``layouts[1]``, at
+    ``batch``, and the distances that set it."""
+    same_net = bool(model and ref.model == model)
+    md = mix_distance(mix, ref.mix)
+    w_net = 1.0 if same_net else OTHER_NETWORK * math.exp(-md / MIX_SCALE)
+    own = (ref.layout.get(family), ref.layout.get("16-bit"))
+    differ = sum(a != b for a, b in zip(own, layouts))
+    w_layout = OTHER_LAYOUT**differ
+    gd = gpu_distance(ref.gpu, gpu, devices)
+    w_batch = 1.0
+    if batch and ref.batch:
+        w_batch = 1 / (1 + abs(math.log2(batch / ref.batch)) / BATCH_OCTAVES)
+    return w_net * w_layout * GPU_WEIGHT[gd] * w_batch, {
+        "gpu_distance": gd,
+        "same_network": same_net,
+        "mix_distance": md,
+        "layouts": list(own),
+        "layout_match": differ == 0,
+    }
+
+
+def _weighted(rows: Sequence[dict[str, Any]], key: str) -> tuple[float, float]:
+    """The weighted geometric mean of ``key`` over ``rows`` and the weighted spread
+    of its logarithm."""
+    total = sum(r["weight"] for r in rows)
+    logs = [(r["weight"] / total, math.log(r[key])) for r in rows]
+    mean = sum(w * x for w, x in logs)
+    spread = math.sqrt(sum(w * (x - mean) ** 2 for w, x in logs))
+    return math.exp(mean), spread
+
+
 def calibrated_range(
     fp32_by_class: Mapping[str, float],
     amp_by_class: Mapping[str, float],
@@ -496,18 +665,33 @@ def calibrated_range(
     model: str | None = None,
     exclude: str | None = None,
     devices=None,
+    memory_format: str | tuple[str, str] = "channels_first",
+    batch: int | None = None,
 ) -> dict[str, Any]:
-    """The AMP speedup over fp32 on ``gpu`` at each applicable reference's
-    efficiencies, and its range.
+    """The AMP speedup over fp32 on ``gpu``: a point estimate, its expected error and
+    the range it spans, from the speedups each applicable reference's efficiencies
+    give, weighted by how close the reference is (``closeness``: network, memory
+    format, GPU, batch).
 
     ``*_by_class``: the model's bound per class on ``gpu`` (``class_bounds``), fp32 with
-    TF32 where the GPU has it; ``kernels``: ``{"fp32": n, "amp": n}`` for the launch
+    TF32 where the GPU has it, both in ``memory_format`` (one for both precisions, or
+    ``(baseline, amp)``); ``kernels``: ``{"fp32": n, "amp": n}`` for the launch
     floor; ``model``: the doctor's spec (a reference of the same spec is "same
-    network"); ``exclude``: a reference key to leave out (the chapter's
-    leave-one-out). Returns ``{"low", "high", "equal_share", "family", "rows",
-    "launch"}``, ``low``/``high`` None when no reference applies; each row names the
-    reference, its speedup, the fp32 and AMP step times, and its distance."""
+    network"); ``exclude``: a reference key to leave out (the leave-one-out).
+
+    The point is the weighted geometric mean of the references' speedups; the error
+    (log scale) the weighted spread of their logarithms, at least ``MIN_ERROR``;
+    ``low``/``high`` the point divided and multiplied by ``exp(error)``. ``basis``
+    names the references that set it (together at least 80% of the weight). Returns
+    ``{"low", "high", "point", "error", "basis", "min", "max", "equal_share",
+    "family", "layouts", "rows", "launch"}``; ``low``/``high``/``point`` None when
+    no reference applies."""
     family = baseline_family(gpu, devices)
+    layouts = (
+        (memory_format, memory_format)
+        if isinstance(memory_format, str)
+        else tuple(memory_format)
+    )
     equal = sum(fp32_by_class.values()) / sum(amp_by_class.values())
     rows = []
     mix = _mix(fp32_by_class)
@@ -520,6 +704,7 @@ def calibrated_range(
         if floor is not None and kernels:
             t32 = max(t32, floor.floor_s(kernels["fp32"]))
             t16 = max(t16, floor.floor_s(kernels["amp"]))
+        weight, dist = closeness(ref, gpu, model, mix, layouts, family, batch, devices)
         rows.append(
             {
                 "key": ref.key,
@@ -531,13 +716,27 @@ def calibrated_range(
                 "amp_s": t16,
                 "fp32_kernel_s": k32,
                 "amp_kernel_s": k16,
-                "gpu_distance": gpu_distance(ref.gpu, gpu, devices),
-                "same_network": bool(model and ref.model == model),
-                "mix_distance": mix_distance(mix, ref.mix),
+                "weight": weight,
+                **dist,
                 "measured_speedup": ref.measured_speedup,
             }
         )
-    rows.sort(key=lambda r: r["speedup"])
+    rows.sort(key=lambda r: -r["weight"])
+    point = error = low = high = None
+    basis: list[str] = []
+    if rows:
+        point, spread = _weighted(rows, "speedup")
+        error = max(spread, MIN_ERROR)
+        low, high = point / math.exp(error), point * math.exp(error)
+        total, acc = sum(r["weight"] for r in rows), 0.0
+        for r in rows:
+            basis.append(r["key"])
+            r["weight_share"] = r["weight"] / total
+            acc += r["weight"]
+            if acc >= 0.8 * total:
+                break
+        for r in rows:
+            r.setdefault("weight_share", r["weight"] / total)
     launch = None
     if floor is not None and kernels:
         launch = {
@@ -559,12 +758,54 @@ def calibrated_range(
             )
     return {
         "family": family,
+        "layouts": list(layouts),
         "equal_share": equal,
-        "low": rows[0]["speedup"] if rows else None,
-        "high": rows[-1]["speedup"] if rows else None,
+        "point": point,
+        "error": error,
+        "low": low,
+        "high": high,
+        "basis": basis,
+        "min": min((r["speedup"] for r in rows), default=None),
+        "max": max((r["speedup"] for r in rows), default=None),
         "rows": rows,
         "launch": launch,
     }
+
+
+def unreferenced_gpus(
+    gpus: Sequence[str], refs: Sequence[Reference], devices=None
+) -> list[str]:
+    """The GPUs of ``gpus`` with no reference of their generation (the same
+    architecture and segment: a GeForce Ampere card is not an A100): their ranges
+    are carried over from other generations."""
+    devices = _devices() if devices is None else devices
+
+    def gen(key):
+        d = devices.get(key)
+        return (d.architecture, d.segment) if d else (key, None)
+
+    have = {gen(r.gpu) for r in refs}
+    return [g for g in gpus if gen(g) not in have]
+
+
+def reference_prediction(
+    ref: Reference,
+    refs: Sequence[Reference],
+    exclude_own: bool = True,
+    devices=None,
+) -> dict[str, Any]:
+    """The calibrated range for a reference's own network, batch, layouts and GPU
+    (per sample: its two runs may use different batches), without its own
+    efficiencies (``exclude_own``): what the other references predict for it, to
+    hold against the speedup it measured. With its own efficiencies alone, the
+    speedup it gives back is its own (the self-reproduction)."""
+    fam = ref.baseline_family
+    return calibrated_range(
+        ref.per_image[fam], ref.per_image["16-bit"], ref.gpu, refs, model=ref.model,
+        exclude=ref.key if exclude_own else None, devices=devices,
+        memory_format=(ref.layout.get(fam), ref.layout.get("16-bit")),
+        batch=ref.batch,
+    )  # fmt: skip
 
 
 def published_prediction(
@@ -574,60 +815,111 @@ def published_prediction(
     bounds: Mapping | None = None,
     devices=None,
 ) -> dict[str, Any]:
-    """The calibrated range for a published reference's own network, batch and GPU
-    (from its stored bounds, per image: its two runs may use different batches),
-    without its own efficiencies (``exclude_own``): what the other references
-    predict for it, to hold against its published speedup."""
+    """``reference_prediction`` for a published reference kept as data."""
     refs = references() if refs is None else refs
-    b = (load_bounds() if bounds is None else bounds)[ref.key]
-    per_image = {
-        name: {c: s / b[name]["batch"] for c, s in b[name]["by_class_s"].items()}
-        for name in SIDES
+    (own,) = published_references([ref], bounds)
+    return reference_prediction(own, refs, exclude_own, devices)
+
+
+def leave_one_out(
+    refs: Sequence[Reference] | None = None, devices=None
+) -> dict[str, Any]:
+    """Every reference predicted from the others (on a GPU of the device table, where
+    a range can be given): rows with the point, the range, its width (high / low),
+    the measured speedup and whether the range holds it; ``inside`` (the share held),
+    ``median_width`` and ``n``. References with no applicable other are counted
+    apart (``no_range``)."""
+    refs = references() if refs is None else refs
+    devices = _devices() if devices is None else devices
+    rows, none = [], []
+    for ref in refs:
+        if ref.gpu not in devices:
+            continue
+        r = reference_prediction(ref, refs, True, devices)
+        if r["point"] is None:
+            none.append(ref.key)
+            continue
+        rows.append(
+            {
+                "key": ref.key,
+                "label": ref.label(devices),
+                "layouts": r["layouts"],
+                "point": r["point"],
+                "low": r["low"],
+                "high": r["high"],
+                "width": r["high"] / r["low"],
+                "basis": r["basis"],
+                "measured": ref.measured_speedup,
+                "inside": r["low"] <= ref.measured_speedup <= r["high"],
+                "off": ref.measured_speedup / r["point"],
+            }
+        )
+    n = len(rows)
+    return {
+        "rows": rows,
+        "n": n,
+        "inside": sum(r["inside"] for r in rows) / n if n else None,
+        "median_width": statistics.median(r["width"] for r in rows) if n else None,
+        "no_range": none,
     }
-    return calibrated_range(
-        per_image["baseline"], per_image["amp"], ref.gpu, refs, model=ref.model,
-        exclude=ref.key if exclude_own else None, devices=devices,
-    )  # fmt: skip
+
+
+def _layout_text(layouts: Sequence[str | None]) -> str:
+    short = {"channels_first": "NCHW", "channels_last": "NHWC", None: "?"}
+    a, b = (short.get(x, str(x)) for x in layouts)
+    return a if a == b else f"{a} / {b}"
 
 
 def distance_text(row: Mapping[str, Any]) -> str:
     """A reference row's distance in words: "same GPU, same network" or "other
-    architecture, other network (class mix 23% apart)"."""
+    architecture, other network (class mix 23% apart), other layout"."""
     net = (
         "same network"
         if row["same_network"]
         else f"other network (class mix {row['mix_distance']:.0%} apart)"
     )
-    return f"{row['gpu_distance']}, {net}"
+    lay = (
+        ""
+        if row.get("layout_match", True)
+        else (f", layout {_layout_text(row['layouts'])}")
+    )
+    return f"{row['gpu_distance']}, {net}{lay}"
 
 
 def _range_text(r: Mapping[str, Any]) -> str:
     if r["low"] is None:
         return "no reference applies"
-    return f"{r['low']:.2f}-{r['high']:.2f}x ({len(r['rows'])} refs)"
+    return f"{r['point']:.2f}x ({r['low']:.2f}-{r['high']:.2f}x, {len(r['rows'])} refs)"
 
 
 def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> str:
-    """A Markdown table, one row per published reference kept as data: its network,
-    GPU and batch, the range the other references predict for it (leave-one-out: a
-    prediction), the range with its own efficiencies (a cross-check) and the speedup
-    published."""
-    from ampbook.devices import display_name
-
-    refs = references() if refs is None else refs
+    """The leave-one-out as Markdown: one row per reference on a GPU of the device
+    table, the point and range the other references predict for it (a prediction),
+    the references that set it, the speedup it measured and whether the range holds
+    it; then the share held and the median width."""
+    devices = _devices() if devices is None else devices
+    loo = leave_one_out(refs, devices)
     lines = [
-        "| model | GPU | batch (32-bit / AMP) | predicted without it | with it "
-        "(cross-check) | published |",
+        "| reference | layout (32-bit / AMP) | predicted by the others | set by | "
+        "measured | inside |",
         "|---|---|---|---|---|---|",
     ]
-    for ref in load_published(devices=devices):
-        other = published_prediction(ref, refs, exclude_own=True, devices=devices)
-        own = published_prediction(ref, refs, exclude_own=False, devices=devices)
+    for r in loo["rows"]:
         lines.append(
-            f"| {ref.network} | {display_name(ref.gpu)} | {ref.baseline.batch} / "
-            f"{ref.amp.batch} | {_range_text(other)} | {_range_text(own)} | "
-            f"{ref.speedup:.2f}x |"
+            f"| {r['label']} | {_layout_text(r['layouts'])} | {r['point']:.2f}x "
+            f"({r['low']:.2f}-{r['high']:.2f}x) | {', '.join(r['basis'][:3])} | "
+            f"{r['measured']:.2f}x | {'yes' if r['inside'] else 'no'} |"
         )
+    lines.append("")
+    if loo["n"]:
+        lines.append(
+            f"Leave-one-out: {sum(r['inside'] for r in loo['rows'])} of {loo['n']} "
+            f"references inside the range the others predict ({loo['inside']:.0%}); "
+            f"median width {loo['median_width']:.2f}x (high / low); goal: at least "
+            "90% inside at a median width of at most 1.4x."
+        )
+    if loo["no_range"]:
+        lines.append(f"No other reference applies to: {', '.join(loo['no_range'])}.")
     return "\n".join(lines)
 
 
@@ -649,8 +941,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--predictions",
         action="store_true",
-        help="per published reference: the range the others predict for it, the range "
-        "with its own efficiencies (a cross-check) and the published speedup",
+        help="the leave-one-out: each reference predicted by the others, the share "
+        "inside their range and the median width",
     )
     a = p.parse_args(argv)
     if a.write:
@@ -659,15 +951,20 @@ def main(argv: list[str] | None = None) -> int:
         print(predictions_table(references(a.results_dir)))
         return 0
     refs = references(a.results_dir)
-    print("| reference | GPU | kind | fp32 eff. | AMP eff. | speedup |")
-    print("|---|---|---|---|---|---|")
+    print("| reference | GPU | kind | layout | fp32 eff. | AMP eff. | speedup |")
+    print("|---|---|---|---|---|---|---|")
     for r in refs:
-        fam = "tf32" if "tf32" in r.families else "fp32"
+        fam = r.baseline_family
         e32, e16 = r.step_efficiency[fam], r.step_efficiency["16-bit"]
+        lay = _layout_text((r.layout.get(fam), r.layout.get("16-bit")))
         print(
-            f"| {r.network} | {display_name(r.gpu)} | {r.kind} | {e32:.0%} | "
+            f"| {r.network} | {display_name(r.gpu)} | {r.kind} | {lay} | {e32:.0%} | "
             f"{e16:.0%} | {r.measured_speedup:.2f} |"
         )
+    print(
+        "\nEfficiency: the cost model's bound over the measured time; a profile's is "
+        "its kernel time, a published one's the whole step (host time included)."
+    )
     return 0
 
 

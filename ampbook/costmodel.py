@@ -824,6 +824,48 @@ def relabel(trace: StepTrace, precision: str) -> StepTrace:
     return dataclasses.replace(trace, precision=precision, ops=ops, saved_tensors=saved)
 
 
+MEMORY_FORMATS = ("channels_first", "channels_last")
+# The operator the layout adds: cuDNN's tensor-core convolutions work in NHWC, so a
+# 16-bit convolution on NCHW tensors is run between transposes of its operands.
+LAYOUT_TRANSPOSE = "nchw_nhwc_transpose"
+
+
+def with_memory_format(trace: StepTrace, memory_format: str) -> StepTrace:
+    """The traced step as it runs in ``memory_format`` (``MEMORY_FORMATS``; the trace
+    itself is layout-free: bytes and FLOPs do not depend on the strides).
+
+    ``"channels_first"`` (NCHW, PyTorch's default): every 16-bit 2-D convolution,
+    forward and backward, gets a transpose of what it reads and writes into NHWC and
+    back (``LAYOUT_TRANSPOSE``, in the convolution's scope, 2 kernels; assumed from
+    cuDNN's tensor-core kernels, which work in NHWC: its bytes are the convolution's
+    own read and written once more). fp32 and TF32 convolutions are left as they are.
+    ``"channels_last"``: the loop converts each batch once (one copy of the input,
+    outside the model); the convolutions need no transposes."""
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(
+            f"memory format {memory_format!r}: choose {' or '.join(MEMORY_FORMATS)}"
+        )
+    spatial2d = trace.input_shape is None or len(trace.input_shape) == 3
+    ops: list[OpCost] = []
+    if memory_format == "channels_last":
+        shape = trace.input_shape or (3, trace.height, trace.width)
+        nbytes = 4.0 * trace.batch_size * math.prod(shape)
+        ops.append(
+            OpCost("forward", OUTSIDE, "", "_to_copy", "float32", 0.0, 0.0, nbytes,
+                   nbytes)
+        )  # fmt: skip
+        return dataclasses.replace(trace, ops=ops + list(trace.ops))
+    for o in trace.ops:
+        ops.append(o)
+        if spatial2d and o.op_class == "conv" and o.dtype in ("float16", "bfloat16"):
+            moved = o.read_bytes + o.write_bytes
+            ops.append(
+                OpCost(o.phase, o.scope, o.scope_type, LAYOUT_TRANSPOSE, o.dtype, 0.0,
+                       0.0, moved, moved, kernels=2)
+            )  # fmt: skip
+    return dataclasses.replace(trace, ops=ops)
+
+
 @contextlib.contextmanager
 def _fake_region(device_type: str, autocast_dtype: torch.dtype | None):
     """Yield (device, autocast context factory) inside a fake-tensor mode."""

@@ -45,7 +45,7 @@ COUNT_FIELDS = (
     "boost_clock_mhz",
     "tensor_clock_mhz",
 )
-SEGMENTS = ("GeForce", "data centre")
+SEGMENTS = ("GeForce", "data centre", "workstation")
 
 # Book dtype name -> the Device field holding its dense peak.
 PEAK_FIELD = {
@@ -89,6 +89,7 @@ class Device:
     fp8_tflops: float | None
     mem_bandwidth_gbs: float
     match: tuple[str, ...]
+    aliases: tuple[str, ...] = ()  # further names ``--gpus`` accepts (``a100``)
     sources: dict = field(
         default_factory=dict
     )  # figure -> {"key", "title", "publisher", "url"}
@@ -176,7 +177,7 @@ def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
             if not s or need not in s:
                 raise ValueError(f"{path}: source {skey!r} lacks {need!r}")
     names = [f.name for f in fields(Device)]
-    optional = {"key", "sources", "derived", "notes", "match"}
+    optional = {"key", "sources", "derived", "notes", "match", "aliases"}
     out: dict[str, Device] = {}
     for key, entry in doc["devices"].items():
         unknown = set(entry) - set(names)
@@ -219,6 +220,7 @@ def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
         out[key] = Device(
             key=key,
             match=match,
+            aliases=tuple(str(a).lower() for a in entry.get("aliases") or ()),
             sources=sources,
             derived=dict(entry.get("derived") or {}),
             notes=str(entry.get("notes") or "").strip(),

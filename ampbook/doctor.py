@@ -2,7 +2,8 @@
 
     python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
         [--device auto|cpu|cuda] [--precisions fp32,amp-fp16,amp-bf16]
-        [--gpus rtx3070-desktop,a100,h100,h200] [--loader-images-per-s X]
+        [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
+        [--memory-format channels_first|channels_last]
         [--loss cross-entropy|mse] [--json FILE] [--markdown FILE]
 
 ``SPEC`` is ``erfnet`` (the book's network), ``torchvision:NAME`` (any torchvision
@@ -48,6 +49,12 @@ The report has five sections, printed as Markdown and kept in one JSON-ready dic
    says "no difference resolved" when the rounds disagree), fp16 at a tiny size with
    its measured ratio; on CUDA at the full size, with channels_last and cudnn.benchmark
    variants;
+The report opens with its answer (``first_screen``): the memory format every precision
+was predicted for (``--memory-format``, default channels_first, PyTorch's), one line
+per GPU and AMP precision with the point estimate, its range and the verdict, a
+committed measurement of the same network and GPU beside it, and the warnings (a
+precision whose step cannot fit a GPU's memory, with the largest batch that fits).
+
 5. **verdict**: the expected AMP speedup per GPU as a calibrated range
    (``ampbook.calibration``: kernel efficiencies per operator class and dtype family
    from committed GPU layer profiles and published training throughputs, each named
@@ -238,9 +245,38 @@ def parse_precisions(text: str | Sequence[str]) -> list[str]:
     return ["fp32"] + [p for p in AMP_PRECISIONS if p in items]
 
 
+def _gpu_name(text: str) -> str:
+    """A GPU name as ``--gpus`` compares it: lower case, without the vendor, spaces,
+    hyphens or underscores (``"GeForce RTX 4090"`` -> ``"rtx4090"``)."""
+    text = text.lower().replace("nvidia", "").replace("geforce", "")
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def gpu_hits(raw: str, devices) -> list[str]:
+    """The table keys one ``--gpus`` name can mean, best rule first: the key itself,
+    an alias (``a100``), the short name (``RTX 4090``, ``l4``), then any key or short
+    name containing it (``4090``)."""
+    raw = raw.strip().lower()
+    norm = _gpu_name(raw)
+    rules = (
+        lambda k, d: k == raw,
+        lambda k, d: raw in d.aliases or norm in map(_gpu_name, d.aliases),
+        lambda k, d: norm == _gpu_name(d.short_name) or norm == _gpu_name(k),
+        lambda k, d: bool(norm) and (norm in _gpu_name(k)
+                                     or norm in _gpu_name(d.short_name)),
+    )  # fmt: skip
+    for rule in rules:
+        hits = [k for k, d in devices.items() if rule(k, d)]
+        if hits:
+            return hits
+    return []
+
+
 def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
-    """Keys of the device table for ``names``: a key itself, or a short name that is
-    part of exactly one key (``h200`` -> ``h200-sxm``). None or empty: every GPU."""
+    """Keys of the device table for ``names`` (``gpu_hits``: a key, an alias such as
+    ``a100``, a short name such as ``l4`` or ``RTX 4090``, or a part of exactly one
+    key or short name such as ``4090``). None or empty: every GPU. An unknown or
+    ambiguous name is an error that lists what the table knows."""
     from ampbook.devices import load_devices
 
     devices = load_devices() if devices is None else devices
@@ -249,15 +285,17 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
     items = names.split(",") if isinstance(names, str) else list(names)
     keys = []
     for raw in (n.strip().lower() for n in items if n.strip()):
-        if raw in devices:
-            hits = [raw]
-        else:
-            hits = [k for k in devices if raw in k]
+        hits = gpu_hits(raw, devices)
         if len(hits) != 1:
-            what = "ambiguous" if hits else "unknown"
-            raise DoctorError(
-                f"--gpus: {what} GPU {raw!r}; choose from {', '.join(hits or devices)}"
+            known = ", ".join(
+                f"{k} ({devices[k].short_name})" for k in (hits or devices)
             )
+            what = (
+                f"ambiguous GPU {raw!r}: it names {known}"
+                if hits
+                else (f"unknown GPU {raw!r}; the table knows {known}")
+            )
+            raise DoctorError(f"--gpus: {what} (a key, a short name or an alias)")
         if hits[0] not in keys:
             keys.append(hits[0])
     return keys
@@ -938,11 +976,28 @@ def _batch_for(model, shape, batch, loss, key, seed=0):
     return torch.randn(batch, *shape, generator=g), targets(loss, out, g)
 
 
-def _cpu_rounds(model, shape, batch, loss, precisions, key, rounds):
+class Progress:
+    """Progress lines on stderr while steps are timed on a CPU (a minute or more):
+    one line per round, each with the step times so far. ``on`` None: only when
+    stderr is a terminal, so a piped or captured run stays silent."""
+
+    def __init__(self, on: bool | None = None, stream=None):
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", lambda: False)
+        self.on = bool(isatty()) if on is None else bool(on)
+
+    def __call__(self, text: str) -> None:
+        if self.on:
+            print(f"doctor: {text}", file=self.stream, flush=True)
+
+
+def _cpu_rounds(model, shape, batch, loss, precisions, key, rounds, progress=None):
     """The CPU's precisions timed by chapter 5's rounds method at one size: rows with
     each one's median step, the median of its per-round ratios to fp32 and the
-    ratios."""
+    ratios. ``progress`` (a ``Progress``) is told of each round as it ends."""
     from ampbook.bench_step import time_rounds
+
+    progress = progress or Progress(False)
 
     x, y = _batch_for(model, shape, batch, loss, key)
     dev = torch.device("cpu")
@@ -958,7 +1013,13 @@ def _cpu_rounds(model, shape, batch, loss, precisions, key, rounds):
             row["skipped"] = f"failed: {type(e).__name__}: {_first_line(e)}"
             continue
         steps[p], live[p] = (v.step, (v.x, v.y), dev), v
-    times = time_rounds(steps, rounds, warmup=False) if steps else {}
+    times: dict[str, list[float]] = {p: [] for p in steps}
+    where = f"batch {batch} x {_shape_text(shape)}"
+    for i in range(rounds if steps else 0):  # one round at a time: the same turns
+        for p, ts in time_rounds(steps, 1, warmup=False).items():
+            times[p] += ts
+        done = ", ".join(f"{p} {ts[-1] * 1e3:,.0f} ms" for p, ts in times.items())
+        progress(f"CPU step timing at {where}, round {i + 1} of {rounds}: {done}")
     for row in rows:
         p = row["precision"]
         if p not in live:
@@ -984,8 +1045,10 @@ def measure(
     key: str | None = None,
     size: tuple[Sequence[int], int] | None = None,
     rounds: int = CPU_ROUNDS,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Section 4: the runner's step timed per precision (and layout/flag) here.
+    ``progress``: lines on stderr per CPU round (``Progress``; None: on a terminal).
 
     On a CPU (``size`` overrides the input and batch chosen by ``measure_size``): fp32
     and amp-bf16 by chapter 5's rounds method (``rounds`` rounds, taking turns), with
@@ -1002,7 +1065,8 @@ def measure(
     )
     if device.type != "cuda":
         main = [p for p in precisions if p != "amp-fp16"]
-        rows = _cpu_rounds(model, mshape, mbatch, loss, main, key, rounds)
+        tell = Progress(progress)
+        rows = _cpu_rounds(model, mshape, mbatch, loss, main, key, rounds, tell)
         extra = None
         if "amp-fp16" in precisions:
             tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
@@ -1018,11 +1082,13 @@ def measure(
                 and "step_s" in fp32
             ):
                 # the same size as the rounds: fp16 beside their fp32 median
-                fp16 = _cpu_rounds(model, tiny, 2, loss, ["amp-fp16"], key, 1)[0]
+                fp16 = _cpu_rounds(model, tiny, 2, loss, ["amp-fp16"], key, 1, tell)[0]
                 if fp16.get("step_s"):
                     fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
             else:
-                pair = _cpu_rounds(model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1)
+                pair = _cpu_rounds(
+                    model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1, tell
+                )
                 fp16 = pair[1]
             fp16["input"], fp16["batch"] = list(tiny), 2
             if fp16.get("speedup"):
@@ -1089,12 +1155,14 @@ def _span(lo: float, hi: float) -> str:
 
 
 def _gist(lo: float, hi: float) -> str:
-    """Words for a range, from its upper end only (no threshold inside a range, where
-    two precisions on the same peaks could fall on either side of it)."""
+    """Words for a range: slower, little to gain, no clear gain (a range that spans
+    1.0) or a gain (its low end above 1.0)."""
     if hi < 1:
         return "AMP would be slower"
     if hi < 1.1:
         return "little or nothing to gain"
+    if lo <= 1:
+        return "no clear gain"
     return "a gain"
 
 
@@ -1119,15 +1187,28 @@ def speedup_range_verdict(
             f"GPU needs, so no calibrated range; {same} (not a bound)."
         )
     lo, hi = rng["low"], rng["high"]
-    near = min(rows, key=_nearness)
-    from ampbook.calibration import distance_text
+    from ampbook.calibration import _layout_text
 
     n = len(rows)
-    line = (
-        f"{head} {_span(lo, hi)}, {_gist(lo, hi)}, at the kernel efficiencies of "
-        f"{n} reference{'s' if n != 1 else ''} (nearest: {near['label']}, "
-        f"{distance_text(near)}: {near['speedup']:.2f}x); {same}."
+    by = {r["key"]: r for r in rows}
+    basis = ", ".join(
+        f"{by[k]['label']} ({by[k]['weight_share']:.0%})" for k in rng["basis"][:3]
     )
+    layout = _layout_text(rng["layouts"])
+    line = (
+        f"{head}, {layout}: {rng['point']:.2f}x ± {math.exp(rng['error']) - 1:.0%} "
+        f"({_span(lo, hi)}), {_gist(lo, hi)}; set by {basis} of {n} "
+        f"reference{'s' if n != 1 else ''} weighted by closeness; {same}."
+    )
+    if not any(r["layout_match"] for r in rows):
+        ran = sorted({_layout_text(r["layouts"]) for r in rows})
+        line += (
+            f" No reference ran both precisions in {layout} (they ran "
+            f"{', '.join(ran)}; 32-bit / AMP): their efficiencies are carried over to "
+            f"{layout}, its bytes and kernels modelled, its kernels' speed not."
+        )
+    for m in rng.get("committed") or []:
+        line += f" Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']})."
     launch = rng.get("launch")
     if launch and (launch.get("amp_bound") or launch.get("fp32_bound")):
         which = "AMP's" if launch.get("amp_bound") else "fp32's"
@@ -1156,9 +1237,12 @@ def verdict_ranges(
     floor,
     model: str | None,
     devices=None,
+    memory_format: str = "channels_first",
+    batch: int | None = None,
 ) -> list[dict[str, Any]]:
     """Section 5's ranges: per GPU and AMP precision, the calibrated range
-    (``calibration.calibrated_range``) with its verdict line."""
+    (``calibration.calibrated_range``, both precisions in ``memory_format``, at
+    ``batch``) with its verdict line."""
     from ampbook.calibration import calibrated_range
 
     out = []
@@ -1174,6 +1258,8 @@ def verdict_ranges(
             floor=floor,
             model=model,
             devices=devices,
+            memory_format=memory_format,
+            batch=batch,
         )
         casts = cast_kernels(traces, r["precision"])
         out.append(
@@ -1188,6 +1274,90 @@ def verdict_ranges(
                 ),
             }
         )
+    return out
+
+
+def memory_warnings(
+    traces: dict[str, cm.StepTrace], gpus: Sequence[str], devices, copies: int = 0
+) -> list[str]:
+    """One line per precision and GPU whose step at the requested batch cannot fit:
+    the bytes saved for backward (counted on the traced step) with the weights,
+    gradients and Adam state, against the GPU's memory (its datasheet's GB), and the
+    largest batch whose activations fit (they grow with the batch; the state and
+    autocast's weight copies do not). A lower bound of the need: cuDNN's workspace,
+    the allocator's reserve and the CUDA context come on top."""
+    from ampbook.memory import ADAM_STATE_BYTES_PER_PARAM
+
+    out = []
+    for prec, tr in traces.items():
+        if not tr.saved_tensors:
+            continue
+        saved = tr.saved_tensors["new_bytes"]
+        fixed = ADAM_STATE_BYTES_PER_PARAM * tr.parameters
+        fixed += copies if prec != "fp32" else 0
+        per_sample = max(saved - (copies if prec != "fp32" else 0), 0) / tr.batch_size
+        for key in gpus:
+            d = devices[key]
+            have = d.memory_gb * 1e9
+            if saved + fixed <= have:
+                continue
+            fits = int((have - fixed) // per_sample) if per_sample else 0
+            most = (
+                f"the largest batch whose activations fit is about {fits}"
+                if fits >= 1
+                else "no batch fits"
+            )
+            out.append(
+                f"{prec} at batch {tr.batch_size} cannot fit the {d.short_name}: "
+                f"{saved / 2**30:,.1f} GiB saved for backward and "
+                f"{fixed / 2**30:,.2f} GiB of weights, gradients and optimizer state "
+                f"against its {d.memory_gb:g} GB; {most} (before cuDNN's workspace "
+                "and the allocator's reserve)."
+            )
+    return out
+
+
+def committed_measurements(
+    model: str, gpus: Sequence[str], results_dir=None, refs=None
+) -> dict[str, list[dict[str, Any]]]:
+    """What the committed results (``data/results/``) measured of ``model`` on each
+    of ``gpus``: a layer-profile pair's kernel-time ratio (a reference of the same
+    network and GPU) and, for the book's ERFNet, the training runs' step-time ratio
+    of amp-fp16 over fp32 with TF32. Empty where nothing was measured."""
+    out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
+    for ref in refs or []:
+        if ref.kind == "profile" and ref.model == model and ref.gpu in out:
+            out[ref.gpu].append(
+                {
+                    "precision": "amp-fp16",
+                    "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
+                    "speedup": ref.measured_speedup,
+                    "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
+                    f"{ref.layout.get('16-bit')})",
+                }
+            )
+    if model != "erfnet":
+        return out
+    from ampbook.results import load_results_dir
+
+    try:
+        pairs = load_results_dir(results_dir).pairs()
+    except Exception:  # an unreadable results folder is the results module's to say
+        pairs = []
+    for q in pairs:
+        if q.amp.mode != "amp-fp16" or q.baseline.mode != "fp32-tf32":
+            continue
+        key = table_key(q.setting.device_name)
+        if key in out:
+            out[key].append(
+                {
+                    "precision": "amp-fp16",
+                    "what": "step time, amp-fp16 over fp32 (TF32 on), training runs",
+                    "speedup": q.step_speedup,
+                    "source": "committed training runs in data/results, batch "
+                    f"{q.setting.batch_size} x 3x{q.setting.height}x{q.setting.width}",
+                }
+            )
     return out
 
 
@@ -1213,9 +1383,18 @@ def checklist(
         gpu, name = r["gpu"], r["gpu_name"]
         rng = by_gpu.get((gpu, r["precision"]))
         if rng is not None:
-            if rng["rows"]:
+            done = rng.get("committed") or []
+            if done:  # a measurement of this network on this GPU outranks a prediction
+                m = done[-1]
+                gain, src = m["speedup"], "measured (committed)"
+                detail = (
+                    f"{m['what']}; predicted {_span(rng['low'], rng['high'])}"
+                    if (rng["rows"])
+                    else m["what"]
+                )
+            elif rng["rows"]:
                 lo, hi = rng["low"], rng["high"]
-                gain, src = math.sqrt(lo * hi), "calibrated"
+                gain, src = rng["point"], "calibrated"
                 n = len(rng["rows"])
                 detail = f"{_span(lo, hi)} from {n} reference{'s' if n != 1 else ''}"
             else:
@@ -1263,7 +1442,8 @@ def checklist(
                         "gain": total / (total - fusable),
                         "source": "upper bound",
                         "detail": "if the element-wise operators' "
-                        f"{fusable / total:.0%} of the AMP bound vanished; "
+                        f"{fusable / total:.0%} of the AMP bound vanished (their "
+                        "share of the time taken as their share of the bound); "
                         "normalisation stays",
                     }
                 )
@@ -1452,6 +1632,10 @@ class DoctorConfig:
     # where a CPU times its steps: (input shape, batch); None: ``measure_size``'s
     measure_size: tuple[tuple[int, ...], int] | None = None
     rounds: int = CPU_ROUNDS
+    # the memory format the user's loop runs (``costmodel.MEMORY_FORMATS``)
+    memory_format: str = "channels_first"
+    # progress lines on stderr while CPU steps are timed (None: when it is a terminal)
+    progress: bool | None = None
 
 
 def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any]:
@@ -1469,6 +1653,11 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
         raise DoctorError(
             f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
+        )
+    if cfg.memory_format not in cm.MEMORY_FORMATS:
+        raise DoctorError(
+            f"--memory-format {cfg.memory_format!r}: choose "
+            f"{' or '.join(cm.MEMORY_FORMATS)}"
         )
     precisions = parse_precisions(cfg.precisions)
     devices = load_devices()
@@ -1512,6 +1701,9 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
             raise DoctorError(
                 f"tracing the {p} step failed: {type(e).__name__}: {_first_line(e)}"
             ) from None
+    traces = {
+        p: cm.with_memory_format(tr, cfg.memory_format) for p, tr in traces.items()
+    }
     lap("trace")
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
     roof = roofline(traces, gpus, cfg.loader_images_per_s, devices)
@@ -1531,7 +1723,7 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     if cfg.measure:
         measured = measure(
             traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
-            size=cfg.measure_size, rounds=cfg.rounds,
+            size=cfg.measure_size, rounds=cfg.rounds, progress=cfg.progress,
         )  # fmt: skip
         memory["measured"] = [
             {
@@ -1553,10 +1745,19 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     lap("measured")
     refs = calibration.references(cfg.results_dir)
     floor = calibration.launch_floor(cfg.results_dir)
-    ranges = verdict_ranges(roof, traces, refs, floor, cfg.model, devices)
+    ranges = verdict_ranges(
+        roof, traces, refs, floor, cfg.model, devices, cfg.memory_format, batch
+    )
+    committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
+    for r in ranges:  # a measurement of the same network and GPU beside the range
+        r["committed"] = [
+            m for m in committed.get(r["gpu"], []) if m["precision"] == r["precision"]
+        ]
+        r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r, r["casts"])
     cover = coverage(traces[amp], preds.get(amp)) if amp else None
     unknown = unmodelled(preds.get(amp) or preds["fp32"])
-    warning = unmodelled_line(unknown)
+    warnings_ = [w for w in [unmodelled_line(unknown)] if w]
+    warnings_ += memory_warnings(traces, gpus, devices, weight_copy_bytes(model))
     lap("verdict")
     return {
         "schema": "ampbook.doctor/2",
@@ -1569,6 +1770,7 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         "output_rule": output_rule(model, shape, batch, cfg.output),
         "loss": cfg.loss,
         "precisions": precisions,
+        "memory_format": cfg.memory_format,
         "gpus": gpus,
         "totals": {p: tr.totals() for p, tr in traces.items()},
         "coverage": cover,
@@ -1589,7 +1791,7 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
             **checklist(roof, ranges, cfg.loader_images_per_s, measured),
         },
         "unmodelled": unknown,
-        "warnings": [warning] if warning else [],
+        "warnings": warnings_,
         "seconds": seconds,
     }
 
@@ -1808,32 +2010,66 @@ def _where_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
-    from ampbook.plots import md_table_text
-
     me = report["measured"]
     if not me:
         return None
-    rows = [
-        (r["variant"], _ms(r.get("step_s")), r.get("speedup"),
-         r.get("note") or r["skipped"] or "")
-        for r in me["rows"]
-    ]  # fmt: skip
-    how = (
-        f"{me['rounds']} rounds taking turns (chapter 5's method); speedup: the median "
-        "of the per-round ratios"
-        if me["device"] == "cpu"
-        else "timed steps"
+    lead, text = measured_table(me)
+    return ("4. Measured on this device", lead, text + "\n\n" + measured_verdict(me))
+
+
+def measured_table(me: dict[str, Any]) -> tuple[str, str]:
+    """Section 4's lead and Markdown table: each timed variant's median and fastest
+    step and its speedup, with columns that say which (on a CPU, the ratio of the
+    medians shown and the median of the per-round ratios the verdict reads)."""
+    from ampbook.plots import md_table_text
+
+    cpu = me["device"] == "cpu"
+    base = next(
+        (r for r in me["rows"] if r["precision"] == "fp32" and r.get("step_s")), None
     )
+    rows = []
+    for r in me["rows"]:
+        of_medians = (
+            base["step_s"] / r["step_s"]
+            if base and r.get("step_s") and r.get("input") is None
+            else None
+        )
+        row = [r["variant"], _ms(r.get("step_s")), _ms(r.get("min_step_s"))]
+        row += [of_medians, r.get("speedup")] if cpu else [r.get("speedup")]
+        rows.append(row + [r.get("note") or r["skipped"] or ""])
+    n = me.get("rounds")
+    if cpu:
+        how = (
+            f"{n} rounds taking turns (chapter 5's method): the time is the median "
+            f"step of the {n} rounds and the fastest of them; the speedups are "
+            "fp32's time over this one's, from the medians beside them and as the "
+            "median of the per-round ratios (the verdict reads the latter; the two "
+            "differ when the rounds drift)"
+        )
+        heads = [
+            "variant",
+            f"median of {n} rounds (ms)",
+            "fastest round (ms)",
+            "fp32 / this, medians (x)",
+            "median of round ratios (x)",
+            "note",
+        ]
+        fmts = [None, ".1f", ".1f", ".2f", ".2f", None]
+    else:
+        how = "timed steps: the median and the fastest; speedup from the medians"
+        heads = [
+            "variant",
+            "median step (ms)",
+            "fastest step (ms)",
+            "speedup (x)",
+            "note",
+        ]
+        fmts = [None, ".1f", ".1f", ".2f", None]
     lead = (
         f"{me['device_name']}; the runner's step, batch {me['batch']} x "
         f"{_shape_text(me['input'])}, {how}"
     )
-    text = md_table_text(
-        rows,
-        ["variant", "median step (ms)", "speedup (x)", "note"],
-        [None, ".1f", ".2f", None],
-    )
-    return ("4. Measured on this device", lead, text + "\n\n" + measured_verdict(me))
+    return lead, md_table_text(rows, heads, fmts)
 
 
 def references_table(rng: dict[str, Any]) -> str:
@@ -1910,6 +2146,47 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [p for p in parts if p is not None]
 
 
+def first_screen(report: dict[str, Any]) -> str:
+    """The answer first: the memory format every precision was predicted for, then
+    one line per GPU and AMP precision with the point estimate, its range, the verdict
+    in words, what sets it, and a committed measurement where there is one; the
+    warnings last."""
+    from ampbook.calibration import _layout_text
+
+    fmt = report.get("memory_format", "channels_first")
+    precs = ", ".join(report["precisions"])
+    default = (
+        " (PyTorch's default; --memory-format channels_last for a loop that converts "
+        "its model and batches)"
+        if fmt == "channels_first"
+        else ""
+    )
+    lines = [
+        f"Predicted for {precs}, each in {fmt} ({_layout_text([fmt, fmt])})"
+        f"{default}, batch {report['batch']}:",
+        "",
+    ]
+    for r in report["verdict"]["ranges"]:
+        head = f"- {r['gpu_name']}, {r['precision']}: "
+        if not r["rows"]:
+            lines.append(
+                head + f"no reference applies; {r['equal_share']:.2f}x at equal "
+                "shares of the bound (not a bound)"
+            )
+            continue
+        top = r["rows"][0]
+        line = (
+            head + f"{r['point']:.2f}x ({_span(r['low'], r['high'])}), "
+            f"{_gist(r['low'], r['high'])}; nearest {top['label']}"
+        )
+        for m in r.get("committed") or []:
+            line += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
+        lines.append(line)
+    for w in report.get("warnings", []):
+        lines.append(f"- warning: {w}")
+    return "\n".join(lines) + "\n"
+
+
 def to_markdown(report: dict[str, Any], level: int = 1) -> str:
     """The report as Markdown; ``level`` is the title's heading level (the sections
     one below); 0 sets the titles in bold instead of headings (for a page that has its
@@ -1925,7 +2202,9 @@ def to_markdown(report: dict[str, Any], level: int = 1) -> str:
             level,
         )
         + f"\n\nOutput: shape {_shape_text(report['output'])} "
-        f"({report['output_rule']}); loss: {report['loss']}.\n"
+        f"({report['output_rule']}); loss: {report['loss']}.\n\n"
+        + first_screen(report)
+        + "\n"
     )
     body = "\n".join(
         f"{title(t, level + 1)}\n\n{lead}\n\n{tab}\n"
@@ -1980,6 +2259,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=cli.positive_float,
         help="what your input pipeline delivers: says which side bounds the epoch",
     )
+    p.add_argument(
+        "--memory-format",
+        default="channels_first",
+        choices=cm.MEMORY_FORMATS,
+        help="the layout your training loop runs: channels_first (NCHW, PyTorch's "
+        "default, the default here) or channels_last (a loop that calls "
+        ".to(memory_format=torch.channels_last) on the model and each batch)",
+    )
     p.add_argument("--loss", default="cross-entropy", choices=LOSSES)
     p.add_argument(
         "--output",
@@ -2021,6 +2308,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats=a.repeats,
             results_dir=a.results_dir,
             output=a.output,
+            memory_format=a.memory_format,
         )
         report = diagnose(cfg)
     except DoctorError as e:

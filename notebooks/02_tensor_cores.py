@@ -360,7 +360,11 @@ plt.show()
 # {cite:p}`ga102-whitepaper`; RTX 3070 Laptop
 # {cite:p}`ga102-whitepaper,wccftech-rtx30-mobile,tpu-db-rtx3070-mobile`; A100
 # {cite:p}`a100-datasheet,a100-whitepaper`; H100 {cite:p}`hopper-whitepaper,h100-datasheet`;
-# H200 {cite:p}`h200-page,hopper-whitepaper`. The RTX 3070 Laptop GPU's peaks are not printed
+# H200 {cite:p}`h200-page,hopper-whitepaper`; RTX 3090 {cite:p}`ga102-whitepaper`; RTX 4090
+# {cite:p}`ada-whitepaper`; A10 {cite:p}`a10-datasheet`; L4 {cite:p}`l4-datasheet`; L40S
+# {cite:p}`l40s-datasheet`; RTX 6000 Ada {cite:p}`rtx6000-ada-datasheet`; A100 40GB
+# {cite:p}`a100-40gb-datasheet,a100-whitepaper`; H100 PCIe
+# {cite:p}`h100-datasheet,hopper-whitepaper`. The RTX 3070 Laptop GPU's peaks are not printed
 # by NVIDIA: the table derives them from the desktop GA104's per-SM rates at the laptop's SM
 # count and top boost clock (the `derived` entries of the YAML file say how), so real
 # laptops, which boost lower, reach less.

@@ -688,6 +688,12 @@ def settings_cases() -> list[Case]:
         ),
         Case(
             c,
+            "doctor: unknown memory format",
+            cmd("ampbook.doctor", "--model", "erfnet", "--memory-format", "nhwc"),
+            words=["--memory-format", "nhwc"],
+        ),
+        Case(
+            c,
             "doctor: unknown precision",
             cmd("ampbook.doctor", "--model", "erfnet", "--precisions", "fp7"),
             words=["fp7"],

@@ -93,13 +93,27 @@ def test_distances():
     assert cal.mix_distance({"conv": 1.0}, {"norm": 1.0}) == 1
 
 
-@pytest.fixture(scope="module")
-def resnet50_a100():
+def _diagnose(spec, shape, batch, gpus, fmt, precisions=("amp-fp16",)):
     cfg = doctor.DoctorConfig(
-        "torchvision:resnet50", (3, 224, 224), 256, "cpu", ["amp-fp16"], ["a100"],
-        measure=False,
+        spec, shape, batch, "cpu", list(precisions), list(gpus), measure=False,
+        memory_format=fmt,
     )  # fmt: skip
     return doctor.diagnose(cfg)
+
+
+@pytest.fixture(scope="module")
+def resnet50_a100():
+    """ResNet-50 at batch 256 on the A100 as NVIDIA's AMP run had it (channels_last)."""
+    return _diagnose(
+        "torchvision:resnet50", (3, 224, 224), 256, ["a100"], "channels_last"
+    )
+
+
+@pytest.fixture(scope="module")
+def resnet50_a100_nchw():
+    return _diagnose(
+        "torchvision:resnet50", (3, 224, 224), 256, ["a100"], "channels_first"
+    )
 
 
 def test_resnet50_batch_256_on_a100_range_contains_the_published_speedup(
@@ -107,12 +121,71 @@ def test_resnet50_batch_256_on_a100_range_contains_the_published_speedup(
 ):
     (rng,) = resnet50_a100["verdict"]["ranges"]
     assert rng["low"] <= 2.63 <= rng["high"]
+    assert rng["low"] < rng["point"] < rng["high"]
     own = next(r for r in rng["rows"] if r["key"] == "dle-resnet50-a100")
     assert own["same_network"] and own["gpu_distance"] == "same GPU"
+    assert rng["basis"][0] == "dle-resnet50-a100"  # the closest sets it
     # its own efficiencies reproduce its figure but for the optimizer (Adam here,
-    # SGD there) and the batch of its fp32 run
+    # SGD there), the batch of its fp32 run and its fp32 layout (NCHW there)
     assert own["speedup"] == pytest.approx(2.63, rel=0.03)
     assert rng["equal_share"] < 2.63  # the ratio of the bounds is no upper bound
+
+
+def test_the_layout_changes_the_bytes_and_the_range(resnet50_a100, resnet50_a100_nchw):
+    """NCHW adds transposes around every 16-bit convolution (bytes and kernels, in the
+    convolution's class); the ranges differ, and each names its references and the
+    layouts it was predicted for."""
+    cl, cf = resnet50_a100, resnet50_a100_nchw
+    assert cl["memory_format"] == "channels_last"
+    assert cf["totals"]["amp-fp16"]["bytes"] > cl["totals"]["amp-fp16"]["bytes"]
+    assert cf["totals"]["amp-fp16"]["kernels"] > cl["totals"]["amp-fp16"]["kernels"]
+    assert cf["totals"]["fp32"]["kernels"] == cl["totals"]["fp32"]["kernels"] - 1
+    (a,), (b,) = cl["verdict"]["ranges"], cf["verdict"]["ranges"]
+    assert a["layouts"] == ["channels_last"] * 2
+    assert b["layouts"] == ["channels_first"] * 2
+    assert (a["low"], a["high"]) != (b["low"], b["high"]) and b["point"] < a["point"]
+    for r in (a, b):
+        assert r["basis"] and "set by" in r["line"]
+        assert doctor.first_screen({**cl, "verdict": {"ranges": [r]}}).count("x (") == 1
+    assert "NHWC" in a["line"] and "NCHW" in b["line"]
+    assert "each in channels_last" in doctor.to_markdown(cl)
+    with pytest.raises(doctor.DoctorError, match="--memory-format"):
+        _diagnose("torchvision:resnet18", (3, 32, 32), 2, ["a100"], "nhwc")
+
+
+def test_the_erfnet_h200_profile_reproduces_its_kernel_ratio():
+    """The profile applied to its own network, GPU, batch and layout through the
+    doctor gives back its measured kernel ratio (54.29 / 45.85 ms): measured time and
+    traced operators are classed alike (casts with the convolution that needs them)."""
+    rep = _diagnose("erfnet", (3, 512, 1024), 6, ["h200"], "channels_first")
+    (rng,) = rep["verdict"]["ranges"]
+    (ref,) = [r for r in cal.profile_references() if r.gpu == "h200-sxm"]
+    assert ref.measured_speedup == pytest.approx(54.29 / 45.85, abs=0.005)
+    own = next(r for r in rng["rows"] if r["key"] == ref.key)
+    assert own["kernel_speedup"] == pytest.approx(ref.measured_speedup, rel=0.05)
+    assert own["layout_match"] and own["same_network"]
+    # and the report shows the committed measurement beside the prediction
+    assert any(m["speedup"] == ref.measured_speedup for m in rng["committed"])
+    assert "Measured: 1.18x" in rng["line"]
+
+
+def test_every_published_reference_reproduces_itself():
+    refs = cal.references()
+    for ref in refs:
+        alone = cal.reference_prediction(ref, [ref], exclude_own=False)
+        (row,) = alone["rows"]
+        assert row["kernel_speedup"] == pytest.approx(ref.measured_speedup, rel=0.05)
+        assert alone["point"] == pytest.approx(ref.measured_speedup, rel=0.05)
+
+
+def test_a_committed_measurement_outranks_the_prediction():
+    rep = _diagnose("erfnet", (3, 512, 1024), 6, ["h200"], "channels_first")
+    amp = next(i for i in rep["verdict"]["items"] if i["item"].startswith("train"))
+    (ref,) = [r for r in cal.profile_references() if r.gpu == "h200-sxm"]
+    assert amp["source"] == "measured (committed)"
+    assert amp["gain"] == rep["verdict"]["ranges"][0]["committed"][-1]["speedup"]
+    assert amp["gain"] < 1.3  # not the prediction's 1.6x of before
+    del ref
 
 
 def test_leaving_a_reference_out(resnet50_a100):
@@ -123,18 +196,26 @@ def test_leaving_a_reference_out(resnet50_a100):
         model="torchvision:resnet50", exclude="dle-resnet50-a100",
     )  # fmt: skip
     assert "dle-resnet50-a100" not in {r["key"] for r in rng["rows"]}
-    assert rng["rows"] and rng["low"] <= rng["high"]
+    assert rng["rows"] and rng["low"] <= rng["point"] <= rng["high"]
+    shares = [r["weight_share"] for r in rng["rows"]]
+    assert sum(shares) == pytest.approx(1.0)
+    assert rng["min"] <= rng["point"] <= rng["max"]
 
 
-def test_predictions_table_has_every_published_reference(capsys):
+def test_predictions_table_is_the_leave_one_out(capsys):
     refs = cal.references()
-    published = cal.load_published()
+    loo = cal.leave_one_out(refs)
+    assert loo["n"] == len(refs) and not loo["no_range"]
     assert cal.main(["--predictions"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 + len(published)
-    for ref, line in zip(published, lines[2:]):
+    out = capsys.readouterr().out
+    lines = [x for x in out.splitlines() if x.startswith("| ") and "---" not in x]
+    assert len(lines) == 1 + loo["n"]
+    for row, line in zip(loo["rows"], lines[1:]):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[0] == ref.network and cells[-1] == f"{ref.speedup:.2f}x"
-        other = cal.published_prediction(ref, refs, exclude_own=True)
-        assert cells[3].startswith(f"{other['low']:.2f}-{other['high']:.2f}x")
-        assert f"({len(other['rows'])} refs)" in cells[3]
+        assert cells[0] == row["label"] and cells[4] == f"{row['measured']:.2f}x"
+        assert cells[2].startswith(f"{row['point']:.2f}x ({row['low']:.2f}-")
+        assert cells[5] == ("yes" if row["low"] <= row["measured"] <= row["high"]
+                            else "no")  # fmt: skip
+    inside = sum(r["inside"] for r in loo["rows"])
+    assert f"{inside} of {loo['n']} references inside" in out
+    assert f"median width {loo['median_width']:.2f}x" in out

@@ -40,21 +40,23 @@ def test_required_devices_with_sourced_figures(devices):
             src = d.sources[fig]
             assert src["title"] and src["url"].startswith("https://"), (d.key, fig)
             assert d.source_of(fig).startswith(src["title"])
-        assert d.segment in ("GeForce", "data centre")
+        assert d.segment in ("GeForce", "data centre", "workstation")
 
 
 def test_published_peaks_agree_with_units_times_clock(devices):
     """fp32 = CUDA cores x 2 FLOP x clock; fp16 tensor = tensor cores x FMA/clock x 2 x
     clock. Catches a typo in any figure, count or clock."""
-    fma = {1: 64, 3: None, 4: 512}
+    # dense fp16 FMAs per clock per tensor core, per architecture (Ada's fourth
+    # generation does a quarter of Hopper's)
+    fma = {"Volta": 64, "Ada": 128, "Hopper": 512}
     for d in devices.values():
         assert d.fp32_tflops == pytest.approx(
             d.cuda_cores * 2 * d.boost_clock_mhz * 1e-6, rel=0.01
         ), d.key
         per_tc = d.fma_per_clock_per_tensor_core()
         assert per_tc == pytest.approx(round(per_tc), rel=0.01), (d.key, per_tc)
-        if fma.get(d.tensor_core_generation):
-            assert round(per_tc) == fma[d.tensor_core_generation], d.key
+        if fma.get(d.architecture):
+            assert round(per_tc) == fma[d.architecture], d.key
         assert d.tensor_cores == 4 * d.sms or (
             d.architecture == "Volta" and d.tensor_cores == 8 * d.sms
         )
@@ -98,10 +100,20 @@ def test_h200_is_an_h100_with_faster_memory(devices):
         ("NVIDIA GeForce RTX 3070 Laptop GPU", "rtx3070-laptop"),
         ("NVIDIA GeForce RTX 3070 Ti", None),
         ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
-        ("NVIDIA A100-SXM4-40GB", None),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+        ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
         ("NVIDIA A100 80GB PCIe", None),
         ("NVIDIA H100 80GB HBM3", "h100-sxm"),
-        ("NVIDIA H100 PCIe", None),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA GeForce RTX 3090", "rtx3090"),
+        ("NVIDIA GeForce RTX 3090 Ti", None),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        ("NVIDIA A10", "a10"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA L40", None),
+        ("NVIDIA RTX 6000 Ada Generation", "rtx6000-ada"),
         ("NVIDIA H200", "h200-sxm"),
         ("NVIDIA H200 NVL", None),
         ("Tesla V100-SXM2-32GB", "v100-sxm2"),
@@ -111,6 +123,29 @@ def test_h200_is_an_h100_with_faster_memory(devices):
 def test_find_device_by_torch_name(devices, name, key):
     found = find_device(name, devices)
     assert (found.key if found else None) == key
+
+
+def test_the_gpus_readers_own_with_their_dense_peaks(devices):
+    """Issue 29's GPUs, each figure dense and from its datasheet: AMP's fp16 mode (fp32
+    accumulate) at half the fp16-accumulate rate on GeForce cards only."""
+    want = {  # fp32, TF32, fp16 with fp32 accumulate, GB/s, GB
+        "rtx3090": (35.6, 35.6, 71, 936, 24),
+        "rtx4090": (82.6, 82.6, 165.2, 1008, 24),
+        "a10": (31.2, 62.5, 125, 600, 24),
+        "l4": (30.3, 60, 121, 300, 24),
+        "l40s": (91.6, 183, 362.05, 864, 48),
+        "rtx6000-ada": (91.1, 182.1, 364.2, 960, 48),
+        "a100-sxm-40gb": (19.5, 156, 312, 1555, 40),
+        "a100-pcie-40gb": (19.5, 156, 312, 1555, 40),
+        "h100-pcie": (51, 378, 756.5, 2000, 80),
+    }
+    for key, figures in want.items():
+        d = devices[key]
+        got = (d.fp32_tflops, d.tf32_tflops, d.fp16_tflops_fp32acc,
+               d.mem_bandwidth_gbs, d.memory_gb)  # fmt: skip
+        assert got == pytest.approx(figures), key
+        assert d.bf16_tflops == d.fp16_tflops_fp32acc, key
+    assert devices["rtx4090"].fp16_tflops_fp16acc == 330.3
 
 
 def test_cpu_has_no_table_entry():

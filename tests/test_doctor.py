@@ -188,24 +188,31 @@ def test_residual_sum_and_layer_norm_stay_fp32_with_reasons():
 
 def test_speedup_range_verdict():
     rows = [
-        {"label": "Net A on GPU Y", "speedup": 1.6, "gpu_distance": "same GPU",
-         "same_network": False, "mix_distance": 0.2, "kind": "published"},
-        {"label": "Net B on GPU Z", "speedup": 3.0, "gpu_distance":
+        {"key": "b", "label": "Net B on GPU Z", "speedup": 3.0, "gpu_distance":
          "other architecture", "same_network": True, "mix_distance": 0.0,
-         "kind": "published"},
+         "kind": "published", "weight": 0.75, "weight_share": 0.75,
+         "layouts": ["channels_first", "channels_last"], "layout_match": False},
+        {"key": "a", "label": "Net A on GPU Y", "speedup": 1.6, "gpu_distance":
+         "same GPU", "same_network": False, "mix_distance": 0.2, "kind": "published",
+         "weight": 0.25, "weight_share": 0.25,
+         "layouts": ["channels_first", "channels_last"], "layout_match": False},
     ]  # fmt: skip
-    rng = {"family": "tf32", "equal_share": 1.9, "low": 1.6, "high": 3.0,
-           "rows": rows, "launch": None}  # fmt: skip
+    rng = {"family": "tf32", "equal_share": 1.9, "low": 2.0, "high": 3.0,
+           "point": 2.45, "error": 0.2, "basis": ["b"], "rows": rows,
+           "launch": None, "layouts": ["channels_first", "channels_first"]}  # fmt: skip
     line = doctor.speedup_range_verdict("GPU X", "amp-fp16", rng)
-    assert "1.60x to 3.00x, a gain" in line and "2 references" in line
-    assert "nearest: Net B on GPU Z, other architecture, same network" in line
+    assert "NCHW: 2.45x ± 22% (2.00x to 3.00x), a gain" in line
+    assert "set by Net B on GPU Z (75%) of 2 references" in line
     assert "1.90x if both precisions reached the same share of their bound" in line
+    assert "No reference ran both precisions in NCHW (they ran NCHW / NHWC" in line
     none = doctor.speedup_range_verdict(
         "G", "amp-bf16", dict(rng, rows=[], low=None, high=None)
     )
     assert "no calibrated range" in none and "(not a bound)" in none
-    low = dict(rng, low=0.8, high=0.95, rows=[dict(rows[0], speedup=0.8)])
+    low = dict(rng, low=0.8, high=0.95, point=0.87)
     assert "AMP would be slower" in doctor.speedup_range_verdict("G", "p", low)
+    across = dict(rng, low=0.9, high=1.4, point=1.12)
+    assert "no clear gain" in doctor.speedup_range_verdict("G", "p", across)
     with pytest.raises(ValueError):
         doctor.speedup_range_verdict("G", "amp-fp16", dict(rng, equal_share=0))
 
@@ -213,8 +220,85 @@ def test_speedup_range_verdict():
 def test_resolve_gpus_short_names():
     assert doctor.resolve_gpus("h200,A100") == ["h200-sxm", "a100-sxm-80gb"]
     assert doctor.resolve_gpus("rtx3070-laptop") == ["rtx3070-laptop"]
+    assert doctor.resolve_gpus("4090,l4,L40S,3090") == [
+        "rtx4090", "l4", "l40s", "rtx3090"
+    ]  # fmt: skip
+    assert doctor.resolve_gpus("RTX 6000 Ada") == ["rtx6000-ada"]
     with pytest.raises(doctor.DoctorError, match="ambiguous.*rtx3070-desktop"):
-        doctor.resolve_gpus("3070")
+        doctor.resolve_gpus("rtx30")
+    with pytest.raises(doctor.DoctorError, match="unknown.*knows.*rtx4090 .RTX 4090."):
+        doctor.resolve_gpus("rtx5090")
+
+
+def test_a_gpu_added_to_the_table_gets_a_roofline_and_a_range():
+    """The RTX 4090: GeForce's half-rate fp32 accumulate in the bound; a range from
+    references of other GPUs, weighted by how near they are."""
+    rep = doctor.diagnose(_config(gpus=["4090", "a100"], measure=False))
+    roof = {(r["gpu"], r["precision"]): r for r in rep["roofline"]}
+    g, a = roof[("rtx4090", "amp-fp16")], roof[("a100-sxm-80gb", "amp-fp16")]
+    assert g["gpu_name"] == "RTX 4090" and g["amp_s"] > 0
+    rng = next(r for r in rep["verdict"]["ranges"] if r["gpu"] == "rtx4090")
+    assert rng["rows"] and all(r["gpu_distance"] != "same GPU" for r in rng["rows"])
+    assert rng["low"] < rng["point"] < rng["high"]
+    assert a["amp_s"] != g["amp_s"]
+
+
+def test_memory_warning_names_the_largest_batch_that_fits():
+    """ResNet-18 at batch 4096 (traced on fake tensors: no memory needed here) cannot
+    fit an 8 GB RTX 3070 in fp32; the batch the warning names fits, one more does
+    not, by the same count."""
+    cfg = doctor.DoctorConfig(
+        "torchvision:resnet18", (3, 224, 224), 4096, "cpu", ["amp-fp16"],
+        ["rtx3070-desktop", "h200"], measure=False,
+    )  # fmt: skip
+    rep = doctor.diagnose(cfg)
+    fp32 = [w for w in rep["warnings"] if w.startswith("fp32 at batch 4096")]
+    assert len(fp32) == 1 and "RTX 3070" in fp32[0] and "8 GB" in fp32[0]
+    assert not [w for w in rep["warnings"] if "H200" in w]
+    fits = int(fp32[0].split("fit is about ")[1].split(" ")[0])
+    saved = rep["memory"]["at_size"]["fp32_bytes"]
+    state = rep["memory"]["at_size"]["state_bytes"]
+    per = saved / 4096
+    assert state + fits * per <= 8e9 < state + (fits + 1) * per
+    assert "warning: fp32 at batch 4096" in doctor.to_markdown(rep)
+
+
+def test_cpu_timing_table_says_what_each_number_is(report):
+    text = doctor.to_markdown(report)
+    head = next(x for x in text.splitlines() if x.startswith("| variant"))
+    n = report["measured"]["rounds"]
+    for col in (f"median of {n} rounds (ms)", "fastest round (ms)",
+                "fp32 / this, medians (x)", "median of round ratios (x)"):  # fmt: skip
+        assert col in head
+    rows = {r["variant"]: r for r in report["measured"]["rows"]}
+    line = next(x for x in text.splitlines() if x.startswith("| amp-bf16 "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    ratio = rows["fp32"]["step_s"] / rows["amp-bf16"]["step_s"]
+    assert cells[3] == f"{ratio:.2f}"  # the ratio of the medians shown beside it
+    assert cells[4] == f"{rows['amp-bf16']['speedup']:.2f}"
+
+
+def test_progress_lines_while_cpu_steps_are_timed():
+    import io
+
+    from ampbook.doctor import Progress, _cpu_rounds
+
+    model = tiny_classifier()
+    out = io.StringIO()
+    rows = _cpu_rounds(
+        model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], None, 3,
+        Progress(True, out),
+    )  # fmt: skip
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and all(
+        x.startswith("doctor: CPU step timing") for x in lines
+    )
+    assert "round 3 of 3: fp32" in lines[-1] and "amp-bf16" in lines[-1]
+    assert all(r["samples"] == 3 for r in rows)
+    quiet = io.StringIO()  # not a terminal: silent unless asked
+    assert not Progress(None, quiet).on
+    Progress(None, quiet)("nothing")
+    assert quiet.getvalue() == ""
 
 
 @pytest.mark.parametrize(
@@ -284,7 +368,7 @@ def test_mse_loss_for_a_model_without_classes(capsys):
             ["rejects input 3x16x16", "mat1 and mat2 shapes cannot be multiplied"],
         ),
         (["--model", "erfnet", "--input", "3,-16"], ["--input", "C,H,W"]),
-        (["--model", "erfnet", "--gpus", "3070"], ["ambiguous", "rtx3070-laptop"]),
+        (["--model", "erfnet", "--gpus", "rtx30"], ["ambiguous", "rtx3070-laptop"]),
         (["--model", "erfnet", "--gpus", "tpu"], ["unknown GPU 'tpu'", "h200-sxm"]),
         (["--model", "erfnet", "--precisions", "fp8"], ["unknown ['fp8']"]),
         (["--model", "erfnet", "--json", "/no/such/dir/r.json"], ["does not exist"]),

@@ -4,6 +4,7 @@ tried as a new user would, on a tiny model built here."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -262,8 +263,12 @@ def test_every_reference_contributes_its_own_speedup():
     r = _diagnose(ConvAndLinear(), (3, 64, 64), batch=64)
     rng = next(x for x in r["verdict"]["ranges"] if x["gpu"] == "a100-sxm-80gb")
     rows = rng["rows"]
-    assert len(rows) >= 2 and rng["low"] == rows[0]["speedup"]
-    assert rng["high"] == rows[-1]["speedup"] and rng["low"] < rng["high"]
+    assert len(rows) >= 2 and rng["min"] == min(x["speedup"] for x in rows)
+    assert rng["max"] == max(x["speedup"] for x in rows) and rng["low"] < rng["high"]
+    # the point is the weighted geometric mean of every reference's speedup
+    logs = sum(x["weight_share"] * math.log(x["speedup"]) for x in rows)
+    assert rng["point"] == pytest.approx(math.exp(logs))
+    assert rows == sorted(rows, key=lambda x: -x["weight"])
     assert len({round(x["kernel_speedup"], 6) for x in rows}) == len(rows)
     assert all(x["gpu_distance"] in ("same GPU", "same architecture",
                "other architecture") for x in rows)  # fmt: skip
