@@ -22,8 +22,8 @@
 # {glue:text}`ch7_r0_amp:s` against {glue:text}`ch7_r0_base:s` for fp32 with TF32, and
 # the loop trained {glue:text}`ch7_r0_ips:s` images per second. This chapter climbs from
 # that setup to an optimised step, one change per rung. On the GPU the rungs above
-# rung 0 are {glue:text}`ch7_gpu_kind`; on this machine the chapter measures the rungs and
-# precisions its parameters name. At the top eager rung, rung
+# rung 0 are {glue:text}`ch7_gpu_kind`; on this machine the chapter measures the rungs
+# and precisions its parameters name. At the top eager rung, rung
 # {glue:text}`ch7_eager_top`, AMP's step {glue:text}`ch7_takes`
 # {glue:text}`ch7_top_amp:s`, {glue:text}`ch7_top_speedup:s` as fast as fp32 with TF32
 # on the same rung, and the loop {glue:text}`ch7_trains`
@@ -166,7 +166,8 @@ md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",
 
 # %% tags=["hide-cell"]
 FIELDS = {"step": "step_s", "kernel": "kernel_s", "idle": "idle_s",
-          "busy": "busy_share", "ips": "images_per_s", "wait": "data_wait_share", "gib": "memory_bytes"}
+          "busy": "busy_share", "ips": "images_per_s", "wait": "data_wait_share",
+          "gib": "memory_bytes"}
 
 
 def cell_values(ladder, index, mode):
@@ -225,6 +226,7 @@ glue_all(
     ch7_r0_amp=v[0, amp_mode]["step"], ch7_r0_base=v[0, base_mode]["step"],
     ch7_r0_ips=v[0, amp_mode]["ips"], ch7_top_amp=top_amp,
     ch7_top_speedup=speedup(v[eager_top, base_mode]["step"], top_amp),
+    ch7_top_base=v[eager_top, base_mode]["step"],
     ch7_top_ips=v[eager_top, amp_mode]["ips"], ch7_eager_top=eager_top,
     ch7_r0_speedup=speedup(v[0, base_mode]["step"], v[0, amp_mode]["step"]),
 )
@@ -277,8 +279,8 @@ glue_all(
 # `foreach` implementation, a few dozen multi-tensor launches for ERFNet's
 # {glue:text}`ch7_params` parameter tensors. With the loss read every
 # {glue:text}`ch7_sync_every` steps and no flag read, the host can run ahead and keep
-# the GPU's queue filled. The prediction *assumes* it fills it completely: AMP's idle time
-# goes from {glue:text}`ch7_r2_amp_idle:s` to {glue:text}`ch7_r3_amp_idle:s` a step.
+# the GPU's queue filled. The prediction *assumes* it fills it completely: AMP's idle
+# time goes from {glue:text}`ch7_r2_amp_idle:s` to {glue:text}`ch7_r3_amp_idle:s` a step.
 #
 # **Rung 4, the residual stream.** ERFNet's first downsampler concatenates an fp16
 # convolution with a max-pool of the fp32 image; `torch.cat` promotes the pair to fp32,
