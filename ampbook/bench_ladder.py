@@ -939,8 +939,8 @@ def format_table(ladder: Ladder) -> str:
             )
     if inseparable:
         lines.append(
-            f"n/s: {unit} time above the step time (the profiled step ran slower than "
-            "the timed ones): not separable"
+            f"n/s: {unit} time above the step (the profiled step ran slower): "
+            "not separable"
         )
     return "\n".join(lines)
 
