@@ -176,7 +176,10 @@ def epoch_ratio(rs: ResultSet, device: str | None = None, pair=None) -> Spread |
 
 def spread_text(s: Spread) -> str:
     """``"0.96-1.12x per epoch"`` (the median left out: the range is the finding)."""
-    return f"{s.lo.number()[:-1]}-{s.hi.number()} per epoch"
+    lo, hi = s.lo.number(), s.hi.number()
+    if lo == hi:
+        return f"{hi} in every epoch"
+    return f"{lo[:-1]}-{hi} per epoch"
 
 
 def step_speedup_text(rs: ResultSet, device: str | None = None, pair=None) -> str:

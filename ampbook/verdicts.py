@@ -232,8 +232,8 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
         )
     else:
         text = (
-            f"{head} ran {spread_text(ep)} per epoch and, in the loop, "
-            f"{spread_text(st)} per step ({amp.mode_label} against {base.mode_label})."
+            f"{head} ran the epoch {spread_text(ep)} and, in the loop, the step "
+            f"{spread_text(st)} ({amp.mode_label} against {base.mode_label})."
         )
     prof = profile_pair(profile_pairs, pair=p)
     if prof is not None:
