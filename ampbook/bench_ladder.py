@@ -1607,12 +1607,20 @@ def source_line(ladder: Ladder, predicted: bool) -> str:
     if not predicted:
         return f"Measured: {line}."
     p = ladder.record["prediction"]
+    ratio = p.get("fp16_stream_bound_ratio")
+    stream = (
+        f"every AMP kernel scaled by the cost model's bound ratio {ratio:.3f} and the "
+        "saved bytes it removes (rung 4)"
+        if ratio
+        else "no rung 4 (no bound for this GPU)"
+    )
     return (
         f"Predicted from the layer profiles measured on {line}: rung 0 as measured "
-        f"(with the training runs' images/s, data wait and memory), then no data "
-        f"wait (rung 1), batch norm {p['nhwc_batch_norm_speedup']:g} times faster in "
-        f"NHWC (rung 2), no idle time (rung 3), the 16-bit stream's bound and saved "
-        f"bytes from the cost model (rung 4); no rung 5."
+        f"(with the training runs' images/s, data wait and memory); above it, by "
+        f"assumption, no data wait (rung 1), batch norm "
+        f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC, the factor one user "
+        f"measured for cuDNN's own batch norm (rung 2), no idle time (rung 3), and "
+        f"{stream}; no rung 5."
     )
 
 

@@ -217,7 +217,7 @@ def gpu_findings(rs: ResultSet) -> str:
         first = mine[0]
         s = first.setting
         settings = {
-            "": f"{s.height}x{s.width}, batch {s.batch_size}",
+            "": f"{s.width}x{s.height}, batch {s.batch_size}",
             "workers": s.workers,
             "data": "synthetic" if s.synthetic_data else "Cityscapes",
         }
