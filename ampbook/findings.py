@@ -236,7 +236,13 @@ def gpu_findings(rs: ResultSet) -> str:
         ]
         table = md_table_text(
             rows,
-            ["precision", "step (ms)", "waiting share", "images/s", "peak (GiB)"],
+            [
+                "precision",
+                "step in the loop (ms)",
+                "waiting share",
+                "images/s",
+                "peak (GiB)",
+            ],
         )
         sentences = [
             f"- {pair_sentence(rs, p)}"
