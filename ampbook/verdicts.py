@@ -14,6 +14,8 @@ notebook.
 
 from __future__ import annotations
 
+from ampbook.findings import headline_pair  # noqa: F401  (one definition, re-exported)
+
 LOADER_BOUND_SHARE = 0.5  # a loop waiting this share of its time is the loader's
 
 
@@ -69,33 +71,40 @@ def _span(values) -> str:
 
 
 def gpu_pair_verdict(pair) -> str:
-    """What one GPU pair says about AMP's speed, in one line. A loop that waited for
-    data at least half its time (``RunPair.loader_bound``) ran at the loader's pace:
-    its epoch ratio measures the loader's noise (the spread of the data wait per
-    epoch is printed), and the step ratio is the one that speaks for AMP. The
-    workers and the host's CPU threads are printed, because they set the loader's
-    pace: a setting of the run, not a property of the GPU."""
+    """What one GPU pair says about AMP's speed, in one line. The step in the loop
+    (the time inside the step, data wait left out) and the epoch are each given with
+    their range epoch by epoch and judged against it (``findings.pace``: "faster" only
+    where every epoch was). A loop that waited for data at least half its time
+    (``RunPair.loader_bound``) ran at the loader's pace: its epoch ratio measures the
+    loader's noise (the spread of the data wait per epoch is printed). The workers and
+    the host's CPU threads are printed, because they set the loader's pace: a setting
+    of the run, not a property of the GPU."""
+    from ampbook.findings import (
+        epoch_ratio,
+        loader_setting,
+        pace,
+        spread_text,
+        step_in_loop,
+    )
+
     amp, base = pair.amp, pair.baseline
-    env = amp.record.get("environment", {})
-    threads = env.get("cpu_threads")
-    host = f" on {threads} CPU threads" if threads else ""
     head = f"{_name(pair)}, {pair.label}"
-    step = f"the step alone gained {pair.step_speedup:.2f}x{_span(pair.step_speedups)}"
+    st, ep = step_in_loop(None, pair=pair), epoch_ratio(None, pair=pair)
+    step = f"the step in the loop ran {spread_text(st)} ({pace(st)})"
     wait = max(amp.data_wait_share, base.data_wait_share)
     if pair.loader_bound:
         lo, hi = amp.data_wait_range
         blo, bhi = base.data_wait_range
         return (
-            f"{head}: the loop waited for data {wait:.0%} of its time "
-            f"({pair.setting.workers} workers{host}, the run's setting), so the epoch "
-            f"ratio {pair.speedup:.2f}x{_span(pair.epoch_speedups)} is the loader's "
-            f"noise (data wait per epoch {min(lo, blo):.2f}-{max(hi, bhi):.2f} s); "
-            f"{step}."
+            f"{head}: the loop waited for data {wait:.0%} of its time with "
+            f"{loader_setting(pair)}, so the epoch ratio, {spread_text(ep)}, is the "
+            f"loader's noise (data wait per epoch {min(lo, blo):.2f}-"
+            f"{max(hi, bhi):.2f} s); {step}."
         )
     return (
-        f"{head}: the epoch gained {pair.speedup:.2f}x{_span(pair.epoch_speedups)} "
-        f"with at most {wait:.0%} of the loop waiting for data "
-        f"({pair.setting.workers} workers{host}); {step}."
+        f"{head}: the epoch ran {spread_text(ep)} ({pace(ep)}) with at most "
+        f"{wait:.0%} of the loop waiting for data, with {loader_setting(pair)}; "
+        f"{step}."
     )
 
 
@@ -127,20 +136,19 @@ def kernel_time_verdict(amp, baseline) -> str:
     return f"{facts}: the step kept the kernels' gain."
 
 
-def headline_pair(pairs):
-    """The pair that stands for the post's comparison: amp-fp16 against fp32 with TF32
-    on where there is one, else the first pair; None without pairs."""
-    pairs = list(pairs)
-    for p in pairs:
-        if p.amp.mode == "amp-fp16" and p.baseline.mode == "fp32-tf32":
-            return p
-    return pairs[0] if pairs else None
-
-
 def gpu_training_answer(pairs) -> str:
     """The post's three findings (memory, time, curves) as the committed GPU runs give
     them, in a few sentences; what to do when there are none. ``pairs``: GPU
-    ``RunPair``s (``ResultSet.pairs``)."""
+    ``RunPair``s (``ResultSet.pairs``). The step is the step in the loop, with its
+    range epoch by epoch (``findings.step_in_loop``)."""
+    from ampbook.findings import (
+        epoch_ratio,
+        loader_setting,
+        pace,
+        spread_text,
+        step_in_loop,
+    )
+
     pairs = list(pairs)
     p = headline_pair(pairs)
     if p is None:
@@ -158,7 +166,12 @@ def gpu_training_answer(pairs) -> str:
         ),
         None,
     )
-    vs_strict = f" ({strict.step_speedup:.2f}x strict fp32's)" if strict else ""
+    st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
+    vs_strict = (
+        f"; {spread_text(step_in_loop(None, pair=strict))} against strict fp32's"
+        if strict
+        else ""
+    )
     s = p.setting
     head = (
         f"On {_name(p)} ({amp.epochs_completed} epochs at {s.width}x{s.height}, batch "
@@ -166,19 +179,20 @@ def gpu_training_answer(pairs) -> str:
         f"memory of {base.mode_label} and ended at a training loss of "
         f"{amp.final_train_loss:.3f} against {base.final_train_loss:.3f}. "
     )
-    threads = amp.record.get("environment", {}).get("cpu_threads")
-    host = f" on {threads} CPU threads" if threads else ""
+    step = (
+        f"Its step in the loop ran {spread_text(st)} against fp32's ({pace(st)}"
+        f"{vs_strict})"
+    )
     if p.loader_bound:
         wait = max(amp.data_wait_share, base.data_wait_share)
         return head + (
-            f"Its step alone ran {p.step_speedup:.2f}x as fast as fp32's{vs_strict}, "
-            f"but its epochs were no shorter ({p.speedup:.2f}x): the loop waited "
-            f"for data {wait:.0%} of the time, with {s.workers} loader workers{host}. "
-            "That is the post's result, and the loader setting was ours."
+            f"{step}, and its epochs {spread_text(ep)}: the loop waited for data "
+            f"{wait:.0%} of the time, with {loader_setting(p)}, so the epoch ratio "
+            "is the loader's noise. That is the post's result, and the loader "
+            "setting was ours."
         )
     return head + (
-        f"Its step ran {p.step_speedup:.2f}x as fast as fp32's{vs_strict} and its "
-        f"epoch {p.speedup:.2f}x, with at most "
+        f"{step} and its epoch {spread_text(ep)} ({pace(ep)}), with at most "
         f"{max(amp.data_wait_share, base.data_wait_share):.0%} of the loop waiting "
         "for data."
     )
@@ -188,44 +202,46 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
     """One or two sentences for a chapter's opening box: what the committed GPU runs
     say about AMP's speed (``headline_pair``), with the loader named as the run's
     setting where it set the pace, and, given layer profiles of that GPU and setting
-    (``ResultSet.profile_pairs``), where the step's kernel gain went."""
+    (``ResultSet.profile_pairs``), the step timed alone and where its kernel gain
+    went."""
+    from ampbook.findings import (
+        epoch_ratio,
+        kernel_speedup,
+        loader_setting,
+        profile_pair,
+        spread_text,
+        step_alone,
+        step_in_loop,
+    )
+
     p = headline_pair(pairs)
     if p is None:
         return "No GPU run is committed to test this on a GPU."
     amp, base = p.amp, p.baseline
     env = amp.record.get("environment", {})
     soft = f"torch {env['torch']}" if env.get("torch") else "today's software"
-    threads = env.get("cpu_threads")
-    host = f" on {threads} CPU threads" if threads else ""
     head = f"On {_name(p)} with {soft}, our runs"
+    st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
     if p.loader_bound:
         wait = max(amp.data_wait_share, base.data_wait_share)
         text = (
-            f"{head} repeat the post: epochs {p.speedup:.2f}x, because with "
-            f"{p.setting.workers} loader workers{host} (our setting) the loop waited "
-            f"for data {wait:.0%} of its time, while the {amp.mode_label} step alone "
-            f"gained {p.step_speedup:.2f}x over {base.mode_label}."
+            f"{head} repeat the post: epochs {spread_text(ep)}, the loader's noise, "
+            f"because with {loader_setting(p)} the loop waited for data {wait:.0%} "
+            f"of its time; the {amp.mode_label} step in the loop ran "
+            f"{spread_text(st)} against {base.mode_label}."
         )
     else:
         text = (
-            f"{head} gained {p.speedup:.2f}x per epoch and {p.step_speedup:.2f}x per "
-            f"step ({amp.mode_label} against {base.mode_label})."
+            f"{head} ran the epoch {spread_text(ep)} and, in the loop, the step "
+            f"{spread_text(st)} ({amp.mode_label} against {base.mode_label})."
         )
-    prof = next(
-        (
-            (b, a)
-            for b, a in profile_pairs
-            if a.mode == amp.mode
-            and b.mode == base.mode
-            and a.device_name == p.setting.device_name
-        ),
-        None,
-    )
+    prof = profile_pair(profile_pairs, pair=p)
     if prof is not None:
         b, a = prof
-        ks = b.kernel_s / a.kernel_s
         text += (
-            f" Its kernels were {ks:.2f}x faster; the GPU idled "
+            f" Timed alone (layer profiles) its step ran "
+            f"{step_alone(profile_pairs, pair=p)} and its kernels "
+            f"{kernel_speedup(profile_pairs, pair=p)} faster; the GPU idled "
             f"{a.idle_s * 1e3:.1f} ms of the AMP step against "
             f"{b.idle_s * 1e3:.1f} ms of fp32's."
         )

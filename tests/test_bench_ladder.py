@@ -249,7 +249,7 @@ def test_rung_verdicts_say_what_each_rung_did():
     ladder = read_ladder(fixture_record(), "fixture")
     line = bl.rung_verdict(ladder, 2, ["amp-fp16"])
     assert line.startswith("Rung 2 (+ channels_last, cudnn.benchmark): amp-fp16 108")
-    assert "(1.80x, faster)" in line
+    assert "(1.80x, faster in every timed step)" in line
     record = fixture_record()
     record["cells"] = [c for c in record["cells"] if c["rung"] < 5]
     record["rungs"] = [r for r in record["rungs"] if r["index"] < 5]

@@ -14,10 +14,10 @@ from ampbook.results import load_results_dir
 RESULTS = RESULTS_DIR
 
 
-def test_pace_words_a_ratio_with_a_margin():
-    assert pace(1.05) == "faster"
-    assert pace(0.89) == "slower"
-    assert pace(1.001) == pace(0.98) == "about the same"
+def test_pace_words_a_ratio_against_its_epochs():
+    assert pace([1.05, 1.01, 1.2]) == "faster"
+    assert pace([0.89, 0.95]) == "slower"
+    assert pace([1.1, 0.98]) == "within the epoch-to-epoch spread"
 
 
 def test_an_empty_folder_has_no_gpu_findings(tmp_path):
@@ -40,11 +40,16 @@ def test_committed_h200_runs_are_read_with_their_numbers():
             for line in text.splitlines()
             if line.startswith(f"- {p.amp.mode_label} against {p.baseline.mode_label}:")
         )
+        step, epoch = p.step_speedups, p.epoch_speedups
         assert (
-            f"the step ran {p.step_speedup:.2f}x ({pace(p.step_speedup)})" in sentence
+            f"the step in the loop {min(step):.2f}-{max(step):.2f}x per epoch "
+            f"({pace(step)})" in sentence
         )
-        assert f"the epoch {p.speedup:.2f}x ({pace(p.speedup)})" in sentence
-        assert ("waiting" in sentence) == (p.speedup < p.step_speedup - 0.03)
+        assert (
+            f"the epoch {min(epoch):.2f}-{max(epoch):.2f}x per epoch ({pace(epoch)})"
+            in sentence
+        )
+        assert ("is the loader's noise" in sentence) == p.loader_bound
 
 
 def test_a_run_without_its_baseline_gets_a_table_row_and_no_comparison(tmp_path):
@@ -63,11 +68,20 @@ def test_in_short_quotes_the_fp16_pair_against_tf32_and_strict_fp32():
         pytest.skip("the committed runs lack fp16 against both fp32 baselines")
     main, strict = pairs["amp-fp16", "fp32-tf32"], pairs["amp-fp16", "fp32"]
     text = in_short(rs)
-    assert f"step at {main.step_speedup:.2f}x the speed of fp32 (TF32 on)" in text
-    assert f"and {strict.step_speedup:.2f}x that of fp32 (strict)" in text
-    assert f"whole epoch at {main.speedup:.2f}x" in text
-    assert ("but the whole" in text) == (main.speedup < main.step_speedup - 0.03)
-    assert f"waiting {main.amp.data_wait_share:.0%}" in text
+    base, amp = next(
+        (b, a)
+        for b, a in rs.profile_pairs()
+        if (a.mode, b.mode) == ("amp-fp16", "fp32-tf32")
+    )
+    assert f"timed alone {base.step_s / amp.step_s:.2f}x" in text
+    lo, hi = min(main.step_speedups), max(main.step_speedups)
+    assert f"in the loop {lo:.2f}-{hi:.2f}x per epoch" in text
+    lo, hi = min(strict.step_speedups), max(strict.step_speedups)
+    assert f"against fp32 (strict)'s in the loop {lo:.2f}-{hi:.2f}x per epoch" in text
+    lo, hi = min(main.epoch_speedups), max(main.epoch_speedups)
+    assert f"whole epoch ran at {lo:.2f}-{hi:.2f}x per epoch" in text
+    assert ("the loader's noise" in text) == main.loader_bound
+    assert f"waited for data {main.amp.data_wait_share:.0%}" in text
     assert "{" not in text and "|" not in text  # plain text, pasted into the intro
 
 
