@@ -12,6 +12,8 @@ from typing import Iterable, Sequence
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ampbook.provenance import TABLE_MARKS, Value, glue_text
+
 # The book's byte units (binary): tables and prose show MiB and GiB.
 MIB = 2**20
 GIB = 2**30
@@ -79,6 +81,13 @@ def bar_style(i: int) -> dict:
 def _cell(value, fmt: str | None) -> str:
     if value is None:
         return "–"
+    if isinstance(value, Value):
+        # a predicted or assumed cell carries its mark; the note under the table
+        # says what the mark means and where the value came from
+        if math.isnan(value):
+            return "nan"
+        mark = TABLE_MARKS.get(value.kind, "")
+        return value.number(fmt or "") + mark
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"
@@ -100,8 +109,14 @@ def md_table_text(
         "| " + " | ".join(headers) + " |",
         "|" + "|".join("---" for _ in headers) + "|",
     ]
+    marked: dict[str, list[str]] = {}
     for row in rows:
         row = list(row)
+        for v in row:
+            if isinstance(v, Value) and v.kind in TABLE_MARKS:
+                marked.setdefault(v.kind, [])
+                if v.source not in marked[v.kind]:
+                    marked[v.kind].append(v.source)
         if len(row) != len(headers):
             raise ValueError(
                 f"row {row!r} has {len(row)} cells, "
@@ -110,7 +125,11 @@ def md_table_text(
         lines.append(
             "| " + " | ".join(_cell(v, f) for v, f in zip(row, formats)) + " |"
         )
-    return "\n".join(lines)
+    notes = [
+        f"{TABLE_MARKS[kind]} {kind}: " + "; ".join(sources)
+        for kind, sources in marked.items()
+    ]
+    return "\n".join(lines + ([""] + ["<br>".join(notes)] if notes else []))
 
 
 def md_table(
@@ -202,8 +221,11 @@ def _sig(x: float, digits: int) -> str:
 def glue_all(**values) -> None:
     """``myst_nb.glue`` each value under its name without displaying it: markdown cells
     then write ``{glue:text}`name:.3g``` and the book pastes the number into the
-    prose."""
+    prose. A ``ampbook.provenance.Value`` is glued as its text (number, unit and, for a
+    prediction or an assumption, its marker), so a markdown reference to it writes
+    ``:s``; a numeric format spec on it fails the book build rather than print the
+    number bare."""
     from myst_nb import glue
 
     for name, value in values.items():
-        glue(name, value, display=False)
+        glue(name, glue_text(value), display=False)

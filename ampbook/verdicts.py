@@ -14,6 +14,8 @@ notebook.
 
 from __future__ import annotations
 
+from ampbook.findings import headline_pair  # noqa: F401  (one definition, re-exported)
+
 LOADER_BOUND_SHARE = 0.5  # a loop waiting this share of its time is the loader's
 
 
@@ -125,16 +127,6 @@ def kernel_time_verdict(amp, baseline) -> str:
     if ks <= 1.05:
         return f"{facts}: AMP's kernels themselves were no faster."
     return f"{facts}: the step kept the kernels' gain."
-
-
-def headline_pair(pairs):
-    """The pair that stands for the post's comparison: amp-fp16 against fp32 with TF32
-    on where there is one, else the first pair; None without pairs."""
-    pairs = list(pairs)
-    for p in pairs:
-        if p.amp.mode == "amp-fp16" and p.baseline.mode == "fp32-tf32":
-            return p
-    return pairs[0] if pairs else None
 
 
 def gpu_training_answer(pairs) -> str:
