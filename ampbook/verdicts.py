@@ -54,6 +54,26 @@ def speed_verdict(pair, probe=None) -> str:
     return text
 
 
+def setting_name(setting) -> str:
+    """The name "the ERFNet authors' defaults" where a run's setting is the ERFNet
+    authors' training defaults (``data/reference/seed_post.yml``'s
+    ``assumed_setting``: image size, batch and workers), else "": the book names that
+    setting so, and keeps "the post's likely setting" for the one chapter 5 solves."""
+    from ampbook.findings import AUTHORS_DEFAULTS
+    from ampbook.paths import load_reference
+
+    d = load_reference("seed_post")["assumed_setting"]
+    ours = (setting.height, setting.width, setting.batch_size, setting.workers)
+    if ours == (d["height"], d["width"], d["batch_size"], d["workers"]):
+        return AUTHORS_DEFAULTS
+    return ""
+
+
+def _named(setting, before: str, after: str = "") -> str:
+    name = setting_name(setting)
+    return f"{before}{name}{after}" if name else ""
+
+
 def _name(pair) -> str:
     name = pair.setting.device_name
     if pair.amp.is_cuda:
@@ -70,19 +90,50 @@ def _span(values) -> str:
     return f" (epoch by epoch {min(values):.2f}-{max(values):.2f}x)"
 
 
-def gpu_pair_verdict(pair) -> str:
+def _step_text(pair, results=None) -> str:
+    """The step's two figures, one per meaning (``ampbook.findings``): the step inside
+    the training loop, median and range epoch by epoch, judged against that range
+    (``findings.pace``: "faster" only where every epoch was faster); and, where
+    ``results`` holds layer profiles of the pair's modes, GPU and setting, the step
+    timed alone."""
+    from ampbook import findings
+
+    loop = findings.step_in_loop(None, pair=pair)
+    text = (
+        f"the step in the loop ran at {loop.median}"
+        f"{_span(pair.step_speedups)}: {_pace(loop)}"
+    )
+    alone = findings.step_alone(results, pair=pair) if results is not None else None
+    if alone is not None:
+        text += f"; timed alone (layer profiles, no loader) it ran at {alone}"
+    return text
+
+
+def _pace(spread) -> str:
+    from ampbook import findings
+
+    try:
+        way = findings.pace(spread)
+    except ValueError:  # one epoch: no spread to judge against
+        return "one epoch, not judged"
+    return way if way.startswith("within") else f"{way} in every epoch"
+
+
+def gpu_pair_verdict(pair, results=None) -> str:
     """What one GPU pair says about AMP's speed, in one line. A loop that waited for
     data at least half its time (``RunPair.loader_bound``) ran at the loader's pace:
     its epoch ratio measures the loader's noise (the spread of the data wait per
     epoch is printed), and the step ratio is the one that speaks for AMP. The
     workers and the host's CPU threads are printed, because they set the loader's
-    pace: a setting of the run, not a property of the GPU."""
+    pace: a setting of the run, not a property of the GPU. The step has two figures
+    (``_step_text``): in the loop, judged against its epoch-to-epoch spread, and timed
+    alone where ``results`` (the ``ResultSet``) holds the pair's layer profiles."""
     amp, base = pair.amp, pair.baseline
     env = amp.record.get("environment", {})
     threads = env.get("cpu_threads")
     host = f" on {threads} CPU threads" if threads else ""
     head = f"{_name(pair)}, {pair.label}"
-    step = f"the step alone gained {pair.step_speedup:.2f}x{_span(pair.step_speedups)}"
+    step = _step_text(pair, results)
     wait = max(amp.data_wait_share, base.data_wait_share)
     if pair.loader_bound:
         lo, hi = amp.data_wait_range
@@ -95,7 +146,7 @@ def gpu_pair_verdict(pair) -> str:
             f"{step}."
         )
     return (
-        f"{head}: the epoch gained {pair.speedup:.2f}x{_span(pair.epoch_speedups)} "
+        f"{head}: the epoch ran at {pair.speedup:.2f}x{_span(pair.epoch_speedups)} "
         f"with at most {wait:.0%} of the loop waiting for data "
         f"({pair.setting.workers} workers{host}); {step}."
     )
@@ -129,10 +180,11 @@ def kernel_time_verdict(amp, baseline) -> str:
     return f"{facts}: the step kept the kernels' gain."
 
 
-def gpu_training_answer(pairs) -> str:
+def gpu_training_answer(pairs, results=None) -> str:
     """The post's three findings (memory, time, curves) as the committed GPU runs give
     them, in a few sentences; what to do when there are none. ``pairs``: GPU
-    ``RunPair``s (``ResultSet.pairs``)."""
+    ``RunPair``s (``ResultSet.pairs``); ``results``, their ``ResultSet``, adds the step
+    timed alone from its layer profiles (``_step_text``)."""
     pairs = list(pairs)
     p = headline_pair(pairs)
     if p is None:
@@ -150,37 +202,48 @@ def gpu_training_answer(pairs) -> str:
         ),
         None,
     )
-    vs_strict = f" ({strict.step_speedup:.2f}x strict fp32's)" if strict else ""
+    vs_strict = (
+        f"; against strict fp32 it ran at {strict.step_speedup:.2f}x in the loop"
+        if strict
+        else ""
+    )
     s = p.setting
     head = (
         f"On {_name(p)} ({amp.epochs_completed} epochs at {s.width}x{s.height}, batch "
-        f"{s.batch_size}), {amp.mode_label} took {p.memory_ratio:.2f} of the peak "
+        f"{s.batch_size}{_named(s, '; ')}), {amp.mode_label} took "
+        f"{p.memory_ratio:.2f} of the peak "
         f"memory of {base.mode_label} and ended at a training loss of "
         f"{amp.final_train_loss:.3f} against {base.final_train_loss:.3f}. "
     )
     threads = amp.record.get("environment", {}).get("cpu_threads")
     host = f" on {threads} CPU threads" if threads else ""
+    step = _step_text(p, results)
+    step = step[:1].upper() + step[1:]
     if p.loader_bound:
         wait = max(amp.data_wait_share, base.data_wait_share)
         return head + (
-            f"Its step alone ran {p.step_speedup:.2f}x as fast as fp32's{vs_strict}, "
-            f"but its epochs were no shorter ({p.speedup:.2f}x): the loop waited "
+            f"{step}{vs_strict}. "
+            f"Its epochs were no shorter ({p.speedup:.2f}x): the loop waited "
             f"for data {wait:.0%} of the time, with {s.workers} loader workers{host}. "
             "That is the post's result, and the loader setting was ours."
         )
     return head + (
-        f"Its step ran {p.step_speedup:.2f}x as fast as fp32's{vs_strict} and its "
-        f"epoch {p.speedup:.2f}x, with at most "
+        f"{step}{vs_strict}. Its epoch ran at {p.speedup:.2f}x, with at most "
         f"{max(amp.data_wait_share, base.data_wait_share):.0%} of the loop waiting "
         "for data."
     )
 
 
-def gpu_in_short(pairs, profile_pairs=()) -> str:
+def gpu_in_short(pairs, profile_pairs=(), results=None) -> str:
     """One or two sentences for a chapter's opening box: what the committed GPU runs
     say about AMP's speed (``headline_pair``), with the loader named as the run's
-    setting where it set the pace, and, given layer profiles of that GPU and setting
+    setting where it set the pace (the epoch ratio is then the loader's noise, not
+    explained by it), the step's two figures (``ampbook.findings.step_speedup_text``:
+    timed alone, from the layer profiles of ``results``, and in the loop, with its
+    spread), and, given layer profiles of that GPU and setting
     (``ResultSet.profile_pairs``), where the step's kernel gain went."""
+    from ampbook import findings
+
     p = headline_pair(pairs)
     if p is None:
         return "No GPU run is committed to test this on a GPU."
@@ -189,19 +252,33 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
     soft = f"torch {env['torch']}" if env.get("torch") else "today's software"
     threads = env.get("cpu_threads")
     host = f" on {threads} CPU threads" if threads else ""
-    head = f"On {_name(p)} with {soft}, our runs"
+    s = p.setting
+    head = (
+        f"On {_name(p)} with {soft}, at {s.width}x{s.height} and batch "
+        f"{s.batch_size}{_named(s, ' (', ')')}"
+    )
+    loop = findings.step_in_loop(None, pair=p)
+    step = (
+        findings.step_speedup_text(results, pair=p)
+        if results is not None
+        else f"in the loop {findings.spread_text(loop)}"
+    )
+    step = (
+        f"The {amp.mode_label} step against {base.mode_label}: {step} (in the "
+        f"loop: {_pace(loop)})."
+    )
     if p.loader_bound:
         wait = max(amp.data_wait_share, base.data_wait_share)
         text = (
-            f"{head} repeat the post: epochs {p.speedup:.2f}x, because with "
-            f"{p.setting.workers} loader workers{host} (our setting) the loop waited "
-            f"for data {wait:.0%} of its time, while the {amp.mode_label} step alone "
-            f"gained {p.step_speedup:.2f}x over {base.mode_label}."
+            f"{head}, our runs repeat the post: epochs at {p.speedup:.2f}x"
+            f"{_span(p.epoch_speedups)}, the loader's noise, for with "
+            f"{s.workers} loader workers{host} (our setting) the loop waited for data "
+            f"{wait:.0%} of its time. {step}"
         )
     else:
         text = (
-            f"{head} gained {p.speedup:.2f}x per epoch and {p.step_speedup:.2f}x per "
-            f"step ({amp.mode_label} against {base.mode_label})."
+            f"{head}, our runs' epochs ran at {p.speedup:.2f}x"
+            f"{_span(p.epoch_speedups)}. {step}"
         )
     prof = next(
         (

@@ -116,7 +116,8 @@ found = results.load_results_dir(results_dir)
 gpu_pairs = found.pairs()
 
 # %% tags=["remove-input"]
-md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs) + "\n:::")
+md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs, found)
+   + "\n:::")
 
 # %% [markdown]
 # ## The minimal AMP loop
@@ -318,7 +319,7 @@ md_table(rows or [("no GPU pairs committed", None, None, None)],
          [None, ".2f", ".2f", ".2f"])
 
 # %% tags=["remove-input"]
-md("\n\n".join(verdicts.gpu_pair_verdict(p) for p in gpu_pairs)
+md("\n\n".join(verdicts.gpu_pair_verdict(p, found) for p in gpu_pairs)
    or "No GPU pairs are committed.")
 
 # %% [markdown]

@@ -93,7 +93,7 @@ def test_a_measured_speedup_above_the_roofline_ratio_is_reported_as_such():
     assert check.share_ratio == pytest.approx(p.step_speedup / 1.25)
     line = check.verdict()
     assert "at equal shares of their bounds AMP would gain 1.25x" in line
-    assert f"its step gained {p.step_speedup:.2f}x" in line
+    assert f"its step in the loop ran at {p.step_speedup:.2f}x" in line
     assert "exceeds the roofline ratio, which is no upper bound" in line
     assert "promise" not in line and "inefficiency" not in line
     below = results.BoundCheck(p, "fixture", 0.030, 0.010).verdict()
@@ -213,7 +213,7 @@ def test_a_loader_bound_gpu_pair_reads_its_epoch_ratio_as_loader_noise():
     p = _pair("amp-fp16")
     assert not p.loader_bound  # the fixture waits 20 ms a step: the step sets the pace
     line = gpu_pair_verdict(p)
-    assert f"the epoch gained {p.speedup:.2f}x" in line and "noise" not in line
+    assert f"the epoch ran at {p.speedup:.2f}x" in line and "noise" not in line
     assert p.headline_speedup == p.speedup
 
     # the same runs waiting 65% of the loop, with a data wait that varies by epoch
@@ -236,9 +236,59 @@ def test_a_loader_bound_gpu_pair_reads_its_epoch_ratio_as_loader_noise():
         f"epoch ratio {slow.speedup:.2f}x" in line and "is the loader's noise" in line
     )
     assert "data wait per epoch 3.20-5.50 s" in line
-    assert f"the step alone gained {slow.step_speedup:.2f}x" in line
+    assert f"the step in the loop ran at {slow.step_speedup:.2f}x" in line
     lo, hi = min(slow.step_speedups), max(slow.step_speedups)
     assert f"(epoch by epoch {lo:.2f}-{hi:.2f}x)" in line
+    assert "step alone" not in line  # the runs' step is the step in the loop
+
+
+# --- issue 28, C2: the step in the loop and the step timed alone, one figure each ----
+
+
+def _with_steps(run, steps):
+    rec = dict(run.record)
+    rec["epochs"] = [dict(e, step_s=s) for e, s in zip(run.record["epochs"], steps)]
+    return results.summarise_run(rec)
+
+
+def test_the_step_in_the_loop_is_judged_against_its_spread_not_a_margin():
+    """The H200's case: the step in the loop 1.05x in the median, 0.96-1.12x epoch by
+    epoch. The old line said "the step alone gained 1.05x"; the step was not timed
+    alone there, and a spread that straddles 1 resolves no gain."""
+    p = _pair("amp-fp16")
+    base = _with_steps(p.baseline, [1.0, 1.0, 1.0])
+    amp = _with_steps(p.amp, [1.0, 1 / 0.96, 1 / 1.12])
+    mixed = results.RunPair(p.setting, base, amp)
+    line = gpu_pair_verdict(mixed)
+    assert "(epoch by epoch 0.96-1.12x): within the epoch-to-epoch spread" in line
+    assert "gained" not in line and "step alone" not in line
+    faster = results.RunPair(
+        p.setting, base, _with_steps(p.amp, [1.0, 1 / 1.2, 1 / 1.3])
+    )
+    assert "1.20-1.30x): faster in every epoch" in gpu_pair_verdict(faster)
+
+
+def test_the_step_timed_alone_comes_from_the_layer_profiles():
+    """With the ResultSet, the pair's verdicts add the step timed alone (the layer
+    profiles' wall times): a second figure with its own meaning, never the runs'."""
+    from ampbook import findings
+    from ampbook.verdicts import gpu_in_short, gpu_training_answer
+
+    rs = _rs()
+    p = _pair("amp-fp16")
+    alone = findings.step_alone(rs, pair=p)
+    assert alone is not None
+    b, a = findings.profile_pair(rs, pair=p)
+    assert float(alone) == pytest.approx(b.step_s / a.step_s)
+    line = gpu_pair_verdict(p, rs)
+    assert f"timed alone (layer profiles, no loader) it ran at {alone}" in line
+    assert "timed alone" not in gpu_pair_verdict(p)  # no profiles given: not claimed
+    assert f"timed alone (layer profiles, no loader) it ran at {alone}" in (
+        gpu_training_answer(rs.pairs(), rs)
+    )
+    short = gpu_in_short(rs.pairs(), rs.profile_pairs(), rs)
+    assert f"timed alone {alone}; in the loop " in short
+    assert "step alone gained" not in short
 
 
 def test_every_gpu_run_carries_its_provenance():
@@ -309,11 +359,14 @@ def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
     assert (p.amp.mode, p.baseline.mode) == ("amp-fp16", "fp32-tf32")
     line = gpu_training_answer(pairs)
     assert line.startswith(
-        "On Fixture GPU (fictitious) (3 epochs at 1024x512, batch 6)"
+        "On Fixture GPU (fictitious) (3 epochs at 1024x512, batch 6; the ERFNet "
+        "authors' defaults)"
     )
     assert f"took {p.memory_ratio:.2f} of the peak memory of fp32 (TF32 on)" in line
     strict = next(q for q in pairs if q.amp is p.amp and q.baseline.mode == "fp32")
-    assert f"({strict.step_speedup:.2f}x strict fp32's)" in line
+    assert (
+        f"against strict fp32 it ran at {strict.step_speedup:.2f}x in the loop" in line
+    )
     assert "waited" not in line  # the fixture's step sets the pace
     assert gpu_training_answer([]).startswith("No GPU run is committed")
 
