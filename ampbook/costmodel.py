@@ -1500,18 +1500,23 @@ def efficiency_range_verdict(
 
 
 def roofline_ratio_verdict(
-    roofline_ratio: float, measured_speedup: float, what: str, tolerance: float = 0.02
+    roofline_ratio: float,
+    measured_speedup: float,
+    what: str,
+    tolerance: float = 0.02,
+    kind: str = "measured",
 ) -> str:
     """Hold a measured AMP speedup against the roofline ratio of the same network, GPU
     and setting, in one line. The ratio of two lower bounds is the speedup if both
     precisions reach the same share of their bound; it is not an upper bound, and a
-    precision whose kernels get closer to their bound beats it."""
+    precision whose kernels get closer to their bound beats it. ``kind`` says how the
+    speedup was obtained ("measured" here, or "published" for a source's figure)."""
     if roofline_ratio <= 0 or measured_speedup <= 0:
         raise ValueError(
             f"ratios must be positive, got {roofline_ratio} and {measured_speedup}"
         )
     head = (
-        f"{what}: measured {measured_speedup:.2f}x against a roofline ratio of "
+        f"{what}: {kind} {measured_speedup:.2f}x against a roofline ratio of "
         f"{roofline_ratio:.2f}x"
     )
     if measured_speedup > roofline_ratio * (1 + tolerance):

@@ -378,7 +378,10 @@ md_table(rows or [("no GPU runs committed", None, None, None)],
 # `ampbook.cpu_kernels.probe_conv` times one ERFNet-like convolution (64 channels, 3x1)
 # forward, backward-data and backward-weights in each dtype, and reads from oneDNN's
 # verbose output which kernel ran each pass (a JIT-compiled one, oneDNN's reference
-# loop `ref:any`, or ATen's generic fallback when oneDNN took none):
+# loop `ref:any`, or ATen's generic fallback when oneDNN took none). The dtypes take
+# turns for several rounds, and each ratio to fp32 is the rounds' median with their
+# range: on a shared machine the size of such a ratio moves from run to run (the line
+# says when it moved by more than a quarter), and one figure would hide that:
 
 # %%
 probe = probe_conv() if device.type == "cpu" else None

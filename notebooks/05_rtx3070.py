@@ -617,7 +617,8 @@ for k, v in {"rn_ratio": rn_ratio, "rn_meas": rn_meas,
     glue(f"ch5_{k}", v, display=False)
 md(cm.roofline_ratio_verdict(
     rn_ratio, rn_meas, f"ResNet-50 on one A100 (NVIDIA; AMP in "
-    f"{rn_fmt[pub.amp.precision]}, TF32 in {rn_fmt[pub.baseline.precision]})"))
+    f"{rn_fmt[pub.amp.precision]}, TF32 in {rn_fmt[pub.baseline.precision]})",
+    kind="published"))
 
 # %% [markdown]
 # ### The headline numbers at every candidate setting
