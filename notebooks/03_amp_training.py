@@ -315,7 +315,7 @@ plt.show()
 rows = [(p.label, p.step_speedup, p.speedup, p.memory_ratio)
         for p in gpu_pairs if main_gpu and p.setting == main_gpu.setting]
 md_table(rows or [("no GPU pairs committed", None, None, None)],
-         ["pair", "step speedup (x)", "epoch speedup (x)", "memory AMP / fp32"],
+         ["pair", "step in the loop (x)", "epoch speedup (x)", "memory AMP / fp32"],
          [None, ".2f", ".2f", ".2f"])
 
 # %% tags=["remove-input"]

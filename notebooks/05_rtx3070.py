@@ -767,7 +767,7 @@ md("\n\n".join("Provenance: " + x for x in prov)
 # %% tags=["hide-input"]
 md_table([(q.label, q.step_speedup, q.speedup, q.amp.data_wait_share, q.memory_ratio)
           for q in gpu_pairs] or [("none committed", None, None, None, None)],
-         ["pair", "step speedup (x)", "epoch speedup (x)", "AMP data wait",
+         ["pair", "step in the loop (x)", "epoch speedup (x)", "AMP data wait",
           "memory AMP / fp32"], [None, ".2f", ".2f", ".0%", ".2f"])
 
 # %% [markdown]
@@ -883,7 +883,7 @@ checks = results.bound_checks(model, devices)
 md_table([(c.pair.label, c.bound_speedup, c.pair.step_speedup, c.amp_efficiency,
            c.baseline_efficiency) for c in checks]
          or [("none committed", None, None, None, None)],
-         ["pair", "ratio of bounds (x)", "step speedup (x)", "AMP's share",
+         ["pair", "ratio of bounds (x)", "step in the loop (x)", "AMP's share",
           "baseline's share"], [None, ".2f", ".2f", ".0%", ".0%"])
 
 # %%
@@ -961,12 +961,12 @@ for k, v in {"rounds": check_repeats, "chk_w": check_width, "chk_h": check_heigh
 # side, grouped by where it comes from: the post's epochs; the 2020 RTX 3070 user's
 # epochs and steps; the cost model at the post's likely setting (the ratio of the
 # bounds); this machine's timed steps (the bar is the median, the whisker the middle
-# half of the rounds); and the committed GPU pairs, by their step speedup where the
+# half of the rounds); and the committed GPU pairs, by their step in the loop where the
 # loader set the epoch's pace and by their epoch speedup otherwise. Memory is each
 # source's own figure: a monitor's for the post and the 2020 user, the new bytes saved
 # for backward for this machine and the model, peak allocated for GPU runs.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "AMP against fp32 as ratios, grouped by source: speedup (fp32 time over AMP time; above 1 means AMP was faster) and memory (AMP over fp32; below 1 means AMP saved memory). GPU pairs show the step speedup where the loader set the epoch's pace.", "name": "fig-ch5-ratios"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "AMP against fp32 as ratios, grouped by source: speedup (fp32 time over AMP time; above 1 means AMP was faster) and memory (AMP over fp32; below 1 means AMP saved memory). GPU pairs show the step in the training loop (median of the epochs) where the loader set the epoch's pace.", "name": "fig-ch5-ratios"}}
 saved_at = {p: lines[p](B * H * W) for p in lines}
 here_run = {p: summarise_run(r) for p, r in local.items()}
 groups = [
@@ -983,7 +983,7 @@ groups = [
 if gpu_pairs:
     groups.append((f"{display_name(gpu_pairs[0].setting.device_name)} (ours)",
                    [(f"{q.label.replace(' + GradScaler', '')}"
-                     f"{', step' if q.loader_bound else ', epoch'}",
+                     f"{', step in loop' if q.loader_bound else ', epoch'}",
                      q.headline_speedup, None, q.memory_ratio) for q in gpu_pairs]))
 heights = [len(bars) for _, bars in groups]
 fig, axes = plt.subplots(len(groups), 1, sharex=True,
