@@ -87,7 +87,7 @@ def _cell(value, fmt: str | None) -> str:
         if math.isnan(value):
             return "nan"
         mark = TABLE_MARKS.get(value.kind, "")
-        return value.number(fmt or "") + mark
+        return value.number(fmt or "", unit=False) + mark
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"

@@ -24,7 +24,12 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-MEASURED, PREDICTED, PUBLISHED, ASSUMED = "measured", "predicted", "published", "assumed"
+MEASURED, PREDICTED, PUBLISHED, ASSUMED = (
+    "measured",
+    "predicted",
+    "published",
+    "assumed",
+)
 KINDS = (MEASURED, PREDICTED, PUBLISHED, ASSUMED)
 # The words a printed number carries for each kind ("" for a measurement or a cited
 # figure, whose provenance line or citation stands beside it).
@@ -74,12 +79,13 @@ class Value(float):
     def marker(self) -> str:
         return MARKERS[self.kind]
 
-    def number(self, spec: str = "") -> str:
+    def number(self, spec: str = "", unit: bool = True) -> str:
         """The number alone, formatted (``spec`` or the Value's own ``fmt``) and
-        scaled, with its unit, without the marker."""
+        scaled, with its unit (unless ``unit`` is false: a table's header names it),
+        without the marker."""
         spec = spec or self.fmt
         x = float(self) * self.scale
-        if spec.endswith("%"):
+        if spec.endswith("%") or not unit:
             return format(x, spec)
         return format(x, spec) + self.unit
 
@@ -188,9 +194,7 @@ def kind_of(x) -> str | None:
 def all_measured(values: Iterable) -> bool:
     """Whether every Value in ``values`` is a measurement or a cited figure (plain
     numbers and None are ignored)."""
-    return all(
-        v.kind in (MEASURED, PUBLISHED) for v in values if isinstance(v, Value)
-    )
+    return all(v.kind in (MEASURED, PUBLISHED) for v in values if isinstance(v, Value))
 
 
 def would(values: Iterable, did: str, would_: str) -> str:

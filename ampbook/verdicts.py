@@ -54,26 +54,6 @@ def speed_verdict(pair, probe=None) -> str:
     return text
 
 
-def setting_name(setting) -> str:
-    """The name "the ERFNet authors' defaults" where a run's setting is the ERFNet
-    authors' training defaults (``data/reference/seed_post.yml``'s
-    ``assumed_setting``: image size, batch and workers), else "": the book names that
-    setting so, and keeps "the post's likely setting" for the one chapter 5 solves."""
-    from ampbook.findings import AUTHORS_DEFAULTS
-    from ampbook.paths import load_reference
-
-    d = load_reference("seed_post")["assumed_setting"]
-    ours = (setting.height, setting.width, setting.batch_size, setting.workers)
-    if ours == (d["height"], d["width"], d["batch_size"], d["workers"]):
-        return AUTHORS_DEFAULTS
-    return ""
-
-
-def _named(setting, before: str, after: str = "") -> str:
-    name = setting_name(setting)
-    return f"{before}{name}{after}" if name else ""
-
-
 def _name(pair) -> str:
     name = pair.setting.device_name
     if pair.amp.is_cuda:
@@ -90,65 +70,41 @@ def _span(values) -> str:
     return f" (epoch by epoch {min(values):.2f}-{max(values):.2f}x)"
 
 
-def _step_text(pair, results=None) -> str:
-    """The step's two figures, one per meaning (``ampbook.findings``): the step inside
-    the training loop, median and range epoch by epoch, judged against that range
-    (``findings.pace``: "faster" only where every epoch was faster); and, where
-    ``results`` holds layer profiles of the pair's modes, GPU and setting, the step
-    timed alone."""
-    from ampbook import findings
-
-    loop = findings.step_in_loop(None, pair=pair)
-    text = (
-        f"the step in the loop ran at {loop.median}"
-        f"{_span(pair.step_speedups)}: {_pace(loop)}"
+def gpu_pair_verdict(pair) -> str:
+    """What one GPU pair says about AMP's speed, in one line. The step in the loop
+    (the time inside the step, data wait left out) and the epoch are each given with
+    their range epoch by epoch and judged against it (``findings.pace``: "faster" only
+    where every epoch was). A loop that waited for data at least half its time
+    (``RunPair.loader_bound``) ran at the loader's pace: its epoch ratio measures the
+    loader's noise (the spread of the data wait per epoch is printed). The workers and
+    the host's CPU threads are printed, because they set the loader's pace: a setting
+    of the run, not a property of the GPU."""
+    from ampbook.findings import (
+        epoch_ratio,
+        loader_setting,
+        pace,
+        spread_text,
+        step_in_loop,
     )
-    alone = findings.step_alone(results, pair=pair) if results is not None else None
-    if alone is not None:
-        text += f"; timed alone (layer profiles, no loader) it ran at {alone}"
-    return text
 
-
-def _pace(spread) -> str:
-    from ampbook import findings
-
-    try:
-        way = findings.pace(spread)
-    except ValueError:  # one epoch: no spread to judge against
-        return "one epoch, not judged"
-    return way if way.startswith("within") else f"{way} in every epoch"
-
-
-def gpu_pair_verdict(pair, results=None) -> str:
-    """What one GPU pair says about AMP's speed, in one line. A loop that waited for
-    data at least half its time (``RunPair.loader_bound``) ran at the loader's pace:
-    its epoch ratio measures the loader's noise (the spread of the data wait per
-    epoch is printed), and the step ratio is the one that speaks for AMP. The
-    workers and the host's CPU threads are printed, because they set the loader's
-    pace: a setting of the run, not a property of the GPU. The step has two figures
-    (``_step_text``): in the loop, judged against its epoch-to-epoch spread, and timed
-    alone where ``results`` (the ``ResultSet``) holds the pair's layer profiles."""
     amp, base = pair.amp, pair.baseline
-    env = amp.record.get("environment", {})
-    threads = env.get("cpu_threads")
-    host = f" on {threads} CPU threads" if threads else ""
     head = f"{_name(pair)}, {pair.label}"
-    step = _step_text(pair, results)
+    st, ep = step_in_loop(None, pair=pair), epoch_ratio(None, pair=pair)
+    step = f"the step in the loop ran {spread_text(st)} ({pace(st)})"
     wait = max(amp.data_wait_share, base.data_wait_share)
     if pair.loader_bound:
         lo, hi = amp.data_wait_range
         blo, bhi = base.data_wait_range
         return (
-            f"{head}: the loop waited for data {wait:.0%} of its time "
-            f"({pair.setting.workers} workers{host}, the run's setting), so the epoch "
-            f"ratio {pair.speedup:.2f}x{_span(pair.epoch_speedups)} is the loader's "
-            f"noise (data wait per epoch {min(lo, blo):.2f}-{max(hi, bhi):.2f} s); "
-            f"{step}."
+            f"{head}: the loop waited for data {wait:.0%} of its time with "
+            f"{loader_setting(pair)}, so the epoch ratio, {spread_text(ep)}, is the "
+            f"loader's noise (data wait per epoch {min(lo, blo):.2f}-"
+            f"{max(hi, bhi):.2f} s); {step}."
         )
     return (
-        f"{head}: the epoch ran at {pair.speedup:.2f}x{_span(pair.epoch_speedups)} "
-        f"with at most {wait:.0%} of the loop waiting for data "
-        f"({pair.setting.workers} workers{host}); {step}."
+        f"{head}: the epoch ran {spread_text(ep)} ({pace(ep)}) with at most "
+        f"{wait:.0%} of the loop waiting for data, with {loader_setting(pair)}; "
+        f"{step}."
     )
 
 
@@ -180,11 +136,19 @@ def kernel_time_verdict(amp, baseline) -> str:
     return f"{facts}: the step kept the kernels' gain."
 
 
-def gpu_training_answer(pairs, results=None) -> str:
+def gpu_training_answer(pairs) -> str:
     """The post's three findings (memory, time, curves) as the committed GPU runs give
     them, in a few sentences; what to do when there are none. ``pairs``: GPU
-    ``RunPair``s (``ResultSet.pairs``); ``results``, their ``ResultSet``, adds the step
-    timed alone from its layer profiles (``_step_text``)."""
+    ``RunPair``s (``ResultSet.pairs``). The step is the step in the loop, with its
+    range epoch by epoch (``findings.step_in_loop``)."""
+    from ampbook.findings import (
+        epoch_ratio,
+        loader_setting,
+        pace,
+        spread_text,
+        step_in_loop,
+    )
+
     pairs = list(pairs)
     p = headline_pair(pairs)
     if p is None:
@@ -202,47 +166,53 @@ def gpu_training_answer(pairs, results=None) -> str:
         ),
         None,
     )
+    st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
     vs_strict = (
-        f"; against strict fp32 it ran at {strict.step_speedup:.2f}x in the loop"
+        f"; {spread_text(step_in_loop(None, pair=strict))} against strict fp32's"
         if strict
         else ""
     )
     s = p.setting
     head = (
         f"On {_name(p)} ({amp.epochs_completed} epochs at {s.width}x{s.height}, batch "
-        f"{s.batch_size}{_named(s, '; ')}), {amp.mode_label} took "
-        f"{p.memory_ratio:.2f} of the peak "
+        f"{s.batch_size}), {amp.mode_label} took {p.memory_ratio:.2f} of the peak "
         f"memory of {base.mode_label} and ended at a training loss of "
         f"{amp.final_train_loss:.3f} against {base.final_train_loss:.3f}. "
     )
-    threads = amp.record.get("environment", {}).get("cpu_threads")
-    host = f" on {threads} CPU threads" if threads else ""
-    step = _step_text(p, results)
-    step = step[:1].upper() + step[1:]
+    step = (
+        f"Its step in the loop ran {spread_text(st)} against fp32's ({pace(st)}"
+        f"{vs_strict})"
+    )
     if p.loader_bound:
         wait = max(amp.data_wait_share, base.data_wait_share)
         return head + (
-            f"{step}{vs_strict}. "
-            f"Its epochs were no shorter ({p.speedup:.2f}x): the loop waited "
-            f"for data {wait:.0%} of the time, with {s.workers} loader workers{host}. "
-            "That is the post's result, and the loader setting was ours."
+            f"{step}, and its epochs {spread_text(ep)}: the loop waited for data "
+            f"{wait:.0%} of the time, with {loader_setting(p)}, so the epoch ratio "
+            "is the loader's noise. That is the post's result, and the loader "
+            "setting was ours."
         )
     return head + (
-        f"{step}{vs_strict}. Its epoch ran at {p.speedup:.2f}x, with at most "
+        f"{step} and its epoch {spread_text(ep)} ({pace(ep)}), with at most "
         f"{max(amp.data_wait_share, base.data_wait_share):.0%} of the loop waiting "
         "for data."
     )
 
 
-def gpu_in_short(pairs, profile_pairs=(), results=None) -> str:
+def gpu_in_short(pairs, profile_pairs=()) -> str:
     """One or two sentences for a chapter's opening box: what the committed GPU runs
     say about AMP's speed (``headline_pair``), with the loader named as the run's
-    setting where it set the pace (the epoch ratio is then the loader's noise, not
-    explained by it), the step's two figures (``ampbook.findings.step_speedup_text``:
-    timed alone, from the layer profiles of ``results``, and in the loop, with its
-    spread), and, given layer profiles of that GPU and setting
-    (``ResultSet.profile_pairs``), where the step's kernel gain went."""
-    from ampbook import findings
+    setting where it set the pace, and, given layer profiles of that GPU and setting
+    (``ResultSet.profile_pairs``), the step timed alone and where its kernel gain
+    went."""
+    from ampbook.findings import (
+        epoch_ratio,
+        kernel_speedup,
+        loader_setting,
+        profile_pair,
+        spread_text,
+        step_alone,
+        step_in_loop,
+    )
 
     p = headline_pair(pairs)
     if p is None:
@@ -250,51 +220,28 @@ def gpu_in_short(pairs, profile_pairs=(), results=None) -> str:
     amp, base = p.amp, p.baseline
     env = amp.record.get("environment", {})
     soft = f"torch {env['torch']}" if env.get("torch") else "today's software"
-    threads = env.get("cpu_threads")
-    host = f" on {threads} CPU threads" if threads else ""
-    s = p.setting
-    head = (
-        f"On {_name(p)} with {soft}, at {s.width}x{s.height} and batch "
-        f"{s.batch_size}{_named(s, ' (', ')')}"
-    )
-    loop = findings.step_in_loop(None, pair=p)
-    step = (
-        findings.step_speedup_text(results, pair=p)
-        if results is not None
-        else f"in the loop {findings.spread_text(loop)}"
-    )
-    step = (
-        f"The {amp.mode_label} step against {base.mode_label}: {step} (in the "
-        f"loop: {_pace(loop)})."
-    )
+    head = f"On {_name(p)} with {soft}, our runs"
+    st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
     if p.loader_bound:
         wait = max(amp.data_wait_share, base.data_wait_share)
         text = (
-            f"{head}, our runs repeat the post: epochs at {p.speedup:.2f}x"
-            f"{_span(p.epoch_speedups)}, the loader's noise, for with "
-            f"{s.workers} loader workers{host} (our setting) the loop waited for data "
-            f"{wait:.0%} of its time. {step}"
+            f"{head} repeat the post: epochs {spread_text(ep)}, the loader's noise, "
+            f"because with {loader_setting(p)} the loop waited for data {wait:.0%} "
+            f"of its time; the {amp.mode_label} step in the loop ran "
+            f"{spread_text(st)} against {base.mode_label}."
         )
     else:
         text = (
-            f"{head}, our runs' epochs ran at {p.speedup:.2f}x"
-            f"{_span(p.epoch_speedups)}. {step}"
+            f"{head} ran {spread_text(ep)} per epoch and, in the loop, "
+            f"{spread_text(st)} per step ({amp.mode_label} against {base.mode_label})."
         )
-    prof = next(
-        (
-            (b, a)
-            for b, a in profile_pairs
-            if a.mode == amp.mode
-            and b.mode == base.mode
-            and a.device_name == p.setting.device_name
-        ),
-        None,
-    )
+    prof = profile_pair(profile_pairs, pair=p)
     if prof is not None:
         b, a = prof
-        ks = b.kernel_s / a.kernel_s
         text += (
-            f" Its kernels were {ks:.2f}x faster; the GPU idled "
+            f" Timed alone (layer profiles) its step ran "
+            f"{step_alone(profile_pairs, pair=p)} and its kernels "
+            f"{kernel_speedup(profile_pairs, pair=p)} faster; the GPU idled "
             f"{a.idle_s * 1e3:.1f} ms of the AMP step against "
             f"{b.idle_s * 1e3:.1f} ms of fp32's."
         )

@@ -116,8 +116,7 @@ found = results.load_results_dir(results_dir)
 gpu_pairs = found.pairs()
 
 # %% tags=["remove-input"]
-md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs, found)
-   + "\n:::")
+md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs) + "\n:::")
 
 # %% [markdown]
 # ## The minimal AMP loop
@@ -319,7 +318,7 @@ md_table(rows or [("no GPU pairs committed", None, None, None)],
          [None, ".2f", ".2f", ".2f"])
 
 # %% tags=["remove-input"]
-md("\n\n".join(verdicts.gpu_pair_verdict(p, found) for p in gpu_pairs)
+md("\n\n".join(verdicts.gpu_pair_verdict(p) for p in gpu_pairs)
    or "No GPU pairs are committed.")
 
 # %% [markdown]
@@ -391,7 +390,8 @@ md("\n\n".join([probe.verdict(d) for d in probe.dtypes] + [f"Measured at {load}.
 
 # %% tags=["hide-input"]
 md_table(probe.rows() if probe else [("-", "-", None, None, "GPU")],
-         ["dtype", "pass", "ms", "x fp32", "kernel"], [None, None, ".3g", ".3g", None])
+         ["dtype", "pass", "ms", "time / fp32 (x)", "kernel"],
+         [None, None, ".3g", ".3g", None])
 
 # %% [markdown]
 # The plan then sizes each run to the `run_budget_s` seconds it gets

@@ -778,7 +778,7 @@ md_table([(q.label, q.step_speedup, q.speedup, q.amp.data_wait_share, q.memory_r
 # are printed), not a property of the GPU:
 
 # %%
-md("\n\n".join(verdicts.gpu_pair_verdict(q, results) for q in gpu_pairs)
+md("\n\n".join(verdicts.gpu_pair_verdict(q) for q in gpu_pairs)
    or "No GPU pairs are committed.")
 
 # %% [markdown]
@@ -804,8 +804,7 @@ md_table([(f"{display_name(lp.device_name)}, {lp.mode_label}", lp.step_s * 1e3,
 
 # %%
 ppairs = results.profile_pairs()
-glue("ch5_gpu_short", md(verdicts.gpu_in_short(gpu_pairs, ppairs, results)),
-     display=False)
+glue("ch5_gpu_short", md(verdicts.gpu_in_short(gpu_pairs, ppairs)), display=False)
 md("\n\n".join(verdicts.kernel_time_verdict(a, b) for b, a in ppairs)
    or "No pair of layer profiles is committed.")
 
