@@ -55,7 +55,7 @@ def test_layer_profiles_split_kernel_and_idle_time(executed, chapter5):
         for c in executed.cells
         for o in c.get("outputs", [])
         for k, v in o.get("data", {}).items()
-        if k.endswith("text/markdown") and "Its kernels were" in v
+        if k.endswith("text/markdown") and "Timed alone (layer profiles)" in v
     ]
     assert len(glued) == 1 and glued[0].startswith(f"On {display_name(GPU)} with")
 
