@@ -1,5 +1,5 @@
-"""The ladder: the training step from the post's setup to the optimised one, one change
-per rung, in every precision.
+"""The ladder: the training step from the ERFNet authors' defaults to the optimised one,
+one change per rung, in every precision.
 
     python -m ampbook.bench ladder [--device auto|cpu|cuda] [--rungs 0-5]
                                    [--precisions fp32-tf32,amp-fp16,...]
@@ -12,7 +12,7 @@ per rung, in every precision.
 Each rung adds one change to the rung before it (``RUNGS``; the changes are fields of
 the runner's ``TrainConfig``, so every rung is a ``python -m ampbook.train`` command):
 
-0. the post's setup: NCHW, 4 loader workers, the loss read back every step;
+0. the ERFNet authors' defaults: NCHW, 4 loader workers, the loss read back every step;
 1. + the data fixed: images decoded once to a cache, normalised on the device;
 2. + channels_last and ``cudnn.benchmark``;
 3. + a fused optimizer and no per-step host sync;
@@ -126,7 +126,7 @@ RUNGS = (
     Rung(
         0,
         "post",
-        "the post's setup",
+        "the ERFNet authors' defaults",
         {
             "channels_last": False,
             "cudnn_benchmark": False,
@@ -159,7 +159,8 @@ RUNGS = (
         "sync",
         "+ fused Adam, no per-step sync",
         {"fused_optimizer": True, "sync_every": SYNC_EVERY},
-        "one optimizer kernel instead of hundreds; the host runs ahead of the GPU",
+        "no per-step read-back of the GradScaler's found_inf flag or of the loss; "
+        "the host runs ahead of the GPU",
     ),
     Rung(
         4,
@@ -911,6 +912,7 @@ def format_table(ladder: Ladder) -> str:
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
         f"{'busy':>6}{'MiB':>7}{'img/s':>7}{'wait':>6}{'bound':>7}",
     ]
+    inseparable = False
     for rung in ladder.rungs:
         for mode in MODES:
             c = next(
@@ -923,12 +925,23 @@ def format_table(ladder: Ladder) -> str:
             if not c.ok:
                 lines.append(f"{head}error: {(c.error or '')[:58]}")
                 continue
+            # operator time above the step time: the profiled step ran slower than
+            # the timed ones, and the step does not split into busy and idle time
+            apart = (c.kernel_s or 0) <= c.step_s
+            if not apart:
+                inseparable = True
             lines.append(
                 f"{head}{c.step_s * 1e3:8.2f}{(c.kernel_s or 0) * 1e3:8.2f}"
-                f"{(c.idle_s or 0) * 1e3:8.2f}{_pct(c.busy_share):>6}"
+                + (f"{(c.idle_s or 0) * 1e3:8.2f}" if apart else f"{'-':>8}")
+                + f"{_pct(c.busy_share) if apart else 'n/s':>6}"
                 f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
                 f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
             )
+    if inseparable:
+        lines.append(
+            f"n/s: {unit} time above the step (the profiled step ran slower): "
+            "not separable"
+        )
     return "\n".join(lines)
 
 
@@ -951,7 +964,9 @@ def _num(v: float | None) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """One of the issue's targets, read from a ladder."""
+    """One of the issue's targets, read from a ladder. ``value`` (and ``start``) may
+    be ``ampbook.provenance.Value``s: a target over a predicted value is *predicted*
+    to be met or missed, and one over an assumed value is no test at all."""
 
     name: str
     limit: float
@@ -972,9 +987,19 @@ class Target:
             else (self.value >= self.limit)
         )
 
+    @property
+    def provenance(self) -> str:
+        """How the value was obtained: ``"measured"`` (also for a plain number),
+        ``"predicted"`` or ``"assumed"``."""
+        from ampbook.provenance import MEASURED, PUBLISHED, kind_of
+
+        kind = kind_of(self.value) or MEASURED
+        return MEASURED if kind == PUBLISHED else kind
+
     def fmt(self, v: float | None) -> str:
         if v is None:
             return "not measured"
+        v = float(v)
         if self.unit == "ms":
             return f"{v * 1e3:.1f} ms"
         if self.unit == "x":
@@ -986,23 +1011,33 @@ class Target:
         return f"{v:.0f} {self.unit}"
 
     def line(self) -> str:
-        """One line: the target, the value, met or missed, and for a missed one what
-        the profile shows."""
+        """One line: the target, the value, met or missed (measured), predicted to
+        meet or miss (predicted), or set by an assumption (no test); for a missed one
+        what the profile (or the prediction) shows."""
         op = "<=" if self.kind == "max" else ">="
         head = f"{self.name} {op} {self.fmt(self.limit)}: "
         if self.met is None:
             return head + f"not measured ({self.where})."
-        verdict = "met" if self.met else "MISSED"
-        text = f"{head}{self.fmt(self.value)}, {verdict} ({self.where}"
+        if self.provenance == "assumed":
+            return (
+                f"{head}{self.fmt(self.value)} by assumption, not a test "
+                f"({self.value.source}; {self.where})."
+            )
+        if self.provenance == "predicted":
+            verdict = "predicted to meet" if self.met else "predicted to MISS"
+            text = f"{head}{verdict} ({self.fmt(self.value)} predicted, {self.where}"
+        else:
+            verdict = "met" if self.met else "MISSED"
+            text = f"{head}{self.fmt(self.value)}, {verdict} ({self.where}"
         if self.start is not None:
-            text += f"; rung 0: {self.fmt(self.start)}"
+            text += f"; rung 0 measured: {self.fmt(self.start)}"
         text += ")"
         if not self.met and self.note:
             text += f". {self.note}"
         return text + "."
 
 
-# The issue's targets for the H200 at the post's setting (1024x512, batch 6).
+# The issue's targets for the H200 at the ERFNet authors' defaults (1024x512, batch 6).
 TARGET_SETTING = ("h200", 512, 1024, 6)
 TARGETS = {
     "step_eager": 0.020,
@@ -1027,20 +1062,40 @@ def _top(ladder: Ladder, mode: str, eager: bool) -> LadderCell | None:
 
 
 def _profile_note(c: LadderCell, ladder: Ladder) -> str:
+    """What the profile of cell ``c`` shows (its device's busy and idle time, kernels
+    per step, what sets the pace); for a predicted cell what the prediction says, with
+    its assumptions named; where the profiled operators took longer than the timed
+    step (a separate, slower profiled step), that the two do not separate."""
+    from ampbook.provenance import ASSUMED, all_measured
+
     dev = "GPU" if ladder.time_source == "cuda" else "operators"
-    idle = (c.idle_s or 0) / c.step_s
+    step, kern, idle = (
+        cell_value(ladder, c, f) for f in ("step_s", "kernel_s", "idle_s")
+    )
+    if kern is not None and float(kern) > float(step):
+        return (
+            f"{dev} time {float(kern) * 1e3:.1f} ms in a {float(step) * 1e3:.1f} ms "
+            "step: the profiled step ran slower than the timed ones, so busy and idle "
+            "time are not separable here"
+        )
+    measured_ = all_measured([step, kern, idle])
+    what = "the profile" if measured_ else "the prediction"
+    idle_text = f"{float(idle or 0) * 1e3:.1f} ms"
+    if idle is not None and idle.kind == ASSUMED:
+        idle_text += f" (assumed: {idle.source})"
     parts = [
-        f"the profile: {dev} busy {(c.kernel_s or 0) * 1e3:.1f} ms and idle "
-        f"{(c.idle_s or 0) * 1e3:.1f} ms of the {c.step_s * 1e3:.1f} ms step"
+        f"{what}: {dev} busy {float(kern or 0) * 1e3:.1f} ms and idle {idle_text} of "
+        f"the {float(step) * 1e3:.1f} ms step"
     ]
     per = c.record.get("kernels_per_step")
-    if per:
+    if per and measured_:
         parts.append(f"{per:.0f} {'kernels' if dev == 'GPU' else 'operators'} a step")
-    if idle > 0.2:
-        parts.append("the host sets the pace (launches and syncs), not the kernels")
+    sets = "sets" if measured_ else "would set"
+    if float(idle or 0) / float(step) > 0.2:
+        parts.append(f"the host {sets} the pace (launches and syncs), not the kernels")
     elif c.bound_share is not None:
         parts.append(
-            f"the kernels set it, at {c.bound_share:.0%} of the roofline bound"
+            f"the kernels {sets} it, at {c.bound_share:.0%} of the roofline bound"
         )
     return "; ".join(parts)
 
@@ -1075,8 +1130,8 @@ def check_targets(ladder: Ladder) -> list[Target]:
                 TARGETS[key],
                 "max",
                 "ms",
-                c.step_s if c else None,
-                r0[amp].step_s if r0[amp] else None,
+                cell_value(ladder, c, "step_s") if c else None,
+                cell_value(ladder, r0[amp], "step_s") if r0[amp] else None,
                 where(c) if c or key == "step_eager" else "rung 5 not measured",
                 _profile_note(c, ladder) if c else "",
             )
@@ -1086,8 +1141,17 @@ def check_targets(ladder: Ladder) -> list[Target]:
         ("speedup_compiled", f"{amp_name} over {base_name}, compiled", comp),
     ):
         a, b = pair[amp], pair[base]
-        value = b.step_s / a.step_s if a and b else None
-        start = r0[base].step_s / r0[amp].step_s if r0[amp] and r0[base] else None
+        value = (
+            cell_value(ladder, b, "step_s") / cell_value(ladder, a, "step_s")
+            if a and b
+            else None
+        )
+        start = (
+            cell_value(ladder, r0[base], "step_s")
+            / cell_value(ladder, r0[amp], "step_s")
+            if r0[amp] and r0[base]
+            else None
+        )
         note = ""
         if a and b and a.kernel_s and b.kernel_s:
             note = (
@@ -1113,14 +1177,17 @@ def check_targets(ladder: Ladder) -> list[Target]:
     busy_note = data_note = ips_note = ""
     if final:
         busy_note = _profile_note(final, ladder)
-        step_ips = ladder.batch_size / final.step_s
+        step = cell_value(ladder, final, "step_s")
+        step_ips = (ladder.batch_size / step).with_(fmt=".3g")
+        ips = cell_value(ladder, final, "images_per_s").with_(fmt=".3g")
+        wait = cell_value(ladder, final, "data_wait_share")
+        trains = "trains" if step.is_measured else "would train"
         data_note = (
-            f"the loop trained {final.images_per_s:.3g} images/s against the step "
-            f"alone's {step_ips:.3g}"
+            f"the loop trained {ips} images/s against the step alone's {step_ips}"
         )
         ips_note = (
-            f"the step alone trains {step_ips:.3g} images/s and the loop waited for "
-            f"data {_pct(final.data_wait_share)} of its time"
+            f"the step alone {trains} {step_ips} images/s and the loop waited for "
+            f"data {wait} of its time"
         )
     out.append(
         Target(
@@ -1128,8 +1195,8 @@ def check_targets(ladder: Ladder) -> list[Target]:
             TARGETS["busy"],
             "min",
             "share",
-            final.busy_share if final else None,
-            r0[amp].busy_share if r0[amp] else None,
+            cell_value(ladder, final, "busy_share") if final else None,
+            cell_value(ladder, r0[amp], "busy_share") if r0[amp] else None,
             where(final),
             busy_note,
         )
@@ -1140,8 +1207,8 @@ def check_targets(ladder: Ladder) -> list[Target]:
             TARGETS["data_wait"],
             "max",
             "share",
-            final.data_wait_share if final else None,
-            r0[amp].data_wait_share if r0[amp] else None,
+            cell_value(ladder, final, "data_wait_share") if final else None,
+            cell_value(ladder, r0[amp], "data_wait_share") if r0[amp] else None,
             where(final),
             data_note,
         )
@@ -1152,29 +1219,28 @@ def check_targets(ladder: Ladder) -> list[Target]:
             TARGETS["images_per_s"],
             "min",
             "img/s",
-            final.images_per_s if final else None,
-            r0[amp].images_per_s if r0[amp] else None,
+            cell_value(ladder, final, "images_per_s") if final else None,
+            cell_value(ladder, r0[amp], "images_per_s") if r0[amp] else None,
             where(final),
             ips_note,
         )
     )
     a, b = eager[amp], eager[base]
     ratio = (
-        a.memory_bytes / b.memory_bytes
+        cell_value(ladder, a, "memory_bytes") / cell_value(ladder, b, "memory_bytes")
         if a and b and a.memory_bytes and b.memory_bytes
         else None
     )
     start = (
-        r0[amp].memory_bytes / r0[base].memory_bytes
+        cell_value(ladder, r0[amp], "memory_bytes")
+        / cell_value(ladder, r0[base], "memory_bytes")
         if r0[amp] and r0[base] and r0[base].memory_bytes and r0[amp].memory_bytes
         else None
     )
     mem_note = ""
     if a and b and ratio is not None:
-        mem_note = (
-            f"{ladder.memory_measure}: {amp_name} {_bytes(a.memory_bytes)}, "
-            f"{base_name} {_bytes(b.memory_bytes)}"
-        )
+        ma, mb = (cell_value(ladder, x, "memory_bytes") for x in (a, b))
+        mem_note = f"{ladder.memory_measure}: {amp_name} {ma}, {base_name} {mb}"
     out.append(
         Target(
             f"{amp_name} / {base_name} peak memory",
@@ -1264,6 +1330,22 @@ def _stream_effect(ceil, b: int, h: int, w: int) -> tuple[float, float, int, int
     return out
 
 
+# The fields of a ladder cell whose provenance a predicted ladder records per cell
+# ("measured", "predicted" or "assumed"), and the text of each assumption.
+PROVENANCE_FIELDS = (
+    "step_s",
+    "kernel_s",
+    "idle_s",
+    "memory_bytes",
+    "images_per_s",
+    "data_wait_share",
+)
+ASSUMPTIONS = {
+    "data_wait_share": "the prediction sets the data wait to 0 from rung 1 on",
+    "idle_s": "the prediction sets the GPU's idle time to 0 from rung 3 on",
+}
+
+
 def predict_ladder(
     results, device_name: str | None = None, ceilings=None
 ) -> dict | None:
@@ -1349,6 +1431,13 @@ def predict_ladder(
                     continue
             step = kernel + idle
             measured = rung == 0
+            if measured:
+                kinds = dict.fromkeys(PROVENANCE_FIELDS, "measured")
+            else:
+                kinds = dict.fromkeys(PROVENANCE_FIELDS, "predicted")
+                kinds["data_wait_share"] = "assumed"
+                if rung >= 3:
+                    kinds["idle_s"] = "assumed"
             cells.append(
                 {
                     "rung": rung,
@@ -1368,6 +1457,7 @@ def predict_ladder(
                     "bound_s": bound,
                     "bound_share": bound / step if bound else None,
                     "measured": measured,
+                    "provenance": kinds,
                 }
             )
     cells.sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
@@ -1436,6 +1526,56 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
 # --------------------------------------------------------------------------------------
 
 
+_DISPLAY = {  # field -> (format, unit, scale) of its Value
+    "step_s": (".1f", " ms", 1e3),
+    "kernel_s": (".1f", " ms", 1e3),
+    "idle_s": (".1f", " ms", 1e3),
+    "memory_bytes": (".2f", " GiB", 1 / 2**30),
+    "images_per_s": (".0f", "", 1.0),
+    "data_wait_share": (".0%", "", 1.0),
+    "busy_share": (".0%", "", 1.0),
+}
+
+
+def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
+    """Field ``name`` of cell ``c`` (one of ``_DISPLAY``'s) as an
+    ``ampbook.provenance.Value`` that says how it was obtained: measured (this
+    ladder's file, rung and mode), predicted (``predict_ladder``, from which files) or
+    assumed (the prediction's parameter, ``ASSUMPTIONS``); None where the cell or the
+    field is missing. ``busy_share`` is assumed where the idle time is."""
+    from ampbook.provenance import ASSUMED, MEASURED, PREDICTED, Value
+
+    if c is None:
+        return None
+    x = c.busy_share if name == "busy_share" else getattr(c, name)
+    if x is None:
+        return None
+    fmt, unit, scale = _DISPLAY[name]
+    p = ladder.record.get("prediction")
+    kinds = c.record.get("provenance") or {}
+    if name == "busy_share":
+        kind = kinds.get("idle_s")
+        if kind != ASSUMED:
+            kind = PREDICTED if PREDICTED in kinds.values() else kind
+    else:
+        kind = kinds.get(name)
+    if kind is None:
+        predicted_ = ladder.record.get("predicted") and not c.record.get("measured")
+        kind = PREDICTED if predicted_ else MEASURED
+    if kind == ASSUMED:
+        source = ASSUMPTIONS["idle_s" if name == "busy_share" else name]
+    elif p is not None:
+        files = ", ".join(Path(f).name for f in p["from"])
+        source = (
+            f"measured ({files})"
+            if kind == MEASURED
+            else f"bench_ladder.predict_ladder from {files}"
+        )
+    else:
+        source = f"measured ({Path(ladder.path).name})"
+    return Value(float(x), kind, source, fmt=fmt, unit=unit, scale=scale)
+
+
 def gpu_ladder(results) -> tuple[Ladder | None, bool]:
     """The GPU ladder to show: the most complete committed one, else the prediction
     from committed layer profiles (``predict_ladder``); ``(ladder, predicted)``, or
@@ -1487,9 +1627,40 @@ def missing_ladder_line(results) -> str:
     )
 
 
+def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
+    """How cell ``b``'s step compared with cell ``a``'s, in words, judged against the
+    spread of their timed steps (``step_times_s``), as chapter 5 reads rounds: "faster"
+    only where every timed step of ``b`` was shorter than every one of ``a``, "slower"
+    the other way round, else no change resolved. Cells without step times (a
+    prediction) "would be" faster or slower (beyond 5%)."""
+    from ampbook.provenance import all_measured
+
+    va = cell_value(ladder, a, "step_s") if ladder else None
+    vb = cell_value(ladder, b, "step_s") if ladder else None
+    if ladder is not None and not all_measured([va, vb]):
+        ratio = a.step_s / b.step_s
+        if ratio > 1.05:
+            return "would be faster, predicted"
+        if ratio < 1 / 1.05:
+            return "would be slower, predicted"
+        return "would change little, predicted"
+    ta, tb = a.record.get("step_times_s"), b.record.get("step_times_s")
+    if not ta or not tb:
+        return "step times not recorded: no verdict"
+    if max(tb) < min(ta):
+        return "faster in every timed step"
+    if min(tb) > max(ta):
+        return "slower in every timed step"
+    return (
+        f"no change resolved, the timed steps overlap: {_ms(min(ta))}-{_ms(max(ta))} "
+        f"ms against {_ms(min(tb))}-{_ms(max(tb))} ms"
+    )
+
+
 def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
     """One line: what rung ``index`` did to each mode's step against the rung before
-    it (measured side by side; within 5% is read as no change)."""
+    it (``step_change``: measured cells against the spread of their timed steps,
+    predicted ones in the conditional)."""
     if index not in {r.index for r in ladder.rungs}:
         why = (
             "what compilation fuses is not in an eager profile"
@@ -1517,13 +1688,10 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
             continue
         a = ladder.cell(before, mode)
         ratio = a.step_s / b.step_s
-        word = (
-            "faster" if ratio > 1.05 else "slower" if ratio < 1 / 1.05 else "no change"
-        )
         since = "" if before == index - 1 else f" (from rung {before})"
         parts.append(
             f"{mode} {_ms(a.step_s)} -> {_ms(b.step_s)} ms{since} "
-            f"({ratio:.2f}x, {word})"
+            f"({ratio:.2f}x, {step_change(a, b, ladder)})"
         )
     if not parts:
         return f"Rung {index} ({rung.title}) was not measured beside a rung below it."

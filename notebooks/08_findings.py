@@ -77,17 +77,22 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   {glue:text}`05_rtx3070.ipynb::ch5_min_amp:.0f` s with AMP: a speedup of
 #   {glue:text}`05_rtx3070.ipynb::ch5_model_speedup:.2f` if both reach the same share
 #   of their bounds, small because {glue:text}`05_rtx3070.ipynb::ch5_mem_share:.0%` of
-#   the AMP step is memory-bound. The ratio is no ceiling: NVIDIA's ResNet-50 on an
-#   A100 gained {glue:text}`05_rtx3070.ipynb::ch5_rn_meas:.2f` times where it says
-#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f`. AMP moves {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f`
-#   times fp32's bytes, not half, and launches
+#   the AMP step's bound is memory time (the cost model's prediction). The ratio is no
+#   ceiling: NVIDIA's ResNet-50 on an A100 gained
+#   {glue:text}`05_rtx3070.ipynb::ch5_rn_meas:.2f` times (AMP with channels_last
+#   against TF32 in NCHW, so not precision alone) where it says
+#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f`. AMP moves
+#   {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f` times fp32's bytes, not half,
+#   and launches
 #   {glue:text}`05_rtx3070.ipynb::ch5_kernel_ratio:.2f` times as many kernels
 #   ({numref}`fig-ch5-roofline` places each layer against the 3070's ceilings).
 # - **The bound does not decide.** Kernels at
 #   {glue:text}`05_rtx3070.ipynb::ch5_need_eff:.0%` of the roofline would take
-#   the post's time on their own. Two causes remain, and a 2020 RTX 3070 user measured
-#   both: at least {glue:text}`05_rtx3070.ipynb::ch5_ev_wait:.0%` of an AMP
-#   epoch spent waiting for data, and an AMP step
+#   the post's time on their own. Two causes remain, and a 2020 RTX 3070 user's epoch
+#   times bear on both: the wait for data was *at most*
+#   {glue:text}`05_rtx3070.ipynb::ch5_ev_wait:.0%` of an AMP epoch (the epoch less the
+#   user's epoch without the loader: inferred by difference, not measured), and an AMP
+#   step
 #   {glue:text}`05_rtx3070.ipynb::ch5_ev_slow_lo:.1f` to
 #   {glue:text}`05_rtx3070.ipynb::ch5_ev_slow_hi:.1f` times slower than fp32's
 #   on that year's software {cite:p}`pytorch-issue-46377` ({doc}`05_rtx3070`).
@@ -113,14 +118,15 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   ({doc}`04_loss_scaling`).
 # - **Memory.** Per pixel of a batch, AMP saves at most
 #   {glue:text}`04_loss_scaling.ipynb::limit:.0%` of ERFNet's {term}`new bytes
-#   saved for backward`, because parts of the network stay fp32; the post saved
-#   {glue:text}`04_loss_scaling.ipynb::post_saving:.0%` of its monitor's figure
-#   ({doc}`04_loss_scaling`).
+#   saved for backward`, because parts of the network stay fp32; the post's memory
+#   figure fell by {glue:text}`04_loss_scaling.ipynb::post_saving:.0%` (the post does
+#   not say how it measured memory) ({doc}`04_loss_scaling`).
 # - **Other networks.** For ResNet-50 at batch 256 on an A100, the doctor's calibrated
-#   range from the references other than NVIDIA's own is
+#   range from every reference but that ResNet-50 A100 one itself is
 #   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_low:.2f`x to
 #   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_high:.2f`x; NVIDIA published
-#   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_pub:.2f`x, which lies
+#   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_pub:.2f`x (AMP with channels_last
+#   against TF32 in NCHW), which lies
 #   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_where:s`, where the ratio of the two
 #   roofline bounds says {glue:text}`06_will_amp_help.ipynb::ch6_rn50_equal:.2f`x
 #   ({doc}`06_will_amp_help`).
@@ -130,10 +136,12 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 # ## On the GPUs in the results folder
 #
 # Each GPU's committed ERFNet runs, measured by `python -m ampbook.gpucheck`, with their
-# provenance; {doc}`03_amp_training` shows them beside this machine's runs and
-# {doc}`05_rtx3070` sets them against the roofline bound. A step's time leaves out
-# the wait for data; the epoch's includes it, which is where a GPU kept waiting by its loader
-# loses what a faster step gains.
+# provenance, at the ERFNet authors' defaults (the provenance line gives them);
+# {doc}`03_amp_training` shows them beside this machine's runs and {doc}`05_rtx3070`
+# sets them against the roofline bound. The step *in the loop* leaves out the wait for
+# data and the epoch includes it; the step *timed alone* comes from the layer profiles
+# (no loader at all). Each ratio is given epoch by epoch and called faster or slower
+# only where every epoch agrees.
 
 # %% tags=["remove-input"]
 md(gpu_findings(results))
@@ -142,7 +150,8 @@ md(gpu_findings(results))
 # What the roofline bound says of an H200, for the same network:
 #
 #
-# - **What the bound promises.** For ERFNet at the post's setting, the roofline bound's
+# - **What the bound promises.** For ERFNet at the post's likely setting, the roofline
+#   bound's
 #   speedup from AMP over fp32 with TF32 is
 #   {glue:text}`05_rtx3070.ipynb::ch5_h_speed:.2f`x on an H200, and TF32's over
 #   strict fp32 {glue:text}`05_rtx3070.ipynb::ch5_h_tf32:.2f`x: on a data-centre
@@ -157,20 +166,22 @@ md(gpu_findings(results))
 # (findings-ladder)=
 # ## Making AMP pay
 #
-# - **Where the gain went.** At the post's setup on the book's GPU
-#   ({glue:text}`07_making_amp_pay.ipynb::ch7_gpu_name:s`), AMP's kernels took
-#   {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp_kernel:.1f` ms a step against
-#   TF32's {glue:text}`07_making_amp_pay.ipynb::ch7_r0_base_kernel:.1f` ms, but the GPU
-#   sat idle {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp_idle:.1f` ms of every AMP
-#   step, so the step took {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp:.1f` ms
-#   against {glue:text}`07_making_amp_pay.ipynb::ch7_r0_base:.1f`
-#   ({doc}`07_making_amp_pay`).
-# - **What the ladder gives.** With the data fixed, channels_last, no per-step syncs, a
-#   16-bit residual stream and compilation, one change per rung, AMP's step comes to
-#   {glue:text}`07_making_amp_pay.ipynb::ch7_top_amp:.1f` ms,
-#   {glue:text}`07_making_amp_pay.ipynb::ch7_top_speedup:.2f` times TF32's on the same
-#   rung ({glue:text}`07_making_amp_pay.ipynb::ch7_gpu_kind:s`), against
-#   {glue:text}`07_making_amp_pay.ipynb::ch7_r0_speedup:.2f` times at the post's setup
+# - **Where the gain went.** At the ERFNet authors' defaults on the book's GPU
+#   ({glue:text}`07_making_amp_pay.ipynb::ch7_gpu_name:s`), the layer profiles measured
+#   AMP's kernels at {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp_kernel:s` a step
+#   against TF32's {glue:text}`07_making_amp_pay.ipynb::ch7_r0_base_kernel:s`, but the
+#   GPU sat idle {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp_idle:s` of every AMP
+#   step, so the step took {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp:s` against
+#   {glue:text}`07_making_amp_pay.ipynb::ch7_r0_base:s` ({doc}`07_making_amp_pay`).
+# - **What the ladder gives.** With the data fixed, channels_last, no per-step syncs
+#   and a 16-bit residual stream, one change per rung, AMP's step at rung
+#   {glue:text}`07_making_amp_pay.ipynb::ch7_eager_top:d`
+#   {glue:text}`07_making_amp_pay.ipynb::ch7_takes:s`
+#   {glue:text}`07_making_amp_pay.ipynb::ch7_top_amp:s`,
+#   {glue:text}`07_making_amp_pay.ipynb::ch7_top_speedup:s` as fast as TF32 at
+#   {glue:text}`07_making_amp_pay.ipynb::ch7_top_base:s` on the same rung
+#   ({glue:text}`07_making_amp_pay.ipynb::ch7_gpu_kind:s`), against
+#   {glue:text}`07_making_amp_pay.ipynb::ch7_r0_speedup:s` at the authors' defaults
 #   ({ref}`ch7-gpu`).
 
 # %% [markdown]
@@ -206,12 +217,15 @@ md(gpu_findings(results))
 # ## Summary
 #
 # AMP saves memory wherever the network keeps 16-bit activations for the backward pass; it
-# saves time only where the step is bound by tensor-core arithmetic and the GPU is kept busy.
-# The post's RTX 3070 had little tensor-core headroom, ERFNet's step is mostly memory-bound,
-# and a GPU that waits for its loader turns a faster step into an epoch no faster. The
-# committed GPU runs above show each of these effects measured; {doc}`06_will_amp_help`
-# makes the same diagnosis for another network, and {doc}`07_making_amp_pay` shows, rung
-# by rung, what it takes for AMP's faster kernels to shorten the step.
+# saves time where the step's kernels get faster in 16 bits (on tensor cores, or, for
+# memory-bound work, by moving half the bytes) and the GPU is kept busy. The post's RTX
+# 3070 had little tensor-core headroom (published peaks), ERFNet's roofline bound on it is
+# mostly memory time, whose bytes AMP does not halve (the cost model's prediction), and a
+# GPU that waits for its loader turns a faster step into an epoch no faster (measured by
+# the committed GPU runs above); {doc}`06_will_amp_help` makes the same diagnosis for
+# another network, and {doc}`07_making_amp_pay` shows, rung by rung
+# ({glue:text}`07_making_amp_pay.ipynb::ch7_gpu_kind:s`), what it takes for AMP's faster
+# kernels to shorten the step.
 #
 # ## Exercises
 #
