@@ -407,7 +407,7 @@ md(cm.hypotheses_verdict(ev_step, ev_epoch, ev_wait, wait_measured=False))
 # What is the least time the 3070 needs for a step? `ampbook.costmodel.trace_step` runs
 # one training step (forward, loss, backward) on *fake* tensors: PyTorch dispatches
 # every operator with its real shapes and dtypes but allocates and computes nothing, so
-# the post's setting costs seconds of CPU. For each operator it counts the FLOPs
+# the post's likely setting costs seconds of CPU. For each operator it counts the FLOPs
 # (convolutions exactly, two per multiply-add; a rough count per element for the rest)
 # and the bytes moved (every input, weight and output at its dtype's size), and
 # attributes it to the innermost layer that launched it. Mixed precision is traced under
