@@ -508,7 +508,8 @@ def amp_op_verdict(
     if what == "faster":
         text += (
             f"Autocast's {low} can pay here in layers made of these ops; a whole step "
-            "gains less, since it also runs casts and the ops autocast keeps in fp32."
+            "can still gain less or lose, since it also runs the casts autocast "
+            "inserts and the ops it keeps in fp32."
         )
     elif what == "slower":
         text += (

@@ -1361,6 +1361,56 @@ def solve_pixels(
 # --------------------------------------------------------------------------------------
 
 
+def reserved_verdict(
+    runs: Sequence[Any], slack: Sequence[float], where: str = "the committed GPU runs"
+) -> str:
+    """Whether a reported memory figure can be read as allocated memory times an
+    allocator slack in ``slack`` (low, high), as ``solve_pixels`` assumes, from GPU
+    runs that measured both their peak allocated and their peak reserved memory.
+
+    ``runs``: ``ampbook.results.TrainRun``s of one GPU and setting (an fp32 baseline
+    and an AMP run), read through ``mode_label``, ``cuda_allocated_bytes`` and
+    ``cuda_reserved_bytes``. Where every run's reserved over allocated lies in the
+    slack's range, the assumption held there; where it does not, a monitor that shows
+    reserved memory would not follow the activations, and a solve from the difference
+    of two such figures holds only if the figures tracked allocated memory."""
+    lo, hi = float(slack[0]), float(slack[-1])
+    if not 1 <= lo <= hi:
+        raise ValueError(f"slack must be 1 <= low <= high, got {list(slack)}")
+    got = [
+        r for r in runs if r.cuda_allocated_bytes and r.cuda_reserved_bytes is not None
+    ]
+    assumed = f"the assumed slack of {lo:.2f}-{hi:.2f}"
+    if len(got) < 2:
+        return (
+            "No committed GPU pair recorded both its peak allocated and its peak "
+            f"reserved memory: {assumed} is untested here, and the solve assumes the "
+            "post's figure tracked allocated memory."
+        )
+    ratios = ", ".join(
+        f"{r.cuda_reserved_bytes / r.cuda_allocated_bytes:.2f}x for {r.mode_label}"
+        for r in got
+    )
+    reserved = ", ".join(f"{r.cuda_reserved_bytes / 1e9:.2f}" for r in got)
+    head = (
+        f"In {where} peak reserved over peak allocated memory was {ratios} "
+        f"(reserved {reserved} GB)"
+    )
+    inside = all(
+        lo <= r.cuda_reserved_bytes / r.cuda_allocated_bytes <= hi for r in got
+    )
+    if inside:
+        return (
+            f"{head}: inside {assumed}, so there a reserved figure followed the "
+            "allocated one."
+        )
+    return (
+        f"{head}: outside {assumed}. A figure of reserved memory need not follow the "
+        "activations, so the solve below holds only if the post's figure tracked "
+        "allocated memory."
+    )
+
+
 def bound_verdict(
     min_s: float, measured_s: float, what: str = "the epoch", timed_alone: bool = False
 ) -> str:
@@ -1438,13 +1488,15 @@ def efficiency_range_verdict(
     """Turn a lower bound into a range with measured efficiencies and hold a measured
     time against it, in one line.
 
-    Efficiencies do not transfer: a kernel's share of the roofline depends on the
-    network, the GPU, its software and the setting. Only efficiencies measured for
-    ``network`` on ``device`` count; the range runs from the bound at the highest of
-    them to the bound at the lowest (bounded above by what was measured, never by the
-    roofline itself). With none (or none at or below 1: a bound that was not a bound),
-    no efficiency is known and the bound stays a bound; the efficiencies measured
-    elsewhere are named so the reader sees what was not used."""
+    A kernel's share of the roofline depends on the network, the GPU, its software and
+    the setting, so this range uses only efficiencies measured for ``network`` on
+    ``device``; carrying shares from other GPUs is a calibration with an error of its
+    own (``ampbook.calibration``, chapter 6), not a measurement of this one. The range
+    runs from the bound at the highest of them to the bound at the lowest (bounded
+    above by what was measured, never by the roofline itself). With none (or none at or
+    below 1: a bound that was not a bound), no efficiency is measured there and the
+    bound stays a bound; the efficiencies measured elsewhere are named so the reader
+    sees what was not used."""
     if min_s <= 0 or measured_s <= 0:
         raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
     same = [
@@ -1457,16 +1509,17 @@ def efficiency_range_verdict(
             {f"{e.network} on {e.device}" for e in efficiencies if e.device != device}
         )
         note = (
-            f"; efficiencies measured elsewhere ({', '.join(elsewhere)}) do not "
-            "transfer to it"
+            f"; the efficiencies measured elsewhere ({', '.join(elsewhere)}) are not "
+            "used here: carried to another GPU they are a calibrated estimate, not a "
+            "measurement of it"
             if elsewhere
             else ""
         )
         inner = what[:1].lower() + what[1:]
         return (
             f"No profile of {network} on {device} is committed, so no kernel "
-            f"efficiency is known there: the bound ({min_s:.3g} s) stays a lower bound "
-            f"for {inner} ({measured_s:.3g} s){note}."
+            f"efficiency is measured there: the bound ({min_s:.3g} s) stays a lower "
+            f"bound for {inner} ({measured_s:.3g} s){note}."
         )
     lo_eff, hi_eff = min(same), max(same)
     low_s, high_s = min_s / hi_eff, min_s / lo_eff
@@ -1489,18 +1542,23 @@ def efficiency_range_verdict(
 
 
 def roofline_ratio_verdict(
-    roofline_ratio: float, measured_speedup: float, what: str, tolerance: float = 0.02
+    roofline_ratio: float,
+    measured_speedup: float,
+    what: str,
+    tolerance: float = 0.02,
+    kind: str = "measured",
 ) -> str:
     """Hold a measured AMP speedup against the roofline ratio of the same network, GPU
     and setting, in one line. The ratio of two lower bounds is the speedup if both
     precisions reach the same share of their bound; it is not an upper bound, and a
-    precision whose kernels get closer to their bound beats it."""
+    precision whose kernels get closer to their bound beats it. ``kind`` says how the
+    speedup was obtained ("measured" here, or "published" for a source's figure)."""
     if roofline_ratio <= 0 or measured_speedup <= 0:
         raise ValueError(
             f"ratios must be positive, got {roofline_ratio} and {measured_speedup}"
         )
     head = (
-        f"{what}: measured {measured_speedup:.2f}x against a roofline ratio of "
+        f"{what}: {kind} {measured_speedup:.2f}x against a roofline ratio of "
         f"{roofline_ratio:.2f}x"
     )
     if measured_speedup > roofline_ratio * (1 + tolerance):
@@ -1659,7 +1717,11 @@ def pace_verdict(
 
 
 def hypotheses_verdict(
-    step_speedup: float, epoch_speedup: float, data_wait_share: float
+    step_speedup: float,
+    epoch_speedup: float,
+    data_wait_share: float,
+    *,
+    wait_measured: bool = True,
 ) -> str:
     """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU
     pair run on the post's 2020 software (PyTorch 1.7, cuDNN 8.0): hypothesis (b) is
@@ -1674,28 +1736,43 @@ def hypotheses_verdict(
     fp32's (at most 1.05x); against a TF32 baseline that need not mean slow fp16
     kernels, only that 16 bits add nothing to what TF32 already gained. Both can hold at
     once.
+
+    ``wait_measured=False``: the share was inferred by difference (the epoch minus its
+    steps timed without the loader), so it is an upper bound (steps inside the loop can
+    take longer than alone) and cannot show (a) by itself. (a) then rests on the epochs:
+    equal epochs (within 5%) from steps that differ by more than 5% did not follow the
+    step, and the share must be at least half for the loader to have held the rest.
     """
     slow_step = step_speedup <= 1.05
-    loader = data_wait_share >= 0.5
-    if slow_step and loader:
-        return (
-            f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's and the "
-            "loader "
-            f"took {data_wait_share:.0%} of the loop."
+    if wait_measured:
+        loader = data_wait_share >= 0.5
+        wait = f"the loader took {data_wait_share:.0%} of the loop"
+    else:
+        epochs_equal = abs(epoch_speedup - 1) <= 0.05
+        steps_differ = abs(step_speedup - 1) > 0.05
+        loader = data_wait_share >= 0.5 and epochs_equal and steps_differ
+        wait = (
+            f"at most {data_wait_share:.0%} of the loop was left for data (by "
+            "difference, not measured)"
         )
+        if loader:
+            wait = (
+                f"the epochs were equal ({epoch_speedup:.2f}x) while the steps were "
+                f"not, and {wait}"
+            )
+    if slow_step and loader:
+        return f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's; {wait}."
     if slow_step:
         return (
             f"(b) the AMP step is no faster: alone it ran at {step_speedup:.2f}x "
-            f"fp32's, and the loader took {data_wait_share:.0%}."
+            f"fp32's, and {wait}."
         )
     if loader:
         return (
             f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the "
-            "epoch "
-            f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} of the loop waiting for "
-            "data."
+            f"epoch {epoch_speedup:.2f}x; {wait}."
         )
     return (
         f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
-        f"{epoch_speedup:.2f}x, with {data_wait_share:.0%} waiting for data."
+        f"{epoch_speedup:.2f}x; {wait}."
     )

@@ -12,12 +12,16 @@ in each dtype, pass by pass:
   input's mask set);
 * ``backward_weights``: the weight gradient (only the weight's mask).
 
-Each pass runs once untimed (oneDNN builds its kernel on the first call), then
-``repeats`` times; its time is the fastest call. A pass whose first call takes longer
-than ``max_call_s`` is not repeated: its time is that one call (``calls == 1``), so a
-slow path costs one call, not ``repeats``. While the first call runs, oneDNN's verbose
-mode (``torch.backends.mkldnn.verbose``) is on and its lines are read back from the
-process's standard output: the implementation it executed (``jit:avx2``, ``brg_conv_
+Each pass runs once untimed (oneDNN builds its kernel on the first call), then once per
+round for ``repeats`` rounds, the dtypes taking turns within each round so that a change
+in the machine's load falls on all of them; its time is the fastest call, and each
+comparison with fp32 (``slowdown``, ``pass_slowdown``) is the median of the per-round
+ratios, with their spread (``round_ratios``): on a shared machine the size of a ratio
+moves from run to run, and one number would hide it. A pass whose first call takes
+longer than ``max_call_s`` is not repeated: its time is that one call (``calls == 1``),
+so a slow path costs one call, not ``repeats``. While the first call runs, oneDNN's
+verbose mode (``torch.backends.mkldnn.verbose``) is on and its lines are read back from
+the process's standard output: the implementation it executed (``jit:avx2``, ``brg_conv_
 fwd:avx512_core_amx``, ``ref:any``...) is kept per pass. Where oneDNN executed no
 convolution, ATen ran its own kernel (``ATEN_FALLBACK``); where the verbose lines could
 not be read, the implementation is ``None``.
@@ -56,6 +60,9 @@ PASS_NAMES = {
     "backward_weights": "backward-weights",
 }
 ATEN_FALLBACK = "ATen fallback (no oneDNN kernel)"
+# rounds whose largest ratio to fp32 exceeds the smallest by this factor: the size of
+# the difference is unstable on this machine (its direction may still hold)
+UNSTABLE_SPREAD = 1.25
 # oneDNN's propagation kinds, as its verbose lines name them, for each pass
 _PROP_KINDS = {
     "forward": ("forward_training", "forward_inference", "forward"),
@@ -74,6 +81,12 @@ class PassTiming:
     seconds: float
     calls: int
     impl: str | None
+    samples: tuple[float, ...] = ()  # one time per round (empty: ``seconds`` only)
+
+    def in_round(self, i: int) -> float:
+        """The time of round ``i``: a pass timed once (or without samples) has the
+        same time in every round."""
+        return self.samples[i] if i < len(self.samples) else self.seconds
 
     @property
     def reference(self) -> bool:
@@ -119,16 +132,30 @@ class ConvProbe:
             f"{self.width}x{self.height}"
         )
 
+    def round_ratios(self, dtype: str, name: str | None = None) -> list[float]:
+        """The time in ``dtype`` over fp32's, one ratio per round (the dtypes took
+        turns within a round): all three passes together, or the pass ``name``. A
+        probe without per-round samples gives one ratio, of the fastest times."""
+        probe, base = self._probe(dtype), self._probe("fp32")
+        names = [name] if name else list(PASSES)
+        rounds = max(
+            [len(p.samples) for q in (probe, base) for p in q.passes.values()] + [1]
+        )
+        return [
+            sum(probe.passes[n].in_round(i) for n in names)
+            / sum(base.passes[n].in_round(i) for n in names)
+            for i in range(rounds)
+        ]
+
     def slowdown(self, dtype: str) -> float:
-        """The convolution's time in ``dtype`` over fp32's (all three passes)."""
-        return self._probe(dtype).seconds / self._probe("fp32").seconds
+        """The convolution's time in ``dtype`` over fp32's (all three passes): the
+        median of the rounds' ratios."""
+        return _median(self.round_ratios(dtype))
 
     def pass_slowdown(self, dtype: str, name: str) -> float:
-        """One pass's time in ``dtype`` over the same pass in fp32."""
-        return (
-            self._probe(dtype).passes[name].seconds
-            / self._probe("fp32").passes[name].seconds
-        )
+        """One pass's time in ``dtype`` over the same pass in fp32 (median of the
+        rounds)."""
+        return _median(self.round_ratios(dtype, name))
 
     def slowest_pass(self, dtype: str) -> PassTiming:
         """The pass that lost most against fp32's same pass."""
@@ -157,16 +184,33 @@ class ConvProbe:
             total = probe.seconds * 1e3
             return f"fp32: the {self.shape} took {total:.3g} ms in all, {impls}."
         ratio = self.slowdown(dtype)
+        ratios = self.round_ratios(dtype)
+        lo, hi = min(ratios), max(ratios)
         way = "slower" if ratio > 1 else "faster"
         times = ratio if ratio >= 1 else 1 / ratio
         worst = self.slowest_pass(dtype)
         per_pass = ", ".join(
             f"{PASS_NAMES[n]} {self.pass_slowdown(dtype, n):.3g}x" for n in PASSES
         )
-        text = (
-            f"{dtype}: the {self.shape} ran {times:.3g}x {way} than in fp32 "
-            f"({per_pass})"
+        n = len(ratios)
+        spread = (
+            f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
+            if n > 1
+            else "one round"
         )
+        if n > 1 and lo <= 1 <= hi:
+            text = (
+                f"{dtype}: the {self.shape} was faster than in fp32 in some rounds "
+                f"and slower in others ({spread}; per pass: {per_pass}): no "
+                "difference is resolved"
+            )
+        else:
+            if n > 1 and hi / lo > UNSTABLE_SPREAD:
+                spread += "; its size is unstable here, its direction is not"
+            text = (
+                f"{dtype}: the {self.shape} ran {times:.3g}x {way} than in fp32 "
+                f"({spread}; time over fp32's per pass: {per_pass})"
+            )
         if ratio > 1:
             text += f"; slowest against fp32: {PASS_NAMES[worst.name]}"
             if worst.impl:
@@ -195,6 +239,12 @@ class ConvProbe:
                     )
                 )
         return out
+
+
+def _median(values) -> float:
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def _impl_name(impl: str) -> str:
@@ -307,8 +357,8 @@ def _passes(x, w, g, padding):
     }
 
 
-def _time_pass(fn, repeats: int, max_call_s: float, read_impl: bool):
-    """(seconds, calls, implementation or None, whether verbose was read)."""
+def _first_call(fn, read_impl: bool):
+    """(seconds of the first call, oneDNN's verbose text, whether it was read)."""
     text = ""
     read = False
     if read_impl:
@@ -321,14 +371,13 @@ def _time_pass(fn, repeats: int, max_call_s: float, read_impl: bool):
         start = time.perf_counter()
         fn()
         first = time.perf_counter() - start
-    if first > max_call_s:
-        return first, 1, text, read
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best, repeats, text, read
+    return first, text, read
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def probe_conv(
@@ -339,7 +388,7 @@ def probe_conv(
     width: int = 64,
     kernel: tuple[int, int] = (3, 1),
     batch: int = 1,
-    repeats: int = 3,
+    repeats: int = 5,
     max_call_s: float = 0.5,
     read_impl: bool = True,
     threads: int | None = 1,
@@ -408,25 +457,49 @@ def probe_conv(
 
 
 def _run(order, x32, w32, g32, padding, repeats, max_call_s, read_impl, results):
+    """Each dtype's first calls (untimed for the rounds: oneDNN builds its kernels,
+    and its verbose lines are read), then ``repeats`` rounds in which every dtype's
+    passes run once in turn; a pass whose first call took over ``max_call_s`` is not
+    repeated."""
+    first: dict[str, dict] = {}
+    fns: dict[str, dict] = {}
+    failed: dict[str, DtypeProbe] = {}
     with torch.no_grad():
         for d in order:
             dt = to_dtype(d)
             x, w, g = (t.to(dt) for t in (x32, w32, g32))
-            passes = {}
+            fns[d] = _passes(x, w, g, padding)
+            first[d] = {}
             try:
-                for name, fn in _passes(x, w, g, padding).items():
-                    seconds, calls, text, read = _time_pass(
-                        fn, repeats, max_call_s, read_impl
-                    )
+                for name, fn in fns[d].items():
+                    seconds, text, read = _first_call(fn, read_impl)
                     impl = None
                     if read:
                         impl = parse_verbose(text).get(name, ATEN_FALLBACK)
-                    passes[name] = PassTiming(name, seconds, calls, impl)
+                    first[d][name] = (seconds, impl)
             except (RuntimeError, NotImplementedError) as err:
-                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                results[d] = DtypeProbe(d, {}, f"{type(err).__name__}: {first}")
-                continue
-            results[d] = DtypeProbe(d, passes)
+                line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                failed[d] = DtypeProbe(d, {}, f"{type(err).__name__}: {line}")
+                del fns[d]
+        samples = {d: {n: [] for n in fns[d]} for d in fns}
+        for _ in range(repeats):
+            for d in fns:
+                for name, fn in fns[d].items():
+                    if first[d][name][0] <= max_call_s:
+                        samples[d][name].append(_timed(fn))
+    for d in order:
+        if d in failed:
+            results[d] = failed[d]
+            continue
+        passes = {}
+        for name in fns[d]:
+            seconds, impl = first[d][name]
+            got = tuple(samples[d][name])
+            if got:
+                passes[name] = PassTiming(name, min(got), len(got), impl, got)
+            else:
+                passes[name] = PassTiming(name, seconds, 1, impl)
+        results[d] = DtypeProbe(d, passes)
 
 
 def precision_dtype(precision: str) -> str:

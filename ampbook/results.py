@@ -538,8 +538,8 @@ class BoundCheck:
         p = self.pair
         head = (
             f"{display_name(p.setting.device_name)}, {p.label}: at equal shares of "
-            f"their bounds AMP would gain {self.bound_speedup:.2f}x; its step gained "
-            f"{p.step_speedup:.2f}x"
+            f"their bounds AMP would gain {self.bound_speedup:.2f}x; its step in the "
+            f"loop ran at {p.step_speedup:.2f}x"
         )
         effs = (
             f"AMP's steps reached {self.amp_efficiency:.0%} of their bound, the "

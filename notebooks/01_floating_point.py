@@ -92,7 +92,8 @@ style.update({torch.float32: style["fp32"], torch.float16: style["fp16"],
 # which fill the gap between zero and the smallest normal number evenly (and zero itself,
 # with either sign). The all-ones exponent is reserved for infinity ($M = 0$) and NaN
 # ($M \ne 0$), except in fp8 E4M3, which uses it for numbers and keeps only the all-ones
-# pattern for NaN. The exponent bits set the range, the mantissa bits the precision.
+# exponent and mantissa for NaN, one pattern per sign. The exponent bits set the range,
+# the mantissa bits the precision.
 #
 # {numref}`fig-ch1-bits` draws the seven formats side by side, each bit as one box:
 

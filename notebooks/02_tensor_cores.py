@@ -750,9 +750,12 @@ if save_results:
 # - On this machine, at n = {glue:text}`n_cmp:d`, fp16 matmuls ran at
 #   {glue:text}`speed_fp16_matmul:.3g`x and bf16 at {glue:text}`speed_bf16_matmul:.3g`x the
 #   fp32 speed, and the convolution's training pass at {glue:text}`speed_fp16_conv_train:.3g`x
-#   and {glue:text}`speed_bf16_conv_train:.3g`x. Mixed precision pays on a machine where
-#   these are above 1, and costs time where they are below; the verdict of "Where mixed
-#   precision pays on this machine" says which this one is.
+#   and {glue:text}`speed_bf16_conv_train:.3g`x. These are single operators: where they
+#   are below 1, mixed precision loses on them; where they are above 1, it can gain, but
+#   a whole step also pays for the casts autocast inserts and the operators it keeps in
+#   fp32, so a step can lose where these gain. The verdict of "Where mixed precision
+#   pays on this machine" says which case the operators are; {doc}`03_amp_training` and
+#   {doc}`07_making_amp_pay` time whole steps.
 # - An elementwise add moves half the bytes in fp16; here it took {glue:text}`ew_ratio:.2f`x
 #   the fp32 time at the largest size. Speed from mixed precision comes from tensor cores
 #   (or a CPU's 16-bit matrix units) for the big matmuls and from halved bytes for

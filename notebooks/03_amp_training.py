@@ -314,7 +314,7 @@ plt.show()
 rows = [(p.label, p.step_speedup, p.speedup, p.memory_ratio)
         for p in gpu_pairs if main_gpu and p.setting == main_gpu.setting]
 md_table(rows or [("no GPU pairs committed", None, None, None)],
-         ["pair", "step speedup (x)", "epoch speedup (x)", "memory AMP / fp32"],
+         ["pair", "step in the loop (x)", "epoch speedup (x)", "memory AMP / fp32"],
          [None, ".2f", ".2f", ".2f"])
 
 # %% tags=["remove-input"]
@@ -377,7 +377,10 @@ md_table(rows or [("no GPU runs committed", None, None, None)],
 # `ampbook.cpu_kernels.probe_conv` times one ERFNet-like convolution (64 channels, 3x1)
 # forward, backward-data and backward-weights in each dtype, and reads from oneDNN's
 # verbose output which kernel ran each pass (a JIT-compiled one, oneDNN's reference
-# loop `ref:any`, or ATen's generic fallback when oneDNN took none):
+# loop `ref:any`, or ATen's generic fallback when oneDNN took none). The dtypes take
+# turns for several rounds, and each ratio to fp32 is the rounds' median with their
+# range: on a shared machine the size of such a ratio moves from run to run (the line
+# says when it moved by more than a quarter), and one figure would hide that:
 
 # %%
 probe = probe_conv() if device.type == "cpu" else None
@@ -387,7 +390,8 @@ md("\n\n".join([probe.verdict(d) for d in probe.dtypes] + [f"Measured at {load}.
 
 # %% tags=["hide-input"]
 md_table(probe.rows() if probe else [("-", "-", None, None, "GPU")],
-         ["dtype", "pass", "ms", "x fp32", "kernel"], [None, None, ".3g", ".3g", None])
+         ["dtype", "pass", "ms", "time / fp32 (x)", "kernel"],
+         [None, None, ".3g", ".3g", None])
 
 # %% [markdown]
 # The plan then sizes each run to the `run_budget_s` seconds it gets

@@ -52,7 +52,7 @@ def test_chapter3_shows_the_fixture_gpu_runs_and_pairs(tmp_path, fixture_pairs):
     # one provenance line per GPU setting shown, with versions and settings
     prov = results.load_results_dir(FIXTURES).pairs()[0].provenance
     assert f"Provenance: {prov}" in text and "cuDNN" in prov
-    pairs = _table(nb, "| pair | step speedup (x) | epoch speedup (x) |")
+    pairs = _table(nb, "| pair | step in the loop (x) | epoch speedup (x) |")
     assert OTHER not in pairs and GPU not in pairs  # one GPU: named in the provenance
     assert len(pairs.splitlines()) == 2 + len(fixture_pairs) == 2 + 4
     for p in fixture_pairs:

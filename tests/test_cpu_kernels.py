@@ -134,6 +134,72 @@ def test_at_the_default_size_fp32_runs_in_onednn_and_the_probe_reads_its_kernels
     assert "all three passes in oneDNN's" in probe.verdict("fp32")
 
 
+def _rounds_probe(fp32_ms, bf16_ms) -> ck.ConvProbe:
+    """A probe whose rounds (one time per round for every pass) are given."""
+
+    def dtype(d, per_round):
+        return ck.DtypeProbe(
+            d,
+            {
+                n: ck.PassTiming(
+                    n,
+                    min(per_round) / 1e3,
+                    len(per_round),
+                    "jit",
+                    tuple(x / 1e3 for x in per_round),
+                )
+                for n in ck.PASSES
+            },
+        )
+
+    return ck.ConvProbe(
+        64,
+        32,
+        64,
+        (3, 1),
+        1,
+        1,
+        2.0,
+        2,
+        True,
+        {"fp32": dtype("fp32", fp32_ms), "bf16": dtype("bf16", bf16_ms)},
+    )
+
+
+def test_the_verdict_reads_the_median_of_the_rounds_and_prints_their_spread():
+    """Three rounds at 1.8x, 1.26x and 1.42x faster: the old verdict printed the ratio
+    of the fastest calls (here 1.8x) as if exact; the rounds' median is 1.42x, and a
+    spread this wide says the size is unstable while the direction holds."""
+    probe = _rounds_probe([1.0, 1.0, 1.0], [1 / 1.8, 1 / 1.26, 1 / 1.42])
+    assert probe.round_ratios("bf16") == pytest.approx([1 / 1.8, 1 / 1.26, 1 / 1.42])
+    assert probe.slowdown("bf16") == pytest.approx(1 / 1.42)
+    line = probe.verdict("bf16")
+    assert "ran 1.42x faster than in fp32 (median of 3 rounds" in line
+    assert "time 0.556-0.794x fp32's" in line
+    assert "its size is unstable here, its direction is not" in line
+    assert "time over fp32's per pass: forward 0.704x" in line
+    steady = _rounds_probe([1.0, 1.0, 1.0], [0.70, 0.71, 0.72])
+    assert "unstable" not in steady.verdict("bf16")
+
+
+def test_rounds_that_disagree_resolve_no_difference():
+    probe = _rounds_probe([1.0, 1.0, 1.0], [0.9, 1.1, 1.05])
+    line = probe.verdict("bf16")
+    assert "faster than in fp32 in some rounds and slower in others" in line
+    assert "no difference is resolved" in line and "ran 1.05x slower" not in line
+
+
+def test_a_real_probe_takes_turns_in_rounds():
+    probe = ck.probe_conv(["fp32", "bf16"], channels=8, height=8, width=16, repeats=3)
+    for p in probe.dtypes.values():
+        if p.error:
+            continue
+        assert all(len(t.samples) == 3 and t.calls == 3 for t in p.passes.values())
+    if not probe.dtypes["bf16"].error:
+        assert len(probe.round_ratios("bf16")) == 3
+        assert "median of 3 rounds" in probe.verdict("bf16")
+
+
 def test_a_slow_pass_is_timed_once():
     probe = ck.probe_conv(
         ["fp32"], channels=8, height=8, width=16, repeats=3, max_call_s=1e-9

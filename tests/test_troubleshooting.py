@@ -53,6 +53,9 @@ def test_every_block_runs_and_shows_what_the_text_says(ran):
     assert "step 2: loss" in text and "scale" in text
     assert "tensor([inf, inf, inf, inf], dtype=torch.float16)" in text
     assert "tensor([90000., 90000., 90000., 90000.])" in text
+    # inside an undecorated Function's forward the ops are autocast (issue 28, F10:
+    # the page said autocast did not see inside one); its inputs are not cast
+    assert "input torch.float32, output torch.float16" in text
     assert "error: expected m1 and m2 to have the same dtype" in text
     assert ns["energy"].dtype == torch.float32 and ns["hidden"].dtype != torch.float32
     assert ns["bce"].dtype == torch.float32
