@@ -203,9 +203,14 @@ def parameters_cell(nb) -> tuple[int, dict]:
 
 
 def read_source(source: Path):
+    """A notebook's jupytext source as a notebook, its cells numbered ``cell-N``
+    (jupytext gives random ids: two runs of one source would differ by them)."""
     import jupytext
 
-    return jupytext.read(source)
+    nb = jupytext.read(source)
+    for n, cell in enumerate(nb.cells):
+        cell.id = f"cell-{n}"
+    return nb
 
 
 def profile_parameters(profiles: dict, profile: str, source: Path, nb) -> dict:
