@@ -663,6 +663,16 @@ def write_reader_copies(
             f"reader's copies (roles replaced, captions under the figures): "
             f"{out_dir / reader.READER_DIR}"
         )
+    from ampbook.build import runalong
+
+    errors = []
+    along = out_dir / runalong.RUN_ALONG_DIR
+    if runalong.write_run_along_copies([r.name for r in runs], along, errors=errors):
+        log(
+            f"run-along copies (run them in Jupyter; the text follows the run): {along}"
+        )
+    for error in errors:
+        log(f"warning: no run-along copy of {error}")
     return written
 
 
