@@ -576,7 +576,7 @@ def _parameters_of_the_run(cell, injected: str | None, profile: str | None) -> N
         assignments = [
             line for line in injected.splitlines() if not line.startswith("#")
         ]
-        how = f" (the `{profile}` profile)" if profile else ""
+        how = f" (the {profile} profile)" if profile else ""
         cell.source = (
             cell.source.rstrip("\n")
             + f"\n\n# The values this copy was run with{how}\n"

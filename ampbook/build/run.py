@@ -667,7 +667,7 @@ def write_reader_copies(
 
     errors = []
     along = out_dir / runalong.RUN_ALONG_DIR
-    if runalong.write_run_along_copies([r.name for r in runs], along, errors=errors):
+    if runalong.write_run_along_copies([r.source for r in runs], along, errors=errors):
         log(
             f"run-along copies (run them in Jupyter; the text follows the run): {along}"
         )

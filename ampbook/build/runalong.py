@@ -156,25 +156,25 @@ def run_along_copy(nb, stem: str, index: reader.BookIndex):
 
 
 def write_run_along_copies(
-    stems: list[str], out_dir: Path | str, errors: list[str] | None = None
+    sources: list[Path], out_dir: Path | str, errors: list[str] | None = None
 ) -> list[Path]:
-    """The run-along copy of each chapter ``stems`` (from ``notebooks/``) in
-    ``out_dir``. A reference that does not resolve raises ReaderCopyError, or with
-    ``errors`` given is appended to it and costs that copy only."""
+    """The run-along copy of each chapter source (``notebooks/NN_topic.py``) in
+    ``out_dir``, same stem. Figures, titles and labels of the other chapters are read
+    from ``notebooks/``. A reference that does not resolve raises ReaderCopyError, or
+    with ``errors`` given is appended to it and costs that copy only."""
     import nbformat
 
     from ampbook.build.run import all_notebooks, read_source
 
-    sources = {s.stem: s for s in all_notebooks()}
-    notebooks = {stem: read_source(path) for stem, path in sources.items()}
+    notebooks = {s.stem: read_source(s) for s in all_notebooks()}
+    notebooks.update({Path(s).stem: read_source(Path(s)) for s in sources})
     index = reader.book_index(notebooks)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for stem in stems:
+    for source in sources:
+        stem = Path(source).stem
         try:
-            if stem not in notebooks:
-                raise reader.ReaderCopyError(f"no chapter {stem} in notebooks/")
             nb = run_along_copy(notebooks[stem], stem, index)
         except reader.ReaderCopyError as err:
             if errors is None:
