@@ -43,6 +43,9 @@ def jupyterlab(root: Path):
     tracker.mkdir(parents=True)
     # every cell rendered, not only those in view (JupyterLab 4's default windowing)
     (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    news = settings / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)  # no "get notified about Jupyter news?" (no network)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     env = dict(
         os.environ,
         JUPYTER_CONFIG_DIR=str(root / ".jupyter-config"),
@@ -173,6 +176,12 @@ def _smoke_copy(folder: Path) -> Path:
     copy = nbformat.read(path, as_version=4)
     [cell] = [c for c in copy.cells if "parameters" in c.metadata.get("tags", [])]
     cell.source += "\n" + "\n".join(f"{k} = {v!r}" for k, v in params.items())
+    # Chapter 1 quotes each value below the cell that glues it; a chapter's opening
+    # quotes them above (chapter 7's): the first prose cell again, right at the top.
+    first = next(c for c in copy.cells if c.metadata.get("ampbook", {}).get("prose"))
+    early = nbformat.from_dict(json.loads(json.dumps(first)))
+    early.id = "early-prose"
+    copy.cells.insert(1, early)
     nbformat.write(copy, path)
     return path
 
@@ -184,11 +193,13 @@ def test_a_chapter_run_by_hand_in_jupyterlab_reads_with_its_numbers(tmp_path):
         open_notebook(page, url, path.name)
         run_all(page)
         prose = page.locator(".jp-Cell .jp-RenderedMarkdown").all_inner_texts()
+        early = page.locator(".jp-Cell").nth(1).inner_text()
         # MyST dropdowns rendered as HTML details (the exercises' hints)
         hints = page.locator(".jp-RenderedMarkdown details > summary").count()
     text = "\n".join(prose)
     assert "{glue" not in text and ":::" not in text and "```{" not in text
     assert runalong.PENDING not in text, "a number the run glued is still pending"
+    assert re.search(r"\d", early) and runalong.PENDING not in early, early[:200]
     assert re.search(r"Fig\. 1\.\d", text), "no figure caption or reference"
     assert re.search(r"et al\.,? \(?\d{4}\)?", text), "no citation as author, year"
     assert hints >= 1, "no dropdown rendered"
