@@ -648,10 +648,11 @@ def reader_copy(nb, stem: str, index: BookIndex, profile: str | None = None):
         f"*The reader's copy of this chapter as executed for the book{how}: the "
         "numbers in the text are pasted in from this run's outputs, as in the book, "
         "and each figure has its caption under it; the code the book hides is "
-        "collapsed (click the bar beside a cell to open it). Running "
+        "collapsed (click the bar left of a cell to open it). Running "
         "a cell again updates its output, not the text. To run the chapter yourself "
-        "with the numbers in the text, see the README's \"Reading along in "
-        'Jupyter".*'
+        "and read your run's numbers in the text, open its run-along copy, "
+        f"`run-along/{stem}.ipynb` beside the executed notebooks of `python -m "
+        f"ampbook.build.run {number}`.*"
     )
     note.metadata["ampbook"] = {"reader_note": True}
     first = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)

@@ -667,7 +667,16 @@ def write_reader_copies(
 
     errors = []
     along = out_dir / runalong.RUN_ALONG_DIR
-    if runalong.write_run_along_copies([r.source for r in runs], along, errors=errors):
+    try:
+        made = runalong.write_run_along_copies(
+            [r.source for r in runs], along, errors=errors
+        )
+    except OSError as err:  # the run is complete: a copy is a convenience
+        log(
+            f"warning: no run-along copies ({err}); the executed notebooks are complete"
+        )
+        made = []
+    if made:
         log(
             f"run-along copies (run them in Jupyter; the text follows the run): {along}"
         )
