@@ -196,7 +196,20 @@ class _State:
     def __init__(self, stem: str):
         self.here = f"chapters/{stem}"
         self.stem = stem
-        self.index = reader.BookIndex(glue={stem: {}}, sources=reader.bibliography())
+        # the book's figures, titles and labels, for a role a cell displays (md()),
+        # from the sources' .ipynb pairs (in sync, a test checks; quicker to read)
+        import nbformat
+
+        from ampbook.build.run import all_notebooks
+
+        self.index = reader.book_index(
+            {
+                s.stem: nbformat.read(s.with_suffix(".ipynb"), as_version=4)
+                for s in all_notebooks()
+                if s.with_suffix(".ipynb").is_file()
+            }
+        )
+        self.index.glue = {stem: {}}
         self.shown: list[tuple[object, str, set[str]]] = []  # handle, text, keys
         self.changed: set[str] = set()
 
@@ -266,7 +279,12 @@ def _markdown_of(obj) -> str:
     data = obj._repr_markdown_() if hasattr(obj, "_repr_markdown_") else obj.data
     if isinstance(data, tuple):  # (data, metadata)
         data = data[0]
-    return _state.render(data) if _state is not None else data
+    if _state is None or not isinstance(data, str):
+        return data
+    try:
+        return _state.render(data)
+    except reader.ReaderCopyError:  # a reference the copy cannot resolve: as written
+        return data
 
 
 def start(stem: str) -> None:
