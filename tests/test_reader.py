@@ -35,18 +35,27 @@ PLANTED = """# %% [markdown]
 # A note.
 # ```
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "remove-cell"]
 n = 3
 
-# %%
+# %% tags=["remove-input"]
 from ampbook.env import print_environment
 
 print_environment("cpu")
 
-# %%
-from ampbook.plots import glue_all
+# %% tags=["hide-cell"]
+from ampbook.plots import glue_all, md
 
 glue_all(x=0.123456, n=n, share=0.4567)
+
+# %% tags=["hide-input"]
+md(
+    ":::{admonition} In short\\n"
+    "It took {glue:text}`x:.2f` s {cite:p}`micikevicius2018`.\\n:::"
+)
+
+# %% tags=["hide-input", "hide-output"]
+print("a long table")
 
 # %% mystnb={"figure": {"caption": "First: {glue:text}`x:.3f`.", "name": "fig-p-a"}}
 import matplotlib.pyplot as plt
@@ -61,13 +70,18 @@ plt.show()
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory):
+def planted_source(tmp_path_factory):
+    source = tmp_path_factory.mktemp("planted") / "99_planted.py"
+    source.write_text(PLANTED)
+    return source
+
+
+@pytest.fixture(scope="module")
+def planted(planted_source):
     """A chapter with every kind of role, run by the runner with the smoke profile, and
     its reader's copy."""
-    folder = tmp_path_factory.mktemp("planted")
-    source = folder / "99_planted.py"
-    source.write_text(PLANTED)
-    out = folder / "executed"
+    source = planted_source
+    out = source.parent / "executed"
     run = runner.execute(source, out, {"n": 7}, "smoke", log=lambda *a: None, threads=1)
     written = runner.write_reader_copies([run], out, "smoke", log=lambda *a: None)
     assert written == [out / "reader" / "99_planted.ipynb"]
@@ -169,6 +183,138 @@ def test_an_unresolvable_reference_is_an_error_naming_it(planted, tmp_path):
         reader.write_reader_copies(tmp_path)
 
 
+def reads_like_the_page(executed, copy) -> list[str]:
+    """What in reader's copy ``copy`` of ``executed`` the page does not show so: raw
+    MyST in markdown or Markdown outputs, a cell the book hides shown, a cell it
+    removes kept, glue records, jupytext pairing, cell ids not ``cell-N``."""
+    bad = reader.leftover_roles(copy)
+    shown = {c.source: c for c in copy.cells if c.cell_type == "code"}
+    for cell in executed.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = cell.metadata.get("tags", [])
+        if "parameters" in tags:
+            continue
+        kept = shown.get(cell.source)
+        if any(t in tags for t in reader.REMOVED):
+            if kept is not None:
+                bad.append(f"removed cell kept: {cell.source[:40]!r}")
+            continue
+        if kept is None:
+            bad.append(f"cell missing: {cell.source[:40]!r}")
+            continue
+        hidden = kept.metadata.get("jupyter", {})
+        if any(t in tags for t in reader.SOURCE_HIDDEN) and not hidden.get(
+            "source_hidden"
+        ):
+            bad.append(f"hidden input shown: {cell.source[:40]!r}")
+        if any(t in tags for t in reader.OUTPUTS_HIDDEN) and not hidden.get(
+            "outputs_hidden"
+        ):
+            bad.append(f"hidden output shown: {cell.source[:40]!r}")
+    params = [c for c in copy.cells if "parameters" in c.metadata.get("tags", [])]
+    if len(params) != 1 or params[0].metadata.get("jupyter") != {
+        "source_hidden": True,
+        "outputs_hidden": True,
+    }:
+        bad.append("the parameters cell is not there once, collapsed")
+    for cell in copy.cells:
+        for output in cell.get("outputs", []):
+            if any(k.startswith(reader.GLUE_PREFIX) for k in output.get("data", {})):
+                bad.append(f"glue record in {cell.id}")
+    if "jupytext" in copy.metadata:
+        bad.append("jupytext pairing metadata kept")
+    if [c.id for c in copy.cells] != [f"cell-{n}" for n in range(len(copy.cells))]:
+        bad.append("cell ids are not cell-0, cell-1, ...")
+    return bad
+
+
+def test_the_copy_collapses_what_the_page_hides(planted):
+    executed, copy = planted
+    assert "jupytext" in executed.metadata  # what the copy drops was there
+    assert any(
+        k.startswith(reader.GLUE_PREFIX)
+        for c in executed.cells
+        for o in c.get("outputs", [])
+        for k in o.get("data", {})
+    )
+    assert reads_like_the_page(executed, copy) == []
+    [params] = [c for c in copy.cells if "parameters" in c.metadata.get("tags", [])]
+    assert params.source.startswith("n = 3\n") and params.source.endswith("n = 7")
+    assert "run with (the smoke profile)" in params.source
+    assert not any(
+        "injected-parameters" in c.metadata.get("tags", []) for c in copy.cells
+    )
+    [short] = [c for c in copy.cells if c.source.startswith("md(")]
+    assert short.metadata.jupyter == {"source_hidden": True}
+    [markdown] = [o["data"]["text/markdown"] for o in short.outputs]
+    assert markdown == (
+        "> **In short**\n>\n> It took 0.12 s (Micikevicius *et al.*, 2018).\n"
+    )
+    [table] = [c for c in copy.cells if c.source.startswith("print(")]
+    assert table.metadata.jupyter == {"source_hidden": True, "outputs_hidden": True}
+
+
+def test_the_run_along_copy_fills_in_the_numbers_of_a_run_by_hand(planted_source):
+    """Run as a reader runs it (its own parameters, n = 3), the run-along copy shows
+    that run's values in the prose, also above the cell that glues them."""
+    import nbclient
+
+    from ampbook.build import runalong
+
+    folder = planted_source.parent / "along"
+    [path] = runalong.write_run_along_copies([planted_source], folder)
+    nb = nbformat.read(path, as_version=4)
+    assert "jupytext" not in nb.metadata
+    assert reader.leftover_roles(nb) == []  # markdown cells: static roles resolved
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": folder}}
+    ).execute()
+    shown = [
+        o["data"]["text/markdown"]
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if "text/markdown" in o.get("data", {})
+    ]
+    flat = " ".join(" ".join(shown).split())
+    assert "Values: 0.12, 3, 0.123456, 46%." in flat
+    assert "See Fig. 99.2, Figure 99.1, “The section”" in flat
+    assert "Use **bf16** (0.1)." in flat
+    assert "> **In short**\n>\n> It took 0.12 s (Micikevicius *et al.*, 2018)." in (
+        "\n".join(shown)
+    )
+    assert runalong.PENDING not in flat
+    assert [reader.leftover_myst(text) for text in shown] == [[]] * len(shown)
+    assert not any(
+        k.startswith(reader.GLUE_PREFIX)
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        for k in o.get("data", {})
+    )
+    [params] = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert params.source == "n = 3" and not params.metadata.get("jupyter")
+
+
+# --- the smoke run's copies and the book's downloads --------------------------------
+
+
+def test_every_reader_copy_reads_like_the_page(executed_notebooks):
+    for source in runner.all_notebooks():
+        executed = nbformat.read(executed_notebooks / f"{source.stem}.ipynb", 4)
+        path = executed_notebooks / reader.READER_DIR / f"{source.stem}.ipynb"
+        assert reads_like_the_page(executed, nbformat.read(path, 4)) == [], source.stem
+
+
+def test_two_copies_of_one_run_are_the_same_file(executed_notebooks, tmp_path):
+    again = reader.write_reader_copies(
+        executed_notebooks, out_dir=tmp_path, profile="smoke"
+    )
+    assert again
+    for path in again:
+        first = executed_notebooks / reader.READER_DIR / path.name
+        assert path.read_bytes() == first.read_bytes(), path.name
+
+
 # --- the smoke run's copies and the book's downloads --------------------------------
 
 
@@ -221,6 +367,7 @@ def test_download_button_serves_the_reader_copy(built_book):
         html = _chapter_html(built_book, source.stem)
         href = f"../_static/notebooks/{source.stem}.ipynb"
         assert f'href="{href}"' in html, f"{source.stem}: no download of its copy"
+        assert f'href="{href}" download="{source.stem}.ipynb"' in html
         assert f"_sources/chapters/{source.stem}.ipynb" not in html
         served = nbformat.read(
             built_book / "_static" / "notebooks" / f"{source.stem}.ipynb", 4

@@ -522,29 +522,121 @@ def _markdown_cell(source: str):
     return nbformat.v4.new_markdown_cell(source)
 
 
+# The book's cell tags and what JupyterLab does for each: a removed cell is dropped, a
+# hidden input or output collapsed (``metadata.jupyter``), as the page shows them.
+REMOVED = ("remove-cell", "injected-parameters")
+SOURCE_HIDDEN = ("hide-input", "remove-input", "hide-cell")
+OUTPUTS_HIDDEN = ("hide-output", "remove-output", "hide-cell")
+
+
+def _cited(text: str) -> list[str]:
+    return [
+        k.strip()
+        for m in ROLE.finditer(text)
+        if m["name"] == "cite" or m["name"].startswith("cite:")
+        for k in m["content"].split(",")
+        if k.strip()
+    ]
+
+
+def _page_text(text: str, here: str, index: BookIndex, cited: list[str]) -> str:
+    """Markdown as the book shows it: directives converted, roles replaced (the keys
+    cited appended to ``cited``)."""
+    text = convert_directives(text)
+    cited += _cited(text)
+    return replace_roles(text, here, index)
+
+
+def _glue_record(output) -> bool:
+    """A glued value's record (papermill's hidden ``application/papermill.record/*``
+    output): the book reads it, the page shows nothing."""
+    data = output.get("data") or {}
+    return bool(data) and all(k.startswith(GLUE_PREFIX) for k in data)
+
+
+def _reader_outputs(cell, here: str, index: BookIndex, cited: list[str]) -> list:
+    kept = []
+    for output in cell.get("outputs", []):
+        if _glue_record(output):
+            continue
+        data = output.get("data") or {}
+        if isinstance(data.get("text/markdown"), str):
+            data["text/markdown"] = _page_text(
+                data["text/markdown"], here, index, cited
+            )
+        kept.append(output)
+    return kept
+
+
+def _parameters_of_the_run(cell, injected: str | None, profile: str | None) -> None:
+    """The parameters cell, collapsed, with the values this run used (papermill's
+    injected cell, dropped from the copy) under the defaults: the copy stays runnable
+    from the top."""
+    if injected:
+        assignments = [
+            line for line in injected.splitlines() if not line.startswith("#")
+        ]
+        how = f" (the {profile} profile)" if profile else ""
+        cell.source = (
+            cell.source.rstrip("\n")
+            + f"\n\n# The values this copy was run with{how}\n"
+            + "\n".join(assignments).strip("\n")
+        )
+    cell.metadata["tags"] = [
+        t for t in cell.metadata.get("tags", []) if t not in REMOVED
+    ]
+    cell.metadata["jupyter"] = {"source_hidden": True, "outputs_hidden": True}
+
+
+def _collapse(cell) -> None:
+    tags = cell.get("metadata", {}).get("tags", [])
+    jupyter = dict(cell.metadata.get("jupyter") or {})
+    if any(t in tags for t in SOURCE_HIDDEN):
+        jupyter["source_hidden"] = True
+    if cell.cell_type == "code" and any(t in tags for t in OUTPUTS_HIDDEN):
+        jupyter["outputs_hidden"] = True
+    if jupyter:
+        cell.metadata["jupyter"] = jupyter
+
+
 def reader_copy(nb, stem: str, index: BookIndex, profile: str | None = None):
     """The reader's copy of executed notebook ``nb`` (chapter ``stem``): a new
-    notebook, ``nb`` unchanged."""
+    notebook, ``nb`` unchanged. It reads like the page: removed cells dropped (the
+    parameters cell kept collapsed, with this run's values), hidden inputs and outputs
+    collapsed, MyST in markdown cells and in Markdown outputs converted, glue records
+    dropped; no jupytext pairing (saving a copy writes no ``.py``); cells numbered
+    ``cell-N``, so that two copies of one run are the same file."""
     here = f"chapters/{stem}"
     out = copy.deepcopy(nb)
     cited: list[str] = []
     cells = []
+    injected = next(
+        (
+            c.source
+            for c in out.cells
+            if "injected-parameters" in c.get("metadata", {}).get("tags", [])
+        ),
+        None,
+    )
     for cell in out.cells:
-        if cell.cell_type == "markdown":
-            text = convert_directives(cell.source)
-            for m in ROLE.finditer(text):
-                if m["name"] == "cite" or m["name"].startswith("cite:"):
-                    cited += [k.strip() for k in m["content"].split(",") if k.strip()]
-            cell.source = replace_roles(text, here, index)
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "parameters" in tags:
+            _parameters_of_the_run(cell, injected, profile)
             cells.append(cell)
             continue
+        if any(t in tags for t in REMOVED):
+            continue
+        _collapse(cell)
+        if cell.cell_type == "markdown":
+            cell.source = _page_text(cell.source, here, index, cited)
+            cells.append(cell)
+            continue
+        if cell.cell_type == "code":
+            cell.outputs = _reader_outputs(cell, here, index, cited)
         cells.append(cell)
         fig = cell.get("metadata", {}).get("mystnb", {}).get("figure")
         if cell.cell_type == "code" and fig and fig.get("caption"):
-            caption = replace_roles(convert_directives(fig["caption"]), here, index)
-            for m in ROLE.finditer(fig["caption"]):
-                if m["name"].startswith("cite"):
-                    cited += [k.strip() for k in m["content"].split(",") if k.strip()]
+            caption = _page_text(fig["caption"], here, index, cited)
             number = index.figures.get(fig.get("name"), "")
             label = f"**{NUMFIG_FORMAT.format(number)}.** " if number else ""
             caption_cell = _markdown_cell(f"{label}{caption}")
@@ -555,10 +647,12 @@ def reader_copy(nb, stem: str, index: BookIndex, profile: str | None = None):
     note = _markdown_cell(
         f"*The reader's copy of this chapter as executed for the book{how}: the "
         "numbers in the text are pasted in from this run's outputs, as in the book, "
-        "and each figure has its caption under it. Running "
-        "a cell again updates its output, not the text. To run the chapter yourself, "
-        f"open `notebooks/{stem}.ipynb`, or run `python -m ampbook.build.run "
-        f"{number}`.*"
+        "and each figure has its caption under it; the code the book hides is "
+        "collapsed (click the bar left of a cell to open it). Running "
+        "a cell again updates its output, not the text. To run the chapter yourself "
+        "and read your run's numbers in the text, open its run-along copy, "
+        f"`run-along/{stem}.ipynb` beside the executed notebooks of `python -m "
+        f"ampbook.build.run {number}`.*"
     )
     note.metadata["ampbook"] = {"reader_note": True}
     first = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
@@ -573,31 +667,44 @@ def reader_copy(nb, stem: str, index: BookIndex, profile: str | None = None):
         refs = _markdown_cell("\n".join(lines))
         refs.metadata["ampbook"] = {"sources": seen}
         cells.append(refs)
+    for n, cell in enumerate(cells):
+        cell.id = f"cell-{n}"
     out.cells = cells
+    out.metadata.pop("jupytext", None)  # no pairing: a saved copy stays one file
     meta = dict(out.metadata.get("ampbook") or {})
     meta["reader_copy"] = True
     out.metadata["ampbook"] = meta
     return out
 
 
+def leftover_myst(text: str) -> list[str]:
+    """Roles, directives and labels left in a markdown text (outside code)."""
+    bad: list[str] = []
+    for code, chunk in _chunks(text):
+        if code:
+            continue
+        found: list[str] = []
+        _sub_outside_code(chunk, lambda m: found.append(m[0]) or "")
+        bad += [" ".join(role.split())[:80] for role in found]
+        bad += [
+            line.strip()[:80]
+            for line in chunk.split("\n")
+            if FENCE_OPEN.match(line) or LABEL.match(line)
+        ]
+    return bad
+
+
 def leftover_roles(nb) -> list[str]:
-    """Roles and directives left in a notebook's markdown (none in a reader's copy),
-    as ``"cell N: {role}`..."`` lines."""
+    """Roles and directives left in a notebook's markdown cells and Markdown outputs
+    (none in a reader's copy), as ``"cell N: {role}`..."`` lines."""
     bad = []
     for n, cell in enumerate(nb.cells):
-        if cell.cell_type != "markdown":
-            continue
-        for code, chunk in _chunks(cell.source):
-            if code:
-                continue
-            found: list[str] = []
-            _sub_outside_code(chunk, lambda m: found.append(m[0]) or "")
-            bad += [f"cell {n}: {' '.join(role.split())[:80]}" for role in found]
-            bad += [
-                f"cell {n}: {line.strip()[:80]}"
-                for line in chunk.split("\n")
-                if FENCE_OPEN.match(line) or LABEL.match(line)
-            ]
+        if cell.cell_type == "markdown":
+            bad += [f"cell {n}: {found}" for found in leftover_myst(cell.source)]
+        for output in cell.get("outputs", []):
+            text = (output.get("data") or {}).get("text/markdown")
+            if isinstance(text, str):
+                bad += [f"cell {n} output: {found}" for found in leftover_myst(text)]
     return bad
 
 

@@ -203,9 +203,14 @@ def parameters_cell(nb) -> tuple[int, dict]:
 
 
 def read_source(source: Path):
+    """A notebook's jupytext source as a notebook, its cells numbered ``cell-N``
+    (jupytext gives random ids: two runs of one source would differ by them)."""
     import jupytext
 
-    return jupytext.read(source)
+    nb = jupytext.read(source)
+    for n, cell in enumerate(nb.cells):
+        cell.id = f"cell-{n}"
+    return nb
 
 
 def profile_parameters(profiles: dict, profile: str, source: Path, nb) -> dict:
@@ -658,6 +663,25 @@ def write_reader_copies(
             f"reader's copies (roles replaced, captions under the figures): "
             f"{out_dir / reader.READER_DIR}"
         )
+    from ampbook.build import runalong
+
+    errors = []
+    along = out_dir / runalong.RUN_ALONG_DIR
+    try:
+        made = runalong.write_run_along_copies(
+            [r.source for r in runs], along, errors=errors
+        )
+    except OSError as err:  # the run is complete: a copy is a convenience
+        log(
+            f"warning: no run-along copies ({err}); the executed notebooks are complete"
+        )
+        made = []
+    if made:
+        log(
+            f"run-along copies (run them in Jupyter; the text follows the run): {along}"
+        )
+    for error in errors:
+        log(f"warning: no run-along copy of {error}")
     return written
 
 

@@ -10,7 +10,8 @@
 - Downloads: a chapter's download button offers its reader's copy
   (``_static/notebooks/<stem>.ipynb``, staged by ``python -m ampbook.build.book``:
   glue roles replaced by their values, captions under the figures), not the executed
-  notebook Sphinx copies to ``_sources/``.
+  notebook Sphinx copies to ``_sources/``; the link has a ``download`` attribute, so
+  a click saves the file.
 """
 
 from __future__ import annotations
@@ -111,8 +112,30 @@ def _reader_download(app, pagename, templatename, context, doctree):
         group["buttons"] = kept
 
 
+def _download_attribute(app, exception):
+    """Give each page's link to its reader's copy a ``download`` attribute (the theme's
+    link buttons have no way to set one), so that a click saves the notebook rather
+    than opening its JSON in a new tab."""
+    if exception is not None or app.builder.format != "html":
+        return
+    import re
+
+    outdir = Path(app.outdir)
+    for page in sorted((outdir / "chapters").glob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        link = re.compile(
+            r'<a href="(?P<href>(?:\.\./)*'
+            + re.escape(NOTEBOOKS)
+            + r'/(?P<name>[^"/]+\.ipynb))" target="_blank"'
+        )
+        new = link.sub(r'<a href="\g<href>" download="\g<name>"', html)
+        if new != html:
+            page.write_text(new, encoding="utf-8")
+
+
 def setup(app):
     _register_style()
     # after sphinx-book-theme's add_header_buttons (priority 501)
     app.connect("html-page-context", _reader_download, priority=600)
+    app.connect("build-finished", _download_attribute)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
