@@ -1314,7 +1314,9 @@ def check_targets(ladder: Ladder) -> list[Target]:
             TARGETS["data_wait"],
             "max",
             "share",
-            cell_value(ladder, final_epochs, "data_wait_share") if final_epochs else None,
+            cell_value(ladder, final_epochs, "data_wait_share")
+            if final_epochs
+            else None,
             cell_value(ladder, r0[amp], "data_wait_share") if r0[amp] else None,
             where(final_epochs),
             data_note,
