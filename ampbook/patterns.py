@@ -642,7 +642,9 @@ class _GraphCasts:
                 n.op == "call_function" and any(c in str(n.target) for c in self.CASTS)
                 for n in gm.graph.nodes
             )
-            return gm.forward
+            from torch._functorch.aot_autograd import make_boxed_func
+
+            return make_boxed_func(gm.forward)
 
         return compiler
 
@@ -679,7 +681,7 @@ def _reason(text: str) -> str:
 
 
 def check_compile(
-    backend: str = "aot_eager",
+    backend: str = "aot_eager",  # or "inductor"
     dtype: torch.dtype = torch.bfloat16,
     size: int = 8,
     device_type: str = "cpu",
@@ -717,7 +719,7 @@ def check_compile(
     used = backend
     try:
         counted = torch.compile(tiny_model(seed), backend=counting.backend())
-        train_step(
+        compiled_loss = train_step(  # the graphs run eagerly: aot_eager's loss
             counted,
             torch.optim.SGD(counted.parameters(), lr=0.1),
             scaler_for(device_type, dtype),
@@ -725,24 +727,21 @@ def check_compile(
             labels,
             device_type,
             dtype,
-        )
-        compiled = tiny_model(seed)
-        opt = torch.optim.SGD(compiled.parameters(), lr=0.1)
+        ).item()
         if backend == "inductor":
             from torch._inductor import metrics
 
             metrics.reset()
-        fast = torch.compile(compiled, backend=backend)
-        compiled_loss = train_step(
-            fast,
-            opt,
-            scaler_for(device_type, dtype),
-            images,
-            labels,
-            device_type,
-            dtype,
-        ).item()
-        if backend == "inductor":
+            fast = torch.compile(tiny_model(seed), backend=backend)
+            compiled_loss = train_step(
+                fast,
+                torch.optim.SGD(fast.parameters(), lr=0.1),
+                scaler_for(device_type, dtype),
+                images,
+                labels,
+                device_type,
+                dtype,
+            ).item()
             kernels = metrics.generated_kernel_count
     except Exception as err:  # no compiler, an unsupported op: run eagerly, say why
         used = f"eager ({backend} failed: {_reason(str(err).splitlines()[0])})"
@@ -781,7 +780,7 @@ def ladder_compile_rows(ladders) -> list[tuple]:
 
     rows = []
     for ladder in ladders:
-        for mode in ladder.modes:
+        for mode in ladder.modes():
             eager, fast = ladder.cell(4, mode), ladder.cell(5, mode)
             if eager and fast and eager.ok and fast.ok:
                 rows.append(
