@@ -13,6 +13,7 @@ cross-entropy as ERFNet's, optional batch norm.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -680,6 +681,17 @@ def _reason(text: str) -> str:
     return first if len(first) <= 80 else first[:77] + "..."
 
 
+def break_reason(reason) -> str:
+    """One graph break of ``torch._dynamo.explain``, in a line: the step's source line
+    where it broke, the reason's first line and the function it names."""
+    import re
+
+    head = reason.reason.strip().splitlines()[0]
+    named = re.search(r"`([^`]+)`", reason.reason)
+    where = reason.user_stack[-1].line.strip() if reason.user_stack else "?"
+    return f"{where}: {head}" + (f" ({named.group(1)})" if named else "")
+
+
 def check_compile(
     backend: str = "aot_eager",  # or "inductor"
     dtype: torch.dtype = torch.bfloat16,
@@ -749,16 +761,20 @@ def check_compile(
     compile_s = time.perf_counter() - start
     torch._dynamo.reset()
     m = tiny_model(seed)
-    explained = torch._dynamo.explain(train_step)(
-        m,
-        torch.optim.SGD(m.parameters(), lr=0.1),
-        torch.amp.GradScaler(device_type),
-        images,
-        labels,
-        device_type,
-        torch.float16,
-    )
-    torch._dynamo.reset()
+    torch._logging.set_logs(dynamo=logging.ERROR)  # a warning about the profiler
+    try:
+        explained = torch._dynamo.explain(train_step)(
+            m,
+            torch.optim.SGD(m.parameters(), lr=0.1),
+            torch.amp.GradScaler(device_type),
+            images,
+            labels,
+            device_type,
+            torch.float16,
+        )
+    finally:
+        torch._logging.set_logs()  # torch's default levels again
+        torch._dynamo.reset()
     return CompileCheck(
         used,
         len(counter.casts),
@@ -766,7 +782,7 @@ def check_compile(
         kernels,
         explained.graph_count,
         explained.graph_break_count,
-        sorted({_reason(r.reason) for r in explained.break_reasons}),
+        [break_reason(r) for r in explained.break_reasons],
         eager_loss,
         compiled_loss,
         compile_s,

@@ -23,8 +23,8 @@
 # Precision examples" {cite:p}`pytorch-amp-examples` gives the pattern for most of
 # them; this chapter writes each as a short loop you can paste, runs it here at a tiny
 # size, and checks by a computation that it does what the text says. Every check is
-# also a test of the book (`tests/test_patterns.py`), run once more with the pattern
-# written wrong to see it fail.
+# also a test of the book (`tests/test_patterns.py`), which runs it once more with the
+# pattern written wrong (a forgotten division, unscale, `eval()`...) to see it fail.
 #
 # **What you will learn**: where `scaler.scale`, `scaler.step` and `scaler.update` go
 # when a loop is not the minimal one; which patterns hold exactly and which only
@@ -293,9 +293,9 @@ md("\n\n".join(i.verdict() for i in inf))
 #
 # Under DDP each process runs the same loop on its share of the batch, and DDP
 # averages the gradients across processes during the backward pass, so the scaler
-# needs nothing new: each process scales its own loss, and the averaged gradients are
-# unscaled and checked the same in every process, which then skip together. The loop
-# is chapter 3's:
+# needs nothing new: each process scales its own loss, and since every process then
+# holds the same averaged gradients, each unscales and checks the same values. The
+# loop is chapter 3's:
 
 # %%
 print(inspect.getsource(patterns.train_steps))
@@ -327,7 +327,9 @@ md("\n\n".join(r.verdict() for r in ddp.results))
 # the two formats, what chapter 4's functions measure of ERFNet's gradients here (the
 # share that rounds to zero in each format without scaling, and the steps GradScaler
 # skips while it finds its scale), the committed GPU runs of chapter 3 in both, and
-# one training step here in each:
+# one training step here in each. GradScaler starts at a scale of 2¹⁶ and halves it at
+# each skipped step while it searches for one that fits (chapter 4), so the first
+# steps of a run are the ones it skips:
 
 # %%
 batches, _ = training_batches(
@@ -353,23 +355,43 @@ md_table(rows, ["", "fp16", "bf16", "measured, computed or published: where"])
 
 # %%
 no_bf16 = [display_name(k) for k, d in load_devices().items() if not d.bf16_tflops]
-glue_all(no_bf16=", ".join(no_bf16))
+glue_all(no_bf16=", ".join(no_bf16), fp16_flushed=flushed["fp16"])
+if gpu:
+    glue_all(
+        gpu_name=display_name(gpu["amp-fp16"].device_name),
+        gpu_ratio=gpu["amp-bf16"].step_s / gpu["amp-fp16"].step_s,
+        gpu_skipped=gpu["amp-fp16"].skipped_steps,
+        acc_gap=abs(
+            gpu["amp-bf16"].final_val_pixel_accuracy
+            - gpu["amp-fp16"].final_val_pixel_accuracy
+        ),
+    )
+else:
+    glue_all(
+        gpu_name="no GPU", gpu_ratio=float("nan"), gpu_skipped=0, acc_gap=float("nan")
+    )
 md(patterns.choice_verdict(gpu, here))
 
 # %% [markdown]
 # A decision rule, with the evidence beside each line:
 #
-# 1. **A GPU with bf16 tensor cores (Ampere and later): bf16.** Its range is fp32's
-#    (the table's first two lines), no gradient rounds to zero without scaling where
-#    fp16 loses some, there is no scaler and no skipped step, and on the committed GPU
-#    its step and accuracy are within the verdict's margin of fp16's.
-# 2. **A GPU without them: fp16 with a GradScaler.** The book's table of GPUs
+# 1. **A GPU with bf16 tensor cores (Ampere and later): bf16 first.** Its range is
+#    fp32's (the table's first two lines); without scaling no gradient rounds to zero
+#    where fp16 loses {glue:text}`fp16_flushed:.2%` of them (fourth line); there is no
+#    scaler to place and no step to skip (fifth line).
+# 2. **fp16 with a GradScaler where it is measurably faster.** On the committed
+#    {glue:text}`gpu_name` runs bf16's step took {glue:text}`gpu_ratio:.2f` times
+#    fp16's, their final val pixel accuracies {glue:text}`acc_gap:.3f` apart, and the
+#    scaler skipped
+#    {glue:text}`gpu_skipped` steps in the whole fp16 run (the GPU lines): there a
+#    faster fp16 costs nothing in accuracy. Measure your own step in both.
+# 3. **A GPU without bf16 tensor cores: fp16 with a GradScaler.** The table of GPUs
 #    (`data/reference/devices.yml`, published) lists no bf16 tensor rate for
-#    {glue:text}`no_bf16`; there bf16 would run no faster than fp32.
-# 3. **fp16 where precision matters more than range.** Its unit roundoff is 8 times
+#    {glue:text}`no_bf16`: there bf16 has no tensor-core rate of its own.
+# 4. **fp16 where precision matters more than range.** Its unit roundoff is 8 times
 #    smaller (third line): values that are all well inside fp16's range (normalised
 #    activations, attention scores after scaling) keep three more bits.
-# 4. **On a CPU, measure.** The last line is this machine's step in each: a CPU's
+# 5. **On a CPU, measure.** The last line is this machine's step in each: a CPU's
 #    16-bit speed depends on its kernels (chapter 3's probe), not on the format.
 #
 # ## torch.compile with autocast
@@ -407,8 +429,8 @@ md_table(rows, ["", "measured here"])
 
 # %%
 md(
-    "Why the step breaks (`torch._dynamo.explain`): "
-    + "; ".join(f"`{r}`" for r in comp.break_reasons)
+    "Where the step breaks, as `torch._dynamo.explain` reports it: "
+    + "; ".join(comp.break_reasons)
     + "."
 )
 
@@ -480,15 +502,22 @@ md_table(
 )
 
 # %%
+glue_all(
+    ckpt_mem=mem[2].peak_bytes / mem[0].peak_bytes,
+    ckpt_time=mem[2].step_s / mem[0].step_s,
+    erfnet_weights=sum(p.numel() for p in ERFNet(NUM_CLASSES).parameters()),
+)
 md(patterns.memory_verdict(mem))
 
 # %% [markdown]
-# Checkpointing removes most of the stored activations whatever the dtype, at the
-# price of a second forward pass through every block. Autocast halves each stored
-# activation but pays for its weight copies, which at a size this small can outweigh
-# the saving (chapter 4 finds the crossover); on this CPU its 16-bit kernels also cost
-# time that a GPU's tensor cores would save. The two combine: checkpointing under
-# autocast stores 16-bit block inputs.
+# Checkpointing cut what the step holds to {glue:text}`ckpt_mem:.2f` of fp32's here,
+# for {glue:text}`ckpt_time:.2f` times the time: a second forward pass through every
+# block. Autocast stores 16-bit activations, but it also makes a 16-bit copy of every
+# weight it casts (ERFNet has {glue:text}`erfnet_weights:,` weights), with or without
+# checkpointing; at a size this small the copies can outweigh the halved activations
+# (chapter 4 finds the crossover), and on this CPU its 16-bit kernels may be slower
+# than fp32's (the time column). At a training size the activations dominate, and the
+# two savings combine: checkpointing under autocast stores 16-bit block inputs.
 #
 # ## Summary
 #
