@@ -334,3 +334,68 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+class AllocatedBytesMeter:
+    """The bytes of tensors made inside the ``with`` block that are alive at once: a
+    CPU's stand-in for ``torch.cuda.max_memory_allocated`` over a region.
+
+    A dispatch mode (``TorchDispatchMode``) sees every operator's outputs, forward and
+    backward (recomputations of ``torch.utils.checkpoint`` included); each new storage
+    adds its bytes to ``live_bytes`` and a finalizer takes them off when the storage is
+    freed, so ``peak_bytes`` is the most the region's tensors held at one moment.
+    Tensors made before the block (weights, inputs) and the views and in-place results
+    of an operator's inputs are not counted; gradients, 16-bit weight copies,
+    activations and temporaries made inside it are. The count is of
+    tensors' storages, not of an allocator's reserve (no caching, no fragmentation)."""
+
+    def __init__(self):
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.storages = 0
+        self._seen: set[int] = set()
+        self._mode = None
+
+    def _freed(self, key: int, nbytes: int) -> None:
+        self._seen.discard(key)
+        self.live_bytes -= nbytes
+
+    def _add(self, t, inputs: set[int]) -> None:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            return
+        storage = t.untyped_storage()
+        key = id(storage)
+        if key in self._seen or storage.data_ptr() in inputs:
+            return  # counted already, or a view of (or in place on) an input
+        self._seen.add(key)
+        nbytes = storage.nbytes()
+        self.storages += 1
+        self.live_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        weakref.finalize(storage, self._freed, key, nbytes)
+
+    def __enter__(self) -> "AllocatedBytesMeter":
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        meter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                inputs = {
+                    t.untyped_storage().data_ptr()
+                    for t in tree_leaves((args, kwargs))
+                    if isinstance(t, torch.Tensor) and t.device.type != "meta"
+                }
+                out = func(*args, **kwargs)
+                for t in tree_leaves(out):
+                    meter._add(t, inputs)
+                return out
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)

@@ -1,0 +1,179 @@
+"""Chapter 8's patterns (ampbook.patterns): each check passes for the loop the chapter
+shows and fails for the same loop written wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ampbook import patterns as P
+from ampbook.memory import AllocatedBytesMeter
+from ampbook.results import load_results_dir
+
+FIXTURES = Path(__file__).parent / "fixtures" / "results"
+
+
+def accumulate_without_dividing(
+    model, optimizer, scaler, micro_batches, device_type, dtype
+):
+    optimizer.zero_grad()
+    for images, labels in micro_batches:
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            loss = F.cross_entropy(model(images), labels)  # not divided
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def test_accumulation_matches_one_large_batch_in_fp32_and_amp():
+    for dtype in (None, torch.float16, torch.bfloat16):
+        c = P.check_accumulation(dtype=dtype, micro=2, size=8)
+        assert c.ok, c.verdict()
+        assert 0 <= c.difference <= c.tolerance
+
+
+def test_accumulation_check_fails_without_division_and_with_batch_norm():
+    wrong = P.check_accumulation(accumulate_without_dividing, micro=2, size=8)
+    assert not wrong.ok and wrong.difference > 0.5, wrong.verdict()  # twice the update
+    assert "outside" in wrong.verdict()
+    bn = P.check_accumulation(micro=2, size=8, batch_norm=True)
+    assert not bn.ok and "batch norm" in bn.verdict()
+
+
+def update_after_each_step(
+    models,
+    optimizers,
+    scaler,
+    images,
+    labels,
+    device_type,
+    dtype,
+    losses=P.coupled_losses,
+):
+    for optimizer in optimizers:
+        optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype):
+        out0, out1 = models[0](images), models[1](images)
+        loss0, loss1 = losses(out0, out1, labels)
+    scaler.scale(loss0).backward(retain_graph=True)
+    scaler.scale(loss1).backward()
+    for optimizer in optimizers:
+        scaler.step(optimizer)
+        scaler.update()  # wrong: one update per optimizer
+
+
+def test_shared_scaler_skips_together_when_coupled_alone_when_not():
+    coupled = P.check_shared_scaler()
+    assert coupled.ok and coupled.skipped == (True, True), coupled.verdict()
+    assert coupled.scale_after == coupled.scale_before / 2
+    separate = P.check_shared_scaler(losses=P.separate_losses)
+    assert separate.ok and separate.skipped == (False, True), separate.verdict()
+
+
+def test_shared_scaler_check_fails_with_an_update_per_optimizer():
+    wrong = P.check_shared_scaler(update_after_each_step)
+    assert not wrong.ok, wrong.verdict()
+    assert wrong.scale_after == wrong.scale_before / 4
+    assert "not as it should" in wrong.verdict()
+
+
+def test_penalty_unscaled_matches_fp32_and_the_scaled_one_is_off_by_the_scale():
+    for dtype in (torch.float16, torch.bfloat16):
+        right = P.check_penalty(dtype=dtype)
+        assert right.ok, right.verdict()
+    wrong = P.check_penalty(P.penalty_step_without_unscaling)
+    assert not wrong.ok
+    assert abs(wrong.difference + 1 - 1024) < 1  # the scale of the check's scaler
+
+
+def test_custom_function_receives_fp32_only_with_cast_inputs():
+    right = P.check_custom_function()
+    assert right.ok and right.received == "float32" and right.output_finite
+    assert right.grad_dtype == "float16"  # the gradient returns in the input's dtype
+    wrong = P.check_custom_function(cast_inputs=None)
+    assert not wrong.ok and wrong.received == "float16" and not wrong.output_finite
+
+
+def predict_without_eval(model, images, device_type, dtype):
+    model.train()  # forgot model.eval(): batch norm uses the batch's statistics
+    with torch.inference_mode(), torch.autocast(device_type, dtype=dtype):
+        return model(images).softmax(dim=1)
+
+
+def test_inference_matches_fp32_with_less_memory_and_fails_without_eval():
+    for dtype in (torch.bfloat16, torch.float16):
+        c = P.check_inference(dtype=dtype, batch=2, size=16)
+        assert c.ok, c.verdict()
+        assert c.amp_bytes < c.fp32_bytes
+    wrong = P.check_inference(predict_without_eval, batch=2, size=16)
+    assert not wrong.ok and wrong.difference > wrong.tolerance, wrong.verdict()
+
+
+def test_ddp_two_gloo_processes_match_one_and_fail_unwrapped():
+    right = P.check_ddp(steps=2)
+    assert right.ok, [r.verdict() for r in right.results]
+    wrong = P.check_ddp(dtypes=(None,), steps=2, wrap=False)  # no gradient averaging
+    assert not wrong.ok, [r.verdict() for r in wrong.results]
+
+
+def test_compile_keeps_the_casts_and_the_scaler_breaks_the_step():
+    c = P.check_compile("aot_eager", size=8)
+    assert c.backend == "aot_eager" and c.ok
+    assert c.graph_casts["forward"] == c.eager_casts > 0
+    assert c.graph_breaks >= 1 and c.graphs >= 2 and c.break_reasons
+
+
+def test_ladder_compile_rows_read_rung_5_beside_rung_4():
+    rows = P.ladder_compile_rows(load_results_dir(FIXTURES).gpu_ladders())
+    assert rows and all(len(r) == 5 for r in rows)
+    gpu, label, eager, fast, speedup = rows[0]
+    assert speedup == eager / fast and "Fixture" in gpu
+    assert P.ladder_compile_rows([]) == []
+
+
+def test_checkpointing_cuts_erfnet_memory():
+    rows = P.memory_rows(16, 32, repeats=1)
+    by = {r.setting.split(" ")[0]: r for r in rows}
+    assert [r.setting for r in rows][0] == "fp32" and len(rows) == 4
+    assert by["checkpointing"].peak_bytes < by["fp32"].peak_bytes
+    assert by["both"].peak_bytes < by["AMP"].peak_bytes
+    assert "least memory: checkpointing" in P.memory_verdict(rows)
+
+
+def test_allocated_bytes_meter_counts_new_storages_not_views_or_inputs():
+    x = torch.zeros(1000)  # made before: not counted
+    with AllocatedBytesMeter() as m:
+        y = x + 1  # 4000 bytes
+        v = y.view(10, 100)  # a view: nothing new
+        y.add_(1)  # in place: nothing new
+        z = torch.ones(500, dtype=torch.float16)  # 1000 bytes
+        del z  # freed: live drops, the peak stays
+        w = x[:10]  # a view of an input
+    assert m.peak_bytes == 5000 and m.live_bytes == 4000 and m.storages == 2
+    del y, v, w
+
+
+def test_fp16_or_bf16_table_and_verdict(tmp_path):
+    found = load_results_dir(FIXTURES)
+    gpu = P.gpu_16bit_runs(found)
+    assert set(gpu) == {"amp-fp16", "amp-bf16"}
+    rows = P.choice_rows(
+        {"fp16": 0.01, "bf16": 0.0}, 1, 3, gpu, {"amp-fp16": 1.0, "amp-bf16": 2.0}
+    )
+    assert all(len(r) == 4 for r in rows) and rows[0][1] == "6.55e+04"
+    assert any("committed" in r[3] for r in rows)
+    text = P.choice_verdict(gpu, {"amp-fp16": 1.0, "amp-bf16": 2.0})
+    assert "fp16 faster (bf16 / fp16 2.00)" in text
+    assert "within 5%" in P.choice_verdict({}, {"amp-fp16": 1.0, "amp-bf16": 1.01})
+    assert "no committed GPU run" in P.choice_verdict(
+        {}, {"amp-fp16": 1, "amp-bf16": 1}
+    )
+    assert P.gpu_16bit_runs(load_results_dir(tmp_path)) == {}
+
+
+def test_flushed_fractions_fp16_loses_what_bf16_keeps():
+    g = torch.tensor([1e-9, 1e-3, 0.0, 1.0])
+    f = P.flushed_fractions([g])
+    assert abs(f["fp16"] - 1 / 3) < 1e-6 and f["bf16"] == 0.0
