@@ -24,21 +24,19 @@
 #
 # :::{admonition} In short
 # If the post's memory figures track allocated memory, they fit batch {glue:text}`ch5_B`
-# at {glue:text}`ch5_W`x{glue:text}`ch5_H`, the candidate whose kernels need the least
-# of the roofline ({glue:text}`ch5_need:.0%`; {glue:text}`ch5_need2:.0%` at
-# {glue:text}`ch5_W2`x{glue:text}`ch5_H2`) to finish within its epoch: the post's likely
-# setting, not the ERFNet authors' defaults. There the cost model predicts that the 3070
-# needs at least {glue:text}`ch5_min_fp32:.3g` s for an fp32 epoch and
-# {glue:text}`ch5_min_amp:.3g` s for an AMP one: {glue:text}`ch5_model_speedup:.2f`x if
-# both reach the same share of their bounds, a ratio and not a ceiling (ResNet-50 on an
-# A100, published: {glue:text}`ch5_rn_meas:.2f`x for AMP in {glue:text}`ch5_rn_amp_fmt`
-# against TF32 in {glue:text}`ch5_rn_base_fmt`, where the ratio of the bounds is
-# {glue:text}`ch5_rn_ratio:.2f`x). In 2020 a 3070 user timed both explanations at once:
-# equal epochs (the loader) and an AMP step
+# at {glue:text}`ch5_W`x{glue:text}`ch5_H` (the post's likely setting, not the ERFNet
+# authors' defaults), the candidate whose kernels need the least of the roofline
+# ({glue:text}`ch5_need:.0%`; {glue:text}`ch5_need2:.0%` at
+# {glue:text}`ch5_W2`x{glue:text}`ch5_H2`). There the cost model predicts at least
+# {glue:text}`ch5_min_fp32:.3g` s for an fp32 epoch and {glue:text}`ch5_min_amp:.3g` s
+# for an AMP one: {glue:text}`ch5_model_speedup:.2f`x at equal shares of the bounds, a
+# ratio, not a ceiling (ResNet-50 on an A100 published {glue:text}`ch5_rn_meas:.2f`x,
+# AMP in {glue:text}`ch5_rn_amp_fmt` against TF32 in {glue:text}`ch5_rn_base_fmt`, at a
+# bounds' ratio of {glue:text}`ch5_rn_ratio:.2f`x). A 2020 3070 user timed both
+# explanations: equal epochs (the loader) and an AMP step
 # {glue:text}`ch5_ev_slow_lo:.1f`-{glue:text}`ch5_ev_slow_hi:.1f`x slower than fp32's
-# (the software of the time). {glue:md}`ch5_gpu_short` Which one set the post's epoch
-# its numbers cannot say. Chapter 7, {doc}`07_making_amp_pay`, takes today's step apart;
-# no rerun today can bring back 2020's software.
+# (that year's software). {glue:md}`ch5_gpu_short` Which set the post's epoch its
+# numbers cannot say; {doc}`07_making_amp_pay` takes today's step apart.
 # :::
 #
 # **What you will learn**: a per-layer {term}`roofline` bound on the step; why a ratio
