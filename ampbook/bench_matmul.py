@@ -743,7 +743,9 @@ def record_device(record: dict) -> str:
     env = record["environment"]
     if str(env.get("device", "")).startswith("cuda"):
         return display_name(env["device_name"])
-    return env["device_name"]
+    from ampbook.plots import md_escape
+
+    return md_escape(env["device_name"])
 
 
 def records_table(records: Sequence[dict], devices: dict) -> list[list]:

@@ -104,8 +104,10 @@ def provenance(
     by ``devices.display_name``), the date, torch/CUDA/cuDNN, the host's CPU threads,
     then ``settings`` as ``key value`` pairs in the given order (workers, memory
     format, cudnn.benchmark, data...). ``date`` is an ISO time or date; its day is
-    shown."""
+    shown. Every part is page text (``plots.md_escape``): a results file's strings
+    cannot add markup to the book."""
     from ampbook.devices import display_name
+    from ampbook.plots import md_escape
 
     name = environment.get("device_name") or "unknown device"
     if str(environment.get("device", "")).startswith("cuda"):
@@ -124,7 +126,7 @@ def provenance(
         parts.append(f"{environment['cpu_threads']} CPU threads")
     for key, value in (settings or {}).items():
         parts.append(f"{key} {value}" if key else str(value))
-    return " · ".join(parts)
+    return " · ".join(md_escape(part) for part in parts)
 
 
 @dataclass(frozen=True)
