@@ -176,3 +176,15 @@ def test_planted_markup_in_every_string_field_shows_as_text(tmp_path):
     assert not list((tmp_path / "html").rglob("secret*"))
     assert "<em>em</em>" not in body and "<a " not in body.split("</h1>", 1)[1]
     assert "<math" not in body and "\\(x\\)" not in body
+
+
+def test_ordinary_names_unchanged_escapes_idempotent_md_cells_kept():
+    from ampbook.plots import md, md_escape, md_table_text
+
+    for name in ("NVIDIA H200", "2.5.1+cu124", "aten::conv2d", "max_pool2d", "12.4"):
+        assert md_escape(name) == name
+    for hostile in ("<b>x</b>", "{download}`a`", ":::{note}", "- item", "a\\", "_x_"):
+        once = md_escape(hostile)
+        assert once != hostile and md_escape(once) == once
+    table = md_table_text([("`code`", md("`code`"))], ["<i>a</i>", "b"])
+    assert "| \\`code\\` | `code` |" in table and "\\<i\\>a\\</i\\>" in table
