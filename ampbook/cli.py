@@ -466,16 +466,47 @@ def check_free_space(folder: Path, size: int, what: str) -> None:
         )
 
 
+def file_kind(path: str | os.PathLike) -> str | None:
+    """The ``schema`` a JSON file names (``"ampbook.train"``, ``"ampbook.doctor/2"``
+    ...), or None for any other file (not JSON, no schema, too large to be one of
+    the commands' records, unreadable). Read without following more than a few MiB."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > 32 * 2**20:
+            return None
+        with open(p, "rb") as f:
+            head = f.read(32 * 2**20)
+        record = json.loads(head.decode("utf-8"), parse_int=_small_int)
+    except (OSError, ValueError, RecursionError):
+        return None
+    schema = record.get("schema") if isinstance(record, dict) else None
+    return schema if isinstance(schema, str) else None
+
+
+def _small_int(digits: str) -> int:
+    if len(digits) > 24:
+        raise ValueError("an integer too long for a record")
+    return int(digits)
+
+
 def check_output_file(
     path: str | os.PathLike,
     what: str,
     size: int | None = None,
     create_parents: bool = True,
+    *,
+    kind: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """A file a command will write, checked before any work: a name, not too long, not
     a folder or a special file, its folder existing (or creatable: nothing but folders
     above it) and writable, with ``size`` bytes free when given. ``UserError``
-    otherwise."""
+    otherwise.
+
+    No command replaces what another wrote: an existing non-empty file is refused
+    unless it is a record of this command's ``kind`` (a JSON file whose ``schema`` is
+    ``kind``: an earlier run of the same command) or ``overwrite`` is given (the
+    command's ``--overwrite``); the error names the file and what it holds."""
     if path is None or not str(path).strip():
         raise UserError(f"{what} is an empty path; give a file name")
     p = Path(path).expanduser()
@@ -496,6 +527,8 @@ def check_output_file(
         )
     if mode is not None and not stat.S_ISREG(mode):
         return p  # written into as it is (write_text_atomic)
+    if mode is not None and not overwrite:
+        _check_replaceable(p, what, kind)
     folder = _existing_ancestor(p.parent, what)
     if folder != Path(os.path.abspath(p.parent)) and not create_parents:
         raise UserError(
@@ -506,6 +539,26 @@ def check_output_file(
     if size:
         check_free_space(folder, size, what)
     return p
+
+
+def _check_replaceable(p: Path, what: str, kind: str | None) -> None:
+    try:
+        empty = p.stat().st_size == 0
+    except OSError:
+        return
+    if empty:
+        return
+    held = file_kind(p)
+    if kind is not None and held == kind:
+        return  # this command's own record, written by an earlier run
+    holds = (
+        f"a record of schema {held}" if held else "a file this command did not write"
+    )
+    wants = f" (this command writes {kind} records)" if kind else ""
+    raise UserError(
+        f"{what}: {p} exists and holds {holds}{wants}; choose another file, or "
+        "pass --overwrite to replace it"
+    )
 
 
 def check_output_dir(
