@@ -2683,6 +2683,22 @@ def untrusted_cases() -> list[Case]:
         ),
         Case(
             c,
+            "train: every step of an epoch skipped (lr 1e30)",
+            train(
+                "--lr",
+                "1e30",
+                "--max-nonfinite",
+                "100000",
+                "--epochs",
+                "3",
+                "--batch-size",
+                "1",
+            ),  # fmt: skip
+            expect=(1,),
+            words=["learned nothing"],
+        ),
+        Case(
+            c,
             "bench step --json over a training record",
             lambda ctx: cmd(
                 "ampbook.bench", "step", "--device", "cpu", "--json", str(a_json(ctx))
