@@ -104,10 +104,10 @@ def signals():
     if not _main_thread():
         yield
         return
-    old = {
-        s: signal.signal(s, h)
-        for s, h in ((signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint))
-    }
+    pairs = [(signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)]
+    if hasattr(signal, "SIGHUP"):  # the terminal closed: as SIGTERM
+        pairs.append((signal.SIGHUP, _on_sigterm))
+    old = {s: signal.signal(s, h) for s, h in pairs}
     try:
         yield
     finally:
@@ -186,11 +186,39 @@ def _excepthook(kind, value, tb):
 _previous_hook = sys.excepthook
 
 
+def _hold_further_stops() -> None:
+    """While a stopped command ends (its message, the exit), a second Ctrl-C,
+    SIGTERM or SIGHUP is recorded, not raised: the exit status stays 130/143 rather
+    than the process dying of the signal mid-message (the handlers come back with
+    ``kept_handlers``)."""
+    if not _main_thread():
+        return
+
+    def hold(signum, frame):
+        pass
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(getattr(signal, name), hold)
+
+
+def _text_streams() -> None:
+    """A terminal whose locale cannot encode a character the commands print (an en
+    dash under LANG=C) gets a replacement character, not a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(Exception):
+                stream.reconfigure(errors="backslashreplace")
+
+
 def install(early: list | None = None) -> None:
     """For a process started as an ``ampbook`` command: SIGTERM is Ctrl-C from now on,
     and either of them before ``main`` catches it (during the start-up imports) ends
     the process with one line and 130/143 instead of a traceback. ``early``: the
     signals ``ampbook/__init__``'s first handler saw."""
+    _text_streams()
     if not _main_thread():
         return
     if early:
@@ -277,6 +305,7 @@ def command(prog: str) -> Callable:
                 try:
                     code = main(argv)
                 except KeyboardInterrupt as err:
+                    _hold_further_stops()  # a second signal: still 130/143
                     say(
                         f"{prog} interrupted ({signal_name()}) before it finished; "
                         "what it had not finished was not written"

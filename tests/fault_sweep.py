@@ -2583,6 +2583,14 @@ def _two_of_one_setting(ctx):
         shutil.copy(ctx.shared / "runs" / "a.json", folder / name)
 
 
+def _interrupted_run(ctx, res):
+    p = ctx.tmp / "out" / "s.json"
+    if not p.exists():
+        return None  # stopped before the first record: nothing to mark
+    status = json.loads(p.read_text()).get("status")
+    return None if status == "interrupted" else f"run status {status!r} after a stop"
+
+
 def untrusted_cases() -> list[Case]:
     """Issue 30: a results file is input from strangers; no command replaces what
     another wrote."""
@@ -2662,6 +2670,41 @@ def untrusted_cases() -> list[Case]:
             )
         )
     out += [
+        _signal_case(
+            c,
+            "train: SIGHUP in epoch 2 (as SIGTERM)",
+            train(
+                "--epochs",
+                "50",
+                "--batch-size",
+                "1",
+                "--name",
+                "s",
+                "--progress",
+                "on",
+            ),  # fmt: skip
+            signal.SIGHUP,
+            file_seen(lambda ctx: ctx.tmp / "out" / "s.json"),
+            143,
+            words=["interrupted"],
+            check=_interrupted_run,
+        ),
+        Case(
+            c,
+            "doctor: a terminal that encodes ASCII only",
+            cmd(
+                "ampbook.doctor",
+                "--model",
+                "erfnet",
+                "--input",
+                "3,32,32",
+                "--no-measure",
+                "--gpus",
+                "h200",
+            ),  # fmt: skip
+            expect=(0,),
+            env={"PYTHONIOENCODING": "ascii"},
+        ),
         Case(
             c,
             "doctor --json over a training record",
