@@ -108,8 +108,6 @@ SIXTEEN_BIT = ("float16", "bfloat16")
 # Measured steps within this fraction of each other are reported as the same speed.
 SAME_SPEED = 0.05
 
-REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report
-
 
 class DoctorError(ValueError, cli.UserError):
     """Bad input to the doctor: the message says what is wrong and what to do."""
@@ -1561,7 +1559,7 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
     warning = unmodelled_line(unknown)
     lap("verdict")
     return {
-        "schema": REPORT_SCHEMA,
+        "schema": "ampbook.doctor/2",
         "model": cfg.model,
         "model_class": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -2048,6 +2046,9 @@ def main(argv: list[str] | None = None) -> int:
                 "is printed above)"
             ) from None
     return 0
+
+
+REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report's schema (``diagnose``)
 
 
 def check_outputs(
