@@ -186,6 +186,55 @@ def _excepthook(kind, value, tb):
 _previous_hook = sys.excepthook
 
 
+class LockBusy(UserError):
+    """``hold_lock``: another process holds the lock; ``holder`` says which."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+def hold_lock(path: str | os.PathLike) -> int:
+    """An exclusive ``fcntl.flock`` on ``path`` (created), the holder's pid, host and
+    time written into it: the file descriptor to keep open while the work runs
+    (``release_lock``). The kernel releases it when the process dies, so a killed
+    process leaves no stale lock. ``LockBusy`` (naming the holder) when another
+    process holds it; ``OSError`` when it cannot be created."""
+    import fcntl
+    import socket
+    from datetime import datetime, timezone
+
+    path = Path(path)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 300).decode(errors="replace").strip()
+            os.close(fd)
+            raise LockBusy(holder or "unknown process") from None
+        try:  # the previous holder may have removed the file between open and flock
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    os.write(
+        fd, f"pid {os.getpid()} on {socket.gethostname()} since {since}\n".encode()
+    )
+    return fd
+
+
+def release_lock(path: str | os.PathLike, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        Path(path).unlink()
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 def _hold_further_stops() -> None:
     """While a stopped command ends (its message, the exit), a second Ctrl-C,
     SIGTERM or SIGHUP is recorded, not raised: the exit status stays 130/143 rather

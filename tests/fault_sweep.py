@@ -2591,6 +2591,23 @@ def _interrupted_run(ctx, res):
     return None if status == "interrupted" else f"run status {status!r} after a stop"
 
 
+def _held_synthesis(ctx):
+    """The synthesis lock of a folder held (as a running synthesize holds it)."""
+    from ampbook import cli
+    from ampbook.synthetic import SYNTHESIS_LOCK
+
+    root = ctx.tmp / "syn"
+    root.mkdir()
+    ctx.lock_fd = cli.hold_lock(root / SYNTHESIS_LOCK)
+
+
+def _nothing_synthesized(ctx, res):
+    os.close(ctx.lock_fd)
+    if (ctx.tmp / "syn" / "leftImg8bit").exists():
+        return "a second synthesize wrote into a folder another one is writing"
+    return None
+
+
 def untrusted_cases() -> list[Case]:
     """Issue 30: a results file is input from strangers; no command replaces what
     another wrote."""
@@ -2688,6 +2705,23 @@ def untrusted_cases() -> list[Case]:
             143,
             words=["interrupted"],
             check=_interrupted_run,
+        ),
+        Case(
+            c,
+            "data synthesize into a folder another synthesize is writing",
+            cmd(
+                "ampbook.data",
+                "synthesize",
+                "--root",
+                T("syn"),
+                "--train",
+                "2",
+                "--val",
+                "1",
+            ),  # fmt: skip
+            words=["another process"],
+            setup=_held_synthesis,
+            check=_nothing_synthesized,
         ),
         Case(
             c,
