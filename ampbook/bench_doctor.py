@@ -48,9 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--target-s", type=cli.positive_float, default=60.0)
     p.add_argument("--json", default=None, help="also write the numbers to this file")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a --json file that exists"
+    )
     a = p.parse_args(argv)
     if a.json:  # checked before the report is timed, written after
-        cli.check_output_file(a.json, "--json")
+        cli.check_output_file(a.json, "--json", overwrite=a.overwrite)
     try:
         cfg = doctor.DoctorConfig(
             model=a.model,

@@ -2010,7 +2010,7 @@ def run_main(args) -> int:
     env = environment(spec.device)
     if args.json:
         path = cli.check_output_file(
-            ladder_path(args.json, env["device_name"]), "--json"
+            ladder_path(args.json, env["device_name"]), "--json", kind=LADDER_SCHEMA
         )
     else:
         path = Path(tempfile.mkdtemp(prefix="ampbook-ladder-")) / "ladder.json"

@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", default=None, help="also write the result to this JSON file"
     )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a --json file that exists"
+    )
     args = parser.parse_args(argv)
     try:
         workers = tuple(int(w) for w in args.workers.split(","))
@@ -239,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.json:  # checked before measuring, written after
-        cli.check_output_file(args.json, "--json")
+        cli.check_output_file(args.json, "--json", overwrite=args.overwrite)
     try:
         if args.root is not None:
             resolve_root(args.root)

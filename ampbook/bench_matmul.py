@@ -744,7 +744,9 @@ def record_device(record: dict) -> str:
     env = record["environment"]
     if str(env.get("device", "")).startswith("cuda"):
         return display_name(env["device_name"])
-    return env["device_name"]
+    from ampbook.plots import md_escape
+
+    return md_escape(env["device_name"])
 
 
 def records_table(records: Sequence[dict], devices: dict) -> list[list]:
@@ -1161,6 +1163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--save",
         help="write the record as JSON (e.g. data/results/tensor_cores_NAME.json)",
     )
+    ap.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a --save file that exists and holds something else",
+    )
     args = ap.parse_args(list(argv) if argv is not None else None)
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
@@ -1169,7 +1176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error("--threads must be >= 1")
         torch.set_num_threads(args.threads)
     if args.save:  # checked before measuring, written after
-        cli.check_output_file(args.save, "--save")
+        cli.check_output_file(
+            args.save, "--save", kind=SCHEMA, overwrite=args.overwrite
+        )
     t0 = time.perf_counter()
     try:
         record = run(

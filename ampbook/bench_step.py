@@ -460,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
         "--json", default=None, help="also write the numbers to this file"
     )
     parser.add_argument(
+        "--overwrite", action="store_true", help="replace a --json file that exists"
+    )
+    parser.add_argument(
         "--options",
         nargs="?",
         const=",".join(DEFAULT_OPTIONS),
@@ -551,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
             except ConfigError as err:
                 raise ConfigError(f"{which}: {err}") from None
         if args.json:
-            cli.check_output_file(args.json, "--json")
+            cli.check_output_file(args.json, "--json", overwrite=args.overwrite)
     except (ConfigError, cli.UserError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -104,10 +104,10 @@ def signals():
     if not _main_thread():
         yield
         return
-    old = {
-        s: signal.signal(s, h)
-        for s, h in ((signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint))
-    }
+    pairs = [(signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)]
+    if hasattr(signal, "SIGHUP"):  # the terminal closed: as SIGTERM
+        pairs.append((signal.SIGHUP, _on_sigterm))
+    old = {s: signal.signal(s, h) for s, h in pairs}
     try:
         yield
     finally:
@@ -186,11 +186,88 @@ def _excepthook(kind, value, tb):
 _previous_hook = sys.excepthook
 
 
+class LockBusy(UserError):
+    """``hold_lock``: another process holds the lock; ``holder`` says which."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+def hold_lock(path: str | os.PathLike) -> int:
+    """An exclusive ``fcntl.flock`` on ``path`` (created), the holder's pid, host and
+    time written into it: the file descriptor to keep open while the work runs
+    (``release_lock``). The kernel releases it when the process dies, so a killed
+    process leaves no stale lock. ``LockBusy`` (naming the holder) when another
+    process holds it; ``OSError`` when it cannot be created."""
+    import fcntl
+    import socket
+    from datetime import datetime, timezone
+
+    path = Path(path)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 300).decode(errors="replace").strip()
+            os.close(fd)
+            raise LockBusy(holder or "unknown process") from None
+        try:  # the previous holder may have removed the file between open and flock
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    os.write(
+        fd, f"pid {os.getpid()} on {socket.gethostname()} since {since}\n".encode()
+    )
+    return fd
+
+
+def release_lock(path: str | os.PathLike, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        Path(path).unlink()
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _hold_further_stops() -> None:
+    """While a stopped command ends (its message, the exit), a second Ctrl-C,
+    SIGTERM or SIGHUP is recorded, not raised: the exit status stays 130/143 rather
+    than the process dying of the signal mid-message (the handlers come back with
+    ``kept_handlers``)."""
+    if not _main_thread():
+        return
+
+    def hold(signum, frame):
+        pass
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(getattr(signal, name), hold)
+
+
+def _text_streams() -> None:
+    """A terminal whose locale cannot encode a character the commands print (an en
+    dash under LANG=C) gets a replacement character, not a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(Exception):
+                stream.reconfigure(errors="backslashreplace")
+
+
 def install(early: list | None = None) -> None:
     """For a process started as an ``ampbook`` command: SIGTERM is Ctrl-C from now on,
     and either of them before ``main`` catches it (during the start-up imports) ends
     the process with one line and 130/143 instead of a traceback. ``early``: the
     signals ``ampbook/__init__``'s first handler saw."""
+    _text_streams()
     if not _main_thread():
         return
     if early:
@@ -277,6 +354,7 @@ def command(prog: str) -> Callable:
                 try:
                     code = main(argv)
                 except KeyboardInterrupt as err:
+                    _hold_further_stops()  # a second signal: still 130/143
                     say(
                         f"{prog} interrupted ({signal_name()}) before it finished; "
                         "what it had not finished was not written"
@@ -466,16 +544,47 @@ def check_free_space(folder: Path, size: int, what: str) -> None:
         )
 
 
+def file_kind(path: str | os.PathLike) -> str | None:
+    """The ``schema`` a JSON file names (``"ampbook.train"``, ``"ampbook.doctor/2"``
+    ...), or None for any other file (not JSON, no schema, too large to be one of
+    the commands' records, unreadable). Read without following more than a few MiB."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > 32 * 2**20:
+            return None
+        with open(p, "rb") as f:
+            head = f.read(32 * 2**20)
+        record = json.loads(head.decode("utf-8"), parse_int=_small_int)
+    except (OSError, ValueError, RecursionError):
+        return None
+    schema = record.get("schema") if isinstance(record, dict) else None
+    return schema if isinstance(schema, str) else None
+
+
+def _small_int(digits: str) -> int:
+    if len(digits) > 24:
+        raise ValueError("an integer too long for a record")
+    return int(digits)
+
+
 def check_output_file(
     path: str | os.PathLike,
     what: str,
     size: int | None = None,
     create_parents: bool = True,
+    *,
+    kind: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """A file a command will write, checked before any work: a name, not too long, not
     a folder or a special file, its folder existing (or creatable: nothing but folders
     above it) and writable, with ``size`` bytes free when given. ``UserError``
-    otherwise."""
+    otherwise.
+
+    No command replaces what another wrote: an existing non-empty file is refused
+    unless it is a record of this command's ``kind`` (a JSON file whose ``schema`` is
+    ``kind``: an earlier run of the same command) or ``overwrite`` is given (the
+    command's ``--overwrite``); the error names the file and what it holds."""
     if path is None or not str(path).strip():
         raise UserError(f"{what} is an empty path; give a file name")
     p = Path(path).expanduser()
@@ -496,6 +605,8 @@ def check_output_file(
         )
     if mode is not None and not stat.S_ISREG(mode):
         return p  # written into as it is (write_text_atomic)
+    if mode is not None and not overwrite:
+        _check_replaceable(p, what, kind)
     folder = _existing_ancestor(p.parent, what)
     if folder != Path(os.path.abspath(p.parent)) and not create_parents:
         raise UserError(
@@ -506,6 +617,26 @@ def check_output_file(
     if size:
         check_free_space(folder, size, what)
     return p
+
+
+def _check_replaceable(p: Path, what: str, kind: str | None) -> None:
+    try:
+        empty = p.stat().st_size == 0
+    except OSError:
+        return
+    if empty:
+        return
+    held = file_kind(p)
+    if kind is not None and held == kind:
+        return  # this command's own record, written by an earlier run
+    holds = (
+        f"a record of schema {held}" if held else "a file this command did not write"
+    )
+    wants = f" (this command writes {kind} records)" if kind else ""
+    raise UserError(
+        f"{what}: {p} exists and holds {holds}{wants}; choose another file, or "
+        "pass --overwrite to replace it"
+    )
 
 
 def check_output_dir(

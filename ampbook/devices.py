@@ -257,7 +257,8 @@ def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> 
     """How the book names a GPU in tables, figures and prose: the table's
     ``short_name`` for a table key (``h200-sxm``) or a name from
     ``torch.cuda.get_device_name`` the table matches; otherwise that name without
-    the vendor prefix ("NVIDIA L4" -> "L4")."""
+    the vendor prefix ("NVIDIA L4" -> "L4"), as page text (``plots.md_escape``: a
+    results file's name cannot add markup)."""
     if not isinstance(name_or_key, str) or not name_or_key.strip():
         raise ValueError(f"expected a GPU name or table key, got {name_or_key!r}")
     devices = load_devices() if devices is None else devices
@@ -269,7 +270,9 @@ def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> 
         hit = None
     if hit is not None:
         return hit.short_name
-    return re.sub(r"^NVIDIA\s+", "", name_or_key.strip())
+    from ampbook.plots import md_escape
+
+    return md_escape(re.sub(r"^NVIDIA\s+", "", name_or_key.strip()))
 
 
 def device_for(

@@ -2278,6 +2278,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", help="committed GPU results (default data/results)")
     p.add_argument("--json", help="write the report as JSON here")
     p.add_argument("--markdown", help="write the report as Markdown here")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a --json or --markdown file that exists and holds something else",
+    )
     return p
 
 
@@ -2292,7 +2297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.__class__ = _Parser
     try:
         a = parser.parse_args(argv)
-        check_outputs(a.json, a.markdown)
+        check_outputs(a.json, a.markdown, overwrite=a.overwrite)
         if a.repeats < 1:
             raise DoctorError(f"--repeats {a.repeats}: must be at least 1")
         cfg = DoctorConfig(
@@ -2331,14 +2336,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def check_outputs(json_path: str | None, markdown_path: str | None) -> None:
+REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report's schema (``diagnose``)
+
+
+def check_outputs(
+    json_path: str | None, markdown_path: str | None, overwrite: bool = False
+) -> None:
     """``--json`` and ``--markdown`` checked before the diagnosis: two different files
-    (one would overwrite the other), each writable in an existing folder."""
+    (one would overwrite the other), each writable in an existing folder, neither
+    replacing a file the doctor did not write unless ``overwrite``
+    (``cli.check_output_file``; an earlier JSON report is the doctor's own)."""
     outputs = {"--json": json_path, "--markdown": markdown_path}
+    kinds = {"--json": REPORT_SCHEMA, "--markdown": None}
     for flag, f in outputs.items():
         if f is not None:
             try:
-                cli.check_output_file(f, flag, create_parents=False)
+                cli.check_output_file(
+                    f,
+                    flag,
+                    create_parents=False,
+                    kind=kinds[flag],
+                    overwrite=overwrite,
+                )
             except cli.UserError as err:
                 raise DoctorError(str(err)) from None
     if json_path and markdown_path:

@@ -240,7 +240,8 @@ def output(name: str, value: Any, kind: str = "file") -> Any:
         fail(name, value, f"must be a {kind}'s path (or empty for none)")
     try:
         if kind == "file":
-            cli.check_output_file(value, f"parameter {name}")
+            # a notebook's own output: its next run writes it again
+            cli.check_output_file(value, f"parameter {name}", overwrite=True)
         else:
             cli.check_output_dir(value, f"parameter {name}")
     except cli.UserError as err:

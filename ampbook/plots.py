@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Iterable, Sequence
-
-import matplotlib.pyplot as plt  # noqa: E402
 
 from ampbook.provenance import TABLE_MARKS, Value, glue_text
 
@@ -44,6 +43,8 @@ _HATCHES = ["", "//", "..", "xx", "\\\\", "++", "oo", "--"]
 
 def use_style() -> None:
     """The book's matplotlib defaults (call once per notebook)."""
+    import matplotlib.pyplot as plt
+
     plt.rcParams.update(
         {
             "figure.figsize": (7.0, 4.0),
@@ -78,6 +79,63 @@ def bar_style(i: int) -> dict:
     }
 
 
+# Characters that start Markdown, MyST or HTML markup anywhere in a line: code and
+# roles (backtick, braces), links and images (brackets), HTML and entities, tables,
+# emphasis, strike-through, math, and the backslash itself.
+_MD_ALWAYS = set("`{}[]<>&|*~$")
+_PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def md_escape(text) -> str:
+    """``text`` as Markdown that shows exactly that text: a value from a results file,
+    a model or a command line (a device name, a version, a layer's name) becomes page
+    text only through here (``results.provenance``, ``md_table`` cells,
+    ``devices.display_name``), so it cannot add markup, a MyST directive or role, or
+    HTML to the book. Line breaks and control characters become spaces (a value is
+    one line); ordinary names ("NVIDIA H200", "2.5.1+cu124", "aten::conv2d",
+    "max_pool2d") come back unchanged. Idempotent: an escaped text is returned as
+    it is, so a value escaped at two layers shows once."""
+    text = re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", " ", str(text))
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            if i + 1 < n and text[i + 1] in _PUNCT:
+                out.append(text[i : i + 2])  # an escape already: kept
+                i += 2
+                continue
+            out.append("\\\\")
+        elif ch in _MD_ALWAYS:
+            out.append("\\" + ch)
+        elif ch == "_" and not (
+            0 < i < n - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+        ):
+            out.append("\\_")  # emphasis; inside a word (max_pool2d) it is none
+        elif ch == ":" and (text[i : i + 3] == ":::" or out[-1:] == ["\\:"]):
+            out.append("\\:")  # a colon fence
+        else:
+            out.append(ch)
+        i += 1
+    text = "".join(out)
+    # What starts a block at the start of a line: a heading, a list, a break, a
+    # comment, a target, a numbered list.
+    m = re.match(r"\s*(#|%|[-+=](?=\s|$|[-+=])|\((?=.*\)=)|\d+[.)](?=\s|$))", text)
+    if m:
+        k = m.end(1) - 1
+        text = text[:k] + "\\" + text[k:]
+    return text
+
+
+def _text(value) -> str:
+    """A table cell or header: Markdown an ``md(...)`` object gave (trusted markup
+    from the code), else the value as text (``md_escape``)."""
+    data = getattr(value, "data", None)
+    if isinstance(data, str) and hasattr(value, "_repr_markdown_"):
+        return data.replace("\n", " ").replace("|", "\\|")
+    return md_escape(value)
+
+
 def _cell(value, fmt: str | None) -> str:
     if value is None:
         return "–"
@@ -94,7 +152,7 @@ def _cell(value, fmt: str | None) -> str:
         if fmt:
             return format(value, fmt)
         return f"{value:.4g}"
-    return str(value).replace("|", "\\|")
+    return _text(value)
 
 
 def md_table_text(
@@ -103,10 +161,11 @@ def md_table_text(
     formats: Sequence[str | None] | None = None,
 ) -> str:
     """A Markdown (pipe) table as text. ``formats`` gives a format spec per column for
-    floats."""
+    floats. Strings in cells and headers are text (``md_escape``); a cell made by
+    ``md(...)`` is Markdown written by the code (a code span, a link) and kept."""
     formats = list(formats) if formats is not None else [None] * len(headers)
     lines = [
-        "| " + " | ".join(headers) + " |",
+        "| " + " | ".join(_text(h) for h in headers) + " |",
         "|" + "|".join("---" for _ in headers) + "|",
     ]
     marked: dict[str, list[str]] = {}

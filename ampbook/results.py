@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -104,8 +106,10 @@ def provenance(
     by ``devices.display_name``), the date, torch/CUDA/cuDNN, the host's CPU threads,
     then ``settings`` as ``key value`` pairs in the given order (workers, memory
     format, cudnn.benchmark, data...). ``date`` is an ISO time or date; its day is
-    shown."""
+    shown. Every part is page text (``plots.md_escape``): a results file's strings
+    cannot add markup to the book."""
     from ampbook.devices import display_name
+    from ampbook.plots import md_escape
 
     name = environment.get("device_name") or "unknown device"
     if str(environment.get("device", "")).startswith("cuda"):
@@ -124,7 +128,7 @@ def provenance(
         parts.append(f"{environment['cpu_threads']} CPU threads")
     for key, value in (settings or {}).items():
         parts.append(f"{key} {value}" if key else str(value))
-    return " · ".join(parts)
+    return " · ".join(md_escape(part) for part in parts)
 
 
 @dataclass(frozen=True)
@@ -354,12 +358,52 @@ def _number(value: Any, field: str, where: str, least: float = 0.0, above=False)
     return value
 
 
-def _count(value: Any, field: str, where: str, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+# The largest count a results file may hold (images, steps, bytes, pixels): far above
+# anything measured, far below what would overflow a float or a format.
+MAX_COUNT = 2**53
+
+
+def _count(
+    value: Any, field: str, where: str, least: int = 1, most: int = MAX_COUNT
+) -> int:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)  # 3.0 is the count 3; 3.5 is no count
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < least
+        or value > most
+    ):
         raise ResultsError(
-            f"{where}: {field} must be an integer of at least {least}, got {value!r}"
+            f"{where}: {field} must be an integer from {least} to {most:,}, got "
+            f"{_short(value)}"
         )
     return value
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to one short line (a value in an error message)."""
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _share(value: Any, field: str, where: str, optional: bool = True):
+    """A fraction in [0, 1] (accuracy, mIoU, a share of a whole), or None."""
+    if value is None and optional:
+        return None
+    _number(value, field, where)
+    if value > 1:
+        raise ResultsError(
+            f"{where}: {field} must be a share from 0 to 1, got {value!r}"
+        )
+    return value
+
+
+# An epoch of even one image takes longer than this: a shorter wall time is no
+# measurement (it would divide into an absurd speedup).
+MIN_WALL_S = 1e-4
+# Parts of a whole measured by separate clocks may overshoot it by this much.
+PART_SLACK = 1.02
 
 
 def _check_run_numbers(record: dict, where: str) -> None:
@@ -367,20 +411,44 @@ def _check_run_numbers(record: dict, where: str) -> None:
     positive integers, memory non-negative or null."""
     if not isinstance(record["epochs"], list):
         raise ResultsError(f"{where}: epochs must be a list of epoch records")
+    total_steps = 0
     for i, e in enumerate(record["epochs"]):
         if not isinstance(e, dict):
             raise ResultsError(f"{where}: epochs[{i}] is not an epoch record")
-        _number(e.get("wall_s"), f"epochs[{i}].wall_s", where, above=True)
-        _number(e.get("step_s"), f"epochs[{i}].step_s", where, above=True)
-        _number(e.get("data_wait_s"), f"epochs[{i}].data_wait_s", where)
-        _count(e.get("images"), f"epochs[{i}].images", where)
+        at = f"epochs[{i}]"
+        wall = _number(e.get("wall_s"), f"{at}.wall_s", where, above=True)
+        if wall < MIN_WALL_S:
+            raise ResultsError(
+                f"{where}: {at}.wall_s {wall!r} is below {MIN_WALL_S:g} s: no epoch "
+                "is that short"
+            )
+        step = _number(e.get("step_s"), f"{at}.step_s", where, above=True)
+        wait = _number(e.get("data_wait_s"), f"{at}.data_wait_s", where)
+        if step + wait > wall * PART_SLACK:
+            raise ResultsError(
+                f"{where}: {at}: step_s {step:.4g} + data_wait_s {wait:.4g} exceed "
+                f"the epoch's wall_s {wall:.4g} they are parts of"
+            )
+        images = _count(e.get("images"), f"{at}.images", where)
         if e.get("steps") is not None:
-            _count(e["steps"], f"epochs[{i}].steps", where)
+            steps = _count(e["steps"], f"{at}.steps", where, most=images)
+            total_steps += steps
+        for key in ("skipped_steps", "optimizer_steps", "nonfinite_losses"):
+            if e.get(key) is not None:
+                _count(e[key], f"{at}.{key}", where, least=0)
+        for key in ("val_pixel_accuracy", "val_miou"):
+            _share(e.get(key), f"{at}.{key}", where)
+        for key in ("train_loss", "val_loss"):
+            if e.get(key) is not None:
+                _number(e[key], f"{at}.{key}", where)
     c, r, s = record["config"], record["resolved"], record["summary"]
-    for key in ("height", "width", "batch_size"):
-        _count(c.get(key), f"config.{key}", where)
+    for key in ("height", "width"):
+        _count(c.get(key), f"config.{key}", where, most=2**16)
+    _count(c.get("batch_size"), "config.batch_size", where, most=2**20)
     if c.get("workers") is not None:
-        _count(c["workers"], "config.workers", where, least=0)
+        _count(c["workers"], "config.workers", where, least=0, most=4096)
+    if isinstance(r.get("workers"), int):
+        _count(r["workers"], "resolved.workers", where, least=0, most=4096)
     _count(r.get("train_images"), "resolved.train_images", where)
     for key in (
         "max_cuda_allocated_bytes",
@@ -389,10 +457,33 @@ def _check_run_numbers(record: dict, where: str) -> None:
     ):
         if s.get(key) is not None:
             _number(s[key], f"summary.{key}", where)
+            _count(s[key], f"summary.{key}", where, least=0, most=2**50)
+    for key in ("final_val_pixel_accuracy", "final_val_miou"):
+        _share(s.get(key), f"summary.{key}", where)
+    if s.get("final_train_loss") is not None:
+        _number(s["final_train_loss"], "summary.final_train_loss", where)
+    if s.get("total_skipped_steps") is not None:
+        _count(
+            s["total_skipped_steps"],
+            "summary.total_skipped_steps",
+            where,
+            least=0,
+            most=max(total_steps, 0) if total_steps else MAX_COUNT,
+        )
     for key in ("name", "status", "precision"):
         holder = c if key == "precision" else record
         if not isinstance(holder.get(key), str):
             raise ResultsError(f"{where}: {key} must be a string")
+    _precision(c["precision"], "config.precision", where)
+
+
+def _precision(value: Any, field: str, where: str) -> str:
+    if value not in PRECISIONS:
+        raise ResultsError(
+            f"{where}: {field} must be one of {', '.join(PRECISIONS)}, got "
+            f"{_short(value)}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -464,14 +555,22 @@ def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunP
     """Every (fp32 baseline, AMP run) pair that shares device and setting.
 
     Baselines are fp32 with TF32 on and strict fp32, each paired with every AMP run of
-    the group; when a group holds two runs of one mode the later file wins. Ordered by
-    device, setting, then ``MODES``.
+    the group; two runs of one mode in a group are an error naming both
+    (``load_results_dir`` sets such runs aside). Ordered by device, setting, then
+    ``MODES``.
     """
     groups: dict[Setting, dict[str, TrainRun]] = {}
     for run in runs:
         if complete_only and not run.complete:
             continue
-        groups.setdefault(run.setting, {})[run.mode] = run
+        group = groups.setdefault(run.setting, {})
+        if run.mode in group:
+            raise ResultsError(
+                f"{group[run.mode].path or group[run.mode].name} and "
+                f"{run.path or run.name} are two records of one setting "
+                f"({run.setting.label}, {run.mode}): keep one of them"
+            )
+        group[run.mode] = run
     out = []
     for setting in sorted(
         groups,
@@ -846,12 +945,12 @@ def read_layer_profile(record: dict, path: str) -> LayerProfile:
             path=path,
             device_name=str(env["device_name"]),
             device=str(env["device"]),
-            precision=record["precision"],
-            batch_size=int(record["batch_size"]),
-            height=int(record["height"]),
-            width=int(record["width"]),
+            precision=_precision(record["precision"], "precision", path),
+            batch_size=_count(record["batch_size"], "batch_size", path, most=2**20),
+            height=_count(record["height"], "height", path, most=2**16),
+            width=_count(record["width"], "width", path, most=2**16),
             time_source=record["time_source"],
-            steps=int(record["steps"]),
+            steps=_count(record["steps"], "steps", path),
             step_s=_positive(record["step_s"], "step_s", path, above=True),
             predicted_step_s=_positive(
                 record["predicted_step_s"], "predicted_step_s", path, above=True
@@ -872,7 +971,7 @@ def read_loader(record: dict, path: str) -> LoaderSweep:
     try:
         points = tuple(
             LoaderPoint(
-                int(r["workers"]),
+                _count(r["workers"], "results[].workers", path, least=0, most=4096),
                 _positive(r["images_per_s"], "images_per_s", path, above=True),
             )
             for r in record["results"]
@@ -882,11 +981,11 @@ def read_loader(record: dict, path: str) -> LoaderSweep:
         return LoaderSweep(
             path=path,
             device_name=str(record["environment"]["device_name"]),
-            cpu_count=int(record["cpu_count"]),
-            height=int(record["height"]),
-            width=int(record["width"]),
-            batch_size=int(record["batch_size"]),
-            images=int(record["images"]),
+            cpu_count=_count(record["cpu_count"], "cpu_count", path, most=2**16),
+            height=_count(record["height"], "height", path, most=2**16),
+            width=_count(record["width"], "width", path, most=2**16),
+            batch_size=_count(record["batch_size"], "batch_size", path, most=2**20),
+            images=_count(record["images"], "images", path),
             synthetic=bool(record["synthetic"]),
             decode_resize_images_per_s=_positive(
                 record["decode_resize_images_per_s"],
@@ -1024,7 +1123,10 @@ def read_ladder(record: dict, path: str) -> Ladder:
             )
         rungs = tuple(
             LadderRung(
-                int(r["index"]), str(r["key"]), str(r["title"]), dict(r["changes"])
+                _count(r["index"], "rungs[].index", path, least=0, most=1000),
+                str(r["key"]),
+                str(r["title"]),
+                dict(r["changes"]),
             )
             for r in record["rungs"]
         )
@@ -1052,6 +1154,18 @@ def read_ladder(record: dict, path: str) -> Ladder:
                 isinstance(c.get("step_s"), (int, float)) and c["step_s"] > 0
             ):
                 raise ResultsError(f"{where}: step_s must be a positive number")
+            if ok:
+                _share(c.get("data_wait_share"), "data_wait_share", where)
+                # (kernel_s may exceed it: a CPU's operator times overlap)
+                for part in ("idle_s",):
+                    if (
+                        isinstance(c.get(part), (int, float))
+                        and c[part] > c["step_s"] * PART_SLACK
+                    ):
+                        raise ResultsError(
+                            f"{where}: {part} {c[part]!r} exceeds the step_s "
+                            f"{c['step_s']!r} it is part of"
+                        )
             cells.append(
                 LadderCell(
                     rung=int(c["rung"]),
@@ -1079,16 +1193,20 @@ def read_ladder(record: dict, path: str) -> Ladder:
             device_name=str(env["device_name"]),
             device=str(env["device"]),
             status=record["status"],
-            height=int(settings["height"]),
-            width=int(settings["width"]),
-            batch_size=int(settings["batch_size"]),
+            height=_count(settings["height"], "settings.height", path, most=2**16),
+            width=_count(settings["width"], "settings.width", path, most=2**16),
+            batch_size=_count(
+                settings["batch_size"], "settings.batch_size", path, most=2**20
+            ),
             time_source=settings["time_source"],
             memory_measure=str(settings["memory_measure"]),
             rungs=rungs,
             cells=tuple(cells),
             record=record,
         )
-    except (KeyError, TypeError, AttributeError) as err:
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        if isinstance(err, ResultsError):
+            raise
         raise ResultsError(f"{path}: ladder lacks or mistypes {err}") from None
 
 
@@ -1166,6 +1284,46 @@ class ResultSet:
         )
 
 
+# What a results file may be: the largest committed one is a few hundred KiB, and
+# none nests deeper than a handful of levels.
+MAX_FILE_BYTES = 32 * 2**20
+MAX_DEPTH = 32
+MAX_INT_DIGITS = 24
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``text`` as JSON, with its nesting depth (``MAX_DEPTH``) and the digits of its
+    integers (``MAX_INT_DIGITS``) checked before Python's parser sees them (which
+    would raise ``RecursionError`` or ``ValueError``); ``ResultsError`` names
+    ``where`` and the problem."""
+    depth = deepest = 0
+    for ch in re.sub(r"[^\[\]{}]", "", _JSON_STRING.sub("", text)):
+        depth += 1 if ch in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_DEPTH:
+                raise ResultsError(
+                    f"{where}: nested more than {MAX_DEPTH} levels deep: no results "
+                    "file is"
+                )
+
+    def parse_int(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise ResultsError(
+                f"{where}: an integer of {len(digits.lstrip('-')):,} digits: no "
+                "measured count is that large"
+            )
+        return int(digits)
+
+    try:
+        return json.loads(text, parse_int=parse_int)
+    except (json.JSONDecodeError, RecursionError, ValueError) as err:
+        if isinstance(err, ResultsError):
+            raise
+        raise ResultsError(f"{where}: not readable JSON ({err})") from None
+
+
 def read_file(
     path: str | Path,
 ) -> TrainRun | MatmulSweep | LayerProfile | LoaderSweep | Ladder:
@@ -1173,11 +1331,18 @@ def read_file(
     problem."""
     path = Path(path)
     try:
-        record = json.loads(cli.read_text(path, "results file"))
+        size = path.stat().st_size
+    except OSError as err:
+        raise ResultsError(f"{path}: cannot be read ({err.strerror})") from None
+    if size > MAX_FILE_BYTES:
+        raise ResultsError(
+            f"{path}: {size:,} bytes, more than a results file holds "
+            f"({MAX_FILE_BYTES:,})"
+        )
+    try:
+        record = parse_json(cli.read_text(path, "results file"), str(path))
     except cli.UserError as err:  # a FIFO, a device, unreadable, not text
         raise ResultsError(str(err)) from None
-    except json.JSONDecodeError as err:
-        raise ResultsError(f"{path}: not readable JSON ({err})") from None
     if not isinstance(record, dict):
         raise ResultsError(f"{path}: a results file holds a JSON object")
     schema = record.get("schema")
@@ -1202,12 +1367,18 @@ def read_file(
     )
 
 
-def load_results_dir(directory: str | Path | None = None) -> ResultSet:
+def load_results_dir(
+    directory: str | Path | None = None, report: bool = True
+) -> ResultSet:
     """Read every ``*.json`` under ``directory`` (default ``data/results``; subfolders
     too).
 
-    A file that is not a known result, or fails its schema's checks, goes to ``ignored``
-    with the reason. A folder that does not exist is an error (``FileNotFoundError``).
+    A file that is not a known result, or fails its schema's checks (numbers that
+    cannot be, nesting or size no results file has), goes to ``ignored`` with the
+    reason, and the rest of the folder is read; so do two records of one setting
+    (``_drop_repeats``). With ``report`` each skipped file is one line on stderr
+    (``results: skipped PATH: why``). A folder that does not exist is an error
+    (``FileNotFoundError``).
     """
     directory = Path(directory) if directory else RESULTS_DIR
     if not directory.is_dir():
@@ -1220,7 +1391,12 @@ def load_results_dir(directory: str | Path | None = None) -> ResultSet:
         try:
             item = read_file(path)
         except ResultsError as err:
-            rs.ignored.append(Ignored(str(path), str(err)))
+            rs.ignored.append(Ignored(str(path), _one_line(str(err))))
+            continue
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as err:
+            # a check a reader missed: still this file's fault, not the folder's
+            why = f"{path}: not a readable results file ({type(err).__name__}: {err})"
+            rs.ignored.append(Ignored(str(path), _one_line(why)))
             continue
         if isinstance(item, TrainRun):
             rs.train_runs.append(item)
@@ -1232,4 +1408,51 @@ def load_results_dir(directory: str | Path | None = None) -> ResultSet:
             rs.ladders.append(item)
         else:
             rs.loader_sweeps.append(item)
+    _drop_repeats(rs)
+    if report:
+        for skipped in rs.ignored:
+            why = skipped.reason
+            if not why.startswith(skipped.path):
+                why = f"{skipped.path}: {why}"
+            print(f"results: skipped {why}", file=sys.stderr)
     return rs
+
+
+def _one_line(text: str, most: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def _drop_repeats(rs: ResultSet) -> None:
+    """Two complete training runs of one setting and mode, or two layer profiles of
+    one GPU, size and mode, cannot both be the measurement: both go to ``ignored``,
+    each naming the other (which one the book shows is not left to file order)."""
+
+    def drop(items: list, key) -> list:
+        groups: dict = {}
+        for item in items:
+            k = key(item)
+            if k is not None:
+                groups.setdefault(k, []).append(item)
+        repeated = {id(x): g for g in groups.values() if len(g) > 1 for x in g}
+        for item in items:
+            if id(item) in repeated:
+                others = ", ".join(x.path for x in repeated[id(item)] if x is not item)
+                rs.ignored.append(
+                    Ignored(
+                        item.path,
+                        _one_line(
+                            f"{item.path} and {others} are two records of one "
+                            f"setting ({item.mode}): keep one of them"
+                        ),
+                    )
+                )
+        return [x for x in items if id(x) not in repeated]
+
+    rs.train_runs = drop(
+        rs.train_runs, lambda r: (r.setting, r.mode) if r.complete else None
+    )
+    rs.layer_profiles = drop(
+        rs.layer_profiles,
+        lambda lp: (lp.device_name, lp.batch_size, lp.height, lp.width, lp.mode),
+    )

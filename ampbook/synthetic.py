@@ -724,6 +724,9 @@ def synthetic_root(
     return root
 
 
+SYNTHESIS_LOCK = ".synthesize.lock"  # held by python -m ampbook.data synthesize
+
+
 def synthesize_cli(args) -> int:
     """``python -m ampbook.data synthesize``: arguments checked before anything is
     written; a run that stops half-way (Ctrl-C, SIGTERM, a full disk) removes what it
@@ -738,6 +741,14 @@ def synthesize_cli(args) -> int:
         raise FileExistsError(
             f"cannot create {root}: {err.strerror}; choose another --root"
         ) from None
+    lock = root / SYNTHESIS_LOCK
+    try:  # one writer per folder, as one run per name (train's RunLock)
+        fd = cli.hold_lock(lock)
+    except cli.LockBusy as err:
+        raise FileExistsError(
+            f"{root} is being synthesized by another process ({err.holder}); wait "
+            "for it to end, or choose another --root"
+        ) from None
     try:
         synthesize(
             root,
@@ -749,6 +760,8 @@ def synthesize_cli(args) -> int:
             progress=True,
         )
     except (KeyboardInterrupt, OSError) as err:
+        cli.release_lock(lock, fd)
+        fd = None
         if not (root / SYNTHETIC_MARKER).exists():  # ours, and not finished
             for d in (root / "leftImg8bit", root / "gtFine"):
                 shutil.rmtree(d, ignore_errors=True)
@@ -766,4 +779,7 @@ def synthesize_cli(args) -> int:
             file=sys.stderr,
         )
         return cli.stop_code(err) if isinstance(err, KeyboardInterrupt) else 1
+    finally:
+        if fd is not None:
+            cli.release_lock(lock, fd)
     return 0

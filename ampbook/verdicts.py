@@ -60,7 +60,9 @@ def _name(pair) -> str:
         from ampbook.devices import display_name
 
         return display_name(name)
-    return name
+    from ampbook.plots import md_escape
+
+    return md_escape(name)
 
 
 def _span(values) -> str:

@@ -106,8 +106,10 @@ results = load_results_dir(results_dir or None)
 # whole ladder on any machine.
 
 # %% tags=["hide-input"]
-md_table([(r.index, r.title, ", ".join(f"`{k}={v!r}`" for k, v in r.changes.items()
-                                       if r.index or v not in (False, None, 1, "none")),
+# a cell made by md(...) stays Markdown (the code spans); other cells are text
+md_table([(r.index, r.title,
+           md(", ".join(f"`{k}={v!r}`" for k, v in r.changes.items()
+                        if r.index or v not in (False, None, 1, "none"))),
            r.why) for r in bl.RUNGS],
          ["rung", "adds", "runner settings", "why it can matter"])
 

@@ -57,6 +57,7 @@ CLASSES = (
     "environment",
     "special",
     "results",
+    "untrusted",
 )
 OUTCOMES = ("clear", "unclear", "traceback", "wrong result", "hang", "skipped")
 LONG = "n" * 300  # a path component over the 255 bytes a file system allows
@@ -2549,6 +2550,251 @@ def results_cases() -> list[Case]:
     return out
 
 
+def _two_ignored(ctx, res):
+    if "ignored 2" not in res.stdout or "one setting" not in res.stdout:
+        return "two records of one setting were not both set aside, naming each other"
+    return None
+
+
+def _page_text(ctx: Ctx) -> list:
+    code = (
+        "from ampbook.results import load_results_dir; import sys; "
+        "rs = load_results_dir(sys.argv[1]); "
+        "[print(r.provenance) for r in rs.train_runs]"
+    )
+    return ["-c", code, str(ctx.tmp / "results")]
+
+
+def _shown_as_text(ctx, res):
+    if "<script>" in res.stdout or "{download}`" in res.stdout:
+        return "markup from a results file reached the page text unescaped"
+    if "\\<script\\>" not in res.stdout:
+        return "the planted device name was not shown"
+    return None
+
+
+def _raw_file(text: str):
+    def setup(ctx):
+        folder = ctx.tmp / "results"
+        folder.mkdir()
+        (folder / "r.json").write_text(text)
+
+    return setup
+
+
+def _two_of_one_setting(ctx):
+    folder = ctx.tmp / "results"
+    folder.mkdir()
+    for name in ("a.json", "b.json"):
+        shutil.copy(ctx.shared / "runs" / "a.json", folder / name)
+
+
+def _interrupted_run(ctx, res):
+    p = ctx.tmp / "out" / "s.json"
+    if not p.exists():
+        return None  # stopped before the first record: nothing to mark
+    status = json.loads(p.read_text()).get("status")
+    return None if status == "interrupted" else f"run status {status!r} after a stop"
+
+
+def _held_synthesis(ctx):
+    """The synthesis lock of a folder held (as a running synthesize holds it)."""
+    from ampbook import cli
+    from ampbook.synthetic import SYNTHESIS_LOCK
+
+    root = ctx.tmp / "syn"
+    root.mkdir()
+    ctx.lock_fd = cli.hold_lock(root / SYNTHESIS_LOCK)
+
+
+def _nothing_synthesized(ctx, res):
+    os.close(ctx.lock_fd)
+    if (ctx.tmp / "syn" / "leftImg8bit").exists():
+        return "a second synthesize wrote into a folder another one is writing"
+    return None
+
+
+def untrusted_cases() -> list[Case]:
+    """Issue 30: a results file is input from strangers; no command replaces what
+    another wrote."""
+    c = "untrusted"
+    fin = lambda ctx: ctx.finished()  # noqa: E731
+    a_json = lambda ctx: ctx.finished() / "a.json"  # noqa: E731
+    hostile = (
+        "NVIDIA <script>alert(1)</script> {download}`../../secret.txt` "
+        "```{include} /etc/passwd\n```"
+    )
+    out = [
+        Case(
+            c,
+            "page text: markup in a training run's device name and torch version",
+            _page_text,
+            expect=(0,),
+            setup=_result_file(
+                "train",
+                lambda r: r["environment"].update(device_name=hostile, torch=hostile),
+            ),
+            check=_shown_as_text,
+            quick=True,
+        ),
+        Case(
+            c,
+            "results reader: 200,000 nested brackets",
+            _results_reader,
+            expect=(0,),
+            setup=_raw_file("[" * 200_000 + "]" * 200_000),
+            check=_ignored,
+        ),
+        Case(
+            c,
+            "results reader: a 5,000-digit integer",
+            _results_reader,
+            expect=(0,),
+            setup=_raw_file('{"schema": "ampbook.train", "n": ' + "9" * 5000 + "}"),
+            check=_ignored,
+        ),
+        Case(
+            c,
+            "results reader: two records of one setting",
+            _results_reader,
+            expect=(0,),
+            setup=_two_of_one_setting,
+            check=_two_ignored,
+        ),
+    ]
+    for label, edit in (
+        (
+            "data_wait_s 2.5 times wall_s",
+            lambda r: r["epochs"][0].update(data_wait_s=r["epochs"][0]["wall_s"] * 2.5),
+        ),
+        (
+            "step_s 40 times wall_s",
+            lambda r: r["epochs"][0].update(step_s=r["epochs"][0]["wall_s"] * 40),
+        ),
+        (
+            "wall_s 1e-300",
+            lambda r: [e.update(wall_s=1e-300, step_s=1e-301) for e in r["epochs"]],
+        ),
+        ("final_val_miou 7.5", lambda r: r["summary"].update(final_val_miou=7.5)),
+        (
+            "pixel accuracy -3",
+            lambda r: r["summary"].update(final_val_pixel_accuracy=-3.0),
+        ),
+        ("a string loss", lambda r: r["summary"].update(final_train_loss="low")),
+    ):
+        out.append(
+            Case(
+                c,
+                f"results reader: train {label}",
+                _results_reader,
+                expect=(0,),
+                setup=_result_file("train", edit),
+                check=_ignored,
+            )
+        )
+    out += [
+        _signal_case(
+            c,
+            "train: SIGHUP in epoch 2 (as SIGTERM)",
+            train(
+                "--epochs",
+                "50",
+                "--batch-size",
+                "1",
+                "--name",
+                "s",
+                "--progress",
+                "on",
+            ),  # fmt: skip
+            signal.SIGHUP,
+            file_seen(lambda ctx: ctx.tmp / "out" / "s.json"),
+            143,
+            words=["interrupted"],
+            check=_interrupted_run,
+        ),
+        Case(
+            c,
+            "data synthesize into a folder another synthesize is writing",
+            cmd(
+                "ampbook.data",
+                "synthesize",
+                "--root",
+                T("syn"),
+                "--train",
+                "2",
+                "--val",
+                "1",
+            ),  # fmt: skip
+            words=["another process"],
+            setup=_held_synthesis,
+            check=_nothing_synthesized,
+        ),
+        Case(
+            c,
+            "doctor: a terminal that encodes ASCII only",
+            cmd(
+                "ampbook.doctor",
+                "--model",
+                "erfnet",
+                "--input",
+                "3,32,32",
+                "--no-measure",
+                "--gpus",
+                "h200",
+            ),  # fmt: skip
+            expect=(0,),
+            env={"PYTHONIOENCODING": "ascii"},
+        ),
+        Case(
+            c,
+            "doctor --json over a training record",
+            lambda ctx: cmd(
+                "ampbook.doctor",
+                "--model",
+                "erfnet",
+                "--input",
+                "3,32,32",
+                "--no-measure",
+                "--gpus",
+                "h200",
+                "--json",
+                str(a_json(ctx)),
+            )(ctx),  # fmt: skip
+            words=["--overwrite", "ampbook.train"],
+            setup=take_snapshot(fin),
+            check=unchanged(fin),
+        ),
+        Case(
+            c,
+            "train: every step of an epoch skipped (lr 1e30)",
+            train(
+                "--lr",
+                "1e30",
+                "--max-nonfinite",
+                "100000",
+                "--epochs",
+                "3",
+                "--batch-size",
+                "1",
+            ),  # fmt: skip
+            expect=(1,),
+            words=["learned nothing"],
+        ),
+        Case(
+            c,
+            "bench step --json over a training record",
+            lambda ctx: cmd(
+                "ampbook.bench", "step", "--device", "cpu", "--json", str(a_json(ctx))
+            )(ctx),
+            words=["--overwrite"],
+            setup=take_snapshot(fin),
+            check=unchanged(fin),
+            quick=True,
+        ),
+    ]
+    return out
+
+
 def all_cases() -> list[Case]:
     return (
         settings_cases()
@@ -2560,6 +2806,7 @@ def all_cases() -> list[Case]:
         + env_cases()
         + special_cases()
         + results_cases()
+        + untrusted_cases()
     )
 
 

@@ -245,3 +245,108 @@ def test_provenance_line_of_a_gpu_run():
     )
     cpu = provenance({"device": "cpu", "device_name": "AMD EPYC", "torch": "2.14.1"})
     assert cpu == "AMD EPYC · torch 2.14.1"
+
+
+def _edited(name: str, edit) -> dict:
+    record = json.loads((FIXTURES / name).read_text())
+    edit(record)
+    return record
+
+
+TRAIN = "train_fixture-gpu_amp-fp16_1024x512.json"
+
+# What cannot be, one per file, each with the words its reason must hold.
+IMPOSSIBLE = {
+    "wait_over_wall": (
+        lambda r: r["epochs"][1].update(data_wait_s=r["epochs"][1]["wall_s"] * 2.5),
+        "exceed the epoch's wall_s",
+    ),
+    "step_over_wall": (
+        lambda r: r["epochs"][1].update(step_s=r["epochs"][1]["wall_s"] * 40),
+        "exceed the epoch's wall_s",
+    ),
+    "tiny_wall": (
+        lambda r: r["epochs"][1].update(wall_s=1e-300, step_s=1e-301, data_wait_s=0),
+        "epochs[1].wall_s",
+    ),
+    "miou": (lambda r: r["summary"].update(final_val_miou=7.5), "final_val_miou"),
+    "accuracy": (
+        lambda r: r["summary"].update(final_val_pixel_accuracy=-3.0),
+        "final_val_pixel_accuracy",
+    ),
+    "string_loss": (
+        lambda r: r["summary"].update(final_train_loss="0.5"),
+        "final_train_loss",
+    ),
+    "fractional_images": (
+        lambda r: r["epochs"][0].update(images=2.5),
+        "epochs[0].images",
+    ),
+    "huge_batch": (
+        lambda r: r["config"].update(batch_size=10**12),
+        "config.batch_size",
+    ),
+}
+
+
+def test_impossible_files_are_skipped_with_one_line_and_the_rest_is_read(
+    tmp_path, capsys
+):
+    for f in FIXTURES.glob("*.json"):
+        shutil.copy(f, tmp_path)
+    for name, (edit, _) in IMPOSSIBLE.items():
+        (tmp_path / f"bad_{name}.json").write_text(json.dumps(_edited(TRAIN, edit)))
+    (tmp_path / "bad_nested.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp_path / "bad_digits.json").write_text(
+        '{"schema": "ampbook.train", "n": ' + "7" * 5000 + "}"
+    )
+    (tmp_path / "bad_deep_object.json").write_text(
+        '{"schema": "ampbook.loader_sweep/1", "x": ' + '{"a": ' * 100 + "1" + "}" * 101
+    )
+    good = load_results_dir(FIXTURES)
+    capsys.readouterr()
+    rs = load_results_dir(tmp_path)
+    err = capsys.readouterr().err.splitlines()
+    reasons = {Path(i.path).name: i.reason for i in rs.ignored}
+    expected = {f"bad_{n}.json": words for n, (_, words) in IMPOSSIBLE.items()}
+    expected |= {
+        "bad_nested.json": "nested more than",
+        "bad_digits.json": "5,000 digits",
+        "bad_deep_object.json": "nested more than",
+    }
+    assert set(reasons) == set(expected)
+    for name, words in expected.items():
+        assert name in reasons[name] and words in reasons[name], reasons[name]
+    # one line each on stderr, naming the file and why
+    assert len(err) == len(expected)
+    for line in err:
+        assert line.startswith("results: skipped ") and "bad_" in line
+    # the good files beside them are all read
+    assert len(rs.train_runs) == len(good.train_runs)
+    assert len(rs.layer_profiles) == len(good.layer_profiles)
+    assert len(rs.ladders) == len(good.ladders) == 1
+    assert len(rs.pairs()) == len(good.pairs()) > 0
+    # the readers of a folder beyond the chapters: the calibration's
+    from ampbook.calibration import launch_floor, profile_references
+
+    profile_references(tmp_path)
+    launch_floor(tmp_path)
+
+
+def test_two_records_of_one_setting_are_an_error_naming_both(tmp_path, capsys):
+    for f in FIXTURES.glob("*.json"):
+        shutil.copy(f, tmp_path)
+    copy = tmp_path / "zz_copy_of_amp_fp16.json"
+    shutil.copy(FIXTURES / TRAIN, copy)
+    rs = load_results_dir(tmp_path)
+    reasons = {Path(i.path).name: i.reason for i in rs.ignored}
+    assert set(reasons) == {TRAIN, copy.name}
+    for reason in reasons.values():
+        assert TRAIN in reason and copy.name in reason and "one setting" in reason
+    good = load_results_dir(FIXTURES, report=False)
+    assert len(rs.train_runs) == len(good.train_runs) - 1
+    assert len(rs.pairs()) < len(good.pairs())
+    runs = [read_file(FIXTURES / TRAIN), read_file(copy)]
+    with pytest.raises(ResultsError, match="two records of one setting") as err:
+        pair_runs(runs)
+    assert TRAIN in str(err.value) and copy.name in str(err.value)

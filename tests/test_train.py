@@ -19,6 +19,7 @@ from ampbook.train import (
     ConfigError,
     NonFiniteLossError,
     TrainConfig,
+    TrainError,
     build_parser,
     command_line,
     config_from_args,
@@ -387,3 +388,27 @@ def test_bench_step_compares_the_runner_with_a_bare_loop_doing_the_same_work():
     assert (
         o["ratio"] == pytest.approx(o["runner_s"] / o["bare_s"]) and o["runner_s"] > 0
     )
+
+
+def test_an_epoch_that_learned_nothing_stops_the_run(tmp_path):
+    # lr=1e30: epoch 1's first update blows the weights up; from then on every loss
+    # is non-finite and every step is skipped, which max_nonfinite (set high) does not
+    # catch: epoch 2 learned nothing, and the run says so instead of "complete".
+    cfg = TrainConfig(
+        **TINY,
+        epochs=3,
+        batch_size=1,
+        synthetic_train=4,
+        synthetic_val=2,
+        lr=1e30,
+        max_nonfinite=10_000,
+        out=str(tmp_path),
+    )
+    with pytest.raises(TrainError, match="learned nothing") as err:
+        run_training(cfg)
+    assert "stopped after epoch 2" in str(err.value)
+    r = json.loads((tmp_path / f"{run_name(cfg)}.json").read_text())
+    assert r["status"] == "stopped: nothing learned"
+    assert r["stopped"]["epoch"] == 2 and "learned nothing" in r["stopped"]["message"]
+    assert [e["epoch"] for e in r["epochs"]] == [1, 2]
+    assert r["epochs"][0]["optimizer_steps"] >= 1

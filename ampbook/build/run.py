@@ -412,6 +412,18 @@ def _kernel_manager_class():
             await super()._async_post_start_kernel(**kw)
             started.append(self)
 
+        async def _async_interrupt_kernel(self):
+            # jupyter_client's shutdown interrupts the kernel (SIGINT) before it
+            # asks it to shut down. The kernel is idle then (its cells ran, or the
+            # runner's own Ctrl-C already stopped the running one), so the signal
+            # only lands in its event loop, which logs "KeyboardInterrupt caught in
+            # kernel" to stderr when it arrives at the wrong moment (under load). The
+            # shutdown request (then SIGTERM, SIGKILL after shutdown_wait_time) ends
+            # the kernel without it.
+            if getattr(self, "shutting_down", False):
+                return
+            await super()._async_interrupt_kernel()
+
     return RecordingKernelManager, started
 
 

@@ -641,6 +641,14 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
                 if cfg.overwrite:  # the first record is written: the old files go
                     discard_replaced(out, name)
             _say(cfg, res, epoch_line(cfg, rec))
+            why = learned_nothing(rec)
+            if res.world_size > 1:  # every process stops, or none
+                flag = torch.tensor([1.0 if why else 0.0], device=res.device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                if flag.item() and not why:
+                    why = "another process's epoch learned nothing"
+            if why:
+                raise NothingLearned(why)
         if save_dir is not None and writer and start_epoch > cfg.epochs:
             evaluate(
                 tr.net, val_loader, tr.step, save_dir
@@ -651,6 +659,12 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         if writer and json_path is not None:
             write_results(record, json_path)
             record["json_path"] = str(json_path)
+    except NothingLearned as err:
+        kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("stopped: nothing learned", epoch, str(err))
+        raise TrainError(
+            f"{err}. The run stopped after epoch {epoch}; {kept}"
+        ) from None
     except NonFiniteLossError as err:
         c = tr.step.counters
         stop(
@@ -689,6 +703,33 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             f"could not write {what}{err.strerror or err} in epoch {epoch}; {kept}"
         ) from None
     return clean(record)
+
+
+class NothingLearned(Exception):
+    """An epoch in which the model learned nothing (``learned_nothing``)."""
+
+
+def learned_nothing(rec: dict) -> str | None:
+    """Why an epoch's record shows the run learned nothing, or None: no optimizer
+    step was taken (every step skipped on non-finite gradients), or no step had a
+    finite loss (NaN on every batch: with no labelled pixel, every label the ignore
+    index, the loss is 0/0)."""
+    steps = rec.get("steps") or 0
+    loss = rec.get("train_loss")
+    no_loss = loss is None or not math.isfinite(loss)
+    if steps and no_loss:
+        return (
+            f"epoch {rec['epoch']} learned nothing: no step of its {steps} had a "
+            "finite loss (does the data have labelled pixels? a label set that is "
+            "all ignore (255) gives a NaN loss on every batch)"
+        )
+    if steps and rec.get("optimizer_steps") == 0:
+        return (
+            f"epoch {rec['epoch']} learned nothing: all {steps} optimizer steps were "
+            "skipped on non-finite gradients (the weights may be NaN: start the "
+            "run again rather than resuming it)"
+        )
+    return None
 
 
 @cli.command("python -m ampbook.train")

@@ -9,14 +9,12 @@ killed before that has them put back by the next run of the name."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import socket
 from pathlib import Path
 
 from ampbook import cli
 from ampbook.train.config import ConfigError, TrainConfig
-from ampbook.train.record import earlier_record, now
+from ampbook.train.record import earlier_record
 
 REPLACED = ".replaced"  # suffix of an earlier run's file moved aside by --overwrite
 
@@ -57,44 +55,22 @@ class RunLock:
 
     def __init__(self, path: Path, name: str):
         self.path = Path(path)
-        while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as err:
-                raise ConfigError(
-                    f"cannot write in {self.path.parent}: {err.strerror}; choose "
-                    "a writable folder for --out"
-                ) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder = (
-                    os.read(fd, 300).decode(errors="replace").strip()
-                    or "unknown process"
-                )
-                os.close(fd)
-                raise ConfigError(
-                    f"run {name!r} in {self.path.parent} is in use by another "
-                    f"process ({holder}); wait for it to end, or choose another "
-                    "--name"
-                ) from None
-            try:  # the previous holder may have removed the file between open and flock
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(
-            fd, f"pid {os.getpid()} on {socket.gethostname()} since {now()}\n".encode()
-        )
-        self.fd = fd
+        try:
+            self.fd = cli.hold_lock(self.path)
+        except cli.LockBusy as err:
+            raise ConfigError(
+                f"run {name!r} in {self.path.parent} is in use by another "
+                f"process ({err.holder}); wait for it to end, or choose another "
+                "--name"
+            ) from None
+        except OSError as err:
+            raise ConfigError(
+                f"cannot write in {self.path.parent}: {err.strerror}; choose "
+                "a writable folder for --out"
+            ) from None
 
     def release(self) -> None:
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-        os.close(self.fd)
+        cli.release_lock(self.path, self.fd)
 
 
 def checkpoint_room() -> int:

@@ -4,7 +4,8 @@ every epoch, and reads back on resume.
 Results schema (``SCHEMA_VERSION`` 1; also in ``data/results/README.md``)
 -------------------------------------------------------------------------
 Top level: ``schema`` ("ampbook.train"), ``schema_version``, ``name``, ``status``
-("running", "complete", "stopped: non-finite loss", "interrupted", "failed"),
+("running", "complete", "stopped: non-finite loss", "stopped: nothing learned",
+"interrupted", "failed"),
 ``started`` (the first start; kept on resume)/``finished`` (ISO 8601 UTC), ``resumed``
 (``at``, ``after_epoch``: one per resumption), ``config`` (every ``TrainConfig`` field),
 ``resolved`` (what the settings resolved to: ``device``, ``autocast_dtype`` (null for
