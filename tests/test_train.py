@@ -412,3 +412,20 @@ def test_an_epoch_that_learned_nothing_stops_the_run(tmp_path):
     assert r["stopped"]["epoch"] == 2 and "learned nothing" in r["stopped"]["message"]
     assert [e["epoch"] for e in r["epochs"]] == [1, 2]
     assert r["epochs"][0]["optimizer_steps"] >= 1
+
+
+def test_skipped_steps_of_a_scalers_search_are_not_a_run_that_learned_nothing():
+    """A short fp16 epoch can skip every step while its GradScaler halves the scale
+    down from 2**16 (chapter 3's smoke run: 2 steps, both skipped): that is the search,
+    not a broken run. The same skips with the scale below 1, or with no scaler (bf16,
+    fp32: a skip there is a non-finite gradient), are."""
+    from ampbook.train.loop import learned_nothing
+
+    epoch = {"epoch": 1, "steps": 2, "train_loss": 2.9, "optimizer_steps": 0}
+    assert learned_nothing(dict(epoch, loss_scale=2.0**14)) is None
+    assert "learned nothing" in learned_nothing(dict(epoch, loss_scale=0.5))
+    assert "learned nothing" in learned_nothing(dict(epoch, loss_scale=None))
+    assert learned_nothing(dict(epoch, optimizer_steps=1, loss_scale=None)) is None
+    assert "finite loss" in learned_nothing(
+        dict(epoch, train_loss=None, loss_scale=2.0**16)
+    )

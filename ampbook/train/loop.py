@@ -711,7 +711,8 @@ class NothingLearned(Exception):
 
 def learned_nothing(rec: dict) -> str | None:
     """Why an epoch's record shows the run learned nothing, or None: no optimizer
-    step was taken (every step skipped on non-finite gradients), or no step had a
+    step was taken (every step skipped on non-finite gradients, beyond what a
+    GradScaler's search for its scale explains), or no step had a
     finite loss (NaN on every batch: with no labelled pixel, every label the ignore
     index, the loss is 0/0)."""
     steps = rec.get("steps") or 0
@@ -723,7 +724,12 @@ def learned_nothing(rec: dict) -> str | None:
             "finite loss (does the data have labelled pixels? a label set that is "
             "all ignore (255) gives a NaN loss on every batch)"
         )
-    if steps and rec.get("optimizer_steps") == 0:
+    scale = rec.get("loss_scale")
+    # a GradScaler skips the steps whose scaled gradients overflow and halves its scale
+    # each time, from 2**16: while the scale is still at least 1, skipped steps are its
+    # normal search for a scale (a short epoch can be all search), not a broken run
+    searching = scale is not None and math.isfinite(scale) and scale >= 1.0
+    if steps and rec.get("optimizer_steps") == 0 and not searching:
         return (
             f"epoch {rec['epoch']} learned nothing: all {steps} optimizer steps were "
             "skipped on non-finite gradients (the weights may be NaN: start the "
