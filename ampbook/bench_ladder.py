@@ -1380,7 +1380,7 @@ def targets_apply(ladder: Ladder) -> bool:
 
 
 def format_targets(ladder: Ladder) -> str:
-    head = ["targets (issue 18, set for an H200 at 1024x512, batch 6):"]
+    head = ["targets (set for an H200 at 1024x512, batch 6):"]
     if not targets_apply(ladder):
         head.append(
             textwrap.fill(

@@ -740,13 +740,27 @@ def write_reader_copies(
             context[source.stem] = read_source(source)
     index = book_index(context, book_dir)
     stems = stems if stems is not None else list(notebooks)
+
+    def make(stem: str):
+        if stem not in notebooks:
+            raise ReaderCopyError(f"no executed notebook {stem}.ipynb")
+        return reader_copy(notebooks[stem], stem, index, profile)
+
+    return write_copies(make, stems, out_dir, errors)
+
+
+def write_copies(make, stems, out_dir: Path, errors: list[str] | None) -> list[Path]:
+    """``make(stem)``'s notebook written to ``out_dir/stem.ipynb`` for each stem (to a
+    temporary name first, so a stopped write leaves no half copy). A ReaderCopyError
+    raises, naming the stem, or with ``errors`` given is appended to it and costs that
+    copy only."""
+    import nbformat
+
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for stem in stems:
         try:
-            if stem not in notebooks:
-                raise ReaderCopyError(f"no executed notebook {stem}.ipynb")
-            copy_nb = reader_copy(notebooks[stem], stem, index, profile)
+            nb = make(stem)
         except ReaderCopyError as err:
             if errors is None:
                 raise ReaderCopyError(f"{stem}: {err}") from None
@@ -754,7 +768,7 @@ def write_reader_copies(
             continue
         path = out_dir / f"{stem}.ipynb"
         tmp = path.with_name(f".{path.name}.tmp")
-        nbformat.write(copy_nb, tmp)
+        nbformat.write(nb, tmp)
         tmp.replace(path)
         written.append(path)
     return written

@@ -162,31 +162,19 @@ def write_run_along_copies(
     ``out_dir``, same stem. Figures, titles and labels of the other chapters are read
     from ``notebooks/``. A reference that does not resolve raises ReaderCopyError, or
     with ``errors`` given is appended to it and costs that copy only."""
-    import nbformat
 
     from ampbook.build.run import all_notebooks, read_source
 
     notebooks = {s.stem: read_source(s) for s in all_notebooks()}
     notebooks.update({Path(s).stem: read_source(Path(s)) for s in sources})
     index = reader.book_index(notebooks)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for source in sources:
-        stem = Path(source).stem
-        try:
-            nb = run_along_copy(notebooks[stem], stem, index)
-        except reader.ReaderCopyError as err:
-            if errors is None:
-                raise reader.ReaderCopyError(f"{stem}: {err}") from None
-            errors.append(f"{stem}: {err}")
-            continue
-        path = out_dir / f"{stem}.ipynb"
-        tmp = path.with_name(f".{path.name}.tmp")
-        nbformat.write(nb, tmp)
-        tmp.replace(path)
-        written.append(path)
-    return written
+    stems = [Path(source).stem for source in sources]
+    return reader.write_copies(
+        lambda stem: run_along_copy(notebooks[stem], stem, index),
+        stems,
+        Path(out_dir),
+        errors,
+    )
 
 
 # --- in the kernel -------------------------------------------------------------------
