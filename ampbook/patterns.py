@@ -571,7 +571,7 @@ def check_ddp(
     seed: int = 0,
     wrap: bool = True,
 ) -> DDPCheck:
-    """``world`` gloo processes (``torch.multiprocessing``, forked) train with
+    """``world`` gloo processes (``torch.multiprocessing``, spawned) train with
     ``train_steps`` on their shares of ``steps`` batches of ``batch``; this process
     trains the same model on the whole batches. The weights after, compared per dtype
     (``rounding_tolerance``, relative to the largest weight)."""
@@ -598,7 +598,9 @@ def check_ddp(
             ddp_worker,
             args=(world, init, out, names, steps, batch, size, seed, wrap),
             nprocs=world,
-            start_method="fork",
+            # spawned, not forked: a process that has already run autograd (its
+            # worker threads started) cannot fork a child that runs it again
+            start_method="spawn",
         )
         theirs = torch.load(out, weights_only=True)
     seconds = time.perf_counter() - start

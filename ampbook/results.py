@@ -1425,7 +1425,7 @@ def _one_line(text: str, most: int = 300) -> str:
 
 def _drop_repeats(rs: ResultSet) -> None:
     """Two complete training runs of one setting and mode, or two layer profiles of
-    one GPU, size and mode, cannot both be the measurement: both go to ``ignored``,
+    one GPU, size, mode and memory format, cannot both be the measurement: both go to ``ignored``,
     each naming the other (which one the book shows is not left to file order)."""
 
     def drop(items: list, key) -> list:
@@ -1454,5 +1454,12 @@ def _drop_repeats(rs: ResultSet) -> None:
     )
     rs.layer_profiles = drop(
         rs.layer_profiles,
-        lambda lp: (lp.device_name, lp.batch_size, lp.height, lp.width, lp.mode),
+        lambda lp: (
+            lp.device_name,
+            lp.batch_size,
+            lp.height,
+            lp.width,
+            lp.mode,
+            bool(lp.record.get("channels_last")),
+        ),
     )

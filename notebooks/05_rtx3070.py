@@ -16,11 +16,10 @@
 # %% [markdown]
 # # The RTX 3070 result, reproduced and explained
 #
-# The blog post this book grew from {cite:p}`rtx3070post` trained ERFNet on a GeForce
-# RTX 3070 with and without automatic mixed precision: AMP saved about a quarter of the
-# memory and no time, and the post left the reason open. This chapter recovers the
-# setting it did not state, bounds what the 3070 could do, and holds the two
-# explanations on offer against the evidence.
+# The blog post this book grew from {cite:p}`rtx3070post` trained ERFNet on an RTX 3070
+# with and without AMP: about a quarter of the memory saved, no time, no reason given.
+# This chapter recovers the setting the post did not state, bounds what the 3070 could
+# do, and tests the two explanations on offer.
 #
 # :::{admonition} In short
 # If the post's memory figures track allocated memory, they fit batch {glue:text}`ch5_B`
@@ -40,10 +39,10 @@
 # :::
 #
 # **What you will learn**: a per-layer {term}`roofline` bound on the step; why a ratio
-# of two lower bounds is not an upper bound; how to recover a setting from two memory
-# figures; whether the GPU or the DataLoader sets an epoch's pace; a checklist for AMP
-# without a speedup. **What you need**: the tools of chapters 2 and 3 and a few minutes
-# of CPU; no GPU (committed GPU runs appear beside this machine's).
+# of two lower bounds is not an upper bound; a setting recovered from two memory figures;
+# whether the GPU or the DataLoader sets the pace; a checklist for AMP without a
+# speedup. **What you need**: chapters 2 and 3's tools and a few minutes of CPU
+# (committed GPU runs appear beside this machine's).
 
 # %% tags=["parameters", "remove-cell"]
 device = "auto"  # where this machine's runs and checks go: "auto", "cpu" or "cuda"
