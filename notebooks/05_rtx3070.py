@@ -29,13 +29,11 @@
 # {glue:text}`ch5_W2`x{glue:text}`ch5_H2`). There the cost model predicts at least
 # {glue:text}`ch5_min_fp32:.3g` s for an fp32 epoch and {glue:text}`ch5_min_amp:.3g` s
 # for an AMP one: {glue:text}`ch5_model_speedup:.2f`x at equal shares of the bounds, a
-# ratio, not a ceiling (ResNet-50 on an A100 published {glue:text}`ch5_rn_meas:.2f`x,
-# AMP in {glue:text}`ch5_rn_amp_fmt` against TF32 in {glue:text}`ch5_rn_base_fmt`, at a
-# bounds' ratio of {glue:text}`ch5_rn_ratio:.2f`x). A 2020 3070 user timed both
-# explanations: equal epochs (the loader) and an AMP step
+# ratio, not a ceiling. A 2020 3070 user timed both explanations: equal epochs (the
+# loader) and an AMP step
 # {glue:text}`ch5_ev_slow_lo:.1f`-{glue:text}`ch5_ev_slow_hi:.1f`x slower than fp32's
 # (that year's software). {glue:md}`ch5_gpu_short` Which set the post's epoch its
-# numbers cannot say; {doc}`07_making_amp_pay` takes today's step apart.
+# numbers cannot say.
 # :::
 #
 # **What you will learn**: a per-layer {term}`roofline` bound on the step; why a ratio
