@@ -1017,7 +1017,7 @@ def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
     def reading(ratio: float, ratios: list[float], spread: str) -> tuple[str, bool]:
         judged = _ratio_pace(ratios)
         rng = (
-            f", {spread} {min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""
+            f", {spread} {min(ratios):.3f}-{max(ratios):.3f}" if len(ratios) > 1 else ""
         )
         return f"bf16 / fp16 {ratio:.2f}{rng}: {judged}", judged == "fp16 faster"
 

@@ -405,7 +405,7 @@ md(patterns.choice_verdict(gpu, here))
 #    its epoch-to-epoch spread is not a speed-up (`ampbook.findings.pace` judges it,
 #    as the line above does). On the committed {glue:text}`gpu_name` runs bf16's step
 #    took {glue:text}`gpu_ratio:.2f` times fp16's (per epoch
-#    {glue:text}`gpu_ratio_lo:.2f`-{glue:text}`gpu_ratio_hi:.2f`), their final val
+#    {glue:text}`gpu_ratio_lo:.3f`-{glue:text}`gpu_ratio_hi:.3f`), their final val
 #    pixel accuracies {glue:text}`acc_gap:.3f` apart, and the scaler skipped
 #    {glue:text}`gpu_skipped` steps in the whole fp16 run (the GPU lines): there fp16
 #    would cost nothing in accuracy, and the line above says whether it was faster.
