@@ -252,9 +252,9 @@ fn = [
     patterns.check_custom_function(cast_inputs=c, dtype=dtype, seed=seed)
     for c in (torch.float32, None)
 ]
-md("\n\n".join(f.verdict() for f in fn))
 md(
-    "With the cast the forward computed in fp32 and its output was "
+    "\n\n".join(f.verdict() for f in fn)
+    + "\n\nWith the cast the forward computed in fp32 and its output was "
     + ("finite" if fn[0].output_finite else "not finite")
     + f"; without it the forward computed in {fn[1].received} and its output was "
     + (
@@ -532,7 +532,6 @@ glue_all(
     ckpt_time=mem[2].step_s / mem[0].step_s,
     erfnet_weights=sum(p.numel() for p in ERFNet(NUM_CLASSES).parameters()),
 )
-md(patterns.memory_verdict(mem))
 stored = [
     patterns.block_input_dtypes(
         erfnet_height, erfnet_width, torch.bfloat16, fp16_stream=s, seed=seed
@@ -544,7 +543,8 @@ glue_all(
     amp_mem=mem[1].peak_bytes / mem[0].peak_bytes,
 )
 md(
-    "The block inputs checkpointing stores under autocast (bf16), counted by dtype "
+    patterns.memory_verdict(mem)
+    + "\n\nThe block inputs checkpointing stores under autocast (bf16), counted by dtype "
     f"per part (measured here): {patterns.stored_inputs_text(stored[0])}; with "
     f"ERFNet's `fp16_stream` option on: {patterns.stored_inputs_text(stored[1])}."
 )
