@@ -18,6 +18,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
+from statistics import median
 
 import torch
 import torch.nn.functional as F
@@ -366,7 +367,10 @@ def exp_sum_log(device_type, cast_inputs=torch.float32):
         @torch.amp.custom_fwd(device_type=device_type, cast_inputs=cast_inputs)
         def forward(ctx, x):
             ExpSumLog.received = x.dtype  # what the forward got (for the check)
-            e = x.exp()
+            # exp on the tensor as received: CUDA's autocast would run exp in fp32
+            # of its own accord (its fp32 list), the CPU's would not
+            with torch.autocast(device_type, enabled=False):
+                e = x.exp()
             total = e.sum(-1, keepdim=True)
             ctx.save_for_backward(e, total)
             return total.log().squeeze(-1)
@@ -793,6 +797,32 @@ def check_compile(
     )
 
 
+def compile_reading(c: CompileCheck) -> str:
+    """What ``check_compile`` shows of the casts, in words true of the backend that
+    ran: the casts in the compiled forward graph against the eager forward's, and
+    whether inductor compiled them into kernels."""
+    kept = (
+        "every cast autocast makes"
+        if c.graph_casts["forward"] == c.eager_casts
+        else f"{c.graph_casts['forward']} of the eager forward's {c.eager_casts} casts"
+    )
+    head = (
+        f"Compilation kept {kept} in its forward graph "
+        f"({c.graph_casts['forward']} casts, {c.graph_casts['backward']} in the "
+        "backward graph)"
+    )
+    if c.kernels is not None:
+        return (
+            f"{head}, and inductor compiled the graphs, casts included, into "
+            f"{c.kernels} kernels (measured here)."
+        )
+    return (
+        f"{head}; the backend that ran, {c.backend}, runs the graphs' operators one "
+        "by one, casts included, so nothing was fused here (inductor, which needs a "
+        "C++ compiler, compiles the graphs into kernels of its own)."
+    )
+
+
 def ladder_compile_rows(ladders) -> list[tuple]:
     """Rung 5 (``torch.compile``) beside rung 4 of each committed GPU ladder: (GPU,
     precision, rung-4 step s, rung-5 step s, rung 4 / rung 5)."""
@@ -894,6 +924,53 @@ def memory_rows(
     return rows
 
 
+def block_input_dtypes(
+    height: int = 32,
+    width: int = 64,
+    dtype: torch.dtype = torch.bfloat16,
+    fp16_stream: bool = False,
+    seed: int = 0,
+) -> dict[str, dict[str, int]]:
+    """The dtypes of the inputs ``checkpoint_blocks`` would store: per part of ERFNet
+    (``encoder``, ``decoder``), how many of its blocks received each dtype in one
+    forward under CPU autocast in ``dtype`` (``fp16_stream``: ERFNet's option)."""
+    from ampbook.data import NUM_CLASSES
+    from ampbook.model import ERFNet
+
+    torch.manual_seed(seed)
+    model = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
+    seen: dict[str, dict[str, int]] = {"encoder": {}, "decoder": {}}
+
+    def record(part):
+        def hook(_module, args):
+            name = torch_name(args[0].dtype)
+            seen[part][name] = seen[part].get(name, 0) + 1
+
+        return hook
+
+    hooks = [
+        block.register_forward_pre_hook(record(part))
+        for part in seen
+        for block in getattr(model, part).layers
+    ]
+    g = torch.Generator().manual_seed(seed)
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+            model(torch.randn(1, 3, height, width, generator=g))
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def stored_inputs_text(seen: dict[str, dict[str, int]]) -> str:
+    """``block_input_dtypes`` in words: "encoder 16 float32; decoder ..."."""
+    return "; ".join(
+        f"{part} " + ", ".join(f"{n} {d}" for d, n in sorted(counts.items()))
+        for part, counts in seen.items()
+    )
+
+
 # --- fp16 or bf16 ---------------------------------------------------------------------
 
 
@@ -910,34 +987,68 @@ def flushed_fractions(grads: list[torch.Tensor]) -> dict[str, float]:
     }
 
 
-def choice_verdict(gpu: dict, here: dict[str, float]) -> str:
-    """The one-line reading of the fp16/bf16 table: which 16-bit type's step was
-    faster on the committed GPU (``gpu``: ``gpu_16bit_runs``, empty when none) and on
-    this machine (``here``: step seconds per ``amp-fp16``/``amp-bf16``)."""
+def _ratio_pace(ratios) -> str:
+    """``ampbook.findings.pace`` of bf16 / fp16 step ratios (above 1: fp16 faster)
+    in words about fp16, or "not judged" with fewer than two ratios."""
+    from ampbook.findings import pace
+
+    if len(ratios) < 2:
+        return "not judged: one timed step each, no spread"
+    verdict = pace(ratios)
+    return {"faster": "fp16 faster", "slower": "bf16 faster"}.get(verdict, verdict)
+
+
+def gpu_step_ratios(gpu: dict) -> list[float]:
+    """bf16 / fp16 step time epoch by epoch of ``gpu_16bit_runs``' two runs (the
+    timed epochs they share)."""
+    pairs = zip(gpu["amp-bf16"].timed_epochs(), gpu["amp-fp16"].timed_epochs())
+    return [b["step_s"] / f["step_s"] for b, f in pairs]
+
+
+def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
+    """The reading of the fp16/bf16 table and the decision it gives: the bf16 / fp16
+    step ratio on the committed GPU (``gpu``: ``gpu_16bit_runs``, empty when none)
+    with its per-epoch range, and on this machine (``here``: the timed steps' seconds
+    per ``amp-fp16``/``amp-bf16``) with the range over its timed steps, each judged by
+    ``ampbook.findings.pace``: fp16 only where it was faster in every epoch (every
+    pair of timed steps), else bf16."""
     from ampbook.devices import display_name
 
-    def faster(steps: dict[str, float]) -> str:
-        f, b = steps["amp-fp16"], steps["amp-bf16"]
-        if abs(f - b) <= 0.05 * min(f, b):
-            return f"fp16 and bf16 within 5% of each other (bf16 / fp16 {b / f:.2f})"
-        win = "bf16" if b < f else "fp16"
-        return f"{win} faster (bf16 / fp16 {b / f:.2f})"
+    def reading(ratio: float, ratios: list[float], spread: str) -> tuple[str, bool]:
+        judged = _ratio_pace(ratios)
+        rng = (
+            f", {spread} {min(ratios):.3f}-{max(ratios):.3f}" if len(ratios) > 1 else ""
+        )
+        return f"bf16 / fp16 {ratio:.2f}{rng}: {judged}", judged == "fp16 faster"
 
-    on_gpu = "no committed GPU run to compare"
+    parts = []
     if gpu:
         name = display_name(gpu["amp-fp16"].device_name)
-        steps = {m: r.step_s for m, r in gpu.items()}
-        on_gpu = f"on the {name}, {faster(steps)} (measured, committed chapter 3 runs)"
+        ratios = gpu_step_ratios(gpu)
+        text, fp16 = reading(
+            gpu["amp-bf16"].step_s / gpu["amp-fp16"].step_s, ratios, "per epoch"
+        )
+        pick = "fp16 with a GradScaler" if fp16 else "bf16"
+        parts.append(
+            f"on the {name}, {text} (measured, committed chapter 3 runs), so the rule "
+            f"below picks {pick} there"
+        )
+    else:
+        parts.append("no committed GPU run to compare")
+    f, b = here["amp-fp16"], here["amp-bf16"]
+    ends = [min(b) / max(f), max(b) / min(f)] if min(len(f), len(b)) > 1 else []
+    text, _ = reading(median(b) / median(f), ends, "over the timed steps")
+    parts.append(f"on this machine, {text} (measured now)")
     return (
-        f"Step time: {on_gpu}; on this machine, {faster(here)} (measured now). "
-        "Where the two are close, bf16 wins: it needs no GradScaler and skips no "
-        "steps."
+        "Step time: " + "; ".join(parts) + ". The rule: fp16 only where its step was "
+        "faster in every epoch (every timed step); inside the spread, bf16, which "
+        "needs no GradScaler and skips no steps."
     )
 
 
-def seconds_per_step(model, images, labels, dtype, repeats: int = 1) -> float:
-    """Median seconds of one forward and backward of ``model`` under CPU autocast in
-    ``dtype`` (no optimizer)."""
+def step_times(model, images, labels, dtype, repeats: int = 1) -> tuple[float, ...]:
+    """Seconds of each of ``repeats`` timed forward and backward passes of ``model``
+    under CPU autocast in ``dtype`` (no optimizer), after one warm-up."""
     from ampbook.timing import benchmark
 
     def step():
@@ -946,7 +1057,7 @@ def seconds_per_step(model, images, labels, dtype, repeats: int = 1) -> float:
             loss = F.cross_entropy(model(images), labels, ignore_index=255)
         loss.backward()
 
-    return benchmark(step, warmup=1, repeats=repeats, number=1, min_time=0.0).median_s
+    return benchmark(step, warmup=1, repeats=repeats, number=1, min_time=0.0).times_s
 
 
 def memory_verdict(rows: list[MemoryRow]) -> str:
@@ -982,8 +1093,8 @@ def choice_rows(
 ) -> list[tuple]:
     """The fp16-or-bf16 table: (what, fp16, bf16, kind and source) per line.
     ``flushed``: ``flushed_fractions`` of this machine's gradients; ``skipped_here``
-    of ``steps_here`` GradScaler steps; ``gpu``: ``gpu_16bit_runs``; ``here``: step
-    seconds per ``amp-fp16``/``amp-bf16`` on this machine."""
+    of ``steps_here`` GradScaler steps; ``gpu``: ``gpu_16bit_runs``; ``here``: the
+    timed steps' seconds per ``amp-fp16``/``amp-bf16`` on this machine."""
     f16, b16 = get_format("fp16"), get_format("bf16")
     ch1 = "computed: ampbook.formats (chapter 1)"
     rows = [
@@ -1020,7 +1131,12 @@ def choice_rows(
                 f"{b.skipped_steps} (no scaler)",
                 src,
             ),
-            ("GPU step (s)", f"{f.step_s:.3f}", f"{b.step_s:.3f}", src),
+            (
+                "GPU step (ms)",
+                f"{f.one_step_s * 1e3:.1f}",
+                f"{b.one_step_s * 1e3:.1f}",
+                src,
+            ),
             (
                 "GPU final val pixel accuracy",
                 f"{f.final_val_pixel_accuracy:.3f}",
@@ -1030,10 +1146,10 @@ def choice_rows(
         ]
     rows.append(
         (
-            "this machine's step (s)",
-            f"{here['amp-fp16']:.3g}",
-            f"{here['amp-bf16']:.3g}",
-            "measured here: ERFNet forward+backward",
+            "this machine's step (ms)",
+            f"{median(here['amp-fp16']) * 1e3:.1f}",
+            f"{median(here['amp-bf16']) * 1e3:.1f}",
+            "measured here: ERFNet forward+backward, median",
         )
     )
     return rows

@@ -188,8 +188,10 @@ md("\n\n".join(s.verdict() for s in shared))
 # when they hold an inf or NaN. Where every loss reaches every model, an overflow in
 # any loss reaches every gradient and the optimizers skip together; where a loss
 # reaches one model only, only that model's optimizer skips and the other steps. The
-# one `update` sees the overflow either way and halves the scale once (an `update`
-# after each `step` would halve it once per optimizer).
+# one `update` sees the overflow either way and halves the scale once. An `update`
+# after each `step` would halve it once per optimizer, and would also change the scale
+# between two `step`s: the second optimizer's gradients, multiplied by the old scale
+# in the backward pass, would be divided by the new one.
 #
 # ## A gradient penalty
 #
@@ -240,20 +242,32 @@ print(inspect.getsource(patterns.exp_sum_log))
 # %% [markdown]
 # The check feeds it a 16-bit activation of 12 (a Linear layer's output under
 # autocast), once as written and once with `cast_inputs=None` (the decorator without
-# casting: the forward gets what it is given):
+# casting: the forward gets what it is given). The forward computes `exp` with
+# autocast off, on the tensor as received: CUDA's autocast would run `exp` in fp32 of
+# its own accord (it is on its fp32 list), the CPU's does not, and the check should
+# not depend on which:
 
 # %%
 fn = [
     patterns.check_custom_function(cast_inputs=c, dtype=dtype, seed=seed)
     for c in (torch.float32, None)
 ]
-md("\n\n".join(f.verdict() for f in fn))
+md(
+    "\n\n".join(f.verdict() for f in fn)
+    + "\n\nWith the cast the forward computed in fp32 and its output was "
+    + ("finite" if fn[0].output_finite else "not finite")
+    + f"; without it the forward computed in {fn[1].received} and its output was "
+    + (
+        "finite: exp(12) fits this type, so here the cast changes only the precision"
+        if fn[1].output_finite
+        else "infinite: exp(12) is above the type's largest finite value"
+    )
+    + "."
+)
 
 # %% [markdown]
-# With the cast the forward computes in fp32 and returns a finite value; without it,
-# `exp(12)` is above fp16's largest value and the output is infinite. The gradient
-# leaves the Function in the dtype of its input, so the layers before it see what
-# they would see without it.
+# The gradient leaves the Function in the dtype of its input, so the layers before it
+# see what they would see without it.
 #
 # ## Inference under autocast
 #
@@ -342,7 +356,7 @@ torch.nn.functional.cross_entropy(net(images), labels, ignore_index=255).backwar
 flushed = patterns.flushed_fractions([p.grad for p in net.parameters()])
 net.zero_grad(set_to_none=True)
 here = {
-    f"amp-{short}": patterns.seconds_per_step(net, images, labels, d, repeats)
+    f"amp-{short}": patterns.step_times(net, images, labels, d, repeats)
     for short, d in (("fp16", torch.float16), ("bf16", torch.bfloat16))
 }
 torch.manual_seed(seed)
@@ -360,6 +374,8 @@ if gpu:
     glue_all(
         gpu_name=display_name(gpu["amp-fp16"].device_name),
         gpu_ratio=gpu["amp-bf16"].step_s / gpu["amp-fp16"].step_s,
+        gpu_ratio_lo=min(patterns.gpu_step_ratios(gpu)),
+        gpu_ratio_hi=max(patterns.gpu_step_ratios(gpu)),
         gpu_skipped=gpu["amp-fp16"].skipped_steps,
         acc_gap=abs(
             gpu["amp-bf16"].final_val_pixel_accuracy
@@ -367,8 +383,14 @@ if gpu:
         ),
     )
 else:
+    nan = float("nan")
     glue_all(
-        gpu_name="no GPU", gpu_ratio=float("nan"), gpu_skipped=0, acc_gap=float("nan")
+        gpu_name="no GPU",
+        gpu_ratio=nan,
+        gpu_ratio_lo=nan,
+        gpu_ratio_hi=nan,
+        gpu_skipped=0,
+        acc_gap=nan,
     )
 md(patterns.choice_verdict(gpu, here))
 
@@ -379,12 +401,15 @@ md(patterns.choice_verdict(gpu, here))
 #    fp32's (the table's first two lines); without scaling no gradient rounds to zero
 #    where fp16 loses {glue:text}`fp16_flushed:.2%` of them (fourth line); there is no
 #    scaler to place and no step to skip (fifth line).
-# 2. **fp16 with a GradScaler where it is measurably faster.** On the committed
-#    {glue:text}`gpu_name` runs bf16's step took {glue:text}`gpu_ratio:.2f` times
-#    fp16's, their final val pixel accuracies {glue:text}`acc_gap:.3f` apart, and the
-#    scaler skipped
-#    {glue:text}`gpu_skipped` steps in the whole fp16 run (the GPU lines): there a
-#    faster fp16 costs nothing in accuracy. Measure your own step in both.
+# 2. **fp16 with a GradScaler where it is faster in every epoch.** A ratio inside
+#    its epoch-to-epoch spread is not a speed-up (`ampbook.findings.pace` judges it,
+#    as the line above does). On the committed {glue:text}`gpu_name` runs bf16's step
+#    took {glue:text}`gpu_ratio:.2f` times fp16's (per epoch
+#    {glue:text}`gpu_ratio_lo:.3f`-{glue:text}`gpu_ratio_hi:.3f`), their final val
+#    pixel accuracies {glue:text}`acc_gap:.3f` apart, and the scaler skipped
+#    {glue:text}`gpu_skipped` steps in the whole fp16 run (the GPU lines): there fp16
+#    would cost nothing in accuracy, and the line above says whether it was faster.
+#    Measure your own step in both, epoch by epoch.
 # 3. **A GPU without bf16 tensor cores: fp16 with a GradScaler.** The table of GPUs
 #    (`data/reference/devices.yml`, published) lists no bf16 tensor rate for
 #    {glue:text}`no_bf16`: there bf16 has no tensor-core rate of its own.
@@ -431,12 +456,12 @@ md_table(rows, ["", "measured here"])
 md(
     "Where the step breaks, as `torch._dynamo.explain` reports it: "
     + "; ".join(comp.break_reasons)
-    + "."
+    + ".\n\n"
+    + patterns.compile_reading(comp)
 )
 
 # %% [markdown]
-# Compilation keeps every cast autocast makes (the graph holds the same conversions as
-# the eager forward) and inductor fuses them into its kernels. The whole step with a
+# The whole step with a
 # GradScaler is not one graph: TorchDynamo traced it into {glue:text}`graphs` graphs
 # with {glue:text}`graph_breaks` breaks, for the reasons printed above. Compile the
 # model, as
@@ -507,7 +532,22 @@ glue_all(
     ckpt_time=mem[2].step_s / mem[0].step_s,
     erfnet_weights=sum(p.numel() for p in ERFNet(NUM_CLASSES).parameters()),
 )
-md(patterns.memory_verdict(mem))
+stored = [
+    patterns.block_input_dtypes(
+        erfnet_height, erfnet_width, torch.bfloat16, fp16_stream=s, seed=seed
+    )
+    for s in (False, True)
+]
+glue_all(
+    both_mem=mem[3].peak_bytes / mem[0].peak_bytes,
+    amp_mem=mem[1].peak_bytes / mem[0].peak_bytes,
+)
+md(
+    patterns.memory_verdict(mem)
+    + "\n\nThe block inputs checkpointing stores under autocast (bf16), counted by dtype "
+    f"per part (measured here): {patterns.stored_inputs_text(stored[0])}; with "
+    f"ERFNet's `fp16_stream` option on: {patterns.stored_inputs_text(stored[1])}."
+)
 
 # %% [markdown]
 # Checkpointing cut what the step holds to {glue:text}`ckpt_mem:.2f` of fp32's here,
@@ -516,8 +556,15 @@ md(patterns.memory_verdict(mem))
 # weight it casts (ERFNet has {glue:text}`erfnet_weights:,` weights), with or without
 # checkpointing; at a size this small the copies can outweigh the halved activations
 # (chapter 4 finds the crossover), and on this CPU its 16-bit kernels may be slower
-# than fp32's (the time column). At a training size the activations dominate, and the
-# two savings combine: checkpointing under autocast stores 16-bit block inputs.
+# than fp32's (the time column). Checkpointing under autocast stores each block's
+# input in the dtype it arrives in, and the encoder's residual stream stays fp32 under
+# autocast unless ERFNet's `fp16_stream` option is on (chapter 7's rung 4; the counts
+# above): in the reference ERFNet, autocast leaves the encoder's stored inputs
+# fp32. Here "both" used {glue:text}`both_mem:.2f` times fp32's memory, against
+# {glue:text}`ckpt_mem:.2f` for checkpointing alone and {glue:text}`amp_mem:.2f` for
+# autocast alone (measured, this size); at a training size the activations outweigh
+# the weight copies (chapter 4), and the combination is then worth measuring, with
+# `fp16_stream` on.
 #
 # ## Summary
 #
@@ -535,9 +582,11 @@ md(patterns.memory_verdict(mem))
 #   several processes differ from one.
 # - fp16 or bf16: bf16 where the hardware has it, fp16 with a scaler where it does not,
 #   and a measurement on a CPU (the table above).
-# - `torch.compile` keeps autocast's casts and fuses them; compile the model, not the
-#   step (the scaler breaks the graph).
-# - Checkpointing and AMP save memory in different ways and combine.
+# - `torch.compile` keeps autocast's casts in its graphs (inductor compiles them into
+#   its kernels); compile the model, not the step (the scaler breaks the graph).
+# - Checkpointing and AMP save memory in different ways; checkpointing stores each
+#   block's input in the dtype it arrives in, fp32 in ERFNet's encoder unless its
+#   `fp16_stream` option is on.
 #
 # ## Exercises
 #
