@@ -289,6 +289,8 @@ for ref in refs:
 md_table(ref_rows, ["network", "GPU", "from", "batch (32 / AMP)", "layout (32 / AMP)",
                     "32-bit share", "AMP share", "speedup (x)"],
          [None, None, None, None, None, ".0%", ".0%", None])
+
+# %% tags=["hide-input"]
 diff_batch = [f"{r[0]} on the {r[1]}" for r in ref_rows
               if r[3].split(" / ")[0] != r[3].split(" / ")[1]]
 md(" ".join(filter(None, [
@@ -415,6 +417,8 @@ for name, r in [*reports.items(), (f"ResNet-50, batch {small_batch}", small)]:
 md_table(launch_rows, ["network", "fp32 kernels", "AMP kernels", "AMP floor (ms)",
                        "AMP kernel time, predicted (ms)"], [None, None, None, ".3g",
                                                              ".3g"])
+
+# %% tags=["hide-input"]
 above = [r[0] for r in launch_rows if r[3] >= r[4]]
 below = [r[0] for r in launch_rows if r[3] < r[4]]
 md(f"On the {display_name(gpus[-1])}, " + (
