@@ -298,8 +298,9 @@ md(" ".join(filter(None, [
      "side's own batch and layout, so where the batches differ ("
      + ", ".join(diff_batch) + ") it is AMP, the layout and the batch together."
      if diff_batch else ""),
-    ("The source rounds its own speedup from unrounded throughputs, so it can differ "
-     "in the last digit: " + "; ".join(ref_notes) + "." if ref_notes else "")])))
+    ("The speedup here is the ratio of the throughputs as published; the source's "
+     "own speedup column differs from it in the last digit where it was worked out "
+     "otherwise: " + "; ".join(ref_notes) + "." if ref_notes else "")])))
 
 # %% [markdown]
 # A layer profile's AMP share here is not chapter 5's kernel efficiency of the same
