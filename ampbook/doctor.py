@@ -680,6 +680,16 @@ def cast_kernels(traces: dict[str, cm.StepTrace], precision: str) -> int:
     return casts(traces[precision]) - casts(traces["fp32"])
 
 
+def layout_kernels(traces: dict[str, cm.StepTrace], precision: str) -> int:
+    """The layout transposes an AMP step adds over fp32's: those ``with_memory_format``
+    models around every 16-bit convolution in NCHW (assumed, not traced)."""
+
+    def moves(tr: cm.StepTrace) -> int:
+        return sum(o.kernels for o in tr.ops if o.op == cm.LAYOUT_TRANSPOSE)
+
+    return moves(traces[precision]) - moves(traces["fp32"])
+
+
 # --------------------------------------------------------------------------------------
 # 2. memory
 # --------------------------------------------------------------------------------------
@@ -1167,7 +1177,11 @@ def _gist(lo: float, hi: float) -> str:
 
 
 def speedup_range_verdict(
-    gpu_name: str, precision: str, rng: dict[str, Any], casts: int | None = None
+    gpu_name: str,
+    precision: str,
+    rng: dict[str, Any],
+    casts: int | None = None,
+    transposes: int | None = None,
 ) -> str:
     """The expected AMP speedup on one GPU, in one line, from a calibrated range
     (``calibration.calibrated_range``): the range and how many references give it,
@@ -1208,7 +1222,9 @@ def speedup_range_verdict(
             f"{layout}, its bytes and kernels modelled, its kernels' speed not."
         )
     for m in rng.get("committed") or []:
-        line += f" Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']})."
+        other = m.get("same_setting") is False and rng.get("setting")
+        where = f", not this prediction's {rng['setting']}" if other else ""
+        line += f" Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']}{where})."
     launch = rng.get("launch")
     if launch and (launch.get("amp_bound") or launch.get("fp32_bound")):
         which = "AMP's" if launch.get("amp_bound") else "fp32's"
@@ -1216,7 +1232,17 @@ def speedup_range_verdict(
         kernels = kernels or launch["fp32_kernels"]
         floor = launch["amp_floor_s"] if launch.get("amp_bound") else None
         floor = floor or launch["fp32_floor_s"]
-        cast = f" (its casts add {casts})" if casts and which == "AMP's" else ""
+        added = [f"its casts add {casts}"] if casts else []
+        if transposes:
+            added.append(f"the layout transposes assumed in NCHW {transposes}")
+        more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
+        if added and more:
+            added.append(f"other operators {more:+d}")
+        cast = (
+            f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
+            if added and which == "AMP's"
+            else ""
+        )
         line += (
             f" Launch-bound: {which} {kernels} kernels{cast} need at least "
             f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each, "
@@ -1262,15 +1288,17 @@ def verdict_ranges(
             batch=batch,
         )
         casts = cast_kernels(traces, r["precision"])
+        moves = layout_kernels(traces, r["precision"])
         out.append(
             {
                 "gpu": r["gpu"],
                 "gpu_name": r["gpu_name"],
                 "precision": r["precision"],
                 "casts": casts,
+                "transposes": moves,
                 **rng,
                 "line": speedup_range_verdict(
-                    r["gpu_name"], r["precision"], rng, casts
+                    r["gpu_name"], r["precision"], rng, casts, moves
                 ),
             }
         )
@@ -1317,13 +1345,19 @@ def memory_warnings(
     return out
 
 
+def setting_text(batch: int, shape: Sequence[int]) -> str:
+    """A step's setting as the committed measurements name theirs."""
+    return f"batch {batch} x {_shape_text(shape)}"
+
+
 def committed_measurements(
     model: str, gpus: Sequence[str], results_dir=None, refs=None
 ) -> dict[str, list[dict[str, Any]]]:
     """What the committed results (``data/results/``) measured of ``model`` on each
     of ``gpus``: a layer-profile pair's kernel-time ratio (a reference of the same
     network and GPU) and, for the book's ERFNet, the training runs' step-time ratio
-    of amp-fp16 over fp32 with TF32. Empty where nothing was measured."""
+    of each AMP precision over fp32 with TF32. Each names its ``setting``
+    (``setting_text``). Empty where nothing was measured."""
     out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
     for ref in refs or []:
         if ref.kind == "profile" and ref.model == model and ref.gpu in out:
@@ -1332,6 +1366,7 @@ def committed_measurements(
                     "precision": "amp-fp16",
                     "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
                     "speedup": ref.measured_speedup,
+                    "setting": ref.setting,
                     "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
                     f"{ref.layout.get('16-bit')})",
                 }
@@ -1345,17 +1380,21 @@ def committed_measurements(
     except Exception:  # an unreadable results folder is the results module's to say
         pairs = []
     for q in pairs:
-        if q.amp.mode != "amp-fp16" or q.baseline.mode != "fp32-tf32":
+        if q.amp.mode not in AUTOCAST_DTYPES or q.baseline.mode != "fp32-tf32":
             continue
         key = table_key(q.setting.device_name)
         if key in out:
+            where = setting_text(
+                q.setting.batch_size, (3, q.setting.height, q.setting.width)
+            )
             out[key].append(
                 {
-                    "precision": "amp-fp16",
-                    "what": "step time, amp-fp16 over fp32 (TF32 on), training runs",
+                    "precision": q.amp.mode,
+                    "what": f"step time, {q.amp.mode} over fp32 (TF32 on), "
+                    "training runs",
                     "speedup": q.step_speedup,
-                    "source": "committed training runs in data/results, batch "
-                    f"{q.setting.batch_size} x 3x{q.setting.height}x{q.setting.width}",
+                    "setting": where,
+                    "source": f"committed training runs in data/results, {where}",
                 }
             )
     return out
@@ -1383,8 +1422,9 @@ def checklist(
         gpu, name = r["gpu"], r["gpu_name"]
         rng = by_gpu.get((gpu, r["precision"]))
         if rng is not None:
-            done = rng.get("committed") or []
-            if done:  # a measurement of this network on this GPU outranks a prediction
+            # a measurement of this network, GPU and setting outranks a prediction
+            done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+            if done:
                 m = done[-1]
                 gain, src = m["speedup"], "measured (committed)"
                 detail = (
@@ -1540,10 +1580,12 @@ def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") 
         else "the tensor cores' peak sets the ratio"
     )
     peak_text = f"{peak:.2f}x" if peak else "none"
+    bound = f"{speed:.2f}x smaller" if speed >= 1 else f"{1 / speed:.2f}x larger"
+    moved = f"bytes shrink {nb:.2f}x" if nb >= 1 else f"bytes grow {1 / nb:.2f}x"
     return (
         f"{report['model']} on the {row['gpu_name']}: {precision}'s bound is "
-        f"{speed:.2f}x smaller, {row['memory_bound_share']:.0%} of it memory-bound; "
-        f"bytes shrink {nb:.2f}x, the matrix peak grows {peak_text}: {follows}."
+        f"{bound}, {row['memory_bound_share']:.0%} of it memory-bound; "
+        f"{moved}, the matrix peak grows {peak_text}: {follows}."
     )
 
 
@@ -1749,11 +1791,17 @@ def diagnose(cfg: DoctorConfig, model: nn.Module | None = None) -> dict[str, Any
         roof, traces, refs, floor, cfg.model, devices, cfg.memory_format, batch
     )
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
+    here = setting_text(batch, shape)
     for r in ranges:  # a measurement of the same network and GPU beside the range
+        r["setting"] = here
         r["committed"] = [
-            m for m in committed.get(r["gpu"], []) if m["precision"] == r["precision"]
+            {**m, "same_setting": m.get("setting") == here}
+            for m in committed.get(r["gpu"], [])
+            if m["precision"] == r["precision"]
         ]
-        r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r, r["casts"])
+        r["line"] = speedup_range_verdict(
+            r["gpu_name"], r["precision"], r, r["casts"], r.get("transposes")
+        )
     cover = coverage(traces[amp], preds.get(amp)) if amp else None
     unknown = unmodelled(preds.get(amp) or preds["fp32"])
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
@@ -1934,8 +1982,8 @@ def weight_copy_note(mem: dict[str, Any]) -> str | None:
         f"The saved bytes include autocast's 16-bit copies of the weights (up to "
         f"{_mib(copies):,.4g} MiB: every convolution's, and a linear layer's when its "
         f"input needs a gradient), a fixed cost whatever the batch: they are why AMP "
-        f"saves more than fp32 {' and '.join(places)}, where the activations are "
-        f"small.{share}"
+        f"keeps more bytes for backward than fp32 {' and '.join(places)}, where the "
+        f"activations are small.{share}"
     )
 
 
@@ -2156,7 +2204,7 @@ def first_screen(report: dict[str, Any]) -> str:
     fmt = report.get("memory_format", "channels_first")
     precs = ", ".join(report["precisions"])
     default = (
-        " (PyTorch's default; --memory-format channels_last for a loop that converts "
+        " (PyTorch's default; `--memory-format channels_last` for a loop that converts "
         "its model and batches)"
         if fmt == "channels_first"
         else ""

@@ -157,7 +157,10 @@ def test_weight_copies_explain_amp_saving_more_at_the_measured_size():
     fp32, bf16 = (m["bytes"] for m in mem["measured"])
     assert bf16 >= convs > fp32
     note = doctor.weight_copy_note(mem)
-    assert note and "more than fp32 at the small measured size (amp-bf16)" in note
+    want = (
+        "keeps more bytes for backward than fp32 at the small measured size (amp-bf16)"
+    )
+    assert note and want in note
     assert note in doctor.to_markdown(r)
     at = mem["at_size"]
     assert ("at the requested size (amp-bf16)" in note) == (
@@ -215,6 +218,42 @@ def test_speedup_range_verdict():
     assert "no clear gain" in doctor.speedup_range_verdict("G", "p", across)
     with pytest.raises(ValueError):
         doctor.speedup_range_verdict("G", "amp-fp16", dict(rng, equal_share=0))
+    launch = {
+        "per_kernel_s": 5e-6,
+        "fp32_kernels": 100,
+        "amp_kernels": 190,
+        "fp32_floor_s": 5e-4,
+        "amp_floor_s": 9.5e-4,
+        "amp_bound": True,
+    }
+    bound = doctor.speedup_range_verdict(
+        "G", "amp-fp16", dict(rng, launch=launch), casts=50, transposes=30
+    )
+    # every AMP kernel is accounted for: fp32's, the casts, the transposes, the rest
+    want = "190 kernels (fp32's 100; its casts add 50, the layout transposes assumed "
+    assert want + "in NCHW 30, other operators +10)" in bound
+    assert "(fp32's 100; its casts add 50)" in doctor.speedup_range_verdict(
+        "G", "amp-fp16", dict(rng, launch=dict(launch, amp_kernels=150)), casts=50
+    )
+    # a measurement at another setting is named as such, and does not rank
+    m = {"speedup": 1.05, "what": "step time", "source": "runs, batch 6 x 3x4x4",
+         "setting": "batch 6 x 3x4x4", "same_setting": False}  # fmt: skip
+    other = dict(rng, committed=[m], setting="batch 2 x 3x4x4")
+    assert "not this prediction's batch 2 x 3x4x4" in doctor.speedup_range_verdict(
+        "G", "amp-fp16", other
+    )
+    roof = [{"gpu": "g", "gpu_name": "G", "precision": "amp-fp16",
+             "fp32_default_s": 1.0, "fp32_tf32_s": 1.0, "fp32_strict_s": 1.0,
+             "amp_s": None}]  # fmt: skip
+    ranked = doctor.checklist(roof, [dict(other, gpu="g", precision="amp-fp16")],
+                              None, None)["items"]  # fmt: skip
+    amp = next(c for c in ranked if c["item"].startswith("train with AMP"))
+    assert amp["source"] == "calibrated" and amp["gain"] == other["point"]
+    same = dict(other, committed=[dict(m, same_setting=True)], gpu="g",
+                precision="amp-fp16")  # fmt: skip
+    amp = next(c for c in doctor.checklist(roof, [same], None, None)["items"]
+               if c["item"].startswith("train with AMP"))  # fmt: skip
+    assert amp["source"] == "measured (committed)" and amp["gain"] == 1.05
 
 
 def test_resolve_gpus_short_names():
@@ -410,7 +449,10 @@ def test_gain_verdict_follows_the_nearer_ratio(report):
     line = doctor.gain_verdict(report, "h200-sxm")
     row = next(r for r in report["roofline"] if r["gpu"] == "h200-sxm")
     nb, peak = doctor.bytes_ratio(report), doctor.peak_ratio("h200-sxm")
-    assert f"{row['speedup_tf32']:.2f}x" in line and f"{nb:.2f}x" in line
+    speed = row["speedup_tf32"]
+    bound = f"{speed:.2f}x smaller" if speed >= 1 else f"{1 / speed:.2f}x larger"
+    moved = f"bytes shrink {nb:.2f}x" if nb >= 1 else f"bytes grow {1 / nb:.2f}x"
+    assert f"bound is {bound}" in line and moved in line
     near_bytes = abs(row["speedup_tf32"] - nb) <= abs(row["speedup_tf32"] - peak)
     assert ("its bytes set" in line) == near_bytes
     assert doctor.peak_ratio("v100-sxm2", "amp-bf16") is None
