@@ -229,6 +229,7 @@ def test_every_page_prints_one_value_for_the_h200_step_speedup():
         bl.cell_value(gpu, gpu.cell(0, m), "step_s") for m in ("fp32-tf32", "amp-fp16")
     ]
     assert f"{r0[0] / r0[1]:.2f}x" == alone
+    loop = findings.spread_text(findings.step_in_loop(rs))  # with its epochs
     assert findings.step_speedup_text(rs) == f"timed alone {alone}; in the loop {loop}"
 
 
