@@ -428,9 +428,10 @@ for k, v in {"bwd_fwd": tf["backward_flops"] / tf["forward_flops"],
 # A step costs the same FLOPs in every precision; the backward pass
 # {glue:text}`ch5_bwd_fwd:.2f` times the forward's (an input and a weight gradient per
 # convolution, none for the image). AMP moves {glue:text}`ch5_bytes_ratio:.2f` times
-# fp32's bytes, not half, and launches {glue:text}`ch5_kernel_ratio:.2f` times as many
-# kernels ({glue:text}`ch5_extra_kernels` more): autocast casts each convolution's
-# weight to fp16 every step, and the weight gradients back.
+# fp32's bytes, not half, and dispatches {glue:text}`ch5_kernel_ratio:.2f` times as many
+# operators ({glue:text}`ch5_extra_kernels` more, counted in the trace, not in launched
+# kernels): autocast casts each convolution's weight to fp16 every step, and the weight
+# gradients back.
 #
 # Each operator then meets the roofline {cite:p}`williams2009roofline`. It cannot finish
 # before its FLOPs are done at the peak for its dtype, nor before its bytes have moved
@@ -767,9 +768,9 @@ md_table([(q.label, q.step_speedup, q.speedup, q.amp.data_wait_share, q.memory_r
 
 # %% [markdown]
 # Each pair, read by `ampbook.verdicts.gpu_pair_verdict`. A loop that waited for data at
-# least half its time ran at the loader's pace: its epoch ratio is the loader's noise
-# (the wait varies from epoch to epoch), and the step's ratio is the one that speaks for
-# AMP. The loader's pace was the run's setting (its workers and the host's CPU threads
+# least half its time ran at the loader's pace: its epoch ratio measures the loader
+# (systematically where one run waited longer in every epoch, else the loader's noise),
+# and the step's ratio is the one that speaks for AMP. The loader's pace was the run's setting (its workers and the host's CPU threads
 # are printed), not a property of the GPU:
 
 # %%

@@ -341,9 +341,9 @@ md_table([row for i in sorted({eager_top, top}) for row in top_rows(gpu, i)]
          [None, ".1f", ".2f", ".2f", ".2f", ".0f"])
 
 # %% [markdown]
-# Targets set for the H200 at the ERFNet authors' defaults (issue 18): an AMP step of 20
-# ms or less eager and 11 ms compiled, AMP at least 1.3 times TF32's speed eager and 1.6
-# times compiled, a GPU busy 90% of the step, at most 5% of the loop waiting for data,
+# The book's chosen targets for the H200 at the ERFNet authors' defaults: an AMP step
+# of 20 ms or less eager and 11 ms compiled, AMP at least 1.3 times TF32's speed eager
+# and 1.6 times compiled, a GPU busy 90% of the step, at most 5% of the loop waiting for data,
 # 300 images per second, and AMP's peak memory at most 0.57 of fp32's. Each, read from
 # the ladder above (`bench_ladder.check_targets`): met or missed where the ladder was
 # measured, with what the profile shows for a missed one; *predicted* to meet or miss
