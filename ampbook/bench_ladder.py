@@ -1119,10 +1119,11 @@ class Target:
 
 
 # A prediction closer to its target than this (relative) is read as at the target,
-# neither met nor missed: an assumed bound on the cost model's error, not a measured one.
+# neither met nor missed: an assumed bound on the cost model's error, not measured.
 PREDICTION_RESOLVES = 0.05
 
-# The book's chosen targets for the H200 at the ERFNet authors' defaults (1024x512, batch 6).
+# The book's chosen targets for the H200 at the ERFNet authors' defaults (1024x512,
+# batch 6).
 TARGET_SETTING = ("h200", 512, 1024, 6)
 TARGETS = {
     "step_eager": 0.020,

@@ -206,7 +206,9 @@ for step, (images, labels) in zip(range(loop_steps), loader):
 # that they show some learning.
 
 # %%
-cmd = command_line(dataclasses.replace(base, precision="fp32", tf32=tf32))
+# TF32 exists on a GPU only: a CPU run is strict fp32 and its command says so
+cmd = command_line(dataclasses.replace(base, precision="fp32",
+                                       tf32=tf32 if gpu else "off"))
 md("```bash\n" + cmd.replace(" --", " \\\n    --") + "\n```")
 
 # %% [markdown]

@@ -118,7 +118,8 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   ({doc}`04_loss_scaling`).
 # - **Memory.** Per pixel of a batch, AMP saves at most
 #   {glue:text}`04_loss_scaling.ipynb::limit:.0%` of ERFNet's {term}`new bytes
-#   saved for backward`, because parts of the network stay fp32; the post's memory
+#   saved for backward` as ERFNet is written, because parts of the network stay fp32
+#   ({doc}`07_making_amp_pay`'s 16-bit residual stream saves more); the post's memory
 #   figure fell by {glue:text}`04_loss_scaling.ipynb::post_saving:.0%` (the post does
 #   not say how it measured memory) ({doc}`04_loss_scaling`).
 # - **Other networks.** For ResNet-50 at batch 256 on an A100, the doctor's calibrated
