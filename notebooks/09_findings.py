@@ -81,7 +81,9 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   ceiling: NVIDIA's ResNet-50 on an A100 gained
 #   {glue:text}`05_rtx3070.ipynb::ch5_rn_meas:.2f` times (AMP with channels_last
 #   against TF32 in NCHW, so not precision alone) where it says
-#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f`. AMP moves
+#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f` (chapter 5's trace, with a summed
+#   loss; chapter 6's reference bounds, traced apart, differ in the last digit). AMP
+#   moves
 #   {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f` times fp32's bytes, not half,
 #   and dispatches
 #   {glue:text}`05_rtx3070.ipynb::ch5_kernel_ratio:.2f` times as many operators
@@ -129,7 +131,8 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_pub:.2f`x (AMP with channels_last
 #   against TF32 in NCHW), which lies
 #   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_where:s`, where the ratio of the two
-#   roofline bounds says {glue:text}`06_will_amp_help.ipynb::ch6_rn50_equal:.2f`x
+#   roofline bounds in chapter 6's reference file says
+#   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_equal:.2f`x
 #   ({doc}`06_will_amp_help`).
 
 # %% [markdown]
