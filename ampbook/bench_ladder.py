@@ -1101,12 +1101,13 @@ class Target:
         if self.provenance == "predicted":
             verdict = "predicted to meet" if self.met else "predicted to MISS"
             off = abs(float(self.value) / self.limit - 1) if self.limit else 1.0
+            near = ""
             if off < PREDICTION_RESOLVES:
-                verdict = (
-                    f"predicted at the target ({off:.1%} from it, within the "
-                    "prediction's error)"
-                )
-            text = f"{head}{verdict} ({self.fmt(self.value)} predicted, {self.where}"
+                verdict = "predicted at the target, within the prediction's error"
+                near = f", {off:.1%} from it"
+            text = (
+                f"{head}{verdict} ({self.fmt(self.value)} predicted{near}, {self.where}"
+            )
         else:
             verdict = "met" if self.met else "MISSED"
             text = f"{head}{self.fmt(self.value)}, {verdict} ({self.where}"

@@ -512,6 +512,7 @@ def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
         return bl.Target("peak", 0.570, "max", "ratio", value, None, "rung 4").line()
 
     close = line(0.571)
-    assert "predicted at the target (0.2% from it" in close and "MISS" not in close
+    assert "predicted at the target, within the prediction's error" in close
+    assert "(0.571 predicted, 0.2% from it, rung 4)" in close and "MISS" not in close
     assert "predicted to MISS (0.627 predicted" in line(0.627)
     assert "predicted to meet (0.500 predicted" in line(0.500)
