@@ -21,11 +21,13 @@ AMP_MODE, BASE_MODE = "amp-fp16", "fp32-tf32"  # the headline comparison
 
 
 class Spread(NamedTuple):
-    """A ratio per epoch: its median and its range, each a ``Value``."""
+    """A ratio per epoch: its median and its range, each a ``Value``, and the numbers
+    of the epochs the range is taken over (``()`` where unknown)."""
 
     median: Value
     lo: Value
     hi: Value
+    epochs: tuple = ()
 
 
 def _ms(seconds: float) -> str:
@@ -147,12 +149,20 @@ def kernel_speedup(rs: ResultSet, device: str | None = None, pair=None) -> Value
     )
 
 
-def _spread(value: float, per_epoch: list[float], source: str) -> Spread:
+def _shared_epochs(p) -> tuple:
+    """The numbers of the timed epochs both runs of pair ``p`` share."""
+    pairs = zip(p.baseline.timed_epochs(), p.amp.timed_epochs())
+    return tuple(a.get("epoch") for _, a in pairs if a.get("epoch") is not None)
+
+
+def _spread(value: float, per_epoch: list[float], source: str, epochs=()) -> Spread:
     def v(x):
         return measured(x, source, fmt=".2f", unit="x")
 
     per_epoch = per_epoch or [value]
-    return Spread(v(value), v(min(per_epoch)), v(max(per_epoch)))
+    if len(epochs) != len(per_epoch):
+        epochs = ()
+    return Spread(v(value), v(min(per_epoch)), v(max(per_epoch)), tuple(epochs))
 
 
 def step_in_loop(rs: ResultSet, device: str | None = None, pair=None) -> Spread | None:
@@ -162,7 +172,7 @@ def step_in_loop(rs: ResultSet, device: str | None = None, pair=None) -> Spread 
     p = pair if pair is not None else _pair(rs, device)
     if p is None:
         return None
-    return _spread(p.step_speedup, p.step_speedups, _runs_source(p))
+    return _spread(p.step_speedup, p.step_speedups, _runs_source(p), _shared_epochs(p))
 
 
 def epoch_ratio(rs: ResultSet, device: str | None = None, pair=None) -> Spread | None:
@@ -171,15 +181,53 @@ def epoch_ratio(rs: ResultSet, device: str | None = None, pair=None) -> Spread |
     p = pair if pair is not None else _pair(rs, device)
     if p is None:
         return None
-    return _spread(p.speedup, p.epoch_speedups, _runs_source(p))
+    return _spread(p.speedup, p.epoch_speedups, _runs_source(p), _shared_epochs(p))
 
 
-def spread_text(s: Spread) -> str:
-    """``"0.96-1.12x per epoch"`` (the median left out: the range is the finding)."""
+def spread_text(s: Spread, epochs: bool = True) -> str:
+    """``"0.96-1.12x over epochs 2-10"``: the range of a ratio over the epochs it was
+    taken over (the median left out: the range is the finding); ``epochs=False``
+    leaves the epochs out (for a second range over the same epochs in a sentence)."""
     lo, hi = s.lo.number(), s.hi.number()
     if lo == hi:
-        return f"{hi} in every epoch"
-    return f"{lo[:-1]}-{hi} per epoch"
+        text = hi
+    else:
+        text = f"{lo[:-1]}-{hi}"
+    if not epochs:
+        return text
+    if len(s.epochs) > 1:
+        first, last = min(s.epochs), max(s.epochs)
+        if list(s.epochs) == list(range(first, last + 1)):
+            return f"{text} over epochs {first}-{last}"
+        return f"{text} over epochs {', '.join(map(str, s.epochs))}"
+    if len(s.epochs) == 1:
+        return f"{text} (epoch {s.epochs[0]})"
+    return f"{text} epoch by epoch" if lo != hi else f"{text} in every epoch"
+
+
+def wait_direction(p) -> str | None:
+    """``"longer"`` where AMP's run of pair ``p`` waited longer for data than its
+    baseline in every timed epoch they share, ``"shorter"`` where it waited less in
+    every one, else None (the two waits crossed: noise)."""
+    pairs = list(zip(p.baseline.timed_epochs(), p.amp.timed_epochs()))
+    if not pairs:
+        return None
+    if all(a["data_wait_s"] > b["data_wait_s"] for b, a in pairs):
+        return "longer"
+    if all(a["data_wait_s"] < b["data_wait_s"] for b, a in pairs):
+        return "shorter"
+    return None
+
+
+def loader_reading(p) -> str:
+    """What the epoch ratio of a loader-bound pair measures, decided from the runs'
+    data wait epoch by epoch (``wait_direction``): where AMP waited longer (or less)
+    in every epoch, the loader, systematically; else the loader's noise. Never AMP."""
+    d = wait_direction(p)
+    if d is None:
+        return "so the epoch ratio measures the loader's noise, not AMP"
+    more = "longer" if d == "longer" else "less"
+    return f"AMP's run {more} in every epoch, so the epoch ratio measures the loader"
 
 
 def step_speedup_text(rs: ResultSet, device: str | None = None, pair=None) -> str:
@@ -287,7 +335,7 @@ def pair_sentence(rs: ResultSet, p) -> str:
     if p.loader_bound:
         text += (
             f"; with {loader_setting(p)} the loop waited for data {wait:.0%} of its "
-            "time, so the epoch ratio is the loader's noise"
+            f"time, {loader_reading(p)}"
         )
     elif float(epoch.hi) < float(step.lo):
         text += (
@@ -322,23 +370,23 @@ def in_short(rs: ResultSet) -> str:
         )
         alone = step_alone(rs, pair=main)
         text = (
-            f"On the {display_name(device)}, the runs committed with the book measured "
+            f"On the {display_name(device)}, the committed runs measured "
             f"{main.amp.mode_label}'s step against {main.baseline.mode_label}'s: "
             + (f"timed alone {alone}, " if alone is not None else "")
             + f"in the loop {spread_text(step_in_loop(rs, pair=main))}"
         )
         if strict is not None and strict is not main:
             text += (
-                f"; against {strict.baseline.mode_label}'s in the loop "
-                f"{spread_text(step_in_loop(rs, pair=strict))}"
+                f"; against {strict.baseline.mode_label}'s "
+                f"{spread_text(step_in_loop(rs, pair=strict), epochs=False)}"
             )
         epoch = epoch_ratio(rs, pair=main)
-        text += f". The whole epoch ran at {spread_text(epoch)}"
+        text += f". The epoch ran at {spread_text(epoch, epochs=False)}"
         if main.loader_bound:
             wait = max(main.amp.data_wait_share, main.baseline.data_wait_share)
             text += (
                 f": with {loader_setting(main)} the loop waited for data {wait:.0%} "
-                "of the time, so the epoch ratio is the loader's noise"
+                f"of the time, {loader_reading(main)}"
             )
         if main.memory_ratio is not None:
             text += f". Peak memory was {main.memory_ratio:.0%} of fp32's"

@@ -83,6 +83,7 @@ def gpu_pair_verdict(pair) -> str:
     of the run, not a property of the GPU."""
     from ampbook.findings import (
         epoch_ratio,
+        loader_reading,
         loader_setting,
         pace,
         spread_text,
@@ -98,10 +99,10 @@ def gpu_pair_verdict(pair) -> str:
         lo, hi = amp.data_wait_range
         blo, bhi = base.data_wait_range
         return (
-            f"{head}: the loop waited for data {wait:.0%} of its time with "
-            f"{loader_setting(pair)}, so the epoch ratio, {spread_text(ep)}, is the "
-            f"loader's noise (data wait per epoch {min(lo, blo):.2f}-"
-            f"{max(hi, bhi):.2f} s); {step}."
+            f"{head}: the loop waited for data {wait:.0%} of its time "
+            f"({min(lo, blo):.2f}-{max(hi, bhi):.2f} s an epoch) with "
+            f"{loader_setting(pair)}, {loader_reading(pair)} (epoch ratio "
+            f"{spread_text(ep)}); {step}."
         )
     return (
         f"{head}: the epoch ran {spread_text(ep)} ({pace(ep)}) with at most "
@@ -145,6 +146,7 @@ def gpu_training_answer(pairs) -> str:
     range epoch by epoch (``findings.step_in_loop``)."""
     from ampbook.findings import (
         epoch_ratio,
+        loader_reading,
         loader_setting,
         pace,
         spread_text,
@@ -170,7 +172,8 @@ def gpu_training_answer(pairs) -> str:
     )
     st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
     vs_strict = (
-        f"; {spread_text(step_in_loop(None, pair=strict))} against strict fp32's"
+        f"; {spread_text(step_in_loop(None, pair=strict), epochs=False)} against "
+        "strict fp32's"
         if strict
         else ""
     )
@@ -188,13 +191,15 @@ def gpu_training_answer(pairs) -> str:
     if p.loader_bound:
         wait = max(amp.data_wait_share, base.data_wait_share)
         return head + (
-            f"{step}, and its epochs {spread_text(ep)}: the loop waited for data "
-            f"{wait:.0%} of the time, with {loader_setting(p)}, so the epoch ratio "
-            "is the loader's noise. That is the post's result, and the loader "
+            f"{step}, and its epochs {spread_text(ep, epochs=False)}: the loop "
+            "waited for data "
+            f"{wait:.0%} of the time, with {loader_setting(p)}, "
+            f"{loader_reading(p)}. That is the post's result, and the loader "
             "setting was ours."
         )
     return head + (
-        f"{step} and its epoch {spread_text(ep)} ({pace(ep)}), with at most "
+        f"{step} and its epoch {spread_text(ep, epochs=False)} ({pace(ep)}), with "
+        "at most "
         f"{max(amp.data_wait_share, base.data_wait_share):.0%} of the loop waiting "
         "for data."
     )
@@ -209,6 +214,7 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
     from ampbook.findings import (
         epoch_ratio,
         kernel_speedup,
+        loader_reading,
         loader_setting,
         profile_pair,
         spread_text,
@@ -227,10 +233,10 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
     if p.loader_bound:
         wait = max(amp.data_wait_share, base.data_wait_share)
         text = (
-            f"{head} repeat the post: epochs {spread_text(ep)}, the loader's noise, "
-            f"because with {loader_setting(p)} the loop waited for data {wait:.0%} "
-            f"of its time; the {amp.mode_label} step in the loop ran "
-            f"{spread_text(st)} against {base.mode_label}."
+            f"{head} repeat the post: the loop waited for data {wait:.0%} of its "
+            f"time with {loader_setting(p)}, {loader_reading(p)} "
+            f"({spread_text(ep)}); the {amp.mode_label} step in the loop ran "
+            f"{spread_text(st, epochs=False)} against {base.mode_label}."
         )
     else:
         text = (
@@ -241,10 +247,10 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
     if prof is not None:
         b, a = prof
         text += (
-            f" Timed alone (layer profiles) its step ran "
-            f"{step_alone(profile_pairs, pair=p)} and its kernels "
-            f"{kernel_speedup(profile_pairs, pair=p)} faster; the GPU idled "
-            f"{a.idle_s * 1e3:.1f} ms of the AMP step against "
-            f"{b.idle_s * 1e3:.1f} ms of fp32's."
+            f" Timed alone (layer profiles): step "
+            f"{step_alone(profile_pairs, pair=p)}, kernels "
+            f"{kernel_speedup(profile_pairs, pair=p)}; GPU idle "
+            f"{a.idle_s * 1e3:.1f} ms against fp32's "
+            f"{b.idle_s * 1e3:.1f} ms."
         )
     return text

@@ -178,15 +178,18 @@ for step, (images, labels) in zip(range(loop_steps), loader):
         loss = criterion(model(images), labels)
     scaler.scale(loss).backward()
     scaler.step(optimizer)
+    before = scaler.get_scale()
     scaler.update()
+    # a scale that fell: the scaled gradients overflowed and step() left the weights
+    skipped = " (step skipped)" if scaler.get_scale() < before else ""
     print(f"step {step}: loss {loss.item():.4f} ({loss.dtype}), "
-          f"scale after update {scaler.get_scale():g}")
+          f"scale after update {scaler.get_scale():g}{skipped}")
 
 # %% [markdown]
 # The printed loss is fp32: autocast runs cross-entropy in fp32. The scale starts at
-# GradScaler's initial value (2¹⁶). A scale that dropped between steps means the scaled
-# gradients overflowed fp16 and the scaler skipped that step: it is searching for a scale
-# that fits.
+# GradScaler's initial value (2¹⁶). A step printed as skipped is one whose scaled
+# gradients overflowed fp16: the scaler left the weights as they were and halved its
+# scale; it is searching for a scale that fits.
 #
 # ## The same step in the runner
 #
@@ -203,7 +206,9 @@ for step, (images, labels) in zip(range(loop_steps), loader):
 # that they show some learning.
 
 # %%
-cmd = command_line(dataclasses.replace(base, precision="fp32", tf32=tf32))
+# TF32 exists on a GPU only: a CPU run is strict fp32 and its command says so
+cmd = command_line(dataclasses.replace(base, precision="fp32",
+                                       tf32=tf32 if gpu else "off"))
 md("```bash\n" + cmd.replace(" --", " \\\n    --") + "\n```")
 
 # %% [markdown]
@@ -306,9 +311,10 @@ plt.show()
 
 # %% [markdown]
 # Each pair of that GPU, read by `ampbook.verdicts.gpu_pair_verdict`: where the loop
-# waited for data half its time or more, the epoch ran at the loader's pace, its ratio is
-# the loader's noise from epoch to epoch, and the step's ratio is the one that speaks for
-# AMP (chapter 5 weighs it against the GPU's ceilings):
+# waited for data half its time or more, the epoch ran at the loader's pace and its ratio
+# measures the loader (systematically where one run waited longer in every epoch, else
+# the loader's noise), and the step's ratio is the one that speaks for AMP (chapter 5
+# weighs it against the GPU's ceilings):
 
 # %% tags=["hide-input"]
 rows = [(p.label, p.step_speedup, p.speedup, p.memory_ratio)
@@ -538,11 +544,24 @@ glue_all(loss_f=f.final_train_loss, loss_a=a.final_train_loss, gap=gap,
          epochs_main=a.epochs_completed, wait_f=f.data_wait_share,
          wait_a=a.data_wait_share)
 # what the runs' differences come from: rounding, and any steps GradScaler skipped
-differ = ("the differences come from rounding alone." if a.skipped_steps == 0 else
-          f"the differences come from rounding and from the {a.skipped_steps} "
-          "step(s) GradScaler skipped while it searched for its scale (fp32 skips "
-          "none): those batches did not update the AMP run's weights.")
-glue_all(ch3_differ=md(differ))
+updated = sum(e["optimizer_steps"] for e in a.record["epochs"])
+if a.skipped_steps and not updated:  # the scale search took every step
+    differ = (f"but GradScaler skipped all {a.skipped_steps} of the AMP run's steps "
+              "while it searched for its scale, so the AMP run's weights never "
+              "changed: its losses cannot show how AMP trains (more steps can).")
+    curves = (f"(the curves; not this copy's: GradScaler skipped all "
+              f"{a.skipped_steps} AMP steps)")
+    skips = (f"but GradScaler skipped all {a.skipped_steps} of the AMP run's steps, "
+             "so the AMP run never trained")
+else:
+    differ = ("the differences come from rounding alone." if a.skipped_steps == 0 else
+              f"the differences come from rounding and from the {a.skipped_steps} "
+              "step(s) GradScaler skipped while it searched for its scale (fp32 "
+              "skips none): those batches did not update the AMP run's weights.")
+    curves = "(the curves)"
+    skips = (f"with {a.skipped_steps} of the AMP run's {updated + a.skipped_steps} "
+             "steps skipped by GradScaler")
+glue_all(ch3_differ=md(differ), ch3_curves=md(curves), ch3_skips=skips)
 
 # %% [markdown]
 # **Accuracy.** This machine's pair trained for {glue:text}`epochs_main` epoch(s). Its
@@ -558,7 +577,8 @@ glue_all(ch3_differ=md(differ))
 #
 # ## What a CPU run can and cannot say about a GPU
 #
-# - **It can** show that the recipe trains the same way in each precision (the curves),
+# - **It can** show that the recipe trains the same way in each precision
+#   {glue:md}`ch3_curves`,
 #   that GradScaler skips steps while it finds its scale, and how many new bytes autograd
 #   saves for the backward pass in each precision: in fp32 the count above matched the
 #   GPU's own; with AMP it is off by the operators the two autocasts treat differently.

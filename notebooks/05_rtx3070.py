@@ -428,9 +428,10 @@ for k, v in {"bwd_fwd": tf["backward_flops"] / tf["forward_flops"],
 # A step costs the same FLOPs in every precision; the backward pass
 # {glue:text}`ch5_bwd_fwd:.2f` times the forward's (an input and a weight gradient per
 # convolution, none for the image). AMP moves {glue:text}`ch5_bytes_ratio:.2f` times
-# fp32's bytes, not half, and launches {glue:text}`ch5_kernel_ratio:.2f` times as many
-# kernels ({glue:text}`ch5_extra_kernels` more): autocast casts each convolution's
-# weight to fp16 every step, and the weight gradients back.
+# fp32's bytes, not half, and dispatches {glue:text}`ch5_kernel_ratio:.2f` times as many
+# operators ({glue:text}`ch5_extra_kernels` more, counted in the trace, not in launched
+# kernels): autocast casts each convolution's weight to fp16 every step, and the weight
+# gradients back.
 #
 # Each operator then meets the roofline {cite:p}`williams2009roofline`. It cannot finish
 # before its FLOPs are done at the peak for its dtype, nor before its bytes have moved
@@ -689,11 +690,24 @@ here = {w: cm.loader_images_per_s(load_s, w, load["cpus"], reserved_cores=0)
 md_table([(w, lm_rate[w], here[w], lm_rate[w] / here[w]) for w in sorted(lm_rate)],
          ["workers", "measured images/s", "model", "measured / model"],
          [None, ".2f", ".2f", ".2f"])
+# the check of the model: the worker count nearest 1 above 0, measured against the model
+w_chk = min((w for w in lm_rate if w > 0), default=None)
+if w_chk is None:
+    check = "No run with workers was measured, so the loader model is unchecked here."
+else:
+    off = lm_rate[w_chk] / here[w_chk]
+    check = (f"With {w_chk} worker(s) the loader delivered {off:.2f} of the model's "
+             f"rate: the check is off by {abs(off - 1):.0%}, and the epoch times "
+             "below, from the model, carry an error of that order.")
+glue("ch5_loader_check", md(check), display=False)
 
 # %% [markdown]
+# {glue:md}`ch5_loader_check`
+#
 # On the post's PC the per-image cost is unknown. Take this machine's (a core of a 2020
 # desktop CPU may be faster or slower) and the ERFNet authors'
-# {glue:text}`ch5_def_workers` workers on {glue:text}`ch5_host_cores` cores: the line
+# {glue:text}`ch5_def_workers` workers on {glue:text}`ch5_host_cores` cores (assumed:
+# the post does not say): the line
 # below sets the loader model against the GPU's bound, the most images per second the
 # 3070 can train. Real kernels reach a share of that bound, so a loader slower than the
 # bound sets the pace only while the kernels run above the share the line names; below
@@ -767,9 +781,9 @@ md_table([(q.label, q.step_speedup, q.speedup, q.amp.data_wait_share, q.memory_r
 
 # %% [markdown]
 # Each pair, read by `ampbook.verdicts.gpu_pair_verdict`. A loop that waited for data at
-# least half its time ran at the loader's pace: its epoch ratio is the loader's noise
-# (the wait varies from epoch to epoch), and the step's ratio is the one that speaks for
-# AMP. The loader's pace was the run's setting (its workers and the host's CPU threads
+# least half its time ran at the loader's pace: its epoch ratio measures the loader
+# (systematically where one run waited longer in every epoch, else the loader's noise),
+# and the step's ratio is the one that speaks for AMP. The loader's pace was the run's setting (its workers and the host's CPU threads
 # are printed), not a property of the GPU:
 
 # %%

@@ -232,6 +232,11 @@ glue_all(
     ch7_top_ips=v[eager_top, amp_mode]["ips"], ch7_eager_top=eager_top,
     ch7_r0_speedup=speedup(v[0, base_mode]["step"], v[0, amp_mode]["step"]),
 )
+# loader workers for rung 1's rate: rung 0's workers fed at least its images/s, so
+# rung 1's rate needs at most this many of them (nan without both rungs)
+need = (float(v[1, amp_mode]["ips"]) / float(v[0, amp_mode]["ips"])
+        * bl.RUNGS[0].changes["workers"])
+glue_all(ch7_r1_workers=f"{need:.0f}" if need == need else "an unknown number of")
 
 # %% [markdown]
 # ### Rung by rung
@@ -252,8 +257,9 @@ glue_all(
 # into a uint8 cache on the device; each step only normalises (and flips) them there.
 # The step takes {glue:text}`ch7_r1_amp_step:s`; the data wait goes to
 # {glue:text}`ch7_r1_amp_wait:s` and the loop trains
-# {glue:text}`ch7_r1_amp_ips:s` images per second. Enough loader workers (the
-# runner's `--workers auto`) does the same where there are cores for them.
+# {glue:text}`ch7_r1_amp_ips:s` images per second. Loader workers (the runner's
+# `--workers auto`) could feed that rate only with up to {glue:text}`ch7_r1_workers:s`
+# of them (rung 0's images per second per worker, scaled) and a core for each.
 #
 # **Rung 2, the layout.** ERFNet's {glue:text}`ch7_bn` batch norms, and above all the
 # ones with 16 channels at half resolution, run far below their bound in the NCHW
@@ -276,8 +282,9 @@ glue_all(
 # host to decide whether to step (the runner's fp32 step, likewise, reads whether the
 # gradients are finite). Fused Adam (`torch.optim.Adam(fused=True)`) takes the flag on
 # the GPU and skips the step there, so that read goes
-# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (The runner reads `get_scale()` only
-# at an epoch's end.) Fewer kernels is not the gain: CUDA's default Adam is already the
+# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (Today's runner reads `get_scale()`
+# only at an epoch's end; the runner that measured rung 0 may have read it each step.)
+# Fewer kernels is not the gain: CUDA's default Adam is already the
 # `foreach` implementation, a few dozen multi-tensor launches for ERFNet's
 # {glue:text}`ch7_params` parameter tensors. With the loss read every
 # {glue:text}`ch7_sync_every` steps and no flag read, the host can run ahead and keep
@@ -341,9 +348,9 @@ md_table([row for i in sorted({eager_top, top}) for row in top_rows(gpu, i)]
          [None, ".1f", ".2f", ".2f", ".2f", ".0f"])
 
 # %% [markdown]
-# Targets set for the H200 at the ERFNet authors' defaults (issue 18): an AMP step of 20
-# ms or less eager and 11 ms compiled, AMP at least 1.3 times TF32's speed eager and 1.6
-# times compiled, a GPU busy 90% of the step, at most 5% of the loop waiting for data,
+# The book's chosen targets for the H200 at the ERFNet authors' defaults: an AMP step
+# of 20 ms or less eager and 11 ms compiled, AMP at least 1.3 times TF32's speed eager
+# and 1.6 times compiled, a GPU busy 90% of the step, at most 5% of the loop waiting for data,
 # 300 images per second, and AMP's peak memory at most 0.57 of fp32's. Each, read from
 # the ladder above (`bench_ladder.check_targets`): met or missed where the ladder was
 # measured, with what the profile shows for a missed one; *predicted* to meet or miss

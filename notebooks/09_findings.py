@@ -58,8 +58,8 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   {glue:text}`05_rtx3070.ipynb::ch5_post_speedup:.2f` times fp32's speed and
 #   took {glue:text}`05_rtx3070.ipynb::ch5_post_mem:.0%` of its memory on an RTX
 #   3070, in {cite:t}`rtx3070post` ({doc}`05_rtx3070`).
-# - **Its unstated setting.** Its two memory figures fix the pixels per batch at
-#   {glue:text}`05_rtx3070.ipynb::ch5_mpx_lo:.1f` to
+# - **Its unstated setting.** If they track allocated memory, its two memory figures
+#   fix the pixels per batch at {glue:text}`05_rtx3070.ipynb::ch5_mpx_lo:.1f` to
 #   {glue:text}`05_rtx3070.ipynb::ch5_mpx_hi:.1f` million: most likely batch
 #   {glue:text}`05_rtx3070.ipynb::ch5_B:d` at
 #   {glue:text}`05_rtx3070.ipynb::ch5_W:d`x{glue:text}`05_rtx3070.ipynb::ch5_H:d`,
@@ -73,19 +73,21 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   rate, an H100's {glue:text}`02_tensor_cores.ipynb::h100_ratio:.3g` times
 #   ({numref}`fig-ch2-peaks`).
 # - **The network had less.** On the 3070 the roofline bound of ERFNet's epoch is
-#   {glue:text}`05_rtx3070.ipynb::ch5_min_fp32:.0f` s in fp32 and
-#   {glue:text}`05_rtx3070.ipynb::ch5_min_amp:.0f` s with AMP: a speedup of
+#   {glue:text}`05_rtx3070.ipynb::ch5_min_fp32:.3g` s in fp32 and
+#   {glue:text}`05_rtx3070.ipynb::ch5_min_amp:.3g` s with AMP: a speedup of
 #   {glue:text}`05_rtx3070.ipynb::ch5_model_speedup:.2f` if both reach the same share
 #   of their bounds, small because {glue:text}`05_rtx3070.ipynb::ch5_mem_share:.0%` of
 #   the AMP step's bound is memory time (the cost model's prediction). The ratio is no
 #   ceiling: NVIDIA's ResNet-50 on an A100 gained
 #   {glue:text}`05_rtx3070.ipynb::ch5_rn_meas:.2f` times (AMP with channels_last
 #   against TF32 in NCHW, so not precision alone) where it says
-#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f`. AMP moves
+#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f` (chapter 5's trace, with a summed
+#   loss; chapter 6's reference bounds are traced apart and may differ). AMP
+#   moves
 #   {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f` times fp32's bytes, not half,
-#   and launches
-#   {glue:text}`05_rtx3070.ipynb::ch5_kernel_ratio:.2f` times as many kernels
-#   ({numref}`fig-ch5-roofline` places each layer against the 3070's ceilings).
+#   and dispatches
+#   {glue:text}`05_rtx3070.ipynb::ch5_kernel_ratio:.2f` times as many operators
+#   (traced; {numref}`fig-ch5-roofline` places each layer against the 3070's ceilings).
 # - **The bound does not decide.** Kernels at
 #   {glue:text}`05_rtx3070.ipynb::ch5_need_eff:.0%` of the roofline would take
 #   the post's time on their own. Two causes remain, and a 2020 RTX 3070 user's epoch
@@ -118,7 +120,8 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   ({doc}`04_loss_scaling`).
 # - **Memory.** Per pixel of a batch, AMP saves at most
 #   {glue:text}`04_loss_scaling.ipynb::limit:.0%` of ERFNet's {term}`new bytes
-#   saved for backward`, because parts of the network stay fp32; the post's memory
+#   saved for backward` as ERFNet is written, because parts of the network stay fp32
+#   ({doc}`07_making_amp_pay`'s 16-bit residual stream saves more); the post's memory
 #   figure fell by {glue:text}`04_loss_scaling.ipynb::post_saving:.0%` (the post does
 #   not say how it measured memory) ({doc}`04_loss_scaling`).
 # - **Other networks.** For ResNet-50 at batch 256 on an A100, the doctor's calibrated
@@ -128,7 +131,8 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_pub:.2f`x (AMP with channels_last
 #   against TF32 in NCHW), which lies
 #   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_where:s`, where the ratio of the two
-#   roofline bounds says {glue:text}`06_will_amp_help.ipynb::ch6_rn50_equal:.2f`x
+#   roofline bounds in chapter 6's reference file says
+#   {glue:text}`06_will_amp_help.ipynb::ch6_rn50_equal:.2f`x
 #   ({doc}`06_will_amp_help`).
 
 # %% [markdown]
@@ -194,11 +198,11 @@ md(gpu_findings(results))
 # - **Matmuls and convolutions.** At n = {glue:text}`02_tensor_cores.ipynb::n_cmp:d`,
 #   fp16 matmuls ran at {glue:text}`02_tensor_cores.ipynb::speed_fp16_matmul:.3g` and
 #   bf16 at {glue:text}`02_tensor_cores.ipynb::speed_bf16_matmul:.3g` times the fp32
-#   speed, and a convolution's forward and backward at
-#   {glue:text}`02_tensor_cores.ipynb::speed_fp16_conv_train:.3g` and
-#   {glue:text}`02_tensor_cores.ipynb::speed_bf16_conv_train:.3g` times: above 1, the
-#   kernels PyTorch runs here for the 16-bit format are faster than fp32's; below 1 they
-#   are slower, whatever the CPU's instruction sets suggest ({doc}`02_tensor_cores`;
+#   speed, and a convolution's forward and backward pass together at
+#   {glue:text}`02_tensor_cores.ipynb::speed_fp16_conv_train:.3g` times in fp16 and
+#   {glue:text}`02_tensor_cores.ipynb::speed_bf16_conv_train:.3g` times in bf16:
+#   above 1, the kernels PyTorch runs here for the 16-bit format are faster than fp32's;
+#   below 1 they are slower, whatever the CPU's instruction sets suggest ({doc}`02_tensor_cores`;
 #   {ref}`ch6-measured` names the kernels of each pass).
 # - **Memory-bound work.** An elementwise add in fp16 took
 #   {glue:text}`02_tensor_cores.ipynb::ew_ratio:.2f` times the fp32 time; 0.5 is
@@ -206,7 +210,8 @@ md(gpu_findings(results))
 # - **Training.** fp32 and AMP reached final training losses of
 #   {glue:text}`03_amp_training.ipynb::loss_f:.4f` and
 #   {glue:text}`03_amp_training.ipynb::loss_a:.4f`, the largest gap in any epoch
-#   {glue:text}`03_amp_training.ipynb::gap:.4f` ({doc}`03_amp_training`).
+#   {glue:text}`03_amp_training.ipynb::gap:.4f`,
+#   {glue:text}`03_amp_training.ipynb::ch3_skips:s` ({doc}`03_amp_training`).
 # - **The input pipeline.** One core decodes and resizes a Cityscapes-sized image in
 #   {glue:text}`05_rtx3070.ipynb::ch5_load_ms:.0f` ms; had the loader set the
 #   post's pace, one image would have cost

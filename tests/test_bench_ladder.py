@@ -255,6 +255,13 @@ def test_rung_verdicts_say_what_each_rung_did():
     record["rungs"] = [r for r in record["rungs"] if r["index"] < 5]
     line = bl.rung_verdict(read_ladder(record, "x"), 5)
     assert line.startswith("This ladder has no rung 5 (+ torch.compile)")
+    # only rungs 0 and 4 measured in fp32: the change is rungs 1-4 together
+    record = fixture_record()
+    record["cells"] = [
+        c for c in record["cells"] if c["mode"] != "fp32" or c["rung"] in (0, 4)
+    ]
+    line = bl.rung_verdict(read_ladder(record, "x"), 4, ["fp32"])
+    assert "(rungs 1-4 together, from rung 0)" in line
 
 
 def test_table_fits_88_columns():
@@ -493,3 +500,19 @@ def test_a_gpu_ladder_times_kernels_and_idle_apart(tmp_path):
         assert c.record["peak_reserved_bytes"] >= c.memory_bytes > 0
         assert c.record["kernels_per_step"] > 100
     assert [c.rung for c in ladder.cells] == [0, 3]
+
+
+def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
+    """A predicted 0.571 against a 0.570 limit (0.2% off) is neither met nor missed:
+    the line says it is at the target; one 10% off is still predicted to miss."""
+    from ampbook.provenance import predicted
+
+    def line(v):
+        value = predicted(v, "the cost model", fmt=".3f")
+        return bl.Target("peak", 0.570, "max", "ratio", value, None, "rung 4").line()
+
+    close = line(0.571)
+    assert "predicted at the target, within the prediction's error" in close
+    assert "(0.571 predicted, 0.2% from it, rung 4)" in close and "MISS" not in close
+    assert "predicted to MISS (0.627 predicted" in line(0.627)
+    assert "predicted to meet (0.500 predicted" in line(0.500)

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from ampbook.findings import gpu_findings, in_short, pace
+from ampbook.findings import gpu_findings, in_short, pace, wait_direction
 from ampbook.paths import RESULTS_DIR
 from ampbook.results import load_results_dir
 
@@ -42,14 +42,14 @@ def test_committed_h200_runs_are_read_with_their_numbers():
         )
         step, epoch = p.step_speedups, p.epoch_speedups
         assert (
-            f"the step in the loop {min(step):.2f}-{max(step):.2f}x per epoch "
-            f"({pace(step)})" in sentence
-        )
-        assert (
-            f"the epoch {min(epoch):.2f}-{max(epoch):.2f}x per epoch ({pace(epoch)})"
+            f"the step in the loop {min(step):.2f}-{max(step):.2f}x over epochs "
             in sentence
         )
-        assert ("is the loader's noise" in sentence) == p.loader_bound
+        assert f"({pace(step)})" in sentence
+        assert f"the epoch {min(epoch):.2f}-{max(epoch):.2f}x over epochs" in sentence
+        assert f"({pace(epoch)})" in sentence
+        assert ("the epoch ratio measures the loader" in sentence) == p.loader_bound
+        assert ("noise" in sentence) == (p.loader_bound and wait_direction(p) is None)
 
 
 def test_a_run_without_its_baseline_gets_a_table_row_and_no_comparison(tmp_path):
@@ -75,12 +75,13 @@ def test_in_short_quotes_the_fp16_pair_against_tf32_and_strict_fp32():
     )
     assert f"timed alone {base.step_s / amp.step_s:.2f}x" in text
     lo, hi = min(main.step_speedups), max(main.step_speedups)
-    assert f"in the loop {lo:.2f}-{hi:.2f}x per epoch" in text
+    n = [e["epoch"] for e in main.amp.timed_epochs()]
+    assert f"in the loop {lo:.2f}-{hi:.2f}x over epochs {n[0]}-{n[-1]}" in text
     lo, hi = min(strict.step_speedups), max(strict.step_speedups)
-    assert f"against fp32 (strict)'s in the loop {lo:.2f}-{hi:.2f}x per epoch" in text
+    assert f"against fp32 (strict)'s {lo:.2f}-{hi:.2f}x" in text
     lo, hi = min(main.epoch_speedups), max(main.epoch_speedups)
-    assert f"whole epoch ran at {lo:.2f}-{hi:.2f}x per epoch" in text
-    assert ("the loader's noise" in text) == main.loader_bound
+    assert f"The epoch ran at {lo:.2f}-{hi:.2f}x" in text
+    assert ("the epoch ratio measures the loader" in text) == main.loader_bound
     assert f"waited for data {main.amp.data_wait_share:.0%}" in text
     assert "{" not in text and "|" not in text  # plain text, pasted into the intro
 
