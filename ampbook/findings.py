@@ -17,6 +17,22 @@ from ampbook.results import ResultSet, provenance
 # from the post's memory figures (its values are chapter 5's).
 AUTHORS_DEFAULTS = "the ERFNet authors' defaults"
 POST_LIKELY = "the post's likely setting"
+
+
+def setting_name(setting) -> str | None:
+    """``AUTHORS_DEFAULTS`` for a training setting that is the ERFNet authors' defaults
+    (1024x512, batch 6, 4 loader workers, NCHW), else None."""
+    defaults = (1024, 512, 6, 4, False)
+    got = (
+        setting.width,
+        setting.height,
+        setting.batch_size,
+        setting.workers,
+        setting.channels_last,
+    )
+    return AUTHORS_DEFAULTS if got == defaults else None
+
+
 AMP_MODE, BASE_MODE = "amp-fp16", "fp32-tf32"  # the headline comparison
 
 

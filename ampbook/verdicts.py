@@ -14,7 +14,10 @@ notebook.
 
 from __future__ import annotations
 
-from ampbook.findings import headline_pair  # noqa: F401  (one definition, re-exported)
+from ampbook.findings import (
+    headline_pair,  # noqa: F401  (one definition, re-exported)
+    setting_name,
+)
 
 LOADER_BOUND_SHARE = 0.5  # a loop waiting this share of its time is the loader's
 
@@ -178,10 +181,12 @@ def gpu_training_answer(pairs) -> str:
         else ""
     )
     s = p.setting
+    named = setting_name(s)
     head = (
         f"On {_name(p)} ({amp.epochs_completed} epochs at {s.width}x{s.height}, batch "
-        f"{s.batch_size}), {amp.mode_label} took {p.memory_ratio:.2f} of the peak "
-        f"memory of {base.mode_label} and ended at a training loss of "
+        f"{s.batch_size}{': ' + named if named else ''}), {amp.mode_label} took "
+        f"{p.memory_ratio:.2f} of the peak memory of {base.mode_label} and ended at a "
+        "training loss of "
         f"{amp.final_train_loss:.3f} against {base.final_train_loss:.3f}. "
     )
     step = (

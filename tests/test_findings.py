@@ -93,3 +93,20 @@ def test_in_short_without_pairs_says_so(tmp_path):
     assert in_short(load_results_dir(tmp_path)) == (
         "No GPU runs to compare are committed with this copy of the book."
     )
+
+
+def test_the_erfnet_authors_defaults_are_named_only_where_the_setting_is_theirs():
+    """Issue 28, C5: the H200 runs' setting (1024x512, batch 6, 4 workers, NCHW) is
+    "the ERFNet authors' defaults"; any other setting has no such name (the post's
+    likely setting is chapter 5's batch 12 at 512x256)."""
+    from ampbook.findings import AUTHORS_DEFAULTS, setting_name
+    from ampbook.results import Setting
+
+    theirs = Setting("NVIDIA H200", 512, 1024, 6, False, 4, 144, True)
+    assert setting_name(theirs) == AUTHORS_DEFAULTS
+    for other in (
+        Setting("NVIDIA H200", 256, 512, 12, False, 4, 144, True),
+        Setting("NVIDIA H200", 512, 1024, 6, True, 4, 144, True),
+        Setting("NVIDIA H200", 512, 1024, 6, False, 12, 144, True),
+    ):
+        assert setting_name(other) is None

@@ -384,7 +384,8 @@ def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
     assert (p.amp.mode, p.baseline.mode) == ("amp-fp16", "fp32-tf32")
     line = gpu_training_answer(pairs)
     assert line.startswith(
-        "On Fixture GPU (fictitious) (3 epochs at 1024x512, batch 6)"
+        "On Fixture GPU (fictitious) (3 epochs at 1024x512, batch 6: the ERFNet "
+        "authors' defaults)"
     )
     assert f"took {p.memory_ratio:.2f} of the peak memory of fp32 (TF32 on)" in line
     strict = next(q for q in pairs if q.amp is p.amp and q.baseline.mode == "fp32")
