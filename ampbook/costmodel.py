@@ -1677,6 +1677,25 @@ def lowp_verdict(
     )
 
 
+def loader_check_verdict(measured: dict, model: dict) -> str:
+    """Chapter 5's check of the loader model: images per second measured with the
+    fewest workers above 0 against what the model predicts for them (both keyed by the
+    worker count), and how far that carries into the epoch times taken from the model.
+    """
+    workers = min((w for w in measured if w > 0 and w in model), default=None)
+    if workers is None:
+        return (
+            "No run with workers was measured, so the loader model is unchecked here."
+        )
+    off = measured[workers] / model[workers]
+    plural = "worker" if workers == 1 else "workers"
+    return (
+        f"With {workers} {plural} the loader delivered {off:.2f} of the model's rate: "
+        f"the check is off by {abs(off - 1):.0%}, and the epoch times below, from the "
+        "model, carry an error of that order."
+    )
+
+
 def pace_verdict(
     loader_images_per_s: float,
     step_images_per_s: float,

@@ -971,6 +971,17 @@ def stored_inputs_text(seen: dict[str, dict[str, int]]) -> str:
     )
 
 
+def stored_inputs_verdict(plain: dict, stream: dict, dtype_label: str) -> str:
+    """Chapter 8's sentence on what checkpointing stores: ``block_input_dtypes`` of
+    ERFNet as it is and with its ``fp16_stream`` option on, under autocast to
+    ``dtype_label``."""
+    return (
+        f"The block inputs checkpointing stores under autocast ({dtype_label}), "
+        f"counted by dtype per part (measured here): {stored_inputs_text(plain)}; "
+        f"with ERFNet's `fp16_stream` option on: {stored_inputs_text(stream)}."
+    )
+
+
 # --- fp16 or bf16 ---------------------------------------------------------------------
 
 

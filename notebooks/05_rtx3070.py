@@ -690,16 +690,10 @@ here = {w: cm.loader_images_per_s(load_s, w, load["cpus"], reserved_cores=0)
 md_table([(w, lm_rate[w], here[w], lm_rate[w] / here[w]) for w in sorted(lm_rate)],
          ["workers", "measured images/s", "model", "measured / model"],
          [None, ".2f", ".2f", ".2f"])
-# the check of the model: the worker count nearest 1 above 0, measured against the model
-w_chk = min((w for w in lm_rate if w > 0), default=None)
-if w_chk is None:
-    check = "No run with workers was measured, so the loader model is unchecked here."
-else:
-    off = lm_rate[w_chk] / here[w_chk]
-    check = (f"With {w_chk} worker(s) the loader delivered {off:.2f} of the model's "
-             f"rate: the check is off by {abs(off - 1):.0%}, and the epoch times "
-             "below, from the model, carry an error of that order.")
-glue("ch5_loader_check", md(check), display=False)
+
+# %%
+# the check of the model: the fewest workers above 0, measured against the model
+glue("ch5_loader_check", md(cm.loader_check_verdict(lm_rate, here)), display=False)
 
 # %% [markdown]
 # {glue:md}`ch5_loader_check`

@@ -544,9 +544,8 @@ glue_all(
 )
 md(
     patterns.memory_verdict(mem)
-    + "\n\nThe block inputs checkpointing stores under autocast (bf16), counted by dtype "
-    f"per part (measured here): {patterns.stored_inputs_text(stored[0])}; with "
-    f"ERFNet's `fp16_stream` option on: {patterns.stored_inputs_text(stored[1])}."
+    + "\n\n"
+    + patterns.stored_inputs_verdict(stored[0], stored[1], "bf16")
 )
 
 # %% [markdown]

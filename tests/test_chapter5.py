@@ -158,3 +158,14 @@ def test_a_wait_inferred_by_difference_is_an_upper_bound_not_a_measurement():
     assert "at most 60%" in followed
     # a measured wait reads as before
     assert "the loader took 65% of the loop" in hypotheses_verdict(1.05, 0.89, 0.65)
+
+
+def test_the_loader_check_says_how_far_the_model_is_off():
+    """Chapter 5's check of its loader model: the fewest workers above 0, measured
+    against the model, and the error that carries into the model's epoch times."""
+    from ampbook.costmodel import loader_check_verdict
+
+    line = loader_check_verdict({0: 10.0, 1: 5.8, 2: 11.0}, {0: 10.0, 1: 10.0, 2: 20.0})
+    assert line.startswith("With 1 worker the loader delivered 0.58 of the model's")
+    assert "off by 42%" in line
+    assert "unchecked" in loader_check_verdict({0: 10.0}, {0: 10.0})

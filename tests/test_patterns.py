@@ -219,3 +219,14 @@ def test_flushed_fractions_fp16_loses_what_bf16_keeps():
     g = torch.tensor([1e-9, 1e-3, 0.0, 1.0])
     f = P.flushed_fractions([g])
     assert abs(f["fp16"] - 1 / 3) < 1e-6 and f["bf16"] == 0.0
+
+
+def test_the_stored_inputs_sentence_names_both_models_counts():
+    line = P.stored_inputs_verdict(
+        {"encoder": {"float32": 16}},
+        {"encoder": {"bfloat16": 15, "float32": 1}},
+        "bf16",
+    )
+    assert "under autocast (bf16)" in line
+    assert "(measured here): encoder 16 float32; with ERFNet's" in line
+    assert line.endswith("on: encoder 15 bfloat16, 1 float32.")
