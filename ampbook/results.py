@@ -656,10 +656,36 @@ class BoundCheck:
             why = f"{effs}: both about as close to their bounds"
         text = f"{head}. {why}."
         if self.amp_profile is not None and self.baseline_profile is not None:
-            from ampbook.verdicts import kernel_time_verdict
-
             text += " " + kernel_time_verdict(self.amp_profile, self.baseline_profile)
         return text
+
+
+def kernel_time_verdict(amp, baseline) -> str:
+    """Where an AMP step's time went, from two layer profiles of one GPU and setting
+    (``ampbook.results.LayerProfile``): the kernels' time and the GPU's idle time
+    (wall time minus kernel time) apart. AMP's kernels can be faster while its step is
+    not: the gain is then lost to idle time (kernel launches, autocast's casts, host
+    synchronisations), not to slower kernels."""
+    ks = baseline.kernel_s / amp.kernel_s
+    ws = baseline.step_s / amp.step_s
+    ms = 1e3
+    facts = (
+        f"In the layer profiles AMP's kernels took {amp.kernel_s * ms:.1f} ms against "
+        f"{baseline.kernel_s * ms:.1f} ms for {baseline.mode_label} ({ks:.2f}x), its "
+        f"step {amp.step_s * ms:.1f} ms against {baseline.step_s * ms:.1f} ms "
+        f"({ws:.2f}x); the GPU sat idle {amp.idle_s * ms:.1f} ms against "
+        f"{baseline.idle_s * ms:.1f} ms"
+    )
+    if ks > 1.05 and ws < ks / 1.05:
+        return (
+            f"{facts}: the kernels' gain went to idle time (the gaps between kernels: "
+            "launches and host work), not to slower kernels."
+        )
+    if ks <= 1.0 / 1.05:
+        return f"{facts}: AMP's kernels themselves were slower."
+    if ks <= 1.05:
+        return f"{facts}: AMP's kernels themselves were no faster."
+    return f"{facts}: the step kept the kernels' gain."
 
 
 def bound_checks(
