@@ -657,15 +657,10 @@ def reader_copy(nb, stem: str, index: BookIndex, profile: str | None = None):
     note.metadata["ampbook"] = {"reader_note": True}
     first = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
     cells.insert(first + 1, note)
-    seen = list(dict.fromkeys(cited))
-    if seen:
-        lines = ["## Sources cited", ""]
-        for key in seen:
-            s = index.sources[key]
-            link = f" <{s.url}>" if s.url else ""
-            lines.append(f"- {s.authors} ({s.year}). *{s.title}*.{link}")
-        refs = _markdown_cell("\n".join(lines))
-        refs.metadata["ampbook"] = {"sources": seen}
+    sources = sources_cited(cited, index)
+    if sources:
+        refs = _markdown_cell(sources)
+        refs.metadata["ampbook"] = {"sources": list(dict.fromkeys(cited))}
         cells.append(refs)
     for n, cell in enumerate(cells):
         cell.id = f"cell-{n}"
@@ -747,6 +742,20 @@ def write_reader_copies(
         return reader_copy(notebooks[stem], stem, index, profile)
 
     return write_copies(make, stems, out_dir, errors)
+
+
+def sources_cited(cited, index) -> str | None:
+    """The "Sources cited" section a copy ends with: each key of ``cited`` once, in
+    order of first citation, as Markdown; None when nothing was cited."""
+    seen = list(dict.fromkeys(cited))
+    if not seen:
+        return None
+    lines = ["## Sources cited", ""]
+    for key in seen:
+        s = index.sources[key]
+        link = f" <{s.url}>" if s.url else ""
+        lines.append(f"- {s.authors} ({s.year}). *{s.title}*.{link}")
+    return "\n".join(lines)
 
 
 def write_copies(make, stems, out_dir: Path, errors: list[str] | None) -> list[Path]:

@@ -127,14 +127,9 @@ def run_along_copy(nb, stem: str, index: reader.BookIndex):
             )
             under.metadata.setdefault("ampbook", {})["caption_of"] = fig.get("name")
             cells.append(under)
-    seen = list(dict.fromkeys(cited))
-    if seen:
-        lines = ["## Sources cited", ""]
-        for key in seen:
-            s = index.sources[key]
-            link = f" <{s.url}>" if s.url else ""
-            lines.append(f"- {s.authors} ({s.year}). *{s.title}*.{link}")
-        cells.append(reader._markdown_cell("\n".join(lines)))
+    sources = reader.sources_cited(cited, index)
+    if sources:
+        cells.append(reader._markdown_cell(sources))
     for n, cell in enumerate(cells):
         cell.id = f"cell-{n}"
     out = copy.deepcopy(nb)
