@@ -39,24 +39,38 @@ def _as_command() -> None:
 
     stopped = []
 
-    def early_term(signum, frame):
-        stopped.append(signum)
-        raise KeyboardInterrupt
+    def end() -> None:
+        how = "SIGTERM" if stopped else "Ctrl-C"
+        sys.stderr.write(
+            f"error: interrupted ({how}) while starting up; nothing was started "
+            "or written\n"
+        )
+        sys.stderr.flush()
+        os._exit(143 if stopped else 130)
+
+    def early_stop(signum, frame):
+        # Nothing was started: end at once (an exception raised here could land inside
+        # a C extension's initialisation and abort the process instead).
+        if signum != _signal.SIGINT:
+            stopped.append(signum)
+        end()
 
     def early_hook(kind, value, tb):
         if issubclass(kind, KeyboardInterrupt):
-            how = "SIGTERM" if stopped else "Ctrl-C"
-            sys.stderr.write(
-                f"error: interrupted ({how}) while starting up; nothing was started "
-                "or written\n"
-            )
-            sys.stderr.flush()
-            os._exit(143 if stopped else 130)
+            end()
         sys.__excepthook__(kind, value, tb)
 
     sys.excepthook = early_hook
-    if _signal.getsignal(_signal.SIGTERM) == _signal.SIG_DFL:
-        _signal.signal(_signal.SIGTERM, early_term)
+    for name, default in (
+        ("SIGTERM", _signal.SIG_DFL),
+        ("SIGINT", _signal.default_int_handler),
+        ("SIGHUP", _signal.SIG_DFL),
+    ):
+        if (
+            hasattr(_signal, name)
+            and _signal.getsignal(getattr(_signal, name)) == default
+        ):
+            _signal.signal(getattr(_signal, name), early_stop)
     from ampbook import cli
 
     cli.install(early=stopped)

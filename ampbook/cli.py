@@ -66,17 +66,71 @@ class Terminated(KeyboardInterrupt):
     written for Ctrl-C runs for it too. The exit status is 143 instead of 130."""
 
 
-_state = {"signal": None}
+_state = {"signal": None, "held": None}  # held: a stop held back during an import
+
+
+_IMPORT_FILES = (
+    "<frozen importlib._bootstrap>",
+    "<frozen importlib._bootstrap_external>",
+)
+_RETRY_S = 0.05  # how soon a stop held back during an import is tried again
+
+
+def _in_import(frame) -> bool:
+    """Whether the main thread is inside an ``import`` (its module's code, or a C
+    extension's initialisation that called back into Python)."""
+    while frame is not None:
+        if frame.f_code.co_filename in _IMPORT_FILES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _held_back(signum, frame) -> bool:
+    """A stop that lands inside an import is not raised there: an exception thrown
+    through a C extension's initialisation (torch's pybind11 code) can abort the process
+    (SIGABRT, a C++ ``terminate``) instead of unwinding. The signal is delivered again
+    shortly after, until the import has finished, and raised then."""
+    if not _in_import(frame):
+        _state["held"] = None
+        return False
+    _state["held"] = signum
+    import _thread
+
+    timer = threading.Timer(_RETRY_S, _thread.interrupt_main, args=(signum,))
+    timer.daemon = True
+    timer.start()
+    return True
 
 
 def _on_sigterm(signum, frame):
     _state["signal"] = signal.SIGTERM
-    raise Terminated()
+    if not _held_back(signum, frame):
+        raise Terminated()
 
 
 def _on_sigint(signum, frame):
     _state["signal"] = signal.SIGINT
-    raise KeyboardInterrupt()
+    if not _held_back(signum, frame):
+        raise KeyboardInterrupt()
+
+
+def _start_up_stop() -> str:
+    how = signal_name()
+    return f"interrupted ({how}) while starting up; nothing was started or written"
+
+
+def _on_start_up_stop(signum, frame):
+    """Before ``main`` runs nothing was started or written: a stop ends the process at
+    once, with one line (not an exception raised inside an import)."""
+    if signum != signal.SIGINT:
+        _state["signal"] = signal.SIGTERM
+    elif _state["signal"] is None:
+        _state["signal"] = signal.SIGINT
+    say(_start_up_stop())
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    os._exit(stop_code())
 
 
 def terminated() -> bool:
@@ -173,10 +227,7 @@ def is_command(argv: list[str] | None = None) -> bool:
 
 def _excepthook(kind, value, tb):
     if issubclass(kind, KeyboardInterrupt):
-        say(
-            f"interrupted ({signal_name()}) while starting up; nothing was started "
-            "or written"
-        )
+        say(_start_up_stop())
         with contextlib.suppress(Exception):
             sys.stdout.flush()
         os._exit(stop_code(value))
@@ -252,6 +303,65 @@ def _hold_further_stops() -> None:
                 signal.signal(getattr(signal, name), hold)
 
 
+_depth = [0]  # commands running in this process (one calls another as a function)
+
+
+_STOPS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP")
+    if hasattr(signal, name)
+)
+
+
+@contextlib.contextmanager
+def _stops_blocked_after(outermost: bool):
+    """Once the outermost command's ``main`` has its outcome, stop signals wait (the
+    kernel keeps them pending) while the handlers are put back, until ``_end_process``
+    delivers them to a handler that ends with that outcome: no window in which a late
+    stop meets a start-up handler or the default action."""
+    try:
+        yield
+    finally:
+        if outermost and is_command() and _main_thread():
+            with contextlib.suppress(ValueError, OSError):
+                signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+
+
+def _end_process(code: int) -> None:
+    """The command has its exit status: end the process with it. What is left is the
+    teardown: the atexit callbacks run here (torch's import modules), then the process
+    exits without the interpreter's module-by-module finalization (over half a second
+    with torch loaded, and with the default signal handlers back in place). A Ctrl-C,
+    SIGTERM or SIGHUP arriving meanwhile ends it at once with the same status: no
+    traceback from a callback it interrupted, no death by the signal after the
+    command's own ``error:`` line."""
+    if not _main_thread():
+        return
+
+    def flush():
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+
+    def end(signum, frame):
+        flush()
+        os._exit(code)
+
+    for stop in _STOPS:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(stop, end)
+    with contextlib.suppress(ValueError, OSError):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # a pending one ends it here
+    with contextlib.suppress(Exception):
+        threading._shutdown()  # non-daemon threads finish, as at a normal exit
+    import atexit
+
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    flush()
+    os._exit(code)
+
+
 def _text_streams() -> None:
     """A terminal whose locale cannot encode a character the commands print (an en
     dash under LANG=C) gets a replacement character, not a UnicodeEncodeError."""
@@ -273,13 +383,18 @@ def install(early: list | None = None) -> None:
     if early:
         _state["signal"] = signal.SIGTERM
     with contextlib.suppress(ValueError, OSError):
-        current = signal.getsignal(signal.SIGTERM)
-        if current in (signal.SIG_DFL, None) or getattr(current, "__name__", "") == (
-            "early_term"
+        for name, default in (
+            ("SIGTERM", signal.SIG_DFL),
+            ("SIGINT", signal.default_int_handler),
+            ("SIGHUP", signal.SIG_DFL),
         ):
-            signal.signal(signal.SIGTERM, _on_sigterm)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            signal.signal(signal.SIGINT, _on_sigint)
+            if not hasattr(signal, name):
+                continue
+            current = signal.getsignal(getattr(signal, name))
+            if current in (default, None) or getattr(current, "__name__", "") == (
+                "early_stop"
+            ):
+                signal.signal(getattr(signal, name), _on_start_up_stop)
     sys.excepthook = _excepthook
 
 
@@ -341,18 +456,28 @@ def command(prog: str) -> Callable:
     def wrap(main: Callable) -> Callable:
         @functools.wraps(main)
         def run(argv: list[str] | None = None) -> int:
+            _depth[0] += 1
+            try:
+                code = _run(argv)
+            finally:
+                _depth[0] -= 1
+            if _depth[0] == 0 and is_command():
+                _end_process(code)
+            return code
+
+        def _run(argv: list[str] | None) -> int:
             if _state["signal"] is not None and is_command():
                 # A stop during the start-up imports that an import swallowed (a bare
                 # ``except:`` in a library): the command does not start.
-                say(
-                    f"interrupted ({signal_name()}) while starting up; nothing was "
-                    "started or written"
-                )
+                say(_start_up_stop())
                 return stop_code()
             _state["signal"] = None
-            with kept_handlers(), signals():
+            with kept_handlers(), signals(), _stops_blocked_after(_depth[0] == 1):
                 try:
                     code = main(argv)
+                    if _state["held"] is not None:  # main ended before it was raised
+                        _state["held"] = None
+                        raise Terminated() if terminated() else KeyboardInterrupt()
                 except KeyboardInterrupt as err:
                     _hold_further_stops()  # a second signal: still 130/143
                     say(

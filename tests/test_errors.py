@@ -277,11 +277,110 @@ def _command(*argv, sig, after, env=None, timeout=240) -> subprocess.CompletedPr
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def _signalled_when(argv, sig, seen, python=(), timeout=240):
+    """Run ``python -m argv`` and send ``sig`` the moment stderr shows a line for which
+    ``seen(line)`` holds (not after a fixed delay, which lands elsewhere on a faster or
+    a busier machine): (exit status, stderr without ``-X importtime``'s lines)."""
+    proc = subprocess.Popen(
+        [sys.executable, *python, "-m", *argv],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+    )
+    lines, sent = [], False
+    deadline = time.monotonic() + timeout
+    for line in proc.stderr:
+        lines.append(line)
+        if not sent and seen(line):
+            proc.send_signal(sig)
+            sent = True
+        assert time.monotonic() < deadline, "".join(lines[-20:])
+    code = proc.wait(timeout=timeout)
+    assert sent, "".join(lines[-20:])
+    kept = [line for line in lines if not line.startswith("import time:")]
+    return code, "".join(kept)
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_during_the_start_up_imports_is_one_line(sig, code):
-    done = _command("ampbook.evaluate", "x", sig=sig, after=1.5)  # importing torch
-    assert done.returncode == code, done.stderr
-    one_error(done.stderr, "interrupted", "SIGTERM" if code == 143 else "Ctrl-C")
+    """The signal is sent while torch is being imported (``-X importtime`` prints a line
+    as each of its submodules finishes): one line, 130/143, never a C++ abort from an
+    exception thrown through torch's initialisation."""
+
+    def inside_torch(line):
+        name = line.rsplit("|", 1)[-1].strip()
+        return name.startswith("torch.")
+
+    code_seen, err = _signalled_when(
+        ["ampbook.evaluate", "x"], sig, inside_torch, python=("-X", "importtime")
+    )
+    assert code_seen == code, err
+    one_error(err, "interrupted", "while starting up", cli_name(code))
+
+
+def cli_name(code):
+    return "SIGTERM" if code == 143 else "Ctrl-C"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_as_the_command_ends_is_its_answer_or_a_stop(sig):
+    """Sent the moment the command has printed its error, the signal lands just before
+    ``main`` returns (a stop: 130/143 and a second line saying so) or in the teardown
+    (torch's atexit callbacks and the interpreter's finalization, over half a second):
+    there the exit status stays the command's (2). Never a death by the signal, a
+    traceback from an interrupted callback, or "while starting up"."""
+    code, err = _signalled_when(
+        ["ampbook.evaluate", "x"], sig, lambda line: line.startswith("error:")
+    )
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert "Cityscapes" in lines[0], err
+    stop = 143 if sig == signal.SIGTERM else 130
+    assert (code, lines[1:]) in [
+        (2, []),
+        (
+            stop,
+            [
+                f"error: python -m ampbook.evaluate interrupted ({cli_name(stop)}) "
+                "before it finished; what it had not finished was not written"
+            ],
+        ),
+    ], err
+
+
+def test_a_signal_inside_an_import_in_main_is_raised_after_the_import(tmp_path):
+    """A command that imports a module inside ``main``: the stop is held back until the
+    import has finished (raising it inside an extension's initialisation can abort the
+    process), then raised as usual: main's cleanup runs and the status is 130."""
+    (tmp_path / "slow_module.py").write_text(
+        "import sys, time\nsys.stderr.write('importing\\n'); sys.stderr.flush()\n"
+        "time.sleep(1.5)\nsys.stderr.write('imported\\n'); sys.stderr.flush()\n"
+    )
+    (tmp_path / "slow_command.py").write_text(
+        "import sys\nfrom ampbook import cli\n\n"
+        "@cli.command('slow')\ndef main(argv=None):\n"
+        "    try:\n        import slow_module  # noqa: F401\n"
+        "        import time\n        time.sleep(30)\n"
+        "        return 0\n    finally:\n"
+        "        sys.stderr.write('cleaned up\\n')\n\n"
+        "sys.exit(main())\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "slow_command.py")],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}"},
+    )
+    assert proc.stderr.readline() == "importing\n"
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=20) == 130, err  # raised soon after, not after the sleep
+    assert err.splitlines()[:2] == ["imported", "cleaned up"], err
+    one_error(err, "slow interrupted (Ctrl-C) before it finished")
 
 
 def test_sigterm_in_a_notebook_cell_marks_it_and_ends_the_kernel(tmp_path):
