@@ -120,6 +120,13 @@ def _start_up_stop() -> str:
     return f"interrupted ({how}) while starting up; nothing was started or written"
 
 
+def _end_start_up(err: BaseException | None = None) -> None:
+    """A stop before ``main`` runs: one line, and the process ends with 130/143."""
+    say(_start_up_stop())
+    _flush()
+    os._exit(stop_code(err))
+
+
 def _on_start_up_stop(signum, frame):
     """Before ``main`` runs nothing was started or written: a stop ends the process at
     once, with one line (not an exception raised inside an import)."""
@@ -127,10 +134,13 @@ def _on_start_up_stop(signum, frame):
         _state["signal"] = signal.SIGTERM
     elif _state["signal"] is None:
         _state["signal"] = signal.SIGINT
-    say(_start_up_stop())
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-    os._exit(stop_code())
+    _end_start_up()
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 def terminated() -> bool:
@@ -227,10 +237,7 @@ def is_command(argv: list[str] | None = None) -> bool:
 
 def _excepthook(kind, value, tb):
     if issubclass(kind, KeyboardInterrupt):
-        say(_start_up_stop())
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-        os._exit(stop_code(value))
+        _end_start_up(value)
     _previous_hook(kind, value, tb)
 
 
@@ -297,13 +304,7 @@ def _hold_further_stops() -> None:
     def hold(signum, frame):
         pass
 
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):
-            with contextlib.suppress(ValueError, OSError):
-                signal.signal(getattr(signal, name), hold)
-
-
-_depth = [0]  # commands running in this process (one calls another as a function)
+    _on_stops(hold)
 
 
 _STOPS = tuple(
@@ -311,6 +312,16 @@ _STOPS = tuple(
     for name in ("SIGINT", "SIGTERM", "SIGHUP")
     if hasattr(signal, name)
 )
+
+
+def _on_stops(handler) -> None:
+    """``handler`` for Ctrl-C, SIGTERM and SIGHUP."""
+    for stop in _STOPS:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(stop, handler)
+
+
+_depth = [0]  # commands running in this process (one calls another as a function)
 
 
 @contextlib.contextmanager
@@ -338,18 +349,11 @@ def _end_process(code: int) -> None:
     if not _main_thread():
         return
 
-    def flush():
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-
     def end(signum, frame):
-        flush()
+        _flush()
         os._exit(code)
 
-    for stop in _STOPS:
-        with contextlib.suppress(ValueError, OSError):
-            signal.signal(stop, end)
+    _on_stops(end)
     with contextlib.suppress(ValueError, OSError):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)  # a pending one ends it here
     with contextlib.suppress(Exception):
@@ -358,7 +362,7 @@ def _end_process(code: int) -> None:
 
     with contextlib.suppress(Exception):
         atexit._run_exitfuncs()
-    flush()
+    _flush()
     os._exit(code)
 
 
@@ -489,9 +493,7 @@ def command(prog: str) -> Callable:
                         # that landed inside an import (torch's, in main) can leave a
                         # C extension that aborts in the interpreter's teardown
                         # (SIGABRT instead of 130/143).
-                        with contextlib.suppress(Exception):
-                            sys.stdout.flush()
-                            sys.stderr.flush()
+                        _flush()
                         os._exit(stop_code(err))
                     return stop_code(err)
                 except SystemExit as err:  # argparse: --help (0), a bad option (2)
