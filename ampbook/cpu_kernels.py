@@ -235,7 +235,7 @@ class ConvProbe:
                         PASS_NAMES[name],
                         p.seconds * 1e3,
                         ratio,
-                        p.impl or "not read",
+                        _impl_cell(p.impl),
                     )
                 )
         return out
@@ -245,6 +245,13 @@ def _median(values) -> float:
     s = sorted(values)
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def _impl_cell(impl: str | None) -> str:
+    """A table cell for oneDNN's implementation name. A pass that ran two primitives is
+    named as one token joined by ``+`` (``brg_conv_bwd:...+brg_conv_fwd:...``): spaced,
+    so that a narrow page wraps the cell there instead of cutting the table off."""
+    return " + ".join(impl.split("+")) if impl else "not read"
 
 
 def _impl_name(impl: str) -> str:

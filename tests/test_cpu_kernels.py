@@ -72,6 +72,8 @@ def test_verdict_names_the_slow_pass_and_its_kernel():
     bf16 = probe.verdict("bf16")
     assert "faster than in fp32" in bf16 and "slowest" not in bf16
     assert "all three passes in oneDNN's brg:amx" in bf16
+    assert ck._impl_cell("brg_bwd:amx+brg_fwd:amx") == "brg_bwd:amx + brg_fwd:amx"
+    assert ck._impl_cell(None) == "not read"
     rows = probe.rows()
     assert ("fp16", "backward-weights", 225.0, 750.0, "ref:any") in [
         (r[0], r[1], pytest.approx(r[2]), pytest.approx(r[3]), r[4]) for r in rows
