@@ -248,9 +248,10 @@ def _median(values) -> float:
 
 
 def _impl_cell(impl: str | None) -> str:
-    """A table cell for oneDNN's implementation name. A pass that ran two primitives is
-    named as one token joined by ``+`` (``brg_conv_bwd:...+brg_conv_fwd:...``): spaced,
-    so that a narrow page wraps the cell there instead of cutting the table off."""
+    """oneDNN's implementation name as the page writes it (table cells and verdicts).
+    An implementation that runs part of its work through another is named as one token
+    joined by ``+`` (``brg_conv_bwd:...+brg_conv_fwd:...``): spaced, so that a narrow
+    page wraps it there instead of cutting a table off."""
     return " + ".join(impl.split("+")) if impl else "not read"
 
 
@@ -258,8 +259,8 @@ def _impl_name(impl: str) -> str:
     if impl == ATEN_FALLBACK:
         return "ATen's fallback (no oneDNN kernel)"
     if impl.startswith("ref"):
-        return f"oneDNN's reference implementation ({impl})"
-    return f"oneDNN's {impl}"
+        return f"oneDNN's reference implementation ({_impl_cell(impl)})"
+    return f"oneDNN's {_impl_cell(impl)}"
 
 
 def _impl_text(passes, impl_read: bool) -> str:

@@ -382,21 +382,27 @@ md_table(rows or [("no GPU runs committed", None, None, None)],
 # instructions it lists are not the kernels PyTorch runs. So the chapter measures first.
 # `ampbook.cpu_kernels.probe_conv` times one ERFNet-like convolution (64 channels, 3x1)
 # forward, backward-data and backward-weights in each dtype, and reads from oneDNN's
-# verbose output which kernel ran each pass (a JIT-compiled one, oneDNN's reference
-# loop `ref:any`, or ATen's generic fallback when oneDNN took none). The dtypes take
-# turns for several rounds, and each ratio to fp32 is the rounds' median with their
-# range: on a shared machine the size of such a ratio moves from run to run (the line
-# says when it moved by more than a quarter), and one figure would hide that:
+# verbose output which kernel ran each pass (a JIT-compiled one, `jit:` or `brg`, for
+# oneDNN's batch-reduce GEMM kernels; oneDNN's reference loop `ref:any`; or ATen's
+# generic fallback when oneDNN took none). A name of the form `A + B` is one oneDNN
+# implementation, `A`, that runs part of its work through another, `B`. The dtypes take
+# turns for several rounds; a pass's time in the table is its fastest round, and each
+# ratio to fp32 is the median of the rounds' ratios (so it is not the quotient of two
+# times in the table), with their range: the size of such a ratio moves from run to run
+# on this machine (the line says when it moved by more than a quarter), and one figure
+# would hide that:
 
 # %%
 probe = probe_conv() if device.type == "cpu" else None
-load = f"load average {probe.load1:.1f} on {probe.cpus} CPUs" if probe else ""
-md("\n\n".join([probe.verdict(d) for d in probe.dtypes] + [f"Measured at {load}."])
+threads = probe and (f"{probe.threads} threads" if probe.threads > 1 else "1 thread")
+load = (f"batch {probe.batch}, {threads} of {probe.cpus} CPUs, "
+        f"load average {probe.load1:.1f} read after the probe") if probe else ""
+md("\n\n".join([probe.verdict(d) for d in probe.dtypes] + [f"Measured with {load}."])
    if probe else "On a GPU the probe does not apply: each precision is timed directly.")
 
 # %% tags=["hide-input"]
 md_table(probe.rows() if probe else [("-", "-", None, None, "GPU")],
-         ["dtype", "pass", "ms", "time / fp32 (x)", "kernel"],
+         ["dtype", "pass", "fastest round (ms)", "median ratio to fp32 (x)", "kernel"],
          [None, None, ".3g", ".3g", None])
 
 # %% [markdown]
