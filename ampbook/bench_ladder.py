@@ -63,7 +63,7 @@ and memory are measured (``"epoch": "pending"``) and again with its epochs
 ``data/results/README.md`` and read by ``ampbook.results.read_ladder``); a folder (or a
 path without ``.json``) gets ``ladder_<gpu>.json`` inside it. ``--merge`` adds the
 cells to an existing record of the same device and size (the GPU check measures the
-compiled rung in a second stage). At the end the table and the issue's targets
+compiled rung in a second stage). At the end the table and the targets
 (``TARGETS``: the H200 at 1024x512, batch 6) are printed one by one, met or missed, with
 what the profile shows for a missed one.
 """
@@ -86,19 +86,12 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ampbook import cli
-from ampbook.results import (
-    LADDER_SCHEMA,
-    MODE_LABELS,
-    MODES,
-    PEAK_CUDA,
-    SAVED_FOR_BACKWARD,
-    Ladder,
-    LadderCell,
-    read_ladder,
-)
+
+if TYPE_CHECKING:  # the functions import what they use: --help answers without torch
+    from ampbook.results import Ladder, LadderCell
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
     "fp32-tf32": ("fp32", "on"),
@@ -197,6 +190,7 @@ def _now() -> str:
 
 # A CPU's default ladder, sized for about a minute on 2 cores: the post's setup against
 # every eager change at once (rungs 0 and 4), at 64x32, one image a step, 3 timed steps.
+CPU_MINUTE = "about a minute on 2 cores"  # what CPU_DEFAULTS were timed at (--help)
 CPU_DEFAULTS = dict(
     rungs=(0, 4),
     height=32,
@@ -241,6 +235,8 @@ class LadderSpec:
         return cls(**base)
 
     def check(self) -> None:
+        from ampbook.results import MODES
+
         for name in (
             "height",
             "width",
@@ -287,6 +283,8 @@ class LadderSpec:
             )
 
     def settings(self, time_source: str, isolate: str) -> dict:
+        from ampbook.results import PEAK_CUDA, SAVED_FOR_BACKWARD
+
         return {
             "height": self.height,
             "width": self.width,
@@ -331,6 +329,8 @@ def parse_rungs(text: str) -> tuple[int, ...]:
 
 
 def parse_modes(text: str) -> tuple[str, ...]:
+    from ampbook.results import MODES
+
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
     bad = [m for m in modes if m not in MODE_SETTINGS]
     if bad or not modes:
@@ -757,6 +757,7 @@ def ladder_path(json_arg: str | Path, device_name: str) -> Path:
 
 def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
     from ampbook.devices import find_device
+    from ampbook.results import LADDER_SCHEMA
 
     cuda = str(environment.get("device", "")).startswith("cuda")
     entry = find_device(environment["device_name"]) if cuda else None
@@ -795,6 +796,8 @@ def write_record(record: dict, path: Path) -> None:
 
 def add_cell(path: Path, cell: dict) -> None:
     """Put ``cell`` into the record at ``path`` (replacing the same rung and mode)."""
+    from ampbook.results import MODES
+
     record = json.loads(path.read_text())
     record["cells"] = [
         c
@@ -944,6 +947,7 @@ def run_ladder(
     return it as ``ampbook.results.Ladder``; with ``merge`` and ``skip_finished``, the
     cells ``path`` holds whole are not measured again (a rerun after a cut)."""
     from ampbook.env import environment, pick_device
+    from ampbook.results import read_ladder
 
     spec.check()
     dev = pick_device(spec.device)
@@ -982,6 +986,8 @@ def run_ladder(
 def format_table(ladder: Ladder) -> str:
     """The ladder as text, one line per measured cell (at most 88 columns), and where
     a cell's kernel or operator time passes its step time, one line saying why."""
+    from ampbook.results import MODES
+
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -1212,6 +1218,8 @@ def check_targets(ladder: Ladder) -> list[Target]:
     """The issue's targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
     with TF32 (on a CPU ladder, amp-bf16 against fp32); the eager figures come from the
     highest eager rung measured, the compiled ones from rung 5."""
+    from ampbook.results import MODE_LABELS
+
     out: list[Target] = []
     have = ladder.modes()
     # On a CPU the mixed precision is bf16 and the baseline fp32 (no TF32).
@@ -1491,6 +1499,7 @@ def predict_ladder(
     from ampbook.costmodel import Ceilings
     from ampbook.devices import find_device
     from ampbook.model import ERFNet
+    from ampbook.results import MODES
 
     profiles = [
         lp
@@ -1612,6 +1621,7 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
     import numpy as np
 
     from ampbook.plots import bar_style
+    from ampbook.results import MODE_LABELS
 
     modes = [m for m in (modes or ladder.modes()) if m in ladder.modes()]
     rungs = [r for r in ladder.rungs if any(ladder.cell(r.index, m) for m in modes)]
@@ -1701,6 +1711,8 @@ def gpu_ladder(results) -> tuple[Ladder | None, bool]:
     """The GPU ladder to show: the most complete committed one, else the prediction
     from committed layer profiles (``predict_ladder``); ``(ladder, predicted)``, or
     ``(None, False)`` where there is neither."""
+    from ampbook.results import read_ladder
+
     committed = results.gpu_ladders()
     if committed:
         return committed[0], False
@@ -1887,54 +1899,128 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
     return spec, isolate, notes
 
 
-@cli.command("python -m ampbook.bench ladder")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The command's options (light: ``--help`` imports no torch)."""
     import argparse
 
+    cpu, gpu = CPU_DEFAULTS, LadderSpec()
+
+    def both(name: str) -> str:
+        on_gpu, on_cpu = getattr(gpu, name), cpu[name]
+        if on_gpu == on_cpu:
+            return f"default: {on_gpu}"
+        return f"default: {on_gpu} on a GPU, {on_cpu} on a CPU"
+
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.bench ladder", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.bench ladder",
+        description="The ladder: the training step from the ERFNet authors' "
+        "defaults to the optimised one, one change per rung, in every precision: "
+        "step time, kernel and idle time, peak memory, an epoch and the roofline "
+        "bound of each rung and precision.",
+        epilog="rungs:\n"
+        + "\n".join(f"  {r.index}  {r.title}" for r in RUNGS)
+        + "\n\ndefaults: on a GPU the post's setting ("
+        f"{gpu.width}x{gpu.height}, batch {gpu.batch_size}), rungs "
+        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}, {', '.join(GPU_MODES)}; on a CPU "
+        f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
+        f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
+        f"{cpu['steps']} timed steps: {CPU_MINUTE}. Progress and the time left are "
+        "printed after each rung and precision.",
+        formatter_class=cli.HelpFormatter,
     )
-    cpu = CPU_DEFAULTS
     parser.add_argument(
         "--device",
         default="auto",
-        help="auto (default: CUDA where there is one), cpu or cuda. The defaults: on "
-        "a GPU the post's setting (1024x512, batch 6), rungs 0-5, four precisions; "
-        f"on a CPU rungs {','.join(map(str, cpu['rungs']))} at {cpu['width']}x"
-        f"{cpu['height']}, batch {cpu['batch_size']}, fp32 and amp-bf16, "
-        f"{cpu['steps']} timed steps (sized for about a minute on 2 cores)",
+        help="auto (CUDA where there is one), cpu or cuda; it sets the defaults below",
     )
     parser.add_argument(
-        "--rungs", default=None, help="e.g. 0-5 or 0,2,4 (default: see --device)"
+        "--rungs",
+        default=None,
+        metavar="LIST",
+        help="e.g. 0-5 or 0,2,4 (default: "
+        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]} on a GPU, "
+        f"{','.join(map(str, cpu['rungs']))} on a CPU)",
     )
     parser.add_argument(
         "--precisions",
         default=None,
-        help="comma-separated modes: fp32-tf32, fp32, amp-fp16, amp-bf16 (default: "
-        "all four on a GPU, fp32 and amp-bf16 on a CPU)",
-    )
-    parser.add_argument("--height", type=cli.positive_int, default=None)
-    parser.add_argument("--width", type=cli.positive_int, default=None)
-    parser.add_argument("--batch-size", type=cli.positive_int, default=None)
-    parser.add_argument(
-        "--steps", type=cli.positive_int, default=None, help="timed steps"
-    )
-    parser.add_argument("--warmup", type=cli.nonnegative_int, default=None)
-    parser.add_argument("--profile-steps", type=cli.positive_int, default=None)
-    parser.add_argument(
-        "--epochs", type=cli.positive_int, default=None, help="at least 2"
-    )
-    parser.add_argument("--train-images", type=cli.positive_int, default=None)
-    parser.add_argument(
-        "--compile-mode", default=None, help="rung 5's torch.compile mode"
+        metavar="LIST",
+        help=f"comma-separated modes from {', '.join(MODE_SETTINGS)} (default: "
+        f"all four on a GPU, {','.join(CPU_MODES)} on a CPU)",
     )
     parser.add_argument(
-        "--isolate", choices=("none", "precision", "cell"), default=None
+        "--height",
+        type=cli.positive_int,
+        default=None,
+        help=f"image height ({both('height')})",
     )
     parser.add_argument(
-        "--json", default=None, help="file, or folder for ladder_<gpu>.json"
+        "--width",
+        type=cli.positive_int,
+        default=None,
+        help=f"image width ({both('width')})",
     )
-    parser.add_argument("--merge", action="store_true")
+    parser.add_argument(
+        "--batch-size",
+        type=cli.positive_int,
+        default=None,
+        help=f"images per step ({both('batch_size')})",
+    )
+    parser.add_argument(
+        "--steps",
+        type=cli.positive_int,
+        default=None,
+        help=f"timed steps per rung and precision ({both('steps')})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=cli.nonnegative_int,
+        default=None,
+        help=f"untimed steps before them ({both('warmup')})",
+    )
+    parser.add_argument(
+        "--profile-steps",
+        type=cli.positive_int,
+        default=None,
+        help=f"steps under torch.profiler for the kernel/idle split "
+        f"({both('profile_steps')})",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=cli.positive_int,
+        default=None,
+        help=f"epochs through the runner, at least 2: the first warms up "
+        f"({both('epochs')})",
+    )
+    parser.add_argument(
+        "--train-images",
+        type=cli.positive_int,
+        default=None,
+        help=f"synthetic training images of an epoch ({both('train_images')})",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        default=None,
+        help=f"rung 5's torch.compile mode (default: {COMPILE_MODE!r})",
+    )
+    parser.add_argument(
+        "--isolate",
+        choices=("none", "precision", "cell"),
+        default=None,
+        help="processes: one per precision, one per rung and precision, or none "
+        "(default: precision on a GPU, none on a CPU)",
+    )
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="write the record to PATH, or to ladder_<gpu>.json in the folder PATH",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="add the cells to the --json record of the same device and size",
+    )
     parser.add_argument(
         "--threads",
         type=cli.positive_int,
@@ -1949,6 +2035,12 @@ def main(argv: list[str] | None = None) -> int:
         "nothing",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser
+
+
+@cli.command("python -m ampbook.bench ladder")
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.child:
         return _child_main(args.child)
@@ -2010,6 +2102,7 @@ def run_main(args) -> int:
     """The command's work after parsing: settings, the ladder, the table, targets."""
     from ampbook.bench_matmul import load_verdict
     from ampbook.env import environment
+    from ampbook.results import LADDER_SCHEMA
     from ampbook.timing import machine_load
 
     try:

@@ -895,6 +895,11 @@ class HelpFormatter(argparse.HelpFormatter):
             shown = "%(default)s"
         return f"{text} (default: {shown})" if text else f"default: {shown}"
 
+    def _split_lines(self, text, width):
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
     def _fill_text(self, text, width, indent):
         import textwrap
 
