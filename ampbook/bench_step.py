@@ -49,6 +49,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ampbook import cli
+from ampbook.words import plural
 
 if TYPE_CHECKING:  # the run imports them: --help is answered without torch
     import torch
@@ -287,7 +288,8 @@ def measure_options(
     unknown = [o for o in options if o not in OPTIONS]
     if unknown:
         raise ValueError(
-            f"unknown option(s) {', '.join(unknown)}; choose from {', '.join(OPTIONS)}"
+            f"{plural(len(unknown), 'unknown option')}: {', '.join(unknown)}; choose "
+            f"from {', '.join(OPTIONS)}"
         )
     if rounds < 1 or block < 1:
         raise ValueError(f"rounds and block must be >= 1, got {rounds}, {block}")

@@ -31,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ampbook.paths import BOOK_DIR
+from ampbook.words import plural
 
 READER_DIR = "reader"  # the reader's copies, beside the executed notebooks
 GLUE_PREFIX = "application/papermill.record/"
@@ -133,7 +134,8 @@ def cite_text(kind: str, keys: list[str], sources: dict[str, Source]) -> str:
     missing = [k for k in keys if k not in sources]
     if missing:
         raise ReaderCopyError(
-            f"citation key(s) {missing} are not in book/references.bib"
+            f"{plural(len(missing), 'citation key')} {missing} not in "
+            "book/references.bib"
         )
     found = [sources[k] for k in keys]
     if kind in ("t", "ts"):
