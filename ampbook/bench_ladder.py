@@ -984,8 +984,16 @@ def run_ladder(
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text, one line per measured cell (at most 88 columns), and where
-    a cell's kernel or operator time passes its step time, one line saying why."""
+    """The ladder as text, one line per measured cell (at most 88 columns), a line
+    saying what the step and the operator (or GPU) times are, and where a cell's
+    operator time passes its step time, one line saying why.
+
+    The step time is the median of the timed steps (on a GPU, the period from one
+    step's start to the next, CUDA events); the operator time is measured in separate
+    steps under ``torch.profiler`` (``profile_steps``): on a CPU the time inside the
+    top-level operators, on a GPU the time the GPU was busy. Idle is the step less
+    that: Python, dispatch and the optimizer's loop between operators on a CPU, the GPU
+    waiting for the host on a GPU."""
     from ampbook.results import MODES
 
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
@@ -1018,12 +1026,24 @@ def format_table(ladder: Ladder) -> str:
                 f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
                 f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
             )
+    lines.append(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
     if inseparable:
         lines.append(
             f"n/s: {unit} time above the step (the profiled step ran slower): "
             "not separable"
         )
     return "\n".join(lines)
+
+
+# Why the step and its operator (or GPU) time differ: one line under the table each.
+COLUMNS_CPU = (
+    "step: wall time; ops: time inside its operators (profiled apart); "
+    "idle: between them"
+)
+COLUMNS_CUDA = (
+    "step: start to next start; GPU: time the GPU was busy (profiled apart); "
+    "idle: it waited"
+)
 
 
 def _pct(v: float | None) -> str:

@@ -267,8 +267,12 @@ def test_rung_verdicts_say_what_each_rung_did():
 def test_table_fits_88_columns():
     table = bl.format_table(read_ladder(fixture_record(), "fixture"))
     lines = table.splitlines()
-    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES)
+    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES) + 1
     assert all(len(line) <= 88 for line in lines)
+    # under the table, what the step and the GPU time are (a GPU's ladder)
+    assert lines[-1] == bl.COLUMNS_CUDA and "GPU ms" in lines[0]
+    for legend in (bl.COLUMNS_CPU, bl.COLUMNS_CUDA):
+        assert len(legend) <= 88 and "step:" in legend and "idle:" in legend
 
 
 # --- measured here --------------------------------------------------------------------
@@ -325,6 +329,8 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     assert [line.endswith("the epochs next") for line in lines] == [True, False] * 4
     assert all(c.record["epoch"] == "measured" for c in ladder.cells)
     assert read_file(path).cells == ladder.cells  # the file holds what was returned
+    table = bl.format_table(ladder).splitlines()
+    assert "ops ms" in table[0] and bl.COLUMNS_CPU in table
 
 
 def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):

@@ -77,6 +77,7 @@ class Source:
     year: str
     title: str
     url: str | None
+    about: str = ""  # a source without a title (or address): what is known of it
 
 
 @lru_cache(maxsize=1)
@@ -118,6 +119,7 @@ def _bibliography(path: str) -> dict[str, Source]:
             entry.fields.get("year", "n.d."),
             _latex_text(entry.fields.get("title", "")),
             entry.fields.get("url"),
+            _latex_text(entry.fields.get("howpublished", "")),
         )
     return out
 
@@ -756,7 +758,8 @@ def sources_cited(cited, index) -> str | None:
     for key in seen:
         s = index.sources[key]
         link = f" <{s.url}>" if s.url else ""
-        lines.append(f"- {s.authors} ({s.year}). *{s.title}*.{link}")
+        what = f"*{s.title}*." if s.title else f"{s.about}."
+        lines.append(f"- {s.authors} ({s.year}). {what}{link}")
     return "\n".join(lines)
 
 
