@@ -1065,7 +1065,7 @@ def _num(v: float | None) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """One of the issue's targets, read from a ladder. ``value`` (and ``start``) may
+    """One of the ladder's targets, read from a ladder. ``value`` (and ``start``) may
     be ``ampbook.provenance.Value``s: a target over a predicted value is *predicted*
     to be met or missed, and one over an assumed value is no test at all."""
 
@@ -1235,7 +1235,7 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
 
 
 def check_targets(ladder: Ladder) -> list[Target]:
-    """The issue's targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
+    """The targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
     with TF32 (on a CPU ladder, amp-bf16 against fp32); the eager figures come from the
     highest eager rung measured, the compiled ones from rung 5."""
     from ampbook.results import MODE_LABELS
