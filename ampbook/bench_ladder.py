@@ -2051,8 +2051,8 @@ def build_parser() -> cli.ArgumentParser:
         "--show",
         metavar="FILE",
         default=None,
-        help="print a written ladder's table and the targets one by one; measure "
-        "nothing",
+        help="print a written ladder's table (and a GPU's, the targets one by "
+        "one); measure nothing",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser
@@ -2099,7 +2099,8 @@ def progress_log(total: int, stream=None) -> Callable[[str], None]:
 
 
 def show_main(path: Path) -> int:
-    """``--show FILE``: the table and the targets of a ladder already written."""
+    """``--show FILE``: the table of a ladder already written, and the targets where
+    it was measured on a GPU."""
     from ampbook.results import ResultsError, read_ladder
 
     try:
@@ -2113,8 +2114,9 @@ def show_main(path: Path) -> int:
         )
         return 2
     print(format_table(ladder))
-    print()
-    print(format_targets(ladder))
+    if ladder.is_cuda:  # the targets are a GPU's: on a CPU they would read as misses
+        print()
+        print(format_targets(ladder))
     return 0
 
 

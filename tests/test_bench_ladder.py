@@ -333,6 +333,14 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     assert "ops ms" in table[0] and bl.COLUMNS_CPU in table
 
 
+def test_show_prints_no_targets_for_a_cpu_ladder(cpu_ladder, capsys):
+    """The targets are an H200's: beside a CPU's ladder they would read as misses."""
+    ladder, path, _ = cpu_ladder
+    assert bl.main(["--show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert bl.format_table(ladder) in out and "targets" not in out
+
+
 def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):
     ladder, path, _ = cpu_ladder
     copy_path = tmp_path / "ladder.json"
