@@ -89,6 +89,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ampbook import cli
+from ampbook.words import plural
 
 if TYPE_CHECKING:  # the functions import what they use: --help answers without torch
     from ampbook.results import Ladder, LadderCell
@@ -188,9 +189,13 @@ def _now() -> str:
 # --------------------------------------------------------------------------------------
 
 
-# A CPU's default ladder, sized for about a minute on 2 cores: the post's setup against
-# every eager change at once (rungs 0 and 4), at 64x32, one image a step, 3 timed steps.
-CPU_MINUTE = "about a minute on 2 cores"  # what CPU_DEFAULTS were timed at (--help)
+# A CPU's default ladder, sized for under a minute on 2 cores: the post's setup against
+# every eager change at once (rungs 0 and 4), at 64x32, one image a step, 3 timed steps,
+# one torch thread. Timed on a 2-core machine other work kept busy (load 3-4): 27 s
+# with one thread, 83 s to 2.5 min with torch's two, whose threads wait for each other
+# at every operator while another process holds a core (steps 10-25 times longer).
+CPU_MINUTE = "under a minute on 2 cores, timed with other work running"
+CPU_THREADS = 1  # the command's --threads on a CPU (run_ladder itself sets none)
 CPU_DEFAULTS = dict(
     rungs=(0, 4),
     height=32,
@@ -1944,8 +1949,9 @@ def build_parser() -> cli.ArgumentParser:
         f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}, {', '.join(GPU_MODES)}; on a CPU "
         f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
         f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
-        f"{cpu['steps']} timed steps: {CPU_MINUTE}. Progress and the time left are "
-        "printed after each rung and precision.",
+        f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
+        f"{CPU_MINUTE}. Progress and the time left are printed after each rung and "
+        "precision.",
         formatter_class=cli.HelpFormatter,
     )
     parser.add_argument(
@@ -2045,7 +2051,7 @@ def build_parser() -> cli.ArgumentParser:
         "--threads",
         type=cli.positive_int,
         default=None,
-        help="torch threads (default: torch's)",
+        help=f"torch threads (default: torch's on a GPU, {CPU_THREADS} on a CPU)",
     )
     parser.add_argument(
         "--show",
@@ -2122,23 +2128,47 @@ def show_main(path: Path) -> int:
 
 def run_main(args) -> int:
     """The command's work after parsing: settings, the ladder, the table, targets."""
+    try:
+        spec, isolate, notes = build_spec(args)
+    except LadderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    threads = args.threads
+    if threads is None and not spec.device.startswith("cuda"):
+        threads = CPU_THREADS
+    with torch_threads(threads):
+        return _run(args, spec, isolate, notes)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """torch's intra-op threads set to ``n`` (and ``OMP_NUM_THREADS``, for the
+    processes it starts) for the duration, then put back: the command called as a
+    function leaves its caller's threads as they were. ``None``: left alone."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(n)
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
+
+
+def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
     from ampbook.bench_matmul import load_verdict
     from ampbook.env import environment
     from ampbook.results import LADDER_SCHEMA
     from ampbook.timing import machine_load
 
-    try:
-        spec, isolate, notes = build_spec(args)
-        if args.threads is not None:
-            if args.threads < 1:
-                raise LadderError(f"--threads must be at least 1, got {args.threads}")
-            import torch
-
-            torch.set_num_threads(args.threads)
-            os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the children's too
-    except LadderError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     env = environment(spec.device)
     if args.json:
         path = cli.check_output_file(

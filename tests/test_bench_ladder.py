@@ -530,3 +530,20 @@ def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
     assert "(0.571 predicted, 0.2% from it, rung 4)" in close and "MISS" not in close
     assert "predicted to MISS (0.627 predicted" in line(0.627)
     assert "predicted to meet (0.500 predicted" in line(0.500)
+
+
+def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(tmp_path, capsys):
+    """On a CPU the command's default is one torch thread (two threads wait for each
+    other at every operator on a machine other work keeps busy); called as a function
+    it leaves the caller's threads as they were."""
+    import torch
+
+    before = torch.get_num_threads()
+    path = tmp_path / "ladder.json"
+    argv = ["--device", "cpu", "--rungs", "4", "--precisions", "fp32", "--json"]
+    tiny = ["--height", "16", "--width", "32", "--steps", "1", "--train-images", "1"]
+    assert bl.main([*argv, str(path), *tiny]) == 0
+    record = json.loads(path.read_text())
+    assert record["environment"]["cpu_threads"] == bl.CPU_THREADS
+    assert torch.get_num_threads() == before
+    assert "targets" not in capsys.readouterr().out
