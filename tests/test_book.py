@@ -225,3 +225,26 @@ def test_bookcheck_prints_each_pages_numbers(planted_pages, chromium):
         r"    first ## at \d+ px; tables \d+%, figures 0% of \d+ px; cut off: 1 table$",
         lines[1],
     )
+
+
+def test_bookcheck_counts_in_words():
+    """One problem, two problems: the report's counts in the right number (no
+    browser needed)."""
+    from ampbook.build.bookcheck import PageReport
+
+    reports = [
+        PageReport("a.html", problems=["cut off"]),
+        PageReport("b.html", problems=["x", "y"]),
+        PageReport("c.html"),
+    ]
+    out = io.StringIO()
+    assert print_reports(reports, out) == 3
+    lines = out.getvalue().splitlines()
+    heads = {x.split()[0]: x for x in lines if not x.startswith(" ")}
+    assert heads["a.html"].endswith(" 1 problem")
+    assert heads["b.html"].endswith(" 2 problems")
+    assert heads["c.html"].endswith(" ok")
+    assert lines[-1] == "3 pages checked, 3 problems"
+    one = io.StringIO()
+    print_reports(reports[:1], one)
+    assert one.getvalue().splitlines()[-1] == "1 page checked, 1 problem"
