@@ -19,6 +19,7 @@ and faster arithmetic (AMP) cannot shorten it.
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import statistics
@@ -118,14 +119,19 @@ def measure_loader(
             drop_last=False,
         )
         pass_times = []
-        for _ in range(max(passes, 1)):
-            start = time.perf_counter()
-            seen = 0
-            for images, labels in loader:
-                seen += images.shape[0]
-            pass_times.append(time.perf_counter() - start)
+        try:
+            for _ in range(max(passes, 1)):
+                start = time.perf_counter()
+                seen = 0
+                for images, labels in loader:
+                    seen += images.shape[0]
+                pass_times.append(time.perf_counter() - start)
+        finally:
+            # the persistent workers stopped here, after a stop too: a command that
+            # stops ends its process without the interpreter's cleanup
+            del loader
+            gc.collect()
         assert seen == n
-        del loader
         steady = statistics.median(
             pass_times[1:] if len(pass_times) > 1 else pass_times
         )
