@@ -949,7 +949,9 @@ def time_left_text(spent_s: float, done: int, total: int) -> str:
     if done <= 0 or done >= total:
         return ""
     left = spent_s / done * (total - done)
-    return f"about {left / 60:.0f} min left" if left >= 100 else f"about {left:.0f} s left"
+    return (
+        f"about {left / 60:.0f} min left" if left >= 100 else f"about {left:.0f} s left"
+    )
 
 
 class Progress:
@@ -987,5 +989,7 @@ class Progress:
         if self._start is None:
             self.start()
         left = time_left_text(time.monotonic() - self._start, done, total)
-        self(f"{what}: {unit + ' ' if unit else ''}{done} of {total}"
-             + (f", {left}" if left else ""))
+        self(
+            f"{what}: {unit + ' ' if unit else ''}{done} of {total}"
+            + (f", {left}" if left else "")
+        )

@@ -76,7 +76,6 @@ import inspect
 import logging
 import math
 import statistics
-import sys
 import time
 import warnings
 import weakref
@@ -944,7 +943,7 @@ class ForwardStep:
             if self.autocast_dtype is not None
             else contextlib.nullcontext()
         )
-        with torch.no_grad(), cast, (meter or contextlib.nullcontext()):
+        with torch.no_grad(), cast, meter or contextlib.nullcontext():
             return self.criterion(self.model(x), y)
 
 
@@ -1069,7 +1068,8 @@ def _cpu_rounds(
         for p, ts in time_rounds(steps, 1, warmup=False).items():
             times[p] += ts
         left = cli.time_left_text(time.monotonic() - start, i + 1, rounds)
-        progress(f"measuring on cpu: round {i + 1} of {rounds}" + (f", {left}" * bool(left)))
+        tail = f", {left}" if left else ""
+        progress(f"measuring on cpu: round {i + 1} of {rounds}{tail}")
     for row in rows:
         p = row["precision"]
         if p not in live:
@@ -1982,9 +1982,7 @@ def diagnose(
             traced, measured["input"], measured["batch"], cfg.loss, "fp32"
         )
     report["measured"] = measured
-    report["verdict"].update(
-        checklist(roof, ranges, cfg.loader_images_per_s, measured)
-    )
+    report["verdict"].update(checklist(roof, ranges, cfg.loader_images_per_s, measured))
     lap("measured")
     return report
 
@@ -2382,14 +2380,17 @@ def first_screen(report: dict[str, Any]) -> str:
     best: dict[str, dict[str, Any]] = {}
     for r in ranges:  # the faster AMP precision per GPU (the first of a tie)
         old = best.get(r["gpu"])
-        if old is None or (r["rows"] and (not old["rows"] or r["point"] > old["point"])):
+        if old is None or (
+            r["rows"] and (not old["rows"] or r["point"] > old["point"])
+        ):
             best[r["gpu"]] = r
     shape = "x".join(map(str, report.get("input") or []))
     what = f"batch {report['batch']}" + (f" x {shape}" if shape else "")
     step = "forward pass" if report.get("backward") is False else "training step"
     lines = [
-        f"Expected AMP {step} speedup over fp32 per GPU, predicted for {what} in "
-        f"{fmt} ({_layout_text([fmt, fmt])}), calibrated on measured references; "
+        f"Expected AMP {step} speedup over fp32 per GPU, predicted for {what}, "
+        f"both precisions in {fmt} ({_layout_text([fmt, fmt])}), calibrated on "
+        "measured references; "
         "the faster AMP precision of each GPU (section 5 has every one):",
         "",
     ]
@@ -2410,8 +2411,7 @@ def report_head(report: dict[str, Any], level: int = 1) -> str:
             level,
         )
         + f"\n\nOutput: shape {_shape_text(report['output'])} "
-        f"({report['output_rule']}); loss: {report['loss']}.\n\n"
-        + first_screen(report)
+        f"({report['output_rule']}); loss: {report['loss']}.\n\n" + first_screen(report)
     )
 
 
@@ -2478,4 +2478,3 @@ def check_outputs(
                 f"--json and --markdown both name {json_path}: the second would "
                 "overwrite the first; give two files"
             )
-

@@ -40,8 +40,8 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument(
         "--model",
         required=True,
-        help="erfnet, torchvision:NAME (no weights are downloaded) or "
-        "package.module:callable (called with no arguments, returns an nn.Module)",
+        help="'erfnet', 'torchvision:NAME' (no weights are downloaded) or "
+        "'package.module:callable' (called with no arguments, returns an nn.Module)",
     )
     p.add_argument(
         "--input",
@@ -112,8 +112,8 @@ def build_parser() -> cli.ArgumentParser:
         help="timed steps per variant on CUDA (default 3)",
     )
     p.add_argument(
-        "--results-dir", help="committed GPU results to calibrate on (default "
-        "data/results)"
+        "--results-dir",
+        help="committed GPU results to calibrate on (default data/results)",
     )
     p.add_argument("--json", help="also write the report's numbers as JSON here")
     p.add_argument(
@@ -188,7 +188,9 @@ def __getattr__(name: str):
     try:
         return getattr(diagnosis, name)
     except AttributeError:
-        raise AttributeError(f"module 'ampbook.doctor' has no attribute {name!r}") from None
+        raise AttributeError(
+            f"module 'ampbook.doctor' has no attribute {name!r}"
+        ) from None
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def test_the_layout_changes_the_bytes_and_the_range(resnet50_a100, resnet50_a100
         assert r["basis"] and "set by" in r["line"]
         assert doctor.first_screen({**cl, "verdict": {"ranges": [r]}}).count("x (") == 1
     assert "NHWC" in a["line"] and "NCHW" in b["line"]
-    assert "each in channels_last" in doctor.to_markdown(cl)
+    assert "both precisions in channels_last" in doctor.to_markdown(cl)
     with pytest.raises(doctor.DoctorError, match="--memory-format"):
         _diagnose("torchvision:resnet18", (3, 32, 32), 2, ["a100"], "nhwc")
 

@@ -365,8 +365,14 @@ def test_forward_only_traces_and_times_the_forward_pass(capsys):
     with pytest.raises(doctor.DoctorError, match=r"DoctorConfig\(backward=False\)"):
         doctor.diagnose(_config("tests.test_doctor:frozen", input=(3, 8, 8), batch=2))
     r = doctor.diagnose(
-        _config("tests.test_doctor:frozen", input=(3, 8, 8), batch=2, backward=False,
-                gpus=["h200"], rounds=2)  # fmt: skip
+        _config(
+            "tests.test_doctor:frozen",
+            input=(3, 8, 8),
+            batch=2,
+            backward=False,
+            gpus=["h200"],
+            rounds=2,
+        )  # fmt: skip
     )
     assert r["backward"] is False and r["measured"]["backward"] is False
     full = doctor.diagnose(_config(input=(3, 8, 8), batch=2, gpus=["h200"],
@@ -395,7 +401,9 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     assert [x.split(":")[0] for x in gpus] == ["- A100 SXM 80GB", "- H200 SXM"]
     for x in gpus:
         assert "x (" in x and x.count("x to") == 1
-        assert any(w in x for w in ("a gain", "a loss", "no clear gain", "no clear loss"))
+        assert any(
+            w in x for w in ("a gain", "a loss", "no clear gain", "no clear loss")
+        )
     prose = [x for x in out.splitlines() if not x.startswith("|")]
     assert all(len(x) <= 80 for x in prose), [x for x in prose if len(x) > 80]
 
@@ -485,9 +493,15 @@ def test_mse_loss_for_a_model_without_classes(capsys):
         (["--model", "erfnet", "--gpus", "tpu"], ["unknown GPU 'tpu'", "h200-sxm"]),
         (["--model", "erfnet", "--precisions", "fp8"], ["unknown ['fp8']"]),
         (["--model", "erfnet", "--json", "/no/such/dir/r.json"], ["does not exist"]),
-        (["--model", "erfnet", "--loss", "l1"], ["--loss 'l1'", "cross-entropy or mse"]),
+        (
+            ["--model", "erfnet", "--loss", "l1"],
+            ["--loss 'l1'", "cross-entropy or mse"],
+        ),
         (["--model", "erfnet", "--batch", "0"], ["--batch", "at least 1, got 0"]),
-        (["--model", "erfnet", "--gpus", ",,"], ["--gpus ',,' names no GPU", "h200-sxm"]),
+        (
+            ["--model", "erfnet", "--gpus", ",,"],
+            ["--gpus ',,' names no GPU", "h200-sxm"],
+        ),
         (["--model", "erfnet", "--gpus", ""], ["names no GPU", "a100-sxm-80gb"]),
         (["--model", "erfnet", "--device", "meta"], ["--device 'meta'", "cpu or cuda"]),
         (["--model", "erfnet", "--device", "tpu:0"], ["--device 'tpu:0'", "auto"]),
