@@ -626,3 +626,24 @@ def test_where_time_goes_shares_add_up(report):
     assert sum(t["time_share"] for t in types) <= 1 + 1e-9
     times = [t["time_share"] for t in types]
     assert times == sorted(times, reverse=True)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["ampbook.doctor"], ["ampbook.calibration"], ["ampbook.bench", "matmul"]],
+)
+def test_help_imports_no_torch(command):
+    """--help answers from the parser alone: torch is never imported (the modules
+    import it where they use it)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", *command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and "usage:" in run.stdout, run.stderr[-2000:]
+    imported = [x.rsplit("|", 1)[-1].strip() for x in run.stderr.splitlines()]
+    assert "ampbook.cli" in imported and "torch" not in imported
