@@ -1,9 +1,10 @@
-"""Will AMP help *this* model? One command that diagnoses any ``nn.Module``.
+"""Will AMP help *this* model? The diagnosis of any ``nn.Module`` behind ``python -m
+ampbook.doctor`` (the command, ``ampbook.doctor``, parses the flags and prints):
 
     python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
         [--device auto|cpu|cuda] [--precisions fp32,amp-fp16,amp-bf16]
         [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
-        [--memory-format channels_first|channels_last]
+        [--memory-format channels_first|channels_last] [--forward-only]
         [--loss cross-entropy|mse] [--json FILE] [--markdown FILE]
 
 ``SPEC`` is ``erfnet`` (the book's network), ``torchvision:NAME`` (any torchvision
@@ -49,11 +50,14 @@ The report has five sections, printed as Markdown and kept in one JSON-ready dic
    says "no difference resolved" when the rounds disagree), fp16 at a tiny size with
    its measured ratio; on CUDA at the full size, with channels_last and cudnn.benchmark
    variants;
-The report opens with its answer (``first_screen``): the memory format every precision
-was predicted for (``--memory-format``, default channels_first, PyTorch's), one line
-per GPU and AMP precision with the point estimate, its range and the verdict, a
-committed measurement of the same network and GPU beside it, and the warnings (a
-precision whose step cannot fit a GPU's memory, with the largest batch that fits).
+The report opens with its answer (``first_screen``, 24 lines x 80 columns): the
+setting predicted (batch, input, the memory format of ``--memory-format``, default
+channels_first, PyTorch's), one line per GPU with its faster AMP precision, the point
+estimate, its range, the verdict in words ("a gain" or "a loss" only when the whole
+range is on one side of 1.0), what bounds the step (launch, memory or compute) and a
+committed measurement of the same network and GPU, then the warnings (a precision
+whose step cannot fit a GPU's memory, with the largest batch that fits). ``diagnose``
+hands it to its caller (``on_prediction``) before any step is timed.
 
 5. **verdict**: the expected AMP speedup per GPU as a calibrated range
    (``ampbook.calibration``: kernel efficiencies per operator class and dtype family
@@ -1220,14 +1224,14 @@ def _span(lo: float, hi: float) -> str:
 
 def _gist(lo: float, hi: float, point: float | None = None) -> str:
     """Words for a range: "a gain" or "a loss" only when the whole range is on one
-    side of 1.0; a range that spans 1.0 is "no clear gain" (its point estimate at 1.0
-    or above) or "no clear loss" (below)."""
+    side of 1.0; a range that spans 1.0 is "no clear gain" (its point estimate, as
+    printed to two decimals, at 1.00 or above) or "no clear loss" (below)."""
     if lo > 1:
         return "a gain"
     if hi < 1:
         return "a loss"
     point = math.sqrt(lo * hi) if point is None else point
-    return "no clear gain" if point >= 1 else "no clear loss"
+    return "no clear gain" if round(point, 2) >= 1 else "no clear loss"
 
 
 def speedup_range_verdict(

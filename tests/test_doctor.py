@@ -229,6 +229,7 @@ def test_speedup_range_verdict():
     under = dict(rng, low=0.7, high=1.2, point=0.92)
     assert "no clear loss" in doctor.speedup_range_verdict("G", "p", under)
     assert doctor._gist(1.01, 1.05) == "a gain" and doctor._gist(1.0, 1.05) != "a gain"
+    assert doctor._gist(0.87, 1.15, 0.998) == "no clear gain"  # printed as 1.00x
     with pytest.raises(ValueError):
         doctor.speedup_range_verdict("G", "amp-fp16", dict(rng, equal_share=0))
     launch = {
