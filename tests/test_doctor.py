@@ -648,3 +648,14 @@ def test_help_imports_no_torch(command):
     assert run.returncode == 0 and "usage:" in run.stdout, run.stderr[-2000:]
     imported = [x.rsplit("|", 1)[-1].strip() for x in run.stderr.splitlines()]
     assert "ampbook.cli" in imported and "torch" not in imported
+
+
+def test_ascii_spellings_where_the_output_cannot_encode():
+    """A C locale without UTF-8 mode gets the report in ASCII spellings (the
+    commands' streams use this error handler), not a UnicodeEncodeError."""
+    from ampbook import cli
+
+    text = "1.00x ± 15% – 9.6 µs each"
+    spelled = text.encode("ascii", cli.plain_text_errors()).decode()
+    assert spelled == "1.00x +/- 15% - 9.6 us each"
+    assert "☃".encode("ascii", cli.plain_text_errors()) == b"?"
