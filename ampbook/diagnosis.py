@@ -1195,8 +1195,7 @@ def measure(
             torch.cuda.empty_cache()
         except Exception as e:  # e.g. an op without a kernel for this dtype here
             row["skipped"] = f"failed: {type(e).__name__}: {_first_line(e)}"
-        tell.count(f"measuring on {device.type} ({label} done)", i + 1, len(todo),
-                   "variant")  # fmt: skip
+        tell.count(f"measuring on {device.type}", i + 1, len(todo), "variant")
     base = rows[0].get("step_s")
     for r in rows:
         if r.get("step_s") and base:

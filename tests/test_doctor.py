@@ -353,6 +353,13 @@ def test_progress_lines_while_cpu_steps_are_timed():
     assert "fp32, amp-bf16 on the cpu at batch 2 x 3x8x8" in lines[2]
     assert all(len(x) <= 80 for x in lines), lines
     assert all(r["samples"] == 3 for r in rows)
+    counted = io.StringIO()  # CUDA's variants are counted the same way
+    tell = Progress("doctor", True, counted)
+    tell.count("measuring on cuda", 1, 4, "variant")
+    tell.count("measuring on cuda", 4, 4, "variant")
+    first, last = counted.getvalue().splitlines()
+    assert first.startswith("doctor: measuring on cuda: variant 1 of 4, about ")
+    assert last == "doctor: measuring on cuda: variant 4 of 4"
     quiet = io.StringIO()  # not a terminal: silent unless asked
     assert not Progress("doctor", None, quiet).on
     Progress("doctor", None, quiet)("nothing")
