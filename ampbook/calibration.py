@@ -944,8 +944,8 @@ def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> 
 # --------------------------------------------------------------------------------------
 
 
-@cli.command("python -m ampbook.calibration")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The options of ``python -m ampbook.calibration`` (no torch imported)."""
     p = cli.ArgumentParser(
         prog="python -m ampbook.calibration",
         description="The references behind the doctor's calibrated AMP speedups.",
@@ -967,7 +967,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the leave-one-out: each reference predicted by the others, the share "
         "inside their range and the median width",
     )
-    a = p.parse_args(argv)
+    return p
+
+
+@cli.command("python -m ampbook.calibration")
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     from ampbook.devices import display_name  # torch: after --help
 
     if a.write:

@@ -219,3 +219,10 @@ def test_predictions_table_is_the_leave_one_out(capsys):
     inside = sum(r["inside"] for r in loo["rows"])
     assert f"{inside} of {loo['n']} references inside" in out
     assert f"median width {loo['median_width']:.2f}x" in out
+
+
+def test_every_option_has_help():
+    from ampbook.calibration import build_parser
+
+    for action in build_parser()._actions:
+        assert action.help, action.option_strings
