@@ -875,6 +875,12 @@ def doctor_numbers_cases(c: str) -> list[Case]:
             words=["rejects input 1x100000x100000", "3 channels"],
             check=no_allocation,
         ),
+        Case(
+            c,
+            "bench matmul --sizes 100000 (beyond the limit)",
+            cmd("ampbook.bench", "matmul", "--sizes", "100000"),
+            words=["--sizes 100000", "limit is 32768"],
+        ),
     ]
 
 
