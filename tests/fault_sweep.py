@@ -699,6 +699,7 @@ def settings_cases() -> list[Case]:
             cmd("ampbook.doctor", "--model", "erfnet", "--precisions", "fp7"),
             words=["fp7"],
         ),
+        *doctor_settings_cases(c),
         Case(
             c,
             "gpucheck: no --out",
@@ -775,6 +776,110 @@ def settings_cases() -> list[Case]:
             "bench doctor: unknown model",
             cmd("ampbook.bench", "doctor", "--model", "nosuch"),
             words=["nosuch"],
+        ),
+    ]
+
+
+def doctor_settings_cases(c: str) -> list[Case]:
+    """The doctor's --gpus that names no GPU or an unknown one, and a --device where
+    no step can be timed: refused, naming the value and what is known."""
+    doctor = ("ampbook.doctor", "--model", "erfnet", "--no-measure")
+    return [
+        Case(
+            c,
+            "doctor: --gpus ,, names no GPU",
+            cmd(*doctor, "--gpus", ",,"),
+            words=["--gpus ',,'", "names no GPU", "h200-sxm"],
+        ),
+        Case(
+            c,
+            "doctor: --gpus empty",
+            cmd(*doctor, "--gpus", ""),
+            words=["names no GPU", "a100-sxm-80gb"],
+        ),
+        Case(
+            c,
+            "doctor: --gpus one known, one unknown",
+            cmd(*doctor, "--gpus", "h200,b900"),
+            words=["unknown GPU 'b900'", "h200-sxm"],
+        ),
+        Case(
+            c,
+            "doctor: --device meta",
+            cmd(*doctor, "--device", "meta"),
+            words=["--device 'meta'", "cpu or cuda"],
+        ),
+        Case(
+            c,
+            "doctor: --device unknown",
+            cmd("ampbook.doctor", "--model", "erfnet", "--device", "tpu:0"),
+            words=["--device 'tpu:0'", "auto"],
+        ),
+    ]
+
+
+def doctor_numbers_cases(c: str) -> list[Case]:
+    """Sizes no GPU could hold are one error line, found before any work; a huge
+    input that the model rejects is never allocated to say why (the case runs under
+    a 16 GiB address-space limit: a real 40 GB tensor would fail to allocate)."""
+    limited = (
+        "import resource, runpy, sys\n"
+        "cap = 16 * 2**30\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (cap, cap))\n"
+        "sys.argv = ['ampbook.doctor'] + sys.argv[1:]\n"
+        "runpy.run_module('ampbook.doctor', run_name='__main__')\n"
+    )
+
+    def no_allocation(ctx, res):
+        text = res.stderr.lower()
+        return "a real tensor was allocated" if "allocate" in text else None
+
+    return [
+        Case(
+            c,
+            "doctor: --input larger than any GPU",
+            cmd(
+                "ampbook.doctor",
+                "--model",
+                "erfnet",
+                "--no-measure",
+                "--input",
+                "3,100000,100000",
+                "--batch",
+                "8",
+            ),  # fmt: skip
+            words=["input alone is", "GiB in fp32", "largest GPU", "--batch"],
+        ),
+        Case(
+            c,
+            "doctor: --batch larger than any GPU",
+            cmd("ampbook.doctor", "--model", "erfnet", "--batch", "100000000"),
+            words=["batch 100000000", "largest GPU"],
+        ),
+        Case(
+            c,
+            "doctor: a 40 GB input the model rejects is not allocated",
+            [
+                "-c",
+                limited,
+                "--model",
+                "torchvision:resnet18",
+                "--no-measure",
+                "--input",
+                "1,100000,100000",
+                "--batch",
+                "1",
+                "--gpus",
+                "h200",
+            ],  # fmt: skip
+            words=["rejects input 1x100000x100000", "3 channels"],
+            check=no_allocation,
+        ),
+        Case(
+            c,
+            "bench matmul --sizes 100000 (beyond the limit)",
+            cmd("ampbook.bench", "matmul", "--sizes", "100000"),
+            words=["--sizes 100000", "limit is 32768"],
         ),
     ]
 
@@ -857,6 +962,7 @@ def numbers_cases() -> list[Case]:
                 words=[word],
             )
         )
+    out += doctor_numbers_cases(c)
     for value in ("nan", "inf", "-5"):
         out.append(
             Case(
@@ -1323,7 +1429,8 @@ def signals_cases() -> list[Case]:
                     "50",
                 ),
                 sig,
-                8.0,
+                # the answer is printed as the measurement starts
+                text_seen("Expected AMP training step speedup"),
                 code,
                 words=["interrupt"],
             )
@@ -2744,6 +2851,32 @@ def untrusted_cases() -> list[Case]:
             ),  # fmt: skip
             expect=(0,),
             env={"PYTHONIOENCODING": "ascii"},
+        ),
+        Case(
+            c,
+            "doctor: LC_ALL=C without UTF-8 mode writes ASCII spellings",
+            cmd(
+                "ampbook.doctor",
+                "--model",
+                "torchvision:resnet18",
+                "--batch",
+                "8",
+                "--no-measure",
+                "--gpus",
+                "h200",
+            ),  # fmt: skip
+            expect=(0,),
+            env={
+                "LC_ALL": "C",
+                "LANG": "C",
+                "PYTHONUTF8": "0",
+                "PYTHONCOERCECLOCALE": "0",
+            },  # fmt: skip
+            check=lambda ctx, res: (
+                None
+                if "+/-" in res.stdout and "\\x" not in res.stdout
+                else "the report is not in ASCII spellings (+/- for the plus-minus)"
+            ),
         ),
         Case(
             c,
