@@ -66,7 +66,8 @@ class Terminated(KeyboardInterrupt):
     written for Ctrl-C runs for it too. The exit status is 143 instead of 130."""
 
 
-_state = {"signal": None, "held": None}  # held: a stop held back during an import
+_state = {"signal": None, "held": None, "raised": False}
+# held: a stop held back during an import; raised: a stop was raised in the command
 
 
 _IMPORT_FILES = (
@@ -104,15 +105,33 @@ def _held_back(signum, frame) -> bool:
 
 
 def _on_sigterm(signum, frame):
+    if _state["raised"]:
+        return  # the command is stopping already: see stopping()
     _state["signal"] = signal.SIGTERM
     if not _held_back(signum, frame):
+        _state["raised"] = True
         raise Terminated()
 
 
 def _on_sigint(signum, frame):
+    if _state["raised"]:
+        return  # the command is stopping already: see stopping()
     _state["signal"] = signal.SIGINT
     if not _held_back(signum, frame):
+        _state["raised"] = True
         raise KeyboardInterrupt()
+
+
+def stopping() -> bool:
+    """Whether a stop (Ctrl-C, SIGTERM, SIGHUP) has been raised in the running command.
+
+    A command stops once: after the first stop is raised, the
+    cleanup written for it (a results record marked interrupted, half-written files
+    removed, loader workers and drawing processes joined) runs to its end, and a second
+    Ctrl-C or a SIGTERM meanwhile is not raised inside it (where it would leave the
+    cleanup half done, or a traceback from a finalizer it interrupted); the exit
+    status is the first stop's, 130 or 143."""
+    return bool(_state["raised"])
 
 
 def _start_up_stop() -> str:
@@ -476,6 +495,7 @@ def command(prog: str) -> Callable:
                 say(_start_up_stop())
                 return stop_code()
             _state["signal"] = None
+            _state["raised"] = False
             with kept_handlers(), signals(), _stops_blocked_after(_depth[0] == 1):
                 try:
                     code = main(argv)

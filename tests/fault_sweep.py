@@ -172,6 +172,7 @@ class Case:
     timeout: float = 240
     quick: bool = False
     cwd: Callable[[Ctx], Path] | None = None
+    then: tuple | None = None  # (signal, seconds): a second stop after the first
 
 
 @dataclass
@@ -214,6 +215,14 @@ def run_case(case: Case, shared: Path, repo: Path, keep: bool = False) -> Result
         ctx.cleanup()
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _send(proc, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if sig == signal.SIGINT:  # a terminal: the group
+            os.killpg(proc.pid, signal.SIGINT)
+        else:  # kill, timeout: the process
+            proc.send_signal(sig)
 
 
 def _run(case: Case, ctx: Ctx, start: float) -> Result:
@@ -270,12 +279,12 @@ def _run(case: Case, ctx: Ctx, start: float) -> Result:
                     else case.trigger(ctx, text)
                 )
                 if ready:
+                    sent = now
+                    _send(proc, case.signal)
+            elif case.then is not None and sent is not True:
+                if now - sent >= case.then[1]:  # during the first one's cleanup
+                    _send(proc, case.then[0])
                     sent = True
-                    with contextlib.suppress(ProcessLookupError):
-                        if case.signal == signal.SIGINT:  # a terminal: the group
-                            os.killpg(proc.pid, signal.SIGINT)
-                        else:  # kill, timeout: the process
-                            proc.send_signal(case.signal)
             time.sleep(0.05)
     seconds = time.monotonic() - start
     stdout = out_path.read_text(errors="replace")
@@ -312,6 +321,10 @@ def _run(case: Case, ctx: Ctx, start: float) -> Result:
     if case.signal is not None and not sent:
         res.outcome = "unclear"
         res.why = "ended before the signal was sent (case too fast to test)"
+        return res
+    if case.then is not None and sent is not True:
+        res.outcome = "unclear"
+        res.why = "ended before the second signal was sent (case too fast to test)"
         return res
     if "Traceback (most recent call last)" in stderr:
         res.outcome = "traceback"
@@ -1532,6 +1545,59 @@ def signals_cases() -> list[Case]:
                 code,
                 check=no_old_marker,
                 setup=replace_setup,
+            )
+        )
+    # A second stop while the command cleans up after the first (a second Ctrl-C, or
+    # a supervisor's SIGTERM): the cleanup still finishes, the status is the first's.
+    def no_half_set(ctx, res):
+        root = ctx.tmp / "ds2"
+        marker = (root / "SYNTHETIC.json").exists()
+        images = list(root.rglob("*.png")) if root.exists() else []
+        if marker and len(images) != 2 * 401:
+            return "a partial set is marked whole"
+        if not marker and images:
+            return "half-written images left behind"
+        return None
+
+    big_set = cmd(
+        "ampbook.data",
+        "synthesize",
+        "--root",
+        T("ds2"),
+        "--train",
+        "400",
+        "--val",
+        "1",
+        "--height",
+        "256",
+        "--width",
+        "512",
+    )
+    for second in (INT, TERM):
+        out.append(
+            Case(
+                c,
+                f"train: SIGINT, then {second.name} during its cleanup",
+                long_train,
+                expect=(130,),
+                words=["interrupted"],
+                signal=INT,
+                trigger=file_seen(lambda ctx: ctx.tmp / "out" / "s.json"),
+                then=(second, 0.01),
+                check=run_status,
+            )
+        )
+        out.append(
+            Case(
+                c,
+                f"data synthesize: SIGINT, then {second.name} during its cleanup",
+                big_set,
+                expect=(130,),
+                words=["interrupted"],
+                signal=INT,
+                trigger=file_seen(lambda ctx: ctx.tmp / "ds2" / "gtFine"),
+                then=(second, 0.02),
+                check=no_half_set,
             )
         )
     out.append(
