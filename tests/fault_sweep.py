@@ -60,6 +60,9 @@ CLASSES = (
     "untrusted",
 )
 OUTCOMES = ("clear", "unclear", "traceback", "wrong result", "hang", "skipped")
+ALIAS_BOMB = "[&a [x,x,x,x,x,x,x,x,x]," + ",".join(
+    f"&{b} [{','.join(['*' + a] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")
+) + "]"  # nine levels of nine aliases: 9**9 items spelled out
 LONG = "n" * 300  # a path component over the 255 bytes a file system allows
 TINY = ["--height", "16", "--width", "32"]
 TRAIN = [
@@ -976,6 +979,26 @@ def parameters_cases() -> list[Case]:
                 quick=(nb, name) == ("2", "min_time"),
             )
         )
+    out.append(  # a few bytes of YAML that stand for 9**9 items
+        Case(
+            c,
+            "notebook 1: -p n_samples an alias bomb",
+            cmd(
+                "ampbook.build.run",
+                "--profile",
+                "smoke",
+                "--out",
+                T("out"),
+                "-p",
+                "n_samples",
+                ALIAS_BOMB,
+                "1",
+            ),
+            words=["-p", "alias"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+            timeout=60,
+        )
+    )
     return out
 
 
