@@ -60,9 +60,13 @@ CLASSES = (
     "untrusted",
 )
 OUTCOMES = ("clear", "unclear", "traceback", "wrong result", "hang", "skipped")
-ALIAS_BOMB = "[&a [x,x,x,x,x,x,x,x,x]," + ",".join(
-    f"&{b} [{','.join(['*' + a] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")
-) + "]"  # nine levels of nine aliases: 9**9 items spelled out
+ALIAS_BOMB = (
+    "[&a [x,x,x,x,x,x,x,x,x],"
+    + ",".join(
+        f"&{b} [{','.join(['*' + a] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")
+    )
+    + "]"
+)  # nine levels of nine aliases: 9**9 items spelled out
 LONG = "n" * 300  # a path component over the 255 bytes a file system allows
 TINY = ["--height", "16", "--width", "32"]
 TRAIN = [
@@ -1570,6 +1574,7 @@ def signals_cases() -> list[Case]:
                 setup=replace_setup,
             )
         )
+
     # A second stop while the command cleans up after the first (a second Ctrl-C, or
     # a supervisor's SIGTERM): the cleanup still finishes, the status is the first's.
     def no_half_set(ctx, res):
