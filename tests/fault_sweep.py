@@ -2055,9 +2055,85 @@ def files_cases() -> list[Case]:
     return out
 
 
+def ulimit_n(limit: int, argv: Callable[[Ctx], list]) -> Callable[[Ctx], list]:
+    """``argv`` (after ``python -m``) run under ``ulimit -n LIMIT`` (soft and hard)."""
+
+    def build(ctx: Ctx) -> list:
+        code = (
+            "import os, resource, sys; "
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); "
+            "os.execv(sys.executable, [sys.executable, '-m', *sys.argv[1:]])"
+        )
+        return ["-c", code, *[str(a) for a in argv(ctx)]]
+
+    return build
+
+
 def env_cases() -> list[Case]:
     c = "environment"
     out = []
+    # The open-file limit: checked before loader workers or a kernel start.
+    out += [
+        Case(
+            c,
+            "train: ulimit -n 20 with 2 loader workers",
+            ulimit_n(20, train("--workers", "2")),
+            words=["ulimit -n", "20"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+        ),
+        Case(
+            c,
+            "build.run: ulimit -n 20",
+            ulimit_n(
+                20,
+                cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+            ),
+            words=["ulimit -n", "20"],
+            check=nothing_at(lambda ctx: ctx.tmp / "ex"),
+        ),
+    ]
+    # A matplotlib backend that does not exist, a locale that is not UTF-8.
+    for label, env in (
+        ("MPLBACKEND=nonsense", {"MPLBACKEND": "nonsense"}),
+        ("LC_ALL=C", {"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": ""}),
+    ):
+        out += [
+            Case(
+                c,
+                f"train: {label}",
+                train(),
+                expect=(0,),
+                env=env,
+            ),
+            Case(
+                c,
+                f"data synthesize: {label}",
+                cmd(
+                    "ampbook.data",
+                    "synthesize",
+                    "--root",
+                    T("ds"),
+                    "--train",
+                    "1",
+                    "--val",
+                    "1",
+                    "--height",
+                    "16",
+                    "--width",
+                    "16",
+                ),
+                expect=(0,),
+                env=env,
+            ),
+            Case(
+                c,
+                f"build.run: {label}",
+                cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+                expect=(0,),
+                env=env,
+                timeout=300,
+            ),
+        ]
     for label, env, word in (
         ("WORLD_SIZE=two", {"WORLD_SIZE": "two"}, "WORLD_SIZE"),
         ("WORLD_SIZE=2 without torchrun", {"WORLD_SIZE": "2"}, "torchrun"),

@@ -84,13 +84,16 @@ def test_train_help_and_a_bad_option_need_no_torch():
         assert imported and not any(
             m.split(".")[0] in ("torch", "numpy") for m in imported
         ), [m for m in imported if m.startswith(("torch", "numpy"))][:5]
-    assert "--16-bit-stream, --fp16-stream" in subprocess.run(
-        [sys.executable, "-m", "ampbook.train", "--help"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-    ).stdout
+    assert (
+        "--16-bit-stream, --fp16-stream"
+        in subprocess.run(
+            [sys.executable, "-m", "ampbook.train", "--help"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO_ROOT,
+        ).stdout
+    )
 
 
 def test_precision_fp32_tf32_is_fp32_with_tf32_on(capsys):
@@ -240,3 +243,28 @@ def test_a_batch_larger_than_the_training_set_is_refused(batch, tiny, tmp_path, 
     assert main([*argv, "--batch-size", batch]) == 2
     _one_error(capsys.readouterr().err, f"batch_size {batch}", "4 training images")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_build_run_checks_the_open_file_limit_before_starting_a_kernel(tmp_path):
+    """Under ``ulimit -n 20`` the runner's kernel would die or hang starting (zmq
+    aborts, or a kernel that never answers): one error line first, nothing made."""
+    import subprocess
+    import sys
+
+    from ampbook.paths import REPO_ROOT
+
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (20, 20));"
+        "from ampbook.build.run import main; sys.exit(main(sys.argv[1:]))"
+    )
+    out = tmp_path / "ex"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--profile", "smoke", "--out", str(out), "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    _one_error(done.stderr, "ulimit -n", "is 20", "kernel")
+    assert not out.exists()

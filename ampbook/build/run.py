@@ -41,6 +41,10 @@ from ampbook import cli
 from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
 
 PROFILES = ("smoke", "cpu", "gpu")
+# Files a kernel (and the runner's side of its sockets) has open at once, with room to
+# spare: chapter 1's smoke run died starting its kernel under ulimit -n 50, hung at 60
+# and ran at 80. Loader workers started in a notebook check their own need.
+KERNEL_FILES = 160
 DEFAULT_OUT = REPO_ROOT / "build" / "executed"
 
 
@@ -734,6 +738,10 @@ def run_notebooks(
         raise RunError(
             f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}"
         )
+    try:  # before anything is made: a kernel short of files dies or hangs starting
+        cli.check_open_files(KERNEL_FILES, "a notebook's kernel and its sockets")
+    except cli.UserError as err:
+        raise RunError(str(err)) from None
     out_dir = check_out_dir(out_dir)
     sources = [resolve_notebook(s) for s in specs] if specs else all_notebooks()
     if not sources:
