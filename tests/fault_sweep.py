@@ -1575,6 +1575,46 @@ def signals_cases() -> list[Case]:
             )
         )
 
+    def kill_a_loader_worker(ctx, text):
+        """Once the run has written its first record: SIGKILL one of its DataLoader
+        workers (a fork of the run: the same command line, the run as parent)."""
+        if not (ctx.tmp / "out" / "s.json").exists():
+            return False
+        mark = str(ctx.tmp / "out").encode()
+        runs = {}
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
+                    stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    runs[int(entry.name)] = int(stat[1])  # its parent
+        workers = [pid for pid, parent in runs.items() if parent in runs]
+        for pid in workers[:1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return bool(workers)
+
+    out.append(
+        Case(
+            c,
+            "train: a loader worker killed (SIGKILL) in epoch 2",
+            train(
+                "--epochs",
+                "50",
+                "--batch-size",
+                "1",
+                "--name",
+                "s",
+                "--workers",
+                "1",
+            ),
+            expect=(1,),
+            words=["DataLoader worker", "--workers"],
+            signal=0,  # the trigger sends the signal, to the worker
+            trigger=kill_a_loader_worker,
+            check=lambda ctx, res: run_status(ctx, res, want="failed"),
+        )
+    )
+
     # A second stop while the command cleans up after the first (a second Ctrl-C, or
     # a supervisor's SIGTERM): the cleanup still finishes, the status is the first's.
     def no_half_set(ctx, res):
@@ -1799,6 +1839,27 @@ def files_cases() -> list[Case]:
                 check=unchanged(lambda ctx: ctx.finished()),
             )
         )
+    out.append(
+        Case(
+            c,
+            "train --resume: checkpoint with NaN weights",
+            lambda ctx: RESUME(ctx) + ["--epochs", "2"],
+            expect=(1,),
+            words=["not finite"],
+            setup=_edit_ckpt(
+                "import json; d = json.loads(c['config']); d['epochs'] = 2; "
+                "c['config'] = json.dumps(d); "
+                "[v.fill_(float('nan')) for v in c['model'].values() "
+                "if v.is_floating_point()]"
+            ),
+            check=lambda ctx, res: (
+                None
+                if json.loads((ctx.finished() / "a.json").read_text())["status"]
+                == "stopped: nothing learned"
+                else "the record does not say nothing was learned"
+            ),
+        )
+    )
     out.append(
         Case(
             c,

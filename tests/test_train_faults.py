@@ -121,7 +121,7 @@ def test_the_mode_names_have_one_home():
     assert modes.MODES == (modes.TF32_MODE, *modes.PRECISIONS)
 
 
-# --- the training runner ---------------------------------------------------------------
+# --- the training runner --------------------------------------------------------------
 
 TRAIN = ["--device", "cpu", "--batch-size", "2", "--height", "16", "--width", "32"]
 TRAIN += ["--workers", "0", "--progress", "off", "--quiet"]
@@ -268,3 +268,76 @@ def test_build_run_checks_the_open_file_limit_before_starting_a_kernel(tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     _one_error(done.stderr, "ulimit -n", "is 20", "kernel")
     assert not out.exists()
+
+
+def _stopped_after_epoch_1(tiny, out, monkeypatch, edit):
+    """A 3-epoch run stopped in epoch 2 (its checkpoint holds epoch 1), the
+    checkpoint then edited by ``edit(ckpt)``."""
+    import torch
+
+    from ampbook.train import loop, main
+
+    real = loop.train_epoch
+
+    def epoch(n, *args, **kw):
+        if n == 2:
+            raise KeyboardInterrupt
+        return real(n, *args, **kw)
+
+    argv = [*TRAIN, "--epochs", "3", "--data-root", str(tiny), "--out", str(out)]
+    monkeypatch.setattr(loop, "train_epoch", epoch)
+    assert main([*argv, "--name", "r"]) == 130
+    monkeypatch.undo()
+    path = out / "r.ckpt"
+    ckpt = torch.load(path, weights_only=True)
+    edit(ckpt)
+    torch.save(ckpt, path)
+    return [*argv, "--name", "r", "--resume"]
+
+
+def _nan_weights(ckpt):
+    for value in ckpt["model"].values():
+        if value.is_floating_point():
+            value.fill_(float("nan"))
+
+
+def test_a_resume_from_nan_weights_stops_saying_nothing_was_learned(
+    tiny, tmp_path, capsys, monkeypatch
+):
+    import json
+
+    from ampbook.train import main
+
+    out = tmp_path / "out"
+    argv = _stopped_after_epoch_1(tiny, out, monkeypatch, _nan_weights)
+    capsys.readouterr()
+    assert main(argv) == 1
+    line = _one_error(capsys.readouterr().err, "not finite", "--overwrite")
+    assert "--resume" not in line  # resuming would meet the same NaN weights
+    record = json.loads((out / "r.json").read_text())
+    assert record["status"] == "stopped: nothing learned"
+    assert "not finite" in record["stopped"]["message"]
+
+
+def test_max_nonfinite_counts_the_skipped_steps_before_a_resume(
+    tiny, tmp_path, capsys, monkeypatch
+):
+    """The consecutive skipped steps are in the checkpoint: a resumed run goes on
+    counting (19 before the stop, --max-nonfinite 20: the first skipped step after the
+    resume stops it), rather than starting again from 0."""
+    import json
+
+    from ampbook.train import main
+
+    def edit(ckpt):
+        _nan_weights(ckpt)
+        ckpt["counters"]["consecutive_skipped"] = 19
+
+    out = tmp_path / "out"
+    argv = _stopped_after_epoch_1(tiny, out, monkeypatch, edit)
+    capsys.readouterr()
+    assert main([*argv, "--max-nonfinite", "20"]) == 1
+    _one_error(capsys.readouterr().err, "20 consecutive")
+    record = json.loads((out / "r.json").read_text())
+    assert record["status"] == "stopped: non-finite loss"
+    assert record["stopped"]["skipped_steps"] == 1  # the first step after the resume

@@ -380,7 +380,7 @@ def _kept(
             f"{ckpt_path} and {json_path} hold {done}; continue with: "
             f"{resume_command(cfg)}"
         )
-    return f"{json_path} holds {done} (no checkpoint to resume from)"
+    return f"{json_path} holds {done} (nothing to resume from)"
 
 
 def _first_line(err: BaseException) -> str:
@@ -674,10 +674,20 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             write_results(record, json_path)
             record["json_path"] = str(json_path)
     except NothingLearned as err:
-        kept = _kept(cfg, epochs, json_path, ckpt_path)
-        stop("stopped: nothing learned", epoch, str(err))
+        why = str(err)
+        if not all(bool(torch.isfinite(p).all()) for p in tr.net.parameters()):
+            # NaN weights (a resume from a run that broke): no epoch can learn again
+            why = (
+                f"epoch {epoch} learned nothing: the model's weights are not finite "
+                "(NaN or inf), so every loss is NaN and no later epoch can learn; "
+                "start the run again with --overwrite rather than resuming it"
+            )
+            kept = _kept(cfg, epochs, json_path, None)
+        else:
+            kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("stopped: nothing learned", epoch, why)
         raise TrainError(
-            f"{err}. The run stopped after epoch {epoch}; {kept}"
+            f"{why}. The run stopped after epoch {epoch}; {kept}"
         ) from None
     except NonFiniteLossError as err:
         c = tr.step.counters
