@@ -569,6 +569,26 @@ def settings_cases() -> list[Case]:
         ),
         Case(c, "train: height not /8", train("--height", "12"), words=["height"]),
         Case(
+            c,
+            "train: --precision fp32-tf32 with --tf32 off",
+            train("--precision", "fp32-tf32", "--tf32", "off"),
+            words=["fp32-tf32", "--tf32 off"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+        ),
+        Case(
+            c,
+            "train: --batch-size 10**30",
+            train("--batch-size", str(10**30)),
+            words=["batch_size", "training images"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+        ),
+        Case(
+            c,
+            "train: --precision fp32-tf32 and --fp16-stream (the older name) run",
+            train("--precision", "fp32-tf32", "--fp16-stream"),
+            expect=(0,),
+        ),
+        Case(
             c, "train: resume without checkpoint", train("--resume"), words=["resume"]
         ),
         Case(
