@@ -89,10 +89,10 @@ from pathlib import Path
 from typing import Callable
 
 from ampbook import cli
+from ampbook.modes import MODES
 from ampbook.results import (
     LADDER_SCHEMA,
     MODE_LABELS,
-    MODES,
     PEAK_CUDA,
     SAVED_FOR_BACKWARD,
     Ladder,

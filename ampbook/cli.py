@@ -66,7 +66,8 @@ class Terminated(KeyboardInterrupt):
     written for Ctrl-C runs for it too. The exit status is 143 instead of 130."""
 
 
-_state = {"signal": None, "held": None}  # held: a stop held back during an import
+_state = {"signal": None, "held": None, "raised": False}
+# held: a stop held back during an import; raised: a stop was raised in the command
 
 
 _IMPORT_FILES = (
@@ -104,15 +105,33 @@ def _held_back(signum, frame) -> bool:
 
 
 def _on_sigterm(signum, frame):
+    if _state["raised"]:
+        return  # the command is stopping already: see stopping()
     _state["signal"] = signal.SIGTERM
     if not _held_back(signum, frame):
+        _state["raised"] = True
         raise Terminated()
 
 
 def _on_sigint(signum, frame):
+    if _state["raised"]:
+        return  # the command is stopping already: see stopping()
     _state["signal"] = signal.SIGINT
     if not _held_back(signum, frame):
+        _state["raised"] = True
         raise KeyboardInterrupt()
+
+
+def stopping() -> bool:
+    """Whether a stop (Ctrl-C, SIGTERM, SIGHUP) has been raised in the running command.
+
+    A command stops once: after the first stop is raised, the
+    cleanup written for it (a results record marked interrupted, half-written files
+    removed, loader workers and drawing processes joined) runs to its end, and a second
+    Ctrl-C or a SIGTERM meanwhile is not raised inside it (where it would leave the
+    cleanup half done, or a traceback from a finalizer it interrupted); the exit
+    status is the first stop's, 130 or 143."""
+    return bool(_state["raised"])
 
 
 def _start_up_stop() -> str:
@@ -477,6 +496,7 @@ def command(prog: str) -> Callable:
                 say(_start_up_stop())
                 return stop_code()
             _state["signal"] = None
+            _state["raised"] = False
             with kept_handlers(), signals(), _stops_blocked_after(_depth[0] == 1):
                 try:
                     code = main(argv)
@@ -585,6 +605,67 @@ def check_seed(value, what: str = "seed") -> int:
             f"{value!r}"
         )
     return value
+
+
+# --- the open-file limit --------------------------------------------------------------
+
+
+def open_files_in_use() -> int | None:
+    """File descriptors this process has open (None where they cannot be counted)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            return max(0, len(os.listdir(folder)) - 1)  # less the listing's own
+    return None
+
+
+def check_open_files(needed: int, what: str) -> None:
+    """Make sure ``needed`` more files can be open at once (``what`` needs them: loader
+    workers, a kernel's sockets), before the work starts. The soft limit is raised
+    toward the hard one when that is short (any process may); a hard limit that is
+    too low (``ulimit -n 20`` sets both) is ``UserError`` naming the limit and what to
+    raise it to, rather than a run that fails later with "Too many open files" in a
+    worker thread or a socket library."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: no limit to read
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    total = needed + (open_files_in_use() or 0)
+    unlimited = resource.RLIM_INFINITY
+    if soft == unlimited or soft >= total:
+        return
+    if hard == unlimited or hard >= total:
+        target = max(total, 1024) if hard == unlimited else min(hard, max(total, 1024))
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return
+    raise UserError(
+        f"the open-file limit (ulimit -n) is {soft}, and {what} need about {total} "
+        f"open files: raise it (ulimit -n {max(total, 1024)} in the shell that runs "
+        "the command)"
+    )
+
+
+def too_many_open_files(err: BaseException) -> bool:
+    """Whether ``err`` says the process ran out of file descriptors (EMFILE, ENFILE,
+    or torch's DataLoader saying so in its own words)."""
+    if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
+        return True
+    return isinstance(err, RuntimeError) and "Too many open files" in str(err)
+
+
+def open_files_advice() -> str:
+    """What to do after running out of file descriptors, with the limit named."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return "raise the open-file limit (ulimit -n)"
+    return (
+        f"the open-file limit (ulimit -n) is {soft}: raise it (ulimit -n "
+        f"{max(2 * soft, 1024)}) or use fewer workers"
+    )
 
 
 # --- paths ----------------------------------------------------------------------------
