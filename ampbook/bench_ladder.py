@@ -86,13 +86,20 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from ampbook import cli
+from ampbook.modes import MODES
+from ampbook.results import (
+    LADDER_SCHEMA,
+    MODE_LABELS,
+    PEAK_CUDA,
+    SAVED_FOR_BACKWARD,
+    Ladder,
+    LadderCell,
+    read_ladder,
+)
 from ampbook.words import plural
-
-if TYPE_CHECKING:  # the functions import what they use: --help answers without torch
-    from ampbook.results import Ladder, LadderCell
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
     "fp32-tf32": ("fp32", "on"),
@@ -240,8 +247,6 @@ class LadderSpec:
         return cls(**base)
 
     def check(self) -> None:
-        from ampbook.results import MODES
-
         for name in (
             "height",
             "width",
@@ -288,8 +293,6 @@ class LadderSpec:
             )
 
     def settings(self, time_source: str, isolate: str) -> dict:
-        from ampbook.results import PEAK_CUDA, SAVED_FOR_BACKWARD
-
         return {
             "height": self.height,
             "width": self.width,
@@ -334,8 +337,6 @@ def parse_rungs(text: str) -> tuple[int, ...]:
 
 
 def parse_modes(text: str) -> tuple[str, ...]:
-    from ampbook.results import MODES
-
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
     bad = [m for m in modes if m not in MODE_SETTINGS]
     if bad or not modes:
@@ -762,7 +763,6 @@ def ladder_path(json_arg: str | Path, device_name: str) -> Path:
 
 def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
     from ampbook.devices import find_device
-    from ampbook.results import LADDER_SCHEMA
 
     cuda = str(environment.get("device", "")).startswith("cuda")
     entry = find_device(environment["device_name"]) if cuda else None
@@ -801,8 +801,6 @@ def write_record(record: dict, path: Path) -> None:
 
 def add_cell(path: Path, cell: dict) -> None:
     """Put ``cell`` into the record at ``path`` (replacing the same rung and mode)."""
-    from ampbook.results import MODES
-
     record = json.loads(path.read_text())
     record["cells"] = [
         c
@@ -952,7 +950,6 @@ def run_ladder(
     return it as ``ampbook.results.Ladder``; with ``merge`` and ``skip_finished``, the
     cells ``path`` holds whole are not measured again (a rerun after a cut)."""
     from ampbook.env import environment, pick_device
-    from ampbook.results import read_ladder
 
     spec.check()
     dev = pick_device(spec.device)
@@ -999,8 +996,6 @@ def format_table(ladder: Ladder) -> str:
     top-level operators, on a GPU the time the GPU was busy. Idle is the step less
     that: Python, dispatch and the optimizer's loop between operators on a CPU, the GPU
     waiting for the host on a GPU."""
-    from ampbook.results import MODES
-
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -1243,8 +1238,6 @@ def check_targets(ladder: Ladder) -> list[Target]:
     """The targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
     with TF32 (on a CPU ladder, amp-bf16 against fp32); the eager figures come from the
     highest eager rung measured, the compiled ones from rung 5."""
-    from ampbook.results import MODE_LABELS
-
     out: list[Target] = []
     have = ladder.modes()
     # On a CPU the mixed precision is bf16 and the baseline fp32 (no TF32).
@@ -1524,7 +1517,6 @@ def predict_ladder(
     from ampbook.costmodel import Ceilings
     from ampbook.devices import find_device
     from ampbook.model import ERFNet
-    from ampbook.results import MODES
 
     profiles = [
         lp
@@ -1646,7 +1638,6 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
     import numpy as np
 
     from ampbook.plots import bar_style
-    from ampbook.results import MODE_LABELS
 
     modes = [m for m in (modes or ladder.modes()) if m in ladder.modes()]
     rungs = [r for r in ladder.rungs if any(ladder.cell(r.index, m) for m in modes)]
@@ -1736,8 +1727,6 @@ def gpu_ladder(results) -> tuple[Ladder | None, bool]:
     """The GPU ladder to show: the most complete committed one, else the prediction
     from committed layer profiles (``predict_ladder``); ``(ladder, predicted)``, or
     ``(None, False)`` where there is neither."""
-    from ampbook.results import read_ladder
-
     committed = results.gpu_ladders()
     if committed:
         return committed[0], False
@@ -2166,7 +2155,6 @@ def torch_threads(n: int | None):
 def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
     from ampbook.bench_matmul import load_verdict
     from ampbook.env import environment
-    from ampbook.results import LADDER_SCHEMA
     from ampbook.timing import machine_load
 
     env = environment(spec.device)

@@ -46,19 +46,14 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from ampbook import cli
-from ampbook.env import cpu_flags, environment, pick_device
 from ampbook.paths import REPO_ROOT, RESULTS_DIR
-from ampbook.timing import (
-    machine_load,
-    time_conv2d,
-    time_elementwise,
-    time_matmul,
-)
+
+if TYPE_CHECKING:  # torch is imported where it is used: ``python -m ampbook.bench
+    # matmul --help`` answers without it
+    import torch
 
 SCHEMA = "ampbook.tensor_cores/1"
 RESULTS_PATTERN = "tensor_cores_*.json"
@@ -82,6 +77,10 @@ SWEEP_TIMING = {"warmup": 2, "repeats": 5, "min_time": 0.1, "max_time": 1.0}
 def supported_dtypes(device: str | torch.device = "auto") -> list[str]:
     """The matmul dtypes this device runs: fp32, fp16, bf16 on a CPU; on CUDA also tf32
     (compute capability 8.0+), bf16 (8.0+) and fp8 (8.9+, with ``torch._scaled_mm``)."""
+    import torch
+
+    from ampbook.env import pick_device
+
     dev = pick_device(device)
     if dev.type != "cuda":
         return ["fp32", "fp16", "bf16"]
@@ -145,6 +144,9 @@ def matmul_sweep(
     each point in
     interleaved rounds and keeps the fastest median. ``timing`` goes to
     ``time_matmul``."""
+    from ampbook.env import pick_device
+    from ampbook.timing import time_matmul
+
     dev = pick_device(device)
     sizes = sorted(set(int(s) for s in sizes))
     if rounds < 1:
@@ -201,6 +203,9 @@ def shape_cliff(
     Rows carry ``base`` and ``n``; ``rows_by_shape`` turns them into penalties.
     ``known`` rows
     (e.g. from ``matmul_sweep``) help predict slow points for ``max_call_s``."""
+    from ampbook.env import pick_device
+    from ampbook.timing import time_matmul
+
     dev = pick_device(device)
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -287,6 +292,9 @@ def elementwise_sweep(
 ) -> list[dict]:
     """``z = x + y`` at each size in each dtype (bandwidth-bound); rows as
     ``to_dict()``."""
+    from ampbook.env import pick_device
+    from ampbook.timing import time_elementwise
+
     dev = pick_device(device)
     rows = []
     for numel in sorted(set(int(n) for n in numels)):
@@ -332,6 +340,8 @@ def _shrink_conv(shape: Sequence[int], fraction: float) -> tuple[int, int, int, 
 
 
 def _single_call_s(shape, kernel, dtype, dev, backward: bool) -> float:
+    from ampbook.timing import time_conv2d
+
     b, c, h, w = shape
     warm = 1 if dtype == "fp32" else 0  # a slow dtype's one call says enough
     return time_conv2d(
@@ -354,6 +364,8 @@ def fit_conv_shape(
     dtype's call at ``shape`` is predicted as fp32's there times its ratio to fp32 at
     the probe (a fallback kernel hundreds of times slower than fp32 would otherwise
     take minutes a call to find out)."""
+    from ampbook.env import pick_device
+
     shape = tuple(int(v) for v in shape)
     dev = pick_device(device)
     probe = _shrink_conv(shape, CONV_PROBE_WORK)
@@ -399,6 +411,9 @@ def conv_sweep(
     ``shape`` fits), and a dtype whose forward still took longer than ``max_call_s``
     per call skips its training pass (about three times the work), with the reason
     recorded; fp32, the reference, never does. Every row holds the shape it ran at."""
+    from ampbook.env import pick_device
+    from ampbook.timing import time_conv2d
+
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     dev = pick_device(device)
@@ -851,6 +866,8 @@ def make_record(
 ) -> dict:
     """A results record (the format in this module's docstring)."""
     from ampbook.devices import device_for
+    from ampbook.env import environment, pick_device
+    from ampbook.timing import machine_load
 
     dev = pick_device(device)
     entry = device_for(dev)
@@ -1074,6 +1091,8 @@ def run(
     **timing,
 ) -> dict:
     """Measure everything the report needs and return the record."""
+    from ampbook.env import pick_device
+
     dev = pick_device(device)
     defaults = (
         QUICK if quick else (GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS)
@@ -1107,8 +1126,35 @@ def run(
     return make_record(dev, matmul, shapes, ew, skipped + skipped2, profile=profile)
 
 
-@cli.command("python -m ampbook.bench matmul")
-def main(argv: Sequence[str] | None = None) -> int:
+# The largest sizes the command takes: a square matmul of MAX_SIZE (three fp32
+# matrices of 4 GiB each) and an element-wise call of MAX_NUMEL elements (8 GiB per
+# fp32 tensor); beyond them the matrices would not fit most machines' memory, and a
+# call would take minutes.
+MAX_SIZE = 32768
+MAX_NUMEL = 2**31
+
+
+def check_sizes(sizes, shape_sizes, numel) -> None:
+    """``--sizes``, ``--shape-sizes`` and ``--numel`` within ``MAX_SIZE`` and
+    ``MAX_NUMEL``: a ``cli.UserError`` naming the value and the limit otherwise."""
+    for flag, values, most, square in (
+        ("--sizes", sizes, MAX_SIZE, True),
+        ("--shape-sizes", shape_sizes, MAX_SIZE, True),
+        ("--numel", numel, MAX_NUMEL, False),
+    ):
+        big = [v for v in values or () if v > most]
+        if big:
+            v = big[0]
+            what = f"a {v} x {v} fp32 matrix" if square else "an fp32 tensor of it"
+            need = (v * v if square else v) * 4 / 2**30
+            raise cli.UserError(
+                f"{flag} {v}: the limit is {most} ({what} takes {need:,.0f} GiB); "
+                "give smaller sizes"
+            )
+
+
+def build_parser() -> cli.ArgumentParser:
+    """The options of ``python -m ampbook.bench matmul`` (no torch imported)."""
     ap = cli.ArgumentParser(
         prog="python -m ampbook.bench matmul",
         description="Matmul and elementwise speed by dtype, side by side.",
@@ -1120,16 +1166,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sizes",
         type=cli.positive_int,
         nargs="+",
-        help="square matmul sizes for the dtype ratios",
+        help=f"square matmul sizes for the dtype ratios (at most {MAX_SIZE})",
     )
     ap.add_argument(
         "--shape-sizes",
         type=cli.positive_int,
         nargs="+",
-        help="multiples of 8 to compare with one off",
+        help=f"multiples of 8 to compare with one off (at most {MAX_SIZE})",
     )
     ap.add_argument(
-        "--numel", type=cli.positive_int, nargs="+", help="elementwise sizes (elements)"
+        "--numel",
+        type=cli.positive_int,
+        nargs="+",
+        help=f"elementwise sizes in elements (at most {MAX_NUMEL})",
     )
     ap.add_argument(
         "--dtypes", nargs="+", help="matmul dtypes (default: all the device runs)"
@@ -1168,7 +1217,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="replace a --save file that exists and holds something else",
     )
+    return ap
+
+
+@cli.command("python -m ampbook.bench matmul")
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(list(argv) if argv is not None else None)
+    check_sizes(args.sizes, args.shape_sizes, args.numel)
+    import torch
+
+    from ampbook.env import cpu_flags
+
     if args.rounds < 1:
         ap.error("--rounds must be >= 1")
     if args.threads is not None:

@@ -57,12 +57,15 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-from torch import nn
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ampbook import cli
-from ampbook.costmodel import OP_CLASSES, Ceilings, Prediction, StepTrace, predict
+
+if TYPE_CHECKING:  # torch and the cost model are imported where they are used, so
+    # that ``python -m ampbook.calibration --help`` answers without importing torch
+    from torch import nn
+
+    from ampbook.costmodel import Ceilings, Prediction, StepTrace
 from ampbook.paths import REFERENCE_DIR
 
 PUBLISHED_FILE = REFERENCE_DIR / "training_throughputs.yml"
@@ -200,6 +203,7 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
 def ceilings_for(gpu: str, family: str, devices=None) -> Ceilings:
     """The device table's ceilings for a step of ``family`` on ``gpu``: TF32 for
     convolutions and matrix products for ``"tf32"``, none for ``"fp32"``."""
+    from ampbook.costmodel import Ceilings
     from ampbook.devices import load_devices
 
     devices = load_devices() if devices is None else devices
@@ -225,6 +229,8 @@ def class_bounds(p: Prediction) -> dict[str, float]:
     each operator classed by its module (``scope_class``: measured time and traced
     operators alike); the optimizer step (not traced) counts as element-wise, as a
     layer profile counts it (unattributed)."""
+    from ampbook.costmodel import OP_CLASSES
+
     out = dict.fromkeys(OP_CLASSES, 0.0)
     for t in p.times:
         out[scope_class(t.op.scope_type, t.op.op)] += t.time_s
@@ -233,6 +239,8 @@ def class_bounds(p: Prediction) -> dict[str, float]:
 
 
 def _side_record(tr: StepTrace, ceilings: Ceilings, optimizer: str) -> dict[str, Any]:
+    from ampbook.costmodel import predict
+
     p = predict(tr, ceilings, optimizer=optimizer)
     return {
         "by_class_s": class_bounds(p),
@@ -245,7 +253,7 @@ def reference_bounds(ref: Published, devices=None) -> dict[str, Any]:
     """The cost model's bound of a published reference's two steps: its network traced
     at each side's batch, on its GPU's ceilings; per class, with kernel counts."""
     from ampbook import costmodel as cm
-    from ampbook.doctor import load_model
+    from ampbook.diagnosis import load_model
 
     model = load_model(ref.model)
     opt = "sgd" if ref.optimizer in ("sgd", "rmsprop") else "adam"
@@ -348,6 +356,8 @@ class Reference:
 
 
 def _mix(by_class: Mapping[str, float]) -> dict[str, float]:
+    from ampbook.costmodel import OP_CLASSES
+
     total = sum(by_class.values()) or 1.0
     return {c: by_class.get(c, 0.0) / total for c in OP_CLASSES}
 
@@ -358,6 +368,8 @@ def published_references(
     """Each published pair as efficiencies: per family, the whole step's bound over its
     published time, the same for every class of the step (a whole-step efficiency,
     not a kernel one: the published time includes the host's share of the step)."""
+    from ampbook.costmodel import OP_CLASSES
+
     published = load_published() if published is None else published
     bounds = load_bounds() if bounds is None else bounds
     out = []
@@ -427,7 +439,7 @@ def profile_bounds(
     classes (``class_bounds``) the doctor gives the model it diagnoses, so that the
     profile applied to its own network gives back its own measured ratio."""
     from ampbook import costmodel as cm
-    from ampbook.doctor import load_model
+    from ampbook.diagnosis import load_model
 
     model = load_model("erfnet")
     out: dict[str, Any] = {}
@@ -435,7 +447,7 @@ def profile_bounds(
         tr = cm.trace_step(model, batch, h, w, prec)
         tr = cm.with_memory_format(tr, layout)
         ceil = ceilings_for(gpu, "tf32", devices)
-        p = predict(tr, ceil, optimizer="adam")
+        p = cm.predict(tr, ceil, optimizer="adam")
         out[prec] = {"by_class_s": class_bounds(p), "bound_s": p.min_step_s}
     return out
 
@@ -443,7 +455,7 @@ def profile_bounds(
 def _profile_groups(results_dir=None) -> list[tuple[tuple, dict[str, Any]]]:
     """The committed layer profiles in pairs: ((GPU key or name, batch, height,
     width, layout), {precision: profile})."""
-    from ampbook.doctor import table_key
+    from ampbook.diagnosis import table_key
     from ampbook.results import load_results_dir
 
     groups: dict[tuple, dict[str, Any]] = {}
@@ -462,6 +474,8 @@ def profile_references(results_dir=None) -> list[Reference]:
     classes over their kernel time. For a GPU of the device table the bound is the
     current cost model's (``profile_bounds``, stored by ``--write``); for one it
     lacks, the bound the profile recorded."""
+    from ampbook.costmodel import OP_CLASSES
+
     devices = _devices()
     stored = load_profile_bounds()
     out = []
@@ -577,6 +591,8 @@ def baseline_family(gpu: str, devices=None) -> str:
 def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     """How far two class mixes lie apart: half the summed absolute difference of their
     shares (0: the same mix, 1: no class in common)."""
+    from ampbook.costmodel import OP_CLASSES
+
     return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in OP_CLASSES)
 
 
@@ -928,23 +944,37 @@ def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> 
 # --------------------------------------------------------------------------------------
 
 
-@cli.command("python -m ampbook.calibration")
-def main(argv: list[str] | None = None) -> int:
-    from ampbook.devices import display_name
-
+def build_parser() -> cli.ArgumentParser:
+    """The options of ``python -m ampbook.calibration`` (no torch imported)."""
     p = cli.ArgumentParser(
         prog="python -m ampbook.calibration",
         description="The references behind the doctor's calibrated AMP speedups.",
     )
-    p.add_argument("--write", action="store_true", help="retrace the published ones")
-    p.add_argument("--results-dir", help="committed GPU results (default data/results)")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="retrace the published references' bounds (after a change to the cost "
+        "model) and write them to data/reference/",
+    )
+    p.add_argument(
+        "--results-dir",
+        help="the committed GPU results whose layer profiles are references "
+        "(default data/results)",
+    )
     p.add_argument(
         "--predictions",
         action="store_true",
         help="the leave-one-out: each reference predicted by the others, the share "
         "inside their range and the median width",
     )
-    a = p.parse_args(argv)
+    return p
+
+
+@cli.command("python -m ampbook.calibration")
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    from ampbook.devices import display_name  # torch: after --help
+
     if a.write:
         write_bounds()
     if a.predictions:

@@ -66,7 +66,8 @@ class Terminated(KeyboardInterrupt):
     written for Ctrl-C runs for it too. The exit status is 143 instead of 130."""
 
 
-_state = {"signal": None, "held": None}  # held: a stop held back during an import
+_state = {"signal": None, "held": None, "raised": False}
+# held: a stop held back during an import; raised: a stop was raised in the command
 
 
 _IMPORT_FILES = (
@@ -104,15 +105,33 @@ def _held_back(signum, frame) -> bool:
 
 
 def _on_sigterm(signum, frame):
+    if _state["raised"]:
+        return  # the command is stopping already: see stopping()
     _state["signal"] = signal.SIGTERM
     if not _held_back(signum, frame):
+        _state["raised"] = True
         raise Terminated()
 
 
 def _on_sigint(signum, frame):
+    if _state["raised"]:
+        return  # the command is stopping already: see stopping()
     _state["signal"] = signal.SIGINT
     if not _held_back(signum, frame):
+        _state["raised"] = True
         raise KeyboardInterrupt()
+
+
+def stopping() -> bool:
+    """Whether a stop (Ctrl-C, SIGTERM, SIGHUP) has been raised in the running command.
+
+    A command stops once: after the first stop is raised, the
+    cleanup written for it (a results record marked interrupted, half-written files
+    removed, loader workers and drawing processes joined) runs to its end, and a second
+    Ctrl-C or a SIGTERM meanwhile is not raised inside it (where it would leave the
+    cleanup half done, or a traceback from a finalizer it interrupted); the exit
+    status is the first stop's, 130 or 143."""
+    return bool(_state["raised"])
 
 
 def _start_up_stop() -> str:
@@ -368,12 +387,13 @@ def _end_process(code: int) -> None:
 
 def _text_streams() -> None:
     """A terminal whose locale cannot encode a character the commands print (an en
-    dash under LANG=C) gets a replacement character, not a UnicodeEncodeError."""
+    dash under LANG=C) gets its ASCII spelling (``plain_text_errors``), not a
+    UnicodeEncodeError."""
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
         if encoding != "utf8" and hasattr(stream, "reconfigure"):
             with contextlib.suppress(Exception):
-                stream.reconfigure(errors="backslashreplace")
+                stream.reconfigure(errors=plain_text_errors())
 
 
 def install(early: list | None = None) -> None:
@@ -476,6 +496,7 @@ def command(prog: str) -> Callable:
                 say(_start_up_stop())
                 return stop_code()
             _state["signal"] = None
+            _state["raised"] = False
             with kept_handlers(), signals(), _stops_blocked_after(_depth[0] == 1):
                 try:
                     code = main(argv)
@@ -584,6 +605,67 @@ def check_seed(value, what: str = "seed") -> int:
             f"{value!r}"
         )
     return value
+
+
+# --- the open-file limit --------------------------------------------------------------
+
+
+def open_files_in_use() -> int | None:
+    """File descriptors this process has open (None where they cannot be counted)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            return max(0, len(os.listdir(folder)) - 1)  # less the listing's own
+    return None
+
+
+def check_open_files(needed: int, what: str) -> None:
+    """Make sure ``needed`` more files can be open at once (``what`` needs them: loader
+    workers, a kernel's sockets), before the work starts. The soft limit is raised
+    toward the hard one when that is short (any process may); a hard limit that is
+    too low (``ulimit -n 20`` sets both) is ``UserError`` naming the limit and what to
+    raise it to, rather than a run that fails later with "Too many open files" in a
+    worker thread or a socket library."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: no limit to read
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    total = needed + (open_files_in_use() or 0)
+    unlimited = resource.RLIM_INFINITY
+    if soft == unlimited or soft >= total:
+        return
+    if hard == unlimited or hard >= total:
+        target = max(total, 1024) if hard == unlimited else min(hard, max(total, 1024))
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return
+    raise UserError(
+        f"the open-file limit (ulimit -n) is {soft}, and {what} need about {total} "
+        f"open files: raise it (ulimit -n {max(total, 1024)} in the shell that runs "
+        "the command)"
+    )
+
+
+def too_many_open_files(err: BaseException) -> bool:
+    """Whether ``err`` says the process ran out of file descriptors (EMFILE, ENFILE,
+    or torch's DataLoader saying so in its own words)."""
+    if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
+        return True
+    return isinstance(err, RuntimeError) and "Too many open files" in str(err)
+
+
+def open_files_advice() -> str:
+    """What to do after running out of file descriptors, with the limit named."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return "raise the open-file limit (ulimit -n)"
+    return (
+        f"the open-file limit (ulimit -n) is {soft}: raise it (ulimit -n "
+        f"{max(2 * soft, 1024)}) or use fewer workers"
+    )
 
 
 # --- paths ----------------------------------------------------------------------------
@@ -856,6 +938,142 @@ def save_result(path: str | os.PathLike, result, what: str = "the numbers") -> P
         raise Stopped(
             f"could not write {path}: {os_error(err)[1]} ({what} are printed above)"
         ) from None
+
+
+# --- what a command prints on a terminal (the doctor's; for every command) -----------
+
+# Characters the commands print, written in ASCII where the output's encoding (a C or
+# POSIX locale, PYTHONIOENCODING=ascii) cannot hold them (``plain_text_errors``).
+_ASCII = {
+    "\u2013": "-",  # en dash
+    "\u2014": "-",  # em dash
+    "\u2212": "-",  # minus sign
+    "\u2192": "->",
+    "\u00b1": "+/-",
+    "\u00b5": "u",  # micro sign
+    "\u03bc": "u",  # Greek mu
+    "\u00d7": "x",
+    "\u2248": "~",
+    "\u2264": "<=",
+    "\u2265": ">=",
+    "\u2018": "'",
+    "\u2019": "'",
+    "\u201c": '"',
+    "\u201d": '"',
+    "\u2026": "...",
+    "\u00b2": "^2",
+    "\u00a0": " ",
+}
+PLAIN_ERRORS = "ampbook-plain"
+
+
+def _plain(err: UnicodeError):
+    """Codec error handler ``ampbook-plain``: the ASCII spelling of a character the
+    stream cannot encode (an en dash as ``-``, ``µs`` as ``us``), else ``?``."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start : err.end]
+    return "".join(_ASCII.get(ch, "?") for ch in bad), err.end
+
+
+def plain_text_errors() -> str:
+    """The name of the error handler that writes what an output's encoding cannot
+    hold in ASCII (``_plain``), registered on first use; ``_text_streams`` sets it on
+    stdout and stderr."""
+    import codecs
+
+    try:
+        codecs.lookup_error(PLAIN_ERRORS)
+    except LookupError:
+        codecs.register_error(PLAIN_ERRORS, _plain)
+    return PLAIN_ERRORS
+
+
+def terminal_text(markdown: str, width: int | None = None) -> str:
+    """A Markdown report as a terminal shows it: each paragraph and list item wrapped
+    at ``width`` (default: the terminal's, ``shutil.get_terminal_size``; 80 when
+    stdout is not one), a list item's lines indented under its text; tables (lines
+    starting with ``|``), headings and blank lines as they are. A ``--markdown`` file
+    keeps the unwrapped text."""
+    import textwrap
+
+    width = width or shutil.get_terminal_size((80, 24)).columns
+    width = max(40, width - 1)  # one column spare: a full line would wrap twice
+    out = []
+    for line in markdown.split("\n"):
+        stripped = line.lstrip()
+        if len(line) <= width or not stripped or stripped[0] in "|#":
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(stripped)]
+        bullet = ""
+        for mark in ("- ", "* ", "1. "):
+            if stripped.startswith(mark):
+                bullet = mark
+                break
+        out.append(
+            textwrap.fill(
+                stripped[len(bullet) :],
+                width,
+                initial_indent=lead + bullet,
+                subsequent_indent=lead + " " * len(bullet),
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+        )
+    return "\n".join(out)
+
+
+def time_left_text(spent_s: float, done: int, total: int) -> str:
+    """``"about 12 s left"`` after ``done`` of ``total`` equal parts took
+    ``spent_s``: the mean part times the parts left (minutes past 100 s)."""
+    if done <= 0 or done >= total:
+        return ""
+    left = spent_s / done * (total - done)
+    return (
+        f"about {left / 60:.0f} min left" if left >= 100 else f"about {left:.0f} s left"
+    )
+
+
+class Progress:
+    """Progress lines on stderr while a command waits (a load, a trace, timed
+    rounds): ``progress(text)`` prints ``NAME: text``; ``progress.count(what, done,
+    total)`` prints ``NAME: what: 3 of 10, about 12 s left`` from the time since
+    ``start()`` (or the first count). Silent where stderr is not a terminal (a piped
+    or captured run), unless ``on`` says otherwise."""
+
+    def __init__(self, name: str, on: bool | None = None, stream=None):
+        self.name = name
+        self.stream = sys.stderr if stream is None else stream
+        isatty = getattr(self.stream, "isatty", lambda: False)
+        try:
+            self.on = bool(isatty()) if on is None else bool(on)
+        except (OSError, ValueError):
+            self.on = False
+        self._start: float | None = None
+
+    def __call__(self, text: str) -> None:
+        if self.on:
+            with contextlib.suppress(OSError, ValueError):
+                print(f"{self.name}: {text}", file=self.stream, flush=True)
+
+    def start(self) -> None:
+        """Start the clock of the next ``count``s."""
+        import time
+
+        self._start = time.monotonic()
+
+    def count(self, what: str, done: int, total: int, unit: str = "") -> None:
+        """``what: [unit ]done of total[, about N s left]``."""
+        import time
+
+        if self._start is None:
+            self.start()
+        left = time_left_text(time.monotonic() - self._start, done, total)
+        self(
+            f"{what}: {unit + ' ' if unit else ''}{done} of {total}"
+            + (f", {left}" if left else "")
+        )
 
 
 # --- --help ---------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
+from ampbook.modes import PRECISIONS
+
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
     "fp32": None,
     "amp-fp16": torch.float16,

@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ampbook import cli
+from ampbook.modes import MODES, PRECISIONS
 from ampbook.paths import RESULTS_DIR
-from ampbook.precision import PRECISIONS
 
 TRAIN_SCHEMA = "ampbook.train"
 MATMUL_SCHEMA = "ampbook.tensor_cores/1"
@@ -68,7 +68,6 @@ PEAK_CUDA = "peak CUDA allocated"
 SAVED_FOR_BACKWARD = "saved for backward"
 # Order of the modes in tables: the baselines first (fp32 with TF32 on, then the
 # runner's precisions).
-MODES = ("fp32-tf32", *PRECISIONS)
 MODE_LABELS = {
     "fp32-tf32": "fp32 (TF32 on)",
     "fp32": "fp32 (strict)",

@@ -60,6 +60,13 @@ CLASSES = (
     "untrusted",
 )
 OUTCOMES = ("clear", "unclear", "traceback", "wrong result", "hang", "skipped")
+ALIAS_BOMB = (
+    "[&a [x,x,x,x,x,x,x,x,x],"
+    + ",".join(
+        f"&{b} [{','.join(['*' + a] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")
+    )
+    + "]"
+)  # nine levels of nine aliases: 9**9 items spelled out
 LONG = "n" * 300  # a path component over the 255 bytes a file system allows
 TINY = ["--height", "16", "--width", "32"]
 TRAIN = [
@@ -172,6 +179,7 @@ class Case:
     timeout: float = 240
     quick: bool = False
     cwd: Callable[[Ctx], Path] | None = None
+    then: tuple | None = None  # (signal, seconds): a second stop after the first
 
 
 @dataclass
@@ -214,6 +222,14 @@ def run_case(case: Case, shared: Path, repo: Path, keep: bool = False) -> Result
         ctx.cleanup()
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _send(proc, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if sig == signal.SIGINT:  # a terminal: the group
+            os.killpg(proc.pid, signal.SIGINT)
+        else:  # kill, timeout: the process
+            proc.send_signal(sig)
 
 
 def _run(case: Case, ctx: Ctx, start: float) -> Result:
@@ -270,12 +286,12 @@ def _run(case: Case, ctx: Ctx, start: float) -> Result:
                     else case.trigger(ctx, text)
                 )
                 if ready:
+                    sent = now
+                    _send(proc, case.signal)
+            elif case.then is not None and sent is not True:
+                if now - sent >= case.then[1]:  # during the first one's cleanup
+                    _send(proc, case.then[0])
                     sent = True
-                    with contextlib.suppress(ProcessLookupError):
-                        if case.signal == signal.SIGINT:  # a terminal: the group
-                            os.killpg(proc.pid, signal.SIGINT)
-                        else:  # kill, timeout: the process
-                            proc.send_signal(case.signal)
             time.sleep(0.05)
     seconds = time.monotonic() - start
     stdout = out_path.read_text(errors="replace")
@@ -312,6 +328,10 @@ def _run(case: Case, ctx: Ctx, start: float) -> Result:
     if case.signal is not None and not sent:
         res.outcome = "unclear"
         res.why = "ended before the signal was sent (case too fast to test)"
+        return res
+    if case.then is not None and sent is not True:
+        res.outcome = "unclear"
+        res.why = "ended before the second signal was sent (case too fast to test)"
         return res
     if "Traceback (most recent call last)" in stderr:
         res.outcome = "traceback"
@@ -549,6 +569,26 @@ def settings_cases() -> list[Case]:
         ),
         Case(c, "train: height not /8", train("--height", "12"), words=["height"]),
         Case(
+            c,
+            "train: --precision fp32-tf32 with --tf32 off",
+            train("--precision", "fp32-tf32", "--tf32", "off"),
+            words=["fp32-tf32", "--tf32 off"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+        ),
+        Case(
+            c,
+            "train: --batch-size 10**30",
+            train("--batch-size", str(10**30)),
+            words=["batch_size", "training images"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+        ),
+        Case(
+            c,
+            "train: --precision fp32-tf32 and --fp16-stream (the older name) run",
+            train("--precision", "fp32-tf32", "--fp16-stream"),
+            expect=(0,),
+        ),
+        Case(
             c, "train: resume without checkpoint", train("--resume"), words=["resume"]
         ),
         Case(
@@ -699,6 +739,7 @@ def settings_cases() -> list[Case]:
             cmd("ampbook.doctor", "--model", "erfnet", "--precisions", "fp7"),
             words=["fp7"],
         ),
+        *doctor_settings_cases(c),
         Case(
             c,
             "gpucheck: no --out",
@@ -775,6 +816,110 @@ def settings_cases() -> list[Case]:
             "bench doctor: unknown model",
             cmd("ampbook.bench", "doctor", "--model", "nosuch"),
             words=["nosuch"],
+        ),
+    ]
+
+
+def doctor_settings_cases(c: str) -> list[Case]:
+    """The doctor's --gpus that names no GPU or an unknown one, and a --device where
+    no step can be timed: refused, naming the value and what is known."""
+    doctor = ("ampbook.doctor", "--model", "erfnet", "--no-measure")
+    return [
+        Case(
+            c,
+            "doctor: --gpus ,, names no GPU",
+            cmd(*doctor, "--gpus", ",,"),
+            words=["--gpus ',,'", "names no GPU", "h200-sxm"],
+        ),
+        Case(
+            c,
+            "doctor: --gpus empty",
+            cmd(*doctor, "--gpus", ""),
+            words=["names no GPU", "a100-sxm-80gb"],
+        ),
+        Case(
+            c,
+            "doctor: --gpus one known, one unknown",
+            cmd(*doctor, "--gpus", "h200,b900"),
+            words=["unknown GPU 'b900'", "h200-sxm"],
+        ),
+        Case(
+            c,
+            "doctor: --device meta",
+            cmd(*doctor, "--device", "meta"),
+            words=["--device 'meta'", "cpu or cuda"],
+        ),
+        Case(
+            c,
+            "doctor: --device unknown",
+            cmd("ampbook.doctor", "--model", "erfnet", "--device", "tpu:0"),
+            words=["--device 'tpu:0'", "auto"],
+        ),
+    ]
+
+
+def doctor_numbers_cases(c: str) -> list[Case]:
+    """Sizes no GPU could hold are one error line, found before any work; a huge
+    input that the model rejects is never allocated to say why (the case runs under
+    a 16 GiB address-space limit: a real 40 GB tensor would fail to allocate)."""
+    limited = (
+        "import resource, runpy, sys\n"
+        "cap = 16 * 2**30\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (cap, cap))\n"
+        "sys.argv = ['ampbook.doctor'] + sys.argv[1:]\n"
+        "runpy.run_module('ampbook.doctor', run_name='__main__')\n"
+    )
+
+    def no_allocation(ctx, res):
+        text = res.stderr.lower()
+        return "a real tensor was allocated" if "allocate" in text else None
+
+    return [
+        Case(
+            c,
+            "doctor: --input larger than any GPU",
+            cmd(
+                "ampbook.doctor",
+                "--model",
+                "erfnet",
+                "--no-measure",
+                "--input",
+                "3,100000,100000",
+                "--batch",
+                "8",
+            ),  # fmt: skip
+            words=["input alone is", "GiB in fp32", "largest GPU", "--batch"],
+        ),
+        Case(
+            c,
+            "doctor: --batch larger than any GPU",
+            cmd("ampbook.doctor", "--model", "erfnet", "--batch", "100000000"),
+            words=["batch 100000000", "largest GPU"],
+        ),
+        Case(
+            c,
+            "doctor: a 40 GB input the model rejects is not allocated",
+            [
+                "-c",
+                limited,
+                "--model",
+                "torchvision:resnet18",
+                "--no-measure",
+                "--input",
+                "1,100000,100000",
+                "--batch",
+                "1",
+                "--gpus",
+                "h200",
+            ],  # fmt: skip
+            words=["rejects input 1x100000x100000", "3 channels"],
+            check=no_allocation,
+        ),
+        Case(
+            c,
+            "bench matmul --sizes 100000 (beyond the limit)",
+            cmd("ampbook.bench", "matmul", "--sizes", "100000"),
+            words=["--sizes 100000", "limit is 32768"],
         ),
     ]
 
@@ -857,6 +1002,7 @@ def numbers_cases() -> list[Case]:
                 words=[word],
             )
         )
+    out += doctor_numbers_cases(c)
     for value in ("nan", "inf", "-5"):
         out.append(
             Case(
@@ -963,6 +1109,26 @@ def parameters_cases() -> list[Case]:
                 quick=(nb, name) == ("2", "min_time"),
             )
         )
+    out.append(  # a few bytes of YAML that stand for 9**9 items
+        Case(
+            c,
+            "notebook 1: -p n_samples an alias bomb",
+            cmd(
+                "ampbook.build.run",
+                "--profile",
+                "smoke",
+                "--out",
+                T("out"),
+                "-p",
+                "n_samples",
+                ALIAS_BOMB,
+                "1",
+            ),
+            words=["-p", "alias"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+            timeout=60,
+        )
+    )
     return out
 
 
@@ -1326,7 +1492,8 @@ def signals_cases() -> list[Case]:
                     "50",
                 ),
                 sig,
-                8.0,
+                # the answer is printed as the measurement starts
+                text_seen("Expected AMP training step speedup"),
                 code,
                 words=["interrupt"],
             )
@@ -1537,6 +1704,100 @@ def signals_cases() -> list[Case]:
                 setup=replace_setup,
             )
         )
+
+    def kill_a_loader_worker(ctx, text):
+        """Once the run has written its first record: SIGKILL one of its DataLoader
+        workers (a fork of the run: the same command line, the run as parent)."""
+        if not (ctx.tmp / "out" / "s.json").exists():
+            return False
+        mark = str(ctx.tmp / "out").encode()
+        runs = {}
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
+                    stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    runs[int(entry.name)] = int(stat[1])  # its parent
+        workers = [pid for pid, parent in runs.items() if parent in runs]
+        for pid in workers[:1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return bool(workers)
+
+    out.append(
+        Case(
+            c,
+            "train: a loader worker killed (SIGKILL) in epoch 2",
+            train(
+                "--epochs",
+                "50",
+                "--batch-size",
+                "1",
+                "--name",
+                "s",
+                "--workers",
+                "1",
+            ),
+            expect=(1,),
+            words=["DataLoader worker", "--workers"],
+            signal=0,  # the trigger sends the signal, to the worker
+            trigger=kill_a_loader_worker,
+            check=lambda ctx, res: run_status(ctx, res, want="failed"),
+        )
+    )
+
+    # A second stop while the command cleans up after the first (a second Ctrl-C, or
+    # a supervisor's SIGTERM): the cleanup still finishes, the status is the first's.
+    def no_half_set(ctx, res):
+        root = ctx.tmp / "ds2"
+        marker = (root / "SYNTHETIC.json").exists()
+        images = list(root.rglob("*.png")) if root.exists() else []
+        if marker and len(images) != 2 * 401:
+            return "a partial set is marked whole"
+        if not marker and images:
+            return "half-written images left behind"
+        return None
+
+    big_set = cmd(
+        "ampbook.data",
+        "synthesize",
+        "--root",
+        T("ds2"),
+        "--train",
+        "400",
+        "--val",
+        "1",
+        "--height",
+        "256",
+        "--width",
+        "512",
+    )
+    for second in (INT, TERM):
+        out.append(
+            Case(
+                c,
+                f"train: SIGINT, then {second.name} during its cleanup",
+                long_train,
+                expect=(130,),
+                words=["interrupted"],
+                signal=INT,
+                trigger=file_seen(lambda ctx: ctx.tmp / "out" / "s.json"),
+                then=(second, 0.01),
+                check=run_status,
+            )
+        )
+        out.append(
+            Case(
+                c,
+                f"data synthesize: SIGINT, then {second.name} during its cleanup",
+                big_set,
+                expect=(130,),
+                words=["interrupted"],
+                signal=INT,
+                trigger=file_seen(lambda ctx: ctx.tmp / "ds2" / "gtFine"),
+                then=(second, 0.02),
+                check=no_half_set,
+            )
+        )
     out.append(
         _signal_case(
             c,
@@ -1708,6 +1969,27 @@ def files_cases() -> list[Case]:
                 check=unchanged(lambda ctx: ctx.finished()),
             )
         )
+    out.append(
+        Case(
+            c,
+            "train --resume: checkpoint with NaN weights",
+            lambda ctx: RESUME(ctx) + ["--epochs", "2"],
+            expect=(1,),
+            words=["not finite"],
+            setup=_edit_ckpt(
+                "import json; d = json.loads(c['config']); d['epochs'] = 2; "
+                "c['config'] = json.dumps(d); "
+                "[v.fill_(float('nan')) for v in c['model'].values() "
+                "if v.is_floating_point()]"
+            ),
+            check=lambda ctx, res: (
+                None
+                if json.loads((ctx.finished() / "a.json").read_text())["status"]
+                == "stopped: nothing learned"
+                else "the record does not say nothing was learned"
+            ),
+        )
+    )
     out.append(
         Case(
             c,
@@ -1964,9 +2246,85 @@ def files_cases() -> list[Case]:
     return out
 
 
+def ulimit_n(limit: int, argv: Callable[[Ctx], list]) -> Callable[[Ctx], list]:
+    """``argv`` (after ``python -m``) run under ``ulimit -n LIMIT`` (soft and hard)."""
+
+    def build(ctx: Ctx) -> list:
+        code = (
+            "import os, resource, sys; "
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); "
+            "os.execv(sys.executable, [sys.executable, '-m', *sys.argv[1:]])"
+        )
+        return ["-c", code, *[str(a) for a in argv(ctx)]]
+
+    return build
+
+
 def env_cases() -> list[Case]:
     c = "environment"
     out = []
+    # The open-file limit: checked before loader workers or a kernel start.
+    out += [
+        Case(
+            c,
+            "train: ulimit -n 20 with 2 loader workers",
+            ulimit_n(20, train("--workers", "2")),
+            words=["ulimit -n", "20"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+        ),
+        Case(
+            c,
+            "build.run: ulimit -n 20",
+            ulimit_n(
+                20,
+                cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+            ),
+            words=["ulimit -n", "20"],
+            check=nothing_at(lambda ctx: ctx.tmp / "ex"),
+        ),
+    ]
+    # A matplotlib backend that does not exist, a locale that is not UTF-8.
+    for label, env in (
+        ("MPLBACKEND=nonsense", {"MPLBACKEND": "nonsense"}),
+        ("LC_ALL=C", {"LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": ""}),
+    ):
+        out += [
+            Case(
+                c,
+                f"train: {label}",
+                train(),
+                expect=(0,),
+                env=env,
+            ),
+            Case(
+                c,
+                f"data synthesize: {label}",
+                cmd(
+                    "ampbook.data",
+                    "synthesize",
+                    "--root",
+                    T("ds"),
+                    "--train",
+                    "1",
+                    "--val",
+                    "1",
+                    "--height",
+                    "16",
+                    "--width",
+                    "16",
+                ),
+                expect=(0,),
+                env=env,
+            ),
+            Case(
+                c,
+                f"build.run: {label}",
+                cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+                expect=(0,),
+                env=env,
+                timeout=300,
+            ),
+        ]
     for label, env, word in (
         ("WORLD_SIZE=two", {"WORLD_SIZE": "two"}, "WORLD_SIZE"),
         ("WORLD_SIZE=2 without torchrun", {"WORLD_SIZE": "2"}, "torchrun"),
@@ -2747,6 +3105,32 @@ def untrusted_cases() -> list[Case]:
             ),  # fmt: skip
             expect=(0,),
             env={"PYTHONIOENCODING": "ascii"},
+        ),
+        Case(
+            c,
+            "doctor: LC_ALL=C without UTF-8 mode writes ASCII spellings",
+            cmd(
+                "ampbook.doctor",
+                "--model",
+                "torchvision:resnet18",
+                "--batch",
+                "8",
+                "--no-measure",
+                "--gpus",
+                "h200",
+            ),  # fmt: skip
+            expect=(0,),
+            env={
+                "LC_ALL": "C",
+                "LANG": "C",
+                "PYTHONUTF8": "0",
+                "PYTHONCOERCECLOCALE": "0",
+            },  # fmt: skip
+            check=lambda ctx, res: (
+                None
+                if "+/-" in res.stdout and "\\x" not in res.stdout
+                else "the report is not in ASCII spellings (+/- for the plus-minus)"
+            ),
         ),
         Case(
             c,

@@ -396,3 +396,25 @@ def test_sweep_summary_of_a_gpu_outside_the_peak_table():
     text = sweep_summary(fixture.record, load_devices())
     assert "not in the peak table" in text and "of its peak" not in text
     assert "x fp32)" in text
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--sizes", "64", "100000"], ["--sizes 100000", "limit is 32768", "GiB"]),
+        (["--shape-sizes", "40000"], ["--shape-sizes 40000", "limit is 32768"]),
+        (["--numel", str(2**32)], [f"--numel {2**32}", "limit is 2147483648"]),
+    ],
+)
+def test_sizes_beyond_the_limit_are_one_error(argv, words, capsys):
+    from tests._cli import one_error
+
+    assert bench.main(["matmul", *argv]) == 2
+    one_error(capsys.readouterr().err, *words)
+
+
+def test_every_option_has_help():
+    from ampbook.bench_matmul import build_parser
+
+    for action in build_parser()._actions:
+        assert action.help, action.option_strings

@@ -148,7 +148,7 @@ def test_the_layout_changes_the_bytes_and_the_range(resnet50_a100, resnet50_a100
         assert r["basis"] and "set by" in r["line"]
         assert doctor.first_screen({**cl, "verdict": {"ranges": [r]}}).count("x (") == 1
     assert "NHWC" in a["line"] and "NCHW" in b["line"]
-    assert "each in channels_last" in doctor.to_markdown(cl)
+    assert "both precisions in channels_last" in doctor.to_markdown(cl)
     with pytest.raises(doctor.DoctorError, match="--memory-format"):
         _diagnose("torchvision:resnet18", (3, 32, 32), 2, ["a100"], "nhwc")
 
@@ -219,3 +219,10 @@ def test_predictions_table_is_the_leave_one_out(capsys):
     inside = sum(r["inside"] for r in loo["rows"])
     assert f"{inside} of {loo['n']} references inside" in out
     assert f"median width {loo['median_width']:.2f}x" in out
+
+
+def test_every_option_has_help():
+    from ampbook.calibration import build_parser
+
+    for action in build_parser()._actions:
+        assert action.help, action.option_strings

@@ -51,6 +51,13 @@ def fixed_size() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 4))
 
 
+def frozen() -> nn.Module:
+    """A classifier with every parameter frozen: nothing to train."""
+    model = tiny_classifier()
+    model.requires_grad_(False)
+    return model
+
+
 def one_value() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 1), nn.Flatten(0))
 
@@ -213,9 +220,16 @@ def test_speedup_range_verdict():
     )
     assert "no calibrated range" in none and "(not a bound)" in none
     low = dict(rng, low=0.8, high=0.95, point=0.87)
-    assert "AMP would be slower" in doctor.speedup_range_verdict("G", "p", low)
+    assert "(0.80x to 0.95x), a loss;" in doctor.speedup_range_verdict("G", "p", low)
     across = dict(rng, low=0.9, high=1.4, point=1.12)
     assert "no clear gain" in doctor.speedup_range_verdict("G", "p", across)
+    # a range that spans 1.0 is never "a gain", whatever its upper end
+    wide = dict(rng, low=0.78, high=1.35, point=1.03)
+    assert "1.35x), no clear gain;" in doctor.speedup_range_verdict("G", "p", wide)
+    under = dict(rng, low=0.7, high=1.2, point=0.92)
+    assert "no clear loss" in doctor.speedup_range_verdict("G", "p", under)
+    assert doctor._gist(1.01, 1.05) == "a gain" and doctor._gist(1.0, 1.05) != "a gain"
+    assert doctor._gist(0.87, 1.15, 0.998) == "no clear gain"  # printed as 1.00x
     with pytest.raises(ValueError):
         doctor.speedup_range_verdict("G", "amp-fp16", dict(rng, equal_share=0))
     launch = {
@@ -320,24 +334,98 @@ def test_cpu_timing_table_says_what_each_number_is(report):
 def test_progress_lines_while_cpu_steps_are_timed():
     import io
 
-    from ampbook.doctor import Progress, _cpu_rounds
+    from ampbook.cli import Progress
+    from ampbook.doctor import _cpu_rounds
 
     model = tiny_classifier()
     out = io.StringIO()
     rows = _cpu_rounds(
         model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], None, 3,
-        Progress(True, out),
+        Progress("doctor", True, out),
     )  # fmt: skip
     lines = out.getvalue().splitlines()
-    assert len(lines) == 3 and all(
-        x.startswith("doctor: CPU step timing") for x in lines
+    rounds = [x for x in lines if "round" in x]
+    assert len(rounds) == 3 and all(
+        x.startswith("doctor: measuring on cpu: round") for x in rounds
     )
-    assert "round 3 of 3: fp32" in lines[-1] and "amp-bf16" in lines[-1]
+    assert "round 1 of 3, about" in rounds[0] and "s left" in rounds[0]
+    assert rounds[-1] == "doctor: measuring on cpu: round 3 of 3"
+    assert "fp32, amp-bf16 on the cpu at batch 2 x 3x8x8" in lines[2]
+    assert all(len(x) <= 80 for x in lines), lines
     assert all(r["samples"] == 3 for r in rows)
+    counted = io.StringIO()  # CUDA's variants are counted the same way
+    tell = Progress("doctor", True, counted)
+    tell.count("measuring on cuda", 1, 4, "variant")
+    tell.count("measuring on cuda", 4, 4, "variant")
+    first, last = counted.getvalue().splitlines()
+    assert first.startswith("doctor: measuring on cuda: variant 1 of 4, about ")
+    assert last == "doctor: measuring on cuda: variant 4 of 4"
     quiet = io.StringIO()  # not a terminal: silent unless asked
-    assert not Progress(None, quiet).on
-    Progress(None, quiet)("nothing")
+    assert not Progress("doctor", None, quiet).on
+    Progress("doctor", None, quiet)("nothing")
     assert quiet.getvalue() == ""
+
+
+def test_forward_only_traces_and_times_the_forward_pass(capsys):
+    """A frozen model is refused for a training step with the flag that diagnoses
+    it (the command's flag, or DoctorConfig's argument in Python); with it, nothing
+    backward is traced or timed."""
+    with pytest.raises(doctor.DoctorError, match=r"DoctorConfig\(backward=False\)"):
+        doctor.diagnose(_config("tests.test_doctor:frozen", input=(3, 8, 8), batch=2))
+    r = doctor.diagnose(
+        _config(
+            "tests.test_doctor:frozen",
+            input=(3, 8, 8),
+            batch=2,
+            backward=False,
+            gpus=["h200"],
+            rounds=2,
+        )  # fmt: skip
+    )
+    assert r["backward"] is False and r["measured"]["backward"] is False
+    full = doctor.diagnose(_config(input=(3, 8, 8), batch=2, gpus=["h200"],
+                                   measure=False))  # fmt: skip
+    assert r["totals"]["fp32"]["flops"] < full["totals"]["fp32"]["flops"]
+    rows = {row["precision"]: row for row in r["measured"]["rows"]}
+    assert rows["fp32"]["samples"] == rows["amp-bf16"]["samples"] == 2
+    assert "forward pass speedup" in doctor.first_screen(r)
+    argv = ["--model", "tests.test_doctor:frozen", "--input", "3,8,8", "--batch", "2",
+            "--gpus", "h200", "--no-measure", "--forward-only"]  # fmt: skip
+    assert doctor.main(argv) == 0
+    assert "forward pass speedup" in capsys.readouterr().out
+
+
+def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
+    """The command prints the verdict per GPU before anything else, one line each,
+    within 24 lines x 80 columns, before the detailed sections; a --markdown file
+    keeps the unwrapped report."""
+    argv = ["--model", "tests.test_doctor:tiny_classifier", "--input", "3,8,8",
+            "--batch", "2", "--gpus", "a100,h200", "--no-measure"]  # fmt: skip
+    assert doctor.main(argv) == 0
+    out = capsys.readouterr().out
+    head = out.split("\n## ")[0].splitlines()
+    assert len(head) <= 24 and all(len(x) <= 80 for x in head), head
+    gpus = [x for x in head if x.startswith("- ")]
+    assert [x.split(":")[0] for x in gpus] == ["- A100 SXM 80GB", "- H200 SXM"]
+    for x in gpus:
+        assert "x (" in x and x.count("x to") == 1
+        assert any(
+            w in x for w in ("a gain", "a loss", "no clear gain", "no clear loss")
+        )
+    prose = [x for x in out.splitlines() if not x.startswith("|")]
+    assert all(len(x) <= 80 for x in prose), [x for x in prose if len(x) > 80]
+
+
+def test_help_names_every_choice_and_each_option_has_help():
+    from ampbook import costmodel, diagnosis
+    from ampbook.precision import PRECISIONS
+
+    parser = doctor.build_parser()
+    text = parser.format_help()
+    for name in (*PRECISIONS, *costmodel.MEMORY_FORMATS, *diagnosis.LOSSES):
+        assert name in text, name
+    for action in parser._actions:
+        assert action.help, action.option_strings
 
 
 @pytest.mark.parametrize(
@@ -375,7 +463,9 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
     data = json.loads(j.read_text())
     assert data["precisions"] == ["fp32", "amp-bf16"] and data["gpus"] == ["h200-sxm"]
     text = m.read_text()
-    assert capsys.readouterr().out.strip() == text.strip()
+    out = capsys.readouterr().out
+    assert out.index("Expected AMP") < out.index("## 1. Coverage")
+    assert " ".join(out.split()) == " ".join(text.split())  # the same, wrapped
     for title in (
         "1. Coverage",
         "2. Memory",
@@ -411,8 +501,26 @@ def test_mse_loss_for_a_model_without_classes(capsys):
         (["--model", "erfnet", "--gpus", "tpu"], ["unknown GPU 'tpu'", "h200-sxm"]),
         (["--model", "erfnet", "--precisions", "fp8"], ["unknown ['fp8']"]),
         (["--model", "erfnet", "--json", "/no/such/dir/r.json"], ["does not exist"]),
-        (["--model", "erfnet", "--loss", "l1"], ["invalid choice"]),
-        (["--model", "erfnet", "--batch", "0"], ["--batch 0", "positive"]),
+        (
+            ["--model", "erfnet", "--loss", "l1"],
+            ["--loss 'l1'", "cross-entropy or mse"],
+        ),
+        (["--model", "erfnet", "--batch", "0"], ["--batch", "at least 1, got 0"]),
+        (
+            ["--model", "erfnet", "--gpus", ",,"],
+            ["--gpus ',,' names no GPU", "h200-sxm"],
+        ),
+        (["--model", "erfnet", "--gpus", ""], ["names no GPU", "a100-sxm-80gb"]),
+        (["--model", "erfnet", "--device", "meta"], ["--device 'meta'", "cpu or cuda"]),
+        (["--model", "erfnet", "--device", "tpu:0"], ["--device 'tpu:0'", "auto"]),
+        (
+            ["--model", "erfnet", "--input", "3,100000,100000", "--no-measure"],
+            ["input alone is", "GiB in fp32", "largest GPU", "--batch"],
+        ),
+        (
+            ["--model", "tests.test_doctor:frozen", "--input", "3,8,8", "--no-measure"],
+            ["no trainable parameter", "pass --forward-only"],
+        ),
         (["--model", "erfnet", "--loader-images-per-s", "-3"], ["must be more than 0"]),
         ([], ["required", "--model"]),
     ],
@@ -526,3 +634,35 @@ def test_where_time_goes_shares_add_up(report):
     assert sum(t["time_share"] for t in types) <= 1 + 1e-9
     times = [t["time_share"] for t in types]
     assert times == sorted(times, reverse=True)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["ampbook.doctor"], ["ampbook.calibration"], ["ampbook.bench", "matmul"]],
+)
+def test_help_imports_no_torch(command):
+    """--help answers from the parser alone: torch is never imported (the modules
+    import it where they use it)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", *command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and "usage:" in run.stdout, run.stderr[-2000:]
+    imported = [x.rsplit("|", 1)[-1].strip() for x in run.stderr.splitlines()]
+    assert "ampbook.cli" in imported and "torch" not in imported
+
+
+def test_ascii_spellings_where_the_output_cannot_encode():
+    """A C locale without UTF-8 mode gets the report in ASCII spellings (the
+    commands' streams use this error handler), not a UnicodeEncodeError."""
+    from ampbook import cli
+
+    text = "1.00x ± 15% – 9.6 µs each"
+    spelled = text.encode("ascii", cli.plain_text_errors()).decode()
+    assert spelled == "1.00x +/- 15% - 9.6 us each"
+    assert "☃".encode("ascii", cli.plain_text_errors()) == b"?"

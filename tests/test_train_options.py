@@ -23,11 +23,12 @@ RUN = dict(TINY, epochs=1, batch_size=2, synthetic_train=4, synthetic_val=2)
 
 
 def test_new_flags_parse_and_round_trip():
-    cfg = config_from_args(["--fp16-stream", "--cudnn-benchmark"])
+    cfg = config_from_args(["--16-bit-stream", "--cudnn-benchmark"])
     assert cfg.fp16_stream and cfg.cudnn_benchmark
     line = command_line(cfg)
-    assert "--fp16-stream" in line and "--cudnn-benchmark" in line
+    assert "--16-bit-stream" in line and "--cudnn-benchmark" in line
     assert config_from_args(line.split()[3:]) == cfg
+    assert config_from_args(["--fp16-stream", "--cudnn-benchmark"]) == cfg  # old name
 
 
 def test_fp16_stream_builds_the_option_model_and_must_match_on_resume(tmp_path):

@@ -41,6 +41,10 @@ from ampbook import cli
 from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
 
 PROFILES = ("smoke", "cpu", "gpu")
+# Files a kernel (and the runner's side of its sockets) has open at once, with room to
+# spare: chapter 1's smoke run died starting its kernel under ulimit -n 50, hung at 60
+# and ran at 80. Loader workers started in a notebook check their own need.
+KERNEL_FILES = 160
 DEFAULT_OUT = REPO_ROOT / "build" / "executed"
 
 
@@ -599,10 +603,30 @@ def write_run_report(out_dir: Path, report: dict) -> None:
     cli.write_text_atomic(path, json.dumps(report, indent=2))
 
 
+class _PlainYAML(yaml.SafeLoader):
+    """YAML without anchors and aliases: a value of a few bytes whose aliases
+    repeat one another (``&a [x,x] ... [*a,*a]``, nine levels deep) stands for
+    billions of items, which the notebook's injected parameters cell would spell out
+    (out of memory). A ``-p`` value has no need for them."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise RunError(
+                "anchors and aliases (& and *) are not read in a -p value; write "
+                "the value out"
+            )
+        return super().compose_node(parent, index)
+
+
 def parse_value(text: str):
-    """A ``-p`` value as papermill reads it: YAML, with ``1e-3`` a number too."""
+    """A ``-p`` value as papermill reads it: YAML (without anchors and aliases), with
+    ``1e-3`` a number too."""
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=_PlainYAML)  # noqa: S506 -- a SafeLoader
+    except RunError as err:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise RunError(f"-p value {shown!r}: {err}") from None
     except yaml.YAMLError as err:
         raise RunError(
             f"-p value {text!r} is not valid YAML: {str(err).splitlines()[0]}"
@@ -714,6 +738,10 @@ def run_notebooks(
         raise RunError(
             f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}"
         )
+    try:  # before anything is made: a kernel short of files dies or hangs starting
+        cli.check_open_files(KERNEL_FILES, "a notebook's kernel and its sockets")
+    except cli.UserError as err:
+        raise RunError(str(err)) from None
     out_dir = check_out_dir(out_dir)
     sources = [resolve_notebook(s) for s in specs] if specs else all_notebooks()
     if not sources:

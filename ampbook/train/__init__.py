@@ -11,8 +11,9 @@ The fields of ``TrainConfig`` are the command-line options (``data_root`` is
 Modules: ``step`` (``TrainStep``, ``build_training``: the step chapter 3 teaches),
 ``config`` (``TrainConfig``, ``validate``, the command line), ``checkpoint`` (atomic
 writes, RNG states, the checkpoint), ``record`` (the results record: schema, reading,
-writing), ``outdir`` (one run per output name) and ``loop`` (``run_training``,
-``main``). The names used elsewhere are all importable from ``ampbook.train``.
+writing), ``outdir`` (one run per output name), ``loop`` (``run_training``) and
+``command`` (``main``, the command line: its options are read before torch is
+imported). The names used elsewhere are all importable from ``ampbook.train``.
 
 Precisions (``PRECISIONS``)
 ---------------------------
@@ -22,7 +23,8 @@ Precisions (``PRECISIONS``)
   ``--tf32 on`` is the post's condition: chapter 3 and the GPU check pass it for the
   comparison "as in the post". The runner's own default is off, so that a bare
   ``--precision fp32`` run is strict fp32, what its name says, on every GPU and PyTorch
-  version.
+  version. ``--precision fp32-tf32`` (the name the ladder and the doctor give this
+  mode, ``ampbook.modes.TF32_MODE``) is ``--precision fp32 --tf32 on``.
 * ``amp-fp16``: ``torch.autocast(dtype=float16)`` around the forward pass and the loss,
   and a ``torch.amp.GradScaler`` (dynamic loss scaling) for the backward pass and the
   update.
@@ -57,8 +59,9 @@ The optimised step (options, all off by default: the post's setup)
   training size, in host or GPU memory (size checked first), flipped and normalised
   per batch on the device: the same batches as the loader with 0 workers.
   ``--workers auto``: one loader worker per CPU core.
-* ``--fp16-stream``: ``ERFNet(fp16_stream=True)``: under autocast the encoder's
-  residual stream stays 16-bit (the reference ERFNet promotes it to fp32).
+* ``--16-bit-stream`` (also ``--fp16-stream``, its older name):
+  ``ERFNet(fp16_stream=True)``: under autocast the encoder's residual stream stays in
+  the autocast dtype, fp16 or bf16 (the reference ERFNet promotes it to fp32).
 
 On ``--resume``, ``sync_every`` and ``workers`` may change (they change no number);
 ``data_cache`` may switch between host and device; the others must match.
@@ -128,55 +131,48 @@ images per step from its shard, autocast and the scaler are unchanged, and rank 
 validates on the whole val set and writes the results and checkpoints.
 """
 
-from ampbook.precision import AUTOCAST_DTYPES, PRECISIONS
-from ampbook.train.checkpoint import (
-    CHECKPOINT_FORMAT,
-    rng_state,
-    set_rng_state,
-)
-from ampbook.train.config import (
-    CLASS_WEIGHTS,
-    DATA_CACHES,
-    RUNTIME_FIELDS,
-    TF32_CHOICES,
-    ConfigError,
-    Interrupted,
-    NonFiniteLossError,
-    Resolved,
-    TrainConfig,
-    TrainError,
-    build_parser,
-    command_line,
-    config_from_args,
-    resume_command,
-    run_name,
-    validate,
-)
-from ampbook.train.loop import (
-    enet_class_weights,
-    main,
-    resolve_data,
-    run_training,
-    train_epoch,
-)
-from ampbook.train.outdir import (
-    RunLock,
-)
-from ampbook.train.record import (
-    SCHEMA,
-    SCHEMA_VERSION,
-    load_results,
-    summarize,
-    write_results,
-)
-from ampbook.train.step import (
-    PolyDecay,
-    StepCounters,
-    Training,
-    TrainStep,
-    build_training,
-    optimizer_impl,
-)
+# Names are imported on first use (PEP 562): ``python -m ampbook.train --help``
+# reads the options without loading torch.
+_WHERE = {
+    "AUTOCAST_DTYPES": "ampbook.precision",
+    "CHECKPOINT_FORMAT": "ampbook.train.checkpoint",
+    "CLASS_WEIGHTS": "ampbook.train.config",
+    "ConfigError": "ampbook.train.config",
+    "DATA_CACHES": "ampbook.train.config",
+    "Interrupted": "ampbook.train.config",
+    "NonFiniteLossError": "ampbook.train.config",
+    "PRECISIONS": "ampbook.modes",
+    "PolyDecay": "ampbook.train.step",
+    "RUNTIME_FIELDS": "ampbook.train.config",
+    "Resolved": "ampbook.train.config",
+    "RunLock": "ampbook.train.outdir",
+    "SCHEMA": "ampbook.train.record",
+    "SCHEMA_VERSION": "ampbook.train.record",
+    "StepCounters": "ampbook.train.step",
+    "TF32_CHOICES": "ampbook.train.config",
+    "TrainConfig": "ampbook.train.config",
+    "TrainError": "ampbook.train.config",
+    "TrainStep": "ampbook.train.step",
+    "Training": "ampbook.train.step",
+    "build_parser": "ampbook.train.config",
+    "build_training": "ampbook.train.step",
+    "command_line": "ampbook.train.config",
+    "config_from_args": "ampbook.train.config",
+    "enet_class_weights": "ampbook.train.loop",
+    "load_results": "ampbook.train.record",
+    "main": "ampbook.train.command",
+    "optimizer_impl": "ampbook.train.step",
+    "resolve_data": "ampbook.train.loop",
+    "resume_command": "ampbook.train.config",
+    "rng_state": "ampbook.train.checkpoint",
+    "run_name": "ampbook.train.config",
+    "run_training": "ampbook.train.loop",
+    "set_rng_state": "ampbook.train.checkpoint",
+    "summarize": "ampbook.train.record",
+    "train_epoch": "ampbook.train.loop",
+    "validate": "ampbook.train.config",
+    "write_results": "ampbook.train.record",
+}
 
 __all__ = [
     "AUTOCAST_DTYPES",
@@ -218,3 +214,17 @@ __all__ = [
     "validate",
     "write_results",
 ]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,6 +2,6 @@
 
 import sys
 
-from ampbook.train.loop import main
+from ampbook.train.command import main
 
 sys.exit(main())

@@ -2,7 +2,10 @@
 their checks (``validate``, before any work, raising ``ConfigError``), what they resolve
 to on this machine (``Resolved``: device, autocast dtype, scaler, warnings, DDP ranks),
 the run's name, and the translation to and from the command line (``build_parser``,
-``command_line``, ``resume_command``)."""
+``command_line``, ``resume_command``).
+
+Light: torch is imported by the checks that need it (``validate``), not here, so that
+``python -m ampbook.train --help`` and a bad option answer without loading torch."""
 
 from __future__ import annotations
 
@@ -15,18 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from ampbook import cli
-from ampbook import env as _env
-from ampbook.precision import (
-    AUTOCAST_DTYPES,
-    NATIVE_CPU_FLAGS,
-    PRECISIONS,
-    check_precision,
-    native_cpu_flags,
-    short_name,
-)
+from ampbook.modes import MODES, TF32_MODE
 
 CLASS_WEIGHTS = ("none", "enet")
 DATA_CACHES = ("none", "host", "device")
@@ -104,6 +97,8 @@ def cpu_cores() -> int:
 
 def fused_devices() -> tuple[str, ...]:
     """Device types that have torch's fused Adam kernel."""
+    import torch  # noqa: F401 -- the module below needs torch loaded
+
     try:
         from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
@@ -118,7 +113,12 @@ class TrainConfig:
     name."""
 
     precision: str = field(
-        default="fp32", metadata=_opt("fp32 | amp-fp16 | amp-bf16", choices=PRECISIONS)
+        default="fp32",
+        metadata=_opt(
+            f"fp32 | amp-fp16 | amp-bf16, or {TF32_MODE}: fp32 with --tf32 on (the "
+            "name the ladder and the doctor give it; the run records fp32 and tf32 on)",
+            choices=MODES,
+        ),
     )
     device: str = field(
         default="auto", metadata=_opt("auto (CUDA if available) | cpu | cuda | cuda:N")
@@ -182,7 +182,11 @@ class TrainConfig:
     )
     tf32: str = field(
         default="off",
-        metadata=_opt("TF32 for fp32 CUDA matmuls/convolutions", choices=TF32_CHOICES),
+        metadata=_opt(
+            f"TF32 for fp32 CUDA matmuls/convolutions (--precision {TF32_MODE} is "
+            "fp32 with --tf32 on)",
+            choices=TF32_CHOICES,
+        ),
     )
     channels_last: bool = field(
         default=False, metadata=_opt("model and inputs in channels_last memory format")
@@ -228,9 +232,13 @@ class TrainConfig:
     fp16_stream: bool = field(
         default=False,
         metadata=_opt(
-            "ERFNet's downsamplers cast their pool branch to the conv's dtype, so "
-            "under autocast the encoder's residual stream stays 16-bit (default: "
-            "the reference ERFNet, whose stream autocast promotes to fp32)"
+            "keep the encoder's residual stream in the autocast dtype, fp16 under "
+            "amp-fp16 and bf16 under amp-bf16: ERFNet's downsamplers cast their pool "
+            "branch to the conv's dtype (default: the reference ERFNet, whose stream "
+            "autocast promotes to fp32; no effect in fp32). --fp16-stream is its "
+            "older name",
+            flag="--16-bit-stream",
+            aliases=("--fp16-stream",),
         ),
     )
     deterministic: bool = field(
@@ -294,6 +302,10 @@ class TrainConfig:
         ),
     )
 
+    def __post_init__(self):
+        if self.precision == TF32_MODE:  # the ladder's and the doctor's name for it
+            self.precision, self.tf32 = "fp32", "on"
+
 
 def run_name(cfg: TrainConfig) -> str:
     """The run's name: ``cfg.name`` or one built from the settings that change the
@@ -326,8 +338,8 @@ def run_name(cfg: TrainConfig) -> str:
 
 @dataclass
 class Resolved:
-    device: torch.device
-    autocast_dtype: torch.dtype | None
+    device: torch.device  # noqa: F821 -- an annotation only (torch is not loaded here)
+    autocast_dtype: torch.dtype | None  # noqa: F821
     grad_scaler: bool
     warnings: list[str]
     rank: int = 0
@@ -374,6 +386,14 @@ def ranks() -> tuple[int, int, int]:
     return rank, ws, local
 
 
+def loader_files(workers: int) -> int:
+    """File descriptors a run with ``workers`` DataLoader workers opens beyond what it
+    has at the start, with room to spare: per worker its process, its index queue and
+    the shared-memory handles of the batches it prefetches (measured: about 6, peak
+    19 open in all with 2 workers, 64 with 8), and a few for the run's own files."""
+    return 8 + 8 * workers
+
+
 def local_processes() -> int:
     """Training processes on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 alone)."""
     return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
@@ -381,6 +401,17 @@ def local_processes() -> int:
 
 def validate(cfg: TrainConfig) -> Resolved:
     """Check the settings before any work; ``ConfigError`` names the first problem."""
+    import torch
+
+    from ampbook import env as _env
+    from ampbook.precision import (
+        AUTOCAST_DTYPES,
+        NATIVE_CPU_FLAGS,
+        check_precision,
+        native_cpu_flags,
+        short_name,
+    )
+
     try:
         check_precision(cfg.precision)
     except ValueError as err:
@@ -560,6 +591,17 @@ def validate(cfg: TrainConfig) -> Resolved:
                 "compiles as default there)"
             )
     cores = cpu_cores()
+    # auto: the cores, shared among this machine's training processes
+    workers = (
+        max(1, cores // local_processes()) if cfg.workers == "auto" else cfg.workers
+    )
+    if workers:
+        try:
+            cli.check_open_files(
+                loader_files(workers), f"{workers} DataLoader worker processes"
+            )
+        except cli.UserError as err:
+            raise ConfigError(f"{err}, or use fewer --workers") from None
     return Resolved(
         device=device,
         autocast_dtype=dtype,
@@ -568,18 +610,16 @@ def validate(cfg: TrainConfig) -> Resolved:
         rank=rank,
         world_size=world_size,
         local_rank=local_rank,
-        # auto: the cores, shared among this machine's training processes
-        workers=max(1, cores // local_processes())
-        if cfg.workers == "auto"
-        else cfg.workers,
+        workers=workers,
         cpu_cores=cores,
     )
 
 
-def check_compile(mode: str, device: torch.device) -> None:
+def check_compile(mode: str, device: torch.device) -> None:  # noqa: F821
     """``ConfigError`` when ``torch.compile`` in ``mode`` cannot work on ``device``
     here: no TorchDynamo for this Python, no C++ compiler for Inductor on a CPU, no
     Triton for Inductor on a GPU."""
+    import torch
     import torch._dynamo
 
     if not torch._dynamo.is_dynamo_supported():
@@ -654,11 +694,12 @@ def build_parser() -> argparse.ArgumentParser:
     for f in dataclasses.fields(TrainConfig):
         meta = dict(f.metadata)
         flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
+        flags = (flag, *meta.pop("aliases", ()))
         default = meta.pop("cli_default", f.default)
         parse = meta.pop("type", None)
         if f.type in ("bool", bool):
             action = "store_false" if f.default else "store_true"
-            parser.add_argument(flag, dest=f.name, action=action, help=meta["help"])
+            parser.add_argument(*flags, dest=f.name, action=action, help=meta["help"])
         elif f.name == "progress":
             parser.add_argument(
                 flag,
@@ -700,9 +741,18 @@ def command_line(cfg: TrainConfig) -> str:
 def config_from_args(argv: list[str] | None = None) -> TrainConfig:
     parser = build_parser()
     parser.__class__ = cli.ArgumentParser  # a bad option: one error line
+    parser.set_defaults(tf32=None)  # given or not: --precision fp32-tf32 --tf32 off
     args = vars(parser.parse_args(argv))
     if args["progress"] is not None:
         args["progress"] = args["progress"] == "on"
+    if args["precision"] == TF32_MODE and args["tf32"] == "off":
+        parser.error(
+            f"--precision {TF32_MODE} is fp32 with TF32 on, and --tf32 off turns it "
+            f"off: give --precision fp32 --tf32 off (strict fp32) or --precision "
+            f"{TF32_MODE}"
+        )
+    if args["tf32"] is None:
+        args["tf32"] = TrainConfig.tf32
     return TrainConfig(**args)
 
 

@@ -40,9 +40,7 @@ from ampbook.train.config import (
     TrainConfig,
     TrainError,
     config_dict,
-    config_from_args,
     local_processes,
-    ranks,
     resume_command,
     run_name,
     validate,
@@ -382,7 +380,7 @@ def _kept(
             f"{ckpt_path} and {json_path} hold {done}; continue with: "
             f"{resume_command(cfg)}"
         )
-    return f"{json_path} holds {done} (no checkpoint to resume from)"
+    return f"{json_path} holds {done} (nothing to resume from)"
 
 
 def _first_line(err: BaseException) -> str:
@@ -393,6 +391,21 @@ def _first_line(err: BaseException) -> str:
         last = text.strip().splitlines()[-1]
         return last.split(": ", 1)[1] if ": " in last else last
     return text
+
+
+def check_batch_size(cfg: TrainConfig, res: Resolved, images: int) -> None:
+    """``ConfigError`` for a batch larger than the training images a process has: no
+    step could take that many (the loader would hand out short batches, or none for
+    a number past what it can count)."""
+    per = -(-images // res.world_size)  # DistributedSampler: the shard, rounded up
+    if cfg.batch_size > per:
+        shard = (
+            f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
+        )
+        raise ConfigError(
+            f"batch_size {cfg.batch_size} is more than the {per} training images"
+            f"{shard}: use --batch-size {per} or less, or more training images"
+        )
 
 
 def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
@@ -449,6 +462,7 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         check_headers(train_ds.pairs + val_ds.pairs)
     except (FileNotFoundError, ValueError) as err:  # DataError is a ValueError
         raise ConfigError(f"data: {err}") from None
+    check_batch_size(cfg, res, len(train_ds))
     kind = (
         "SYNTHETIC Cityscapes (no Cityscapes root given)" if synthetic else "Cityscapes"
     )
@@ -660,10 +674,20 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             write_results(record, json_path)
             record["json_path"] = str(json_path)
     except NothingLearned as err:
-        kept = _kept(cfg, epochs, json_path, ckpt_path)
-        stop("stopped: nothing learned", epoch, str(err))
+        why = str(err)
+        if not all(bool(torch.isfinite(p).all()) for p in tr.net.parameters()):
+            # NaN weights (a resume from a run that broke): no epoch can learn again
+            why = (
+                f"epoch {epoch} learned nothing: the model's weights are not finite "
+                "(NaN or inf), so every loss is NaN and no later epoch can learn; "
+                "start the run again with --overwrite rather than resuming it"
+            )
+            kept = _kept(cfg, epochs, json_path, None)
+        else:
+            kept = _kept(cfg, epochs, json_path, ckpt_path)
+        stop("stopped: nothing learned", epoch, why)
         raise TrainError(
-            f"{err}. The run stopped after epoch {epoch}; {kept}"
+            f"{why}. The run stopped after epoch {epoch}; {kept}"
         ) from None
     except NonFiniteLossError as err:
         c = tr.step.counters
@@ -696,13 +720,60 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             f"{_first_line(err)}. Fix or remove that file. Epoch {epoch} stopped "
             f"unfinished; {kept}"
         ) from None
-    except OSError as err:
+    except (RuntimeError, OSError) as err:
+        why = loader_failure(err)
+        if why is None and isinstance(err, OSError):
+            kept = _kept(cfg, epochs, json_path, ckpt_path)
+            what = f"{err.filename}: " if err.filename else ""
+            raise TrainError(
+                f"could not write {what}{err.strerror or err} in epoch {epoch}; {kept}"
+            ) from None
+        if why is None:
+            raise
+        # the workers and their descriptors go before the record is written
+        _drop_loaders(err)
         kept = _kept(cfg, epochs, json_path, ckpt_path)
-        what = f"{err.filename}: " if err.filename else ""
-        raise TrainError(
-            f"could not write {what}{err.strerror or err} in epoch {epoch}; {kept}"
-        ) from None
+        stop("failed", epoch, why)
+        raise TrainError(f"{why}. Epoch {epoch} stopped unfinished; {kept}") from None
     return clean(record)
+
+
+def loader_failure(err: BaseException) -> str | None:
+    """What stopped the run, for the failures of the data loading's machinery rather
+    than of the run's own code: the process out of file descriptors (EMFILE, torch's
+    "Too many open files"), a DataLoader worker killed by a signal (the kernel's
+    out-of-memory killer, a kill -9) or gone without a word; None for any other."""
+    if cli.too_many_open_files(err):
+        return f"the run ran out of open files ({cli.open_files_advice()})"
+    text = str(err)
+    if isinstance(err, RuntimeError) and text.startswith("DataLoader worker"):
+        first = text.strip().splitlines()[0].rstrip(". ")
+        return (
+            f"{first}: a loader process died (a signal such as Killed is often the "
+            "out-of-memory killer: use fewer --workers or a smaller --batch-size)"
+        )
+    return None
+
+
+def _drop_loaders(err: BaseException) -> None:
+    """Let go of the frames a failure holds (a DataLoader iterator among them), so its
+    worker processes end and their descriptors close before anything is written."""
+    import gc
+
+    previous = sys.unraisablehook
+
+    def quiet(hook):  # an iterator that failed half-made cannot shut down: say nothing
+        if not getattr(hook.object, "__qualname__", "").endswith("Iter.__del__"):
+            previous(hook)
+
+    sys.unraisablehook = quiet
+    try:
+        while err is not None:
+            err.__traceback__ = None
+            err = err.__context__
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
 
 
 class NothingLearned(Exception):
@@ -736,35 +807,3 @@ def learned_nothing(rec: dict) -> str | None:
             "run again rather than resuming it)"
         )
     return None
-
-
-@cli.command("python -m ampbook.train")
-def main(argv: list[str] | None = None) -> int:
-    """The command line: a known failure prints one ``error:`` line and exits nonzero
-    (2: the settings, 1: the run stopped, 130: Ctrl-C, 143: SIGTERM); what earlier
-    epochs saved stays."""
-    cfg = config_from_args(argv)
-    rank, world, _ = ranks()
-    error = (
-        f"error: rank {rank}: " if world > 1 else "error: "
-    )  # each process speaks for itself
-    try:
-        record = run_training(cfg)
-    except ConfigError as err:
-        print(f"{error}{err}", file=sys.stderr)
-        return 2
-    except Interrupted as err:
-        print(f"{error}{err}", file=sys.stderr)
-        return 130
-    except (NonFiniteLossError, TrainError) as err:
-        print(f"{error}{err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(
-            f"{error}interrupted before the run started; nothing was written",
-            file=sys.stderr,
-        )
-        return 130
-    if not cfg.quiet and record.get("json_path"):
-        print(f"results: {record['json_path']}")
-    return 0
