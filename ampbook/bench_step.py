@@ -49,6 +49,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ampbook import cli
+from ampbook.modes import PRECISIONS
 from ampbook.words import plural
 
 if TYPE_CHECKING:  # the run imports them: --help is answered without torch
@@ -200,15 +201,13 @@ def measure_precisions(
     height: int = 32,
     width: int = 64,
     batch_size: int = 2,
-    precisions=None,
+    precisions=PRECISIONS,
     repeats: int = 5,
 ) -> dict:
-    """Median runner step time per precision (default: every one) at one (small) size,
-    and each one's ratio to fp32."""
-    from ampbook.precision import PRECISIONS
+    """Median runner step time per precision at one (small) size, and each one's ratio
+    to fp32."""
     from ampbook.train import build_training, validate
 
-    precisions = PRECISIONS if precisions is None else precisions
     times: dict[str, float] = {}
     dev = None
     for precision in precisions:
@@ -456,8 +455,8 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument(
         "--precision",
         default="fp32",
-        metavar="NAME",
-        help="precision of the runner-vs-bare comparison: fp32, amp-fp16 or amp-bf16",
+        choices=PRECISIONS,
+        help="precision of the runner-vs-bare comparison",
     )
     parser.add_argument(
         "--height",
@@ -545,13 +544,6 @@ def build_parser() -> cli.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from ampbook.precision import PRECISIONS
-
-    if args.precision not in PRECISIONS:
-        parser.error(
-            f"--precision: unknown {args.precision}; choose from "
-            f"{', '.join(PRECISIONS)}"
-        )
     options = [o for o in (args.options or "").split(",") if o]
     bad = [o for o in options if o not in OPTIONS]
     if bad:
