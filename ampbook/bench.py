@@ -1,11 +1,8 @@
 """Benchmarks, measured side by side in one run and printed as ratios.
 
-python -m ampbook.bench loader [...]  input pipeline (bench_loader)
-python -m ampbook.bench matmul [...]  matmul, elementwise by dtype (bench_matmul)
-python -m ampbook.bench step   [...]  training step: runner vs bare loop (bench_step)
-python -m ampbook.bench doctor [...]  the doctor's full report, timed (bench_doctor)
-python -m ampbook.bench ladder [...]  the step from the post's setup to the optimised
-                                      one, rung by rung, per precision (bench_ladder)
+``python -m ampbook.bench NAME [options]`` runs the benchmark ``NAME``, one module
+each (``COMMANDS``); ``--help`` lists them from ``SUMMARIES`` without importing any,
+and ``python -m ampbook.bench NAME --help`` is the benchmark's own.
 """
 
 from __future__ import annotations
@@ -22,24 +19,47 @@ COMMANDS = {
     "doctor": "ampbook.bench_doctor",
     "ladder": "ampbook.bench_ladder",
 }
+SUMMARIES = {  # one line each, for --help (the modules are not imported for it)
+    "loader": "the input pipeline: can the data loader feed the GPU?",
+    "matmul": "matmul and elementwise speed by dtype (chapter 2)",
+    "step": "a training step: the runner against a bare loop, and by precision",
+    "doctor": "how long the doctor's full report takes",
+    "ladder": "the step from the post's setup to the optimised one, rung by rung",
+}
+
+
+def build_parser() -> cli.ArgumentParser:
+    """The dispatcher's parser: for its ``--help`` (a benchmark parses its own)."""
+    width = max(map(len, COMMANDS)) + 2
+    listing = "\n".join(f"  {name:<{width}}{SUMMARIES[name]}" for name in COMMANDS)
+    parser = cli.ArgumentParser(
+        prog="python -m ampbook.bench",
+        usage="python -m ampbook.bench NAME [options]",
+        description="Benchmarks, measured side by side in one run and printed as "
+        "ratios.",
+        epilog=f"benchmarks:\n{listing}\n\n"
+        "python -m ampbook.bench NAME --help lists a benchmark's options.",
+        formatter_class=cli.HelpFormatter,
+    )
+    parser.add_argument(
+        "name", metavar="NAME", help=f"the benchmark: {', '.join(COMMANDS)}"
+    )
+    return parser
 
 
 @cli.command("python -m ampbook.bench")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
+        print(build_parser().format_help().rstrip())
         if not argv:
             cli.say(f"name a benchmark: {', '.join(COMMANDS)}")
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(
-            f"error: unknown benchmark {name!r}; choose one of: {', '.join(COMMANDS)}",
-            file=sys.stderr,
-        )
+        cli.say(f"unknown benchmark {name!r}; choose one of: {', '.join(COMMANDS)}")
         return 2
-    module = importlib.import_module(COMMANDS[name])
+    module = importlib.import_module(COMMANDS[name])  # only the one chosen
     return module.main(rest) or 0
 
 

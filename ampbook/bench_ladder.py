@@ -63,7 +63,7 @@ and memory are measured (``"epoch": "pending"``) and again with its epochs
 ``data/results/README.md`` and read by ``ampbook.results.read_ladder``); a folder (or a
 path without ``.json``) gets ``ladder_<gpu>.json`` inside it. ``--merge`` adds the
 cells to an existing record of the same device and size (the GPU check measures the
-compiled rung in a second stage). At the end the table and the issue's targets
+compiled rung in a second stage). At the end the table and the targets
 (``TARGETS``: the H200 at 1024x512, batch 6) are printed one by one, met or missed, with
 what the profile shows for a missed one.
 """
@@ -99,6 +99,7 @@ from ampbook.results import (
     LadderCell,
     read_ladder,
 )
+from ampbook.words import plural
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
     "fp32-tf32": ("fp32", "on"),
@@ -195,8 +196,13 @@ def _now() -> str:
 # --------------------------------------------------------------------------------------
 
 
-# A CPU's default ladder, sized for about a minute on 2 cores: the post's setup against
-# every eager change at once (rungs 0 and 4), at 64x32, one image a step, 3 timed steps.
+# A CPU's default ladder, sized for under a minute on 2 cores: the post's setup against
+# every eager change at once (rungs 0 and 4), at 64x32, one image a step, 3 timed steps,
+# one torch thread. Timed on a 2-core machine other work kept busy (load 3-4): 27 s
+# with one thread, 83 s to 2.5 min with torch's two, whose threads wait for each other
+# at every operator while another process holds a core (steps 10-25 times longer).
+CPU_MINUTE = "under a minute on 2 cores, timed with other work running"
+CPU_THREADS = 1  # the command's --threads on a CPU (run_ladder itself sets none)
 CPU_DEFAULTS = dict(
     rungs=(0, 4),
     height=32,
@@ -980,8 +986,16 @@ def run_ladder(
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text, one line per measured cell (at most 88 columns), and where
-    a cell's kernel or operator time passes its step time, one line saying why."""
+    """The ladder as text, one line per measured cell (at most 88 columns), a line
+    saying what the step and the operator (or GPU) times are, and where a cell's
+    operator time passes its step time, one line saying why.
+
+    The step time is the median of the timed steps (on a GPU, the period from one
+    step's start to the next, CUDA events); the operator time is measured in separate
+    steps under ``torch.profiler`` (``profile_steps``): on a CPU the time inside the
+    top-level operators, on a GPU the time the GPU was busy. Idle is the step less
+    that: Python, dispatch and the optimizer's loop between operators on a CPU, the GPU
+    waiting for the host on a GPU."""
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -1012,12 +1026,24 @@ def format_table(ladder: Ladder) -> str:
                 f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
                 f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
             )
+    lines.append(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
     if inseparable:
         lines.append(
             f"n/s: {unit} time above the step (the profiled step ran slower): "
             "not separable"
         )
     return "\n".join(lines)
+
+
+# Why the step and its operator (or GPU) time differ: one line under the table each.
+COLUMNS_CPU = (
+    "step: wall time; ops: time inside its operators (profiled apart); "
+    "idle: between them"
+)
+COLUMNS_CUDA = (
+    "step: start to next start; GPU: time the GPU was busy (profiled apart); "
+    "idle: it waited"
+)
 
 
 def _pct(v: float | None) -> str:
@@ -1039,7 +1065,7 @@ def _num(v: float | None) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """One of the issue's targets, read from a ladder. ``value`` (and ``start``) may
+    """One of the ladder's targets, read from a ladder. ``value`` (and ``start``) may
     be ``ampbook.provenance.Value``s: a target over a predicted value is *predicted*
     to be met or missed, and one over an assumed value is no test at all."""
 
@@ -1209,7 +1235,7 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
 
 
 def check_targets(ladder: Ladder) -> list[Target]:
-    """The issue's targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
+    """The targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
     with TF32 (on a CPU ladder, amp-bf16 against fp32); the eager figures come from the
     highest eager rung measured, the compiled ones from rung 5."""
     out: list[Target] = []
@@ -1887,68 +1913,149 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
     return spec, isolate, notes
 
 
-@cli.command("python -m ampbook.bench ladder")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The command's options (light: ``--help`` imports no torch)."""
     import argparse
 
+    cpu, gpu = CPU_DEFAULTS, LadderSpec()
+
+    def both(name: str) -> str:
+        on_gpu, on_cpu = getattr(gpu, name), cpu[name]
+        if on_gpu == on_cpu:
+            return f"default: {on_gpu}"
+        return f"default: {on_gpu} on a GPU, {on_cpu} on a CPU"
+
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.bench ladder", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.bench ladder",
+        description="The ladder: the training step from the ERFNet authors' "
+        "defaults to the optimised one, one change per rung, in every precision: "
+        "step time, kernel and idle time, peak memory, an epoch and the roofline "
+        "bound of each rung and precision.",
+        epilog="rungs:\n"
+        + "\n".join(f"  {r.index}  {r.title}" for r in RUNGS)
+        + "\n\ndefaults: on a GPU the post's setting ("
+        f"{gpu.width}x{gpu.height}, batch {gpu.batch_size}), rungs "
+        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}, {', '.join(GPU_MODES)}; on a CPU "
+        f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
+        f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
+        f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
+        f"{CPU_MINUTE}. Progress and the time left are printed after each rung and "
+        "precision.",
+        formatter_class=cli.HelpFormatter,
     )
-    cpu = CPU_DEFAULTS
     parser.add_argument(
         "--device",
         default="auto",
-        help="auto (default: CUDA where there is one), cpu or cuda. The defaults: on "
-        "a GPU the post's setting (1024x512, batch 6), rungs 0-5, four precisions; "
-        f"on a CPU rungs {','.join(map(str, cpu['rungs']))} at {cpu['width']}x"
-        f"{cpu['height']}, batch {cpu['batch_size']}, fp32 and amp-bf16, "
-        f"{cpu['steps']} timed steps (sized for about a minute on 2 cores)",
+        help="auto (CUDA where there is one), cpu or cuda; it sets the defaults below",
     )
     parser.add_argument(
-        "--rungs", default=None, help="e.g. 0-5 or 0,2,4 (default: see --device)"
+        "--rungs",
+        default=None,
+        metavar="LIST",
+        help="e.g. 0-5 or 0,2,4 (default: "
+        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]} on a GPU, "
+        f"{','.join(map(str, cpu['rungs']))} on a CPU)",
     )
     parser.add_argument(
         "--precisions",
         default=None,
-        help="comma-separated modes: fp32-tf32, fp32, amp-fp16, amp-bf16 (default: "
-        "all four on a GPU, fp32 and amp-bf16 on a CPU)",
-    )
-    parser.add_argument("--height", type=cli.positive_int, default=None)
-    parser.add_argument("--width", type=cli.positive_int, default=None)
-    parser.add_argument("--batch-size", type=cli.positive_int, default=None)
-    parser.add_argument(
-        "--steps", type=cli.positive_int, default=None, help="timed steps"
-    )
-    parser.add_argument("--warmup", type=cli.nonnegative_int, default=None)
-    parser.add_argument("--profile-steps", type=cli.positive_int, default=None)
-    parser.add_argument(
-        "--epochs", type=cli.positive_int, default=None, help="at least 2"
-    )
-    parser.add_argument("--train-images", type=cli.positive_int, default=None)
-    parser.add_argument(
-        "--compile-mode", default=None, help="rung 5's torch.compile mode"
+        metavar="LIST",
+        help=f"comma-separated modes from {', '.join(MODE_SETTINGS)} (default: "
+        f"all four on a GPU, {','.join(CPU_MODES)} on a CPU)",
     )
     parser.add_argument(
-        "--isolate", choices=("none", "precision", "cell"), default=None
+        "--height",
+        type=cli.positive_int,
+        default=None,
+        help=f"image height ({both('height')})",
     )
     parser.add_argument(
-        "--json", default=None, help="file, or folder for ladder_<gpu>.json"
+        "--width",
+        type=cli.positive_int,
+        default=None,
+        help=f"image width ({both('width')})",
     )
-    parser.add_argument("--merge", action="store_true")
+    parser.add_argument(
+        "--batch-size",
+        type=cli.positive_int,
+        default=None,
+        help=f"images per step ({both('batch_size')})",
+    )
+    parser.add_argument(
+        "--steps",
+        type=cli.positive_int,
+        default=None,
+        help=f"timed steps per rung and precision ({both('steps')})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=cli.nonnegative_int,
+        default=None,
+        help=f"untimed steps before them ({both('warmup')})",
+    )
+    parser.add_argument(
+        "--profile-steps",
+        type=cli.positive_int,
+        default=None,
+        help=f"steps under torch.profiler for the kernel/idle split "
+        f"({both('profile_steps')})",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=cli.positive_int,
+        default=None,
+        help=f"epochs through the runner, at least 2: the first warms up "
+        f"({both('epochs')})",
+    )
+    parser.add_argument(
+        "--train-images",
+        type=cli.positive_int,
+        default=None,
+        help=f"synthetic training images of an epoch ({both('train_images')})",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        default=None,
+        help=f"rung 5's torch.compile mode (default: {COMPILE_MODE!r})",
+    )
+    parser.add_argument(
+        "--isolate",
+        choices=("none", "precision", "cell"),
+        default=None,
+        help="processes: one per precision, one per rung and precision, or none "
+        "(default: precision on a GPU, none on a CPU)",
+    )
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="write the record to PATH, or to ladder_<gpu>.json in the folder PATH",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="add the cells to the --json record of the same device and size",
+    )
     parser.add_argument(
         "--threads",
         type=cli.positive_int,
         default=None,
-        help="torch threads (default: torch's)",
+        help=f"torch threads (default: torch's on a GPU, {CPU_THREADS} on a CPU)",
     )
     parser.add_argument(
         "--show",
         metavar="FILE",
         default=None,
-        help="print a written ladder's table and the targets one by one; measure "
-        "nothing",
+        help="print a written ladder's table (and a GPU's, the targets one by "
+        "one); measure nothing",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser
+
+
+@cli.command("python -m ampbook.bench ladder")
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.child:
         return _child_main(args.child)
@@ -1987,7 +2094,8 @@ def progress_log(total: int, stream=None) -> Callable[[str], None]:
 
 
 def show_main(path: Path) -> int:
-    """``--show FILE``: the table and the targets of a ladder already written."""
+    """``--show FILE``: the table of a ladder already written, and the targets where
+    it was measured on a GPU."""
     from ampbook.results import ResultsError, read_ladder
 
     try:
@@ -2001,29 +2109,54 @@ def show_main(path: Path) -> int:
         )
         return 2
     print(format_table(ladder))
-    print()
-    print(format_targets(ladder))
+    if ladder.is_cuda:  # the targets are a GPU's: on a CPU they would read as misses
+        print()
+        print(format_targets(ladder))
     return 0
 
 
 def run_main(args) -> int:
     """The command's work after parsing: settings, the ladder, the table, targets."""
+    try:
+        spec, isolate, notes = build_spec(args)
+    except LadderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    threads = args.threads
+    if threads is None and not spec.device.startswith("cuda"):
+        threads = CPU_THREADS
+    with torch_threads(threads):
+        return _run(args, spec, isolate, notes)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """torch's intra-op threads set to ``n`` (and ``OMP_NUM_THREADS``, for the
+    processes it starts) for the duration, then put back: the command called as a
+    function leaves its caller's threads as they were. ``None``: left alone."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(n)
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
+
+
+def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
     from ampbook.bench_matmul import load_verdict
     from ampbook.env import environment
     from ampbook.timing import machine_load
 
-    try:
-        spec, isolate, notes = build_spec(args)
-        if args.threads is not None:
-            if args.threads < 1:
-                raise LadderError(f"--threads must be at least 1, got {args.threads}")
-            import torch
-
-            torch.set_num_threads(args.threads)
-            os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the children's too
-    except LadderError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     env = environment(spec.device)
     if args.json:
         path = cli.check_output_file(

@@ -19,31 +19,28 @@ and faster arithmetic (AMP) cannot shorten it.
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import statistics
 import sys
 import time
 
-import torch
-from PIL import Image
-from torchvision.transforms.v2 import InterpolationMode
-from torchvision.transforms.v2 import functional as TF
-
 from ampbook import cli
-from ampbook.data import (
-    SYNTHETIC_MARKER,
-    Cityscapes,
-    read_image,
-    read_label_ids,
-    resolve_root,
-)
-from ampbook.synthetic import synthetic_pair, synthetic_root
+from ampbook.words import plural
 
 DEFAULT_SYNTHETIC_IMAGES = 24
+# torch, torchvision and the data modules are imported where they are used: --help
+# answers without them.
 
 
 def _decode_resize(pairs, height: int, width: int) -> None:
+    import torch
+    from torchvision.transforms.v2 import InterpolationMode
+    from torchvision.transforms.v2 import functional as TF
+
+    from ampbook.data import read_image, read_label_ids
+
     for image_path, label_path in pairs:
         image = read_image(image_path)
         TF.resize(
@@ -77,6 +74,12 @@ def measure_loader(
     resizing of the single-process loop and of 0 workers uses them; DataLoader workers
     always run one).
     """
+    import torch
+    from PIL import Image
+
+    from ampbook.data import SYNTHETIC_MARKER, Cityscapes
+    from ampbook.synthetic import synthetic_pair, synthetic_root
+
     if threads is not None:
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
@@ -116,14 +119,19 @@ def measure_loader(
             drop_last=False,
         )
         pass_times = []
-        for _ in range(max(passes, 1)):
-            start = time.perf_counter()
-            seen = 0
-            for images, labels in loader:
-                seen += images.shape[0]
-            pass_times.append(time.perf_counter() - start)
+        try:
+            for _ in range(max(passes, 1)):
+                start = time.perf_counter()
+                seen = 0
+                for images, labels in loader:
+                    seen += images.shape[0]
+                pass_times.append(time.perf_counter() - start)
+        finally:
+            # the persistent workers stopped here, after a stop too: a command that
+            # stops ends its process without the interpreter's cleanup
+            del loader
+            gc.collect()
         assert seen == n
-        del loader
         steady = statistics.median(
             pass_times[1:] if len(pass_times) > 1 else pass_times
         )
@@ -178,9 +186,7 @@ def format_table(result: dict) -> str:
         f"{result['decode_resize_images_per_s']:>9.1f} {1.0:>16.2f}x {'':>11}",
     ]
     for row in result["results"]:
-        name = (
-            f"DataLoader, {row['workers']} worker{'s' if row['workers'] != 1 else ''}"
-        )
+        name = f"DataLoader, {plural(row['workers'], 'worker')}"
         lines.append(
             f"{name:<34} {row['images_per_s']:>9.1f} "
             f"{row['ratio_to_decode_resize']:>16.2f}x "
@@ -194,39 +200,67 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-@cli.command("python -m ampbook.bench loader")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The command's options (light: ``--help`` imports no torch)."""
     parser = cli.ArgumentParser(
         prog="python -m ampbook.bench loader",
-        description="Images per second of the Cityscapes input pipeline.",
+        description="Images per second of the Cityscapes input pipeline (decode, "
+        "resize, label mapping, normalisation) through a DataLoader per worker "
+        "count, beside the bare decode + resize of the same files.",
+        formatter_class=cli.HelpFormatter,
     )
     parser.add_argument(
         "--root",
         default=None,
         help="Cityscapes root (default: $CITYSCAPES_DATASET, else a synthetic "
-        "full-size set)",
+        f"set of {DEFAULT_SYNTHETIC_IMAGES} full-size images)",
     )
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--height", type=int, default=512)
-    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--split", default="train", help="the split to read")
     parser.add_argument(
-        "--workers", default="0,1,2", help="comma-separated worker counts"
+        "--height", type=cli.positive_int, default=512, help="height resized to"
     )
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--max-images", type=int, default=None)
-    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument(
+        "--width", type=cli.positive_int, default=1024, help="width resized to"
+    )
+    parser.add_argument(
+        "--workers",
+        default="0,1,2",
+        metavar="LIST",
+        help="comma-separated DataLoader worker counts",
+    )
+    parser.add_argument(
+        "--batch-size", type=cli.positive_int, default=4, help="images per batch"
+    )
+    parser.add_argument(
+        "--max-images",
+        type=cli.positive_int,
+        default=None,
+        help="read at most this many images (default: all of the split)",
+    )
+    parser.add_argument(
+        "--passes",
+        type=cli.positive_int,
+        default=3,
+        help="passes over the images per worker count (the first starts the workers)",
+    )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=cli.positive_int,
         default=None,
         help="torch intra-op threads of the main process (default: torch's choice)",
     )
     parser.add_argument(
-        "--json", default=None, help="also write the result to this JSON file"
+        "--json", default=None, metavar="PATH", help="also write the result to PATH"
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a --json file that exists"
     )
+    return parser
+
+
+@cli.command("python -m ampbook.bench loader")
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         workers = tuple(int(w) for w in args.workers.split(","))
@@ -237,12 +271,10 @@ def main(argv: list[str] | None = None) -> int:
             "--workers must be comma-separated non-negative integers, got "
             f"{args.workers!r}"
         )
-    for name in ("height", "width", "batch_size", "passes", "max_images", "threads"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.json:  # checked before measuring, written after
         cli.check_output_file(args.json, "--json", overwrite=args.overwrite)
+    from ampbook.data import resolve_root
+
     try:
         if args.root is not None:
             resolve_root(args.root)

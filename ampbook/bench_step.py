@@ -21,8 +21,8 @@ prints, measured side by side in one run:
 
 Sections on request (given any of them, only those run):
 
-3. ``--options [LIST]``: the runner's step with each of its optimisations (issue 18:
-   ``channels_last``, ``cudnn_benchmark`` (CUDA only), ``fused_optimizer``,
+3. ``--options [LIST]``: the runner's step with each of its optimisations
+   (``channels_last``, ``cudnn_benchmark`` (CUDA only), ``fused_optimizer``,
    ``sync_every``, ``fp16_stream``, ``compile``; default: all but ``compile``) against
    the same runner without it, and with all of them together, in each of
    ``--option-precisions`` (default fp32 and amp-bf16), at ``--height/--width``.
@@ -46,15 +46,16 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import sys
-
-import torch
+from typing import TYPE_CHECKING
 
 from ampbook import cli
-from ampbook.bench_matmul import load_verdict
-from ampbook.env import cpu_flags, environment
-from ampbook.precision import PRECISIONS, autocast_dtype
-from ampbook.timing import benchmark, machine_load
-from ampbook.train import TrainConfig, build_training, validate
+from ampbook.modes import PRECISIONS
+from ampbook.words import plural
+
+if TYPE_CHECKING:  # the run imports them: --help is answered without torch
+    import torch
+
+    from ampbook.train import TrainConfig
 
 OVERHEAD_TARGET = 0.05
 
@@ -62,6 +63,8 @@ OVERHEAD_TARGET = 0.05
 def _batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
     """One random batch (images, labels) of ``cfg``'s size on ``device``: every timed
     step takes the same one."""
+    import torch
+
     from ampbook.data import NUM_CLASSES
 
     g = torch.Generator().manual_seed(seed)
@@ -82,7 +85,10 @@ def bare_step_fn(
     ``model``/``optimizer`` let it drive the very objects the runner trains (the
     benchmark does, so that both time the same tensors in the same memory); by default
     it builds its own ERFNet and Adam from ``cfg``."""
+    import torch
+
     from ampbook.model import ERFNet
+    from ampbook.precision import autocast_dtype
 
     if model is None:
         torch.manual_seed(cfg.seed)
@@ -114,6 +120,8 @@ def bare_step_fn(
 
 
 def _time(fn, batch: tuple, device, repeats: int) -> list[float]:
+    from ampbook.timing import benchmark
+
     r = benchmark(
         fn,
         lambda: batch,
@@ -131,6 +139,8 @@ def _time(fn, batch: tuple, device, repeats: int) -> list[float]:
 def _step_config(precision, device, height, width, batch_size) -> TrainConfig:
     """The runner's configuration the step benchmarks time: synthetic batches, no
     loader workers."""
+    from ampbook.train import TrainConfig
+
     return TrainConfig(
         precision=precision,
         device=device,
@@ -152,6 +162,8 @@ def measure_overhead(
 ) -> dict:
     """Median step time of the runner's ``TrainStep`` and of the bare loop, alternating
     rounds."""
+    from ampbook.train import build_training, validate
+
     cfg = _step_config(precision, device, height, width, batch_size)
     res = validate(cfg)
     training = build_training(cfg, res)
@@ -194,6 +206,8 @@ def measure_precisions(
 ) -> dict:
     """Median runner step time per precision at one (small) size, and each one's ratio
     to fp32."""
+    from ampbook.train import build_training, validate
+
     times: dict[str, float] = {}
     dev = None
     for precision in precisions:
@@ -219,7 +233,7 @@ def measure_precisions(
     }
 
 
-# --- the runner's optimisations, one at a time (issue 18) ----------------------------
+# --- the runner's optimisations, one at a time ---------------------------------------
 
 SYNC_EVERY = 8
 OPTIONS: dict[str, dict] = {
@@ -268,10 +282,13 @@ def measure_options(
     (where ``compile`` compiles), then ``rounds`` rounds in which every configuration
     times one block of ``block`` steps, in turns (reversed every other round).
     ``speedup[name]`` is the median over rounds of runner time / option time."""
+    from ampbook.train import build_training, validate
+
     unknown = [o for o in options if o not in OPTIONS]
     if unknown:
         raise ValueError(
-            f"unknown option(s) {', '.join(unknown)}; choose from {', '.join(OPTIONS)}"
+            f"{plural(len(unknown), 'unknown option')}: {', '.join(unknown)}; choose "
+            f"from {', '.join(OPTIONS)}"
         )
     if rounds < 1 or block < 1:
         raise ValueError(f"rounds and block must be >= 1, got {rounds}, {block}")
@@ -331,6 +348,8 @@ def measure_optimizers(device: str = "auto", rounds: int = 9, steps: int = 5) ->
     implementations, in turns; each sample is ``steps`` steps."""
     import time
 
+    import torch
+
     from ampbook.env import pick_device
     from ampbook.model import ERFNet
     from ampbook.timing import default_sync
@@ -385,6 +404,8 @@ def measure_data_cache(
     with the cache's one-off decoding time."""
     import time
 
+    import torch
+
     from ampbook.data import CachedLoader, Cityscapes, DecodedCache
     from ampbook.synthetic import synthetic_root
 
@@ -418,12 +439,19 @@ def measure_data_cache(
     }
 
 
-@cli.command("python -m ampbook.bench step")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The command's options (light: ``--help`` imports no torch)."""
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.bench step", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.bench step",
+        description="One training step of the runner (python -m ampbook.train) "
+        "against a bare hand-written loop, and the step time by precision, measured "
+        "side by side. Given --options, --optimizers or --data-cache, only those "
+        "sections run.",
+        formatter_class=cli.HelpFormatter,
     )
-    parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--device", default="auto", help="auto (a GPU if there is one), cpu or cuda"
+    )
     parser.add_argument(
         "--precision",
         default="fp32",
@@ -434,30 +462,39 @@ def main(argv: list[str] | None = None) -> int:
         "--height",
         type=cli.positive_int,
         default=None,
-        help="default: 128 on CPU, 512 on CUDA",
+        help="image height of the step (default: 128 on a CPU, 512 on CUDA)",
     )
     parser.add_argument(
         "--width",
         type=cli.positive_int,
         default=None,
-        help="default: 256 on CPU, 1024 on CUDA",
+        help="image width of the step (default: 256 on a CPU, 1024 on CUDA)",
     )
-    parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--rounds", type=cli.positive_int, default=5)
+    parser.add_argument(
+        "--batch-size", type=cli.positive_int, default=2, help="images per step"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=cli.positive_int,
+        default=5,
+        help="rounds of the comparisons, taken in turns",
+    )
     parser.add_argument(
         "--low-height",
         type=cli.positive_int,
         default=None,
-        help="default: 32 on CPU, 512 on CUDA",
+        help="image height of the by-precision section (default: 32 on a CPU, "
+        "512 on CUDA)",
     )
     parser.add_argument(
         "--low-width",
         type=cli.positive_int,
         default=None,
-        help="default: 64 on CPU, 1024 on CUDA",
+        help="image width of the by-precision section (default: 64 on a CPU, "
+        "1024 on CUDA)",
     )
     parser.add_argument(
-        "--json", default=None, help="also write the numbers to this file"
+        "--json", default=None, metavar="PATH", help="also write the numbers to PATH"
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a --json file that exists"
@@ -467,17 +504,20 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const=",".join(DEFAULT_OPTIONS),
         default=None,
+        metavar="LIST",
         help="section 3: the runner with each option against without it "
-        f"(comma-separated, from {', '.join(OPTIONS)}; default: all but compile)",
+        f"(comma-separated, from {', '.join(OPTIONS)}; default when given without "
+        "a list: all but compile)",
     )
     parser.add_argument(
         "--option-precisions",
         default="fp32,amp-bf16",
+        metavar="LIST",
         help="precisions of section 3 (comma-separated)",
     )
     parser.add_argument(
         "--block",
-        type=int,
+        type=cli.positive_int,
         default=SYNC_EVERY,
         help="steps per sample in section 3 (the device waited for once per block)",
     )
@@ -492,15 +532,18 @@ def main(argv: list[str] | None = None) -> int:
         help="section 5: the decoded cache against the decoding loader (0 workers)",
     )
     parser.add_argument(
-        "--data-images", type=int, default=24, help="images of section 5"
+        "--data-images",
+        type=cli.positive_int,
+        default=24,
+        help="synthetic images of section 5",
     )
+    return parser
+
+
+@cli.command("python -m ampbook.bench step")
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    if args.block < 1:
-        parser.error(f"--block must be at least 1, got {args.block}")
-    if args.data_images < 1:
-        parser.error(f"--data-images must be at least 1, got {args.data_images}")
     options = [o for o in (args.options or "").split(",") if o]
     bad = [o for o in options if o not in OPTIONS]
     if bad:
@@ -516,8 +559,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     extra = bool(options or args.optimizers or args.data_cache)
 
-    from ampbook.env import pick_device
-    from ampbook.train import ConfigError
+    from ampbook.bench_matmul import load_verdict
+    from ampbook.env import cpu_flags, environment, pick_device
+    from ampbook.timing import machine_load
+    from ampbook.train import ConfigError, TrainConfig, validate
 
     try:
         dev = pick_device(args.device)
@@ -535,8 +580,6 @@ def main(argv: list[str] | None = None) -> int:
     lw = size(args.low_width, 1024, 64)
     # Every size and the batch size, checked as the runner does, before measuring.
     try:
-        if args.batch_size < 1:
-            raise ConfigError(f"--batch-size must be at least 1, got {args.batch_size}")
         for height, width, which in (
             (h, w, "--height/--width"),
             (lh, lw, "--low-height/--low-width"),
@@ -705,6 +748,8 @@ def step_rounds(
     shared machine's slow spells hit all of them alike; the per-round ratios then carry
     the spread. Returns ``{name: [seconds per step, one per round]}``.
     """
+    from ampbook.train import build_training, validate
+
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     steps = {}
@@ -723,6 +768,8 @@ def time_rounds(
     ``warmup`` is False: the caller ran one), then ``rounds`` rounds that time one call
     of each in turn. Returns ``{name: [seconds, one per round]}``;
     ``ampbook.costmodel.speedup_verdict`` reads the per-round ratios."""
+    from ampbook.timing import benchmark
+
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     times: dict[str, list[float]] = {name: [] for name in steps}

@@ -1074,3 +1074,86 @@ class Progress:
             f"{what}: {unit + ' ' if unit else ''}{done} of {total}"
             + (f", {left}" if left else "")
         )
+
+
+# --- --help ---------------------------------------------------------------------------
+
+HELP_WIDTH_MAX = 100  # columns of --help on a wide terminal
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` as every command prints it (``formatter_class=cli.HelpFormatter``):
+    each option's default after its help, "(default: 4)", unless there is none to
+    show (``None``, a flag's ``False``, an empty value) or the help already says it;
+    wrapped at the terminal's width (``$COLUMNS``; at most ``HELP_WIDTH_MAX``); a
+    description or epilog keeps its paragraphs, and its indented lines (a list of
+    commands, an example) as they are."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=30, width=None):
+        if width is None:
+            columns = shutil.get_terminal_size().columns
+            width = max(min(columns, HELP_WIDTH_MAX) - 2, 40)
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or action.nargs == 0  # a flag (store_true, count...)
+            or (isinstance(default, (str, list, tuple)) and not default)
+        ):
+            return text
+        if isinstance(default, (list, tuple)):
+            shown = ",".join(str(v) for v in default).replace("%", "%%")
+        else:
+            shown = "%(default)s"
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        import textwrap
+
+        out = []
+        for block in textwrap.dedent(text).strip("\n").split("\n\n"):
+            lines = block.split("\n")
+            if any(line[:1].isspace() for line in lines):
+                out.append(
+                    "\n".join(self._fill_line(ln, width, indent) for ln in lines)
+                )
+            else:
+                out.append(
+                    textwrap.fill(
+                        " ".join(block.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                        break_on_hyphens=False,
+                    )
+                )
+        return "\n\n".join(out)
+
+    @staticmethod
+    def _fill_line(line, width, indent):
+        """An indented line kept as a line, wrapped under its second column: "  name
+        what it does" continues under "what"."""
+        import re
+        import textwrap
+
+        lead = re.match(r"\s*(\S+\s{2,})?", line)
+        hang = " " * lead.end() if lead.group(1) else " " * (lead.end() + 2)
+        first = line[: len(line) - len(line.lstrip())]
+        return textwrap.fill(
+            line.strip(),
+            width,
+            initial_indent=indent + first,
+            subsequent_indent=indent + hang,
+            break_on_hyphens=False,
+        )

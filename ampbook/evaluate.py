@@ -19,23 +19,13 @@ import math
 import os
 import sys
 from pathlib import Path
-
-import numpy as np
-import torch
-from PIL import Image
+from typing import TYPE_CHECKING
 
 from ampbook import cli
-from ampbook.data import (
-    CLASS_NAMES,
-    IGNORE_INDEX,
-    LABEL_TO_TRAIN,
-    NUM_CLASSES,
-    TRAIN_TO_LABEL,
-    DataError,
-    read_label_ids,
-    resolve_root,
-)
-from ampbook.metrics import SegmentationMetrics
+
+if TYPE_CHECKING:  # imported where they are used: --help answers without them
+    import numpy as np
+    import torch
 
 GT_SUFFIX = "_gtFine_labelIds.png"
 
@@ -44,6 +34,8 @@ def ground_truth_files(
     root: str | os.PathLike | None, split: str = "val"
 ) -> list[Path]:
     """The split's ``*_gtFine_labelIds.png`` files, sorted."""
+    from ampbook.data import resolve_root
+
     root = resolve_root(root)
     gt_dir = root / "gtFine" / split
     if not gt_dir.is_dir():
@@ -104,6 +96,18 @@ def evaluate_folder(
 ) -> dict:
     """Metrics of the labelId predictions in ``pred_dir`` against the split's ground
     truth."""
+    import torch
+
+    from ampbook.data import (
+        CLASS_NAMES,
+        IGNORE_INDEX,
+        LABEL_TO_TRAIN,
+        NUM_CLASSES,
+        DataError,
+        read_label_ids,
+    )
+    from ampbook.metrics import SegmentationMetrics
+
     pred_dir = Path(pred_dir)
     gts = ground_truth_files(root, split)
     predictions = _prediction_index(pred_dir)
@@ -143,6 +147,12 @@ def save_prediction(
 ) -> Path:
     """Write an H x W array of trainIds (0..18) as a labelId PNG the evaluation
     reads."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from ampbook.data import NUM_CLASSES, TRAIN_TO_LABEL
+
     if isinstance(train_ids, torch.Tensor):
         train_ids = train_ids.detach().cpu().numpy()
     train_ids = np.asarray(train_ids)
@@ -168,6 +178,9 @@ def save_predictions(
     """Write a batch's predictions: each image's logits (``N x C x h x w``) upsampled
     bilinearly to its label file's size, the arg-max written as a labelId PNG at
     ``prediction_path(folder, image)``. ``pairs``: the batch's (image, label) paths."""
+    import torch
+    from PIL import Image
+
     written = []
     for one, (image_path, label_path) in zip(logits, pairs):
         with Image.open(label_path) as gt:
@@ -180,7 +193,6 @@ def save_predictions(
     return written
 
 
-@torch.no_grad()
 def predict_folder(
     model: torch.nn.Module,
     root: str | os.PathLike | None,
@@ -193,34 +205,55 @@ def predict_folder(
     """Run ``model`` on a split at height x width, upsample its logits to each image's
     size and write ``CITY_SEQ_FRAME_pred.png`` labelId files into ``out_dir``
     (``save_predictions``, as ``python -m ampbook.train --save-predictions`` does)."""
+    import torch
+
     from ampbook.data import Cityscapes
 
     dataset = Cityscapes(root, split=split, height=height, width=width)
     out_dir = Path(out_dir)
     model.eval()
-    for i, pair in enumerate(dataset.pairs):
-        image, _ = dataset[i]
-        save_predictions(model(image[None].to(device)), [pair], out_dir)
+    with torch.no_grad():
+        for i, pair in enumerate(dataset.pairs):
+            image, _ = dataset[i]
+            save_predictions(model(image[None].to(device)), [pair], out_dir)
     return out_dir
 
 
-@cli.command("python -m ampbook.evaluate")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The command's options (light: ``--help`` imports no torch)."""
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.evaluate", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.evaluate",
+        description="Evaluate a folder of Cityscapes predictions the way the "
+        "official evaluation does: labelId PNGs, one per ground-truth image at its "
+        "size, found by name (CITY_SEQ_FRAME*.png). Prints IoU per class, their "
+        "mean and the pixel accuracy as JSON.",
+        formatter_class=cli.HelpFormatter,
     )
     parser.add_argument(
-        "pred_dir", help="folder of labelId PNG predictions (searched recursively)"
+        "pred_dir",
+        metavar="PRED_DIR",
+        help="folder of labelId PNG predictions (searched recursively)",
     )
     parser.add_argument(
         "--data-root",
         default=None,
+        metavar="ROOT",
         help="Cityscapes root (default: $CITYSCAPES_DATASET)",
     )
-    parser.add_argument("--split", default="val")
     parser.add_argument(
-        "--device", default="cpu", help="where the confusion matrix is accumulated"
+        "--split", default="val", help="the split whose ground truth is compared"
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the confusion matrix is accumulated (cpu, cuda or auto)",
+    )
+    return parser
+
+
+@cli.command("python -m ampbook.evaluate")
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     from ampbook.env import pick_device
 

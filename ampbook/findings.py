@@ -11,7 +11,7 @@ from ampbook.plots import GIB, md_table_text
 from ampbook.provenance import Value, measured
 from ampbook.results import ResultSet, provenance
 
-# The names of the two settings the book compares (issue 28, C5): the ERFNet authors'
+# The names of the two settings the book compares: the ERFNet authors'
 # training defaults (1024x512, batch 6, 4 workers; Eromera/erfnet_pytorch's
 # train/main.py), at which the H200 runs were made, and the setting chapter 5 solves
 # from the post's memory figures (its values are chapter 5's).

@@ -87,6 +87,7 @@ from pathlib import Path
 
 from ampbook import cli
 from ampbook.paths import REPO_ROOT
+from ampbook.words import plural
 
 # The device tool's limit for one command is 600 s: the call ends inside 560 s, which
 # leaves 40 s for the transfers and a slow start of the interpreter.
@@ -697,7 +698,8 @@ def stage_ladder(work: Path, dry: bool, stage: str) -> None:
         if compiled:
             save_compile_cache(work)
     print(format_table(ladder), flush=True)
-    print(format_targets(ladder), flush=True)
+    if ladder.is_cuda:  # a GPU's targets: a dry run on the CPU would read as misses
+        print(format_targets(ladder), flush=True)
 
 
 def stage_loader(work: Path, dry: bool) -> None:
@@ -1340,10 +1342,12 @@ def parse_stages(text: str | None) -> tuple[str, ...]:
     names = [s.strip() for s in text.split(",") if s.strip()]
     unknown = [n for n in names if n not in STAGE_NAMES]
     if unknown or not names:
-        raise ValueError(
-            f"unknown stage(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(STAGE_NAMES)}"
+        what = (
+            f"{plural(len(unknown), 'unknown stage')}: {', '.join(unknown)}"
+            if unknown
+            else "no stage given"
         )
+        raise ValueError(f"{what}; choose from {', '.join(STAGE_NAMES)}")
     chosen = set(names) | {s.name for s in STAGES if s.always}
     return tuple(n for n in STAGE_NAMES if n in chosen)
 
@@ -1394,13 +1398,22 @@ def sizing_table() -> str:
     return "\n".join(rows)
 
 
-@cli.command("python -m ampbook.gpucheck")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The command's options."""
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.gpucheck", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.gpucheck",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        epilog="examples:\n"
+        "  python3 -m ampbook.gpucheck --lease --out DIR    (a lease)\n"
+        "  python3 -m ampbook.gpucheck --stages ladder,compile --budget-s S "
+        "--out DIR    (a rerun)",
+        formatter_class=cli.HelpFormatter,
     )
     parser.add_argument(
-        "--out", help="folder for report.json, the log and the archives"
+        "--out",
+        metavar="DIR",
+        help="folder for report.json, the log and the archives (required to run "
+        "the check)",
     )
     parser.add_argument(
         "--lease",
@@ -1410,7 +1423,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--budget-s",
-        type=float,
+        type=cli.positive_float,
         default=None,
         help="the whole check ends inside this many seconds "
         f"(default {DEFAULT_BUDGET_S:.0f}; with --dry-run, the stages' dry budgets)",
@@ -1423,8 +1436,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stages",
         default=None,
+        metavar="LIST",
         help="comma-separated stages to run (a rerun; they add to the work folder) "
-        f"({','.join(STAGE_NAMES)}); wheels and env always run",
+        f"({', '.join(STAGE_NAMES)}); wheels and env always run",
     )
     parser.add_argument("--plan", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -1458,7 +1472,12 @@ def main(argv: list[str] | None = None) -> int:
         "cost model's step times, and exit",
     )
     parser.add_argument("--stage-child", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+@cli.command("python -m ampbook.gpucheck")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.stage_child:
         run_stage_child(args.stage_child, Path(args.work), args.dry_run)
         return 0

@@ -106,6 +106,7 @@ from ampbook.plots import (
     series_style,
     use_style,
 )
+from ampbook.words import plural
 
 use_style()
 device = pick_device(device)
@@ -547,7 +548,7 @@ gap = max(abs(x["train_loss"] - y["train_loss"])
           for x, y in zip(f.record["epochs"], a.record["epochs"]))
 glue_all(loss_f=f.final_train_loss, loss_a=a.final_train_loss, gap=gap,
          acc_f=f.final_val_pixel_accuracy, acc_a=a.final_val_pixel_accuracy,
-         epochs_main=a.epochs_completed, wait_f=f.data_wait_share,
+         epochs_main=plural(a.epochs_completed, "epoch"), wait_f=f.data_wait_share,
          wait_a=a.data_wait_share)
 # what the runs' differences come from: rounding, and any steps GradScaler skipped
 updated = sum(e["optimizer_steps"] for e in a.record["epochs"])
@@ -561,8 +562,9 @@ if a.skipped_steps and not updated:  # the scale search took every step
              "so the AMP run never trained")
 else:
     differ = ("the differences come from rounding alone." if a.skipped_steps == 0 else
-              f"the differences come from rounding and from the {a.skipped_steps} "
-              "step(s) GradScaler skipped while it searched for its scale (fp32 "
+              "the differences come from rounding and from the "
+              f"{plural(a.skipped_steps, 'step')} GradScaler skipped while it "
+              "searched for its scale (fp32 "
               "skips none): those batches did not update the AMP run's weights.")
     curves = "(the curves)"
     skips = (f"with {a.skipped_steps} of the AMP run's {updated + a.skipped_steps} "
@@ -570,7 +572,7 @@ else:
 glue_all(ch3_differ=md(differ), ch3_curves=md(curves), ch3_skips=skips)
 
 # %% [markdown]
-# **Accuracy.** This machine's pair trained for {glue:text}`epochs_main` epoch(s). Its
+# **Accuracy.** This machine's pair trained for {glue:text}`epochs_main`. Its
 # final training loss was {glue:text}`loss_f:.4f` (fp32) and {glue:text}`loss_a:.4f`
 # (AMP), with a largest gap in any epoch of {glue:text}`gap:.4f`; val pixel accuracy
 # {glue:text}`acc_f:.3f` and {glue:text}`acc_a:.3f`. The two runs start from the same

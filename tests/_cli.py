@@ -11,3 +11,45 @@ def one_error(err: str, *words: str) -> str:
     for w in words:
         assert w in lines[0], (w, lines[0])
     return lines[0]
+
+
+# Every command a user runs, as the argv after ``python -m``; the reason is set where
+# the command's --help is not light yet (an xfail until it is).
+DATA_LOADER = (
+    "ampbook/data.py imports torch before its main: it must parse with "
+    "ampbook.data_command.build_parser() first (the data module's owner)"
+)
+COMMANDS: tuple[tuple[tuple[str, ...], str | None], ...] = (
+    (("ampbook.bench",), None),
+    (("ampbook.bench", "loader"), None),
+    (("ampbook.bench", "step"), None),
+    (("ampbook.bench", "ladder"), None),
+    (("ampbook.bench", "matmul"), None),
+    (("ampbook.bench", "doctor"), None),
+    (("ampbook.evaluate",), None),
+    (("ampbook.gpucheck",), None),
+    (("ampbook.data",), DATA_LOADER),  # its parser: ampbook.data_command
+    (("ampbook.data", "synthesize"), DATA_LOADER),
+    (("ampbook.data", "info"), DATA_LOADER),
+    (("ampbook.train",), None),
+    (("ampbook.doctor",), None),
+    (("ampbook.calibration",), None),
+    (("ampbook.build.run",), None),
+    (("ampbook.build.book",), None),
+    (("ampbook.build.bookcheck",), None),
+    (("ampbook.build.nbstats",), None),
+)
+
+
+def commands() -> list:
+    """``COMMANDS`` as pytest parameters, each with its id and xfail mark."""
+    import pytest
+
+    return [
+        pytest.param(
+            argv,
+            id=" ".join(argv),
+            marks=[pytest.mark.xfail(strict=False, reason=why)] if why else [],
+        )
+        for argv, why in COMMANDS
+    ]

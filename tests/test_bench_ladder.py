@@ -267,8 +267,12 @@ def test_rung_verdicts_say_what_each_rung_did():
 def test_table_fits_88_columns():
     table = bl.format_table(read_ladder(fixture_record(), "fixture"))
     lines = table.splitlines()
-    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES)
+    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES) + 1
     assert all(len(line) <= 88 for line in lines)
+    # under the table, what the step and the GPU time are (a GPU's ladder)
+    assert lines[-1] == bl.COLUMNS_CUDA and "GPU ms" in lines[0]
+    for legend in (bl.COLUMNS_CPU, bl.COLUMNS_CUDA):
+        assert len(legend) <= 88 and "step:" in legend and "idle:" in legend
 
 
 # --- measured here --------------------------------------------------------------------
@@ -325,6 +329,16 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     assert [line.endswith("the epochs next") for line in lines] == [True, False] * 4
     assert all(c.record["epoch"] == "measured" for c in ladder.cells)
     assert read_file(path).cells == ladder.cells  # the file holds what was returned
+    table = bl.format_table(ladder).splitlines()
+    assert "ops ms" in table[0] and bl.COLUMNS_CPU in table
+
+
+def test_show_prints_no_targets_for_a_cpu_ladder(cpu_ladder, capsys):
+    """The targets are an H200's: beside a CPU's ladder they would read as misses."""
+    ladder, path, _ = cpu_ladder
+    assert bl.main(["--show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert bl.format_table(ladder) in out and "targets" not in out
 
 
 def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):
@@ -516,3 +530,20 @@ def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
     assert "(0.571 predicted, 0.2% from it, rung 4)" in close and "MISS" not in close
     assert "predicted to MISS (0.627 predicted" in line(0.627)
     assert "predicted to meet (0.500 predicted" in line(0.500)
+
+
+def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(tmp_path, capsys):
+    """On a CPU the command's default is one torch thread (two threads wait for each
+    other at every operator on a machine other work keeps busy); called as a function
+    it leaves the caller's threads as they were."""
+    import torch
+
+    before = torch.get_num_threads()
+    path = tmp_path / "ladder.json"
+    argv = ["--device", "cpu", "--rungs", "4", "--precisions", "fp32", "--json"]
+    tiny = ["--height", "16", "--width", "32", "--steps", "1", "--train-images", "1"]
+    assert bl.main([*argv, str(path), *tiny]) == 0
+    record = json.loads(path.read_text())
+    assert record["environment"]["cpu_threads"] == bl.CPU_THREADS
+    assert torch.get_num_threads() == before
+    assert "targets" not in capsys.readouterr().out

@@ -122,7 +122,7 @@ def test_browser_check_catches_content_cut_off_sideways(built_book, chromium, tm
     assert len(cut_off) == 1 and "column_00" in cut_off[0] and "<table>" in cut_off[0]
     scrolled = [p for p in reports["reproducing.html"] if "cut off" in p]
     assert len(scrolled) == 1 and scrolled[0].startswith("table cut off at 1000 px: ")
-    assert "cell(s) hidden in its scroll box" in scrolled[0]
+    assert re.search(r": (1 cell|\d+ cells) hidden in its scroll box", scrolled[0])
 
 
 # --- the page a reader sees: planted pages ------------------------------------------
@@ -220,8 +220,31 @@ def test_bookcheck_prints_each_pages_numbers(planted_pages, chromium):
     out = io.StringIO()
     assert print_reports(reports, out) == 1
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("98_table.html") and "1 problem(s)" in lines[0]
+    assert lines[0].startswith("98_table.html") and lines[0].endswith(" 1 problem")
     assert re.match(
         r"    first ## at \d+ px; tables \d+%, figures 0% of \d+ px; cut off: 1 table$",
         lines[1],
     )
+
+
+def test_bookcheck_counts_in_words():
+    """One problem, two problems: the report's counts in the right number (no
+    browser needed)."""
+    from ampbook.build.bookcheck import PageReport
+
+    reports = [
+        PageReport("a.html", problems=["cut off"]),
+        PageReport("b.html", problems=["x", "y"]),
+        PageReport("c.html"),
+    ]
+    out = io.StringIO()
+    assert print_reports(reports, out) == 3
+    lines = out.getvalue().splitlines()
+    heads = {x.split()[0]: x for x in lines if not x.startswith(" ")}
+    assert heads["a.html"].endswith(" 1 problem")
+    assert heads["b.html"].endswith(" 2 problems")
+    assert heads["c.html"].endswith(" ok")
+    assert lines[-1] == "3 pages checked, 3 problems"
+    one = io.StringIO()
+    print_reports(reports[:1], one)
+    assert one.getvalue().splitlines()[-1] == "1 page checked, 1 problem"

@@ -429,7 +429,7 @@ def test_a_stage_over_its_budget_is_reported_cut_short(tmp_path, monkeypatch):
 def test_bad_arguments_are_one_line_errors(tmp_path):
     for args, message in (
         (["--dry-run"], "--out DIR is required"),
-        (["--out", str(tmp_path), "--stages", "nb09"], "unknown stage(s) nb09"),
+        (["--out", str(tmp_path), "--stages", "nb09"], "1 unknown stage: nb09"),
         (["--out", str(tmp_path), "--budget-s", "5"], "--budget-s must be more"),
         (["--out", str(tmp_path)], "give --lease"),
         (["--out", str(tmp_path), "--plan", "A"], "--plan is gone"),

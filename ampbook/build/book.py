@@ -342,16 +342,34 @@ def end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         proc.wait(timeout=grace_s)
 
 
-@cli.command("python -m ampbook.build.book")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The command's options."""
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.build.book", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.build.book",
+        description="Build the HTML book from executed notebooks (Jupyter Book, "
+        "never re-executing them), with Sphinx warnings as errors. A failed or "
+        "interrupted run is refused.",
+        formatter_class=cli.HelpFormatter,
     )
     parser.add_argument(
-        "--executed", default=str(DEFAULT_EXECUTED), help="folder of executed notebooks"
+        "--executed",
+        default=str(DEFAULT_EXECUTED),
+        metavar="DIR",
+        help="folder of executed notebooks (python -m ampbook.build.run writes it)",
     )
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--out",
+        default=str(DEFAULT_OUT),
+        metavar="DIR",
+        help="output folder: new, empty, or one this tool made; the book is "
+        "DIR/_build/html/index.html",
+    )
+    return parser
+
+
+@cli.command("python -m ampbook.build.book")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         index = build(args.executed, args.out)
     except BookError as err:

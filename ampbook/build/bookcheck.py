@@ -38,6 +38,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ampbook import cli
+from ampbook.words import plural
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -382,7 +383,8 @@ def _describe(cut: dict, width: int) -> str:
     where = f"at {width} px"
     if cut["kind"] == "table":
         return (
-            f"table cut off {where}: {cut['cells']} cell(s) hidden in its scroll box, "
+            f"table cut off {where}: {plural(cut['cells'], 'cell')} hidden in its "
+            "scroll box, "
             f"{cut['px']} px of the table beyond its {cut['width']} px (first hidden: "
             f"{cut['first']!r}): {cut['text']!r}"
         )
@@ -490,17 +492,28 @@ _OVERFLOW_JS = """
 """
 
 
-@cli.command("python -m ampbook.build.bookcheck")
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> cli.ArgumentParser:
+    """The command's options."""
     from ampbook.build.book import DEFAULT_OUT
 
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.build.bookcheck", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.build.bookcheck",
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        formatter_class=cli.HelpFormatter,
     )
     parser.add_argument(
-        "html_dir", nargs="?", default=str(DEFAULT_OUT / "_build" / "html")
+        "html_dir",
+        nargs="?",
+        metavar="HTML_DIR",
+        default=str(DEFAULT_OUT / "_build" / "html"),
+        help="the built book's HTML folder (python -m ampbook.build.book writes it)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+@cli.command("python -m ampbook.build.bookcheck")
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         reports = check_book(args.html_dir)
     except CheckError as err:
@@ -515,7 +528,7 @@ def print_reports(reports: list[PageReport], out=None) -> int:
     out = out or sys.stdout
     problems = 0
     for r in reports:
-        status = "ok" if not r.problems else f"{len(r.problems)} problem(s)"
+        status = "ok" if not r.problems else plural(len(r.problems), "problem")
         print(
             f"{r.page:<40} images {r.images:>3}  math {r.math:>4}  links {r.links:>4}  "
             f"{status}",
@@ -525,7 +538,10 @@ def print_reports(reports: list[PageReport], out=None) -> int:
         for p in r.problems:
             print(f"    {p}", file=out)
         problems += len(r.problems)
-    print(f"{len(reports)} pages checked, {problems} problem(s)", file=out)
+    print(
+        f"{plural(len(reports), 'page')} checked, {plural(problems, 'problem')}",
+        file=out,
+    )
     return problems
 
 

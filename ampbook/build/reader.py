@@ -31,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ampbook.paths import BOOK_DIR
+from ampbook.words import plural
 
 READER_DIR = "reader"  # the reader's copies, beside the executed notebooks
 GLUE_PREFIX = "application/papermill.record/"
@@ -76,6 +77,7 @@ class Source:
     year: str
     title: str
     url: str | None
+    about: str = ""  # a source without a title (or address): what is known of it
 
 
 @lru_cache(maxsize=1)
@@ -117,6 +119,7 @@ def _bibliography(path: str) -> dict[str, Source]:
             entry.fields.get("year", "n.d."),
             _latex_text(entry.fields.get("title", "")),
             entry.fields.get("url"),
+            _latex_text(entry.fields.get("howpublished", "")),
         )
     return out
 
@@ -133,7 +136,8 @@ def cite_text(kind: str, keys: list[str], sources: dict[str, Source]) -> str:
     missing = [k for k in keys if k not in sources]
     if missing:
         raise ReaderCopyError(
-            f"citation key(s) {missing} are not in book/references.bib"
+            f"{plural(len(missing), 'citation key')} {missing} not in "
+            "book/references.bib"
         )
     found = [sources[k] for k in keys]
     if kind in ("t", "ts"):
@@ -754,7 +758,8 @@ def sources_cited(cited, index) -> str | None:
     for key in seen:
         s = index.sources[key]
         link = f" <{s.url}>" if s.url else ""
-        lines.append(f"- {s.authors} ({s.year}). *{s.title}*.{link}")
+        what = f"*{s.title}*." if s.title else f"{s.about}."
+        lines.append(f"- {s.authors} ({s.year}). {what}{link}")
     return "\n".join(lines)
 
 
