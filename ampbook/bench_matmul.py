@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from ampbook import cli
 from ampbook.paths import REPO_ROOT, RESULTS_DIR
+from ampbook.words import plural
 
 if TYPE_CHECKING:  # torch is imported where it is used: ``python -m ampbook.bench
     # matmul --help`` answers without it
@@ -794,7 +795,7 @@ def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> s
             where = where.relative_to(REPO_ROOT)
         return f"no GPU results committed under {where}/ (no file {RESULTS_PATTERN})."
     names = sorted({record_device(r) for r in records})
-    return f"{len(records)} committed result file(s), from: {', '.join(names)}."
+    return f"{plural(len(records), 'committed result file')}, from: {', '.join(names)}."
 
 
 def sweep_provenance(record: dict) -> str:
@@ -1172,6 +1173,7 @@ def build_parser() -> cli.ArgumentParser:
         "--shape-sizes",
         type=cli.positive_int,
         nargs="+",
+        metavar="N",
         help=f"multiples of 8 to compare with one off (at most {MAX_SIZE})",
     )
     ap.add_argument(

@@ -47,6 +47,7 @@ EXIT_SETTINGS = 2
 EXIT_STOPPED = 1
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+EXIT_PIPE = 141  # stdout's reader went away (``| head``): 128 + SIGPIPE, as cat exits
 
 
 class UserError(Exception):
@@ -521,6 +522,8 @@ def command(prog: str) -> Callable:
                     code = err.code
                     return code if isinstance(code, int) else (0 if code is None else 2)
                 except BaseException as err:  # noqa: BLE001 -- only known ones kept
+                    if isinstance(err, BrokenPipeError) and _stdout_reader_gone():
+                        return EXIT_PIPE  # quiet: the reader has what it wanted
                     known = describe(err)
                     if known is None:
                         raise
@@ -535,6 +538,27 @@ def command(prog: str) -> Callable:
         return run
 
     return wrap
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe nobody reads any more (``| head`` has exited); stdout
+    then goes to /dev/null, so the interpreter's last flush raises nothing more."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        gone = any(ev & select.POLLERR for _, ev in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return gone
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -990,17 +1014,25 @@ def plain_text_errors() -> str:
 
 
 def terminal_text(markdown: str, width: int | None = None) -> str:
-    """A Markdown report as a terminal shows it: each paragraph and list item wrapped
-    at ``width`` (default: the terminal's, ``shutil.get_terminal_size``; 80 when
-    stdout is not one), a list item's lines indented under its text; tables (lines
-    starting with ``|``), headings and blank lines as they are. A ``--markdown`` file
-    keeps the unwrapped text."""
+    """A Markdown report as a terminal shows it: escapes read as their characters, each
+    paragraph and list item wrapped at ``width`` (default: the terminal's,
+    ``shutil.get_terminal_size``; 80 when stdout is not one), a list item's lines
+    indented under its text; tables (lines starting with ``|``), headings and blank
+    lines as they are. A ``--markdown`` file keeps the unwrapped text."""
+    import re
+    import string
     import textwrap
 
     width = width or shutil.get_terminal_size((80, 24)).columns
     width = max(40, width - 1)  # one column spare: a full line would wrap twice
+    # A Markdown escape (``\_``, ``\<``) shows as its character; a table keeps ``\|``.
+    escaped = re.compile("\\\\([" + re.escape(string.punctuation) + "])")
     out = []
     for line in markdown.split("\n"):
+        if line.lstrip().startswith("|"):
+            line = escaped.sub(lambda m: m[0] if m[1] == "|" else m[1], line)
+        else:
+            line = escaped.sub(r"\1", line)
         stripped = line.lstrip()
         if len(line) <= width or not stripped or stripped[0] in "|#":
             out.append(line)

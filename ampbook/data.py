@@ -31,6 +31,11 @@ import warnings
 import zlib
 from pathlib import Path
 
+if __name__ == "__main__":  # the command answers its options before torch loads
+    from ampbook.data_command import main
+
+    sys.exit(main())
+
 import numpy as np
 import torch
 from cityscapesscripts.helpers.labels import labels as _CS_LABELS
@@ -632,58 +637,3 @@ class CachedLoader:
             indices = order[start : start + self.batch_size]
             flips = [bool(torch.rand(1) < 0.5) for _ in indices] if self.flip else None
             yield self.cache.batch(indices, flips, self.device)
-
-
-# --- command line ---------------------------------------------------------------------
-
-
-@cli.command("python -m ampbook.data")
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(
-        prog="python -m ampbook.data", description="Cityscapes data tools."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    syn = sub.add_parser(
-        "synthesize", help="write a synthetic Cityscapes in the official layout"
-    )
-    syn.add_argument("--root", required=True, help="folder to write into")
-    syn.add_argument(
-        "--train",
-        type=cli.nonnegative_int,
-        required=True,
-        help="number of training images",
-    )
-    syn.add_argument(
-        "--val",
-        type=cli.nonnegative_int,
-        required=True,
-        help="number of validation images",
-    )
-    syn.add_argument("--seed", type=cli.seed, default=0)
-    syn.add_argument("--height", type=cli.positive_int, default=1024)
-    syn.add_argument("--width", type=cli.positive_int, default=2048)
-    info = sub.add_parser(
-        "info", help="count the image/label pairs of a Cityscapes root"
-    )
-    info.add_argument(
-        "--root", default=None, help="dataset root (default: $CITYSCAPES_DATASET)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "synthesize":
-            from ampbook.synthetic import synthesize_cli
-
-            return synthesize_cli(args)
-        else:
-            root = resolve_root(args.root)
-            for split in SPLITS:
-                if (root / "leftImg8bit" / split).is_dir():
-                    print(f"{split}: {len(list_pairs(root, split))} image/label pairs")
-    except (FileNotFoundError, FileExistsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)  # the settings, or the data's folder
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

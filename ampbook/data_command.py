@@ -1,4 +1,4 @@
-"""The options of ``python -m ampbook.data``, apart from the loader.
+"""``python -m ampbook.data``: its options and its two commands, apart from the loader.
 
 ``ampbook.data`` defines the Cityscapes dataset, a subclass of torch's ``Dataset``, so
 importing it imports torch and torchvision (seconds). The command's parser lives here,
@@ -7,6 +7,8 @@ are answered before they are imported.
 """
 
 from __future__ import annotations
+
+import sys
 
 from ampbook import cli
 
@@ -69,3 +71,24 @@ def build_parser() -> cli.ArgumentParser:
         "--root", default=None, help="dataset root (default: $CITYSCAPES_DATASET)"
     )
     return parser
+
+
+@cli.command("python -m ampbook.data")
+def main(argv: list[str] | None = None) -> int:
+    """Write a synthetic Cityscapes, or count a root's image/label pairs per split."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "synthesize":
+            from ampbook.synthetic import synthesize_cli
+
+            return synthesize_cli(args)
+        from ampbook.data import SPLITS, list_pairs, resolve_root
+
+        root = resolve_root(args.root)
+        for split in SPLITS:
+            if (root / "leftImg8bit" / split).is_dir():
+                print(f"{split}: {len(list_pairs(root, split))} image/label pairs")
+    except (FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)  # the settings, or the data's folder
+        return 2
+    return 0

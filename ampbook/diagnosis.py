@@ -99,6 +99,7 @@ from ampbook.precision import (
 )
 from ampbook.results import PEAK_CUDA
 from ampbook.results import SAVED_FOR_BACKWARD as SAVED
+from ampbook.words import plural
 
 PRECISIONS = cm.PRECISIONS
 AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
@@ -1824,7 +1825,7 @@ def diagnose(
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise DoctorError(
             f"--device {cfg.device}: this machine has "
-            f"{torch.cuda.device_count()} CUDA device(s); give cuda or cuda:0"
+            f"{plural(torch.cuda.device_count(), 'CUDA device')}; give cuda or cuda:0"
         )
     shape = tuple(cfg.input) if cfg.input else default_input(cfg.model)
     batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)

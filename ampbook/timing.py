@@ -52,6 +52,7 @@ import torch
 
 from ampbook.env import pick_device
 from ampbook.precision import DTYPES, SHORT_NAMES, backend_flags
+from ampbook.words import plural
 
 # --------------------------------------------------------------------------------------
 # dtypes (names: ampbook.precision)
@@ -258,9 +259,9 @@ class TimingResult:
         return (
             f"{self.name or 'benchmark'} on {self.device}: median "
             f"{_fmt_s(self.median_s)} "
-            f"(p10 {_fmt_s(self.p10_s)}, p90 {_fmt_s(self.p90_s)}, {self.samples} "
-            "samples x "
-            f"{self.number} calls, {self.buffers} input set(s))"
+            f"(p10 {_fmt_s(self.p10_s)}, p90 {_fmt_s(self.p90_s)}, "
+            f"{plural(self.samples, 'sample')} x {plural(self.number, 'call')}, "
+            f"{plural(self.buffers, 'input set')})"
             + (", " + ", ".join(rate) if rate else "")
         )
 

@@ -9,7 +9,7 @@ import torch
 from cityscapesscripts.helpers.labels import labels as cs_labels
 from PIL import Image
 
-from ampbook import data
+from ampbook import data, data_command
 from ampbook.data import (
     CLASS_NAMES,
     IGNORE_INDEX,
@@ -165,7 +165,7 @@ def test_synthetic_root_is_made_once_and_reused(tmp_path, monkeypatch):
 
 def test_synthesize_cli(tmp_path, capsys):
     assert (
-        data.main(
+        data_command.main(
             [
                 "synthesize",
                 "--root",
@@ -185,7 +185,7 @@ def test_synthesize_cli(tmp_path, capsys):
         == 0
     )
     assert len(_files(tmp_path / "s", "train", "image")) == 2
-    assert data.main(["info", "--root", str(tmp_path / "s")]) == 0
+    assert data_command.main(["info", "--root", str(tmp_path / "s")]) == 0
     out = capsys.readouterr().out
     assert "train: 2 image/label pairs" in out and "val: 1 image/label pairs" in out
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 from _cli import one_error
 
-from ampbook import cli, data, params, synthetic
+from ampbook import cli, data, data_command, params, synthetic
 from ampbook.paths import REPO_ROOT
 
 # --- file systems a test can make -----------------------------------------------------
@@ -782,12 +782,12 @@ def test_a_set_stopped_while_being_replaced_is_never_taken_for_whole(
         "--width",
         "64",
     ]
-    assert data.main(argv) == 130
+    assert data_command.main(argv) == 130
     one_error(capsys.readouterr().err, "interrupted", "run it again")
     assert not (root / data.SYNTHETIC_MARKER).exists()  # the old marker went first
     assert not list(root.rglob("*.png"))
     monkeypatch.undo()
-    assert data.main(argv) == 0
+    assert data_command.main(argv) == 0
     assert len(list(root.rglob("*_leftImg8bit.png"))) == 4
 
 
@@ -805,7 +805,10 @@ def test_a_partial_set_is_refused_as_data_and_replaced_by_synthesize(tiny, tmp_p
 
 def test_synthesize_root_empty_writes_nothing_here(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert data.main(["synthesize", "--root", "", "--train", "1", "--val", "1"]) == 2
+    assert (
+        data_command.main(["synthesize", "--root", "", "--train", "1", "--val", "1"])
+        == 2
+    )
     one_error(capsys.readouterr().err, "empty path")
     assert not list(tmp_path.iterdir())
 
@@ -825,7 +828,7 @@ def test_synthesize_on_a_full_disk_leaves_nothing_partial(tmpfs, capsys):
         "--width",
         "128",
     ]
-    assert data.main(argv) == 1
+    assert data_command.main(argv) == 1
     one_error(capsys.readouterr().err, "No space left", "run it again")
     assert not (full / "ds").exists()
 

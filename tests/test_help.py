@@ -70,26 +70,9 @@ def test_help_is_light_and_every_option_says_what_it_does(argv):
     assert not undocumented(out), undocumented(out)
 
 
-# Parsers whose usage names a long list of choices in one word (a metavar would fold it)
-WIDE = {
-    ("ampbook.train",): "--compile's choices in one word of the usage",
-    ("ampbook.bench", "matmul"): "--shape-sizes SHAPE_SIZES [SHAPE_SIZES ...]",
-}
-
-
 @pytest.mark.parametrize(
     "argv",
-    [
-        pytest.param(
-            argv,
-            id=" ".join(argv),
-            marks=[pytest.mark.xfail(strict=False, reason=WIDE[argv])]
-            if argv in WIDE
-            else [],
-        )
-        for argv, why in COMMANDS
-        if why is None
-    ],
+    [pytest.param(argv, id=" ".join(argv)) for argv, why in COMMANDS if why is None],
 )
 def test_help_fits_80_columns(argv):
     code, out, _ = run_help(argv)

@@ -19,7 +19,7 @@ import pytest
 import torch
 from _cli import one_error
 
-from ampbook import data, evaluate, synthetic
+from ampbook import data, data_command, evaluate, synthetic
 from ampbook.bench import main as bench_main
 from ampbook.build import book, bookcheck, run
 from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
@@ -351,10 +351,10 @@ def test_synthesize_bad_arguments_write_nothing_and_a_retry_works(
         "--width",
         "64",
     ]
-    assert data.main([*base, *argv]) == 2
+    assert data_command.main([*base, *argv]) == 2
     one_error(capsys.readouterr().err, *words)
     assert not root.exists()
-    assert data.main(base) == 0
+    assert data_command.main(base) == 0
     assert (root / data.SYNTHETIC_MARKER).exists()
 
 
@@ -362,7 +362,7 @@ def test_synthesize_root_is_a_file(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert (
-        data.main(
+        data_command.main(
             [
                 "synthesize",
                 "--root",
@@ -409,9 +409,9 @@ def test_synthesize_stopped_half_way_leaves_nothing_that_blocks_a_retry(
         "64",
     ]
     monkeypatch.setattr(synthetic, "synthetic_pair", failing)
-    assert data.main(argv) == 1
+    assert data_command.main(argv) == 1
     one_error(capsys.readouterr().err, "No space left", "run it again")
     assert not (root / "leftImg8bit").exists() and not (root / "gtFine").exists()
     monkeypatch.setattr(synthetic, "synthetic_pair", real)
-    assert data.main(argv) == 0
+    assert data_command.main(argv) == 0
     assert len(list((root / "leftImg8bit").rglob("*.png"))) == 4

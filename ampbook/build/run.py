@@ -39,6 +39,7 @@ import yaml
 
 from ampbook import cli
 from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
+from ampbook.words import plural
 
 PROFILES = ("smoke", "cpu", "gpu")
 # Files a kernel (and the runner's side of its sockets) has open at once, with room to
@@ -763,7 +764,7 @@ def run_notebooks(
             raise RunError(f"{source.stem}: {err}") from None
     apply_overrides(plans, overrides or {})
     runs: list[NotebookRun] = []
-    log(f"profile {profile}: {len(plans)} notebook(s) -> {out_dir}")
+    log(f"profile {profile}: {plural(len(plans), 'notebook')} -> {out_dir}")
     finished = False
     try:
         for n, (source, params, _) in enumerate(plans, 1):

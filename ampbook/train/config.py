@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ampbook import cli
 from ampbook.modes import MODES, TF32_MODE
+from ampbook.words import plural
 
 CLASS_WEIGHTS = ("none", "enet")
 DATA_CACHES = ("none", "host", "device")
@@ -215,6 +216,7 @@ class TrainConfig:
             "timed apart (epoch compile_s, kept out of step_s). Inductor needs a C++ "
             "compiler on a CPU and Triton on a GPU",
             choices=COMPILE_MODES,
+            metavar="MODE",
         ),
     )
     data_cache: str = field(
@@ -536,7 +538,7 @@ def validate(cfg: TrainConfig) -> Resolved:
     ):
         raise ConfigError(
             f"device {device} does not exist: this machine has "
-            f"{torch.cuda.device_count()} CUDA device(s)"
+            f"{plural(torch.cuda.device_count(), 'CUDA device')}"
         )
 
     if cfg.fused_optimizer and device.type not in fused_devices():
