@@ -503,7 +503,10 @@ def command(prog: str) -> Callable:
                     code = main(argv)
                     if _state["held"] is not None:  # main ended before it was raised
                         _state["held"] = None
-                        raise Terminated() if terminated() else KeyboardInterrupt()
+                        # ...unless its re-delivery reached the command's own handler
+                        # (build.run's) and main answered with the stop's status
+                        if code not in (EXIT_SIGINT, EXIT_SIGTERM):
+                            raise Terminated() if terminated() else KeyboardInterrupt()
                 except KeyboardInterrupt as err:
                     _hold_further_stops()  # a second signal: still 130/143
                     say(

@@ -196,7 +196,7 @@ def test_bookcheck_fails_each_planted_page_naming_what_and_by_how_much(
     [problem] = table.problems
     assert problem.startswith("table cut off at 1000 px: ")
     assert "planted header" in problem and "first hidden: 'column_" in problem
-    assert re.search(r"\d+ cell\(s\) hidden in its scroll box, \d+ px", problem)
+    assert re.search(r"\d+ cells? hidden in its scroll box, \d+ px", problem)
 
     output = reports["97_output"]
     assert output.clipped == {"output": 1}

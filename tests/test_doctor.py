@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampbook import doctor
+from ampbook import cli, doctor
 from ampbook.memory import saved_for_backward
 from ampbook.paths import REPO_ROOT
 from tests._cli import one_error
@@ -465,7 +465,9 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
     text = m.read_text()
     out = capsys.readouterr().out
     assert out.index("Expected AMP") < out.index("## 1. Coverage")
-    assert " ".join(out.split()) == " ".join(text.split())  # the same, wrapped
+    # the same text, wrapped, with the Markdown escapes read as their characters
+    assert " ".join(out.split()) == " ".join(cli.terminal_text(text, 10**6).split())
+    assert "\\_" in text and "\\_" not in out
     for title in (
         "1. Coverage",
         "2. Memory",

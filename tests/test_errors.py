@@ -119,8 +119,12 @@ def _commands() -> dict[str, str]:
             target = re.search(r"from (ampbook[\w.]*) import main", text)
             assert target, f"{path}: a __main__ that does not call a main()"
             found[module.removesuffix(".__main__")] = target.group(1)
-        elif re.search(r"^if __name__ == .__main__.:", text, re.M):
-            found[module] = module
+        elif block := re.search(r"^if __name__ == .__main__.:.*", text, re.M):
+            # the command answering before heavy imports: its main lives elsewhere
+            target = re.match(
+                r".*\n\s+from (ampbook[\w.]*) import main", text[block.start() :]
+            )
+            found[module] = target.group(1) if target else module
     return found
 
 

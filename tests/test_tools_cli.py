@@ -303,7 +303,7 @@ def test_evaluate_on_cuda_without_cuda(val_root, tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["--batch-size", "0"], ["--batch-size must be at least 1"]),
+        (["--batch-size", "0"], ["--batch-size", "must be at least 1"]),
         (["--height", "12"], ["--height/--width", "multiple of 8"]),
         (
             ["--low-width", "8", "--low-height", "8"],

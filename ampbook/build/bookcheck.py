@@ -183,7 +183,12 @@ def check_book(
         )
     reports: list[PageReport] = []
     page_info: dict[Path, dict] = {}
-    with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile_dir:
+    # Chromium's children can still be writing its profile as a stop ends the check:
+    # the folder's removal then must not replace the stop with "Directory not empty".
+    profile = tempfile.TemporaryDirectory(
+        prefix="ampbook-chromium-", ignore_cleanup_errors=True
+    )
+    with sync_playwright() as pw, profile as profile_dir:
         try:
             browser = pw.chromium.launch_persistent_context(
                 profile_dir,
