@@ -795,7 +795,9 @@ def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> s
             where = where.relative_to(REPO_ROOT)
         return f"no GPU results committed under {where}/ (no file {RESULTS_PATTERN})."
     names = sorted({record_device(r) for r in records})
-    return f"{plural(len(records), 'committed result file')}, from: {', '.join(names)}."
+    return (
+        f"{plural(len(records), 'committed result file')}, from the {', '.join(names)}."
+    )
 
 
 def sweep_provenance(record: dict) -> str:

@@ -155,6 +155,14 @@ def run_profile() -> str | None:
     return os.environ.get(RUN_PROFILE_VAR) or None
 
 
+# What a profile's numbers are, said beside its name where it is not the real experiment
+# (notebooks/profiles.yml sizes each).
+PROFILE_NOTES = {
+    "smoke": " (tiny sizes that check the chapter runs: its numbers show the method, "
+    "not results at scale)",
+}
+
+
 def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     """One sentence for the top of a chapter: "Ran on <device> (<n> CPU threads), torch
     X[, CUDA Y, cuDNN Z], with the <profile> profile, <date>.". The CUDA and cuDNN
@@ -176,7 +184,7 @@ def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     if on_gpu and cudnn_version_text(info.get("cudnn")):
         soft.append(f"cuDNN {cudnn_version_text(info['cudnn'])}")
     how = (
-        f"with the {profile} profile"
+        f"with the {profile} profile" + PROFILE_NOTES.get(profile, "")
         if profile
         else "by hand, with the parameters cell's values"
     )

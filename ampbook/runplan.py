@@ -194,7 +194,7 @@ def fit_run(
     val_s = epoch_seconds(step_s, 0, val_images, batch_size)
     steps = max(min_batches, int((budget_s - val_s) // step_s))
     images = min(train_images, steps * batch_size)
-    cut = f"1 of {epochs} epochs on {images} of {train_images} images"
+    cut = f"1 epoch of the {epochs} planned, on {_images_text(images, train_images)}"
     if size is None:
         return RunPlan(precision, images, 1, f"{cut}: {why}")
     height, width = size
@@ -210,14 +210,21 @@ def fit_run(
     val_s = epoch_seconds(s, 0, val_images, batch_size)
     steps = max(min_batches, int((budget_s - val_s) // s))
     images = min(train_images, steps * batch_size)
+    on = _images_text(images, train_images)
     return RunPlan(
         precision,
         images,
         1,
-        f"{w}x{h} images, 1 of {epochs} epochs on {images} of {train_images}: {why}",
+        f"{w}x{h} images: 1 epoch of the {epochs} planned, on {on}: {why}",
         h,
         w,
     )
+
+
+def _images_text(images: int, train_images: int) -> str:
+    if images == train_images:
+        return f"all {train_images} training images"
+    return f"{images} of the {train_images} training images"
 
 
 def plan_runs(

@@ -23,6 +23,7 @@ from ampbook.results import (  # noqa: F401  (defined where the profiles are rea
 )
 
 LOADER_BOUND_SHARE = 0.5  # a loop waiting this share of its time is the loader's
+SAME_WITHIN = 0.05  # step ratios this close to 1 are not called faster or slower
 
 
 def speed_verdict(pair, probe=None) -> str:
@@ -32,7 +33,13 @@ def speed_verdict(pair, probe=None) -> str:
     kernels PyTorch runs, so nothing is read from them."""
     amp, base = pair.amp, pair.baseline
     ratio = amp.step_s / base.step_s
-    way = "faster" if ratio < 1 else "slower"
+    if abs(ratio - 1) < SAME_WITHIN:
+        way = (
+            f"about the same: within {SAME_WITHIN:.0%}, and one pair of runs "
+            "measures no spread to tell a smaller difference by"
+        )
+    else:
+        way = "faster" if ratio < 1 else "slower"
     text = (
         f"On {_name(pair)}, the {amp.mode_label} step took {ratio:.2f} "
         f"times the time of the {base.mode_label} step ({way})."

@@ -568,7 +568,9 @@ else:
               "skips none): those batches did not update the AMP run's weights.")
     curves = "(the curves)"
     skips = (f"with {a.skipped_steps} of the AMP run's {updated + a.skipped_steps} "
-             "steps skipped by GradScaler")
+             "steps skipped by GradScaler" if a.precision == "amp-fp16" else
+             f"with every step of the AMP run applied ({a.mode_label} trains "
+             "without GradScaler)")
 glue_all(ch3_differ=md(differ), ch3_curves=md(curves), ch3_skips=skips)
 
 # %% [markdown]

@@ -244,7 +244,7 @@ def test_records_verdict_and_table(tmp_path):
     rows = records_table([rec], load_devices())
     assert len(rows) == 1 and rows[0][:3] == ["H100 SXM", "fp16", 8192]
     assert rows[0][5] == pytest.approx(rows[0][3] / 989.4)
-    assert "1 committed result file, from: H100 SXM." == records_verdict([rec])
+    assert "1 committed result file, from the H100 SXM." == records_verdict([rec])
 
 
 # ---- where mixed precision pays: convolutions beside matmuls -------------------------

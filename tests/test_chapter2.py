@@ -15,7 +15,7 @@ def test_chapter2_shows_the_fixture_gpu_sweep(tmp_path):
     text = output_text(execute_with_fixtures("2", tmp_path))
     records = [s.record for s in results.load_results_dir(FIXTURES).matmul_sweeps]
     assert len(records) == 1
-    assert "1 committed result file, from: Fixture GPU (fictitious)." in text
+    assert "1 committed result file, from the Fixture GPU (fictitious)." in text
     assert bm.sweep_provenance(records[0]) in text
     assert bm.sweep_summary(records[0], load_devices()) in text
     table = bm.records_table(records, load_devices())

@@ -21,7 +21,7 @@ def test_a_slow_run_loses_epochs_first_then_images():
     assert (small.train_images, small.epochs) == (
         10,
         1,
-    ) and "10 of 24 images" in small.note
+    ) and "10 of the 24 training images" in small.note
     floor = fit_run("amp-fp16", 100.0, 24, 4, 8, 2, budget_s=20)
     assert (floor.train_images, floor.epochs) == (4, 1)  # never below 2 batches
 
@@ -63,7 +63,7 @@ def test_a_run_that_does_not_fit_even_small_trains_smaller_images():
     # 100 s a step at 128x256: two steps and validation fit 20 s only at 1/16 the pixels
     plan = fit_run("amp-fp16", 100.0, 24, 4, 8, 2, budget_s=20, size=(128, 256))
     assert (plan.height, plan.width) == (16, 32) and plan.epochs == 1
-    assert plan.note.startswith("32x16 images, 1 of 4 epochs on")
+    assert plan.note.startswith("32x16 images: 1 epoch of the 4 planned, on")
     assert plan.size(128, 256) == (16, 32)
     step = 100.0 * 16 * 32 / (128 * 256)
     assert epoch_seconds(step, plan.train_images, 8, 2) <= 20

@@ -33,8 +33,18 @@ def test_gpu_pair_says_faster_or_slower_by_the_step_ratio():
     text = speed_verdict(p)
     ratio = p.amp.step_s / p.baseline.step_s
     assert f"{ratio:.2f} times" in text and p.setting.device_name in text
-    assert ("faster" if ratio < 1 else "slower") in text
+    assert abs(ratio - 1) >= 0.05 and ("faster" if ratio < 1 else "slower") in text
     assert "probe" not in text  # no CPU sentence for a GPU pair
+
+
+def test_a_step_ratio_within_five_percent_is_about_the_same_not_faster():
+    p = _pair("amp-fp16")
+    for factor, word in ((0.99, "about the same"), (1.03, "about the same")):
+        amp = dataclasses.replace(p.amp, step_s=p.baseline.step_s * factor)
+        text = speed_verdict(dataclasses.replace(p, amp=amp))
+        assert word in text and "faster" not in text and "slower" not in text
+    amp = dataclasses.replace(p.amp, step_s=p.baseline.step_s * 0.9)
+    assert "(faster)" in speed_verdict(dataclasses.replace(p, amp=amp))
 
 
 def test_cpu_pair_reports_the_kernel_probe_not_the_flags():

@@ -167,12 +167,17 @@ class TrainConfig:
     flip: bool = field(
         default=False, metadata=_opt("random horizontal flips of training images")
     )
-    lr: float = field(default=5e-4, metadata=_opt("Adam learning rate (ERFNet: 5e-4)"))
+    lr: float = field(
+        default=5e-4,
+        metadata=_opt("Adam learning rate (the value ERFNet was trained with)"),
+    )
     weight_decay: float = field(
-        default=1e-4, metadata=_opt("Adam weight decay (ERFNet: 1e-4)")
+        default=1e-4,
+        metadata=_opt("Adam weight decay (the value ERFNet was trained with)"),
     )
     poly_power: float = field(
-        default=0.9, metadata=_opt("poly decay power per epoch (ERFNet: 0.9)")
+        default=0.9,
+        metadata=_opt("poly decay power per epoch (the value ERFNet was trained with)"),
     )
     class_weights: str = field(
         default="none",
@@ -689,9 +694,10 @@ def check_resumable(saved: dict, cfg: TrainConfig) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI, one option per ``TrainConfig`` field."""
-    parser = argparse.ArgumentParser(
+    parser = cli.ArgumentParser(
         prog="python -m ampbook.train",
         description="Train ERFNet in fp32 or with AMP and record the run as JSON.",
+        formatter_class=cli.HelpFormatter,
     )
     for f in dataclasses.fields(TrainConfig):
         meta = dict(f.metadata)
@@ -741,8 +747,7 @@ def command_line(cfg: TrainConfig) -> str:
 
 
 def config_from_args(argv: list[str] | None = None) -> TrainConfig:
-    parser = build_parser()
-    parser.__class__ = cli.ArgumentParser  # a bad option: one error line
+    parser = build_parser()  # a bad option: one error line (cli.ArgumentParser)
     parser.set_defaults(tf32=None)  # given or not: --precision fp32-tf32 --tf32 off
     args = vars(parser.parse_args(argv))
     if args["progress"] is not None:
