@@ -292,8 +292,8 @@ print(f"fp16: first loss at {f16_some:g}, nearly all from {f16_all:g}; "
 # more of them from {glue:text}`f16_all:.0f`; in between it depends on where the weight sits
 # in its power-of-two interval (the gap is the same across the interval, the weight is not).
 # bf16, with 7 mantissa bits instead of 10, starts losing updates at
-# {glue:text}`b16_some:.0f` and loses nearly all from {glue:text}`b16_all:.0f`. fp32 loses
-# a fraction {glue:text}`f32_lost:.0%` of them in this range. This is why an optimizer step
+# {glue:text}`b16_some:.0f` and loses nearly all from {glue:text}`b16_all:.0f`. fp32 loses at
+# most {glue:text}`f32_lost:.0%` of them in this range. This is why an optimizer step
 # must not add updates to fp16 weights. With PyTorch's native AMP the weights are never fp16
 # in the first place: the parameters stay fp32, autocast casts them to fp16 for each op that
 # runs in fp16, and the optimizer adds the updates to the fp32 parameters
