@@ -2391,11 +2391,26 @@ def first_screen(report: dict[str, Any]) -> str:
     shape = "x".join(map(str, report.get("input") or []))
     what = f"batch {report['batch']}" + (f" x {shape}" if shape else "")
     step = "forward pass" if report.get("backward") is False else "training step"
+    families = {r.get("family") for r in best.values()}
+    if families == {"tf32"}:
+        base = "fp32 with TF32 (fp32-tf32)"
+    elif "tf32" in families:
+        base = "fp32 (with TF32, fp32-tf32, on the GPUs that have it)"
+    else:
+        base = "fp32 (no TF32 on these GPUs)"
+    precs = list(dict.fromkeys(r["precision"] for r in ranges))
+    which = (
+        f"{precs[0]} on each GPU (section 5 has its detail)"
+        if len(precs) == 1
+        else "the faster AMP precision of each GPU (section 5 has "
+        + ("both" if len(precs) == 2 else f"all {len(precs)}")
+        + ")"
+    )
     lines = [
-        f"Expected AMP {step} speedup over fp32 per GPU, predicted for {what}, "
+        f"Expected AMP {step} speedup over {base} per GPU, predicted for {what}, "
         f"both precisions in {fmt} ({_layout_text([fmt, fmt])}), calibrated on "
-        "measured references; "
-        "the faster AMP precision of each GPU (section 5 has every one):",
+        "committed layer profiles and published training throughputs; "
+        f"{which}:",
         "",
     ]
     lines += [_screen_line(r) for r in best.values()]

@@ -123,6 +123,10 @@ def test_report_sections_on_a_user_classifier(report):
     assert [c["source"] for c in report["verdict"]["upper_bounds"]] == [
         "upper bound"
     ] * 2
+    # the V100 has no TF32: the first screen does not call its baseline fp32-tf32
+    assert "over fp32 (with TF32, fp32-tf32, on the GPUs that have it)" in (
+        doctor.first_screen(report)
+    )
 
 
 def test_memory_at_the_requested_size_is_the_real_count():
@@ -407,6 +411,12 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     assert len(head) <= 24 and all(len(x) <= 80 for x in head), head
     gpus = [x for x in head if x.startswith("- ")]
     assert [x.split(":")[0] for x in gpus] == ["- A100 SXM 80GB", "- H200 SXM"]
+    # the baseline named as what it is (TF32 on both GPUs), the references as what
+    # they are, and the count of AMP precisions in section 5
+    prose = " ".join(head)
+    assert "speedup over fp32 with TF32 (fp32-tf32) per GPU" in prose
+    assert "committed layer profiles and published training throughputs" in prose
+    assert "(section 5 has both):" in prose
     for x in gpus:
         assert "x (" in x and x.count("x to") == 1
         assert any(
