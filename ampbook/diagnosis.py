@@ -240,14 +240,20 @@ def _shape_text(shape: Sequence[int]) -> str:
 
 
 def parse_precisions(text: str | Sequence[str]) -> list[str]:
-    """The precisions asked for; fp32 (the baseline) is always among them."""
+    """The precisions asked for; the baseline is always among them, named "fp32" in
+    the list returned (and the report's JSON). The doctor's baseline is fp32 with TF32
+    on for convolutions and matrix products where the GPU has TF32, so its mode name,
+    ``fp32-tf32`` (``modes.TF32_MODE``), is accepted for it, and so is ``fp32``."""
+    from ampbook.modes import TF32_MODE
+
     items = text.split(",") if isinstance(text, str) else list(text)
     items = [p.strip() for p in items if p.strip()]
-    bad = [p for p in items if p not in PRECISIONS]
+    bad = [p for p in items if p not in (TF32_MODE, *PRECISIONS)]
     if bad or not items:
         raise DoctorError(
             f"--precisions {','.join(items) or repr(text)}: unknown {bad or 'empty'}; "
-            f"choose from {','.join(PRECISIONS)}"
+            f"choose from {','.join((TF32_MODE, *AMP_PRECISIONS))} ({TF32_MODE}, the "
+            "baseline, may also be written fp32)"
         )
     return ["fp32"] + [p for p in AMP_PRECISIONS if p in items]
 

@@ -428,14 +428,32 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
 
 def test_help_names_every_choice_and_each_option_has_help():
     from ampbook import costmodel, diagnosis
+    from ampbook.modes import TF32_MODE
     from ampbook.precision import PRECISIONS
 
     parser = doctor.build_parser()
     text = parser.format_help()
-    for name in (*PRECISIONS, *costmodel.MEMORY_FORMATS, *diagnosis.LOSSES):
+    for name in (TF32_MODE, *PRECISIONS, *costmodel.MEMORY_FORMATS, *diagnosis.LOSSES):
         assert name in text, name
+    assert "fp32-tf32, the baseline, is always included" in " ".join(text.split())
     for action in parser._actions:
         assert action.help, action.option_strings
+
+
+def test_the_baseline_is_accepted_by_its_mode_name(capsys):
+    """The doctor's fp32 has TF32 on: --precisions takes fp32-tf32 for it (and fp32,
+    the same baseline); the report's JSON still names it fp32."""
+    assert doctor.parse_precisions("fp32-tf32,amp-bf16") == ["fp32", "amp-bf16"]
+    assert doctor.parse_precisions("fp32,amp-bf16") == ["fp32", "amp-bf16"]
+    assert doctor.parse_precisions("amp-fp16") == ["fp32", "amp-fp16"]
+    with pytest.raises(doctor.DoctorError, match="choose from fp32-tf32,amp-fp16"):
+        doctor.parse_precisions("fp32-tf16")
+    argv = ["--model", "tests.test_doctor:tiny_classifier", "--input", "3,8,8",
+            "--batch", "2", "--gpus", "h200", "--no-measure",
+            "--precisions", "fp32-tf32,amp-fp16"]  # fmt: skip
+    assert doctor.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "H200 SXM: amp-fp16" in out and "amp-bf16" not in out
 
 
 @pytest.mark.parametrize(
