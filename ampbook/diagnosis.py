@@ -2295,6 +2295,35 @@ def references_table(rng: dict[str, Any]) -> str:
     )
 
 
+def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
+    """Per GPU and AMP precision: the AMP step's kernels, its launch floor (predicted:
+    kernels x the assumed host time per kernel), its calibrated kernel time (predicted:
+    the median reference's) and the word ``bound_text`` gives; None without a floor."""
+    from ampbook.plots import md_table_text
+
+    rows = [
+        (
+            r["gpu_name"],
+            r["precision"],
+            r["launch"]["amp_kernels"],
+            r["launch"]["amp_floor_s"] * 1e3,
+            r["launch"]["amp_kernel_s"] * 1e3,
+            r["launch"]["amp_floor_s"] / r["launch"]["amp_kernel_s"],
+            bound_text(r),
+        )
+        for r in ranges
+        if (r.get("launch") or {}).get("amp_kernel_s")
+    ]
+    if not rows:
+        return None
+    return md_table_text(
+        rows,
+        ["GPU", "AMP", "AMP kernels", "launch floor (ms)",
+         "calibrated kernel time (ms)", "floor / kernel time", "word"],  # fmt: skip
+        [None, None, None, ".3f", ".3f", ".2f", None],
+    )
+
+
 def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     from ampbook.plots import md_table_text
 
@@ -2313,6 +2342,16 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
         text += (
             f"\n\nLaunch floor: {fl['per_kernel_s'] * 1e6:.2g} µs of host time per "
             f"kernel (the smallest element-wise calls measured on {fl['source']})."
+        )
+    floors = launch_table(ver["ranges"])
+    if floors:
+        text += (
+            "\n\nThe launch floor (AMP's kernels times the host time per kernel "
+            "below) beside the calibrated AMP kernel time (the median reference's), "
+            "both predicted, per GPU: the first screen's launch-bound when a floor is "
+            "longer than its kernel time (AMP's or fp32's), near the launch floor when "
+            f"AMP's is at least {NEAR_FLOOR:.0%} of it, else its word from the "
+            "roofline:\n\n" + floors
         )
     text += "\n\nWhat to try, per GPU:\n\n" + md_table_text(
         [
@@ -2347,13 +2386,32 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [p for p in parts if p is not None]
 
 
+# The AMP step is "near the launch floor" when its floor is at least this share of its
+# calibrated kernel time (``bound_text``): the roofline's word would not hold there.
+NEAR_FLOOR = 0.8
+
+BOUND_WORDS_TEXT = (
+    "The last word is one of two tests: launch-bound or near the launch floor when "
+    f"the launch floor is at least {NEAR_FLOOR:.0%} of the calibrated AMP kernel "
+    "time (section 5 prints both), else memory- or compute-bound by the larger share "
+    "of the roofline bound (section 3)."
+)
+
+
 def bound_text(r: dict[str, Any]) -> str:
-    """What bounds one range's AMP step, in a word: launch-bound (the kernels' host
-    time, ``calibration.launch_floor``, is longer than their predicted time),
-    memory-bound or compute-bound (the larger share of the predicted bound)."""
+    """What bounds one range's AMP step, in a word, by one of two tests. First the
+    launch floor against the calibrated kernel time (the median reference's,
+    ``calibration.calibrated_range``): launch-bound when the kernels' host time
+    (``calibration.launch_floor``) is longer than their calibrated time (AMP's or
+    fp32's), near the launch floor when AMP's floor is at least ``NEAR_FLOOR`` of
+    AMP's calibrated kernel time. Otherwise the roofline: memory-bound or
+    compute-bound by the larger share of the predicted bound."""
     launch = r.get("launch") or {}
     if launch.get("amp_bound") or launch.get("fp32_bound"):
         return "launch-bound"
+    kernel = launch.get("amp_kernel_s")
+    if kernel and launch.get("amp_floor_s", 0) >= NEAR_FLOOR * kernel:
+        return "near the launch floor"
     share = r.get("memory_bound_share")
     if share is None:
         return ""
@@ -2420,6 +2478,8 @@ def first_screen(report: dict[str, Any]) -> str:
         "",
     ]
     lines += [_screen_line(r) for r in best.values()]
+    if any(bound_text(r) for r in best.values()):
+        lines += ["", BOUND_WORDS_TEXT]
     for w in report.get("warnings", []):
         lines.append(f"- warning: {w}")
     return "\n".join(lines) + "\n"

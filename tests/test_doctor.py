@@ -274,6 +274,31 @@ def test_speedup_range_verdict():
     assert amp["source"] == "measured (committed)" and amp["gain"] == 1.05
 
 
+def test_the_bound_word_says_which_test_gave_it():
+    """Launch-bound (a floor longer than its calibrated kernel time) and near the
+    launch floor (AMP's floor at least NEAR_FLOOR of it) before the roofline's word;
+    section 5 prints the floor beside the kernel time the word was read from."""
+    launch = {"amp_kernels": 291, "amp_floor_s": 2.790e-3, "amp_kernel_s": 2.809e-3,
+              "amp_bound": False, "fp32_bound": False}  # fmt: skip
+    r = {"gpu_name": "G", "precision": "amp-bf16", "memory_bound_share": 0.9,
+         "launch": launch}  # fmt: skip
+    assert doctor.bound_text(r) == "near the launch floor"
+    far = dict(launch, amp_kernel_s=2.790e-3 / (doctor.NEAR_FLOOR * 0.99))
+    assert doctor.bound_text(dict(r, launch=far)) == "memory-bound"
+    assert doctor.bound_text(dict(r, launch=far, memory_bound_share=0.2)) == (
+        "compute-bound"
+    )
+    assert doctor.bound_text(dict(r, launch=dict(launch, amp_bound=True))) == (
+        "launch-bound"
+    )
+    table = doctor.launch_table([r, dict(r, launch=far, gpu_name="F")])
+    rows = [x for x in table.splitlines() if x.startswith(("| G |", "| F |"))]
+    assert rows[0].rstrip(" |").split(" | ")[3:7] == ["2.790", "2.809", "0.99",
+                                        "near the launch floor"]  # fmt: skip
+    assert rows[1].endswith("| memory-bound |")
+    assert doctor.launch_table([dict(r, launch=None)]) is None
+
+
 def test_resolve_gpus_short_names():
     assert doctor.resolve_gpus("h200,A100") == ["h200-sxm", "a100-sxm-80gb"]
     assert doctor.resolve_gpus("rtx3070-laptop") == ["rtx3070-laptop"]
