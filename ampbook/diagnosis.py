@@ -1301,16 +1301,24 @@ def speedup_range_verdict(
             added.append(f"the layout transposes assumed in NCHW {transposes}")
         more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
         if added and more:
-            added.append(f"other operators {more:+d}")
+            count = plural(abs(more), "other operator").split(" ", 1)
+            added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
         cast = (
             f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
             if added and which == "AMP's"
             else ""
         )
+        assumed = (
+            "; each layout transpose assumed to cost an eager operator's host time"
+            if transposes and which == "AMP's"
+            else ""
+        )
         line += (
             f" Launch-bound: {which} {kernels} kernels{cast} need at least "
-            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each, "
-            "longer than their calibrated kernel time."
+            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
+            f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
+            f"and assumed on every GPU{assumed}), longer than their calibrated "
+            "kernel time."
         )
     return line
 
@@ -2341,7 +2349,10 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     if fl:
         text += (
             f"\n\nLaunch floor: {fl['per_kernel_s'] * 1e6:.2g} µs of host time per "
-            f"kernel (the smallest element-wise calls measured on {fl['source']})."
+            f"kernel (the smallest element-wise calls measured on {fl['source']}), "
+            "assumed the same on every GPU and for every kernel counted, cuDNN's "
+            "layout transposes included (counted as if each cost an eager "
+            "operator's host time)."
         )
     floors = launch_table(ver["ranges"])
     if floors:

@@ -249,7 +249,15 @@ def test_speedup_range_verdict():
     )
     # every AMP kernel is accounted for: fp32's, the casts, the transposes, the rest
     want = "190 kernels (fp32's 100; its casts add 50, the layout transposes assumed "
-    assert want + "in NCHW 30, other operators +10)" in bound
+    assert want + "in NCHW 30, 10 more other operators)" in bound
+    # the floor's assumptions are stated: one machine's host time, on every GPU,
+    # and a transpose costed as an eager operator
+    assert "assumed on every GPU; each layout transpose assumed" in bound
+    fewer = doctor.speedup_range_verdict(
+        "G", "amp-fp16", dict(rng, launch=dict(launch, amp_kernels=96)), casts=50,
+        transposes=30,
+    )
+    assert "in NCHW 30, 84 fewer other operators)" in fewer and "-84" not in fewer
     assert "(fp32's 100; its casts add 50)" in doctor.speedup_range_verdict(
         "G", "amp-fp16", dict(rng, launch=dict(launch, amp_kernels=150)), casts=50
     )
