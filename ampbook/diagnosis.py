@@ -1152,16 +1152,19 @@ def measure(
                 )[0]
                 if fp16.get("step_s"):
                     fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
+                against = "fp32's median step"
             else:
                 pair = _cpu_rounds(
                     model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1, tell, backward
                 )
                 fp16 = pair[1]
+                against = "one fp32 step there"
             fp16["input"], fp16["batch"] = list(tiny), 2
+            fp16["against"] = against
             if fp16.get("speedup"):
                 fp16["note"] = (
-                    f"timed at batch 2 x {_shape_text(tiny)} beside fp32 there "
-                    f"({fp16['speedup']:.2g}x fp32's speed)"
+                    f"one step at batch 2 x {_shape_text(tiny)}, a single timing "
+                    f"against {against} ({fp16['speedup']:.2g}x its speed)"
                 )
             order = list(precisions)
             rows = sorted(rows + [fp16], key=lambda r: order.index(r["precision"]))
@@ -1675,9 +1678,12 @@ def measured_verdict(measured: dict[str, Any]) -> str:
             parts.append(f"At {where} on this CPU: {measured['rounds_verdict']}")
         fp16 = measured.get("fp16")
         if fp16 and fp16.get("speedup"):
+            against = fp16.get("against") or "fp32's step"
             parts.append(
-                f"amp-fp16 ran at {fp16['speedup']:.2g}x fp32's speed at batch "
-                f"{fp16['batch']} x {_shape_text(fp16['input'])}."
+                f"One amp-fp16 step at batch {fp16['batch']} x "
+                f"{_shape_text(fp16['input'])}, a single timing on this machine, ran "
+                f"at {fp16['speedup']:.2g}x the speed of {against}: one timing, no "
+                "spread to judge by."
             )
         if not parts:
             return "On this CPU no AMP step was timed against fp32."
@@ -2244,7 +2250,13 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
             else None
         )
         row = [r["variant"], _ms(r.get("step_s")), _ms(r.get("min_step_s"))]
-        row += [of_medians, r.get("speedup")] if cpu else [r.get("speedup")]
+        ratio = r.get("speedup")
+        if cpu and r.get("samples") == 1 and r.get("step_s"):
+            # one timed step: no median, no fastest round, no median of ratios
+            row[1:] = [f"{_ms(r['step_s']):.1f} (one step)", None]
+            if ratio is not None and r["precision"] != "fp32":
+                ratio = f"{ratio:.2f} (one timing)"
+        row += [of_medians, ratio] if cpu else [ratio]
         rows.append(row + [r.get("note") or r["skipped"] or ""])
     n = me.get("rounds")
     if cpu:
@@ -2253,7 +2265,8 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
             f"step of the {n} rounds and the fastest of them; the speedups are "
             "fp32's time over this one's, from the medians beside them and as the "
             "median of the per-round ratios (the verdict reads the latter; the two "
-            "differ when the rounds drift)"
+            "differ when the rounds drift); a variant timed for one step says so in "
+            "its cells"
         )
         heads = [
             "variant",

@@ -366,6 +366,13 @@ def test_cpu_timing_table_says_what_each_number_is(report):
     ratio = rows["fp32"]["step_s"] / rows["amp-bf16"]["step_s"]
     assert cells[3] == f"{ratio:.2f}"  # the ratio of the medians shown beside it
     assert cells[4] == f"{rows['amp-bf16']['speedup']:.2f}"
+    # amp-fp16, timed for one step, says so in its cells and its sentence
+    assert rows["amp-fp16"]["samples"] == 1
+    line = next(x for x in text.splitlines() if x.startswith("| amp-fp16 "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1].endswith("(one step)") and cells[2] == "–"
+    assert cells[4] == f"{rows['amp-fp16']['speedup']:.2f} (one timing)"
+    assert "a single timing on this machine" in " ".join(text.split())
 
 
 def test_progress_lines_while_cpu_steps_are_timed():
@@ -633,7 +640,7 @@ def test_gain_verdict_follows_the_nearer_ratio(report):
 
 def test_measured_verdicts(report):
     line = doctor.measured_verdict(report["measured"])
-    assert line.startswith("At batch 2 x 3x8x8 on this CPU") and "amp-fp16 ran" in line
+    assert line.startswith("At batch 2 x 3x8x8 on this CPU") and "amp-fp16 step" in line
     fake = {"device": "cuda", "device_name": "x", "batch": 1, "input": [3, 8, 8]}
     for speed, words in ((1.5, "faster than fp32"), (1.02, "no difference"),
                          (0.5, "slower than fp32")):  # fmt: skip
