@@ -1675,7 +1675,9 @@ def measured_verdict(measured: dict[str, Any]) -> str:
     if measured["device"] != "cuda":
         parts = []
         if measured.get("rounds_verdict"):
-            parts.append(f"At {where} on this CPU: {measured['rounds_verdict']}")
+            said = measured["rounds_verdict"]
+            said = said[:1].lower() + said[1:]  # after the colon
+            parts.append(f"At {where} on this CPU: {said}")
         fp16 = measured.get("fp16")
         if fp16 and fp16.get("speedup"):
             against = fp16.get("against") or "fp32's step"
@@ -2261,8 +2263,9 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
     n = me.get("rounds")
     if cpu:
         how = (
-            f"{n} rounds taking turns (chapter 5's method): the time is the median "
-            f"step of the {n} rounds and the fastest of them; the speedups are "
+            f"{plural(n, 'round')} taking turns (chapter 5's method): the time is the "
+            f"median step of the {plural(n, 'round')} and the fastest of them; the "
+            "speedups are "
             "fp32's time over this one's, from the medians beside them and as the "
             "median of the per-round ratios (the verdict reads the latter; the two "
             "differ when the rounds drift); a variant timed for one step says so in "
@@ -2270,7 +2273,7 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
         )
         heads = [
             "variant",
-            f"median of {n} rounds (ms)",
+            f"median of {plural(n, 'round')} (ms)",
             "fastest round (ms)",
             "fp32 / this, medians (x)",
             "median of round ratios (x)",

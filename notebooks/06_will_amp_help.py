@@ -96,6 +96,7 @@ from ampbook.cpu_kernels import probe_conv
 from ampbook.devices import display_name
 from ampbook.plots import GIB, MIB, bar_style, glue_all, md, md_table, use_style
 from ampbook.results import load_results_dir
+from ampbook.words import plural
 
 use_style()
 devices = load_devices()
@@ -482,7 +483,7 @@ md_table([(display_name(g), *[round(need[(name, g)]) for name in reports])
 #
 # The doctor also times the runner's own step here. On a GPU it runs every variant at
 # the full size. On a CPU it times ERFNet at {glue:text}`ch6_measured_size` by chapter
-# 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds` rounds, and the
+# 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds`, and the
 # verdict reads the per-round ratios (the rounds disagree on a busy machine, and then no
 # difference is resolved). fp16 is timed at a tiny size beside fp32; its ratio is
 # printed as measured.
@@ -493,7 +494,7 @@ md(doctor.measured_table(me)[1])
 
 # %%
 glue_all(ch6_measured_size=f"batch {me['batch']} x {'x'.join(map(str, me['input']))}",
-         ch6_rounds=me.get("rounds") or 1)
+         ch6_rounds=plural(me.get("rounds") or 1, "round"))
 md(doctor.measured_verdict(me))
 
 # %% [markdown]
@@ -561,7 +562,8 @@ for q in pairs:
             [r for r in refs if r.model != "erfnet"], model="erfnet",
             batch=erf["batch"])
     gpu_rows.append((display_name(s.device_name), q.step_speedup, full, alone))
-print(f"{len(pairs)} committed GPU pairs (amp-fp16 against fp32 with TF32 on)")
+print(f"{plural(len(pairs), 'committed GPU pair')} (amp-fp16 against fp32 with TF32 "
+      "on)")
 
 # %% tags=["hide-input"]
 def _rng(v):
