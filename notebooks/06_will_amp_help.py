@@ -505,8 +505,8 @@ md_table([(display_name(g), *[round(need[(name, g)]) for name in reports])
 # the full size. On a CPU it times ERFNet at {glue:text}`ch6_measured_size` by chapter
 # 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds`, and the
 # verdict reads the per-round ratios (the rounds disagree on a busy machine, and then no
-# difference is resolved). fp16 is timed at a tiny size beside fp32; its ratio is
-# printed as measured.
+# difference is resolved). fp16 is timed for one step at a tiny size beside fp32; its
+# ratio is printed as that single timing, with no spread to judge it by.
 
 # %% tags=["hide-input"]
 me = reports["ERFNet"]["measured"]
