@@ -2374,7 +2374,7 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     if floors:
         text += (
             "\n\nThe launch floor (AMP's kernels times the host time per kernel "
-            "below) beside the calibrated AMP kernel time (the median reference's), "
+            "above) beside the calibrated AMP kernel time (the median reference's), "
             "both predicted, per GPU: the first screen's launch-bound when a floor is "
             "longer than its kernel time (AMP's or fp32's), near the launch floor when "
             f"AMP's is at least {NEAR_FLOOR:.0%} of it, else its word from the "
@@ -2418,10 +2418,10 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
 NEAR_FLOOR = 0.8
 
 BOUND_WORDS_TEXT = (
-    "The last word is one of two tests: launch-bound or near the launch floor when "
-    f"the launch floor is at least {NEAR_FLOOR:.0%} of the calibrated AMP kernel "
-    "time (section 5 prints both), else memory- or compute-bound by the larger share "
-    "of the roofline bound (section 3)."
+    "The last word comes from one of two tests: launch-bound when the launch floor "
+    "is longer than the calibrated kernel time, near the launch floor when it is at "
+    f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
+    "compute-bound by the larger share of the roofline bound (section 3)."
 )
 
 
