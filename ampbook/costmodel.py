@@ -1632,7 +1632,10 @@ def setting_verdict(
 
 
 def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
-    """Read repeated speedups (fp32 time / other time, one per round) in one line."""
+    """Read repeated speedups (fp32 time / other time, one per round) in one line; a
+    single round is read as one timing, with no spread to judge by."""
+    from ampbook.words import plural
+
     if not ratios:
         raise ValueError("no speedups to read: time at least one round")
     lo, hi = min(ratios), max(ratios)
@@ -1642,7 +1645,13 @@ def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
         else (sum(sorted(ratios)[len(ratios) // 2 - 1 : len(ratios) // 2 + 1]) / 2)
     )
     n = len(ratios)
-    rounds = f"{n} round{'s' if n != 1 else ''}"
+    if n == 1:  # one ratio: no median, no spread, no "every round"
+        way = "faster than" if lo > 1 else "slower than" if lo < 1 else "as fast as"
+        return (
+            f"{name} was {way} fp32 in the one round timed ({lo:.2f}x); one round: "
+            "no spread to judge by."
+        )
+    rounds = plural(n, "round")
     spread = f"median {med:.2f}x, {rounds} from {lo:.2f}x to {hi:.2f}x"
     if hi < 1:
         return f"{name} was slower than fp32 in every round ({spread})."

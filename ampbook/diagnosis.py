@@ -240,14 +240,20 @@ def _shape_text(shape: Sequence[int]) -> str:
 
 
 def parse_precisions(text: str | Sequence[str]) -> list[str]:
-    """The precisions asked for; fp32 (the baseline) is always among them."""
+    """The precisions asked for; the baseline is always among them, named "fp32" in
+    the list returned (and the report's JSON). The doctor's baseline is fp32 with TF32
+    on for convolutions and matrix products where the GPU has TF32, so its mode name,
+    ``fp32-tf32`` (``modes.TF32_MODE``), is accepted for it, and so is ``fp32``."""
+    from ampbook.modes import TF32_MODE
+
     items = text.split(",") if isinstance(text, str) else list(text)
     items = [p.strip() for p in items if p.strip()]
-    bad = [p for p in items if p not in PRECISIONS]
+    bad = [p for p in items if p not in (TF32_MODE, *PRECISIONS)]
     if bad or not items:
         raise DoctorError(
             f"--precisions {','.join(items) or repr(text)}: unknown {bad or 'empty'}; "
-            f"choose from {','.join(PRECISIONS)}"
+            f"choose from {','.join((TF32_MODE, *AMP_PRECISIONS))} ({TF32_MODE}, the "
+            "baseline, may also be written fp32)"
         )
     return ["fp32"] + [p for p in AMP_PRECISIONS if p in items]
 
@@ -1146,16 +1152,19 @@ def measure(
                 )[0]
                 if fp16.get("step_s"):
                     fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
+                against = "fp32's median step"
             else:
                 pair = _cpu_rounds(
                     model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1, tell, backward
                 )
                 fp16 = pair[1]
+                against = "one fp32 step there"
             fp16["input"], fp16["batch"] = list(tiny), 2
+            fp16["against"] = against
             if fp16.get("speedup"):
                 fp16["note"] = (
-                    f"timed at batch 2 x {_shape_text(tiny)} beside fp32 there "
-                    f"({fp16['speedup']:.2g}x fp32's speed)"
+                    f"one step at batch 2 x {_shape_text(tiny)}, a single timing "
+                    f"against {against} ({fp16['speedup']:.2g}x its speed)"
                 )
             order = list(precisions)
             rows = sorted(rows + [fp16], key=lambda r: order.index(r["precision"]))
@@ -1295,16 +1304,24 @@ def speedup_range_verdict(
             added.append(f"the layout transposes assumed in NCHW {transposes}")
         more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
         if added and more:
-            added.append(f"other operators {more:+d}")
+            count = plural(abs(more), "other operator").split(" ", 1)
+            added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
         cast = (
             f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
             if added and which == "AMP's"
             else ""
         )
+        assumed = (
+            "; each layout transpose assumed to cost an eager operator's host time"
+            if transposes and which == "AMP's"
+            else ""
+        )
         line += (
             f" Launch-bound: {which} {kernels} kernels{cast} need at least "
-            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each, "
-            "longer than their calibrated kernel time."
+            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
+            f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
+            f"and assumed on every GPU{assumed}), longer than their calibrated "
+            "kernel time."
         )
     return line
 
@@ -1658,12 +1675,17 @@ def measured_verdict(measured: dict[str, Any]) -> str:
     if measured["device"] != "cuda":
         parts = []
         if measured.get("rounds_verdict"):
-            parts.append(f"At {where} on this CPU: {measured['rounds_verdict']}")
+            said = measured["rounds_verdict"]
+            said = said[:1].lower() + said[1:]  # after the colon
+            parts.append(f"At {where} on this CPU: {said}")
         fp16 = measured.get("fp16")
         if fp16 and fp16.get("speedup"):
+            against = fp16.get("against") or "fp32's step"
             parts.append(
-                f"amp-fp16 ran at {fp16['speedup']:.2g}x fp32's speed at batch "
-                f"{fp16['batch']} x {_shape_text(fp16['input'])}."
+                f"One amp-fp16 step at batch {fp16['batch']} x "
+                f"{_shape_text(fp16['input'])}, a single timing on this machine, ran "
+                f"at {fp16['speedup']:.2g}x the speed of {against}: one timing, no "
+                "spread to judge by."
             )
         if not parts:
             return "On this CPU no AMP step was timed against fp32."
@@ -2230,20 +2252,28 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
             else None
         )
         row = [r["variant"], _ms(r.get("step_s")), _ms(r.get("min_step_s"))]
-        row += [of_medians, r.get("speedup")] if cpu else [r.get("speedup")]
+        ratio = r.get("speedup")
+        if cpu and r.get("samples") == 1 and r.get("step_s"):
+            # one timed step: no median, no fastest round, no median of ratios
+            row[1:] = [f"{_ms(r['step_s']):.1f} (one step)", None]
+            if ratio is not None and r["precision"] != "fp32":
+                ratio = f"{ratio:.2f} (one timing)"
+        row += [of_medians, ratio] if cpu else [ratio]
         rows.append(row + [r.get("note") or r["skipped"] or ""])
     n = me.get("rounds")
     if cpu:
         how = (
-            f"{n} rounds taking turns (chapter 5's method): the time is the median "
-            f"step of the {n} rounds and the fastest of them; the speedups are "
+            f"{plural(n, 'round')} taking turns (chapter 5's method): the time is the "
+            f"median step of the {plural(n, 'round')} and the fastest of them; the "
+            "speedups are "
             "fp32's time over this one's, from the medians beside them and as the "
             "median of the per-round ratios (the verdict reads the latter; the two "
-            "differ when the rounds drift)"
+            "differ when the rounds drift); a variant timed for one step says so in "
+            "its cells"
         )
         heads = [
             "variant",
-            f"median of {n} rounds (ms)",
+            f"median of {plural(n, 'round')} (ms)",
             "fastest round (ms)",
             "fp32 / this, medians (x)",
             "median of round ratios (x)",
@@ -2289,6 +2319,35 @@ def references_table(rng: dict[str, Any]) -> str:
     )
 
 
+def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
+    """Per GPU and AMP precision: the AMP step's kernels, its launch floor (predicted:
+    kernels x the assumed host time per kernel), its calibrated kernel time (predicted:
+    the median reference's) and the word ``bound_text`` gives; None without a floor."""
+    from ampbook.plots import md_table_text
+
+    rows = [
+        (
+            r["gpu_name"],
+            r["precision"],
+            r["launch"]["amp_kernels"],
+            r["launch"]["amp_floor_s"] * 1e3,
+            r["launch"]["amp_kernel_s"] * 1e3,
+            r["launch"]["amp_floor_s"] / r["launch"]["amp_kernel_s"],
+            bound_text(r),
+        )
+        for r in ranges
+        if (r.get("launch") or {}).get("amp_kernel_s")
+    ]
+    if not rows:
+        return None
+    return md_table_text(
+        rows,
+        ["GPU", "AMP", "AMP kernels", "launch floor (ms)",
+         "calibrated kernel time (ms)", "floor / kernel time", "word"],  # fmt: skip
+        [None, None, None, ".3f", ".3f", ".2f", None],
+    )
+
+
 def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     from ampbook.plots import md_table_text
 
@@ -2306,7 +2365,20 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     if fl:
         text += (
             f"\n\nLaunch floor: {fl['per_kernel_s'] * 1e6:.2g} µs of host time per "
-            f"kernel (the smallest element-wise calls measured on {fl['source']})."
+            f"kernel (the smallest element-wise calls measured on {fl['source']}), "
+            "assumed the same on every GPU and for every kernel counted, cuDNN's "
+            "layout transposes included (counted as if each cost an eager "
+            "operator's host time)."
+        )
+    floors = launch_table(ver["ranges"])
+    if floors:
+        text += (
+            "\n\nThe launch floor (AMP's kernels times the host time per kernel "
+            "above) beside the calibrated AMP kernel time (the median reference's), "
+            "both predicted, per GPU: the first screen's launch-bound when a floor is "
+            "longer than its kernel time (AMP's or fp32's), near the launch floor when "
+            f"AMP's is at least {NEAR_FLOOR:.0%} of it, else its word from the "
+            "roofline:\n\n" + floors
         )
     text += "\n\nWhat to try, per GPU:\n\n" + md_table_text(
         [
@@ -2341,13 +2413,32 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [p for p in parts if p is not None]
 
 
+# The AMP step is "near the launch floor" when its floor is at least this share of its
+# calibrated kernel time (``bound_text``): the roofline's word would not hold there.
+NEAR_FLOOR = 0.8
+
+BOUND_WORDS_TEXT = (
+    "The last word comes from one of two tests: launch-bound when the launch floor "
+    "is longer than the calibrated kernel time, near the launch floor when it is at "
+    f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
+    "compute-bound by the larger share of the roofline bound (section 3)."
+)
+
+
 def bound_text(r: dict[str, Any]) -> str:
-    """What bounds one range's AMP step, in a word: launch-bound (the kernels' host
-    time, ``calibration.launch_floor``, is longer than their predicted time),
-    memory-bound or compute-bound (the larger share of the predicted bound)."""
+    """What bounds one range's AMP step, in a word, by one of two tests. First the
+    launch floor against the calibrated kernel time (the median reference's,
+    ``calibration.calibrated_range``): launch-bound when the kernels' host time
+    (``calibration.launch_floor``) is longer than their calibrated time (AMP's or
+    fp32's), near the launch floor when AMP's floor is at least ``NEAR_FLOOR`` of
+    AMP's calibrated kernel time. Otherwise the roofline: memory-bound or
+    compute-bound by the larger share of the predicted bound."""
     launch = r.get("launch") or {}
     if launch.get("amp_bound") or launch.get("fp32_bound"):
         return "launch-bound"
+    kernel = launch.get("amp_kernel_s")
+    if kernel and launch.get("amp_floor_s", 0) >= NEAR_FLOOR * kernel:
+        return "near the launch floor"
     share = r.get("memory_bound_share")
     if share is None:
         return ""
@@ -2391,14 +2482,31 @@ def first_screen(report: dict[str, Any]) -> str:
     shape = "x".join(map(str, report.get("input") or []))
     what = f"batch {report['batch']}" + (f" x {shape}" if shape else "")
     step = "forward pass" if report.get("backward") is False else "training step"
+    families = {r.get("family") for r in best.values()}
+    if families == {"tf32"}:
+        base = "fp32 with TF32 (fp32-tf32)"
+    elif "tf32" in families:
+        base = "fp32 (with TF32, fp32-tf32, on the GPUs that have it)"
+    else:
+        base = "fp32 (no TF32 on these GPUs)"
+    precs = list(dict.fromkeys(r["precision"] for r in ranges))
+    which = (
+        f"{precs[0]} on each GPU (section 5 has its detail)"
+        if len(precs) == 1
+        else "the faster AMP precision of each GPU (section 5 has "
+        + ("both" if len(precs) == 2 else f"all {len(precs)}")
+        + ")"
+    )
     lines = [
-        f"Expected AMP {step} speedup over fp32 per GPU, predicted for {what}, "
+        f"Expected AMP {step} speedup over {base} per GPU, predicted for {what}, "
         f"both precisions in {fmt} ({_layout_text([fmt, fmt])}), calibrated on "
-        "measured references; "
-        "the faster AMP precision of each GPU (section 5 has every one):",
+        "committed layer profiles and published training throughputs; "
+        f"{which}:",
         "",
     ]
     lines += [_screen_line(r) for r in best.values()]
+    if any(bound_text(r) for r in best.values()):
+        lines += ["", BOUND_WORDS_TEXT]
     for w in report.get("warnings", []):
         lines.append(f"- warning: {w}")
     return "\n".join(lines) + "\n"

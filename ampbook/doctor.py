@@ -1,7 +1,7 @@
 """Will AMP help *this* model? ``python -m ampbook.doctor``, chapter 6's command.
 
     python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
-        [--device auto|cpu|cuda] [--precisions fp32,amp-fp16,amp-bf16]
+        [--device auto|cpu|cuda] [--precisions fp32-tf32,amp-fp16,amp-bf16]
         [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
         [--memory-format channels_first|channels_last] [--forward-only]
         [--loss cross-entropy|mse] [--no-measure] [--json FILE] [--markdown FILE]
@@ -24,7 +24,7 @@ from ampbook import cli
 # The names the parser's help lists; ``diagnosis`` checks each value against its own
 # tuple (``costmodel.MEMORY_FORMATS``, ``precision.PRECISIONS``, ``diagnosis.LOSSES``)
 # and ``tests/test_doctor.py`` that every one of them is named here.
-_HELP_PRECISIONS = "fp32, amp-fp16, amp-bf16"
+_HELP_PRECISIONS = "fp32-tf32, amp-fp16, amp-bf16"
 _HELP_FORMATS = "channels_first or channels_last"
 _HELP_LOSSES = "cross-entropy or mse"
 
@@ -62,8 +62,10 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument(
         "--precisions",
         default=_HELP_PRECISIONS.replace(" ", ""),
-        help=f"comma-separated, from {_HELP_PRECISIONS} (fp32, the baseline, is "
-        "always included; default: all three)",
+        help=f"comma-separated, from {_HELP_PRECISIONS} (fp32-tf32, the baseline, "
+        "is always included: fp32 with TF32 on for convolutions and matrix products "
+        "where the GPU has TF32; fp32 is accepted and means the same baseline here; "
+        "default: all three)",
     )
     p.add_argument(
         "--gpus",

@@ -96,6 +96,7 @@ from ampbook.cpu_kernels import probe_conv
 from ampbook.devices import display_name
 from ampbook.plots import GIB, MIB, bar_style, glue_all, md, md_table, use_style
 from ampbook.results import load_results_dir
+from ampbook.words import plural
 
 use_style()
 devices = load_devices()
@@ -113,13 +114,16 @@ rdir = results_dir or None
 # `channels_first`, PyTorch's default and the doctor's, or `channels_last`) and
 # `--loader-images-per-s` (what your input pipeline delivers). It traces one
 # training step on fake tensors, so the full size costs seconds and no memory. Here is
-# its report for the README's example, run through the function the command calls and
-# printed as the command prints it:
+# its report for the README's example at this profile's size, {glue:text}`ch6_shown_size`
+# (the README runs ResNet-50 at batch 32 x 3x224x224 on the A100 and the H200), run
+# through the function the command calls and printed as the command prints it:
 
 # %%
 shown = doctor.diagnose(doctor.DoctorConfig(
     shown_model, tuple(shown_input), shown_batch, device, gpus=shown_gpus,
     results_dir=rdir, rounds=rounds))
+glue_all(ch6_shown_size=f"batch {shown_batch} x {'x'.join(map(str, shown_input))}",
+         ch6_near_floor=f"{doctor.NEAR_FLOOR:.0%}")
 md(doctor.to_markdown(shown, level=0))
 
 # %% [markdown]
@@ -131,6 +135,23 @@ md(doctor.to_markdown(shown, level=0))
 # range calibrated on what kernels were measured to reach, and lists what to try per
 # GPU. The rest of the chapter takes these apart on three networks built differently:
 # ERFNet, ResNet-50 and ViT-B/16.
+#
+# Before the sections comes the answer: one line per GPU, for the faster of the two AMP
+# precisions, with a predicted speedup over fp32 with TF32 (fp32-tf32), its range and
+# two words. The first word judges the range. "A gain" or "a loss" means the whole
+# predicted range lies above or below 1.0. When the range spans 1.0 the doctor cannot
+# tell, and says "no clear gain" or "no clear loss" depending on which side of 1.0 the
+# middle estimate falls. The second word says what limits the AMP step, and it comes
+# from one of two tests. The launch test is tried first. Eager PyTorch spends some host
+# time on every kernel it starts, so a step can never be shorter than its kernel count
+# times that time: the launch floor. The doctor sets the floor beside the calibrated
+# kernel time, the time the references predict for the kernels themselves. A floor
+# longer than that time makes the step "launch-bound"; a floor of at least
+# {glue:text}`ch6_near_floor` of it (a threshold the doctor chooses, not a measurement)
+# makes it "near the launch floor", where faster kernels would barely show. Only when
+# neither holds does the word come from the roofline: "memory-bound" or
+# "compute-bound", whichever has the larger share of the predicted bound. Section 5
+# prints the floor beside the kernel time for every GPU, so the test can be checked.
 
 # %%
 cmp_specs = {"ERFNet": ("erfnet", erfnet_input, erfnet_batch),
@@ -482,10 +503,10 @@ md_table([(display_name(g), *[round(need[(name, g)]) for name in reports])
 #
 # The doctor also times the runner's own step here. On a GPU it runs every variant at
 # the full size. On a CPU it times ERFNet at {glue:text}`ch6_measured_size` by chapter
-# 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds` rounds, and the
+# 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds`, and the
 # verdict reads the per-round ratios (the rounds disagree on a busy machine, and then no
-# difference is resolved). fp16 is timed at a tiny size beside fp32; its ratio is
-# printed as measured.
+# difference is resolved). fp16 is timed for one step at a tiny size beside fp32; its
+# ratio is printed as that single timing, with no spread to judge it by.
 
 # %% tags=["hide-input"]
 me = reports["ERFNet"]["measured"]
@@ -493,7 +514,7 @@ md(doctor.measured_table(me)[1])
 
 # %%
 glue_all(ch6_measured_size=f"batch {me['batch']} x {'x'.join(map(str, me['input']))}",
-         ch6_rounds=me.get("rounds") or 1)
+         ch6_rounds=plural(me.get("rounds") or 1, "round"))
 md(doctor.measured_verdict(me))
 
 # %% [markdown]
@@ -561,7 +582,8 @@ for q in pairs:
             [r for r in refs if r.model != "erfnet"], model="erfnet",
             batch=erf["batch"])
     gpu_rows.append((display_name(s.device_name), q.step_speedup, full, alone))
-print(f"{len(pairs)} committed GPU pairs (amp-fp16 against fp32 with TF32 on)")
+print(f"{plural(len(pairs), 'committed GPU pair')} (amp-fp16 against fp32 with TF32 "
+      "on)")
 
 # %% tags=["hide-input"]
 def _rng(v):

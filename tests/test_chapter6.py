@@ -9,6 +9,7 @@ from _chapters import FIXTURES, execute_with_fixtures, output_text
 
 from ampbook.calibration import load_published, profile_references
 from ampbook.results import load_results_dir
+from ampbook.words import plural
 
 
 def test_chapter6_shows_the_report_references_and_pairs(tmp_path):
@@ -25,7 +26,7 @@ def test_chapter6_shows_the_report_references_and_pairs(tmp_path):
         for q in load_results_dir(FIXTURES).pairs()
         if q.amp.mode == "amp-fp16" and q.baseline.mode == "fp32-tf32"
     ]
-    assert pairs and f"{len(pairs)} committed GPU pairs" in text
+    assert pairs and plural(len(pairs), "committed GPU pair") in text
     for q in pairs:  # not in the device table: measured beside no range
         name = q.setting.device_name.removeprefix("NVIDIA ")
         assert f"| {name} | {q.step_speedup:.2f} | – | – |" in text

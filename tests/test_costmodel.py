@@ -610,7 +610,13 @@ def test_verdicts_read_both_cases():
     assert hypotheses_verdict(1.05, 0.89, 0.65).startswith("Both")
     assert hypotheses_verdict(1.06, 0.89, 0.65).startswith("(a) the loader")
     assert hypotheses_verdict(1.5, 1.5, 0.1).startswith("Neither")
-    assert speedup_verdict([0.5]).endswith("1 round from 0.50x to 0.50x).")
+    # one round is one timing: no median, no "every round", no spread
+    one = speedup_verdict([1.01], "amp-bf16")
+    assert one == ("amp-bf16 was faster than fp32 in the one round timed (1.01x); one "
+                   "round: no spread to judge by.")  # fmt: skip
+    assert "every round" not in one and "median" not in one
+    assert "slower than fp32 in the one round" in speedup_verdict([0.5])
+    assert "2 rounds from 1.20x to 1.30x" in speedup_verdict([1.2, 1.3])
     slow = lowp_verdict(["avx512_bf16"], 0.1)
     assert "bf16 matmul runs at 0.10x fp32's rate (it lists avx512_bf16)" in slow
     assert "slower than fp32's, and AMP costs time" in slow

@@ -123,6 +123,10 @@ def test_report_sections_on_a_user_classifier(report):
     assert [c["source"] for c in report["verdict"]["upper_bounds"]] == [
         "upper bound"
     ] * 2
+    # the V100 has no TF32: the first screen does not call its baseline fp32-tf32
+    assert "over fp32 (with TF32, fp32-tf32, on the GPUs that have it)" in (
+        doctor.first_screen(report)
+    )
 
 
 def test_memory_at_the_requested_size_is_the_real_count():
@@ -245,7 +249,15 @@ def test_speedup_range_verdict():
     )
     # every AMP kernel is accounted for: fp32's, the casts, the transposes, the rest
     want = "190 kernels (fp32's 100; its casts add 50, the layout transposes assumed "
-    assert want + "in NCHW 30, other operators +10)" in bound
+    assert want + "in NCHW 30, 10 more other operators)" in bound
+    # the floor's assumptions are stated: one machine's host time, on every GPU,
+    # and a transpose costed as an eager operator
+    assert "assumed on every GPU; each layout transpose assumed" in bound
+    fewer = doctor.speedup_range_verdict(
+        "G", "amp-fp16", dict(rng, launch=dict(launch, amp_kernels=96)), casts=50,
+        transposes=30,
+    )
+    assert "in NCHW 30, 84 fewer other operators)" in fewer and "-84" not in fewer
     assert "(fp32's 100; its casts add 50)" in doctor.speedup_range_verdict(
         "G", "amp-fp16", dict(rng, launch=dict(launch, amp_kernels=150)), casts=50
     )
@@ -268,6 +280,31 @@ def test_speedup_range_verdict():
     amp = next(c for c in doctor.checklist(roof, [same], None, None)["items"]
                if c["item"].startswith("train with AMP"))  # fmt: skip
     assert amp["source"] == "measured (committed)" and amp["gain"] == 1.05
+
+
+def test_the_bound_word_says_which_test_gave_it():
+    """Launch-bound (a floor longer than its calibrated kernel time) and near the
+    launch floor (AMP's floor at least NEAR_FLOOR of it) before the roofline's word;
+    section 5 prints the floor beside the kernel time the word was read from."""
+    launch = {"amp_kernels": 291, "amp_floor_s": 2.790e-3, "amp_kernel_s": 2.809e-3,
+              "amp_bound": False, "fp32_bound": False}  # fmt: skip
+    r = {"gpu_name": "G", "precision": "amp-bf16", "memory_bound_share": 0.9,
+         "launch": launch}  # fmt: skip
+    assert doctor.bound_text(r) == "near the launch floor"
+    far = dict(launch, amp_kernel_s=2.790e-3 / (doctor.NEAR_FLOOR * 0.99))
+    assert doctor.bound_text(dict(r, launch=far)) == "memory-bound"
+    assert doctor.bound_text(dict(r, launch=far, memory_bound_share=0.2)) == (
+        "compute-bound"
+    )
+    assert doctor.bound_text(dict(r, launch=dict(launch, amp_bound=True))) == (
+        "launch-bound"
+    )
+    table = doctor.launch_table([r, dict(r, launch=far, gpu_name="F")])
+    rows = [x for x in table.splitlines() if x.startswith(("| G |", "| F |"))]
+    assert rows[0].rstrip(" |").split(" | ")[3:7] == ["2.790", "2.809", "0.99",
+                                        "near the launch floor"]  # fmt: skip
+    assert rows[1].endswith("| memory-bound |")
+    assert doctor.launch_table([dict(r, launch=None)]) is None
 
 
 def test_resolve_gpus_short_names():
@@ -329,6 +366,13 @@ def test_cpu_timing_table_says_what_each_number_is(report):
     ratio = rows["fp32"]["step_s"] / rows["amp-bf16"]["step_s"]
     assert cells[3] == f"{ratio:.2f}"  # the ratio of the medians shown beside it
     assert cells[4] == f"{rows['amp-bf16']['speedup']:.2f}"
+    # amp-fp16, timed for one step, says so in its cells and its sentence
+    assert rows["amp-fp16"]["samples"] == 1
+    line = next(x for x in text.splitlines() if x.startswith("| amp-fp16 "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1].endswith("(one step)") and cells[2] == "–"
+    assert cells[4] == f"{rows['amp-fp16']['speedup']:.2f} (one timing)"
+    assert "a single timing on this machine" in " ".join(text.split())
 
 
 def test_progress_lines_while_cpu_steps_are_timed():
@@ -407,6 +451,12 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     assert len(head) <= 24 and all(len(x) <= 80 for x in head), head
     gpus = [x for x in head if x.startswith("- ")]
     assert [x.split(":")[0] for x in gpus] == ["- A100 SXM 80GB", "- H200 SXM"]
+    # the baseline named as what it is (TF32 on both GPUs), the references as what
+    # they are, and the count of AMP precisions in section 5
+    prose = " ".join(head)
+    assert "speedup over fp32 with TF32 (fp32-tf32) per GPU" in prose
+    assert "committed layer profiles and published training throughputs" in prose
+    assert "(section 5 has both):" in prose
     for x in gpus:
         assert "x (" in x and x.count("x to") == 1
         assert any(
@@ -418,14 +468,32 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
 
 def test_help_names_every_choice_and_each_option_has_help():
     from ampbook import costmodel, diagnosis
+    from ampbook.modes import TF32_MODE
     from ampbook.precision import PRECISIONS
 
     parser = doctor.build_parser()
     text = parser.format_help()
-    for name in (*PRECISIONS, *costmodel.MEMORY_FORMATS, *diagnosis.LOSSES):
+    for name in (TF32_MODE, *PRECISIONS, *costmodel.MEMORY_FORMATS, *diagnosis.LOSSES):
         assert name in text, name
+    assert "fp32-tf32, the baseline, is always included" in " ".join(text.split())
     for action in parser._actions:
         assert action.help, action.option_strings
+
+
+def test_the_baseline_is_accepted_by_its_mode_name(capsys):
+    """The doctor's fp32 has TF32 on: --precisions takes fp32-tf32 for it (and fp32,
+    the same baseline); the report's JSON still names it fp32."""
+    assert doctor.parse_precisions("fp32-tf32,amp-bf16") == ["fp32", "amp-bf16"]
+    assert doctor.parse_precisions("fp32,amp-bf16") == ["fp32", "amp-bf16"]
+    assert doctor.parse_precisions("amp-fp16") == ["fp32", "amp-fp16"]
+    with pytest.raises(doctor.DoctorError, match="choose from fp32-tf32,amp-fp16"):
+        doctor.parse_precisions("fp32-tf16")
+    argv = ["--model", "tests.test_doctor:tiny_classifier", "--input", "3,8,8",
+            "--batch", "2", "--gpus", "h200", "--no-measure",
+            "--precisions", "fp32-tf32,amp-fp16"]  # fmt: skip
+    assert doctor.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "H200 SXM: amp-fp16" in out and "amp-bf16" not in out
 
 
 @pytest.mark.parametrize(
@@ -572,7 +640,7 @@ def test_gain_verdict_follows_the_nearer_ratio(report):
 
 def test_measured_verdicts(report):
     line = doctor.measured_verdict(report["measured"])
-    assert line.startswith("At batch 2 x 3x8x8 on this CPU") and "amp-fp16 ran" in line
+    assert line.startswith("At batch 2 x 3x8x8 on this CPU") and "amp-fp16 step" in line
     fake = {"device": "cuda", "device_name": "x", "batch": 1, "input": [3, 8, 8]}
     for speed, words in ((1.5, "faster than fp32"), (1.02, "no difference"),
                          (0.5, "slower than fp32")):  # fmt: skip

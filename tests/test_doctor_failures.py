@@ -463,7 +463,7 @@ def test_cpu_timing_takes_rounds_and_reads_them():
     assert me["rounds_verdict"] == cm.speedup_verdict(bf16["ratios"], "amp-bf16")
     fp16 = next(r for r in me["rows"] if r["precision"] == "amp-fp16")
     assert fp16["batch"] == 2 and fp16["speedup"] > 0
-    assert "x fp32's speed" in fp16["note"]
+    assert "a single timing against fp32's median step" in fp16["note"]
     disagree = dict(me, rounds_verdict=cm.speedup_verdict([0.8, 1.3, 1.0], "amp-bf16"))
     assert "no difference is resolved" in doctor.measured_verdict(disagree)
 
