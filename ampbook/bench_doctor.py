@@ -38,7 +38,9 @@ def process_age_s() -> float | None:
 @cli.command("python -m ampbook.bench doctor")
 def main(argv: list[str] | None = None) -> int:
     p = cli.ArgumentParser(
-        prog="python -m ampbook.bench doctor", description=__doc__.split("\n\n")[0]
+        prog="python -m ampbook.bench doctor",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=cli.HelpFormatter,
     )
     p.add_argument(
         "--model", default="torchvision:resnet50", help="the doctor's --model"

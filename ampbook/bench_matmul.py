@@ -1160,6 +1160,7 @@ def build_parser() -> cli.ArgumentParser:
     """The options of ``python -m ampbook.bench matmul`` (no torch imported)."""
     ap = cli.ArgumentParser(
         prog="python -m ampbook.bench matmul",
+        formatter_class=cli.HelpFormatter,
         description="Matmul and elementwise speed by dtype, side by side.",
     )
     ap.add_argument(

@@ -948,6 +948,7 @@ def build_parser() -> cli.ArgumentParser:
     """The options of ``python -m ampbook.calibration`` (no torch imported)."""
     p = cli.ArgumentParser(
         prog="python -m ampbook.calibration",
+        formatter_class=cli.HelpFormatter,
         description="The references behind the doctor's calibrated AMP speedups.",
     )
     p.add_argument(

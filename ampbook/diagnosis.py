@@ -2342,8 +2342,15 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
         return None
     return md_table_text(
         rows,
-        ["GPU", "AMP", "AMP kernels", "launch floor (ms)",
-         "calibrated kernel time (ms)", "floor / kernel time", "word"],  # fmt: skip
+        [
+            "GPU",
+            "AMP",
+            "AMP kernels",
+            "launch floor (ms)",
+            "calibrated kernel time (ms)",
+            "floor / kernel time",
+            "word",
+        ],  # fmt: skip
         [None, None, None, ".3f", ".3f", ".2f", None],
     )
 

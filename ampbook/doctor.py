@@ -33,6 +33,7 @@ def build_parser() -> cli.ArgumentParser:
     """The doctor's options (only the standard library and ``ampbook.cli``)."""
     p = cli.ArgumentParser(
         prog="python -m ampbook.doctor",
+        formatter_class=cli.HelpFormatter,
         description="Will AMP help this model? The expected speedup per GPU first, "
         "then coverage, memory, roofline per GPU, a measured step here and the "
         "checklist.",
@@ -64,8 +65,7 @@ def build_parser() -> cli.ArgumentParser:
         default=_HELP_PRECISIONS.replace(" ", ""),
         help=f"comma-separated, from {_HELP_PRECISIONS} (fp32-tf32, the baseline, "
         "is always included: fp32 with TF32 on for convolutions and matrix products "
-        "where the GPU has TF32; fp32 is accepted and means the same baseline here; "
-        "default: all three)",
+        "where the GPU has TF32; fp32 is accepted and means the same baseline here)",
     )
     p.add_argument(
         "--gpus",
