@@ -1129,7 +1129,10 @@ class Target:
             off = abs(float(self.value) / self.limit - 1) if self.limit else 1.0
             near = ""
             if off < PREDICTION_RESOLVES:
-                verdict = "predicted at the target, within the prediction's error"
+                verdict = (
+                    f"predicted at the target, within {PREDICTION_RESOLVES:.0%}, the "
+                    "error assumed for a prediction"
+                )
                 near = f", {off:.1%} from it"
             text = (
                 f"{head}{verdict} ({self.fmt(self.value)} predicted{near}, {self.where}"
@@ -1141,7 +1144,7 @@ class Target:
             text += f"; rung 0 measured: {self.fmt(self.start)}"
         text += ")"
         if not self.met and self.note:
-            text += f". {self.note}"
+            text += f". {self.note[:1].upper()}{self.note[1:]}"
         return text + "."
 
 
@@ -1336,7 +1339,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
         )
     out.append(
         Target(
-            "device busy",
+            "GPU busy" if ladder.is_cuda else "operators busy",
             TARGETS["busy"],
             "min",
             "share",
