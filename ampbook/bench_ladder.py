@@ -986,16 +986,21 @@ def run_ladder(
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text, one line per measured cell (at most 88 columns), a line
-    saying what the step and the operator (or GPU) times are, and where a cell's
-    operator time passes its step time, one line saying why.
+    """The ladder as text, one line per measured cell (79 columns), two lines saying
+    what each column is (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's
+    operator time passes its step time, one line saying why its idle and busy columns
+    read ``n/a``.
 
     The step time is the median of the timed steps (on a GPU, the period from one
     step's start to the next, CUDA events); the operator time is measured in separate
     steps under ``torch.profiler`` (``profile_steps``): on a CPU the time inside the
     top-level operators, on a GPU the time the GPU was busy. Idle is the step less
     that: Python, dispatch and the optimizer's loop between operators on a CPU, the GPU
-    waiting for the host on a GPU."""
+    waiting for the host on a GPU. Busy is operator (GPU) time over the step; MiB the
+    cell's ``memory_measure`` (a CPU: bytes saved for backward in a step; a GPU: peak
+    CUDA memory allocated in the timed steps); img/s and wait (the loop's share spent
+    waiting for data) the median of the epochs after the first through the training
+    runner, its loader included; bound the cost model's roofline bound over the step."""
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -1021,29 +1026,31 @@ def format_table(ladder: Ladder) -> str:
                 inseparable = True
             lines.append(
                 f"{head}{c.step_s * 1e3:8.2f}{(c.kernel_s or 0) * 1e3:8.2f}"
-                + (f"{(c.idle_s or 0) * 1e3:8.2f}" if apart else f"{'-':>8}")
-                + f"{_pct(c.busy_share) if apart else 'n/s':>6}"
+                + (f"{(c.idle_s or 0) * 1e3:8.2f}" if apart else f"{NOT_SPLIT:>8}")
+                + f"{_pct(c.busy_share) if apart else NOT_SPLIT:>6}"
                 f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
                 f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
             )
-    lines.append(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
+    lines.extend(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
     if inseparable:
         lines.append(
-            f"n/s: {unit} time above the step (the profiled step ran slower): "
-            "not separable"
+            f"{NOT_SPLIT}: {unit} time above the step (the profiled steps ran slower): "
+            "no idle/busy split"
         )
     return "\n".join(lines)
 
 
-# Why the step and its operator (or GPU) time differ: one line under the table each.
+# What each column of the table is, two lines under it (at most 80 columns each).
 COLUMNS_CPU = (
-    "step: wall time; ops: time inside its operators (profiled apart); "
-    "idle: between them"
+    "step: median; ops: in operators (profiled apart); idle: rest; busy: ops/step;",
+    "MiB: saved for backward; img/s, wait (data): runner epochs; bound: roofline/step",
 )
 COLUMNS_CUDA = (
-    "step: start to next start; GPU: time the GPU was busy (profiled apart); "
-    "idle: it waited"
+    "step: start to start; GPU: busy (profiled apart); idle: rest; busy: GPU/step;",
+    "MiB: peak allocated; img/s, wait (data): runner epochs; bound: roofline/step",
 )
+# The idle and busy columns of a cell whose operator time passes its step time.
+NOT_SPLIT = "n/a"
 
 
 def _pct(v: float | None) -> str:

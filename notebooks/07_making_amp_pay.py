@@ -401,8 +401,8 @@ plt.show()
 # from, not the step, which is timed on one batch already in memory: where it is
 # measured, its change in step time is this machine's noise. Where the profiled
 # operators took longer than the timed step (the profiled step is a separate, slower
-# one), the table above cannot split the step into operator and idle time: its busy
-# column says `n/s`, not separable.
+# one), the table above cannot split the step into operator and idle time: its idle
+# and busy columns say `n/a`, and a line under the table says why.
 
 # %% tags=["hide-input"]
 md("\n".join(f"- {bl.rung_verdict(here, r.index)}" for r in here.rungs[1:]
