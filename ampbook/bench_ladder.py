@@ -78,6 +78,7 @@ import inspect
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -836,29 +837,47 @@ def plan(
     return [(m, tuple(rungs)) for m in modes]
 
 
+def _fit(line: str) -> str:
+    """``line`` wrapped at the terminal's width (80 columns where stdout is not a
+    terminal), the lines after the first indented."""
+    import textwrap
+
+    width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)
+    return textwrap.fill(line, width, subsequent_indent="    ")
+
+
 def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
+    """A cell measured whole (or failed): one result line (the table repeats it)."""
     head = f"rung {cell['rung']} {cell['mode']:<9}"
     if cell["status"] != "ok":
-        log(f"{head} error: {cell['error']}")
+        log(_fit(f"{head} error: {cell['error']}"))
         return
     if cell.get("epoch") == "error":
         log(
-            f"{head} step {cell['step_s'] * 1e3:8.2f} ms; epochs: {cell['epoch_error']}"
+            _fit(
+                f"{head} step {cell['step_s'] * 1e3:7.2f} ms; epochs: "
+                f"{cell['epoch_error']}"
+            )
         )
         return
+    busy = cell["kernel_s"] / cell["step_s"]  # above 1: the table's n/a
     log(
-        f"{head} step {cell['step_s'] * 1e3:8.2f} ms, busy "
-        f"{min(cell['kernel_s'] / cell['step_s'], 1):4.0%}, "
-        f"{cell['images_per_s']:7.1f} img/s, wait {cell['data_wait_share']:4.0%}, "
-        f"bound {cell['bound_share']:4.0%} [first step {cell['first_step_s']:.1f} s]"
+        f"{head} step {cell['step_s'] * 1e3:7.2f} ms, busy "
+        f"{f'{busy:.0%}' if busy <= 1 else NOT_SPLIT:>4}, "
+        f"{cell['images_per_s']:6.1f} img/s, wait {cell['data_wait_share']:4.0%}, "
+        f"bound {cell['bound_share']:4.0%}"
     )
+
+
+# How a cell's progress line (its step measured, its epochs to come) ends: the line
+# ``progress_log`` shows on a terminal only, not a result.
+PARTIAL_END = "its epochs next"
 
 
 def _log_partial(cell: dict, log: Callable[[str], None]) -> None:
     log(
-        f"rung {cell['rung']} {cell['mode']:<9} step {cell['step_s'] * 1e3:8.2f} ms, "
-        f"busy {min(cell['kernel_s'] / cell['step_s'], 1):4.0%} [first step "
-        f"{cell['first_step_s']:.1f} s]; written, the epochs next"
+        f"rung {cell['rung']} {cell['mode']}: step {cell['step_s'] * 1e3:.2f} ms, "
+        f"first step {cell['first_step_s']:.1f} s; {PARTIAL_END}"
     )
 
 
@@ -1923,6 +1942,14 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
     return spec, isolate, notes
 
 
+# What each --isolate runs in, as the command's first line says it.
+ISOLATION = {
+    "none": "all in this process",
+    "precision": "a process per precision",
+    "cell": "a process per rung and precision",
+}
+
+
 def build_parser() -> cli.ArgumentParser:
     """The command's options (light: ``--help`` imports no torch)."""
     import argparse
@@ -1949,8 +1976,8 @@ def build_parser() -> cli.ArgumentParser:
         f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
         f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
         f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
-        f"{CPU_MINUTE}. Progress and the time left are printed after each rung and "
-        "precision.",
+        f"{CPU_MINUTE}. On a terminal, progress and the time left are printed "
+        "(stderr) after each rung and precision.",
         formatter_class=cli.HelpFormatter,
     )
     parser.add_argument(
@@ -2032,8 +2059,9 @@ def build_parser() -> cli.ArgumentParser:
         "--isolate",
         choices=("none", "precision", "cell"),
         default=None,
-        help="processes: one per precision, one per rung and precision, or none "
-        "(default: precision on a GPU, none on a CPU)",
+        help="what runs in a process of its own: each precision, each rung and "
+        "precision (cell), or nothing (none: all in this one) (default: precision "
+        "on a GPU, none on a CPU)",
     )
     parser.add_argument(
         "--json",
@@ -2075,30 +2103,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def progress_log(total: int, stream=None) -> Callable[[str], None]:
-    """``print``, and after each cell measured whole (or failed) a progress line on
-    ``stream`` (stderr): the count, the time so far and an estimate of the time left
-    from the cells' mean; nothing where ``stream`` is not a terminal."""
-    stream = stream or sys.stderr
-    tty = stream.isatty()
-    start, done = time.monotonic(), 0
+    """``print`` for a result line; on ``stream`` (stderr), only where it is a
+    terminal (``cli.Progress``), a cell's progress line (``PARTIAL_END``) and after
+    each cell measured whole (or failed) the count and an estimate of the time left
+    from the cells' mean (``cli.time_left_text``)."""
+    progress = cli.Progress("ladder", stream=stream)
+    progress.start()
+    done = 0
 
     def log(line: str) -> None:
         nonlocal done
-        print(line, flush=True)
-        whole = line.lstrip().startswith("rung ") and not line.endswith(
-            "the epochs next"
-        )
-        if not (tty and whole):
+        if line.endswith(PARTIAL_END):
+            progress(line)
             return
-        done += 1
-        spent = time.monotonic() - start
-        eta = spent / done * (total - done)
-        print(
-            f"  [{done}/{total} cells, {spent:.0f} s"
-            + (f", about {eta:.0f} s left]" if done < total else "]"),
-            file=stream,
-            flush=True,
-        )
+        print(line, flush=True)
+        if line.lstrip().startswith("rung "):
+            done += 1
+            progress.count("cells", done, total)
 
     return log
 
@@ -2176,13 +2197,16 @@ def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
         path = Path(tempfile.mkdtemp(prefix="ampbook-ladder-")) / "ladder.json"
     load = machine_load()
     print(
-        f"ladder on {env['device_name']} ({spec.device}), {spec.width}x{spec.height}, "
-        f"batch {spec.batch_size}; rungs {','.join(map(str, spec.rungs))}; "
-        f"{', '.join(spec.modes)}; processes: {isolate}; "
-        + load_verdict(load, "cuda" if spec.device.startswith("cuda") else "cpu")
+        cli.terminal_text(
+            f"ladder on {env['device_name']} ({spec.device}), {spec.width}x"
+            f"{spec.height}, batch {spec.batch_size}; rungs "
+            f"{','.join(map(str, spec.rungs))}; {', '.join(spec.modes)}; "
+            f"{ISOLATION[isolate]}; "
+            + load_verdict(load, "cuda" if spec.device.startswith("cuda") else "cpu")
+        )
     )
     for note in notes:
-        print(f"note: {note}")
+        print(cli.terminal_text(f"note: {note}"))
     try:
         ladder = run_ladder(
             spec,

@@ -224,15 +224,18 @@ def test_progress_goes_to_a_terminal_with_a_count_and_an_estimate(capsys):
     tty, pipe = Terminal(), io.StringIO()
     for stream in (tty, pipe):
         log = bl.progress_log(2, stream)
-        log("rung 0 fp32      step    68.70 ms, busy 81% [first step 0.1 s]; written, "
-            "the epochs next")  # fmt: skip
-        log("rung 0 fp32      step    68.70 ms, busy  81%,     5.2 img/s, wait 4%")
+        log(f"rung 0 fp32: step 68.70 ms, first step 0.1 s; {bl.PARTIAL_END}")
+        log("rung 0 fp32      step   68.70 ms, busy  81%,    5.2 img/s, wait   4%")
         log("rung 0 amp-bf16  error: a failure")
     lines = tty.getvalue().splitlines()
-    assert re.fullmatch(r"  \[1/2 cells, \d+ s, about \d+ s left\]", lines[0])
-    assert re.fullmatch(r"  \[2/2 cells, \d+ s\]", lines[1]) and len(lines) == 2
+    assert lines[0] == "ladder: rung 0 fp32: step 68.70 ms, first step 0.1 s; " + (
+        bl.PARTIAL_END
+    )
+    assert re.fullmatch(r"ladder: cells: 1 of 2, about \d+ s left", lines[1])
+    assert lines[2] == "ladder: cells: 2 of 2" and len(lines) == 3
     assert pipe.getvalue() == ""  # silent when not a terminal
-    assert len(capsys.readouterr().out.splitlines()) == 6  # every line printed
+    # the results printed, not the progress line: a piped run gets results only
+    assert len(capsys.readouterr().out.splitlines()) == 4
 
 
 def test_show_prints_a_written_ladder_and_its_targets(tmp_path, capsys):
@@ -351,7 +354,8 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     )
     # each cell twice: once its step is measured (written then), once with its epochs
     assert len(lines) == 8 and lines[0].startswith("rung 0 fp32")
-    assert [line.endswith("the epochs next") for line in lines] == [True, False] * 4
+    assert [line.endswith(bl.PARTIAL_END) for line in lines] == [True, False] * 4
+    assert all(len(line) <= 80 for line in lines)
     assert all(c.record["epoch"] == "measured" for c in ladder.cells)
     assert read_file(path).cells == ladder.cells  # the file holds what was returned
     table = bl.format_table(ladder).splitlines()
@@ -574,4 +578,9 @@ def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(tmp_path, cap
     record = json.loads(path.read_text())
     assert record["environment"]["cpu_threads"] == bl.CPU_THREADS
     assert torch.get_num_threads() == before
-    assert "targets" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "targets" not in out
+    # the first line says what --isolate none means; results only, each in 80 columns
+    assert "; all in this process; load average" in " ".join(out.split())
+    assert bl.PARTIAL_END not in out and "written" not in out
+    assert all(len(line) <= 80 for line in out.splitlines())
