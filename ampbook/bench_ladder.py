@@ -16,8 +16,9 @@ the runner's ``TrainConfig``, so every rung is a ``python -m ampbook.train`` com
 1. + the data fixed: images decoded once to a cache, normalised on the device;
 2. + channels_last and ``cudnn.benchmark``;
 3. + a fused optimizer and no per-step host sync;
-4. + the 16-bit residual stream (``fp16_stream``: the first downsampler's pool branch
-   cast to the convolution's dtype, so autocast no longer promotes the encoder to fp32);
+4. + the 16-bit residual stream (``fp16_stream``, the runner's ``--16-bit-stream``: the
+   first downsampler's pool branch cast to the convolution's dtype, fp16 or bf16, so
+   autocast no longer promotes the encoder to fp32);
 5. + ``torch.compile``.
 
 For every rung and mode (``MODES``: fp32 with TF32, strict fp32, amp-fp16 with a

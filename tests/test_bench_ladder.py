@@ -62,6 +62,9 @@ def test_every_rung_is_a_runner_config():
             )
         line = command_line(cfg)
         assert line.startswith("python -m ampbook.train")
+        # the stream's flag by its name, not the older --fp16-stream (bf16 too)
+        assert ("--16-bit-stream" in line) == rung.index >= 4
+        assert "--fp16-stream" not in line
 
 
 def test_rungs_and_precisions_parse_or_fail_with_the_rule():
