@@ -863,7 +863,7 @@ def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
         return
     busy = cell["kernel_s"] / cell["step_s"]  # above 1: the table's n/a
     log(
-        f"{head} step {cell['step_s'] * 1e3:7.2f} ms, busy "
+        f"{head} step {cell['step_s'] * 1e3:7.1f} ms, busy "
         f"{f'{busy:.0%}' if busy <= 1 else NOT_SPLIT:>4}, "
         f"{cell['images_per_s']:6.1f} img/s, wait {cell['data_wait_share']:4.0%}, "
         f"bound {cell['bound_share']:4.0%}"

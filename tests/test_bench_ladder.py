@@ -63,7 +63,7 @@ def test_every_rung_is_a_runner_config():
         line = command_line(cfg)
         assert line.startswith("python -m ampbook.train")
         # the stream's flag by its name, not the older --fp16-stream (bf16 too)
-        assert ("--16-bit-stream" in line) == rung.index >= 4
+        assert ("--16-bit-stream" in line) == (rung.index >= 4)
         assert "--fp16-stream" not in line
 
 
@@ -278,7 +278,7 @@ def test_table_fits_80_columns_and_its_legend_names_every_column():
     table = bl.format_table(read_ladder(fixture_record(), "fixture"))
     lines = table.splitlines()
     assert len(lines) == 1 + len(bl.RUNGS) * len(MODES) + 2
-    assert all(len(line) <= 80 for line in lines)
+    assert all(len(line) <= 80 for line in lines), lines
     # under the table, two lines saying what each column is (a GPU's ladder)
     assert tuple(lines[-2:]) == bl.COLUMNS_CUDA and "GPU ms" in lines[0]
     columns = lines[0].replace(" ms", "").split()[2:]  # after rung and mode
@@ -358,7 +358,7 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     # each cell twice: once its step is measured (written then), once with its epochs
     assert len(lines) == 8 and lines[0].startswith("rung 0 fp32")
     assert [line.endswith(bl.PARTIAL_END) for line in lines] == [True, False] * 4
-    assert all(len(line) <= 80 for line in lines)
+    assert all(len(line) <= 80 for line in lines), lines
     assert all(c.record["epoch"] == "measured" for c in ladder.cells)
     assert read_file(path).cells == ladder.cells  # the file holds what was returned
     table = bl.format_table(ladder).splitlines()
