@@ -1055,7 +1055,7 @@ def format_table(ladder: Ladder) -> str:
     if inseparable:
         lines.append(
             f"{NOT_SPLIT}: {unit} time above the step (the profiled steps ran slower): "
-            "no idle/busy split"
+            "not separable"
         )
     return "\n".join(lines)
 
