@@ -1259,7 +1259,8 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
         parts.append(f"the host {sets} the pace (launches and syncs), not the kernels")
     elif c.bound_share is not None:
         parts.append(
-            f"the kernels {sets} it, at {c.bound_share:.0%} of the roofline bound"
+            f"the kernels {'set' if measured_ else sets} it, at "
+            f"{c.bound_share:.0%} of the roofline bound"
         )
     return "; ".join(parts)
 

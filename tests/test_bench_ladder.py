@@ -177,6 +177,9 @@ def test_targets_read_from_the_fixture_one_by_one():
         assert f". {t.note[:1].upper()}{t.note[1:]}." in t.line()
         assert not re.search(r"\. [a-z]", t.line()), t.line()
     assert "The profile: GPU busy" in got["AMP step, eager"].line()
+    assert "; the kernels set it, at 24% of the roofline bound" in (
+        got["AMP step, eager"].line()
+    )
     text = bl.format_targets(ladder)
     assert "read them as a yardstick" in " ".join(text.split())  # not an H200
     assert all(len(line) <= 88 for line in text.splitlines())
