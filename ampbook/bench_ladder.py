@@ -16,8 +16,9 @@ the runner's ``TrainConfig``, so every rung is a ``python -m ampbook.train`` com
 1. + the data fixed: images decoded once to a cache, normalised on the device;
 2. + channels_last and ``cudnn.benchmark``;
 3. + a fused optimizer and no per-step host sync;
-4. + the 16-bit residual stream (``fp16_stream``: the first downsampler's pool branch
-   cast to the convolution's dtype, so autocast no longer promotes the encoder to fp32);
+4. + the 16-bit residual stream (``fp16_stream``, the runner's ``--16-bit-stream``: the
+   first downsampler's pool branch cast to the convolution's dtype, fp16 or bf16, so
+   autocast no longer promotes the encoder to fp32);
 5. + ``torch.compile``.
 
 For every rung and mode (``MODES``: fp32 with TF32, strict fp32, amp-fp16 with a
@@ -78,6 +79,7 @@ import inspect
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -836,29 +838,47 @@ def plan(
     return [(m, tuple(rungs)) for m in modes]
 
 
+def _fit(line: str) -> str:
+    """``line`` wrapped at the terminal's width (80 columns where stdout is not a
+    terminal), the lines after the first indented."""
+    import textwrap
+
+    width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)
+    return textwrap.fill(line, width, subsequent_indent="    ")
+
+
 def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
+    """A cell measured whole (or failed): one result line (the table repeats it)."""
     head = f"rung {cell['rung']} {cell['mode']:<9}"
     if cell["status"] != "ok":
-        log(f"{head} error: {cell['error']}")
+        log(_fit(f"{head} error: {cell['error']}"))
         return
     if cell.get("epoch") == "error":
         log(
-            f"{head} step {cell['step_s'] * 1e3:8.2f} ms; epochs: {cell['epoch_error']}"
+            _fit(
+                f"{head} step {cell['step_s'] * 1e3:7.2f} ms; epochs: "
+                f"{cell['epoch_error']}"
+            )
         )
         return
+    busy = cell["kernel_s"] / cell["step_s"]  # above 1: the table's n/a
     log(
-        f"{head} step {cell['step_s'] * 1e3:8.2f} ms, busy "
-        f"{min(cell['kernel_s'] / cell['step_s'], 1):4.0%}, "
-        f"{cell['images_per_s']:7.1f} img/s, wait {cell['data_wait_share']:4.0%}, "
-        f"bound {cell['bound_share']:4.0%} [first step {cell['first_step_s']:.1f} s]"
+        f"{head} step {cell['step_s'] * 1e3:7.1f} ms, busy "
+        f"{f'{busy:.0%}' if busy <= 1 else NOT_SPLIT:>4}, "
+        f"{cell['images_per_s']:6.1f} img/s, wait {cell['data_wait_share']:4.0%}, "
+        f"bound {cell['bound_share']:4.0%}"
     )
+
+
+# How a cell's progress line (its step measured, its epochs to come) ends: the line
+# ``progress_log`` shows on a terminal only, not a result.
+PARTIAL_END = "its epochs next"
 
 
 def _log_partial(cell: dict, log: Callable[[str], None]) -> None:
     log(
-        f"rung {cell['rung']} {cell['mode']:<9} step {cell['step_s'] * 1e3:8.2f} ms, "
-        f"busy {min(cell['kernel_s'] / cell['step_s'], 1):4.0%} [first step "
-        f"{cell['first_step_s']:.1f} s]; written, the epochs next"
+        f"rung {cell['rung']} {cell['mode']}: step {cell['step_s'] * 1e3:.2f} ms, "
+        f"first step {cell['first_step_s']:.1f} s; {PARTIAL_END}"
     )
 
 
@@ -986,16 +1006,21 @@ def run_ladder(
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text, one line per measured cell (at most 88 columns), a line
-    saying what the step and the operator (or GPU) times are, and where a cell's
-    operator time passes its step time, one line saying why.
+    """The ladder as text, one line per measured cell (79 columns), two lines saying
+    what each column is (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's
+    operator time passes its step time, one line saying why its idle and busy columns
+    read ``n/a``.
 
     The step time is the median of the timed steps (on a GPU, the period from one
     step's start to the next, CUDA events); the operator time is measured in separate
     steps under ``torch.profiler`` (``profile_steps``): on a CPU the time inside the
     top-level operators, on a GPU the time the GPU was busy. Idle is the step less
     that: Python, dispatch and the optimizer's loop between operators on a CPU, the GPU
-    waiting for the host on a GPU."""
+    waiting for the host on a GPU. Busy is operator (GPU) time over the step; MiB the
+    cell's ``memory_measure`` (a CPU: bytes saved for backward in a step; a GPU: peak
+    CUDA memory allocated in the timed steps); img/s and wait (the loop's share spent
+    waiting for data) the median of the epochs after the first through the training
+    runner, its loader included; bound the cost model's roofline bound over the step."""
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -1021,29 +1046,31 @@ def format_table(ladder: Ladder) -> str:
                 inseparable = True
             lines.append(
                 f"{head}{c.step_s * 1e3:8.2f}{(c.kernel_s or 0) * 1e3:8.2f}"
-                + (f"{(c.idle_s or 0) * 1e3:8.2f}" if apart else f"{'-':>8}")
-                + f"{_pct(c.busy_share) if apart else 'n/s':>6}"
+                + (f"{(c.idle_s or 0) * 1e3:8.2f}" if apart else f"{NOT_SPLIT:>8}")
+                + f"{_pct(c.busy_share) if apart else NOT_SPLIT:>6}"
                 f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
                 f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
             )
-    lines.append(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
+    lines.extend(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
     if inseparable:
         lines.append(
-            f"n/s: {unit} time above the step (the profiled step ran slower): "
+            f"{NOT_SPLIT}: {unit} time above the step (the profiled steps ran slower): "
             "not separable"
         )
     return "\n".join(lines)
 
 
-# Why the step and its operator (or GPU) time differ: one line under the table each.
+# What each column of the table is, two lines under it (at most 80 columns each).
 COLUMNS_CPU = (
-    "step: wall time; ops: time inside its operators (profiled apart); "
-    "idle: between them"
+    "step: median; ops: in operators (profiled apart); idle: rest; busy: ops/step;",
+    "MiB: saved for backward; img/s, wait (data): runner epochs; bound: roofline/step",
 )
 COLUMNS_CUDA = (
-    "step: start to next start; GPU: time the GPU was busy (profiled apart); "
-    "idle: it waited"
+    "step: start to start; GPU: busy (profiled apart); idle: rest; busy: GPU/step;",
+    "MiB: peak allocated; img/s, wait (data): runner epochs; bound: roofline/step",
 )
+# The idle and busy columns of a cell whose operator time passes its step time.
+NOT_SPLIT = "n/a"
 
 
 def _pct(v: float | None) -> str:
@@ -1129,7 +1156,10 @@ class Target:
             off = abs(float(self.value) / self.limit - 1) if self.limit else 1.0
             near = ""
             if off < PREDICTION_RESOLVES:
-                verdict = "predicted at the target, within the prediction's error"
+                verdict = (
+                    f"predicted at the target, within {PREDICTION_RESOLVES:.0%}, the "
+                    "error assumed for a prediction"
+                )
                 near = f", {off:.1%} from it"
             text = (
                 f"{head}{verdict} ({self.fmt(self.value)} predicted{near}, {self.where}"
@@ -1141,7 +1171,7 @@ class Target:
             text += f"; rung 0 measured: {self.fmt(self.start)}"
         text += ")"
         if not self.met and self.note:
-            text += f". {self.note}"
+            text += f". {self.note[:1].upper()}{self.note[1:]}"
         return text + "."
 
 
@@ -1229,7 +1259,8 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
         parts.append(f"the host {sets} the pace (launches and syncs), not the kernels")
     elif c.bound_share is not None:
         parts.append(
-            f"the kernels {sets} it, at {c.bound_share:.0%} of the roofline bound"
+            f"the kernels {'set' if measured_ else sets} it, at "
+            f"{c.bound_share:.0%} of the roofline bound"
         )
     return "; ".join(parts)
 
@@ -1336,7 +1367,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
         )
     out.append(
         Target(
-            "device busy",
+            "GPU busy" if ladder.is_cuda else "operators busy",
             TARGETS["busy"],
             "min",
             "share",
@@ -1913,6 +1944,14 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
     return spec, isolate, notes
 
 
+# What each --isolate runs in, as the command's first line says it.
+ISOLATION = {
+    "none": "all in this process",
+    "precision": "a process per precision",
+    "cell": "a process per rung and precision",
+}
+
+
 def build_parser() -> cli.ArgumentParser:
     """The command's options (light: ``--help`` imports no torch)."""
     import argparse
@@ -1939,8 +1978,8 @@ def build_parser() -> cli.ArgumentParser:
         f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
         f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
         f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
-        f"{CPU_MINUTE}. Progress and the time left are printed after each rung and "
-        "precision.",
+        f"{CPU_MINUTE}. On a terminal, progress and the time left are printed "
+        "(stderr) after each rung and precision.",
         formatter_class=cli.HelpFormatter,
     )
     parser.add_argument(
@@ -2022,8 +2061,9 @@ def build_parser() -> cli.ArgumentParser:
         "--isolate",
         choices=("none", "precision", "cell"),
         default=None,
-        help="processes: one per precision, one per rung and precision, or none "
-        "(default: precision on a GPU, none on a CPU)",
+        help="what runs in a process of its own: each precision, each rung and "
+        "precision (cell), or nothing (none: all in this one) (default: precision "
+        "on a GPU, none on a CPU)",
     )
     parser.add_argument(
         "--json",
@@ -2065,30 +2105,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def progress_log(total: int, stream=None) -> Callable[[str], None]:
-    """``print``, and after each cell measured whole (or failed) a progress line on
-    ``stream`` (stderr): the count, the time so far and an estimate of the time left
-    from the cells' mean; nothing where ``stream`` is not a terminal."""
-    stream = stream or sys.stderr
-    tty = stream.isatty()
-    start, done = time.monotonic(), 0
+    """``print`` for a result line; on ``stream`` (stderr), only where it is a
+    terminal (``cli.Progress``), a cell's progress line (``PARTIAL_END``) and after
+    each cell measured whole (or failed) the count and an estimate of the time left
+    from the cells' mean (``cli.time_left_text``)."""
+    progress = cli.Progress("ladder", stream=stream)
+    progress.start()
+    done = 0
 
     def log(line: str) -> None:
         nonlocal done
-        print(line, flush=True)
-        whole = line.lstrip().startswith("rung ") and not line.endswith(
-            "the epochs next"
-        )
-        if not (tty and whole):
+        if line.endswith(PARTIAL_END):
+            progress(line)
             return
-        done += 1
-        spent = time.monotonic() - start
-        eta = spent / done * (total - done)
-        print(
-            f"  [{done}/{total} cells, {spent:.0f} s"
-            + (f", about {eta:.0f} s left]" if done < total else "]"),
-            file=stream,
-            flush=True,
-        )
+        print(line, flush=True)
+        if line.lstrip().startswith("rung "):
+            done += 1
+            progress.count("cells", done, total)
 
     return log
 
@@ -2166,13 +2199,16 @@ def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
         path = Path(tempfile.mkdtemp(prefix="ampbook-ladder-")) / "ladder.json"
     load = machine_load()
     print(
-        f"ladder on {env['device_name']} ({spec.device}), {spec.width}x{spec.height}, "
-        f"batch {spec.batch_size}; rungs {','.join(map(str, spec.rungs))}; "
-        f"{', '.join(spec.modes)}; processes: {isolate}; "
-        + load_verdict(load, "cuda" if spec.device.startswith("cuda") else "cpu")
+        cli.terminal_text(
+            f"ladder on {env['device_name']} ({spec.device}), {spec.width}x"
+            f"{spec.height}, batch {spec.batch_size}; rungs "
+            f"{','.join(map(str, spec.rungs))}; {', '.join(spec.modes)}; "
+            f"{ISOLATION[isolate]}; "
+            + load_verdict(load, "cuda" if spec.device.startswith("cuda") else "cpu")
+        )
     )
     for note in notes:
-        print(f"note: {note}")
+        print(cli.terminal_text(f"note: {note}"))
     try:
         ladder = run_ladder(
             spec,

@@ -236,7 +236,7 @@ glue_all(
 # rung 1's rate needs at most this many of them (nan without both rungs)
 need = (float(v[1, amp_mode]["ips"]) / float(v[0, amp_mode]["ips"])
         * bl.RUNGS[0].changes["workers"])
-glue_all(ch7_r1_workers=f"{need:.0f}" if need == need else "an unknown number of")
+glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown number")
 
 # %% [markdown]
 # ### Rung by rung
@@ -257,9 +257,11 @@ glue_all(ch7_r1_workers=f"{need:.0f}" if need == need else "an unknown number of
 # into a uint8 cache on the device; each step only normalises (and flips) them there.
 # The step takes {glue:text}`ch7_r1_amp_step:s`; the data wait goes to
 # {glue:text}`ch7_r1_amp_wait:s` and the loop trains
-# {glue:text}`ch7_r1_amp_ips:s` images per second. Loader workers (the runner's
-# `--workers auto`) could feed that rate only with up to {glue:text}`ch7_r1_workers:s`
-# of them (rung 0's images per second per worker, scaled) and a core for each.
+# {glue:text}`ch7_r1_amp_ips:s` images per second. Feeding that rate from loader
+# workers (the runner's `--workers auto`) instead would need
+# {glue:text}`ch7_r1_workers:s` of them, and a core for each: an estimate, rung 1's
+# images per second over rung 0's per worker, and at most that many, since rung 0's
+# workers fed at least rung 0's rate.
 #
 # **Rung 2, the layout.** ERFNet's {glue:text}`ch7_bn` batch norms, and above all the
 # ones with 16 channels at half resolution, run far below their bound in the NCHW
@@ -291,12 +293,13 @@ glue_all(ch7_r1_workers=f"{need:.0f}" if need == need else "an unknown number of
 # the GPU's queue filled. The prediction *assumes* it fills it completely: AMP's idle
 # time goes from {glue:text}`ch7_r2_amp_idle:s` to {glue:text}`ch7_r3_amp_idle:s` a step.
 #
-# **Rung 4, the residual stream.** ERFNet's first downsampler concatenates an fp16
+# **Rung 4, the residual stream.** ERFNet's first downsampler concatenates a 16-bit
 # convolution with a max-pool of the fp32 image; `torch.cat` promotes the pair to fp32,
 # and every residual block after it adds a 16-bit branch to an fp32 skip, so the whole
 # encoder carries fp32 activations under {term}`autocast`. Casting the pool branch to
-# the convolution's dtype (the runner's `--fp16-stream`; the same parameters and fp32
-# outputs) keeps the stream 16-bit: AMP's peak memory goes from
+# the convolution's dtype, fp16 or bf16 (the runner's `--16-bit-stream`, whose older
+# name `--fp16-stream` still works; the same parameters and fp32 outputs) keeps the
+# stream 16-bit: AMP's peak memory goes from
 # {glue:text}`ch7_r3_amp_gib:s` to {glue:text}`ch7_r4_amp_gib:s`, its step to
 # {glue:text}`ch7_r4_amp_step:s`. fp32 with TF32 has no autocast, and this rung changes
 # nothing for it. Where the ladder is predicted, rung 4 scales *all* of AMP's kernel
@@ -401,8 +404,8 @@ plt.show()
 # from, not the step, which is timed on one batch already in memory: where it is
 # measured, its change in step time is this machine's noise. Where the profiled
 # operators took longer than the timed step (the profiled step is a separate, slower
-# one), the table above cannot split the step into operator and idle time: its busy
-# column says `n/s`, not separable.
+# one), the table above cannot split the step into operator and idle time: its idle
+# and busy columns say `n/a`, and a line under the table says why.
 
 # %% tags=["hide-input"]
 md("\n".join(f"- {bl.rung_verdict(here, r.index)}" for r in here.rungs[1:]
@@ -487,10 +490,10 @@ print("losses, read once at the end:", [round(x.item(), 3) for x in losses])
 # ```bash
 # python -m ampbook.train --precision amp-fp16 --data-cache device \
 #     --channels-last --cudnn-benchmark --fused-optimizer --sync-every 25 \
-#     --fp16-stream --compile default
+#     --16-bit-stream --compile default
 # ```
 #
-# `--fp16-stream` is ERFNet's fix; in your network, look for the operator where an
+# `--16-bit-stream` is ERFNet's fix; in your network, look for the operator where an
 # fp32 input meets a 16-bit one and promotes everything after it (the doctor of the
 # previous chapter lists the fp32 operators under autocast), and cast there.
 #

@@ -62,6 +62,9 @@ def test_every_rung_is_a_runner_config():
             )
         line = command_line(cfg)
         assert line.startswith("python -m ampbook.train")
+        # the stream's flag by its name, not the older --fp16-stream (bf16 too)
+        assert ("--16-bit-stream" in line) == (rung.index >= 4)
+        assert "--fp16-stream" not in line
 
 
 def test_rungs_and_precisions_parse_or_fail_with_the_rule():
@@ -166,10 +169,17 @@ def test_targets_read_from_the_fixture_one_by_one():
     assert got["images/s end to end"].met is False
     assert got["AMP / TF32 peak memory"].value == pytest.approx(2.9 / 5.2)
     assert got["AMP / TF32 peak memory"].met is True
-    assert got["data wait"].met and got["device busy"].met
+    assert got["data wait"].met and got["GPU busy"].met  # the lead's name too
     missed = [t for t in got.values() if t.met is False]
-    assert missed and all("MISSED" in t.line() and t.note in t.line() for t in missed)
-    assert "the profile: GPU busy" in got["AMP step, eager"].line()
+    assert missed and all("MISSED" in t.line() for t in missed)
+    # a note after a full stop starts a sentence: a capital
+    for t in missed:
+        assert f". {t.note[:1].upper()}{t.note[1:]}." in t.line()
+        assert not re.search(r"\. [a-z]", t.line()), t.line()
+    assert "The profile: GPU busy" in got["AMP step, eager"].line()
+    assert "; the kernels set it, at 24% of the roofline bound" in (
+        got["AMP step, eager"].line()
+    )
     text = bl.format_targets(ladder)
     assert "read them as a yardstick" in " ".join(text.split())  # not an H200
     assert all(len(line) <= 88 for line in text.splitlines())
@@ -220,15 +230,18 @@ def test_progress_goes_to_a_terminal_with_a_count_and_an_estimate(capsys):
     tty, pipe = Terminal(), io.StringIO()
     for stream in (tty, pipe):
         log = bl.progress_log(2, stream)
-        log("rung 0 fp32      step    68.70 ms, busy 81% [first step 0.1 s]; written, "
-            "the epochs next")  # fmt: skip
-        log("rung 0 fp32      step    68.70 ms, busy  81%,     5.2 img/s, wait 4%")
+        log(f"rung 0 fp32: step 68.70 ms, first step 0.1 s; {bl.PARTIAL_END}")
+        log("rung 0 fp32      step   68.70 ms, busy  81%,    5.2 img/s, wait   4%")
         log("rung 0 amp-bf16  error: a failure")
     lines = tty.getvalue().splitlines()
-    assert re.fullmatch(r"  \[1/2 cells, \d+ s, about \d+ s left\]", lines[0])
-    assert re.fullmatch(r"  \[2/2 cells, \d+ s\]", lines[1]) and len(lines) == 2
+    assert lines[0] == "ladder: rung 0 fp32: step 68.70 ms, first step 0.1 s; " + (
+        bl.PARTIAL_END
+    )
+    assert re.fullmatch(r"ladder: cells: 1 of 2, about \d+ s left", lines[1])
+    assert lines[2] == "ladder: cells: 2 of 2" and len(lines) == 3
     assert pipe.getvalue() == ""  # silent when not a terminal
-    assert len(capsys.readouterr().out.splitlines()) == 6  # every line printed
+    # the results printed, not the progress line: a piped run gets results only
+    assert len(capsys.readouterr().out.splitlines()) == 4
 
 
 def test_show_prints_a_written_ladder_and_its_targets(tmp_path, capsys):
@@ -264,15 +277,36 @@ def test_rung_verdicts_say_what_each_rung_did():
     assert "(rungs 1-4 together, from rung 0)" in line
 
 
-def test_table_fits_88_columns():
+def test_table_fits_80_columns_and_its_legend_names_every_column():
     table = bl.format_table(read_ladder(fixture_record(), "fixture"))
     lines = table.splitlines()
-    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES) + 1
-    assert all(len(line) <= 88 for line in lines)
-    # under the table, what the step and the GPU time are (a GPU's ladder)
-    assert lines[-1] == bl.COLUMNS_CUDA and "GPU ms" in lines[0]
-    for legend in (bl.COLUMNS_CPU, bl.COLUMNS_CUDA):
-        assert len(legend) <= 88 and "step:" in legend and "idle:" in legend
+    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES) + 2
+    assert all(len(line) <= 80 for line in lines), lines
+    # under the table, two lines saying what each column is (a GPU's ladder)
+    assert tuple(lines[-2:]) == bl.COLUMNS_CUDA and "GPU ms" in lines[0]
+    columns = lines[0].replace(" ms", "").split()[2:]  # after rung and mode
+    for legend, unit in ((bl.COLUMNS_CPU, "ops"), (bl.COLUMNS_CUDA, "GPU")):
+        assert len(legend) <= 2 and all(len(line) <= 80 for line in legend)
+        said = " ".join(legend)
+        for column in [c if c != "GPU" else unit for c in columns]:
+            named = rf"(^|[ ;,]){re.escape(column)}( \(\w+\))?[:,]"
+            assert re.search(named, said), column
+        assert "roofline" in said  # the bound is the cost model's, not measured
+
+
+def test_a_cell_whose_operators_pass_its_step_reads_n_a_and_says_why():
+    record = fixture_record()
+    cell = next(c for c in record["cells"] if c["status"] == "ok")
+    cell["kernel_s"] = cell["step_s"] * 1.2  # the profiled steps ran slower
+    lines = bl.format_table(read_ladder(record, "x")).splitlines()
+    row = next(
+        line
+        for line in lines
+        if line.split()[:1] == [str(cell["rung"])] and cell["mode"] in line.split()
+    )
+    assert row.split()[5:7] == ["n/a", "n/a"]  # idle and busy
+    assert lines[-1].startswith("n/a: GPU time above the step") and len(lines[-1]) <= 80
+    assert "n/s" not in "\n".join(lines)
 
 
 # --- measured here --------------------------------------------------------------------
@@ -326,11 +360,12 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     )
     # each cell twice: once its step is measured (written then), once with its epochs
     assert len(lines) == 8 and lines[0].startswith("rung 0 fp32")
-    assert [line.endswith("the epochs next") for line in lines] == [True, False] * 4
+    assert [line.endswith(bl.PARTIAL_END) for line in lines] == [True, False] * 4
+    assert all(len(line) <= 80 for line in lines), lines
     assert all(c.record["epoch"] == "measured" for c in ladder.cells)
     assert read_file(path).cells == ladder.cells  # the file holds what was returned
     table = bl.format_table(ladder).splitlines()
-    assert "ops ms" in table[0] and bl.COLUMNS_CPU in table
+    assert "ops ms" in table[0] and set(bl.COLUMNS_CPU) <= set(table)
 
 
 def test_show_prints_no_targets_for_a_cpu_ladder(cpu_ladder, capsys):
@@ -526,7 +561,10 @@ def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
         return bl.Target("peak", 0.570, "max", "ratio", value, None, "rung 4").line()
 
     close = line(0.571)
-    assert "predicted at the target, within the prediction's error" in close
+    # the 5% is an assumed bound, not a measured error: the line says so
+    assert "predicted at the target, within 5%, the error assumed for a prediction" in (
+        close
+    )
     assert "(0.571 predicted, 0.2% from it, rung 4)" in close and "MISS" not in close
     assert "predicted to MISS (0.627 predicted" in line(0.627)
     assert "predicted to meet (0.500 predicted" in line(0.500)
@@ -546,4 +584,9 @@ def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(tmp_path, cap
     record = json.loads(path.read_text())
     assert record["environment"]["cpu_threads"] == bl.CPU_THREADS
     assert torch.get_num_threads() == before
-    assert "targets" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "targets" not in out
+    # the first line says what --isolate none means; results only, each in 80 columns
+    assert "; all in this process; load average" in " ".join(out.split())
+    assert bl.PARTIAL_END not in out and "written" not in out
+    assert all(len(line) <= 80 for line in out.splitlines())

@@ -65,3 +65,16 @@ def test_without_a_gpu_ladder_the_chapter_says_it_predicts(executed_notebooks):
         r"Predicted from the layer profiles measured on (NVIDIA )?H200", out
     )
     assert "This ladder has no rung 5 (+ torch.compile)" in out
+
+
+def test_the_chapter_names_the_stream_flag_by_its_name():
+    """The runner's flag is --16-bit-stream (the CPU ladder's rung 4 runs in bf16);
+    --fp16-stream is said once, as its older name."""
+    from ampbook.paths import REPO_ROOT
+
+    text = (REPO_ROOT / "notebooks" / "07_making_amp_pay.py").read_text()
+    assert (
+        text.count("--fp16-stream") == 1
+        and "older" in text.split("--fp16-stream")[0][-40:]
+    )
+    assert "--16-bit-stream --compile default" in text
