@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from _chapters import FIXTURES
@@ -570,14 +571,19 @@ def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
     assert "predicted to meet (0.500 predicted" in line(0.500)
 
 
-def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(tmp_path, capsys):
+def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(
+    tmp_path, capsys, monkeypatch
+):
     """On a CPU the command's default is one torch thread (two threads wait for each
     other at every operator on a machine other work keeps busy); called as a function
     it leaves the caller's threads as they were."""
     import torch
 
     before = torch.get_num_threads()
-    path = tmp_path / "ladder.json"
+    monkeypatch.chdir(
+        tmp_path
+    )  # "wrote ladder.json": a path is one word, never wrapped
+    path = Path("ladder.json")
     argv = ["--device", "cpu", "--rungs", "4", "--precisions", "fp32", "--json"]
     tiny = ["--height", "16", "--width", "32", "--steps", "1", "--train-images", "1"]
     assert bl.main([*argv, str(path), *tiny]) == 0
@@ -589,4 +595,5 @@ def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(tmp_path, cap
     # the first line says what --isolate none means; results only, each in 80 columns
     assert "; all in this process; load average" in " ".join(out.split())
     assert bl.PARTIAL_END not in out and "written" not in out
-    assert all(len(line) <= 80 for line in out.splitlines())
+    wide = [line for line in out.splitlines() if len(line) > 80]
+    assert not wide, wide

@@ -254,7 +254,10 @@ def test_speedup_range_verdict():
     # and a transpose costed as an eager operator
     assert "assumed on every GPU; each layout transpose assumed" in bound
     fewer = doctor.speedup_range_verdict(
-        "G", "amp-fp16", dict(rng, launch=dict(launch, amp_kernels=96)), casts=50,
+        "G",
+        "amp-fp16",
+        dict(rng, launch=dict(launch, amp_kernels=96)),
+        casts=50,
         transposes=30,
     )
     assert "in NCHW 30, 84 fewer other operators)" in fewer and "-84" not in fewer
