@@ -155,11 +155,11 @@ def run_profile() -> str | None:
     return os.environ.get(RUN_PROFILE_VAR) or None
 
 
-# What a profile's numbers are, said beside its name where it is not the real experiment
-# (notebooks/profiles.yml sizes each).
+# What a profile's numbers are, in the environment's dropdown where the profile is not
+# the real experiment (notebooks/profiles.yml sizes each).
 PROFILE_NOTES = {
-    "smoke": " (tiny sizes that check the chapter runs: its numbers show the method, "
-    "not results at scale)",
+    "smoke": "tiny sizes that check the chapter runs: its numbers show the method, "
+    "not results at scale",
 }
 
 
@@ -184,7 +184,7 @@ def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     if on_gpu and cudnn_version_text(info.get("cudnn")):
         soft.append(f"cuDNN {cudnn_version_text(info['cudnn'])}")
     how = (
-        f"with the {profile} profile" + PROFILE_NOTES.get(profile, "")
+        f"with the {profile} profile"
         if profile
         else "by hand, with the parameters cell's values"
     )
@@ -218,6 +218,9 @@ def environment_display(info: dict, profile: str | None = None, day=None):
         (key, (", ".join(value) or "–") if isinstance(value, list) else value)
         for key, value in info.items()
     ]
+    if profile:
+        note = PROFILE_NOTES.get(profile)
+        rows.insert(0, ("profile", f"{profile}: {note}" if note else profile))
     table = md_table_text(rows, ["setting", "value"])
     return Dropdown(
         "The full environment",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ampbook.bench_ladder import PARTIAL_END
 from ampbook.gpucheck import (
     BY_NAME,
     DEFAULT_BUDGET_S,
@@ -244,10 +245,10 @@ def _cell_lines(lines: list[str]) -> tuple[list[tuple[int, str]], list[tuple]]:
     epochs), and written once their step was measured."""
     whole, early = [], []
     for line in lines:
-        m = re.match(r"\s*rung (\d) (\S+)\s+step .*", line)
+        m = re.match(r"\s*rung (\d) ([^\s:]+):?\s+step .*", line)
         if m:
             cell = (int(m[1]), m[2])
-            (early if line.endswith("the epochs next") else whole).append(cell)
+            (early if line.endswith(PARTIAL_END) else whole).append(cell)
     return whole, early
 
 

@@ -73,9 +73,12 @@ CPU = {
 
 def test_environment_line_names_the_profile_or_says_run_by_hand():
     assert environment_line(CPU, "smoke", DAY) == (
-        "Ran on AMD EPYC (2 CPU threads), torch 2.14.1, with the smoke profile (tiny "
-        "sizes that check the chapter runs: its numbers show the method, not results "
-        "at scale), 2026-12-01."
+        "Ran on AMD EPYC (2 CPU threads), torch 2.14.1, with the smoke profile, "
+        "2026-12-01."
+    )
+    shown = environment_display(CPU, "smoke", DAY)
+    assert "| profile | smoke: tiny sizes that check the chapter runs" in str(
+        shown._repr_markdown_()
     )
     by_hand = environment_line(CPU, None, DAY)
     assert "by hand, with the parameters cell's values" in by_hand
