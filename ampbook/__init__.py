@@ -15,9 +15,9 @@ __version__ = "0.1.0"
 
 def _as_command() -> None:
     """A process started as ``python -m ampbook...``: SIGTERM is Ctrl-C, and either
-    one during the start-up imports ends it with one line (``ampbook.cli.install``).
-    The first handlers use only what the interpreter has loaded already, so that the
-    window before them is as short as it can be."""
+    one during the start-up imports ends it with one line
+    (``ampbook.core.cli.install``). The first handlers use only what the interpreter has
+    loaded already, so that the window before them is as short as it can be."""
     import sys
 
     argv = getattr(sys, "orig_argv", [])
@@ -71,7 +71,7 @@ def _as_command() -> None:
             and _signal.getsignal(getattr(_signal, name)) == default
         ):
             _signal.signal(getattr(_signal, name), early_stop)
-    from ampbook import cli
+    from ampbook.core import cli
 
     cli.install(early=stopped)
 

@@ -45,8 +45,8 @@ n_samples = 200000  # random weights and gradients for the swamping and underflo
 seed = 0
 
 # %% tags=["remove-input"]
-from ampbook import params
-from ampbook.env import print_environment
+from ampbook.core import params
+from ampbook.core.env import print_environment
 
 # a bad parameter stops the run here, with one line naming it and its rule
 params.device("device", device)
@@ -63,11 +63,11 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from ampbook import formats
-from ampbook.env import pick_device
-from ampbook.formats import FORMATS, bits, decode, round_to, spacing
-from ampbook.paths import load_reference
-from ampbook.plots import bar_style, glue_all, md, md_table, series_style, use_style
+from ampbook.core.devices import pick_device
+from ampbook.core.page import bar_style, glue_all, md, md_table, series_style, use_style
+from ampbook.core.paths import load_reference
+from ampbook.numerics import formats
+from ampbook.numerics.formats import FORMATS, bits, decode, round_to, spacing
 
 use_style()
 device = pick_device(device)
@@ -131,7 +131,7 @@ plt.show()
 #
 # ## Range and precision of each format
 #
-# `ampbook.formats` derives every property from the three bit counts (and the E4M3
+# `ampbook.numerics.formats` derives every property from the three bit counts (and the E4M3
 # exception). The largest value has the largest normal exponent and all mantissa bits set;
 # the smallest normal is $2^{1-\text{bias}}$; the smallest subnormal has only the last
 # mantissa bit set; {term}`machine epsilon` $2^{-m}$ is the gap between 1 and the next
@@ -177,7 +177,7 @@ md_table(rows, headers, [None, None, ".6g", ".6g", ".6g", None])
 # and shows the stored pattern as sign, exponent and mantissa; `decode` turns a pattern back
 # into a number. Look at the special cases: 65520 in fp16 and anything at or below half the
 # smallest subnormal have no pattern of their own, so they become infinity and zero; E4M3 has
-# no infinity and, in `ampbook.formats`, saturates at its largest value (what PyTorch's own
+# no infinity and, in `ampbook.numerics.formats`, saturates at its largest value (what PyTorch's own
 # cast does is version-dependent: see the overflow section).
 
 # %%
@@ -307,7 +307,7 @@ print(f"fp16: first loss at {f16_some:g}, nearly all from {f16_all:g}; "
 # The terms here are multiples of $2^{-18}$ below $2^{-10}$, exactly representable in every
 # format, so each accumulator adds the very same numbers and only the rounding of the sum
 # differs ({numref}`fig-ch1-accumulation`). The whole experiment is this function from
-# `ampbook.formats`:
+# `ampbook.numerics.formats`:
 
 # %%
 print(inspect.getsource(formats.running_sum))

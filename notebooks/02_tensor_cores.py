@@ -57,8 +57,8 @@ save_results = ""  # path for a JSON record of this run (empty: no file)
 results_dir = ""  # folder of committed GPU sweeps (empty: data/results)
 
 # %% tags=["remove-input"]
-from ampbook import params
-from ampbook.env import print_environment
+from ampbook.core import params
+from ampbook.core.env import print_environment
 
 # a bad parameter stops the run here, with one line naming it and its rule
 params.device("device", device)
@@ -82,18 +82,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ampbook import bench_matmul as bm
 from ampbook import results
-from ampbook.devices import (
+from ampbook.bench import matmul as bm
+from ampbook.core.devices import (
     attainable_tflops,
     device_for,
     load_devices,
+    pick_device,
     tensor_core_claims,
 )
-from ampbook.env import pick_device
-from ampbook.formats import running_sum
-from ampbook.paths import RESULTS_DIR, load_reference
-from ampbook.plots import (
+from ampbook.core.page import (
     MIB,
     bar_style,
     glue_all,
@@ -102,13 +100,15 @@ from ampbook.plots import (
     series_style,
     use_style,
 )
-from ampbook.timing import (
+from ampbook.core.paths import RESULTS_DIR, load_reference
+from ampbook.measure.timing import (
     benchmark,
     last_level_cache,
     machine_load,
     random_tensor,
     time_matmul,
 )
+from ampbook.numerics.formats import running_sum
 
 use_style()
 device = pick_device(device)
@@ -134,7 +134,7 @@ md(bm.load_verdict(load, device.type))
 # A single call timed with a wall clock can be wrong in three ways. The first call pays for
 # things later calls do not (allocations, library initialisation, picking a kernel). On a GPU
 # the call returns as soon as the work is *queued*, so the clock must wait for the GPU; and
-# one sample says nothing about the noise. `ampbook.timing.benchmark` runs untimed warm-up
+# one sample says nothing about the noise. `ampbook.measure.timing.benchmark` runs untimed warm-up
 # calls, then times blocks of calls (with CUDA events on a GPU, after a synchronise), keeps
 # sampling until it has enough samples and seconds, and reports the median with the 10th and
 # 90th percentiles. It also refuses all-zero inputs and rotates through several input sets
@@ -690,7 +690,7 @@ md(bm.roofline_verdict(roof, ceilings))
 # The GPU sweeps shown in {numref}`fig-ch2-matmul-size` are committed as JSON under
 # `data/results/` (`tensor_cores_<gpu>.json`, written by `python -m ampbook.bench matmul
 # --save ...` or by this notebook with `save_results`; the format is documented in
-# `ampbook/bench_matmul.py`). Each one's best matmul per dtype against its GPU's published
+# `ampbook/bench/matmul.py`). Each one's best matmul per dtype against its GPU's published
 # peak:
 
 # %%
@@ -774,7 +774,7 @@ if save_results:
 #    ```
 # 2. On a GPU, time an fp16 matmul with `time.perf_counter()` around the call and no
 #    `torch.cuda.synchronize()`. How many TFLOP/s does it "reach"? Compare with the
-#    device's peak from `ampbook.devices`.
+#    device's peak from `ampbook.core.devices`.
 #
 #    ```{dropdown} Hint
 #    The call returns once the kernel is queued, so the clock measures the launch, a few

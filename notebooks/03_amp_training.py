@@ -54,9 +54,9 @@ out_dir = None  # run JSONs go here; None: build/runs/03_amp_training
 seed = 0
 
 # %% tags=["remove-input"]
-from ampbook import params
-from ampbook.env import print_environment
-from ampbook.precision import PRECISIONS
+from ampbook.core import params
+from ampbook.core.env import print_environment
+from ampbook.core.precision import PRECISIONS
 
 params.device("device", device)
 ok = lambda v: list(v[:1]) == ["fp32"] and len(v) > 1  # noqa: E731
@@ -91,12 +91,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from ampbook import memory, results, runplan, verdicts
-from ampbook.cpu_kernels import probe_conv
-from ampbook.devices import display_name, load_devices
-from ampbook.env import pick_device
-from ampbook.paths import REPO_ROOT, load_reference
-from ampbook.plots import (
+from ampbook import results
+from ampbook.chapters import verdicts
+from ampbook.core.devices import display_name, load_devices, pick_device
+from ampbook.core.page import (
     GIB,
     MIB,
     bar_style,
@@ -106,7 +104,11 @@ from ampbook.plots import (
     series_style,
     use_style,
 )
-from ampbook.words import plural
+from ampbook.core.paths import REPO_ROOT, load_reference
+from ampbook.core.words import plural
+from ampbook.measure import memory
+from ampbook.measure.cpu_kernels import probe_conv
+from ampbook.train import runplan
 
 use_style()
 device = pick_device(device)
@@ -136,13 +138,13 @@ md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs) + "\n:
 #    when they are all finite; `scaler.update()` then lowers the scale after an overflow
 #    and raises it after a run of clean steps (chapter 4 reads its defaults).
 #
-# First a few images to train on: the synthetic Cityscapes of `ampbook.synthetic` unless a
+# First a few images to train on: the synthetic Cityscapes of `ampbook.segmentation.synthetic` unless a
 # Cityscapes root is given (the runner's own rule, reused here), at the loop's own small
 # size (`loop_height` x `loop_width`: fp16 is slow on most CPUs, as this chapter measures).
 
 # %%
-from ampbook.data import IGNORE_INDEX, NUM_CLASSES, Cityscapes
-from ampbook.model import ERFNet
+from ampbook.segmentation.cityscapes import IGNORE_INDEX, NUM_CLASSES, Cityscapes
+from ampbook.segmentation.model import ERFNet
 from ampbook.train import (
     TrainConfig,
     command_line,
@@ -311,7 +313,7 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Each pair of that GPU, read by `ampbook.verdicts.gpu_pair_verdict`: where the loop
+# Each pair of that GPU, read by `ampbook.chapters.verdicts.gpu_pair_verdict`: where the loop
 # waited for data half its time or more, the epoch ran at the loader's pace and its ratio
 # measures the loader (systematically where one run waited longer in every epoch, else
 # the loader's noise), and the step's ratio is the one that speaks for AMP (chapter 5
@@ -337,7 +339,7 @@ md("\n\n".join(verdicts.gpu_pair_verdict(p) for p in gpu_pairs)
 #
 # The memory AMP saves is what autograd keeps for the backward pass. This chapter's CPU
 # can count those bytes for the GPU's setting without a GPU: the count grows as a
-# straight line in the pixels of a batch (`ampbook.memory.fit_line`), so two small
+# straight line in the pixels of a batch (`ampbook.measure.memory.fit_line`), so two small
 # forward passes per precision give it at any size. Set beside the bytes the GPU runs
 # recorded (the runner counts them on every device):
 
@@ -381,7 +383,7 @@ md_table(rows or [("no GPU runs committed", None, None, None)],
 # On this machine the runner trains the same network at a small size. A CPU may be many
 # times slower in a 16-bit type than in fp32, and its flags do not say by how much: the
 # instructions it lists are not the kernels PyTorch runs. So the chapter measures first.
-# `ampbook.cpu_kernels.probe_conv` times one ERFNet-like convolution (64 channels, 3x1)
+# `ampbook.measure.cpu_kernels.probe_conv` times one ERFNet-like convolution (64 channels, 3x1)
 # forward, backward-data and backward-weights in each dtype, and reads from oneDNN's
 # verbose output which kernel ran each pass (a JIT-compiled one, `jit:` or `brg`, for
 # oneDNN's batch-reduce GEMM kernels; oneDNN's reference loop `ref:any`; or ATen's
@@ -408,7 +410,7 @@ md_table(probe.rows() if probe else [("-", "-", None, None, "GPU")],
 
 # %% [markdown]
 # The plan then sizes each run to the `run_budget_s` seconds it gets
-# (`ampbook.runplan`). Each precision's step is timed after a warm-up step; one whose
+# (`ampbook.train.runplan`). Each precision's step is timed after a warm-up step; one whose
 # convolution the probe found more than four times slower than fp32's is timed at a
 # quarter of the height and width and scaled up by the pixels, so that finding out costs
 # seconds. A run that would take longer than its budget trains fewer epochs, then fewer
@@ -429,7 +431,7 @@ md_table(rows, ["precision", "image size", "training images", "epochs",
 # The runs of the plan, and on a GPU strict fp32 beside fp32 with TF32. The runner records
 # per epoch the training loss, val accuracy and mIoU, the wall time of the training loop
 # and how much of it was spent waiting for data, and on a CPU the book's memory figure,
-# the {term}`new bytes saved for backward` in one step (`ampbook.memory`). It runs
+# the {term}`new bytes saved for backward` in one step (`ampbook.measure.memory`). It runs
 # quietly here; the tables below show its records.
 
 # %%

@@ -38,7 +38,7 @@
 #   memory, and what that predicts for a whole training step.
 #
 # **What you need**: the `ampbook` package and PyTorch. Without Cityscapes the chapter uses the
-# synthetic Cityscapes of `ampbook.synthetic`. A CPU runs every part. fp16 arithmetic is slow on
+# synthetic Cityscapes of `ampbook.segmentation.synthetic`. A CPU runs every part. fp16 arithmetic is slow on
 # many CPUs, so on a CPU the chapter times a real fp16 backward pass against an fp32 emulation
 # of fp16 gradients and trains with the faster (it says which). A CUDA GPU runs real fp16
 # autocast.
@@ -64,8 +64,8 @@ results_dir = None  # GPU run records; None: data/results
 seed = 0
 
 # %% tags=["remove-input"]
-from ampbook import params
-from ampbook.env import print_environment
+from ampbook.core import params
+from ampbook.core.env import print_environment
 
 params.device("device", device)
 for name in ("height", "width", "trace_height", "trace_width"):
@@ -96,15 +96,9 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from ampbook import autocast_trace as at
-from ampbook import gradstats as gs
-from ampbook import loss_scaling as ls
-from ampbook import memory, results
-from ampbook.devices import display_name
-from ampbook.env import pick_device
-from ampbook.model import ERFNet
-from ampbook.paths import load_reference
-from ampbook.plots import (
+from ampbook import results
+from ampbook.core.devices import display_name, pick_device
+from ampbook.core.page import (
     GIB,
     MIB,
     bar_style,
@@ -115,6 +109,12 @@ from ampbook.plots import (
     series_style,
     use_style,
 )
+from ampbook.core.paths import load_reference
+from ampbook.measure import autocast_trace as at
+from ampbook.measure import memory
+from ampbook.numerics import gradstats as gs
+from ampbook.numerics import loss_scaling as ls
+from ampbook.segmentation.model import ERFNet
 
 use_style()
 device = pick_device(device)
@@ -138,7 +138,7 @@ print(f"data: {root.name}; {len(batches)} batches of {tuple(batches[0][0].shape)
 # significant bits ({doc}`01_floating_point`). Rounding to nearest decides the fate of
 # anything outside: a magnitude at or below half the smallest subnormal becomes 0, one at or
 # above the largest value plus half a step becomes infinity. The thresholds, computed from
-# the format's bit layout in `ampbook.formats`:
+# the format's bit layout in `ampbook.numerics.formats`:
 
 # %% tags=["hide-input"]
 limits = [("smallest subnormal", gs.FP16_MIN_SUBNORMAL),
@@ -359,7 +359,7 @@ md_table(list(defaults.items()), ["GradScaler setting", "default"], [None, "g"])
 # A real fp16 backward needs fast fp16 arithmetic. On a GPU that is the point of mixed
 # precision; on many CPUs fp16 convolutions are far slower than fp32. The other way to get
 # fp16's *range* is to emulate it: compute in fp32 and round to fp16, with
-# `ampbook.formats.round_to`, exactly the gradients a real AMP step holds in fp16 (those of
+# `ampbook.numerics.formats.round_to`, exactly the gradients a real AMP step holds in fp16 (those of
 # the fp16 tensors traced above, and the weight gradients of the convolutions). The rounding
 # flushes to zero and overflows to inf as fp16 does; it does not reproduce fp16's rounding
 # *inside* each kernel, only at the tensors between them. One forward and backward pass of
@@ -607,7 +607,7 @@ md_table(rows, ["update", "1 - update in fp32", "1 - update in fp16",
                 "share of the update kept in fp16"], [".3g", ".8f", ".8f", ".0%"])
 
 # %%
-from ampbook.formats import spacing
+from ampbook.numerics.formats import spacing
 
 glue_all(gap=float(spacing(torch.tensor(0.99), "fp16")))
 
@@ -682,7 +682,7 @@ md_table(rows, ["", "the post", "measured here"])
 # Parameters, gradients and Adam's two moment buffers are fp32 with or without autocast. What
 # autocast changes is the set of tensors autograd keeps from the forward pass for the backward
 # pass: each layer's inputs (and for batch norm its statistics). The book measures it one way
-# in every chapter, with `ampbook.memory.saved_for_backward`: the **new bytes saved for
+# in every chapter, with `ampbook.measure.memory.saved_for_backward`: the **new bytes saved for
 # backward**, attributed to the layer type running when they were saved. Parameters saved as
 # they are cost nothing (they exist anyway) and are not counted; the low-precision copies of
 # the weights that autocast saves are new memory made every step and are counted. The rule
@@ -737,7 +737,7 @@ plt.show()
 # %% [markdown]
 # {numref}`fig-ch4-saved-bytes` draws the table. Per measured step, the same figure in fp32
 # and under autocast, and what autocast saved or
-# cost (the verdict is `ampbook.memory.saving_verdict`, the same line chapters 3 and 5 print):
+# cost (the verdict is `ampbook.measure.memory.saving_verdict`, the same line chapters 3 and 5 print):
 
 # %% tags=["hide-input"]
 new = {p: (m["fp32"]["new_bytes"], m["amp"]["new_bytes"]) for p, m in mem.items()}

@@ -69,9 +69,9 @@ ceiling_sizes = [256, 512]  # matmul sizes timed for this CPU's compute ceiling
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
-from ampbook import params
-from ampbook.env import print_environment
-from ampbook.precision import PRECISIONS
+from ampbook.core import params
+from ampbook.core.env import print_environment
+from ampbook.core.precision import PRECISIONS
 
 params.device("device", device)
 params.choice("precision", precision, PRECISIONS[1:])
@@ -111,25 +111,29 @@ import torch
 import torchvision
 from myst_nb import glue
 
-from ampbook import costmodel as cm
-from ampbook import verdicts
-from ampbook.bench_loader import measure_loader
-from ampbook.bench_matmul import load_verdict
-from ampbook.bench_step import step_rounds
-from ampbook.calibration import load_published
-from ampbook.cpu_kernels import probe_conv
-from ampbook.data import NUM_CLASSES
-from ampbook.devices import attainable_tflops, display_name, load_devices
-from ampbook.env import pick_device
-from ampbook.layer_profile import ceilings_for
-from ampbook.memory import fit_line, saved_for_backward
-from ampbook.model import ERFNet
-from ampbook.paths import load_reference
-from ampbook.plots import GIB, MIB, bar_style, md, md_table, series_style, use_style
-from ampbook.precision import autocast_dtype
+from ampbook.bench.layers import ceilings_for
+from ampbook.bench.loader import measure_loader
+from ampbook.bench.matmul import load_verdict
+from ampbook.bench.step import step_rounds
+from ampbook.chapters import verdicts
+from ampbook.core.devices import (
+    attainable_tflops,
+    display_name,
+    load_devices,
+    pick_device,
+)
+from ampbook.core.page import GIB, MIB, bar_style, md, md_table, series_style, use_style
+from ampbook.core.paths import load_reference
+from ampbook.core.precision import autocast_dtype
+from ampbook.measure.cpu_kernels import probe_conv
+from ampbook.measure.memory import fit_line, saved_for_backward
+from ampbook.measure.timing import machine_load, time_elementwise, time_matmul
+from ampbook.predict import costmodel as cm
+from ampbook.predict.calibration import load_published
 from ampbook.results import MODE_LABELS, load_results_dir, summarise_run
-from ampbook.synthetic import synthetic_root
-from ampbook.timing import machine_load, time_elementwise, time_matmul
+from ampbook.segmentation.cityscapes import NUM_CLASSES
+from ampbook.segmentation.model import ERFNet
+from ampbook.segmentation.synthetic import synthetic_root
 from ampbook.train import TrainConfig, run_training
 
 use_style()
@@ -193,7 +197,7 @@ md_table([("AMP", amp_post["time_s"], amp_post["memory_gb"]),
 # {term}`new bytes saved for backward` (parameters saved by reference cost nothing;
 # autocast's fp16 weight copies do), it is close to a straight line in the pixels of a
 # batch: a fixed part (the weight copies) plus bytes per pixel.
-# `ampbook.memory.saved_for_backward` counts them in one training forward with real
+# `ampbook.measure.memory.saved_for_backward` counts them in one training forward with real
 # tensors, at two small sizes, and `fit_line` draws the line:
 
 # %%
@@ -216,7 +220,7 @@ md_table([(p, ln.intercept / MIB, ln.slope) for p, ln in lines.items()],
 # part that does not depend on the batch: the CUDA context, cuDNN's workspace, weights,
 # gradients and Adam's state. The fixed part is the same in both runs, so the
 # *difference* of the two figures fixes the pixels per batch, and then the fp32 figure
-# fixes the fixed part (`ampbook.costmodel.solve_pixels`). The post's figures are
+# fixes the fixed part (`ampbook.predict.costmodel.solve_pixels`). The post's figures are
 # rounded to 0.1 GB, so the difference lies between 0.7 and 0.9 GB; the allocator's
 # slack between {glue:text}`ch5_slack_lo` and {glue:text}`ch5_slack_hi` (peak reserved
 # over peak allocated in {cite:p}`pytorch-issue-40989`).
@@ -392,14 +396,14 @@ md(cm.hypotheses_verdict(ev_step, ev_epoch, ev_wait, wait_measured=False))
 # {glue:text}`ch5_ev_slow_hi:.1f` times slower than fp32's (with and without
 # `cudnn.benchmark`). What shows the loader is the equal epochs: AMP's steps were slower
 # and its epochs no longer. The verdict above comes from
-# `ampbook.costmodel.hypotheses_verdict`, which reads a pair of the 2020 software. It is
+# `ampbook.predict.costmodel.hypotheses_verdict`, which reads a pair of the 2020 software. It is
 # another user's model on the same card and software, not the post's: it shows both
 # mechanisms were real in 2020, not which one set the post's epoch.
 #
 # (ch5-model)=
 # ## A cost model of ERFNet
 #
-# What is the least time the 3070 needs for a step? `ampbook.costmodel.trace_step` runs
+# What is the least time the 3070 needs for a step? `ampbook.predict.costmodel.trace_step` runs
 # one training step (forward, loss, backward) on *fake* tensors: PyTorch dispatches
 # every operator with its real shapes and dtypes but allocates and computes nothing, so
 # the post's likely setting costs seconds of CPU. For each operator it counts the FLOPs
@@ -679,7 +683,7 @@ md_table([(f"DataLoader, {w} workers", r, 1e3 / r) for w, r in sorted(lm_rate.it
 # With no workers the training process loads each image itself, on one core with one
 # thread: {glue:text}`ch5_load_ms:.0f` ms per image here, the whole Dataset included
 # (label mapping and normalisation). That is the per-image cost the loader model takes
-# (`ampbook.costmodel.loader_images_per_s`): workers run in parallel, one per free core,
+# (`ampbook.predict.costmodel.loader_images_per_s`): workers run in parallel, one per free core,
 # so `w` workers deliver `w` images per per-image cost, up to the cores the training
 # process leaves free. The 1-worker figure adds inter-process transfer on top; it is the
 # check of the model.
@@ -774,7 +778,7 @@ md_table([(q.label, q.step_speedup, q.speedup, q.amp.data_wait_share, q.memory_r
           "memory AMP / fp32"], [None, ".2f", ".2f", ".0%", ".2f"])
 
 # %% [markdown]
-# Each pair, read by `ampbook.verdicts.gpu_pair_verdict`. A loop that waited for data at
+# Each pair, read by `ampbook.chapters.verdicts.gpu_pair_verdict`. A loop that waited for data at
 # least half its time ran at the loader's pace: its epoch ratio measures the loader
 # (systematically where one run waited longer in every epoch, else the loader's noise),
 # and the step's ratio is the one that speaks for AMP. The loader's pace was the run's setting (its workers and the host's CPU threads
@@ -787,7 +791,7 @@ md("\n\n".join(verdicts.gpu_pair_verdict(q) for q in gpu_pairs)
 # %% [markdown]
 # A step's wall time is its kernels' time plus the time the GPU sits idle between them
 # (launches, host work, synchronisations: {term}`GPU idle time`). A layer profile
-# (`ampbook.layer_profile`) measures the first with the PyTorch profiler, per ERFNet
+# (`ampbook.bench.layers`) measures the first with the PyTorch profiler, per ERFNet
 # module, beside the second (the step timed alone), and puts the cost model's bound for
 # that GPU next to both. Its {term}`kernel efficiency` is the bound over the kernel
 # time, not over the wall time. The fp32 profiles ran with TF32 on and are labelled so:
@@ -942,7 +946,7 @@ md(cm.pace_verdict(e["images"] / max(e["data_wait_s"], 1e-9), e["images"] / e["s
 # and an epoch of two images says little about speed anyway. AMP against fp32 on this
 # device is therefore timed on steps alone, the precisions taking turns for
 # {glue:text}`ch5_rounds` rounds at {glue:text}`ch5_chk_w`x{glue:text}`ch5_chk_h`
-# (`ampbook.bench_step.step_rounds`), and read as a speedup per round with its spread.
+# (`ampbook.bench.step.step_rounds`), and read as a speedup per round with its spread.
 
 # %%
 chk = {p: TrainConfig(precision=p, device=str(device), height=check_height,
@@ -1019,7 +1023,7 @@ plt.show()
 # the bound set against the timed steps above: the measured step must take at least the
 # bound, and their ratio is the efficiency its kernels reached. The model also assumes
 # what GPUs have, low-precision units at least as fast as fp32's; a bf16 matmul timed
-# beside an fp32 one, and the kernel probe of chapter 3 (`ampbook.cpu_kernels`: one
+# beside an fp32 one, and the kernel probe of chapter 3 (`ampbook.measure.cpu_kernels`: one
 # convolution's three passes per dtype, with the kernel that ran each), say what this
 # CPU's kernels do.
 
@@ -1202,7 +1206,7 @@ md_table([
 #    and trace it under autocast: how many fewer bytes does the forward pass move, and
 #    what is the 3070's bound now?
 # 3. With your own GPU, run `python -m ampbook.train` in fp32 and amp-fp16 with 0, 2 and
-#    8 workers, and read each pair with `ampbook.verdicts.gpu_pair_verdict`.
+#    8 workers, and read each pair with `ampbook.chapters.verdicts.gpu_pair_verdict`.
 #
 #    :::{dropdown} Hint
 #    Read the step speedup while the loop waits for data more than half its time, the

@@ -63,9 +63,9 @@ gpus = ["rtx3070-desktop", "a100-sxm-80gb", "h100-sxm", "h200-sxm"]  # table key
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
-from ampbook import params
-from ampbook.devices import load_devices
-from ampbook.env import print_environment
+from ampbook.core import params
+from ampbook.core.devices import load_devices
+from ampbook.core.env import print_environment
 
 params.device("device", device)
 for name in ("shown_input", "erfnet_input", "measure_input", "reader_input"):
@@ -91,12 +91,12 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ampbook import calibration, doctor
-from ampbook.cpu_kernels import probe_conv
-from ampbook.devices import display_name
-from ampbook.plots import GIB, MIB, bar_style, glue_all, md, md_table, use_style
+from ampbook.core.devices import display_name
+from ampbook.core.page import GIB, MIB, bar_style, glue_all, md, md_table, use_style
+from ampbook.core.words import plural
+from ampbook.measure.cpu_kernels import probe_conv
+from ampbook.predict import calibration, doctor
 from ampbook.results import load_results_dir
-from ampbook.words import plural
 
 use_style()
 devices = load_devices()
@@ -638,7 +638,7 @@ md_table([(c["gpu"], name, c["item"], c["gain"], c["detail"])
 #
 # Each reference was measured on one network, batch, layout and GPU. Left out of the
 # references, what do the others predict for it? The leave-one-out (`python -m
-# ampbook.calibration --predictions` prints the same table) gives each one's point and
+# ampbook.predict.calibration --predictions` prints the same table) gives each one's point and
 # range from the others, the references that set it, and whether the range holds what
 # was measured; {numref}`fig-ch6-loo` plots the prediction against the measurement.
 # The goal is at least 90% of the references inside a range at most 1.4x wide (high

@@ -53,9 +53,9 @@ threads = 0  # torch threads for this machine's ladder (0: torch's default)
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
-from ampbook import params
-from ampbook.bench_ladder import MODE_SETTINGS, RUNG_INDICES
-from ampbook.env import print_environment
+from ampbook.bench.ladder import MODE_SETTINGS, RUNG_INDICES
+from ampbook.core import params
+from ampbook.core.env import print_environment
 
 params.device("device", device)
 params.rule("precisions", precisions, bool(precisions)
@@ -82,13 +82,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from ampbook import bench_ladder as bl
-from ampbook.devices import display_name
-from ampbook.env import pick_device
-from ampbook.model import ERFNet
-from ampbook.plots import GIB, glue_all, md, md_table, use_style
-from ampbook.provenance import assumed
+from ampbook.bench import ladder as bl
+from ampbook.core.devices import display_name, pick_device
+from ampbook.core.page import GIB, glue_all, md, md_table, use_style
+from ampbook.core.provenance import assumed
 from ampbook.results import MODE_LABELS, load_results_dir
+from ampbook.segmentation.model import ERFNet
 
 use_style()
 device = pick_device(device)

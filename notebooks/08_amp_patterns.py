@@ -49,8 +49,8 @@ results_dir = None  # committed GPU results; None: data/results
 seed = 0
 
 # %% tags=["remove-input"]
-from ampbook import params
-from ampbook.env import print_environment
+from ampbook.core import params
+from ampbook.core.env import print_environment
 
 params.choice("amp_dtype", amp_dtype, ["float16", "bfloat16"])
 for name in (
@@ -82,13 +82,14 @@ import os
 
 import torch
 
-from ampbook import patterns, results
-from ampbook.data import NUM_CLASSES
-from ampbook.devices import display_name, load_devices
-from ampbook.gradstats import training_batches
-from ampbook.loss_scaling import train_with_scaling
-from ampbook.model import ERFNet
-from ampbook.plots import MIB, glue_all, md, md_table
+from ampbook import results
+from ampbook.bench import patterns
+from ampbook.core.devices import display_name, load_devices
+from ampbook.core.page import MIB, glue_all, md, md_table
+from ampbook.numerics.gradstats import training_batches
+from ampbook.numerics.loss_scaling import train_with_scaling
+from ampbook.segmentation.cityscapes import NUM_CLASSES
+from ampbook.segmentation.model import ERFNet
 
 dtype = getattr(torch, amp_dtype)
 found = results.load_results_dir(results_dir)
@@ -284,7 +285,7 @@ print(inspect.getsource(patterns.predict))
 # The check runs `predict` on a tiny network with batch norm (running statistics of
 # its own) against its fp32 forward, and compares the class probabilities (tolerance:
 # 4 roundoffs of the 16-bit type). It also counts the memory of each forward: on a CPU
-# there is no `torch.cuda.max_memory_allocated`, so `ampbook.memory.AllocatedBytesMeter`
+# there is no `torch.cuda.max_memory_allocated`, so `ampbook.measure.memory.AllocatedBytesMeter`
 # adds up the bytes of every tensor an operator makes and takes them off when the
 # tensor is freed; its peak is the most the forward's tensors held at once (weights
 # and inputs, made before, are not counted).
@@ -402,7 +403,7 @@ md(patterns.choice_verdict(gpu, here))
 #    where fp16 loses {glue:text}`fp16_flushed:.2%` of them (fourth line); there is no
 #    scaler to place and no step to skip (fifth line).
 # 2. **fp16 with a GradScaler where it is faster in every epoch.** A ratio inside
-#    its epoch-to-epoch spread is not a speed-up (`ampbook.findings.pace` judges it,
+#    its epoch-to-epoch spread is not a speed-up (`ampbook.chapters.findings.pace` judges it,
 #    as the line above does). On the committed {glue:text}`gpu_name` runs bf16's step
 #    took {glue:text}`gpu_ratio:.2f` times fp16's (per epoch
 #    {glue:text}`gpu_ratio_lo:.3f`-{glue:text}`gpu_ratio_hi:.3f`), their final val

@@ -32,19 +32,19 @@
 # % How this page is built: cross-document glue, the glue text role on `NN_topic.ipynb::key:fmt`
 # % (a path relative to chapters/; myst-nb requires the format spec for another page's
 # % key). A chapter that renames a key must rename it here too (the book build fails on
-# % a missing key). The GPU part is computed by `ampbook.findings.gpu_findings`.
+# % a missing key). The GPU part is computed by `ampbook.chapters.findings.gpu_findings`.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # GPU run records; None: data/results
 
 # %% tags=["remove-input"]
-from ampbook.env import print_environment
+from ampbook.core.env import print_environment
 
 print_environment("cpu")
 
 # %% tags=["hide-cell"]
-from ampbook.findings import gpu_findings, in_short
-from ampbook.plots import glue_all, md
+from ampbook.chapters.findings import gpu_findings, in_short
+from ampbook.core.page import glue_all, md
 from ampbook.results import load_results_dir
 
 results = load_results_dir(results_dir)

@@ -2699,7 +2699,7 @@ def results_cases() -> list[Case]:
                 [
                     sys.executable,
                     "-c",
-                    "from ampbook.synthetic import synthetic_root; "
+                    "from ampbook.segmentation.synthetic import synthetic_root; "
                     "print(synthetic_root(2, 1, 32, 64))",
                 ],
                 cwd=ctx.repo,
@@ -2960,8 +2960,8 @@ def _interrupted_run(ctx, res):
 
 def _held_synthesis(ctx):
     """The synthesis lock of a folder held (as a running synthesize holds it)."""
-    from ampbook import cli
-    from ampbook.synthetic import SYNTHESIS_LOCK
+    from ampbook.core import cli
+    from ampbook.segmentation.synthetic import SYNTHESIS_LOCK
 
     root = ctx.tmp / "syn"
     root.mkdir()

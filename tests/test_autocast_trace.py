@@ -1,13 +1,13 @@
-"""ampbook.autocast_trace: documented op lists, dispatcher registrations, op probes,
-layer and op traces, cast counting (small modules; fake CUDA tensors where there is no
-GPU)."""
+"""ampbook.measure.autocast_trace: documented op lists, dispatcher registrations, op
+probes, layer and op traces, cast counting (small modules; fake CUDA tensors where there
+is no GPU)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ampbook import autocast_trace as at
+from ampbook.measure import autocast_trace as at
 
 
 class Twice(nn.Module):
@@ -204,7 +204,7 @@ def test_weights_and_grads_stay_fp32_under_autocast_but_not_after_half():
 def test_saved_bytes_fp32_vs_autocast():
     model = small_net()
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 5, (2, 8, 8))
-    from ampbook.memory import saved_for_backward
+    from ampbook.measure.memory import saved_for_backward
 
     fp32 = saved_for_backward(model, x, y, "cpu")
     amp = saved_for_backward(model, x, y, "cpu", torch.bfloat16)

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from ampbook import bench
-from ampbook.bench_loader import format_table, measure_loader
-from ampbook.synthetic import synthesize
+from ampbook.bench.loader import format_table, measure_loader
+from ampbook.segmentation.synthetic import synthesize
 
 
 @pytest.fixture(scope="module")

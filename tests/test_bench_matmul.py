@@ -1,4 +1,4 @@
-"""ampbook.bench_matmul: the chapter's sweeps skip what would be too slow, records
+"""ampbook.bench.matmul: the chapter's sweeps skip what would be too slow, records
 round-trip through the documented JSON format, and the benchmark prints its ratios."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ampbook import bench
-from ampbook.bench_matmul import (
+from ampbook.bench.matmul import (
     SCHEMA,
     elementwise_sweep,
     load_records,
@@ -114,7 +114,7 @@ def _row(dtype, n, median_s, spread=0.05, **extra):
 
 
 def test_best_and_common_size_and_speed_verdict():
-    from ampbook.bench_matmul import (
+    from ampbook.bench.matmul import (
         best_per_dtype,
         speed_verdict,
         speeds_at_common_size,
@@ -141,7 +141,7 @@ def test_best_and_common_size_and_speed_verdict():
 
 
 def test_shape_verdict_separates_noise_from_a_cliff():
-    from ampbook.bench_matmul import shape_penalties, shape_verdict
+    from ampbook.bench.matmul import shape_penalties, shape_verdict
 
     # n=513 looks 3% faster per FLOP but the spreads (5%) overlap: noise.
     base = _row("bf16", 512, 1e-2, base=512)
@@ -159,7 +159,7 @@ def test_shape_verdict_separates_noise_from_a_cliff():
 
 
 def test_elementwise_and_load_verdicts():
-    from ampbook.bench_matmul import elementwise_verdict, load_verdict
+    from ampbook.bench.matmul import elementwise_verdict, load_verdict
 
     def ew(dtype, numel, t, buffers=1):
         size = 4 if dtype == "fp32" else 2
@@ -195,8 +195,8 @@ def test_elementwise_and_load_verdicts():
 
 
 def test_roofline_ceilings_rows_and_verdict():
-    from ampbook.bench_matmul import roofline_ceilings, roofline_rows, roofline_verdict
-    from ampbook.devices import load_devices
+    from ampbook.bench.matmul import roofline_ceilings, roofline_rows, roofline_verdict
+    from ampbook.core.devices import load_devices
 
     best = {"fp32": dict(_row("fp32", 256, 1e-3), bytes_moved=3 * 256**2 * 4, gbps=1.0)}
     add = {
@@ -229,8 +229,8 @@ def test_roofline_ceilings_rows_and_verdict():
 
 
 def test_records_verdict_and_table(tmp_path):
-    from ampbook.bench_matmul import records_table, records_verdict
-    from ampbook.devices import load_devices
+    from ampbook.bench.matmul import records_table, records_verdict
+    from ampbook.core.devices import load_devices
 
     assert records_verdict([], tmp_path).startswith("no GPU results committed")
     assert "under data/results/" in records_verdict([])
@@ -251,7 +251,7 @@ def test_records_verdict_and_table(tmp_path):
 
 
 def test_conv_sweep_times_forward_and_training_pass_and_skips_slow_dtypes():
-    from ampbook.bench_matmul import conv_sweep
+    from ampbook.bench.matmul import conv_sweep
 
     rows, skipped, fitted = conv_sweep([1, 4, 8, 8], ["fp32", "bf16"], "cpu", **FAST)
     assert fitted is None and {(r["batch"], r["height"]) for r in rows} == {(1, 8)}
@@ -274,7 +274,7 @@ def test_a_convolution_too_slow_for_max_call_s_is_timed_smaller(monkeypatch):
     """A dtype whose probe runs far slower than fp32 (here a fake bf16 600x slower:
     the CPU fallback's case) shrinks the convolution every dtype is timed at, to fit
     max_call_s, and the line says the shape, the prediction and its source."""
-    from ampbook import bench_matmul as bm
+    from ampbook.bench import matmul as bm
 
     calls = []
 
@@ -309,7 +309,7 @@ def _conv(kind, dtype, median_s):
 
 
 def test_op_speeds_and_amp_op_verdict_both_ways():
-    from ampbook.bench_matmul import amp_op_verdict, op_speeds
+    from ampbook.bench.matmul import amp_op_verdict, op_speeds
 
     mm = [_row("fp32", 256, 1e-3), _row("bf16", 256, 0.3e-3), _row("fp16", 256, 2e-3)]
     conv = [
@@ -351,7 +351,7 @@ def test_op_speeds_and_amp_op_verdict_both_ways():
 
 
 def test_read_from_counts_the_rotated_input_sets():
-    from ampbook.bench_matmul import read_from
+    from ampbook.bench.matmul import read_from
 
     row = {"dtype": "fp32", "numel": 2**20, "bytes_moved": 12 * 2**20, "buffers": 1}
     assert read_from(row, 8 * 2**20) == "cache"  # 12 MiB against 2 x 8 MiB
@@ -361,13 +361,13 @@ def test_read_from_counts_the_rotated_input_sets():
 
 def test_sweep_provenance_and_summary_of_the_committed_h200_sweep():
     from ampbook import results
-    from ampbook.bench_matmul import (
+    from ampbook.bench.matmul import (
         best_per_dtype,
         record_device,
         sweep_provenance,
         sweep_summary,
     )
-    from ampbook.devices import load_devices
+    from ampbook.core.devices import load_devices
 
     sweeps = results.load_results_dir().matmul_sweeps
     h200 = next(s.record for s in sweeps if s.record["device_key"] == "h200-sxm")
@@ -387,8 +387,8 @@ def test_sweep_summary_of_a_gpu_outside_the_peak_table():
     from pathlib import Path
 
     from ampbook import results
-    from ampbook.bench_matmul import sweep_summary
-    from ampbook.devices import load_devices
+    from ampbook.bench.matmul import sweep_summary
+    from ampbook.core.devices import load_devices
 
     # the fixtures' path, not _chapters' (importing the runner costs seconds)
     fixtures = Path(__file__).parent / "fixtures" / "results"
@@ -414,7 +414,7 @@ def test_sizes_beyond_the_limit_are_one_error(argv, words, capsys):
 
 
 def test_every_option_has_help():
-    from ampbook.bench_matmul import build_parser
+    from ampbook.bench.matmul import build_parser
 
     for action in build_parser()._actions:
         assert action.help, action.option_strings

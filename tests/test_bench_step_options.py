@@ -3,7 +3,7 @@ measure and return (no timing is asserted)."""
 
 import pytest
 
-from ampbook.bench_step import (
+from ampbook.bench.step import (
     SYNC_EVERY,
     main,
     measure_data_cache,

@@ -1,11 +1,11 @@
-"""``ampbook.bench_step.step_rounds``: configurations timed in turns, one time per
+"""``ampbook.bench.step.step_rounds``: configurations timed in turns, one time per
 round."""
 
 from __future__ import annotations
 
 import pytest
 
-from ampbook.bench_step import step_rounds
+from ampbook.bench.step import step_rounds
 from ampbook.train import TrainConfig
 
 

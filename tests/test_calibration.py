@@ -9,10 +9,10 @@ import statistics
 import pytest
 import yaml
 
-from ampbook import calibration as cal
-from ampbook import doctor
-from ampbook.costmodel import OP_CLASSES
-from ampbook.paths import REPO_ROOT
+from ampbook.core.paths import REPO_ROOT
+from ampbook.predict import calibration as cal
+from ampbook.predict import doctor
+from ampbook.predict.costmodel import OP_CLASSES
 from ampbook.results import load_results_dir
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "results"
@@ -222,7 +222,7 @@ def test_predictions_table_is_the_leave_one_out(capsys):
 
 
 def test_every_option_has_help():
-    from ampbook.calibration import build_parser
+    from ampbook.predict.calibration import build_parser
 
     for action in build_parser()._actions:
         assert action.help, action.option_strings

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
-from ampbook import bench_matmul as bm
 from ampbook import results
-from ampbook.devices import load_devices
+from ampbook.bench import matmul as bm
+from ampbook.core.devices import load_devices
 
 
 def test_chapter2_shows_the_fixture_gpu_sweep(tmp_path):
@@ -34,7 +34,7 @@ def test_chapter2_shows_the_fixture_gpu_sweep(tmp_path):
 def _cited(stem: str) -> set[str]:
     import re
 
-    from ampbook.paths import NOTEBOOKS_DIR
+    from ampbook.core.paths import NOTEBOOKS_DIR
 
     text = (NOTEBOOKS_DIR / f"{stem}.py").read_text()
     found = re.findall(r"\{cite:[pt]\}`([^`]+)`", text)
@@ -44,7 +44,7 @@ def _cited(stem: str) -> set[str]:
 def test_chapter2_cites_the_source_of_every_peak_and_every_key_exists():
     import re
 
-    from ampbook.paths import BOOK_DIR
+    from ampbook.core.paths import BOOK_DIR
 
     bib = (BOOK_DIR / "references.bib").read_text()
     entries = set(re.findall(r"^@\w+\{([^,\s]+),", bib, flags=re.MULTILINE))

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
-from ampbook.calibration import load_published, profile_references
+from ampbook.core.words import plural
+from ampbook.predict.calibration import load_published, profile_references
 from ampbook.results import load_results_dir
-from ampbook.words import plural
 
 
 def test_chapter6_shows_the_report_references_and_pairs(tmp_path):

@@ -9,7 +9,7 @@ import re
 import pytest
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
-from ampbook import bench_ladder as bl
+from ampbook.bench import ladder as bl
 from ampbook.results import load_results_dir
 
 
@@ -70,7 +70,7 @@ def test_without_a_gpu_ladder_the_chapter_says_it_predicts(executed_notebooks):
 def test_the_chapter_names_the_stream_flag_by_its_name():
     """The runner's flag is --16-bit-stream (the CPU ladder's rung 4 runs in bf16);
     --fp16-stream is said once, as its older name."""
-    from ampbook.paths import REPO_ROOT
+    from ampbook.core.paths import REPO_ROOT
 
     text = (REPO_ROOT / "notebooks" / "07_making_amp_pay.py").read_text()
     assert (

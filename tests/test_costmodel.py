@@ -1,6 +1,6 @@
-"""The per-layer cost model (ampbook.costmodel): FLOPs and bytes by hand, against
-PyTorch's own FLOP counter, attribution to layers, the autocast dtypes, and the roofline
-arithmetic."""
+"""The per-layer cost model (ampbook.predict.costmodel): FLOPs and bytes by hand,
+against PyTorch's own FLOP counter, attribution to layers, the autocast dtypes, and the
+roofline arithmetic."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ampbook.costmodel import (
+from ampbook.predict.costmodel import (
     LOSS,
     Ceilings,
     OpCost,
@@ -138,7 +138,7 @@ def test_grouped_conv_backward_counts_groups():
 
 
 def test_erfnet_flops_agree_with_torch_flop_counter():
-    from ampbook.model import ERFNet
+    from ampbook.segmentation.model import ERFNet
 
     torch.manual_seed(0)
     model = ERFNet(num_classes=5)
@@ -322,7 +322,7 @@ def test_cpu_trace_has_the_cuda_autocast_dtypes_for_erfnet():
     # The cost model traces on the CPU; CUDA's autocast decides the same dtypes for
     # every convolution of ERFNet. The CPU's explicit casts before torch.cat and the
     # loss add a few percent of bytes that CUDA folds into the ops themselves.
-    from ampbook.model import ERFNet
+    from ampbook.segmentation.model import ERFNet
 
     model = ERFNet()
     for precision in ("amp-fp16", "fp32"):
@@ -440,7 +440,7 @@ def test_ceilings_from_device_and_checks():
 
 
 def test_ceilings_from_the_device_table():
-    devices = pytest.importorskip("ampbook.devices")
+    devices = pytest.importorskip("ampbook.core.devices")
     d = devices.load_devices()["rtx3070-desktop"]
     c = Ceilings.from_device(d)
     assert c.mma_tflops["float32"] == d.tf32_tflops
@@ -453,7 +453,7 @@ def test_amp_bytes_for_erfnet_depend_on_the_image_size():
     # back): about 6 bytes per parameter each way whatever the image size, while
     # activations scale with it. Tiny images: AMP moves more bytes than fp32; real ones:
     # fewer.
-    from ampbook.model import ERFNet
+    from ampbook.segmentation.model import ERFNet
 
     model = ERFNet()
     for (h, w), amp_is_smaller in (((32, 64), False), ((256, 512), True)):
@@ -470,7 +470,7 @@ def test_amp_bytes_for_erfnet_depend_on_the_image_size():
 
 
 def test_loader_and_epoch_model():
-    from ampbook.costmodel import epoch_images_per_s, loader_images_per_s
+    from ampbook.predict.costmodel import epoch_images_per_s, loader_images_per_s
 
     # 0.1 s per image: 10 img/s alone; 4 workers on 8 cores (1 kept for training): 40
     # img/s
@@ -519,7 +519,7 @@ def _fastest(fn, repeats=3):
 
 
 def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
-    from ampbook.costmodel import bound_verdict
+    from ampbook.predict.costmodel import bound_verdict
 
     ceil = _cpu_peak_ceilings()
     conv = nn.Conv2d(64, 64, 3, padding=1)
@@ -534,7 +534,7 @@ def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
         measured
     )
     # a whole ERFNet step too
-    from ampbook.model import ERFNet
+    from ampbook.segmentation.model import ERFNet
 
     model = ERFNet()
     img, lab = torch.randn(1, 3, 32, 64), torch.zeros(1, 32, 64, dtype=torch.long)
@@ -558,8 +558,8 @@ def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
 
 
 def test_solve_pixels_recovers_a_planted_setting():
-    from ampbook.costmodel import solve_pixels
-    from ampbook.memory import Line
+    from ampbook.measure.memory import Line
+    from ampbook.predict.costmodel import solve_pixels
 
     fp32, amp = (
         Line(0.0, 100.0),
@@ -585,7 +585,7 @@ def test_solve_pixels_recovers_a_planted_setting():
 
 
 def test_verdicts_read_both_cases():
-    from ampbook.costmodel import (
+    from ampbook.predict.costmodel import (
         hypotheses_verdict,
         lowp_verdict,
         pace_verdict,
@@ -623,15 +623,15 @@ def test_verdicts_read_both_cases():
     assert "lists no bf16/fp16 units" in lowp_verdict([], 0.1)
     assert "can pay" in lowp_verdict(["amx_bf16"], 3.0)
     assert "lists" not in lowp_verdict(None, 0.1)  # flags are not needed
-    from ampbook.costmodel import range_verdict
+    from ampbook.predict.costmodel import range_verdict
 
     assert "lies inside" in range_verdict(39, 100, 66.7, "x")
     assert "lies above" in range_verdict(39, 60, 66.7, "x")
     assert "broken" in range_verdict(70, 100, 66.7, "x")
     with pytest.raises(ValueError, match="low_s <= high_s"):
         range_verdict(2, 1, 1, "x")
-    from ampbook.costmodel import MeasuredEfficiency as E
-    from ampbook.costmodel import efficiency_range_verdict as erv
+    from ampbook.predict.costmodel import MeasuredEfficiency as E
+    from ampbook.predict.costmodel import efficiency_range_verdict as erv
 
     effs = [E("net", "gpu", 0.4), E("net", "gpu", 1.3), E("net", "gpu", 0.8)]
     line = erv(39, effs, 66.7, "x", network="net", device="gpu")  # 1.3 left out

@@ -16,13 +16,13 @@ from torch.utils.flop_counter import (
     sdpa_flop_count,
 )
 
-from ampbook.costmodel import (
+from ampbook.predict.costmodel import (
     Ceilings,
     op_is_modelled,
     predict,
     trace_step,
 )
-from ampbook.model import ERFNet
+from ampbook.segmentation.model import ERFNet
 
 aten = torch.ops.aten
 
@@ -254,7 +254,7 @@ def test_trace_predicts_the_bytes_saved_for_backward(precision):
     # under CPU autocast: equal in fp32; under AMP within 0.5% (the fake batch norm
     # keeps its saved mean and inverse std in the activation's dtype, the CPU kernel in
     # fp32)
-    from ampbook.memory import saved_for_backward
+    from ampbook.measure.memory import saved_for_backward
 
     build, height, width = MODELS["mobilenet_v3_small"]
     torch.manual_seed(0)

@@ -1,13 +1,13 @@
-"""The CPU kernel probe (ampbook.cpu_kernels): it times one convolution's three passes
-per dtype, reads oneDNN's implementation names from its verbose lines, and says which
-pass lost against fp32 and in which kernel."""
+"""The CPU kernel probe (ampbook.measure.cpu_kernels): it times one convolution's three
+passes per dtype, reads oneDNN's implementation names from its verbose lines, and says
+which pass lost against fp32 and in which kernel."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ampbook import cpu_kernels as ck
+from ampbook.measure import cpu_kernels as ck
 
 # oneDNN 3.x verbose lines as a CPU with AVX-512 FP16 prints them for one fp16 3x1
 # convolution (the case of issue 19: the weight gradient in the reference loop).

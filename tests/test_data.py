@@ -9,8 +9,9 @@ import torch
 from cityscapesscripts.helpers.labels import labels as cs_labels
 from PIL import Image
 
-from ampbook import data, data_command
-from ampbook.data import (
+from ampbook.segmentation import cityscapes as data
+from ampbook.segmentation import data_command
+from ampbook.segmentation.cityscapes import (
     CLASS_NAMES,
     IGNORE_INDEX,
     NUM_CLASSES,
@@ -18,7 +19,7 @@ from ampbook.data import (
     DataError,
     resolve_root,
 )
-from ampbook.synthetic import synthesize, synthetic_pair, synthetic_root
+from ampbook.segmentation.synthetic import synthesize, synthetic_pair, synthetic_root
 
 
 @pytest.fixture(scope="module")
@@ -389,8 +390,8 @@ LEARN_H, LEARN_W, LEARN_EPOCHS = 48, 96, 12
 def test_erfnet_learns_the_synthetic_scenes(tmp_path):
     """A few epochs at low resolution take ERFNet's mIoU far above what guessing
     gets."""
-    from ampbook.metrics import SegmentationMetrics
-    from ampbook.model import ERFNet
+    from ampbook.segmentation.metrics import SegmentationMetrics
+    from ampbook.segmentation.model import ERFNet
 
     torch.manual_seed(0)
     root = synthesize(tmp_path, train=32, val=8, seed=0, height=LEARN_H, width=LEARN_W)

@@ -7,14 +7,14 @@ import dataclasses
 import pytest
 import torch
 
-from ampbook.data import (
+from ampbook.segmentation.cityscapes import (
     CachedLoader,
     Cityscapes,
     DecodedCache,
     check_cache_fits,
     decoded_bytes,
 )
-from ampbook.synthetic import synthetic_root
+from ampbook.segmentation.synthetic import synthetic_root
 from ampbook.train import ConfigError, TrainConfig, run_name, run_training
 
 
@@ -112,9 +112,11 @@ def test_a_cached_run_gives_the_numbers_of_the_loader_with_0_workers(tmp_path):
 
 
 def test_a_cache_too_big_for_the_memory_stops_before_any_work(tmp_path, monkeypatch):
-    import ampbook.data
+    import ampbook.segmentation.cityscapes
 
-    monkeypatch.setattr(ampbook.data, "available_bytes", lambda device: 10_000)
+    monkeypatch.setattr(
+        ampbook.segmentation.cityscapes, "available_bytes", lambda device: 10_000
+    )
     cfg = TrainConfig(**RUN, data_cache="host", out=str(tmp_path / "o"))
     with pytest.raises(ConfigError) as err:
         run_training(cfg)

@@ -1,12 +1,12 @@
-"""ampbook.devices: the peak table is complete, sourced, internally consistent, and maps
-the names PyTorch reports to the right entries."""
+"""ampbook.core.devices: the peak table is complete, sourced, internally consistent, and
+maps the names PyTorch reports to the right entries."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from ampbook.devices import (
+from ampbook.core.devices import (
     DEVICES_FILE,
     FIGURE_FIELDS,
     attainable_tflops,
@@ -196,8 +196,8 @@ def test_bad_tables_get_clear_errors(tmp_path):
 
 
 def test_the_posts_tensor_core_claims_checked():
-    from ampbook.devices import tensor_core_claims
-    from ampbook.paths import load_reference
+    from ampbook.core.devices import tensor_core_claims
+    from ampbook.core.paths import load_reference
 
     rows = tensor_core_claims(load_reference("seed_post"))
     text = {r[0]: r[1] for r in rows}

@@ -9,9 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from ampbook import cli, doctor
-from ampbook.memory import saved_for_backward
-from ampbook.paths import REPO_ROOT
+from ampbook.core import cli
+from ampbook.core.paths import REPO_ROOT
+from ampbook.measure.memory import saved_for_backward
+from ampbook.predict import doctor
 from tests._cli import one_error
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "results"
@@ -136,7 +137,7 @@ def test_memory_at_the_requested_size_is_the_real_count():
     r = doctor.diagnose(_config(input=(3, 16, 16), batch=3, measure=False), model)
     at = r["memory"]["at_size"]
     x, y = torch.randn(3, 3, 16, 16), torch.randint(0, 4, (3,))
-    from ampbook.autocast_trace import CudaAutocastRules
+    from ampbook.measure.autocast_trace import CudaAutocastRules
 
     with CudaAutocastRules():
         fp32 = saved_for_backward(model, x, y)["new_bytes"]
@@ -381,8 +382,8 @@ def test_cpu_timing_table_says_what_each_number_is(report):
 def test_progress_lines_while_cpu_steps_are_timed():
     import io
 
-    from ampbook.cli import Progress
-    from ampbook.doctor import _cpu_rounds
+    from ampbook.core.cli import Progress
+    from ampbook.predict.doctor import _cpu_rounds
 
     model = tiny_classifier()
     out = io.StringIO()
@@ -470,9 +471,9 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
 
 
 def test_help_names_every_choice_and_each_option_has_help():
-    from ampbook import costmodel, diagnosis
-    from ampbook.modes import TF32_MODE
-    from ampbook.precision import PRECISIONS
+    from ampbook.core.modes import TF32_MODE
+    from ampbook.core.precision import PRECISIONS
+    from ampbook.predict import costmodel, diagnosis
 
     parser = doctor.build_parser()
     text = parser.format_help()
@@ -727,13 +728,13 @@ def test_help_imports_no_torch(command):
     )
     assert run.returncode == 0 and "usage:" in run.stdout, run.stderr[-2000:]
     imported = [x.rsplit("|", 1)[-1].strip() for x in run.stderr.splitlines()]
-    assert "ampbook.cli" in imported and "torch" not in imported
+    assert "ampbook.core.cli" in imported and "torch" not in imported
 
 
 def test_ascii_spellings_where_the_output_cannot_encode():
     """A C locale without UTF-8 mode gets the report in ASCII spellings (the
     commands' streams use this error handler), not a UnicodeEncodeError."""
-    from ampbook import cli
+    from ampbook.core import cli
 
     text = "1.00x ± 15% – 9.6 µs each"
     spelled = text.encode("ascii", cli.plain_text_errors()).decode()

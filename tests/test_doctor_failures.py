@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from ampbook import costmodel as cm
-from ampbook import doctor
-from ampbook.memory import saved_for_backward
+from ampbook.measure.memory import saved_for_backward
+from ampbook.predict import costmodel as cm
+from ampbook.predict import doctor
 from tests._cli import one_error
 
 # --------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""The error layer (``ampbook.cli``) and what it promises, class by class (issue 22):
-bad settings and numbers exit 2 with one ``error:`` line before any work; outputs are
-checked before anything is changed (read-only and full tmpfs, long names, files in the
-way); what is read is validated with the file and field named; SIGTERM is Ctrl-C and
+"""The error layer (``ampbook.core.cli``) and what it promises, class by class (issue
+22): bad settings and numbers exit 2 with one ``error:`` line before any work; outputs
+are checked before anything is changed (read-only and full tmpfs, long names, files in
+the way); what is read is validated with the file and field named; SIGTERM is Ctrl-C and
 leaves its outputs marked; special files are refused, not blocked on. Most tests call
 ``main`` in-process; the few that need a real signal or a real start-up run the
 command. ``python -m tests.fault_sweep`` runs the whole sweep (``test_fault_sweep.py``
@@ -27,8 +27,10 @@ import pytest
 import torch
 from _cli import one_error
 
-from ampbook import cli, data, data_command, params, synthetic
-from ampbook.paths import REPO_ROOT
+from ampbook.core import cli, params
+from ampbook.core.paths import REPO_ROOT
+from ampbook.segmentation import cityscapes as data
+from ampbook.segmentation import data_command, synthetic
 
 # --- file systems a test can make -----------------------------------------------------
 
@@ -115,6 +117,7 @@ def _commands() -> dict[str, str]:
     for path in sorted((REPO_ROOT / "ampbook").rglob("*.py")):
         text = path.read_text()
         module = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
         if path.name == "__main__.py":
             target = re.search(r"from (ampbook[\w.]*) import main", text)
             assert target, f"{path}: a __main__ that does not call a main()"
@@ -154,7 +157,7 @@ def test_every_command_goes_through_the_error_layer():
         prog = _command_prog(module)
         assert prog, f"{module}.main is not decorated with @cli.command"
         assert prog.startswith(f"python -m {name}") or name.startswith(
-            "ampbook.bench_"
+            "ampbook.bench."
         ), (name, prog)
     from ampbook import bench  # its subcommands, whichever modules they live in
 
@@ -318,10 +321,14 @@ def test_a_signal_during_the_start_up_imports_is_one_line(sig, code):
         name = line.rsplit("|", 1)[-1].strip()
         return name.startswith("torch.")
 
-    # ampbook.model imports torch as it loads (the commands import it in main, after
-    # their options are parsed): a process started as python -m ampbook... is one
+    # ampbook.segmentation.model imports torch as it loads (the commands import it in
+    # main, after their options are parsed): a process started as python -m ampbook...
+    # is one
     code_seen, err = _signalled_when(
-        ["ampbook.model", "x"], sig, inside_torch, python=("-X", "importtime")
+        ["ampbook.segmentation.model", "x"],
+        sig,
+        inside_torch,
+        python=("-X", "importtime"),
     )
     assert code_seen == code, err
     one_error(err, "interrupted", "while starting up", cli_name(code))
@@ -724,7 +731,7 @@ def test_seeds_outside_numpys_range_are_refused(seed, tiny, tmp_path, capsys):
 
 
 def test_a_damaged_class_weight_cache_is_computed_again(tiny, tmp_path, monkeypatch):
-    from ampbook.data import Cityscapes
+    from ampbook.segmentation.cityscapes import Cityscapes
     from ampbook.train import enet_class_weights
 
     monkeypatch.setenv("AMPBOOK_CACHE", str(tmp_path / "cache"))
@@ -869,7 +876,7 @@ def quitter(tmp_path, monkeypatch):
 
 
 def test_doctor_a_factory_that_exits_is_an_error_not_a_success(quitter, capsys):
-    from ampbook import doctor
+    from ampbook.predict import doctor
 
     assert doctor.main(["--model", "quitter:build", "--no-measure"]) == 2
     one_error(capsys.readouterr().err, "called sys.exit(0)", "return the nn.Module")
@@ -877,14 +884,14 @@ def test_doctor_a_factory_that_exits_is_an_error_not_a_success(quitter, capsys):
 
 @pytest.mark.parametrize("spec", [":x", ".x:y", "x:", "json:nope"])
 def test_doctor_model_specs_that_cannot_name_a_model(spec, capsys):
-    from ampbook import doctor
+    from ampbook.predict import doctor
 
     assert doctor.main(["--model", spec, "--no-measure"]) == 2
     one_error(capsys.readouterr().err)
 
 
 def test_doctor_refuses_one_file_for_json_and_markdown(tmp_path, capsys):
-    from ampbook import doctor
+    from ampbook.predict import doctor
 
     same = str(tmp_path / "r")
     argv = ["--model", "erfnet", "--no-measure", "--json", same, "--markdown", same]
@@ -940,7 +947,7 @@ def test_bench_outputs_are_checked_before_measuring(tmp_path, capsys):
 
 @pytest.mark.parametrize("budget", ["inf", "nan", "-1"])
 def test_gpucheck_budget_must_be_a_finite_time(budget, tmp_path, capsys):
-    from ampbook import gpucheck
+    from ampbook.build import gpucheck
 
     assert gpucheck.main(["--out", str(tmp_path / "o"), "--budget-s", budget]) == 2
     one_error(capsys.readouterr().err, "--budget-s")
@@ -948,7 +955,7 @@ def test_gpucheck_budget_must_be_a_finite_time(budget, tmp_path, capsys):
 
 
 def test_gpucheck_does_not_replace_an_earlier_checks_results(tmp_path, capsys):
-    from ampbook import gpucheck
+    from ampbook.build import gpucheck
 
     (tmp_path / "report.json").write_text("{}")
     assert gpucheck.main(["--dry-run", "--out", str(tmp_path), "--stages", "env"]) == 2
@@ -983,7 +990,7 @@ def test_a_command_leaves_its_callers_handlers_as_it_found_them(tmp_path, capsys
     """Whatever a command installs (signal handlers, an excepthook) is undone when its
     main returns or raises: a test once found gpucheck's SIGTERM handler still in
     pytest's process, and a later SIGTERM (from ``timeout``) ended in a traceback."""
-    from ampbook import gpucheck
+    from ampbook.build import gpucheck
 
     @cli.command("python -m x")
     def main(argv):
@@ -1081,7 +1088,7 @@ def test_profiles_yml_errors_name_the_file_and_place(tmp_path):
 
 def test_environment_variables_are_checked(tmp_path, monkeypatch):
     from ampbook.build import bookcheck, run
-    from ampbook.paths import CacheError, cache_dir
+    from ampbook.core.paths import CacheError, cache_dir
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -1098,7 +1105,7 @@ def test_environment_variables_are_checked(tmp_path, monkeypatch):
 
 def _executed(tmp_path: Path, run_id: str = "r1") -> Path:
     from ampbook.build import book, run
-    from ampbook.paths import NOTEBOOKS_DIR
+    from ampbook.core.paths import NOTEBOOKS_DIR
 
     folder = tmp_path / "executed"
     folder.mkdir()
@@ -1197,7 +1204,8 @@ def test_parameter_checks_refuse_what_would_fail_later(tmp_path):
 
 def test_a_damaged_png_is_an_error_not_a_crash(tiny, tmp_path):
     """torchvision's libpng decoder kills the process (SIGSEGV) on a damaged stream:
-    every PNG's chunks are checked first (``ampbook.data.png_damage``)."""
+    every PNG's chunks are checked first
+    (``ampbook.segmentation.cityscapes.png_damage``)."""
     label = sorted((tiny / "gtFine" / "train").rglob("*.png"))[0]
     raw = bytearray(label.read_bytes())
     raw[raw.find(b"IDAT") + 12] ^= 0xFF
@@ -1207,7 +1215,8 @@ def test_a_damaged_png_is_an_error_not_a_crash(tiny, tmp_path):
     assert "fails its CRC" in data.png_damage(bytes(raw))
     assert "cut short" in data.png_damage(label.read_bytes()[:-20])
     code = (
-        "import sys; from pathlib import Path; from ampbook.data import DataError, "
+        "import sys; from pathlib import Path; "
+        "from ampbook.segmentation.cityscapes import DataError, "
         "read_label_ids\ntry:\n    read_label_ids(Path(sys.argv[1]))\n"
         "except DataError as err:\n    print(err)\n"
     )

@@ -1,4 +1,5 @@
-"""ampbook.evaluate against cityscapesscripts' own pixel-level evaluation."""
+"""ampbook.segmentation.evaluate against cityscapesscripts' own pixel-level
+evaluation."""
 
 import copy
 import glob
@@ -11,10 +12,15 @@ import pytest
 import torch
 from PIL import Image
 
-from ampbook.data import CLASS_NAMES
-from ampbook.evaluate import evaluate_folder, main, predict_folder, save_prediction
-from ampbook.model import ERFNet
-from ampbook.synthetic import synthesize
+from ampbook.segmentation.cityscapes import CLASS_NAMES
+from ampbook.segmentation.evaluate import (
+    evaluate_folder,
+    main,
+    predict_folder,
+    save_prediction,
+)
+from ampbook.segmentation.model import ERFNet
+from ampbook.segmentation.synthetic import synthesize
 
 
 @pytest.fixture(scope="module")

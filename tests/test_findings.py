@@ -1,5 +1,5 @@
-"""The Findings chapter's GPU part (ampbook.findings) says what the results folder
-holds, and only that."""
+"""The Findings chapter's GPU part (ampbook.chapters.findings) says what the results
+folder holds, and only that."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from ampbook.findings import gpu_findings, in_short, pace, wait_direction
-from ampbook.paths import RESULTS_DIR
+from ampbook.chapters.findings import gpu_findings, in_short, pace, wait_direction
+from ampbook.core.paths import RESULTS_DIR
 from ampbook.results import load_results_dir
 
 RESULTS = RESULTS_DIR
@@ -99,7 +99,7 @@ def test_the_erfnet_authors_defaults_are_named_only_where_the_setting_is_theirs(
     """Issue 28, C5: the H200 runs' setting (1024x512, batch 6, 4 workers, NCHW) is
     "the ERFNet authors' defaults"; any other setting has no such name (the post's
     likely setting is chapter 5's batch 12 at 512x256)."""
-    from ampbook.findings import AUTHORS_DEFAULTS, setting_name
+    from ampbook.chapters.findings import AUTHORS_DEFAULTS, setting_name
     from ampbook.results import Setting
 
     theirs = Setting("NVIDIA H200", 512, 1024, 6, False, 4, 144, True)

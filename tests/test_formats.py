@@ -1,4 +1,4 @@
-"""ampbook.formats against torch.finfo, numpy and the IEEE-754 bit patterns."""
+"""ampbook.numerics.formats against torch.finfo, numpy and the IEEE-754 bit patterns."""
 
 import math
 import struct
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ampbook.formats import (
+from ampbook.numerics.formats import (
     FORMATS,
     bits,
     decode,
@@ -413,7 +413,7 @@ def test_spacing_special_values():
 
 
 def test_exact_powers_and_finfo_tables():
-    from ampbook.formats import exact_powers_table, finfo_table
+    from ampbook.numerics.formats import exact_powers_table, finfo_table
 
     headers, rows = exact_powers_table()
     fp16 = next(r for r in rows if r[0] == "fp16")
@@ -426,7 +426,7 @@ def test_exact_powers_and_finfo_tables():
 
 
 def test_running_sum_stalls_where_half_the_gap_exceeds_the_term():
-    from ampbook.formats import running_sum, stall_point
+    from ampbook.numerics.formats import running_sum, stall_point
 
     term = 2.0**-8
     values = torch.full((3000,), term, dtype=torch.float64)
@@ -442,7 +442,7 @@ def test_running_sum_stalls_where_half_the_gap_exceeds_the_term():
 
 
 def test_lost_updates_and_their_onset():
-    from ampbook.formats import loss_onset, lost_updates
+    from ampbook.numerics.formats import loss_onset, lost_updates
 
     w = torch.tensor([1.0, 1.5])
     ratios = torch.tensor([2.0**9, 2.0**11, 2.0**12])
@@ -455,7 +455,7 @@ def test_lost_updates_and_their_onset():
 
 
 def test_cast_overflow_rule_reads_this_torch():
-    from ampbook.formats import cast_overflow_rule
+    from ampbook.numerics.formats import cast_overflow_rule
 
     assert cast_overflow_rule(torch.float16) == "inf"
     rule = cast_overflow_rule(torch.float8_e4m3fn)
@@ -468,7 +468,7 @@ def test_cast_overflow_rule_reads_this_torch():
 
 @pytest.mark.parametrize("name", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"])
 def test_cast_specials_probe_each_kind_with_torchs_own_cast(name):
-    from ampbook.formats import SPECIAL_INPUTS, cast_specials, overflow_probe
+    from ampbook.numerics.formats import SPECIAL_INPUTS, cast_specials, overflow_probe
 
     fmt = FORMATS[name]
     probe = overflow_probe(name)
@@ -491,7 +491,7 @@ def test_cast_specials_probe_each_kind_with_torchs_own_cast(name):
 
 
 def test_specials_rule_names_each_kind_apart():
-    from ampbook.formats import specials_report, specials_rule
+    from ampbook.numerics.formats import specials_report, specials_rule
 
     saturate_all = {
         "finite overflow": "+max",
@@ -532,6 +532,6 @@ def test_specials_rule_names_each_kind_apart():
     ],
 )
 def test_claim_verdict(claimed, value, others, expected):
-    from ampbook.formats import claim_verdict
+    from ampbook.numerics.formats import claim_verdict
 
     assert claim_verdict(claimed, value, others) == expected

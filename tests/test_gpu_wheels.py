@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from ampbook.gpucheck import PY312_LINUX, RUNNER_MODULES, WHEEL_NEVER, WHEEL_ROOTS
-from ampbook.paths import REPO_ROOT
+from ampbook.build.gpucheck import PY312_LINUX, RUNNER_MODULES, WHEEL_NEVER, WHEEL_ROOTS
+from ampbook.core.paths import REPO_ROOT
 
 # Modules that only build or check the HTML book; they never run on the GPU machine.
 BOOK_ONLY = {
@@ -93,7 +93,9 @@ def imported_modules() -> dict[str, set[str]]:
                     path.relative_to(REPO_ROOT).as_posix()
                 )
     for module in RUNNER_MODULES:
-        found.setdefault(module, set()).add("ampbook/gpucheck.py (RUNNER_MODULES)")
+        found.setdefault(module, set()).add(
+            "ampbook/build/gpucheck.py (RUNNER_MODULES)"
+        )
     return found
 
 

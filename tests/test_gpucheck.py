@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbook.bench_ladder import PARTIAL_END
-from ampbook.gpucheck import (
+from ampbook.bench.ladder import PARTIAL_END
+from ampbook.build.gpucheck import (
     BY_NAME,
     DEFAULT_BUDGET_S,
     RESERVE_S,
@@ -23,10 +23,10 @@ from ampbook.gpucheck import (
     replay,
     select_stages,
     should_start,
-    slug,
     stage_timeout,
 )
-from ampbook.paths import REPO_ROOT
+from ampbook.core.paths import REPO_ROOT
+from ampbook.core.words import slug
 from ampbook.results import load_results_dir
 
 FILE_SET = {"report.json", "gpucheck.log", "results.tar.gz", "notebooks.tar.gz"}
@@ -153,7 +153,7 @@ def test_the_budget_rule_replayed_on_the_h200_times_keeps_the_whole_ladder():
 
 
 def test_developing_md_shows_the_shares_table_the_code_runs():
-    from ampbook.gpucheck import sizing_markdown
+    from ampbook.build.gpucheck import sizing_markdown
 
     text = (REPO_ROOT / "DEVELOPING.md").read_text()
     assert sizing_markdown() in text, "rewrite DEVELOPING.md's table from the code"
@@ -349,7 +349,7 @@ def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path
     """The stages cut short, skipped or never reached are rerun in what the lease has
     left after this call and the rerun's transfers, or at the next lease when that is
     too little; stages that ran to an end (ok or error) are not."""
-    from ampbook.gpucheck import RERUN_MARGIN_S, Check, StageResult
+    from ampbook.build.gpucheck import RERUN_MARGIN_S, Check, StageResult
 
     selected = ("wheels", "env", "ladder", "compile", "tests", "nb04")
     check = Check(tmp_path / "out", 560, False, selected, lease_left_s=780)
@@ -384,7 +384,7 @@ def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path
 
 
 def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
-    from ampbook.gpucheck import Check
+    from ampbook.build.gpucheck import Check
 
     check = Check(tmp_path / "out", 60, True, ("env",))
     code = (
@@ -406,7 +406,7 @@ def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
 
 
 def test_a_stage_over_its_budget_is_reported_cut_short(tmp_path, monkeypatch):
-    from ampbook import gpucheck
+    from ampbook.build import gpucheck
 
     def slow_child(self, name, timeout):
         return self.run_process(
@@ -453,9 +453,10 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
     parameters cells define (the runner would reject others, but only on the GPU)."""
     import yaml
 
-    from ampbook.build.run import parameters_cell, read_source
-    from ampbook.gpucheck import CHECK_PROFILE, NOTEBOOKS
-    from ampbook.paths import NOTEBOOKS_DIR, PROFILES_FILE
+    from ampbook.build.gpucheck import CHECK_PROFILE, NOTEBOOKS
+    from ampbook.build.run import parameters_cell
+    from ampbook.build.sources import read_source
+    from ampbook.core.paths import NOTEBOOKS_DIR, PROFILES_FILE
 
     check = yaml.safe_load(PROFILES_FILE.read_text())[CHECK_PROFILE]
     for stem in NOTEBOOKS.values():
@@ -467,7 +468,7 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
 def test_a_stage_that_ends_early_leaves_its_time_to_the_next(tmp_path):
     """Budgets are shares of what is left: the last stage gets all the time the stages
     before it left, however long they took (on a loaded machine env may take long)."""
-    from ampbook.gpucheck import RESERVE_S
+    from ampbook.build.gpucheck import RESERVE_S
 
     # on a CPU the profile stage ends at once (it needs CUDA): its budget is the point
     done = gpucheck(
@@ -500,7 +501,7 @@ def test_stage_selection_and_slug():
 
 
 def test_sizing_figures_order():
-    from ampbook.gpucheck import sizing
+    from ampbook.build.gpucheck import sizing
 
     step = {(key, label): s for key, label, s in sizing(("fp32", "amp-fp16"))}
     h200, rtx = "h200-sxm", "rtx3070-desktop"
@@ -547,7 +548,7 @@ def test_sigterm_stops_the_stage_and_writes_the_report(tmp_path):
 
 
 def test_the_tests_stage_collects_every_file_with_a_cuda_test():
-    from ampbook.gpucheck import cuda_test_files
+    from ampbook.build.gpucheck import cuda_test_files
 
     files = cuda_test_files()
     names = {f.name for f in files}
@@ -566,7 +567,7 @@ def test_an_archive_over_the_file_limit_stops_early_and_keeps_the_previous(
     it."""
     import os
 
-    from ampbook import gpucheck as gc
+    from ampbook.build import gpucheck as gc
 
     monkeypatch.setattr(gc, "MAX_FILE_BYTES", 64 * 1024)
     (tmp_path / "w").mkdir()

@@ -1,5 +1,5 @@
-"""ampbook.gradstats: fp16 fates of gradient values, log2 histograms, the gradient
-recorder, fp16-gradient emulation (small modules only)."""
+"""ampbook.numerics.gradstats: fp16 fates of gradient values, log2 histograms, the
+gradient recorder, fp16-gradient emulation (small modules only)."""
 
 import math
 
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ampbook import gradstats as gs
-from ampbook.formats import round_to
+from ampbook.numerics import gradstats as gs
+from ampbook.numerics.formats import round_to
 
 
 def log_uniform(n, lo=-40, hi=20, seed=0):
@@ -212,7 +212,7 @@ class _Residual(nn.Module):
 
 
 def test_only_gradients_autocast_holds_in_fp16_count_as_fp16():
-    from ampbook import autocast_trace as at
+    from ampbook.measure import autocast_trace as at
 
     torch.manual_seed(0)
     model = nn.Sequential(_Residual(), nn.MaxPool2d(1), nn.Conv2d(3, 5, 1))

@@ -1,6 +1,6 @@
 """``--help`` of every command: it answers at once, without importing torch,
 torchvision or matplotlib (seconds of start-up), and every option says what it does
-and, where it has one, its default (``ampbook.cli.HelpFormatter``)."""
+and, where it has one, its default (``ampbook.core.cli.HelpFormatter``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import sys
 import pytest
 from _cli import COMMANDS, commands
 
-from ampbook import cli
-from ampbook.paths import REPO_ROOT
+from ampbook.core import cli
+from ampbook.core.paths import REPO_ROOT
 
 HEAVY = ("torch", "torchvision", "matplotlib")
 
@@ -98,7 +98,7 @@ def test_every_command_is_in_the_list():
 
     listed = {argv for argv, _ in COMMANDS}
     for module in test_errors._commands():
-        sub = module.removeprefix("ampbook.bench_")
+        sub = module.removeprefix("ampbook.bench.")
         want = ("ampbook.bench", sub) if sub != module else (module,)
         assert want in listed, want
     for name in bench.COMMANDS:
@@ -108,7 +108,7 @@ def test_every_command_is_in_the_list():
 
 def test_bench_lists_its_benchmarks_with_a_line_each():
     code, out, imported = run_help(("ampbook.bench",))
-    assert code == 0 and not imported & {"ampbook.bench_ladder", *HEAVY}
+    assert code == 0 and not imported & {"ampbook.bench.ladder", *HEAVY}
     from ampbook import bench
 
     for name, summary in bench.SUMMARIES.items():
@@ -164,9 +164,9 @@ def test_help_formatter_follows_the_terminal(monkeypatch):
 
 
 def test_data_command_parser_documents_every_option():
-    """``ampbook.data_command`` holds ``python -m ampbook.data``'s parser apart from
-    the loader (which imports torch)."""
-    from ampbook.data_command import build_parser
+    """``ampbook.segmentation.data_command`` holds ``python -m ampbook.data``'s parser
+    apart from the loader (which imports torch)."""
+    from ampbook.segmentation.data_command import build_parser
 
     parser = build_parser()
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -1,11 +1,11 @@
-"""ampbook.layer_profile: per-module profiler times beside the cost model, on the CPU
+"""ampbook.bench.layers: per-module profiler times beside the cost model, on the CPU
 and
 (marked cuda) on a GPU; and the CUDA training runner's memory fields."""
 
 import pytest
 import torch
 
-from ampbook.costmodel import LOSS, Ceilings
+from ampbook.predict.costmodel import LOSS, Ceilings
 from ampbook.results import read_layer_profile, read_loader, summarise_run
 
 CEIL = Ceilings(
@@ -18,7 +18,7 @@ CEIL = Ceilings(
 
 @pytest.fixture(scope="module")
 def cpu_profile():
-    from ampbook.layer_profile import profile_layers
+    from ampbook.bench.layers import profile_layers
 
     return profile_layers(
         "fp32", 1, 16, 32, "cpu", steps=1, warmup=1, timed_steps=1, ceilings=CEIL
@@ -26,8 +26,8 @@ def cpu_profile():
 
 
 def test_cpu_profile_attributes_time_to_the_cost_models_modules(cpu_profile):
-    from ampbook.costmodel import predict, trace_step
-    from ampbook.model import ERFNet
+    from ampbook.predict.costmodel import predict, trace_step
+    from ampbook.segmentation.model import ERFNet
 
     rec = cpu_profile
     prof = read_layer_profile(rec, "cpu profile")
@@ -50,16 +50,16 @@ def test_cpu_profile_attributes_time_to_the_cost_models_modules(cpu_profile):
 
 
 def test_profile_rejects_bad_sizes():
-    from ampbook.layer_profile import profile_layers
+    from ampbook.bench.layers import profile_layers
 
     with pytest.raises(ValueError, match="height must be a positive integer"):
         profile_layers("fp32", 1, 0, 32, "cpu")
 
 
 def test_loader_record_is_a_results_record(tmp_path):
-    from ampbook.layer_profile import loader_record, save_json
+    from ampbook.bench.layers import loader_record, save_json
     from ampbook.results import read_file
-    from ampbook.synthetic import synthetic_root
+    from ampbook.segmentation.synthetic import synthetic_root
 
     root = synthetic_root(train=2, val=0, height=32, width=64)
     rec = loader_record(
@@ -73,7 +73,7 @@ def test_loader_record_is_a_results_record(tmp_path):
 @pytest.mark.cuda
 @pytest.mark.parametrize("precision", ["fp32", "amp-fp16"])
 def test_cuda_profile_measures_kernel_time(precision):
-    from ampbook.layer_profile import profile_layers
+    from ampbook.bench.layers import profile_layers
 
     rec = profile_layers(
         precision, 2, 64, 128, "cuda", steps=2, warmup=2, timed_steps=3

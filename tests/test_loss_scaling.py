@@ -1,5 +1,5 @@
-"""ampbook.loss_scaling: training with fp16 gradients under no scaling, a fixed scale
-and GradScaler's dynamic scale (small modules only)."""
+"""ampbook.numerics.loss_scaling: training with fp16 gradients under no scaling, a fixed
+scale and GradScaler's dynamic scale (small modules only)."""
 
 import inspect
 import math
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampbook import loss_scaling as ls
+from ampbook.numerics import loss_scaling as ls
 
 
 def test_grad_scaler_defaults_are_read_from_torch():

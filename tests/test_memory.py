@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampbook.memory import (
+from ampbook.measure.memory import (
     OUTSIDE_MODEL,
     Line,
     SavedTensorMeter,
@@ -104,7 +104,7 @@ def test_graphs_alive_together_count_twice_parameters_once():
 
 
 def test_erfnet_bf16_autocast_saves_less_and_splits_by_layer_type():
-    from ampbook.model import ERFNet
+    from ampbook.segmentation.model import ERFNet
 
     torch.manual_seed(0)
     model = ERFNet(19)

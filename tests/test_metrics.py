@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ampbook.metrics import SegmentationMetrics
+from ampbook.segmentation.metrics import SegmentationMetrics
 
 
 def test_hand_computed_three_classes():
@@ -156,7 +156,7 @@ def test_on_cuda():
 
 
 def test_sort_based_count_equals_bincount():
-    from ampbook.metrics import count_values
+    from ampbook.segmentation.metrics import count_values
 
     idx = torch.tensor([3, 0, 3, 5, 5, 5, 0])
     assert count_values(idx, 7, sort_based=True).tolist() == [2, 0, 0, 2, 0, 3, 0]

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampbook.model import (
+from ampbook.segmentation.model import (
     Downsampler,
     ERFNet,
     NonBottleneck1D,
@@ -211,7 +211,7 @@ def _encoder_dtypes(model: ERFNet, x: torch.Tensor) -> list[torch.dtype]:
 
 
 def test_fp16_stream_keeps_the_encoder_16_bit_under_autocast():
-    from ampbook.memory import saved_for_backward
+    from ampbook.measure.memory import saved_for_backward
 
     reference, stream = _pair()
     x = torch.randn(2, 3, 32, 64)

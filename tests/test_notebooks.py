@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ampbook.build import run as runner
-from ampbook.paths import PROFILES_FILE, REPO_ROOT
+from ampbook.core.paths import PROFILES_FILE, REPO_ROOT
 
 SOURCES = runner.all_notebooks()
 IDS = [p.stem for p in SOURCES]

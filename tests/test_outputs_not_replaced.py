@@ -1,6 +1,6 @@
 """No command replaces another's output (issue 30): every --json / --markdown / --save
 refuses an existing file it did not write (or of another kind) without --overwrite,
-through the one rule in ``ampbook.cli.check_output_file``."""
+through the one rule in ``ampbook.core.cli.check_output_file``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ampbook import bench, cli, doctor
+from ampbook import bench
+from ampbook.core import cli
+from ampbook.predict import doctor
 from tests._cli import one_error
 
 TRAIN = (

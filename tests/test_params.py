@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ampbook import params
-from ampbook.params import ParameterError
+from ampbook.core import params
+from ampbook.core.params import ParameterError
 
 
 def test_good_values_come_back():

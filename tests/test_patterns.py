@@ -1,5 +1,5 @@
-"""Chapter 8's patterns (ampbook.patterns): each check passes for the loop the chapter
-shows and fails for the same loop written wrong."""
+"""Chapter 8's patterns (ampbook.bench.patterns): each check passes for the loop the
+chapter shows and fails for the same loop written wrong."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ampbook import patterns as P
-from ampbook.memory import AllocatedBytesMeter
+from ampbook.bench import patterns as P
+from ampbook.measure.memory import AllocatedBytesMeter
 from ampbook.results import load_results_dir
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"

@@ -1,5 +1,5 @@
-"""The display helpers the chapters share (``ampbook.plots``) and the environment line
-every chapter opens with (``ampbook.env``)."""
+"""The display helpers the chapters share (``ampbook.core.page``) and the environment
+line every chapter opens with (``ampbook.core.env``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import datetime
 import pytest
 from markdown_it import MarkdownIt
 
-from ampbook.env import environment_display, environment_line
-from ampbook.plots import GIB, MIB, dropdown, fmt_bytes, md_table
+from ampbook.core.env import environment_display, environment_line
+from ampbook.core.page import GIB, MIB, dropdown, fmt_bytes, md_table
 
 DAY = datetime.date(2026, 12, 1)
 

@@ -1,12 +1,13 @@
-"""The precision vocabulary (ampbook.precision): names both ways, the CPU check, and the
-backend flags put back as they were, by the context manager and by a training run."""
+"""The precision vocabulary (ampbook.core.precision): names both ways, the CPU check,
+and the backend flags put back as they were, by the context manager and by a training
+run."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ampbook import precision as P
+from ampbook.core import precision as P
 from ampbook.train import TrainConfig, run_training
 
 

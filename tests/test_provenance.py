@@ -15,14 +15,14 @@ import pytest
 from _chapters import FIXTURES
 from myst_nb.core.variables import format_plain_text
 
-from ampbook import bench_ladder as bl
-from ampbook import findings, verdicts
-from ampbook.paths import REPO_ROOT, RESULTS_DIR
-from ampbook.plots import md_table_text
+from ampbook.bench import ladder as bl
+from ampbook.chapters import findings, verdicts
+from ampbook.core.page import md_table_text
+from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.results import load_results_dir, read_ladder
 
 try:  # main before issue 28 has no value type: a planted prediction is a bare float
-    from ampbook.provenance import Value, assumed, measured, predicted
+    from ampbook.core.provenance import Value, assumed, measured, predicted
 except ImportError:  # pragma: no cover - only when run against the old code
 
     def predicted(x, source, **kw):
@@ -42,12 +42,12 @@ def planted_ms(x_s=0.0307):
 
 
 def glued_text(value) -> str:
-    """The text/plain that ``ampbook.plots.glue_all`` publishes for ``value``, read
+    """The text/plain that ``ampbook.core.page.glue_all`` publishes for ``value``, read
     from a real IPython display publisher (what papermill records)."""
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from ampbook.plots import glue_all
+    from ampbook.core.page import glue_all
 
     InteractiveShell.instance()
     with capture_output() as out:

@@ -39,12 +39,12 @@ PLANTED = """# %% [markdown]
 n = 3
 
 # %% tags=["remove-input"]
-from ampbook.env import print_environment
+from ampbook.core.env import print_environment
 
 print_environment("cpu")
 
 # %% tags=["hide-cell"]
-from ampbook.plots import glue_all, md
+from ampbook.core.page import glue_all, md
 
 glue_all(x=0.123456, n=n, share=0.4567)
 

@@ -183,8 +183,8 @@ def test_bound_checks_only_for_table_gpus_at_the_pairs_setting(tmp_path):
     traced at their own setting; the GPU outside the table is left out."""
     import torch.nn as nn
 
-    from ampbook.costmodel import Ceilings, predict, trace_step
-    from ampbook.devices import load_devices
+    from ampbook.core.devices import load_devices
+    from ampbook.predict.costmodel import Ceilings, predict, trace_step
 
     for f in FIXTURES.glob("train_fixture-gpu_*.json"):
         rec = json.loads(f.read_text())
@@ -220,7 +220,7 @@ def test_bound_checks_only_for_table_gpus_at_the_pairs_setting(tmp_path):
 
 
 def test_cudnn_version_text_both_encodings():
-    from ampbook.results import cudnn_version_text
+    from ampbook.core.env import cudnn_version_text
 
     assert cudnn_version_text(91900) == "9.19"
     assert cudnn_version_text(8907) == "8.9.7"
@@ -327,7 +327,7 @@ def test_impossible_files_are_skipped_with_one_line_and_the_rest_is_read(
     assert len(rs.ladders) == len(good.ladders) == 1
     assert len(rs.pairs()) == len(good.pairs()) > 0
     # the readers of a folder beyond the chapters: the calibration's
-    from ampbook.calibration import launch_floor, profile_references
+    from ampbook.predict.calibration import launch_floor, profile_references
 
     profile_references(tmp_path)
     launch_floor(tmp_path)

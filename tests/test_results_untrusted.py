@@ -84,11 +84,11 @@ def plant(folder: Path, secret_rel: str) -> dict[str, list]:
 def page_text(rs) -> str:
     """What the chapters show of a results folder, from the library functions that
     make it (provenance lines, tables, verdicts, the findings)."""
-    from ampbook import bench_ladder as bl
-    from ampbook import bench_matmul as bm
-    from ampbook import findings, verdicts
-    from ampbook.devices import display_name, load_devices
-    from ampbook.plots import md_table_text
+    from ampbook.bench import ladder as bl
+    from ampbook.bench import matmul as bm
+    from ampbook.chapters import findings, verdicts
+    from ampbook.core.devices import display_name, load_devices
+    from ampbook.core.page import md_table_text
 
     devices = load_devices()
     parts = [r.provenance for r in rs.train_runs]
@@ -179,7 +179,7 @@ def test_planted_markup_in_every_string_field_shows_as_text(tmp_path):
 
 
 def test_ordinary_names_unchanged_escapes_idempotent_md_cells_kept():
-    from ampbook.plots import md, md_escape, md_table_text
+    from ampbook.core.page import md, md_escape, md_table_text
 
     for name in ("NVIDIA H200", "2.5.1+cu124", "aten::conv2d", "max_pool2d", "12.4"):
         assert md_escape(name) == name

@@ -10,7 +10,7 @@ import sys
 import jupytext
 import pytest
 
-from ampbook.paths import NOTEBOOKS_DIR, REPO_ROOT
+from ampbook.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 MAX_COLUMNS = 88
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbook.synthetic import synthesize
+from ampbook.segmentation.synthetic import synthesize
 
 
 def digests(root: Path) -> dict[str, str]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ampbook import cli
-from ampbook.plots import md_escape
+from ampbook.core import cli
+from ampbook.core.page import md_escape
 
 
 def test_escapes_read_as_their_characters_and_a_table_keeps_its_bars():

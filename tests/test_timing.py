@@ -1,5 +1,5 @@
-"""ampbook.timing: agrees with torch.utils.benchmark, excludes warm-up, waits for
-asynchronous work, rotates inputs, refuses zeros, and reports rates and spreads
+"""ampbook.measure.timing: agrees with torch.utils.benchmark, excludes warm-up, waits
+for asynchronous work, rotates inputs, refuses zeros, and reports rates and spreads
 correctly."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.utils.benchmark as tbench
 
-from ampbook import timing
-from ampbook.timing import (
+from ampbook.measure import timing
+from ampbook.measure.timing import (
     TimingResult,
     benchmark,
     buffers_needed,

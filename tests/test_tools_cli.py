@@ -19,10 +19,11 @@ import pytest
 import torch
 from _cli import one_error
 
-from ampbook import data, data_command, evaluate, synthetic
 from ampbook.bench import main as bench_main
 from ampbook.build import book, bookcheck, run
-from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
+from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
+from ampbook.segmentation import cityscapes as data
+from ampbook.segmentation import data_command, evaluate, synthetic
 
 NOTEBOOK = """# %% [markdown]
 # # A test notebook

@@ -1,4 +1,4 @@
-"""ampbook.tracking.ModuleScopes: the innermost module of a model, forward (on
+"""ampbook.measure.tracking.ModuleScopes: the innermost module of a model, forward (on
 ModuleTracker) and backward (on the autograd nodes each module created)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ampbook.tracking import ModuleScopes
+from ampbook.measure.tracking import ModuleScopes
 
 
 class Block(nn.Module):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from ampbook.paths import REPO_ROOT
+from ampbook.core.paths import REPO_ROOT
 from ampbook.train import (
     PRECISIONS,
     SCHEMA_VERSION,
@@ -243,8 +243,8 @@ def test_checkpoint_loads_weights_only_and_holds_the_final_state(fp32_run):
 
 
 def test_saved_predictions_are_label_id_pngs_that_the_evaluator_reads(fp32_run):
-    from ampbook.data import TRAIN_TO_LABEL, Cityscapes
-    from ampbook.evaluate import evaluate_folder, prediction_path
+    from ampbook.segmentation.cityscapes import TRAIN_TO_LABEL, Cityscapes
+    from ampbook.segmentation.evaluate import evaluate_folder, prediction_path
 
     cfg, result, tmp = fp32_run
     root = result["resolved"]["data_root"]
@@ -299,7 +299,7 @@ def test_fp16_with_scaler_accumulation_clipping_and_channels_last(tmp_path):
     # every skipped step halved the scale (no growth within 2000 steps)
     assert rec["loss_scale"] == 65536.0 * 0.5 ** rec["skipped_steps"]
     assert rec["saved_tensor_by_dtype"].get("float16", 0) > 0
-    from ampbook.env import cpu_flags
+    from ampbook.core.env import cpu_flags
 
     if not {"amx_fp16", "avx512_fp16"} & set(cpu_flags()):
         assert any("fp16" in w for w in r["resolved"]["warnings"])
@@ -354,8 +354,8 @@ def test_a_loss_that_stays_non_finite_stops_the_run(tmp_path, precision):
 
 
 def test_enet_class_weights_follow_the_label_histogram():
-    from ampbook.data import NUM_CLASSES, Cityscapes
-    from ampbook.synthetic import synthetic_root
+    from ampbook.segmentation.cityscapes import NUM_CLASSES, Cityscapes
+    from ampbook.segmentation.synthetic import synthetic_root
 
     ds = Cityscapes(synthetic_root(4, 2, 64, 128), "train", 32, 64)
     counts = np.zeros(NUM_CLASSES)
@@ -371,7 +371,7 @@ def test_enet_class_weights_follow_the_label_histogram():
 
 
 def test_bench_step_compares_the_runner_with_a_bare_loop_doing_the_same_work():
-    from ampbook.bench_step import _batch, bare_step_fn, measure_overhead
+    from ampbook.bench.step import _batch, bare_step_fn, measure_overhead
     from ampbook.train import build_training, validate
 
     cfg = TrainConfig(**TINY, batch_size=1)

@@ -18,7 +18,7 @@ import torch
 from _cli import one_error
 from PIL import Image
 
-from ampbook.paths import REPO_ROOT
+from ampbook.core.paths import REPO_ROOT
 from ampbook.train import main
 
 # 4 train / 2 val images of 32x64, trained at 16x32: an epoch is 2 batches of 2.
@@ -43,7 +43,7 @@ ARGS = [
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from ampbook.synthetic import synthesize
+    from ampbook.segmentation.synthetic import synthesize
 
     return synthesize(tmp_path_factory.mktemp("data") / "ds", 4, 2, height=32, width=64)
 
@@ -514,7 +514,7 @@ def _train(data: Path, out: Path, *extra: str) -> subprocess.Popen:
 
 
 def test_ctrl_c_then_resume_with_accumulation_equals_an_uninterrupted_run(tmp_path):
-    from ampbook.synthetic import synthesize
+    from ampbook.segmentation.synthetic import synthesize
 
     data = synthesize(tmp_path / "ds", 6, 2, height=32, width=64)
     whole, cut = tmp_path / "whole", tmp_path / "cut"

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from ampbook.paths import REPO_ROOT
+from ampbook.core.paths import REPO_ROOT
 
 
 def test_two_process_gloo_run_writes_one_record(tmp_path):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ampbook import cli
+from ampbook.core import cli
 
 
 @pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
@@ -64,7 +64,7 @@ def test_train_help_and_a_bad_option_need_no_torch():
     import subprocess
     import sys
 
-    from ampbook.paths import REPO_ROOT
+    from ampbook.core.paths import REPO_ROOT
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     for argv, code in ((["--help"], 0), (["--precision", "fp7"], 2)):
@@ -112,8 +112,10 @@ def test_precision_fp32_tf32_is_fp32_with_tf32_on(capsys):
 
 
 def test_the_mode_names_have_one_home():
-    """The precisions and the modes are defined once (``ampbook.modes``, no torch)."""
-    from ampbook import modes, precision, results
+    """The precisions and the modes are defined once (``ampbook.core.modes``, no
+    torch)."""
+    from ampbook import results
+    from ampbook.core import modes, precision
     from ampbook.train import config
 
     assert precision.PRECISIONS is modes.PRECISIONS
@@ -129,7 +131,7 @@ TRAIN += ["--workers", "0", "--progress", "off", "--quiet"]
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from ampbook import synthetic
+    from ampbook.segmentation import synthetic
 
     root = tmp_path_factory.mktemp("data") / "ds"
     return synthetic.synthesize(root, 4, 2, height=32, width=64)
@@ -164,7 +166,7 @@ def test_too_few_open_files_for_the_workers_is_refused_before_the_run(
     import subprocess
     import sys
 
-    from ampbook.paths import REPO_ROOT
+    from ampbook.core.paths import REPO_ROOT
 
     code = (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (20, 20));"
@@ -251,7 +253,7 @@ def test_build_run_checks_the_open_file_limit_before_starting_a_kernel(tmp_path)
     import subprocess
     import sys
 
-    from ampbook.paths import REPO_ROOT
+    from ampbook.core.paths import REPO_ROOT
 
     code = (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (20, 20));"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbook.paths import REPO_ROOT
+from ampbook.core.paths import REPO_ROOT
 from ampbook.train import ConfigError, TrainConfig, run_training
 
 # Shuffled data, random flips and dropout: everything that draws random numbers is on.

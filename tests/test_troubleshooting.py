@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from ampbook.paths import BOOK_DIR
+from ampbook.core.paths import BOOK_DIR
 
 PAGE = BOOK_DIR / "troubleshooting.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)

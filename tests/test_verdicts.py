@@ -6,11 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from ampbook import costmodel as cm
-from ampbook import cpu_kernels as ck
-from ampbook import findings, results
-from ampbook.calibration import load_published
-from ampbook.verdicts import gpu_pair_verdict, kernel_time_verdict, speed_verdict
+from ampbook import results
+from ampbook.chapters import findings
+from ampbook.chapters.verdicts import (
+    gpu_pair_verdict,
+    kernel_time_verdict,
+    speed_verdict,
+)
+from ampbook.measure import cpu_kernels as ck
+from ampbook.predict import costmodel as cm
+from ampbook.predict.calibration import load_published
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
@@ -311,8 +316,8 @@ def test_the_step_timed_alone_comes_from_the_layer_profiles():
     """The opening box adds the step timed alone (the layer profiles' wall times): a
     second figure with its own meaning, never the runs'; the pair verdicts, which have
     no profiles, do not claim one."""
-    from ampbook import findings
-    from ampbook.verdicts import gpu_in_short
+    from ampbook.chapters import findings
+    from ampbook.chapters.verdicts import gpu_in_short
 
     rs = _rs()
     p = _pair("amp-fp16")
@@ -387,7 +392,7 @@ def test_pace_verdict_against_a_bound_is_conditional():
 
 
 def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
-    from ampbook.verdicts import gpu_training_answer, headline_pair
+    from ampbook.chapters.verdicts import gpu_training_answer, headline_pair
 
     pairs = _rs().pairs()
     p = headline_pair(pairs)
@@ -406,7 +411,7 @@ def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
 
 
 def test_gpu_in_short_adds_the_profiles_kernel_and_idle_times():
-    from ampbook.verdicts import gpu_in_short
+    from ampbook.chapters.verdicts import gpu_in_short
 
     rs = _rs()
     line = gpu_in_short(rs.pairs(), rs.profile_pairs())

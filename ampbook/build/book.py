@@ -30,8 +30,8 @@ from pathlib import Path
 
 import yaml
 
-from ampbook import cli
-from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
+from ampbook.core import cli
+from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 
 DEFAULT_EXECUTED = REPO_ROOT / "build" / "executed"
 DEFAULT_OUT = REPO_ROOT / "build" / "book"
@@ -59,7 +59,7 @@ def toc_chapters(book_dir: Path = BOOK_DIR) -> list[str]:
 
 
 def _build_section(report: dict) -> str:
-    from ampbook.plots import md_table_text
+    from ampbook.core.page import md_table_text
 
     rows = [
         (n["name"], n["status"], n["executed_cells"], n["seconds"])

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ampbook import cli
-from ampbook.words import plural
+from ampbook.core import cli
+from ampbook.core.words import plural
 
 CHROMIUM_FLAGS = [
     "--headless",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jupytext
 
-from ampbook import cli
+from ampbook.core import cli
 
 # Calls whose value is something to display (a sentence, a table): losing it loses text.
 DISPLAY_FACTORIES = frozenset(
@@ -129,7 +129,7 @@ def notebook_stats(path: str | Path) -> NotebookStats:
 
 @cli.command("python -m ampbook.build.nbstats")
 def main(argv: list[str] | None = None) -> int:
-    from ampbook.build.run import all_notebooks
+    from ampbook.build.sources import all_notebooks
 
     ap = cli.ArgumentParser(prog="python -m ampbook.build.nbstats", description=__doc__)
     ap.add_argument("notebooks", nargs="*", help="notebook sources (default: all)")

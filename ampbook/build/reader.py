@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ampbook.paths import BOOK_DIR
-from ampbook.words import plural
+from ampbook.core.paths import BOOK_DIR
+from ampbook.core.words import plural
 
 READER_DIR = "reader"  # the reader's copies, beside the executed notebooks
 GLUE_PREFIX = "application/papermill.record/"
@@ -724,7 +724,7 @@ def write_reader_copies(
     one line and costs that notebook's copy only."""
     import nbformat
 
-    from ampbook.build.run import all_notebooks, read_source
+    from ampbook.build.sources import all_notebooks, read_source
 
     executed_dir = Path(executed_dir)
     out_dir = Path(out_dir) if out_dir is not None else executed_dir / READER_DIR

@@ -37,9 +37,10 @@ from pathlib import Path
 
 import yaml
 
-from ampbook import cli
-from ampbook.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
-from ampbook.words import plural
+from ampbook.build.sources import all_notebooks, read_source
+from ampbook.core import cli
+from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
+from ampbook.core.words import plural
 
 PROFILES = ("smoke", "cpu", "gpu")
 # Files a kernel (and the runner's side of its sockets) has open at once, with room to
@@ -56,7 +57,7 @@ class RunError(RuntimeError, cli.UserError):
 
 class NotebookFailed(RunError):
     """A notebook started and stopped on an error (exit 1; 2 when the error is a
-    parameter check's, ``ampbook.params.ParameterError``: a bad ``-p`` value)."""
+    parameter check's, ``ampbook.core.params.ParameterError``: a bad ``-p`` value)."""
 
     exit_code = cli.EXIT_STOPPED
 
@@ -82,11 +83,6 @@ class NotebookRun:
     status: str = "pending"
     error: str | None = None
     extra: dict = field(default_factory=dict)
-
-
-def all_notebooks() -> list[Path]:
-    """The book's notebook sources, in reading order."""
-    return sorted(p for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
 
 
 def resolve_notebook(spec: str) -> Path:
@@ -207,17 +203,6 @@ def parameters_cell(nb) -> tuple[int, dict]:
     return tagged[0], names
 
 
-def read_source(source: Path):
-    """A notebook's jupytext source as a notebook, its cells numbered ``cell-N``
-    (jupytext gives random ids: two runs of one source would differ by them)."""
-    import jupytext
-
-    nb = jupytext.read(source)
-    for n, cell in enumerate(nb.cells):
-        cell.id = f"cell-{n}"
-    return nb
-
-
 def profile_parameters(profiles: dict, profile: str, source: Path, nb) -> dict:
     if profile not in profiles:
         raise RunError(
@@ -291,7 +276,7 @@ def execute(
     run.code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
     if run.code_cells == 0:
         raise RunError(f"{source.stem}: the notebook has no code cell to execute")
-    from ampbook.env import RUN_PROFILE_VAR
+    from ampbook.core.env import RUN_PROFILE_VAR
 
     saved = {
         k: os.environ.get(k)
@@ -800,7 +785,7 @@ def run_notebooks(
         if runs:
             wall = time.perf_counter() - started
             log(time_table(runs, wall))
-            from ampbook.env import environment
+            from ampbook.core.env import environment
 
             report = {
                 "profile": profile,

@@ -14,7 +14,8 @@ reader who runs the chapter by hand:
   opening, above the cells that compute it;
 - a first collapsed cell (``start``) hooks the kernel: glued values are kept for the
   prose, their hidden records are not shown, and Markdown that a cell displays
-  (``ampbook.plots.md``, ``dropdown``) has its MyST converted and its roles resolved;
+  (``ampbook.core.page.md``, ``dropdown``) has its MyST converted and its roles
+  resolved;
 - the cells the book hides are collapsed, papermill's parameters stay as the source has
   them (the values a reader gets), figure captions sit under their figures, and no
   jupytext pairing is kept.
@@ -158,7 +159,7 @@ def write_run_along_copies(
     from ``notebooks/``. A reference that does not resolve raises ReaderCopyError, or
     with ``errors`` given is appended to it and costs that copy only."""
 
-    from ampbook.build.run import all_notebooks, read_source
+    from ampbook.build.sources import all_notebooks, read_source
 
     notebooks = {s.stem: read_source(s) for s in all_notebooks()}
     notebooks.update({Path(s).stem: read_source(Path(s)) for s in sources})
@@ -183,7 +184,7 @@ class _State:
         # from the sources' .ipynb pairs (in sync, a test checks; quicker to read)
         import nbformat
 
-        from ampbook.build.run import all_notebooks
+        from ampbook.build.sources import all_notebooks
 
         self.index = reader.book_index(
             {
@@ -276,7 +277,7 @@ def start(stem: str) -> None:
     from IPython import get_ipython
     from IPython.display import Markdown
 
-    from ampbook.plots import Dropdown
+    from ampbook.core.page import Dropdown
 
     shell = get_ipython()
     if shell is None:

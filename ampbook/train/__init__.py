@@ -24,7 +24,7 @@ Precisions (``PRECISIONS``)
   comparison "as in the post". The runner's own default is off, so that a bare
   ``--precision fp32`` run is strict fp32, what its name says, on every GPU and PyTorch
   version. ``--precision fp32-tf32`` (the name the ladder and the doctor give this
-  mode, ``ampbook.modes.TF32_MODE``) is ``--precision fp32 --tf32 on``.
+  mode, ``ampbook.core.modes.TF32_MODE``) is ``--precision fp32 --tf32 on``.
 * ``amp-fp16``: ``torch.autocast(dtype=float16)`` around the forward pass and the loss,
   and a ``torch.amp.GradScaler`` (dynamic loss scaling) for the backward pass and the
   update.
@@ -36,14 +36,14 @@ work: an unknown precision, non-positive epochs/batch size/lr, a height or width
 divisible by 8, ``--device cuda`` without CUDA, ``amp-bf16`` on a GPU without bf16
 (compute capability < 8.0) and ``--resume`` without a checkpoint are errors
 (``ConfigError``). Low precision on a CPU without hardware support for it (AMX or
-AVX-512 BF16/FP16, see ``ampbook.precision.native_cpu_flags``) works but is much slower
-than fp32; it runs with a warning, recorded in the results.
+AVX-512 BF16/FP16, see ``ampbook.core.precision.native_cpu_flags``) works but is much
+slower than fp32; it runs with a warning, recorded in the results.
 
 The optimised step (options, all off by default: the post's setup)
 ------------------------------------------------------------------
 * ``--channels-last``: model and inputs in channels_last (NHWC) memory format.
 * ``--cudnn-benchmark``: cuDNN times its algorithms per input shape (CUDA only), set
-  through ``ampbook.precision.backend_flags`` for the run and restored after.
+  through ``ampbook.core.precision.backend_flags`` for the run and restored after.
 * ``--fused-optimizer``: ``Adam(fused=True)``, one kernel for all parameters (CUDA and
   CPU; on the book's 2-core CPU it was about 4x faster than foreach and for-loop:
   ``python -m ampbook.bench step --optimizers``). ``resolved.optimizer`` names the
@@ -78,11 +78,11 @@ Semantic Segmentation", arXiv:1606.02147), computed from the training labels onc
 cached; ``none`` (default) weights all classes equally.
 
 Data: ``--data-root`` (or ``$CITYSCAPES_DATASET``), else the synthetic Cityscapes of
-``ampbook.synthetic.synthetic_root`` with ``--synthetic-train``/``--synthetic-val``
-images drawn at twice the training resolution (as 2048x1024 Cityscapes is to the post's
-1024x512); the output says which. The data order is a function of (seed, epoch) only (a
-``DistributedSampler`` with ``set_epoch``, also for one process), so a resumed run sees
-the same batches.
+``ampbook.segmentation.synthetic.synthetic_root`` with
+``--synthetic-train``/``--synthetic-val`` images drawn at twice the training resolution
+(as 2048x1024 Cityscapes is to the post's 1024x512); the output says which. The data
+order is a function of (seed, epoch) only (a ``DistributedSampler`` with ``set_epoch``,
+also for one process), so a resumed run sees the same batches.
 
 Non-finite values
 -----------------
@@ -134,14 +134,14 @@ validates on the whole val set and writes the results and checkpoints.
 # Names are imported on first use (PEP 562): ``python -m ampbook.train --help``
 # reads the options without loading torch.
 _WHERE = {
-    "AUTOCAST_DTYPES": "ampbook.precision",
+    "AUTOCAST_DTYPES": "ampbook.core.precision",
     "CHECKPOINT_FORMAT": "ampbook.train.checkpoint",
     "CLASS_WEIGHTS": "ampbook.train.config",
     "ConfigError": "ampbook.train.config",
     "DATA_CACHES": "ampbook.train.config",
     "Interrupted": "ampbook.train.config",
     "NonFiniteLossError": "ampbook.train.config",
-    "PRECISIONS": "ampbook.modes",
+    "PRECISIONS": "ampbook.core.modes",
     "PolyDecay": "ampbook.train.step",
     "RUNTIME_FIELDS": "ampbook.train.config",
     "Resolved": "ampbook.train.config",

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ampbook import cli
+from ampbook.core import cli
 from ampbook.train.config import ConfigError, Resolved, TrainConfig, check_resumable
 from ampbook.train.step import StepCounters, Training
 

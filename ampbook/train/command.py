@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from ampbook import cli
+from ampbook.core import cli
 from ampbook.train.config import (
     ConfigError,
     Interrupted,

@@ -18,9 +18,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ampbook import cli
-from ampbook.modes import MODES, TF32_MODE
-from ampbook.words import plural
+from ampbook.core import cli
+from ampbook.core.modes import MODES, TF32_MODE
+from ampbook.core.words import plural
 
 CLASS_WEIGHTS = ("none", "enet")
 DATA_CACHES = ("none", "host", "device")
@@ -410,8 +410,8 @@ def validate(cfg: TrainConfig) -> Resolved:
     """Check the settings before any work; ``ConfigError`` names the first problem."""
     import torch
 
-    from ampbook import env as _env
-    from ampbook.precision import (
+    from ampbook.core import env as _env
+    from ampbook.core.precision import (
         AUTOCAST_DTYPES,
         NATIVE_CPU_FLAGS,
         check_precision,
@@ -526,8 +526,10 @@ def validate(cfg: TrainConfig) -> Resolved:
             )
 
     rank, world_size, local_rank = ranks()
+    from ampbook.core.devices import pick_device
+
     try:
-        device = _env.pick_device(cfg.device)
+        device = pick_device(cfg.device)
     except (RuntimeError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if device.type not in ("cpu", "cuda"):

@@ -20,11 +20,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ampbook import cli
-from ampbook import env as _env
-from ampbook.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_rss
-from ampbook.precision import backend_flags
-from ampbook.timing import default_sync, machine_load
+from ampbook.core import cli
+from ampbook.core import env as _env
+from ampbook.core.precision import backend_flags
+from ampbook.measure.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_rss
+from ampbook.measure.timing import default_sync, machine_load
 from ampbook.train.checkpoint import (
     load_checkpoint,
     restore,
@@ -74,8 +74,8 @@ ENET_C = 1.02
 def resolve_data(cfg: TrainConfig, res: Resolved) -> tuple[Path, bool]:
     """(root, synthetic?): ``cfg.data_root``, else $CITYSCAPES_DATASET, else the
     synthetic set."""
-    from ampbook.data import resolve_root
-    from ampbook.synthetic import synthetic_root
+    from ampbook.segmentation.cityscapes import resolve_root
+    from ampbook.segmentation.synthetic import synthetic_root
 
     if cfg.data_root or os.environ.get("CITYSCAPES_DATASET"):
         try:
@@ -96,9 +96,10 @@ def resolve_data(cfg: TrainConfig, res: Resolved) -> tuple[Path, bool]:
 
 def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[float]:
     """ENet's class weights ``1 / ln(1.02 + p_c)`` from the labels of ``dataset``
-    (cached in ``ampbook.paths.cache_dir()`` by root, split, size and file count)."""
-    from ampbook.data import NUM_CLASSES
-    from ampbook.paths import cache_dir
+    (cached in ``ampbook.core.paths.cache_dir()`` by root, split, size and file
+    count)."""
+    from ampbook.core.paths import cache_dir
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
 
     size = f"{dataset.height}x{dataset.width}"
     key = f"{Path(dataset.root).resolve()}|{dataset.split}|{size}|{len(dataset)}"
@@ -157,8 +158,8 @@ def evaluate(
 ) -> dict:
     """Val loss, pixel accuracy, mIoU and per-class IoU of ``net`` over ``loader``
     (under the run's autocast); with ``save_to``, also writes the predictions."""
-    from ampbook.evaluate import save_predictions
-    from ampbook.metrics import SegmentationMetrics
+    from ampbook.segmentation.evaluate import save_predictions
+    from ampbook.segmentation.metrics import SegmentationMetrics
 
     net.eval()
     metrics = SegmentationMetrics(device=step.device)
@@ -411,7 +412,11 @@ def check_batch_size(cfg: TrainConfig, res: Resolved, images: int) -> None:
 def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
     """(train cache, val cache, what to record) for ``--data-cache host|device``, None
     for ``none``. Their size is checked against the memory there before decoding."""
-    from ampbook.data import DecodedCache, check_cache_fits, decoded_bytes
+    from ampbook.segmentation.cityscapes import (
+        DecodedCache,
+        check_cache_fits,
+        decoded_bytes,
+    )
 
     if cfg.data_cache == "none":
         return None
@@ -445,7 +450,12 @@ def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
 
 
 def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict:
-    from ampbook.data import CachedLoader, Cityscapes, DataError, check_headers
+    from ampbook.segmentation.cityscapes import (
+        CachedLoader,
+        Cityscapes,
+        DataError,
+        check_headers,
+    )
 
     json_path = out / f"{name}.json" if out else None
     ckpt_path = out / f"{name}.ckpt" if out else None

@@ -12,7 +12,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from ampbook import cli
+from ampbook.core import cli
 from ampbook.train.config import ConfigError, TrainConfig
 from ampbook.train.record import earlier_record
 
@@ -81,8 +81,8 @@ def checkpoint_room() -> int:
     epoch ends."""
     import torch
 
-    from ampbook.data import NUM_CLASSES
-    from ampbook.model import ERFNet
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+    from ampbook.segmentation.model import ERFNet
 
     with torch.device("meta"):
         net = ERFNet(NUM_CLASSES)

@@ -14,8 +14,8 @@ fp32), ``grad_scaler``, ``data_root``, ``synthetic_data``, ``train_images``,
 ``data_cache``,
 ``global_batch_size``, ``memory_format``,
 ``class_weights`` (list or null), ``parameters``, ``warnings``, ``resumed_from_epoch``),
-``environment`` (``ampbook.env.environment``: versions, device name, tensor cores, TF32
-and cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below),
+``environment`` (``ampbook.core.env.environment``: versions, device name, tensor cores,
+TF32 and cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below),
 ``summary``, and only in a run that stopped early ``stopped`` (``epoch``, ``message``;
 for non-finite values also the run's ``optimizer_steps``, ``skipped_steps``,
 ``nonfinite_losses`` and ``loss_scale`` so far).
@@ -55,7 +55,7 @@ from pathlib import Path
 
 import torch
 
-from ampbook import cli
+from ampbook.core import cli
 from ampbook.train.checkpoint import write_atomic
 from ampbook.train.config import ConfigError, TrainConfig
 

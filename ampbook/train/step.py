@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ampbook.memory import SavedTensorMeter
+from ampbook.measure.memory import SavedTensorMeter
 from ampbook.train.config import NonFiniteLossError, Resolved, TrainConfig
 
 
@@ -291,8 +291,8 @@ def build_training(
 ) -> Training:
     """Model, optimizer, poly scheduler, scaler, loss and step function for ``cfg`` on
     ``res.device`` (seeded with ``cfg.seed``)."""
-    from ampbook.data import IGNORE_INDEX, NUM_CLASSES
-    from ampbook.model import ERFNet
+    from ampbook.segmentation.cityscapes import IGNORE_INDEX, NUM_CLASSES
+    from ampbook.segmentation.model import ERFNet
 
     torch.manual_seed(cfg.seed)
     net = ERFNet(NUM_CLASSES, fp16_stream=cfg.fp16_stream).to(res.device)

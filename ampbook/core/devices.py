@@ -1,0 +1,373 @@
+"""Peak figures of GPUs, read from ``data/reference/devices.yml`` (each figure with its
+source).
+
+    from ampbook.core.devices import load_devices, find_device, device_for
+
+    devices = load_devices()                 # key -> Device d =
+    devices["rtx3070-desktop"] d.peak_tflops("fp16")                    # 40.6: fp16
+    tensor cores, fp32 accumulate d.fp16_tflops_fp16acc / d.fp16_tflops_fp32acc   # 2.0
+    on GeForce Ampere, 1.0 on A100/H100 d.ridge_point("fp16")                    # FLOP
+    per byte where the roofline bends find_device("NVIDIA GeForce RTX 3070 Laptop
+    GPU").key   # "rtx3070-laptop" device_for(torch.device("cuda"))         # the table
+    entry of the GPU in use, or None
+
+All figures are dense (no structured sparsity). ``peak_tflops("fp16")`` is the
+fp32-accumulate figure because PyTorch's fp16 matmuls accumulate in fp32.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import torch
+import yaml
+
+from ampbook.core.paths import REFERENCE_DIR
+
+DEVICES_FILE = REFERENCE_DIR / "devices.yml"
+
+# Figures that must carry a source when not null.
+FIGURE_FIELDS = (
+    "fp32_tflops",
+    "tf32_tflops",
+    "fp16_tflops_fp32acc",
+    "fp16_tflops_fp16acc",
+    "bf16_tflops",
+    "fp8_tflops",
+    "mem_bandwidth_gbs",
+)
+COUNT_FIELDS = (
+    "sms",
+    "cuda_cores",
+    "tensor_cores",
+    "boost_clock_mhz",
+    "tensor_clock_mhz",
+)
+SEGMENTS = ("GeForce", "data centre", "workstation")
+
+# Book dtype name -> the Device field holding its dense peak.
+PEAK_FIELD = {
+    "fp32": "fp32_tflops",
+    "tf32": "tf32_tflops",
+    "fp16": "fp16_tflops_fp32acc",
+    "fp16_fp32acc": "fp16_tflops_fp32acc",
+    "fp16_fp16acc": "fp16_tflops_fp16acc",
+    "bf16": "bf16_tflops",
+    "fp8": "fp8_tflops",
+    "fp8_e4m3": "fp8_tflops",
+    "fp8_e5m2": "fp8_tflops",
+}
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU's published peaks (dense TFLOP/s, GB/s) and what they are based on."""
+
+    key: str
+    name: str
+    short_name: str
+    architecture: str
+    chip: str
+    segment: str
+    form_factor: str
+    compute_capability: str
+    sms: int
+    cuda_cores: int
+    tensor_cores: int
+    tensor_core_generation: int
+    boost_clock_mhz: float
+    tensor_clock_mhz: float
+    memory_gb: float
+    memory_type: str
+    fp32_tflops: float
+    tf32_tflops: float | None
+    fp16_tflops_fp32acc: float
+    fp16_tflops_fp16acc: float
+    bf16_tflops: float | None
+    fp8_tflops: float | None
+    mem_bandwidth_gbs: float
+    match: tuple[str, ...]
+    aliases: tuple[str, ...] = ()  # further names ``--gpus`` accepts (``a100``)
+    sources: dict = field(
+        default_factory=dict
+    )  # figure -> {"key", "title", "publisher", "url"}
+    derived: dict = field(default_factory=dict)  # figure -> how it was computed
+    notes: str = ""
+
+    def peak_tflops(self, dtype: str) -> float | None:
+        """Dense peak for a book dtype name (None where the hardware has no such
+        mode)."""
+        if dtype not in PEAK_FIELD:
+            raise ValueError(
+                f"no peak for dtype {dtype!r}; use one of {sorted(PEAK_FIELD)}"
+            )
+        return getattr(self, PEAK_FIELD[dtype])
+
+    def ridge_point(self, dtype: str = "fp16") -> float | None:
+        """FLOP per byte at which the compute ceiling meets the bandwidth ceiling: work
+        with a lower arithmetic intensity is memory-bound on this device."""
+        peak = self.peak_tflops(dtype)
+        return None if peak is None else peak * 1e12 / (self.mem_bandwidth_gbs * 1e9)
+
+    def fma_per_clock_per_tensor_core(self, accumulate: str = "fp16") -> float:
+        """Dense fp16 FMAs per clock per tensor core implied by the peak, the
+        tensor-core count and the clock (Volta's 4x4x4 unit gives 64)."""
+        peak = (
+            self.fp16_tflops_fp16acc
+            if accumulate == "fp16"
+            else self.fp16_tflops_fp32acc
+        )
+        if accumulate not in ("fp16", "fp32"):
+            raise ValueError(f"accumulate must be 'fp16' or 'fp32', got {accumulate!r}")
+        return peak * 1e12 / (2 * self.tensor_cores * self.tensor_clock_mhz * 1e6)
+
+    @property
+    def tensor_over_fp32(self) -> float:
+        """fp16 tensor (fp32 accumulate) peak over the fp32 CUDA-core peak: the most a
+        matmul can gain from switching fp32 to fp16 under PyTorch on this device."""
+        return self.fp16_tflops_fp32acc / self.fp32_tflops
+
+    @property
+    def fp16acc_over_fp32acc(self) -> float:
+        """2.0 on GeForce Ampere (fp32 accumulate runs at half rate), 1.0 on data-centre
+        parts."""
+        return self.fp16_tflops_fp16acc / self.fp16_tflops_fp32acc
+
+    def source_of(self, figure: str) -> str:
+        """ "title (url)" of a figure's source, with how it was derived when it was."""
+        if figure not in self.sources:
+            raise KeyError(f"{self.key}: no source for {figure!r}")
+        s = self.sources[figure]
+        text = f"{s['title']} ({s['url']})"
+        if figure in self.derived:
+            text += f"; derived: {self.derived[figure]}"
+        return text
+
+
+def _require(entry: dict, key: str, name: str, path: Path):
+    if name not in entry:
+        raise ValueError(f"{path}: device {key!r} lacks field {name!r}")
+    return entry[name]
+
+
+def load_devices(path: str | Path | None = None) -> dict[str, Device]:
+    """Read the device table; every non-null figure must name a source in its
+    ``sources`` table (a clear ValueError names what is missing)."""
+    path = Path(path) if path is not None else DEVICES_FILE
+    text = path.read_bytes()
+    cached = _LOADED.get(str(path))
+    if cached is None or cached[0] != text:  # parsed once per content
+        cached = _LOADED[str(path)] = (text, _parse_devices(text, path))
+    return dict(cached[1])
+
+
+# path -> (the file's bytes, its table): the doctor reads the table many times a report
+_LOADED: dict[str, tuple[bytes, dict[str, Device]]] = {}
+
+
+def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
+    doc = yaml.safe_load(text)
+    if not isinstance(doc, dict) or "devices" not in doc or "sources" not in doc:
+        raise ValueError(f"{path}: expected top-level 'devices' and 'sources' mappings")
+    table = doc["sources"]
+    for skey, s in table.items():
+        for need in ("title", "url"):
+            if not s or need not in s:
+                raise ValueError(f"{path}: source {skey!r} lacks {need!r}")
+    names = [f.name for f in fields(Device)]
+    optional = {"key", "sources", "derived", "notes", "match", "aliases"}
+    out: dict[str, Device] = {}
+    for key, entry in doc["devices"].items():
+        unknown = set(entry) - set(names)
+        if unknown:
+            raise ValueError(
+                f"{path}: device {key!r} has unknown fields {sorted(unknown)}"
+            )
+        values = {n: _require(entry, key, n, path) for n in names if n not in optional}
+        if values["segment"] not in SEGMENTS:
+            raise ValueError(
+                f"{path}: device {key!r} segment must be one of {SEGMENTS}, "
+                f"got {values['segment']!r}"
+            )
+        for n in (
+            "fp32_tflops",
+            "fp16_tflops_fp32acc",
+            "fp16_tflops_fp16acc",
+            "mem_bandwidth_gbs",
+        ):
+            if not isinstance(values[n], (int, float)) or values[n] <= 0:
+                raise ValueError(
+                    f"{path}: device {key!r} field {n!r} must be a positive number"
+                )
+        src_keys = entry.get("sources") or {}
+        sources = {}
+        for fig in FIGURE_FIELDS + COUNT_FIELDS:
+            if values.get(fig) is None:
+                continue
+            if fig not in src_keys:
+                raise ValueError(f"{path}: device {key!r} figure {fig!r} has no source")
+            if src_keys[fig] not in table:
+                raise ValueError(
+                    f"{path}: device {key!r} figure {fig!r} cites unknown source "
+                    f"{src_keys[fig]!r}"
+                )
+            sources[fig] = {"key": src_keys[fig], **table[src_keys[fig]]}
+        match = tuple(entry.get("match") or ())
+        for pattern in match:
+            re.compile(pattern)
+        out[key] = Device(
+            key=key,
+            match=match,
+            aliases=tuple(str(a).lower() for a in entry.get("aliases") or ()),
+            sources=sources,
+            derived=dict(entry.get("derived") or {}),
+            notes=str(entry.get("notes") or "").strip(),
+            **values,
+        )
+    return out
+
+
+def find_device(
+    name_from_torch: str, devices: dict[str, Device] | None = None
+) -> Device | None:
+    """The table entry whose ``match`` patterns fit a name from
+    ``torch.cuda.get_device_name`` (case-insensitive), or None when the GPU is not in
+    the table."""
+    if not isinstance(name_from_torch, str):
+        raise TypeError(
+            f"expected a device name string, got {type(name_from_torch).__name__}"
+        )
+    devices = load_devices() if devices is None else devices
+    name = name_from_torch.strip()
+    hits = [
+        d
+        for d in devices.values()
+        if any(re.search(p, name, re.IGNORECASE) for p in d.match)
+    ]
+    if len(hits) > 1:
+        raise ValueError(
+            f"{name!r} matches several table entries: {[d.key for d in hits]}"
+        )
+    return hits[0] if hits else None
+
+
+def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> str:
+    """How the book names a GPU in tables, figures and prose: the table's
+    ``short_name`` for a table key (``h200-sxm``) or a name from
+    ``torch.cuda.get_device_name`` the table matches; otherwise that name without
+    the vendor prefix ("NVIDIA L4" -> "L4"), as page text (``plots.md_escape``: a
+    results file's name cannot add markup)."""
+    if not isinstance(name_or_key, str) or not name_or_key.strip():
+        raise ValueError(f"expected a GPU name or table key, got {name_or_key!r}")
+    devices = load_devices() if devices is None else devices
+    if name_or_key in devices:
+        return devices[name_or_key].short_name
+    try:
+        hit = find_device(name_or_key, devices)
+    except ValueError:
+        hit = None
+    if hit is not None:
+        return hit.short_name
+    from ampbook.core.page import md_escape
+
+    return md_escape(re.sub(r"^NVIDIA\s+", "", name_or_key.strip()))
+
+
+def device_for(
+    device: str | torch.device = "auto", devices: dict[str, Device] | None = None
+) -> Device | None:
+    """The table entry of the GPU behind ``device`` (None on a CPU or an unlisted
+    GPU)."""
+
+    dev = pick_device(device)
+    if dev.type != "cuda":
+        return None
+    return find_device(torch.cuda.get_device_name(dev), devices)
+
+
+def attainable_tflops(
+    intensity: float, peak_tflops: float, bandwidth_gbs: float
+) -> float:
+    """The roofline: the most a kernel of ``intensity`` FLOP/byte can reach under a
+    compute ceiling (TFLOP/s) and a bandwidth ceiling (GB/s)."""
+    if intensity <= 0 or peak_tflops <= 0 or bandwidth_gbs <= 0:
+        raise ValueError("intensity, peak_tflops and bandwidth_gbs must be positive")
+    return min(peak_tflops, intensity * bandwidth_gbs / 1e3)
+
+
+def tensor_core_claims(
+    post: dict, devices: dict[str, Device] | None = None
+) -> list[list]:
+    """The RTX 3070 blog post's tensor-core claims beside what the peak table and the
+    facts in ``seed_post.yml`` say: rows ``[claim, what is true, source]``."""
+    devices = load_devices() if devices is None else devices
+    claims, facts = post["claims"], post["tensor_core_facts"]
+    rows = []
+    for gpu in claims["tensor_core_gpus"]:
+        fact = facts[gpu]
+        if "device" in fact:
+            d = devices[fact["device"]]
+            rows.append(
+                [
+                    f"{gpu} has tensor cores",
+                    f"yes: the {d.name} has {d.tensor_cores}",
+                    d.source_of("tensor_cores"),
+                ]
+            )
+        else:
+            rows.append(
+                [
+                    f"{gpu} has tensor cores",
+                    fact["fact"],
+                    f"{fact['source']['title']} ({fact['source']['url']})",
+                ]
+            )
+    v100, desk = devices["v100-sxm2"], devices["rtx3070-desktop"]
+    lap = devices["rtx3070-laptop"]
+    rows.append(
+        [
+            f"{claims['tensor_core_fma_per_clock']} FMA per clock per tensor core",
+            f"V100 {v100.fma_per_clock_per_tensor_core('fp16'):.0f} (fp16 or fp32 "
+            f"accumulate); RTX 3070 {desk.fma_per_clock_per_tensor_core('fp32'):.0f} "
+            f"with fp32 accumulate (AMP's mode), "
+            f"{desk.fma_per_clock_per_tensor_core('fp16'):.0f} with fp16 accumulate",
+            "computed from the peak table: peak / (tensor cores x clock x 2)",
+        ]
+    )
+    rows.append(
+        [
+            f"{claims['rtx3070_tensor_cores']} tensor cores on the RTX 3070",
+            f"desktop {desk.tensor_cores}, laptop {lap.tensor_cores}",
+            desk.source_of("tensor_cores"),
+        ]
+    )
+    lo, hi = claims["fp16_speedup_claimed"]
+    p100 = facts["Tesla P100"]["fp16_over_fp32"]
+    rows.append(
+        [
+            f"fp16 throughput {lo}-{hi}x fp32",
+            "the 2018 mixed-precision paper's figure for the GPUs of its day: "
+            f"P100 {p100:g}x (fp16 on its CUDA cores), V100 "
+            f"{v100.tensor_over_fp32:.3g}x (tensor cores); the post's RTX 3070 "
+            f"{desk.tensor_over_fp32:.3g}x in AMP's mode",
+            "Micikevicius et al. 2018; P100 whitepaper; the peak table",
+        ]
+    )
+    return rows
+
+
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` gives CUDA when available, else CPU; anything else is checked."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {device!r} was asked for, but this machine has no CUDA GPU "
+            "(use device='cpu' or 'auto')"
+        )
+    return dev

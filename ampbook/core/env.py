@@ -1,0 +1,226 @@
+"""The environment a measurement was made in: printed first by every notebook and
+recorded with every result."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+
+import torch
+
+from ampbook.core.devices import pick_device
+
+# Tensor-core generation by CUDA compute capability (major, minor).
+_TENSOR_CORES = {
+    (7, 0): "Volta (1st gen: fp16)",
+    (7, 2): "Volta (1st gen: fp16)",
+    (7, 5): "Turing (2nd gen: fp16, int8)",
+    (8, 0): "Ampere (3rd gen: fp16, bf16, tf32)",
+    (8, 6): "Ampere (3rd gen: fp16, bf16, tf32)",
+    (8, 7): "Ampere (3rd gen: fp16, bf16, tf32)",
+    (8, 9): "Ada (4th gen: fp16, bf16, tf32, fp8)",
+    (9, 0): "Hopper (4th gen: fp16, bf16, tf32, fp8)",
+    (10, 0): "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)",
+    (12, 0): "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)",
+}
+
+
+def cpu_flags() -> list[str]:
+    """The CPU features that matter for low precision on a CPU (AMX, AVX-512
+    bf16/fp16)."""
+    wanted = (
+        "avx2",
+        "avx512f",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_bf16",
+        "amx_fp16",
+        "amx_tile",
+    )
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [w for w in wanted if w in have]
+    except OSError:
+        pass
+    return []
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def tensor_core_generation(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "none (CPU)"
+    cap = torch.cuda.get_device_capability(device)
+    return _TENSOR_CORES.get(cap, f"unknown (compute capability {cap[0]}.{cap[1]})")
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(device: str | torch.device = "auto") -> dict:
+    """A JSON-serialisable description of the software and hardware."""
+    dev = pick_device(device)
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "numpy": _version("numpy"),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version()
+        if torch.backends.cudnn.is_available()
+        else None,
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev)
+        if dev.type == "cuda"
+        else cpu_name(),
+        "tensor_cores": tensor_core_generation(dev),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_flags": cpu_flags(),
+        "platform": platform.platform(),
+    }
+    if dev.type == "cuda":
+        cap = torch.cuda.get_device_capability(dev)
+        info["compute_capability"] = f"{cap[0]}.{cap[1]}"
+        info["gpu_memory_gb"] = round(
+            torch.cuda.get_device_properties(dev).total_memory / 1e9, 1
+        )
+        info["driver_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return info
+
+
+def environment_report(
+    device: str | torch.device = "auto",
+    packages=("matplotlib", "jupytext", "papermill"),
+) -> dict:
+    """``environment(device)`` plus the versions of ``packages``."""
+    info = environment(device)
+    for pkg in packages:
+        info[pkg] = _version(pkg)
+    return info
+
+
+def format_environment(info: dict) -> str:
+    """An environment report as aligned ``key  value`` lines."""
+    width = max(len(k) for k in info)
+    lines = []
+    for key, value in info.items():
+        if isinstance(value, list):
+            value = ", ".join(value) or "-"
+        lines.append(f"{key:<{width}}  {value}")
+    return "\n".join(lines)
+
+
+# Set by ``python -m ampbook.build.run`` for the kernel it starts: the profile whose
+# parameters it injected. A notebook run by hand has none, and says so.
+RUN_PROFILE_VAR = "AMPBOOK_RUN_PROFILE"
+
+
+def run_profile() -> str | None:
+    """The profile the runner executed this notebook with, or None when it was run by
+    hand (in Jupyter, or as a script)."""
+    return os.environ.get(RUN_PROFILE_VAR) or None
+
+
+# What a profile's numbers are, in the environment's dropdown where the profile is not
+# the real experiment (notebooks/profiles.yml sizes each).
+PROFILE_NOTES = {
+    "smoke": "tiny sizes that check the chapter runs: its numbers show the method, "
+    "not results at scale",
+}
+
+
+def environment_line(info: dict, profile: str | None = None, day=None) -> str:
+    """One sentence for the top of a chapter: "Ran on <device> (<n> CPU threads), torch
+    X[, CUDA Y, cuDNN Z], with the <profile> profile, <date>.". The CUDA and cuDNN
+    versions are named only when the device is a GPU; without a profile the notebook
+    was run by hand with its parameters cell's values."""
+    import datetime
+
+    name = info.get("device_name") or info.get("device") or "an unknown device"
+    on_gpu = str(info.get("device", "")).startswith("cuda")
+    if on_gpu:
+        from ampbook.core.devices import display_name
+
+        name = display_name(name)
+    soft = [f"torch {info.get('torch', '?')}"]
+    if on_gpu and info.get("cuda"):
+        soft.append(f"CUDA {info['cuda']}")
+    if on_gpu and cudnn_version_text(info.get("cudnn")):
+        soft.append(f"cuDNN {cudnn_version_text(info['cudnn'])}")
+    how = (
+        f"with the {profile} profile"
+        if profile
+        else "by hand, with the parameters cell's values"
+    )
+    day = day or datetime.date.today()
+    threads = info.get("cpu_threads")
+    plural = "" if threads == 1 else "s"
+    where = f"{name} ({threads} CPU thread{plural})" if threads else name
+    return f"Ran on {where}, {', '.join(soft)}, {how}, {day.isoformat()}."
+
+
+def print_environment(
+    device: str | torch.device = "auto",
+    packages=("matplotlib", "jupytext", "papermill"),
+) -> None:
+    """The second code cell of every notebook: one line saying where and how the
+    notebook ran (``environment_line``; the profile comes from the runner), then the
+    full environment behind a dropdown that opens on a click. One Markdown output, so
+    the line wraps on a narrow page; the book and Jupyter render it, a terminal prints
+    the line and the environment as aligned lines."""
+    from IPython.display import display
+
+    display(environment_display(environment_report(device, packages), run_profile()))
+
+
+def environment_display(info: dict, profile: str | None = None, day=None):
+    """What ``print_environment`` displays, for an environment report ``info``."""
+    from ampbook.core.page import Dropdown, md_table_text
+
+    line = environment_line(info, profile, day)
+    rows = [
+        (key, (", ".join(value) or "–") if isinstance(value, list) else value)
+        for key, value in info.items()
+    ]
+    if profile:
+        note = PROFILE_NOTES.get(profile)
+        rows.insert(0, ("profile", f"{profile}: {note}" if note else profile))
+    table = md_table_text(rows, ["setting", "value"])
+    return Dropdown(
+        "The full environment",
+        table,
+        plain=format_environment(info),
+        lead=line,
+    )
+
+
+def cudnn_version_text(version: int | None) -> str | None:
+    """``torch.backends.cudnn.version()`` as people write it: 91900 -> "9.19",
+    8907 -> "8.9.7" (cuDNN 9 changed the encoding)."""
+    if version is None:
+        return None
+    v = int(version)
+    if v >= 10000:
+        return f"{v // 10000}.{v % 10000 // 100}"
+    return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"

@@ -1,0 +1,290 @@
+"""Figure style and small display helpers shared by the chapters.
+
+Figures must read in grayscale: each series gets a line style, a marker and a hatch as
+well as
+a colour (``series_style``)."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import Iterable, Sequence
+
+from ampbook.core.provenance import TABLE_MARKS, Value, glue_text
+
+# The book's byte units (binary): tables and prose show MiB and GiB.
+MIB = 2**20
+GIB = 2**30
+
+_COLORS = [
+    "#1b1b1b",
+    "#3b6ea8",
+    "#c0504d",
+    "#6b8e23",
+    "#8064a2",
+    "#d08c2f",
+    "#4bacc6",
+    "#7f7f7f",
+]
+_LINES = [
+    "-",
+    "--",
+    "-.",
+    ":",
+    (0, (5, 1)),
+    (0, (3, 1, 1, 1, 1, 1)),
+    (0, (1, 1)),
+    (0, (8, 2)),
+]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+_HATCHES = ["", "//", "..", "xx", "\\\\", "++", "oo", "--"]
+
+
+def use_style() -> None:
+    """The book's matplotlib defaults (call once per notebook)."""
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "figure.figsize": (7.0, 4.0),
+            "figure.dpi": 110,
+            "savefig.dpi": 110,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "font.size": 10,
+            "legend.frameon": False,
+        }
+    )
+
+
+def series_style(i: int) -> dict:
+    """Colour, line style and marker for the i-th series of a line plot."""
+    return {
+        "color": _COLORS[i % len(_COLORS)],
+        "linestyle": _LINES[i % len(_LINES)],
+        "marker": _MARKERS[i % len(_MARKERS)],
+    }
+
+
+def bar_style(i: int) -> dict:
+    """Face colour, hatch and edge for the i-th series of a bar chart."""
+    return {
+        "color": _COLORS[i % len(_COLORS)],
+        "hatch": _HATCHES[i % len(_HATCHES)],
+        "edgecolor": "white" if i == 0 else "black",
+        "linewidth": 0.5,
+    }
+
+
+# Characters that start Markdown, MyST or HTML markup anywhere in a line: code and
+# roles (backtick, braces), links and images (brackets), HTML and entities, tables,
+# emphasis, strike-through, math, and the backslash itself.
+_MD_ALWAYS = set("`{}[]<>&|*~$")
+_PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def md_escape(text) -> str:
+    """``text`` as Markdown that shows exactly that text: a value from a results file,
+    a model or a command line (a device name, a version, a layer's name) becomes page
+    text only through here (``results.provenance``, ``md_table`` cells,
+    ``devices.display_name``), so it cannot add markup, a MyST directive or role, or
+    HTML to the book. Line breaks and control characters become spaces (a value is
+    one line); ordinary names ("NVIDIA H200", "2.5.1+cu124", "aten::conv2d",
+    "max_pool2d") come back unchanged. Idempotent: an escaped text is returned as
+    it is, so a value escaped at two layers shows once."""
+    text = re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", " ", str(text))
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            if i + 1 < n and text[i + 1] in _PUNCT:
+                out.append(text[i : i + 2])  # an escape already: kept
+                i += 2
+                continue
+            out.append("\\\\")
+        elif ch in _MD_ALWAYS:
+            out.append("\\" + ch)
+        elif ch == "_" and not (
+            0 < i < n - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+        ):
+            out.append("\\_")  # emphasis; inside a word (max_pool2d) it is none
+        elif ch == ":" and (text[i : i + 3] == ":::" or out[-1:] == ["\\:"]):
+            out.append("\\:")  # a colon fence
+        else:
+            out.append(ch)
+        i += 1
+    text = "".join(out)
+    # What starts a block at the start of a line: a heading, a list, a break, a
+    # comment, a target, a numbered list.
+    m = re.match(r"\s*(#|%|[-+=](?=\s|$|[-+=])|\((?=.*\)=)|\d+[.)](?=\s|$))", text)
+    if m:
+        k = m.end(1) - 1
+        text = text[:k] + "\\" + text[k:]
+    return text
+
+
+def _text(value) -> str:
+    """A table cell or header: Markdown an ``md(...)`` object gave (trusted markup
+    from the code), else the value as text (``md_escape``)."""
+    data = getattr(value, "data", None)
+    if isinstance(data, str) and hasattr(value, "_repr_markdown_"):
+        return data.replace("\n", " ").replace("|", "\\|")
+    return md_escape(value)
+
+
+def _cell(value, fmt: str | None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, Value):
+        # a predicted or assumed cell carries its mark; the note under the table
+        # says what the mark means and where the value came from
+        if math.isnan(value):
+            return "nan"
+        mark = TABLE_MARKS.get(value.kind, "")
+        return value.number(fmt or "", unit=False) + mark
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if fmt:
+            return format(value, fmt)
+        return f"{value:.4g}"
+    return _text(value)
+
+
+def md_table_text(
+    rows: Iterable[Sequence],
+    headers: Sequence[str],
+    formats: Sequence[str | None] | None = None,
+) -> str:
+    """A Markdown (pipe) table as text. ``formats`` gives a format spec per column for
+    floats. Strings in cells and headers are text (``md_escape``); a cell made by
+    ``md(...)`` is Markdown written by the code (a code span, a link) and kept."""
+    formats = list(formats) if formats is not None else [None] * len(headers)
+    lines = [
+        "| " + " | ".join(_text(h) for h in headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
+    marked: dict[str, list[str]] = {}
+    for row in rows:
+        row = list(row)
+        for v in row:
+            if isinstance(v, Value) and v.kind in TABLE_MARKS:
+                marked.setdefault(v.kind, [])
+                if v.source not in marked[v.kind]:
+                    marked[v.kind].append(v.source)
+        if len(row) != len(headers):
+            raise ValueError(
+                f"row {row!r} has {len(row)} cells, "
+                f"the table has {len(headers)} columns"
+            )
+        lines.append(
+            "| " + " | ".join(_cell(v, f) for v, f in zip(row, formats)) + " |"
+        )
+    notes = [
+        f"{TABLE_MARKS[kind]} {kind}: " + "; ".join(sources)
+        for kind, sources in marked.items()
+    ]
+    return "\n".join(lines + ([""] + ["<br>".join(notes)] if notes else []))
+
+
+def md_table(
+    rows: Iterable[Sequence],
+    headers: Sequence[str],
+    formats: Sequence[str | None] | None = None,
+):
+    """The same table as an IPython Markdown object, rendered by Jupyter and by the
+    book."""
+    from IPython.display import Markdown
+
+    return Markdown(md_table_text(rows, headers, formats))
+
+
+def md(text: str):
+    """A computed sentence, displayed as Markdown (numbers in prose come from cells)."""
+    from IPython.display import Markdown
+
+    return Markdown(text)
+
+
+class Dropdown:
+    """A titled block that opens on a click: an HTML ``<details>`` element around
+    Markdown, which the book and Jupyter both render (the Markdown inside is parsed by
+    each), with a plain-text form for a terminal. Made by ``dropdown``."""
+
+    def __init__(self, title: str, body: str, plain: str | None = None, lead: str = ""):
+        self.title = title
+        self.body = body
+        self.plain = plain if plain is not None else body
+        self.lead = lead
+
+    def _repr_markdown_(self) -> str:
+        # Blank lines around the body: both Markdown parsers end the HTML block there
+        # and read the body as Markdown (a table stays a table).
+        title = html.escape(self.title)
+        lead = f"{self.lead.strip()}\n\n" if self.lead.strip() else ""
+        return (
+            f'{lead}<details class="ampbook-dropdown">\n<summary>{title}</summary>'
+            f"\n\n{self.body.strip()}\n\n</details>\n"
+        )
+
+    def __repr__(self) -> str:
+        lead = f"{self.lead.strip()}\n" if self.lead.strip() else ""
+        return f"{lead}{self.title}:\n{self.plain.rstrip()}"
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+
+def dropdown(title: str, content, plain: str | None = None, lead: str = "") -> Dropdown:
+    """``content`` (Markdown text, or a Markdown object such as ``md_table``'s) behind
+    a one-line ``title`` that opens it: end a cell with it, like ``md``. ``lead`` is
+    Markdown shown above it, always visible (a table's summary); ``plain`` the text a
+    terminal prints instead of the content (default: the Markdown itself). Use it for a
+    long table under its summary, or an exercise's hint."""
+    body = getattr(content, "data", content)
+    if not isinstance(body, str):
+        raise TypeError(
+            f"dropdown content must be Markdown text or a Markdown object, got "
+            f"{type(content).__name__}"
+        )
+    if not title.strip() or "\n" in title:
+        raise ValueError(f"dropdown title must be one non-empty line, got {title!r}")
+    lead = getattr(lead, "data", lead)
+    return Dropdown(title.strip(), body, plain, lead)
+
+
+def fmt_bytes(n: float, digits: int = 3) -> str:
+    """A byte count in the book's binary units: ``"512 B"``, ``"3.5 KiB"``, ``"33.1
+    MiB"``, ``"4.41 GiB"`` (``digits`` significant digits; the unit keeps the number
+    between 1 and 1024)."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "–"
+    sign = "-" if n < 0 else ""
+    n = abs(float(n))
+    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", 2**10)):
+        if n >= size:
+            return f"{sign}{_sig(n / size, digits)} {unit}"
+    return f"{sign}{n:.0f} B"
+
+
+def _sig(x: float, digits: int) -> str:
+    """``x`` to ``digits`` significant digits, never in exponent notation."""
+    places = max(0, digits - 1 - int(math.floor(math.log10(x)))) if x > 0 else 0
+    return f"{x:.{places}f}"
+
+
+def glue_all(**values) -> None:
+    """``myst_nb.glue`` each value under its name without displaying it: markdown cells
+    then write ``{glue:text}`name:.3g``` and the book pastes the number into the
+    prose. A ``ampbook.core.provenance.Value`` is glued as its text (number, unit and,
+    for a prediction or an assumption, its marker), so a markdown reference to it writes
+    ``:s``; a numeric format spec on it fails the book build rather than print the
+    number bare."""
+    from myst_nb import glue
+
+    for name, value in values.items():
+        glue(name, glue_text(value), display=False)

@@ -1,0 +1,270 @@
+"""Checks for a notebook's parameters, run right after the parameters cell.
+
+A profile or ``-p NAME VALUE`` can hand a notebook any value; a bad one should stop the
+run at once with a message that names the parameter and the rule, not deep inside a
+measurement::
+
+    from ampbook.core import params
+    params.integer("n_samples", n_samples, minimum=1000)
+    params.integers("matmul_sizes", matmul_sizes, minimum=1, count=2,
+                    why="the fit needs two")
+    params.number("min_time", min_time, above=0)
+    params.choice("precision", precision, ["fp32", "amp-fp16", "amp-bf16"])
+    params.seed("seed", seed)
+    params.rule("sizes", sizes, lambda v: len({h * w for h, w in v}) >= 2,
+                "needs 2 sizes of different pixel counts")
+
+Numbers are finite unless a check says otherwise (``finite=False``): NaN and inf are
+refused with 0 and negatives wherever a bound says so. ``rule`` takes the test as a
+function of the value, so a value of the wrong type (a string where a list was meant)
+fails the rule instead of raising deep inside the test.
+
+Each check returns the value (lists come back as lists of int) and raises
+``ParameterError`` (a ``ValueError``) with one line such as
+``parameter matmul_sizes = [64]: needs at least 2 sizes (the fit needs two)``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from ampbook.core.cli import SEED_MAX, UserError
+
+
+class ParameterError(ValueError, UserError):
+    """A notebook parameter breaks its rule; the message names both."""
+
+
+def fail(name: str, value: Any, rule: str, why: str = "") -> None:
+    """Raise the one-line error for parameter ``name``."""
+    raise ParameterError(
+        f"parameter {name} = {value!r}: {rule}" + (f" ({why})" if why else "")
+    )
+
+
+def rule(
+    name: str, value: Any, ok: bool | Callable[[Any], bool], text: str, why: str = ""
+) -> Any:
+    """Any rule: ``ok`` says whether it holds (or is a test called with ``value``: one
+    that raises, on a value of the wrong type, counts as broken), ``text`` states it
+    ("must be ...")."""
+    if callable(ok):
+        try:
+            ok = bool(ok(value))
+        except Exception:  # noqa: BLE001 -- a wrong type breaks the rule
+            ok = False
+    if not ok:
+        fail(name, value, text, why)
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _bounds(minimum, maximum, above) -> str:
+    parts = []
+    if above is not None:
+        parts.append(f"> {above:g}")
+    if minimum is not None:
+        parts.append(f">= {minimum:g}")
+    if maximum is not None:
+        parts.append(f"<= {maximum:g}")
+    return " and ".join(parts)
+
+
+def _in_bounds(value, minimum, maximum, above) -> bool:
+    return (
+        (minimum is None or value >= minimum)
+        and (maximum is None or value <= maximum)
+        and (above is None or value > above)
+    )
+
+
+def integer(
+    name: str,
+    value: Any,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    why: str = "",
+) -> int:
+    """An integer (not a bool) within the bounds given."""
+    bounds = _bounds(minimum, maximum, None)
+    text = "must be an integer" + (f" {bounds}" if bounds else "")
+    if not _is_int(value) or not _in_bounds(value, minimum, maximum, None):
+        fail(name, value, text, why)
+    return int(value)
+
+
+def number(
+    name: str,
+    value: Any,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    why: str = "",
+    finite: bool = True,
+) -> float:
+    """A finite real number within the bounds given (``above``: strictly greater);
+    ``finite=False`` lets inf through (NaN never)."""
+    bounds = _bounds(minimum, maximum, above)
+    infinite = _is_number(value) and value == value and not math.isfinite(value)
+    text = f"must be a {'finite ' if finite and infinite else ''}number" + (
+        f" {bounds}" if bounds else ""
+    )
+    if (
+        not _is_number(value)
+        or value != value
+        or (finite and not math.isfinite(value))
+        or not _in_bounds(value, minimum, maximum, above)
+    ):
+        fail(name, value, text, why)
+    return float(value)
+
+
+def integers(
+    name: str,
+    value: Any,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    count: int = 1,
+    multiple_of: int | None = None,
+    why: str = "",
+) -> list[int]:
+    """A list of at least ``count`` distinct integers, each within the bounds (and a
+    multiple of ``multiple_of`` when given)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        fail(name, value, "must be a list of integers", why)
+    items = list(value)
+    bounds = _bounds(minimum, maximum, None)
+    for item in items:
+        if not _is_int(item) or not _in_bounds(item, minimum, maximum, None):
+            fail(
+                name,
+                value,
+                "every item must be an integer"
+                + (f" {bounds}" if bounds else "")
+                + f"; {item!r} is not",
+                why,
+            )
+        if multiple_of and item % multiple_of:
+            fail(
+                name,
+                value,
+                f"every item must be a multiple of {multiple_of}; {item} is not",
+                why,
+            )
+    if len(set(items)) < count:
+        fail(
+            name,
+            value,
+            f"needs at least {count} distinct value{'s' if count > 1 else ''}",
+            why,
+        )
+    return [int(i) for i in items]
+
+
+def choice(name: str, value: Any, choices: Sequence, why: str = "") -> Any:
+    """One of ``choices``."""
+    if value not in choices:
+        fail(name, value, "must be one of " + ", ".join(repr(c) for c in choices), why)
+    return value
+
+
+def device(name: str, value: Any) -> Any:
+    """``"auto"``, a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``) or a
+    ``torch.device``. Whether the machine has it is
+    ``ampbook.core.devices.pick_device``'s check."""
+    if isinstance(value, torch.device) or value == "auto":
+        return value
+    try:
+        torch.device(value)
+    except (RuntimeError, TypeError):
+        fail(name, value, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return value
+
+
+def seed(name: str, value: Any) -> int:
+    """A seed numpy takes: an integer from 0 to 2**32 - 1."""
+    return integer(name, value, minimum=0, maximum=SEED_MAX, why="numpy's seeds")
+
+
+def flag(name: str, value: Any) -> bool:
+    """``True`` or ``False`` (YAML's true/false with ``-p``), nothing else."""
+    if not isinstance(value, bool):
+        fail(name, value, "must be True or False")
+    return value
+
+
+def shape(name: str, value: Any, length: int = 3, why: str = "") -> list[int]:
+    """A list of ``length`` positive integers (an input's C, H, W...)."""
+    ok = (
+        isinstance(value, (list, tuple))
+        and len(value) == length
+        and all(_is_int(v) and v > 0 for v in value)
+    )
+    if not ok:
+        fail(name, value, f"must be a list of {length} positive integers", why)
+    return [int(v) for v in value]
+
+
+def folder(name: str, value: Any, empty: str = "the default") -> Any:
+    """A folder to read that exists, or None / "" for ``empty``."""
+    if value is None or value == "":
+        return value
+    if not isinstance(value, (str, Path)):
+        fail(name, value, f"must be a folder's path (or empty for {empty})")
+    if not Path(value).expanduser().is_dir():
+        fail(name, value, f"must be an existing folder (or empty for {empty})")
+    return value
+
+
+def output(name: str, value: Any, kind: str = "file") -> Any:
+    """A file (``kind="file"``) or folder (``"folder"``) the notebook will write, or
+    None / "" for none: checked before any work (``ampbook.core.cli``: long names, a
+    file in the way, read-only places)."""
+    from ampbook.core import cli
+
+    if value is None or value == "":
+        return value
+    if not isinstance(value, (str, Path)):
+        fail(name, value, f"must be a {kind}'s path (or empty for none)")
+    try:
+        if kind == "file":
+            # a notebook's own output: its next run writes it again
+            cli.check_output_file(value, f"parameter {name}", overwrite=True)
+        else:
+            cli.check_output_dir(value, f"parameter {name}")
+    except cli.UserError as err:
+        raise ParameterError(str(err)) from None
+    return value
+
+
+def floats(
+    name: str, value: Any, above: float | None = 0, count: int = 1, why: str = ""
+) -> list[float]:
+    """A list of at least ``count`` finite numbers, each above ``above``."""
+    items = value if isinstance(value, (list, tuple)) else None
+    ok = (
+        items is not None
+        and len(items) >= count
+        and all(
+            _is_number(v) and math.isfinite(v) and (above is None or v > above)
+            for v in items
+        )
+    )
+    if not ok:
+        rule = f"must be a list of at least {count} finite number" + (
+            "s" if count > 1 else ""
+        )
+        fail(name, value, rule + (f" > {above:g}" if above is not None else ""), why)
+    return [float(v) for v in items]

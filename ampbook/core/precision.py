@@ -1,0 +1,209 @@
+"""The book's precision vocabulary, in one place.
+
+* The training precisions (``PRECISIONS``: ``"fp32"``, ``"amp-fp16"``, ``"amp-bf16"``)
+  and the dtype autocast runs each one in (``autocast_dtype``; ``None`` for fp32).
+* Dtype names both ways: the book's short names (``"fp16"``, ``"bf16"``...) and
+  PyTorch's (``"float16"``, ``"bfloat16"``...), with ``to_dtype`` reading either and
+  ``short_name``/``torch_name`` writing them.
+* Whether this CPU has native 16-bit arithmetic (``native_cpu_flags``): the AVX-512 and
+  AMX instructions Linux lists in ``/proc/cpuinfo`` (read by
+  ``ampbook.core.env.cpu_flags``).
+* ``backend_flags``: torch's global backend switches (TF32, cuDNN benchmark,
+  deterministic algorithms, the fp32 matmul precision) set inside a ``with`` block and
+  restored on the way out, whatever happens inside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from ampbook.core.modes import PRECISIONS
+
+AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
+    "fp32": None,
+    "amp-fp16": torch.float16,
+    "amp-bf16": torch.bfloat16,
+}
+
+_FP8_E4M3 = getattr(torch, "float8_e4m3fn", None)
+_FP8_E5M2 = getattr(torch, "float8_e5m2", None)
+
+# The book's short dtype names; None: a float8 type this PyTorch lacks.
+DTYPES: dict[str, torch.dtype | None] = {
+    "fp64": torch.float64,
+    "fp32": torch.float32,
+    "tf32": torch.float32,  # storage is fp32; the matmul runs on TF32 tensor cores
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp8": _FP8_E4M3,
+    "fp8_e4m3": _FP8_E4M3,
+    "fp8_e5m2": _FP8_E5M2,
+}
+# Each dtype's one short name (tf32 and fp8 are aliases, never written).
+SHORT_NAMES: dict[torch.dtype, str] = {
+    d: name
+    for name, d in DTYPES.items()
+    if d is not None and name not in ("tf32", "fp8")
+}
+
+# The instructions that give a CPU native 16-bit arithmetic (Linux /proc/cpuinfo names).
+NATIVE_CPU_FLAGS: dict[torch.dtype, tuple[str, ...]] = {
+    torch.bfloat16: ("avx512_bf16", "amx_bf16"),
+    torch.float16: ("avx512_fp16", "amx_fp16"),
+}
+
+
+def check_precision(precision: str) -> str:
+    """``precision`` itself, or ``ValueError`` naming the ones there are."""
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
+        )
+    return precision
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The dtype autocast runs ``precision`` in (``None``: fp32, no autocast)."""
+    return AUTOCAST_DTYPES[check_precision(precision)]
+
+
+def to_dtype(name: str | torch.dtype) -> torch.dtype:
+    """The torch dtype of a short name (``"bf16"``), a torch name (``"bfloat16"``,
+    ``"torch.bfloat16"``) or a dtype."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name in DTYPES:
+        if DTYPES[name] is None:
+            raise ValueError(
+                f"dtype {name!r} needs a PyTorch with float8 types "
+                f"(this is {torch.__version__})"
+            )
+        return DTYPES[name]
+    found = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(found, torch.dtype):
+        raise ValueError(
+            f"unknown dtype {name!r}; use a short name ({', '.join(DTYPES)}) "
+            "or a torch dtype name (float16, bfloat16...)"
+        )
+    return found
+
+
+def torch_name(dtype: str | torch.dtype) -> str:
+    """PyTorch's name of a dtype: ``"float16"`` for ``torch.float16`` or ``"fp16"``."""
+    return str(to_dtype(dtype)).removeprefix("torch.")
+
+
+def short_name(dtype: str | torch.dtype) -> str:
+    """The book's name of a dtype: ``"fp16"`` for ``torch.float16`` or ``"float16"``."""
+    d = to_dtype(dtype)
+    if d not in SHORT_NAMES:
+        raise ValueError(f"dtype {d} has no short name in the book")
+    return SHORT_NAMES[d]
+
+
+def native_cpu_flags(
+    dtype: str | torch.dtype | None = None, flags: Iterable[str] | None = None
+) -> list[str]:
+    """The instructions among ``flags`` (default: this CPU's,
+    ``ampbook.core.env.cpu_flags``) that do ``dtype`` natively: empty for a CPU whose
+    16-bit kernels convert to and from wider types. ``dtype`` may also be a precision
+    (``"amp-bf16"``); ``None``: bf16's and fp16's together."""
+    if dtype is None:
+        wanted = tuple(f for fs in NATIVE_CPU_FLAGS.values() for f in fs)
+    elif isinstance(dtype, str) and dtype in AUTOCAST_DTYPES:
+        wanted = NATIVE_CPU_FLAGS.get(AUTOCAST_DTYPES[dtype], ())
+    else:
+        wanted = NATIVE_CPU_FLAGS.get(to_dtype(dtype), ())
+    if flags is None:
+        from ampbook.core.env import cpu_flags
+
+        flags = cpu_flags()
+    have = set(flags)
+    return [f for f in wanted if f in have]
+
+
+# --- torch's global backend flags --------------------------------------------------
+
+
+def _read(get):
+    try:
+        return get()
+    except RuntimeError:  # torch refuses to read a mix of its old and new TF32 APIs
+        return None
+
+
+def backend_flags_now() -> dict:
+    """The backend flags as they are now (what ``backend_flags`` restores). A value
+    PyTorch refuses to read (after a mix of its old and new TF32 settings) is None."""
+    return {
+        "matmul_tf32": _read(lambda: torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": (
+            torch.is_deterministic_algorithms_warn_only_enabled()
+        ),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
+        "fp32_precision": {
+            name: getattr(backend.matmul, "fp32_precision", None)
+            for name, backend in (
+                ("cuda", torch.backends.cuda),
+                ("mkldnn", torch.backends.mkldnn),
+            )
+        },
+    }
+
+
+def _restore(saved: dict) -> None:
+    if saved["float32_matmul_precision"] is not None:
+        torch.set_float32_matmul_precision(saved["float32_matmul_precision"])
+    else:  # the mixed state it was in, through the new API
+        for name, value in saved["fp32_precision"].items():
+            if value is not None:
+                getattr(torch.backends, name).matmul.fp32_precision = value
+    torch.backends.cudnn.allow_tf32 = saved["cudnn_tf32"]
+    torch.backends.cudnn.benchmark = saved["cudnn_benchmark"]
+    torch.backends.cudnn.deterministic = saved["cudnn_deterministic"]
+    torch.use_deterministic_algorithms(
+        saved["deterministic"], warn_only=saved["deterministic_warn_only"]
+    )
+
+
+@contextlib.contextmanager
+def backend_flags(
+    *,
+    tf32: bool | None = None,
+    matmul_tf32: bool | None = None,
+    cudnn_tf32: bool | None = None,
+    cudnn_benchmark: bool | None = None,
+    deterministic: bool | None = None,
+) -> Iterator[dict]:
+    """Set torch's backend flags for the ``with`` block; all of them are restored after
+    it. ``None`` leaves a flag as it is. ``tf32`` sets both TF32 flags (CUDA matmuls and
+    cuDNN convolutions); ``matmul_tf32``/``cudnn_tf32`` set one (matmuls through the
+    fp32 matmul precision: "high" allows TF32, "highest" does not).
+    ``deterministic=True`` asks for deterministic algorithms (warning, not failing,
+    where there is none) and deterministic cuDNN. Yields the flags as they were
+    before."""
+    saved = backend_flags_now()
+    try:
+        if tf32 is not None:
+            matmul_tf32 = tf32 if matmul_tf32 is None else matmul_tf32
+            cudnn_tf32 = tf32 if cudnn_tf32 is None else cudnn_tf32
+        if matmul_tf32 is not None:  # = torch.backends.cuda.matmul.allow_tf32, but
+            # without mixing PyTorch's old and new TF32 settings
+            torch.set_float32_matmul_precision("high" if matmul_tf32 else "highest")
+        if cudnn_tf32 is not None:
+            torch.backends.cudnn.allow_tf32 = cudnn_tf32
+        if cudnn_benchmark is not None:
+            torch.backends.cudnn.benchmark = cudnn_benchmark
+        if deterministic is not None:
+            torch.backends.cudnn.deterministic = deterministic
+            torch.use_deterministic_algorithms(deterministic, warn_only=True)
+        yield saved
+    finally:
+        _restore(saved)

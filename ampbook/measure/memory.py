@@ -1,0 +1,401 @@
+"""Memory a training step needs, measured on any device.
+
+On a GPU, ``torch.cuda.max_memory_allocated`` answers "how much memory did the step
+take". A CPU has no such counter, and the process's resident size mixes everything
+together. What mixed precision changes is mostly one thing: the tensors autograd keeps
+from the forward pass for the backward pass (activations, and the low-precision copies
+autocast makes of weights). ``SavedTensorMeter`` counts exactly those, with saved-tensor
+hooks (``torch.autograd.graph.saved_tensors_hooks``), on CPU and CUDA alike:
+
+    with SavedTensorMeter(model=model) as meter:
+        loss = criterion(model(x), y)      # forward: autograd saves tensors here
+    loss.backward()
+    meter.new_bytes, meter.by_dtype, meter.by_module_type
+
+Rules of the count:
+
+* A tensor's bytes are the bytes of its *storage* (what stays alive), and each storage
+  is counted once however many times, or through however many views, it is saved.
+* ``by_dtype`` splits ``new_bytes`` (below) by the saved tensor's dtype (``"float32"``,
+  ``"bfloat16"``...).
+* ``by_module_type`` (only with ``model=``) splits ``new_bytes`` by the class name of
+  the innermost module of ``model`` whose forward was running when the tensor was saved.
+  Tensors saved by layers (``Conv2d``, ``BatchNorm2d``...) go to those layers; tensors
+  saved by functional calls in a block's own ``forward`` (e.g. ``F.relu(y + x)``) go to
+  the block; tensors saved outside the model (the loss) go to ``OUTSIDE_MODEL``.
+* ``parameter_bytes``: the part of the total that is parameters saved as they are (fp32
+  weights under plain fp32): leaf tensors that require grad, and with ``model=`` any
+  storage of the model's parameters. Saving them costs nothing: they exist anyway. Under
+  autocast the weights are saved as low-precision *copies*, which count as new storage.
+
+**The book's one definition of activation memory** is ``new_bytes``: the bytes saved for
+backward that did not exist before the step, ``total_bytes - parameter_bytes``.
+``by_dtype`` and ``by_module_type`` split ``new_bytes``; every chapter reports this
+figure (the runner records it as ``saved_tensor_bytes``). When autocast saves memory and
+when it costs:
+
+* each activation a low-precision op saves is half the bytes of its fp32 twin, so the
+  part of ``new_bytes`` that grows with the pixels of a batch shrinks (by less than
+  half, since ops autocast keeps in fp32, or that take an fp32 input, still save fp32);
+* autocast adds new storage of fixed size: the low-precision copy of every weight it
+  casts (2 bytes per weight), which fp32 does not pay for (it saves the weights by
+  reference).
+
+So autocast saves activation memory above a crossover batch size in pixels and costs
+memory below it. ``saved_for_backward`` measures one step; ``fit_line`` and
+``crossover_pixels`` find the crossover from two measured sizes; ``saving`` and
+``saving_verdict`` report a figure the same way everywhere.
+
+The meter works on fake tensors too (``torch._subclasses.FakeTensorMode``: shapes and
+dtypes, no data), which is how the cost model predicts these bytes from its trace
+(``ampbook.predict.costmodel.StepTrace.saved_tensors``).
+
+The meter adds a Python call per saved tensor: use it around one step, not a whole
+epoch.
+
+``peak_rss_bytes()`` and ``reset_peak_rss()`` read and (on Linux) reset the process's
+peak resident set size, for a per-epoch peak on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from ampbook.core.precision import torch_name
+from ampbook.measure.tracking import ModuleScopes
+
+OUTSIDE_MODEL = "(outside model)"
+
+
+def _storage_key_and_bytes(t: torch.Tensor) -> tuple[tuple, int]:
+    from torch._subclasses.fake_tensor import is_fake
+
+    try:
+        storage = t.untyped_storage()
+        if is_fake(t):  # no data, no address: the storage object stands for it
+            return ("fake", t.device.type, storage._cdata), storage.nbytes()
+        return (t.device.type, t.device.index, storage.data_ptr()), storage.nbytes()
+    except (
+        RuntimeError,
+        NotImplementedError,
+    ):  # tensors without a plain storage (sparse...)
+        return (
+            t.device.type,
+            t.device.index,
+            "id",
+            id(t),
+        ), t.numel() * t.element_size()
+
+
+class SavedTensorMeter:
+    """Count the bytes of the tensors autograd saves for backward inside the ``with``
+    block.
+
+    Attributes after (and during) the block: ``total_bytes``, ``count`` (distinct
+    storages), ``parameter_bytes``, ``new_bytes`` (the book's memory figure), and
+    ``by_dtype`` and ``by_module_type`` (the last needs ``model=``), which split
+    ``new_bytes``. See the module docstring for what is counted.
+    """
+
+    def __init__(self, model: nn.Module | None = None, parameters=()):
+        self.model = model
+        # more tensors that are the model's parameters: the state a
+        # ``torch.func.functional_call`` runs the model with
+        self.parameters = list(parameters)
+        self.total_bytes = 0
+        self.count = 0
+        self.parameter_bytes = 0
+        self.by_dtype: dict[str, int] = defaultdict(int)
+        self.by_module_type: dict[str, int] = defaultdict(int)
+        self._seen: dict[tuple, list] = {}
+        self._param_ptrs: set[tuple] = set()
+        self._hooks_ctx = None
+        self._scopes = ModuleScopes(model) if model is not None else None
+
+    def _owner(self) -> str:
+        """Class name of the innermost module of the model running now."""
+        scope = self._scopes.innermost()
+        return scope[1] if scope is not None else OUTSIDE_MODEL
+
+    # -- the saved-tensor hooks
+    # ----------------------------------------------------------------
+    def _pack(self, t: torch.Tensor):
+        key, nbytes = _storage_key_and_bytes(t)
+        alive = self._seen.get(key)
+        # A storage is counted once while any tensor saved on it is still alive; a dead
+        # entry means the memory was freed and reused by a new tensor, which counts
+        # afresh.
+        if alive is not None and any(r() is not None for r in alive):
+            alive.append(weakref.ref(t))
+            return t
+        self._seen[key] = [weakref.ref(t)]
+        self.total_bytes += nbytes
+        self.count += 1
+        if key in self._param_ptrs or (t.is_leaf and t.requires_grad):
+            self.parameter_bytes += nbytes  # saved by reference: no new memory
+            return t
+        self.by_dtype[torch_name(t.dtype)] += nbytes
+        if self.model is not None:
+            self.by_module_type[self._owner()] += nbytes
+        return t
+
+    @property
+    def new_bytes(self) -> int:
+        """Bytes saved for backward that did not exist before (the book's memory)."""
+        return self.total_bytes - self.parameter_bytes
+
+    @staticmethod
+    def _unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def __enter__(self) -> "SavedTensorMeter":
+        if self.model is not None:
+            self._scopes.__enter__()
+        for p in [*(self.model.parameters() if self.model else ()), *self.parameters]:
+            self._param_ptrs.add(_storage_key_and_bytes(p)[0])
+        self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(
+            self._pack, self._unpack
+        )
+        self._hooks_ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks_ctx.__exit__(*exc)
+        if self._scopes is not None:
+            self._scopes.__exit__(*exc)
+        self._seen.clear()  # drop the weak references; the counts stay
+        self.by_dtype = dict(self.by_dtype)
+        self.by_module_type = dict(self.by_module_type)
+
+    def summary(self) -> dict:
+        """The counts as a JSON-serialisable dict."""
+        return {
+            "new_bytes": self.new_bytes,
+            "total_bytes": self.total_bytes,
+            "count": self.count,
+            "parameter_bytes": self.parameter_bytes,
+            "by_dtype": dict(self.by_dtype),
+            "by_module_type": dict(self.by_module_type)
+            if self.model is not None
+            else None,
+        }
+
+
+def saved_for_backward(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    device_type: str = "cpu",
+    dtype: torch.dtype | None = None,
+    loss_fn: Callable | None = None,
+) -> dict:
+    """One training forward (model + loss) under ``SavedTensorMeter``: its
+    ``summary()``, whose ``new_bytes`` is the book's memory figure. ``dtype=None``:
+    plain fp32; else autocast on ``device_type`` in ``dtype``. The graph is dropped
+    without a backward."""
+    loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
+    with SavedTensorMeter(model=model) as meter:
+        with torch.autocast(
+            device_type, dtype=dtype or torch.float32, enabled=dtype is not None
+        ):
+            loss = loss_fn(model(x), target)
+    del loss
+    return meter.summary()
+
+
+def saving(fp32_bytes: float, amp_bytes: float) -> float:
+    """The share of ``fp32_bytes`` AMP saved: ``1 - amp/fp32`` (negative: it cost)."""
+    if not fp32_bytes > 0:
+        raise ValueError(f"fp32_bytes must be positive, got {fp32_bytes}")
+    return 1.0 - amp_bytes / fp32_bytes
+
+
+NEW_BYTES = "new bytes saved for backward"
+
+
+def saving_verdict(
+    fp32_bytes: float,
+    amp_bytes: float,
+    what: str = "autocast",
+    measure: str = NEW_BYTES,
+) -> str:
+    """One line for the page: how much ``what`` saved (or cost) of ``measure`` (the
+    book's memory figure, or on a GPU e.g. "peak CUDA memory allocated"), in MiB."""
+    s = saving(fp32_bytes, amp_bytes)
+    mib = (
+        f"{fp32_bytes / 2**20:.2f} MiB in fp32, {amp_bytes / 2**20:.2f} MiB with {what}"
+    )
+    if s >= 0:
+        return f"{what} saved {s:.0%} of the {measure} ({mib})."
+    why = (
+        ": at this size its fixed weight copies outweigh the smaller activations"
+        if measure == NEW_BYTES
+        else ""
+    )
+    return f"{what} cost {-s:.0%} more {measure} than fp32 ({mib}){why}."
+
+
+@dataclass(frozen=True)
+class Line:
+    """``bytes = intercept + slope * pixels``: new bytes saved for backward per step."""
+
+    intercept: float
+    slope: float
+
+    def __call__(self, pixels: float) -> float:
+        return self.intercept + self.slope * pixels
+
+
+def fit_line(points: Sequence[tuple[float, float]]) -> Line:
+    """The line through (pixels per batch, bytes) points: exact through two, least
+    squares through more. Needs at least two distinct pixel counts."""
+    xs = [float(p) for p, _ in points]
+    ys = [float(b) for _, b in points]
+    if len(set(xs)) < 2:
+        raise ValueError(
+            f"fit_line needs two different pixel counts, got {sorted(set(xs))}"
+        )
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    return Line(my - slope * mx, slope)
+
+
+def crossover_pixels(fp32: Line, amp: Line) -> float:
+    """Pixels per batch above which AMP's new saved bytes are fewer than fp32's: 0 when
+    AMP saves at any size, ``inf`` when it never does (its per-pixel cost is not
+    smaller)."""
+    if amp.slope >= fp32.slope:
+        same_slope_lower = amp.slope == fp32.slope and amp.intercept < fp32.intercept
+        return 0.0 if same_slope_lower else math.inf
+    return max(0.0, (amp.intercept - fp32.intercept) / (fp32.slope - amp.slope))
+
+
+ADAM_STATE_BYTES_PER_PARAM = 16  # fp32 weight + fp32 gradient + Adam's two fp32 moments
+
+
+def step_saving(pixels: float, fp32: Line, amp: Line, n_params: int) -> float:
+    """Predicted saving of a training step's memory: new saved bytes plus the fp32
+    weights, gradients and Adam state (``ADAM_STATE_BYTES_PER_PARAM``), which autocast
+    leaves alone."""
+    static = ADAM_STATE_BYTES_PER_PARAM * n_params
+    return saving(static + fp32(pixels), static + amp(pixels))
+
+
+# --- resident set size
+# ---------------------------------------------------------------------
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process in bytes: Linux's ``VmHWM`` (which
+    ``reset_peak_rss`` can reset), else ``getrusage``'s lifetime maximum."""
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (
+        maxrss if sys.platform == "darwin" else maxrss * 1024
+    )  # bytes on macOS, KiB elsewhere
+
+
+def current_rss_bytes() -> int | None:
+    kib = _status_kib("VmRSS")
+    return None if kib is None else kib * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Reset the peak RSS to the current RSS (Linux >= 4.0: write 5 to
+    /proc/self/clear_refs). Returns False where that is not possible; the peak is then
+    the process's lifetime peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class AllocatedBytesMeter:
+    """The bytes of tensors made inside the ``with`` block that are alive at once: a
+    CPU's stand-in for ``torch.cuda.max_memory_allocated`` over a region.
+
+    A dispatch mode (``TorchDispatchMode``) sees every operator's outputs, forward and
+    backward (recomputations of ``torch.utils.checkpoint`` included); each new storage
+    adds its bytes to ``live_bytes`` and a finalizer takes them off when the storage is
+    freed, so ``peak_bytes`` is the most the region's tensors held at one moment.
+    Tensors made before the block (weights, inputs) and the views and in-place results
+    of an operator's inputs are not counted; gradients, 16-bit weight copies,
+    activations and temporaries made inside it are. The count is of
+    tensors' storages, not of an allocator's reserve (no caching, no fragmentation)."""
+
+    def __init__(self):
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.storages = 0
+        self._seen: set[int] = set()
+        self._mode = None
+
+    def _freed(self, key: int, nbytes: int) -> None:
+        self._seen.discard(key)
+        self.live_bytes -= nbytes
+
+    def _add(self, t, inputs: set[int]) -> None:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            return
+        storage = t.untyped_storage()
+        key = id(storage)
+        if key in self._seen or storage.data_ptr() in inputs:
+            return  # counted already, or a view of (or in place on) an input
+        self._seen.add(key)
+        nbytes = storage.nbytes()
+        self.storages += 1
+        self.live_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        weakref.finalize(storage, self._freed, key, nbytes)
+
+    def __enter__(self) -> "AllocatedBytesMeter":
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        meter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                inputs = {
+                    t.untyped_storage().data_ptr()
+                    for t in tree_leaves((args, kwargs))
+                    if isinstance(t, torch.Tensor) and t.device.type != "meta"
+                }
+                out = func(*args, **kwargs)
+                for t in tree_leaves(out):
+                    meter._add(t, inputs)
+                return out
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)

@@ -1,0 +1,693 @@
+"""Floating-point formats used in mixed-precision training, described by their bit
+layout.
+
+Every property (largest value, smallest normal, smallest subnormal, machine epsilon,
+decimal digits) is computed from three numbers: exponent bits, mantissa bits, and
+whether the all-ones exponent is reserved for infinity and NaN. Nothing is typed in; the
+tests compare the results with ``torch.finfo``, ``numpy.finfo`` and the IEEE-754 bit
+patterns.
+
+    >>> FORMATS["fp16"].max
+    65504.0
+    >>> bits(1.0, "fp16")
+    '0 01111 0000000000'
+    >>> round_to(torch.tensor([1 + 2**-11]), "fp16")  # a tie: rounds to even, i.e. to 1
+    tensor([1.])
+
+``round_to`` emulates rounding to any format (round to nearest, ties to even),
+vectorised, on any device, and returns float32/float64 values: later chapters use it to
+emulate fp16 tensors without an fp16 dtype, and TF32, which has none. float32 inputs are
+rounded on their bit patterns; float64 inputs in float64 arithmetic, rounding once.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "Format",
+    "FORMATS",
+    "get_format",
+    "round_to",
+    "spacing",
+    "encode",
+    "bits",
+    "decode",
+    "properties",
+    "format_table",
+    "cast_specials",
+    "specials_rule",
+    "specials_report",
+]
+
+
+@dataclass(frozen=True)
+class Format:
+    """A binary floating-point format: 1 sign bit, ``exponent_bits``, ``mantissa_bits``.
+
+    ``has_inf``: True for the IEEE-754 layout, where the all-ones exponent encodes
+    infinity (mantissa 0) and NaN (mantissa not 0). False for the ``fn`` ("finite, NaN")
+    layout of fp8 E4M3, where the all-ones exponent holds ordinary numbers and only the
+    all-ones pattern S.1111.111 is NaN, so there is no infinity.
+
+    ``overflow``: what rounding a too-large value gives: ``"inf"`` (IEEE) or
+    ``"saturate"`` (the largest finite value, as torch's cast to ``float8_e4m3fn``
+    does).
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    has_inf: bool
+    overflow: str
+    torch_dtype: torch.dtype | None
+    description: str
+    source: str
+
+    # ---- layout ----------------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Storage width: 1 sign bit + exponent + mantissa. (TF32 is stored in 32-bit
+        words but carries 19 significant bits; this counts the 19.)"""
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def bias(self) -> int:
+        """Exponent bias: the stored exponent field minus the bias is the power of
+        two."""
+        return 2 ** (self.exponent_bits - 1) - 1
+
+    @property
+    def emin(self) -> int:
+        """Exponent of the smallest normal number (field 1)."""
+        return 1 - self.bias
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest finite number: the field below all-ones when that one
+        is reserved for inf/NaN, the all-ones field otherwise."""
+        top_field = 2**self.exponent_bits - 1
+        return (top_field - 1 if self.has_inf else top_field) - self.bias
+
+    # ---- derived values (exact binary fractions, computed with math.ldexp) -----------
+    @property
+    def max(self) -> float:
+        """Largest finite value. IEEE: all mantissa bits set, 2^emax * (2 - 2^-m). The
+        fn layout gives the all-ones mantissa of the top exponent to NaN, so its largest
+        value has mantissa 1...10: 2^emax * (2 - 2^(1-m))."""
+        lost = self.mantissa_bits if self.has_inf else self.mantissa_bits - 1
+        return math.ldexp(2.0 - math.ldexp(1.0, -lost), self.emax)
+
+    @property
+    def smallest_normal(self) -> float:
+        """2^emin: the smallest value with a full-precision (implicit leading 1)
+        significand."""
+        return math.ldexp(1.0, self.emin)
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """2^(emin - m): exponent field 0, only the last mantissa bit set."""
+        return math.ldexp(1.0, self.emin - self.mantissa_bits)
+
+    @property
+    def eps(self) -> float:
+        """Machine epsilon: the gap between 1 and the next larger number, 2^-m."""
+        return math.ldexp(1.0, -self.mantissa_bits)
+
+    @property
+    def unit_roundoff(self) -> float:
+        """The largest relative error of rounding to nearest in the normal range,
+        eps/2."""
+        return self.eps / 2
+
+    @property
+    def decimal_digits(self) -> float:
+        """-log10(eps) = m * log10(2): how many decimal digits one step of the last
+        mantissa bit resolves near 1. (numpy's ``finfo.precision`` is this, rounded
+        down. Counting the implicit bit, (m + 1) * log10(2), gives about 0.3 more.)"""
+        return -math.log10(self.eps)
+
+    def __repr__(self) -> str:
+        return (
+            f"Format({self.name}: 1 sign, {self.exponent_bits} exponent, "
+            f"{self.mantissa_bits} mantissa bits, max {self.max:.6g})"
+        )
+
+
+_IEEE = "IEEE 754-2019, IEEE Standard for Floating-Point Arithmetic"
+_FP8 = (
+    "Micikevicius et al., FP8 Formats for Deep Learning, arXiv:2209.05433 (2022); "
+    "OCP 8-bit Floating Point Specification (OFP8) rev. 1.0 (2023)"
+)
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in [
+        Format(
+            "fp64",
+            11,
+            52,
+            True,
+            "inf",
+            torch.float64,
+            "IEEE double precision (Python float)",
+            _IEEE,
+        ),
+        Format(
+            "fp32",
+            8,
+            23,
+            True,
+            "inf",
+            torch.float32,
+            "IEEE single precision, PyTorch's default",
+            _IEEE,
+        ),
+        Format(
+            "tf32",
+            8,
+            10,
+            True,
+            "inf",
+            None,
+            "NVIDIA TensorFloat-32: fp32 range, fp16 precision; "
+            "tensor-core matmul inputs only",
+            "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020)",
+        ),
+        Format(
+            "fp16",
+            5,
+            10,
+            True,
+            "inf",
+            torch.float16,
+            "IEEE half precision (binary16)",
+            _IEEE,
+        ),
+        Format(
+            "bf16",
+            8,
+            7,
+            True,
+            "inf",
+            torch.bfloat16,
+            "bfloat16 (brain floating point): fp32 range, 8 significant bits",
+            "Kalamkar et al., A Study of BFLOAT16 for Deep Learning Training, "
+            "arXiv:1905.12322 (2019)",
+        ),
+        Format(
+            "fp8_e4m3",
+            4,
+            3,
+            False,
+            "saturate",
+            torch.float8_e4m3fn,
+            "fp8 E4M3 (torch.float8_e4m3fn): no infinity, one NaN pattern",
+            _FP8,
+        ),
+        Format(
+            "fp8_e5m2",
+            5,
+            2,
+            True,
+            "inf",
+            torch.float8_e5m2,
+            "fp8 E5M2: IEEE-like, with inf and NaN",
+            _FP8,
+        ),
+    ]
+}
+
+_BY_DTYPE = {f.torch_dtype: f for f in FORMATS.values() if f.torch_dtype is not None}
+
+
+def get_format(name: str | Format | torch.dtype) -> Format:
+    """The ``Format`` for a name in ``FORMATS``, a torch dtype that has one, or a
+    Format."""
+    if isinstance(name, Format):
+        return name
+    if isinstance(name, torch.dtype):
+        if name in _BY_DTYPE:
+            return _BY_DTYPE[name]
+        raise ValueError(
+            f"no format for torch dtype {name}; known dtypes: "
+            f"{', '.join(str(d) for d in _BY_DTYPE)}"
+        )
+    if isinstance(name, str) and name in FORMATS:
+        return FORMATS[name]
+    raise ValueError(
+        f"unknown floating-point format {name!r}; known formats: {', '.join(FORMATS)}"
+    )
+
+
+# ---- rounding ------------------------------------------------------------------------
+
+_OVERFLOW_MODES = ("inf", "saturate", "nan")
+
+
+def _quantum_exponent(a: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Per element of a (float64, >= 0), the power of two of the format's grid spacing
+    at a: floor(log2 a) clamped below at emin (the subnormal range and zero share emin's
+    spacing), minus m."""
+    _, exp = torch.frexp(
+        a
+    )  # a = f * 2^exp with f in [0.5, 1), so floor(log2 a) = exp - 1
+    e = torch.where(a == 0, fmt.emin, exp.to(torch.int64) - 1)  # frexp(0) gives exp 0
+    return e.clamp_(min=fmt.emin) - fmt.mantissa_bits
+
+
+def _round64(a: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """Round non-negative float64 values to the format's grid, ties to even, without an
+    overflow rule (values past max come back larger than max, or inf)."""
+    q = torch.ldexp(torch.ones_like(a), _quantum_exponent(a, fmt))
+    # a / q is exact (a power-of-two scaling) and torch.round rounds half to even.
+    return torch.round(a / q) * q
+
+
+def _round_fp32_bits(x: torch.Tensor, fmt: Format, mode: str) -> torch.Tensor:
+    """The float32 path of ``round_to`` (several times faster than float64 arithmetic):
+    round the bit pattern. For formats with fp32's exponent range or less and fewer
+    mantissa bits, every format value is a float32 value. Normal range: add half a step
+    minus one, plus the lowest kept bit (ties to even), then clear the dropped bits; a
+    carry moves into the exponent as it should. Below the format's smallest normal the
+    step is fixed at 2^(emin - m): adding C = 2^(emin - m + 23) puts |x| where float32's
+    own step is exactly that, so float32 addition rounds it (ties to even) and
+    subtracting C is exact. (Needs subnormal float32 arithmetic, i.e. not
+    ``torch.set_flush_denormal(True)``.)"""
+    drop = 23 - fmt.mantissa_bits
+    b = x.view(torch.int32)
+    a = b & 0x7FFFFFFF
+    r = (a + ((1 << (drop - 1)) - 1) + ((a >> drop) & 1)) & ~((1 << drop) - 1)
+    c = math.ldexp(1.0, fmt.emin - fmt.mantissa_bits + 23)
+    small = (x.abs() + c) - c
+    y = torch.where(a < _fp32_bits(fmt.smallest_normal), small, r.view(torch.float32))
+    too_big = (r > _fp32_bits(fmt.max)) & (
+        a <= 0x7F800000
+    )  # finite overflow or inf, not NaN
+    y = torch.where(
+        too_big, _overflow_value(fmt, mode), torch.where(a > 0x7F800000, x.abs(), y)
+    )
+    return torch.copysign(y, x)
+
+
+def _overflow_value(fmt: Format, mode: str) -> float:
+    return {"inf": math.inf, "saturate": fmt.max, "nan": math.nan}[mode]
+
+
+def _fp32_bits(value: float) -> int:
+    """The float32 bit pattern of a value that float32 holds exactly, as an int."""
+    return struct.unpack("<i", struct.pack("<f", value))[0]
+
+
+def round_to(
+    x: torch.Tensor, name: str | Format | torch.dtype, overflow: str | None = None
+) -> torch.Tensor:
+    """Round every element of ``x`` to the nearest value of the format, ties to even.
+
+    Handles subnormals, signed zeros, inf and NaN. Past the largest finite value the
+    result follows ``overflow`` (default: the format's own rule): ``"inf"`` gives +-inf
+    (IEEE formats; a value rounds to inf once it reaches max + half a step),
+    ``"saturate"`` gives +-max (as torch's cast to ``float8_e4m3fn`` does, inf inputs
+    included), ``"nan"`` gives NaN (the other E4M3 convention, used by older torch
+    versions). NaN stays NaN.
+
+    float64 inputs are rounded once, exactly, in float64 arithmetic: torch's own casts
+    from float64 to fp16/bf16/fp8 go through float32 and can round twice (differing in
+    rare near-tie cases); from float32 they agree bit for bit. The result is float32
+    when ``x`` is float32 (or a narrower float), float64 when ``x`` is float64.
+    """
+    fmt = get_format(name)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"round_to expects a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(
+            f"round_to expects a floating-point tensor, got dtype {x.dtype}"
+        )
+    mode = fmt.overflow if overflow is None else overflow
+    if mode not in _OVERFLOW_MODES:
+        raise ValueError(
+            f"unknown overflow rule {overflow!r}; choose one of {_OVERFLOW_MODES}"
+        )
+    if mode == "inf" and not fmt.has_inf:
+        raise ValueError(
+            f"{fmt.name} has no infinity; use overflow='saturate' or 'nan'"
+        )
+    out_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if fmt.name == "fp64" or (fmt.name == "fp32" and out_dtype == torch.float32):
+        return x.to(
+            out_dtype
+        )  # every float32 (and narrower) value is already on the grid
+    if out_dtype == torch.float32:
+        return _round_fp32_bits(x.to(torch.float32), fmt, mode)
+    y = _round64(x.abs(), fmt)
+    too_big = y > fmt.max  # also true for inf inputs; false for NaN
+    y = torch.where(too_big, _overflow_value(fmt, mode), y)
+    return torch.copysign(y, x)
+
+
+def spacing(x: torch.Tensor, name: str | Format | torch.dtype) -> torch.Tensor:
+    """The gap from |x| (rounded to the format) to the next larger representable
+    magnitude.
+
+    Like ``numpy.spacing`` but always positive: ``spacing(1.0) == eps``; in the
+    subnormal range and at zero it is the smallest subnormal; NaN where x is NaN, inf or
+    rounds past the
+    largest finite value. Returned as float64 (fp64's gaps go down to 2^-1074)."""
+    fmt = get_format(name)
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError("spacing expects a floating-point torch.Tensor")
+    a = x.to(torch.float64).abs()
+    r = a if fmt.name == "fp64" else _round64(a, fmt)
+    gap = torch.ldexp(torch.ones_like(r), _quantum_exponent(r, fmt))
+    return torch.where(r <= fmt.max, gap, math.nan)
+
+
+# ---- bit patterns --------------------------------------------------------------------
+
+
+def encode(
+    value: float | torch.Tensor, name: str | Format | torch.dtype
+) -> int | torch.Tensor:
+    """The format's bit pattern of ``value`` after rounding it to the format: an int for
+    a number, an int64 tensor of patterns for a tensor (for fp64 the int64 holds the
+    same 64 bits, so negative numbers come out negative).
+
+    NaN is shown as the canonical quiet NaN (exponent all ones, top mantissa bit set;
+    for
+    E4M3 the single NaN pattern S.1111.111), with the sign bit of the input."""
+    fmt = get_format(name)
+    if isinstance(value, torch.Tensor):
+        return _encode_tensor(value, fmt)
+    pattern = int(
+        _encode_tensor(torch.tensor([float(value)], dtype=torch.float64), fmt)[0]
+    )
+    return pattern % (1 << fmt.bits)
+
+
+def _encode_tensor(x: torch.Tensor, fmt: Format) -> torch.Tensor:
+    m = fmt.mantissa_bits
+    r = round_to(x.to(torch.float64), fmt)
+    a = r.abs()
+    normal = a >= fmt.smallest_normal  # false for NaN
+    e = torch.frexp(a)[1].to(torch.int64) - 1
+    exp_field = torch.where(normal, e + fmt.bias, 0)
+    # normal: a = (1 + mant / 2^m) 2^e; subnormal (and zero): a = mant 2^(emin - m)
+    mant = torch.where(
+        normal,
+        torch.ldexp(a, m - e) - 2.0**m,
+        torch.ldexp(a, torch.tensor(m - fmt.emin)),
+    )
+    top = 2**fmt.exponent_bits - 1
+    nan_mant = 2**m - 1 if not fmt.has_inf else 2 ** (m - 1)
+    exp_field = torch.where(r.isnan() | r.isinf(), top, exp_field)
+    mant = torch.where(r.isnan(), float(nan_mant), torch.where(r.isinf(), 0.0, mant))
+    if not bool(
+        (mant == mant.floor()).all()
+    ):  # cannot happen after round_to; guards the arithmetic
+        raise AssertionError(
+            f"values off the {fmt.name} grid: {r[mant != mant.floor()][:3].tolist()}"
+        )
+    sign = torch.signbit(r).to(torch.int64)
+    return (sign << (fmt.bits - 1)) | (exp_field << m) | mant.to(torch.int64)
+
+
+def bits(value: float, name: str | Format | torch.dtype, sep: str = " ") -> str:
+    """``value`` rounded to the format, as its bit pattern split sign, exponent,
+    mantissa: ``bits(1.0, "fp16") == "0 01111 0000000000"``."""
+    fmt = get_format(name)
+    s = format(encode(value, fmt), f"0{fmt.bits}b")
+    return sep.join([s[0], s[1 : 1 + fmt.exponent_bits], s[1 + fmt.exponent_bits :]])
+
+
+def decode(pattern: int | str, name: str | Format | torch.dtype) -> float:
+    """The value of a bit pattern: an int, or a string of 0/1 (spaces, '|' and '_'
+    ignored)."""
+    fmt = get_format(name)
+    if isinstance(pattern, str):
+        digits = "".join(ch for ch in pattern if ch not in " |_")
+        if len(digits) != fmt.bits or set(digits) - {"0", "1"}:
+            raise ValueError(
+                f"{pattern!r} is not a {fmt.bits}-bit pattern of 0s and 1s "
+                f"for {fmt.name}"
+            )
+        pattern = int(digits, 2)
+    if isinstance(pattern, bool) or not isinstance(pattern, int):
+        raise TypeError(
+            f"decode expects an int or a bit string, got {type(pattern).__name__}"
+        )
+    if not 0 <= pattern < 2**fmt.bits:
+        raise ValueError(f"{pattern} does not fit in {fmt.bits} bits ({fmt.name})")
+    m = fmt.mantissa_bits
+    sign = -1.0 if pattern >> (fmt.bits - 1) else 1.0
+    exp_field = (pattern >> m) & (2**fmt.exponent_bits - 1)
+    mant = pattern & (2**m - 1)
+    top = 2**fmt.exponent_bits - 1
+    if exp_field == top and fmt.has_inf:
+        return math.nan if mant else sign * math.inf
+    if exp_field == top and mant == 2**m - 1:  # the fn layout's only NaN
+        return math.nan
+    if exp_field == 0:
+        return sign * math.ldexp(mant, fmt.emin - m)
+    return sign * math.ldexp(2**m + mant, exp_field - fmt.bias - m)
+
+
+# ---- tables --------------------------------------------------------------------------
+
+
+def properties(name: str | Format | torch.dtype) -> dict:
+    """The format's layout and derived values, in the order of ``format_table``."""
+    fmt = get_format(name)
+    return {
+        "bits": fmt.bits,
+        "exponent bits": fmt.exponent_bits,
+        "mantissa bits": fmt.mantissa_bits,
+        "bias": fmt.bias,
+        "max": fmt.max,
+        "smallest normal": fmt.smallest_normal,
+        "smallest subnormal": fmt.smallest_subnormal,
+        "machine epsilon": fmt.eps,
+        "decimal digits": fmt.decimal_digits,
+    }
+
+
+def format_table(names=None, transpose: bool = False) -> tuple[list[str], list[list]]:
+    """``(headers, rows)`` for ``ampbook.core.page.md_table``: one row per format (or,
+    with ``transpose``, one row per property and one column per format)."""
+    fmts = [get_format(n) for n in (FORMATS if names is None else names)]
+    props = [properties(f) for f in fmts]
+    keys = list(props[0])
+    if transpose:
+        return ["property"] + [f.name for f in fmts], [
+            [k] + [p[k] for p in props] for k in keys
+        ]
+    return ["format"] + keys, [[f.name] + list(p.values()) for f, p in zip(fmts, props)]
+
+
+# ---- what goes wrong: the measurements of chapter 1 ----------------------------------
+
+
+def exact_powers_table() -> tuple[list[str], list[list[str]]]:
+    """``(headers, rows)``: each format's max, smallest normal, smallest subnormal and
+    epsilon as exact powers of two (LaTeX), written from the layout alone."""
+
+    def p2(k: int) -> str:
+        return f"$2^{{{k}}}$"
+
+    rows = []
+    for f in FORMATS.values():
+        top = f.mantissa_bits if f.has_inf else f.mantissa_bits - 1  # E4M3 loses one
+        rows.append(
+            [
+                f.name,
+                f"$2^{{{f.emax}}}(2-2^{{{-top}}})$",
+                p2(f.emin),
+                p2(f.emin - f.mantissa_bits),
+                p2(-f.mantissa_bits),
+            ]
+        )
+    return [
+        "format",
+        "max",
+        "smallest normal",
+        "smallest subnormal",
+        "machine epsilon",
+    ], rows
+
+
+def finfo_table() -> tuple[list[str], list[list]]:
+    """The layout's max, smallest normal and epsilon beside ``torch.finfo`` for each
+    format torch has a dtype for; the last column says whether all four values match."""
+    rows = []
+    for f in FORMATS.values():
+        if f.torch_dtype is None:
+            continue
+        fi = torch.finfo(f.torch_dtype)
+        same = (fi.bits, fi.max, fi.tiny, fi.eps) == (
+            f.bits,
+            f.max,
+            f.smallest_normal,
+            f.eps,
+        )
+        rows.append(
+            [
+                f.name,
+                str(f.torch_dtype).removeprefix("torch."),
+                fi.max,
+                fi.tiny,
+                fi.eps,
+                "yes" if same else "NO",
+            ]
+        )
+    return [
+        "format",
+        "dtype",
+        "finfo.max",
+        "finfo.tiny",
+        "finfo.eps",
+        "as computed",
+    ], rows
+
+
+def running_sum(values: torch.Tensor, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """Add ``values`` one at a time into an accumulator of ``dtype``; every partial
+    sum."""
+    values = values.to(device=device, dtype=dtype)
+    acc, trace = torch.zeros((), dtype=dtype, device=device), []
+    for v in values:
+        acc = acc + v  # rounded to dtype after every addition
+        trace.append(acc)
+    return torch.stack(trace).double().cpu()
+
+
+def lost_updates(
+    weights: torch.Tensor, ratios: torch.Tensor, dtype: torch.dtype
+) -> list:
+    """For each ratio r: the fraction of ``weights`` that do not change at all when
+    ``weights / r`` is added to them in ``dtype``."""
+    w = weights.to(dtype)
+    return [((w + (weights / r).to(dtype)) == w).double().mean().item() for r in ratios]
+
+
+def loss_onset(ratios, fractions, nearly_all: float = 0.999) -> tuple[float, float]:
+    """The first ratio at which any update is lost, and the first at which at least
+    ``nearly_all`` of them are (nan where never)."""
+    pairs = list(zip([float(r) for r in ratios], fractions))
+    some = next((r for r, f in pairs if f > 0), math.nan)
+    most = next((r for r, f in pairs if f >= nearly_all), math.nan)
+    return some, most
+
+
+def stall_point(name: str | Format | torch.dtype, term: float) -> float:
+    """The smallest power of two from which half the format's gap is at least ``term``:
+    a running sum that large no longer grows by adding ``term``."""
+    fmt = get_format(name)
+    for k in range(fmt.emin - fmt.mantissa_bits, fmt.emax + 1):
+        if spacing(torch.tensor([2.0**k]), fmt).item() / 2 >= term:
+            return 2.0**k
+    return math.nan
+
+
+# What a cast does with values it cannot hold, probed kind by kind: a finite value past
+# the largest, +inf, -inf and NaN (the OCP fp8 specification allows a conversion to
+# saturate or not, and torch's eager casts changed over versions).
+SPECIAL_INPUTS = ("finite overflow", "+inf", "-inf", "NaN")
+
+
+def overflow_probe(name: str | Format | torch.dtype) -> float:
+    """A finite float32 value past the format's range: twice its largest value, or
+    float32's largest where twice is not finite in float32 (bf16)."""
+    fmt = get_format(name)
+    f32_max = torch.finfo(torch.float32).max
+    return 2 * fmt.max if 2 * fmt.max <= f32_max else f32_max
+
+
+def _outcome(value: float, fmt: Format) -> str:
+    """A cast's result named: ``"+max"``/``"-max"`` (saturated), ``"+inf"``,
+    ``"-inf"``, ``"NaN"``, or the number itself."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+inf" if value > 0 else "-inf"
+    if abs(value) == fmt.max:
+        return "+max" if value > 0 else "-max"
+    return f"{value:g}"
+
+
+def cast_specials(dtype: torch.dtype, device="cpu") -> dict[str, tuple[float, str]]:
+    """What this torch's own cast from float32 to ``dtype`` on ``device`` gives for each
+    of ``SPECIAL_INPUTS``: ``{kind: (result as a float, outcome)}``, the outcome one of
+    ``"+max"``, ``"-max"`` (saturated to the largest finite value), ``"+inf"``,
+    ``"-inf"``, ``"NaN"``, or the number."""
+    fmt = get_format(dtype)
+    if fmt.torch_dtype is None:
+        raise ValueError(f"{fmt.name} has no torch dtype to cast to")
+    inputs = [overflow_probe(fmt), math.inf, -math.inf, math.nan]
+    x = torch.tensor(inputs, dtype=torch.float32, device=device)
+    got = x.to(fmt.torch_dtype).to(torch.float32).cpu().tolist()
+    return {k: (v, _outcome(v, fmt)) for k, v in zip(SPECIAL_INPUTS, got)}
+
+
+def specials_rule(name: str | Format | torch.dtype, outcomes: dict) -> str:
+    """One sentence naming what each kind of input became, from ``cast_specials``'s
+    outcomes: the largest value is written out, saturation and NaN named."""
+    fmt = get_format(name)
+    top = f"{fmt.max:g}"
+
+    def word(kind: str) -> str:
+        out = outcomes[kind][1] if isinstance(outcomes[kind], tuple) else outcomes[kind]
+        if out == kind:  # inf -> inf, NaN -> NaN
+            return f"stays {out.lstrip('+')}"
+        return {
+            "+max": f"saturates to {top}",
+            "-max": f"saturates to -{top}",
+            "+inf": "becomes inf",
+            "-inf": "becomes -inf",
+            "NaN": "becomes NaN",
+        }.get(out, f"becomes {out}")
+
+    return (
+        f"{fmt.name}: a finite value past {top} {word('finite overflow')}, "
+        f"inf {word('+inf')}, -inf {word('-inf')}, NaN {word('NaN')}."
+    )
+
+
+def specials_report(specials: dict[str, dict], device="cpu") -> str:
+    """Markdown: which torch ran the casts, then ``specials_rule`` for each format of
+    ``specials`` (``{format name: cast_specials(...)}``), one list item each."""
+    where = torch.device(device).type
+    lines = [f"- {specials_rule(name, out)}" for name, out in specials.items()]
+    return f"torch {torch.__version__} on {where}:\n\n" + "\n".join(lines)
+
+
+def cast_overflow_rule(dtype: torch.dtype, device="cpu") -> str:
+    """What this torch's cast to ``dtype`` on ``device`` does with a finite value past
+    the largest one (``overflow_probe``): ``"saturate"`` (the largest value), ``"inf"``
+    or ``"nan"``. Infinities and NaN: ``cast_specials``."""
+    outcome = cast_specials(dtype, device)["finite overflow"][1]
+    rule = {"NaN": "nan", "+inf": "inf", "+max": "saturate"}
+    return rule.get(outcome, f"other ({outcome})")
+
+
+def agrees(claimed: float, value: float) -> bool:
+    """Equal to as many significant digits as the claim gives (1.7e38 has two)."""
+    digits = len(f"{claimed:.6e}".split("e")[0].replace(".", "").rstrip("0")) or 1
+    return float(f"{value:.{digits}g}") == float(f"{claimed:.{digits}g}")
+
+
+def claim_verdict(claimed: float, value: float, others: dict[str, float] = {}) -> str:
+    """ "agrees", or how far off the claim is, and which other quantity it equals if
+    any."""
+    if agrees(claimed, value):
+        return "agrees"
+    factor = claimed / value
+    text = (
+        f"{factor:.3g} times too large"
+        if factor > 1
+        else f"{1 / factor:.3g} times too small"
+    )
+    names = [name for name, v in others.items() if agrees(claimed, v)]
+    return text + (f"; it equals {names[0]}" if names else "")

@@ -1,0 +1,328 @@
+"""Training with fp16 gradients under three loss-scaling regimes: none, a fixed scale
+(the paper's constant loss scaling: Micikevicius et al., "Mixed Precision Training",
+ICLR 2018, arXiv:1710.03740), and ``torch.amp.GradScaler``'s dynamic scale.
+
+``train_with_scaling`` runs one short training run, with fp16 gradients emulated in fp32
+(``ampbook.numerics.gradstats.emulate_fp16_grads``) or under a real fp16 autocast;
+chapter 4 plans the runs (``scaling_plan``), tabulates them against the fp32 reference
+(``run_table``) and states what they show (``scaling_verdict``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+
+from ampbook.measure.timing import benchmark
+from ampbook.numerics.gradstats import check_scale, emulate_fp16_grads
+
+REGIMES = ("none", "fixed", "dynamic")
+FP16_MODES = ("emulate", "autocast", "off")
+
+
+def grad_scaler_defaults(device_type: str = "cpu") -> dict[str, float]:
+    """GradScaler's defaults, read from a freshly made ``torch.amp.GradScaler``."""
+    s = torch.amp.GradScaler(device_type)
+    return {
+        "init_scale": s.get_scale(),
+        "growth_factor": s.get_growth_factor(),
+        "backoff_factor": s.get_backoff_factor(),
+        "growth_interval": s.get_growth_interval(),
+    }
+
+
+@dataclass
+class ScalingRun:
+    """The record of one short training run."""
+
+    regime: str
+    fp16: str
+    label: str
+    losses: list[float] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)  # loss scale used at each step
+    skipped: list[bool] = field(default_factory=list)  # optimizer step skipped?
+    flushed: list[float] = field(
+        default_factory=list
+    )  # emulation: fraction of nonzero activation-gradient values flushed
+    overflowed: list[bool] = field(
+        default_factory=list
+    )  # non-finite gradients at this step
+    weights_finite: bool = True
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def train_with_scaling(
+    model: nn.Module,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    regime: str,
+    *,
+    scale: float = 8.0,
+    fp16: str = "emulate",
+    lr: float = 5e-4,
+    init_scale: float | None = None,
+    growth_interval: int | None = None,
+    loss_fn: Callable | None = None,
+    device: torch.device | str = "cpu",
+    label: str | None = None,
+    fp16_calls: list[tuple[str, bool]] | None = None,
+) -> ScalingRun:
+    """Train ``model`` (in place) one optimizer step per batch with fp16 gradients and:
+
+    * ``regime="none"``: the plain loss; underflowing gradients are lost, overflowing
+      ones turn the weights to NaN (no check);
+    * ``"fixed"``: the loss times ``scale``, gradients divided by it before the step, no
+      overflow check (the paper's constant loss scaling);
+    * ``"dynamic"``: ``torch.amp.GradScaler`` (``init_scale``/``growth_interval`` when
+      given, else its defaults): skips steps with inf/NaN gradients and halves the
+      scale, doubles it after ``growth_interval`` clean steps.
+
+    ``fp16="emulate"``: fp32 arithmetic with gradients rounded to fp16
+    (``emulate_fp16_grads``, only those ``fp16_calls`` marks low precision when given);
+    ``"autocast"``: a real fp16 autocast forward on ``device``; ``"off"``: plain fp32
+    (the reference run). Adam (lr ``lr``, as ERFNet's training uses), cross-entropy with
+    the ignore label 255 unless ``loss_fn`` is given."""
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
+    if fp16 not in FP16_MODES:
+        raise ValueError(f"fp16 must be one of {FP16_MODES}, got {fp16!r}")
+    scale = check_scale(scale)
+    device = torch.device(device)
+    loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    scaler = None
+    if regime == "dynamic":
+        kw = {}
+        if init_scale is not None:
+            kw["init_scale"] = check_scale(init_scale)
+        if growth_interval is not None:
+            if growth_interval < 1:
+                raise ValueError(f"growth_interval must be >= 1, got {growth_interval}")
+            kw["growth_interval"] = int(growth_interval)
+        scaler = torch.amp.GradScaler(device.type, **kw)
+    emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
+    run = ScalingRun(regime, fp16, label or regime)
+    params = [p for p in model.parameters() if p.requires_grad]
+    start = time.perf_counter()
+    try:
+        for x, y in batches:
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad(set_to_none=True)
+            if emu is not None:
+                emu.counter.reset()
+            out = _forward(model, x, fp16, emu)
+            loss = loss_fn(out.float(), y)
+            if regime == "dynamic":
+                s = scaler.get_scale()
+                scaler.scale(loss).backward()
+            else:
+                s = scale if regime == "fixed" else 1.0
+                (loss * s if s != 1.0 else loss).backward()
+            grads = [p.grad for p in params if p.grad is not None]
+            finite = (
+                bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+                if grads
+                else True
+            )
+            run.losses.append(float(loss.detach()))
+            run.scales.append(float(s))
+            run.overflowed.append(not finite)
+            run.flushed.append(
+                emu.counter.flushed_fraction if emu is not None else float("nan")
+            )
+            if regime == "dynamic":
+                scaler.step(opt)
+                scaler.update()
+                run.skipped.append(scaler.get_scale() < s)
+            else:
+                if s != 1.0:
+                    for g in grads:
+                        g.div_(s)
+                opt.step()
+                run.skipped.append(False)
+    finally:
+        if emu is not None:
+            emu.remove()
+    run.seconds = time.perf_counter() - start
+    run.weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    return run
+
+
+def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu=None) -> torch.Tensor:
+    """The forward pass in one of the fp16 modes: under the fp16-gradient emulation,
+    under a real fp16 autocast on ``x``'s device, or plain fp32."""
+    if emu is not None:
+        with emu:
+            return model(x)
+    if fp16 == "autocast":
+        with torch.autocast(x.device.type, dtype=torch.float16):
+            return model(x)
+    return model(x)
+
+
+def step_seconds(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    fp16: str = "off",
+    repeats: int = 1,
+    warmup: int = 1,
+    loss_fn: Callable | None = None,
+    fp16_calls: list[tuple[str, bool]] | None = None,
+) -> float:
+    """Median seconds of one forward + backward of ``model`` on (``x``, ``y``) with fp32
+    gradients (``"off"``), emulated fp16 gradients (``"emulate"``) or a real fp16
+    autocast forward (``"autocast"``) on the model's device (CUDA synchronised). No
+    optimizer step."""
+    if fp16 not in FP16_MODES:
+        raise ValueError(f"fp16 must be one of {FP16_MODES}, got {fp16!r}")
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
+    dev = next(model.parameters()).device
+    x, y = x.to(dev), y.to(dev)
+    emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
+
+    def one_step():
+        model.zero_grad(set_to_none=True)
+        loss_fn(_forward(model, x, fp16, emu).float(), y).backward()
+
+    try:
+        return benchmark(
+            one_step, device=dev, warmup=warmup, repeats=repeats, number=1, min_time=0.0
+        ).median_s
+    finally:
+        if emu is not None:
+            emu.remove()
+        model.zero_grad(set_to_none=True)
+
+
+def choose_fp16_mode(
+    requested: str, device_type: str, seconds: dict[str, float]
+) -> tuple[str, str]:
+    """``(mode, why)``: ``requested`` unless it is ``"auto"``; then real fp16 autocast
+    on CUDA, and on a CPU the faster of the two by ``seconds`` (``step_seconds`` per
+    mode)."""
+    ratio = (
+        f"real fp16 autocast took {seconds['autocast'] / seconds['off']:.1f}x the fp32 "
+        f"time, the emulation {seconds['emulate'] / seconds['off']:.1f}x"
+    )
+    if requested != "auto":
+        if requested not in ("emulate", "autocast"):
+            raise ValueError(
+                f"fp16_mode must be 'auto', 'emulate' or 'autocast', got {requested!r}"
+            )
+        return requested, f"chosen by the parameter fp16_mode; {ratio}"
+    if device_type == "cuda":
+        return "autocast", f"the GPU runs fp16 natively; {ratio}"
+    mode = "autocast" if seconds["autocast"] <= seconds["emulate"] else "emulate"
+    return mode, f"the faster of the two on this CPU; {ratio}"
+
+
+def scaling_plan(
+    fixed_scales: Iterable[float], fp16: str
+) -> list[tuple[str, str, float, str]]:
+    """The runs of chapter 4: (label, regime, scale, fp16 mode): the fp32 reference,
+    fp16 gradients with no scaling, each fixed scale, and GradScaler's dynamic scale."""
+    plan = [("fp32 reference", "none", 1.0, "off"), ("no scaling", "none", 1.0, fp16)]
+    plan += [
+        (f"fixed 2^{math.log2(s):g}", "fixed", float(s), fp16) for s in fixed_scales
+    ]
+    return plan + [("dynamic (GradScaler)", "dynamic", 1.0, fp16)]
+
+
+def reference_run(runs: list[ScalingRun]) -> ScalingRun:
+    """The fp32 reference among ``runs`` (the run with fp16 gradients off)."""
+    ref = next((r for r in runs if r.fp16 == "off"), None)
+    if ref is None:
+        raise ValueError("no fp32 reference run (fp16='off') among the runs")
+    return ref
+
+
+def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
+    """``(headers, rows, formats)`` for ``ampbook.core.page.md_table``: one row per run
+    against the fp32 reference: its final loss, the final loss minus the reference's,
+    the largest difference over the steps (nan once its weights are not finite), its
+    overflow steps and, of those, the steps it skipped, and (when any run emulated fp16
+    gradients) the mean share of the nonzero values flushed to zero per step."""
+    ref = reference_run(runs)
+    headers = [
+        "run",
+        "final loss",
+        "final - fp32",
+        "largest difference",
+        "overflow steps (skipped)",
+    ]
+    formats = [None, ".4f", "+.2e", ".2e", None]
+    emulated = any(not math.isnan(f) for r in runs for f in r.flushed)
+    if emulated:
+        headers.append("mean flushed")
+        formats.append(".4%")
+    rows = []
+    for run in runs:
+        ok = run.weights_finite
+        diff = max(abs(a - b) for a, b in zip(run.losses, ref.losses))
+        row = [
+            run.label,
+            run.losses[-1],
+            run.losses[-1] - ref.losses[-1] if ok else math.nan,
+            diff if ok else math.nan,
+            f"{sum(run.overflowed)} ({sum(run.skipped)})",
+        ]
+        if emulated:
+            flushed = [f for f in run.flushed if not math.isnan(f)]
+            row.append(sum(flushed) / len(flushed) if flushed else None)
+        rows.append(tuple(row))
+    return headers, rows, formats
+
+
+def scaling_verdict(runs: list[ScalingRun]) -> str:
+    """What the runs show: the dynamic run's scale history, which runs lost their
+    weights to NaN, and which run that kept finite weights ended furthest from the fp32
+    reference (by final loss), with GradScaler's skipped steps beside it."""
+    dyn = next(r for r in runs if r.regime == "dynamic")
+    ref = reference_run(runs)
+    growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)
+    steps, skipped = len(dyn.skipped), sum(dyn.skipped)
+    text = (
+        f"GradScaler started at 2^{math.log2(dyn.scales[0]):g}, skipped "
+        f"{skipped} of {steps} steps, grew its scale {growths} "
+        f"times and ended at 2^{math.log2(dyn.scales[-1]):g}. "
+    )
+    broken = [r.label for r in runs if not r.weights_finite]
+    text += (
+        f"Weights became NaN in: {', '.join(broken)}."
+        if broken
+        else "No run lost its weights to NaN."
+    )
+    finite = [r for r in runs if r is not ref and r.weights_finite]
+    if not finite:
+        return text
+    far = max(finite, key=lambda r: abs(r.losses[-1] - ref.losses[-1]))
+    gap = far.losses[-1] - ref.losses[-1]
+    if far is dyn:
+        text += (
+            f" Of the runs with finite weights, GradScaler's ended furthest from the "
+            f"fp32 reference ({gap:+.2e} in final loss)"
+        )
+        if skipped:
+            text += (
+                f": it skipped {skipped} of {steps} steps, so its weights took "
+                f"{steps - skipped} updates to the reference's {len(ref.losses)}."
+            )
+        else:
+            text += ", without skipping a step."
+        return text
+    dyn_gap = dyn.losses[-1] - ref.losses[-1] if dyn.weights_finite else math.nan
+    return text + (
+        f" Of the runs with finite weights, {far.label} ended furthest from the fp32 "
+        f"reference ({gap:+.2e} in final loss); GradScaler's ended {dyn_gap:+.2e} from "
+        f"it after skipping {skipped} of {steps} steps."
+    )

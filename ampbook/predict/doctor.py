@@ -1,0 +1,195 @@
+"""Will AMP help *this* model? ``python -m ampbook.doctor``, chapter 6's command.
+
+    python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
+        [--device auto|cpu|cuda] [--precisions fp32-tf32,amp-fp16,amp-bf16]
+        [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
+        [--memory-format channels_first|channels_last] [--forward-only]
+        [--loss cross-entropy|mse] [--no-measure] [--json FILE] [--markdown FILE]
+
+This module is the command: its parser imports no torch (``--help`` answers at
+once), and it prints the answer first: the predicted verdict per GPU (``diagnosis.
+first_screen``) as soon as the step is traced, then the measured steps (with progress
+lines on a terminal), then the detailed sections. The diagnosis itself is
+``ampbook.predict.diagnosis`` (what the report holds and how it is computed); its names
+are also reachable here (``doctor.diagnose``, ``doctor.DoctorConfig``...), imported on
+first use.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ampbook.core import cli
+
+# The names the parser's help lists; ``diagnosis`` checks each value against its own
+# tuple (``costmodel.MEMORY_FORMATS``, ``precision.PRECISIONS``, ``diagnosis.LOSSES``)
+# and ``tests/test_doctor.py`` that every one of them is named here.
+_HELP_PRECISIONS = "fp32-tf32, amp-fp16, amp-bf16"
+_HELP_FORMATS = "channels_first or channels_last"
+_HELP_LOSSES = "cross-entropy or mse"
+
+
+def build_parser() -> cli.ArgumentParser:
+    """The doctor's options (only the standard library and ``ampbook.core.cli``)."""
+    p = cli.ArgumentParser(
+        prog="python -m ampbook.doctor",
+        formatter_class=cli.HelpFormatter,
+        description="Will AMP help this model? The expected speedup per GPU first, "
+        "then coverage, memory, roofline per GPU, a measured step here and the "
+        "checklist.",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="'erfnet', 'torchvision:NAME' (no weights are downloaded) or "
+        "'package.module:callable' (called with no arguments, returns an nn.Module)",
+    )
+    p.add_argument(
+        "--input",
+        help="one sample's shape, any rank: C,H,W, or C,T,H,W for video (default "
+        "3,512,1024 for erfnet, else 3,224,224)",
+    )
+    p.add_argument(
+        "--batch",
+        type=cli.positive_int,
+        help="batch size (default 6 for erfnet, else 32)",
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="where the steps are measured: auto (CUDA when there is one), cpu or "
+        "cuda[:N]",
+    )
+    p.add_argument(
+        "--precisions",
+        default=_HELP_PRECISIONS.replace(" ", ""),
+        help=f"comma-separated, from {_HELP_PRECISIONS} (fp32-tf32, the baseline, "
+        "is always included: fp32 with TF32 on for convolutions and matrix products "
+        "where the GPU has TF32; fp32 is accepted and means the same baseline here)",
+    )
+    p.add_argument(
+        "--gpus",
+        help="comma-separated GPUs of the device table: keys, short names or "
+        "aliases such as a100,h200,4090 (default: every GPU of the table)",
+    )
+    p.add_argument(
+        "--loader-images-per-s",
+        type=cli.positive_float,
+        help="what your input pipeline delivers: says which side bounds the epoch",
+    )
+    p.add_argument(
+        "--memory-format",
+        default="channels_first",
+        help=f"the layout your training loop runs: {_HELP_FORMATS} (a loop that "
+        "calls .to(memory_format=torch.channels_last) on the model and each batch); "
+        "default channels_first, PyTorch's",
+    )
+    p.add_argument(
+        "--loss",
+        default="cross-entropy",
+        help=f"the loss of the traced step: {_HELP_LOSSES} (default cross-entropy "
+        "against random class targets)",
+    )
+    p.add_argument(
+        "--output",
+        help="which output the loss reads when the model returns several: a dict "
+        "key, a tuple index or a named-tuple field (default: a dict's 'out' entry, "
+        "else the first tensor)",
+    )
+    p.add_argument(
+        "--forward-only",
+        action="store_true",
+        help="diagnose the forward pass alone (inference, or a model with no "
+        "trainable parameter): no backward is traced or timed",
+    )
+    p.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="predict only: skip the timed steps on this machine",
+    )
+    p.add_argument(
+        "--repeats",
+        type=cli.positive_int,
+        default=3,
+        help="timed steps per variant on CUDA (default 3)",
+    )
+    p.add_argument(
+        "--results-dir",
+        help="committed GPU results to calibrate on (default data/results)",
+    )
+    p.add_argument("--json", help="also write the report's numbers as JSON here")
+    p.add_argument(
+        "--markdown", help="also write the report as Markdown here (unwrapped)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a --json or --markdown file that exists and holds something else",
+    )
+    return p
+
+
+@cli.command("python -m ampbook.doctor")
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    progress = cli.Progress("doctor")
+    progress("loading torch and the model")
+    from ampbook.predict import diagnosis as dx
+
+    try:
+        dx.check_outputs(a.json, a.markdown, overwrite=a.overwrite)
+        cfg = dx.DoctorConfig(
+            model=a.model,
+            input=dx.parse_input(a.input) if a.input else None,
+            batch=a.batch,
+            device=a.device,
+            precisions=dx.parse_precisions(a.precisions),
+            gpus=dx.resolve_gpus(a.gpus) if a.gpus is not None else None,
+            loader_images_per_s=a.loader_images_per_s,
+            loss=a.loss,
+            measure=not a.no_measure,
+            repeats=a.repeats,
+            results_dir=a.results_dir,
+            output=a.output,
+            memory_format=a.memory_format,
+            backward=not a.forward_only,
+            progress=progress,
+            caller="cli",
+        )
+
+        def answer_first(predicted: dict) -> None:
+            print(cli.terminal_text(dx.report_head(predicted)), flush=True)
+
+        report = dx.diagnose(cfg, on_prediction=answer_first)
+    except dx.DoctorError as e:
+        cli.say(str(e))
+        return 2
+    for w in report["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(cli.terminal_text(dx.report_body(report)), flush=True)
+    if a.json:
+        cli.save_result(a.json, dx._jsonable(report), "the report's numbers")
+    if a.markdown:
+        try:
+            cli.write_text_atomic(a.markdown, dx.to_markdown(report))
+        except OSError as err:
+            raise cli.Stopped(
+                f"could not write {a.markdown}: {cli.os_error(err)[1]} (the report "
+                "is printed above)"
+            ) from None
+    return 0
+
+
+def __getattr__(name: str):
+    """The diagnosis's names (``doctor.diagnose``, ``doctor.DoctorConfig``...),
+    imported from ``ampbook.predict.diagnosis`` on first use."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from ampbook.predict import diagnosis
+
+    try:
+        return getattr(diagnosis, name)
+    except AttributeError:
+        raise AttributeError(
+            f"module 'ampbook.predict.doctor' has no attribute {name!r}"
+        ) from None

@@ -1,0 +1,635 @@
+"""Cityscapes for semantic segmentation, and a synthetic stand-in in the same layout.
+
+The dataset reads the official layout::
+
+    ROOT/leftImg8bit/{train,val,test}/CITY/CITY_SEQ_FRAME_leftImg8bit.png
+    ROOT/gtFine/{train,val,test}/CITY/CITY_SEQ_FRAME_gtFine_labelIds.png
+
+and maps Cityscapes labelIds to the 19 training ids (255 = ignore) with the label table
+of ``cityscapesscripts.helpers.labels`` (M. Cordts et al., "The Cityscapes Dataset for
+Semantic Urban Scene Understanding", CVPR 2016;
+https://github.com/mcordts/cityscapesScripts).
+
+The root is an argument or the ``CITYSCAPES_DATASET`` environment variable (the one
+cityscapesscripts reads). ``torchvision.datasets.Cityscapes`` reads the same layout, but
+it neither maps labelIds to trainIds nor checks the files, so this module lists the
+image/label pairs itself (to name an unpaired or broken file) and uses torchvision for
+decoding (libpng) and for resizing and flipping image and label together (transforms v2
+with ``tv_tensors.Mask``, which makes the label's resize nearest-neighbour).
+
+Without Cityscapes, ``ampbook.segmentation.synthetic`` (``python -m ampbook.data
+synthesize``) writes a synthetic set of street scenes in exactly that layout (see
+``data/README.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import warnings
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from cityscapesscripts.helpers.labels import labels as _CS_LABELS
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+from ampbook.core import cli
+
+try:
+    from torchvision.io import ImageReadMode, decode_png
+except ImportError:  # a torchvision without image codecs: Pillow decodes
+    ImageReadMode = decode_png = None
+
+NUM_CLASSES = 19
+IGNORE_INDEX = 255
+SPLITS = ("train", "val", "test")
+# The file that marks a synthetic set (ampbook.segmentation.synthetic) in its root,
+# written last once every image is; and the one that marks a set being written (or whose
+# writing was stopped), written first: a root holding it is never read as data.
+SYNTHETIC_MARKER = "SYNTHETIC.json"
+SYNTHETIC_PARTIAL = "SYNTHETIC.partial"
+
+# ImageNet statistics (the usual normalisation for convnets; torchvision's pretrained
+# models use the same numbers).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+_MEAN_255 = torch.tensor(IMAGENET_MEAN).view(3, 1, 1) * 255
+_INV_STD_255 = 1.0 / (torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255)
+
+CLASS_NAMES: tuple[str, ...] = tuple(
+    lab.name
+    for lab in sorted(
+        (l for l in _CS_LABELS if 0 <= l.trainId < NUM_CLASSES), key=lambda l: l.trainId
+    )
+)
+
+
+def _label_tables() -> tuple[np.ndarray, np.ndarray]:
+    """labelId (0..255) -> trainId lookup, and which labelIds the table knows."""
+    lut = np.full(256, IGNORE_INDEX, dtype=np.uint8)
+    known = np.zeros(256, dtype=bool)
+    for lab in _CS_LABELS:
+        if lab.id < 0:  # 'license plate' (id -1) cannot occur in a uint8 label image
+            continue
+        known[lab.id] = True
+        lut[lab.id] = lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX
+    return lut, known
+
+
+LABEL_TO_TRAIN, KNOWN_LABEL_IDS = _label_tables()
+TRAIN_TO_LABEL = np.array(
+    [next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
+    dtype=np.uint8,
+)
+
+GET_CITYSCAPES = (
+    "To get Cityscapes: register at https://www.cityscapes-dataset.com, download "
+    "leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip, unzip both into one "
+    "folder and "
+    "set CITYSCAPES_DATASET to it (or pass it as the root). Without it, use the "
+    "synthetic "
+    "stand-in: `python -m ampbook.data synthesize --root DIR --train 100 --val 20` and "
+    "pass DIR, "
+    "or call ampbook.segmentation.synthetic.synthetic_root(train, val, height, "
+    "width) in Python."
+)
+
+
+class DataError(ValueError):
+    """A dataset file that exists but cannot be used (corrupt, wrong size, unknown
+    ids)."""
+
+
+# --- where the data is ----------------------------------------------------------------
+
+
+def resolve_root(root: str | os.PathLike | None = None) -> Path:
+    """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``, else an
+    error.
+
+    The folder must hold ``leftImg8bit`` and ``gtFine``; otherwise ``FileNotFoundError``
+    says what is missing, how to get Cityscapes and how to make the synthetic set.
+    """
+    if root is None or str(root) == "":
+        env = os.environ.get("CITYSCAPES_DATASET")
+        if not env:
+            raise FileNotFoundError(
+                "No Cityscapes root given and CITYSCAPES_DATASET is not set. "
+                + GET_CITYSCAPES
+            )
+        root, origin = env, "CITYSCAPES_DATASET"
+    else:
+        origin = "root"
+    path = Path(root).expanduser()
+    if path.exists() and not path.is_dir():
+        raise FileNotFoundError(
+            f"Cityscapes root {str(path)!r} (from {origin}) is a file, not "
+            "a folder; give the folder holding leftImg8bit/ and gtFine/"
+        )
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"Cityscapes root {str(path)!r} (from {origin}) does not exist. "
+            + GET_CITYSCAPES
+        )
+    if (path / SYNTHETIC_PARTIAL).exists():
+        raise FileNotFoundError(
+            f"{str(path)!r} (from {origin}) holds a synthetic set whose writing was "
+            "stopped before it finished; write it again: python -m ampbook.data "
+            f"synthesize --root {path} --train N --val N"
+        )
+    missing = [d for d in ("leftImg8bit", "gtFine") if not (path / d).is_dir()]
+    if missing:
+        what = (
+            "is empty"
+            if not any(path.iterdir())
+            else f"has no {' and no '.join(missing)} folder"
+        )
+        raise FileNotFoundError(
+            f"Cityscapes root {str(path)!r} (from {origin}) {what}; expected "
+            f"leftImg8bit/ and gtFine/ in it. " + GET_CITYSCAPES
+        )
+    return path
+
+
+def _stem(path: Path, suffix: str) -> str:
+    return path.name[: -len(suffix)]
+
+
+def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, Path]]:
+    """(image, labelIds) file pairs of a split, sorted; errors name unpaired files."""
+    root = resolve_root(root)
+    present = sorted(d.name for d in (root / "leftImg8bit").iterdir() if d.is_dir())
+    if split not in SPLITS:
+        raise ValueError(
+            f"unknown split {split!r}: Cityscapes splits are {', '.join(SPLITS)}; "
+            f"{root / 'leftImg8bit'} holds {', '.join(present) or 'none'}"
+        )
+    if split not in present:
+        raise FileNotFoundError(
+            f"split {split!r} is missing: {root / 'leftImg8bit'} holds "
+            f"{', '.join(present) or 'no split'}, and no {split}/ folder. "
+            "Unpack the whole leftImg8bit_trainvaltest.zip and "
+            "gtFine_trainvaltest.zip there"
+        )
+    img_dir, gt_dir = root / "leftImg8bit" / split, root / "gtFine" / split
+    if not gt_dir.is_dir():
+        raise FileNotFoundError(
+            f"split {split!r} has images in {img_dir} but no label folder {gt_dir}"
+        )
+    images = {
+        str(p.relative_to(img_dir).parent / _stem(p, "_leftImg8bit.png")): p
+        for p in img_dir.glob("*/*_leftImg8bit.png")
+    }
+    targets = {
+        str(p.relative_to(gt_dir).parent / _stem(p, "_gtFine_labelIds.png")): p
+        for p in gt_dir.glob("*/*_gtFine_labelIds.png")
+    }
+    if not images and not targets:
+        raise FileNotFoundError(
+            f"split {split!r} of {root} holds no *_leftImg8bit.png images "
+            f"(looked in {img_dir}/CITY/). " + GET_CITYSCAPES
+        )
+    for key in sorted(images):
+        if key not in targets:
+            raise FileNotFoundError(
+                f"image {images[key]} has no label file: expected "
+                f"{gt_dir / (key + '_gtFine_labelIds.png')}"
+            )
+    for key in sorted(targets):
+        if key not in images:
+            raise FileNotFoundError(
+                f"label file {targets[key]} has no image: expected "
+                f"{img_dir / (key + '_leftImg8bit.png')}"
+            )
+    return [(images[k], targets[k]) for k in sorted(images)]
+
+
+# --- reading files --------------------------------------------------------------------
+
+
+def _regular(path: Path) -> None:
+    """Refuse to read a FIFO, a device or a socket (the read would block or never
+    end): ``OSError``, which the readers turn into ``DataError``."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise OSError(f"not a regular file ({cli._kind(mode)})")
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_damage(raw: bytes | memoryview) -> str | None:
+    """What is wrong with a PNG file's bytes (no signature, a chunk cut short or failing
+    its CRC), or None. torchvision's libpng decoder crashes the process (SIGSEGV) on a
+    damaged stream instead of raising, so every file is checked before it is decoded:
+    ``zlib.crc32`` over the chunks, a few percent of the decoding time."""
+    mv = memoryview(raw)
+    if bytes(mv[:8]) != _PNG_SIGNATURE:
+        return "not a PNG file (no PNG signature)"
+    pos, end = 8, len(mv)
+    while pos < end:
+        if pos + 12 > end:
+            return "the file is cut short"
+        length = int.from_bytes(mv[pos : pos + 4], "big")
+        stop = pos + 8 + length
+        if stop + 4 > end:
+            return (
+                f"the file is cut short inside chunk {bytes(mv[pos + 4 : pos + 8])!r}"
+            )
+        if zlib.crc32(mv[pos + 4 : stop]) != int.from_bytes(mv[stop : stop + 4], "big"):
+            kind = bytes(mv[pos + 4 : pos + 8]).decode("latin-1")
+            return f"chunk {kind} at byte {pos} fails its CRC (the file is damaged)"
+        if bytes(mv[pos + 4 : pos + 8]) == b"IEND":
+            return None
+        pos = stop + 4
+    return "the file has no IEND chunk (cut short)"
+
+
+def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
+    """Decode a PNG file: with libpng through ``torchvision.io`` (the fastest decoder
+    here), else with Pillow. Returns C x H x W uint8 (or uint16) from torchvision, H x W
+    (x 3) from Pillow. A damaged file raises (``png_damage``) before libpng sees it."""
+    _regular(path)
+    if decode_png is not None:
+        raw = np.fromfile(path, dtype=np.uint8)
+        damage = png_damage(raw.data)
+        if damage:
+            raise ValueError(damage)
+        data = torch.from_numpy(raw)
+        with warnings.catch_warnings():
+            # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they
+            # are still the fastest PNG decoder available to it.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return decode_png(
+                data, mode=ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED
+            )
+    with Image.open(path) as img:
+        return np.array(img.convert("RGB") if rgb else img)
+
+
+def _why(err: BaseException) -> str:
+    """A decoder's complaint without the C++ source location torchvision puts in
+    front."""
+    return re.sub(r"^.*?\.cpp:\d+, ", "", str(err)).strip()
+
+
+def read_image(path: Path) -> torch.Tensor:
+    """An RGB PNG as a uint8 3 x H x W tensor."""
+    try:
+        out = _decode_png(path, rgb=True)
+    except (RuntimeError, ValueError, OSError, SyntaxError) as err:
+        raise DataError(f"cannot decode image {path}: {_why(err)}") from None
+    return (
+        out
+        if isinstance(out, torch.Tensor)
+        else torch.from_numpy(out).permute(2, 0, 1).contiguous()
+    )
+
+
+def read_label_ids(path: Path) -> np.ndarray:
+    """A labelIds PNG as an H x W uint8 array; ids outside the Cityscapes table are an
+    error."""
+    try:
+        arr = _decode_png(path, rgb=False)
+    except (RuntimeError, ValueError, OSError, SyntaxError) as err:
+        raise DataError(f"cannot decode label file {path}: {_why(err)}") from None
+    if isinstance(arr, torch.Tensor):
+        if arr.shape[0] != 1:
+            raise DataError(
+                f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has "
+                "one "
+                "(the Cityscapes labelId of each pixel)"
+            )
+        arr = arr[0].numpy()
+    elif arr.ndim != 2:
+        raise DataError(
+            f"label file {path} has {arr.shape[-1]} channels; a labelIds PNG has one "
+            "(the Cityscapes labelId of each pixel)"
+        )
+    if (
+        arr.dtype != np.uint8
+    ):  # 16-bit PNG: ids above 255 are certainly outside the table
+        big = np.unique(arr[arr > 255])
+        if big.size:
+            raise DataError(
+                f"label file {path} holds ids outside the Cityscapes label table "
+                f"(cityscapesscripts.helpers.labels): {big[:20].tolist()}"
+            )
+        arr = arr.astype(np.uint8)
+    highest = int(arr.max())
+    if KNOWN_LABEL_IDS[
+        : highest + 1
+    ].all():  # the table covers 0..33 without gaps: quick path
+        return arr
+    present = np.bincount(arr.ravel(), minlength=256)
+    unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
+    raise DataError(
+        f"label file {path} holds ids outside the Cityscapes label table "
+        f"(cityscapesscripts.helpers.labels): {unknown.tolist()}"
+    )
+
+
+def check_headers(pairs: list[tuple[Path, Path]]) -> None:
+    """Read only the PNG headers of (image, label) pairs: each file opens, each label
+    has one channel and the size of its image. Cheap (no decoding), so a run can check
+    every file before its first step; ``DataError`` names the first bad file."""
+
+    def header(path: Path, what: str) -> tuple[tuple[int, int], int]:
+        try:
+            _regular(path)
+            with Image.open(path) as img:
+                return img.size, len(img.getbands())
+        except (OSError, SyntaxError, ValueError) as err:
+            raise DataError(f"cannot read {what} {path}: {err}") from None
+
+    for image_path, label_path in pairs:
+        size, _ = header(image_path, "image")
+        lsize, channels = header(label_path, "label file")
+        if channels != 1:
+            raise DataError(
+                f"label file {label_path} has {channels} channels; a labelIds PNG "
+                "has one (the Cityscapes labelId of each pixel)"
+            )
+        if size != lsize:
+            raise DataError(
+                f"image {image_path} is {size[0]}x{size[1]} but its label file "
+                f"{label_path} is {lsize[0]}x{lsize[1]} (W x H)"
+            )
+
+
+def label_ids_to_train_ids(ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """Cityscapes labelIds -> trainIds 0..18 with 255 for ignored ids."""
+    if isinstance(ids, torch.Tensor):
+        return torch.from_numpy(LABEL_TO_TRAIN).to(ids.device)[ids.long()]
+    return LABEL_TO_TRAIN[ids]
+
+
+def normalize_(images: torch.Tensor) -> torch.Tensor:
+    """``(x / 255 - mean) / std`` with ImageNet's statistics, in place on a float
+    tensor of 0..255 values (C x H x W or N x C x H x W, on any device), in two passes;
+    the loader and the decoded cache normalise with this one function, so their batches
+    are identical."""
+    mean, inv_std = _MEAN_255.to(images.device), _INV_STD_255.to(images.device)
+    return images.sub_(mean).mul_(inv_std)
+
+
+class Cityscapes(Dataset):
+    """Cityscapes (or the synthetic set) for segmentation training.
+
+    Item ``i`` is ``(image, label)``: image float32 3 x height x width, resized
+    bilinearly (with antialiasing), scaled to [0, 1] and, with ``normalize``, normalised
+    with ImageNet's mean (0.485, 0.456, 0.406) and standard deviation (0.229, 0.224,
+    0.225) per channel; label int64 height x width of trainIds (0..18, 255 = ignore),
+    resized with nearest neighbour. ``flip`` flips image and label together horizontally
+    with probability 1/2 (one ``torch.rand(1)`` from torch's global generator per item).
+    ``decode(i)`` is the item before flip and normalisation, in uint8: what a
+    ``DecodedCache`` keeps.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        split: str = "train",
+        height: int = 256,
+        width: int = 512,
+        flip: bool = False,
+        normalize: bool = True,
+    ):
+        if height < 1 or width < 1:
+            raise ValueError(f"height and width must be positive, got {height}x{width}")
+        self.root = resolve_root(root)
+        self.split = split
+        self.height, self.width = int(height), int(width)
+        self.flip, self.normalize = flip, normalize
+        self.pairs = list_pairs(self.root, split)
+        self.synthetic = (self.root / SYNTHETIC_MARKER).exists()
+        # on uint8 images: resizing 1 byte per value is fastest
+        self.resize = v2.Resize(
+            (self.height, self.width),
+            interpolation=v2.InterpolationMode.BILINEAR,
+            antialias=True,
+        )
+        self.random_flip = v2.RandomHorizontalFlip(p=0.5) if flip else None
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def decode(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Item ``index`` decoded and resized, neither flipped nor normalised: image
+        uint8 3 x height x width, label uint8 height x width of trainIds."""
+        image_path, label_path = self.pairs[index]
+        image = read_image(image_path)
+        ids = read_label_ids(label_path)
+        if tuple(image.shape[1:]) != ids.shape:
+            raise DataError(
+                f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its "
+                "label "
+                f"file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)"
+            )
+        # Nearest-neighbour resizing and flipping only move pixels, so the labelId ->
+        # trainId lookup can come after them, on the smaller label.
+        image, mask = self.resize(
+            tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids))
+        )
+        return image.as_subclass(torch.Tensor), torch.from_numpy(
+            np.take(LABEL_TO_TRAIN, mask.as_subclass(torch.Tensor).numpy())
+        )
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image, label = self.decode(index)
+        if self.random_flip is not None:
+            image, label = self.random_flip(
+                tv_tensors.Image(image), tv_tensors.Mask(label)
+            )
+            image = image.as_subclass(torch.Tensor)
+            label = label.as_subclass(torch.Tensor)
+        image = image.float()
+        if self.normalize:
+            normalize_(image)
+        else:
+            image.div_(255.0)
+        return image, label.long()
+
+    def __repr__(self) -> str:
+        kind = "synthetic Cityscapes" if self.synthetic else "Cityscapes"
+        return (
+            f"{kind} {self.split}: {len(self)} images from {self.root}, resized to "
+            f"{self.width}x{self.height} (W x H), flip={self.flip}, "
+            f"normalize={self.normalize}"
+        )
+
+
+# --- the decoded cache ----------------------------------------------------------------
+
+
+def decoded_bytes(images: int, height: int, width: int) -> int:
+    """Bytes a decoded cache of ``images`` image/label pairs at ``height`` x ``width``
+    holds: a uint8 RGB image and a uint8 label, 4 bytes per pixel."""
+    return images * 4 * height * width
+
+
+def available_bytes(device: torch.device) -> int:
+    """Memory a cache could take on ``device``: free GPU memory on CUDA
+    (``torch.cuda.mem_get_info``), the kernel's estimate of available memory on the
+    host (``MemAvailable``, read by psutil)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    import psutil
+
+    return psutil.virtual_memory().available
+
+
+# A cache may take this share of what is available: the run needs the rest (the GPU for
+# activations and the allocator's slack; the host for the process and the page cache).
+CACHE_SHARE = {"cuda": 0.5, "cpu": 0.8}
+
+
+def check_cache_fits(nbytes: int, device: torch.device, copies: int = 1) -> int:
+    """``nbytes`` when ``copies`` caches of that size fit on ``device`` (one per
+    training process sharing the host's memory); else ``ValueError`` with the
+    numbers."""
+    free = available_bytes(device)
+    share = CACHE_SHARE[device.type]
+    if nbytes * copies > share * free:
+        where = "GPU memory free" if device.type == "cuda" else "host memory available"
+        each = f" in each of {copies} processes" if copies > 1 else ""
+        raise ValueError(
+            f"the decoded cache needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB)"
+            f"{each}, "
+            f"more than {share:.0%} of the {free:,} bytes ({free / 2**30:.2f} GiB) of "
+            f"{where} ({device}); use fewer or smaller images, "
+            + (
+                "--data-cache host, or --data-cache none"
+                if device.type == "cuda"
+                else "or --data-cache none"
+            )
+        )
+    return nbytes
+
+
+class _Decoded(Dataset):
+    def __init__(self, dataset: Cityscapes):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        return self.dataset.decode(index)
+
+
+class DecodedCache:
+    """A dataset's items decoded once, at its training size: ``images`` N x 3 x H x W
+    uint8, ``labels`` N x H x W uint8 trainIds, on ``device`` (host memory or a GPU).
+    ``batch(indices, flips)`` returns what ``Cityscapes`` would give for those items
+    (float32 normalised images, int64 labels), on ``target``: flipped and normalised
+    there, with the very operations of ``Cityscapes.__getitem__`` (bit-identical
+    batches)."""
+
+    def __init__(
+        self, dataset: Cityscapes, images: torch.Tensor, labels: torch.Tensor
+    ) -> None:
+        self.dataset, self.images, self.labels = dataset, images, labels
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.nbytes + self.labels.nbytes
+
+    @classmethod
+    def build(
+        cls,
+        dataset: Cityscapes,
+        device: torch.device | str = "cpu",
+        workers: int = 0,
+    ) -> "DecodedCache":
+        """Decode every item of ``dataset`` (``workers`` processes) into uint8 tensors
+        on ``device``. Check the size first with ``check_cache_fits(decoded_bytes(...),
+        device)``."""
+        device = torch.device(device)
+        n, h, w = len(dataset), dataset.height, dataset.width
+        images = torch.empty((n, 3, h, w), dtype=torch.uint8, device=device)
+        labels = torch.empty((n, h, w), dtype=torch.uint8, device=device)
+        loader = torch.utils.data.DataLoader(
+            _Decoded(dataset),
+            batch_size=8,
+            num_workers=workers,
+            generator=torch.Generator(),  # not torch's global one: no draw from it
+        )
+        i = 0
+        for image, label in loader:
+            images[i : i + len(image)].copy_(image)
+            labels[i : i + len(label)].copy_(label)
+            i += len(image)
+        return cls(dataset, images, labels)
+
+    def batch(
+        self,
+        indices: list[int],
+        flips: list[bool] | None = None,
+        target: torch.device | str | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Items ``indices`` as one batch on ``target`` (default: where the cache
+        is), those with ``flips[k]`` flipped horizontally, images normalised when the
+        dataset normalises."""
+        target = torch.device(target) if target is not None else self.images.device
+        index = torch.tensor(indices, device=self.images.device)
+        if self.images.device.type == "cpu" and target.type == "cuda":
+            n = len(indices)
+            images = torch.empty((n, *self.images.shape[1:]), dtype=torch.uint8)
+            labels = torch.empty((n, *self.labels.shape[1:]), dtype=torch.uint8)
+            images, labels = images.pin_memory(), labels.pin_memory()
+            torch.index_select(self.images, 0, index, out=images)
+            torch.index_select(self.labels, 0, index, out=labels)
+        else:
+            images, labels = self.images[index], self.labels[index]
+        images = images.to(target, non_blocking=True)
+        labels = labels.to(target, non_blocking=True)
+        flipped = [k for k, f in enumerate(flips or ()) if f]
+        if flipped:
+            images[flipped] = images[flipped].flip(-1)
+            labels[flipped] = labels[flipped].flip(-1)
+        images = images.float()
+        if self.dataset.normalize:
+            normalize_(images)
+        else:
+            images.div_(255.0)
+        return images, labels.long()
+
+
+class CachedLoader:
+    """A ``DataLoader`` stand-in over a ``DecodedCache``: batches of ``batch_size``
+    items in ``sampler``'s order (all items in order without one), on ``device``.
+    With ``flip`` each item is flipped with probability 1/2, drawn as ``Cityscapes``
+    draws it (one ``torch.rand(1)`` per item from torch's global generator, when the
+    batch is taken), so a run gets the batches the dataset gives with 0 workers."""
+
+    def __init__(
+        self,
+        cache: DecodedCache,
+        batch_size: int,
+        device: torch.device | str,
+        sampler=None,
+        flip: bool = False,
+    ):
+        self.cache, self.batch_size, self.sampler = cache, batch_size, sampler
+        self.device, self.flip = torch.device(device), flip
+        self.dataset = cache.dataset
+
+    def __len__(self) -> int:
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        return -(-n // self.batch_size)
+
+    def __iter__(self):
+        order = list(
+            self.sampler if self.sampler is not None else range(len(self.dataset))
+        )
+        for start in range(0, len(order), self.batch_size):
+            indices = order[start : start + self.batch_size]
+            flips = [bool(torch.rand(1) < 0.5) for _ in indices] if self.flip else None
+            yield self.cache.batch(indices, flips, self.device)

@@ -1,0 +1,160 @@
+"""ampbook is a one-way stack: every import between its modules, those inside
+functions included, points down the layers or sideways within one package, and no
+modules import each other in a circle (DEVELOPING.md, "The layers")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ampbook"
+# Bottom first. A top-level module (``ampbook/doctor.py``...) is a command's name: it
+# sits above every layer, and nothing in ampbook may import it.
+LAYERS = (
+    "core",
+    "segmentation",
+    "measure",
+    "numerics",
+    "results",
+    "train",
+    "predict",
+    "bench",
+    "chapters",
+    "build",
+)
+MAX_LINES = 900
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(
+    path: Path, known: dict[str, Path], root: Path = PACKAGE
+) -> list[tuple[int, str]]:
+    """(line, module) of every import of an ampbook module in ``path``, at any depth
+    of the file (functions, classes, ``if`` blocks): ``from ampbook.core import cli``
+    names ``ampbook.core.cli``; ``from ampbook.core.cli import say`` names
+    ``ampbook.core.cli``."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target not in (name, "ampbook"):
+                found.append((node.lineno, target))
+    return sorted(set(found))
+
+
+def layer(name: str) -> int:
+    """The index of a module's layer; ``len(LAYERS)`` for a command's name."""
+    parts = name.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] not in LAYERS):
+        return len(LAYERS)
+    return LAYERS.index(parts[1])
+
+
+def graph() -> dict[str, list[tuple[int, str]]]:
+    known = modules()
+    return {name: imports(path, known) for name, path in known.items()}
+
+
+def test_every_module_belongs_to_a_layer():
+    for name in modules():
+        parts = name.split(".")
+        if len(parts) > 2:
+            assert parts[1] in LAYERS, f"{name}: {parts[1]} is not a layer"
+
+
+def test_imports_point_down_the_layers():
+    upward = []
+    for name, found in graph().items():
+        for line, target in found:
+            if layer(target) > layer(name) or layer(target) == len(LAYERS):
+                upward.append(f"{name}:{line} imports {target}")
+    assert not upward, "imports up the stack:\n" + "\n".join(upward)
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_circles():
+    edges = {name: {t for _, t in found} for name, found in graph().items()}
+    assert not circles(edges), circles(edges)
+
+
+def test_the_circle_finder_finds_circles():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+        ["a", "b", "c"]
+    ]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_an_upward_import_inside_a_function_is_found(tmp_path):
+    pkg = tmp_path / "ampbook"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "bench").mkdir()
+    (pkg / "core" / "x.py").write_text("def f():\n    from ampbook.bench import y\n")
+    (pkg / "bench" / "y.py").write_text("")
+    known = {module_name(p, pkg): p for p in pkg.rglob("*.py")}
+    assert imports(pkg / "core" / "x.py", known, pkg) == [(2, "ampbook.bench.y")]
+    assert layer("ampbook.bench.y") > layer("ampbook.core.x")
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_no_module_is_over_900_lines(name):
+    lines = len(modules()[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines"
