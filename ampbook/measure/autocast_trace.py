@@ -262,7 +262,7 @@ def _cpu_lists(name: str) -> bool:
     return bool(names & _cpu_registered())
 
 
-def _aten_base(op: str) -> str:
+def aten_base(op: str) -> str:
     """``native_layer_norm_backward`` -> ``layer_norm``, ``grid_sampler_2d`` ->
     ``grid_sampler``, ``upsample_bilinear2d`` -> ``upsample_bilinear``: the name
     CUDA's lists give the ATen operator ``op`` (or its backward)."""
@@ -279,7 +279,7 @@ def cuda_category(op: str) -> str | None:
     it), ``"promote"`` (the widest input's dtype) or None (not listed: it runs in its
     inputs' dtype)."""
     name = op.split("::")[-1].split(".")[0]
-    for n in (name, _aten_base(name)):
+    for n in (name, aten_base(name)):
         if n in CUDA_LOWER_PRECISION or n in ("convolution", "cudnn_convolution"):
             return "lower_precision"
         if n in CUDA_FP32 or n in CUDA_FP32_SET_DTYPE or n.startswith("upsample"):

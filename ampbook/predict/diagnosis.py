@@ -606,9 +606,9 @@ def fp32_reason(op: cm.OpCost) -> str:
     created in fp32, or an fp32 input (an op autocast does not list runs in its inputs'
     dtype, so one fp32 input, such as the skip path of a residual sum, makes it
     fp32)."""
-    from ampbook.measure.autocast_trace import _aten_base, cuda_category
+    from ampbook.measure.autocast_trace import aten_base, cuda_category
 
-    base = _aten_base(op.op)
+    base = aten_base(op.op)
     grad = op.phase == "backward"
     of = "gradient of " if grad else ""
     if op.op == "_to_copy":
