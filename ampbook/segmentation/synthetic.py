@@ -4,7 +4,7 @@ the official layout and file names (``ampbook.segmentation.cityscapes`` reads it
 Cityscapes).
 
 ``synthetic_pair`` draws one scene; ``synthesize`` writes a set (``python -m
-ampbook.segmentation.cityscapes synthesize``); ``synthetic_root`` makes one in the cache
+ampbook.data synthesize``); ``synthetic_root`` makes one in the cache
 on first use. See ``data/README.md``.
 """
 
