@@ -27,7 +27,7 @@ import pytest
 import torch
 from _cli import one_error
 
-from ampbook.core import cli, params
+from ampbook.core import cli, params, stops
 from ampbook.core.paths import REPO_ROOT
 from ampbook.segmentation import cityscapes as data
 from ampbook.segmentation import data_command, synthetic
@@ -107,7 +107,7 @@ def test_command_maps_known_failures_to_one_line_and_exit_codes(capsys):
     with pytest.raises(ZeroDivisionError):
         main(["bug"])
     # The handlers in place before come back.
-    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, cli._on_sigterm)
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, stops._on_sigterm)
 
 
 def _commands() -> dict[str, str]:

@@ -959,7 +959,7 @@ class Check:
 
     def _run(self) -> int:
         def terminate(signum, frame):
-            cli._state["signal"] = signum  # 143 for SIGTERM, 130 for Ctrl-C
+            cli.record_stop(signum)  # 143 for SIGTERM, 130 for Ctrl-C
             raise Terminated()
 
         signal.signal(signal.SIGTERM, terminate)
