@@ -164,21 +164,8 @@ class TimingResult:
         return _quantile(self._sorted, 0.75)
 
     @property
-    def iqr_s(self) -> float:
-        return self.q75_s - self.q25_s
-
-    @property
     def min_s(self) -> float:
         return min(self.times_s)
-
-    @property
-    def mean_s(self) -> float:
-        return statistics.fmean(self.times_s)
-
-    @property
-    def relative_spread(self) -> float:
-        """(p90 - p10) / median: 0.05 means the middle 80% of samples lie within 5%."""
-        return (self.p90_s - self.p10_s) / self.median_s
 
     @property
     def tflops(self) -> float | None:
