@@ -27,7 +27,7 @@ import pytest
 import torch
 from _cli import one_error
 
-from ampbook.core import cli, params
+from ampbook.core import cli, params, stops
 from ampbook.core.paths import REPO_ROOT
 from ampbook.segmentation import cityscapes as data
 from ampbook.segmentation import data_command, synthetic
@@ -107,7 +107,7 @@ def test_command_maps_known_failures_to_one_line_and_exit_codes(capsys):
     with pytest.raises(ZeroDivisionError):
         main(["bug"])
     # The handlers in place before come back.
-    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, cli._on_sigterm)
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, stops._on_sigterm)
 
 
 def _commands() -> dict[str, str]:
@@ -124,9 +124,10 @@ def _commands() -> dict[str, str]:
             found[module.removesuffix(".__main__")] = target.group(1)
         elif block := re.search(r"^if __name__ == .__main__.:.*", text, re.M):
             # the command answering before heavy imports: its main lives elsewhere
+            # (a command's name: ``ampbook/doctor.py`` imports its layer's main)
             target = re.match(
                 r".*\n\s+from (ampbook[\w.]*) import main", text[block.start() :]
-            )
+            ) or re.search(r"^from (ampbook[\w.]*) import main$", text, re.M)
             found[module] = target.group(1) if target else module
     return found
 
@@ -134,7 +135,10 @@ def _commands() -> dict[str, str]:
 def _command_prog(module: str) -> str | None:
     """The ``prog`` of ``@cli.command(prog)`` on ``module``'s ``main`` (read from the
     source, not imported: importing every command takes tens of seconds)."""
-    path = REPO_ROOT / Path(*module.split(".")).with_suffix(".py")
+    base = REPO_ROOT / Path(*module.split("."))
+    path = base.with_suffix(".py")
+    if not path.exists():  # a package: its main is in __init__.py
+        path = base / "__init__.py"
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.FunctionDef) and node.name == "main":
             for deco in node.decorator_list:
@@ -373,7 +377,7 @@ def test_a_signal_inside_an_import_in_main_is_raised_after_the_import(tmp_path):
         "time.sleep(1.5)\nsys.stderr.write('imported\\n'); sys.stderr.flush()\n"
     )
     (tmp_path / "slow_command.py").write_text(
-        "import sys\nfrom ampbook import cli\n\n"
+        "import sys\nfrom ampbook.core import cli\n\n"
         "@cli.command('slow')\ndef main(argv=None):\n"
         "    try:\n        import slow_module  # noqa: F401\n"
         "        import time\n        time.sleep(30)\n"
@@ -446,7 +450,7 @@ def test_build_book_ends_jupyter_book_with_itself(tmp_path):
     """``run_ended`` (how build.book runs jupyter-book): a signal to the builder ends
     the child's whole process group."""
     code = (
-        "from ampbook import cli; from ampbook.build.book import run_ended\n"
+        "from ampbook.core import cli; from ampbook.build.book import run_ended\n"
         "with cli.signals():\n"
         "    run_ended(['sh', '-c', 'sleep 300 & sleep 300'])\n"
     )
@@ -990,7 +994,7 @@ def test_a_command_leaves_its_callers_handlers_as_it_found_them(tmp_path, capsys
     """Whatever a command installs (signal handlers, an excepthook) is undone when its
     main returns or raises: a test once found gpucheck's SIGTERM handler still in
     pytest's process, and a later SIGTERM (from ``timeout``) ended in a traceback."""
-    from ampbook.build import gpucheck
+    from ampbook.build import gpucheck, gpulease
 
     @cli.command("python -m x")
     def main(argv):
@@ -1019,17 +1023,17 @@ def test_a_command_leaves_its_callers_handlers_as_it_found_them(tmp_path, capsys
         def broken(self, res, final=False):
             raise ZeroDivisionError("a bug in the report")
 
-        check = gpucheck.Check(tmp_path / "b", 60, True, ("wheels",))
-        original = gpucheck.Check.finish_stage
-        gpucheck.Check.finish_stage = broken
+        check = gpulease.Check(tmp_path / "b", 60, True, ("wheels",))
+        original = gpulease.Check.finish_stage
+        gpulease.Check.finish_stage = broken
         try:
             with pytest.raises(ZeroDivisionError):
                 check.run()
         finally:
-            gpucheck.Check.finish_stage = original
+            gpulease.Check.finish_stage = original
             check.log_file.close()
         _assert_back(caller, hook, got)
-        check = gpucheck.Check(tmp_path / "c", 60, True, ("wheels",))
+        check = gpulease.Check(tmp_path / "c", 60, True, ("wheels",))
         assert check.run() == 0
         _assert_back(caller, hook, got)
     finally:

@@ -16,7 +16,12 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from ampbook.build.gpucheck import PY312_LINUX, RUNNER_MODULES, WHEEL_NEVER, WHEEL_ROOTS
+from ampbook.build.gpuwheels import (
+    PY312_LINUX,
+    RUNNER_MODULES,
+    WHEEL_NEVER,
+    WHEEL_ROOTS,
+)
 from ampbook.core.paths import REPO_ROOT
 
 # Modules that only build or check the HTML book; they never run on the GPU machine.
@@ -94,7 +99,7 @@ def imported_modules() -> dict[str, set[str]]:
                 )
     for module in RUNNER_MODULES:
         found.setdefault(module, set()).add(
-            "ampbook/build/gpucheck.py (RUNNER_MODULES)"
+            "ampbook/build/gpuwheels.py (RUNNER_MODULES)"
         )
     return found
 

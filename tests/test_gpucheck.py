@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ampbook.bench.ladder import PARTIAL_END
-from ampbook.build.gpucheck import (
+from ampbook.build.gpuplan import (
     BY_NAME,
     DEFAULT_BUDGET_S,
     RESERVE_S,
@@ -153,7 +153,7 @@ def test_the_budget_rule_replayed_on_the_h200_times_keeps_the_whole_ladder():
 
 
 def test_developing_md_shows_the_shares_table_the_code_runs():
-    from ampbook.build.gpucheck import sizing_markdown
+    from ampbook.build.gpuplan import sizing_markdown
 
     text = (REPO_ROOT / "DEVELOPING.md").read_text()
     assert sizing_markdown() in text, "rewrite DEVELOPING.md's table from the code"
@@ -349,7 +349,8 @@ def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path
     """The stages cut short, skipped or never reached are rerun in what the lease has
     left after this call and the rerun's transfers, or at the next lease when that is
     too little; stages that ran to an end (ok or error) are not."""
-    from ampbook.build.gpucheck import RERUN_MARGIN_S, Check, StageResult
+    from ampbook.build.gpulease import Check, StageResult
+    from ampbook.build.gpuplan import RERUN_MARGIN_S
 
     selected = ("wheels", "env", "ladder", "compile", "tests", "nb04")
     check = Check(tmp_path / "out", 560, False, selected, lease_left_s=780)
@@ -384,7 +385,7 @@ def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path
 
 
 def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
-    from ampbook.build.gpucheck import Check
+    from ampbook.build.gpulease import Check
 
     check = Check(tmp_path / "out", 60, True, ("env",))
     code = (
@@ -406,17 +407,17 @@ def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
 
 
 def test_a_stage_over_its_budget_is_reported_cut_short(tmp_path, monkeypatch):
-    from ampbook.build import gpucheck
+    from ampbook.build import gpulease
 
     def slow_child(self, name, timeout):
         return self.run_process(
             [sys.executable, "-c", "import time; time.sleep(60)"], timeout
         )
 
-    monkeypatch.setattr(gpucheck.Check, "run_child", slow_child)
+    monkeypatch.setattr(gpulease.Check, "run_child", slow_child)
     out = tmp_path / "out"
     start = time.monotonic()
-    code = gpucheck.Check(out, 25, True, ("wheels", "env", "nb04")).run()
+    code = gpulease.Check(out, 25, True, ("wheels", "env", "nb04")).run()
     elapsed = time.monotonic() - start
     assert code == 1
     report = check_file_set(out)
@@ -453,7 +454,7 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
     parameters cells define (the runner would reject others, but only on the GPU)."""
     import yaml
 
-    from ampbook.build.gpucheck import CHECK_PROFILE, NOTEBOOKS
+    from ampbook.build.gpuplan import CHECK_PROFILE, NOTEBOOKS
     from ampbook.build.run import parameters_cell
     from ampbook.build.sources import read_source
     from ampbook.core.paths import NOTEBOOKS_DIR, PROFILES_FILE
@@ -468,7 +469,7 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
 def test_a_stage_that_ends_early_leaves_its_time_to_the_next(tmp_path):
     """Budgets are shares of what is left: the last stage gets all the time the stages
     before it left, however long they took (on a loaded machine env may take long)."""
-    from ampbook.build.gpucheck import RESERVE_S
+    from ampbook.build.gpuplan import RESERVE_S
 
     # on a CPU the profile stage ends at once (it needs CUDA): its budget is the point
     done = gpucheck(
@@ -567,7 +568,7 @@ def test_an_archive_over_the_file_limit_stops_early_and_keeps_the_previous(
     it."""
     import os
 
-    from ampbook.build import gpucheck as gc
+    from ampbook.build import gpulease as gc
 
     monkeypatch.setattr(gc, "MAX_FILE_BYTES", 64 * 1024)
     (tmp_path / "w").mkdir()

@@ -11,7 +11,6 @@ from ampbook.segmentation.model import (
     NonBottleneck1D,
     Upsampler,
     erfnet_parameter_count,
-    model_summary,
 )
 
 
@@ -29,15 +28,6 @@ def test_parameter_count_grows_by_the_output_layer_per_class():
     # Each class adds one 2x2 filter over 16 channels and one bias to the last layer.
     assert erfnet_parameter_count(20) - erfnet_parameter_count(19) == 16 * 2 * 2 + 1
     assert _params(ERFNet(20)) - _params(ERFNet(19)) == 16 * 2 * 2 + 1
-
-
-@pytest.mark.parametrize("num_classes", [19, 20])
-def test_summary_prints_both_counts(num_classes):
-    text = model_summary(ERFNet(num_classes))
-    expected = f"{erfnet_parameter_count(num_classes):,}"
-    assert f"parameters: {expected}" in text
-    assert f"architecture implies (layer shapes): {expected}" in text
-    assert f"({num_classes} classes)" in text
 
 
 def test_layers_follow_the_paper():

@@ -259,9 +259,9 @@ class LadderSpec:
             "val_images",
         ):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not cli.is_positive_int(v):
                 raise LadderError(f"{name} must be a positive integer, got {v!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 1:
+        if not cli.is_positive_int(self.warmup):
             raise LadderError(
                 f"warmup must be at least 1 (the first step compiles), got "
                 f"{self.warmup!r}"

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from ampbook.core.args import is_positive_int
 from ampbook.core.precision import torch_name
 from ampbook.predict.costmodel import LOSS, Ceilings, predict, trace_step
 from ampbook.results import LAYER_SCHEMA, LOADER_SCHEMA, read_layer_profile, read_loader
@@ -196,7 +197,7 @@ def profile_layers(
         ("steps", steps),
         ("timed_steps", timed_steps),
     ):
-        if not isinstance(v, int) or v < 1:
+        if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     dev = pick_device(device)
     cfg = TrainConfig(

@@ -108,10 +108,6 @@ class PageReport:
     # the problems of the page a reader sees (also in ``problems``)
     layout_problems: list = field(default_factory=list)
 
-    @property
-    def clipped_total(self) -> int:
-        return sum(self.clipped.values())
-
     def summary(self) -> str:
         """The page's layout numbers on one line."""
         heading = "-" if self.heading_px is None else f"{self.heading_px} px"

@@ -425,7 +425,7 @@ def _forward_sigint(kernels, interrupted: list):
     started = kernels[1] if isinstance(kernels, tuple) else None
 
     def handler(signum, frame):
-        cli._state["signal"] = signum
+        cli.record_stop(signum)
         stop = cli.Terminated if signum == signal.SIGTERM else KeyboardInterrupt
         managers = started if started is not None else []
         if interrupted or not managers:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ampbook.core.args import is_positive_int
 from ampbook.core.precision import to_dtype
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -418,7 +419,7 @@ def probe_conv(
         ("batch", batch),
         ("repeats", repeats),
     ):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     if len(kernel) != 2 or min(kernel) < 1:
         raise ValueError(f"kernel must be two positive sizes, got {kernel!r}")
@@ -436,7 +437,7 @@ def probe_conv(
     any_read = False
     before = torch.get_num_threads()
     if threads is not None:
-        if not isinstance(threads, int) or threads < 1:
+        if not is_positive_int(threads):
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
         torch.set_num_threads(threads)
     used = torch.get_num_threads()

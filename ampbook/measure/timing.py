@@ -50,6 +50,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from ampbook.core.args import is_positive_int
 from ampbook.core.devices import pick_device
 from ampbook.core.precision import DTYPES, SHORT_NAMES, backend_flags
 from ampbook.core.words import plural
@@ -163,21 +164,8 @@ class TimingResult:
         return _quantile(self._sorted, 0.75)
 
     @property
-    def iqr_s(self) -> float:
-        return self.q75_s - self.q25_s
-
-    @property
     def min_s(self) -> float:
         return min(self.times_s)
-
-    @property
-    def mean_s(self) -> float:
-        return statistics.fmean(self.times_s)
-
-    @property
-    def relative_spread(self) -> float:
-        """(p90 - p10) / median: 0.05 means the middle 80% of samples lie within 5%."""
-        return (self.p90_s - self.p10_s) / self.median_s
 
     @property
     def tflops(self) -> float | None:
@@ -671,7 +659,7 @@ def time_matmul(
     m = n if m is None else m
     k = n if k is None else k
     for label, v in (("n", n), ("m", m), ("k", k)):
-        if not isinstance(v, int) or v < 1:
+        if not is_positive_int(v):
             raise ValueError(
                 f"matmul size {label} must be a positive integer, got {v!r}"
             )
@@ -739,7 +727,7 @@ def time_elementwise(
 
     A memory-bound op: 1 FLOP per element against 3 elements moved (read x and y, write
     z), so ``bytes_moved = 3 * numel * itemsize``; fp16 moves half the bytes of fp32."""
-    if not isinstance(numel, int) or numel < 1:
+    if not is_positive_int(numel):
         raise ValueError(f"numel must be a positive integer, got {numel!r}")
     name, torch_dtype = resolve_dtype(dtype)
     if name.startswith("fp8") or name == "tf32":
@@ -804,7 +792,7 @@ def time_conv2d(
         ("width", width),
         ("kernel", kernel),
     ):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not is_positive_int(v):
             raise ValueError(f"conv {label} must be a positive integer, got {v!r}")
     if kernel % 2 == 0:
         raise ValueError(f"conv kernel must be odd (same padding), got {kernel}")

@@ -74,6 +74,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from ampbook.core.args import is_positive_int
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS
 from ampbook.core.precision import torch_name as _dtype_name
 from ampbook.measure.memory import SavedTensorMeter
@@ -723,7 +724,7 @@ def trace_step(
         shape = (in_channels, height, width)
         dims = [("height", height), ("width", width), ("in_channels", in_channels)]
     for label, v in (("batch_size", batch_size), *dims):
-        if not isinstance(v, int) or v < 1:
+        if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     if isinstance(loss, str) and loss not in ("cross_entropy", "sum"):
         raise ValueError(

@@ -1828,7 +1828,7 @@ def diagnose(
     tell = _progress(cfg.progress)
     if cfg.loss not in LOSSES:
         raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
-    if cfg.batch is not None and (not isinstance(cfg.batch, int) or cfg.batch < 1):
+    if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
         raise DoctorError(f"--batch {cfg.batch}: must be a positive integer")
     if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
         raise DoctorError(

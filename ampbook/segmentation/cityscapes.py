@@ -218,7 +218,7 @@ def _regular(path: Path) -> None:
     end): ``OSError``, which the readers turn into ``DataError``."""
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise OSError(f"not a regular file ({cli._kind(mode)})")
+        raise OSError(f"not a regular file ({cli.mode_kind(mode)})")
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -433,7 +433,7 @@ def validate(cfg: TrainConfig) -> Resolved:
         "synthetic_val",
     ):
         value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not cli.is_positive_int(value):
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     try:
         cli.check_seed(cfg.seed)

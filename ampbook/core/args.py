@@ -1,0 +1,179 @@
+"""The command line's arguments: ``ArgumentParser`` (a bad argument is one
+``error:`` line and exit 2), the ``--help`` layout every command shares
+(``HelpFormatter``) and the argparse types of numbers (``positive_int``,
+``positive_float``, ``seed``...: they refuse 0, negatives, NaN and inf where those
+make no sense). ``is_positive_int`` is the one positive-integer rule of the library,
+for values given in code rather than as text.
+
+Only the standard library is imported here: the module is loaded before torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+
+from ampbook.core.errors import EXIT_SETTINGS, UserError, say
+
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding takes 0 .. 2**32 - 1
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported as one ``error:`` line and exit 2."""
+
+    def error(self, message: str):
+        say(f"{message} ({self.prog} --help lists the options)")
+        sys.exit(EXIT_SETTINGS)
+
+
+# --- numbers --------------------------------------------------------------------------
+
+
+def _number(text: str, kind) -> float | int:
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        name = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {name}") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def is_positive_int(value) -> bool:
+    """The library's one positive-integer rule: an ``int`` of 1 or more; a bool
+    (``True`` is 1 to Python) and a float (``2.0``) are not."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int)
+    if not is_positive_int(value):
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = _number(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def seed(text: str) -> int:
+    value = _number(text, int)
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and {SEED_MAX} (numpy's seeds), got {value}"
+        )
+    return value
+
+
+def check_seed(value, what: str = "seed") -> int:
+    """A seed numpy accepts, else ``UserError`` naming it."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok or not 0 <= value <= SEED_MAX:
+        raise UserError(
+            f"{what} must be an integer from 0 to {SEED_MAX} (numpy's seeds), got "
+            f"{value!r}"
+        )
+    return value
+
+
+# --- --help ---------------------------------------------------------------------------
+
+HELP_WIDTH_MAX = 100  # columns of --help on a wide terminal
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` as every command prints it (``formatter_class=cli.HelpFormatter``):
+    each option's default after its help, "(default: 4)", unless there is none to
+    show (``None``, a flag's ``False``, an empty value) or the help already says it;
+    wrapped at the terminal's width (``$COLUMNS``; at most ``HELP_WIDTH_MAX``); a
+    description or epilog keeps its paragraphs, and its indented lines (a list of
+    commands, an example) as they are."""
+
+    def __init__(self, prog, indent_increment=2, max_help_position=30, width=None):
+        if width is None:
+            columns = shutil.get_terminal_size().columns
+            width = max(min(columns, HELP_WIDTH_MAX) - 2, 40)
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or action.nargs == 0  # a flag (store_true, count...)
+            or (isinstance(default, (str, list, tuple)) and not default)
+        ):
+            return text
+        if isinstance(default, (list, tuple)):
+            shown = ",".join(str(v) for v in default).replace("%", "%%")
+        else:
+            shown = "%(default)s"
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        import textwrap
+
+        out = []
+        for block in textwrap.dedent(text).strip("\n").split("\n\n"):
+            lines = block.split("\n")
+            if any(line[:1].isspace() for line in lines):
+                out.append(
+                    "\n".join(self._fill_line(ln, width, indent) for ln in lines)
+                )
+            else:
+                out.append(
+                    textwrap.fill(
+                        " ".join(block.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                        break_on_hyphens=False,
+                    )
+                )
+        return "\n\n".join(out)
+
+    @staticmethod
+    def _fill_line(line, width, indent):
+        """An indented line kept as a line, wrapped under its second column: "  name
+        what it does" continues under "what"."""
+        import re
+        import textwrap
+
+        lead = re.match(r"\s*(\S+\s{2,})?", line)
+        hang = " " * lead.end() if lead.group(1) else " " * (lead.end() + 2)
+        first = line[: len(line) - len(line.lstrip())]
+        return textwrap.fill(
+            line.strip(),
+            width,
+            initial_indent=indent + first,
+            subsequent_indent=indent + hang,
+            break_on_hyphens=False,
+        )

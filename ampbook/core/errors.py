@@ -1,0 +1,89 @@
+"""The error layer's words every command shares: the exit statuses, the two
+known failures (``UserError``: bad settings, found before any work, exit 2;
+``Stopped``: a run that started and stopped, exit 1), the one ``error:`` line
+(``say``) and what an ``OSError`` or another known failure means to a user
+(``describe``, ``os_error``).
+
+Only the standard library is imported here: the module is loaded before torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import sys
+
+NAME_MAX = 255  # bytes in one path component (Linux, macOS)
+PATH_MAX = 4096
+EXIT_SETTINGS = 2
+EXIT_STOPPED = 1
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+EXIT_PIPE = 141  # stdout's reader went away (``| head``): 128 + SIGPIPE, as cat exits
+
+
+class UserError(Exception):
+    """Bad settings, inputs or environment, found before any work (exit 2)."""
+
+    exit_code = EXIT_SETTINGS
+
+
+class Stopped(Exception):
+    """A run that started and stopped; the message says what it kept (exit 1)."""
+
+    exit_code = EXIT_STOPPED
+
+
+def say(message: str) -> None:
+    """Print ``message`` as the one ``error:`` line (its lines joined)."""
+    text = " ".join(str(message).split("\n")).strip()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"error: {text}\n")
+        sys.stderr.flush()
+
+
+def describe(err: BaseException) -> tuple[int, str] | None:
+    """(exit status, message) of a failure every command knows, or None."""
+    if isinstance(err, (UserError, Stopped)):
+        return err.exit_code, str(err)
+    if isinstance(err, OSError):
+        return os_error(err)
+    if isinstance(err, MemoryError):
+        return EXIT_STOPPED, "out of memory: use smaller sizes"
+    if isinstance(err, RuntimeError):
+        text = str(err)
+        if "PytorchStreamWriter failed" in text or "file write failed" in text:
+            return EXIT_STOPPED, (
+                "could not write a file (the disk is probably full): free some "
+                "space or choose another folder"
+            )
+        if type(err).__name__ == "OutOfMemoryError":
+            return EXIT_STOPPED, (
+                f"out of GPU memory ({text.splitlines()[0][:160]}): use a smaller "
+                "batch or size"
+            )
+    return None
+
+
+_ADVICE = {
+    errno.ENOSPC: "free some space or choose another folder",
+    errno.EDQUOT: "free some space or choose another folder",
+    errno.EROFS: "the file system is read-only: choose a writable folder",
+    errno.EACCES: "choose a folder you may write to",
+    errno.EPERM: "choose a folder you may write to",
+    errno.ENAMETOOLONG: f"use names of at most {NAME_MAX} bytes per folder or file",
+    errno.ENOTDIR: "a file is in the way of that path: choose another path",
+    errno.EISDIR: "that path is a folder: give a file name",
+    errno.ENOENT: "check the path",
+    errno.EEXIST: "choose another path",
+}
+
+
+def os_error(err: OSError) -> tuple[int, str]:
+    """(exit status, message) of an ``OSError``: a full disk or an I/O error stops a
+    run (1); a path that cannot be used is a setting (2)."""
+    what = f"{err.filename}: " if err.filename else ""
+    why = err.strerror or str(err) or type(err).__name__
+    advice = _ADVICE.get(err.errno)
+    code = EXIT_STOPPED if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2
+    return code, f"{what}{why}" + (f"; {advice}" if advice else "")

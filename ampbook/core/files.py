@@ -1,0 +1,404 @@
+"""The files a command reads and writes, checked before any work: outputs
+(``check_output_file``, ``check_output_dir``: long names, files in the way, read-only
+or missing folders, free space where the size is known, another command's records),
+inputs read only from regular files (``check_input_file``: a FIFO or a device would
+block or never end), results written whole (``write_text_atomic``, ``save_result``),
+a lock one process holds (``hold_lock``) and the open-file limit
+(``check_open_files``).
+
+Only the standard library is imported here: the module is loaded before torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from ampbook.core.errors import NAME_MAX, PATH_MAX, Stopped, UserError, os_error
+
+
+class LockBusy(UserError):
+    """``hold_lock``: another process holds the lock; ``holder`` says which."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+def hold_lock(path: str | os.PathLike) -> int:
+    """An exclusive ``fcntl.flock`` on ``path`` (created), the holder's pid, host and
+    time written into it: the file descriptor to keep open while the work runs
+    (``release_lock``). The kernel releases it when the process dies, so a killed
+    process leaves no stale lock. ``LockBusy`` (naming the holder) when another
+    process holds it; ``OSError`` when it cannot be created."""
+    import fcntl
+    import socket
+    from datetime import datetime, timezone
+
+    path = Path(path)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 300).decode(errors="replace").strip()
+            os.close(fd)
+            raise LockBusy(holder or "unknown process") from None
+        try:  # the previous holder may have removed the file between open and flock
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    os.write(
+        fd, f"pid {os.getpid()} on {socket.gethostname()} since {since}\n".encode()
+    )
+    return fd
+
+
+def release_lock(path: str | os.PathLike, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        Path(path).unlink()
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+# --- the open-file limit --------------------------------------------------------------
+
+
+def open_files_in_use() -> int | None:
+    """File descriptors this process has open (None where they cannot be counted)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            return max(0, len(os.listdir(folder)) - 1)  # less the listing's own
+    return None
+
+
+def check_open_files(needed: int, what: str) -> None:
+    """Make sure ``needed`` more files can be open at once (``what`` needs them: loader
+    workers, a kernel's sockets), before the work starts. The soft limit is raised
+    toward the hard one when that is short (any process may); a hard limit that is
+    too low (``ulimit -n 20`` sets both) is ``UserError`` naming the limit and what to
+    raise it to, rather than a run that fails later with "Too many open files" in a
+    worker thread or a socket library."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: no limit to read
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    total = needed + (open_files_in_use() or 0)
+    unlimited = resource.RLIM_INFINITY
+    if soft == unlimited or soft >= total:
+        return
+    if hard == unlimited or hard >= total:
+        target = max(total, 1024) if hard == unlimited else min(hard, max(total, 1024))
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return
+    raise UserError(
+        f"the open-file limit (ulimit -n) is {soft}, and {what} need about {total} "
+        f"open files: raise it (ulimit -n {max(total, 1024)} in the shell that runs "
+        "the command)"
+    )
+
+
+def too_many_open_files(err: BaseException) -> bool:
+    """Whether ``err`` says the process ran out of file descriptors (EMFILE, ENFILE,
+    or torch's DataLoader saying so in its own words)."""
+    if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
+        return True
+    return isinstance(err, RuntimeError) and "Too many open files" in str(err)
+
+
+def open_files_advice() -> str:
+    """What to do after running out of file descriptors, with the limit named."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return "raise the open-file limit (ulimit -n)"
+    return (
+        f"the open-file limit (ulimit -n) is {soft}: raise it (ulimit -n "
+        f"{max(2 * soft, 1024)}) or use fewer workers"
+    )
+
+
+# --- paths ----------------------------------------------------------------------------
+
+
+def mode_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def check_names(path: Path, what: str) -> None:
+    """Each component of ``path`` at most ``NAME_MAX`` bytes, the whole at most
+    ``PATH_MAX``."""
+    raw = os.fsencode(str(path))
+    if len(raw) >= PATH_MAX:
+        raise UserError(
+            f"{what}: the path is {len(raw)} bytes long, over the system's "
+            f"{PATH_MAX}; choose a shorter one"
+        )
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            raise UserError(
+                f"{what}: the name {part[:40]}... is {size} bytes long, over the "
+                f"{NAME_MAX} a file system allows; choose a shorter one"
+            )
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    try:
+        readonly = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        readonly = False
+    if readonly:
+        raise UserError(
+            f"{what}: {folder} is on a read-only file system; choose a writable folder"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(
+            f"{what}: {folder} cannot be written (permission denied); choose a "
+            "writable folder"
+        )
+
+
+def _existing_ancestor(path: Path, what: str) -> Path:
+    """The nearest folder of ``path`` (itself included) that exists; a file there
+    cannot hold the rest."""
+    path = Path(os.path.abspath(path))
+    for folder in (path, *path.parents):
+        try:
+            mode = os.stat(folder).st_mode
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            continue
+        except OSError as err:
+            raise UserError(f"{what}: {folder}: {err.strerror}") from None
+        if not stat.S_ISDIR(mode):
+            kind = "a file" if stat.S_ISREG(mode) else mode_kind(mode)
+            raise UserError(
+                f"{what}: {folder} is {kind}, so {path} cannot be made below it; "
+                "choose another path"
+            )
+        return folder
+    return Path(path.anchor)
+
+
+def check_free_space(folder: Path, size: int, what: str) -> None:
+    """Refuse when ``folder``'s file system has less than ``size`` bytes free."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return
+    if free < size:
+        raise UserError(
+            f"{what}: {folder} has {free / 2**20:.1f} MiB free but {size / 2**20:.1f} "
+            "MiB are needed; free some space or choose another folder"
+        )
+
+
+def file_kind(path: str | os.PathLike) -> str | None:
+    """The ``schema`` a JSON file names (``"ampbook.train"``, ``"ampbook.doctor/2"``
+    ...), or None for any other file (not JSON, no schema, too large to be one of
+    the commands' records, unreadable). Read without following more than a few MiB."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > 32 * 2**20:
+            return None
+        with open(p, "rb") as f:
+            head = f.read(32 * 2**20)
+        record = json.loads(head.decode("utf-8"), parse_int=_small_int)
+    except (OSError, ValueError, RecursionError):
+        return None
+    schema = record.get("schema") if isinstance(record, dict) else None
+    return schema if isinstance(schema, str) else None
+
+
+def _small_int(digits: str) -> int:
+    if len(digits) > 24:
+        raise ValueError("an integer too long for a record")
+    return int(digits)
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    what: str,
+    size: int | None = None,
+    create_parents: bool = True,
+    *,
+    kind: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """A file a command will write, checked before any work: a name, not too long, not
+    a folder or a special file, its folder existing (or creatable: nothing but folders
+    above it) and writable, with ``size`` bytes free when given. ``UserError``
+    otherwise.
+
+    No command replaces what another wrote: an existing non-empty file is refused
+    unless it is a record of this command's ``kind`` (a JSON file whose ``schema`` is
+    ``kind``: an earlier run of the same command) or ``overwrite`` is given (the
+    command's ``--overwrite``); the error names the file and what it holds."""
+    if path is None or not str(path).strip():
+        raise UserError(f"{what} is an empty path; give a file name")
+    p = Path(path).expanduser()
+    check_names(p, what)
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:
+        mode = None  # reported below, with the file in the way
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror}") from None
+    if mode is not None and not (
+        stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+    ):  # a FIFO or /dev/stdout is written into; a folder or a socket cannot be
+        raise UserError(
+            f"{what}: {p} is {mode_kind(mode)}; give the name of a file to write"
+        )
+    if mode is not None and not stat.S_ISREG(mode):
+        return p  # written into as it is (write_text_atomic)
+    if mode is not None and not overwrite:
+        _check_replaceable(p, what, kind)
+    folder = _existing_ancestor(p.parent, what)
+    if folder != Path(os.path.abspath(p.parent)) and not create_parents:
+        raise UserError(
+            f"{what}: cannot write {p}: folder {p.parent} does not exist; create it or "
+            "choose another path"
+        )
+    _writable_folder(folder, what)
+    if size:
+        check_free_space(folder, size, what)
+    return p
+
+
+def _check_replaceable(p: Path, what: str, kind: str | None) -> None:
+    try:
+        empty = p.stat().st_size == 0
+    except OSError:
+        return
+    if empty:
+        return
+    held = file_kind(p)
+    if kind is not None and held == kind:
+        return  # this command's own record, written by an earlier run
+    holds = (
+        f"a record of schema {held}" if held else "a file this command did not write"
+    )
+    wants = f" (this command writes {kind} records)" if kind else ""
+    raise UserError(
+        f"{what}: {p} exists and holds {holds}{wants}; choose another file, or "
+        "pass --overwrite to replace it"
+    )
+
+
+def check_output_dir(
+    path: str | os.PathLike, what: str, size: int | None = None
+) -> Path:
+    """A folder a command will write into, checked before any work (as
+    ``check_output_file``)."""
+    if path is None or not str(path).strip():
+        raise UserError(f"{what} is an empty path; give a folder")
+    p = Path(path).expanduser()
+    check_names(p, what)
+    try:
+        mode = os.stat(p).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror}") from None
+    if mode is not None and not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else mode_kind(mode)
+        raise UserError(f"{what}: {p} is {kind}, not a folder; give a folder")
+    folder = _existing_ancestor(p, what)
+    _writable_folder(folder, what)
+    if size:
+        check_free_space(folder, size, what)
+    return p
+
+
+def check_input_file(path: str | os.PathLike, what: str) -> Path:
+    """A file a command will read: it exists and is a regular file (a FIFO or a
+    device would block the read or never end). ``UserError`` otherwise."""
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        raise UserError(f"{what}: {p} does not exist") from None
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise UserError(f"{what}: {p} is {mode_kind(mode)}, not a file; give a file")
+    return p
+
+
+def is_special(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """The text of a regular file (``check_input_file``); ``UserError`` names the file
+    when it cannot be read or decoded."""
+    p = check_input_file(path, what)
+    try:
+        return p.read_text()
+    except UnicodeDecodeError as err:
+        raise UserError(f"{what}: {p} is not text ({err.reason})") from None
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror or err}") from None
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to a temporary file beside ``path``, then rename it: a full disk
+    leaves the earlier file (or none), never half a file. Creates missing folders."""
+    p = Path(path)
+    if is_special(p):  # /dev/stdout, a FIFO someone reads: written into, not replaced
+        with open(p, "w") as f:
+            f.write(text)
+        return p
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, p)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return p
+
+
+def save_result(path: str | os.PathLike, result, what: str = "the numbers") -> Path:
+    """Write a command's result as JSON at the end of its work (``path`` was checked
+    with ``check_output_file`` before it began); ``Stopped`` when the disk refuses,
+    saying where the result is still to be read."""
+    try:
+        return write_text_atomic(path, json.dumps(result, indent=1) + "\n")
+    except OSError as err:
+        raise Stopped(
+            f"could not write {path}: {os_error(err)[1]} ({what} are printed above)"
+        ) from None
