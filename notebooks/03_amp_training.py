@@ -92,7 +92,7 @@ import numpy as np
 import torch
 
 from ampbook import results
-from ampbook.chapters import verdicts
+from ampbook.chapters import ch3
 from ampbook.core.devices import display_name, load_devices, pick_device
 from ampbook.core.page import (
     GIB,
@@ -119,7 +119,7 @@ found = results.load_results_dir(results_dir)
 gpu_pairs = found.pairs()
 
 # %% tags=["remove-input"]
-md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs) + "\n:::")
+md(":::{admonition} In short\n" + ch3.gpu_training_answer(gpu_pairs) + "\n:::")
 
 # %% [markdown]
 # ## The minimal AMP loop
@@ -261,7 +261,7 @@ md_table(rows, ["GPU", "fp32 TFLOP/s", "TF32 tensor TFLOP/s", "TF32 / fp32 (x)"]
 
 # %% tags=["remove-input"]
 gpu_runs = found.gpu_runs()
-main_gpu = verdicts.headline_pair(gpu_pairs)
+main_gpu = ch3.headline_pair(gpu_pairs)
 same = sorted((r for r in gpu_runs if main_gpu and r.setting == main_gpu.setting),
               key=lambda r: results.MODES.index(r.mode))
 md("\n\n".join(sorted({"Provenance: " + r.provenance for r in same}))
@@ -313,7 +313,7 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Each pair of that GPU, read by `ampbook.chapters.verdicts.gpu_pair_verdict`: where the loop
+# Each pair of that GPU, read by `ampbook.chapters.ch3.gpu_pair_verdict`: where the loop
 # waited for data half its time or more, the epoch ran at the loader's pace and its ratio
 # measures the loader (systematically where one run waited longer in every epoch, else
 # the loader's noise), and the step's ratio is the one that speaks for AMP (chapter 5
@@ -327,7 +327,7 @@ md_table(rows or [("no GPU pairs committed", None, None, None)],
          [None, ".2f", ".2f", ".2f"])
 
 # %% tags=["remove-input"]
-md("\n\n".join(verdicts.gpu_pair_verdict(p) for p in gpu_pairs)
+md("\n\n".join(ch3.gpu_pair_verdict(p) for p in gpu_pairs)
    or "No GPU pairs are committed.")
 
 # %% [markdown]
@@ -505,8 +505,8 @@ md_table(rows, ["pair", "setting", "step AMP / fp32", "fp32 MiB", "AMP MiB",
 
 # %%
 measure = "peak CUDA memory allocated" if gpu else memory.NEW_BYTES
-md(memory.saving_verdict(main.baseline.memory_bytes, main.amp.memory_bytes,
-                         what=main.amp.mode_label, measure=measure))
+md(ch3.saving_verdict(main.baseline.memory_bytes, main.amp.memory_bytes,
+                      what=main.amp.mode_label, measure=measure))
 
 # %% [markdown]
 # Speed on a CPU depends on the kernels PyTorch picks for the 16-bit type, which the
@@ -515,7 +515,7 @@ md(memory.saving_verdict(main.baseline.memory_bytes, main.amp.memory_bytes,
 # times slower. Each pair on this machine, with the probe's finding for its dtype:
 
 # %%
-md("\n\n".join(verdicts.speed_verdict(p, probe) for p in pairs))
+md("\n\n".join(ch3.speed_verdict(p, probe) for p in pairs))
 
 # %% [markdown]
 # And the post's table with the GPU runs and this machine's beside it. The post did not
