@@ -92,7 +92,7 @@ import numpy as np
 import torch
 
 from ampbook import results
-from ampbook.chapters import verdicts
+from ampbook.chapters import ch3
 from ampbook.core.devices import display_name, load_devices, pick_device
 from ampbook.core.page import (
     GIB,
@@ -119,7 +119,7 @@ found = results.load_results_dir(results_dir)
 gpu_pairs = found.pairs()
 
 # %% tags=["remove-input"]
-md(":::{admonition} In short\n" + verdicts.gpu_training_answer(gpu_pairs) + "\n:::")
+md(":::{admonition} In short\n" + ch3.gpu_training_answer(gpu_pairs) + "\n:::")
 
 # %% [markdown]
 # ## The minimal AMP loop
@@ -215,6 +215,52 @@ cmd = command_line(dataclasses.replace(base, precision="fp32",
 md("```bash\n" + cmd.replace(" --", " \\\n    --") + "\n```")
 
 # %% [markdown]
+# ### Clipping needs `scaler.unscale_` first
+#
+# After `scaler.scale(loss).backward()` every gradient is multiplied by the scale (2¹⁶ at
+# the start). `clip_grad_norm_` measures the gradients' norm and, where it exceeds
+# `max_norm`, shrinks them to it. On scaled gradients it measures the scale times the
+# true norm and clips in scaled units; `scaler.step` then divides by the scale, so the
+# step it applies is `max_norm` over the scale. `scaler.unscale_(optimizer)` divides the
+# gradients by the scale in place first, and records that it did, so that `step` does
+# not divide again. The runner's step (`TrainStep._optimizer_step`) unscales before it
+# clips. One step of a tiny linear model both ways, from the same weights and batch, on
+# the CPU in fp32 (the scaler's arithmetic is the same on every device):
+
+# %%
+max_norm = 1.0
+gen = torch.Generator().manual_seed(seed)
+clip_x, clip_y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
+seen = {}
+for unscale_first in (True, False):
+    torch.manual_seed(seed)  # the same weights both times
+    tiny = torch.nn.Linear(16, 4)
+    tiny_opt = torch.optim.SGD(tiny.parameters(), lr=0.1)
+    tiny_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    tiny_scaler.scale(torch.nn.functional.mse_loss(tiny(clip_x), clip_y)).backward()
+    if unscale_first:
+        tiny_scaler.unscale_(tiny_opt)  # gradients divided by the scale, in place
+    seen[unscale_first] = torch.nn.utils.clip_grad_norm_(tiny.parameters(),
+                                                         max_norm).item()
+    if not unscale_first:
+        tiny_scaler.unscale_(tiny_opt)  # what scaler.step does before its update
+    applied = torch.cat([p.grad.flatten() for p in tiny.parameters()]).norm().item()
+    tiny_scaler.step(tiny_opt)
+    tiny_scaler.update()
+    print(("unscale_, then clip:  " if unscale_first else "clip without unscale_:")
+          + f" clip_grad_norm_ measured a gradient norm of {seen[unscale_first]:.4g}; "
+          f"the step applied a gradient of norm {applied:.4g} (max_norm {max_norm:g})")
+print(f"norm measured on the scaled gradients / the true norm: "
+      f"{seen[False] / seen[True]:g} (the scale, {tiny_scaler.get_scale():g})")
+
+# %% [markdown]
+# Unscaled first, clipping sees the true norm and shrinks the gradients to `max_norm`
+# where that norm is larger. On the scaled gradients it sees the scale times that norm,
+# so the step it lets through is smaller by the scale: almost no step at all. A
+# threshold meant for scaled gradients would have to move with the scale, which
+# GradScaler changes as it trains.
+
+# %% [markdown]
 # ## What "fp32" meant in the post: TF32
 #
 # On Ampere GPUs (the RTX 3070 among them) PyTorch can run fp32 convolutions and matmuls
@@ -261,7 +307,7 @@ md_table(rows, ["GPU", "fp32 TFLOP/s", "TF32 tensor TFLOP/s", "TF32 / fp32 (x)"]
 
 # %% tags=["remove-input"]
 gpu_runs = found.gpu_runs()
-main_gpu = verdicts.headline_pair(gpu_pairs)
+main_gpu = ch3.headline_pair(gpu_pairs)
 same = sorted((r for r in gpu_runs if main_gpu and r.setting == main_gpu.setting),
               key=lambda r: results.MODES.index(r.mode))
 md("\n\n".join(sorted({"Provenance: " + r.provenance for r in same}))
@@ -313,7 +359,7 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Each pair of that GPU, read by `ampbook.chapters.verdicts.gpu_pair_verdict`: where the loop
+# Each pair of that GPU, read by `ampbook.chapters.ch3.gpu_pair_verdict`: where the loop
 # waited for data half its time or more, the epoch ran at the loader's pace and its ratio
 # measures the loader (systematically where one run waited longer in every epoch, else
 # the loader's noise), and the step's ratio is the one that speaks for AMP (chapter 5
@@ -327,7 +373,7 @@ md_table(rows or [("no GPU pairs committed", None, None, None)],
          [None, ".2f", ".2f", ".2f"])
 
 # %% tags=["remove-input"]
-md("\n\n".join(verdicts.gpu_pair_verdict(p) for p in gpu_pairs)
+md("\n\n".join(ch3.gpu_pair_verdict(p) for p in gpu_pairs)
    or "No GPU pairs are committed.")
 
 # %% [markdown]
@@ -505,8 +551,8 @@ md_table(rows, ["pair", "setting", "step AMP / fp32", "fp32 MiB", "AMP MiB",
 
 # %%
 measure = "peak CUDA memory allocated" if gpu else memory.NEW_BYTES
-md(memory.saving_verdict(main.baseline.memory_bytes, main.amp.memory_bytes,
-                         what=main.amp.mode_label, measure=measure))
+md(ch3.saving_verdict(main.baseline.memory_bytes, main.amp.memory_bytes,
+                      what=main.amp.mode_label, measure=measure))
 
 # %% [markdown]
 # Speed on a CPU depends on the kernels PyTorch picks for the 16-bit type, which the
@@ -515,7 +561,7 @@ md(memory.saving_verdict(main.baseline.memory_bytes, main.amp.memory_bytes,
 # times slower. Each pair on this machine, with the probe's finding for its dtype:
 
 # %%
-md("\n\n".join(verdicts.speed_verdict(p, probe) for p in pairs))
+md("\n\n".join(ch3.speed_verdict(p, probe) for p in pairs))
 
 # %% [markdown]
 # And the post's table with the GPU runs and this machine's beside it. The post did not
@@ -626,14 +672,15 @@ print("\n".join(sorted(Path(r["json_path"]).name for r in records)))
 #
 # ## Exercises
 #
-# 1. Run `python -m ampbook.train --precision amp-fp16 --clip-grad 1.0` and find in
-#    `TrainStep._optimizer_step` (`ampbook/train/step.py`) why gradient clipping needs
-#    `scaler.unscale_` first. What would clipping the scaled gradients do?
+# 1. Run `python -m ampbook.train --precision amp-fp16 --clip-grad 1.0` and compare its
+#    losses and skipped steps with a run without `--clip-grad`. Then, in the clipping
+#    cell above, give the clip without `unscale_` a `max_norm` of 1.0 times the scale:
+#    does it now match the first line, and for how long would it in a run?
 #
 #    :::{dropdown} Hint
-#    The gradients after `scaler.scale(loss).backward()` are multiplied by the scale
-#    (65536 at the start). A clipping threshold of 1.0 applied to them would cut every
-#    step to almost nothing once unscaled.
+#    Clipping the scaled gradients at the scale times the threshold is the same clip,
+#    until GradScaler changes its scale: it halves the scale after each skipped step
+#    and doubles it after 2000 clean ones.
 #    :::
 # 2. Set `shuffle = True` and rerun. Do the fp32 and AMP curves stay as close as before?
 # 3. Add `channels_last=True` to `base` and compare the new bytes saved for backward and

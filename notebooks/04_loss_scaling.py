@@ -97,6 +97,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from ampbook import results
+from ampbook.chapters import ch3
 from ampbook.core.devices import display_name, pick_device
 from ampbook.core.page import (
     GIB,
@@ -737,7 +738,7 @@ plt.show()
 # %% [markdown]
 # {numref}`fig-ch4-saved-bytes` draws the table. Per measured step, the same figure in fp32
 # and under autocast, and what autocast saved or
-# cost (the verdict is `ampbook.measure.memory.saving_verdict`, the same line chapters 3 and 5 print):
+# cost (the verdict is `ampbook.chapters.ch3.saving_verdict`, the same line chapters 3 and 5 print):
 
 # %% tags=["hide-input"]
 new = {p: (m["fp32"]["new_bytes"], m["amp"]["new_bytes"]) for p, m in mem.items()}
@@ -747,7 +748,7 @@ md_table(rows, ["pixels per batch", "fp32 new MiB", "autocast new MiB", "saved"]
          [None, ".2f", ".2f", ".1%"])
 
 # %%
-md(memory.saving_verdict(*new[big]))
+md(ch3.saving_verdict(*new[big]))
 
 # %% [markdown]
 # Two effects pull against each other. Every activation a low-precision op saves takes half

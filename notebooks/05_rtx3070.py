@@ -115,7 +115,7 @@ from ampbook.bench.layers import ceilings_for
 from ampbook.bench.loader import measure_loader
 from ampbook.bench.matmul import load_verdict
 from ampbook.bench.step import step_rounds
-from ampbook.chapters import verdicts
+from ampbook.chapters import ch3, ch5
 from ampbook.core.devices import (
     attainable_tflops,
     display_name,
@@ -234,7 +234,7 @@ md_table([(p, ln.intercept / MIB, ln.slope) for p, ln in lines.items()],
 # holds only if the post's figure tracked allocated memory.
 
 # %%
-head = verdicts.headline_pair(results.pairs())
+head = ch3.headline_pair(results.pairs())
 md(cm.reserved_verdict([head.baseline, head.amp] if head else [],
                        post["memory_fixed_part"]["allocator_slack"],
                        f"the committed runs on {display_name(head.setting.device_name)}"
@@ -778,14 +778,14 @@ md_table([(q.label, q.step_speedup, q.speedup, q.amp.data_wait_share, q.memory_r
           "memory AMP / fp32"], [None, ".2f", ".2f", ".0%", ".2f"])
 
 # %% [markdown]
-# Each pair, read by `ampbook.chapters.verdicts.gpu_pair_verdict`. A loop that waited for data at
+# Each pair, read by `ampbook.chapters.ch3.gpu_pair_verdict`. A loop that waited for data at
 # least half its time ran at the loader's pace: its epoch ratio measures the loader
 # (systematically where one run waited longer in every epoch, else the loader's noise),
 # and the step's ratio is the one that speaks for AMP. The loader's pace was the run's setting (its workers and the host's CPU threads
 # are printed), not a property of the GPU:
 
 # %%
-md("\n\n".join(verdicts.gpu_pair_verdict(q) for q in gpu_pairs)
+md("\n\n".join(ch3.gpu_pair_verdict(q) for q in gpu_pairs)
    or "No GPU pairs are committed.")
 
 # %% [markdown]
@@ -811,8 +811,8 @@ md_table([(f"{display_name(lp.device_name)}, {lp.mode_label}", lp.step_s * 1e3,
 
 # %%
 ppairs = results.profile_pairs()
-glue("ch5_gpu_short", md(verdicts.gpu_in_short(gpu_pairs, ppairs)), display=False)
-md("\n\n".join(verdicts.kernel_time_verdict(a, b) for b, a in ppairs)
+glue("ch5_gpu_short", md(ch5.gpu_in_short(gpu_pairs, ppairs)), display=False)
+md("\n\n".join(ch5.kernel_time_verdict(a, b) for b, a in ppairs)
    or "No pair of layer profiles is committed.")
 
 # %% [markdown]
@@ -878,14 +878,14 @@ for k, v in {"h_speed": h_speed, "h_tf32": h_tf32,
 # with AMP an H200 could take up to {glue:text}`ch5_h_img_s:.0f` images per second:
 # {glue:text}`ch5_h_cores:.0f` cores decoding at this machine's per-image cost.
 #
-# Where GPU runs of a card in the device table are committed, `ResultSet.bound_checks`
+# Where GPU runs of a card in the device table are committed, `ch5.bound_checks`
 # traces ERFNet at each pair's own resolution and batch and holds the ratio of the
 # bounds against the measured step speedup, with the share of its bound each step
 # reached (from wall time) and, where layer profiles of the same setting exist, the
 # kernel time and idle time apart.
 
 # %% tags=["hide-input"]
-checks = results.bound_checks(model, devices)
+checks = ch5.bound_checks(results, model, devices)
 md_table([(c.pair.label, c.bound_speedup, c.pair.step_speedup, c.amp_efficiency,
            c.baseline_efficiency) for c in checks]
          or [("none committed", None, None, None, None)],
@@ -1206,7 +1206,7 @@ md_table([
 #    and trace it under autocast: how many fewer bytes does the forward pass move, and
 #    what is the 3070's bound now?
 # 3. With your own GPU, run `python -m ampbook.train` in fp32 and amp-fp16 with 0, 2 and
-#    8 workers, and read each pair with `ampbook.chapters.verdicts.gpu_pair_verdict`.
+#    8 workers, and read each pair with `ampbook.chapters.ch3.gpu_pair_verdict`.
 #
 #    :::{dropdown} Hint
 #    Read the step speedup while the loop waits for data more than half its time, the

@@ -403,7 +403,7 @@ md(patterns.choice_verdict(gpu, here))
 #    where fp16 loses {glue:text}`fp16_flushed:.2%` of them (fourth line); there is no
 #    scaler to place and no step to skip (fifth line).
 # 2. **fp16 with a GradScaler where it is faster in every epoch.** A ratio inside
-#    its epoch-to-epoch spread is not a speed-up (`ampbook.chapters.findings.pace` judges it,
+#    its epoch-to-epoch spread is not a speed-up (`ampbook.chapters.ch3.pace` judges it,
 #    as the line above does). On the committed {glue:text}`gpu_name` runs bf16's step
 #    took {glue:text}`gpu_ratio:.2f` times fp16's (per epoch
 #    {glue:text}`gpu_ratio_lo:.3f`-{glue:text}`gpu_ratio_hi:.3f`), their final val

@@ -1,4 +1,4 @@
-"""The Findings chapter's GPU part (ampbook.chapters.findings) says what the results
+"""The Findings chapter's GPU part (ampbook.chapters.ch9) says what the results
 folder holds, and only that."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from ampbook.chapters.findings import gpu_findings, in_short, pace, wait_direction
+from ampbook.chapters.ch3 import pace, wait_direction
+from ampbook.chapters.ch9 import gpu_findings, in_short
 from ampbook.core.paths import RESULTS_DIR
 from ampbook.results import load_results_dir
 
@@ -99,7 +100,7 @@ def test_the_erfnet_authors_defaults_are_named_only_where_the_setting_is_theirs(
     """Issue 28, C5: the H200 runs' setting (1024x512, batch 6, 4 workers, NCHW) is
     "the ERFNet authors' defaults"; any other setting has no such name (the post's
     likely setting is chapter 5's batch 12 at 512x256)."""
-    from ampbook.chapters.findings import AUTHORS_DEFAULTS, setting_name
+    from ampbook.chapters.ch3 import AUTHORS_DEFAULTS, setting_name
     from ampbook.results import Setting
 
     theirs = Setting("NVIDIA H200", 512, 1024, 6, False, 4, 144, True)

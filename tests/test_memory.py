@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from ampbook.chapters.ch3 import saving_verdict
 from ampbook.measure.memory import (
     OUTSIDE_MODEL,
     Line,
@@ -18,7 +19,6 @@ from ampbook.measure.memory import (
     reset_peak_rss,
     saved_for_backward,
     saving,
-    saving_verdict,
     step_saving,
 )
 

@@ -16,7 +16,7 @@ from _chapters import FIXTURES
 from myst_nb.core.variables import format_plain_text
 
 from ampbook.bench import ladder as bl
-from ampbook.chapters import findings, verdicts
+from ampbook.chapters import ch3, ch5, ch9
 from ampbook.core.page import md_table_text
 from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.results import load_results_dir, read_ladder
@@ -200,22 +200,22 @@ def test_a_prediction_pasted_from_chapter_7_renders_as_one(page):
 
 def committed():
     rs = load_results_dir(RESULTS_DIR)
-    if findings.step_alone(rs) is None or findings.step_in_loop(rs) is None:
+    if ch5.step_alone(rs) is None or ch3.step_in_loop(rs) is None:
         pytest.skip("the committed results lack the H200's profiles or runs")
     return rs
 
 
 def test_every_page_prints_one_value_for_the_h200_step_speedup():
     rs = committed()
-    alone = f"{findings.step_alone(rs)}"
-    loop = findings.spread_text(findings.step_in_loop(rs), epochs=False)
-    pair = findings.headline_pair(rs.pairs())
+    alone = f"{ch5.step_alone(rs)}"
+    loop = ch3.spread_text(ch3.step_in_loop(rs), epochs=False)
+    pair = ch3.headline_pair(rs.pairs())
     texts = {
-        "intro (findings.in_short)": findings.in_short(rs),
-        "Findings (gpu_findings)": findings.gpu_findings(rs),
-        "ch5 box (gpu_in_short)": verdicts.gpu_in_short(rs.pairs(), rs.profile_pairs()),
-        "ch3 box (gpu_training_answer)": verdicts.gpu_training_answer(rs.pairs()),
-        "ch3/ch5 verdicts": verdicts.gpu_pair_verdict(pair),
+        "intro (ch9.in_short)": ch9.in_short(rs),
+        "Findings (gpu_findings)": ch9.gpu_findings(rs),
+        "ch5 box (gpu_in_short)": ch5.gpu_in_short(rs.pairs(), rs.profile_pairs()),
+        "ch3 box (gpu_training_answer)": ch3.gpu_training_answer(rs.pairs()),
+        "ch3/ch5 verdicts": ch3.gpu_pair_verdict(pair),
     }
     for where, text in texts.items():
         flat = " ".join(text.split())
@@ -229,8 +229,8 @@ def test_every_page_prints_one_value_for_the_h200_step_speedup():
         bl.cell_value(gpu, gpu.cell(0, m), "step_s") for m in ("fp32-tf32", "amp-fp16")
     ]
     assert f"{r0[0] / r0[1]:.2f}x" == alone
-    loop = findings.spread_text(findings.step_in_loop(rs))  # with its epochs
-    assert findings.step_speedup_text(rs) == f"timed alone {alone}; in the loop {loop}"
+    loop = ch3.spread_text(ch3.step_in_loop(rs))  # with its epochs
+    assert ch9.step_speedup_text(rs) == f"timed alone {alone}; in the loop {loop}"
 
 
 def test_the_two_settings_have_one_name_each():
@@ -243,8 +243,8 @@ def test_the_two_settings_have_one_name_each():
         text = " ".join(page.read_text().replace("#", " ").split())
         assert "post's setup" not in text, page.name
         assert not re.search(r"post's setting(?! likely)", text), page.name
-    assert bl.RUNGS[0].title == findings.AUTHORS_DEFAULTS
-    assert findings.AUTHORS_DEFAULTS in (FINDINGS).read_text()
+    assert bl.RUNGS[0].title == ch3.AUTHORS_DEFAULTS
+    assert ch3.AUTHORS_DEFAULTS in (FINDINGS).read_text()
 
 
 # --- the verdict rules that changed, each where the old wording would be false -------
@@ -253,11 +253,11 @@ def test_the_two_settings_have_one_name_each():
 def test_pace_judges_a_ratio_against_its_epochs_not_a_fixed_margin():
     # median 1.05x, but one epoch slower: the old 3% rule said "faster"
     per_epoch = [1.055, 0.974, 1.041, 0.958, 1.072, 1.121]
-    assert findings.pace(per_epoch) == "within the epoch-to-epoch spread"
-    assert findings.pace([1.01, 1.02]) == "faster"  # old rule: "about the same"
-    assert findings.pace([0.9, 0.99]) == "slower"
+    assert ch3.pace(per_epoch) == "within the epoch-to-epoch spread"
+    assert ch3.pace([1.01, 1.02]) == "faster"  # old rule: "about the same"
+    assert ch3.pace([0.9, 0.99]) == "slower"
     with pytest.raises(ValueError, match="epoch by epoch"):
-        findings.pace([1.2])
+        ch3.pace([1.2])
 
 
 def measured_fixture_ladder(times_before, times_after):
@@ -298,13 +298,13 @@ def test_operator_time_above_the_step_is_not_separable():
 
 def test_a_loader_bound_epoch_is_the_loaders_noise_not_explained_by_it():
     rs = committed()
-    pair = findings.headline_pair(rs.pairs())
+    pair = ch3.headline_pair(rs.pairs())
     assert pair.loader_bound
-    text = findings.pair_sentence(rs, pair)
+    text = ch9.pair_sentence(rs, pair)
     assert "the epoch ratio measures the loader" in text
     assert "because the loader" not in text
     # the committed H200 runs: AMP waited longer for data in every timed epoch, so
     # the epoch ratio is the loader's systematically, not its noise
-    if findings.wait_direction(pair) == "longer":
+    if ch3.wait_direction(pair) == "longer":
         assert "AMP's run longer in every epoch" in text and "noise" not in text
     assert "(our setting)" in text

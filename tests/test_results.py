@@ -178,47 +178,6 @@ def test_empty_data_results_folder_reads(tmp_path):
     assert rs.empty and rs.pairs() == [] and rs.devices() == []
 
 
-def test_bound_checks_only_for_table_gpus_at_the_pairs_setting(tmp_path):
-    """Renamed to a GPU of the device table, the fixture runs get the cost model's bound
-    traced at their own setting; the GPU outside the table is left out."""
-    import torch.nn as nn
-
-    from ampbook.core.devices import load_devices
-    from ampbook.predict.costmodel import Ceilings, predict, trace_step
-
-    for f in FIXTURES.glob("train_fixture-gpu_*.json"):
-        rec = json.loads(f.read_text())
-        rec["environment"]["device_name"] = "NVIDIA H200"
-        (tmp_path / f.name).write_text(json.dumps(rec))
-    shutil.copy(FIXTURES / "train_other-fixture-gpu_amp-fp16_1024x512.json", tmp_path)
-    rs = load_results_dir(tmp_path)
-    # two 64-channel convolutions: compute-bound in fp32 on an H200, so strict fp32 and
-    # TF32 bounds differ, at a fraction of ERFNet's tracing time
-    model = nn.Sequential(
-        nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1)
-    )
-    checks = rs.bound_checks(model)
-    assert {c.pair.setting.device_name for c in checks} == {"NVIDIA H200"}
-    assert len(checks) == len(rs.pairs()) == 4
-    c = next(c for c in checks if not c.pair.baseline.tf32)
-    s = c.pair.setting
-    dev = load_devices()[c.device_key]
-    strict = predict(
-        trace_step(model, s.batch_size, s.height, s.width, "fp32"),
-        Ceilings.from_device(dev, tf32=False),
-    )
-    assert c.baseline_bound_s == pytest.approx(strict.min_step_s)
-    steps = c.pair.amp.record["epochs"][-1]["steps"]
-    assert c.pair.amp.one_step_s == pytest.approx(c.pair.amp.step_s / steps)
-    assert c.amp_efficiency == pytest.approx(c.amp_bound_s / c.pair.amp.one_step_s)
-    # strict fp32 has no TF32 tensor cores: its bound is slower than TF32's
-    tf32 = next(x for x in checks if x.pair.baseline.tf32)
-    assert c.baseline_bound_s > tf32.baseline_bound_s
-    assert f"AMP would gain {c.bound_speedup:.2f}x" in c.verdict()
-    assert f"its step in the loop ran at {c.pair.step_speedup:.2f}x" in c.verdict()
-    assert c.verdict().startswith("H200 SXM, ")  # the display name, not the raw one
-
-
 def test_cudnn_version_text_both_encodings():
     from ampbook.core.env import cudnn_version_text
 

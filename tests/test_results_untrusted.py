@@ -86,7 +86,7 @@ def page_text(rs) -> str:
     make it (provenance lines, tables, verdicts, the findings)."""
     from ampbook.bench import ladder as bl
     from ampbook.bench import matmul as bm
-    from ampbook.chapters import findings, verdicts
+    from ampbook.chapters import ch3, ch5, ch9
     from ampbook.core.devices import display_name, load_devices
     from ampbook.core.page import md_table_text
 
@@ -96,10 +96,10 @@ def page_text(rs) -> str:
     parts += [bm.sweep_provenance(s.record) for s in rs.matmul_sweeps]
     parts += [bl.source_line(x, False) for x in rs.ladders]
     pairs = rs.pairs()
-    parts += [verdicts.gpu_pair_verdict(p) for p in pairs]
-    parts.append(verdicts.gpu_in_short(pairs, rs.profile_pairs()))
-    parts.append(findings.gpu_findings(rs))
-    parts.append(findings.in_short(rs))
+    parts += [ch3.gpu_pair_verdict(p) for p in pairs]
+    parts.append(ch5.gpu_in_short(pairs, rs.profile_pairs()))
+    parts.append(ch9.gpu_findings(rs))
+    parts.append(ch9.in_short(rs))
     parts.append(
         md_table_text(
             bm.records_table([s.record for s in rs.matmul_sweeps], devices),

@@ -13,9 +13,10 @@ import torch
 from PIL import Image
 
 from ampbook.core.paths import REPO_ROOT
+from ampbook.results import TRAIN_SCHEMA_VERSION as SCHEMA_VERSION
+from ampbook.results import load_results
 from ampbook.train import (
     PRECISIONS,
-    SCHEMA_VERSION,
     ConfigError,
     NonFiniteLossError,
     TrainConfig,
@@ -24,7 +25,6 @@ from ampbook.train import (
     command_line,
     config_from_args,
     enet_class_weights,
-    load_results,
     main,
     run_name,
     run_training,

@@ -2,17 +2,16 @@
 on the fictitious GPU's fixtures and on planted cases (issue 19)."""
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from ampbook import results
-from ampbook.chapters import findings
-from ampbook.chapters.verdicts import (
-    gpu_pair_verdict,
-    kernel_time_verdict,
-    speed_verdict,
-)
+from ampbook.chapters import ch3, ch5
+from ampbook.chapters.ch3 import gpu_pair_verdict, speed_verdict
+from ampbook.chapters.ch5 import kernel_time_verdict
 from ampbook.measure import cpu_kernels as ck
 from ampbook.predict import costmodel as cm
 from ampbook.predict.calibration import load_published
@@ -102,7 +101,7 @@ def test_a_measured_speedup_above_the_roofline_ratio_is_reported_as_such():
     AMP's steps got closer to their bound, and the verdict says the ratio is exceeded
     rather than calling it a promise."""
     p = _pair("amp-fp16")
-    check = results.BoundCheck(p, "fixture", 0.020, 0.016)
+    check = ch5.BoundCheck(p, "fixture", 0.020, 0.016)
     assert check.bound_speedup == pytest.approx(1.25)
     assert p.step_speedup > check.bound_speedup
     assert check.share_ratio == pytest.approx(p.step_speedup / 1.25)
@@ -111,7 +110,7 @@ def test_a_measured_speedup_above_the_roofline_ratio_is_reported_as_such():
     assert f"its step in the loop ran at {p.step_speedup:.2f}x" in line
     assert "exceeds the roofline ratio, which is no upper bound" in line
     assert "promise" not in line and "inefficiency" not in line
-    below = results.BoundCheck(p, "fixture", 0.030, 0.010).verdict()
+    below = ch5.BoundCheck(p, "fixture", 0.030, 0.010).verdict()
     assert "AMP got less close to its bound than the baseline" in below
 
 
@@ -171,7 +170,7 @@ def test_bound_checks_attach_the_profiles_of_the_same_gpu_and_setting(tmp_path):
     # a two-conv stand-in: the test reads which profiles attach, not the bound's value,
     # and tracing it costs a fraction of ERFNet's trace
     net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 19, 1))
-    checks = results.load_results_dir(tmp_path).bound_checks(net)
+    checks = ch5.bound_checks(results.load_results_dir(tmp_path), net)
     by = {(c.pair.amp.mode, c.pair.baseline.mode): c for c in checks}
     tf32 = by[("amp-fp16", "fp32-tf32")]
     assert tf32.amp_profile.mode == "amp-fp16"
@@ -255,7 +254,7 @@ def test_a_loader_bound_gpu_pair_reads_its_epoch_ratio_as_loader_noise():
     assert "4 loader workers on 16 CPU threads (our setting)" in line
     lo, hi = min(slow.epoch_speedups), max(slow.epoch_speedups)
     # AMP waited longer in both timed epochs (4.0 > 3.2, 5.5 > 5.0): systematic
-    assert findings.wait_direction(slow) == "longer"
+    assert ch3.wait_direction(slow) == "longer"
     assert (
         "AMP's run longer in every epoch, so the epoch ratio measures the loader "
         f"(epoch ratio {lo:.2f}-{hi:.2f}x over epochs 2-3)"
@@ -268,11 +267,11 @@ def test_a_loader_bound_gpu_pair_reads_its_epoch_ratio_as_loader_noise():
         waiting(p.baseline, [5.0, 3.2, 5.6]),
         waiting(p.amp, [5.0, 4.0, 5.5]),
     )
-    assert crossed.loader_bound and findings.wait_direction(crossed) is None
+    assert crossed.loader_bound and ch3.wait_direction(crossed) is None
     assert "measures the loader's noise, not AMP" in gpu_pair_verdict(crossed)
     # AMP waiting less in every epoch is as systematic
     less = results.RunPair(p.setting, amp, base)
-    assert findings.wait_direction(less) == "shorter"
+    assert ch3.wait_direction(less) == "shorter"
     assert "AMP's run less in every epoch" in gpu_pair_verdict(less)
     # the step in the loop, never "alone" (that is the layer profiles' figure)
     lo, hi = min(slow.step_speedups), max(slow.step_speedups)
@@ -316,14 +315,13 @@ def test_the_step_timed_alone_comes_from_the_layer_profiles():
     """The opening box adds the step timed alone (the layer profiles' wall times): a
     second figure with its own meaning, never the runs'; the pair verdicts, which have
     no profiles, do not claim one."""
-    from ampbook.chapters import findings
-    from ampbook.chapters.verdicts import gpu_in_short
+    from ampbook.chapters.ch5 import gpu_in_short
 
     rs = _rs()
     p = _pair("amp-fp16")
-    alone = findings.step_alone(rs, pair=p)
+    alone = ch5.step_alone(rs, pair=p)
     assert alone is not None
-    b, a = findings.profile_pair(rs, pair=p)
+    b, a = ch5.profile_pair(rs, pair=p)
     assert float(alone) == pytest.approx(b.step_s / a.step_s)
     assert "timed alone" not in gpu_pair_verdict(p).lower()
     short = gpu_in_short(rs.pairs(), rs.profile_pairs())
@@ -392,7 +390,7 @@ def test_pace_verdict_against_a_bound_is_conditional():
 
 
 def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
-    from ampbook.chapters.verdicts import gpu_training_answer, headline_pair
+    from ampbook.chapters.ch3 import gpu_training_answer, headline_pair
 
     pairs = _rs().pairs()
     p = headline_pair(pairs)
@@ -411,7 +409,7 @@ def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
 
 
 def test_gpu_in_short_adds_the_profiles_kernel_and_idle_times():
-    from ampbook.chapters.verdicts import gpu_in_short
+    from ampbook.chapters.ch5 import gpu_in_short
 
     rs = _rs()
     line = gpu_in_short(rs.pairs(), rs.profile_pairs())
@@ -423,3 +421,44 @@ def test_gpu_in_short_adds_the_profiles_kernel_and_idle_times():
     )
     assert f"GPU idle {amp.idle_s * 1e3:.1f} ms against fp32's" in line
     assert gpu_in_short([]).startswith("No GPU run is committed")
+
+
+def test_bound_checks_only_for_table_gpus_at_the_pairs_setting(tmp_path):
+    """Renamed to a GPU of the device table, the fixture runs get the cost model's bound
+    traced at their own setting; the GPU outside the table is left out."""
+    import torch.nn as nn
+
+    from ampbook.core.devices import load_devices
+    from ampbook.predict.costmodel import Ceilings, predict, trace_step
+
+    for f in FIXTURES.glob("train_fixture-gpu_*.json"):
+        rec = json.loads(f.read_text())
+        rec["environment"]["device_name"] = "NVIDIA H200"
+        (tmp_path / f.name).write_text(json.dumps(rec))
+    shutil.copy(FIXTURES / "train_other-fixture-gpu_amp-fp16_1024x512.json", tmp_path)
+    rs = results.load_results_dir(tmp_path)
+    # two 64-channel convolutions: compute-bound in fp32 on an H200, so strict fp32 and
+    # TF32 bounds differ, at a fraction of ERFNet's tracing time
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1)
+    )
+    checks = ch5.bound_checks(rs, model)
+    assert {c.pair.setting.device_name for c in checks} == {"NVIDIA H200"}
+    assert len(checks) == len(rs.pairs()) == 4
+    c = next(c for c in checks if not c.pair.baseline.tf32)
+    s = c.pair.setting
+    dev = load_devices()[c.device_key]
+    strict = predict(
+        trace_step(model, s.batch_size, s.height, s.width, "fp32"),
+        Ceilings.from_device(dev, tf32=False),
+    )
+    assert c.baseline_bound_s == pytest.approx(strict.min_step_s)
+    steps = c.pair.amp.record["epochs"][-1]["steps"]
+    assert c.pair.amp.one_step_s == pytest.approx(c.pair.amp.step_s / steps)
+    assert c.amp_efficiency == pytest.approx(c.amp_bound_s / c.pair.amp.one_step_s)
+    # strict fp32 has no TF32 tensor cores: its bound is slower than TF32's
+    tf32 = next(x for x in checks if x.pair.baseline.tf32)
+    assert c.baseline_bound_s > tf32.baseline_bound_s
+    assert f"AMP would gain {c.bound_speedup:.2f}x" in c.verdict()
+    assert f"its step in the loop ran at {c.pair.step_speedup:.2f}x" in c.verdict()
+    assert c.verdict().startswith("H200 SXM, ")  # the display name, not the raw one

@@ -86,7 +86,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -102,6 +102,7 @@ from ampbook.results import (
     LadderCell,
     read_ladder,
 )
+from ampbook.results import LadderRung as Rung
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
     "fp32-tf32": ("fp32", "on"),
@@ -115,15 +116,6 @@ GPU_MODES = ("fp32-tf32", "amp-fp16", "amp-bf16", "fp32")
 CPU_MODES = ("fp32", "amp-bf16")
 SYNC_EVERY = 25  # rung 3's loss read-back interval, in steps
 COMPILE_MODE = "default"
-
-
-@dataclass(frozen=True)
-class Rung:
-    index: int
-    key: str
-    title: str
-    changes: dict = field(compare=False, hash=False)
-    why: str = ""
 
 
 RUNGS = (

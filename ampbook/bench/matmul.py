@@ -51,24 +51,14 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from ampbook.core import cli
 from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.core.words import plural
+from ampbook.results.schema import MATMUL_SCHEMA as SCHEMA
+from ampbook.results.sweeps import validate_matmul as validate_record
 
 if TYPE_CHECKING:  # torch is imported where it is used: ``python -m ampbook.bench
     # matmul --help`` answers without it
     import torch
 
-SCHEMA = "ampbook.tensor_cores/1"
 RESULTS_PATTERN = "tensor_cores_*.json"
-ROW_KEYS = (
-    "kind",
-    "dtype",
-    "median_s",
-    "p10_s",
-    "p90_s",
-    "tflops",
-    "gbps",
-    "flops",
-    "bytes_moved",
-)
 
 # Timing settings for one point of a sweep: a few warm-up calls, at least 5 samples and
 # `min_time` seconds, never more than `max_time` seconds of measurement.
@@ -887,40 +877,6 @@ def make_record(
         "skipped": list(skipped),
     }
     validate_record(record)
-    return record
-
-
-def validate_record(record: dict, source: str = "record") -> dict:
-    """Check a record's schema and rows; a ValueError names the file and what is
-    wrong."""
-    if not isinstance(record, dict):
-        raise ValueError(
-            f"{source}: a results record is a JSON object, got {type(record).__name__}"
-        )
-    if record.get("schema") != SCHEMA:
-        raise ValueError(
-            f"{source}: schema is {record.get('schema')!r}, expected {SCHEMA!r}"
-        )
-    for key in ("environment", "matmul", "shapes", "elementwise", "skipped"):
-        if key not in record:
-            raise ValueError(f"{source}: missing {key!r}")
-    for section in ("matmul", "shapes", "elementwise"):
-        for i, row in enumerate(record[section]):
-            missing = [k for k in ROW_KEYS if k not in row]
-            if section == "elementwise":
-                missing += [] if "numel" in row else ["numel"]
-            else:
-                missing += [k for k in ("n", "m", "k") if k not in row]
-            if section == "shapes" and "base" not in row:
-                missing.append("base")
-            if missing:
-                raise ValueError(f"{source}: {section}[{i}] lacks {missing}")
-            if not row["median_s"] > 0:
-                raise ValueError(
-                    f"{source}: {section}[{i}] has a non-positive median_s"
-                )
-    if "device_name" not in record["environment"]:
-        raise ValueError(f"{source}: environment lacks 'device_name'")
     return record
 
 

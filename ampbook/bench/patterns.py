@@ -1001,7 +1001,7 @@ def flushed_fractions(grads: list[torch.Tensor]) -> dict[str, float]:
 def _ratio_pace(ratios) -> str:
     """``ampbook.chapters.findings.pace`` of bf16 / fp16 step ratios (above 1: fp16
     faster) in words about fp16, or "not judged" with fewer than two ratios."""
-    from ampbook.chapters.findings import pace
+    from ampbook.chapters.ch3 import pace
 
     if len(ratios) < 2:
         return "not judged: one timed step each, no spread"

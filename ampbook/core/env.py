@@ -9,7 +9,7 @@ from importlib import metadata
 
 import torch
 
-from ampbook.core.devices import pick_device
+from ampbook.core.devices import display_name, pick_device
 
 # Tensor-core generation by CUDA compute capability (major, minor).
 _TENSOR_CORES = {
@@ -150,6 +150,27 @@ PROFILE_NOTES = {
 }
 
 
+def machine_text(
+    info: dict, unknown: str = "an unknown device", cuda_off_gpu: bool = False
+) -> tuple[str, list[str]]:
+    """The device and the software of an environment record (``environment``), as
+    every line of the book names them: the device (a GPU by ``devices.display_name``;
+    ``unknown`` where the record names none) and the software, ``torch X`` then, on a
+    GPU, ``CUDA Y`` and ``cuDNN Z`` (``CUDA Y`` off a GPU too with ``cuda_off_gpu``).
+    ``environment_line`` and ``ampbook.results.provenance`` render it."""
+    on_gpu = str(info.get("device", "")).startswith("cuda")
+    name = info.get("device_name") or unknown
+    if on_gpu:
+        name = display_name(name)
+    soft = [f"torch {info.get('torch', '?')}"]
+    if info.get("cuda") and (on_gpu or cuda_off_gpu):
+        soft.append(f"CUDA {info['cuda']}")
+    cudnn = cudnn_version_text(info.get("cudnn"))
+    if on_gpu and cudnn:
+        soft.append(f"cuDNN {cudnn}")
+    return name, soft
+
+
 def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     """One sentence for the top of a chapter: "Ran on <device> (<n> CPU threads), torch
     X[, CUDA Y, cuDNN Z], with the <profile> profile, <date>.". The CUDA and cuDNN
@@ -157,17 +178,7 @@ def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     was run by hand with its parameters cell's values."""
     import datetime
 
-    name = info.get("device_name") or info.get("device") or "an unknown device"
-    on_gpu = str(info.get("device", "")).startswith("cuda")
-    if on_gpu:
-        from ampbook.core.devices import display_name
-
-        name = display_name(name)
-    soft = [f"torch {info.get('torch', '?')}"]
-    if on_gpu and info.get("cuda"):
-        soft.append(f"CUDA {info['cuda']}")
-    if on_gpu and cudnn_version_text(info.get("cudnn")):
-        soft.append(f"cuDNN {cudnn_version_text(info['cudnn'])}")
+    name, soft = machine_text(info, info.get("device") or "an unknown device")
     how = (
         f"with the {profile} profile"
         if profile

@@ -43,8 +43,8 @@ when it costs:
 
 So autocast saves activation memory above a crossover batch size in pixels and costs
 memory below it. ``saved_for_backward`` measures one step; ``fit_line`` and
-``crossover_pixels`` find the crossover from two measured sizes; ``saving`` and
-``saving_verdict`` report a figure the same way everywhere.
+``crossover_pixels`` find the crossover from two measured sizes; ``saving`` reports a
+figure the same way everywhere (``ampbook.chapters.ch3.saving_verdict`` words it).
 
 The meter works on fake tensors too (``torch._subclasses.FakeTensorMode``: shapes and
 dtypes, no data), which is how the cost model predicts these bytes from its trace
@@ -220,28 +220,6 @@ def saving(fp32_bytes: float, amp_bytes: float) -> float:
 
 
 NEW_BYTES = "new bytes saved for backward"
-
-
-def saving_verdict(
-    fp32_bytes: float,
-    amp_bytes: float,
-    what: str = "autocast",
-    measure: str = NEW_BYTES,
-) -> str:
-    """One line for the page: how much ``what`` saved (or cost) of ``measure`` (the
-    book's memory figure, or on a GPU e.g. "peak CUDA memory allocated"), in MiB."""
-    s = saving(fp32_bytes, amp_bytes)
-    mib = (
-        f"{fp32_bytes / 2**20:.2f} MiB in fp32, {amp_bytes / 2**20:.2f} MiB with {what}"
-    )
-    if s >= 0:
-        return f"{what} saved {s:.0%} of the {measure} ({mib})."
-    why = (
-        ": at this size its fixed weight copies outweigh the smaller activations"
-        if measure == NEW_BYTES
-        else ""
-    )
-    return f"{what} cost {-s:.0%} more {measure} than fp32 ({mib}){why}."
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from ampbook.core import env as _env
 from ampbook.core.precision import backend_flags
 from ampbook.measure.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_rss
 from ampbook.measure.timing import default_sync, machine_load
+from ampbook.results.schema import TRAIN_SCHEMA as SCHEMA
+from ampbook.results.schema import TRAIN_SCHEMA_VERSION as SCHEMA_VERSION
 from ampbook.train.checkpoint import (
     load_checkpoint,
     restore,
@@ -51,8 +53,6 @@ from ampbook.train.outdir import (
     output_folder,
 )
 from ampbook.train.record import (
-    SCHEMA,
-    SCHEMA_VERSION,
     clean,
     earlier_epochs,
     epoch_line,

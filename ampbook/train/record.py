@@ -1,9 +1,11 @@
 """A training run's results record: the JSON file ``NAME.json`` the runner writes after
 every epoch, and reads back on resume.
 
-Results schema (``SCHEMA_VERSION`` 1; also in ``data/results/README.md``)
--------------------------------------------------------------------------
-Top level: ``schema`` ("ampbook.train"), ``schema_version``, ``name``, ``status``
+Results schema (``ampbook.results.TRAIN_SCHEMA_VERSION`` 1; also in
+``data/results/README.md``; ``ampbook.results.load_results`` reads one back)
+--------------------------------------------------------------------------------------
+Top level: ``schema`` ("ampbook.train", ``ampbook.results.TRAIN_SCHEMA``),
+``schema_version``, ``name``, ``status``
 ("running", "complete", "stopped: non-finite loss", "stopped: nothing learned",
 "interrupted", "failed"),
 ``started`` (the first start; kept on resume)/``finished`` (ISO 8601 UTC), ``resumed``
@@ -50,17 +52,14 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 from pathlib import Path
 
 import torch
 
 from ampbook.core import cli
+from ampbook.results.schema import TRAIN_SCHEMA
 from ampbook.train.checkpoint import write_atomic
 from ampbook.train.config import ConfigError, TrainConfig
-
-SCHEMA = "ampbook.train"
-SCHEMA_VERSION = 1
 
 
 def now() -> str:
@@ -86,26 +85,6 @@ def write_results(record: dict, path: Path) -> None:
     write_atomic(path, json.dumps(clean(record), indent=1, allow_nan=False) + "\n")
 
 
-def load_results(path: str | os.PathLike) -> dict:
-    """Read a results JSON written by the runner, checking its schema."""
-    try:
-        record = json.loads(cli.read_text(path, "training-run record"))
-    except cli.UserError as err:
-        raise ValueError(str(err)) from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} is not a training-run record (not a JSON object)")
-    if record.get("schema") != SCHEMA:
-        raise ValueError(
-            f"{path} is not a training-run record (schema {record.get('schema')!r})"
-        )
-    if record.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(
-            f"{path} has schema version {record.get('schema_version')}; this runner "
-            f"reads version {SCHEMA_VERSION}"
-        )
-    return record
-
-
 def earlier_record(path: Path | None) -> dict | None:
     """The results record at ``path`` if it is one of this runner's, else None."""
     if path is None or cli.is_special(path):
@@ -115,7 +94,9 @@ def earlier_record(path: Path | None) -> dict | None:
     except (OSError, ValueError):
         return None
     return (
-        record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
+        record
+        if isinstance(record, dict) and record.get("schema") == TRAIN_SCHEMA
+        else None
     )
 
 

@@ -162,6 +162,11 @@ class TrainStep:
         self._read = []
 
     def _optimizer_step(self) -> None:
+        """One optimizer step. With a GradScaler the gradients are scaled until
+        ``scaler.unscale_``, so clipping comes after it (on scaled gradients
+        ``clip_grad_norm_`` would measure the scale times the norm, and the step would
+        shrink by the scale); ``scaler.step`` skips a step whose gradients are not
+        finite. Shown on the page in chapter 3 (03_amp_training)."""
         if self.scaler is not None:
             if self.clip_grad is not None:
                 self.scaler.unscale_(self.optimizer)

@@ -1,0 +1,182 @@
+"""What the closing Findings chapter (09_findings) says about the GPU runs of a results
+folder: per GPU, the provenance, a table of the runs and the sentences that read it, all
+computed from ``ampbook.results`` so that they are true of whatever the folder holds;
+and the intro's "In short" (``in_short``)."""
+
+from __future__ import annotations
+
+from ampbook.chapters.ch3 import (
+    AMP_MODE,
+    BASE_MODE,
+    epoch_ratio,
+    loader_reading,
+    loader_setting,
+    pace,
+    spread_text,
+    step_in_loop,
+)
+from ampbook.chapters.ch5 import step_alone
+from ampbook.core.page import GIB, md_table_text
+from ampbook.results import ResultSet, provenance
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def step_speedup_text(rs: ResultSet, device: str | None = None, pair=None) -> str:
+    """The headline step speedup in one phrase, one figure per meaning: "timed alone
+    0.99x; in the loop 0.96-1.12x per epoch" (the first from the layer profiles, the
+    second from the training runs; either part left out where its data is not
+    committed, '' where neither is)."""
+    parts = []
+    alone = step_alone(rs, device, pair)
+    if alone is not None:
+        parts.append(f"timed alone {alone}")
+    loop = step_in_loop(rs, device, pair)
+    if loop is not None:
+        parts.append(f"in the loop {spread_text(loop)}")
+    return "; ".join(parts)
+
+
+def gpu_findings(rs: ResultSet) -> str:
+    """Markdown: one part per GPU with complete training runs in ``rs`` (provenance
+    line, runs table, AMP against each fp32 baseline), or one sentence saying the
+    folder has none."""
+    from ampbook.core.devices import display_name
+
+    runs = rs.gpu_runs()
+    if not runs:
+        return (
+            f"The results folder (`{rs.directory}`) holds no complete GPU training "
+            "run, so this copy of the book has no GPU findings to report."
+        )
+    parts = []
+    for device in sorted({r.device_name for r in runs}):
+        mine = sorted(
+            (r for r in runs if r.device_name == device), key=lambda r: r.one_step_s
+        )
+        first = mine[0]
+        s = first.setting
+        settings = {
+            "": f"{s.width}x{s.height}, batch {s.batch_size}",
+            "workers": s.workers,
+            "data": "synthetic" if s.synthetic_data else "Cityscapes",
+        }
+        line = provenance(
+            first.record["environment"], first.record.get("started"), settings
+        )
+        rows = [
+            (
+                r.mode_label,
+                _ms(r.one_step_s),
+                f"{r.data_wait_share:.0%}",
+                f"{r.images_per_s:.1f}",
+                f"{r.memory_bytes / GIB:.2f}" if r.memory_bytes else "–",
+            )
+            for r in mine
+        ]
+        table = md_table_text(
+            rows,
+            [
+                "precision",
+                "step in the loop (ms)",
+                "waiting share",
+                "images/s",
+                "peak (GiB)",
+            ],
+        )
+        sentences = [
+            f"- {pair_sentence(rs, p)}"
+            for p in rs.pairs()
+            if p.setting.device_name == device
+        ]
+        parts.append(
+            "\n\n".join(
+                [
+                    f"**{display_name(device)}**: {line.split(' · ', 1)[-1]}.",
+                    table,
+                    "\n".join(sentences),
+                ]
+            ).rstrip()
+        )
+    return "\n\n".join(parts)
+
+
+def pair_sentence(rs: ResultSet, p) -> str:
+    """One pair of GPU runs in one sentence: the step in the loop and the epoch, each
+    with its range epoch by epoch and judged against it (``pace``), the step timed
+    alone where layer profiles of that setting are committed, why the epoch gained
+    less than the step where it did, and the peak memory."""
+    step, epoch = step_in_loop(rs, pair=p), epoch_ratio(rs, pair=p)
+    text = f"{p.amp.mode_label} against {p.baseline.mode_label}: "
+    alone = step_alone(rs, pair=p)
+    if alone is not None:
+        text += f"the step timed alone ran {alone} (layer profiles), "
+    text += (
+        f"the step in the loop {spread_text(step)} ({pace(step)}), the epoch "
+        f"{spread_text(epoch)} ({pace(epoch)})"
+    )
+    wait = max(p.amp.data_wait_share, p.baseline.data_wait_share)
+    if p.loader_bound:
+        text += (
+            f"; with {loader_setting(p)} the loop waited for data {wait:.0%} of its "
+            f"time, {loader_reading(p)}"
+        )
+    elif float(epoch.hi) < float(step.lo):
+        text += (
+            f"; the epoch gained less than the step in every epoch, because the "
+            f"loader kept the GPU waiting {p.amp.data_wait_share:.0%} of the AMP epoch"
+        )
+    if p.memory_ratio is not None:
+        text += f"; peak memory {p.memory_ratio:.0%} of the baseline's"
+    return text + "."
+
+
+def in_short(rs: ResultSet) -> str:
+    """One plain-text sentence per GPU for the intro's "In short" box: AMP's step
+    against fp32 with TF32 (else the first baseline the folder pairs it with), timed
+    alone (layer profiles) and in the loop (training runs, per epoch), strict fp32's
+    step in the loop where measured, the epoch with the loader named as our setting,
+    and the peak memory. Says so when the folder has no pair to compare."""
+    from ampbook.core.devices import display_name
+
+    sentences = []
+    for device in sorted({p.setting.device_name for p in rs.pairs()}):
+        pairs = [p for p in rs.pairs() if p.setting.device_name == device]
+        fp16 = [p for p in pairs if p.amp.mode == AMP_MODE] or pairs
+        main = next((p for p in fp16 if p.baseline.mode == BASE_MODE), fp16[0])
+        strict = next(
+            (
+                p
+                for p in fp16
+                if p.baseline.mode == "fp32" and p.amp.mode == main.amp.mode
+            ),
+            None,
+        )
+        alone = step_alone(rs, pair=main)
+        text = (
+            f"On the {display_name(device)}, the committed runs measured "
+            f"{main.amp.mode_label}'s step against {main.baseline.mode_label}'s: "
+            + (f"timed alone {alone}, " if alone is not None else "")
+            + f"in the loop {spread_text(step_in_loop(rs, pair=main))}"
+        )
+        if strict is not None and strict is not main:
+            text += (
+                f"; against {strict.baseline.mode_label}'s "
+                f"{spread_text(step_in_loop(rs, pair=strict), epochs=False)}"
+            )
+        epoch = epoch_ratio(rs, pair=main)
+        text += f". The epoch ran at {spread_text(epoch, epochs=False)}"
+        if main.loader_bound:
+            wait = max(main.amp.data_wait_share, main.baseline.data_wait_share)
+            text += (
+                f": with {loader_setting(main)} the loop waited for data {wait:.0%} "
+                f"of the time, {loader_reading(main)}"
+            )
+        if main.memory_ratio is not None:
+            text += f". Peak memory was {main.memory_ratio:.0%} of fp32's"
+        sentences.append(text + ".")
+    if not sentences:
+        return "No GPU runs to compare are committed with this copy of the book."
+    return " ".join(sentences)

@@ -1,0 +1,164 @@
+"""The results layer's names and checks: the schema of every kind of record the book
+reads (the writers, ``ampbook.train`` and ``ampbook.bench``, write with these), the
+labels of the modes, ``ResultsError``, the checks a field of an untrusted file passes,
+and a measurement's one-line ``provenance``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ampbook.core import cli
+from ampbook.core.modes import PRECISIONS
+
+TRAIN_SCHEMA = "ampbook.train"
+TRAIN_SCHEMA_VERSION = 1  # the version the runner writes and this layer reads
+MATMUL_SCHEMA = "ampbook.tensor_cores/1"
+# The keys of every row of a tensor-core sweep (``validate_matmul``).
+MATMUL_ROW_KEYS = (
+    "kind",
+    "dtype",
+    "median_s",
+    "p10_s",
+    "p90_s",
+    "tflops",
+    "gbps",
+    "flops",
+    "bytes_moved",
+)
+LAYER_SCHEMA = "ampbook.layer_profile/1"
+LOADER_SCHEMA = "ampbook.loader_sweep/1"
+LADDER_SCHEMA = "ampbook.ladder/1"
+SCHEMAS = (TRAIN_SCHEMA, MATMUL_SCHEMA, LAYER_SCHEMA, LOADER_SCHEMA, LADDER_SCHEMA)
+
+PEAK_CUDA = "peak CUDA allocated"
+SAVED_FOR_BACKWARD = "saved for backward"
+# Order of the modes in tables: the baselines first (fp32 with TF32 on, then the
+# runner's precisions).
+MODE_LABELS = {
+    "fp32-tf32": "fp32 (TF32 on)",
+    "fp32": "fp32 (strict)",
+    "amp-fp16": "amp-fp16 + GradScaler",
+    "amp-bf16": "amp-bf16",
+}
+
+
+class ResultsError(ValueError, cli.UserError):
+    """A results file that claims a known schema but does not hold to it."""
+
+
+def provenance(
+    environment: dict,
+    date: str | None = None,
+    settings: dict[str, Any] | None = None,
+) -> str:
+    """The one-line provenance of a measurement shown in the book: the device (GPU
+    by ``devices.display_name``), the date, torch/CUDA/cuDNN, the host's CPU threads,
+    then ``settings`` as ``key value`` pairs in the given order (workers, memory
+    format, cudnn.benchmark, data...). ``date`` is an ISO time or date; its day is
+    shown. Every part is page text (``plots.md_escape``): a results file's strings
+    cannot add markup to the book."""
+    from ampbook.core.env import machine_text
+    from ampbook.core.page import md_escape
+
+    # (a CPU record names the CUDA its torch was built with, as it always has)
+    name, soft = machine_text(environment, "unknown device", cuda_off_gpu=True)
+    parts = [name]
+    if date:
+        parts.append(str(date)[:10])
+    parts.append(", ".join(soft))
+    if environment.get("cpu_threads"):
+        parts.append(f"{environment['cpu_threads']} CPU threads")
+    for key, value in (settings or {}).items():
+        parts.append(f"{key} {value}" if key else str(value))
+    return " · ".join(md_escape(part) for part in parts)
+
+
+def _number(value: Any, field: str, where: str, least: float = 0.0, above=False):
+    """``value`` as a finite number >= ``least`` (> with ``above``), else
+    ``ResultsError`` naming the file and the field."""
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > least if above else value >= least)
+    )
+    if not ok:
+        rule = f"{'above' if above else 'at least'} {least:g}"
+        raise ResultsError(f"{where}: {field} must be a number {rule}, got {value!r}")
+    return value
+
+
+# The largest count a results file may hold (images, steps, bytes, pixels): far above
+# anything measured, far below what would overflow a float or a format.
+MAX_COUNT = 2**53
+
+
+def _count(
+    value: Any, field: str, where: str, least: int = 1, most: int = MAX_COUNT
+) -> int:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)  # 3.0 is the count 3; 3.5 is no count
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < least
+        or value > most
+    ):
+        raise ResultsError(
+            f"{where}: {field} must be an integer from {least} to {most:,}, got "
+            f"{_short(value)}"
+        )
+    return value
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to one short line (a value in an error message)."""
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _share(value: Any, field: str, where: str, optional: bool = True):
+    """A fraction in [0, 1] (accuracy, mIoU, a share of a whole), or None."""
+    if value is None and optional:
+        return None
+    _number(value, field, where)
+    if value > 1:
+        raise ResultsError(
+            f"{where}: {field} must be a share from 0 to 1, got {value!r}"
+        )
+    return value
+
+
+# An epoch of even one image takes longer than this: a shorter wall time is no
+# measurement (it would divide into an absurd speedup).
+MIN_WALL_S = 1e-4
+# Parts of a whole measured by separate clocks may overshoot it by this much.
+PART_SLACK = 1.02
+
+
+def _precision(value: Any, field: str, where: str) -> str:
+    if value not in PRECISIONS:
+        raise ResultsError(
+            f"{where}: {field} must be one of {', '.join(PRECISIONS)}, got "
+            f"{_short(value)}"
+        )
+    return value
+
+
+def _positive(value: Any, what: str, where: str, above: bool = False) -> float:
+    """A finite number >= 0 (> 0 with ``above``: a time or rate that divides)."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+        or (above and value == 0)
+    ):
+        rule = "a positive" if above else "a non-negative"
+        raise ResultsError(f"{where}: {what} must be {rule} number, got {value!r}")
+    return float(value)
+
+
+def _optional(value: Any, what: str, where: str) -> float | None:
+    return None if value is None else _positive(value, what, where)

@@ -1,0 +1,440 @@
+"""Training runs (``ampbook.train``'s records): one summarised as a ``TrainRun`` with
+the book's one definition of each figure, and runs paired fp32 against AMP
+(``pair_runs``). The definitions are in ``ampbook.results``' docstring."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ampbook.core import cli
+from ampbook.results.schema import (
+    MAX_COUNT,
+    MIN_WALL_S,
+    MODE_LABELS,
+    PART_SLACK,
+    PEAK_CUDA,
+    SAVED_FOR_BACKWARD,
+    TRAIN_SCHEMA,
+    TRAIN_SCHEMA_VERSION,
+    ResultsError,
+    _count,
+    _number,
+    _precision,
+    _share,
+    provenance,
+)
+
+
+def load_results(path: str | os.PathLike) -> dict:
+    """Read a training-run record (``ampbook.train``'s ``NAME.json``), checking its
+    schema and version; ``ValueError`` names the file and the problem."""
+    try:
+        record = json.loads(cli.read_text(path, "training-run record"))
+    except cli.UserError as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a training-run record (not a JSON object)")
+    if record.get("schema") != TRAIN_SCHEMA:
+        raise ValueError(
+            f"{path} is not a training-run record (schema {record.get('schema')!r})"
+        )
+    if record.get("schema_version") != TRAIN_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path} has schema version {record.get('schema_version')}; this runner "
+            f"reads version {TRAIN_SCHEMA_VERSION}"
+        )
+    return record
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What must match for two training runs to be compared."""
+
+    device_name: str
+    height: int
+    width: int
+    batch_size: int
+    channels_last: bool
+    workers: int
+    train_images: int
+    synthetic_data: bool
+
+    @property
+    def label(self) -> str:
+        data = "synthetic" if self.synthetic_data else "Cityscapes"
+        cl = ", channels_last" if self.channels_last else ""
+        return (
+            f"{self.width}x{self.height}, batch {self.batch_size}, "
+            f"{self.train_images} {data} images, {self.workers} workers{cl}"
+        )
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """One training-run record, summarised with the module's definitions."""
+
+    path: str | None
+    name: str
+    status: str
+    device: str
+    device_name: str
+    precision: str
+    tf32: bool
+    setting: Setting
+    epochs_completed: int
+    epochs_timed: int
+    epoch_s: float
+    step_s: float
+    data_wait_s: float
+    images_per_epoch: int
+    memory_bytes: int | None
+    memory_measure: str
+    cuda_allocated_bytes: int | None
+    cuda_reserved_bytes: int | None
+    saved_tensor_bytes: int | None
+    final_train_loss: float | None
+    final_val_pixel_accuracy: float | None
+    final_val_miou: float | None
+    skipped_steps: int
+    record: dict = field(repr=False, compare=False, hash=False)
+    steps_per_epoch: int = 1  # steps of the last epoch (per process)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def mode(self) -> str:
+        """``fp32-tf32`` (fp32 with TF32 on), ``fp32`` (strict), ``amp-fp16`` or
+        ``amp-bf16``."""
+        return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
+
+    @property
+    def mode_label(self) -> str:
+        return MODE_LABELS[self.mode]
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images_per_epoch / self.epoch_s
+
+    @property
+    def data_wait_share(self) -> float:
+        """Fraction of the epoch time spent waiting for the loader."""
+        return self.data_wait_s / self.epoch_s
+
+    @property
+    def one_step_s(self) -> float:
+        """Time of one step: ``step_s`` over the epoch's steps."""
+        return self.step_s / self.steps_per_epoch
+
+    @property
+    def step_images_per_s(self) -> float:
+        """Images per second of the step alone (what the GPU could do with data
+        waiting)."""
+        return self.images_per_epoch / self.step_s
+
+    def timed_epochs(self) -> list[dict]:
+        """The epoch records the medians are taken over (after the first, when there
+        is more than one)."""
+        epochs = self.record["epochs"]
+        return epochs[1:] if len(epochs) > 1 else epochs
+
+    @property
+    def data_wait_range(self) -> tuple[float, float]:
+        """Least and most data wait of one timed epoch (s): the loader's noise."""
+        waits = [e["data_wait_s"] for e in self.timed_epochs()]
+        return (min(waits), max(waits))
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What the run's provenance line shows after the software: workers, memory
+        format, cudnn.benchmark (GPU runs) and the data."""
+        env = self.record.get("environment", {})
+        out: dict[str, Any] = {"workers": self.setting.workers}
+        out["memory format"] = (
+            "channels_last" if self.setting.channels_last else "contiguous"
+        )
+        if self.is_cuda:
+            bench = env.get("cudnn_benchmark")
+            out["cudnn.benchmark"] = (
+                "?" if bench is None else ("on" if bench else "off")
+            )
+        data = "synthetic" if self.setting.synthetic_data else "Cityscapes"
+        out[""] = f"{self.setting.train_images} {data} images"
+        return out
+
+    @property
+    def provenance(self) -> str:
+        """``provenance`` of this run: device, date, torch/CUDA/cuDNN, CPU threads,
+        workers, memory format, cudnn.benchmark and data, in one line."""
+        return provenance(
+            self.record.get("environment", {}),
+            self.record.get("started"),
+            self.settings,
+        )
+
+
+def _median_after_first(values: list[float]) -> float:
+    return statistics.median(values[1:] if len(values) > 1 else values)
+
+
+def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
+    """A ``TrainRun`` from a training-run record (a loaded file or ``run_training``'s
+    return)."""
+    where = str(path) if path is not None else record.get("name", "record")
+    if record.get("schema") != TRAIN_SCHEMA:
+        raise ResultsError(
+            f"{where}: not a training-run record (schema {record.get('schema')!r})"
+        )
+    try:
+        c, r, s, env = (
+            record["config"],
+            record["resolved"],
+            record["summary"],
+            record["environment"],
+        )
+        epochs = record["epochs"]
+        if not epochs:
+            raise ResultsError(f"{where}: no epoch was recorded")
+        _check_run_numbers(record, where)
+        timed = epochs[1:] if len(epochs) > 1 else epochs
+        epoch_s = _median_after_first([e["wall_s"] for e in epochs])
+        if not epoch_s > 0:
+            raise ResultsError(f"{where}: epoch time {epoch_s!r} is not positive")
+        cuda = str(r["device"]).startswith("cuda")
+        allocated = s.get("max_cuda_allocated_bytes")
+        saved = s.get("max_saved_tensor_bytes")
+        if cuda:
+            memory, measure = allocated, PEAK_CUDA
+        else:
+            memory, measure = saved, SAVED_FOR_BACKWARD
+        setting = Setting(
+            device_name=str(env["device_name"]),
+            height=int(c["height"]),
+            width=int(c["width"]),
+            batch_size=int(c["batch_size"]),
+            channels_last=bool(c.get("channels_last", False)),
+            # resolved: what "--workers auto" became (runs before it: the config's)
+            workers=int(r.get("workers", c.get("workers", 0))),
+            train_images=int(r["train_images"]),
+            synthetic_data=bool(r["synthetic_data"]),
+        )
+        return TrainRun(
+            path=str(path) if path is not None else None,
+            name=record["name"],
+            status=record["status"],
+            device=str(r["device"]),
+            device_name=setting.device_name,
+            precision=c["precision"],
+            tf32=c.get("tf32") == "on",
+            setting=setting,
+            epochs_completed=len(epochs),
+            epochs_timed=len(timed),
+            epoch_s=epoch_s,
+            step_s=_median_after_first([e["step_s"] for e in epochs]),
+            data_wait_s=_median_after_first([e["data_wait_s"] for e in epochs]),
+            images_per_epoch=int(epochs[-1]["images"]),
+            memory_bytes=memory,
+            memory_measure=measure,
+            cuda_allocated_bytes=allocated,
+            cuda_reserved_bytes=s.get("max_cuda_reserved_bytes"),
+            saved_tensor_bytes=saved,
+            final_train_loss=s.get("final_train_loss"),
+            final_val_pixel_accuracy=s.get("final_val_pixel_accuracy"),
+            final_val_miou=s.get("final_val_miou"),
+            skipped_steps=int(s.get("total_skipped_steps") or 0),
+            record=record,
+            steps_per_epoch=max(1, int(epochs[-1].get("steps") or 1)),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        if isinstance(err, ResultsError):
+            raise
+        raise ResultsError(
+            f"{where}: training-run record lacks or mistypes {err}"
+        ) from None
+
+
+def _check_run_numbers(record: dict, where: str) -> None:
+    """The numbers a ``TrainRun`` is made of: times positive (they divide), counts
+    positive integers, memory non-negative or null."""
+    if not isinstance(record["epochs"], list):
+        raise ResultsError(f"{where}: epochs must be a list of epoch records")
+    total_steps = 0
+    for i, e in enumerate(record["epochs"]):
+        if not isinstance(e, dict):
+            raise ResultsError(f"{where}: epochs[{i}] is not an epoch record")
+        at = f"epochs[{i}]"
+        wall = _number(e.get("wall_s"), f"{at}.wall_s", where, above=True)
+        if wall < MIN_WALL_S:
+            raise ResultsError(
+                f"{where}: {at}.wall_s {wall!r} is below {MIN_WALL_S:g} s: no epoch "
+                "is that short"
+            )
+        step = _number(e.get("step_s"), f"{at}.step_s", where, above=True)
+        wait = _number(e.get("data_wait_s"), f"{at}.data_wait_s", where)
+        if step + wait > wall * PART_SLACK:
+            raise ResultsError(
+                f"{where}: {at}: step_s {step:.4g} + data_wait_s {wait:.4g} exceed "
+                f"the epoch's wall_s {wall:.4g} they are parts of"
+            )
+        images = _count(e.get("images"), f"{at}.images", where)
+        if e.get("steps") is not None:
+            steps = _count(e["steps"], f"{at}.steps", where, most=images)
+            total_steps += steps
+        for key in ("skipped_steps", "optimizer_steps", "nonfinite_losses"):
+            if e.get(key) is not None:
+                _count(e[key], f"{at}.{key}", where, least=0)
+        for key in ("val_pixel_accuracy", "val_miou"):
+            _share(e.get(key), f"{at}.{key}", where)
+        for key in ("train_loss", "val_loss"):
+            if e.get(key) is not None:
+                _number(e[key], f"{at}.{key}", where)
+    c, r, s = record["config"], record["resolved"], record["summary"]
+    for key in ("height", "width"):
+        _count(c.get(key), f"config.{key}", where, most=2**16)
+    _count(c.get("batch_size"), "config.batch_size", where, most=2**20)
+    if c.get("workers") is not None:
+        _count(c["workers"], "config.workers", where, least=0, most=4096)
+    if isinstance(r.get("workers"), int):
+        _count(r["workers"], "resolved.workers", where, least=0, most=4096)
+    _count(r.get("train_images"), "resolved.train_images", where)
+    for key in (
+        "max_cuda_allocated_bytes",
+        "max_saved_tensor_bytes",
+        "max_cuda_reserved_bytes",
+    ):
+        if s.get(key) is not None:
+            _number(s[key], f"summary.{key}", where)
+            _count(s[key], f"summary.{key}", where, least=0, most=2**50)
+    for key in ("final_val_pixel_accuracy", "final_val_miou"):
+        _share(s.get(key), f"summary.{key}", where)
+    if s.get("final_train_loss") is not None:
+        _number(s["final_train_loss"], "summary.final_train_loss", where)
+    if s.get("total_skipped_steps") is not None:
+        _count(
+            s["total_skipped_steps"],
+            "summary.total_skipped_steps",
+            where,
+            least=0,
+            most=max(total_steps, 0) if total_steps else MAX_COUNT,
+        )
+    for key in ("name", "status", "precision"):
+        holder = c if key == "precision" else record
+        if not isinstance(holder.get(key), str):
+            raise ResultsError(f"{where}: {key} must be a string")
+    _precision(c["precision"], "config.precision", where)
+
+
+@dataclass(frozen=True)
+class RunPair:
+    """An fp32 baseline and an AMP run of one setting on one device."""
+
+    setting: Setting
+    baseline: TrainRun
+    amp: TrainRun
+
+    @property
+    def label(self) -> str:
+        return f"{self.amp.mode_label} vs {self.baseline.mode_label}"
+
+    @property
+    def speedup(self) -> float:
+        """Baseline epoch time over AMP epoch time (above 1: AMP faster)."""
+        return self.baseline.epoch_s / self.amp.epoch_s
+
+    @property
+    def step_speedup(self) -> float:
+        """The same for the time inside the step alone (data waiting left out)."""
+        return self.baseline.step_s / self.amp.step_s
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """AMP memory over baseline memory (below 1: AMP saved memory); None without
+        both."""
+        if not self.baseline.memory_bytes or self.amp.memory_bytes is None:
+            return None
+        return self.amp.memory_bytes / self.baseline.memory_bytes
+
+    @property
+    def memory_measure(self) -> str:
+        return self.baseline.memory_measure
+
+    @property
+    def epoch_speedups(self) -> list[float]:
+        """Baseline over AMP wall time, epoch by epoch (the timed epochs the two runs
+        share): the spread of ``speedup``."""
+        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
+        return [b["wall_s"] / a["wall_s"] for b, a in pairs]
+
+    @property
+    def step_speedups(self) -> list[float]:
+        """The same for the time inside the step: the spread of ``step_speedup``."""
+        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
+        return [b["step_s"] / a["step_s"] for b, a in pairs]
+
+    @property
+    def loader_bound(self) -> bool:
+        """Either run spent at least half its loop waiting for data: its epoch time is
+        the loader's, and the epoch ratio measures the loader's noise, not AMP."""
+        return max(self.amp.data_wait_share, self.baseline.data_wait_share) >= 0.5
+
+    @property
+    def headline_speedup(self) -> float:
+        """The speedup to show for this pair: the step's when the pair is loader-bound
+        (``loader_bound``), else the epoch's."""
+        return self.step_speedup if self.loader_bound else self.speedup
+
+    @property
+    def provenance(self) -> str:
+        """The AMP run's provenance line (both runs share device and setting)."""
+        return self.amp.provenance
+
+
+def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunPair]:
+    """Every (fp32 baseline, AMP run) pair that shares device and setting.
+
+    Baselines are fp32 with TF32 on and strict fp32, each paired with every AMP run of
+    the group; two runs of one mode in a group are an error naming both
+    (``load_results_dir`` sets such runs aside). Ordered by device, setting, then
+    ``MODES``.
+    """
+    groups: dict[Setting, dict[str, TrainRun]] = {}
+    for run in runs:
+        if complete_only and not run.complete:
+            continue
+        group = groups.setdefault(run.setting, {})
+        if run.mode in group:
+            raise ResultsError(
+                f"{group[run.mode].path or group[run.mode].name} and "
+                f"{run.path or run.name} are two records of one setting "
+                f"({run.setting.label}, {run.mode}): keep one of them"
+            )
+        group[run.mode] = run
+    out = []
+    for setting in sorted(
+        groups,
+        key=lambda k: (
+            k.device_name,
+            k.height,
+            k.width,
+            k.batch_size,
+            k.channels_last,
+            k.workers,
+            k.train_images,
+        ),
+    ):
+        by_mode = groups[setting]
+        for base in ("fp32-tf32", "fp32"):
+            for amp in ("amp-fp16", "amp-bf16"):
+                if base in by_mode and amp in by_mode:
+                    out.append(RunPair(setting, by_mode[base], by_mode[amp]))
+    return out
