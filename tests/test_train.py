@@ -13,8 +13,7 @@ import torch
 from PIL import Image
 
 from ampbook.core.paths import REPO_ROOT
-from ampbook.results import TRAIN_SCHEMA_VERSION as SCHEMA_VERSION
-from ampbook.results import load_results
+from ampbook.results import TRAIN_SCHEMA_VERSION, load_results
 from ampbook.train import (
     PRECISIONS,
     ConfigError,
@@ -180,7 +179,10 @@ def test_results_file_matches_the_returned_record_and_schema(fp32_run):
     assert path.name == f"{run_name(cfg)}.json"
     on_disk = load_results(path)
     assert on_disk == {k: v for k, v in result.items() if k != "json_path"}
-    assert result["schema_version"] == SCHEMA_VERSION and result["status"] == "complete"
+    assert (
+        result["schema_version"] == TRAIN_SCHEMA_VERSION
+        and result["status"] == "complete"
+    )
     assert sorted(p.name for p in path.parent.iterdir()) == sorted(
         [path.name, f"{run_name(cfg)}.ckpt"]
     )

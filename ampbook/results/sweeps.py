@@ -123,10 +123,6 @@ class LayerProfile:
         GPU idle time left out."""
         return self.predicted_step_s / self.kernel_s
 
-    @property
-    def predicted_total_s(self) -> float:
-        return sum(layer.predicted_s for layer in self.layers)
-
     def by_type(self) -> list[LayerTime]:
         """Measured and predicted time summed per module type, largest measured
         first."""

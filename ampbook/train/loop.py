@@ -25,8 +25,7 @@ from ampbook.core import env as _env
 from ampbook.core.precision import backend_flags
 from ampbook.measure.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_rss
 from ampbook.measure.timing import default_sync, machine_load
-from ampbook.results.schema import TRAIN_SCHEMA as SCHEMA
-from ampbook.results.schema import TRAIN_SCHEMA_VERSION as SCHEMA_VERSION
+from ampbook.results.schema import TRAIN_SCHEMA, TRAIN_SCHEMA_VERSION
 from ampbook.train.checkpoint import (
     load_checkpoint,
     restore,
@@ -564,8 +563,8 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
         "channels_last" if cfg.channels_last else "contiguous"
     )
     record = {
-        "schema": SCHEMA,
-        "schema_version": SCHEMA_VERSION,
+        "schema": TRAIN_SCHEMA,
+        "schema_version": TRAIN_SCHEMA_VERSION,
         "name": name,
         "status": "running",
         "started": started,
