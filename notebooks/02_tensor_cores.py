@@ -83,7 +83,19 @@ import numpy as np
 import torch
 
 from ampbook import results
-from ampbook.bench import matmul as bm
+from ampbook.bench.machine_load import load_verdict
+from ampbook.bench.matmul import make_record, roofline_ceilings, save_record
+from ampbook.bench.sweeps import (
+    conv_sweep,
+    elementwise_sweep,
+    matmul_sweep,
+    outside_spread,
+    read_from,
+    shape_cliff,
+    shape_penalties,
+    supported_dtypes,
+)
+from ampbook.chapters import ch2
 from ampbook.core.devices import (
     attainable_tflops,
     device_for,
@@ -114,7 +126,7 @@ use_style()
 device = pick_device(device)
 devices = load_devices()
 here = device_for(device)  # this GPU's entry in the peak table, or None
-dtypes = bm.supported_dtypes(device)  # the matmul dtypes this device runs
+dtypes = supported_dtypes(device)  # the matmul dtypes this device runs
 load = machine_load()
 
 # %% [markdown]
@@ -123,7 +135,7 @@ load = machine_load()
 # First, how busy this machine was when the run started:
 
 # %%
-md(bm.load_verdict(load, device.type))
+md(load_verdict(load, device.type))
 
 # %% [markdown]
 # On a busy or shared machine other processes hold the CPUs, and a multi-threaded CPU kernel
@@ -391,9 +403,9 @@ md_table([r[:2] for r in tensor_core_claims(load_reference("seed_post"), devices
 # longer than `max_call_s`, so a slow dtype cannot stall the run.
 
 # %%
-mm_rows, mm_skipped = bm.matmul_sweep(matmul_sizes, dtypes, device,
-                                      max_call_s=max_call_s, rounds=rounds,
-                                      min_time=min_time)
+mm_rows, mm_skipped = matmul_sweep(matmul_sizes, dtypes, device,
+                                   max_call_s=max_call_s, rounds=rounds,
+                                   min_time=min_time)
 for s in mm_skipped:
     print(f"skipped {s['dtype']} n={s['n']}: {s['reason']}")
 
@@ -406,12 +418,12 @@ for s in mm_skipped:
 # %%
 sweeps = results.load_results_dir(results_dir or None).matmul_sweeps
 records = [sw.record for sw in sweeps]
-md("\n\n".join(bm.sweep_provenance(r) for r in records)
-   or bm.records_verdict(records, results_dir or RESULTS_DIR))
+md("\n\n".join(ch2.sweep_provenance(r) for r in records)
+   or ch2.records_verdict(records, results_dir or RESULTS_DIR))
 
 # %% mystnb={"figure": {"caption": "Matmul throughput against size, one line per dtype (median of the samples; the bars span the 10th to 90th percentile): on the device this chapter ran on (first panel) and on each GPU whose sweep is committed under data/results (a panel each, named in its title). Mind the different y scales.", "name": "fig-ch2-matmul-size"}} tags=["hide-input"]
 panels = [(f"this machine ({device.type})", mm_rows)]
-panels += [(bm.record_device(r), r["matmul"]) for r in records]
+panels += [(ch2.record_device(r), r["matmul"]) for r in records]
 fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.8),
                          squeeze=False)
 dtype_order = ["fp32", "tf32", "fp16", "bf16", "fp8_e4m3"]  # one look per dtype
@@ -431,7 +443,7 @@ axes[0][0].set_ylabel("TFLOP/s")
 plt.show()
 
 # %%
-md("\n\n".join(bm.sweep_summary(r, devices) for r in records)
+md("\n\n".join(ch2.sweep_summary(r, devices) for r in records)
    or "No GPU sweep to compare with.")
 
 # %% [markdown]
@@ -443,7 +455,7 @@ md("\n\n".join(bm.sweep_summary(r, devices) for r in records)
 # and tile-edge overheads. This machine's own best rates:
 
 # %% tags=["hide-input"]
-best = bm.best_per_dtype(mm_rows)
+best = ch2.best_per_dtype(mm_rows)
 rows = [[d, r["n"], r["tflops"] * 1e3, r["tflops"] / best["fp32"]["tflops"]]
         for d, r in best.items()]
 headers = ["dtype", "best at n", "GFLOP/s", "speed vs best fp32 (x)"]
@@ -455,8 +467,8 @@ if here is not None:  # a GPU of the peak table: against its published peaks
 md_table(rows, headers, [None, None, ".4g", ".3g", ".4g", ".1%"][: len(headers)])
 
 # %%
-n_cmp, speed = bm.speeds_at_common_size(mm_rows)
-md(bm.speed_verdict(speed, n_cmp, device.type))
+n_cmp, speed = ch2.speeds_at_common_size(mm_rows)
+md(ch2.speed_verdict(speed, n_cmp, device.type))
 
 # %% [markdown]
 # The line above compares every dtype with fp32 at the largest size all of them reached. On
@@ -477,14 +489,14 @@ md(bm.speed_verdict(speed, n_cmp, device.type))
 
 # %%
 conv_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes]
-conv_rows, conv_skipped, conv_fitted = bm.conv_sweep(
+conv_rows, conv_skipped, conv_fitted = conv_sweep(
     conv_shape, conv_dtypes, device, max_call_s=max_call_s, rounds=rounds,
     min_time=min_time)
 if conv_fitted:
     print(f"The convolution was {conv_fitted}.")
 for s in conv_skipped:
     print(f"skipped the {s['dtype']} training pass: {s['reason']}")
-n_cmp, op_ratios = bm.op_speeds(mm_rows, conv_rows)
+n_cmp, op_ratios = ch2.op_speeds(mm_rows, conv_rows)
 
 # %% tags=["hide-input"]
 f32 = {r["kind"]: r["median_s"] for r in conv_rows if r["dtype"] == "fp32"}
@@ -498,7 +510,7 @@ md_table(rows, ["op", "fp32 ms"] + [f"{d} speedup (x)" for d in low],
          [None, ".3g"] + [".3g"] * len(low))
 
 # %%
-md(bm.amp_op_verdict(op_ratios, device.type, load))
+md(ch2.amp_op_verdict(op_ratios, device.type, load))
 
 # %% [markdown]
 # A speedup above 1 means the 16-bit dtype ran faster than fp32. Where it does, as tensor
@@ -528,14 +540,14 @@ glue_all(n_cmp=n_cmp, **{f"speed_{d}_{k}": op_ratios.get(d, {}).get(k, np.nan)
 # source):
 
 # %%
-print(inspect.getsource(bm.outside_spread))
+print(inspect.getsource(outside_spread))
 
 # %%
 shape_dtypes = [d for d in dtypes if not d.startswith("fp8")]
-shape_rows, shape_skipped = bm.shape_cliff(shape_sizes, shape_dtypes, device,
-                                           max_call_s=max_call_s, known=mm_rows,
-                                           rounds=rounds, min_time=min_time)
-pens = bm.shape_penalties(shape_rows)
+shape_rows, shape_skipped = shape_cliff(shape_sizes, shape_dtypes, device,
+                                        max_call_s=max_call_s, known=mm_rows,
+                                        rounds=rounds, min_time=min_time)
+pens = shape_penalties(shape_rows)
 for s in shape_skipped:
     print(f"skipped {s['dtype']} near n={s['n']}: {s['reason']}")
 
@@ -564,7 +576,7 @@ ax.legend(fontsize=8, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
 plt.show()
 
 # %%
-md(bm.shape_verdict(pens))
+md(ch2.shape_verdict(pens))
 
 # %% [markdown]
 # The verdict above ({numref}`fig-ch2-shapes` draws the same ratios) names the largest
@@ -595,8 +607,8 @@ md(bm.shape_verdict(pens))
 
 # %%
 ew_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes]
-ew_rows = bm.elementwise_sweep(elementwise_numels, ew_dtypes, device, rounds=rounds,
-                               min_time=min_time)
+ew_rows = elementwise_sweep(elementwise_numels, ew_dtypes, device, rounds=rounds,
+                            min_time=min_time)
 cache, cache_where = last_level_cache(device)
 ew = {(r["dtype"], r["numel"]): r for r in ew_rows}
 big = max(elementwise_numels)
@@ -605,7 +617,7 @@ glue_all(cache_mib=cache / MIB, cache_where=cache_where)
 # %% tags=["hide-input"]
 rows = []
 for n in sorted(set(elementwise_numels)):
-    where = {d: bm.read_from(ew[(d, n)], cache) for d in ew_dtypes}
+    where = {d: read_from(ew[(d, n)], cache) for d in ew_dtypes}
     odd = [f"{d}: {w}" for d, w in where.items() if w != where["fp32"]]
     read = where["fp32"] + (f" ({', '.join(odd)})" if odd else "")
     rows.append([n, 3 * n * 4 / MIB, read, ew[("fp32", n)]["gbps"]]
@@ -619,7 +631,7 @@ md_table(rows, ["elements", "fp32 MiB per call", "inputs from", "fp32 GB/s"]
 glue_all(ew_ratio=ew[("fp16", big)]["median_s"] / ew[("fp32", big)]["median_s"],
          ew_big=big, ew_gbps16=ew[("fp16", big)]["gbps"],
          ew_gbps32=ew[("fp32", big)]["gbps"])
-md(bm.elementwise_verdict(ew_rows, cache))
+md(ch2.elementwise_verdict(ew_rows, cache))
 
 # %% [markdown]
 # The last-level cache here is {glue:text}`cache_mib:.3g` MiB
@@ -639,11 +651,11 @@ md(bm.elementwise_verdict(ew_rows, cache))
 # measured in this run, and a measured ceiling is only a floor on the true one.
 
 # %%
-ceilings = bm.roofline_ceilings(here, best, ew_rows, cache)
+ceilings = roofline_ceilings(here, best, ew_rows, cache)
 # the adds do not use tensor cores: their compute roof is fp32's
 points = [(f"add {d}", ew[(d, big)], "fp32") for d in ew_dtypes]
 points += [(f"matmul {d} n={r['n']}", r, d) for d, r in best.items()]
-md(bm.ceilings_text(ceilings))
+md(ch2.ceilings_text(ceilings))
 
 # %% mystnb={"figure": {"caption": "Roofline of the device this chapter ran on: attainable FLOP/s against arithmetic intensity, one compute ceiling per dtype and one bandwidth ceiling (published peaks for a GPU in the table, else the best measured rates), with the measured elementwise adds and best matmuls as points.", "name": "fig-ch2-roofline"}} tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -667,14 +679,14 @@ plt.show()
 # tensor cores):
 
 # %% tags=["hide-input"]
-roof = bm.roofline_rows(points, ceilings)
+roof = ch2.roofline_rows(points, ceilings)
 keys = ["label", "intensity", "gflops", "roof_gflops", "fraction", "bound"]
 md_table([[r[k] for k in keys] for r in roof],
          ["measurement", "FLOP/byte", "GFLOP/s", "roof GFLOP/s", "fraction of roof",
           "bound by"], [None, ".3g", ".4g", ".4g", ".1%", None])
 
 # %%
-md(bm.roofline_verdict(roof, ceilings))
+md(ch2.roofline_verdict(roof, ceilings))
 
 # %% [markdown]
 # Left of the fp32 ridge point a faster math unit would not help the adds; fewer bytes
@@ -694,10 +706,10 @@ md(bm.roofline_verdict(roof, ceilings))
 # peak:
 
 # %%
-md(bm.records_verdict(records, results_dir or RESULTS_DIR))
+md(ch2.records_verdict(records, results_dir or RESULTS_DIR))
 
 # %% tags=["hide-input"]
-rows = bm.records_table(records, devices)
+rows = ch2.records_table(records, devices)
 one = int(len({r[0] for r in rows}) <= 1)  # one GPU: named above, not in every row
 md_table([r[one:] for r in rows],
          ["GPU", "dtype", "best at n", "TFLOP/s", "published peak",
@@ -708,14 +720,14 @@ md_table([r[one:] for r in rows],
 # table is behind the toggle below it):
 
 # %%
-md("\n\n".join(bm.record_device(r) + ": "
-                + bm.shape_verdict(bm.shape_penalties(r["shapes"])) for r in records)
+md("\n\n".join(ch2.record_device(r) + ": "
+                + ch2.shape_verdict(shape_penalties(r["shapes"])) for r in records)
    or "No GPU sweep to show.")
 
 # %% tags=["hide-input", "hide-output"]
-rows = [[bm.record_device(r), p["dtype"], p["base"], p["n"], p["slowdown"],
+rows = [[ch2.record_device(r), p["dtype"], p["base"], p["n"], p["slowdown"],
          "yes" if p["outside_spread"] else "no"]
-        for r in records for p in bm.shape_penalties(r["shapes"])]
+        for r in records for p in shape_penalties(r["shapes"])]
 one = int(len({r[0] for r in rows}) <= 1)
 md_table([r[one:] for r in rows], ["GPU", "dtype", "multiple of 8", "one off",
                                    "slowdown (x)", "beyond the spread"][one:],
@@ -723,9 +735,9 @@ md_table([r[one:] for r in rows], ["GPU", "dtype", "multiple of 8", "one off",
 
 # %%
 if save_results:
-    record = bm.make_record(device, mm_rows, shape_rows, ew_rows,
-                            mm_skipped + shape_skipped)
-    print(f"saved {bm.save_record(record, save_results)}")
+    record = make_record(device, mm_rows, shape_rows, ew_rows,
+                         mm_skipped + shape_skipped)
+    print(f"saved {save_record(record, save_results)}")
 
 # %% [markdown]
 # ## Summary

@@ -113,7 +113,7 @@ from myst_nb import glue
 
 from ampbook.bench.layers import ceilings_for
 from ampbook.bench.loader import measure_loader
-from ampbook.bench.matmul import load_verdict
+from ampbook.bench.machine_load import load_verdict
 from ampbook.bench.step import step_rounds
 from ampbook.chapters import ch3, ch5
 from ampbook.core.devices import (

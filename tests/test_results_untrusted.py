@@ -85,7 +85,7 @@ def page_text(rs) -> str:
     """What the chapters show of a results folder, from the library functions that
     make it (provenance lines, tables, verdicts, the findings)."""
     from ampbook.bench import ladder as bl
-    from ampbook.bench import matmul as bm
+    from ampbook.chapters import ch2 as bm
     from ampbook.chapters import ch3, ch5, ch9
     from ampbook.core.devices import display_name, load_devices
     from ampbook.core.page import md_table_text

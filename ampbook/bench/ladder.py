@@ -2181,7 +2181,7 @@ def torch_threads(n: int | None):
 
 
 def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
-    from ampbook.bench.matmul import load_verdict
+    from ampbook.bench.machine_load import load_verdict
     from ampbook.core.env import environment
     from ampbook.measure.timing import machine_load
 

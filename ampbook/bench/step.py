@@ -559,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     extra = bool(options or args.optimizers or args.data_cache)
 
-    from ampbook.bench.matmul import load_verdict
+    from ampbook.bench.machine_load import load_verdict
     from ampbook.core.devices import pick_device
     from ampbook.core.env import cpu_flags, environment
     from ampbook.measure.timing import machine_load

@@ -1,0 +1,426 @@
+"""Speed by dtype, measured: the sweeps behind chapter 2 and ``python -m ampbook.bench
+matmul``. Square matmuls by size (``matmul_sweep``), sizes one off a multiple of 8
+(``shape_cliff``, read by ``shape_penalties``), an elementwise add
+(``elementwise_sweep``, ``read_from`` says whether its inputs came from memory) and one
+convolution's forward and training pass (``conv_sweep``). Each point is measured side
+by side with the other dtypes; rows are ``TimingResult.to_dict()``. Torch is imported
+where it is used.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:  # torch is imported where it is used: ``python -m ampbook.bench
+    # matmul --help`` answers without it
+    import torch
+
+# Timing settings for one point of a sweep: a few warm-up calls, at least 5 samples and
+# `min_time` seconds, never more than `max_time` seconds of measurement.
+SWEEP_TIMING = {"warmup": 2, "repeats": 5, "min_time": 0.1, "max_time": 1.0}
+
+
+def supported_dtypes(device: str | torch.device = "auto") -> list[str]:
+    """The matmul dtypes this device runs: fp32, fp16, bf16 on a CPU; on CUDA also tf32
+    (compute capability 8.0+), bf16 (8.0+) and fp8 (8.9+, with ``torch._scaled_mm``)."""
+    import torch
+
+    from ampbook.core.devices import pick_device
+
+    dev = pick_device(device)
+    if dev.type != "cuda":
+        return ["fp32", "fp16", "bf16"]
+    cap = torch.cuda.get_device_capability(dev)
+    out = ["fp32"]
+    if cap >= (8, 0):
+        out.append("tf32")
+    out.append("fp16")
+    if cap >= (8, 0):
+        out.append("bf16")
+    if (
+        cap >= (8, 9)
+        and hasattr(torch, "_scaled_mm")
+        and hasattr(torch, "float8_e4m3fn")
+    ):
+        out.append("fp8")
+    return out
+
+
+def _timing(kwargs: dict) -> dict:
+    out = dict(SWEEP_TIMING)
+    out.update(kwargs)
+    return out
+
+
+def _predict(measured: dict[int, float], n: int) -> float | None:
+    """Seconds per call of an n^3 matmul from the nearest smaller measured size
+    (cubic)."""
+    smaller = [m for m in measured if m <= n]
+    if not smaller:
+        return None
+    m = max(smaller)
+    return measured[m] * (n / m) ** 3
+
+
+def _best_of(results: list[dict]) -> dict:
+    """Of several interleaved measurements of one point, the one with the lowest median
+    (the least disturbed by other work on the machine)."""
+    best = min(results, key=lambda r: r["median_s"])
+    if len(results) > 1:
+        best = dict(
+            best, rounds=len(results), medians_s=[r["median_s"] for r in results]
+        )
+    return best
+
+
+def matmul_sweep(
+    sizes: Iterable[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    max_call_s: float | None = None,
+    rounds: int = 1,
+    **timing,
+) -> tuple[list[dict], list[dict]]:
+    """Square matmuls of each size in each dtype; returns ``(rows, skipped)``.
+
+    Sizes go up; at each size the dtypes are measured one after the other (side by side
+    in time). A size whose single call is predicted (cubic growth from the last measured
+    size of that dtype) to exceed ``max_call_s`` is skipped with the reason recorded, so
+    a slow dtype (bf16 on a CPU without AMX) cannot stall a run. ``rounds`` > 1 repeats
+    each point in
+    interleaved rounds and keeps the fastest median. ``timing`` goes to
+    ``time_matmul``."""
+    from ampbook.core.devices import pick_device
+    from ampbook.measure.timing import time_matmul
+
+    dev = pick_device(device)
+    sizes = sorted(set(int(s) for s in sizes))
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    measured: dict[str, dict[int, float]] = {d: {} for d in dtypes}
+    rows, skipped = [], []
+    for n in sizes:
+        todo = []
+        for dtype in dtypes:
+            reason = _skip_reason(dtype, n, measured[dtype], max_call_s)
+            if reason:
+                skipped.append(
+                    {"kind": "matmul", "dtype": dtype, "n": n, "reason": reason}
+                )
+            else:
+                todo.append(dtype)
+        got: dict[str, list[dict]] = {d: [] for d in todo}
+        for _ in range(rounds):
+            for dtype in todo:
+                got[dtype].append(
+                    time_matmul(n, dtype=dtype, device=dev, **_timing(timing)).to_dict()
+                )
+        for dtype in todo:
+            row = _best_of(got[dtype])
+            measured[dtype][n] = row["median_s"]
+            rows.append(row)
+    return rows, skipped
+
+
+def _skip_reason(
+    dtype: str, n: int, measured: dict[int, float], max_call_s: float | None
+) -> str | None:
+    if dtype.startswith("fp8") and n % 16:
+        return f"fp8 matmuls need sizes that are multiples of 16 ({n} is not)"
+    if max_call_s is not None:
+        predicted = _predict(measured, n)
+        if predicted is not None and predicted > max_call_s:
+            return f"predicted {predicted:.3g} s per call > max_call_s {max_call_s:g} s"
+    return None
+
+
+def shape_cliff(
+    bases: Iterable[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    offsets: Sequence[int] = (0, -1, 1),
+    max_call_s: float | None = None,
+    known: Sequence[dict] = (),
+    rounds: int = 1,
+    **timing,
+) -> tuple[list[dict], list[dict]]:
+    """Square matmuls at each base size (a multiple of 8) and one off it (``offsets``).
+
+    Rows carry ``base`` and ``n``; ``rows_by_shape`` turns them into penalties.
+    ``known`` rows
+    (e.g. from ``matmul_sweep``) help predict slow points for ``max_call_s``."""
+    from ampbook.core.devices import pick_device
+    from ampbook.measure.timing import time_matmul
+
+    dev = pick_device(device)
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    measured: dict[str, dict[int, float]] = {d: {} for d in dtypes}
+    for r in known:
+        if r.get("kind") == "matmul" and r.get("dtype") in measured:
+            measured[r["dtype"]][r["n"]] = r["median_s"]
+    rows, skipped = [], []
+    for base in sorted(set(int(b) for b in bases)):
+        if base % 8:
+            raise ValueError(f"shape_cliff bases must be multiples of 8, got {base}")
+        for dtype in dtypes:
+            reason = None
+            for off in offsets:
+                reason = reason or _skip_reason(
+                    dtype, base + off, measured[dtype], max_call_s
+                )
+            if dtype.startswith("fp8"):
+                reason = (
+                    "fp8 matmuls need sizes that are multiples of 16; "
+                    "no off-by-one shapes"
+                )
+            if reason:
+                skipped.append(
+                    {"kind": "shape", "dtype": dtype, "n": base, "reason": reason}
+                )
+                continue
+            got: dict[int, list[dict]] = {off: [] for off in offsets}
+            for _ in range(rounds):
+                for off in offsets:
+                    got[off].append(
+                        time_matmul(
+                            base + off,
+                            dtype=dtype,
+                            device=dev,
+                            extra={"base": base},
+                            **_timing(timing),
+                        ).to_dict()
+                    )
+            for off in offsets:
+                row = _best_of(got[off])
+                measured[dtype][base + off] = row["median_s"]
+                rows.append(row)
+    return rows, skipped
+
+
+def shape_penalties(rows: Sequence[dict]) -> list[dict]:
+    """Per (dtype, base, n != base): ``slowdown`` = TFLOP/s at the multiple of 8 divided
+    by TFLOP/s at the size one off (> 1 means the odd size is slower per FLOP)."""
+    aligned = {(r["dtype"], r["base"]): r for r in rows if r["n"] == r["base"]}
+    out = []
+    for r in rows:
+        if r["n"] == r["base"] or (r["dtype"], r["base"]) not in aligned:
+            continue
+        a = aligned[(r["dtype"], r["base"])]
+        out.append(
+            {
+                "dtype": r["dtype"],
+                "base": r["base"],
+                "n": r["n"],
+                "tflops_aligned": a["tflops"],
+                "tflops": r["tflops"],
+                "slowdown": a["tflops"] / r["tflops"],
+                "outside_spread": outside_spread(a, r),
+            }
+        )
+    return out
+
+
+def outside_spread(a: dict, b: dict) -> bool:
+    """Whether two measurements differ by more than their run-to-run spread: their
+    per-FLOP time ranges from the 10th to the 90th percentile do not overlap."""
+    a_lo, a_hi = a["p10_s"] / a["flops"], a["p90_s"] / a["flops"]
+    b_lo, b_hi = b["p10_s"] / b["flops"], b["p90_s"] / b["flops"]
+    return a_hi < b_lo or b_hi < a_lo
+
+
+def elementwise_sweep(
+    numels: Iterable[int],
+    dtypes: Sequence[str] = ("fp32", "fp16", "bf16"),
+    device: str | torch.device = "auto",
+    rounds: int = 1,
+    **timing,
+) -> list[dict]:
+    """``z = x + y`` at each size in each dtype (bandwidth-bound); rows as
+    ``to_dict()``."""
+    from ampbook.core.devices import pick_device
+    from ampbook.measure.timing import time_elementwise
+
+    dev = pick_device(device)
+    rows = []
+    for numel in sorted(set(int(n) for n in numels)):
+        got: dict[str, list[dict]] = {d: [] for d in dtypes}
+        for _ in range(rounds):
+            for dtype in dtypes:
+                got[dtype].append(
+                    time_elementwise(numel, dtype, dev, **_timing(timing)).to_dict()
+                )
+        rows.extend(_best_of(got[d]) for d in dtypes)
+    return rows
+
+
+CONV_KINDS = ("conv", "conv_train")
+
+
+# A probe call is about this share of conv_sweep's convolution (batch 1, then the sides
+# halved): small enough that a dtype in a fallback kernel hundreds of times slower than
+# fp32 answers in seconds.
+CONV_PROBE_WORK = 1 / 128
+CONV_MIN_SIDE = 8
+
+
+def _conv_work(shape: Sequence[int]) -> int:
+    b, _, h, w = shape
+    return b * h * w
+
+
+def _shrink_conv(shape: Sequence[int], fraction: float) -> tuple[int, int, int, int]:
+    """``shape`` (batch, channels, height, width) with at most ``fraction`` of its work:
+    the batch cut first, then the longer side halved, sides kept >= ``CONV_MIN_SIDE``;
+    channels stay (they set the kernel's shape)."""
+    b, c, h, w = (int(v) for v in shape)
+    target = fraction * _conv_work(shape)
+    while b * h * w > target:
+        if b > 1:
+            b = max(1, min(b // 2, math.ceil(target / (h * w))))
+        elif max(h, w) // 2 >= CONV_MIN_SIDE:
+            h, w = (h // 2, w) if h >= w else (h, w // 2)
+        else:
+            break
+    return b, c, h, w
+
+
+def _single_call_s(shape, kernel, dtype, dev, backward: bool) -> float:
+    from ampbook.measure.timing import time_conv2d
+
+    b, c, h, w = shape
+    warm = 1 if dtype == "fp32" else 0  # a slow dtype's one call says enough
+    return time_conv2d(
+        b, c, h, w, kernel, dtype, dev, backward=backward,
+        warmup=warm, repeats=1, min_time=0.0,
+    ).median_s  # fmt: skip
+
+
+def fit_conv_shape(
+    shape: Sequence[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    kernel: int = 3,
+    max_call_s: float = 1.0,
+) -> tuple[tuple[int, int, int, int], str | None]:
+    """The convolution shape at which every dtype's forward and training pass should
+    take at most ``max_call_s`` per call, and a line saying why when it is smaller than
+    ``shape`` (None otherwise). Each dtype is timed once at a probe shape
+    (``CONV_PROBE_WORK`` of the work) beside fp32 there, and fp32 once at ``shape``; a
+    dtype's call at ``shape`` is predicted as fp32's there times its ratio to fp32 at
+    the probe (a fallback kernel hundreds of times slower than fp32 would otherwise
+    take minutes a call to find out)."""
+    from ampbook.core.devices import pick_device
+
+    shape = tuple(int(v) for v in shape)
+    dev = pick_device(device)
+    probe = _shrink_conv(shape, CONV_PROBE_WORK)
+    if probe == shape:
+        return shape, None
+    at_probe = {
+        (d, bwd): _single_call_s(probe, kernel, d, dev, bwd)
+        for d in ["fp32", *(d for d in dtypes if d != "fp32")]
+        for bwd in (False, True)
+    }
+    fp32_full = _single_call_s(shape, kernel, "fp32", dev, False)
+    ref = at_probe[("fp32", False)]
+    predicted = {k: fp32_full * t / ref for k, t in at_probe.items()}
+    (dtype, bwd), worst = max(predicted.items(), key=lambda kv: kv[1])
+    if worst <= max_call_s:
+        return shape, None
+    fitted = _shrink_conv(shape, max_call_s / worst)
+    what = "training pass" if bwd else "forward"
+    line = (
+        f"timed at {'x'.join(map(str, fitted))}, not {'x'.join(map(str, shape))}: "
+        f"there one {dtype} {what} would take about {worst:.3g} s (fp32's "
+        f"forward {fp32_full:.3g} s times the {dtype} {what}'s "
+        f"{at_probe[(dtype, bwd)] / ref:.3g}x fp32's forward at "
+        f"{'x'.join(map(str, probe))}), over max_call_s {max_call_s:g} s"
+    )
+    return fitted, line
+
+
+def conv_sweep(
+    shape: Sequence[int],
+    dtypes: Sequence[str],
+    device: str | torch.device = "auto",
+    kernel: int = 3,
+    max_call_s: float | None = None,
+    rounds: int = 1,
+    **timing,
+) -> tuple[list[dict], list[dict], str | None]:
+    """One convolution (``shape`` = batch, channels, height, width; ``kernel`` square)
+    in each dtype: its forward (kind ``"conv"``) and a training pass, forward and
+    backward (kind ``"conv_train"``), measured side by side; returns ``(rows, skipped,
+    fit_line)``. With ``max_call_s``, the convolution is first shrunk until every
+    dtype's calls should fit it (``fit_conv_shape``; ``fit_line`` says so, None when
+    ``shape`` fits), and a dtype whose forward still took longer than ``max_call_s``
+    per call skips its training pass (about three times the work), with the reason
+    recorded; fp32, the reference, never does. Every row holds the shape it ran at."""
+    from ampbook.core.devices import pick_device
+    from ampbook.measure.timing import time_conv2d
+
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    dev = pick_device(device)
+    fit_line = None
+    if max_call_s is not None:
+        shape, fit_line = fit_conv_shape(shape, dtypes, dev, kernel, max_call_s)
+    batch, channels, height, width = (int(v) for v in shape)
+    size = {"batch": batch, "channels": channels, "height": height, "width": width}
+    rows, skipped = [], []
+    for backward in (False, True):
+        kind = CONV_KINDS[backward]
+        todo = []
+        for dtype in dtypes:
+            fwd = next((r for r in rows if r["dtype"] == dtype), None)
+            if backward and max_call_s is not None and fwd and dtype != "fp32":
+                if fwd["median_s"] > max_call_s:
+                    skipped.append(
+                        dict(
+                            size,
+                            kind=kind,
+                            dtype=dtype,
+                            reason=f"its forward took {fwd['median_s']:.3g} s per "
+                            f"call > max_call_s {max_call_s:g} s",
+                        )
+                    )
+                    continue
+            todo.append(dtype)
+        got: dict[str, list[dict]] = {d: [] for d in todo}
+        for _ in range(rounds):
+            for dtype in todo:
+                got[dtype].append(
+                    dict(
+                        time_conv2d(
+                            batch,
+                            channels,
+                            height,
+                            width,
+                            kernel,
+                            dtype,
+                            dev,
+                            backward=backward,
+                            **_timing(timing),
+                        ).to_dict(),
+                        **size,
+                    )
+                )
+        rows.extend(_best_of(got[d]) for d in todo)
+    return rows, skipped, fit_line
+
+
+_ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+
+
+def read_from(row: dict, cache_bytes: int) -> str:
+    """Where the timed calls of a row found their inputs: ``"memory"`` when the input
+    sets the timer rotated through (``buffers`` of ``bytes_moved`` each) cover at least
+    twice the last-level cache, so that each set was evicted before its next use;
+    ``"cache"`` otherwise (a working set the cache holds, or too few sets to push it
+    out: the timer rotates at most 64 sets and 1 GiB)."""
+    moved = row.get("bytes_moved")
+    if moved is None:
+        moved = 3 * row["numel"] * _ITEMSIZE[row["dtype"]]
+    return "memory" if moved * row.get("buffers", 1) >= 2 * cache_bytes else "cache"
