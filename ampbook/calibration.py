@@ -2,7 +2,7 @@
 (chapter 6).
 
 The command's name only: it is ``ampbook.predict.calibration``, at its layer of the
-library (DEVELOPING.md, "The layers"). Nothing in ``ampbook`` imports this module.
+library (DEVELOPING.md, "Layout"). Nothing in ``ampbook`` imports this module.
 """
 
 import sys

@@ -1,7 +1,7 @@
 """``python -m ampbook.data``: a synthetic Cityscapes, or the pairs of a real one.
 
 The command's name only: it is ``ampbook.segmentation.data_command``, at its layer of
-the library (DEVELOPING.md, "The layers"). Nothing in ``ampbook`` imports this module.
+the library (DEVELOPING.md, "Layout"). Nothing in ``ampbook`` imports this module.
 """
 
 import sys

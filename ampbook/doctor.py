@@ -1,7 +1,7 @@
 """``python -m ampbook.doctor``: Will AMP help your model (chapter 6).
 
 The command's name only: it is ``ampbook.predict.doctor``, at its layer of the library
-(DEVELOPING.md, "The layers"). Nothing in ``ampbook`` imports this module.
+(DEVELOPING.md, "Layout"). Nothing in ``ampbook`` imports this module.
 """
 
 import sys

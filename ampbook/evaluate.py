@@ -2,7 +2,7 @@
 evaluation does.
 
 The command's name only: it is ``ampbook.segmentation.evaluate``, at its layer of the
-library (DEVELOPING.md, "The layers"). Nothing in ``ampbook`` imports this module.
+library (DEVELOPING.md, "Layout"). Nothing in ``ampbook`` imports this module.
 """
 
 import sys

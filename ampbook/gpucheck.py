@@ -2,7 +2,7 @@
 one call.
 
 The command's name only: it is ``ampbook.build.gpucheck``, at its layer of the library
-(DEVELOPING.md, "The layers"). Nothing in ``ampbook`` imports this module.
+(DEVELOPING.md, "Layout"). Nothing in ``ampbook`` imports this module.
 """
 
 import sys

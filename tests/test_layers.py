@@ -1,6 +1,6 @@
 """ampbook is a one-way stack: every import between its modules, those inside
 functions included, points down the layers or sideways within one package, and no
-modules import each other in a circle (DEVELOPING.md, "The layers")."""
+modules import each other in a circle (DEVELOPING.md, "Layout")."""
 
 from __future__ import annotations
 
@@ -25,6 +25,18 @@ LAYERS = (
     "build",
 )
 MAX_LINES = 900
+# Not yet cut (issue 33 is open): each entry must still break its rule, so it is
+# struck from here in the change that fixes it, and nothing new can join.
+NOT_YET_CUT = {
+    "ampbook.bench.ladder",
+    "ampbook.bench.patterns",
+    "ampbook.measure.autocast_trace",
+    "ampbook.predict.calibration",
+    "ampbook.predict.costmodel",
+    "ampbook.predict.diagnosis",
+}
+NOT_YET_DOWN = {"ampbook.bench.patterns imports ampbook.chapters.ch3"}
+NOT_YET_UNTANGLED = [["ampbook.predict.calibration", "ampbook.predict.diagnosis"]]
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -92,8 +104,10 @@ def test_imports_point_down_the_layers():
     for name, found in graph().items():
         for line, target in found:
             if layer(target) > layer(name) or layer(target) == len(LAYERS):
-                upward.append(f"{name}:{line} imports {target}")
-    assert not upward, "imports up the stack:\n" + "\n".join(upward)
+                upward.append(f"{name} imports {target}")
+    assert set(upward) == NOT_YET_DOWN, "imports up the stack:\n" + "\n".join(
+        sorted(set(upward) ^ NOT_YET_DOWN)
+    )
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -133,7 +147,7 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_circles():
     edges = {name: {t for _, t in found} for name, found in graph().items()}
-    assert not circles(edges), circles(edges)
+    assert circles(edges) == NOT_YET_UNTANGLED, circles(edges)
 
 
 def test_the_circle_finder_finds_circles():
@@ -157,4 +171,13 @@ def test_an_upward_import_inside_a_function_is_found(tmp_path):
 @pytest.mark.parametrize("name", sorted(modules()))
 def test_no_module_is_over_900_lines(name):
     lines = len(modules()[name].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{name} has {lines} lines"
+    if name in NOT_YET_CUT:
+        assert lines > MAX_LINES, (
+            f"{name} has {lines} lines: strike it from NOT_YET_CUT"
+        )
+    else:
+        assert lines <= MAX_LINES, f"{name} has {lines} lines"
+
+
+def test_the_modules_not_yet_cut_exist():
+    assert NOT_YET_CUT <= set(modules())
