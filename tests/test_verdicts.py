@@ -15,7 +15,7 @@ from ampbook.chapters.verdicts import (
 )
 from ampbook.measure import cpu_kernels as ck
 from ampbook.predict import costmodel as cm
-from ampbook.predict.calibration import load_published
+from ampbook.predict.references import load_published
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
