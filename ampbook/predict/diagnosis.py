@@ -18,7 +18,7 @@ like the output (``N x C`` logits: one class per sample; ``N x C x ...``: one cl
 pixel), or ``--loss mse`` against random values.
 
 **What the model returns.** A tensor is the output. Otherwise the doctor reads one
-tensor by a fixed rule (``select_output``): from a dict, its ``"out"`` entry
+tensor by a fixed rule (``outputs.select_output``): from a dict, its ``"out"`` entry
 (torchvision's segmentation models), else its only tensor; from a tuple or list (a
 named tuple too), its first tensor (the logits, before auxiliary heads). ``--output
 KEY`` picks another: a dict key, a tuple index or a named-tuple field. The other
@@ -53,14 +53,14 @@ bound
    says "no difference resolved" when the rounds disagree), fp16 at a tiny size with
    its measured ratio; on CUDA at the full size, with channels_last and cudnn.benchmark
    variants;
-The report opens with its answer (``first_screen``, 24 lines x 80 columns): the
-setting predicted (batch, input, the memory format of ``--memory-format``, default
+The report opens with its answer (``report_text.first_screen``, 24 lines x 80 columns):
+the setting predicted (batch, input, the memory format of ``--memory-format``, default
 channels_first, PyTorch's), one line per GPU with its faster AMP precision, the point
 estimate, its range, the verdict in words ("a gain" or "a loss" only when the whole
 range is on one side of 1.0), what bounds the step (launch, memory or compute) and a
-committed measurement of the same network and GPU, then the warnings (a precision
-whose step cannot fit a GPU's memory, with the largest batch that fits). ``diagnose``
-hands it to its caller (``on_prediction``) before any step is timed.
+committed measurement of the same network and GPU, then the warnings (a precision whose
+step cannot fit a GPU's memory, with the largest batch that fits). ``diagnose`` hands it
+to its caller (``on_prediction``) before any step is timed.
 
 5. **verdict**: the expected AMP speedup per GPU as a calibrated range
    (``ampbook.predict.calibration``: kernel efficiencies per operator class and dtype
