@@ -129,7 +129,7 @@ from ampbook.measure.cpu_kernels import probe_conv
 from ampbook.measure.memory import fit_line, saved_for_backward
 from ampbook.measure.timing import machine_load, time_elementwise, time_matmul
 from ampbook.predict import costmodel as cm
-from ampbook.predict.calibration import load_published
+from ampbook.predict.references import load_published
 from ampbook.results import MODE_LABELS, load_results_dir, summarise_run
 from ampbook.segmentation.cityscapes import NUM_CLASSES
 from ampbook.segmentation.model import ERFNet

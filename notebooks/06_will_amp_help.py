@@ -86,16 +86,25 @@ params.folder("results_dir", results_dir, empty="data/results")
 print_environment(device)
 
 # %% tags=["hide-cell"]
-import math
-
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ampbook.chapters import ch6
 from ampbook.core.devices import display_name
 from ampbook.core.page import GIB, MIB, bar_style, glue_all, md, md_table, use_style
 from ampbook.core.words import plural
 from ampbook.measure.cpu_kernels import probe_conv
-from ampbook.predict import calibration, doctor
+from ampbook.predict.calibration import (
+    MIN_ERROR,
+    calibrated_range,
+    layout_text,
+    leave_one_out,
+)
+from ampbook.predict.diagnosis import DoctorConfig, diagnose
+from ampbook.predict.references import load_bounds, load_published, references
+from ampbook.predict.report_text import NEAR_FLOOR, measured_table, to_markdown
+from ampbook.predict.specs import table_key
+from ampbook.predict.verdict import measured_verdict
 from ampbook.results import load_results_dir
 
 use_style()
@@ -119,12 +128,12 @@ rdir = results_dir or None
 # through the function the command calls and printed as the command prints it:
 
 # %%
-shown = doctor.diagnose(doctor.DoctorConfig(
+shown = diagnose(DoctorConfig(
     shown_model, tuple(shown_input), shown_batch, device, gpus=shown_gpus,
     results_dir=rdir, rounds=rounds))
 glue_all(ch6_shown_size=f"batch {shown_batch} x {'x'.join(map(str, shown_input))}",
-         ch6_near_floor=f"{doctor.NEAR_FLOOR:.0%}")
-md(doctor.to_markdown(shown, level=0))
+         ch6_near_floor=f"{NEAR_FLOOR:.0%}")
+md(to_markdown(shown, level=0))
 
 # %% [markdown]
 # Five sections. Coverage says how much of the step CUDA's autocast runs in 16 bits
@@ -160,7 +169,7 @@ cmp_specs = {"ERFNet": ("erfnet", erfnet_input, erfnet_batch),
 if reader_model:
     cmp_specs["your model"] = (reader_model, reader_input, reader_batch)
 reports = {
-    name: doctor.diagnose(doctor.DoctorConfig(
+    name: diagnose(DoctorConfig(
         spec, tuple(shape), batch, device,
         ["amp-fp16", "amp-bf16"] if name == "ERFNet" else ["amp-fp16"], gpus,
         measure=name == "ERFNet", results_dir=rdir,
@@ -181,7 +190,7 @@ for name, r in reports.items():
     t, n = r["totals"]["fp32"], r["batch"]
     rows.append((f"{name}, {n} x {'x'.join(map(str, r['input']))}",
                  t["flops"] / n / 1e9, t["bytes"] / n / MIB, t["flops"] / t["bytes"],
-                 t["mma_flops"] / t["flops"], doctor.bytes_ratio(r)))
+                 t["mma_flops"] / t["flops"], ch6.bytes_ratio(r)))
 md_table(rows, ["network, batch x input", "GFLOPs / sample", "MiB moved / sample",
                 "FLOPs / byte", "matrix share", "fp32 / AMP bytes"],
          [None, ".1f", ",.0f", ".1f", ".1%", ".2f"])
@@ -225,7 +234,7 @@ md_table([(name, f"{g['op']} in {g['layer_type']}", g["bytes_share"], g["reason"
 # of the two ratios each network's bound ratio follows on the last GPU of the list:
 
 # %%
-md("\n".join(f"- {doctor.gain_verdict(r, gpus[-1])}" for r in reports.values()))
+md("\n".join(f"- {ch6.gain_verdict(r, gpus[-1])}" for r in reports.values()))
 
 # %% [markdown]
 # NVIDIA's ResNet-50 on one A100 is the case in point. Its two runs differ in more than
@@ -239,9 +248,9 @@ md("\n".join(f"- {doctor.gain_verdict(r, gpus[-1])}" for r in reports.values()))
 # of the bounds can differ from this one in the last printed digit:
 
 # %% tags=["hide-input"]
-published = {r.key: r for r in calibration.load_published()}
-bounds = calibration.load_bounds()
-refs = calibration.references(rdir)
+published = {r.key: r for r in load_published()}
+bounds = load_bounds()
+refs = references(rdir)
 rn50 = published["dle-resnet50-a100"]
 b = bounds[rn50.key]
 rows = []
@@ -299,7 +308,7 @@ for ref in refs:
     batches = (f"{pub.baseline.batch} / {pub.amp.batch}" if pub
                else f"{ref.batch} / {ref.batch}")
     ref_rows.append((ref.network, display_name(ref.gpu), ref.kind, batches,
-                     calibration._layout_text([ref.layout.get(fam),
+                     layout_text([ref.layout.get(fam),
                                                ref.layout.get("16-bit")]),
                      ref.step_efficiency[fam], ref.step_efficiency["16-bit"],
                      f"{ref.measured_speedup:.2f} ({what})"))
@@ -312,16 +321,7 @@ md_table(ref_rows, ["network", "GPU", "from", "batch (32 / AMP)", "layout (32 / 
          [None, None, None, None, None, ".0%", ".0%", None])
 
 # %% tags=["hide-input"]
-diff_batch = [f"{r[0]} on the {r[1]}" for r in ref_rows
-              if r[3].split(" / ")[0] != r[3].split(" / ")[1]]
-md(" ".join(filter(None, [
-    ("A published speedup is the ratio of the two published throughputs at each "
-     "side's own batch and layout, so where the batches differ ("
-     + ", ".join(diff_batch) + ") it is AMP, the layout and the batch together."
-     if diff_batch else ""),
-    ("The speedup here is the ratio of the throughputs as published; the source's "
-     "own speedup column differs from it in the last digit where it was worked out "
-     "otherwise: " + "; ".join(ref_notes) + "." if ref_notes else "")])))
+md(ch6.published_notes(ref_rows, ref_notes))
 
 # %% [markdown]
 # A layer profile's AMP share here is not chapter 5's kernel efficiency of the same
@@ -331,27 +331,7 @@ md(" ".join(filter(None, [
 # assumes around every 16-bit convolution (fp32's bound has none):
 
 # %%
-pbounds = calibration.load_profile_bounds()
-pb_lines = []
-for (gname, pbatch, ph, pw, play), g in calibration._profile_groups(rdir):
-    stored = pbounds.get(calibration.profile_key(gname, pbatch, ph, pw, play))
-    if not stored:
-        continue
-    lp, with_t = g["amp-fp16"], stored["amp-fp16"]["bound_s"]
-    same32 = math.isclose(stored["fp32"]["bound_s"], g["fp32"].predicted_step_s,
-                          rel_tol=0.005)
-    pb_lines.append(
-        f"- {display_name(lp.device_name)}, batch {pbatch} x {ph}x{pw}, "
-        f"{calibration._layout_text([play, play])}: AMP bound {with_t * 1e3:.3g} ms "
-        f"here ({with_t / lp.kernel_s:.0%} of its {lp.kernel_s * 1e3:.3g} ms of "
-        f"kernels) against {lp.predicted_step_s * 1e3:.3g} ms recorded "
-        f"({lp.kernel_efficiency:.0%}); the difference, "
-        f"{(with_t - lp.predicted_step_s) * 1e3:+.3g} ms, is what the layout "
-        "modelling adds" + ("" if same32 else
-                            " together with the cost model's changes since the "
-                            "profile was recorded (fp32's two bounds differ too)")
-        + ".")
-md("\n".join(pb_lines) or "No committed layer profile has a stored bound.")
+md(ch6.profile_bound_lines(rdir))
 
 # %% [markdown]
 # No one share holds everywhere: the table shows the shares splitting by GPU more than
@@ -390,14 +370,8 @@ ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize=8)
 plt.show()
 
 # %%
-unref = calibration.unreferenced_gpus(gpus, refs, devices)
-glue_all(ch6_min_error=float(np.exp(calibration.MIN_ERROR) - 1))
-md("No reference was measured on a GPU of the generation (architecture and segment) of "
-   + ", ".join(f"the {display_name(g)} ({devices[g].architecture}, "
-               f"{devices[g].segment})" for g in unref)
-   + ": its ranges carry efficiencies over from other generations, as far as the "
-   "leave-one-out below measures such carrying to hold."
-   if unref else "Every GPU here has a reference of its own generation.")
+glue_all(ch6_min_error=float(np.exp(MIN_ERROR) - 1))
+md(ch6.unreferenced_text(gpus, refs, devices))
 
 # %% [markdown]
 # The verdict lines name the references that set each point; on the last GPU:
@@ -423,34 +397,20 @@ md("\n".join(f"- {name}: " + next(v["line"] for v in r["verdict"]["ranges"]
 # of kernels per AMP step). The verdict on the small ResNet-50:
 
 # %%
-small = doctor.diagnose(doctor.DoctorConfig(
+small = diagnose(DoctorConfig(
     "torchvision:resnet50", (3, 224, 224), small_batch, device, ["amp-fp16"], gpus,
     measure=False, results_dir=rdir))
 md(next(v["line"] for v in small["verdict"]["ranges"] if v["gpu"] == gpus[-1]))
 
 # %% tags=["hide-input"]
-launch_rows = []
-for name, r in [*reports.items(), (f"ResNet-50, batch {small_batch}", small)]:
-    v = next(v for v in r["verdict"]["ranges"] if v["gpu"] == gpus[-1])
-    if v["launch"] and v["rows"]:
-        la = v["launch"]
-        launch_rows.append((name, la["fp32_kernels"], la["amp_kernels"],
-                            la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3))
+launch_rows = ch6.launch_rows(
+    [*reports.items(), (f"ResNet-50, batch {small_batch}", small)], gpus[-1])
 md_table(launch_rows, ["network", "fp32 kernels", "AMP kernels", "AMP floor (ms)",
                        "AMP kernel time, predicted (ms)"], [None, None, None, ".3g",
                                                              ".3g"])
 
 # %% tags=["hide-input"]
-above = [r[0] for r in launch_rows if r[3] >= r[4]]
-below = [r[0] for r in launch_rows if r[3] < r[4]]
-md(f"On the {display_name(gpus[-1])}, " + (
-    "the floor lies above the predicted kernel time in every row: each step here is "
-    "predicted launch-bound." if not below else
-    "the floor lies below the predicted kernel time in every row: no step here is "
-    "predicted launch-bound." if not above else
-    f"the floor lies above the predicted kernel time for {', '.join(above)} "
-    f"(predicted launch-bound) and below it for {', '.join(below)}.")
-   if launch_rows else "No row has both a floor and a predicted kernel time.")
+md(ch6.launch_text(launch_rows, gpus[-1]))
 
 # %%
 erf_profile = next((lp for lp in load_results_dir(rdir).layer_profiles
@@ -510,12 +470,12 @@ md_table([(display_name(g), *[round(need[(name, g)]) for name in reports])
 
 # %% tags=["hide-input"]
 me = reports["ERFNet"]["measured"]
-md(doctor.measured_table(me)[1])
+md(measured_table(me)[1])
 
 # %%
 glue_all(ch6_measured_size=f"batch {me['batch']} x {'x'.join(map(str, me['input']))}",
          ch6_rounds=plural(me.get("rounds") or 1, "round"))
-md(doctor.measured_verdict(me))
+md(measured_verdict(me))
 
 # %% [markdown]
 # On a CPU, why a 16-bit step is slow or fast is a question of which kernels PyTorch
@@ -545,15 +505,7 @@ md(kernels_here)
 
 # %%
 erf = reports["ERFNet"]
-checks = []
-for ref in [r for r in refs if r.kind == "profile" and r.gpu in devices]:
-    alone = calibration.reference_prediction(ref, [ref], exclude_own=False)
-    got = alone["rows"][0]["kernel_speedup"]
-    off = got / ref.measured_speedup - 1
-    checks.append(f"{ref.label()}, {ref.setting}: its efficiencies give a kernel ratio "
-                  f"of {got:.3f}x against the {ref.measured_speedup:.3f}x measured, "
-                  f"{off:+.1%}: {'passed' if abs(off) <= 0.05 else 'failed'} (5%).")
-md("\n".join(f"- {c}" for c in checks) or "No committed layer profile to check.")
+md(ch6.self_check_lines(refs, devices))
 
 # %% [markdown]
 # Then the step: GPU training runs committed under `data/results/` give measured ERFNet
@@ -568,16 +520,16 @@ pairs = [q for q in load_results_dir(rdir).pairs()
          if q.amp.mode == "amp-fp16" and q.baseline.mode == "fp32-tf32"]
 gpu_rows = []
 for q in pairs:
-    s, key = q.setting, doctor.table_key(q.setting.device_name)
+    s, key = q.setting, table_key(q.setting.device_name)
     same = [s.batch_size, s.height, s.width] == [erf["batch"], *erf["input"][1:]]
     roof = next((x for x in erf["roofline"] if x["gpu"] == key
                  and x["precision"] == "amp-fp16"), None) if same else None
     full = alone = None
     if roof is not None:
-        full = calibration.calibrated_range(
+        full = calibrated_range(
             roof["fp32_by_class_s"], roof["amp_by_class_s"], key, refs, model="erfnet",
             batch=erf["batch"])
-        alone = calibration.calibrated_range(
+        alone = calibrated_range(
             roof["fp32_by_class_s"], roof["amp_by_class_s"], key,
             [r for r in refs if r.model != "erfnet"], model="erfnet",
             batch=erf["batch"])
@@ -586,18 +538,14 @@ print(f"{plural(len(pairs), 'committed GPU pair')} (amp-fp16 against fp32 with T
       "on)")
 
 # %% tags=["hide-input"]
-def _rng(v):
-    return None if not v or v["low"] is None else (
-        f"{v['point']:.2f} ({v['low']:.2f} to {v['high']:.2f})")
-
-
-md_table([(g, m, _rng(full), _rng(alone)) for g, m, full, alone in gpu_rows]
+md_table([(g, m, ch6.range_cell(full), ch6.range_cell(alone))
+          for g, m, full, alone in gpu_rows]
          or [("none committed", None, None, None)],
          ["GPU", "measured step speedup (x)", "with its own profile (x)",
           "predicted without ERFNet (x)"], [None, ".2f", None, None])
 
 # %%
-md("\n".join(f"- {doctor.measured_speedup_verdict(g, m, alone['low'], alone['high'])}"
+md("\n".join(f"- {ch6.measured_speedup_verdict(g, m, alone['low'], alone['high'])}"
              for g, m, full, alone in gpu_rows if alone and alone["low"])
    or "No committed GPU pair has ERFNet's setting here: nothing to hold the range "
       "against.")
@@ -645,8 +593,8 @@ md_table([(c["gpu"], name, c["item"], c["gain"], c["detail"])
 # over low) at the median.
 
 # %% tags=["hide-input"]
-loo = calibration.leave_one_out(refs, devices)
-md_table([(r["label"], calibration._layout_text(r["layouts"]),
+loo = leave_one_out(refs, devices)
+md_table([(r["label"], layout_text(r["layouts"]),
            f"{r['point']:.2f} ({r['low']:.2f} to {r['high']:.2f})", r["width"],
            r["measured"], "yes" if r["inside"] else "no") for r in loo["rows"]],
          ["reference", "layout (32 / AMP)", "predicted by the others (x)",
@@ -675,15 +623,9 @@ loo_rn50 = next(r for r in loo["rows"] if r["key"] == "dle-resnet50-a100")
 glue_all(ch6_rn50_low=loo_rn50["low"], ch6_rn50_high=loo_rn50["high"],
          ch6_rn50_point=loo_rn50["point"], ch6_refs=len(refs),
          ch6_loo_inside=loo["inside"], ch6_loo_width=loo["median_width"],
-         ch6_rn50_where=doctor.range_position(
+         ch6_rn50_where=ch6.range_position(
              rn50.speedup, loo_rn50["low"], loo_rn50["high"]))
-inside = sum(r["inside"] for r in loo["rows"])
-md(f"{inside} of {loo['n']} references lie inside the range the others predict "
-   f"({loo['inside']:.0%}), at a median width of {loo['median_width']:.2f}x: "
-   + ("the goal (90% inside, at most 1.4x wide) is met."
-      if loo["inside"] >= 0.9 and loo["median_width"] <= 1.4 else
-      "the goal (90% inside, at most 1.4x wide) is not met; the rows marked \"no\" "
-      "say where the ranges do not carry."))
+md(ch6.leave_one_out_text(loo))
 
 # %% [markdown]
 # A range from references of other networks is as good as those networks are like

@@ -11,7 +11,8 @@ import yaml
 
 from ampbook.core.paths import REPO_ROOT
 from ampbook.predict import calibration as cal
-from ampbook.predict import doctor
+from ampbook.predict import diagnosis, report_text, specs
+from ampbook.predict import references as refs_mod
 from ampbook.predict.costmodel import OP_CLASSES
 from ampbook.results import load_results_dir
 
@@ -19,28 +20,28 @@ FIXTURES = REPO_ROOT / "tests" / "fixtures" / "results"
 
 
 def test_published_references_are_checked_against_their_own_speedups(tmp_path):
-    refs = cal.load_published()
+    refs = refs_mod.load_published()
     assert {r.key for r in refs} >= {"dle-resnet50-a100", "dle-resnet50-v100"}
     for r in refs:
         assert r.source["url"].startswith("https://") and r.source["bib"]
         assert r.speedup == pytest.approx(r.published_speedup, rel=0.02)
     rn50 = next(r for r in refs if r.key == "dle-resnet50-a100")
     assert (rn50.baseline.images_per_s, rn50.amp.images_per_s) == (938, 2470)
-    doc = yaml.safe_load(cal.PUBLISHED_FILE.read_text())
+    doc = yaml.safe_load(refs_mod.PUBLISHED_FILE.read_text())
     doc["references"]["dle-resnet50-a100"]["amp"]["images_per_s"] = 2740  # a typo
     bad = tmp_path / "t.yml"
     bad.write_text(yaml.safe_dump(doc))
-    with pytest.raises(cal.CalibrationError, match="the source says 2.63x"):
-        cal.load_published(bad)
+    with pytest.raises(refs_mod.CalibrationError, match="the source says 2.63x"):
+        refs_mod.load_published(bad)
 
 
 def test_stored_bounds_are_the_cost_models():
     """The committed bounds of a published reference equal a fresh trace (rerun
     ``python -m ampbook.calibration --write`` after a change to the cost model)."""
-    ref = next(r for r in cal.load_published() if r.key == "dle-resnet50-v100")
-    stored = cal.load_bounds()[ref.key]
-    fresh = cal.reference_bounds(ref)
-    for side in cal.SIDES:
+    ref = next(r for r in refs_mod.load_published() if r.key == "dle-resnet50-v100")
+    stored = refs_mod.load_bounds()[ref.key]
+    fresh = refs_mod.reference_bounds(ref)
+    for side in refs_mod.SIDES:
         assert stored[side]["kernels"] == fresh[side]["kernels"]
         for c in OP_CLASSES:
             assert stored[side]["by_class_s"][c] == pytest.approx(
@@ -49,8 +50,8 @@ def test_stored_bounds_are_the_cost_models():
 
 
 def test_published_efficiencies_reproduce_the_published_speedup():
-    for ref in cal.published_references():
-        bounds = cal.load_bounds()[ref.key]
+    for ref in refs_mod.published_references():
+        bounds = refs_mod.load_bounds()[ref.key]
         fam = "tf32" if "tf32" in ref.families else "fp32"
         t32 = cal.step_time(bounds["baseline"]["by_class_s"], ref, fam)
         t16 = cal.step_time(bounds["amp"]["by_class_s"], ref, "16-bit")
@@ -60,10 +61,10 @@ def test_published_efficiencies_reproduce_the_published_speedup():
 
 
 def test_layer_profiles_give_efficiencies_per_class():
-    (ref,) = cal.profile_references(FIXTURES)
+    (ref,) = refs_mod.profile_references(FIXTURES)
     assert ref.kind == "profile" and ref.per_class and ref.model == "erfnet"
     lps = {lp.precision: lp for lp in load_results_dir(FIXTURES).layer_profiles}
-    conv = [x for x in lps["amp-fp16"].layers if cal.layer_class(x.type) == "conv"]
+    conv = [x for x in lps["amp-fp16"].layers if refs_mod.layer_class(x.type) == "conv"]
     expected = sum(x.predicted_s for x in conv) / sum(x.measured_s for x in conv)
     assert ref.efficiency[("16-bit", "conv")] == pytest.approx(expected)
     assert {f for f, _ in ref.efficiency} == {"tf32", "16-bit"}
@@ -94,11 +95,11 @@ def test_distances():
 
 
 def _diagnose(spec, shape, batch, gpus, fmt, precisions=("amp-fp16",)):
-    cfg = doctor.DoctorConfig(
+    cfg = diagnosis.DoctorConfig(
         spec, shape, batch, "cpu", list(precisions), list(gpus), measure=False,
         memory_format=fmt,
     )  # fmt: skip
-    return doctor.diagnose(cfg)
+    return diagnosis.diagnose(cfg)
 
 
 @pytest.fixture(scope="module")
@@ -146,10 +147,13 @@ def test_the_layout_changes_the_bytes_and_the_range(resnet50_a100, resnet50_a100
     assert (a["low"], a["high"]) != (b["low"], b["high"]) and b["point"] < a["point"]
     for r in (a, b):
         assert r["basis"] and "set by" in r["line"]
-        assert doctor.first_screen({**cl, "verdict": {"ranges": [r]}}).count("x (") == 1
+        assert (
+            report_text.first_screen({**cl, "verdict": {"ranges": [r]}}).count("x (")
+            == 1
+        )
     assert "NHWC" in a["line"] and "NCHW" in b["line"]
-    assert "both precisions in channels_last" in doctor.to_markdown(cl)
-    with pytest.raises(doctor.DoctorError, match="--memory-format"):
+    assert "both precisions in channels_last" in report_text.to_markdown(cl)
+    with pytest.raises(specs.DoctorError, match="--memory-format"):
         _diagnose("torchvision:resnet18", (3, 32, 32), 2, ["a100"], "nhwc")
 
 
@@ -159,7 +163,7 @@ def test_the_erfnet_h200_profile_reproduces_its_kernel_ratio():
     traced operators are classed alike (casts with the convolution that needs them)."""
     rep = _diagnose("erfnet", (3, 512, 1024), 6, ["h200"], "channels_first")
     (rng,) = rep["verdict"]["ranges"]
-    (ref,) = [r for r in cal.profile_references() if r.gpu == "h200-sxm"]
+    (ref,) = [r for r in refs_mod.profile_references() if r.gpu == "h200-sxm"]
     assert ref.measured_speedup == pytest.approx(54.29 / 45.85, abs=0.005)
     own = next(r for r in rng["rows"] if r["key"] == ref.key)
     assert own["kernel_speedup"] == pytest.approx(ref.measured_speedup, rel=0.05)
@@ -170,7 +174,7 @@ def test_the_erfnet_h200_profile_reproduces_its_kernel_ratio():
 
 
 def test_every_published_reference_reproduces_itself():
-    refs = cal.references()
+    refs = refs_mod.references()
     for ref in refs:
         alone = cal.reference_prediction(ref, [ref], exclude_own=False)
         (row,) = alone["rows"]
@@ -181,7 +185,7 @@ def test_every_published_reference_reproduces_itself():
 def test_a_committed_measurement_outranks_the_prediction():
     rep = _diagnose("erfnet", (3, 512, 1024), 6, ["h200"], "channels_first")
     amp = next(i for i in rep["verdict"]["items"] if i["item"].startswith("train"))
-    (ref,) = [r for r in cal.profile_references() if r.gpu == "h200-sxm"]
+    (ref,) = [r for r in refs_mod.profile_references() if r.gpu == "h200-sxm"]
     assert amp["source"] == "measured (committed)"
     assert amp["gain"] == rep["verdict"]["ranges"][0]["committed"][-1]["speedup"]
     assert amp["gain"] < 1.3  # not the prediction's 1.6x of before
@@ -190,7 +194,7 @@ def test_a_committed_measurement_outranks_the_prediction():
 
 def test_leaving_a_reference_out(resnet50_a100):
     roof = resnet50_a100["roofline"][0]
-    refs = cal.references()
+    refs = refs_mod.references()
     rng = cal.calibrated_range(
         roof["fp32_by_class_s"], roof["amp_by_class_s"], "a100-sxm-80gb", refs,
         model="torchvision:resnet50", exclude="dle-resnet50-a100",
@@ -203,7 +207,7 @@ def test_leaving_a_reference_out(resnet50_a100):
 
 
 def test_predictions_table_is_the_leave_one_out(capsys):
-    refs = cal.references()
+    refs = refs_mod.references()
     loo = cal.leave_one_out(refs)
     assert loo["n"] == len(refs) and not loo["no_range"]
     assert cal.main(["--predictions"]) == 0

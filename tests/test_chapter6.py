@@ -8,7 +8,7 @@ from __future__ import annotations
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
 from ampbook.core.words import plural
-from ampbook.predict.calibration import load_published, profile_references
+from ampbook.predict.references import load_published, profile_references
 from ampbook.results import load_results_dir
 
 

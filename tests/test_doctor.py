@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch import nn
 
+from ampbook.chapters import ch6
 from ampbook.core import cli
 from ampbook.core.paths import REPO_ROOT
 from ampbook.measure.memory import saved_for_backward
-from ampbook.predict import doctor
+from ampbook.predict import diagnosis, doctor, report_text, specs, verdict
 from tests._cli import one_error
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "results"
@@ -85,12 +86,14 @@ def not_a_module():
 def _config(spec="tests.test_doctor:tiny_classifier", **kw):
     base = dict(model=spec, input=(3, 8, 8), batch=2, device="cpu", repeats=1)
     base.update(kw)
-    return doctor.DoctorConfig(**base)
+    return diagnosis.DoctorConfig(**base)
 
 
 @pytest.fixture(scope="module")
 def report():
-    return doctor.diagnose(_config(gpus=["h200", "v100"], loader_images_per_s=1000.0))
+    return diagnosis.diagnose(
+        _config(gpus=["h200", "v100"], loader_images_per_s=1000.0)
+    )
 
 
 def test_report_sections_on_a_user_classifier(report):
@@ -126,7 +129,7 @@ def test_report_sections_on_a_user_classifier(report):
     ] * 2
     # the V100 has no TF32: the first screen does not call its baseline fp32-tf32
     assert "over fp32 (with TF32, fp32-tf32, on the GPUs that have it)" in (
-        doctor.first_screen(report)
+        report_text.first_screen(report)
     )
 
 
@@ -134,7 +137,7 @@ def test_memory_at_the_requested_size_is_the_real_count():
     """The bytes saved for backward at batch 3 x 3x16x16, counted on fake tensors, are
     those a real forward saves there, fp32 and AMP (bf16 and fp16 save alike)."""
     model = tiny_classifier()
-    r = doctor.diagnose(_config(input=(3, 16, 16), batch=3, measure=False), model)
+    r = diagnosis.diagnose(_config(input=(3, 16, 16), batch=3, measure=False), model)
     at = r["memory"]["at_size"]
     x, y = torch.randn(3, 3, 16, 16), torch.randint(0, 4, (3,))
     from ampbook.measure.autocast_trace import CudaAutocastRules
@@ -158,7 +161,7 @@ def test_weight_copies_explain_amp_saving_more_at_the_measured_size():
     outweigh the activations: the measured AMP row saves more than fp32, at least the
     convolutions' copies, and the memory section says why."""
     model = wide_convs()
-    r = doctor.diagnose(
+    r = diagnosis.diagnose(
         _config("tests.test_doctor:wide_convs", precisions="fp32,amp-bf16",
                 gpus=["h200"]),
         model,
@@ -168,12 +171,12 @@ def test_weight_copies_explain_amp_saving_more_at_the_measured_size():
     assert mem["weight_copies_bytes"] == convs + 2 * 64 * 4 * 4 * 4
     fp32, bf16 = (m["bytes"] for m in mem["measured"])
     assert bf16 >= convs > fp32
-    note = doctor.weight_copy_note(mem)
+    note = report_text.weight_copy_note(mem)
     want = (
         "keeps more bytes for backward than fp32 at the small measured size (amp-bf16)"
     )
     assert note and want in note
-    assert note in doctor.to_markdown(r)
+    assert note in report_text.to_markdown(r)
     at = mem["at_size"]
     assert ("at the requested size (amp-bf16)" in note) == (
         at["fp32_bytes"]
@@ -186,11 +189,11 @@ def test_weight_copies_explain_amp_saving_more_at_the_measured_size():
     small_at = dict(at, amp_bytes=at["fp32_bytes"] // 2)
     for m in (less, lots):
         again = dict(mem, measured=[mem["measured"][0], m], at_size=small_at)
-        assert doctor.weight_copy_note(again) is None
+        assert report_text.weight_copy_note(again) is None
 
 
 def test_residual_sum_and_layer_norm_stay_fp32_with_reasons():
-    r = doctor.diagnose(
+    r = diagnosis.diagnose(
         _config("tests.test_doctor:tiny_segmenter", measure=False, gpus=["h200"])
     )
     assert r["output"] == [2, 5, 8, 8]
@@ -215,28 +218,28 @@ def test_speedup_range_verdict():
     rng = {"family": "tf32", "equal_share": 1.9, "low": 2.0, "high": 3.0,
            "point": 2.45, "error": 0.2, "basis": ["b"], "rows": rows,
            "launch": None, "layouts": ["channels_first", "channels_first"]}  # fmt: skip
-    line = doctor.speedup_range_verdict("GPU X", "amp-fp16", rng)
+    line = verdict.speedup_range_verdict("GPU X", "amp-fp16", rng)
     assert "NCHW: 2.45x ± 22% (2.00x to 3.00x), a gain" in line
     assert "set by Net B on GPU Z (75%) of 2 references" in line
     assert "1.90x if both precisions reached the same share of their bound" in line
     assert "No reference ran both precisions in NCHW (they ran NCHW / NHWC" in line
-    none = doctor.speedup_range_verdict(
+    none = verdict.speedup_range_verdict(
         "G", "amp-bf16", dict(rng, rows=[], low=None, high=None)
     )
     assert "no calibrated range" in none and "(not a bound)" in none
     low = dict(rng, low=0.8, high=0.95, point=0.87)
-    assert "(0.80x to 0.95x), a loss;" in doctor.speedup_range_verdict("G", "p", low)
+    assert "(0.80x to 0.95x), a loss;" in verdict.speedup_range_verdict("G", "p", low)
     across = dict(rng, low=0.9, high=1.4, point=1.12)
-    assert "no clear gain" in doctor.speedup_range_verdict("G", "p", across)
+    assert "no clear gain" in verdict.speedup_range_verdict("G", "p", across)
     # a range that spans 1.0 is never "a gain", whatever its upper end
     wide = dict(rng, low=0.78, high=1.35, point=1.03)
-    assert "1.35x), no clear gain;" in doctor.speedup_range_verdict("G", "p", wide)
+    assert "1.35x), no clear gain;" in verdict.speedup_range_verdict("G", "p", wide)
     under = dict(rng, low=0.7, high=1.2, point=0.92)
-    assert "no clear loss" in doctor.speedup_range_verdict("G", "p", under)
-    assert doctor._gist(1.01, 1.05) == "a gain" and doctor._gist(1.0, 1.05) != "a gain"
-    assert doctor._gist(0.87, 1.15, 0.998) == "no clear gain"  # printed as 1.00x
+    assert "no clear loss" in verdict.speedup_range_verdict("G", "p", under)
+    assert verdict.gist(1.01, 1.05) == "a gain" and verdict.gist(1.0, 1.05) != "a gain"
+    assert verdict.gist(0.87, 1.15, 0.998) == "no clear gain"  # printed as 1.00x
     with pytest.raises(ValueError):
-        doctor.speedup_range_verdict("G", "amp-fp16", dict(rng, equal_share=0))
+        verdict.speedup_range_verdict("G", "amp-fp16", dict(rng, equal_share=0))
     launch = {
         "per_kernel_s": 5e-6,
         "fp32_kernels": 100,
@@ -245,7 +248,7 @@ def test_speedup_range_verdict():
         "amp_floor_s": 9.5e-4,
         "amp_bound": True,
     }
-    bound = doctor.speedup_range_verdict(
+    bound = verdict.speedup_range_verdict(
         "G", "amp-fp16", dict(rng, launch=launch), casts=50, transposes=30
     )
     # every AMP kernel is accounted for: fp32's, the casts, the transposes, the rest
@@ -254,7 +257,7 @@ def test_speedup_range_verdict():
     # the floor's assumptions are stated: one machine's host time, on every GPU,
     # and a transpose costed as an eager operator
     assert "assumed on every GPU; each layout transpose assumed" in bound
-    fewer = doctor.speedup_range_verdict(
+    fewer = verdict.speedup_range_verdict(
         "G",
         "amp-fp16",
         dict(rng, launch=dict(launch, amp_kernels=96)),
@@ -262,26 +265,26 @@ def test_speedup_range_verdict():
         transposes=30,
     )
     assert "in NCHW 30, 84 fewer other operators)" in fewer and "-84" not in fewer
-    assert "(fp32's 100; its casts add 50)" in doctor.speedup_range_verdict(
+    assert "(fp32's 100; its casts add 50)" in verdict.speedup_range_verdict(
         "G", "amp-fp16", dict(rng, launch=dict(launch, amp_kernels=150)), casts=50
     )
     # a measurement at another setting is named as such, and does not rank
     m = {"speedup": 1.05, "what": "step time", "source": "runs, batch 6 x 3x4x4",
          "setting": "batch 6 x 3x4x4", "same_setting": False}  # fmt: skip
     other = dict(rng, committed=[m], setting="batch 2 x 3x4x4")
-    assert "not this prediction's batch 2 x 3x4x4" in doctor.speedup_range_verdict(
+    assert "not this prediction's batch 2 x 3x4x4" in verdict.speedup_range_verdict(
         "G", "amp-fp16", other
     )
     roof = [{"gpu": "g", "gpu_name": "G", "precision": "amp-fp16",
              "fp32_default_s": 1.0, "fp32_tf32_s": 1.0, "fp32_strict_s": 1.0,
              "amp_s": None}]  # fmt: skip
-    ranked = doctor.checklist(roof, [dict(other, gpu="g", precision="amp-fp16")],
+    ranked = verdict.checklist(roof, [dict(other, gpu="g", precision="amp-fp16")],
                               None, None)["items"]  # fmt: skip
     amp = next(c for c in ranked if c["item"].startswith("train with AMP"))
     assert amp["source"] == "calibrated" and amp["gain"] == other["point"]
     same = dict(other, committed=[dict(m, same_setting=True)], gpu="g",
                 precision="amp-fp16")  # fmt: skip
-    amp = next(c for c in doctor.checklist(roof, [same], None, None)["items"]
+    amp = next(c for c in verdict.checklist(roof, [same], None, None)["items"]
                if c["item"].startswith("train with AMP"))  # fmt: skip
     assert amp["source"] == "measured (committed)" and amp["gain"] == 1.05
 
@@ -294,40 +297,40 @@ def test_the_bound_word_says_which_test_gave_it():
               "amp_bound": False, "fp32_bound": False}  # fmt: skip
     r = {"gpu_name": "G", "precision": "amp-bf16", "memory_bound_share": 0.9,
          "launch": launch}  # fmt: skip
-    assert doctor.bound_text(r) == "near the launch floor"
-    far = dict(launch, amp_kernel_s=2.790e-3 / (doctor.NEAR_FLOOR * 0.99))
-    assert doctor.bound_text(dict(r, launch=far)) == "memory-bound"
-    assert doctor.bound_text(dict(r, launch=far, memory_bound_share=0.2)) == (
+    assert report_text.bound_text(r) == "near the launch floor"
+    far = dict(launch, amp_kernel_s=2.790e-3 / (report_text.NEAR_FLOOR * 0.99))
+    assert report_text.bound_text(dict(r, launch=far)) == "memory-bound"
+    assert report_text.bound_text(dict(r, launch=far, memory_bound_share=0.2)) == (
         "compute-bound"
     )
-    assert doctor.bound_text(dict(r, launch=dict(launch, amp_bound=True))) == (
+    assert report_text.bound_text(dict(r, launch=dict(launch, amp_bound=True))) == (
         "launch-bound"
     )
-    table = doctor.launch_table([r, dict(r, launch=far, gpu_name="F")])
+    table = report_text.launch_table([r, dict(r, launch=far, gpu_name="F")])
     rows = [x for x in table.splitlines() if x.startswith(("| G |", "| F |"))]
     assert rows[0].rstrip(" |").split(" | ")[3:7] == ["2.790", "2.809", "0.99",
                                         "near the launch floor"]  # fmt: skip
     assert rows[1].endswith("| memory-bound |")
-    assert doctor.launch_table([dict(r, launch=None)]) is None
+    assert report_text.launch_table([dict(r, launch=None)]) is None
 
 
 def test_resolve_gpus_short_names():
-    assert doctor.resolve_gpus("h200,A100") == ["h200-sxm", "a100-sxm-80gb"]
-    assert doctor.resolve_gpus("rtx3070-laptop") == ["rtx3070-laptop"]
-    assert doctor.resolve_gpus("4090,l4,L40S,3090") == [
+    assert specs.resolve_gpus("h200,A100") == ["h200-sxm", "a100-sxm-80gb"]
+    assert specs.resolve_gpus("rtx3070-laptop") == ["rtx3070-laptop"]
+    assert specs.resolve_gpus("4090,l4,L40S,3090") == [
         "rtx4090", "l4", "l40s", "rtx3090"
     ]  # fmt: skip
-    assert doctor.resolve_gpus("RTX 6000 Ada") == ["rtx6000-ada"]
-    with pytest.raises(doctor.DoctorError, match="ambiguous.*rtx3070-desktop"):
-        doctor.resolve_gpus("rtx30")
-    with pytest.raises(doctor.DoctorError, match="unknown.*knows.*rtx4090 .RTX 4090."):
-        doctor.resolve_gpus("rtx5090")
+    assert specs.resolve_gpus("RTX 6000 Ada") == ["rtx6000-ada"]
+    with pytest.raises(specs.DoctorError, match="ambiguous.*rtx3070-desktop"):
+        specs.resolve_gpus("rtx30")
+    with pytest.raises(specs.DoctorError, match="unknown.*knows.*rtx4090 .RTX 4090."):
+        specs.resolve_gpus("rtx5090")
 
 
 def test_a_gpu_added_to_the_table_gets_a_roofline_and_a_range():
     """The RTX 4090: GeForce's half-rate fp32 accumulate in the bound; a range from
     references of other GPUs, weighted by how near they are."""
-    rep = doctor.diagnose(_config(gpus=["4090", "a100"], measure=False))
+    rep = diagnosis.diagnose(_config(gpus=["4090", "a100"], measure=False))
     roof = {(r["gpu"], r["precision"]): r for r in rep["roofline"]}
     g, a = roof[("rtx4090", "amp-fp16")], roof[("a100-sxm-80gb", "amp-fp16")]
     assert g["gpu_name"] == "RTX 4090" and g["amp_s"] > 0
@@ -341,11 +344,11 @@ def test_memory_warning_names_the_largest_batch_that_fits():
     """ResNet-18 at batch 4096 (traced on fake tensors: no memory needed here) cannot
     fit an 8 GB RTX 3070 in fp32; the batch the warning names fits, one more does
     not, by the same count."""
-    cfg = doctor.DoctorConfig(
+    cfg = diagnosis.DoctorConfig(
         "torchvision:resnet18", (3, 224, 224), 4096, "cpu", ["amp-fp16"],
         ["rtx3070-desktop", "h200"], measure=False,
     )  # fmt: skip
-    rep = doctor.diagnose(cfg)
+    rep = diagnosis.diagnose(cfg)
     fp32 = [w for w in rep["warnings"] if w.startswith("fp32 at batch 4096")]
     assert len(fp32) == 1 and "RTX 3070" in fp32[0] and "8 GB" in fp32[0]
     assert not [w for w in rep["warnings"] if "H200" in w]
@@ -354,11 +357,11 @@ def test_memory_warning_names_the_largest_batch_that_fits():
     state = rep["memory"]["at_size"]["state_bytes"]
     per = saved / 4096
     assert state + fits * per <= 8e9 < state + (fits + 1) * per
-    assert "warning: fp32 at batch 4096" in doctor.to_markdown(rep)
+    assert "warning: fp32 at batch 4096" in report_text.to_markdown(rep)
 
 
 def test_cpu_timing_table_says_what_each_number_is(report):
-    text = doctor.to_markdown(report)
+    text = report_text.to_markdown(report)
     head = next(x for x in text.splitlines() if x.startswith("| variant"))
     n = report["measured"]["rounds"]
     for col in (f"median of {n} rounds (ms)", "fastest round (ms)",
@@ -383,7 +386,7 @@ def test_progress_lines_while_cpu_steps_are_timed():
     import io
 
     from ampbook.core.cli import Progress
-    from ampbook.predict.doctor import _cpu_rounds
+    from ampbook.predict.measured import _cpu_rounds
 
     model = tiny_classifier()
     out = io.StringIO()
@@ -418,9 +421,11 @@ def test_forward_only_traces_and_times_the_forward_pass(capsys):
     """A frozen model is refused for a training step with the flag that diagnoses
     it (the command's flag, or DoctorConfig's argument in Python); with it, nothing
     backward is traced or timed."""
-    with pytest.raises(doctor.DoctorError, match=r"DoctorConfig\(backward=False\)"):
-        doctor.diagnose(_config("tests.test_doctor:frozen", input=(3, 8, 8), batch=2))
-    r = doctor.diagnose(
+    with pytest.raises(specs.DoctorError, match=r"DoctorConfig\(backward=False\)"):
+        diagnosis.diagnose(
+            _config("tests.test_doctor:frozen", input=(3, 8, 8), batch=2)
+        )
+    r = diagnosis.diagnose(
         _config(
             "tests.test_doctor:frozen",
             input=(3, 8, 8),
@@ -431,12 +436,12 @@ def test_forward_only_traces_and_times_the_forward_pass(capsys):
         )  # fmt: skip
     )
     assert r["backward"] is False and r["measured"]["backward"] is False
-    full = doctor.diagnose(_config(input=(3, 8, 8), batch=2, gpus=["h200"],
+    full = diagnosis.diagnose(_config(input=(3, 8, 8), batch=2, gpus=["h200"],
                                    measure=False))  # fmt: skip
     assert r["totals"]["fp32"]["flops"] < full["totals"]["fp32"]["flops"]
     rows = {row["precision"]: row for row in r["measured"]["rows"]}
     assert rows["fp32"]["samples"] == rows["amp-bf16"]["samples"] == 2
-    assert "forward pass speedup" in doctor.first_screen(r)
+    assert "forward pass speedup" in report_text.first_screen(r)
     argv = ["--model", "tests.test_doctor:frozen", "--input", "3,8,8", "--batch", "2",
             "--gpus", "h200", "--no-measure", "--forward-only"]  # fmt: skip
     assert doctor.main(argv) == 0
@@ -473,11 +478,11 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
 def test_help_names_every_choice_and_each_option_has_help():
     from ampbook.core.modes import TF32_MODE
     from ampbook.core.precision import PRECISIONS
-    from ampbook.predict import costmodel, diagnosis
+    from ampbook.predict import costmodel
 
     parser = doctor.build_parser()
     text = parser.format_help()
-    for name in (TF32_MODE, *PRECISIONS, *costmodel.MEMORY_FORMATS, *diagnosis.LOSSES):
+    for name in (TF32_MODE, *PRECISIONS, *costmodel.MEMORY_FORMATS, *specs.LOSSES):
         assert name in text, name
     assert "fp32-tf32, the baseline, is always included" in " ".join(text.split())
     for action in parser._actions:
@@ -487,11 +492,11 @@ def test_help_names_every_choice_and_each_option_has_help():
 def test_the_baseline_is_accepted_by_its_mode_name(capsys):
     """The doctor's fp32 has TF32 on: --precisions takes fp32-tf32 for it (and fp32,
     the same baseline); the report's JSON still names it fp32."""
-    assert doctor.parse_precisions("fp32-tf32,amp-bf16") == ["fp32", "amp-bf16"]
-    assert doctor.parse_precisions("fp32,amp-bf16") == ["fp32", "amp-bf16"]
-    assert doctor.parse_precisions("amp-fp16") == ["fp32", "amp-fp16"]
-    with pytest.raises(doctor.DoctorError, match="choose from fp32-tf32,amp-fp16"):
-        doctor.parse_precisions("fp32-tf16")
+    assert specs.parse_precisions("fp32-tf32,amp-bf16") == ["fp32", "amp-bf16"]
+    assert specs.parse_precisions("fp32,amp-bf16") == ["fp32", "amp-bf16"]
+    assert specs.parse_precisions("amp-fp16") == ["fp32", "amp-fp16"]
+    with pytest.raises(specs.DoctorError, match="choose from fp32-tf32,amp-fp16"):
+        specs.parse_precisions("fp32-tf16")
     argv = ["--model", "tests.test_doctor:tiny_classifier", "--input", "3,8,8",
             "--batch", "2", "--gpus", "h200", "--no-measure",
             "--precisions", "fp32-tf32,amp-fp16"]  # fmt: skip
@@ -510,7 +515,7 @@ def test_the_baseline_is_accepted_by_its_mode_name(capsys):
     ],
 )
 def test_book_models_trace(spec, size):
-    r = doctor.diagnose(
+    r = diagnosis.diagnose(
         _config(spec, input=size, batch=1, measure=False, gpus=["h100"])
     )
     t = r["totals"]
@@ -552,7 +557,7 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
 
 def test_mse_loss_for_a_model_without_classes(capsys):
     spec = "tests.test_doctor:fixed_size"
-    r = doctor.diagnose(_config(spec, loss="mse", measure=False, gpus=["h200"]))
+    r = diagnosis.diagnose(_config(spec, loss="mse", measure=False, gpus=["h200"]))
     assert r["loss"] == "mse" and r["output"] == [2, 4]
 
 
@@ -607,10 +612,10 @@ def test_cli_errors(argv, words, capsys):
 def test_cross_entropy_needs_classes():
     spec = "tests.test_doctor:one_value"
     with pytest.raises(
-        doctor.DoctorError, match="returns shape \\(2,\\): pass --loss mse"
+        specs.DoctorError, match="returns shape \\(2,\\): pass --loss mse"
     ):
-        doctor.diagnose(_config(spec, measure=False, gpus=["h200"]))
-    r = doctor.diagnose(_config(spec, loss="mse", measure=False, gpus=["h200"]))
+        diagnosis.diagnose(_config(spec, measure=False, gpus=["h200"]))
+    r = diagnosis.diagnose(_config(spec, loss="mse", measure=False, gpus=["h200"]))
     assert r["output"] == [2]
 
 
@@ -628,22 +633,22 @@ def test_unsupported_op_is_named_with_its_share(tmp_path, capsys):
 
 
 def test_gain_verdict_follows_the_nearer_ratio(report):
-    line = doctor.gain_verdict(report, "h200-sxm")
+    line = ch6.gain_verdict(report, "h200-sxm")
     row = next(r for r in report["roofline"] if r["gpu"] == "h200-sxm")
-    nb, peak = doctor.bytes_ratio(report), doctor.peak_ratio("h200-sxm")
+    nb, peak = ch6.bytes_ratio(report), ch6.peak_ratio("h200-sxm")
     speed = row["speedup_tf32"]
     bound = f"{speed:.2f}x smaller" if speed >= 1 else f"{1 / speed:.2f}x larger"
     moved = f"bytes shrink {nb:.2f}x" if nb >= 1 else f"bytes grow {1 / nb:.2f}x"
     assert f"bound is {bound}" in line and moved in line
     near_bytes = abs(row["speedup_tf32"] - nb) <= abs(row["speedup_tf32"] - peak)
     assert ("its bytes set" in line) == near_bytes
-    assert doctor.peak_ratio("v100-sxm2", "amp-bf16") is None
+    assert ch6.peak_ratio("v100-sxm2", "amp-bf16") is None
     with pytest.raises(ValueError, match="no amp-bf16 prediction"):
-        doctor.gain_verdict(report, "v100-sxm2", "amp-bf16")
+        ch6.gain_verdict(report, "v100-sxm2", "amp-bf16")
 
 
 def test_measured_verdicts(report):
-    line = doctor.measured_verdict(report["measured"])
+    line = verdict.measured_verdict(report["measured"])
     assert line.startswith("At batch 2 x 3x8x8 on this CPU") and "amp-fp16 step" in line
     fake = {"device": "cuda", "device_name": "x", "batch": 1, "input": [3, 8, 8]}
     for speed, words in ((1.5, "faster than fp32"), (1.02, "no difference"),
@@ -653,17 +658,17 @@ def test_measured_verdicts(report):
             {"precision": "amp-bf16", "step_s": 1 / speed, "speedup": speed,
              "variant": "amp-bf16"}
         )  # fmt: skip
-        assert words in doctor.measured_verdict({**fake, "rows": rows})
-    assert "inside" in doctor.measured_speedup_verdict("G", 1.5, 1.2, 1.9)
-    assert "below" in doctor.measured_speedup_verdict("G", 1.0, 1.2, 1.9)
-    assert "above" in doctor.measured_speedup_verdict("G", 2.5, 1.2, 1.9)
-    assert doctor.range_position(1.2, 1.2, 1.9) == "inside the range"
-    assert doctor.range_position(1.91, 1.2, 1.9) == "above the range"
+        assert words in verdict.measured_verdict({**fake, "rows": rows})
+    assert "inside" in ch6.measured_speedup_verdict("G", 1.5, 1.2, 1.9)
+    assert "below" in ch6.measured_speedup_verdict("G", 1.0, 1.2, 1.9)
+    assert "above" in ch6.measured_speedup_verdict("G", 2.5, 1.2, 1.9)
+    assert ch6.range_position(1.2, 1.2, 1.9) == "inside the range"
+    assert ch6.range_position(1.91, 1.2, 1.9) == "above the range"
 
 
 @pytest.mark.cuda
 def test_cuda_variants_are_timed_with_peak_memory():
-    r = doctor.diagnose(
+    r = diagnosis.diagnose(
         _config(device="cuda", input=(3, 32, 32), batch=4, gpus=["h200"])
     )
     rows = {x["variant"]: x for x in r["measured"]["rows"]}

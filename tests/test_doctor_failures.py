@@ -12,7 +12,7 @@ from torch import nn
 
 from ampbook.measure.memory import saved_for_backward
 from ampbook.predict import costmodel as cm
-from ampbook.predict import doctor
+from ampbook.predict import diagnosis, doctor, specs, verdict
 from tests._cli import one_error
 
 # --------------------------------------------------------------------------------------
@@ -242,12 +242,12 @@ def _cfg(model: nn.Module, shape, batch=2, **kw):
     base = dict(model="tiny", input=tuple(shape), batch=batch, device="cpu",
                 measure=False, gpus=["a100", "h200"])  # fmt: skip
     base.update(kw)
-    return doctor.DoctorConfig(**base), model
+    return diagnosis.DoctorConfig(**base), model
 
 
 def _diagnose(model, shape, batch=2, **kw):
     cfg, model = _cfg(model, shape, batch, **kw)
-    return doctor.diagnose(cfg, model=model)
+    return diagnosis.diagnose(cfg, model=model)
 
 
 def _ops(trace, **where):
@@ -375,7 +375,7 @@ def test_complex_matmul_is_reported_unmodelled_not_a_crash(tmp_path, capsys):
 
 
 def test_torchvision_models_built_without_any_weights():
-    model = doctor.load_model("torchvision:lraspp_mobilenet_v3_large")
+    model = specs.load_model("torchvision:lraspp_mobilenet_v3_large")
     assert isinstance(model, nn.Module)  # weights_backbone=None: no download
 
 
@@ -384,7 +384,7 @@ def test_dict_output_reads_out_and_output_picks_another():
     assert r["output"] == [2, 5, 8, 8] and r["output_rule"] == "the dict's 'out' entry"
     aux = _diagnose(DictOut(), (3, 8, 8), output="aux")
     assert aux["output"] == [2, 5, 8, 8] and aux["output_rule"] == "--output aux"
-    with pytest.raises(doctor.DoctorError, match=r"keys \['out', 'aux'\]"):
+    with pytest.raises(specs.DoctorError, match=r"keys \['out', 'aux'\]"):
         _diagnose(DictOut(), (3, 8, 8), output="nope")
 
 
@@ -393,12 +393,12 @@ def test_tuple_output_reads_the_first_tensor_or_an_index():
     assert first["output"] == [2, 7]
     assert first["output_rule"] == "the first tensor of the tuple"
     assert _diagnose(TupleOut(), (3, 8, 8), output="1")["output"] == [2, 3]
-    with pytest.raises(doctor.DoctorError, match="index below 2"):
+    with pytest.raises(specs.DoctorError, match="index below 2"):
         _diagnose(TupleOut(), (3, 8, 8), output="5")
 
 
 def test_input_of_any_rank_video():
-    assert doctor.parse_input("3,4,8,8") == (3, 4, 8, 8)
+    assert specs.parse_input("3,4,8,8") == (3, 4, 8, 8)
     r = _diagnose(TinyVideo(), (3, 4, 8, 8), measure=True, repeats=1, rounds=1)
     assert r["output"] == [2, 5] and r["input"] == [3, 4, 8, 8]
     assert r["totals"]["fp32"]["mma_flops"] > 0 and r["measured"]["rows"]
@@ -457,7 +457,7 @@ def test_memory_is_counted_at_the_requested_size(model, shape, batch):
 
 def test_cpu_timing_takes_rounds_and_reads_them():
     cfg, model = _cfg(ConvAndLinear(), (3, 8, 8), measure=True, rounds=3)
-    me = doctor.diagnose(cfg, model=model)["measured"]
+    me = diagnosis.diagnose(cfg, model=model)["measured"]
     bf16 = next(r for r in me["rows"] if r["precision"] == "amp-bf16")
     assert me["rounds"] == 3 and len(bf16["ratios"]) == 3 and bf16["samples"] == 3
     assert me["rounds_verdict"] == cm.speedup_verdict(bf16["ratios"], "amp-bf16")
@@ -465,7 +465,7 @@ def test_cpu_timing_takes_rounds_and_reads_them():
     assert fp16["batch"] == 2 and fp16["speedup"] > 0
     assert "a single timing against fp32's median step" in fp16["note"]
     disagree = dict(me, rounds_verdict=cm.speedup_verdict([0.8, 1.3, 1.0], "amp-bf16"))
-    assert "no difference is resolved" in doctor.measured_verdict(disagree)
+    assert "no difference is resolved" in verdict.measured_verdict(disagree)
 
 
 # --------------------------------------------------------------------------------------

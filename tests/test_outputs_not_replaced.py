@@ -12,7 +12,7 @@ import pytest
 
 from ampbook import bench
 from ampbook.core import cli
-from ampbook.predict import doctor
+from ampbook.predict import diagnosis, doctor
 from tests._cli import one_error
 
 TRAIN = (
@@ -69,7 +69,7 @@ def test_doctor_keeps_a_training_record_and_its_own_report_is_its_own(
     assert doctor.main([*DOCTOR, "--json", str(mine)]) == 0
     assert doctor.main([*DOCTOR, "--json", str(mine)]) == 0  # its own kind
     assert doctor.main([*DOCTOR, "--json", str(record), "--overwrite"]) == 0
-    assert json.loads(record.read_text())["schema"] == doctor.REPORT_SCHEMA
+    assert json.loads(record.read_text())["schema"] == diagnosis.REPORT_SCHEMA
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from ampbook.chapters.ch3 import gpu_pair_verdict, speed_verdict
 from ampbook.chapters.ch5 import kernel_time_verdict
 from ampbook.measure import cpu_kernels as ck
 from ampbook.predict import costmodel as cm
-from ampbook.predict.calibration import load_published
+from ampbook.predict.references import load_published
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 

@@ -64,22 +64,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     from ampbook.measure.timing import machine_load
-    from ampbook.predict import diagnosis as doctor
+    from ampbook.predict.diagnosis import DoctorConfig, diagnose
+    from ampbook.predict.specs import DoctorError, parse_input
 
     if a.json:  # checked before the report is timed, written after
         cli.check_output_file(a.json, "--json", overwrite=a.overwrite)
     try:
-        cfg = doctor.DoctorConfig(
+        cfg = DoctorConfig(
             model=a.model,
-            input=doctor.parse_input(a.input),
+            input=parse_input(a.input),
             batch=a.batch,
             device=a.device,
         )
         load = machine_load()
         start, cpu = time.perf_counter(), time.process_time()
-        report = doctor.diagnose(cfg)
+        report = diagnose(cfg)
         total, cpu = time.perf_counter() - start, time.process_time() - cpu
-    except doctor.DoctorError as e:
+    except DoctorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     parts = report["seconds"]

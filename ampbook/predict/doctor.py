@@ -7,12 +7,13 @@
         [--loss cross-entropy|mse] [--no-measure] [--json FILE] [--markdown FILE]
 
 This module is the command: its parser imports no torch (``--help`` answers at
-once), and it prints the answer first: the predicted verdict per GPU (``diagnosis.
-first_screen``) as soon as the step is traced, then the measured steps (with progress
-lines on a terminal), then the detailed sections. The diagnosis itself is
-``ampbook.predict.diagnosis`` (what the report holds and how it is computed); its names
-are also reachable here (``doctor.diagnose``, ``doctor.DoctorConfig``...), imported on
-first use.
+once), and it prints the answer first: the predicted verdict per GPU
+(``report_text.first_screen``) as soon as the step is traced, then the measured steps
+(with progress lines on a terminal), then the detailed sections. The diagnosis itself
+is ``ampbook.predict.diagnosis`` (``diagnose``, ``DoctorConfig``), built on the
+modules below it: ``specs`` (the model, its input and the GPUs), ``outputs``,
+``traced`` (coverage, memory, roofline), ``measured``, ``verdict`` and
+``report_text``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import sys
 
 from ampbook.core import cli
 
-# The names the parser's help lists; ``diagnosis`` checks each value against its own
-# tuple (``costmodel.MEMORY_FORMATS``, ``precision.PRECISIONS``, ``diagnosis.LOSSES``)
+# The names the parser's help lists; the diagnosis checks each value against its own
+# tuple (``costmodel.MEMORY_FORMATS``, ``precision.PRECISIONS``, ``specs.LOSSES``)
 # and ``tests/test_doctor.py`` that every one of them is named here.
 _HELP_PRECISIONS = "fp32-tf32, amp-fp16, amp-bf16"
 _HELP_FORMATS = "channels_first or channels_last"
@@ -134,17 +135,29 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     progress = cli.Progress("doctor")
     progress("loading torch and the model")
-    from ampbook.predict import diagnosis as dx
+    from ampbook.predict.diagnosis import DoctorConfig, check_outputs, diagnose
+    from ampbook.predict.report_text import (
+        jsonable,
+        report_body,
+        report_head,
+        to_markdown,
+    )
+    from ampbook.predict.specs import (
+        DoctorError,
+        parse_input,
+        parse_precisions,
+        resolve_gpus,
+    )
 
     try:
-        dx.check_outputs(a.json, a.markdown, overwrite=a.overwrite)
-        cfg = dx.DoctorConfig(
+        check_outputs(a.json, a.markdown, overwrite=a.overwrite)
+        cfg = DoctorConfig(
             model=a.model,
-            input=dx.parse_input(a.input) if a.input else None,
+            input=parse_input(a.input) if a.input else None,
             batch=a.batch,
             device=a.device,
-            precisions=dx.parse_precisions(a.precisions),
-            gpus=dx.resolve_gpus(a.gpus) if a.gpus is not None else None,
+            precisions=parse_precisions(a.precisions),
+            gpus=resolve_gpus(a.gpus) if a.gpus is not None else None,
             loader_images_per_s=a.loader_images_per_s,
             loss=a.loss,
             measure=not a.no_measure,
@@ -158,38 +171,23 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         def answer_first(predicted: dict) -> None:
-            print(cli.terminal_text(dx.report_head(predicted)), flush=True)
+            print(cli.terminal_text(report_head(predicted)), flush=True)
 
-        report = dx.diagnose(cfg, on_prediction=answer_first)
-    except dx.DoctorError as e:
+        report = diagnose(cfg, on_prediction=answer_first)
+    except DoctorError as e:
         cli.say(str(e))
         return 2
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    print(cli.terminal_text(dx.report_body(report)), flush=True)
+    print(cli.terminal_text(report_body(report)), flush=True)
     if a.json:
-        cli.save_result(a.json, dx._jsonable(report), "the report's numbers")
+        cli.save_result(a.json, jsonable(report), "the report's numbers")
     if a.markdown:
         try:
-            cli.write_text_atomic(a.markdown, dx.to_markdown(report))
+            cli.write_text_atomic(a.markdown, to_markdown(report))
         except OSError as err:
             raise cli.Stopped(
                 f"could not write {a.markdown}: {cli.os_error(err)[1]} (the report "
                 "is printed above)"
             ) from None
     return 0
-
-
-def __getattr__(name: str):
-    """The diagnosis's names (``doctor.diagnose``, ``doctor.DoctorConfig``...),
-    imported from ``ampbook.predict.diagnosis`` on first use."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from ampbook.predict import diagnosis
-
-    try:
-        return getattr(diagnosis, name)
-    except AttributeError:
-        raise AttributeError(
-            f"module 'ampbook.predict.doctor' has no attribute {name!r}"
-        ) from None

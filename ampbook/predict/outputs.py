@@ -1,0 +1,293 @@
+"""What the model returns: the tensor the doctor's loss reads (``select_output``),
+the output's shape on fake data, and the loss and targets of the traced step.
+
+A tensor is the output. Otherwise the doctor reads one tensor by a fixed rule:
+from a dict, its ``"out"`` entry, else its only tensor; from a tuple or list,
+its first tensor. ``--output KEY`` picks another. A model that cannot be traced
+from one tensor of fake data is named with what to do (``WRAP_HINT``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import math
+import weakref
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ampbook.predict.specs import DoctorError, first_line, shape_text
+
+# A model that rejects the fake input is run on one real zero sample to say why in its
+# own words, only up to this many elements (12 MiB of fp32: 3 x 1024 x 1024).
+REAL_PROBE_MAX_ELEMENTS = 3 * 1024 * 1024
+
+
+def loss_fn(loss: str):
+    """The traced loss: cross-entropy (trace_step's own) or MSE against zeros."""
+    if loss == "cross-entropy":
+        return "cross_entropy"
+    return lambda y: nn.functional.mse_loss(y, torch.zeros_like(y))
+
+
+@contextlib.contextmanager
+def quiet_fake():
+    """Silence the fake-tensor module's logged traceback while a model's own error
+    propagates (the doctor reports it in one line)."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+# --------------------------------------------------------------------------------------
+# what the model returns
+# --------------------------------------------------------------------------------------
+
+OUTPUT_RULE = (
+    "a tensor as it is; a dict's 'out' entry, else its only tensor; a tuple's or "
+    "list's first tensor; --output KEY picks another"
+)
+
+
+def _pick(y, key: str | None):
+    """The tensor ``select_output`` reads, or a DoctorError naming what was there."""
+    if isinstance(y, torch.Tensor) and key is None:
+        return y
+    if isinstance(y, dict):
+        keys = list(y)
+        if key is not None:
+            if key not in y:
+                raise DoctorError(
+                    f"--output {key!r}: the model returns a dict with keys "
+                    f"{keys}; pass one of them"
+                )
+            return y[key]
+        if "out" in y:
+            return y["out"]
+        tensors = [k for k, v in y.items() if isinstance(v, torch.Tensor)]
+        if len(tensors) == 1:
+            return y[tensors[0]]
+        raise DoctorError(
+            f"the model returns a dict with keys {keys} and no 'out': pass --output "
+            "KEY to say which one is the output"
+        )
+    if isinstance(y, (tuple, list)):
+        if key is not None:
+            fields = getattr(y, "_fields", ())
+            if key in fields:
+                return getattr(y, key)
+            try:
+                return y[int(key)]
+            except (ValueError, IndexError):
+                named = f" or one of {list(fields)}" if fields else ""
+                raise DoctorError(
+                    f"--output {key!r}: the model returns a {type(y).__name__} of "
+                    f"{len(y)}; pass an index below {len(y)}{named}"
+                ) from None
+        first = next((v for v in y if isinstance(v, torch.Tensor)), None)
+        if first is None:
+            raise DoctorError(
+                f"the model returns a {type(y).__name__} without a tensor in it: pass "
+                "--output KEY, or wrap it so that forward returns the logits"
+            )
+        return first
+    if isinstance(y, torch.Tensor):
+        raise DoctorError(f"--output {key!r}: the model returns one tensor; drop it")
+    raise DoctorError(
+        f"the model returned {type(y).__name__}, not a tensor: wrap it so that "
+        "forward returns the logits"
+    )
+
+
+def select_output(y, key: str | None = None) -> torch.Tensor:
+    """The output the doctor's loss reads (``OUTPUT_RULE``)."""
+    out = _pick(y, key)
+    if not isinstance(out, torch.Tensor):
+        raise DoctorError(
+            f"the output the doctor read ({key or 'by its rule'}) is a "
+            f"{type(out).__name__}, not a tensor: pass --output KEY"
+        )
+    return out
+
+
+class SelectOutput(nn.Module):
+    """``model`` whose forward returns the one tensor ``select_output`` reads."""
+
+    def __init__(self, model: nn.Module, key: str | None = None):
+        super().__init__()
+        self.model, self.key = model, key
+
+    def forward(self, x):
+        return select_output(self.model(x), self.key)
+
+
+def _forward_inputs(model: nn.Module) -> list[str]:
+    """The names of the positional inputs ``model.forward`` requires."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return ["x"]
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in params if p.kind in kinds and p.default is p.empty]
+
+
+def _data_dependent(err: BaseException) -> bool:
+    """Whether a fake-tensor forward failed because an output's shape depends on the
+    input's values (``nonzero``, non-maximum suppression, ``.item()``)."""
+    from torch._subclasses import fake_tensor as ft
+
+    kinds = tuple(
+        getattr(ft, n)
+        for n in ("DataDependentOutputException", "DynamicOutputShapeException")
+        if hasattr(ft, n)
+    )
+    text = f"{type(err).__name__} {err}"
+    return isinstance(err, kinds) or any(
+        w in text for w in ("data-dependent", "data dependent", "DataDependent")
+    )
+
+
+WRAP_HINT = (
+    "wrap it in a module whose forward(x) builds them from one tensor (see the "
+    "README's doctor section)"
+)
+
+
+def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
+    """One training-mode forward of ``model`` on fake tensors (its parameters and
+    buffers replaced by fake copies: nothing computed, nothing changed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.func import functional_call
+
+    with quiet_fake(), FakeTensorMode():
+
+        def fake(t):
+            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype)
+
+        state = {n: fake(p) for n, p in model.named_parameters()}
+        state.update({n: fake(b) for n, b in model.named_buffers()})
+        was = model.training
+        model.train()
+        try:
+            with torch.no_grad():
+                return functional_call(model, state, (torch.empty(batch, *shape),))
+        finally:
+            model.train(was)
+
+
+_PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def output_shape(
+    model: nn.Module, shape: Sequence[int], batch: int, key: str | None = None
+) -> tuple[int, ...]:
+    """The shape of the output the doctor reads (``select_output``) for ``batch``
+    inputs of ``shape``, from a training-mode forward on fake tensors (nothing
+    computed). A model that rejects the input, needs several inputs or has
+    data-dependent shapes raises DoctorError saying so."""
+    return _probe(model, shape, batch, key)[0]
+
+
+def returns_tensor(model: nn.Module, shape: Sequence[int], batch: int) -> bool:
+    """Whether the model's forward returns a plain tensor (else the doctor wraps it in
+    ``SelectOutput``)."""
+    return _probe(model, shape, batch, None)[1]
+
+
+def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
+    cache = _PROBES.setdefault(model, {})
+    k = (tuple(shape), batch, key)
+    if k not in cache:
+        cache[k] = _probe_uncached(model, shape, batch, key)
+    return cache[k]
+
+
+def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
+    needs = _forward_inputs(model)
+    if len(needs) > 1:
+        raise DoctorError(
+            f"the model's forward takes {len(needs)} inputs ({', '.join(needs)}); the "
+            f"doctor feeds one tensor: {WRAP_HINT}"
+        )
+    try:
+        y = _fake_forward(model, shape, batch)
+    except DoctorError:
+        raise
+    except Exception as fake_error:
+        if _data_dependent(fake_error):
+            raise DoctorError(
+                "the model's shapes depend on its input's values (an operator such as "
+                "nonzero or non-maximum suppression, as in detection models), which "
+                "fake tensors cannot trace: give the doctor the part whose shapes are "
+                f"fixed (the backbone), or {WRAP_HINT}"
+            ) from None
+        err: BaseException = fake_error
+        # The model's own complaint about the shape: a real forward of one sample says
+        # it in the model's words (fake tensors report their own meta-kernel messages),
+        # where one sample is small enough to run here.
+        try:
+            if math.prod(shape) > REAL_PROBE_MAX_ELEMENTS:
+                raise fake_error
+            with torch.no_grad():
+                was = model.training
+                model.eval()
+                try:
+                    model(torch.zeros(1, *shape))
+                finally:
+                    model.train(was)
+        except Exception as real:
+            err = real
+        targets = "targets" in inspect.signature(model.forward).parameters
+        hint = (
+            f"; it takes targets in training mode (a detection model?): {WRAP_HINT}"
+            if targets
+            else "; pass --input with a shape it accepts"
+        )
+        raise DoctorError(
+            f"the model rejects input {shape_text(shape)} at batch {batch}: "
+            f"{type(err).__name__}: {first_line(err)}{hint}"
+        ) from None
+    return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor), _how(y, key)
+
+
+def _how(y, key: str | None) -> str:
+    """Which output ``select_output`` read, in words."""
+    if key is not None:
+        return f"--output {key}"
+    if isinstance(y, torch.Tensor):
+        return "the tensor it returns"
+    kind = type(y).__name__
+    if isinstance(y, dict):
+        if "out" in y:
+            return f"the {kind}'s 'out' entry"
+        only = next(k for k, v in y.items() if isinstance(v, torch.Tensor))
+        return f"the {kind}'s only tensor, {only!r}"
+    return f"the first tensor of the {kind}"
+
+
+def output_rule(model: nn.Module, shape: Sequence[int], batch: int, key=None) -> str:
+    """Which output the doctor reads for this model, in words (``OUTPUT_RULE``)."""
+    return _probe(model, shape, batch, key)[2]
+
+
+def check_loss(loss: str, out: Sequence[int]) -> None:
+    if loss == "cross-entropy" and len(out) < 2:
+        raise DoctorError(
+            f"cross-entropy needs N x C (x ...) logits; the model returns shape "
+            f"{tuple(out)}: pass --loss mse"
+        )
+
+
+def targets(loss: str, out: Sequence[int], generator=None) -> torch.Tensor:
+    """Random targets shaped like the output: class indices per image or per pixel for
+    cross-entropy, values for MSE."""
+    if loss == "mse":
+        return torch.randn(tuple(out), generator=generator)
+    return torch.randint(0, out[1], (out[0], *out[2:]), generator=generator)

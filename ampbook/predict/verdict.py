@@ -1,0 +1,446 @@
+"""The doctor's verdict: the expected AMP speedup per GPU as a calibrated range
+(``ampbook.predict.calibration``) in words, the memory warnings, the committed
+measurements of the same setting, the checklist per GPU, and what the steps
+timed on this device say (section 5 of the report, and the words of section 4).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from ampbook.core.precision import (
+    AUTOCAST_DTYPES,
+)
+from ampbook.core.words import plural
+from ampbook.predict import costmodel as cm
+from ampbook.predict.specs import shape_text, table_key
+from ampbook.predict.traced import cast_kernels, layout_kernels
+
+# Measured steps within this fraction of each other are reported as the same speed.
+SAME_SPEED = 0.05
+
+
+# --------------------------------------------------------------------------------------
+# 5. verdict
+# --------------------------------------------------------------------------------------
+
+
+def span_text(lo: float, hi: float) -> str:
+    return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"
+
+
+def gist(lo: float, hi: float, point: float | None = None) -> str:
+    """Words for a range: "a gain" or "a loss" only when the whole range is on one
+    side of 1.0; a range that spans 1.0 is "no clear gain" (its point estimate, as
+    printed to two decimals, at 1.00 or above) or "no clear loss" (below)."""
+    if lo > 1:
+        return "a gain"
+    if hi < 1:
+        return "a loss"
+    point = math.sqrt(lo * hi) if point is None else point
+    return "no clear gain" if round(point, 2) >= 1 else "no clear loss"
+
+
+def speedup_range_verdict(
+    gpu_name: str,
+    precision: str,
+    rng: dict[str, Any],
+    casts: int | None = None,
+    transposes: int | None = None,
+) -> str:
+    """The expected AMP speedup on one GPU, in one line, from a calibrated range
+    (``calibration.calibrated_range``): the range and how many references give it,
+    the nearest of them, the ratio at equal shares of the bound (not a bound), and the
+    launch floor when it binds."""
+    equal = rng["equal_share"]
+    if equal <= 0:
+        raise ValueError("speedups must be positive")
+    family = "TF32" if rng["family"] == "tf32" else "fp32"
+    tf32 = "TF32 on" if family == "TF32" else "no TF32"
+    head = f"{gpu_name}: {precision} over fp32 ({tf32})"
+    same = f"{equal:.2f}x if both precisions reached the same share of their bound"
+    rows = rng["rows"]
+    if not rows:
+        return (
+            f"{head}: no reference measured the {family} and 16-bit efficiencies this "
+            f"GPU needs, so no calibrated range; {same} (not a bound)."
+        )
+    lo, hi = rng["low"], rng["high"]
+    from ampbook.predict.calibration import layout_text
+
+    n = len(rows)
+    by = {r["key"]: r for r in rows}
+    basis = ", ".join(
+        f"{by[k]['label']} ({by[k]['weight_share']:.0%})" for k in rng["basis"][:3]
+    )
+    layout = layout_text(rng["layouts"])
+    line = (
+        f"{head}, {layout}: {rng['point']:.2f}x ± {math.exp(rng['error']) - 1:.0%} "
+        f"({span_text(lo, hi)}), {gist(lo, hi, rng['point'])}; set by {basis} of {n} "
+        f"reference{'s' if n != 1 else ''} weighted by closeness; {same}."
+    )
+    if not any(r["layout_match"] for r in rows):
+        ran = sorted({layout_text(r["layouts"]) for r in rows})
+        line += (
+            f" No reference ran both precisions in {layout} (they ran "
+            f"{', '.join(ran)}; 32-bit / AMP): their efficiencies are carried over to "
+            f"{layout}, its bytes and kernels modelled, its kernels' speed not."
+        )
+    for m in rng.get("committed") or []:
+        other = m.get("same_setting") is False and rng.get("setting")
+        where = f", not this prediction's {rng['setting']}" if other else ""
+        line += f" Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']}{where})."
+    launch = rng.get("launch")
+    if launch and (launch.get("amp_bound") or launch.get("fp32_bound")):
+        which = "AMP's" if launch.get("amp_bound") else "fp32's"
+        kernels = launch["amp_kernels"] if launch.get("amp_bound") else None
+        kernels = kernels or launch["fp32_kernels"]
+        floor = launch["amp_floor_s"] if launch.get("amp_bound") else None
+        floor = floor or launch["fp32_floor_s"]
+        added = [f"its casts add {casts}"] if casts else []
+        if transposes:
+            added.append(f"the layout transposes assumed in NCHW {transposes}")
+        more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
+        if added and more:
+            count = plural(abs(more), "other operator").split(" ", 1)
+            added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
+        cast = (
+            f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
+            if added and which == "AMP's"
+            else ""
+        )
+        assumed = (
+            "; each layout transpose assumed to cost an eager operator's host time"
+            if transposes and which == "AMP's"
+            else ""
+        )
+        line += (
+            f" Launch-bound: {which} {kernels} kernels{cast} need at least "
+            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
+            f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
+            f"and assumed on every GPU{assumed}), longer than their calibrated "
+            "kernel time."
+        )
+    return line
+
+
+def nearness(row: dict[str, Any]) -> tuple:
+    order = {"same GPU": 0, "same architecture": 1, "other architecture": 2}
+    return (not row["same_network"], order[row["gpu_distance"]], row["mix_distance"])
+
+
+def verdict_ranges(
+    roof: list[dict[str, Any]],
+    traces: dict[str, cm.StepTrace],
+    refs,
+    floor,
+    model: str | None,
+    devices=None,
+    memory_format: str = "channels_first",
+    batch: int | None = None,
+) -> list[dict[str, Any]]:
+    """Section 5's ranges: per GPU and AMP precision, the calibrated range
+    (``calibration.calibrated_range``, both precisions in ``memory_format``, at
+    ``batch``) with its verdict line."""
+    from ampbook.predict.calibration import calibrated_range
+
+    out = []
+    for r in roof:
+        if not r.get("amp_s"):
+            continue
+        rng = calibrated_range(
+            r["fp32_by_class_s"],
+            r["amp_by_class_s"],
+            r["gpu"],
+            refs,
+            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
+            floor=floor,
+            model=model,
+            devices=devices,
+            memory_format=memory_format,
+            batch=batch,
+        )
+        casts = cast_kernels(traces, r["precision"])
+        moves = layout_kernels(traces, r["precision"])
+        out.append(
+            {
+                "gpu": r["gpu"],
+                "gpu_name": r["gpu_name"],
+                "precision": r["precision"],
+                "casts": casts,
+                "transposes": moves,
+                "memory_bound_share": r.get("memory_bound_share"),
+                **rng,
+                "line": speedup_range_verdict(
+                    r["gpu_name"], r["precision"], rng, casts, moves
+                ),
+            }
+        )
+    return out
+
+
+def memory_warnings(
+    traces: dict[str, cm.StepTrace], gpus: Sequence[str], devices, copies: int = 0
+) -> list[str]:
+    """One line per precision and GPU whose step at the requested batch cannot fit:
+    the bytes saved for backward (counted on the traced step) with the weights,
+    gradients and Adam state, against the GPU's memory (its datasheet's GB), and the
+    largest batch whose activations fit (they grow with the batch; the state and
+    autocast's weight copies do not). A lower bound of the need: cuDNN's workspace,
+    the allocator's reserve and the CUDA context come on top."""
+    from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
+
+    out = []
+    for prec, tr in traces.items():
+        if not tr.saved_tensors:
+            continue
+        saved = tr.saved_tensors["new_bytes"]
+        fixed = ADAM_STATE_BYTES_PER_PARAM * tr.parameters
+        fixed += copies if prec != "fp32" else 0
+        per_sample = max(saved - (copies if prec != "fp32" else 0), 0) / tr.batch_size
+        for key in gpus:
+            d = devices[key]
+            have = d.memory_gb * 1e9
+            if saved + fixed <= have:
+                continue
+            fits = int((have - fixed) // per_sample) if per_sample else 0
+            most = (
+                f"the largest batch whose activations fit is about {fits}"
+                if fits >= 1
+                else "no batch fits"
+            )
+            out.append(
+                f"{prec} at batch {tr.batch_size} cannot fit the {d.short_name}: "
+                f"{saved / 2**30:,.1f} GiB saved for backward and "
+                f"{fixed / 2**30:,.2f} GiB of weights, gradients and optimizer state "
+                f"against its {d.memory_gb:g} GB; {most} (before cuDNN's workspace "
+                "and the allocator's reserve)."
+            )
+    return out
+
+
+def setting_text(batch: int, shape: Sequence[int]) -> str:
+    """A step's setting as the committed measurements name theirs."""
+    return f"batch {batch} x {shape_text(shape)}"
+
+
+def committed_measurements(
+    model: str, gpus: Sequence[str], results_dir=None, refs=None
+) -> dict[str, list[dict[str, Any]]]:
+    """What the committed results (``data/results/``) measured of ``model`` on each
+    of ``gpus``: a layer-profile pair's kernel-time ratio (a reference of the same
+    network and GPU) and, for the book's ERFNet, the training runs' step-time ratio
+    of each AMP precision over fp32 with TF32. Each names its ``setting``
+    (``setting_text``). Empty where nothing was measured."""
+    out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
+    for ref in refs or []:
+        if ref.kind == "profile" and ref.model == model and ref.gpu in out:
+            out[ref.gpu].append(
+                {
+                    "precision": "amp-fp16",
+                    "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
+                    "speedup": ref.measured_speedup,
+                    "setting": ref.setting,
+                    "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
+                    f"{ref.layout.get('16-bit')})",
+                }
+            )
+    if model != "erfnet":
+        return out
+    from ampbook.results import load_results_dir
+
+    try:
+        pairs = load_results_dir(results_dir).pairs()
+    except Exception:  # an unreadable results folder is the results module's to say
+        pairs = []
+    for q in pairs:
+        if q.amp.mode not in AUTOCAST_DTYPES or q.baseline.mode != "fp32-tf32":
+            continue
+        key = table_key(q.setting.device_name)
+        if key in out:
+            where = setting_text(
+                q.setting.batch_size, (3, q.setting.height, q.setting.width)
+            )
+            out[key].append(
+                {
+                    "precision": q.amp.mode,
+                    "what": f"step time, {q.amp.mode} over fp32 (TF32 on), "
+                    "training runs",
+                    "speedup": q.step_speedup,
+                    "setting": where,
+                    "source": f"committed training runs in data/results, {where}",
+                }
+            )
+    return out
+
+
+def checklist(
+    roof: list[dict[str, Any]],
+    ranges: list[dict[str, Any]],
+    loader_images_per_s: float | None,
+    measured: dict[str, Any] | None,
+) -> dict[str, list[dict[str, Any]]]:
+    """What to try, per GPU (one GPU per row, named), ranked by gain within each GPU:
+    AMP (the calibrated range's middle, or the ratio at equal shares without one), TF32
+    for matrix products (off by default in PyTorch), TF32 for convolutions (on by
+    default: listed, never ranked), the input pipeline (with a loader rate), and
+    channels_last and cudnn.benchmark as measured on this GPU. ``upper_bounds`` apart:
+    fusing the element-wise operators (``torch.compile``) if they vanished entirely;
+    normalisation layers stay (training BatchNorm reads and writes its input whatever
+    is fused into it)."""
+    items: list[dict[str, Any]] = []
+    bounds: list[dict[str, Any]] = []
+    by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
+    seen = set()
+    for r in roof:
+        gpu, name = r["gpu"], r["gpu_name"]
+        rng = by_gpu.get((gpu, r["precision"]))
+        if rng is not None:
+            # a measurement of this network, GPU and setting outranks a prediction
+            done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+            if done:
+                m = done[-1]
+                gain, src = m["speedup"], "measured (committed)"
+                detail = (
+                    f"{m['what']}; predicted {span_text(rng['low'], rng['high'])}"
+                    if (rng["rows"])
+                    else m["what"]
+                )
+            elif rng["rows"]:
+                lo, hi = rng["low"], rng["high"]
+                gain, src = rng["point"], "calibrated"
+                n = len(rng["rows"])
+                refs_said = f"{n} reference{'s' if n != 1 else ''}"
+                detail = f"{span_text(lo, hi)} from {refs_said}"
+            else:
+                gain, src = rng["equal_share"], "equal shares of the bound"
+                detail = "no reference for this GPU's families"
+            items.append(
+                {"gpu": name, "item": f"train with AMP ({r['precision']})",
+                 "gain": gain, "source": src, "detail": detail}
+            )  # fmt: skip
+        if gpu in seen:
+            continue
+        seen.add(gpu)
+        mm = r["fp32_default_s"] / r["fp32_tf32_s"]
+        if mm > 1.005:
+            items.append(
+                {
+                    "gpu": name,
+                    "item": "fp32: allow TF32 for matrix products "
+                    "(torch.backends.cuda.matmul.allow_tf32, off by default)",
+                    "gain": mm,
+                    "source": "equal shares of the bound",
+                    "detail": "the fp32 step's matrix products on TF32 tensor cores",
+                }
+            )
+        conv = r["fp32_strict_s"] / r["fp32_default_s"]
+        if conv > 1.005:
+            items.append(
+                {
+                    "gpu": name,
+                    "item": "fp32: TF32 for convolutions (torch.backends.cudnn."
+                    "allow_tf32) is on by default",
+                    "gain": None,
+                    "source": "already on",
+                    "detail": f"turning it off would cost {conv:.2f}x at equal shares",
+                }
+            )
+        if r.get("amp_s"):
+            total = r["amp_s"]
+            fusable = r["fusable_s"]
+            if 0 < fusable < total:
+                bounds.append(
+                    {
+                        "gpu": name,
+                        "item": "fuse element-wise ops (torch.compile)",
+                        "gain": total / (total - fusable),
+                        "source": "upper bound",
+                        "detail": "if the element-wise operators' "
+                        f"{fusable / total:.0%} of the AMP bound vanished (their "
+                        "share of the time taken as their share of the bound); "
+                        "normalisation stays",
+                    }
+                )
+        if loader_images_per_s and r.get("images_per_s_needed"):
+            need = r["images_per_s_needed"]
+            if loader_images_per_s < need:
+                items.append(
+                    {
+                        "gpu": name,
+                        "item": "speed up the input pipeline (more workers, faster "
+                        "decoding)",
+                        "gain": need / loader_images_per_s,
+                        "source": "bound",
+                        "detail": f"the loader's {loader_images_per_s:,.0f} images/s "
+                        f"against the {need:,.0f} the AMP bound uses",
+                    }
+                )
+    if measured and measured["device"] == "cuda":
+        from ampbook.core.devices import display_name
+
+        name = display_name(measured["device_name"])
+        rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
+        for r in rows.values():
+            for what in ("channels_last", "cudnn.benchmark"):
+                if r["variant"].endswith(what) and r["precision"] in rows:
+                    items.append(
+                        {
+                            "gpu": name,
+                            "item": f"{what} with {r['precision']}",
+                            "gain": rows[r["precision"]]["step_s"] / r["step_s"],
+                            "source": "measured",
+                            "detail": f"measured on this {name}",
+                        }
+                    )
+    order = list(dict.fromkeys(i["gpu"] for i in items))
+    items.sort(
+        key=lambda i: (order.index(i["gpu"]), i["gain"] is None, -(i["gain"] or 0))
+    )
+    return {"items": items, "upper_bounds": bounds}
+
+
+def measured_verdict(measured: dict[str, Any]) -> str:
+    """What the timed steps on this device say, in one line: on a CPU, the rounds
+    method's verdict on amp-bf16 (the per-round ratios: "no difference is resolved"
+    when they disagree) and fp16's measured ratio; on CUDA, the fastest AMP variant
+    against fp32."""
+    rows = [r for r in measured["rows"] if r.get("step_s")]
+    where = f"batch {measured['batch']} x {shape_text(measured['input'])}"
+    if measured["device"] != "cuda":
+        parts = []
+        if measured.get("rounds_verdict"):
+            said = measured["rounds_verdict"]
+            said = said[:1].lower() + said[1:]  # after the colon
+            parts.append(f"At {where} on this CPU: {said}")
+        fp16 = measured.get("fp16")
+        if fp16 and fp16.get("speedup"):
+            against = fp16.get("against") or "fp32's step"
+            parts.append(
+                f"One amp-fp16 step at batch {fp16['batch']} x "
+                f"{shape_text(fp16['input'])}, a single timing on this machine, ran "
+                f"at {fp16['speedup']:.2g}x the speed of {against}: one timing, no "
+                "spread to judge by."
+            )
+        if not parts:
+            return "On this CPU no AMP step was timed against fp32."
+        return " ".join(parts)
+    if not rows or rows[0]["precision"] != "fp32":
+        return (
+            f"On {measured['device_name']} no fp32 step was timed: nothing to compare."
+        )
+    amp = [r for r in rows[1:] if r["precision"] != "fp32"]
+    if not amp:
+        return f"On {measured['device_name']} no AMP step was timed."
+    best = max(amp, key=lambda r: r["speedup"])
+    if best["speedup"] > 1 + SAME_SPEED:
+        way = "faster than fp32"
+    elif best["speedup"] >= 1 - SAME_SPEED:
+        way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
+    else:
+        way = "slower than fp32"
+    return (
+        f"On this GPU, the fastest AMP step ({best['variant']}) ran at "
+        f"{best['speedup']:.2f}x fp32's speed at {where}: {way} here."
+    )
