@@ -83,7 +83,18 @@ import os
 import torch
 
 from ampbook import results
-from ampbook.bench import patterns
+from ampbook.bench.patterns import (
+    accumulation,
+    checkpointing,
+    compiled,
+    custom_function,
+    ddp,
+    fp16_or_bf16,
+    inference,
+    penalty,
+    shared_scaler,
+)
+from ampbook.chapters import ch8
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.page import MIB, glue_all, md, md_table
 from ampbook.numerics.gradstats import training_batches
@@ -101,8 +112,9 @@ load = os.getloadavg()[0]
 # checks compare (two updates, two sets of weights, two dtypes) does not depend on the
 # device. The scaler patterns use {glue:text}`amp_dtype`; fp16 on a CPU runs slow
 # fallback kernels, so the sizes are tiny. The small network of most sections,
-# `patterns.TinyNet`, is three convolutions to per-pixel class scores, trained with
-# cross-entropy per pixel as ERFNet is, with an optional batch norm.
+# `TinyNet` (`ampbook.bench.patterns.tiny`), is three convolutions to per-pixel class
+# scores, trained with cross-entropy per pixel as ERFNet is, with an optional batch
+# norm.
 #
 # (ch8-accumulate)=
 # ## Gradient accumulation
@@ -114,21 +126,22 @@ load = os.getloadavg()[0]
 
 # %%
 glue_all(load=load, amp_dtype=amp_dtype)
-print(inspect.getsource(patterns.accumulate_step))
+print(inspect.getsource(accumulation.accumulate_step))
 
 # %% [markdown]
-# The check (`patterns.check_accumulation`) runs this step over
+# The check (`accumulation.check_accumulation`) runs this step over
 # {glue:text}`micro_batches` micro-batches of {glue:text}`micro_batch_size` images and
 # over one batch of all of them, from the same weights, with SGD (whose update is the
 # gradient times the learning rate; Adam divides a constant factor back out, so it
 # would hide a forgotten division), and compares the two updates: the largest
 # difference over the largest update. Two sums of the same terms in another order
 # differ by rounding only; the tolerance is 64 unit roundoffs of fp32 for fp32 and 4
-# of the 16-bit type under autocast (`patterns.rounding_tolerance`):
+# of the 16-bit type under autocast (`rounding_tolerance`, in
+# `ampbook.bench.patterns.tiny`):
 
 # %%
 acc = [
-    patterns.check_accumulation(
+    accumulation.check_accumulation(
         dtype=d,
         micro=micro_batches,
         micro_batch=micro_batch_size,
@@ -137,7 +150,7 @@ acc = [
     )
     for d in (None, dtype)
 ]
-bn = patterns.check_accumulation(
+bn = accumulation.check_accumulation(
     micro=micro_batches,
     micro_batch=micro_batch_size,
     size=image_size,
@@ -166,22 +179,22 @@ md("\n\n".join(c.verdict() for c in (*acc, bn)))
 # PyTorch's example couples the losses: each depends on both models' outputs.
 
 # %%
-print(inspect.getsource(patterns.coupled_losses))
-print(inspect.getsource(patterns.two_models_step))
+print(inspect.getsource(shared_scaler.coupled_losses))
+print(inspect.getsource(shared_scaler.two_models_step))
 
 # %% [markdown]
 # The check plants an overflow in the second loss (multiplied by
 # {glue:text}`plant:.0e`, finite in fp32, whose gradient overflows fp16), takes one
 # iteration, and reads which optimizer changed its model's weights and what the scale
 # did. With the coupled losses, and with losses that each reach only one model
-# (`patterns.separate_losses`):
+# (`shared_scaler.separate_losses`):
 
 # %%
 shared = [
-    patterns.check_shared_scaler(losses=f, dtype=dtype, size=image_size, seed=seed)
-    for f in (patterns.coupled_losses, patterns.separate_losses)
+    shared_scaler.check_shared_scaler(losses=f, dtype=dtype, size=image_size, seed=seed)
+    for f in (shared_scaler.coupled_losses, shared_scaler.separate_losses)
 ]
-glue_all(plant=patterns.PLANT)
+glue_all(plant=shared_scaler.PLANT)
 md("\n\n".join(s.verdict() for s in shared))
 
 # %% [markdown]
@@ -202,17 +215,17 @@ md("\n\n".join(s.verdict() for s in shared))
 # penalty itself is part of the forward pass and runs under autocast:
 
 # %%
-print(inspect.getsource(patterns.penalty_step))
+print(inspect.getsource(penalty.penalty_step))
 
 # %% [markdown]
 # The check compares the penalty of this step under AMP (a GradScaler at a scale of
 # 1024) with the same step in fp32 without a scaler, and then the same step written
-# without the division (`patterns.penalty_step_without_unscaling`):
+# without the division (`penalty.penalty_step_without_unscaling`):
 
 # %%
 pen = [
-    patterns.check_penalty(step, dtype=dtype, size=image_size, seed=seed)
-    for step in (patterns.penalty_step, patterns.penalty_step_without_unscaling)
+    penalty.check_penalty(step, dtype=dtype, size=image_size, seed=seed)
+    for step in (penalty.penalty_step, penalty.penalty_step_without_unscaling)
 ]
 glue_all(pen_ratio=pen[1].difference + 1)
 md(
@@ -238,7 +251,7 @@ md(
 # `exp` overflows fp16 above 11.1:
 
 # %%
-print(inspect.getsource(patterns.exp_sum_log))
+print(inspect.getsource(custom_function.exp_sum_log))
 
 # %% [markdown]
 # The check feeds it a 16-bit activation of 12 (a Linear layer's output under
@@ -250,7 +263,7 @@ print(inspect.getsource(patterns.exp_sum_log))
 
 # %%
 fn = [
-    patterns.check_custom_function(cast_inputs=c, dtype=dtype, seed=seed)
+    custom_function.check_custom_function(cast_inputs=c, dtype=dtype, seed=seed)
     for c in (torch.float32, None)
 ]
 md(
@@ -279,7 +292,7 @@ md(
 # {cite:p}`pytorch-amp-docs`.
 
 # %%
-print(inspect.getsource(patterns.predict))
+print(inspect.getsource(inference.predict))
 
 # %% [markdown]
 # The check runs `predict` on a tiny network with batch norm (running statistics of
@@ -292,7 +305,7 @@ print(inspect.getsource(patterns.predict))
 
 # %%
 inf = [
-    patterns.check_inference(dtype=d, seed=seed)
+    inference.check_inference(dtype=d, seed=seed)
     for d in (torch.bfloat16, torch.float16)
 ]
 glue_all(inf_ratio=inf[0].amp_bytes / inf[0].fp32_bytes)
@@ -313,20 +326,20 @@ md("\n\n".join(i.verdict() for i in inf))
 # loop is chapter 3's:
 
 # %%
-print(inspect.getsource(patterns.train_steps))
+print(inspect.getsource(ddp.train_steps))
 
 # %% [markdown]
-# The check (`patterns.check_ddp`) starts two processes that join a gloo process group
+# The check (`ddp.check_ddp`) starts two processes that join a gloo process group
 # (CPU collectives, as the runner's `torchrun` test uses), trains the tiny network in
 # each on half of every batch, and compares the weights with one process trained on
 # the whole batches:
 
 # %%
-ddp = patterns.check_ddp(
+ddp_run = ddp.check_ddp(
     dtypes=(None, dtype), steps=ddp_steps, size=image_size, seed=seed
 )
-glue_all(ddp_s=ddp.seconds)
-md("\n\n".join(r.verdict() for r in ddp.results))
+glue_all(ddp_s=ddp_run.seconds)
+md("\n\n".join(r.verdict() for r in ddp_run.results))
 
 # %% [markdown]
 # The two processes took {glue:text}`ddp_s:.1f` s, most of it starting them. The same
@@ -354,16 +367,16 @@ torch.manual_seed(seed)
 net = ERFNet(NUM_CLASSES)
 images, labels = batches[0]
 torch.nn.functional.cross_entropy(net(images), labels, ignore_index=255).backward()
-flushed = patterns.flushed_fractions([p.grad for p in net.parameters()])
+flushed = fp16_or_bf16.flushed_fractions([p.grad for p in net.parameters()])
 net.zero_grad(set_to_none=True)
 here = {
-    f"amp-{short}": patterns.step_times(net, images, labels, d, repeats)
+    f"amp-{short}": fp16_or_bf16.step_times(net, images, labels, d, repeats)
     for short, d in (("fp16", torch.float16), ("bf16", torch.bfloat16))
 }
 torch.manual_seed(seed)
 run = train_with_scaling(ERFNet(NUM_CLASSES), batches, "dynamic", fp16="autocast")
-gpu = patterns.gpu_16bit_runs(found)
-rows = patterns.choice_rows(flushed, sum(run.skipped), len(run.skipped), gpu, here)
+gpu = ch8.gpu_16bit_runs(found)
+rows = ch8.choice_rows(flushed, sum(run.skipped), len(run.skipped), gpu, here)
 
 # %% tags=["hide-input"]
 md_table(rows, ["", "fp16", "bf16", "measured, computed or published: where"])
@@ -375,8 +388,8 @@ if gpu:
     glue_all(
         gpu_name=display_name(gpu["amp-fp16"].device_name),
         gpu_ratio=gpu["amp-bf16"].step_s / gpu["amp-fp16"].step_s,
-        gpu_ratio_lo=min(patterns.gpu_step_ratios(gpu)),
-        gpu_ratio_hi=max(patterns.gpu_step_ratios(gpu)),
+        gpu_ratio_lo=min(ch8.gpu_step_ratios(gpu)),
+        gpu_ratio_hi=max(ch8.gpu_step_ratios(gpu)),
         gpu_skipped=gpu["amp-fp16"].skipped_steps,
         acc_gap=abs(
             gpu["amp-bf16"].final_val_pixel_accuracy
@@ -393,7 +406,7 @@ else:
         gpu_skipped=0,
         acc_gap=nan,
     )
-md(patterns.choice_verdict(gpu, here))
+md(ch8.choice_verdict(gpu, here))
 
 # %% [markdown]
 # A decision rule, with the evidence beside each line:
@@ -427,17 +440,17 @@ md(patterns.choice_verdict(gpu, here))
 # the casts into the kernels around them. The step to compile is chapter 3's:
 
 # %%
-print(inspect.getsource(patterns.train_step))
+print(inspect.getsource(compiled.train_step))
 
 # %% [markdown]
-# The check (`patterns.check_compile`, the tiny network) counts the casts autocast
+# The check (`compiled.check_compile`, the tiny network) counts the casts autocast
 # makes in one eager forward (chapter 4's `CastCounter`) and the cast operators in
 # the forward and backward graphs compilation made, compares the eager and the
 # compiled step's loss, and asks `torch._dynamo.explain` what the whole step with a
 # GradScaler compiles to:
 
 # %%
-comp = patterns.check_compile(
+comp = compiled.check_compile(
     compile_backend, dtype=torch.bfloat16, size=image_size, seed=seed
 )
 rows = [
@@ -458,7 +471,7 @@ md(
     "Where the step breaks, as `torch._dynamo.explain` reports it: "
     + "; ".join(comp.break_reasons)
     + ".\n\n"
-    + patterns.compile_reading(comp)
+    + ch8.compile_reading(comp)
 )
 
 # %% [markdown]
@@ -473,7 +486,7 @@ md(
 # to rung 4:
 
 # %%
-ladder_rows = patterns.ladder_compile_rows(found.gpu_ladders())
+ladder_rows = ch8.ladder_compile_rows(found.gpu_ladders())
 (
     md_table(
         ladder_rows,
@@ -497,8 +510,8 @@ ladder_rows = patterns.ladder_compile_rows(found.gpu_ladders())
 # memory. Wrapping ERFNet's blocks:
 
 # %%
-print(inspect.getsource(patterns.Checkpointed))
-print(inspect.getsource(patterns.checkpoint_blocks))
+print(inspect.getsource(checkpointing.Checkpointed))
+print(inspect.getsource(checkpointing.checkpoint_blocks))
 
 # %% [markdown]
 # ERFNet at {glue:text}`erfnet_width`x{glue:text}`erfnet_height`, one image, in fp32,
@@ -508,7 +521,7 @@ print(inspect.getsource(patterns.checkpoint_blocks))
 # step time of {glue:text}`repeats` timed steps.
 
 # %%
-mem = patterns.memory_rows(
+mem = checkpointing.memory_rows(
     erfnet_height, erfnet_width, dtype=torch.bfloat16, repeats=repeats, seed=seed
 )
 glue_all(erfnet_height=erfnet_height, erfnet_width=erfnet_width, repeats=repeats)
@@ -534,7 +547,7 @@ glue_all(
     erfnet_weights=sum(p.numel() for p in ERFNet(NUM_CLASSES).parameters()),
 )
 stored = [
-    patterns.block_input_dtypes(
+    checkpointing.block_input_dtypes(
         erfnet_height, erfnet_width, torch.bfloat16, fp16_stream=s, seed=seed
     )
     for s in (False, True)
@@ -544,9 +557,9 @@ glue_all(
     amp_mem=mem[1].peak_bytes / mem[0].peak_bytes,
 )
 md(
-    patterns.memory_verdict(mem)
+    ch8.memory_verdict(mem)
     + "\n\n"
-    + patterns.stored_inputs_verdict(stored[0], stored[1], "bf16")
+    + ch8.stored_inputs_verdict(stored[0], stored[1], "bf16")
 )
 
 # %% [markdown]
@@ -590,14 +603,14 @@ md(
 #
 # ## Exercises
 #
-# 1. Change `patterns.accumulate_step` to not divide the loss and rerun
-#    `patterns.check_accumulation(my_step)`. By how much do the updates differ, and
+# 1. Change `accumulation.accumulate_step` to not divide the loss and rerun
+#    `accumulation.check_accumulation(my_step)`. By how much do the updates differ, and
 #    why would Adam hide most of it?
 # 2. Write the two-model step with one GradScaler per optimizer. What do the scales do
 #    after the planted overflow?
-# 3. Call `patterns.check_inference` with a `predict` that leaves out `model.eval()`.
+# 3. Call `inference.check_inference` with a `predict` that leaves out `model.eval()`.
 #    Which of the check's two conditions fails?
-# 4. Give `patterns.ddp_worker`'s model a batch norm (`tiny_model(seed,
+# 4. Give `ddp.ddp_worker`'s model a batch norm (`tiny_model(seed,
 #    batch_norm=True)`) and rerun the DDP check; then convert it with
 #    `nn.SyncBatchNorm.convert_sync_batchnorm` and run it again.
 #

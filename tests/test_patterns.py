@@ -1,5 +1,6 @@
 """Chapter 8's patterns (ampbook.bench.patterns): each check passes for the loop the
-chapter shows and fails for the same loop written wrong."""
+chapter shows and fails for the same loop written wrong; and what chapter 8 reads of
+them (ampbook.chapters.ch8)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ampbook.bench import patterns as P
+from ampbook.bench.patterns import (
+    accumulation,
+    checkpointing,
+    compiled,
+    custom_function,
+    ddp,
+    fp16_or_bf16,
+    inference,
+    penalty,
+    shared_scaler,
+    tiny,
+)
+from ampbook.chapters import ch8
 from ampbook.measure.memory import AllocatedBytesMeter
 from ampbook.results import load_results_dir
 
@@ -29,16 +42,18 @@ def accumulate_without_dividing(
 
 def test_accumulation_matches_one_large_batch_in_fp32_and_amp():
     for dtype in (None, torch.float16, torch.bfloat16):
-        c = P.check_accumulation(dtype=dtype, micro=2, size=8)
+        c = accumulation.check_accumulation(dtype=dtype, micro=2, size=8)
         assert c.ok, c.verdict()
         assert 0 <= c.difference <= c.tolerance
 
 
 def test_accumulation_check_fails_without_division_and_with_batch_norm():
-    wrong = P.check_accumulation(accumulate_without_dividing, micro=2, size=8)
+    wrong = accumulation.check_accumulation(
+        accumulate_without_dividing, micro=2, size=8
+    )
     assert not wrong.ok and wrong.difference > 0.5, wrong.verdict()  # twice the update
     assert "outside" in wrong.verdict()
-    bn = P.check_accumulation(micro=2, size=8, batch_norm=True)
+    bn = accumulation.check_accumulation(micro=2, size=8, batch_norm=True)
     assert not bn.ok and "batch norm" in bn.verdict()
 
 
@@ -50,7 +65,7 @@ def update_after_each_step(
     labels,
     device_type,
     dtype,
-    losses=P.coupled_losses,
+    losses=shared_scaler.coupled_losses,
 ):
     for optimizer in optimizers:
         optimizer.zero_grad()
@@ -65,15 +80,15 @@ def update_after_each_step(
 
 
 def test_shared_scaler_skips_together_when_coupled_alone_when_not():
-    coupled = P.check_shared_scaler()
+    coupled = shared_scaler.check_shared_scaler()
     assert coupled.ok and coupled.skipped == (True, True), coupled.verdict()
     assert coupled.scale_after == coupled.scale_before / 2
-    separate = P.check_shared_scaler(losses=P.separate_losses)
+    separate = shared_scaler.check_shared_scaler(losses=shared_scaler.separate_losses)
     assert separate.ok and separate.skipped == (False, True), separate.verdict()
 
 
 def test_shared_scaler_check_fails_with_an_update_per_optimizer():
-    wrong = P.check_shared_scaler(update_after_each_step)
+    wrong = shared_scaler.check_shared_scaler(update_after_each_step)
     assert not wrong.ok, wrong.verdict()
     assert wrong.scale_after == wrong.scale_before / 4
     assert "not as it should" in wrong.verdict()
@@ -81,18 +96,18 @@ def test_shared_scaler_check_fails_with_an_update_per_optimizer():
 
 def test_penalty_unscaled_matches_fp32_and_the_scaled_one_is_off_by_the_scale():
     for dtype in (torch.float16, torch.bfloat16):
-        right = P.check_penalty(dtype=dtype)
+        right = penalty.check_penalty(dtype=dtype)
         assert right.ok, right.verdict()
-    wrong = P.check_penalty(P.penalty_step_without_unscaling)
+    wrong = penalty.check_penalty(penalty.penalty_step_without_unscaling)
     assert not wrong.ok
     assert abs(wrong.difference + 1 - 1024) < 1  # the scale of the check's scaler
 
 
 def test_custom_function_receives_fp32_only_with_cast_inputs():
-    right = P.check_custom_function()
+    right = custom_function.check_custom_function()
     assert right.ok and right.received == "float32" and right.output_finite
     assert right.grad_dtype == "float16"  # the gradient returns in the input's dtype
-    wrong = P.check_custom_function(cast_inputs=None)
+    wrong = custom_function.check_custom_function(cast_inputs=None)
     assert not wrong.ok and wrong.received == "float16" and not wrong.output_finite
 
 
@@ -104,42 +119,42 @@ def predict_without_eval(model, images, device_type, dtype):
 
 def test_inference_matches_fp32_with_less_memory_and_fails_without_eval():
     for dtype in (torch.bfloat16, torch.float16):
-        c = P.check_inference(dtype=dtype, batch=2, size=16)
+        c = inference.check_inference(dtype=dtype, batch=2, size=16)
         assert c.ok, c.verdict()
         assert c.amp_bytes < c.fp32_bytes
-    wrong = P.check_inference(predict_without_eval, batch=2, size=16)
+    wrong = inference.check_inference(predict_without_eval, batch=2, size=16)
     assert not wrong.ok and wrong.difference > wrong.tolerance, wrong.verdict()
 
 
 def test_ddp_two_gloo_processes_match_one_and_fail_unwrapped():
-    right = P.check_ddp(steps=2)
+    right = ddp.check_ddp(steps=2)
     assert right.ok, [r.verdict() for r in right.results]
-    wrong = P.check_ddp(dtypes=(None,), steps=2, wrap=False)  # no gradient averaging
+    wrong = ddp.check_ddp(dtypes=(None,), steps=2, wrap=False)  # no gradient averaging
     assert not wrong.ok, [r.verdict() for r in wrong.results]
 
 
 def test_compile_keeps_the_casts_and_the_scaler_breaks_the_step():
-    c = P.check_compile("aot_eager", size=8)
+    c = compiled.check_compile("aot_eager", size=8)
     assert c.backend == "aot_eager" and c.ok
     assert c.graph_casts["forward"] == c.eager_casts > 0
     assert c.graph_breaks >= 1 and c.graphs >= 2 and c.break_reasons
 
 
 def test_ladder_compile_rows_read_rung_5_beside_rung_4():
-    rows = P.ladder_compile_rows(load_results_dir(FIXTURES).gpu_ladders())
+    rows = ch8.ladder_compile_rows(load_results_dir(FIXTURES).gpu_ladders())
     assert rows and all(len(r) == 5 for r in rows)
     gpu, label, eager, fast, speedup = rows[0]
     assert speedup == eager / fast and "Fixture" in gpu
-    assert P.ladder_compile_rows([]) == []
+    assert ch8.ladder_compile_rows([]) == []
 
 
 def test_checkpointing_cuts_erfnet_memory():
-    rows = P.memory_rows(16, 32, repeats=1)
+    rows = checkpointing.memory_rows(16, 32, repeats=1)
     by = {r.setting.split(" ")[0]: r for r in rows}
     assert [r.setting for r in rows][0] == "fp32" and len(rows) == 4
     assert by["checkpointing"].peak_bytes < by["fp32"].peak_bytes
     assert by["both"].peak_bytes < by["AMP"].peak_bytes
-    assert "least memory: checkpointing" in P.memory_verdict(rows)
+    assert "least memory: checkpointing" in ch8.memory_verdict(rows)
 
 
 def test_allocated_bytes_meter_counts_new_storages_not_views_or_inputs():
@@ -157,72 +172,72 @@ def test_allocated_bytes_meter_counts_new_storages_not_views_or_inputs():
 
 def test_fp16_or_bf16_table_and_verdict(tmp_path):
     found = load_results_dir(FIXTURES)
-    gpu = P.gpu_16bit_runs(found)
+    gpu = ch8.gpu_16bit_runs(found)
     assert set(gpu) == {"amp-fp16", "amp-bf16"}
     here = {"amp-fp16": (1.0, 1.1), "amp-bf16": (2.0, 2.1)}
-    rows = P.choice_rows({"fp16": 0.01, "bf16": 0.0}, 1, 3, gpu, here)
+    rows = ch8.choice_rows({"fp16": 0.01, "bf16": 0.0}, 1, 3, gpu, here)
     assert all(len(r) == 4 for r in rows) and rows[0][1] == "6.55e+04"
     assert any("committed" in r[3] for r in rows)
     step = next(r for r in rows if r[0] == "GPU step (ms)")
     assert float(step[1]) == round(gpu["amp-fp16"].one_step_s * 1e3, 1)
-    text = P.choice_verdict(gpu, here)
-    ratios = P.gpu_step_ratios(gpu)
+    text = ch8.choice_verdict(gpu, here)
+    ratios = ch8.gpu_step_ratios(gpu)
     assert f"per epoch {min(ratios):.3f}-{max(ratios):.3f}" in text
     # every pair of timed steps has bf16 slower: fp16 faster on this machine
     assert "on this machine, bf16 / fp16 1.95, over the timed steps" in text
     assert "1.818-2.100: fp16 faster" in text
     close = {"amp-fp16": (1.0, 1.2), "amp-bf16": (1.1, 1.15)}
-    assert "within the epoch-to-epoch spread" in P.choice_verdict({}, close)
+    assert "within the epoch-to-epoch spread" in ch8.choice_verdict({}, close)
     one = {"amp-fp16": (1.0,), "amp-bf16": (2.0,)}
-    assert "not judged" in P.choice_verdict({}, one)
-    assert "no committed GPU run" in P.choice_verdict({}, one)
-    assert P.gpu_16bit_runs(load_results_dir(tmp_path)) == {}
+    assert "not judged" in ch8.choice_verdict({}, one)
+    assert "no committed GPU run" in ch8.choice_verdict({}, one)
+    assert ch8.gpu_16bit_runs(load_results_dir(tmp_path)) == {}
 
 
 def test_fp16_or_bf16_verdict_on_the_committed_h200_runs_is_within_the_spread():
-    gpu = P.gpu_16bit_runs(load_results_dir(None))
+    gpu = ch8.gpu_16bit_runs(load_results_dir(None))
     if not gpu:  # the committed runs are part of the repository
         raise AssertionError("no committed fp16/bf16 GPU pair in data/results")
-    ratios = P.gpu_step_ratios(gpu)
+    ratios = ch8.gpu_step_ratios(gpu)
     assert min(ratios) < 1 < max(ratios)  # one epoch had bf16 faster
-    text = P.choice_verdict(gpu, {"amp-fp16": (1.0,), "amp-bf16": (1.0,)})
+    text = ch8.choice_verdict(gpu, {"amp-fp16": (1.0,), "amp-bf16": (1.0,)})
     assert "within the epoch-to-epoch spread" in text and "picks bf16" in text
 
 
 def test_custom_function_bf16_without_cast_stays_finite():
-    c = P.check_custom_function(cast_inputs=None, dtype=torch.bfloat16)
+    c = custom_function.check_custom_function(cast_inputs=None, dtype=torch.bfloat16)
     assert c.received == "bfloat16" and c.output_finite  # exp(12) fits bf16
 
 
 def test_compile_reading_names_the_backend_that_ran():
-    c = P.CompileCheck(
+    c = compiled.CompileCheck(
         "aot_eager", 7, {"forward": 7, "backward": 6}, None, 3, 2, [], 1.0, 1.0, 0.1
     )
-    text = P.compile_reading(c)
+    text = ch8.compile_reading(c)
     assert "every cast" in text and "aot_eager" in text and "nothing was fused" in text
     c.kernels, c.backend, c.graph_casts = 5, "inductor", {"forward": 6, "backward": 6}
-    text = P.compile_reading(c)
+    text = ch8.compile_reading(c)
     assert "6 of the eager forward's 7" in text and "into 5 kernels" in text
 
 
 def test_checkpointed_block_inputs_are_fp32_in_the_encoder_without_fp16_stream():
-    ref = P.block_input_dtypes(16, 32)
+    ref = checkpointing.block_input_dtypes(16, 32)
     assert set(ref["encoder"]) == {"float32"}
     assert "bfloat16" in ref["decoder"]
-    stream = P.block_input_dtypes(16, 32, fp16_stream=True)
+    stream = checkpointing.block_input_dtypes(16, 32, fp16_stream=True)
     assert stream["encoder"].get("bfloat16", 0) > stream["encoder"].get("float32", 0)
     assert sum(ref["encoder"].values()) == sum(stream["encoder"].values())
-    assert "encoder 16 float32" in P.stored_inputs_text(ref)
+    assert "encoder 16 float32" in ch8.stored_inputs_text(ref)
 
 
 def test_flushed_fractions_fp16_loses_what_bf16_keeps():
     g = torch.tensor([1e-9, 1e-3, 0.0, 1.0])
-    f = P.flushed_fractions([g])
+    f = fp16_or_bf16.flushed_fractions([g])
     assert abs(f["fp16"] - 1 / 3) < 1e-6 and f["bf16"] == 0.0
 
 
 def test_the_stored_inputs_sentence_names_both_models_counts():
-    line = P.stored_inputs_verdict(
+    line = ch8.stored_inputs_verdict(
         {"encoder": {"float32": 16}},
         {"encoder": {"bfloat16": 15, "float32": 1}},
         "bf16",
@@ -230,3 +245,13 @@ def test_the_stored_inputs_sentence_names_both_models_counts():
     assert "under autocast (bf16)" in line
     assert "(measured here): encoder 16 float32; with ERFNet's" in line
     assert line.endswith("on: encoder 15 bfloat16, 1 float32.")
+
+
+def test_relative_difference_and_rounding_tolerance_of_the_shared_checks():
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 4.0])
+    assert tiny.relative_difference(a, b) == 0.5  # |2 - 4| over 4
+    zero = torch.zeros(2)
+    assert tiny.relative_difference(a, zero) == 2.0  # no scale: the absolute gap
+    assert tiny.rounding_tolerance(None) == 64 * 2.0**-24
+    assert tiny.rounding_tolerance(torch.bfloat16) == 4 * 2.0**-8
+    assert tiny.rounding_tolerance(torch.float16, units=1) == 2.0**-11

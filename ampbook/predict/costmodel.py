@@ -1757,7 +1757,7 @@ def hypotheses_verdict(
     """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU
     pair run on the post's 2020 software (PyTorch 1.7, cuDNN 8.0): hypothesis (b) is
     about that software, so its label means nothing for a pair of today's software
-    (read those with ``ampbook.chapters.verdicts.gpu_pair_verdict``).
+    (read those with ``ampbook.chapters.ch3.gpu_pair_verdict``).
 
     ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or
     the step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``:

@@ -1,0 +1,74 @@
+"""Gradient accumulation under AMP (chapter 8): ``accumulate_step`` divides each
+micro-batch's loss by their number, scales each and steps once; ``check_accumulation``
+compares its update with one large batch's."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ampbook.bench.patterns.tiny import (
+    Comparison,
+    dtype_label,
+    flat_parameters,
+    relative_difference,
+    rounding_tolerance,
+    scaler_for,
+    tiny_batch,
+    tiny_model,
+)
+
+
+# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
+def accumulate_step(model, optimizer, scaler, micro_batches, device_type, dtype):
+    """One optimizer step over a list of (images, labels) micro-batches."""
+    n = len(micro_batches)
+    optimizer.zero_grad()
+    for images, labels in micro_batches:
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            loss = F.cross_entropy(model(images), labels) / n  # the mean over all
+        scaler.scale(loss).backward()  # gradients add up across micro-batches
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def check_accumulation(
+    step=accumulate_step,
+    dtype: torch.dtype | None = None,
+    micro: int = 4,
+    micro_batch: int = 2,
+    size: int = 16,
+    batch_norm: bool = False,
+    device_type: str = "cpu",
+    seed: int = 0,
+) -> Comparison:
+    """``step`` over ``micro`` micro-batches against ``step`` over one batch
+    ``micro`` times larger, from the same weights, with SGD (an update proportional
+    to the gradient; Adam's near scale-invariance would hide a wrong factor): the
+    relative difference of the two updates."""
+    images, labels = tiny_batch(micro * micro_batch, size, seed)
+    chunks = list(zip(images.split(micro_batch), labels.split(micro_batch)))
+    updates = []
+    for batches in (chunks, [(images, labels)]):
+        model = tiny_model(seed, batch_norm=batch_norm)
+        before = flat_parameters(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        step(
+            model,
+            optimizer,
+            scaler_for(device_type, dtype),
+            batches,
+            device_type,
+            dtype,
+        )
+        updates.append(flat_parameters(model) - before)
+    note = " (batch norm: each micro-batch normalised by its own statistics)" * (
+        batch_norm
+    )
+    return Comparison(
+        f"{micro} micro-batches of {micro_batch} vs one batch of {micro * micro_batch}",
+        dtype_label(dtype),
+        relative_difference(*updates),
+        rounding_tolerance(dtype),
+        note,
+    )

@@ -1,0 +1,132 @@
+"""Activation checkpointing against AMP (chapter 8): ERFNet's blocks wrapped in
+``Checkpointed``; the peak memory and step time of fp32, autocast, checkpointing and
+both (``memory_rows``), and the dtypes of the block inputs checkpointing stores
+(``block_input_dtypes``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ampbook.core.precision import torch_name
+from ampbook.measure.memory import AllocatedBytesMeter
+
+
+# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
+class Checkpointed(nn.Module):
+    """A block whose activations are recomputed in the backward pass."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)
+
+
+# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
+def checkpoint_blocks(model):
+    """Wrap every block of ERFNet's encoder and decoder in ``Checkpointed``."""
+    for part in (model.encoder, model.decoder):
+        for i, block in enumerate(part.layers):
+            part.layers[i] = Checkpointed(block)
+    return model
+
+
+@dataclass
+class MemoryRow:
+    setting: str
+    peak_bytes: int  # tensors alive at once over forward + backward
+    step_s: float
+
+
+def memory_rows(
+    height: int = 32,
+    width: int = 64,
+    batch: int = 1,
+    dtype: torch.dtype = torch.bfloat16,
+    repeats: int = 1,
+    seed: int = 0,
+) -> list[MemoryRow]:
+    """ERFNet's training step (forward, loss, backward) in fp32, under autocast in
+    ``dtype``, with ``checkpoint_blocks``, and with both: peak bytes allocated
+    (``AllocatedBytesMeter``, one step) and the median step time (``repeats`` timed
+    steps after a warm-up, without the meter)."""
+    from ampbook.measure.timing import benchmark
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+    from ampbook.segmentation.model import ERFNet
+
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch, 3, height, width, generator=g)
+    labels = torch.randint(0, NUM_CLASSES, (batch, height, width))
+    rows = []
+    for name, d, ckpt in (
+        ("fp32", None, False),
+        (f"AMP ({torch_name(dtype)})", dtype, False),
+        ("checkpointing", None, True),
+        ("both", dtype, True),
+    ):
+        torch.manual_seed(seed)
+        model = ERFNet(NUM_CLASSES)
+        if ckpt:
+            checkpoint_blocks(model)
+
+        def step():
+            model.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=d or torch.float32, enabled=d is not None):
+                loss = F.cross_entropy(model(images), labels)
+            loss.backward()
+
+        step()  # a warm-up, which also makes the gradients
+        with AllocatedBytesMeter() as meter:
+            model.zero_grad(set_to_none=False)  # the gradients exist: not counted
+            with torch.autocast("cpu", dtype=d or torch.float32, enabled=d is not None):
+                loss = F.cross_entropy(model(images), labels)
+            loss.backward()
+        seconds = benchmark(
+            step, warmup=0, repeats=repeats, number=1, min_time=0.0
+        ).median_s
+        rows.append(MemoryRow(name, meter.peak_bytes, seconds))
+    return rows
+
+
+def block_input_dtypes(
+    height: int = 32,
+    width: int = 64,
+    dtype: torch.dtype = torch.bfloat16,
+    fp16_stream: bool = False,
+    seed: int = 0,
+) -> dict[str, dict[str, int]]:
+    """The dtypes of the inputs ``checkpoint_blocks`` would store: per part of ERFNet
+    (``encoder``, ``decoder``), how many of its blocks received each dtype in one
+    forward under CPU autocast in ``dtype`` (``fp16_stream``: ERFNet's option)."""
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+    from ampbook.segmentation.model import ERFNet
+
+    torch.manual_seed(seed)
+    model = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
+    seen: dict[str, dict[str, int]] = {"encoder": {}, "decoder": {}}
+
+    def record(part):
+        def hook(_module, args):
+            name = torch_name(args[0].dtype)
+            seen[part][name] = seen[part].get(name, 0) + 1
+
+        return hook
+
+    hooks = [
+        block.register_forward_pre_hook(record(part))
+        for part in seen
+        for block in getattr(model, part).layers
+    ]
+    g = torch.Generator().manual_seed(seed)
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+            model(torch.randn(1, 3, height, width, generator=g))
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen

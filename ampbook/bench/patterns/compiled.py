@@ -1,0 +1,188 @@
+"""``torch.compile`` with autocast (chapter 8): ``check_compile`` counts the casts
+autocast makes eagerly and those in the compiled graphs, compares the losses, and asks
+``torch._dynamo.explain`` where the whole step with a GradScaler breaks."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ampbook.bench.patterns.tiny import scaler_for, tiny_batch, tiny_model
+
+
+# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
+def train_step(model, optimizer, scaler, images, labels, device_type, dtype):
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype):
+        loss = F.cross_entropy(model(images), labels)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+class _GraphCasts:
+    """A TorchDynamo backend that counts the dtype conversions in the forward and
+    backward graphs AOTAutograd gives it, then runs them eagerly (as ``aot_eager``)."""
+
+    CASTS = ("convert_element_type", "_to_copy")
+
+    def __init__(self):
+        self.casts = {"forward": 0, "backward": 0}
+
+    def _count(self, which):
+        def compiler(gm, example_inputs):
+            self.casts[which] += sum(
+                n.op == "call_function" and any(c in str(n.target) for c in self.CASTS)
+                for n in gm.graph.nodes
+            )
+            from torch._functorch.aot_autograd import make_boxed_func
+
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    def backend(self):
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(
+            fw_compiler=self._count("forward"), bw_compiler=self._count("backward")
+        )
+
+
+@dataclass
+class CompileCheck:
+    backend: str  # what ran: "inductor", "aot_eager" or "eager (...)"
+    eager_casts: int  # casts autocast made in one eager forward
+    graph_casts: dict  # casts in the compiled forward and backward graphs
+    kernels: int | None  # kernels inductor generated (None: not inductor)
+    graphs: int  # graphs torch._dynamo.explain found in the whole step
+    graph_breaks: int
+    break_reasons: list[str]
+    eager_loss: float
+    compiled_loss: float
+    compile_s: float
+
+    @property
+    def ok(self) -> bool:
+        same = abs(self.eager_loss - self.compiled_loss) <= 1e-2 * abs(self.eager_loss)
+        return same and self.graph_casts["forward"] >= 1
+
+
+def _reason(text: str) -> str:
+    first = " ".join(text.split())
+    return first if len(first) <= 80 else first[:77] + "..."
+
+
+def break_reason(reason) -> str:
+    """One graph break of ``torch._dynamo.explain``, in a line: the step's source line
+    where it broke, the reason's first line and the function it names."""
+    import re
+
+    head = reason.reason.strip().splitlines()[0]
+    named = re.search(r"`([^`]+)`", reason.reason)
+    where = reason.user_stack[-1].line.strip() if reason.user_stack else "?"
+    return f"{where}: {head}" + (f" ({named.group(1)})" if named else "")
+
+
+def check_compile(
+    backend: str = "aot_eager",  # or "inductor"
+    dtype: torch.dtype = torch.bfloat16,
+    size: int = 8,
+    device_type: str = "cpu",
+    seed: int = 0,
+) -> CompileCheck:
+    """The tiny model's step under autocast, eager and with ``torch.compile(model,
+    backend=backend)``: the casts autocast makes eagerly (``CastCounter``) and those
+    in the compiled graphs (counted by a backend around AOTAutograd, as
+    ``aot_eager``), inductor's kernel count, the loss of each, and what
+    ``torch._dynamo.explain`` finds in the whole step with a GradScaler (graphs and
+    breaks). A compilation that fails runs eagerly, and ``backend`` says why."""
+    import torch._dynamo
+
+    from ampbook.measure.autocast_trace import CastCounter
+
+    images, labels = tiny_batch(2, size, seed)
+    model = tiny_model(seed)
+    with CastCounter(model=model) as counter:
+        with torch.autocast(device_type, dtype=dtype):
+            model(images)
+    eager = tiny_model(seed)
+    eager_loss = train_step(
+        eager,
+        torch.optim.SGD(eager.parameters(), lr=0.1),
+        scaler_for(device_type, dtype),
+        images,
+        labels,
+        device_type,
+        dtype,
+    ).item()
+    torch._dynamo.reset()
+    counting = _GraphCasts()
+    kernels = None
+    start = time.perf_counter()
+    used = backend
+    try:
+        counted = torch.compile(tiny_model(seed), backend=counting.backend())
+        compiled_loss = train_step(  # the graphs run eagerly: aot_eager's loss
+            counted,
+            torch.optim.SGD(counted.parameters(), lr=0.1),
+            scaler_for(device_type, dtype),
+            images,
+            labels,
+            device_type,
+            dtype,
+        ).item()
+        if backend == "inductor":
+            from torch._inductor import metrics
+
+            # its note that no CUDA runtime is found, on a machine without a GPU
+            logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+            metrics.reset()
+            fast = torch.compile(tiny_model(seed), backend=backend)
+            compiled_loss = train_step(
+                fast,
+                torch.optim.SGD(fast.parameters(), lr=0.1),
+                scaler_for(device_type, dtype),
+                images,
+                labels,
+                device_type,
+                dtype,
+            ).item()
+            kernels = metrics.generated_kernel_count
+    except Exception as err:  # no compiler, an unsupported op: run eagerly, say why
+        used = f"eager ({backend} failed: {_reason(str(err).splitlines()[0])})"
+        compiled_loss = eager_loss
+    compile_s = time.perf_counter() - start
+    torch._dynamo.reset()
+    m = tiny_model(seed)
+    torch._logging.set_logs(dynamo=logging.ERROR)  # a warning about the profiler
+    try:
+        explained = torch._dynamo.explain(train_step)(
+            m,
+            torch.optim.SGD(m.parameters(), lr=0.1),
+            torch.amp.GradScaler(device_type),
+            images,
+            labels,
+            device_type,
+            torch.float16,
+        )
+    finally:
+        torch._logging.set_logs()  # torch's default levels again
+        torch._dynamo.reset()
+    return CompileCheck(
+        used,
+        len(counter.casts),
+        counting.casts,
+        kernels,
+        explained.graph_count,
+        explained.graph_break_count,
+        [break_reason(r) for r in explained.break_reasons],
+        eager_loss,
+        compiled_loss,
+        compile_s,
+    )

@@ -1,0 +1,35 @@
+"""What chapter 8 measures on this machine to choose fp16 or bf16: the share of
+ERFNet's gradients each format flushes to zero unscaled (``flushed_fractions``) and a
+training step's time in each (``step_times``)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def flushed_fractions(grads: list[torch.Tensor]) -> dict[str, float]:
+    """The share of the nonzero gradients that round to zero in fp16 and in bf16
+    (``ampbook.numerics.formats.round_to``), unscaled."""
+    from ampbook.numerics.formats import round_to
+
+    g = torch.cat([x.detach().flatten().float() for x in grads])
+    g = g[g != 0]
+    return {
+        name: float((round_to(g, name) == 0).float().mean())
+        for name in ("fp16", "bf16")
+    }
+
+
+def step_times(model, images, labels, dtype, repeats: int = 1) -> tuple[float, ...]:
+    """Seconds of each of ``repeats`` timed forward and backward passes of ``model``
+    under CPU autocast in ``dtype`` (no optimizer), after one warm-up."""
+    from ampbook.measure.timing import benchmark
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=dtype):
+            loss = F.cross_entropy(model(images), labels, ignore_index=255)
+        loss.backward()
+
+    return benchmark(step, warmup=1, repeats=repeats, number=1, min_time=0.0).times_s

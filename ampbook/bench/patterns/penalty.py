@@ -1,0 +1,88 @@
+"""A gradient penalty under AMP (chapter 8): the gradients of the scaled loss,
+unscaled before the penalty uses them (``penalty_step``); ``check_penalty`` compares
+the penalty with fp32's."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ampbook.bench.patterns.tiny import (
+    Comparison,
+    dtype_label,
+    relative_difference,
+    rounding_tolerance,
+    scaler_for,
+    tiny_batch,
+    tiny_model,
+)
+
+
+# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
+def penalty_step(model, optimizer, scaler, images, labels, device_type, dtype):
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        loss = F.cross_entropy(model(images), labels)
+    params = list(model.parameters())
+    scaled = torch.autograd.grad(scaler.scale(loss), params, create_graph=True)
+    grads = [g / scaler.get_scale() for g in scaled]  # unscale before using them
+    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        penalty = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
+        loss = loss + penalty
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return penalty.detach()
+
+
+def penalty_step_without_unscaling(
+    model, optimizer, scaler, images, labels, device_type, dtype
+):
+    """``penalty_step`` written wrong: the penalty of the scaled gradients. Shown on
+    the page in chapter 8 (08_amp_patterns), beside ``penalty_step``."""
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        loss = F.cross_entropy(model(images), labels)
+    params = list(model.parameters())
+    grads = torch.autograd.grad(scaler.scale(loss), params, create_graph=True)
+    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        penalty = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
+        loss = loss + penalty
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return penalty.detach()
+
+
+def check_penalty(
+    step=penalty_step,
+    dtype: torch.dtype = torch.float16,
+    size: int = 8,
+    device_type: str = "cpu",
+    seed: int = 0,
+    units: float | None = None,
+) -> Comparison:
+    """The penalty ``step`` computes under AMP with a GradScaler against the same
+    step in fp32 without one (scale 1): their relative difference, against
+    ``rounding_tolerance(dtype, units)``."""
+    images, labels = tiny_batch(2, size, seed)
+    values = []
+    for d in (dtype, None):
+        model = tiny_model(seed)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = (
+            scaler_for(device_type, d)
+            if d is None
+            else torch.amp.GradScaler(device_type, init_scale=2.0**10)
+        )
+        values.append(
+            step(model, optimizer, scaler, images, labels, device_type, d).float()
+        )
+    amp, fp32 = values
+    return Comparison(
+        f"gradient penalty {amp.item():.4g} (AMP, scale 1024) vs {fp32.item():.4g} "
+        "(fp32)",
+        dtype_label(dtype),
+        relative_difference(amp, fp32),
+        rounding_tolerance(dtype, units),
+    )
