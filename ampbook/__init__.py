@@ -1,13 +1,13 @@
 """AMP Book's library: the tested code behind the notebooks.
 
-Modules: ``env`` (environment report), ``precision`` (precisions, dtype names, backend
-flags), ``formats`` (floating-point formats), ``timing`` and ``devices`` (measuring and
-peak figures), ``model`` (ERFNet), ``data`` (Cityscapes) and ``synthetic`` (the
-synthetic set), ``metrics``, ``evaluate``, ``train`` (the training runner, a package),
-``memory`` (saved-for-backward bytes), ``gradstats``, ``loss_scaling`` and
-``autocast_trace`` (chapter 4's instruments), ``costmodel`` (per-layer roofline model),
-``bench`` (benchmarks), ``plots``. ``ampbook.build`` runs the notebooks and builds and
-checks the HTML book. See DEVELOPING.md.
+A stack of subpackages, bottom first: ``core`` (the command line, paths, parameters,
+precisions, devices, the environment, page helpers), ``segmentation`` (ERFNet,
+Cityscapes and its synthetic stand-in, metrics), ``measure`` (timing, memory, autocast
+observed), ``numerics`` (formats, gradients, loss scaling), ``results`` (the record
+schemas and their reader), ``train`` (the training runner), ``predict`` (the cost model,
+calibration, the doctor), ``bench`` (benchmarks), ``chapters`` (what each chapter says)
+and ``build`` (runs the notebooks, builds and checks the HTML book). Imports point down
+the stack only; see DEVELOPING.md, "Layout".
 """
 
 __version__ = "0.1.0"

@@ -5,6 +5,7 @@ modules import each other in a circle (DEVELOPING.md, "Layout")."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,7 @@ def module_name(path: Path, package: Path = PACKAGE) -> str:
     return ".".join(parts)
 
 
+@functools.cache
 def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
@@ -84,6 +86,7 @@ def layer(name: str) -> int:
     return LAYERS.index(parts[1])
 
 
+@functools.cache
 def graph() -> dict[str, list[tuple[int, str]]]:
     known = modules()
     return {name: imports(path, known) for name, path in known.items()}
