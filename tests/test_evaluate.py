@@ -12,12 +12,12 @@ import pytest
 import torch
 from PIL import Image
 
-from ampbook.segmentation.cityscapes import CLASS_NAMES
+from ampbook.segmentation.cityscapes import CLASS_NAMES, Cityscapes
 from ampbook.segmentation.evaluate import (
     evaluate_folder,
     main,
-    predict_folder,
     save_prediction,
+    save_predictions,
 )
 from ampbook.segmentation.model import ERFNet
 from ampbook.segmentation.synthetic import synthesize
@@ -153,9 +153,15 @@ def test_wrong_size_and_unknown_ids_are_errors(val_root, tmp_path):
         evaluate_folder(pred_dir, val_root)
 
 
-def test_predict_folder_writes_what_evaluate_reads(val_root, tmp_path):
+def test_saved_predictions_are_what_evaluate_reads(val_root, tmp_path):
+    # as `python -m ampbook.train --save-predictions` writes them: one labelId PNG per
+    # image at its own size, from logits at the training size
     torch.manual_seed(0)
-    out = predict_folder(ERFNet(), val_root, tmp_path / "pred", height=32, width=64)
+    dataset = Cityscapes(val_root, split="val", height=32, width=64)
+    model, out = ERFNet().eval(), tmp_path / "pred"
+    with torch.no_grad():
+        for i, pair in enumerate(dataset.pairs):
+            save_predictions(model(dataset[i][0][None]), [pair], out)
     files = sorted(out.rglob("*_pred.png"))
     assert len(files) == 5
     assert Image.open(files[0]).size == (128, 64)

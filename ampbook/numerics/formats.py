@@ -663,15 +663,6 @@ def specials_report(specials: dict[str, dict], device="cpu") -> str:
     return f"torch {torch.__version__} on {where}:\n\n" + "\n".join(lines)
 
 
-def cast_overflow_rule(dtype: torch.dtype, device="cpu") -> str:
-    """What this torch's cast to ``dtype`` on ``device`` does with a finite value past
-    the largest one (``overflow_probe``): ``"saturate"`` (the largest value), ``"inf"``
-    or ``"nan"``. Infinities and NaN: ``cast_specials``."""
-    outcome = cast_specials(dtype, device)["finite overflow"][1]
-    rule = {"NaN": "nan", "+inf": "inf", "+max": "saturate"}
-    return rule.get(outcome, f"other ({outcome})")
-
-
 def agrees(claimed: float, value: float) -> bool:
     """Equal to as many significant digits as the claim gives (1.7e38 has two)."""
     digits = len(f"{claimed:.6e}".split("e")[0].replace(".", "").rstrip("0")) or 1

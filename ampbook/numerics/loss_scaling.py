@@ -55,9 +55,6 @@ class ScalingRun:
     weights_finite: bool = True
     seconds: float = 0.0
 
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
 
 def train_with_scaling(
     model: nn.Module,

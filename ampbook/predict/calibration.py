@@ -50,10 +50,8 @@ if TYPE_CHECKING:  # torch and the cost model are imported where they are used, 
 
     pass
 from ampbook.predict.references import (
-    Published,
     Reference,
     class_mix,
-    published_references,
     references,
     write_bounds,
 )
@@ -327,19 +325,6 @@ def reference_prediction(
     )  # fmt: skip
 
 
-def published_prediction(
-    ref: Published,
-    refs: Sequence[Reference] | None = None,
-    exclude_own: bool = True,
-    bounds: Mapping | None = None,
-    devices=None,
-) -> dict[str, Any]:
-    """``reference_prediction`` for a published reference kept as data."""
-    refs = references() if refs is None else refs
-    (own,) = published_references([ref], bounds)
-    return reference_prediction(own, refs, exclude_own, devices)
-
-
 def leave_one_out(
     refs: Sequence[Reference] | None = None, devices=None
 ) -> dict[str, Any]:
@@ -405,12 +390,6 @@ def distance_text(row: Mapping[str, Any]) -> str:
         else (f", layout {layout_text(row['layouts'])}")
     )
     return f"{row['gpu_distance']}, {net}{lay}"
-
-
-def _range_text(r: Mapping[str, Any]) -> str:
-    if r["low"] is None:
-        return "no reference applies"
-    return f"{r['point']:.2f}x ({r['low']:.2f}-{r['high']:.2f}x, {len(r['rows'])} refs)"
 
 
 def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> str:

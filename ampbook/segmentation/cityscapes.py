@@ -363,13 +363,6 @@ def check_headers(pairs: list[tuple[Path, Path]]) -> None:
             )
 
 
-def label_ids_to_train_ids(ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-    """Cityscapes labelIds -> trainIds 0..18 with 255 for ignored ids."""
-    if isinstance(ids, torch.Tensor):
-        return torch.from_numpy(LABEL_TO_TRAIN).to(ids.device)[ids.long()]
-    return LABEL_TO_TRAIN[ids]
-
-
 def normalize_(images: torch.Tensor) -> torch.Tensor:
     """``(x / 255 - mean) / std`` with ImageNet's statistics, in place on a float
     tensor of 0..255 values (C x H x W or N x C x H x W, on any device), in two passes;

@@ -193,32 +193,6 @@ def save_predictions(
     return written
 
 
-def predict_folder(
-    model: torch.nn.Module,
-    root: str | os.PathLike | None,
-    out_dir: str | os.PathLike,
-    split: str = "val",
-    height: int = 256,
-    width: int = 512,
-    device: str | torch.device = "cpu",
-) -> Path:
-    """Run ``model`` on a split at height x width, upsample its logits to each image's
-    size and write ``CITY_SEQ_FRAME_pred.png`` labelId files into ``out_dir``
-    (``save_predictions``, as ``python -m ampbook.train --save-predictions`` does)."""
-    import torch
-
-    from ampbook.segmentation.cityscapes import Cityscapes
-
-    dataset = Cityscapes(root, split=split, height=height, width=width)
-    out_dir = Path(out_dir)
-    model.eval()
-    with torch.no_grad():
-        for i, pair in enumerate(dataset.pairs):
-            image, _ = dataset[i]
-            save_predictions(model(image[None].to(device)), [pair], out_dir)
-    return out_dir
-
-
 def build_parser() -> cli.ArgumentParser:
     """The command's options (light: ``--help`` imports no torch)."""
     parser = cli.ArgumentParser(
