@@ -97,7 +97,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from ampbook import results
-from ampbook.chapters import ch3
+from ampbook.chapters import ch3, ch4
 from ampbook.core.devices import display_name, pick_device
 from ampbook.core.page import (
     GIB,
@@ -111,8 +111,7 @@ from ampbook.core.page import (
     use_style,
 )
 from ampbook.core.paths import load_reference
-from ampbook.measure import autocast_trace as at
-from ampbook.measure import memory
+from ampbook.measure import autocast_rules, memory, model_dtypes, op_probes
 from ampbook.numerics import gradstats as gs
 from ampbook.numerics import loss_scaling as ls
 from ampbook.segmentation.model import ERFNet
@@ -162,8 +161,8 @@ md_table(rows, ["fp16 limit", "value", "log2"], [None, ".6g", ".3f"])
 torch.manual_seed(seed)
 model = ERFNet().to(device).train()
 x_trace = batches[0][0][:1, :, :trace_height, :trace_width].to(device)
-low_layers = at.low_precision_layers(model, x_trace)
-low_calls = at.low_precision_calls(model, x_trace)
+low_layers = model_dtypes.low_precision_layers(model, x_trace)
+low_calls = model_dtypes.low_precision_calls(model, x_trace)
 n_leaves = len([m for m in model.modules() if not list(m.children())])
 glue_all(low_layers=len(low_layers), leaves=n_leaves, calls=len(low_calls),
          low_calls=sum(low for _, low in low_calls))
@@ -476,23 +475,24 @@ md(ls.scaling_verdict(runs))
 # under the table):
 
 # %% tags=["hide-input"]
-probes = {d: {r.op: r for r in at.probe_ops(d)} for d in at.DEVICE_TYPES}
-where = {d: next(iter(probes[d].values())) for d in at.DEVICE_TYPES}
+devices = autocast_rules.DEVICE_TYPES
+probes = {d: {r.op: r for r in op_probes.probe_ops(d)} for d in devices}
+where = {d: next(iter(probes[d].values())) for d in devices}
 print(f"CPU probes: {where['cpu'].low_dtype}; "
       f"CUDA probes: {where['cuda'].low_dtype} on {where['cuda'].device}")
-seen = sorted({r.observed for d in at.DEVICE_TYPES for r in probes[d].values()})
+seen = sorted({r.observed for d in devices for r in probes[d].values()})
 rows = [(b, *(sum(r.observed == b for r in probes[d].values())
-              for d in at.DEVICE_TYPES)) for b in seen]
-rows.append(("ops probed", *(len(probes[d]) for d in at.DEVICE_TYPES)))
-md_table(rows, ["observed behaviour"] + [f"{d.upper()} ops" for d in at.DEVICE_TYPES])
+              for d in devices)) for b in seen]
+rows.append(("ops probed", *(len(probes[d]) for d in devices)))
+md_table(rows, ["observed behaviour"] + [f"{d.upper()} ops" for d in devices])
 
 # %% tags=["hide-input", "hide-output"]
 short = {"lower_precision": "low", "float32": "fp32", "input dtype": "input",
          "unlisted": "–"}
-rows = [[r[0]] + [short.get(v, v) for v in r[1:]] for r in at.probe_rows(probes)]
+rows = [[r[0]] + [short.get(v, v) for v in r[1:]] for r in ch4.probe_rows(probes)]
 md("ran: the dtype observed; docs: PyTorch's documented lists. low: lower_precision; "
    "fp32: float32; input: input dtype; –: not in the documented lists.\n\n"
-   + md_table_text(rows, at.PROBE_HEADERS))
+   + md_table_text(rows, ch4.PROBE_HEADERS))
 
 # %% [markdown]
 # "lower_precision": the output is bf16 (CPU) or fp16 (CUDA) even from fp32 inputs; "float32":
@@ -502,12 +502,12 @@ md("ran: the dtype observed; docs: PyTorch's documented lists. low: lower_precis
 # devices and the documentation part ways, for the installed torch:
 
 # %%
-md(at.probe_verdict(probes))
+md(ch4.probe_verdict(probes))
 
 # %%
-reg = {d: set(at.registered_ops(d)) for d in at.DEVICE_TYPES}
-doc = {d: {op for ops in at.documented_ops(d).values() for op in ops}
-       for d in at.DEVICE_TYPES}
+reg = {d: set(autocast_rules.registered_ops(d)) for d in devices}
+doc = {d: {op for ops in autocast_rules.documented_ops(d).values() for op in ops}
+       for d in devices}
 glue_all(reg_cpu=len(reg["cpu"]), reg_cuda=len(reg["cuda"]),
          undoc_cpu=len(reg["cpu"] - doc["cpu"]),
          undoc_cuda=len(reg["cuda"] - doc["cuda"]))
@@ -526,7 +526,7 @@ glue_all(reg_cpu=len(reg["cpu"]), reg_cuda=len(reg["cuda"]),
 # between the two gets a row for each):
 
 # %% tags=["hide-input"]
-layer_rows = at.layer_rows(model.eval(), x_trace, device)
+layer_rows = ch4.layer_rows(model.eval(), x_trace, device)
 low = {"bfloat16": "low", "float16": "low"}
 calls = {}
 for dev, kind, ins, out, n in layer_rows:
@@ -542,9 +542,9 @@ md_table([(*key, c.get("cpu"), c.get("cuda")) for key, c in calls.items()],
 # function call (on the CPU, in bf16):
 
 # %% tags=["hide-input"]
-ops_cpu = at.trace_ops(model.cpu(), x_trace.cpu(), "cpu")
+ops_cpu = model_dtypes.trace_ops(model.cpu(), x_trace.cpu(), "cpu")
 kept = ("cat", "add", "__add__", "relu")
-rows = [r for r in at.summarize_by_type(ops_cpu, key="op") if r[0] in kept]
+rows = [r for r in model_dtypes.summarize_by_type(ops_cpu, key="op") if r[0] in kept]
 md_table(rows, ["op", "inside", "input dtypes", "output dtype", "calls"])
 
 # %%
@@ -582,13 +582,13 @@ settings += [("cuda", torch.float16)] if device.type == "cuda" else []
 rows = []
 for d, dt in settings:
     torch.manual_seed(seed)
-    r = at.dtypes_after_step(ERFNet().to(d), x_tiny.to(d), y_tiny.to(d), d, dt)
-    rows.append((f"autocast {at.dtype_name(dt)} on {d}",
-                 at.dtype_counts(r["params"]), at.dtype_counts(r["grads"])))
-half = at.dtypes_after_step(ERFNet().to(device).half(), x_tiny.to(device).half(),
+    r = ch4.dtypes_after_step(ERFNet().to(d), x_tiny.to(d), y_tiny.to(d), d, dt)
+    rows.append((f"autocast {autocast_rules.dtype_name(dt)} on {d}",
+                 ch4.dtype_counts(r["params"]), ch4.dtype_counts(r["grads"])))
+half = ch4.dtypes_after_step(ERFNet().to(device).half(), x_tiny.to(device).half(),
                             y_tiny.to(device), device.type, None)
-rows.append(("model.half()", at.dtype_counts(half["params"]),
-             at.dtype_counts(half["grads"])))
+rows.append(("model.half()", ch4.dtype_counts(half["params"]),
+             ch4.dtype_counts(half["grads"])))
 md_table(rows, ["setting", "parameter dtypes (count)", "gradient dtypes (count)"])
 
 # %% [markdown]
@@ -621,20 +621,21 @@ glue_all(gap=float(spacing(torch.tensor(0.99), "fp16")))
 #
 # A `TorchDispatchMode` sees every dtype conversion autocast makes. Counting them for ERFNet's
 # forward pass shows when the low-precision copies of the weights are made, and a small module
-# that uses one `Linear` layer twice (`at.SameLayerTwice`) shows the cache at work.
+# that uses one `Linear` layer twice (`ch4.SameLayerTwice`) shows the cache at work.
 
 # %%
 torch.manual_seed(seed)
 cm = ERFNet().train()
-twice, xt = at.SameLayerTwice(), torch.randn(8, 64)
+twice, xt = ch4.SameLayerTwice(), torch.randn(8, 64)
 counts = {
-    "ERFNet, 1 forward": at.count_casts(cm, x_tiny, "cpu"),
-    "ERFNet, 2 forwards in one region": at.count_casts(cm, x_tiny, "cpu", forwards=2),
+    "ERFNet, 1 forward": model_dtypes.count_casts(cm, x_tiny, "cpu"),
+    "ERFNet, 2 forwards in one region":
+        model_dtypes.count_casts(cm, x_tiny, "cpu", forwards=2),
     "ERFNet, 2 forwards, a region each":
-        at.count_casts(cm, x_tiny, "cpu", forwards=2, one_region=False),
-    "Linear used twice, cache on": at.count_casts(twice, xt, "cpu"),
+        model_dtypes.count_casts(cm, x_tiny, "cpu", forwards=2, one_region=False),
+    "Linear used twice, cache on": model_dtypes.count_casts(twice, xt, "cpu"),
     "Linear used twice, cache off":
-        at.count_casts(twice, xt, "cpu", cache_enabled=False),
+        model_dtypes.count_casts(twice, xt, "cpu", cache_enabled=False),
 }
 
 # %% tags=["hide-input"]
@@ -645,7 +646,7 @@ md_table(rows, ["forward pass (bf16 autocast, CPU)", "weight casts",
 
 # %%
 one = counts["ERFNet, 1 forward"]
-conv_params = sum(1 for m in cm.modules() if isinstance(m, gs.LOW_PRECISION_LAYERS)
+conv_params = sum(1 for m in cm.modules() if isinstance(m, gs.CAST_WEIGHT_TYPES)
                   for p in m.parameters(recurse=False))
 glue_all(n_params=len(list(cm.parameters())), conv_params=conv_params,
          fp32_mib=sum(p.numel() * 4 for p in cm.parameters()) / MIB,
@@ -662,10 +663,10 @@ glue_all(n_params=len(list(cm.parameters())), conv_params=conv_params,
 # low-precision op in fp32. The post's account against what we measured:
 
 # %% tags=["hide-input"]
-bw = at.backward_dtypes(cm, x_tiny, y_tiny, "cpu", torch.bfloat16)
+bw = model_dtypes.backward_dtypes(cm, x_tiny, y_tiny, "cpu", torch.bfloat16)
 conv_low = sum(n for (op, dt), n in bw.items()
                if op == "convolution_backward" and dt != "float32")
-kept_in = ", ".join(sorted(at.parameter_and_grad_dtypes(cm)["params"]))
+kept_in = ", ".join(sorted(model_dtypes.parameter_and_grad_dtypes(cm)["params"]))
 init = f"2^{math.log2(defaults['init_scale']):g}"
 rows = [("weights kept in", "fp32 master + fp16 copy", kept_in),
         ("low-precision weight copies", "kept alongside the master",
@@ -699,7 +700,7 @@ print(inspect.getsource(memory.SavedTensorMeter._pack))
 # One step of ERFNet in fp32 and under autocast at each of the chapter's sizes:
 
 # %%
-amp_dtype = at.default_dtype(device.type)
+amp_dtype = autocast_rules.default_dtype(device.type)
 mem = {}
 for h, w in memory_sizes:
     xm, ym = gs.training_batches(data_root, h, w, 1, memory_batch_size,
@@ -718,7 +719,7 @@ types = sorted(set(f32) | set(amp), key=lambda t: -f32.get(t, 0))
 rows = [(t, f32.get(t, 0) / MIB, amp.get(t, 0) / MIB) for t in types]
 rows.append(("total", mem[big]["fp32"]["new_bytes"] / MIB,
              mem[big]["amp"]["new_bytes"] / MIB))
-amp_name = at.dtype_name(amp_dtype)
+amp_name = autocast_rules.dtype_name(amp_dtype)
 md_table(rows, ["new bytes saved by", "fp32 MiB", f"autocast {amp_name} MiB"],
          [None, ".3f", ".3f"])
 
@@ -728,7 +729,7 @@ ypos = list(range(len(types)))
 ax.barh([y - 0.2 for y in ypos], [f32.get(t, 0) / MIB for t in types], height=0.4,
         label="fp32", **bar_style(0))
 ax.barh([y + 0.2 for y in ypos], [amp.get(t, 0) / MIB for t in types], height=0.4,
-        label=f"autocast {at.dtype_name(amp_dtype)}", **bar_style(2))
+        label=f"autocast {autocast_rules.dtype_name(amp_dtype)}", **bar_style(2))
 ax.set_yticks(ypos, types)
 ax.invert_yaxis()
 ax.set_xlabel(f"MiB saved for backward ({big:,} pixels per batch)")
@@ -915,12 +916,12 @@ md_table([r[one:] for r in rows],
 #    A sum is the mean times N: every gradient grows by log2 N bins, as if the loss were
 #    scaled by N. Check the largest gradient against fp16's 65504 before picking a scale.
 #    ```
-# 3. Use `at.probe_ops("cuda", names=(...))` to check an op your own model uses. Is it in the
-#    documented lists? Does it behave as they say?
+# 3. Use `op_probes.probe_ops("cuda", names=(...))` to check an op your own model uses. Is
+#    it in the documented lists? Does it behave as they say?
 #
 #    ```{dropdown} Hint
-#    Each result has `observed` and `documented`; `at.disagreements` lists the ops where
-#    the two part ways.
+#    Each result has `observed` and `documented`; `op_probes.disagreements` lists the ops
+#    where the two part ways.
 #    ```
 # 4. Change ERFNet's downsampler so that the max-pool branch runs in low precision (cast its
 #    output with `.to(conv_out.dtype)`). Trace again: how much of the network now runs in low

@@ -140,7 +140,7 @@ def test_memory_at_the_requested_size_is_the_real_count():
     r = diagnosis.diagnose(_config(input=(3, 16, 16), batch=3, measure=False), model)
     at = r["memory"]["at_size"]
     x, y = torch.randn(3, 3, 16, 16), torch.randint(0, 4, (3,))
-    from ampbook.measure.autocast_trace import CudaAutocastRules
+    from ampbook.measure.autocast_rules import CudaAutocastRules
 
     with CudaAutocastRules():
         fp32 = saved_for_backward(model, x, y)["new_bytes"]

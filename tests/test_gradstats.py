@@ -212,19 +212,19 @@ class _Residual(nn.Module):
 
 
 def test_only_gradients_autocast_holds_in_fp16_count_as_fp16():
-    from ampbook.measure import autocast_trace as at
+    from ampbook.measure import model_dtypes
 
     torch.manual_seed(0)
     model = nn.Sequential(_Residual(), nn.MaxPool2d(1), nn.Conv2d(3, 5, 1))
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 5, (2, 8, 8))
-    low = at.low_precision_layers(
+    low = model_dtypes.low_precision_layers(
         model, x
     )  # CUDA fp16 rules (fake tensors without a GPU)
     assert low == {"0.conv", "0.bn", "2"}  # the max-pool of the fp32 sum stays fp32
     rec = gs.capture_gradients(model, [(x, y)], scales=(1.0,), low_precision=low)
     assert rec.combined("activation").tensors == 3
     assert rec.combined("activation-fp32").tensors == 1
-    calls = at.low_precision_calls(model, x)
+    calls = model_dtypes.low_precision_calls(model, x)
     ops = [op for op, _ in calls]
     assert (
         ("add", False) in calls

@@ -60,7 +60,10 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def tensor_core_generation(device: torch.device) -> str:
+def tensor_core_generation_text(device: torch.device) -> str:
+    """The tensor cores of ``device`` in words (``"Hopper (4th gen: fp16, bf16, tf32,
+    fp8)"``, ``"none (CPU)"``), the recorded environment's ``"tensor_cores"``; the
+    generation as a number is ``ampbook.core.devices.Device.tensor_core_generation``."""
     if device.type != "cuda":
         return "none (CPU)"
     cap = torch.cuda.get_device_capability(device)
@@ -90,7 +93,7 @@ def environment(device: str | torch.device = "auto") -> dict:
         "device_name": torch.cuda.get_device_name(dev)
         if dev.type == "cuda"
         else cpu_name(),
-        "tensor_cores": tensor_core_generation(dev),
+        "tensor_cores": tensor_core_generation_text(dev),
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,

@@ -1,9 +1,10 @@
 """Which module of a model is running: the one module tracker of the book.
 
 The cost model (``ampbook.predict.costmodel``), the saved-tensor meter
-(``ampbook.measure.memory``) and the autocast trace (``ampbook.measure.autocast_trace``)
-all ask "which layer is this?" of an operator or a saved tensor. They ask
-``ModuleScopes``, a ``torch.utils.module_tracker.ModuleTracker`` that knows one model:
+(``ampbook.measure.memory``) and the autocast op trace
+(``ampbook.measure.model_dtypes``) all ask "which layer is this?" of an operator or a
+saved tensor. They ask ``ModuleScopes``, a
+``torch.utils.module_tracker.ModuleTracker`` that knows one model:
 
     with ModuleScopes(model) as scopes:
         model(x)  # inside: scopes.innermost() -> ("encoder.0.conv", "Conv2d")

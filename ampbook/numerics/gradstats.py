@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ampbook.measure.autocast_trace import traced_call
+from ampbook.measure.model_dtypes import traced_call
 from ampbook.numerics.formats import FORMATS, round_to
 
 FP16 = FORMATS["fp16"]
@@ -66,7 +66,7 @@ HIST_LO, HIST_HI = (
 )  # log2 bins: floor(log2|g|) in [HIST_LO, HIST_HI), ends clamped
 # Layer types whose weights autocast casts to the low dtype (so their weight gradients
 # are computed in it): the convolution and linear layers of the documented op lists.
-LOW_PRECISION_LAYERS = (nn.modules.conv._ConvNd, nn.Linear)
+CAST_WEIGHT_TYPES = (nn.modules.conv._ConvNd, nn.Linear)
 
 
 def check_scale(scale: float) -> float:
@@ -224,7 +224,7 @@ class GradientRecorder:
     The loss must not be scaled: the recorder applies each scale itself.
 
     ``low_precision`` (a set of leaf-module names,
-    ``autocast_trace.low_precision_layers``): only the outputs of those layers are low
+    ``model_dtypes.low_precision_layers``): only the outputs of those layers are low
     precision in a real AMP step, so only their gradients count as ``"activation"``; the
     others' go to ``"activation-fp32"``.
     """
@@ -471,7 +471,7 @@ class emulate_fp16_grads:
     """Emulate fp16 gradients with fp32 arithmetic.
 
     ``emu = emulate_fp16_grads(model)`` registers hooks that round the gradients of the
-    weights of ``LOW_PRECISION_LAYERS`` to fp16 (autocast computes those in fp16 and
+    weights of ``CAST_WEIGHT_TYPES`` to fp16 (autocast computes those in fp16 and
     casts them to fp32). ``with emu: out = model(x)`` also makes the gradient of every
     tensor the forward creates (layer outputs, and the functional ops between them:
     ReLUs, sums, concatenations) pass through fp16 rounding during the backward: values
@@ -480,7 +480,7 @@ class emulate_fp16_grads:
     the weight hooks off. Scale the loss outside as usual: the rounding sees the scaled
     gradients, as fp16 does.
 
-    ``calls`` (``autocast_trace.low_precision_calls``) rounds only the gradients that a
+    ``calls`` (``model_dtypes.low_precision_calls``) rounds only the gradients that a
     real autocast step holds in fp16: the outputs of the calls marked low precision.
     Without it every gradient is rounded, including those autocast keeps in fp32
     (ERFNet's residual stream in the encoder), which overstates what fp16 loses.
@@ -500,7 +500,7 @@ class emulate_fp16_grads:
         self._mode: _RoundOutputs | None = None
         self._param_handles = []
         for m in model.modules():
-            if isinstance(m, LOW_PRECISION_LAYERS):
+            if isinstance(m, CAST_WEIGHT_TYPES):
                 for p in m.parameters(recurse=False):
                     if p.requires_grad:
                         self._param_handles.append(p.register_hook(self._round_weight))

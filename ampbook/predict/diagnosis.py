@@ -71,7 +71,7 @@ to its caller (``on_prediction``) before any step is timed.
 
 Every FLOP and byte comes from ``ampbook.predict.costmodel.trace_step`` (fake tensors:
 the full size costs seconds, not memory), every dtype from the CPU autocast that stands
-in for CUDA's (``ampbook.measure.autocast_trace``).
+in for CUDA's (``ampbook.measure.autocast_rules``).
 """
 
 from __future__ import annotations

@@ -31,11 +31,11 @@ _CREATION_OPS = {"zeros", "ones", "full", "arange", "scalar_tensor", "randn", "r
 def fp32_reason(op: cm.OpCost) -> str:
     """Why an operator of an AMP trace ran in fp32, in a few words: CUDA autocast's
     fp32 list or promotion (named, from the installed torch's lists:
-    ``autocast_trace.cuda_category``), a cast, the loss, the autograd engine, a tensor
+    ``autocast_rules.cuda_category``), a cast, the loss, the autograd engine, a tensor
     created in fp32, or an fp32 input (an op autocast does not list runs in its inputs'
     dtype, so one fp32 input, such as the skip path of a residual sum, makes it
     fp32)."""
-    from ampbook.measure.autocast_trace import aten_base, cuda_category
+    from ampbook.measure.autocast_rules import aten_base, cuda_category
 
     base = aten_base(op.op)
     grad = op.phase == "backward"
@@ -185,12 +185,12 @@ def weight_copy_bytes(model: nn.Module) -> int:
     linear layers (2 bytes per element), once per step whatever the batch: at most what
     backward keeps of them (a convolution saves its cast weight; a linear layer only
     when its input needs a gradient, so not the first layer's)."""
-    from ampbook.numerics.gradstats import LOW_PRECISION_LAYERS
+    from ampbook.numerics.gradstats import CAST_WEIGHT_TYPES
 
     return 2 * sum(
         m.weight.numel()
         for m in model.modules()
-        if isinstance(m, LOW_PRECISION_LAYERS)
+        if isinstance(m, CAST_WEIGHT_TYPES)
         and isinstance(getattr(m, "weight", None), torch.Tensor)
     )
 

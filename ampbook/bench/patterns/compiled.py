@@ -104,7 +104,7 @@ def check_compile(
     breaks). A compilation that fails runs eagerly, and ``backend`` says why."""
     import torch._dynamo
 
-    from ampbook.measure.autocast_trace import CastCounter
+    from ampbook.measure.model_dtypes import CastCounter
 
     images, labels = tiny_batch(2, size, seed)
     model = tiny_model(seed)

@@ -1,0 +1,425 @@
+"""What autocast does to a model, observed rather than assumed: the dtypes of its
+layers, its ops, its casts, its parameters and its gradients (chapter 4, for ERFNet).
+
+``trace_layers`` and ``trace_ops`` record, with forward hooks and a
+``TorchFunctionMode``, the input and output dtypes of every layer and every functional
+op of a model under autocast (``low_precision_layers`` and ``low_precision_calls`` read
+off which of them are low precision, and so which gradients a real AMP step holds in
+it); ``CastCounter`` counts the dtype conversions autocast makes (the casts of the
+fp32 weights, and the cast cache that makes a weight used twice in one region cast
+once); ``parameter_and_grad_dtypes`` and ``backward_dtypes`` show that the weights and
+their ``.grad`` stay fp32 while the backward kernels of low-precision ops run low.
+
+CUDA traces run on a GPU when there is one, else on fake CUDA tensors
+(``ampbook.measure.autocast_rules.autocast_region``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ampbook.measure.autocast_rules import (
+    autocast_region,
+    check_device_type,
+    cuda_is_fake,
+    default_dtype,
+    dtype_name,
+)
+from ampbook.measure.tracking import ModuleScopes
+
+# --- what a model does: per layer and per op
+# -----------------------------------------------
+
+
+def _dtypes(obj) -> list[str]:
+    if isinstance(obj, torch.Tensor):
+        return [dtype_name(obj.dtype)] if obj.is_floating_point() else []
+    if isinstance(obj, (list, tuple)):
+        return [d for o in obj for d in _dtypes(o)]
+    if isinstance(obj, dict):
+        return [d for o in obj.values() for d in _dtypes(o)]
+    return []
+
+
+def _leaf_modules(model: nn.Module):
+    return [(n, m) for n, m in model.named_modules() if not list(m.children())]
+
+
+def _fake_state(model: nn.Module, device: torch.device) -> dict:
+    """The model's parameters and buffers as fake tensors on ``device`` (inside a fake
+    mode)."""
+    state = {}
+    for name, p in model.named_parameters():
+        state[name] = torch.empty(p.shape, dtype=p.dtype, device=device).requires_grad_(
+            p.requires_grad
+        )
+    for name, b in model.named_buffers():
+        state[name] = torch.empty(b.shape, dtype=b.dtype, device=device)
+    return state
+
+
+def _forward(
+    model: nn.Module, x_shape_or_tensor, device_type, dtype, fake, enabled=True
+):
+    """Run ``model`` forward in an autocast region (or none, ``enabled=False``)."""
+    if fake:
+        with autocast_region(device_type, dtype, fake=True) as dev:
+            x = torch.randn(
+                tuple(x_shape_or_tensor.shape)
+                if isinstance(x_shape_or_tensor, torch.Tensor)
+                else tuple(x_shape_or_tensor),
+                device=dev,
+            )
+            return torch.func.functional_call(model, _fake_state(model, dev), (x,))
+    x = x_shape_or_tensor
+    if not isinstance(x, torch.Tensor):
+        p = next(model.parameters())
+        x = torch.randn(tuple(x), device=p.device)
+    if not enabled:
+        return model(x)
+    with autocast_region(device_type, dtype):
+        return model(x)
+
+
+def trace_layers(
+    model: nn.Module,
+    x,
+    device_type: str = "cpu",
+    dtype: torch.dtype | None = None,
+    fake: bool | None = None,
+) -> list[dict]:
+    """Input, output and parameter dtypes of every leaf module in one forward under
+    autocast.
+
+    ``x`` is an input tensor on the model's device, or an input shape (a random input is
+    made). With ``fake`` (default: CUDA without a GPU) the model runs on fake CUDA
+    copies of its parameters; the model itself is not touched. Rows: ``{"name", "type",
+    "inputs", "output", "params"}`` in call order (a module called twice appears
+    twice). Chapter 4 shows ERFNet's, layer type by layer type."""
+    check_device_type(device_type)
+    dtype = dtype or default_dtype(device_type)
+    if fake is None:
+        fake = device_type == "cuda" and cuda_is_fake()
+    rows: list[dict] = []
+
+    def hook(module, args, output, name):
+        params = sorted({dtype_name(p.dtype) for p in module.parameters(recurse=False)})
+        rows.append(
+            {
+                "name": name,
+                "type": type(module).__name__,
+                "inputs": _dtypes(args),
+                "output": _dtypes(output),
+                "params": params,
+            }
+        )
+
+    handles = [
+        m.register_forward_hook(lambda mod, a, o, n=n: hook(mod, a, o, n))
+        for n, m in _leaf_modules(model)
+    ]
+    try:
+        with torch.no_grad():
+            _forward(model, x, device_type, dtype, fake)
+    finally:
+        for h in handles:
+            h.remove()
+    if (
+        fake
+    ):  # parameters seen inside functional_call are fake copies of the model's (fp32)
+        for r in rows:
+            r["params"] = sorted(
+                {
+                    dtype_name(p.dtype)
+                    for p in dict(model.named_modules())[r["name"]].parameters(
+                        recurse=False
+                    )
+                }
+            )
+    return rows
+
+
+_SKIP_FUNCS = {
+    "__get__",
+    "__set__",
+    "size",
+    "dim",
+    "numel",
+    "shape",
+    "dtype",
+    "device",
+    "is_floating_point",
+    "__len__",
+    "__getitem__",
+    "__format__",
+    "__repr__",
+    "requires_grad_",
+    "register_hook",
+    "untyped_storage",
+    "data_ptr",
+    "is_leaf",
+    "grad_fn",
+    "item",
+    "__bool__",
+    "tolist",
+}
+
+
+def traced_call(func, out) -> str | None:
+    """The op name ``trace_ops`` records for a torch function call returning ``out``, or
+    None when it skips the call (attribute reads, hooks, calls with no floating output).
+    ``low_precision_calls`` and ``gradstats.emulate_fp16_grads`` count calls by this
+    rule."""
+    name = getattr(func, "__name__", str(func))
+    return name if name not in _SKIP_FUNCS and _dtypes(out) else None
+
+
+class _OpRecorder(TorchFunctionMode):
+    def __init__(self, scopes: ModuleScopes, rows: list[dict]):
+        super().__init__()
+        self.scopes, self.rows = scopes, rows
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = traced_call(func, out)
+        scope = self.scopes.innermost()
+        if scope is not None and name:
+            self.rows.append(
+                {
+                    "module": scope[1],
+                    "op": name,
+                    "inputs": _dtypes(list(args) + list(kwargs.values())),
+                    "output": _dtypes(out),
+                }
+            )
+        return out
+
+
+def trace_ops(
+    model: nn.Module,
+    x,
+    device_type: str = "cpu",
+    dtype: torch.dtype | None = None,
+    fake: bool | None = None,
+) -> list[dict]:
+    """Every torch function the forward calls (``F.conv2d``, ``torch.cat``, ``y +
+    x``...) with the dtypes of its floating inputs and outputs and the innermost module
+    type running it. Catches what layer hooks miss: functional ops inside a block's own
+    ``forward`` (chapter 4: ERFNet's concatenations and residual sums)."""
+    check_device_type(device_type)
+    dtype = dtype or default_dtype(device_type)
+    if fake is None:
+        fake = device_type == "cuda" and cuda_is_fake()
+    rows: list[dict] = []
+    with ModuleScopes(model) as scopes, torch.no_grad(), _OpRecorder(scopes, rows):
+        _forward(model, x, device_type, dtype, fake)
+    return rows
+
+
+def _traceable_copy(model: nn.Module, device_type: str, fake: bool) -> nn.Module:
+    # a real forward in training mode updates batch norm's running statistics: trace a
+    # copy
+    return model if fake else copy.deepcopy(model)
+
+
+def low_precision_layers(
+    model: nn.Module, x, device_type: str = "cuda", dtype: torch.dtype | None = None
+) -> set[str]:
+    """Names of the leaf modules whose output is low precision under autocast (default:
+    CUDA fp16, on fake tensors without a GPU), in the model's current train/eval mode.
+    Their activation gradients are low precision in a real AMP backward; the others' are
+    fp32 (chapter 4 counts ERFNet's)."""
+    fake = device_type == "cuda" and cuda_is_fake()
+    rows = trace_layers(
+        _traceable_copy(model, device_type, fake), x, device_type, dtype
+    )
+    low = dtype_name(dtype or default_dtype(device_type))
+    return {r["name"] for r in rows if r["output"] and set(r["output"]) == {low}}
+
+
+def low_precision_calls(
+    model: nn.Module, x, device_type: str = "cuda", dtype: torch.dtype | None = None
+) -> list[tuple[str, bool]]:
+    """``(op, output is low precision)`` for every call ``trace_ops`` records in one
+    forward under autocast (default: CUDA fp16), in call order: which tensors of the
+    forward, and so which gradients of the backward, a real AMP step holds in low
+    precision (chapter 4 counts ERFNet's)."""
+    fake = device_type == "cuda" and cuda_is_fake()
+    rows = trace_ops(_traceable_copy(model, device_type, fake), x, device_type, dtype)
+    low = dtype_name(dtype or default_dtype(device_type))
+    return [(r["op"], set(r["output"]) == {low}) for r in rows]
+
+
+def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
+    """Distinct (type, input dtypes, output dtypes) combinations with their counts, from
+    ``trace_layers`` rows (``key="type"``) or ``trace_ops`` rows (``key="op"``), as
+    chapter 4 tables them."""
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        extra = (r["module"],) if key == "op" else ()
+        k = (
+            r[key],
+            *extra,
+            ", ".join(sorted(set(r["inputs"]))) or "-",
+            ", ".join(r["output"]),
+        )
+        counts[k] = counts.get(k, 0) + 1
+    return [(*k, n) for k, n in sorted(counts.items())]
+
+
+# --- the casts autocast makes
+# --------------------------------------------------------------
+
+
+@dataclass
+class Cast:
+    shape: tuple
+    src: str
+    dst: str
+    is_parameter: bool
+
+
+@dataclass
+class CastCounter(TorchDispatchMode):
+    """Counts dtype conversions (``aten._to_copy`` with a dtype) inside the ``with``
+    block: the casts autocast makes, and any ``.to(dtype)`` of your own. Pass ``model=``
+    to mark the casts of its parameters. Chapter 4 counts with it."""
+
+    model: nn.Module | None = None
+    casts: list[Cast] = field(default_factory=list)
+
+    def __post_init__(self):
+        super().__init__()
+        self._params = set()
+        if self.model is not None:
+            self._params = {p.data_ptr() for p in self.model.parameters()}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default:
+            src = args[0]
+            dst = kwargs.get("dtype")
+            if dst is not None and dst != src.dtype:
+                self.casts.append(
+                    Cast(
+                        tuple(src.shape),
+                        dtype_name(src.dtype),
+                        dtype_name(dst),
+                        src.data_ptr() in self._params,
+                    )
+                )
+        return func(*args, **kwargs)
+
+    @property
+    def parameter_casts(self) -> int:
+        return sum(c.is_parameter for c in self.casts)
+
+    @property
+    def other_casts(self) -> int:
+        return sum(not c.is_parameter for c in self.casts)
+
+    @property
+    def parameter_cast_bytes(self) -> int:
+        """Bytes of the low-precision copies made of parameters."""
+        size = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+        total = 0
+        for c in self.casts:
+            if c.is_parameter:
+                n = 1
+                for s in c.shape:
+                    n *= s
+                total += n * size.get(c.dst, 4)
+        return total
+
+
+def count_casts(
+    model: nn.Module,
+    x: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    forwards: int = 1,
+    cache_enabled: bool = True,
+    one_region: bool = True,
+) -> CastCounter:
+    """Run ``forwards`` forward passes under autocast and count the casts.
+    ``one_region``: all passes inside one autocast region (the cast cache lives as long
+    as the region), else one region per pass. Gradients are enabled, as in training: the
+    cache only keeps casts of leaf tensors that require grad (the parameters). Chapter 4
+    counts ERFNet's casts and a reused layer's."""
+    dtype = dtype or default_dtype(device_type)
+    counter = CastCounter(model=model)
+    with counter:
+        if one_region:
+            with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                for _ in range(forwards):
+                    model(x)
+        else:
+            for _ in range(forwards):
+                with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                    model(x)
+    return counter
+
+
+def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
+    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's
+    parameters (chapter 4: fp32 under autocast)."""
+    out: dict[str, dict[str, int]] = {"params": {}, "grads": {}}
+    for p in model.parameters():
+        out["params"][dtype_name(p.dtype)] = (
+            out["params"].get(dtype_name(p.dtype), 0) + 1
+        )
+        g = "none" if p.grad is None else dtype_name(p.grad.dtype)
+        out["grads"][g] = out["grads"].get(g, 0) + 1
+    return out
+
+
+class _BackwardOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name.endswith("_backward") or name == "_to_copy":
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for o in outs:
+                if isinstance(o, torch.Tensor) and o.is_floating_point():
+                    key = (name, dtype_name(o.dtype))
+                    self.counts[key] = self.counts.get(key, 0) + 1
+        return out
+
+
+def backward_dtypes(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    loss_fn: Callable | None = None,
+) -> dict[tuple[str, str], int]:
+    """Run one forward under autocast and the backward under a ``TorchDispatchMode``
+    that records the output dtypes of the backward kernels (ops named ``*_backward``)
+    and of the dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that
+    the gradients computed by low-precision ops are low precision, and that the casts'
+    backward converts the weight gradients to fp32 before they reach ``.grad`` (chapter
+    4, for ERFNet). Clears the gradients after."""
+    dtype = dtype or default_dtype(device_type)
+    loss_fn = loss_fn or F.cross_entropy
+    model.zero_grad(set_to_none=True)
+    with autocast_region(device_type, dtype):
+        loss = loss_fn(model(x), target)
+    rec = _BackwardOps()
+    with rec:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return dict(sorted(rec.counts.items()))
