@@ -101,6 +101,7 @@ from ampbook.core.page import (
     glue_all,
     md,
     md_table,
+    md_table_text,
     series_style,
     use_style,
 )
@@ -217,48 +218,88 @@ md("```bash\n" + cmd.replace(" --", " \\\n    --") + "\n```")
 # %% [markdown]
 # ### Clipping needs `scaler.unscale_` first
 #
-# After `scaler.scale(loss).backward()` every gradient is multiplied by the scale (2¹⁶ at
-# the start). `clip_grad_norm_` measures the gradients' norm and, where it exceeds
-# `max_norm`, shrinks them to it. On scaled gradients it measures the scale times the
-# true norm and clips in scaled units; `scaler.step` then divides by the scale, so the
-# step it applies is `max_norm` over the scale. `scaler.unscale_(optimizer)` divides the
-# gradients by the scale in place first, and records that it did, so that `step` does
-# not divide again. The runner's step (`TrainStep._optimizer_step`) unscales before it
-# clips. One step of a tiny linear model both ways, from the same weights and batch, on
-# the CPU in fp32 (the scaler's arithmetic is the same on every device):
+# A loop that clips its gradients under GradScaler takes five lines, in this order:
+#
+# ```python
+# scaler.scale(loss).backward()  # the gradients are the scale times the true ones
+# scaler.unscale_(optimizer)  # divides them by the scale in place, looks for inf/NaN
+# torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+# scaler.step(optimizer)  # does not divide again; skips the step on inf/NaN
+# scaler.update()
+# ```
+#
+# `clip_grad_norm_` computes one 2-norm over all the gradients together and, when it
+# exceeds `max_norm`, multiplies every gradient by the same factor so that the norm
+# equals `max_norm`. Called on scaled gradients it measures the scale S times the true
+# norm, which at S = 2¹⁶ is above `max_norm` on nearly every step; it clips in scaled
+# units, and once `scaler.step` divides by S the optimizer receives a gradient of norm
+# `max_norm`/S. `unscale_` records that it ran, so `step` does not divide a second time.
+# It may run once per optimizer between two `update()` calls (a second call, or one
+# after `step`, raises a `RuntimeError`), so with gradient accumulation it comes after
+# the window's last backward, as in the runner's step (`TrainStep._optimizer_step`). On
+# a step whose gradients overflowed, `unscale_` finds the inf or NaN and `step` skips
+# the update, so the clip in between does no harm: it returns inf or NaN for that step
+# (a logged norm of inf on a skipped step is expected), and `error_if_nonfinite=True`
+# would raise on exactly the steps the scaler is there to skip. With bf16 or fp32 there
+# is no scaler and nothing is scaled: clip directly.
+#
+# The cell runs one step of a tiny linear model (16 inputs, 4 outputs) both ways, from
+# the same weights and batch, with SGD and with Adam (lr 0.1), on the CPU in fp32 (the
+# scaler's arithmetic is the same on every device: S is a power of two, so dividing by
+# it is exact). Each row gives the norm `clip_grad_norm_` measured, the norm of the
+# gradient the optimizer then received, and how far the step moved the weights (the
+# 2-norm of their change), all measured in this run.
 
 # %%
 max_norm = 1.0
 gen = torch.Generator().manual_seed(seed)
 clip_x, clip_y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
-seen = {}
-for unscale_first in (True, False):
-    torch.manual_seed(seed)  # the same weights both times
-    tiny = torch.nn.Linear(16, 4)
-    tiny_opt = torch.optim.SGD(tiny.parameters(), lr=0.1)
-    tiny_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
-    tiny_scaler.scale(torch.nn.functional.mse_loss(tiny(clip_x), clip_y)).backward()
-    if unscale_first:
-        tiny_scaler.unscale_(tiny_opt)  # gradients divided by the scale, in place
-    seen[unscale_first] = torch.nn.utils.clip_grad_norm_(tiny.parameters(),
-                                                         max_norm).item()
-    if not unscale_first:
-        tiny_scaler.unscale_(tiny_opt)  # what scaler.step does before its update
-    applied = torch.cat([p.grad.flatten() for p in tiny.parameters()]).norm().item()
-    tiny_scaler.step(tiny_opt)
-    tiny_scaler.update()
-    print(("unscale_, then clip:  " if unscale_first else "clip without unscale_:")
-          + f" clip_grad_norm_ measured a gradient norm of {seen[unscale_first]:.4g}; "
-          f"the step applied a gradient of norm {applied:.4g} (max_norm {max_norm:g})")
-print(f"norm measured on the scaled gradients / the true norm: "
-      f"{seen[False] / seen[True]:g} (the scale, {tiny_scaler.get_scale():g})")
+seen, rows = {}, []
+for opt_name in ("SGD", "Adam"):
+    for unscale_first in (True, False):
+        torch.manual_seed(seed)  # the same weights every time
+        tiny = torch.nn.Linear(16, 4)
+        before = torch.cat([p.detach().flatten() for p in tiny.parameters()])
+        tiny_opt = getattr(torch.optim, opt_name)(tiny.parameters(), lr=0.1)
+        tiny_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+        loss = torch.nn.functional.mse_loss(tiny(clip_x), clip_y)
+        tiny_scaler.scale(loss).backward()
+        if unscale_first:
+            tiny_scaler.unscale_(tiny_opt)  # the right order: unscale, then clip
+        norm = torch.nn.utils.clip_grad_norm_(tiny.parameters(), max_norm).item()
+        seen[opt_name, unscale_first] = norm
+        if not unscale_first:
+            # by hand, to read the gradients the optimizer gets; step would do it
+            tiny_scaler.unscale_(tiny_opt)
+        handed = torch.cat([p.grad.flatten() for p in tiny.parameters()]).norm().item()
+        tiny_scaler.step(tiny_opt)
+        tiny_scaler.update()
+        after = torch.cat([p.detach().flatten() for p in tiny.parameters()])
+        order = "unscale_, then clip" if unscale_first else "clip only"
+        rows.append((opt_name, order, f"{norm:.4g}", f"{handed:.4g}",
+                     f"{(after - before).norm():.4g}"))
+ratio = seen["SGD", False] / seen["SGD", True]
+n_params = sum(p.numel() for p in model.parameters())
+md(md_table_text(rows, ["optimizer", "order", "norm measured by the clip",
+                        "norm the optimizer got", "weights moved"])
+   + f"\n\nNorm measured on the scaled gradients / on the true ones: {ratio:g} (the "
+   f"scale, {2.0**16:g}).\n\nArithmetic, not a measurement: a norm of {max_norm:g} / "
+   f"2¹⁶ spread evenly over ERFNet's {n_params:,} parameters is "
+   f"{max_norm / 2**16 / n_params**0.5:.2g} per element (Adam's default eps: 1e-08).")
 
 # %% [markdown]
-# Unscaled first, clipping sees the true norm and shrinks the gradients to `max_norm`
-# where that norm is larger. On the scaled gradients it sees the scale times that norm,
-# so the step it lets through is smaller by the scale: almost no step at all. A
-# threshold meant for scaled gradients would have to move with the scale, which
-# GradScaler changes as it trains.
+# Unscaled first, clipping sees the true norm and hands the optimizer a gradient of
+# norm `max_norm`. On the scaled gradients it sees S times that norm, and the gradient
+# handed over is S times smaller than it should be. What that does depends on the
+# optimizer. SGD's step is proportional to the gradient, so it shrinks by S as well:
+# almost no step at all. Adam divides each element of the gradient by a running
+# estimate of its own size, so on the tiny model its step keeps about its length (the
+# two Adam rows), but only while the elements handed over stay well above Adam's eps,
+# the constant added to that estimate. The line under the table is arithmetic, not a
+# measurement: in a network of ERFNet's size the wrongly clipped gradient is about eps
+# per element, where eps and weight decay rather than the gradient set the update.
+# Either way, a threshold meant for scaled gradients would have to move with the
+# scale, which GradScaler changes as it trains.
 
 # %% [markdown]
 # ## What "fp32" meant in the post: TF32
@@ -672,15 +713,19 @@ print("\n".join(sorted(Path(r["json_path"]).name for r in records)))
 #
 # ## Exercises
 #
-# 1. Run `python -m ampbook.train --precision amp-fp16 --clip-grad 1.0` and compare its
-#    losses and skipped steps with a run without `--clip-grad`. Then, in the clipping
+# 1. Run the command of "The same step in the runner" with `--precision amp-fp16
+#    --clip-grad 1.0` (on a GPU; fp16 training on a CPU is slow), and compare its losses
+#    and skipped steps with the same run without `--clip-grad`. Then, in the clipping
 #    cell above, give the clip without `unscale_` a `max_norm` of 1.0 times the scale:
-#    does it now match the first line, and for how long would it in a run?
+#    does the gradient handed to the optimizer now match, and for how long would it in a
+#    run?
 #
 #    :::{dropdown} Hint
-#    Clipping the scaled gradients at the scale times the threshold is the same clip,
-#    until GradScaler changes its scale: it halves the scale after each skipped step
-#    and doubles it after 2000 clean ones.
+#    Whether a step is skipped is decided in `unscale_`, before the clip, so clipping
+#    changes the skips only through the weights it leads to. Clipping the scaled
+#    gradients at the scale times the threshold is the same clip until GradScaler
+#    changes its scale: by default it halves the scale after each skipped step and
+#    doubles it after 2000 consecutive clean ones.
 #    :::
 # 2. Set `shuffle = True` and rerun. Do the fp32 and AMP curves stay as close as before?
 # 3. Add `channels_last=True` to `base` and compare the new bytes saved for backward and

@@ -89,3 +89,37 @@ def test_chapter4_pairs_only_runs_of_one_gpu(tmp_path, fixture_pairs):
         assert f"{p.amp.memory_bytes / 2**30:.2f}" in row
     lines = _table(nb, GPU)
     assert OTHER not in lines and fp16[0].setting.label in lines
+
+
+def test_chapter3_clipping_cell_shows_what_its_prose_says(executed_notebooks):
+    import re
+
+    import nbformat
+    from _chapters import output_text
+
+    nb = nbformat.read(executed_notebooks / "03_amp_training.ipynb", as_version=4)
+    text = output_text(nb)
+    line = re.compile(
+        r"^\| (SGD|Adam) \| (unscale\\_, then clip|clip only) \| (\S+) \| (\S+) \| "
+        r"(\S+) \|$",
+        re.M,
+    )
+    rows = {
+        (m[1], m[2]): tuple(map(float, m.groups()[2:])) for m in line.finditer(text)
+    }
+    assert len(rows) == 4, text
+    scale = 2.0**16
+    for opt in ("SGD", "Adam"):
+        right, wrong = rows[opt, "unscale\\_, then clip"], rows[opt, "clip only"]
+        assert wrong[0] == pytest.approx(right[0] * scale, rel=1e-3)  # scaled norm
+        assert right[1] == pytest.approx(1.0, rel=1e-3)  # max_norm handed over
+        assert wrong[1] == pytest.approx(1.0 / scale, rel=1e-3)  # S times too small
+    # SGD's step shrinks by the scale; Adam's keeps about its length
+    assert rows["SGD", "clip only"][2] == pytest.approx(
+        rows["SGD", "unscale\\_, then clip"][2] / scale, rel=0.05
+    )
+    assert rows["Adam", "clip only"][2] == pytest.approx(
+        rows["Adam", "unscale\\_, then clip"][2], rel=0.1
+    )
+    assert "on the true ones: 65536 (the scale, 65536)." in text
+    assert re.search(r"ERFNet's [\d,]+ parameters is 1\.\de-08 per element", text)
