@@ -166,7 +166,8 @@ class TrainStep:
         ``scaler.unscale_``, so clipping comes after it (on scaled gradients
         ``clip_grad_norm_`` would measure the scale times the norm and hand the
         optimizer a gradient the scale times too small); ``scaler.step`` skips a step
-        whose gradients are not finite. Shown on the page in chapter 3 (03_amp_training)."""
+        whose gradients are not finite. Shown on the page in chapter 3
+        (03_amp_training)."""
         if self.scaler is not None:
             if self.clip_grad is not None:
                 self.scaler.unscale_(self.optimizer)
