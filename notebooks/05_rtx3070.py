@@ -102,6 +102,7 @@ params.folder("results_dir", results_dir, empty="data/results")
 print_environment(device)
 
 # %% tags=["hide-cell"]
+import functools
 import inspect
 import os
 
@@ -111,7 +112,6 @@ import torch
 import torchvision
 from myst_nb import glue
 
-from ampbook.bench.layers import ceilings_for
 from ampbook.bench.loader import measure_loader
 from ampbook.bench.machine_load import load_verdict
 from ampbook.bench.step import step_rounds
@@ -128,8 +128,10 @@ from ampbook.core.precision import autocast_dtype
 from ampbook.measure.cpu_kernels import probe_conv
 from ampbook.measure.memory import fit_line, saved_for_backward
 from ampbook.measure.timing import machine_load, time_elementwise, time_matmul
-from ampbook.predict import costmodel as cm
+from ampbook.predict.pace import loader_images_per_s, pace_verdict, speedup_verdict
 from ampbook.predict.references import load_published
+from ampbook.predict.roofline import Ceilings, op_time, predict
+from ampbook.predict.steptrace import trace_step
 from ampbook.results import MODE_LABELS, load_results_dir, summarise_run
 from ampbook.segmentation.cityscapes import NUM_CLASSES
 from ampbook.segmentation.model import ERFNet
@@ -143,17 +145,10 @@ amp_post, fp32_post = (post["experiment"]["runs"][k] for k in ("amp", "no_amp"))
 n_img, default = post["cityscapes"]["train_images"], post["assumed_setting"]
 results = load_results_dir(results_dir or None)
 gpu = devices["rtx3070-desktop"]
-rtx = cm.Ceilings.from_device(gpu)  # TF32 on for cuDNN convolutions: PyTorch's default
+rtx = Ceilings.from_device(gpu)  # TF32 on for cuDNN convolutions: PyTorch's default
 model = ERFNet(num_classes=NUM_CLASSES)
-_traces = {}
-
-
-def trace(b, h, w, p):
-    """ERFNet's step traced once per (batch, height, width, precision)."""
-    if (b, h, w, p) not in _traces:
-        _traces[(b, h, w, p)] = cm.trace_step(model, b, h, w, p)
-    return _traces[(b, h, w, p)]
-
+# ERFNet's step traced once per (batch, height, width, precision)
+trace = functools.cache(functools.partial(trace_step, model))
 
 load = machine_load()
 md(f"Device {device}; " + load_verdict(load, device.type))
@@ -220,7 +215,7 @@ md_table([(p, ln.intercept / MIB, ln.slope) for p, ln in lines.items()],
 # part that does not depend on the batch: the CUDA context, cuDNN's workspace, weights,
 # gradients and Adam's state. The fixed part is the same in both runs, so the
 # *difference* of the two figures fixes the pixels per batch, and then the fp32 figure
-# fixes the fixed part (`ampbook.predict.costmodel.solve_pixels`). The post's figures are
+# fixes the fixed part (`ampbook.chapters.ch5.solve_pixels`). The post's figures are
 # rounded to 0.1 GB, so the difference lies between 0.7 and 0.9 GB; the allocator's
 # slack between {glue:text}`ch5_slack_lo` and {glue:text}`ch5_slack_hi` (peak reserved
 # over peak allocated in {cite:p}`pytorch-issue-40989`).
@@ -235,18 +230,18 @@ md_table([(p, ln.intercept / MIB, ln.slope) for p, ln in lines.items()],
 
 # %%
 head = ch3.headline_pair(results.pairs())
-md(cm.reserved_verdict([head.baseline, head.amp] if head else [],
-                       post["memory_fixed_part"]["allocator_slack"],
-                       f"the committed runs on {display_name(head.setting.device_name)}"
-                       if head else ""))
+md(ch5.reserved_verdict([head.baseline, head.amp] if head else [],
+                        post["memory_fixed_part"]["allocator_slack"],
+                        "the committed runs on "
+                        f"{display_name(head.setting.device_name)}" if head else ""))
 
 # %% tags=["hide-input"]
 fixed_src = post["memory_fixed_part"]
 default_px = default["batch_size"] * default["height"] * default["width"]
 glue("ch5_def_saved", lines["fp32"](default_px) / 1e9, display=False)
 gb32 = fp32_post["memory_gb"]
-solves = [(d, s, cm.solve_pixels(lines["fp32"], lines[precision], gb32 * 1e9,
-                                 (gb32 - d) * 1e9, s))
+solves = [(d, s, ch5.solve_pixels(lines["fp32"], lines[precision], gb32 * 1e9,
+                                  (gb32 - d) * 1e9, s))
           for d in (0.7, 0.8, 0.9) for s in fixed_src["allocator_slack"]]
 md_table([(d, s, r["pixels"] / 1e6, r["pixels"] / 1024 / 512, r["pixels"] / 512 / 256,
            r["fixed_bytes"] / 1e9) for d, s, r in solves],
@@ -298,23 +293,23 @@ for h, w in ((default["height"], default["width"]),
 cands.append((default["height"], default["width"], default["batch_size"], False))
 rows, options = [], []
 for h, w, b, fits in cands:
-    bound = {p: cm.predict(trace(b, h, w, p), rtx).min_epoch_s(n_img)
+    bound = {p: predict(trace(b, h, w, p), rtx).min_epoch_s(n_img)
              for p in ("fp32", precision)}
     need = max(bound["fp32"] / fp32_post["time_s"],
                bound[precision] / amp_post["time_s"])
     label = f"batch {b} at {w}x{h}"
     rows.append((label, b * h * w / 1e6, "yes" if fits else "no", bound["fp32"],
                  bound[precision], need))
-    options.append(cm.SettingCandidate(label, fits, need))
+    options.append(ch5.SettingCandidate(label, fits, need))
 md_table(rows, ["candidate", "Mpixels", "fits the memory", "fp32 epoch ≥ (s)",
                 "AMP epoch ≥ (s)", "kernels need ≥"],
          [None, ".2f", None, ".1f", ".1f", ".0%"])
 
 # %%
-ref = max((cm.MeasuredEfficiency("ERFNet", display_name(lp.device_name),
-                                 lp.kernel_efficiency, "kernel")
+ref = max((ch5.MeasuredEfficiency("ERFNet", display_name(lp.device_name),
+                                  lp.kernel_efficiency, "kernel")
            for lp in results.layer_profiles), key=lambda e: e.value, default=None)
-md(cm.setting_verdict(options, ref))
+md(ch5.setting_verdict(options, ref))
 
 # %%
 fit_both = [c for c in options if c.memory_fits and c.needed_efficiency <= 1]
@@ -385,7 +380,7 @@ for k, v in {"ev_wait": ev_wait, "ev_steps_s": ev["epoch_s_no_loader"]["amp"],
              "ev_slow_lo": ev["step_s_no_loader_benchmark"]["amp"]
              / ev["step_s_no_loader_benchmark"]["fp32"]}.items():
     glue(f"ch5_{k}", v, display=False)
-md(cm.hypotheses_verdict(ev_step, ev_epoch, ev_wait, wait_measured=False))
+md(ch5.hypotheses_verdict(ev_step, ev_epoch, ev_wait, wait_measured=False))
 
 # %% [markdown]
 # On that card both held: the steps of an AMP epoch took {glue:text}`ch5_ev_steps_s` s
@@ -396,14 +391,14 @@ md(cm.hypotheses_verdict(ev_step, ev_epoch, ev_wait, wait_measured=False))
 # {glue:text}`ch5_ev_slow_hi:.1f` times slower than fp32's (with and without
 # `cudnn.benchmark`). What shows the loader is the equal epochs: AMP's steps were slower
 # and its epochs no longer. The verdict above comes from
-# `ampbook.predict.costmodel.hypotheses_verdict`, which reads a pair of the 2020 software. It is
+# `ampbook.chapters.ch5.hypotheses_verdict`, which reads a pair of the 2020 software. It is
 # another user's model on the same card and software, not the post's: it shows both
 # mechanisms were real in 2020, not which one set the post's epoch.
 #
 # (ch5-model)=
 # ## A cost model of ERFNet
 #
-# What is the least time the 3070 needs for a step? `ampbook.predict.costmodel.trace_step` runs
+# What is the least time the 3070 needs for a step? `ampbook.predict.steptrace.trace_step` runs
 # one training step (forward, loss, backward) on *fake* tensors: PyTorch dispatches
 # every operator with its real shapes and dtypes but allocates and computes nothing, so
 # the post's likely setting costs seconds of CPU. For each operator it counts the FLOPs
@@ -443,7 +438,7 @@ for k, v in {"bwd_fwd": tf["backward_flops"] / tf["forward_flops"],
 # whole model:
 
 # %%
-print(inspect.getsource(cm.op_time))
+print(inspect.getsource(op_time))
 
 # %% [markdown]
 # Summed over the operators (they run one after another), plus Adam's update at the
@@ -473,7 +468,7 @@ md_table(rows[:8], ["layer type", "operator", "GiB", "share of forward bytes"],
 part = {s: [o for o in fwd if o.scope.startswith(s)] for s in ("encoder", "decoder")}
 share = {s: sum(o.bytes for o in ops if o.dtype == "float32")
          / sum(o.bytes for o in ops) for s, ops in part.items()}
-cuda_fwd = cm.trace_step(model, B, H, W, precision, backward=False, device_type="cuda")
+cuda_fwd = trace_step(model, B, H, W, precision, backward=False, device_type="cuda")
 over = tot[precision]["forward_bytes"] / cuda_fwd.totals()["forward_bytes"] - 1
 for k, v in {"enc_fp32": share["encoder"], "dec_fp32": share["decoder"],
              "cpu_over": over}.items():
@@ -503,7 +498,7 @@ for k, v in {"enc_fp32": share["encoder"], "dec_fp32": share["decoder"],
 # accumulation (autocast's convolutions) has twice the peak.
 
 # %% tags=["hide-input"]
-strict = cm.Ceilings.from_device(gpu, tf32=False)
+strict = Ceilings.from_device(gpu, tf32=False)
 md_table([("fp32 convolutions, TF32 on / strict", f"{rtx.mma_tflops['float32']} / "
            f"{strict.mma_tflops['float32']} TFLOP/s"),
           ("fp16 convolutions, fp32 accum.", f"{rtx.mma_tflops['float16']} TFLOP/s"),
@@ -512,9 +507,9 @@ md_table([("fp32 convolutions, TF32 on / strict", f"{rtx.mma_tflops['float32']} 
          [display_name("rtx3070-desktop"), "ceiling"])
 
 # %%
-pred = {"fp32 (TF32 on, as in the post)": cm.predict(traces["fp32"], rtx),
-        "fp32 (strict)": cm.predict(traces["fp32"], strict),
-        precision: cm.predict(traces[precision], rtx)}
+pred = {"fp32 (TF32 on, as in the post)": predict(traces["fp32"], rtx),
+        "fp32 (strict)": predict(traces["fp32"], strict),
+        precision: predict(traces[precision], rtx)}
 p32, pamp = pred["fp32 (TF32 on, as in the post)"], pred[precision]
 md_table([(k, p.min_step_s * 1e3, p.compute_only_s * 1e3, p.memory_only_s * 1e3,
            p.memory_bound_share, p.min_epoch_s(n_img)) for k, p in pred.items()],
@@ -529,8 +524,8 @@ for k, v in {"model_speedup": model_speedup, "min_fp32": p32.min_epoch_s(n_img),
              "need_eff": pamp.efficiency_of(amp_post["time_s"] * B / n_img),
              "tensor_ratio": gpu.tensor_over_fp32}.items():
     glue(f"ch5_{k}", v, display=False)
-md(cm.bound_verdict(pamp.min_epoch_s(n_img), amp_post["time_s"],
-                    "the post's AMP epoch"))
+md(ch5.bound_verdict(pamp.min_epoch_s(n_img), amp_post["time_s"],
+                     "the post's AMP epoch"))
 
 # %% [markdown]
 # At batch {glue:text}`ch5_B`, the cost model predicts that the 3070 needs **at least**
@@ -593,11 +588,11 @@ plt.show()
 
 # %%
 pub = {r.key: r for r in load_published()}["dle-resnet50-a100"]
-a100 = cm.Ceilings.from_device(devices[pub.gpu])
+a100 = Ceilings.from_device(devices[pub.gpu])
 resnet = torchvision.models.resnet50()
-rn = {s.precision: cm.predict(cm.trace_step(resnet, s.batch, *pub.input[1:],
-                                            s.precision.replace("fp32-tf32", "fp32"),
-                                            loss="sum"), a100)
+rn = {s.precision: predict(trace_step(resnet, s.batch, *pub.input[1:],
+                                      s.precision.replace("fp32-tf32", "fp32"),
+                                      loss="sum"), a100)
       for s in (pub.baseline, pub.amp)}
 rate = {s.precision: s.images_per_s for s in (pub.baseline, pub.amp)}
 md_table([(MODE_LABELS[p], rate[p], r.max_images_per_s, rate[p] / r.max_images_per_s)
@@ -615,7 +610,7 @@ for k, v in {"rn_ratio": rn_ratio, "rn_meas": rn_meas,
              "rn_amp_fmt": rn_fmt[pub.amp.precision],
              "rn_base_fmt": rn_fmt[pub.baseline.precision]}.items():
     glue(f"ch5_{k}", v, display=False)
-md(cm.roofline_ratio_verdict(
+md(ch5.roofline_ratio_verdict(
     rn_ratio, rn_meas, f"ResNet-50 on one A100 (NVIDIA; AMP in "
     f"{rn_fmt[pub.amp.precision]}, TF32 in {rn_fmt[pub.baseline.precision]})",
     kind="published"))
@@ -634,7 +629,7 @@ sets += [tuple(s) for s in sensitivity if tuple(s) not in sets]
 fix_gb = mid["fixed_bytes"] / 1e9
 headline = []
 for h, w, b in sets:
-    pp = {p: cm.predict(trace(b, h, w, p), rtx) for p in ("fp32", precision)}
+    pp = {p: predict(trace(b, h, w, p), rtx) for p in ("fp32", precision)}
     gb = {p: fix_gb + lines[p](b * h * w) / 1e9 for p in pp}
     headline.append((f"{w}x{h}", b, gb["fp32"], gb[precision],
                      pp["fp32"].min_epoch_s(n_img),
@@ -683,13 +678,13 @@ md_table([(f"DataLoader, {w} workers", r, 1e3 / r) for w, r in sorted(lm_rate.it
 # With no workers the training process loads each image itself, on one core with one
 # thread: {glue:text}`ch5_load_ms:.0f` ms per image here, the whole Dataset included
 # (label mapping and normalisation). That is the per-image cost the loader model takes
-# (`ampbook.predict.costmodel.loader_images_per_s`): workers run in parallel, one per free core,
+# (`ampbook.predict.pace.loader_images_per_s`): workers run in parallel, one per free core,
 # so `w` workers deliver `w` images per per-image cost, up to the cores the training
 # process leaves free. The 1-worker figure adds inter-process transfer on top; it is the
 # check of the model.
 
 # %%
-here = {w: cm.loader_images_per_s(load_s, w, load["cpus"], reserved_cores=0)
+here = {w: loader_images_per_s(load_s, w, load["cpus"], reserved_cores=0)
         for w in lm_rate}
 md_table([(w, lm_rate[w], here[w], lm_rate[w] / here[w]) for w in sorted(lm_rate)],
          ["workers", "measured images/s", "model", "measured / model"],
@@ -697,7 +692,7 @@ md_table([(w, lm_rate[w], here[w], lm_rate[w] / here[w]) for w in sorted(lm_rate
 
 # %%
 # the check of the model: the fewest workers above 0, measured against the model
-glue("ch5_loader_check", md(cm.loader_check_verdict(lm_rate, here)), display=False)
+glue("ch5_loader_check", md(ch5.loader_check_verdict(lm_rate, here)), display=False)
 
 # %% [markdown]
 # {glue:md}`ch5_loader_check`
@@ -713,13 +708,13 @@ glue("ch5_loader_check", md(cm.loader_check_verdict(lm_rate, here)), display=Fal
 
 # %%
 nw = default["workers"]
-post_loader = cm.loader_images_per_s(load_s, nw, host_cores)
+post_loader = loader_images_per_s(load_s, nw, host_cores)
 for k, v in {"host_cores": host_cores, "loader_epoch": n_img / post_loader,
              "fp32_s": fp32_post["time_s"], "amp_s": amp_post["time_s"],
              "implied_ms": nw / (n_img / fp32_post["time_s"]) * 1e3}.items():
     glue(f"ch5_{k}", v, display=False)
-md(cm.pace_verdict(post_loader, pamp.max_images_per_s, "for the post's AMP epoch",
-                   step_is_bound=True))
+md(pace_verdict(post_loader, pamp.max_images_per_s, "for the post's AMP epoch",
+                step_is_bound=True))
 
 # %% [markdown]
 # At that cost, {glue:text}`ch5_def_workers` workers need
@@ -741,7 +736,7 @@ md(cm.pace_verdict(post_loader, pamp.max_images_per_s, "for the post's AMP epoch
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Images per second: what the DataLoader delivers with 0-8 workers at this machine's per-image cost (the linear model, for a PC with the assumed cores; measured points where marked) against the most the RTX 3070 can train per the cost model in fp32 and with AMP, and the rate of the post's epochs.", "name": "fig-ch5-pipeline"}}
 ws = np.arange(0, 9)
 fig, ax = plt.subplots()
-ax.plot(ws, [cm.loader_images_per_s(load_s, int(w), host_cores) for w in ws],
+ax.plot(ws, [loader_images_per_s(load_s, int(w), host_cores) for w in ws],
         label=f"loader, model ({host_cores} cores)", **series_style(0))
 ax.plot(sorted(lm_rate), [lm_rate[w] for w in sorted(lm_rate)], linestyle="none",
         marker="s", color=series_style(1)["color"], label="loader, measured here")
@@ -837,11 +832,11 @@ md_table([(f"{display_name(lp.device_name)}, {lp.mode_label}", t.type,
 # generations.
 
 # %%
-effs = [cm.MeasuredEfficiency("ERFNet", display_name(lp.device_name),
-                              lp.kernel_efficiency) for lp in profs]
-md(cm.efficiency_range_verdict(pamp.min_epoch_s(n_img), effs, amp_post["time_s"],
-                               "The post's AMP epoch", network="ERFNet",
-                               device=display_name("rtx3070-desktop")))
+effs = [ch5.MeasuredEfficiency("ERFNet", display_name(lp.device_name),
+                               lp.kernel_efficiency) for lp in profs]
+md(ch5.efficiency_range_verdict(pamp.min_epoch_s(n_img), effs, amp_post["time_s"],
+                                "The post's AMP epoch", network="ERFNet",
+                                device=display_name("rtx3070-desktop")))
 
 # %% [markdown]
 # ### The same model on an H200
@@ -853,10 +848,10 @@ md(cm.efficiency_range_verdict(pamp.min_epoch_s(n_img), effs, amp_post["time_s"]
 
 # %% tags=["hide-input"]
 hdev = devices["h200-sxm"]
-h200 = {"fp32, TF32 on": cm.predict(traces["fp32"], cm.Ceilings.from_device(hdev)),
-        "fp32, strict": cm.predict(traces["fp32"],
-                                   cm.Ceilings.from_device(hdev, tf32=False)),
-        precision: cm.predict(traces[precision], cm.Ceilings.from_device(hdev))}
+h200 = {"fp32, TF32 on": predict(traces["fp32"], Ceilings.from_device(hdev)),
+        "fp32, strict": predict(traces["fp32"],
+                                Ceilings.from_device(hdev, tf32=False)),
+        precision: predict(traces[precision], Ceilings.from_device(hdev))}
 base = h200["fp32, TF32 on"].min_step_s
 md_table([(k, v.min_step_s * 1e3, v.max_images_per_s, v.memory_bound_share,
            base / v.min_step_s) for k, v in h200.items()],
@@ -938,8 +933,8 @@ plt.show()
 
 # %%
 e = local[run_precisions[-1]]["epochs"][-1]
-md(cm.pace_verdict(e["images"] / max(e["data_wait_s"], 1e-9), e["images"] / e["step_s"],
-                   f"in this machine's last {run_precisions[-1]} epoch"))
+md(pace_verdict(e["images"] / max(e["data_wait_s"], 1e-9), e["images"] / e["step_s"],
+                f"in this machine's last {run_precisions[-1]} epoch"))
 
 # %% [markdown]
 # The first epoch pays for first calls (oneDNN builds its kernels for each new shape),
@@ -955,7 +950,7 @@ chk = {p: TrainConfig(precision=p, device=str(device), height=check_height,
 rounds = step_rounds(chk, rounds=check_repeats)
 low = [p for p in run_precisions if p != "fp32"][0]
 ratios = [f / a for f, a in zip(rounds["fp32"], rounds[low])]
-md(cm.speedup_verdict(ratios, low))
+md(speedup_verdict(ratios, low))
 
 # %% tags=["hide-input"]
 for k, v in {"rounds": check_repeats, "chk_w": check_width, "chk_h": check_height,
@@ -1033,17 +1028,17 @@ if device.type == "cpu":  # a GPU's ceilings are the device table's
     peak, peak_bf16 = (max(time_matmul(n, dtype=dt, device=device, **kw).tflops
                            for n in ceiling_sizes) for dt in ("fp32", "bf16"))
     bw = max(time_elementwise(n, "fp32", device, **kw).gbps for n in (2**16, 2**22))
-    here_ceil = cm.Ceilings("this CPU, measured",
-                            {"float32": peak, "bfloat16": peak_bf16}, peak, bw)
+    here_ceil = Ceilings("this CPU, measured",
+                         {"float32": peak, "bfloat16": peak_bf16}, peak, bw)
     probe = probe_conv(["fp32", "bf16"])
 else:
-    here_ceil = ceilings_for(device)
+    here_ceil = Ceilings.for_device(device)
 
 # %%
 cpu_rows = []
 for p in run_precisions:
-    tr = cm.trace_step(model, check_batch, check_height, check_width, p)
-    bound = cm.predict(tr, here_ceil)
+    tr = trace_step(model, check_batch, check_height, check_width, p)
+    bound = predict(tr, here_ceil)
     cpu_rows.append((p, min(rounds[p]) * 1e3, bound.min_step_s * 1e3,
                      bound.efficiency_of(min(rounds[p]))))
 md_table(cpu_rows, ["precision", "fastest measured step (ms)", "bound (ms)",
@@ -1052,9 +1047,9 @@ md_table(cpu_rows, ["precision", "fastest measured step (ms)", "bound (ms)",
 # %%
 eff_here = cpu_rows[0][3]
 glue("ch5_eff_here", eff_here, display=False)
-here_lines = ([cm.lowp_verdict(None, peak_bf16 / peak), probe.verdict("bf16")]
+here_lines = ([ch5.lowp_verdict(None, peak_bf16 / peak), probe.verdict("bf16")]
               if device.type == "cpu" else [])
-here_lines.append(cm.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3,
+here_lines.append(ch5.bound_verdict(cpu_rows[0][2] / 1e3, cpu_rows[0][1] / 1e3,
                                    "an fp32 step here", timed_alone=True))
 md("\n\n".join(here_lines))
 
@@ -1088,7 +1083,7 @@ cl = step_rounds({k: TrainConfig(**{**base_cfg, **v}) for k, v in variants.items
 best = {k: min(v) for k, v in cl.items()}
 
 # %% tags=["hide-input"]
-bf = cm.predict(trace(B, H, W, "amp-bf16"), rtx).min_step_s
+bf = predict(trace(B, H, W, "amp-bf16"), rtx).min_step_s
 tf32_3070 = pred["fp32 (strict)"].min_step_s / p32.min_step_s
 evb = ev["step_s_no_loader_benchmark"]
 runs_by_mode = {r.mode: r for r in results.gpu_runs()}

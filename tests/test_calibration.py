@@ -13,7 +13,7 @@ from ampbook.core.paths import REPO_ROOT
 from ampbook.predict import calibration as cal
 from ampbook.predict import diagnosis, report_text, specs
 from ampbook.predict import references as refs_mod
-from ampbook.predict.costmodel import OP_CLASSES
+from ampbook.predict.opcost import OP_CLASSES
 from ampbook.results import load_results_dir
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "results"

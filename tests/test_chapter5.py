@@ -121,7 +121,7 @@ def test_reserved_memory_outside_the_assumed_slack_makes_the_solve_conditional()
     """The H200 pair: 5.98 GB reserved in fp32 and AMP alike, 1.12x and 1.62x of
     allocated. The old text took a slack of 1.0-1.15 as given; here it fails for AMP,
     and the solve holds only for a figure of allocated memory."""
-    from ampbook.predict.costmodel import reserved_verdict
+    from ampbook.chapters.ch5 import reserved_verdict
 
     runs = [_Run("fp32 (TF32 on)", 5.33e9, 5.98e9), _Run("amp-fp16", 3.69e9, 5.98e9)]
     line = reserved_verdict(runs, [1.0, 1.15], "the committed runs on H200 SXM")
@@ -143,7 +143,7 @@ def test_a_wait_inferred_by_difference_is_an_upper_bound_not_a_measurement():
     """#46377: steps alone 115.2 s of a 263 s AMP epoch. The old verdict said "the
     loader took 56% of the loop", a measurement no one made; the share is at most
     that, and the loader shows in the equal epochs."""
-    from ampbook.predict.costmodel import hypotheses_verdict
+    from ampbook.chapters.ch5 import hypotheses_verdict
 
     wait = 1 - 115.2 / 263
     line = hypotheses_verdict(0.29, 261 / 263, wait, wait_measured=False)
@@ -163,7 +163,7 @@ def test_a_wait_inferred_by_difference_is_an_upper_bound_not_a_measurement():
 def test_the_loader_check_says_how_far_the_model_is_off():
     """Chapter 5's check of its loader model: the fewest workers above 0, measured
     against the model, and the error that carries into the model's epoch times."""
-    from ampbook.predict.costmodel import loader_check_verdict
+    from ampbook.chapters.ch5 import loader_check_verdict
 
     line = loader_check_verdict({0: 10.0, 1: 5.8, 2: 11.0}, {0: 10.0, 1: 10.0, 2: 20.0})
     assert line.startswith("With 1 worker the loader delivered 0.58 of the model's")

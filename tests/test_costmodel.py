@@ -1,6 +1,6 @@
-"""The per-layer cost model (ampbook.predict.costmodel): FLOPs and bytes by hand,
-against PyTorch's own FLOP counter, attribution to layers, the autocast dtypes, and the
-roofline arithmetic."""
+"""The per-layer cost model (ampbook.predict.opcost, steptrace, roofline, pace): FLOPs
+and bytes by hand, against PyTorch's own FLOP counter, attribution to layers, the
+autocast dtypes, and the roofline arithmetic."""
 
 from __future__ import annotations
 
@@ -13,16 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ampbook.predict.costmodel import (
-    LOSS,
-    Ceilings,
-    OpCost,
-    conv_flops,
-    op_time,
-    optimizer_bytes,
-    predict,
-    trace_step,
-)
+from ampbook.predict.opcost import OpCost, conv_flops
+from ampbook.predict.roofline import Ceilings, op_time, predict
+from ampbook.predict.steptrace import LOSS, optimizer_bytes, trace_step
 
 
 def _ops(trace, phase=None, op=None, scope=None):
@@ -469,8 +462,8 @@ def test_amp_bytes_for_erfnet_depend_on_the_image_size():
 # --- the pipeline model ---------------------------------------------------------------
 
 
-def test_loader_and_epoch_model():
-    from ampbook.predict.costmodel import epoch_images_per_s, loader_images_per_s
+def test_loader_model():
+    from ampbook.predict.pace import loader_images_per_s
 
     # 0.1 s per image: 10 img/s alone; 4 workers on 8 cores (1 kept for training): 40
     # img/s
@@ -479,18 +472,6 @@ def test_loader_and_epoch_model():
     # more workers than free cores add nothing: 7 free cores -> 70 img/s
     assert loader_images_per_s(0.1, 12, 8) == pytest.approx(70.0)
     assert loader_images_per_s(0.1, 2, 1) == pytest.approx(10.0)  # at least one core
-    # a 20 ms/image step (50 img/s) fed by 4 workers (40 img/s): loader-bound at 40
-    e = epoch_images_per_s(0.1, 0.02, 4, 8)
-    assert e["images_per_s"] == pytest.approx(40.0) and e["bound"] == "loader"
-    # halve the step (AMP): still 40 img/s
-    assert epoch_images_per_s(0.1, 0.01, 4, 8)["images_per_s"] == pytest.approx(40.0)
-    # 8 workers: 70 img/s of loading, the 50 img/s step bounds
-    e = epoch_images_per_s(0.1, 0.02, 8, 8)
-    assert e["images_per_s"] == pytest.approx(50.0) and e["bound"] == "step"
-    # no workers: the two take turns, 1 / (0.1 + 0.02)
-    assert epoch_images_per_s(0.1, 0.02, 0, 8)["images_per_s"] == pytest.approx(
-        1 / 0.12
-    )
     with pytest.raises(ValueError, match="load_s_per_image must be positive"):
         loader_images_per_s(0.0, 1, 4)
     with pytest.raises(ValueError, match="workers >= 0"):
@@ -519,7 +500,7 @@ def _fastest(fn, repeats=3):
 
 
 def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
-    from ampbook.predict.costmodel import bound_verdict
+    from ampbook.chapters.ch5 import bound_verdict
 
     ceil = _cpu_peak_ceilings()
     conv = nn.Conv2d(64, 64, 3, padding=1)
@@ -558,8 +539,8 @@ def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
 
 
 def test_solve_pixels_recovers_a_planted_setting():
+    from ampbook.chapters.ch5 import solve_pixels
     from ampbook.measure.memory import Line
-    from ampbook.predict.costmodel import solve_pixels
 
     fp32, amp = (
         Line(0.0, 100.0),
@@ -585,12 +566,8 @@ def test_solve_pixels_recovers_a_planted_setting():
 
 
 def test_verdicts_read_both_cases():
-    from ampbook.predict.costmodel import (
-        hypotheses_verdict,
-        lowp_verdict,
-        pace_verdict,
-        speedup_verdict,
-    )
+    from ampbook.chapters.ch5 import hypotheses_verdict, lowp_verdict
+    from ampbook.predict.pace import pace_verdict, speedup_verdict
 
     assert speedup_verdict([0.2, 0.25, 0.3]).startswith(
         "AMP was slower than fp32 in every"
@@ -623,15 +600,8 @@ def test_verdicts_read_both_cases():
     assert "lists no bf16/fp16 units" in lowp_verdict([], 0.1)
     assert "can pay" in lowp_verdict(["amx_bf16"], 3.0)
     assert "lists" not in lowp_verdict(None, 0.1)  # flags are not needed
-    from ampbook.predict.costmodel import range_verdict
-
-    assert "lies inside" in range_verdict(39, 100, 66.7, "x")
-    assert "lies above" in range_verdict(39, 60, 66.7, "x")
-    assert "broken" in range_verdict(70, 100, 66.7, "x")
-    with pytest.raises(ValueError, match="low_s <= high_s"):
-        range_verdict(2, 1, 1, "x")
-    from ampbook.predict.costmodel import MeasuredEfficiency as E
-    from ampbook.predict.costmodel import efficiency_range_verdict as erv
+    from ampbook.chapters.ch5 import MeasuredEfficiency as E
+    from ampbook.chapters.ch5 import efficiency_range_verdict as erv
 
     effs = [E("net", "gpu", 0.4), E("net", "gpu", 1.3), E("net", "gpu", 0.8)]
     line = erv(39, effs, 66.7, "x", network="net", device="gpu")  # 1.3 left out

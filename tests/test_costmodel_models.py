@@ -16,12 +16,9 @@ from torch.utils.flop_counter import (
     sdpa_flop_count,
 )
 
-from ampbook.predict.costmodel import (
-    Ceilings,
-    op_is_modelled,
-    predict,
-    trace_step,
-)
+from ampbook.predict.opcost import op_is_modelled
+from ampbook.predict.roofline import Ceilings, predict
+from ampbook.predict.steptrace import trace_step
 from ampbook.segmentation.model import ERFNet
 
 aten = torch.ops.aten

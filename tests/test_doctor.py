@@ -478,11 +478,11 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
 def test_help_names_every_choice_and_each_option_has_help():
     from ampbook.core.modes import TF32_MODE
     from ampbook.core.precision import PRECISIONS
-    from ampbook.predict import costmodel
+    from ampbook.predict.steptrace import MEMORY_FORMATS
 
     parser = doctor.build_parser()
     text = parser.format_help()
-    for name in (TF32_MODE, *PRECISIONS, *costmodel.MEMORY_FORMATS, *specs.LOSSES):
+    for name in (TF32_MODE, *PRECISIONS, *MEMORY_FORMATS, *specs.LOSSES):
         assert name in text, name
     assert "fp32-tf32, the baseline, is always included" in " ".join(text.split())
     for action in parser._actions:

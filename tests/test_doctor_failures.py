@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from ampbook.measure.memory import saved_for_backward
-from ampbook.predict import costmodel as cm
 from ampbook.predict import diagnosis, doctor, specs, verdict
+from ampbook.predict.pace import speedup_verdict
+from ampbook.predict.steptrace import relabel, trace_step
 from tests._cli import one_error
 
 # --------------------------------------------------------------------------------------
@@ -304,7 +305,7 @@ def test_a_tiny_step_is_launch_bound_and_amp_casts_are_counted():
 def test_lstm_is_one_cudnn_rnn_operator_in_both_precisions():
     model = TinyLSTM()
     traces = {
-        p: cm.trace_step(model, 4, 1, 1, p, input_shape=(3, 12), loss="cross_entropy")
+        p: trace_step(model, 4, 1, 1, p, input_shape=(3, 12), loss="cross_entropy")
         for p in ("fp32", "amp-fp16")
     }
     for p, dtype in (("fp32", "float32"), ("amp-fp16", "float16")):
@@ -320,15 +321,15 @@ def test_lstm_is_one_cudnn_rnn_operator_in_both_precisions():
 
 
 def test_attention_with_dropout_runs_fused_in_16_bits():
-    tr = cm.trace_step(TinyAttention(), 2, 16, 16, "amp-fp16", loss="sum")
+    tr = trace_step(TinyAttention(), 2, 16, 16, "amp-fp16", loss="sum")
     fused = [o for o in tr.ops if "flash_attention" in o.op]
     assert {o.phase for o in fused} == {"forward", "backward"}
     assert {o.dtype for o in fused} == {"float16"}
     assert not _ops(tr, op="bmm") and not _ops(tr, op="bernoulli_")
-    fp32 = cm.trace_step(TinyAttention(), 2, 16, 16, "fp32", loss="sum")
+    fp32 = trace_step(TinyAttention(), 2, 16, 16, "fp32", loss="sum")
     assert any("efficient_attention" in o.op for o in fp32.ops)
     # need_weights=True: the explicit path, its softmax in fp32 as CUDA's list says
-    explicit = cm.trace_step(TinyAttention(True), 2, 16, 16, "amp-fp16", loss="sum")
+    explicit = trace_step(TinyAttention(True), 2, 16, 16, "amp-fp16", loss="sum")
     soft = [o for o in explicit.ops if o.op in ("_softmax", "_safe_softmax")]
     assert soft and {o.dtype for o in soft if o.phase == "forward"} == {"float32"}
     assert {o.dtype for o in explicit.ops if o.op in ("bmm", "baddbmm")} == {"float16"}
@@ -337,12 +338,12 @@ def test_attention_with_dropout_runs_fused_in_16_bits():
 def test_no_cpu_only_autocast_rule_in_the_cuda_emulation():
     # CPU autocast's fp32 rule for FFTs would return fp32; CUDA returns fp16 (the CPU
     # has no 16-bit FFT kernel: the trace runs it on fp32 copies, casting back)
-    fft = cm.trace_step(TinyFFT(), 2, 8, 8, "amp-fp16")
+    fft = trace_step(TinyFFT(), 2, 8, 8, "amp-fp16")
     c2r = _ops(fft, op="_fft_c2r", phase="forward")
     assert c2r and c2r[0].dtype == "float16"
-    cpu = cm.trace_step(TinyFFT(), 2, 8, 8, "amp-fp16", autocast_rules="cpu")
+    cpu = trace_step(TinyFFT(), 2, 8, 8, "amp-fp16", autocast_rules="cpu")
     assert _ops(cpu, op="_fft_c2r", phase="forward")[0].dtype == "float32"
-    video = cm.trace_step(TinyVideo(), 2, 1, 1, "amp-fp16", input_shape=(3, 4, 8, 8),
+    video = trace_step(TinyVideo(), 2, 1, 1, "amp-fp16", input_shape=(3, 4, 8, 8),
                           loss="sum")  # fmt: skip
     pool = [o for o in video.ops if "max_pool3d" in o.op and o.phase == "forward"]
     assert pool and {o.dtype for o in pool} == {"float16"}  # CPU autocast: fp32
@@ -460,11 +461,11 @@ def test_cpu_timing_takes_rounds_and_reads_them():
     me = diagnosis.diagnose(cfg, model=model)["measured"]
     bf16 = next(r for r in me["rows"] if r["precision"] == "amp-bf16")
     assert me["rounds"] == 3 and len(bf16["ratios"]) == 3 and bf16["samples"] == 3
-    assert me["rounds_verdict"] == cm.speedup_verdict(bf16["ratios"], "amp-bf16")
+    assert me["rounds_verdict"] == speedup_verdict(bf16["ratios"], "amp-bf16")
     fp16 = next(r for r in me["rows"] if r["precision"] == "amp-fp16")
     assert fp16["batch"] == 2 and fp16["speedup"] > 0
     assert "a single timing against fp32's median step" in fp16["note"]
-    disagree = dict(me, rounds_verdict=cm.speedup_verdict([0.8, 1.3, 1.0], "amp-bf16"))
+    disagree = dict(me, rounds_verdict=speedup_verdict([0.8, 1.3, 1.0], "amp-bf16"))
     assert "no difference is resolved" in verdict.measured_verdict(disagree)
 
 
@@ -489,8 +490,8 @@ def test_bf16_trace_is_fp16s_relabelled():
     """The doctor traces fp16 and relabels it bf16 (CUDA's lists are the same for
     both): the result equals a bf16 trace, operator for operator."""
     model = TinyWarp()
-    bf16 = cm.trace_step(model, 2, 8, 8, "amp-bf16")
-    relabelled = cm.relabel(cm.trace_step(model, 2, 8, 8, "amp-fp16"), "amp-bf16")
+    bf16 = trace_step(model, 2, 8, 8, "amp-bf16")
+    relabelled = relabel(trace_step(model, 2, 8, 8, "amp-fp16"), "amp-bf16")
 
     def key(tr):
         return [(o.phase, o.op, o.dtype, o.bytes, o.flops) for o in tr.ops]

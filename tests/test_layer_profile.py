@@ -5,7 +5,8 @@ and
 import pytest
 import torch
 
-from ampbook.predict.costmodel import LOSS, Ceilings
+from ampbook.predict.roofline import Ceilings
+from ampbook.predict.steptrace import LOSS
 from ampbook.results import read_layer_profile, read_loader, summarise_run
 
 CEIL = Ceilings(
@@ -26,7 +27,8 @@ def cpu_profile():
 
 
 def test_cpu_profile_attributes_time_to_the_cost_models_modules(cpu_profile):
-    from ampbook.predict.costmodel import predict, trace_step
+    from ampbook.predict.roofline import predict
+    from ampbook.predict.steptrace import trace_step
     from ampbook.segmentation.model import ERFNet
 
     rec = cpu_profile

@@ -34,7 +34,7 @@ def _train(v):
 
 
 def _trace(v):
-    from ampbook.predict.costmodel import trace_step
+    from ampbook.predict.steptrace import trace_step
 
     trace_step(nn.Conv2d(3, 4, 1), v, 8, 8)
 
@@ -95,7 +95,7 @@ def _ladder_warmup(v):
 
 ENTRY_POINTS = {
     "train.config.validate (epochs)": (_train, "epochs must be a positive integer"),
-    "costmodel.trace_step (batch_size)": (_trace, "batch_size must be a positive"),
+    "steptrace.trace_step (batch_size)": (_trace, "batch_size must be a positive"),
     "diagnosis.diagnose (batch)": (_doctor, "--batch .*must be a positive integer"),
     "cpu_kernels.probe_conv (channels)": (_probe, "channels must be a positive"),
     "cpu_kernels.probe_conv (threads)": (_probe_threads, "threads must be a positive"),

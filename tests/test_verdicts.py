@@ -13,7 +13,7 @@ from ampbook.chapters import ch3, ch5
 from ampbook.chapters.ch3 import gpu_pair_verdict, speed_verdict
 from ampbook.chapters.ch5 import kernel_time_verdict
 from ampbook.measure import cpu_kernels as ck
-from ampbook.predict import costmodel as cm
+from ampbook.predict.pace import pace_verdict
 from ampbook.predict.references import load_published
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
@@ -119,10 +119,10 @@ def test_roofline_ratio_verdict_on_the_published_resnet50_figures():
     assert (pub.baseline.precision, pub.amp.precision) == ("fp32-tf32", "amp-fp16")
     measured = pub.speedup
     assert measured == pytest.approx(pub.published_speedup, abs=0.01)
-    line = cm.roofline_ratio_verdict(measured / 1.3, measured, "ResNet-50 on an A100")
+    line = ch5.roofline_ratio_verdict(measured / 1.3, measured, "ResNet-50 on an A100")
     assert "above it" in line and "no upper bound" in line
-    assert "below it" in cm.roofline_ratio_verdict(2.0, 1.2, "x")
-    assert "about the same share" in cm.roofline_ratio_verdict(2.0, 2.01, "x")
+    assert "below it" in ch5.roofline_ratio_verdict(2.0, 1.2, "x")
+    assert "about the same share" in ch5.roofline_ratio_verdict(2.0, 2.01, "x")
 
 
 # --- item 2: kernel time and idle time apart ----------------------------------------
@@ -184,8 +184,8 @@ def test_bound_checks_attach_the_profiles_of_the_same_gpu_and_setting(tmp_path):
 
 
 def test_an_efficiency_measured_on_another_gpu_gives_no_range():
-    h200 = cm.MeasuredEfficiency("ERFNet", "H200 SXM", 0.10)
-    line = cm.efficiency_range_verdict(
+    h200 = ch5.MeasuredEfficiency("ERFNet", "H200 SXM", 0.10)
+    line = ch5.efficiency_range_verdict(
         20.0,
         [h200],
         66.7,
@@ -203,19 +203,19 @@ def test_an_efficiency_measured_on_another_gpu_gives_no_range():
 
 def test_a_range_from_the_same_network_and_gpu_is_bounded_by_what_was_measured():
     effs = [
-        cm.MeasuredEfficiency("ERFNet", "RTX 3070", 0.20),
-        cm.MeasuredEfficiency("ERFNet", "RTX 3070", 0.40),
-        cm.MeasuredEfficiency("ResNet-50", "RTX 3070", 0.90),  # another network
-        cm.MeasuredEfficiency("ERFNet", "RTX 3070", 1.5),  # not a bound: left out
+        ch5.MeasuredEfficiency("ERFNet", "RTX 3070", 0.20),
+        ch5.MeasuredEfficiency("ERFNet", "RTX 3070", 0.40),
+        ch5.MeasuredEfficiency("ResNet-50", "RTX 3070", 0.90),  # another network
+        ch5.MeasuredEfficiency("ERFNet", "RTX 3070", 1.5),  # not a bound: left out
     ]
     kw = dict(network="ERFNet", device="RTX 3070")
-    inside = cm.efficiency_range_verdict(10.0, effs, 40.0, "the epoch", **kw)
+    inside = ch5.efficiency_range_verdict(10.0, effs, 40.0, "the epoch", **kw)
     assert "range (25 to 50 s at the 2 measured efficiencies (20%-40%))" in inside
     assert "does not decide" in inside
-    assert "closer to the roofline than any" in cm.efficiency_range_verdict(
+    assert "closer to the roofline than any" in ch5.efficiency_range_verdict(
         10.0, effs, 20.0, "the epoch", **kw
     )
-    assert "something else set the pace" in cm.efficiency_range_verdict(
+    assert "something else set the pace" in ch5.efficiency_range_verdict(
         10.0, effs, 60.0, "the epoch", **kw
     )
 
@@ -355,38 +355,38 @@ def test_every_gpu_run_carries_its_provenance():
 
 
 def test_setting_verdict_tests_every_memory_candidate_against_the_time_bound():
-    ref = cm.MeasuredEfficiency("ERFNet", "H200 SXM", 0.177)
+    ref = ch5.MeasuredEfficiency("ERFNet", "H200 SXM", 0.177)
     cands = [
-        cm.SettingCandidate("batch 3 at 1024x512", True, 0.91),
-        cm.SettingCandidate("batch 12 at 512x256", True, 0.23),
-        cm.SettingCandidate("batch 6 at 1024x512", False, 0.91),
+        ch5.SettingCandidate("batch 3 at 1024x512", True, 0.91),
+        ch5.SettingCandidate("batch 12 at 512x256", True, 0.23),
+        ch5.SettingCandidate("batch 6 at 1024x512", False, 0.91),
     ]
-    line = cm.setting_verdict(cands, ref)
+    line = ch5.setting_verdict(cands, ref)
     assert line.startswith("batch 12 at 512x256 fits both: its kernels need only 23%")
     assert "the others that fit need 91% or more" in line
     assert "batch 6 at 1024x512 does not fit the memory" in line
     assert "at most 18% of their roofline on H200 SXM, another GPU" in line
-    none = cm.setting_verdict(
-        [cm.SettingCandidate("a", True, 1.4), cm.SettingCandidate("b", False, 0.2)]
+    none = ch5.setting_verdict(
+        [ch5.SettingCandidate("a", True, 1.4), ch5.SettingCandidate("b", False, 0.2)]
     )
     assert none.startswith("No candidate fits both")
     with pytest.raises(ValueError):
-        cm.setting_verdict([])
+        ch5.setting_verdict([])
 
 
 # --- smaller ones --------------------------------------------------------------------
 
 
 def test_pace_verdict_against_a_bound_is_conditional():
-    line = cm.pace_verdict(54.0, 100.0, "for the post", step_is_bound=True)
+    line = pace_verdict(54.0, 100.0, "for the post", step_is_bound=True)
     assert line.startswith("The loader sets the pace for the post only if the kernels")
     assert "more than 54% of the roofline" in line
     assert "at or below that share the step sets it" in line
-    assert cm.pace_verdict(120.0, 100.0, step_is_bound=True).startswith(
+    assert pace_verdict(120.0, 100.0, step_is_bound=True).startswith(
         "The step sets the pace here: even at the roofline"
     )
     # measured rates stay categorical
-    assert cm.pace_verdict(10, 20).startswith("The loader sets the pace here:")
+    assert pace_verdict(10, 20).startswith("The loader sets the pace here:")
 
 
 def test_gpu_training_answer_names_the_finding_or_says_there_is_none():
@@ -429,7 +429,8 @@ def test_bound_checks_only_for_table_gpus_at_the_pairs_setting(tmp_path):
     import torch.nn as nn
 
     from ampbook.core.devices import load_devices
-    from ampbook.predict.costmodel import Ceilings, predict, trace_step
+    from ampbook.predict.roofline import Ceilings, predict
+    from ampbook.predict.steptrace import trace_step
 
     for f in FIXTURES.glob("train_fixture-gpu_*.json"):
         rec = json.loads(f.read_text())

@@ -4,7 +4,7 @@ sweep as a results record.
 ``profile_layers(precision, batch_size, height, width, device)`` runs the training
 runner's own step (``ampbook.train.build_training``) a few times under
 ``torch.profiler`` and attributes the time to the innermost module running, as
-``ampbook.predict.costmodel`` attributes its FLOPs and bytes:
+``ampbook.predict.steptrace`` attributes its FLOPs and bytes:
 
 * forward: every module's forward is wrapped in a profiler range (global module hooks);
   a module's time is its range minus the ranges of the modules inside it; the loss (the
@@ -43,8 +43,8 @@ from pathlib import Path
 import torch
 
 from ampbook.core.args import is_positive_int
-from ampbook.core.precision import torch_name
-from ampbook.predict.costmodel import LOSS, Ceilings, predict, trace_step
+from ampbook.predict.roofline import Ceilings, predict
+from ampbook.predict.steptrace import LOSS, trace_step
 from ampbook.results import LAYER_SCHEMA, LOADER_SCHEMA, read_layer_profile, read_loader
 
 RANGE_PREFIX = "ampbook.layer::"
@@ -52,44 +52,6 @@ RANGE_PREFIX = "ampbook.layer::"
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def ceilings_for(device: torch.device, tf32: bool = True) -> Ceilings:
-    """The roofline ceilings to predict with: the device table's entry for a listed GPU;
-    for anything else (a CPU, an unlisted GPU) ceilings measured here with one
-    fp32/bf16/fp16
-    matmul and one fp32 elementwise add (``ampbook.measure.timing``), named as
-    measured."""
-    from ampbook.core.devices import find_device
-
-    if device.type == "cuda":
-        entry = find_device(torch.cuda.get_device_name(device))
-        if entry is not None:
-            return Ceilings.from_device(entry, tf32=tf32)
-    from ampbook.measure.timing import time_elementwise, time_matmul
-
-    n = 256 if device.type == "cpu" else 4096
-    kw = {
-        "device": device,
-        "warmup": 1,
-        "repeats": 3,
-        "min_time": 0.02,
-        "max_time": 0.3,
-    }
-    mma = {}
-    for dtype in ("fp32", "bf16", "fp16"):
-        try:
-            mma[torch_name(dtype)] = time_matmul(n, dtype=dtype, **kw).tflops
-        except (RuntimeError, ValueError):  # a dtype this device cannot multiply
-            continue
-    add = time_elementwise(2**22, "fp32", **kw)
-    return Ceilings(
-        f"{device.type} measured here (matmul n={n}, fp32 add)",
-        mma,
-        vector_tflops=mma["float32"],
-        bandwidth_gbs=add.gbps,
-        notes="measured, not a data-sheet figure",
-    )
 
 
 class _Ranges:
@@ -266,7 +228,7 @@ def profile_layers(
             for h in hooks:
                 h.remove()
         times, total_us = _attribute(prof.events(), dev.type == "cuda")
-    ceilings = ceilings or ceilings_for(dev, tf32)
+    ceilings = ceilings or Ceilings.for_device(dev, tf32)
     # the trace runs on fake NCHW tensors: the same for both layouts, traced once
     stream = any(getattr(m, "fp16_stream", False) for m in training.net.modules())
     key = (repr(training.net), stream, batch_size, height, width, precision)

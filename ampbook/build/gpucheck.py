@@ -502,7 +502,8 @@ def sizing(
     (1024x512, batch 6) on the H200 and the RTX 3070: (device key, precision and TF32,
     seconds), for each of ``precisions`` (one trace each, seconds of CPU)."""
     from ampbook.core.devices import load_devices
-    from ampbook.predict.costmodel import Ceilings, predict, trace_step
+    from ampbook.predict.roofline import Ceilings, predict
+    from ampbook.predict.steptrace import trace_step
     from ampbook.segmentation.model import ERFNet
 
     devices = load_devices()

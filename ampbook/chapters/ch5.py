@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ampbook.chapters.ch3 import (
     AMP_MODE,
@@ -128,7 +128,8 @@ def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
     it. The folder's layer profiles of the same GPU, batch, resolution and mode as the
     pair's runs are attached to the check."""
     from ampbook.core.devices import find_device, load_devices
-    from ampbook.predict import costmodel as cm
+    from ampbook.predict.roofline import Ceilings, predict
+    from ampbook.predict.steptrace import trace_step
 
     devices = load_devices() if devices is None else devices
     profiles = list(rs.layer_profiles)
@@ -137,23 +138,23 @@ def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
     def bound(setting: Setting, precision: str, ceilings) -> float:
         key = (setting.batch_size, setting.height, setting.width, precision)
         if key not in traces:
-            traces[key] = cm.trace_step(
+            traces[key] = trace_step(
                 model, setting.batch_size, setting.height, setting.width, precision
             )
-        return cm.predict(traces[key], ceilings).min_step_s
+        return predict(traces[key], ceilings).min_step_s
 
     out = []
     for p in rs.pairs():
         dev = find_device(p.setting.device_name, devices)
         if dev is None:
             continue
-        base_ceil = cm.Ceilings.from_device(dev, tf32=p.baseline.tf32)
+        base_ceil = Ceilings.from_device(dev, tf32=p.baseline.tf32)
         out.append(
             BoundCheck(
                 p,
                 dev.key,
                 bound(p.setting, "fp32", base_ceil),
-                bound(p.setting, p.amp.precision, cm.Ceilings.from_device(dev)),
+                bound(p.setting, p.amp.precision, Ceilings.from_device(dev)),
                 _profile_for(profiles, p.setting, p.amp.mode),
                 _profile_for(profiles, p.setting, p.baseline.mode),
             )
@@ -280,3 +281,399 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
             f"{b.idle_s * 1e3:.1f} ms."
         )
     return text
+
+
+# --- the post's setting from its memory figures ---
+
+
+def solve_pixels(
+    fp32_line, amp_line, fp32_bytes: float, amp_bytes: float, slack: float = 1.0
+) -> dict[str, float]:
+    """The pixels per batch at which two reported memory figures agree with the model.
+
+    ``fp32_line`` and ``amp_line`` are ``ampbook.measure.memory.Line`` fits of the new
+    bytes saved for backward against the pixels of a batch (the book's one memory
+    definition). Model of a reported figure: ``fixed + slack * line(pixels)``, where
+    ``fixed`` (CUDA context, cuDNN workspace, weights, gradients and optimizer state) is
+    the same for both runs and ``slack`` (>= 1) is the caching allocator's overhead on
+    the activations. The difference of the two figures then fixes the pixels; the fp32
+    figure fixes ``fixed``.
+    """
+    if slack < 1:
+        raise ValueError(f"slack must be >= 1 (the allocator only adds), got {slack}")
+    per_pixel = slack * (fp32_line.slope - amp_line.slope)
+    if per_pixel <= 0:
+        raise ValueError(
+            "AMP saves no bytes per pixel under these lines: no setting fits"
+        )
+    pixels = (
+        fp32_bytes - amp_bytes - slack * (fp32_line.intercept - amp_line.intercept)
+    ) / per_pixel
+    if pixels <= 0:
+        raise ValueError(
+            f"the figures differ by {fp32_bytes - amp_bytes:.3g} bytes, less than "
+            "AMP's fixed saving: no positive batch fits"
+        )
+    return {
+        "pixels": pixels,
+        "fp32_saved_bytes": fp32_line(pixels),
+        "amp_saved_bytes": amp_line(pixels),
+        "fixed_bytes": fp32_bytes - slack * fp32_line(pixels),
+    }
+
+
+# --- one-line verdicts for the conclusions that depend on the machine ---
+
+
+def reserved_verdict(
+    runs: Sequence[Any], slack: Sequence[float], where: str = "the committed GPU runs"
+) -> str:
+    """Whether a reported memory figure can be read as allocated memory times an
+    allocator slack in ``slack`` (low, high), as ``solve_pixels`` assumes, from GPU
+    runs that measured both their peak allocated and their peak reserved memory.
+
+    ``runs``: ``ampbook.results.TrainRun``s of one GPU and setting (an fp32 baseline
+    and an AMP run), read through ``mode_label``, ``cuda_allocated_bytes`` and
+    ``cuda_reserved_bytes``. Where every run's reserved over allocated lies in the
+    slack's range, the assumption held there; where it does not, a monitor that shows
+    reserved memory would not follow the activations, and a solve from the difference
+    of two such figures holds only if the figures tracked allocated memory."""
+    lo, hi = float(slack[0]), float(slack[-1])
+    if not 1 <= lo <= hi:
+        raise ValueError(f"slack must be 1 <= low <= high, got {list(slack)}")
+    got = [
+        r for r in runs if r.cuda_allocated_bytes and r.cuda_reserved_bytes is not None
+    ]
+    assumed = f"the assumed slack of {lo:.2f}-{hi:.2f}"
+    if len(got) < 2:
+        return (
+            "No committed GPU pair recorded both its peak allocated and its peak "
+            f"reserved memory: {assumed} is untested here, and the solve assumes the "
+            "post's figure tracked allocated memory."
+        )
+    ratios = ", ".join(
+        f"{r.cuda_reserved_bytes / r.cuda_allocated_bytes:.2f}x for {r.mode_label}"
+        for r in got
+    )
+    reserved = ", ".join(f"{r.cuda_reserved_bytes / 1e9:.2f}" for r in got)
+    head = (
+        f"In {where} peak reserved over peak allocated memory was {ratios} "
+        f"(reserved {reserved} GB)"
+    )
+    inside = all(
+        lo <= r.cuda_reserved_bytes / r.cuda_allocated_bytes <= hi for r in got
+    )
+    if inside:
+        return (
+            f"{head}: inside {assumed}, so there a reserved figure followed the "
+            "allocated one."
+        )
+    return (
+        f"{head}: outside {assumed}. A figure of reserved memory need not follow the "
+        "activations, so the solve below holds only if the post's figure tracked "
+        "allocated memory."
+    )
+
+
+def bound_verdict(
+    min_s: float, measured_s: float, what: str = "the epoch", timed_alone: bool = False
+) -> str:
+    """Compare a roofline lower bound with a measured time, in one line. An epoch's
+    time may be set by something other than the device (the loader), so the bound
+    alone leaves the pace open; a step ``timed_alone`` (no loader, data already in
+    place) is the device's own work, and the ratio is the share of the roofline its
+    kernels, with the gaps between them, reached."""
+    if min_s <= 0 or measured_s <= 0:
+        raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
+    if min_s > measured_s:
+        return (
+            f"The bound ({min_s:.3g} s) exceeds the measured {measured_s:.3g} s for "
+            f"{what}: the model's counts or ceilings are wrong for this run."
+        )
+    if timed_alone:
+        return (
+            f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for "
+            f"{what}: timed without a loader, its kernels and the gaps between them "
+            f"reached {min_s / measured_s:.0%} of the roofline."
+        )
+    return (
+        f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for "
+        f"{what}: "
+        f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
+        "the bound alone does not say what set the pace."
+    )
+
+
+@dataclass(frozen=True)
+class MeasuredEfficiency:
+    """A measured share of the roofline: ``value`` = bound / measured time of one
+    network on one GPU (``kind``: "kernel" when measured from kernel time, "step" from
+    wall time), with what measured it."""
+
+    network: str
+    device: str
+    value: float
+    kind: str = "kernel"
+    source: str = ""
+
+
+def efficiency_range_verdict(
+    min_s: float,
+    efficiencies: Sequence[MeasuredEfficiency],
+    measured_s: float,
+    what: str,
+    *,
+    network: str,
+    device: str,
+) -> str:
+    """Turn a lower bound into a range with measured efficiencies and hold a measured
+    time against it, in one line.
+
+    A kernel's share of the roofline depends on the network, the GPU, its software and
+    the setting, so this range uses only efficiencies measured for ``network`` on
+    ``device``; carrying shares from other GPUs is a calibration with an error of its
+    own (``ampbook.predict.calibration``, chapter 6), not a measurement of this one. The
+    range runs from the bound at the highest of them to the bound at the lowest (bounded
+    above by what was measured, never by the roofline itself). With none (or none at or
+    below 1: a bound that was not a bound), no efficiency is measured there and the
+    bound stays a bound; the efficiencies measured elsewhere are named so the reader
+    sees what was not used."""
+    if min_s <= 0 or measured_s <= 0:
+        raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
+    same = [
+        e.value
+        for e in efficiencies
+        if e.network == network and e.device == device and 0 < e.value <= 1
+    ]
+    if not same:
+        elsewhere = sorted(
+            {f"{e.network} on {e.device}" for e in efficiencies if e.device != device}
+        )
+        note = (
+            f"; the efficiencies measured elsewhere ({', '.join(elsewhere)}) are not "
+            "used here: carried to another GPU they are a calibrated estimate, not a "
+            "measurement of it"
+            if elsewhere
+            else ""
+        )
+        inner = what[:1].lower() + what[1:]
+        return (
+            f"No profile of {network} on {device} is committed, so no kernel "
+            f"efficiency is measured there: the bound ({min_s:.3g} s) stays a lower "
+            f"bound for {inner} ({measured_s:.3g} s){note}."
+        )
+    lo_eff, hi_eff = min(same), max(same)
+    low_s, high_s = min_s / hi_eff, min_s / lo_eff
+    span = f"{low_s:.3g} to {high_s:.3g} s at the {len(same)} measured efficiencies"
+    span += f" ({lo_eff:.0%}-{hi_eff:.0%})" if len(same) > 1 else f" ({lo_eff:.0%})"
+    if measured_s < low_s:
+        return (
+            f"{what} ({measured_s:.3g} s) is below the range ({span}): its kernels ran "
+            "closer to the roofline than any measured profile."
+        )
+    if measured_s <= high_s:
+        return (
+            f"{what} ({measured_s:.3g} s) lies inside the range ({span}): the GPU "
+            "alone could have taken that long, so the range does not decide."
+        )
+    return (
+        f"{what} ({measured_s:.3g} s) lies above the range ({span}): the GPU's kernels "
+        "alone would have been faster, so something else set the pace."
+    )
+
+
+def roofline_ratio_verdict(
+    roofline_ratio: float,
+    measured_speedup: float,
+    what: str,
+    tolerance: float = 0.02,
+    kind: str = "measured",
+) -> str:
+    """Hold a measured AMP speedup against the roofline ratio of the same network, GPU
+    and setting, in one line. The ratio of two lower bounds is the speedup if both
+    precisions reach the same share of their bound; it is not an upper bound, and a
+    precision whose kernels get closer to their bound beats it. ``kind`` says how the
+    speedup was obtained ("measured" here, or "published" for a source's figure)."""
+    if roofline_ratio <= 0 or measured_speedup <= 0:
+        raise ValueError(
+            f"ratios must be positive, got {roofline_ratio} and {measured_speedup}"
+        )
+    head = (
+        f"{what}: {kind} {measured_speedup:.2f}x against a roofline ratio of "
+        f"{roofline_ratio:.2f}x"
+    )
+    if measured_speedup > roofline_ratio * (1 + tolerance):
+        return (
+            f"{head}, above it: AMP's steps got closer to their bound than the "
+            "baseline's, so the ratio is no upper bound."
+        )
+    if measured_speedup < roofline_ratio / (1 + tolerance):
+        return (
+            f"{head}, below it: AMP's steps got less close to their bound than the "
+            "baseline's."
+        )
+    return f"{head}: both reached about the same share of their bound."
+
+
+@dataclass(frozen=True)
+class SettingCandidate:
+    """A training setting the memory figures allow, held against the time figures:
+    ``needed_efficiency`` is the least share of the roofline the kernels must reach for
+    the GPU's part of an epoch to fit in the measured epoch (bound / measured; the
+    higher of the runs compared)."""
+
+    label: str
+    memory_fits: bool
+    needed_efficiency: float
+
+
+def setting_verdict(
+    candidates: Sequence[SettingCandidate],
+    reference: MeasuredEfficiency | None = None,
+) -> str:
+    """Choose a setting that fits both the memory and the time figures, in one line.
+
+    A candidate fits the time bound when its kernels would need at most 100% of the
+    roofline; among the candidates that fit both, the one that needs the lowest share
+    is chosen (the others need kernels closer to the roofline than it does).
+    ``reference``, the highest efficiency measured for the network anywhere, is
+    printed beside the needs as context: it was measured on another GPU and does not
+    decide."""
+    if not candidates:
+        raise ValueError("no candidate settings to weigh")
+    needs = "; ".join(
+        f"{c.label} {'fits' if c.memory_fits else 'does not fit'} the memory and needs "
+        f"{c.needed_efficiency:.0%}"
+        for c in candidates
+    )
+    context = (
+        f" (for scale: {reference.network}'s {reference.kind}s reached at most "
+        f"{reference.value:.0%} of their roofline on {reference.device}, another GPU)"
+        if reference
+        else ""
+    )
+    both = [c for c in candidates if c.memory_fits and c.needed_efficiency <= 1]
+    if not both:
+        return (
+            f"No candidate fits both the memory and the time figures: {needs}{context}."
+        )
+    best = min(both, key=lambda c: c.needed_efficiency)
+    others = [c for c in both if c is not best]
+    why = (
+        f"; the others that fit need {min(c.needed_efficiency for c in others):.0%} "
+        "or more"
+        if others
+        else ""
+    )
+    return (
+        f"{best.label} fits both: its kernels need only {best.needed_efficiency:.0%} "
+        f"of the roofline to finish within the post's epoch{why}. All candidates: "
+        f"{needs}{context}."
+    )
+
+
+def lowp_verdict(
+    flags: Sequence[str] | None, lowp_over_fp32: float, what: str = "bf16"
+) -> str:
+    """Whether this CPU's low-precision matmul is fast, in one line, from its measured
+    rate over fp32's (``lowp_over_fp32``). ``flags``, the low-precision CPU flags it
+    lists, are reported beside the measurement when given (None: not mentioned); the
+    verdict never rests on them: which kernels PyTorch runs is measured, not read from
+    the flags (``ampbook.measure.cpu_kernels``)."""
+    if lowp_over_fp32 <= 0:
+        raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
+    if flags is None:
+        listed = ""
+    else:
+        listed = f" (it lists {', '.join(flags) or 'no bf16/fp16 units'})"
+    if lowp_over_fp32 >= 1:
+        return (
+            f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's "
+            f"rate{listed}: low precision can pay here."
+        )
+    return (
+        f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's rate{listed}: "
+        "the kernels PyTorch runs here for it are slower than fp32's, and AMP costs "
+        "time."
+    )
+
+
+def loader_check_verdict(measured: dict, model: dict) -> str:
+    """Chapter 5's check of the loader model: images per second measured with the
+    fewest workers above 0 against what the model predicts for them (both keyed by the
+    worker count), and how far that carries into the epoch times taken from the model.
+    """
+    workers = min((w for w in measured if w > 0 and w in model), default=None)
+    if workers is None:
+        return (
+            "No run with workers was measured, so the loader model is unchecked here."
+        )
+    off = measured[workers] / model[workers]
+    plural = "worker" if workers == 1 else "workers"
+    return (
+        f"With {workers} {plural} the loader delivered {off:.2f} of the model's rate: "
+        f"the check is off by {abs(off - 1):.0%}, and the epoch times below, from the "
+        "model, carry an error of that order."
+    )
+
+
+def hypotheses_verdict(
+    step_speedup: float,
+    epoch_speedup: float,
+    data_wait_share: float,
+    *,
+    wait_measured: bool = True,
+) -> str:
+    """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU
+    pair run on the post's 2020 software (PyTorch 1.7, cuDNN 8.0): hypothesis (b) is
+    about that software, so its label means nothing for a pair of today's software
+    (read those with ``ampbook.chapters.ch3.gpu_pair_verdict``).
+
+    ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or
+    the step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``:
+    the AMP run's time waiting for data over its waiting plus stepping. (a) the loader
+    bounds the epoch: the loop spends at least half its time waiting for data, so a
+    faster step barely shows in the epoch. (b) the AMP step itself is no faster than
+    fp32's (at most 1.05x); against a TF32 baseline that need not mean slow fp16
+    kernels, only that 16 bits add nothing to what TF32 already gained. Both can hold at
+    once.
+
+    ``wait_measured=False``: the share was inferred by difference (the epoch minus its
+    steps timed without the loader), so it is an upper bound (steps inside the loop can
+    take longer than alone) and cannot show (a) by itself. (a) then rests on the epochs:
+    equal epochs (within 5%) from steps that differ by more than 5% did not follow the
+    step, and the share must be at least half for the loader to have held the rest.
+    """
+    slow_step = step_speedup <= 1.05
+    if wait_measured:
+        loader = data_wait_share >= 0.5
+        wait = f"the loader took {data_wait_share:.0%} of the loop"
+    else:
+        epochs_equal = abs(epoch_speedup - 1) <= 0.05
+        steps_differ = abs(step_speedup - 1) > 0.05
+        loader = data_wait_share >= 0.5 and epochs_equal and steps_differ
+        wait = (
+            f"at most {data_wait_share:.0%} of the loop was left for data (by "
+            "difference, not measured)"
+        )
+        if loader:
+            wait = (
+                f"the epochs were equal ({epoch_speedup:.2f}x) while the steps were "
+                f"not, and {wait}"
+            )
+    if slow_step and loader:
+        return f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's; {wait}."
+    if slow_step:
+        return (
+            f"(b) the AMP step is no faster: alone it ran at {step_speedup:.2f}x "
+            f"fp32's, and {wait}."
+        )
+    if loader:
+        return (
+            f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the "
+            f"epoch {epoch_speedup:.2f}x; {wait}."
+        )
+    return (
+        f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
+        f"{epoch_speedup:.2f}x; {wait}."
+    )

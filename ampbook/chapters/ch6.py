@@ -12,7 +12,6 @@ from typing import Any, Sequence
 
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
-from ampbook.predict import costmodel as cm
 from ampbook.predict.calibration import layout_text, reference_prediction
 from ampbook.predict.references import (
     Reference,
@@ -20,6 +19,7 @@ from ampbook.predict.references import (
     profile_groups,
     profile_key,
 )
+from ampbook.predict.roofline import Ceilings
 from ampbook.predict.verdict import span_text
 
 # A layer profile applied to its own network, GPU, batch and layout gives back its
@@ -38,7 +38,7 @@ def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | N
     on (None when the GPU has no 16-bit peak for ``precision``)."""
 
     devices = load_devices() if devices is None else devices
-    c = cm.Ceilings.from_device(devices[gpu], tf32=True)
+    c = Ceilings.from_device(devices[gpu], tf32=True)
     dtype = torch_name(AUTOCAST_DTYPES[precision])
     if dtype not in c.mma_tflops:
         return None

@@ -48,7 +48,7 @@ figure the same way everywhere (``ampbook.chapters.ch3.saving_verdict`` words it
 
 The meter works on fake tensors too (``torch._subclasses.FakeTensorMode``: shapes and
 dtypes, no data), which is how the cost model predicts these bytes from its trace
-(``ampbook.predict.costmodel.StepTrace.saved_tensors``).
+(``ampbook.predict.steptrace.StepTrace.saved_tensors``).
 
 The meter adds a Python call per saved tensor: use it around one step, not a whole
 epoch.

@@ -867,7 +867,7 @@ def time_rounds(
     device)}``, each called as ``step(*batch)``; one untimed warm-up round (unless
     ``warmup`` is False: the caller ran one), then ``rounds`` rounds that time one call
     of each in turn. Returns ``{name: [seconds, one per round]}``;
-    ``ampbook.predict.costmodel.speedup_verdict`` reads the per-round ratios."""
+    ``ampbook.predict.pace.speedup_verdict`` reads the per-round ratios."""
     from ampbook.measure.timing import benchmark
 
     if rounds < 1:

@@ -1,6 +1,6 @@
 """Which module of a model is running: the one module tracker of the book.
 
-The cost model (``ampbook.predict.costmodel``), the saved-tensor meter
+The cost model (``ampbook.predict.steptrace``), the saved-tensor meter
 (``ampbook.measure.memory``) and the autocast op trace
 (``ampbook.measure.model_dtypes``) all ask "which layer is this?" of an operator or a
 saved tensor. They ask ``ModuleScopes``, a

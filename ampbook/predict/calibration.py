@@ -1,7 +1,7 @@
 """Calibrated AMP speedups: kernel efficiencies per operator class and dtype family,
 from measured GPU profiles and published training throughputs, and a launch floor.
 
-The roofline (``ampbook.predict.costmodel.predict``) gives each precision's step a lower
+The roofline (``ampbook.predict.roofline.predict``) gives each precision's step a lower
 bound; its ratio is the speedup *if both precisions reached the same share of their
 bound*. They do not: on an A100, NVIDIA's ResNet-50 reaches about 43% of its bound with
 TF32 and 58% with AMP, and trains 2.63x faster with AMP where the ratio of the bounds is
@@ -20,7 +20,7 @@ takes from measurements, never from one network applied to all:
   that error, and ``basis`` names the references that carry most of the weight
   (``calibrated_range``). ``leave_one_out`` predicts each reference from the others.
 * **Layout and classes.** A reference's efficiencies belong to the memory format each
-  precision ran in (``costmodel.with_memory_format`` puts NCHW's transposes around
+  precision ran in (``steptrace.with_memory_format`` puts NCHW's transposes around
   16-bit convolutions into the bound), and every operator is classed by its module
   (``scope_class``), as a layer profile classes measured time: a profile applied to
   its own network, GPU, batch and layout gives back its own measured ratio.
@@ -108,7 +108,7 @@ def baseline_family(gpu: str, devices=None) -> str:
 def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     """How far two class mixes lie apart: half the summed absolute difference of their
     shares (0: the same mix, 1: no class in common)."""
-    from ampbook.predict.costmodel import OP_CLASSES
+    from ampbook.predict.opcost import OP_CLASSES
 
     return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in OP_CLASSES)
 

@@ -41,7 +41,7 @@ The report has five sections, printed as Markdown and kept in one JSON-ready dic
    fp32 against AMP, counted at the requested size on the traced step (fake tensors: the
    autograd graph of the real size, with CUDA's attention and recurrent kernels, and no
    data), beside a real step measured on this device;
-3. **roofline** per GPU of the device table (``ampbook.predict.costmodel.predict``): the
+3. **roofline** per GPU of the device table (``ampbook.predict.roofline.predict``): the
 bound
    of fp32 with TF32 (for convolutions and matrix products), of each AMP precision,
    their ratio (the speedup if both precisions reached the same share of their bound:
@@ -69,7 +69,7 @@ to its caller (``on_prediction``) before any step is timed.
    measured host time per kernel) and the cast kernels AMP adds, and a checklist per
    GPU: predicted and measured gains, upper bounds apart.
 
-Every FLOP and byte comes from ``ampbook.predict.costmodel.trace_step`` (fake tensors:
+Every FLOP and byte comes from ``ampbook.predict.steptrace.trace_step`` (fake tensors:
 the full size costs seconds, not memory), every dtype from the CPU autocast that stands
 in for CUDA's (``ampbook.measure.autocast_rules``).
 """
@@ -92,7 +92,6 @@ from ampbook.core.precision import (
     torch_name,
 )
 from ampbook.core.words import plural
-from ampbook.predict import costmodel as cm
 from ampbook.predict.measured import CPU_ROUNDS, as_progress, measure
 from ampbook.predict.outputs import (
     SelectOutput,
@@ -103,6 +102,7 @@ from ampbook.predict.outputs import (
     quiet_fake,
     returns_tensor,
 )
+from ampbook.predict.roofline import Ceilings, predict
 from ampbook.predict.specs import (
     LOSSES,
     PRECISIONS,
@@ -113,6 +113,12 @@ from ampbook.predict.specs import (
     parse_precisions,
     resolve_gpus,
     shape_text,
+)
+from ampbook.predict.steptrace import (
+    MEMORY_FORMATS,
+    relabel,
+    trace_step,
+    with_memory_format,
 )
 from ampbook.predict.traced import (
     coverage,
@@ -158,7 +164,7 @@ class DoctorConfig:
     # where a CPU times its steps: (input shape, batch); None: ``measure_size``'s
     measure_size: tuple[tuple[int, ...], int] | None = None
     rounds: int = CPU_ROUNDS
-    # the memory format the user's loop runs (``costmodel.MEMORY_FORMATS``)
+    # the memory format the user's loop runs (``steptrace.MEMORY_FORMATS``)
     memory_format: str = "channels_first"
     # progress lines on stderr while the doctor waits: a ``cli.Progress``, or True /
     # False; None: when stderr is a terminal
@@ -235,10 +241,10 @@ def diagnose(
         raise DoctorError(
             f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
         )
-    if cfg.memory_format not in cm.MEMORY_FORMATS:
+    if cfg.memory_format not in MEMORY_FORMATS:
         raise DoctorError(
             f"--memory-format {cfg.memory_format!r}: choose "
-            f"{' or '.join(cm.MEMORY_FORMATS)}"
+            f"{' or '.join(MEMORY_FORMATS)}"
         )
     precisions = parse_precisions(cfg.precisions)
     devices = load_devices()
@@ -283,13 +289,13 @@ def diagnose(
     traces = {}
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
-            traces[p] = cm.relabel(traces["amp-fp16"], p)
+            traces[p] = relabel(traces["amp-fp16"], p)
             continue
         tell(f"tracing the {p} {'step' if cfg.backward else 'forward pass'}")
         try:
             with quiet_fake(), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="ComplexHalf support")
-                traces[p] = cm.trace_step(
+                traces[p] = trace_step(
                     traced, batch, 1, 1, p, input_shape=shape, loss=loss_fn(cfg.loss),
                     backward=cfg.backward,
                 )  # fmt: skip
@@ -306,16 +312,14 @@ def diagnose(
             raise DoctorError(
                 f"tracing the {p} step failed: {type(e).__name__}: {why}"
             ) from None
-    traces = {
-        p: cm.with_memory_format(tr, cfg.memory_format) for p, tr in traces.items()
-    }
+    traces = {p: with_memory_format(tr, cfg.memory_format) for p, tr in traces.items()}
     lap("trace")
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
     roof = roofline(traces, gpus, cfg.loader_images_per_s, devices)
     first = devices[gpus[0]]
-    ceil = cm.Ceilings.from_device(first)
+    ceil = Ceilings.from_device(first)
     preds = {
-        p: cm.predict(tr, ceil)
+        p: predict(tr, ceil)
         for p, tr in traces.items()
         if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
     }

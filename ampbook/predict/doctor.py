@@ -23,7 +23,7 @@ import sys
 from ampbook.core import cli
 
 # The names the parser's help lists; the diagnosis checks each value against its own
-# tuple (``costmodel.MEMORY_FORMATS``, ``precision.PRECISIONS``, ``specs.LOSSES``)
+# tuple (``steptrace.MEMORY_FORMATS``, ``precision.PRECISIONS``, ``specs.LOSSES``)
 # and ``tests/test_doctor.py`` that every one of them is named here.
 _HELP_PRECISIONS = "fp32-tf32, amp-fp16, amp-bf16"
 _HELP_FORMATS = "channels_first or channels_last"

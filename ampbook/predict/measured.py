@@ -21,8 +21,8 @@ from ampbook.core.precision import (
     AUTOCAST_DTYPES,
     backend_flags,
 )
-from ampbook.predict import costmodel as cm
 from ampbook.predict.outputs import output_shape, targets
+from ampbook.predict.pace import speedup_verdict
 from ampbook.predict.specs import DoctorError, first_line, shape_text
 from ampbook.results import PEAK_CUDA
 from ampbook.results import SAVED_FOR_BACKWARD as SAVED
@@ -269,7 +269,7 @@ def measure(
 
     On a CPU (``size`` overrides the input and batch chosen by ``measure_size``): fp32
     and amp-bf16 by chapter 5's rounds method (``rounds`` rounds, taking turns), with
-    the verdict on their per-round ratios (``costmodel.speedup_verdict``: "no difference
+    the verdict on their per-round ratios (``pace.speedup_verdict``: "no difference
     is resolved" when the rounds disagree); amp-fp16 at a tiny size
     (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed with no
     cause. On CUDA: every variant at the full size, ``repeats`` timed steps each."""
@@ -325,7 +325,7 @@ def measure(
             extra = fp16
         bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
         verdict = (
-            cm.speedup_verdict(bf16["ratios"], "amp-bf16")
+            speedup_verdict(bf16["ratios"], "amp-bf16")
             if bf16 and bf16.get("ratios")
             else None
         )

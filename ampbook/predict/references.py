@@ -2,7 +2,7 @@
 committed GPU layer profiles and published training throughputs, each as kernel
 efficiencies per operator class and dtype family, and their stored bounds.
 
-* **Efficiencies.** An operator belongs to a class (``costmodel.OP_CLASSES``:
+* **Efficiencies.** An operator belongs to a class (``opcost.OP_CLASSES``:
   convolution, matrix product (attention and recurrent layers too), normalisation,
   element-wise) and its step to a dtype family: ``"tf32"`` (an fp32 step with TF32 on
   for convolutions and matrix products), ``"fp32"`` (TF32 off, or a GPU without it),
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 if TYPE_CHECKING:  # torch and the cost model are imported where they are used, so
     # that ``python -m ampbook.calibration --help`` answers without importing torch
 
-    from ampbook.predict.costmodel import Ceilings, Prediction, StepTrace
+    from ampbook.predict.roofline import Ceilings, Prediction
+    from ampbook.predict.steptrace import StepTrace
 from ampbook.core.paths import REFERENCE_DIR
 
 PUBLISHED_FILE = REFERENCE_DIR / "training_throughputs.yml"
@@ -158,36 +159,25 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
     return out
 
 
-def ceilings_for(gpu: str, family: str, devices=None) -> Ceilings:
-    """The device table's ceilings for a step of ``family`` on ``gpu``: TF32 for
-    convolutions and matrix products for ``"tf32"``, none for ``"fp32"``."""
-    from ampbook.core.devices import load_devices
-    from ampbook.predict.costmodel import Ceilings
-
-    devices = load_devices() if devices is None else devices
-    on = family == "tf32"
-    return Ceilings.from_device(devices[gpu], tf32=on, matmul_tf32=on)
-
-
 def scope_class(scope_type: str, op: str) -> str:
     """The operator class of a traced operator, by the module it runs in, as a layer
     profile classes its measured time (``layer_class``): a convolution's autocast
     casts, its gradient casts and its layout transposes are the convolution's, as
     the time measured for that module includes them. An operator in a module of no
     class (the model's own ``forward``, a block, the loss) keeps its operator's class
-    (``costmodel.op_class``)."""
-    from ampbook.predict.costmodel import op_class
+    (``opcost.op_class``)."""
+    from ampbook.predict.opcost import op_class
 
     c = layer_class(scope_type or "")
     return c if c != "elementwise" else op_class(op)
 
 
 def class_bounds(p: Prediction) -> dict[str, float]:
-    """Seconds of a predicted step per operator class (``costmodel.OP_CLASSES``),
+    """Seconds of a predicted step per operator class (``opcost.OP_CLASSES``),
     each operator classed by its module (``scope_class``: measured time and traced
     operators alike); the optimizer step (not traced) counts as element-wise, as a
     layer profile counts it (unattributed)."""
-    from ampbook.predict.costmodel import OP_CLASSES
+    from ampbook.predict.opcost import OP_CLASSES
 
     out = dict.fromkeys(OP_CLASSES, 0.0)
     for t in p.times:
@@ -197,7 +187,7 @@ def class_bounds(p: Prediction) -> dict[str, float]:
 
 
 def _side_record(tr: StepTrace, ceilings: Ceilings, optimizer: str) -> dict[str, Any]:
-    from ampbook.predict.costmodel import predict
+    from ampbook.predict.roofline import predict
 
     p = predict(tr, ceilings, optimizer=optimizer)
     return {
@@ -210,18 +200,23 @@ def _side_record(tr: StepTrace, ceilings: Ceilings, optimizer: str) -> dict[str,
 def reference_bounds(ref: Published, devices=None) -> dict[str, Any]:
     """The cost model's bound of a published reference's two steps: its network traced
     at each side's batch, on its GPU's ceilings; per class, with kernel counts."""
-    from ampbook.predict import costmodel as cm
+    from ampbook.predict.roofline import Ceilings
     from ampbook.predict.specs import load_model
+    from ampbook.predict.steptrace import trace_step, with_memory_format
 
+    devices = _devices() if devices is None else devices
     model = load_model(ref.model)
     opt = "sgd" if ref.optimizer in ("sgd", "rmsprop") else "adam"
     out: dict[str, Any] = {"model": ref.model, "input": list(ref.input)}
     for name in SIDES:
         side = ref.side(name)
         prec = "amp-fp16" if side.family == "16-bit" else "fp32"
-        tr = cm.trace_step(model, side.batch, 1, 1, prec, input_shape=ref.input)
-        tr = cm.with_memory_format(tr, side.memory_format)
-        ceil = ceilings_for(ref.gpu, side.family if prec == "fp32" else "tf32", devices)
+        tr = trace_step(model, side.batch, 1, 1, prec, input_shape=ref.input)
+        tr = with_memory_format(tr, side.memory_format)
+        # TF32 for convolutions and matrix products but for an fp32 baseline (an AMP
+        # step's fp32 leftovers run as a TF32 baseline's do)
+        on = side.family != "fp32"
+        ceil = Ceilings.from_device(devices[ref.gpu], tf32=on, matmul_tf32=on)
         out[name] = {"batch": side.batch, **_side_record(tr, ceil, opt)}
     return out
 
@@ -314,7 +309,7 @@ class Reference:
 
 
 def class_mix(by_class: Mapping[str, float]) -> dict[str, float]:
-    from ampbook.predict.costmodel import OP_CLASSES
+    from ampbook.predict.opcost import OP_CLASSES
 
     total = sum(by_class.values()) or 1.0
     return {c: by_class.get(c, 0.0) / total for c in OP_CLASSES}
@@ -326,7 +321,7 @@ def published_references(
     """Each published pair as efficiencies: per family, the whole step's bound over its
     published time, the same for every class of the step (a whole-step efficiency,
     not a kernel one: the published time includes the host's share of the step)."""
-    from ampbook.predict.costmodel import OP_CLASSES
+    from ampbook.predict.opcost import OP_CLASSES
 
     published = load_published() if published is None else published
     bounds = load_bounds() if bounds is None else bounds
@@ -396,16 +391,18 @@ def profile_bounds(
     on ``gpu``'s ceilings, fp32 (TF32 on) and amp-fp16, in ``layout``: the same
     classes (``class_bounds``) the doctor gives the model it diagnoses, so that the
     profile applied to its own network gives back its own measured ratio."""
-    from ampbook.predict import costmodel as cm
+    from ampbook.predict.roofline import Ceilings, predict
     from ampbook.predict.specs import load_model
+    from ampbook.predict.steptrace import trace_step, with_memory_format
 
+    devices = _devices() if devices is None else devices
+    ceil = Ceilings.from_device(devices[gpu], tf32=True, matmul_tf32=True)
     model = load_model("erfnet")
     out: dict[str, Any] = {}
     for prec in ("fp32", "amp-fp16"):
-        tr = cm.trace_step(model, batch, h, w, prec)
-        tr = cm.with_memory_format(tr, layout)
-        ceil = ceilings_for(gpu, "tf32", devices)
-        p = cm.predict(tr, ceil, optimizer="adam")
+        tr = trace_step(model, batch, h, w, prec)
+        tr = with_memory_format(tr, layout)
+        p = predict(tr, ceil, optimizer="adam")
         out[prec] = {"by_class_s": class_bounds(p), "bound_s": p.min_step_s}
     return out
 
@@ -432,7 +429,7 @@ def profile_references(results_dir=None) -> list[Reference]:
     classes over their kernel time. For a GPU of the device table the bound is the
     current cost model's (``profile_bounds``, stored by ``--write``); for one it
     lacks, the bound the profile recorded."""
-    from ampbook.predict.costmodel import OP_CLASSES
+    from ampbook.predict.opcost import OP_CLASSES
 
     devices = _devices()
     stored = load_profile_bounds()

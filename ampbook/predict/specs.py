@@ -18,9 +18,8 @@ from typing import Sequence
 from torch import nn
 
 from ampbook.core import cli
-from ampbook.predict import costmodel as cm
+from ampbook.core.precision import PRECISIONS
 
-PRECISIONS = cm.PRECISIONS
 AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
 LOSSES = ("cross-entropy", "mse")
 ERFNET_INPUT = (3, 512, 1024)

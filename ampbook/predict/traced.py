@@ -1,6 +1,6 @@
 """What the traced step says, per precision: its coverage (the share autocast runs
 in 16 bits, the operators left in fp32 and why), its memory (bytes saved for
-backward at the requested size) and its roofline per GPU (``costmodel.predict``),
+backward at the requested size) and its roofline per GPU (``roofline.predict``),
 sections 1 to 3 of the doctor's report.
 """
 
@@ -15,8 +15,17 @@ from ampbook.core.precision import (
     AUTOCAST_DTYPES,
     torch_name,
 )
-from ampbook.predict import costmodel as cm
+from ampbook.predict.opcost import OpCost
 from ampbook.predict.outputs import loss_fn
+from ampbook.predict.pace import pace_verdict
+from ampbook.predict.roofline import Ceilings, Prediction, predict
+from ampbook.predict.steptrace import (
+    AUTOGRAD,
+    LAYOUT_TRANSPOSE,
+    LOSS,
+    StepTrace,
+    trace_step,
+)
 
 SIXTEEN_BIT = ("float16", "bfloat16")
 
@@ -28,7 +37,7 @@ SIXTEEN_BIT = ("float16", "bfloat16")
 _CREATION_OPS = {"zeros", "ones", "full", "arange", "scalar_tensor", "randn", "rand"}
 
 
-def fp32_reason(op: cm.OpCost) -> str:
+def fp32_reason(op: OpCost) -> str:
     """Why an operator of an AMP trace ran in fp32, in a few words: CUDA autocast's
     fp32 list or promotion (named, from the installed torch's lists:
     ``autocast_rules.cuda_category``), a cast, the loss, the autograd engine, a tensor
@@ -47,16 +56,16 @@ def fp32_reason(op: cm.OpCost) -> str:
         return f"{of}fp32 list ({base})"
     if category == "promote":
         return f"{of}promoted to widest input ({base})"
-    if op.scope == cm.AUTOGRAD:
+    if op.scope == AUTOGRAD:
         return "gradient accumulation (autograd)"
-    if op.scope == cm.LOSS:
+    if op.scope == LOSS:
         return f"{of}loss on fp32 values"
     if op.op in _CREATION_OPS or op.op.startswith("new_"):
         return "created in fp32"
     return "gradient of an fp32 op" if grad else "fp32 input (e.g. residual sum)"
 
 
-def unmodelled(p: cm.Prediction) -> list[dict[str, Any]]:
+def unmodelled(p: Prediction) -> list[dict[str, Any]]:
     """Operators whose FLOPs the cost model does not know, or that compute in a dtype
     it has no peak for (``StepTrace.unmodelled``): their bytes are counted, their FLOPs
     are not; each with its share of the step's bytes and of the predicted time."""
@@ -79,7 +88,7 @@ def unmodelled_line(rows: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
-def coverage(trace: cm.StepTrace, p: cm.Prediction | None = None) -> dict[str, Any]:
+def coverage(trace: StepTrace, p: Prediction | None = None) -> dict[str, Any]:
     """Section 1: the 16-bit share of an AMP trace, per phase, the fp32 rest, and (with
     its prediction ``p``) the operators left unmodelled."""
     shares = {}
@@ -126,22 +135,22 @@ def coverage(trace: cm.StepTrace, p: cm.Prediction | None = None) -> dict[str, A
     }
 
 
-def cast_kernels(traces: dict[str, cm.StepTrace], precision: str) -> int:
+def cast_kernels(traces: dict[str, StepTrace], precision: str) -> int:
     """The dtype conversions (``_to_copy``) an AMP step adds over fp32's: autocast's
     casts of weights and activations and their gradients' casts back."""
 
-    def casts(tr: cm.StepTrace) -> int:
+    def casts(tr: StepTrace) -> int:
         return sum(o.kernels for o in tr.ops if o.op == "_to_copy")
 
     return casts(traces[precision]) - casts(traces["fp32"])
 
 
-def layout_kernels(traces: dict[str, cm.StepTrace], precision: str) -> int:
+def layout_kernels(traces: dict[str, StepTrace], precision: str) -> int:
     """The layout transposes an AMP step adds over fp32's: those ``with_memory_format``
     models around every 16-bit convolution in NCHW (assumed, not traced)."""
 
-    def moves(tr: cm.StepTrace) -> int:
-        return sum(o.kernels for o in tr.ops if o.op == cm.LAYOUT_TRANSPOSE)
+    def moves(tr: StepTrace) -> int:
+        return sum(o.kernels for o in tr.ops if o.op == LAYOUT_TRANSPOSE)
 
     return moves(traces[precision]) - moves(traces["fp32"])
 
@@ -151,7 +160,7 @@ def layout_kernels(traces: dict[str, cm.StepTrace], precision: str) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def memory_at_size(traces: dict[str, cm.StepTrace], amp: str | None) -> dict[str, Any]:
+def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, Any]:
     """Bytes saved for backward at the requested size, fp32 and AMP, counted on the
     traced steps (``StepTrace.saved_tensors``: the saved-tensor meter on the autograd
     graph of the real size, fake tensors without data, CUDA's autocast lists and
@@ -200,7 +209,7 @@ def fake_saved_bytes(
 ) -> int:
     """New bytes saved for backward by one forward and loss on fake tensors (a trace
     without its backward), to hold against a real step's count at the same size."""
-    tr = cm.trace_step(
+    tr = trace_step(
         model, batch, 1, 1, precision, input_shape=shape, backward=False,
         loss=loss_fn(loss),
     )  # fmt: skip
@@ -213,7 +222,7 @@ def fake_saved_bytes(
 
 
 def roofline(
-    traces: dict[str, cm.StepTrace],
+    traces: dict[str, StepTrace],
     gpus: Sequence[str],
     loader_images_per_s: float | None = None,
     devices=None,
@@ -233,12 +242,12 @@ def roofline(
     fp32_kernels = int(traces["fp32"].totals()["kernels"])
     for key in gpus:
         d = devices[key]
-        on = cm.Ceilings.from_device(d, tf32=True, matmul_tf32=True)
-        default = cm.Ceilings.from_device(d, tf32=True, matmul_tf32=False)
-        off = cm.Ceilings.from_device(d, tf32=False, matmul_tf32=False)
-        p_on = cm.predict(traces["fp32"], on)
-        p_def = cm.predict(traces["fp32"], default)
-        p_off = cm.predict(traces["fp32"], off)
+        on = Ceilings.from_device(d, tf32=True, matmul_tf32=True)
+        default = Ceilings.from_device(d, tf32=True, matmul_tf32=False)
+        off = Ceilings.from_device(d, tf32=False, matmul_tf32=False)
+        p_on = predict(traces["fp32"], on)
+        p_def = predict(traces["fp32"], default)
+        p_off = predict(traces["fp32"], off)
         for prec, tr in traces.items():
             if prec == "fp32":
                 continue
@@ -261,7 +270,7 @@ def roofline(
                 )
                 rows.append(row)
                 continue
-            p = cm.predict(tr, on)
+            p = predict(tr, on)
             row.update(
                 amp_s=p.min_step_s,
                 amp_by_class_s=class_bounds(p),
@@ -281,7 +290,7 @@ def roofline(
                     if loader_images_per_s < row["images_per_s_needed"]
                     else "step"
                 )
-                row["pace"] = cm.pace_verdict(
+                row["pace"] = pace_verdict(
                     loader_images_per_s,
                     row["images_per_s_needed"],
                     f"on the {row['gpu_name']}",
@@ -290,13 +299,13 @@ def roofline(
     return rows
 
 
-def _mma_share(p: cm.Prediction) -> float:
+def _mma_share(p: Prediction) -> float:
     """Share of the predicted step (operators only) in convolutions/matrix products."""
     total = sum(t.time_s for t in p.times) or 1.0
     return sum(t.time_s for t in p.times if t.op.mma_flops) / total
 
 
-def where_time_goes(p: cm.Prediction, top: int = 6) -> list[dict[str, Any]]:
+def where_time_goes(p: Prediction, top: int = 6) -> list[dict[str, Any]]:
     """The layer types that take most of a predicted step, with their intensity and
     whether they are memory-bound (``Prediction.by_type``)."""
     rows = p.by_type()

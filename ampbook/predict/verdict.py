@@ -13,8 +13,8 @@ from ampbook.core.precision import (
     AUTOCAST_DTYPES,
 )
 from ampbook.core.words import plural
-from ampbook.predict import costmodel as cm
 from ampbook.predict.specs import shape_text, table_key
+from ampbook.predict.steptrace import StepTrace
 from ampbook.predict.traced import cast_kernels, layout_kernels
 
 # Measured steps within this fraction of each other are reported as the same speed.
@@ -132,7 +132,7 @@ def nearness(row: dict[str, Any]) -> tuple:
 
 def verdict_ranges(
     roof: list[dict[str, Any]],
-    traces: dict[str, cm.StepTrace],
+    traces: dict[str, StepTrace],
     refs,
     floor,
     model: str | None,
@@ -181,7 +181,7 @@ def verdict_ranges(
 
 
 def memory_warnings(
-    traces: dict[str, cm.StepTrace], gpus: Sequence[str], devices, copies: int = 0
+    traces: dict[str, StepTrace], gpus: Sequence[str], devices, copies: int = 0
 ) -> list[str]:
     """One line per precision and GPU whose step at the requested batch cannot fit:
     the bytes saved for backward (counted on the traced step) with the weights,

@@ -1,0 +1,411 @@
+"""One training step traced on fake tensors: every operator with its cost and module.
+
+``trace_step`` runs one training step (forward, loss, backward) on *fake* tensors
+(``torch._subclasses.FakeTensorMode``): every ATen operator PyTorch would launch is
+dispatched with its real shapes and dtypes, but no memory is allocated and nothing is
+computed, so a step at the RTX 3070 blog post's 1024x512 setting costs seconds of CPU,
+not the minutes (and gigabytes) of running it. A ``TorchDispatchMode`` sees each
+operator and records its FLOPs and bytes (``ampbook.predict.opcost``).
+
+Each operator is attributed to the innermost module of the model running when it was
+launched (``ampbook.measure.tracking.ModuleScopes``): forward operators through the
+module tracker, backward operators through the autograd node that runs them (the module
+whose forward created it). Functional calls in a block's ``forward`` (``F.relu(y + x)``,
+``torch.cat``) go to the block; the loss goes to ``LOSS``.
+
+Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so
+it is the CPU autocast that runs, with CUDA's op lists applied on top of it
+(``ampbook.measure.autocast_rules.CudaAutocastRules``; ``autocast_rules="cpu"`` turns
+that off): convolutions, matrix products and attention in fp16/bf16; layer and group
+norm, softmax, sums, exponentials, losses and upsampling in fp32; batch norm, ReLU,
+GELU, pooling, addition and dropout in their inputs' dtype, with PyTorch's type
+promotion where an fp16 and an fp32 tensor meet. Batch norm is in neither autocast list:
+it takes the fp16 activation with fp32 weights and running statistics and writes fp16
+(cuDNN's ``cudnn_batch_norm`` on CUDA). The tests check this against traces on fake CUDA
+tensors, whose autocast is the CUDA one (``device_type="cuda"``, forward only): for
+ERFNet, MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer
+norm has CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat``
+and the loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
+reference: without a GPU PyTorch cannot pick a fused kernel and takes the unfused fp32
+path.)
+
+The trace is layout-free (``with_memory_format`` adds what a memory format costs), and
+the optimizer step is not traced (``optimizer_bytes`` estimates it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ampbook.core.args import is_positive_int
+from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS
+from ampbook.core.precision import torch_name as _dtype_name
+from ampbook.measure.memory import SavedTensorMeter
+from ampbook.measure.tracking import ModuleScopes
+from ampbook.predict.opcost import OpCost, op_cost
+
+LOSS = "(loss)"
+OUTSIDE = "(outside model)"
+# Backward work outside every module: the loss gradient's seed, AccumulateGrad.
+AUTOGRAD = "(autograd engine)"
+
+
+class _CostRecorder(TorchDispatchMode):
+    """Records every ATen operator with its cost (``ampbook.predict.opcost.op_cost``)
+    and the module that launched it (``ampbook.measure.tracking.ModuleScopes``:
+    forward and backward)."""
+
+    def __init__(self, scopes: ModuleScopes):
+        super().__init__()
+        self.scopes = scopes
+        self.ops: list[OpCost] = []
+        self.region: tuple[str, str] | None = None  # the loss, outside the model
+        self.phase = "forward"
+
+    def _scope(self) -> tuple[str, str]:
+        if self.phase == "forward":
+            return self.region or self.scopes.innermost() or (OUTSIDE, "-")
+        return self.scopes.backward_scope() or (AUTOGRAD, "autograd engine")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        cost = op_cost(func, args, kwargs, out, self.phase, self._scope)
+        if cost is not None:
+            self.ops.append(cost)
+        return out
+
+
+@dataclass
+class StepTrace:
+    """The operators of one traced training step."""
+
+    model: str
+    precision: str
+    batch_size: int
+    height: int
+    width: int
+    parameters: int
+    ops: list[OpCost] = field(default_factory=list)
+    # ``ampbook.measure.memory.SavedTensorMeter.summary()`` of the traced forward and
+    # loss: the bytes saved for backward, predicted (``new_bytes`` is the book's memory
+    # figure)
+    saved_tensors: dict | None = None
+    # one sample's shape (C, H, W for an image)
+    input_shape: tuple[int, ...] | None = None
+
+    def select(
+        self, phase: str | None = None, scope: str | None = None
+    ) -> list[OpCost]:
+        return [
+            o
+            for o in self.ops
+            if (phase is None or o.phase == phase)
+            and (scope is None or o.scope == scope)
+        ]
+
+    def totals(self) -> dict[str, float]:
+        """FLOPs and bytes of the step, forward and backward apart, and kernel
+        counts."""
+        out: dict[str, float] = {}
+        for phase in ("forward", "backward"):
+            ops = self.select(phase)
+            out[f"{phase}_mma_flops"] = sum(o.mma_flops for o in ops)
+            out[f"{phase}_flops"] = sum(o.flops for o in ops)
+            out[f"{phase}_bytes"] = sum(o.bytes for o in ops)
+            out[f"{phase}_kernels"] = sum(o.kernels for o in ops)
+        out["flops"] = out["forward_flops"] + out["backward_flops"]
+        out["mma_flops"] = out["forward_mma_flops"] + out["backward_mma_flops"]
+        out["bytes"] = out["forward_bytes"] + out["backward_bytes"]
+        out["kernels"] = out["forward_kernels"] + out["backward_kernels"]
+        return out
+
+    def unmodelled(self) -> list[dict[str, Any]]:
+        """The operators whose FLOPs the model does not know, largest bytes first:
+        ``{"op", "why", "count", "bytes", "bytes_share", "phases", "scopes"}`` (``why``:
+        "FLOPs unknown", or the dtype it computes in, such as "dtype complex64", where
+        the roofline has no peak). Their bytes
+        are in every total; their FLOPs are in none. Empty when every operator is
+        modelled."""
+        total = sum(o.bytes for o in self.ops)
+        rows: dict[str, dict[str, Any]] = {}
+        for o in self.ops:
+            if o.modelled:
+                continue
+            r = rows.setdefault(
+                o.op,
+                {
+                    "op": o.op,
+                    "why": o.why_unmodelled,
+                    "count": 0,
+                    "bytes": 0.0,
+                    "phases": [],
+                    "scopes": [],
+                },
+            )
+            r["count"] += 1
+            r["bytes"] += o.bytes
+            for key, value in (("phases", o.phase), ("scopes", o.scope)):
+                if value not in r[key]:
+                    r[key].append(value)
+        for r in rows.values():
+            r["bytes_share"] = r["bytes"] / total if total else 0.0
+        return sorted(rows.values(), key=lambda r: -r["bytes"])
+
+
+def trace_step(
+    model: nn.Module,
+    batch_size: int,
+    height: int,
+    width: int,
+    precision: str = "fp32",
+    *,
+    in_channels: int = 3,
+    backward: bool = True,
+    loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
+    ignore_index: int = 255,
+    device_type: str = "cpu",
+    autocast_rules: str = "cuda",
+    input_shape: Sequence[int] | None = None,
+) -> StepTrace:
+    """Trace one training step of ``model`` on fake tensors and return its operators'
+    costs.
+
+    The input is ``batch_size x in_channels x height x width`` fp32 (as a DataLoader
+    delivers it); ``precision`` is one of ``PRECISIONS`` (``"amp-*"`` runs forward and
+    loss under ``torch.autocast``). ``loss`` is ``"cross_entropy"`` (per-pixel, integer
+    targets of shape N x H x W, as in segmentation), ``"sum"``, or a function of the
+    output. The model is not changed: its parameters and buffers are replaced by fake
+    copies for the trace (``torch.func.functional_call``), in training mode as a step
+    would run. The optimizer step is not traced: ``optimizer_bytes`` estimates it.
+
+    ``device_type="cuda"`` traces on fake CUDA tensors under CUDA's own autocast
+    (through ``ampbook.measure.autocast_rules.autocast_region``), forward and loss only:
+    the autograd engine needs a real GPU to run a backward pass on CUDA tensors. It
+    exists to check that the CPU trace's dtypes are CUDA's.
+
+    ``autocast_rules`` (CPU traces): ``"cuda"`` applies CUDA's autocast lists in the
+    CPU autocast region (``ampbook.measure.autocast_rules.CudaAutocastRules``: layer
+    norm, softmax, sums, upsampling... in fp32 as on a GPU, none of CPU autocast's own
+    fp32 rules) and runs attention and recurrent layers as CUDA's fused kernels
+    (``ampbook.measure.cuda_kernels.CudaKernels``), in every precision; ``"cpu"``
+    leaves the CPU's kernels and CPU autocast's own decisions.
+
+    ``input_shape``: one sample's shape, of any rank (``(C, T, H, W)`` for video,
+    ``(C, L)`` for sequences), instead of ``in_channels x height x width``.
+    """
+    if autocast_rules not in ("cuda", "cpu"):
+        raise ValueError(
+            f"autocast_rules must be 'cuda' or 'cpu', got {autocast_rules!r}"
+        )
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    if device_type == "cuda" and backward:
+        raise ValueError(
+            "a fake-CUDA trace cannot run backward (the autograd engine needs a GPU "
+            "for CUDA tensors): pass backward=False, or trace on 'cpu'"
+        )
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
+    if input_shape is not None:
+        shape = tuple(input_shape)
+        if not shape:
+            raise ValueError("input_shape needs at least one dimension")
+        dims = [(f"input_shape[{i}]", d) for i, d in enumerate(shape)]
+    else:
+        shape = (in_channels, height, width)
+        dims = [("height", height), ("width", width), ("in_channels", in_channels)]
+    for label, v in (("batch_size", batch_size), *dims):
+        if not is_positive_int(v):
+            raise ValueError(f"{label} must be a positive integer, got {v!r}")
+    if isinstance(loss, str) and loss not in ("cross_entropy", "sum"):
+        raise ValueError(
+            f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function"
+        )
+    from torch.func import functional_call
+
+    from ampbook.measure.autocast_rules import CudaAutocastRules
+    from ampbook.measure.cuda_kernels import CudaKernels
+
+    cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
+    rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
+    kernels = CudaKernels if cuda_rules else contextlib.nullcontext
+    scopes = ModuleScopes(model, backward=backward)
+    recorder = _CostRecorder(scopes)
+    autocast_dtype = AUTOCAST_DTYPES[precision]
+    was_training = model.training
+    model.train()
+    try:
+        with _fake_region(device_type, autocast_dtype) as (device, autocast):
+
+            def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
+                f = torch.empty_strided(
+                    tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device
+                )
+                return f.requires_grad_(grad)
+
+            state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
+            state.update({n: fake(b, False) for n, b in model.named_buffers()})
+            x = torch.empty(batch_size, *shape, dtype=torch.float32, device=device)
+            params = [state[n] for n, _ in model.named_parameters()]
+            meter = SavedTensorMeter(model=model, parameters=params)
+            with scopes, recorder, meter:
+                with autocast(), rules(), kernels():
+                    y = functional_call(model, state, (x,))
+                    if isinstance(loss, str) and not isinstance(y, torch.Tensor):
+                        raise ValueError(
+                            f"the model returned a {type(y).__name__}, not a tensor: "
+                            "pass loss= a function of what it returns"
+                        )
+                    recorder.region = (LOSS, "loss")
+                    if loss == "cross_entropy":
+                        if y.dim() < 2:
+                            raise ValueError(
+                                f"cross_entropy needs N x C x ... logits; the model "
+                                f"returned shape {tuple(y.shape)}"
+                            )
+                        target = torch.zeros(
+                            (y.shape[0], *y.shape[2:]), dtype=torch.long, device=device
+                        )
+                        value = nn.functional.cross_entropy(
+                            y, target, ignore_index=ignore_index
+                        )
+                    elif loss == "sum":
+                        value = y.float().sum()
+                    else:
+                        value = loss(y)
+                    recorder.region = None
+                    scopes.claim(value, (LOSS, "loss"))
+                if backward and not value.requires_grad:
+                    raise ValueError(
+                        "the loss does not depend on any trainable parameter: "
+                        "nothing to trace backward (pass backward=False)"
+                    )
+                if backward:  # outside autocast, as a training loop calls it
+                    recorder.phase = "backward"
+                    value.backward()
+    finally:
+        model.train(was_training)
+    return StepTrace(
+        type(model).__name__,
+        precision,
+        batch_size,
+        shape[-2] if len(shape) >= 3 else 1,
+        shape[-1] if len(shape) >= 2 else 1,
+        sum(p.numel() for p in model.parameters()),
+        recorder.ops,
+        meter.summary(),
+        shape,
+    )
+
+
+def relabel(trace: StepTrace, precision: str) -> StepTrace:
+    """An AMP trace as the other 16-bit precision would trace: CUDA's autocast lists
+    are the same for fp16 and bf16, so the operators, shapes and bytes are too; only
+    the dtype names change (and the GradScaler's traffic in ``optimizer_bytes``,
+    which follows ``precision``). Saves tracing the step twice."""
+    old = _dtype_name(AUTOCAST_DTYPES[trace.precision])
+    new = _dtype_name(AUTOCAST_DTYPES[precision])
+    if None in (AUTOCAST_DTYPES[trace.precision], AUTOCAST_DTYPES[precision]):
+        raise ValueError(f"relabel needs two AMP precisions, got {trace.precision}")
+    ops = [
+        dataclasses.replace(o, dtype=new) if o.dtype == old else o for o in trace.ops
+    ]
+    saved = None
+    if trace.saved_tensors is not None:
+        saved = dict(trace.saved_tensors)
+        saved["by_dtype"] = {
+            (new if k == old else k): v for k, v in saved["by_dtype"].items()
+        }
+    return dataclasses.replace(trace, precision=precision, ops=ops, saved_tensors=saved)
+
+
+MEMORY_FORMATS = ("channels_first", "channels_last")
+# The operator the layout adds: cuDNN's tensor-core convolutions work in NHWC, so a
+# 16-bit convolution on NCHW tensors is run between transposes of its operands.
+LAYOUT_TRANSPOSE = "nchw_nhwc_transpose"
+
+
+def with_memory_format(trace: StepTrace, memory_format: str) -> StepTrace:
+    """The traced step as it runs in ``memory_format`` (``MEMORY_FORMATS``; the trace
+    itself is layout-free: bytes and FLOPs do not depend on the strides).
+
+    ``"channels_first"`` (NCHW, PyTorch's default): every 16-bit 2-D convolution,
+    forward and backward, gets a transpose of what it reads and writes into NHWC and
+    back (``LAYOUT_TRANSPOSE``, in the convolution's scope, 2 kernels; assumed from
+    cuDNN's tensor-core kernels, which work in NHWC: its bytes are the convolution's
+    own read and written once more). fp32 and TF32 convolutions are left as they are.
+    ``"channels_last"``: the loop converts each batch once (one copy of the input,
+    outside the model); the convolutions need no transposes."""
+    if memory_format not in MEMORY_FORMATS:
+        raise ValueError(
+            f"memory format {memory_format!r}: choose {' or '.join(MEMORY_FORMATS)}"
+        )
+    spatial2d = trace.input_shape is None or len(trace.input_shape) == 3
+    ops: list[OpCost] = []
+    if memory_format == "channels_last":
+        shape = trace.input_shape or (3, trace.height, trace.width)
+        nbytes = 4.0 * trace.batch_size * math.prod(shape)
+        ops.append(
+            OpCost("forward", OUTSIDE, "", "_to_copy", "float32", 0.0, 0.0, nbytes,
+                   nbytes)
+        )  # fmt: skip
+        return dataclasses.replace(trace, ops=ops + list(trace.ops))
+    for o in trace.ops:
+        ops.append(o)
+        if spatial2d and o.op_class == "conv" and o.dtype in ("float16", "bfloat16"):
+            moved = o.read_bytes + o.write_bytes
+            ops.append(
+                OpCost(o.phase, o.scope, o.scope_type, LAYOUT_TRANSPOSE, o.dtype, 0.0,
+                       0.0, moved, moved, kernels=2)
+            )  # fmt: skip
+    return dataclasses.replace(trace, ops=ops)
+
+
+@contextlib.contextmanager
+def _fake_region(device_type: str, autocast_dtype: torch.dtype | None):
+    """Yield (device, autocast context factory) inside a fake-tensor mode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if device_type == "cuda" and autocast_dtype is not None:
+        from ampbook.measure.autocast_rules import autocast_region
+
+        with autocast_region("cuda", autocast_dtype, fake=True) as device:
+            yield device, contextlib.nullcontext
+        return
+    with FakeTensorMode():
+        if autocast_dtype is None:
+            yield torch.device(device_type), contextlib.nullcontext
+        else:
+            yield (
+                torch.device("cpu"),
+                lambda: torch.autocast("cpu", dtype=autocast_dtype),
+            )
+
+
+def optimizer_bytes(
+    parameters: int, optimizer: str = "adam", amp: bool = False
+) -> float:
+    """Bytes an optimizer step moves for ``parameters`` fp32 parameters (not traced).
+
+    Adam reads parameter, gradient and both moments and writes parameter and moments (7
+    x 4 bytes per parameter); SGD with momentum reads parameter, gradient, momentum and
+    writes parameter and momentum (5 x 4); with ``amp`` the GradScaler's unscale reads
+    and writes each gradient once more (2 x 4).
+    """
+    per = {"adam": 7, "adamw": 7, "sgd": 5}
+    if optimizer not in per:
+        raise ValueError(
+            f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}"
+        )
+    if parameters < 0:
+        raise ValueError(f"parameters must be >= 0, got {parameters}")
+    return float(parameters * 4 * (per[optimizer] + (2 if amp else 0)))
