@@ -101,7 +101,6 @@ from ampbook.core.page import (
     glue_all,
     md,
     md_table,
-    md_table_text,
     series_style,
     use_style,
 )
@@ -278,14 +277,16 @@ for opt_name in ("SGD", "Adam"):
         order = "unscale_, then clip" if unscale_first else "clip only"
         rows.append((opt_name, order, f"{norm:.4g}", f"{handed:.4g}",
                      f"{(after - before).norm():.4g}"))
-ratio = seen["SGD", False] / seen["SGD", True]
+md_table(rows, ["optimizer", "order", "norm measured by the clip",
+               "norm the optimizer got", "weights moved"])
+
+# %%
+print(f"norm measured on the scaled gradients / on the true ones: "
+      f"{seen['SGD', False] / seen['SGD', True]:g} (the scale, {2.0**16:g})")
 n_params = sum(p.numel() for p in model.parameters())
-md(md_table_text(rows, ["optimizer", "order", "norm measured by the clip",
-                        "norm the optimizer got", "weights moved"])
-   + f"\n\nNorm measured on the scaled gradients / on the true ones: {ratio:g} (the "
-   f"scale, {2.0**16:g}).\n\nArithmetic, not a measurement: a norm of {max_norm:g} / "
-   f"2¹⁶ spread evenly over ERFNet's {n_params:,} parameters is "
-   f"{max_norm / 2**16 / n_params**0.5:.2g} per element (Adam's default eps: 1e-08).")
+print(f"arithmetic, not a measurement: a norm of {max_norm:g} / 2**16 spread evenly\n"
+      f"over ERFNet's {n_params:,} parameters is {max_norm / 2**16 / n_params**0.5:.2g} "
+      "per element (Adam's default eps: 1e-08)")
 
 # %% [markdown]
 # Unscaled first, clipping sees the true norm and hands the optimizer a gradient of
@@ -295,7 +296,7 @@ md(md_table_text(rows, ["optimizer", "order", "norm measured by the clip",
 # almost no step at all. Adam divides each element of the gradient by a running
 # estimate of its own size, so on the tiny model its step keeps about its length (the
 # two Adam rows), but only while the elements handed over stay well above Adam's eps,
-# the constant added to that estimate. The line under the table is arithmetic, not a
+# the constant added to that estimate. The last line printed is arithmetic, not a
 # measurement: in a network of ERFNet's size the wrongly clipped gradient is about eps
 # per element, where eps and weight decay rather than the gradient set the update.
 # Either way, a threshold meant for scaled gradients would have to move with the

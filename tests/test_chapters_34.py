@@ -121,5 +121,5 @@ def test_chapter3_clipping_cell_shows_what_its_prose_says(executed_notebooks):
     assert rows["Adam", "clip only"][2] == pytest.approx(
         rows["Adam", "unscale\\_, then clip"][2], rel=0.1
     )
-    assert "on the true ones: 65536 (the scale, 65536)." in text
+    assert "on the true ones: 65536 (the scale, 65536)" in text
     assert re.search(r"ERFNet's [\d,]+ parameters is 1\.\de-08 per element", text)
