@@ -386,11 +386,11 @@ def test_progress_lines_while_cpu_steps_are_timed():
     import io
 
     from ampbook.core.cli import Progress
-    from ampbook.predict.measured import _cpu_rounds
+    from ampbook.predict.measured import cpu_rounds
 
     model = tiny_classifier()
     out = io.StringIO()
-    rows = _cpu_rounds(
+    rows = cpu_rounds(
         model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], None, 3,
         Progress("doctor", True, out),
     )  # fmt: skip

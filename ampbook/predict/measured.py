@@ -199,7 +199,7 @@ def as_progress(progress) -> cli.Progress:
     return cli.Progress("doctor", progress)
 
 
-def _cpu_rounds(
+def cpu_rounds(
     model, shape, batch, loss, precisions, key, rounds, progress=None, backward=True
 ):
     """The CPU's precisions timed by chapter 5's rounds method at one size: rows with
@@ -283,7 +283,7 @@ def measure(
     if device.type != "cuda":
         main = [p for p in precisions if p != "amp-fp16"]
         tell = as_progress(progress)
-        rows = _cpu_rounds(
+        rows = cpu_rounds(
             model, mshape, mbatch, loss, main, key, rounds, tell, backward
         )
         extra = None
@@ -301,14 +301,14 @@ def measure(
                 and "step_s" in fp32
             ):
                 # the same size as the rounds: fp16 beside their fp32 median
-                fp16 = _cpu_rounds(
+                fp16 = cpu_rounds(
                     model, tiny, 2, loss, ["amp-fp16"], key, 1, tell, backward
                 )[0]
                 if fp16.get("step_s"):
                     fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
                 against = "fp32's median step"
             else:
-                pair = _cpu_rounds(
+                pair = cpu_rounds(
                     model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1, tell, backward
                 )
                 fp16 = pair[1]
