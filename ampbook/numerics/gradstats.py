@@ -530,21 +530,6 @@ class emulate_fp16_grads:
         self._param_handles.clear()
 
 
-def overflow_scale(max_abs_grad: float) -> float:
-    """The smallest power-of-two loss scale at which a gradient of magnitude
-    ``max_abs_grad`` overflows fp16 (rounds to inf)."""
-    if not (max_abs_grad > 0 and math.isfinite(max_abs_grad)):
-        raise ValueError(
-            f"need a positive finite gradient magnitude, got {max_abs_grad}"
-        )
-    k = math.ceil(math.log2(OVERFLOW_AT_OR_ABOVE / max_abs_grad))
-    while max_abs_grad * 2.0**k < OVERFLOW_AT_OR_ABOVE:
-        k += 1
-    while k > -1000 and max_abs_grad * 2.0 ** (k - 1) >= OVERFLOW_AT_OR_ABOVE:
-        k -= 1
-    return 2.0**k
-
-
 # --- what chapter 4 reads from the recorder
 # --------------------------------------------------
 
