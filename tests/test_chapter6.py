@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
+from ampbook.core.devices import display_name
 from ampbook.core.words import plural
 from ampbook.predict.references import load_published, profile_references
 from ampbook.results import load_results_dir
@@ -18,7 +19,7 @@ def test_chapter6_shows_the_report_references_and_pairs(tmp_path):
     for title in ("**1. Coverage**", "**3. Roofline per GPU**", "**5. Verdict**"):
         assert title in text
     (profile,) = profile_references(FIXTURES)
-    assert f"| ERFNet | {profile.gpu_label} | profile |" in text
+    assert f"| ERFNet | {display_name(profile.gpu)} | profile |" in text
     for ref in load_published():
         assert f"| {ref.network} |" in text
     pairs = [

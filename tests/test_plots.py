@@ -9,7 +9,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from ampbook.core.env import environment_display, environment_line
-from ampbook.core.page import GIB, MIB, dropdown, fmt_bytes, md_table
+from ampbook.core.page import dropdown, md_table
 
 DAY = datetime.date(2026, 12, 1)
 
@@ -42,23 +42,6 @@ def test_dropdown_plain_text_and_bad_input():
         dropdown("two\nlines", "x")
     with pytest.raises(TypeError, match="Markdown text"):
         dropdown("t", 3)
-
-
-@pytest.mark.parametrize(
-    "n, text",
-    [
-        (0, "0 B"),
-        (512, "512 B"),
-        (1536, "1.50 KiB"),
-        (33.1 * MIB, "33.1 MiB"),
-        (4.41 * GIB, "4.41 GiB"),
-        (-2 * MIB, "-2.00 MiB"),
-        (1234 * GIB, "1234 GiB"),
-        (float("nan"), "–"),
-    ],
-)
-def test_fmt_bytes_uses_binary_units(n, text):
-    assert fmt_bytes(n) == text
 
 
 CPU = {

@@ -229,8 +229,6 @@ def test_every_page_prints_one_value_for_the_h200_step_speedup():
         bl.cell_value(gpu, gpu.cell(0, m), "step_s") for m in ("fp32-tf32", "amp-fp16")
     ]
     assert f"{r0[0] / r0[1]:.2f}x" == alone
-    loop = ch3.spread_text(ch3.step_in_loop(rs))  # with its epochs
-    assert ch9.step_speedup_text(rs) == f"timed alone {alone}; in the loop {loop}"
 
 
 def test_the_two_settings_have_one_name_each():

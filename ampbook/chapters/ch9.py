@@ -24,21 +24,6 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
 
-def step_speedup_text(rs: ResultSet, device: str | None = None, pair=None) -> str:
-    """The headline step speedup in one phrase, one figure per meaning: "timed alone
-    0.99x; in the loop 0.96-1.12x per epoch" (the first from the layer profiles, the
-    second from the training runs; either part left out where its data is not
-    committed, '' where neither is)."""
-    parts = []
-    alone = step_alone(rs, device, pair)
-    if alone is not None:
-        parts.append(f"timed alone {alone}")
-    loop = step_in_loop(rs, device, pair)
-    if loop is not None:
-        parts.append(f"in the loop {spread_text(loop)}")
-    return "; ".join(parts)
-
-
 def gpu_findings(rs: ResultSet) -> str:
     """Markdown: one part per GPU with complete training runs in ``rs`` (provenance
     line, runs table, AMP against each fp32 baseline), or one sentence saying the

@@ -257,26 +257,6 @@ def dropdown(title: str, content, plain: str | None = None, lead: str = "") -> D
     return Dropdown(title.strip(), body, plain, lead)
 
 
-def fmt_bytes(n: float, digits: int = 3) -> str:
-    """A byte count in the book's binary units: ``"512 B"``, ``"3.5 KiB"``, ``"33.1
-    MiB"``, ``"4.41 GiB"`` (``digits`` significant digits; the unit keeps the number
-    between 1 and 1024)."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "–"
-    sign = "-" if n < 0 else ""
-    n = abs(float(n))
-    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", 2**10)):
-        if n >= size:
-            return f"{sign}{_sig(n / size, digits)} {unit}"
-    return f"{sign}{n:.0f} B"
-
-
-def _sig(x: float, digits: int) -> str:
-    """``x`` to ``digits`` significant digits, never in exponent notation."""
-    places = max(0, digits - 1 - int(math.floor(math.log10(x)))) if x > 0 else 0
-    return f"{x:.{places}f}"
-
-
 def glue_all(**values) -> None:
     """``myst_nb.glue`` each value under its name without displaying it: markdown cells
     then write ``{glue:text}`name:.3g``` and the book pastes the number into the

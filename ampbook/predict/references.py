@@ -298,12 +298,6 @@ class Reference:
         return f"{self.network} on {display_name(self.gpu, devices)}"
 
     @property
-    def gpu_label(self) -> str:
-        from ampbook.core.devices import display_name
-
-        return display_name(self.gpu)
-
-    @property
     def baseline_family(self) -> str:
         return "tf32" if "tf32" in self.families else "fp32"
 
