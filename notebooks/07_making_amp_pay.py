@@ -345,7 +345,7 @@ md_table([row for i in sorted({eager_top, top})
 # of 20 ms or less eager and 11 ms compiled, AMP at least 1.3 times TF32's speed eager
 # and 1.6 times compiled, a GPU busy 90% of the step, at most 5% of the loop waiting for data,
 # 300 images per second, and AMP's peak memory at most 0.57 of fp32's. Each, read from
-# the ladder above (`bench_ladder.check_targets`): met or missed where the ladder was
+# the ladder above (`ladder_report.check_targets`): met or missed where the ladder was
 # measured, with what the profile shows for a missed one; *predicted* to meet or miss
 # where it is a prediction; and no test at all where the prediction sets the value by
 # assumption.
@@ -389,7 +389,7 @@ plt.show()
 # addition, not taken from a data sheet; where the network's operators find faster
 # paths than that matmul (oneDNN's convolutions often do), the step reaches more than
 # 100% of such a bound. Each rung against the one below it, per precision
-# (`bench_ladder.rung_verdict`), judged against the spread of the timed steps as
+# (`ch7.rung_verdict`), judged against the spread of the timed steps as
 # {doc}`05_rtx3070` reads its rounds: "faster" only where every timed step of the rung
 # was shorter than every step of the rung below. Rung 1 changes where the batches come
 # from, not the step, which is timed on one batch already in memory: where it is
@@ -540,7 +540,7 @@ print(f"  idle (wall - busy):      {wall_ms - busy_ms:8.2f} ms per step")
 #
 # 1. Run `python -m ampbook.bench ladder --rungs 0,2` on your GPU. How much of rung 2's
 #    gain comes from `cudnn.benchmark` alone? (Set `cudnn_benchmark` without
-#    `channels_last` in a `TrainConfig` and time it with `bench_ladder.measure_rung`.)
+#    `channels_last` in a `TrainConfig` and time it with `ladder_measure.measure_rung`.)
 # 2. Rung 3 reads the loss back only every few steps. Time `--sync-every 1`, `5` and
 #    `25` at the top rung: from how many steps on is the host's wait no longer visible?
 # 3. Find the first operator where autocast promotes to fp32 in a network of your own
