@@ -51,6 +51,25 @@ def test_this_machines_ladder_and_the_recipe_run(chapter7):
     top = max(smoke_rungs())  # compared with the measured rung below it
     assert f"- Rung {top} ({bl.RUNGS[top].title}): fp32 " in chapter7
     assert "losses, read once at the end: [" in chapter7
+    # the recipe's source, from ampbook.train.recipe, on the page
+    assert "def optimised_training(model, images_u8, labels, dtype" in chapter7
+
+
+def test_the_page_profiles_the_step_and_runs_rung_4s_cast(chapter7):
+    """The profiler cell prints wall, busy and idle time per step, saying where it was
+    measured, and kineto's start and stop lines stay off the page; the cast cell shows
+    the concatenation's dtype both ways (bf16 autocast on this CPU)."""
+    (line,) = [x for x in chapter7.splitlines() if x.startswith("measured here on ")]
+    assert "(cpu), 3 profiled steps of the recipe" in line
+    wall, busy, idle = (
+        float(re.search(rf"{name}[^:]*:\s+([\d.]+) ms per step", chapter7).group(1))
+        for name in ("wall time", "busy", "idle")
+    )
+    assert 0 < busy <= wall and idle == pytest.approx(wall - busy, abs=0.011)
+    assert "profiler_start" not in chapter7 and "profiler_stop" not in chapter7
+    assert "fp16_stream=False: torch.cat gives torch.float32" in chapter7
+    assert "fp16_stream=True: torch.cat gives torch.bfloat16" in chapter7
+    assert "pool = pool.to(conv.dtype)" in chapter7  # the two lines' source
 
 
 def test_without_a_gpu_ladder_the_chapter_says_it_predicts(executed_notebooks):
