@@ -83,8 +83,10 @@ import matplotlib.pyplot as plt
 import torch
 
 from ampbook.bench import ladder as bl
+from ampbook.bench import ladder_predict, ladder_report, ladder_run
+from ampbook.chapters import ch7
 from ampbook.core.devices import display_name, pick_device
-from ampbook.core.page import GIB, glue_all, md, md_table, use_style
+from ampbook.core.page import glue_all, md, md_table, use_style
 from ampbook.core.provenance import assumed
 from ampbook.results import MODE_LABELS, load_results_dir
 from ampbook.segmentation.model import ERFNet
@@ -122,14 +124,14 @@ md_table([(r.index, r.title,
 # peak memory; a short training run through the runner itself, loader or cache
 # included, for images per second and the share of the loop spent in
 # {term}`data wait`; and the cost model's {term}`roofline` bound for the step.
-# `bench_ladder.measure_rung` is that whole measurement.
+# `ladder_measure.measure_rung` is that whole measurement.
 #
 # (ch7-gpu)=
 # ## The ladder on a GPU
 
 # %% tags=["hide-input"]
-gpu, predicted = bl.gpu_ladder(results)
-md(bl.missing_ladder_line(results))
+gpu, predicted = ch7.gpu_ladder(results)
+md(ch7.missing_ladder_line(results))
 
 # %% [markdown]
 # The GPU of the AMP training chapter's runs, {glue:text}`ch7_gpu_name`, at
@@ -142,12 +144,12 @@ md(bl.missing_ladder_line(results))
 # "assumed" (‡).
 
 # %% tags=["hide-input"]
-md(bl.source_line(gpu, predicted) if gpu else "No GPU data in the results folder.")
+md(ch7.source_line(gpu, predicted) if gpu else "No GPU data in the results folder.")
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "The GPU ladder: step time per rung and precision, the GPU's kernel time (solid) and idle time (hatched) stacked. Measured where the line above says measured, a prediction from the measured rung 0 otherwise.", "name": "fig-ch7-gpu-ladder"}}
 fig, ax = plt.subplots(figsize=(7.0, 4.0))
 if gpu:
-    bl.draw_ladder(ax, gpu, title="predicted above rung 0 (no GPU ladder measured)"
+    ch7.draw_ladder(ax, gpu, title="predicted above rung 0 (no GPU ladder measured)"
                    if predicted else "measured")
 plt.show()
 
@@ -157,32 +159,18 @@ base_mode = "fp32-tf32"
 rows = []
 for r in gpu.rungs if gpu else []:
     a, b = gpu.cell(r.index, amp_mode), gpu.cell(r.index, base_mode)
-    va, vb = (bl.cell_value(gpu, c, "step_s") for c in (a, b))
+    va, vb = (ladder_report.cell_value(gpu, c, "step_s") for c in (a, b))
     rows.append((f"{r.index}: {r.key}", vb, va, vb / va if a and b else None,
-                 bl.cell_value(gpu, a, "busy_share"),
-                 bl.cell_value(gpu, a, "images_per_s")))
+                 ladder_report.cell_value(gpu, a, "busy_share"),
+                 ladder_report.cell_value(gpu, a, "images_per_s")))
 md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",
                 f"{MODE_LABELS[amp_mode]}: step (ms)", "speedup (x)", "AMP: GPU busy",
                 "AMP: images/s"], [None, ".1f", ".1f", ".2f", ".0%", ".0f"])
 
 # %% tags=["hide-cell"]
-FIELDS = {"step": "step_s", "kernel": "kernel_s", "idle": "idle_s",
-          "busy": "busy_share", "ips": "images_per_s", "wait": "data_wait_share",
-          "gib": "memory_bytes"}
-
-
-def cell_values(ladder, index, mode):
-    """One cell's step, kernel and idle time, busy share, images/s, data wait and
-    memory, each a Value that says whether it was measured, predicted or assumed (nan
-    where the ladder has no such cell)."""
-    c = ladder.cell(index, mode) if ladder else None
-    return {k: bl.cell_value(ladder, c, f) if c else float("nan")
-            for k, f in FIELDS.items()}
-
-
 eager_top = max((r.index for r in gpu.rungs if r.index <= bl.EAGER_TOP
                  and gpu.cell(r.index, amp_mode)), default=0) if gpu else 0
-v = {(i, m): cell_values(gpu, i, m) for i in range(len(bl.RUNGS))
+v = {(i, m): ch7.cell_values(gpu, i, m) for i in range(len(bl.RUNGS))
      for m in (amp_mode, base_mode)}
 for i in range(eager_top + 1):
     for key, mode in (("amp", amp_mode), ("base", base_mode)):
@@ -191,15 +179,7 @@ for i in range(eager_top + 1):
 top = max((r.index for r in gpu.rungs if gpu.cell(r.index, amp_mode)),
           default=0) if gpu else 0
 top_amp = v[eager_top, amp_mode]["step"]
-
-
-def speedup(base, amp):
-    """fp32 with TF32's step over AMP's, a Value of their kind (nan without both)."""
-    r = base / amp
-    return r.with_(fmt=".2f", unit="x") if hasattr(r, "with_") else float("nan")
-
-
-measured_top = not gpu or bl.cell_value(gpu, gpu.cell(eager_top, amp_mode),
+measured_top = not gpu or ladder_report.cell_value(gpu, gpu.cell(eager_top, amp_mode),
                                         "step_s").is_measured
 lp = {(p.mode, p.device_name): p for p in results.layer_profiles}
 bn_ms = {m: sum(t.measured_s for t in lp[m, gpu.device_name].layers
@@ -214,7 +194,7 @@ glue_all(
     ch7_workers=bl.RUNGS[0].changes["workers"],
     ch7_bn=sum(isinstance(m, torch.nn.BatchNorm2d) for m in ERFNet(19).modules()),
     ch7_params=len(list(ERFNet(19).parameters())),
-    ch7_bn_speedup=assumed(bl.NHWC_BATCH_NORM_SPEEDUP, "bench_ladder."
+    ch7_bn_speedup=assumed(ladder_predict.NHWC_BATCH_NORM_SPEEDUP, "bench_ladder."
                            "NHWC_BATCH_NORM_SPEEDUP, from cudnn-frontend#134",
                            fmt=".0f", unit="x"),
     ch7_stream_ratio=(assumed(stream, "predict_ladder: every AMP kernel scaled by the "
@@ -226,10 +206,10 @@ glue_all(
     ch7_trains="trains" if measured_top else "would train",
     ch7_r0_amp=v[0, amp_mode]["step"], ch7_r0_base=v[0, base_mode]["step"],
     ch7_r0_ips=v[0, amp_mode]["ips"], ch7_top_amp=top_amp,
-    ch7_top_speedup=speedup(v[eager_top, base_mode]["step"], top_amp),
+    ch7_top_speedup=ch7.speedup(v[eager_top, base_mode]["step"], top_amp),
     ch7_top_base=v[eager_top, base_mode]["step"],
     ch7_top_ips=v[eager_top, amp_mode]["ips"], ch7_eager_top=eager_top,
-    ch7_r0_speedup=speedup(v[0, base_mode]["step"], v[0, amp_mode]["step"]),
+    ch7_r0_speedup=ch7.speedup(v[0, base_mode]["step"], v[0, amp_mode]["step"]),
 )
 # loader workers for rung 1's rate: rung 0's workers fed at least its images/s, so
 # rung 1's rate needs at most this many of them (nan without both rungs)
@@ -307,13 +287,44 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # although batch norm, which the profiles above show taking about the same time in
 # both precisions, need not shrink with the bytes.
 #
+# The change is two lines of the downsampler's `forward` (`ampbook.segmentation.model`),
+# the `if self.fp16_stream:` and the cast under it:
+
+# %%
+import inspect
+
+from ampbook.segmentation.model import Downsampler
+
+print(inspect.getsource(Downsampler.forward))
+
+# %% [markdown]
+# Run here, on this machine's device, the first downsampler takes a batch of fp32
+# images under autocast (fp16 on a GPU, bf16 on a CPU), once as the reference and once
+# with the cast. A forward pre-hook on its batch norm records the dtype of what enters
+# it, which is what leaves the concatenation. Without the cast, `torch.cat` promotes
+# the 16-bit convolution and the fp32 pool to fp32; with it, both halves are 16-bit and
+# so is the result.
+
+# %%
+amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+x = torch.randn(batch_size, 3, height, width, device=device)  # fp32, as a loader gives
+for fp16_stream in (False, True):
+    block = Downsampler(3, 16, fp16_stream).to(device)
+    seen = []  # the dtype entering batch norm: the concatenation's output
+    block.bn.register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
+    with torch.autocast(device.type, dtype=amp_dtype):
+        out = block(x)
+    print(f"fp16_stream={fp16_stream}: torch.cat gives {seen[0]}, the block "
+          f"{out.dtype} (run here on {device.type}, autocast to {amp_dtype})")
+
+# %% [markdown]
 # **Rung 5, fusion.** `torch.compile` fuses the elementwise work around the
 # convolutions (batch norm's normalisation, ReLU, the residual sums, autocast's casts)
 # into fewer kernels that read and write each activation once. What that buys needs a
 # measured ladder:
 
 # %% tags=["hide-input"]
-md(bl.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
+md(ch7.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
 
 # %% [markdown]
 # ### What AMP buys at the top
@@ -323,30 +334,10 @@ md(bl.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
 # second. A dash is a cell the ladder does not have.
 
 # %% tags=["hide-input"]
-def top_rows(ladder, index):
-    """One row per precision at rung ``index``, each number a Value (a predicted or
-    assumed one marked in the table)."""
-    def step(mode):
-        return bl.cell_value(ladder, ladder.cell(index, mode), "step_s")
-
-    base, strict = step(base_mode), step("fp32")
-    out = []
-    for mode in ladder.modes():
-        c = ladder.cell(index, mode)
-        if c is None:
-            continue
-        mem = bl.cell_value(ladder, c, "memory_bytes")
-        out.append((f"{index}: {MODE_LABELS[mode]}", step(mode) * 1e3,
-                    base / step(mode) if base else None,
-                    strict / step(mode) if strict else None,
-                    mem / GIB if mem else None,
-                    bl.cell_value(ladder, c, "images_per_s")))
-    return out
-
-
-md_table([row for i in sorted({eager_top, top}) for row in top_rows(gpu, i)]
-         if gpu else [], ["rung: precision", "step (ms)", "over TF32 (x)",
-                          "over strict fp32 (x)", "peak memory (GiB)", "images/s"],
+md_table([row for i in sorted({eager_top, top})
+          for row in ch7.top_rows(gpu, i, base_mode)] if gpu else [],
+         ["rung: precision", "step (ms)", "over TF32 (x)", "over strict fp32 (x)",
+          "peak memory (GiB)", "images/s"],
          [None, ".1f", ".2f", ".2f", ".2f", ".0f"])
 
 # %% [markdown]
@@ -354,13 +345,13 @@ md_table([row for i in sorted({eager_top, top}) for row in top_rows(gpu, i)]
 # of 20 ms or less eager and 11 ms compiled, AMP at least 1.3 times TF32's speed eager
 # and 1.6 times compiled, a GPU busy 90% of the step, at most 5% of the loop waiting for data,
 # 300 images per second, and AMP's peak memory at most 0.57 of fp32's. Each, read from
-# the ladder above (`bench_ladder.check_targets`): met or missed where the ladder was
+# the ladder above (`ladder_report.check_targets`): met or missed where the ladder was
 # measured, with what the profile shows for a missed one; *predicted* to meet or miss
 # where it is a prediction; and no test at all where the prediction sets the value by
 # assumption.
 
 # %% tags=["hide-input"]
-md("\n".join(f"- {t.line()}" for t in bl.check_targets(gpu)) if gpu else "")
+md("\n".join(f"- {t.line()}" for t in ladder_report.check_targets(gpu)) if gpu else "")
 
 # %% [markdown]
 # (ch7-here)=
@@ -383,13 +374,14 @@ spec = bl.LadderSpec.for_device(
     profile_steps=profile_steps, epochs=epochs, train_images=train_images)
 # a file of this run's own: two runs of the chapter at once must not share one
 path = Path(tempfile.mkdtemp(prefix="ampbook-ch7-")) / f"ladder_{device.type}.json"
-here = bl.run_ladder(spec, path, "none" if device.type == "cpu" else "precision",
-                     log=lambda line: None)
-print(bl.format_table(here))
+here = ladder_run.run_ladder(spec, path,
+                             "none" if device.type == "cpu" else "precision",
+                             log=lambda line: None)
+print(ladder_report.format_table(here))
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "This machine's ladder: step time per rung and precision, kernel (or operator) time solid and idle time hatched.", "name": "fig-ch7-here"}}
 fig, ax = plt.subplots(figsize=(7.0, 4.0))
-bl.draw_ladder(ax, here)
+ch7.draw_ladder(ax, here)
 plt.show()
 
 # %% [markdown]
@@ -397,7 +389,7 @@ plt.show()
 # addition, not taken from a data sheet; where the network's operators find faster
 # paths than that matmul (oneDNN's convolutions often do), the step reaches more than
 # 100% of such a bound. Each rung against the one below it, per precision
-# (`bench_ladder.rung_verdict`), judged against the spread of the timed steps as
+# (`ch7.rung_verdict`), judged against the spread of the timed steps as
 # {doc}`05_rtx3070` reads its rounds: "faster" only where every timed step of the rung
 # was shorter than every step of the rung below. Rung 1 changes where the batches come
 # from, not the step, which is timed on one batch already in memory: where it is
@@ -407,25 +399,13 @@ plt.show()
 # and busy columns say `n/a`, and a line under the table says why.
 
 # %% tags=["hide-input"]
-md("\n".join(f"- {bl.rung_verdict(here, r.index)}" for r in here.rungs[1:]
+md("\n".join(f"- {ch7.rung_verdict(here, r.index)}" for r in here.rungs[1:]
              if any(here.cell(r.index, m) for m in here.modes())))
 
 # %% tags=["hide-cell"]
-here_amp = next((m for m in here.modes() if m.startswith("amp")), None)
-both = [r.index for r in here.rungs
-        if here_amp and here.cell(r.index, here_amp) and here.cell(r.index, "fp32")]
-
-
-def here_speedup(i):
-    """fp32's step over this machine's AMP step at rung ``i`` (measured)."""
-    if i not in both:
-        return float("nan")
-    return speedup(*(bl.cell_value(here, here.cell(i, m), "step_s")
-                     for m in ("fp32", here_amp)))
-
-
-glue_all(ch7_here_r0=here_speedup(0), ch7_here_top=here_speedup(max(both, default=0)),
-         ch7_here_top_rung=max(both, default=0))
+here_top = max(ch7.compared_rungs(here), default=0)
+glue_all(ch7_here_r0=ch7.here_speedup(here, 0),
+         ch7_here_top=ch7.here_speedup(here, here_top), ch7_here_top_rung=here_top)
 
 # %% [markdown]
 # On the GPU above, AMP's speedup over fp32 with TF32 goes from
@@ -444,44 +424,88 @@ glue_all(ch7_here_r0=here_speedup(0), ch7_here_top=here_speedup(max(both, defaul
 # Everything above, in a training step you can paste into your own loop: decode the
 # data once and keep it on the device, channels_last and `cudnn.benchmark`, a fused
 # optimizer, no host sync in the step, the 16-bit residual stream where your network
-# promotes one, and `torch.compile` on a GPU. The cell runs a few steps of it here.
+# promotes one, and `torch.compile` on a GPU. It is `optimised_training` in
+# `ampbook.train.recipe`; this is its source:
 
 # %%
-def optimised_training(model, images_u8, labels, dtype, lr=5e-4, compile=False):
-    """An optimised AMP training step over data already on the device. ``images_u8``
-    is N x 3 x H x W uint8, decoded once; ``labels`` N x H x W class indices."""
-    dev = images_u8.device
-    torch.backends.cudnn.benchmark = True  # fastest algorithm per shape (rung 2)
-    model = model.to(dev, memory_format=torch.channels_last)  # NHWC (rung 2)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=True)  # rung 3
-    scaler = torch.amp.GradScaler(dev.type, enabled=dtype is torch.float16)
-    net = torch.compile(model) if compile else model  # fusion (rung 5)
-    criterion = torch.nn.CrossEntropyLoss(ignore_index=255)
-    mean = torch.tensor([0.485, 0.456, 0.406], device=dev).view(1, 3, 1, 1)
-    std = torch.tensor([0.229, 0.224, 0.225], device=dev).view(1, 3, 1, 1)
+from ampbook.train import recipe
 
-    def step(index):  # index: a batch's positions in the cache (rung 1)
-        x = (images_u8[index].float() / 255 - mean) / std
-        x = x.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(dev.type, dtype=dtype):
-            loss = criterion(net(x), labels[index])
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        return loss.detach()  # no .item() here: the host does not wait (rung 3)
+print(inspect.getsource(recipe.optimised_training))
 
-    return step
-
+# %% [markdown]
+# The next cell runs a few steps of it here, on random images and labels already on
+# this machine's device.
 
 # %%
 amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
 torch.manual_seed(0)
 cache = torch.randint(0, 256, (4, 3, height, width), dtype=torch.uint8, device=device)
 targets = torch.randint(0, 19, (4, height, width), device=device)
-step = optimised_training(ERFNet(19, fp16_stream=True), cache, targets, amp_dtype)
+step = recipe.optimised_training(ERFNet(19, fp16_stream=True), cache, targets,
+                                 amp_dtype)
 losses = [step(torch.randperm(4, device=device)[:batch_size]) for _ in range(3)]
 print("losses, read once at the end:", [round(x.item(), 3) for x in losses])
+
+# %% [markdown]
+# (ch7-profiler)=
+# ### Kernel time and idle time
+#
+# A step's wall time says how long the step took, not what the device did during it.
+# `torch.profiler` records each operator the host runs and, on a GPU, each kernel, copy
+# and fill the GPU executes, every one as an interval of time. Merge the device's
+# intervals where they overlap and add up what remains: that is the time the device was
+# busy. The rest of the wall time is idle time: on a GPU, time spent waiting for the
+# host to launch the next kernel or to finish a sync. On a CPU the profiler has no
+# separate device timeline, so busy time is the union of the top-level operators'
+# intervals (an operator's children run inside it), and idle time is the Python,
+# dispatch and optimizer-loop code between them. The cell below profiles a few steps of
+# the recipe's step and splits them this way; the ladder's `profile_steps`
+# (`ampbook.bench.ladder_measure`) does the same for every rung. The profiler adds work
+# to every operator, so a profiled step runs slower than an unprofiled one: read the
+# split as a description of the profiled steps.
+
+# %%
+import time
+
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from ampbook.core.env import environment
+from ampbook.core.terminal import quiet_stderr_fd
+
+n = 3  # steps to profile
+cuda = device.type == "cuda"
+activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+index = torch.arange(batch_size, device=device)
+step(index)  # one step outside the profile: nothing left to warm up inside it
+if cuda:
+    torch.cuda.synchronize(device)
+# quiet_stderr_fd only hides kineto's log lines at the profiler's start and stop
+with quiet_stderr_fd(), profile(activities=activities) as prof:
+    start = time.perf_counter()
+    for _ in range(n):
+        step(index)
+    if cuda:
+        torch.cuda.synchronize(device)  # the wall time ends when the GPU is done
+    wall_s = time.perf_counter() - start
+# the device's intervals: a GPU's kernels, copies and fills; on a CPU, the operators
+# the host called directly
+spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+               if e.device_type == (DeviceType.CUDA if cuda else DeviceType.CPU)
+               and (cuda or e.cpu_parent is None)
+               and not getattr(e, "is_user_annotation", False))
+busy_us, end = 0.0, float("-inf")  # their union, in microseconds: overlaps once
+for a, b in spans:
+    if b > end:
+        busy_us += b - max(a, end)
+        end = b
+wall_ms, busy_ms = wall_s / n * 1e3, busy_us / n / 1e3
+print(f"measured here on {environment(device)['device_name']} ({device.type}), "
+      f"{n} profiled steps of the recipe, batch {batch_size} at {width}x{height}:")
+print(f"  wall time:               {wall_ms:8.2f} ms per step")
+print(f"  busy ({'GPU kernels' if cuda else 'CPU in operators'}): "
+      f"{busy_ms:8.2f} ms per step ({busy_ms / wall_ms:.0%} of the wall time)")
+print(f"  idle (wall - busy):      {wall_ms - busy_ms:8.2f} ms per step")
 
 # %% [markdown]
 # The runner does the same with flags, and records every run:
@@ -516,7 +540,7 @@ print("losses, read once at the end:", [round(x.item(), 3) for x in losses])
 #
 # 1. Run `python -m ampbook.bench ladder --rungs 0,2` on your GPU. How much of rung 2's
 #    gain comes from `cudnn.benchmark` alone? (Set `cudnn_benchmark` without
-#    `channels_last` in a `TrainConfig` and time it with `bench_ladder.measure_rung`.)
+#    `channels_last` in a `TrainConfig` and time it with `ladder_measure.measure_rung`.)
 # 2. Rung 3 reads the loss back only every few steps. Time `--sync-every 1`, `5` and
 #    `25` at the top rung: from how many steps on is the host's wait no longer visible?
 # 3. Find the first operator where autocast promotes to fp32 in a network of your own

@@ -14,6 +14,8 @@ import pytest
 from _chapters import FIXTURES
 
 from ampbook.bench import ladder as bl
+from ampbook.bench import ladder_predict, ladder_record, ladder_report, ladder_run
+from ampbook.chapters import ch7
 from ampbook.core.paths import REPO_ROOT
 from ampbook.results import (
     MODES,
@@ -85,18 +87,20 @@ def test_rungs_and_precisions_parse_or_fail_with_the_rule():
 
 def test_processes_one_per_precision_or_per_cell_the_modes_taking_turns():
     modes = ("fp32-tf32", "amp-fp16")
-    assert bl.plan((0, 1), modes, "precision") == [
+    assert ladder_run.plan((0, 1), modes, "precision") == [
         ("fp32-tf32", (0, 1)),
         ("amp-fp16", (0, 1)),
     ]
-    assert bl.plan((0, 1), modes, "cell") == [
+    assert ladder_run.plan((0, 1), modes, "cell") == [
         ("fp32-tf32", (0,)),
         ("amp-fp16", (0,)),
         ("fp32-tf32", (1,)),
         ("amp-fp16", (1,)),
     ]
     # in one process the modes take turns too: a cut keeps both modes of each rung
-    assert bl.plan((0, 1), modes, "none") == bl.plan((0, 1), modes, "cell")
+    assert ladder_run.plan((0, 1), modes, "none") == ladder_run.plan(
+        (0, 1), modes, "cell"
+    )
 
 
 # --- the record and its reader --------------------------------------------------------
@@ -150,7 +154,7 @@ def test_an_error_cell_and_a_running_ladder_are_kept():
     }
     ladder = read_ladder(record, "x")
     assert not ladder.complete and ladder.cell(0, "fp32-tf32") is None
-    assert "error: RuntimeError: out of memory" in bl.format_table(ladder)
+    assert "error: RuntimeError: out of memory" in ladder_report.format_table(ladder)
 
 
 # --- reading a ladder -----------------------------------------------------------------
@@ -158,7 +162,7 @@ def test_an_error_cell_and_a_running_ladder_are_kept():
 
 def test_targets_read_from_the_fixture_one_by_one():
     ladder = read_ladder(fixture_record(), "fixture")
-    got = {t.name: t for t in bl.check_targets(ladder)}
+    got = {t.name: t for t in ladder_report.check_targets(ladder)}
     # the fixture's made-up figures: rung 4 eager, rung 5 compiled, amp-fp16 vs TF32
     assert got["AMP step, eager"].value == pytest.approx(0.036)
     assert got["AMP step, eager"].met is False
@@ -181,7 +185,7 @@ def test_targets_read_from_the_fixture_one_by_one():
     assert "; the kernels set it, at 24% of the roofline bound" in (
         got["AMP step, eager"].line()
     )
-    text = bl.format_targets(ladder)
+    text = ladder_report.format_targets(ladder)
     assert "read them as a yardstick" in " ".join(text.split())  # not an H200
     assert all(len(line) <= 88 for line in text.splitlines())
 
@@ -196,9 +200,9 @@ def test_after_a_cut_two_modes_are_compared_at_the_highest_rung_both_reached():
         c for c in record["cells"] if not (c["mode"] == "amp-fp16" and c["rung"] > 2)
     ]
     ladder = read_ladder(record, "cut")
-    assert bl._top(ladder, ("amp-fp16", "fp32-tf32"), True) == 2
-    assert bl._top(ladder, ("fp32-tf32",), True) == 4
-    got = {t.name: t for t in bl.check_targets(ladder)}
+    assert ladder_report._top(ladder, ("amp-fp16", "fp32-tf32"), True) == 2
+    assert ladder_report._top(ladder, ("fp32-tf32",), True) == 4
+    got = {t.name: t for t in ladder_report.check_targets(ladder)}
     a2, b2 = ladder.cell(2, "amp-fp16"), ladder.cell(2, "fp32-tf32")
     speedup = got["AMP over TF32, eager"]
     assert speedup.value == pytest.approx(b2.step_s / a2.step_s)
@@ -213,7 +217,7 @@ def test_after_a_cut_two_modes_are_compared_at_the_highest_rung_both_reached():
             for key in ("images_per_s", "data_wait_share"):
                 c.pop(key, None)
             c["epoch"] = "pending"
-    got = {t.name: t for t in bl.check_targets(read_ladder(record, "cut"))}
+    got = {t.name: t for t in ladder_report.check_targets(read_ladder(record, "cut"))}
     assert got["AMP step, eager"].value == pytest.approx(a2.step_s)
     assert got["images/s end to end"].where == "rung 1"
     assert got["images/s end to end"].value == pytest.approx(
@@ -230,13 +234,13 @@ def test_progress_goes_to_a_terminal_with_a_count_and_an_estimate(capsys):
 
     tty, pipe = Terminal(), io.StringIO()
     for stream in (tty, pipe):
-        log = bl.progress_log(2, stream)
-        log(f"rung 0 fp32: step 68.70 ms, first step 0.1 s; {bl.PARTIAL_END}")
+        log = ladder_run.progress_log(2, stream)
+        log(f"rung 0 fp32: step 68.70 ms, first step 0.1 s; {ladder_run.PARTIAL_END}")
         log("rung 0 fp32      step   68.70 ms, busy  81%,    5.2 img/s, wait   4%")
         log("rung 0 amp-bf16  error: a failure")
     lines = tty.getvalue().splitlines()
     assert lines[0] == "ladder: rung 0 fp32: step 68.70 ms, first step 0.1 s; " + (
-        bl.PARTIAL_END
+        ladder_run.PARTIAL_END
     )
     assert re.fullmatch(r"ladder: cells: 1 of 2, about \d+ s left", lines[1])
     assert lines[2] == "ladder: cells: 2 of 2" and len(lines) == 3
@@ -249,44 +253,50 @@ def test_show_prints_a_written_ladder_and_its_targets(tmp_path, capsys):
     from _cli import one_error
 
     path = FIXTURES / "ladder_fixture-gpu.json"
-    assert bl.main(["--show", str(path)]) == 0
+    assert ladder_run.main(["--show", str(path)]) == 0
     out = capsys.readouterr().out
     ladder = read_ladder(fixture_record(), "fixture")
-    assert bl.format_table(ladder) in out and bl.format_targets(ladder) in out
+    assert (
+        ladder_report.format_table(ladder) in out
+        and ladder_report.format_targets(ladder) in out
+    )
     bad = tmp_path / "ladder_x.json"
     bad.write_text('{"schema": "ampbook.ladder/1"}')
-    assert bl.main(["--show", str(bad)]) == 2
+    assert ladder_run.main(["--show", str(bad)]) == 2
     one_error(capsys.readouterr().err, "--show", str(bad), "not a readable ladder")
 
 
 def test_rung_verdicts_say_what_each_rung_did():
     ladder = read_ladder(fixture_record(), "fixture")
-    line = bl.rung_verdict(ladder, 2, ["amp-fp16"])
+    line = ch7.rung_verdict(ladder, 2, ["amp-fp16"])
     assert line.startswith("Rung 2 (+ channels_last, cudnn.benchmark): amp-fp16 108")
     assert "(1.80x, faster in every timed step)" in line
     record = fixture_record()
     record["cells"] = [c for c in record["cells"] if c["rung"] < 5]
     record["rungs"] = [r for r in record["rungs"] if r["index"] < 5]
-    line = bl.rung_verdict(read_ladder(record, "x"), 5)
+    line = ch7.rung_verdict(read_ladder(record, "x"), 5)
     assert line.startswith("This ladder has no rung 5 (+ torch.compile)")
     # only rungs 0 and 4 measured in fp32: the change is rungs 1-4 together
     record = fixture_record()
     record["cells"] = [
         c for c in record["cells"] if c["mode"] != "fp32" or c["rung"] in (0, 4)
     ]
-    line = bl.rung_verdict(read_ladder(record, "x"), 4, ["fp32"])
+    line = ch7.rung_verdict(read_ladder(record, "x"), 4, ["fp32"])
     assert "(rungs 1-4 together, from rung 0)" in line
 
 
 def test_table_fits_80_columns_and_its_legend_names_every_column():
-    table = bl.format_table(read_ladder(fixture_record(), "fixture"))
+    table = ladder_report.format_table(read_ladder(fixture_record(), "fixture"))
     lines = table.splitlines()
     assert len(lines) == 1 + len(bl.RUNGS) * len(MODES) + 2
     assert all(len(line) <= 80 for line in lines), lines
     # under the table, two lines saying what each column is (a GPU's ladder)
-    assert tuple(lines[-2:]) == bl.COLUMNS_CUDA and "GPU ms" in lines[0]
+    assert tuple(lines[-2:]) == ladder_report.COLUMNS_CUDA and "GPU ms" in lines[0]
     columns = lines[0].replace(" ms", "").split()[2:]  # after rung and mode
-    for legend, unit in ((bl.COLUMNS_CPU, "ops"), (bl.COLUMNS_CUDA, "GPU")):
+    for legend, unit in (
+        (ladder_report.COLUMNS_CPU, "ops"),
+        (ladder_report.COLUMNS_CUDA, "GPU"),
+    ):
         assert len(legend) <= 2 and all(len(line) <= 80 for line in legend)
         said = " ".join(legend)
         for column in [c if c != "GPU" else unit for c in columns]:
@@ -299,7 +309,7 @@ def test_a_cell_whose_operators_pass_its_step_reads_n_a_and_says_why():
     record = fixture_record()
     cell = next(c for c in record["cells"] if c["status"] == "ok")
     cell["kernel_s"] = cell["step_s"] * 1.2  # the profiled steps ran slower
-    lines = bl.format_table(read_ladder(record, "x")).splitlines()
+    lines = ladder_report.format_table(read_ladder(record, "x")).splitlines()
     row = next(
         line
         for line in lines
@@ -331,7 +341,7 @@ def cpu_ladder(tmp_path_factory):
     )
     path = tmp_path_factory.mktemp("ladder") / "ladder.json"
     lines = []
-    ladder = bl.run_ladder(spec, path, "none", log=lines.append)
+    ladder = ladder_run.run_ladder(spec, path, "none", log=lines.append)
     return ladder, path, lines
 
 
@@ -361,20 +371,23 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     )
     # each cell twice: once its step is measured (written then), once with its epochs
     assert len(lines) == 8 and lines[0].startswith("rung 0 fp32")
-    assert [line.endswith(bl.PARTIAL_END) for line in lines] == [True, False] * 4
+    assert [line.endswith(ladder_run.PARTIAL_END) for line in lines] == [
+        True,
+        False,
+    ] * 4
     assert all(len(line) <= 80 for line in lines), lines
     assert all(c.record["epoch"] == "measured" for c in ladder.cells)
     assert read_file(path).cells == ladder.cells  # the file holds what was returned
-    table = bl.format_table(ladder).splitlines()
-    assert "ops ms" in table[0] and set(bl.COLUMNS_CPU) <= set(table)
+    table = ladder_report.format_table(ladder).splitlines()
+    assert "ops ms" in table[0] and set(ladder_report.COLUMNS_CPU) <= set(table)
 
 
 def test_show_prints_no_targets_for_a_cpu_ladder(cpu_ladder, capsys):
     """The targets are an H200's: beside a CPU's ladder they would read as misses."""
     ladder, path, _ = cpu_ladder
-    assert bl.main(["--show", str(path)]) == 0
+    assert ladder_run.main(["--show", str(path)]) == 0
     out = capsys.readouterr().out
-    assert bl.format_table(ladder) in out and "targets" not in out
+    assert ladder_report.format_table(ladder) in out and "targets" not in out
 
 
 def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):
@@ -385,10 +398,12 @@ def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):
         "cpu", device="cpu", rungs=(0,), modes=("fp32",), height=32, width=32
     )
     with pytest.raises(bl.LadderError, match="another device or size"):
-        bl.run_ladder(spec, copy_path, "none", merge=True)
+        ladder_run.run_ladder(spec, copy_path, "none", merge=True)
     record = json.loads(copy_path.read_text())
     record["cells"] = record["cells"][:1]
-    bl.add_cell(copy_path, copy.deepcopy(json.loads(path.read_text())["cells"][3]))
+    ladder_record.add_cell(
+        copy_path, copy.deepcopy(json.loads(path.read_text())["cells"][3])
+    )
     assert [(c["rung"], c["mode"]) for c in json.loads(copy_path.read_text())["cells"]]
 
 
@@ -409,10 +424,11 @@ def test_a_failing_rung_is_an_error_cell_and_the_ladder_goes_on(tmp_path):
     )
     spec.train_images = 0  # a spec the runner refuses: recorded, not raised
     path = tmp_path / "l.json"
-    bl.write_record(
-        bl.new_record(spec, {"device_name": "cpu", "device": "cpu"}, "none"), path
+    ladder_record.write_record(
+        ladder_record.new_record(spec, {"device_name": "cpu", "device": "cpu"}, "none"),
+        path,
     )
-    bl.run_group(spec, "fp32", (0,), path, log=lambda s: None)
+    ladder_run.run_group(spec, "fp32", (0,), path, log=lambda s: None)
     cell = json.loads(path.read_text())["cells"][0]
     assert cell["status"] == "error" and "synthetic_train" in cell["error"]
 
@@ -443,12 +459,14 @@ def test_prediction_from_measured_layer_profiles():
 
     rs = load_results_dir(FIXTURES)
     rs.ladders.clear()  # as if no ladder were committed
-    shown, predicted = bl.gpu_ladder(rs)
+    shown, predicted = ch7.gpu_ladder(rs)
     assert predicted and shown.record["predicted"] is True
-    assert "No GPU ladder is committed" in bl.missing_ladder_line(rs)
+    assert "No GPU ladder is committed" in ch7.missing_ladder_line(rs)
     # the fictitious GPU is not in the device table: no bound for the 16-bit stream
     assert shown.cell(4, "amp-fp16") is None and shown.cell(3, "amp-fp16")
-    ladder = read_ladder(bl.predict_ladder(rs, ceilings=CEILINGS), "prediction")
+    ladder = read_ladder(
+        ladder_predict.predict_ladder(rs, ceilings=CEILINGS), "prediction"
+    )
     assert [r.index for r in ladder.rungs] == [0, 1, 2, 3, 4]
     assert ladder.modes() == ["fp32-tf32", "amp-fp16"]
     profile = {lp.precision: lp for lp in rs.layer_profiles}["amp-fp16"]
@@ -465,8 +483,8 @@ def test_prediction_from_measured_layer_profiles():
     assert r4.step_s < r3.step_s and r4.memory_bytes < r3.memory_bytes
     tf32 = ladder.cell(4, "fp32-tf32"), ladder.cell(3, "fp32-tf32")
     assert tf32[0].step_s == tf32[1].step_s  # no autocast: the stream changes nothing
-    assert bl.source_line(ladder, True).startswith("Predicted from the layer profiles")
-    assert bl.missing_ladder_line(load_results_dir(FIXTURES)) == ""
+    assert ch7.source_line(ladder, True).startswith("Predicted from the layer profiles")
+    assert ch7.missing_ladder_line(load_results_dir(FIXTURES)) == ""
 
 
 def test_a_ladder_stopped_part_way_keeps_its_finished_cells(tmp_path):
@@ -542,7 +560,9 @@ def test_a_gpu_ladder_times_kernels_and_idle_apart(tmp_path):
         steps=5,
         train_images=4,
     )
-    ladder = bl.run_ladder(spec, tmp_path / "l.json", "none", log=lambda s: None)
+    ladder = ladder_run.run_ladder(
+        spec, tmp_path / "l.json", "none", log=lambda s: None
+    )
     assert ladder.is_cuda and ladder.time_source == "cuda"
     for c in ladder.cells:
         assert c.ok, c.error
@@ -559,7 +579,9 @@ def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
 
     def line(v):
         value = predicted(v, "the cost model", fmt=".3f")
-        return bl.Target("peak", 0.570, "max", "ratio", value, None, "rung 4").line()
+        return ladder_report.Target(
+            "peak", 0.570, "max", "ratio", value, None, "rung 4"
+        ).line()
 
     close = line(0.571)
     # the 5% is an assumed bound, not a measured error: the line says so
@@ -586,7 +608,7 @@ def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(
     path = Path("ladder.json")
     argv = ["--device", "cpu", "--rungs", "4", "--precisions", "fp32", "--json"]
     tiny = ["--height", "16", "--width", "32", "--steps", "1", "--train-images", "1"]
-    assert bl.main([*argv, str(path), *tiny]) == 0
+    assert ladder_run.main([*argv, str(path), *tiny]) == 0
     record = json.loads(path.read_text())
     assert record["environment"]["cpu_threads"] == bl.CPU_THREADS
     assert torch.get_num_threads() == before
@@ -594,6 +616,6 @@ def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(
     assert "targets" not in out
     # the first line says what --isolate none means; results only, each in 80 columns
     assert "; all in this process; load average" in " ".join(out.split())
-    assert bl.PARTIAL_END not in out and "written" not in out
+    assert ladder_run.PARTIAL_END not in out and "written" not in out
     wide = [line for line in out.splitlines() if len(line) > 80]
     assert not wide, wide

@@ -10,7 +10,9 @@ import pytest
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
 from ampbook.bench import ladder as bl
-from ampbook.results import load_results_dir
+from ampbook.bench import ladder_report
+from ampbook.chapters import ch7
+from ampbook.results import MODE_LABELS, load_results_dir
 
 
 def smoke_rungs() -> list[int]:
@@ -34,8 +36,8 @@ def test_gpu_ladder_renders_from_the_fixture(chapter7):
             f"| {rung.index}: {rung.key} | {b.step_s * 1e3:.1f} | {a.step_s * 1e3:.1f} "
             f"| {b.step_s / a.step_s:.2f} |"
         ) in chapter7
-    assert bl.rung_verdict(ladder, 5, ["fp32-tf32", "amp-fp16"]) in chapter7
-    for target in bl.check_targets(ladder):
+    assert ch7.rung_verdict(ladder, 5, ["fp32-tf32", "amp-fp16"]) in chapter7
+    for target in ladder_report.check_targets(ladder):
         assert f"- {target.line()}" in chapter7
     # the top rungs, each precision over TF32 and over strict fp32
     assert "| 5: amp-fp16 + GradScaler | 20.0 | 3.00 | 10.25 | 2.70 | 294 |" in chapter7
@@ -49,6 +51,25 @@ def test_this_machines_ladder_and_the_recipe_run(chapter7):
     top = max(smoke_rungs())  # compared with the measured rung below it
     assert f"- Rung {top} ({bl.RUNGS[top].title}): fp32 " in chapter7
     assert "losses, read once at the end: [" in chapter7
+    # the recipe's source, from ampbook.train.recipe, on the page
+    assert "def optimised_training(model, images_u8, labels, dtype" in chapter7
+
+
+def test_the_page_profiles_the_step_and_runs_rung_4s_cast(chapter7):
+    """The profiler cell prints wall, busy and idle time per step, saying where it was
+    measured, and kineto's start and stop lines stay off the page; the cast cell shows
+    the concatenation's dtype both ways (bf16 autocast on this CPU)."""
+    (line,) = [x for x in chapter7.splitlines() if x.startswith("measured here on ")]
+    assert "(cpu), 3 profiled steps of the recipe" in line
+    wall, busy, idle = (
+        float(re.search(rf"{name}[^:]*:\s+([\d.]+) ms per step", chapter7).group(1))
+        for name in ("wall time", "busy", "idle")
+    )
+    assert 0 < busy <= wall and idle == pytest.approx(wall - busy, abs=0.011)
+    assert "profiler_start" not in chapter7 and "profiler_stop" not in chapter7
+    assert "fp16_stream=False: torch.cat gives torch.float32" in chapter7
+    assert "fp16_stream=True: torch.cat gives torch.bfloat16" in chapter7
+    assert "pool = pool.to(conv.dtype)" in chapter7  # the two lines' source
 
 
 def test_without_a_gpu_ladder_the_chapter_says_it_predicts(executed_notebooks):
@@ -78,3 +99,116 @@ def test_the_chapter_names_the_stream_flag_by_its_name():
         and "older" in text.split("--fp16-stream")[0][-40:]
     )
     assert "--16-bit-stream --compile default" in text
+
+
+# --- the chapter's library: its readings of a ladder, the recipe, rung 4's cast -------
+
+
+def fixture_ladder():
+    (ladder,) = load_results_dir(FIXTURES).ladders
+    return ladder
+
+
+def test_the_notebook_defines_no_functions():
+    """Its helpers live in ampbook.chapters.ch7 and its recipe in ampbook.train.recipe:
+    the page calls them, and shows the recipe's source."""
+    import ast
+
+    from ampbook.core.paths import REPO_ROOT
+
+    text = (REPO_ROOT / "notebooks" / "07_making_amp_pay.py").read_text()
+    tree = ast.parse(text)
+    assert not [
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+    ]
+    assert "inspect.getsource(recipe.optimised_training)" in text
+
+
+def test_cell_values_say_how_each_number_was_obtained():
+    ladder = fixture_ladder()
+    got = ch7.cell_values(ladder, 4, "amp-fp16")
+    assert set(got) == set(ch7.FIELDS)
+    c = ladder.cell(4, "amp-fp16")
+    assert float(got["step"]) == c.step_s and got["step"].is_measured
+    assert float(got["gib"]) == c.memory_bytes
+    # no such cell: nan, not a zero that reads as a measurement
+    assert all(v != v for v in ch7.cell_values(ladder, 9, "amp-fp16").values())
+    assert all(v != v for v in ch7.cell_values(None, 0, "amp-fp16").values())
+
+
+def test_speedup_is_a_value_of_its_inputs_kind():
+    ladder = fixture_ladder()
+    base, amp = (
+        ladder_report.cell_value(ladder, ladder.cell(0, m), "step_s")
+        for m in ("fp32-tf32", "amp-fp16")
+    )
+    r = ch7.speedup(base, amp)
+    assert float(r) == pytest.approx(float(base) / float(amp)) and r.is_measured
+    assert str(r).endswith("x")
+    nan = ch7.speedup(float("nan"), float("nan"))
+    assert nan != nan
+
+
+def test_top_rows_compare_each_precision_on_one_rung():
+    ladder = fixture_ladder()
+    rows = {row[0]: row for row in ch7.top_rows(ladder, 5, "fp32-tf32")}
+    assert set(rows) == {f"5: {MODE_LABELS[m]}" for m in ladder.modes()}
+    amp = rows["5: amp-fp16 + GradScaler"]
+    a, b = ladder.cell(5, "amp-fp16"), ladder.cell(5, "fp32-tf32")
+    assert float(amp[1]) == pytest.approx(a.step_s * 1e3)
+    assert float(amp[2]) == pytest.approx(b.step_s / a.step_s)
+    assert float(rows["5: fp32 (TF32 on)"][2]) == pytest.approx(1.0)
+
+
+def test_here_speedup_needs_both_cells_on_the_rung():
+    ladder = fixture_ladder()
+    assert ch7.here_amp_mode(ladder) == "amp-fp16"
+    assert ch7.compared_rungs(ladder) == [r.index for r in ladder.rungs]
+    fp32, amp = ladder.cell(0, "fp32"), ladder.cell(0, "amp-fp16")
+    assert float(ch7.here_speedup(ladder, 0)) == pytest.approx(fp32.step_s / amp.step_s)
+    missing = ch7.here_speedup(ladder, 9)
+    assert missing != missing
+
+
+def test_the_recipe_lowers_the_loss_on_a_fixed_batch():
+    """optimised_training's step, on a CPU in bf16 (as the chapter runs it there),
+    trains: ten steps on one tiny batch lower its loss; the losses stay on the device
+    (a tensor each, read by the caller)."""
+    import torch
+
+    from ampbook.segmentation.model import ERFNet
+    from ampbook.train.recipe import optimised_training
+
+    torch.manual_seed(0)
+    images = torch.randint(0, 256, (2, 3, 16, 32), dtype=torch.uint8)
+    labels = torch.randint(0, 19, (2, 16, 32))
+    step = optimised_training(
+        ERFNet(19, fp16_stream=True), images, labels, torch.bfloat16, lr=2e-3
+    )
+    index = torch.arange(2)
+    losses = [step(index) for _ in range(10)]
+    assert all(isinstance(x, torch.Tensor) and not x.requires_grad for x in losses)
+    assert losses[-1].item() < losses[0].item()
+
+
+def test_rung_4s_cast_keeps_the_concatenation_16_bit():
+    """The chapter's cast cell: under autocast the reference downsampler's torch.cat
+    promotes the 16-bit convolution and the fp32 pool to fp32; with fp16_stream both
+    halves, and the concatenation, stay 16-bit."""
+    import torch
+
+    from ampbook.segmentation.model import Downsampler
+
+    x = torch.randn(1, 3, 16, 32)
+    got = {}
+    for fp16_stream in (False, True):
+        block = Downsampler(3, 16, fp16_stream)
+        seen = []
+        block.bn.register_forward_pre_hook(lambda m, args: seen.append(args[0].dtype))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = block(x)
+        got[fp16_stream] = (seen[0], out.dtype)
+    assert got == {
+        False: (torch.float32, torch.float32),
+        True: (torch.bfloat16, torch.bfloat16),
+    }

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbook.bench.ladder import PARTIAL_END
+from ampbook.bench.ladder_run import PARTIAL_END
 from ampbook.build.gpuplan import (
     BY_NAME,
     DEFAULT_BUDGET_S,

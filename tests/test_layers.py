@@ -28,9 +28,7 @@ LAYERS = (
 MAX_LINES = 900
 # Not yet cut (issue 33 is open): each entry must still break its rule, so it is
 # struck from here in the change that fixes it, and nothing new can join.
-NOT_YET_CUT = {
-    "ampbook.bench.ladder",
-}
+NOT_YET_CUT: set[str] = set()
 NOT_YET_DOWN: set[str] = set()
 NOT_YET_UNTANGLED: list[list[str]] = []
 

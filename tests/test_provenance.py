@@ -16,7 +16,8 @@ from _chapters import FIXTURES
 from myst_nb.core.variables import format_plain_text
 
 from ampbook.bench import ladder as bl
-from ampbook.chapters import ch3, ch5, ch9
+from ampbook.bench import ladder_predict, ladder_report
+from ampbook.chapters import ch3, ch5, ch7, ch9
 from ampbook.core.page import md_table_text
 from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.results import load_results_dir, read_ladder
@@ -120,25 +121,27 @@ def predicted_ladder():
     from fixtures.make_results import CEILINGS  # the fixture profiles' own ceilings
 
     rs = load_results_dir(FIXTURES)
-    return read_ladder(bl.predict_ladder(rs, ceilings=CEILINGS), "prediction")
+    return read_ladder(
+        ladder_predict.predict_ladder(rs, ceilings=CEILINGS), "prediction"
+    )
 
 
 def test_cells_of_a_prediction_say_predicted_and_its_assumptions_assumed():
     ladder = predicted_ladder()
     r0, r3 = ladder.cell(0, "amp-fp16"), ladder.cell(3, "amp-fp16")
-    assert bl.cell_value(ladder, r0, "step_s").kind == "measured"
-    assert bl.cell_value(ladder, r3, "step_s").kind == "predicted"
-    idle = bl.cell_value(ladder, r3, "idle_s")
+    assert ladder_report.cell_value(ladder, r0, "step_s").kind == "measured"
+    assert ladder_report.cell_value(ladder, r3, "step_s").kind == "predicted"
+    idle = ladder_report.cell_value(ladder, r3, "idle_s")
     assert idle.kind == "assumed" and "idle time to 0" in idle.source
-    assert bl.cell_value(ladder, r3, "busy_share").kind == "assumed"
-    assert bl.cell_value(
+    assert ladder_report.cell_value(ladder, r3, "busy_share").kind == "assumed"
+    assert ladder_report.cell_value(
         ladder, ladder.cell(1, "amp-fp16"), "data_wait_share"
     ).kind == ("assumed")
 
 
 def test_targets_over_a_prediction_are_predicted_never_met():
     ladder = predicted_ladder()
-    lines = {t.name: t.line() for t in bl.check_targets(ladder)}
+    lines = {t.name: t.line() for t in ladder_report.check_targets(ladder)}
     for name, line in lines.items():
         assert ", met" not in line and "MISSED (" not in line, line
     assert "predicted to" in lines["AMP over TF32, eager"]
@@ -150,7 +153,7 @@ def test_targets_over_a_prediction_are_predicted_never_met():
 
 def test_rung_verdicts_over_a_prediction_say_would():
     ladder = predicted_ladder()
-    lines = [bl.rung_verdict(ladder, i, ["amp-fp16"]) for i in (1, 2, 3)]
+    lines = [ch7.rung_verdict(ladder, i, ["amp-fp16"]) for i in (1, 2, 3)]
     assert any("would be faster, predicted" in line for line in lines), lines
     assert all(", would " in line and "timed step" not in line for line in lines)
 
@@ -224,9 +227,10 @@ def test_every_page_prints_one_value_for_the_h200_step_speedup():
             assert got == alone, (where, got, alone)
         assert loop in flat, (where, loop)
     # chapter 7's rung 0 is the same step timed alone: the same figure
-    gpu, _ = bl.gpu_ladder(rs)
+    gpu, _ = ch7.gpu_ladder(rs)
     r0 = [
-        bl.cell_value(gpu, gpu.cell(0, m), "step_s") for m in ("fp32-tf32", "amp-fp16")
+        ladder_report.cell_value(gpu, gpu.cell(0, m), "step_s")
+        for m in ("fp32-tf32", "amp-fp16")
     ]
     assert f"{r0[0] / r0[1]:.2f}x" == alone
 
@@ -271,10 +275,10 @@ def measured_fixture_ladder(times_before, times_after):
 def test_a_rung_is_faster_only_when_its_timed_steps_do_not_overlap():
     # median 1.13x faster, but the timed steps overlap: the old 5% rule said "faster"
     ladder = measured_fixture_ladder([0.100, 0.113, 0.140], [0.095, 0.100, 0.120])
-    line = bl.rung_verdict(ladder, 2, ["amp-fp16"])
+    line = ch7.rung_verdict(ladder, 2, ["amp-fp16"])
     assert "(1.13x, no change resolved, the timed steps overlap" in line
     ladder = measured_fixture_ladder([0.110, 0.113, 0.115], [0.098, 0.100, 0.101])
-    assert "faster in every timed step" in bl.rung_verdict(ladder, 2, ["amp-fp16"])
+    assert "faster in every timed step" in ch7.rung_verdict(ladder, 2, ["amp-fp16"])
 
 
 def test_operator_time_above_the_step_is_not_separable():
@@ -286,10 +290,10 @@ def test_operator_time_above_the_step_is_not_separable():
     cell["kernel_s"] = cell["step_s"] * 1.09  # 46.9 ms of operators in a 42.9 ms step
     cell["idle_s"] = 0.0
     ladder = read_ladder(record, "fixture")
-    note = bl._profile_note(ladder.cell(4, "amp-fp16"), ladder)
+    note = ladder_report._profile_note(ladder.cell(4, "amp-fp16"), ladder)
     assert "not separable" in note
     assert not note.lower().startswith("the profile: gpu busy")
-    table = bl.format_table(ladder)
+    table = ladder_report.format_table(ladder)
     assert "n/a" in table and "not separable" in table
     assert all(len(line) <= 88 for line in table.splitlines())
 

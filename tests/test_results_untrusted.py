@@ -84,9 +84,8 @@ def plant(folder: Path, secret_rel: str) -> dict[str, list]:
 def page_text(rs) -> str:
     """What the chapters show of a results folder, from the library functions that
     make it (provenance lines, tables, verdicts, the findings)."""
-    from ampbook.bench import ladder as bl
     from ampbook.chapters import ch2 as bm
-    from ampbook.chapters import ch3, ch5, ch9
+    from ampbook.chapters import ch3, ch5, ch7, ch9
     from ampbook.core.devices import display_name, load_devices
     from ampbook.core.page import md_table_text
 
@@ -94,7 +93,7 @@ def page_text(rs) -> str:
     parts = [r.provenance for r in rs.train_runs]
     parts += [lp.provenance for lp in rs.layer_profiles]
     parts += [bm.sweep_provenance(s.record) for s in rs.matmul_sweeps]
-    parts += [bl.source_line(x, False) for x in rs.ladders]
+    parts += [ch7.source_line(x, False) for x in rs.ladders]
     pairs = rs.pairs()
     parts += [ch3.gpu_pair_verdict(p) for p in pairs]
     parts.append(ch5.gpu_in_short(pairs, rs.profile_pairs()))

@@ -17,7 +17,7 @@ COMMANDS = {
     "matmul": "ampbook.bench.matmul",
     "step": "ampbook.bench.step",
     "doctor": "ampbook.bench.doctor",
-    "ladder": "ampbook.bench.ladder",
+    "ladder": "ampbook.bench.ladder_run",
 }
 SUMMARIES = {  # one line each, for --help (the modules are not imported for it)
     "loader": "the input pipeline: can the data loader feed the GPU?",

@@ -410,13 +410,10 @@ def stage_ladder(work: Path, dry: bool, stage: str) -> None:
 
     import torch
 
-    from ampbook.bench.ladder import (
-        LadderError,
-        format_table,
-        format_targets,
-        ladder_path,
-        run_ladder,
-    )
+    from ampbook.bench.ladder import LadderError
+    from ampbook.bench.ladder_record import ladder_path
+    from ampbook.bench.ladder_report import format_table, format_targets
+    from ampbook.bench.ladder_run import run_ladder
 
     if not dry and not torch.cuda.is_available():
         raise RuntimeError(f"no CUDA device: the {stage} stage needs one")

@@ -8,6 +8,7 @@ Only the standard library is imported here: the module is loaded before torch.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 
@@ -151,3 +152,24 @@ class Progress:
             f"{what}: {unit + ' ' if unit else ''}{done} of {total}"
             + (f", {left}" if left else "")
         )
+
+
+@contextlib.contextmanager
+def quiet_stderr_fd():
+    """File descriptor 2 sent to /dev/null for the block: torch.profiler's kineto
+    writes a line to it at every start and stop (and, on a CPU, that it found no GPU),
+    from C++, past Python's ``sys.stderr`` (the ladder's ``profile_steps`` and chapter
+    7's profiler cell)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

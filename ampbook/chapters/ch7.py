@@ -1,0 +1,280 @@
+"""What chapter 7 (making AMP pay, ``07_making_amp_pay``) says of its ladders: which
+GPU ladder to show (``gpu_ladder``: the committed one, else the prediction) and where
+its numbers come from (``source_line``), its bars (``draw_ladder``), each rung's verdict
+against the rung below it (``rung_verdict``, ``step_change``), and the page's readings
+of single cells (``cell_values``, ``speedup``, ``top_rows``, ``here_speedup``). The
+ladder itself, its table and its targets are ``ampbook.bench.ladder`` and the modules
+beside it; the recipe the chapter shows is ``ampbook.train.recipe``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ampbook.bench.ladder import RUNGS
+from ampbook.bench.ladder_predict import predict_ladder
+from ampbook.bench.ladder_report import cell_value
+from ampbook.core.page import GIB
+from ampbook.results import MODE_LABELS, Ladder, LadderCell, read_ladder
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> None:
+    """Step time per rung and mode as bars, kernel time (solid) and idle time (hatched)
+    stacked; rungs along the x axis, one bar per mode in each group."""
+    import numpy as np
+
+    from ampbook.core.page import bar_style
+
+    modes = [m for m in (modes or ladder.modes()) if m in ladder.modes()]
+    rungs = [r for r in ladder.rungs if any(ladder.cell(r.index, m) for m in modes)]
+    xs = np.arange(len(rungs))
+    width = 0.8 / max(len(modes), 1)
+    for j, mode in enumerate(modes):
+        cells = [ladder.cell(r.index, mode) for r in rungs]
+        kern = np.array([(c.kernel_s or 0) * 1e3 if c else 0 for c in cells])
+        idle = np.array([(c.idle_s or 0) * 1e3 if c else 0 for c in cells])
+        x = xs - 0.4 + width * (j + 0.5)
+        style = bar_style(j)
+        ax.bar(x, kern, width, label=f"{MODE_LABELS[mode]}", **style)
+        ax.bar(
+            x,
+            idle,
+            width,
+            bottom=kern,
+            color="white",
+            edgecolor=style["color"] if j else "black",
+            hatch="////",
+            linewidth=0.5,
+            label="idle" if j == len(modes) - 1 else None,
+        )
+    ax.set_xticks(xs, [f"{r.index}: {r.key}" for r in rungs])
+    ax.set_ylabel("ms per step")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def gpu_ladder(results) -> tuple[Ladder | None, bool]:
+    """The GPU ladder to show: the most complete committed one, else the prediction
+    from committed layer profiles (``predict_ladder``); ``(ladder, predicted)``, or
+    ``(None, False)`` where there is neither."""
+    committed = results.gpu_ladders()
+    if committed:
+        return committed[0], False
+    record = predict_ladder(results)
+    if record is None:
+        return None, False
+    return read_ladder(
+        record,
+        "prediction from "
+        + ", ".join(Path(p).name for p in record["prediction"]["from"]),
+    ), True
+
+
+def source_line(ladder: Ladder, predicted: bool) -> str:
+    """Where a GPU ladder's numbers come from: its provenance, and for a prediction
+    what it was predicted from (``predict_ladder``'s assumptions)."""
+    from ampbook.results import provenance
+
+    settings = {
+        "": f"{ladder.width}x{ladder.height}, batch {ladder.batch_size}",
+    }
+    line = provenance(
+        ladder.record["environment"], ladder.record.get("created"), settings
+    )
+    if not predicted:
+        return f"Measured: {line}."
+    p = ladder.record["prediction"]
+    ratio = p.get("fp16_stream_bound_ratio")
+    stream = (
+        f"every AMP kernel scaled by the cost model's bound ratio {ratio:.3f} and the "
+        "saved bytes it removes (rung 4)"
+        if ratio
+        else "no rung 4 (no bound for this GPU)"
+    )
+    return (
+        f"Predicted from the layer profiles measured on {line}: rung 0 as measured "
+        f"(with the training runs' images/s, data wait and memory); above it, by "
+        f"assumption, no data wait (rung 1), batch norm "
+        f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC, the factor one user "
+        f"measured for cuDNN's own batch norm (rung 2), no idle time (rung 3), and "
+        f"{stream}; no rung 5."
+    )
+
+
+def missing_ladder_line(results) -> str:
+    """The sentence for a results folder with no GPU ladder ('' when there is one)."""
+    if results.gpu_ladders():
+        return ""
+    return (
+        "No GPU ladder is committed in the results folder yet (python -m "
+        "ampbook.bench ladder on a GPU writes one): what follows for the GPU is a "
+        "prediction, not a measurement."
+    )
+
+
+def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
+    """How cell ``b``'s step compared with cell ``a``'s, in words, judged against the
+    spread of their timed steps (``step_times_s``), as chapter 5 reads rounds: "faster"
+    only where every timed step of ``b`` was shorter than every one of ``a``, "slower"
+    the other way round, else no change resolved. Cells without step times (a
+    prediction) "would be" faster or slower (beyond 5%)."""
+    from ampbook.core.provenance import all_measured
+
+    va = cell_value(ladder, a, "step_s") if ladder else None
+    vb = cell_value(ladder, b, "step_s") if ladder else None
+    if ladder is not None and not all_measured([va, vb]):
+        ratio = a.step_s / b.step_s
+        if ratio > 1.05:
+            return "would be faster, predicted"
+        if ratio < 1 / 1.05:
+            return "would be slower, predicted"
+        return "would change little, predicted"
+    ta, tb = a.record.get("step_times_s"), b.record.get("step_times_s")
+    if not ta or not tb:
+        return "step times not recorded: no verdict"
+    if max(tb) < min(ta):
+        return "faster in every timed step"
+    if min(tb) > max(ta):
+        return "slower in every timed step"
+    return (
+        f"no change resolved, the timed steps overlap: {_ms(min(ta))}-{_ms(max(ta))} "
+        f"ms against {_ms(min(tb))}-{_ms(max(tb))} ms"
+    )
+
+
+def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
+    """One line: what rung ``index`` did to each mode's step against the rung before
+    it (``step_change``: measured cells against the spread of their timed steps,
+    predicted ones in the conditional)."""
+    if index not in {r.index for r in ladder.rungs}:
+        why = (
+            "what compilation fuses is not in an eager profile"
+            if ladder.record.get("predicted")
+            else "not measured"
+        )
+        return (
+            f"This ladder has no rung {index} ({RUNGS[index].title}): {why}; "
+            "python -m ampbook.bench ladder measures it."
+        )
+    rung = ladder.rung(index)
+    parts = []
+    for mode in modes or ladder.modes():
+        b = ladder.cell(index, mode)
+        # the rung below it that was measured in this mode (the one before when it was)
+        before = max(
+            (
+                r.index
+                for r in ladder.rungs
+                if r.index < index and ladder.cell(r.index, mode)
+            ),
+            default=None,
+        )
+        if b is None or before is None:
+            continue
+        a = ladder.cell(before, mode)
+        ratio = a.step_s / b.step_s
+        # a gap in the measured rungs: the change is every rung since, together
+        since = (
+            ""
+            if before == index - 1
+            else f" (rungs {before + 1}-{index} together, from rung {before})"
+        )
+        parts.append(
+            f"{mode} {_ms(a.step_s)} -> {_ms(b.step_s)} ms{since} "
+            f"({ratio:.2f}x, {step_change(a, b, ladder)})"
+        )
+    if not parts:
+        return f"Rung {index} ({rung.title}) was not measured beside a rung below it."
+    return f"Rung {index} ({rung.title}): " + "; ".join(parts) + "."
+
+
+# --------------------------------------------------------------------------------------
+# the page's readings of single cells
+# --------------------------------------------------------------------------------------
+
+# The names the page glues a cell's numbers under, and the cell's field of each.
+FIELDS = {
+    "step": "step_s",
+    "kernel": "kernel_s",
+    "idle": "idle_s",
+    "busy": "busy_share",
+    "ips": "images_per_s",
+    "wait": "data_wait_share",
+    "gib": "memory_bytes",
+}
+
+
+def cell_values(ladder: Ladder | None, index: int, mode: str) -> dict:
+    """One cell's step, kernel and idle time, busy share, images/s, data wait and
+    memory (``FIELDS``), each a Value that says whether it was measured, predicted or
+    assumed (nan where the ladder has no such cell)."""
+    c = ladder.cell(index, mode) if ladder else None
+    return {
+        k: cell_value(ladder, c, f) if c else float("nan") for k, f in FIELDS.items()
+    }
+
+
+def speedup(base, amp):
+    """fp32's (or fp32 with TF32's) step over AMP's, a Value of their kind (nan
+    without both)."""
+    r = base / amp
+    return r.with_(fmt=".2f", unit="x") if hasattr(r, "with_") else float("nan")
+
+
+def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[tuple]:
+    """One row per precision at rung ``index``: the step (ms), its speedup over
+    ``base_mode`` and over strict fp32 on the same rung, the peak memory (GiB) and the
+    images/s, each number a Value (a predicted or assumed one marked in the table)."""
+
+    def step(mode):
+        return cell_value(ladder, ladder.cell(index, mode), "step_s")
+
+    base, strict = step(base_mode), step("fp32")
+    out = []
+    for mode in ladder.modes():
+        c = ladder.cell(index, mode)
+        if c is None:
+            continue
+        mem = cell_value(ladder, c, "memory_bytes")
+        out.append(
+            (
+                f"{index}: {MODE_LABELS[mode]}",
+                step(mode) * 1e3,
+                base / step(mode) if base else None,
+                strict / step(mode) if strict else None,
+                mem / GIB if mem else None,
+                cell_value(ladder, c, "images_per_s"),
+            )
+        )
+    return out
+
+
+def here_amp_mode(ladder: Ladder) -> str | None:
+    """The mixed precision of this machine's ladder (its first ``amp-`` mode)."""
+    return next((m for m in ladder.modes() if m.startswith("amp")), None)
+
+
+def compared_rungs(ladder: Ladder) -> list[int]:
+    """The rungs at which this machine's ladder has both an fp32 and an AMP cell."""
+    amp = here_amp_mode(ladder)
+    return [
+        r.index
+        for r in ladder.rungs
+        if amp and ladder.cell(r.index, amp) and ladder.cell(r.index, "fp32")
+    ]
+
+
+def here_speedup(ladder: Ladder, index: int):
+    """fp32's step over the AMP step of this machine's ladder at rung ``index``
+    (measured), nan where the rung lacks either."""
+    if index not in compared_rungs(ladder):
+        return float("nan")
+    amp = here_amp_mode(ladder)
+    return speedup(
+        *(cell_value(ladder, ladder.cell(index, m), "step_s") for m in ("fp32", amp))
+    )
