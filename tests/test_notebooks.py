@@ -104,6 +104,32 @@ def _write(tmp_path: Path, name: str, extra: str = "") -> Path:
     return path
 
 
+def _definitions(source: str) -> list[str]:
+    """The functions and classes a notebook's code cells define, with their lines."""
+    import ast
+
+    nb = jupytext.reads(source, fmt="py:percent")
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    return [
+        f"{type(n).__name__} {n.name} (code line {n.lineno})"
+        for n in ast.walk(ast.parse(code))
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_notebook_defines_no_functions(source: Path):
+    # the library defines, the page calls (and shows a definition's source where it
+    # teaches one): a function written in a notebook is untested and defined twice
+    # once a second chapter needs it
+    assert _definitions(source.read_text()) == [], source.name
+
+
+def test_a_function_in_a_notebook_is_found():
+    text = "# %%\nx = 1\n\n# %%\nfor i in range(2):\n    def f(): ...\n"
+    assert _definitions(text) == ["FunctionDef f (code line 3)"]
+
+
 def test_runner_executes_and_injects_parameters(tmp_path):
     source = _write(tmp_path, "ok")
     run = runner.execute(source, tmp_path / "out", {"n": 21}, "smoke")
