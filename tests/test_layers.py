@@ -26,11 +26,6 @@ LAYERS = (
     "build",
 )
 MAX_LINES = 900
-# Not yet cut (issue 33 is open): each entry must still break its rule, so it is
-# struck from here in the change that fixes it, and nothing new can join.
-NOT_YET_CUT: set[str] = set()
-NOT_YET_DOWN: set[str] = set()
-NOT_YET_UNTANGLED: list[list[str]] = []
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -101,9 +96,7 @@ def test_imports_point_down_the_layers():
         for line, target in found:
             if layer(target) > layer(name) or layer(target) == len(LAYERS):
                 upward.append(f"{name} imports {target}")
-    assert set(upward) == NOT_YET_DOWN, "imports up the stack:\n" + "\n".join(
-        sorted(set(upward) ^ NOT_YET_DOWN)
-    )
+    assert upward == [], "imports up the stack:\n" + "\n".join(sorted(upward))
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -143,7 +136,7 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_circles():
     edges = {name: {t for _, t in found} for name, found in graph().items()}
-    assert circles(edges) == NOT_YET_UNTANGLED, circles(edges)
+    assert circles(edges) == [], circles(edges)
 
 
 def test_the_circle_finder_finds_circles():
@@ -167,13 +160,4 @@ def test_an_upward_import_inside_a_function_is_found(tmp_path):
 @pytest.mark.parametrize("name", sorted(modules()))
 def test_no_module_is_over_900_lines(name):
     lines = len(modules()[name].read_text().splitlines())
-    if name in NOT_YET_CUT:
-        assert lines > MAX_LINES, (
-            f"{name} has {lines} lines: strike it from NOT_YET_CUT"
-        )
-    else:
-        assert lines <= MAX_LINES, f"{name} has {lines} lines"
-
-
-def test_the_modules_not_yet_cut_exist():
-    assert NOT_YET_CUT <= set(modules())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines"
