@@ -130,6 +130,48 @@ def test_a_function_in_a_notebook_is_found():
     assert _definitions(text) == ["FunctionDef f (code line 3)"]
 
 
+def _library_definitions() -> dict[str, list[tuple[str, str]]]:
+    """Every function and class of ampbook by qualified name: (module path, its
+    docstring)."""
+    import ast
+
+    found: dict[str, list[tuple[str, str]]] = {}
+
+    def walk(body, prefix, path):
+        for n in body:
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = prefix + n.name
+                found.setdefault(name, []).append((path, ast.get_docstring(n) or ""))
+                walk(n.body, name + ".", path)
+
+    for path in sorted((REPO_ROOT / "ampbook").rglob("*.py")):
+        walk(ast.parse(path.read_text()).body, "", str(path.relative_to(REPO_ROOT)))
+    return found
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=IDS)
+def test_code_a_page_shows_says_which_chapter_shows_it(source: Path):
+    # a page teaches the library code it prints (inspect.getsource): its docstring
+    # sends a reader of the library back to that page
+    import re
+
+    defs = _library_definitions()
+    chapter = int(source.stem[:2])
+    for shown in re.findall(r"inspect\.getsource\(([\w.]+)\)", source.read_text()):
+        parts = shown.split(".")
+        # the longest dotted suffix naming a definition: memory.SavedTensorMeter._pack
+        name = next(
+            ".".join(parts[i:])
+            for i in range(len(parts))
+            if ".".join(parts[i:]) in defs
+        )
+        docs = defs[name]
+        assert any(
+            f"Shown on the page in chapter {chapter} ({source.stem})" in doc
+            for _, doc in docs
+        ), f"{source.name} prints {shown}; its docstring ({docs[0][0]}) does not say so"
+
+
 def test_runner_executes_and_injects_parameters(tmp_path):
     source = _write(tmp_path, "ok")
     run = runner.execute(source, tmp_path / "out", {"n": 21}, "smoke")

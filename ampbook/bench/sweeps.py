@@ -224,7 +224,9 @@ def shape_penalties(rows: Sequence[dict]) -> list[dict]:
 
 def outside_spread(a: dict, b: dict) -> bool:
     """Whether two measurements differ by more than their run-to-run spread: their
-    per-FLOP time ranges from the 10th to the 90th percentile do not overlap."""
+    per-FLOP time ranges from the 10th to the 90th percentile do not overlap.
+
+    Shown on the page in chapter 2 (02_tensor_cores)."""
     a_lo, a_hi = a["p10_s"] / a["flops"], a["p90_s"] / a["flops"]
     b_lo, b_hi = b["p10_s"] / b["flops"], b["p90_s"] / b["flops"]
     return a_hi < b_lo or b_hi < a_lo

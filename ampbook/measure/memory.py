@@ -129,6 +129,7 @@ class SavedTensorMeter:
     # -- the saved-tensor hooks
     # ----------------------------------------------------------------
     def _pack(self, t: torch.Tensor):
+        """Shown on the page in chapter 4 (04_loss_scaling)."""
         key, nbytes = _storage_key_and_bytes(t)
         alive = self._seen.get(key)
         # A storage is counted once while any tensor saved on it is still alive; a dead

@@ -554,7 +554,9 @@ def finfo_table() -> tuple[list[str], list[list]]:
 
 def running_sum(values: torch.Tensor, dtype: torch.dtype, device="cpu") -> torch.Tensor:
     """Add ``values`` one at a time into an accumulator of ``dtype``; every partial
-    sum."""
+    sum.
+
+    Shown on the page in chapter 1 (01_floating_point)."""
     values = values.to(device=device, dtype=dtype)
     acc, trace = torch.zeros((), dtype=dtype, device=device), []
     for v in values:

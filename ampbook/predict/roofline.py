@@ -378,7 +378,9 @@ def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime
 
     An operator cannot finish before its FLOPs are done at the peak for its dtype nor
     before its bytes have moved at the bandwidth, so its time is at least the larger of
-    the two (and at least ``min_kernel_s``, a launch's latency, when given)."""
+    the two (and at least ``min_kernel_s``, a launch's latency, when given).
+
+    Shown on the page in chapter 5 (05_rtx3070)."""
     compute = op.other_flops / (ceilings.vector_tflops * 1e12)
     if op.mma_flops:  # 0 for an unmodelled operator (complex, fp64...)
         kind = "matmul" if op.op_class == "matmul" else "conv"

@@ -59,6 +59,7 @@ class Downsampler(nn.Module):
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Shown on the page in chapter 7 (07_making_amp_pay)."""
         # torch.cat promotes dtypes, so under autocast (conv in low precision, pool in
         # the input's precision) the concatenation takes the wider of the two.
         conv, pool = self.conv(x), self.pool(x)

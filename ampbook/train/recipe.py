@@ -10,7 +10,9 @@ import torch
 
 def optimised_training(model, images_u8, labels, dtype, lr=5e-4, compile=False):
     """An optimised AMP training step over data already on the device. ``images_u8``
-    is N x 3 x H x W uint8, decoded once; ``labels`` N x H x W class indices."""
+    is N x 3 x H x W uint8, decoded once; ``labels`` N x H x W class indices.
+
+    Shown on the page in chapter 7 (07_making_amp_pay)."""
     dev = images_u8.device
     torch.backends.cudnn.benchmark = True  # fastest algorithm per shape (rung 2)
     model = model.to(dev, memory_format=torch.channels_last)  # NHWC (rung 2)

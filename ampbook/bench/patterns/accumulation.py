@@ -19,9 +19,10 @@ from ampbook.bench.patterns.tiny import (
 )
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 def accumulate_step(model, optimizer, scaler, micro_batches, device_type, dtype):
-    """One optimizer step over a list of (images, labels) micro-batches."""
+    """One optimizer step over a list of (images, labels) micro-batches.
+
+    Shown on the page in chapter 8 (08_amp_patterns)."""
     n = len(micro_batches)
     optimizer.zero_grad()
     for images, labels in micro_batches:

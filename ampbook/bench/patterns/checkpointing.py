@@ -15,9 +15,10 @@ from ampbook.core.precision import torch_name
 from ampbook.measure.memory import AllocatedBytesMeter
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 class Checkpointed(nn.Module):
-    """A block whose activations are recomputed in the backward pass."""
+    """A block whose activations are recomputed in the backward pass.
+
+    Shown on the page in chapter 8 (08_amp_patterns)."""
 
     def __init__(self, block: nn.Module):
         super().__init__()
@@ -27,9 +28,10 @@ class Checkpointed(nn.Module):
         return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 def checkpoint_blocks(model):
-    """Wrap every block of ERFNet's encoder and decoder in ``Checkpointed``."""
+    """Wrap every block of ERFNet's encoder and decoder in ``Checkpointed``.
+
+    Shown on the page in chapter 8 (08_amp_patterns)."""
     for part in (model.encoder, model.decoder):
         for i, block in enumerate(part.layers):
             part.layers[i] = Checkpointed(block)

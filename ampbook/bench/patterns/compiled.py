@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from ampbook.bench.patterns.tiny import scaler_for, tiny_batch, tiny_model
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 def train_step(model, optimizer, scaler, images, labels, device_type, dtype):
+    """Shown on the page in chapter 8 (08_amp_patterns)."""
     optimizer.zero_grad()
     with torch.autocast(device_type, dtype=dtype):
         loss = F.cross_entropy(model(images), labels)

@@ -13,10 +13,11 @@ from torch import nn
 from ampbook.core.precision import torch_name
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 def exp_sum_log(device_type, cast_inputs=torch.float32):
     """log(sum(exp(x))) over the last dimension, written naively (exp overflows fp16
-    above 11.1), as an autograd Function that runs in fp32 under autocast."""
+    above 11.1), as an autograd Function that runs in fp32 under autocast.
+
+    Shown on the page in chapter 8 (08_amp_patterns)."""
 
     class ExpSumLog(torch.autograd.Function):
         @staticmethod

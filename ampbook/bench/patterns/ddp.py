@@ -26,10 +26,11 @@ from ampbook.bench.patterns.tiny import (
 from ampbook.core.precision import torch_name
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 def train_steps(model, optimizer, scaler, batches, device_type, dtype):
     """The minimal AMP loop (chapter 3) over ``batches``; with DDP ``model`` is the
-    DDP-wrapped one and each process passes its own share of every batch."""
+    DDP-wrapped one and each process passes its own share of every batch.
+
+    Shown on the page in chapter 8 (08_amp_patterns)."""
     for images, labels in batches:
         optimizer.zero_grad()
         with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):

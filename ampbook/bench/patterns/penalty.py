@@ -18,8 +18,8 @@ from ampbook.bench.patterns.tiny import (
 )
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 def penalty_step(model, optimizer, scaler, images, labels, device_type, dtype):
+    """Shown on the page in chapter 8 (08_amp_patterns)."""
     optimizer.zero_grad()
     with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
         loss = F.cross_entropy(model(images), labels)

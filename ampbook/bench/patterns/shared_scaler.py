@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from ampbook.bench.patterns.tiny import flat_parameters, tiny_batch, tiny_model
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 def coupled_losses(out0, out1, labels):
-    """Each loss depends on both models (as in PyTorch's AMP examples)."""
+    """Each loss depends on both models (as in PyTorch's AMP examples).
+
+    Shown on the page in chapter 8 (08_amp_patterns)."""
     loss0 = F.cross_entropy(2 * out0 + 3 * out1, labels)
     loss1 = F.cross_entropy(3 * out0 - 5 * out1, labels)
     return loss0, loss1
@@ -27,7 +28,6 @@ def separate_losses(out0, out1, labels):
     return F.cross_entropy(out0, labels), F.cross_entropy(out1, labels)
 
 
-# Shown on the page in chapter 8 (08_amp_patterns), which prints its source.
 def two_models_step(
     models,
     optimizers,
@@ -38,6 +38,7 @@ def two_models_step(
     dtype,
     losses=coupled_losses,
 ):
+    """Shown on the page in chapter 8 (08_amp_patterns)."""
     for optimizer in optimizers:
         optimizer.zero_grad()
     with torch.autocast(device_type, dtype=dtype):
