@@ -194,7 +194,7 @@ glue_all(
     ch7_workers=bl.RUNGS[0].changes["workers"],
     ch7_bn=sum(isinstance(m, torch.nn.BatchNorm2d) for m in ERFNet(19).modules()),
     ch7_params=len(list(ERFNet(19).parameters())),
-    ch7_bn_speedup=assumed(ladder_predict.NHWC_BATCH_NORM_SPEEDUP, "bench_ladder."
+    ch7_bn_speedup=assumed(ladder_predict.NHWC_BATCH_NORM_SPEEDUP, "ladder_predict."
                            "NHWC_BATCH_NORM_SPEEDUP, from cudnn-frontend#134",
                            fmt=".0f", unit="x"),
     ch7_stream_ratio=(assumed(stream, "predict_ladder: every AMP kernel scaled by the "

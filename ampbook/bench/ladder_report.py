@@ -523,7 +523,7 @@ def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
         source = (
             f"measured ({files})"
             if kind == MEASURED
-            else f"bench_ladder.predict_ladder from {files}"
+            else f"ladder_predict.predict_ladder from {files}"
         )
     else:
         source = f"measured ({Path(ladder.path).name})"
