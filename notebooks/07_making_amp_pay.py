@@ -277,8 +277,8 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # and every residual block after it adds a 16-bit branch to an fp32 skip, so the whole
 # encoder carries fp32 activations under {term}`autocast`. Casting the pool branch to
 # the convolution's dtype, fp16 or bf16 (the runner's `--16-bit-stream`, whose older
-# name `--fp16-stream` still works; the same parameters and fp32 outputs) keeps the
-# stream 16-bit: AMP's peak memory goes from
+# name `--fp16-stream` still works; without autocast the model has the same
+# parameters and gives the same fp32 outputs) keeps the stream 16-bit: AMP's peak memory goes from
 # {glue:text}`ch7_r3_amp_gib:s` to {glue:text}`ch7_r4_amp_gib:s`, its step to
 # {glue:text}`ch7_r4_amp_step:s`. fp32 with TF32 has no autocast, and this rung changes
 # nothing for it. Where the ladder is predicted, rung 4 scales *all* of AMP's kernel
@@ -298,7 +298,7 @@ from ampbook.segmentation.model import Downsampler
 print(inspect.getsource(Downsampler.forward))
 
 # %% [markdown]
-# Run here, on this machine's device, the first downsampler takes a batch of fp32
+# The next cell runs the first downsampler on this machine's device, on a batch of fp32
 # images under autocast (fp16 on a GPU, bf16 on a CPU), once as the reference and once
 # with the cast. A forward pre-hook on its batch norm records the dtype of what enters
 # it, which is what leaves the concatenation. Without the cast, `torch.cat` promotes
@@ -421,11 +421,15 @@ glue_all(ch7_here_r0=ch7.here_speedup(here, 0),
 # (ch7-recipe)=
 # ## The recipe
 #
-# Everything above, in a training step you can paste into your own loop: decode the
-# data once and keep it on the device, channels_last and `cudnn.benchmark`, a fused
-# optimizer, no host sync in the step, the 16-bit residual stream where your network
-# promotes one, and `torch.compile` on a GPU. It is `optimised_training` in
-# `ampbook.train.recipe`; this is its source:
+# Everything above, in a training step you can paste into your own loop. You give it
+# the data decoded once and kept on the device (rung 1: uint8 images, class-index
+# labels) and a model with the 16-bit stream where your network promotes one (rung 4:
+# ERFNet's `fp16_stream=True`); it adds channels_last and `cudnn.benchmark` (rung 2;
+# the latter set for the whole process), a fused optimizer and no host sync in the
+# step (rung 3), and `torch.compile` when you pass `compile=True` (rung 5, on a GPU;
+# the cell below does not compile). The optimizer and the scaler stay inside it: to
+# add a schedule or a checkpoint, copy the function and return them too. It is
+# `optimised_training` in `ampbook.train.recipe`; this is its source:
 
 # %%
 from ampbook.train import recipe
@@ -433,8 +437,9 @@ from ampbook.train import recipe
 print(inspect.getsource(recipe.optimised_training))
 
 # %% [markdown]
-# The next cell runs a few steps of it here, on random images and labels already on
-# this machine's device.
+# The next cell runs a few steps of it here, on random images and random labels
+# already on this machine's device: with 19 classes and random labels the loss stays
+# near ln 19 ≈ 2.94, so the numbers show the step runs, not that it learns.
 
 # %%
 amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
@@ -444,7 +449,8 @@ targets = torch.randint(0, 19, (4, height, width), device=device)
 step = recipe.optimised_training(ERFNet(19, fp16_stream=True), cache, targets,
                                  amp_dtype)
 losses = [step(torch.randperm(4, device=device)[:batch_size]) for _ in range(3)]
-print("losses, read once at the end:", [round(x.item(), 3) for x in losses])
+print(f"losses, read once at the end ({device.type}, autocast to {amp_dtype}, random "
+      "labels):", [round(x.item(), 3) for x in losses])
 
 # %% [markdown]
 # (ch7-profiler)=
@@ -454,15 +460,19 @@ print("losses, read once at the end:", [round(x.item(), 3) for x in losses])
 # `torch.profiler` records each operator the host runs and, on a GPU, each kernel, copy
 # and fill the GPU executes, every one as an interval of time. Merge the device's
 # intervals where they overlap and add up what remains: that is the time the device was
-# busy. The rest of the wall time is idle time: on a GPU, time spent waiting for the
-# host to launch the next kernel or to finish a sync. On a CPU the profiler has no
-# separate device timeline, so busy time is the union of the top-level operators'
-# intervals (an operator's children run inside it), and idle time is the Python,
-# dispatch and optimizer-loop code between them. The cell below profiles a few steps of
-# the recipe's step and splits them this way; the ladder's `profile_steps`
-# (`ampbook.bench.ladder_measure`) does the same for every rung. The profiler adds work
-# to every operator, so a profiled step runs slower than an unprofiled one: read the
-# split as a description of the profiled steps.
+# busy. The rest of the wall time is idle time. On a GPU it is time the GPU waits for
+# the host: to launch the next kernel or, after a sync, to read the result and resume
+# launching. On a CPU the profiler has no separate device timeline: busy time is the
+# time the main thread spends inside operators (the union of their intervals, so an
+# operator's children, which run inside it, count once, and the optimizer's operators
+# under their `Optimizer.step` annotation count too), not a measure of how busy the
+# cores are; idle time is the Python and dispatch code between operators. The profiler
+# adds work to every operator, so a profiled step usually runs slower than an
+# unprofiled one: the cell below first times the same steps without it (the two wall
+# times differ by that overhead and by this machine's noise), then profiles them and
+# splits the profiled steps' wall time this way. The ladder's `profile_steps`
+# (`ampbook.bench.ladder_measure`) profiles every rung the same way; its table then
+# takes the busy time from the median unprofiled step.
 
 # %%
 import time
@@ -472,27 +482,35 @@ from torch.profiler import ProfilerActivity, profile
 
 from ampbook.core.env import environment
 from ampbook.core.terminal import quiet_stderr_fd
+from ampbook.core.words import plural
 
-n = 3  # steps to profile
+n = 3  # steps to time and to profile
 cuda = device.type == "cuda"
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 index = torch.arange(batch_size, device=device)
-step(index)  # one step outside the profile: nothing left to warm up inside it
+step(index)  # one step first: the model and its kernels are warm before any timing
 if cuda:
     torch.cuda.synchronize(device)
-# quiet_stderr_fd only hides kineto's log lines at the profiler's start and stop
+start = time.perf_counter()
+for _ in range(n):
+    step(index)
+if cuda:
+    torch.cuda.synchronize(device)  # the wall time ends when the GPU is done
+plain_s = time.perf_counter() - start
+# quiet_stderr_fd only hides kineto's log lines at the profiler's start and stop; the
+# profiler's own start-up falls in the first profiled step (a schedule with warmup
+# steps, torch.profiler.schedule, leaves it out)
 with quiet_stderr_fd(), profile(activities=activities) as prof:
     start = time.perf_counter()
     for _ in range(n):
         step(index)
     if cuda:
-        torch.cuda.synchronize(device)  # the wall time ends when the GPU is done
+        torch.cuda.synchronize(device)
     wall_s = time.perf_counter() - start
-# the device's intervals: a GPU's kernels, copies and fills; on a CPU, the operators
-# the host called directly
+# the device's intervals: a GPU's kernels, copies and fills; on a CPU, every operator
+# (record_function annotations, such as Optimizer.step's, are not operators)
 spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
                if e.device_type == (DeviceType.CUDA if cuda else DeviceType.CPU)
-               and (cuda or e.cpu_parent is None)
                and not getattr(e, "is_user_annotation", False))
 busy_us, end = 0.0, float("-inf")  # their union, in microseconds: overlaps once
 for a, b in spans:
@@ -500,12 +518,14 @@ for a, b in spans:
         busy_us += b - max(a, end)
         end = b
 wall_ms, busy_ms = wall_s / n * 1e3, busy_us / n / 1e3
-print(f"measured here on {environment(device)['device_name']} ({device.type}), "
-      f"{n} profiled steps of the recipe, batch {batch_size} at {width}x{height}:")
-print(f"  wall time:               {wall_ms:8.2f} ms per step")
-print(f"  busy ({'GPU kernels' if cuda else 'CPU in operators'}): "
-      f"{busy_ms:8.2f} ms per step ({busy_ms / wall_ms:.0%} of the wall time)")
-print(f"  idle (wall - busy):      {wall_ms - busy_ms:8.2f} ms per step")
+print(f"measured here on {environment(device)['device_name']} ({device.type}, "
+      f"{plural(torch.get_num_threads(), 'thread')}),\n{n} steps of the recipe, "
+      f"autocast to {amp_dtype}, batch {batch_size} at {width}x{height}:")
+print(f"  wall time, not profiled: {plain_s / n * 1e3:8.2f} ms per step")
+print(f"  wall time, profiled:     {wall_ms:8.2f} ms per step")
+print(f"  busy ({'GPU kernels, copies, fills' if cuda else 'CPU in operators'}): "
+      f"{busy_ms:8.2f} ms per step ({busy_ms / wall_ms:.0%} of the profiled wall time)")
+print(f"  idle (profiled - busy):  {wall_ms - busy_ms:8.2f} ms per step")
 
 # %% [markdown]
 # The runner does the same with flags, and records every run:

@@ -619,3 +619,25 @@ def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(
     assert ladder_run.PARTIAL_END not in out and "written" not in out
     wide = [line for line in out.splitlines() if len(line) > 80]
     assert not wide, wide
+
+
+def test_a_cpu_profile_counts_the_optimizers_operators_as_busy():
+    # Optimizer.step wraps its operators in a record_function annotation: they are
+    # still operators the CPU spends its time in, not idle time between them
+    import torch
+
+    from ampbook.bench.ladder_measure import profile_steps
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(256, 256)
+    optimizer = torch.optim.Adam(model.parameters(), foreach=False)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+
+    def step(x, y):  # the optimizer alone: every operator sits under its annotation
+        optimizer.step()
+
+    got = profile_steps(step, None, None, 3, torch.device("cpu"))
+    assert got["kernels_per_step"] > 0
+    assert 0 < got["kernel_s"] <= got["profiled_step_s"]
+    assert got["kernel_s"] > 0.3 * got["profiled_step_s"]

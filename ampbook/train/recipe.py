@@ -27,7 +27,7 @@ def optimised_training(model, images_u8, labels, dtype, lr=5e-4, compile=False):
         x = (images_u8[index].float() / 255 - mean) / std
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(dev.type, dtype=dtype):
-            loss = criterion(net(x), labels[index])
+            loss = criterion(net(x), labels[index].long())  # uint8 labels too
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
