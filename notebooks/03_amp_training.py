@@ -284,9 +284,10 @@ md_table(rows, ["optimizer", "order", "norm measured by the clip",
 print(f"norm measured on the scaled gradients / on the true ones: "
       f"{seen['SGD', False] / seen['SGD', True]:g} (the scale, {2.0**16:g})")
 n_params = sum(p.numel() for p in model.parameters())
+per_element = max_norm / 2**16 / n_params**0.5
 print(f"arithmetic, not a measurement: a norm of {max_norm:g} / 2**16 spread evenly\n"
-      f"over ERFNet's {n_params:,} parameters is {max_norm / 2**16 / n_params**0.5:.2g} "
-      "per element (Adam's default eps: 1e-08)")
+      f"over ERFNet's {n_params:,} parameters is {per_element:.2g} per element "
+      "(Adam's default eps: 1e-08)")
 
 # %% [markdown]
 # Unscaled first, clipping sees the true norm and hands the optimizer a gradient of
