@@ -1239,3 +1239,16 @@ def test_a_damaged_png_is_an_error_not_a_crash(tiny, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "fails its CRC" in done.stdout
+
+
+def test_a_stop_in_a_frozen_module_is_held_back_not_raised_there():
+    # C code that calls back into <frozen abc> (isinstance on a Path that numpy
+    # converts) turns an exception raised there into a SystemError: a stop landing in
+    # such a frame is delivered again a moment later, in the caller's own code
+    from ampbook.core import stops
+
+    ns: dict = {}
+    exec(compile("import sys\nframe = sys._getframe()", "<frozen abc>", "exec"), ns)
+    assert stops._in_frozen(ns["frame"])
+    assert not stops._in_frozen(sys._getframe())
+    assert not stops._in_frozen(None)

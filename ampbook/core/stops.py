@@ -49,12 +49,21 @@ def _in_import(frame) -> bool:
     return False
 
 
+def _in_frozen(frame) -> bool:
+    """Whether the main thread is in a frozen standard-library module (``<frozen
+    abc>``'s ``__instancecheck__``...), which C code calls back into: an exception
+    raised there can come out of that C code as a ``SystemError`` ("returned a result
+    with an exception set") instead of the stop itself (numpy reading a ``Path``)."""
+    return frame is not None and frame.f_code.co_filename.startswith("<frozen ")
+
+
 def _held_back(signum, frame) -> bool:
     """A stop that lands inside an import is not raised there: an exception thrown
     through a C extension's initialisation (torch's pybind11 code) can abort the process
-    (SIGABRT, a C++ ``terminate``) instead of unwinding. The signal is delivered again
-    shortly after, until the import has finished, and raised then."""
-    if not _in_import(frame):
+    (SIGABRT, a C++ ``terminate``) instead of unwinding. Nor is one that lands in a
+    frozen standard-library module (``_in_frozen``). The signal is delivered again
+    shortly after, until the main thread is out of both, and raised then."""
+    if not (_in_import(frame) or _in_frozen(frame)):
         _state["held"] = None
         return False
     _state["held"] = signum
