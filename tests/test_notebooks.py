@@ -3,6 +3,7 @@ them."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -130,6 +131,7 @@ def test_a_function_in_a_notebook_is_found():
     assert _definitions(text) == ["FunctionDef f (code line 3)"]
 
 
+@functools.cache
 def _library_definitions() -> dict[str, list[tuple[str, str]]]:
     """Every function and class of ampbook by qualified name: (module path, its
     docstring)."""

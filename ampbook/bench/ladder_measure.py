@@ -134,16 +134,17 @@ _TRACES: dict = {}
 
 def _source_key(*parts) -> str:
     """A cache key of ``parts``, torch's version and the sources a trace depends on
-    (the model, the cost model and the saved-tensor meter)."""
+    (the model, the cost model with its autocast emulation, and the saved-tensor
+    meter)."""
     import hashlib
 
     import torch
 
-    from ampbook.measure import memory
+    from ampbook.measure import autocast_rules, cuda_kernels, memory
     from ampbook.predict import opcost, roofline, steptrace
     from ampbook.segmentation import model
 
-    sources = (model, opcost, steptrace, roofline, memory)
+    sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
     return hashlib.sha1(
         json.dumps(
             [
