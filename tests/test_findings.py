@@ -1,4 +1,4 @@
-"""The Findings chapter's GPU part (ampbook.chapters.ch9) says what the results
+"""The Findings chapter's GPU part (ampbook.chapters.ch10) says what the results
 folder holds, and only that."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from ampbook.chapters.ch3 import pace, wait_direction
-from ampbook.chapters.ch9 import gpu_findings, in_short
+from ampbook.chapters.ch10 import gpu_findings, in_short
 from ampbook.core.paths import RESULTS_DIR
 from ampbook.results import load_results_dir
 

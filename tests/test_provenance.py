@@ -17,7 +17,7 @@ from myst_nb.core.variables import format_plain_text
 
 from ampbook.bench import ladder as bl
 from ampbook.bench import ladder_predict, ladder_report
-from ampbook.chapters import ch3, ch5, ch7, ch9
+from ampbook.chapters import ch3, ch5, ch7, ch10
 from ampbook.core.page import md_table_text
 from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.results import load_results_dir, read_ladder
@@ -214,8 +214,8 @@ def test_every_page_prints_one_value_for_the_h200_step_speedup():
     loop = ch3.spread_text(ch3.step_in_loop(rs), epochs=False)
     pair = ch3.headline_pair(rs.pairs())
     texts = {
-        "intro (ch9.in_short)": ch9.in_short(rs),
-        "Findings (gpu_findings)": ch9.gpu_findings(rs),
+        "intro (ch10.in_short)": ch10.in_short(rs),
+        "Findings (gpu_findings)": ch10.gpu_findings(rs),
         "ch5 box (gpu_in_short)": ch5.gpu_in_short(rs.pairs(), rs.profile_pairs()),
         "ch3 box (gpu_training_answer)": ch3.gpu_training_answer(rs.pairs()),
         "ch3/ch5 verdicts": ch3.gpu_pair_verdict(pair),
@@ -302,7 +302,7 @@ def test_a_loader_bound_epoch_is_the_loaders_noise_not_explained_by_it():
     rs = committed()
     pair = ch3.headline_pair(rs.pairs())
     assert pair.loader_bound
-    text = ch9.pair_sentence(rs, pair)
+    text = ch10.pair_sentence(rs, pair)
     assert "the epoch ratio measures the loader" in text
     assert "because the loader" not in text
     # the committed H200 runs: AMP waited longer for data in every timed epoch, so

@@ -85,7 +85,7 @@ def page_text(rs) -> str:
     """What the chapters show of a results folder, from the library functions that
     make it (provenance lines, tables, verdicts, the findings)."""
     from ampbook.chapters import ch2 as bm
-    from ampbook.chapters import ch3, ch5, ch7, ch9
+    from ampbook.chapters import ch3, ch5, ch7, ch10
     from ampbook.core.devices import display_name, load_devices
     from ampbook.core.page import md_table_text
 
@@ -97,8 +97,8 @@ def page_text(rs) -> str:
     pairs = rs.pairs()
     parts += [ch3.gpu_pair_verdict(p) for p in pairs]
     parts.append(ch5.gpu_in_short(pairs, rs.profile_pairs()))
-    parts.append(ch9.gpu_findings(rs))
-    parts.append(ch9.in_short(rs))
+    parts.append(ch10.gpu_findings(rs))
+    parts.append(ch10.in_short(rs))
     parts.append(
         md_table_text(
             bm.records_table([s.record for s in rs.matmul_sweeps], devices),

@@ -1,4 +1,4 @@
-"""What the closing Findings chapter (09_findings) says about the GPU runs of a results
+"""What the closing Findings chapter (10_findings) says about the GPU runs of a results
 folder: per GPU, the provenance, a table of the runs and the sentences that read it, all
 computed from ``ampbook.results`` so that they are true of whatever the folder holds;
 and the intro's "In short" (``in_short``)."""

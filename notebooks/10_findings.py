@@ -32,7 +32,7 @@
 # % How this page is built: cross-document glue, the glue text role on `NN_topic.ipynb::key:fmt`
 # % (a path relative to chapters/; myst-nb requires the format spec for another page's
 # % key). A chapter that renames a key must rename it here too (the book build fails on
-# % a missing key). The GPU part is computed by `ampbook.chapters.ch9.gpu_findings`.
+# % a missing key). The GPU part is computed by `ampbook.chapters.ch10.gpu_findings`.
 
 # %% tags=["parameters", "remove-cell"]
 results_dir = None  # GPU run records; None: data/results
@@ -43,7 +43,7 @@ from ampbook.core.env import print_environment
 print_environment("cpu")
 
 # %% tags=["hide-cell"]
-from ampbook.chapters.ch9 import gpu_findings, in_short
+from ampbook.chapters.ch10 import gpu_findings, in_short
 from ampbook.core.page import glue_all, md
 from ampbook.results import load_results_dir
 
