@@ -137,6 +137,24 @@ def open_notebook(page, url: str, name: str) -> None:
     )
 
 
+def before_running(page) -> dict:
+    """What JupyterLab shows of the open notebook before any cell runs: whether it
+    is marked modified, the first cell's text, the headings rendered, all cells' text
+    (collapsed first lines included)."""
+    return page.evaluate(
+        """() => {
+          const w = window.jupyterapp.shell.currentWidget;
+          const cells = [...document.querySelectorAll('.jp-Notebook .jp-Cell')];
+          const heads = document.querySelectorAll(
+            '.jp-Cell .jp-RenderedMarkdown :is(h1, h2, h3, h4)');
+          return {dirty: w.context.model.dirty,
+                  first: cells[0].innerText,
+                  headings: heads.length,
+                  text: cells.map(c => c.innerText).join('\\n')};
+        }"""
+    )
+
+
 def run_all(page) -> None:
     """Run every cell (the command's promise ends when the last one has run)."""
     ok = page.evaluate(
@@ -181,7 +199,12 @@ def _smoke_copy(folder: Path) -> Path:
     first = next(c for c in copy.cells if c.metadata.get("ampbook", {}).get("prose"))
     early = nbformat.from_dict(json.loads(json.dumps(first)))
     early.id = "early-prose"
-    copy.cells.insert(1, early)
+    start = next(
+        n
+        for n, c in enumerate(copy.cells)
+        if c.metadata.get("ampbook", {}).get("run_along_start")
+    )
+    copy.cells.insert(start + 1, early)
     nbformat.write(copy, path)
     return path
 
@@ -191,11 +214,27 @@ def test_a_chapter_run_by_hand_in_jupyterlab_reads_with_its_numbers(tmp_path):
     path = _smoke_copy(tmp_path)
     with jupyterlab(tmp_path) as url, chromium_page() as page:
         open_notebook(page, url, path.name)
+        page.wait_for_timeout(2000)  # JupyterLab writes kernel metadata once idle
+        unrun = before_running(page)
         run_all(page)
         prose = page.locator(".jp-Cell .jp-RenderedMarkdown").all_inner_texts()
-        early = page.locator(".jp-Cell").nth(1).inner_text()
+        at = [c.id for c in nbformat.read(path, as_version=4).cells]
+        early = page.locator(".jp-Cell").nth(at.index("early-prose")).inner_text()
         # MyST dropdowns rendered as HTML details (the exercises' hints)
         hints = page.locator(".jp-RenderedMarkdown details > summary").count()
+    # Before running: unmodified, the title first, every heading and paragraph shown
+    # (numbers "…"), no MyST role on a collapsed first line.
+    copy = nbformat.read(path, as_version=4)
+    headings = sum(
+        len(re.findall(r"^#{1,4} ", c.source, re.M))
+        for c in copy.cells
+        if c.cell_type == "markdown"
+    )
+    assert not unrun["dirty"], "the copy opens marked modified"
+    assert unrun["first"].startswith(copy.cells[0].source.lstrip("# ").split("\n")[0])
+    assert unrun["headings"] >= headings > 5, (unrun["headings"], headings)
+    assert "{glue" not in unrun["text"] and "prose(" not in unrun["text"]
+    assert runalong.PENDING in unrun["text"]
     text = "\n".join(prose)
     assert "{glue" not in text and ":::" not in text and "```{" not in text
     assert runalong.PENDING not in text, "a number the run glued is still pending"

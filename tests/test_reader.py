@@ -295,6 +295,59 @@ def test_the_run_along_copy_fills_in_the_numbers_of_a_run_by_hand(planted_source
     assert params.source == "n = 3" and not params.metadata.get("jupyter")
 
 
+def reads_before_it_runs(copy) -> list[str]:
+    """What a reader of run-along copy ``copy`` misses before running it: prose or a
+    heading not shown, a MyST role on a collapsed first line or in shown text, a
+    chapter that does not open with its title, metadata JupyterLab would change."""
+    import ast
+
+    from ampbook.build import runalong
+
+    bad = []
+    first = copy.cells[0]
+    if first.cell_type != "markdown" or not first.source.startswith("# "):
+        bad.append(f"does not open with its title: {first.source[:40]!r}")
+    info = copy.metadata.get("language_info", {})
+    if info.get("name") != "python" or not info.get("version"):
+        bad.append("no language_info: JupyterLab opens it modified")
+    for cell in copy.cells:
+        hidden = cell.metadata.get("jupyter", {})
+        line = cell.source.split("\n")[0]
+        if hidden.get("source_hidden") and reader.ANY_ROLE.search(line):
+            bad.append(f"{cell.id}: a role on its collapsed first line: {line[:50]!r}")
+        if not cell.metadata.get("ampbook", {}).get("prose"):
+            continue
+        text = ast.literal_eval(cell.source[cell.source.index("prose(") + 6 : -1])
+        shown = [o.get("data", {}).get("text/markdown") for o in cell.outputs]
+        if hidden.get("outputs_hidden") or shown != [runalong.pending(text)]:
+            bad.append(f"{cell.id}: prose not shown before it runs: {text[:40]!r}")
+        elif reader.leftover_myst(shown[0]):
+            bad.append(f"{cell.id}: MyST shown: {reader.leftover_myst(shown[0])}")
+        if any(
+            reader.HEADING.match(x)
+            for c, t in reader._chunks(text)
+            if not c
+            for x in t.split("\n")
+        ):
+            bad.append(f"{cell.id}: a heading inside a code cell's display")
+    return bad
+
+
+def test_every_run_along_copy_reads_before_it_runs(tmp_path):
+    """Opened to read first and run later, each chapter's run-along copy shows all
+    its prose and headings (numbers "…"), opens with its title, and shows no MyST."""
+    from ampbook.build import runalong
+
+    paths = runalong.write_run_along_copies(list(runner.all_notebooks()), tmp_path)
+    assert len(paths) == len(runner.all_notebooks())
+    bad = [
+        f"{path.stem}: {problem}"
+        for path in paths
+        for problem in reads_before_it_runs(nbformat.read(path, as_version=4))
+    ]
+    assert bad == [], f"{len(bad)} problems: {bad[:8]}"
+
+
 # --- the smoke run's copies and the book's downloads --------------------------------
 
 

@@ -8,10 +8,15 @@ reader who runs the chapter by hand:
 
 - every markdown cell's MyST is converted as in the reader's copy (admonitions,
   dropdowns, math, labels; citations, figure, section and page references as text), but
-  a cell whose prose quotes a glued value becomes a code cell, its input collapsed, that
+  prose that quotes a glued value becomes a code cell, its input collapsed, that
   displays that prose (``prose``): each number reads "…" until the cell that glues it
   has run, and is then filled in where it stands (a display updated by id), also in the
   opening, above the cells that compute it;
+- it reads before it runs: such a cell is saved with its prose already displayed (the
+  numbers "…"), its collapsed first line a comment with no MyST in it, the headings
+  of such prose kept as markdown cells of their own, and the chapter's title the first
+  cell; the notebook carries the ``language_info`` a Python kernel reports, so
+  JupyterLab opens it unmodified;
 - a first collapsed cell (``start``) hooks the kernel: glued values are kept for the
   prose, their hidden records are not shown, and Markdown that a cell displays
   (``ampbook.core.page.md``, ``dropdown``) has its MyST converted and its roles
@@ -27,6 +32,7 @@ runs (``OUT/run-along/``).
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 from ampbook.build import reader
@@ -74,10 +80,78 @@ def _code_cell(source: str, hidden: bool = True):
     return cell
 
 
+PROSE_LINE = "# prose: its numbers fill in as the cells that compute them run"
+
+
+def pending(text: str) -> str:
+    """``text`` (static roles resolved) as it reads before the run: each glue role
+    "…"."""
+
+    def sub(m):
+        return PENDING if m["name"] in GLUE_ROLES else m[0]
+
+    return "\n".join(
+        chunk if code else reader._sub_outside_code(chunk, sub)
+        for code, chunk in reader._chunks(text)
+    )
+
+
 def _prose_cell(text: str):
-    cell = _code_cell(f"prose({_python_string(text)})")
+    """A code cell that displays ``text`` with this run's numbers, saved with the
+    display it shows before the run (every number "…"), so the copy reads unrun."""
+    import nbformat
+
+    cell = _code_cell(f"{PROSE_LINE}\nprose({_python_string(text)})")
     cell.metadata["ampbook"] = {"prose": True}
+    cell.outputs = [
+        nbformat.v4.new_output("display_data", data={"text/markdown": pending(text)})
+    ]
     return cell
+
+
+def _split_headings(text: str) -> list[str]:
+    """``text`` cut before and after each heading line outside fenced code: the
+    headings and the prose between them, blank pieces dropped."""
+    parts: list[list[str]] = [[]]
+    for code, chunk in reader._chunks(text):
+        if code:
+            parts[-1].append(chunk)
+            continue
+        for line in chunk.split("\n"):
+            if reader.HEADING.match(line):
+                parts += [[line], []]
+            else:
+                parts[-1].append(line)
+    pieces = ["\n".join(p).strip("\n") for p in parts]
+    return [p for p in pieces if p.strip()]
+
+
+def _prose_cells(text: str) -> list:
+    """The cells of a markdown text that quotes glued values: each heading and each
+    piece between them that quotes none a markdown cell, the others prose cells."""
+    return [
+        _prose_cell(part) if _has_glue(part) else reader._markdown_cell(part)
+        for part in _split_headings(text)
+    ]
+
+
+LANGUAGE_INFO = {  # what ipykernel reports, less its version (added when written)
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+}
+
+
+def _title_first(cells: list) -> list:
+    """The markdown cells right after the start cell moved above it: the chapter
+    opens with its title, not with a collapsed code cell."""
+    n = 1
+    while n < len(cells) and cells[n].cell_type == "markdown":
+        n += 1
+    return cells[1:n] + cells[:1] + cells[n:]
 
 
 def run_along_copy(nb, stem: str, index: reader.BookIndex):
@@ -109,7 +183,7 @@ def run_along_copy(nb, stem: str, index: reader.BookIndex):
             cited += reader._cited(text)
             text = _static_roles(text, here, index)
             if _has_glue(text):
-                cells.append(_prose_cell(text))
+                cells += _prose_cells(text)
             else:
                 cell.source = text
                 cells.append(cell)
@@ -131,6 +205,7 @@ def run_along_copy(nb, stem: str, index: reader.BookIndex):
     sources = reader.sources_cited(cited, index)
     if sources:
         cells.append(reader._markdown_cell(sources))
+    cells = _title_first(cells)
     for n, cell in enumerate(cells):
         cell.id = f"cell-{n}"
     out = copy.deepcopy(nb)
@@ -145,6 +220,10 @@ def run_along_copy(nb, stem: str, index: reader.BookIndex):
             "language": "python",
         },
     )
+    out.metadata["language_info"] = {
+        **LANGUAGE_INFO,
+        "version": platform.python_version(),
+    }
     meta = dict(out.metadata.get("ampbook") or {})
     meta["run_along"] = True
     out.metadata["ampbook"] = meta
