@@ -740,6 +740,7 @@ def settings_cases() -> list[Case]:
             words=["fp7"],
         ),
         *doctor_settings_cases(c),
+        *wrong_input_cases(c),
         Case(
             c,
             "gpucheck: no --out",
@@ -816,6 +817,39 @@ def settings_cases() -> list[Case]:
             "bench doctor: unknown model",
             cmd("ampbook.bench", "doctor", "--model", "nosuch"),
             words=["nosuch"],
+        ),
+    ]
+
+
+def wrong_input_cases(c: str) -> list[Case]:
+    """Typos a user makes: one error line naming the problem and the nearest valid
+    choice, exit 2, nothing created."""
+    ladder = ("ampbook.bench", "ladder", "--rungs", "0")
+    return [
+        Case(
+            c,
+            "doctor: --modle (a misspelt option)",
+            cmd("ampbook.doctor", "--modle", "erfnet"),
+            words=["unrecognized option --modle", "did you mean --model?"],
+        ),
+        Case(
+            c,
+            "bench ladder: --device tpu",
+            cmd(*ladder, "--device", "tpu"),
+            words=["'tpu'", "auto, cpu, cuda"],
+        ),
+        Case(
+            c,
+            "doctor: torchvision:resnet999",
+            cmd("ampbook.doctor", "--model", "torchvision:resnet999", "--no-measure"),
+            words=["resnet999", "resnet18", "resnet50"],
+        ),
+        Case(
+            c,
+            "bench ladder: --json in a missing folder",
+            cmd(*ladder, "--json", T("nowhere/dir/x.json")),
+            words=["--json", "does not exist"],
+            check=nothing_at(lambda ctx: ctx.tmp / "nowhere"),
         ),
     ]
 
@@ -1334,7 +1368,7 @@ def fs_cases() -> list[Case]:
         ),
         Case(
             c,
-            "bench loader --json in a missing folder (made)",
+            "bench loader --json in a missing folder (refused, nothing made)",
             cmd(
                 "ampbook.bench",
                 "loader",
@@ -1351,10 +1385,8 @@ def fs_cases() -> list[Case]:
                 "--json",
                 T("new/sub/r.json"),
             ),
-            expect=(0,),
-            check=lambda ctx, res: (
-                None if (ctx.tmp / "new/sub/r.json").is_file() else "no JSON written"
-            ),
+            words=["--json", "folder", "does not exist"],
+            check=nothing_at(lambda ctx: ctx.tmp / "new"),
         ),
     ]
     return out
@@ -3246,7 +3278,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="the make-test subset")
     ap.add_argument("--only", help="comma-separated classes")
-    ap.add_argument("--match", help="only cases whose name contains this")
+    ap.add_argument("--match", help="only cases whose name contains this (A|B: either)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--repo", default=str(HERE), help="the checkout to sweep")
     ap.add_argument("--json", help="write every case's outcome here")
@@ -3262,7 +3294,7 @@ def main(argv: list[str] | None = None) -> int:
         keep = set(args.only.split(","))
         cases = [c for c in cases if c.cls in keep]
     if args.match:
-        cases = [c for c in cases if args.match in c.name]
+        cases = [c for c in cases if any(m in c.name for m in args.match.split("|"))]
     shared = Path(tempfile.mkdtemp(prefix="sweep-shared-"))
     started = time.monotonic()
     load = os.getloadavg()

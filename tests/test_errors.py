@@ -181,7 +181,7 @@ def test_argument_errors_are_one_line_with_exit_2(capsys):
         (["--min-time", "0"], ["must be more than 0"]),
         (["--seed", "-1"], ["--seed", "between 0 and 4294967295"]),
         (["--seed", str(2**32)], ["between 0"]),
-        (["--bogus"], ["unrecognized arguments"]),
+        (["--bogus"], ["unrecognized option --bogus"]),
     ):
         with pytest.raises(SystemExit) as stop:
             parser.parse_args(argv)
@@ -189,6 +189,48 @@ def test_argument_errors_are_one_line_with_exit_2(capsys):
         err = capsys.readouterr().err
         assert "usage:" not in err
         one_error(err, *words, "--help")
+
+
+def test_a_misspelt_option_is_named_with_the_nearest_one(capsys):
+    """``--modle X`` names the option it does not know and the one meant, not a
+    required option as missing; in a subcommand too."""
+    parser = cli.ArgumentParser(prog="python -m x")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--input")
+    sub = cli.ArgumentParser(prog="python -m y")
+    sub.add_subparsers(dest="cmd").add_parser("ladder").add_argument("--json")
+    for p, argv, words in (
+        (parser, ["--modle", "X"], ["unrecognized option --modle", "--model?"]),
+        (parser, ["--model", "m", "--inptu=3"], ["--inptu", "did you mean --input?"]),
+        (parser, ["--model", "m", "--zzzzzz"], ["unrecognized option --zzzzzz"]),
+        (sub, ["ladder", "--jsno", "x"], ["unrecognized option --jsno", "--json?"]),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            p.parse_args(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        one_error(err, *words)
+        assert "required" not in err, err
+
+
+def test_nearest_names_are_the_likely_meant_ones():
+    from ampbook.core.words import nearest
+
+    models = ["alexnet", "convnext_base", "resnet18", "resnet34", "resnet50", "vgg11"]
+    assert nearest("resnet999", models, 3) == ["resnet18", "resnet34", "resnet50"]
+    assert nearest("--modle", ["--input", "--model", "--batch"]) == ["--model"]
+    assert nearest("tpu", ["auto", "cpu", "cuda"]) == ["cpu"]
+    assert nearest("qqqqqqqq", models) == []
+
+
+def test_an_unknown_device_is_one_line_with_the_choices():
+    from ampbook.core.devices import pick_device
+
+    with pytest.raises(ValueError) as err:
+        pick_device("tpu")
+    text = str(err.value)
+    assert "\n" not in text and len(text) < 120, text
+    assert "'tpu'" in text and "auto, cpu, cuda" in text and "'cpu'?" in text
 
 
 def test_number_types_refuse_what_makes_no_sense():
@@ -230,11 +272,11 @@ def test_output_checks_name_the_problem(tmp_path):
     for path, words in cases:
         with pytest.raises(cli.UserError, match=words):
             cli.check_output_file(path, "--json")
-    with pytest.raises(cli.UserError, match="does not exist"):
-        cli.check_output_file(
-            tmp_path / "new" / "r.json", "--json", create_parents=False
-        )
-    assert cli.check_output_file(tmp_path / "new" / "r.json", "--json")
+    with pytest.raises(cli.UserError, match="does not exist"):  # the default
+        cli.check_output_file(tmp_path / "new" / "r.json", "--json")
+    assert cli.check_output_file(
+        tmp_path / "new" / "r.json", "--json", create_parents=True
+    )
     with pytest.raises(cli.UserError, match="is a file, not a folder"):
         cli.check_output_dir(blocker, "--out")
     with pytest.raises(cli.UserError, match="over the 255"):
@@ -937,6 +979,26 @@ def test_bench_numbers_are_checked_before_measuring(argv, words, tmp_path, capsy
     out = capsys.readouterr()
     one_error(out.err, *words)
     assert not (tmp_path / "r.json").exists() and "ms per step" not in out.out
+
+
+def test_a_misspelt_torchvision_model_gets_the_nearest_names(capsys):
+    from ampbook.predict import doctor
+
+    spec = "torchvision:resnet999"
+    assert doctor.main(["--model", spec, "--no-measure"]) == 2
+    line = one_error(capsys.readouterr().err, "'resnet999'", "resnet18", "resnet50")
+    assert "alexnet" not in line and "convnext" not in line, line
+
+
+def test_ladder_json_in_a_missing_folder_is_refused_and_nothing_made(tmp_path, capsys):
+    """As the doctor refuses it: a typo in the folder makes no folders."""
+    from ampbook.bench import main
+
+    target = tmp_path / "nowhere" / "dir" / "x.json"
+    assert main(["ladder", "--rungs", "0", "--json", str(target)]) == 2
+    out = capsys.readouterr()
+    one_error(out.err, "--json", "does not exist")
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_bench_outputs_are_checked_before_measuring(tmp_path, capsys):

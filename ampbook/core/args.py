@@ -21,9 +21,48 @@ SEED_MAX = 2**32 - 1  # numpy's legacy seeding takes 0 .. 2**32 - 1
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, with a bad argument reported as one ``error:`` line and exit 2."""
+    """argparse, with a bad argument reported as one ``error:`` line and exit 2; an
+    option it does not know is named first, with the nearest it knows
+    (``--modle X``: "unrecognized option --modle; did you mean --model?", not
+    "--model is required")."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def _options(self) -> set[str]:
+        """The option strings of this parser and of its subcommands'."""
+        names = set(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    names |= set(sub._option_string_actions)
+        return names
+
+    def unknown_option(self) -> str | None:
+        """The first option given that no parser here knows (nor abbreviates), as
+        an error naming the nearest known one; None when there is none."""
+        from ampbook.core.words import nearest
+
+        known = self._options()
+        for token in getattr(self, "_given", []):
+            if token == "--":
+                break
+            name = str(token).split("=", 1)[0]
+            if not name.startswith("-") or name == "-" or name in known:
+                continue
+            if self._negative_number_matcher.match(name):
+                continue
+            if self.allow_abbrev and any(k.startswith(name) for k in known):
+                continue  # an abbreviation argparse resolves (or calls ambiguous)
+            near = nearest(name, sorted(k for k in known if k.startswith("--")), 1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            return f"unrecognized option {name}{hint}"
+        return None
 
     def error(self, message: str):
+        if message.startswith(("the following arguments", "unrecognized arguments")):
+            message = self.unknown_option() or message
         say(f"{message} ({self.prog} --help lists the options)")
         sys.exit(EXIT_SETTINGS)
 

@@ -358,13 +358,26 @@ def tensor_core_claims(
     return rows
 
 
+DEVICE_CHOICES = ("auto", "cpu", "cuda")  # what a --device takes (and cuda:N)
+
+
 def pick_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` gives CUDA when available, else CPU; anything else is checked."""
     if isinstance(device, torch.device):
         return device
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):  # torch's list of its 20 device types: no
+        from ampbook.core.words import nearest
+
+        near = nearest(str(device), DEVICE_CHOICES, 1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValueError(
+            f"device {device!r} is not one of {', '.join(DEVICE_CHOICES)} or "
+            f"cuda:N{hint}"
+        ) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
             f"device {device!r} was asked for, but this machine has no CUDA GPU "

@@ -244,15 +244,16 @@ def check_output_file(
     path: str | os.PathLike,
     what: str,
     size: int | None = None,
-    create_parents: bool = True,
+    create_parents: bool = False,
     *,
     kind: str | None = None,
     overwrite: bool = False,
 ) -> Path:
     """A file a command will write, checked before any work: a name, not too long, not
-    a folder or a special file, its folder existing (or creatable: nothing but folders
-    above it) and writable, with ``size`` bytes free when given. ``UserError``
-    otherwise.
+    a folder or a special file, its folder existing and writable, with ``size`` bytes
+    free when given. ``UserError`` otherwise. A missing folder is refused (a typo such
+    as ``/nonexistent/dir/x.json`` creates nothing) unless ``create_parents``: then it
+    must be creatable, nothing but folders above it.
 
     No command replaces what another wrote: an existing non-empty file is refused
     unless it is a record of this command's ``kind`` (a JSON file whose ``schema`` is

@@ -241,7 +241,9 @@ def output(name: str, value: Any, kind: str = "file") -> Any:
     try:
         if kind == "file":
             # a notebook's own output: its next run writes it again
-            cli.check_output_file(value, f"parameter {name}", overwrite=True)
+            cli.check_output_file(
+                value, f"parameter {name}", create_parents=True, overwrite=True
+            )
         else:
             cli.check_output_dir(value, f"parameter {name}")
     except cli.UserError as err:

@@ -24,3 +24,37 @@ def slug(device_name: str) -> str:
     s = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
     s = re.sub(r"^(nvidia-)?(geforce-)?", "", s)
     return s or "device"
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance of ``a`` and ``b``, a swap of two neighbours counting
+    one (``modle`` -> ``model``)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, prev2[j - 2] + 1)
+            row.append(cost)
+        prev2, prev = prev, row
+    return prev[-1]
+
+
+def nearest(word: str, choices, n: int = 3) -> list[str]:
+    """Up to ``n`` of ``choices`` nearest to ``word`` (a typo's likely meaning):
+    those within an edit distance of about a third of its length, nearest first,
+    a longer shared beginning first among equals ("resnet999" -> resnet18,
+    resnet34, resnet50...)."""
+    w = word.lower()
+    limit = max(2, len(w) // 3)
+
+    def key(choice: str) -> tuple[int, int, str]:
+        c = choice.lower()
+        shared = next((k for k, (x, y) in enumerate(zip(w, c)) if x != y), None)
+        shared = min(len(w), len(c)) if shared is None else shared
+        return edit_distance(w, c), -shared, choice
+
+    ranked = sorted((key(c) for c in choices), key=lambda k: k)
+    return [c for d, _, c in ranked if d <= limit][:n]

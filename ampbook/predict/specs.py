@@ -76,10 +76,15 @@ def load_model(spec: str) -> nn.Module:
 
         names = torchvision.models.list_models()
         if name not in names:
-            near = [n for n in names if name.lower() in n] or names[:6]
+            from ampbook.core.words import nearest
+
+            near = nearest(name, names, 6) or [n for n in names if name.lower() in n]
+            hint = (
+                f"did you mean {', '.join(near[:6])}? " if near else "no name near it "
+            )
             raise DoctorError(
-                f"unknown torchvision model {name!r}: try one of {', '.join(near[:8])} "
-                f"(torchvision.models.list_models() has {len(names)})"
+                f"unknown torchvision model {name!r}: {hint}"
+                f"(torchvision.models.list_models() lists all {len(names)})"
             )
         return _torchvision_model(name)
     try:
