@@ -2292,9 +2292,116 @@ def ulimit_n(limit: int, argv: Callable[[Ctx], list]) -> Callable[[Ctx], list]:
     return build
 
 
+def ulimit_v(kib: int, argv: Callable[[Ctx], list]) -> Callable[[Ctx], list]:
+    """``argv`` (after ``python -m``) run under ``ulimit -v KIB`` (soft and hard)."""
+
+    def build(ctx: Ctx) -> list:
+        code = (
+            "import os, resource, sys; "
+            f"resource.setrlimit(resource.RLIMIT_AS, ({kib * 1024}, {kib * 1024})); "
+            "os.execv(sys.executable, [sys.executable, '-m', *sys.argv[1:]])"
+        )
+        return ["-c", code, *[str(a) for a in argv(ctx)]]
+
+    return build
+
+
+def closed_fd(fd: int, argv: Callable[[Ctx], list]) -> Callable[[Ctx], list]:
+    """``argv`` (after ``python -m``) started with file descriptor ``fd`` closed
+    (``>&-`` for 1, ``2>&-`` for 2)."""
+
+    def build(ctx: Ctx) -> list:
+        code = (
+            "import os, sys; "
+            f"os.close({fd}); "
+            "os.execv(sys.executable, [sys.executable, '-m', *sys.argv[1:]])"
+        )
+        return ["-c", code, *[str(a) for a in argv(ctx)]]
+
+    return build
+
+
+def start_up_cases(c: str) -> list[Case]:
+    """A locale that is not UTF-8, an address-space limit too small for torch, a
+    closed stdout or stderr: one error line or a clean run, never a traceback."""
+    doctor = ("ampbook.doctor", "--model", "erfnet", "--no-measure", "--gpus", "h200")
+    return [
+        Case(
+            c,
+            "doctor --markdown: LC_ALL=C, PYTHONUTF8=0 (a UTF-8 file, ASCII stdout)",
+            cmd(*doctor, "--markdown", T("r.md")),
+            expect=(0,),
+            env={
+                "LC_ALL": "C",
+                "LANG": "C",
+                "PYTHONUTF8": "0",
+                "PYTHONCOERCECLOCALE": "0",
+                "PYTHONIOENCODING": "",
+            },
+            check=lambda ctx, res: (
+                None
+                if "\u2013" in (ctx.tmp / "r.md").read_text(encoding="utf-8")
+                and res.stdout.isascii()
+                else "the report is not UTF-8 or stdout is not ASCII"
+            ),
+        ),
+        Case(
+            c,
+            "train: ulimit -v 1500000 (too small to load torch)",
+            ulimit_v(1_500_000, train()),
+            words=["ulimit -v 1500000", "torch"],
+            check=nothing_at(lambda ctx: ctx.tmp / "out"),
+        ),
+        Case(
+            c,
+            "doctor: ulimit -v 1500000",
+            ulimit_v(1_500_000, cmd(*doctor)),
+            words=["address-space limit"],
+        ),
+        Case(
+            c,
+            "bench step: ulimit -v 4500000, a step too large to allocate",
+            ulimit_v(
+                4_500_000,
+                cmd(
+                    "ampbook.bench",
+                    "step",
+                    "--height",
+                    "1024",
+                    "--width",
+                    "2048",
+                    "--batch-size",
+                    "16",
+                    "--rounds",
+                    "1",
+                ),
+            ),
+            expect=(1,),
+            words=["out of memory", "ulimit -v"],
+        ),
+        Case(
+            c,
+            "doctor: stdout closed (>&-)",
+            closed_fd(1, cmd(*doctor)),
+            words=["standard output is closed"],
+        ),
+        Case(
+            c,
+            "doctor: stderr closed (2>&-)",
+            closed_fd(2, cmd(*doctor)),
+            expect=(0,),
+        ),
+        Case(
+            c,
+            "doctor: stderr closed (2>&-), a misspelt option",
+            closed_fd(2, cmd("ampbook.doctor", "--modle", "erfnet")),
+        ),
+    ]
+
+
 def env_cases() -> list[Case]:
     c = "environment"
-    out = []
+    out = [*start_up_cases(c)]
     # The open-file limit: checked before loader workers or a kernel start.
     out += [
         Case(

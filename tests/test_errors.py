@@ -1314,3 +1314,81 @@ def test_a_stop_in_a_frozen_module_is_held_back_not_raised_there():
     assert stops._in_frozen(ns["frame"])
     assert not stops._in_frozen(sys._getframe())
     assert not stops._in_frozen(None)
+
+
+# --- the start: a locale that is not UTF-8, an address-space limit, closed streams ----
+
+
+def _started(argv, tmp_path, env=None, before="pass", timeout=180):
+    """``python -m ARGV`` as a user starts it, after ``before`` (Python run in the
+    child first: a limit, a closed stream) and with ``env`` over this one."""
+    code = (
+        f"import os, resource, sys; {before}; "
+        "os.execv(sys.executable, [sys.executable, '-m', *sys.argv[1:]])"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        capture_output=True,
+        timeout=timeout,
+    )
+
+
+DOCTOR = ["ampbook.doctor", "--model", "erfnet", "--no-measure", "--gpus", "h200"]
+
+
+def test_a_c_locale_writes_utf8_files_and_ascii_to_the_terminal(tmp_path):
+    """LC_ALL=C without UTF-8 mode: the --markdown report (an en dash in it) was a
+    UnicodeEncodeError; it is written in UTF-8, stdout keeps ASCII spellings."""
+    env = {
+        "LC_ALL": "C",
+        "LANG": "C",
+        "PYTHONUTF8": "0",
+        "PYTHONCOERCECLOCALE": "0",
+        "PYTHONIOENCODING": "",
+    }
+    done = _started([*DOCTOR, "--markdown", "r.md"], tmp_path, env)
+    assert done.returncode == 0, done.stderr.decode()[-600:]
+    assert "\u2013" in (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert done.stdout.isascii() and b"+/-" in done.stdout
+
+
+def test_an_address_space_limit_too_small_for_torch_is_one_line(tmp_path):
+    """Under ``ulimit -v 1500000`` importing torch fails to map libtorch_cpu.so (a
+    traceback); the command says so in one line, exit 2; its --help still answers."""
+    limit = "resource.setrlimit(resource.RLIMIT_AS, (1500000 * 1024,) * 2)"
+    done = _started(["ampbook.train", "--epochs", "1"], tmp_path, before=limit)
+    assert done.returncode == 2, done.stderr.decode()[-600:]
+    one_error(done.stderr.decode(), "ulimit -v 1500000", "1.4 GiB", "torch")
+    assert not (tmp_path / "runs").exists()
+    helped = _started(["ampbook.train", "--help"], tmp_path, before=limit)
+    assert helped.returncode == 0 and b"--epochs" in helped.stdout
+    assert stops.address_space_problem(2**40) is None
+    assert "ulimit -v 2097152" in stops.address_space_problem(2 * 2**30)
+
+
+def test_an_allocation_that_fails_is_one_line_and_exit_1():
+    err = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+        "allocate memory: you tried to allocate 40000000000 bytes. Error code 12"
+    )
+    code, text = cli.describe(err)
+    assert code == 1 and text.startswith("out of memory (DefaultCPUAllocator: can't")
+    assert "enforce" not in text and "ulimit -v" in text
+    assert cli.describe(MemoryError())[0] == 1
+    code, text = cli.describe(
+        ImportError("libtorch_cpu.so: failed to map segment from shared object")
+    )
+    assert code == 2 and "ulimit -v" in text
+
+
+def test_closed_stdout_is_refused_and_closed_stderr_is_no_crash(tmp_path):
+    done = _started(DOCTOR, tmp_path, before="os.close(1)")
+    assert done.returncode == 2
+    one_error(done.stderr.decode(), "standard output is closed")
+    # stderr closed: the error line goes nowhere, the status still says it
+    done = _started(["ampbook.doctor", "--modle", "x"], tmp_path, before="os.close(2)")
+    assert done.returncode == 2 and done.stdout == b""
+    done = _started(DOCTOR, tmp_path, before="os.close(2)")
+    assert done.returncode == 0 and b"h200" in done.stdout.lower()

@@ -42,6 +42,12 @@ def say(message: str) -> None:
         sys.stderr.flush()
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type's name when empty)."""
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
+
+
 def describe(err: BaseException) -> tuple[int, str] | None:
     """(exit status, message) of a failure every command knows, or None."""
     if isinstance(err, (UserError, Stopped)):
@@ -50,8 +56,24 @@ def describe(err: BaseException) -> tuple[int, str] | None:
         return os_error(err)
     if isinstance(err, MemoryError):
         return EXIT_STOPPED, "out of memory: use smaller sizes"
+    if isinstance(err, ImportError) and "failed to map segment" in str(err):
+        return 2, (
+            f"{first_line(err)[:160]}: a library could not be loaded, probably for "
+            "an address-space limit (ulimit -v): raise it (ulimit -v unlimited)"
+        )
     if isinstance(err, RuntimeError):
         text = str(err)
+        if "can't allocate memory" in text or "not enough memory" in text:
+            # torch's allocator: "[enforce fail at alloc_cpu.cpp:127] err == 0.
+            # DefaultCPUAllocator: can't allocate memory: you tried to allocate ..."
+            what = first_line(err)
+            what = (
+                what[what.find("DefaultCPUAllocator") :] if "Default" in what else what
+            )
+            return EXIT_STOPPED, (
+                f"out of memory ({what[:160]}): use smaller sizes or raise the "
+                "memory limit (ulimit -v)"
+            )
         if "PytorchStreamWriter failed" in text or "file write failed" in text:
             return EXIT_STOPPED, (
                 "could not write a file (the disk is probably full): free some "

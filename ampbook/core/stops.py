@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 
-from ampbook.core.errors import EXIT_SIGINT, EXIT_SIGTERM, say
+from ampbook.core.errors import EXIT_SETTINGS, EXIT_SIGINT, EXIT_SIGTERM, say
 from ampbook.core.terminal import plain_text_errors
 
 
@@ -321,22 +321,110 @@ def end_process(code: int) -> None:
     os._exit(code)
 
 
+# --- the process's start: streams, locale, address space ------------------------------
+
+STREAM_ENCODING = "AMPBOOK_STREAM_ENCODING"  # the locale's, for stdout and stderr
+# `import torch` (2.14.1, this project's venv, CPU wheel with its CUDA libraries) maps
+# 3,258,068 kB of address space (VmPeak, measured 2026-12-05); under `ulimit -v
+# 3000000` it aborts, under 1500000 it is an ImportError. The check keeps a margin.
+TORCH_ADDRESS_SPACE = int(3.5 * 2**30)
+
+
+def _is_utf8(encoding: str | None) -> bool:
+    return (encoding or "").lower().replace("-", "").replace("_", "") == "utf8"
+
+
+def _restart_in_utf8_mode() -> None:
+    """Under a locale that is not UTF-8 (``LC_ALL=C`` with ``PYTHONUTF8=0``) the
+    command starts again in Python's UTF-8 mode (``-X utf8``), so that every file it
+    writes is UTF-8 whatever the locale (a report's en dash was a UnicodeEncodeError);
+    its stdout and stderr keep the locale's encoding (``_text_streams``)."""
+    if sys.flags.utf8_mode or STREAM_ENCODING in os.environ:
+        return  # already restarted once (or asked for UTF-8 mode)
+    try:
+        import _locale
+
+        encoding = _locale.getencoding()
+    except (ImportError, AttributeError):
+        return
+    argv = getattr(sys, "orig_argv", [])
+    if _is_utf8(encoding) or not argv:
+        return
+    os.environ[STREAM_ENCODING] = encoding
+    os.environ["PYTHONUTF8"] = "1"  # its child processes too
+    with contextlib.suppress(OSError):
+        os.execv(sys.executable, [sys.executable, "-X", "utf8", *argv[1:]])
+
+
 def _text_streams() -> None:
     """A terminal whose locale cannot encode a character the commands print (an en
     dash under LANG=C) gets its ASCII spelling (``plain_text_errors``), not a
-    UnicodeEncodeError."""
+    UnicodeEncodeError; after a restart in UTF-8 mode, stdout and stderr are given
+    the locale's encoding back (unless ``PYTHONIOENCODING`` chose one)."""
+    locale_encoding = os.environ.get(STREAM_ENCODING)
+    if os.environ.get("PYTHONIOENCODING"):
+        locale_encoding = None
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
-        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+        if locale_encoding and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(Exception):
+                stream.reconfigure(encoding=locale_encoding, errors=plain_text_errors())
+        elif encoding != "utf8" and hasattr(stream, "reconfigure"):
             with contextlib.suppress(Exception):
                 stream.reconfigure(errors=plain_text_errors())
+
+
+def _closed_streams() -> None:
+    """Started with stderr closed (``2>&-``): its lines go to /dev/null, no crash.
+    With stdout closed (``>&-``): refused, exit 2 (what it prints would be lost)."""
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the process's life
+    if sys.stdout is None:
+        say(
+            "standard output is closed (>&-): run the command with its output going "
+            "somewhere (a terminal, a file, > /dev/null)"
+        )
+        sys.exit(EXIT_SETTINGS)
+
+
+def address_space_problem(limit: int | None = None) -> str | None:
+    """The address-space limit (``ulimit -v``) when it is too small to load torch,
+    as an error naming it; None when there is none or it is large enough."""
+    import resource
+
+    if limit is None:
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY or limit >= TORCH_ADDRESS_SPACE:
+        return None
+    return (
+        f"the address-space limit (ulimit -v {limit // 1024}) is "
+        f"{limit / 2**30:.1f} GiB; loading torch takes about "
+        f"{TORCH_ADDRESS_SPACE / 2**30:.1f} GiB of it: raise it "
+        "(ulimit -v unlimited) and run the command again"
+    )
+
+
+def _start_up_checks() -> None:
+    """Before any torch import: closed streams, the locale, the address space."""
+    _closed_streams()
+    _restart_in_utf8_mode()
+    argv = getattr(sys, "orig_argv", [])
+    if "-h" in argv or "--help" in argv:
+        return  # the help needs no torch
+    problem = address_space_problem()
+    if problem:
+        say(problem)
+        sys.exit(EXIT_SETTINGS)
 
 
 def install(early: list | None = None) -> None:
     """For a process started as an ``ampbook`` command: SIGTERM is Ctrl-C from now on,
     and either of them before ``main`` catches it (during the start-up imports) ends
     the process with one line and 130/143 instead of a traceback. ``early``: the
-    signals ``ampbook/__init__``'s first handler saw."""
+    signals ``ampbook/__init__``'s first handler saw. Before that, the start-up
+    checks (``_start_up_checks``: closed streams, a locale that is not UTF-8, an
+    address-space limit too small for torch: one ``error:`` line and exit 2)."""
+    _start_up_checks()
     _text_streams()
     if not _main_thread():
         return

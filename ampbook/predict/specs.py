@@ -18,6 +18,7 @@ from typing import Sequence
 from torch import nn
 
 from ampbook.core import cli
+from ampbook.core.errors import first_line
 from ampbook.core.precision import PRECISIONS
 
 AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
@@ -28,11 +29,6 @@ DEFAULT_INPUT = (3, 224, 224)
 
 class DoctorError(ValueError, cli.UserError):
     """Bad input to the doctor: the message says what is wrong and what to do."""
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    return text.splitlines()[0]
 
 
 # --------------------------------------------------------------------------------------
