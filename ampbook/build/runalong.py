@@ -162,8 +162,8 @@ def run_along_copy(nb, stem: str, index: reader.BookIndex):
     here = f"chapters/{stem}"
     cells = [
         _code_cell(
-            "# Run-along copy: the prose below shows this run's numbers as cells "
-            "glue them.\n"
+            "# Run-along copy: run its cells (Run All) and the prose shows this "
+            "run's numbers.\n"
             f"from ampbook.build.runalong import prose, start\n\nstart({stem!r})"
         )
     ]
