@@ -249,8 +249,9 @@ def diagnose(
     precisions = parse_precisions(cfg.precisions)
     devices = load_devices()
     gpus = resolve_gpus(cfg.gpus, devices)
+    wanted = check_device(cfg.device)  # its own error names --device once
     try:
-        device = pick_device(check_device(cfg.device))
+        device = pick_device(wanted)
     except (RuntimeError, ValueError) as e:
         raise DoctorError(f"--device {cfg.device}: {first_line(e)}") from None
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
