@@ -126,9 +126,10 @@ def table_text(lines: list[str], width: int) -> list[str]:
     """A Markdown table as a terminal shows it in ``width`` columns: aligned columns
     (numbers to the right) under a rule when it fits, cells wrapped within their
     columns when narrowing the widest columns makes it fit (a blank line between
-    rows), or a list where that is shorter or nothing else fits: each row's first
-    cell, then one ``header: value`` line per other cell, wrapped. No line is wider
-    than ``width`` unless one word is."""
+    rows), or a list where that is much shorter or nothing else fits: each row's first
+    cell, then its other cells as ``header: value``, short ones sharing a line and a
+    long one wrapped on lines of its own. No line is wider than ``width`` unless one
+    word is."""
     import textwrap
 
     header = _cells(lines[0]) if len(lines) > 1 and _rule(lines[1]) else None
@@ -142,11 +143,22 @@ def table_text(lines: list[str], width: int) -> list[str]:
     for r in body:
         listed += textwrap.wrap(r[0] or "–", width, initial_indent="- ",
                                 subsequent_indent="  ")  # fmt: skip
+        line = ""  # short fields share a line, "; " apart
         for i in range(1, n):
             name = header[i] if header and header[i] else f"column {i + 1}"
-            listed += textwrap.wrap(f"{name}: {r[i] or '–'}", width,
-                                    initial_indent="  ",
-                                    subsequent_indent="      ")  # fmt: skip
+            field = f"{name}: {r[i] or '–'}"
+            if line and len(line) + 2 + len(field) <= width:
+                line += "; " + field
+                continue
+            if line:
+                listed.append(line)
+            line = "  " + field
+            if len(line) > width:  # a long field wraps on lines of its own
+                listed += textwrap.wrap(field, width, initial_indent="  ",
+                                        subsequent_indent="      ")  # fmt: skip
+                line = ""
+        if line:
+            listed.append(line)
     widths = _column_widths(rows, width, header is not None)
     if widths is None:
         return listed
@@ -180,7 +192,8 @@ def table_text(lines: list[str], width: int) -> list[str]:
         if wrapped and k:
             out.append("")
         out += grid(r)
-    return out if len(out) <= len(listed) else listed
+    # columns are easier to scan: the list only where it is four fifths or less
+    return out if 4 * len(out) <= 5 * len(listed) else listed
 
 
 def terminal_text(markdown: str, width: int | None = None) -> str:
