@@ -16,19 +16,14 @@
 # %% [markdown]
 # # Training ERFNet with autocast and GradScaler
 #
-# The RTX 3070 blog post this book grew from {cite:p}`rtx3070post` trained ERFNet
-# {cite:p}`romera2018erfnet` on Cityscapes {cite:p}`cordts2016cityscapes` for 10 epochs,
-# once in fp32 and once with automatic mixed precision, and found three things: AMP used
-# about a quarter less memory, it was not faster, and the loss and accuracy curves of the
-# two runs looked the same. This chapter adds AMP's few lines to a training loop, repeats
-# the experiment with the book's runner on a GPU and on this machine, and rebuilds the
-# post's table and curves from both.
+# The RTX 3070 blog post {cite:p}`rtx3070post` trained ERFNet
+# {cite:p}`romera2018erfnet` on Cityscapes {cite:p}`cordts2016cityscapes` in fp32 and
+# with automatic mixed precision: AMP used about a quarter less memory, was not faster,
+# and the two runs' curves looked the same. This chapter repeats it on a GPU and here.
 #
-# **What you will learn**: the three changes AMP makes to a loop (`torch.autocast`,
-# `GradScaler.scale`, `GradScaler.step`/`update`); what "fp32" meant in the post (TF32);
-# how to run and read the experiment with `python -m ampbook.train`; what a CPU run can
-# and cannot tell you about a GPU. **What you need**: `ampbook` and PyTorch; a GPU only
-# to repeat the GPU runs (the committed ones are shown here).
+# **What you will learn**: AMP's three changes to a loop; what "fp32" meant in the post
+# (TF32); how to run `python -m ampbook.train`; what a CPU run says about a GPU.
+# **What you need**: `ampbook`, PyTorch; a GPU only to repeat the GPU runs.
 
 # %% tags=["parameters", "remove-cell"]
 device = "auto"  # "auto", "cpu" or "cuda"

@@ -125,7 +125,8 @@ rdir = results_dir or None
 # training step on fake tensors, so the full size costs seconds and no memory. Here is
 # its report for the README's example at this profile's size, {glue:text}`ch6_shown_size`
 # (the README runs ResNet-50 at batch 32 x 3x224x224 on the A100 and the H200), run
-# through the function the command calls and printed as the command prints it:
+# through the function the command calls, its steps timed here as `--measure` times
+# them (on a CPU the command times none unless asked), and printed as Markdown:
 
 # %%
 shown = diagnose(DoctorConfig(

@@ -16,18 +16,14 @@
 # %% [markdown]
 # # Findings
 #
-# What the book found, gathered in one place; each finding links to the chapter that shows
-# how it knows. The numbers are pasted from the chapters' cells (a number in a sentence is
-# never typed). Those under "On this machine" were measured by the run that built this copy
-# of the book; the GPU findings are computed here from the training runs committed under
-# `data/results/`; the others come from the blog post, published peaks and the cost model,
-# and are the same on every machine.
+# What the book found, each finding linked to the chapter that shows how it knows, its
+# numbers pasted from that chapter's cells: "On this machine" from the run that built
+# this copy, the GPU findings from the runs committed under `data/results/`, the rest
+# from the blog post, published peaks and the cost model (the same on every machine).
 #
-# **What you will learn**: the answer to the post's question in numbers, what holds on any
-# machine, what the committed GPU runs measured, and what this machine measured.
-#
-# **What you need**: nothing beyond the other chapters: this one reads their results and the
-# results folder, in seconds.
+# **What you will learn**: the post's question answered in numbers, what holds on any
+# machine, what the GPU runs and this machine measured. **What you need**: the other
+# chapters' results (read in seconds).
 #
 # % How this page is built: cross-document glue, the glue text role on `NN_topic.ipynb::key:fmt`
 # % (a path relative to chapters/; myst-nb requires the format spec for another page's

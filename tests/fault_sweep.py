@@ -890,6 +890,12 @@ def doctor_settings_cases(c: str) -> list[Case]:
             cmd("ampbook.doctor", "--model", "erfnet", "--device", "tpu:0"),
             words=["--device 'tpu:0'", "auto"],
         ),
+        Case(
+            c,
+            "doctor: --measure with --no-measure",
+            cmd(*doctor, "--measure"),
+            words=["--measure", "not allowed with", "--no-measure"],
+        ),
     ]
 
 

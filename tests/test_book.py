@@ -215,6 +215,66 @@ def test_bookcheck_fails_each_planted_page_naming_what_and_by_how_much(
     assert 0 < ok.table_share < 1 and 0 < ok.figure_share < 1
 
 
+IN_SHORT = (
+    '<div class="admonition tip"><p class="admonition-title">In short</p>{body}</div>'
+)
+ANSWER_PAGES = {
+    # the "In short" box starts at the foot of the first screen: its title shows,
+    # its text does not (chapter 3 before: 89 px below at 1000 px, 13 px at 1300)
+    "94_in_short_late": '<section><h1>Late answer</h1><div style="height: 560px">'
+    "opening</div>"
+    + IN_SHORT.format(body="<p>" + "the planted answer " * 30 + "</p>")
+    + "<section><h2>Lesson</h2><p>text</p></section></section>",
+    # an "In short" item of many lines (the intro's "Measured." before: 8 lines)
+    "93_long_item": "<section><h1>Long item</h1>"
+    + IN_SHORT.format(
+        body="<ul><li>short item</li><li>planted long item "
+        + "word " * 150
+        + "</li></ul>"
+    )
+    + "<section><h2>Lesson</h2><p>text</p></section></section>",
+}
+
+
+def test_bookcheck_wants_the_answer_on_the_first_screen(built_book, chromium, tmp_path):
+    """An "In short" box whose first lines fall below the first screen (1300 x 900 or
+    1000 x 800 px), an "In short" item longer than three lines at 1300 px, and the
+    Findings chapter's first finding pushed below the first screen each fail, naming
+    the width and by how many pixels."""
+    from ampbook.build import bookcheck
+
+    html = tmp_path / "html"
+    shutil.copytree(built_book, html)
+    template = (html / "glossary.html").read_text()
+    for stem, body in ANSWER_PAGES.items():
+        page = ARTICLE.sub(lambda m: m[1] + body + m[2], template, count=1)
+        (html / f"{stem}.html").write_text(page)
+    findings = html / "chapters" / "10_findings.html"
+    text = findings.read_text()
+    opening = '<div style="height: 320px">planted opening</div><section'
+    findings.write_text(
+        text.replace("<section", opening, 2).replace(opening, "<section", 1)
+    )
+    pages = [f"{s}.html" for s in ANSWER_PAGES] + ["chapters/10_findings.html"]
+    reports = {
+        r.page: r.layout_problems for r in check_book(html, chromium, only=pages)
+    }
+    late = reports["94_in_short_late.html"]
+    assert [p.split(":")[0] for p in late] == [
+        "'In short' is below the first screen at 1300 x 900 px",
+        "'In short' is below the first screen at 1000 x 800 px",
+    ]
+    assert re.search(r"first 3 lines end at \d+ px, \d+ px below", late[0])
+    [long] = reports["93_long_item.html"]
+    assert long.startswith("'In short' item of ") and "lines at 1300 px" in long
+    assert "'planted long item word" in long
+    finding = reports["chapters/10_findings.html"]
+    assert finding and all(
+        p.startswith("the first finding is below the first screen at ") for p in finding
+    )
+    assert bookcheck.ANSWER_LISTS["chapters/10_findings.html"] == "the first finding"
+
+
 def test_bookcheck_prints_each_pages_numbers(planted_pages, chromium):
     reports = check_book(planted_pages, chromium, only=["98_table.html"])
     out = io.StringIO()

@@ -542,8 +542,9 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
     text = m.read_text()
     out = capsys.readouterr().out
     assert out.index("Expected AMP") < out.index("## 1. Coverage")
-    # the same text, wrapped, with the Markdown escapes read as their characters
-    assert " ".join(out.split()) == " ".join(cli.terminal_text(text, 10**6).split())
+    # the same text, wrapped and its tables laid out at the terminal's width, with
+    # the Markdown escapes read as their characters
+    assert " ".join(out.split()) == " ".join(cli.terminal_text(text).split())
     assert "\\_" in text and "\\_" not in out
     for title in (
         "1. Coverage",

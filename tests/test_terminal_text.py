@@ -6,22 +6,85 @@ from ampbook.core import cli
 from ampbook.core.page import md_escape
 
 
-def test_escapes_read_as_their_characters_and_a_table_keeps_its_bars():
+def test_escapes_read_as_their_characters_in_prose_and_in_table_cells():
     name = "_to_copy <x> [y] a|b"
     prose = cli.terminal_text(f"op {md_escape(name)} left in fp32", width=200)
     assert prose == f"op {name} left in fp32"
     row = cli.terminal_text(f"| {md_escape(name)} | 4.7% |", width=200)
-    assert row == "| _to_copy <x> [y] a\\|b | 4.7% |"
+    assert row == f"{name}  4.7%"  # an escaped bar is the cell's, not a column's
 
 
-def test_prose_and_list_items_wrap_at_the_width_tables_do_not():
+def test_prose_and_list_items_wrap_at_the_width():
     item = "- H200 SXM: " + "word " * 30
-    table = "| " + " | ".join(["cell"] * 30) + " |"
-    out = cli.terminal_text(f"{item}\n\n{table}", width=60).splitlines()
+    out = cli.terminal_text(f"{item}\n\nafter", width=60).splitlines()
     wrapped = out[: out.index("")]
     assert len(wrapped) > 1 and all(len(line) <= 59 for line in wrapped)
     assert all(line.startswith("  ") for line in wrapped[1:])  # under the item's text
-    assert out[-1] == table
+
+
+TABLE = "\n".join(
+    [
+        "| GPU | try | gain (x) | detail |",
+        "|---|---|---|---|",
+        "| RTX 3070 Laptop | train with AMP (amp-bf16) | 2.72 | 2.40x to 3.10x from 4 "
+        "references |",
+        "| H200 SXM | keep fp32: AMP (amp-fp16) predicted 0.61x, a loss | – | 0.52x "
+        "to 0.70x |",
+    ]
+)
+
+
+def test_a_table_that_fits_is_aligned_columns_without_markdown():
+    out = cli.terminal_text(TABLE, width=200).splitlines()
+    assert not any("|" in line for line in out)  # no Markdown on a terminal
+    head, rule, first, second = out
+    assert head.split() == ["GPU", "try", "gain", "(x)", "detail"]
+    assert set(rule) == {"-", " "}
+    # columns start where their headers do; numbers are right-aligned
+    assert first.index("train with AMP") == head.index("try")
+    assert first.index("2.72") + 4 == head.index("(x)") + 3
+    assert second.index("–") + 1 == first.index("2.72") + 4
+
+
+def test_a_table_too_wide_wraps_its_widest_cells_then_becomes_a_list():
+    out = cli.terminal_text(TABLE, width=90).splitlines()
+    assert all(len(line) <= 89 for line in out), out
+    assert not any("|" in line for line in out)
+    text = " ".join(" ".join(out).split())
+    for cell in ("RTX 3070 Laptop", "train with AMP (amp-bf16)", "0.52x to 0.70x"):
+        assert all(word in text for word in cell.split())
+    assert out[0].startswith("GPU ") and out[1].strip() == "(x)"  # the header wraps
+    assert "" in out and out[3].startswith("RTX 3070 Laptop  train")  # rows apart
+    listed = cli.terminal_text(TABLE, width=40).splitlines()
+    assert all(len(line) <= 39 for line in listed), listed
+    assert listed[:5] == [
+        "- RTX 3070 Laptop",
+        "  try: train with AMP (amp-bf16)",
+        "  gain (x): 2.72",
+        "  detail: 2.40x to 3.10x from 4",
+        "      references",
+    ]
+    assert "- H200 SXM" in listed
+    assert listed[-1] == "  gain (x): –; detail: 0.52x to 0.70x"  # short ones share
+
+
+def test_a_transient_progress_line_is_replaced_and_erased():
+    import io
+
+    stream = io.StringIO()
+    tell = cli.Progress("doctor", True, stream, transient=True)
+    tell("loading torch")
+    tell("tracing")
+    tell.clear()
+    tell.clear()  # once is enough
+    assert stream.getvalue() == (
+        "\r\x1b[Kdoctor: loading torch\r\x1b[Kdoctor: tracing\r\x1b[K"
+    )
+    kept = io.StringIO()
+    lines = cli.Progress("doctor", True, kept)
+    lines("a")
+    lines.clear()
+    assert kept.getvalue() == "doctor: a\n"
 
 
 def test_a_reader_gone_from_stdout_ends_the_command_quietly(monkeypatch, capsys):

@@ -14,6 +14,11 @@ And the page a reader sees (DEVELOPING.md, "The page a reader sees"), at 1300 an
 - the lesson first: on a chapter page the first ``##`` heading starts within the first
   screen, ``FIRST_SCREEN_PX`` (1200 px) from the top at 1300 px wide; on another page
   that has one, too;
+- the answer on the first screen (``SCREENS``: 1300 x 900 and 1000 x 800 px): the
+  first ``ANSWER_LINES`` lines of an "In short" box's text, and on a page of
+  ``ANSWER_LISTS`` of the first list item under the first ``##`` heading, within the
+  screen's height; each list item of an "In short" box at most ``IN_SHORT_LINES``
+  lines at 1300 px (read at a glance);
 - nothing cut off, at either width, with every dropdown and hidden cell opened: no
   table with cells hidden in its scroll box, no line of output or code wider than its
   box, no figure wider than the column, nothing past the column's edge. Each is named
@@ -87,6 +92,13 @@ class CheckError(RuntimeError, cli.UserError):
 
 WIDTHS = (1300, 1000)  # the page is read at these widths (px)
 FIRST_SCREEN_PX = 1200  # a chapter's first ## heading starts above this, at 1300 px
+# The first screen a reader sees at each width: a laptop's window (px, width: height).
+SCREENS = {1300: 900, 1000: 800}
+# Pages whose answer is a list under the first ## heading: its first item is the
+# answer, on the first screen at every width, as an "In short" box is.
+ANSWER_LISTS = {"chapters/10_findings.html": "the first finding"}
+IN_SHORT_LINES = 3  # an "In short" box's list items, at most, at the widest width
+ANSWER_LINES = 3  # the answer's first lines (all, if fewer) on the first screen
 
 
 @dataclass
@@ -414,9 +426,15 @@ def layout(page, report: PageReport, chapter: bool) -> None:
     heading, its tables' and figures' share of the height (at the first width), and
     what is cut off (at every width, everything opened). ``chapter`` pages must have a
     ``##`` heading."""
+    for n, width in enumerate(WIDTHS):  # the first screens, nothing opened yet
+        page.set_viewport_size({"width": width, "height": SCREENS[width]})
+        page.wait_for_timeout(50)  # let the layout settle
+        report.layout_problems += first_screen_problems(
+            page.evaluate(_FIRST_SCREEN_JS, ANSWER_LINES), report.page, width, n == 0
+        )
     found: dict[int, list] = {}
     for n, width in enumerate(WIDTHS):
-        page.set_viewport_size({"width": width, "height": 900})
+        page.set_viewport_size({"width": width, "height": SCREENS[width]})
         page.wait_for_timeout(50)  # let the layout settle
         if n == 0:
             info = page.evaluate(_LAYOUT_JS)
@@ -452,6 +470,79 @@ def layout(page, report: PageReport, chapter: bool) -> None:
             report.layout_problems.append(_describe(cut, width))
             report.clipped[cut["kind"]] = report.clipped.get(cut["kind"], 0) + 1
     report.problems += report.layout_problems
+
+
+# --- the answer on the first screen ---------------------------------------------------
+
+_FIRST_SCREEN_JS = """
+(n) => {
+  const col = document.querySelector('article.bd-article')
+      || document.querySelector('main') || document.body;
+  const top = e => e.getBoundingClientRect().top + window.scrollY;
+  const lineHeight = e => {
+    const style = getComputedStyle(e);
+    return parseFloat(style.lineHeight) || 1.2 * parseFloat(style.fontSize);
+  };
+  // the bottom of an element's first n lines of text (all, if fewer), from the top
+  const firstLines = (e, n) => Math.round(top(e) + lineHeight(e) * Math.min(n,
+      Math.max(1, Math.round(e.getBoundingClientRect().height / lineHeight(e)))));
+  const squash = t => (t || '').trim().replace(/\\s+/g, ' ').slice(0, 60);
+  const box = Array.from(col.querySelectorAll('.admonition')).find(a => {
+    const t = a.querySelector('.admonition-title');
+    return t && t.textContent.trim() === 'In short';
+  });
+  let inShort = null, items = [];
+  if (box) {
+    const body = Array.from(box.children)
+        .find(c => !c.classList.contains('admonition-title')) || box;
+    const text = body.matches('ul, ol') ? body.querySelector('li') || body : body;
+    inShort = {line: firstLines(text, n), text: squash(body.textContent)};
+    items = Array.from(box.querySelectorAll('li')).map(li => ({
+      lines: Math.round(li.getBoundingClientRect().height / lineHeight(li)),
+      text: squash(li.textContent)}));
+  }
+  const h2 = col.querySelector('h2');
+  const section = h2 && (h2.closest('section') || h2.parentElement);
+  const li = section && section.querySelector('li');
+  const item = li ? {line: firstLines(li, n), text: squash(li.textContent)} : null;
+  return {inShort, items, item};
+}
+"""
+
+
+def first_screen_problems(info: dict, page: str, width: int, widest: bool) -> list[str]:
+    """What of the answer is not on the first screen at ``width`` (``SCREENS``): an
+    "In short" box's first ``ANSWER_LINES`` lines, those of the first item of an
+    ``ANSWER_LISTS`` page; and, at the ``widest`` width, an "In short" list item
+    longer than ``IN_SHORT_LINES``."""
+    screen = SCREENS[width]
+    out = []
+    box = info.get("inShort")
+    if box and box["line"] > screen:
+        out.append(
+            f"'In short' is below the first screen at {width} x {screen} px: its "
+            f"first {ANSWER_LINES} lines end at {box['line']} px, "
+            f"{box['line'] - screen} px below (shorten what comes before it): "
+            f"{box['text']!r}"
+        )
+    what = ANSWER_LISTS.get(page)
+    item = info.get("item")
+    if what and item is None:
+        out.append(f"{what} not found: no list under the first ## heading")
+    elif what and item["line"] > screen:
+        out.append(
+            f"{what} is below the first screen at {width} x {screen} px: its first "
+            f"{ANSWER_LINES} lines end at {item['line']} px, {item['line'] - screen} "
+            f"px below (shorten what comes before it): {item['text']!r}"
+        )
+    if widest:
+        out += [
+            f"'In short' item of {i['lines']} lines at {width} px (at most "
+            f"{IN_SHORT_LINES}: read at a glance): {i['text']!r}"
+            for i in info.get("items", [])
+            if i["lines"] > IN_SHORT_LINES
+        ]
+    return out
 
 
 # --- horizontal overflow: nothing on a page may be cut off sideways -------------------

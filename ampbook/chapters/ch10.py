@@ -119,11 +119,13 @@ def pair_sentence(rs: ResultSet, p) -> str:
 
 
 def in_short(rs: ResultSet) -> str:
-    """One plain-text sentence per GPU for the intro's "In short" box: AMP's step
-    against fp32 with TF32 (else the first baseline the folder pairs it with), timed
-    alone (layer profiles) and in the loop (training runs, per epoch), strict fp32's
-    step in the loop where measured, the epoch with the loader named as our setting,
-    and the peak memory. Says so when the folder has no pair to compare."""
+    """One plain-text sentence per GPU for the intro's "In short" box, short enough to
+    read at a glance (three lines at 1300 px for one GPU; the Findings chapter has the
+    detail): AMP's step against fp32 with TF32 (else the first baseline the folder
+    pairs it with), timed alone (layer profiles) and in the loop (training runs, the
+    range over the timed epochs), the epoch ratio with the data wait when the loader
+    set it (our setting), and the peak memory; strict fp32 and the epochs are the
+    Findings chapter's. Says so when the folder has no pair to compare."""
     from ampbook.core.devices import display_name
 
     sentences = []
@@ -131,36 +133,21 @@ def in_short(rs: ResultSet) -> str:
         pairs = [p for p in rs.pairs() if p.setting.device_name == device]
         fp16 = [p for p in pairs if p.amp.mode == AMP_MODE] or pairs
         main = next((p for p in fp16 if p.baseline.mode == BASE_MODE), fp16[0])
-        strict = next(
-            (
-                p
-                for p in fp16
-                if p.baseline.mode == "fp32" and p.amp.mode == main.amp.mode
-            ),
-            None,
-        )
         alone = step_alone(rs, pair=main)
+        loop = spread_text(step_in_loop(rs, pair=main), epochs=False)
         text = (
-            f"On the {display_name(device)}, the committed runs measured "
-            f"{main.amp.mode_label}'s step against {main.baseline.mode_label}'s: "
-            + (f"timed alone {alone}, " if alone is not None else "")
-            + f"in the loop {spread_text(step_in_loop(rs, pair=main))}"
+            f"On the {display_name(device)}, {main.amp.mode_label}'s step against "
+            f"{main.baseline.mode_label}'s: "
+            + (f"timed alone {alone}, " if alone else "")
+            + f"in the loop {loop}"
         )
-        if strict is not None and strict is not main:
-            text += (
-                f"; against {strict.baseline.mode_label}'s "
-                f"{spread_text(step_in_loop(rs, pair=strict), epochs=False)}"
-            )
-        epoch = epoch_ratio(rs, pair=main)
-        text += f". The epoch ran at {spread_text(epoch, epochs=False)}"
+        epoch = spread_text(epoch_ratio(rs, pair=main), epochs=False)
+        text += f"; the epoch {epoch}"
         if main.loader_bound:
             wait = max(main.amp.data_wait_share, main.baseline.data_wait_share)
-            text += (
-                f": with {loader_setting(main)} the loop waited for data {wait:.0%} "
-                f"of the time, {loader_reading(main)}"
-            )
+            text += f", {wait:.0%} of it waiting for data (our loader)"
         if main.memory_ratio is not None:
-            text += f". Peak memory was {main.memory_ratio:.0%} of fp32's"
+            text += f"; peak memory {main.memory_ratio:.0%} of fp32's"
         sentences.append(text + ".")
     if not sentences:
         return "No GPU runs to compare are committed with this copy of the book."

@@ -4,12 +4,15 @@
         [--device auto|cpu|cuda] [--precisions fp32-tf32,amp-fp16,amp-bf16]
         [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
         [--memory-format channels_first|channels_last] [--forward-only]
-        [--loss cross-entropy|mse] [--no-measure] [--json FILE] [--markdown FILE]
+        [--loss cross-entropy|mse] [--measure | --no-measure] [--json FILE]
+        [--markdown FILE]
 
 This module is the command: its parser imports no torch (``--help`` answers at
 once), and it prints the answer first: the predicted verdict per GPU
 (``report_text.first_screen``) as soon as the step is traced, then the measured steps
-(with progress lines on a terminal), then the detailed sections. The diagnosis itself
+(on a GPU by default, on a CPU with ``--measure``: ``CPU_TIMING_WHY``; a progress line
+on a terminal, replaced as it goes and erased before the report), then the detailed
+sections. The diagnosis itself
 is ``ampbook.predict.diagnosis`` (``diagnose``, ``DoctorConfig``), built on the
 modules below it: ``specs`` (the model, its input and the GPUs), ``outputs``,
 ``traced`` (coverage, memory, roofline), ``measured``, ``verdict`` and
@@ -29,6 +32,14 @@ _HELP_PRECISIONS = "fp32-tf32, amp-fp16, amp-bf16"
 _HELP_FORMATS = "channels_first or channels_last"
 _HELP_LOSSES = "cross-entropy or mse"
 
+# Why a CPU times no step unless asked (``--measure``): the command's help, the
+# report's section 4 and the README say it.
+CPU_TIMING_WHY = (
+    "the answer is a prediction for GPUs, and steps timed on a CPU, at a small "
+    "size, say how AMP does on that CPU, not on a GPU; they take a minute or more, "
+    "fp16's most: a CPU runs its step many times slower than fp32's"
+)
+
 
 def build_parser() -> cli.ArgumentParser:
     """The doctor's options (only the standard library and ``ampbook.core.cli``)."""
@@ -36,8 +47,8 @@ def build_parser() -> cli.ArgumentParser:
         prog="python -m ampbook.doctor",
         formatter_class=cli.HelpFormatter,
         description="Will AMP help this model? The expected speedup per GPU first, "
-        "then coverage, memory, roofline per GPU, a measured step here and the "
-        "checklist.",
+        "then coverage, memory, roofline per GPU, steps timed here (on a GPU; on "
+        "a CPU with --measure) and what to try.",
     )
     p.add_argument(
         "--model",
@@ -103,10 +114,17 @@ def build_parser() -> cli.ArgumentParser:
         help="diagnose the forward pass alone (inference, or a model with no "
         "trainable parameter): no backward is traced or timed",
     )
-    p.add_argument(
+    timing = p.add_mutually_exclusive_group()
+    timing.add_argument(
+        "--measure",
+        action="store_true",
+        help="time the steps on this machine when it has no GPU too. Off by default "
+        "on a CPU: " + CPU_TIMING_WHY,
+    )
+    timing.add_argument(
         "--no-measure",
         action="store_true",
-        help="predict only: skip the timed steps on this machine",
+        help="predict only: skip the timed steps on a GPU too",
     )
     p.add_argument(
         "--repeats",
@@ -130,10 +148,25 @@ def build_parser() -> cli.ArgumentParser:
     return p
 
 
+def measures_by_default(device: str) -> bool:
+    """Whether the command times steps without ``--measure``: where they run on a GPU
+    (``--device cuda[:N]``, or ``auto`` on a machine with CUDA), not on a CPU
+    (``CPU_TIMING_WHY``). A ``--device`` the diagnosis refuses counts as a GPU here,
+    so that its error is the one the user sees."""
+    d = str(device).strip().lower()
+    if d == "cpu":
+        return False
+    if d != "auto":
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
 @cli.command("python -m ampbook.doctor")
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    progress = cli.Progress("doctor")
+    progress = cli.Progress("doctor", transient=True)
     progress("loading torch and the model")
     from ampbook.predict.diagnosis import DoctorConfig, check_outputs, diagnose
     from ampbook.predict.report_text import (
@@ -149,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         resolve_gpus,
     )
 
+    measure = a.measure or (not a.no_measure and measures_by_default(a.device))
     try:
         check_outputs(a.json, a.markdown, overwrite=a.overwrite)
         cfg = DoctorConfig(
@@ -160,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus=resolve_gpus(a.gpus) if a.gpus is not None else None,
             loader_images_per_s=a.loader_images_per_s,
             loss=a.loss,
-            measure=not a.no_measure,
+            measure=measure,
             repeats=a.repeats,
             results_dir=a.results_dir,
             output=a.output,
@@ -171,12 +205,21 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         def answer_first(predicted: dict) -> None:
+            progress.clear()
             print(cli.terminal_text(report_head(predicted)), flush=True)
 
         report = diagnose(cfg, on_prediction=answer_first)
     except DoctorError as e:
+        progress.clear()
         cli.say(str(e))
         return 2
+    finally:
+        progress.clear()
+    if not measure and not a.no_measure:
+        report["measured_skipped"] = (
+            "No step was timed: this machine has no GPU, and on a CPU the doctor "
+            f"times steps only with --measure: {CPU_TIMING_WHY}."
+        )
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     print(cli.terminal_text(report_body(report)), flush=True)

@@ -21,6 +21,7 @@ from ampbook.core.precision import (
     AUTOCAST_DTYPES,
     backend_flags,
 )
+from ampbook.core.terminal import duration_text
 from ampbook.predict.outputs import output_shape, targets
 from ampbook.predict.pace import speedup_verdict
 from ampbook.predict.specs import DoctorError, first_line, shape_text
@@ -199,54 +200,110 @@ def as_progress(progress) -> cli.Progress:
     return cli.Progress("doctor", progress)
 
 
+class CpuGroup:
+    """Precisions timed together on the CPU at one size by chapter 5's rounds method:
+    ``warm()`` builds each one's step and runs its first, untimed step (oneDNN builds
+    its kernels; the step's memory is counted there, and its time is the first
+    estimate of a step's), ``time_round()`` times one step of each in turn, ``rows()``
+    gives each one's median step, the median of its per-round ratios to fp32 and the
+    ratios. ``seconds_left()`` is what the rounds still to run will take: every step
+    not yet timed, at the median of its precision's timed steps (its first step's
+    time before any)."""
+
+    def __init__(
+        self, model, shape, batch, loss, precisions, key, rounds, backward=True
+    ):
+        self.model, self.shape, self.batch = model, tuple(shape), batch
+        self.loss, self.precisions, self.key = loss, list(precisions), key
+        self.rounds, self.backward = rounds, backward
+        self.done = 0
+        self.table: list[dict] = []
+        self.steps: dict[str, tuple] = {}
+        self.first_s: dict[str, float] = {}
+        self.times: dict[str, list[float]] = {}
+
+    @property
+    def where(self) -> str:
+        return f"batch {self.batch} x {shape_text(self.shape)}"
+
+    def warm(self, progress: cli.Progress) -> None:
+        x, y = _batch_for(self.model, self.shape, self.batch, self.loss, self.key)
+        dev = torch.device("cpu")
+        for p in self.precisions:
+            row = {"variant": p, "precision": p, "skipped": None}
+            self.table.append(row)
+            try:
+                progress(f"first {p} step on the cpu (it builds the kernels; untimed)")
+                t0 = time.perf_counter()
+                v = _Variant(self.model, dev, p, False, False, False, x, y,
+                             self.backward)  # fmt: skip
+                # the first step builds oneDNN's kernels: untimed, it counts the memory
+                row["memory_bytes"], row["memory_measure"] = v.memory()
+            except Exception as e:  # e.g. an op without a kernel for this dtype here
+                row["skipped"] = f"failed: {type(e).__name__}: {first_line(e)}"
+                continue
+            self.first_s[p] = time.perf_counter() - t0
+            self.steps[p] = (v.step, (v.x, v.y), dev)
+            self.times[p] = []
+
+    def seconds_left(self) -> float:
+        each = {
+            p: statistics.median(t) if t else self.first_s[p]
+            for p, t in self.times.items()
+        }
+        return (self.rounds - self.done) * sum(each.values())
+
+    def time_round(self) -> None:
+        from ampbook.measure.timing import time_rounds
+
+        for p, ts in time_rounds(self.steps, 1, warmup=False).items():
+            self.times[p] += ts
+        self.done += 1
+
+    def rows(self) -> list[dict]:
+        times = self.times
+        for row in self.table:
+            p = row["precision"]
+            t = times.get(p)
+            if not t:
+                continue
+            row.update(step_s=statistics.median(t), min_step_s=min(t), samples=len(t))
+            if p != "fp32" and times.get("fp32"):
+                ratios = [a / b for a, b in zip(times["fp32"], t)]
+                row.update(speedup=statistics.median(ratios), ratios=ratios)
+            elif p == "fp32":
+                row["speedup"] = 1.0
+        return self.table
+
+
+def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
+    """Every group warmed first, then timed round by round: each progress line after
+    a round says how long every step still to be timed will take, in every group
+    (``CpuGroup.seconds_left``), so a slow precision timed last (fp16 on a CPU: many
+    times fp32's step) is counted from the start."""
+    progress = as_progress(progress or False)
+    for g in groups:
+        g.warm(progress)
+    for k, g in enumerate(groups):
+        if not g.steps:
+            continue
+        progress(f"measuring {', '.join(g.steps)} on the cpu at {g.where}")
+        for i in range(g.rounds):
+            g.time_round()
+            todo = [h for h in groups[k:] if h.steps and h.done < h.rounds]
+            left = sum(h.seconds_left() for h in todo)
+            tail = f", about {duration_text(left)} left" if todo else ""
+            what = f"round {i + 1} of {g.rounds}" if g.rounds > 1 else "one step"
+            progress(f"measuring on cpu: {what}{tail}")
+
+
 def cpu_rounds(
     model, shape, batch, loss, precisions, key, rounds, progress=None, backward=True
 ):
-    """The CPU's precisions timed by chapter 5's rounds method at one size: rows with
-    each one's median step, the median of its per-round ratios to fp32 and the
-    ratios. ``progress`` (a ``cli.Progress``) is told of each round as it ends."""
-    from ampbook.measure.timing import time_rounds
-
-    progress = as_progress(progress or False)
-
-    x, y = _batch_for(model, shape, batch, loss, key)
-    dev = torch.device("cpu")
-    rows, steps, live = [], {}, {}
-    for p in precisions:
-        row = {"variant": p, "precision": p, "skipped": None}
-        rows.append(row)
-        try:
-            progress(f"first {p} step on the cpu (it builds the kernels; untimed)")
-            v = _Variant(model, dev, p, False, False, False, x, y, backward)
-            # the first step builds oneDNN's kernels: untimed, it counts the memory
-            row["memory_bytes"], row["memory_measure"] = v.memory()
-        except Exception as e:  # e.g. an op without a kernel for this dtype here
-            row["skipped"] = f"failed: {type(e).__name__}: {first_line(e)}"
-            continue
-        steps[p], live[p] = (v.step, (v.x, v.y), dev), v
-    times: dict[str, list[float]] = {p: [] for p in steps}
-    where = f"batch {batch} x {shape_text(shape)}"
-    if steps:
-        progress(f"measuring {', '.join(steps)} on the cpu at {where}")
-    start = time.monotonic()
-    for i in range(rounds if steps else 0):  # one round at a time: the same turns
-        for p, ts in time_rounds(steps, 1, warmup=False).items():
-            times[p] += ts
-        left = cli.time_left_text(time.monotonic() - start, i + 1, rounds)
-        tail = f", {left}" if left else ""
-        progress(f"measuring on cpu: round {i + 1} of {rounds}{tail}")
-    for row in rows:
-        p = row["precision"]
-        if p not in live:
-            continue
-        t = times[p]
-        row.update(step_s=statistics.median(t), min_step_s=min(t), samples=len(t))
-        if p != "fp32" and "fp32" in times:
-            ratios = [a / b for a, b in zip(times["fp32"], times[p])]
-            row.update(speedup=statistics.median(ratios), ratios=ratios)
-        elif p == "fp32":
-            row["speedup"] = 1.0
-    return rows
+    """One ``CpuGroup`` warmed and timed (``time_groups``): its rows."""
+    g = CpuGroup(model, shape, batch, loss, precisions, key, rounds, backward)
+    time_groups([g], progress)
+    return g.rows()
 
 
 def measure(
@@ -283,35 +340,31 @@ def measure(
     if device.type != "cuda":
         main = [p for p in precisions if p != "amp-fp16"]
         tell = as_progress(progress)
-        rows = cpu_rounds(
-            model, mshape, mbatch, loss, main, key, rounds, tell, backward
-        )
-        extra = None
+        groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
         if "amp-fp16" in precisions:
             tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
             try:
                 output_shape(model, tiny, 2, key)
             except DoctorError:
                 tiny = mshape
+            # at the rounds' size, fp16 is held against their fp32 median; else one
+            # fp32 step is timed beside it there
+            same = tuple(tiny) == tuple(mshape) and mbatch == 2 and "fp32" in main
+            pair = ["amp-fp16"] if same else ["fp32", "amp-fp16"]
+            groups.append(
+                CpuGroup(model, tiny, 2, loss, pair, key, 1, backward)
+            )  # fmt: skip
+        time_groups(groups, tell)
+        rows = groups[0].rows()
+        extra = None
+        if len(groups) > 1:
+            fp16 = groups[1].rows()[-1]
             fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
-            if (
-                tuple(tiny) == tuple(mshape)
-                and mbatch == 2
-                and fp32
-                and "step_s" in fp32
-            ):
-                # the same size as the rounds: fp16 beside their fp32 median
-                fp16 = cpu_rounds(
-                    model, tiny, 2, loss, ["amp-fp16"], key, 1, tell, backward
-                )[0]
-                if fp16.get("step_s"):
+            if same:
+                if fp16.get("step_s") and fp32 and fp32.get("step_s"):
                     fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
                 against = "fp32's median step"
             else:
-                pair = cpu_rounds(
-                    model, tiny, 2, loss, ["fp32", "amp-fp16"], key, 1, tell, backward
-                )
-                fp16 = pair[1]
                 against = "one fp32 step there"
             fp16["input"], fp16["batch"] = list(tiny), 2
             fp16["against"] = against

@@ -228,8 +228,9 @@ def _where_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
     me = report["measured"]
-    if not me:
-        return None
+    if not me:  # a reason why no step was timed, where the command gives one
+        why = report.get("measured_skipped")
+        return ("4. Measured on this device", why, "") if why else None
     lead, text = measured_table(me)
     return ("4. Measured on this device", lead, text + "\n\n" + measured_verdict(me))
 
@@ -520,8 +521,9 @@ def first_screen(report: dict[str, Any]) -> str:
 
 
 def report_head(report: dict[str, Any], level: int = 1) -> str:
-    """The title, the output read and ``first_screen``: what ``python -m
-    ampbook.predict.doctor`` prints as soon as the step is traced."""
+    """The title, ``first_screen`` and the output read: what ``python -m
+    ampbook.predict.doctor`` prints as soon as the step is traced (the verdict within
+    24 lines for the 15 GPUs of the table)."""
     return (
         _title(
             f"AMP doctor: {report['model']} ({report['model_class']}, "
@@ -529,8 +531,10 @@ def report_head(report: dict[str, Any], level: int = 1) -> str:
             level,
             level,
         )
-        + f"\n\nOutput: shape {shape_text(report['output'])} "
-        f"({report['output_rule']}); loss: {report['loss']}.\n\n" + first_screen(report)
+        + "\n\n"
+        + first_screen(report)
+        + f"\nOutput: shape {shape_text(report['output'])} "
+        f"({report['output_rule']}); loss: {report['loss']}.\n"
     )
 
 

@@ -275,6 +275,42 @@ def committed_measurements(
     return out
 
 
+def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
+    """The checklist's AMP row for one GPU and precision: a measurement of this
+    network, GPU and setting outranks the prediction. Recommended ("train with AMP",
+    ranked by its gain) only where the verdict does not call it a loss: a range the
+    first screen calls "a loss" or "no clear loss" (``gist``), or a measured step
+    slower than fp32 by more than ``SAME_SPEED``, reads "keep fp32", unranked."""
+    done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+    said = None
+    if done:
+        m = done[-1]
+        gain, src = m["speedup"], "measured (committed)"
+        detail = (
+            f"{m['what']}; predicted {span_text(rng['low'], rng['high'])}"
+            if (rng["rows"])
+            else m["what"]
+        )
+        if gain < 1 - SAME_SPEED:
+            said = f"measured at {gain:.2f}x fp32's speed"
+    elif rng["rows"]:
+        lo, hi = rng["low"], rng["high"]
+        gain, src = rng["point"], "calibrated"
+        n = len(rng["rows"])
+        detail = f"{span_text(lo, hi)} from {plural(n, 'reference')}"
+        word = gist(lo, hi, gain)
+        if word in ("a loss", "no clear loss"):
+            said = f"predicted {gain:.2f}x, {word}"
+    else:
+        gain, src = rng["equal_share"], "equal shares of the bound"
+        detail = "no reference for this GPU's families"
+    if said is not None:
+        return {"gpu": name, "item": f"keep fp32: AMP ({precision}) {said}",
+                "gain": None, "source": src, "detail": detail}  # fmt: skip
+    return {"gpu": name, "item": f"train with AMP ({precision})",
+            "gain": gain, "source": src, "detail": detail}  # fmt: skip
+
+
 def checklist(
     roof: list[dict[str, Any]],
     ranges: list[dict[str, Any]],
@@ -297,29 +333,7 @@ def checklist(
         gpu, name = r["gpu"], r["gpu_name"]
         rng = by_gpu.get((gpu, r["precision"]))
         if rng is not None:
-            # a measurement of this network, GPU and setting outranks a prediction
-            done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
-            if done:
-                m = done[-1]
-                gain, src = m["speedup"], "measured (committed)"
-                detail = (
-                    f"{m['what']}; predicted {span_text(rng['low'], rng['high'])}"
-                    if (rng["rows"])
-                    else m["what"]
-                )
-            elif rng["rows"]:
-                lo, hi = rng["low"], rng["high"]
-                gain, src = rng["point"], "calibrated"
-                n = len(rng["rows"])
-                refs_said = f"{n} reference{'s' if n != 1 else ''}"
-                detail = f"{span_text(lo, hi)} from {refs_said}"
-            else:
-                gain, src = rng["equal_share"], "equal shares of the bound"
-                detail = "no reference for this GPU's families"
-            items.append(
-                {"gpu": name, "item": f"train with AMP ({r['precision']})",
-                 "gain": gain, "source": src, "detail": detail}
-            )  # fmt: skip
+            items.append(_amp_item(name, r["precision"], rng))
         if gpu in seen:
             continue
         seen.add(gpu)
@@ -385,11 +399,14 @@ def checklist(
         for r in rows.values():
             for what in ("channels_last", "cudnn.benchmark"):
                 if r["variant"].endswith(what) and r["precision"] in rows:
+                    gain = rows[r["precision"]]["step_s"] / r["step_s"]
+                    slower = gain < 1 - SAME_SPEED  # never recommended
                     items.append(
                         {
                             "gpu": name,
-                            "item": f"{what} with {r['precision']}",
-                            "gain": rows[r["precision"]]["step_s"] / r["step_s"],
+                            "item": f"{what} with {r['precision']}"
+                            + (f": slower here, {gain:.2f}x" if slower else ""),
+                            "gain": None if slower else gain,
                             "source": "measured",
                             "detail": f"measured on this {name}",
                         }
