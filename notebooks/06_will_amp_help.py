@@ -324,11 +324,11 @@ md_table(ref_rows, ["network", "GPU", "from", "batch (32 / AMP)", "layout (32 / 
 md(ch6.published_notes(ref_rows, ref_notes))
 
 # %% [markdown]
-# A layer profile's AMP share here is not chapter 5's kernel efficiency of the same
-# profile: chapter 5 holds the kernel time against the bound the profile was recorded
-# with, which models no memory layout, while the references' bounds (the chapter's one
-# definition) add, in NCHW, the transposes into NHWC and back that the cost model
-# assumes around every 16-bit convolution (fp32's bound has none):
+# A layer profile's AMP share here is chapter 5's kernel efficiency of the same
+# profile: the references' bounds are the book's one step model
+# (`ampbook.predict.stepmodel`), which leaves out the NCHW transposes cuDNN may put
+# around a 16-bit convolution ({ref}`ch5-layout` shows the bound with them, an
+# assumption). Each profile's bound now against the one it recorded:
 
 # %%
 md(ch6.profile_bound_lines(rdir))

@@ -133,14 +133,15 @@ def test_resnet50_batch_256_on_a100_range_contains_the_published_speedup(
 
 
 def test_the_layout_changes_the_bytes_and_the_range(resnet50_a100, resnet50_a100_nchw):
-    """NCHW adds transposes around every 16-bit convolution (bytes and kernels, in the
-    convolution's class); the ranges differ, and each names its references and the
-    layouts it was predicted for."""
+    """The bound leaves out cuDNN's NCHW transposes (a lower bound holds only what is
+    certain: ``stepmodel``): channels_last adds one copy of the input, NCHW nothing;
+    the ranges still differ (the references weigh by layout), and each names its
+    references and the layouts it was predicted for."""
     cl, cf = resnet50_a100, resnet50_a100_nchw
     assert cl["memory_format"] == "channels_last"
-    assert cf["totals"]["amp-fp16"]["bytes"] > cl["totals"]["amp-fp16"]["bytes"]
-    assert cf["totals"]["amp-fp16"]["kernels"] > cl["totals"]["amp-fp16"]["kernels"]
-    assert cf["totals"]["fp32"]["kernels"] == cl["totals"]["fp32"]["kernels"] - 1
+    for p in ("fp32", "amp-fp16"):
+        assert cf["totals"][p]["bytes"] < cl["totals"][p]["bytes"]
+        assert cf["totals"][p]["kernels"] == cl["totals"][p]["kernels"] - 1
     (a,), (b,) = cl["verdict"]["ranges"], cf["verdict"]["ranges"]
     assert a["layouts"] == ["channels_last"] * 2
     assert b["layouts"] == ["channels_first"] * 2
