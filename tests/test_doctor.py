@@ -329,13 +329,16 @@ def test_resolve_gpus_short_names():
 
 def test_a_gpu_added_to_the_table_gets_a_roofline_and_a_range():
     """The RTX 4090: GeForce's half-rate fp32 accumulate in the bound; a range from
-    references of other GPUs, weighted by how near they are."""
+    the references weighted by how near they are, the 4090's own published row
+    (Lambda's, a GeForce reference) among them."""
     rep = diagnosis.diagnose(_config(gpus=["4090", "a100"], measure=False))
     roof = {(r["gpu"], r["precision"]): r for r in rep["roofline"]}
     g, a = roof[("rtx4090", "amp-fp16")], roof[("a100-sxm-80gb", "amp-fp16")]
     assert g["gpu_name"] == "RTX 4090" and g["amp_s"] > 0
     rng = next(r for r in rep["verdict"]["ranges"] if r["gpu"] == "rtx4090")
-    assert rng["rows"] and all(r["gpu_distance"] != "same GPU" for r in rng["rows"])
+    same = [r for r in rng["rows"] if r["gpu_distance"] == "same GPU"]
+    assert [r["key"] for r in same] == ["lambda-resnet50-rtx4090"]
+    assert any(r["gpu_distance"] != "same GPU" for r in rng["rows"])
     assert rng["low"] < rng["point"] < rng["high"]
     assert a["amp_s"] != g["amp_s"]
 

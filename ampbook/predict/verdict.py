@@ -126,8 +126,10 @@ def speedup_range_verdict(
 
 
 def nearness(row: dict[str, Any]) -> tuple:
-    order = {"same GPU": 0, "same architecture": 1, "other architecture": 2}
-    return (not row["same_network"], order[row["gpu_distance"]], row["mix_distance"])
+    from ampbook.predict.calibration import GPU_DISTANCES
+
+    order = GPU_DISTANCES.index(row["gpu_distance"])
+    return (not row["same_network"], order, row["mix_distance"])
 
 
 def verdict_ranges(
