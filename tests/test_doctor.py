@@ -219,7 +219,15 @@ def test_speedup_range_verdict():
            "point": 2.45, "error": 0.2, "basis": ["b"], "rows": rows,
            "launch": None, "layouts": ["channels_first", "channels_first"]}  # fmt: skip
     line = verdict.speedup_range_verdict("GPU X", "amp-fp16", rng)
-    assert "NCHW: 2.45x ± 22% (2.00x to 3.00x), a gain" in line
+    # without a host model the range is of kernel time, and says so
+    assert "2.45x ± 22% (2.00x to 3.00x), a gain" in line
+    assert "kernel-time speedup (no host model: no step)" in line
+    host = {"idle_per_sync_s": 0.004, "loop": "loop L", "fp32_syncs": 1, "amp_syncs": 2}
+    step = verdict.speedup_range_verdict("GPU X", "amp-fp16", dict(
+        rng, host=host, kernel_point=2.9, kernel_low=2.4, kernel_high=3.5))
+    assert "predicted step speedup (kernels plus the host's idle time, 4.0 ms per " in step
+    assert "loop L: 1 sync fp32, 2 AMP) 2.45x" in step
+    assert "; predicted kernel time alone 2.90x (2.40x to 3.50x); set by" in step
     assert "set by Net B on GPU Z (75%) of 2 references" in line
     assert "1.90x if both precisions reached the same share of their bound" in line
     assert "No reference ran both precisions in NCHW (they ran NCHW / NHWC" in line
@@ -466,7 +474,10 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     # the baseline named as what it is (TF32 on both GPUs), the references as what
     # they are, and the count of AMP precisions in section 5
     prose = " ".join(head)
-    assert "speedup over fp32 with TF32 (fp32-tf32) per GPU" in prose
+    # the step (with the modelled host time) labelled as such, the kernels beside it
+    assert "Expected AMP training step speedup (kernels plus the modelled host" in prose
+    assert "over fp32 with TF32 (fp32-tf32) per GPU" in prose
+    assert all(" step " in x and "; kernels " in x for x in gpus)
     assert "committed layer profiles and published training throughputs" in prose
     assert "(section 5 has both):" in prose
     for x in gpus:

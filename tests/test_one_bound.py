@@ -84,3 +84,30 @@ def test_chapter_7s_rung_bound_is_the_doctors(doctor_report):
     _, ref, _, _ = _stream_effect(ceil, B, H, W)
     row = next(r for r in doctor_report["roofline"] if r["precision"] == "amp-fp16")
     assert ref == pytest.approx(row["amp_s"], rel=1e-6)
+
+
+def test_the_doctor_predicts_the_step_and_holds_the_measured_step_alone(doctor_report):
+    """ERFNet on the H200 (issue 40, item 2): the doctor's range is of the step
+    (kernels plus the modelled host idle), labelled, with the kernels' own beside it;
+    beside it the measured step timed alone and the step in the loop per epoch, read
+    from data/results; the step predicted for the loop that measured it (the runner
+    of 2026-11-30) holds the step timed alone."""
+    rs = load_results_dir()
+    (b, a), = [(b, a) for b, a in rs.profile_pairs() if a.mode == "amp-fp16"]
+    (q,) = [q for q in rs.pairs()
+            if (q.amp.mode, q.baseline.mode) == ("amp-fp16", "fp32-tf32")]  # fmt: skip
+    alone, lo, hi = b.step_s / a.step_s, min(q.step_speedups), max(q.step_speedups)
+    (r,) = [r for r in doctor_report["verdict"]["ranges"]
+            if r["precision"] == "amp-fp16"]  # fmt: skip
+    assert r["host"] and r["kernel_point"] > r["point"]  # the host's idle costs AMP
+    run = r["runner"]
+    assert run["low"] <= alone <= run["high"]
+    line = r["line"]
+    assert "predicted step speedup (kernels plus the host's idle time" in line
+    assert "predicted kernel time alone" in line
+    assert f"Measured: {alone:.2f}x (step timed alone" in line
+    assert f"{lo:.2f}x to {hi:.2f}x over {len(q.step_speedups)} epochs" in line
+    assert "predicted for that loop: inside the range" in line
+    screen = report_text.first_screen(doctor_report)
+    assert f"measured step alone {alone:.2f}x" in screen
+    assert f"step in the loop {lo:.2f}x to {hi:.2f}x per epoch" in screen

@@ -381,6 +381,8 @@ def calibrated_range(
                 "key": ref.key,
                 "label": ref.label(devices),
                 "kind": ref.kind,
+                "publisher": ref.source.get("publisher")
+                or ("committed layer profiles" if ref.kind == "profile" else ""),
                 **times,
                 "weight": weight,
                 **dist,
