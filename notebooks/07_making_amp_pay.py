@@ -167,6 +167,14 @@ md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",
                 f"{MODE_LABELS[amp_mode]}: step (ms)", "speedup (x)", "AMP: GPU busy",
                 "AMP: images/s"], [None, ".1f", ".1f", ".2f", ".0%", ".0f"])
 
+# %% [markdown]
+# Rung 0 on the GPU was first measured on 2026-11-30 by a runner that read more back
+# from the GPU each step than a loop needs; a ladder measured with today's runner puts
+# its rung 0 beside that one:
+
+# %% tags=["hide-input"]
+md(ch7.rung0_comparison(results, gpu, predicted))
+
 # %% tags=["hide-cell"]
 eager_top = max((r.index for r in gpu.rungs if r.index <= bl.EAGER_TOP
                  and gpu.cell(r.index, amp_mode)), default=0) if gpu else 0
@@ -263,8 +271,12 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # host to decide whether to step (the runner's fp32 step, likewise, reads whether the
 # gradients are finite). Fused Adam (`torch.optim.Adam(fused=True)`) takes the flag on
 # the GPU and skips the step there, so that read goes
-# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (Today's runner reads `get_scale()`
-# only at an epoch's end; the runner that measured rung 0 may have read it each step.)
+# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (The runner that measured rung 0 on
+# 2026-11-30 read `get_scale()` before and after every `scaler.step` as well: four
+# syncs per AMP step against two per fp32 step, two of AMP's and one of fp32's, the
+# gradient-norm check, its own rather than AMP's (`git show
+# 483e4df:ampbook/train.py`). Today's runner reads the scale only at an epoch's end,
+# so part of rung 0's AMP idle time is the runner's.)
 # Fewer kernels is not the gain: CUDA's default Adam is already the
 # `foreach` implementation, a few dozen multi-tensor launches for ERFNet's
 # {glue:text}`ch7_params` parameter tensors. With the loss read every

@@ -177,6 +177,10 @@ md(gpu_findings(results))
 #   GPU sat idle {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp_idle:s` of every AMP
 #   step, so the step took {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp:s` against
 #   {glue:text}`07_making_amp_pay.ipynb::ch7_r0_base:s` ({doc}`07_making_amp_pay`).
+#   Part of that idle time was the runner's, not AMP's: the runner that measured it
+#   synchronised the host four times per AMP step and twice per fp32 step, its own
+#   `get_scale()` reads two of AMP's four and its gradient-norm check one of fp32's
+#   two; a loop written as PyTorch's AMP examples write it makes two and one.
 # - **What the ladder gives.** With the data fixed, channels_last, no per-step syncs
 #   and a 16-bit residual stream, one change per rung, AMP's step at rung
 #   {glue:text}`07_making_amp_pay.ipynb::ch7_eager_top:d`

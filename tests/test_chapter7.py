@@ -216,3 +216,40 @@ def test_rung_4s_cast_keeps_the_concatenation_16_bit():
         False: (torch.float32, torch.float32),
         True: (torch.bfloat16, torch.bfloat16),
     }
+
+
+def test_rung_0_twice_once_a_ladder_re_measured_it(tmp_path):
+    """Chapter 7 puts the runner-of-2026-11-30 rung 0 (layer profiles) beside a
+    committed ladder's rung 0 measured with today's runner; before such a ladder is
+    committed it says which runner measured the one shown (fixture copies here:
+    nothing under data/results)."""
+    import json
+    import shutil
+
+    for f in FIXTURES.glob("layer_profile_fixture-gpu_*.json"):
+        shutil.copy(f, tmp_path / f.name)
+    rec = json.loads((FIXTURES / "ladder_fixture-gpu.json").read_text())
+    (tmp_path / "ladder_fixture-gpu.json").write_text(json.dumps(rec))
+    old = load_results_dir(tmp_path)
+    ladder, predicted = ch7.gpu_ladder(old)
+    assert not predicted
+    # the fixture ladder is dated before the runner changed: no second rung 0
+    assert ch7.rung0_comparison(old, ladder, predicted).startswith("No rung 0")
+    assert "4 times per AMP step and 2 per fp32 step" in ch7.rung0_comparison(
+        old, None, False
+    )
+    rec["created"] = "2026-12-06T10:00:00+00:00"
+    (tmp_path / "ladder_fixture-gpu.json").write_text(json.dumps(rec))
+    new = load_results_dir(tmp_path)
+    ladder, predicted = ch7.gpu_ladder(new)
+    text = ch7.rung0_comparison(new, ladder, predicted)
+    rows = [x for x in text.splitlines() if x.startswith("| ") and "---" not in x][1:]
+    assert len(rows) == 4
+    assert sum("runner of 2026-11-30" in r for r in rows) == 2
+    assert sum("ladder of 2026-12-06" in r for r in rows) == 2
+    lp = {p.mode: p for p in new.layer_profiles}
+    cell = ladder.cell(0, "amp-fp16")
+    amp_rows = [r for r in rows if r.startswith(f"| {MODE_LABELS['amp-fp16']} |")]
+    assert f"| {lp['amp-fp16'].step_s * 1e3:.1f} |" in amp_rows[0]
+    assert f"| {cell.step_s * 1e3:.1f} |" in amp_rows[1]
+    assert f"{lp['fp32-tf32'].step_s / lp['amp-fp16'].step_s:.2f}" in amp_rows[0]

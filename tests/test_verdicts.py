@@ -144,6 +144,14 @@ def test_kernel_time_and_idle_time_disagree_in_the_fixture_profiles():
     assert f"({base.kernel_s / amp.kernel_s:.2f}x)" in line
     assert f"idle {amp.idle_s * 1e3:.1f} ms against {base.idle_s * 1e3:.1f}" in line
     assert "the kernels' gain went to idle time" in line
+    # the caveat: a profile the runner of 2026-11-30 recorded (the fixture's date is
+    # before it changed) carries its syncs, two of AMP's its own
+    assert "Part of that idle time is the runner's, not AMP's" in line
+    assert "4 times per AMP step and 2 per fp32 step" in line
+    newer = dataclasses.replace(
+        amp, record={**amp.record, "created": "2026-12-06T00:00:00+00:00"}
+    )
+    assert "runner's, not AMP's" not in kernel_time_verdict(newer, base)
     same = dataclasses.replace(amp, step_s=amp.kernel_s * 1.05)
     assert "the step kept the kernels' gain" in kernel_time_verdict(same, base)
     slow = dataclasses.replace(

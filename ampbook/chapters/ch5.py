@@ -93,6 +93,25 @@ class BoundCheck:
         return text
 
 
+def runner_caveat(profile) -> str:
+    """What part of a profile's idle time is the runner's own, from the history
+    (``hostmodel.profile_loop``): for a profile the runner of 2026-11-30 recorded, its
+    syncs per step and which of them were the runner's, not AMP's; "" for a profile
+    whose loop the history does not say."""
+    from ampbook.predict.hostmodel import RUNNER_2026_11_30, profile_loop
+
+    loop = profile_loop(profile.record)
+    if loop is not RUNNER_2026_11_30:
+        return ""
+    return (
+        f" Part of that idle time is the runner's, not AMP's: {loop.name} (the one "
+        f"that recorded these profiles) synchronised the host {loop.amp} times per AMP "
+        f"step and {loop.fp32} per fp32 step ({loop.detail}); its two get_scale() "
+        "reads and fp32's gradient-norm check were its own, and a loop written as "
+        "PyTorch's AMP examples write it makes 2 and 1."
+    )
+
+
 def kernel_time_verdict(amp, baseline) -> str:
     """Where an AMP step's time went, from two layer profiles of one GPU and setting
     (``ampbook.results.LayerProfile``): the kernels' time and the GPU's idle time
@@ -112,7 +131,7 @@ def kernel_time_verdict(amp, baseline) -> str:
     if ks > 1.05 and ws < ks / 1.05:
         return (
             f"{facts}: the kernels' gain went to idle time (the gaps between kernels: "
-            "launches and host work), not to slower kernels."
+            "launches and host work), not to slower kernels." + runner_caveat(amp)
         )
     if ks <= 1.0 / 1.05:
         return f"{facts}: AMP's kernels themselves were slower."

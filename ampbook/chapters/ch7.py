@@ -278,3 +278,59 @@ def here_speedup(ladder: Ladder, index: int):
     return speedup(
         *(cell_value(ladder, ladder.cell(index, m), "step_s") for m in ("fp32", amp))
     )
+
+
+def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
+    """Rung 0 twice, side by side, once a ladder re-measured it with today's runner:
+    the layer profiles of 2026-11-30 (recorded by a runner that synchronised the host
+    four times per AMP step and twice per fp32 step, ``hostmodel.RUNNER_2026_11_30``)
+    beside the committed ladder's rung 0 (measured on or after
+    ``hostmodel.RUNNER_CHANGED``), per precision: step, kernel and idle time, and
+    AMP's step speedup. One sentence while no such ladder is committed."""
+    from ampbook.core.page import md_table_text
+    from ampbook.predict.hostmodel import RUNNER_2026_11_30, RUNNER_CHANGED
+    from ampbook.predict.hostmodel import profile_loop
+
+    loop = RUNNER_2026_11_30
+    wait = (
+        "No rung 0 re-measured with today's runner is committed: the rung 0 shown is "
+        f"the one {loop.name} recorded, which synchronised the host {loop.amp} times "
+        f"per AMP step and {loop.fp32} per fp32 step, two of AMP's and one of "
+        "fp32's its own reads, not AMP's."
+    )
+    if ladder is None or predicted:
+        return wait
+    when = str(ladder.record.get("created") or "")[:10]
+    setting = (ladder.device_name, ladder.batch_size, ladder.height, ladder.width)
+    old = {
+        lp.mode: lp
+        for lp in results.layer_profiles
+        if (lp.device_name, lp.batch_size, lp.height, lp.width) == setting
+        and profile_loop(lp.record) is loop
+    }
+    new = {m: ladder.cell(0, m) for m in ("fp32-tf32", "amp-fp16")}
+    if when < RUNNER_CHANGED or len(old) < 2 or not all(new.values()):
+        return wait
+    ms = 1e3
+    rows = []
+    for label, cells in (
+        (f"{loop.name} ({loop.amp} / {loop.fp32} syncs)", old),
+        (f"today's runner, ladder of {when}", new),
+    ):
+        b, a = cells["fp32-tf32"], cells["amp-fp16"]
+        for c, ratio in ((b, None), (a, b.step_s / a.step_s)):
+            rows.append(
+                (MODE_LABELS[c.mode], label, c.step_s * ms, c.kernel_s * ms,
+                 c.idle_s * ms, ratio)
+            )  # fmt: skip
+    return (
+        "Rung 0 measured twice (both measured): by the runner of 2026-11-30, whose "
+        "own get_scale() reads and gradient-norm check added host syncs, and by "
+        "today's runner in the committed ladder.\n\n"
+        + md_table_text(
+            rows,
+            ["precision", "rung 0 measured by", "step (ms)", "kernels (ms)",
+             "idle (ms)", "speedup (x)"],
+            [None, None, ".1f", ".1f", ".1f", ".2f"],
+        )  # fmt: skip
+    )
