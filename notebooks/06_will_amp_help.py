@@ -717,7 +717,7 @@ glue_all(ch6_held_inside=held["inside"], ch6_held_width=held["median_width"],
 #   {glue:text}`ch6_loo_inside:.0%` of the references lie inside the range the others
 #   predict, at a median width of {glue:text}`ch6_loo_width:.2f`x
 #   ({ref}`ch6-references`).
-# - At small batches a step is launch-bound, and AMP's casts add kernels
+# - At small batches the doctor predicts a step launch-bound, and AMP's casts add kernels
 #   ({ref}`ch6-launch`).
 # - Autocast leaves in fp32 what its lists name and what takes an fp32 input, such as a
 #   residual sum whose skip path is fp32; the doctor names both with their share of the

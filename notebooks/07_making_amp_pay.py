@@ -160,7 +160,7 @@ rows = []
 for r in gpu.rungs if gpu else []:
     a, b = gpu.cell(r.index, amp_mode), gpu.cell(r.index, base_mode)
     va, vb = (ladder_report.cell_value(gpu, c, "step_s") for c in (a, b))
-    rows.append((f"{r.index}: {r.key}", vb, va, vb / va if a and b else None,
+    rows.append((f"{r.index}: {ladder_report.rung_label(r)}", vb, va, vb / va if a and b else None,
                  ladder_report.cell_value(gpu, a, "busy_share"),
                  ladder_report.cell_value(gpu, a, "images_per_s")))
 md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",
@@ -259,7 +259,8 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # runs other kernels: one user measured cuDNN's graph-API batch norm in NHWC about twice
 # as fast as in NCHW on an H100, for that user's shapes {cite:p}`cudnn-frontend-134`.
 # The prediction *assumes* the same factor, {glue:text}`ch7_bn_speedup:s`, for
-# PyTorch's `BatchNorm2d` here. `cudnn.benchmark` lets cuDNN time its algorithms for
+# PyTorch's `BatchNorm2d` here, and *assumes* every other kernel unchanged by the
+# layout (the convolutions' NHWC kernels included: no profile in NHWC is committed). `cudnn.benchmark` lets cuDNN time its algorithms for
 # each convolution shape and keep the fastest {cite:p}`pytorch-tuning-guide`. AMP's
 # step: {glue:text}`ch7_r2_amp_step:s`.
 #
@@ -295,7 +296,8 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # {glue:text}`ch7_r4_amp_step:s`. fp32 with TF32 has no autocast, and this rung changes
 # nothing for it. Where the ladder is predicted, rung 4 scales *all* of AMP's kernel
 # time by the cost model's bound with the 16-bit stream over the bound without it
-# ({glue:text}`ch7_stream_ratio:s`): an assumption that every kernel shrinks alike,
+# ({glue:text}`ch7_stream_ratio:s`, computed from the two bounds; applying it to every
+# kernel is the assumption): that every kernel shrinks alike,
 # although batch norm, which the profiles above show taking about the same time in
 # both precisions, need not shrink with the bytes.
 #
@@ -341,8 +343,8 @@ md(ch7.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
 # %% [markdown]
 # ### What AMP buys at the top
 #
-# The highest rungs measured, each precision against fp32 with TF32 and against strict
-# fp32 on the same rung, with the peak memory (allocated) and the loop's images per
+# The highest rungs of the ladder ({glue:text}`ch7_gpu_kind:s`), each precision
+# against fp32 with TF32 and against strict fp32 on the same rung, with the peak memory (allocated) and the loop's images per
 # second. A dash is a cell the ladder does not have.
 
 # %% tags=["hide-input"]
@@ -558,10 +560,10 @@ print(f"  idle (profiled - busy):  {wall_ms - busy_ms:8.2f} ms per step")
 #   data, and the GPU waits for the host inside each step. AMP's faster kernels cannot
 #   show.
 # - Fixing the data path, the layout of batch norm, the host syncs and launch overhead,
-#   the promoted residual stream and, on a GPU, fusing kernels is *predicted* to move
-#   the step towards the kernels' own time, and AMP's gain with it, until a GPU ladder
-#   is measured; on this machine, where it was measured, {ref}`ch7-here` says which
-#   rungs paid.
+#   the promoted residual stream and, on a GPU, fusing kernels moves the step towards
+#   the kernels' own time, and AMP's gain with it: on the GPU the ladder above is
+#   {glue:text}`ch7_gpu_kind:s` ({ref}`ch7-gpu`); on this machine, where it was
+#   measured, {ref}`ch7-here` says which rungs paid.
 # - Step time, kernel time and idle time are three different numbers; `torch.profiler`
 #   gives the second, and the third is the difference. Efficiency from wall time mixes
 #   them.

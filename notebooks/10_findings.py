@@ -227,11 +227,14 @@ md(gpu_findings(results))
 #
 # AMP saves memory wherever the network keeps 16-bit activations for the backward pass; it
 # saves time where the step's kernels get faster in 16 bits (on tensor cores, or, for
-# memory-bound work, by moving half the bytes) and the GPU is kept busy. The post's RTX
+# memory-bound work, by moving fewer bytes: ERFNet's AMP step moves
+# {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f` times fp32's by the cost model's
+# count, not half) and the GPU is kept busy. The post's RTX
 # 3070 had little tensor-core headroom (published peaks), ERFNet's roofline bound on it is
 # mostly memory time, whose bytes AMP does not halve (the cost model's prediction), and a
-# GPU that waits for its loader turns a faster step into an epoch no faster (measured by
-# the committed GPU runs above); {doc}`06_will_amp_help` makes the same diagnosis for
+# GPU that waits for its loader turns a step faster than strict fp32's into an epoch no
+# faster than strict fp32's (measured by the committed GPU runs above; against TF32 the
+# step itself gained little); {doc}`06_will_amp_help` makes the same diagnosis for
 # another network, and {doc}`07_making_amp_pay` shows, rung by rung
 # ({glue:text}`07_making_amp_pay.ipynb::ch7_gpu_kind:s`), what it takes for AMP's faster
 # kernels to shorten the step.

@@ -48,7 +48,9 @@ def test_a_step_ratio_within_five_percent_is_about_the_same_not_faster():
         text = speed_verdict(dataclasses.replace(p, amp=amp))
         assert word in text and "faster" not in text and "slower" not in text
     amp = dataclasses.replace(p.amp, step_s=p.baseline.step_s * 0.9)
-    assert "(faster)" in speed_verdict(dataclasses.replace(p, amp=amp))
+    assert "(faster in this one pair of runs: one pair, no spread" in speed_verdict(
+        dataclasses.replace(p, amp=amp)
+    )
 
 
 def test_cpu_pair_reports_the_kernel_probe_not_the_flags():
@@ -264,7 +266,8 @@ def test_a_loader_bound_gpu_pair_reads_its_epoch_ratio_as_loader_noise():
     # AMP waited longer in both timed epochs (4.0 > 3.2, 5.5 > 5.0): systematic
     assert ch3.wait_direction(slow) == "longer"
     assert (
-        "AMP's run longer in every epoch, so the epoch ratio measures the loader "
+        "AMP's run waited longer for data in every epoch, so the epoch ratio measures "
+        "the loader "
         f"(epoch ratio {lo:.2f}-{hi:.2f}x over epochs 2-3)"
     ) in line
     assert "noise" not in line
@@ -280,7 +283,7 @@ def test_a_loader_bound_gpu_pair_reads_its_epoch_ratio_as_loader_noise():
     # AMP waiting less in every epoch is as systematic
     less = results.RunPair(p.setting, amp, base)
     assert ch3.wait_direction(less) == "shorter"
-    assert "AMP's run less in every epoch" in gpu_pair_verdict(less)
+    assert "AMP's run waited less for data in every epoch" in gpu_pair_verdict(less)
     # the step in the loop, never "alone" (that is the layer profiles' figure)
     lo, hi = min(slow.step_speedups), max(slow.step_speedups)
     assert f"{lo:.2f}" == f"{hi:.2f}"  # the fixture's step: the same every epoch

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ampbook.bench.ladder import RUNGS
 from ampbook.bench.ladder_predict import predict_ladder
-from ampbook.bench.ladder_report import cell_value
+from ampbook.bench.ladder_report import cell_value, rung_label
 from ampbook.core.page import GIB
 from ampbook.results import MODE_LABELS, Ladder, LadderCell, read_ladder
 
@@ -51,7 +51,7 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
             linewidth=0.5,
             label="idle" if j == len(modes) - 1 else None,
         )
-    ax.set_xticks(xs, [f"{r.index}: {r.key}" for r in rungs])
+    ax.set_xticks(xs, [f"{r.index}: {rung_label(r)}" for r in rungs])
     ax.set_ylabel("ms per step")
     if title:
         ax.set_title(title, fontsize=10)
@@ -90,9 +90,16 @@ def source_line(ladder: Ladder, predicted: bool) -> str:
         return f"Measured: {line}."
     p = ladder.record["prediction"]
     ratio = p.get("fp16_stream_bound_ratio")
+    pair = p.get("fp16_stream_bounds_s")
+    of = (
+        f" (computed: the AMP bound with the 16-bit stream over without it, "
+        f"{pair[0] * 1e3:.3f} / {pair[1] * 1e3:.3f} ms)"
+        if pair
+        else " (computed from the cost model's two AMP bounds)"
+    )
     stream = (
-        f"every AMP kernel scaled by the cost model's bound ratio {ratio:.3f} and the "
-        "saved bytes it removes (rung 4)"
+        f"every AMP kernel scaled by the bound ratio {ratio:.3f}{of}, applied to "
+        "every kernel by assumption, and the saved bytes it removes (rung 4)"
         if ratio
         else "no rung 4 (no bound for this GPU)"
     )
@@ -101,7 +108,8 @@ def source_line(ladder: Ladder, predicted: bool) -> str:
         f"(with the training runs' images/s, data wait and memory); above it, by "
         f"assumption, no data wait (rung 1), batch norm "
         f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC, the factor one user "
-        f"measured for cuDNN's own batch norm (rung 2), no idle time (rung 3), and "
+        f"measured for cuDNN's own batch norm, and every other kernel unchanged "
+        f"(rung 2), no idle time (rung 3), and "
         f"{stream}; no rung 5."
     )
 
@@ -117,12 +125,19 @@ def missing_ladder_line(results) -> str:
     )
 
 
+# The fewest timed steps per cell a "faster/slower in every timed step" verdict needs:
+# with n steps each, pure noise separates the two cells completely in 2 / C(2n, n) of
+# cases (10% at 3 steps, under 1% at 5).
+MIN_TIMED_STEPS = 5
+
+
 def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
     """How cell ``b``'s step compared with cell ``a``'s, in words, judged against the
     spread of their timed steps (``step_times_s``), as chapter 5 reads rounds: "faster"
     only where every timed step of ``b`` was shorter than every one of ``a``, "slower"
     the other way round, else no change resolved. Cells without step times (a
-    prediction) "would be" faster or slower (beyond 5%)."""
+    prediction) "would be" faster or slower (beyond 5%). Fewer than
+    ``MIN_TIMED_STEPS`` timed steps in a cell give no verdict."""
     from ampbook.core.provenance import all_measured
 
     va = cell_value(ladder, a, "step_s") if ladder else None
@@ -137,6 +152,12 @@ def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> s
     ta, tb = a.record.get("step_times_s"), b.record.get("step_times_s")
     if not ta or not tb:
         return "step times not recorded: no verdict"
+    n = min(len(ta), len(tb))
+    if n < MIN_TIMED_STEPS:
+        return (
+            f"no verdict: {n} timed steps, fewer than {MIN_TIMED_STEPS}, too few to "
+            "tell a change from the machine's noise"
+        )
     if max(tb) < min(ta):
         return "faster in every timed step"
     if min(tb) > max(ta):

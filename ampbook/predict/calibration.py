@@ -150,7 +150,9 @@ def gpu_distance(ref_gpu: str, gpu: str, devices=None) -> str:
     return "other architecture"
 
 
-def layout_factor(refs: Sequence[Reference], exclude: str | None = None) -> float | None:
+def layout_factor(
+    refs: Sequence[Reference], exclude: str | None = None
+) -> float | None:
     """How much of its 16-bit efficiency a step keeps in NCHW against NHWC, measured:
     the geometric mean, over pairs of references of one network on one GPU whose AMP
     runs differ in memory format only (the baseline's family and layout the same), of
@@ -538,7 +540,9 @@ def leave_one_out(
     for ref in refs if targets is None else targets:
         if ref.gpu not in devices:
             continue
-        r = reference_prediction(ref, refs, True, devices, weights, errors, host or None)
+        r = reference_prediction(
+            ref, refs, True, devices, weights, errors, host or None
+        )
         if r["point"] is None:
             none.append(ref.key)
             continue
