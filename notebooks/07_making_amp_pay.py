@@ -160,7 +160,8 @@ rows = []
 for r in gpu.rungs if gpu else []:
     a, b = gpu.cell(r.index, amp_mode), gpu.cell(r.index, base_mode)
     va, vb = (ladder_report.cell_value(gpu, c, "step_s") for c in (a, b))
-    rows.append((f"{r.index}: {ladder_report.rung_label(r)}", vb, va, vb / va if a and b else None,
+    rows.append((f"{r.index}: {ladder_report.rung_label(r)}", vb, va,
+                 vb / va if a and b else None,
                  ladder_report.cell_value(gpu, a, "busy_share"),
                  ladder_report.cell_value(gpu, a, "images_per_s")))
 md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",

@@ -32,9 +32,9 @@ def test_gpu_ladder_renders_from_the_fixture(chapter7):
     assert "No GPU ladder is committed" not in chapter7  # there is one
     for rung in ladder.rungs:  # every rung's row: TF32 and AMP steps, their ratio
         a, b = ladder.cell(rung.index, "amp-fp16"), ladder.cell(rung.index, "fp32-tf32")
+        name = ladder_report.rung_label(rung)
         assert (
-            f"| {rung.index}: {ladder_report.rung_label(rung)} | {b.step_s * 1e3:.1f} | "
-            f"{a.step_s * 1e3:.1f} "
+            f"| {rung.index}: {name} | {b.step_s * 1e3:.1f} | {a.step_s * 1e3:.1f} "
             f"| {b.step_s / a.step_s:.2f} |"
         ) in chapter7
     assert ch7.rung_verdict(ladder, 5, ["fp32-tf32", "amp-fp16"]) in chapter7

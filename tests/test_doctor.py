@@ -223,8 +223,11 @@ def test_speedup_range_verdict():
     assert "2.45x ± 22% (2.00x to 3.00x), a gain" in line
     assert "kernel-time speedup (no host model: no step)" in line
     host = {"idle_per_sync_s": 0.004, "loop": "loop L", "fp32_syncs": 1, "amp_syncs": 2}
-    step = verdict.speedup_range_verdict("GPU X", "amp-fp16", dict(
-        rng, host=host, kernel_point=2.9, kernel_low=2.4, kernel_high=3.5))
+    step = verdict.speedup_range_verdict(
+        "GPU X",
+        "amp-fp16",
+        dict(rng, host=host, kernel_point=2.9, kernel_low=2.4, kernel_high=3.5),
+    )
     assert "predicted step speedup (kernels plus the host's idle time, 4.0 ms" in step
     assert "loop L: 1 sync fp32, 2 AMP) 2.45x" in step
     assert "; predicted kernel time alone 2.90x (2.40x to 3.50x); set by" in step

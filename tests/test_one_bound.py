@@ -93,7 +93,7 @@ def test_the_doctor_predicts_the_step_and_holds_the_measured_step_alone(doctor_r
     from data/results; the step predicted for the loop that measured it (the runner
     of 2026-11-30) holds the step timed alone."""
     rs = load_results_dir()
-    (b, a), = [(b, a) for b, a in rs.profile_pairs() if a.mode == "amp-fp16"]
+    ((b, a),) = [(b, a) for b, a in rs.profile_pairs() if a.mode == "amp-fp16"]
     (q,) = [q for q in rs.pairs()
             if (q.amp.mode, q.baseline.mode) == ("amp-fp16", "fp32-tf32")]  # fmt: skip
     alone, lo, hi = b.step_s / a.step_s, min(q.step_speedups), max(q.step_speedups)

@@ -22,7 +22,6 @@ from ampbook.results import (
 # --------------------------------------------------------------------------------------
 
 
-
 # Rung 0's record key is "post" (kept in the ladder files); it is the ERFNet authors'
 # defaults, not the blog post's setting, and is shown so.
 RUNG_LABELS = {"post": "defaults"}

@@ -309,8 +309,11 @@ def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
     ``hostmodel.RUNNER_CHANGED``), per precision: step, kernel and idle time, and
     AMP's step speedup. One sentence while no such ladder is committed."""
     from ampbook.core.page import md_table_text
-    from ampbook.predict.hostmodel import RUNNER_2026_11_30, RUNNER_CHANGED
-    from ampbook.predict.hostmodel import profile_loop
+    from ampbook.predict.hostmodel import (
+        RUNNER_2026_11_30,
+        RUNNER_CHANGED,
+        profile_loop,
+    )
 
     loop = RUNNER_2026_11_30
     wait = (
@@ -350,8 +353,14 @@ def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
         "today's runner in the committed ladder.\n\n"
         + md_table_text(
             rows,
-            ["precision", "rung 0 measured by", "step (ms)", "kernels (ms)",
-             "idle (ms)", "speedup (x)"],
+            [
+                "precision",
+                "rung 0 measured by",
+                "step (ms)",
+                "kernels (ms)",
+                "idle (ms)",
+                "speedup (x)",
+            ],
             [None, None, ".1f", ".1f", ".1f", ".2f"],
         )  # fmt: skip
     )

@@ -123,7 +123,11 @@ def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
 
 
 GPU_DISTANCES = (
-    "same GPU", "same chip", "same architecture", "same segment", "other architecture"
+    "same GPU",
+    "same chip",
+    "same architecture",
+    "same segment",
+    "other architecture",
 )
 
 

@@ -92,6 +92,7 @@ from ampbook.core.precision import (
     torch_name,
 )
 from ampbook.core.words import plural
+from ampbook.predict.hostmodel import host_model
 from ampbook.predict.measured import CPU_ROUNDS, as_progress, measure
 from ampbook.predict.outputs import (
     SelectOutput,
@@ -102,7 +103,6 @@ from ampbook.predict.outputs import (
     quiet_fake,
     returns_tensor,
 )
-from ampbook.predict.hostmodel import host_model
 from ampbook.predict.roofline import Ceilings, predict
 from ampbook.predict.specs import (
     LOSSES,

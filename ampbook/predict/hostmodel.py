@@ -43,8 +43,7 @@ EXAMPLE_LOOP = Loop(
     "a loop as PyTorch's AMP examples write it, logging the loss each step",
     1,
     2,
-    "fp32: loss.item(); AMP: loss.item() and GradScaler's inf/NaN check in "
-    "scaler.step",
+    "fp32: loss.item(); AMP: loss.item() and GradScaler's inf/NaN check in scaler.step",
 )
 # The book's runner that measured the H200 runs and layer profiles of 2026-11-30
 # (`git show 483e4df:ampbook/train.py`): per step, loss.item() in both precisions;

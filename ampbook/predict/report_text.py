@@ -311,7 +311,8 @@ def references_table(rng: dict[str, Any]) -> str:
                 distance_text(r),
                 r["speedup"],
                 f"{r['measured_speedup']:.2f} ("
-                + ("kernel time" if r["kind"] == "profile" else "step") + ")",
+                + ("kernel time" if r["kind"] == "profile" else "step")
+                + ")",
             )
             for r in rows
         ],  # fmt: skip

@@ -231,9 +231,10 @@ def verdict_ranges(
                 memory_format=memory_format, batch=batch,
                 host=host.with_loop(RUNNER_2026_11_30),
             )  # fmt: skip
-            rng["runner"] = {
-                k: run[k] for k in ("point", "low", "high")
-            } | {"loop": RUNNER_2026_11_30.name, "detail": RUNNER_2026_11_30.detail}
+            rng["runner"] = {k: run[k] for k in ("point", "low", "high")} | {
+                "loop": RUNNER_2026_11_30.name,
+                "detail": RUNNER_2026_11_30.detail,
+            }
         casts = cast_kernels(traces, r["precision"])
         moves = layout_kernels(traces, r["precision"])
         out.append(
