@@ -361,7 +361,17 @@ md(ch6.profile_bound_lines(rdir))
 # {glue:text}`ch6_err_cover:.2f` x ({glue:text}`ch6_err_base:.3f` +
 # {glue:text}`ch6_err_slope:.3f` x distance), the multiple that holds 90% of the
 # leave-one-out's misses, with no floor; a range far from every reference is wider. The
-# references that carry most of the weight are named. A GPU whose fp32 family no reference measured gets no range,
+# references that carry most of the weight are named.
+#
+# The range is of the *step*, and says so. A layer profile's efficiencies give kernel
+# time, so the doctor adds what the GPU waits for the host: the H200 profiles' idle
+# time over their runner's host syncs is {glue:text}`ch6_idle_ms:.1f` ms per sync
+# (measured on one GPU, assumed on every one; `ampbook.predict.hostmodel`), times the
+# syncs of a loop as PyTorch's AMP examples write it, the loss read each step (one per
+# fp32 step, two per AMP step with GradScaler's check). A published throughput's step
+# time holds its own host time. With `--loader-images-per-s` the step in the loop is
+# at least the loader's time per batch. The kernels' own ratio is printed beside the
+# step's, labelled. A GPU whose fp32 family no reference measured gets no range,
 # only the ratio of its bounds. {numref}`fig-ch6-ranges` shows the ranges of the three
 # networks per GPU, each predicted in NCHW, PyTorch's default layout.
 
@@ -387,6 +397,8 @@ ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, fontsize=8)
 plt.show()
 
 # %%
+host_here = host_model(rdir)
+glue_all(ch6_idle_ms=host_here.idle_per_sync_s * 1e3 if host_here else float("nan"))
 glue_all(ch6_err_base=ERRORS.base, ch6_err_slope=ERRORS.slope,
          ch6_err_cover=ERRORS.cover, ch6_w_layout=WEIGHTS.other_layout,
          ch6_layout_factor=layout_factor(refs) or 1.0)
