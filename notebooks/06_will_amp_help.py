@@ -702,10 +702,10 @@ glue_all(ch6_held_inside=held["inside"], ch6_held_width=held["median_width"],
 # inside their range, at a median width of {glue:text}`ch6_held_width:.2f`x.
 #
 # The references cover data-centre GPUs (V100, A10, A100, H100 and the H200's
-# profiles), one workstation card through the held-out set, and two GeForce cards,
-# Lambda's RTX 3090 and RTX 4090, in NCHW only: a GeForce card in NHWC, or one of
-# another generation (the RTX 3070 of chapter 5 is Ampere, but another chip),
-# is carried over from them, not measured.
+# profiles) and two GeForce cards, Lambda's RTX 3090 and RTX 4090, in NCHW only (the
+# held-out set adds a workstation card): a GeForce card in NHWC, or one of another
+# chip (the RTX 3070 of chapter 5 is Ampere, but another chip), is carried over from
+# them, not measured.
 #
 # A range from references of other networks is as good as those networks are like
 # yours; the doctor's distance column says how alike they are. The references here are
