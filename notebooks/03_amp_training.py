@@ -419,7 +419,8 @@ md("\n\n".join(ch3.gpu_pair_verdict(p) for p in gpu_pairs)
 # less memory, and epochs no shorter. The last one, read with the wait for data beside
 # it, is a finding about the loader our runs had, not about AMP. Where AMP gives no
 # speedup in your own runs, chapter 7, {doc}`07_making_amp_pay`, takes the step apart and
-# removes what keeps it from paying.
+# changes one thing at a time, measuring each change where a GPU ladder is committed
+# and predicting it where none is.
 #
 # The memory AMP saves is what autograd keeps for the backward pass. This chapter's CPU
 # can count those bytes for the GPU's setting without a GPU: the count grows as a
@@ -457,9 +458,11 @@ md_table(rows or [("no GPU runs committed", None, None, None)],
 # %% [markdown]
 # The fp32 count differs from the GPU's by {glue:text}`mem_fp32:.1%`: these bytes depend
 # on the network, the dtypes and the batch, not on the device. The AMP count differs by
-# {glue:text}`mem_amp_fp16:.1%`, because the CPU's autocast has op lists of its own: a
-# few operators the CUDA lists run in fp16 it runs in fp32, or the reverse (chapter 4
-# traces them). The rest of a GPU's memory (the CUDA context, cuDNN's workspaces, the
+# {glue:text}`mem_amp_fp16:.1%`, and the cause is not known. It is not autocast's op
+# lists: traced on fake tensors, ERFNet's step keeps the same bytes under CUDA's rules
+# and the CPU's, and chapter 4's layer table shows the same dtypes. What the GPU's own
+# kernels keep for backward (cuDNN's batch norm, for one) a CPU run cannot see; that is
+# a candidate, not a measurement. The rest of a GPU's memory (the CUDA context, cuDNN's workspaces, the
 # caching allocator's reserve, weights and optimizer state) a CPU does not see.
 #
 # ## The same experiment on this machine

@@ -128,9 +128,11 @@ from ampbook.core.precision import autocast_dtype
 from ampbook.measure.cpu_kernels import probe_conv
 from ampbook.measure.memory import fit_line, saved_for_backward
 from ampbook.measure.timing import machine_load, time_elementwise, time_matmul
+from ampbook.predict.calibration import layout_factor
 from ampbook.predict.pace import loader_images_per_s, pace_verdict, speedup_verdict
-from ampbook.predict.references import load_published
+from ampbook.predict.references import load_published, references
 from ampbook.predict.roofline import Ceilings, op_time, predict
+from ampbook.predict.stepmodel import convolution_evidence, layout_bounds, step_trace
 from ampbook.predict.steptrace import trace_step
 from ampbook.results import MODE_LABELS, load_results_dir, summarise_run
 from ampbook.segmentation.cityscapes import NUM_CLASSES
@@ -147,8 +149,9 @@ results = load_results_dir(results_dir or None)
 gpu = devices["rtx3070-desktop"]
 rtx = Ceilings.from_device(gpu)  # TF32 on for cuDNN convolutions: PyTorch's default
 model = ERFNet(num_classes=NUM_CLASSES)
-# ERFNet's step traced once per (batch, height, width, precision)
-trace = functools.cache(functools.partial(trace_step, model))
+# ERFNet's step traced once per (batch, height, width, precision), in NCHW: the
+# book's one step model (ampbook.predict.stepmodel), behind every bound it prints
+trace = functools.cache(functools.partial(step_trace, model))
 
 load = machine_load()
 md(f"Device {device}; " + load_verdict(load, device.type))
@@ -873,6 +876,47 @@ for k, v in {"h_speed": h_speed, "h_tf32": h_tf32,
 # with AMP an H200 could take up to {glue:text}`ch5_h_img_s:.0f` images per second:
 # {glue:text}`ch5_h_cores:.0f` cores decoding at this machine's per-image cost.
 #
+# (ch5-layout)=
+# ### The layout: one bound, and the transposes it leaves out
+#
+# The post and the book's H200 runs trained in NCHW, PyTorch's default. cuDNN's
+# tensor-core convolutions work in NHWC, and its documentation says it *may* pad, fold
+# or convert NCHW tensors to NHWC to reach them {cite:p}`cudnn-legacy-api`: it does not
+# say that every 16-bit convolution pays a transpose. The book's bound (every chapter's
+# and the doctor's, `ampbook.predict.stepmodel`) leaves them out, because a lower bound
+# holds only work that is certain. Beside it, the bound if every 16-bit convolution were
+# transposed in and out (its operands read and written once more, an assumption):
+
+# %% tags=["hide-input"]
+lay = layout_bounds(model, B, H, W, precision,
+                    {k: devices[k] for k in ("rtx3070-desktop", "h200-sxm")}, trace)
+md_table([(display_name(r["gpu"]), r["variant"], r["fp32_s"] * 1e3, r["amp_s"] * 1e3,
+           r["ratio"], r["bytes_ratio"]) for r in lay],
+         ["GPU", "bound", "fp32 ≥ (ms)", "AMP ≥ (ms)", "ratio (x)",
+          "AMP / fp32 bytes"],
+         [None, None, ".2f", ".2f", ".2f", ".2f"])
+
+# %% tags=["hide-input"]
+ev_conv = convolution_evidence(results_dir or None)
+nchw_keeps = layout_factor(references(results_dir or None))
+for k, v in {"lay_free": lay[0]["ratio"], "lay_moved": lay[1]["ratio"],
+             "lay_bytes": lay[1]["bytes_ratio"],
+             "nchw_keeps": nchw_keeps or float("nan")}.items():
+    glue(f"ch5_{k}", v, display=False)
+md(ch5.layout_evidence_verdict(ev_conv))
+
+# %% [markdown]
+# With the transposes the 3070's ratio of bounds falls from
+# {glue:text}`ch5_lay_free:.2f`x to {glue:text}`ch5_lay_moved:.2f`x and AMP's bytes
+# rise to {glue:text}`ch5_lay_bytes:.2f` of fp32's. The book quotes the first
+# everywhere, and the line above says what the committed profiles measured of the
+# convolutions themselves, the only measurement that can side with one bound. NCHW
+# does cost AMP time, measured elsewhere: ResNet-50 on one A100, published in both
+# layouts (NVIDIA's AMP run in NHWC, Lambda's in NCHW), kept
+# {glue:text}`ch5_nchw_keeps:.0%` of its NHWC 16-bit efficiency in NCHW
+# {cite:p}`nvidia-dle-resnet50,lambda-dl-benchmark`. The doctor carries that
+# measured factor as an efficiency (chapter 6), not as bytes in the bound.
+#
 # Where GPU runs of a card in the device table are committed, `ch5.bound_checks`
 # traces ERFNet at each pair's own resolution and batch and holds the ratio of the
 # bounds against the measured step speedup, with the share of its bound each step
@@ -1105,7 +1149,7 @@ md_table([
     ("upgrade PyTorch and cuDNN", "GPU only",
      f"#46377 (PyTorch 1.7): AMP step {1 / ev_step:.1f}x fp32's time"),
     ("channels_last", f"{best['baseline'] / best['channels_last']:.2f}x step speed",
-     "same bytes; fp16 tensor-core convolutions prefer it"),
+     "same bytes in the bound; removes the NCHW transposes cuDNN may add"),
     ("a larger batch", f"{best['baseline'] * b_hi / best['larger batch']:.2f}x "
      f"images/s, batch {b_hi} over {b_lo}", "fewer launches per image"),
     ("TF32 on the fp32 baseline", "GPU only", tf32_gpu),

@@ -160,12 +160,21 @@ rows = []
 for r in gpu.rungs if gpu else []:
     a, b = gpu.cell(r.index, amp_mode), gpu.cell(r.index, base_mode)
     va, vb = (ladder_report.cell_value(gpu, c, "step_s") for c in (a, b))
-    rows.append((f"{r.index}: {r.key}", vb, va, vb / va if a and b else None,
+    rows.append((f"{r.index}: {ladder_report.rung_label(r)}", vb, va,
+                 vb / va if a and b else None,
                  ladder_report.cell_value(gpu, a, "busy_share"),
                  ladder_report.cell_value(gpu, a, "images_per_s")))
 md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",
                 f"{MODE_LABELS[amp_mode]}: step (ms)", "speedup (x)", "AMP: GPU busy",
                 "AMP: images/s"], [None, ".1f", ".1f", ".2f", ".0%", ".0f"])
+
+# %% [markdown]
+# Rung 0 on the GPU was first measured on 2026-11-30 by a runner that read more back
+# from the GPU each step than a loop needs; a ladder measured with today's runner puts
+# its rung 0 beside that one:
+
+# %% tags=["hide-input"]
+md(ch7.rung0_comparison(results, gpu, predicted))
 
 # %% tags=["hide-cell"]
 eager_top = max((r.index for r in gpu.rungs if r.index <= bl.EAGER_TOP
@@ -251,7 +260,8 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # runs other kernels: one user measured cuDNN's graph-API batch norm in NHWC about twice
 # as fast as in NCHW on an H100, for that user's shapes {cite:p}`cudnn-frontend-134`.
 # The prediction *assumes* the same factor, {glue:text}`ch7_bn_speedup:s`, for
-# PyTorch's `BatchNorm2d` here. `cudnn.benchmark` lets cuDNN time its algorithms for
+# PyTorch's `BatchNorm2d` here, and *assumes* every other kernel unchanged by the
+# layout (the convolutions' NHWC kernels included: no profile in NHWC is committed). `cudnn.benchmark` lets cuDNN time its algorithms for
 # each convolution shape and keep the fastest {cite:p}`pytorch-tuning-guide`. AMP's
 # step: {glue:text}`ch7_r2_amp_step:s`.
 #
@@ -263,8 +273,12 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # host to decide whether to step (the runner's fp32 step, likewise, reads whether the
 # gradients are finite). Fused Adam (`torch.optim.Adam(fused=True)`) takes the flag on
 # the GPU and skips the step there, so that read goes
-# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (Today's runner reads `get_scale()`
-# only at an epoch's end; the runner that measured rung 0 may have read it each step.)
+# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (The runner that measured rung 0 on
+# 2026-11-30 read `get_scale()` before and after every `scaler.step` as well: four
+# syncs per AMP step against two per fp32 step, two of AMP's and one of fp32's, the
+# gradient-norm check, its own rather than AMP's (`git show
+# 483e4df:ampbook/train.py`). Today's runner reads the scale only at an epoch's end,
+# so part of rung 0's AMP idle time is the runner's.)
 # Fewer kernels is not the gain: CUDA's default Adam is already the
 # `foreach` implementation, a few dozen multi-tensor launches for ERFNet's
 # {glue:text}`ch7_params` parameter tensors. With the loss read every
@@ -283,7 +297,8 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # {glue:text}`ch7_r4_amp_step:s`. fp32 with TF32 has no autocast, and this rung changes
 # nothing for it. Where the ladder is predicted, rung 4 scales *all* of AMP's kernel
 # time by the cost model's bound with the 16-bit stream over the bound without it
-# ({glue:text}`ch7_stream_ratio:s`): an assumption that every kernel shrinks alike,
+# ({glue:text}`ch7_stream_ratio:s`, computed from the two bounds; applying it to every
+# kernel is the assumption): that every kernel shrinks alike,
 # although batch norm, which the profiles above show taking about the same time in
 # both precisions, need not shrink with the bytes.
 #
@@ -329,8 +344,8 @@ md(ch7.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
 # %% [markdown]
 # ### What AMP buys at the top
 #
-# The highest rungs measured, each precision against fp32 with TF32 and against strict
-# fp32 on the same rung, with the peak memory (allocated) and the loop's images per
+# The highest rungs of the ladder ({glue:text}`ch7_gpu_kind:s`), each precision
+# against fp32 with TF32 and against strict fp32 on the same rung, with the peak memory (allocated) and the loop's images per
 # second. A dash is a cell the ladder does not have.
 
 # %% tags=["hide-input"]
@@ -546,10 +561,10 @@ print(f"  idle (profiled - busy):  {wall_ms - busy_ms:8.2f} ms per step")
 #   data, and the GPU waits for the host inside each step. AMP's faster kernels cannot
 #   show.
 # - Fixing the data path, the layout of batch norm, the host syncs and launch overhead,
-#   the promoted residual stream and, on a GPU, fusing kernels is *predicted* to move
-#   the step towards the kernels' own time, and AMP's gain with it, until a GPU ladder
-#   is measured; on this machine, where it was measured, {ref}`ch7-here` says which
-#   rungs paid.
+#   the promoted residual stream and, on a GPU, fusing kernels moves the step towards
+#   the kernels' own time, and AMP's gain with it: on the GPU the ladder above is
+#   {glue:text}`ch7_gpu_kind:s` ({ref}`ch7-gpu`); on this machine, where it was
+#   measured, {ref}`ch7-here` says which rungs paid.
 # - Step time, kernel time and idle time are three different numbers; `torch.profiler`
 #   gives the second, and the third is the difference. Efficiency from wall time mixes
 #   them.

@@ -173,6 +173,10 @@ md(gpu_findings(results))
 #   GPU sat idle {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp_idle:s` of every AMP
 #   step, so the step took {glue:text}`07_making_amp_pay.ipynb::ch7_r0_amp:s` against
 #   {glue:text}`07_making_amp_pay.ipynb::ch7_r0_base:s` ({doc}`07_making_amp_pay`).
+#   Part of that idle time was the runner's, not AMP's: the runner that measured it
+#   synchronised the host four times per AMP step and twice per fp32 step, its own
+#   `get_scale()` reads two of AMP's four and its gradient-norm check one of fp32's
+#   two; a loop written as PyTorch's AMP examples write it makes two and one.
 # - **What the ladder gives.** With the data fixed, channels_last, no per-step syncs
 #   and a 16-bit residual stream, one change per rung, AMP's step at rung
 #   {glue:text}`07_making_amp_pay.ipynb::ch7_eager_top:d`
@@ -219,11 +223,14 @@ md(gpu_findings(results))
 #
 # AMP saves memory wherever the network keeps 16-bit activations for the backward pass; it
 # saves time where the step's kernels get faster in 16 bits (on tensor cores, or, for
-# memory-bound work, by moving half the bytes) and the GPU is kept busy. The post's RTX
+# memory-bound work, by moving fewer bytes: ERFNet's AMP step moves
+# {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f` times fp32's by the cost model's
+# count, not half) and the GPU is kept busy. The post's RTX
 # 3070 had little tensor-core headroom (published peaks), ERFNet's roofline bound on it is
 # mostly memory time, whose bytes AMP does not halve (the cost model's prediction), and a
-# GPU that waits for its loader turns a faster step into an epoch no faster (measured by
-# the committed GPU runs above); {doc}`06_will_amp_help` makes the same diagnosis for
+# GPU that waits for its loader turns a step faster than strict fp32's into an epoch no
+# faster than strict fp32's (measured by the committed GPU runs above; against TF32 the
+# step itself gained little); {doc}`06_will_amp_help` makes the same diagnosis for
 # another network, and {doc}`07_making_amp_pay` shows, rung by rung
 # ({glue:text}`07_making_amp_pay.ipynb::ch7_gpu_kind:s`), what it takes for AMP's faster
 # kernels to shorten the step.

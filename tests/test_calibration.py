@@ -14,6 +14,7 @@ from ampbook.predict import calibration as cal
 from ampbook.predict import diagnosis, report_text, specs
 from ampbook.predict import references as refs_mod
 from ampbook.predict.opcost import OP_CLASSES
+from ampbook.predict.references import references
 from ampbook.results import load_results_dir
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "results"
@@ -88,7 +89,10 @@ def test_launch_floor_is_the_smallest_elementwise_calls():
 def test_distances():
     assert cal.gpu_distance("a100-sxm-80gb", "a100-sxm-80gb") == "same GPU"
     assert cal.gpu_distance("a100-sxm-80gb", "rtx3070-desktop") == "same architecture"
-    assert cal.gpu_distance("a100-sxm-80gb", "h200-sxm") == "other architecture"
+    assert cal.gpu_distance("a100-sxm-80gb", "h200-sxm") == "same segment"
+    assert cal.gpu_distance("h100-sxm", "h200-sxm") == "same chip"
+    assert cal.gpu_distance("rtx3090", "a10") == "same chip"
+    assert cal.gpu_distance("v100-sxm2", "rtx4090") == "other architecture"
     mix = dict.fromkeys(OP_CLASSES, 0.25)
     assert cal.mix_distance(mix, mix) == 0
     assert cal.mix_distance({"conv": 1.0}, {"norm": 1.0}) == 1
@@ -133,14 +137,15 @@ def test_resnet50_batch_256_on_a100_range_contains_the_published_speedup(
 
 
 def test_the_layout_changes_the_bytes_and_the_range(resnet50_a100, resnet50_a100_nchw):
-    """NCHW adds transposes around every 16-bit convolution (bytes and kernels, in the
-    convolution's class); the ranges differ, and each names its references and the
-    layouts it was predicted for."""
+    """The bound leaves out cuDNN's NCHW transposes (a lower bound holds only what is
+    certain: ``stepmodel``): channels_last adds one copy of the input, NCHW nothing;
+    the ranges still differ (the references weigh by layout), and each names its
+    references and the layouts it was predicted for."""
     cl, cf = resnet50_a100, resnet50_a100_nchw
     assert cl["memory_format"] == "channels_last"
-    assert cf["totals"]["amp-fp16"]["bytes"] > cl["totals"]["amp-fp16"]["bytes"]
-    assert cf["totals"]["amp-fp16"]["kernels"] > cl["totals"]["amp-fp16"]["kernels"]
-    assert cf["totals"]["fp32"]["kernels"] == cl["totals"]["fp32"]["kernels"] - 1
+    for p in ("fp32", "amp-fp16"):
+        assert cf["totals"][p]["bytes"] < cl["totals"][p]["bytes"]
+        assert cf["totals"][p]["kernels"] == cl["totals"][p]["kernels"] - 1
     (a,), (b,) = cl["verdict"]["ranges"], cf["verdict"]["ranges"]
     assert a["layouts"] == ["channels_last"] * 2
     assert b["layouts"] == ["channels_first"] * 2
@@ -216,9 +221,16 @@ def test_predictions_table_is_the_leave_one_out(capsys):
     assert len(lines) == 1 + loo["n"]
     for row, line in zip(loo["rows"], lines[1:]):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[0] == row["label"] and cells[4] == f"{row['measured']:.2f}x"
-        assert cells[2].startswith(f"{row['point']:.2f}x ({row['low']:.2f}-")
-        assert cells[5] == ("yes" if row["low"] <= row["measured"] <= row["high"]
+        assert cells[0] == row["label"]
+        # the measured ratio says what it is of: kernel time (a layer profile) or
+        # the whole step (a published throughput); "from" names the publisher
+        kind = "kernel time" if row["key"].startswith("profile-") else "step time"
+        assert cells[5] == f"{row['measured']:.2f}x ({kind})"
+        assert cells[1] == ("committed layer profiles" if kind == "kernel time"
+                            else next(r for r in refs if r.key == row["key"])
+                            .source["publisher"])  # fmt: skip
+        assert cells[3].startswith(f"{row['point']:.2f}x ({row['low']:.2f}-")
+        assert cells[6] == ("yes" if row["low"] <= row["measured"] <= row["high"]
                             else "no")  # fmt: skip
     inside = sum(r["inside"] for r in loo["rows"])
     assert f"{inside} of {loo['n']} references inside" in out
@@ -230,3 +242,50 @@ def test_every_option_has_help():
 
     for action in build_parser()._actions:
         assert action.help, action.option_strings
+
+
+def test_the_stored_weights_and_error_model_are_the_fit():
+    """WEIGHTS and ERRORS are what ``fit`` gives on the committed references: a
+    reference added or changed without refitting fails here."""
+    assert cal.fit() == (cal.WEIGHTS, cal.ERRORS)
+
+
+def test_held_out_published_results_fall_inside_their_ranges():
+    """The published results the calibration never sees (Lambda's ResNet-50 rows held
+    out), predicted from every reference: the share inside and the median width
+    meet the goal (at least 90%, at most 1.4x), the widths differ with the distance,
+    and a range as narrow as the references' own spread would miss them."""
+    from ampbook.predict.references import heldout_references
+
+    refs, held = references(), heldout_references()
+    assert len(held) >= 4 and not {h.key for h in held} & {r.key for r in refs}
+    out = cal.leave_one_out(refs, targets=held)
+    assert out["n"] == len(held)
+    assert out["inside"] >= 0.9 and out["median_width"] <= 1.4, out["rows"]
+    widths = [r["width"] for r in out["rows"]]
+    assert max(widths) / min(widths) > 1.1  # no constant width
+    far = max(out["rows"], key=lambda r: r["distance"])
+    assert far["width"] == max(widths)  # the farthest from its references: widest
+    # planted: a constant narrow error (a floor-like width) misses the goal
+    narrow = cal.ErrorModel(base=0.02, slope=0.0, cover=1.0)
+    assert cal.leave_one_out(refs, targets=held, errors=narrow)["inside"] < 0.9
+
+
+def test_the_layout_factor_comes_from_one_network_on_one_gpu_in_both_layouts():
+    refs = references()
+    f = cal.layout_factor(refs)
+    a = next(r for r in refs if r.key == "lambda-resnet50-a100-sxm-80gb")
+    b = next(r for r in refs if r.key == "dle-resnet50-a100")
+    want = a.step_efficiency["16-bit"] / b.step_efficiency["16-bit"]
+    assert f == pytest.approx(want) and f < 1  # NCHW keeps less of its efficiency
+    assert cal.layout_factor(refs, exclude=b.key) is None  # the only pair
+
+
+def test_error_fit_holds_its_cover():
+    rows = [{"distance": d, "log_error": e} for d, e in
+            [(0, 0.05), (0.5, -0.1), (1, 0.12), (2, -0.2), (3, 0.3), (0.2, 0.02),
+             (1.5, 0.15), (0.7, -0.05), (2.5, 0.25), (0.1, 0.01)]]  # fmt: skip
+    m = cal.fit_errors(rows)
+    assert m.base > 0 and m.slope > 0
+    held = sum(abs(r["log_error"]) <= m.error(r["distance"]) for r in rows)
+    assert held >= 9

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
+from ampbook.chapters import ch3, ch5
 from ampbook.core.devices import display_name
 from ampbook.core.words import plural
 from ampbook.predict.references import load_published, profile_references
@@ -28,9 +29,14 @@ def test_chapter6_shows_the_report_references_and_pairs(tmp_path):
         if q.amp.mode == "amp-fp16" and q.baseline.mode == "fp32-tf32"
     ]
     assert pairs and plural(len(pairs), "committed GPU pair") in text
+    rs = load_results_dir(FIXTURES)
     for q in pairs:  # not in the device table: measured beside no range
         name = q.setting.device_name.removeprefix("NVIDIA ")
-        assert f"| {name} | {q.step_speedup:.2f} | – | – |" in text
+        # both measured speedups, from the sources chapters 3 and 5 quote
+        alone = ch5.step_alone(rs, pair=q)
+        loop = ch3.spread_text(ch3.step_in_loop(rs, pair=q), epochs=False)
+        alone_text = alone.number() if alone else "–"
+        assert f"| {name} | {alone_text} | {loop} | – | – |" in text
     assert "rtx3070-desktop" not in text and "e+0" not in text
     # the launch floor's sentence is read off its table, whichever side it falls
     assert "the floor lies above the predicted kernel time" in text or (

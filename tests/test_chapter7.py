@@ -32,8 +32,9 @@ def test_gpu_ladder_renders_from_the_fixture(chapter7):
     assert "No GPU ladder is committed" not in chapter7  # there is one
     for rung in ladder.rungs:  # every rung's row: TF32 and AMP steps, their ratio
         a, b = ladder.cell(rung.index, "amp-fp16"), ladder.cell(rung.index, "fp32-tf32")
+        name = ladder_report.rung_label(rung)
         assert (
-            f"| {rung.index}: {rung.key} | {b.step_s * 1e3:.1f} | {a.step_s * 1e3:.1f} "
+            f"| {rung.index}: {name} | {b.step_s * 1e3:.1f} | {a.step_s * 1e3:.1f} "
             f"| {b.step_s / a.step_s:.2f} |"
         ) in chapter7
     assert ch7.rung_verdict(ladder, 5, ["fp32-tf32", "amp-fp16"]) in chapter7
@@ -45,7 +46,9 @@ def test_gpu_ladder_renders_from_the_fixture(chapter7):
 
 def test_this_machines_ladder_and_the_recipe_run(chapter7):
     assert "rung        mode       step ms  ops ms idle ms" in chapter7  # a CPU here
-    lines = [line for line in chapter7.splitlines() if line.startswith(("0 post",))]
+    # rung 0 is the ERFNet authors' defaults, named so (its record key stays "post")
+    assert "0 post" not in chapter7 and "0: post" not in chapter7
+    lines = [line for line in chapter7.splitlines() if line.startswith(("0 defaults",))]
     assert {line.split()[2] for line in lines} == {"fp32", "amp-bf16"}
     assert all("error" not in line for line in lines)
     top = max(smoke_rungs())  # compared with the measured rung below it
@@ -216,3 +219,57 @@ def test_rung_4s_cast_keeps_the_concatenation_16_bit():
         False: (torch.float32, torch.float32),
         True: (torch.bfloat16, torch.bfloat16),
     }
+
+
+def test_rung_0_twice_once_a_ladder_re_measured_it(tmp_path):
+    """Chapter 7 puts the runner-of-2026-11-30 rung 0 (layer profiles) beside a
+    committed ladder's rung 0 measured with today's runner; before such a ladder is
+    committed it says which runner measured the one shown (fixture copies here:
+    nothing under data/results)."""
+    import json
+    import shutil
+
+    for f in FIXTURES.glob("layer_profile_fixture-gpu_*.json"):
+        shutil.copy(f, tmp_path / f.name)
+    rec = json.loads((FIXTURES / "ladder_fixture-gpu.json").read_text())
+    (tmp_path / "ladder_fixture-gpu.json").write_text(json.dumps(rec))
+    old = load_results_dir(tmp_path)
+    ladder, predicted = ch7.gpu_ladder(old)
+    assert not predicted
+    # the fixture ladder is dated before the runner changed: no second rung 0
+    assert ch7.rung0_comparison(old, ladder, predicted).startswith("No rung 0")
+    assert "4 times per AMP step and 2 per fp32 step" in ch7.rung0_comparison(
+        old, None, False
+    )
+    rec["created"] = "2026-12-06T10:00:00+00:00"
+    (tmp_path / "ladder_fixture-gpu.json").write_text(json.dumps(rec))
+    new = load_results_dir(tmp_path)
+    ladder, predicted = ch7.gpu_ladder(new)
+    text = ch7.rung0_comparison(new, ladder, predicted)
+    rows = [x for x in text.splitlines() if x.startswith("| ") and "---" not in x][1:]
+    assert len(rows) == 4
+    assert sum("runner of 2026-11-30" in r for r in rows) == 2
+    assert sum("ladder of 2026-12-06" in r for r in rows) == 2
+    lp = {p.mode: p for p in new.layer_profiles}
+    cell = ladder.cell(0, "amp-fp16")
+    amp_rows = [r for r in rows if r.startswith(f"| {MODE_LABELS['amp-fp16']} |")]
+    assert f"| {lp['amp-fp16'].step_s * 1e3:.1f} |" in amp_rows[0]
+    assert f"| {cell.step_s * 1e3:.1f} |" in amp_rows[1]
+    assert f"{lp['fp32-tf32'].step_s / lp['amp-fp16'].step_s:.2f}" in amp_rows[0]
+
+
+def test_three_timed_steps_give_no_verdict():
+    """With 3 timed steps per cell pure noise separates two cells completely one time
+    in ten: no "faster in every timed step" verdict below MIN_TIMED_STEPS."""
+    import dataclasses
+
+    (ladder,) = load_results_dir(FIXTURES).ladders
+    a, b = ladder.cell(1, "amp-fp16"), ladder.cell(2, "amp-fp16")
+    assert "every timed step" in ch7.step_change(a, b, ladder)
+    short = [
+        dataclasses.replace(c, record={**c.record, "step_times_s":
+                                       c.record["step_times_s"][:3]})
+        for c in (a, b)
+    ]  # fmt: skip
+    text = ch7.step_change(*short, ladder)
+    assert text.startswith("no verdict: 3 timed steps, fewer than 5")

@@ -219,7 +219,18 @@ def test_speedup_range_verdict():
            "point": 2.45, "error": 0.2, "basis": ["b"], "rows": rows,
            "launch": None, "layouts": ["channels_first", "channels_first"]}  # fmt: skip
     line = verdict.speedup_range_verdict("GPU X", "amp-fp16", rng)
-    assert "NCHW: 2.45x ± 22% (2.00x to 3.00x), a gain" in line
+    # without a host model the range is of kernel time, and says so
+    assert "2.45x ± 22% (2.00x to 3.00x), a gain" in line
+    assert "kernel-time speedup (no host model: no step)" in line
+    host = {"idle_per_sync_s": 0.004, "loop": "loop L", "fp32_syncs": 1, "amp_syncs": 2}
+    step = verdict.speedup_range_verdict(
+        "GPU X",
+        "amp-fp16",
+        dict(rng, host=host, kernel_point=2.9, kernel_low=2.4, kernel_high=3.5),
+    )
+    assert "predicted step speedup (kernels plus the host's idle time, 4.0 ms" in step
+    assert "loop L: 1 sync fp32, 2 AMP) 2.45x" in step
+    assert "; predicted kernel time alone 2.90x (2.40x to 3.50x); set by" in step
     assert "set by Net B on GPU Z (75%) of 2 references" in line
     assert "1.90x if both precisions reached the same share of their bound" in line
     assert "No reference ran both precisions in NCHW (they ran NCHW / NHWC" in line
@@ -329,13 +340,16 @@ def test_resolve_gpus_short_names():
 
 def test_a_gpu_added_to_the_table_gets_a_roofline_and_a_range():
     """The RTX 4090: GeForce's half-rate fp32 accumulate in the bound; a range from
-    references of other GPUs, weighted by how near they are."""
+    the references weighted by how near they are, the 4090's own published row
+    (Lambda's, a GeForce reference) among them."""
     rep = diagnosis.diagnose(_config(gpus=["4090", "a100"], measure=False))
     roof = {(r["gpu"], r["precision"]): r for r in rep["roofline"]}
     g, a = roof[("rtx4090", "amp-fp16")], roof[("a100-sxm-80gb", "amp-fp16")]
     assert g["gpu_name"] == "RTX 4090" and g["amp_s"] > 0
     rng = next(r for r in rep["verdict"]["ranges"] if r["gpu"] == "rtx4090")
-    assert rng["rows"] and all(r["gpu_distance"] != "same GPU" for r in rng["rows"])
+    same = [r for r in rng["rows"] if r["gpu_distance"] == "same GPU"]
+    assert [r["key"] for r in same] == ["lambda-resnet50-rtx4090"]
+    assert any(r["gpu_distance"] != "same GPU" for r in rng["rows"])
     assert rng["low"] < rng["point"] < rng["high"]
     assert a["amp_s"] != g["amp_s"]
 
@@ -463,7 +477,10 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     # the baseline named as what it is (TF32 on both GPUs), the references as what
     # they are, and the count of AMP precisions in section 5
     prose = " ".join(head)
-    assert "speedup over fp32 with TF32 (fp32-tf32) per GPU" in prose
+    # the step (with the modelled host time) labelled as such, the kernels beside it
+    assert "Expected AMP training step speedup (kernels plus the modelled host" in prose
+    assert "over fp32 with TF32 (fp32-tf32) per GPU" in prose
+    assert all(" step " in x and "; kernels " in x for x in gpus)
     assert "committed layer profiles and published training throughputs" in prose
     assert "(section 5 has both):" in prose
     for x in gpus:

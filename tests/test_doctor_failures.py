@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ampbook.measure.memory import saved_for_backward
+from ampbook.predict import calibration as cal
 from ampbook.predict import diagnosis, doctor, specs, verdict
 from ampbook.predict.pace import speedup_verdict
 from ampbook.predict.steptrace import relabel, trace_step
@@ -271,8 +272,7 @@ def test_every_reference_contributes_its_own_speedup():
     assert rng["point"] == pytest.approx(math.exp(logs))
     assert rows == sorted(rows, key=lambda x: -x["weight"])
     assert len({round(x["kernel_speedup"], 6) for x in rows}) == len(rows)
-    assert all(x["gpu_distance"] in ("same GPU", "same architecture",
-               "other architecture") for x in rows)  # fmt: skip
+    assert all(x["gpu_distance"] in cal.GPU_DISTANCES for x in rows)
     assert str(len(rows)) in rng["line"] and "same share of their bound" in rng["line"]
 
 

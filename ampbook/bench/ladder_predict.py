@@ -204,6 +204,10 @@ def predict_ladder(
             "fp16_stream_bound_ratio": (
                 bounds["stream"] / bounds["ref"] if "stream" in bounds else None
             ),
+            # the two AMP bounds the ratio is computed from (s)
+            "fp16_stream_bounds_s": (
+                [bounds["stream"], bounds["ref"]] if "stream" in bounds else None
+            ),
             "fp16_stream_saved_bytes": (
                 saved["ref"] - saved["stream"] if saved else None
             ),

@@ -22,6 +22,17 @@ from ampbook.results import (
 # --------------------------------------------------------------------------------------
 
 
+# Rung 0's record key is "post" (kept in the ladder files); it is the ERFNet authors'
+# defaults, not the blog post's setting, and is shown so.
+RUNG_LABELS = {"post": "defaults"}
+
+
+def rung_label(rung) -> str:
+    """A rung's short name as tables and axes show it (``RUNG_LABELS``, else its
+    key)."""
+    return RUNG_LABELS.get(rung.key, rung.key)
+
+
 def format_table(ladder: Ladder) -> str:
     """The ladder as text, one line per measured cell (79 columns), two lines saying
     what each column is (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's
@@ -52,7 +63,7 @@ def format_table(ladder: Ladder) -> str:
             )
             if c is None:
                 continue
-            head = f"{rung.index} {rung.key:<10}{mode:<10}"
+            head = f"{rung.index} {rung_label(rung):<10}{mode:<10}"
             if not c.ok:
                 lines.append(f"{head}error: {(c.error or '')[:58]}")
                 continue

@@ -189,7 +189,10 @@ def loader_reading(p) -> str:
     if d is None:
         return "so the epoch ratio measures the loader's noise, not AMP"
     more = "longer" if d == "longer" else "less"
-    return f"AMP's run {more} in every epoch, so the epoch ratio measures the loader"
+    return (
+        f"AMP's run waited {more} for data in every epoch, so the epoch ratio "
+        "measures the loader"
+    )
 
 
 def loader_setting(p) -> str:
@@ -225,7 +228,10 @@ def speed_verdict(pair, probe=None) -> str:
             "measures no spread to tell a smaller difference by"
         )
     else:
-        way = "faster" if ratio < 1 else "slower"
+        way = (
+            f"{'faster' if ratio < 1 else 'slower'} in this one pair of runs: one "
+            "pair, no spread to judge the difference by"
+        )
     text = (
         f"On {pair_device(pair)}, the {amp.mode_label} step took {ratio:.2f} "
         f"times the time of the {base.mode_label} step ({way})."

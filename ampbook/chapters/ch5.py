@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -91,6 +92,25 @@ class BoundCheck:
         return text
 
 
+def runner_caveat(profile) -> str:
+    """What part of a profile's idle time is the runner's own, from the history
+    (``hostmodel.profile_loop``): for a profile the runner of 2026-11-30 recorded, its
+    syncs per step and which of them were the runner's, not AMP's; "" for a profile
+    whose loop the history does not say."""
+    from ampbook.predict.hostmodel import RUNNER_2026_11_30, profile_loop
+
+    loop = profile_loop(profile.record)
+    if loop is not RUNNER_2026_11_30:
+        return ""
+    return (
+        f" Part of that idle time is the runner's, not AMP's: {loop.name} (the one "
+        f"that recorded these profiles) synchronised the host {loop.amp} times per AMP "
+        f"step and {loop.fp32} per fp32 step ({loop.detail}); its two get_scale() "
+        "reads and fp32's gradient-norm check were its own, and a loop written as "
+        "PyTorch's AMP examples write it makes 2 and 1."
+    )
+
+
 def kernel_time_verdict(amp, baseline) -> str:
     """Where an AMP step's time went, from two layer profiles of one GPU and setting
     (``ampbook.results.LayerProfile``): the kernels' time and the GPU's idle time
@@ -110,7 +130,7 @@ def kernel_time_verdict(amp, baseline) -> str:
     if ks > 1.05 and ws < ks / 1.05:
         return (
             f"{facts}: the kernels' gain went to idle time (the gaps between kernels: "
-            "launches and host work), not to slower kernels."
+            "launches and host work), not to slower kernels." + runner_caveat(amp)
         )
     if ks <= 1.0 / 1.05:
         return f"{facts}: AMP's kernels themselves were slower."
@@ -128,38 +148,73 @@ def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
     it. The folder's layer profiles of the same GPU, batch, resolution and mode as the
     pair's runs are attached to the check."""
     from ampbook.core.devices import find_device, load_devices
-    from ampbook.predict.roofline import Ceilings, predict
-    from ampbook.predict.steptrace import trace_step
+    from ampbook.predict.stepmodel import bound_pair, step_trace
 
     devices = load_devices() if devices is None else devices
     profiles = list(rs.layer_profiles)
     traces: dict[tuple, Any] = {}
 
-    def bound(setting: Setting, precision: str, ceilings) -> float:
+    def trace(setting: Setting, precision: str):
         key = (setting.batch_size, setting.height, setting.width, precision)
         if key not in traces:
-            traces[key] = trace_step(
-                model, setting.batch_size, setting.height, setting.width, precision
-            )
-        return predict(traces[key], ceilings).min_step_s
+            traces[key] = step_trace(
+                model, setting.batch_size, setting.height, setting.width, precision,
+                "channels_last" if setting.channels_last else "channels_first",
+            )  # fmt: skip
+        return traces[key]
 
     out = []
     for p in rs.pairs():
         dev = find_device(p.setting.device_name, devices)
         if dev is None:
             continue
-        base_ceil = Ceilings.from_device(dev, tf32=p.baseline.tf32)
+        amp = p.amp.precision
+        tr = {"fp32": trace(p.setting, "fp32"), amp: trace(p.setting, amp)}
+        b = bound_pair(tr, dev, amp, baseline_tf32=p.baseline.tf32)
         out.append(
             BoundCheck(
                 p,
                 dev.key,
-                bound(p.setting, "fp32", base_ceil),
-                bound(p.setting, p.amp.precision, Ceilings.from_device(dev)),
+                b["fp32"].min_step_s,
+                b["amp"].min_step_s,
                 _profile_for(profiles, p.setting, p.amp.mode),
                 _profile_for(profiles, p.setting, p.baseline.mode),
             )
         )
     return out
+
+
+def layout_evidence_verdict(rows: Sequence[dict[str, Any]]) -> str:
+    """What the committed NCHW layer profiles measured of the convolutions
+    (``stepmodel.convolution_evidence``), held against the two bounds of chapter 5's
+    layout table: the ratio fp32 / AMP of the convolutions' kernel time beside the
+    ratio of their bounds without and with the transposes. Says so when no profile
+    can decide."""
+    from ampbook.core.devices import display_name
+
+    if not rows:
+        return (
+            "No NCHW layer profile of a GPU in the device table is committed, so no "
+            "measurement sides with either bound: the transposes stay an assumption "
+            "the book's bound leaves out."
+        )
+    out = []
+    for r in rows:
+        m, free = r["measured_ratio"], r["bound_ratio"]
+        moved = r["bound_ratio_transposed"]
+        closer = abs(math.log(m / free)) < abs(math.log(m / moved))
+        nearer = "without" if closer else "with"
+        out.append(
+            f"On the {display_name(r['gpu'])} ({r['setting']}, NCHW; layer profiles, "
+            f"measured) the fp16 convolutions took {r['amp_conv_s'] * 1e3:.1f} ms of "
+            f"kernels against {r['fp32_conv_s'] * 1e3:.1f} ms for TF32's ({m:.2f}x); "
+            f"their bounds give {free:.2f}x without the transposes and {moved:.2f}x "
+            f"with them, so the measurement lies nearer the bound {nearer} them. "
+            "Kernels reach different shares of their bounds, so this sides with a "
+            "bound without sizing the transposes: the profiles keep one time per "
+            "module, not per kernel."
+        )
+    return " ".join(out)
 
 
 def _profile_for(profiles, setting: Setting, mode: str) -> LayerProfile | None:

@@ -173,13 +173,13 @@ def profile_bound_lines(results_dir=None) -> str:
             f"here ({with_t / lp.kernel_s:.0%} of its {lp.kernel_s * 1e3:.3g} ms of "
             f"kernels) against {lp.predicted_step_s * 1e3:.3g} ms recorded "
             f"({lp.kernel_efficiency:.0%}); the difference, "
-            f"{(with_t - lp.predicted_step_s) * 1e3:+.3g} ms, is what the layout "
-            "modelling adds"
+            f"{(with_t - lp.predicted_step_s) * 1e3:+.3g} ms, "
             + (
-                ""
+                "is the memory format's (none in NCHW: the book's bound leaves "
+                "cuDNN's transposes out)"
                 if same32
-                else " together with the cost model's changes since the "
-                "profile was recorded (fp32's two bounds differ too)"
+                else "is the cost model's changes since the profile was recorded "
+                "(fp32's two bounds differ too)"
             )
             + "."
         )

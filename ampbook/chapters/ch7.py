@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ampbook.bench.ladder import RUNGS
 from ampbook.bench.ladder_predict import predict_ladder
-from ampbook.bench.ladder_report import cell_value
+from ampbook.bench.ladder_report import cell_value, rung_label
 from ampbook.core.page import GIB
 from ampbook.results import MODE_LABELS, Ladder, LadderCell, read_ladder
 
@@ -51,7 +51,7 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
             linewidth=0.5,
             label="idle" if j == len(modes) - 1 else None,
         )
-    ax.set_xticks(xs, [f"{r.index}: {r.key}" for r in rungs])
+    ax.set_xticks(xs, [f"{r.index}: {rung_label(r)}" for r in rungs])
     ax.set_ylabel("ms per step")
     if title:
         ax.set_title(title, fontsize=10)
@@ -90,9 +90,16 @@ def source_line(ladder: Ladder, predicted: bool) -> str:
         return f"Measured: {line}."
     p = ladder.record["prediction"]
     ratio = p.get("fp16_stream_bound_ratio")
+    pair = p.get("fp16_stream_bounds_s")
+    of = (
+        f" (computed: the AMP bound with the 16-bit stream over without it, "
+        f"{pair[0] * 1e3:.3f} / {pair[1] * 1e3:.3f} ms)"
+        if pair
+        else " (computed from the cost model's two AMP bounds)"
+    )
     stream = (
-        f"every AMP kernel scaled by the cost model's bound ratio {ratio:.3f} and the "
-        "saved bytes it removes (rung 4)"
+        f"every AMP kernel scaled by the bound ratio {ratio:.3f}{of}, applied to "
+        "every kernel by assumption, and the saved bytes it removes (rung 4)"
         if ratio
         else "no rung 4 (no bound for this GPU)"
     )
@@ -101,7 +108,8 @@ def source_line(ladder: Ladder, predicted: bool) -> str:
         f"(with the training runs' images/s, data wait and memory); above it, by "
         f"assumption, no data wait (rung 1), batch norm "
         f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC, the factor one user "
-        f"measured for cuDNN's own batch norm (rung 2), no idle time (rung 3), and "
+        f"measured for cuDNN's own batch norm, and every other kernel unchanged "
+        f"(rung 2), no idle time (rung 3), and "
         f"{stream}; no rung 5."
     )
 
@@ -117,12 +125,19 @@ def missing_ladder_line(results) -> str:
     )
 
 
+# The fewest timed steps per cell a "faster/slower in every timed step" verdict needs:
+# with n steps each, pure noise separates the two cells completely in 2 / C(2n, n) of
+# cases (10% at 3 steps, under 1% at 5).
+MIN_TIMED_STEPS = 5
+
+
 def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
     """How cell ``b``'s step compared with cell ``a``'s, in words, judged against the
     spread of their timed steps (``step_times_s``), as chapter 5 reads rounds: "faster"
     only where every timed step of ``b`` was shorter than every one of ``a``, "slower"
     the other way round, else no change resolved. Cells without step times (a
-    prediction) "would be" faster or slower (beyond 5%)."""
+    prediction) "would be" faster or slower (beyond 5%). Fewer than
+    ``MIN_TIMED_STEPS`` timed steps in a cell give no verdict."""
     from ampbook.core.provenance import all_measured
 
     va = cell_value(ladder, a, "step_s") if ladder else None
@@ -137,6 +152,12 @@ def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> s
     ta, tb = a.record.get("step_times_s"), b.record.get("step_times_s")
     if not ta or not tb:
         return "step times not recorded: no verdict"
+    n = min(len(ta), len(tb))
+    if n < MIN_TIMED_STEPS:
+        return (
+            f"no verdict: {n} timed steps, fewer than {MIN_TIMED_STEPS}, too few to "
+            "tell a change from the machine's noise"
+        )
     if max(tb) < min(ta):
         return "faster in every timed step"
     if min(tb) > max(ta):
@@ -277,4 +298,69 @@ def here_speedup(ladder: Ladder, index: int):
     amp = here_amp_mode(ladder)
     return speedup(
         *(cell_value(ladder, ladder.cell(index, m), "step_s") for m in ("fp32", amp))
+    )
+
+
+def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
+    """Rung 0 twice, side by side, once a ladder re-measured it with today's runner:
+    the layer profiles of 2026-11-30 (recorded by a runner that synchronised the host
+    four times per AMP step and twice per fp32 step, ``hostmodel.RUNNER_2026_11_30``)
+    beside the committed ladder's rung 0 (measured on or after
+    ``hostmodel.RUNNER_CHANGED``), per precision: step, kernel and idle time, and
+    AMP's step speedup. One sentence while no such ladder is committed."""
+    from ampbook.core.page import md_table_text
+    from ampbook.predict.hostmodel import (
+        RUNNER_2026_11_30,
+        RUNNER_CHANGED,
+        profile_loop,
+    )
+
+    loop = RUNNER_2026_11_30
+    wait = (
+        "No rung 0 re-measured with today's runner is committed: the rung 0 shown is "
+        f"the one {loop.name} recorded, which synchronised the host {loop.amp} times "
+        f"per AMP step and {loop.fp32} per fp32 step, two of AMP's and one of "
+        "fp32's its own reads, not AMP's."
+    )
+    if ladder is None or predicted:
+        return wait
+    when = str(ladder.record.get("created") or "")[:10]
+    setting = (ladder.device_name, ladder.batch_size, ladder.height, ladder.width)
+    old = {
+        lp.mode: lp
+        for lp in results.layer_profiles
+        if (lp.device_name, lp.batch_size, lp.height, lp.width) == setting
+        and profile_loop(lp.record) is loop
+    }
+    new = {m: ladder.cell(0, m) for m in ("fp32-tf32", "amp-fp16")}
+    if when < RUNNER_CHANGED or len(old) < 2 or not all(new.values()):
+        return wait
+    ms = 1e3
+    rows = []
+    for label, cells in (
+        (f"{loop.name} ({loop.amp} / {loop.fp32} syncs)", old),
+        (f"today's runner, ladder of {when}", new),
+    ):
+        b, a = cells["fp32-tf32"], cells["amp-fp16"]
+        for c, ratio in ((b, None), (a, b.step_s / a.step_s)):
+            rows.append(
+                (MODE_LABELS[c.mode], label, c.step_s * ms, c.kernel_s * ms,
+                 c.idle_s * ms, ratio)
+            )  # fmt: skip
+    return (
+        "Rung 0 measured twice (both measured): by the runner of 2026-11-30, whose "
+        "own get_scale() reads and gradient-norm check added host syncs, and by "
+        "today's runner in the committed ladder.\n\n"
+        + md_table_text(
+            rows,
+            [
+                "precision",
+                "rung 0 measured by",
+                "step (ms)",
+                "kernels (ms)",
+                "idle (ms)",
+                "speedup (x)",
+            ],
+            [None, None, ".1f", ".1f", ".1f", ".2f"],
+        )  # fmt: skip
     )

@@ -14,14 +14,21 @@ takes from measurements, never from one network applied to all:
 * **A range.** For the model diagnosed, each reference's efficiencies turn the bound
   of each class into a time, fp32 and AMP, and give a speedup. The references are
   weighted by how close they are (``closeness``: the same network or how far its mix
-  of classes lies, the memory format of each precision, the same GPU, architecture or
-  another, the batch); the point estimate is the weighted geometric mean, its error
-  the weighted spread (at least ``MIN_ERROR``), the range the point times and over
-  that error, and ``basis`` names the references that carry most of the weight
-  (``calibrated_range``). ``leave_one_out`` predicts each reference from the others.
+  of classes lies, the memory format of each precision, the same GPU, chip,
+  architecture, segment or another, the batch; the weights ``fit`` on the
+  leave-one-out); the point estimate is the weighted geometric mean, its error what
+  the leave-one-out missed by at the prediction's distance from its closest reference
+  (``ErrorModel``, fitted by ``fit_errors``: no floor), the range the point times and
+  over that error, and ``basis`` names the references that carry most of the weight
+  (``calibrated_range``). ``leave_one_out`` predicts each reference from the others,
+  and the held-out published results (``references.HELDOUT_FILE``) from all of them.
+  The references are data-centre, workstation and GeForce GPUs (Lambda's RTX 3090 and
+  RTX 4090 rows); a GPU far from all of them gets a wide range.
 * **Layout and classes.** A reference's efficiencies belong to the memory format each
-  precision ran in (``steptrace.with_memory_format`` puts NCHW's transposes around
-  16-bit convolutions into the bound), and every operator is classed by its module
+  precision ran in; the bound is the book's one step model (``stepmodel``: no NCHW
+  transposes), and a reference whose AMP ran in the other layout has its 16-bit
+  efficiency scaled by the NCHW / NHWC ratio the references measured
+  (``layout_factor``). Every operator is classed by its module
   (``scope_class``), as a layer profile classes measured time: a profile applied to
   its own network, GPU, batch and layout gives back its own measured ratio.
 * **A launch floor.** A step cannot be faster than its kernels can be issued: eager
@@ -38,6 +45,7 @@ takes from measurements, never from one network applied to all:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -49,6 +57,7 @@ if TYPE_CHECKING:  # torch and the cost model are imported where they are used, 
     # that ``python -m ampbook.calibration --help`` answers without importing torch
 
     pass
+from ampbook.predict.hostmodel import HostModel, host_model
 from ampbook.predict.references import (
     Reference,
     class_mix,
@@ -113,18 +122,64 @@ def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in OP_CLASSES)
 
 
+GPU_DISTANCES = (
+    "same GPU",
+    "same chip",
+    "same architecture",
+    "same segment",
+    "other architecture",
+)
+
+
 def gpu_distance(ref_gpu: str, gpu: str, devices=None) -> str:
-    """``"same GPU"``, ``"same architecture"`` or ``"other architecture"`` (also for a
-    GPU the device table lacks: its architecture is unknown)."""
+    """How far two GPUs of the device table lie apart (``GPU_DISTANCES``, nearest
+    first): the same GPU; another GPU of the same chip (an H100 and an H200, an RTX
+    3090 and an A10); the same architecture on another chip (an A100 and an RTX
+    3070); another architecture of the same segment (GeForce, workstation, data
+    centre); or another architecture and segment (also for a GPU the table lacks)."""
     from ampbook.core.devices import load_devices
 
     devices = load_devices() if devices is None else devices
     if ref_gpu == gpu:
         return "same GPU"
-    if ref_gpu in devices and gpu in devices:
-        if devices[ref_gpu].architecture == devices[gpu].architecture:
-            return "same architecture"
+    if ref_gpu not in devices or gpu not in devices:
+        return "other architecture"
+    a, b = devices[ref_gpu], devices[gpu]
+    if getattr(a, "chip", None) and a.chip == getattr(b, "chip", None):
+        return "same chip"
+    if a.architecture == b.architecture:
+        return "same architecture"
+    if getattr(a, "segment", None) and a.segment == getattr(b, "segment", None):
+        return "same segment"
     return "other architecture"
+
+
+def layout_factor(
+    refs: Sequence[Reference], exclude: str | None = None
+) -> float | None:
+    """How much of its 16-bit efficiency a step keeps in NCHW against NHWC, measured:
+    the geometric mean, over pairs of references of one network on one GPU whose AMP
+    runs differ in memory format only (the baseline's family and layout the same), of
+    the NCHW one's whole-step 16-bit efficiency over the NHWC one's (cuDNN's NCHW
+    penalty for 16-bit convolutions, which the bound leaves out:
+    ``stepmodel``). None without such a pair (``exclude``: a reference key left out,
+    for the leave-one-out)."""
+    logs = []
+    usable = [r for r in refs if r.key != exclude and "16-bit" in r.step_efficiency]
+    for a in usable:
+        for b in usable:
+            same = (a.model, a.gpu, a.baseline_family) == (
+                b.model, b.gpu, b.baseline_family
+            )  # fmt: skip
+            fam = a.baseline_family
+            if not same or a.layout.get(fam) != b.layout.get(fam):
+                continue
+            if (a.layout.get("16-bit"), b.layout.get("16-bit")) == (
+                "channels_first", "channels_last"
+            ):  # fmt: skip
+                e_a, e_b = a.step_efficiency["16-bit"], b.step_efficiency["16-bit"]
+                logs.append(math.log(e_a / e_b))
+    return math.exp(sum(logs) / len(logs)) if logs else None
 
 
 def step_time(by_class: Mapping[str, float], ref: Reference, family: str) -> float:
@@ -134,16 +189,41 @@ def step_time(by_class: Mapping[str, float], ref: Reference, family: str) -> flo
 
 
 # How much a reference counts for a prediction (``closeness``): a factor per way it
-# differs from the case predicted. Chosen by hand, not fitted; the leave-one-out
-# (``leave_one_out``) measures how well the ranges they give hold.
-OTHER_NETWORK = 0.5  # times exp(-class-mix distance / MIX_SCALE)
-MIX_SCALE = 0.15
-OTHER_LAYOUT = 0.3  # per precision whose memory format differs
-GPU_WEIGHT = {"same GPU": 1.0, "same architecture": 0.6, "other architecture": 0.25}
-BATCH_OCTAVES = 3.0  # weight 1 / (1 + |log2(batch ratio)| / BATCH_OCTAVES)
-# The least error a prediction is given (log scale): the spread of references that
-# agree says nothing about how far their agreement carries to another network.
-MIN_ERROR = 0.12
+# differs from the case predicted. Fitted (``fit``: the values that make the
+# leave-one-out's predictions closest to what the references measured, on a grid), and
+# checked against a fresh fit by tests/test_calibration.py.
+@dataclass(frozen=True)
+class Weights:
+    # the values ``fit`` gives on the committed references (a test refits them)
+    other_network: float = 1.0  # times exp(-class-mix distance / mix_scale)
+    mix_scale: float = 0.15
+    other_layout: float = 0.02  # per precision whose memory format differs
+    same_chip: float = 1.0  # another GPU of the same chip (the same GPU: 1)
+    same_architecture: float = 0.1
+    same_segment: float = 0.6
+    other_architecture: float = 0.1
+    batch_octaves: float = 3.0  # 1 / (1 + |log2(batch ratio)| / batch_octaves)
+
+    def gpu(self, distance: str) -> float:
+        return {
+            "same GPU": 1.0,
+            "same chip": self.same_chip,
+            "same architecture": self.same_architecture,
+            "same segment": self.same_segment,
+            "other architecture": self.other_architecture,
+        }[distance]
+
+
+WEIGHTS = Weights()
+# The grid ``fit`` searches (each field's candidates).
+WEIGHT_GRID = {
+    "other_network": (0.5, 1.0),
+    "other_layout": (0.02, 0.1, 0.3),
+    "same_chip": (0.3, 0.6, 1.0),
+    "same_architecture": (0.1, 0.3, 0.6),
+    "same_segment": (0.1, 0.3, 0.6),
+    "other_architecture": (0.1, 0.3, 0.6),
+}
 
 
 def closeness(
@@ -155,27 +235,72 @@ def closeness(
     family: str,
     batch: int | None = None,
     devices=None,
+    weights: Weights = WEIGHTS,
 ) -> tuple[float, dict[str, Any]]:
     """A reference's weight for a prediction on ``gpu`` of ``model`` (class mix
     ``mix``) with the baseline in ``layouts[0]`` and AMP in ``layouts[1]``, at
     ``batch``, and the distances that set it."""
+    w = weights
     same_net = bool(model and ref.model == model)
     md = mix_distance(mix, ref.mix)
-    w_net = 1.0 if same_net else OTHER_NETWORK * math.exp(-md / MIX_SCALE)
+    w_net = 1.0 if same_net else w.other_network * math.exp(-md / w.mix_scale)
     own = (ref.layout.get(family), ref.layout.get("16-bit"))
     differ = sum(a != b for a, b in zip(own, layouts))
-    w_layout = OTHER_LAYOUT**differ
+    w_layout = w.other_layout**differ
     gd = gpu_distance(ref.gpu, gpu, devices)
     w_batch = 1.0
     if batch and ref.batch:
-        w_batch = 1 / (1 + abs(math.log2(batch / ref.batch)) / BATCH_OCTAVES)
-    return w_net * w_layout * GPU_WEIGHT[gd] * w_batch, {
+        w_batch = 1 / (1 + abs(math.log2(batch / ref.batch)) / w.batch_octaves)
+    return w_net * w_layout * w.gpu(gd) * w_batch, {
         "gpu_distance": gd,
         "same_network": same_net,
         "mix_distance": md,
         "layouts": list(own),
         "layout_match": differ == 0,
     }
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """How far a prediction lands from the speedup measured, by its distance from its
+    references, fitted on the leave-one-out (``fit_errors``): the expected absolute
+    log error is ``base + slope * distance``, and ``cover`` times it holds ``COVER``
+    of the leave-one-out's errors. No floor: a prediction close to its references
+    gets a narrow range, a far one a wide one."""
+
+    base: float
+    slope: float
+    cover: float
+
+    def error(self, distance: float) -> float:
+        return self.cover * (self.base + self.slope * max(distance, 0.0))
+
+
+COVER = 0.9  # the share of the leave-one-out's errors the range must hold
+ERRORS = ErrorModel(base=0.0563, slope=0.0261, cover=2.078)  # ``fit``'s, refitted in
+# tests/test_calibration.py
+
+
+def fit_errors(rows: Sequence[Mapping[str, float]], cover: float = COVER) -> ErrorModel:
+    """An ``ErrorModel`` from leave-one-out rows (``distance``, ``log_error``): a
+    least-squares line of the absolute log error on the distance (base and slope at
+    least 0), then the smallest multiple of it that holds ``cover`` of the rows."""
+    xs = [r["distance"] for r in rows]
+    ys = [abs(r["log_error"]) for r in rows]
+    n = len(rows)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    slope = max(slope, 0.0)
+    base = my - slope * mx
+    if base <= 0:  # through the origin
+        slope = sum(x * y for x, y in zip(xs, ys)) / (sum(x * x for x in xs) or 1.0)
+        base = 1e-3
+    ratios = sorted(y / (base + slope * x) for x, y in zip(xs, ys))
+    k = max(math.ceil(cover * n) - 1, 0)
+    base, slope = round(base, 4), round(slope, 4)  # the stored model's own digits
+    ratios = sorted(y / (base + slope * x) for x, y in zip(xs, ys))
+    return ErrorModel(base, slope, math.ceil(ratios[k] * 1000) / 1000)
 
 
 def _weighted(rows: Sequence[dict[str, Any]], key: str) -> tuple[float, float]:
@@ -200,6 +325,10 @@ def calibrated_range(
     devices=None,
     memory_format: str | tuple[str, str] = "channels_first",
     batch: int | None = None,
+    weights: Weights | None = None,
+    errors: ErrorModel | None = None,
+    host: HostModel | None = None,
+    data_s: float | None = None,
 ) -> dict[str, Any]:
     """The AMP speedup over fp32 on ``gpu``: a point estimate, its expected error and
     the range it spans, from the speedups each applicable reference's efficiencies
@@ -210,10 +339,23 @@ def calibrated_range(
     TF32 where the GPU has it, both in ``memory_format`` (one for both precisions, or
     ``(baseline, amp)``); ``kernels``: ``{"fp32": n, "amp": n}`` for the launch
     floor; ``model``: the doctor's spec (a reference of the same spec is "same
-    network"); ``exclude``: a reference key to leave out (the leave-one-out).
+    network"); ``exclude``: a reference key to leave out (the leave-one-out);
+    ``host``: the host's idle time per step (``hostmodel``), added to the kernel time
+    a layer profile's efficiencies give; ``data_s``: the loader's time per batch
+    (the step in the loop takes at least that).
+
+    Two predictions, each labelled: the *step* (``point``, ``low``, ``high``, from
+    each row's ``speedup``: kernels, plus the modelled host idle for kernel-time
+    references, at least the launch floor and the data time) and the *kernels*
+    (``kernel_point``, ``kernel_low``, ``kernel_high``, from ``kernel_speedup``:
+    no host time added, so a published reference's whole-step efficiency still
+    carries its own).
 
     The point is the weighted geometric mean of the references' speedups; the error
-    (log scale) the weighted spread of their logarithms, at least ``MIN_ERROR``;
+    (log scale) what the leave-one-out measured at this prediction's distance from
+    its references (``ErrorModel``: ``distance`` is minus the log of the closest
+    reference's weight, 0 for a reference's own network, GPU, layout and batch; the
+    weighted spread of the references' logarithms is returned beside it, ``spread``);
     ``low``/``high`` the point divided and multiplied by ``exp(error)``. ``basis``
     names the references that set it (together at least 80% of the weight). Returns
     ``{"low", "high", "point", "error", "basis", "min", "max", "equal_share",
@@ -226,40 +368,41 @@ def calibrated_range(
         else tuple(memory_format)
     )
     equal = sum(fp32_by_class.values()) / sum(amp_by_class.values())
+    factor = layout_factor(refs, exclude)
     rows = []
     mix = class_mix(fp32_by_class)
     for ref in refs:
         if ref.key == exclude or not {family, "16-bit"} <= ref.families:
             continue
-        k32 = step_time(fp32_by_class, ref, family)
-        k16 = step_time(amp_by_class, ref, "16-bit")
-        t32, t16 = k32, k16
-        if floor is not None and kernels:
-            t32 = max(t32, floor.floor_s(kernels["fp32"]))
-            t16 = max(t16, floor.floor_s(kernels["amp"]))
-        weight, dist = closeness(ref, gpu, model, mix, layouts, family, batch, devices)
+        times = _reference_times(
+            ref, fp32_by_class, amp_by_class, family, layouts[1], factor, host,
+            floor.floor_s(kernels["fp32"]) if floor and kernels else 0.0,
+            floor.floor_s(kernels["amp"]) if floor and kernels else 0.0, data_s or 0.0,
+        )  # fmt: skip
+        weight, dist = closeness(
+            ref, gpu, model, mix, layouts, family, batch, devices, weights or WEIGHTS
+        )
         rows.append(
             {
                 "key": ref.key,
                 "label": ref.label(devices),
                 "kind": ref.kind,
-                "speedup": t32 / t16,
-                "kernel_speedup": k32 / k16,
-                "fp32_s": t32,
-                "amp_s": t16,
-                "fp32_kernel_s": k32,
-                "amp_kernel_s": k16,
+                "publisher": ref.source.get("publisher")
+                or ("committed layer profiles" if ref.kind == "profile" else ""),
+                **times,
                 "weight": weight,
                 **dist,
                 "measured_speedup": ref.measured_speedup,
             }
         )
     rows.sort(key=lambda r: -r["weight"])
-    point = error = low = high = None
+    point = error = low = high = distance = spread = kernel = None
     basis: list[str] = []
     if rows:
         point, spread = _weighted(rows, "speedup")
-        error = max(spread, MIN_ERROR)
+        kernel, _ = _weighted(rows, "kernel_speedup")
+        distance = max(0.0, -math.log(max(r["weight"] for r in rows)))
+        error = (errors or ERRORS).error(distance)
         low, high = point / math.exp(error), point * math.exp(error)
         total, acc = sum(r["weight"] for r in rows), 0.0
         for r in rows:
@@ -295,8 +438,25 @@ def calibrated_range(
         "equal_share": equal,
         "point": point,
         "error": error,
+        "distance": distance,
+        "spread": spread if rows else None,
+        "layout_factor": factor,
         "low": low,
         "high": high,
+        "kernel_point": kernel,
+        "kernel_low": kernel / math.exp(error) if rows else None,
+        "kernel_high": kernel * math.exp(error) if rows else None,
+        "host": None
+        if host is None
+        else {
+            "idle_per_sync_s": host.idle_per_sync_s,
+            "source": host.source,
+            "loop": host.loop.name,
+            "loop_detail": host.loop.detail,
+            "fp32_syncs": host.loop.fp32,
+            "amp_syncs": host.loop.amp,
+        },
+        "data_s": data_s,
         "basis": basis,
         "min": min((r["speedup"] for r in rows), default=None),
         "max": max((r["speedup"] for r in rows), default=None),
@@ -305,11 +465,42 @@ def calibrated_range(
     }
 
 
+def _reference_times(
+    ref: Reference, fp32_by_class, amp_by_class, family: str, amp_layout: str,
+    factor: float | None, host: HostModel | None, floor32: float, floor16: float,
+    data_s: float,
+) -> dict[str, float]:  # fmt: skip
+    """One reference's kernel times for the model (its efficiencies on the model's
+    class bounds; its 16-bit efficiency scaled by ``factor`` where its AMP ran in the
+    other layout) and the step times: the host's idle added where the efficiencies
+    are of kernel time (a layer profile), at least the launch floor and the data
+    time."""
+    k32 = step_time(fp32_by_class, ref, family)
+    k16 = step_time(amp_by_class, ref, "16-bit")
+    if factor and ref.layout.get("16-bit") != amp_layout:
+        k16 = k16 / factor if amp_layout == "channels_first" else k16 * factor
+    t32, t16 = k32, k16
+    if host is not None and ref.kind == "profile":
+        t32, t16 = t32 + host.idle_s("fp32"), t16 + host.idle_s("amp")
+    t32, t16 = max(t32, floor32, data_s), max(t16, floor16, data_s)
+    return {
+        "speedup": t32 / t16,
+        "kernel_speedup": k32 / k16,
+        "fp32_s": t32,
+        "amp_s": t16,
+        "fp32_kernel_s": k32,
+        "amp_kernel_s": k16,
+    }
+
+
 def reference_prediction(
     ref: Reference,
     refs: Sequence[Reference],
     exclude_own: bool = True,
     devices=None,
+    weights: Weights | None = None,
+    errors: ErrorModel | None = None,
+    host: HostModel | None = None,
 ) -> dict[str, Any]:
     """The calibrated range for a reference's own network, batch, layouts and GPU
     (per sample: its two runs may use different batches), without its own
@@ -321,30 +512,47 @@ def reference_prediction(
         ref.per_image[fam], ref.per_image["16-bit"], ref.gpu, refs, model=ref.model,
         exclude=ref.key if exclude_own else None, devices=devices,
         memory_format=(ref.layout.get(fam), ref.layout.get("16-bit")),
-        batch=ref.batch,
+        batch=ref.batch, weights=weights, errors=errors, host=host,
     )  # fmt: skip
 
 
 def leave_one_out(
-    refs: Sequence[Reference] | None = None, devices=None
+    refs: Sequence[Reference] | None = None,
+    devices=None,
+    weights: Weights | None = None,
+    errors: ErrorModel | None = None,
+    targets: Sequence[Reference] | None = None,
+    host: HostModel | None | bool = True,
 ) -> dict[str, Any]:
     """Every reference predicted from the others (on a GPU of the device table, where
     a range can be given): rows with the point, the range, its width (high / low),
     the measured speedup and whether the range holds it; ``inside`` (the share held),
     ``median_width`` and ``n``. References with no applicable other are counted
-    apart (``no_range``)."""
+    apart (``no_range``). ``targets``: results to predict other than ``refs`` (the
+    held-out published results: predicted from all of ``refs``). Each row says
+    whether its measured ratio is of kernel time (a layer profile) or of the whole
+    step (a published throughput): ``what``, and is held against the prediction of
+    the same (the kernels' or the step's). ``host``: the host model of the step
+    predictions (True: the committed one, ``hostmodel.host_model``)."""
     refs = references() if refs is None else refs
     from ampbook.core.devices import load_devices
 
     devices = load_devices() if devices is None else devices
+    if host is True:
+        host = host_model()
     rows, none = [], []
-    for ref in refs:
+    for ref in refs if targets is None else targets:
         if ref.gpu not in devices:
             continue
-        r = reference_prediction(ref, refs, True, devices)
+        r = reference_prediction(
+            ref, refs, True, devices, weights, errors, host or None
+        )
         if r["point"] is None:
             none.append(ref.key)
             continue
+        if ref.kind == "profile":  # a kernel-time ratio: against the kernels' range
+            r = dict(r, point=r["kernel_point"], low=r["kernel_low"],
+                     high=r["kernel_high"])  # fmt: skip
         rows.append(
             {
                 "key": ref.key,
@@ -358,6 +566,11 @@ def leave_one_out(
                 "measured": ref.measured_speedup,
                 "inside": r["low"] <= ref.measured_speedup <= r["high"],
                 "off": ref.measured_speedup / r["point"],
+                "log_error": math.log(ref.measured_speedup / r["point"]),
+                "distance": r["distance"],
+                "what": "kernel time" if ref.kind == "profile" else "step time",
+                "publisher": ref.source.get("publisher")
+                or ("committed layer profiles" if ref.kind == "profile" else ""),
             }
         )
     n = len(rows)
@@ -368,6 +581,33 @@ def leave_one_out(
         "median_width": statistics.median(r["width"] for r in rows) if n else None,
         "no_range": none,
     }
+
+
+def fit(
+    refs: Sequence[Reference] | None = None, devices=None
+) -> tuple[Weights, ErrorModel]:
+    """The closeness weights and the error model the references support: on
+    ``WEIGHT_GRID``, the weights whose leave-one-out points lie closest to what the
+    references measured (least sum of squared log errors), then the error model
+    fitted on that leave-one-out (``fit_errors``). A few seconds: each
+    ``calibrated_range`` is arithmetic on stored bounds."""
+    import itertools
+
+    from ampbook.core.devices import load_devices
+
+    refs = references() if refs is None else refs
+    devices = load_devices() if devices is None else devices
+    host = host_model()
+    best = None
+    names = list(WEIGHT_GRID)
+    for values in itertools.product(*(WEIGHT_GRID[n] for n in names)):
+        w = dataclasses.replace(WEIGHTS, **dict(zip(names, values)))
+        loo = leave_one_out(refs, devices, w, host=host)
+        loss = sum(r["log_error"] ** 2 for r in loo["rows"])
+        if best is None or loss < best[0] - 1e-12:
+            best = (loss, w, loo)
+    _, w, loo = best
+    return w, fit_errors(loo["rows"])
 
 
 def layout_text(layouts: Sequence[str | None]) -> str:
@@ -402,15 +642,16 @@ def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> 
     devices = load_devices() if devices is None else devices
     loo = leave_one_out(refs, devices)
     lines = [
-        "| reference | layout (32-bit / AMP) | predicted by the others | set by | "
-        "measured | inside |",
-        "|---|---|---|---|---|---|",
+        "| reference | from | layout (32-bit / AMP) | predicted by the others | "
+        "set by | measured | inside |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in loo["rows"]:
         lines.append(
-            f"| {r['label']} | {layout_text(r['layouts'])} | {r['point']:.2f}x "
-            f"({r['low']:.2f}-{r['high']:.2f}x) | {', '.join(r['basis'][:3])} | "
-            f"{r['measured']:.2f}x | {'yes' if r['inside'] else 'no'} |"
+            f"| {r['label']} | {r['publisher']} | {layout_text(r['layouts'])} | "
+            f"{r['point']:.2f}x ({r['low']:.2f}-{r['high']:.2f}x) | "
+            f"{', '.join(r['basis'][:3])} | {r['measured']:.2f}x ({r['what']}) | "
+            f"{'yes' if r['inside'] else 'no'} |"
         )
     lines.append("")
     if loo["n"]:

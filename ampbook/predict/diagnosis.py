@@ -92,6 +92,7 @@ from ampbook.core.precision import (
     torch_name,
 )
 from ampbook.core.words import plural
+from ampbook.predict.hostmodel import host_model
 from ampbook.predict.measured import CPU_ROUNDS, as_progress, measure
 from ampbook.predict.outputs import (
     SelectOutput,
@@ -332,9 +333,12 @@ def diagnose(
     tell("calibrating the speedup ranges on the committed references")
     refs = references(cfg.results_dir)
     floor = launch_floor(cfg.results_dir)
+    host = host_model(cfg.results_dir)
+    data_s = batch / cfg.loader_images_per_s if cfg.loader_images_per_s else None
     ranges = verdict_ranges(
-        roof, traces, refs, floor, cfg.model, devices, cfg.memory_format, batch
-    )
+        roof, traces, refs, floor, cfg.model, devices, cfg.memory_format, batch,
+        host, data_s,
+    )  # fmt: skip
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
     here = setting_text(batch, shape)
     for r in ranges:  # a measurement of the same network and GPU beside the range

@@ -308,15 +308,17 @@ def references_table(rng: dict[str, Any]) -> str:
         [
             (
                 r["label"],
-                r["kind"],
+                r.get("publisher") or r["kind"],
                 distance_text(r),
                 r["speedup"],
-                r["measured_speedup"],
+                f"{r['measured_speedup']:.2f} ("
+                + ("kernel time" if r["kind"] == "profile" else "step")
+                + ")",
             )
             for r in rows
         ],  # fmt: skip
-        ["reference", "from", "distance", "speedup here (x)", "measured there (x)"],
-        [None, None, None, ".2f", ".2f"],
+        ["reference", "from", "distance", "step here (x)", "measured there (x)"],
+        [None, None, None, ".2f", None],
     )
 
 
@@ -374,9 +376,7 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
         text += (
             f"\n\nLaunch floor: {fl['per_kernel_s'] * 1e6:.2g} µs of host time per "
             f"kernel (the smallest element-wise calls measured on {fl['source']}), "
-            "assumed the same on every GPU and for every kernel counted, cuDNN's "
-            "layout transposes included (counted as if each cost an eager "
-            "operator's host time)."
+            "assumed the same on every GPU and for every kernel counted."
         )
     floors = launch_table(ver["ranges"])
     if floors:
@@ -459,14 +459,25 @@ def _screen_line(r: dict[str, Any]) -> str:
             f"- {r['gpu_name']}: {r['precision']} no reference applies; "
             f"{r['equal_share']:.2f}x at equal shares of the bound (not a bound)"
         )
+    what = "step" if r.get("host") else "kernels"
     line = (
-        f"- {r['gpu_name']}: {r['precision']} {r['point']:.2f}x "
+        f"- {r['gpu_name']}: {r['precision']} {what} {r['point']:.2f}x "
         f"({span_text(r['low'], r['high'])}), {gist(r['low'], r['high'], r['point'])}"
     )
+    if r.get("host"):
+        line += f"; kernels {r['kernel_point']:.2f}x"
     bound = bound_text(r)
     line += f"; {bound}" if bound else ""
     for m in r.get("committed") or []:
-        line += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
+        if m.get("kind") == "step in the loop":
+            line += (
+                f"; measured step in the loop {m['low']:.2f}x to {m['high']:.2f}x "
+                "per epoch"
+            )
+        elif m.get("kind") == "step alone":
+            line += f"; measured step alone {m['speedup']:.2f}x"
+        else:
+            line += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
     return line
 
 
@@ -506,7 +517,13 @@ def first_screen(report: dict[str, Any]) -> str:
         + ")"
     )
     lines = [
-        f"Expected AMP {step} speedup over {base} per GPU, predicted for {what}, "
+        (
+            f"Expected AMP {step} speedup (kernels plus the modelled host time; "
+            "the kernels' own beside it)"
+            if any(r.get("host") for r in best.values())
+            else f"Expected AMP kernel-time speedup of the {step} (no host model)"
+        )
+        + f" over {base} per GPU, predicted for {what}, "
         f"both precisions in {fmt} ({layout_text([fmt, fmt])}), calibrated on "
         "committed layer profiles and published training throughputs; "
         f"{which}:",

@@ -329,20 +329,33 @@ def relabel(trace: StepTrace, precision: str) -> StepTrace:
 
 
 MEMORY_FORMATS = ("channels_first", "channels_last")
-# The operator the layout adds: cuDNN's tensor-core convolutions work in NHWC, so a
-# 16-bit convolution on NCHW tensors is run between transposes of its operands.
+# The operator cuDNN may add: its tensor-core convolutions work in NHWC, and its
+# documentation says it "may use ... NCHW-to-NHWC transformations" to reach them
+# (a 16-bit convolution on NCHW tensors between transposes of its operands). Whether a
+# given convolution pays them is cuDNN's choice, not documented per kernel; the bound
+# leaves them out (``with_memory_format``'s ``transposes``).
 LAYOUT_TRANSPOSE = "nchw_nhwc_transpose"
 
 
-def with_memory_format(trace: StepTrace, memory_format: str) -> StepTrace:
+def with_memory_format(
+    trace: StepTrace, memory_format: str, transposes: bool = False
+) -> StepTrace:
     """The traced step as it runs in ``memory_format`` (``MEMORY_FORMATS``; the trace
-    itself is layout-free: bytes and FLOPs do not depend on the strides).
+    itself is layout-free: bytes and FLOPs do not depend on the strides). This is
+    the book's one step model: every bound the chapters and the doctor print goes
+    through it.
 
-    ``"channels_first"`` (NCHW, PyTorch's default): every 16-bit 2-D convolution,
-    forward and backward, gets a transpose of what it reads and writes into NHWC and
-    back (``LAYOUT_TRANSPOSE``, in the convolution's scope, 2 kernels; assumed from
-    cuDNN's tensor-core kernels, which work in NHWC: its bytes are the convolution's
-    own read and written once more). fp32 and TF32 convolutions are left as they are.
+    ``"channels_first"`` (NCHW, PyTorch's default): the step as traced. The bound is a
+    lower bound, so it leaves out work cuDNN may skip: its documentation says it *may*
+    transpose NCHW operands to NHWC for its tensor-core kernels, not that every 16-bit
+    convolution does, and the committed H200 layer profiles measured ERFNet's NCHW
+    fp16 convolutions 1.26x faster than its TF32 ones, where a transpose around every
+    one would make their bound 1.5x *larger* (chapter 5 shows both bounds).
+    ``transposes=True`` gives the other bound, an assumption: every 16-bit 2-D
+    convolution, forward and backward, between transposes of what it reads and
+    writes (``LAYOUT_TRANSPOSE``, in the convolution's scope, 2 kernels, the
+    convolution's own bytes read and written once more); fp32 and TF32 convolutions
+    are left as they are.
     ``"channels_last"``: the loop converts each batch once (one copy of the input,
     outside the model); the convolutions need no transposes."""
     if memory_format not in MEMORY_FORMATS:
@@ -359,6 +372,8 @@ def with_memory_format(trace: StepTrace, memory_format: str) -> StepTrace:
                    nbytes)
         )  # fmt: skip
         return dataclasses.replace(trace, ops=ops + list(trace.ops))
+    if not transposes:
+        return trace
     for o in trace.ops:
         ops.append(o)
         if spatial2d and o.op_class == "conv" and o.dtype in ("float16", "bfloat16"):

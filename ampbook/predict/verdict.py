@@ -7,6 +7,7 @@ timed on this device say (section 5 of the report, and the words of section 4).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 from ampbook.core.precision import (
@@ -24,6 +25,13 @@ SAME_SPEED = 0.05
 # --------------------------------------------------------------------------------------
 # 5. verdict
 # --------------------------------------------------------------------------------------
+
+
+def range_word(value: float, low: float, high: float) -> str:
+    """Where ``value`` lies against the range ``low``-``high``, in words."""
+    if value < low:
+        return "below the range"
+    return "inside the range" if value <= high else "above the range"
 
 
 def span_text(lo: float, hi: float) -> str:
@@ -75,9 +83,14 @@ def speedup_range_verdict(
         f"{by[k]['label']} ({by[k]['weight_share']:.0%})" for k in rng["basis"][:3]
     )
     layout = layout_text(rng["layouts"])
+    kernel = ""
+    if rng.get("kernel_point") and rng.get("host"):
+        k_span = span_text(rng["kernel_low"], rng["kernel_high"])
+        kernel = f"; predicted kernel time alone {rng['kernel_point']:.2f}x ({k_span})"
     line = (
-        f"{head}, {layout}: {rng['point']:.2f}x ± {math.exp(rng['error']) - 1:.0%} "
-        f"({span_text(lo, hi)}), {gist(lo, hi, rng['point'])}; set by {basis} of {n} "
+        f"{head}, {layout}: {step_label(rng)} {rng['point']:.2f}x ± "
+        f"{math.exp(rng['error']) - 1:.0%} ({span_text(lo, hi)}), "
+        f"{gist(lo, hi, rng['point'])}{kernel}; set by {basis} of {n} "
         f"reference{'s' if n != 1 else ''} weighted by closeness; {same}."
     )
     if not any(r["layout_match"] for r in rows):
@@ -88,9 +101,7 @@ def speedup_range_verdict(
             f"{layout}, its bytes and kernels modelled, its kernels' speed not."
         )
     for m in rng.get("committed") or []:
-        other = m.get("same_setting") is False and rng.get("setting")
-        where = f", not this prediction's {rng['setting']}" if other else ""
-        line += f" Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']}{where})."
+        line += " " + measured_text(m, rng)
     launch = rng.get("launch")
     if launch and (launch.get("amp_bound") or launch.get("fp32_bound")):
         which = "AMP's" if launch.get("amp_bound") else "fp32's"
@@ -125,9 +136,52 @@ def speedup_range_verdict(
     return line
 
 
+def step_label(rng: dict[str, Any]) -> str:
+    """What the range's point is of: the step (kernels, plus the host's idle time per
+    sync of the loop modelled and the data time where given), or the kernels alone
+    where no host model is committed."""
+    host = rng.get("host")
+    if not host:
+        return "predicted kernel-time speedup (no host model: no step)"
+    data = " and the loader's time per batch" if rng.get("data_s") else ""
+    return (
+        f"predicted step speedup (kernels plus the host's idle time, "
+        f"{host['idle_per_sync_s'] * 1e3:.1f} ms per sync, measured and assumed on "
+        f"every GPU, for {host['loop']}: {plural(host['fp32_syncs'], 'sync')} "
+        f"fp32, {host['amp_syncs']} AMP{data})"
+    )
+
+
+def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
+    """One committed measurement beside the prediction, labelled by what it timed:
+    kernels, the step timed alone (held against the step predicted for the loop that
+    measured it, where that loop is known) or the step in the training loop (its
+    range epoch by epoch)."""
+    other = m.get("same_setting") is False and rng.get("setting")
+    where = f", not this prediction's {rng['setting']}" if other else ""
+    if m.get("kind") == "step in the loop":
+        return (
+            f"Measured: {m['speedup']:.2f}x median, {m['low']:.2f}x to "
+            f"{m['high']:.2f}x over {m['epochs']} epochs ({m['what']}, the step in "
+            f"the training loop; {m['source']}{where})."
+        )
+    text = f"Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']}{where})"
+    run = rng.get("runner")
+    if m.get("kind") == "step alone" and m.get("loop") and run and not other:
+        text += (
+            f"; recorded by {m['loop']} ({m['loop_detail']}; two of the AMP step's "
+            f"syncs and one of fp32's are the runner's, not AMP's), against "
+            f"{run['point']:.2f}x ({span_text(run['low'], run['high'])}) predicted "
+            f"for that loop: {range_word(m['speedup'], run['low'], run['high'])}"
+        )
+    return text + "."
+
+
 def nearness(row: dict[str, Any]) -> tuple:
-    order = {"same GPU": 0, "same architecture": 1, "other architecture": 2}
-    return (not row["same_network"], order[row["gpu_distance"]], row["mix_distance"])
+    from ampbook.predict.calibration import GPU_DISTANCES
+
+    order = GPU_DISTANCES.index(row["gpu_distance"])
+    return (not row["same_network"], order, row["mix_distance"])
 
 
 def verdict_ranges(
@@ -139,11 +193,17 @@ def verdict_ranges(
     devices=None,
     memory_format: str = "channels_first",
     batch: int | None = None,
+    host=None,
+    data_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Section 5's ranges: per GPU and AMP precision, the calibrated range
     (``calibration.calibrated_range``, both precisions in ``memory_format``, at
-    ``batch``) with its verdict line."""
+    ``batch``; the step with ``host``'s idle time and ``data_s`` of data time per
+    batch, and the kernels alone) with its verdict line; with a host model, also the
+    step predicted for the book's runner of 2026-11-30 (``runner``), to hold the
+    steps it measured against."""
     from ampbook.predict.calibration import calibrated_range
+    from ampbook.predict.hostmodel import RUNNER_2026_11_30
 
     out = []
     for r in roof:
@@ -160,7 +220,21 @@ def verdict_ranges(
             devices=devices,
             memory_format=memory_format,
             batch=batch,
+            host=host,
+            data_s=data_s,
         )
+        if host is not None and rng["rows"]:
+            run = calibrated_range(
+                r["fp32_by_class_s"], r["amp_by_class_s"], r["gpu"], refs,
+                kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
+                floor=floor, model=model, devices=devices,
+                memory_format=memory_format, batch=batch,
+                host=host.with_loop(RUNNER_2026_11_30),
+            )  # fmt: skip
+            rng["runner"] = {k: run[k] for k in ("point", "low", "high")} | {
+                "loop": RUNNER_2026_11_30.name,
+                "detail": RUNNER_2026_11_30.detail,
+            }
         casts = cast_kernels(traces, r["precision"])
         moves = layout_kernels(traces, r["precision"])
         out.append(
@@ -248,13 +322,35 @@ def committed_measurements(
             )
     if model != "erfnet":
         return out
+    from ampbook.predict.hostmodel import profile_loop
     from ampbook.results import load_results_dir
 
     try:
-        pairs = load_results_dir(results_dir).pairs()
+        rs = load_results_dir(results_dir)
+        pairs, profiles = rs.pairs(), rs.profile_pairs()
     except Exception:  # an unreadable results folder is the results module's to say
-        pairs = []
-    for q in pairs:
+        pairs, profiles = [], []
+    for b, a in profiles:  # the step timed alone (layer profiles: no loader)
+        key = table_key(a.device_name)
+        if key not in out or a.mode not in AUTOCAST_DTYPES or b.mode != "fp32-tf32":
+            continue
+        where = setting_text(a.batch_size, (3, a.height, a.width))
+        loop = profile_loop(a.record)
+        out[key].append(
+            {
+                "precision": a.mode,
+                "kind": "step alone",
+                "what": f"step timed alone, {a.mode} over fp32 (TF32 on), layer "
+                "profiles",
+                "speedup": b.step_s / a.step_s,
+                "setting": where,
+                "loop": loop.name if loop else None,
+                "loop_detail": loop.detail if loop else None,
+                "source": f"{Path(a.path).name}, {Path(b.path).name}: "
+                f"{a.step_s * 1e3:.1f} ms against {b.step_s * 1e3:.1f} ms",
+            }
+        )
+    for q in pairs:  # the step in the training loop, epoch by epoch
         if q.amp.mode not in AUTOCAST_DTYPES or q.baseline.mode != "fp32-tf32":
             continue
         key = table_key(q.setting.device_name)
@@ -262,12 +358,17 @@ def committed_measurements(
             where = setting_text(
                 q.setting.batch_size, (3, q.setting.height, q.setting.width)
             )
+            per = q.step_speedups or [q.step_speedup]
             out[key].append(
                 {
                     "precision": q.amp.mode,
-                    "what": f"step time, {q.amp.mode} over fp32 (TF32 on), "
-                    "training runs",
+                    "kind": "step in the loop",
+                    "what": f"step time, {q.amp.mode} over fp32 (TF32 on), training "
+                    "runs",
                     "speedup": q.step_speedup,
+                    "low": min(per),
+                    "high": max(per),
+                    "epochs": len(per),
                     "setting": where,
                     "source": f"committed training runs in data/results, {where}",
                 }
