@@ -133,8 +133,8 @@ def set_tf32(on: bool) -> None:
     """Let fp32 CUDA matmuls and cuDNN convolutions run on TF32 tensor cores (``on``)
     or not, through ``torch.backends.cuda.matmul.fp32_precision`` and
     ``torch.backends.cudnn.conv.fp32_precision`` ("tf32" or "ieee") where this PyTorch
-    has them (2.9 and later), else through the legacy ``allow_tf32`` flags. Shown on
-    the page in chapter 9 (09_when_amp_goes_wrong)."""
+    has them (2.9 and later), else through the legacy ``allow_tf32`` flags.
+    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
     if has_fp32_precision():
         word = "tf32" if on else "ieee"
         torch.backends.cuda.matmul.fp32_precision = word

@@ -34,8 +34,8 @@ def _kernel(flops: float, nbytes: float, peak_tflops: float, gbs: float) -> floa
 
 def predict_linear(device: Device, width: int, tokens: int) -> Fp8Row:
     """Predicted seconds of one training step of a ``width x width`` linear layer on
-    ``tokens`` rows, in bf16 and in fp8 with dynamic scaling, on ``device``. Shown on
-    the page in chapter 9 (09_when_amp_goes_wrong)."""
+    ``tokens`` rows, in bf16 and in fp8 with dynamic scaling, on ``device``.
+    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
     bw = device.mem_bandwidth_gbs
     flops = 2.0 * tokens * width * width
     # the three products' operands (m x k, k x n) and outputs, as element counts
