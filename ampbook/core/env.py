@@ -77,9 +77,53 @@ def _version(pkg: str) -> str | None:
         return None
 
 
+def readable_or_none(get):
+    """``get()``, or None where PyTorch refuses to read a mix of its legacy and new
+    TF32 settings (a RuntimeError)."""
+    try:
+        return get()
+    except RuntimeError:
+        return None
+
+
+def has_fp32_precision() -> bool:
+    """Whether this PyTorch has the per-backend ``fp32_precision`` switches (2.9 and
+    later), which replace ``allow_tf32`` (the legacy spelling)."""
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(
+        getattr(torch.backends.cudnn, "conv", None), "fp32_precision"
+    )
+
+
+def tf32_state() -> dict[str, str]:
+    """Whether TF32 may run fp32 CUDA matmuls and cuDNN convolutions, as
+    ``{"matmul": "tf32" | "ieee", "cudnn_conv": ...}``: read through
+    ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision`` where this PyTorch has them (reading
+    the legacy ``allow_tf32`` after a mix of both spellings raises a RuntimeError),
+    else from ``allow_tf32``. A switch set to "none" follows the global one
+    (``torch.backends.fp32_precision``), and "none" there is full fp32 ("ieee")."""
+    if has_fp32_precision():
+        top = getattr(torch.backends, "fp32_precision", "none")
+
+        def resolved(value: str) -> str:  # "none": the global setting decides
+            value = top if value == "none" else value
+            return "ieee" if value == "none" else value
+
+        return {
+            "matmul": resolved(torch.backends.cuda.matmul.fp32_precision),
+            "cudnn_conv": resolved(torch.backends.cudnn.conv.fp32_precision),
+        }
+    word = {True: "tf32", False: "ieee"}
+    return {
+        "matmul": word[torch.backends.cuda.matmul.allow_tf32],
+        "cudnn_conv": word[torch.backends.cudnn.allow_tf32],
+    }
+
+
 def environment(device: str | torch.device = "auto") -> dict:
     """A JSON-serialisable description of the software and hardware."""
     dev = pick_device(device)
+    tf32 = tf32_state()
     info = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -94,10 +138,11 @@ def environment(device: str | torch.device = "auto") -> dict:
         if dev.type == "cuda"
         else cpu_name(),
         "tensor_cores": tensor_core_generation_text(dev),
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "fp32_precision": tf32,
+        "tf32_matmul": tf32["matmul"] == "tf32",
+        "tf32_cudnn": tf32["cudnn_conv"] == "tf32",
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "float32_matmul_precision": readable_or_none(torch.get_float32_matmul_precision),
         "cpu_threads": torch.get_num_threads(),
         "cpu_flags": cpu_flags(),
         "platform": platform.platform(),

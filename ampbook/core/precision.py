@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+from ampbook.core.env import readable_or_none, has_fp32_precision, tf32_state
 from ampbook.core.modes import PRECISIONS
 
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
@@ -128,26 +129,34 @@ def native_cpu_flags(
 # --- torch's global backend flags --------------------------------------------------
 
 
-def _read(get):
-    try:
-        return get()
-    except RuntimeError:  # torch refuses to read a mix of its old and new TF32 APIs
-        return None
+def set_tf32(on: bool) -> None:
+    """Let fp32 CUDA matmuls and cuDNN convolutions run on TF32 tensor cores (``on``)
+    or not, through ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision`` ("tf32" or "ieee") where this PyTorch
+    has them (2.9 and later), else through the legacy ``allow_tf32`` flags.
+    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
+    if has_fp32_precision():
+        word = "tf32" if on else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = word
+        torch.backends.cudnn.conv.fp32_precision = word
+    else:  # the legacy spelling, for a PyTorch before 2.9
+        torch.backends.cuda.matmul.allow_tf32 = on
+        torch.backends.cudnn.allow_tf32 = on
 
 
 def backend_flags_now() -> dict:
     """The backend flags as they are now (what ``backend_flags`` restores). A value
     PyTorch refuses to read (after a mix of its old and new TF32 settings) is None."""
     return {
-        "matmul_tf32": _read(lambda: torch.backends.cuda.matmul.allow_tf32),
-        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+        "matmul_tf32": readable_or_none(lambda: torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_tf32": tf32_state()["cudnn_conv"] == "tf32",
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "deterministic": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": (
             torch.is_deterministic_algorithms_warn_only_enabled()
         ),
-        "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
+        "float32_matmul_precision": readable_or_none(torch.get_float32_matmul_precision),
         "fp32_precision": {
             name: getattr(backend.matmul, "fp32_precision", None)
             for name, backend in (
@@ -158,6 +167,13 @@ def backend_flags_now() -> dict:
     }
 
 
+def _set_cudnn_tf32(on: bool) -> None:
+    if has_fp32_precision():
+        torch.backends.cudnn.conv.fp32_precision = "tf32" if on else "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = on
+
+
 def _restore(saved: dict) -> None:
     if saved["float32_matmul_precision"] is not None:
         torch.set_float32_matmul_precision(saved["float32_matmul_precision"])
@@ -165,7 +181,7 @@ def _restore(saved: dict) -> None:
         for name, value in saved["fp32_precision"].items():
             if value is not None:
                 getattr(torch.backends, name).matmul.fp32_precision = value
-    torch.backends.cudnn.allow_tf32 = saved["cudnn_tf32"]
+    _set_cudnn_tf32(saved["cudnn_tf32"])
     torch.backends.cudnn.benchmark = saved["cudnn_benchmark"]
     torch.backends.cudnn.deterministic = saved["cudnn_deterministic"]
     torch.use_deterministic_algorithms(
@@ -198,7 +214,7 @@ def backend_flags(
             # without mixing PyTorch's old and new TF32 settings
             torch.set_float32_matmul_precision("high" if matmul_tf32 else "highest")
         if cudnn_tf32 is not None:
-            torch.backends.cudnn.allow_tf32 = cudnn_tf32
+            _set_cudnn_tf32(cudnn_tf32)
         if cudnn_benchmark is not None:
             torch.backends.cudnn.benchmark = cudnn_benchmark
         if deterministic is not None:

@@ -1,0 +1,96 @@
+"""Question 8 of chapter 9: "Detected call of `lr_scheduler.step()` before
+`optimizer.step()`" after a step GradScaler skipped. When the scaler finds an inf in
+the first step's gradients it skips ``optimizer.step()``, and a scheduler stepped
+unconditionally warns, and from then on runs one step ahead of the optimizer for
+every skipped step. The fix steps the scheduler only when the optimizer stepped,
+which the scale shows: ``scaler.update()`` lowers it exactly when a step was
+skipped."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ampbook.bench.patterns.tiny import tiny_batch, tiny_model
+
+SCHEDULER_WARNING = "lr_scheduler.step()` before `optimizer.step()`"
+
+
+def step_always(model, optimizer, scheduler, scaler, images, labels, plant=1.0):
+    """One fp16 step with the scheduler stepped every time (the failure)."""
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        loss = F.cross_entropy(model(images), labels) * plant
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+
+
+def step_when_stepped(model, optimizer, scheduler, scaler, images, labels, plant=1.0):
+    """One fp16 step whose scheduler steps only when the optimizer did: the scale
+    falls exactly when ``scaler.step`` skipped ``optimizer.step()``.
+    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        loss = F.cross_entropy(model(images), labels) * plant
+    scaler.scale(loss).backward()
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    if scaler.get_scale() >= scale:  # not lowered: the optimizer stepped
+        scheduler.step()
+
+
+@dataclass
+class SchedulerCheck:
+    steps: int
+    skipped: int  # steps the scaler skipped (the scale fell)
+    optimizer_steps: int  # counted by a hook on optimizer.step
+    scheduler_steps: int  # scheduler.last_epoch
+    warned: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.scheduler_steps == self.optimizer_steps and not self.warned
+
+    def verdict(self) -> str:
+        warned = "warned" if self.warned else "did not warn"
+        return (
+            f"Measured over {self.steps} fp16 steps, {self.skipped} skipped by the "
+            f"scaler: the optimizer stepped {self.optimizer_steps} times, the "
+            f"scheduler {self.scheduler_steps}, and PyTorch {warned}: "
+            + (
+                "the schedule follows the optimizer."
+                if self.ok
+                else "the schedule runs ahead of the optimizer."
+            )
+        )
+
+
+def check_scheduler(step, steps: int = 4, skip: int = 1, seed: int = 0):
+    """Run ``step`` (``step_always`` or ``step_when_stepped``) ``steps`` times with a
+    StepLR scheduler and a GradScaler at 2^16, the first ``skip`` steps with an
+    overflow planted (the loss times 1e30: finite in fp32, inf once scaled in fp16);
+    count the optimizer's steps with a hook and the scheduler's from
+    ``last_epoch``."""
+    model = tiny_model(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu")
+    counted = [0]
+    optimizer.register_step_post_hook(lambda *a: counted.__setitem__(0, counted[0] + 1))
+    images, labels = tiny_batch(2, 8, seed)
+    skipped = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(steps):
+            before = scaler.get_scale()
+            step(model, optimizer, scheduler, scaler, images, labels,
+                 plant=1e30 if i < skip else 1.0)
+            skipped += scaler.get_scale() < before
+    warned = any(SCHEDULER_WARNING in str(w.message) for w in caught)
+    return SchedulerCheck(steps, skipped, counted[0], scheduler.last_epoch, warned)

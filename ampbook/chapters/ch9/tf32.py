@@ -1,0 +1,129 @@
+"""Question 17 of chapter 9: TF32's ``fp32_precision`` switches (PyTorch 2.9 and
+later) replacing ``allow_tf32``. Code that sets TF32 through the new switches, as a
+library may, and then reads the legacy ``torch.backends.cudnn.allow_tf32`` or
+``torch.get_float32_matmul_precision()`` raises a RuntimeError about "a mix of the
+legacy and new APIs". The fix reads and writes only the new switches
+(``ampbook.core.env.tf32_state``, ``ampbook.core.precision.set_tf32``), the legacy
+flags only on a PyTorch that lacks them."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from ampbook.core.env import has_fp32_precision, tf32_state
+from ampbook.core.precision import set_tf32
+
+_SWITCHES = ("matmul", "conv", "rnn")
+
+
+def _switches():
+    """Every per-backend fp32_precision switch: (owner, attribute)."""
+    found = [(torch.backends, "fp32_precision")]
+    for backend in (torch.backends.cuda, torch.backends.cudnn, torch.backends.mkldnn):
+        for part in _SWITCHES:
+            owner = getattr(backend, part, None)
+            if owner is not None and hasattr(owner, "fp32_precision"):
+                found.append((owner, "fp32_precision"))
+    return found
+
+
+@contextlib.contextmanager
+def kept_fp32_precision():
+    """Every fp32_precision switch restored after the block."""
+    saved = [(owner, getattr(owner, attr)) for owner, attr in _switches()]
+    try:
+        yield
+    finally:
+        for owner, value in saved:
+            owner.fp32_precision = value
+
+
+def mixed_state() -> None:
+    """What a library may leave: cuDNN convolutions set to TF32 and cuDNN RNNs to
+    full fp32 through the new switches, which the legacy single flag cannot say."""
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    torch.backends.cudnn.rnn.fp32_precision = "ieee"
+
+
+def legacy_read() -> dict:
+    """TF32 read the pre-2.9 way."""
+    return {
+        "matmul": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_conv": torch.backends.cudnn.allow_tf32,
+    }
+
+
+@dataclass
+class Tf32Check:
+    new_api: bool
+    legacy_error: str | None  # the legacy read in the mixed state
+    read: dict | None  # what the reader under test read there
+    reader_error: str | None
+    set_on: dict | None  # tf32_state after set_tf32(True)
+    set_off: dict | None
+    warnings: int
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.reader_error is None
+            and self.read is not None
+            and self.set_on == {"matmul": "tf32", "cudnn_conv": "tf32"}
+            and self.set_off == {"matmul": "ieee", "cudnn_conv": "ieee"}
+            and self.warnings == 0
+        )
+
+    def verdict(self) -> str:
+        if not self.new_api:
+            return "This PyTorch has no fp32_precision switches: the legacy flags apply."
+        legacy = (
+            f"the legacy read raised a RuntimeError ({self.legacy_error})"
+            if self.legacy_error
+            else "the legacy read did not raise"
+        )
+        reader = (
+            f"the reader under test read {self.read}"
+            if self.reader_error is None
+            else f"the reader under test raised ({self.reader_error})"
+        )
+        return (
+            f"Measured in the mixed state: {legacy}; {reader}. Set on and off, it "
+            f"read {self.set_on} and {self.set_off}, with {self.warnings} warnings: "
+            + ("the new switches work." if self.ok else "the reader fails.")
+        )
+
+
+def _first_words(error: Exception, n: int = 9) -> str:
+    return " ".join(str(error).replace(",", ", ").split()[:n]) + "..."
+
+
+def check_tf32(reader=tf32_state, writer=set_tf32) -> Tf32Check:
+    """Put torch in the mixed state, read it the legacy way and with ``reader``, then
+    set TF32 on and off with ``writer`` and read it back; every switch restored
+    after."""
+    if not has_fp32_precision():
+        return Tf32Check(False, None, None, None, None, None, 0)
+    with kept_fp32_precision(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mixed_state()
+        try:
+            legacy_read()
+            legacy_error = None
+        except RuntimeError as e:
+            legacy_error = _first_words(e)
+        try:
+            read, reader_error = reader(), None
+        except RuntimeError as e:
+            read, reader_error = None, _first_words(e)
+        states = []
+        for on in (True, False):
+            try:
+                writer(on)
+                states.append(reader())
+            except RuntimeError:
+                states.append(None)
+    return Tf32Check(True, legacy_error, read, reader_error, *states, len(caught))

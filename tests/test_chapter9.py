@@ -1,0 +1,53 @@
+"""Chapter 9 (When AMP goes wrong): each section's check passes with its fix and
+fails with the fix removed (the failure planted)."""
+
+from __future__ import annotations
+
+import torch
+
+from ampbook.chapters.ch9 import fp8, overflow, scheduler, tf32
+from ampbook.core.devices import load_devices
+from ampbook.core.env import tf32_state
+
+
+def test_overflow_found_and_fixed():
+    c = overflow.check_fix(overflow.keep_in_fp32)
+    assert c.first_bad == "block2.down" and c.largest > overflow.FP16_MAX
+    assert c.ok, c.verdict()
+
+
+def test_overflow_check_fails_without_the_fix_or_on_the_wrong_block():
+    assert not overflow.check_fix(lambda m, name: m).ok
+    assert not overflow.check_fix(lambda m, name: overflow.keep_in_fp32(m, "block1")).ok
+
+
+def test_first_nonfinite_follows_the_planted_block():
+    model = overflow.pretrained(block="block1")
+    assert overflow.first_nonfinite(model, overflow.batch()).startswith("block1")
+    assert overflow.first_nonfinite(overflow.pretrained(gain=1.0), overflow.batch()) is None
+
+
+def test_scheduler_follows_the_optimizer_only_with_the_fix():
+    fixed = scheduler.check_scheduler(scheduler.step_when_stepped)
+    assert fixed.ok and fixed.skipped == 1 and fixed.optimizer_steps == 3
+    planted = scheduler.check_scheduler(scheduler.step_always)
+    assert not planted.ok and planted.warned and planted.scheduler_steps == 4
+
+
+def test_tf32_reader_survives_the_mixed_state_and_the_legacy_one_does_not():
+    before = tf32_state()
+    check = tf32.check_tf32()
+    assert check.ok and check.legacy_error, check.verdict()
+    assert not tf32.check_tf32(reader=tf32.legacy_read).ok
+    assert tf32_state() == before  # every switch restored
+
+
+def test_fp8_predicted_slower_small_and_faster_large():
+    h100 = load_devices()["h100-sxm"]
+    assert fp8.predict_linear(h100, 256, 8192).speedup < 1
+    assert fp8.predict_linear(h100, 8192, 8192).speedup > 1
+    w = fp8.crossover(h100, 8192)
+    assert w is not None and fp8.predict_linear(h100, w // 2, 8192).speedup <= 1
+    # a GPU with no fp8 cores cannot be predicted: the table says so
+    assert load_devices()["a100-sxm-80gb"].fp8_tflops is None
+    assert torch.finfo(torch.float16).max == overflow.FP16_MAX
