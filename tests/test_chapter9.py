@@ -24,7 +24,10 @@ def test_overflow_check_fails_without_the_fix_or_on_the_wrong_block():
 def test_first_nonfinite_follows_the_planted_block():
     model = overflow.pretrained(block="block1")
     assert overflow.first_nonfinite(model, overflow.batch()).startswith("block1")
-    assert overflow.first_nonfinite(overflow.pretrained(gain=1.0), overflow.batch()) is None
+    assert (
+        overflow.first_nonfinite(overflow.pretrained(gain=1.0), overflow.batch())
+        is None
+    )
 
 
 def test_scheduler_follows_the_optimizer_only_with_the_fix():

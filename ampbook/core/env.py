@@ -142,7 +142,9 @@ def environment(device: str | torch.device = "auto") -> dict:
         "tf32_matmul": tf32["matmul"] == "tf32",
         "tf32_cudnn": tf32["cudnn_conv"] == "tf32",
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "float32_matmul_precision": readable_or_none(torch.get_float32_matmul_precision),
+        "float32_matmul_precision": readable_or_none(
+            torch.get_float32_matmul_precision
+        ),
         "cpu_threads": torch.get_num_threads(),
         "cpu_flags": cpu_flags(),
         "platform": platform.platform(),

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from ampbook.core.env import readable_or_none, has_fp32_precision, tf32_state
+from ampbook.core.env import has_fp32_precision, readable_or_none, tf32_state
 from ampbook.core.modes import PRECISIONS
 
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
@@ -156,7 +156,9 @@ def backend_flags_now() -> dict:
         "deterministic_warn_only": (
             torch.is_deterministic_algorithms_warn_only_enabled()
         ),
-        "float32_matmul_precision": readable_or_none(torch.get_float32_matmul_precision),
+        "float32_matmul_precision": readable_or_none(
+            torch.get_float32_matmul_precision
+        ),
         "fp32_precision": {
             name: getattr(backend.matmul, "fp32_precision", None)
             for name, backend in (

@@ -76,9 +76,7 @@ def first_nonfinite(model: nn.Module, x: torch.Tensor, dtype=torch.float16):
         return check
 
     handles = [
-        m.register_forward_hook(hook(name))
-        for name, m in model.named_modules()
-        if name
+        m.register_forward_hook(hook(name)) for name, m in model.named_modules() if name
     ]
     try:
         with torch.no_grad(), torch.amp.autocast("cpu", dtype=dtype):
@@ -147,7 +145,9 @@ class OverflowCheck:
 
     def verdict(self) -> str:
         if self.first_bad is None:
-            return "Nothing overflowed: the planted weights did not reproduce question 2."
+            return (
+                "Nothing overflowed: the planted weights did not reproduce question 2."
+            )
         fixed = (
             f"finite, within {self.fixed_difference:.1e} of fp32 (tolerance "
             f"{self.tolerance:.0e})"
@@ -176,5 +176,6 @@ def check_fix(fix, seed: int = 0, tolerance: float = 1e-2) -> OverflowCheck:
         out = fixed(x).float()
     finite = bool(torch.isfinite(out).all())
     diff = (out - reference).abs().max().item() / reference.abs().max().item()
-    return OverflowCheck(first, largest, finite, diff if finite else float("inf"),
-                         tolerance)
+    return OverflowCheck(
+        first, largest, finite, diff if finite else float("inf"), tolerance
+    )

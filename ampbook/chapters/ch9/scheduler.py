@@ -89,8 +89,15 @@ def check_scheduler(step, steps: int = 4, skip: int = 1, seed: int = 0):
         warnings.simplefilter("always")
         for i in range(steps):
             before = scaler.get_scale()
-            step(model, optimizer, scheduler, scaler, images, labels,
-                 plant=1e30 if i < skip else 1.0)
+            step(
+                model,
+                optimizer,
+                scheduler,
+                scaler,
+                images,
+                labels,
+                plant=1e30 if i < skip else 1.0,
+            )
             skipped += scaler.get_scale() < before
     warned = any(SCHEDULER_WARNING in str(w.message) for w in caught)
     return SchedulerCheck(steps, skipped, counted[0], scheduler.last_epoch, warned)

@@ -79,7 +79,9 @@ class Tf32Check:
 
     def verdict(self) -> str:
         if not self.new_api:
-            return "This PyTorch has no fp32_precision switches: the legacy flags apply."
+            return (
+                "This PyTorch has no fp32_precision switches: the legacy flags apply."
+            )
         legacy = (
             f"the legacy read raised a RuntimeError ({self.legacy_error})"
             if self.legacy_error
