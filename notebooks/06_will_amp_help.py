@@ -649,7 +649,7 @@ md_table([(r["label"], r["publisher"], layout_text(r["layouts"]),
            f"{r['point']:.2f} ({r['low']:.2f} to {r['high']:.2f})", r["width"],
            f"{r['measured']:.2f} ({r['what']})", "yes" if r["inside"] else "no")
           for r in loo["rows"]],
-         ["reference", "from", "layout (32 / AMP)", "predicted by the others (x)",
+         ["reference", "from", "layout (32 / AMP)", "predicted (x)",
           "width (x)", "measured (x)", "inside"],
          [None, None, None, None, ".2f", None, None])
 

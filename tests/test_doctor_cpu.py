@@ -77,7 +77,7 @@ def test_the_readme_video_example_answers_on_one_screen_and_skips_cpu_timing(
     capsys, monkeypatch
 ):
     """The README's r3d_18 example at an 80-column terminal: the verdict for every
-    GPU of the table starting within the first 24 lines, no line wider than 80 columns, no
+    GPU starting within the first 24 lines, no line wider than 80 columns, no
     Markdown table, and no step timed on the CPU (section 4 says why and how to
     ask); with --markdown the file keeps the tables. Before: 95 s on 2 cores, 80-97%
     of it CPU steps, 22-74 lines over 80 columns."""
