@@ -646,12 +646,10 @@ md_table([(c["gpu"], name, c["item"], c["gain"], c["detail"])
 # %% tags=["hide-input"]
 loo = leave_one_out(refs, devices)
 md_table([(r["label"], r["publisher"], layout_text(r["layouts"]),
-           f"{r['point']:.2f} ({r['low']:.2f} to {r['high']:.2f})", r["width"],
+           f"{r['point']:.2f} ({r['low']:.2f}-{r['high']:.2f})",
            f"{r['measured']:.2f} ({r['what']})", "yes" if r["inside"] else "no")
           for r in loo["rows"]],
-         ["reference", "from", "layout (32 / AMP)", "predicted (x)",
-          "width (x)", "measured (x)", "inside"],
-         [None, None, None, None, ".2f", None, None])
+         ["reference", "from", "layouts", "predicted (x)", "measured (x)", "inside"])
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Measured AMP speedup of each reference (horizontal) against the point (marker) and range (bar) the other references predict for it; on the diagonal the prediction equals the measurement. Circles: Ampere (A100, A10, RTX 3090), squares: Volta (V100, against fp32), triangles: Hopper (H100, and the H200's layer profile, a kernel-time ratio), diamonds: Ada (RTX 4090); the others against TF32 and of the whole step.", "name": "fig-ch6-loo"}}
 fig, ax = plt.subplots(figsize=(5.0, 4.0))
