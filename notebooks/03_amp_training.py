@@ -304,9 +304,14 @@ print(f"arithmetic, not a measurement: a norm of {max_norm:g} / 2**16 spread eve
 # On Ampere GPUs (the RTX 3070 among them) PyTorch can run fp32 convolutions and matmuls
 # on the tensor cores in TF32, a format with fp32's range and 10 mantissa bits (chapter
 # 1). The post's PyTorch 1.7.1 had TF32 on by default for both cuDNN convolutions and
-# matmuls (`torch.backends.cudnn.allow_tf32` and `torch.backends.cuda.matmul.allow_tf32`,
-# both `True`) {cite:p}`pytorch-cuda-notes`; PyTorch 1.12 turned the matmul default off,
-# and convolutions still default to TF32. So the post's "no_amp" run was fp32 *with TF32*,
+# matmuls {cite:p}`pytorch-cuda-notes`; PyTorch 1.12 turned the matmul default off, and
+# convolutions still default to TF32. Today's switches are
+# `torch.backends.cuda.matmul.fp32_precision` and
+# `torch.backends.cudnn.conv.fp32_precision`, each `"tf32"` or `"ieee"` (strict fp32)
+# {cite:p}`pytorch-cuda-notes`; `ampbook.core.precision.set_tf32` sets both, and on a
+# PyTorch before 2.9 falls back to the legacy spelling,
+# `torch.backends.cuda.matmul.allow_tf32` and `torch.backends.cudnn.allow_tf32`
+# (deprecated since 2.9). So the post's "no_amp" run was fp32 *with TF32*,
 # and this chapter's comparison "as in the post" is the same: its default is
 # `tf32 = "on"`. Strict fp32 (TF32 off) is run beside it on a GPU (`strict_fp32`) and
 # labelled "fp32 (strict)". On a CPU TF32 does not exist; the fp32 run there is strict.
