@@ -112,7 +112,8 @@ def test_custom_function_receives_fp32_only_with_cast_inputs():
 
 
 def predict_without_eval(model, images, device_type, dtype):
-    model.train()  # forgot model.eval(): batch norm uses the batch's statistics
+    # model.eval() left out: the model stays in train mode, as training left it,
+    # and batch norm uses the batch's statistics
     with torch.inference_mode(), torch.autocast(device_type, dtype=dtype):
         return model(images).softmax(dim=1)
 

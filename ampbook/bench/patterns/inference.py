@@ -4,6 +4,7 @@ with the fp32 forward's."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -52,17 +53,20 @@ def check_inference(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> InferenceCheck:
-    """``infer`` under autocast against the fp32 forward of the same trained-looking
-    model (batch norm with running statistics of its own, in eval mode): the largest
+    """``infer`` under autocast against the fp32 eval-mode forward of the same
+    trained-looking model (batch norm with running statistics of its own): the largest
     difference of the class probabilities, and the peak bytes allocated
-    (``AllocatedBytesMeter``) by each forward. Tolerance: ``rounding_tolerance``."""
+    (``AllocatedBytesMeter``) by each forward. Tolerance: ``rounding_tolerance``.
+    ``infer`` gets the model as training leaves it, in train mode: an ``infer`` that
+    does not call ``model.eval()`` normalises by the batch's statistics and fails."""
     model = tiny_model(seed, channels=channels, batch_norm=True)
     images, _ = tiny_batch(batch, size, seed)
     model.norm.running_mean.uniform_(-0.5, 0.5)  # statistics unlike one batch's
     model.norm.running_var.uniform_(0.5, 2.0)
-    model.eval()
+    reference_model = copy.deepcopy(model).eval()
     with torch.inference_mode(), AllocatedBytesMeter() as m32:
-        reference = model(images).softmax(dim=1)
+        reference = reference_model(images).softmax(dim=1)
+    assert model.training  # as a training loop leaves it: infer must call eval()
     with AllocatedBytesMeter() as mamp:
         probs = infer(model, images, device_type, dtype)
     return InferenceCheck(
