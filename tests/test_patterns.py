@@ -90,8 +90,24 @@ def test_shared_scaler_skips_together_when_coupled_alone_when_not():
 def test_shared_scaler_check_fails_with_an_update_per_optimizer():
     wrong = shared_scaler.check_shared_scaler(update_after_each_step)
     assert not wrong.ok, wrong.verdict()
-    assert wrong.scale_after == wrong.scale_before / 4
+    assert wrong.scale_after == wrong.scale_before / 4  # two optimizers found an inf
     assert "not as it should" in wrong.verdict()
+    # once per optimizer that found an inf: with separate losses only one did
+    one = shared_scaler.check_shared_scaler(
+        update_after_each_step, losses=shared_scaler.separate_losses
+    )
+    assert one.scale_after == one.scale_before / 2 and one.skipped == (False, True)
+
+
+def test_shared_scaler_both_step_unplanted_and_default_scale_overflows_alone():
+    for losses in (shared_scaler.coupled_losses, shared_scaler.separate_losses):
+        calm = shared_scaler.check_shared_scaler(losses=losses, plant=False)
+        assert calm.ok and calm.skipped == (False, False), calm.verdict()
+        assert calm.scale_after == calm.scale_before
+    # at GradScaler's default 2**16 the coupled losses overflow with nothing planted:
+    # a check starting there would credit the plant with a halving it did not cause
+    loud = shared_scaler.check_shared_scaler(plant=False, init_scale=2.0**16)
+    assert not loud.ok and loud.skipped != (False, False), loud.verdict()
 
 
 def test_penalty_unscaled_matches_fp32_and_the_scaled_one_is_off_by_the_scale():
@@ -99,8 +115,33 @@ def test_penalty_unscaled_matches_fp32_and_the_scaled_one_is_off_by_the_scale():
         right = penalty.check_penalty(dtype=dtype)
         assert right.ok, right.verdict()
     wrong = penalty.check_penalty(penalty.penalty_step_without_unscaling)
-    assert not wrong.ok
+    assert not wrong.ok and not wrong.update.ok
     assert abs(wrong.difference + 1 - 1024) < 1  # the scale of the check's scaler
+
+
+def penalty_of_detached_gradients(
+    model, optimizer, scaler, images, labels, device_type, dtype
+):
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        loss = F.cross_entropy(model(images), labels)
+    params = list(model.parameters())
+    # wrong: no create_graph, the penalty has the right value but no gradient
+    scaled = torch.autograd.grad(scaler.scale(loss), params, retain_graph=True)
+    grads = [g / scaler.get_scale() for g in scaled]
+    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        penalty_value = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
+        loss = loss + penalty_value
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return penalty_value.detach()
+
+
+def test_penalty_check_compares_the_update_not_only_the_value():
+    wrong = penalty.check_penalty(penalty_of_detached_gradients)
+    assert wrong.penalty.ok, wrong.verdict()  # the value alone would pass
+    assert not wrong.update.ok and not wrong.ok, wrong.verdict()
 
 
 def test_custom_function_receives_fp32_only_with_cast_inputs():

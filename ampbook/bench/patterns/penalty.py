@@ -1,8 +1,10 @@
 """A gradient penalty under AMP (chapter 8): the gradients of the scaled loss,
 unscaled before the penalty uses them (``penalty_step``); ``check_penalty`` compares
-the penalty with fp32's."""
+the penalty and the update with fp32's."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -10,6 +12,7 @@ import torch.nn.functional as F
 from ampbook.bench.patterns.tiny import (
     Comparison,
     dtype_label,
+    flat_parameters,
     relative_difference,
     rounding_tolerance,
     scaler_for,
@@ -54,6 +57,26 @@ def penalty_step_without_unscaling(
     return penalty.detach()
 
 
+@dataclass
+class PenaltyCheck:
+    """The penalty's value and the update the step made (the weights after it minus
+    before), each under AMP against fp32."""
+
+    penalty: Comparison
+    update: Comparison
+
+    @property
+    def ok(self) -> bool:
+        return self.penalty.ok and self.update.ok
+
+    @property
+    def difference(self) -> float:  # the penalty's, as before the update was compared
+        return self.penalty.difference
+
+    def verdict(self) -> str:
+        return f"{self.penalty.verdict()} {self.update.verdict()}"
+
+
 def check_penalty(
     step=penalty_step,
     dtype: torch.dtype = torch.float16,
@@ -61,14 +84,17 @@ def check_penalty(
     device_type: str = "cpu",
     seed: int = 0,
     units: float | None = None,
-) -> Comparison:
-    """The penalty ``step`` computes under AMP with a GradScaler against the same
-    step in fp32 without one (scale 1): their relative difference, against
-    ``rounding_tolerance(dtype, units)``."""
+) -> PenaltyCheck:
+    """The penalty ``step`` computes under AMP with a GradScaler (scale 1024) and the
+    update it makes (SGD: the weights after minus before) against ``penalty_step`` in
+    fp32 without a scaler (scale 1): their relative differences, against
+    ``rounding_tolerance(dtype, units)``. A penalty of the right value that does not
+    reach the gradients (computed from detached gradients) fails on the update."""
     images, labels = tiny_batch(2, size, seed)
-    values = []
-    for d in (dtype, None):
+    values, updates = [], []
+    for run, d in ((step, dtype), (penalty_step, None)):
         model = tiny_model(seed)
+        before = flat_parameters(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         scaler = (
             scaler_for(device_type, d)
@@ -76,13 +102,23 @@ def check_penalty(
             else torch.amp.GradScaler(device_type, init_scale=2.0**10)
         )
         values.append(
-            step(model, optimizer, scaler, images, labels, device_type, d).float()
+            run(model, optimizer, scaler, images, labels, device_type, d).float()
         )
+        updates.append(flat_parameters(model) - before)
     amp, fp32 = values
-    return Comparison(
-        f"gradient penalty {amp.item():.4g} (AMP, scale 1024) vs {fp32.item():.4g} "
-        "(fp32)",
-        dtype_label(dtype),
-        relative_difference(amp, fp32),
-        rounding_tolerance(dtype, units),
+    tolerance = rounding_tolerance(dtype, units)
+    return PenaltyCheck(
+        Comparison(
+            f"gradient penalty {amp.item():.4g} (AMP, scale 1024) vs "
+            f"{fp32.item():.4g} (fp32)",
+            dtype_label(dtype),
+            relative_difference(amp, fp32),
+            tolerance,
+        ),
+        Comparison(
+            "the update (weights after the step minus before) vs fp32's",
+            dtype_label(dtype),
+            relative_difference(*updates),
+            tolerance,
+        ),
     )

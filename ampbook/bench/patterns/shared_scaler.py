@@ -52,6 +52,7 @@ def two_models_step(
 
 
 PLANT = 1e30  # finite in fp32; its gradient overflows fp16
+INIT_SCALE = 2.0**10  # GradScaler's default 2**16 overflows the coupled losses unplanted
 
 
 def planted(losses):
@@ -72,8 +73,14 @@ class SharedScaler:
     scale_after: float
     expect_both: bool  # each loss reaches both models
 
+    planted: bool = True  # an overflow planted in the second loss
+
     @property
     def ok(self) -> bool:
+        if not self.planted:  # nothing overflows: both step, the scale stays
+            return self.skipped == (False, False) and self.scale_after == (
+                self.scale_before
+            )
         halved_once = self.scale_after == self.scale_before * 0.5
         both = self.skipped == (True, True)
         alone = self.skipped == (False, True)
@@ -86,6 +93,12 @@ class SharedScaler:
             (True, False): "only the first optimizer skipped",
             (False, False): "neither optimizer skipped",
         }[self.skipped]
+        if not self.planted:
+            return (
+                f"{self.losses} losses, nothing planted: {which}; the scale went from "
+                f"{self.scale_before:g} to {self.scale_after:g} "
+                f"({'as it should' if self.ok else 'not as it should'})."
+            )
         return (
             f"{self.losses} losses, overflow planted in the second: {which}; the scale "
             f"went from {self.scale_before:g} to {self.scale_after:g} "
@@ -100,12 +113,16 @@ def check_shared_scaler(
     size: int = 8,
     device_type: str = "cpu",
     seed: int = 0,
+    plant: bool = True,
+    init_scale: float = INIT_SCALE,
 ) -> SharedScaler:
-    """One iteration of ``step`` on two tiny models with an overflow planted in the
-    second loss: which optimizers skipped, and what the one scaler's scale did."""
+    """One iteration of ``step`` on two tiny models, with an overflow planted in the
+    second loss (``plant``) or nothing planted: which optimizers skipped, and what the
+    one scaler's scale did. The scaler starts at ``init_scale``, where nothing
+    overflows unplanted (the check with ``plant=False`` says so)."""
     models = [tiny_model(seed), tiny_model(seed + 1)]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
-    scaler = torch.amp.GradScaler(device_type)
+    scaler = torch.amp.GradScaler(device_type, init_scale=init_scale)
     before = [flat_parameters(m) for m in models]
     images, labels = tiny_batch(2, size, seed)
     s0 = scaler.get_scale()
@@ -117,7 +134,7 @@ def check_shared_scaler(
         labels,
         device_type,
         dtype,
-        losses=planted(losses),
+        losses=planted(losses) if plant else losses,
     )
     skipped = tuple(
         bool(torch.equal(flat_parameters(m), b)) for m, b in zip(models, before)
@@ -128,4 +145,5 @@ def check_shared_scaler(
         s0,
         scaler.get_scale(),
         losses is coupled_losses,
+        plant,
     )
