@@ -57,6 +57,19 @@ def test_accumulation_check_fails_without_division_and_with_batch_norm():
     assert not bn.ok and "batch norm" in bn.verdict()
 
 
+def test_clipping_with_accumulation_unscales_after_the_last_micro_batch():
+    right = accumulation.check_clipped_accumulation(micro=2, size=8)
+    assert right.ok, right.verdict()
+    model, (images, labels) = tiny.tiny_model(0), tiny.tiny_batch(4, 8, 0)
+    F.cross_entropy(model(images), labels).backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+    assert norm > accumulation.CLIP  # the clipping acts
+    wrong = accumulation.check_clipped_accumulation(
+        accumulation.unscale_after_first_micro_batch, micro=2, size=8
+    )
+    assert not wrong.ok and wrong.difference > 0.05, wrong.verdict()
+
+
 def update_after_each_step(
     models,
     optimizers,

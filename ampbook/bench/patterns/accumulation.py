@@ -18,6 +18,8 @@ from ampbook.bench.patterns.tiny import (
     tiny_model,
 )
 
+CLIP = 0.02  # the norm to clip to: below the tiny model's gradients' (about 0.1)
+
 
 def accumulate_step(model, optimizer, scaler, micro_batches, device_type, dtype):
     """One optimizer step over a list of (images, labels) micro-batches.
@@ -72,4 +74,75 @@ def check_accumulation(
         relative_difference(*updates),
         rounding_tolerance(dtype),
         note,
+    )
+
+
+def accumulate_clip_step(
+    model, optimizer, scaler, micro_batches, device_type, dtype, max_norm=CLIP
+):
+    """``accumulate_step`` with the gradients' norm clipped: ``unscale_`` once, after
+    the last micro-batch, when the gradients are whole.
+
+    Shown on the page in chapter 8 (08_amp_patterns)."""
+    n = len(micro_batches)
+    optimizer.zero_grad()
+    for images, labels in micro_batches:
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            loss = F.cross_entropy(model(images), labels) / n
+        scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # after the last micro-batch: the sum is complete
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)  # knows the gradients are unscaled: does not divide again
+    scaler.update()
+
+
+def unscale_after_first_micro_batch(
+    model, optimizer, scaler, micro_batches, device_type, dtype, max_norm=CLIP
+):
+    """``accumulate_clip_step`` written wrong: ``unscale_`` after the first
+    micro-batch. The later micro-batches add gradients still multiplied by the scale
+    to unscaled ones, and ``step`` does not divide again. Shown on the page in
+    chapter 8 (08_amp_patterns), beside ``accumulate_clip_step``."""
+    n = len(micro_batches)
+    optimizer.zero_grad()
+    for i, (images, labels) in enumerate(micro_batches):
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            loss = F.cross_entropy(model(images), labels) / n
+        scaler.scale(loss).backward()
+        if i == 0:
+            scaler.unscale_(optimizer)  # wrong: the sum is not complete yet
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def check_clipped_accumulation(
+    step=accumulate_clip_step,
+    dtype: torch.dtype = torch.float16,
+    micro: int = 4,
+    micro_batch: int = 2,
+    size: int = 16,
+    device_type: str = "cpu",
+    seed: int = 0,
+) -> Comparison:
+    """``step`` (accumulation with clipping) under autocast with a GradScaler at its
+    default scale, against ``accumulate_clip_step`` over one batch of all the
+    micro-batches (one backward: nothing to accumulate, ``unscale_`` in its one right
+    place): the relative difference of the two updates. ``CLIP`` is below the
+    gradients' norm, so the clipping acts."""
+    images, labels = tiny_batch(micro * micro_batch, size, seed)
+    chunks = list(zip(images.split(micro_batch), labels.split(micro_batch)))
+    updates = []
+    for run, batches in ((step, chunks), (accumulate_clip_step, [(images, labels)])):
+        model = tiny_model(seed)
+        before = flat_parameters(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        run(model, optimizer, scaler_for(device_type, dtype), batches, device_type, dtype)
+        updates.append(flat_parameters(model) - before)
+    return Comparison(
+        f"clipped to norm {CLIP}, {micro} micro-batches of {micro_batch} vs one batch "
+        f"of {micro * micro_batch}",
+        dtype_label(dtype),
+        relative_difference(*updates),
+        rounding_tolerance(dtype),
     )
