@@ -137,7 +137,14 @@ def check_clipped_accumulation(
         model = tiny_model(seed)
         before = flat_parameters(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        run(model, optimizer, scaler_for(device_type, dtype), batches, device_type, dtype)
+        run(
+            model,
+            optimizer,
+            scaler_for(device_type, dtype),
+            batches,
+            device_type,
+            dtype,
+        )
         updates.append(flat_parameters(model) - before)
     return Comparison(
         f"clipped to norm {CLIP}, {micro} micro-batches of {micro_batch} vs one batch "

@@ -62,10 +62,23 @@ class CompileCheck:
     kernels: int | None  # kernels inductor generated (None: not inductor)
     graphs: int  # graphs torch._dynamo.explain found in the whole step
     graph_breaks: int
-    break_reasons: list[str]
+    break_reasons: list[str]  # every break dynamo counted (all_break_reasons)
     eager_loss: float
     compiled_loss: float
     compile_s: float
+    plain_graphs: int = 0  # the same step without a GradScaler
+    plain_graph_breaks: int = 0
+    plain_break_reasons: list[str] | None = None
+
+    def scaler_breaks(self) -> list[str]:
+        """The break reasons of the step with a GradScaler that the step without one
+        does not have."""
+
+        def reason(line: str) -> str:  # without its " xN" count
+            return line.rsplit(" x", 1)[0] if line[-1].isdigit() else line
+
+        plain = {reason(r) for r in self.plain_break_reasons or []}
+        return [r for r in self.break_reasons if reason(r) not in plain]
 
     @property
     def ok(self) -> bool:
@@ -159,10 +172,64 @@ def check_compile(
         compiled_loss = eager_loss
     compile_s = time.perf_counter() - start
     torch._dynamo.reset()
+    explained = {
+        s: explain_step(s, images, labels, device_type, seed)
+        for s in (train_step, train_step_without_scaler)
+    }
+    return CompileCheck(
+        used,
+        len(counter.casts),
+        counting.casts,
+        kernels,
+        *explained[train_step],
+        eager_loss,
+        compiled_loss,
+        compile_s,
+        *explained[train_step_without_scaler],
+    )
+
+
+def train_step_without_scaler(
+    model, optimizer, scaler, images, labels, device_type, dtype
+):
+    """``train_step`` without the GradScaler (``scaler`` unused), for the graph
+    breaks the scaler does not cause."""
+    optimizer.zero_grad()
+    with torch.autocast(device_type, dtype=dtype):
+        loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def all_break_reasons(counted) -> list[str]:
+    """Every graph break TorchDynamo counted (``torch._dynamo.utils.counters``'
+    ``graph_break``, the step's frames and those it traced into), one line each: the
+    reason's first line, the function it names, and how often."""
+    import re
+
+    lines = []
+    for text, n in counted.items():
+        head = text.strip().splitlines()[0]
+        named = re.search(r"`([^`]+)`", text)
+        lines.append(
+            head
+            + (f" ({named.group(1)})" if named else "")
+            + (f" x{n}" if n > 1 else "")
+        )
+    return lines
+
+
+def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
+    """``torch._dynamo.explain`` of ``step`` with a GradScaler, fp16 and the tiny
+    model: (graphs, graph breaks, every break reason, ``all_break_reasons``)."""
+    from torch._dynamo.utils import counters
+
     m = tiny_model(seed)
     torch._logging.set_logs(dynamo=logging.ERROR)  # a warning about the profiler
+    counters.clear()
     try:
-        explained = torch._dynamo.explain(train_step)(
+        explained = torch._dynamo.explain(step)(
             m,
             torch.optim.SGD(m.parameters(), lr=0.1),
             torch.amp.GradScaler(device_type),
@@ -171,18 +238,12 @@ def check_compile(
             device_type,
             torch.float16,
         )
+        counted = all_break_reasons(counters["graph_break"])
     finally:
         torch._logging.set_logs()  # torch's default levels again
         torch._dynamo.reset()
-    return CompileCheck(
-        used,
-        len(counter.casts),
-        counting.casts,
-        kernels,
+    return (
         explained.graph_count,
         explained.graph_break_count,
-        [break_reason(r) for r in explained.break_reasons],
-        eager_loss,
-        compiled_loss,
-        compile_s,
+        counted,
     )

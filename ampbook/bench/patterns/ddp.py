@@ -55,6 +55,7 @@ def ddp_worker(
     size: int,
     seed: int,
     wrap: bool,
+    net_options: dict | None = None,
 ) -> None:
     """One process of ``check_ddp``: trains a tiny model per dtype on its share of
     each batch (rank ``r`` takes rows ``r::world``), wrapped in DDP when ``wrap``;
@@ -69,7 +70,7 @@ def ddp_worker(
         weights = {}
         for d in dtypes:
             dtype = None if d is None else getattr(torch, d)
-            net = tiny_model(seed)
+            net = tiny_model(seed, **(net_options or {}))
             model = nn.parallel.DistributedDataParallel(net) if wrap else net
             optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
             shares = [
@@ -104,17 +105,19 @@ def check_ddp(
     size: int = 8,
     seed: int = 0,
     wrap: bool = True,
+    **net_options,
 ) -> DDPCheck:
     """``world`` gloo processes (``torch.multiprocessing``, spawned) train with
     ``train_steps`` on their shares of ``steps`` batches of ``batch``; this process
     trains the same model on the whole batches. The weights after, compared per dtype
-    (``rounding_tolerance``, relative to the largest weight)."""
+    (``rounding_tolerance``, relative to the largest weight). ``net_options`` go to
+    ``tiny_model`` (``batch_norm=True``, ``group_norm=True``)."""
     import torch.multiprocessing as mp
 
     names = [None if d is None else torch_name(d) for d in dtypes]
     ours = {}
     for d, name in zip(dtypes, names):  # one process, the whole batches
-        net = tiny_model(seed)
+        net = tiny_model(seed, **net_options)
         optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
         train_steps(
             net,
@@ -130,7 +133,7 @@ def check_ddp(
         init, out = os.path.join(tmp, "init"), os.path.join(tmp, "weights.pt")
         mp.start_processes(
             ddp_worker,
-            args=(world, init, out, names, steps, batch, size, seed, wrap),
+            args=(world, init, out, names, steps, batch, size, seed, wrap, net_options),
             nprocs=world,
             # spawned, not forked: a process that has already run autograd (its
             # worker threads started) cannot fork a child that runs it again

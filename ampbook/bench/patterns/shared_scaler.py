@@ -52,7 +52,9 @@ def two_models_step(
 
 
 PLANT = 1e30  # finite in fp32; its gradient overflows fp16
-INIT_SCALE = 2.0**10  # GradScaler's default 2**16 overflows the coupled losses unplanted
+INIT_SCALE = (
+    2.0**10
+)  # GradScaler's default 2**16 overflows the coupled losses unplanted
 
 
 def planted(losses):

@@ -19,12 +19,21 @@ CLASSES = 4
 
 class TinyNet(nn.Module):
     """Three convolutions to per-pixel class scores (``N,3,H,W -> N,CLASSES,H,W``);
-    ``batch_norm=True`` puts a BatchNorm2d after the first."""
+    ``batch_norm=True`` puts a BatchNorm2d after the first, ``group_norm=True`` a
+    GroupNorm of 2 groups (statistics per image, not per batch)."""
 
-    def __init__(self, channels: int = 8, batch_norm: bool = False):
+    def __init__(
+        self, channels: int = 8, batch_norm: bool = False, group_norm: bool = False
+    ):
         super().__init__()
         self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
-        self.norm = nn.BatchNorm2d(channels) if batch_norm else nn.Identity()
+        self.norm = (
+            nn.BatchNorm2d(channels)
+            if batch_norm
+            else nn.GroupNorm(2, channels)
+            if group_norm
+            else nn.Identity()
+        )
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
         self.head = nn.Conv2d(channels, CLASSES, 1)
 
