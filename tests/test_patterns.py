@@ -16,6 +16,7 @@ from ampbook.bench.patterns import (
     custom_function,
     ddp,
     fp16_or_bf16,
+    fsdp,
     inference,
     penalty,
     shared_scaler,
@@ -318,3 +319,16 @@ def test_relative_difference_and_rounding_tolerance_of_the_shared_checks():
     assert tiny.rounding_tolerance(None) == 64 * 2.0**-24
     assert tiny.rounding_tolerance(torch.bfloat16) == 4 * 2.0**-8
     assert tiny.rounding_tolerance(torch.float16, units=1) == 2.0**-11
+
+
+def test_fsdp2_mixed_precision_matches_one_fp32_process_and_fails_unsharded():
+    c = fsdp.check_fsdp(steps=2)
+    assert c.ok, [r.verdict() for r in c.runs]
+    by = {r.reduce_dtype: r for r in c.runs}
+    assert by["float32"].reduced_in == ["float32"]
+    assert by["bfloat16"].reduced_in == ["bfloat16"]
+    assert by["None"].reduced_in == ["bfloat16"]  # reduce_dtype defaults to param's
+    assert set(by["float32"].saved) - {"int64"} == {"bfloat16"}  # all saved in bf16
+    assert "float32" in c.autocast_saved and "bfloat16" in c.autocast_saved
+    wrong = fsdp.check_fsdp(reduce_dtypes=(None,), steps=2, wrap=False)
+    assert not wrong.ok and wrong.runs[0].reduced_in == [], wrong.runs[0].verdict()
