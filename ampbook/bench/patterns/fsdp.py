@@ -164,8 +164,8 @@ def check_fsdp(
     """``world`` gloo processes train the tiny model sharded by ``shard``
     (``param_dtype`` bf16, each of ``reduce_dtypes``) on their shares of ``steps``
     batches; this process trains it in fp32 on the whole batches. Per reduce dtype:
-    the losses and the update (the weights after minus before) against fp32's (tolerance: bf16's
-    ``rounding_tolerance``), the dtypes the gradients were reduced in; and what one
+    the losses and the update (the weights after minus before) against fp32's
+    (tolerance: bf16's ``rounding_tolerance``), the dtypes the gradients were reduced in; and what one
     forward saves for the backward pass, sharded and under autocast to bf16 here."""
     import torch.multiprocessing as mp
 
