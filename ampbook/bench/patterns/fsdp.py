@@ -165,8 +165,9 @@ def check_fsdp(
     (``param_dtype`` bf16, each of ``reduce_dtypes``) on their shares of ``steps``
     batches; this process trains it in fp32 on the whole batches. Per reduce dtype:
     the losses and the update (the weights after minus before) against fp32's
-    (tolerance: bf16's ``rounding_tolerance``), the dtypes the gradients were reduced in; and what one
-    forward saves for the backward pass, sharded and under autocast to bf16 here."""
+    (tolerance: bf16's ``rounding_tolerance``), the dtypes the gradients were
+    reduced in; and what one forward saves for the backward pass, sharded and under
+    autocast to bf16 here."""
     import torch.multiprocessing as mp
 
     names = [None if d is None else torch_name(d) for d in reduce_dtypes]
