@@ -90,6 +90,7 @@ from ampbook.bench.patterns import (
     custom_function,
     ddp,
     fp16_or_bf16,
+    fsdp,
     inference,
     penalty,
     shared_scaler,
@@ -109,8 +110,12 @@ load = os.getloadavg()[0]
 # %% [markdown]
 # The checks run on the CPU (load average {glue:text}`load:.1f` when this page was
 # built): a pattern is the same code on a GPU with `device_type="cuda"`, and what the
-# checks compare (two updates, two sets of weights, two dtypes) does not depend on the
-# device. The scaler patterns use {glue:text}`amp_dtype`; fp16 on a CPU runs slow
+# checks compare (two updates, two sets of weights, two dtypes) is the same there. The
+# operators autocast casts are not quite: CUDA's autocast runs `softmax`, `exp` and the
+# other operators of its fp32 list in fp32, where the CPU's runs them in the dtype
+# they are given {cite:p}`pytorch-amp-docs`, so a difference these checks measure on
+# a CPU through such an operator (the inference check's softmax below) is not the
+# difference a GPU would show. The scaler patterns use {glue:text}`amp_dtype`; fp16 on a CPU runs slow
 # fallback kernels, so the sizes are tiny. The small network of most sections,
 # `TinyNet` (`ampbook.bench.patterns.tiny`), is three convolutions to per-pixel class
 # scores, trained with cross-entropy per pixel as ERFNet is, with an optional batch
@@ -172,6 +177,56 @@ md("\n\n".join(c.verdict() for c in (*acc, bn)))
 # batch norm in every block, so the runner's `--accumulate` is not the same as a
 # larger `--batch-size` there.
 #
+# ### Clipping the gradients of accumulated micro-batches
+#
+# `clip_grad_norm_` must see the gradients unscaled, and whole: `scaler.unscale_`
+# once, after the last micro-batch, and `scaler.step` then knows not to divide
+# again:
+
+# %%
+print(inspect.getsource(accumulation.accumulate_clip_step))
+
+# %% [markdown]
+# The check (`accumulation.check_clipped_accumulation`) clips to a norm of
+# {glue:text}`clip` (below the tiny network's gradient norm, so the clipping acts)
+# and compares the update with the same step over one batch of all the micro-batches
+# (one backward, so `unscale_` has only one place to go), under autocast to
+# {glue:text}`amp_dtype` with a GradScaler at its default scale; then the same with
+# `unscale_` called after the first micro-batch
+# (`accumulation.unscale_after_first_micro_batch`):
+
+# %%
+clipped = [
+    accumulation.check_clipped_accumulation(
+        step,
+        dtype=dtype,
+        micro=micro_batches,
+        micro_batch=micro_batch_size,
+        size=image_size,
+        seed=seed,
+    )
+    for step in (
+        accumulation.accumulate_clip_step,
+        accumulation.unscale_after_first_micro_batch,
+    )
+]
+glue_all(clip=accumulation.CLIP, clip_wrong=clipped[1].difference)
+md(
+    "After the last micro-batch: "
+    + clipped[0].verdict()
+    + "\n\nAfter the first: "
+    + clipped[1].verdict()
+)
+
+# %% [markdown]
+# Called after the first micro-batch, `unscale_` divides that micro-batch's gradients
+# by the scale; the later micro-batches then add gradients still multiplied by it (65536
+# here, GradScaler's default), `clip_grad_norm_` clips their sum, and `step`, told the
+# gradients are unscaled, does not divide again. The update points along the later
+# micro-batches' gradients alone, {glue:text}`clip_wrong:.0%` of its size away from the
+# right one (measured). No error is raised: only a second `unscale_` before `update`
+# raises one.
+#
 # ## Several models, losses and optimizers with one GradScaler
 #
 # One scaler serves any number of them: one `scaler.scale` per loss, one
@@ -183,19 +238,33 @@ print(inspect.getsource(shared_scaler.coupled_losses))
 print(inspect.getsource(shared_scaler.two_models_step))
 
 # %% [markdown]
-# The check plants an overflow in the second loss (multiplied by
-# {glue:text}`plant:.0e`, finite in fp32, whose gradient overflows fp16), takes one
-# iteration, and reads which optimizer changed its model's weights and what the scale
-# did. With the coupled losses, and with losses that each reach only one model
-# (`shared_scaler.separate_losses`):
+# The check takes one iteration and reads which optimizer changed its model's weights
+# and what the scale did, first with nothing planted, then with an overflow planted
+# in the second loss (multiplied by {glue:text}`plant:.0e`, finite in fp32, whose
+# gradient overflows fp16). The scaler starts at {glue:text}`init_scale:g`, not at
+# GradScaler's default of 65536: there the coupled losses overflow with nothing
+# planted (the first line below), and a halving after the plant would not be the
+# plant's doing. With the coupled losses, and with losses that each reach only one
+# model (`shared_scaler.separate_losses`):
 
 # %%
+default_scale = shared_scaler.check_shared_scaler(
+    dtype=dtype, size=image_size, seed=seed, plant=False, init_scale=2.0**16
+)
 shared = [
-    shared_scaler.check_shared_scaler(losses=f, dtype=dtype, size=image_size, seed=seed)
+    shared_scaler.check_shared_scaler(
+        losses=f, dtype=dtype, size=image_size, seed=seed, plant=p
+    )
     for f in (shared_scaler.coupled_losses, shared_scaler.separate_losses)
+    for p in (False, True)
 ]
-glue_all(plant=shared_scaler.PLANT)
-md("\n\n".join(s.verdict() for s in shared))
+glue_all(plant=shared_scaler.PLANT, init_scale=shared_scaler.INIT_SCALE)
+md(
+    "\n\n".join(
+        ["At GradScaler's default scale: " + default_scale.verdict()]
+        + [s.verdict() for s in shared]
+    )
+)
 
 # %% [markdown]
 # Each `scaler.step` checks the gradients of its own optimizer's parameters and skips
@@ -203,9 +272,10 @@ md("\n\n".join(s.verdict() for s in shared))
 # any loss reaches every gradient and the optimizers skip together; where a loss
 # reaches one model only, only that model's optimizer skips and the other steps. The
 # one `update` sees the overflow either way and halves the scale once. An `update`
-# after each `step` would halve it once per optimizer, and would also change the scale
-# between two `step`s: the second optimizer's gradients, multiplied by the old scale
-# in the backward pass, would be divided by the new one.
+# after each `step` would halve it once per optimizer that found an inf (twice with
+# the coupled losses, once with the separate ones: the tests run both), and would
+# also change the scale between two `step`s: the second optimizer's gradients,
+# multiplied by the old scale in the backward pass, would be divided by the new one.
 #
 # ## A gradient penalty
 #
@@ -219,8 +289,12 @@ print(inspect.getsource(penalty.penalty_step))
 
 # %% [markdown]
 # The check compares the penalty of this step under AMP (a GradScaler at a scale of
-# 1024) with the same step in fp32 without a scaler, and then the same step written
-# without the division (`penalty.penalty_step_without_unscaling`):
+# 1024) and the update it makes (the weights after the step minus before) with
+# `penalty_step` in fp32 without a scaler, and then the same for the step written
+# without the division (`penalty.penalty_step_without_unscaling`). The update is
+# compared too because a penalty can have the right value and still not train: taken
+# of gradients computed without `create_graph=True`, it reaches no weight (the tests
+# plant that, and only the update catches it):
 
 # %%
 pen = [
@@ -236,8 +310,8 @@ md(
 
 # %% [markdown]
 # Without the division the penalty is {glue:text}`pen_ratio:.0f` times too large, the
-# scale itself: the step trains on a penalty that changes whenever the scaler changes
-# its scale.
+# scale itself, and the update is off with it: the step trains on a penalty that
+# changes whenever the scaler changes its scale.
 #
 # (ch8-custom-function)=
 # ## A custom autograd Function
@@ -295,9 +369,10 @@ md(
 print(inspect.getsource(inference.predict))
 
 # %% [markdown]
-# The check runs `predict` on a tiny network with batch norm (running statistics of
-# its own) against its fp32 forward, and compares the class probabilities (tolerance:
-# 4 roundoffs of the 16-bit type). It also counts the memory of each forward: on a CPU
+# The check hands `predict` a tiny network with batch norm (running statistics of
+# its own) as a training loop leaves it, in train mode, and compares its class
+# probabilities with the fp32 forward of the same network in eval mode (tolerance: 4
+# roundoffs of the 16-bit type). It also counts the memory of each forward: on a CPU
 # there is no `torch.cuda.max_memory_allocated`, so `ampbook.measure.memory.AllocatedBytesMeter`
 # adds up the bytes of every tensor an operator makes and takes them off when the
 # tensor is freed; its peak is the most the forward's tensors held at once (weights
@@ -313,9 +388,10 @@ md("\n\n".join(i.verdict() for i in inf))
 
 # %% [markdown]
 # The activations are 16-bit, so the forward's peak is about half fp32's
-# ({glue:text}`inf_ratio:.2f` of it in bf16, measured). Forgetting `model.eval()` would
-# normalise by the batch's statistics and give other probabilities (the tests check
-# that the comparison above catches it).
+# ({glue:text}`inf_ratio:.2f` of it in bf16, measured). A `predict` without
+# `model.eval()` would leave the network in train mode, normalise by the batch's
+# statistics and give other probabilities: the check then fails (the tests run it
+# with that line left out).
 #
 # ## DistributedDataParallel
 #
@@ -346,7 +422,68 @@ md("\n\n".join(r.verdict() for r in ddp_run.results))
 # holds for the runner, `torchrun --nproc_per_node 2 -m ampbook.train`, except where
 # its network breaks it: ERFNet's batch norm normalises each process's share by its
 # own statistics (as in accumulation above) unless converted with
-# `nn.SyncBatchNorm`, and its dropout draws other numbers in each process.
+# `nn.SyncBatchNorm` (which needs GPUs: on gloo with CPU modules it refuses), and its
+# dropout draws other numbers in each process.
+#
+# ### FSDP2: mixed precision per module
+#
+# Models too large for one GPU's memory are sharded instead: `fully_shard`
+# (`torch.distributed.fsdp`, "FSDP2") splits each wrapped module's weights across the
+# processes and gathers them for its forward and backward {cite:p}`pytorch-fsdp2`.
+# Its `MixedPrecisionPolicy` is a precision per module, not per operator as
+# autocast's: the gathered weights are cast to `param_dtype` at the module's
+# boundary and every operator inside runs in it, the gradients are reduced across
+# processes in `reduce_dtype`, and the sharded weights the optimizer updates stay
+# fp32. No GradScaler here: bf16 has fp32's range. Sharding the tiny network layer by
+# layer:
+
+# %%
+print(inspect.getsource(fsdp.shard))
+
+# %% [markdown]
+# The check (`fsdp.check_fsdp`) trains it so in two gloo processes, each on half of
+# every batch, with `param_dtype` bf16 and `reduce_dtype` fp32, bf16 and unset, and
+# compares each step's loss (averaged over the two processes) and the update after
+# {glue:text}`ddp_steps` steps with one process training the whole batches in fp32
+# (tolerance: 4 roundoffs of bf16, the dtype the forward ran in). An all-reduce hook
+# (`set_all_reduce_hook`, which FSDP2 calls on the reduce-scatter's output) records
+# the dtype the gradients were reduced in:
+
+# %%
+fsdp_run = fsdp.check_fsdp(steps=ddp_steps, size=image_size, seed=seed)
+glue_all(fsdp_s=fsdp_run.seconds)
+md("\n\n".join(r.verdict() for r in fsdp_run.runs))
+
+# %% [markdown]
+# Left unset, `reduce_dtype` follows `param_dtype`: the gradients were reduced in
+# bf16, as with `reduce_dtype=torch.bfloat16`. With two processes the two reduce
+# dtypes land within bf16's rounding of fp32 alike (the lines above); the sum of many
+# processes' gradients in bf16 rounds at each addition, so `reduce_dtype=torch.float32`
+# is the safe setting at scale, for twice the bytes on the wire. What one forward
+# saved for the backward pass, counted by dtype (`fsdp.saved_dtypes`, measured here):
+
+# %%
+saved_rows = [
+    ("one process, fp32", fsdp_run.fp32_saved),
+    ("one process, autocast to bf16", fsdp_run.autocast_saved),
+    ("FSDP2, param_dtype bf16", fsdp_run.runs[0].saved),
+]
+md_table(
+    [
+        (what, *(counts.get(d, 0) for d in ("float32", "bfloat16", "int64")))
+        for what, counts in saved_rows
+    ],
+    ["forward", "float32", "bfloat16", "int64"],
+)
+
+# %% [markdown]
+# Under autocast the loss (`cross_entropy`'s `log_softmax`, on autocast's fp32 list,
+# and the `nll_loss` after it) saves fp32 tensors beside the convolutions' bf16 inputs
+# and bf16 weight copies; under FSDP2's policy every operator of the sharded modules
+# ran in bf16, and so did the loss, which received bf16 scores. The policy casts once
+# per module and leaves each operator to run in what it is given; autocast casts per
+# operator, by its lists {cite:p}`pytorch-fsdp2`. The two processes took
+# {glue:text}`fsdp_s:.1f` s.
 #
 # (ch8-fp16-or-bf16)=
 # ## fp16 or bf16
@@ -356,8 +493,11 @@ md("\n\n".join(r.verdict() for r in ddp_run.results))
 # share that rounds to zero in each format without scaling, and the steps GradScaler
 # skips while it finds its scale), the committed GPU runs of chapter 3 in both, and
 # one training step here in each. GradScaler starts at a scale of 2¹⁶ and halves it at
-# each skipped step while it searches for one that fits (chapter 4), so the first
-# steps of a run are the ones it skips:
+# each step it skips, until the scaled gradients fit (chapter 4). Whether it skips at
+# all depends on the network and the size: the committed GPU fp16 run (the GPU lines)
+# kept 2¹⁶ and skipped no step, while the steps skipped here are those of ERFNet on
+# {glue:text}`erfnet_width`x{glue:text}`erfnet_height` images on this CPU, a size
+# chosen for time, not for what a training run meets:
 
 # %%
 batches, _ = training_batches(
@@ -395,6 +535,8 @@ if gpu:
             gpu["amp-bf16"].final_val_pixel_accuracy
             - gpu["amp-fp16"].final_val_pixel_accuracy
         ),
+        fp16_last_change=ch8.last_epoch_changes(gpu)["amp-fp16"],
+        bf16_last_change=ch8.last_epoch_changes(gpu)["amp-bf16"],
     )
 else:
     nan = float("nan")
@@ -405,6 +547,8 @@ else:
         gpu_ratio_hi=nan,
         gpu_skipped=0,
         acc_gap=nan,
+        fp16_last_change=nan,
+        bf16_last_change=nan,
     )
 md(ch8.choice_verdict(gpu, here))
 
@@ -421,9 +565,12 @@ md(ch8.choice_verdict(gpu, here))
 #    took {glue:text}`gpu_ratio:.2f` times fp16's (per epoch
 #    {glue:text}`gpu_ratio_lo:.3f`-{glue:text}`gpu_ratio_hi:.3f`), their final val
 #    pixel accuracies {glue:text}`acc_gap:.3f` apart, and the scaler skipped
-#    {glue:text}`gpu_skipped` steps in the whole fp16 run (the GPU lines): there fp16
-#    would cost nothing in accuracy, and the line above says whether it was faster.
-#    Measure your own step in both, epoch by epoch.
+#    {glue:text}`gpu_skipped` steps in the whole fp16 run (the GPU lines). That is one
+#    synthetic run of each, and in its last epoch alone the val pixel accuracy moved
+#    by {glue:text}`fp16_last_change:.3f` (fp16) and {glue:text}`bf16_last_change:.3f`
+#    (bf16), more than the gap between them: the runs do not tell the two formats'
+#    accuracies apart, and so show no cost of fp16 either; the line above says
+#    whether it was faster. Measure your own step in both, epoch by epoch.
 # 3. **A GPU without bf16 tensor cores: fp16 with a GradScaler.** The table of GPUs
 #    (`data/reference/devices.yml`, published) lists no bf16 tensor rate for
 #    {glue:text}`no_bf16`: there bf16 has no tensor-core rate of its own.
@@ -467,20 +614,30 @@ glue_all(graph_breaks=comp.graph_breaks, graphs=comp.graphs)
 md_table(rows, ["", "measured here"])
 
 # %%
+glue_all(plain_graphs=comp.plain_graphs, plain_breaks=comp.plain_graph_breaks)
 md(
-    "Where the step breaks, as `torch._dynamo.explain` reports it: "
+    "Every graph break TorchDynamo counted in the step with a GradScaler (in the "
+    "step's own code and in the functions it traced into): "
     + "; ".join(comp.break_reasons)
+    + ".\n\nThe same step without a GradScaler (`compiled.train_step_without_scaler`:"
+    f" {comp.plain_graphs} graphs, {comp.plain_graph_breaks} breaks): "
+    + "; ".join(comp.plain_break_reasons)
+    + ".\n\nOnly with the scaler: "
+    + ("; ".join(comp.scaler_breaks()) or "nothing")
     + ".\n\n"
     + ch8.compile_reading(comp)
 )
 
 # %% [markdown]
-# The whole step with a
-# GradScaler is not one graph: TorchDynamo traced it into {glue:text}`graphs` graphs
-# with {glue:text}`graph_breaks` breaks, for the reasons printed above. Compile the
-# model, as
-# the runner does (`--compile`), not the step: the forward and backward are the
-# graphs worth fusing, and the scaler's few operators run eagerly between them.
+# The whole step is not one graph, with or without a GradScaler: TorchDynamo traced it
+# into {glue:text}`graphs` graphs with {glue:text}`graph_breaks` breaks with the
+# scaler and {glue:text}`plain_graphs` with {glue:text}`plain_breaks` without it
+# (`torch._dynamo.explain`'s counts, for the step's own frame). `loss.backward()`
+# breaks it either way; the scaler's `scale`, `step` and `update`, functions dynamo
+# does not trace, add breaks of their own inside the frames around them, not graphs
+# to the step. Compile the model, as the runner does (`--compile`), not the step: the
+# forward and backward are the graphs worth fusing, and the scaler's few operators
+# run eagerly between them.
 #
 # On a GPU the measurement is chapter 7's ladder, whose rung 5 adds `torch.compile`
 # to rung 4:
@@ -583,7 +740,7 @@ md(
 #
 # - Accumulation: divide each micro-batch's loss by their number, `scale` each,
 #   `step` and `update` once; the update equals one large batch's within rounding,
-#   except through batch norm.
+#   except through batch norm. To clip, `unscale_` after the last micro-batch.
 # - Several models, losses, optimizers: one `scale` per loss, one `step` per
 #   optimizer, one `update`; each optimizer skips on its own gradients' overflow.
 # - A gradient penalty: divide the gradients of the scaled loss by the scale before
@@ -593,10 +750,14 @@ md(
 # - Inference: `model.eval()`, `torch.inference_mode()` and autocast, no scaler.
 # - DDP needs nothing new from the scaler; batch norm and dropout are what make
 #   several processes differ from one.
+# - FSDP2's `MixedPrecisionPolicy` casts per module: `param_dtype` for the compute,
+#   `reduce_dtype` for the gradients' reduction (unset: `param_dtype`), fp32 for the
+#   sharded weights the optimizer updates.
 # - fp16 or bf16: bf16 where the hardware has it, fp16 with a scaler where it does not,
 #   and a measurement on a CPU (the table above).
 # - `torch.compile` keeps autocast's casts in its graphs (inductor compiles them into
-#   its kernels); compile the model, not the step (the scaler breaks the graph).
+#   its kernels); compile the model, not the step (`loss.backward()` breaks the
+#   step's graph with or without a scaler, and the scaler adds breaks of its own).
 # - Checkpointing and AMP save memory in different ways; checkpointing stores each
 #   block's input in the dtype it arrives in, fp32 in ERFNet's encoder unless its
 #   `fp16_stream` option is on.
@@ -609,14 +770,22 @@ md(
 # 2. Write the two-model step with one GradScaler per optimizer. What do the scales do
 #    after the planted overflow?
 # 3. Call `inference.check_inference` with a `predict` that leaves out `model.eval()`.
-#    Which of the check's two conditions fails?
-# 4. Give `ddp.ddp_worker`'s model a batch norm (`tiny_model(seed,
-#    batch_norm=True)`) and rerun the DDP check; then convert it with
-#    `nn.SyncBatchNorm.convert_sync_batchnorm` and run it again.
+#    Which of the check's two conditions fails, and why does the other hold?
+#
+#    :::{dropdown} Answer
+#    The probabilities: the check hands `predict` the network in train mode, and
+#    without `eval()` batch norm normalises by the batch's statistics. The memory
+#    condition still holds: the activations are 16-bit either way.
+#    :::
+# 4. Rerun the DDP check with a batch norm in the tiny network
+#    (`ddp.check_ddp(batch_norm=True)`), then with a group norm in its place
+#    (`ddp.check_ddp(group_norm=True)`). Which matches one process, and why?
 #
 #    :::{dropdown} Hint
-#    SyncBatchNorm computes the statistics over every process's share, so two processes
-#    normalise as one does with the whole batch.
+#    Group norm's statistics are per image, so each process normalises its share as
+#    one process normalises the whole batch. With GPUs, `nn.SyncBatchNorm` (it
+#    refuses CPU modules) computes batch norm's statistics over every process's
+#    share to the same effect.
 #    :::
 # 5. With a GPU, run `python -m ampbook.bench ladder --rungs 4,5` and compare rung 5's
 #    step with rung 4's in each precision.

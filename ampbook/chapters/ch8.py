@@ -235,3 +235,14 @@ def choice_rows(
         )
     )
     return rows
+
+
+def last_epoch_changes(gpu: dict) -> dict[str, float]:
+    """How much each of ``gpu_16bit_runs``' runs moved its val pixel accuracy in its
+    last epoch (|last - the one before|, per mode): the run-to-run noise a gap
+    between their final accuracies is to be read against."""
+    changes = {}
+    for mode, run in gpu.items():
+        acc = [e["val_pixel_accuracy"] for e in run.record["epochs"]]
+        changes[mode] = abs(acc[-1] - acc[-2]) if len(acc) > 1 else float("nan")
+    return changes
