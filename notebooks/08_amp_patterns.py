@@ -115,8 +115,8 @@ load = os.getloadavg()[0]
 # other operators of its fp32 list in fp32, where the CPU's runs them in the dtype
 # they are given {cite:p}`pytorch-amp-docs`, so a difference these checks measure on
 # a CPU through such an operator (the inference check's softmax below) is not the
-# difference a GPU would show. The scaler patterns use {glue:text}`amp_dtype`; fp16 on a CPU runs slow
-# fallback kernels, so the sizes are tiny. The small network of most sections,
+# difference a GPU would show. The scaler patterns use {glue:text}`amp_dtype`; fp16
+# on a CPU runs slow fallback kernels, so the sizes are tiny. The small network of most sections,
 # `TinyNet` (`ampbook.bench.patterns.tiny`), is three convolutions to per-pixel class
 # scores, trained with cross-entropy per pixel as ERFNet is, with an optional batch
 # norm.
