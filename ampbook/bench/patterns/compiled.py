@@ -212,10 +212,10 @@ def all_break_reasons(counted) -> list[str]:
     for text, n in counted.items():
         head = text.strip().splitlines()[0]
         named = re.search(r"`([^`]+)`", text)
+        name = named.group(1) if named else ""
+        apart = name and name not in head  # not named in the first line already
         lines.append(
-            head
-            + (f" ({named.group(1)})" if named else "")
-            + (f" x{n}" if n > 1 else "")
+            head + (f" ({name})" if apart else "") + (f" x{n}" if n > 1 else "")
         )
     return lines
 

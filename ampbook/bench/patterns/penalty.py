@@ -116,7 +116,7 @@ def check_penalty(
             tolerance,
         ),
         Comparison(
-            "the update (weights after the step minus before) vs fp32's",
+            "The update (weights after the step minus before) vs fp32's",
             dtype_label(dtype),
             relative_difference(*updates),
             tolerance,
