@@ -455,7 +455,7 @@ print(inspect.getsource(fsdp.shard))
 
 # %%
 fsdp_run = fsdp.check_fsdp(steps=ddp_steps, size=image_size, seed=seed)
-glue_all(fsdp_s=fsdp_run.seconds)
+glue_all(fsdp_s=fsdp_run.seconds, ddp_steps=ddp_steps)
 md("\n\n".join(r.verdict() for r in fsdp_run.runs))
 
 # %% [markdown]

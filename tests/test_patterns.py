@@ -328,6 +328,7 @@ def test_fsdp2_mixed_precision_matches_one_fp32_process_and_fails_unsharded():
     assert by["float32"].reduced_in == ["float32"]
     assert by["bfloat16"].reduced_in == ["bfloat16"]
     assert by["None"].reduced_in == ["bfloat16"]  # reduce_dtype defaults to param's
+    assert {r.sharded_dtype for r in c.runs} == {"float32"}  # the optimizer's weights
     assert set(by["float32"].saved) - {"int64"} == {"bfloat16"}  # all saved in bf16
     assert "float32" in c.autocast_saved and "bfloat16" in c.autocast_saved
     wrong = fsdp.check_fsdp(reduce_dtypes=(None,), steps=2, wrap=False)

@@ -125,6 +125,7 @@ class FSDPRun:
     # over max |fp32's|
     tolerance: float
     saved: dict[str, int]  # tensors saved for backward in one forward, by dtype
+    sharded_dtype: str = "float32"  # the sharded weights the optimizer updates
 
     @property
     def ok(self) -> bool:
@@ -210,6 +211,7 @@ def check_fsdp(
                 ),
                 rounding_tolerance(torch.bfloat16),
                 t["saved"],
+                t["param_dtype"],
             )
         )
     return FSDPCheck(runs, fp32_saved, autocast_saved, seconds)
