@@ -18,8 +18,9 @@
 #
 # Chapter 3's loop has three AMP lines. A real training loop has more around them:
 # gradients accumulated over micro-batches, several models or losses, a gradient
-# penalty, a custom autograd Function, inference, several processes, a choice between
-# fp16 and bf16, `torch.compile`, activation checkpointing. PyTorch's "Automatic Mixed
+# penalty, a custom autograd Function, inference, several processes (DDP, and FSDP2's
+# sharding with its own mixed precision), a choice between fp16 and bf16,
+# `torch.compile`, activation checkpointing. PyTorch's "Automatic Mixed
 # Precision examples" {cite:p}`pytorch-amp-examples` gives the pattern for most of
 # them; this chapter writes each as a short loop you can paste, runs it here at a tiny
 # size, and checks by a computation that it does what the text says. Every check is
@@ -29,8 +30,9 @@
 # **What you will learn**: where `scaler.scale`, `scaler.step` and `scaler.update` go
 # when a loop is not the minimal one; which patterns hold exactly and which only
 # within rounding (and what breaks them: batch norm, a forgotten division, a forgotten
-# unscale); how to choose fp16 or bf16 from measurements; what `torch.compile` and
-# activation checkpointing change beside autocast. **What you need**: chapter 3's loop;
+# unscale); how FSDP2's per-module mixed precision differs from autocast's
+# per-operator casts; how to choose fp16 or bf16 from measurements; what
+# `torch.compile` and activation checkpointing change beside autocast. **What you need**: chapter 3's loop;
 # `ampbook` and PyTorch; a C++ compiler for `torch.compile`'s inductor (else the
 # chapter says it compiled without it).
 
