@@ -113,9 +113,9 @@ load = os.getloadavg()[0]
 # The checks run on the CPU (load average {glue:text}`load:.1f` when this page was
 # built): a pattern is the same code on a GPU with `device_type="cuda"`, and what the
 # checks compare (two updates, two sets of weights, two dtypes) is the same there. The
-# operators autocast casts are not quite: CUDA's autocast runs `softmax`, `exp` and the
-# other operators of its fp32 list in fp32, where the CPU's runs them in the dtype
-# they are given {cite:p}`pytorch-amp-docs`, so a difference these checks measure on
+# operators autocast casts are not quite: CUDA's autocast runs `softmax` and `exp` in
+# fp32 (they are on its fp32 list), where the CPU's runs these two in the dtype they
+# are given {cite:p}`pytorch-amp-docs`, so a difference these checks measure on
 # a CPU through such an operator (the inference check's softmax below) is not the
 # difference a GPU would show. The scaler patterns use {glue:text}`amp_dtype`; fp16
 # on a CPU runs slow fallback kernels, so the sizes are tiny. The small network of most sections,
@@ -463,9 +463,10 @@ md("\n\n".join(r.verdict() for r in fsdp_run.runs))
 # %% [markdown]
 # Left unset, `reduce_dtype` follows `param_dtype`: the gradients were reduced in
 # bf16, as with `reduce_dtype=torch.bfloat16`. With two processes the two reduce
-# dtypes land within bf16's rounding of fp32 alike (the lines above); the sum of many
-# processes' gradients in bf16 rounds at each addition, so `reduce_dtype=torch.float32`
-# is the safe setting at scale, for twice the bytes on the wire. What one forward
+# dtypes land within bf16's rounding of fp32 alike (the lines above). With many
+# processes a bf16 reduction rounds at each of its additions, which two processes
+# cannot show: `reduce_dtype=torch.float32` avoids that for twice the bytes on the
+# wire (reasoned from the formats, not measured here). What one forward
 # saved for the backward pass, counted by dtype (`fsdp.saved_dtypes`, measured here):
 
 # %%
