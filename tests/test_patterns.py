@@ -266,6 +266,12 @@ def test_fp16_or_bf16_verdict_on_the_committed_h200_runs_is_within_the_spread():
     assert min(ratios) < 1 < max(ratios)  # one epoch had bf16 faster
     text = ch8.choice_verdict(gpu, {"amp-fp16": (1.0,), "amp-bf16": (1.0,)})
     assert "within the epoch-to-epoch spread" in text and "picks bf16" in text
+    # rule 2 on the page: each run's last epoch moved more than the gap between them
+    gap = abs(
+        gpu["amp-bf16"].final_val_pixel_accuracy
+        - gpu["amp-fp16"].final_val_pixel_accuracy
+    )
+    assert min(ch8.last_epoch_changes(gpu).values()) > gap
 
 
 def test_custom_function_bf16_without_cast_stays_finite():
