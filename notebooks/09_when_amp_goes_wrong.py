@@ -39,8 +39,8 @@
 #    {cite:p}`gh-apex-318`: {doc}`04_loss_scaling` and {ref}`tr-fp16-only`.
 # 4. AMP slower than fp32 for some layers, such as grouped convolutions
 #    {cite:p}`gh-pytorch-43544`: {ref}`ch6-report`.
-# 5. Mixed precision uses more memory {cite:p}`gh-transformers-9742`: not yet
-#    reproduced here; {doc}`05_rtx3070` measures what AMP saves and what it keeps.
+# 5. Mixed precision uses more memory {cite:p}`gh-transformers-9742`:
+#    {ref}`ch9-memory`; {doc}`05_rtx3070` measures what AMP saves and what it keeps.
 # 6. Outputs still fp32 under mixed precision {cite:p}`gh-accelerate-2413`:
 #    {doc}`04_loss_scaling` (what autocast runs in which dtype).
 # 7. One GradScaler with several optimizers {cite:p}`gh-accelerate-439`:
@@ -54,8 +54,8 @@
 # 11. `torch.compile` recompiles on dtype guards under AMP {cite:p}`gh-pytorch-128134`:
 #     not yet reproduced here.
 # 12. Activation checkpointing with autocast: the recomputation's dtypes differ
-#     {cite:p}`gh-pytorch-141896`: {doc}`08_amp_patterns` measures checkpointing's
-#     memory; the recompute error is not yet reproduced here.
+#     {cite:p}`gh-pytorch-141896`: {ref}`ch9-checkpoint`; {doc}`08_amp_patterns`
+#     measures checkpointing's memory.
 # 13. A custom op or autograd Function: "expected scalar type Float but found Half"
 #     {cite:p}`gh-pytorch-46178`: {ref}`ch8-custom-function` and {ref}`tr-custom`.
 # 14. DDP ranks drifting apart when their scales differ {cite:p}`gh-pytorch-136009`:
@@ -74,6 +74,7 @@ seed = 0
 scheduler_steps = 4  # fp16 steps of the scheduler check (the first one overflows)
 fp8_tokens = 8192  # rows of the activations in the fp8 prediction
 fp8_gpu = "h100-sxm"  # a GPU of the device table with fp8 tensor cores
+memory_tokens = 8  # tokens per step where AMP costs memory (a short fine-tuning batch)
 
 # %% tags=["remove-input"]
 from ampbook.core import params
@@ -82,15 +83,18 @@ from ampbook.core.env import print_environment
 params.seed("seed", seed)
 params.integer("scheduler_steps", scheduler_steps, minimum=2)
 params.integer("fp8_tokens", fp8_tokens, minimum=1)
+params.integer("memory_tokens", memory_tokens, minimum=1)
 print_environment("cpu")
 
 # %% tags=["hide-cell"]
 import inspect
 
-from ampbook.chapters.ch9 import fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import checkpointing, fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import memory as ch9_memory
 from ampbook.core import precision
 from ampbook.core.devices import display_name, load_devices
-from ampbook.core.page import glue_all, md, md_table
+from ampbook.core.page import MIB, glue_all, md, md_table
+from ampbook.results import MODE_LABELS
 
 # %% [markdown]
 # (ch9-overflow)=
@@ -121,7 +125,58 @@ md(check.verdict())
 # mantissa; on a GPU without bf16 the block in fp32 is the fix. T5's own fix in the
 # transformers library clamps the values instead, which changes the model's output
 # where it clamps.
+
+# %% [markdown]
+# (ch9-memory)=
+# ## Mixed precision that takes more memory
 #
+# A user fine-tuning BERT with `--fp16` found the run took more GPU memory than fp32;
+# the maintainer's answer lists what a step keeps: fp32 weights, fp32 gradients and
+# fp32 optimizer state whatever the precision, and only the activations saved for
+# backward in 16 bits {cite:p}`gh-transformers-9742`. Chapters 3 and 4 count those
+# saved bytes on any device (`ampbook.measure.memory`): autocast halves each
+# activation it saves but adds a 16-bit copy of each weight the backward needs. The
+# model here is two feed-forward blocks of width 256 and hidden width 1024 on
+# {glue:text}`memory_tokens` tokens per step, a short fine-tuning batch; the bytes
+# saved for backward are counted by chapter 4's saved-tensor hooks:
+
+# %%
+model = ch9_memory.wide_model(seed)
+steps = {
+    p: ch9_memory.step_bytes(model, memory_tokens, precision.autocast_dtype(p), seed)
+    for p in ("fp32", "amp-fp16")
+}
+glue_all(memory_tokens=memory_tokens)
+md_table(
+    [
+        (MODE_LABELS[p], s["saved"] / MIB, s["by_dtype"].get("float16", 0) / MIB)
+        for p, s in steps.items()
+    ],
+    ["step", "saved for backward (MiB)", "of it fp16 (MiB)"],
+    formats=[None, ".2f", ".2f"],
+)
+
+# %% [markdown]
+# The weights, gradients and Adam state are the same in both rows (16 bytes per
+# weight, fp32), so the difference is in the saved bytes: at this size, the fp16 ones
+# (the weight copies, with activations of a few tokens) outweigh everything fp32
+# saves. There is no switch that removes the copies (autocast runs the products on
+# them); what decides whether AMP saves memory is how many tokens a step carries. Chapter 3's
+# straight line, fitted to two small steps, predicts the crossover; the check measures
+# a step at this size and one at four times the crossover, each with the weights,
+# gradients and Adam state added (16 bytes per weight):
+
+# %%
+below = ch9_memory.check_memory(memory_tokens, seed=seed)
+above = ch9_memory.check_memory(4 * int(below.crossover_tokens), seed=seed)
+md("\n\n".join(c.verdict() for c in (below, above)))
+
+# %% [markdown]
+# So the thread's run was below its crossover: with few tokens per step, fp16 adds the
+# copies and saves little. The fix for memory is a step above the crossover (a larger
+# batch or longer sequences); below it, AMP is for speed, not memory.
+
+# %% [markdown]
 # (ch9-scheduler)=
 # ## The scheduler's warning after a skipped step
 #
@@ -150,6 +205,36 @@ runs = [
     for step in (scheduler.step_always, scheduler.step_when_stepped)
 ]
 md("\n\n".join(r.verdict() for r in runs))
+
+# %% [markdown]
+# (ch9-checkpoint)=
+# ## Activation checkpointing and autocast
+#
+# Users who checkpoint a block under autocast report a backward that fails with
+# "Recomputed values for the following tensors have different metadata than during the
+# forward pass": a tensor saved as fp16 in the forward comes back as fp32
+# {cite:p}`gh-pytorch-141896`. A checkpointed block saves only its input and runs
+# again in the backward, and the backward runs outside the autocast region. The
+# recomputation must therefore run under the autocast state of the forward:
+# `torch.utils.checkpoint` records it and restores it, called inside the region:
+
+# %%
+print(inspect.getsource(checkpointing.checkpointed_step))
+
+# %% [markdown]
+# The failure is planted here as a recomputation with autocast off (what a
+# hand-written checkpoint that reruns the block in the backward does). Forward hooks
+# record each Linear's output dtype in the forward and again in the recomputation,
+# and the gradients are compared with the same step unchecked; the planted run first,
+# then the fix:
+
+# %%
+md(
+    "\n\n".join(
+        checkpointing.check_checkpoint(ctx, seed=seed).verdict()
+        for ctx in (checkpointing.autocast_off, checkpointing.forward_state)
+    )
+)
 
 # %% [markdown]
 # (ch9-tf32)=

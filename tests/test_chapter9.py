@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ampbook.chapters.ch9 import fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import checkpointing, fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import memory as ch9_memory
 from ampbook.core.devices import load_devices
 from ampbook.core.env import tf32_state
 
@@ -54,3 +55,23 @@ def test_fp8_predicted_slower_small_and_faster_large():
     # a GPU with no fp8 cores cannot be predicted: the table says so
     assert load_devices()["a100-sxm-80gb"].fp8_tflops is None
     assert torch.finfo(torch.float16).max == overflow.FP16_MAX
+
+
+def test_amp_step_costs_memory_below_the_crossover_and_saves_above():
+    below = ch9_memory.check_memory(8)
+    assert below.amp_costs and not below.ok, below.verdict()
+    above = ch9_memory.check_memory(4 * int(below.crossover_tokens))
+    assert above.ok and not above.amp_costs, above.verdict()
+    # what autocast adds at 8 tokens, the 16-bit weight copies saved for backward,
+    # outweighs every byte fp32 saves
+    model = ch9_memory.wide_model()
+    amp = ch9_memory.step_bytes(model, 8, torch.float16)
+    assert amp["by_dtype"]["float16"] > ch9_memory.step_bytes(model, 8)["saved"]
+
+
+def test_checkpoint_recomputes_in_the_forwards_dtypes_only_with_the_fix():
+    fixed = checkpointing.check_checkpoint(checkpointing.forward_state)
+    assert fixed.ok and fixed.recomputed_dtypes[0] == "float16", fixed.verdict()
+    planted = checkpointing.check_checkpoint(checkpointing.autocast_off)
+    assert not planted.ok and planted.error and "metadata" in planted.error
+    assert planted.recomputed_dtypes[0] == "float32"
