@@ -50,9 +50,9 @@
 # 9. Is GradScaler needed with bf16? {cite:p}`gh-accelerate-1036`:
 #    {ref}`ch8-fp16-or-bf16`.
 # 10. `torch.compile` and autocast: a backward compiled under the forward's autocast
-#     state overflows {cite:p}`gh-pytorch-153044`: not yet reproduced here.
+#     state overflows {cite:p}`gh-pytorch-153044`: {ref}`ch9-compile-backward`.
 # 11. `torch.compile` recompiles on dtype guards under AMP {cite:p}`gh-pytorch-128134`:
-#     not yet reproduced here.
+#     {ref}`ch9-recompile`.
 # 12. Activation checkpointing with autocast: the recomputation's dtypes differ
 #     {cite:p}`gh-pytorch-141896`: {ref}`ch9-checkpoint`; {doc}`08_amp_patterns`
 #     measures checkpointing's memory.
@@ -89,7 +89,7 @@ print_environment("cpu")
 # %% tags=["hide-cell"]
 import inspect
 
-from ampbook.chapters.ch9 import checkpointing, fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import checkpointing, compiled, fp8, overflow, scheduler, tf32
 from ampbook.chapters.ch9 import memory as ch9_memory
 from ampbook.core import precision
 from ampbook.core.devices import display_name, load_devices
@@ -205,6 +205,64 @@ runs = [
     for step in (scheduler.step_always, scheduler.step_when_stepped)
 ]
 md("\n\n".join(r.verdict() for r in runs))
+
+# %% [markdown]
+# (ch9-compile-backward)=
+# ## A compiled backward that overflows
+#
+# A user's model ran one Linear in an fp32 region (autocast disabled inside the
+# forward); compiled, its weight gradient came back inf where eager gave 65536
+# {cite:p}`gh-pytorch-153044`. Eager PyTorch runs the backward without autocast;
+# AOTAutograd traces the backward of a compiled region under the forward's autocast
+# state when `torch._functorch.config.backward_pass_autocast` is `"same_as_forward"`,
+# so the fp32 Linear's gradient product runs in fp16 and passes 65504. It needs no GPU:
+# the thread's model runs here on a CPU under fp16 autocast, compiled with the
+# `aot_eager` backend (the same tracing, no generated kernels). The fix traces the
+# backward without autocast, as eager runs it:
+
+# %%
+print(inspect.getsource(compiled.backward_autocast))
+
+# %% [markdown]
+# The check compares the compiled gradients with eager's, first with the backward
+# traced under the forward's state, then with the fix:
+
+# %%
+md(
+    "\n\n".join(
+        compiled.check_backward(s, seed=seed).verdict()
+        for s in ("same_as_forward", "off")
+    )
+)
+
+# %% [markdown]
+# (ch9-recompile)=
+# ## Recompiling on the autocast state
+#
+# Users of `torch.compile` under AMP see the same function compiled again and again,
+# with reasons such as "dtype mismatch. expected Half, actual Float"
+# {cite:p}`gh-pytorch-128134`. Dynamo guards each graph on the autocast state and on
+# its inputs' dtypes; a call that differs in either compiles a new graph, at the cost
+# of a compilation each time. The reproduction compiles one
+# feed-forward block and calls it twice per training step: in the forward under fp16
+# autocast, and again for a loss term computed after the region, in fp32. Dynamo
+# names the first guard that failed (`torch._dynamo.utils.guard_failures`). The fix
+# keeps every call of the compiled block under the step's one autocast state:
+
+# %%
+print(inspect.getsource(compiled.second_call_inside))
+
+# %% [markdown]
+# The check counts the graphs Dynamo made over three steps and prints its reasons,
+# first with the second call outside the region, then with the fix:
+
+# %%
+md(
+    "\n\n".join(
+        compiled.check_recompiles(call, seed=seed).verdict()
+        for call in (compiled.second_call_outside, compiled.second_call_inside)
+    )
+)
 
 # %% [markdown]
 # (ch9-checkpoint)=

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from ampbook.chapters.ch9 import checkpointing, fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import (
+    checkpointing,
+    compiled,
+    fp8,
+    overflow,
+    scheduler,
+    tf32,
+)
 from ampbook.chapters.ch9 import memory as ch9_memory
 from ampbook.core.devices import load_devices
 from ampbook.core.env import tf32_state
@@ -75,3 +82,18 @@ def test_checkpoint_recomputes_in_the_forwards_dtypes_only_with_the_fix():
     planted = checkpointing.check_checkpoint(checkpointing.autocast_off)
     assert not planted.ok and planted.error and "metadata" in planted.error
     assert planted.recomputed_dtypes[0] == "float32"
+
+
+def test_compiled_backward_matches_eager_only_with_backward_autocast_off():
+    fixed = compiled.check_backward("off")
+    assert fixed.ok and fixed.eager_largest > overflow.FP16_MAX, fixed.verdict()
+    planted = compiled.check_backward("same_as_forward")
+    assert not planted.ok and not planted.compiled_finite, planted.verdict()
+
+
+def test_compiled_block_recompiles_only_when_called_outside_the_autocast_state():
+    fixed = compiled.check_recompiles(compiled.second_call_inside)
+    assert fixed.ok and fixed.graphs == 1, fixed.verdict()
+    planted = compiled.check_recompiles(compiled.second_call_outside)
+    assert not planted.ok and planted.graphs == 2
+    assert any("autocast" in r for r in planted.reasons), planted.reasons
