@@ -18,16 +18,20 @@
 #
 # The same mixed-precision questions come back in public trackers year after year. This
 # chapter lists eighteen of them, one thread each, and points each to where the book
-# answers it. Four it answers here: each symptom is reproduced on a CPU in a second
+# answers it. Nine it answers here: each symptom is reproduced on a CPU in seconds
 # (what a CPU cannot produce is planted, and the text says what), the cause is shown by
 # a computation, and the fix is checked by a run that fails when the fix is removed
-# (`tests/test_chapter9.py` runs each check once more without its fix).
+# (`tests/test_chapter9.py` runs each check once more without its fix). The ninth,
+# fp8, needs a GPU this book did not have for it: it is predicted, not reproduced.
 #
 # **What you will learn**: how to find the first layer whose fp16 output overflows;
-# why a skipped step makes the learning-rate scheduler warn, and how to step it only
-# when the optimizer stepped; how to read and set TF32 with PyTorch's `fp32_precision`
-# switches; what decides whether fp8 pays. **What you need**: chapter 3's loop and
-# chapter 4's loss scaling; `ampbook` and PyTorch.
+# when AMP's step needs more memory than fp32's; why a skipped step makes the
+# learning-rate scheduler warn, and how to step it only when the optimizer stepped;
+# how `torch.compile` can overflow a backward and recompile on the autocast state;
+# what a checkpoint's recomputation needs from autocast; why DDP ranks with different
+# scales part; how to read and set TF32 with PyTorch's `fp32_precision` switches;
+# what decides whether fp8 pays. **What you need**: chapter 3's loop, chapter 4's loss
+# scaling and saved-tensor count, chapter 8's tiny network; `ampbook` and PyTorch.
 #
 # ## The questions, and where the book answers them
 #
@@ -59,8 +63,7 @@
 # 13. A custom op or autograd Function: "expected scalar type Float but found Half"
 #     {cite:p}`gh-pytorch-46178`: {ref}`ch8-custom-function` and {ref}`tr-custom`.
 # 14. DDP ranks drifting apart when their scales differ {cite:p}`gh-pytorch-136009`:
-#     {doc}`08_amp_patterns` runs DDP; ranks with different scales are not yet
-#     reproduced here.
+#     {ref}`ch9-ranks`; {doc}`08_amp_patterns` runs DDP.
 # 15. Autocast or `.half()` for inference {cite:p}`gh-pytorch-86548`:
 #     {doc}`08_amp_patterns`.
 # 16. CPU autocast far slower than fp32 {cite:p}`gh-pytorch-118499`:
@@ -89,7 +92,15 @@ print_environment("cpu")
 # %% tags=["hide-cell"]
 import inspect
 
-from ampbook.chapters.ch9 import checkpointing, compiled, fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import (
+    checkpointing,
+    compiled,
+    fp8,
+    overflow,
+    ranks,
+    scheduler,
+    tf32,
+)
 from ampbook.chapters.ch9 import memory as ch9_memory
 from ampbook.core import precision
 from ampbook.core.devices import display_name, load_devices
@@ -295,6 +306,40 @@ md(
 )
 
 # %% [markdown]
+# (ch9-ranks)=
+# ## DDP ranks whose scales differ
+#
+# A user found DDP replicas with different gradients when their GradScalers held
+# different scales {cite:p}`gh-pytorch-136009`. Each rank multiplies its loss by its
+# own scale; DDP averages the scaled gradients during the backward, before
+# `scaler.step` unscales them, and each rank divides the average by its own scale.
+# With equal scales that is the mean gradient; with different ones every rank gets
+# another, wrong gradient. The skip decisions cannot differ: every rank unscales the
+# same averaged gradients, finds the same inf and moves its scale the same way. So
+# scales that start equal stay equal, an all-reduce of the scaler's inf flag adds
+# nothing under DDP, and scales differ only when they start apart: a scaler state
+# restored on one rank and not on the other, planted here. Two ranks are simulated in
+# one process (two replicas of chapter 8's tiny network, two scalers, the mean of the
+# gradients taken between backward and `scaler.step`, as DDP does), with an overflow
+# planted in rank 1's first loss. The fix gives every rank rank 0's scaler state:
+
+# %%
+print(inspect.getsource(ranks.same_scaler_state))
+
+# %% [markdown]
+# The check measures each rank's unscaled gradient against the true mean and the
+# replicas' weights after three steps, first with each rank's own scale, then with
+# the fix:
+
+# %%
+md(
+    "\n\n".join(
+        ranks.check_ranks(fix, seed=seed).verdict()
+        for fix in (ranks.keep_own_state, ranks.same_scaler_state)
+    )
+)
+
+# %% [markdown]
 # (ch9-tf32)=
 # ## TF32's new switches
 #
@@ -358,8 +403,21 @@ md_table(
 #
 # - An fp16 NaN from the first batch is a value past 65504: a forward hook names the
 #   first module whose output is not finite, and that block kept in fp32 fixes it.
+# - AMP adds a 16-bit copy of each weight the backward needs: below a crossover in
+#   tokens per step (predicted from two small steps) its step takes more memory than
+#   fp32's.
 # - A skipped step puts the scheduler ahead of the optimizer; step it only when the
 #   scale did not fall.
+# - A compiled region's backward traced under the forward's autocast state can
+#   overflow where eager does not: trace it with `backward_pass_autocast="off"`.
+# - Dynamo guards on the autocast state and the input dtypes: call a compiled
+#   function under one autocast state, and read the guard failures when it
+#   recompiles.
+# - A checkpointed block must recompute under its forward's autocast state:
+#   `torch.utils.checkpoint` inside the autocast region restores it.
+# - DDP ranks skip together (they unscale the same averaged gradients); their scales
+#   differ only when they start apart, and then every rank's gradient is wrong: give
+#   every rank one scaler state.
 # - Set and read TF32 through `fp32_precision`; the legacy flags fail to read once the
 #   new switches disagree.
 # - fp8 pays only where the matrix products are compute-bound (predicted).
@@ -371,3 +429,9 @@ md_table(
 # 2. Run the scheduler check with two overflowing steps (`skip=2`): how far ahead does
 #    the unfixed scheduler get?
 # 3. Predict the fp8 crossover at 1024 rows: does it move up or down, and why?
+# 4. Run the memory check with bf16 autocast (`ch9_memory.step_bytes(model, n,
+#    torch.bfloat16)`): does the crossover move?
+# 5. Call the compiled block's second time under bf16 autocast instead of fp16: what
+#    reason does Dynamo give?
+# 6. Run the ranks check without the planted overflow (`overflow_step=-1`) and with
+#    equal scales: which of the three numbers changes?

@@ -10,6 +10,7 @@ from ampbook.chapters.ch9 import (
     compiled,
     fp8,
     overflow,
+    ranks,
     scheduler,
     tf32,
 )
@@ -97,3 +98,16 @@ def test_compiled_block_recompiles_only_when_called_outside_the_autocast_state()
     planted = compiled.check_recompiles(compiled.second_call_outside)
     assert not planted.ok and planted.graphs == 2
     assert any("autocast" in r for r in planted.reasons), planted.reasons
+
+
+def test_ranks_stay_one_model_only_with_one_scaler_state():
+    fixed = ranks.check_ranks(ranks.same_scaler_state)
+    assert fixed.ok and fixed.skipped == (1, 1), fixed.verdict()
+    assert fixed.scales[-1][0] == fixed.scales[-1][1]
+    planted = ranks.check_ranks(ranks.keep_own_state)
+    assert not planted.ok and planted.drift > 0, planted.verdict()
+    # the skip decisions agree even then: both ranks unscale the same mean
+    assert planted.skipped == (1, 1)
+    # equal scales need no fix
+    same = ranks.check_ranks(ranks.keep_own_state, scales=(2.0**10, 2.0**10))
+    assert same.ok, same.verdict()
