@@ -141,10 +141,10 @@ md(check.verdict())
 # (ch9-memory)=
 # ## Mixed precision that takes more memory
 #
-# A user fine-tuning BERT with `--fp16` found the run took more GPU memory than fp32;
-# the maintainer's answer lists what a step keeps: fp32 weights, fp32 gradients and
-# fp32 optimizer state whatever the precision, and only the activations saved for
-# backward in 16 bits {cite:p}`gh-transformers-9742`. Chapters 3 and 4 count those
+# A user of the transformers library found fine-tuning with `--fp16` took more GPU
+# memory than without; the maintainer's answer lists what a step keeps: fp32
+# weights, fp32 gradients and fp32 optimizer state whatever the precision, and only
+# the activations saved for backward in 16 bits {cite:p}`gh-transformers-9742`. Chapters 3 and 4 count those
 # saved bytes on any device (`ampbook.measure.memory`): autocast halves each
 # activation it saves but adds a 16-bit copy of each weight the backward needs. The
 # model here is two feed-forward blocks of width 256 and hidden width 1024 on
@@ -222,7 +222,7 @@ md("\n\n".join(r.verdict() for r in runs))
 # ## A compiled backward that overflows
 #
 # A user's model ran one Linear in an fp32 region (autocast disabled inside the
-# forward); compiled, its weight gradient came back inf where eager gave 65536
+# forward); compiled, its weight gradient overflowed where eager's was 65536
 # {cite:p}`gh-pytorch-153044`. Eager PyTorch runs the backward without autocast;
 # AOTAutograd traces the backward of a compiled region under the forward's autocast
 # state when `torch._functorch.config.backward_pass_autocast` is `"same_as_forward"`,
