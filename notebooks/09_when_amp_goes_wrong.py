@@ -144,10 +144,11 @@ md(check.verdict())
 # A user of the transformers library found fine-tuning with `--fp16` took more GPU
 # memory than without; the maintainer's answer lists what a step keeps: fp32
 # weights, fp32 gradients and fp32 optimizer state whatever the precision, and only
-# the activations saved for backward in 16 bits {cite:p}`gh-transformers-9742`. Chapters 3 and 4 count those
-# saved bytes on any device (`ampbook.measure.memory`): autocast halves each
-# activation it saves but adds a 16-bit copy of each weight the backward needs. The
-# model here is two feed-forward blocks of width 256 and hidden width 1024 on
+# the activations saved for backward in 16 bits {cite:p}`gh-transformers-9742`.
+# Chapters 3 and 4 count those saved bytes on any device (`ampbook.measure.memory`):
+# autocast halves each activation it saves but adds a 16-bit copy of each weight the
+# backward needs. The model here is two feed-forward blocks of width 256 and hidden
+# width 1024 on
 # {glue:text}`memory_tokens` tokens per step, a short fine-tuning batch; the bytes
 # saved for backward are counted by chapter 4's saved-tensor hooks:
 
@@ -168,14 +169,14 @@ md_table(
 )
 
 # %% [markdown]
-# The weights, gradients and Adam state are the same in both rows (16 bytes per
-# weight, fp32), so the difference is in the saved bytes: at this size, the fp16 ones
-# (the weight copies, with activations of a few tokens) outweigh everything fp32
-# saves. There is no switch that removes the copies (autocast runs the products on
-# them); what decides whether AMP saves memory is how many tokens a step carries. Chapter 3's
-# straight line, fitted to two small steps, predicts the crossover; the check measures
-# a step at this size and one at four times the crossover, each with the weights,
-# gradients and Adam state added (16 bytes per weight):
+# The weights, their gradients and Adam's state take the same bytes in both steps
+# (16 per weight, all fp32), so the difference is in the saved bytes: at this size
+# the fp16 ones (the weight copies, beside the activations of a few tokens) outweigh
+# everything fp32 saves. No switch removes the copies (autocast runs the products on
+# them); what decides whether AMP saves memory is how many tokens a step carries.
+# Chapter 3's straight line, fitted to two small steps, predicts the crossover; the
+# check measures a step at this size and one at four times the crossover, each with
+# the weights, gradients and Adam state added:
 
 # %%
 below = ch9_memory.check_memory(memory_tokens, seed=seed)
