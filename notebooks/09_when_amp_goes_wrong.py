@@ -184,7 +184,7 @@ above = ch9_memory.check_memory(4 * int(below.crossover_tokens), seed=seed)
 md("\n\n".join(c.verdict() for c in (below, above)))
 
 # %% [markdown]
-# So the thread's run was below its crossover: with few tokens per step, fp16 adds the
+# A step with few tokens for its weights sits below its crossover: fp16 adds the
 # copies and saves little. The fix for memory is a step above the crossover (a larger
 # batch or longer sequences); below it, AMP is for speed, not memory.
 
@@ -282,8 +282,8 @@ md(
 #
 # Users who checkpoint a block under autocast report a backward that fails with
 # "Recomputed values for the following tensors have different metadata than during the
-# forward pass": a tensor saved as fp16 in the forward comes back as fp32
-# {cite:p}`gh-pytorch-141896`. A checkpointed block saves only its input and runs
+# forward pass" {cite:p}`gh-pytorch-141896`; the metadata compared are each saved
+# tensor's shape, dtype and device. A checkpointed block saves only its input and runs
 # again in the backward, and the backward runs outside the autocast region. The
 # recomputation must therefore run under the autocast state of the forward:
 # `torch.utils.checkpoint` records it and restores it, called inside the region:
@@ -318,8 +318,9 @@ md(
 # another, wrong gradient. The skip decisions cannot differ: every rank unscales the
 # same averaged gradients, finds the same inf and moves its scale the same way. So
 # scales that start equal stay equal, an all-reduce of the scaler's inf flag adds
-# nothing under DDP, and scales differ only when they start apart: a scaler state
-# restored on one rank and not on the other, planted here. Two ranks are simulated in
+# nothing under DDP, and scales differ only when they start apart (a scaler state
+# restored on one rank and not on the other, planted here) or when the ranks take
+# different numbers of steps. Two ranks are simulated in
 # one process (two replicas of chapter 8's tiny network, two scalers, the mean of the
 # gradients taken between backward and `scaler.step`, as DDP does), with an overflow
 # planted in rank 1's first loss. The fix gives every rank rank 0's scaler state:
