@@ -18,16 +18,20 @@
 #
 # The same mixed-precision questions come back in public trackers year after year. This
 # chapter lists eighteen of them, one thread each, and points each to where the book
-# answers it. Four it answers here: each symptom is reproduced on a CPU in a second
+# answers it. Nine it answers here: each symptom is reproduced on a CPU in seconds
 # (what a CPU cannot produce is planted, and the text says what), the cause is shown by
 # a computation, and the fix is checked by a run that fails when the fix is removed
-# (`tests/test_chapter9.py` runs each check once more without its fix).
+# (`tests/test_chapter9.py` runs each check once more without its fix). The ninth,
+# fp8, needs a GPU this book did not have for it: it is predicted, not reproduced.
 #
 # **What you will learn**: how to find the first layer whose fp16 output overflows;
-# why a skipped step makes the learning-rate scheduler warn, and how to step it only
-# when the optimizer stepped; how to read and set TF32 with PyTorch's `fp32_precision`
-# switches; what decides whether fp8 pays. **What you need**: chapter 3's loop and
-# chapter 4's loss scaling; `ampbook` and PyTorch.
+# when AMP's step needs more memory than fp32's; why a skipped step makes the
+# learning-rate scheduler warn, and how to step it only when the optimizer stepped;
+# how `torch.compile` can overflow a backward and recompile on the autocast state;
+# what a checkpoint's recomputation needs from autocast; why DDP ranks with different
+# scales part; how to read and set TF32 with PyTorch's `fp32_precision` switches;
+# what decides whether fp8 pays. **What you need**: chapter 3's loop, chapter 4's loss
+# scaling and saved-tensor count, chapter 8's tiny network; `ampbook` and PyTorch.
 #
 # ## The questions, and where the book answers them
 #
@@ -39,8 +43,8 @@
 #    {cite:p}`gh-apex-318`: {doc}`04_loss_scaling` and {ref}`tr-fp16-only`.
 # 4. AMP slower than fp32 for some layers, such as grouped convolutions
 #    {cite:p}`gh-pytorch-43544`: {ref}`ch6-report`.
-# 5. Mixed precision uses more memory {cite:p}`gh-transformers-9742`: not yet
-#    reproduced here; {doc}`05_rtx3070` measures what AMP saves and what it keeps.
+# 5. Mixed precision uses more memory {cite:p}`gh-transformers-9742`:
+#    {ref}`ch9-memory`; {doc}`05_rtx3070` measures what AMP saves and what it keeps.
 # 6. Outputs still fp32 under mixed precision {cite:p}`gh-accelerate-2413`:
 #    {doc}`04_loss_scaling` (what autocast runs in which dtype).
 # 7. One GradScaler with several optimizers {cite:p}`gh-accelerate-439`:
@@ -50,17 +54,16 @@
 # 9. Is GradScaler needed with bf16? {cite:p}`gh-accelerate-1036`:
 #    {ref}`ch8-fp16-or-bf16`.
 # 10. `torch.compile` and autocast: a backward compiled under the forward's autocast
-#     state overflows {cite:p}`gh-pytorch-153044`: not yet reproduced here.
+#     state overflows {cite:p}`gh-pytorch-153044`: {ref}`ch9-compile-backward`.
 # 11. `torch.compile` recompiles on dtype guards under AMP {cite:p}`gh-pytorch-128134`:
-#     not yet reproduced here.
+#     {ref}`ch9-recompile`.
 # 12. Activation checkpointing with autocast: the recomputation's dtypes differ
-#     {cite:p}`gh-pytorch-141896`: {doc}`08_amp_patterns` measures checkpointing's
-#     memory; the recompute error is not yet reproduced here.
+#     {cite:p}`gh-pytorch-141896`: {ref}`ch9-checkpoint`; {doc}`08_amp_patterns`
+#     measures checkpointing's memory.
 # 13. A custom op or autograd Function: "expected scalar type Float but found Half"
 #     {cite:p}`gh-pytorch-46178`: {ref}`ch8-custom-function` and {ref}`tr-custom`.
 # 14. DDP ranks drifting apart when their scales differ {cite:p}`gh-pytorch-136009`:
-#     {doc}`08_amp_patterns` runs DDP; ranks with different scales are not yet
-#     reproduced here.
+#     {ref}`ch9-ranks`; {doc}`08_amp_patterns` runs DDP.
 # 15. Autocast or `.half()` for inference {cite:p}`gh-pytorch-86548`:
 #     {doc}`08_amp_patterns`.
 # 16. CPU autocast far slower than fp32 {cite:p}`gh-pytorch-118499`:
@@ -74,6 +77,7 @@ seed = 0
 scheduler_steps = 4  # fp16 steps of the scheduler check (the first one overflows)
 fp8_tokens = 8192  # rows of the activations in the fp8 prediction
 fp8_gpu = "h100-sxm"  # a GPU of the device table with fp8 tensor cores
+memory_tokens = 8  # tokens per step where AMP costs memory (a short fine-tuning batch)
 
 # %% tags=["remove-input"]
 from ampbook.core import params
@@ -82,15 +86,26 @@ from ampbook.core.env import print_environment
 params.seed("seed", seed)
 params.integer("scheduler_steps", scheduler_steps, minimum=2)
 params.integer("fp8_tokens", fp8_tokens, minimum=1)
+params.integer("memory_tokens", memory_tokens, minimum=1)
 print_environment("cpu")
 
 # %% tags=["hide-cell"]
 import inspect
 
-from ampbook.chapters.ch9 import fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import (
+    checkpointing,
+    compiled,
+    fp8,
+    overflow,
+    ranks,
+    scheduler,
+    tf32,
+)
+from ampbook.chapters.ch9 import memory as ch9_memory
 from ampbook.core import precision
 from ampbook.core.devices import display_name, load_devices
-from ampbook.core.page import glue_all, md, md_table
+from ampbook.core.page import MIB, glue_all, md, md_table
+from ampbook.results import MODE_LABELS
 
 # %% [markdown]
 # (ch9-overflow)=
@@ -121,7 +136,59 @@ md(check.verdict())
 # mantissa; on a GPU without bf16 the block in fp32 is the fix. T5's own fix in the
 # transformers library clamps the values instead, which changes the model's output
 # where it clamps.
+
+# %% [markdown]
+# (ch9-memory)=
+# ## Mixed precision that takes more memory
 #
+# A user of the transformers library found fine-tuning with `--fp16` took more GPU
+# memory than without; the maintainer's answer lists what a step keeps: fp32
+# weights, fp32 gradients and fp32 optimizer state whatever the precision, and only
+# the activations saved for backward in 16 bits {cite:p}`gh-transformers-9742`.
+# Chapters 3 and 4 count those saved bytes on any device (`ampbook.measure.memory`):
+# autocast halves each activation it saves but adds a 16-bit copy of each weight the
+# backward needs. The model here is two feed-forward blocks of width 256 and hidden
+# width 1024 on
+# {glue:text}`memory_tokens` tokens per step, a short fine-tuning batch; the bytes
+# saved for backward are counted by chapter 4's saved-tensor hooks:
+
+# %%
+model = ch9_memory.wide_model(seed)
+steps = {
+    p: ch9_memory.step_bytes(model, memory_tokens, precision.autocast_dtype(p), seed)
+    for p in ("fp32", "amp-fp16")
+}
+glue_all(memory_tokens=memory_tokens)
+md_table(
+    [
+        (MODE_LABELS[p], s["saved"] / MIB, s["by_dtype"].get("float16", 0) / MIB)
+        for p, s in steps.items()
+    ],
+    ["step", "saved for backward (MiB)", "of it fp16 (MiB)"],
+    formats=[None, ".2f", ".2f"],
+)
+
+# %% [markdown]
+# The weights, their gradients and Adam's state take the same bytes in both steps
+# (16 per weight, all fp32), so the difference is in the saved bytes: at this size
+# the fp16 ones (the weight copies, beside the activations of a few tokens) outweigh
+# everything fp32 saves. No switch removes the copies (autocast runs the products on
+# them); what decides whether AMP saves memory is how many tokens a step carries.
+# Chapter 3's straight line, fitted to two small steps, predicts the crossover; the
+# check measures a step at this size and one at four times the crossover, each with
+# the weights, gradients and Adam state added:
+
+# %%
+below = ch9_memory.check_memory(memory_tokens, seed=seed)
+above = ch9_memory.check_memory(4 * int(below.crossover_tokens), seed=seed)
+md("\n\n".join(c.verdict() for c in (below, above)))
+
+# %% [markdown]
+# A step with few tokens for its weights sits below its crossover: fp16 adds the
+# copies and saves little. The fix for memory is a step above the crossover (a larger
+# batch or longer sequences); below it, AMP is for speed, not memory.
+
+# %% [markdown]
 # (ch9-scheduler)=
 # ## The scheduler's warning after a skipped step
 #
@@ -150,6 +217,129 @@ runs = [
     for step in (scheduler.step_always, scheduler.step_when_stepped)
 ]
 md("\n\n".join(r.verdict() for r in runs))
+
+# %% [markdown]
+# (ch9-compile-backward)=
+# ## A compiled backward that overflows
+#
+# A user's model ran one Linear in an fp32 region (autocast disabled inside the
+# forward); compiled, its weight gradient overflowed where eager's was 65536
+# {cite:p}`gh-pytorch-153044`. Eager PyTorch runs the backward without autocast;
+# AOTAutograd traces the backward of a compiled region under the forward's autocast
+# state when `torch._functorch.config.backward_pass_autocast` is `"same_as_forward"`,
+# so the fp32 Linear's gradient product runs in fp16 and passes 65504. It needs no GPU:
+# the thread's model runs here on a CPU under fp16 autocast, compiled with the
+# `aot_eager` backend (the same tracing, no generated kernels). The fix traces the
+# backward without autocast, as eager runs it:
+
+# %%
+print(inspect.getsource(compiled.backward_autocast))
+
+# %% [markdown]
+# The check compares the compiled gradients with eager's, first with the backward
+# traced under the forward's state, then with the fix:
+
+# %%
+md(
+    "\n\n".join(
+        compiled.check_backward(s, seed=seed).verdict()
+        for s in ("same_as_forward", "off")
+    )
+)
+
+# %% [markdown]
+# (ch9-recompile)=
+# ## Recompiling on the autocast state
+#
+# Users of `torch.compile` under AMP see the same function compiled again and again,
+# with reasons such as "dtype mismatch. expected Half, actual Float"
+# {cite:p}`gh-pytorch-128134`. Dynamo guards each graph on the autocast state and on
+# its inputs' dtypes; a call that differs in either compiles a new graph, at the cost
+# of a compilation each time. The reproduction compiles one
+# feed-forward block and calls it twice per training step: in the forward under fp16
+# autocast, and again for a loss term computed after the region, in fp32. Dynamo
+# names the first guard that failed (`torch._dynamo.utils.guard_failures`). The fix
+# keeps every call of the compiled block under the step's one autocast state:
+
+# %%
+print(inspect.getsource(compiled.second_call_inside))
+
+# %% [markdown]
+# The check counts the graphs Dynamo made over three steps and prints its reasons,
+# first with the second call outside the region, then with the fix:
+
+# %%
+md(
+    "\n\n".join(
+        compiled.check_recompiles(call, seed=seed).verdict()
+        for call in (compiled.second_call_outside, compiled.second_call_inside)
+    )
+)
+
+# %% [markdown]
+# (ch9-checkpoint)=
+# ## Activation checkpointing and autocast
+#
+# Users who checkpoint a block under autocast report a backward that fails with
+# "Recomputed values for the following tensors have different metadata than during the
+# forward pass" {cite:p}`gh-pytorch-141896`; the metadata compared are each saved
+# tensor's shape, dtype and device. A checkpointed block saves only its input and runs
+# again in the backward, and the backward runs outside the autocast region. The
+# recomputation must therefore run under the autocast state of the forward:
+# `torch.utils.checkpoint` records it and restores it, called inside the region:
+
+# %%
+print(inspect.getsource(checkpointing.checkpointed_step))
+
+# %% [markdown]
+# The failure is planted here as a recomputation with autocast off (what a
+# hand-written checkpoint that reruns the block in the backward does). Forward hooks
+# record each Linear's output dtype in the forward and again in the recomputation,
+# and the gradients are compared with the same step unchecked; the planted run first,
+# then the fix:
+
+# %%
+md(
+    "\n\n".join(
+        checkpointing.check_checkpoint(ctx, seed=seed).verdict()
+        for ctx in (checkpointing.autocast_off, checkpointing.forward_state)
+    )
+)
+
+# %% [markdown]
+# (ch9-ranks)=
+# ## DDP ranks whose scales differ
+#
+# A user found DDP replicas with different gradients when their GradScalers held
+# different scales {cite:p}`gh-pytorch-136009`. Each rank multiplies its loss by its
+# own scale; DDP averages the scaled gradients during the backward, before
+# `scaler.step` unscales them, and each rank divides the average by its own scale.
+# With equal scales that is the mean gradient; with different ones every rank gets
+# another, wrong gradient. The skip decisions cannot differ: every rank unscales the
+# same averaged gradients, finds the same inf and moves its scale the same way. So
+# scales that start equal stay equal, an all-reduce of the scaler's inf flag adds
+# nothing under DDP, and scales differ only when they start apart (a scaler state
+# restored on one rank and not on the other, planted here) or when the ranks take
+# different numbers of steps. Two ranks are simulated in
+# one process (two replicas of chapter 8's tiny network, two scalers, the mean of the
+# gradients taken between backward and `scaler.step`, as DDP does), with an overflow
+# planted in rank 1's first loss. The fix gives every rank rank 0's scaler state:
+
+# %%
+print(inspect.getsource(ranks.same_scaler_state))
+
+# %% [markdown]
+# The check measures each rank's unscaled gradient against the true mean and the
+# replicas' weights after three steps, first with each rank's own scale, then with
+# the fix:
+
+# %%
+md(
+    "\n\n".join(
+        ranks.check_ranks(fix, seed=seed).verdict()
+        for fix in (ranks.keep_own_state, ranks.same_scaler_state)
+    )
+)
 
 # %% [markdown]
 # (ch9-tf32)=
@@ -215,8 +405,21 @@ md_table(
 #
 # - An fp16 NaN from the first batch is a value past 65504: a forward hook names the
 #   first module whose output is not finite, and that block kept in fp32 fixes it.
+# - AMP adds a 16-bit copy of each weight the backward needs: below a crossover in
+#   tokens per step (predicted from two small steps) its step takes more memory than
+#   fp32's.
 # - A skipped step puts the scheduler ahead of the optimizer; step it only when the
 #   scale did not fall.
+# - A compiled region's backward traced under the forward's autocast state can
+#   overflow where eager does not: trace it with `backward_pass_autocast="off"`.
+# - Dynamo guards on the autocast state and the input dtypes: call a compiled
+#   function under one autocast state, and read the guard failures when it
+#   recompiles.
+# - A checkpointed block must recompute under its forward's autocast state:
+#   `torch.utils.checkpoint` inside the autocast region restores it.
+# - DDP ranks skip together (they unscale the same averaged gradients); their scales
+#   differ only when they start apart, and then every rank's gradient is wrong: give
+#   every rank one scaler state.
 # - Set and read TF32 through `fp32_precision`; the legacy flags fail to read once the
 #   new switches disagree.
 # - fp8 pays only where the matrix products are compute-bound (predicted).
@@ -228,3 +431,9 @@ md_table(
 # 2. Run the scheduler check with two overflowing steps (`skip=2`): how far ahead does
 #    the unfixed scheduler get?
 # 3. Predict the fp8 crossover at 1024 rows: does it move up or down, and why?
+# 4. Run the memory check with bf16 autocast (`ch9_memory.step_bytes(model, n,
+#    torch.bfloat16)`): does the crossover move?
+# 5. Call the compiled block's second time under bf16 autocast instead of fp16: what
+#    reason does Dynamo give?
+# 6. Run the ranks check without the planted overflow (`overflow_step=-1`) and with
+#    equal scales: which of the three numbers changes?

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import torch
 
-from ampbook.chapters.ch9 import fp8, overflow, scheduler, tf32
+from ampbook.chapters.ch9 import (
+    checkpointing,
+    compiled,
+    fp8,
+    overflow,
+    ranks,
+    scheduler,
+    tf32,
+)
+from ampbook.chapters.ch9 import memory as ch9_memory
 from ampbook.core.devices import load_devices
 from ampbook.core.env import tf32_state
 
@@ -54,3 +63,51 @@ def test_fp8_predicted_slower_small_and_faster_large():
     # a GPU with no fp8 cores cannot be predicted: the table says so
     assert load_devices()["a100-sxm-80gb"].fp8_tflops is None
     assert torch.finfo(torch.float16).max == overflow.FP16_MAX
+
+
+def test_amp_step_costs_memory_below_the_crossover_and_saves_above():
+    below = ch9_memory.check_memory(8)
+    assert below.amp_costs and not below.ok, below.verdict()
+    above = ch9_memory.check_memory(4 * int(below.crossover_tokens))
+    assert above.ok and not above.amp_costs, above.verdict()
+    # what autocast adds at 8 tokens, the 16-bit weight copies saved for backward,
+    # outweighs every byte fp32 saves
+    model = ch9_memory.wide_model()
+    amp = ch9_memory.step_bytes(model, 8, torch.float16)
+    assert amp["by_dtype"]["float16"] > ch9_memory.step_bytes(model, 8)["saved"]
+
+
+def test_checkpoint_recomputes_in_the_forwards_dtypes_only_with_the_fix():
+    fixed = checkpointing.check_checkpoint(checkpointing.forward_state)
+    assert fixed.ok and fixed.recomputed_dtypes[0] == "float16", fixed.verdict()
+    planted = checkpointing.check_checkpoint(checkpointing.autocast_off)
+    assert not planted.ok and planted.error and "metadata" in planted.error
+    assert planted.recomputed_dtypes[0] == "float32"
+
+
+def test_compiled_backward_matches_eager_only_with_backward_autocast_off():
+    fixed = compiled.check_backward("off")
+    assert fixed.ok and fixed.eager_largest > overflow.FP16_MAX, fixed.verdict()
+    planted = compiled.check_backward("same_as_forward")
+    assert not planted.ok and not planted.compiled_finite, planted.verdict()
+
+
+def test_compiled_block_recompiles_only_when_called_outside_the_autocast_state():
+    fixed = compiled.check_recompiles(compiled.second_call_inside)
+    assert fixed.ok and fixed.graphs == 1, fixed.verdict()
+    planted = compiled.check_recompiles(compiled.second_call_outside)
+    assert not planted.ok and planted.graphs == 2
+    assert any("autocast" in r for r in planted.reasons), planted.reasons
+
+
+def test_ranks_stay_one_model_only_with_one_scaler_state():
+    fixed = ranks.check_ranks(ranks.same_scaler_state)
+    assert fixed.ok and fixed.skipped == (1, 1), fixed.verdict()
+    assert fixed.scales[-1][0] == fixed.scales[-1][1]
+    planted = ranks.check_ranks(ranks.keep_own_state)
+    assert not planted.ok and planted.drift > 0, planted.verdict()
+    # the skip decisions agree even then: both ranks unscale the same mean
+    assert planted.skipped == (1, 1)
+    # equal scales need no fix
+    same = ranks.check_ranks(ranks.keep_own_state, scales=(2.0**10, 2.0**10))
+    assert same.ok, same.verdict()

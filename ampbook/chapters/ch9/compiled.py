@@ -1,0 +1,181 @@
+"""Questions 10 and 11 of chapter 9: ``torch.compile`` with autocast. Both run on a
+CPU with the ``aot_eager`` and ``eager`` backends (Dynamo and AOTAutograd trace as
+for a GPU; no kernel is generated), in seconds.
+
+Question 10: AOTAutograd traces the backward of a compiled region under the
+forward's autocast state when ``torch._functorch.config.backward_pass_autocast`` is
+``"same_as_forward"``, while eager PyTorch runs the backward without autocast. A
+product the forward ran in fp32 (autocast disabled inside the region) then gets an
+fp16 gradient, which overflows. The model is the thread's; the check compares the
+compiled gradients with eager's.
+
+Question 11: Dynamo guards a compiled function on the autocast state and on its
+inputs' dtypes; a function called under autocast in one path of a step and in
+another path of the same step without it (a loss term computed after the region)
+compiles again, and says why. The check counts the graphs and the reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ampbook.chapters.ch9.overflow import FeedForward, batch
+
+
+class Fp32Head(nn.Module):
+    """The thread's model: a product under autocast, then a Linear in an fp32
+    region (autocast disabled)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w1", torch.ones(4, 4))
+        self.linear2 = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x @ self.w1
+        with torch.amp.autocast(x.device.type, enabled=False):
+            return self.linear2(y.float())
+
+
+def backward_autocast(setting: str):
+    """The backward of compiled regions traced with autocast ``"off"`` (the fix,
+    eager's behaviour) or ``"same_as_forward"``.
+    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
+    import torch._functorch.config as functorch_config
+
+    return functorch_config.patch(backward_pass_autocast=setting)
+
+
+def _grads(model, compiled: bool, setting: str) -> list[torch.Tensor]:
+    torch._dynamo.reset()
+    run = torch.compile(model, backend="aot_eager") if compiled else model
+    x = torch.ones(1, 4)
+    with backward_autocast(setting):
+        with torch.amp.autocast("cpu", dtype=torch.float16):
+            y = run(x)
+        (y * 16384).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+@dataclass
+class BackwardCheck:
+    setting: str
+    default: str  # this PyTorch's default setting
+    eager_largest: float  # the largest |gradient| in eager
+    compiled_finite: bool
+    difference: float  # compiled against eager, max |a - b|
+
+    @property
+    def ok(self) -> bool:
+        return self.compiled_finite and self.difference == 0.0
+
+    def verdict(self) -> str:
+        compiled = (
+            f"finite, {self.difference:g} from eager's"
+            if self.compiled_finite
+            else "not finite"
+        )
+        return (
+            f"Measured with backward_pass_autocast={self.setting!r} (this PyTorch's "
+            f"default: {self.default!r}): eager's largest gradient is "
+            f"{self.eager_largest:,.0f}; the compiled region's gradients are "
+            f"{compiled}: "
+            + (
+                "the compiled backward matches eager."
+                if self.ok
+                else "the compiled backward overflows."
+            )
+        )
+
+
+def check_backward(setting: str = "off", seed: int = 0) -> BackwardCheck:
+    """The thread's model, eager then compiled (``aot_eager``), forward under fp16
+    autocast and the loss times 16384; the compiled backward traced with
+    ``setting``."""
+    import torch._functorch.config as functorch_config
+
+    torch.manual_seed(seed)
+    model = Fp32Head()
+    eager = _grads(model, False, setting)
+    compiled = _grads(model, True, setting)
+    finite = all(torch.isfinite(g).all() for g in compiled)
+    diff = max((a - b).abs().max().item() for a, b in zip(compiled, eager))
+    largest = max(g.abs().max().item() for g in eager)
+    default = functorch_config.backward_pass_autocast
+    return BackwardCheck(setting, default, largest, finite, diff)
+
+
+class Encoder(nn.Module):
+    """A Linear, then a feed-forward block compiled on its own (the part a user
+    compiles); the block's input is fp16 under fp16 autocast, fp32 without."""
+
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.embed = nn.Linear(width, width)
+        self.block = torch.compile(FeedForward(width), backend="eager")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(self.embed(x))
+
+
+def second_call_outside(model, h):
+    """The block called again after the autocast region, on the fp32 output (an
+    auxiliary loss term computed outside it): the failure."""
+    return model.block(h.float())
+
+
+def second_call_inside(model, h):
+    """Every call of the compiled block under the one autocast state of the step.
+    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
+    with torch.amp.autocast("cpu", dtype=torch.float16):
+        return model.block(h)
+
+
+@dataclass
+class RecompileCheck:
+    rounds: int
+    graphs: int  # Dynamo's unique graphs
+    reasons: list[str]  # the guard failures that made it compile again
+
+    @property
+    def ok(self) -> bool:
+        return self.graphs == 1 and not self.reasons
+
+    def verdict(self) -> str:
+        why = (
+            "; it compiled again because " + "; ".join(f"`{r}`" for r in self.reasons)
+            if self.reasons
+            else ""
+        )
+        return (
+            f"Measured over {self.rounds} fp16 training steps: Dynamo made "
+            f"{self.graphs} graph{'s' if self.graphs != 1 else ''} of the block{why}: "
+            + ("one graph serves every call." if self.ok else "the block recompiles.")
+        )
+
+
+def check_recompiles(second_call=second_call_inside, rounds: int = 3, seed: int = 0):
+    """``rounds`` fp16 training steps of ``Encoder`` whose loss adds a second call
+    of the compiled block (``second_call``); the graphs Dynamo made
+    (``torch._dynamo.utils.counters``) and the reasons it gave for compiling again
+    (``torch._dynamo.utils.guard_failures``, the first line of each)."""
+    from torch._dynamo.utils import counters, guard_failures
+
+    torch._dynamo.reset()
+    counters.clear()
+    guard_failures.clear()
+    torch.manual_seed(seed)
+    model, x = Encoder(), batch(seed=seed)
+    for _ in range(rounds):
+        with torch.amp.autocast("cpu", dtype=torch.float16):
+            h = model(x)
+        loss = h.float().pow(2).mean() + second_call(model, h).float().pow(2).mean()
+        loss.backward()
+    reasons = sorted(
+        {str(r).split("\n")[0].strip() for rs in guard_failures.values() for r in rs}
+    )
+    return RecompileCheck(rounds, counters["stats"]["unique_graphs"], reasons)

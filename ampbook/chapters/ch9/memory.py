@@ -1,0 +1,99 @@
+"""Question 5 of chapter 9: mixed precision uses more memory. A training step keeps
+the fp32 weights, their fp32 gradients and the optimizer's fp32 state whatever the
+precision; autocast halves the activations it saves for backward but adds a 16-bit
+copy of every weight it casts (chapter 3's and 4's count,
+``ampbook.measure.memory``). With few tokens per step, as in fine-tuning a wide
+model on short batches, the copies outweigh the halved activations and AMP's step
+needs more memory than fp32's. The diagnosis splits the saved bytes by dtype; the
+fix is a step above the crossover that chapter 3's straight line predicts from two
+small measurements (``memory.fit_line``, ``memory.crossover_pixels``, here in tokens
+instead of pixels)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ampbook.chapters.ch9.overflow import FeedForward
+from ampbook.core.page import MIB
+from ampbook.measure import memory
+
+
+def wide_model(seed: int = 0, width: int = 256, hidden: int = 1024) -> nn.Module:
+    """Two wide feed-forward blocks, each followed by a LayerNorm: a model whose
+    weights are large next to a short batch's activations."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        FeedForward(width, hidden),
+        nn.LayerNorm(width),
+        FeedForward(width, hidden),
+        nn.LayerNorm(width),
+    )
+
+
+def step_bytes(model: nn.Module, tokens: int, dtype=None, seed: int = 0) -> dict:
+    """A step's memory on ``tokens`` rows: the new bytes saved for backward
+    (``memory.saved_for_backward``, split by dtype) and the fp32 weights, gradients
+    and Adam state beside them (``memory.ADAM_STATE_BYTES_PER_PARAM`` per weight).
+    ``dtype=None``: fp32; else CPU autocast in ``dtype``."""
+    width = model[0].up.in_features
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, width, generator=g)
+    target = torch.randn(tokens, width, generator=g)
+    saved = memory.saved_for_backward(model, x, target, "cpu", dtype, nn.MSELoss())
+    n_params = sum(p.numel() for p in model.parameters())
+    static = memory.ADAM_STATE_BYTES_PER_PARAM * n_params
+    return {
+        "saved": saved["new_bytes"],
+        "by_dtype": saved["by_dtype"],
+        "static": static,
+        "total": static + saved["new_bytes"],
+    }
+
+
+@dataclass
+class MemoryCheck:
+    tokens: int  # the step the reader runs
+    fp32_total: int
+    amp_total: int
+    crossover_tokens: float  # predicted from two small steps
+
+    @property
+    def amp_costs(self) -> bool:
+        return self.amp_total > self.fp32_total
+
+    @property
+    def ok(self) -> bool:
+        """The fix works: the step is above the predicted crossover and AMP's
+        measured step is smaller than fp32's there."""
+        return self.tokens >= self.crossover_tokens and not self.amp_costs
+
+    def verdict(self) -> str:
+        share = memory.saving(self.fp32_total, self.amp_total)
+        return (
+            f"Measured at {self.tokens} tokens per step: fp32's step holds "
+            f"{self.fp32_total / MIB:.2f} MiB, AMP's "
+            f"{self.amp_total / MIB:.2f} MiB (fp16 autocast, a saving of "
+            f"{share:+.0%}); predicted crossover {self.crossover_tokens:.0f} tokens: "
+            + (
+                "above it AMP saves memory, as predicted."
+                if self.ok
+                else "AMP costs memory at this step."
+            )
+        )
+
+
+def check_memory(tokens: int, fit_tokens=(8, 64), seed: int = 0) -> MemoryCheck:
+    """Fit the new saved bytes of fp32 and fp16 autocast on two small steps
+    (``fit_tokens``), predict the crossover, then measure both at ``tokens``."""
+    model = wide_model(seed)
+    lines = {}
+    for dtype in (None, torch.float16):
+        points = [(n, step_bytes(model, n, dtype, seed)["saved"]) for n in fit_tokens]
+        lines[dtype] = memory.fit_line(points)
+    crossover = memory.crossover_pixels(lines[None], lines[torch.float16])
+    fp32 = step_bytes(model, tokens, None, seed)
+    amp = step_bytes(model, tokens, torch.float16, seed)
+    return MemoryCheck(tokens, fp32["total"], amp["total"], crossover)
