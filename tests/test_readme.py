@@ -185,7 +185,7 @@ def test_the_options_the_prose_names_are_the_commands(module):
 def test_the_cpu_ladder_is_the_size_the_readme_gives():
     """README: ``ladder --device cpu`` times "rungs 0, 4 at 64x32"; its help gives the
     CPU defaults."""
-    assert "# rungs 0, 4 at 64x32:" in README
+    assert "rungs 0, 4 at 64x32:" in README
     done = run(["ampbook.bench", "ladder", "--help"], columns=200)
     text = " ".join(done.stdout.split())
     for default in ("0,4 on a CPU", "32 on a CPU", "64 on a CPU"):
