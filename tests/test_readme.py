@@ -224,3 +224,10 @@ def test_the_gpu_profile_and_its_h200_times_are_the_gpu_checks():
     for chapter in (4, 5):
         assert all(s["status"] == "cut short" for s in stages[chapter]), chapter
     assert "it stopped chapters 4 and 5 unfinished" in PROSE
+
+
+def test_the_readme_reads_at_an_80_column_terminal():
+    """Read raw (``less README.md``) at 80 columns, no line wraps mid-word (the README
+    before: 135 of 265 lines over 80 columns)."""
+    long = [n for n, x in enumerate(README.splitlines(), 1) if len(x) > 80]
+    assert not long, f"README lines over 80 columns: {long}"
