@@ -6,6 +6,7 @@ terminal's width, Markdown only in the ``--markdown`` file); the ladder's target
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -156,3 +157,77 @@ def test_the_gpu_lease_procedure_lives_in_developing():
     developing = (REPO_ROOT / "DEVELOPING.md").read_text()
     assert "python3 -m ampbook.gpucheck --lease" in developing
     assert "make gpu-wheels" in developing
+
+
+# Options the README's prose names for each command (not only those its code blocks
+# pass): each must be one the command's --help lists.
+PROSE_OPTIONS = {
+    ("ampbook.doctor",): ["--model", "--input", "--gpus", "--output", "--loss",
+                          "--forward-only", "--measure", "--no-measure", "--markdown",
+                          "--json"],
+    ("ampbook.bench", "ladder"): ["--rungs", "--precisions", "--show", "--json",
+                                  "--device"],
+    ("ampbook.build.run",): ["--profile", "--out", "-p"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("module", sorted(PROSE_OPTIONS), ids=" ".join)
+def test_the_options_the_prose_names_are_the_commands(module):
+    done = run([*module, "--help"], columns=200)
+    assert done.returncode == 0, done.stderr
+    known = set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", done.stdout))
+    for flag in PROSE_OPTIONS[module]:
+        named = re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", README)
+        assert named, (module, flag)  # the README names it...
+        assert flag in known, (module, flag)  # ...and the command knows it
+
+
+def test_the_cpu_ladder_is_the_size_the_readme_gives():
+    """README: ``ladder --device cpu`` times "rungs 0, 4 at 64x32"; its help gives the
+    CPU defaults."""
+    assert "rungs 0, 4 at 64x32:" in README
+    done = run(["ampbook.bench", "ladder", "--help"], columns=200)
+    text = " ".join(done.stdout.split())
+    for default in ("0,4 on a CPU", "32 on a CPU", "64 on a CPU"):
+        assert default in text, default
+
+
+def test_the_gpu_profile_and_its_h200_times_are_the_gpu_checks():
+    """README, "On your own GPU": the gpu profile's chapter 3 (size, batch, epochs,
+    images) is notebooks/profiles.yml's, and each H200 chapter time it quotes is the
+    stage time of a finished notebook in data/gpucheck/'s reports, run at that
+    profile; chapters 4 and 5 were stopped unfinished."""
+    from ampbook.build.run import load_profiles
+
+    ch3 = load_profiles()["gpu"]["03_amp_training"]
+    assert (ch3["width"], ch3["height"], ch3["batch_size"]) == (1024, 512, 6)
+    assert f"(1024x512 images, batch {ch3['batch_size']})" in PROSE
+    assert f"{ch3['num_epochs']} epochs of {ch3['train_images']} training" in PROSE
+    reports = sorted((REPO_ROOT / "data" / "gpucheck").glob("*.report.json"))
+    stages = {}
+    for path in reports:
+        log = path.with_name(path.name.replace(".report.json", ".log")).read_text()
+        for stage in json.loads(path.read_text())["stages"]:
+            if stage["status"] == "not selected":
+                continue
+            stem = {"01": "01_floating_point", "02": "02_tensor_cores",
+                    "03": "03_amp_training", "04": "04_loss_scaling",
+                    "05": "05_rtx3070"}.get(stage["name"][2:])  # fmt: skip
+            if stage["name"].startswith("nb") and stem:
+                assert f"{stem}: profile gpu," in log, (path.name, stem)
+                stages.setdefault(int(stage["name"][2:]), []).append(stage)
+    quoted = re.findall(r"(\d+) s \(chapter (\d+)\)", PROSE)
+    assert len(quoted) == 3, quoted
+    for seconds, chapter in quoted:
+        done = [s["seconds"] for s in stages[int(chapter)] if s["status"] == "ok"]
+        assert done and round(done[-1]) == int(seconds), (chapter, seconds, done)
+    for chapter in (4, 5):
+        assert all(s["status"] == "cut short" for s in stages[chapter]), chapter
+    assert "it stopped chapters 4 and 5 unfinished" in PROSE
+
+
+def test_the_readme_reads_at_an_80_column_terminal():
+    """Read raw (``less README.md``) at 80 columns, no line wraps mid-word (the README
+    before this test: 132 of 261 lines over 80 columns)."""
+    long = [n for n, x in enumerate(README.splitlines(), 1) if len(x) > 80]
+    assert not long, f"README lines over 80 columns: {long}"
