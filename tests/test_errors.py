@@ -959,7 +959,6 @@ def test_doctor_refuses_one_file_for_json_and_markdown(tmp_path, capsys):
         (["step", "--rounds", "0"], ["--rounds"]),
         (["matmul", "--quick", "--min-time", "nan"], ["--min-time", "finite"]),
         (["matmul", "--quick", "--sizes", "0"], ["--sizes"]),
-        (["doctor", "--target-s", "inf"], ["--target-s"]),
         (["loader", "--passes", "0"], ["--passes"]),
     ],
 )
@@ -1009,12 +1008,24 @@ def test_bench_outputs_are_checked_before_measuring(tmp_path, capsys):
     for argv in (
         ["step", "--json", str(blocker / "r.json")],
         ["matmul", "--quick", "--save", str(tmp_path / ("n" * 300))],
-        ["doctor", "--json", str(tmp_path)],
     ):
         assert main(argv) == 2
         out = capsys.readouterr()
         one_error(out.err, "--")
         assert "ms" not in out.out
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["--target-s", "inf"], ["--target-s"]), (["--json", "."], ["--json"])],
+)
+def test_doctor_bench_checks_its_options_before_timing(argv, words, capsys):
+    from booktools import doctor_bench
+
+    assert doctor_bench.main(argv) == 2
+    out = capsys.readouterr()
+    one_error(out.err, *words)
+    assert "ms" not in out.out
 
 
 @pytest.mark.parametrize("budget", ["inf", "nan", "-1"])

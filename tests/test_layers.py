@@ -168,7 +168,8 @@ NOTEBOOKS = PACKAGE.parent / "notebooks"
 
 def tooling_imports(path: Path) -> list[str]:
     """What in ``path`` reaches the book's tooling (``booktools``): an import, at any
-    depth, or a string naming one of its modules (an ``importlib`` table's entry)."""
+    depth, or a string that is one of its modules' dotted names (an ``importlib``
+    table's entry); prose that mentions one is not a reach."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -176,7 +177,7 @@ def tooling_imports(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and not node.level:
             names = [node.module or ""]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            names = [node.value] if " " not in node.value.strip() else []
+            names = [node.value] if node.value.startswith("booktools.") else []
         else:
             continue
         found += [
@@ -199,6 +200,7 @@ def test_an_import_of_the_tooling_is_found(tmp_path):
         '"""Made by booktools.run."""\n'
         "def f():\n    from booktools.run import main\n"
         'TABLE = {"doctor": "booktools.doctor_bench"}\n'
+        'ROOTS = ("ampbook", "booktools")\n'
     )
     assert tooling_imports(planted) == [
         "x.py:3 booktools.run",
