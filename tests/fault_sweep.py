@@ -1295,9 +1295,7 @@ def fs_cases() -> list[Case]:
             Case(
                 c,
                 f"build.run --out {label}",
-                cmd(
-                    "booktools.run", "--profile", "smoke", "--out", where("ex"), "1"
-                ),
+                cmd("booktools.run", "--profile", "smoke", "--out", where("ex"), "1"),
             ),
             Case(
                 c,
@@ -1456,7 +1454,10 @@ def signals_cases() -> list[Case]:
         ),
         ("bench step", cmd("ampbook.bench", "step")),
         ("doctor", cmd("ampbook.doctor", "--model", "erfnet")),
-        ("gpucheck", cmd("booktools.gpucheck", "--lease", "--dry-run", "--out", T("gc"))),
+        (
+            "gpucheck",
+            cmd("booktools.gpucheck", "--lease", "--dry-run", "--out", T("gc")),
+        ),
         (
             "build.run",
             cmd("booktools.run", "--profile", "smoke", "--out", T("ex"), "1"),

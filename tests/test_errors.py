@@ -1170,8 +1170,8 @@ def test_profiles_yml_errors_name_the_file_and_place(tmp_path):
 
 
 def test_environment_variables_are_checked(tmp_path, monkeypatch):
-    from booktools import bookcheck, run
     from ampbook.core.paths import CacheError, cache_dir
+    from booktools import bookcheck, run
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -1187,8 +1187,8 @@ def test_environment_variables_are_checked(tmp_path, monkeypatch):
 
 
 def _executed(tmp_path: Path, run_id: str = "r1") -> Path:
-    from booktools import book, run
     from ampbook.core.paths import NOTEBOOKS_DIR
+    from booktools import book, run
 
     folder = tmp_path / "executed"
     folder.mkdir()

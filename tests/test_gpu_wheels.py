@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from ampbook.core.paths import REPO_ROOT
 from booktools.gpuwheels import (
     PY312_LINUX,
     RUNNER_MODULES,
     WHEEL_NEVER,
     WHEEL_ROOTS,
 )
-from ampbook.core.paths import REPO_ROOT
 
 # Modules that only build or check the HTML book; they never run on the GPU machine.
 BOOK_ONLY = {
@@ -98,9 +98,7 @@ def imported_modules() -> dict[str, set[str]]:
                     path.relative_to(REPO_ROOT).as_posix()
                 )
     for module in RUNNER_MODULES:
-        found.setdefault(module, set()).add(
-            "booktools/gpuwheels.py (RUNNER_MODULES)"
-        )
+        found.setdefault(module, set()).add("booktools/gpuwheels.py (RUNNER_MODULES)")
     return found
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from ampbook.bench.ladder_run import PARTIAL_END
+from ampbook.core.paths import REPO_ROOT
+from ampbook.core.words import slug
+from ampbook.results import load_results_dir
 from booktools.gpuplan import (
     BY_NAME,
     DEFAULT_BUDGET_S,
@@ -25,9 +28,6 @@ from booktools.gpuplan import (
     should_start,
     stage_timeout,
 )
-from ampbook.core.paths import REPO_ROOT
-from ampbook.core.words import slug
-from ampbook.results import load_results_dir
 
 FILE_SET = {"report.json", "gpucheck.log", "results.tar.gz", "notebooks.tar.gz"}
 
@@ -454,10 +454,10 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
     parameters cells define (the runner would reject others, but only on the GPU)."""
     import yaml
 
+    from ampbook.core.paths import NOTEBOOKS_DIR, PROFILES_FILE
     from booktools.gpuplan import CHECK_PROFILE, NOTEBOOKS
     from booktools.run import parameters_cell
     from booktools.sources import read_source
-    from ampbook.core.paths import NOTEBOOKS_DIR, PROFILES_FILE
 
     check = yaml.safe_load(PROFILES_FILE.read_text())[CHECK_PROFILE]
     for stem in NOTEBOOKS.values():

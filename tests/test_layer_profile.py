@@ -59,9 +59,9 @@ def test_profile_rejects_bad_sizes():
 
 
 def test_loader_record_is_a_results_record(tmp_path):
-    from booktools.layers import loader_record, save_json
     from ampbook.results import read_file
     from ampbook.segmentation.synthetic import synthetic_root
+    from booktools.layers import loader_record, save_json
 
     root = synthetic_root(train=2, val=0, height=32, width=64)
     rec = loader_record(

@@ -14,8 +14,8 @@ import nbformat
 import pytest
 import yaml
 
-from booktools import run as runner
 from ampbook.core.paths import PROFILES_FILE, REPO_ROOT
+from booktools import run as runner
 
 SOURCES = runner.all_notebooks()
 IDS = [p.stem for p in SOURCES]

@@ -20,10 +20,10 @@ import torch
 from _cli import one_error
 
 from ampbook.bench import main as bench_main
-from booktools import book, bookcheck, run
 from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 from ampbook.segmentation import cityscapes as data
 from ampbook.segmentation import data_command, evaluate, synthetic
+from booktools import book, bookcheck, run
 
 NOTEBOOK = """# %% [markdown]
 # # A test notebook
