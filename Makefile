@@ -22,15 +22,15 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 execute: $(STAMP)
-	$(VPY) -m ampbook.build.run $(if $(PROFILE),--profile $(PROFILE)) --out $(EXECUTED) $(NOTEBOOKS)
+	$(VPY) -m booktools.run $(if $(PROFILE),--profile $(PROFILE)) --out $(EXECUTED) $(NOTEBOOKS)
 
 html: $(STAMP)
-	$(VPY) -m ampbook.build.book --executed $(EXECUTED) --out build/book
+	$(VPY) -m booktools.book --executed $(EXECUTED) --out build/book
 
 book: execute html
 
 check: $(STAMP)
-	$(VPY) -m ampbook.build.bookcheck build/book/_build/html
+	$(VPY) -m booktools.bookcheck build/book/_build/html
 
 # The tests run in parallel, one worker per core (pytest-xdist; TEST_JOBS=1 for one
 # process). Tests that share the book's one smoke execution stay on one worker
@@ -46,7 +46,7 @@ sync: $(STAMP)
 clean:
 	rm -rf build book/_build
 
-# Wheels for a GPU machine without a package index (python -m ampbook.gpucheck installs them
+# Wheels for a GPU machine without a package index (python -m booktools.gpucheck installs them
 # there): gpu-wheels.txt, for CPython 3.12 on manylinux x86_64, one version each, no
 # dependencies resolved by pip (the list names them). Needs pip and PyPI; the venv is not used.
 WHEEL_PIP ?= $(PYTHON) -m pip
@@ -58,7 +58,7 @@ WHEEL_PLATFORMS := manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 
 # The whole GPU check (the lease in one call) on this CPU at tiny sizes, before a GPU session.
 gpucheck-dry: $(STAMP)
 	rm -rf build/gpucheck-dry
-	$(VPY) -m ampbook.gpucheck --lease --dry-run --out build/gpucheck-dry
+	$(VPY) -m booktools.gpucheck --lease --dry-run --out build/gpucheck-dry
 
 gpu-wheels:
 	@rm -rf .whl && mkdir -p .whl

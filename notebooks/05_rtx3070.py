@@ -789,7 +789,7 @@ md("\n\n".join(ch3.gpu_pair_verdict(q) for q in gpu_pairs)
 # %% [markdown]
 # A step's wall time is its kernels' time plus the time the GPU sits idle between them
 # (launches, host work, synchronisations: {term}`GPU idle time`). A layer profile
-# (`ampbook.bench.layers`) measures the first with the PyTorch profiler, per ERFNet
+# (`booktools.layers`) measures the first with the PyTorch profiler, per ERFNet
 # module, beside the second (the step timed alone), and puts the cost model's bound for
 # that GPU next to both. Its {term}`kernel efficiency` is the bound over the kernel
 # time, not over the wall time. The fp32 profiles ran with TF32 on and are labelled so:

@@ -660,7 +660,7 @@ ladder_rows = ch8.ladder_compile_rows(found.gpu_ladders())
     if ladder_rows
     else md(
         "No GPU ladder (`data/results/ladder_*.json`) is committed yet: the GPU "
-        "check (`python -m ampbook.gpucheck`) measures rung 5, and this table will "
+        "check (`python -m booktools.gpucheck`) measures rung 5, and this table will "
         "show it."
     )
 )

@@ -135,7 +135,7 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 # (findings-gpu)=
 # ## On the GPUs in the results folder
 #
-# Each GPU's committed ERFNet runs, measured by `python -m ampbook.gpucheck`, with their
+# Each GPU's committed ERFNet runs, measured by `python -m booktools.gpucheck`, with their
 # provenance, at the ERFNet authors' defaults (the provenance line gives them);
 # {doc}`03_amp_training` shows them beside this machine's runs and {doc}`05_rtx3070`
 # sets them against the roofline bound. The step *in the loop* leaves out the wait for
@@ -237,7 +237,7 @@ md(gpu_findings(results))
 #
 # ## Exercises
 #
-# 1. Run `python -m ampbook.gpucheck --plan A` and `--plan B` on your GPU, copy their
+# 1. Run `python -m booktools.gpucheck --plan A` and `--plan B` on your GPU, copy their
 #    records into `data/results/` and rebuild this page: which of the findings above
 #    change, and which hold?
 # 2. On your GPU, which share of the AMP epoch is spent waiting for data? Compare it with the

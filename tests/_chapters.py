@@ -6,7 +6,7 @@ from pathlib import Path
 
 import nbformat
 
-from ampbook.build import run as runner
+from booktools import run as runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 

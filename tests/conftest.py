@@ -12,7 +12,7 @@ import torch
 
 def pytest_runtest_setup(item):
     """Tests marked ``cuda`` need a GPU: skipped without one (``pytest -m cuda`` selects
-    them; ``python -m ampbook.gpucheck`` runs them on a GPU machine)."""
+    them; ``python -m booktools.gpucheck`` runs them on a GPU machine)."""
     if item.get_closest_marker("cuda") and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
 
@@ -43,7 +43,7 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def executed_notebooks(tmp_path_factory) -> Path:
-    from ampbook.build.run import run_notebooks
+    from booktools.run import run_notebooks
 
     out = tmp_path_factory.mktemp("executed")
     # One torch thread per kernel: the smoke sizes are tiny, and two threads that wait
@@ -54,7 +54,7 @@ def executed_notebooks(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def built_book(executed_notebooks, tmp_path_factory) -> Path:
-    from ampbook.build.book import build
+    from booktools.book import build
 
     out = tmp_path_factory.mktemp("book")
     index = build(executed_notebooks, out)

@@ -497,7 +497,7 @@ def prepare(shared: Path, repo: Path) -> None:
     code = f"""
 import json, shutil, sys
 sys.path.insert(0, {str(repo)!r})
-from ampbook.build import book, run
+from booktools import book, run
 names = book.toc_chapters()
 for stem in names:
     shutil.copy({str(repo)!r} + f"/notebooks/{{stem}}.ipynb", {str(executed)!r})
@@ -745,26 +745,26 @@ def settings_cases() -> list[Case]:
         Case(
             c,
             "gpucheck: no --out",
-            cmd("ampbook.gpucheck", "--dry-run"),
+            cmd("booktools.gpucheck", "--dry-run"),
             words=["--out"],
         ),
         Case(
             c,
             "gpucheck: unknown stage",
-            cmd("ampbook.gpucheck", "--out", T("gc"), "--stages", "nb09"),
+            cmd("booktools.gpucheck", "--out", T("gc"), "--stages", "nb09"),
             words=["nb09"],
         ),
         Case(
             c,
             "build.run: unknown notebook",
-            cmd("ampbook.build.run", "--profile", "smoke", "--out", T("x"), "99"),
+            cmd("booktools.run", "--profile", "smoke", "--out", T("x"), "99"),
             words=["99"],
         ),
         Case(
             c,
             "build.run: -p of no notebook",
             cmd(
-                "ampbook.build.run",
+                "booktools.run",
                 "--profile",
                 "smoke",
                 "--out",
@@ -779,13 +779,13 @@ def settings_cases() -> list[Case]:
         Case(
             c,
             "build.run: unknown profile",
-            cmd("ampbook.build.run", "--profile", "huge", "1"),
+            cmd("booktools.run", "--profile", "huge", "1"),
             words=["huge"],
         ),
         Case(
             c,
             "build.book: no executed folder",
-            cmd("ampbook.build.book", "--executed", T("none"), "--out", T("b")),
+            cmd("booktools.book", "--executed", T("none"), "--out", T("b")),
             words=["none"],
             quick=True,
         ),
@@ -793,7 +793,7 @@ def settings_cases() -> list[Case]:
             c,
             "build.book: --out in the sources",
             lambda ctx: [
-                "ampbook.build.book",
+                "booktools.book",
                 "--executed",
                 str(ctx.shared / "executed"),
                 "--out",
@@ -804,19 +804,19 @@ def settings_cases() -> list[Case]:
         Case(
             c,
             "bookcheck: no folder",
-            cmd("ampbook.build.bookcheck", T("none")),
+            cmd("booktools.bookcheck", T("none")),
             words=["none"],
         ),
         Case(
             c,
             "nbstats: no notebook",
-            cmd("ampbook.build.nbstats", T("x.py")),
+            cmd("booktools.nbstats", T("x.py")),
             words=["x.py"],
         ),
         Case(
             c,
             "bench doctor: unknown model",
-            cmd("ampbook.bench", "doctor", "--model", "nosuch"),
+            cmd("booktools.doctor_bench", "--model", "nosuch"),
             words=["nosuch"],
         ),
     ]
@@ -1049,7 +1049,7 @@ def numbers_cases() -> list[Case]:
             Case(
                 c,
                 f"gpucheck --budget-s {value}",
-                cmd("ampbook.gpucheck", "--out", T("gc"), "--budget-s", value),
+                cmd("booktools.gpucheck", "--out", T("gc"), "--budget-s", value),
                 words=["--budget-s"],
                 check=nothing_at(lambda ctx: ctx.tmp / "gc"),
             )
@@ -1083,7 +1083,7 @@ def numbers_cases() -> list[Case]:
         Case(
             c,
             "build.run --threads 0",
-            cmd("ampbook.build.run", "--threads", "0", "1"),
+            cmd("booktools.run", "--threads", "0", "1"),
             words=["--threads"],
         )
     )
@@ -1127,7 +1127,7 @@ def parameters_cases() -> list[Case]:
                 "MISSING", str(ctx.tmp / "missing")
             )
             return [
-                "ampbook.build.run",
+                "booktools.run",
                 "--profile",
                 "smoke",
                 "--threads",
@@ -1155,7 +1155,7 @@ def parameters_cases() -> list[Case]:
             c,
             "notebook 1: -p n_samples an alias bomb",
             cmd(
-                "ampbook.build.run",
+                "booktools.run",
                 "--profile",
                 "smoke",
                 "--out",
@@ -1261,7 +1261,7 @@ def fs_cases() -> list[Case]:
             Case(
                 c,
                 f"bench doctor --json {label}",
-                cmd("ampbook.bench", "doctor", "--json", where("r.json")),
+                cmd("booktools.doctor_bench", "--json", where("r.json")),
             ),
             Case(
                 c,
@@ -1290,20 +1290,18 @@ def fs_cases() -> list[Case]:
             Case(
                 c,
                 f"gpucheck --out {label}",
-                cmd("ampbook.gpucheck", "--lease", "--dry-run", "--out", where("gc")),
+                cmd("booktools.gpucheck", "--lease", "--dry-run", "--out", where("gc")),
             ),
             Case(
                 c,
                 f"build.run --out {label}",
-                cmd(
-                    "ampbook.build.run", "--profile", "smoke", "--out", where("ex"), "1"
-                ),
+                cmd("booktools.run", "--profile", "smoke", "--out", where("ex"), "1"),
             ),
             Case(
                 c,
                 f"build.book --out {label}",
                 lambda ctx, where=where: [
-                    "ampbook.build.book",
+                    "booktools.book",
                     "--executed",
                     str(ctx.shared / "executed"),
                     "--out",
@@ -1323,7 +1321,7 @@ def fs_cases() -> list[Case]:
         Case(
             c,
             "bookcheck: name over 255 bytes",
-            cmd("ampbook.build.bookcheck", LONGP("h")),
+            cmd("booktools.bookcheck", LONGP("h")),
         ),
         Case(
             c,
@@ -1456,22 +1454,25 @@ def signals_cases() -> list[Case]:
         ),
         ("bench step", cmd("ampbook.bench", "step")),
         ("doctor", cmd("ampbook.doctor", "--model", "erfnet")),
-        ("gpucheck", cmd("ampbook.gpucheck", "--lease", "--dry-run", "--out", T("gc"))),
+        (
+            "gpucheck",
+            cmd("booktools.gpucheck", "--lease", "--dry-run", "--out", T("gc")),
+        ),
         (
             "build.run",
-            cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+            cmd("booktools.run", "--profile", "smoke", "--out", T("ex"), "1"),
         ),
         (
             "build.book",
             lambda ctx: [
-                "ampbook.build.book",
+                "booktools.book",
                 "--executed",
                 str(ctx.shared / "executed"),
                 "--out",
                 str(ctx.tmp / "b"),
             ],
         ),
-        ("bookcheck", cmd("ampbook.build.bookcheck", HTML)),
+        ("bookcheck", cmd("booktools.bookcheck", HTML)),
     )
     for name, argv in startup:
         for sig, code in ((INT, 130), (TERM, 143)):
@@ -1604,7 +1605,7 @@ def signals_cases() -> list[Case]:
                 c,
                 f"gpucheck: {sig.name} in a stage",
                 cmd(
-                    "ampbook.gpucheck",
+                    "booktools.gpucheck",
                     "--dry-run",
                     "--out",
                     T("gc"),
@@ -1640,7 +1641,7 @@ def signals_cases() -> list[Case]:
                 c,
                 f"build.run: {sig.name} in a cell",
                 cmd(
-                    "ampbook.build.run",
+                    "booktools.run",
                     "--profile",
                     "smoke",
                     "--out",
@@ -1659,7 +1660,7 @@ def signals_cases() -> list[Case]:
                 c,
                 f"build.book: {sig.name} during jupyter-book",
                 lambda ctx: [
-                    "ampbook.build.book",
+                    "booktools.book",
                     "--executed",
                     str(ctx.shared / "executed"),
                     "--out",
@@ -2080,7 +2081,7 @@ def files_cases() -> list[Case]:
         return setup
 
     book_argv = lambda ctx: [  # noqa: E731
-        "ampbook.build.book",
+        "booktools.book",
         "--executed",  # noqa: E731
         str(ctx.tmp / "executed"),
         "--out",
@@ -2127,7 +2128,7 @@ def files_cases() -> list[Case]:
             Case(
                 c,
                 f"build.run: profiles.yml {label}",
-                cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+                cmd("booktools.run", "--profile", "smoke", "--out", T("ex"), "1"),
                 setup=profiles(text),
                 words=["profiles.yml"],
                 cwd=lambda ctx: ctx.repo_copy(),
@@ -2424,7 +2425,7 @@ def env_cases() -> list[Case]:
             "build.run: ulimit -n 20",
             ulimit_n(
                 20,
-                cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+                cmd("booktools.run", "--profile", "smoke", "--out", T("ex"), "1"),
             ),
             words=["ulimit -n", "20"],
             check=nothing_at(lambda ctx: ctx.tmp / "ex"),
@@ -2466,7 +2467,7 @@ def env_cases() -> list[Case]:
             Case(
                 c,
                 f"build.run: {label}",
-                cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+                cmd("booktools.run", "--profile", "smoke", "--out", T("ex"), "1"),
                 expect=(0,),
                 env=env,
                 timeout=300,
@@ -2563,14 +2564,14 @@ def env_cases() -> list[Case]:
         Case(
             c,
             "bookcheck: CHROMIUM missing",
-            cmd("ampbook.build.bookcheck", HTML),
+            cmd("booktools.bookcheck", HTML),
             env={"CHROMIUM": "/nonexistent/chromium"},
             words=["CHROMIUM"],
         ),
         Case(
             c,
             "bookcheck: CHROMIUM not a browser",
-            cmd("ampbook.build.bookcheck", HTML),
+            cmd("booktools.bookcheck", HTML),
             env={"CHROMIUM": "/bin/true"},
             words=["true"],
             quick=True,
@@ -2578,7 +2579,7 @@ def env_cases() -> list[Case]:
         Case(
             c,
             "build.run: AMPBOOK_PROFILE unknown",
-            cmd("ampbook.build.run", "--out", T("ex"), "1"),
+            cmd("booktools.run", "--out", T("ex"), "1"),
             env={"AMPBOOK_PROFILE": "huge"},
             words=["AMPBOOK_PROFILE"],
         ),
@@ -2687,7 +2688,7 @@ def special_cases() -> list[Case]:
         Case(
             c,
             "build.run: notebook source a FIFO",
-            cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), T("x.py")),
+            cmd("booktools.run", "--profile", "smoke", "--out", T("ex"), T("x.py")),
             setup=nb_fifo,
             words=["FIFO"],
             timeout=90,
@@ -2696,7 +2697,7 @@ def special_cases() -> list[Case]:
             c,
             "build.book: an executed notebook that is a FIFO",
             lambda ctx: [
-                "ampbook.build.book",
+                "booktools.book",
                 "--executed",
                 str(ctx.tmp / "executed"),
                 "--out",
@@ -2708,7 +2709,7 @@ def special_cases() -> list[Case]:
         Case(
             c,
             "build.run: profiles.yml a FIFO",
-            cmd("ampbook.build.run", "--profile", "smoke", "--out", T("ex"), "1"),
+            cmd("booktools.run", "--profile", "smoke", "--out", T("ex"), "1"),
             setup=profiles_fifo,
             words=["FIFO"],
             timeout=90,
@@ -2717,7 +2718,7 @@ def special_cases() -> list[Case]:
         Case(
             c,
             "nbstats: a FIFO",
-            cmd("ampbook.build.nbstats", T("x.py")),
+            cmd("booktools.nbstats", T("x.py")),
             setup=nb_fifo,
             words=["FIFO"],
             timeout=90,
@@ -2985,7 +2986,7 @@ def results_cases() -> list[Case]:
         Case(
             c,
             "gpucheck into an earlier check's --out",
-            cmd("ampbook.gpucheck", "--dry-run", "--out", T("gc"), "--stages", "env"),
+            cmd("booktools.gpucheck", "--dry-run", "--out", T("gc"), "--stages", "env"),
             setup=lambda ctx: (
                 (ctx.tmp / "gc").mkdir(),
                 (ctx.tmp / "gc" / "report.json").write_text("{}"),
@@ -3022,7 +3023,7 @@ def results_cases() -> list[Case]:
         p.write_text(json.dumps(rec))
 
     book_argv = lambda ctx: [  # noqa: E731
-        "ampbook.build.book",
+        "booktools.book",
         "--executed",  # noqa: E731
         str(ctx.tmp / "executed"),
         "--out",

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from ampbook.build.bookcheck import (
+from booktools.bookcheck import (
     FIRST_SCREEN_PX,
     check_book,
     find_chromium,
@@ -32,7 +32,7 @@ def chromium():
 
 
 def test_book_has_every_chapter_and_offline_mathjax(built_book):
-    from ampbook.build.book import toc_chapters
+    from booktools.book import toc_chapters
 
     for stem in toc_chapters():
         assert (built_book / "chapters" / f"{stem}.html").exists()
@@ -241,7 +241,7 @@ def test_bookcheck_wants_the_answer_on_the_first_screen(built_book, chromium, tm
     1000 x 800 px), an "In short" item longer than three lines at 1300 px, and the
     Findings chapter's first finding pushed below the first screen each fail, naming
     the width and by how many pixels."""
-    from ampbook.build import bookcheck
+    from booktools import bookcheck
 
     html = tmp_path / "html"
     shutil.copytree(built_book, html)
@@ -290,7 +290,7 @@ def test_bookcheck_prints_each_pages_numbers(planted_pages, chromium):
 def test_bookcheck_counts_in_words():
     """One problem, two problems: the report's counts in the right number (no
     browser needed)."""
-    from ampbook.build.bookcheck import PageReport
+    from booktools.bookcheck import PageReport
 
     reports = [
         PageReport("a.html", problems=["cut off"]),

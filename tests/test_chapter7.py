@@ -16,7 +16,7 @@ from ampbook.results import MODE_LABELS, load_results_dir
 
 
 def smoke_rungs() -> list[int]:
-    from ampbook.build import run as runner
+    from booktools import run as runner
 
     return runner.load_profiles()["smoke"]["07_making_amp_pay"]["rungs"]
 

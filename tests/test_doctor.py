@@ -704,10 +704,10 @@ def test_cuda_variants_are_timed_with_peak_memory():
 
 
 def test_bench_doctor_prints_parts_and_total(capsys):
-    from ampbook.bench import main as bench_main
+    from booktools.doctor_bench import main as bench_main
 
     spec = "tests.test_doctor:tiny_classifier"
-    argv = ["doctor", "--model", spec, "--input", "3,8,8", "--batch", "2"]
+    argv = ["--model", spec, "--input", "3,8,8", "--batch", "2"]
     assert bench_main([*argv, "--target-s", "600"]) == 0
     out = capsys.readouterr().out
     for part in (
@@ -721,7 +721,7 @@ def test_bench_doctor_prints_parts_and_total(capsys):
         "machine load",
     ):
         assert part in out
-    assert bench_main(["doctor", "--model", "nope"]) == 2
+    assert bench_main(["--model", "nope"]) == 2
     one_error(capsys.readouterr().err, "unknown model 'nope'")
 
 

@@ -251,7 +251,7 @@ def test_number_types_refuse_what_makes_no_sense():
 
 def test_is_command_recognises_ampbook_modules_only():
     assert cli.is_command(["python", "-m", "ampbook.train", "--epochs", "1"])
-    assert cli.is_command(["python", "-u", "-m", "ampbook.build.run"])
+    assert cli.is_command(["python", "-u", "-m", "booktools.run"])
     assert cli.is_command(["python", "-mampbook.doctor"])
     assert not cli.is_command(["python", "-m", "pytest", "-m", "ampbook"])
     assert not cli.is_command(["python", "script.py", "-m", "ampbook.train"])
@@ -449,7 +449,7 @@ def test_a_signal_inside_an_import_in_main_is_raised_after_the_import(tmp_path):
 
 
 def test_sigterm_in_a_notebook_cell_marks_it_and_ends_the_kernel(tmp_path):
-    from ampbook.build import run
+    from booktools import run
 
     source = tmp_path / "slow.py"
     source.write_text(
@@ -461,7 +461,7 @@ def test_sigterm_in_a_notebook_cell_marks_it_and_ends_the_kernel(tmp_path):
         [
             sys.executable,
             "-m",
-            "ampbook.build.run",
+            "booktools.run",
             "--profile",
             "smoke",
             "--out",
@@ -498,7 +498,7 @@ def test_build_book_ends_jupyter_book_with_itself(tmp_path):
     """``run_ended`` (how build.book runs jupyter-book): a signal to the builder ends
     the child's whole process group."""
     code = (
-        "from ampbook.core import cli; from ampbook.build.book import run_ended\n"
+        "from ampbook.core import cli; from booktools.book import run_ended\n"
         "with cli.signals():\n"
         "    run_ended(['sh', '-c', 'sleep 300 & sleep 300'])\n"
     )
@@ -959,7 +959,6 @@ def test_doctor_refuses_one_file_for_json_and_markdown(tmp_path, capsys):
         (["step", "--rounds", "0"], ["--rounds"]),
         (["matmul", "--quick", "--min-time", "nan"], ["--min-time", "finite"]),
         (["matmul", "--quick", "--sizes", "0"], ["--sizes"]),
-        (["doctor", "--target-s", "inf"], ["--target-s"]),
         (["loader", "--passes", "0"], ["--passes"]),
     ],
 )
@@ -1009,7 +1008,6 @@ def test_bench_outputs_are_checked_before_measuring(tmp_path, capsys):
     for argv in (
         ["step", "--json", str(blocker / "r.json")],
         ["matmul", "--quick", "--save", str(tmp_path / ("n" * 300))],
-        ["doctor", "--json", str(tmp_path)],
     ):
         assert main(argv) == 2
         out = capsys.readouterr()
@@ -1017,9 +1015,22 @@ def test_bench_outputs_are_checked_before_measuring(tmp_path, capsys):
         assert "ms" not in out.out
 
 
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["--target-s", "inf"], ["--target-s"]), (["--json", "."], ["--json"])],
+)
+def test_doctor_bench_checks_its_options_before_timing(argv, words, capsys):
+    from booktools import doctor_bench
+
+    assert doctor_bench.main(argv) == 2
+    out = capsys.readouterr()
+    one_error(out.err, *words)
+    assert "ms" not in out.out
+
+
 @pytest.mark.parametrize("budget", ["inf", "nan", "-1"])
 def test_gpucheck_budget_must_be_a_finite_time(budget, tmp_path, capsys):
-    from ampbook.build import gpucheck
+    from booktools import gpucheck
 
     assert gpucheck.main(["--out", str(tmp_path / "o"), "--budget-s", budget]) == 2
     one_error(capsys.readouterr().err, "--budget-s")
@@ -1027,7 +1038,7 @@ def test_gpucheck_budget_must_be_a_finite_time(budget, tmp_path, capsys):
 
 
 def test_gpucheck_does_not_replace_an_earlier_checks_results(tmp_path, capsys):
-    from ampbook.build import gpucheck
+    from booktools import gpucheck
 
     (tmp_path / "report.json").write_text("{}")
     assert gpucheck.main(["--dry-run", "--out", str(tmp_path), "--stages", "env"]) == 2
@@ -1062,7 +1073,7 @@ def test_a_command_leaves_its_callers_handlers_as_it_found_them(tmp_path, capsys
     """Whatever a command installs (signal handlers, an excepthook) is undone when its
     main returns or raises: a test once found gpucheck's SIGTERM handler still in
     pytest's process, and a later SIGTERM (from ``timeout``) ended in a traceback."""
-    from ampbook.build import gpucheck, gpulease
+    from booktools import gpucheck, gpulease
 
     @cli.command("python -m x")
     def main(argv):
@@ -1144,7 +1155,7 @@ def test_results_with_zero_or_non_numeric_fields_are_set_aside(
 
 
 def test_profiles_yml_errors_name_the_file_and_place(tmp_path):
-    from ampbook.build.run import RunError, load_profiles
+    from booktools.run import RunError, load_profiles
 
     p = tmp_path / "profiles.yml"
     for text, words in (
@@ -1159,8 +1170,8 @@ def test_profiles_yml_errors_name_the_file_and_place(tmp_path):
 
 
 def test_environment_variables_are_checked(tmp_path, monkeypatch):
-    from ampbook.build import bookcheck, run
     from ampbook.core.paths import CacheError, cache_dir
+    from booktools import bookcheck, run
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -1176,8 +1187,8 @@ def test_environment_variables_are_checked(tmp_path, monkeypatch):
 
 
 def _executed(tmp_path: Path, run_id: str = "r1") -> Path:
-    from ampbook.build import book, run
     from ampbook.core.paths import NOTEBOOKS_DIR
+    from booktools import book, run
 
     folder = tmp_path / "executed"
     folder.mkdir()
@@ -1203,7 +1214,7 @@ def _executed(tmp_path: Path, run_id: str = "r1") -> Path:
 
 
 def test_book_refuses_a_stale_report_an_unmarked_or_a_partial_notebook(tmp_path):
-    from ampbook.build import book, run
+    from booktools import book, run
 
     folder = _executed(tmp_path)
     book.check_executed(folder)  # consistent: accepted
@@ -1224,7 +1235,7 @@ def test_book_refuses_a_stale_report_an_unmarked_or_a_partial_notebook(tmp_path)
 
 
 def test_a_run_report_keeps_the_entries_of_notebooks_still_from_that_run(tmp_path):
-    from ampbook.build import run
+    from booktools import run
 
     folder = _executed(tmp_path, run_id="old")
     names = [

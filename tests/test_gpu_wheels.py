@@ -16,23 +16,23 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from ampbook.build.gpuwheels import (
+from ampbook.core.paths import REPO_ROOT
+from booktools.gpuwheels import (
     PY312_LINUX,
     RUNNER_MODULES,
     WHEEL_NEVER,
     WHEEL_ROOTS,
 )
-from ampbook.core.paths import REPO_ROOT
 
 # Modules that only build or check the HTML book; they never run on the GPU machine.
 BOOK_ONLY = {
-    "ampbook/build/book.py",
-    "ampbook/build/bookcheck.py",
-    "ampbook/build/sphinx_scripts.py",
-    "ampbook/build/sphinx_book.py",
-    # the reader's copies: written by `python -m ampbook.build.run` where the book's
+    "booktools/book.py",
+    "booktools/bookcheck.py",
+    "booktools/sphinx_scripts.py",
+    "booktools/sphinx_book.py",
+    # the reader's copies: written by `python -m booktools.run` where the book's
     # packages are installed (it warns and goes on without them), never by gpucheck
-    "ampbook/build/reader.py",
+    "booktools/reader.py",
     # a real JupyterLab in headless Chromium: the book's packages (playwright)
     "tests/test_jupyterlab.py",
 }
@@ -98,9 +98,7 @@ def imported_modules() -> dict[str, set[str]]:
                     path.relative_to(REPO_ROOT).as_posix()
                 )
     for module in RUNNER_MODULES:
-        found.setdefault(module, set()).add(
-            "ampbook/build/gpuwheels.py (RUNNER_MODULES)"
-        )
+        found.setdefault(module, set()).add("booktools/gpuwheels.py (RUNNER_MODULES)")
     return found
 
 
@@ -121,7 +119,7 @@ def test_every_import_is_on_the_device_or_carried():
         if (
             module in sys.stdlib_module_names
             or module in OLD_PYTHON_ONLY
-            or module in ("ampbook", "tests", "__future__", "conftest")
+            or module in ("ampbook", "booktools", "tests", "__future__", "conftest")
         ):
             continue
         local = REPO_ROOT / "tests" / module

@@ -1,4 +1,4 @@
-"""python -m ampbook.gpucheck: the dry run writes the file set; budgets cut stages
+"""python -m booktools.gpucheck: the dry run writes the file set; budgets cut stages
 short."""
 
 import json
@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from ampbook.bench.ladder_run import PARTIAL_END
-from ampbook.build.gpuplan import (
+from ampbook.core.paths import REPO_ROOT
+from ampbook.core.words import slug
+from ampbook.results import load_results_dir
+from booktools.gpuplan import (
     BY_NAME,
     DEFAULT_BUDGET_S,
     RESERVE_S,
@@ -25,16 +28,13 @@ from ampbook.build.gpuplan import (
     should_start,
     stage_timeout,
 )
-from ampbook.core.paths import REPO_ROOT
-from ampbook.core.words import slug
-from ampbook.results import load_results_dir
 
 FILE_SET = {"report.json", "gpucheck.log", "results.tar.gz", "notebooks.tar.gz"}
 
 
 def gpucheck(*args, timeout=900):
     return subprocess.run(
-        [sys.executable, "-m", "ampbook.gpucheck", *args],
+        [sys.executable, "-m", "booktools.gpucheck", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -153,7 +153,7 @@ def test_the_budget_rule_replayed_on_the_h200_times_keeps_the_whole_ladder():
 
 
 def test_developing_md_shows_the_shares_table_the_code_runs():
-    from ampbook.build.gpuplan import sizing_markdown
+    from booktools.gpuplan import sizing_markdown
 
     text = (REPO_ROOT / "DEVELOPING.md").read_text()
     assert sizing_markdown() in text, "rewrite DEVELOPING.md's table from the code"
@@ -254,7 +254,7 @@ def _cell_lines(lines: list[str]) -> tuple[list[tuple[int, str]], list[tuple]]:
 
 def _lease_cmd(stages: str, out: Path, work: Path) -> list[str]:
     return [
-        sys.executable, "-m", "ampbook.gpucheck", "--dry-run", "--stages", stages,
+        sys.executable, "-m", "booktools.gpucheck", "--dry-run", "--stages", stages,
         "--out", str(out), "--work", str(work),
     ]  # fmt: skip
 
@@ -313,7 +313,7 @@ def test_the_rerun_line_run_as_given_measures_only_the_cells_the_first_call_lack
     whole = {(c.rung, c.mode): c.step_s for c in first.cells if c.images_per_s}
     line = json.loads((out / "report.json").read_text())["rerun"]
     cmd = line.split(": ", 2)[2].rsplit(" (timeout_s", 1)[0].split()
-    assert cmd[:3] == ["python3", "-m", "ampbook.gpucheck"]
+    assert cmd[:3] == ["python3", "-m", "booktools.gpucheck"]
     out2 = tmp_path / "out2"
     cmd = [sys.executable, *cmd[1:]]
     cmd[cmd.index("$OUT")] = str(out2)
@@ -349,8 +349,8 @@ def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path
     """The stages cut short, skipped or never reached are rerun in what the lease has
     left after this call and the rerun's transfers, or at the next lease when that is
     too little; stages that ran to an end (ok or error) are not."""
-    from ampbook.build.gpulease import Check, StageResult
-    from ampbook.build.gpuplan import RERUN_MARGIN_S
+    from booktools.gpulease import Check, StageResult
+    from booktools.gpuplan import RERUN_MARGIN_S
 
     selected = ("wheels", "env", "ladder", "compile", "tests", "nb04")
     check = Check(tmp_path / "out", 560, False, selected, lease_left_s=780)
@@ -367,7 +367,7 @@ def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path
     budget = 780 - 500 - RERUN_MARGIN_S
     assert line == (
         "rerun: cut compile (cut short), nb04 (skipped); in the lease's ~280 s left: "
-        f"python3 -m ampbook.gpucheck --stages compile,nb04 --budget-s {budget} "
+        f"python3 -m booktools.gpucheck --stages compile,nb04 --budget-s {budget} "
         f"--out $OUT (timeout_s {budget + 30})"
     )
     assert parse_stages("compile,nb04") == ("wheels", "env", "compile", "nb04")
@@ -376,7 +376,7 @@ def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path
     line = check.rerun_line()
     assert line.startswith("rerun: cut compile (not reached), tests (not reached)")
     assert line.endswith(
-        "too few for a rerun: at the next lease, python3 -m ampbook.gpucheck "
+        "too few for a rerun: at the next lease, python3 -m booktools.gpucheck "
         "--stages compile,tests,nb04 --out $OUT"
     )
     check.results = [StageResult(n, 1, status="ok", ok=True) for n in selected]
@@ -385,7 +385,7 @@ def test_the_rerun_line_says_what_was_cut_and_how_long_a_rerun_may_take(tmp_path
 
 
 def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
-    from ampbook.build.gpulease import Check
+    from booktools.gpulease import Check
 
     check = Check(tmp_path / "out", 60, True, ("env",))
     code = (
@@ -407,7 +407,7 @@ def test_a_process_over_its_budget_is_stopped_with_its_children(tmp_path):
 
 
 def test_a_stage_over_its_budget_is_reported_cut_short(tmp_path, monkeypatch):
-    from ampbook.build import gpulease
+    from booktools import gpulease
 
     def slow_child(self, name, timeout):
         return self.run_process(
@@ -454,10 +454,10 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
     parameters cells define (the runner would reject others, but only on the GPU)."""
     import yaml
 
-    from ampbook.build.gpuplan import CHECK_PROFILE, NOTEBOOKS
-    from ampbook.build.run import parameters_cell
-    from ampbook.build.sources import read_source
     from ampbook.core.paths import NOTEBOOKS_DIR, PROFILES_FILE
+    from booktools.gpuplan import CHECK_PROFILE, NOTEBOOKS
+    from booktools.run import parameters_cell
+    from booktools.sources import read_source
 
     check = yaml.safe_load(PROFILES_FILE.read_text())[CHECK_PROFILE]
     for stem in NOTEBOOKS.values():
@@ -469,7 +469,7 @@ def test_check_profile_sets_only_parameters_of_each_checked_notebook():
 def test_a_stage_that_ends_early_leaves_its_time_to_the_next(tmp_path):
     """Budgets are shares of what is left: the last stage gets all the time the stages
     before it left, however long they took (on a loaded machine env may take long)."""
-    from ampbook.build.gpuplan import RESERVE_S
+    from booktools.gpuplan import RESERVE_S
 
     # on a CPU the profile stage ends at once (it needs CUDA): its budget is the point
     done = gpucheck(
@@ -502,7 +502,7 @@ def test_stage_selection_and_slug():
 
 
 def test_sizing_figures_order():
-    from ampbook.build.gpucheck import sizing
+    from booktools.gpucheck import sizing
 
     step = {(key, label): s for key, label, s in sizing(("fp32", "amp-fp16"))}
     h200, rtx = "h200-sxm", "rtx3070-desktop"
@@ -526,7 +526,7 @@ def test_sigterm_stops_the_stage_and_writes_the_report(tmp_path):
         [
             sys.executable,
             "-m",
-            "ampbook.gpucheck",
+            "booktools.gpucheck",
             "--dry-run",
             "--stages",
             "nb04",
@@ -549,7 +549,7 @@ def test_sigterm_stops_the_stage_and_writes_the_report(tmp_path):
 
 
 def test_the_tests_stage_collects_every_file_with_a_cuda_test():
-    from ampbook.build.gpucheck import cuda_test_files
+    from booktools.gpucheck import cuda_test_files
 
     files = cuda_test_files()
     names = {f.name for f in files}
@@ -568,7 +568,7 @@ def test_an_archive_over_the_file_limit_stops_early_and_keeps_the_previous(
     it."""
     import os
 
-    from ampbook.build import gpulease as gc
+    from booktools import gpulease as gc
 
     monkeypatch.setattr(gc, "MAX_FILE_BYTES", 64 * 1024)
     (tmp_path / "w").mkdir()

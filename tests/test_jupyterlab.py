@@ -1,5 +1,5 @@
 """A chapter run by hand in a real JupyterLab (headless Chromium): its run-along copy
-(``ampbook.build.runalong``) shows the prose with this run's numbers and MyST rendered
+(``booktools.runalong``) shows the prose with this run's numbers and MyST rendered
 as Markdown. The browser harness is also what takes the README's screenshots
 (``python -m tests.test_jupyterlab COPY.ipynb SHOT.png``)."""
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ampbook.build import bookcheck, reader, runalong
-from ampbook.build import run as runner
+from booktools import bookcheck, reader, runalong
+from booktools import run as runner
 
 CHAPTER = "01_floating_point"
 TOKEN = "ampbook-test"

@@ -1,4 +1,4 @@
-"""ampbook.bench.layers: per-module profiler times beside the cost model, on the CPU
+"""booktools.layers: per-module profiler times beside the cost model, on the CPU
 and
 (marked cuda) on a GPU; and the CUDA training runner's memory fields."""
 
@@ -19,7 +19,7 @@ CEIL = Ceilings(
 
 @pytest.fixture(scope="module")
 def cpu_profile():
-    from ampbook.bench.layers import profile_layers
+    from booktools.layers import profile_layers
 
     return profile_layers(
         "fp32", 1, 16, 32, "cpu", steps=1, warmup=1, timed_steps=1, ceilings=CEIL
@@ -52,16 +52,16 @@ def test_cpu_profile_attributes_time_to_the_cost_models_modules(cpu_profile):
 
 
 def test_profile_rejects_bad_sizes():
-    from ampbook.bench.layers import profile_layers
+    from booktools.layers import profile_layers
 
     with pytest.raises(ValueError, match="height must be a positive integer"):
         profile_layers("fp32", 1, 0, 32, "cpu")
 
 
 def test_loader_record_is_a_results_record(tmp_path):
-    from ampbook.bench.layers import loader_record, save_json
     from ampbook.results import read_file
     from ampbook.segmentation.synthetic import synthetic_root
+    from booktools.layers import loader_record, save_json
 
     root = synthetic_root(train=2, val=0, height=32, width=64)
     rec = loader_record(
@@ -75,7 +75,7 @@ def test_loader_record_is_a_results_record(tmp_path):
 @pytest.mark.cuda
 @pytest.mark.parametrize("precision", ["fp32", "amp-fp16"])
 def test_cuda_profile_measures_kernel_time(precision):
-    from ampbook.bench.layers import profile_layers
+    from booktools.layers import profile_layers
 
     rec = profile_layers(
         precision, 2, 64, 128, "cuda", steps=2, warmup=2, timed_steps=3

@@ -23,7 +23,6 @@ LAYERS = (
     "predict",
     "bench",
     "chapters",
-    "build",
 )
 MAX_LINES = 900
 
@@ -161,3 +160,55 @@ def test_an_upward_import_inside_a_function_is_found(tmp_path):
 def test_no_module_is_over_900_lines(name):
     lines = len(modules()[name].read_text().splitlines())
     assert lines <= MAX_LINES, f"{name} has {lines} lines"
+
+
+TOOLS = PACKAGE.parent / "booktools"
+NOTEBOOKS = PACKAGE.parent / "notebooks"
+
+
+def tooling_imports(path: Path) -> list[str]:
+    """What in ``path`` reaches the book's tooling (``booktools``): an import, at any
+    depth, or a string that is one of its modules' dotted names (an ``importlib``
+    table's entry); prose that mentions one is not a reach."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value] if node.value.startswith("booktools.") else []
+        else:
+            continue
+        found += [
+            f"{path.name}:{node.lineno} {n}"
+            for n in names
+            if n == "booktools" or n.startswith("booktools.")
+        ]
+    return found
+
+
+def test_the_library_and_the_notebooks_never_import_the_tooling():
+    sources = sorted(PACKAGE.rglob("*.py")) + sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    found = [hit for path in sources for hit in tooling_imports(path)]
+    assert found == [], "ampbook or a notebook imports booktools:\n" + "\n".join(found)
+
+
+def test_an_import_of_the_tooling_is_found(tmp_path):
+    planted = tmp_path / "x.py"
+    planted.write_text(
+        '"""Made by booktools.run."""\n'
+        "def f():\n    from booktools.run import main\n"
+        'TABLE = {"doctor": "booktools.doctor_bench"}\n'
+        'ROOTS = ("ampbook", "booktools")\n'
+    )
+    assert tooling_imports(planted) == [
+        "x.py:3 booktools.run",
+        "x.py:4 booktools.doctor_bench",
+    ]
+
+
+@pytest.mark.parametrize("path", sorted(TOOLS.glob("*.py")), ids=lambda p: p.name)
+def test_no_tooling_module_is_over_900_lines(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"booktools/{path.name} has {lines} lines"

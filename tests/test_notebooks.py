@@ -14,8 +14,8 @@ import nbformat
 import pytest
 import yaml
 
-from ampbook.build import run as runner
 from ampbook.core.paths import PROFILES_FILE, REPO_ROOT
+from booktools import run as runner
 
 SOURCES = runner.all_notebooks()
 IDS = [p.stem for p in SOURCES]
@@ -30,7 +30,7 @@ def _cells(nb):
 
 
 def test_there_are_notebooks_and_the_toc_lists_them_all():
-    from ampbook.build.book import toc_chapters
+    from booktools.book import toc_chapters
 
     assert SOURCES, "no notebooks/NN_topic.py found"
     assert toc_chapters() == IDS, "book/_toc.yml and notebooks/ disagree"
@@ -247,7 +247,7 @@ def test_cli_reports_failure_with_exit_code(tmp_path):
         [
             sys.executable,
             "-m",
-            "ampbook.build.run",
+            "booktools.run",
             "--profile",
             "smoke",
             "--out",

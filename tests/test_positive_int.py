@@ -76,7 +76,7 @@ def _conv(v):
 
 
 def _profile(v):
-    from ampbook.bench.layers import profile_layers
+    from booktools.layers import profile_layers
 
     profile_layers("fp32", v, 16, 32, "cpu")
 

@@ -9,8 +9,8 @@ import ast
 import nbformat
 import pytest
 
-from ampbook.build import run as runner
-from ampbook.build.nbstats import (
+from booktools import run as runner
+from booktools.nbstats import (
     DISPLAY_FACTORIES,
     _called_name,
     _code,

@@ -1,4 +1,4 @@
-"""The reader's copies (``ampbook.build.reader``): a planted chapter executed by the
+"""The reader's copies (``booktools.reader``): a planted chapter executed by the
 runner, then the copies of the smoke run and the book's download of them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from html import unescape
 import nbformat
 import pytest
 
-from ampbook.build import reader
-from ampbook.build import run as runner
+from booktools import reader
+from booktools import run as runner
 
 PLANTED = """# %% [markdown]
 # # A planted chapter
@@ -260,7 +260,7 @@ def test_the_run_along_copy_fills_in_the_numbers_of_a_run_by_hand(planted_source
     that run's values in the prose, also above the cell that glues them."""
     import nbclient
 
-    from ampbook.build import runalong
+    from booktools import runalong
 
     folder = planted_source.parent / "along"
     [path] = runalong.write_run_along_copies([planted_source], folder)
@@ -301,7 +301,7 @@ def reads_before_it_runs(copy) -> list[str]:
     chapter that does not open with its title, metadata JupyterLab would change."""
     import ast
 
-    from ampbook.build import runalong
+    from booktools import runalong
 
     bad = []
     first = copy.cells[0]
@@ -336,7 +336,7 @@ def reads_before_it_runs(copy) -> list[str]:
 def test_every_run_along_copy_reads_before_it_runs(tmp_path):
     """Opened to read first and run later, each chapter's run-along copy shows all
     its prose and headings (numbers "…"), opens with its title, and shows no MyST."""
-    from ampbook.build import runalong
+    from booktools import runalong
 
     paths = runalong.write_run_along_copies(list(runner.all_notebooks()), tmp_path)
     assert len(paths) == len(runner.all_notebooks())

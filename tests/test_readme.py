@@ -55,7 +55,7 @@ COMMANDS = readme_commands()
 
 def test_the_readme_shows_the_commands_a_reader_needs():
     shown = {" ".join(module_of(c)) for c in COMMANDS}
-    for needed in ("ampbook.build.run", "ampbook.doctor", "ampbook.bench ladder"):
+    for needed in ("booktools.run", "ampbook.doctor", "ampbook.bench ladder"):
         assert needed in shown, needed
     doctor = [c for c in COMMANDS if c[1] == "ampbook.doctor"]
     assert "--no-measure" in PROSE and "--measure" in PROSE
@@ -83,7 +83,7 @@ def test_every_readme_command_answers_help_and_knows_its_options(module):
 def test_make_book_picks_the_gpu_profile_with_cuda():
     """README: "With an NVIDIA GPU, make book picks the gpu profile by itself"."""
     assert "`make book` picks the `gpu` profile by itself" in PROSE
-    done = run(["ampbook.build.run", "--help"], columns=200)
+    done = run(["booktools.run", "--help"], columns=200)
     assert "default: gpu with CUDA, else cpu" in " ".join(done.stdout.split())
 
 
@@ -143,7 +143,7 @@ def test_the_ladder_prints_targets_for_a_gpus_ladder_only():
 
 
 def test_the_chapter_list_names_every_chapter_of_the_book():
-    from ampbook.build.book import toc_chapters
+    from booktools.book import toc_chapters
 
     for stem in toc_chapters():
         number = int(stem.split("_")[0])
@@ -155,7 +155,7 @@ def test_the_gpu_lease_procedure_lives_in_developing():
     """The README speaks to readers: the lease of a lent GPU is DEVELOPING.md's."""
     assert "--lease" not in README and "gpu-wheels" not in README
     developing = (REPO_ROOT / "DEVELOPING.md").read_text()
-    assert "python3 -m ampbook.gpucheck --lease" in developing
+    assert "python3 -m booktools.gpucheck --lease" in developing
     assert "make gpu-wheels" in developing
 
 
@@ -167,7 +167,7 @@ PROSE_OPTIONS = {
                           "--json"],
     ("ampbook.bench", "ladder"): ["--rungs", "--precisions", "--show", "--json",
                                   "--device"],
-    ("ampbook.build.run",): ["--profile", "--out", "-p"],
+    ("booktools.run",): ["--profile", "--out", "-p"],
 }  # fmt: skip
 
 
@@ -197,7 +197,7 @@ def test_the_gpu_profile_and_its_h200_times_are_the_gpu_checks():
     images) is notebooks/profiles.yml's, and each H200 chapter time it quotes is the
     stage time of a finished notebook in data/gpucheck/'s reports, run at that
     profile; chapters 4 and 5 were stopped unfinished."""
-    from ampbook.build.run import load_profiles
+    from booktools.run import load_profiles
 
     ch3 = load_profiles()["gpu"]["03_amp_training"]
     assert (ch3["width"], ch3["height"], ch3["batch_size"]) == (1024, 512, 6)

@@ -1,4 +1,4 @@
-"""The book-building and data tools under bad input: `ampbook.build.run`, `.book`,
+"""The book-building and data tools under bad input: `booktools.run`, `.book`,
 `.bookcheck`, `.evaluate`, `.bench step`, `.data synthesize`. A known failure is one
 `error:` line, a nonzero exit, and nothing earlier lost."""
 
@@ -20,10 +20,10 @@ import torch
 from _cli import one_error
 
 from ampbook.bench import main as bench_main
-from ampbook.build import book, bookcheck, run
 from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 from ampbook.segmentation import cityscapes as data
 from ampbook.segmentation import data_command, evaluate, synthetic
+from booktools import book, bookcheck, run
 
 NOTEBOOK = """# %% [markdown]
 # # A test notebook
@@ -59,7 +59,7 @@ def _sources() -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in sorted(NOTEBOOKS_DIR.iterdir()) if p.is_file()}
 
 
-# --- ampbook.build.run ----------------------------------------------------------------
+# --- booktools.run ----------------------------------------------------------------
 
 
 def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys):
@@ -79,7 +79,7 @@ def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path
     source = _notebook(tmp_path, "params")
     out = tmp_path / "out"
     proc = _cli(
-        "ampbook.build.run",
+        "booktools.run",
         "--profile",
         "smoke",
         "--out",
@@ -107,7 +107,7 @@ def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path
 
     before = (out / "params.ipynb").read_bytes()
     proc = _cli(
-        "ampbook.build.run",
+        "booktools.run",
         "--profile",
         "smoke",
         "--out",
@@ -148,7 +148,7 @@ def test_run_interrupted_marks_the_partial_notebook(tmp_path):
         [
             sys.executable,
             "-m",
-            "ampbook.build.run",
+            "booktools.run",
             "--profile",
             "smoke",
             "--out",
@@ -180,7 +180,7 @@ def test_run_interrupted_marks_the_partial_notebook(tmp_path):
     assert report["notebooks"][0]["status"] == "STOPPED"
 
 
-# --- ampbook.build.book ---------------------------------------------------------------
+# --- booktools.book ---------------------------------------------------------------
 
 
 RUN = "test-run"
@@ -219,7 +219,7 @@ def test_book_refuses_a_failed_run(executed, tmp_path, capsys):
     out = tmp_path / "book"
     code, err = _book(capsys, "--executed", str(executed), "--out", str(out))
     assert code == 2
-    one_error(err, "did not finish", f"{first} (FAILED)", "python -m ampbook.build.run")
+    one_error(err, "did not finish", f"{first} (FAILED)", "python -m booktools.run")
     assert not out.exists()
 
     report["notebooks"][0]["status"] = "ok"
@@ -272,7 +272,7 @@ def test_bookcheck_on_a_missing_or_empty_folder(tmp_path, capsys):
     one_error(capsys.readouterr().err, "is not a folder")
     (tmp_path / "empty").mkdir()
     assert bookcheck.main([str(tmp_path / "empty")]) == 2
-    one_error(capsys.readouterr().err, "no HTML pages", "python -m ampbook.build.book")
+    one_error(capsys.readouterr().err, "no HTML pages", "python -m booktools.book")
 
 
 @pytest.fixture(scope="module")

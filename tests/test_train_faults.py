@@ -39,7 +39,7 @@ def test_a_p_value_with_aliases_is_refused_before_it_expands(tmp_path, capsys):
     """``-p NAME VALUE`` is YAML without anchors and aliases: a few hundred bytes
     whose aliases repeat one another stand for 9**9 items (out of memory when the
     parameters cell spells them out); the error names -p."""
-    from ampbook.build import run
+    from booktools import run
 
     bomb = (
         "[&a [x,x,x,x,x,x,x,x,x],"
@@ -257,7 +257,7 @@ def test_build_run_checks_the_open_file_limit_before_starting_a_kernel(tmp_path)
 
     code = (
         "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (20, 20));"
-        "from ampbook.build.run import main; sys.exit(main(sys.argv[1:]))"
+        "from booktools.run import main; sys.exit(main(sys.argv[1:]))"
     )
     out = tmp_path / "ex"
     done = subprocess.run(

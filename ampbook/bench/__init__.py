@@ -16,14 +16,12 @@ COMMANDS = {
     "loader": "ampbook.bench.loader",
     "matmul": "ampbook.bench.matmul",
     "step": "ampbook.bench.step",
-    "doctor": "ampbook.bench.doctor",
     "ladder": "ampbook.bench.ladder_run",
 }
 SUMMARIES = {  # one line each, for --help (the modules are not imported for it)
     "loader": "the input pipeline: can the data loader feed the GPU?",
     "matmul": "matmul and elementwise speed by dtype (chapter 2)",
     "step": "a training step: the runner against a bare loop, and by precision",
-    "doctor": "how long the doctor's full report takes",
     "ladder": "the step from the post's setup to the optimised one, rung by rung",
 }
 

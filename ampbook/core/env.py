@@ -181,7 +181,7 @@ def format_environment(info: dict) -> str:
     return "\n".join(lines)
 
 
-# Set by ``python -m ampbook.build.run`` for the kernel it starts: the profile whose
+# Set by ``python -m booktools.run`` for the kernel it starts: the profile whose
 # parameters it injected. A notebook run by hand has none, and says so.
 RUN_PROFILE_VAR = "AMPBOOK_RUN_PROFILE"
 

@@ -224,17 +224,21 @@ def kept_handlers():
 # --- start-up: before main() runs -----------------------------------------------------
 
 
+COMMAND_ROOTS = ("ampbook", "booktools")  # names only: nothing here imports booktools
+
+
 def is_command(argv: list[str] | None = None) -> bool:
-    """Whether this process was started as ``python -m ampbook...``."""
+    """Whether this process was started as ``python -m ampbook...`` (or as one of the
+    book's tools, ``python -m booktools...``)."""
     argv = list(getattr(sys, "orig_argv", []) if argv is None else argv)
     skip = False
     for i, arg in enumerate(argv[1:], 1):
         if skip:
             skip = False
         elif arg == "-m":
-            return i + 1 < len(argv) and argv[i + 1].split(".")[0] == "ampbook"
+            return i + 1 < len(argv) and argv[i + 1].split(".")[0] in COMMAND_ROOTS
         elif arg.startswith("-m"):  # -mampbook.train
-            return arg[2:].split(".")[0] == "ampbook"
+            return arg[2:].split(".")[0] in COMMAND_ROOTS
         elif arg in ("-X", "-W"):
             skip = True  # their value follows
         elif not arg.startswith("-"):

@@ -9,7 +9,7 @@ efficiencies per operator class and dtype family, and their stored bounds.
   ``"16-bit"`` (an AMP step). A *reference* gives an efficiency, bound over measured
   time, per (family, class):
 
-  - a pair of committed GPU **layer profiles** (``ampbook.bench.layers``: per-module
+  - a pair of committed GPU **layer profiles** (``booktools.layers``: per-module
     kernel times of one network, fp32 and AMP, on one GPU) gives one per class,
     measured: the modules of each class summed, bound over kernel time;
   - a **published training throughput** (``data/reference/training_throughputs.yml``:

@@ -11,10 +11,10 @@ path):
   checks one's schema and version) -> ``TrainRun``;
 * tensor-core sweeps (``"ampbook.tensor_cores/1"``, ``ampbook.bench.matmul``) ->
   ``MatmulSweep``;
-* per-layer profiles (``"ampbook.layer_profile/1"``, ``ampbook.bench.layers``):
+* per-layer profiles (``"ampbook.layer_profile/1"``, ``booktools.layers``):
   measured time per ERFNet module beside the cost model's prediction ->
   ``LayerProfile``;
-* loader sweeps (``"ampbook.loader_sweep/1"``, ``ampbook.bench.layers.loader_record``):
+* loader sweeps (``"ampbook.loader_sweep/1"``, ``booktools.layers.loader_record``):
   DataLoader images/s by worker count -> ``LoaderSweep``;
 * ladders (``"ampbook.ladder/1"``, ``python -m ampbook.bench ladder``): the training
   step rung by rung from the post's setup to the optimised one, per precision ->

@@ -1,5 +1,5 @@
 """Tensor-core sweeps (``ampbook.bench.matmul``), per-layer profiles
-(``ampbook.bench.layers``) and DataLoader sweeps (``ampbook.bench.loader``): their
+(``booktools.layers``) and DataLoader sweeps (``ampbook.bench.loader``): their
 records' checks and readers, and the pairing of layer profiles fp32 against AMP."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class LayerTime:
 
 @dataclass(frozen=True)
 class LayerProfile:
-    """Per-module times of one training step (``ampbook.bench.layers``)."""
+    """Per-module times of one training step (``booktools.layers``)."""
 
     path: str
     device_name: str

@@ -1,6 +1,6 @@
 """How long the doctor's full report takes: ``python -m ampbook.doctor`` timed.
 
-    python -m ampbook.bench doctor [--model torchvision:resnet50]
+    python -m booktools.doctor_bench [--model torchvision:resnet50]
         [--input 3,224,224] [--batch 32] [--device cpu] [--target-s 60] [--json PATH]
 
 runs ``ampbook.predict.diagnosis.diagnose`` once, measured steps included (the doctor
@@ -35,10 +35,10 @@ def process_age_s() -> float | None:
         return None
 
 
-@cli.command("python -m ampbook.bench doctor")
+@cli.command("python -m booktools.doctor_bench")
 def main(argv: list[str] | None = None) -> int:
     p = cli.ArgumentParser(
-        prog="python -m ampbook.bench doctor",
+        prog="python -m booktools.doctor_bench",
         description=__doc__.split("\n\n")[0],
         formatter_class=cli.HelpFormatter,
     )

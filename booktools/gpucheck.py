@@ -1,8 +1,8 @@
 """The GPU check: everything the book measures on a CUDA machine, in one call that fits
 one 15-minute lease, the most valuable measurements first.
 
-    python3 -m ampbook.gpucheck --lease --out DIR [--budget-s 560] [--dry-run]
-    python3 -m ampbook.gpucheck --stages ladder,compile --budget-s S --out DIR (a rerun)
+    python3 -m booktools.gpucheck --lease --out DIR [--budget-s 560] [--dry-run]
+    python3 -m booktools.gpucheck --stages ladder,compile --budget-s S --out DIR (a rerun)
 
 Run from the repository root with the machine's own ``python3`` (no virtual environment
 needed). ``--lease`` runs every stage (``gpuplan.STAGES``, in that order) in one
@@ -21,12 +21,12 @@ DEVELOPING.md, "The GPU check on a lent machine"):
 * ``compile``: rung 5 (``torch.compile``), amp-fp16 then TF32; the compile cache saved
   through ``torch.compiler.save_cache_artifacts()`` as ``compile_cache.bin``;
 * ``profile-cl``: the per-module GPU time of the step in channels_last with
-  cudnn.benchmark (``ampbook.bench.layers``), TF32 and amp-fp16;
+  cudnn.benchmark (``booktools.layers``), TF32 and amp-fp16;
 * ``ladder-extra``: amp-bf16 and strict fp32 at rungs 0 and 4;
 * ``tests``: ``pytest -m cuda -v -rA --durations=0`` with a per-test timeout;
 * the chapters and the rest: ``nb06``, ``loader`` (DataLoader images/s at 0-12
   workers), ``nb04``, ``nb05``, ``nb02``, ``nb01``, ``nb03`` (the chapters with the
-  ``gpucheck`` profile through ``ampbook.build.run``), then what is already committed
+  ``gpucheck`` profile through ``booktools.run``), then what is already committed
   or least needed: ``profile`` (NCHW), ``ladder-rest`` (amp-bf16 and strict fp32 at
   rungs 1-3), ``nb07``.
 
@@ -55,7 +55,7 @@ digits, ``.``, ``_``, ``-``, brought up to date after every stage:
 * ``gpucheck.log``: everything the stages printed;
 * ``results.tar.gz``: the result JSONs, named for ``data/results/`` (``tar -xzf
   results.tar.gz -C data/results``);
-* ``notebooks.tar.gz``: the executed notebooks (``ampbook.build.book --executed``);
+* ``notebooks.tar.gz``: the executed notebooks (``booktools.book --executed``);
 * ``compile_cache.bin``: the compile stage's cache artifacts (put it at
   ``build/compile_cache.bin`` and carry it: the next lease's compile stage loads it);
   left out, with a line in the log saying why, when nothing was compiled or it passes
@@ -67,8 +67,8 @@ list from the installed packages (``gpu-wheels.txt``); ``--sizing`` prints the c
 model's step times and the stages' shares beside what they were sized from.
 
 This module holds the stages' bodies (each run in a child process) and the command;
-``ampbook.build.gpuplan`` the stages, their shares and sizes and the budget rule,
-``ampbook.build.gpulease`` the parent process (``Check``), ``ampbook.build.gpuwheels``
+``booktools.gpuplan`` the stages, their shares and sizes and the budget rule,
+``booktools.gpulease`` the parent process (``Check``), ``booktools.gpuwheels``
 the carried wheels.
 """
 
@@ -84,8 +84,8 @@ import sys
 import time
 from pathlib import Path
 
-from ampbook.build.gpulease import MAX_FILE_BYTES, Check
-from ampbook.build.gpuplan import (
+from booktools.gpulease import MAX_FILE_BYTES, Check
+from booktools.gpuplan import (
     CARRIED_COMPILE_CACHE,
     CHECK_PROFILE,
     COMPILE_CACHE,
@@ -103,13 +103,13 @@ from ampbook.build.gpuplan import (
     select_stages,
     sizing_table,
 )
-from ampbook.build.gpuwheels import WHEEL_DIR, wheel_closure
+from booktools.gpuwheels import WHEEL_DIR, wheel_closure
 from ampbook.core import cli
 from ampbook.core.paths import REPO_ROOT
 from ampbook.core.words import slug
 
 # --------------------------------------------------------------------------------------
-# the stages (each runs in a child process: python -m ampbook.gpucheck --stage-child
+# the stages (each runs in a child process: python -m booktools.gpucheck --stage-child
 # NAME)
 # --------------------------------------------------------------------------------------
 
@@ -226,13 +226,13 @@ def notebook_overrides(work: Path, stem: str) -> dict:
 
 
 def stage_notebook(work: Path, dry: bool, stem: str) -> None:
-    from ampbook.build.run import (
+    from booktools.run import (
         execute,
         load_profiles,
         parameters_cell,
         profile_parameters,
     )
-    from ampbook.build.sources import read_source
+    from booktools.sources import read_source
     from ampbook.core.paths import NOTEBOOKS_DIR
 
     profile = "smoke" if dry else CHECK_PROFILE
@@ -297,7 +297,7 @@ def stage_profile(work: Path, dry: bool, channels_last: bool) -> None:
 
     import torch
 
-    from ampbook.bench.layers import profile_layers, save_json
+    from booktools.layers import profile_layers, save_json
 
     s = STAGE_SIZES["dry" if dry else "gpu"]["profile"]
     if not dry and not torch.cuda.is_available():
@@ -308,7 +308,7 @@ def stage_profile(work: Path, dry: bool, channels_last: bool) -> None:
         channels_last
         and "channels_last" not in inspect.signature(profile_layers).parameters
     ):
-        raise RuntimeError("this ampbook.bench.layers has no channels_last")
+        raise RuntimeError("this booktools.layers has no channels_last")
     for channels_last in (channels_last,):
         for precision in ("fp32", "amp-fp16"):
             start = time.perf_counter()
@@ -444,7 +444,7 @@ def stage_ladder(work: Path, dry: bool, stage: str) -> None:
 
 
 def stage_loader(work: Path, dry: bool) -> None:
-    from ampbook.bench.layers import loader_record, save_json
+    from booktools.layers import loader_record, save_json
     from ampbook.bench.loader import format_table
     from ampbook.segmentation.synthetic import synthetic_root
 
@@ -539,11 +539,11 @@ def check_out(out: Path) -> None:
 def build_parser() -> cli.ArgumentParser:
     """The command's options."""
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.gpucheck",
+        prog="python -m booktools.gpucheck",
         description=" ".join(__doc__.split("\n\n")[0].split()),
         epilog="examples:\n"
-        "  python3 -m ampbook.gpucheck --lease --out DIR    (a lease)\n"
-        "  python3 -m ampbook.gpucheck --stages ladder,compile --budget-s S "
+        "  python3 -m booktools.gpucheck --lease --out DIR    (a lease)\n"
+        "  python3 -m booktools.gpucheck --stages ladder,compile --budget-s S "
         "--out DIR    (a rerun)",
         formatter_class=cli.HelpFormatter,
     )
@@ -613,7 +613,7 @@ def build_parser() -> cli.ArgumentParser:
     return parser
 
 
-@cli.command("python -m ampbook.gpucheck")
+@cli.command("python -m booktools.gpucheck")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.stage_child:
@@ -633,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan:
         print(
             "error: --plan is gone: the whole lease is one call now, "
-            "python3 -m ampbook.gpucheck --lease --out DIR",
+            "python3 -m booktools.gpucheck --lease --out DIR",
             file=sys.stderr,
         )
         return 2
@@ -682,3 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         lease=bool(args.lease and not args.stages),
         lease_left_s=args.lease_left_s,
     ).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

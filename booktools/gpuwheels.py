@@ -65,7 +65,7 @@ def wheel_closure(roots=WHEEL_ROOTS, image_list: Path | None = None) -> dict[str
     """NAME -> VERSION of ``roots`` and everything they require (installed metadata,
     markers for Python 3.12 on Linux, no extras) that the device image lacks: what
     gpu-wheels.txt
-    lists (``python -m ampbook.gpucheck --list-wheels`` prints it)."""
+    lists (``python -m booktools.gpucheck --list-wheels`` prints it)."""
     import importlib.metadata as md
 
     from packaging.requirements import Requirement

@@ -1,7 +1,7 @@
 """The GPU check's plan: its stages in the order a lease runs them (``STAGES``), each
 one's share of the budget and what it was sized from, the sizes the stages measure at
 (``STAGE_SIZES``), and the budget rule (``stage_timeout``, ``should_start``;
-``replay`` replays it on stage times). ``ampbook.build.gpucheck`` runs the plan.
+``replay`` replays it on stage times). ``booktools.gpucheck`` runs the plan.
 """
 
 from __future__ import annotations

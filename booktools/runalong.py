@@ -2,7 +2,7 @@
 run's numbers.
 
 A chapter's source writes its numbers as ``{glue:text}`` roles, which only the book
-build resolves; the reader's copy (``ampbook.build.reader``) pastes in one run's values
+build resolves; the reader's copy (``booktools.reader``) pastes in one run's values
 and is frozen. The run-along copy is made from the source, without outputs, for a
 reader who runs the chapter by hand:
 
@@ -26,7 +26,7 @@ reader who runs the chapter by hand:
   jupytext pairing is kept.
 
 Nothing here needs a Jupyter extension: the displays are Markdown, which JupyterLab,
-Notebook and VS Code render. ``python -m ampbook.build.run`` writes one per chapter it
+Notebook and VS Code render. ``python -m booktools.run`` writes one per chapter it
 runs (``OUT/run-along/``).
 """
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from ampbook.build import reader
+from booktools import reader
 
 RUN_ALONG_DIR = "run-along"
 PENDING = "…"  # a glued value whose cell has not run yet
@@ -164,7 +164,7 @@ def run_along_copy(nb, stem: str, index: reader.BookIndex):
         _code_cell(
             "# Run-along copy: run its cells (Run All) and the prose shows this "
             "run's numbers.\n"
-            f"from ampbook.build.runalong import prose, start\n\nstart({stem!r})"
+            f"from booktools.runalong import prose, start\n\nstart({stem!r})"
         )
     ]
     cells[0].metadata["ampbook"] = {"run_along_start": True}
@@ -238,7 +238,7 @@ def write_run_along_copies(
     from ``notebooks/``. A reference that does not resolve raises ReaderCopyError, or
     with ``errors`` given is appended to it and costs that copy only."""
 
-    from ampbook.build.sources import all_notebooks, read_source
+    from booktools.sources import all_notebooks, read_source
 
     notebooks = {s.stem: read_source(s) for s in all_notebooks()}
     notebooks.update({Path(s).stem: read_source(Path(s)) for s in sources})
@@ -263,7 +263,7 @@ class _State:
         # from the sources' .ipynb pairs (in sync, a test checks; quicker to read)
         import nbformat
 
-        from ampbook.build.sources import all_notebooks
+        from booktools.sources import all_notebooks
 
         self.index = reader.book_index(
             {

@@ -1,6 +1,6 @@
 """How readable a chapter's source is, and whether its computed prose reaches the page.
 
-    python -m ampbook.build.nbstats [NOTEBOOK ...]
+    python -m booktools.nbstats [NOTEBOOK ...]
 
 prints per notebook: code lines (non-blank, in code cells), the median code cell's
 lines, functions defined, the share of prose built by ``md(f"...")`` (characters of
@@ -127,11 +127,11 @@ def notebook_stats(path: str | Path) -> NotebookStats:
     )
 
 
-@cli.command("python -m ampbook.build.nbstats")
+@cli.command("python -m booktools.nbstats")
 def main(argv: list[str] | None = None) -> int:
-    from ampbook.build.sources import all_notebooks
+    from booktools.sources import all_notebooks
 
-    ap = cli.ArgumentParser(prog="python -m ampbook.build.nbstats", description=__doc__)
+    ap = cli.ArgumentParser(prog="python -m booktools.nbstats", description=__doc__)
     ap.add_argument("notebooks", nargs="*", help="notebook sources (default: all)")
     args = ap.parse_args(argv)
     paths = [Path(p) for p in args.notebooks] or all_notebooks()

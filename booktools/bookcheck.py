@@ -1,6 +1,6 @@
 """Open the built book in headless Chromium and check what a reader would see.
 
-    python -m ampbook.build.bookcheck [HTML_DIR]
+    python -m booktools.bookcheck [HTML_DIR]
 
 For every page: it loads from disk with the network blocked; every image loads; MathJax
 has typeset every math element and no raw TeX delimiters are left in the text; every
@@ -167,7 +167,7 @@ def check_book(
     if not html_dir.is_dir():
         raise CheckError(
             f"{html_dir} is not a folder; give the book's HTML folder "
-            "(OUT/_build/html of python -m ampbook.build.book)"
+            "(OUT/_build/html of python -m booktools.book)"
         )
     pages = sorted(
         p
@@ -182,7 +182,7 @@ def check_book(
     if not pages:
         raise CheckError(
             f"no HTML pages under {html_dir}; build the book first "
-            "(python -m ampbook.build.book) and give its OUT/_build/html"
+            "(python -m booktools.book) and give its OUT/_build/html"
         )
     chromium = chromium or find_chromium()
     if chromium is None:
@@ -586,10 +586,10 @@ _OVERFLOW_JS = """
 
 def build_parser() -> cli.ArgumentParser:
     """The command's options."""
-    from ampbook.build.book import DEFAULT_OUT
+    from booktools.book import DEFAULT_OUT
 
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.build.bookcheck",
+        prog="python -m booktools.bookcheck",
         description=" ".join(__doc__.split("\n\n")[0].split()),
         formatter_class=cli.HelpFormatter,
     )
@@ -598,12 +598,12 @@ def build_parser() -> cli.ArgumentParser:
         nargs="?",
         metavar="HTML_DIR",
         default=str(DEFAULT_OUT / "_build" / "html"),
-        help="the built book's HTML folder (python -m ampbook.build.book writes it)",
+        help="the built book's HTML folder (python -m booktools.book writes it)",
     )
     return parser
 
 
-@cli.command("python -m ampbook.build.bookcheck")
+@cli.command("python -m booktools.bookcheck")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -1,4 +1,4 @@
-"""The GPU check's parent process: it runs the plan's stages (``ampbook.build.gpuplan``)
+"""The GPU check's parent process: it runs the plan's stages (``booktools.gpuplan``)
 one by one, each in its own process group under its time limit, and keeps the output
 folder up to date after every stage (the report, the log, the archives, the compile
 cache): ``Check``.
@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ampbook.build.gpuplan import (
+from booktools.gpuplan import (
     BY_NAME,
     COMPILE_CACHE,
     DEFAULT_BUDGET_S,
@@ -37,7 +37,7 @@ from ampbook.build.gpuplan import (
     should_start,
     stage_timeout,
 )
-from ampbook.build.gpuwheels import WHEEL_DIR, install_wheels
+from booktools.gpuwheels import WHEEL_DIR, install_wheels
 from ampbook.core import cli
 from ampbook.core.paths import REPO_ROOT
 from ampbook.core.words import slug
@@ -117,7 +117,7 @@ class Check:
         cmd = [
             sys.executable,
             "-m",
-            "ampbook.gpucheck",
+            "booktools.gpucheck",
             "--stage-child",
             name,
             "--work",
@@ -204,7 +204,7 @@ class Check:
         signal.signal(signal.SIGINT, terminate)  # Ctrl-C ends the check alike
         names = [st.name for st in STAGES if st.name in self.selected]
         self.log(
-            f"ampbook.build.gpucheck {'--dry-run ' if self.dry_run else ''}"
+            f"booktools.gpucheck {'--dry-run ' if self.dry_run else ''}"
             + ("--lease, " if self.lease else "")
             + f"budget {self.budget_s:.0f} s, "
             f"stages {', '.join(names)}; work folder {self.work}"
@@ -316,7 +316,7 @@ class Check:
         left = self.lease_left_s - self.elapsed()
         budget = min(DEFAULT_BUDGET_S, left - RERUN_MARGIN_S)
         cut = ", ".join(f"{n} ({done.get(n) or 'not reached'})" for n in again)
-        cmd = ["python3", "-m", "ampbook.gpucheck"]
+        cmd = ["python3", "-m", "booktools.gpucheck"]
         if self.dry_run:
             cmd.append("--dry-run")
         cmd += ["--stages", ",".join(again)]
@@ -361,7 +361,7 @@ class Check:
             self.copy_compile_cache()
         env_file = self.work / "environment.json"
         report = {
-            "check": "ampbook.gpucheck",
+            "check": "booktools.gpucheck",
             "dry_run": self.dry_run,
             "lease": self.lease,
             "budget_s": self.budget_s,

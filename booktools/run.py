@@ -1,6 +1,6 @@
 """Execute the book's notebooks with papermill, from their jupytext sources.
 
-    python -m ampbook.build.run [--profile smoke|cpu|gpu] [--out DIR]
+    python -m booktools.run [--profile smoke|cpu|gpu] [--out DIR]
                                 [-p NAME VALUE ...] [NOTEBOOK ...]
 
 NOTEBOOK is a path (``notebooks/01_floating_point.py``), a stem (``01_floating_point``)
@@ -15,7 +15,7 @@ parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precis
 parameters. On failure or Ctrl-C the run stops with the notebook and the failing cell
 named; the partly executed notebook stays in DIR for inspection, marked in its metadata
 (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
-``python -m ampbook.build.book`` refuses to build from it. DIR may not lie inside
+``python -m booktools.book`` refuses to build from it. DIR may not lie inside
 ``notebooks/`` or ``book/`` (the sources). A per-notebook time table with the run's
 total ends the run and ``DIR/run_report.json`` records it. The kernels talk to the
 runner over local IPC sockets in a private temporary folder, not TCP.
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from ampbook.build.sources import all_notebooks, read_source
+from booktools.sources import all_notebooks, read_source
 from ampbook.core import cli
 from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
 from ampbook.core.words import plural
@@ -256,7 +256,7 @@ def execute(
     """Run one notebook; raise RunError (partly executed notebook kept) on failure.
     ``threads`` sets the kernel's intra-op thread count (``OMP_NUM_THREADS``); None
     keeps torch's default. ``run_id`` goes into the notebook's mark and the run
-    report, which ``python -m ampbook.build.book`` matches."""
+    report, which ``python -m booktools.book`` matches."""
     import nbformat
     import papermill as pm
 
@@ -665,12 +665,12 @@ def time_table(runs: list[NotebookRun], wall: float | None = None) -> str:
 def write_reader_copies(
     runs: list[NotebookRun], out_dir: Path, profile: str, log=print
 ) -> list[Path]:
-    """The reader's copy of each notebook run (``ampbook.build.reader``) in
+    """The reader's copy of each notebook run (``booktools.reader``) in
     ``out_dir/reader/``. A reference that does not resolve costs that copy only, with a
     warning: the run itself succeeded (the book build refuses the chapter)."""
     errors: list[str] = []
     try:
-        from ampbook.build import reader
+        from booktools import reader
 
         written = reader.write_reader_copies(
             out_dir, [r.name for r in runs], profile=profile, errors=errors
@@ -685,7 +685,7 @@ def write_reader_copies(
             f"reader's copies (roles replaced, captions under the figures): "
             f"{out_dir / reader.READER_DIR}"
         )
-    from ampbook.build import runalong
+    from booktools import runalong
 
     errors = []
     along = out_dir / runalong.RUN_ALONG_DIR
@@ -817,10 +817,10 @@ def run_notebooks(
     return runs
 
 
-@cli.command("python -m ampbook.build.run")
+@cli.command("python -m booktools.run")
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.build.run", description=__doc__.split("\n\n")[0]
+        prog="python -m booktools.run", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "notebooks",

@@ -17,8 +17,8 @@ roles raw and no captions. The reader's copy does it ahead of time:
   figure, numbered as in the book;
 - a note under the title says what the copy is, and a last cell lists the sources cited.
 
-``python -m ampbook.build.run`` writes one per executed notebook (``DIR/reader/``);
-``python -m ampbook.build.book`` offers them as each chapter's download.
+``python -m booktools.run`` writes one per executed notebook (``DIR/reader/``);
+``python -m booktools.book`` offers them as each chapter's download.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def bibliography(path: Path | str = BOOK_DIR / "references.bib") -> dict[str, So
 def cite_text(kind: str, keys: list[str], sources: dict[str, Source]) -> str:
     """``{cite:p}`` -> "(Romera *et al.*, 2018; Cordts *et al.*, 2016)", ``{cite:t}``
     -> "Romera *et al.* (2018)": the book's author-year style (``author_year_round``
-    in ``ampbook.build.sphinx_book``)."""
+    in ``booktools.sphinx_book``)."""
     missing = [k for k in keys if k not in sources]
     if missing:
         raise ReaderCopyError(
@@ -656,7 +656,7 @@ def reader_copy(nb, stem: str, index: BookIndex, profile: str | None = None):
         "a cell again updates its output, not the text. To run the chapter yourself "
         "and read your run's numbers in the text, open its run-along copy, "
         f"`run-along/{stem}.ipynb` beside the executed notebooks of `python -m "
-        f"ampbook.build.run {number}`.*"
+        f"booktools.run {number}`.*"
     )
     note.metadata["ampbook"] = {"reader_note": True}
     first = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
@@ -724,7 +724,7 @@ def write_reader_copies(
     one line and costs that notebook's copy only."""
     import nbformat
 
-    from ampbook.build.sources import all_notebooks, read_source
+    from booktools.sources import all_notebooks, read_source
 
     executed_dir = Path(executed_dir)
     out_dir = Path(out_dir) if out_dir is not None else executed_dir / READER_DIR

@@ -2,7 +2,7 @@
 
 sphinx-thebe, which Jupyter Book loads even with thebe off, registers its inline
 configuration script twice, and the second copy throws a JavaScript error on every page
-(``python -m ampbook.build.bookcheck`` fails on page errors). This extension drops the
+(``python -m booktools.bookcheck`` fails on page errors). This extension drops the
 repeated entries before a page is written.
 
 Math needs nothing from here: the ``sphinx-mathjax-offline`` extension (listed beside

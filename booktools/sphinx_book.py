@@ -3,12 +3,12 @@
 - Citations: ``bibtex_reference_style = "author_year_round"``, sphinxcontrib-bibtex's
   author-year style with round brackets and "; " between sources: ``{cite:p}`` gives
   "(Romera et al., 2018)", ``{cite:t}`` "Romera et al. (2018)". The reader's copies
-  write the same text (``ampbook.build.reader.cite_text``). The References page uses
+  write the same text (``booktools.reader.cite_text``). The References page uses
   ``bibtex_default_style = "ampbook"``: pybtex's plain style with surnames first; its
   entries' labels are hidden by ``book/_static/ampbook.css`` (an author-year list
   needs none).
 - Downloads: a chapter's download button offers its reader's copy
-  (``_static/notebooks/<stem>.ipynb``, staged by ``python -m ampbook.build.book``:
+  (``_static/notebooks/<stem>.ipynb``, staged by ``python -m booktools.book``:
   glue roles replaced by their values, captions under the figures), not the executed
   notebook Sphinx copies to ``_sources/``; the link has a ``download`` attribute, so
   a click saves the file.

@@ -1,16 +1,16 @@
 """Build the HTML book from executed notebooks (Jupyter Book 1.x, never re-executing
 them).
 
-    python -m ampbook.build.book [--executed DIR] [--out DIR]
+    python -m booktools.book [--executed DIR] [--out DIR]
 
 ``book/`` (config, table of contents, front matter) is staged with the executed
 notebooks of ``DIR`` (default ``build/executed``, written by ``python -m
-ampbook.build.run``) under ``chapters/``, then built with Sphinx warnings as errors. The
+booktools.run``) under ``chapters/``, then built with Sphinx warnings as errors. The
 result is static HTML at ``OUT/_build/html/index.html`` that opens from disk with no
 network.
 
 A failed or interrupted run is refused: its ``run_report.json`` names a notebook that
-did not finish, a notebook is marked so by ``python -m ampbook.build.run``, or a cell
+did not finish, a notebook is marked so by ``python -m booktools.run``, or a cell
 shows an error. OUT must be a new or empty folder, or one this tool made (it leaves
 ``OUT/.ampbook-book`` there); the tool replaces only its own staging folder ``OUT/src``
 and Jupyter Book's ``OUT/_build``, and refuses an OUT inside the sources (``book/``,
@@ -97,10 +97,10 @@ def check_executed(executed: Path, book_dir: Path = BOOK_DIR) -> None:
     finish, or a cell with an error output (one not tagged ``raises-exception``)."""
     import nbformat
 
-    from ampbook.build.run import REPORT, RunError, load_run_report, run_mark
+    from booktools.run import REPORT, RunError, load_run_report, run_mark
 
     executed = Path(executed)
-    again = f"run `python -m ampbook.build.run --out {executed}` again"
+    again = f"run `python -m booktools.run --out {executed}` again"
     if not executed.is_dir():
         raise BookError(f"no folder of executed notebooks at {executed}; {again}")
     chapters = toc_chapters(book_dir)
@@ -209,7 +209,7 @@ def stage(executed: Path, staging: Path, book_dir: Path = BOOK_DIR) -> Path:
     report_file = executed / "run_report.json"
     report: dict = {}
     if report_file.exists():
-        from ampbook.build.run import load_run_report
+        from booktools.run import load_run_report
 
         report = load_run_report(report_file)  # checked by check_executed
         chapters = set(toc_chapters(book_dir))
@@ -238,11 +238,11 @@ def stage_notebook(executed: Path, staged: Path) -> None:
 def stage_reader_copies(
     executed: Path, staging: Path, profile: str | None, book_dir: Path = BOOK_DIR
 ) -> list[Path]:
-    """Each chapter's reader's copy (``ampbook.build.reader``), made afresh from the
+    """Each chapter's reader's copy (``booktools.reader``), made afresh from the
     executed notebook into the staged ``_static/notebooks/``, where the download
-    button points (``ampbook.build.sphinx_book``)."""
-    from ampbook.build import reader
-    from ampbook.build.sphinx_book import NOTEBOOKS
+    button points (``booktools.sphinx_book``)."""
+    from booktools import reader
+    from booktools.sphinx_book import NOTEBOOKS
 
     try:
         return reader.write_reader_copies(
@@ -269,7 +269,7 @@ def build(
     check_executed(executed)
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text(
-        "made by python -m ampbook.build.book; it replaces src/ and _build/\n"
+        "made by python -m booktools.book; it replaces src/ and _build/\n"
     )
     staging = stage(executed, out / "src")
     cmd = [
@@ -345,7 +345,7 @@ def end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
 def build_parser() -> cli.ArgumentParser:
     """The command's options."""
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.build.book",
+        prog="python -m booktools.book",
         description="Build the HTML book from executed notebooks (Jupyter Book, "
         "never re-executing them), with Sphinx warnings as errors. A failed or "
         "interrupted run is refused.",
@@ -355,7 +355,7 @@ def build_parser() -> cli.ArgumentParser:
         "--executed",
         default=str(DEFAULT_EXECUTED),
         metavar="DIR",
-        help="folder of executed notebooks (python -m ampbook.build.run writes it)",
+        help="folder of executed notebooks (python -m booktools.run writes it)",
     )
     parser.add_argument(
         "--out",
@@ -367,7 +367,7 @@ def build_parser() -> cli.ArgumentParser:
     return parser
 
 
-@cli.command("python -m ampbook.build.book")
+@cli.command("python -m booktools.book")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:

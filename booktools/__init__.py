@@ -1,0 +1,22 @@
+"""The book's own tooling, apart from the library the chapters teach with.
+
+Nothing in ``ampbook`` or the notebooks imports this package (tests/test_layers.py).
+The book: ``run`` executes the notebooks with papermill (``python -m booktools.run``),
+``book`` builds the HTML from those executions (``python -m booktools.book``),
+``bookcheck`` opens the built pages in headless Chromium
+(``python -m booktools.bookcheck``), ``nbstats`` measures the chapters, ``reader`` and
+``runalong`` make the reader's and the run-along copies, ``sphinx_scripts`` and
+``sphinx_book`` are Sphinx extensions the build loads. The GPU check:
+``python -m booktools.gpucheck`` (``gpuplan``, ``gpulease``, ``gpuwheels``, and
+``layers``, the per-module profiles only the check records). ``doctor_bench`` times the
+doctor's full report (``python -m booktools.doctor_bench``).
+"""
+
+import sys
+
+# jsonschema (under nbformat, which jupytext and papermill import) imports the optional
+# ``rfc3987_syntax`` when it is installed (jupyter-events' extras pull it in), and that
+# package builds a Lark grammar as it loads: 2.8 s of every build process's start
+# here, for the "iri" string format, which no notebook schema uses. The build's
+# processes leave it out (``import rfc3987_syntax`` then fails; jsonschema goes on).
+sys.modules.setdefault("rfc3987_syntax", None)
