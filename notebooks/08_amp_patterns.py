@@ -16,25 +16,17 @@
 # %% [markdown]
 # # AMP in your own loop
 #
-# Chapter 3's loop has three AMP lines. A real training loop has more around them:
-# gradients accumulated over micro-batches, several models or losses, a gradient
-# penalty, a custom autograd Function, inference, several processes (DDP, and FSDP2's
-# sharding with its own mixed precision), a choice between fp16 and bf16,
-# `torch.compile`, activation checkpointing. PyTorch's "Automatic Mixed
-# Precision examples" {cite:p}`pytorch-amp-examples` gives the pattern for most of
-# them; this chapter writes each as a short loop you can paste, runs it here at a tiny
-# size, and checks by a computation that it does what the text says. Every check is
-# also a test of the book (`tests/test_patterns.py`), which runs it once more with the
-# pattern written wrong (a forgotten division, unscale, `eval()`...) to see it fail.
+# Chapter 3's loop has three AMP lines; a real loop has more around them. PyTorch's
+# "Automatic Mixed Precision examples" {cite:p}`pytorch-amp-examples` give a pattern for
+# most cases. This chapter writes each as a short loop you can paste, runs it at a tiny
+# size, and checks by a computation that it does what the text says; the book's tests
+# run each check once more with the pattern written wrong, to see it fail.
 #
-# **What you will learn**: where `scaler.scale`, `scaler.step` and `scaler.update` go
-# when a loop is not the minimal one; which patterns hold exactly and which only
-# within rounding (and what breaks them: batch norm, a forgotten division, a forgotten
-# unscale); how FSDP2's per-module mixed precision differs from autocast's
-# per-operator casts; how to choose fp16 or bf16 from measurements; what
-# `torch.compile` and activation checkpointing change beside autocast. **What you need**: chapter 3's loop;
-# `ampbook` and PyTorch; a C++ compiler for `torch.compile`'s inductor (else the
-# chapter says it compiled without it).
+# **What you will learn**: where `scaler.scale`, `step` and `update` go in accumulation,
+# several models or losses, a gradient penalty, a custom Function, inference, DDP and
+# FSDP2; which patterns hold exactly and which within rounding; fp16 or bf16, from
+# measurements; what `torch.compile` and checkpointing change. **What you need**:
+# chapter 3's loop; a C++ compiler for inductor (else the chapter says so).
 
 # %% tags=["parameters", "remove-cell"]
 amp_dtype = "float16"  # the 16-bit type of the GradScaler patterns (fp16 needs one)
