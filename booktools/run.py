@@ -682,8 +682,8 @@ def write_reader_copies(
         log(f"warning: no reader's copy of {error}")
     if written:
         log(
-            f"reader's copies (roles replaced, captions under the figures): "
-            f"{out_dir / reader.READER_DIR}"
+            "reader's copies (roles replaced, captions under the figures):\n"
+            f"  {out_dir / reader.READER_DIR}"
         )
     from booktools import runalong
 
@@ -700,7 +700,7 @@ def write_reader_copies(
         made = []
     if made:
         log(
-            f"run-along copies (run them in Jupyter; the text follows the run): {along}"
+            f"run-along copies (run them in Jupyter; the text follows the run):\n  {along}"
         )
     for error in errors:
         log(f"warning: no run-along copy of {error}")
