@@ -67,12 +67,23 @@ def _held_back(signum, frame) -> bool:
         _state["held"] = None
         return False
     _state["held"] = signum
-    import _thread
-
-    timer = threading.Timer(_RETRY_S, _thread.interrupt_main, args=(signum,))
+    timer = threading.Timer(_RETRY_S, _deliver_again, args=(signum,))
     timer.daemon = True
     timer.start()
     return True
+
+
+def _deliver_again(signum: int) -> None:
+    """Send ``signum`` to the main thread again, as a real signal where the platform
+    has ``pthread_kill``: a blocking call the import was followed by (a ``sleep``, a
+    ``read``) is interrupted and the stop raised at once. ``interrupt_main`` only sets
+    a flag, which Python reads when that call returns, seconds or minutes later."""
+    if hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident, signum)
+    else:  # pragma: no cover - Windows
+        import _thread
+
+        _thread.interrupt_main(signum)
 
 
 def _on_sigterm(signum, frame):
