@@ -17,7 +17,7 @@ from ampbook.bench.patterns.tiny import scaler_for, tiny_batch, tiny_model
 def train_step(model, optimizer, scaler, images, labels, device_type, dtype):
     """Shown on the page in chapter 8 (08_amp_patterns)."""
     optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype):
+    with torch.amp.autocast(device_type, dtype=dtype):
         loss = F.cross_entropy(model(images), labels)
     scaler.scale(loss).backward()
     scaler.step(optimizer)
@@ -122,7 +122,7 @@ def check_compile(
     images, labels = tiny_batch(2, size, seed)
     model = tiny_model(seed)
     with CastCounter(model=model) as counter:
-        with torch.autocast(device_type, dtype=dtype):
+        with torch.amp.autocast(device_type, dtype=dtype):
             model(images)
     eager = tiny_model(seed)
     eager_loss = train_step(
@@ -195,7 +195,7 @@ def train_step_without_scaler(
     """``train_step`` without the GradScaler (``scaler`` unused), for the graph
     breaks the scaler does not cause."""
     optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype):
+    with torch.amp.autocast(device_type, dtype=dtype):
         loss = F.cross_entropy(model(images), labels)
     loss.backward()
     optimizer.step()

@@ -21,7 +21,7 @@ SCHEDULER_WARNING = "lr_scheduler.step()` before `optimizer.step()`"
 
 def step_always(model, optimizer, scheduler, scaler, images, labels, plant=1.0):
     """One fp16 step with the scheduler stepped every time (the failure)."""
-    with torch.amp.autocast("cpu", dtype=torch.float16):
+    with torch.amp.autocast(images.device.type, dtype=torch.float16):
         loss = F.cross_entropy(model(images), labels) * plant
     scaler.scale(loss).backward()
     scaler.step(optimizer)
@@ -32,9 +32,9 @@ def step_always(model, optimizer, scheduler, scaler, images, labels, plant=1.0):
 
 def step_when_stepped(model, optimizer, scheduler, scaler, images, labels, plant=1.0):
     """One fp16 step whose scheduler steps only when the optimizer did: the scale
-    falls exactly when ``scaler.step`` skipped ``optimizer.step()``.
-    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
-    with torch.amp.autocast("cpu", dtype=torch.float16):
+    falls exactly when ``scaler.step`` skipped ``optimizer.step()`` (one optimizer
+    per scaler). Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
+    with torch.amp.autocast(images.device.type, dtype=torch.float16):
         loss = F.cross_entropy(model(images), labels) * plant
     scaler.scale(loss).backward()
     scale = scaler.get_scale()
