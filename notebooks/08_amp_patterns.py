@@ -607,8 +607,9 @@ print(inspect.getsource(compiled.train_step))
 # The check (`compiled.check_compile`, the tiny network) counts the casts autocast
 # makes in one eager forward (chapter 4's `CastCounter`) and the cast operators in
 # the forward and backward graphs compilation made, compares the eager and the
-# compiled step's loss, and asks `torch._dynamo.explain` what the whole step with a
-# GradScaler compiles to:
+# compiled step's loss (these rows under bf16 autocast), and asks
+# `torch._dynamo.explain` what the whole step with a GradScaler compiles to (under
+# fp16 autocast, the dtype a GradScaler is for):
 
 # %%
 comp = compiled.check_compile(
@@ -616,15 +617,21 @@ comp = compiled.check_compile(
 )
 rows = [
     ("backend that ran", comp.backend),
-    ("casts, eager forward", comp.eager_casts),
+    ("casts, eager forward (bf16)", comp.eager_casts),
     ("casts in the compiled forward graph", comp.graph_casts["forward"]),
     ("casts in the compiled backward graph", comp.graph_casts["backward"]),
     ("kernels inductor generated", comp.kernels if comp.kernels is not None else "-"),
-    ("loss, eager / compiled", f"{comp.eager_loss:.5f} / {comp.compiled_loss:.5f}"),
+    (
+        "loss, eager / compiled (bf16)",
+        f"{comp.eager_loss:.5f} / {comp.compiled_loss:.5f}",
+    ),
     ("compilation (s)", f"{comp.compile_s:.1f}"),
-    ("graphs / graph breaks in the step", f"{comp.graphs} / {comp.graph_breaks}"),
+    (
+        "graphs / graph breaks in the step (fp16)",
+        f"{comp.graphs} / {comp.graph_breaks}",
+    ),
 ]
-glue_all(graph_breaks=comp.graph_breaks, graphs=comp.graphs)
+glue_all(graph_breaks=comp.graph_breaks, graphs=comp.graphs, op_graphs=comp.op_graphs)
 md_table(rows, ["", "measured here"])
 
 # %%
@@ -646,10 +653,17 @@ md(
 # The whole step is not one graph, with or without a GradScaler: TorchDynamo traced it
 # into {glue:text}`graphs` graphs with {glue:text}`graph_breaks` breaks with the
 # scaler and {glue:text}`plain_graphs` with {glue:text}`plain_breaks` without it
-# (`torch._dynamo.explain`'s counts, for the step's own frame). `loss.backward()`
-# breaks it either way; the scaler's `scale`, `step` and `update`, functions dynamo
-# does not trace, add breaks of their own inside the frames around them, not graphs
-# to the step. Compile the model, as the runner does (`--compile`), not the step: the
+# (`torch._dynamo.explain`'s counts, for the frames it compiled), and
+# {glue:text}`op_graphs` of the graphs holds an operator (the forward and the loss;
+# the others are empty). `loss.backward()` breaks it either way. The lists above
+# are another count: `torch._dynamo.utils.counters["graph_break"]` records a reason
+# each time dynamo stops tracing anywhere, in the functions the step calls too, so it
+# names more reasons than `explain` counts breaks. The `graph_break()` in them is
+# the optimizer's own: `optimizer.step`'s wrapper in `torch/optim/optimizer.py`
+# calls `torch._dynamo.graph_break()` before and after the update. The scaler's
+# `scale`, `step` and `update`, functions dynamo skips (they run eagerly), add
+# reasons to that list but neither graphs nor breaks to `explain`'s count. Compile
+# the model, as the runner does (`--compile`), not the step: the
 # forward and backward are the graphs worth fusing, and the scaler's few operators
 # run eagerly between them.
 #

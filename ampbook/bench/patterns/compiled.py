@@ -69,6 +69,8 @@ class CompileCheck:
     plain_graphs: int = 0  # the same step without a GradScaler
     plain_graph_breaks: int = 0
     plain_break_reasons: list[str] | None = None
+    op_graphs: int = 0  # of ``graphs``, those holding an operator (the rest empty)
+    plain_op_graphs: int = 0
 
     def scaler_breaks(self) -> list[str]:
         """The break reasons of the step with a GradScaler that the step without one
@@ -181,11 +183,13 @@ def check_compile(
         len(counter.casts),
         counting.casts,
         kernels,
-        *explained[train_step],
+        *explained[train_step][:3],
         eager_loss,
         compiled_loss,
         compile_s,
-        *explained[train_step_without_scaler],
+        *explained[train_step_without_scaler][:3],
+        op_graphs=explained[train_step][3],
+        plain_op_graphs=explained[train_step_without_scaler][3],
     )
 
 
@@ -222,7 +226,11 @@ def all_break_reasons(counted) -> list[str]:
 
 def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
     """``torch._dynamo.explain`` of ``step`` with a GradScaler, fp16 and the tiny
-    model: (graphs, graph breaks, every break reason, ``all_break_reasons``)."""
+    model: (graphs, graph breaks, ``all_break_reasons``, the graphs that hold an
+    operator). ``explain`` counts the graphs and breaks of the frames it compiled;
+    ``counters["graph_break"]`` records every break reason met anywhere, in the
+    functions the step calls too (the optimizer's step calls
+    ``torch._dynamo.graph_break()`` itself, ``torch/optim/optimizer.py``)."""
     from torch._dynamo.utils import counters
 
     m = tiny_model(seed)
@@ -242,8 +250,12 @@ def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
     finally:
         torch._logging.set_logs()  # torch's default levels again
         torch._dynamo.reset()
+    with_ops = sum(
+        any(n.op == "call_function" for n in g.graph.nodes) for g in explained.graphs
+    )
     return (
         explained.graph_count,
         explained.graph_break_count,
         counted,
+        with_ops,
     )
