@@ -36,13 +36,13 @@
 # ## The questions, and where the book answers them
 #
 # 1. The loss turns NaN after some epochs with autocast and GradScaler
-#    {cite:p}`gh-pytorch-40497`: {ref}`tr-nan` (in {doc}`troubleshooting`) and
-#    {doc}`04_loss_scaling`.
+#    {cite:p}`gh-pytorch-40497`: {ref}`tr-nan` (on the page "Troubleshooting
+#    AMP") and {doc}`04_loss_scaling`.
 # 2. NaN from the first batch when fine-tuning pretrained weights
 #    {cite:p}`gh-transformers-5651`: {ref}`ch9-overflow`.
 # 3. "Gradient overflow, skipping step", the scale falling toward 0
-#    {cite:p}`gh-apex-318`: {doc}`04_loss_scaling` and {ref}`tr-fp16-only` (in
-#    {doc}`troubleshooting`).
+#    {cite:p}`gh-apex-318`: {doc}`04_loss_scaling` and {ref}`tr-fp16-only` (on
+#    the page "Troubleshooting AMP").
 # 4. AMP slower than fp32 for some layers, such as grouped convolutions
 #    {cite:p}`gh-pytorch-43544`: {ref}`ch6-report`.
 # 5. Mixed precision uses more memory {cite:p}`gh-transformers-9742`:
@@ -64,8 +64,8 @@
 #     {cite:p}`gh-pytorch-71169,gh-megatron-lm-7538`: {ref}`ch9-checkpoint`;
 #     {doc}`08_amp_patterns` measures checkpointing's memory.
 # 13. A custom op or autograd Function: "expect scalar type Float but Half"
-#     {cite:p}`gh-pytorch-46178`: {ref}`ch8-custom-function` and {ref}`tr-custom` (in
-#     {doc}`troubleshooting`).
+#     {cite:p}`gh-pytorch-46178`: {ref}`ch8-custom-function` and {ref}`tr-custom` (on
+#     the page "Troubleshooting AMP").
 # 14. DDP ranks drifting apart when their scales differ {cite:p}`gh-pytorch-136009`:
 #     {ref}`ch9-ranks`; {doc}`08_amp_patterns` runs DDP.
 # 15. Autocast or `.half()` for inference {cite:p}`gh-pytorch-86548`:

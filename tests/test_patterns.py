@@ -122,6 +122,9 @@ def test_shared_scaler_both_step_unplanted_and_default_scale_overflows_alone():
     # a check starting there would credit the plant with a halving it did not cause
     loud = shared_scaler.check_shared_scaler(plant=False, init_scale=2.0**16)
     assert not loud.ok and loud.skipped != (False, False), loud.verdict()
+    # the page's reading: an overflow inside the backward (loss1 weights model 1 by
+    # 5) stops the second optimizer alone, though both losses reach both models
+    assert loud.skipped == (False, True), loud.verdict()
 
 
 def test_penalty_unscaled_matches_fp32_and_the_scaled_one_is_off_by_the_scale():
