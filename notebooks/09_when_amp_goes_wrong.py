@@ -233,9 +233,29 @@ md("\n\n".join(r.verdict() for r in runs))
 # With several optimizers on one scaler the scale halves when any of them skipped
 # ({doc}`08_amp_patterns` shows one optimizer skipping while the other steps), so the
 # scale cannot say which one did. There, tell each optimizer by its own count: a
-# `register_step_post_hook` that adds one per step, as the check above counts, or the
-# `"step"` Adam keeps in each parameter's state, compared before and after
-# `scaler.step(optimizer)`; step each optimizer's scheduler only when its count moved.
+# `register_step_post_hook` that adds one per step, as the check above counts (or
+# the `"step"` Adam keeps in each parameter's state), read before and after
+# `scaler.step(optimizer)`; step each optimizer's scheduler only when its count
+# moved:
+
+# %%
+print(inspect.getsource(scheduler.count_steps))
+
+# %% [markdown]
+# The check runs three fp16 iterations of two tiny networks, each with its own loss,
+# optimizer and scheduler, on one scaler, with an overflow planted in the second
+# loss of the first iteration; first with each scheduler stepped when the scale did
+# not fall, then by its optimizer's count:
+
+# %%
+md(
+    "\n\n".join(
+        scheduler.check_shared_schedulers(rule, seed=seed).verdict()
+        for rule in ("scale", "count")
+    )
+)
+
+# %% [markdown]
 #
 # (ch9-compile-backward)=
 # ## A compiled backward that overflows

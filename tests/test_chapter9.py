@@ -46,6 +46,14 @@ def test_scheduler_follows_the_optimizer_only_with_the_fix():
     assert not planted.ok and planted.warned and planted.scheduler_steps == 4
 
 
+def test_several_optimizers_on_one_scaler_need_their_own_step_counts():
+    fixed = scheduler.check_shared_schedulers("count")
+    assert fixed.ok and fixed.optimizer_steps == (3, 2), fixed.verdict()
+    # the one-optimizer fix (the scale fell) holds back the optimizer that stepped
+    planted = scheduler.check_shared_schedulers("scale")
+    assert not planted.ok and planted.scheduler_steps == (2, 2), planted.verdict()
+
+
 def test_tf32_reader_survives_the_mixed_state_and_the_legacy_one_does_not():
     before = tf32_state()
     check = tf32.check_tf32()
