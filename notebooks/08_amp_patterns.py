@@ -485,8 +485,9 @@ md_table(
 # %% [markdown]
 # Under CPU autocast the loss saves fp32 tensors beside the convolutions' bf16 inputs
 # and bf16 weight copies: `cross_entropy`'s `log_softmax` ran in bf16 here, and the
-# `nll_loss` after it, on the CPU's fp32 list, cast its input up (dtypes measured
-# here); on CUDA `cross_entropy`, `log_softmax` and `nll_loss` are all on the fp32
+# `nll_loss` after it, on the CPU's fp32 list, cast its input up (the output dtypes
+# tried on this PyTorch while writing; the table counts only what was saved); on
+# CUDA `cross_entropy`, `log_softmax` and `nll_loss` are all on the fp32
 # list {cite:p}`pytorch-amp-docs`. Under FSDP2's policy every operator of the sharded
 # modules ran in bf16, and so did the loss, which received bf16 scores. The policy
 # casts once per module and leaves each operator to run in what it is given; autocast

@@ -137,8 +137,8 @@ md(check.verdict())
 
 # %% [markdown]
 # bf16 would also hold the value (its range is fp32's, chapter 1), at 8 significant
-# bits (7 stored); on a GPU without bf16 the block in fp32 is the fix. T5's own fix in the
-# transformers library clamps the values instead, which changes the model's output
+# bits (7 stored); on a GPU without bf16 the block in fp32 is the fix. T5's own fix in
+# the transformers library clamps the values instead, which changes the model's output
 # where it clamps.
 
 # %% [markdown]
@@ -332,9 +332,9 @@ md(
 # restores it: its reentrant version once carried only autocast's on/off, so a bf16
 # region would recompute in fp16 {cite:p}`gh-pytorch-71169`, and in the PyTorch this
 # book ran both versions record the whole state, dtype included, and restore it
-# (`_get_autocast_kwargs` in `torch/utils/checkpoint.py`). What still breaks it is recompute code
-# written by hand or by another library: Megatron-LM's checkpoint reran its block
-# outside the forward's fp8 autocast until a 2026 pull request
+# (`_get_autocast_kwargs` in `torch/utils/checkpoint.py`). What still breaks it is
+# recompute code written by hand or by another library: Megatron-LM's checkpoint reran
+# its block outside the forward's fp8 autocast until a 2026 pull request
 # {cite:p}`gh-megatron-lm-7538`. Where the recomputation makes other dtypes,
 # `torch.utils.checkpoint` compares each saved tensor's shape, dtype and device and
 # raises "Recomputed values for the following tensors have different metadata than
@@ -348,10 +348,10 @@ print(inspect.getsource(checkpointing.checkpointed_step))
 
 # %% [markdown]
 # The failure is planted here through `context_fn` as a recomputation with autocast
-# off (what a hand-written checkpoint that reruns the block in the backward does). Forward hooks
-# record each Linear's output dtype in the forward and again in the recomputation,
-# and the gradients are compared with the same step unchecked; the planted run first,
-# then the fix:
+# off (what a hand-written checkpoint that reruns the block in the backward does).
+# Forward hooks record each Linear's output dtype in the forward and again in the
+# recomputation, and the gradients are compared with the same step unchecked; the
+# planted run first, then the fix:
 
 # %%
 md(
@@ -374,12 +374,13 @@ md(
 # same averaged gradients, finds the same inf and moves its scale the same way. So
 # scales that start equal stay equal, an all-reduce of the scaler's inf flag adds
 # nothing under DDP (under FSDP it does: each rank holds other shards, and
-# `ShardedGradScaler` all-reduces the flag, {ref}`ch8-fsdp`), and scales differ only when they start apart (a scaler state
-# restored on one rank and not on the other, planted here) or when the ranks take
-# different numbers of steps. Two ranks are simulated in
-# one process (two replicas of chapter 8's tiny network, two scalers, the mean of the
-# gradients taken between backward and `scaler.step`, as DDP does), with an overflow
-# planted in rank 1's first loss. The fix gives every rank rank 0's scaler state:
+# `ShardedGradScaler` all-reduces the flag, {ref}`ch8-fsdp`), and scales differ only
+# when they start apart (a scaler state restored on one rank and not on the other,
+# planted here) or when the ranks take different numbers of steps. Two ranks are
+# simulated in one process (two replicas of chapter 8's tiny network, two scalers, the
+# mean of the gradients taken between backward and `scaler.step`, as DDP does), with an
+# overflow planted in rank 1's first loss. The fix gives every rank rank 0's scaler
+# state:
 
 # %%
 print(inspect.getsource(ranks.same_scaler_state))
@@ -410,9 +411,9 @@ md(
 # hold a state the old single flag cannot say (cuDNN convolutions in TF32, cuDNN RNNs
 # not), reading the old flag raises a RuntimeError (measured below), and so does
 # `torch.get_float32_matmul_precision()` once only the matmul switch was set the new
-# way (tried on this PyTorch while writing; the check does not rerun it). The book sets TF32 through the new
-# switches where PyTorch has them, and through the old flags (the legacy spelling) only
-# on an older PyTorch:
+# way (tried on this PyTorch while writing; the check does not rerun it). The book sets
+# TF32 through the new switches where PyTorch has them, and through the old flags (the
+# legacy spelling) only on an older PyTorch:
 
 # %%
 print(inspect.getsource(precision.set_tf32))
