@@ -291,7 +291,7 @@ md(
 # (ch9-recompile)=
 # ## Recompiling on the autocast state
 #
-# A user of `torch.compile` under AMP saw a function compiled again, with the reason
+# A user of `torch.compile` under AMP saw many recompilations, with the reason
 # "dtype mismatch. expected Half, actual Float" {cite:p}`gh-pytorch-128134`; there
 # the recompilations came with Dynamo's inlining of built-in modules
 # (`TORCHDYNAMO_INLINE_INBUILT_NN_MODULES=1`), a Dynamo issue this book does not
