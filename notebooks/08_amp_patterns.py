@@ -218,8 +218,9 @@ md(
 # here, GradScaler's default), `clip_grad_norm_` clips their sum, and `step`, told the
 # gradients are unscaled, does not divide again. The update points along the later
 # micro-batches' gradients alone, {glue:text}`clip_wrong:.0%` of its size away from the
-# right one (measured). No error is raised: only a second `unscale_` before `update`
-# raises one.
+# right one (measured). The inf check, made by `unscale_`, also covers only the first
+# micro-batch: an overflow in a later one goes unchecked and `step` applies it. No
+# error is raised: only a second `unscale_` before `update` raises one.
 #
 # ## Several models, losses and optimizers with one GradScaler
 #
@@ -262,10 +263,14 @@ md(
 
 # %% [markdown]
 # Each `scaler.step` checks the gradients of its own optimizer's parameters and skips
-# when they hold an inf or NaN. Where every loss reaches every model, an overflow in
-# any loss reaches every gradient and the optimizers skip together; where a loss
-# reaches one model only, only that model's optimizer skips and the other steps. The
-# one `update` sees the overflow either way and halves the scale once. An `update`
+# when they hold an inf or NaN. Where every loss reaches every model, an inf in a
+# loss's value reaches every gradient and the optimizers skip together (the planted
+# line); an overflow inside the backward reaches only the gradients it passes
+# through, so one optimizer can skip alone even with coupled losses: at the default
+# scale (the first line) `3 * out0 - 5 * out1` weights model 1's gradients by 5 and
+# only the second optimizer skipped. Where a loss reaches one model only, only that
+# model's optimizer skips and the other steps. The one `update` sees the overflow
+# either way and halves the scale once. An `update`
 # after each `step` would halve it once per optimizer that found an inf (twice with
 # the coupled losses, once with the separate ones: the tests run both), and would
 # also change the scale between two `step`s: the second optimizer's gradients,
@@ -385,8 +390,9 @@ glue_all(inf_ratio=inf[0].amp_bytes / inf[0].fp32_bytes)
 md("\n\n".join(i.verdict() for i in inf))
 
 # %% [markdown]
-# The activations are 16-bit, so the forward's peak is about half fp32's
-# ({glue:text}`inf_ratio:.2f` of it in bf16, measured). A `predict` without
+# The activations are 16-bit, so on the CPU the forward's peak is about half fp32's
+# ({glue:text}`inf_ratio:.2f` of it in bf16, measured); on CUDA softmax returns fp32,
+# which adds back part of it. A `predict` without
 # `model.eval()` would leave the network in train mode, normalise by the batch's
 # statistics and give other probabilities: the check then fails (the tests run it
 # with that line left out).
@@ -416,13 +422,14 @@ glue_all(ddp_s=ddp_run.seconds)
 md("\n\n".join(r.verdict() for r in ddp_run.results))
 
 # %% [markdown]
-# The two processes took {glue:text}`ddp_s:.1f` s, most of it starting them. The same
+# The two processes took {glue:text}`ddp_s:.1f` s, start included. The same
 # holds for the runner, `torchrun --nproc_per_node 2 -m ampbook.train`, except where
 # its network breaks it: ERFNet's batch norm normalises each process's share by its
 # own statistics (as in accumulation above) unless converted with
 # `nn.SyncBatchNorm` (which needs GPUs: on gloo with CPU modules it refuses), and its
 # dropout draws other numbers in each process.
 #
+# (ch8-fsdp)=
 # ### FSDP2: mixed precision per module
 #
 # Models too large for one GPU's memory are sharded instead: `fully_shard`
@@ -476,13 +483,21 @@ md_table(
 )
 
 # %% [markdown]
-# Under autocast the loss (`cross_entropy`'s `log_softmax`, on autocast's fp32 list,
-# and the `nll_loss` after it) saves fp32 tensors beside the convolutions' bf16 inputs
-# and bf16 weight copies; under FSDP2's policy every operator of the sharded modules
-# ran in bf16, and so did the loss, which received bf16 scores. The policy casts once
-# per module and leaves each operator to run in what it is given; autocast casts per
-# operator, by its lists {cite:p}`pytorch-fsdp2`. The two processes took
-# {glue:text}`fsdp_s:.1f` s.
+# Under CPU autocast the loss saves fp32 tensors beside the convolutions' bf16 inputs
+# and bf16 weight copies: `cross_entropy`'s `log_softmax` ran in bf16 here, and the
+# `nll_loss` after it, on the CPU's fp32 list, cast its input up (the output dtypes
+# tried on this PyTorch while writing; the table counts only what was saved); on
+# CUDA `cross_entropy`, `log_softmax` and `nll_loss` are all on the fp32
+# list {cite:p}`pytorch-amp-docs`. Under FSDP2's policy every operator of the sharded
+# modules ran in bf16, and so did the loss, which received bf16 scores. The policy
+# casts once per module and leaves each operator to run in what it is given; autocast
+# casts per operator, by its lists {cite:p}`pytorch-fsdp2`. A loss computed in bf16
+# rounds to 8 significant bits: `MixedPrecisionPolicy(output_dtype=torch.float32)` or
+# `.float()` on the scores keeps it in fp32. With `param_dtype` fp16 the gradients
+# need a scaler, and FSDP's `ShardedGradScaler` all-reduces the inf flag across
+# processes, because each holds different shards and could otherwise skip alone: the
+# exception to {ref}`ch9-ranks` (chapter 9), where DDP's ranks hold the same
+# averaged gradients. The two processes took {glue:text}`fsdp_s:.1f` s.
 #
 # (ch8-fp16-or-bf16)=
 # ## fp16 or bf16
@@ -555,8 +570,9 @@ md(ch8.choice_verdict(gpu, here))
 # A decision rule, with the evidence beside each line:
 #
 # 1. **A GPU with bf16 tensor cores (Ampere and later): bf16 first.** Its range is
-#    fp32's (the table's first two lines); without scaling no gradient rounds to zero
-#    where fp16 loses {glue:text}`fp16_flushed:.2%` of them (fourth line); there is no
+#    fp32's (the table's first two lines); without scaling, in this one backward of
+#    ERFNet at init (measured here), no gradient rounds to zero in bf16 where fp16
+#    loses {glue:text}`fp16_flushed:.2%` of them (fourth line); there is no
 #    scaler to place and no step to skip (fifth line).
 # 2. **fp16 with a GradScaler where it is faster in every epoch.** A ratio inside
 #    its epoch-to-epoch spread is not a speed-up (`ampbook.chapters.ch3.pace` judges it,
@@ -592,8 +608,9 @@ print(inspect.getsource(compiled.train_step))
 # The check (`compiled.check_compile`, the tiny network) counts the casts autocast
 # makes in one eager forward (chapter 4's `CastCounter`) and the cast operators in
 # the forward and backward graphs compilation made, compares the eager and the
-# compiled step's loss, and asks `torch._dynamo.explain` what the whole step with a
-# GradScaler compiles to:
+# compiled step's loss (these rows under bf16 autocast), and asks
+# `torch._dynamo.explain` what the whole step with a GradScaler compiles to (under
+# fp16 autocast, the dtype a GradScaler is for):
 
 # %%
 comp = compiled.check_compile(
@@ -601,15 +618,21 @@ comp = compiled.check_compile(
 )
 rows = [
     ("backend that ran", comp.backend),
-    ("casts, eager forward", comp.eager_casts),
+    ("casts, eager forward (bf16)", comp.eager_casts),
     ("casts in the compiled forward graph", comp.graph_casts["forward"]),
     ("casts in the compiled backward graph", comp.graph_casts["backward"]),
     ("kernels inductor generated", comp.kernels if comp.kernels is not None else "-"),
-    ("loss, eager / compiled", f"{comp.eager_loss:.5f} / {comp.compiled_loss:.5f}"),
+    (
+        "loss, eager / compiled (bf16)",
+        f"{comp.eager_loss:.5f} / {comp.compiled_loss:.5f}",
+    ),
     ("compilation (s)", f"{comp.compile_s:.1f}"),
-    ("graphs / graph breaks in the step", f"{comp.graphs} / {comp.graph_breaks}"),
+    (
+        "graphs / graph breaks in the step (fp16)",
+        f"{comp.graphs} / {comp.graph_breaks}",
+    ),
 ]
-glue_all(graph_breaks=comp.graph_breaks, graphs=comp.graphs)
+glue_all(graph_breaks=comp.graph_breaks, graphs=comp.graphs, op_graphs=comp.op_graphs)
 md_table(rows, ["", "measured here"])
 
 # %%
@@ -631,10 +654,17 @@ md(
 # The whole step is not one graph, with or without a GradScaler: TorchDynamo traced it
 # into {glue:text}`graphs` graphs with {glue:text}`graph_breaks` breaks with the
 # scaler and {glue:text}`plain_graphs` with {glue:text}`plain_breaks` without it
-# (`torch._dynamo.explain`'s counts, for the step's own frame). `loss.backward()`
-# breaks it either way; the scaler's `scale`, `step` and `update`, functions dynamo
-# does not trace, add breaks of their own inside the frames around them, not graphs
-# to the step. Compile the model, as the runner does (`--compile`), not the step: the
+# (`torch._dynamo.explain`'s counts, for the frames it compiled), and
+# {glue:text}`op_graphs` of the graphs holds an operator (the forward and the loss;
+# the others are empty). `loss.backward()` breaks it either way. The lists above
+# are another count: `torch._dynamo.utils.counters["graph_break"]` records a reason
+# each time dynamo stops tracing anywhere, in the functions the step calls too, so it
+# names more reasons than `explain` counts breaks. The `graph_break()` in them is
+# the optimizer's own: `optimizer.step`'s wrapper in `torch/optim/optimizer.py`
+# calls `torch._dynamo.graph_break()` before and after the update. The scaler's
+# `scale`, `step` and `update`, functions dynamo skips (they run eagerly), add
+# reasons to that list but neither graphs nor breaks to `explain`'s count. Compile
+# the model, as the runner does (`--compile`), not the step: the
 # forward and backward are the graphs worth fusing, and the scaler's few operators
 # run eagerly between them.
 #

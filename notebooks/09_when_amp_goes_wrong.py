@@ -36,11 +36,13 @@
 # ## The questions, and where the book answers them
 #
 # 1. The loss turns NaN after some epochs with autocast and GradScaler
-#    {cite:p}`gh-pytorch-40497`: {ref}`tr-nan` and {doc}`04_loss_scaling`.
+#    {cite:p}`gh-pytorch-40497`: {ref}`tr-nan` (on the page "Troubleshooting
+#    AMP") and {doc}`04_loss_scaling`.
 # 2. NaN from the first batch when fine-tuning pretrained weights
 #    {cite:p}`gh-transformers-5651`: {ref}`ch9-overflow`.
 # 3. "Gradient overflow, skipping step", the scale falling toward 0
-#    {cite:p}`gh-apex-318`: {doc}`04_loss_scaling` and {ref}`tr-fp16-only`.
+#    {cite:p}`gh-apex-318`: {doc}`04_loss_scaling` and {ref}`tr-fp16-only` (on
+#    the page "Troubleshooting AMP").
 # 4. AMP slower than fp32 for some layers, such as grouped convolutions
 #    {cite:p}`gh-pytorch-43544`: {ref}`ch6-report`.
 # 5. Mixed precision uses more memory {cite:p}`gh-transformers-9742`:
@@ -51,17 +53,19 @@
 #    {doc}`08_amp_patterns`.
 # 8. The "`lr_scheduler.step()` before `optimizer.step()`" warning after a skipped step
 #    {cite:p}`gh-pytorch-44511,gh-pytorch-55585`: {ref}`ch9-scheduler`.
-# 9. Is GradScaler needed with bf16? {cite:p}`gh-accelerate-1036`:
+# 9. Is GradScaler needed with bf16? {cite:p}`gh-accelerate-2358`:
 #    {ref}`ch8-fp16-or-bf16`.
 # 10. `torch.compile` and autocast: a backward compiled under the forward's autocast
 #     state overflows {cite:p}`gh-pytorch-153044`: {ref}`ch9-compile-backward`.
-# 11. `torch.compile` recompiles on dtype guards under AMP {cite:p}`gh-pytorch-128134`:
-#     {ref}`ch9-recompile`.
+# 11. `torch.compile` recompiles on guards under AMP {cite:p}`gh-pytorch-128134`:
+#     {ref}`ch9-recompile` (the autocast-state guard, not that thread's dtype
+#     guard).
 # 12. Activation checkpointing with autocast: the recomputation's dtypes differ
-#     {cite:p}`gh-pytorch-141896`: {ref}`ch9-checkpoint`; {doc}`08_amp_patterns`
-#     measures checkpointing's memory.
-# 13. A custom op or autograd Function: "expected scalar type Float but found Half"
-#     {cite:p}`gh-pytorch-46178`: {ref}`ch8-custom-function` and {ref}`tr-custom`.
+#     {cite:p}`gh-pytorch-71169,gh-megatron-lm-7538`: {ref}`ch9-checkpoint`;
+#     {doc}`08_amp_patterns` measures checkpointing's memory.
+# 13. A custom op or autograd Function: "expect scalar type Float but Half"
+#     {cite:p}`gh-pytorch-46178`: {ref}`ch8-custom-function` and {ref}`tr-custom` (on
+#     the page "Troubleshooting AMP").
 # 14. DDP ranks drifting apart when their scales differ {cite:p}`gh-pytorch-136009`:
 #     {ref}`ch9-ranks`; {doc}`08_amp_patterns` runs DDP.
 # 15. Autocast or `.half()` for inference {cite:p}`gh-pytorch-86548`:
@@ -132,9 +136,9 @@ check = overflow.check_fix(overflow.keep_in_fp32, seed=seed)
 md(check.verdict())
 
 # %% [markdown]
-# bf16 would also hold the value (its range is fp32's, chapter 1), at 8 bits of
-# mantissa; on a GPU without bf16 the block in fp32 is the fix. T5's own fix in the
-# transformers library clamps the values instead, which changes the model's output
+# bf16 would also hold the value (its range is fp32's, chapter 1), at 8 significant
+# bits (7 stored); on a GPU without bf16 the block in fp32 is the fix. T5's own fix in
+# the transformers library clamps the values instead, which changes the model's output
 # where it clamps.
 
 # %% [markdown]
@@ -174,14 +178,20 @@ md_table(
 # the fp16 ones (the weight copies, beside the activations of a few tokens) outweigh
 # everything fp32 saves. No switch removes the copies (autocast runs the products on
 # them); what decides whether AMP saves memory is how many tokens a step carries.
-# Chapter 3's straight line, fitted to two small steps, predicts the crossover; the
-# check measures a step at this size and one at four times the crossover, each with
-# the weights, gradients and Adam state added:
+# Chapter 3's straight line, fitted to two small steps (8 and 64 tokens), predicts
+# the crossover; the check measures a step at this size, then steps at half and at
+# twice the predicted crossover, each with the weights, gradients and Adam state
+# added (computed, not measured: neither total is the allocator's peak):
 
 # %%
 below = ch9_memory.check_memory(memory_tokens, seed=seed)
-above = ch9_memory.check_memory(4 * int(below.crossover_tokens), seed=seed)
-md("\n\n".join(c.verdict() for c in (below, above)))
+near = [
+    ch9_memory.check_memory(
+        round(f * below.crossover_tokens), seed=seed, crossover=below.crossover_tokens
+    )
+    for f in (0.5, 2)
+]
+md("\n\n".join(c.verdict() for c in (below, *near)))
 
 # %% [markdown]
 # A step with few tokens for its weights sits below its crossover: fp16 adds the
@@ -197,17 +207,18 @@ md("\n\n".join(c.verdict() for c in (below, above)))
 # `lr_scheduler.step()` before `optimizer.step()`"
 # {cite:p}`gh-pytorch-44511,gh-pytorch-55585`. The warning is only the visible part:
 # every skipped step puts the schedule one step ahead of the optimizer. `scaler.step`
-# says nothing of whether it stepped, but the scale does: `scaler.update()` lowers it
-# exactly when a step was skipped. The step below steps the scheduler only when the
-# scale did not fall:
+# says nothing of whether it stepped, but with one optimizer per scaler the scale
+# does: `scaler.update()` lowers it exactly when that optimizer's step was skipped.
+# The step below steps the scheduler only when the scale did not fall (on CUDA each
+# `get_scale()` reads the scale back to the host, one synchronisation per step):
 
 # %%
 print(inspect.getsource(scheduler.step_when_stepped))
 
 # %% [markdown]
 # The check runs {glue:text}`scheduler_steps` fp16 steps of chapter 8's tiny network
-# with a StepLR scheduler, the first with an overflow planted (the loss times
-# 10{sup}`30`), and counts the optimizer's steps with a hook; first with the scheduler
+# with a StepLR scheduler, the first with an overflow planted (the loss times 1e30),
+# and counts the optimizer's steps with a hook; first with the scheduler
 # stepped every time, then with the fix:
 
 # %%
@@ -219,6 +230,33 @@ runs = [
 md("\n\n".join(r.verdict() for r in runs))
 
 # %% [markdown]
+# With several optimizers on one scaler the scale halves when any of them skipped
+# ({doc}`08_amp_patterns` shows one optimizer skipping while the other steps), so the
+# scale cannot say which one did. There, tell each optimizer by its own count: a
+# `register_step_post_hook` that adds one per step, as the check above counts (or
+# the `"step"` Adam keeps in each parameter's state), read before and after
+# `scaler.step(optimizer)`; step each optimizer's scheduler only when its count
+# moved:
+
+# %%
+print(inspect.getsource(scheduler.count_steps))
+
+# %% [markdown]
+# The check runs three fp16 iterations of two tiny networks, each with its own loss,
+# optimizer and scheduler, on one scaler, with an overflow planted in the second
+# loss of the first iteration; first with each scheduler stepped when the scale did
+# not fall, then by its optimizer's count:
+
+# %%
+md(
+    "\n\n".join(
+        scheduler.check_shared_schedulers(rule, seed=seed).verdict()
+        for rule in ("scale", "count")
+    )
+)
+
+# %% [markdown]
+#
 # (ch9-compile-backward)=
 # ## A compiled backward that overflows
 #
@@ -226,8 +264,10 @@ md("\n\n".join(r.verdict() for r in runs))
 # forward); compiled, its weight gradient overflowed where eager's was 65536
 # {cite:p}`gh-pytorch-153044`. Eager PyTorch runs the backward without autocast;
 # AOTAutograd traces the backward of a compiled region under the forward's autocast
-# state when `torch._functorch.config.backward_pass_autocast` is `"same_as_forward"`,
-# so the fp32 Linear's gradient product runs in fp16 and passes 65504. It needs no GPU:
+# state when `torch._functorch.config.backward_pass_autocast` is `"same_as_forward"`
+# (a private setting whose name and default may change between versions; it is read
+# when the region is compiled, at its first call, so it must be set before then), so
+# the fp32 Linear's gradient product runs in fp16 and passes 65504. It needs no GPU:
 # the thread's model runs here on a CPU under fp16 autocast, compiled with the
 # `aot_eager` backend (the same tracing, no generated kernels). The fix traces the
 # backward without autocast, as eager runs it:
@@ -251,15 +291,21 @@ md(
 # (ch9-recompile)=
 # ## Recompiling on the autocast state
 #
-# Users of `torch.compile` under AMP see the same function compiled again and again,
-# with reasons such as "dtype mismatch. expected Half, actual Float"
-# {cite:p}`gh-pytorch-128134`. Dynamo guards each graph on the autocast state and on
-# its inputs' dtypes; a call that differs in either compiles a new graph, at the cost
-# of a compilation each time. The reproduction compiles one
+# A user of `torch.compile` under AMP saw many recompilations, with the reason
+# "dtype mismatch. expected Half, actual Float" {cite:p}`gh-pytorch-128134`; there
+# the recompilations came with Dynamo's inlining of built-in modules
+# (`TORCHDYNAMO_INLINE_INBUILT_NN_MODULES=1`), a Dynamo issue this book does not
+# reproduce. Dynamo guards each graph on the autocast state and on its inputs'
+# dtypes; a call that differs in either compiles a new graph. The reproduction here
+# shows the autocast-state guard, not the thread's dtype guard. It compiles one
 # feed-forward block and calls it twice per training step: in the forward under fp16
 # autocast, and again for a loss term computed after the region, in fp32. Dynamo
-# names the first guard that failed (`torch._dynamo.utils.guard_failures`). The fix
-# keeps every call of the compiled block under the step's one autocast state:
+# names the first guard that failed (`torch._dynamo.utils.guard_failures`). A second
+# state costs one more compilation, not one per step: both graphs stay cached (up to
+# Dynamo's recompile limit). Accepting the two graphs is one answer; the fix below,
+# one graph, keeps every call of the compiled block under the step's one autocast
+# state, at a cost in precision: the auxiliary loss term, fp32 before, now runs in
+# 16 bits:
 
 # %%
 print(inspect.getsource(compiled.second_call_inside))
@@ -280,23 +326,32 @@ md(
 # (ch9-checkpoint)=
 # ## Activation checkpointing and autocast
 #
-# Users who checkpoint a block under autocast report a backward that fails with
-# "Recomputed values for the following tensors have different metadata than during the
-# forward pass" {cite:p}`gh-pytorch-141896`; the metadata compared are each saved
-# tensor's shape, dtype and device. A checkpointed block saves only its input and runs
-# again in the backward, and the backward runs outside the autocast region. The
-# recomputation must therefore run under the autocast state of the forward:
-# `torch.utils.checkpoint` records it and restores it, called inside the region:
+# A checkpointed block saves only its input and runs again in the backward, and the
+# backward runs outside the autocast region, so the recomputation must run under the
+# autocast state of the forward. `torch.utils.checkpoint` records that state and
+# restores it: its reentrant version once carried only autocast's on/off, so a bf16
+# region would recompute in fp16 {cite:p}`gh-pytorch-71169`, and in the PyTorch this
+# book ran both versions record the whole state, dtype included, and restore it
+# (`_get_autocast_kwargs` in `torch/utils/checkpoint.py`). What still breaks it is
+# recompute code written by hand or by another library: Megatron-LM's checkpoint reran
+# its block outside the forward's fp8 autocast until a 2026 pull request
+# {cite:p}`gh-megatron-lm-7538`. Where the recomputation makes other dtypes,
+# `torch.utils.checkpoint` compares each saved tensor's shape, dtype and device and
+# raises "Recomputed values for the following tensors have different metadata than
+# during the forward pass". (An open thread reports that error with
+# `checkpoint(use_reentrant=False)` itself inside autocast, on a tensor of shape
+# [64, 64] {cite:p}`gh-pytorch-141896`: another cause than the one here, not
+# reproduced by this book.) The checkpoint called inside the region:
 
 # %%
 print(inspect.getsource(checkpointing.checkpointed_step))
 
 # %% [markdown]
-# The failure is planted here as a recomputation with autocast off (what a
-# hand-written checkpoint that reruns the block in the backward does). Forward hooks
-# record each Linear's output dtype in the forward and again in the recomputation,
-# and the gradients are compared with the same step unchecked; the planted run first,
-# then the fix:
+# The failure is planted here through `context_fn` as a recomputation with autocast
+# off (what a hand-written checkpoint that reruns the block in the backward does).
+# Forward hooks record each Linear's output dtype in the forward and again in the
+# recomputation, and the gradients are compared with the same step unchecked; the
+# planted run first, then the fix:
 
 # %%
 md(
@@ -318,12 +373,14 @@ md(
 # another, wrong gradient. The skip decisions cannot differ: every rank unscales the
 # same averaged gradients, finds the same inf and moves its scale the same way. So
 # scales that start equal stay equal, an all-reduce of the scaler's inf flag adds
-# nothing under DDP, and scales differ only when they start apart (a scaler state
-# restored on one rank and not on the other, planted here) or when the ranks take
-# different numbers of steps. Two ranks are simulated in
-# one process (two replicas of chapter 8's tiny network, two scalers, the mean of the
-# gradients taken between backward and `scaler.step`, as DDP does), with an overflow
-# planted in rank 1's first loss. The fix gives every rank rank 0's scaler state:
+# nothing under DDP (under FSDP it does: each rank holds other shards, and
+# `ShardedGradScaler` all-reduces the flag, {ref}`ch8-fsdp`), and scales differ only
+# when they start apart (a scaler state restored on one rank and not on the other,
+# planted here) or when the ranks take different numbers of steps. Two ranks are
+# simulated in one process (two replicas of chapter 8's tiny network, two scalers, the
+# mean of the gradients taken between backward and `scaler.step`, as DDP does), with an
+# overflow planted in rank 1's first loss. The fix gives every rank rank 0's scaler
+# state:
 
 # %%
 print(inspect.getsource(ranks.same_scaler_state))
@@ -347,12 +404,16 @@ md(
 #
 # PyTorch 2.9 replaced `torch.backends.cuda.matmul.allow_tf32` and
 # `torch.backends.cudnn.allow_tf32` with per-backend `fp32_precision` switches
-# ("tf32" or "ieee"), and warns on the old spelling; a library that reads the old flags
-# breaks {cite:p}`gh-lightning-21256`. Worse than the warning: once the new switches
+# ("tf32" or "ieee"), and warns on the old spelling: a library that reads the old
+# setting, through `torch.get_float32_matmul_precision()`, got a UserWarning on the
+# 2.9 release candidate {cite:p}`gh-lightning-21256`. On the PyTorch this book ran
+# (the environment line at the top) it is worse than a warning: once the new switches
 # hold a state the old single flag cannot say (cuDNN convolutions in TF32, cuDNN RNNs
-# not), reading the old flag raises a RuntimeError. The book sets TF32 through the new
-# switches where PyTorch has them, and through the old flags (the legacy spelling) only
-# on an older PyTorch:
+# not), reading the old flag raises a RuntimeError (measured below), and so does
+# `torch.get_float32_matmul_precision()` once only the matmul switch was set the new
+# way (tried on this PyTorch while writing; the check does not rerun it). The book sets
+# TF32 through the new switches where PyTorch has them, and through the old flags (the
+# legacy spelling) only on an older PyTorch:
 
 # %%
 print(inspect.getsource(precision.set_tf32))
@@ -371,11 +432,14 @@ md(tf32.check_tf32().verdict())
 #
 # A PyTorch developer measured fp8 training slower than fp16 on a model of two 32-wide
 # linear layers and asked what the smallest model is that gains {cite:p}`gh-ao-572`.
-# fp8 needs an Ada, Hopper or later GPU, so this section predicts and measures
-# nothing. What decides it: fp8 doubles the tensor-core peak over bf16 (the device
+# fp8 needs an Ada, Hopper or later GPU, so this section measures nothing; it
+# predicts. What decides it: fp8 doubles the tensor-core peak over bf16 (the device
 # table), but dynamic scaling reads each operand of each matrix product twice more
 # (its largest value, then the cast), so fp8 gains only where the products are
-# compute-bound (chapter 2's roofline). The prediction for one linear layer's training
+# compute-bound (chapter 2's roofline). The prediction assumes the largest-value and
+# cast kernels run unfused, one launch each (torchao's float8 training, run under
+# `torch.compile` as it normally is, fuses them, which moves the crossover down). The
+# prediction for one linear layer's training
 # step (three matrix products) on {glue:text}`fp8_gpu_name` at
 # {glue:text}`fp8_tokens` rows, with a kernel launch of {glue:text}`launch_us` µs
 # (assumed):
@@ -388,6 +452,7 @@ glue_all(
     fp8_tokens=fp8_tokens,
     launch_us=fp8.LAUNCH_S * 1e6,
     crossover=fp8.crossover(gpu, fp8_tokens) or 0,
+    crossover_below=(fp8.crossover(gpu, fp8_tokens) or 0) // 2,
 )
 md_table(
     [(r.width, r.bf16_s * 1e6, r.fp8_s * 1e6, r.speedup) for r in rows],
@@ -396,10 +461,12 @@ md_table(
 )
 
 # %% [markdown]
-# Predicted, not measured: fp8 first beats bf16 at a width of
-# {glue:text}`crossover` on this GPU at this many rows. Below it the casts and their
-# launches cost more than the faster products save, which is what the thread saw at a
-# width of 32.
+# Predicted, not measured: on the widths the prediction steps through (powers of
+# two), fp8 first beats bf16 at {glue:text}`crossover`, so the crossover lies between
+# {glue:text}`crossover_below` and {glue:text}`crossover` on this GPU at this many
+# rows. Below it the casts and their launches cost more than the faster products
+# save. The thread's model, at a width of 32, is far below it, though what it
+# measured was overhead against fp16, not this prediction against bf16.
 #
 # ## Summary
 #
@@ -408,15 +475,17 @@ md_table(
 # - AMP adds a 16-bit copy of each weight the backward needs: below a crossover in
 #   tokens per step (predicted from two small steps) its step takes more memory than
 #   fp32's.
-# - A skipped step puts the scheduler ahead of the optimizer; step it only when the
-#   scale did not fall.
+# - A skipped step puts the scheduler ahead of the optimizer; with one optimizer per
+#   scaler, step it only when the scale did not fall; with several, only when that
+#   optimizer's own step count moved.
 # - A compiled region's backward traced under the forward's autocast state can
 #   overflow where eager does not: trace it with `backward_pass_autocast="off"`.
-# - Dynamo guards on the autocast state and the input dtypes: call a compiled
-#   function under one autocast state, and read the guard failures when it
-#   recompiles.
+# - Dynamo guards on the autocast state and the input dtypes: a second state costs
+#   one more compilation (both graphs cached); one autocast state for every call
+#   saves it, and the guard failures say why it recompiled.
 # - A checkpointed block must recompute under its forward's autocast state:
-#   `torch.utils.checkpoint` inside the autocast region restores it.
+#   `torch.utils.checkpoint` inside the autocast region restores it; hand-written
+#   recompute code must too.
 # - DDP ranks skip together (they unscale the same averaged gradients); their scales
 #   differ only when they start apart, and then every rank's gradient is wrong: give
 #   every rank one scaler state.

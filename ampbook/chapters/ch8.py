@@ -103,6 +103,18 @@ def gpu_step_ratios(gpu: dict) -> list[float]:
     return [b["step_s"] / f["step_s"] for b, f in pairs]
 
 
+def epoch_counts(ratios) -> str:
+    """How many of the bf16 / fp16 step ratios had fp16 faster (above 1) and how many
+    bf16 (below 1, with its largest lead), in words."""
+    fp16 = sum(r > 1 for r in ratios)
+    bf16 = [r for r in ratios if r < 1]
+    lead = f" (by at most {1 / min(bf16) - 1:.1%})" if bf16 else ""
+    return (
+        f"fp16 faster in {fp16} of {len(ratios)} timed epochs, bf16 in "
+        f"{len(bf16)}{lead}"
+    )
+
+
 def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
     """The reading of the fp16/bf16 table and the decision it gives: the bf16 / fp16
     step ratio on the committed GPU (``gpu``: ``gpu_16bit_runs``, empty when none)
@@ -116,6 +128,11 @@ def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
         rng = (
             f", {spread} {min(ratios):.3f}-{max(ratios):.3f}" if len(ratios) > 1 else ""
         )
+        if spread == "per epoch" and judged == "within the epoch-to-epoch spread":
+            judged = (
+                f"{epoch_counts(ratios)}; the every-epoch rule (conservative) "
+                "resolves no difference"
+            )
         return f"bf16 / fp16 {ratio:.2f}{rng}: {judged}", judged == "fp16 faster"
 
     parts = []

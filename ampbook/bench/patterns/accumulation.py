@@ -28,7 +28,7 @@ def accumulate_step(model, optimizer, scaler, micro_batches, device_type, dtype)
     n = len(micro_batches)
     optimizer.zero_grad()
     for images, labels in micro_batches:
-        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        with torch.amp.autocast(device_type, dtype=dtype, enabled=dtype is not None):
             loss = F.cross_entropy(model(images), labels) / n  # the mean over all
         scaler.scale(loss).backward()  # gradients add up across micro-batches
     scaler.step(optimizer)
@@ -87,7 +87,7 @@ def accumulate_clip_step(
     n = len(micro_batches)
     optimizer.zero_grad()
     for images, labels in micro_batches:
-        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        with torch.amp.autocast(device_type, dtype=dtype, enabled=dtype is not None):
             loss = F.cross_entropy(model(images), labels) / n
         scaler.scale(loss).backward()
     scaler.unscale_(optimizer)  # after the last micro-batch: the sum is complete
@@ -106,7 +106,7 @@ def unscale_after_first_micro_batch(
     n = len(micro_batches)
     optimizer.zero_grad()
     for i, (images, labels) in enumerate(micro_batches):
-        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        with torch.amp.autocast(device_type, dtype=dtype, enabled=dtype is not None):
             loss = F.cross_entropy(model(images), labels) / n
         scaler.scale(loss).backward()
         if i == 0:

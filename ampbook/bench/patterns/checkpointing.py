@@ -78,14 +78,18 @@ def memory_rows(
 
         def step():
             model.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=d or torch.float32, enabled=d is not None):
+            with torch.amp.autocast(
+                "cpu", dtype=d or torch.float32, enabled=d is not None
+            ):
                 loss = F.cross_entropy(model(images), labels)
             loss.backward()
 
         step()  # a warm-up, which also makes the gradients
         with AllocatedBytesMeter() as meter:
             model.zero_grad(set_to_none=False)  # the gradients exist: not counted
-            with torch.autocast("cpu", dtype=d or torch.float32, enabled=d is not None):
+            with torch.amp.autocast(
+                "cpu", dtype=d or torch.float32, enabled=d is not None
+            ):
                 loss = F.cross_entropy(model(images), labels)
             loss.backward()
         seconds = benchmark(
@@ -126,7 +130,7 @@ def block_input_dtypes(
     ]
     g = torch.Generator().manual_seed(seed)
     try:
-        with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+        with torch.no_grad(), torch.amp.autocast("cpu", dtype=dtype):
             model(torch.randn(1, 3, height, width, generator=g))
     finally:
         for h in hooks:

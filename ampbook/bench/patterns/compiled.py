@@ -17,7 +17,7 @@ from ampbook.bench.patterns.tiny import scaler_for, tiny_batch, tiny_model
 def train_step(model, optimizer, scaler, images, labels, device_type, dtype):
     """Shown on the page in chapter 8 (08_amp_patterns)."""
     optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype):
+    with torch.amp.autocast(device_type, dtype=dtype):
         loss = F.cross_entropy(model(images), labels)
     scaler.scale(loss).backward()
     scaler.step(optimizer)
@@ -69,6 +69,8 @@ class CompileCheck:
     plain_graphs: int = 0  # the same step without a GradScaler
     plain_graph_breaks: int = 0
     plain_break_reasons: list[str] | None = None
+    op_graphs: int = 0  # of ``graphs``, those holding an operator (the rest empty)
+    plain_op_graphs: int = 0
 
     def scaler_breaks(self) -> list[str]:
         """The break reasons of the step with a GradScaler that the step without one
@@ -122,7 +124,7 @@ def check_compile(
     images, labels = tiny_batch(2, size, seed)
     model = tiny_model(seed)
     with CastCounter(model=model) as counter:
-        with torch.autocast(device_type, dtype=dtype):
+        with torch.amp.autocast(device_type, dtype=dtype):
             model(images)
     eager = tiny_model(seed)
     eager_loss = train_step(
@@ -181,11 +183,13 @@ def check_compile(
         len(counter.casts),
         counting.casts,
         kernels,
-        *explained[train_step],
+        *explained[train_step][:3],
         eager_loss,
         compiled_loss,
         compile_s,
-        *explained[train_step_without_scaler],
+        *explained[train_step_without_scaler][:3],
+        op_graphs=explained[train_step][3],
+        plain_op_graphs=explained[train_step_without_scaler][3],
     )
 
 
@@ -195,7 +199,7 @@ def train_step_without_scaler(
     """``train_step`` without the GradScaler (``scaler`` unused), for the graph
     breaks the scaler does not cause."""
     optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype):
+    with torch.amp.autocast(device_type, dtype=dtype):
         loss = F.cross_entropy(model(images), labels)
     loss.backward()
     optimizer.step()
@@ -222,7 +226,11 @@ def all_break_reasons(counted) -> list[str]:
 
 def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
     """``torch._dynamo.explain`` of ``step`` with a GradScaler, fp16 and the tiny
-    model: (graphs, graph breaks, every break reason, ``all_break_reasons``)."""
+    model: (graphs, graph breaks, ``all_break_reasons``, the graphs that hold an
+    operator). ``explain`` counts the graphs and breaks of the frames it compiled;
+    ``counters["graph_break"]`` records every break reason met anywhere, in the
+    functions the step calls too (the optimizer's step calls
+    ``torch._dynamo.graph_break()`` itself, ``torch/optim/optimizer.py``)."""
     from torch._dynamo.utils import counters
 
     m = tiny_model(seed)
@@ -242,8 +250,12 @@ def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
     finally:
         torch._logging.set_logs()  # torch's default levels again
         torch._dynamo.reset()
+    with_ops = sum(
+        any(n.op == "call_function" for n in g.graph.nodes) for g in explained.graphs
+    )
     return (
         explained.graph_count,
         explained.graph_break_count,
         counted,
+        with_ops,
     )

@@ -26,7 +26,7 @@ def exp_sum_log(device_type, cast_inputs=torch.float32):
             ExpSumLog.received = x.dtype  # what the forward got (for the check)
             # exp on the tensor as received: CUDA's autocast would run exp in fp32
             # of its own accord (its fp32 list), the CPU's would not
-            with torch.autocast(device_type, enabled=False):
+            with torch.amp.autocast(device_type, enabled=False):
                 e = x.exp()
             total = e.sum(-1, keepdim=True)
             ctx.save_for_backward(e, total)
@@ -73,7 +73,7 @@ def check_custom_function(
     layer = nn.Linear(8, 8)
     x = torch.full((2, 8), 1.0)
     grad_dtype: list[torch.dtype] = []
-    with torch.autocast(device_type, dtype=dtype):
+    with torch.amp.autocast(device_type, dtype=dtype):
         h = layer(x) * 0 + 12.0  # a 16-bit activation of 12: exp(12) > 65504
         h.register_hook(lambda g: grad_dtype.append(g.dtype))
         function = make(device_type, cast_inputs)

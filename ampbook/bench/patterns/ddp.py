@@ -33,7 +33,7 @@ def train_steps(model, optimizer, scaler, batches, device_type, dtype):
     Shown on the page in chapter 8 (08_amp_patterns)."""
     for images, labels in batches:
         optimizer.zero_grad()
-        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        with torch.amp.autocast(device_type, dtype=dtype, enabled=dtype is not None):
             loss = F.cross_entropy(model(images), labels)
         scaler.scale(loss).backward()  # DDP averages the gradients across processes
         scaler.step(optimizer)

@@ -28,7 +28,7 @@ def step_times(model, images, labels, dtype, repeats: int = 1) -> tuple[float, .
 
     def step():
         model.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=dtype):
+        with torch.amp.autocast("cpu", dtype=dtype):
             loss = F.cross_entropy(model(images), labels, ignore_index=255)
         loss.backward()
 

@@ -178,7 +178,7 @@ def check_fsdp(
     batches = _batches(steps, batch, size, seed)
     x0, y0 = batches[0]
     fp32_saved = saved_dtypes(lambda: F.cross_entropy(net(x0), y0))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
         autocast_saved = saved_dtypes(lambda: F.cross_entropy(net(x0), y0))
     for x, y in batches:
         optimizer.zero_grad()

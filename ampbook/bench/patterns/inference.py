@@ -17,7 +17,7 @@ from ampbook.measure.memory import AllocatedBytesMeter
 def predict(model, images, device_type, dtype):
     """Shown on the page in chapter 8 (08_amp_patterns)."""
     model.eval()  # batch norm uses its running statistics
-    with torch.inference_mode(), torch.autocast(device_type, dtype=dtype):
+    with torch.inference_mode(), torch.amp.autocast(device_type, dtype=dtype):
         return model(images).softmax(dim=1)  # fp32 on CUDA; on a CPU, its input's dtype
 
 

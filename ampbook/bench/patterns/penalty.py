@@ -24,12 +24,12 @@ from ampbook.bench.patterns.tiny import (
 def penalty_step(model, optimizer, scaler, images, labels, device_type, dtype):
     """Shown on the page in chapter 8 (08_amp_patterns)."""
     optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+    with torch.amp.autocast(device_type, dtype=dtype, enabled=dtype is not None):
         loss = F.cross_entropy(model(images), labels)
     params = list(model.parameters())
     scaled = torch.autograd.grad(scaler.scale(loss), params, create_graph=True)
     grads = [g / scaler.get_scale() for g in scaled]  # unscale before using them
-    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+    with torch.amp.autocast(device_type, dtype=dtype, enabled=dtype is not None):
         penalty = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
         loss = loss + penalty
     scaler.scale(loss).backward()
@@ -44,11 +44,11 @@ def penalty_step_without_unscaling(
     """``penalty_step`` written wrong: the penalty of the scaled gradients. Shown on
     the page in chapter 8 (08_amp_patterns), beside ``penalty_step``."""
     optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+    with torch.amp.autocast(device_type, dtype=dtype, enabled=dtype is not None):
         loss = F.cross_entropy(model(images), labels)
     params = list(model.parameters())
     grads = torch.autograd.grad(scaler.scale(loss), params, create_graph=True)
-    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+    with torch.amp.autocast(device_type, dtype=dtype, enabled=dtype is not None):
         penalty = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
         loss = loss + penalty
     scaler.scale(loss).backward()

@@ -41,7 +41,7 @@ def two_models_step(
     """Shown on the page in chapter 8 (08_amp_patterns)."""
     for optimizer in optimizers:
         optimizer.zero_grad()
-    with torch.autocast(device_type, dtype=dtype):
+    with torch.amp.autocast(device_type, dtype=dtype):
         out0, out1 = models[0](images), models[1](images)
         loss0, loss1 = losses(out0, out1, labels)
     scaler.scale(loss0).backward(retain_graph=True)  # one scale() per loss

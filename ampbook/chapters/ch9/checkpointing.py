@@ -38,7 +38,7 @@ def autocast_off():
 def checkpointed_step(block, x, context_fn=forward_state):
     """The block checkpointed inside the fp16 autocast region, the backward
     outside it. Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
-    with torch.amp.autocast("cpu", dtype=torch.float16):
+    with torch.amp.autocast(x.device.type, dtype=torch.float16):
         y = checkpoint(block, x, use_reentrant=False, context_fn=context_fn)
     y.float().pow(2).mean().backward()
 

@@ -131,7 +131,7 @@ def second_call_outside(model, h):
 def second_call_inside(model, h):
     """Every call of the compiled block under the one autocast state of the step.
     Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
-    with torch.amp.autocast("cpu", dtype=torch.float16):
+    with torch.amp.autocast(h.device.type, dtype=torch.float16):
         return model.block(h)
 
 
@@ -151,9 +151,16 @@ class RecompileCheck:
             if self.reasons
             else ""
         )
+        kept = (
+            f" ({self.graphs} graphs in {self.rounds} steps: one per autocast state, "
+            "each compiled once and reused)"
+            if 1 < self.graphs < self.rounds
+            else ""
+        )
         return (
             f"Measured over {self.rounds} fp16 training steps: Dynamo made "
-            f"{self.graphs} graph{'s' if self.graphs != 1 else ''} of the block{why}: "
+            f"{self.graphs} graph{'s' if self.graphs != 1 else ''} of the block{why}"
+            f"{kept}: "
             + ("one graph serves every call." if self.ok else "the block recompiles.")
         )
 

@@ -59,10 +59,17 @@ class MemoryCheck:
     fp32_total: int
     amp_total: int
     crossover_tokens: float  # predicted from two small steps
+    static: int = 0  # weights, gradients and Adam state (computed, same in both)
 
     @property
     def amp_costs(self) -> bool:
         return self.amp_total > self.fp32_total
+
+    @property
+    def as_predicted(self) -> bool:
+        """The measured side agrees with the predicted one: AMP saves memory above
+        the predicted crossover and costs memory below it."""
+        return (self.tokens >= self.crossover_tokens) == (not self.amp_costs)
 
     @property
     def ok(self) -> bool:
@@ -72,28 +79,35 @@ class MemoryCheck:
 
     def verdict(self) -> str:
         share = memory.saving(self.fp32_total, self.amp_total)
+        side = "above" if self.tokens >= self.crossover_tokens else "below"
+        does = "costs" if self.amp_costs else "saves"
+        agree = "as predicted" if self.as_predicted else "against the prediction"
         return (
-            f"Measured at {self.tokens} tokens per step: fp32's step holds "
-            f"{self.fp32_total / MIB:.2f} MiB, AMP's "
-            f"{self.amp_total / MIB:.2f} MiB (fp16 autocast, a saving of "
-            f"{share:+.0%}); predicted crossover {self.crossover_tokens:.0f} tokens: "
-            + (
-                "above it AMP saves memory, as predicted."
-                if self.ok
-                else "AMP costs memory at this step."
-            )
+            f"At {self.tokens} tokens per step, saved bytes measured + weights, "
+            f"gradients and Adam state computed ({memory.ADAM_STATE_BYTES_PER_PARAM} "
+            f"B/weight, {self.static / MIB:.2f} MiB): fp32's step "
+            f"{self.fp32_total / MIB:.2f} MiB, AMP's {self.amp_total / MIB:.2f} MiB "
+            f"(fp16 autocast, a saving of {share:+.0%}; not peak memory); predicted "
+            f"crossover {self.crossover_tokens:.0f} tokens: {side} it AMP {does} "
+            f"memory, {agree}."
         )
 
 
-def check_memory(tokens: int, fit_tokens=(8, 64), seed: int = 0) -> MemoryCheck:
+def check_memory(
+    tokens: int, fit_tokens=(8, 64), seed: int = 0, crossover: float | None = None
+) -> MemoryCheck:
     """Fit the new saved bytes of fp32 and fp16 autocast on two small steps
-    (``fit_tokens``), predict the crossover, then measure both at ``tokens``."""
+    (``fit_tokens``), predict the crossover (or take ``crossover``, for a test that
+    plants a wrong prediction), then measure both at ``tokens``."""
     model = wide_model(seed)
-    lines = {}
-    for dtype in (None, torch.float16):
-        points = [(n, step_bytes(model, n, dtype, seed)["saved"]) for n in fit_tokens]
-        lines[dtype] = memory.fit_line(points)
-    crossover = memory.crossover_pixels(lines[None], lines[torch.float16])
+    if crossover is None:
+        lines = {}
+        for dtype in (None, torch.float16):
+            points = [
+                (n, step_bytes(model, n, dtype, seed)["saved"]) for n in fit_tokens
+            ]
+            lines[dtype] = memory.fit_line(points)
+        crossover = memory.crossover_pixels(lines[None], lines[torch.float16])
     fp32 = step_bytes(model, tokens, None, seed)
     amp = step_bytes(model, tokens, torch.float16, seed)
-    return MemoryCheck(tokens, fp32["total"], amp["total"], crossover)
+    return MemoryCheck(tokens, fp32["total"], amp["total"], crossover, fp32["static"])

@@ -63,9 +63,10 @@ def batch(n: int = 8, width: int = 16, seed: int = 0) -> torch.Tensor:
 
 
 def first_nonfinite(model: nn.Module, x: torch.Tensor, dtype=torch.float16):
-    """Run ``model(x)`` under CPU autocast in ``dtype`` with a forward hook on every
-    module; the name of the first module (in execution order) whose output has an
-    inf or a NaN, or None. Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
+    """Run ``model(x)`` under autocast on ``x``'s device in ``dtype`` with a forward
+    hook on every module; the name of the first module (in execution order) whose
+    output has an inf or a NaN, or None.
+    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
     found = []
 
     def hook(name):
@@ -79,7 +80,7 @@ def first_nonfinite(model: nn.Module, x: torch.Tensor, dtype=torch.float16):
         m.register_forward_hook(hook(name)) for name, m in model.named_modules() if name
     ]
     try:
-        with torch.no_grad(), torch.amp.autocast("cpu", dtype=dtype):
+        with torch.no_grad(), torch.amp.autocast(x.device.type, dtype=dtype):
             model(x)
     finally:
         for h in handles:

@@ -2,9 +2,11 @@
 `optimizer.step()`" after a step GradScaler skipped. When the scaler finds an inf in
 the first step's gradients it skips ``optimizer.step()``, and a scheduler stepped
 unconditionally warns, and from then on runs one step ahead of the optimizer for
-every skipped step. The fix steps the scheduler only when the optimizer stepped,
-which the scale shows: ``scaler.update()`` lowers it exactly when a step was
-skipped."""
+every skipped step. The fix steps the scheduler only when the optimizer stepped.
+With one optimizer per scaler the scale shows it: ``scaler.update()`` lowers it
+exactly when that step was skipped. With several, the scale falls when any of them
+skipped, so each optimizer's own step count (``count_steps``) tells it
+(``check_shared_schedulers``)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ampbook.bench.patterns.shared_scaler import (
+    planted,
+    separate_losses,
+    two_models_step,
+)
 from ampbook.bench.patterns.tiny import tiny_batch, tiny_model
 
 SCHEDULER_WARNING = "lr_scheduler.step()` before `optimizer.step()`"
@@ -21,7 +28,7 @@ SCHEDULER_WARNING = "lr_scheduler.step()` before `optimizer.step()`"
 
 def step_always(model, optimizer, scheduler, scaler, images, labels, plant=1.0):
     """One fp16 step with the scheduler stepped every time (the failure)."""
-    with torch.amp.autocast("cpu", dtype=torch.float16):
+    with torch.amp.autocast(images.device.type, dtype=torch.float16):
         loss = F.cross_entropy(model(images), labels) * plant
     scaler.scale(loss).backward()
     scaler.step(optimizer)
@@ -32,9 +39,9 @@ def step_always(model, optimizer, scheduler, scaler, images, labels, plant=1.0):
 
 def step_when_stepped(model, optimizer, scheduler, scaler, images, labels, plant=1.0):
     """One fp16 step whose scheduler steps only when the optimizer did: the scale
-    falls exactly when ``scaler.step`` skipped ``optimizer.step()``.
-    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
-    with torch.amp.autocast("cpu", dtype=torch.float16):
+    falls exactly when ``scaler.step`` skipped ``optimizer.step()`` (one optimizer
+    per scaler). Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
+    with torch.amp.autocast(images.device.type, dtype=torch.float16):
         loss = F.cross_entropy(model(images), labels) * plant
     scaler.scale(loss).backward()
     scale = scaler.get_scale()
@@ -101,3 +108,72 @@ def check_scheduler(step, steps: int = 4, skip: int = 1, seed: int = 0):
             skipped += scaler.get_scale() < before
     warned = any(SCHEDULER_WARNING in str(w.message) for w in caught)
     return SchedulerCheck(steps, skipped, counted[0], scheduler.last_epoch, warned)
+
+
+def count_steps(optimizer) -> list[int]:
+    """A one-element counter that a step post hook advances each time ``optimizer``
+    steps: with several optimizers on one scaler, it tells which of them stepped.
+    Shown on the page in chapter 9 (09_when_amp_goes_wrong)."""
+    counted = [0]
+    optimizer.register_step_post_hook(
+        lambda *args: counted.__setitem__(0, counted[0] + 1)
+    )
+    return counted
+
+
+@dataclass
+class SharedSchedulers:
+    rule: str  # "scale" (the one-optimizer fix) or "count" (count_steps)
+    optimizer_steps: tuple[int, ...]
+    scheduler_steps: tuple[int, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.optimizer_steps == self.scheduler_steps
+
+    def verdict(self) -> str:
+        how = {
+            "scale": "each scheduler stepped when the scale did not fall",
+            "count": "each scheduler stepped when its optimizer's count moved",
+        }[self.rule]
+        return (
+            f"Measured with two optimizers on one scaler, {how}: the optimizers "
+            f"stepped {self.optimizer_steps[0]} and {self.optimizer_steps[1]} times, "
+            f"their schedulers {self.scheduler_steps[0]} and "
+            f"{self.scheduler_steps[1]}: "
+            + (
+                "each schedule follows its optimizer."
+                if self.ok
+                else "a schedule falls behind its optimizer."
+            )
+        )
+
+
+def check_shared_schedulers(rule: str = "count", steps: int = 3, seed: int = 0):
+    """``steps`` fp16 iterations of two tiny models, each with its own loss,
+    optimizer and StepLR scheduler, on one GradScaler (at 2^10), an overflow planted
+    in the second loss of the first iteration (the second optimizer skips, the first
+    steps, the scale halves); each scheduler stepped by ``rule``."""
+    if rule not in ("scale", "count"):
+        raise ValueError(f"error: rule must be 'scale' or 'count', not {rule!r}")
+    models = [tiny_model(seed), tiny_model(seed + 1)]
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+    schedulers = [
+        torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5) for o in optimizers
+    ]
+    counts = [count_steps(o) for o in optimizers]
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    images, labels = tiny_batch(2, 8, seed)
+    for i in range(steps):
+        scale, before = scaler.get_scale(), [c[0] for c in counts]
+        losses = planted(separate_losses) if i == 0 else separate_losses
+        two_models_step(
+            models, optimizers, scaler, images, labels, "cpu", torch.float16, losses
+        )
+        for scheduler, count, was in zip(schedulers, counts, before):
+            moved = scaler.get_scale() >= scale if rule == "scale" else count[0] > was
+            if moved:
+                scheduler.step()
+    return SharedSchedulers(
+        rule, tuple(c[0] for c in counts), tuple(s.last_epoch for s in schedulers)
+    )
