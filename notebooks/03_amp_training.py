@@ -23,6 +23,7 @@
 #
 # **What you will learn**: AMP's three changes to a loop; what "fp32" meant in the post
 # (TF32); how to run `python -m ampbook.train`; what a CPU run says about a GPU.
+#
 # **What you need**: `ampbook`, PyTorch; a GPU only to repeat the GPU runs.
 
 # %% tags=["parameters", "remove-cell"]

@@ -25,8 +25,10 @@
 # **What you will learn**: where `scaler.scale`, `step` and `update` go in accumulation,
 # several models or losses, a gradient penalty, a custom Function, inference, DDP and
 # FSDP2; which patterns hold exactly and which within rounding; fp16 or bf16, from
-# measurements; what `torch.compile` and checkpointing change. **What you need**:
-# chapter 3's loop; a C++ compiler for inductor (else the chapter says so).
+# measurements; what `torch.compile` and checkpointing change.
+#
+# **What you need**: chapter 3's loop; a C++ compiler for inductor (else the chapter
+# says so).
 
 # %% tags=["parameters", "remove-cell"]
 amp_dtype = "float16"  # the 16-bit type of the GradScaler patterns (fp16 needs one)

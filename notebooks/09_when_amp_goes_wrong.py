@@ -18,9 +18,9 @@
 #
 # The same mixed-precision questions come back in public trackers year after year. This
 # chapter lists eighteen of them, one thread each, and points each to where the book
-# answers it. Nine it answers here: each symptom is reproduced on a CPU in seconds
-# (what a CPU cannot produce is planted, and the text says what), the cause is shown by
-# a computation, and the fix is checked by a run that fails when the fix is removed
+# answers it. Nine it answers here. Eight are reproduced on a CPU in seconds (what a
+# CPU cannot produce is planted, and the text says what), the cause is shown by a
+# computation, and the fix is checked by a run that fails when the fix is removed
 # (`tests/test_chapter9.py` runs each check once more without its fix). The ninth,
 # fp8, needs a GPU this book did not have for it: it is predicted, not reproduced.
 #
@@ -30,8 +30,10 @@
 # how `torch.compile` can overflow a backward and recompile on the autocast state;
 # what a checkpoint's recomputation needs from autocast; why DDP ranks with different
 # scales part; how to read and set TF32 with PyTorch's `fp32_precision` switches;
-# what decides whether fp8 pays. **What you need**: chapter 3's loop, chapter 4's loss
-# scaling and saved-tensor count, chapter 8's tiny network; `ampbook` and PyTorch.
+# what decides whether fp8 pays.
+#
+# **What you need**: chapter 3's loop, chapter 4's loss scaling and saved-tensor count,
+# chapter 8's tiny network; `ampbook` and PyTorch.
 #
 # ## The questions, and where the book answers them
 #
