@@ -292,12 +292,20 @@ def test_speedup_range_verdict():
     ranked = verdict.checklist(roof, [dict(other, gpu="g", precision="amp-fp16")],
                               None, None)["items"]  # fmt: skip
     amp = next(c for c in ranked if c["item"].startswith("train with AMP"))
-    assert amp["source"] == "calibrated" and amp["gain"] == other["point"]
-    same = dict(other, committed=[dict(m, same_setting=True)], gpu="g",
-                precision="amp-fp16")  # fmt: skip
-    amp = next(c for c in verdict.checklist(roof, [same], None, None)["items"]
-               if c["item"].startswith("train with AMP"))  # fmt: skip
-    assert amp["source"] == "measured (committed)" and amp["gain"] == 1.05
+    assert amp["source"] == "predicted kernels (calibrated)"
+    assert amp["gain"] == other["point"]
+    # the step timed alone ranks the item; the step in the loop is named, not ranked
+    alone = dict(m, same_setting=True, kind="step alone", speedup=0.99)
+    loop = dict(m, same_setting=True, kind="step in the loop")
+    for done, gain, src in (
+        ([alone, loop], 0.99, "measured: step timed alone (committed)"),
+        ([loop], other["point"], "predicted kernels (calibrated)"),
+    ):
+        same = dict(other, committed=done, gpu="g", precision="amp-fp16")
+        amp = next(c for c in verdict.checklist(roof, [same], None, None)["items"]
+                   if c["item"].startswith("train with AMP"))  # fmt: skip
+        assert amp["source"] == src and amp["gain"] == gain, amp
+        assert "measured in the loop 1.05x median per epoch" in amp["detail"]
 
 
 def test_the_bound_word_says_which_test_gave_it():

@@ -388,7 +388,11 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
             f"AMP's is at least {NEAR_FLOOR:.0%} of it, else its word from the "
             "roofline:\n\n" + floors
         )
-    text += "\n\nWhat to try, per GPU:\n\n" + md_table_text(
+    text += (
+        "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step timed "
+        "alone where the committed results hold it, else the predicted step ('from' "
+        "says which; the step in the training loop is in the detail, unranked):\n\n"
+    ) + md_table_text(
         [
             (c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
             for c in ver["items"]
