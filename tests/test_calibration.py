@@ -194,7 +194,7 @@ def test_a_committed_measurement_outranks_the_prediction():
     done = rep["verdict"]["ranges"][0]["committed"]
     (alone,) = [m for m in done if m.get("kind") == "step alone"]
     assert amp["source"] == "measured: step timed alone (committed)"
-    assert amp["gain"] == alone["speedup"]  # not the in-loop median of the training runs
+    assert amp["gain"] == alone["speedup"]  # not the in-loop median
     assert amp["gain"] < 1.3  # not the prediction's 1.6x of before
     del ref
 

@@ -794,6 +794,7 @@ def test_erfnet_on_the_h200_heads_with_the_measured_step_beside_the_prediction()
     assert "measured (amp-fp16): step timed alone 0.99x" in line, line
     assert "step in the loop 0.96x to 1.12x per epoch" in line, line
     assert "0.94x" not in line  # bf16's in-loop figures are section 5's
+    assert "; predicted memory-bound;" in line  # the model's word, not a measurement
     (alone,) = [m for m in fp16["committed"] if m.get("kind") == "step alone"]
     assert round(alone["speedup"], 2) == 0.99
     assert fp16["low"] <= alone["speedup"] <= fp16["high"], fp16

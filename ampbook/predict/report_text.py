@@ -352,7 +352,7 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
             "launch floor (ms)",
             "calibrated kernel time (ms)",
             "floor / kernel time",
-            "word",
+            "predicted bound",
         ],  # fmt: skip
         [None, None, None, ".3f", ".3f", ".2f", None],
     )
@@ -385,8 +385,8 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
             "above) beside the calibrated AMP kernel time (the median reference's), "
             "both predicted, per GPU: the first screen's launch-bound when a floor is "
             "longer than its kernel time (AMP's or fp32's), near the launch floor when "
-            f"AMP's is at least {NEAR_FLOOR:.0%} of it, else its word from the "
-            "roofline:\n\n" + floors
+            f"AMP's is at least {NEAR_FLOOR:.0%} of it, else the roofline's "
+            "bound:\n\n" + floors
         )
     text += (
         "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step timed "
@@ -430,7 +430,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
 NEAR_FLOOR = 0.8
 
 BOUND_WORDS_TEXT = (
-    "The last word comes from one of two tests: launch-bound when the launch floor "
+    "The bound is predicted, by one of two tests: launch-bound when the launch floor "
     "is longer than the calibrated kernel time, near the launch floor when it is at "
     f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
     "compute-bound by the larger share of the roofline bound (section 3)."
@@ -471,7 +471,7 @@ def _screen_line(r: dict[str, Any]) -> str:
     if r.get("host"):
         line += f"; kernels {r['kernel_point']:.2f}x"
     bound = bound_text(r)
-    line += f"; {bound}" if bound else ""
+    line += f"; predicted {bound}" if bound else ""
     said = []
     for m in _measured_here(r):
         if m.get("kind") == "step in the loop":
