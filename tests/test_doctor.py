@@ -232,7 +232,10 @@ def test_speedup_range_verdict():
     assert "loop L: 1 sync fp32, 2 AMP) 2.45x" in step
     assert "; predicted kernel time alone 2.90x (2.40x to 3.50x); set by" in step
     assert "set by Net B on GPU Z (75%) of 2 references" in line
-    assert "1.90x if both precisions reached the same share of their bound" in line
+    assert (
+        "ratio of bounds 1.90x, the speedup if both precisions reached the same share "
+        "of their bound" in line
+    )
     assert "No reference ran both precisions in NCHW (they ran NCHW / NHWC" in line
     none = verdict.speedup_range_verdict(
         "G", "amp-bf16", dict(rng, rows=[], low=None, high=None)
@@ -488,7 +491,9 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     # the step (with the modelled host time) labelled as such, the kernels beside it
     assert "Expected AMP training step speedup (kernels plus the modelled host" in prose
     assert "over fp32 with TF32 (fp32-tf32) per GPU" in prose
-    assert all(" step " in x and "; kernels " in x for x in gpus)
+    entries = " ".join(" ".join(head).split()).split(" - ")[1:]  # unwrapped
+    assert len(entries) == 2
+    assert all(" step " in x and "; kernels (calibrated) " in x for x in entries)
     assert "committed layer profiles and published training throughputs" in prose
     assert "section 5 has both):" in prose
     for x in gpus:

@@ -172,7 +172,7 @@ def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
         )  # fmt: skip
     lead = (
         f"lower bounds of one step at batch {report['batch']} (fp32 with TF32 for "
-        "convolutions and matrix products); their ratio is the speedup if both "
+        "convolutions and matrix products); the ratio of bounds is the speedup if both "
         "precisions reached the same share of their bound, which real kernels do not "
         "(section 5); images/s: what the input pipeline must deliver at the AMP bound"
     )
@@ -186,7 +186,7 @@ def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
                 "AMP",
                 f"fp32 bound ({unit})",
                 f"AMP bound ({unit})",
-                "ratio (x)",
+                "ratio of bounds (x)",
                 "images/s",
             ],
             [None, None, ".3g", ".3g", ".2f", ",d"],
@@ -461,7 +461,8 @@ def _screen_line(r: dict[str, Any]) -> str:
     if not r["rows"]:
         return (
             f"- {r['gpu_name']}: {r['precision']} no reference applies; "
-            f"{r['equal_share']:.2f}x at equal shares of the bound (not a bound)"
+            f"ratio of bounds {r['equal_share']:.2f}x (the speedup at equal shares "
+            "of the bound, not a bound)"
         )
     what = "step" if r.get("host") else "kernels"
     line = (
@@ -469,7 +470,7 @@ def _screen_line(r: dict[str, Any]) -> str:
         f"({span_text(r['low'], r['high'])}), {gist(r['low'], r['high'], r['point'])}"
     )
     if r.get("host"):
-        line += f"; kernels {r['kernel_point']:.2f}x"
+        line += f"; kernels (calibrated) {r['kernel_point']:.2f}x"
     bound = bound_text(r)
     line += f"; predicted {bound}" if bound else ""
     said = []

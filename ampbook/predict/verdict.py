@@ -67,7 +67,10 @@ def speedup_range_verdict(
     family = "TF32" if rng["family"] == "tf32" else "fp32"
     tf32 = "TF32 on" if family == "TF32" else "no TF32"
     head = f"{gpu_name}: {precision} over fp32 ({tf32})"
-    same = f"{equal:.2f}x if both precisions reached the same share of their bound"
+    same = (
+        f"ratio of bounds {equal:.2f}x, the speedup if both precisions reached the "
+        "same share of their bound"
+    )
     rows = rng["rows"]
     if not rows:
         return (
