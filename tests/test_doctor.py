@@ -489,13 +489,20 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     # they are, and the count of AMP precisions in section 5
     prose = " ".join(head)
     # the step (with the modelled host time) labelled as such, the kernels beside it
-    assert "Expected AMP training step speedup (kernels plus the modelled host" in prose
-    assert "over fp32 with TF32 (fp32-tf32) per GPU" in prose
+    assert "Expected AMP training step speedup over fp32 with TF32 (fp32-tf32), per" in (
+        prose
+    )
+    assert "Step: the kernels plus the modelled host time;" in prose
     entries = " ".join(" ".join(head).split()).split(" - ")[1:]  # unwrapped
     assert len(entries) == 2
     assert all(" step " in x and "; kernels (calibrated) " in x for x in entries)
     assert "committed layer profiles and published training throughputs" in prose
-    assert "section 5 has both):" in prose
+    assert f"section 5 has both). {report_text.SCREEN_ORDER_TEXT}:" in prose
+    points = [float(x.split(" step ")[1].split("x")[0]) for x in entries]
+    assert points == sorted(points, reverse=True), entries
+    # the opening is short sentences, none over 30 words
+    opening = prose.split(" - ")[0].split("\n## ")[0].split(". ")
+    assert all(len(x.split()) <= 30 for x in opening), opening
     for x in gpus:
         assert "x (" in x and x.count("x to") == 1
         assert any(

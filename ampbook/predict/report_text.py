@@ -508,6 +508,14 @@ def headline_key(r: dict[str, Any]) -> tuple:
 
 
 TIE_RULE = "a tie to two decimals goes to the one with more measurements here"
+SCREEN_ORDER_TEXT = "Best first by predicted speedup"
+
+
+def screen_order(r: dict[str, Any]) -> tuple:
+    """The first screen's order of GPUs (``SCREEN_ORDER_TEXT``): by the predicted
+    speedup printed, best first; a GPU with no range last; ties in the device table's
+    order (the sort is stable)."""
+    return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
 
 
 def first_screen(report: dict[str, Any]) -> str:
@@ -537,26 +545,28 @@ def first_screen(report: dict[str, Any]) -> str:
         base = "fp32 (no TF32 on these GPUs)"
     precs = list(dict.fromkeys(r["precision"] for r in ranges))
     which = (
-        f"{precs[0]} on each GPU (section 5 has its detail)"
+        f"{precs[0]} on each GPU (section 5 has its detail)."
         if len(precs) == 1
-        else f"the faster AMP precision of each GPU ({TIE_RULE}; section 5 has "
+        else f"Each GPU shows its faster AMP precision; {TIE_RULE} (section 5 has "
         + ("both" if len(precs) == 2 else f"all {len(precs)}")
-        + ")"
+        + ")."
     )
+    host = any(r.get("host") for r in best.values())
+    what_of = (
+        "Step: the kernels plus the modelled host time; the kernels' own beside it."
+        if host
+        else "Kernel time only: no host model."
+    )
+    shown = sorted(best.values(), key=screen_order)
     lines = [
-        (
-            f"Expected AMP {step} speedup (kernels plus the modelled host time; "
-            "the kernels' own beside it)"
-            if any(r.get("host") for r in best.values())
-            else f"Expected AMP kernel-time speedup of the {step} (no host model)"
-        )
-        + f" over {base} per GPU, predicted for {what}, "
-        f"both precisions in {fmt} ({layout_text([fmt, fmt])}), calibrated on "
-        "committed layer profiles and published training throughputs; "
-        f"{which}:",
+        f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
+        f"{what_of} Both precisions in {fmt} ({layout_text([fmt, fmt])}). "
+        "Calibrated on committed layer profiles and published training "
+        f"throughputs. {which}"
+        + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
         "",
     ]
-    lines += [_screen_line(r) for r in best.values()]
+    lines += [_screen_line(r) for r in shown]
     if any(bound_text(r) for r in best.values()):
         lines += ["", BOUND_WORDS_TEXT]
     for w in report.get("warnings", []):
