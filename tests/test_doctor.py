@@ -489,9 +489,8 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     # they are, and the count of AMP precisions in section 5
     prose = " ".join(head)
     # the step (with the modelled host time) labelled as such, the kernels beside it
-    assert "Expected AMP training step speedup over fp32 with TF32 (fp32-tf32), per" in (
-        prose
-    )
+    opening = "Expected AMP training step speedup over fp32 with TF32 (fp32-tf32), per"
+    assert opening in prose
     assert "Step: the kernels plus the modelled host time;" in prose
     entries = " ".join(" ".join(head).split()).split(" - ")[1:]  # unwrapped
     assert len(entries) == 2

@@ -562,8 +562,7 @@ def first_screen(report: dict[str, Any]) -> str:
         f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
         f"{what_of} Both precisions in {fmt} ({layout_text([fmt, fmt])}). "
         "Calibrated on committed layer profiles and published training "
-        f"throughputs. {which}"
-        + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
+        f"throughputs. {which}" + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
         "",
     ]
     lines += [_screen_line(r) for r in shown]
