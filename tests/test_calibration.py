@@ -213,12 +213,26 @@ def test_leaving_a_reference_out(resnet50_a100):
     assert rng["min"] <= rng["point"] <= rng["max"]
 
 
-def test_predictions_table_is_the_leave_one_out(capsys):
+def test_predictions_table_is_the_leave_one_out(capsys, tmp_path, monkeypatch):
+    """The table as Markdown in the --markdown file; the terminal gets it laid out
+    within 80 columns, no Markdown table (its widest line was 152 columns)."""
     refs = refs_mod.references()
     loo = cal.leave_one_out(refs)
     assert loo["n"] == len(refs) and not loo["no_range"]
-    assert cal.main(["--predictions"]) == 0
-    out = capsys.readouterr().out
+    monkeypatch.setenv("COLUMNS", "80")
+    md = tmp_path / "loo.md"
+    assert cal.main(["--predictions", "--markdown", str(md)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert all(len(x) <= 80 for x in shown), max(shown, key=len)
+    assert not [x for x in shown if x.startswith("|")]
+    assert cal.main([]) == 0  # the references' list too
+    shown = capsys.readouterr().out.splitlines()
+    assert all(len(x) <= 80 for x in shown) and "H200 SXM" in " ".join(shown)
+    notes = tmp_path / "notes.md"  # never replaced without --overwrite
+    notes.write_text("mine\n")
+    assert cal.main(["--markdown", str(notes)]) == 2
+    assert notes.read_text() == "mine\n"
+    out = md.read_text()
     lines = [x for x in out.splitlines() if x.startswith("| ") and "---" not in x]
     assert len(lines) == 1 + loo["n"]
     for row, line in zip(loo["rows"], lines[1:]):
