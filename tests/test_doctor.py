@@ -610,7 +610,7 @@ def test_mse_loss_for_a_model_without_classes(capsys):
         (["--model", "no_such_pkg.mod:f"], ["cannot import 'no_such_pkg.mod'"]),
         (
             ["--model", "tests.test_doctor:fixed_size", "--input", "3,16,16"],
-            ["rejects input 3x16x16", "mat1 and mat2 shapes cannot be multiplied"],
+            ["rejects input 3x16x16", "pass --input with a shape it accepts"],
         ),
         (["--model", "erfnet", "--input", "3,-16"], ["--input", "C,H,W"]),
         (["--model", "erfnet", "--gpus", "rtx30"], ["ambiguous", "rtx3070-laptop"]),
@@ -644,6 +644,27 @@ def test_mse_loss_for_a_model_without_classes(capsys):
 def test_cli_errors(argv, words, capsys):
     assert doctor.main(argv) == 2
     one_error(capsys.readouterr().err, *words)
+
+
+def test_a_rejected_input_fits_80_columns_with_the_models_words_below(capsys):
+    """The error line when the input and the model conflict was 163-199 columns (the
+    model's complaint inside it): the line says what is wrong and what to do, the
+    model's words follow on lines of their own, wrapped."""
+    argv = ["--model", "tests.test_doctor:fixed_size", "--input", "3,16,16",
+            "--no-measure", "--gpus", "h200"]  # fmt: skip
+    assert doctor.main(argv) == 2
+    err = capsys.readouterr().err
+    line = one_error(err, "rejects input 3x16x16", "pass --input with a shape")
+    assert len(line) <= 80 and all(len(x) <= 80 for x in err.splitlines()), err
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in " ".join(
+        err.split()
+    )
+    with pytest.raises(specs.DoctorError, match="mat1 and mat2"):  # kept in the text
+        diagnosis.diagnose(_config("tests.test_doctor:fixed_size", input=(3, 16, 16)))
+    j = "r.json"
+    assert doctor.main(["--model", "erfnet", "--json", j, "--markdown", j]) == 2
+    line = one_error(capsys.readouterr().err, "both name r.json")
+    assert len(line) <= 80, line
 
 
 def test_cross_entropy_needs_classes():
