@@ -90,6 +90,10 @@ def test_the_readme_video_example_answers_on_one_screen_and_skips_cpu_timing(
     # The verdict starts on the first screen; with the step and the kernels labelled
     # apart (issue 40) each GPU takes up to two lines, so the 15 GPUs run past it.
     assert len(gpus) == 15 and gpus[0] < 12 and gpus[5] < 24, lines[:26]
+    # sorted by the predicted step speedup, best first, as the opening says
+    points = [float(re.search(r" step (\d+\.\d+)x", lines[i]).group(1)) for i in gpus]
+    assert points == sorted(points, reverse=True), points
+    assert "Best first by predicted speedup:" in " ".join(head)
     assert all(len(x) <= 80 for x in lines), [x for x in lines if len(x) > 80]
     assert not [x for x in lines if x.lstrip().startswith("|")]
     prose = " ".join(out.split())

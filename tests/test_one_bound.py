@@ -108,6 +108,6 @@ def test_the_doctor_predicts_the_step_and_holds_the_measured_step_alone(doctor_r
     assert f"Measured: {alone:.2f}x (step timed alone" in line
     assert f"{lo:.2f}x to {hi:.2f}x over {len(q.step_speedups)} epochs" in line
     assert "predicted for that loop: inside the range" in line
-    screen = report_text.first_screen(doctor_report)
-    assert f"measured step alone {alone:.2f}x" in screen
+    screen = " ".join(report_text.first_screen(doctor_report).split())
+    assert f"measured (amp-fp16): step timed alone {alone:.2f}x" in screen
     assert f"step in the loop {lo:.2f}x to {hi:.2f}x per epoch" in screen

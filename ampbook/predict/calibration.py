@@ -695,32 +695,58 @@ def build_parser() -> cli.ArgumentParser:
         help="the leave-one-out: each reference predicted by the others, the share "
         "inside their range and the median width",
     )
+    p.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the table as Markdown here (unwrapped); the terminal gets it "
+        "laid out for its width, as the doctor's tables",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a --markdown file that exists and holds something else",
+    )
     return p
+
+
+def references_markdown(refs) -> str:
+    """The references as ``python -m ampbook.calibration`` lists them: a Markdown
+    table (network, GPU, kind, layout, the cost model's efficiencies, the measured
+    speedup) and what an efficiency is."""
+    from ampbook.core.devices import display_name
+
+    lines = [
+        "| reference | GPU | kind | layout | fp32 eff. | AMP eff. | speedup |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in refs:
+        fam = r.baseline_family
+        e32, e16 = r.step_efficiency[fam], r.step_efficiency["16-bit"]
+        lay = layout_text((r.layout.get(fam), r.layout.get("16-bit")))
+        lines.append(
+            f"| {r.network} | {display_name(r.gpu)} | {r.kind} | {lay} | {e32:.0%} | "
+            f"{e16:.0%} | {r.measured_speedup:.2f} |"
+        )
+    return "\n".join(lines) + (
+        "\n\nEfficiency: the cost model's bound over the measured time; a profile's "
+        "is its kernel time, a published one's the whole step (host time included)."
+    )
 
 
 @cli.command("python -m ampbook.calibration")
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    from ampbook.core.devices import display_name  # torch: after --help
-
+    if a.markdown:  # before any work: never replace what another command wrote
+        cli.check_output_file(a.markdown, "--markdown", overwrite=a.overwrite)
     if a.write:
         write_bounds()
-    if a.predictions:
-        print(predictions_table(references(a.results_dir)))
-        return 0
     refs = references(a.results_dir)
-    print("| reference | GPU | kind | layout | fp32 eff. | AMP eff. | speedup |")
-    print("|---|---|---|---|---|---|---|")
-    for r in refs:
-        fam = r.baseline_family
-        e32, e16 = r.step_efficiency[fam], r.step_efficiency["16-bit"]
-        lay = layout_text((r.layout.get(fam), r.layout.get("16-bit")))
-        print(
-            f"| {r.network} | {display_name(r.gpu)} | {r.kind} | {lay} | {e32:.0%} | "
-            f"{e16:.0%} | {r.measured_speedup:.2f} |"
-        )
-    print(
-        "\nEfficiency: the cost model's bound over the measured time; a profile's is "
-        "its kernel time, a published one's the whole step (host time included)."
-    )
+    md = predictions_table(refs) if a.predictions else references_markdown(refs)
+    print(cli.terminal_text(md))
+    if a.markdown:
+        try:
+            cli.write_text_atomic(a.markdown, md + "\n")
+        except OSError as err:
+            cli.say(f"could not write {a.markdown}: {cli.os_error(err)[1]}")
+            return 2
     return 0

@@ -455,6 +455,5 @@ def check_outputs(
         same = Path(json_path).resolve() == Path(markdown_path).resolve()
         if same:
             raise DoctorError(
-                f"--json and --markdown both name {json_path}: the second would "
-                "overwrite the first; give two files"
+                f"--json and --markdown both name {json_path}; give two files"
             )

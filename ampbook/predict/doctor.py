@@ -22,6 +22,7 @@ modules below it: ``specs`` (the model, its input and the GPUs), ``outputs``,
 from __future__ import annotations
 
 import sys
+import textwrap
 
 from ampbook.core import cli
 
@@ -211,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         report = diagnose(cfg, on_prediction=answer_first)
     except DoctorError as e:
         progress.clear()
-        cli.say(str(e))
+        cli.say(e.headline if e.detail else str(e))
+        if e.detail:  # the model's own words, wrapped under the error line
+            print(textwrap.fill(e.detail, 79, initial_indent="  ",
+                                subsequent_indent="  "), file=sys.stderr)  # fmt: skip
         return 2
     finally:
         progress.clear()

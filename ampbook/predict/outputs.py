@@ -246,13 +246,13 @@ def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, st
             err = real
         targets = "targets" in inspect.signature(model.forward).parameters
         hint = (
-            f"; it takes targets in training mode (a detection model?): {WRAP_HINT}"
+            f"it takes targets in training mode (a detection model?): {WRAP_HINT}"
             if targets
-            else "; pass --input with a shape it accepts"
+            else "pass --input with a shape it accepts"
         )
         raise DoctorError(
-            f"the model rejects input {shape_text(shape)} at batch {batch}: "
-            f"{type(err).__name__}: {first_line(err)}{hint}"
+            f"the model rejects input {shape_text(shape)}; {hint}",
+            f"{type(err).__name__}: {first_line(err)}",
         ) from None
     return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor), _how(y, key)
 

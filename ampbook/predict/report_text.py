@@ -172,7 +172,7 @@ def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
         )  # fmt: skip
     lead = (
         f"lower bounds of one step at batch {report['batch']} (fp32 with TF32 for "
-        "convolutions and matrix products); their ratio is the speedup if both "
+        "convolutions and matrix products); the ratio of bounds is the speedup if both "
         "precisions reached the same share of their bound, which real kernels do not "
         "(section 5); images/s: what the input pipeline must deliver at the AMP bound"
     )
@@ -186,7 +186,7 @@ def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
                 "AMP",
                 f"fp32 bound ({unit})",
                 f"AMP bound ({unit})",
-                "ratio (x)",
+                "ratio of bounds (x)",
                 "images/s",
             ],
             [None, None, ".3g", ".3g", ".2f", ",d"],
@@ -352,7 +352,7 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
             "launch floor (ms)",
             "calibrated kernel time (ms)",
             "floor / kernel time",
-            "word",
+            "predicted bound",
         ],  # fmt: skip
         [None, None, None, ".3f", ".3f", ".2f", None],
     )
@@ -385,10 +385,14 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
             "above) beside the calibrated AMP kernel time (the median reference's), "
             "both predicted, per GPU: the first screen's launch-bound when a floor is "
             "longer than its kernel time (AMP's or fp32's), near the launch floor when "
-            f"AMP's is at least {NEAR_FLOOR:.0%} of it, else its word from the "
-            "roofline:\n\n" + floors
+            f"AMP's is at least {NEAR_FLOOR:.0%} of it, else the roofline's "
+            "bound:\n\n" + floors
         )
-    text += "\n\nWhat to try, per GPU:\n\n" + md_table_text(
+    text += (
+        "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step timed "
+        "alone where the committed results hold it, else the predicted step ('from' "
+        "says which; the step in the training loop is in the detail, unranked):\n\n"
+    ) + md_table_text(
         [
             (c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
             for c in ver["items"]
@@ -426,7 +430,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
 NEAR_FLOOR = 0.8
 
 BOUND_WORDS_TEXT = (
-    "The last word comes from one of two tests: launch-bound when the launch floor "
+    "The bound is predicted, by one of two tests: launch-bound when the launch floor "
     "is longer than the calibrated kernel time, near the launch floor when it is at "
     f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
     "compute-bound by the larger share of the roofline bound (section 3)."
@@ -457,7 +461,8 @@ def _screen_line(r: dict[str, Any]) -> str:
     if not r["rows"]:
         return (
             f"- {r['gpu_name']}: {r['precision']} no reference applies; "
-            f"{r['equal_share']:.2f}x at equal shares of the bound (not a bound)"
+            f"ratio of bounds {r['equal_share']:.2f}x (the speedup at equal shares "
+            "of the bound, not a bound)"
         )
     what = "step" if r.get("host") else "kernels"
     line = (
@@ -465,20 +470,52 @@ def _screen_line(r: dict[str, Any]) -> str:
         f"({span_text(r['low'], r['high'])}), {gist(r['low'], r['high'], r['point'])}"
     )
     if r.get("host"):
-        line += f"; kernels {r['kernel_point']:.2f}x"
+        line += f"; kernels (calibrated) {r['kernel_point']:.2f}x"
     bound = bound_text(r)
-    line += f"; {bound}" if bound else ""
-    for m in r.get("committed") or []:
+    line += f"; predicted {bound}" if bound else ""
+    said = []
+    for m in _measured_here(r):
         if m.get("kind") == "step in the loop":
-            line += (
-                f"; measured step in the loop {m['low']:.2f}x to {m['high']:.2f}x "
-                "per epoch"
+            said.append(
+                f"step in the loop {m['low']:.2f}x to {m['high']:.2f}x per epoch"
             )
         elif m.get("kind") == "step alone":
-            line += f"; measured step alone {m['speedup']:.2f}x"
+            said.append(f"step timed alone {m['speedup']:.2f}x")
         else:
-            line += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
+            said.append(f"{m['what'].split(',')[0]} {m['speedup']:.2f}x")
+    if said:
+        line += f"; measured ({r['precision']}): " + ", ".join(said)
     return line
+
+
+def _measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The committed measurements of the range's own setting: the step timed alone
+    first, then the step in the loop, then the kernels."""
+    order = {"step alone": 0, "step in the loop": 1}
+    done = [m for m in r.get("committed") or [] if m.get("same_setting")]
+    return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
+
+
+def headline_key(r: dict[str, Any]) -> tuple:
+    """Which AMP precision heads a GPU's line on the first screen: one with a range
+    first, then the faster as printed (the step's point to two decimals); a tie goes
+    to the precision with more committed measurements of this setting, so that the
+    line carries them (ERFNet on the H200: fp16 and bf16 both 1.11x, fp16's step
+    timed alone and per epoch measured)."""
+    if not r["rows"]:
+        return (False, 0.0, 0)
+    return (True, round(r["point"], 2), len(_measured_here(r)))
+
+
+TIE_RULE = "a tie to two decimals goes to the one with more measurements here"
+SCREEN_ORDER_TEXT = "Best first by predicted speedup"
+
+
+def screen_order(r: dict[str, Any]) -> tuple:
+    """The first screen's order of GPUs (``SCREEN_ORDER_TEXT``): by the predicted
+    speedup printed, best first; a GPU with no range last; ties in the device table's
+    order (the sort is stable)."""
+    return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
 
 
 def first_screen(report: dict[str, Any]) -> str:
@@ -492,11 +529,9 @@ def first_screen(report: dict[str, Any]) -> str:
     fmt = report.get("memory_format", "channels_first")
     ranges = report["verdict"]["ranges"]
     best: dict[str, dict[str, Any]] = {}
-    for r in ranges:  # the faster AMP precision per GPU (the first of a tie)
+    for r in ranges:  # the faster AMP precision per GPU (``headline_key``)
         old = best.get(r["gpu"])
-        if old is None or (
-            r["rows"] and (not old["rows"] or r["point"] > old["point"])
-        ):
+        if old is None or headline_key(r) > headline_key(old):
             best[r["gpu"]] = r
     shape = "x".join(map(str, report.get("input") or []))
     what = f"batch {report['batch']}" + (f" x {shape}" if shape else "")
@@ -510,26 +545,27 @@ def first_screen(report: dict[str, Any]) -> str:
         base = "fp32 (no TF32 on these GPUs)"
     precs = list(dict.fromkeys(r["precision"] for r in ranges))
     which = (
-        f"{precs[0]} on each GPU (section 5 has its detail)"
+        f"{precs[0]} on each GPU (section 5 has its detail)."
         if len(precs) == 1
-        else "the faster AMP precision of each GPU (section 5 has "
+        else f"Each GPU shows its faster AMP precision; {TIE_RULE} (section 5 has "
         + ("both" if len(precs) == 2 else f"all {len(precs)}")
-        + ")"
+        + ")."
     )
+    host = any(r.get("host") for r in best.values())
+    what_of = (
+        "Step: the kernels plus the modelled host time; the kernels' own beside it."
+        if host
+        else "Kernel time only: no host model."
+    )
+    shown = sorted(best.values(), key=screen_order)
     lines = [
-        (
-            f"Expected AMP {step} speedup (kernels plus the modelled host time; "
-            "the kernels' own beside it)"
-            if any(r.get("host") for r in best.values())
-            else f"Expected AMP kernel-time speedup of the {step} (no host model)"
-        )
-        + f" over {base} per GPU, predicted for {what}, "
-        f"both precisions in {fmt} ({layout_text([fmt, fmt])}), calibrated on "
-        "committed layer profiles and published training throughputs; "
-        f"{which}:",
+        f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
+        f"{what_of} Both precisions in {fmt} ({layout_text([fmt, fmt])}). "
+        "Calibrated on committed layer profiles and published training "
+        f"throughputs. {which}" + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
         "",
     ]
-    lines += [_screen_line(r) for r in best.values()]
+    lines += [_screen_line(r) for r in shown]
     if any(bound_text(r) for r in best.values()):
         lines += ["", BOUND_WORDS_TEXT]
     for w in report.get("warnings", []):

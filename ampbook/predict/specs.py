@@ -28,7 +28,13 @@ DEFAULT_INPUT = (3, 224, 224)
 
 
 class DoctorError(ValueError, cli.UserError):
-    """Bad input to the doctor: the message says what is wrong and what to do."""
+    """Bad input to the doctor: the message says what is wrong and what to do. A
+    ``detail`` too long for the ``error:`` line (the model's own complaint) follows
+    the message in parentheses; the command prints it on lines of its own."""
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(f"{message} ({detail})" if detail else message)
+        self.headline, self.detail = message, detail
 
 
 # --------------------------------------------------------------------------------------

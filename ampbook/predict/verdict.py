@@ -67,7 +67,10 @@ def speedup_range_verdict(
     family = "TF32" if rng["family"] == "tf32" else "fp32"
     tf32 = "TF32 on" if family == "TF32" else "no TF32"
     head = f"{gpu_name}: {precision} over fp32 ({tf32})"
-    same = f"{equal:.2f}x if both precisions reached the same share of their bound"
+    same = (
+        f"ratio of bounds {equal:.2f}x, the speedup if both precisions reached the "
+        "same share of their bound"
+    )
     rows = rng["rows"]
     if not rows:
         return (
@@ -377,34 +380,43 @@ def committed_measurements(
 
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
-    """The checklist's AMP row for one GPU and precision: a measurement of this
-    network, GPU and setting outranks the prediction. Recommended ("train with AMP",
-    ranked by its gain) only where the verdict does not call it a loss: a range the
-    first screen calls "a loss" or "no clear loss" (``gist``), or a measured step
-    slower than fp32 by more than ``SAME_SPEED``, reads "keep fp32", unranked."""
+    """The checklist's AMP row for one GPU and precision, ranked by the step: the step
+    timed alone where the committed results hold it for this network, GPU and
+    setting, else the predicted step (the calibrated range's point; the kernels' where
+    there is no host model). The step in the training loop, measured beside its
+    loader, is named in the detail, not ranked. Recommended ("train with AMP") only
+    where the verdict does not call it a loss: a measurement of this setting slower
+    than fp32 by more than ``SAME_SPEED``, or without one a range the first screen
+    calls "a loss" or "no clear loss" (``gist``), reads "keep fp32", unranked."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+    alone = [m for m in done if m.get("kind") == "step alone"]
     said = None
-    if done:
-        m = done[-1]
-        gain, src = m["speedup"], "measured (committed)"
-        detail = (
-            f"{m['what']}; predicted {span_text(rng['low'], rng['high'])}"
-            if (rng["rows"])
-            else m["what"]
-        )
-        if gain < 1 - SAME_SPEED:
-            said = f"measured at {gain:.2f}x fp32's speed"
+    if alone:
+        m = alone[-1]
+        gain, src = m["speedup"], "measured: step timed alone (committed)"
+        detail = m["what"]
+        if rng["rows"]:
+            detail += f"; predicted {span_text(rng['low'], rng['high'])}"
     elif rng["rows"]:
         lo, hi = rng["low"], rng["high"]
-        gain, src = rng["point"], "calibrated"
-        n = len(rng["rows"])
-        detail = f"{span_text(lo, hi)} from {plural(n, 'reference')}"
+        gain = rng["point"]
+        src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
+        detail = f"{span_text(lo, hi)} from {plural(len(rng['rows']), 'reference')}"
         word = gist(lo, hi, gain)
         if word in ("a loss", "no clear loss"):
             said = f"predicted {gain:.2f}x, {word}"
     else:
         gain, src = rng["equal_share"], "equal shares of the bound"
         detail = "no reference for this GPU's families"
+    for m in done:
+        if m.get("kind") == "step in the loop":
+            detail += f"; measured in the loop {m['speedup']:.2f}x median per epoch"
+        elif m.get("kind") != "step alone":
+            detail += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
+    slow = [m for m in done if m["speedup"] < 1 - SAME_SPEED]
+    if slow:
+        said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed"
+        src = "measured (committed)"
     if said is not None:
         return {"gpu": name, "item": f"keep fp32: AMP ({precision}) {said}",
                 "gain": None, "source": src, "detail": detail}  # fmt: skip
@@ -419,7 +431,8 @@ def checklist(
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
     """What to try, per GPU (one GPU per row, named), ranked by gain within each GPU:
-    AMP (the calibrated range's middle, or the ratio at equal shares without one), TF32
+    AMP (``_amp_item``: the step timed alone where measured, else the predicted
+    step, or the ratio at equal shares without a range), TF32
     for matrix products (off by default in PyTorch), TF32 for convolutions (on by
     default: listed, never ranked), the input pipeline (with a loader rate), and
     channels_last and cudnn.benchmark as measured on this GPU. ``upper_bounds`` apart:
