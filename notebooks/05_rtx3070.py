@@ -173,7 +173,8 @@ for k, v in {"n_img": n_img, "post_speedup": post_speedup, "post_mem": post_mem,
     glue(f"ch5_{k}", v, display=False)
 md_table([("AMP", amp_post["time_s"], amp_post["memory_gb"]),
           ("fp32 (no AMP)", fp32_post["time_s"], fp32_post["memory_gb"])],
-         ["run", "time (s)", "memory (GB, the post's)"], [None, ".4g", ".3g"])
+         ["run (published, the post)", "time (s)", "memory (GB, the post's)"],
+         [None, ".4g", ".3g"])
 
 # %% [markdown]
 # AMP ran at {glue:text}`ch5_post_speedup:.3f` times fp32's speed (below 1: slower) and
@@ -371,7 +372,7 @@ keys = {"epoch_s": "epoch (s)", "epoch_s_no_loader": "its steps alone (s)",
         "memory_gb_no_loader": "memory, steps alone (GB)"}
 rows = [(label, ev[k]["fp32"], ev[k]["amp"], ev[k]["fp32"] / ev[k]["amp"])
         for k, label in keys.items()]
-md_table(rows, ["#46377, RTX 3070", "fp32", "AMP", "fp32 / AMP"],
+md_table(rows, ["#46377 (published), RTX 3070", "fp32", "AMP", "fp32 / AMP"],
          [None, ".3g", ".3g", ".2f"])
 
 # %%
@@ -386,8 +387,10 @@ for k, v in {"ev_wait": ev_wait, "ev_steps_s": ev["epoch_s_no_loader"]["amp"],
 md(ch5.hypotheses_verdict(ev_step, ev_epoch, ev_wait, wait_measured=False))
 
 # %% [markdown]
-# On that card both held: the steps of an AMP epoch took {glue:text}`ch5_ev_steps_s` s
-# without the loader and the whole epoch {glue:text}`ch5_ev_epoch_s` s, so at most
+# On that card both held: the steps of that user's AMP epoch took
+# {glue:text}`ch5_ev_steps_s` s without the loader and the user's whole AMP epoch
+# {glue:text}`ch5_ev_epoch_s` s (published in #46377; the post's own AMP epoch,
+# {glue:text}`ch5_amp_s` s, is another setting), so at most
 # {glue:text}`ch5_ev_wait:.0%` of the AMP epoch was left for data (inferred by
 # difference, never measured: steps inside the loop may have taken longer than alone),
 # while the AMP step itself was {glue:text}`ch5_ev_slow_lo:.1f` to
@@ -528,7 +531,7 @@ for k, v in {"model_speedup": model_speedup, "min_fp32": p32.min_epoch_s(n_img),
              "tensor_ratio": gpu.tensor_over_fp32}.items():
     glue(f"ch5_{k}", v, display=False)
 md(ch5.bound_verdict(pamp.min_epoch_s(n_img), amp_post["time_s"],
-                     "the post's AMP epoch"))
+                     "the post's AMP epoch (its table)", kind="published"))
 
 # %% [markdown]
 # At batch {glue:text}`ch5_B`, the cost model predicts that the 3070 needs **at least**
@@ -721,7 +724,7 @@ md(pace_verdict(post_loader, pamp.max_images_per_s, "for the post's AMP epoch",
 
 # %% [markdown]
 # At that cost, {glue:text}`ch5_def_workers` workers need
-# {glue:text}`ch5_loader_epoch:.0f` s for an epoch, against the post's measured
+# {glue:text}`ch5_loader_epoch:.0f` s for an epoch, against the post's published
 # {glue:text}`ch5_fp32_s` s in fp32 and {glue:text}`ch5_amp_s` s with AMP. The synthetic
 # PNGs are simpler than real street scenes and a 2020 desktop core differs from this
 # one, so the cost per image on the post's PC may differ either way.
@@ -838,7 +841,7 @@ md_table([(f"{display_name(lp.device_name)}, {lp.mode_label}", t.type,
 effs = [ch5.MeasuredEfficiency("ERFNet", display_name(lp.device_name),
                                lp.kernel_efficiency) for lp in profs]
 md(ch5.efficiency_range_verdict(pamp.min_epoch_s(n_img), effs, amp_post["time_s"],
-                                "The post's AMP epoch", network="ERFNet",
+                                "The post's published AMP epoch", network="ERFNet",
                                 device=display_name("rtx3070-desktop")))
 
 # %% [markdown]
