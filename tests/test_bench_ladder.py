@@ -572,9 +572,10 @@ def test_a_gpu_ladder_times_kernels_and_idle_apart(tmp_path):
     assert [c.rung for c in ladder.cells] == [0, 3]
 
 
-def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
-    """A predicted 0.571 against a 0.570 limit (0.2% off) is neither met nor missed:
-    the line says it is at the target; one 10% off is still predicted to miss."""
+def test_a_prediction_within_its_error_of_a_target_is_met_or_missed_by_its_value():
+    """A predicted 0.571 against a 0.570 limit (0.2% over) is predicted to miss, not
+    worded as at the target (the old line), and says the miss is inside the assumed
+    error; one 10% off is predicted to miss with no such note."""
     from ampbook.core.provenance import predicted
 
     def line(v):
@@ -584,13 +585,15 @@ def test_a_prediction_within_its_error_of_a_target_is_at_it_not_a_miss():
         ).line()
 
     close = line(0.571)
+    assert close.startswith("peak <= 0.570: predicted to MISS (0.571 predicted, 0.2% ")
+    assert "at the target" not in close and "predicted to meet" not in close
     # the 5% is an assumed bound, not a measured error: the line says so
-    assert "predicted at the target, within 5%, the error assumed for a prediction" in (
-        close
-    )
-    assert "(0.571 predicted, 0.2% from it, rung 4)" in close and "MISS" not in close
-    assert "predicted to MISS (0.627 predicted" in line(0.627)
-    assert "predicted to meet (0.500 predicted" in line(0.500)
+    assert "0.2% over the target: closer than the 5% error assumed for a prediction, " \
+        "so not resolved, rung 4)" in close
+    assert "predicted to meet (0.569 predicted, 0.2% under the target" in line(0.569)
+    far = line(0.627)
+    assert "predicted to MISS (0.627 predicted, rung 4)" in far
+    assert "predicted to meet (0.500 predicted, rung 4)" in line(0.500)
 
 
 def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(
