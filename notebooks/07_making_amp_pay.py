@@ -351,7 +351,8 @@ md(ch7.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
 # %% tags=["hide-input"]
 md_table([row for i in sorted({eager_top, top})
           for row in ch7.top_rows(gpu, i, base_mode)] if gpu else [],
-         ["rung: precision", "step (ms)", "over TF32 (x)", "over strict fp32 (x)",
+         ["rung: precision", "step (ms)", "step ratio over TF32 (x)",
+          "step ratio over strict fp32 (x)",
           "peak memory (GiB)", "images/s"],
          [None, ".1f", ".2f", ".2f", ".2f", ".0f"])
 

@@ -77,8 +77,8 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   ceiling: NVIDIA's ResNet-50 on an A100 gained
 #   {glue:text}`05_rtx3070.ipynb::ch5_rn_meas:.2f` times (AMP with channels_last
 #   against TF32 in NCHW, so not precision alone) where it says
-#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f` (chapter 5's trace, with a summed
-#   loss; chapter 6's reference bounds are traced apart and may differ). AMP
+#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f` (a ratio of bounds: the stored
+#   bounds chapter 6 calibrates on, not a prediction of the step). AMP
 #   moves
 #   {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f` times fp32's bytes, not half,
 #   and dispatches

@@ -167,8 +167,9 @@ def test_targets_read_from_the_fixture_one_by_one():
     assert got["AMP step, eager"].value == pytest.approx(0.036)
     assert got["AMP step, eager"].met is False
     assert got["AMP step, eager"].start == pytest.approx(0.110)
-    assert got["AMP over TF32, eager"].value == pytest.approx(0.092 / 0.036)
-    assert got["AMP over TF32, compiled"].met is True
+    speedup = got["AMP over TF32 (step ratio), eager"]
+    assert speedup.value == pytest.approx(0.092 / 0.036)
+    assert got["AMP over TF32 (step ratio), compiled"].met is True
     assert got["AMP step, compiled"].value == pytest.approx(0.020)
     assert got["images/s end to end"].value == pytest.approx(0.98 * 6 / 0.020)
     assert got["images/s end to end"].met is False
@@ -204,12 +205,12 @@ def test_after_a_cut_two_modes_are_compared_at_the_highest_rung_both_reached():
     assert ladder_report._top(ladder, ("fp32-tf32",), True) == 4
     got = {t.name: t for t in ladder_report.check_targets(ladder)}
     a2, b2 = ladder.cell(2, "amp-fp16"), ladder.cell(2, "fp32-tf32")
-    speedup = got["AMP over TF32, eager"]
+    speedup = got["AMP over TF32 (step ratio), eager"]
     assert speedup.value == pytest.approx(b2.step_s / a2.step_s)
     assert speedup.where == "rung 2, the highest both reached"
     assert got["AMP / TF32 peak memory"].where == "rung 2, the highest both reached"
     assert got["AMP step, eager"].where == "rung 2"
-    assert got["AMP over TF32, compiled"].value is None  # no AMP rung 5
+    assert got["AMP over TF32 (step ratio), compiled"].value is None  # no AMP rung 5
     # AMP's rung 2 cut after its step was timed: the step stays, the loop's figures
     # come from rung 1, the highest AMP cell trained through its epochs
     for c in record["cells"]:
@@ -588,8 +589,10 @@ def test_a_prediction_within_its_error_of_a_target_is_met_or_missed_by_its_value
     assert close.startswith("peak <= 0.570: predicted to MISS (0.571 predicted, 0.2% ")
     assert "at the target" not in close and "predicted to meet" not in close
     # the 5% is an assumed bound, not a measured error: the line says so
-    assert "0.2% over the target: closer than the 5% error assumed for a prediction, " \
+    assert (
+        "0.2% over the target: closer than the 5% error assumed for a prediction, "
         "so not resolved, rung 4)" in close
+    )
     assert "predicted to meet (0.569 predicted, 0.2% under the target" in line(0.569)
     far = line(0.627)
     assert "predicted to MISS (0.627 predicted, rung 4)" in far

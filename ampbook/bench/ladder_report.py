@@ -334,8 +334,12 @@ def check_targets(ladder: Ladder) -> list[Target]:
             )
         )
     for key, name, pair in (
-        ("speedup_eager", f"{amp_name} over {base_name}, eager", eager),
-        ("speedup_compiled", f"{amp_name} over {base_name}, compiled", comp),
+        ("speedup_eager", f"{amp_name} over {base_name} (step ratio), eager", eager),
+        (
+            "speedup_compiled",
+            f"{amp_name} over {base_name} (step ratio), compiled",
+            comp,
+        ),
     ):
         a, b = pair[amp], pair[base]
         value = (

@@ -559,8 +559,8 @@ def roofline_ratio_verdict(
             f"ratios must be positive, got {roofline_ratio} and {measured_speedup}"
         )
     head = (
-        f"{what}: {kind} {measured_speedup:.2f}x against a roofline ratio of "
-        f"{roofline_ratio:.2f}x"
+        f"{what}: {kind} step ratio {measured_speedup:.2f}x against a ratio of "
+        f"bounds of {roofline_ratio:.2f}x"
     )
     if measured_speedup > roofline_ratio * (1 + tolerance):
         return (

@@ -135,7 +135,8 @@ def targets_caveat(ladder: Ladder, predicted: bool, runner_caveat: str = "") -> 
         )
     if runner_caveat:
         parts.append(
-            f"The idle time rung 3 removes is rung 0's, measured. {runner_caveat.strip()}"
+            "The idle time rung 3 removes is rung 0's, measured. "
+            + runner_caveat.strip()
         )
     return " ".join(parts)
 
