@@ -494,11 +494,16 @@ for k, v in {"enc_fp32": share["encoder"], "dec_fp32": share["decoder"],
 #
 # ### The 3070's ceilings and the bound
 #
-# fp32 convolutions may run on TF32 tensor cores: `torch.backends.cudnn.allow_tf32` has
-# been on by default since TF32 arrived in PyTorch 1.7, the post's version, and
-# `torch.backends.cuda.matmul.allow_tf32` was on by default from 1.7 to 1.11
-# {cite:p}`pytorch-cuda-notes`. So "fp32 as in the post" means TF32 on; strict fp32 is
-# shown beside it. On a GeForce Ampere card TF32 runs at the fp32 rate (the device table
+# fp32 convolutions may run on TF32 tensor cores. Today's PyTorch sets this per
+# backend: `torch.backends.cudnn.conv.fp32_precision = "tf32"` (the default) lets
+# cuDNN's convolutions use TF32, `"ieee"` keeps them strict, and
+# `torch.backends.cuda.matmul.fp32_precision` does the same for matrix products
+# (strict unless set to `"tf32"`) {cite:p}`pytorch-cuda-notes`. Before PyTorch 2.9 the
+# spelling was `torch.backends.cudnn.allow_tf32` and
+# `torch.backends.cuda.matmul.allow_tf32`; the convolutions' switch has been on by
+# default since TF32 arrived in PyTorch 1.7, the post's version, and the matrix
+# products' was on from 1.7 to 1.11. So "fp32 as in the post" means TF32 on; strict
+# fp32 is shown beside it. On a GeForce Ampere card TF32 runs at the fp32 rate (the device table
 # of the tensor-core chapter), so the two bounds agree on the 3070; fp16 with fp32
 # accumulation (autocast's convolutions) has twice the peak.
 
@@ -870,9 +875,10 @@ for k, v in {"h_speed": h_speed, "h_tf32": h_tf32,
     glue(f"ch5_{k}", v, display=False)
 
 # %% [markdown]
-# At the post's likely setting the H200's bounds put AMP at
+# At the post's likely setting the H200's ratios of bounds put AMP at
 # {glue:text}`ch5_h_speed:.2f`x a TF32 baseline and TF32 at {glue:text}`ch5_h_tf32:.2f`x
-# strict fp32, each if both sides reach the same share of their bounds. To stay busy
+# strict fp32: each the step ratio only if both sides reach the same share of their
+# bounds, which measured steps do not (below). To stay busy
 # with AMP an H200 could take up to {glue:text}`ch5_h_img_s:.0f` images per second:
 # {glue:text}`ch5_h_cores:.0f` cores decoding at this machine's per-image cost.
 #

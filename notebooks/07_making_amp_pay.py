@@ -212,7 +212,7 @@ glue_all(
                               "cost model's bound ratio", fmt=".3f")
                       if stream else "none"),
     ch7_bn_amp=bn_ms[amp_mode], ch7_bn_base=bn_ms[base_mode],
-    ch7_gpu_kind="predicted from the measured rung 0" if predicted else "measured",
+    ch7_gpu_kind="predicted from rung 0" if predicted else "measured",
     ch7_runner_caveat=(runner_caveat if predicted and runner_caveat else
                        "the ladder's own rung 0, by the runner that measured it."),
     ch7_takes="takes" if measured_top else "would take",

@@ -150,9 +150,8 @@ md(gpu_findings(results))
 # What the roofline bound says of an H200, for the same network:
 #
 #
-# - **What the bound promises.** For ERFNet at the post's likely setting, the roofline
-#   bound's
-#   speedup from AMP over fp32 with TF32 is
+# - **What the bound promises.** For ERFNet at the post's likely setting, the ratio of
+#   bounds (the cost model's, not a step ratio) of AMP over fp32 with TF32 is
 #   {glue:text}`05_rtx3070.ipynb::ch5_h_speed:.2f`x on an H200, and TF32's over
 #   strict fp32 {glue:text}`05_rtx3070.ipynb::ch5_h_tf32:.2f`x: on a data-centre
 #   GPU the fp32 baseline's TF32 matters as much as AMP does
