@@ -214,7 +214,7 @@ glue_all(
     ch7_bn_amp=bn_ms[amp_mode], ch7_bn_base=bn_ms[base_mode],
     ch7_gpu_kind="predicted from rung 0" if predicted else "measured",
     ch7_runner_caveat=(runner_caveat if predicted and runner_caveat else
-                       "the ladder's own rung 0, by the runner that measured it."),
+                       "The line under the ladder says which runner measured it."),
     ch7_takes="takes" if measured_top else "would take",
     ch7_trains="trains" if measured_top else "would train",
     ch7_r0_amp=v[0, amp_mode]["step"], ch7_r0_base=v[0, base_mode]["step"],
@@ -277,8 +277,9 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # host to decide whether to step (the runner's fp32 step, likewise, reads whether the
 # gradients are finite). Fused Adam (`torch.optim.Adam(fused=True)`) takes the flag on
 # the GPU and skips the step there, so that read goes
-# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (Rung 0's idle time, measured:
-# {glue:text}`ch7_runner_caveat` Today's runner reads the scale only at an epoch's end.)
+# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (Rung 0's idle time was measured
+# with the runner of its day. {glue:text}`ch7_runner_caveat` Today's runner reads the
+# scale only at an epoch's end.)
 # Fewer kernels is not the gain: CUDA's default Adam is already the
 # `foreach` implementation, a few dozen multi-tensor launches for ERFNet's
 # {glue:text}`ch7_params` parameter tensors. With the loss read every
