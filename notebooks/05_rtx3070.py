@@ -109,7 +109,6 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-import torchvision
 from myst_nb import glue
 
 from ampbook.bench.loader import measure_loader
@@ -130,7 +129,7 @@ from ampbook.measure.memory import fit_line, saved_for_backward
 from ampbook.measure.timing import machine_load, time_elementwise, time_matmul
 from ampbook.predict.calibration import layout_factor
 from ampbook.predict.pace import loader_images_per_s, pace_verdict, speedup_verdict
-from ampbook.predict.references import load_published, references
+from ampbook.predict.references import load_bounds, load_published, references
 from ampbook.predict.roofline import Ceilings, op_time, predict
 from ampbook.predict.stepmodel import convolution_evidence, layout_bounds, step_trace
 from ampbook.predict.steptrace import trace_step
@@ -173,7 +172,8 @@ for k, v in {"n_img": n_img, "post_speedup": post_speedup, "post_mem": post_mem,
     glue(f"ch5_{k}", v, display=False)
 md_table([("AMP", amp_post["time_s"], amp_post["memory_gb"]),
           ("fp32 (no AMP)", fp32_post["time_s"], fp32_post["memory_gb"])],
-         ["run", "time (s)", "memory (GB, the post's)"], [None, ".4g", ".3g"])
+         ["run (published, the post)", "time (s)", "memory (GB, the post's)"],
+         [None, ".4g", ".3g"])
 
 # %% [markdown]
 # AMP ran at {glue:text}`ch5_post_speedup:.3f` times fp32's speed (below 1: slower) and
@@ -371,7 +371,7 @@ keys = {"epoch_s": "epoch (s)", "epoch_s_no_loader": "its steps alone (s)",
         "memory_gb_no_loader": "memory, steps alone (GB)"}
 rows = [(label, ev[k]["fp32"], ev[k]["amp"], ev[k]["fp32"] / ev[k]["amp"])
         for k, label in keys.items()]
-md_table(rows, ["#46377, RTX 3070", "fp32", "AMP", "fp32 / AMP"],
+md_table(rows, ["#46377 (published), RTX 3070", "fp32", "AMP", "fp32 / AMP"],
          [None, ".3g", ".3g", ".2f"])
 
 # %%
@@ -386,8 +386,10 @@ for k, v in {"ev_wait": ev_wait, "ev_steps_s": ev["epoch_s_no_loader"]["amp"],
 md(ch5.hypotheses_verdict(ev_step, ev_epoch, ev_wait, wait_measured=False))
 
 # %% [markdown]
-# On that card both held: the steps of an AMP epoch took {glue:text}`ch5_ev_steps_s` s
-# without the loader and the whole epoch {glue:text}`ch5_ev_epoch_s` s, so at most
+# On that card both held: the steps of that user's AMP epoch took
+# {glue:text}`ch5_ev_steps_s` s without the loader and the user's whole AMP epoch
+# {glue:text}`ch5_ev_epoch_s` s (published in #46377; the post's own AMP epoch,
+# {glue:text}`ch5_amp_s` s, is another setting), so at most
 # {glue:text}`ch5_ev_wait:.0%` of the AMP epoch was left for data (inferred by
 # difference, never measured: steps inside the loop may have taken longer than alone),
 # while the AMP step itself was {glue:text}`ch5_ev_slow_lo:.1f` to
@@ -492,11 +494,16 @@ for k, v in {"enc_fp32": share["encoder"], "dec_fp32": share["decoder"],
 #
 # ### The 3070's ceilings and the bound
 #
-# fp32 convolutions may run on TF32 tensor cores: `torch.backends.cudnn.allow_tf32` has
-# been on by default since TF32 arrived in PyTorch 1.7, the post's version, and
-# `torch.backends.cuda.matmul.allow_tf32` was on by default from 1.7 to 1.11
-# {cite:p}`pytorch-cuda-notes`. So "fp32 as in the post" means TF32 on; strict fp32 is
-# shown beside it. On a GeForce Ampere card TF32 runs at the fp32 rate (the device table
+# fp32 convolutions may run on TF32 tensor cores. Today's PyTorch sets this per
+# backend: `torch.backends.cudnn.conv.fp32_precision = "tf32"` (the default) lets
+# cuDNN's convolutions use TF32, `"ieee"` keeps them strict, and
+# `torch.backends.cuda.matmul.fp32_precision` does the same for matrix products
+# (strict unless set to `"tf32"`) {cite:p}`pytorch-cuda-notes`. Before PyTorch 2.9 the
+# spelling was `torch.backends.cudnn.allow_tf32` and
+# `torch.backends.cuda.matmul.allow_tf32`; the convolutions' switch has been on by
+# default since TF32 arrived in PyTorch 1.7, the post's version, and the matrix
+# products' was on from 1.7 to 1.11. So "fp32 as in the post" means TF32 on; strict
+# fp32 is shown beside it. On a GeForce Ampere card TF32 runs at the fp32 rate (the device table
 # of the tensor-core chapter), so the two bounds agree on the 3070; fp16 with fp32
 # accumulation (autocast's convolutions) has twice the peak.
 
@@ -528,7 +535,7 @@ for k, v in {"model_speedup": model_speedup, "min_fp32": p32.min_epoch_s(n_img),
              "tensor_ratio": gpu.tensor_over_fp32}.items():
     glue(f"ch5_{k}", v, display=False)
 md(ch5.bound_verdict(pamp.min_epoch_s(n_img), amp_post["time_s"],
-                     "the post's AMP epoch"))
+                     "the post's AMP epoch (its table)", kind="published"))
 
 # %% [markdown]
 # At batch {glue:text}`ch5_B`, the cost model predicts that the 3070 needs **at least**
@@ -556,7 +563,7 @@ rows = [(t, r["time_s"] * 1e3, a["time_s"] * 1e3, r["time_s"] / a["time_s"],
         for t, r in by_type["fp32 (TF32 on, as in the post)"].items()
         if (a := by_type[precision].get(t)) and r["time_s"] > 1e-5 and a["time_s"] > 0]
 md_table(rows, ["layer (functional ops go to their block)", "fp32 ms",
-                f"{precision} ms", "ratio (x)", "AMP memory-bound"],
+                f"{precision} ms", "ratio of bounds (x)", "AMP memory-bound"],
          [None, ".1f", ".1f", ".2f", ".0%"])
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "ERFNet's layers on the RTX 3070 roofline at the post's likely setting: each point is one layer's forward and backward work (FLOPs over bytes on the x axis, FLOPs over the bound's time on the y axis). Lines: the fp32 (TF32) and fp16 ceilings; left of a ridge a layer is memory-bound.", "name": "fig-ch5-roofline"}}
@@ -584,27 +591,25 @@ plt.show()
 # {cite:p}`nvidia-dle-resnet50` (`data/reference/training_throughputs.yml`). The two
 # rows differ in more than the precision: the AMP row ran in
 # {glue:text}`ch5_rn_amp_fmt`, the TF32 row in {glue:text}`ch5_rn_base_fmt`, so the
-# published speedup is AMP and the memory format together. The same cost model traces
-# ResNet-50 at the benchmark's batch and holds it against the A100's ceilings (the
-# roofline counts the same bytes in either format): the measured speedup beside the
-# ratio of the two bounds, and each precision's share of its bound.
+# published speedup is AMP and the memory format together. The same cost model traced
+# ResNet-50 at the benchmark's batch, in each row's format, against the A100's
+# ceilings: the bounds chapter 6 calibrates on, stored in
+# `data/reference/training_throughputs_bounds.json`. Beside them, the published speedup
+# and the ratio of the two bounds (a ratio of bounds, not a prediction of the step),
+# and each precision's share of its bound.
 
 # %%
 pub = {r.key: r for r in load_published()}["dle-resnet50-a100"]
-a100 = Ceilings.from_device(devices[pub.gpu])
-resnet = torchvision.models.resnet50()
-rn = {s.precision: predict(trace_step(resnet, s.batch, *pub.input[1:],
-                                      s.precision.replace("fp32-tf32", "fp32"),
-                                      loss="sum"), a100)
-      for s in (pub.baseline, pub.amp)}
+rn_bound = load_bounds()[pub.key]  # the calibration's stored bounds (chapter 6's)
+rn = {s.precision: s.batch / rn_bound[side]["bound_s"]  # the bound's images/s
+      for side, s in (("baseline", pub.baseline), ("amp", pub.amp))}
 rate = {s.precision: s.images_per_s for s in (pub.baseline, pub.amp)}
-md_table([(MODE_LABELS[p], rate[p], r.max_images_per_s, rate[p] / r.max_images_per_s)
-          for p, r in rn.items()],
-         ["ResNet-50, A100", "measured images/s", "bound's images/s", "share of bound"],
-         [None, ".0f", ".0f", ".0%"])
+md_table([(MODE_LABELS[p], rate[p], r, rate[p] / r) for p, r in rn.items()],
+         ["ResNet-50, A100", "published images/s", "bound's images/s",
+          "share of bound"], [None, ".0f", ".0f", ".0%"])
 
 # %%
-rn_ratio = rn[pub.baseline.precision].min_step_s / rn[pub.amp.precision].min_step_s
+rn_ratio = rn[pub.amp.precision] / rn[pub.baseline.precision]  # a ratio of bounds
 rn_meas = pub.speedup
 fmt_name = {"channels_last": "channels_last", "channels_first": "NCHW"}
 rn_fmt = {s.precision: fmt_name.get(s.memory_format, s.memory_format)
@@ -721,7 +726,7 @@ md(pace_verdict(post_loader, pamp.max_images_per_s, "for the post's AMP epoch",
 
 # %% [markdown]
 # At that cost, {glue:text}`ch5_def_workers` workers need
-# {glue:text}`ch5_loader_epoch:.0f` s for an epoch, against the post's measured
+# {glue:text}`ch5_loader_epoch:.0f` s for an epoch, against the post's published
 # {glue:text}`ch5_fp32_s` s in fp32 and {glue:text}`ch5_amp_s` s with AMP. The synthetic
 # PNGs are simpler than real street scenes and a 2020 desktop core differs from this
 # one, so the cost per image on the post's PC may differ either way.
@@ -838,7 +843,7 @@ md_table([(f"{display_name(lp.device_name)}, {lp.mode_label}", t.type,
 effs = [ch5.MeasuredEfficiency("ERFNet", display_name(lp.device_name),
                                lp.kernel_efficiency) for lp in profs]
 md(ch5.efficiency_range_verdict(pamp.min_epoch_s(n_img), effs, amp_post["time_s"],
-                                "The post's AMP epoch", network="ERFNet",
+                                "The post's published AMP epoch", network="ERFNet",
                                 device=display_name("rtx3070-desktop")))
 
 # %% [markdown]
@@ -859,7 +864,7 @@ base = h200["fp32, TF32 on"].min_step_s
 md_table([(k, v.min_step_s * 1e3, v.max_images_per_s, v.memory_bound_share,
            base / v.min_step_s) for k, v in h200.items()],
          ["H200", "step ≥ (ms)", "images/s ≤", "time memory-bound",
-          "ratio to fp32, TF32 (x)"], [None, ".2f", ".0f", ".0%", ".2f"])
+          "ratio of bounds to fp32, TF32 (x)"], [None, ".2f", ".0f", ".0%", ".2f"])
 
 # %%
 h_speed = base / h200[precision].min_step_s
@@ -870,9 +875,10 @@ for k, v in {"h_speed": h_speed, "h_tf32": h_tf32,
     glue(f"ch5_{k}", v, display=False)
 
 # %% [markdown]
-# At the post's likely setting the H200's bounds put AMP at
+# At the post's likely setting the H200's ratios of bounds put AMP at
 # {glue:text}`ch5_h_speed:.2f`x a TF32 baseline and TF32 at {glue:text}`ch5_h_tf32:.2f`x
-# strict fp32, each if both sides reach the same share of their bounds. To stay busy
+# strict fp32: each the step ratio only if both sides reach the same share of their
+# bounds, which measured steps do not (below). To stay busy
 # with AMP an H200 could take up to {glue:text}`ch5_h_img_s:.0f` images per second:
 # {glue:text}`ch5_h_cores:.0f` cores decoding at this machine's per-image cost.
 #
@@ -892,7 +898,7 @@ lay = layout_bounds(model, B, H, W, precision,
                     {k: devices[k] for k in ("rtx3070-desktop", "h200-sxm")}, trace)
 md_table([(display_name(r["gpu"]), r["variant"], r["fp32_s"] * 1e3, r["amp_s"] * 1e3,
            r["ratio"], r["bytes_ratio"]) for r in lay],
-         ["GPU", "bound", "fp32 ≥ (ms)", "AMP ≥ (ms)", "ratio (x)",
+         ["GPU", "bound", "fp32 ≥ (ms)", "AMP ≥ (ms)", "ratio of bounds (x)",
           "AMP / fp32 bytes"],
          [None, None, ".2f", ".2f", ".2f", ".2f"])
 

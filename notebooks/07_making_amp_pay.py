@@ -84,7 +84,7 @@ import torch
 
 from ampbook.bench import ladder as bl
 from ampbook.bench import ladder_predict, ladder_report, ladder_run
-from ampbook.chapters import ch7
+from ampbook.chapters import ch5, ch7
 from ampbook.core.devices import display_name, pick_device
 from ampbook.core.page import glue_all, md, md_table, use_style
 from ampbook.core.provenance import assumed
@@ -195,6 +195,8 @@ bn_ms = {m: sum(t.measured_s for t in lp[m, gpu.device_name].layers
                 if t.type == "BatchNorm2d") * 1e3 if gpu and (m, gpu.device_name) in lp
          else float("nan") for m in (amp_mode, base_mode)}
 prediction = (gpu.record.get("prediction") or {}) if gpu else {}
+r0_profile = lp.get((amp_mode, gpu.device_name)) if gpu else None
+runner_caveat = ch5.runner_caveat(r0_profile).strip() if r0_profile else ""
 stream = prediction.get("fp16_stream_bound_ratio")
 glue_all(
     ch7_gpu_name=display_name(gpu.device_name) if gpu else "no GPU",
@@ -210,7 +212,9 @@ glue_all(
                               "cost model's bound ratio", fmt=".3f")
                       if stream else "none"),
     ch7_bn_amp=bn_ms[amp_mode], ch7_bn_base=bn_ms[base_mode],
-    ch7_gpu_kind="predicted from the measured rung 0" if predicted else "measured",
+    ch7_gpu_kind="predicted from rung 0" if predicted else "measured",
+    ch7_runner_caveat=(runner_caveat if predicted and runner_caveat else
+                       "The line under the ladder says which runner measured it."),
     ch7_takes="takes" if measured_top else "would take",
     ch7_trains="trains" if measured_top else "would train",
     ch7_r0_amp=v[0, amp_mode]["step"], ch7_r0_base=v[0, base_mode]["step"],
@@ -273,12 +277,9 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # host to decide whether to step (the runner's fp32 step, likewise, reads whether the
 # gradients are finite). Fused Adam (`torch.optim.Adam(fused=True)`) takes the flag on
 # the GPU and skips the step there, so that read goes
-# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (The runner that measured rung 0 on
-# 2026-11-30 read `get_scale()` before and after every `scaler.step` as well: four
-# syncs per AMP step against two per fp32 step, two of AMP's and one of fp32's, the
-# gradient-norm check, its own rather than AMP's (`git show
-# 483e4df:ampbook/train.py`). Today's runner reads the scale only at an epoch's end,
-# so part of rung 0's AMP idle time is the runner's.)
+# {cite:p}`pytorch-amp-docs,pytorch-tuning-guide`. (Rung 0's idle time was measured
+# with the runner of its day. {glue:text}`ch7_runner_caveat` Today's runner reads the
+# scale only at an epoch's end.)
 # Fewer kernels is not the gain: CUDA's default Adam is already the
 # `foreach` implementation, a few dozen multi-tensor launches for ERFNet's
 # {glue:text}`ch7_params` parameter tensors. With the loss read every
@@ -351,7 +352,8 @@ md(ch7.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
 # %% tags=["hide-input"]
 md_table([row for i in sorted({eager_top, top})
           for row in ch7.top_rows(gpu, i, base_mode)] if gpu else [],
-         ["rung: precision", "step (ms)", "over TF32 (x)", "over strict fp32 (x)",
+         ["rung: precision", "step (ms)", "step ratio over TF32 (x)",
+          "step ratio over strict fp32 (x)",
           "peak memory (GiB)", "images/s"],
          [None, ".1f", ".2f", ".2f", ".2f", ".0f"])
 
@@ -366,7 +368,9 @@ md_table([row for i in sorted({eager_top, top})
 # assumption.
 
 # %% tags=["hide-input"]
-md("\n".join(f"- {t.line()}" for t in ladder_report.check_targets(gpu)) if gpu else "")
+md("\n".join(f"- {t.line()}" for t in ladder_report.check_targets(gpu)) + "\n\n"
+   + ch7.targets_caveat(gpu, predicted, runner_caveat if predicted else "")
+   if gpu else "")
 
 # %% [markdown]
 # (ch7-here)=

@@ -77,8 +77,8 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   ceiling: NVIDIA's ResNet-50 on an A100 gained
 #   {glue:text}`05_rtx3070.ipynb::ch5_rn_meas:.2f` times (AMP with channels_last
 #   against TF32 in NCHW, so not precision alone) where it says
-#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f` (chapter 5's trace, with a summed
-#   loss; chapter 6's reference bounds are traced apart and may differ). AMP
+#   {glue:text}`05_rtx3070.ipynb::ch5_rn_ratio:.2f` (a ratio of bounds: the stored
+#   bounds chapter 6 calibrates on, not a prediction of the step). AMP
 #   moves
 #   {glue:text}`05_rtx3070.ipynb::ch5_bytes_ratio:.2f` times fp32's bytes, not half,
 #   and dispatches
@@ -150,9 +150,8 @@ md(gpu_findings(results))
 # What the roofline bound says of an H200, for the same network:
 #
 #
-# - **What the bound promises.** For ERFNet at the post's likely setting, the roofline
-#   bound's
-#   speedup from AMP over fp32 with TF32 is
+# - **What the bound promises.** For ERFNet at the post's likely setting, the ratio of
+#   bounds (the cost model's, not a step ratio) of AMP over fp32 with TF32 is
 #   {glue:text}`05_rtx3070.ipynb::ch5_h_speed:.2f`x on an H200, and TF32's over
 #   strict fp32 {glue:text}`05_rtx3070.ipynb::ch5_h_tf32:.2f`x: on a data-centre
 #   GPU the fp32 baseline's TF32 matters as much as AMP does

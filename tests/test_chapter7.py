@@ -98,6 +98,22 @@ def test_without_a_gpu_ladder_the_chapter_says_it_predicts(executed_notebooks):
         r"Predicted from the layer profiles measured on (NVIDIA )?H200", out
     )
     assert "This ladder has no rung 5 (+ torch.compile)" in out
+    # the targets' verdicts say what the prediction assumed, and rung 0's runner syncs
+    targets = next(x for x in out.split("\n\n") if "The predicted verdicts rest" in x)
+    for said in (
+        "no idle time (assumed, rung 3)",
+        "applied to every kernel by assumption",
+        "batch norm 2 times faster in NHWC (assumed",
+        "Part of that idle time is the runner's, not AMP's",
+    ):
+        assert said in targets, said
+    assert re.search(r"bound ratio 0\.\d+ \(computed: .* [\d.]+ / [\d.]+ ms\)", out)
+    # a predicted memory ratio is met or missed by its value (0.571 > 0.570 misses)
+    m = re.search(
+        r"peak memory <= ([\d.]+): predicted to (meet|MISS) \(([\d.]+) pre", out
+    )
+    assert m and "predicted at the target" not in out
+    assert (float(m[3]) <= float(m[1])) == (m[2] == "meet")
 
 
 def test_the_chapter_names_the_stream_flag_by_its_name():

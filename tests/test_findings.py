@@ -75,16 +75,18 @@ def test_in_short_quotes_the_fp16_pair_against_tf32_and_strict_fp32():
         if (a.mode, b.mode) == ("amp-fp16", "fp32-tf32")
     )
     alone = base.step_s / amp.step_s
-    assert f"step against fp32 (TF32 on)'s: timed alone {alone:.2f}x" in text
+    assert "AMP's step against TF32's: timed alone " in text
+    assert f"step against TF32's: timed alone {alone:.2f}x" in text
     lo, hi = min(main.step_speedups), max(main.step_speedups)
     assert f", in the loop {lo:.2f}-{hi:.2f}x" in text
     assert "strict" not in text and strict  # strict fp32: the Findings chapter's
     lo, hi = min(main.epoch_speedups), max(main.epoch_speedups)
-    assert f"the epoch {lo:.2f}-{hi:.2f}x" in text
+    assert f"the book's epochs {lo:.2f}-{hi:.2f}x" in text
     wait = max(main.amp.data_wait_share, main.baseline.data_wait_share)
-    said = f"{wait:.0%} of it waiting for data (our loader)"
+    said = f"{wait:.0%} of each waiting for data (our loader)"
     assert (said in text) == main.loader_bound
     assert "{" not in text and "|" not in text  # plain text, pasted into the intro
+    assert not text.endswith(".")  # the intro's bullet ends there
     # read at a glance in the intro's box: three lines of about 85 characters
     assert len(text) <= 250 * len({p.setting.device_name for p in rs.pairs()})
 
@@ -94,7 +96,7 @@ def test_in_short_without_pairs_says_so(tmp_path):
     if amp:
         shutil.copy(amp[0], tmp_path)  # a run alone pairs with nothing
     assert in_short(load_results_dir(tmp_path)) == (
-        "No GPU runs to compare are committed with this copy of the book."
+        "No GPU runs to compare are committed with this copy of the book"
     )
 
 

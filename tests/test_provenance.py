@@ -144,7 +144,7 @@ def test_targets_over_a_prediction_are_predicted_never_met():
     lines = {t.name: t.line() for t in ladder_report.check_targets(ladder)}
     for name, line in lines.items():
         assert ", met" not in line and "MISSED (" not in line, line
-    assert "predicted to" in lines["AMP over TF32, eager"]
+    assert "predicted to" in lines["AMP over TF32 (step ratio), eager"]
     # the prediction sets idle and data wait to 0: those targets are no test
     for name in ("GPU busy", "data wait"):
         assert "by assumption, not a test" in lines[name]

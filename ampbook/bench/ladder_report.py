@@ -171,15 +171,18 @@ class Target:
                 f"({self.value.source}; {self.where})."
             )
         if self.provenance == "predicted":
+            # the verdict is the comparison of the value itself, never of its
+            # rounding: 0.571 against 0.570 is a miss, however near
             verdict = "predicted to meet" if self.met else "predicted to MISS"
             off = abs(float(self.value) / self.limit - 1) if self.limit else 1.0
             near = ""
             if off < PREDICTION_RESOLVES:
-                verdict = (
-                    f"predicted at the target, within {PREDICTION_RESOLVES:.0%}, the "
-                    "error assumed for a prediction"
+                side = "under" if float(self.value) < self.limit else "over"
+                near = (
+                    f", {off:.1%} {side} the target: closer than the "
+                    f"{PREDICTION_RESOLVES:.0%} error assumed for a prediction, so "
+                    "not resolved"
                 )
-                near = f", {off:.1%} from it"
             text = (
                 f"{head}{verdict} ({self.fmt(self.value)} predicted{near}, {self.where}"
             )
@@ -194,8 +197,9 @@ class Target:
         return text + "."
 
 
-# A prediction closer to its target than this (relative) is read as at the target,
-# neither met nor missed: an assumed bound on the cost model's error, not measured.
+# A prediction closer to its target than this (relative) is still met or missed by
+# its value, and said to be unresolved: an assumed bound on the cost model's error,
+# not measured.
 PREDICTION_RESOLVES = 0.05
 
 # The book's chosen targets for the H200 at the ERFNet authors' defaults (1024x512,
@@ -330,8 +334,12 @@ def check_targets(ladder: Ladder) -> list[Target]:
             )
         )
     for key, name, pair in (
-        ("speedup_eager", f"{amp_name} over {base_name}, eager", eager),
-        ("speedup_compiled", f"{amp_name} over {base_name}, compiled", comp),
+        ("speedup_eager", f"{amp_name} over {base_name} (step ratio), eager", eager),
+        (
+            "speedup_compiled",
+            f"{amp_name} over {base_name} (step ratio), compiled",
+            comp,
+        ),
     ):
         a, b = pair[amp], pair[base]
         value = (

@@ -119,36 +119,38 @@ def pair_sentence(rs: ResultSet, p) -> str:
 
 
 def in_short(rs: ResultSet) -> str:
-    """One plain-text sentence per GPU for the intro's "In short" box, short enough to
+    """One plain-text clause per GPU for the intro's "In short" box, short enough to
     read at a glance (three lines at 1300 px for one GPU; the Findings chapter has the
-    detail): AMP's step against fp32 with TF32 (else the first baseline the folder
-    pairs it with), timed alone (layer profiles) and in the loop (training runs, the
-    range over the timed epochs), the epoch ratio with the data wait when the loader
-    set it (our setting), and the peak memory; strict fp32 and the epochs are the
-    Findings chapter's. Says so when the folder has no pair to compare."""
+    detail): AMP's step against fp32 with TF32 ("TF32's"; else the first baseline the
+    folder pairs it with, by its label), timed alone (layer profiles) and in the loop
+    (training runs, the range over the timed epochs), the book's epoch ratio with the
+    data wait when the loader set it (our setting), and the peak memory; strict fp32
+    is the Findings chapter's. GPUs are joined with "; ", with no final period (the
+    intro's bullet ends there). Says so when the folder has no pair to compare."""
     from ampbook.core.devices import display_name
 
-    sentences = []
+    clauses = []
     for device in sorted({p.setting.device_name for p in rs.pairs()}):
         pairs = [p for p in rs.pairs() if p.setting.device_name == device]
         fp16 = [p for p in pairs if p.amp.mode == AMP_MODE] or pairs
         main = next((p for p in fp16 if p.baseline.mode == BASE_MODE), fp16[0])
+        amp = "AMP" if main.amp.mode == AMP_MODE else main.amp.mode_label
+        base = "TF32" if main.baseline.mode == BASE_MODE else main.baseline.mode_label
         alone = step_alone(rs, pair=main)
         loop = spread_text(step_in_loop(rs, pair=main), epochs=False)
         text = (
-            f"On the {display_name(device)}, {main.amp.mode_label}'s step against "
-            f"{main.baseline.mode_label}'s: "
+            f"On the {display_name(device)}, {amp}'s step against {base}'s: "
             + (f"timed alone {alone}, " if alone else "")
             + f"in the loop {loop}"
         )
         epoch = spread_text(epoch_ratio(rs, pair=main), epochs=False)
-        text += f"; the epoch {epoch}"
+        text += f"; the book's epochs {epoch}"
         if main.loader_bound:
             wait = max(main.amp.data_wait_share, main.baseline.data_wait_share)
-            text += f", {wait:.0%} of it waiting for data (our loader)"
+            text += f", {wait:.0%} of each waiting for data (our loader)"
         if main.memory_ratio is not None:
             text += f"; peak memory {main.memory_ratio:.0%} of fp32's"
-        sentences.append(text + ".")
-    if not sentences:
-        return "No GPU runs to compare are committed with this copy of the book."
-    return " ".join(sentences)
+        clauses.append(text)
+    if not clauses:
+        return "No GPU runs to compare are committed with this copy of the book"
+    return "; ".join(clauses)

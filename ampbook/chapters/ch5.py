@@ -431,28 +431,33 @@ def reserved_verdict(
 
 
 def bound_verdict(
-    min_s: float, measured_s: float, what: str = "the epoch", timed_alone: bool = False
+    min_s: float,
+    measured_s: float,
+    what: str = "the epoch",
+    timed_alone: bool = False,
+    kind: str = "measured",
 ) -> str:
     """Compare a roofline lower bound with a measured time, in one line. An epoch's
     time may be set by something other than the device (the loader), so the bound
     alone leaves the pace open; a step ``timed_alone`` (no loader, data already in
     place) is the device's own work, and the ratio is the share of the roofline its
-    kernels, with the gaps between them, reached."""
+    kernels, with the gaps between them, reached. ``kind`` says how the time was
+    obtained ("measured", or "published" for someone else's figure)."""
     if min_s <= 0 or measured_s <= 0:
         raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
     if min_s > measured_s:
         return (
-            f"The bound ({min_s:.3g} s) exceeds the measured {measured_s:.3g} s for "
+            f"The bound ({min_s:.3g} s) exceeds the {kind} {measured_s:.3g} s for "
             f"{what}: the model's counts or ceilings are wrong for this run."
         )
     if timed_alone:
         return (
-            f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for "
+            f"The bound ({min_s:.3g} s) is below the {kind} {measured_s:.3g} s for "
             f"{what}: timed without a loader, its kernels and the gaps between them "
             f"reached {min_s / measured_s:.0%} of the roofline."
         )
     return (
-        f"The bound ({min_s:.3g} s) is below the measured {measured_s:.3g} s for "
+        f"The bound ({min_s:.3g} s) is below the {kind} {measured_s:.3g} s for "
         f"{what}: "
         f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
         "the bound alone does not say what set the pace."
@@ -554,8 +559,8 @@ def roofline_ratio_verdict(
             f"ratios must be positive, got {roofline_ratio} and {measured_speedup}"
         )
     head = (
-        f"{what}: {kind} {measured_speedup:.2f}x against a roofline ratio of "
-        f"{roofline_ratio:.2f}x"
+        f"{what}: {kind} step ratio {measured_speedup:.2f}x against a ratio of "
+        f"bounds of {roofline_ratio:.2f}x"
     )
     if measured_speedup > roofline_ratio * (1 + tolerance):
         return (

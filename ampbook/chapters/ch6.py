@@ -265,16 +265,49 @@ def self_check_lines(refs: Sequence[Reference], devices) -> str:
     return "\n".join(f"- {c}" for c in checks) or "No committed layer profile to check."
 
 
+def checklist_source(source: str, model: str, refs: Sequence[Reference]) -> str:
+    """The checklist's "from" cell: a calibrated prediction says whether a reference
+    of the network itself is among the references (else it is carried from other
+    networks: for ViT-B/16 no reference is a transformer)."""
+    if source != "calibrated":
+        return source
+    if any(r.model == model for r in refs):
+        return "predicted, calibrated (a reference of this network among them)"
+    return "predicted, calibrated on other networks (no reference of this one)"
+
+
+# What each leave-one-out row's measured ratio is a ratio of, as the page names it.
+QUANTITY = {"step time": "step ratio", "kernel time": "kernel ratio"}
+
+
+def loo_by_quantity(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leave-one-out rows grouped by what they compare: step ratios (published
+    whole steps, against the predicted step range) first, then kernel ratios (layer
+    profiles, against the predicted kernel range); like is scored with like."""
+    order = list(QUANTITY)
+    return sorted(rows, key=lambda r: order.index(r["what"]))
+
+
 def leave_one_out_text(loo: dict[str, Any]) -> str:
-    """The leave-one-out's outcome against its goal (90% inside, at most 1.4x wide)."""
-    inside = sum(r["inside"] for r in loo["rows"])
+    """The leave-one-out's outcome against its goal (90% inside, at most 1.4x wide),
+    counted per quantity (a step ratio against a step range, a kernel ratio against a
+    kernel range) and in all."""
     goal = "the goal (90% inside, at most 1.4x wide) is"
     if loo["inside"] >= 0.9 and loo["median_width"] <= 1.4:
         met = f"{goal} met."
     else:
         met = f'{goal} not met; the rows marked "no" say where the ranges do not carry.'
+    parts = []
+    for what, name in QUANTITY.items():
+        rows = [r for r in loo["rows"] if r["what"] == what]
+        if rows:
+            parts.append(
+                f"{sum(r['inside'] for r in rows)} of {len(rows)} "
+                f"{name}{'s' * (len(rows) != 1)} inside the {name.split()[0]} range "
+                "the others predict"
+            )
+    inside = sum(r["inside"] for r in loo["rows"])
     return (
-        f"{inside} of {loo['n']} references lie inside the range the others predict "
-        f"({loo['inside']:.0%}), at a median width of {loo['median_width']:.2f}x: "
-        + met
+        f"{'; '.join(parts)} ({inside} of {loo['n']} in all, {loo['inside']:.0%}), "
+        f"at a median width of {loo['median_width']:.2f}x: " + met
     )

@@ -88,6 +88,16 @@ def source_line(ladder: Ladder, predicted: bool) -> str:
     )
     if not predicted:
         return f"Measured: {line}."
+    return (
+        f"Predicted from the layer profiles measured on {line}: rung 0 as measured "
+        f"(with the training runs' images/s, data wait and memory); above it, "
+        f"{prediction_assumptions(ladder)}."
+    )
+
+
+def prediction_assumptions(ladder: Ladder) -> str:
+    """The assumptions a predicted ladder (``predict_ladder``) rests on, rung by rung,
+    each labelled assumed or computed (the source line's and the targets' one text)."""
     p = ladder.record["prediction"]
     ratio = p.get("fp16_stream_bound_ratio")
     pair = p.get("fp16_stream_bounds_s")
@@ -104,14 +114,31 @@ def source_line(ladder: Ladder, predicted: bool) -> str:
         else "no rung 4 (no bound for this GPU)"
     )
     return (
-        f"Predicted from the layer profiles measured on {line}: rung 0 as measured "
-        f"(with the training runs' images/s, data wait and memory); above it, by "
-        f"assumption, no data wait (rung 1), batch norm "
-        f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC, the factor one user "
-        f"measured for cuDNN's own batch norm, and every other kernel unchanged "
-        f"(rung 2), no idle time (rung 3), and "
-        f"{stream}; no rung 5."
+        f"by assumption, no data wait (rung 1), batch norm "
+        f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC (assumed: the "
+        f"factor one user measured for cuDNN's graph-API batch norm on an H100, "
+        f"cudnn-frontend#134, carried to PyTorch's BatchNorm2d), and every other "
+        f"kernel unchanged (rung 2), no idle time (assumed, rung 3), and "
+        f"{stream}; no rung 5"
     )
+
+
+def targets_caveat(ladder: Ladder, predicted: bool, runner_caveat: str = "") -> str:
+    """What the targets' verdicts rest on: for a predicted ladder its assumptions
+    (``prediction_assumptions``), and the runner's own syncs in the measured rung 0
+    (``runner_caveat``, chapter 5's sentence for the profile behind it)."""
+    parts = []
+    if predicted:
+        parts.append(
+            "The predicted verdicts rest on the prediction's assumptions: rung 0 as "
+            f"measured; above it, {prediction_assumptions(ladder)}."
+        )
+    if runner_caveat:
+        parts.append(
+            "The idle time rung 3 removes is rung 0's, measured. "
+            + runner_caveat.strip()
+        )
+    return " ".join(parts)
 
 
 def missing_ladder_line(results) -> str:
