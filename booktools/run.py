@@ -12,8 +12,11 @@ unless ``--profile`` or ``$AMPBOOK_PROFILE`` names one. ``-p NAME VALUE`` (paper
 convention, repeatable) overrides one parameter of every selected notebook whose
 parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precisions
 '[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an error naming their
-parameters. On failure or Ctrl-C the run stops with the notebook and the failing cell
-named; the partly executed notebook stays in DIR for inspection, marked in its metadata
+parameters; a VALUE that is not a number where the cell sets a number is refused
+before anything is written. On failure or Ctrl-C the run stops with the notebook and
+the failing cell named; the partly executed notebook stays in DIR for inspection (in
+``DIR/new/`` when DIR holds an earlier complete one, which is kept with its report
+entry), marked in its metadata
 (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
 ``python -m booktools.book`` refuses to build from it. DIR may not lie inside
 ``notebooks/`` or ``book/`` (the sources). A per-notebook time table with the run's
@@ -48,6 +51,7 @@ PROFILES = ("smoke", "cpu", "gpu")
 # and ran at 80. Loader workers started in a notebook check their own need.
 KERNEL_FILES = 160
 DEFAULT_OUT = REPO_ROOT / "build" / "executed"
+ASIDE = "new"  # DIR/new/: a notebook running over an earlier complete one
 
 
 class RunError(RuntimeError, cli.UserError):
@@ -271,7 +275,14 @@ def execute(
             "language": "python",
         },
     )
-    output = out_dir / f"{source.stem}.ipynb"
+    final = out_dir / f"{source.stem}.ipynb"
+    # An earlier complete notebook is replaced only by one that ran through: until then
+    # the run writes into DIR/new/ (kept there, marked, when it fails or is stopped).
+    output = final
+    if final.exists() and run_status(final) == "complete":
+        output = out_dir / ASIDE / final.name
+        output.parent.mkdir(exist_ok=True)
+        output.unlink(missing_ok=True)
     run = NotebookRun(source.stem, source, output, params)
     run.code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
     if run.code_cells == 0:
@@ -301,6 +312,7 @@ def execute(
     }
     kernels, started = _kernel_manager_class()
     interrupted: list = []
+    kept = "" if output == final else f"; the earlier complete {final} is unchanged"
     old_handler = _forward_sigint((kernels, started), interrupted)
     try:
         from traitlets.config import Config
@@ -326,7 +338,7 @@ def execute(
             raise RunInterrupted(
                 f"{source.stem} was interrupted ({how}) in {where}; the partly "
                 f"executed notebook is kept at {output}, marked "
-                "interrupted"
+                "interrupted" + kept
             ) from None
         executed = nbformat.read(output, as_version=4)
         where = _failing_cell(executed, source)
@@ -339,14 +351,14 @@ def execute(
             ) from None
         raise NotebookFailed(
             f"{source.stem} failed in {where}: {err.ename}: {evalue}; the partly "
-            f"executed notebook is kept at {output}, marked failed"
+            f"executed notebook is kept at {output}, marked failed" + kept
         ) from None
     except KeyboardInterrupt:
         how = cli.signal_name()
         mark(output, "interrupted", f"interrupted ({how})", run_id)
         raise RunInterrupted(
             f"{source.stem} was interrupted ({how}); the partly executed notebook "
-            f"(if any) is kept at {output}, marked interrupted"
+            f"(if any) is kept at {output}, marked interrupted" + kept
         ) from None
     except Exception as err:  # kernel died, timeout, bad parameters...
         if interrupted:  # the signal reached a kernel still starting: it died of it
@@ -354,14 +366,14 @@ def execute(
             mark(output, "interrupted", f"interrupted ({how})", run_id)
             raise RunInterrupted(
                 f"{source.stem} was interrupted ({how}) while its kernel started; "
-                f"the notebook (if any) is kept at {output}, marked interrupted"
+                f"the notebook (if any) is kept at {output}, marked interrupted" + kept
             ) from None
         first = (str(err).strip().splitlines() or [""])[0]
         mark(output, "failed", f"{type(err).__name__}: {first}", run_id)
         raise NotebookFailed(
             f"{source.stem} could not be executed: {type(err).__name__}: {first}; "
             f"the partly executed notebook (if any) is at {output}, marked "
-            "failed"
+            "failed" + kept
         ) from None
     finally:
         if old_handler is not None:
@@ -376,6 +388,11 @@ def execute(
                 os.environ[key] = value
     run.seconds = time.perf_counter() - start
     mark(output, "complete", run_id=run_id)
+    if output != final:
+        os.replace(output, final)
+        with contextlib.suppress(OSError):
+            output.parent.rmdir()
+        output = run.output = final
     executed = nbformat.read(output, as_version=4)
     run.executed_cells = sum(
         1
@@ -639,8 +656,28 @@ def apply_overrides(plans: list[tuple[Path, dict, dict]], overrides: dict) -> No
                 f"-p {name}: no selected notebook has a parameter {name!r} "
                 f"(their parameters: {known})"
             )
+        for src, _, names in plans:
+            if name in names:
+                check_override_type(src.stem, name, value, names[name])
         for params in hits:
             params[name] = value
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_override_type(stem: str, name: str, value, default) -> None:
+    """A ``-p`` value that is not a number where the parameters cell sets a number
+    (``-p n_samples abc``) is refused before anything runs or is written: the
+    notebook's own check would refuse it only in its kernel. Other kinds are left to
+    the notebook (a string parameter may take a list, a flag a path); so are its
+    finer rules (bounds, NaN)."""
+    if _is_number(default) and not _is_number(value):
+        raise RunError(
+            f"parameter {name} = {value!r}: must be a number ({stem}'s parameters "
+            f"cell sets {name} = {default!r}); nothing was run or written"
+        )
 
 
 def time_table(runs: list[NotebookRun], wall: float | None = None) -> str:
@@ -768,23 +805,23 @@ def run_notebooks(
                 )
             except RunError as err:
                 status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
+                final = out_dir / f"{source.stem}.ipynb"
                 failed = NotebookRun(
-                    source.stem,
-                    source,
-                    out_dir / f"{source.stem}.ipynb",
-                    params,
-                    status=status,
-                    error=str(err),
+                    source.stem, source, final, params, status=status, error=str(err)
                 )
+                # kept aside (DIR/new/): the earlier complete one and its entry stay
+                failed.extra["aside"] = run_status(final) == "complete"
                 runs.append(failed)
                 raise
             log(f"      done in {runs[-1].seconds:.1f} s")
         write_reader_copies(runs, out_dir, profile, log)
         finished = True
     finally:
+        reported = [r for r in runs if not r.extra.get("aside")]
         if runs:
             wall = time.perf_counter() - started
             log(time_table(runs, wall))
+        if reported:
             from ampbook.core.env import environment
 
             report = {
@@ -802,7 +839,7 @@ def run_notebooks(
                         "error": r.error,
                         "run": run_id,
                     }
-                    for r in runs
+                    for r in reported
                 ],
             }
             try:

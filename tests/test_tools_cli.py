@@ -141,6 +141,31 @@ def test_run_failure_is_one_line_and_marks_the_notebook(tmp_path, capsys):
     assert report["notebooks"][0]["status"] == "FAILED"
 
 
+def test_run_keeps_an_earlier_complete_notebook_when_the_new_run_fails(
+    tmp_path, capsys
+):
+    source = _notebook(tmp_path, "bad", extra='\n# %%\nraise ValueError("late")\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    good = out / "bad.ipynb"  # an earlier run's complete notebook and its report
+    nbformat.write(nbformat.v4.new_notebook(), good)
+    run.mark(good, "complete", run_id="earlier")
+    entry = {"name": "bad", "status": "ok", "seconds": 1.0, "executed_cells": 1}
+    report = {"profile": "smoke", "notebooks": [dict(entry, run="earlier")]}
+    (out / "run_report.json").write_text(json.dumps(report))
+    before = {p: p.read_bytes() for p in (good, out / "run_report.json")}
+    # A word where the parameters cell sets a number: refused before any kernel.
+    argv = ["--profile", "smoke", "--out", str(out), str(source)]
+    assert run.main(["-p", "n", "abc", *argv]) == 2
+    one_error(capsys.readouterr().err, "parameter n = 'abc'", "must be a number")
+    assert sorted(out.iterdir()) == sorted(before)
+    # A failing cell: the failed notebook goes to DIR/new/, the earlier one stays.
+    assert run.main(argv) == 1
+    one_error(capsys.readouterr().err, f"kept at {out / 'new' / 'bad.ipynb'}")
+    assert {p: p.read_bytes() for p in before} == before
+    assert run.run_status(out / "new" / "bad.ipynb") == "failed"
+
+
 def test_run_interrupted_marks_the_partial_notebook(tmp_path):
     source = _notebook(tmp_path, "slow", extra="\n# %%\nimport time\ntime.sleep(120)\n")
     out = tmp_path / "out"
