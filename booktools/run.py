@@ -891,6 +891,7 @@ def main(argv: list[str] | None = None) -> int:
         help="override one parameter (VALUE read as YAML); repeatable",
     )
     args = parser.parse_args(argv)
+    cli.closed_streams()  # a kernel started with stdout closed dies starting
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be at least 1")
     try:

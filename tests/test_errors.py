@@ -1401,6 +1401,11 @@ def test_closed_stdout_is_refused_and_closed_stderr_is_no_crash(tmp_path):
     done = _started(DOCTOR, tmp_path, before="os.close(1)")
     assert done.returncode == 2
     one_error(done.stderr.decode(), "standard output is closed")
+    out = tmp_path / "x"  # the notebook runner: refused before its kernel starts
+    runner = ["booktools.run", "--profile", "smoke", "--out", str(out), "1"]
+    done = _started(runner, tmp_path, before="os.close(1)")
+    assert done.returncode == 2 and not out.exists()
+    one_error(done.stderr.decode(), "standard output is closed")
     # stderr closed: the error line goes nowhere, the status still says it
     done = _started(["ampbook.doctor", "--modle", "x"], tmp_path, before="os.close(2)")
     assert done.returncode == 2 and done.stdout == b""
