@@ -20,7 +20,9 @@ entry), marked in its metadata
 (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
 ``python -m booktools.book`` refuses to build from it. DIR may not lie inside
 ``notebooks/`` or ``book/`` (the sources). A per-notebook time table with the run's
-total ends the run and ``DIR/run_report.json`` records it. The kernels talk to the
+total ends the run and ``DIR/run_report.json`` records it. When standard output's
+reader goes away (``| head``) the run stops as at Ctrl-C, between notebooks, those
+that ran reported, and exits 141 (128 + SIGPIPE, as ``cat`` does). The kernels talk to the
 runner over local IPC sockets in a private temporary folder, not TCP.
 """
 
@@ -73,6 +75,30 @@ class NotebookFailed(RunError):
 
 class RunInterrupted(NotebookFailed):
     """Ctrl-C or SIGTERM during a run."""
+
+
+class OutputClosed(RunError):
+    """Standard output's reader went away (``| head``): the run stops as at Ctrl-C,
+    between notebooks, those that ran kept and reported (exit 141, as ``cat``)."""
+
+    exit_code = cli.EXIT_PIPE
+
+
+def _guarded_log(log, state: dict):
+    """``log`` that turns a broken pipe into ``OutputClosed`` once (stdout then goes
+    to /dev/null) and says nothing after it."""
+
+    def say(text: str) -> None:
+        if state.get("closed"):
+            return
+        try:
+            log(text)
+        except BrokenPipeError:
+            state["closed"] = True
+            cli.stdout_reader_gone()  # the interpreter's last flush raises no more
+            raise OutputClosed("standard output's reader went away") from None
+
+    return say
 
 
 @dataclass
@@ -755,6 +781,7 @@ def run_notebooks(
     """Execute notebooks (all by default); raise RunError at the first failure.
     ``overrides`` (``-p NAME VALUE``) replace parameters of the profile."""
     started = time.perf_counter()
+    log = _guarded_log(log, {})
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{time.time_ns() % 10**6}"
     profile = profile or default_profile()
     if profile not in PROFILES:
@@ -786,9 +813,9 @@ def run_notebooks(
             raise RunError(f"{source.stem}: {err}") from None
     apply_overrides(plans, overrides or {})
     runs: list[NotebookRun] = []
-    log(f"profile {profile}: {plural(len(plans), 'notebook')} -> {out_dir}")
     finished = False
     try:
+        log(f"profile {profile}: {plural(len(plans), 'notebook')} -> {out_dir}")
         for n, (source, params, _) in enumerate(plans, 1):
             log(f"[{n}/{len(plans)}] {source.stem} {params if params else ''}".rstrip())
             try:
@@ -816,11 +843,25 @@ def run_notebooks(
             log(f"      done in {runs[-1].seconds:.1f} s")
         write_reader_copies(runs, out_dir, profile, log)
         finished = True
+    except OutputClosed:
+        done = [r for r in runs if r.status == "ok"]
+        if done:  # complete notebooks: their copies, as a run of them alone makes
+            write_reader_copies(done, out_dir, profile, log)
+        kept = f"; {out_dir / REPORT} lists them" if done else ""
+        raise OutputClosed(
+            "standard output's reader went away (a pipe such as | head closed "
+            f"early): the run stopped after {len(done)} of {len(plans)} notebooks{kept}; "
+            "send its output to a file to see it all"
+        ) from None
     finally:
         reported = [r for r in runs if not r.extra.get("aside")]
+        closed = None
         if runs:
             wall = time.perf_counter() - started
-            log(time_table(runs, wall))
+            try:
+                log(time_table(runs, wall))
+            except OutputClosed as err:  # the report is still written
+                closed = err
         if reported:
             from ampbook.core.env import environment
 
@@ -851,6 +892,11 @@ def run_notebooks(
                         f"the notebooks ran, but {out_dir / REPORT} could not be "
                         f"written: {cli.os_error(err)[1]}; the book needs it"
                     ) from None
+        if closed is not None and finished:
+            raise OutputClosed(
+                "standard output's reader went away (a pipe such as | head closed "
+                f"early): the run completed; {out_dir / REPORT} has its time table"
+            ) from None
     return runs
 
 

@@ -166,6 +166,26 @@ def test_run_keeps_an_earlier_complete_notebook_when_the_new_run_fails(
     assert run.run_status(out / "new" / "bad.ipynb") == "failed"
 
 
+def test_run_stops_cleanly_when_its_output_reader_goes_away(tmp_path):
+    """``| head -1``: the print after the first notebook meets a broken pipe; the
+    run stops there as at Ctrl-C, that notebook complete and reported, exit 141."""
+    source = _notebook(tmp_path, "piped")
+    out = tmp_path / "out"
+    lines: list[str] = []
+
+    def log(text: str) -> None:
+        if "done in" in text:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        lines.append(text)
+
+    with pytest.raises(run.OutputClosed, match="stopped after 1 of 1 notebooks") as err:
+        run.run_notebooks([str(source)], "smoke", out, log=log)
+    assert err.value.exit_code == 141 and len(lines) == 2  # nothing after the pipe
+    assert run.run_status(out / "piped.ipynb") == "complete"
+    report = json.loads((out / "run_report.json").read_text())
+    assert [n["status"] for n in report["notebooks"]] == ["ok"]
+
+
 def test_run_interrupted_marks_the_partial_notebook(tmp_path):
     source = _notebook(tmp_path, "slow", extra="\n# %%\nimport time\ntime.sleep(120)\n")
     out = tmp_path / "out"
