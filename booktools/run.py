@@ -19,7 +19,8 @@ the failing cell named; the partly executed notebook stays in DIR for inspection
 entry), marked in its metadata
 (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
 ``python -m booktools.book`` refuses to build from it. DIR may not lie inside
-``notebooks/`` or ``book/`` (the sources). A per-notebook time table with the run's
+``notebooks/`` or ``book/`` (the sources); it is made when missing, but the folder it
+lies in must exist. A per-notebook time table with the run's
 total ends the run and ``DIR/run_report.json`` records it. When standard output's
 reader goes away (``| head``) the run stops as at Ctrl-C, between notebooks, those
 that ran reported, and exits 141 (128 + SIGPIPE, as ``cat`` does). The kernels talk to the
@@ -545,7 +546,9 @@ def run_mark(path: Path) -> dict:
 
 
 def check_out_dir(out_dir: Path) -> Path:
-    """The output folder, resolved; refused when it is a file or inside the sources."""
+    """The output folder, resolved; refused when it is a file, inside the sources, or
+    under a folder that does not exist (only the folder itself is made, as the
+    doctor's ``--json`` makes only its file; the default's ``build/`` is made)."""
     out_dir = Path(out_dir).expanduser().resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise RunError(
@@ -561,6 +564,13 @@ def check_out_dir(out_dir: Path) -> Path:
         cli.check_output_dir(out_dir, "--out", size=REPORT_ROOM)
     except cli.UserError as err:
         raise RunError(str(err)) from None
+    if not out_dir.exists() and not out_dir.parent.is_dir() and out_dir != DEFAULT_OUT:
+        # As the doctor's --json and bench ladder's --json: the run makes its own
+        # folder, not a missing path above it (a typo would create a tree)
+        raise RunError(
+            f"--out: cannot create {out_dir}: folder {out_dir.parent} does not exist; "
+            "create it or choose another path"
+        )
     return out_dir
 
 

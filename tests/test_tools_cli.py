@@ -73,6 +73,13 @@ def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys)
     one_error(capsys.readouterr().err, "is a file")
     assert _sources() == before and blocker.read_text() == "x"
     assert not (NOTEBOOKS_DIR / "run_report.json").exists()
+    # A missing folder above --out is refused, as the doctor's --json refuses one
+    # above its file; --out itself may be new.
+    deep = tmp_path / "missing" / "x"
+    assert run.main(["--profile", "smoke", "--out", str(deep), "1"]) == 2
+    one_error(capsys.readouterr().err, f"folder {deep.parent} does not exist")
+    assert not deep.parent.exists()
+    assert run.check_out_dir(tmp_path / "new") == tmp_path / "new"
 
 
 def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path):
