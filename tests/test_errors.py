@@ -1411,3 +1411,16 @@ def test_closed_stdout_is_refused_and_closed_stderr_is_no_crash(tmp_path):
     assert done.returncode == 2 and done.stdout == b""
     done = _started(DOCTOR, tmp_path, before="os.close(2)")
     assert done.returncode == 0 and b"h200" in done.stdout.lower()
+
+
+def test_a_full_standard_output_is_named(monkeypatch):
+    """``> /dev/full``: the write error has no file name; the line names stdout, not
+    "choose another folder"."""
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with open("/dev/full", "w") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        code, text = cli.os_error(full)
+        assert code == 1 and text.startswith("standard output: No space left"), text
+        assert "folder" not in text
+        monkeypatch.setattr(sys, "stdout", sys.__stderr__)  # one that takes writes
+        assert "choose another folder" in cli.os_error(full)[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sys
 
 NAME_MAX = 255  # bytes in one path component (Linux, macOS)
@@ -107,5 +108,24 @@ def os_error(err: OSError) -> tuple[int, str]:
     what = f"{err.filename}: " if err.filename else ""
     why = err.strerror or str(err) or type(err).__name__
     advice = _ADVICE.get(err.errno)
+    if not err.filename and _stdout_fails(err.errno):  # ``> /dev/full``
+        what = "standard output: "
+        advice = "send the output to another file, or to the terminal"
     code = EXIT_STOPPED if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2
     return code, f"{what}{why}" + (f"; {advice}" if advice else "")
+
+
+def _stdout_fails(code: int | None) -> bool:
+    """Whether writing standard output fails with errno ``code`` now: what it holds
+    back cannot be flushed, or an empty write fails (``/dev/full``, unbuffered). The
+    error without a file name was then stdout's."""
+    if code is None:
+        return False
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), b"")
+    except OSError as err:
+        return err.errno == code
+    except (ValueError, AttributeError):
+        return False
+    return False
