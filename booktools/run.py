@@ -46,7 +46,7 @@ import yaml
 from booktools.sources import all_notebooks, read_source
 from ampbook.core import cli
 from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
-from ampbook.core.words import plural
+from ampbook.core.words import nearest, plural
 
 PROFILES = ("smoke", "cpu", "gpu")
 # Files a kernel (and the runner's side of its sockets) has open at once, with room to
@@ -135,6 +135,12 @@ def resolve_notebook(spec: str) -> Path:
             stem.isdigit() and cand.stem.startswith(f"{int(stem):02d}_")
         ):
             return cand
+    near = nearest(stem, [c.stem for c in candidates])
+    if near:
+        raise RunError(
+            f"no notebook {spec!r}; did you mean {' or '.join(near)}? (a path, a "
+            f"stem or a chapter number, 1 to {len(candidates)})"
+        )
     known = ", ".join(c.stem for c in candidates)
     raise RunError(f"no notebook {spec!r}; known notebooks: {known}")
 
@@ -960,16 +966,13 @@ def main(argv: list[str] | None = None) -> int:
             overrides=overrides,
         )
     except RunInterrupted as err:
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return cli.stop_code()
     except RunError as err:  # 2: the settings; 1: a notebook that failed
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return err.exit_code
     except KeyboardInterrupt:
-        print(
-            "error: interrupted before any notebook ran; nothing was written",
-            file=sys.stderr,
-        )
+        cli.say("interrupted before any notebook ran; nothing was written")
         return 130
     return 0
 

@@ -80,6 +80,11 @@ def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys)
     one_error(capsys.readouterr().err, f"folder {deep.parent} does not exist")
     assert not deep.parent.exists()
     assert run.check_out_dir(tmp_path / "new") == tmp_path / "new"
+    # A misspelt notebook: the nearest one, not all ten (a 225-column line)
+    typo = ["--profile", "smoke", "--out", str(tmp_path / "new"), "03_amp_trainin"]
+    assert run.main(typo) == 2
+    line = one_error(capsys.readouterr().err, "did you mean 03_amp_training?")
+    assert "01_floating_point" not in line
 
 
 def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path):

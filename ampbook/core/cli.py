@@ -63,6 +63,7 @@ from ampbook.core.errors import (  # noqa: F401 -- cli.X for every command
     Stopped,
     UserError,
     describe,
+    error_text,
     os_error,
     say,
 )

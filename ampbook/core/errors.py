@@ -36,11 +36,47 @@ class Stopped(Exception):
 
 
 def say(message: str) -> None:
-    """Print ``message`` as the one ``error:`` line (its lines joined)."""
+    """Print ``message`` as the one ``error:`` line (its lines joined): wrapped at
+    the terminal's width when stderr is a terminal, its continuation lines indented
+    by two spaces (``error_text``); one line when stderr goes to a file or a pipe."""
     text = " ".join(str(message).split("\n")).strip()
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"error: {text}\n")
+        width = _stderr_width()
+        sys.stderr.write(error_text(text, width) + "\n")
         sys.stderr.flush()
+
+
+def error_text(text: str, width: int | None = None) -> str:
+    """``error: TEXT``, wrapped at ``width`` columns (None: not wrapped) with the
+    continuation lines indented by two spaces; no word or path is broken, so joining
+    the lines with one space gives the message back."""
+    line = f"error: {text}"
+    if not width or len(line) <= width:
+        return line
+    import textwrap
+
+    return "\n".join(
+        textwrap.wrap(
+            line,
+            width=max(width, 40),
+            subsequent_indent="  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
+
+
+def _stderr_width() -> int | None:
+    """The terminal's width (``$COLUMNS`` first) when stderr is a terminal, else
+    None."""
+    try:
+        if not sys.stderr.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    import shutil
+
+    return shutil.get_terminal_size((80, 24)).columns
 
 
 def first_line(err: BaseException) -> str:
