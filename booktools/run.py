@@ -12,12 +12,18 @@ unless ``--profile`` or ``$AMPBOOK_PROFILE`` names one. ``-p NAME VALUE`` (paper
 convention, repeatable) overrides one parameter of every selected notebook whose
 parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precisions
 '[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an error naming their
-parameters. On failure or Ctrl-C the run stops with the notebook and the failing cell
-named; the partly executed notebook stays in DIR for inspection, marked in its metadata
+parameters; a VALUE that is not a number where the cell sets a number is refused
+before anything is written. On failure or Ctrl-C the run stops with the notebook and
+the failing cell named; the partly executed notebook stays in DIR for inspection (in
+``DIR/new/`` when DIR holds an earlier complete one, which is kept with its report
+entry), marked in its metadata
 (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
 ``python -m booktools.book`` refuses to build from it. DIR may not lie inside
-``notebooks/`` or ``book/`` (the sources). A per-notebook time table with the run's
-total ends the run and ``DIR/run_report.json`` records it. The kernels talk to the
+``notebooks/`` or ``book/`` (the sources); it is made when missing, but the folder it
+lies in must exist. A per-notebook time table with the run's
+total ends the run and ``DIR/run_report.json`` records it. When standard output's
+reader goes away (``| head``) the run stops as at Ctrl-C, between notebooks, those
+that ran reported, and exits 141 (128 + SIGPIPE, as ``cat`` does). The kernels talk to the
 runner over local IPC sockets in a private temporary folder, not TCP.
 """
 
@@ -40,7 +46,7 @@ import yaml
 from booktools.sources import all_notebooks, read_source
 from ampbook.core import cli
 from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
-from ampbook.core.words import plural
+from ampbook.core.words import nearest, plural
 
 PROFILES = ("smoke", "cpu", "gpu")
 # Files a kernel (and the runner's side of its sockets) has open at once, with room to
@@ -48,6 +54,7 @@ PROFILES = ("smoke", "cpu", "gpu")
 # and ran at 80. Loader workers started in a notebook check their own need.
 KERNEL_FILES = 160
 DEFAULT_OUT = REPO_ROOT / "build" / "executed"
+ASIDE = "new"  # DIR/new/: a notebook running over an earlier complete one
 
 
 class RunError(RuntimeError, cli.UserError):
@@ -69,6 +76,30 @@ class NotebookFailed(RunError):
 
 class RunInterrupted(NotebookFailed):
     """Ctrl-C or SIGTERM during a run."""
+
+
+class OutputClosed(RunError):
+    """Standard output's reader went away (``| head``): the run stops as at Ctrl-C,
+    between notebooks, those that ran kept and reported (exit 141, as ``cat``)."""
+
+    exit_code = cli.EXIT_PIPE
+
+
+def _guarded_log(log, state: dict):
+    """``log`` that turns a broken pipe into ``OutputClosed`` once (stdout then goes
+    to /dev/null) and says nothing after it."""
+
+    def say(text: str) -> None:
+        if state.get("closed"):
+            return
+        try:
+            log(text)
+        except BrokenPipeError:
+            state["closed"] = True
+            cli.stdout_reader_gone()  # the interpreter's last flush raises no more
+            raise OutputClosed("standard output's reader went away") from None
+
+    return say
 
 
 @dataclass
@@ -104,6 +135,12 @@ def resolve_notebook(spec: str) -> Path:
             stem.isdigit() and cand.stem.startswith(f"{int(stem):02d}_")
         ):
             return cand
+    near = nearest(stem, [c.stem for c in candidates])
+    if near:
+        raise RunError(
+            f"no notebook {spec!r}; did you mean {' or '.join(near)}? (a path, a "
+            f"stem or a chapter number, 1 to {len(candidates)})"
+        )
     known = ", ".join(c.stem for c in candidates)
     raise RunError(f"no notebook {spec!r}; known notebooks: {known}")
 
@@ -271,7 +308,14 @@ def execute(
             "language": "python",
         },
     )
-    output = out_dir / f"{source.stem}.ipynb"
+    final = out_dir / f"{source.stem}.ipynb"
+    # An earlier complete notebook is replaced only by one that ran through: until then
+    # the run writes into DIR/new/ (kept there, marked, when it fails or is stopped).
+    output = final
+    if final.exists() and run_status(final) == "complete":
+        output = out_dir / ASIDE / final.name
+        output.parent.mkdir(exist_ok=True)
+        output.unlink(missing_ok=True)
     run = NotebookRun(source.stem, source, output, params)
     run.code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
     if run.code_cells == 0:
@@ -301,6 +345,7 @@ def execute(
     }
     kernels, started = _kernel_manager_class()
     interrupted: list = []
+    kept = "" if output == final else f"; the earlier complete {final} is unchanged"
     old_handler = _forward_sigint((kernels, started), interrupted)
     try:
         from traitlets.config import Config
@@ -326,7 +371,7 @@ def execute(
             raise RunInterrupted(
                 f"{source.stem} was interrupted ({how}) in {where}; the partly "
                 f"executed notebook is kept at {output}, marked "
-                "interrupted"
+                "interrupted" + kept
             ) from None
         executed = nbformat.read(output, as_version=4)
         where = _failing_cell(executed, source)
@@ -339,14 +384,14 @@ def execute(
             ) from None
         raise NotebookFailed(
             f"{source.stem} failed in {where}: {err.ename}: {evalue}; the partly "
-            f"executed notebook is kept at {output}, marked failed"
+            f"executed notebook is kept at {output}, marked failed" + kept
         ) from None
     except KeyboardInterrupt:
         how = cli.signal_name()
         mark(output, "interrupted", f"interrupted ({how})", run_id)
         raise RunInterrupted(
             f"{source.stem} was interrupted ({how}); the partly executed notebook "
-            f"(if any) is kept at {output}, marked interrupted"
+            f"(if any) is kept at {output}, marked interrupted" + kept
         ) from None
     except Exception as err:  # kernel died, timeout, bad parameters...
         if interrupted:  # the signal reached a kernel still starting: it died of it
@@ -354,14 +399,14 @@ def execute(
             mark(output, "interrupted", f"interrupted ({how})", run_id)
             raise RunInterrupted(
                 f"{source.stem} was interrupted ({how}) while its kernel started; "
-                f"the notebook (if any) is kept at {output}, marked interrupted"
+                f"the notebook (if any) is kept at {output}, marked interrupted" + kept
             ) from None
         first = (str(err).strip().splitlines() or [""])[0]
         mark(output, "failed", f"{type(err).__name__}: {first}", run_id)
         raise NotebookFailed(
             f"{source.stem} could not be executed: {type(err).__name__}: {first}; "
             f"the partly executed notebook (if any) is at {output}, marked "
-            "failed"
+            "failed" + kept
         ) from None
     finally:
         if old_handler is not None:
@@ -376,6 +421,11 @@ def execute(
                 os.environ[key] = value
     run.seconds = time.perf_counter() - start
     mark(output, "complete", run_id=run_id)
+    if output != final:
+        os.replace(output, final)
+        with contextlib.suppress(OSError):
+            output.parent.rmdir()
+        output = run.output = final
     executed = nbformat.read(output, as_version=4)
     run.executed_cells = sum(
         1
@@ -502,7 +552,9 @@ def run_mark(path: Path) -> dict:
 
 
 def check_out_dir(out_dir: Path) -> Path:
-    """The output folder, resolved; refused when it is a file or inside the sources."""
+    """The output folder, resolved; refused when it is a file, inside the sources, or
+    under a folder that does not exist (only the folder itself is made, as the
+    doctor's ``--json`` makes only its file; the default's ``build/`` is made)."""
     out_dir = Path(out_dir).expanduser().resolve()
     if out_dir.exists() and not out_dir.is_dir():
         raise RunError(
@@ -518,6 +570,13 @@ def check_out_dir(out_dir: Path) -> Path:
         cli.check_output_dir(out_dir, "--out", size=REPORT_ROOM)
     except cli.UserError as err:
         raise RunError(str(err)) from None
+    if not out_dir.exists() and not out_dir.parent.is_dir() and out_dir != DEFAULT_OUT:
+        # As the doctor's --json and bench ladder's --json: the run makes its own
+        # folder, not a missing path above it (a typo would create a tree)
+        raise RunError(
+            f"--out: cannot create {out_dir}: folder {out_dir.parent} does not exist; "
+            "create it or choose another path"
+        )
     return out_dir
 
 
@@ -639,8 +698,28 @@ def apply_overrides(plans: list[tuple[Path, dict, dict]], overrides: dict) -> No
                 f"-p {name}: no selected notebook has a parameter {name!r} "
                 f"(their parameters: {known})"
             )
+        for src, _, names in plans:
+            if name in names:
+                check_override_type(src.stem, name, value, names[name])
         for params in hits:
             params[name] = value
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_override_type(stem: str, name: str, value, default) -> None:
+    """A ``-p`` value that is not a number where the parameters cell sets a number
+    (``-p n_samples abc``) is refused before anything runs or is written: the
+    notebook's own check would refuse it only in its kernel. Other kinds are left to
+    the notebook (a string parameter may take a list, a flag a path); so are its
+    finer rules (bounds, NaN)."""
+    if _is_number(default) and not _is_number(value):
+        raise RunError(
+            f"parameter {name} = {value!r}: must be a number ({stem}'s parameters "
+            f"cell sets {name} = {default!r}); nothing was run or written"
+        )
 
 
 def time_table(runs: list[NotebookRun], wall: float | None = None) -> str:
@@ -718,6 +797,7 @@ def run_notebooks(
     """Execute notebooks (all by default); raise RunError at the first failure.
     ``overrides`` (``-p NAME VALUE``) replace parameters of the profile."""
     started = time.perf_counter()
+    log = _guarded_log(log, {})
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{time.time_ns() % 10**6}"
     profile = profile or default_profile()
     if profile not in PROFILES:
@@ -749,9 +829,9 @@ def run_notebooks(
             raise RunError(f"{source.stem}: {err}") from None
     apply_overrides(plans, overrides or {})
     runs: list[NotebookRun] = []
-    log(f"profile {profile}: {plural(len(plans), 'notebook')} -> {out_dir}")
     finished = False
     try:
+        log(f"profile {profile}: {plural(len(plans), 'notebook')} -> {out_dir}")
         for n, (source, params, _) in enumerate(plans, 1):
             log(f"[{n}/{len(plans)}] {source.stem} {params if params else ''}".rstrip())
             try:
@@ -768,23 +848,37 @@ def run_notebooks(
                 )
             except RunError as err:
                 status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
+                final = out_dir / f"{source.stem}.ipynb"
                 failed = NotebookRun(
-                    source.stem,
-                    source,
-                    out_dir / f"{source.stem}.ipynb",
-                    params,
-                    status=status,
-                    error=str(err),
+                    source.stem, source, final, params, status=status, error=str(err)
                 )
+                # kept aside (DIR/new/): the earlier complete one and its entry stay
+                failed.extra["aside"] = run_status(final) == "complete"
                 runs.append(failed)
                 raise
             log(f"      done in {runs[-1].seconds:.1f} s")
         write_reader_copies(runs, out_dir, profile, log)
         finished = True
+    except OutputClosed:
+        done = [r for r in runs if r.status == "ok"]
+        if done:  # complete notebooks: their copies, as a run of them alone makes
+            write_reader_copies(done, out_dir, profile, log)
+        kept = f"; {out_dir / REPORT} lists them" if done else ""
+        raise OutputClosed(
+            "standard output's reader went away (a pipe such as | head closed "
+            f"early): the run stopped after {len(done)} of {len(plans)} notebooks{kept}; "
+            "send its output to a file to see it all"
+        ) from None
     finally:
+        reported = [r for r in runs if not r.extra.get("aside")]
+        closed = None
         if runs:
             wall = time.perf_counter() - started
-            log(time_table(runs, wall))
+            try:
+                log(time_table(runs, wall))
+            except OutputClosed as err:  # the report is still written
+                closed = err
+        if reported:
             from ampbook.core.env import environment
 
             report = {
@@ -802,7 +896,7 @@ def run_notebooks(
                         "error": r.error,
                         "run": run_id,
                     }
-                    for r in runs
+                    for r in reported
                 ],
             }
             try:
@@ -814,6 +908,11 @@ def run_notebooks(
                         f"the notebooks ran, but {out_dir / REPORT} could not be "
                         f"written: {cli.os_error(err)[1]}; the book needs it"
                     ) from None
+        if closed is not None and finished:
+            raise OutputClosed(
+                "standard output's reader went away (a pipe such as | head closed "
+                f"early): the run completed; {out_dir / REPORT} has its time table"
+            ) from None
     return runs
 
 
@@ -854,6 +953,7 @@ def main(argv: list[str] | None = None) -> int:
         help="override one parameter (VALUE read as YAML); repeatable",
     )
     args = parser.parse_args(argv)
+    cli.closed_streams()  # a kernel started with stdout closed dies starting
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be at least 1")
     try:
@@ -866,16 +966,13 @@ def main(argv: list[str] | None = None) -> int:
             overrides=overrides,
         )
     except RunInterrupted as err:
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return cli.stop_code()
     except RunError as err:  # 2: the settings; 1: a notebook that failed
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return err.exit_code
     except KeyboardInterrupt:
-        print(
-            "error: interrupted before any notebook ran; nothing was written",
-            file=sys.stderr,
-        )
+        cli.say("interrupted before any notebook ran; nothing was written")
         return 130
     return 0
 

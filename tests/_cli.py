@@ -4,13 +4,21 @@ from __future__ import annotations
 
 
 def one_error(err: str, *words: str) -> str:
-    """The one `error:` line of stderr, checked to contain ``words``; no traceback."""
+    """The one `error:` line of stderr (its continuation lines, indented by two
+    spaces on a terminal, joined to it), checked to contain ``words``; no
+    traceback."""
     assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
+    lines = err.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("error:")]
+    assert len(starts) == 1, err
+    message = lines[starts[0]]
+    for line in lines[starts[0] + 1 :]:
+        if not line.startswith("  ") or line.startswith("   "):
+            break
+        message += " " + line[2:]
     for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
+        assert w in message, (w, message)
+    return message
 
 
 # Every command a user runs, as the argv after ``python -m``; the reason is set where

@@ -1401,8 +1401,26 @@ def test_closed_stdout_is_refused_and_closed_stderr_is_no_crash(tmp_path):
     done = _started(DOCTOR, tmp_path, before="os.close(1)")
     assert done.returncode == 2
     one_error(done.stderr.decode(), "standard output is closed")
+    out = tmp_path / "x"  # the notebook runner: refused before its kernel starts
+    runner = ["booktools.run", "--profile", "smoke", "--out", str(out), "1"]
+    done = _started(runner, tmp_path, before="os.close(1)")
+    assert done.returncode == 2 and not out.exists()
+    one_error(done.stderr.decode(), "standard output is closed")
     # stderr closed: the error line goes nowhere, the status still says it
     done = _started(["ampbook.doctor", "--modle", "x"], tmp_path, before="os.close(2)")
     assert done.returncode == 2 and done.stdout == b""
     done = _started(DOCTOR, tmp_path, before="os.close(2)")
     assert done.returncode == 0 and b"h200" in done.stdout.lower()
+
+
+def test_a_full_standard_output_is_named(monkeypatch):
+    """``> /dev/full``: the write error has no file name; the line names stdout, not
+    "choose another folder"."""
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with open("/dev/full", "w") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        code, text = cli.os_error(full)
+        assert code == 1 and text.startswith("standard output: No space left"), text
+        assert "folder" not in text
+        monkeypatch.setattr(sys, "stdout", sys.__stderr__)  # one that takes writes
+        assert "choose another folder" in cli.os_error(full)[1]

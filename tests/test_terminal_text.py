@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import sys
+
+from _cli import one_error
+
 from ampbook.core import cli
 from ampbook.core.page import md_escape
 
@@ -114,3 +119,30 @@ def test_a_reader_gone_from_stdout_ends_the_command_quietly(monkeypatch, capsys)
 
     assert other([]) == 2
     assert "Broken pipe" in capsys.readouterr().err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_error_lines_wrap_at_the_terminal_and_read_back_whole(monkeypatch):
+    """An ``error:`` line longer than the terminal (a 429-column GPU list) wraps at
+    its width, continuation lines indented by two spaces and never starting with
+    ``error:``; to a file or a pipe it stays one line. ``one_error`` reads it whole."""
+    message = "--gpus: unknown GPU 'h300'; the table knows " + ", ".join(
+        f"gpu-{n} (GPU {n})" for n in range(40)
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    for stream, wrapped in ((_Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        cli.say(message)
+        lines = stream.getvalue().splitlines()
+        assert (len(lines) > 1) == wrapped
+        if wrapped:
+            assert all(len(line) <= 80 for line in lines)
+            assert all(line.startswith("  ") and line[2] != " " for line in lines[1:])
+        assert one_error(stream.getvalue(), "gpu-0 (GPU 0)", "gpu-39 (GPU 39)") == (
+            f"error: {message}"
+        )
+    assert cli.error_text("short", 80) == "error: short"

@@ -73,6 +73,18 @@ def test_run_refuses_an_output_folder_in_the_sources_or_a_file(tmp_path, capsys)
     one_error(capsys.readouterr().err, "is a file")
     assert _sources() == before and blocker.read_text() == "x"
     assert not (NOTEBOOKS_DIR / "run_report.json").exists()
+    # A missing folder above --out is refused, as the doctor's --json refuses one
+    # above its file; --out itself may be new.
+    deep = tmp_path / "missing" / "x"
+    assert run.main(["--profile", "smoke", "--out", str(deep), "1"]) == 2
+    one_error(capsys.readouterr().err, f"folder {deep.parent} does not exist")
+    assert not deep.parent.exists()
+    assert run.check_out_dir(tmp_path / "new") == tmp_path / "new"
+    # A misspelt notebook: the nearest one, not all ten (a 225-column line)
+    typo = ["--profile", "smoke", "--out", str(tmp_path / "new"), "03_amp_trainin"]
+    assert run.main(typo) == 2
+    line = one_error(capsys.readouterr().err, "did you mean 03_amp_training?")
+    assert "01_floating_point" not in line
 
 
 def test_run_parameter_overrides_are_yaml_and_unknown_names_are_refused(tmp_path):
@@ -139,6 +151,51 @@ def test_run_failure_is_one_line_and_marks_the_notebook(tmp_path, capsys):
     assert run.run_status(out / "bad.ipynb") == "failed"
     report = json.loads((out / "run_report.json").read_text())
     assert report["notebooks"][0]["status"] == "FAILED"
+
+
+def test_run_keeps_an_earlier_complete_notebook_when_the_new_run_fails(
+    tmp_path, capsys
+):
+    source = _notebook(tmp_path, "bad", extra='\n# %%\nraise ValueError("late")\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    good = out / "bad.ipynb"  # an earlier run's complete notebook and its report
+    nbformat.write(nbformat.v4.new_notebook(), good)
+    run.mark(good, "complete", run_id="earlier")
+    entry = {"name": "bad", "status": "ok", "seconds": 1.0, "executed_cells": 1}
+    report = {"profile": "smoke", "notebooks": [dict(entry, run="earlier")]}
+    (out / "run_report.json").write_text(json.dumps(report))
+    before = {p: p.read_bytes() for p in (good, out / "run_report.json")}
+    # A word where the parameters cell sets a number: refused before any kernel.
+    argv = ["--profile", "smoke", "--out", str(out), str(source)]
+    assert run.main(["-p", "n", "abc", *argv]) == 2
+    one_error(capsys.readouterr().err, "parameter n = 'abc'", "must be a number")
+    assert sorted(out.iterdir()) == sorted(before)
+    # A failing cell: the failed notebook goes to DIR/new/, the earlier one stays.
+    assert run.main(argv) == 1
+    one_error(capsys.readouterr().err, f"kept at {out / 'new' / 'bad.ipynb'}")
+    assert {p: p.read_bytes() for p in before} == before
+    assert run.run_status(out / "new" / "bad.ipynb") == "failed"
+
+
+def test_run_stops_cleanly_when_its_output_reader_goes_away(tmp_path):
+    """``| head -1``: the print after the first notebook meets a broken pipe; the
+    run stops there as at Ctrl-C, that notebook complete and reported, exit 141."""
+    source = _notebook(tmp_path, "piped")
+    out = tmp_path / "out"
+    lines: list[str] = []
+
+    def log(text: str) -> None:
+        if "done in" in text:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        lines.append(text)
+
+    with pytest.raises(run.OutputClosed, match="stopped after 1 of 1 notebooks") as err:
+        run.run_notebooks([str(source)], "smoke", out, log=log)
+    assert err.value.exit_code == 141 and len(lines) == 2  # nothing after the pipe
+    assert run.run_status(out / "piped.ipynb") == "complete"
+    report = json.loads((out / "run_report.json").read_text())
+    assert [n["status"] for n in report["notebooks"]] == ["ok"]
 
 
 def test_run_interrupted_marks_the_partial_notebook(tmp_path):

@@ -63,6 +63,7 @@ from ampbook.core.errors import (  # noqa: F401 -- cli.X for every command
     Stopped,
     UserError,
     describe,
+    error_text,
     os_error,
     say,
 )
@@ -88,6 +89,7 @@ from ampbook.core.files import (  # noqa: F401 -- cli.X for every command
 )
 from ampbook.core.stops import (  # noqa: F401 -- cli.X for every command
     Terminated,
+    closed_streams,
     install,
     is_command,
     kept_handlers,
@@ -159,7 +161,7 @@ def command(prog: str) -> Callable:
                     code = err.code
                     return code if isinstance(code, int) else (0 if code is None else 2)
                 except BaseException as err:  # noqa: BLE001 -- only known ones kept
-                    if isinstance(err, BrokenPipeError) and _stdout_reader_gone():
+                    if isinstance(err, BrokenPipeError) and stdout_reader_gone():
                         return EXIT_PIPE  # quiet: the reader has what it wanted
                     known = describe(err)
                     if known is None:
@@ -177,7 +179,7 @@ def command(prog: str) -> Callable:
     return wrap
 
 
-def _stdout_reader_gone() -> bool:
+def stdout_reader_gone() -> bool:
     """True when stdout is a pipe nobody reads any more (``| head`` has exited); stdout
     then goes to /dev/null, so the interpreter's last flush raises nothing more."""
     import select

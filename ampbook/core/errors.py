@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sys
 
 NAME_MAX = 255  # bytes in one path component (Linux, macOS)
@@ -35,11 +36,47 @@ class Stopped(Exception):
 
 
 def say(message: str) -> None:
-    """Print ``message`` as the one ``error:`` line (its lines joined)."""
+    """Print ``message`` as the one ``error:`` line (its lines joined): wrapped at
+    the terminal's width when stderr is a terminal, its continuation lines indented
+    by two spaces (``error_text``); one line when stderr goes to a file or a pipe."""
     text = " ".join(str(message).split("\n")).strip()
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"error: {text}\n")
+        width = _stderr_width()
+        sys.stderr.write(error_text(text, width) + "\n")
         sys.stderr.flush()
+
+
+def error_text(text: str, width: int | None = None) -> str:
+    """``error: TEXT``, wrapped at ``width`` columns (None: not wrapped) with the
+    continuation lines indented by two spaces; no word or path is broken, so joining
+    the lines with one space gives the message back."""
+    line = f"error: {text}"
+    if not width or len(line) <= width:
+        return line
+    import textwrap
+
+    return "\n".join(
+        textwrap.wrap(
+            line,
+            width=max(width, 40),
+            subsequent_indent="  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
+
+
+def _stderr_width() -> int | None:
+    """The terminal's width (``$COLUMNS`` first) when stderr is a terminal, else
+    None."""
+    try:
+        if not sys.stderr.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    import shutil
+
+    return shutil.get_terminal_size((80, 24)).columns
 
 
 def first_line(err: BaseException) -> str:
@@ -107,5 +144,24 @@ def os_error(err: OSError) -> tuple[int, str]:
     what = f"{err.filename}: " if err.filename else ""
     why = err.strerror or str(err) or type(err).__name__
     advice = _ADVICE.get(err.errno)
+    if not err.filename and _stdout_fails(err.errno):  # ``> /dev/full``
+        what = "standard output: "
+        advice = "send the output to another file, or to the terminal"
     code = EXIT_STOPPED if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) else 2
     return code, f"{what}{why}" + (f"; {advice}" if advice else "")
+
+
+def _stdout_fails(code: int | None) -> bool:
+    """Whether writing standard output fails with errno ``code`` now: what it holds
+    back cannot be flushed, or an empty write fails (``/dev/full``, unbuffered). The
+    error without a file name was then stdout's."""
+    if code is None:
+        return False
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), b"")
+    except OSError as err:
+        return err.errno == code
+    except (ValueError, AttributeError):
+        return False
+    return False

@@ -389,9 +389,11 @@ def _text_streams() -> None:
                 stream.reconfigure(errors=plain_text_errors())
 
 
-def _closed_streams() -> None:
+def closed_streams() -> None:
     """Started with stderr closed (``2>&-``): its lines go to /dev/null, no crash.
-    With stdout closed (``>&-``): refused, exit 2 (what it prints would be lost)."""
+    With stdout closed (``>&-``): refused, exit 2 (what it prints would be lost).
+    Run by ``install`` for every ``ampbook`` command; ``booktools.run`` runs it too,
+    before a kernel (which dies on a closed stdout) is started."""
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the process's life
     if sys.stdout is None:
@@ -421,7 +423,7 @@ def address_space_problem(limit: int | None = None) -> str | None:
 
 def _start_up_checks() -> None:
     """Before any torch import: closed streams, the locale, the address space."""
-    _closed_streams()
+    closed_streams()
     _restart_in_utf8_mode()
     argv = getattr(sys, "orig_argv", [])
     if "-h" in argv or "--help" in argv:
