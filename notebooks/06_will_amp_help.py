@@ -611,9 +611,11 @@ md("\n".join(f"- {x}" for x in held_lines)
 # ## What to try
 #
 # The doctor's checklist per GPU, one GPU per row and ranked within it; upper bounds
-# apart. Where the committed results hold a measurement of the same network on the same
-# GPU, the measurement ranks the item, never the prediction beside it ("measured
-# (committed)" in the last column). TF32 appears twice: PyTorch runs cuDNN's
+# apart. Where the committed results hold the step timed alone for the same network,
+# GPU and setting, that measurement ranks the AMP item ("measured: step timed alone
+# (committed)" in the last column); otherwise the predicted step does ("predicted step
+# (calibrated)"). A step measured in the training loop is named in the detail, never
+# ranked. TF32 appears twice: PyTorch runs cuDNN's
 # convolutions in TF32 by default and keeps matrix products in full fp32 unless asked.
 # The list for the last GPU of the table, each row naming it; then, apart, the gains
 # that are only upper bounds (each at equal shares of the bound: the element-wise

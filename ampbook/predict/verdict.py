@@ -456,8 +456,8 @@ def checklist(
             items.append(
                 {
                     "gpu": name,
-                    "item": "fp32: allow TF32 for matrix products "
-                    "(torch.backends.cuda.matmul.allow_tf32, off by default)",
+                    "item": "fp32: TF32 for matrix products (torch.backends.cuda."
+                    "matmul.fp32_precision = 'tf32'; off by default)",
                     "gain": mm,
                     "source": "equal shares of the bound",
                     "detail": "the fp32 step's matrix products on TF32 tensor cores",
@@ -468,8 +468,8 @@ def checklist(
             items.append(
                 {
                     "gpu": name,
-                    "item": "fp32: TF32 for convolutions (torch.backends.cudnn."
-                    "allow_tf32) is on by default",
+                    "item": "fp32: TF32 for convolutions (torch.backends.cudnn.conv."
+                    "fp32_precision = 'tf32') is on by default",
                     "gain": None,
                     "source": "already on",
                     "detail": f"turning it off would cost {conv:.2f}x at equal shares",
