@@ -22,8 +22,9 @@
 # from the blog post, published peaks and the cost model (the same on every machine).
 #
 # **What you will learn**: the post's question answered in numbers, what holds on any
-# machine, what the GPU runs and this machine measured. **What you need**: the other
-# chapters' results (read in seconds).
+# machine, what the GPU runs and this machine measured.
+#
+# **What you need**: the other chapters' results (read in seconds).
 #
 # % How this page is built: cross-document glue, the glue text role on `NN_topic.ipynb::key:fmt`
 # % (a path relative to chapters/; myst-nb requires the format spec for another page's
