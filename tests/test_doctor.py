@@ -832,3 +832,23 @@ def test_erfnet_on_the_h200_heads_with_the_measured_step_beside_the_prediction()
     assert round(alone["speedup"], 2) == 0.99
     assert fp16["low"] <= alone["speedup"] <= fp16["high"], fp16
     assert report_text.TIE_RULE in screen
+
+
+def test_section_5_says_the_step_basis_once_not_under_every_gpu():
+    """The host model behind every step prediction was repeated under each of the 30
+    GPU x precision items of section 5; it is said once above the list."""
+    from ampbook.predict.report_text import _verdict_lines
+
+    host = {"idle_per_sync_s": 0.004, "loop": "loop L", "fp32_syncs": 1, "amp_syncs": 2}
+    ranges = [{"host": host}, {"host": host}]
+    label = verdict.step_label(ranges[0])
+    for i, r in enumerate(ranges):
+        r["line"] = f"GPU {i}: {label} 1.{i}0x"
+    text = _verdict_lines(ranges)
+    assert text.count("4.0 ms per sync") == 1, text
+    assert "- GPU 0: predicted step speedup 1.00x" in text
+    assert "- GPU 1: predicted step speedup 1.10x" in text
+    # different bases stay on their lines
+    ranges[1]["host"] = dict(host, amp_syncs=4)
+    ranges[1]["line"] = f"GPU 1: {verdict.step_label(ranges[1])} 1.10x"
+    assert _verdict_lines(ranges).count("ms per sync") == 2

@@ -358,12 +358,29 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
+def _verdict_lines(ranges: list[dict[str, Any]]) -> str:
+    """Section 5's list, one item per GPU and precision. The step's basis (the host
+    model behind every step prediction) is said once above the list when every range
+    shares it, not under each of the list's items (30 for 15 GPUs)."""
+    from ampbook.predict.verdict import step_label
+
+    lines = [r["line"] for r in ranges]
+    labels = {step_label(r) for r in ranges}
+    head = ""
+    if len(ranges) > 1 and len(labels) == 1:
+        label = labels.pop()
+        short, _, basis = label.partition(" (")
+        if basis:
+            lines = [line.replace(label, short, 1) for line in lines]
+            head = f"Every {short} below counts the {basis.removesuffix(')')}.\n\n"
+    return head + "\n".join(f"- {line}" for line in lines)
+
+
 def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     from ampbook.core.page import md_table_text
 
     ver = report["verdict"]
-    lines = "\n".join(f"- {r['line']}" for r in ver["ranges"])
-    text = lines
+    text = _verdict_lines(ver["ranges"])
     first = next((r for r in ver["ranges"] if r["rows"]), None)
     if first is not None:
         text += (
