@@ -22,6 +22,15 @@ def _mib(b):
     return None if b is None else b / 2**20
 
 
+def _mib_cell(b) -> str | None:
+    """Bytes as MiB for the memory table, to one decimal throughout (a column that
+    read 1,288 beside 0.04883 mixed precisions); "< 0.1" for a nonzero count below."""
+    v = _mib(b)
+    if v is None:
+        return None
+    return "< 0.1" if 0 < v < 0.05 else f"{v:,.1f}"
+
+
 def _ms(s):
     return None if s is None else s * 1e3
 
@@ -81,31 +90,31 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
     mem = report["memory"]
     at = mem["at_size"]
     size = f"batch {at['batch']} x {shape_text(at['input'])}"
-    rows = [(f"fp32, {size}", _mib(at["fp32_bytes"]), 1.0)]
+    rows = [(f"fp32, {size}", _mib_cell(at["fp32_bytes"]), 1.0)]
     if at.get("amp_bytes") is not None:
         rows.append(
-            (f"{at['amp_precision']}, {size}", _mib(at["amp_bytes"]),
+            (f"{at['amp_precision']}, {size}", _mib_cell(at["amp_bytes"]),
              at["amp_over_fp32"])
         )  # fmt: skip
         rows.append(
             (f"of which left in fp32 ({at['amp_precision']})",
-             _mib(at["amp_fp32_part"]), None)
+             _mib_cell(at["amp_fp32_part"]), None)
         )  # fmt: skip
     rows.append(("weights, gradients and Adam state (not saved)",
-                 _mib(at["state_bytes"]), None))  # fmt: skip
+                 _mib_cell(at["state_bytes"]), None))  # fmt: skip
     measured = mem.get("measured", [])
     if measured:
         where = f"batch {mem['measured_batch']} x {shape_text(mem['measured_input'])}"
         for m in measured:
             rows.append(
                 (f"measured here: {m['variant']}, {where} ({m['measure']})",
-                 _mib(m["bytes"]),
+                 _mib_cell(m["bytes"]),
                  m["bytes"] / measured[0]["bytes"] if measured[0]["bytes"] else None)
             )  # fmt: skip
         if mem.get("fake_at_measured") is not None:
             rows.append(
                 (f"traced: fp32, {where} (the count above, on fake tensors)",
-                 _mib(mem["fake_at_measured"]), None)
+                 _mib_cell(mem["fake_at_measured"]), None)
             )  # fmt: skip
     lead = at["method"]
     note = weight_copy_note(mem)
@@ -114,7 +123,7 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
     return (
         "2. Memory: bytes saved for backward",
         lead,
-        md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, ",.4g", ".2f"]),
+        md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, None, ".2f"]),
     )
 
 
