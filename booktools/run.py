@@ -13,7 +13,8 @@ convention, repeatable) overrides one parameter of every selected notebook whose
 parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precisions
 '[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an error naming their
 parameters; a VALUE that is not a number where the cell sets a number is refused
-before anything is written. On failure or Ctrl-C the run stops with the notebook and
+before anything is written, and one the notebook's own check refuses leaves no
+notebook, table or report entry behind (exit 2). On failure or Ctrl-C the run stops with the notebook and
 the failing cell named; the partly executed notebook stays in DIR for inspection (in
 ``DIR/new/`` when DIR holds an earlier complete one, which is kept with its report
 entry), marked in its metadata
@@ -294,7 +295,8 @@ def execute(
     # An earlier complete notebook is replaced only by one that ran through: until then
     # the run writes into DIR/new/ (kept there, marked, when it fails or is stopped).
     output = final
-    if final.exists() and run_status(final) == "complete":
+    existed = final.exists()
+    if existed and run_status(final) == "complete":
         output = out_dir / ASIDE / final.name
         output.parent.mkdir(exist_ok=True)
         output.unlink(missing_ok=True)
@@ -360,6 +362,10 @@ def execute(
         evalue = (str(err.evalue).strip().splitlines() or [""])[0]
         mark(output, "failed", f"{err.ename}: {evalue}", run_id)
         if err.ename == "ParameterError":  # a parameter check: the settings
+            if output != final or not existed:  # it ran nothing: nothing is kept
+                output.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    (out_dir / ASIDE).rmdir()
             raise NotebookFailed(
                 f"{source.stem}: {evalue}; change it (-p or notebooks/profiles.yml)",
                 parameter=True,
@@ -759,6 +765,8 @@ def run_notebooks(
                     )
                 )
             except RunError as err:
+                if err.exit_code == cli.EXIT_SETTINGS:  # a parameter check: no entry
+                    raise
                 status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
                 final = out_dir / f"{source.stem}.ipynb"
                 failed = NotebookRun(
