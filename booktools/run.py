@@ -14,10 +14,10 @@ parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precis
 '[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an error naming their
 parameters; a VALUE that is not a number where the cell sets a number is refused
 before anything is written, and one the notebook's own check refuses leaves no
-notebook, table or report entry behind (exit 2). On failure or Ctrl-C the run stops with the notebook and
-the failing cell named; the partly executed notebook stays in DIR for inspection (in
-``DIR/new/`` when DIR holds an earlier complete one, which is kept with its report
-entry), marked in its metadata
+notebook, table or report entry (exit 2). On failure or Ctrl-C the run stops with the
+notebook and the failing cell named; the partly executed notebook stays in DIR for
+inspection (in ``DIR/new/`` when DIR holds an earlier complete one, which is kept with
+its report entry), marked in its metadata
 (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
 ``python -m booktools.book`` refuses to build from it. DIR may not lie inside
 ``notebooks/`` or ``book/`` (the sources); it is made when missing, but the folder it
@@ -295,8 +295,7 @@ def execute(
     # An earlier complete notebook is replaced only by one that ran through: until then
     # the run writes into DIR/new/ (kept there, marked, when it fails or is stopped).
     output = final
-    existed = final.exists()
-    if existed and run_status(final) == "complete":
+    if (existed := final.exists()) and run_status(final) == "complete":
         output = out_dir / ASIDE / final.name
         output.parent.mkdir(exist_ok=True)
         output.unlink(missing_ok=True)
