@@ -1,7 +1,8 @@
 """The book's own tooling, apart from the library the chapters teach with.
 
 Nothing in ``ampbook`` or the notebooks imports this package (tests/test_layers.py).
-The book: ``run`` executes the notebooks with papermill (``python -m booktools.run``),
+The book: ``run`` executes the notebooks with papermill (``python -m booktools.run``;
+``kernels``: its kernels),
 ``book`` builds the HTML from those executions (``python -m booktools.book``),
 ``bookcheck`` opens the built pages in headless Chromium
 (``python -m booktools.bookcheck``), ``nbstats`` measures the chapters, ``reader`` and

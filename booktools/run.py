@@ -13,18 +13,19 @@ convention, repeatable) overrides one parameter of every selected notebook whose
 parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precisions
 '[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an error naming their
 parameters; a VALUE that is not a number where the cell sets a number is refused
-before anything is written. On failure or Ctrl-C the run stops with the notebook and
-the failing cell named; the partly executed notebook stays in DIR for inspection (in
-``DIR/new/`` when DIR holds an earlier complete one, which is kept with its report
-entry), marked in its metadata
+before anything is written, and one the notebook's own check refuses leaves no
+notebook, table or report entry (exit 2). On failure or Ctrl-C the run stops with the
+notebook and the failing cell named; the partly executed notebook stays in DIR for
+inspection (in ``DIR/new/`` when DIR holds an earlier complete one, which is kept with
+its report entry), marked in its metadata
 (``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
 ``python -m booktools.book`` refuses to build from it. DIR may not lie inside
 ``notebooks/`` or ``book/`` (the sources); it is made when missing, but the folder it
-lies in must exist. A per-notebook time table with the run's
-total ends the run and ``DIR/run_report.json`` records it. When standard output's
-reader goes away (``| head``) the run stops as at Ctrl-C, between notebooks, those
-that ran reported, and exits 141 (128 + SIGPIPE, as ``cat`` does). The kernels talk to the
-runner over local IPC sockets in a private temporary folder, not TCP.
+lies in must exist. A per-notebook time table with the run's total ends the run and
+``DIR/run_report.json`` records it. When standard output's reader goes away
+(``| head``) the run stops as at Ctrl-C, between notebooks, those that ran reported,
+and exits 141 (128 + SIGPIPE, as ``cat`` does). The kernels talk to the runner over
+local IPC sockets in a private temporary folder, not TCP (``booktools.kernels``).
 """
 
 from __future__ import annotations
@@ -43,10 +44,16 @@ from pathlib import Path
 
 import yaml
 
-from booktools.sources import all_notebooks, read_source
 from ampbook.core import cli
 from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, PROFILES_FILE, REPO_ROOT
 from ampbook.core.words import nearest, plural
+from booktools.kernels import (
+    end_kernels,
+    failing_cell,
+    forward_sigint,
+    kernel_manager_class,
+)
+from booktools.sources import all_notebooks, read_source
 
 PROFILES = ("smoke", "cpu", "gpu")
 # Files a kernel (and the runner's side of its sockets) has open at once, with room to
@@ -257,30 +264,6 @@ def profile_parameters(profiles: dict, profile: str, source: Path, nb) -> dict:
     return params
 
 
-def _failing_cell(nb, source: Path) -> str:
-    """Where the failing cell is, in the reader's terms: its code-cell number
-    (papermill's injected cell not counted), its first line, and its line in the ``.py``
-    source."""
-    code_no = 0
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        tags = cell.get("metadata", {}).get("tags", [])
-        if "injected-parameters" not in tags:
-            code_no += 1
-        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
-            first = next((l for l in cell.source.splitlines() if l.strip()), "")
-            where = f"code cell {code_no} ({first.strip()!r}"
-            text = source.read_text().splitlines()
-            line = next(
-                (n for n, l in enumerate(text, 1) if first and l == first), None
-            )
-            if line:
-                where += f", {source.name} line {line}"
-            return where + ")"
-    return "an unknown cell"
-
-
 def execute(
     source: Path,
     out_dir: Path,
@@ -312,7 +295,7 @@ def execute(
     # An earlier complete notebook is replaced only by one that ran through: until then
     # the run writes into DIR/new/ (kept there, marked, when it fails or is stopped).
     output = final
-    if final.exists() and run_status(final) == "complete":
+    if (existed := final.exists()) and run_status(final) == "complete":
         output = out_dir / ASIDE / final.name
         output.parent.mkdir(exist_ok=True)
         output.unlink(missing_ok=True)
@@ -343,10 +326,10 @@ def execute(
     kernel_config = {
         "KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "k")}
     }
-    kernels, started = _kernel_manager_class()
+    kernels, started = kernel_manager_class()
     interrupted: list = []
     kept = "" if output == final else f"; the earlier complete {final} is unchanged"
-    old_handler = _forward_sigint((kernels, started), interrupted)
+    old_handler = forward_sigint((kernels, started), interrupted)
     try:
         from traitlets.config import Config
 
@@ -365,7 +348,7 @@ def execute(
     except pm.PapermillExecutionError as err:
         run.seconds = time.perf_counter() - start
         if interrupted and err.ename == "KeyboardInterrupt":
-            where = _failing_cell(nbformat.read(output, as_version=4), source)
+            where = failing_cell(nbformat.read(output, as_version=4), source)
             how = cli.signal_name()
             mark(output, "interrupted", f"interrupted ({how}) in {where}", run_id)
             raise RunInterrupted(
@@ -374,10 +357,14 @@ def execute(
                 "interrupted" + kept
             ) from None
         executed = nbformat.read(output, as_version=4)
-        where = _failing_cell(executed, source)
+        where = failing_cell(executed, source)
         evalue = (str(err.evalue).strip().splitlines() or [""])[0]
         mark(output, "failed", f"{err.ename}: {evalue}", run_id)
         if err.ename == "ParameterError":  # a parameter check: the settings
+            if output != final or not existed:  # it ran nothing: nothing is kept
+                output.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    (out_dir / ASIDE).rmdir()
             raise NotebookFailed(
                 f"{source.stem}: {evalue}; change it (-p or notebooks/profiles.yml)",
                 parameter=True,
@@ -412,7 +399,7 @@ def execute(
         if old_handler is not None:
             for signum, handler in old_handler.items():
                 signal.signal(signum, handler)
-        _end_kernels(started)
+        end_kernels(started)
         shutil.rmtree(sockets, ignore_errors=True)
         for key, value in saved.items():
             if value is None:
@@ -438,77 +425,6 @@ def execute(
         raise RunError(f"{source.stem}: no code cell was executed (output at {output})")
     run.status = "ok"
     return run
-
-
-def _kernel_manager_class():
-    """A kernel manager class that records the kernels it starts, and the list it
-    fills."""
-    from jupyter_client import AsyncKernelManager
-
-    started: list = []
-
-    class RecordingKernelManager(AsyncKernelManager):
-        async def _async_post_start_kernel(self, **kw):
-            await super()._async_post_start_kernel(**kw)
-            started.append(self)
-
-        async def _async_interrupt_kernel(self):
-            # jupyter_client's shutdown interrupts the kernel (SIGINT) before it
-            # asks it to shut down. The kernel is idle then (its cells ran, or the
-            # runner's own Ctrl-C already stopped the running one), so the signal
-            # only lands in its event loop, which logs "KeyboardInterrupt caught in
-            # kernel" to stderr when it arrives at the wrong moment (under load). The
-            # shutdown request (then SIGTERM, SIGKILL after shutdown_wait_time) ends
-            # the kernel without it.
-            if getattr(self, "shutting_down", False):
-                return
-            await super()._async_interrupt_kernel()
-
-    return RecordingKernelManager, started
-
-
-def _forward_sigint(kernels, interrupted: list):
-    """Ctrl-C (or SIGTERM, handled alike) while a notebook runs interrupts its kernel,
-    as Jupyter's stop button does: the running cell stops with KeyboardInterrupt and
-    the run ends cleanly, the notebook marked interrupted. A second signal stops the
-    runner at once. Returns the previous handlers (None when none could be set)."""
-    started = kernels[1] if isinstance(kernels, tuple) else None
-
-    def handler(signum, frame):
-        cli.record_stop(signum)
-        stop = cli.Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-        managers = started if started is not None else []
-        if interrupted or not managers:
-            raise stop
-        interrupted.append(time.time())
-        try:
-            os.kill(managers[-1].provisioner.pid, signal.SIGINT)
-        except (AttributeError, OSError, TypeError):
-            raise stop from None
-
-    try:
-        return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: leave Ctrl-C alone
-        return None
-
-
-def _end_kernels(managers: list) -> None:
-    """No kernel outlives its notebook's run: one still alive (the runner stopped
-    while papermill waited on it) is ended, SIGTERM then SIGKILL."""
-    import subprocess
-
-    for manager in managers:
-        proc = getattr(getattr(manager, "provisioner", None), "process", None)
-        if proc is None or not hasattr(proc, "poll") or proc.poll() is not None:
-            continue
-        for stop in (proc.terminate, proc.kill):
-            with contextlib.suppress(OSError):
-                stop()
-            try:
-                proc.wait(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
 
 
 def mark(
@@ -779,7 +695,8 @@ def write_reader_copies(
         made = []
     if made:
         log(
-            f"run-along copies (run them in Jupyter; the text follows the run):\n  {along}"
+            "run-along copies (run them in Jupyter; the text follows the run):\n"
+            f"  {along}"
         )
     for error in errors:
         log(f"warning: no run-along copy of {error}")
@@ -847,6 +764,8 @@ def run_notebooks(
                     )
                 )
             except RunError as err:
+                if err.exit_code == cli.EXIT_SETTINGS:  # a parameter check: no entry
+                    raise
                 status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
                 final = out_dir / f"{source.stem}.ipynb"
                 failed = NotebookRun(
@@ -866,8 +785,8 @@ def run_notebooks(
         kept = f"; {out_dir / REPORT} lists them" if done else ""
         raise OutputClosed(
             "standard output's reader went away (a pipe such as | head closed "
-            f"early): the run stopped after {len(done)} of {len(plans)} notebooks{kept}; "
-            "send its output to a file to see it all"
+            f"early): the run stopped after {len(done)} of {len(plans)} notebooks"
+            f"{kept}; send its output to a file to see it all"
         ) from None
     finally:
         reported = [r for r in runs if not r.extra.get("aside")]

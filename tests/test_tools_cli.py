@@ -176,6 +176,22 @@ def test_run_keeps_an_earlier_complete_notebook_when_the_new_run_fails(
     one_error(capsys.readouterr().err, f"kept at {out / 'new' / 'bad.ipynb'}")
     assert {p: p.read_bytes() for p in before} == before
     assert run.run_status(out / "new" / "bad.ipynb") == "failed"
+    # The notebook's own parameter check (in its kernel) refuses a value: exit 2,
+    # nothing written, no time table (the notebook is kept only when it was there).
+    check = "class ParameterError(ValueError): pass\n"
+    check += "if n < 5:\n    raise ParameterError('n')"
+    checked = _notebook(tmp_path, "checked", extra=f"\n# %%\n{check}\n")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert (
+        run.main(
+            ["-p", "n", "1", "--profile", "smoke", "--out", str(fresh), str(checked)]
+        )
+        == 2
+    )
+    err = capsys.readouterr()
+    one_error(err.err, "checked: n; change it")
+    assert list(fresh.iterdir()) == [] and "total" not in err.out
 
 
 def test_run_stops_cleanly_when_its_output_reader_goes_away(tmp_path):

@@ -1,0 +1,110 @@
+"""The notebook runner's kernels (``booktools.run``): the kernel manager that records
+the kernels it starts, Ctrl-C forwarded to the running kernel as Jupyter's stop button
+does, no kernel left alive after its notebook, and the failing cell named in the
+reader's terms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+from ampbook.core import cli
+
+
+def failing_cell(nb, source: Path) -> str:
+    """Where the failing cell is, in the reader's terms: its code-cell number
+    (papermill's injected cell not counted), its first line, and its line in the ``.py``
+    source."""
+    code_no = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "injected-parameters" not in tags:
+            code_no += 1
+        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
+            first = next((l for l in cell.source.splitlines() if l.strip()), "")
+            where = f"code cell {code_no} ({first.strip()!r}"
+            text = source.read_text().splitlines()
+            line = next(
+                (n for n, l in enumerate(text, 1) if first and l == first), None
+            )
+            if line:
+                where += f", {source.name} line {line}"
+            return where + ")"
+    return "an unknown cell"
+
+
+def kernel_manager_class():
+    """A kernel manager class that records the kernels it starts, and the list it
+    fills."""
+    from jupyter_client import AsyncKernelManager
+
+    started: list = []
+
+    class RecordingKernelManager(AsyncKernelManager):
+        async def _async_post_start_kernel(self, **kw):
+            await super()._async_post_start_kernel(**kw)
+            started.append(self)
+
+        async def _async_interrupt_kernel(self):
+            # jupyter_client's shutdown interrupts the kernel (SIGINT) before it
+            # asks it to shut down. The kernel is idle then (its cells ran, or the
+            # runner's own Ctrl-C already stopped the running one), so the signal
+            # only lands in its event loop, which logs "KeyboardInterrupt caught in
+            # kernel" to stderr when it arrives at the wrong moment (under load). The
+            # shutdown request (then SIGTERM, SIGKILL after shutdown_wait_time) ends
+            # the kernel without it.
+            if getattr(self, "shutting_down", False):
+                return
+            await super()._async_interrupt_kernel()
+
+    return RecordingKernelManager, started
+
+
+def forward_sigint(kernels, interrupted: list):
+    """Ctrl-C (or SIGTERM, handled alike) while a notebook runs interrupts its kernel,
+    as Jupyter's stop button does: the running cell stops with KeyboardInterrupt and
+    the run ends cleanly, the notebook marked interrupted. A second signal stops the
+    runner at once. Returns the previous handlers (None when none could be set)."""
+    started = kernels[1] if isinstance(kernels, tuple) else None
+
+    def handler(signum, frame):
+        cli.record_stop(signum)
+        stop = cli.Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        managers = started if started is not None else []
+        if interrupted or not managers:
+            raise stop
+        interrupted.append(time.time())
+        try:
+            os.kill(managers[-1].provisioner.pid, signal.SIGINT)
+        except (AttributeError, OSError, TypeError):
+            raise stop from None
+
+    try:
+        return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: leave Ctrl-C alone
+        return None
+
+
+def end_kernels(managers: list) -> None:
+    """No kernel outlives its notebook's run: one still alive (the runner stopped
+    while papermill waited on it) is ended, SIGTERM then SIGKILL."""
+    import subprocess
+
+    for manager in managers:
+        proc = getattr(getattr(manager, "provisioner", None), "process", None)
+        if proc is None or not hasattr(proc, "poll") or proc.poll() is not None:
+            continue
+        for stop in (proc.terminate, proc.kill):
+            with contextlib.suppress(OSError):
+                stop()
+            try:
+                proc.wait(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
