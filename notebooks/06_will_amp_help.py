@@ -647,17 +647,19 @@ md_table([(c["gpu"], name, c["item"], c["gain"], c["detail"])
 # Like is scored with like: a published reference timed the whole step, so its *step
 # ratio* is held against the step range the others predict; the H200's layer profiles
 # timed the kernels, so their *kernel ratio* is held against the predicted kernel range,
-# in rows of their own. The goal is at least 90% of the references inside a range at most 1.4x wide (high
-# over low) at the median.
+# in rows of their own (each row names its quantity; the prediction is of the same
+# quantity). The goal is at least 90% of the references inside a range at most 1.4x
+# wide (high over low) at the median.
 
 # %% tags=["hide-input"]
 loo = leave_one_out(refs, devices)
-md_table([(ch6.QUANTITY[r["what"]], r["label"], r["publisher"],
+md_table([(f"{r['label']} ({ch6.QUANTITY[r['what']]})", r["publisher"],
            layout_text(r["layouts"]),
-           f"{r['point']:.2f} ({r['low']:.2f}-{r['high']:.2f})", f"{r['measured']:.2f}", "yes" if r["inside"] else "no")
+           f"{r['point']:.2f} ({r['low']:.2f}-{r['high']:.2f})",
+           f"{r['measured']:.2f}", "yes" if r["inside"] else "no")
           for r in ch6.loo_by_quantity(loo["rows"])],
-         ["quantity", "reference", "from", "layouts", "predicted, same quantity (x)",
-          "measured (x)", "inside"])
+         ["reference (quantity)", "from", "layouts", "predicted (x)", "measured (x)",
+          "inside"])
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Measured AMP speedup of each reference (horizontal) against the point (marker) and range (bar) the other references predict for it; on the diagonal the prediction equals the measurement. Circles: Ampere (A100, A10, RTX 3090), squares: Volta (V100, against fp32), triangles: Hopper (H100, and the H200's layer profile, a kernel-time ratio), diamonds: Ada (RTX 4090); the others against TF32 and of the whole step.", "name": "fig-ch6-loo"}}
 fig, ax = plt.subplots(figsize=(5.0, 4.0))
