@@ -885,7 +885,9 @@ for k, v in {"h_speed": h_speed, "h_tf32": h_tf32,
 # {glue:text}`ch5_h_speed:.2f`x a TF32 baseline and TF32 at {glue:text}`ch5_h_tf32:.2f`x
 # strict fp32: each the step ratio only if both sides reach the same share of their
 # bounds, which measured steps do not (below). To stay busy
-# with AMP an H200 could take up to {glue:text}`ch5_h_img_s:.0f` images per second:
+# with AMP at that setting (batch {glue:text}`ch5_B` at
+# {glue:text}`ch5_W`x{glue:text}`ch5_H`) an H200 could take up to
+# {glue:text}`ch5_h_img_s:.0f` images per second:
 # {glue:text}`ch5_h_cores:.0f` cores decoding at this machine's per-image cost.
 #
 # (ch5-layout)=

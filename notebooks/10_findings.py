@@ -157,7 +157,10 @@ md(gpu_findings(results))
 #   strict fp32 {glue:text}`05_rtx3070.ipynb::ch5_h_tf32:.2f`x: on a data-centre
 #   GPU the fp32 baseline's TF32 matters as much as AMP does
 #   ({doc}`05_rtx3070`).
-# - **What it needs from the loader.** Kept busy with AMP, an H200 could train up to
+# - **What it needs from the loader.** Kept busy with AMP at chapter 5's likely setting
+#   of the post (batch {glue:text}`05_rtx3070.ipynb::ch5_B` at
+#   {glue:text}`05_rtx3070.ipynb::ch5_W`x{glue:text}`05_rtx3070.ipynb::ch5_H`), an H200
+#   could train up to
 #   {glue:text}`05_rtx3070.ipynb::ch5_h_img_s:.0f` images per second: the
 #   decoding work of {glue:text}`05_rtx3070.ipynb::ch5_h_cores:.0f` cores at this
 #   machine's cost per image ({doc}`05_rtx3070`).
