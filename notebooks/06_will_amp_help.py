@@ -601,10 +601,11 @@ md("\n".join(f"- {x}" for x in held_lines)
       "against.")
 
 # %% [markdown]
-# The first line holds the step timed alone against the range with ERFNet's own
-# profile, the second against the range from the other networks and GPUs. The step in
-# the loop ran with the loader beside it and moved from epoch to epoch; its range is
-# printed, not scored. A loop without the runner's extra reads (PyTorch's AMP examples
+# Where a committed GPU pair has ERFNet's setting, each GPU gets two lines: the step
+# timed alone held against the range with ERFNet's own profile, then against the range
+# from the other networks and GPUs. Where none has, the line above says so and nothing
+# is scored: the ranges stay predictions. The step in the loop ran with the loader
+# beside it and moved from epoch to epoch; its range is printed, not scored. A loop without the runner's extra reads (PyTorch's AMP examples
 # read no `get_scale()` per step) has fewer syncs: the doctor's first screen predicts
 # for that loop.
 #
