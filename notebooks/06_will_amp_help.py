@@ -410,8 +410,8 @@ md(ch6.unreferenced_text(gpus, refs, devices))
 # The verdict lines name the references that set each point; on the last GPU:
 
 # %%
-md("\n".join(f"- {name}: " + next(v["line"] for v in r["verdict"]["ranges"]
-                                   if v["gpu"] == gpus[-1])
+md("\n".join(f"- {name}, batch {r['batch']} x {'x'.join(map(str, r['input']))}: "
+             + next(v["line"] for v in r["verdict"]["ranges"] if v["gpu"] == gpus[-1])
              for name, r in reports.items()))
 
 # %% [markdown]

@@ -50,7 +50,8 @@ def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") 
     bytes (a memory-bound step's bound shrinks by what autocast halves) or the tensor
     cores' peak (a math-bound step's bound by what the matrix units add). Both are
     ratios of bounds: the speedup if both precisions reached the same share of their
-    bound, which real kernels do not (the calibrated range says by how much)."""
+    bound, which real kernels do not (the calibrated range says by how much). The line
+    names the batch and input size the report traced."""
     row = next(
         (
             r
@@ -71,8 +72,9 @@ def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") 
     peak_text = f"{peak:.2f}x" if peak else "none"
     bound = f"{speed:.2f}x smaller" if speed >= 1 else f"{1 / speed:.2f}x larger"
     moved = f"bytes shrink {nb:.2f}x" if nb >= 1 else f"bytes grow {1 / nb:.2f}x"
+    size = f"batch {report['batch']} x {'x'.join(map(str, report['input']))}"
     return (
-        f"{report['model']} on the {row['gpu_name']}: {precision}'s bound is "
+        f"{report['model']} at {size} on the {row['gpu_name']}: {precision}'s bound is "
         f"{bound}, {row['memory_bound_share']:.0%} of it memory-bound; "
         f"{moved}, the matrix peak grows {peak_text}: {follows}."
     )
