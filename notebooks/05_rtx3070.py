@@ -1239,7 +1239,12 @@ md_table([
 # - No kernel efficiency of ERFNet on a 3070 is measured, so here the bound stays a
 #   bound for the post's card; chapter 6, {doc}`06_will_amp_help`, carries shares from
 #   other GPUs, measures how well they carry, and marks the 3070 as a GPU with no
-#   reference of its generation.
+#   reference of its generation. The doctor's step range for the 3070 (a gain, at batch
+#   6 x 3x512x1024 in NCHW) is that carrying: a prediction set by other GPUs' references
+#   (published ResNet-50 runs on other cards and ERFNet's own H200 profile; its verdict
+#   line names each and its weight), not a measurement on a 3070. The post's epoch ratio,
+#   {glue:text}`ch5_post_speedup:.3f`x, timed epochs that the loader or 2020's software
+#   may have set, not the step, so it neither confirms nor refutes that prediction.
 # - When AMP gives no speedup: time the step without the DataLoader, then add workers,
 #   upgrade PyTorch and cuDNN, and look at the fp32 baseline's TF32, the batch size,
 #   channels_last and cudnn.benchmark; chapter 7, {doc}`07_making_amp_pay`, goes through
