@@ -251,18 +251,20 @@ def launch_text(rows: Sequence[tuple], gpu: str) -> str:
 
 def self_check_lines(refs: Sequence[Reference], devices) -> str:
     """Each committed layer profile applied to its own network, GPU, batch and layout:
-    the kernel ratio its efficiencies give against the one it measured, passed within
-    ``SELF_CHECK``."""
+    the kernel ratio its efficiencies give against the one it measured, consistent
+    within ``SELF_CHECK``. A consistency check, not a test of the prediction: the
+    efficiencies were fitted on that profile, so agreement is expected."""
     checks = []
     for ref in [r for r in refs if r.kind == "profile" and r.gpu in devices]:
         alone = reference_prediction(ref, [ref], exclude_own=False)
         got = alone["rows"][0]["kernel_speedup"]
         off = got / ref.measured_speedup - 1
-        passed = "passed" if abs(off) <= SELF_CHECK else "failed"
+        ok = abs(off) <= SELF_CHECK
+        passed = "consistent" if ok else "inconsistent"
         checks.append(
             f"{ref.label()}, {ref.setting}: its efficiencies give a kernel ratio "
             f"of {got:.3f}x against the {ref.measured_speedup:.3f}x measured, "
-            f"{off:+.1%}: {passed} ({SELF_CHECK:.0%})."
+            f"{off:+.1%}, {'within' if ok else 'beyond'} {SELF_CHECK:.0%}: {passed}."
         )
     return "\n".join(f"- {c}" for c in checks) or "No committed layer profile to check."
 
