@@ -800,9 +800,9 @@ md("\n\n".join(ch3.gpu_pair_verdict(q) for q in gpu_pairs)
 # module, beside the second (the step timed alone), and puts the cost model's bound for
 # that GPU next to both. Its {term}`kernel efficiency` is the bound over the kernel
 # time, not over the wall time. The bound in this table is the one each profile stored
-# when it was recorded (the 2026-11-30 model's); today's model (the doctor's, and chapter
-# 6's, which prints both for each profile) may differ from it by a little. The fp32
-# profiles ran with TF32 on and are labelled so:
+# when it was recorded (the 2026-11-30 model's); today's model (the doctor's, and
+# chapter 6's, which prints both for each profile) may differ from it by a little. The
+# fp32 profiles ran with TF32 on and are labelled so:
 
 # %% tags=["remove-input"]
 profs = results.layer_profiles
@@ -1239,12 +1239,13 @@ md_table([
 # - No kernel efficiency of ERFNet on a 3070 is measured, so here the bound stays a
 #   bound for the post's card; chapter 6, {doc}`06_will_amp_help`, carries shares from
 #   other GPUs, measures how well they carry, and marks the 3070 as a GPU with no
-#   reference of its generation. The doctor's step range for the 3070 (a gain, at batch
-#   6 x 3x512x1024 in NCHW) is that carrying: a prediction set by other GPUs' references
+#   reference of its generation. The doctor's step range for the 3070 (at batch 6 x
+#   3x512x1024 in NCHW) is that carrying: a prediction set by other GPUs' references
 #   (published ResNet-50 runs on other cards and ERFNet's own H200 profile; its verdict
-#   line names each and its weight), not a measurement on a 3070. The post's epoch ratio,
-#   {glue:text}`ch5_post_speedup:.3f`x, timed epochs that the loader or 2020's software
-#   may have set, not the step, so it neither confirms nor refutes that prediction.
+#   line names each and its weight), not a measurement on a 3070. The post's epoch
+#   ratio, {glue:text}`ch5_post_speedup:.3f`x, timed epochs that the loader or 2020's
+#   software may have set, not the step, so it neither confirms nor refutes that
+#   prediction.
 # - When AMP gives no speedup: time the step without the DataLoader, then add workers,
 #   upgrade PyTorch and cuDNN, and look at the fp32 baseline's TF32, the batch size,
 #   channels_last and cudnn.benchmark; chapter 7, {doc}`07_making_amp_pay`, goes through

@@ -606,7 +606,8 @@ md("\n".join(f"- {x}" for x in held_lines)
 # timed alone held against the range with ERFNet's own profile, then against the range
 # from the other networks and GPUs. Where none has, the line above says so and nothing
 # is scored: the ranges stay predictions. The step in the loop ran with the loader
-# beside it and moved from epoch to epoch; its range is printed, not scored. A loop without the runner's extra reads (PyTorch's AMP examples
+# beside it and moved from epoch to epoch; its range is printed, not scored. A loop
+# without the runner's extra reads (PyTorch's AMP examples
 # read no `get_scale()` per step) has fewer syncs: the doctor's first screen predicts
 # for that loop.
 #
@@ -707,7 +708,7 @@ held_kinds = {(h.source.get("key"), h.network, frozenset(h.layout.values()))
               for h in heldout_references()}
 held_like = sum((r.source.get("key"), r.network, frozenset(r.layout.values()))
                 in held_kinds for r in refs)
-assert len(held_kinds) == 1, "error: the held-out set mixes sources, networks or layouts"
+assert len(held_kinds) == 1, "error: held-out rows mix sources, networks or layouts"
 glue_all(ch6_held_inside=held["inside"], ch6_held_width=held["median_width"],
          ch6_held_n=held["n"], ch6_held_like=held_like, ch6_refs_n=len(refs))
 
