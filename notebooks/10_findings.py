@@ -179,7 +179,10 @@ md(gpu_findings(results))
 #   Part of that idle time was the runner's, not AMP's: the runner that measured it
 #   synchronised the host four times per AMP step and twice per fp32 step, its own
 #   `get_scale()` reads two of AMP's four and its gradient-norm check one of fp32's
-#   two; a loop written as PyTorch's AMP examples write it makes two and one.
+#   two; a loop written as PyTorch's AMP examples write it makes two and one. How
+#   much of the idle time those reads cost is the book's host model's estimate (one
+#   fitted idle time per sync, the same for every sync), not a measurement
+#   ({doc}`06_will_amp_help`).
 # - **What the ladder gives.** With the data fixed, channels_last, no per-step syncs
 #   and a 16-bit residual stream, one change per rung, AMP's step at rung
 #   {glue:text}`07_making_amp_pay.ipynb::ch7_eager_top:d`

@@ -107,7 +107,10 @@ def runner_caveat(profile) -> str:
         f"that recorded these profiles) synchronised the host {loop.amp} times per AMP "
         f"step and {loop.fp32} per fp32 step ({loop.detail}); its two get_scale() "
         "reads and fp32's gradient-norm check were its own, and a loop written as "
-        "PyTorch's AMP examples write it makes 2 and 1."
+        "PyTorch's AMP examples write it makes 2 and 1. How large that part is, is "
+        "the book's host model's estimate, not a measurement: it fits one idle time "
+        "per sync (all the profiles' idle time over all their syncs) and gives the "
+        "runner's reads their count's share."
     )
 
 
