@@ -601,14 +601,7 @@ md_table([(g, m.number() if m else "–",
           "predicted step, own profile (x)", "predicted without ERFNet (x)"])
 
 # %%
-held_lines = [ch6.measured_speedup_verdict(g + which, float(m), rng["low"], rng["high"])
-              for g, m, _, full, alone in gpu_rows
-              for which, rng in ((", timed alone, own profile", full),
-                                 (", timed alone, without ERFNet", alone))
-              if m is not None and rng and rng["low"]]
-md("\n".join(f"- {x}" for x in held_lines)
-   or "No committed GPU pair has ERFNet's setting here: nothing to hold the range "
-      "against.")
+md(ch6.step_range_verdicts(gpu_rows))
 
 # %% [markdown]
 # Where a committed GPU pair has ERFNet's setting, each GPU gets two lines: the step

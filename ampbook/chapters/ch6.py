@@ -103,6 +103,26 @@ def measured_speedup_verdict(
     )
 
 
+def step_range_verdicts(rows: Sequence[tuple]) -> str:
+    """Each GPU's step timed alone held against its two predicted ranges, one line
+    each (``measured_speedup_verdict``), from chapter 6's rows ``(gpu, measured,
+    loop, own-profile range, range without ERFNet)``; a row without a measurement or
+    a range adds none. Without any, one line says nothing is scored."""
+    lines = [
+        measured_speedup_verdict(g + which, float(m), rng["low"], rng["high"])
+        for g, m, _, full, alone in rows
+        for which, rng in (
+            (", timed alone, own profile", full),
+            (", timed alone, without ERFNet", alone),
+        )
+        if m is not None and rng and rng["low"]
+    ]
+    return "\n".join(f"- {x}" for x in lines) or (
+        "No committed GPU pair has ERFNet's setting here: nothing to hold the range "
+        "against."
+    )
+
+
 def unreferenced_gpus(
     gpus: Sequence[str], refs: Sequence[Reference], devices=None
 ) -> list[str]:
