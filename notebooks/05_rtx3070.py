@@ -799,7 +799,10 @@ md("\n\n".join(ch3.gpu_pair_verdict(q) for q in gpu_pairs)
 # (`booktools.layers`) measures the first with the PyTorch profiler, per ERFNet
 # module, beside the second (the step timed alone), and puts the cost model's bound for
 # that GPU next to both. Its {term}`kernel efficiency` is the bound over the kernel
-# time, not over the wall time. The fp32 profiles ran with TF32 on and are labelled so:
+# time, not over the wall time. The bound in this table is the one each profile stored
+# when it was recorded (the 2026-11-30 model's); today's model (the doctor's, and
+# chapter 6's, which prints both for each profile) may differ from it by a little. The
+# fp32 profiles ran with TF32 on and are labelled so:
 
 # %% tags=["remove-input"]
 profs = results.layer_profiles
@@ -811,8 +814,9 @@ md_table([(f"{display_name(lp.device_name)}, {lp.mode_label}", lp.step_s * 1e3,
            lp.kernel_s * 1e3, lp.idle_s * 1e3, lp.predicted_step_s * 1e3,
            lp.kernel_efficiency) for lp in profs]
          or [("none committed", None, None, None, None, None)],
-         ["profile", "step (ms)", "kernels (ms)", "GPU idle (ms)", "bound (ms)",
-          "kernel efficiency"], [None, ".1f", ".1f", ".1f", ".2f", ".0%"])
+         ["profile", "step (ms)", "kernels (ms)", "GPU idle (ms)",
+          "bound, 2026-11-30 model's (ms)", "kernel efficiency"],
+         [None, ".1f", ".1f", ".1f", ".2f", ".0%"])
 
 # %%
 ppairs = results.profile_pairs()
@@ -881,7 +885,9 @@ for k, v in {"h_speed": h_speed, "h_tf32": h_tf32,
 # {glue:text}`ch5_h_speed:.2f`x a TF32 baseline and TF32 at {glue:text}`ch5_h_tf32:.2f`x
 # strict fp32: each the step ratio only if both sides reach the same share of their
 # bounds, which measured steps do not (below). To stay busy
-# with AMP an H200 could take up to {glue:text}`ch5_h_img_s:.0f` images per second:
+# with AMP at that setting (batch {glue:text}`ch5_B` at
+# {glue:text}`ch5_W`x{glue:text}`ch5_H`) an H200 could take up to
+# {glue:text}`ch5_h_img_s:.0f` images per second:
 # {glue:text}`ch5_h_cores:.0f` cores decoding at this machine's per-image cost.
 #
 # (ch5-layout)=
@@ -1233,7 +1239,13 @@ md_table([
 # - No kernel efficiency of ERFNet on a 3070 is measured, so here the bound stays a
 #   bound for the post's card; chapter 6, {doc}`06_will_amp_help`, carries shares from
 #   other GPUs, measures how well they carry, and marks the 3070 as a GPU with no
-#   reference of its generation.
+#   reference of its generation. The doctor's step range for the 3070 (at batch 6 x
+#   3x512x1024 in NCHW) is that carrying: a prediction set by other GPUs' references
+#   (published ResNet-50 runs on other cards and ERFNet's own H200 profile; its verdict
+#   line names each and its weight), not a measurement on a 3070. The post's epoch
+#   ratio, {glue:text}`ch5_post_speedup:.3f`x, timed epochs that the loader or 2020's
+#   software may have set, not the step, so it neither confirms nor refutes that
+#   prediction.
 # - When AMP gives no speedup: time the step without the DataLoader, then add workers,
 #   upgrade PyTorch and cuDNN, and look at the fp32 baseline's TF32, the batch size,
 #   channels_last and cudnn.benchmark; chapter 7, {doc}`07_making_amp_pay`, goes through

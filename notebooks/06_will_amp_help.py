@@ -410,8 +410,8 @@ md(ch6.unreferenced_text(gpus, refs, devices))
 # The verdict lines name the references that set each point; on the last GPU:
 
 # %%
-md("\n".join(f"- {name}: " + next(v["line"] for v in r["verdict"]["ranges"]
-                                   if v["gpu"] == gpus[-1])
+md("\n".join(f"- {name}, batch {r['batch']} x {'x'.join(map(str, r['input']))}: "
+             + next(v["line"] for v in r["verdict"]["ranges"] if v["gpu"] == gpus[-1])
              for name, r in reports.items()))
 
 # %% [markdown]
@@ -531,10 +531,11 @@ md(kernels_here)
 # (ch6-gpu-runs)=
 # ## GPU runs beside the prediction
 #
-# Two checks of the method against committed GPU measurements. First the cross-check:
-# a layer profile applied to its own network, GPU, batch and layout must give back the
-# kernel-time ratio it measured (within 5%), or the classing of measured and predicted
-# time disagrees. As it comes out:
+# Two checks of the method against committed GPU measurements. First a consistency
+# check, not a test of the prediction: a layer profile applied to its own network, GPU,
+# batch and layout must give back the kernel-time ratio it measured (within 5%), since
+# its efficiencies were fitted on it; a miss would mean the classing of measured and
+# predicted time disagrees. As it comes out:
 
 # %%
 erf = reports["ERFNet"]
@@ -551,15 +552,24 @@ md(ch6.self_check_lines(refs, devices))
 # 2026-11-30 (4 host syncs per AMP step, 2 per fp32 step; two of AMP's and one of
 # fp32's were the runner's own reads, not AMP's). Once with every reference (the same
 # GPU's profile dominates it) and once without ERFNet's own profiles (a prediction
-# from the other networks and GPUs). The idle time per sync is measured on the same
-# profiles, so the first is a cross-check, not a test; the verdict holds the step
-# timed alone, the quantity the profiles and the range share.
+# from the other networks and GPUs). The idle time per sync is not measured but
+# fitted on the same profiles: all their idle time, AMP's and fp32's, over all their
+# syncs, one number for every sync. The model *assumes* it the same whatever the
+# kernel count, the batch and the GPU, and the split it gives (the runner's reads
+# against AMP's own) is its estimate. The first range is therefore a cross-check, not
+# a test; the verdict holds the step timed alone, the quantity the profiles and the
+# range share. The fit, from the profiles:
+
+# %%
+host = host_model(rdir)
+md(f"Idle time per sync, fitted: {host.idle_per_sync_s * 1e3:.1f} ms, from "
+   f"{host.source}." if host else "No layer-profile pair with a known loop is "
+   "committed: no idle time per sync is fitted.")
 
 # %%
 erf_rs = load_results_dir(rdir)
 pairs = [q for q in erf_rs.pairs()
          if q.amp.mode == "amp-fp16" and q.baseline.mode == "fp32-tf32"]
-host = host_model(rdir)
 runner = host.with_loop(RUNNER_2026_11_30) if host else None
 gpu_rows = []
 for q in pairs:
@@ -591,20 +601,15 @@ md_table([(g, m.number() if m else "–",
           "predicted step, own profile (x)", "predicted without ERFNet (x)"])
 
 # %%
-held_lines = [ch6.measured_speedup_verdict(g + which, float(m), rng["low"], rng["high"])
-              for g, m, _, full, alone in gpu_rows
-              for which, rng in ((", timed alone, own profile", full),
-                                 (", timed alone, without ERFNet", alone))
-              if m is not None and rng and rng["low"]]
-md("\n".join(f"- {x}" for x in held_lines)
-   or "No committed GPU pair has ERFNet's setting here: nothing to hold the range "
-      "against.")
+md(ch6.step_range_verdicts(gpu_rows))
 
 # %% [markdown]
-# The first line holds the step timed alone against the range with ERFNet's own
-# profile, the second against the range from the other networks and GPUs. The step in
-# the loop ran with the loader beside it and moved from epoch to epoch; its range is
-# printed, not scored. A loop without the runner's extra reads (PyTorch's AMP examples
+# Where a committed GPU pair has ERFNet's setting, each GPU gets two lines: the step
+# timed alone held against the range with ERFNet's own profile, then against the range
+# from the other networks and GPUs. Where none has, the line above says so and nothing
+# is scored: the ranges stay predictions. The step in the loop ran with the loader
+# beside it and moved from epoch to epoch; its range is printed, not scored. A loop
+# without the runner's extra reads (PyTorch's AMP examples
 # read no `get_scale()` per step) has fewer syncs: the doctor's first screen predicts
 # for that loop.
 #
@@ -703,12 +708,21 @@ md_table([(r["label"], f"{r['point']:.2f} ({r['low']:.2f} to {r['high']:.2f})",
           "inside"], [None, None, ".2f", None, None])
 
 # %%
+held_kinds = {(h.source.get("key"), h.network, frozenset(h.layout.values()))
+              for h in heldout_references()}
+held_like = sum((r.source.get("key"), r.network, frozenset(r.layout.values()))
+                in held_kinds for r in refs)
+assert len(held_kinds) == 1, "error: held-out rows mix sources, networks or layouts"
 glue_all(ch6_held_inside=held["inside"], ch6_held_width=held["median_width"],
-         ch6_held_n=held["n"])
+         ch6_held_n=held["n"], ch6_held_like=held_like, ch6_refs_n=len(refs))
 
 # %% [markdown]
 # {glue:text}`ch6_held_inside:.0%` of the {glue:text}`ch6_held_n` held-out results fall
-# inside their range, at a median width of {glue:text}`ch6_held_width:.2f`x.
+# inside their range, at a median width of {glue:text}`ch6_held_width:.2f`x. All of
+# them are Lambda's ResNet-50 v1.5 runs in NCHW: the same source, network and layout as
+# {glue:text}`ch6_held_like` of the {glue:text}`ch6_refs_n` references that calibrate
+# the ranges. They test how the ranges carry to GPUs the calibration never saw, not to
+# another network, source or layout: a weak test of independence.
 #
 # The references cover data-centre GPUs (V100, A10, A100, H100 and the H200's
 # profiles) and two GeForce cards, Lambda's RTX 3090 and RTX 4090, in NCHW only (the

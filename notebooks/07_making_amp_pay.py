@@ -184,6 +184,12 @@ v = {(i, m): ch7.cell_values(gpu, i, m) for i in range(len(bl.RUNGS))
 for i in range(eager_top + 1):
     for key, mode in (("amp", amp_mode), ("base", base_mode)):
         for name, value in v[i, mode].items():
+            r0 = v[0, mode][name]
+            if (i and getattr(r0, "is_measured", False)
+                    and not getattr(value, "is_measured", True)
+                    and abs(value - r0) <= 1e-9 * abs(r0)):
+                # a rung 0 measurement the prediction carries up unchanged
+                value = f"{r0.number()} (rung 0, measured, carried)"
             glue_all(**{f"ch7_r{i}_{key}_{name}": value})
 top = max((r.index for r in gpu.rungs if gpu.cell(r.index, amp_mode)),
           default=0) if gpu else 0
@@ -242,8 +248,10 @@ glue_all(ch7_r1_workers=f"about {need:.0f}" if need == need else "an unknown num
 # {glue:text}`ch7_r0_amp_idle:s` of every AMP step ({glue:text}`ch7_r0_base_idle:s` of
 # TF32's), waiting for the host: the host launches every kernel of the step one after
 # another, autocast's casts among them, and waits for the loss and the GradScaler's
-# check every step. The loop as a whole spends {glue:text}`ch7_r0_amp_wait:s` of its
-# time in data wait: {glue:text}`ch7_workers` workers decode and resize 2048x1024 PNGs.
+# check every step, and, where the runner of 2026-11-30 measured it, for that runner's
+# own two `get_scale()` reads as well: four syncs an AMP step (rung 3 says which runner
+# measured it). The loop as a whole spends {glue:text}`ch7_r0_amp_wait:s` of its time
+# in data wait: {glue:text}`ch7_workers` workers decode and resize 2048x1024 PNGs.
 #
 # **Rung 1, the data.** The images and labels are decoded once, at the training size,
 # into a uint8 cache on the device; each step only normalises (and flips) them there.

@@ -157,7 +157,10 @@ md(gpu_findings(results))
 #   strict fp32 {glue:text}`05_rtx3070.ipynb::ch5_h_tf32:.2f`x: on a data-centre
 #   GPU the fp32 baseline's TF32 matters as much as AMP does
 #   ({doc}`05_rtx3070`).
-# - **What it needs from the loader.** Kept busy with AMP, an H200 could train up to
+# - **What it needs from the loader.** Kept busy with AMP at chapter 5's likely setting
+#   of the post (batch {glue:text}`05_rtx3070.ipynb::ch5_B` at
+#   {glue:text}`05_rtx3070.ipynb::ch5_W`x{glue:text}`05_rtx3070.ipynb::ch5_H`), an H200
+#   could train up to
 #   {glue:text}`05_rtx3070.ipynb::ch5_h_img_s:.0f` images per second: the
 #   decoding work of {glue:text}`05_rtx3070.ipynb::ch5_h_cores:.0f` cores at this
 #   machine's cost per image ({doc}`05_rtx3070`).
@@ -176,7 +179,10 @@ md(gpu_findings(results))
 #   Part of that idle time was the runner's, not AMP's: the runner that measured it
 #   synchronised the host four times per AMP step and twice per fp32 step, its own
 #   `get_scale()` reads two of AMP's four and its gradient-norm check one of fp32's
-#   two; a loop written as PyTorch's AMP examples write it makes two and one.
+#   two; a loop written as PyTorch's AMP examples write it makes two and one. How
+#   much of the idle time those reads cost is the book's host model's estimate (one
+#   fitted idle time per sync, the same for every sync), not a measurement
+#   ({doc}`06_will_amp_help`).
 # - **What the ladder gives.** With the data fixed, channels_last, no per-step syncs
 #   and a 16-bit residual stream, one change per rung, AMP's step at rung
 #   {glue:text}`07_making_amp_pay.ipynb::ch7_eager_top:d`

@@ -44,6 +44,23 @@ def test_chapter6_shows_the_report_references_and_pairs(tmp_path):
     )
 
 
+def test_step_range_verdicts_for_both_cases():
+    """Chapter 6's "Then the step": two lines per GPU with a measured step, one line
+    saying nothing is scored without one (the prose is written for both)."""
+    from ampbook.chapters import ch6
+
+    none = ch6.step_range_verdicts([("H200 SXM", None, None, None, None)])
+    assert none.startswith("No committed GPU pair has ERFNet's setting")
+    rng, far = {"low": 0.9, "high": 1.1}, {"low": 1.2, "high": 1.5}
+    two = ch6.step_range_verdicts([("H200 SXM", 0.99, None, rng, far)]).splitlines()
+    assert two == [
+        "- H200 SXM, timed alone, own profile: measured AMP step speedup 0.99x "
+        f"against {ch6.span_text(0.9, 1.1)} predicted, inside the range.",
+        "- H200 SXM, timed alone, without ERFNet: measured AMP step speedup 0.99x "
+        f"against {ch6.span_text(1.2, 1.5)} predicted, below the range.",
+    ]
+
+
 def test_the_leave_one_out_scores_like_with_like():
     """A kernel ratio (a layer profile) is listed and counted apart from the step
     ratios (published throughputs), each against the range of its own quantity."""

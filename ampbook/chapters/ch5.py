@@ -107,7 +107,10 @@ def runner_caveat(profile) -> str:
         f"that recorded these profiles) synchronised the host {loop.amp} times per AMP "
         f"step and {loop.fp32} per fp32 step ({loop.detail}); its two get_scale() "
         "reads and fp32's gradient-norm check were its own, and a loop written as "
-        "PyTorch's AMP examples write it makes 2 and 1."
+        "PyTorch's AMP examples write it makes 2 and 1. How large that part is, is "
+        "the book's host model's estimate, not a measurement: it fits one idle time "
+        "per sync (all the profiles' idle time over all their syncs) and gives the "
+        "runner's reads their count's share."
     )
 
 
@@ -210,9 +213,12 @@ def layout_evidence_verdict(rows: Sequence[dict[str, Any]]) -> str:
             f"kernels against {r['fp32_conv_s'] * 1e3:.1f} ms for TF32's ({m:.2f}x); "
             f"their bounds give {free:.2f}x without the transposes and {moved:.2f}x "
             f"with them, so the measurement lies nearer the bound {nearer} them. "
-            "Kernels reach different shares of their bounds, so this sides with a "
-            "bound without sizing the transposes: the profiles keep one time per "
-            "module, not per kernel."
+            "The profiles keep one time per module, not per kernel, so any NCHW-to-"
+            "NHWC transpose kernels cuDNN ran are inside the measured "
+            f"{r['amp_conv_s'] * 1e3:.1f} ms: {m:.2f}x fits either no transposes or "
+            "transposes cheaper than the assumed bound's, beside convolutions at a "
+            "lower share of their bound. It sides with a bound without sizing the "
+            "transposes."
         )
     return " ".join(out)
 
