@@ -39,10 +39,8 @@
 # **What you will learn**: a per-layer {term}`roofline` bound on the step; why a ratio
 # of two lower bounds is not an upper bound; a setting recovered from two memory figures;
 # whether the GPU or the DataLoader sets the pace; a checklist for AMP without a
-# speedup.
-#
-# **What you need**: chapters 2 and 3's tools and a few minutes of CPU (committed GPU
-# runs appear beside this machine's).
+# speedup. **What you need**: chapters 2 and 3's tools and a few minutes of CPU
+# (committed GPU runs appear beside this machine's).
 
 # %% tags=["parameters", "remove-cell"]
 device = "auto"  # where this machine's runs and checks go: "auto", "cpu" or "cuda"

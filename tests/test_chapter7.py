@@ -115,10 +115,14 @@ def test_without_a_gpu_ladder_the_chapter_says_it_predicts(executed_notebooks):
     assert m and "predicted at the target" not in out
     assert (float(m[3]) <= float(m[1])) == (m[2] == "meet")
     # a rung 0 measurement carried up unchanged is glued as rung 0's, not "(predicted)"
-    glued = {o["metadata"]["scrapbook"]["name"]:
-             o["data"]["application/papermill.record/text/plain"]
-             for c in nb.cells for o in c.get("outputs", [])
-             if "scrapbook" in o.get("metadata", {})}
+    glued = {
+        o["metadata"]["scrapbook"]["name"]: o["data"][
+            "application/papermill.record/text/plain"
+        ]
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if "scrapbook" in o.get("metadata", {})
+    }
     for name in ("ch7_r1_amp_step", "ch7_r2_amp_idle"):
         assert re.fullmatch(r"'[\d.]+ ms \(rung 0, measured, carried\)'", glued[name])
 
