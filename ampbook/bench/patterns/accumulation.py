@@ -35,6 +35,25 @@ def accumulate_step(model, optimizer, scaler, micro_batches, device_type, dtype)
     scaler.update()
 
 
+def _updates(
+    steps, micro, micro_batch, size, seed, device_type, dtype, batch_norm=False
+) -> list:
+    """The SGD updates of two runs from the same tiny model and data: ``steps[0]``
+    over ``micro`` micro-batches of ``micro_batch``, ``steps[1]`` over them as one
+    batch (each with a fresh GradScaler for ``dtype``)."""
+    images, labels = tiny_batch(micro * micro_batch, size, seed)
+    chunks = list(zip(images.split(micro_batch), labels.split(micro_batch)))
+    updates = []
+    for run, batches in zip(steps, (chunks, [(images, labels)])):
+        model = tiny_model(seed, batch_norm=batch_norm)
+        before = flat_parameters(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = scaler_for(device_type, dtype)
+        run(model, optimizer, scaler, batches, device_type, dtype)
+        updates.append(flat_parameters(model) - before)
+    return updates
+
+
 def check_accumulation(
     step=accumulate_step,
     dtype: torch.dtype | None = None,
@@ -49,22 +68,9 @@ def check_accumulation(
     ``micro`` times larger, from the same weights, with SGD (an update proportional
     to the gradient; Adam's near scale-invariance would hide a wrong factor): the
     relative difference of the two updates."""
-    images, labels = tiny_batch(micro * micro_batch, size, seed)
-    chunks = list(zip(images.split(micro_batch), labels.split(micro_batch)))
-    updates = []
-    for batches in (chunks, [(images, labels)]):
-        model = tiny_model(seed, batch_norm=batch_norm)
-        before = flat_parameters(model)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        step(
-            model,
-            optimizer,
-            scaler_for(device_type, dtype),
-            batches,
-            device_type,
-            dtype,
-        )
-        updates.append(flat_parameters(model) - before)
+    updates = _updates(
+        (step, step), micro, micro_batch, size, seed, device_type, dtype, batch_norm
+    )
     note = " (batch norm: each micro-batch normalised by its own statistics)" * (
         batch_norm
     )
@@ -130,22 +136,9 @@ def check_clipped_accumulation(
     micro-batches (one backward: nothing to accumulate, ``unscale_`` in its one right
     place): the relative difference of the two updates. ``CLIP`` is below the
     gradients' norm, so the clipping acts."""
-    images, labels = tiny_batch(micro * micro_batch, size, seed)
-    chunks = list(zip(images.split(micro_batch), labels.split(micro_batch)))
-    updates = []
-    for run, batches in ((step, chunks), (accumulate_clip_step, [(images, labels)])):
-        model = tiny_model(seed)
-        before = flat_parameters(model)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        run(
-            model,
-            optimizer,
-            scaler_for(device_type, dtype),
-            batches,
-            device_type,
-            dtype,
-        )
-        updates.append(flat_parameters(model) - before)
+    updates = _updates(
+        (step, accumulate_clip_step), micro, micro_batch, size, seed, device_type, dtype
+    )
     return Comparison(
         f"clipped to norm {CLIP}, {micro} micro-batches of {micro_batch} vs one batch "
         f"of {micro * micro_batch}",

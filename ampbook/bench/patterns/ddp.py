@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -40,8 +41,43 @@ def train_steps(model, optimizer, scaler, batches, device_type, dtype):
         scaler.update()
 
 
-def _ddp_batches(steps: int, batch: int, size: int, seed: int):
+def step_batches(steps: int, batch: int, size: int, seed: int):
+    """``steps`` tiny batches of ``batch``, one seed each: the runs to compare see the
+    same data."""
     return [tiny_batch(batch, size, seed + i) for i in range(steps)]
+
+
+@contextlib.contextmanager
+def gloo_group(rank: int, world: int, init: str):
+    """One spawned process's gloo group (one thread: the processes share the cores),
+    destroyed on the way out."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init}", rank=rank, world_size=world
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def run_processes(worker, args: tuple, world: int, weights_only: bool = True):
+    """``worker(rank, world, init, out, *args)`` in ``world`` spawned processes (not
+    forked: a process that has already run autograd, its worker threads started,
+    cannot fork a child that runs it again); what rank 0 saved to ``out``, and the
+    seconds the processes took, start included."""
+    import torch.multiprocessing as mp
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        init, out = os.path.join(tmp, "init"), os.path.join(tmp, "out.pt")
+        mp.start_processes(
+            worker, args=(world, init, out, *args), nprocs=world, start_method="spawn"
+        )
+        found = torch.load(out, weights_only=weights_only)
+    return found, time.perf_counter() - start
 
 
 def ddp_worker(
@@ -60,13 +96,7 @@ def ddp_worker(
     """One process of ``check_ddp``: trains a tiny model per dtype on its share of
     each batch (rank ``r`` takes rows ``r::world``), wrapped in DDP when ``wrap``;
     rank 0 saves the weights."""
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init}", rank=rank, world_size=world
-    )
-    try:
+    with gloo_group(rank, world, init):
         weights = {}
         for d in dtypes:
             dtype = None if d is None else getattr(torch, d)
@@ -75,7 +105,7 @@ def ddp_worker(
             optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
             shares = [
                 (x[rank::world], y[rank::world])
-                for x, y in _ddp_batches(steps, batch, size, seed)
+                for x, y in step_batches(steps, batch, size, seed)
             ]
             train_steps(
                 model, optimizer, scaler_for("cpu", dtype), shares, "cpu", dtype
@@ -83,8 +113,6 @@ def ddp_worker(
             weights[str(d)] = flat_parameters(net)
         if rank == 0:
             torch.save(weights, out)
-    finally:
-        dist.destroy_process_group()
 
 
 @dataclass
@@ -112,8 +140,6 @@ def check_ddp(
     trains the same model on the whole batches. The weights after, compared per dtype
     (``rounding_tolerance``, relative to the largest weight). ``net_options`` go to
     ``tiny_model`` (``batch_norm=True``, ``group_norm=True``)."""
-    import torch.multiprocessing as mp
-
     names = [None if d is None else torch_name(d) for d in dtypes]
     ours = {}
     for d, name in zip(dtypes, names):  # one process, the whole batches
@@ -123,24 +149,14 @@ def check_ddp(
             net,
             optimizer,
             scaler_for("cpu", d),
-            _ddp_batches(steps, batch, size, seed),
+            step_batches(steps, batch, size, seed),
             "cpu",
             d,
         )
         ours[str(name)] = flat_parameters(net)
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        init, out = os.path.join(tmp, "init"), os.path.join(tmp, "weights.pt")
-        mp.start_processes(
-            ddp_worker,
-            args=(world, init, out, names, steps, batch, size, seed, wrap, net_options),
-            nprocs=world,
-            # spawned, not forked: a process that has already run autograd (its
-            # worker threads started) cannot fork a child that runs it again
-            start_method="spawn",
-        )
-        theirs = torch.load(out, weights_only=True)
-    seconds = time.perf_counter() - start
+    theirs, seconds = run_processes(
+        ddp_worker, (names, steps, batch, size, seed, wrap, net_options), world
+    )
     results = [
         Comparison(
             f"{world} processes of {batch // world} images vs one of {batch}, "

@@ -6,20 +6,17 @@ were reduced in and the dtypes saved for the backward pass."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from ampbook.bench.patterns.ddp import gloo_group, run_processes, step_batches
 from ampbook.bench.patterns.tiny import (
     flat_parameters,
     relative_difference,
     rounding_tolerance,
-    tiny_batch,
     tiny_model,
 )
 from ampbook.core.precision import torch_name
@@ -50,10 +47,6 @@ def saved_dtypes(step) -> dict[str, int]:
     return dict(seen)
 
 
-def _batches(steps: int, batch: int, size: int, seed: int):
-    return [tiny_batch(batch, size, seed + i) for i in range(steps)]
-
-
 def fsdp_worker(rank, world, init, out, reduce_dtypes, steps, batch, size, seed, wrap):
     """One process of ``check_fsdp``: per reduce dtype, the tiny model sharded with
     ``shard`` (``param_dtype`` bf16; not sharded when not ``wrap``), trained with SGD
@@ -63,11 +56,7 @@ def fsdp_worker(rank, world, init, out, reduce_dtypes, steps, batch, size, seed,
     after. Rank 0 saves them."""
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init}", rank=rank, world_size=world
-    )
-    try:
+    with gloo_group(rank, world, init):
         found = {}
         for name in reduce_dtypes:
             model = tiny_model(seed)
@@ -83,7 +72,7 @@ def fsdp_worker(rank, world, init, out, reduce_dtypes, steps, batch, size, seed,
                         )
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             losses, saved = [], {}
-            for i, (x, y) in enumerate(_batches(steps, batch, size, seed)):
+            for i, (x, y) in enumerate(step_batches(steps, batch, size, seed)):
                 optimizer.zero_grad()
                 x, y = x[rank::world], y[rank::world]
                 if i == 0:
@@ -112,8 +101,6 @@ def fsdp_worker(rank, world, init, out, reduce_dtypes, steps, batch, size, seed,
             }
         if rank == 0:
             torch.save(found, out)
-    finally:
-        dist.destroy_process_group()
 
 
 @dataclass
@@ -169,13 +156,12 @@ def check_fsdp(
     (tolerance: bf16's ``rounding_tolerance``), the dtypes the gradients were
     reduced in; and what one forward saves for the backward pass, sharded and under
     autocast to bf16 here."""
-    import torch.multiprocessing as mp
 
     names = [None if d is None else torch_name(d) for d in reduce_dtypes]
     net = tiny_model(seed)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     losses = []
-    batches = _batches(steps, batch, size, seed)
+    batches = step_batches(steps, batch, size, seed)
     x0, y0 = batches[0]
     fp32_saved = saved_dtypes(lambda: F.cross_entropy(net(x0), y0))
     with torch.amp.autocast("cpu", dtype=torch.bfloat16):
@@ -187,17 +173,9 @@ def check_fsdp(
         optimizer.step()
         losses.append(loss.item())
     ours = flat_parameters(net) - flat_parameters(tiny_model(seed))
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        init, out = os.path.join(tmp, "init"), os.path.join(tmp, "found.pt")
-        mp.start_processes(
-            fsdp_worker,
-            args=(world, init, out, names, steps, batch, size, seed, wrap),
-            nprocs=world,
-            start_method="spawn",  # as check_ddp: a process that ran autograd
-        )
-        theirs = torch.load(out, weights_only=False)
-    seconds = time.perf_counter() - start
+    theirs, seconds = run_processes(
+        fsdp_worker, (names, steps, batch, size, seed, wrap), world, weights_only=False
+    )
     runs = []
     for name in names:
         t = theirs[str(name)]
