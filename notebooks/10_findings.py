@@ -59,7 +59,7 @@ glue_all(gpu_in_short=in_short(results))  # the intro's "In short"
 #   fix the pixels per batch at {glue:text}`05_rtx3070.ipynb::ch5_mpx_lo:.1f` to
 #   {glue:text}`05_rtx3070.ipynb::ch5_mpx_hi:.1f` million: most likely batch
 #   {glue:text}`05_rtx3070.ipynb::ch5_B:d` at
-#   {glue:text}`05_rtx3070.ipynb::ch5_W:d`x{glue:text}`05_rtx3070.ipynb::ch5_H:d`,
+#   {glue:text}`05_rtx3070.ipynb::ch5_W:d` x {glue:text}`05_rtx3070.ipynb::ch5_H:d`,
 #   not the ERFNet authors' batch of
 #   {glue:text}`05_rtx3070.ipynb::ch5_def_b:d` ({doc}`05_rtx3070`).
 # - **The card had little to give.** With fp32 accumulation, as AMP uses them, the 3070's
@@ -158,8 +158,8 @@ md(gpu_findings(results))
 #   GPU the fp32 baseline's TF32 matters as much as AMP does
 #   ({doc}`05_rtx3070`).
 # - **What it needs from the loader.** Kept busy with AMP at chapter 5's likely setting
-#   of the post (batch {glue:text}`05_rtx3070.ipynb::ch5_B` at
-#   {glue:text}`05_rtx3070.ipynb::ch5_W`x{glue:text}`05_rtx3070.ipynb::ch5_H`), an H200
+#   of the post (batch {glue:text}`05_rtx3070.ipynb::ch5_B:d` at
+#   {glue:text}`05_rtx3070.ipynb::ch5_W:d` x {glue:text}`05_rtx3070.ipynb::ch5_H:d`), an H200
 #   could train up to
 #   {glue:text}`05_rtx3070.ipynb::ch5_h_img_s:.0f` images per second: the
 #   decoding work of {glue:text}`05_rtx3070.ipynb::ch5_h_cores:.0f` cores at this
