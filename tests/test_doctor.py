@@ -825,8 +825,13 @@ def test_erfnet_on_the_h200_heads_with_the_measured_step_beside_the_prediction()
     line = screen.split("- H200 SXM: ")[1].split(" The ")[0]
     assert line.startswith(f"amp-fp16 step {fp16['point']:.2f}x"), line
     assert "measured (amp-fp16): step timed alone 0.99x" in line, line
+    run = fp16["runner"]  # the runner-loop prediction beside its own measurement
+    assert (
+        f"0.99x (the book's runner, 3 steps, no spread) against {run['point']:.2f}x "
+        f"({run['low']:.2f}x to {run['high']:.2f}x) predicted for that loop"
+    ) in line, line
     assert "step in the loop 0.96x to 1.12x per epoch" in line, line
-    assert "0.94x" not in line  # bf16's in-loop figures are section 5's
+    assert "0.94x to 1.06x" not in line  # bf16's in-loop figures are section 5's
     assert "; predicted memory-bound;" in line  # the model's word, not a measurement
     (alone,) = [m for m in fp16["committed"] if m.get("kind") == "step alone"]
     assert round(alone["speedup"], 2) == 0.99

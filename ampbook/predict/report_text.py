@@ -500,13 +500,21 @@ def _screen_line(r: dict[str, Any]) -> str:
     bound = bound_text(r)
     line += f"; predicted {bound}" if bound else ""
     said = []
+    run = r.get("runner")
     for m in _measured_here(r):
         if m.get("kind") == "step in the loop":
             said.append(
                 f"step in the loop {m['low']:.2f}x to {m['high']:.2f}x per epoch"
             )
         elif m.get("kind") == "step alone":
-            said.append(f"step timed alone {m['speedup']:.2f}x")
+            text = f"step timed alone {m['speedup']:.2f}x"
+            if m.get("loop") and run:  # held against the prediction for its loop
+                steps = f", {m['steps']} steps, no spread" if m.get("steps") else ""
+                text += (
+                    f" (the book's runner{steps}) against {run['point']:.2f}x "
+                    f"({span_text(run['low'], run['high'])}) predicted for that loop"
+                )
+            said.append(text)
         else:
             said.append(f"{m['what'].split(',')[0]} {m['speedup']:.2f}x")
     if said:
