@@ -415,9 +415,10 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
             "bound:\n\n" + floors
         )
     text += (
-        "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step timed "
-        "alone where the committed results hold it, else the predicted step ('from' "
-        "says which; the step in the training loop is in the detail, unranked):\n\n"
+        "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "
+        "for PyTorch's example loop, for every precision alike (like with like); the "
+        "measured steps, timed alone and in the training loop, are in the detail, "
+        "unranked:\n\n"
     ) + md_table_text(
         [
             (c["gpu"], c["item"], c["gain"], c["source"], c["detail"])

@@ -381,24 +381,17 @@ def committed_measurements(
 
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
-    """The checklist's AMP row for one GPU and precision, ranked by the step: the step
-    timed alone where the committed results hold it for this network, GPU and
-    setting, else the predicted step (the calibrated range's point; the kernels' where
-    there is no host model). The step in the training loop, measured beside its
-    loader, is named in the detail, not ranked. Recommended ("train with AMP") only
-    where the verdict does not call it a loss: a measurement of this setting slower
+    """The checklist's AMP row for one GPU and precision, ranked like with like: by
+    the predicted step for PyTorch's example loop (the calibrated range's point; the
+    kernels' where there is no host model) for every precision. The measured step
+    timed alone (beside the step predicted for the runner's loop that timed it) and
+    the step in the training loop are named in the detail, not ranked. Recommended
+    ("train with AMP") only where the verdict does not call it a loss: a measurement of this setting slower
     than fp32 by more than ``SAME_SPEED``, or without one a range the first screen
     calls "a loss" or "no clear loss" (``gist``), reads "keep fp32", unranked."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
-    alone = [m for m in done if m.get("kind") == "step alone"]
     said = None
-    if alone:
-        m = alone[-1]
-        gain, src = m["speedup"], "measured: step timed alone (committed)"
-        detail = m["what"]
-        if rng["rows"]:
-            detail += f"; predicted {span_text(rng['low'], rng['high'])}"
-    elif rng["rows"]:
+    if rng["rows"]:
         lo, hi = rng["low"], rng["high"]
         gain = rng["point"]
         src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
@@ -409,10 +402,18 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     else:
         gain, src = rng["equal_share"], "equal shares of the bound"
         detail = "no reference for this GPU's families"
+    run = rng.get("runner")
     for m in done:
-        if m.get("kind") == "step in the loop":
+        if m.get("kind") == "step alone":
+            detail += f"; measured: step timed alone {m['speedup']:.2f}x"
+            if m.get("loop") and run:
+                detail += (
+                    f" (the book's runner) against {run['point']:.2f}x "
+                    f"({span_text(run['low'], run['high'])}) predicted for its loop"
+                )
+        elif m.get("kind") == "step in the loop":
             detail += f"; measured in the loop {m['speedup']:.2f}x median per epoch"
-        elif m.get("kind") != "step alone":
+        else:
             detail += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
     slow = [m for m in done if m["speedup"] < 1 - SAME_SPEED]
     if slow:
@@ -432,8 +433,8 @@ def checklist(
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
     """What to try, per GPU (one GPU per row, named), ranked by gain within each GPU:
-    AMP (``_amp_item``: the step timed alone where measured, else the predicted
-    step, or the ratio at equal shares without a range), TF32
+    AMP (``_amp_item``: the predicted step for the example loop, measurements in
+    the detail, or the ratio at equal shares without a range), TF32
     for matrix products (off by default in PyTorch), TF32 for convolutions (on by
     default: listed, never ranked), the input pipeline (with a loader rate), and
     channels_last and cudnn.benchmark as measured on this GPU. ``upper_bounds`` apart:
