@@ -230,7 +230,7 @@ def test_speedup_range_verdict():
     )
     assert "predicted step speedup (kernels plus the host's idle time, 4.0 ms" in step
     assert "loop L: 1 sync fp32, 2 AMP) 2.45x" in step
-    assert "; predicted kernel time alone 2.90x (2.40x to 3.50x); set by" in step
+    assert "; predicted step without the modelled host idle 2.90x (2.40x to 3.50x); set by" in step
     assert "set by Net B on GPU Z (75%) of 2 references" in line
     assert (
         "ratio of bounds 1.90x, the speedup if both precisions reached the same share "
@@ -492,10 +492,10 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     # the step (with the modelled host time) labelled as such, the kernels beside it
     opening = "Expected AMP training step speedup over fp32 with TF32 (fp32-tf32), per"
     assert opening in prose
-    assert "Step: the kernels plus the modelled host time;" in prose
+    assert "Step: the kernels plus the modelled host idle;" in prose
     entries = " ".join(" ".join(head).split()).split(" - ")[1:]  # unwrapped
     assert len(entries) == 2
-    assert all(" step " in x and "; kernels (calibrated) " in x for x in entries)
+    assert all(" step " in x and "; step without host idle " in x for x in entries)
     assert "committed layer profiles and published training throughputs" in prose
     assert f"section 5 has both). {report_text.SCREEN_ORDER_TEXT}:" in prose
     points = [float(x.split(" step ")[1].split("x")[0]) for x in entries]

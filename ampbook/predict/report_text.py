@@ -497,7 +497,7 @@ def _screen_line(r: dict[str, Any]) -> str:
         f"({span_text(r['low'], r['high'])}), {gist(r['low'], r['high'], r['point'])}"
     )
     if r.get("host"):
-        line += f"; kernels (calibrated) {r['kernel_point']:.2f}x"
+        line += f"; step without host idle {r['kernel_point']:.2f}x"
     bound = bound_text(r)
     line += f"; predicted {bound}" if bound else ""
     said = []
@@ -588,7 +588,8 @@ def first_screen(report: dict[str, Any]) -> str:
     )
     host = any(r.get("host") for r in best.values())
     what_of = (
-        "Step: the kernels plus the modelled host time; the kernels' own beside it."
+        "Step: the kernels plus the modelled host idle; beside it the step without "
+        "host idle (calibrated on kernel times and published whole steps)."
         if host
         else "Kernel time only: no host model."
     )

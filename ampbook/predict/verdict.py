@@ -89,7 +89,10 @@ def speedup_range_verdict(
     kernel = ""
     if rng.get("kernel_point") and rng.get("host"):
         k_span = span_text(rng["kernel_low"], rng["kernel_high"])
-        kernel = f"; predicted kernel time alone {rng['kernel_point']:.2f}x ({k_span})"
+        kernel = (
+            f"; predicted step without the modelled host idle "
+            f"{rng['kernel_point']:.2f}x ({k_span})"
+        )
     line = (
         f"{head}, {layout}: {step_label(rng)} {rng['point']:.2f}x ± "
         f"{math.exp(rng['error']) - 1:.0%} ({span_text(lo, hi)}), "
