@@ -176,6 +176,12 @@ def test_the_erfnet_h200_profile_reproduces_its_kernel_ratio():
     # and the report shows the committed measurement beside the prediction
     assert any(m["speedup"] == ref.measured_speedup for m in rng["committed"])
     assert "Measured: 1.18x" in rng["line"]
+    # the references table prints like with like: its kernel ratio here, not the step
+    table = " ".join(report_text.references_table(rng).split())
+    here = f"{own['kernel_speedup']:.2f} (kernel time)"
+    assert f"{here}" in table and f"{own['speedup']:.2f} (kernel time)" not in table
+    assert " (step) | " in table and " (step) |" in table  # published: step, step
+    assert table.count(" (kernel time) |") == 2  # the profile: kernel, kernel
 
 
 def test_every_published_reference_reproduces_itself():

@@ -230,7 +230,9 @@ def test_speedup_range_verdict():
     )
     assert "predicted step speedup (kernels plus the host's idle time, 4.0 ms" in step
     assert "loop L: 1 sync fp32, 2 AMP) 2.45x" in step
-    assert "; predicted step without the modelled host idle 2.90x (2.40x to 3.50x); set by" in step
+    assert (
+        "; predicted step without the modelled host idle 2.90x (2.40x to 3.50x); set by"
+    ) in step
     assert "set by Net B on GPU Z (75%) of 2 references" in line
     assert (
         "ratio of bounds 1.90x, the speedup if both precisions reached the same share "

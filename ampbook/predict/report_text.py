@@ -308,26 +308,27 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
 
 
 def references_table(rng: dict[str, Any]) -> str:
-    """The references behind one calibrated range, nearest first."""
+    """The references behind one calibrated range, nearest first, like with like:
+    what each predicts here beside what it measured there, both of kernel time for a
+    layer profile (before the modelled host idle), both of the step for a published
+    throughput."""
     from ampbook.core.page import md_table_text
     from ampbook.predict.calibration import distance_text
+
+    def here_there(r: dict[str, Any]) -> tuple[str, str]:
+        kernel = r["kind"] == "profile"
+        word = "kernel time" if kernel else "step"
+        here = r["kernel_speedup"] if kernel else r["speedup"]
+        return f"{here:.2f} ({word})", f"{r['measured_speedup']:.2f} ({word})"
 
     rows = sorted(rng["rows"], key=nearness)
     return md_table_text(
         [
-            (
-                r["label"],
-                r.get("publisher") or r["kind"],
-                distance_text(r),
-                r["speedup"],
-                f"{r['measured_speedup']:.2f} ("
-                + ("kernel time" if r["kind"] == "profile" else "step")
-                + ")",
-            )
+            (r["label"], r.get("publisher") or r["kind"], distance_text(r),
+             *here_there(r))
             for r in rows
         ],  # fmt: skip
-        ["reference", "from", "distance", "step here (x)", "measured there (x)"],
-        [None, None, None, ".2f", None],
+        ["reference", "from", "distance", "predicted here (x)", "measured there (x)"],
     )
 
 
@@ -395,7 +396,8 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
         text += (
             f"\n\nThe references behind the {first['gpu_name']} range "
             f"({first['precision']}; each one's efficiencies applied to this model, "
-            "beside the speedup it measured):\n\n" + references_table(first)
+            "beside the speedup it measured, kernel time beside kernel time, step "
+            "beside step):\n\n" + references_table(first)
         )
     fl = ver.get("launch_floor")
     if fl:

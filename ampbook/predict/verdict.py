@@ -389,9 +389,9 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     kernels' where there is no host model) for every precision. The measured step
     timed alone (beside the step predicted for the runner's loop that timed it) and
     the step in the training loop are named in the detail, not ranked. Recommended
-    ("train with AMP") only where the verdict does not call it a loss: a measurement of this setting slower
-    than fp32 by more than ``SAME_SPEED``, or without one a range the first screen
-    calls "a loss" or "no clear loss" (``gist``), reads "keep fp32", unranked."""
+    ("train with AMP") only where the verdict does not call it a loss: a measurement
+    of this setting slower than fp32 by more than ``SAME_SPEED``, or without one a
+    range the first screen calls "a loss" or "no clear loss" (``gist``), reads "keep fp32", unranked."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
     said = None
     if rng["rows"]:
