@@ -89,7 +89,8 @@ def test_chapter_7s_rung_bound_is_the_doctors(doctor_report):
 def test_the_doctor_predicts_the_step_and_holds_the_measured_step_alone(doctor_report):
     """ERFNet on the H200 (issue 40, item 2): the doctor's range is of the step
     (kernels plus the modelled host idle), labelled, with the step without host idle
-    beside it; beside it the measured step timed alone and the step in the loop per epoch, read
+    beside it; beside it the measured step timed alone and the step in the loop per
+    epoch, read
     from data/results; the step predicted for the loop that measured it (the runner
     of 2026-11-30) holds the step timed alone."""
     rs = load_results_dir()

@@ -391,7 +391,8 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     the step in the training loop are named in the detail, not ranked. Recommended
     ("train with AMP") only where the verdict does not call it a loss: a measurement
     of this setting slower than fp32 by more than ``SAME_SPEED``, or without one a
-    range the first screen calls "a loss" or "no clear loss" (``gist``), reads "keep fp32", unranked."""
+    range the first screen calls "a loss" or "no clear loss" (``gist``), reads
+    "keep fp32", unranked."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
     said = None
     if rng["rows"]:
