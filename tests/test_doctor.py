@@ -333,7 +333,7 @@ def test_the_bound_word_says_which_test_gave_it():
     )
     table = report_text.launch_table([r, dict(r, launch=far, gpu_name="F")])
     rows = [x for x in table.splitlines() if x.startswith(("| G |", "| F |"))]
-    assert rows[0].rstrip(" |").split(" | ")[3:7] == ["2.790", "2.809", "0.99",
+    assert rows[0].rstrip(" |").split(" | ")[3:8] == ["2.790", "2.809", "0.99", "–",
                                         "near the launch floor"]  # fmt: skip
     assert rows[1].endswith("| memory-bound |")
     assert report_text.launch_table([dict(r, launch=None)]) is None
@@ -840,6 +840,12 @@ def test_erfnet_on_the_h200_heads_with_the_measured_step_beside_the_prediction()
     assert round(alone["speedup"], 2) == 0.99
     assert fp16["low"] <= alone["speedup"] <= fp16["high"], fp16
     assert report_text.TIE_RULE in screen
+    # the launch table says whose kernel time it holds the floor against, and prints
+    # the measured AMP kernel time (the fp16 layer profile's 45.8 ms) beside it
+    floors = report_text.launch_table(rep["verdict"]["ranges"])
+    assert "median reference's" in floors
+    assert f"| {alone['amp_kernel_s'] * 1e3:.3f} |" in floors, floors
+    assert round(alone["amp_kernel_s"] * 1e3, 1) == 45.8
 
 
 def test_section_5_says_the_step_basis_once_not_under_every_gpu():

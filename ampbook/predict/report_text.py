@@ -335,8 +335,15 @@ def references_table(rng: dict[str, Any]) -> str:
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
     """Per GPU and AMP precision: the AMP step's kernels, its launch floor (predicted:
     kernels x the assumed host time per kernel), its calibrated kernel time (predicted:
-    the median reference's) and the word ``bound_text`` gives; None without a floor."""
+    the median reference's, not the weighted point's), the AMP kernel time measured
+    at this setting where a committed layer profile holds one, and the word
+    ``bound_text`` gives; None without a floor."""
     from ampbook.core.page import md_table_text
+
+    def measured(r: dict[str, Any]) -> str:
+        done = [m["amp_kernel_s"] for m in r.get("committed") or []
+                if m.get("same_setting") and m.get("amp_kernel_s")]  # fmt: skip
+        return f"{done[0] * 1e3:.3f}" if done else "–"
 
     rows = [
         (
@@ -346,6 +353,7 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
             r["launch"]["amp_floor_s"] * 1e3,
             r["launch"]["amp_kernel_s"] * 1e3,
             r["launch"]["amp_floor_s"] / r["launch"]["amp_kernel_s"],
+            measured(r),
             bound_text(r),
         )
         for r in ranges
@@ -360,11 +368,12 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
             "AMP",
             "AMP kernels",
             "launch floor (ms)",
-            "calibrated kernel time (ms)",
+            "calibrated kernel time (ms), median reference's",
             "floor / kernel time",
+            "measured kernel time (ms)",
             "predicted bound",
         ],  # fmt: skip
-        [None, None, None, ".3f", ".3f", ".2f", None],
+        [None, None, None, ".3f", ".3f", ".2f", None, None],
     )
 
 
@@ -410,11 +419,13 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     if floors:
         text += (
             "\n\nThe launch floor (AMP's kernels times the host time per kernel "
-            "above) beside the calibrated AMP kernel time (the median reference's), "
-            "both predicted, per GPU: the first screen's launch-bound when a floor is "
-            "longer than its kernel time (AMP's or fp32's), near the launch floor when "
-            f"AMP's is at least {NEAR_FLOOR:.0%} of it, else the roofline's "
-            "bound:\n\n" + floors
+            "above) beside the calibrated AMP kernel time (the median reference's, "
+            "not the weighted references of the point prediction), both predicted, "
+            "and the AMP kernel time measured at this setting where a committed layer "
+            "profile holds one, per GPU: the first screen's launch-bound when a floor "
+            "is longer than its calibrated kernel time (AMP's or fp32's), near the "
+            f"launch floor when AMP's is at least {NEAR_FLOOR:.0%} of it, else the "
+            "roofline's bound:\n\n" + floors
         )
     text += (
         "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "

@@ -353,6 +353,7 @@ def committed_measurements(
                 "loop": loop.name if loop else None,
                 "loop_detail": loop.detail if loop else None,
                 "steps": a.record.get("steps"),
+                "amp_kernel_s": a.measured_total_s,  # the profile's kernel time
                 "source": f"{Path(a.path).name}, {Path(b.path).name}: "
                 f"{a.step_s * 1e3:.1f} ms against {b.step_s * 1e3:.1f} ms",
             }
