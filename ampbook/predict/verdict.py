@@ -152,8 +152,8 @@ def step_label(rng: dict[str, Any]) -> str:
     data = " and the loader's time per batch" if rng.get("data_s") else ""
     return (
         f"predicted step speedup (kernels plus the host's idle time, "
-        f"{host['idle_per_sync_s'] * 1e3:.1f} ms per sync, measured and assumed on "
-        f"every GPU, for {host['loop']}: {plural(host['fp32_syncs'], 'sync')} "
+        f"{host['idle_per_sync_s'] * 1e3:.1f} ms per sync, "
+        f"{host.get('fit') or 'assumed'}, for {host['loop']}: {plural(host['fp32_syncs'], 'sync')} "
         f"fp32, {host['amp_syncs']} AMP{data})"
     )
 
