@@ -153,8 +153,8 @@ def step_label(rng: dict[str, Any]) -> str:
     return (
         f"predicted step speedup (kernels plus the host's idle time, "
         f"{host['idle_per_sync_s'] * 1e3:.1f} ms per sync, "
-        f"{host.get('fit') or 'assumed'}, for {host['loop']}: {plural(host['fp32_syncs'], 'sync')} "
-        f"fp32, {host['amp_syncs']} AMP{data})"
+        f"{host.get('fit') or 'assumed'}, for {host['loop']}: "
+        f"{plural(host['fp32_syncs'], 'sync')} fp32, {host['amp_syncs']} AMP{data})"
     )
 
 
