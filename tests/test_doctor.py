@@ -866,3 +866,16 @@ def test_section_5_says_the_step_basis_once_not_under_every_gpu():
     ranges[1]["host"] = dict(host, amp_syncs=4)
     ranges[1]["line"] = f"GPU 1: {verdict.step_label(ranges[1])} 1.10x"
     assert _verdict_lines(ranges).count("ms per sync") == 2
+
+
+def test_a_range_end_near_one_prints_the_decimal_its_verdict_was_decided_on():
+    """The verdict is decided on unrounded ends: (1.004x to 1.34x) is "a gain" and
+    (0.996x to 1.33x) "no clear gain"; at two decimals both printed 1.00x. An end that
+    rounds to 1.00 prints three decimals, every other end two."""
+    gain, none = (1.0041, 1.3412), (0.9962, 1.3321)
+    assert verdict.gist(*gain) == "a gain" and verdict.gist(*none) == "no clear gain"
+    assert verdict.span_text(*gain) == "1.004x to 1.34x"
+    assert verdict.span_text(*none) == "0.996x to 1.33x"
+    assert verdict.span_text(0.9912, 1.2512) == "0.99x to 1.25x"
+    assert verdict.span_text(0.99991, 1.0002) == "0.9999x to 1.0002x"  # 1.000 both
+    assert verdict.span_text(1.00001, 1.00002) == "1.0000x"

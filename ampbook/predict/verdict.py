@@ -34,8 +34,20 @@ def range_word(value: float, low: float, high: float) -> str:
     return "inside the range" if value <= high else "above the range"
 
 
+def end_text(x: float) -> str:
+    """A range's end to two decimals, or more (three, at most four) where fewer round
+    it to 1: the verdict (``gist``) is decided on the unrounded end, so 1.004 ("a
+    gain") and 0.996 ("no clear gain") must not both print as 1.00."""
+    for digits in (2, 3, 4):
+        text = f"{x:.{digits}f}"
+        if float(text) != 1:
+            return text
+    return text
+
+
 def span_text(lo: float, hi: float) -> str:
-    return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"
+    a, b = end_text(lo), end_text(hi)
+    return f"{a}x" if a == b else f"{a}x to {b}x"
 
 
 def gist(lo: float, hi: float, point: float | None = None) -> str:
