@@ -471,7 +471,8 @@ NEAR_FLOOR = 0.8
 
 BOUND_WORDS_TEXT = (
     "The bound is predicted, by one of two tests: launch-bound when the launch floor "
-    "is longer than the calibrated kernel time, near the launch floor when it is at "
+    "is longer than the calibrated kernel time (the median reference's), near the "
+    "launch floor when it is at "
     f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
     "compute-bound by the larger share of the roofline bound (section 3)."
 )
