@@ -230,7 +230,9 @@ def test_speedup_range_verdict():
     )
     assert "predicted step speedup (kernels plus the host's idle time, 4.0 ms" in step
     assert "loop L: 1 sync fp32, 2 AMP) 2.45x" in step
-    assert "; predicted kernel time alone 2.90x (2.40x to 3.50x); set by" in step
+    assert (
+        "; predicted step without the modelled host idle 2.90x (2.40x to 3.50x); set by"
+    ) in step
     assert "set by Net B on GPU Z (75%) of 2 references" in line
     assert (
         "ratio of bounds 1.90x, the speedup if both precisions reached the same share "
@@ -297,18 +299,19 @@ def test_speedup_range_verdict():
     amp = next(c for c in ranked if c["item"].startswith("train with AMP"))
     assert amp["source"] == "predicted kernels (calibrated)"
     assert amp["gain"] == other["point"]
-    # the step timed alone ranks the item; the step in the loop is named, not ranked
+    # the prediction ranks the item, like with like for every precision; the steps
+    # measured (timed alone, in the loop) are named in the detail, not ranked
     alone = dict(m, same_setting=True, kind="step alone", speedup=0.99)
     loop = dict(m, same_setting=True, kind="step in the loop")
-    for done, gain, src in (
-        ([alone, loop], 0.99, "measured: step timed alone (committed)"),
-        ([loop], other["point"], "predicted kernels (calibrated)"),
-    ):
+    for done in ([alone, loop], [loop]):
         same = dict(other, committed=done, gpu="g", precision="amp-fp16")
         amp = next(c for c in verdict.checklist(roof, [same], None, None)["items"]
                    if c["item"].startswith("train with AMP"))  # fmt: skip
-        assert amp["source"] == src and amp["gain"] == gain, amp
+        assert amp["source"] == "predicted kernels (calibrated)", amp
+        assert amp["gain"] == other["point"], amp
         assert "measured in the loop 1.05x median per epoch" in amp["detail"]
+        said = "measured: step timed alone 0.99x" in amp["detail"]
+        assert said == (alone in done), amp
 
 
 def test_the_bound_word_says_which_test_gave_it():
@@ -330,7 +333,7 @@ def test_the_bound_word_says_which_test_gave_it():
     )
     table = report_text.launch_table([r, dict(r, launch=far, gpu_name="F")])
     rows = [x for x in table.splitlines() if x.startswith(("| G |", "| F |"))]
-    assert rows[0].rstrip(" |").split(" | ")[3:7] == ["2.790", "2.809", "0.99",
+    assert rows[0].rstrip(" |").split(" | ")[3:8] == ["2.790", "2.809", "0.99", "–",
                                         "near the launch floor"]  # fmt: skip
     assert rows[1].endswith("| memory-bound |")
     assert report_text.launch_table([dict(r, launch=None)]) is None
@@ -491,10 +494,10 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     # the step (with the modelled host time) labelled as such, the kernels beside it
     opening = "Expected AMP training step speedup over fp32 with TF32 (fp32-tf32), per"
     assert opening in prose
-    assert "Step: the kernels plus the modelled host time;" in prose
+    assert "Step: the kernels plus the modelled host idle;" in prose
     entries = " ".join(" ".join(head).split()).split(" - ")[1:]  # unwrapped
     assert len(entries) == 2
-    assert all(" step " in x and "; kernels (calibrated) " in x for x in entries)
+    assert all(" step " in x and "; step without host idle " in x for x in entries)
     assert "committed layer profiles and published training throughputs" in prose
     assert f"section 5 has both). {report_text.SCREEN_ORDER_TEXT}:" in prose
     points = [float(x.split(" step ")[1].split("x")[0]) for x in entries]
@@ -825,13 +828,24 @@ def test_erfnet_on_the_h200_heads_with_the_measured_step_beside_the_prediction()
     line = screen.split("- H200 SXM: ")[1].split(" The ")[0]
     assert line.startswith(f"amp-fp16 step {fp16['point']:.2f}x"), line
     assert "measured (amp-fp16): step timed alone 0.99x" in line, line
+    run = fp16["runner"]  # the runner-loop prediction beside its own measurement
+    assert (
+        f"0.99x (the book's runner, 3 steps, no spread) against {run['point']:.2f}x "
+        f"({run['low']:.2f}x to {run['high']:.2f}x) predicted for that loop"
+    ) in line, line
     assert "step in the loop 0.96x to 1.12x per epoch" in line, line
-    assert "0.94x" not in line  # bf16's in-loop figures are section 5's
+    assert "0.94x to 1.06x" not in line  # bf16's in-loop figures are section 5's
     assert "; predicted memory-bound;" in line  # the model's word, not a measurement
     (alone,) = [m for m in fp16["committed"] if m.get("kind") == "step alone"]
     assert round(alone["speedup"], 2) == 0.99
     assert fp16["low"] <= alone["speedup"] <= fp16["high"], fp16
     assert report_text.TIE_RULE in screen
+    # the launch table says whose kernel time it holds the floor against, and prints
+    # the measured AMP kernel time (the fp16 layer profile's 45.8 ms) beside it
+    floors = report_text.launch_table(rep["verdict"]["ranges"])
+    assert "median reference's" in floors
+    assert f"| {alone['amp_kernel_s'] * 1e3:.3f} |" in floors, floors
+    assert round(alone["amp_kernel_s"] * 1e3, 1) == 45.8
 
 
 def test_section_5_says_the_step_basis_once_not_under_every_gpu():
@@ -852,3 +866,16 @@ def test_section_5_says_the_step_basis_once_not_under_every_gpu():
     ranges[1]["host"] = dict(host, amp_syncs=4)
     ranges[1]["line"] = f"GPU 1: {verdict.step_label(ranges[1])} 1.10x"
     assert _verdict_lines(ranges).count("ms per sync") == 2
+
+
+def test_a_range_end_near_one_prints_the_decimal_its_verdict_was_decided_on():
+    """The verdict is decided on unrounded ends: (1.004x to 1.34x) is "a gain" and
+    (0.996x to 1.33x) "no clear gain"; at two decimals both printed 1.00x. An end that
+    rounds to 1.00 prints three decimals, every other end two."""
+    gain, none = (1.0041, 1.3412), (0.9962, 1.3321)
+    assert verdict.gist(*gain) == "a gain" and verdict.gist(*none) == "no clear gain"
+    assert verdict.span_text(*gain) == "1.004x to 1.34x"
+    assert verdict.span_text(*none) == "0.996x to 1.33x"
+    assert verdict.span_text(0.9912, 1.2512) == "0.99x to 1.25x"
+    assert verdict.span_text(0.99991, 1.0002) == "0.9999x to 1.0002x"  # 1.000 both
+    assert verdict.span_text(1.00001, 1.00002) == "1.0000x"

@@ -451,6 +451,7 @@ def calibrated_range(
         else {
             "idle_per_sync_s": host.idle_per_sync_s,
             "source": host.source,
+            "fit": host.fit,
             "loop": host.loop.name,
             "loop_detail": host.loop.detail,
             "fp32_syncs": host.loop.fp32,

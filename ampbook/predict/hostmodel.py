@@ -69,12 +69,13 @@ class HostModel:
     idle_per_sync_s: float
     source: str
     loop: Loop = EXAMPLE_LOOP
+    fit: str = ""  # how idle_per_sync_s was fitted, in words (``host_model``)
 
     def idle_s(self, precision: str) -> float:
         return self.loop.syncs(precision) * self.idle_per_sync_s
 
     def with_loop(self, loop: Loop) -> "HostModel":
-        return HostModel(self.idle_per_sync_s, self.source, loop)
+        return HostModel(self.idle_per_sync_s, self.source, loop, self.fit)
 
 
 def profile_loop(record: dict[str, Any]) -> Loop | None:
@@ -94,13 +95,16 @@ def host_model(results_dir=None, loop: Loop = EXAMPLE_LOOP) -> HostModel | None:
     from ampbook.core.devices import display_name
     from ampbook.results import load_results_dir
 
-    idle, syncs, where = 0.0, 0, []
+    idle, syncs, where, each, gpus = 0.0, 0, [], [], set()
     for base, amp in load_results_dir(results_dir).profile_pairs():
         loops = [profile_loop(lp.record) for lp in (base, amp)]
         if None in loops:
             continue
         idle += base.idle_s + amp.idle_s
-        syncs += loops[0].syncs("fp32") + loops[1].syncs(amp.precision)
+        n32, n16 = loops[0].syncs("fp32"), loops[1].syncs(amp.precision)
+        syncs += n32 + n16
+        each += [amp.idle_s / n16, base.idle_s / n32]
+        gpus.add(display_name(amp.device_name))
         where.append(
             f"{display_name(amp.device_name)} layer profiles ({amp.mode} "
             f"{amp.idle_s * 1e3:.1f} ms idle, {base.mode} {base.idle_s * 1e3:.1f} ms; "
@@ -108,4 +112,10 @@ def host_model(results_dir=None, loop: Loop = EXAMPLE_LOOP) -> HostModel | None:
         )
     if not syncs:
         return None
-    return HostModel(idle / syncs, "; ".join(where), loop)
+    fit = (
+        f"fitted: all idle of the {2 * len(where)} {', '.join(sorted(gpus))} "
+        f"profiles over their {syncs} syncs "
+        f"({' and '.join(f'{x * 1e3:.1f}' for x in each)} ms each), assumed "
+        "independent of kernel count, batch and GPU"
+    )
+    return HostModel(idle / syncs, "; ".join(where), loop, fit)

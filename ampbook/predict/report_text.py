@@ -308,34 +308,42 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
 
 
 def references_table(rng: dict[str, Any]) -> str:
-    """The references behind one calibrated range, nearest first."""
+    """The references behind one calibrated range, nearest first, like with like:
+    what each predicts here beside what it measured there, both of kernel time for a
+    layer profile (before the modelled host idle), both of the step for a published
+    throughput."""
     from ampbook.core.page import md_table_text
     from ampbook.predict.calibration import distance_text
+
+    def here_there(r: dict[str, Any]) -> tuple[str, str]:
+        kernel = r["kind"] == "profile"
+        word = "kernel time" if kernel else "step"
+        here = r["kernel_speedup"] if kernel else r["speedup"]
+        return f"{here:.2f} ({word})", f"{r['measured_speedup']:.2f} ({word})"
 
     rows = sorted(rng["rows"], key=nearness)
     return md_table_text(
         [
-            (
-                r["label"],
-                r.get("publisher") or r["kind"],
-                distance_text(r),
-                r["speedup"],
-                f"{r['measured_speedup']:.2f} ("
-                + ("kernel time" if r["kind"] == "profile" else "step")
-                + ")",
-            )
+            (r["label"], r.get("publisher") or r["kind"], distance_text(r),
+             *here_there(r))
             for r in rows
         ],  # fmt: skip
-        ["reference", "from", "distance", "step here (x)", "measured there (x)"],
-        [None, None, None, ".2f", None],
+        ["reference", "from", "distance", "predicted here (x)", "measured there (x)"],
     )
 
 
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
     """Per GPU and AMP precision: the AMP step's kernels, its launch floor (predicted:
     kernels x the assumed host time per kernel), its calibrated kernel time (predicted:
-    the median reference's) and the word ``bound_text`` gives; None without a floor."""
+    the median reference's, not the weighted point's), the AMP kernel time measured
+    at this setting where a committed layer profile holds one, and the word
+    ``bound_text`` gives; None without a floor."""
     from ampbook.core.page import md_table_text
+
+    def measured(r: dict[str, Any]) -> str:
+        done = [m["amp_kernel_s"] for m in r.get("committed") or []
+                if m.get("same_setting") and m.get("amp_kernel_s")]  # fmt: skip
+        return f"{done[0] * 1e3:.3f}" if done else "–"
 
     rows = [
         (
@@ -345,6 +353,7 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
             r["launch"]["amp_floor_s"] * 1e3,
             r["launch"]["amp_kernel_s"] * 1e3,
             r["launch"]["amp_floor_s"] / r["launch"]["amp_kernel_s"],
+            measured(r),
             bound_text(r),
         )
         for r in ranges
@@ -359,11 +368,12 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
             "AMP",
             "AMP kernels",
             "launch floor (ms)",
-            "calibrated kernel time (ms)",
+            "calibrated kernel time (ms), median reference's",
             "floor / kernel time",
+            "measured kernel time (ms)",
             "predicted bound",
         ],  # fmt: skip
-        [None, None, None, ".3f", ".3f", ".2f", None],
+        [None, None, None, ".3f", ".3f", ".2f", None, None],
     )
 
 
@@ -395,7 +405,8 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
         text += (
             f"\n\nThe references behind the {first['gpu_name']} range "
             f"({first['precision']}; each one's efficiencies applied to this model, "
-            "beside the speedup it measured):\n\n" + references_table(first)
+            "beside the speedup it measured, kernel time beside kernel time, step "
+            "beside step):\n\n" + references_table(first)
         )
     fl = ver.get("launch_floor")
     if fl:
@@ -408,16 +419,19 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     if floors:
         text += (
             "\n\nThe launch floor (AMP's kernels times the host time per kernel "
-            "above) beside the calibrated AMP kernel time (the median reference's), "
-            "both predicted, per GPU: the first screen's launch-bound when a floor is "
-            "longer than its kernel time (AMP's or fp32's), near the launch floor when "
-            f"AMP's is at least {NEAR_FLOOR:.0%} of it, else the roofline's "
-            "bound:\n\n" + floors
+            "above) beside the calibrated AMP kernel time (the median reference's, "
+            "not the weighted references of the point prediction), both predicted, "
+            "and the AMP kernel time measured at this setting where a committed layer "
+            "profile holds one, per GPU: the first screen's launch-bound when a floor "
+            "is longer than its calibrated kernel time (AMP's or fp32's), near the "
+            f"launch floor when AMP's is at least {NEAR_FLOOR:.0%} of it, else the "
+            "roofline's bound:\n\n" + floors
         )
     text += (
-        "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step timed "
-        "alone where the committed results hold it, else the predicted step ('from' "
-        "says which; the step in the training loop is in the detail, unranked):\n\n"
+        "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "
+        "for PyTorch's example loop, for every precision alike (like with like); the "
+        "measured steps, timed alone and in the training loop, are in the detail, "
+        "unranked:\n\n"
     ) + md_table_text(
         [
             (c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
@@ -457,7 +471,8 @@ NEAR_FLOOR = 0.8
 
 BOUND_WORDS_TEXT = (
     "The bound is predicted, by one of two tests: launch-bound when the launch floor "
-    "is longer than the calibrated kernel time, near the launch floor when it is at "
+    "is longer than the calibrated kernel time (the median reference's), near the "
+    "launch floor when it is at "
     f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
     "compute-bound by the larger share of the roofline bound (section 3)."
 )
@@ -496,17 +511,25 @@ def _screen_line(r: dict[str, Any]) -> str:
         f"({span_text(r['low'], r['high'])}), {gist(r['low'], r['high'], r['point'])}"
     )
     if r.get("host"):
-        line += f"; kernels (calibrated) {r['kernel_point']:.2f}x"
+        line += f"; step without host idle {r['kernel_point']:.2f}x"
     bound = bound_text(r)
     line += f"; predicted {bound}" if bound else ""
     said = []
+    run = r.get("runner")
     for m in _measured_here(r):
         if m.get("kind") == "step in the loop":
             said.append(
                 f"step in the loop {m['low']:.2f}x to {m['high']:.2f}x per epoch"
             )
         elif m.get("kind") == "step alone":
-            said.append(f"step timed alone {m['speedup']:.2f}x")
+            text = f"step timed alone {m['speedup']:.2f}x"
+            if m.get("loop") and run:  # held against the prediction for its loop
+                steps = f", {m['steps']} steps, no spread" if m.get("steps") else ""
+                text += (
+                    f" (the book's runner{steps}) against {run['point']:.2f}x "
+                    f"({span_text(run['low'], run['high'])}) predicted for that loop"
+                )
+            said.append(text)
         else:
             said.append(f"{m['what'].split(',')[0]} {m['speedup']:.2f}x")
     if said:
@@ -579,7 +602,8 @@ def first_screen(report: dict[str, Any]) -> str:
     )
     host = any(r.get("host") for r in best.values())
     what_of = (
-        "Step: the kernels plus the modelled host time; the kernels' own beside it."
+        "Step: the kernels plus the modelled host idle; beside it the step without "
+        "host idle (calibrated on kernel times and published whole steps)."
         if host
         else "Kernel time only: no host model."
     )

@@ -34,8 +34,20 @@ def range_word(value: float, low: float, high: float) -> str:
     return "inside the range" if value <= high else "above the range"
 
 
+def end_text(x: float) -> str:
+    """A range's end to two decimals, or more (three, at most four) where fewer round
+    it to 1: the verdict (``gist``) is decided on the unrounded end, so 1.004 ("a
+    gain") and 0.996 ("no clear gain") must not both print as 1.00."""
+    for digits in (2, 3, 4):
+        text = f"{x:.{digits}f}"
+        if float(text) != 1:
+            return text
+    return text
+
+
 def span_text(lo: float, hi: float) -> str:
-    return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"
+    a, b = end_text(lo), end_text(hi)
+    return f"{a}x" if a == b else f"{a}x to {b}x"
 
 
 def gist(lo: float, hi: float, point: float | None = None) -> str:
@@ -89,7 +101,10 @@ def speedup_range_verdict(
     kernel = ""
     if rng.get("kernel_point") and rng.get("host"):
         k_span = span_text(rng["kernel_low"], rng["kernel_high"])
-        kernel = f"; predicted kernel time alone {rng['kernel_point']:.2f}x ({k_span})"
+        kernel = (
+            f"; predicted step without the modelled host idle "
+            f"{rng['kernel_point']:.2f}x ({k_span})"
+        )
     line = (
         f"{head}, {layout}: {step_label(rng)} {rng['point']:.2f}x ± "
         f"{math.exp(rng['error']) - 1:.0%} ({span_text(lo, hi)}), "
@@ -149,9 +164,9 @@ def step_label(rng: dict[str, Any]) -> str:
     data = " and the loader's time per batch" if rng.get("data_s") else ""
     return (
         f"predicted step speedup (kernels plus the host's idle time, "
-        f"{host['idle_per_sync_s'] * 1e3:.1f} ms per sync, measured and assumed on "
-        f"every GPU, for {host['loop']}: {plural(host['fp32_syncs'], 'sync')} "
-        f"fp32, {host['amp_syncs']} AMP{data})"
+        f"{host['idle_per_sync_s'] * 1e3:.1f} ms per sync, "
+        f"{host.get('fit') or 'assumed'}, for {host['loop']}: "
+        f"{plural(host['fp32_syncs'], 'sync')} fp32, {host['amp_syncs']} AMP{data})"
     )
 
 
@@ -349,6 +364,8 @@ def committed_measurements(
                 "setting": where,
                 "loop": loop.name if loop else None,
                 "loop_detail": loop.detail if loop else None,
+                "steps": a.record.get("steps"),
+                "amp_kernel_s": a.measured_total_s,  # the profile's kernel time
                 "source": f"{Path(a.path).name}, {Path(b.path).name}: "
                 f"{a.step_s * 1e3:.1f} ms against {b.step_s * 1e3:.1f} ms",
             }
@@ -380,24 +397,18 @@ def committed_measurements(
 
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
-    """The checklist's AMP row for one GPU and precision, ranked by the step: the step
-    timed alone where the committed results hold it for this network, GPU and
-    setting, else the predicted step (the calibrated range's point; the kernels' where
-    there is no host model). The step in the training loop, measured beside its
-    loader, is named in the detail, not ranked. Recommended ("train with AMP") only
-    where the verdict does not call it a loss: a measurement of this setting slower
-    than fp32 by more than ``SAME_SPEED``, or without one a range the first screen
-    calls "a loss" or "no clear loss" (``gist``), reads "keep fp32", unranked."""
+    """The checklist's AMP row for one GPU and precision, ranked like with like: by
+    the predicted step for PyTorch's example loop (the calibrated range's point; the
+    kernels' where there is no host model) for every precision. The measured step
+    timed alone (beside the step predicted for the runner's loop that timed it) and
+    the step in the training loop are named in the detail, not ranked. Recommended
+    ("train with AMP") only where the verdict does not call it a loss: a measurement
+    of this setting slower than fp32 by more than ``SAME_SPEED``, or without one a
+    range the first screen calls "a loss" or "no clear loss" (``gist``), reads
+    "keep fp32", unranked."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
-    alone = [m for m in done if m.get("kind") == "step alone"]
     said = None
-    if alone:
-        m = alone[-1]
-        gain, src = m["speedup"], "measured: step timed alone (committed)"
-        detail = m["what"]
-        if rng["rows"]:
-            detail += f"; predicted {span_text(rng['low'], rng['high'])}"
-    elif rng["rows"]:
+    if rng["rows"]:
         lo, hi = rng["low"], rng["high"]
         gain = rng["point"]
         src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
@@ -408,10 +419,18 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     else:
         gain, src = rng["equal_share"], "equal shares of the bound"
         detail = "no reference for this GPU's families"
+    run = rng.get("runner")
     for m in done:
-        if m.get("kind") == "step in the loop":
+        if m.get("kind") == "step alone":
+            detail += f"; measured: step timed alone {m['speedup']:.2f}x"
+            if m.get("loop") and run:
+                detail += (
+                    f" (the book's runner) against {run['point']:.2f}x "
+                    f"({span_text(run['low'], run['high'])}) predicted for its loop"
+                )
+        elif m.get("kind") == "step in the loop":
             detail += f"; measured in the loop {m['speedup']:.2f}x median per epoch"
-        elif m.get("kind") != "step alone":
+        else:
             detail += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
     slow = [m for m in done if m["speedup"] < 1 - SAME_SPEED]
     if slow:
@@ -431,8 +450,8 @@ def checklist(
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
     """What to try, per GPU (one GPU per row, named), ranked by gain within each GPU:
-    AMP (``_amp_item``: the step timed alone where measured, else the predicted
-    step, or the ratio at equal shares without a range), TF32
+    AMP (``_amp_item``: the predicted step for the example loop, measurements in
+    the detail, or the ratio at equal shares without a range), TF32
     for matrix products (off by default in PyTorch), TF32 for convolutions (on by
     default: listed, never ranked), the input pipeline (with a loader rate), and
     channels_last and cudnn.benchmark as measured on this GPU. ``upper_bounds`` apart:
