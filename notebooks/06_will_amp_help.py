@@ -366,16 +366,18 @@ md(ch6.profile_bound_lines(rdir))
 # references that carry most of the weight are named.
 #
 # The range is of the *step*, and says so. A layer profile's efficiencies give kernel
-# time, so the doctor adds what the GPU waits for the host: the H200 profiles' idle
-# time over their runner's host syncs is {glue:text}`ch6_idle_ms:.1f` ms per sync
-# (measured on one GPU, assumed on every one; `ampbook.predict.hostmodel`), times the
+# time, so the doctor adds what the GPU waits for the host: the H200 profiles' idle time
+# over their runner's host syncs is {glue:text}`ch6_idle_ms:.1f` ms per sync (fitted on
+# one GPU's two profiles, assumed on every GPU; `ampbook.predict.hostmodel`), times the
 # syncs of a loop as PyTorch's AMP examples write it, the loss read each step (one per
 # fp32 step, two per AMP step with GradScaler's check). A published throughput's step
-# time holds its own host time. With `--loader-images-per-s` the step in the loop is
-# at least the loader's time per batch. The kernels' own ratio is printed beside the
-# step's, labelled. A GPU whose fp32 family no reference measured gets no range,
-# only the ratio of its bounds. {numref}`fig-ch6-ranges` shows the ranges of the three
-# networks per GPU, each predicted in NCHW, PyTorch's default layout.
+# time holds its own host time. With `--loader-images-per-s` the step in the loop is at
+# least the loader's time per batch. Beside the step's ratio the first screen prints the
+# "step without host idle" (the calibrated point before the idle time is added: for a
+# layer profile the kernels, for a published throughput its whole step). A GPU whose
+# fp32 family no reference measured gets no range, only the ratio of its bounds.
+# {numref}`fig-ch6-ranges` shows the ranges of the three networks per GPU, each
+# predicted in NCHW, PyTorch's default layout.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Predicted AMP (fp16) speedup over fp32 with TF32, per GPU and network: the bar spans the calibrated range, the dash is the ratio of the roofline bounds (the speedup at equal shares of the bound). The star marks NVIDIA's published ResNet-50 speedup on an A100, at batch 256 with AMP in channels_last, where the bars are at the chapter's batch in NCHW.", "name": "fig-ch6-ranges"}}
 fig, ax = plt.subplots(figsize=(7.0, 3.6))
@@ -616,14 +618,15 @@ md(ch6.step_range_verdicts(gpu_rows))
 # ## What to try
 #
 # The doctor's checklist per GPU, one GPU per row and ranked within it; upper bounds
-# apart. Where the committed results hold the step timed alone for the same network,
-# GPU and setting, that measurement ranks the AMP item ("measured: step timed alone
-# (committed)" in the last column); otherwise the predicted step does ("predicted step
-# (calibrated)"). A step measured in the training loop is named in the detail, never
-# ranked. TF32 appears twice: PyTorch runs cuDNN's
-# convolutions in TF32 by default and keeps matrix products in full fp32 unless asked.
-# The list for the last GPU of the table, each row naming it; then, apart, the gains
-# that are only upper bounds (each at equal shares of the bound: the element-wise
+# apart. The AMP item is ranked like with like, by the step predicted for a loop as
+# PyTorch's AMP examples write it, for every precision and network. Where the committed
+# results hold the step timed alone for the same network, GPU and setting, the doctor's
+# detail names it beside the step it predicts for the runner's loop that timed it, and a
+# measurement clearly slower than fp32 turns the item into "keep fp32"; the step
+# measured in the training loop is named there too, never ranked. TF32 appears twice: PyTorch runs
+# cuDNN's convolutions in TF32 by default and keeps matrix products in full fp32 unless
+# asked. The list for the last GPU of the table, each row naming it; then, apart, the
+# gains that are only upper bounds (each at equal shares of the bound: the element-wise
 # operators' share of the time taken as their share of the bound):
 
 # %% tags=["hide-input"]
