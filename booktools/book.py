@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         message, _, tail = str(err).partition("\n")
         if tail:  # the build log's last lines first, then the one error line
             print(tail, file=sys.stderr)
-        print(f"error: {message}", file=sys.stderr)
+        cli.say(message)
         return err.exit_code  # 2: the inputs or --out; 1: the build failed
     except KeyboardInterrupt:
         print(

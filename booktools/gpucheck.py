@@ -631,37 +631,33 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
     if args.plan:
-        print(
-            "error: --plan is gone: the whole lease is one call now, "
-            "python3 -m booktools.gpucheck --lease --out DIR",
-            file=sys.stderr,
+        cli.say(
+            "--plan is gone: the whole lease is one call now, "
+            "python3 -m booktools.gpucheck --lease --out DIR"
         )
         return 2
     if not args.out:
-        print(
-            "error: --out DIR is required "
-            "(the folder the report and results are written to)",
-            file=sys.stderr,
+        cli.say(
+            "--out DIR is required (the folder the report and results are written to)"
         )
         return 2
     if args.budget_s is not None and not (
         RESERVE_S + MIN_STAGE_S < args.budget_s < float("inf")
     ):
-        print(
-            f"error: --budget-s must be more than {RESERVE_S + MIN_STAGE_S:.0f} s, "
-            f"got {args.budget_s:g}",
-            file=sys.stderr,
+        cli.say(
+            f"--budget-s must be more than {RESERVE_S + MIN_STAGE_S:.0f} s, "
+            f"got {args.budget_s:g}"
         )
         return 2
     try:
         selected = select_stages(args.lease, args.stages)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return 2
     budget = args.budget_s or default_budget(selected, args.dry_run)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        print(f"error: --out {out} exists and is not a folder", file=sys.stderr)
+        cli.say(f"--out {out} exists and is not a folder")
         return 2
     check_out(out)
     work = Path(args.work) if args.work else WORK_DIR

@@ -464,10 +464,9 @@ def show_main(path: Path) -> int:
         record = json.loads(cli.read_text(path, "--show"))
         ladder = read_ladder(record, str(path))
     except (ValueError, ResultsError) as err:
-        print(
-            f"error: --show {path}: not a readable ladder record ({err}); give a "
-            "ladder_<gpu>.json written by python -m ampbook.bench ladder --json",
-            file=sys.stderr,
+        cli.say(
+            f"--show {path}: not a readable ladder record ({err}); give a "
+            "ladder_<gpu>.json written by python -m ampbook.bench ladder --json"
         )
         return 2
     print(format_table(ladder))
@@ -482,7 +481,7 @@ def run_main(args) -> int:
     try:
         spec, isolate, notes = build_spec(args)
     except LadderError as err:
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return 2
     threads = args.threads
     if threads is None and not spec.device.startswith("cuda"):
@@ -547,7 +546,7 @@ def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
             log=progress_log(len(spec.rungs) * len(spec.modes)),
         )
     except LadderError as err:
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return 2
     print()
     print(format_table(ladder))

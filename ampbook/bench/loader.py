@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             args.threads,
         )
     except (FileNotFoundError, ValueError) as err:  # the data: an input
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return 2
     print(format_table(result))
     if args.json:

@@ -471,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             **({} if args.quick else {"min_time": args.min_time}),
         )
     except (ValueError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        cli.say(str(e))
         return 2
     report(record)
     print(

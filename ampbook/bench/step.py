@@ -568,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dev = pick_device(args.device)
     except (RuntimeError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return 2
     gpu = dev.type == "cuda"
 
@@ -600,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             cli.check_output_file(args.json, "--json", overwrite=args.overwrite)
     except (ConfigError, cli.UserError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return 2
     env = environment(dev)
     load = machine_load()

@@ -324,8 +324,12 @@ def references_table(rng: dict[str, Any]) -> str:
     rows = sorted(rng["rows"], key=nearness)
     return md_table_text(
         [
-            (r["label"], r.get("publisher") or r["kind"], distance_text(r),
-             *here_there(r))
+            (
+                r["label"],
+                r.get("publisher") or r["kind"],
+                distance_text(r),
+                *here_there(r),
+            )
             for r in rows
         ],  # fmt: skip
         ["reference", "from", "distance", "predicted here (x)", "measured there (x)"],

@@ -20,6 +20,7 @@ from torch import nn
 from ampbook.core import cli
 from ampbook.core.errors import first_line
 from ampbook.core.precision import PRECISIONS
+from ampbook.core.words import nearest
 
 AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
 LOSSES = ("cross-entropy", "mse")
@@ -216,18 +217,30 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
     for raw in (n.strip().lower() for n in items if n.strip()):
         hits = gpu_hits(raw, devices)
         if len(hits) != 1:
-            known = ", ".join(
-                f"{k} ({devices[k].short_name})" for k in (hits or devices)
-            )
-            what = (
-                f"ambiguous GPU {raw!r}: it names {known}"
-                if hits
-                else (f"unknown GPU {raw!r}; the table knows {known}")
-            )
-            raise DoctorError(f"--gpus: {what} (a key, a short name or an alias)")
+            raise DoctorError(f"--gpus: {_gpu_miss(raw, hits, devices)}")
         if hits[0] not in keys:
             keys.append(hits[0])
     return keys
+
+
+def _gpu_miss(raw: str, hits: list[str], devices) -> str:
+    """Why ``raw`` names no single GPU: the keys it could mean when ambiguous; when
+    unknown, the nearest keys (a typo's likely meaning, ``words.nearest``) or, with
+    none near, the table's short names."""
+    if hits:
+        known = ", ".join(f"{k} ({devices[k].short_name})" for k in hits)
+        return f"ambiguous GPU {raw!r}: it names {known}"
+    names = {k: k for k in devices}
+    for k, d in devices.items():
+        names.update({a: k for a in (d.short_name.lower(), *d.aliases)})
+    near = list(dict.fromkeys(names[n] for n in nearest(raw, names, n=6)))[:3]
+    if near:
+        return (
+            f"unknown GPU {raw!r}; did you mean {' or '.join(near)}? "
+            "(a key, a short name or an alias)"
+        )
+    short = ", ".join(d.short_name for d in devices.values())
+    return f"unknown GPU {raw!r}; the table knows {short}"
 
 
 def table_key(device_name: str) -> str | None:

@@ -8,8 +8,6 @@ that ``--help`` and a bad option are answered before they are imported.
 
 from __future__ import annotations
 
-import sys
-
 from ampbook.core import cli
 
 
@@ -89,6 +87,6 @@ def main(argv: list[str] | None = None) -> int:
             if (root / "leftImg8bit" / split).is_dir():
                 print(f"{split}: {len(list_pairs(root, split))} image/label pairs")
     except (FileNotFoundError, FileExistsError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)  # the settings, or the data's folder
+        cli.say(str(err))  # the settings, or the data's folder
         return 2
     return 0

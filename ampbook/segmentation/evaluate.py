@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -234,14 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device = pick_device(args.device)
     except (RuntimeError, ValueError) as err:  # no CUDA, or not a device name
-        print(f"error: --device {args.device}: {err}", file=sys.stderr)
+        cli.say(f"--device {args.device}: {err}")
         return 2
     try:
         result = evaluate_folder(
             args.pred_dir, args.data_root, args.split, device=device
         )
     except (FileNotFoundError, ValueError) as err:  # the inputs (DataError too)
-        print(f"error: {err}", file=sys.stderr)
+        cli.say(str(err))
         return 2
     print(json.dumps(result, indent=1))
     return 0

@@ -155,7 +155,7 @@ def check_shared_schedulers(rule: str = "count", steps: int = 3, seed: int = 0):
     in the second loss of the first iteration (the second optimizer skips, the first
     steps, the scale halves); each scheduler stepped by ``rule``."""
     if rule not in ("scale", "count"):
-        raise ValueError(f"error: rule must be 'scale' or 'count', not {rule!r}")
+        raise ValueError(f"rule must be 'scale' or 'count', not {rule!r}")
     models = [tiny_model(seed), tiny_model(seed + 1)]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     schedulers = [
