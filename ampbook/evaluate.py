@@ -1,13 +1,79 @@
-"""``python -m ampbook.evaluate``: Cityscapes predictions scored as the official
-evaluation does.
+"""Evaluate a folder of Cityscapes predictions the way the official evaluation does.
 
-The command's name only: it is ``ampbook.segmentation.evaluate``, at its layer of the
-library (DEVELOPING.md, "Layout"). Nothing in ``ampbook`` imports this module.
+    python -m ampbook.evaluate PRED_DIR --data-root ROOT [--split val]
+
+Predictions are PNGs of Cityscapes labelIds (not trainIds), one per ground-truth image,
+at the ground truth's size. As in cityscapesscripts'
+``evalPixelLevelSemanticLabeling.py``, the prediction of
+``gtFine/SPLIT/CITY/CITY_SEQ_FRAME_gtFine_labelIds.png`` is the one file under PRED_DIR
+(searched recursively) whose name matches ``CITY_SEQ_FRAME*.png``, e.g.
+``CITY_SEQ_FRAME_leftImg8bit.png`` or ``CITY_SEQ_FRAME_pred.png``. The metrics are those
+of ``ampbook.segmentation.metrics`` (IoU per class, its mean over the classes that
+occur, pixel accuracy) and are printed as JSON.
 """
 
+from __future__ import annotations
+
+import json
 import sys
 
-from ampbook.segmentation.evaluate import main
+from ampbook.core import cli
+
+
+def build_parser() -> cli.ArgumentParser:
+    """The command's options (light: ``--help`` imports no torch)."""
+    parser = cli.ArgumentParser(
+        prog="python -m ampbook.evaluate",
+        description="Evaluate a folder of Cityscapes predictions the way the "
+        "official evaluation does: labelId PNGs, one per ground-truth image at its "
+        "size, found by name (CITY_SEQ_FRAME*.png). Prints IoU per class, their "
+        "mean and the pixel accuracy as JSON.",
+        formatter_class=cli.HelpFormatter,
+    )
+    parser.add_argument(
+        "pred_dir",
+        metavar="PRED_DIR",
+        help="folder of labelId PNG predictions (searched recursively)",
+    )
+    parser.add_argument(
+        "--data-root",
+        default=None,
+        metavar="ROOT",
+        help="Cityscapes root (default: $CITYSCAPES_DATASET)",
+    )
+    parser.add_argument(
+        "--split", default="val", help="the split whose ground truth is compared"
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the confusion matrix is accumulated (cpu, cuda or auto)",
+    )
+    return parser
+
+
+@cli.command("python -m ampbook.evaluate")
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from ampbook.core.devices import pick_device
+    from ampbook.segmentation.metrics import evaluate_folder
+
+    try:
+        device = pick_device(args.device)
+    except (RuntimeError, ValueError) as err:  # no CUDA, or not a device name
+        cli.say(f"--device {args.device}: {err}")
+        return 2
+    try:
+        result = evaluate_folder(
+            args.pred_dir, args.data_root, args.split, device=device
+        )
+    except (FileNotFoundError, ValueError) as err:  # the inputs (DataError too)
+        cli.say(str(err))
+        return 2
+    print(json.dumps(result, indent=1))
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@
     python -m booktools.doctor_bench [--model torchvision:resnet50]
         [--input 3,224,224] [--batch 32] [--device cpu] [--target-s 60] [--json PATH]
 
-runs ``ampbook.predict.diagnosis.diagnose`` once, measured steps included (the doctor
+runs ``ampbook.chapters.ch6.diagnosis.diagnose`` once, measured steps included (the doctor
 times them at a small size on a CPU), and prints the wall time of each part (building
 the model, tracing, roofline, the verdict, the timed steps), their total, the answer's
 time (what the command takes to print its first screen), and the time since Python
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     from ampbook.measure.timing import machine_load
-    from ampbook.predict.diagnosis import DoctorConfig, diagnose
+    from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
     from ampbook.predict.specs import DoctorError, parse_input
 
     if a.json:  # checked before the report is timed, written after

@@ -16,7 +16,7 @@ DEVELOPING.md, "The GPU check on a lent machine"):
   ``--dry-run``);
 * ``env``: the environment (``ampbook.core.env``, nvidia-smi, package versions);
 * ``data``: the synthetic Cityscapes sets the later stages read (``build/cache``);
-* ``ladder``: chapter 7's ladder (``ampbook.bench.ladder``), fp32 with TF32 and
+* ``ladder``: chapter 7's ladder (``ampbook.chapters.ch7.rungs``), fp32 with TF32 and
   amp-fp16, rungs 0 to 4, rung by rung (the two modes take turns at each rung);
 * ``compile``: rung 5 (``torch.compile``), amp-fp16 then TF32; the compile cache saved
   through ``torch.compiler.save_cache_artifacts()`` as ``compile_cache.bin``;
@@ -351,7 +351,7 @@ def stage_profile(work: Path, dry: bool, channels_last: bool) -> None:
 
 def _ladder_spec(dry: bool, stage: str):
     """The ladder stage ``stage``'s spec: the ladder's size, its modes and rungs."""
-    from ampbook.bench.ladder import LadderSpec
+    from ampbook.chapters.ch7.rungs import LadderSpec
 
     sizes = STAGE_SIZES["dry" if dry else "gpu"]
     modes, rungs = sizes["cells"][stage]
@@ -410,10 +410,10 @@ def stage_ladder(work: Path, dry: bool, stage: str) -> None:
 
     import torch
 
-    from ampbook.bench.ladder import LadderError
-    from ampbook.bench.ladder_record import ladder_path
-    from ampbook.bench.ladder_report import format_table, format_targets
-    from ampbook.bench.ladder_run import run_ladder
+    from ampbook.chapters.ch7.rungs import LadderError
+    from ampbook.chapters.ch7.ladder_record import ladder_path
+    from ampbook.chapters.ch7.ladder_report import format_table, format_targets
+    from ampbook.chapters.ch7.ladder_run import run_ladder
 
     if not dry and not torch.cuda.is_available():
         raise RuntimeError(f"no CUDA device: the {stage} stage needs one")
@@ -445,7 +445,7 @@ def stage_ladder(work: Path, dry: bool, stage: str) -> None:
 
 def stage_loader(work: Path, dry: bool) -> None:
     from booktools.layers import loader_record, save_json
-    from ampbook.bench.loader import format_table
+    from ampbook.chapters.ch5.bench_loader import format_table
     from ampbook.segmentation.synthetic import synthetic_root
 
     s = STAGE_SIZES["dry" if dry else "gpu"]["loader"]

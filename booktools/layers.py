@@ -28,7 +28,7 @@ The record (schema ``ampbook.layer_profile/1``, read by ``ampbook.results``)::
      "unattributed_s", "layers": [{"scope", "type", "measured_s", "forward_s",
                                    "backward_s", "predicted_s"}]}
 
-``loader_record(...)`` is ``ampbook.bench.loader.measure_loader``'s result with
+``loader_record(...)`` is ``ampbook.chapters.ch5.bench_loader.measure_loader``'s result with
 ``schema`` ``ampbook.loader_sweep/1``, ``created`` and ``environment`` added.
 """
 
@@ -282,8 +282,8 @@ def profile_layers(
 
 
 def loader_record(**kwargs) -> dict:
-    """``ampbook.bench.loader.measure_loader(**kwargs)`` as a results record."""
-    from ampbook.bench.loader import measure_loader
+    """``ampbook.chapters.ch5.bench_loader.measure_loader(**kwargs)`` as a results record."""
+    from ampbook.chapters.ch5.bench_loader import measure_loader
     from ampbook.core.env import environment
 
     result = measure_loader(**kwargs)

@@ -83,18 +83,9 @@ import numpy as np
 import torch
 
 from ampbook import results
-from ampbook.bench.machine_load import load_verdict
-from ampbook.bench.matmul import make_record, roofline_ceilings, save_record
-from ampbook.bench.sweeps import (
-    conv_sweep,
-    elementwise_sweep,
-    matmul_sweep,
-    outside_spread,
-    read_from,
-    shape_cliff,
-    shape_penalties,
-    supported_dtypes,
-)
+from ampbook.measure.timing import load_verdict
+from ampbook.chapters.ch2.bench_matmul import make_record, roofline_ceilings, save_record
+from ampbook.chapters.ch2.bench_sweeps import conv_sweep, elementwise_sweep, matmul_sweep, outside_spread, read_from, shape_cliff, shape_penalties, supported_dtypes
 from ampbook.chapters import ch2
 from ampbook.core.devices import (
     attainable_tflops,
@@ -702,7 +693,7 @@ md(ch2.roofline_verdict(roof, ceilings))
 # The GPU sweeps shown in {numref}`fig-ch2-matmul-size` are committed as JSON under
 # `data/results/` (`tensor_cores_<gpu>.json`, written by `python -m ampbook.bench matmul
 # --save ...` or by this notebook with `save_results`; the format is documented in
-# `ampbook/bench/matmul.py`). Each one's best matmul per dtype against its GPU's published
+# `ampbook/chapters/ch2/bench_matmul.py`). Each one's best matmul per dtype against its GPU's published
 # peak:
 
 # %%

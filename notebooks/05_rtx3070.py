@@ -111,9 +111,9 @@ import numpy as np
 import torch
 from myst_nb import glue
 
-from ampbook.bench.loader import measure_loader
-from ampbook.bench.machine_load import load_verdict
-from ampbook.bench.step import step_rounds
+from ampbook.chapters.ch5.bench_loader import measure_loader
+from ampbook.measure.timing import load_verdict
+from ampbook.chapters.ch5.bench_step import step_rounds
 from ampbook.chapters import ch3, ch5
 from ampbook.core.devices import (
     attainable_tflops,
@@ -127,7 +127,7 @@ from ampbook.core.precision import autocast_dtype
 from ampbook.measure.cpu_kernels import probe_conv
 from ampbook.measure.memory import fit_line, saved_for_backward
 from ampbook.measure.timing import machine_load, time_elementwise, time_matmul
-from ampbook.predict.calibration import layout_factor
+from ampbook.predict.calibrate import layout_factor
 from ampbook.predict.pace import loader_images_per_s, pace_verdict, speedup_verdict
 from ampbook.predict.references import load_bounds, load_published, references
 from ampbook.predict.roofline import Ceilings, op_time, predict
@@ -997,7 +997,7 @@ md(pace_verdict(e["images"] / max(e["data_wait_s"], 1e-9), e["images"] / e["step
 # and an epoch of two images says little about speed anyway. AMP against fp32 on this
 # device is therefore timed on steps alone, the precisions taking turns for
 # {glue:text}`ch5_rounds` rounds at {glue:text}`ch5_chk_w`x{glue:text}`ch5_chk_h`
-# (`ampbook.bench.step.step_rounds`), and read as a speedup per round with its spread.
+# (`ampbook.chapters.ch5.bench_step.step_rounds`), and read as a speedup per round with its spread.
 
 # %%
 chk = {p: TrainConfig(precision=p, device=str(device), height=check_height,

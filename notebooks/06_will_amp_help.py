@@ -95,15 +95,8 @@ from ampbook.core.devices import display_name
 from ampbook.core.page import GIB, MIB, bar_style, glue_all, md, md_table, use_style
 from ampbook.core.words import plural
 from ampbook.measure.cpu_kernels import probe_conv
-from ampbook.predict.calibration import (
-    ERRORS,
-    WEIGHTS,
-    calibrated_range,
-    layout_factor,
-    layout_text,
-    leave_one_out,
-)
-from ampbook.predict.diagnosis import DoctorConfig, diagnose
+from ampbook.predict.calibrate import ERRORS, WEIGHTS, calibrated_range, layout_factor, layout_text, leave_one_out
+from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
 from ampbook.predict.hostmodel import RUNNER_2026_11_30, host_model
 from ampbook.predict.references import (
     heldout_references,
@@ -111,9 +104,9 @@ from ampbook.predict.references import (
     load_published,
     references,
 )
-from ampbook.predict.report_text import NEAR_FLOOR, measured_table, to_markdown
+from ampbook.chapters.ch6.report_text import NEAR_FLOOR, measured_table, to_markdown
 from ampbook.predict.specs import table_key
-from ampbook.predict.verdict import measured_verdict
+from ampbook.chapters.ch6.verdict import measured_verdict
 from ampbook.results import load_results_dir
 
 use_style()
@@ -649,7 +642,7 @@ md_table([(c["gpu"], name, c["item"], c["gain"], c["detail"])
 #
 # Each reference was measured on one network, batch, layout and GPU. Left out of the
 # references, what do the others predict for it? The leave-one-out (`python -m
-# ampbook.predict.calibration --predictions` prints the same table) gives each one's point and
+# ampbook.predict.calibrate --predictions` prints the same table) gives each one's point and
 # range from the others, the references that set it, and whether the range holds what
 # was measured; {numref}`fig-ch6-loo` plots the prediction against the measurement.
 # Like is scored with like: a published reference timed the whole step, so its *step

@@ -53,7 +53,7 @@ threads = 0  # torch threads for this machine's ladder (0: torch's default)
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
-from ampbook.bench.ladder import MODE_SETTINGS, RUNG_INDICES
+from ampbook.chapters.ch7.rungs import MODE_SETTINGS, RUNG_INDICES
 from ampbook.core import params
 from ampbook.core.env import print_environment
 
@@ -82,8 +82,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from ampbook.bench import ladder as bl
-from ampbook.bench import ladder_predict, ladder_report, ladder_run
+from ampbook.chapters.ch7 import rungs as bl
+from ampbook.chapters.ch7 import ladder_predict
+from ampbook.chapters.ch7 import ladder_report
+from ampbook.chapters.ch7 import ladder_run
 from ampbook.chapters import ch5, ch7
 from ampbook.core.devices import display_name, pick_device
 from ampbook.core.page import glue_all, md, md_table, use_style
@@ -498,7 +500,7 @@ print(f"losses, read once at the end ({device.type}, autocast to {amp_dtype}, ra
 # unprofiled one: the cell below first times the same steps without it (the two wall
 # times differ by that overhead and by this machine's noise), then profiles them and
 # splits the profiled steps' wall time this way. The ladder's `profile_steps`
-# (`ampbook.bench.ladder_measure`) profiles every rung the same way; its table then
+# (`ampbook.chapters.ch7.ladder_measure`) profiles every rung the same way; its table then
 # takes the busy time from the median unprofiled step.
 
 # %%

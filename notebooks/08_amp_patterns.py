@@ -79,18 +79,16 @@ import os
 import torch
 
 from ampbook import results
-from ampbook.bench.patterns import (
-    accumulation,
-    checkpointing,
-    compiled,
-    custom_function,
-    ddp,
-    fp16_or_bf16,
-    fsdp,
-    inference,
-    penalty,
-    shared_scaler,
-)
+from ampbook.chapters.ch8 import accumulation
+from ampbook.chapters.ch8 import checkpointing
+from ampbook.chapters.ch8 import compiled
+from ampbook.chapters.ch8 import custom_function
+from ampbook.chapters.ch8 import ddp
+from ampbook.chapters.ch8 import fp16_or_bf16
+from ampbook.chapters.ch8 import fsdp
+from ampbook.chapters.ch8 import inference
+from ampbook.chapters.ch8 import penalty
+from ampbook.chapters.ch8 import shared_scaler
 from ampbook.chapters import ch8
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.page import MIB, glue_all, md, md_table
@@ -113,7 +111,7 @@ load = os.getloadavg()[0]
 # a CPU through such an operator (the inference check's softmax below) is not the
 # difference a GPU would show. The scaler patterns use {glue:text}`amp_dtype`; fp16
 # on a CPU runs slow fallback kernels, so the sizes are tiny. The small network of most sections,
-# `TinyNet` (`ampbook.bench.patterns.tiny`), is three convolutions to per-pixel class
+# `TinyNet` (`ampbook.chapters.ch8.tiny`), is three convolutions to per-pixel class
 # scores, trained with cross-entropy per pixel as ERFNet is, with an optional batch
 # norm.
 #
@@ -138,7 +136,7 @@ print(inspect.getsource(accumulation.accumulate_step))
 # difference over the largest update. Two sums of the same terms in another order
 # differ by rounding only; the tolerance is 64 unit roundoffs of fp32 for fp32 and 4
 # of the 16-bit type under autocast (`rounding_tolerance`, in
-# `ampbook.bench.patterns.tiny`):
+# `ampbook.chapters.ch8.tiny`):
 
 # %%
 acc = [

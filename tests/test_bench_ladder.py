@@ -13,9 +13,14 @@ from pathlib import Path
 import pytest
 from _chapters import FIXTURES
 
-from ampbook.bench import ladder as bl
-from ampbook.bench import ladder_predict, ladder_record, ladder_report, ladder_run
 from ampbook.chapters import ch7
+from ampbook.chapters.ch7 import (
+    ladder_predict,
+    ladder_record,
+    ladder_report,
+    ladder_run,
+)
+from ampbook.chapters.ch7 import rungs as bl
 from ampbook.core.paths import REPO_ROOT
 from ampbook.results import (
     MODES,
@@ -632,7 +637,7 @@ def test_a_cpu_profile_counts_the_optimizers_operators_as_busy():
     # still operators the CPU spends its time in, not idle time between them
     import torch
 
-    from ampbook.bench.ladder_measure import profile_steps
+    from ampbook.chapters.ch7.ladder_measure import profile_steps
 
     torch.manual_seed(0)
     model = torch.nn.Linear(256, 256)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ampbook import bench
-from ampbook.bench.loader import format_table, measure_loader
+from ampbook.chapters.ch5.bench_loader import format_table, measure_loader
 from ampbook.segmentation.synthetic import synthesize
 
 

@@ -1,4 +1,5 @@
-"""ampbook.bench.sweeps and ampbook.bench.matmul: the chapter's sweeps skip what would
+"""ampbook.chapters.ch2.bench_sweeps and ampbook.chapters.ch2.bench_matmul: the
+chapter's sweeps skip what would
 be too slow, records round-trip through the documented JSON format, and the benchmark
 prints its ratios."""
 
@@ -9,8 +10,8 @@ import json
 import pytest
 
 from ampbook import bench
-from ampbook.bench.matmul import load_records, make_record, save_record
-from ampbook.bench.sweeps import (
+from ampbook.chapters.ch2.bench_matmul import load_records, make_record, save_record
+from ampbook.chapters.ch2.bench_sweeps import (
     elementwise_sweep,
     matmul_sweep,
     shape_cliff,
@@ -93,7 +94,7 @@ def test_benchmark_prints_ratios_and_saves(tmp_path, capsys):
 
 
 def test_load_verdict():
-    from ampbook.bench.machine_load import load_verdict
+    from ampbook.measure.timing import load_verdict
 
     assert "BUSY" in load_verdict({"load1": 3.0, "cpus": 2, "busy": True}, "cpu")
     assert "quiet" in load_verdict({"load1": 0.1, "cpus": 2, "busy": False}, "cpu")
@@ -104,7 +105,7 @@ def test_load_verdict():
 
 
 def test_conv_sweep_times_forward_and_training_pass_and_skips_slow_dtypes():
-    from ampbook.bench.sweeps import conv_sweep
+    from ampbook.chapters.ch2.bench_sweeps import conv_sweep
 
     rows, skipped, fitted = conv_sweep([1, 4, 8, 8], ["fp32", "bf16"], "cpu", **FAST)
     assert fitted is None and {(r["batch"], r["height"]) for r in rows} == {(1, 8)}
@@ -127,7 +128,7 @@ def test_a_convolution_too_slow_for_max_call_s_is_timed_smaller(monkeypatch):
     """A dtype whose probe runs far slower than fp32 (here a fake bf16 600x slower:
     the CPU fallback's case) shrinks the convolution every dtype is timed at, to fit
     max_call_s, and the line says the shape, the prediction and its source."""
-    from ampbook.bench import sweeps
+    from ampbook.chapters.ch2 import bench_sweeps as sweeps
 
     calls = []
 
@@ -160,7 +161,7 @@ def test_a_convolution_too_slow_for_max_call_s_is_timed_smaller(monkeypatch):
 
 
 def test_read_from_counts_the_rotated_input_sets():
-    from ampbook.bench.sweeps import read_from
+    from ampbook.chapters.ch2.bench_sweeps import read_from
 
     row = {"dtype": "fp32", "numel": 2**20, "bytes_moved": 12 * 2**20, "buffers": 1}
     assert read_from(row, 8 * 2**20) == "cache"  # 12 MiB against 2 x 8 MiB
@@ -184,7 +185,7 @@ def test_sizes_beyond_the_limit_are_one_error(argv, words, capsys):
 
 
 def test_every_option_has_help():
-    from ampbook.bench.matmul import build_parser
+    from ampbook.chapters.ch2.bench_matmul import build_parser
 
     for action in build_parser()._actions:
         assert action.help, action.option_strings

@@ -3,7 +3,7 @@ measure and return (no timing is asserted)."""
 
 import pytest
 
-from ampbook.bench.step import (
+from ampbook.chapters.ch5.bench_step import (
     SYNC_EVERY,
     main,
     measure_data_cache,

@@ -1,11 +1,12 @@
-"""``ampbook.bench.step.step_rounds``: configurations timed in turns, one time per
+"""``ampbook.chapters.ch5.bench_step.step_rounds``: configurations timed in turns, one
+time per
 round."""
 
 from __future__ import annotations
 
 import pytest
 
-from ampbook.bench.step import step_rounds
+from ampbook.chapters.ch5.bench_step import step_rounds
 from ampbook.train import TrainConfig
 
 

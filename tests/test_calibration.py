@@ -9,10 +9,11 @@ import statistics
 import pytest
 import yaml
 
+from ampbook.chapters.ch6 import diagnosis, report_text
 from ampbook.core.paths import REPO_ROOT
-from ampbook.predict import calibration as cal
-from ampbook.predict import diagnosis, report_text, specs
+from ampbook.predict import calibrate as cal
 from ampbook.predict import references as refs_mod
+from ampbook.predict import specs
 from ampbook.predict.opcost import OP_CLASSES
 from ampbook.predict.references import references
 from ampbook.results import load_results_dir
@@ -268,7 +269,7 @@ def test_predictions_table_is_the_leave_one_out(capsys, tmp_path, monkeypatch):
 
 
 def test_every_option_has_help():
-    from ampbook.predict.calibration import build_parser
+    from ampbook.predict.calibrate import build_parser
 
     for action in build_parser()._actions:
         assert action.help, action.option_strings

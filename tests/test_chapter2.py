@@ -8,8 +8,8 @@ import pytest
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
 from ampbook import results
-from ampbook.bench.sweeps import shape_penalties
 from ampbook.chapters import ch2
+from ampbook.chapters.ch2.bench_sweeps import shape_penalties
 from ampbook.core.devices import load_devices
 
 
@@ -155,8 +155,8 @@ def test_elementwise_verdict():
 
 
 def test_roofline_ceilings_rows_and_verdict():
-    from ampbook.bench.matmul import roofline_ceilings
     from ampbook.chapters.ch2 import roofline_rows, roofline_verdict
+    from ampbook.chapters.ch2.bench_matmul import roofline_ceilings
     from ampbook.core.devices import load_devices
 
     best = {"fp32": dict(_row("fp32", 256, 1e-3), bytes_moved=3 * 256**2 * 4, gbps=1.0)}

@@ -9,9 +9,9 @@ import re
 import pytest
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
-from ampbook.bench import ladder as bl
-from ampbook.bench import ladder_report
 from ampbook.chapters import ch7
+from ampbook.chapters.ch7 import ladder_report
+from ampbook.chapters.ch7 import rungs as bl
 from ampbook.results import MODE_LABELS, load_results_dir
 
 

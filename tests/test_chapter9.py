@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from ampbook.chapters.ch9 import (
-    checkpointing,
-    compiled,
-    fp8,
-    overflow,
-    ranks,
-    scheduler,
-    tf32,
-)
-from ampbook.chapters.ch9 import memory as ch9_memory
+from ampbook.chapters.ch9 import compile_autocast as compiled
+from ampbook.chapters.ch9 import fp8, overflow, ranks, scheduler, tf32
+from ampbook.chapters.ch9 import recompute as checkpointing
+from ampbook.chapters.ch9 import weight_copies as ch9_memory
 from ampbook.core.devices import load_devices
 from ampbook.core.env import tf32_state
 

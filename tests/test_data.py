@@ -9,8 +9,8 @@ import torch
 from cityscapesscripts.helpers.labels import labels as cs_labels
 from PIL import Image
 
+from ampbook import data as data_command
 from ampbook.segmentation import cityscapes as data
-from ampbook.segmentation import data_command
 from ampbook.segmentation.cityscapes import (
     CLASS_NAMES,
     IGNORE_INDEX,

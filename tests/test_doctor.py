@@ -9,11 +9,13 @@ import pytest
 import torch
 from torch import nn
 
+from ampbook import doctor
 from ampbook.chapters import ch6
+from ampbook.chapters.ch6 import diagnosis, report_text, verdict
 from ampbook.core import cli
 from ampbook.core.paths import REPO_ROOT
 from ampbook.measure.memory import saved_for_backward
-from ampbook.predict import diagnosis, doctor, report_text, specs, verdict
+from ampbook.predict import specs
 from tests._cli import one_error
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "results"
@@ -416,8 +418,8 @@ def test_cpu_timing_table_says_what_each_number_is(report):
 def test_progress_lines_while_cpu_steps_are_timed():
     import io
 
+    from ampbook.chapters.ch6.measured import cpu_rounds
     from ampbook.core.cli import Progress
-    from ampbook.predict.measured import cpu_rounds
 
     model = tiny_classifier()
     out = io.StringIO()
@@ -858,7 +860,7 @@ def test_erfnet_on_the_h200_heads_with_the_measured_step_beside_the_prediction()
 def test_section_5_says_the_step_basis_once_not_under_every_gpu():
     """The host model behind every step prediction was repeated under each of the 30
     GPU x precision items of section 5; it is said once above the list."""
-    from ampbook.predict.report_text import _verdict_lines
+    from ampbook.chapters.ch6.report_text import _verdict_lines
 
     host = {"idle_per_sync_s": 0.004, "loop": "loop L", "fp32_syncs": 1, "amp_syncs": 2}
     ranges = [{"host": host}, {"host": host}]

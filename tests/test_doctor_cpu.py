@@ -13,9 +13,10 @@ import pytest
 import torch
 from torch import nn
 
+from ampbook import doctor
+from ampbook.chapters.ch6 import diagnosis, verdict
+from ampbook.chapters.ch6.measured import measure
 from ampbook.core import cli
-from ampbook.predict import diagnosis, doctor, verdict
-from ampbook.predict.measured import measure
 
 
 class SlowInFp16(nn.Module):

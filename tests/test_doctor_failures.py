@@ -10,9 +10,11 @@ import pytest
 import torch
 from torch import nn
 
+from ampbook import doctor
+from ampbook.chapters.ch6 import diagnosis, verdict
 from ampbook.measure.memory import saved_for_backward
-from ampbook.predict import calibration as cal
-from ampbook.predict import diagnosis, doctor, specs, verdict
+from ampbook.predict import calibrate as cal
+from ampbook.predict import specs
 from ampbook.predict.pace import speedup_verdict
 from ampbook.predict.steptrace import relabel, trace_step
 from tests._cli import one_error

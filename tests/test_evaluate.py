@@ -1,4 +1,4 @@
-"""ampbook.segmentation.evaluate against cityscapesscripts' own pixel-level
+"""ampbook.evaluate against cityscapesscripts' own pixel-level
 evaluation."""
 
 import copy
@@ -12,10 +12,10 @@ import pytest
 import torch
 from PIL import Image
 
+from ampbook.evaluate import main
 from ampbook.segmentation.cityscapes import CLASS_NAMES, Cityscapes
-from ampbook.segmentation.evaluate import (
+from ampbook.segmentation.metrics import (
     evaluate_folder,
-    main,
     save_prediction,
     save_predictions,
 )

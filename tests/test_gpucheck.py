@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbook.bench.ladder_run import PARTIAL_END
+from ampbook.chapters.ch7.ladder_run import PARTIAL_END
 from ampbook.core.paths import REPO_ROOT
 from ampbook.core.words import slug
 from ampbook.results import load_results_dir

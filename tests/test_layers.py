@@ -21,7 +21,6 @@ LAYERS = (
     "results",
     "train",
     "predict",
-    "bench",
     "chapters",
 )
 MAX_LINES = 900
@@ -98,6 +97,40 @@ def test_imports_point_down_the_layers():
     assert upward == [], "imports up the stack:\n" + "\n".join(sorted(upward))
 
 
+def chapter(name: str) -> int | None:
+    """The chapter number of a module in a chapter's folder (``ampbook.chapters.ch7``
+    and everything under it: 7), else None."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[1] == "chapters" and parts[2].startswith("ch"):
+        return int(parts[2][2:])
+    return None
+
+
+def later_chapters(found: dict[str, list[tuple[int, str]]]) -> list[str]:
+    """Imports from a chapter's folder into a later chapter's: a chapter builds on
+    the chapters before it, as the reader does, never on one ahead."""
+    return sorted(
+        f"{name} imports {target}"
+        for name, hits in found.items()
+        for _, target in hits
+        if chapter(name) is not None
+        and chapter(target) is not None
+        and chapter(target) > chapter(name)
+    )
+
+
+def test_a_chapter_imports_only_earlier_chapters():
+    assert later_chapters(graph()) == [], "\n".join(later_chapters(graph()))
+
+
+def test_an_import_of_a_later_chapter_is_found():
+    found = {"ampbook.chapters.ch5.x": [(3, "ampbook.chapters.ch7.rungs")],
+             "ampbook.chapters.ch7": [(4, "ampbook.chapters.ch5.x")]}  # fmt: skip
+    assert later_chapters(found) == [
+        "ampbook.chapters.ch5.x imports ampbook.chapters.ch7.rungs"
+    ]
+
+
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -148,12 +181,12 @@ def test_the_circle_finder_finds_circles():
 def test_an_upward_import_inside_a_function_is_found(tmp_path):
     pkg = tmp_path / "ampbook"
     (pkg / "core").mkdir(parents=True)
-    (pkg / "bench").mkdir()
-    (pkg / "core" / "x.py").write_text("def f():\n    from ampbook.bench import y\n")
-    (pkg / "bench" / "y.py").write_text("")
+    (pkg / "chapters").mkdir()
+    (pkg / "core" / "x.py").write_text("def f():\n    from ampbook.chapters import y\n")
+    (pkg / "chapters" / "y.py").write_text("")
     known = {module_name(p, pkg): p for p in pkg.rglob("*.py")}
-    assert imports(pkg / "core" / "x.py", known, pkg) == [(2, "ampbook.bench.y")]
-    assert layer("ampbook.bench.y") > layer("ampbook.core.x")
+    assert imports(pkg / "core" / "x.py", known, pkg) == [(2, "ampbook.chapters.y")]
+    assert layer("ampbook.chapters.y") > layer("ampbook.core.x")
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

@@ -15,9 +15,9 @@ import re
 import pytest
 
 from ampbook.chapters import ch5, ch6
+from ampbook.chapters.ch6 import report_text
+from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
 from ampbook.core.devices import load_devices
-from ampbook.predict import report_text
-from ampbook.predict.diagnosis import DoctorConfig, diagnose
 from ampbook.predict.stepmodel import layout_bounds, step_trace
 from ampbook.results import load_results_dir
 from ampbook.segmentation.cityscapes import NUM_CLASSES
@@ -77,7 +77,7 @@ def test_every_place_prints_one_bound_for_one_setting(doctor_report):
 def test_chapter_7s_rung_bound_is_the_doctors(doctor_report):
     """Chapter 7's predicted rung 4 scales kernels by the AMP bound with and without
     the 16-bit stream; the bound without it is the doctor's AMP bound."""
-    from ampbook.bench.ladder_predict import _stream_effect
+    from ampbook.chapters.ch7.ladder_predict import _stream_effect
     from ampbook.predict.roofline import Ceilings
 
     ceil = Ceilings.from_device(load_devices()["h200-sxm"])

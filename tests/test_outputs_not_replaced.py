@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ampbook import bench
+from ampbook import bench, doctor
+from ampbook.chapters.ch6 import diagnosis
 from ampbook.core import cli
-from ampbook.predict import diagnosis, doctor
 from tests._cli import one_error
 
 TRAIN = (

@@ -1,4 +1,4 @@
-"""Chapter 8's patterns (ampbook.bench.patterns): each check passes for the loop the
+"""Chapter 8's patterns (ampbook.chapters.ch8): each check passes for the loop the
 chapter shows and fails for the same loop written wrong; and what chapter 8 reads of
 them (ampbook.chapters.ch8)."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ampbook.bench.patterns import (
+from ampbook.chapters import ch8
+from ampbook.chapters.ch8 import (
     accumulation,
     checkpointing,
     compiled,
@@ -22,7 +23,6 @@ from ampbook.bench.patterns import (
     shared_scaler,
     tiny,
 )
-from ampbook.chapters import ch8
 from ampbook.measure.memory import AllocatedBytesMeter
 from ampbook.results import load_results_dir
 

@@ -40,7 +40,7 @@ def _trace(v):
 
 
 def _doctor(v):
-    from ampbook.predict.diagnosis import DoctorConfig, diagnose
+    from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
 
     diagnose(DoctorConfig(model="erfnet", batch=v, measure=False))
 
@@ -82,13 +82,13 @@ def _profile(v):
 
 
 def _ladder(v):
-    from ampbook.bench.ladder import LadderSpec
+    from ampbook.chapters.ch7.rungs import LadderSpec
 
     LadderSpec(batch_size=v).check()
 
 
 def _ladder_warmup(v):
-    from ampbook.bench.ladder import LadderSpec
+    from ampbook.chapters.ch7.rungs import LadderSpec
 
     LadderSpec(warmup=v).check()
 

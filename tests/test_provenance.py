@@ -15,9 +15,9 @@ import pytest
 from _chapters import FIXTURES
 from myst_nb.core.variables import format_plain_text
 
-from ampbook.bench import ladder as bl
-from ampbook.bench import ladder_predict, ladder_report
 from ampbook.chapters import ch3, ch5, ch7, ch10
+from ampbook.chapters.ch7 import ladder_predict, ladder_report
+from ampbook.chapters.ch7 import rungs as bl
 from ampbook.core.page import md_table_text
 from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.results import load_results_dir, read_ladder

@@ -90,7 +90,7 @@ def test_make_book_picks_the_gpu_profile_with_cuda():
 def test_the_verdict_words_are_the_doctors():
     """The README names the four words the first screen uses, each only where the
     doctor uses it (``verdict.gist``)."""
-    from ampbook.predict.verdict import gist
+    from ampbook.chapters.ch6.verdict import gist
 
     words = {gist(1.1, 1.3), gist(0.7, 0.9), gist(0.9, 1.2, 1.05), gist(0.8, 1.1, 0.9)}
     assert words == {"a gain", "a loss", "no clear gain", "no clear loss"}
@@ -136,7 +136,7 @@ def test_the_ladder_prints_targets_for_a_gpus_ladder_only():
     done = run(["ampbook.bench", "ladder", "--show", str(fixture)], columns=200)
     assert done.returncode == 0, done.stderr
     assert "target" in done.stdout.lower()
-    from ampbook.bench import ladder_run
+    from ampbook.chapters.ch7 import ladder_run
 
     source = (REPO_ROOT / ladder_run.__file__).read_text()
     assert source.count("if ladder.is_cuda:  # the targets are a GPU's") == 2

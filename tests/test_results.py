@@ -286,7 +286,7 @@ def test_impossible_files_are_skipped_with_one_line_and_the_rest_is_read(
     assert len(rs.ladders) == len(good.ladders) == 1
     assert len(rs.pairs()) == len(good.pairs()) > 0
     # the readers of a folder beyond the chapters: the calibration's
-    from ampbook.predict.calibration import launch_floor
+    from ampbook.predict.calibrate import launch_floor
     from ampbook.predict.references import profile_references
 
     profile_references(tmp_path)

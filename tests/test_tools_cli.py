@@ -19,10 +19,12 @@ import pytest
 import torch
 from _cli import one_error
 
+from ampbook import data as data_command
+from ampbook import evaluate
 from ampbook.bench import main as bench_main
 from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 from ampbook.segmentation import cityscapes as data
-from ampbook.segmentation import data_command, evaluate, synthetic
+from ampbook.segmentation import synthetic
 from booktools import book, bookcheck, run
 
 NOTEBOOK = """# %% [markdown]

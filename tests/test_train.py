@@ -246,7 +246,7 @@ def test_checkpoint_loads_weights_only_and_holds_the_final_state(fp32_run):
 
 def test_saved_predictions_are_label_id_pngs_that_the_evaluator_reads(fp32_run):
     from ampbook.segmentation.cityscapes import TRAIN_TO_LABEL, Cityscapes
-    from ampbook.segmentation.evaluate import evaluate_folder, prediction_path
+    from ampbook.segmentation.metrics import evaluate_folder, prediction_path
 
     cfg, result, tmp = fp32_run
     root = result["resolved"]["data_root"]
@@ -373,7 +373,7 @@ def test_enet_class_weights_follow_the_label_histogram():
 
 
 def test_bench_step_compares_the_runner_with_a_bare_loop_doing_the_same_work():
-    from ampbook.bench.step import _batch, bare_step_fn, measure_overhead
+    from ampbook.chapters.ch5.bench_step import _batch, bare_step_fn, measure_overhead
     from ampbook.train import build_training, validate
 
     cfg = TrainConfig(**TINY, batch_size=1)

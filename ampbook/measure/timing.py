@@ -23,16 +23,8 @@ A measurement here follows five rules:
    is sized from the working set against the cache size (``cache_bytes``, read from the
    machine when not given).
 
-Typical use::
-
-    from ampbook.measure.timing import benchmark, time_matmul
-
-    r = time_matmul(4096, 4096, 4096, "fp16", "cuda")
-    print(r.median_s, r.tflops, r.fraction_of_peak(989.4))
-
-    r = benchmark(torch.add, lambda: (torch.randn(2**24), torch.randn(2**24)),
-                  bytes_moved=3 * 4 * 2**24)
-    print(r)              # median, spread and GB/s
+Typical use: ``time_matmul(4096, 4096, 4096, "fp16", "cuda").median_s``, or
+``benchmark(torch.add, make_inputs, bytes_moved=...)`` for any callable.
 
 Dtype names used across the book: ``"fp32"``, ``"tf32"`` (fp32 tensors with TF32
 tensor-core matmuls allowed; CUDA only), ``"fp16"``, ``"bf16"``, ``"fp8"`` (=
@@ -442,6 +434,18 @@ def machine_load() -> dict:
     except (AttributeError, OSError):
         return {"load1": None, "cpus": cpus, "busy": False}
     return {"load1": load1, "cpus": cpus, "busy": load1 > 1.5 * cpus}
+
+def load_verdict(load: dict, device_type: str) -> str:
+    """One line: was the machine busy while CPU timings were taken?"""
+    level = "unknown" if load.get("load1") is None else f"{load['load1']:.1f}"
+    head = f"load average {level} on {load['cpus']} CPUs: "
+    if device_type != "cpu":
+        return head + "GPU timings do not depend on it much."
+    if load.get("busy"):
+        return head + "BUSY, read the CPU timings below as this busy machine's."
+    if load.get("load1") is None or load["load1"] > 0.5 * load["cpus"]:
+        return head + "shared with other work, expect noisy CPU timings below."
+    return head + "quiet, the CPU timings below are the CPU's."
 
 
 # --------------------------------------------------------------------------------------

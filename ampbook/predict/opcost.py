@@ -63,7 +63,7 @@ _MMA_OPS = {
     *_SDPA_BACKWARD,
     *_RNN_OPS,
 }
-# Operator classes, for kernel efficiencies (``ampbook.predict.calibration``):
+# Operator classes, for kernel efficiencies (``ampbook.predict.calibrate``):
 # convolutions, matrix products (attention and recurrent layers among them),
 # normalisation layers, and everything else (element-wise, pooling, casts, losses, data
 # movement).

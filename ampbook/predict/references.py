@@ -1,4 +1,4 @@
-"""The references of the calibrated AMP speedups (``ampbook.predict.calibration``):
+"""The references of the calibrated AMP speedups (``ampbook.predict.calibrate``):
 committed GPU layer profiles and published training throughputs, each as kernel
 efficiencies per operator class and dtype family, and their stored bounds.
 

@@ -5,7 +5,7 @@ model, built with every weights argument off: nothing is downloaded) or
 ``package.module:callable`` (called with no arguments, it must return an
 ``nn.Module``); ``--input`` is one sample's shape, ``--precisions`` the precisions
 compared and ``--gpus`` names of the device table. The doctor
-(``ampbook.predict.diagnosis``) and the calibration's references
+(``ampbook.chapters.ch6.diagnosis``) and the calibration's references
 (``ampbook.predict.references``) read models and GPUs through this module.
 """
 

@@ -9,7 +9,8 @@ path):
 
 * training runs (``"ampbook.train"``, written by ``ampbook.train``; ``load_results``
   checks one's schema and version) -> ``TrainRun``;
-* tensor-core sweeps (``"ampbook.tensor_cores/1"``, ``ampbook.bench.matmul``) ->
+* tensor-core sweeps (``"ampbook.tensor_cores/1"``,
+``ampbook.chapters.ch2.bench_matmul``) ->
   ``MatmulSweep``;
 * per-layer profiles (``"ampbook.layer_profile/1"``, ``booktools.layers``):
   measured time per ERFNet module beside the cost model's prediction ->

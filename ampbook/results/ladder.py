@@ -23,7 +23,8 @@ CELL_STATUSES = ("ok", "error")
 @dataclass(frozen=True)
 class LadderRung:
     """One rung: what it adds to the rung before (``TrainConfig`` fields), and why
-    (``ampbook.bench.ladder.RUNGS`` defines the rungs, a ladder record holds them)."""
+    (``ampbook.chapters.ch7.rungs.RUNGS`` defines the rungs, a ladder record holds
+    them)."""
 
     index: int
     key: str
@@ -77,7 +78,8 @@ class LadderCell:
 
 @dataclass(frozen=True)
 class Ladder:
-    """A ladder record (``ampbook.bench.ladder``; schema in data/results/README.md)."""
+    """A ladder record (``ampbook.chapters.ch7.rungs``; schema in
+    data/results/README.md)."""
 
     path: str
     device_name: str

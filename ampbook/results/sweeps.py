@@ -1,5 +1,6 @@
-"""Tensor-core sweeps (``ampbook.bench.matmul``), per-layer profiles
-(``booktools.layers``) and DataLoader sweeps (``ampbook.bench.loader``): their
+"""Tensor-core sweeps (``ampbook.chapters.ch2.bench_matmul``), per-layer profiles
+(``booktools.layers``) and DataLoader sweeps (``ampbook.chapters.ch5.bench_loader``):
+their
 records' checks and readers, and the pairing of layer profiles fp32 against AMP."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ampbook.results.schema import (
 
 @dataclass(frozen=True)
 class MatmulSweep:
-    """A tensor-core sweep (``ampbook.bench.matmul``); ``record`` is the validated
+    """A tensor-core sweep (``ampbook.chapters.ch2.bench_matmul``); ``record`` is the
+    validated
     JSON."""
 
     path: str
@@ -144,7 +146,7 @@ class LoaderPoint:
 @dataclass(frozen=True)
 class LoaderSweep:
     """DataLoader images per second by worker count
-    (``ampbook.bench.loader.measure_loader``)."""
+    (``ampbook.chapters.ch5.bench_loader.measure_loader``)."""
 
     path: str
     device_name: str

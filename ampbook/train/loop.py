@@ -157,8 +157,7 @@ def evaluate(
 ) -> dict:
     """Val loss, pixel accuracy, mIoU and per-class IoU of ``net`` over ``loader``
     (under the run's autocast); with ``save_to``, also writes the predictions."""
-    from ampbook.segmentation.evaluate import save_predictions
-    from ampbook.segmentation.metrics import SegmentationMetrics
+    from ampbook.segmentation.metrics import SegmentationMetrics, save_predictions
 
     net.eval()
     metrics = SegmentationMetrics(device=step.device)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ampbook.bench.patterns.tiny import tiny_batch, tiny_model
+from ampbook.chapters.ch8.tiny import tiny_batch, tiny_model
 
 
 def same_scaler_state(scalers) -> None:

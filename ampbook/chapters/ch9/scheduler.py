@@ -16,12 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ampbook.bench.patterns.shared_scaler import (
-    planted,
-    separate_losses,
-    two_models_step,
-)
-from ampbook.bench.patterns.tiny import tiny_batch, tiny_model
+from ampbook.chapters.ch8.shared_scaler import planted, separate_losses, two_models_step
+from ampbook.chapters.ch8.tiny import tiny_batch, tiny_model
 
 SCHEDULER_WARNING = "lr_scheduler.step()` before `optimizer.step()`"
 

@@ -1,0 +1,745 @@
+"""What chapter 5 (05_rtx3070) says: its verdicts and readings of committed data."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ampbook.chapters.ch3 import (
+    AMP_MODE,
+    BASE_MODE,
+    epoch_ratio,
+    headline_pair,
+    loader_reading,
+    loader_setting,
+    pair_device,
+    spread_text,
+    step_in_loop,
+)
+from ampbook.core.provenance import Value, measured
+from ampbook.results import LayerProfile, ResultSet, RunPair, Setting
+
+# --- the committed runs against their bounds ---
+
+
+@dataclass(frozen=True)
+class BoundCheck:
+    """A GPU pair's measured steps beside the cost model's bound for that GPU, traced at
+    the pair's own setting (``bound_checks``), with the layer profiles of the same GPU
+    and setting where there are any (they split each step into kernel time and GPU
+    idle time)."""
+
+    pair: RunPair
+    device_key: str  # the device table's entry
+    baseline_bound_s: float
+    amp_bound_s: float
+    amp_profile: LayerProfile | None = None
+    baseline_profile: LayerProfile | None = None
+
+    @property
+    def bound_speedup(self) -> float:
+        """Baseline bound over AMP bound: the speedup if both precisions reach the same
+        share of their bound. A ratio of two lower bounds, not an upper bound: a
+        precision whose kernels get closer to their bound beats it."""
+        return self.baseline_bound_s / self.amp_bound_s
+
+    @property
+    def baseline_efficiency(self) -> float:
+        """The baseline's bound over its measured step (wall time: kernels and GPU idle
+        time together)."""
+        return self.baseline_bound_s / self.pair.baseline.one_step_s
+
+    @property
+    def amp_efficiency(self) -> float:
+        return self.amp_bound_s / self.pair.amp.one_step_s
+
+    @property
+    def share_ratio(self) -> float:
+        """AMP's share of its bound over the baseline's: measured step speedup over the
+        bound's speedup (above 1: AMP beat the roofline ratio)."""
+        return self.amp_efficiency / self.baseline_efficiency
+
+    def verdict(self) -> str:
+        """One line: the roofline ratio, the measured step, which precision got closer
+        to its bound, and, with layer profiles, where the AMP step's time went."""
+        from ampbook.core.devices import display_name
+
+        p = self.pair
+        head = (
+            f"{display_name(p.setting.device_name)}, {p.label}: at equal shares of "
+            f"their bounds AMP would gain {self.bound_speedup:.2f}x; its step in the "
+            f"loop ran at {p.step_speedup:.2f}x"
+        )
+        effs = (
+            f"AMP's steps reached {self.amp_efficiency:.0%} of their bound, the "
+            f"baseline's {self.baseline_efficiency:.0%} (wall time)"
+        )
+        r = self.share_ratio
+        if r > 1.1:
+            why = (
+                f"{effs}: AMP got closer to its bound, so the measured speedup exceeds "
+                "the roofline ratio, which is no upper bound"
+            )
+        elif r < 1 / 1.1:
+            why = f"{effs}: AMP got less close to its bound than the baseline"
+        else:
+            why = f"{effs}: both about as close to their bounds"
+        text = f"{head}. {why}."
+        if self.amp_profile is not None and self.baseline_profile is not None:
+            text += " " + kernel_time_verdict(self.amp_profile, self.baseline_profile)
+        return text
+
+
+def runner_caveat(profile) -> str:
+    """What part of a profile's idle time is the runner's own, from the history
+    (``hostmodel.profile_loop``): for a profile the runner of 2026-11-30 recorded, its
+    syncs per step and which of them were the runner's, not AMP's; "" for a profile
+    whose loop the history does not say."""
+    from ampbook.predict.hostmodel import RUNNER_2026_11_30, profile_loop
+
+    loop = profile_loop(profile.record)
+    if loop is not RUNNER_2026_11_30:
+        return ""
+    return (
+        f" Part of that idle time is the runner's, not AMP's: {loop.name} (the one "
+        f"that recorded these profiles) synchronised the host {loop.amp} times per AMP "
+        f"step and {loop.fp32} per fp32 step ({loop.detail}); its two get_scale() "
+        "reads and fp32's gradient-norm check were its own, and a loop written as "
+        "PyTorch's AMP examples write it makes 2 and 1. How large that part is, is "
+        "the book's host model's estimate, not a measurement: it fits one idle time "
+        "per sync (all the profiles' idle time over all their syncs) and gives the "
+        "runner's reads their count's share."
+    )
+
+
+def kernel_time_verdict(amp, baseline) -> str:
+    """Where an AMP step's time went, from two layer profiles of one GPU and setting
+    (``ampbook.results.LayerProfile``): the kernels' time and the GPU's idle time
+    (wall time minus kernel time) apart. AMP's kernels can be faster while its step is
+    not: the gain is then lost to idle time (kernel launches, autocast's casts, host
+    synchronisations), not to slower kernels."""
+    ks = baseline.kernel_s / amp.kernel_s
+    ws = baseline.step_s / amp.step_s
+    ms = 1e3
+    facts = (
+        f"In the layer profiles AMP's kernels took {amp.kernel_s * ms:.1f} ms against "
+        f"{baseline.kernel_s * ms:.1f} ms for {baseline.mode_label} ({ks:.2f}x), its "
+        f"step {amp.step_s * ms:.1f} ms against {baseline.step_s * ms:.1f} ms "
+        f"({ws:.2f}x); the GPU sat idle {amp.idle_s * ms:.1f} ms against "
+        f"{baseline.idle_s * ms:.1f} ms"
+    )
+    if ks > 1.05 and ws < ks / 1.05:
+        return (
+            f"{facts}: the kernels' gain went to idle time (the gaps between kernels: "
+            "launches and host work), not to slower kernels." + runner_caveat(amp)
+        )
+    if ks <= 1.0 / 1.05:
+        return f"{facts}: AMP's kernels themselves were slower."
+    if ks <= 1.05:
+        return f"{facts}: AMP's kernels themselves were no faster."
+    return f"{facts}: the step kept the kernels' gain."
+
+
+def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
+    """A ``BoundCheck`` for every complete GPU pair of a results folder (``rs.pairs()``)
+    that ran on a GPU of the device table (others are
+    left out: there are no ceilings to hold them against). ``model`` is the network the
+    runs trained (ERFNet for the runner's records); it is traced on fake tensors at each
+    pair's resolution and batch, fp32 against the bound with TF32 as the baseline ran
+    it. The folder's layer profiles of the same GPU, batch, resolution and mode as the
+    pair's runs are attached to the check."""
+    from ampbook.core.devices import find_device, load_devices
+    from ampbook.predict.stepmodel import bound_pair, step_trace
+
+    devices = load_devices() if devices is None else devices
+    profiles = list(rs.layer_profiles)
+    traces: dict[tuple, Any] = {}
+
+    def trace(setting: Setting, precision: str):
+        key = (setting.batch_size, setting.height, setting.width, precision)
+        if key not in traces:
+            traces[key] = step_trace(
+                model, setting.batch_size, setting.height, setting.width, precision,
+                "channels_last" if setting.channels_last else "channels_first",
+            )  # fmt: skip
+        return traces[key]
+
+    out = []
+    for p in rs.pairs():
+        dev = find_device(p.setting.device_name, devices)
+        if dev is None:
+            continue
+        amp = p.amp.precision
+        tr = {"fp32": trace(p.setting, "fp32"), amp: trace(p.setting, amp)}
+        b = bound_pair(tr, dev, amp, baseline_tf32=p.baseline.tf32)
+        out.append(
+            BoundCheck(
+                p,
+                dev.key,
+                b["fp32"].min_step_s,
+                b["amp"].min_step_s,
+                _profile_for(profiles, p.setting, p.amp.mode),
+                _profile_for(profiles, p.setting, p.baseline.mode),
+            )
+        )
+    return out
+
+
+def layout_evidence_verdict(rows: Sequence[dict[str, Any]]) -> str:
+    """What the committed NCHW layer profiles measured of the convolutions
+    (``stepmodel.convolution_evidence``), held against the two bounds of chapter 5's
+    layout table: the ratio fp32 / AMP of the convolutions' kernel time beside the
+    ratio of their bounds without and with the transposes. Says so when no profile
+    can decide."""
+    from ampbook.core.devices import display_name
+
+    if not rows:
+        return (
+            "No NCHW layer profile of a GPU in the device table is committed, so no "
+            "measurement sides with either bound: the transposes stay an assumption "
+            "the book's bound leaves out."
+        )
+    out = []
+    for r in rows:
+        m, free = r["measured_ratio"], r["bound_ratio"]
+        moved = r["bound_ratio_transposed"]
+        closer = abs(math.log(m / free)) < abs(math.log(m / moved))
+        nearer = "without" if closer else "with"
+        out.append(
+            f"On the {display_name(r['gpu'])} ({r['setting']}, NCHW; layer profiles, "
+            f"measured) the fp16 convolutions took {r['amp_conv_s'] * 1e3:.1f} ms of "
+            f"kernels against {r['fp32_conv_s'] * 1e3:.1f} ms for TF32's ({m:.2f}x); "
+            f"their bounds give {free:.2f}x without the transposes and {moved:.2f}x "
+            f"with them, so the measurement lies nearer the bound {nearer} them. "
+            "The profiles keep one time per module, not per kernel, so any NCHW-to-"
+            "NHWC transpose kernels cuDNN ran are inside the measured "
+            f"{r['amp_conv_s'] * 1e3:.1f} ms: {m:.2f}x fits either no transposes or "
+            "transposes cheaper than the assumed bound's, beside convolutions at a "
+            "lower share of their bound. It sides with a bound without sizing the "
+            "transposes."
+        )
+    return " ".join(out)
+
+
+def _profile_for(profiles, setting: Setting, mode: str) -> LayerProfile | None:
+    """The last layer profile of ``mode`` on the setting's GPU, batch and size."""
+    found = None
+    for lp in profiles:
+        if (
+            lp.device_name == setting.device_name
+            and (lp.batch_size, lp.height, lp.width)
+            == (setting.batch_size, setting.height, setting.width)
+            and lp.mode == mode
+        ):
+            found = lp
+    return found
+
+
+def profile_pair(rs: ResultSet, device: str | None = None, pair=None):
+    """The ``(baseline, amp)`` layer profiles of the headline comparison (of ``pair``'s
+    modes, device and setting where given), or None. ``rs`` is a ResultSet or its
+    ``profile_pairs()``."""
+    amp_mode = pair.amp.mode if pair is not None else AMP_MODE
+    base_mode = pair.baseline.mode if pair is not None else BASE_MODE
+    pps = rs.profile_pairs() if hasattr(rs, "profile_pairs") else list(rs)
+    for b, a in pps:
+        if a.mode != amp_mode or b.mode != base_mode:
+            continue
+        if device is not None and a.device_name != device:
+            continue
+        if pair is not None:
+            s = pair.setting
+            if (a.device_name, a.batch_size, a.height, a.width) != (
+                s.device_name,
+                s.batch_size,
+                s.height,
+                s.width,
+            ):
+                continue
+        return b, a
+    return None
+
+
+def _profiles_source(b, a) -> str:
+    from ampbook.core.devices import display_name
+
+    return (
+        f"layer profiles on the {display_name(a.device_name)} "
+        f"({Path(b.path).name}, {Path(a.path).name})"
+    )
+
+
+def step_alone(rs: ResultSet, device: str | None = None, pair=None) -> Value | None:
+    """AMP's step *timed alone* against fp32 with TF32's (baseline wall time over
+    AMP's, no loader), from the committed layer profiles: a measured ``Value`` (``x``),
+    or None without them."""
+    pp = profile_pair(rs, device, pair)
+    if pp is None:
+        return None
+    b, a = pp
+    return measured(
+        b.step_s / a.step_s,
+        f"{_profiles_source(b, a)}: {a.step_s * 1e3:.2f} ms against "
+        f"{b.step_s * 1e3:.2f} ms",
+        fmt=".2f",
+        unit="x",
+    )
+
+
+def kernel_speedup(rs: ResultSet, device: str | None = None, pair=None) -> Value | None:
+    """The same profiles' kernel time ratio (baseline over AMP): how much faster AMP's
+    kernels were, idle time left out; None without profiles."""
+    pp = profile_pair(rs, device, pair)
+    if pp is None:
+        return None
+    b, a = pp
+    return measured(
+        b.kernel_s / a.kernel_s,
+        f"{_profiles_source(b, a)}: kernels {a.kernel_s * 1e3:.2f} ms against "
+        f"{b.kernel_s * 1e3:.2f} ms",
+        fmt=".2f",
+        unit="x",
+    )
+
+
+def gpu_in_short(pairs, profile_pairs=()) -> str:
+    """One or two sentences for a chapter's opening box: what the committed GPU runs
+    say about AMP's speed (``headline_pair``), with the loader named as the run's
+    setting where it set the pace, and, given layer profiles of that GPU and setting
+    (``ResultSet.profile_pairs``), the step timed alone and where its kernel gain
+    went."""
+    p = headline_pair(pairs)
+    if p is None:
+        return "No GPU run is committed to test this on a GPU."
+    amp, base = p.amp, p.baseline
+    env = amp.record.get("environment", {})
+    soft = f"torch {env['torch']}" if env.get("torch") else "today's software"
+    head = f"On {pair_device(p)} with {soft}, our runs"
+    st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
+    if p.loader_bound:
+        wait = max(amp.data_wait_share, base.data_wait_share)
+        text = (
+            f"{head} repeat the post: the loop waited for data {wait:.0%} of its "
+            f"time with {loader_setting(p)}, {loader_reading(p)} "
+            f"({spread_text(ep)}); the {amp.mode_label} step in the loop ran "
+            f"{spread_text(st, epochs=False)} against {base.mode_label}."
+        )
+    else:
+        text = (
+            f"{head} ran the epoch {spread_text(ep)} and, in the loop, the step "
+            f"{spread_text(st)} ({amp.mode_label} against {base.mode_label})."
+        )
+    prof = profile_pair(profile_pairs, pair=p)
+    if prof is not None:
+        b, a = prof
+        text += (
+            f" Timed alone (layer profiles): step "
+            f"{step_alone(profile_pairs, pair=p)}, kernels "
+            f"{kernel_speedup(profile_pairs, pair=p)}; GPU idle "
+            f"{a.idle_s * 1e3:.1f} ms against fp32's "
+            f"{b.idle_s * 1e3:.1f} ms."
+        )
+    return text
+
+
+# --- the post's setting from its memory figures ---
+
+
+def solve_pixels(
+    fp32_line, amp_line, fp32_bytes: float, amp_bytes: float, slack: float = 1.0
+) -> dict[str, float]:
+    """The pixels per batch at which two reported memory figures agree with the model.
+
+    ``fp32_line`` and ``amp_line`` are ``ampbook.measure.memory.Line`` fits of the new
+    bytes saved for backward against the pixels of a batch (the book's one memory
+    definition). Model of a reported figure: ``fixed + slack * line(pixels)``, where
+    ``fixed`` (CUDA context, cuDNN workspace, weights, gradients and optimizer state) is
+    the same for both runs and ``slack`` (>= 1) is the caching allocator's overhead on
+    the activations. The difference of the two figures then fixes the pixels; the fp32
+    figure fixes ``fixed``.
+    """
+    if slack < 1:
+        raise ValueError(f"slack must be >= 1 (the allocator only adds), got {slack}")
+    per_pixel = slack * (fp32_line.slope - amp_line.slope)
+    if per_pixel <= 0:
+        raise ValueError(
+            "AMP saves no bytes per pixel under these lines: no setting fits"
+        )
+    pixels = (
+        fp32_bytes - amp_bytes - slack * (fp32_line.intercept - amp_line.intercept)
+    ) / per_pixel
+    if pixels <= 0:
+        raise ValueError(
+            f"the figures differ by {fp32_bytes - amp_bytes:.3g} bytes, less than "
+            "AMP's fixed saving: no positive batch fits"
+        )
+    return {
+        "pixels": pixels,
+        "fp32_saved_bytes": fp32_line(pixels),
+        "amp_saved_bytes": amp_line(pixels),
+        "fixed_bytes": fp32_bytes - slack * fp32_line(pixels),
+    }
+
+
+# --- one-line verdicts for the conclusions that depend on the machine ---
+
+
+def reserved_verdict(
+    runs: Sequence[Any], slack: Sequence[float], where: str = "the committed GPU runs"
+) -> str:
+    """Whether a reported memory figure can be read as allocated memory times an
+    allocator slack in ``slack`` (low, high), as ``solve_pixels`` assumes, from GPU
+    runs that measured both their peak allocated and their peak reserved memory.
+
+    ``runs``: ``ampbook.results.TrainRun``s of one GPU and setting (an fp32 baseline
+    and an AMP run), read through ``mode_label``, ``cuda_allocated_bytes`` and
+    ``cuda_reserved_bytes``. Where every run's reserved over allocated lies in the
+    slack's range, the assumption held there; where it does not, a monitor that shows
+    reserved memory would not follow the activations, and a solve from the difference
+    of two such figures holds only if the figures tracked allocated memory."""
+    lo, hi = float(slack[0]), float(slack[-1])
+    if not 1 <= lo <= hi:
+        raise ValueError(f"slack must be 1 <= low <= high, got {list(slack)}")
+    got = [
+        r for r in runs if r.cuda_allocated_bytes and r.cuda_reserved_bytes is not None
+    ]
+    assumed = f"the assumed slack of {lo:.2f}-{hi:.2f}"
+    if len(got) < 2:
+        return (
+            "No committed GPU pair recorded both its peak allocated and its peak "
+            f"reserved memory: {assumed} is untested here, and the solve assumes the "
+            "post's figure tracked allocated memory."
+        )
+    ratios = ", ".join(
+        f"{r.cuda_reserved_bytes / r.cuda_allocated_bytes:.2f}x for {r.mode_label}"
+        for r in got
+    )
+    reserved = ", ".join(f"{r.cuda_reserved_bytes / 1e9:.2f}" for r in got)
+    head = (
+        f"In {where} peak reserved over peak allocated memory was {ratios} "
+        f"(reserved {reserved} GB)"
+    )
+    inside = all(
+        lo <= r.cuda_reserved_bytes / r.cuda_allocated_bytes <= hi for r in got
+    )
+    if inside:
+        return (
+            f"{head}: inside {assumed}, so there a reserved figure followed the "
+            "allocated one."
+        )
+    return (
+        f"{head}: outside {assumed}. A figure of reserved memory need not follow the "
+        "activations, so the solve below holds only if the post's figure tracked "
+        "allocated memory."
+    )
+
+
+def bound_verdict(
+    min_s: float,
+    measured_s: float,
+    what: str = "the epoch",
+    timed_alone: bool = False,
+    kind: str = "measured",
+) -> str:
+    """Compare a roofline lower bound with a measured time, in one line. An epoch's
+    time may be set by something other than the device (the loader), so the bound
+    alone leaves the pace open; a step ``timed_alone`` (no loader, data already in
+    place) is the device's own work, and the ratio is the share of the roofline its
+    kernels, with the gaps between them, reached. ``kind`` says how the time was
+    obtained ("measured", or "published" for someone else's figure)."""
+    if min_s <= 0 or measured_s <= 0:
+        raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
+    if min_s > measured_s:
+        return (
+            f"The bound ({min_s:.3g} s) exceeds the {kind} {measured_s:.3g} s for "
+            f"{what}: the model's counts or ceilings are wrong for this run."
+        )
+    if timed_alone:
+        return (
+            f"The bound ({min_s:.3g} s) is below the {kind} {measured_s:.3g} s for "
+            f"{what}: timed without a loader, its kernels and the gaps between them "
+            f"reached {min_s / measured_s:.0%} of the roofline."
+        )
+    return (
+        f"The bound ({min_s:.3g} s) is below the {kind} {measured_s:.3g} s for "
+        f"{what}: "
+        f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
+        "the bound alone does not say what set the pace."
+    )
+
+
+@dataclass(frozen=True)
+class MeasuredEfficiency:
+    """A measured share of the roofline: ``value`` = bound / measured time of one
+    network on one GPU (``kind``: "kernel" when measured from kernel time, "step" from
+    wall time), with what measured it."""
+
+    network: str
+    device: str
+    value: float
+    kind: str = "kernel"
+    source: str = ""
+
+
+def efficiency_range_verdict(
+    min_s: float,
+    efficiencies: Sequence[MeasuredEfficiency],
+    measured_s: float,
+    what: str,
+    *,
+    network: str,
+    device: str,
+) -> str:
+    """Turn a lower bound into a range with measured efficiencies and hold a measured
+    time against it, in one line.
+
+    A kernel's share of the roofline depends on the network, the GPU, its software and
+    the setting, so this range uses only efficiencies measured for ``network`` on
+    ``device``; carrying shares from other GPUs is a calibration with an error of its
+    own (``ampbook.predict.calibrate``, chapter 6), not a measurement of this one. The
+    range runs from the bound at the highest of them to the bound at the lowest (bounded
+    above by what was measured, never by the roofline itself). With none (or none at or
+    below 1: a bound that was not a bound), no efficiency is measured there and the
+    bound stays a bound; the efficiencies measured elsewhere are named so the reader
+    sees what was not used."""
+    if min_s <= 0 or measured_s <= 0:
+        raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
+    same = [
+        e.value
+        for e in efficiencies
+        if e.network == network and e.device == device and 0 < e.value <= 1
+    ]
+    if not same:
+        elsewhere = sorted(
+            {f"{e.network} on {e.device}" for e in efficiencies if e.device != device}
+        )
+        note = (
+            f"; the efficiencies measured elsewhere ({', '.join(elsewhere)}) are not "
+            "used here: carried to another GPU they are a calibrated estimate, not a "
+            "measurement of it"
+            if elsewhere
+            else ""
+        )
+        inner = what[:1].lower() + what[1:]
+        return (
+            f"No profile of {network} on {device} is committed, so no kernel "
+            f"efficiency is measured there: the bound ({min_s:.3g} s) stays a lower "
+            f"bound for {inner} ({measured_s:.3g} s){note}."
+        )
+    lo_eff, hi_eff = min(same), max(same)
+    low_s, high_s = min_s / hi_eff, min_s / lo_eff
+    span = f"{low_s:.3g} to {high_s:.3g} s at the {len(same)} measured efficiencies"
+    span += f" ({lo_eff:.0%}-{hi_eff:.0%})" if len(same) > 1 else f" ({lo_eff:.0%})"
+    if measured_s < low_s:
+        return (
+            f"{what} ({measured_s:.3g} s) is below the range ({span}): its kernels ran "
+            "closer to the roofline than any measured profile."
+        )
+    if measured_s <= high_s:
+        return (
+            f"{what} ({measured_s:.3g} s) lies inside the range ({span}): the GPU "
+            "alone could have taken that long, so the range does not decide."
+        )
+    return (
+        f"{what} ({measured_s:.3g} s) lies above the range ({span}): the GPU's kernels "
+        "alone would have been faster, so something else set the pace."
+    )
+
+
+def roofline_ratio_verdict(
+    roofline_ratio: float,
+    measured_speedup: float,
+    what: str,
+    tolerance: float = 0.02,
+    kind: str = "measured",
+) -> str:
+    """Hold a measured AMP speedup against the roofline ratio of the same network, GPU
+    and setting, in one line. The ratio of two lower bounds is the speedup if both
+    precisions reach the same share of their bound; it is not an upper bound, and a
+    precision whose kernels get closer to their bound beats it. ``kind`` says how the
+    speedup was obtained ("measured" here, or "published" for a source's figure)."""
+    if roofline_ratio <= 0 or measured_speedup <= 0:
+        raise ValueError(
+            f"ratios must be positive, got {roofline_ratio} and {measured_speedup}"
+        )
+    head = (
+        f"{what}: {kind} step ratio {measured_speedup:.2f}x against a ratio of "
+        f"bounds of {roofline_ratio:.2f}x"
+    )
+    if measured_speedup > roofline_ratio * (1 + tolerance):
+        return (
+            f"{head}, above it: AMP's steps got closer to their bound than the "
+            "baseline's, so the ratio is no upper bound."
+        )
+    if measured_speedup < roofline_ratio / (1 + tolerance):
+        return (
+            f"{head}, below it: AMP's steps got less close to their bound than the "
+            "baseline's."
+        )
+    return f"{head}: both reached about the same share of their bound."
+
+
+@dataclass(frozen=True)
+class SettingCandidate:
+    """A training setting the memory figures allow, held against the time figures:
+    ``needed_efficiency`` is the least share of the roofline the kernels must reach for
+    the GPU's part of an epoch to fit in the measured epoch (bound / measured; the
+    higher of the runs compared)."""
+
+    label: str
+    memory_fits: bool
+    needed_efficiency: float
+
+
+def setting_verdict(
+    candidates: Sequence[SettingCandidate],
+    reference: MeasuredEfficiency | None = None,
+) -> str:
+    """Choose a setting that fits both the memory and the time figures, in one line.
+
+    A candidate fits the time bound when its kernels would need at most 100% of the
+    roofline; among the candidates that fit both, the one that needs the lowest share
+    is chosen (the others need kernels closer to the roofline than it does).
+    ``reference``, the highest efficiency measured for the network anywhere, is
+    printed beside the needs as context: it was measured on another GPU and does not
+    decide."""
+    if not candidates:
+        raise ValueError("no candidate settings to weigh")
+    needs = "; ".join(
+        f"{c.label} {'fits' if c.memory_fits else 'does not fit'} the memory and needs "
+        f"{c.needed_efficiency:.0%}"
+        for c in candidates
+    )
+    context = (
+        f" (for scale: {reference.network}'s {reference.kind}s reached at most "
+        f"{reference.value:.0%} of their roofline on {reference.device}, another GPU)"
+        if reference
+        else ""
+    )
+    both = [c for c in candidates if c.memory_fits and c.needed_efficiency <= 1]
+    if not both:
+        return (
+            f"No candidate fits both the memory and the time figures: {needs}{context}."
+        )
+    best = min(both, key=lambda c: c.needed_efficiency)
+    others = [c for c in both if c is not best]
+    why = (
+        f"; the others that fit need {min(c.needed_efficiency for c in others):.0%} "
+        "or more"
+        if others
+        else ""
+    )
+    return (
+        f"{best.label} fits both: its kernels need only {best.needed_efficiency:.0%} "
+        f"of the roofline to finish within the post's epoch{why}. All candidates: "
+        f"{needs}{context}."
+    )
+
+
+def lowp_verdict(
+    flags: Sequence[str] | None, lowp_over_fp32: float, what: str = "bf16"
+) -> str:
+    """Whether this CPU's low-precision matmul is fast, in one line, from its measured
+    rate over fp32's (``lowp_over_fp32``). ``flags``, the low-precision CPU flags it
+    lists, are reported beside the measurement when given (None: not mentioned); the
+    verdict never rests on them: which kernels PyTorch runs is measured, not read from
+    the flags (``ampbook.measure.cpu_kernels``)."""
+    if lowp_over_fp32 <= 0:
+        raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
+    if flags is None:
+        listed = ""
+    else:
+        listed = f" (it lists {', '.join(flags) or 'no bf16/fp16 units'})"
+    if lowp_over_fp32 >= 1:
+        return (
+            f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's "
+            f"rate{listed}: low precision can pay here."
+        )
+    return (
+        f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's rate{listed}: "
+        "the kernels PyTorch runs here for it are slower than fp32's, and AMP costs "
+        "time."
+    )
+
+
+def loader_check_verdict(measured: dict, model: dict) -> str:
+    """Chapter 5's check of the loader model: images per second measured with the
+    fewest workers above 0 against what the model predicts for them (both keyed by the
+    worker count), and how far that carries into the epoch times taken from the model.
+    """
+    workers = min((w for w in measured if w > 0 and w in model), default=None)
+    if workers is None:
+        return (
+            "No run with workers was measured, so the loader model is unchecked here."
+        )
+    off = measured[workers] / model[workers]
+    plural = "worker" if workers == 1 else "workers"
+    return (
+        f"With {workers} {plural} the loader delivered {off:.2f} of the model's rate: "
+        f"the check is off by {abs(off - 1):.0%}, and the epoch times below, from the "
+        "model, carry an error of that order."
+    )
+
+
+def hypotheses_verdict(
+    step_speedup: float,
+    epoch_speedup: float,
+    data_wait_share: float,
+    *,
+    wait_measured: bool = True,
+) -> str:
+    """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU
+    pair run on the post's 2020 software (PyTorch 1.7, cuDNN 8.0): hypothesis (b) is
+    about that software, so its label means nothing for a pair of today's software
+    (read those with ``ampbook.chapters.ch3.gpu_pair_verdict``).
+
+    ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or
+    the step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``:
+    the AMP run's time waiting for data over its waiting plus stepping. (a) the loader
+    bounds the epoch: the loop spends at least half its time waiting for data, so a
+    faster step barely shows in the epoch. (b) the AMP step itself is no faster than
+    fp32's (at most 1.05x); against a TF32 baseline that need not mean slow fp16
+    kernels, only that 16 bits add nothing to what TF32 already gained. Both can hold at
+    once.
+
+    ``wait_measured=False``: the share was inferred by difference (the epoch minus its
+    steps timed without the loader), so it is an upper bound (steps inside the loop can
+    take longer than alone) and cannot show (a) by itself. (a) then rests on the epochs:
+    equal epochs (within 5%) from steps that differ by more than 5% did not follow the
+    step, and the share must be at least half for the loader to have held the rest.
+    """
+    slow_step = step_speedup <= 1.05
+    if wait_measured:
+        loader = data_wait_share >= 0.5
+        wait = f"the loader took {data_wait_share:.0%} of the loop"
+    else:
+        epochs_equal = abs(epoch_speedup - 1) <= 0.05
+        steps_differ = abs(step_speedup - 1) > 0.05
+        loader = data_wait_share >= 0.5 and epochs_equal and steps_differ
+        wait = (
+            f"at most {data_wait_share:.0%} of the loop was left for data (by "
+            "difference, not measured)"
+        )
+        if loader:
+            wait = (
+                f"the epochs were equal ({epoch_speedup:.2f}x) while the steps were "
+                f"not, and {wait}"
+            )
+    if slow_step and loader:
+        return f"Both: the AMP step alone ran at {step_speedup:.2f}x fp32's; {wait}."
+    if slow_step:
+        return (
+            f"(b) the AMP step is no faster: alone it ran at {step_speedup:.2f}x "
+            f"fp32's, and {wait}."
+        )
+    if loader:
+        return (
+            f"(a) the loader: the AMP step alone was {step_speedup:.2f}x faster, the "
+            f"epoch {epoch_speedup:.2f}x; {wait}."
+        )
+    return (
+        f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
+        f"{epoch_speedup:.2f}x; {wait}."
+    )

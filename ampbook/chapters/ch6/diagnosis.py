@@ -1,0 +1,460 @@
+"""Will AMP help *this* model? The diagnosis of any ``nn.Module`` behind ``python -m
+ampbook.doctor`` (the command, ``ampbook.doctor``, parses the flags and
+prints):
+
+    python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
+        [--device auto|cpu|cuda] [--precisions fp32,amp-fp16,amp-bf16]
+        [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
+        [--memory-format channels_first|channels_last] [--forward-only]
+        [--loss cross-entropy|mse] [--json FILE] [--markdown FILE]
+
+``SPEC`` is ``erfnet`` (the book's network), ``torchvision:NAME`` (any torchvision
+model, built with every weights argument off, ``weights=None`` and
+``weights_backbone=None``: nothing is downloaded) or ``package.module:callable``
+(called with no arguments, it must return an ``nn.Module``). ``--input`` is one sample's
+shape, of any rank (``3,224,224`` for an image, ``3,16,112,112`` for a video clip,
+``64,1000`` for a sequence). The loss is cross-entropy against random targets shaped
+like the output (``N x C`` logits: one class per sample; ``N x C x ...``: one class per
+pixel), or ``--loss mse`` against random values.
+
+**What the model returns.** A tensor is the output. Otherwise the doctor reads one
+tensor by a fixed rule (``outputs.select_output``): from a dict, its ``"out"`` entry
+(torchvision's segmentation models), else its only tensor; from a tuple or list (a
+named tuple too), its first tensor (the logits, before auxiliary heads). ``--output
+KEY`` picks another: a dict key, a tuple index or a named-tuple field. The other
+outputs are computed in the forward and get no gradient. A model whose ``forward``
+takes several inputs, or whose shapes depend on its input's values (detection's box
+selection), cannot be traced from one tensor of fake data: the doctor says so, and a
+wrapper module whose ``forward(x)`` builds the inputs from one tensor makes it
+traceable (the README's doctor section has one).
+
+The report has five sections, printed as Markdown and kept in one JSON-ready dict
+(``diagnose``):
+
+1. **coverage**: of the traced step's forward and backward FLOPs and bytes, the share
+   that CUDA's autocast runs in 16 bits, and the operators left in fp32 with the reason
+   (autocast's fp32 list, a promotion, or an fp32 input such as a residual sum); ops the
+   cost model does not model (unknown FLOPs, or a dtype such as complex64 it has no
+   peak for) are named with the share of the step they leave out;
+2. **memory**: bytes saved for backward (the book's memory figure,
+``ampbook.measure.memory``),
+   fp32 against AMP, counted at the requested size on the traced step (fake tensors: the
+   autograd graph of the real size, with CUDA's attention and recurrent kernels, and no
+   data), beside a real step measured on this device;
+3. **roofline** per GPU of the device table (``ampbook.predict.roofline.predict``): the
+bound
+   of fp32 with TF32 (for convolutions and matrix products), of each AMP precision,
+   their ratio (the speedup if both precisions reached the same share of their bound:
+   not an upper bound), the kernel counts, and the images/s the input pipeline must
+   deliver;
+4. **measured** on this device: the runner's own step (``ampbook.train.TrainStep``) per
+   precision, on a CPU at a small size by chapter 5's rounds method
+   (``ampbook.chapters.ch5.bench_step.time_rounds``: the precisions take turns, and the
+   verdict
+   says "no difference resolved" when the rounds disagree), fp16 at a tiny size with
+   its measured ratio; on CUDA at the full size, with channels_last and cudnn.benchmark
+   variants;
+The report opens with its answer (``report_text.first_screen``, 24 lines x 80 columns):
+the setting predicted (batch, input, the memory format of ``--memory-format``, default
+channels_first, PyTorch's), one line per GPU with its faster AMP precision, the point
+estimate, its range, the verdict in words ("a gain" or "a loss" only when the whole
+range is on one side of 1.0), what bounds the step (launch, memory or compute) and a
+committed measurement of the same network and GPU, then the warnings (a precision whose
+step cannot fit a GPU's memory, with the largest batch that fits). ``diagnose`` hands it
+to its caller (``on_prediction``) before any step is timed.
+
+5. **verdict**: the expected AMP speedup per GPU as a calibrated range
+   (``ampbook.predict.calibrate``: kernel efficiencies per operator class and dtype
+   family from committed GPU layer profiles and published training throughputs, each
+   named with its distance from this model), with the launch floor (kernels times the
+   measured host time per kernel) and the cast kernels AMP adds, and a checklist per
+   GPU: predicted and measured gains, upper bounds apart.
+
+Every FLOP and byte comes from ``ampbook.predict.steptrace.trace_step`` (fake tensors:
+the full size costs seconds, not memory), every dtype from the CPU autocast that stands
+in for CUDA's (``ampbook.measure.autocast_rules``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ampbook.chapters.ch6.measured import CPU_ROUNDS, as_progress, measure
+from ampbook.chapters.ch6.outputs import (
+    SelectOutput,
+    check_loss,
+    loss_fn,
+    output_rule,
+    output_shape,
+    quiet_fake,
+    returns_tensor,
+)
+from ampbook.chapters.ch6.traced import (
+    coverage,
+    fake_saved_bytes,
+    memory_at_size,
+    roofline,
+    unmodelled,
+    unmodelled_line,
+    weight_copy_bytes,
+    where_time_goes,
+)
+from ampbook.chapters.ch6.verdict import (
+    checklist,
+    committed_measurements,
+    memory_warnings,
+    setting_text,
+    speedup_range_verdict,
+    verdict_ranges,
+)
+from ampbook.core import cli
+from ampbook.core.precision import (
+    AUTOCAST_DTYPES,
+    torch_name,
+)
+from ampbook.core.words import plural
+from ampbook.predict.hostmodel import host_model
+from ampbook.predict.roofline import Ceilings, predict
+from ampbook.predict.specs import (
+    LOSSES,
+    PRECISIONS,
+    DoctorError,
+    default_input,
+    first_line,
+    load_model,
+    parse_precisions,
+    resolve_gpus,
+    shape_text,
+)
+from ampbook.predict.steptrace import (
+    MEMORY_FORMATS,
+    relabel,
+    trace_step,
+    with_memory_format,
+)
+
+REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report's schema (``diagnose``)
+
+
+# --------------------------------------------------------------------------------------
+# the report
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class DoctorConfig:
+    model: str
+    input: tuple[int, ...] | None = None
+    batch: int | None = None
+    device: str = "auto"
+    precisions: list[str] = field(default_factory=lambda: list(PRECISIONS))
+    gpus: list[str] | None = None
+    loader_images_per_s: float | None = None
+    loss: str = "cross-entropy"
+    measure: bool = True
+    repeats: int = 3
+    results_dir: str | None = None
+    output: str | None = None  # --output KEY: which of several outputs the loss reads
+    # where a CPU times its steps: (input shape, batch); None: ``measure_size``'s
+    measure_size: tuple[tuple[int, ...], int] | None = None
+    rounds: int = CPU_ROUNDS
+    # the memory format the user's loop runs (``steptrace.MEMORY_FORMATS``)
+    memory_format: str = "channels_first"
+    # progress lines on stderr while the doctor waits: a ``cli.Progress``, or True /
+    # False; None: when stderr is a terminal
+    progress: bool | cli.Progress | None = None
+    # False: the forward pass alone is traced and timed (``--forward-only``)
+    backward: bool = True
+    # who is asking: "python" (this API) or "cli" (the command): advice names the
+    # keyword argument or the flag (``option_name``)
+    caller: str = "python"
+
+
+# A setting's name as the caller gives it: (the command's flag, DoctorConfig's field).
+_OPTIONS = {"backward": ("--forward-only", "backward=False")}
+
+
+def option_name(cfg: DoctorConfig, what: str) -> str:
+    """How the user sets ``what`` where they called the doctor: the flag on the
+    command line, the ``DoctorConfig`` argument in Python."""
+    flag, arg = _OPTIONS[what]
+    return flag if cfg.caller == "cli" else f"DoctorConfig({arg})"
+
+
+def check_device(text: str) -> str:
+    """``--device``: auto, cpu or cuda[:N] (where a training step can be timed);
+    anything else (meta, a typo) is refused, never measured on the CPU instead."""
+    t = str(text).strip().lower()
+    kind, _, index = t.partition(":")
+    if t in ("auto", "cpu") or (kind == "cuda" and (not _ or index.isdigit())):
+        return t
+    raise DoctorError(
+        f"--device {text!r}: the doctor times its steps on auto (CUDA when there is "
+        "one), cpu or cuda[:N]; pass one of those (--no-measure predicts without "
+        "timing)"
+    )
+
+
+def check_size(batch: int, shape: Sequence[int], devices) -> None:
+    """Refuse a batch whose input alone (fp32) is larger than the largest GPU of the
+    device table: no GPU could run it, and its trace's numbers would overflow."""
+    elements = batch * math.prod(shape)
+    big = max(devices.values(), key=lambda d: d.memory_gb)
+    if elements * 4 > big.memory_gb * 1e9:
+        raise DoctorError(
+            f"batch {batch} x input {shape_text(shape)}: the input alone is "
+            f"{elements * 4 / 2**30:,.0f} GiB in fp32, more than the largest GPU of "
+            f"the table holds ({big.short_name}, {big.memory_gb:g} GB); give a "
+            "smaller --batch or --input"
+        )
+
+
+def diagnose(
+    cfg: DoctorConfig,
+    model: nn.Module | None = None,
+    on_prediction=None,
+) -> dict[str, Any]:
+    """The whole report as a JSON-ready dict (sections ``coverage``, ``memory``,
+    ``roofline``, ``where``, ``measured``, ``verdict``). ``model`` overrides
+    ``cfg.model``'s construction (the spec is then only its label).
+
+    The prediction comes first: ``on_prediction(report)``, when given, is called with
+    the report before any step is timed (``measured`` None, the checklist without
+    measurements), so a caller can print the answer (``report_head``) while the
+    measurement runs; the returned report has both."""
+    from ampbook.core.devices import load_devices, pick_device
+    from ampbook.predict.calibrate import launch_floor
+    from ampbook.predict.references import references
+
+    tell = as_progress(cfg.progress)
+    if cfg.loss not in LOSSES:
+        raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
+    if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
+        raise DoctorError(f"--batch {cfg.batch}: must be a positive integer")
+    if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
+        raise DoctorError(
+            f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
+        )
+    if cfg.memory_format not in MEMORY_FORMATS:
+        raise DoctorError(
+            f"--memory-format {cfg.memory_format!r}: choose "
+            f"{' or '.join(MEMORY_FORMATS)}"
+        )
+    precisions = parse_precisions(cfg.precisions)
+    devices = load_devices()
+    gpus = resolve_gpus(cfg.gpus, devices)
+    wanted = check_device(cfg.device)  # its own error names --device once
+    try:
+        device = pick_device(wanted)
+    except (RuntimeError, ValueError) as e:
+        raise DoctorError(f"--device {cfg.device}: {first_line(e)}") from None
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise DoctorError(
+            f"--device {cfg.device}: this machine has "
+            f"{plural(torch.cuda.device_count(), 'CUDA device')}; give cuda or cuda:0"
+        )
+    shape = tuple(cfg.input) if cfg.input else default_input(cfg.model)
+    batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
+    check_size(batch, shape, devices)
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = now - clock
+        clock = now
+
+    if model is None:
+        tell(f"building {cfg.model}")
+        model = load_model(cfg.model)
+    if cfg.backward and not any(p.requires_grad for p in model.parameters()):
+        raise DoctorError(
+            f"{cfg.model} has no trainable parameter: a training step has nothing to "
+            f"compute backward; pass {option_name(cfg, 'backward')} to diagnose the "
+            "forward pass alone"
+        )
+    tell(f"tracing batch {batch} x {shape_text(shape)} (fake tensors: no data)")
+    out = output_shape(model, shape, batch, cfg.output)
+    check_loss(cfg.loss, out)
+    traced = model
+    if cfg.output is not None or not returns_tensor(model, shape, batch):
+        traced = SelectOutput(model, cfg.output)
+    lap("model")
+    traces = {}
+    for p in precisions:
+        if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
+            traces[p] = relabel(traces["amp-fp16"], p)
+            continue
+        tell(f"tracing the {p} {'step' if cfg.backward else 'forward pass'}")
+        try:
+            with quiet_fake(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="ComplexHalf support")
+                traces[p] = trace_step(
+                    traced, batch, 1, 1, p, input_shape=shape, loss=loss_fn(cfg.loss),
+                    backward=cfg.backward,
+                )  # fmt: skip
+        except DoctorError:
+            raise
+        except Exception as e:
+            why = first_line(e)
+            if "nothing to trace backward" in why:
+                raise DoctorError(
+                    "the loss does not depend on any trainable parameter: nothing to "
+                    f"trace backward; pass {option_name(cfg, 'backward')} to diagnose "
+                    "the forward pass alone"
+                ) from None
+            raise DoctorError(
+                f"tracing the {p} step failed: {type(e).__name__}: {why}"
+            ) from None
+    traces = {p: with_memory_format(tr, cfg.memory_format) for p, tr in traces.items()}
+    lap("trace")
+    amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
+    roof = roofline(traces, gpus, cfg.loader_images_per_s, devices)
+    first = devices[gpus[0]]
+    ceil = Ceilings.from_device(first)
+    preds = {
+        p: predict(tr, ceil)
+        for p, tr in traces.items()
+        if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
+    }
+    lap("roofline")
+    memory: dict[str, Any] = {
+        "at_size": memory_at_size(traces, amp),
+        "weight_copies_bytes": weight_copy_bytes(model) if amp else 0,
+    }
+    tell("calibrating the speedup ranges on the committed references")
+    refs = references(cfg.results_dir)
+    floor = launch_floor(cfg.results_dir)
+    host = host_model(cfg.results_dir)
+    data_s = batch / cfg.loader_images_per_s if cfg.loader_images_per_s else None
+    ranges = verdict_ranges(
+        roof, traces, refs, floor, cfg.model, devices, cfg.memory_format, batch,
+        host, data_s,
+    )  # fmt: skip
+    committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
+    here = setting_text(batch, shape)
+    for r in ranges:  # a measurement of the same network and GPU beside the range
+        r["setting"] = here
+        r["committed"] = [
+            {**m, "same_setting": m.get("setting") == here}
+            for m in committed.get(r["gpu"], [])
+            if m["precision"] == r["precision"]
+        ]
+        r["line"] = speedup_range_verdict(
+            r["gpu_name"], r["precision"], r, r["casts"], r.get("transposes")
+        )
+    cover = coverage(traces[amp], preds.get(amp)) if amp else None
+    unknown = unmodelled(preds.get(amp) or preds["fp32"])
+    warnings_ = [w for w in [unmodelled_line(unknown)] if w]
+    warnings_ += memory_warnings(traces, gpus, devices, weight_copy_bytes(model))
+    lap("verdict")
+    report = {
+        "schema": REPORT_SCHEMA,
+        "model": cfg.model,
+        "model_class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "input": list(shape),
+        "batch": batch,
+        "output": list(out),
+        "output_rule": output_rule(model, shape, batch, cfg.output),
+        "loss": cfg.loss,
+        "backward": cfg.backward,
+        "precisions": precisions,
+        "memory_format": cfg.memory_format,
+        "gpus": gpus,
+        "totals": {p: tr.totals() for p, tr in traces.items()},
+        "coverage": cover,
+        "memory": memory,
+        "roofline": roof,
+        "where": {
+            "gpu": gpus[0],
+            "gpu_name": roof[0]["gpu_name"] if roof else first.short_name,
+            "precision": amp or "fp32",
+            "types": where_time_goes(preds.get(amp) or preds["fp32"]),
+        },
+        "measured": None,
+        "verdict": {
+            "ranges": ranges,
+            "launch_floor": None
+            if floor is None
+            else {"per_kernel_s": floor.per_kernel_s, "source": floor.source},
+            **checklist(roof, ranges, cfg.loader_images_per_s, None),
+        },
+        "unmodelled": unknown,
+        "warnings": warnings_,
+        "seconds": seconds,
+    }
+    if on_prediction is not None:
+        on_prediction(report)
+    if not cfg.measure:
+        seconds["measured"] = 0.0
+        return report
+    measured = measure(
+        traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
+        size=cfg.measure_size, rounds=cfg.rounds, progress=tell,
+        backward=cfg.backward,
+    )  # fmt: skip
+    memory["measured"] = [
+        {
+            "variant": r["variant"],
+            "bytes": r["memory_bytes"],
+            "measure": r["memory_measure"],
+        }
+        for r in measured["rows"]
+        if r.get("memory_bytes") is not None and not r.get("input")
+    ]
+    memory["measured_input"], memory["measured_batch"] = (
+        measured["input"],
+        measured["batch"],
+    )
+    if device.type != "cuda" and memory["measured"]:
+        memory["fake_at_measured"] = fake_saved_bytes(
+            traced, measured["input"], measured["batch"], cfg.loss, "fp32"
+        )
+    report["measured"] = measured
+    report["verdict"].update(checklist(roof, ranges, cfg.loader_images_per_s, measured))
+    lap("measured")
+    return report
+
+
+# --------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------
+
+
+def check_outputs(
+    json_path: str | None, markdown_path: str | None, overwrite: bool = False
+) -> None:
+    """``--json`` and ``--markdown`` checked before the diagnosis: two different files
+    (one would overwrite the other), each writable in an existing folder, neither
+    replacing a file the doctor did not write unless ``overwrite``
+    (``cli.check_output_file``; an earlier JSON report is the doctor's own)."""
+    outputs = {"--json": json_path, "--markdown": markdown_path}
+    kinds = {"--json": REPORT_SCHEMA, "--markdown": None}
+    for flag, f in outputs.items():
+        if f is not None:
+            try:
+                cli.check_output_file(
+                    f,
+                    flag,
+                    create_parents=False,
+                    kind=kinds[flag],
+                    overwrite=overwrite,
+                )
+            except cli.UserError as err:
+                raise DoctorError(str(err)) from None
+    if json_path and markdown_path:
+        same = Path(json_path).resolve() == Path(markdown_path).resolve()
+        if same:
+            raise DoctorError(
+                f"--json and --markdown both name {json_path}; give two files"
+            )

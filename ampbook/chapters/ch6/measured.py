@@ -1,0 +1,429 @@
+"""The runner's own step timed on this device, per precision: section 4 of the
+doctor's report. On a CPU at a small size by chapter 5's rounds method (the
+precisions take turns), fp16 at a tiny size; on CUDA at the full size, with
+channels_last and cudnn.benchmark variants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import statistics
+import time
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ampbook.chapters.ch6.outputs import output_shape, targets
+from ampbook.core import cli
+from ampbook.core.precision import (
+    AUTOCAST_DTYPES,
+    backend_flags,
+)
+from ampbook.core.terminal import duration_text
+from ampbook.predict.pace import speedup_verdict
+from ampbook.predict.specs import DoctorError, first_line, shape_text
+from ampbook.results import PEAK_CUDA
+from ampbook.results import SAVED_FOR_BACKWARD as SAVED
+
+# Largest batch x pixels at which a CPU step is timed in fp16 (batch 2 of 32 x 32):
+# fp16 training steps on CPUs were measured many times slower than fp32; the doctor
+# prints the ratio it measures there, and no cause.
+CPU_FP16_MAX_PIXELS = 2 * 32 * 32
+# A CPU step is timed at an input scaled down to about this many pixels on a side.
+CPU_MEASURE_SIDE = 32
+# Rounds of the CPU timing (chapter 5's method: the precisions take turns).
+CPU_ROUNDS = 5
+
+
+# --------------------------------------------------------------------------------------
+# 4. measured on this device
+# --------------------------------------------------------------------------------------
+
+
+def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
+    """``shape`` with its last two dimensions (the last one for a sequence, none for a
+    vector) scaled down to about ``side`` each, multiples of 32 (at least 32, at most
+    the original)."""
+    shape = tuple(shape)
+    n = min(2, len(shape) - 1)
+    if n <= 0:
+        return shape
+    spatial = shape[-n:]
+    f = max(1, math.ceil(max(spatial) / side))
+    small = tuple(min(s, max(32, round(s / f / 32) * 32)) for s in spatial)
+    return shape[:-n] + small
+
+
+def measure_size(
+    model: nn.Module,
+    shape: Sequence[int],
+    batch: int,
+    device: torch.device,
+    key: str | None = None,
+) -> tuple[tuple[int, ...], int]:
+    """Where to time steps: the full size on CUDA; on a CPU an input scaled to about
+    ``CPU_MEASURE_SIDE`` pixels a side (``_scaled``) and batch <= 2, or the full input
+    at batch 2 when the model accepts no other."""
+    if device.type == "cuda":
+        return tuple(shape), batch
+    small = _scaled(shape, CPU_MEASURE_SIDE)
+    try:
+        output_shape(model, small, min(batch, 2), key)
+        return small, min(batch, 2)
+    except DoctorError:
+        return tuple(shape), min(batch, 2)
+
+
+def _variants(device: torch.device, precisions: Sequence[str]):
+    """(label, precision, tf32, channels_last, cudnn_benchmark, skip reason)."""
+    if device.type == "cuda":
+        out = [("fp32 (TF32 on)", "fp32", True, False, False, None)]
+        out.append(("fp32 (TF32 off)", "fp32", False, False, False, None))
+        for p in precisions[1:]:
+            ok = p != "amp-bf16" or torch.cuda.is_bf16_supported()
+            why = None if ok else "this GPU has no bf16"
+            out.append((p, p, True, False, False, why))
+            out.append((f"{p} + channels_last", p, True, True, False, why))
+            out.append((f"{p} + cudnn.benchmark", p, True, False, True, why))
+        return out
+    return [(p, p, False, False, False, None) for p in precisions]
+
+
+class ForwardStep:
+    """The forward pass and loss alone, under autocast when the precision has one and
+    without autograd (``--forward-only``: inference, or a model with nothing to
+    train); called as the runner's step is, ``step(x, y, meter=None)``."""
+
+    def __init__(self, model, criterion, device, autocast_dtype, channels_last=False):
+        self.model, self.criterion, self.device = model, criterion, device
+        self.autocast_dtype, self.channels_last = autocast_dtype, channels_last
+
+    def __call__(self, x, y, meter=None):
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        cast = (
+            torch.autocast(self.device.type, dtype=self.autocast_dtype)
+            if self.autocast_dtype is not None
+            else contextlib.nullcontext()
+        )
+        with torch.no_grad(), cast, meter or contextlib.nullcontext():
+            return self.criterion(self.model(x), y)
+
+
+class _Variant:
+    """One timed variant: its own copy of the model, optimizer and the runner's step
+    (or the forward pass alone, ``ForwardStep``, when ``backward`` is False), with the
+    CUDA flags it runs under."""
+
+    def __init__(self, model, device, prec, tf32, cl, bench, x, y, backward=True):
+        from ampbook.train import TrainStep
+
+        net = copy.deepcopy(model).to(device)
+        if cl:
+            net = net.to(memory_format=torch.channels_last)
+        crit = nn.MSELoss() if y.is_floating_point() else nn.CrossEntropyLoss()
+        dtype = AUTOCAST_DTYPES[prec]
+        self.net, self.device = net, device
+        if backward:
+            opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+            scaler = torch.amp.GradScaler(device.type) if prec == "amp-fp16" else None
+            self.step = TrainStep(
+                net, opt, crit, device, dtype, scaler, channels_last=cl
+            )
+        else:
+            self.step = ForwardStep(net, crit, device, dtype, channels_last=cl)
+        self.x, self.y = x.to(device), y.to(device)
+        self.tf32, self.bench = tf32, bench
+        self.times: list[float] = []
+
+    def flags(self):
+        """The variant's TF32 and cudnn.benchmark flags on CUDA (restored after);
+        nothing on a CPU."""
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
+
+    def time(self, warmup: int, repeats: int) -> None:
+        from ampbook.measure.timing import benchmark
+
+        with self.flags():
+            r = benchmark(
+                self.step,
+                lambda: (self.x, self.y),
+                device=self.device,
+                warmup=warmup,
+                repeats=repeats,
+                number=1,
+                min_time=0.0,
+                buffers=1,
+                check_inputs=False,
+            )
+        self.times += list(r.times_s)
+
+    def memory(self) -> tuple[int, str]:
+        from ampbook.measure.memory import SavedTensorMeter
+
+        with self.flags():
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
+                self.step(self.x, self.y)
+                return torch.cuda.max_memory_allocated(self.device), PEAK_CUDA
+            meter = SavedTensorMeter(model=self.net)
+            self.step(self.x, self.y, meter=meter)
+            return meter.new_bytes, SAVED
+
+
+def _finish(row: dict, v: _Variant) -> None:
+    """A timed variant's row: median and fastest step, samples, memory."""
+    row["memory_bytes"], row["memory_measure"] = v.memory()
+    row.update(
+        step_s=statistics.median(v.times),
+        min_step_s=min(v.times),
+        samples=len(v.times),
+    )
+
+
+def _batch_for(model, shape, batch, loss, key, seed=0):
+    out = output_shape(model, shape, batch, key)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, *shape, generator=g), targets(loss, out, g)
+
+
+def as_progress(progress) -> cli.Progress:
+    """``progress`` as a ``cli.Progress``: one given, or a new one (``True`` on,
+    ``False`` off, None: on where stderr is a terminal)."""
+    if isinstance(progress, cli.Progress):
+        return progress
+    return cli.Progress("doctor", progress)
+
+
+class CpuGroup:
+    """Precisions timed together on the CPU at one size by chapter 5's rounds method:
+    ``warm()`` builds each one's step and runs its first, untimed step (oneDNN builds
+    its kernels; the step's memory is counted there, and its time is the first
+    estimate of a step's), ``time_round()`` times one step of each in turn, ``rows()``
+    gives each one's median step, the median of its per-round ratios to fp32 and the
+    ratios. ``seconds_left()`` is what the rounds still to run will take: every step
+    not yet timed, at the median of its precision's timed steps (its first step's
+    time before any)."""
+
+    def __init__(
+        self, model, shape, batch, loss, precisions, key, rounds, backward=True
+    ):
+        self.model, self.shape, self.batch = model, tuple(shape), batch
+        self.loss, self.precisions, self.key = loss, list(precisions), key
+        self.rounds, self.backward = rounds, backward
+        self.done = 0
+        self.table: list[dict] = []
+        self.steps: dict[str, tuple] = {}
+        self.first_s: dict[str, float] = {}
+        self.times: dict[str, list[float]] = {}
+
+    @property
+    def where(self) -> str:
+        return f"batch {self.batch} x {shape_text(self.shape)}"
+
+    def warm(self, progress: cli.Progress) -> None:
+        x, y = _batch_for(self.model, self.shape, self.batch, self.loss, self.key)
+        dev = torch.device("cpu")
+        for p in self.precisions:
+            row = {"variant": p, "precision": p, "skipped": None}
+            self.table.append(row)
+            try:
+                progress(f"first {p} step on the cpu (it builds the kernels; untimed)")
+                t0 = time.perf_counter()
+                v = _Variant(self.model, dev, p, False, False, False, x, y,
+                             self.backward)  # fmt: skip
+                # the first step builds oneDNN's kernels: untimed, it counts the memory
+                row["memory_bytes"], row["memory_measure"] = v.memory()
+            except Exception as e:  # e.g. an op without a kernel for this dtype here
+                row["skipped"] = f"failed: {type(e).__name__}: {first_line(e)}"
+                continue
+            self.first_s[p] = time.perf_counter() - t0
+            self.steps[p] = (v.step, (v.x, v.y), dev)
+            self.times[p] = []
+
+    def seconds_left(self) -> float:
+        each = {
+            p: statistics.median(t) if t else self.first_s[p]
+            for p, t in self.times.items()
+        }
+        return (self.rounds - self.done) * sum(each.values())
+
+    def time_round(self) -> None:
+        from ampbook.measure.timing import time_rounds
+
+        for p, ts in time_rounds(self.steps, 1, warmup=False).items():
+            self.times[p] += ts
+        self.done += 1
+
+    def rows(self) -> list[dict]:
+        times = self.times
+        for row in self.table:
+            p = row["precision"]
+            t = times.get(p)
+            if not t:
+                continue
+            row.update(step_s=statistics.median(t), min_step_s=min(t), samples=len(t))
+            if p != "fp32" and times.get("fp32"):
+                ratios = [a / b for a, b in zip(times["fp32"], t)]
+                row.update(speedup=statistics.median(ratios), ratios=ratios)
+            elif p == "fp32":
+                row["speedup"] = 1.0
+        return self.table
+
+
+def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
+    """Every group warmed first, then timed round by round: each progress line after
+    a round says how long every step still to be timed will take, in every group
+    (``CpuGroup.seconds_left``), so a slow precision timed last (fp16 on a CPU: many
+    times fp32's step) is counted from the start."""
+    progress = as_progress(progress or False)
+    for g in groups:
+        g.warm(progress)
+    for k, g in enumerate(groups):
+        if not g.steps:
+            continue
+        progress(f"measuring {', '.join(g.steps)} on the cpu at {g.where}")
+        for i in range(g.rounds):
+            g.time_round()
+            todo = [h for h in groups[k:] if h.steps and h.done < h.rounds]
+            left = sum(h.seconds_left() for h in todo)
+            tail = f", about {duration_text(left)} left" if todo else ""
+            what = f"round {i + 1} of {g.rounds}" if g.rounds > 1 else "one step"
+            progress(f"measuring on cpu: {what}{tail}")
+
+
+def cpu_rounds(
+    model, shape, batch, loss, precisions, key, rounds, progress=None, backward=True
+):
+    """One ``CpuGroup`` warmed and timed (``time_groups``): its rows."""
+    g = CpuGroup(model, shape, batch, loss, precisions, key, rounds, backward)
+    time_groups([g], progress)
+    return g.rows()
+
+
+def measure(
+    model: nn.Module,
+    shape: Sequence[int],
+    batch: int,
+    loss: str,
+    precisions: Sequence[str],
+    device: torch.device,
+    repeats: int = 3,
+    key: str | None = None,
+    size: tuple[Sequence[int], int] | None = None,
+    rounds: int = CPU_ROUNDS,
+    progress: bool | cli.Progress | None = None,
+    backward: bool = True,
+) -> dict[str, Any]:
+    """Section 4: the runner's step timed per precision (and layout/flag) here.
+    ``progress``: lines on stderr per CPU round and CUDA variant (a ``cli.Progress``,
+    or True/False; None: on a terminal).
+
+    On a CPU (``size`` overrides the input and batch chosen by ``measure_size``): fp32
+    and amp-bf16 by chapter 5's rounds method (``rounds`` rounds, taking turns), with
+    the verdict on their per-round ratios (``pace.speedup_verdict``: "no difference
+    is resolved" when the rounds disagree); amp-fp16 at a tiny size
+    (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed with no
+    cause. On CUDA: every variant at the full size, ``repeats`` timed steps each."""
+    from ampbook.core.env import cpu_name
+
+    mshape, mbatch = (
+        (tuple(size[0]), int(size[1]))
+        if size and device.type != "cuda"
+        else measure_size(model, shape, batch, device, key)
+    )
+    if device.type != "cuda":
+        main = [p for p in precisions if p != "amp-fp16"]
+        tell = as_progress(progress)
+        groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
+        if "amp-fp16" in precisions:
+            tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
+            try:
+                output_shape(model, tiny, 2, key)
+            except DoctorError:
+                tiny = mshape
+            # at the rounds' size, fp16 is held against their fp32 median; else one
+            # fp32 step is timed beside it there
+            same = tuple(tiny) == tuple(mshape) and mbatch == 2 and "fp32" in main
+            pair = ["amp-fp16"] if same else ["fp32", "amp-fp16"]
+            groups.append(
+                CpuGroup(model, tiny, 2, loss, pair, key, 1, backward)
+            )  # fmt: skip
+        time_groups(groups, tell)
+        rows = groups[0].rows()
+        extra = None
+        if len(groups) > 1:
+            fp16 = groups[1].rows()[-1]
+            fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
+            if same:
+                if fp16.get("step_s") and fp32 and fp32.get("step_s"):
+                    fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
+                against = "fp32's median step"
+            else:
+                against = "one fp32 step there"
+            fp16["input"], fp16["batch"] = list(tiny), 2
+            fp16["against"] = against
+            if fp16.get("speedup"):
+                fp16["note"] = (
+                    f"one step at batch 2 x {shape_text(tiny)}, a single timing "
+                    f"against {against} ({fp16['speedup']:.2g}x its speed)"
+                )
+            order = list(precisions)
+            rows = sorted(rows + [fp16], key=lambda r: order.index(r["precision"]))
+            extra = fp16
+        bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
+        verdict = (
+            speedup_verdict(bf16["ratios"], "amp-bf16")
+            if bf16 and bf16.get("ratios")
+            else None
+        )
+        return {
+            "device": "cpu",
+            "device_name": cpu_name(),
+            "input": list(mshape),
+            "batch": mbatch,
+            "rounds": rounds,
+            "rows": rows,
+            "rounds_verdict": verdict,
+            "fp16": extra,
+            "backward": backward,
+        }
+    x, y = _batch_for(model, mshape, mbatch, loss, key)
+    rows = []
+    tell = as_progress(progress)
+    todo = _variants(device, precisions)
+    tell(f"measuring {len(todo)} variants on {device} at batch {mbatch}")
+    tell.start()
+    for i, (label, prec, tf32, cl, bench, why) in enumerate(todo):
+        row = {"variant": label, "precision": prec, "skipped": why}
+        rows.append(row)
+        if why is not None:
+            continue
+        try:  # two warm-up steps (the first calls build cuDNN's kernels)
+            v = _Variant(model, device, prec, tf32, cl, bench, x, y, backward)
+            v.time(2, repeats)
+            _finish(row, v)
+            del v
+            torch.cuda.empty_cache()
+        except Exception as e:  # e.g. an op without a kernel for this dtype here
+            row["skipped"] = f"failed: {type(e).__name__}: {first_line(e)}"
+        tell.count(f"measuring on {device.type}", i + 1, len(todo), "variant")
+    base = rows[0].get("step_s")
+    for r in rows:
+        if r.get("step_s") and base:
+            r["speedup"] = base / r["step_s"]
+    return {
+        "device": "cuda",
+        "device_name": torch.cuda.get_device_name(device),
+        "input": list(mshape),
+        "batch": mbatch,
+        "rows": rows,
+        "rounds_verdict": None,
+        "fp16": None,
+        "backward": backward,
+    }

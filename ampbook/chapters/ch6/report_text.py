@@ -1,0 +1,675 @@
+"""The doctor's report as text: its first screen (the answer, 24 lines x 80
+columns), its sections as Markdown tables and their lead sentences, and the
+whole report (``to_markdown``); ``python -m ampbook.doctor`` wraps it for a
+terminal.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from ampbook.chapters.ch6.verdict import gist, measured_verdict, nearness, span_text
+from ampbook.core.words import plural
+from ampbook.predict.specs import shape_text
+
+# --------------------------------------------------------------------------------------
+# printing
+# --------------------------------------------------------------------------------------
+
+
+def _mib(b):
+    return None if b is None else b / 2**20
+
+
+def _mib_cell(b) -> str | None:
+    """Bytes as MiB for the memory table, to one decimal throughout (a column that
+    read 1,288 beside 0.04883 mixed precisions); "< 0.1" for a nonzero count below."""
+    v = _mib(b)
+    if v is None:
+        return None
+    return "< 0.1" if 0 < v < 0.05 else f"{v:,.1f}"
+
+
+def _ms(s):
+    return None if s is None else s * 1e3
+
+
+def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
+    from ampbook.core.page import md_table_text
+
+    cov = report["coverage"]
+    if not cov:
+        return None
+    rows = [
+        (k, v["flops_16bit"], v["mma_flops_16bit"], v["bytes_16bit"])
+        for k, v in cov["phases"].items()
+    ]
+    lead = (
+        f"{cov['precision']} on CUDA's autocast rules and kernels (traced on the "
+        f"CPU), batch {report['batch']} x {shape_text(report['input'])}"
+    )
+    table = md_table_text(
+        rows,
+        ["phase", "FLOPs in 16 bits", "matrix FLOPs in 16 bits", "bytes in 16 bits"],
+        [None, ".1%", ".1%", ".1%"],
+    )
+    fp32 = [
+        (g["phase"], f"{g['op']} in {g['layer_type']}", g["count"], g["bytes_share"],
+         g["reason"])
+        for g in cov["fp32_ops"][:8]
+    ]  # fmt: skip
+    table += "\n\nLeft in fp32 (largest share of the step's bytes first):\n\n"
+    table += md_table_text(
+        fp32 or [("-", "none", 0, 0.0, "-")],
+        ["phase", "op in layer type", "kernels", "bytes", "why fp32"],
+        [None, None, None, ".1%", None],
+    )
+    if report["unmodelled"]:
+        table += "\n\nNot modelled (bytes counted, FLOPs left out):\n\n"
+        table += md_table_text(
+            [
+                (
+                    u["op"],
+                    u.get("why") or "FLOPs unknown",
+                    u["count"],
+                    u["bytes_share"],
+                    u["time_share"],
+                )
+                for u in report["unmodelled"]
+            ],  # fmt: skip
+            ["op", "why", "kernels", "share of bytes", "share of the bound"],
+            [None, None, None, ".1%", ".1%"],
+        )
+    return ("1. Coverage", lead, table)
+
+
+def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
+    from ampbook.core.page import md_table_text
+
+    mem = report["memory"]
+    at = mem["at_size"]
+    size = f"batch {at['batch']} x {shape_text(at['input'])}"
+    rows = [(f"fp32, {size}", _mib_cell(at["fp32_bytes"]), 1.0)]
+    if at.get("amp_bytes") is not None:
+        rows.append(
+            (f"{at['amp_precision']}, {size}", _mib_cell(at["amp_bytes"]),
+             at["amp_over_fp32"])
+        )  # fmt: skip
+        rows.append(
+            (f"of which left in fp32 ({at['amp_precision']})",
+             _mib_cell(at["amp_fp32_part"]), None)
+        )  # fmt: skip
+    rows.append(("weights, gradients and Adam state (not saved)",
+                 _mib_cell(at["state_bytes"]), None))  # fmt: skip
+    measured = mem.get("measured", [])
+    if measured:
+        where = f"batch {mem['measured_batch']} x {shape_text(mem['measured_input'])}"
+        for m in measured:
+            rows.append(
+                (f"measured here: {m['variant']}, {where} ({m['measure']})",
+                 _mib_cell(m["bytes"]),
+                 m["bytes"] / measured[0]["bytes"] if measured[0]["bytes"] else None)
+            )  # fmt: skip
+        if mem.get("fake_at_measured") is not None:
+            rows.append(
+                (f"traced: fp32, {where} (the count above, on fake tensors)",
+                 _mib_cell(mem["fake_at_measured"]), None)
+            )  # fmt: skip
+    lead = at["method"]
+    note = weight_copy_note(mem)
+    if note:
+        lead = f"{lead}. {note}"
+    return (
+        "2. Memory: bytes saved for backward",
+        lead,
+        md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, None, ".2f"]),
+    )
+
+
+def weight_copy_note(mem: dict[str, Any]) -> str | None:
+    """Why AMP can save more bytes than fp32: the 16-bit weight copies, a fixed cost
+    per step, against activations that grow with the batch. Said only where an AMP
+    count exceeds fp32's by no more than the copies (the measured rows, the requested
+    size); None elsewhere."""
+    copies = mem.get("weight_copies_bytes") or 0
+    if not copies:
+        return None
+    places = []
+    measured = mem.get("measured") or []
+    if measured and measured[0]["bytes"]:
+        base = measured[0]["bytes"]
+        more = [
+            m["variant"] for m in measured[1:] if base < m["bytes"] <= base + copies
+        ]
+        if more:
+            places.append(f"at the small measured size ({' and '.join(more)})")
+    at = mem["at_size"]
+    amp = at.get("amp_bytes")
+    if amp and at["fp32_bytes"] < amp <= at["fp32_bytes"] + copies:
+        places.append(f"at the requested size ({at['amp_precision']})")
+    if not places:
+        return None
+    share = (
+        f" At the requested size the copies are at most {copies / amp:.1%} of "
+        f"{at['amp_precision']}'s saved bytes."
+        if amp
+        else ""
+    )
+    return (
+        f"The saved bytes include autocast's 16-bit copies of the weights (up to "
+        f"{_mib(copies):,.4g} MiB: every convolution's, and a linear layer's when its "
+        f"input needs a gradient), a fixed cost whatever the batch: they are why AMP "
+        f"keeps more bytes for backward than fp32 {' and '.join(places)}, where the "
+        f"activations are small.{share}"
+    )
+
+
+def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
+    from ampbook.core.page import md_table_text
+
+    rows = []
+    small = min(r["fp32_tf32_s"] for r in report["roofline"]) < 1e-5
+    unit, scale = ("µs", 1e6) if small else ("ms", 1e3)
+    for r in report["roofline"]:
+        amp_s = r["amp_s"] * scale if r["amp_s"] else None
+        rows.append(
+            (r["gpu_name"], r["precision"], r["fp32_tf32_s"] * scale, amp_s,
+             r.get("speedup_tf32"),
+             None if r.get("images_per_s_needed") is None
+             else round(r["images_per_s_needed"]))
+        )  # fmt: skip
+    lead = (
+        f"lower bounds of one step at batch {report['batch']} (fp32 with TF32 for "
+        "convolutions and matrix products); the ratio of bounds is the speedup if both "
+        "precisions reached the same share of their bound, which real kernels do not "
+        "(section 5); images/s: what the input pipeline must deliver at the AMP bound"
+    )
+    return (
+        "3. Roofline per GPU",
+        lead,
+        md_table_text(
+            rows,
+            [
+                "GPU",
+                "AMP",
+                f"fp32 bound ({unit})",
+                f"AMP bound ({unit})",
+                "ratio of bounds (x)",
+                "images/s",
+            ],
+            [None, None, ".3g", ".3g", ".2f", ",d"],
+        ),  # fmt: skip
+    )
+
+
+def _where_section(report: dict[str, Any]) -> tuple[str, str, str]:
+    from ampbook.core.page import md_table_text
+
+    wh = report["where"]
+    return (
+        f"Where the time goes ({wh['gpu_name']}, {wh['precision']})",
+        "share of the bound and of the bytes per layer type",
+        md_table_text(
+            [
+                (
+                    t["layer_type"],
+                    t["modules"],
+                    t["time_share"],
+                    t["bytes_share"],
+                    t["flops_per_byte"],
+                    t["bound"],
+                )
+                for t in wh["types"]
+            ],  # fmt: skip
+            [
+                "layer type",
+                "modules",
+                "share of bound",
+                "share of bytes",
+                "FLOPs/byte",
+                "bound",
+            ],  # fmt: skip
+            [None, None, ".0%", ".0%", ".3g", None],
+        ),
+    )
+
+
+def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
+    me = report["measured"]
+    if not me:  # a reason why no step was timed, where the command gives one
+        why = report.get("measured_skipped")
+        return ("4. Measured on this device", why, "") if why else None
+    lead, text = measured_table(me)
+    return ("4. Measured on this device", lead, text + "\n\n" + measured_verdict(me))
+
+
+def measured_table(me: dict[str, Any]) -> tuple[str, str]:
+    """Section 4's lead and Markdown table: each timed variant's median and fastest
+    step and its speedup, with columns that say which (on a CPU, the ratio of the
+    medians shown and the median of the per-round ratios the verdict reads)."""
+    from ampbook.core.page import md_table_text
+
+    cpu = me["device"] == "cpu"
+    base = next(
+        (r for r in me["rows"] if r["precision"] == "fp32" and r.get("step_s")), None
+    )
+    rows = []
+    for r in me["rows"]:
+        of_medians = (
+            base["step_s"] / r["step_s"]
+            if base and r.get("step_s") and r.get("input") is None
+            else None
+        )
+        row = [r["variant"], _ms(r.get("step_s")), _ms(r.get("min_step_s"))]
+        ratio = r.get("speedup")
+        if cpu and r.get("samples") == 1 and r.get("step_s"):
+            # one timed step: no median, no fastest round, no median of ratios
+            row[1:] = [f"{_ms(r['step_s']):.1f} (one step)", None]
+            if ratio is not None and r["precision"] != "fp32":
+                ratio = f"{ratio:.2f} (one timing)"
+        row += [of_medians, ratio] if cpu else [ratio]
+        rows.append(row + [r.get("note") or r["skipped"] or ""])
+    n = me.get("rounds")
+    if cpu:
+        how = (
+            f"{plural(n, 'round')} taking turns (chapter 5's method): the time is the "
+            f"median step of the {plural(n, 'round')} and the fastest of them; the "
+            "speedups are "
+            "fp32's time over this one's, from the medians beside them and as the "
+            "median of the per-round ratios (the verdict reads the latter; the two "
+            "differ when the rounds drift); a variant timed for one step says so in "
+            "its cells"
+        )
+        heads = [
+            "variant",
+            f"median of {plural(n, 'round')} (ms)",
+            "fastest round (ms)",
+            "fp32 / this, medians (x)",
+            "median of round ratios (x)",
+            "note",
+        ]
+        fmts = [None, ".1f", ".1f", ".2f", ".2f", None]
+    else:
+        how = "timed steps: the median and the fastest; speedup from the medians"
+        heads = [
+            "variant",
+            "median step (ms)",
+            "fastest step (ms)",
+            "speedup (x)",
+            "note",
+        ]
+        fmts = [None, ".1f", ".1f", ".2f", None]
+    lead = (
+        f"{me['device_name']}; the runner's step, batch {me['batch']} x "
+        f"{shape_text(me['input'])}, {how}"
+    )
+    return lead, md_table_text(rows, heads, fmts)
+
+
+def references_table(rng: dict[str, Any]) -> str:
+    """The references behind one calibrated range, nearest first, like with like:
+    what each predicts here beside what it measured there, both of kernel time for a
+    layer profile (before the modelled host idle), both of the step for a published
+    throughput."""
+    from ampbook.core.page import md_table_text
+    from ampbook.predict.calibrate import distance_text
+
+    def here_there(r: dict[str, Any]) -> tuple[str, str]:
+        kernel = r["kind"] == "profile"
+        word = "kernel time" if kernel else "step"
+        here = r["kernel_speedup"] if kernel else r["speedup"]
+        return f"{here:.2f} ({word})", f"{r['measured_speedup']:.2f} ({word})"
+
+    rows = sorted(rng["rows"], key=nearness)
+    return md_table_text(
+        [
+            (
+                r["label"],
+                r.get("publisher") or r["kind"],
+                distance_text(r),
+                *here_there(r),
+            )
+            for r in rows
+        ],  # fmt: skip
+        ["reference", "from", "distance", "predicted here (x)", "measured there (x)"],
+    )
+
+
+def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
+    """Per GPU and AMP precision: the AMP step's kernels, its launch floor (predicted:
+    kernels x the assumed host time per kernel), its calibrated kernel time (predicted:
+    the median reference's, not the weighted point's), the AMP kernel time measured
+    at this setting where a committed layer profile holds one, and the word
+    ``bound_text`` gives; None without a floor."""
+    from ampbook.core.page import md_table_text
+
+    def measured(r: dict[str, Any]) -> str:
+        done = [m["amp_kernel_s"] for m in r.get("committed") or []
+                if m.get("same_setting") and m.get("amp_kernel_s")]  # fmt: skip
+        return f"{done[0] * 1e3:.3f}" if done else "–"
+
+    rows = [
+        (
+            r["gpu_name"],
+            r["precision"],
+            r["launch"]["amp_kernels"],
+            r["launch"]["amp_floor_s"] * 1e3,
+            r["launch"]["amp_kernel_s"] * 1e3,
+            r["launch"]["amp_floor_s"] / r["launch"]["amp_kernel_s"],
+            measured(r),
+            bound_text(r),
+        )
+        for r in ranges
+        if (r.get("launch") or {}).get("amp_kernel_s")
+    ]
+    if not rows:
+        return None
+    return md_table_text(
+        rows,
+        [
+            "GPU",
+            "AMP",
+            "AMP kernels",
+            "launch floor (ms)",
+            "calibrated kernel time (ms), median reference's",
+            "floor / kernel time",
+            "measured kernel time (ms)",
+            "predicted bound",
+        ],  # fmt: skip
+        [None, None, None, ".3f", ".3f", ".2f", None, None],
+    )
+
+
+def _verdict_lines(ranges: list[dict[str, Any]]) -> str:
+    """Section 5's list, one item per GPU and precision. The step's basis (the host
+    model behind every step prediction) is said once above the list when every range
+    shares it, not under each of the list's items (30 for 15 GPUs)."""
+    from ampbook.chapters.ch6.verdict import step_label
+
+    lines = [r["line"] for r in ranges]
+    labels = {step_label(r) for r in ranges}
+    head = ""
+    if len(ranges) > 1 and len(labels) == 1:
+        label = labels.pop()
+        short, _, basis = label.partition(" (")
+        if basis:
+            lines = [line.replace(label, short, 1) for line in lines]
+            head = f"Every {short} below counts the {basis.removesuffix(')')}.\n\n"
+    return head + "\n".join(f"- {line}" for line in lines)
+
+
+def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
+    from ampbook.core.page import md_table_text
+
+    ver = report["verdict"]
+    text = _verdict_lines(ver["ranges"])
+    first = next((r for r in ver["ranges"] if r["rows"]), None)
+    if first is not None:
+        text += (
+            f"\n\nThe references behind the {first['gpu_name']} range "
+            f"({first['precision']}; each one's efficiencies applied to this model, "
+            "beside the speedup it measured, kernel time beside kernel time, step "
+            "beside step):\n\n" + references_table(first)
+        )
+    fl = ver.get("launch_floor")
+    if fl:
+        text += (
+            f"\n\nLaunch floor: {fl['per_kernel_s'] * 1e6:.2g} µs of host time per "
+            f"kernel (the smallest element-wise calls measured on {fl['source']}), "
+            "assumed the same on every GPU and for every kernel counted."
+        )
+    floors = launch_table(ver["ranges"])
+    if floors:
+        text += (
+            "\n\nThe launch floor (AMP's kernels times the host time per kernel "
+            "above) beside the calibrated AMP kernel time (the median reference's, "
+            "not the weighted references of the point prediction), both predicted, "
+            "and the AMP kernel time measured at this setting where a committed layer "
+            "profile holds one, per GPU: the first screen's launch-bound when a floor "
+            "is longer than its calibrated kernel time (AMP's or fp32's), near the "
+            f"launch floor when AMP's is at least {NEAR_FLOOR:.0%} of it, else the "
+            "roofline's bound:\n\n" + floors
+        )
+    text += (
+        "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "
+        "for PyTorch's example loop, for every precision alike (like with like); the "
+        "measured steps, timed alone and in the training loop, are in the detail, "
+        "unranked:\n\n"
+    ) + md_table_text(
+        [
+            (c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
+            for c in ver["items"]
+        ],  # fmt: skip
+        ["GPU", "try", "gain (x)", "from", "detail"],
+        [None, None, ".2f", None, None],
+    )
+    if ver["upper_bounds"]:
+        text += "\n\nUpper bounds (if the work vanished entirely):\n\n" + md_table_text(
+            [
+                (c["gpu"], c["item"], c["gain"], c["detail"])
+                for c in ver["upper_bounds"]
+            ],  # fmt: skip
+            ["GPU", "at most", "gain (x)", "detail"],
+            [None, None, ".2f", None],
+        )
+    return ("5. Verdict", "expected AMP speedup per GPU", text)
+
+
+def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The report as (title, one-line lead, Markdown body) per section."""
+    parts = [
+        _coverage_section(report),
+        _memory_section(report),
+        _roofline_section(report),
+        _where_section(report),
+        _measured_section(report),
+        _verdict_section(report),
+    ]
+    return [p for p in parts if p is not None]
+
+
+# The AMP step is "near the launch floor" when its floor is at least this share of its
+# calibrated kernel time (``bound_text``): the roofline's word would not hold there.
+NEAR_FLOOR = 0.8
+
+BOUND_WORDS_TEXT = (
+    "The bound is predicted, by one of two tests: launch-bound when the launch floor "
+    "is longer than the calibrated kernel time (the median reference's), near the "
+    "launch floor when it is at "
+    f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
+    "compute-bound by the larger share of the roofline bound (section 3)."
+)
+
+
+def bound_text(r: dict[str, Any]) -> str:
+    """What bounds one range's AMP step, in a word, by one of two tests. First the
+    launch floor against the calibrated kernel time (the median reference's,
+    ``calibration.calibrated_range``): launch-bound when the kernels' host time
+    (``calibration.launch_floor``) is longer than their calibrated time (AMP's or
+    fp32's), near the launch floor when AMP's floor is at least ``NEAR_FLOOR`` of
+    AMP's calibrated kernel time. Otherwise the roofline: memory-bound or
+    compute-bound by the larger share of the predicted bound."""
+    launch = r.get("launch") or {}
+    if launch.get("amp_bound") or launch.get("fp32_bound"):
+        return "launch-bound"
+    kernel = launch.get("amp_kernel_s")
+    if kernel and launch.get("amp_floor_s", 0) >= NEAR_FLOOR * kernel:
+        return "near the launch floor"
+    share = r.get("memory_bound_share")
+    if share is None:
+        return ""
+    return "memory-bound" if share >= 0.5 else "compute-bound"
+
+
+def _screen_line(r: dict[str, Any]) -> str:
+    if not r["rows"]:
+        return (
+            f"- {r['gpu_name']}: {r['precision']} no reference applies; "
+            f"ratio of bounds {r['equal_share']:.2f}x (the speedup at equal shares "
+            "of the bound, not a bound)"
+        )
+    what = "step" if r.get("host") else "kernels"
+    line = (
+        f"- {r['gpu_name']}: {r['precision']} {what} {r['point']:.2f}x "
+        f"({span_text(r['low'], r['high'])}), {gist(r['low'], r['high'], r['point'])}"
+    )
+    if r.get("host"):
+        line += f"; step without host idle {r['kernel_point']:.2f}x"
+    bound = bound_text(r)
+    line += f"; predicted {bound}" if bound else ""
+    said = []
+    run = r.get("runner")
+    for m in _measured_here(r):
+        if m.get("kind") == "step in the loop":
+            said.append(
+                f"step in the loop {m['low']:.2f}x to {m['high']:.2f}x per epoch"
+            )
+        elif m.get("kind") == "step alone":
+            text = f"step timed alone {m['speedup']:.2f}x"
+            if m.get("loop") and run:  # held against the prediction for its loop
+                steps = f", {m['steps']} steps, no spread" if m.get("steps") else ""
+                text += (
+                    f" (the book's runner{steps}) against {run['point']:.2f}x "
+                    f"({span_text(run['low'], run['high'])}) predicted for that loop"
+                )
+            said.append(text)
+        else:
+            said.append(f"{m['what'].split(',')[0]} {m['speedup']:.2f}x")
+    if said:
+        line += f"; measured ({r['precision']}): " + ", ".join(said)
+    return line
+
+
+def _measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The committed measurements of the range's own setting: the step timed alone
+    first, then the step in the loop, then the kernels."""
+    order = {"step alone": 0, "step in the loop": 1}
+    done = [m for m in r.get("committed") or [] if m.get("same_setting")]
+    return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
+
+
+def headline_key(r: dict[str, Any]) -> tuple:
+    """Which AMP precision heads a GPU's line on the first screen: one with a range
+    first, then the faster as printed (the step's point to two decimals); a tie goes
+    to the precision with more committed measurements of this setting, so that the
+    line carries them (ERFNet on the H200: fp16 and bf16 both 1.11x, fp16's step
+    timed alone and per epoch measured)."""
+    if not r["rows"]:
+        return (False, 0.0, 0)
+    return (True, round(r["point"], 2), len(_measured_here(r)))
+
+
+TIE_RULE = "a tie to two decimals goes to the one with more measurements here"
+SCREEN_ORDER_TEXT = "Best first by predicted speedup"
+
+
+def screen_order(r: dict[str, Any]) -> tuple:
+    """The first screen's order of GPUs (``SCREEN_ORDER_TEXT``): by the predicted
+    speedup printed, best first; a GPU with no range last; ties in the device table's
+    order (the sort is stable)."""
+    return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
+
+
+def first_screen(report: dict[str, Any]) -> str:
+    """The answer first, for a screen of 24 lines x 80 columns: what was predicted
+    (batch, input, memory format), then one line per GPU with its faster AMP
+    precision: the point estimate, its range, the verdict in words (``gist``), what
+    bounds the step (``bound_text``) and a committed measurement where there is one;
+    the warnings last."""
+    from ampbook.predict.calibrate import layout_text
+
+    fmt = report.get("memory_format", "channels_first")
+    ranges = report["verdict"]["ranges"]
+    best: dict[str, dict[str, Any]] = {}
+    for r in ranges:  # the faster AMP precision per GPU (``headline_key``)
+        old = best.get(r["gpu"])
+        if old is None or headline_key(r) > headline_key(old):
+            best[r["gpu"]] = r
+    shape = "x".join(map(str, report.get("input") or []))
+    what = f"batch {report['batch']}" + (f" x {shape}" if shape else "")
+    step = "forward pass" if report.get("backward") is False else "training step"
+    families = {r.get("family") for r in best.values()}
+    if families == {"tf32"}:
+        base = "fp32 with TF32 (fp32-tf32)"
+    elif "tf32" in families:
+        base = "fp32 (with TF32, fp32-tf32, on the GPUs that have it)"
+    else:
+        base = "fp32 (no TF32 on these GPUs)"
+    precs = list(dict.fromkeys(r["precision"] for r in ranges))
+    which = (
+        f"{precs[0]} on each GPU (section 5 has its detail)."
+        if len(precs) == 1
+        else f"Each GPU shows its faster AMP precision; {TIE_RULE} (section 5 has "
+        + ("both" if len(precs) == 2 else f"all {len(precs)}")
+        + ")."
+    )
+    host = any(r.get("host") for r in best.values())
+    what_of = (
+        "Step: the kernels plus the modelled host idle; beside it the step without "
+        "host idle (calibrated on kernel times and published whole steps)."
+        if host
+        else "Kernel time only: no host model."
+    )
+    shown = sorted(best.values(), key=screen_order)
+    lines = [
+        f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
+        f"{what_of} Both precisions in {fmt} ({layout_text([fmt, fmt])}). "
+        "Calibrated on committed layer profiles and published training "
+        f"throughputs. {which}" + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
+        "",
+    ]
+    lines += [_screen_line(r) for r in shown]
+    if any(bound_text(r) for r in best.values()):
+        lines += ["", BOUND_WORDS_TEXT]
+    for w in report.get("warnings", []):
+        lines.append(f"- warning: {w}")
+    return "\n".join(lines) + "\n"
+
+
+def report_head(report: dict[str, Any], level: int = 1) -> str:
+    """The title, ``first_screen`` and the output read: what ``python -m
+    ampbook.doctor`` prints as soon as the step is traced (the verdict within
+    24 lines for the 15 GPUs of the table)."""
+    return (
+        _title(
+            f"AMP doctor: {report['model']} ({report['model_class']}, "
+            f"{report['parameters'] / 1e6:.1f} M parameters)",
+            level,
+            level,
+        )
+        + "\n\n"
+        + first_screen(report)
+        + f"\nOutput: shape {shape_text(report['output'])} "
+        f"({report['output_rule']}); loss: {report['loss']}.\n"
+    )
+
+
+def report_body(report: dict[str, Any], level: int = 1) -> str:
+    """The detailed sections (``sections``), each under a heading one below
+    ``level``."""
+    return "\n".join(
+        f"{_title(t, level + 1, level)}\n\n{lead}\n\n{tab}\n"
+        for t, lead, tab in sections(report)
+    )
+
+
+def _title(text: str, depth: int, level: int) -> str:
+    return f"{'#' * depth} {text}" if level else f"**{text}**"
+
+
+def to_markdown(report: dict[str, Any], level: int = 1) -> str:
+    """The report as Markdown (``report_head`` then ``report_body``); ``level`` is the
+    title's heading level (the sections one below); 0 sets the titles in bold instead
+    of headings (for a page that has its own)."""
+    return report_head(report, level) + "\n\n" + report_body(report, level)
+
+
+def jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value

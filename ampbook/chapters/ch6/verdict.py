@@ -1,0 +1,596 @@
+"""The doctor's verdict: the expected AMP speedup per GPU as a calibrated range
+(``ampbook.predict.calibrate``) in words, the memory warnings, the committed
+measurements of the same setting, the checklist per GPU, and what the steps
+timed on this device say (section 5 of the report, and the words of section 4).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from ampbook.chapters.ch6.traced import cast_kernels, layout_kernels
+from ampbook.core.precision import (
+    AUTOCAST_DTYPES,
+)
+from ampbook.core.words import plural
+from ampbook.predict.specs import shape_text, table_key
+from ampbook.predict.steptrace import StepTrace
+
+# Measured steps within this fraction of each other are reported as the same speed.
+SAME_SPEED = 0.05
+
+
+# --------------------------------------------------------------------------------------
+# 5. verdict
+# --------------------------------------------------------------------------------------
+
+
+def range_word(value: float, low: float, high: float) -> str:
+    """Where ``value`` lies against the range ``low``-``high``, in words."""
+    if value < low:
+        return "below the range"
+    return "inside the range" if value <= high else "above the range"
+
+
+def end_text(x: float) -> str:
+    """A range's end to two decimals, or more (three, at most four) where fewer round
+    it to 1: the verdict (``gist``) is decided on the unrounded end, so 1.004 ("a
+    gain") and 0.996 ("no clear gain") must not both print as 1.00."""
+    for digits in (2, 3, 4):
+        text = f"{x:.{digits}f}"
+        if float(text) != 1:
+            return text
+    return text
+
+
+def span_text(lo: float, hi: float) -> str:
+    a, b = end_text(lo), end_text(hi)
+    return f"{a}x" if a == b else f"{a}x to {b}x"
+
+
+def gist(lo: float, hi: float, point: float | None = None) -> str:
+    """Words for a range: "a gain" or "a loss" only when the whole range is on one
+    side of 1.0; a range that spans 1.0 is "no clear gain" (its point estimate, as
+    printed to two decimals, at 1.00 or above) or "no clear loss" (below)."""
+    if lo > 1:
+        return "a gain"
+    if hi < 1:
+        return "a loss"
+    point = math.sqrt(lo * hi) if point is None else point
+    return "no clear gain" if round(point, 2) >= 1 else "no clear loss"
+
+
+def speedup_range_verdict(
+    gpu_name: str,
+    precision: str,
+    rng: dict[str, Any],
+    casts: int | None = None,
+    transposes: int | None = None,
+) -> str:
+    """The expected AMP speedup on one GPU, in one line, from a calibrated range
+    (``calibration.calibrated_range``): the range and how many references give it,
+    the nearest of them, the ratio at equal shares of the bound (not a bound), and the
+    launch floor when it binds."""
+    equal = rng["equal_share"]
+    if equal <= 0:
+        raise ValueError("speedups must be positive")
+    family = "TF32" if rng["family"] == "tf32" else "fp32"
+    tf32 = "TF32 on" if family == "TF32" else "no TF32"
+    head = f"{gpu_name}: {precision} over fp32 ({tf32})"
+    same = (
+        f"ratio of bounds {equal:.2f}x, the speedup if both precisions reached the "
+        "same share of their bound"
+    )
+    rows = rng["rows"]
+    if not rows:
+        return (
+            f"{head}: no reference measured the {family} and 16-bit efficiencies this "
+            f"GPU needs, so no calibrated range; {same} (not a bound)."
+        )
+    lo, hi = rng["low"], rng["high"]
+    from ampbook.predict.calibrate import layout_text
+
+    n = len(rows)
+    by = {r["key"]: r for r in rows}
+    basis = ", ".join(
+        f"{by[k]['label']} ({by[k]['weight_share']:.0%})" for k in rng["basis"][:3]
+    )
+    layout = layout_text(rng["layouts"])
+    kernel = ""
+    if rng.get("kernel_point") and rng.get("host"):
+        k_span = span_text(rng["kernel_low"], rng["kernel_high"])
+        kernel = (
+            f"; predicted step without the modelled host idle "
+            f"{rng['kernel_point']:.2f}x ({k_span})"
+        )
+    line = (
+        f"{head}, {layout}: {step_label(rng)} {rng['point']:.2f}x ± "
+        f"{math.exp(rng['error']) - 1:.0%} ({span_text(lo, hi)}), "
+        f"{gist(lo, hi, rng['point'])}{kernel}; set by {basis} of {n} "
+        f"reference{'s' if n != 1 else ''} weighted by closeness; {same}."
+    )
+    if not any(r["layout_match"] for r in rows):
+        ran = sorted({layout_text(r["layouts"]) for r in rows})
+        line += (
+            f" No reference ran both precisions in {layout} (they ran "
+            f"{', '.join(ran)}; 32-bit / AMP): their efficiencies are carried over to "
+            f"{layout}, its bytes and kernels modelled, its kernels' speed not."
+        )
+    for m in rng.get("committed") or []:
+        line += " " + measured_text(m, rng)
+    launch = rng.get("launch")
+    if launch and (launch.get("amp_bound") or launch.get("fp32_bound")):
+        which = "AMP's" if launch.get("amp_bound") else "fp32's"
+        kernels = launch["amp_kernels"] if launch.get("amp_bound") else None
+        kernels = kernels or launch["fp32_kernels"]
+        floor = launch["amp_floor_s"] if launch.get("amp_bound") else None
+        floor = floor or launch["fp32_floor_s"]
+        added = [f"its casts add {casts}"] if casts else []
+        if transposes:
+            added.append(f"the layout transposes assumed in NCHW {transposes}")
+        more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
+        if added and more:
+            count = plural(abs(more), "other operator").split(" ", 1)
+            added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
+        cast = (
+            f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
+            if added and which == "AMP's"
+            else ""
+        )
+        assumed = (
+            "; each layout transpose assumed to cost an eager operator's host time"
+            if transposes and which == "AMP's"
+            else ""
+        )
+        line += (
+            f" Launch-bound: {which} {kernels} kernels{cast} need at least "
+            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
+            f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
+            f"and assumed on every GPU{assumed}), longer than their calibrated "
+            "kernel time."
+        )
+    return line
+
+
+def step_label(rng: dict[str, Any]) -> str:
+    """What the range's point is of: the step (kernels, plus the host's idle time per
+    sync of the loop modelled and the data time where given), or the kernels alone
+    where no host model is committed."""
+    host = rng.get("host")
+    if not host:
+        return "predicted kernel-time speedup (no host model: no step)"
+    data = " and the loader's time per batch" if rng.get("data_s") else ""
+    return (
+        f"predicted step speedup (kernels plus the host's idle time, "
+        f"{host['idle_per_sync_s'] * 1e3:.1f} ms per sync, "
+        f"{host.get('fit') or 'assumed'}, for {host['loop']}: "
+        f"{plural(host['fp32_syncs'], 'sync')} fp32, {host['amp_syncs']} AMP{data})"
+    )
+
+
+def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
+    """One committed measurement beside the prediction, labelled by what it timed:
+    kernels, the step timed alone (held against the step predicted for the loop that
+    measured it, where that loop is known) or the step in the training loop (its
+    range epoch by epoch)."""
+    other = m.get("same_setting") is False and rng.get("setting")
+    where = f", not this prediction's {rng['setting']}" if other else ""
+    if m.get("kind") == "step in the loop":
+        return (
+            f"Measured: {m['speedup']:.2f}x median, {m['low']:.2f}x to "
+            f"{m['high']:.2f}x over {m['epochs']} epochs ({m['what']}, the step in "
+            f"the training loop; {m['source']}{where})."
+        )
+    text = f"Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']}{where})"
+    run = rng.get("runner")
+    if m.get("kind") == "step alone" and m.get("loop") and run and not other:
+        text += (
+            f"; recorded by {m['loop']} ({m['loop_detail']}; two of the AMP step's "
+            f"syncs and one of fp32's are the runner's, not AMP's), against "
+            f"{run['point']:.2f}x ({span_text(run['low'], run['high'])}) predicted "
+            f"for that loop: {range_word(m['speedup'], run['low'], run['high'])}"
+        )
+    return text + "."
+
+
+def nearness(row: dict[str, Any]) -> tuple:
+    from ampbook.predict.calibrate import GPU_DISTANCES
+
+    order = GPU_DISTANCES.index(row["gpu_distance"])
+    return (not row["same_network"], order, row["mix_distance"])
+
+
+def verdict_ranges(
+    roof: list[dict[str, Any]],
+    traces: dict[str, StepTrace],
+    refs,
+    floor,
+    model: str | None,
+    devices=None,
+    memory_format: str = "channels_first",
+    batch: int | None = None,
+    host=None,
+    data_s: float | None = None,
+) -> list[dict[str, Any]]:
+    """Section 5's ranges: per GPU and AMP precision, the calibrated range
+    (``calibration.calibrated_range``, both precisions in ``memory_format``, at
+    ``batch``; the step with ``host``'s idle time and ``data_s`` of data time per
+    batch, and the kernels alone) with its verdict line; with a host model, also the
+    step predicted for the book's runner of 2026-11-30 (``runner``), to hold the
+    steps it measured against."""
+    from ampbook.predict.calibrate import calibrated_range
+    from ampbook.predict.hostmodel import RUNNER_2026_11_30
+
+    out = []
+    for r in roof:
+        if not r.get("amp_s"):
+            continue
+        rng = calibrated_range(
+            r["fp32_by_class_s"],
+            r["amp_by_class_s"],
+            r["gpu"],
+            refs,
+            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
+            floor=floor,
+            model=model,
+            devices=devices,
+            memory_format=memory_format,
+            batch=batch,
+            host=host,
+            data_s=data_s,
+        )
+        if host is not None and rng["rows"]:
+            run = calibrated_range(
+                r["fp32_by_class_s"], r["amp_by_class_s"], r["gpu"], refs,
+                kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
+                floor=floor, model=model, devices=devices,
+                memory_format=memory_format, batch=batch,
+                host=host.with_loop(RUNNER_2026_11_30),
+            )  # fmt: skip
+            rng["runner"] = {k: run[k] for k in ("point", "low", "high")} | {
+                "loop": RUNNER_2026_11_30.name,
+                "detail": RUNNER_2026_11_30.detail,
+            }
+        casts = cast_kernels(traces, r["precision"])
+        moves = layout_kernels(traces, r["precision"])
+        out.append(
+            {
+                "gpu": r["gpu"],
+                "gpu_name": r["gpu_name"],
+                "precision": r["precision"],
+                "casts": casts,
+                "transposes": moves,
+                "memory_bound_share": r.get("memory_bound_share"),
+                **rng,
+                "line": speedup_range_verdict(
+                    r["gpu_name"], r["precision"], rng, casts, moves
+                ),
+            }
+        )
+    return out
+
+
+def memory_warnings(
+    traces: dict[str, StepTrace], gpus: Sequence[str], devices, copies: int = 0
+) -> list[str]:
+    """One line per precision and GPU whose step at the requested batch cannot fit:
+    the bytes saved for backward (counted on the traced step) with the weights,
+    gradients and Adam state, against the GPU's memory (its datasheet's GB), and the
+    largest batch whose activations fit (they grow with the batch; the state and
+    autocast's weight copies do not). A lower bound of the need: cuDNN's workspace,
+    the allocator's reserve and the CUDA context come on top."""
+    from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
+
+    out = []
+    for prec, tr in traces.items():
+        if not tr.saved_tensors:
+            continue
+        saved = tr.saved_tensors["new_bytes"]
+        fixed = ADAM_STATE_BYTES_PER_PARAM * tr.parameters
+        fixed += copies if prec != "fp32" else 0
+        per_sample = max(saved - (copies if prec != "fp32" else 0), 0) / tr.batch_size
+        for key in gpus:
+            d = devices[key]
+            have = d.memory_gb * 1e9
+            if saved + fixed <= have:
+                continue
+            fits = int((have - fixed) // per_sample) if per_sample else 0
+            most = (
+                f"the largest batch whose activations fit is about {fits}"
+                if fits >= 1
+                else "no batch fits"
+            )
+            out.append(
+                f"{prec} at batch {tr.batch_size} cannot fit the {d.short_name}: "
+                f"{saved / 2**30:,.1f} GiB saved for backward and "
+                f"{fixed / 2**30:,.2f} GiB of weights, gradients and optimizer state "
+                f"against its {d.memory_gb:g} GB; {most} (before cuDNN's workspace "
+                "and the allocator's reserve)."
+            )
+    return out
+
+
+def setting_text(batch: int, shape: Sequence[int]) -> str:
+    """A step's setting as the committed measurements name theirs."""
+    return f"batch {batch} x {shape_text(shape)}"
+
+
+def committed_measurements(
+    model: str, gpus: Sequence[str], results_dir=None, refs=None
+) -> dict[str, list[dict[str, Any]]]:
+    """What the committed results (``data/results/``) measured of ``model`` on each
+    of ``gpus``: a layer-profile pair's kernel-time ratio (a reference of the same
+    network and GPU) and, for the book's ERFNet, the training runs' step-time ratio
+    of each AMP precision over fp32 with TF32. Each names its ``setting``
+    (``setting_text``). Empty where nothing was measured."""
+    out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
+    for ref in refs or []:
+        if ref.kind == "profile" and ref.model == model and ref.gpu in out:
+            out[ref.gpu].append(
+                {
+                    "precision": "amp-fp16",
+                    "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
+                    "speedup": ref.measured_speedup,
+                    "setting": ref.setting,
+                    "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
+                    f"{ref.layout.get('16-bit')})",
+                }
+            )
+    if model != "erfnet":
+        return out
+    from ampbook.predict.hostmodel import profile_loop
+    from ampbook.results import load_results_dir
+
+    try:
+        rs = load_results_dir(results_dir)
+        pairs, profiles = rs.pairs(), rs.profile_pairs()
+    except Exception:  # an unreadable results folder is the results module's to say
+        pairs, profiles = [], []
+    for b, a in profiles:  # the step timed alone (layer profiles: no loader)
+        key = table_key(a.device_name)
+        if key not in out or a.mode not in AUTOCAST_DTYPES or b.mode != "fp32-tf32":
+            continue
+        where = setting_text(a.batch_size, (3, a.height, a.width))
+        loop = profile_loop(a.record)
+        out[key].append(
+            {
+                "precision": a.mode,
+                "kind": "step alone",
+                "what": f"step timed alone, {a.mode} over fp32 (TF32 on), layer "
+                "profiles",
+                "speedup": b.step_s / a.step_s,
+                "setting": where,
+                "loop": loop.name if loop else None,
+                "loop_detail": loop.detail if loop else None,
+                "steps": a.record.get("steps"),
+                "amp_kernel_s": a.measured_total_s,  # the profile's kernel time
+                "source": f"{Path(a.path).name}, {Path(b.path).name}: "
+                f"{a.step_s * 1e3:.1f} ms against {b.step_s * 1e3:.1f} ms",
+            }
+        )
+    for q in pairs:  # the step in the training loop, epoch by epoch
+        if q.amp.mode not in AUTOCAST_DTYPES or q.baseline.mode != "fp32-tf32":
+            continue
+        key = table_key(q.setting.device_name)
+        if key in out:
+            where = setting_text(
+                q.setting.batch_size, (3, q.setting.height, q.setting.width)
+            )
+            per = q.step_speedups or [q.step_speedup]
+            out[key].append(
+                {
+                    "precision": q.amp.mode,
+                    "kind": "step in the loop",
+                    "what": f"step time, {q.amp.mode} over fp32 (TF32 on), training "
+                    "runs",
+                    "speedup": q.step_speedup,
+                    "low": min(per),
+                    "high": max(per),
+                    "epochs": len(per),
+                    "setting": where,
+                    "source": f"committed training runs in data/results, {where}",
+                }
+            )
+    return out
+
+
+def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
+    """The checklist's AMP row for one GPU and precision, ranked like with like: by
+    the predicted step for PyTorch's example loop (the calibrated range's point; the
+    kernels' where there is no host model) for every precision. The measured step
+    timed alone (beside the step predicted for the runner's loop that timed it) and
+    the step in the training loop are named in the detail, not ranked. Recommended
+    ("train with AMP") only where the verdict does not call it a loss: a measurement
+    of this setting slower than fp32 by more than ``SAME_SPEED``, or without one a
+    range the first screen calls "a loss" or "no clear loss" (``gist``), reads
+    "keep fp32", unranked."""
+    done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+    said = None
+    if rng["rows"]:
+        lo, hi = rng["low"], rng["high"]
+        gain = rng["point"]
+        src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
+        detail = f"{span_text(lo, hi)} from {plural(len(rng['rows']), 'reference')}"
+        word = gist(lo, hi, gain)
+        if word in ("a loss", "no clear loss"):
+            said = f"predicted {gain:.2f}x, {word}"
+    else:
+        gain, src = rng["equal_share"], "equal shares of the bound"
+        detail = "no reference for this GPU's families"
+    run = rng.get("runner")
+    for m in done:
+        if m.get("kind") == "step alone":
+            detail += f"; measured: step timed alone {m['speedup']:.2f}x"
+            if m.get("loop") and run:
+                detail += (
+                    f" (the book's runner) against {run['point']:.2f}x "
+                    f"({span_text(run['low'], run['high'])}) predicted for its loop"
+                )
+        elif m.get("kind") == "step in the loop":
+            detail += f"; measured in the loop {m['speedup']:.2f}x median per epoch"
+        else:
+            detail += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
+    slow = [m for m in done if m["speedup"] < 1 - SAME_SPEED]
+    if slow:
+        said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed"
+        src = "measured (committed)"
+    if said is not None:
+        return {"gpu": name, "item": f"keep fp32: AMP ({precision}) {said}",
+                "gain": None, "source": src, "detail": detail}  # fmt: skip
+    return {"gpu": name, "item": f"train with AMP ({precision})",
+            "gain": gain, "source": src, "detail": detail}  # fmt: skip
+
+
+def checklist(
+    roof: list[dict[str, Any]],
+    ranges: list[dict[str, Any]],
+    loader_images_per_s: float | None,
+    measured: dict[str, Any] | None,
+) -> dict[str, list[dict[str, Any]]]:
+    """What to try, per GPU (one GPU per row, named), ranked by gain within each GPU:
+    AMP (``_amp_item``: the predicted step for the example loop, measurements in
+    the detail, or the ratio at equal shares without a range), TF32
+    for matrix products (off by default in PyTorch), TF32 for convolutions (on by
+    default: listed, never ranked), the input pipeline (with a loader rate), and
+    channels_last and cudnn.benchmark as measured on this GPU. ``upper_bounds`` apart:
+    fusing the element-wise operators (``torch.compile``) if they vanished entirely;
+    normalisation layers stay (training BatchNorm reads and writes its input whatever
+    is fused into it)."""
+    items: list[dict[str, Any]] = []
+    bounds: list[dict[str, Any]] = []
+    by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
+    seen = set()
+    for r in roof:
+        gpu, name = r["gpu"], r["gpu_name"]
+        rng = by_gpu.get((gpu, r["precision"]))
+        if rng is not None:
+            items.append(_amp_item(name, r["precision"], rng))
+        if gpu in seen:
+            continue
+        seen.add(gpu)
+        mm = r["fp32_default_s"] / r["fp32_tf32_s"]
+        if mm > 1.005:
+            items.append(
+                {
+                    "gpu": name,
+                    "item": "fp32: TF32 for matrix products (torch.backends.cuda."
+                    "matmul.fp32_precision = 'tf32'; off by default)",
+                    "gain": mm,
+                    "source": "equal shares of the bound",
+                    "detail": "the fp32 step's matrix products on TF32 tensor cores",
+                }
+            )
+        conv = r["fp32_strict_s"] / r["fp32_default_s"]
+        if conv > 1.005:
+            items.append(
+                {
+                    "gpu": name,
+                    "item": "fp32: TF32 for convolutions (torch.backends.cudnn.conv."
+                    "fp32_precision = 'tf32') is on by default",
+                    "gain": None,
+                    "source": "already on",
+                    "detail": f"turning it off would cost {conv:.2f}x at equal shares",
+                }
+            )
+        if r.get("amp_s"):
+            total = r["amp_s"]
+            fusable = r["fusable_s"]
+            if 0 < fusable < total:
+                bounds.append(
+                    {
+                        "gpu": name,
+                        "item": "fuse element-wise ops (torch.compile)",
+                        "gain": total / (total - fusable),
+                        "source": "upper bound",
+                        "detail": "if the element-wise operators' "
+                        f"{fusable / total:.0%} of the AMP bound vanished (their "
+                        "share of the time taken as their share of the bound); "
+                        "normalisation stays",
+                    }
+                )
+        if loader_images_per_s and r.get("images_per_s_needed"):
+            need = r["images_per_s_needed"]
+            if loader_images_per_s < need:
+                items.append(
+                    {
+                        "gpu": name,
+                        "item": "speed up the input pipeline (more workers, faster "
+                        "decoding)",
+                        "gain": need / loader_images_per_s,
+                        "source": "bound",
+                        "detail": f"the loader's {loader_images_per_s:,.0f} images/s "
+                        f"against the {need:,.0f} the AMP bound uses",
+                    }
+                )
+    if measured and measured["device"] == "cuda":
+        from ampbook.core.devices import display_name
+
+        name = display_name(measured["device_name"])
+        rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
+        for r in rows.values():
+            for what in ("channels_last", "cudnn.benchmark"):
+                if r["variant"].endswith(what) and r["precision"] in rows:
+                    gain = rows[r["precision"]]["step_s"] / r["step_s"]
+                    slower = gain < 1 - SAME_SPEED  # never recommended
+                    items.append(
+                        {
+                            "gpu": name,
+                            "item": f"{what} with {r['precision']}"
+                            + (f": slower here, {gain:.2f}x" if slower else ""),
+                            "gain": None if slower else gain,
+                            "source": "measured",
+                            "detail": f"measured on this {name}",
+                        }
+                    )
+    order = list(dict.fromkeys(i["gpu"] for i in items))
+    items.sort(
+        key=lambda i: (order.index(i["gpu"]), i["gain"] is None, -(i["gain"] or 0))
+    )
+    return {"items": items, "upper_bounds": bounds}
+
+
+def measured_verdict(measured: dict[str, Any]) -> str:
+    """What the timed steps on this device say, in one line: on a CPU, the rounds
+    method's verdict on amp-bf16 (the per-round ratios: "no difference is resolved"
+    when they disagree) and fp16's measured ratio; on CUDA, the fastest AMP variant
+    against fp32."""
+    rows = [r for r in measured["rows"] if r.get("step_s")]
+    where = f"batch {measured['batch']} x {shape_text(measured['input'])}"
+    if measured["device"] != "cuda":
+        parts = []
+        if measured.get("rounds_verdict"):
+            said = measured["rounds_verdict"]
+            said = said[:1].lower() + said[1:]  # after the colon
+            parts.append(f"At {where} on this CPU: {said}")
+        fp16 = measured.get("fp16")
+        if fp16 and fp16.get("speedup"):
+            against = fp16.get("against") or "fp32's step"
+            parts.append(
+                f"One amp-fp16 step at batch {fp16['batch']} x "
+                f"{shape_text(fp16['input'])}, a single timing on this machine, ran "
+                f"at {fp16['speedup']:.2g}x the speed of {against}: one timing, no "
+                "spread to judge by."
+            )
+        if not parts:
+            return "On this CPU no AMP step was timed against fp32."
+        return " ".join(parts)
+    if not rows or rows[0]["precision"] != "fp32":
+        return (
+            f"On {measured['device_name']} no fp32 step was timed: nothing to compare."
+        )
+    amp = [r for r in rows[1:] if r["precision"] != "fp32"]
+    if not amp:
+        return f"On {measured['device_name']} no AMP step was timed."
+    best = max(amp, key=lambda r: r["speedup"])
+    if best["speedup"] > 1 + SAME_SPEED:
+        way = "faster than fp32"
+    elif best["speedup"] >= 1 - SAME_SPEED:
+        way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
+    else:
+        way = "slower than fp32"
+    return (
+        f"On this GPU, the fastest AMP step ({best['variant']}) ran at "
+        f"{best['speedup']:.2f}x fp32's speed at {where}: {way} here."
+    )

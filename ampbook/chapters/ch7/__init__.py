@@ -1,0 +1,394 @@
+"""What chapter 7 (making AMP pay, ``07_making_amp_pay``) says of its ladders: which
+GPU ladder to show (``gpu_ladder``: the committed one, else the prediction) and where
+its numbers come from (``source_line``), its bars (``draw_ladder``), each rung's verdict
+against the rung below it (``rung_verdict``, ``step_change``), and the page's readings
+of single cells (``cell_values``, ``speedup``, ``top_rows``, ``here_speedup``). The
+ladder itself, its table and its targets are ``ampbook.chapters.ch7.rungs`` and the
+modules
+beside it; the recipe the chapter shows is ``ampbook.train.recipe``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ampbook.chapters.ch7.ladder_predict import predict_ladder
+from ampbook.chapters.ch7.ladder_report import cell_value, rung_label
+from ampbook.chapters.ch7.rungs import RUNGS
+from ampbook.core.page import GIB
+from ampbook.results import MODE_LABELS, Ladder, LadderCell, read_ladder
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> None:
+    """Step time per rung and mode as bars, kernel time (solid) and idle time (hatched)
+    stacked; rungs along the x axis, one bar per mode in each group."""
+    import numpy as np
+
+    from ampbook.core.page import bar_style
+
+    modes = [m for m in (modes or ladder.modes()) if m in ladder.modes()]
+    rungs = [r for r in ladder.rungs if any(ladder.cell(r.index, m) for m in modes)]
+    xs = np.arange(len(rungs))
+    width = 0.8 / max(len(modes), 1)
+    for j, mode in enumerate(modes):
+        cells = [ladder.cell(r.index, mode) for r in rungs]
+        kern = np.array([(c.kernel_s or 0) * 1e3 if c else 0 for c in cells])
+        idle = np.array([(c.idle_s or 0) * 1e3 if c else 0 for c in cells])
+        x = xs - 0.4 + width * (j + 0.5)
+        style = bar_style(j)
+        ax.bar(x, kern, width, label=f"{MODE_LABELS[mode]}", **style)
+        ax.bar(
+            x,
+            idle,
+            width,
+            bottom=kern,
+            color="white",
+            edgecolor=style["color"] if j else "black",
+            hatch="////",
+            linewidth=0.5,
+            label="idle" if j == len(modes) - 1 else None,
+        )
+    ax.set_xticks(xs, [f"{r.index}: {rung_label(r)}" for r in rungs])
+    ax.set_ylabel("ms per step")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def gpu_ladder(results) -> tuple[Ladder | None, bool]:
+    """The GPU ladder to show: the most complete committed one, else the prediction
+    from committed layer profiles (``predict_ladder``); ``(ladder, predicted)``, or
+    ``(None, False)`` where there is neither."""
+    committed = results.gpu_ladders()
+    if committed:
+        return committed[0], False
+    record = predict_ladder(results)
+    if record is None:
+        return None, False
+    return read_ladder(
+        record,
+        "prediction from "
+        + ", ".join(Path(p).name for p in record["prediction"]["from"]),
+    ), True
+
+
+def source_line(ladder: Ladder, predicted: bool) -> str:
+    """Where a GPU ladder's numbers come from: its provenance, and for a prediction
+    what it was predicted from (``predict_ladder``'s assumptions)."""
+    from ampbook.results import provenance
+
+    settings = {
+        "": f"{ladder.width}x{ladder.height}, batch {ladder.batch_size}",
+    }
+    line = provenance(
+        ladder.record["environment"], ladder.record.get("created"), settings
+    )
+    if not predicted:
+        return f"Measured: {line}."
+    return (
+        f"Predicted from the layer profiles measured on {line}: rung 0 as measured "
+        f"(with the training runs' images/s, data wait and memory); above it, "
+        f"{prediction_assumptions(ladder)}."
+    )
+
+
+def prediction_assumptions(ladder: Ladder) -> str:
+    """The assumptions a predicted ladder (``predict_ladder``) rests on, rung by rung,
+    each labelled assumed or computed (the source line's and the targets' one text)."""
+    p = ladder.record["prediction"]
+    ratio = p.get("fp16_stream_bound_ratio")
+    pair = p.get("fp16_stream_bounds_s")
+    of = (
+        f" (computed: the AMP bound with the 16-bit stream over without it, "
+        f"{pair[0] * 1e3:.3f} / {pair[1] * 1e3:.3f} ms)"
+        if pair
+        else " (computed from the cost model's two AMP bounds)"
+    )
+    stream = (
+        f"every AMP kernel scaled by the bound ratio {ratio:.3f}{of}, applied to "
+        "every kernel by assumption, and the saved bytes it removes (rung 4)"
+        if ratio
+        else "no rung 4 (no bound for this GPU)"
+    )
+    return (
+        f"by assumption, no data wait (rung 1), batch norm "
+        f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC (assumed: the "
+        f"factor one user measured for cuDNN's graph-API batch norm on an H100, "
+        f"cudnn-frontend#134, carried to PyTorch's BatchNorm2d), and every other "
+        f"kernel unchanged (rung 2), no idle time (assumed, rung 3), and "
+        f"{stream}; no rung 5"
+    )
+
+
+def targets_caveat(ladder: Ladder, predicted: bool, runner_caveat: str = "") -> str:
+    """What the targets' verdicts rest on: for a predicted ladder its assumptions
+    (``prediction_assumptions``), and the runner's own syncs in the measured rung 0
+    (``runner_caveat``, chapter 5's sentence for the profile behind it)."""
+    parts = []
+    if predicted:
+        parts.append(
+            "The predicted verdicts rest on the prediction's assumptions: rung 0 as "
+            f"measured; above it, {prediction_assumptions(ladder)}."
+        )
+    if runner_caveat:
+        parts.append(
+            "The idle time rung 3 removes is rung 0's, measured. "
+            + runner_caveat.strip()
+        )
+    return " ".join(parts)
+
+
+def missing_ladder_line(results) -> str:
+    """The sentence for a results folder with no GPU ladder ('' when there is one)."""
+    if results.gpu_ladders():
+        return ""
+    return (
+        "No GPU ladder is committed in the results folder yet (python -m "
+        "ampbook.bench ladder on a GPU writes one): what follows for the GPU is a "
+        "prediction, not a measurement."
+    )
+
+
+# The fewest timed steps per cell a "faster/slower in every timed step" verdict needs:
+# with n steps each, pure noise separates the two cells completely in 2 / C(2n, n) of
+# cases (10% at 3 steps, under 1% at 5).
+MIN_TIMED_STEPS = 5
+
+
+def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
+    """How cell ``b``'s step compared with cell ``a``'s, in words, judged against the
+    spread of their timed steps (``step_times_s``), as chapter 5 reads rounds: "faster"
+    only where every timed step of ``b`` was shorter than every one of ``a``, "slower"
+    the other way round, else no change resolved. Cells without step times (a
+    prediction) "would be" faster or slower (beyond 5%). Fewer than
+    ``MIN_TIMED_STEPS`` timed steps in a cell give no verdict."""
+    from ampbook.core.provenance import all_measured
+
+    va = cell_value(ladder, a, "step_s") if ladder else None
+    vb = cell_value(ladder, b, "step_s") if ladder else None
+    if ladder is not None and not all_measured([va, vb]):
+        ratio = a.step_s / b.step_s
+        if ratio > 1.05:
+            return "would be faster, predicted"
+        if ratio < 1 / 1.05:
+            return "would be slower, predicted"
+        return "would change little, predicted"
+    ta, tb = a.record.get("step_times_s"), b.record.get("step_times_s")
+    if not ta or not tb:
+        return "step times not recorded: no verdict"
+    n = min(len(ta), len(tb))
+    if n < MIN_TIMED_STEPS:
+        return (
+            f"no verdict: {n} timed steps, fewer than {MIN_TIMED_STEPS}, too few to "
+            "tell a change from the machine's noise"
+        )
+    if max(tb) < min(ta):
+        return "faster in every timed step"
+    if min(tb) > max(ta):
+        return "slower in every timed step"
+    return (
+        f"no change resolved, the timed steps overlap: {_ms(min(ta))}-{_ms(max(ta))} "
+        f"ms against {_ms(min(tb))}-{_ms(max(tb))} ms"
+    )
+
+
+def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
+    """One line: what rung ``index`` did to each mode's step against the rung before
+    it (``step_change``: measured cells against the spread of their timed steps,
+    predicted ones in the conditional)."""
+    if index not in {r.index for r in ladder.rungs}:
+        why = (
+            "what compilation fuses is not in an eager profile"
+            if ladder.record.get("predicted")
+            else "not measured"
+        )
+        return (
+            f"This ladder has no rung {index} ({RUNGS[index].title}): {why}; "
+            "python -m ampbook.bench ladder measures it."
+        )
+    rung = ladder.rung(index)
+    parts = []
+    for mode in modes or ladder.modes():
+        b = ladder.cell(index, mode)
+        # the rung below it that was measured in this mode (the one before when it was)
+        before = max(
+            (
+                r.index
+                for r in ladder.rungs
+                if r.index < index and ladder.cell(r.index, mode)
+            ),
+            default=None,
+        )
+        if b is None or before is None:
+            continue
+        a = ladder.cell(before, mode)
+        ratio = a.step_s / b.step_s
+        # a gap in the measured rungs: the change is every rung since, together
+        since = (
+            ""
+            if before == index - 1
+            else f" (rungs {before + 1}-{index} together, from rung {before})"
+        )
+        parts.append(
+            f"{mode} {_ms(a.step_s)} -> {_ms(b.step_s)} ms{since} "
+            f"({ratio:.2f}x, {step_change(a, b, ladder)})"
+        )
+    if not parts:
+        return f"Rung {index} ({rung.title}) was not measured beside a rung below it."
+    return f"Rung {index} ({rung.title}): " + "; ".join(parts) + "."
+
+
+# --------------------------------------------------------------------------------------
+# the page's readings of single cells
+# --------------------------------------------------------------------------------------
+
+# The names the page glues a cell's numbers under, and the cell's field of each.
+FIELDS = {
+    "step": "step_s",
+    "kernel": "kernel_s",
+    "idle": "idle_s",
+    "busy": "busy_share",
+    "ips": "images_per_s",
+    "wait": "data_wait_share",
+    "gib": "memory_bytes",
+}
+
+
+def cell_values(ladder: Ladder | None, index: int, mode: str) -> dict:
+    """One cell's step, kernel and idle time, busy share, images/s, data wait and
+    memory (``FIELDS``), each a Value that says whether it was measured, predicted or
+    assumed (nan where the ladder has no such cell)."""
+    c = ladder.cell(index, mode) if ladder else None
+    return {
+        k: cell_value(ladder, c, f) if c else float("nan") for k, f in FIELDS.items()
+    }
+
+
+def speedup(base, amp):
+    """fp32's (or fp32 with TF32's) step over AMP's, a Value of their kind (nan
+    without both)."""
+    r = base / amp
+    return r.with_(fmt=".2f", unit="x") if hasattr(r, "with_") else float("nan")
+
+
+def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[tuple]:
+    """One row per precision at rung ``index``: the step (ms), its speedup over
+    ``base_mode`` and over strict fp32 on the same rung, the peak memory (GiB) and the
+    images/s, each number a Value (a predicted or assumed one marked in the table)."""
+
+    def step(mode):
+        return cell_value(ladder, ladder.cell(index, mode), "step_s")
+
+    base, strict = step(base_mode), step("fp32")
+    out = []
+    for mode in ladder.modes():
+        c = ladder.cell(index, mode)
+        if c is None:
+            continue
+        mem = cell_value(ladder, c, "memory_bytes")
+        out.append(
+            (
+                f"{index}: {MODE_LABELS[mode]}",
+                step(mode) * 1e3,
+                base / step(mode) if base else None,
+                strict / step(mode) if strict else None,
+                mem / GIB if mem else None,
+                cell_value(ladder, c, "images_per_s"),
+            )
+        )
+    return out
+
+
+def here_amp_mode(ladder: Ladder) -> str | None:
+    """The mixed precision of this machine's ladder (its first ``amp-`` mode)."""
+    return next((m for m in ladder.modes() if m.startswith("amp")), None)
+
+
+def compared_rungs(ladder: Ladder) -> list[int]:
+    """The rungs at which this machine's ladder has both an fp32 and an AMP cell."""
+    amp = here_amp_mode(ladder)
+    return [
+        r.index
+        for r in ladder.rungs
+        if amp and ladder.cell(r.index, amp) and ladder.cell(r.index, "fp32")
+    ]
+
+
+def here_speedup(ladder: Ladder, index: int):
+    """fp32's step over the AMP step of this machine's ladder at rung ``index``
+    (measured), nan where the rung lacks either."""
+    if index not in compared_rungs(ladder):
+        return float("nan")
+    amp = here_amp_mode(ladder)
+    return speedup(
+        *(cell_value(ladder, ladder.cell(index, m), "step_s") for m in ("fp32", amp))
+    )
+
+
+def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
+    """Rung 0 twice, side by side, once a ladder re-measured it with today's runner:
+    the layer profiles of 2026-11-30 (recorded by a runner that synchronised the host
+    four times per AMP step and twice per fp32 step, ``hostmodel.RUNNER_2026_11_30``)
+    beside the committed ladder's rung 0 (measured on or after
+    ``hostmodel.RUNNER_CHANGED``), per precision: step, kernel and idle time, and
+    AMP's step speedup. One sentence while no such ladder is committed."""
+    from ampbook.core.page import md_table_text
+    from ampbook.predict.hostmodel import (
+        RUNNER_2026_11_30,
+        RUNNER_CHANGED,
+        profile_loop,
+    )
+
+    loop = RUNNER_2026_11_30
+    wait = (
+        "No rung 0 re-measured with today's runner is committed: the rung 0 shown is "
+        f"the one {loop.name} recorded, which synchronised the host {loop.amp} times "
+        f"per AMP step and {loop.fp32} per fp32 step, two of AMP's and one of "
+        "fp32's its own reads, not AMP's."
+    )
+    if ladder is None or predicted:
+        return wait
+    when = str(ladder.record.get("created") or "")[:10]
+    setting = (ladder.device_name, ladder.batch_size, ladder.height, ladder.width)
+    old = {
+        lp.mode: lp
+        for lp in results.layer_profiles
+        if (lp.device_name, lp.batch_size, lp.height, lp.width) == setting
+        and profile_loop(lp.record) is loop
+    }
+    new = {m: ladder.cell(0, m) for m in ("fp32-tf32", "amp-fp16")}
+    if when < RUNNER_CHANGED or len(old) < 2 or not all(new.values()):
+        return wait
+    ms = 1e3
+    rows = []
+    for label, cells in (
+        (f"{loop.name} ({loop.amp} / {loop.fp32} syncs)", old),
+        (f"today's runner, ladder of {when}", new),
+    ):
+        b, a = cells["fp32-tf32"], cells["amp-fp16"]
+        for c, ratio in ((b, None), (a, b.step_s / a.step_s)):
+            rows.append(
+                (MODE_LABELS[c.mode], label, c.step_s * ms, c.kernel_s * ms,
+                 c.idle_s * ms, ratio)
+            )  # fmt: skip
+    return (
+        "Rung 0 measured twice (both measured): by the runner of 2026-11-30, whose "
+        "own get_scale() reads and gradient-norm check added host syncs, and by "
+        "today's runner in the committed ladder.\n\n"
+        + md_table_text(
+            rows,
+            [
+                "precision",
+                "rung 0 measured by",
+                "step (ms)",
+                "kernels (ms)",
+                "idle (ms)",
+                "speedup (x)",
+            ],
+            [None, None, ".1f", ".1f", ".1f", ".2f"],
+        )  # fmt: skip
+    )

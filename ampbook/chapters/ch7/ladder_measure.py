@@ -1,0 +1,347 @@
+"""Measuring one rung of the ladder in one mode (``measure_rung``): the timed steps,
+the kernel/idle split under ``torch.profiler``, the memory, the epochs through the
+runner and the roofline bound (``ampbook.chapters.ch7.rungs``'s docstring says what each
+is)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import inspect
+import json
+import math
+import statistics
+import time
+from typing import Callable
+
+from ampbook.chapters.ch7.ladder_record import write_record
+from ampbook.chapters.ch7.rungs import LadderSpec, rung_config
+from ampbook.core.terminal import quiet_stderr_fd
+
+# --------------------------------------------------------------------------------------
+# measuring one rung in one mode
+# --------------------------------------------------------------------------------------
+
+
+def _batch(spec: LadderSpec, device, seed: int = 1):
+    import torch
+
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(spec.batch_size, 3, spec.height, spec.width, generator=g)
+    y = torch.randint(
+        0, NUM_CLASSES, (spec.batch_size, spec.height, spec.width), generator=g
+    )
+    return x.to(device), y.to(device)
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_steps(step: Callable, x, y, n: int, device) -> list[float]:
+    """Seconds per step of ``n`` steps in a row: the period from one step's start to
+    the next (CUDA events on a GPU, recorded without synchronising in between)."""
+    import torch
+
+    _sync(device)
+    if device.type == "cuda":
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+        for i in range(n):
+            events[i].record()
+            step(x, y)
+        events[n].record()
+        torch.cuda.synchronize(device)
+        return [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(n)]
+    marks = [time.perf_counter()]
+    for _ in range(n):
+        step(x, y)
+        marks.append(time.perf_counter())
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def _annotation(e) -> bool:
+    return bool(getattr(e, "is_user_annotation", False))
+
+
+def _top_level(e) -> bool:
+    """No operator encloses ``e`` (record_function annotations do not count)."""
+    p = e.cpu_parent
+    while p is not None and _annotation(p):
+        p = p.cpu_parent
+    return p is None
+
+
+def profile_steps(step: Callable, x, y, n: int, device) -> dict:
+    """``n`` steps under ``torch.profiler``: per step, the device's busy time and its
+    count of kernels (GPU), or the time inside operators and the count of top-level
+    ones, the optimizer's included (CPU), and the wall time of the profiled steps.
+    Chapter 7 shows the idea on the page (wall, busy and idle time of a few profiled
+    steps); this adds what the benchmark needs: the kernel counts, and kineto's lines
+    kept off stderr."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    _sync(device)
+    with quiet_stderr_fd(), profile(activities=activities) as prof:
+        start = time.perf_counter()
+        for _ in range(n):
+            step(x, y)
+        _sync(device)
+        wall = time.perf_counter() - start
+    events = prof.events()
+    if cuda:
+        gpu = [
+            e for e in events if e.device_type == DeviceType.CUDA and not _annotation(e)
+        ]
+        busy_us = _union_us([(e.time_range.start, e.time_range.end) for e in gpu])
+        count = len(gpu)
+    else:
+        # every operator, nested ones included (the union counts a nesting once);
+        # the user annotations around them (Optimizer.step#Adam.step) are not
+        # operators, and an operator under one is still top-level
+        ops = [
+            e for e in events if e.device_type == DeviceType.CPU and not _annotation(e)
+        ]
+        busy_us = _union_us([(e.time_range.start, e.time_range.end) for e in ops])
+        count = sum(1 for e in ops if _top_level(e))
+    return {
+        "kernel_s": busy_us / n / 1e6,
+        "kernels_per_step": count / n,
+        "profiled_step_s": wall / n,
+    }
+
+
+_TRACES: dict = {}
+
+
+def _source_key(*parts) -> str:
+    """A cache key of ``parts``, torch's version and the sources a trace depends on
+    (the model, the cost model with its autocast emulation, and the saved-tensor
+    meter)."""
+    import hashlib
+
+    import torch
+
+    from ampbook.measure import autocast_rules, cuda_kernels, memory
+    from ampbook.predict import opcost, roofline, steptrace
+    from ampbook.segmentation import model
+
+    sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
+    return hashlib.sha1(
+        json.dumps(
+            [
+                *parts,
+                torch.__version__,
+                *(inspect.getsource(m) for m in sources),
+            ]
+        ).encode()
+    ).hexdigest()[:20]
+
+
+def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
+    """The cost model's lower bound on one step of ERFNet (with the 16-bit stream when
+    asked) at the spec's size. A trace costs seconds of CPU whatever the size, and each
+    precision runs in its own process, so the bound is kept in ``cache_dir()`` under a
+    key of everything it depends on."""
+    from ampbook.core.paths import cache_dir
+    from ampbook.predict.roofline import predict
+    from ampbook.predict.steptrace import trace_step
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+    from ampbook.segmentation.model import ERFNet
+
+    key = (precision, fp16_stream, spec.batch_size, spec.height, spec.width)
+    path = cache_dir() / "ladder-bound" / f"{_source_key(repr(ceil), *key)}.json"
+    if path.exists():
+        try:
+            return float(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+    if key not in _TRACES:
+        kw = {}
+        if fp16_stream and "fp16_stream" in inspect.signature(ERFNet).parameters:
+            kw["fp16_stream"] = True
+        _TRACES[key] = trace_step(
+            ERFNet(NUM_CLASSES, **kw),
+            spec.batch_size,
+            spec.height,
+            spec.width,
+            precision,
+        )
+    out = predict(_TRACES[key], ceil).min_step_s
+    with contextlib.suppress(OSError):  # a cache that cannot be written costs time only
+        write_record(out, path)
+    return out
+
+
+def _epoch_phase(cfg) -> dict:
+    """Train ``cfg`` for its epochs through the runner; the epochs after the first."""
+    import warnings
+
+    from ampbook.train import run_training
+
+    with warnings.catch_warnings():  # rung 0's 4 workers on a small machine are the
+        # post's setting, on purpose
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        rec = run_training(dataclasses.replace(cfg, out=None, name=None))
+    epochs = rec["epochs"]
+    timed = epochs[1:] if len(epochs) > 1 else epochs
+    ips = statistics.median(e["images"] / e["wall_s"] for e in timed)
+    wait = statistics.median(e["data_wait_s"] / e["wall_s"] for e in timed)
+    compile_s = [e.get("compile_s") for e in epochs if e.get("compile_s") is not None]
+    extra = {"epoch_compile_s": sum(compile_s)} if compile_s else {}
+    saved = [e.get("saved_tensor_bytes") for e in epochs]
+    return {
+        "images_per_s": ips,
+        "data_wait_share": wait,
+        "saved_tensor_bytes": max((b for b in saved if b is not None), default=None),
+        "epoch_wall_s": statistics.median(e["wall_s"] for e in timed),
+        "epoch_images": int(timed[-1]["images"]),
+        **extra,
+    }
+
+
+def measure_rung(
+    spec: LadderSpec,
+    index: int,
+    mode: str,
+    device=None,
+    partial: Callable[[dict], None] | None = None,
+) -> dict:
+    """One cell of the ladder: rung ``index`` in ``mode`` (module docstring).
+    ``partial`` is given the cell as soon as its step, kernel/idle split and (on a GPU)
+    memory are measured, marked ``"epoch": "pending"``, before the epochs through the
+    runner (which cost more than the rest, and at rung 5 compile again); the cell
+    returned says ``"epoch": "measured"``."""
+    import torch
+
+    from ampbook.core.devices import pick_device
+    from ampbook.core.precision import backend_flags
+    from ampbook.measure.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
+    from ampbook.measure.timing import machine_load
+    from ampbook.predict.roofline import Ceilings
+    from ampbook.train import build_training, validate
+
+    dev = pick_device(device or spec.device)
+    cfg = rung_config(spec, index, mode, str(dev))
+    res = validate(cfg)
+    cuda = dev.type == "cuda"
+    cell: dict = {"rung": index, "mode": mode, "status": "ok", "error": None}
+    gc.collect()
+    if cuda:
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        cell["reserved_at_start_bytes"] = torch.cuda.memory_reserved(dev)
+    flags = backend_flags(
+        tf32=cfg.tf32 == "on", cudnn_benchmark=bool(cfg.cudnn_benchmark)
+    )
+    with flags:
+        training = build_training(cfg, res)
+        step = training.step
+        x, y = _batch(spec, dev)
+        start = time.perf_counter()
+        step(x, y)
+        _sync(dev)
+        cell["first_step_s"] = time.perf_counter() - start
+        for _ in range(spec.warmup - 1):
+            step(x, y)
+        # The peaks of the timed steps alone: cuDNN's algorithm search (warm-up) tries
+        # workspaces a training step never needs again.
+        _sync(dev)
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(dev)
+        else:
+            reset_peak_rss()
+            rss0 = current_rss_bytes() or peak_rss_bytes()
+        times = timed_steps(step, x, y, spec.steps, dev)
+        if cuda:
+            cell["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
+            cell["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
+            cell["memory_bytes"] = cell["peak_allocated_bytes"]
+        else:
+            cell["peak_rss_growth_bytes"] = max(peak_rss_bytes() - rss0, 0)
+        prof = profile_steps(step, x, y, spec.profile_steps, dev)
+    cell["step_s"] = statistics.median(times)
+    cell["step_times_s"] = times
+    cell.update(prof)
+    cell["idle_s"] = max(cell["step_s"] - cell["kernel_s"], 0.0)
+    del training, step, x, y
+    if partial is not None:
+        partial({**cell, "epoch": "pending"})
+    if getattr(cfg, "compile", None):
+        torch._dynamo.reset()
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    cell.update(_epoch_phase(cfg))
+    if not cuda:  # the book's memory figure on a CPU: the bytes saved for backward
+        cell["memory_bytes"] = cell["saved_tensor_bytes"]
+    ceil = Ceilings.for_device(dev, cfg.tf32 == "on")
+    cell["bound_s"] = bound_s(
+        spec, cfg.precision, bool(getattr(cfg, "fp16_stream", False)), ceil
+    )
+    cell["ceilings"] = ceil.name
+    cell["bound_share"] = cell["bound_s"] / cell["step_s"]
+    cell["load_average"] = machine_load()["load1"]
+    cell["epoch"] = "measured"
+    if getattr(cfg, "compile", None):
+        torch._dynamo.reset()
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return cell
+
+
+def measure_safely(
+    spec: LadderSpec,
+    index: int,
+    mode: str,
+    partial: Callable[[dict], None] | None = None,
+) -> dict:
+    """``measure_rung``, with a failure recorded as the cell's error (one line); a
+    failure in the epochs after ``partial`` had the cell keeps its step, with the
+    error beside it."""
+    early: dict = {}
+
+    def keep(cell: dict) -> None:
+        early.update(cell)
+        if partial is not None:
+            partial(cell)
+
+    try:
+        return measure_rung(spec, index, mode, partial=keep)
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:  # a rung that fails is reported; the ladder goes on
+        text = str(err).strip().splitlines()
+        msg = f"{type(err).__name__}: {text[0] if text else ''}"[:400]
+        gc.collect()
+        try:
+            import torch
+
+            torch._dynamo.reset()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 (cleaning up after a failure)
+            pass
+        if early:  # the step was measured; the epochs failed
+            return {**early, "epoch": "error", "epoch_error": msg}
+        return {"rung": index, "mode": mode, "status": "error", "error": msg}

@@ -1,0 +1,549 @@
+"""Reading a ladder: the table (``format_table``), each number with how it was
+obtained (``cell_value``), and the targets one by one (``check_targets``,
+``format_targets``)."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from ampbook.chapters.ch7.ladder_predict import ASSUMPTIONS
+from ampbook.chapters.ch7.rungs import EAGER_TOP
+from ampbook.core.modes import MODES
+from ampbook.results import (
+    MODE_LABELS,
+    Ladder,
+    LadderCell,
+)
+
+# --------------------------------------------------------------------------------------
+# reading a ladder: the table and the targets
+# --------------------------------------------------------------------------------------
+
+
+# Rung 0's record key is "post" (kept in the ladder files); it is the ERFNet authors'
+# defaults, not the blog post's setting, and is shown so.
+RUNG_LABELS = {"post": "defaults"}
+
+
+def rung_label(rung) -> str:
+    """A rung's short name as tables and axes show it (``RUNG_LABELS``, else its
+    key)."""
+    return RUNG_LABELS.get(rung.key, rung.key)
+
+
+def format_table(ladder: Ladder) -> str:
+    """The ladder as text, one line per measured cell (79 columns), two lines saying
+    what each column is (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's
+    operator time passes its step time, one line saying why its idle and busy columns
+    read ``n/a``.
+
+    The step time is the median of the timed steps (on a GPU, the period from one
+    step's start to the next, CUDA events); the operator time is measured in separate
+    steps under ``torch.profiler`` (``profile_steps``): on a CPU the time inside the
+    top-level operators, on a GPU the time the GPU was busy. Idle is the step less
+    that: Python, dispatch and the optimizer's loop between operators on a CPU, the GPU
+    waiting for the host on a GPU. Busy is operator (GPU) time over the step; MiB the
+    cell's ``memory_measure`` (a CPU: bytes saved for backward in a step; a GPU: peak
+    CUDA memory allocated in the timed steps); img/s and wait (the loop's share spent
+    waiting for data) the median of the epochs after the first through the training
+    runner, its loader included; bound the cost model's roofline bound over the step."""
+    unit = "GPU" if ladder.time_source == "cuda" else "ops"
+    lines = [
+        f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
+        f"{'busy':>6}{'MiB':>7}{'img/s':>7}{'wait':>6}{'bound':>7}",
+    ]
+    inseparable = False
+    for rung in ladder.rungs:
+        for mode in MODES:
+            c = next(
+                (x for x in ladder.cells if x.rung == rung.index and x.mode == mode),
+                None,
+            )
+            if c is None:
+                continue
+            head = f"{rung.index} {rung_label(rung):<10}{mode:<10}"
+            if not c.ok:
+                lines.append(f"{head}error: {(c.error or '')[:58]}")
+                continue
+            # operator time above the step time: the profiled step ran slower than
+            # the timed ones, and the step does not split into busy and idle time
+            apart = (c.kernel_s or 0) <= c.step_s
+            if not apart:
+                inseparable = True
+            lines.append(
+                f"{head}{c.step_s * 1e3:8.2f}{(c.kernel_s or 0) * 1e3:8.2f}"
+                + (f"{(c.idle_s or 0) * 1e3:8.2f}" if apart else f"{NOT_SPLIT:>8}")
+                + f"{_pct(c.busy_share) if apart else NOT_SPLIT:>6}"
+                f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
+                f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
+            )
+    lines.extend(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
+    if inseparable:
+        lines.append(
+            f"{NOT_SPLIT}: {unit} time above the step (the profiled steps ran slower): "
+            "not separable"
+        )
+    return "\n".join(lines)
+
+
+# What each column of the table is, two lines under it (at most 80 columns each).
+COLUMNS_CPU = (
+    "step: median; ops: in operators (profiled apart); idle: rest; busy: ops/step;",
+    "MiB: saved for backward; img/s, wait (data): runner epochs; bound: roofline/step",
+)
+COLUMNS_CUDA = (
+    "step: start to start; GPU: busy (profiled apart); idle: rest; busy: GPU/step;",
+    "MiB: peak allocated; img/s, wait (data): runner epochs; bound: roofline/step",
+)
+# The idle and busy columns of a cell whose operator time passes its step time.
+NOT_SPLIT = "n/a"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the ladder's targets, read from a ladder. ``value`` (and ``start``) may
+    be ``ampbook.core.provenance.Value``s: a target over a predicted value is
+    *predicted* to be met or missed, and one over an assumed value is no test at all."""
+
+    name: str
+    limit: float
+    kind: str  # "max": the value must be at most the limit; "min": at least
+    unit: str  # "ms", "x", "share", "img/s"
+    value: float | None
+    start: float | None  # the same figure at rung 0
+    where: str
+    note: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return (
+            self.value <= self.limit
+            if self.kind == "max"
+            else (self.value >= self.limit)
+        )
+
+    @property
+    def provenance(self) -> str:
+        """How the value was obtained: ``"measured"`` (also for a plain number),
+        ``"predicted"`` or ``"assumed"``."""
+        from ampbook.core.provenance import MEASURED, PUBLISHED, kind_of
+
+        kind = kind_of(self.value) or MEASURED
+        return MEASURED if kind == PUBLISHED else kind
+
+    def fmt(self, v: float | None) -> str:
+        if v is None:
+            return "not measured"
+        v = float(v)
+        if self.unit == "ms":
+            return f"{v * 1e3:.1f} ms"
+        if self.unit == "x":
+            return f"{v:.2f}x"
+        if self.unit == "share":
+            return f"{v:.0%}"
+        if self.unit == "ratio":
+            return f"{v:.3f}"
+        return f"{v:.0f} {self.unit}"
+
+    def line(self) -> str:
+        """One line: the target, the value, met or missed (measured), predicted to
+        meet or miss (predicted), or set by an assumption (no test); for a missed one
+        what the profile (or the prediction) shows."""
+        op = "<=" if self.kind == "max" else ">="
+        head = f"{self.name} {op} {self.fmt(self.limit)}: "
+        if self.met is None:
+            return head + f"not measured ({self.where})."
+        if self.provenance == "assumed":
+            return (
+                f"{head}{self.fmt(self.value)} by assumption, not a test "
+                f"({self.value.source}; {self.where})."
+            )
+        if self.provenance == "predicted":
+            # the verdict is the comparison of the value itself, never of its
+            # rounding: 0.571 against 0.570 is a miss, however near
+            verdict = "predicted to meet" if self.met else "predicted to MISS"
+            off = abs(float(self.value) / self.limit - 1) if self.limit else 1.0
+            near = ""
+            if off < PREDICTION_RESOLVES:
+                side = "under" if float(self.value) < self.limit else "over"
+                near = (
+                    f", {off:.1%} {side} the target: closer than the "
+                    f"{PREDICTION_RESOLVES:.0%} error assumed for a prediction, so "
+                    "not resolved"
+                )
+            text = (
+                f"{head}{verdict} ({self.fmt(self.value)} predicted{near}, {self.where}"
+            )
+        else:
+            verdict = "met" if self.met else "MISSED"
+            text = f"{head}{self.fmt(self.value)}, {verdict} ({self.where}"
+        if self.start is not None:
+            text += f"; rung 0 measured: {self.fmt(self.start)}"
+        text += ")"
+        if not self.met and self.note:
+            text += f". {self.note[:1].upper()}{self.note[1:]}"
+        return text + "."
+
+
+# A prediction closer to its target than this (relative) is still met or missed by
+# its value, and said to be unresolved: an assumed bound on the cost model's error,
+# not measured.
+PREDICTION_RESOLVES = 0.05
+
+# The book's chosen targets for the H200 at the ERFNet authors' defaults (1024x512,
+# batch 6).
+TARGET_SETTING = ("h200", 512, 1024, 6)
+TARGETS = {
+    "step_eager": 0.020,
+    "step_compiled": 0.011,
+    "speedup_eager": 1.3,
+    "speedup_compiled": 1.6,
+    "busy": 0.90,
+    "data_wait": 0.05,
+    "images_per_s": 300.0,
+    "memory_ratio": 0.57,
+}
+
+
+def _top(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> int | None:
+    """The highest rung (``eager``: without torch.compile) at which every one of
+    ``modes`` has a measured cell, or None: a comparison of two modes is made at one
+    rung, never one mode's rung 4 against the other's rung 2 after a cut."""
+    rungs = [
+        r.index
+        for r in ladder.rungs
+        if (r.index <= EAGER_TOP or not eager)
+        and all(ladder.cell(r.index, m) for m in modes)
+    ]
+    return max(rungs) if rungs else None
+
+
+def _top_cells(
+    ladder: Ladder, modes: tuple[str, ...], eager: bool
+) -> dict[str, LadderCell | None]:
+    """Each of ``modes``' cell at ``_top(ladder, modes, eager)`` (None where none)."""
+    index = _top(ladder, modes, eager)
+    return {m: None if index is None else ladder.cell(index, m) for m in modes}
+
+
+def _pair_where(ladder: Ladder, a: LadderCell, modes: tuple[str, ...]) -> str:
+    """Which rung a two-mode comparison was made at, and why when one mode reached
+    higher."""
+    alone = max(_top(ladder, (m,), a.rung <= EAGER_TOP) or 0 for m in modes)
+    if alone > a.rung:
+        return f"rung {a.rung}, the highest both reached"
+    return f"rung {a.rung}"
+
+
+def _profile_note(c: LadderCell, ladder: Ladder) -> str:
+    """What the profile of cell ``c`` shows (its device's busy and idle time, kernels
+    per step, what sets the pace); for a predicted cell what the prediction says, with
+    its assumptions named; where the profiled operators took longer than the timed
+    step (a separate, slower profiled step), that the two do not separate."""
+    from ampbook.core.provenance import ASSUMED, all_measured
+
+    dev = "GPU" if ladder.time_source == "cuda" else "operators"
+    step, kern, idle = (
+        cell_value(ladder, c, f) for f in ("step_s", "kernel_s", "idle_s")
+    )
+    if kern is not None and float(kern) > float(step):
+        return (
+            f"{dev} time {float(kern) * 1e3:.1f} ms in a {float(step) * 1e3:.1f} ms "
+            "step: the profiled step ran slower than the timed ones, so busy and idle "
+            "time are not separable here"
+        )
+    measured_ = all_measured([step, kern, idle])
+    what = "the profile" if measured_ else "the prediction"
+    idle_text = f"{float(idle or 0) * 1e3:.1f} ms"
+    if idle is not None and idle.kind == ASSUMED:
+        idle_text += f" (assumed: {idle.source})"
+    parts = [
+        f"{what}: {dev} busy {float(kern or 0) * 1e3:.1f} ms and idle {idle_text} of "
+        f"the {float(step) * 1e3:.1f} ms step"
+    ]
+    per = c.record.get("kernels_per_step")
+    if per and measured_:
+        parts.append(f"{per:.0f} {'kernels' if dev == 'GPU' else 'operators'} a step")
+    sets = "sets" if measured_ else "would set"
+    if float(idle or 0) / float(step) > 0.2:
+        parts.append(f"the host {sets} the pace (launches and syncs), not the kernels")
+    elif c.bound_share is not None:
+        parts.append(
+            f"the kernels {'set' if measured_ else sets} it, at "
+            f"{c.bound_share:.0%} of the roofline bound"
+        )
+    return "; ".join(parts)
+
+
+def check_targets(ladder: Ladder) -> list[Target]:
+    """The targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
+    with TF32 (on a CPU ladder, amp-bf16 against fp32); the eager figures come from the
+    highest eager rung measured, the compiled ones from rung 5."""
+    out: list[Target] = []
+    have = ladder.modes()
+    # On a CPU the mixed precision is bf16 and the baseline fp32 (no TF32).
+    amp = "amp-fp16" if "amp-fp16" in have or "amp-bf16" not in have else "amp-bf16"
+    base = "fp32-tf32" if "fp32-tf32" in have or "fp32" not in have else "fp32"
+    r0 = {m: ladder.cell(0, m) for m in (amp, base)}
+    eager = _top_cells(ladder, (amp, base), True)  # at the highest rung both reached
+    amp_eager = _top_cells(ladder, (amp,), True)[amp]
+    comp = {m: ladder.cell(5, m) for m in (amp, base)}
+    final = _top_cells(ladder, (amp,), False)[amp]
+    # a cell cut after its step was timed has no epochs: the end-to-end targets come
+    # from the highest cell with them
+    whole = [
+        r.index
+        for r in ladder.rungs
+        if ladder.cell(r.index, amp)
+        and ladder.cell(r.index, amp).images_per_s is not None
+    ]
+    final_epochs = ladder.cell(max(whole), amp) if whole else None
+
+    amp_name = "AMP" if amp == "amp-fp16" else MODE_LABELS[amp]
+    base_name = "TF32" if base == "fp32-tf32" else MODE_LABELS[base]
+
+    def where(c: LadderCell | None) -> str:
+        return f"rung {c.rung}" if c else f"no {MODE_LABELS[amp]} cell"
+
+    for key, name, c in (
+        ("step_eager", f"{amp_name} step, eager", amp_eager),
+        ("step_compiled", f"{amp_name} step, compiled", comp[amp]),
+    ):
+        out.append(
+            Target(
+                name,
+                TARGETS[key],
+                "max",
+                "ms",
+                cell_value(ladder, c, "step_s") if c else None,
+                cell_value(ladder, r0[amp], "step_s") if r0[amp] else None,
+                where(c) if c or key == "step_eager" else "rung 5 not measured",
+                _profile_note(c, ladder) if c else "",
+            )
+        )
+    for key, name, pair in (
+        ("speedup_eager", f"{amp_name} over {base_name} (step ratio), eager", eager),
+        (
+            "speedup_compiled",
+            f"{amp_name} over {base_name} (step ratio), compiled",
+            comp,
+        ),
+    ):
+        a, b = pair[amp], pair[base]
+        value = (
+            cell_value(ladder, b, "step_s") / cell_value(ladder, a, "step_s")
+            if a and b
+            else None
+        )
+        start = (
+            cell_value(ladder, r0[base], "step_s")
+            / cell_value(ladder, r0[amp], "step_s")
+            if r0[amp] and r0[base]
+            else None
+        )
+        note = ""
+        if a and b and a.kernel_s and b.kernel_s:
+            note = (
+                f"kernel time {base_name} {b.kernel_s * 1e3:.1f} ms, {amp_name} "
+                f"{a.kernel_s * 1e3:.1f} ms ({b.kernel_s / a.kernel_s:.2f}x); idle "
+                f"{base_name} {(b.idle_s or 0) * 1e3:.1f} ms, "
+                f"{amp_name} {(a.idle_s or 0) * 1e3:.1f} ms"
+            )
+        out.append(
+            Target(
+                name,
+                TARGETS[key],
+                "min",
+                "x",
+                value,
+                start,
+                _pair_where(ladder, a, (amp, base))
+                if a and b
+                else f"a {base_name} and an {amp_name} cell needed",
+                note,
+            )
+        )
+    busy_note = data_note = ips_note = ""
+    if final:
+        busy_note = _profile_note(final, ladder)
+    if final_epochs:
+        step = cell_value(ladder, final_epochs, "step_s")
+        step_ips = (ladder.batch_size / step).with_(fmt=".3g")
+        ips = cell_value(ladder, final_epochs, "images_per_s").with_(fmt=".3g")
+        wait = cell_value(ladder, final_epochs, "data_wait_share")
+        trains = "trains" if step.is_measured else "would train"
+        data_note = (
+            f"the loop trained {ips} images/s against the step alone's {step_ips}"
+        )
+        ips_note = (
+            f"the step alone {trains} {step_ips} images/s and the loop waited for "
+            f"data {wait} of its time"
+        )
+    out.append(
+        Target(
+            "GPU busy" if ladder.is_cuda else "operators busy",
+            TARGETS["busy"],
+            "min",
+            "share",
+            cell_value(ladder, final, "busy_share") if final else None,
+            cell_value(ladder, r0[amp], "busy_share") if r0[amp] else None,
+            where(final),
+            busy_note,
+        )
+    )
+    out.append(
+        Target(
+            "data wait",
+            TARGETS["data_wait"],
+            "max",
+            "share",
+            cell_value(ladder, final_epochs, "data_wait_share")
+            if final_epochs
+            else None,
+            cell_value(ladder, r0[amp], "data_wait_share") if r0[amp] else None,
+            where(final_epochs),
+            data_note,
+        )
+    )
+    out.append(
+        Target(
+            "images/s end to end",
+            TARGETS["images_per_s"],
+            "min",
+            "img/s",
+            cell_value(ladder, final_epochs, "images_per_s") if final_epochs else None,
+            cell_value(ladder, r0[amp], "images_per_s") if r0[amp] else None,
+            where(final_epochs),
+            ips_note,
+        )
+    )
+    a, b = eager[amp], eager[base]
+    ratio = (
+        cell_value(ladder, a, "memory_bytes") / cell_value(ladder, b, "memory_bytes")
+        if a and b and a.memory_bytes and b.memory_bytes
+        else None
+    )
+    start = (
+        cell_value(ladder, r0[amp], "memory_bytes")
+        / cell_value(ladder, r0[base], "memory_bytes")
+        if r0[amp] and r0[base] and r0[base].memory_bytes and r0[amp].memory_bytes
+        else None
+    )
+    mem_note = ""
+    if a and b and ratio is not None:
+        ma, mb = (cell_value(ladder, x, "memory_bytes") for x in (a, b))
+        mem_note = f"{ladder.memory_measure}: {amp_name} {ma}, {base_name} {mb}"
+    out.append(
+        Target(
+            f"{amp_name} / {base_name} peak memory",
+            TARGETS["memory_ratio"],
+            "max",
+            "ratio",
+            ratio,
+            start,
+            _pair_where(ladder, a, (amp, base))
+            if a and b
+            else f"a {base_name} and an {amp_name} cell needed",
+            mem_note,
+        )
+    )
+    return out
+
+
+def targets_apply(ladder: Ladder) -> bool:
+    """Whether ``ladder`` is the targets' setting: an H200 at 1024x512, batch 6."""
+    from ampbook.core.words import slug
+
+    gpu, h, w, b = TARGET_SETTING
+    return (
+        ladder.is_cuda
+        and slug(ladder.device_name) == gpu
+        and (ladder.height, ladder.width, ladder.batch_size) == (h, w, b)
+    )
+
+
+def format_targets(ladder: Ladder) -> str:
+    head = ["targets (set for an H200 at 1024x512, batch 6):"]
+    if not targets_apply(ladder):
+        head.append(
+            textwrap.fill(
+                f"(this ladder is {ladder.device_name} at {ladder.width}x"
+                f"{ladder.height}, batch {ladder.batch_size}: read them as a "
+                "yardstick)",
+                88,
+                initial_indent="  ",
+                subsequent_indent="  ",
+            )
+        )
+    lines = [
+        textwrap.fill(t.line(), 88, initial_indent="  ", subsequent_indent="    ")
+        for t in check_targets(ladder)
+    ]
+    return "\n".join(head + lines)
+
+
+# --------------------------------------------------------------------------------------
+# a cell's numbers, each saying how it was obtained
+# --------------------------------------------------------------------------------------
+
+
+_DISPLAY = {  # field -> (format, unit, scale) of its Value
+    "step_s": (".1f", " ms", 1e3),
+    "kernel_s": (".1f", " ms", 1e3),
+    "idle_s": (".1f", " ms", 1e3),
+    "memory_bytes": (".2f", " GiB", 1 / 2**30),
+    "images_per_s": (".0f", "", 1.0),
+    "data_wait_share": (".0%", "", 1.0),
+    "busy_share": (".0%", "", 1.0),
+}
+
+
+def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
+    """Field ``name`` of cell ``c`` (one of ``_DISPLAY``'s) as an
+    ``ampbook.core.provenance.Value`` that says how it was obtained: measured (this
+    ladder's file, rung and mode), predicted (``predict_ladder``, from which files) or
+    assumed (the prediction's parameter, ``ASSUMPTIONS``); None where the cell or the
+    field is missing. ``busy_share`` is assumed where the idle time is."""
+    from ampbook.core.provenance import ASSUMED, MEASURED, PREDICTED, Value
+
+    if c is None:
+        return None
+    x = c.busy_share if name == "busy_share" else getattr(c, name)
+    if x is None:
+        return None
+    fmt, unit, scale = _DISPLAY[name]
+    p = ladder.record.get("prediction")
+    kinds = c.record.get("provenance") or {}
+    if name == "busy_share":
+        kind = kinds.get("idle_s")
+        if kind != ASSUMED:
+            kind = PREDICTED if PREDICTED in kinds.values() else kind
+    else:
+        kind = kinds.get(name)
+    if kind is None:
+        predicted_ = ladder.record.get("predicted") and not c.record.get("measured")
+        kind = PREDICTED if predicted_ else MEASURED
+    if kind == ASSUMED:
+        source = ASSUMPTIONS["idle_s" if name == "busy_share" else name]
+    elif p is not None:
+        files = ", ".join(Path(f).name for f in p["from"])
+        source = (
+            f"measured ({files})"
+            if kind == MEASURED
+            else f"ladder_predict.predict_ladder from {files}"
+        )
+    else:
+        source = f"measured ({Path(ladder.path).name})"
+    return Value(float(x), kind, source, fmt=fmt, unit=unit, scale=scale)

@@ -1,0 +1,558 @@
+"""Running the ladder (``run_ladder``: its groups in this process or each in a child
+process of its own, ``--child FILE``) and its command line, ``python -m ampbook.bench
+ladder`` (``main``)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Callable
+
+from ampbook.chapters.ch7.ladder_measure import measure_safely
+from ampbook.chapters.ch7.ladder_record import (
+    _same_setting,
+    add_cell,
+    finished_cells,
+    ladder_path,
+    new_record,
+    write_record,
+)
+from ampbook.chapters.ch7.ladder_report import NOT_SPLIT, format_table, format_targets
+from ampbook.chapters.ch7.rungs import (
+    COMPILE_MODE,
+    CPU_DEFAULTS,
+    CPU_MINUTE,
+    CPU_MODES,
+    CPU_THREADS,
+    GPU_MODES,
+    MODE_SETTINGS,
+    RUNG_INDICES,
+    RUNGS,
+    LadderError,
+    LadderSpec,
+    _now,
+    missing_fields,
+    parse_modes,
+    parse_rungs,
+)
+from ampbook.core import cli
+from ampbook.core.words import plural
+from ampbook.results import (
+    LADDER_SCHEMA,
+    Ladder,
+    read_ladder,
+)
+
+# --------------------------------------------------------------------------------------
+# running the ladder: processes, order
+# --------------------------------------------------------------------------------------
+
+
+def plan(
+    rungs: tuple[int, ...], modes: tuple[str, ...], isolate: str
+) -> list[tuple[str, tuple[int, ...]]]:
+    """The groups to run, in order, as (mode, rungs): a process per mode
+    (``precision``), or one group per cell, rung by rung, the modes taking turns at
+    each rung (``cell``: a process each; ``none``: all in this process, so a ladder
+    stopped part-way has both modes of every rung below the one it stopped in)."""
+    if isolate in ("cell", "none"):
+        return [(m, (r,)) for r in rungs for m in modes]
+    return [(m, tuple(rungs)) for m in modes]
+
+
+def _fit(line: str) -> str:
+    """``line`` wrapped at the terminal's width (80 columns where stdout is not a
+    terminal), the lines after the first indented."""
+
+    width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)
+    return textwrap.fill(line, width, subsequent_indent="    ")
+
+
+def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
+    """A cell measured whole (or failed): one result line (the table repeats it)."""
+    head = f"rung {cell['rung']} {cell['mode']:<9}"
+    if cell["status"] != "ok":
+        log(_fit(f"{head} error: {cell['error']}"))
+        return
+    if cell.get("epoch") == "error":
+        log(
+            _fit(
+                f"{head} step {cell['step_s'] * 1e3:7.2f} ms; epochs: "
+                f"{cell['epoch_error']}"
+            )
+        )
+        return
+    busy = cell["kernel_s"] / cell["step_s"]  # above 1: the table's n/a
+    log(
+        f"{head} step {cell['step_s'] * 1e3:7.1f} ms, busy "
+        f"{f'{busy:.0%}' if busy <= 1 else NOT_SPLIT:>4}, "
+        f"{cell['images_per_s']:6.1f} img/s, wait {cell['data_wait_share']:4.0%}, "
+        f"bound {cell['bound_share']:4.0%}"
+    )
+
+
+# How a cell's progress line (its step measured, its epochs to come) ends: the line
+# ``progress_log`` shows on a terminal only, not a result.
+PARTIAL_END = "its epochs next"
+
+
+def _log_partial(cell: dict, log: Callable[[str], None]) -> None:
+    log(
+        f"rung {cell['rung']} {cell['mode']}: step {cell['step_s'] * 1e3:.2f} ms, "
+        f"first step {cell['first_step_s']:.1f} s; {PARTIAL_END}"
+    )
+
+
+def run_group(
+    spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log=print
+) -> None:
+    """Measure ``rungs`` of ``mode`` in this process, each cell written as soon as its
+    step is measured and again when its epochs are."""
+
+    def partial(cell: dict) -> None:
+        add_cell(path, cell)
+        _log_partial(cell, log)
+
+    for index in rungs:
+        cell = measure_safely(spec, index, mode, partial)
+        add_cell(path, cell)
+        _log_cell(cell, log)
+
+
+def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log):
+    """Run one group in a fresh process; a group that dies leaves error cells."""
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".json", prefix="ampbook-ladder-", delete=False
+    ) as f:
+        json.dump(
+            {
+                "spec": dataclasses.asdict(spec),
+                "mode": mode,
+                "rungs": list(rungs),
+                "path": str(path),
+            },
+            f,
+        )
+        spec_file = f.name
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ampbook.bench", "ladder", "--child", spec_file],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        tail = []
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail = (tail + [line])[-5:]
+            log(line)
+        rc = proc.wait()
+    finally:
+        os.unlink(spec_file)
+    if rc != 0:
+        done = {(c["rung"], c["mode"]) for c in json.loads(path.read_text())["cells"]}
+        last = next((t for t in reversed(tail) if t.strip()), "")
+        for index in rungs:
+            if (index, mode) not in done:
+                add_cell(
+                    path,
+                    {
+                        "rung": index,
+                        "mode": mode,
+                        "status": "error",
+                        "error": f"its process ended with exit {rc} before this "
+                        f"cell was measured: {last.strip()[:300]}",
+                    },
+                )
+
+
+def run_ladder(
+    spec: LadderSpec,
+    path: Path,
+    isolate: str = "precision",
+    merge: bool = False,
+    log: Callable[[str], None] = print,
+    skip_finished: bool = False,
+) -> Ladder:
+    """Measure the ladder into ``path`` (the record written after every cell) and
+    return it as ``ampbook.results.Ladder``; with ``merge`` and ``skip_finished``, the
+    cells ``path`` holds whole are not measured again (a rerun after a cut)."""
+    from ampbook.core.devices import pick_device
+    from ampbook.core.env import environment
+
+    spec.check()
+    dev = pick_device(spec.device)
+    spec = dataclasses.replace(spec, device=str(dev))
+    record = new_record(spec, environment(dev), isolate)
+    if merge and path.exists():
+        old = json.loads(path.read_text())
+        if not _same_setting(old, record):
+            raise LadderError(
+                f"--merge: {path} holds another device or size; write to another "
+                "file or leave out --merge"
+            )
+        old["status"], old["updated"] = "running", _now()
+        record = old
+    write_record(record, path)
+    done = finished_cells(path) if merge and skip_finished else set()
+    for mode, rungs in plan(spec.rungs, spec.modes, isolate):
+        rungs = tuple(r for r in rungs if (r, mode) not in done)
+        if not rungs:
+            continue
+        if isolate == "none":
+            run_group(spec, mode, rungs, path, log)
+        else:
+            _child(spec, mode, rungs, path, log)
+    record = json.loads(path.read_text())
+    record["status"], record["updated"] = "complete", _now()
+    write_record(record, path)
+    return read_ladder(record, str(path))
+
+
+# --------------------------------------------------------------------------------------
+# the command line
+# --------------------------------------------------------------------------------------
+
+
+def _child_main(spec_file: str) -> int:
+    job = json.loads(Path(spec_file).read_text())
+    spec = LadderSpec(
+        **{k: tuple(v) if isinstance(v, list) else v for k, v in job["spec"].items()}
+    )
+    run_group(spec, job["mode"], tuple(job["rungs"]), Path(job["path"]))
+    return 0
+
+
+def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
+    """The spec, the isolation and notes from parsed arguments (``LadderError``)."""
+    from ampbook.core.devices import pick_device
+
+    try:
+        dev = pick_device(args.device)
+    except (RuntimeError, ValueError) as err:
+        raise LadderError(str(err)) from None
+    notes = []
+    modes = parse_modes(args.precisions) if args.precisions else None
+    if dev.type != "cuda" and modes and "fp32-tf32" in modes:
+        modes = tuple(m for m in modes if m != "fp32-tf32")
+        notes.append("fp32-tf32 left out: TF32 does nothing on a CPU (fp32 is it)")
+        if not modes:
+            raise LadderError("--precisions: nothing left to measure on a CPU")
+    spec = LadderSpec.for_device(
+        dev.type,
+        device=str(dev),
+        rungs=parse_rungs(args.rungs) if args.rungs else None,
+        modes=modes,
+        height=args.height,
+        width=args.width,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        warmup=args.warmup,
+        profile_steps=args.profile_steps,
+        epochs=args.epochs,
+        train_images=args.train_images,
+        compile_mode=args.compile_mode,
+    )
+    spec.check()
+    lacking = missing_fields()
+    if lacking:
+        notes.append(
+            f"this runner lacks TrainConfig.{', TrainConfig.'.join(lacking)}: the "
+            "rungs that need them are recorded as errors"
+        )
+    isolate = args.isolate or ("precision" if dev.type == "cuda" else "none")
+    return spec, isolate, notes
+
+
+# What each --isolate runs in, as the command's first line says it.
+ISOLATION = {
+    "none": "all in this process",
+    "precision": "a process per precision",
+    "cell": "a process per rung and precision",
+}
+
+
+def build_parser() -> cli.ArgumentParser:
+    """The command's options (light: ``--help`` imports no torch)."""
+    import argparse
+
+    cpu, gpu = CPU_DEFAULTS, LadderSpec()
+
+    def both(name: str) -> str:
+        on_gpu, on_cpu = getattr(gpu, name), cpu[name]
+        if on_gpu == on_cpu:
+            return f"default: {on_gpu}"
+        return f"default: {on_gpu} on a GPU, {on_cpu} on a CPU"
+
+    parser = cli.ArgumentParser(
+        prog="python -m ampbook.bench ladder",
+        description="The ladder: the training step from the ERFNet authors' "
+        "defaults to the optimised one, one change per rung, in every precision: "
+        "step time, kernel and idle time, peak memory, an epoch and the roofline "
+        "bound of each rung and precision.",
+        epilog="rungs:\n"
+        + "\n".join(f"  {r.index}  {r.title}" for r in RUNGS)
+        + "\n\ndefaults: on a GPU the post's setting ("
+        f"{gpu.width}x{gpu.height}, batch {gpu.batch_size}), rungs "
+        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}, {', '.join(GPU_MODES)}; on a CPU "
+        f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
+        f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
+        f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
+        f"{CPU_MINUTE}. On a terminal, progress and the time left are printed "
+        "(stderr) after each rung and precision.",
+        formatter_class=cli.HelpFormatter,
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto (CUDA where there is one), cpu or cuda; it sets the defaults below",
+    )
+    parser.add_argument(
+        "--rungs",
+        default=None,
+        metavar="LIST",
+        help="e.g. 0-5 or 0,2,4 (default: "
+        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]} on a GPU, "
+        f"{','.join(map(str, cpu['rungs']))} on a CPU)",
+    )
+    parser.add_argument(
+        "--precisions",
+        default=None,
+        metavar="LIST",
+        help=f"comma-separated modes from {', '.join(MODE_SETTINGS)} (default: "
+        f"all four on a GPU, {','.join(CPU_MODES)} on a CPU)",
+    )
+    parser.add_argument(
+        "--height",
+        type=cli.positive_int,
+        default=None,
+        help=f"image height ({both('height')})",
+    )
+    parser.add_argument(
+        "--width",
+        type=cli.positive_int,
+        default=None,
+        help=f"image width ({both('width')})",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=cli.positive_int,
+        default=None,
+        help=f"images per step ({both('batch_size')})",
+    )
+    parser.add_argument(
+        "--steps",
+        type=cli.positive_int,
+        default=None,
+        help=f"timed steps per rung and precision ({both('steps')})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=cli.nonnegative_int,
+        default=None,
+        help=f"untimed steps before them ({both('warmup')})",
+    )
+    parser.add_argument(
+        "--profile-steps",
+        type=cli.positive_int,
+        default=None,
+        help=f"steps under torch.profiler for the kernel/idle split "
+        f"({both('profile_steps')})",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=cli.positive_int,
+        default=None,
+        help=f"epochs through the runner, at least 2: the first warms up "
+        f"({both('epochs')})",
+    )
+    parser.add_argument(
+        "--train-images",
+        type=cli.positive_int,
+        default=None,
+        help=f"synthetic training images of an epoch ({both('train_images')})",
+    )
+    parser.add_argument(
+        "--compile-mode",
+        default=None,
+        help=f"rung 5's torch.compile mode (default: {COMPILE_MODE!r})",
+    )
+    parser.add_argument(
+        "--isolate",
+        choices=("none", "precision", "cell"),
+        default=None,
+        help="what runs in a process of its own: each precision, each rung and "
+        "precision (cell), or nothing (none: all in this one) (default: precision "
+        "on a GPU, none on a CPU)",
+    )
+    parser.add_argument(
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="write the record to PATH, or to ladder_<gpu>.json in the folder PATH",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="add the cells to the --json record of the same device and size",
+    )
+    parser.add_argument(
+        "--threads",
+        type=cli.positive_int,
+        default=None,
+        help=f"torch threads (default: torch's on a GPU, {CPU_THREADS} on a CPU)",
+    )
+    parser.add_argument(
+        "--show",
+        metavar="FILE",
+        default=None,
+        help="print a written ladder's table (and a GPU's, the targets one by "
+        "one); measure nothing",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser
+
+
+@cli.command("python -m ampbook.bench ladder")
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child_main(args.child)
+    if args.show:
+        return show_main(Path(args.show))
+    return run_main(args)
+
+
+def progress_log(total: int, stream=None) -> Callable[[str], None]:
+    """``print`` for a result line; on ``stream`` (stderr), only where it is a
+    terminal (``cli.Progress``), a cell's progress line (``PARTIAL_END``) and after
+    each cell measured whole (or failed) the count and an estimate of the time left
+    from the cells' mean (``cli.time_left_text``)."""
+    progress = cli.Progress("ladder", stream=stream)
+    progress.start()
+    done = 0
+
+    def log(line: str) -> None:
+        nonlocal done
+        if line.endswith(PARTIAL_END):
+            progress(line)
+            return
+        print(line, flush=True)
+        if line.lstrip().startswith("rung "):
+            done += 1
+            progress.count("cells", done, total)
+
+    return log
+
+
+def show_main(path: Path) -> int:
+    """``--show FILE``: the table of a ladder already written, and the targets where
+    it was measured on a GPU."""
+    from ampbook.results import ResultsError, read_ladder
+
+    try:
+        record = json.loads(cli.read_text(path, "--show"))
+        ladder = read_ladder(record, str(path))
+    except (ValueError, ResultsError) as err:
+        cli.say(
+            f"--show {path}: not a readable ladder record ({err}); give a "
+            "ladder_<gpu>.json written by python -m ampbook.bench ladder --json"
+        )
+        return 2
+    print(format_table(ladder))
+    if ladder.is_cuda:  # the targets are a GPU's: on a CPU they would read as misses
+        print()
+        print(format_targets(ladder))
+    return 0
+
+
+def run_main(args) -> int:
+    """The command's work after parsing: settings, the ladder, the table, targets."""
+    try:
+        spec, isolate, notes = build_spec(args)
+    except LadderError as err:
+        cli.say(str(err))
+        return 2
+    threads = args.threads
+    if threads is None and not spec.device.startswith("cuda"):
+        threads = CPU_THREADS
+    with torch_threads(threads):
+        return _run(args, spec, isolate, notes)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """torch's intra-op threads set to ``n`` (and ``OMP_NUM_THREADS``, for the
+    processes it starts) for the duration, then put back: the command called as a
+    function leaves its caller's threads as they were. ``None``: left alone."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(n)
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
+
+
+def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
+    from ampbook.core.env import environment
+    from ampbook.measure.timing import load_verdict, machine_load
+
+    env = environment(spec.device)
+    if args.json:
+        path = cli.check_output_file(
+            ladder_path(args.json, env["device_name"]), "--json", kind=LADDER_SCHEMA
+        )
+    else:
+        path = Path(tempfile.mkdtemp(prefix="ampbook-ladder-")) / "ladder.json"
+    load = machine_load()
+    print(
+        cli.terminal_text(
+            f"ladder on {env['device_name']} ({spec.device}), {spec.width}x"
+            f"{spec.height}, batch {spec.batch_size}; rungs "
+            f"{','.join(map(str, spec.rungs))}; {', '.join(spec.modes)}; "
+            f"{ISOLATION[isolate]}; "
+            + load_verdict(load, "cuda" if spec.device.startswith("cuda") else "cpu")
+        )
+    )
+    for note in notes:
+        print(cli.terminal_text(f"note: {note}"))
+    try:
+        ladder = run_ladder(
+            spec,
+            path,
+            isolate,
+            args.merge,
+            log=progress_log(len(spec.rungs) * len(spec.modes)),
+        )
+    except LadderError as err:
+        cli.say(str(err))
+        return 2
+    print()
+    print(format_table(ladder))
+    if ladder.is_cuda:  # the targets are a GPU's: on a CPU they would read as misses
+        print()
+        print(format_targets(ladder))
+    if args.json:
+        print(f"\nwrote {path}")
+    errors = [c for c in ladder.cells if not c.ok]
+    return 1 if errors and len(errors) == len(ladder.cells) else 0

@@ -1,0 +1,261 @@
+"""``torch.compile`` with autocast (chapter 8): ``check_compile`` counts the casts
+autocast makes eagerly and those in the compiled graphs, compares the losses, and asks
+``torch._dynamo.explain`` where the whole step with a GradScaler breaks."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ampbook.chapters.ch8.tiny import scaler_for, tiny_batch, tiny_model
+
+
+def train_step(model, optimizer, scaler, images, labels, device_type, dtype):
+    """Shown on the page in chapter 8 (08_amp_patterns)."""
+    optimizer.zero_grad()
+    with torch.amp.autocast(device_type, dtype=dtype):
+        loss = F.cross_entropy(model(images), labels)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+class _GraphCasts:
+    """A TorchDynamo backend that counts the dtype conversions in the forward and
+    backward graphs AOTAutograd gives it, then runs them eagerly (as ``aot_eager``)."""
+
+    CASTS = ("convert_element_type", "_to_copy")
+
+    def __init__(self):
+        self.casts = {"forward": 0, "backward": 0}
+
+    def _count(self, which):
+        def compiler(gm, example_inputs):
+            self.casts[which] += sum(
+                n.op == "call_function" and any(c in str(n.target) for c in self.CASTS)
+                for n in gm.graph.nodes
+            )
+            from torch._functorch.aot_autograd import make_boxed_func
+
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    def backend(self):
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(
+            fw_compiler=self._count("forward"), bw_compiler=self._count("backward")
+        )
+
+
+@dataclass
+class CompileCheck:
+    backend: str  # what ran: "inductor", "aot_eager" or "eager (...)"
+    eager_casts: int  # casts autocast made in one eager forward
+    graph_casts: dict  # casts in the compiled forward and backward graphs
+    kernels: int | None  # kernels inductor generated (None: not inductor)
+    graphs: int  # graphs torch._dynamo.explain found in the whole step
+    graph_breaks: int
+    break_reasons: list[str]  # every break dynamo counted (all_break_reasons)
+    eager_loss: float
+    compiled_loss: float
+    compile_s: float
+    plain_graphs: int = 0  # the same step without a GradScaler
+    plain_graph_breaks: int = 0
+    plain_break_reasons: list[str] | None = None
+    op_graphs: int = 0  # of ``graphs``, those holding an operator (the rest empty)
+    plain_op_graphs: int = 0
+
+    def scaler_breaks(self) -> list[str]:
+        """The break reasons of the step with a GradScaler that the step without one
+        does not have."""
+
+        def reason(line: str) -> str:  # without its " xN" count
+            return line.rsplit(" x", 1)[0] if line[-1].isdigit() else line
+
+        plain = {reason(r) for r in self.plain_break_reasons or []}
+        return [r for r in self.break_reasons if reason(r) not in plain]
+
+    @property
+    def ok(self) -> bool:
+        same = abs(self.eager_loss - self.compiled_loss) <= 1e-2 * abs(self.eager_loss)
+        return same and self.graph_casts["forward"] >= 1
+
+
+def _reason(text: str) -> str:
+    first = " ".join(text.split())
+    return first if len(first) <= 80 else first[:77] + "..."
+
+
+def break_reason(reason) -> str:
+    """One graph break of ``torch._dynamo.explain``, in a line: the step's source line
+    where it broke, the reason's first line and the function it names."""
+    import re
+
+    head = reason.reason.strip().splitlines()[0]
+    named = re.search(r"`([^`]+)`", reason.reason)
+    where = reason.user_stack[-1].line.strip() if reason.user_stack else "?"
+    return f"{where}: {head}" + (f" ({named.group(1)})" if named else "")
+
+
+def check_compile(
+    backend: str = "aot_eager",  # or "inductor"
+    dtype: torch.dtype = torch.bfloat16,
+    size: int = 8,
+    device_type: str = "cpu",
+    seed: int = 0,
+) -> CompileCheck:
+    """The tiny model's step under autocast, eager and with ``torch.compile(model,
+    backend=backend)``: the casts autocast makes eagerly (``CastCounter``) and those
+    in the compiled graphs (counted by a backend around AOTAutograd, as
+    ``aot_eager``), inductor's kernel count, the loss of each, and what
+    ``torch._dynamo.explain`` finds in the whole step with a GradScaler (graphs and
+    breaks). A compilation that fails runs eagerly, and ``backend`` says why."""
+    import torch._dynamo
+
+    from ampbook.measure.model_dtypes import CastCounter
+
+    images, labels = tiny_batch(2, size, seed)
+    model = tiny_model(seed)
+    with CastCounter(model=model) as counter:
+        with torch.amp.autocast(device_type, dtype=dtype):
+            model(images)
+    eager = tiny_model(seed)
+    eager_loss = train_step(
+        eager,
+        torch.optim.SGD(eager.parameters(), lr=0.1),
+        scaler_for(device_type, dtype),
+        images,
+        labels,
+        device_type,
+        dtype,
+    ).item()
+    torch._dynamo.reset()
+    counting = _GraphCasts()
+    kernels = None
+    start = time.perf_counter()
+    used = backend
+    try:
+        counted = torch.compile(tiny_model(seed), backend=counting.backend())
+        compiled_loss = train_step(  # the graphs run eagerly: aot_eager's loss
+            counted,
+            torch.optim.SGD(counted.parameters(), lr=0.1),
+            scaler_for(device_type, dtype),
+            images,
+            labels,
+            device_type,
+            dtype,
+        ).item()
+        if backend == "inductor":
+            from torch._inductor import metrics
+
+            # its note that no CUDA runtime is found, on a machine without a GPU
+            logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+            metrics.reset()
+            fast = torch.compile(tiny_model(seed), backend=backend)
+            compiled_loss = train_step(
+                fast,
+                torch.optim.SGD(fast.parameters(), lr=0.1),
+                scaler_for(device_type, dtype),
+                images,
+                labels,
+                device_type,
+                dtype,
+            ).item()
+            kernels = metrics.generated_kernel_count
+    except Exception as err:  # no compiler, an unsupported op: run eagerly, say why
+        used = f"eager ({backend} failed: {_reason(str(err).splitlines()[0])})"
+        compiled_loss = eager_loss
+    compile_s = time.perf_counter() - start
+    torch._dynamo.reset()
+    explained = {
+        s: explain_step(s, images, labels, device_type, seed)
+        for s in (train_step, train_step_without_scaler)
+    }
+    return CompileCheck(
+        used,
+        len(counter.casts),
+        counting.casts,
+        kernels,
+        *explained[train_step][:3],
+        eager_loss,
+        compiled_loss,
+        compile_s,
+        *explained[train_step_without_scaler][:3],
+        op_graphs=explained[train_step][3],
+        plain_op_graphs=explained[train_step_without_scaler][3],
+    )
+
+
+def train_step_without_scaler(
+    model, optimizer, scaler, images, labels, device_type, dtype
+):
+    """``train_step`` without the GradScaler (``scaler`` unused), for the graph
+    breaks the scaler does not cause."""
+    optimizer.zero_grad()
+    with torch.amp.autocast(device_type, dtype=dtype):
+        loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def all_break_reasons(counted) -> list[str]:
+    """Every graph break TorchDynamo counted (``torch._dynamo.utils.counters``'
+    ``graph_break``, the step's frames and those it traced into), one line each: the
+    reason's first line, the function it names, and how often."""
+    import re
+
+    lines = []
+    for text, n in counted.items():
+        head = text.strip().splitlines()[0]
+        named = re.search(r"`([^`]+)`", text)
+        name = named.group(1) if named else ""
+        apart = name and name not in head  # not named in the first line already
+        lines.append(
+            head + (f" ({name})" if apart else "") + (f" x{n}" if n > 1 else "")
+        )
+    return lines
+
+
+def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
+    """``torch._dynamo.explain`` of ``step`` with a GradScaler, fp16 and the tiny
+    model: (graphs, graph breaks, ``all_break_reasons``, the graphs that hold an
+    operator). ``explain`` counts the graphs and breaks of the frames it compiled;
+    ``counters["graph_break"]`` records every break reason met anywhere, in the
+    functions the step calls too (the optimizer's step calls
+    ``torch._dynamo.graph_break()`` itself, ``torch/optim/optimizer.py``)."""
+    from torch._dynamo.utils import counters
+
+    m = tiny_model(seed)
+    torch._logging.set_logs(dynamo=logging.ERROR)  # a warning about the profiler
+    counters.clear()
+    try:
+        explained = torch._dynamo.explain(step)(
+            m,
+            torch.optim.SGD(m.parameters(), lr=0.1),
+            torch.amp.GradScaler(device_type),
+            images,
+            labels,
+            device_type,
+            torch.float16,
+        )
+        counted = all_break_reasons(counters["graph_break"])
+    finally:
+        torch._logging.set_logs()  # torch's default levels again
+        torch._dynamo.reset()
+    with_ops = sum(
+        any(n.op == "call_function" for n in g.graph.nodes) for g in explained.graphs
+    )
+    return (
+        explained.graph_count,
+        explained.graph_break_count,
+        counted,
+        with_ops,
+    )

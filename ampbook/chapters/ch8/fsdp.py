@@ -1,0 +1,195 @@
+"""FSDP2's mixed precision (chapter 8): ``fully_shard`` with a ``MixedPrecisionPolicy``
+(``shard``) casts the parameters to ``param_dtype`` at each sharded module's boundary
+and reduces the gradients in ``reduce_dtype``; ``check_fsdp`` trains the tiny model so
+in two gloo processes against one process in fp32, and reads the dtype the gradients
+were reduced in and the dtypes saved for the backward pass."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ampbook.chapters.ch8.ddp import gloo_group, run_processes, step_batches
+from ampbook.chapters.ch8.tiny import (
+    flat_parameters,
+    relative_difference,
+    rounding_tolerance,
+    tiny_model,
+)
+from ampbook.core.precision import torch_name
+
+
+def shard(model, param_dtype=torch.bfloat16, reduce_dtype=torch.float32):
+    """Shown on the page in chapter 8 (08_amp_patterns)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    for layer in (model.conv1, model.conv2, model.head):
+        fully_shard(layer, mp_policy=policy)  # each layer's weights gathered alone
+    fully_shard(model, mp_policy=policy)  # the root casts the inputs to param_dtype
+    return model
+
+
+def saved_dtypes(step) -> dict[str, int]:
+    """The tensors autograd saves for the backward pass while ``step()`` runs,
+    counted by dtype."""
+    seen: Counter = Counter()
+
+    def pack(t):
+        seen[torch_name(t.dtype)] += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step()
+    return dict(seen)
+
+
+def fsdp_worker(rank, world, init, out, reduce_dtypes, steps, batch, size, seed, wrap):
+    """One process of ``check_fsdp``: per reduce dtype, the tiny model sharded with
+    ``shard`` (``param_dtype`` bf16; not sharded when not ``wrap``), trained with SGD
+    on rows ``rank::world`` of each batch; records each step's loss averaged over the
+    processes, the dtypes the gradients were reduced in (an all-reduce hook sees the
+    reduce-scatter's output), the dtypes saved in the first forward, and the weights
+    after. Rank 0 saves them."""
+    import torch.distributed as dist
+
+    with gloo_group(rank, world, init):
+        found = {}
+        for name in reduce_dtypes:
+            model = tiny_model(seed)
+            reduced: set = set()
+            if wrap:
+                shard(
+                    model, reduce_dtype=None if name is None else getattr(torch, name)
+                )
+                for m in model.modules():
+                    if hasattr(m, "set_all_reduce_hook"):
+                        m.set_all_reduce_hook(
+                            lambda g: reduced.add(torch_name(g.dtype))
+                        )
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            losses, saved = [], {}
+            for i, (x, y) in enumerate(step_batches(steps, batch, size, seed)):
+                optimizer.zero_grad()
+                x, y = x[rank::world], y[rank::world]
+                if i == 0:
+                    saved = saved_dtypes(lambda: F.cross_entropy(model(x), y))
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                mean = loss.detach().float() / world
+                dist.all_reduce(mean)
+                losses.append(mean.item())
+            weights = torch.cat(
+                [
+                    (p.full_tensor() if hasattr(p, "full_tensor") else p)
+                    .detach()
+                    .flatten()
+                    .float()
+                    for p in model.parameters()
+                ]
+            )
+            found[str(name)] = {
+                "losses": losses,
+                "reduced": sorted(reduced),
+                "saved": saved,
+                "weights": weights,
+                "param_dtype": torch_name(next(model.parameters()).dtype),
+            }
+        if rank == 0:
+            torch.save(found, out)
+
+
+@dataclass
+class FSDPRun:
+    reduce_dtype: str  # as given to the policy ("None": param_dtype's)
+    reduced_in: list[str]  # the dtypes the gradients were reduced in (observed)
+    loss_difference: float  # max over steps of |loss - fp32's| / |fp32's|
+    weight_difference: float  # the update's (weights after - before) max |a - b|
+    # over max |fp32's|
+    tolerance: float
+    saved: dict[str, int]  # tensors saved for backward in one forward, by dtype
+    sharded_dtype: str = "float32"  # the sharded weights the optimizer updates
+
+    @property
+    def ok(self) -> bool:
+        return max(self.loss_difference, self.weight_difference) <= self.tolerance
+
+    def verdict(self) -> str:
+        word = "within" if self.ok else "outside"
+        return (
+            f"reduce_dtype={self.reduce_dtype}: gradients reduced in "
+            f"{', '.join(self.reduced_in) or 'nothing (not sharded)'}; loss "
+            f"{self.loss_difference:.2e} and update {self.weight_difference:.2e} from "
+            f"one process in fp32, {word} the tolerance {self.tolerance:.1e}."
+        )
+
+
+@dataclass
+class FSDPCheck:
+    runs: list[FSDPRun]
+    fp32_saved: dict[str, int]  # one process, fp32: saved for backward by dtype
+    autocast_saved: dict[str, int]  # one process under autocast to bf16
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs)
+
+
+def check_fsdp(
+    reduce_dtypes=(torch.float32, torch.bfloat16, None),
+    world: int = 2,
+    steps: int = 3,
+    batch: int = 4,
+    size: int = 8,
+    seed: int = 0,
+    wrap: bool = True,
+) -> FSDPCheck:
+    """``world`` gloo processes train the tiny model sharded by ``shard``
+    (``param_dtype`` bf16, each of ``reduce_dtypes``) on their shares of ``steps``
+    batches; this process trains it in fp32 on the whole batches. Per reduce dtype:
+    the losses and the update (the weights after minus before) against fp32's
+    (tolerance: bf16's ``rounding_tolerance``), the dtypes the gradients were
+    reduced in; and what one forward saves for the backward pass, sharded and under
+    autocast to bf16 here."""
+
+    names = [None if d is None else torch_name(d) for d in reduce_dtypes]
+    net = tiny_model(seed)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    losses = []
+    batches = step_batches(steps, batch, size, seed)
+    x0, y0 = batches[0]
+    fp32_saved = saved_dtypes(lambda: F.cross_entropy(net(x0), y0))
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        autocast_saved = saved_dtypes(lambda: F.cross_entropy(net(x0), y0))
+    for x, y in batches:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    ours = flat_parameters(net) - flat_parameters(tiny_model(seed))
+    theirs, seconds = run_processes(
+        fsdp_worker, (names, steps, batch, size, seed, wrap), world, weights_only=False
+    )
+    runs = []
+    for name in names:
+        t = theirs[str(name)]
+        runs.append(
+            FSDPRun(
+                str(name),
+                t["reduced"],
+                max(abs(a - b) / abs(b) for a, b in zip(t["losses"], losses)),
+                relative_difference(
+                    t["weights"] - flat_parameters(tiny_model(seed)), ours
+                ),
+                rounding_tolerance(torch.bfloat16),
+                t["saved"],
+                t["param_dtype"],
+            )
+        )
+    return FSDPCheck(runs, fp32_saved, autocast_saved, seconds)

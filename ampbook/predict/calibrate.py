@@ -1,0 +1,755 @@
+"""Calibrated AMP speedups: kernel efficiencies per operator class and dtype family,
+from measured GPU profiles and published training throughputs, and a launch floor.
+
+The roofline (``ampbook.predict.roofline.predict``) gives each precision's step a lower
+bound; its ratio is the speedup *if both precisions reached the same share of their
+bound*. They do not: on an A100, NVIDIA's ResNet-50 reaches about 43% of its bound with
+TF32 and 58% with AMP, and trains 2.63x faster with AMP where the ratio of the bounds is
+1.9x. So a prediction needs the share each precision's kernels reach, which this module
+takes from measurements, never from one network applied to all:
+
+* **Efficiencies** come from the references (``ampbook.predict.references``:
+  committed layer profiles and published training throughputs), per operator
+  class and dtype family.
+* **A range.** For the model diagnosed, each reference's efficiencies turn the bound
+  of each class into a time, fp32 and AMP, and give a speedup. The references are
+  weighted by how close they are (``closeness``: the same network or how far its mix
+  of classes lies, the memory format of each precision, the same GPU, chip,
+  architecture, segment or another, the batch; the weights ``fit`` on the
+  leave-one-out); the point estimate is the weighted geometric mean, its error what
+  the leave-one-out missed by at the prediction's distance from its closest reference
+  (``ErrorModel``, fitted by ``fit_errors``: no floor), the range the point times and
+  over that error, and ``basis`` names the references that carry most of the weight
+  (``calibrated_range``). ``leave_one_out`` predicts each reference from the others,
+  and the held-out published results (``references.HELDOUT_FILE``) from all of them.
+  The references are data-centre, workstation and GeForce GPUs (Lambda's RTX 3090 and
+  RTX 4090 rows); a GPU far from all of them gets a wide range.
+* **Layout and classes.** A reference's efficiencies belong to the memory format each
+  precision ran in; the bound is the book's one step model (``stepmodel``: no NCHW
+  transposes), and a reference whose AMP ran in the other layout has its 16-bit
+  efficiency scaled by the NCHW / NHWC ratio the references measured
+  (``layout_factor``). Every operator is classed by its module
+  (``scope_class``), as a layer profile classes measured time: a profile applied to
+  its own network, GPU, batch and layout gives back its own measured ratio.
+* **A launch floor.** A step cannot be faster than its kernels can be issued: eager
+  PyTorch spends some microseconds of host time per operator. The per-kernel time is
+  the median of the smallest element-wise calls of the committed GPU sweeps
+  (``ampbook.chapters.ch2.bench_matmul``, where the time no longer depends on the
+  size), and each
+  precision's step takes at least its kernel count times that (``launch_floor``). AMP
+  adds kernels (its casts), so at small batches the floor can make it slower.
+
+    python -m ampbook.calibration          # the references and their efficiencies
+    python -m ampbook.calibration --write  # retrace the references' bounds
+    python -m ampbook.calibration --predictions  # the leave-one-out table
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from ampbook.core import cli
+
+if TYPE_CHECKING:  # torch and the cost model are imported where they are used, so
+    # that ``python -m ampbook.calibration --help`` answers without importing torch
+
+    pass
+from ampbook.predict.hostmodel import HostModel, host_model
+from ampbook.predict.references import (
+    Reference,
+    class_mix,
+    references,
+    write_bounds,
+)
+
+# --------------------------------------------------------------------------------------
+# the launch floor
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchFloor:
+    """Host time per eager operator, measured on a GPU."""
+
+    per_kernel_s: float
+    source: str  # what it was measured on
+
+    def floor_s(self, kernels: int) -> float:
+        return kernels * self.per_kernel_s
+
+
+def launch_floor(results_dir=None) -> LaunchFloor | None:
+    """The median time of the smallest element-wise calls of the committed GPU sweeps
+    (``ampbook.chapters.ch2.bench_matmul``; an element-wise add of 65536 elements moves
+    too few
+    bytes to take more than its launch), or None without a sweep."""
+    from ampbook.core.devices import display_name
+    from ampbook.results import load_results_dir
+
+    rows, where = [], []
+    for sweep in load_results_dir(results_dir).matmul_sweeps:
+        ew = [r for r in sweep.record.get("elementwise", []) if r.get("median_s")]
+        if not ew:
+            continue
+        smallest = min(r["numel"] for r in ew)
+        rows += [r["median_s"] for r in ew if r["numel"] == smallest]
+        where.append(f"{display_name(sweep.device_name)} ({smallest} elements)")
+    if not rows:
+        return None
+    return LaunchFloor(statistics.median(rows), ", ".join(where))
+
+
+# --------------------------------------------------------------------------------------
+# a calibrated range
+# --------------------------------------------------------------------------------------
+
+
+def baseline_family(gpu: str, devices=None) -> str:
+    """The family of the fp32 baseline on ``gpu``: TF32 where it has TF32 cores."""
+    from ampbook.core.devices import load_devices
+
+    devices = load_devices() if devices is None else devices
+    return "tf32" if devices[gpu].tf32_tflops else "fp32"
+
+
+def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """How far two class mixes lie apart: half the summed absolute difference of their
+    shares (0: the same mix, 1: no class in common)."""
+    from ampbook.predict.opcost import OP_CLASSES
+
+    return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in OP_CLASSES)
+
+
+GPU_DISTANCES = (
+    "same GPU",
+    "same chip",
+    "same architecture",
+    "same segment",
+    "other architecture",
+)
+
+
+def gpu_distance(ref_gpu: str, gpu: str, devices=None) -> str:
+    """How far two GPUs of the device table lie apart (``GPU_DISTANCES``, nearest
+    first): the same GPU; another GPU of the same chip (an H100 and an H200, an RTX
+    3090 and an A10); the same architecture on another chip (an A100 and an RTX
+    3070); another architecture of the same segment (GeForce, workstation, data
+    centre); or another architecture and segment (also for a GPU the table lacks)."""
+    from ampbook.core.devices import load_devices
+
+    devices = load_devices() if devices is None else devices
+    if ref_gpu == gpu:
+        return "same GPU"
+    if ref_gpu not in devices or gpu not in devices:
+        return "other architecture"
+    a, b = devices[ref_gpu], devices[gpu]
+    if getattr(a, "chip", None) and a.chip == getattr(b, "chip", None):
+        return "same chip"
+    if a.architecture == b.architecture:
+        return "same architecture"
+    if getattr(a, "segment", None) and a.segment == getattr(b, "segment", None):
+        return "same segment"
+    return "other architecture"
+
+
+def layout_factor(
+    refs: Sequence[Reference], exclude: str | None = None
+) -> float | None:
+    """How much of its 16-bit efficiency a step keeps in NCHW against NHWC, measured:
+    the geometric mean, over pairs of references of one network on one GPU whose AMP
+    runs differ in memory format only (the baseline's family and layout the same), of
+    the NCHW one's whole-step 16-bit efficiency over the NHWC one's (cuDNN's NCHW
+    penalty for 16-bit convolutions, which the bound leaves out:
+    ``stepmodel``). None without such a pair (``exclude``: a reference key left out,
+    for the leave-one-out)."""
+    logs = []
+    usable = [r for r in refs if r.key != exclude and "16-bit" in r.step_efficiency]
+    for a in usable:
+        for b in usable:
+            same = (a.model, a.gpu, a.baseline_family) == (
+                b.model, b.gpu, b.baseline_family
+            )  # fmt: skip
+            fam = a.baseline_family
+            if not same or a.layout.get(fam) != b.layout.get(fam):
+                continue
+            if (a.layout.get("16-bit"), b.layout.get("16-bit")) == (
+                "channels_first", "channels_last"
+            ):  # fmt: skip
+                e_a, e_b = a.step_efficiency["16-bit"], b.step_efficiency["16-bit"]
+                logs.append(math.log(e_a / e_b))
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def step_time(by_class: Mapping[str, float], ref: Reference, family: str) -> float:
+    """A step's kernel time at a reference's efficiencies: each class's bound over its
+    efficiency."""
+    return sum(s / ref.efficiency[(family, c)] for c, s in by_class.items() if s > 0)
+
+
+# How much a reference counts for a prediction (``closeness``): a factor per way it
+# differs from the case predicted. Fitted (``fit``: the values that make the
+# leave-one-out's predictions closest to what the references measured, on a grid), and
+# checked against a fresh fit by tests/test_calibration.py.
+@dataclass(frozen=True)
+class Weights:
+    # the values ``fit`` gives on the committed references (a test refits them)
+    other_network: float = 1.0  # times exp(-class-mix distance / mix_scale)
+    mix_scale: float = 0.15
+    other_layout: float = 0.02  # per precision whose memory format differs
+    same_chip: float = 1.0  # another GPU of the same chip (the same GPU: 1)
+    same_architecture: float = 0.1
+    same_segment: float = 0.6
+    other_architecture: float = 0.1
+    batch_octaves: float = 3.0  # 1 / (1 + |log2(batch ratio)| / batch_octaves)
+
+    def gpu(self, distance: str) -> float:
+        return {
+            "same GPU": 1.0,
+            "same chip": self.same_chip,
+            "same architecture": self.same_architecture,
+            "same segment": self.same_segment,
+            "other architecture": self.other_architecture,
+        }[distance]
+
+
+WEIGHTS = Weights()
+# The grid ``fit`` searches (each field's candidates).
+WEIGHT_GRID = {
+    "other_network": (0.5, 1.0),
+    "other_layout": (0.02, 0.1, 0.3),
+    "same_chip": (0.3, 0.6, 1.0),
+    "same_architecture": (0.1, 0.3, 0.6),
+    "same_segment": (0.1, 0.3, 0.6),
+    "other_architecture": (0.1, 0.3, 0.6),
+}
+
+
+def closeness(
+    ref: Reference,
+    gpu: str,
+    model: str | None,
+    mix: Mapping[str, float],
+    layouts: tuple[str, str],
+    family: str,
+    batch: int | None = None,
+    devices=None,
+    weights: Weights = WEIGHTS,
+) -> tuple[float, dict[str, Any]]:
+    """A reference's weight for a prediction on ``gpu`` of ``model`` (class mix
+    ``mix``) with the baseline in ``layouts[0]`` and AMP in ``layouts[1]``, at
+    ``batch``, and the distances that set it."""
+    w = weights
+    same_net = bool(model and ref.model == model)
+    md = mix_distance(mix, ref.mix)
+    w_net = 1.0 if same_net else w.other_network * math.exp(-md / w.mix_scale)
+    own = (ref.layout.get(family), ref.layout.get("16-bit"))
+    differ = sum(a != b for a, b in zip(own, layouts))
+    w_layout = w.other_layout**differ
+    gd = gpu_distance(ref.gpu, gpu, devices)
+    w_batch = 1.0
+    if batch and ref.batch:
+        w_batch = 1 / (1 + abs(math.log2(batch / ref.batch)) / w.batch_octaves)
+    return w_net * w_layout * w.gpu(gd) * w_batch, {
+        "gpu_distance": gd,
+        "same_network": same_net,
+        "mix_distance": md,
+        "layouts": list(own),
+        "layout_match": differ == 0,
+    }
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """How far a prediction lands from the speedup measured, by its distance from its
+    references, fitted on the leave-one-out (``fit_errors``): the expected absolute
+    log error is ``base + slope * distance``, and ``cover`` times it holds ``COVER``
+    of the leave-one-out's errors. No floor: a prediction close to its references
+    gets a narrow range, a far one a wide one."""
+
+    base: float
+    slope: float
+    cover: float
+
+    def error(self, distance: float) -> float:
+        return self.cover * (self.base + self.slope * max(distance, 0.0))
+
+
+COVER = 0.9  # the share of the leave-one-out's errors the range must hold
+ERRORS = ErrorModel(base=0.0563, slope=0.0261, cover=2.078)  # ``fit``'s, refitted in
+# tests/test_calibration.py
+
+
+def fit_errors(rows: Sequence[Mapping[str, float]], cover: float = COVER) -> ErrorModel:
+    """An ``ErrorModel`` from leave-one-out rows (``distance``, ``log_error``): a
+    least-squares line of the absolute log error on the distance (base and slope at
+    least 0), then the smallest multiple of it that holds ``cover`` of the rows."""
+    xs = [r["distance"] for r in rows]
+    ys = [abs(r["log_error"]) for r in rows]
+    n = len(rows)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    slope = max(slope, 0.0)
+    base = my - slope * mx
+    if base <= 0:  # through the origin
+        slope = sum(x * y for x, y in zip(xs, ys)) / (sum(x * x for x in xs) or 1.0)
+        base = 1e-3
+    ratios = sorted(y / (base + slope * x) for x, y in zip(xs, ys))
+    k = max(math.ceil(cover * n) - 1, 0)
+    base, slope = round(base, 4), round(slope, 4)  # the stored model's own digits
+    ratios = sorted(y / (base + slope * x) for x, y in zip(xs, ys))
+    return ErrorModel(base, slope, math.ceil(ratios[k] * 1000) / 1000)
+
+
+def _weighted(rows: Sequence[dict[str, Any]], key: str) -> tuple[float, float]:
+    """The weighted geometric mean of ``key`` over ``rows`` and the weighted spread
+    of its logarithm."""
+    total = sum(r["weight"] for r in rows)
+    logs = [(r["weight"] / total, math.log(r[key])) for r in rows]
+    mean = sum(w * x for w, x in logs)
+    spread = math.sqrt(sum(w * (x - mean) ** 2 for w, x in logs))
+    return math.exp(mean), spread
+
+
+def calibrated_range(
+    fp32_by_class: Mapping[str, float],
+    amp_by_class: Mapping[str, float],
+    gpu: str,
+    refs: Sequence[Reference],
+    kernels: Mapping[str, int] | None = None,
+    floor: LaunchFloor | None = None,
+    model: str | None = None,
+    exclude: str | None = None,
+    devices=None,
+    memory_format: str | tuple[str, str] = "channels_first",
+    batch: int | None = None,
+    weights: Weights | None = None,
+    errors: ErrorModel | None = None,
+    host: HostModel | None = None,
+    data_s: float | None = None,
+) -> dict[str, Any]:
+    """The AMP speedup over fp32 on ``gpu``: a point estimate, its expected error and
+    the range it spans, from the speedups each applicable reference's efficiencies
+    give, weighted by how close the reference is (``closeness``: network, memory
+    format, GPU, batch).
+
+    ``*_by_class``: the model's bound per class on ``gpu`` (``class_bounds``), fp32 with
+    TF32 where the GPU has it, both in ``memory_format`` (one for both precisions, or
+    ``(baseline, amp)``); ``kernels``: ``{"fp32": n, "amp": n}`` for the launch
+    floor; ``model``: the doctor's spec (a reference of the same spec is "same
+    network"); ``exclude``: a reference key to leave out (the leave-one-out);
+    ``host``: the host's idle time per step (``hostmodel``), added to the kernel time
+    a layer profile's efficiencies give; ``data_s``: the loader's time per batch
+    (the step in the loop takes at least that).
+
+    Two predictions, each labelled: the *step* (``point``, ``low``, ``high``, from
+    each row's ``speedup``: kernels, plus the modelled host idle for kernel-time
+    references, at least the launch floor and the data time) and the *kernels*
+    (``kernel_point``, ``kernel_low``, ``kernel_high``, from ``kernel_speedup``:
+    no host time added, so a published reference's whole-step efficiency still
+    carries its own).
+
+    The point is the weighted geometric mean of the references' speedups; the error
+    (log scale) what the leave-one-out measured at this prediction's distance from
+    its references (``ErrorModel``: ``distance`` is minus the log of the closest
+    reference's weight, 0 for a reference's own network, GPU, layout and batch; the
+    weighted spread of the references' logarithms is returned beside it, ``spread``);
+    ``low``/``high`` the point divided and multiplied by ``exp(error)``. ``basis``
+    names the references that set it (together at least 80% of the weight). Returns
+    ``{"low", "high", "point", "error", "basis", "min", "max", "equal_share",
+    "family", "layouts", "rows", "launch"}``; ``low``/``high``/``point`` None when
+    no reference applies."""
+    family = baseline_family(gpu, devices)
+    layouts = (
+        (memory_format, memory_format)
+        if isinstance(memory_format, str)
+        else tuple(memory_format)
+    )
+    equal = sum(fp32_by_class.values()) / sum(amp_by_class.values())
+    factor = layout_factor(refs, exclude)
+    rows = []
+    mix = class_mix(fp32_by_class)
+    for ref in refs:
+        if ref.key == exclude or not {family, "16-bit"} <= ref.families:
+            continue
+        times = _reference_times(
+            ref, fp32_by_class, amp_by_class, family, layouts[1], factor, host,
+            floor.floor_s(kernels["fp32"]) if floor and kernels else 0.0,
+            floor.floor_s(kernels["amp"]) if floor and kernels else 0.0, data_s or 0.0,
+        )  # fmt: skip
+        weight, dist = closeness(
+            ref, gpu, model, mix, layouts, family, batch, devices, weights or WEIGHTS
+        )
+        rows.append(
+            {
+                "key": ref.key,
+                "label": ref.label(devices),
+                "kind": ref.kind,
+                "publisher": ref.source.get("publisher")
+                or ("committed layer profiles" if ref.kind == "profile" else ""),
+                **times,
+                "weight": weight,
+                **dist,
+                "measured_speedup": ref.measured_speedup,
+            }
+        )
+    rows.sort(key=lambda r: -r["weight"])
+    point = error = low = high = distance = spread = kernel = None
+    basis: list[str] = []
+    if rows:
+        point, spread = _weighted(rows, "speedup")
+        kernel, _ = _weighted(rows, "kernel_speedup")
+        distance = max(0.0, -math.log(max(r["weight"] for r in rows)))
+        error = (errors or ERRORS).error(distance)
+        low, high = point / math.exp(error), point * math.exp(error)
+        total, acc = sum(r["weight"] for r in rows), 0.0
+        for r in rows:
+            basis.append(r["key"])
+            r["weight_share"] = r["weight"] / total
+            acc += r["weight"]
+            if acc >= 0.8 * total:
+                break
+        for r in rows:
+            r.setdefault("weight_share", r["weight"] / total)
+    launch = None
+    if floor is not None and kernels:
+        launch = {
+            "per_kernel_s": floor.per_kernel_s,
+            "source": floor.source,
+            "fp32_floor_s": floor.floor_s(kernels["fp32"]),
+            "amp_floor_s": floor.floor_s(kernels["amp"]),
+            "fp32_kernels": kernels["fp32"],
+            "amp_kernels": kernels["amp"],
+        }
+        if rows:  # against the median reference's kernel time
+            mid = statistics.median(r["amp_kernel_s"] for r in rows)
+            mid32 = statistics.median(r["fp32_kernel_s"] for r in rows)
+            launch.update(
+                amp_kernel_s=mid,
+                fp32_kernel_s=mid32,
+                amp_bound=launch["amp_floor_s"] >= mid,
+                fp32_bound=launch["fp32_floor_s"] >= mid32,
+            )
+    return {
+        "family": family,
+        "layouts": list(layouts),
+        "equal_share": equal,
+        "point": point,
+        "error": error,
+        "distance": distance,
+        "spread": spread if rows else None,
+        "layout_factor": factor,
+        "low": low,
+        "high": high,
+        "kernel_point": kernel,
+        "kernel_low": kernel / math.exp(error) if rows else None,
+        "kernel_high": kernel * math.exp(error) if rows else None,
+        "host": None
+        if host is None
+        else {
+            "idle_per_sync_s": host.idle_per_sync_s,
+            "source": host.source,
+            "fit": host.fit,
+            "loop": host.loop.name,
+            "loop_detail": host.loop.detail,
+            "fp32_syncs": host.loop.fp32,
+            "amp_syncs": host.loop.amp,
+        },
+        "data_s": data_s,
+        "basis": basis,
+        "min": min((r["speedup"] for r in rows), default=None),
+        "max": max((r["speedup"] for r in rows), default=None),
+        "rows": rows,
+        "launch": launch,
+    }
+
+
+def _reference_times(
+    ref: Reference, fp32_by_class, amp_by_class, family: str, amp_layout: str,
+    factor: float | None, host: HostModel | None, floor32: float, floor16: float,
+    data_s: float,
+) -> dict[str, float]:  # fmt: skip
+    """One reference's kernel times for the model (its efficiencies on the model's
+    class bounds; its 16-bit efficiency scaled by ``factor`` where its AMP ran in the
+    other layout) and the step times: the host's idle added where the efficiencies
+    are of kernel time (a layer profile), at least the launch floor and the data
+    time."""
+    k32 = step_time(fp32_by_class, ref, family)
+    k16 = step_time(amp_by_class, ref, "16-bit")
+    if factor and ref.layout.get("16-bit") != amp_layout:
+        k16 = k16 / factor if amp_layout == "channels_first" else k16 * factor
+    t32, t16 = k32, k16
+    if host is not None and ref.kind == "profile":
+        t32, t16 = t32 + host.idle_s("fp32"), t16 + host.idle_s("amp")
+    t32, t16 = max(t32, floor32, data_s), max(t16, floor16, data_s)
+    return {
+        "speedup": t32 / t16,
+        "kernel_speedup": k32 / k16,
+        "fp32_s": t32,
+        "amp_s": t16,
+        "fp32_kernel_s": k32,
+        "amp_kernel_s": k16,
+    }
+
+
+def reference_prediction(
+    ref: Reference,
+    refs: Sequence[Reference],
+    exclude_own: bool = True,
+    devices=None,
+    weights: Weights | None = None,
+    errors: ErrorModel | None = None,
+    host: HostModel | None = None,
+) -> dict[str, Any]:
+    """The calibrated range for a reference's own network, batch, layouts and GPU
+    (per sample: its two runs may use different batches), without its own
+    efficiencies (``exclude_own``): what the other references predict for it, to
+    hold against the speedup it measured. With its own efficiencies alone, the
+    speedup it gives back is its own (the self-reproduction)."""
+    fam = ref.baseline_family
+    return calibrated_range(
+        ref.per_image[fam], ref.per_image["16-bit"], ref.gpu, refs, model=ref.model,
+        exclude=ref.key if exclude_own else None, devices=devices,
+        memory_format=(ref.layout.get(fam), ref.layout.get("16-bit")),
+        batch=ref.batch, weights=weights, errors=errors, host=host,
+    )  # fmt: skip
+
+
+def leave_one_out(
+    refs: Sequence[Reference] | None = None,
+    devices=None,
+    weights: Weights | None = None,
+    errors: ErrorModel | None = None,
+    targets: Sequence[Reference] | None = None,
+    host: HostModel | None | bool = True,
+) -> dict[str, Any]:
+    """Every reference predicted from the others (on a GPU of the device table, where
+    a range can be given): rows with the point, the range, its width (high / low),
+    the measured speedup and whether the range holds it; ``inside`` (the share held),
+    ``median_width`` and ``n``. References with no applicable other are counted
+    apart (``no_range``). ``targets``: results to predict other than ``refs`` (the
+    held-out published results: predicted from all of ``refs``). Each row says
+    whether its measured ratio is of kernel time (a layer profile) or of the whole
+    step (a published throughput): ``what``, and is held against the prediction of
+    the same (the kernels' or the step's). ``host``: the host model of the step
+    predictions (True: the committed one, ``hostmodel.host_model``)."""
+    refs = references() if refs is None else refs
+    from ampbook.core.devices import load_devices
+
+    devices = load_devices() if devices is None else devices
+    if host is True:
+        host = host_model()
+    rows, none = [], []
+    for ref in refs if targets is None else targets:
+        if ref.gpu not in devices:
+            continue
+        r = reference_prediction(
+            ref, refs, True, devices, weights, errors, host or None
+        )
+        if r["point"] is None:
+            none.append(ref.key)
+            continue
+        if ref.kind == "profile":  # a kernel-time ratio: against the kernels' range
+            r = dict(r, point=r["kernel_point"], low=r["kernel_low"],
+                     high=r["kernel_high"])  # fmt: skip
+        rows.append(
+            {
+                "key": ref.key,
+                "label": ref.label(devices),
+                "layouts": r["layouts"],
+                "point": r["point"],
+                "low": r["low"],
+                "high": r["high"],
+                "width": r["high"] / r["low"],
+                "basis": r["basis"],
+                "measured": ref.measured_speedup,
+                "inside": r["low"] <= ref.measured_speedup <= r["high"],
+                "off": ref.measured_speedup / r["point"],
+                "log_error": math.log(ref.measured_speedup / r["point"]),
+                "distance": r["distance"],
+                "what": "kernel time" if ref.kind == "profile" else "step time",
+                "publisher": ref.source.get("publisher")
+                or ("committed layer profiles" if ref.kind == "profile" else ""),
+            }
+        )
+    n = len(rows)
+    return {
+        "rows": rows,
+        "n": n,
+        "inside": sum(r["inside"] for r in rows) / n if n else None,
+        "median_width": statistics.median(r["width"] for r in rows) if n else None,
+        "no_range": none,
+    }
+
+
+def fit(
+    refs: Sequence[Reference] | None = None, devices=None
+) -> tuple[Weights, ErrorModel]:
+    """The closeness weights and the error model the references support: on
+    ``WEIGHT_GRID``, the weights whose leave-one-out points lie closest to what the
+    references measured (least sum of squared log errors), then the error model
+    fitted on that leave-one-out (``fit_errors``). A few seconds: each
+    ``calibrated_range`` is arithmetic on stored bounds."""
+    import itertools
+
+    from ampbook.core.devices import load_devices
+
+    refs = references() if refs is None else refs
+    devices = load_devices() if devices is None else devices
+    host = host_model()
+    best = None
+    names = list(WEIGHT_GRID)
+    for values in itertools.product(*(WEIGHT_GRID[n] for n in names)):
+        w = dataclasses.replace(WEIGHTS, **dict(zip(names, values)))
+        loo = leave_one_out(refs, devices, w, host=host)
+        loss = sum(r["log_error"] ** 2 for r in loo["rows"])
+        if best is None or loss < best[0] - 1e-12:
+            best = (loss, w, loo)
+    _, w, loo = best
+    return w, fit_errors(loo["rows"])
+
+
+def layout_text(layouts: Sequence[str | None]) -> str:
+    short = {"channels_first": "NCHW", "channels_last": "NHWC", None: "?"}
+    a, b = (short.get(x, str(x)) for x in layouts)
+    return a if a == b else f"{a} / {b}"
+
+
+def distance_text(row: Mapping[str, Any]) -> str:
+    """A reference row's distance in words: "same GPU, same network" or "other
+    architecture, other network (class mix 23% apart), other layout"."""
+    net = (
+        "same network"
+        if row["same_network"]
+        else f"other network (class mix {row['mix_distance']:.0%} apart)"
+    )
+    lay = (
+        ""
+        if row.get("layout_match", True)
+        else (f", layout {layout_text(row['layouts'])}")
+    )
+    return f"{row['gpu_distance']}, {net}{lay}"
+
+
+def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> str:
+    """The leave-one-out as Markdown: one row per reference on a GPU of the device
+    table, the point and range the other references predict for it (a prediction),
+    the references that set it, the speedup it measured and whether the range holds
+    it; then the share held and the median width."""
+    from ampbook.core.devices import load_devices
+
+    devices = load_devices() if devices is None else devices
+    loo = leave_one_out(refs, devices)
+    lines = [
+        "| reference | from | layout (32-bit / AMP) | predicted by the others | "
+        "set by | measured | inside |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in loo["rows"]:
+        lines.append(
+            f"| {r['label']} | {r['publisher']} | {layout_text(r['layouts'])} | "
+            f"{r['point']:.2f}x ({r['low']:.2f}-{r['high']:.2f}x) | "
+            f"{', '.join(r['basis'][:3])} | {r['measured']:.2f}x ({r['what']}) | "
+            f"{'yes' if r['inside'] else 'no'} |"
+        )
+    lines.append("")
+    if loo["n"]:
+        lines.append(
+            f"Leave-one-out: {sum(r['inside'] for r in loo['rows'])} of {loo['n']} "
+            f"references inside the range the others predict ({loo['inside']:.0%}); "
+            f"median width {loo['median_width']:.2f}x (high / low); goal: at least "
+            "90% inside at a median width of at most 1.4x."
+        )
+    if loo["no_range"]:
+        lines.append(f"No other reference applies to: {', '.join(loo['no_range'])}.")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------
+
+
+def build_parser() -> cli.ArgumentParser:
+    """The options of ``python -m ampbook.calibration`` (no torch imported)."""
+    p = cli.ArgumentParser(
+        prog="python -m ampbook.calibration",
+        formatter_class=cli.HelpFormatter,
+        description="The references behind the doctor's calibrated AMP speedups.",
+    )
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="retrace the published references' bounds (after a change to the cost "
+        "model) and write them to data/reference/",
+    )
+    p.add_argument(
+        "--results-dir",
+        help="the committed GPU results whose layer profiles are references "
+        "(default data/results)",
+    )
+    p.add_argument(
+        "--predictions",
+        action="store_true",
+        help="the leave-one-out: each reference predicted by the others, the share "
+        "inside their range and the median width",
+    )
+    p.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the table as Markdown here (unwrapped); the terminal gets it "
+        "laid out for its width, as the doctor's tables",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a --markdown file that exists and holds something else",
+    )
+    return p
+
+
+def references_markdown(refs) -> str:
+    """The references as ``python -m ampbook.calibration`` lists them: a Markdown
+    table (network, GPU, kind, layout, the cost model's efficiencies, the measured
+    speedup) and what an efficiency is."""
+    from ampbook.core.devices import display_name
+
+    lines = [
+        "| reference | GPU | kind | layout | fp32 eff. | AMP eff. | speedup |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in refs:
+        fam = r.baseline_family
+        e32, e16 = r.step_efficiency[fam], r.step_efficiency["16-bit"]
+        lay = layout_text((r.layout.get(fam), r.layout.get("16-bit")))
+        lines.append(
+            f"| {r.network} | {display_name(r.gpu)} | {r.kind} | {lay} | {e32:.0%} | "
+            f"{e16:.0%} | {r.measured_speedup:.2f} |"
+        )
+    return "\n".join(lines) + (
+        "\n\nEfficiency: the cost model's bound over the measured time; a profile's "
+        "is its kernel time, a published one's the whole step (host time included)."
+    )
+
+
+@cli.command("python -m ampbook.calibration")
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    if a.markdown:  # before any work: never replace what another command wrote
+        cli.check_output_file(a.markdown, "--markdown", overwrite=a.overwrite)
+    if a.write:
+        write_bounds()
+    refs = references(a.results_dir)
+    md = predictions_table(refs) if a.predictions else references_markdown(refs)
+    print(cli.terminal_text(md))
+    if a.markdown:
+        try:
+            cli.write_text_atomic(a.markdown, md + "\n")
+        except OSError as err:
+            cli.say(f"could not write {a.markdown}: {cli.os_error(err)[1]}")
+            return 2
+    return 0
