@@ -91,12 +91,21 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ampbook.chapters import ch3, ch5, ch6
+from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
+from ampbook.chapters.ch6.report_text import NEAR_FLOOR, measured_table, to_markdown
+from ampbook.chapters.ch6.verdict import measured_verdict
 from ampbook.core.devices import display_name
 from ampbook.core.page import GIB, MIB, bar_style, glue_all, md, md_table, use_style
 from ampbook.core.words import plural
 from ampbook.measure.cpu_kernels import probe_conv
-from ampbook.predict.calibrate import ERRORS, WEIGHTS, calibrated_range, layout_factor, layout_text, leave_one_out
-from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
+from ampbook.predict.calibrate import (
+    ERRORS,
+    WEIGHTS,
+    calibrated_range,
+    layout_factor,
+    layout_text,
+    leave_one_out,
+)
 from ampbook.predict.hostmodel import RUNNER_2026_11_30, host_model
 from ampbook.predict.references import (
     heldout_references,
@@ -104,9 +113,7 @@ from ampbook.predict.references import (
     load_published,
     references,
 )
-from ampbook.chapters.ch6.report_text import NEAR_FLOOR, measured_table, to_markdown
 from ampbook.predict.specs import table_key
-from ampbook.chapters.ch6.verdict import measured_verdict
 from ampbook.results import load_results_dir
 
 use_style()

@@ -82,11 +82,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from ampbook.chapters.ch7 import rungs as bl
-from ampbook.chapters.ch7 import ladder_predict
-from ampbook.chapters.ch7 import ladder_report
-from ampbook.chapters.ch7 import ladder_run
 from ampbook.chapters import ch5, ch7
+from ampbook.chapters.ch7 import ladder_predict, ladder_report, ladder_run
+from ampbook.chapters.ch7 import rungs as bl
 from ampbook.core.devices import display_name, pick_device
 from ampbook.core.page import glue_all, md, md_table, use_style
 from ampbook.core.provenance import assumed

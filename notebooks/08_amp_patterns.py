@@ -79,17 +79,19 @@ import os
 import torch
 
 from ampbook import results
-from ampbook.chapters.ch8 import accumulation
-from ampbook.chapters.ch8 import checkpointing
-from ampbook.chapters.ch8 import compiled
-from ampbook.chapters.ch8 import custom_function
-from ampbook.chapters.ch8 import ddp
-from ampbook.chapters.ch8 import fp16_or_bf16
-from ampbook.chapters.ch8 import fsdp
-from ampbook.chapters.ch8 import inference
-from ampbook.chapters.ch8 import penalty
-from ampbook.chapters.ch8 import shared_scaler
 from ampbook.chapters import ch8
+from ampbook.chapters.ch8 import (
+    accumulation,
+    checkpointing,
+    compiled,
+    custom_function,
+    ddp,
+    fp16_or_bf16,
+    fsdp,
+    inference,
+    penalty,
+    shared_scaler,
+)
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.page import MIB, glue_all, md, md_table
 from ampbook.numerics.gradstats import training_batches

@@ -98,9 +98,9 @@ print_environment("cpu")
 # %% tags=["hide-cell"]
 import inspect
 
+from ampbook.chapters.ch9 import compile_autocast as compiled
 from ampbook.chapters.ch9 import fp8, overflow, ranks, scheduler, tf32
 from ampbook.chapters.ch9 import recompute as checkpointing
-from ampbook.chapters.ch9 import compile_autocast as compiled
 from ampbook.chapters.ch9 import weight_copies as ch9_memory
 from ampbook.core import precision
 from ampbook.core.devices import display_name, load_devices

@@ -606,15 +606,14 @@ def first_screen(report: dict[str, Any]) -> str:
     )
     host = any(r.get("host") for r in best.values())
     what_of = (
-        "Step: the kernels plus the modelled host idle; beside it the step without "
-        "host idle (calibrated on kernel times and published whole steps)."
+        "the kernels plus the modelled host idle, beside it the step without host idle."
         if host
-        else "Kernel time only: no host model."
+        else "kernel time only (no host model)."
     )
     shown = sorted(best.values(), key=screen_order)
     lines = [
-        f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
-        f"{what_of} Both precisions in {fmt} ({layout_text([fmt, fmt])}). "
+        f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}, "
+        f"both precisions in {fmt} ({layout_text([fmt, fmt])}): {what_of} "
         "Calibrated on committed layer profiles and published training "
         f"throughputs. {which}" + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
         "",

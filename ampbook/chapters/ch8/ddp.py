@@ -50,7 +50,8 @@ def step_batches(steps: int, batch: int, size: int, seed: int):
 @contextlib.contextmanager
 def gloo_group(rank: int, world: int, init: str):
     """One spawned process's gloo group (one thread: the processes share the cores),
-    destroyed on the way out."""
+    destroyed on the way out after a barrier, so that no rank tears its group down
+    while another still uses it (a SIGABRT seen once on a loaded machine)."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -59,6 +60,7 @@ def gloo_group(rank: int, world: int, init: str):
     )
     try:
         yield
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
