@@ -158,7 +158,7 @@ def test_the_layout_changes_the_bytes_and_the_range(resnet50_a100, resnet50_a100
             == 1
         )
     assert "NHWC" in a["line"] and "NCHW" in b["line"]
-    assert "both precisions in channels_last" in report_text.to_markdown(cl)
+    assert "Both precisions in channels_last" in report_text.to_markdown(cl)
     with pytest.raises(specs.DoctorError, match="--memory-format"):
         _diagnose("torchvision:resnet18", (3, 32, 32), 2, ["a100"], "nhwc")
 

@@ -499,7 +499,7 @@ def test_answer_first_one_line_per_gpu_in_80_columns(capsys):
     # the step (with the modelled host time) labelled as such, the kernels beside it
     opening = "Expected AMP training step speedup over fp32 with TF32 (fp32-tf32), per"
     assert opening in prose
-    assert ": the kernels plus the modelled host idle, beside it the step" in prose
+    assert "; the step is kernels plus modelled host idle, beside it the step" in prose
     entries = " ".join(" ".join(head).split()).split(" - ")[1:]  # unwrapped
     assert len(entries) == 2
     assert all(" step " in x and "; step without host idle " in x for x in entries)

@@ -560,8 +560,8 @@ def headline_key(r: dict[str, Any]) -> tuple:
     return (True, round(r["point"], 2), len(_measured_here(r)))
 
 
-TIE_RULE = "a tie to two decimals goes to the one with more measurements here"
-SCREEN_ORDER_TEXT = "Best first by predicted speedup"
+TIE_RULE = "ties to two decimals go to the one measured more here"
+SCREEN_ORDER_TEXT = "Best first"
 
 
 def screen_order(r: dict[str, Any]) -> tuple:
@@ -606,14 +606,15 @@ def first_screen(report: dict[str, Any]) -> str:
     )
     host = any(r.get("host") for r in best.values())
     what_of = (
-        "the kernels plus the modelled host idle, beside it the step without host idle."
+        "the step is kernels plus modelled host idle, beside it the step without "
+        "host idle."
         if host
         else "kernel time only (no host model)."
     )
     shown = sorted(best.values(), key=screen_order)
     lines = [
-        f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}, "
-        f"both precisions in {fmt} ({layout_text([fmt, fmt])}): {what_of} "
+        f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
+        f"Both precisions in {fmt} ({layout_text([fmt, fmt])}); {what_of} "
         "Calibrated on committed layer profiles and published training "
         f"throughputs. {which}" + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
         "",
