@@ -51,6 +51,13 @@ def build_parser() -> cli.ArgumentParser:
         "then coverage, memory, roofline per GPU, steps timed here (on a GPU; on "
         "a CPU with --measure) and what to try.",
     )
+    for add in (_setting_options, _step_options, _timing_options, _file_options):
+        add(p)
+    return p
+
+
+def _setting_options(p: cli.ArgumentParser) -> None:
+    """The model, its input, where it is timed and what is predicted."""
     p.add_argument(
         "--model",
         required=True,
@@ -97,6 +104,10 @@ def build_parser() -> cli.ArgumentParser:
         "calls .to(memory_format=torch.channels_last) on the model and each batch); "
         "default channels_first, PyTorch's",
     )
+
+
+def _step_options(p: cli.ArgumentParser) -> None:
+    """The traced step: its loss, the output it reads, backward or not."""
     p.add_argument(
         "--loss",
         default="cross-entropy",
@@ -115,6 +126,10 @@ def build_parser() -> cli.ArgumentParser:
         help="diagnose the forward pass alone (inference, or a model with no "
         "trainable parameter): no backward is traced or timed",
     )
+
+
+def _timing_options(p: cli.ArgumentParser) -> None:
+    """Whether steps are timed here, and how many."""
     timing = p.add_mutually_exclusive_group()
     timing.add_argument(
         "--measure",
@@ -137,6 +152,10 @@ def build_parser() -> cli.ArgumentParser:
         "--results-dir",
         help="committed GPU results to calibrate on (default data/results)",
     )
+
+
+def _file_options(p: cli.ArgumentParser) -> None:
+    """The report's files."""
     p.add_argument("--json", help="also write the report's numbers as JSON here")
     p.add_argument(
         "--markdown", help="also write the report as Markdown here (unwrapped)"
@@ -146,7 +165,6 @@ def build_parser() -> cli.ArgumentParser:
         action="store_true",
         help="replace a --json or --markdown file that exists and holds something else",
     )
-    return p
 
 
 def measures_by_default(device: str) -> bool:

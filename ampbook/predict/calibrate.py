@@ -334,43 +334,33 @@ def calibrated_range(
 ) -> dict[str, Any]:
     """The AMP speedup over fp32 on ``gpu``: a point estimate, its expected error and
     the range it spans, from the speedups each applicable reference's efficiencies
-    give, weighted by how close the reference is (``closeness``: network, memory
-    format, GPU, batch).
+    give, weighted by how close the reference is (``closeness``).
 
-    ``*_by_class``: the model's bound per class on ``gpu`` (``class_bounds``), fp32 with
-    TF32 where the GPU has it, both in ``memory_format`` (one for both precisions, or
-    ``(baseline, amp)``); ``kernels``: ``{"fp32": n, "amp": n}`` for the launch
-    floor; ``model``: the doctor's spec (a reference of the same spec is "same
-    network"); ``exclude``: a reference key to leave out (the leave-one-out);
-    ``host``: the host's idle time per step (``hostmodel``), added to the kernel time
-    a layer profile's efficiencies give; ``data_s``: the loader's time per batch
-    (the step in the loop takes at least that).
+    ``*_by_class``: the model's bound per class on ``gpu`` (``class_bounds``), both in
+    ``memory_format`` (one for both precisions, or ``(baseline, amp)``); ``kernels``:
+    ``{"fp32": n, "amp": n}`` for the launch floor; ``exclude``: a reference key left
+    out (the leave-one-out); ``host``: the host's idle time added to the kernel time
+    a layer profile's efficiencies give; ``data_s``: the loader's time per batch.
 
-    Two predictions, each labelled: the *step* (``point``, ``low``, ``high``, from
-    each row's ``speedup``: kernels, plus the modelled host idle for kernel-time
-    references, at least the launch floor and the data time) and the *kernels*
-    (``kernel_point``, ``kernel_low``, ``kernel_high``, from ``kernel_speedup``:
-    no host time added, so a published reference's whole-step efficiency still
-    carries its own).
-
+    Two predictions: the *step* (``point``, ``low``, ``high``: kernels, plus the
+    modelled host idle for kernel-time references, at least the launch floor and the
+    data time) and the *kernels* (``kernel_point``, ``kernel_low``, ``kernel_high``).
     The point is the weighted geometric mean of the references' speedups; the error
-    (log scale) what the leave-one-out measured at this prediction's distance from
-    its references (``ErrorModel``: ``distance`` is minus the log of the closest
-    reference's weight, 0 for a reference's own network, GPU, layout and batch; the
-    weighted spread of the references' logarithms is returned beside it, ``spread``);
-    ``low``/``high`` the point divided and multiplied by ``exp(error)``. ``basis``
-    names the references that set it (together at least 80% of the weight). Returns
-    ``{"low", "high", "point", "error", "basis", "min", "max", "equal_share",
-    "family", "layouts", "rows", "launch"}``; ``low``/``high``/``point`` None when
-    no reference applies."""
+    (log scale) what the leave-one-out missed by at this prediction's ``distance``
+    (minus the log of the closest reference's weight: ``ErrorModel``). ``point`` and
+    its range are None when no reference applies."""
     family = baseline_family(gpu, devices)
     layouts = (
         (memory_format, memory_format)
         if isinstance(memory_format, str)
         else tuple(memory_format)
     )
-    equal = sum(fp32_by_class.values()) / sum(amp_by_class.values())
     factor = layout_factor(refs, exclude)
+    floors = (
+        (floor.floor_s(kernels["fp32"]), floor.floor_s(kernels["amp"]))
+        if floor and kernels
+        else (0.0, 0.0)
+    )
     rows = []
     mix = class_mix(fp32_by_class)
     for ref in refs:
@@ -378,8 +368,7 @@ def calibrated_range(
             continue
         times = _reference_times(
             ref, fp32_by_class, amp_by_class, family, layouts[1], factor, host,
-            floor.floor_s(kernels["fp32"]) if floor and kernels else 0.0,
-            floor.floor_s(kernels["amp"]) if floor and kernels else 0.0, data_s or 0.0,
+            *floors, data_s or 0.0,
         )  # fmt: skip
         weight, dist = closeness(
             ref, gpu, model, mix, layouts, family, batch, devices, weights or WEIGHTS
@@ -389,8 +378,7 @@ def calibrated_range(
                 "key": ref.key,
                 "label": ref.label(devices),
                 "kind": ref.kind,
-                "publisher": ref.source.get("publisher")
-                or ("committed layer profiles" if ref.kind == "profile" else ""),
+                "publisher": _publisher(ref),
                 **times,
                 "weight": weight,
                 **dist,
@@ -398,74 +386,96 @@ def calibrated_range(
             }
         )
     rows.sort(key=lambda r: -r["weight"])
-    point = error = low = high = distance = spread = kernel = None
-    basis: list[str] = []
-    if rows:
-        point, spread = _weighted(rows, "speedup")
-        kernel, _ = _weighted(rows, "kernel_speedup")
-        distance = max(0.0, -math.log(max(r["weight"] for r in rows)))
-        error = (errors or ERRORS).error(distance)
-        low, high = point / math.exp(error), point * math.exp(error)
-        total, acc = sum(r["weight"] for r in rows), 0.0
-        for r in rows:
-            basis.append(r["key"])
-            r["weight_share"] = r["weight"] / total
-            acc += r["weight"]
-            if acc >= 0.8 * total:
-                break
-        for r in rows:
-            r.setdefault("weight_share", r["weight"] / total)
-    launch = None
-    if floor is not None and kernels:
-        launch = {
-            "per_kernel_s": floor.per_kernel_s,
-            "source": floor.source,
-            "fp32_floor_s": floor.floor_s(kernels["fp32"]),
-            "amp_floor_s": floor.floor_s(kernels["amp"]),
-            "fp32_kernels": kernels["fp32"],
-            "amp_kernels": kernels["amp"],
-        }
-        if rows:  # against the median reference's kernel time
-            mid = statistics.median(r["amp_kernel_s"] for r in rows)
-            mid32 = statistics.median(r["fp32_kernel_s"] for r in rows)
-            launch.update(
-                amp_kernel_s=mid,
-                fp32_kernel_s=mid32,
-                amp_bound=launch["amp_floor_s"] >= mid,
-                fp32_bound=launch["fp32_floor_s"] >= mid32,
-            )
+    point, spread, kernel, distance, error, basis = _weigh(rows, errors or ERRORS)
+    e = math.exp(error) if rows else None
     return {
         "family": family,
         "layouts": list(layouts),
-        "equal_share": equal,
+        "equal_share": sum(fp32_by_class.values()) / sum(amp_by_class.values()),
         "point": point,
         "error": error,
         "distance": distance,
-        "spread": spread if rows else None,
+        "spread": spread,
         "layout_factor": factor,
-        "low": low,
-        "high": high,
+        "low": point / e if rows else None,
+        "high": point * e if rows else None,
         "kernel_point": kernel,
-        "kernel_low": kernel / math.exp(error) if rows else None,
-        "kernel_high": kernel * math.exp(error) if rows else None,
-        "host": None
-        if host is None
-        else {
-            "idle_per_sync_s": host.idle_per_sync_s,
-            "source": host.source,
-            "fit": host.fit,
-            "loop": host.loop.name,
-            "loop_detail": host.loop.detail,
-            "fp32_syncs": host.loop.fp32,
-            "amp_syncs": host.loop.amp,
-        },
+        "kernel_low": kernel / e if rows else None,
+        "kernel_high": kernel * e if rows else None,
+        "host": _host_dict(host),
         "data_s": data_s,
         "basis": basis,
         "min": min((r["speedup"] for r in rows), default=None),
         "max": max((r["speedup"] for r in rows), default=None),
         "rows": rows,
-        "launch": launch,
+        "launch": _launch(floor, kernels, rows),
     }
+
+
+def _publisher(ref: Reference) -> str:
+    return ref.source.get("publisher") or (
+        "committed layer profiles" if ref.kind == "profile" else ""
+    )
+
+
+def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
+    """The step's point and spread, the kernels' point, the distance, its error and
+    the ``basis`` (the references that carry at least 80% of the weight) from the
+    weighted rows, each given its ``weight_share``; Nones without a row."""
+    if not rows:
+        return None, None, None, None, None, []
+    point, spread = _weighted(rows, "speedup")
+    kernel, _ = _weighted(rows, "kernel_speedup")
+    distance = max(0.0, -math.log(max(r["weight"] for r in rows)))
+    total, acc, basis = sum(r["weight"] for r in rows), 0.0, []
+    for r in rows:
+        basis.append(r["key"])
+        r["weight_share"] = r["weight"] / total
+        acc += r["weight"]
+        if acc >= 0.8 * total:
+            break
+    for r in rows:
+        r.setdefault("weight_share", r["weight"] / total)
+    return point, spread, kernel, distance, errors.error(distance), basis
+
+
+def _host_dict(host: HostModel | None) -> dict[str, Any] | None:
+    if host is None:
+        return None
+    return {
+        "idle_per_sync_s": host.idle_per_sync_s,
+        "source": host.source,
+        "fit": host.fit,
+        "loop": host.loop.name,
+        "loop_detail": host.loop.detail,
+        "fp32_syncs": host.loop.fp32,
+        "amp_syncs": host.loop.amp,
+    }
+
+
+def _launch(floor: LaunchFloor | None, kernels, rows) -> dict[str, Any] | None:
+    """The launch floor of both precisions' kernels, held against the median
+    reference's kernel time."""
+    if floor is None or not kernels:
+        return None
+    launch = {
+        "per_kernel_s": floor.per_kernel_s,
+        "source": floor.source,
+        "fp32_floor_s": floor.floor_s(kernels["fp32"]),
+        "amp_floor_s": floor.floor_s(kernels["amp"]),
+        "fp32_kernels": kernels["fp32"],
+        "amp_kernels": kernels["amp"],
+    }
+    if rows:
+        mid = statistics.median(r["amp_kernel_s"] for r in rows)
+        mid32 = statistics.median(r["fp32_kernel_s"] for r in rows)
+        launch.update(
+            amp_kernel_s=mid,
+            fp32_kernel_s=mid32,
+            amp_bound=launch["amp_floor_s"] >= mid,
+            fp32_bound=launch["fp32_floor_s"] >= mid32,
+        )
+    return launch
 
 
 def _reference_times(
@@ -572,8 +582,7 @@ def leave_one_out(
                 "log_error": math.log(ref.measured_speedup / r["point"]),
                 "distance": r["distance"],
                 "what": "kernel time" if ref.kind == "profile" else "step time",
-                "publisher": ref.source.get("publisher")
-                or ("committed layer profiles" if ref.kind == "profile" else ""),
+                "publisher": _publisher(ref),
             }
         )
     n = len(rows)

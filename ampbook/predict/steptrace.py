@@ -202,6 +202,63 @@ def trace_step(
     ``input_shape``: one sample's shape, of any rank (``(C, T, H, W)`` for video,
     ``(C, L)`` for sequences), instead of ``in_channels x height x width``.
     """
+    shape = _check_trace(
+        batch_size, height, width, precision, in_channels, backward, loss,
+        device_type, autocast_rules, input_shape,
+    )  # fmt: skip
+    from ampbook.measure.autocast_rules import CudaAutocastRules
+    from ampbook.measure.cuda_kernels import CudaKernels
+
+    cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
+    rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
+    kernels = CudaKernels if cuda_rules else contextlib.nullcontext
+    scopes = ModuleScopes(model, backward=backward)
+    recorder = _CostRecorder(scopes)
+    was_training = model.training
+    model.train()
+    try:
+        with _fake_region(device_type, AUTOCAST_DTYPES[precision]) as (device, cast):
+            state, x = _fake_state(model, batch_size, shape, device)
+            params = [state[n] for n, _ in model.named_parameters()]
+            meter = SavedTensorMeter(model=model, parameters=params)
+            with scopes, recorder, meter:
+                with cast(), rules(), kernels():
+                    from torch.func import functional_call
+
+                    y = functional_call(model, state, (x,))
+                    recorder.region = (LOSS, "loss")
+                    value = _loss_value(y, loss, ignore_index, device)
+                    recorder.region = None
+                    scopes.claim(value, (LOSS, "loss"))
+                if backward and not value.requires_grad:
+                    raise ValueError(
+                        "the loss does not depend on any trainable parameter: "
+                        "nothing to trace backward (pass backward=False)"
+                    )
+                if backward:  # outside autocast, as a training loop calls it
+                    recorder.phase = "backward"
+                    value.backward()
+    finally:
+        model.train(was_training)
+    return StepTrace(
+        type(model).__name__,
+        precision,
+        batch_size,
+        shape[-2] if len(shape) >= 3 else 1,
+        shape[-1] if len(shape) >= 2 else 1,
+        sum(p.numel() for p in model.parameters()),
+        recorder.ops,
+        meter.summary(),
+        shape,
+    )
+
+
+def _check_trace(
+    batch_size, height, width, precision, in_channels, backward, loss, device_type,
+    autocast_rules, input_shape,
+) -> tuple[int, ...]:  # fmt: skip
+    """``trace_step``'s arguments checked (ValueError naming the one that is wrong);
+    returns one sample's shape."""
     if autocast_rules not in ("cuda", "cpu"):
         raise ValueError(
             f"autocast_rules must be 'cuda' or 'cpu', got {autocast_rules!r}"
@@ -230,81 +287,44 @@ def trace_step(
         raise ValueError(
             f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function"
         )
-    from torch.func import functional_call
+    return shape
 
-    from ampbook.measure.autocast_rules import CudaAutocastRules
-    from ampbook.measure.cuda_kernels import CudaKernels
 
-    cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
-    rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
-    kernels = CudaKernels if cuda_rules else contextlib.nullcontext
-    scopes = ModuleScopes(model, backward=backward)
-    recorder = _CostRecorder(scopes)
-    autocast_dtype = AUTOCAST_DTYPES[precision]
-    was_training = model.training
-    model.train()
-    try:
-        with _fake_region(device_type, autocast_dtype) as (device, autocast):
+def _fake_state(model: nn.Module, batch_size: int, shape, device) -> tuple[dict, Any]:
+    """Fake copies of ``model``'s parameters and buffers, and a fake fp32 input."""
 
-            def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
-                f = torch.empty_strided(
-                    tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device
-                )
-                return f.requires_grad_(grad)
+    def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
+        f = torch.empty_strided(
+            tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device
+        )
+        return f.requires_grad_(grad)
 
-            state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
-            state.update({n: fake(b, False) for n, b in model.named_buffers()})
-            x = torch.empty(batch_size, *shape, dtype=torch.float32, device=device)
-            params = [state[n] for n, _ in model.named_parameters()]
-            meter = SavedTensorMeter(model=model, parameters=params)
-            with scopes, recorder, meter:
-                with autocast(), rules(), kernels():
-                    y = functional_call(model, state, (x,))
-                    if isinstance(loss, str) and not isinstance(y, torch.Tensor):
-                        raise ValueError(
-                            f"the model returned a {type(y).__name__}, not a tensor: "
-                            "pass loss= a function of what it returns"
-                        )
-                    recorder.region = (LOSS, "loss")
-                    if loss == "cross_entropy":
-                        if y.dim() < 2:
-                            raise ValueError(
-                                f"cross_entropy needs N x C x ... logits; the model "
-                                f"returned shape {tuple(y.shape)}"
-                            )
-                        target = torch.zeros(
-                            (y.shape[0], *y.shape[2:]), dtype=torch.long, device=device
-                        )
-                        value = nn.functional.cross_entropy(
-                            y, target, ignore_index=ignore_index
-                        )
-                    elif loss == "sum":
-                        value = y.float().sum()
-                    else:
-                        value = loss(y)
-                    recorder.region = None
-                    scopes.claim(value, (LOSS, "loss"))
-                if backward and not value.requires_grad:
-                    raise ValueError(
-                        "the loss does not depend on any trainable parameter: "
-                        "nothing to trace backward (pass backward=False)"
-                    )
-                if backward:  # outside autocast, as a training loop calls it
-                    recorder.phase = "backward"
-                    value.backward()
-    finally:
-        model.train(was_training)
-    return StepTrace(
-        type(model).__name__,
-        precision,
-        batch_size,
-        shape[-2] if len(shape) >= 3 else 1,
-        shape[-1] if len(shape) >= 2 else 1,
-        sum(p.numel() for p in model.parameters()),
-        recorder.ops,
-        meter.summary(),
-        shape,
-    )
+    state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
+    state.update({n: fake(b, False) for n, b in model.named_buffers()})
+    x = torch.empty(batch_size, *shape, dtype=torch.float32, device=device)
+    return state, x
+
+
+def _loss_value(y, loss, ignore_index: int, device) -> torch.Tensor:
+    """The traced step's loss of the model's output ``y``."""
+    if isinstance(loss, str) and not isinstance(y, torch.Tensor):
+        raise ValueError(
+            f"the model returned a {type(y).__name__}, not a tensor: "
+            "pass loss= a function of what it returns"
+        )
+    if loss == "cross_entropy":
+        if y.dim() < 2:
+            raise ValueError(
+                f"cross_entropy needs N x C x ... logits; the model "
+                f"returned shape {tuple(y.shape)}"
+            )
+        target = torch.zeros(
+            (y.shape[0], *y.shape[2:]), dtype=torch.long, device=device
+        )
+        return nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
+    if loss == "sum":
+        return y.float().sum()
+    return loss(y)
 
 
 def relabel(trace: StepTrace, precision: str) -> StepTrace:

@@ -136,6 +136,7 @@ from ampbook.predict.specs import (
 )
 from ampbook.predict.steptrace import (
     MEMORY_FORMATS,
+    StepTrace,
     relabel,
     trace_step,
     with_memory_format,
@@ -217,6 +218,18 @@ def check_size(batch: int, shape: Sequence[int], devices) -> None:
         )
 
 
+class _Laps:
+    """The seconds each stage of the diagnosis took (the report's ``seconds``)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.clock = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name], self.clock = now - self.clock, now
+
+
 def diagnose(
     cfg: DoctorConfig,
     model: nn.Module | None = None,
@@ -226,53 +239,20 @@ def diagnose(
     ``roofline``, ``where``, ``measured``, ``verdict``). ``model`` overrides
     ``cfg.model``'s construction (the spec is then only its label).
 
-    The prediction comes first: ``on_prediction(report)``, when given, is called with
-    the report before any step is timed (``measured`` None, the checklist without
-    measurements), so a caller can print the answer (``report_head``) while the
-    measurement runs; the returned report has both."""
-    from ampbook.core.devices import load_devices, pick_device
-    from ampbook.predict.calibrate import launch_floor
-    from ampbook.predict.references import references
+    ``on_prediction(report)``, when given, is called before any step is timed
+    (``measured`` None), so a caller can print the answer while the steps run."""
+    from ampbook.core.devices import load_devices
 
     tell = as_progress(cfg.progress)
-    if cfg.loss not in LOSSES:
-        raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
-    if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
-        raise DoctorError(f"--batch {cfg.batch}: must be a positive integer")
-    if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
-        raise DoctorError(
-            f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
-        )
-    if cfg.memory_format not in MEMORY_FORMATS:
-        raise DoctorError(
-            f"--memory-format {cfg.memory_format!r}: choose "
-            f"{' or '.join(MEMORY_FORMATS)}"
-        )
+    _check_settings(cfg)
     precisions = parse_precisions(cfg.precisions)
     devices = load_devices()
     gpus = resolve_gpus(cfg.gpus, devices)
-    wanted = check_device(cfg.device)  # its own error names --device once
-    try:
-        device = pick_device(wanted)
-    except (RuntimeError, ValueError) as e:
-        raise DoctorError(f"--device {cfg.device}: {first_line(e)}") from None
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise DoctorError(
-            f"--device {cfg.device}: this machine has "
-            f"{plural(torch.cuda.device_count(), 'CUDA device')}; give cuda or cuda:0"
-        )
+    device = _pick_device(cfg)
     shape = tuple(cfg.input) if cfg.input else default_input(cfg.model)
     batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
     check_size(batch, shape, devices)
-    clock = time.perf_counter()
-    seconds: dict[str, float] = {}
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        seconds[name] = now - clock
-        clock = now
-
+    lap = _Laps()
     if model is None:
         tell(f"building {cfg.model}")
         model = load_model(cfg.model)
@@ -289,9 +269,59 @@ def diagnose(
     if cfg.output is not None or not returns_tensor(model, shape, batch):
         traced = SelectOutput(model, cfg.output)
     lap("model")
+    traces = _trace(cfg, traced, precisions, batch, shape, tell)
+    lap("trace")
+    report = _predicted_report(cfg, model, traces, gpus, devices, lap, tell)
+    if on_prediction is not None:
+        on_prediction(report)
+    if not cfg.measure:
+        lap.seconds["measured"] = 0.0
+        return report
+    _add_measured(report, cfg, traced, shape, batch, precisions, device, tell)
+    lap("measured")
+    return report
+
+
+def _check_settings(cfg: DoctorConfig) -> None:
+    """The settings checked before any work, each named as the flag that sets it."""
+    if cfg.loss not in LOSSES:
+        raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
+    if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
+        raise DoctorError(f"--batch {cfg.batch}: must be a positive integer")
+    if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
+        raise DoctorError(
+            f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
+        )
+    if cfg.memory_format not in MEMORY_FORMATS:
+        raise DoctorError(
+            f"--memory-format {cfg.memory_format!r}: choose "
+            f"{' or '.join(MEMORY_FORMATS)}"
+        )
+
+
+def _pick_device(cfg: DoctorConfig) -> torch.device:
+    """The device the steps are timed on (``--device``), refused where it is not."""
+    from ampbook.core.devices import pick_device
+
+    wanted = check_device(cfg.device)  # its own error names --device once
+    try:
+        device = pick_device(wanted)
+    except (RuntimeError, ValueError) as e:
+        raise DoctorError(f"--device {cfg.device}: {first_line(e)}") from None
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise DoctorError(
+            f"--device {cfg.device}: this machine has "
+            f"{plural(torch.cuda.device_count(), 'CUDA device')}; give cuda or cuda:0"
+        )
+    return device
+
+
+def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
+    """Each precision's step traced on fake tensors, in ``cfg.memory_format``
+    (amp-bf16 relabelled from amp-fp16: the same operators)."""
     traces = {}
     for p in precisions:
-        if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
+        if p == "amp-bf16" and "amp-fp16" in traces:
             traces[p] = relabel(traces["amp-fp16"], p)
             continue
         tell(f"tracing the {p} {'step' if cfg.backward else 'forward pass'}")
@@ -315,9 +345,16 @@ def diagnose(
             raise DoctorError(
                 f"tracing the {p} step failed: {type(e).__name__}: {why}"
             ) from None
-    traces = {p: with_memory_format(tr, cfg.memory_format) for p, tr in traces.items()}
-    lap("trace")
+    return {p: with_memory_format(tr, cfg.memory_format) for p, tr in traces.items()}
+
+
+def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str, Any]:
+    """The report's predicted sections (every one but ``measured``)."""
+    from ampbook.predict.calibrate import launch_floor
+    from ampbook.predict.references import references
+
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
+    batch, shape = traces["fp32"].batch_size, traces["fp32"].input_shape
     roof = roofline(traces, gpus, cfg.loader_images_per_s, devices)
     first = devices[gpus[0]]
     ceil = Ceilings.from_device(first)
@@ -341,38 +378,27 @@ def diagnose(
         host, data_s,
     )  # fmt: skip
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
-    here = setting_text(batch, shape)
-    for r in ranges:  # a measurement of the same network and GPU beside the range
-        r["setting"] = here
-        r["committed"] = [
-            {**m, "same_setting": m.get("setting") == here}
-            for m in committed.get(r["gpu"], [])
-            if m["precision"] == r["precision"]
-        ]
-        r["line"] = speedup_range_verdict(
-            r["gpu_name"], r["precision"], r, r["casts"], r.get("transposes")
-        )
-    cover = coverage(traces[amp], preds.get(amp)) if amp else None
+    _add_committed(ranges, committed, setting_text(batch, shape))
     unknown = unmodelled(preds.get(amp) or preds["fp32"])
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
     warnings_ += memory_warnings(traces, gpus, devices, weight_copy_bytes(model))
     lap("verdict")
-    report = {
+    return {
         "schema": REPORT_SCHEMA,
         "model": cfg.model,
         "model_class": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
         "input": list(shape),
         "batch": batch,
-        "output": list(out),
+        "output": list(output_shape(model, shape, batch, cfg.output)),
         "output_rule": output_rule(model, shape, batch, cfg.output),
         "loss": cfg.loss,
         "backward": cfg.backward,
-        "precisions": precisions,
+        "precisions": list(traces),
         "memory_format": cfg.memory_format,
         "gpus": gpus,
         "totals": {p: tr.totals() for p, tr in traces.items()},
-        "coverage": cover,
+        "coverage": coverage(traces[amp], preds.get(amp)) if amp else None,
         "memory": memory,
         "roofline": roof,
         "where": {
@@ -391,39 +417,49 @@ def diagnose(
         },
         "unmodelled": unknown,
         "warnings": warnings_,
-        "seconds": seconds,
+        "seconds": lap.seconds,
     }
-    if on_prediction is not None:
-        on_prediction(report)
-    if not cfg.measure:
-        seconds["measured"] = 0.0
-        return report
+
+
+def _add_committed(ranges: list[dict], committed: dict, here: str) -> None:
+    """A measurement of the same network and GPU beside each range, and its line."""
+    for r in ranges:
+        r["setting"] = here
+        r["committed"] = [
+            {**m, "same_setting": m.get("setting") == here}
+            for m in committed.get(r["gpu"], [])
+            if m["precision"] == r["precision"]
+        ]
+        r["line"] = speedup_range_verdict(
+            r["gpu_name"], r["precision"], r, r["casts"], r.get("transposes")
+        )
+
+
+def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -> None:
+    """Section 4 (the steps timed here), its memory rows and the checklist again."""
     measured = measure(
         traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
         size=cfg.measure_size, rounds=cfg.rounds, progress=tell,
         backward=cfg.backward,
     )  # fmt: skip
+    memory = report["memory"]
     memory["measured"] = [
-        {
-            "variant": r["variant"],
-            "bytes": r["memory_bytes"],
-            "measure": r["memory_measure"],
-        }
+        {"variant": r["variant"], "bytes": r["memory_bytes"],
+         "measure": r["memory_measure"]}
         for r in measured["rows"]
         if r.get("memory_bytes") is not None and not r.get("input")
-    ]
-    memory["measured_input"], memory["measured_batch"] = (
-        measured["input"],
-        measured["batch"],
-    )
+    ]  # fmt: skip
+    memory["measured_input"] = measured["input"]
+    memory["measured_batch"] = measured["batch"]
     if device.type != "cuda" and memory["measured"]:
         memory["fake_at_measured"] = fake_saved_bytes(
             traced, measured["input"], measured["batch"], cfg.loss, "fp32"
         )
     report["measured"] = measured
-    report["verdict"].update(checklist(roof, ranges, cfg.loader_images_per_s, measured))
-    lap("measured")
-    return report
+    ranges = report["verdict"]["ranges"]
+    report["verdict"].update(
+        checklist(report["roofline"], ranges, cfg.loader_images_per_s, measured)
+    )
 
 
 # --------------------------------------------------------------------------------------

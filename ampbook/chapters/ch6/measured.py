@@ -326,76 +326,22 @@ def measure(
 
     On a CPU (``size`` overrides the input and batch chosen by ``measure_size``): fp32
     and amp-bf16 by chapter 5's rounds method (``rounds`` rounds, taking turns), with
-    the verdict on their per-round ratios (``pace.speedup_verdict``: "no difference
-    is resolved" when the rounds disagree); amp-fp16 at a tiny size
-    (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed with no
-    cause. On CUDA: every variant at the full size, ``repeats`` timed steps each."""
-    from ampbook.core.env import cpu_name
-
+    the verdict on their per-round ratios (``pace.speedup_verdict``); amp-fp16 at a
+    tiny size (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed
+    with no cause. On CUDA: every variant at the full size, ``repeats`` timed steps
+    each."""
     mshape, mbatch = (
         (tuple(size[0]), int(size[1]))
         if size and device.type != "cuda"
         else measure_size(model, shape, batch, device, key)
     )
+    tell = as_progress(progress)
     if device.type != "cuda":
-        main = [p for p in precisions if p != "amp-fp16"]
-        tell = as_progress(progress)
-        groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
-        if "amp-fp16" in precisions:
-            tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
-            try:
-                output_shape(model, tiny, 2, key)
-            except DoctorError:
-                tiny = mshape
-            # at the rounds' size, fp16 is held against their fp32 median; else one
-            # fp32 step is timed beside it there
-            same = tuple(tiny) == tuple(mshape) and mbatch == 2 and "fp32" in main
-            pair = ["amp-fp16"] if same else ["fp32", "amp-fp16"]
-            groups.append(
-                CpuGroup(model, tiny, 2, loss, pair, key, 1, backward)
-            )  # fmt: skip
-        time_groups(groups, tell)
-        rows = groups[0].rows()
-        extra = None
-        if len(groups) > 1:
-            fp16 = groups[1].rows()[-1]
-            fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
-            if same:
-                if fp16.get("step_s") and fp32 and fp32.get("step_s"):
-                    fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
-                against = "fp32's median step"
-            else:
-                against = "one fp32 step there"
-            fp16["input"], fp16["batch"] = list(tiny), 2
-            fp16["against"] = against
-            if fp16.get("speedup"):
-                fp16["note"] = (
-                    f"one step at batch 2 x {shape_text(tiny)}, a single timing "
-                    f"against {against} ({fp16['speedup']:.2g}x its speed)"
-                )
-            order = list(precisions)
-            rows = sorted(rows + [fp16], key=lambda r: order.index(r["precision"]))
-            extra = fp16
-        bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
-        verdict = (
-            speedup_verdict(bf16["ratios"], "amp-bf16")
-            if bf16 and bf16.get("ratios")
-            else None
+        return _measure_cpu(
+            model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
         )
-        return {
-            "device": "cpu",
-            "device_name": cpu_name(),
-            "input": list(mshape),
-            "batch": mbatch,
-            "rounds": rounds,
-            "rows": rows,
-            "rounds_verdict": verdict,
-            "fp16": extra,
-            "backward": backward,
-        }
     x, y = _batch_for(model, mshape, mbatch, loss, key)
     rows = []
-    tell = as_progress(progress)
     todo = _variants(device, precisions)
     tell(f"measuring {len(todo)} variants on {device} at batch {mbatch}")
     tell.start()
@@ -427,3 +373,68 @@ def measure(
         "fp16": None,
         "backward": backward,
     }
+
+
+def _measure_cpu(
+    model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
+) -> dict[str, Any]:
+    """``measure`` on a CPU: fp32 and amp-bf16 in rounds, amp-fp16 at a tiny size."""
+    from ampbook.core.env import cpu_name
+
+    main = [p for p in precisions if p != "amp-fp16"]
+    groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
+    if "amp-fp16" in precisions:
+        tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
+        try:
+            output_shape(model, tiny, 2, key)
+        except DoctorError:
+            tiny = mshape
+        # at the rounds' size, fp16 is held against their fp32 median; else one
+        # fp32 step is timed beside it there
+        same = tuple(tiny) == tuple(mshape) and mbatch == 2 and "fp32" in main
+        pair = ["amp-fp16"] if same else ["fp32", "amp-fp16"]
+        groups.append(CpuGroup(model, tiny, 2, loss, pair, key, 1, backward))
+    time_groups(groups, tell)
+    rows = groups[0].rows()
+    extra = None
+    if len(groups) > 1:
+        extra = _fp16_row(groups[1].rows()[-1], rows, tiny, same)
+        order = list(precisions)
+        rows = sorted(rows + [extra], key=lambda r: order.index(r["precision"]))
+    bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
+    verdict = (
+        speedup_verdict(bf16["ratios"], "amp-bf16")
+        if bf16 and bf16.get("ratios")
+        else None
+    )
+    return {
+        "device": "cpu",
+        "device_name": cpu_name(),
+        "input": list(mshape),
+        "batch": mbatch,
+        "rounds": rounds,
+        "rows": rows,
+        "rounds_verdict": verdict,
+        "fp16": extra,
+        "backward": backward,
+    }
+
+
+def _fp16_row(fp16: dict, rows: list[dict], tiny, same: bool) -> dict:
+    """The amp-fp16 row timed at ``tiny``: against the rounds' fp32 median where it
+    was timed at their size (``same``), else against one fp32 step there."""
+    fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
+    if same:
+        if fp16.get("step_s") and fp32 and fp32.get("step_s"):
+            fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
+        against = "fp32's median step"
+    else:
+        against = "one fp32 step there"
+    fp16["input"], fp16["batch"] = list(tiny), 2
+    fp16["against"] = against
+    if fp16.get("speedup"):
+        fp16["note"] = (
+            f"one step at batch 2 x {shape_text(tiny)}, a single timing "
+            f"against {against} ({fp16['speedup']:.2g}x its speed)"
+        )
+    return fp16

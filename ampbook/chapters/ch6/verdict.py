@@ -437,10 +437,13 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
         said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed"
         src = "measured (committed)"
     if said is not None:
-        return {"gpu": name, "item": f"keep fp32: AMP ({precision}) {said}",
-                "gain": None, "source": src, "detail": detail}  # fmt: skip
-    return {"gpu": name, "item": f"train with AMP ({precision})",
-            "gain": gain, "source": src, "detail": detail}  # fmt: skip
+        return _item(name, f"keep fp32: AMP ({precision}) {said}", None, src, detail)
+    return _item(name, f"train with AMP ({precision})", gain, src, detail)
+
+
+def _item(gpu: str, item: str, gain, source: str, detail: str) -> dict[str, Any]:
+    return {"gpu": gpu, "item": item, "gain": gain, "source": source,
+            "detail": detail}  # fmt: skip
 
 
 def checklist(
@@ -463,92 +466,81 @@ def checklist(
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
     seen = set()
     for r in roof:
-        gpu, name = r["gpu"], r["gpu_name"]
-        rng = by_gpu.get((gpu, r["precision"]))
+        rng = by_gpu.get((r["gpu"], r["precision"]))
         if rng is not None:
-            items.append(_amp_item(name, r["precision"], rng))
-        if gpu in seen:
-            continue
-        seen.add(gpu)
-        mm = r["fp32_default_s"] / r["fp32_tf32_s"]
-        if mm > 1.005:
-            items.append(
-                {
-                    "gpu": name,
-                    "item": "fp32: TF32 for matrix products (torch.backends.cuda."
-                    "matmul.fp32_precision = 'tf32'; off by default)",
-                    "gain": mm,
-                    "source": "equal shares of the bound",
-                    "detail": "the fp32 step's matrix products on TF32 tensor cores",
-                }
-            )
-        conv = r["fp32_strict_s"] / r["fp32_default_s"]
-        if conv > 1.005:
-            items.append(
-                {
-                    "gpu": name,
-                    "item": "fp32: TF32 for convolutions (torch.backends.cudnn.conv."
-                    "fp32_precision = 'tf32') is on by default",
-                    "gain": None,
-                    "source": "already on",
-                    "detail": f"turning it off would cost {conv:.2f}x at equal shares",
-                }
-            )
-        if r.get("amp_s"):
-            total = r["amp_s"]
-            fusable = r["fusable_s"]
-            if 0 < fusable < total:
-                bounds.append(
-                    {
-                        "gpu": name,
-                        "item": "fuse element-wise ops (torch.compile)",
-                        "gain": total / (total - fusable),
-                        "source": "upper bound",
-                        "detail": "if the element-wise operators' "
-                        f"{fusable / total:.0%} of the AMP bound vanished (their "
-                        "share of the time taken as their share of the bound); "
-                        "normalisation stays",
-                    }
-                )
-        if loader_images_per_s and r.get("images_per_s_needed"):
-            need = r["images_per_s_needed"]
-            if loader_images_per_s < need:
-                items.append(
-                    {
-                        "gpu": name,
-                        "item": "speed up the input pipeline (more workers, faster "
-                        "decoding)",
-                        "gain": need / loader_images_per_s,
-                        "source": "bound",
-                        "detail": f"the loader's {loader_images_per_s:,.0f} images/s "
-                        f"against the {need:,.0f} the AMP bound uses",
-                    }
-                )
+            items.append(_amp_item(r["gpu_name"], r["precision"], rng))
+        if r["gpu"] not in seen:
+            seen.add(r["gpu"])
+            items += _bound_items(r, loader_images_per_s, bounds)
     if measured and measured["device"] == "cuda":
-        from ampbook.core.devices import display_name
-
-        name = display_name(measured["device_name"])
-        rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
-        for r in rows.values():
-            for what in ("channels_last", "cudnn.benchmark"):
-                if r["variant"].endswith(what) and r["precision"] in rows:
-                    gain = rows[r["precision"]]["step_s"] / r["step_s"]
-                    slower = gain < 1 - SAME_SPEED  # never recommended
-                    items.append(
-                        {
-                            "gpu": name,
-                            "item": f"{what} with {r['precision']}"
-                            + (f": slower here, {gain:.2f}x" if slower else ""),
-                            "gain": None if slower else gain,
-                            "source": "measured",
-                            "detail": f"measured on this {name}",
-                        }
-                    )
+        items += _measured_items(measured)
     order = list(dict.fromkeys(i["gpu"] for i in items))
     items.sort(
         key=lambda i: (order.index(i["gpu"]), i["gain"] is None, -(i["gain"] or 0))
     )
     return {"items": items, "upper_bounds": bounds}
+
+
+def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
+    """One GPU's items from its bounds: TF32 for matrix products and convolutions,
+    the input pipeline; fusing the element-wise operators goes to ``bounds``."""
+    name, items = r["gpu_name"], []
+    mm = r["fp32_default_s"] / r["fp32_tf32_s"]
+    if mm > 1.005:
+        items.append(_item(
+            name, "fp32: TF32 for matrix products (torch.backends.cuda."
+            "matmul.fp32_precision = 'tf32'; off by default)", mm,
+            "equal shares of the bound",
+            "the fp32 step's matrix products on TF32 tensor cores",
+        ))  # fmt: skip
+    conv = r["fp32_strict_s"] / r["fp32_default_s"]
+    if conv > 1.005:
+        items.append(_item(
+            name, "fp32: TF32 for convolutions (torch.backends.cudnn.conv."
+            "fp32_precision = 'tf32') is on by default", None, "already on",
+            f"turning it off would cost {conv:.2f}x at equal shares",
+        ))  # fmt: skip
+    if r.get("amp_s"):
+        total, fusable = r["amp_s"], r["fusable_s"]
+        if 0 < fusable < total:
+            bounds.append(_item(
+                name, "fuse element-wise ops (torch.compile)",
+                total / (total - fusable), "upper bound",
+                "if the element-wise operators' "
+                f"{fusable / total:.0%} of the AMP bound vanished (their "
+                "share of the time taken as their share of the bound); "
+                "normalisation stays",
+            ))  # fmt: skip
+    need = r.get("images_per_s_needed")
+    if loader and need and loader < need:
+        items.append(_item(
+            name, "speed up the input pipeline (more workers, faster decoding)",
+            need / loader, "bound",
+            f"the loader's {loader:,.0f} images/s against the {need:,.0f} the AMP "
+            "bound uses",
+        ))  # fmt: skip
+    return items
+
+
+def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
+    """channels_last and cudnn.benchmark as measured on this GPU (never recommended
+    where slower)."""
+    from ampbook.core.devices import display_name
+
+    name, items = display_name(measured["device_name"]), []
+    rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
+    for r in rows.values():
+        for what in ("channels_last", "cudnn.benchmark"):
+            if r["variant"].endswith(what) and r["precision"] in rows:
+                gain = rows[r["precision"]]["step_s"] / r["step_s"]
+                slower = gain < 1 - SAME_SPEED
+                items.append(_item(
+                    name,
+                    f"{what} with {r['precision']}"
+                    + (f": slower here, {gain:.2f}x" if slower else ""),
+                    None if slower else gain, "measured", f"measured on this {name}",
+                ))  # fmt: skip
+    return items
 
 
 def measured_verdict(measured: dict[str, Any]) -> str:
