@@ -1,78 +1,11 @@
 """Will AMP help *this* model? The diagnosis of any ``nn.Module`` behind ``python -m
-ampbook.doctor`` (the command, ``ampbook.doctor``, parses the flags and
-prints):
-
-    python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
-        [--device auto|cpu|cuda] [--precisions fp32,amp-fp16,amp-bf16]
-        [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
-        [--memory-format channels_first|channels_last] [--forward-only]
-        [--loss cross-entropy|mse] [--json FILE] [--markdown FILE]
-
-``SPEC`` is ``erfnet`` (the book's network), ``torchvision:NAME`` (any torchvision
-model, built with every weights argument off, ``weights=None`` and
-``weights_backbone=None``: nothing is downloaded) or ``package.module:callable``
-(called with no arguments, it must return an ``nn.Module``). ``--input`` is one sample's
-shape, of any rank (``3,224,224`` for an image, ``3,16,112,112`` for a video clip,
-``64,1000`` for a sequence). The loss is cross-entropy against random targets shaped
-like the output (``N x C`` logits: one class per sample; ``N x C x ...``: one class per
-pixel), or ``--loss mse`` against random values.
-
-**What the model returns.** A tensor is the output. Otherwise the doctor reads one
-tensor by a fixed rule (``outputs.select_output``): from a dict, its ``"out"`` entry
-(torchvision's segmentation models), else its only tensor; from a tuple or list (a
-named tuple too), its first tensor (the logits, before auxiliary heads). ``--output
-KEY`` picks another: a dict key, a tuple index or a named-tuple field. The other
-outputs are computed in the forward and get no gradient. A model whose ``forward``
-takes several inputs, or whose shapes depend on its input's values (detection's box
-selection), cannot be traced from one tensor of fake data: the doctor says so, and a
-wrapper module whose ``forward(x)`` builds the inputs from one tensor makes it
-traceable (the README's doctor section has one).
-
-The report has five sections, printed as Markdown and kept in one JSON-ready dict
-(``diagnose``):
-
-1. **coverage**: of the traced step's forward and backward FLOPs and bytes, the share
-   that CUDA's autocast runs in 16 bits, and the operators left in fp32 with the reason
-   (autocast's fp32 list, a promotion, or an fp32 input such as a residual sum); ops the
-   cost model does not model (unknown FLOPs, or a dtype such as complex64 it has no
-   peak for) are named with the share of the step they leave out;
-2. **memory**: bytes saved for backward (the book's memory figure,
-``ampbook.measure.memory``),
-   fp32 against AMP, counted at the requested size on the traced step (fake tensors: the
-   autograd graph of the real size, with CUDA's attention and recurrent kernels, and no
-   data), beside a real step measured on this device;
-3. **roofline** per GPU of the device table (``ampbook.predict.roofline.predict``): the
-bound
-   of fp32 with TF32 (for convolutions and matrix products), of each AMP precision,
-   their ratio (the speedup if both precisions reached the same share of their bound:
-   not an upper bound), the kernel counts, and the images/s the input pipeline must
-   deliver;
-4. **measured** on this device: the runner's own step (``ampbook.train.TrainStep``) per
-   precision, on a CPU at a small size by chapter 5's rounds method
-   (``ampbook.chapters.ch5.bench_step.time_rounds``: the precisions take turns, and the
-   verdict
-   says "no difference resolved" when the rounds disagree), fp16 at a tiny size with
-   its measured ratio; on CUDA at the full size, with channels_last and cudnn.benchmark
-   variants;
-The report opens with its answer (``report_text.first_screen``, 24 lines x 80 columns):
-the setting predicted (batch, input, the memory format of ``--memory-format``, default
-channels_first, PyTorch's), one line per GPU with its faster AMP precision, the point
-estimate, its range, the verdict in words ("a gain" or "a loss" only when the whole
-range is on one side of 1.0), what bounds the step (launch, memory or compute) and a
-committed measurement of the same network and GPU, then the warnings (a precision whose
-step cannot fit a GPU's memory, with the largest batch that fits). ``diagnose`` hands it
-to its caller (``on_prediction``) before any step is timed.
-
-5. **verdict**: the expected AMP speedup per GPU as a calibrated range
-   (``ampbook.predict.calibrate``: kernel efficiencies per operator class and dtype
-   family from committed GPU layer profiles and published training throughputs, each
-   named with its distance from this model), with the launch floor (kernels times the
-   measured host time per kernel) and the cast kernels AMP adds, and a checklist per
-   GPU: predicted and measured gains, upper bounds apart.
-
-Every FLOP and byte comes from ``ampbook.predict.steptrace.trace_step`` (fake tensors:
-the full size costs seconds, not memory), every dtype from the CPU autocast that stands
-in for CUDA's (``ampbook.measure.autocast_rules``).
+ampbook.doctor`` (the command parses the flags and prints; the README's doctor section
+says what it accepts). ``diagnose`` traces one training step per precision on fake
+tensors (``predict.steptrace.trace_step``: the full size costs seconds, not memory),
+reads it (``traced``: coverage, memory, roofline per GPU), calibrates the expected
+speedup per GPU on the committed references (``verdict``), hands that answer to its
+caller, then times the runner's own step here (``measured``). The report is one
+JSON-ready dict; ``report_text`` prints it.
 """
 
 from __future__ import annotations
@@ -81,7 +14,6 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -96,7 +28,7 @@ from ampbook.chapters.ch6.outputs import (
     output_shape,
     quiet_fake,
     returns_tensor,
-)
+)  # fmt: skip
 from ampbook.chapters.ch6.traced import (
     coverage,
     fake_saved_bytes,
@@ -106,7 +38,7 @@ from ampbook.chapters.ch6.traced import (
     unmodelled_line,
     weight_copy_bytes,
     where_time_goes,
-)
+)  # fmt: skip
 from ampbook.chapters.ch6.verdict import (
     checklist,
     committed_measurements,
@@ -114,12 +46,9 @@ from ampbook.chapters.ch6.verdict import (
     setting_text,
     speedup_range_verdict,
     verdict_ranges,
-)
+)  # fmt: skip
 from ampbook.core import cli
-from ampbook.core.precision import (
-    AUTOCAST_DTYPES,
-    torch_name,
-)
+from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
 from ampbook.core.words import plural
 from ampbook.predict.hostmodel import host_model
 from ampbook.predict.roofline import Ceilings, predict
@@ -133,21 +62,16 @@ from ampbook.predict.specs import (
     parse_precisions,
     resolve_gpus,
     shape_text,
-)
+)  # fmt: skip
 from ampbook.predict.steptrace import (
     MEMORY_FORMATS,
     StepTrace,
     relabel,
     trace_step,
     with_memory_format,
-)
+)  # fmt: skip
 
-REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report's schema (``diagnose``)
-
-
-# --------------------------------------------------------------------------------------
-# the report
-# --------------------------------------------------------------------------------------
+REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report's schema
 
 
 @dataclass
@@ -167,32 +91,22 @@ class DoctorConfig:
     # where a CPU times its steps: (input shape, batch); None: ``measure_size``'s
     measure_size: tuple[tuple[int, ...], int] | None = None
     rounds: int = CPU_ROUNDS
-    # the memory format the user's loop runs (``steptrace.MEMORY_FORMATS``)
-    memory_format: str = "channels_first"
-    # progress lines on stderr while the doctor waits: a ``cli.Progress``, or True /
-    # False; None: when stderr is a terminal
+    memory_format: str = "channels_first"  # the layout the user's loop runs
+    # progress lines on stderr: a ``cli.Progress``, or True / False; None: on a terminal
     progress: bool | cli.Progress | None = None
-    # False: the forward pass alone is traced and timed (``--forward-only``)
-    backward: bool = True
-    # who is asking: "python" (this API) or "cli" (the command): advice names the
-    # keyword argument or the flag (``option_name``)
+    backward: bool = True  # False: the forward pass alone (``--forward-only``)
+    # who asks: "python" or "cli" (advice names the keyword argument or the flag)
     caller: str = "python"
 
 
-# A setting's name as the caller gives it: (the command's flag, DoctorConfig's field).
-_OPTIONS = {"backward": ("--forward-only", "backward=False")}
-
-
-def option_name(cfg: DoctorConfig, what: str) -> str:
-    """How the user sets ``what`` where they called the doctor: the flag on the
-    command line, the ``DoctorConfig`` argument in Python."""
-    flag, arg = _OPTIONS[what]
-    return flag if cfg.caller == "cli" else f"DoctorConfig({arg})"
+def forward_only(cfg: DoctorConfig) -> str:
+    """How the user asks for the forward pass alone where they called the doctor."""
+    return "--forward-only" if cfg.caller == "cli" else "DoctorConfig(backward=False)"
 
 
 def check_device(text: str) -> str:
-    """``--device``: auto, cpu or cuda[:N] (where a training step can be timed);
-    anything else (meta, a typo) is refused, never measured on the CPU instead."""
+    """``--device``: auto, cpu or cuda[:N]; anything else (meta, a typo) is refused,
+    never measured on the CPU instead."""
     t = str(text).strip().lower()
     kind, _, index = t.partition(":")
     if t in ("auto", "cpu") or (kind == "cuda" and (not _ or index.isdigit())):
@@ -205,8 +119,8 @@ def check_device(text: str) -> str:
 
 
 def check_size(batch: int, shape: Sequence[int], devices) -> None:
-    """Refuse a batch whose input alone (fp32) is larger than the largest GPU of the
-    device table: no GPU could run it, and its trace's numbers would overflow."""
+    """Refuse a batch whose fp32 input alone is larger than the largest GPU of the
+    device table (its trace's numbers would overflow too)."""
     elements = batch * math.prod(shape)
     big = max(devices.values(), key=lambda d: d.memory_gb)
     if elements * 4 > big.memory_gb * 1e9:
@@ -259,7 +173,7 @@ def diagnose(
     if cfg.backward and not any(p.requires_grad for p in model.parameters()):
         raise DoctorError(
             f"{cfg.model} has no trainable parameter: a training step has nothing to "
-            f"compute backward; pass {option_name(cfg, 'backward')} to diagnose the "
+            f"compute backward; pass {forward_only(cfg)} to diagnose the "
             "forward pass alone"
         )
     tell(f"tracing batch {batch} x {shape_text(shape)} (fake tensors: no data)")
@@ -339,7 +253,7 @@ def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
             if "nothing to trace backward" in why:
                 raise DoctorError(
                     "the loss does not depend on any trainable parameter: nothing to "
-                    f"trace backward; pass {option_name(cfg, 'backward')} to diagnose "
+                    f"trace backward; pass {forward_only(cfg)} to diagnose "
                     "the forward pass alone"
                 ) from None
             raise DoctorError(
@@ -460,37 +374,3 @@ def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -
     report["verdict"].update(
         checklist(report["roofline"], ranges, cfg.loader_images_per_s, measured)
     )
-
-
-# --------------------------------------------------------------------------------------
-# command line
-# --------------------------------------------------------------------------------------
-
-
-def check_outputs(
-    json_path: str | None, markdown_path: str | None, overwrite: bool = False
-) -> None:
-    """``--json`` and ``--markdown`` checked before the diagnosis: two different files
-    (one would overwrite the other), each writable in an existing folder, neither
-    replacing a file the doctor did not write unless ``overwrite``
-    (``cli.check_output_file``; an earlier JSON report is the doctor's own)."""
-    outputs = {"--json": json_path, "--markdown": markdown_path}
-    kinds = {"--json": REPORT_SCHEMA, "--markdown": None}
-    for flag, f in outputs.items():
-        if f is not None:
-            try:
-                cli.check_output_file(
-                    f,
-                    flag,
-                    create_parents=False,
-                    kind=kinds[flag],
-                    overwrite=overwrite,
-                )
-            except cli.UserError as err:
-                raise DoctorError(str(err)) from None
-    if json_path and markdown_path:
-        same = Path(json_path).resolve() == Path(markdown_path).resolve()
-        if same:
-            raise DoctorError(
-                f"--json and --markdown both name {json_path}; give two files"
-            )

@@ -6,7 +6,6 @@ terminal.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from ampbook.chapters.ch6.verdict import gist, measured_verdict, nearness, span_text
@@ -663,13 +662,3 @@ def to_markdown(report: dict[str, Any], level: int = 1) -> str:
     title's heading level (the sections one below); 0 sets the titles in bold instead
     of headings (for a page that has its own)."""
     return report_head(report, level) + "\n\n" + report_body(report, level)
-
-
-def jsonable(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value
