@@ -1,8 +1,6 @@
-"""The doctor's verdict: the expected AMP speedup per GPU as a calibrated range
-(``ampbook.predict.calibrate``) in words, the memory warnings, the committed
-measurements of the same setting, the checklist per GPU, and what the steps
-timed on this device say (section 5 of the report, and the words of section 4).
-"""
+"""Section 5 of the doctor's report: the expected AMP speedup per GPU in words, the
+memory warnings, the committed measurements of the same setting, the checklist per
+GPU, and the one line on the steps timed here (section 4)."""
 
 from __future__ import annotations
 
@@ -11,9 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ampbook.chapters.ch6.traced import cast_kernels, layout_kernels
-from ampbook.core.precision import (
-    AUTOCAST_DTYPES,
-)
+from ampbook.core.precision import AUTOCAST_DTYPES
 from ampbook.core.words import plural
 from ampbook.predict.specs import shape_text, table_key
 from ampbook.predict.steptrace import StepTrace
@@ -22,12 +18,7 @@ from ampbook.predict.steptrace import StepTrace
 SAME_SPEED = 0.05
 
 
-# --------------------------------------------------------------------------------------
-# 5. verdict
-# --------------------------------------------------------------------------------------
-
-
-def range_word(value: float, low: float, high: float) -> str:
+def range_position(value: float, low: float, high: float) -> str:
     """Where ``value`` lies against the range ``low``-``high``, in words."""
     if value < low:
         return "below the range"
@@ -120,38 +111,41 @@ def speedup_range_verdict(
         )
     for m in rng.get("committed") or []:
         line += " " + measured_text(m, rng)
-    launch = rng.get("launch")
-    if launch and (launch.get("amp_bound") or launch.get("fp32_bound")):
-        which = "AMP's" if launch.get("amp_bound") else "fp32's"
-        kernels = launch["amp_kernels"] if launch.get("amp_bound") else None
-        kernels = kernels or launch["fp32_kernels"]
-        floor = launch["amp_floor_s"] if launch.get("amp_bound") else None
-        floor = floor or launch["fp32_floor_s"]
-        added = [f"its casts add {casts}"] if casts else []
-        if transposes:
-            added.append(f"the layout transposes assumed in NCHW {transposes}")
-        more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
-        if added and more:
-            count = plural(abs(more), "other operator").split(" ", 1)
-            added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
-        cast = (
-            f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
-            if added and which == "AMP's"
-            else ""
-        )
-        assumed = (
-            "; each layout transpose assumed to cost an eager operator's host time"
-            if transposes and which == "AMP's"
-            else ""
-        )
-        line += (
-            f" Launch-bound: {which} {kernels} kernels{cast} need at least "
-            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
-            f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
-            f"and assumed on every GPU{assumed}), longer than their calibrated "
-            "kernel time."
-        )
-    return line
+    return line + _launch_sentence(rng.get("launch"), casts, transposes)
+
+
+def _launch_sentence(launch, casts: int | None, transposes: int | None) -> str:
+    """ " Launch-bound: ..." where the launch floor binds (AMP's or fp32's), else ""."""
+    if not launch or not (launch.get("amp_bound") or launch.get("fp32_bound")):
+        return ""
+    amp = bool(launch.get("amp_bound"))
+    which = "AMP's" if amp else "fp32's"
+    kernels = (launch["amp_kernels"] if amp else None) or launch["fp32_kernels"]
+    floor = (launch["amp_floor_s"] if amp else None) or launch["fp32_floor_s"]
+    added = [f"its casts add {casts}"] if casts else []
+    if transposes:
+        added.append(f"the layout transposes assumed in NCHW {transposes}")
+    more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
+    if added and more:
+        count = plural(abs(more), "other operator").split(" ", 1)
+        added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
+    cast = (
+        f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
+        if added and amp
+        else ""
+    )
+    assumed = (
+        "; each layout transpose assumed to cost an eager operator's host time"
+        if transposes and amp
+        else ""
+    )
+    return (
+        f" Launch-bound: {which} {kernels} kernels{cast} need at least "
+        f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
+        f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
+        f"and assumed on every GPU{assumed}), longer than their calibrated "
+        "kernel time."
+    )
 
 
 def step_label(rng: dict[str, Any]) -> str:
@@ -190,7 +184,7 @@ def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
             f"; recorded by {m['loop']} ({m['loop_detail']}; two of the AMP step's "
             f"syncs and one of fp32's are the runner's, not AMP's), against "
             f"{run['point']:.2f}x ({span_text(run['low'], run['high'])}) predicted "
-            f"for that loop: {range_word(m['speedup'], run['low'], run['high'])}"
+            f"for that loop: {range_position(m['speedup'], run['low'], run['high'])}"
         )
     return text + "."
 
@@ -221,37 +215,23 @@ def verdict_ranges(
     step predicted for the book's runner of 2026-11-30 (``runner``), to hold the
     steps it measured against."""
     from ampbook.predict.calibrate import calibrated_range
-    from ampbook.predict.hostmodel import RUNNER_2026_11_30
+    from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
 
     out = []
     for r in roof:
         if not r.get("amp_s"):
             continue
-        rng = calibrated_range(
-            r["fp32_by_class_s"],
-            r["amp_by_class_s"],
-            r["gpu"],
-            refs,
-            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
-            floor=floor,
-            model=model,
-            devices=devices,
-            memory_format=memory_format,
-            batch=batch,
-            host=host,
-            data_s=data_s,
-        )
+        kw = dict(
+            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]}, floor=floor,
+            model=model, devices=devices, memory_format=memory_format, batch=batch,
+        )  # fmt: skip
+        bounds = (r["fp32_by_class_s"], r["amp_by_class_s"], r["gpu"], refs)
+        rng = calibrated_range(*bounds, **kw, host=host, data_s=data_s)
         if host is not None and rng["rows"]:
-            run = calibrated_range(
-                r["fp32_by_class_s"], r["amp_by_class_s"], r["gpu"], refs,
-                kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
-                floor=floor, model=model, devices=devices,
-                memory_format=memory_format, batch=batch,
-                host=host.with_loop(RUNNER_2026_11_30),
-            )  # fmt: skip
+            run = calibrated_range(*bounds, **kw, host=host.with_loop(RUNNER))
             rng["runner"] = {k: run[k] for k in ("point", "low", "high")} | {
-                "loop": RUNNER_2026_11_30.name,
-                "detail": RUNNER_2026_11_30.detail,
+                "loop": RUNNER.name,
+                "detail": RUNNER.detail,
             }
         casts = cast_kernels(traces, r["precision"])
         moves = layout_kernels(traces, r["precision"])
@@ -320,27 +300,22 @@ def setting_text(batch: int, shape: Sequence[int]) -> str:
 def committed_measurements(
     model: str, gpus: Sequence[str], results_dir=None, refs=None
 ) -> dict[str, list[dict[str, Any]]]:
-    """What the committed results (``data/results/``) measured of ``model`` on each
-    of ``gpus``: a layer-profile pair's kernel-time ratio (a reference of the same
-    network and GPU) and, for the book's ERFNet, the training runs' step-time ratio
-    of each AMP precision over fp32 with TF32. Each names its ``setting``
-    (``setting_text``). Empty where nothing was measured."""
+    """What the committed results measured of ``model`` on each of ``gpus``, each
+    with its ``setting``: a layer-profile pair's kernel-time ratio (a reference of the
+    same network and GPU) and, for ERFNet, each AMP precision's step-time ratio over
+    fp32 with TF32, timed alone (layer profiles) and in the loop (training runs)."""
     out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
     for ref in refs or []:
         if ref.kind == "profile" and ref.model == model and ref.gpu in out:
-            out[ref.gpu].append(
-                {
-                    "precision": "amp-fp16",
-                    "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
-                    "speedup": ref.measured_speedup,
-                    "setting": ref.setting,
-                    "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
-                    f"{ref.layout.get('16-bit')})",
-                }
-            )
+            out[ref.gpu].append({
+                "precision": "amp-fp16",
+                "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
+                "speedup": ref.measured_speedup, "setting": ref.setting,
+                "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
+                f"{ref.layout.get('16-bit')})",
+            })  # fmt: skip
     if model != "erfnet":
         return out
-    from ampbook.predict.hostmodel import profile_loop
     from ampbook.results import load_results_dir
 
     try:
@@ -348,52 +323,49 @@ def committed_measurements(
         pairs, profiles = rs.pairs(), rs.profile_pairs()
     except Exception:  # an unreadable results folder is the results module's to say
         pairs, profiles = [], []
-    for b, a in profiles:  # the step timed alone (layer profiles: no loader)
+    for b, a in profiles:
         key = table_key(a.device_name)
-        if key not in out or a.mode not in AUTOCAST_DTYPES or b.mode != "fp32-tf32":
-            continue
-        where = setting_text(a.batch_size, (3, a.height, a.width))
-        loop = profile_loop(a.record)
-        out[key].append(
-            {
-                "precision": a.mode,
-                "kind": "step alone",
-                "what": f"step timed alone, {a.mode} over fp32 (TF32 on), layer "
-                "profiles",
-                "speedup": b.step_s / a.step_s,
-                "setting": where,
-                "loop": loop.name if loop else None,
-                "loop_detail": loop.detail if loop else None,
-                "steps": a.record.get("steps"),
-                "amp_kernel_s": a.measured_total_s,  # the profile's kernel time
-                "source": f"{Path(a.path).name}, {Path(b.path).name}: "
-                f"{a.step_s * 1e3:.1f} ms against {b.step_s * 1e3:.1f} ms",
-            }
-        )
-    for q in pairs:  # the step in the training loop, epoch by epoch
-        if q.amp.mode not in AUTOCAST_DTYPES or q.baseline.mode != "fp32-tf32":
-            continue
+        if key in out and a.mode in AUTOCAST_DTYPES and b.mode == "fp32-tf32":
+            out[key].append(_step_alone(b, a))
+    for q in pairs:
         key = table_key(q.setting.device_name)
-        if key in out:
-            where = setting_text(
-                q.setting.batch_size, (3, q.setting.height, q.setting.width)
-            )
-            per = q.step_speedups or [q.step_speedup]
-            out[key].append(
-                {
-                    "precision": q.amp.mode,
-                    "kind": "step in the loop",
-                    "what": f"step time, {q.amp.mode} over fp32 (TF32 on), training "
-                    "runs",
-                    "speedup": q.step_speedup,
-                    "low": min(per),
-                    "high": max(per),
-                    "epochs": len(per),
-                    "setting": where,
-                    "source": f"committed training runs in data/results, {where}",
-                }
-            )
+        ok = q.amp.mode in AUTOCAST_DTYPES and q.baseline.mode == "fp32-tf32"
+        if key in out and ok:
+            out[key].append(_step_in_loop(q))
     return out
+
+
+def _step_alone(b, a) -> dict[str, Any]:
+    """A layer-profile pair's step timed alone (no loader), fp32 ``b``, AMP ``a``."""
+    from ampbook.predict.hostmodel import profile_loop
+
+    loop = profile_loop(a.record)
+    return {
+        "precision": a.mode, "kind": "step alone",
+        "what": f"step timed alone, {a.mode} over fp32 (TF32 on), layer profiles",
+        "speedup": b.step_s / a.step_s,
+        "setting": setting_text(a.batch_size, (3, a.height, a.width)),
+        "loop": loop.name if loop else None,
+        "loop_detail": loop.detail if loop else None,
+        "steps": a.record.get("steps"),
+        "amp_kernel_s": a.measured_total_s,  # the profile's kernel time
+        "source": f"{Path(a.path).name}, {Path(b.path).name}: "
+        f"{a.step_s * 1e3:.1f} ms against {b.step_s * 1e3:.1f} ms",
+    }  # fmt: skip
+
+
+def _step_in_loop(q) -> dict[str, Any]:
+    """A committed training pair's step in the loop, epoch by epoch."""
+    st = q.setting
+    where = setting_text(st.batch_size, (3, st.height, st.width))
+    per = q.step_speedups or [q.step_speedup]
+    return {
+        "precision": q.amp.mode, "kind": "step in the loop",
+        "what": f"step time, {q.amp.mode} over fp32 (TF32 on), training runs",
+        "speedup": q.step_speedup, "low": min(per), "high": max(per),
+        "epochs": len(per), "setting": where,
+        "source": f"committed training runs in data/results, {where}",
+    }  # fmt: skip
 
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
