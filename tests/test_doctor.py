@@ -418,15 +418,14 @@ def test_cpu_timing_table_says_what_each_number_is(report):
 def test_progress_lines_while_cpu_steps_are_timed():
     import io
 
-    from ampbook.chapters.ch6.measured import cpu_rounds
+    from ampbook.chapters.ch6.measured import CpuGroup, time_groups
     from ampbook.core.cli import Progress
 
     model = tiny_classifier()
     out = io.StringIO()
-    rows = cpu_rounds(
-        model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], None, 3,
-        Progress("doctor", True, out),
-    )  # fmt: skip
+    g = CpuGroup(model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], None, 3)
+    time_groups([g], Progress("doctor", True, out))
+    rows = g.rows()
     lines = out.getvalue().splitlines()
     rounds = [x for x in lines if "round" in x]
     assert len(rounds) == 3 and all(

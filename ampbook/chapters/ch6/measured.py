@@ -1,8 +1,7 @@
-"""The runner's own step timed on this device, per precision: section 4 of the
-doctor's report. On a CPU at a small size by chapter 5's rounds method (the
-precisions take turns), fp16 at a tiny size; on CUDA at the full size, with
-channels_last and cudnn.benchmark variants.
-"""
+"""Section 4 of the doctor's report: the runner's own step timed here per precision.
+On a CPU at a small size by chapter 5's rounds method (the precisions take turns),
+fp16 at a tiny size; on CUDA at the full size, with channels_last and cudnn.benchmark
+variants."""
 
 from __future__ import annotations
 
@@ -18,35 +17,23 @@ from torch import nn
 
 from ampbook.chapters.ch6.outputs import output_shape, targets
 from ampbook.core import cli
-from ampbook.core.precision import (
-    AUTOCAST_DTYPES,
-    backend_flags,
-)
+from ampbook.core.precision import AUTOCAST_DTYPES, backend_flags
 from ampbook.core.terminal import duration_text
 from ampbook.predict.pace import speedup_verdict
 from ampbook.predict.specs import DoctorError, first_line, shape_text
 from ampbook.results import PEAK_CUDA
 from ampbook.results import SAVED_FOR_BACKWARD as SAVED
 
-# Largest batch x pixels at which a CPU step is timed in fp16 (batch 2 of 32 x 32):
-# fp16 training steps on CPUs were measured many times slower than fp32; the doctor
-# prints the ratio it measures there, and no cause.
+# Largest batch x pixels at which a CPU step is timed in fp16 (many times slower than
+# fp32's on CPUs); the doctor prints the ratio it measures there, and no cause.
 CPU_FP16_MAX_PIXELS = 2 * 32 * 32
-# A CPU step is timed at an input scaled down to about this many pixels on a side.
-CPU_MEASURE_SIDE = 32
-# Rounds of the CPU timing (chapter 5's method: the precisions take turns).
-CPU_ROUNDS = 5
-
-
-# --------------------------------------------------------------------------------------
-# 4. measured on this device
-# --------------------------------------------------------------------------------------
+CPU_MEASURE_SIDE = 32  # a CPU step's input is scaled to about this many pixels a side
+CPU_ROUNDS = 5  # rounds of the CPU timing (chapter 5's method)
 
 
 def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
-    """``shape`` with its last two dimensions (the last one for a sequence, none for a
-    vector) scaled down to about ``side`` each, multiples of 32 (at least 32, at most
-    the original)."""
+    """``shape`` with its last two dimensions (one for a sequence) scaled down to about
+    ``side`` each, multiples of 32 (at least 32, at most the original)."""
     shape = tuple(shape)
     n = min(2, len(shape) - 1)
     if n <= 0:
@@ -65,8 +52,8 @@ def measure_size(
     key: str | None = None,
 ) -> tuple[tuple[int, ...], int]:
     """Where to time steps: the full size on CUDA; on a CPU an input scaled to about
-    ``CPU_MEASURE_SIDE`` pixels a side (``_scaled``) and batch <= 2, or the full input
-    at batch 2 when the model accepts no other."""
+    ``CPU_MEASURE_SIDE`` pixels a side and batch <= 2 (the full input where the model
+    accepts no other)."""
     if device.type == "cuda":
         return tuple(shape), batch
     small = _scaled(shape, CPU_MEASURE_SIDE)
@@ -79,23 +66,22 @@ def measure_size(
 
 def _variants(device: torch.device, precisions: Sequence[str]):
     """(label, precision, tf32, channels_last, cudnn_benchmark, skip reason)."""
-    if device.type == "cuda":
-        out = [("fp32 (TF32 on)", "fp32", True, False, False, None)]
-        out.append(("fp32 (TF32 off)", "fp32", False, False, False, None))
-        for p in precisions[1:]:
-            ok = p != "amp-bf16" or torch.cuda.is_bf16_supported()
-            why = None if ok else "this GPU has no bf16"
-            out.append((p, p, True, False, False, why))
-            out.append((f"{p} + channels_last", p, True, True, False, why))
-            out.append((f"{p} + cudnn.benchmark", p, True, False, True, why))
-        return out
-    return [(p, p, False, False, False, None) for p in precisions]
+    if device.type != "cuda":
+        return [(p, p, False, False, False, None) for p in precisions]
+    out = [("fp32 (TF32 on)", "fp32", True, False, False, None),
+           ("fp32 (TF32 off)", "fp32", False, False, False, None)]  # fmt: skip
+    for p in precisions[1:]:
+        ok = p != "amp-bf16" or torch.cuda.is_bf16_supported()
+        why = None if ok else "this GPU has no bf16"
+        out += [(p, p, True, False, False, why),
+                (f"{p} + channels_last", p, True, True, False, why),
+                (f"{p} + cudnn.benchmark", p, True, False, True, why)]  # fmt: skip
+    return out
 
 
 class ForwardStep:
-    """The forward pass and loss alone, under autocast when the precision has one and
-    without autograd (``--forward-only``: inference, or a model with nothing to
-    train); called as the runner's step is, ``step(x, y, meter=None)``."""
+    """The forward pass and loss alone, under autocast where the precision has one,
+    without autograd (``--forward-only``); called as the runner's step is."""
 
     def __init__(self, model, criterion, device, autocast_dtype, channels_last=False):
         self.model, self.criterion, self.device = model, criterion, device
@@ -115,8 +101,7 @@ class ForwardStep:
 
 class _Variant:
     """One timed variant: its own copy of the model, optimizer and the runner's step
-    (or the forward pass alone, ``ForwardStep``, when ``backward`` is False), with the
-    CUDA flags it runs under."""
+    (or ``ForwardStep``), with the CUDA flags it runs under."""
 
     def __init__(self, model, device, prec, tf32, cl, bench, x, y, backward=True):
         from ampbook.train import TrainStep
@@ -140,8 +125,7 @@ class _Variant:
         self.times: list[float] = []
 
     def flags(self):
-        """The variant's TF32 and cudnn.benchmark flags on CUDA (restored after);
-        nothing on a CPU."""
+        """The variant's TF32 and cudnn.benchmark flags on CUDA (restored after)."""
         if self.device.type != "cuda":
             return contextlib.nullcontext()
         return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
@@ -151,16 +135,10 @@ class _Variant:
 
         with self.flags():
             r = benchmark(
-                self.step,
-                lambda: (self.x, self.y),
-                device=self.device,
-                warmup=warmup,
-                repeats=repeats,
-                number=1,
-                min_time=0.0,
-                buffers=1,
+                self.step, lambda: (self.x, self.y), device=self.device,
+                warmup=warmup, repeats=repeats, number=1, min_time=0.0, buffers=1,
                 check_inputs=False,
-            )
+            )  # fmt: skip
         self.times += list(r.times_s)
 
     def memory(self) -> tuple[int, str]:
@@ -202,13 +180,10 @@ def as_progress(progress) -> cli.Progress:
 
 class CpuGroup:
     """Precisions timed together on the CPU at one size by chapter 5's rounds method:
-    ``warm()`` builds each one's step and runs its first, untimed step (oneDNN builds
-    its kernels; the step's memory is counted there, and its time is the first
-    estimate of a step's), ``time_round()`` times one step of each in turn, ``rows()``
-    gives each one's median step, the median of its per-round ratios to fp32 and the
-    ratios. ``seconds_left()`` is what the rounds still to run will take: every step
-    not yet timed, at the median of its precision's timed steps (its first step's
-    time before any)."""
+    ``warm()`` runs each one's first, untimed step (oneDNN builds its kernels; the
+    memory is counted there), ``time_round()`` times one step of each in turn,
+    ``rows()`` gives each one's median step and the median of its per-round ratios to
+    fp32; ``seconds_left()`` estimates the rounds still to run."""
 
     def __init__(
         self, model, shape, batch, loss, precisions, key, rounds, backward=True
@@ -277,10 +252,8 @@ class CpuGroup:
 
 
 def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
-    """Every group warmed first, then timed round by round: each progress line after
-    a round says how long every step still to be timed will take, in every group
-    (``CpuGroup.seconds_left``), so a slow precision timed last (fp16 on a CPU: many
-    times fp32's step) is counted from the start."""
+    """Every group warmed first, then timed round by round; each progress line says
+    how long every step still to be timed will take, in every group."""
     progress = as_progress(progress or False)
     for g in groups:
         g.warm(progress)
@@ -295,15 +268,6 @@ def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
             tail = f", about {duration_text(left)} left" if todo else ""
             what = f"round {i + 1} of {g.rounds}" if g.rounds > 1 else "one step"
             progress(f"measuring on cpu: {what}{tail}")
-
-
-def cpu_rounds(
-    model, shape, batch, loss, precisions, key, rounds, progress=None, backward=True
-):
-    """One ``CpuGroup`` warmed and timed (``time_groups``): its rows."""
-    g = CpuGroup(model, shape, batch, loss, precisions, key, rounds, backward)
-    time_groups([g], progress)
-    return g.rows()
 
 
 def measure(
