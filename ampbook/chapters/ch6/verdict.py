@@ -60,10 +60,9 @@ def speedup_range_verdict(
     casts: int | None = None,
     transposes: int | None = None,
 ) -> str:
-    """The expected AMP speedup on one GPU, in one line, from a calibrated range
-    (``calibration.calibrated_range``): the range and how many references give it,
-    the nearest of them, the ratio at equal shares of the bound (not a bound), and the
-    launch floor when it binds."""
+    """The expected AMP speedup on one GPU, in one line: the range
+    and the references that set it, the ratio at equal shares of the bound (not a
+    bound), the committed measurements and the launch floor when it binds."""
     equal = rng["equal_share"]
     if equal <= 0:
         raise ValueError("speedups must be positive")
@@ -149,9 +148,8 @@ def _launch_sentence(launch, casts: int | None, transposes: int | None) -> str:
 
 
 def step_label(rng: dict[str, Any]) -> str:
-    """What the range's point is of: the step (kernels, plus the host's idle time per
-    sync of the loop modelled and the data time where given), or the kernels alone
-    where no host model is committed."""
+    """What the range's point is of: the step (kernels plus the host's
+    idle time per sync, and the data time where given), or the kernels alone."""
     host = rng.get("host")
     if not host:
         return "predicted kernel-time speedup (no host model: no step)"
@@ -165,10 +163,9 @@ def step_label(rng: dict[str, Any]) -> str:
 
 
 def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
-    """One committed measurement beside the prediction, labelled by what it timed:
-    kernels, the step timed alone (held against the step predicted for the loop that
-    measured it, where that loop is known) or the step in the training loop (its
-    range epoch by epoch)."""
+    """One committed measurement beside the prediction, labelled by what
+    it timed: kernels, the step timed alone (against the step predicted for its
+    loop, where known) or the step in the training loop (epoch by epoch)."""
     other = m.get("same_setting") is False and rng.get("setting")
     where = f", not this prediction's {rng['setting']}" if other else ""
     if m.get("kind") == "step in the loop":
@@ -209,11 +206,9 @@ def verdict_ranges(
     data_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Section 5's ranges: per GPU and AMP precision, the calibrated range
-    (``calibration.calibrated_range``, both precisions in ``memory_format``, at
-    ``batch``; the step with ``host``'s idle time and ``data_s`` of data time per
-    batch, and the kernels alone) with its verdict line; with a host model, also the
-    step predicted for the book's runner of 2026-11-30 (``runner``), to hold the
-    steps it measured against."""
+    (step and kernels) with its verdict line; with a host model, also the step
+    predicted for the book's runner of 2026-11-30 (``runner``), to hold the steps it
+    measured against."""
     from ampbook.predict.calibrate import calibrated_range
     from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
 
@@ -256,11 +251,9 @@ def memory_warnings(
     traces: dict[str, StepTrace], gpus: Sequence[str], devices, copies: int = 0
 ) -> list[str]:
     """One line per precision and GPU whose step at the requested batch cannot fit:
-    the bytes saved for backward (counted on the traced step) with the weights,
-    gradients and Adam state, against the GPU's memory (its datasheet's GB), and the
-    largest batch whose activations fit (they grow with the batch; the state and
-    autocast's weight copies do not). A lower bound of the need: cuDNN's workspace,
-    the allocator's reserve and the CUDA context come on top."""
+    the bytes saved for backward with the weights, gradients and Adam state against
+    the GPU's memory, and the largest batch whose activations fit (a lower bound of
+    the need: cuDNN's workspace and the allocator's reserve come on top)."""
     from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
 
     out = []
@@ -369,15 +362,11 @@ def _step_in_loop(q) -> dict[str, Any]:
 
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
-    """The checklist's AMP row for one GPU and precision, ranked like with like: by
-    the predicted step for PyTorch's example loop (the calibrated range's point; the
-    kernels' where there is no host model) for every precision. The measured step
-    timed alone (beside the step predicted for the runner's loop that timed it) and
-    the step in the training loop are named in the detail, not ranked. Recommended
-    ("train with AMP") only where the verdict does not call it a loss: a measurement
-    of this setting slower than fp32 by more than ``SAME_SPEED``, or without one a
-    range the first screen calls "a loss" or "no clear loss" (``gist``), reads
-    "keep fp32", unranked."""
+    """The checklist's AMP row for one GPU and precision, ranked by the
+    predicted step for PyTorch's example loop (the kernels' without a host model);
+    the measured steps go in the detail, unranked. "keep fp32" (unranked) where a
+    measurement of this setting is slower than fp32 by more than ``SAME_SPEED``, or
+    without one where the range reads "a loss" or "no clear loss" (``gist``)."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
     said = None
     if rng["rows"]:
@@ -424,15 +413,12 @@ def checklist(
     loader_images_per_s: float | None,
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """What to try, per GPU (one GPU per row, named), ranked by gain within each GPU:
-    AMP (``_amp_item``: the predicted step for the example loop, measurements in
-    the detail, or the ratio at equal shares without a range), TF32
-    for matrix products (off by default in PyTorch), TF32 for convolutions (on by
-    default: listed, never ranked), the input pipeline (with a loader rate), and
-    channels_last and cudnn.benchmark as measured on this GPU. ``upper_bounds`` apart:
-    fusing the element-wise operators (``torch.compile``) if they vanished entirely;
-    normalisation layers stay (training BatchNorm reads and writes its input whatever
-    is fused into it)."""
+    """What to try, per GPU, ranked by gain within each GPU: AMP
+    (``_amp_item``), TF32 for matrix products (off by default in PyTorch) and for
+    convolutions (on by default: listed, never ranked), the input pipeline (with a
+    loader rate), and channels_last and cudnn.benchmark as measured on this GPU.
+    ``upper_bounds`` apart: fusing the element-wise operators if they vanished
+    entirely (normalisation stays: training BatchNorm reads and writes its input)."""
     items: list[dict[str, Any]] = []
     bounds: list[dict[str, Any]] = []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
@@ -516,9 +502,8 @@ def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def measured_verdict(measured: dict[str, Any]) -> str:
-    """What the timed steps on this device say, in one line: on a CPU, the rounds
-    method's verdict on amp-bf16 (the per-round ratios: "no difference is resolved"
-    when they disagree) and fp16's measured ratio; on CUDA, the fastest AMP variant
+    """What the timed steps here say, in one line: on a CPU, the rounds'
+    verdict on amp-bf16 and fp16's one ratio; on CUDA, the fastest AMP variant
     against fp32."""
     rows = [r for r in measured["rows"] if r.get("step_s")]
     where = f"batch {measured['batch']} x {shape_text(measured['input'])}"
