@@ -104,10 +104,9 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def weight_copy_note(mem: dict[str, Any]) -> str | None:
-    """Why AMP can save more bytes than fp32: the 16-bit weight copies, a fixed cost
-    per step, against activations that grow with the batch. Said only where an AMP
-    count exceeds fp32's by no more than the copies (the measured rows, the requested
-    size); None elsewhere."""
+    """Why AMP can save more bytes than fp32: the 16-bit weight copies,
+    a fixed cost per step, said only where an AMP count exceeds fp32's by no more
+    than the copies; None elsewhere."""
     copies = mem.get("weight_copies_bytes") or 0
     if not copies:
         return None
@@ -189,9 +188,9 @@ def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 def measured_table(me: dict[str, Any]) -> tuple[str, str]:
-    """Section 4's lead and Markdown table: each timed variant's median and fastest
-    step and its speedup, with columns that say which (on a CPU, the ratio of the
-    medians shown and the median of the per-round ratios the verdict reads)."""
+    """Section 4's lead and Markdown table: each timed variant's median
+    and fastest step and its speedup (on a CPU, from the medians and as the median
+    of the per-round ratios the verdict reads)."""
     cpu = me["device"] == "cpu"
     base = next(
         (r for r in me["rows"] if r["precision"] == "fp32" and r.get("step_s")), None
@@ -240,10 +239,8 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
 
 
 def references_table(rng: dict[str, Any]) -> str:
-    """The references behind one calibrated range, nearest first, like with like:
-    what each predicts here beside what it measured there, both of kernel time for a
-    layer profile (before the modelled host idle), both of the step for a published
-    throughput."""
+    """The references behind one calibrated range, nearest first, like
+    with like: kernel time for a layer profile, the step for a published one."""
     from ampbook.predict.calibrate import distance_text
 
     def here_there(r: dict[str, Any]) -> tuple[str, str]:
@@ -261,11 +258,10 @@ def references_table(rng: dict[str, Any]) -> str:
 
 
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
-    """Per GPU and AMP precision: the AMP step's kernels, its launch floor (predicted:
-    kernels x the assumed host time per kernel), its calibrated kernel time (predicted:
-    the median reference's, not the weighted point's), the AMP kernel time measured
-    at this setting where a committed layer profile holds one, and the word
-    ``bound_text`` gives; None without a floor."""
+    """Per GPU and AMP precision: the AMP step's kernels, its launch floor
+    and calibrated kernel time (both predicted), the AMP kernel time measured at this
+    setting where a committed layer profile holds one, and ``bound_text``'s word;
+    None without a floor."""
 
     def measured(r: dict[str, Any]) -> str:
         done = [m["amp_kernel_s"] for m in r.get("committed") or []
@@ -290,9 +286,8 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
 
 
 def _verdict_lines(ranges: list[dict[str, Any]]) -> str:
-    """Section 5's list, one item per GPU and precision. The step's basis (the host
-    model behind every step prediction) is said once above the list when every range
-    shares it, not under each of the list's items (30 for 15 GPUs)."""
+    """Section 5's list, one item per GPU and precision; the host model
+    behind every step prediction is said once above it when every range shares it."""
     from ampbook.chapters.ch6.verdict import step_label
 
     lines = [r["line"] for r in ranges]
@@ -358,15 +353,9 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The report as (title, one-line lead, Markdown body) per section."""
-    parts = [
-        _coverage_section(report),
-        _memory_section(report),
-        _roofline_section(report),
-        _where_section(report),
-        _measured_section(report),
-        _verdict_section(report),
-    ]
-    return [p for p in parts if p is not None]
+    parts = (_coverage_section, _memory_section, _roofline_section, _where_section,
+             _measured_section, _verdict_section)  # fmt: skip
+    return [p for p in (f(report) for f in parts) if p is not None]
 
 
 # The AMP step is "near the launch floor" when its floor is at least this share of its
@@ -383,13 +372,11 @@ BOUND_WORDS_TEXT = (
 
 
 def bound_text(r: dict[str, Any]) -> str:
-    """What bounds one range's AMP step, in a word, by one of two tests. First the
-    launch floor against the calibrated kernel time (the median reference's,
-    ``calibration.calibrated_range``): launch-bound when the kernels' host time
-    (``calibration.launch_floor``) is longer than their calibrated time (AMP's or
-    fp32's), near the launch floor when AMP's floor is at least ``NEAR_FLOOR`` of
-    AMP's calibrated kernel time. Otherwise the roofline: memory-bound or
-    compute-bound by the larger share of the predicted bound."""
+    """What bounds one range's AMP step, in a word (``BOUND_WORDS_TEXT``):
+    launch-bound when the launch floor is longer than the calibrated kernel time
+    (AMP's or fp32's), near the launch floor when AMP's floor is at least
+    ``NEAR_FLOOR`` of AMP's kernel time, else memory- or compute-bound by the larger
+    share of the roofline bound."""
     launch = r.get("launch") or {}
     if launch.get("amp_bound") or launch.get("fp32_bound"):
         return "launch-bound"
@@ -450,11 +437,9 @@ def _measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def headline_key(r: dict[str, Any]) -> tuple:
-    """Which AMP precision heads a GPU's line on the first screen: one with a range
-    first, then the faster as printed (the step's point to two decimals); a tie goes
-    to the precision with more committed measurements of this setting, so that the
-    line carries them (ERFNet on the H200: fp16 and bf16 both 1.11x, fp16's step
-    timed alone and per epoch measured)."""
+    """Which AMP precision heads a GPU's line on the first screen: one
+    with a range, then the faster as printed; a tie goes to the one with more
+    committed measurements of this setting, so that the line carries them."""
     if not r["rows"]:
         return (False, 0.0, 0)
     return (True, round(r["point"], 2), len(_measured_here(r)))
@@ -465,18 +450,15 @@ SCREEN_ORDER_TEXT = "Best first by predicted speedup"
 
 
 def screen_order(r: dict[str, Any]) -> tuple:
-    """The first screen's order of GPUs (``SCREEN_ORDER_TEXT``): by the predicted
-    speedup printed, best first; a GPU with no range last; ties in the device table's
-    order (the sort is stable)."""
+    """The first screen's order of GPUs: best first by the predicted
+    speedup printed, a GPU with no range last, ties in the device table's order."""
     return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
 
 
 def first_screen(report: dict[str, Any]) -> str:
-    """The answer first, for a screen of 24 lines x 80 columns: what was predicted
-    (batch, input, memory format), then one line per GPU with its faster AMP
-    precision: the point estimate, its range, the verdict in words (``gist``), what
-    bounds the step (``bound_text``) and a committed measurement where there is one;
-    the warnings last."""
+    """The answer first, for a screen of 24 lines x 80 columns: what was
+    predicted, then one line per GPU with its faster AMP precision (point, range,
+    verdict in words, bound, committed measurements); the warnings last."""
     from ampbook.predict.calibrate import layout_text
 
     fmt = report.get("memory_format", "channels_first")
