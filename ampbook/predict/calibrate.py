@@ -1,47 +1,26 @@
 """Calibrated AMP speedups: kernel efficiencies per operator class and dtype family,
 from measured GPU profiles and published training throughputs, and a launch floor.
 
-The roofline (``ampbook.predict.roofline.predict``) gives each precision's step a lower
-bound; its ratio is the speedup *if both precisions reached the same share of their
-bound*. They do not: on an A100, NVIDIA's ResNet-50 reaches about 43% of its bound with
-TF32 and 58% with AMP, and trains 2.63x faster with AMP where the ratio of the bounds is
-1.9x. So a prediction needs the share each precision's kernels reach, which this module
-takes from measurements, never from one network applied to all:
+The roofline gives each precision's step a lower bound; its ratio is the speedup *if
+both precisions reached the same share of their bound*. They do not (on an A100,
+NVIDIA's ResNet-50 reaches about 43% of its bound with TF32 and 58% with AMP), so a
+prediction takes the share each precision's kernels reach from measurements:
 
-* **Efficiencies** come from the references (``ampbook.predict.references``:
-  committed layer profiles and published training throughputs), per operator
-  class and dtype family.
-* **A range.** For the model diagnosed, each reference's efficiencies turn the bound
-  of each class into a time, fp32 and AMP, and give a speedup. The references are
-  weighted by how close they are (``closeness``: the same network or how far its mix
-  of classes lies, the memory format of each precision, the same GPU, chip,
-  architecture, segment or another, the batch; the weights ``fit`` on the
-  leave-one-out); the point estimate is the weighted geometric mean, its error what
-  the leave-one-out missed by at the prediction's distance from its closest reference
-  (``ErrorModel``, fitted by ``fit_errors``: no floor), the range the point times and
-  over that error, and ``basis`` names the references that carry most of the weight
-  (``calibrated_range``). ``leave_one_out`` predicts each reference from the others,
-  and the held-out published results (``references.HELDOUT_FILE``) from all of them.
-  The references are data-centre, workstation and GeForce GPUs (Lambda's RTX 3090 and
-  RTX 4090 rows); a GPU far from all of them gets a wide range.
-* **Layout and classes.** A reference's efficiencies belong to the memory format each
-  precision ran in; the bound is the book's one step model (``stepmodel``: no NCHW
-  transposes), and a reference whose AMP ran in the other layout has its 16-bit
-  efficiency scaled by the NCHW / NHWC ratio the references measured
-  (``layout_factor``). Every operator is classed by its module
-  (``scope_class``), as a layer profile classes measured time: a profile applied to
-  its own network, GPU, batch and layout gives back its own measured ratio.
-* **A launch floor.** A step cannot be faster than its kernels can be issued: eager
-  PyTorch spends some microseconds of host time per operator. The per-kernel time is
-  the median of the smallest element-wise calls of the committed GPU sweeps
-  (``ampbook.chapters.ch2.bench_matmul``, where the time no longer depends on the
-  size), and each
-  precision's step takes at least its kernel count times that (``launch_floor``). AMP
-  adds kernels (its casts), so at small batches the floor can make it slower.
+* **Efficiencies** per operator class and dtype family come from the references
+  (``ampbook.predict.references``).
+* **A range.** Each reference's efficiencies turn the model's bound per class into a
+  time, fp32 and AMP, and give a speedup; the references are weighted by how close
+  they are (``closeness``: network or class mix, memory format, GPU, batch; the
+  weights ``fit`` on the leave-one-out). The point is the weighted geometric mean,
+  its error what the leave-one-out missed by at that distance (``ErrorModel``).
+  A reference whose AMP ran in the other layout has its 16-bit efficiency scaled by
+  the NCHW / NHWC ratio the references measured (``layout_factor``).
+* **A launch floor.** Eager PyTorch spends some microseconds of host time per
+  operator; the median of the smallest element-wise calls of the committed GPU
+  sweeps times the kernel count is a floor under each precision's step
+  (``launch_floor``).
 
-    python -m ampbook.calibration          # the references and their efficiencies
-    python -m ampbook.calibration --write  # retrace the references' bounds
-    python -m ampbook.calibration --predictions  # the leave-one-out table
+``python -m ampbook.calibration`` lists the references and their leave-one-out.
 """
 
 from __future__ import annotations
@@ -50,22 +29,10 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-if TYPE_CHECKING:  # torch and the cost model are imported where they are used, so
-    # that ``python -m ampbook.calibration --help`` answers without importing torch
-
-    pass
 from ampbook.predict.hostmodel import HostModel, host_model
-from ampbook.predict.references import (
-    Reference,
-    class_mix,
-    references,
-)
-
-# --------------------------------------------------------------------------------------
-# the launch floor
-# --------------------------------------------------------------------------------------
+from ampbook.predict.references import Reference, class_mix, references
 
 
 @dataclass(frozen=True)
@@ -98,11 +65,6 @@ def launch_floor(results_dir=None) -> LaunchFloor | None:
     if not rows:
         return None
     return LaunchFloor(statistics.median(rows), ", ".join(where))
-
-
-# --------------------------------------------------------------------------------------
-# a calibrated range
-# --------------------------------------------------------------------------------------
 
 
 def baseline_family(gpu: str, devices=None) -> str:

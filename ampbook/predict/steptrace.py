@@ -1,36 +1,19 @@
 """One training step traced on fake tensors: every operator with its cost and module.
 
-``trace_step`` runs one training step (forward, loss, backward) on *fake* tensors
-(``torch._subclasses.FakeTensorMode``): every ATen operator PyTorch would launch is
-dispatched with its real shapes and dtypes, but no memory is allocated and nothing is
-computed, so a step at the RTX 3070 blog post's 1024x512 setting costs seconds of CPU,
-not the minutes (and gigabytes) of running it. A ``TorchDispatchMode`` sees each
-operator and records its FLOPs and bytes (``ampbook.predict.opcost``).
+``trace_step`` runs one training step (forward, loss, backward) on fake tensors
+(``torch._subclasses.FakeTensorMode``): every ATen operator is dispatched with its real
+shapes and dtypes, but nothing is allocated or computed, so a step at the RTX 3070 blog
+post's 1024x512 setting costs seconds of CPU. A ``TorchDispatchMode`` records each
+operator's FLOPs and bytes (``opcost``) and the innermost module that launched it
+(``ampbook.measure.tracking.ModuleScopes``: forward through the module tracker,
+backward through the autograd node); the loss goes to ``LOSS``.
 
-Each operator is attributed to the innermost module of the model running when it was
-launched (``ampbook.measure.tracking.ModuleScopes``): forward operators through the
-module tracker, backward operators through the autograd node that runs them (the module
-whose forward created it). Functional calls in a block's ``forward`` (``F.relu(y + x)``,
-``torch.cat``) go to the block; the loss goes to ``LOSS``.
-
-Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so
-it is the CPU autocast that runs, with CUDA's op lists applied on top of it
-(``ampbook.measure.autocast_rules.CudaAutocastRules``; ``autocast_rules="cpu"`` turns
-that off): convolutions, matrix products and attention in fp16/bf16; layer and group
-norm, softmax, sums, exponentials, losses and upsampling in fp32; batch norm, ReLU,
-GELU, pooling, addition and dropout in their inputs' dtype, with PyTorch's type
-promotion where an fp16 and an fp32 tensor meet. Batch norm is in neither autocast list:
-it takes the fp16 activation with fp32 weights and running statistics and writes fp16
-(cuDNN's ``cudnn_batch_norm`` on CUDA). The tests check this against traces on fake CUDA
-tensors, whose autocast is the CUDA one (``device_type="cuda"``, forward only): for
-ERFNet, MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer
-norm has CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat``
-and the loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
-reference: without a GPU PyTorch cannot pick a fused kernel and takes the unfused fp32
-path.)
-
-The trace is layout-free (``with_memory_format`` adds what a memory format costs), and
-the optimizer step is not traced (``optimizer_bytes`` estimates it).
+Mixed precision is traced under the CPU autocast with CUDA's op lists applied on top
+(``ampbook.measure.autocast_rules.CudaAutocastRules``); batch norm, in neither list,
+takes the 16-bit activation and writes 16 bits as cuDNN's does. The tests check the
+dtypes against traces on fake CUDA tensors (forward only) for ERFNet, MobileNetV3,
+ViT-B/16 and ConvNeXt. The trace is layout-free (``with_memory_format`` adds what a
+memory format costs), and the optimizer step is not traced (``optimizer_bytes``).
 """
 
 from __future__ import annotations
@@ -177,30 +160,18 @@ def trace_step(
     input_shape: Sequence[int] | None = None,
 ) -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators'
-    costs.
+    costs. The input is ``batch_size x in_channels x height x width`` fp32, or
+    ``input_shape`` (one sample's shape, any rank); ``precision`` is one of
+    ``PRECISIONS`` (``"amp-*"``: forward and loss under ``torch.autocast``). ``loss``
+    is ``"cross_entropy"`` (integer targets per pixel), ``"sum"`` or a function of
+    the output. The model is not changed (fake copies of its parameters and buffers,
+    in training mode).
 
-    The input is ``batch_size x in_channels x height x width`` fp32 (as a DataLoader
-    delivers it); ``precision`` is one of ``PRECISIONS`` (``"amp-*"`` runs forward and
-    loss under ``torch.autocast``). ``loss`` is ``"cross_entropy"`` (per-pixel, integer
-    targets of shape N x H x W, as in segmentation), ``"sum"``, or a function of the
-    output. The model is not changed: its parameters and buffers are replaced by fake
-    copies for the trace (``torch.func.functional_call``), in training mode as a step
-    would run. The optimizer step is not traced: ``optimizer_bytes`` estimates it.
-
-    ``device_type="cuda"`` traces on fake CUDA tensors under CUDA's own autocast
-    (through ``ampbook.measure.autocast_rules.autocast_region``), forward and loss only:
-    the autograd engine needs a real GPU to run a backward pass on CUDA tensors. It
-    exists to check that the CPU trace's dtypes are CUDA's.
-
-    ``autocast_rules`` (CPU traces): ``"cuda"`` applies CUDA's autocast lists in the
-    CPU autocast region (``ampbook.measure.autocast_rules.CudaAutocastRules``: layer
-    norm, softmax, sums, upsampling... in fp32 as on a GPU, none of CPU autocast's own
-    fp32 rules) and runs attention and recurrent layers as CUDA's fused kernels
-    (``ampbook.measure.cuda_kernels.CudaKernels``), in every precision; ``"cpu"``
+    ``device_type="cuda"`` traces forward and loss on fake CUDA tensors under CUDA's
+    own autocast, to check that the CPU trace's dtypes are CUDA's. ``autocast_rules``
+    (CPU traces): ``"cuda"`` applies CUDA's autocast lists and runs attention and
+    recurrent layers as CUDA's fused kernels (``measure.cuda_kernels``); ``"cpu"``
     leaves the CPU's kernels and CPU autocast's own decisions.
-
-    ``input_shape``: one sample's shape, of any rank (``(C, T, H, W)`` for video,
-    ``(C, L)`` for sequences), instead of ``in_channels x height x width``.
     """
     shape = _check_trace(
         batch_size, height, width, precision, in_channels, backward, loss,
