@@ -176,14 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     progress = cli.Progress("doctor", transient=True)
     progress("loading torch and the model")
-    from ampbook.chapters.ch6.diagnosis import REPORT_SCHEMA, DoctorConfig, diagnose
-    from ampbook.chapters.ch6.report_text import report_body, report_head, to_markdown
-    from ampbook.predict.specs import (
+    from ampbook.chapters.ch6.diagnosis import (
+        REPORT_SCHEMA,
+        DoctorConfig,
         DoctorError,
+        diagnose,
         parse_input,
         parse_precisions,
         resolve_gpus,
-    )
+    )  # fmt: skip
+    from ampbook.chapters.ch6.report_text import report_body, report_head, to_markdown
 
     measure = a.measure or (not a.no_measure and measures_by_default(a.device))
     try:
