@@ -131,12 +131,6 @@ def check_size(batch: int, shape: Sequence[int], devices) -> None:
         )
 
 
-def default_input(spec: str) -> tuple[int, ...]:
-    """ERFNet's book setting (3 x 512 x 1024), else an ImageNet image (3 x 224 x
-    224)."""
-    return ERFNET_INPUT if spec == "erfnet" else DEFAULT_INPUT
-
-
 def parse_input(text: str) -> tuple[int, ...]:
     """``"3,224,224"`` -> (3, 224, 224): one sample's shape, any number of positive
     dimensions (``3,16,112,112`` for a video clip: C, T, H, W)."""
@@ -279,7 +273,9 @@ def diagnose(
     devices = load_devices()
     gpus = resolve_gpus(cfg.gpus, devices)
     device = _pick_device(cfg)
-    shape = tuple(cfg.input) if cfg.input else default_input(cfg.model)
+    shape = tuple(
+        cfg.input or (ERFNET_INPUT if cfg.model == "erfnet" else DEFAULT_INPUT)
+    )
     batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
     check_size(batch, shape, devices)
     lap = _Laps()
