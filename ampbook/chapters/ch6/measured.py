@@ -154,14 +154,10 @@ class _Variant:
             return meter.new_bytes, SAVED
 
 
-def _finish(row: dict, v: _Variant) -> None:
-    """A timed variant's row: median and fastest step, samples, memory."""
-    row["memory_bytes"], row["memory_measure"] = v.memory()
-    row.update(
-        step_s=statistics.median(v.times),
-        min_step_s=min(v.times),
-        samples=len(v.times),
-    )
+def _timed(times: Sequence[float]) -> dict[str, Any]:
+    """A timed variant's median and fastest step and how many were timed."""
+    return {"step_s": statistics.median(times), "min_step_s": min(times),
+            "samples": len(times)}  # fmt: skip
 
 
 def _batch_for(model, shape, batch, loss, key, seed=0):
@@ -190,11 +186,10 @@ class CpuGroup:
     ):
         self.model, self.shape, self.batch = model, tuple(shape), batch
         self.loss, self.precisions, self.key = loss, list(precisions), key
-        self.rounds, self.backward = rounds, backward
-        self.done = 0
-        self.table: list[dict] = []
-        self.steps: dict[str, tuple] = {}
-        self.first_s: dict[str, float] = {}
+        self.rounds, self.backward, self.done = rounds, backward, 0
+        self.table: list[dict] = []  # one row per precision
+        self.steps: dict[str, tuple] = {}  # precision: (step, inputs, device)
+        self.first_s: dict[str, float] = {}  # the first, untimed step's seconds
         self.times: dict[str, list[float]] = {}
 
     @property
@@ -242,7 +237,7 @@ class CpuGroup:
             t = times.get(p)
             if not t:
                 continue
-            row.update(step_s=statistics.median(t), min_step_s=min(t), samples=len(t))
+            row.update(_timed(t))
             if p != "fp32" and times.get("fp32"):
                 ratios = [a / b for a, b in zip(times["fp32"], t)]
                 row.update(speedup=statistics.median(ratios), ratios=ratios)
@@ -317,7 +312,8 @@ def measure(
         try:  # two warm-up steps (the first calls build cuDNN's kernels)
             v = _Variant(model, device, prec, tf32, cl, bench, x, y, backward)
             v.time(2, repeats)
-            _finish(row, v)
+            row["memory_bytes"], row["memory_measure"] = v.memory()
+            row.update(_timed(v.times))
             del v
             torch.cuda.empty_cache()
         except Exception as e:  # e.g. an op without a kernel for this dtype here
