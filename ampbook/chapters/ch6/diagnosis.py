@@ -390,10 +390,9 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
         if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
     }
     lap("roofline")
-    memory: dict[str, Any] = {
-        "at_size": memory_at_size(traces, amp),
-        "weight_copies_bytes": weight_copy_bytes(model) if amp else 0,
-    }
+    copies = weight_copy_bytes(model)
+    memory: dict[str, Any] = {"at_size": memory_at_size(traces, amp),
+                              "weight_copies_bytes": copies if amp else 0}  # fmt: skip
     tell("calibrating the speedup ranges on the committed references")
     refs = references(cfg.results_dir)
     floor = launch_floor(cfg.results_dir)
@@ -407,7 +406,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
     _add_committed(ranges, committed, setting_text(batch, shape))
     unknown = unmodelled(preds.get(amp) or preds["fp32"])
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
-    warnings_ += memory_warnings(traces, gpus, devices, weight_copy_bytes(model))
+    warnings_ += memory_warnings(traces, gpus, devices, copies)
     lap("verdict")
     return {
         "schema": REPORT_SCHEMA,

@@ -323,16 +323,9 @@ def measure(
     for r in rows:
         if r.get("step_s") and base:
             r["speedup"] = base / r["step_s"]
-    return {
-        "device": "cuda",
-        "device_name": torch.cuda.get_device_name(device),
-        "input": list(mshape),
-        "batch": mbatch,
-        "rows": rows,
-        "rounds_verdict": None,
-        "fp16": None,
-        "backward": backward,
-    }
+    return {"device": "cuda", "device_name": torch.cuda.get_device_name(device),
+            "input": list(mshape), "batch": mbatch, "rows": rows,
+            "rounds_verdict": None, "fp16": None, "backward": backward}  # fmt: skip
 
 
 def _measure_cpu(
@@ -367,17 +360,9 @@ def _measure_cpu(
         if bf16 and bf16.get("ratios")
         else None
     )
-    return {
-        "device": "cpu",
-        "device_name": cpu_name(),
-        "input": list(mshape),
-        "batch": mbatch,
-        "rounds": rounds,
-        "rows": rows,
-        "rounds_verdict": verdict,
-        "fp16": extra,
-        "backward": backward,
-    }
+    return {"device": "cpu", "device_name": cpu_name(), "input": list(mshape),
+            "batch": mbatch, "rounds": rounds, "rows": rows,
+            "rounds_verdict": verdict, "fp16": extra, "backward": backward}  # fmt: skip
 
 
 def _fp16_row(fp16: dict, rows: list[dict], tiny, same: bool) -> dict:
