@@ -1,28 +1,17 @@
 """Will AMP help *this* model? ``python -m ampbook.doctor``, chapter 6's command.
 
-    python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
-        [--device auto|cpu|cuda] [--precisions fp32-tf32,amp-fp16,amp-bf16]
-        [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
-        [--memory-format channels_first|channels_last] [--forward-only]
-        [--loss cross-entropy|mse] [--measure | --no-measure] [--json FILE]
-        [--markdown FILE]
-
-This module is the command: its parser imports no torch (``--help`` answers at
-once), and it prints the answer first: the predicted verdict per GPU
-(``report_text.first_screen``) as soon as the step is traced, then the measured steps
-(on a GPU by default, on a CPU with ``--measure``: ``CPU_TIMING_WHY``; a progress line
-on a terminal, replaced as it goes and erased before the report), then the detailed
-sections. The diagnosis itself
-is ``ampbook.chapters.ch6.diagnosis`` (``diagnose``, ``DoctorConfig``), built on the
-modules below it: ``specs`` (the model, its input and the GPUs), ``outputs``,
-``traced`` (coverage, memory, roofline), ``measured``, ``verdict`` and
-``report_text``.
+Its parser imports no torch (``--help`` answers at once). It prints the answer first
+(``report_text.report_head``) as soon as the step is traced, then times the steps (on
+a GPU by default, on a CPU with ``--measure``: ``CPU_TIMING_WHY``) and prints the
+detailed sections. The diagnosis is ``ampbook.chapters.ch6.diagnosis.diagnose``.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import textwrap
+from pathlib import Path
 
 from ampbook.core import cli
 
@@ -51,6 +40,13 @@ def build_parser() -> cli.ArgumentParser:
         "then coverage, memory, roofline per GPU, steps timed here (on a GPU; on "
         "a CPU with --measure) and what to try.",
     )
+    for add in (_setting_options, _step_options, _timing_options, _file_options):
+        add(p)
+    return p
+
+
+def _setting_options(p: cli.ArgumentParser) -> None:
+    """The model, its input, where it is timed and what is predicted."""
     p.add_argument(
         "--model",
         required=True,
@@ -97,6 +93,10 @@ def build_parser() -> cli.ArgumentParser:
         "calls .to(memory_format=torch.channels_last) on the model and each batch); "
         "default channels_first, PyTorch's",
     )
+
+
+def _step_options(p: cli.ArgumentParser) -> None:
+    """The traced step: its loss, the output it reads, backward or not."""
     p.add_argument(
         "--loss",
         default="cross-entropy",
@@ -115,6 +115,10 @@ def build_parser() -> cli.ArgumentParser:
         help="diagnose the forward pass alone (inference, or a model with no "
         "trainable parameter): no backward is traced or timed",
     )
+
+
+def _timing_options(p: cli.ArgumentParser) -> None:
+    """Whether steps are timed here, and how many."""
     timing = p.add_mutually_exclusive_group()
     timing.add_argument(
         "--measure",
@@ -137,6 +141,10 @@ def build_parser() -> cli.ArgumentParser:
         "--results-dir",
         help="committed GPU results to calibrate on (default data/results)",
     )
+
+
+def _file_options(p: cli.ArgumentParser) -> None:
+    """The report's files."""
     p.add_argument("--json", help="also write the report's numbers as JSON here")
     p.add_argument(
         "--markdown", help="also write the report as Markdown here (unwrapped)"
@@ -146,7 +154,6 @@ def build_parser() -> cli.ArgumentParser:
         action="store_true",
         help="replace a --json or --markdown file that exists and holds something else",
     )
-    return p
 
 
 def measures_by_default(device: str) -> bool:
@@ -169,23 +176,20 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     progress = cli.Progress("doctor", transient=True)
     progress("loading torch and the model")
-    from ampbook.chapters.ch6.diagnosis import DoctorConfig, check_outputs, diagnose
-    from ampbook.chapters.ch6.report_text import (
-        jsonable,
-        report_body,
-        report_head,
-        to_markdown,
-    )
-    from ampbook.predict.specs import (
+    from ampbook.chapters.ch6.diagnosis import (
+        REPORT_SCHEMA,
+        DoctorConfig,
         DoctorError,
+        diagnose,
         parse_input,
         parse_precisions,
         resolve_gpus,
-    )
+    )  # fmt: skip
+    from ampbook.chapters.ch6.report_text import report_body, report_head, to_markdown
 
     measure = a.measure or (not a.no_measure and measures_by_default(a.device))
     try:
-        check_outputs(a.json, a.markdown, overwrite=a.overwrite)
+        check_outputs(a.json, a.markdown, REPORT_SCHEMA, overwrite=a.overwrite)
         cfg = DoctorConfig(
             model=a.model,
             input=parse_input(a.input) if a.input else None,
@@ -238,6 +242,41 @@ def main(argv: list[str] | None = None) -> int:
                 "is printed above)"
             ) from None
     return 0
+
+
+def check_outputs(
+    json_path: str | None, markdown_path: str | None, schema: str, overwrite=False
+) -> None:
+    """``--json`` and ``--markdown`` checked before the diagnosis: two different files,
+    each writable in an existing folder, neither replacing a file the doctor did not
+    write unless ``overwrite`` (an earlier JSON report of ``schema`` is its own)."""
+    from ampbook.predict.specs import DoctorError
+
+    for flag, f, kind in (("--json", json_path, schema),
+                          ("--markdown", markdown_path, None)):  # fmt: skip
+        if f is not None:
+            try:
+                cli.check_output_file(
+                    f, flag, create_parents=False, kind=kind, overwrite=overwrite
+                )
+            except cli.UserError as err:
+                raise DoctorError(str(err)) from None
+    if json_path and markdown_path:
+        if Path(json_path).resolve() == Path(markdown_path).resolve():
+            raise DoctorError(
+                f"--json and --markdown both name {json_path}; give two files"
+            )
+
+
+def jsonable(value):
+    """``value`` with every float that is not finite as None (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
 
 
 if __name__ == "__main__":

@@ -63,9 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         "--overwrite", action="store_true", help="replace a --json file that exists"
     )
     a = p.parse_args(argv)
+    from ampbook.chapters.ch6.diagnosis import (
+        DoctorConfig,
+        DoctorError,
+        diagnose,
+        parse_input,
+    )
     from ampbook.measure.timing import machine_load
-    from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
-    from ampbook.predict.specs import DoctorError, parse_input
 
     if a.json:  # checked before the report is timed, written after
         cli.check_output_file(a.json, "--json", overwrite=a.overwrite)

@@ -9,6 +9,7 @@ import statistics
 import pytest
 import yaml
 
+from ampbook import calibration as cmd
 from ampbook.chapters.ch6 import diagnosis, report_text
 from ampbook.core.paths import REPO_ROOT
 from ampbook.predict import calibrate as cal
@@ -236,16 +237,16 @@ def test_predictions_table_is_the_leave_one_out(capsys, tmp_path, monkeypatch):
     assert loo["n"] == len(refs) and not loo["no_range"]
     monkeypatch.setenv("COLUMNS", "80")
     md = tmp_path / "loo.md"
-    assert cal.main(["--predictions", "--markdown", str(md)]) == 0
+    assert cmd.main(["--predictions", "--markdown", str(md)]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert all(len(x) <= 80 for x in shown), max(shown, key=len)
     assert not [x for x in shown if x.startswith("|")]
-    assert cal.main([]) == 0  # the references' list too
+    assert cmd.main([]) == 0  # the references' list too
     shown = capsys.readouterr().out.splitlines()
     assert all(len(x) <= 80 for x in shown) and "H200 SXM" in " ".join(shown)
     notes = tmp_path / "notes.md"  # never replaced without --overwrite
     notes.write_text("mine\n")
-    assert cal.main(["--markdown", str(notes)]) == 2
+    assert cmd.main(["--markdown", str(notes)]) == 2
     assert notes.read_text() == "mine\n"
     out = md.read_text()
     lines = [x for x in out.splitlines() if x.startswith("| ") and "---" not in x]
@@ -269,7 +270,7 @@ def test_predictions_table_is_the_leave_one_out(capsys, tmp_path, monkeypatch):
 
 
 def test_every_option_has_help():
-    from ampbook.predict.calibrate import build_parser
+    from ampbook.calibration import build_parser
 
     for action in build_parser()._actions:
         assert action.help, action.option_strings

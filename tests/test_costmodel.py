@@ -511,9 +511,6 @@ def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
     measured = _fastest(lambda: conv(x).sum().backward())
     assert 0 < pred.min_step_s <= measured
     assert 0 < pred.efficiency_of(measured) <= 1
-    assert pred.step_at_efficiency(pred.efficiency_of(measured)) == pytest.approx(
-        measured
-    )
     # a whole ERFNet step too
     from ampbook.segmentation.model import ERFNet
 
@@ -531,8 +528,6 @@ def test_the_roofline_is_a_lower_bound_on_measured_cpu_times():
     assert "timed without a loader" in alone and "reached 1% of the roofline" in alone
     assert "pace" not in alone
     assert "does not say what set the pace" in bound_verdict(0.1, 10.0)
-    with pytest.raises(ValueError, match="efficiency must be in"):
-        pred.step_at_efficiency(1.5)
 
 
 # --- the post's setting from its memory figures ---------------------------------------

@@ -342,19 +342,19 @@ def test_the_bound_word_says_which_test_gave_it():
 
 
 def test_resolve_gpus_short_names():
-    assert specs.resolve_gpus("h200,A100") == ["h200-sxm", "a100-sxm-80gb"]
-    assert specs.resolve_gpus("rtx3070-laptop") == ["rtx3070-laptop"]
-    assert specs.resolve_gpus("4090,l4,L40S,3090") == [
+    assert diagnosis.resolve_gpus("h200,A100") == ["h200-sxm", "a100-sxm-80gb"]
+    assert diagnosis.resolve_gpus("rtx3070-laptop") == ["rtx3070-laptop"]
+    assert diagnosis.resolve_gpus("4090,l4,L40S,3090") == [
         "rtx4090", "l4", "l40s", "rtx3090"
     ]  # fmt: skip
-    assert specs.resolve_gpus("RTX 6000 Ada") == ["rtx6000-ada"]
+    assert diagnosis.resolve_gpus("RTX 6000 Ada") == ["rtx6000-ada"]
     with pytest.raises(specs.DoctorError, match="ambiguous.*rtx3070-desktop"):
-        specs.resolve_gpus("rtx30")
+        diagnosis.resolve_gpus("rtx30")
     with pytest.raises(
         specs.DoctorError,
         match="unknown GPU .rtx5090.; did you mean rtx3090 or rtx4090",
     ):
-        specs.resolve_gpus("rtx5090")
+        diagnosis.resolve_gpus("rtx5090")
 
 
 def test_a_gpu_added_to_the_table_gets_a_roofline_and_a_range():
@@ -418,15 +418,14 @@ def test_cpu_timing_table_says_what_each_number_is(report):
 def test_progress_lines_while_cpu_steps_are_timed():
     import io
 
-    from ampbook.chapters.ch6.measured import cpu_rounds
+    from ampbook.chapters.ch6.measured import CpuGroup, time_groups
     from ampbook.core.cli import Progress
 
     model = tiny_classifier()
     out = io.StringIO()
-    rows = cpu_rounds(
-        model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], None, 3,
-        Progress("doctor", True, out),
-    )  # fmt: skip
+    g = CpuGroup(model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], None, 3)
+    time_groups([g], Progress("doctor", True, out))
+    rows = g.rows()
     lines = out.getvalue().splitlines()
     rounds = [x for x in lines if "round" in x]
     assert len(rounds) == 3 and all(
@@ -526,7 +525,7 @@ def test_help_names_every_choice_and_each_option_has_help():
 
     parser = doctor.build_parser()
     text = parser.format_help()
-    for name in (TF32_MODE, *PRECISIONS, *MEMORY_FORMATS, *specs.LOSSES):
+    for name in (TF32_MODE, *PRECISIONS, *MEMORY_FORMATS, *diagnosis.LOSSES):
         assert name in text, name
     assert "fp32-tf32, the baseline, is always included" in " ".join(text.split())
     for action in parser._actions:
@@ -536,11 +535,11 @@ def test_help_names_every_choice_and_each_option_has_help():
 def test_the_baseline_is_accepted_by_its_mode_name(capsys):
     """The doctor's fp32 has TF32 on: --precisions takes fp32-tf32 for it (and fp32,
     the same baseline); the report's JSON still names it fp32."""
-    assert specs.parse_precisions("fp32-tf32,amp-bf16") == ["fp32", "amp-bf16"]
-    assert specs.parse_precisions("fp32,amp-bf16") == ["fp32", "amp-bf16"]
-    assert specs.parse_precisions("amp-fp16") == ["fp32", "amp-fp16"]
+    assert diagnosis.parse_precisions("fp32-tf32,amp-bf16") == ["fp32", "amp-bf16"]
+    assert diagnosis.parse_precisions("fp32,amp-bf16") == ["fp32", "amp-bf16"]
+    assert diagnosis.parse_precisions("amp-fp16") == ["fp32", "amp-fp16"]
     with pytest.raises(specs.DoctorError, match="choose from fp32-tf32,amp-fp16"):
-        specs.parse_precisions("fp32-tf16")
+        diagnosis.parse_precisions("fp32-tf16")
     argv = ["--model", "tests.test_doctor:tiny_classifier", "--input", "3,8,8",
             "--batch", "2", "--gpus", "h200", "--no-measure",
             "--precisions", "fp32-tf32,amp-fp16"]  # fmt: skip

@@ -1,47 +1,26 @@
 """Calibrated AMP speedups: kernel efficiencies per operator class and dtype family,
 from measured GPU profiles and published training throughputs, and a launch floor.
 
-The roofline (``ampbook.predict.roofline.predict``) gives each precision's step a lower
-bound; its ratio is the speedup *if both precisions reached the same share of their
-bound*. They do not: on an A100, NVIDIA's ResNet-50 reaches about 43% of its bound with
-TF32 and 58% with AMP, and trains 2.63x faster with AMP where the ratio of the bounds is
-1.9x. So a prediction needs the share each precision's kernels reach, which this module
-takes from measurements, never from one network applied to all:
+The roofline gives each precision's step a lower bound; its ratio is the speedup *if
+both precisions reached the same share of their bound*. They do not (on an A100,
+NVIDIA's ResNet-50 reaches about 43% of its bound with TF32 and 58% with AMP), so a
+prediction takes the share each precision's kernels reach from measurements:
 
-* **Efficiencies** come from the references (``ampbook.predict.references``:
-  committed layer profiles and published training throughputs), per operator
-  class and dtype family.
-* **A range.** For the model diagnosed, each reference's efficiencies turn the bound
-  of each class into a time, fp32 and AMP, and give a speedup. The references are
-  weighted by how close they are (``closeness``: the same network or how far its mix
-  of classes lies, the memory format of each precision, the same GPU, chip,
-  architecture, segment or another, the batch; the weights ``fit`` on the
-  leave-one-out); the point estimate is the weighted geometric mean, its error what
-  the leave-one-out missed by at the prediction's distance from its closest reference
-  (``ErrorModel``, fitted by ``fit_errors``: no floor), the range the point times and
-  over that error, and ``basis`` names the references that carry most of the weight
-  (``calibrated_range``). ``leave_one_out`` predicts each reference from the others,
-  and the held-out published results (``references.HELDOUT_FILE``) from all of them.
-  The references are data-centre, workstation and GeForce GPUs (Lambda's RTX 3090 and
-  RTX 4090 rows); a GPU far from all of them gets a wide range.
-* **Layout and classes.** A reference's efficiencies belong to the memory format each
-  precision ran in; the bound is the book's one step model (``stepmodel``: no NCHW
-  transposes), and a reference whose AMP ran in the other layout has its 16-bit
-  efficiency scaled by the NCHW / NHWC ratio the references measured
-  (``layout_factor``). Every operator is classed by its module
-  (``scope_class``), as a layer profile classes measured time: a profile applied to
-  its own network, GPU, batch and layout gives back its own measured ratio.
-* **A launch floor.** A step cannot be faster than its kernels can be issued: eager
-  PyTorch spends some microseconds of host time per operator. The per-kernel time is
-  the median of the smallest element-wise calls of the committed GPU sweeps
-  (``ampbook.chapters.ch2.bench_matmul``, where the time no longer depends on the
-  size), and each
-  precision's step takes at least its kernel count times that (``launch_floor``). AMP
-  adds kernels (its casts), so at small batches the floor can make it slower.
+* **Efficiencies** per operator class and dtype family come from the references
+  (``ampbook.predict.references``).
+* **A range.** Each reference's efficiencies turn the model's bound per class into a
+  time, fp32 and AMP, and give a speedup; the references are weighted by how close
+  they are (``closeness``: network or class mix, memory format, GPU, batch; the
+  weights ``fit`` on the leave-one-out). The point is the weighted geometric mean,
+  its error what the leave-one-out missed by at that distance (``ErrorModel``).
+  A reference whose AMP ran in the other layout has its 16-bit efficiency scaled by
+  the NCHW / NHWC ratio the references measured (``layout_factor``).
+* **A launch floor.** Eager PyTorch spends some microseconds of host time per
+  operator; the median of the smallest element-wise calls of the committed GPU
+  sweeps times the kernel count is a floor under each precision's step
+  (``launch_floor``).
 
-    python -m ampbook.calibration          # the references and their efficiencies
-    python -m ampbook.calibration --write  # retrace the references' bounds
-    python -m ampbook.calibration --predictions  # the leave-one-out table
+``python -m ampbook.calibration`` lists the references and their leave-one-out.
 """
 
 from __future__ import annotations
@@ -50,25 +29,10 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from ampbook.core import cli
-
-if TYPE_CHECKING:  # torch and the cost model are imported where they are used, so
-    # that ``python -m ampbook.calibration --help`` answers without importing torch
-
-    pass
 from ampbook.predict.hostmodel import HostModel, host_model
-from ampbook.predict.references import (
-    Reference,
-    class_mix,
-    references,
-    write_bounds,
-)
-
-# --------------------------------------------------------------------------------------
-# the launch floor
-# --------------------------------------------------------------------------------------
+from ampbook.predict.references import Reference, class_mix, references
 
 
 @dataclass(frozen=True)
@@ -101,11 +65,6 @@ def launch_floor(results_dir=None) -> LaunchFloor | None:
     if not rows:
         return None
     return LaunchFloor(statistics.median(rows), ", ".join(where))
-
-
-# --------------------------------------------------------------------------------------
-# a calibrated range
-# --------------------------------------------------------------------------------------
 
 
 def baseline_family(gpu: str, devices=None) -> str:
@@ -334,43 +293,33 @@ def calibrated_range(
 ) -> dict[str, Any]:
     """The AMP speedup over fp32 on ``gpu``: a point estimate, its expected error and
     the range it spans, from the speedups each applicable reference's efficiencies
-    give, weighted by how close the reference is (``closeness``: network, memory
-    format, GPU, batch).
+    give, weighted by how close the reference is (``closeness``).
 
-    ``*_by_class``: the model's bound per class on ``gpu`` (``class_bounds``), fp32 with
-    TF32 where the GPU has it, both in ``memory_format`` (one for both precisions, or
-    ``(baseline, amp)``); ``kernels``: ``{"fp32": n, "amp": n}`` for the launch
-    floor; ``model``: the doctor's spec (a reference of the same spec is "same
-    network"); ``exclude``: a reference key to leave out (the leave-one-out);
-    ``host``: the host's idle time per step (``hostmodel``), added to the kernel time
-    a layer profile's efficiencies give; ``data_s``: the loader's time per batch
-    (the step in the loop takes at least that).
+    ``*_by_class``: the model's bound per class on ``gpu`` (``class_bounds``), both in
+    ``memory_format`` (one for both precisions, or ``(baseline, amp)``); ``kernels``:
+    ``{"fp32": n, "amp": n}`` for the launch floor; ``exclude``: a reference key left
+    out (the leave-one-out); ``host``: the host's idle time added to the kernel time
+    a layer profile's efficiencies give; ``data_s``: the loader's time per batch.
 
-    Two predictions, each labelled: the *step* (``point``, ``low``, ``high``, from
-    each row's ``speedup``: kernels, plus the modelled host idle for kernel-time
-    references, at least the launch floor and the data time) and the *kernels*
-    (``kernel_point``, ``kernel_low``, ``kernel_high``, from ``kernel_speedup``:
-    no host time added, so a published reference's whole-step efficiency still
-    carries its own).
-
+    Two predictions: the *step* (``point``, ``low``, ``high``: kernels, plus the
+    modelled host idle for kernel-time references, at least the launch floor and the
+    data time) and the *kernels* (``kernel_point``, ``kernel_low``, ``kernel_high``).
     The point is the weighted geometric mean of the references' speedups; the error
-    (log scale) what the leave-one-out measured at this prediction's distance from
-    its references (``ErrorModel``: ``distance`` is minus the log of the closest
-    reference's weight, 0 for a reference's own network, GPU, layout and batch; the
-    weighted spread of the references' logarithms is returned beside it, ``spread``);
-    ``low``/``high`` the point divided and multiplied by ``exp(error)``. ``basis``
-    names the references that set it (together at least 80% of the weight). Returns
-    ``{"low", "high", "point", "error", "basis", "min", "max", "equal_share",
-    "family", "layouts", "rows", "launch"}``; ``low``/``high``/``point`` None when
-    no reference applies."""
+    (log scale) what the leave-one-out missed by at this prediction's ``distance``
+    (minus the log of the closest reference's weight: ``ErrorModel``). ``point`` and
+    its range are None when no reference applies."""
     family = baseline_family(gpu, devices)
     layouts = (
         (memory_format, memory_format)
         if isinstance(memory_format, str)
         else tuple(memory_format)
     )
-    equal = sum(fp32_by_class.values()) / sum(amp_by_class.values())
     factor = layout_factor(refs, exclude)
+    floors = (
+        (floor.floor_s(kernels["fp32"]), floor.floor_s(kernels["amp"]))
+        if floor and kernels
+        else (0.0, 0.0)
+    )
     rows = []
     mix = class_mix(fp32_by_class)
     for ref in refs:
@@ -378,8 +327,7 @@ def calibrated_range(
             continue
         times = _reference_times(
             ref, fp32_by_class, amp_by_class, family, layouts[1], factor, host,
-            floor.floor_s(kernels["fp32"]) if floor and kernels else 0.0,
-            floor.floor_s(kernels["amp"]) if floor and kernels else 0.0, data_s or 0.0,
+            *floors, data_s or 0.0,
         )  # fmt: skip
         weight, dist = closeness(
             ref, gpu, model, mix, layouts, family, batch, devices, weights or WEIGHTS
@@ -389,8 +337,7 @@ def calibrated_range(
                 "key": ref.key,
                 "label": ref.label(devices),
                 "kind": ref.kind,
-                "publisher": ref.source.get("publisher")
-                or ("committed layer profiles" if ref.kind == "profile" else ""),
+                "publisher": _publisher(ref),
                 **times,
                 "weight": weight,
                 **dist,
@@ -398,74 +345,96 @@ def calibrated_range(
             }
         )
     rows.sort(key=lambda r: -r["weight"])
-    point = error = low = high = distance = spread = kernel = None
-    basis: list[str] = []
-    if rows:
-        point, spread = _weighted(rows, "speedup")
-        kernel, _ = _weighted(rows, "kernel_speedup")
-        distance = max(0.0, -math.log(max(r["weight"] for r in rows)))
-        error = (errors or ERRORS).error(distance)
-        low, high = point / math.exp(error), point * math.exp(error)
-        total, acc = sum(r["weight"] for r in rows), 0.0
-        for r in rows:
-            basis.append(r["key"])
-            r["weight_share"] = r["weight"] / total
-            acc += r["weight"]
-            if acc >= 0.8 * total:
-                break
-        for r in rows:
-            r.setdefault("weight_share", r["weight"] / total)
-    launch = None
-    if floor is not None and kernels:
-        launch = {
-            "per_kernel_s": floor.per_kernel_s,
-            "source": floor.source,
-            "fp32_floor_s": floor.floor_s(kernels["fp32"]),
-            "amp_floor_s": floor.floor_s(kernels["amp"]),
-            "fp32_kernels": kernels["fp32"],
-            "amp_kernels": kernels["amp"],
-        }
-        if rows:  # against the median reference's kernel time
-            mid = statistics.median(r["amp_kernel_s"] for r in rows)
-            mid32 = statistics.median(r["fp32_kernel_s"] for r in rows)
-            launch.update(
-                amp_kernel_s=mid,
-                fp32_kernel_s=mid32,
-                amp_bound=launch["amp_floor_s"] >= mid,
-                fp32_bound=launch["fp32_floor_s"] >= mid32,
-            )
+    point, spread, kernel, distance, error, basis = _weigh(rows, errors or ERRORS)
+    e = math.exp(error) if rows else None
     return {
         "family": family,
         "layouts": list(layouts),
-        "equal_share": equal,
+        "equal_share": sum(fp32_by_class.values()) / sum(amp_by_class.values()),
         "point": point,
         "error": error,
         "distance": distance,
-        "spread": spread if rows else None,
+        "spread": spread,
         "layout_factor": factor,
-        "low": low,
-        "high": high,
+        "low": point / e if rows else None,
+        "high": point * e if rows else None,
         "kernel_point": kernel,
-        "kernel_low": kernel / math.exp(error) if rows else None,
-        "kernel_high": kernel * math.exp(error) if rows else None,
-        "host": None
-        if host is None
-        else {
-            "idle_per_sync_s": host.idle_per_sync_s,
-            "source": host.source,
-            "fit": host.fit,
-            "loop": host.loop.name,
-            "loop_detail": host.loop.detail,
-            "fp32_syncs": host.loop.fp32,
-            "amp_syncs": host.loop.amp,
-        },
+        "kernel_low": kernel / e if rows else None,
+        "kernel_high": kernel * e if rows else None,
+        "host": _host_dict(host),
         "data_s": data_s,
         "basis": basis,
         "min": min((r["speedup"] for r in rows), default=None),
         "max": max((r["speedup"] for r in rows), default=None),
         "rows": rows,
-        "launch": launch,
+        "launch": _launch(floor, kernels, rows),
     }
+
+
+def _publisher(ref: Reference) -> str:
+    return ref.source.get("publisher") or (
+        "committed layer profiles" if ref.kind == "profile" else ""
+    )
+
+
+def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
+    """The step's point and spread, the kernels' point, the distance, its error and
+    the ``basis`` (the references that carry at least 80% of the weight) from the
+    weighted rows, each given its ``weight_share``; Nones without a row."""
+    if not rows:
+        return None, None, None, None, None, []
+    point, spread = _weighted(rows, "speedup")
+    kernel, _ = _weighted(rows, "kernel_speedup")
+    distance = max(0.0, -math.log(max(r["weight"] for r in rows)))
+    total, acc, basis = sum(r["weight"] for r in rows), 0.0, []
+    for r in rows:
+        basis.append(r["key"])
+        r["weight_share"] = r["weight"] / total
+        acc += r["weight"]
+        if acc >= 0.8 * total:
+            break
+    for r in rows:
+        r.setdefault("weight_share", r["weight"] / total)
+    return point, spread, kernel, distance, errors.error(distance), basis
+
+
+def _host_dict(host: HostModel | None) -> dict[str, Any] | None:
+    if host is None:
+        return None
+    return {
+        "idle_per_sync_s": host.idle_per_sync_s,
+        "source": host.source,
+        "fit": host.fit,
+        "loop": host.loop.name,
+        "loop_detail": host.loop.detail,
+        "fp32_syncs": host.loop.fp32,
+        "amp_syncs": host.loop.amp,
+    }
+
+
+def _launch(floor: LaunchFloor | None, kernels, rows) -> dict[str, Any] | None:
+    """The launch floor of both precisions' kernels, held against the median
+    reference's kernel time."""
+    if floor is None or not kernels:
+        return None
+    launch = {
+        "per_kernel_s": floor.per_kernel_s,
+        "source": floor.source,
+        "fp32_floor_s": floor.floor_s(kernels["fp32"]),
+        "amp_floor_s": floor.floor_s(kernels["amp"]),
+        "fp32_kernels": kernels["fp32"],
+        "amp_kernels": kernels["amp"],
+    }
+    if rows:
+        mid = statistics.median(r["amp_kernel_s"] for r in rows)
+        mid32 = statistics.median(r["fp32_kernel_s"] for r in rows)
+        launch.update(
+            amp_kernel_s=mid,
+            fp32_kernel_s=mid32,
+            amp_bound=launch["amp_floor_s"] >= mid,
+            fp32_bound=launch["fp32_floor_s"] >= mid32,
+        )
+    return launch
 
 
 def _reference_times(
@@ -572,8 +541,7 @@ def leave_one_out(
                 "log_error": math.log(ref.measured_speedup / r["point"]),
                 "distance": r["distance"],
                 "what": "kernel time" if ref.kind == "profile" else "step time",
-                "publisher": ref.source.get("publisher")
-                or ("committed layer profiles" if ref.kind == "profile" else ""),
+                "publisher": _publisher(ref),
             }
         )
     n = len(rows)
@@ -633,123 +601,3 @@ def distance_text(row: Mapping[str, Any]) -> str:
         else (f", layout {layout_text(row['layouts'])}")
     )
     return f"{row['gpu_distance']}, {net}{lay}"
-
-
-def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> str:
-    """The leave-one-out as Markdown: one row per reference on a GPU of the device
-    table, the point and range the other references predict for it (a prediction),
-    the references that set it, the speedup it measured and whether the range holds
-    it; then the share held and the median width."""
-    from ampbook.core.devices import load_devices
-
-    devices = load_devices() if devices is None else devices
-    loo = leave_one_out(refs, devices)
-    lines = [
-        "| reference | from | layout (32-bit / AMP) | predicted by the others | "
-        "set by | measured | inside |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in loo["rows"]:
-        lines.append(
-            f"| {r['label']} | {r['publisher']} | {layout_text(r['layouts'])} | "
-            f"{r['point']:.2f}x ({r['low']:.2f}-{r['high']:.2f}x) | "
-            f"{', '.join(r['basis'][:3])} | {r['measured']:.2f}x ({r['what']}) | "
-            f"{'yes' if r['inside'] else 'no'} |"
-        )
-    lines.append("")
-    if loo["n"]:
-        lines.append(
-            f"Leave-one-out: {sum(r['inside'] for r in loo['rows'])} of {loo['n']} "
-            f"references inside the range the others predict ({loo['inside']:.0%}); "
-            f"median width {loo['median_width']:.2f}x (high / low); goal: at least "
-            "90% inside at a median width of at most 1.4x."
-        )
-    if loo["no_range"]:
-        lines.append(f"No other reference applies to: {', '.join(loo['no_range'])}.")
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------
-# command line
-# --------------------------------------------------------------------------------------
-
-
-def build_parser() -> cli.ArgumentParser:
-    """The options of ``python -m ampbook.calibration`` (no torch imported)."""
-    p = cli.ArgumentParser(
-        prog="python -m ampbook.calibration",
-        formatter_class=cli.HelpFormatter,
-        description="The references behind the doctor's calibrated AMP speedups.",
-    )
-    p.add_argument(
-        "--write",
-        action="store_true",
-        help="retrace the published references' bounds (after a change to the cost "
-        "model) and write them to data/reference/",
-    )
-    p.add_argument(
-        "--results-dir",
-        help="the committed GPU results whose layer profiles are references "
-        "(default data/results)",
-    )
-    p.add_argument(
-        "--predictions",
-        action="store_true",
-        help="the leave-one-out: each reference predicted by the others, the share "
-        "inside their range and the median width",
-    )
-    p.add_argument(
-        "--markdown",
-        metavar="FILE",
-        help="also write the table as Markdown here (unwrapped); the terminal gets it "
-        "laid out for its width, as the doctor's tables",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace a --markdown file that exists and holds something else",
-    )
-    return p
-
-
-def references_markdown(refs) -> str:
-    """The references as ``python -m ampbook.calibration`` lists them: a Markdown
-    table (network, GPU, kind, layout, the cost model's efficiencies, the measured
-    speedup) and what an efficiency is."""
-    from ampbook.core.devices import display_name
-
-    lines = [
-        "| reference | GPU | kind | layout | fp32 eff. | AMP eff. | speedup |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in refs:
-        fam = r.baseline_family
-        e32, e16 = r.step_efficiency[fam], r.step_efficiency["16-bit"]
-        lay = layout_text((r.layout.get(fam), r.layout.get("16-bit")))
-        lines.append(
-            f"| {r.network} | {display_name(r.gpu)} | {r.kind} | {lay} | {e32:.0%} | "
-            f"{e16:.0%} | {r.measured_speedup:.2f} |"
-        )
-    return "\n".join(lines) + (
-        "\n\nEfficiency: the cost model's bound over the measured time; a profile's "
-        "is its kernel time, a published one's the whole step (host time included)."
-    )
-
-
-@cli.command("python -m ampbook.calibration")
-def main(argv: list[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
-    if a.markdown:  # before any work: never replace what another command wrote
-        cli.check_output_file(a.markdown, "--markdown", overwrite=a.overwrite)
-    if a.write:
-        write_bounds()
-    refs = references(a.results_dir)
-    md = predictions_table(refs) if a.predictions else references_markdown(refs)
-    print(cli.terminal_text(md))
-    if a.markdown:
-        try:
-            cli.write_text_atomic(a.markdown, md + "\n")
-        except OSError as err:
-            cli.say(f"could not write {a.markdown}: {cli.os_error(err)[1]}")
-            return 2
-    return 0

@@ -1,25 +1,12 @@
-"""The references of the calibrated AMP speedups (``ampbook.predict.calibrate``):
-committed GPU layer profiles and published training throughputs, each as kernel
-efficiencies per operator class and dtype family, and their stored bounds.
+"""The references of the calibrated AMP speedups (``ampbook.predict.calibrate``), each
+as efficiencies (bound over measured time) per operator class (``opcost.OP_CLASSES``)
+and dtype family (``"tf32"``, ``"fp32"``, ``"16-bit"``):
 
-* **Efficiencies.** An operator belongs to a class (``opcost.OP_CLASSES``:
-  convolution, matrix product (attention and recurrent layers too), normalisation,
-  element-wise) and its step to a dtype family: ``"tf32"`` (an fp32 step with TF32 on
-  for convolutions and matrix products), ``"fp32"`` (TF32 off, or a GPU without it),
-  ``"16-bit"`` (an AMP step). A *reference* gives an efficiency, bound over measured
-  time, per (family, class):
-
-  - a pair of committed GPU **layer profiles** (``booktools.layers``: per-module
-    kernel times of one network, fp32 and AMP, on one GPU) gives one per class,
-    measured: the modules of each class summed, bound over kernel time;
-  - a **published training throughput** (``data/reference/training_throughputs.yml``:
-    a network, its batch, the GPU, images per second in both precisions, with the
-    source) gives one per family for the whole step, its time (batch / images per
-    second) against the bound of the same network, batch and GPU
-    (``reference_bounds``, stored in ``training_throughputs_bounds.json``): every class
-    of that step gets it.
-
-    python -m ampbook.calibration --write  # retrace the references' bounds
+- a pair of committed GPU **layer profiles** (fp32 and AMP, per-module kernel times
+  of one network on one GPU) gives one per class, measured;
+- a **published training throughput** (``data/reference/training_throughputs.yml``)
+  gives one per family for the whole step (its time against the bound of the same
+  network, batch and GPU, stored by ``python -m ampbook.calibration --write``).
 """
 
 from __future__ import annotations
@@ -29,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-if TYPE_CHECKING:  # torch and the cost model are imported where they are used, so
-    # that ``python -m ampbook.calibration --help`` answers without importing torch
-
+if TYPE_CHECKING:  # torch is imported where used: ``--help`` answers without it
     from ampbook.predict.roofline import Ceilings, Prediction
     from ampbook.predict.steptrace import StepTrace
 from ampbook.core.paths import REFERENCE_DIR
@@ -41,7 +26,6 @@ BOUNDS_FILE = REFERENCE_DIR / "training_throughputs_bounds.json"
 # Published throughputs held out of the calibration (the suite checks ranges on them)
 HELDOUT_FILE = REFERENCE_DIR / "training_throughputs_heldout.yml"
 HELDOUT_BOUNDS_FILE = REFERENCE_DIR / "training_throughputs_heldout_bounds.json"
-FAMILIES = ("fp32", "tf32", "16-bit")
 SIDES = ("baseline", "amp")
 _PRECISION_FAMILY = {"fp32": "fp32", "fp32-tf32": "tf32", "amp-fp16": "16-bit"}
 # Module types per class, for layer profiles (per-module times).

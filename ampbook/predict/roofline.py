@@ -204,8 +204,8 @@ class Prediction:
     Every time here is a **lower bound**: each operator runs at a peak no real kernel
     exceeds, so a real step takes *at least* ``min_step_s``, and an epoch *at least*
     ``min_epoch_s``; a device trains *at most* ``max_images_per_s``. Real kernels reach
-    a fraction of the roofline (``efficiency``): ``step_at_efficiency`` scales the bound
-    by it, and ``efficiency_of`` says what fraction a measured step reached.
+    a fraction of the roofline: ``efficiency_of`` says what fraction a measured step
+    reached.
     """
 
     trace: StepTrace
@@ -267,16 +267,6 @@ class Prediction:
     def min_epoch_s(self, images: int) -> float:
         """The least compute time of an epoch of ``images`` (a lower bound)."""
         return images / self.max_images_per_s
-
-    def step_at_efficiency(self, efficiency: float) -> float:
-        """The step time if the kernels reach ``efficiency`` (0 < e <= 1) of the
-        roofline."""
-        if not 0 < efficiency <= 1:
-            raise ValueError(
-                f"efficiency must be in (0, 1]: a fraction of the roofline, "
-                f"got {efficiency}"
-            )
-        return self.min_step_s / efficiency
 
     def efficiency_of(self, measured_step_s: float) -> float:
         """The fraction of the roofline a measured step reached: ``min_step_s /

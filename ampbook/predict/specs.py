@@ -1,13 +1,7 @@
-"""A model named on the command line, its input and the GPUs it is predicted on.
-
-``SPEC`` is ``erfnet`` (the book's network), ``torchvision:NAME`` (any torchvision
-model, built with every weights argument off: nothing is downloaded) or
-``package.module:callable`` (called with no arguments, it must return an
-``nn.Module``); ``--input`` is one sample's shape, ``--precisions`` the precisions
-compared and ``--gpus`` names of the device table. The doctor
-(``ampbook.chapters.ch6.diagnosis``) and the calibration's references
-(``ampbook.predict.references``) read models and GPUs through this module.
-"""
+"""A model named by a spec, for the doctor and the calibration's references:
+``erfnet`` (the book's network), ``torchvision:NAME`` (every weights argument off:
+nothing is downloaded) or ``package.module:callable`` (called with no arguments, it
+must return an ``nn.Module``); and a GPU's device-table key from its CUDA name."""
 
 from __future__ import annotations
 
@@ -19,13 +13,7 @@ from torch import nn
 
 from ampbook.core import cli
 from ampbook.core.errors import first_line
-from ampbook.core.precision import PRECISIONS
 from ampbook.core.words import nearest
-
-AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
-LOSSES = ("cross-entropy", "mse")
-ERFNET_INPUT = (3, 512, 1024)
-DEFAULT_INPUT = (3, 224, 224)
 
 
 class DoctorError(ValueError, cli.UserError):
@@ -79,8 +67,6 @@ def load_model(spec: str) -> nn.Module:
 
         names = torchvision.models.list_models()
         if name not in names:
-            from ampbook.core.words import nearest
-
             near = nearest(name, names, 6) or [n for n in names if name.lower() in n]
             hint = (
                 f"did you mean {', '.join(near[:6])}? " if near else "no name near it "
@@ -122,125 +108,8 @@ def load_model(spec: str) -> nn.Module:
     return model
 
 
-def default_input(spec: str) -> tuple[int, ...]:
-    """ERFNet's book setting (3 x 512 x 1024), else an ImageNet image (3 x 224 x
-    224)."""
-    return ERFNET_INPUT if spec == "erfnet" else DEFAULT_INPUT
-
-
-def parse_input(text: str) -> tuple[int, ...]:
-    """``"3,224,224"`` -> (3, 224, 224): one sample's shape, any number of positive
-    dimensions (``3,16,112,112`` for a video clip: C, T, H, W)."""
-    parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
-    try:
-        dims = tuple(int(p) for p in parts)
-    except ValueError:
-        dims = ()
-    if not dims or min(dims) < 1:
-        raise DoctorError(
-            f"--input {text!r}: give one sample's shape as positive integers, e.g. "
-            "3,224,224 (C,H,W) or 3,16,112,112 (C,T,H,W)"
-        )
-    return dims
-
-
 def shape_text(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape))
-
-
-def parse_precisions(text: str | Sequence[str]) -> list[str]:
-    """The precisions asked for; the baseline is always among them, named "fp32" in
-    the list returned (and the report's JSON). The doctor's baseline is fp32 with TF32
-    on for convolutions and matrix products where the GPU has TF32, so its mode name,
-    ``fp32-tf32`` (``modes.TF32_MODE``), is accepted for it, and so is ``fp32``."""
-    from ampbook.core.modes import TF32_MODE
-
-    items = text.split(",") if isinstance(text, str) else list(text)
-    items = [p.strip() for p in items if p.strip()]
-    bad = [p for p in items if p not in (TF32_MODE, *PRECISIONS)]
-    if bad or not items:
-        raise DoctorError(
-            f"--precisions {','.join(items) or repr(text)}: unknown {bad or 'empty'}; "
-            f"choose from {','.join((TF32_MODE, *AMP_PRECISIONS))} ({TF32_MODE}, the "
-            "baseline, may also be written fp32)"
-        )
-    return ["fp32"] + [p for p in AMP_PRECISIONS if p in items]
-
-
-def _gpu_name(text: str) -> str:
-    """A GPU name as ``--gpus`` compares it: lower case, without the vendor, spaces,
-    hyphens or underscores (``"GeForce RTX 4090"`` -> ``"rtx4090"``)."""
-    text = text.lower().replace("nvidia", "").replace("geforce", "")
-    return "".join(ch for ch in text if ch.isalnum())
-
-
-def gpu_hits(raw: str, devices) -> list[str]:
-    """The table keys one ``--gpus`` name can mean, best rule first: the key itself,
-    an alias (``a100``), the short name (``RTX 4090``, ``l4``), then any key or short
-    name containing it (``4090``)."""
-    raw = raw.strip().lower()
-    norm = _gpu_name(raw)
-    rules = (
-        lambda k, d: k == raw,
-        lambda k, d: raw in d.aliases or norm in map(_gpu_name, d.aliases),
-        lambda k, d: norm == _gpu_name(d.short_name) or norm == _gpu_name(k),
-        lambda k, d: bool(norm) and (norm in _gpu_name(k)
-                                     or norm in _gpu_name(d.short_name)),
-    )  # fmt: skip
-    for rule in rules:
-        hits = [k for k, d in devices.items() if rule(k, d)]
-        if hits:
-            return hits
-    return []
-
-
-def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
-    """Keys of the device table for ``names`` (``gpu_hits``: a key, an alias such as
-    ``a100``, a short name such as ``l4`` or ``RTX 4090``, or a part of exactly one
-    key or short name such as ``4090``). None: every GPU. An unknown or ambiguous
-    name, or a value that names none (``""``, ``",,"``), is an error that lists what
-    the table knows."""
-    from ampbook.core.devices import load_devices
-
-    devices = load_devices() if devices is None else devices
-    if names is None:
-        return list(devices)
-    items = names.split(",") if isinstance(names, str) else list(names)
-    if not any(str(n).strip() for n in items):
-        known = ", ".join(f"{k} ({d.short_name})" for k, d in devices.items())
-        given = names if isinstance(names, str) else ",".join(map(str, items))
-        raise DoctorError(
-            f"--gpus {given!r} names no GPU; give one or more, comma-separated, of "
-            f"{known} (or leave --gpus out for all of them)"
-        )
-    keys = []
-    for raw in (n.strip().lower() for n in items if n.strip()):
-        hits = gpu_hits(raw, devices)
-        if len(hits) != 1:
-            raise DoctorError(f"--gpus: {_gpu_miss(raw, hits, devices)}")
-        if hits[0] not in keys:
-            keys.append(hits[0])
-    return keys
-
-
-def _gpu_miss(raw: str, hits: list[str], devices) -> str:
-    """Why ``raw`` names no single GPU: the keys it could mean when ambiguous; when
-    unknown, the nearest keys (a typo's likely meaning, ``words.nearest``) or, with
-    none near, the table's short names."""
-    if hits:
-        known = ", ".join(f"{k} ({devices[k].short_name})" for k in hits)
-        return f"ambiguous GPU {raw!r}: it names {known}"
-    names = {k: k for k in devices}
-    for k, d in devices.items():
-        names.update({a: k for a in (d.short_name.lower(), *d.aliases)})
-    near = list(dict.fromkeys(names[n] for n in nearest(raw, names, n=6)))[:3]
-    if near:
-        return (
-            f"unknown GPU {raw!r}; did you mean {' or '.join(near)}? "
-            "(a key, a short name or an alias)"
-        )
-    short = ", ".join(d.short_name for d in devices.values())
-    return f"unknown GPU {raw!r}; the table knows {short}"
 
 
 def table_key(device_name: str) -> str | None:

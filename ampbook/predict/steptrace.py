@@ -1,36 +1,19 @@
 """One training step traced on fake tensors: every operator with its cost and module.
 
-``trace_step`` runs one training step (forward, loss, backward) on *fake* tensors
-(``torch._subclasses.FakeTensorMode``): every ATen operator PyTorch would launch is
-dispatched with its real shapes and dtypes, but no memory is allocated and nothing is
-computed, so a step at the RTX 3070 blog post's 1024x512 setting costs seconds of CPU,
-not the minutes (and gigabytes) of running it. A ``TorchDispatchMode`` sees each
-operator and records its FLOPs and bytes (``ampbook.predict.opcost``).
+``trace_step`` runs one training step (forward, loss, backward) on fake tensors
+(``torch._subclasses.FakeTensorMode``): every ATen operator is dispatched with its real
+shapes and dtypes, but nothing is allocated or computed, so a step at the RTX 3070 blog
+post's 1024x512 setting costs seconds of CPU. A ``TorchDispatchMode`` records each
+operator's FLOPs and bytes (``opcost``) and the innermost module that launched it
+(``ampbook.measure.tracking.ModuleScopes``: forward through the module tracker,
+backward through the autograd node); the loss goes to ``LOSS``.
 
-Each operator is attributed to the innermost module of the model running when it was
-launched (``ampbook.measure.tracking.ModuleScopes``): forward operators through the
-module tracker, backward operators through the autograd node that runs them (the module
-whose forward created it). Functional calls in a block's ``forward`` (``F.relu(y + x)``,
-``torch.cat``) go to the block; the loss goes to ``LOSS``.
-
-Mixed precision is traced under ``torch.autocast``. The fake tensors live on the CPU, so
-it is the CPU autocast that runs, with CUDA's op lists applied on top of it
-(``ampbook.measure.autocast_rules.CudaAutocastRules``; ``autocast_rules="cpu"`` turns
-that off): convolutions, matrix products and attention in fp16/bf16; layer and group
-norm, softmax, sums, exponentials, losses and upsampling in fp32; batch norm, ReLU,
-GELU, pooling, addition and dropout in their inputs' dtype, with PyTorch's type
-promotion where an fp16 and an fp32 tensor meet. Batch norm is in neither autocast list:
-it takes the fp16 activation with fp32 weights and running statistics and writes fp16
-(cuDNN's ``cudnn_batch_norm`` on CUDA). The tests check this against traces on fake CUDA
-tensors, whose autocast is the CUDA one (``device_type="cuda"``, forward only): for
-ERFNet, MobileNetV3, ViT-B/16 and ConvNeXt every convolution, linear layer and layer
-norm has CUDA's dtype; the CPU trace has a few extra cast kernels, before ``torch.cat``
-and the loss, that CUDA folds into the operators. (A fake-CUDA trace of attention is no
-reference: without a GPU PyTorch cannot pick a fused kernel and takes the unfused fp32
-path.)
-
-The trace is layout-free (``with_memory_format`` adds what a memory format costs), and
-the optimizer step is not traced (``optimizer_bytes`` estimates it).
+Mixed precision is traced under the CPU autocast with CUDA's op lists applied on top
+(``ampbook.measure.autocast_rules.CudaAutocastRules``); batch norm, in neither list,
+takes the 16-bit activation and writes 16 bits as cuDNN's does. The tests check the
+dtypes against traces on fake CUDA tensors (forward only) for ERFNet, MobileNetV3,
+ViT-B/16 and ConvNeXt. The trace is layout-free (``with_memory_format`` adds what a
+memory format costs), and the optimizer step is not traced (``optimizer_bytes``).
 """
 
 from __future__ import annotations
@@ -177,31 +160,76 @@ def trace_step(
     input_shape: Sequence[int] | None = None,
 ) -> StepTrace:
     """Trace one training step of ``model`` on fake tensors and return its operators'
-    costs.
+    costs. The input is ``batch_size x in_channels x height x width`` fp32, or
+    ``input_shape`` (one sample's shape, any rank); ``precision`` is one of
+    ``PRECISIONS`` (``"amp-*"``: forward and loss under ``torch.autocast``). ``loss``
+    is ``"cross_entropy"`` (integer targets per pixel), ``"sum"`` or a function of
+    the output. The model is not changed (fake copies of its parameters and buffers,
+    in training mode).
 
-    The input is ``batch_size x in_channels x height x width`` fp32 (as a DataLoader
-    delivers it); ``precision`` is one of ``PRECISIONS`` (``"amp-*"`` runs forward and
-    loss under ``torch.autocast``). ``loss`` is ``"cross_entropy"`` (per-pixel, integer
-    targets of shape N x H x W, as in segmentation), ``"sum"``, or a function of the
-    output. The model is not changed: its parameters and buffers are replaced by fake
-    copies for the trace (``torch.func.functional_call``), in training mode as a step
-    would run. The optimizer step is not traced: ``optimizer_bytes`` estimates it.
-
-    ``device_type="cuda"`` traces on fake CUDA tensors under CUDA's own autocast
-    (through ``ampbook.measure.autocast_rules.autocast_region``), forward and loss only:
-    the autograd engine needs a real GPU to run a backward pass on CUDA tensors. It
-    exists to check that the CPU trace's dtypes are CUDA's.
-
-    ``autocast_rules`` (CPU traces): ``"cuda"`` applies CUDA's autocast lists in the
-    CPU autocast region (``ampbook.measure.autocast_rules.CudaAutocastRules``: layer
-    norm, softmax, sums, upsampling... in fp32 as on a GPU, none of CPU autocast's own
-    fp32 rules) and runs attention and recurrent layers as CUDA's fused kernels
-    (``ampbook.measure.cuda_kernels.CudaKernels``), in every precision; ``"cpu"``
+    ``device_type="cuda"`` traces forward and loss on fake CUDA tensors under CUDA's
+    own autocast, to check that the CPU trace's dtypes are CUDA's. ``autocast_rules``
+    (CPU traces): ``"cuda"`` applies CUDA's autocast lists and runs attention and
+    recurrent layers as CUDA's fused kernels (``measure.cuda_kernels``); ``"cpu"``
     leaves the CPU's kernels and CPU autocast's own decisions.
-
-    ``input_shape``: one sample's shape, of any rank (``(C, T, H, W)`` for video,
-    ``(C, L)`` for sequences), instead of ``in_channels x height x width``.
     """
+    shape = _check_trace(
+        batch_size, height, width, precision, in_channels, backward, loss,
+        device_type, autocast_rules, input_shape,
+    )  # fmt: skip
+    from ampbook.measure.autocast_rules import CudaAutocastRules
+    from ampbook.measure.cuda_kernels import CudaKernels
+
+    cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
+    rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
+    kernels = CudaKernels if cuda_rules else contextlib.nullcontext
+    scopes = ModuleScopes(model, backward=backward)
+    recorder = _CostRecorder(scopes)
+    was_training = model.training
+    model.train()
+    try:
+        with _fake_region(device_type, AUTOCAST_DTYPES[precision]) as (device, cast):
+            state, x = _fake_state(model, batch_size, shape, device)
+            params = [state[n] for n, _ in model.named_parameters()]
+            meter = SavedTensorMeter(model=model, parameters=params)
+            with scopes, recorder, meter:
+                with cast(), rules(), kernels():
+                    from torch.func import functional_call
+
+                    y = functional_call(model, state, (x,))
+                    recorder.region = (LOSS, "loss")
+                    value = _loss_value(y, loss, ignore_index, device)
+                    recorder.region = None
+                    scopes.claim(value, (LOSS, "loss"))
+                if backward and not value.requires_grad:
+                    raise ValueError(
+                        "the loss does not depend on any trainable parameter: "
+                        "nothing to trace backward (pass backward=False)"
+                    )
+                if backward:  # outside autocast, as a training loop calls it
+                    recorder.phase = "backward"
+                    value.backward()
+    finally:
+        model.train(was_training)
+    return StepTrace(
+        type(model).__name__,
+        precision,
+        batch_size,
+        shape[-2] if len(shape) >= 3 else 1,
+        shape[-1] if len(shape) >= 2 else 1,
+        sum(p.numel() for p in model.parameters()),
+        recorder.ops,
+        meter.summary(),
+        shape,
+    )
+
+
+def _check_trace(
+    batch_size, height, width, precision, in_channels, backward, loss, device_type,
+    autocast_rules, input_shape,
+) -> tuple[int, ...]:  # fmt: skip
+    """``trace_step``'s arguments checked (ValueError naming the one that is wrong);
+    returns one sample's shape."""
     if autocast_rules not in ("cuda", "cpu"):
         raise ValueError(
             f"autocast_rules must be 'cuda' or 'cpu', got {autocast_rules!r}"
@@ -230,81 +258,44 @@ def trace_step(
         raise ValueError(
             f"unknown loss {loss!r}: use 'cross_entropy', 'sum' or a function"
         )
-    from torch.func import functional_call
+    return shape
 
-    from ampbook.measure.autocast_rules import CudaAutocastRules
-    from ampbook.measure.cuda_kernels import CudaKernels
 
-    cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
-    rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
-    kernels = CudaKernels if cuda_rules else contextlib.nullcontext
-    scopes = ModuleScopes(model, backward=backward)
-    recorder = _CostRecorder(scopes)
-    autocast_dtype = AUTOCAST_DTYPES[precision]
-    was_training = model.training
-    model.train()
-    try:
-        with _fake_region(device_type, autocast_dtype) as (device, autocast):
+def _fake_state(model: nn.Module, batch_size: int, shape, device) -> tuple[dict, Any]:
+    """Fake copies of ``model``'s parameters and buffers, and a fake fp32 input."""
 
-            def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
-                f = torch.empty_strided(
-                    tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device
-                )
-                return f.requires_grad_(grad)
+    def fake(t: torch.Tensor, grad: bool) -> torch.Tensor:
+        f = torch.empty_strided(
+            tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device
+        )
+        return f.requires_grad_(grad)
 
-            state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
-            state.update({n: fake(b, False) for n, b in model.named_buffers()})
-            x = torch.empty(batch_size, *shape, dtype=torch.float32, device=device)
-            params = [state[n] for n, _ in model.named_parameters()]
-            meter = SavedTensorMeter(model=model, parameters=params)
-            with scopes, recorder, meter:
-                with autocast(), rules(), kernels():
-                    y = functional_call(model, state, (x,))
-                    if isinstance(loss, str) and not isinstance(y, torch.Tensor):
-                        raise ValueError(
-                            f"the model returned a {type(y).__name__}, not a tensor: "
-                            "pass loss= a function of what it returns"
-                        )
-                    recorder.region = (LOSS, "loss")
-                    if loss == "cross_entropy":
-                        if y.dim() < 2:
-                            raise ValueError(
-                                f"cross_entropy needs N x C x ... logits; the model "
-                                f"returned shape {tuple(y.shape)}"
-                            )
-                        target = torch.zeros(
-                            (y.shape[0], *y.shape[2:]), dtype=torch.long, device=device
-                        )
-                        value = nn.functional.cross_entropy(
-                            y, target, ignore_index=ignore_index
-                        )
-                    elif loss == "sum":
-                        value = y.float().sum()
-                    else:
-                        value = loss(y)
-                    recorder.region = None
-                    scopes.claim(value, (LOSS, "loss"))
-                if backward and not value.requires_grad:
-                    raise ValueError(
-                        "the loss does not depend on any trainable parameter: "
-                        "nothing to trace backward (pass backward=False)"
-                    )
-                if backward:  # outside autocast, as a training loop calls it
-                    recorder.phase = "backward"
-                    value.backward()
-    finally:
-        model.train(was_training)
-    return StepTrace(
-        type(model).__name__,
-        precision,
-        batch_size,
-        shape[-2] if len(shape) >= 3 else 1,
-        shape[-1] if len(shape) >= 2 else 1,
-        sum(p.numel() for p in model.parameters()),
-        recorder.ops,
-        meter.summary(),
-        shape,
-    )
+    state = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
+    state.update({n: fake(b, False) for n, b in model.named_buffers()})
+    x = torch.empty(batch_size, *shape, dtype=torch.float32, device=device)
+    return state, x
+
+
+def _loss_value(y, loss, ignore_index: int, device) -> torch.Tensor:
+    """The traced step's loss of the model's output ``y``."""
+    if isinstance(loss, str) and not isinstance(y, torch.Tensor):
+        raise ValueError(
+            f"the model returned a {type(y).__name__}, not a tensor: "
+            "pass loss= a function of what it returns"
+        )
+    if loss == "cross_entropy":
+        if y.dim() < 2:
+            raise ValueError(
+                f"cross_entropy needs N x C x ... logits; the model "
+                f"returned shape {tuple(y.shape)}"
+            )
+        target = torch.zeros(
+            (y.shape[0], *y.shape[2:]), dtype=torch.long, device=device
+        )
+        return nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
+    if loss == "sum":
+        return y.float().sum()
+    return loss(y)
 
 
 def relabel(trace: StepTrace, precision: str) -> StepTrace:

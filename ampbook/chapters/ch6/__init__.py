@@ -1,16 +1,14 @@
-"""What chapter 6 ("Will AMP help?") says beyond the doctor's own report: which of two
-ratios a model's bound ratio follows, a measured speedup held against a predicted
-range, and the sentences that read the calibration's references (their published
-notes, the layer profiles' stored bounds, the GPUs no reference covers, the launch
-floor, the self-check and the leave-one-out). The doctor's report words are the
-command's (``ampbook.chapters.ch6.verdict``, ``ampbook.chapters.ch6.report_text``)."""
+"""What chapter 6 ("Will AMP help?") says beyond the doctor's own report (``verdict``,
+``report_text``): which of two ratios a model's bound ratio follows, a measured
+speedup held against a predicted range, and the sentences that read the
+calibration's references."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Sequence
 
-from ampbook.chapters.ch6.verdict import span_text
+from ampbook.chapters.ch6.verdict import range_position, span_text
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
 from ampbook.predict.calibrate import layout_text, reference_prediction
@@ -36,7 +34,6 @@ def bytes_ratio(report: dict[str, Any], precision: str = "amp-fp16") -> float:
 def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | None:
     """The tensor cores' gain on ``gpu``: the 16-bit matrix peak over fp32's with TF32
     on (None when the GPU has no 16-bit peak for ``precision``)."""
-
     devices = load_devices() if devices is None else devices
     c = Ceilings.from_device(devices[gpu], tf32=True)
     dtype = torch_name(AUTOCAST_DTYPES[precision])
@@ -48,18 +45,10 @@ def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | N
 def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") -> str:
     """Which of two ratios a model's bound ratio on ``gpu`` follows, in one line: the
     bytes (a memory-bound step's bound shrinks by what autocast halves) or the tensor
-    cores' peak (a math-bound step's bound by what the matrix units add). Both are
-    ratios of bounds: the speedup if both precisions reached the same share of their
-    bound, which real kernels do not (the calibrated range says by how much). The line
-    names the batch and input size the report traced."""
-    row = next(
-        (
-            r
-            for r in report["roofline"]
-            if r["gpu"] == gpu and r["precision"] == precision and r.get("amp_s")
-        ),
-        None,
-    )
+    cores' peak (a math-bound step's by what the matrix units add)."""
+    want = (gpu, precision)
+    rows = [r for r in report["roofline"] if r.get("amp_s")]
+    row = next((r for r in rows if (r["gpu"], r["precision"]) == want), None)
     if row is None:
         raise ValueError(f"no {precision} prediction for {gpu} in this report")
     speed, nb = row["speedup_tf32"], bytes_ratio(report, precision)
@@ -80,19 +69,10 @@ def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") 
     )
 
 
-def range_position(value: float, low: float, high: float) -> str:
-    """Where ``value`` lies against the range ``low``-``high``: "below the range",
-    "inside the range" or "above the range"."""
-    if value < low:
-        return "below the range"
-    return "inside the range" if value <= high else "above the range"
-
-
 def measured_speedup_verdict(
     gpu_name: str, measured: float, low: float, high: float
 ) -> str:
-    """A measured AMP step speedup held against a predicted range, in one line: a
-    cross-check, not a test, when the range was calibrated on the same run."""
+    """A measured AMP step speedup held against a predicted range, in one line."""
     if not 0 < low <= high or measured <= 0:
         raise ValueError(f"need 0 < low <= high and measured > 0, got {low}, {high}")
     span = span_text(low, high)
@@ -105,9 +85,8 @@ def measured_speedup_verdict(
 
 def step_range_verdicts(rows: Sequence[tuple]) -> str:
     """Each GPU's step timed alone held against its two predicted ranges, one line
-    each (``measured_speedup_verdict``), from chapter 6's rows ``(gpu, measured,
-    loop, own-profile range, range without ERFNet)``; a row without a measurement or
-    a range adds none. Without any, one line says nothing is scored."""
+    each, from chapter 6's rows ``(gpu, measured, loop, own-profile range, range
+    without ERFNet)``; a row without a measurement or a range adds none."""
     lines = [
         measured_speedup_verdict(g + which, float(m), rng["low"], rng["high"])
         for g, m, _, full, alone in rows
@@ -123,40 +102,18 @@ def step_range_verdicts(rows: Sequence[tuple]) -> str:
     )
 
 
-def unreferenced_gpus(
-    gpus: Sequence[str], refs: Sequence[Reference], devices=None
-) -> list[str]:
-    """The GPUs of ``gpus`` with no reference of their generation (the same
-    architecture and segment: a GeForce Ampere card is not an A100): their ranges
-    are carried over from other generations."""
-
-    devices = load_devices() if devices is None else devices
-
-    def gen(key):
-        d = devices.get(key)
-        return (d.architecture, d.segment) if d else (key, None)
-
-    have = {gen(r.gpu) for r in refs}
-    return [g for g in gpus if gen(g) not in have]
-
-
 def range_cell(v: dict[str, Any] | None) -> str | None:
     """A calibrated range as a table cell, "1.23 (1.10 to 1.40)" (None without one)."""
-    return (
-        None
-        if not v or v["low"] is None
-        else (f"{v['point']:.2f} ({v['low']:.2f} to {v['high']:.2f})")
-    )
+    if not v or v["low"] is None:
+        return None
+    return f"{v['point']:.2f} ({v['low']:.2f} to {v['high']:.2f})"
 
 
 def published_notes(ref_rows: Sequence[tuple], ref_notes: Sequence[str]) -> str:
     """What a published speedup is where the two sides' batches differ, and where the
     source's own speedup column differs from the ratio of its throughputs."""
-    diff_batch = [
-        f"{r[0]} on the {r[1]}"
-        for r in ref_rows
-        if r[3].split(" / ")[0] != r[3].split(" / ")[1]
-    ]
+    diff_batch = [f"{r[0]} on the {r[1]}" for r in ref_rows
+                  if r[3].split(" / ")[0] != r[3].split(" / ")[1]]  # fmt: skip
     batches = ""
     if diff_batch:
         batches = (
@@ -177,8 +134,7 @@ def published_notes(ref_rows: Sequence[tuple], ref_notes: Sequence[str]) -> str:
 
 def profile_bound_lines(results_dir=None) -> str:
     """Per committed layer-profile pair with a stored bound: the AMP bound the cost
-    model gives it now against the bound the profile recorded, and what the
-    difference is."""
+    model gives it now against the bound the profile recorded."""
     pbounds = load_profile_bounds()
     pb_lines = []
     for (gname, pbatch, ph, pw, play), g in profile_groups(results_dir):
@@ -209,8 +165,15 @@ def profile_bound_lines(results_dir=None) -> str:
 
 
 def unreferenced_text(gpus: Sequence[str], refs: Sequence[Reference], devices) -> str:
-    """Which GPUs no reference of their own generation covers, in one paragraph."""
-    unref = unreferenced_gpus(gpus, refs, devices)
+    """Which GPUs no reference of their own generation (architecture and segment: a
+    GeForce Ampere card is not an A100) covers, in one paragraph."""
+
+    def gen(key):
+        d = devices.get(key)
+        return (d.architecture, d.segment) if d else (key, None)
+
+    have = {gen(r.gpu) for r in refs}
+    unref = [g for g in gpus if gen(g) not in have]
     if not unref:
         return "Every GPU here has a reference of its own generation."
     named = ", ".join(
@@ -231,17 +194,9 @@ def launch_rows(named_reports: Sequence[tuple[str, dict]], gpu: str) -> list[tup
     rows = []
     for name, r in named_reports:
         v = next(v for v in r["verdict"]["ranges"] if v["gpu"] == gpu)
-        if v["launch"] and v["rows"]:
-            la = v["launch"]
-            rows.append(
-                (
-                    name,
-                    la["fp32_kernels"],
-                    la["amp_kernels"],
-                    la["amp_floor_s"] * 1e3,
-                    la["amp_kernel_s"] * 1e3,
-                )
-            )
+        if (la := v["launch"]) and v["rows"]:
+            floor, kernel = la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3
+            rows.append((name, la["fp32_kernels"], la["amp_kernels"], floor, kernel))
     return rows
 
 
@@ -272,8 +227,7 @@ def launch_text(rows: Sequence[tuple], gpu: str) -> str:
 def self_check_lines(refs: Sequence[Reference], devices) -> str:
     """Each committed layer profile applied to its own network, GPU, batch and layout:
     the kernel ratio its efficiencies give against the one it measured, consistent
-    within ``SELF_CHECK``. A consistency check, not a test of the prediction: the
-    efficiencies were fitted on that profile, so agreement is expected."""
+    within ``SELF_CHECK`` (a consistency check: the efficiencies were fitted on it)."""
     checks = []
     for ref in [r for r in refs if r.kind == "profile" and r.gpu in devices]:
         alone = reference_prediction(ref, [ref], exclude_own=False)
@@ -291,8 +245,7 @@ def self_check_lines(refs: Sequence[Reference], devices) -> str:
 
 def checklist_source(source: str, model: str, refs: Sequence[Reference]) -> str:
     """The checklist's "from" cell: a calibrated prediction says whether a reference
-    of the network itself is among the references (else it is carried from other
-    networks: for ViT-B/16 no reference is a transformer)."""
+    of the network itself is among the references."""
     if source != "calibrated":
         return source
     if any(r.model == model for r in refs):
@@ -305,17 +258,14 @@ QUANTITY = {"step time": "step ratio", "kernel time": "kernel ratio"}
 
 
 def loo_by_quantity(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The leave-one-out rows grouped by what they compare: step ratios (published
-    whole steps, against the predicted step range) first, then kernel ratios (layer
-    profiles, against the predicted kernel range); like is scored with like."""
+    """The leave-one-out rows, step ratios first, then kernel ratios."""
     order = list(QUANTITY)
     return sorted(rows, key=lambda r: order.index(r["what"]))
 
 
 def leave_one_out_text(loo: dict[str, Any]) -> str:
     """The leave-one-out's outcome against its goal (90% inside, at most 1.4x wide),
-    counted per quantity (a step ratio against a step range, a kernel ratio against a
-    kernel range) and in all."""
+    counted per quantity and in all."""
     goal = "the goal (90% inside, at most 1.4x wide) is"
     if loo["inside"] >= 0.9 and loo["median_width"] <= 1.4:
         met = f"{goal} met."

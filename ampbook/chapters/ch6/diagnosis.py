@@ -1,78 +1,11 @@
 """Will AMP help *this* model? The diagnosis of any ``nn.Module`` behind ``python -m
-ampbook.doctor`` (the command, ``ampbook.doctor``, parses the flags and
-prints):
-
-    python -m ampbook.doctor --model SPEC [--input C,H,W] [--batch N] [--output KEY]
-        [--device auto|cpu|cuda] [--precisions fp32,amp-fp16,amp-bf16]
-        [--gpus rtx3070-desktop,a100,h100,h200,4090,l4] [--loader-images-per-s X]
-        [--memory-format channels_first|channels_last] [--forward-only]
-        [--loss cross-entropy|mse] [--json FILE] [--markdown FILE]
-
-``SPEC`` is ``erfnet`` (the book's network), ``torchvision:NAME`` (any torchvision
-model, built with every weights argument off, ``weights=None`` and
-``weights_backbone=None``: nothing is downloaded) or ``package.module:callable``
-(called with no arguments, it must return an ``nn.Module``). ``--input`` is one sample's
-shape, of any rank (``3,224,224`` for an image, ``3,16,112,112`` for a video clip,
-``64,1000`` for a sequence). The loss is cross-entropy against random targets shaped
-like the output (``N x C`` logits: one class per sample; ``N x C x ...``: one class per
-pixel), or ``--loss mse`` against random values.
-
-**What the model returns.** A tensor is the output. Otherwise the doctor reads one
-tensor by a fixed rule (``outputs.select_output``): from a dict, its ``"out"`` entry
-(torchvision's segmentation models), else its only tensor; from a tuple or list (a
-named tuple too), its first tensor (the logits, before auxiliary heads). ``--output
-KEY`` picks another: a dict key, a tuple index or a named-tuple field. The other
-outputs are computed in the forward and get no gradient. A model whose ``forward``
-takes several inputs, or whose shapes depend on its input's values (detection's box
-selection), cannot be traced from one tensor of fake data: the doctor says so, and a
-wrapper module whose ``forward(x)`` builds the inputs from one tensor makes it
-traceable (the README's doctor section has one).
-
-The report has five sections, printed as Markdown and kept in one JSON-ready dict
-(``diagnose``):
-
-1. **coverage**: of the traced step's forward and backward FLOPs and bytes, the share
-   that CUDA's autocast runs in 16 bits, and the operators left in fp32 with the reason
-   (autocast's fp32 list, a promotion, or an fp32 input such as a residual sum); ops the
-   cost model does not model (unknown FLOPs, or a dtype such as complex64 it has no
-   peak for) are named with the share of the step they leave out;
-2. **memory**: bytes saved for backward (the book's memory figure,
-``ampbook.measure.memory``),
-   fp32 against AMP, counted at the requested size on the traced step (fake tensors: the
-   autograd graph of the real size, with CUDA's attention and recurrent kernels, and no
-   data), beside a real step measured on this device;
-3. **roofline** per GPU of the device table (``ampbook.predict.roofline.predict``): the
-bound
-   of fp32 with TF32 (for convolutions and matrix products), of each AMP precision,
-   their ratio (the speedup if both precisions reached the same share of their bound:
-   not an upper bound), the kernel counts, and the images/s the input pipeline must
-   deliver;
-4. **measured** on this device: the runner's own step (``ampbook.train.TrainStep``) per
-   precision, on a CPU at a small size by chapter 5's rounds method
-   (``ampbook.chapters.ch5.bench_step.time_rounds``: the precisions take turns, and the
-   verdict
-   says "no difference resolved" when the rounds disagree), fp16 at a tiny size with
-   its measured ratio; on CUDA at the full size, with channels_last and cudnn.benchmark
-   variants;
-The report opens with its answer (``report_text.first_screen``, 24 lines x 80 columns):
-the setting predicted (batch, input, the memory format of ``--memory-format``, default
-channels_first, PyTorch's), one line per GPU with its faster AMP precision, the point
-estimate, its range, the verdict in words ("a gain" or "a loss" only when the whole
-range is on one side of 1.0), what bounds the step (launch, memory or compute) and a
-committed measurement of the same network and GPU, then the warnings (a precision whose
-step cannot fit a GPU's memory, with the largest batch that fits). ``diagnose`` hands it
-to its caller (``on_prediction``) before any step is timed.
-
-5. **verdict**: the expected AMP speedup per GPU as a calibrated range
-   (``ampbook.predict.calibrate``: kernel efficiencies per operator class and dtype
-   family from committed GPU layer profiles and published training throughputs, each
-   named with its distance from this model), with the launch floor (kernels times the
-   measured host time per kernel) and the cast kernels AMP adds, and a checklist per
-   GPU: predicted and measured gains, upper bounds apart.
-
-Every FLOP and byte comes from ``ampbook.predict.steptrace.trace_step`` (fake tensors:
-the full size costs seconds, not memory), every dtype from the CPU autocast that stands
-in for CUDA's (``ampbook.measure.autocast_rules``).
+ampbook.doctor`` (the command parses the flags and prints; the README's doctor section
+says what it accepts). ``diagnose`` traces one training step per precision on fake
+tensors (``predict.steptrace.trace_step``: the full size costs seconds, not memory),
+reads it (``traced``: coverage, memory, roofline per GPU), calibrates the expected
+speedup per GPU on the committed references (``verdict``), hands that answer to its
+caller, then times the runner's own step here (``measured``). The report is one
+JSON-ready dict; ``report_text`` prints it.
 """
 
 from __future__ import annotations
@@ -81,7 +14,6 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -96,7 +28,7 @@ from ampbook.chapters.ch6.outputs import (
     output_shape,
     quiet_fake,
     returns_tensor,
-)
+)  # fmt: skip
 from ampbook.chapters.ch6.traced import (
     coverage,
     fake_saved_bytes,
@@ -106,7 +38,7 @@ from ampbook.chapters.ch6.traced import (
     unmodelled_line,
     weight_copy_bytes,
     where_time_goes,
-)
+)  # fmt: skip
 from ampbook.chapters.ch6.verdict import (
     checklist,
     committed_measurements,
@@ -114,39 +46,31 @@ from ampbook.chapters.ch6.verdict import (
     setting_text,
     speedup_range_verdict,
     verdict_ranges,
-)
+)  # fmt: skip
 from ampbook.core import cli
-from ampbook.core.precision import (
-    AUTOCAST_DTYPES,
-    torch_name,
-)
-from ampbook.core.words import plural
+from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS, torch_name
+from ampbook.core.words import nearest, plural
 from ampbook.predict.hostmodel import host_model
 from ampbook.predict.roofline import Ceilings, predict
-from ampbook.predict.specs import (
-    LOSSES,
-    PRECISIONS,
+from ampbook.predict.specs import (  # fmt: skip
     DoctorError,
-    default_input,
     first_line,
     load_model,
-    parse_precisions,
-    resolve_gpus,
     shape_text,
 )
 from ampbook.predict.steptrace import (
     MEMORY_FORMATS,
+    StepTrace,
     relabel,
     trace_step,
     with_memory_format,
-)
+)  # fmt: skip
 
-REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report's schema (``diagnose``)
-
-
-# --------------------------------------------------------------------------------------
-# the report
-# --------------------------------------------------------------------------------------
+REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report's schema
+AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
+LOSSES = ("cross-entropy", "mse")
+ERFNET_INPUT = (3, 512, 1024)
+DEFAULT_INPUT = (3, 224, 224)
 
 
 @dataclass
@@ -166,32 +90,22 @@ class DoctorConfig:
     # where a CPU times its steps: (input shape, batch); None: ``measure_size``'s
     measure_size: tuple[tuple[int, ...], int] | None = None
     rounds: int = CPU_ROUNDS
-    # the memory format the user's loop runs (``steptrace.MEMORY_FORMATS``)
-    memory_format: str = "channels_first"
-    # progress lines on stderr while the doctor waits: a ``cli.Progress``, or True /
-    # False; None: when stderr is a terminal
+    memory_format: str = "channels_first"  # the layout the user's loop runs
+    # progress lines on stderr: a ``cli.Progress``, or True / False; None: on a terminal
     progress: bool | cli.Progress | None = None
-    # False: the forward pass alone is traced and timed (``--forward-only``)
-    backward: bool = True
-    # who is asking: "python" (this API) or "cli" (the command): advice names the
-    # keyword argument or the flag (``option_name``)
+    backward: bool = True  # False: the forward pass alone (``--forward-only``)
+    # who asks: "python" or "cli" (advice names the keyword argument or the flag)
     caller: str = "python"
 
 
-# A setting's name as the caller gives it: (the command's flag, DoctorConfig's field).
-_OPTIONS = {"backward": ("--forward-only", "backward=False")}
-
-
-def option_name(cfg: DoctorConfig, what: str) -> str:
-    """How the user sets ``what`` where they called the doctor: the flag on the
-    command line, the ``DoctorConfig`` argument in Python."""
-    flag, arg = _OPTIONS[what]
-    return flag if cfg.caller == "cli" else f"DoctorConfig({arg})"
+def forward_only(cfg: DoctorConfig) -> str:
+    """How the user asks for the forward pass alone where they called the doctor."""
+    return "--forward-only" if cfg.caller == "cli" else "DoctorConfig(backward=False)"
 
 
 def check_device(text: str) -> str:
-    """``--device``: auto, cpu or cuda[:N] (where a training step can be timed);
-    anything else (meta, a typo) is refused, never measured on the CPU instead."""
+    """``--device``: auto, cpu or cuda[:N]; anything else (meta, a typo) is refused,
+    never measured on the CPU instead."""
     t = str(text).strip().lower()
     kind, _, index = t.partition(":")
     if t in ("auto", "cpu") or (kind == "cuda" and (not _ or index.isdigit())):
@@ -204,8 +118,8 @@ def check_device(text: str) -> str:
 
 
 def check_size(batch: int, shape: Sequence[int], devices) -> None:
-    """Refuse a batch whose input alone (fp32) is larger than the largest GPU of the
-    device table: no GPU could run it, and its trace's numbers would overflow."""
+    """Refuse a batch whose fp32 input alone is larger than the largest GPU of the
+    device table (its trace's numbers would overflow too)."""
     elements = batch * math.prod(shape)
     big = max(devices.values(), key=lambda d: d.memory_gb)
     if elements * 4 > big.memory_gb * 1e9:
@@ -217,6 +131,129 @@ def check_size(batch: int, shape: Sequence[int], devices) -> None:
         )
 
 
+def parse_input(text: str) -> tuple[int, ...]:
+    """``"3,224,224"`` -> (3, 224, 224): one sample's shape, any number of positive
+    dimensions (``3,16,112,112`` for a video clip: C, T, H, W)."""
+    parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if not dims or min(dims) < 1:
+        raise DoctorError(
+            f"--input {text!r}: give one sample's shape as positive integers, e.g. "
+            "3,224,224 (C,H,W) or 3,16,112,112 (C,T,H,W)"
+        )
+    return dims
+
+
+def parse_precisions(text: str | Sequence[str]) -> list[str]:
+    """The precisions asked for; the baseline is always among them, named "fp32" in
+    the list returned (and the report's JSON). The doctor's baseline is fp32 with TF32
+    on for convolutions and matrix products where the GPU has TF32, so its mode name,
+    ``fp32-tf32`` (``modes.TF32_MODE``), is accepted for it, and so is ``fp32``."""
+    from ampbook.core.modes import TF32_MODE
+
+    items = text.split(",") if isinstance(text, str) else list(text)
+    items = [p.strip() for p in items if p.strip()]
+    bad = [p for p in items if p not in (TF32_MODE, *PRECISIONS)]
+    if bad or not items:
+        raise DoctorError(
+            f"--precisions {','.join(items) or repr(text)}: unknown {bad or 'empty'}; "
+            f"choose from {','.join((TF32_MODE, *AMP_PRECISIONS))} ({TF32_MODE}, the "
+            "baseline, may also be written fp32)"
+        )
+    return ["fp32"] + [p for p in AMP_PRECISIONS if p in items]
+
+
+def _gpu_name(text: str) -> str:
+    """A GPU name as ``--gpus`` compares it: lower case, without the vendor, spaces,
+    hyphens or underscores (``"GeForce RTX 4090"`` -> ``"rtx4090"``)."""
+    text = text.lower().replace("nvidia", "").replace("geforce", "")
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def gpu_hits(raw: str, devices) -> list[str]:
+    """The table keys one ``--gpus`` name can mean, best rule first: the key itself,
+    an alias (``a100``), the short name (``RTX 4090``, ``l4``), then any key or short
+    name containing it (``4090``)."""
+    raw = raw.strip().lower()
+    norm = _gpu_name(raw)
+    rules = (
+        lambda k, d: k == raw,
+        lambda k, d: raw in d.aliases or norm in map(_gpu_name, d.aliases),
+        lambda k, d: norm == _gpu_name(d.short_name) or norm == _gpu_name(k),
+        lambda k, d: bool(norm) and (norm in _gpu_name(k)
+                                     or norm in _gpu_name(d.short_name)),
+    )  # fmt: skip
+    for rule in rules:
+        hits = [k for k, d in devices.items() if rule(k, d)]
+        if hits:
+            return hits
+    return []
+
+
+def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
+    """Keys of the device table for ``names`` (``gpu_hits``: a key, an alias such as
+    ``a100``, a short name such as ``l4`` or ``RTX 4090``, or a part of exactly one
+    key or short name such as ``4090``). None: every GPU. An unknown or ambiguous
+    name, or a value that names none (``""``, ``",,"``), is an error that lists what
+    the table knows."""
+    from ampbook.core.devices import load_devices
+
+    devices = load_devices() if devices is None else devices
+    if names is None:
+        return list(devices)
+    items = names.split(",") if isinstance(names, str) else list(names)
+    if not any(str(n).strip() for n in items):
+        known = ", ".join(f"{k} ({d.short_name})" for k, d in devices.items())
+        given = names if isinstance(names, str) else ",".join(map(str, items))
+        raise DoctorError(
+            f"--gpus {given!r} names no GPU; give one or more, comma-separated, of "
+            f"{known} (or leave --gpus out for all of them)"
+        )
+    keys = []
+    for raw in (n.strip().lower() for n in items if n.strip()):
+        hits = gpu_hits(raw, devices)
+        if len(hits) != 1:
+            raise DoctorError(f"--gpus: {_gpu_miss(raw, hits, devices)}")
+        if hits[0] not in keys:
+            keys.append(hits[0])
+    return keys
+
+
+def _gpu_miss(raw: str, hits: list[str], devices) -> str:
+    """Why ``raw`` names no single GPU: the keys it could mean when ambiguous; when
+    unknown, the nearest keys (a typo's likely meaning, ``words.nearest``) or, with
+    none near, the table's short names."""
+    if hits:
+        known = ", ".join(f"{k} ({devices[k].short_name})" for k in hits)
+        return f"ambiguous GPU {raw!r}: it names {known}"
+    names = {k: k for k in devices}
+    for k, d in devices.items():
+        names.update({a: k for a in (d.short_name.lower(), *d.aliases)})
+    near = list(dict.fromkeys(names[n] for n in nearest(raw, names, n=6)))[:3]
+    if near:
+        return (
+            f"unknown GPU {raw!r}; did you mean {' or '.join(near)}? "
+            "(a key, a short name or an alias)"
+        )
+    short = ", ".join(d.short_name for d in devices.values())
+    return f"unknown GPU {raw!r}; the table knows {short}"
+
+
+class _Laps:
+    """The seconds each stage of the diagnosis took (the report's ``seconds``)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.clock = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name], self.clock = now - self.clock, now
+
+
 def diagnose(
     cfg: DoctorConfig,
     model: nn.Module | None = None,
@@ -226,15 +263,53 @@ def diagnose(
     ``roofline``, ``where``, ``measured``, ``verdict``). ``model`` overrides
     ``cfg.model``'s construction (the spec is then only its label).
 
-    The prediction comes first: ``on_prediction(report)``, when given, is called with
-    the report before any step is timed (``measured`` None, the checklist without
-    measurements), so a caller can print the answer (``report_head``) while the
-    measurement runs; the returned report has both."""
-    from ampbook.core.devices import load_devices, pick_device
-    from ampbook.predict.calibrate import launch_floor
-    from ampbook.predict.references import references
+    ``on_prediction(report)``, when given, is called before any step is timed
+    (``measured`` None), so a caller can print the answer while the steps run."""
+    from ampbook.core.devices import load_devices
 
     tell = as_progress(cfg.progress)
+    _check_settings(cfg)
+    precisions = parse_precisions(cfg.precisions)
+    devices = load_devices()
+    gpus = resolve_gpus(cfg.gpus, devices)
+    device = _pick_device(cfg)
+    shape = tuple(
+        cfg.input or (ERFNET_INPUT if cfg.model == "erfnet" else DEFAULT_INPUT)
+    )
+    batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
+    check_size(batch, shape, devices)
+    lap = _Laps()
+    if model is None:
+        tell(f"building {cfg.model}")
+        model = load_model(cfg.model)
+    if cfg.backward and not any(p.requires_grad for p in model.parameters()):
+        raise DoctorError(
+            f"{cfg.model} has no trainable parameter: a training step has nothing to "
+            f"compute backward; pass {forward_only(cfg)} to diagnose the "
+            "forward pass alone"
+        )
+    tell(f"tracing batch {batch} x {shape_text(shape)} (fake tensors: no data)")
+    out = output_shape(model, shape, batch, cfg.output)
+    check_loss(cfg.loss, out)
+    traced = model
+    if cfg.output is not None or not returns_tensor(model, shape, batch):
+        traced = SelectOutput(model, cfg.output)
+    lap("model")
+    traces = _trace(cfg, traced, precisions, batch, shape, tell)
+    lap("trace")
+    report = _predicted_report(cfg, model, traces, gpus, devices, lap, tell)
+    if on_prediction is not None:
+        on_prediction(report)
+    if not cfg.measure:
+        lap.seconds["measured"] = 0.0
+        return report
+    _add_measured(report, cfg, traced, shape, batch, precisions, device, tell)
+    lap("measured")
+    return report
+
+
+def _check_settings(cfg: DoctorConfig) -> None:
+    """The settings checked before any work, each named as the flag that sets it."""
     if cfg.loss not in LOSSES:
         raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
     if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
@@ -248,9 +323,12 @@ def diagnose(
             f"--memory-format {cfg.memory_format!r}: choose "
             f"{' or '.join(MEMORY_FORMATS)}"
         )
-    precisions = parse_precisions(cfg.precisions)
-    devices = load_devices()
-    gpus = resolve_gpus(cfg.gpus, devices)
+
+
+def _pick_device(cfg: DoctorConfig) -> torch.device:
+    """The device the steps are timed on (``--device``), refused where it is not."""
+    from ampbook.core.devices import pick_device
+
     wanted = check_device(cfg.device)  # its own error names --device once
     try:
         device = pick_device(wanted)
@@ -261,37 +339,15 @@ def diagnose(
             f"--device {cfg.device}: this machine has "
             f"{plural(torch.cuda.device_count(), 'CUDA device')}; give cuda or cuda:0"
         )
-    shape = tuple(cfg.input) if cfg.input else default_input(cfg.model)
-    batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
-    check_size(batch, shape, devices)
-    clock = time.perf_counter()
-    seconds: dict[str, float] = {}
+    return device
 
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        seconds[name] = now - clock
-        clock = now
 
-    if model is None:
-        tell(f"building {cfg.model}")
-        model = load_model(cfg.model)
-    if cfg.backward and not any(p.requires_grad for p in model.parameters()):
-        raise DoctorError(
-            f"{cfg.model} has no trainable parameter: a training step has nothing to "
-            f"compute backward; pass {option_name(cfg, 'backward')} to diagnose the "
-            "forward pass alone"
-        )
-    tell(f"tracing batch {batch} x {shape_text(shape)} (fake tensors: no data)")
-    out = output_shape(model, shape, batch, cfg.output)
-    check_loss(cfg.loss, out)
-    traced = model
-    if cfg.output is not None or not returns_tensor(model, shape, batch):
-        traced = SelectOutput(model, cfg.output)
-    lap("model")
+def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
+    """Each precision's step traced on fake tensors, in ``cfg.memory_format``
+    (amp-bf16 relabelled from amp-fp16: the same operators)."""
     traces = {}
     for p in precisions:
-        if p == "amp-bf16" and "amp-fp16" in traces:  # the same operators, relabelled
+        if p == "amp-bf16" and "amp-fp16" in traces:
             traces[p] = relabel(traces["amp-fp16"], p)
             continue
         tell(f"tracing the {p} {'step' if cfg.backward else 'forward pass'}")
@@ -309,15 +365,22 @@ def diagnose(
             if "nothing to trace backward" in why:
                 raise DoctorError(
                     "the loss does not depend on any trainable parameter: nothing to "
-                    f"trace backward; pass {option_name(cfg, 'backward')} to diagnose "
+                    f"trace backward; pass {forward_only(cfg)} to diagnose "
                     "the forward pass alone"
                 ) from None
             raise DoctorError(
                 f"tracing the {p} step failed: {type(e).__name__}: {why}"
             ) from None
-    traces = {p: with_memory_format(tr, cfg.memory_format) for p, tr in traces.items()}
-    lap("trace")
+    return {p: with_memory_format(tr, cfg.memory_format) for p, tr in traces.items()}
+
+
+def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str, Any]:
+    """The report's predicted sections (every one but ``measured``)."""
+    from ampbook.predict.calibrate import launch_floor
+    from ampbook.predict.references import references
+
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
+    batch, shape = traces["fp32"].batch_size, traces["fp32"].input_shape
     roof = roofline(traces, gpus, cfg.loader_images_per_s, devices)
     first = devices[gpus[0]]
     ceil = Ceilings.from_device(first)
@@ -327,10 +390,9 @@ def diagnose(
         if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
     }
     lap("roofline")
-    memory: dict[str, Any] = {
-        "at_size": memory_at_size(traces, amp),
-        "weight_copies_bytes": weight_copy_bytes(model) if amp else 0,
-    }
+    copies = weight_copy_bytes(model)
+    memory: dict[str, Any] = {"at_size": memory_at_size(traces, amp),
+                              "weight_copies_bytes": copies if amp else 0}  # fmt: skip
     tell("calibrating the speedup ranges on the committed references")
     refs = references(cfg.results_dir)
     floor = launch_floor(cfg.results_dir)
@@ -341,38 +403,27 @@ def diagnose(
         host, data_s,
     )  # fmt: skip
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
-    here = setting_text(batch, shape)
-    for r in ranges:  # a measurement of the same network and GPU beside the range
-        r["setting"] = here
-        r["committed"] = [
-            {**m, "same_setting": m.get("setting") == here}
-            for m in committed.get(r["gpu"], [])
-            if m["precision"] == r["precision"]
-        ]
-        r["line"] = speedup_range_verdict(
-            r["gpu_name"], r["precision"], r, r["casts"], r.get("transposes")
-        )
-    cover = coverage(traces[amp], preds.get(amp)) if amp else None
+    _add_committed(ranges, committed, setting_text(batch, shape))
     unknown = unmodelled(preds.get(amp) or preds["fp32"])
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
-    warnings_ += memory_warnings(traces, gpus, devices, weight_copy_bytes(model))
+    warnings_ += memory_warnings(traces, gpus, devices, copies)
     lap("verdict")
-    report = {
+    return {
         "schema": REPORT_SCHEMA,
         "model": cfg.model,
         "model_class": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
         "input": list(shape),
         "batch": batch,
-        "output": list(out),
+        "output": list(output_shape(model, shape, batch, cfg.output)),
         "output_rule": output_rule(model, shape, batch, cfg.output),
         "loss": cfg.loss,
         "backward": cfg.backward,
-        "precisions": precisions,
+        "precisions": list(traces),
         "memory_format": cfg.memory_format,
         "gpus": gpus,
         "totals": {p: tr.totals() for p, tr in traces.items()},
-        "coverage": cover,
+        "coverage": coverage(traces[amp], preds.get(amp)) if amp else None,
         "memory": memory,
         "roofline": roof,
         "where": {
@@ -391,70 +442,46 @@ def diagnose(
         },
         "unmodelled": unknown,
         "warnings": warnings_,
-        "seconds": seconds,
+        "seconds": lap.seconds,
     }
-    if on_prediction is not None:
-        on_prediction(report)
-    if not cfg.measure:
-        seconds["measured"] = 0.0
-        return report
+
+
+def _add_committed(ranges: list[dict], committed: dict, here: str) -> None:
+    """A measurement of the same network and GPU beside each range, and its line."""
+    for r in ranges:
+        r["setting"] = here
+        r["committed"] = [
+            {**m, "same_setting": m.get("setting") == here}
+            for m in committed.get(r["gpu"], [])
+            if m["precision"] == r["precision"]
+        ]
+        r["line"] = speedup_range_verdict(
+            r["gpu_name"], r["precision"], r, r["casts"], r.get("transposes")
+        )
+
+
+def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -> None:
+    """Section 4 (the steps timed here), its memory rows and the checklist again."""
     measured = measure(
         traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
         size=cfg.measure_size, rounds=cfg.rounds, progress=tell,
         backward=cfg.backward,
     )  # fmt: skip
+    memory = report["memory"]
     memory["measured"] = [
-        {
-            "variant": r["variant"],
-            "bytes": r["memory_bytes"],
-            "measure": r["memory_measure"],
-        }
+        {"variant": r["variant"], "bytes": r["memory_bytes"],
+         "measure": r["memory_measure"]}
         for r in measured["rows"]
         if r.get("memory_bytes") is not None and not r.get("input")
-    ]
-    memory["measured_input"], memory["measured_batch"] = (
-        measured["input"],
-        measured["batch"],
-    )
+    ]  # fmt: skip
+    memory["measured_input"] = measured["input"]
+    memory["measured_batch"] = measured["batch"]
     if device.type != "cuda" and memory["measured"]:
         memory["fake_at_measured"] = fake_saved_bytes(
             traced, measured["input"], measured["batch"], cfg.loss, "fp32"
         )
     report["measured"] = measured
-    report["verdict"].update(checklist(roof, ranges, cfg.loader_images_per_s, measured))
-    lap("measured")
-    return report
-
-
-# --------------------------------------------------------------------------------------
-# command line
-# --------------------------------------------------------------------------------------
-
-
-def check_outputs(
-    json_path: str | None, markdown_path: str | None, overwrite: bool = False
-) -> None:
-    """``--json`` and ``--markdown`` checked before the diagnosis: two different files
-    (one would overwrite the other), each writable in an existing folder, neither
-    replacing a file the doctor did not write unless ``overwrite``
-    (``cli.check_output_file``; an earlier JSON report is the doctor's own)."""
-    outputs = {"--json": json_path, "--markdown": markdown_path}
-    kinds = {"--json": REPORT_SCHEMA, "--markdown": None}
-    for flag, f in outputs.items():
-        if f is not None:
-            try:
-                cli.check_output_file(
-                    f,
-                    flag,
-                    create_parents=False,
-                    kind=kinds[flag],
-                    overwrite=overwrite,
-                )
-            except cli.UserError as err:
-                raise DoctorError(str(err)) from None
-    if json_path and markdown_path:
-        same = Path(json_path).resolve() == Path(markdown_path).resolve()
-        if same:
-            raise DoctorError(
-                f"--json and --markdown both name {json_path}; give two files"
-            )
+    ranges = report["verdict"]["ranges"]
+    report["verdict"].update(
+        checklist(report["roofline"], ranges, cfg.loader_images_per_s, measured)
+    )

@@ -1,8 +1,7 @@
-"""The runner's own step timed on this device, per precision: section 4 of the
-doctor's report. On a CPU at a small size by chapter 5's rounds method (the
-precisions take turns), fp16 at a tiny size; on CUDA at the full size, with
-channels_last and cudnn.benchmark variants.
-"""
+"""Section 4 of the doctor's report: the runner's own step timed here per precision.
+On a CPU at a small size by chapter 5's rounds method (the precisions take turns),
+fp16 at a tiny size; on CUDA at the full size, with channels_last and cudnn.benchmark
+variants."""
 
 from __future__ import annotations
 
@@ -18,35 +17,23 @@ from torch import nn
 
 from ampbook.chapters.ch6.outputs import output_shape, targets
 from ampbook.core import cli
-from ampbook.core.precision import (
-    AUTOCAST_DTYPES,
-    backend_flags,
-)
+from ampbook.core.precision import AUTOCAST_DTYPES, backend_flags
 from ampbook.core.terminal import duration_text
 from ampbook.predict.pace import speedup_verdict
 from ampbook.predict.specs import DoctorError, first_line, shape_text
 from ampbook.results import PEAK_CUDA
 from ampbook.results import SAVED_FOR_BACKWARD as SAVED
 
-# Largest batch x pixels at which a CPU step is timed in fp16 (batch 2 of 32 x 32):
-# fp16 training steps on CPUs were measured many times slower than fp32; the doctor
-# prints the ratio it measures there, and no cause.
+# Largest batch x pixels at which a CPU step is timed in fp16 (many times slower than
+# fp32's on CPUs); the doctor prints the ratio it measures there, and no cause.
 CPU_FP16_MAX_PIXELS = 2 * 32 * 32
-# A CPU step is timed at an input scaled down to about this many pixels on a side.
-CPU_MEASURE_SIDE = 32
-# Rounds of the CPU timing (chapter 5's method: the precisions take turns).
-CPU_ROUNDS = 5
-
-
-# --------------------------------------------------------------------------------------
-# 4. measured on this device
-# --------------------------------------------------------------------------------------
+CPU_MEASURE_SIDE = 32  # a CPU step's input is scaled to about this many pixels a side
+CPU_ROUNDS = 5  # rounds of the CPU timing (chapter 5's method)
 
 
 def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
-    """``shape`` with its last two dimensions (the last one for a sequence, none for a
-    vector) scaled down to about ``side`` each, multiples of 32 (at least 32, at most
-    the original)."""
+    """``shape`` with its last two dimensions (one for a sequence) scaled down to about
+    ``side`` each, multiples of 32 (at least 32, at most the original)."""
     shape = tuple(shape)
     n = min(2, len(shape) - 1)
     if n <= 0:
@@ -65,8 +52,8 @@ def measure_size(
     key: str | None = None,
 ) -> tuple[tuple[int, ...], int]:
     """Where to time steps: the full size on CUDA; on a CPU an input scaled to about
-    ``CPU_MEASURE_SIDE`` pixels a side (``_scaled``) and batch <= 2, or the full input
-    at batch 2 when the model accepts no other."""
+    ``CPU_MEASURE_SIDE`` pixels a side and batch <= 2 (the full input where the model
+    accepts no other)."""
     if device.type == "cuda":
         return tuple(shape), batch
     small = _scaled(shape, CPU_MEASURE_SIDE)
@@ -79,23 +66,22 @@ def measure_size(
 
 def _variants(device: torch.device, precisions: Sequence[str]):
     """(label, precision, tf32, channels_last, cudnn_benchmark, skip reason)."""
-    if device.type == "cuda":
-        out = [("fp32 (TF32 on)", "fp32", True, False, False, None)]
-        out.append(("fp32 (TF32 off)", "fp32", False, False, False, None))
-        for p in precisions[1:]:
-            ok = p != "amp-bf16" or torch.cuda.is_bf16_supported()
-            why = None if ok else "this GPU has no bf16"
-            out.append((p, p, True, False, False, why))
-            out.append((f"{p} + channels_last", p, True, True, False, why))
-            out.append((f"{p} + cudnn.benchmark", p, True, False, True, why))
-        return out
-    return [(p, p, False, False, False, None) for p in precisions]
+    if device.type != "cuda":
+        return [(p, p, False, False, False, None) for p in precisions]
+    out = [("fp32 (TF32 on)", "fp32", True, False, False, None),
+           ("fp32 (TF32 off)", "fp32", False, False, False, None)]  # fmt: skip
+    for p in precisions[1:]:
+        ok = p != "amp-bf16" or torch.cuda.is_bf16_supported()
+        why = None if ok else "this GPU has no bf16"
+        out += [(p, p, True, False, False, why),
+                (f"{p} + channels_last", p, True, True, False, why),
+                (f"{p} + cudnn.benchmark", p, True, False, True, why)]  # fmt: skip
+    return out
 
 
 class ForwardStep:
-    """The forward pass and loss alone, under autocast when the precision has one and
-    without autograd (``--forward-only``: inference, or a model with nothing to
-    train); called as the runner's step is, ``step(x, y, meter=None)``."""
+    """The forward pass and loss alone, under autocast where the precision has one,
+    without autograd (``--forward-only``); called as the runner's step is."""
 
     def __init__(self, model, criterion, device, autocast_dtype, channels_last=False):
         self.model, self.criterion, self.device = model, criterion, device
@@ -115,8 +101,7 @@ class ForwardStep:
 
 class _Variant:
     """One timed variant: its own copy of the model, optimizer and the runner's step
-    (or the forward pass alone, ``ForwardStep``, when ``backward`` is False), with the
-    CUDA flags it runs under."""
+    (or ``ForwardStep``), with the CUDA flags it runs under."""
 
     def __init__(self, model, device, prec, tf32, cl, bench, x, y, backward=True):
         from ampbook.train import TrainStep
@@ -140,8 +125,7 @@ class _Variant:
         self.times: list[float] = []
 
     def flags(self):
-        """The variant's TF32 and cudnn.benchmark flags on CUDA (restored after);
-        nothing on a CPU."""
+        """The variant's TF32 and cudnn.benchmark flags on CUDA (restored after)."""
         if self.device.type != "cuda":
             return contextlib.nullcontext()
         return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
@@ -151,16 +135,10 @@ class _Variant:
 
         with self.flags():
             r = benchmark(
-                self.step,
-                lambda: (self.x, self.y),
-                device=self.device,
-                warmup=warmup,
-                repeats=repeats,
-                number=1,
-                min_time=0.0,
-                buffers=1,
+                self.step, lambda: (self.x, self.y), device=self.device,
+                warmup=warmup, repeats=repeats, number=1, min_time=0.0, buffers=1,
                 check_inputs=False,
-            )
+            )  # fmt: skip
         self.times += list(r.times_s)
 
     def memory(self) -> tuple[int, str]:
@@ -176,14 +154,10 @@ class _Variant:
             return meter.new_bytes, SAVED
 
 
-def _finish(row: dict, v: _Variant) -> None:
-    """A timed variant's row: median and fastest step, samples, memory."""
-    row["memory_bytes"], row["memory_measure"] = v.memory()
-    row.update(
-        step_s=statistics.median(v.times),
-        min_step_s=min(v.times),
-        samples=len(v.times),
-    )
+def _timed(times: Sequence[float]) -> dict[str, Any]:
+    """A timed variant's median and fastest step and how many were timed."""
+    return {"step_s": statistics.median(times), "min_step_s": min(times),
+            "samples": len(times)}  # fmt: skip
 
 
 def _batch_for(model, shape, batch, loss, key, seed=0):
@@ -202,24 +176,20 @@ def as_progress(progress) -> cli.Progress:
 
 class CpuGroup:
     """Precisions timed together on the CPU at one size by chapter 5's rounds method:
-    ``warm()`` builds each one's step and runs its first, untimed step (oneDNN builds
-    its kernels; the step's memory is counted there, and its time is the first
-    estimate of a step's), ``time_round()`` times one step of each in turn, ``rows()``
-    gives each one's median step, the median of its per-round ratios to fp32 and the
-    ratios. ``seconds_left()`` is what the rounds still to run will take: every step
-    not yet timed, at the median of its precision's timed steps (its first step's
-    time before any)."""
+    ``warm()`` runs each one's first, untimed step (oneDNN builds its kernels; the
+    memory is counted there), ``time_round()`` times one step of each in turn,
+    ``rows()`` gives each one's median step and the median of its per-round ratios to
+    fp32; ``seconds_left()`` estimates the rounds still to run."""
 
     def __init__(
         self, model, shape, batch, loss, precisions, key, rounds, backward=True
     ):
         self.model, self.shape, self.batch = model, tuple(shape), batch
         self.loss, self.precisions, self.key = loss, list(precisions), key
-        self.rounds, self.backward = rounds, backward
-        self.done = 0
-        self.table: list[dict] = []
-        self.steps: dict[str, tuple] = {}
-        self.first_s: dict[str, float] = {}
+        self.rounds, self.backward, self.done = rounds, backward, 0
+        self.table: list[dict] = []  # one row per precision
+        self.steps: dict[str, tuple] = {}  # precision: (step, inputs, device)
+        self.first_s: dict[str, float] = {}  # the first, untimed step's seconds
         self.times: dict[str, list[float]] = {}
 
     @property
@@ -267,7 +237,7 @@ class CpuGroup:
             t = times.get(p)
             if not t:
                 continue
-            row.update(step_s=statistics.median(t), min_step_s=min(t), samples=len(t))
+            row.update(_timed(t))
             if p != "fp32" and times.get("fp32"):
                 ratios = [a / b for a, b in zip(times["fp32"], t)]
                 row.update(speedup=statistics.median(ratios), ratios=ratios)
@@ -277,10 +247,8 @@ class CpuGroup:
 
 
 def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
-    """Every group warmed first, then timed round by round: each progress line after
-    a round says how long every step still to be timed will take, in every group
-    (``CpuGroup.seconds_left``), so a slow precision timed last (fp16 on a CPU: many
-    times fp32's step) is counted from the start."""
+    """Every group warmed first, then timed round by round; each progress line says
+    how long every step still to be timed will take, in every group."""
     progress = as_progress(progress or False)
     for g in groups:
         g.warm(progress)
@@ -295,15 +263,6 @@ def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
             tail = f", about {duration_text(left)} left" if todo else ""
             what = f"round {i + 1} of {g.rounds}" if g.rounds > 1 else "one step"
             progress(f"measuring on cpu: {what}{tail}")
-
-
-def cpu_rounds(
-    model, shape, batch, loss, precisions, key, rounds, progress=None, backward=True
-):
-    """One ``CpuGroup`` warmed and timed (``time_groups``): its rows."""
-    g = CpuGroup(model, shape, batch, loss, precisions, key, rounds, backward)
-    time_groups([g], progress)
-    return g.rows()
 
 
 def measure(
@@ -326,76 +285,22 @@ def measure(
 
     On a CPU (``size`` overrides the input and batch chosen by ``measure_size``): fp32
     and amp-bf16 by chapter 5's rounds method (``rounds`` rounds, taking turns), with
-    the verdict on their per-round ratios (``pace.speedup_verdict``: "no difference
-    is resolved" when the rounds disagree); amp-fp16 at a tiny size
-    (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed with no
-    cause. On CUDA: every variant at the full size, ``repeats`` timed steps each."""
-    from ampbook.core.env import cpu_name
-
+    the verdict on their per-round ratios (``pace.speedup_verdict``); amp-fp16 at a
+    tiny size (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed
+    with no cause. On CUDA: every variant at the full size, ``repeats`` timed steps
+    each."""
     mshape, mbatch = (
         (tuple(size[0]), int(size[1]))
         if size and device.type != "cuda"
         else measure_size(model, shape, batch, device, key)
     )
+    tell = as_progress(progress)
     if device.type != "cuda":
-        main = [p for p in precisions if p != "amp-fp16"]
-        tell = as_progress(progress)
-        groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
-        if "amp-fp16" in precisions:
-            tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
-            try:
-                output_shape(model, tiny, 2, key)
-            except DoctorError:
-                tiny = mshape
-            # at the rounds' size, fp16 is held against their fp32 median; else one
-            # fp32 step is timed beside it there
-            same = tuple(tiny) == tuple(mshape) and mbatch == 2 and "fp32" in main
-            pair = ["amp-fp16"] if same else ["fp32", "amp-fp16"]
-            groups.append(
-                CpuGroup(model, tiny, 2, loss, pair, key, 1, backward)
-            )  # fmt: skip
-        time_groups(groups, tell)
-        rows = groups[0].rows()
-        extra = None
-        if len(groups) > 1:
-            fp16 = groups[1].rows()[-1]
-            fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
-            if same:
-                if fp16.get("step_s") and fp32 and fp32.get("step_s"):
-                    fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
-                against = "fp32's median step"
-            else:
-                against = "one fp32 step there"
-            fp16["input"], fp16["batch"] = list(tiny), 2
-            fp16["against"] = against
-            if fp16.get("speedup"):
-                fp16["note"] = (
-                    f"one step at batch 2 x {shape_text(tiny)}, a single timing "
-                    f"against {against} ({fp16['speedup']:.2g}x its speed)"
-                )
-            order = list(precisions)
-            rows = sorted(rows + [fp16], key=lambda r: order.index(r["precision"]))
-            extra = fp16
-        bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
-        verdict = (
-            speedup_verdict(bf16["ratios"], "amp-bf16")
-            if bf16 and bf16.get("ratios")
-            else None
+        return _measure_cpu(
+            model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
         )
-        return {
-            "device": "cpu",
-            "device_name": cpu_name(),
-            "input": list(mshape),
-            "batch": mbatch,
-            "rounds": rounds,
-            "rows": rows,
-            "rounds_verdict": verdict,
-            "fp16": extra,
-            "backward": backward,
-        }
     x, y = _batch_for(model, mshape, mbatch, loss, key)
     rows = []
-    tell = as_progress(progress)
     todo = _variants(device, precisions)
     tell(f"measuring {len(todo)} variants on {device} at batch {mbatch}")
     tell.start()
@@ -407,7 +312,8 @@ def measure(
         try:  # two warm-up steps (the first calls build cuDNN's kernels)
             v = _Variant(model, device, prec, tf32, cl, bench, x, y, backward)
             v.time(2, repeats)
-            _finish(row, v)
+            row["memory_bytes"], row["memory_measure"] = v.memory()
+            row.update(_timed(v.times))
             del v
             torch.cuda.empty_cache()
         except Exception as e:  # e.g. an op without a kernel for this dtype here
@@ -417,13 +323,63 @@ def measure(
     for r in rows:
         if r.get("step_s") and base:
             r["speedup"] = base / r["step_s"]
-    return {
-        "device": "cuda",
-        "device_name": torch.cuda.get_device_name(device),
-        "input": list(mshape),
-        "batch": mbatch,
-        "rows": rows,
-        "rounds_verdict": None,
-        "fp16": None,
-        "backward": backward,
-    }
+    return {"device": "cuda", "device_name": torch.cuda.get_device_name(device),
+            "input": list(mshape), "batch": mbatch, "rows": rows,
+            "rounds_verdict": None, "fp16": None, "backward": backward}  # fmt: skip
+
+
+def _measure_cpu(
+    model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
+) -> dict[str, Any]:
+    """``measure`` on a CPU: fp32 and amp-bf16 in rounds, amp-fp16 at a tiny size."""
+    from ampbook.core.env import cpu_name
+
+    main = [p for p in precisions if p != "amp-fp16"]
+    groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
+    if "amp-fp16" in precisions:
+        tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
+        try:
+            output_shape(model, tiny, 2, key)
+        except DoctorError:
+            tiny = mshape
+        # at the rounds' size, fp16 is held against their fp32 median; else one
+        # fp32 step is timed beside it there
+        same = tuple(tiny) == tuple(mshape) and mbatch == 2 and "fp32" in main
+        pair = ["amp-fp16"] if same else ["fp32", "amp-fp16"]
+        groups.append(CpuGroup(model, tiny, 2, loss, pair, key, 1, backward))
+    time_groups(groups, tell)
+    rows = groups[0].rows()
+    extra = None
+    if len(groups) > 1:
+        extra = _fp16_row(groups[1].rows()[-1], rows, tiny, same)
+        order = list(precisions)
+        rows = sorted(rows + [extra], key=lambda r: order.index(r["precision"]))
+    bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
+    verdict = (
+        speedup_verdict(bf16["ratios"], "amp-bf16")
+        if bf16 and bf16.get("ratios")
+        else None
+    )
+    return {"device": "cpu", "device_name": cpu_name(), "input": list(mshape),
+            "batch": mbatch, "rounds": rounds, "rows": rows,
+            "rounds_verdict": verdict, "fp16": extra, "backward": backward}  # fmt: skip
+
+
+def _fp16_row(fp16: dict, rows: list[dict], tiny, same: bool) -> dict:
+    """The amp-fp16 row timed at ``tiny``: against the rounds' fp32 median where it
+    was timed at their size (``same``), else against one fp32 step there."""
+    fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
+    if same:
+        if fp16.get("step_s") and fp32 and fp32.get("step_s"):
+            fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
+        against = "fp32's median step"
+    else:
+        against = "one fp32 step there"
+    fp16["input"], fp16["batch"] = list(tiny), 2
+    fp16["against"] = against
+    if fp16.get("speedup"):
+        fp16["note"] = (
+            f"one step at batch 2 x {shape_text(tiny)}, a single timing "
+            f"against {against} ({fp16['speedup']:.2g}x its speed)"
+        )
+    return fp16

@@ -1,11 +1,6 @@
-"""What the model returns: the tensor the doctor's loss reads (``select_output``),
-the output's shape on fake data, and the loss and targets of the traced step.
-
-A tensor is the output. Otherwise the doctor reads one tensor by a fixed rule:
-from a dict, its ``"out"`` entry, else its only tensor; from a tuple or list,
-its first tensor. ``--output KEY`` picks another. A model that cannot be traced
-from one tensor of fake data is named with what to do (``WRAP_HINT``).
-"""
+"""What the model returns: the tensor the doctor's loss reads (``OUTPUT_RULE``), the
+output's shape on fake data, and the loss and targets of the traced step. A model that
+cannot be traced from one tensor of fake data is named with what to do."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ REAL_PROBE_MAX_ELEMENTS = 3 * 1024 * 1024
 
 
 def loss_fn(loss: str):
-    """The traced loss: cross-entropy (trace_step's own) or MSE against zeros."""
+    """The traced loss: cross-entropy (``trace_step``'s own) or MSE against zeros."""
     if loss == "cross-entropy":
         return "cross_entropy"
     return lambda y: nn.functional.mse_loss(y, torch.zeros_like(y))
@@ -36,7 +31,7 @@ def loss_fn(loss: str):
 @contextlib.contextmanager
 def quiet_fake():
     """Silence the fake-tensor module's logged traceback while a model's own error
-    propagates (the doctor reports it in one line)."""
+    propagates (the doctor says it in one line)."""
     log = logging.getLogger("torch._subclasses.fake_tensor")
     level = log.level
     log.setLevel(logging.CRITICAL)
@@ -45,10 +40,6 @@ def quiet_fake():
     finally:
         log.setLevel(level)
 
-
-# --------------------------------------------------------------------------------------
-# what the model returns
-# --------------------------------------------------------------------------------------
 
 OUTPUT_RULE = (
     "a tensor as it is; a dict's 'out' entry, else its only tensor; a tuple's or "
@@ -139,7 +130,7 @@ def _forward_inputs(model: nn.Module) -> list[str]:
 
 
 def _data_dependent(err: BaseException) -> bool:
-    """Whether a fake-tensor forward failed because an output's shape depends on the
+    """Whether a fake-tensor forward failed on an output shape that depends on the
     input's values (``nonzero``, non-maximum suppression, ``.item()``)."""
     from torch._subclasses import fake_tensor as ft
 
@@ -161,8 +152,8 @@ WRAP_HINT = (
 
 
 def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
-    """One training-mode forward of ``model`` on fake tensors (its parameters and
-    buffers replaced by fake copies: nothing computed, nothing changed)."""
+    """One training-mode forward of ``model`` on fake copies of its parameters and
+    buffers (nothing computed, nothing changed)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 
@@ -188,10 +179,9 @@ _PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def output_shape(
     model: nn.Module, shape: Sequence[int], batch: int, key: str | None = None
 ) -> tuple[int, ...]:
-    """The shape of the output the doctor reads (``select_output``) for ``batch``
-    inputs of ``shape``, from a training-mode forward on fake tensors (nothing
-    computed). A model that rejects the input, needs several inputs or has
-    data-dependent shapes raises DoctorError saying so."""
+    """The shape of the output the doctor reads for ``batch`` inputs of ``shape``, on
+    fake tensors; DoctorError for a model that rejects the input, needs several
+    inputs or has data-dependent shapes."""
     return _probe(model, shape, batch, key)[0]
 
 

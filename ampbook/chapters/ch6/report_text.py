@@ -1,21 +1,15 @@
-"""The doctor's report as text: its first screen (the answer, 24 lines x 80
-columns), its sections as Markdown tables and their lead sentences, and the
-whole report (``to_markdown``); ``python -m ampbook.doctor`` wraps it for a
-terminal.
-"""
+"""The doctor's report as text: its first screen (the answer, 24 lines x 80 columns),
+its sections as Markdown tables with their lead sentences, and the whole report
+(``to_markdown``); ``python -m ampbook.doctor`` wraps it for a terminal."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from ampbook.chapters.ch6.verdict import gist, measured_verdict, nearness, span_text
+from ampbook.core.page import md_table_text
 from ampbook.core.words import plural
 from ampbook.predict.specs import shape_text
-
-# --------------------------------------------------------------------------------------
-# printing
-# --------------------------------------------------------------------------------------
 
 
 def _mib(b):
@@ -23,8 +17,7 @@ def _mib(b):
 
 
 def _mib_cell(b) -> str | None:
-    """Bytes as MiB for the memory table, to one decimal throughout (a column that
-    read 1,288 beside 0.04883 mixed precisions); "< 0.1" for a nonzero count below."""
+    """Bytes as MiB, to one decimal throughout; "< 0.1" for a nonzero count below."""
     v = _mib(b)
     if v is None:
         return None
@@ -36,8 +29,6 @@ def _ms(s):
 
 
 def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
-    from ampbook.core.page import md_table_text
-
     cov = report["coverage"]
     if not cov:
         return None
@@ -68,58 +59,43 @@ def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
     if report["unmodelled"]:
         table += "\n\nNot modelled (bytes counted, FLOPs left out):\n\n"
         table += md_table_text(
-            [
-                (
-                    u["op"],
-                    u.get("why") or "FLOPs unknown",
-                    u["count"],
-                    u["bytes_share"],
-                    u["time_share"],
-                )
-                for u in report["unmodelled"]
-            ],  # fmt: skip
+            [(u["op"], u.get("why") or "FLOPs unknown", u["count"], u["bytes_share"],
+              u["time_share"]) for u in report["unmodelled"]],
             ["op", "why", "kernels", "share of bytes", "share of the bound"],
             [None, None, None, ".1%", ".1%"],
-        )
+        )  # fmt: skip
     return ("1. Coverage", lead, table)
 
 
 def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
-    from ampbook.core.page import md_table_text
-
     mem = report["memory"]
     at = mem["at_size"]
     size = f"batch {at['batch']} x {shape_text(at['input'])}"
     rows = [(f"fp32, {size}", _mib_cell(at["fp32_bytes"]), 1.0)]
     if at.get("amp_bytes") is not None:
+        amp = at["amp_precision"]
+        rows.append((f"{amp}, {size}", _mib_cell(at["amp_bytes"]), at["amp_over_fp32"]))
         rows.append(
-            (f"{at['amp_precision']}, {size}", _mib_cell(at["amp_bytes"]),
-             at["amp_over_fp32"])
-        )  # fmt: skip
-        rows.append(
-            (f"of which left in fp32 ({at['amp_precision']})",
-             _mib_cell(at["amp_fp32_part"]), None)
-        )  # fmt: skip
+            (f"of which left in fp32 ({amp})", _mib_cell(at["amp_fp32_part"]), None)
+        )
     rows.append(("weights, gradients and Adam state (not saved)",
                  _mib_cell(at["state_bytes"]), None))  # fmt: skip
     measured = mem.get("measured", [])
     if measured:
         where = f"batch {mem['measured_batch']} x {shape_text(mem['measured_input'])}"
-        for m in measured:
-            rows.append(
-                (f"measured here: {m['variant']}, {where} ({m['measure']})",
-                 _mib_cell(m["bytes"]),
-                 m["bytes"] / measured[0]["bytes"] if measured[0]["bytes"] else None)
-            )  # fmt: skip
+        base = measured[0]["bytes"]
+        rows += [
+            (f"measured here: {m['variant']}, {where} ({m['measure']})",
+             _mib_cell(m["bytes"]), m["bytes"] / base if base else None)
+            for m in measured
+        ]  # fmt: skip
         if mem.get("fake_at_measured") is not None:
             rows.append(
                 (f"traced: fp32, {where} (the count above, on fake tensors)",
                  _mib_cell(mem["fake_at_measured"]), None)
             )  # fmt: skip
-    lead = at["method"]
     note = weight_copy_note(mem)
-    if note:
-        lead = f"{lead}. {note}"
+    lead = f"{at['method']}. {note}" if note else at["method"]
     return (
         "2. Memory: bytes saved for backward",
         lead,
@@ -128,10 +104,9 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def weight_copy_note(mem: dict[str, Any]) -> str | None:
-    """Why AMP can save more bytes than fp32: the 16-bit weight copies, a fixed cost
-    per step, against activations that grow with the batch. Said only where an AMP
-    count exceeds fp32's by no more than the copies (the measured rows, the requested
-    size); None elsewhere."""
+    """Why AMP can save more bytes than fp32: the 16-bit weight copies,
+    a fixed cost per step, said only where an AMP count exceeds fp32's by no more
+    than the copies; None elsewhere."""
     copies = mem.get("weight_copies_bytes") or 0
     if not copies:
         return None
@@ -166,72 +141,40 @@ def weight_copy_note(mem: dict[str, Any]) -> str | None:
 
 
 def _roofline_section(report: dict[str, Any]) -> tuple[str, str, str]:
-    from ampbook.core.page import md_table_text
-
-    rows = []
     small = min(r["fp32_tf32_s"] for r in report["roofline"]) < 1e-5
     unit, scale = ("µs", 1e6) if small else ("ms", 1e3)
-    for r in report["roofline"]:
-        amp_s = r["amp_s"] * scale if r["amp_s"] else None
-        rows.append(
-            (r["gpu_name"], r["precision"], r["fp32_tf32_s"] * scale, amp_s,
-             r.get("speedup_tf32"),
-             None if r.get("images_per_s_needed") is None
-             else round(r["images_per_s_needed"]))
-        )  # fmt: skip
+    rows = [
+        (r["gpu_name"], r["precision"], r["fp32_tf32_s"] * scale,
+         r["amp_s"] * scale if r["amp_s"] else None, r.get("speedup_tf32"),
+         None if r.get("images_per_s_needed") is None
+         else round(r["images_per_s_needed"]))
+        for r in report["roofline"]
+    ]  # fmt: skip
     lead = (
         f"lower bounds of one step at batch {report['batch']} (fp32 with TF32 for "
         "convolutions and matrix products); the ratio of bounds is the speedup if both "
         "precisions reached the same share of their bound, which real kernels do not "
         "(section 5); images/s: what the input pipeline must deliver at the AMP bound"
     )
-    return (
-        "3. Roofline per GPU",
-        lead,
-        md_table_text(
-            rows,
-            [
-                "GPU",
-                "AMP",
-                f"fp32 bound ({unit})",
-                f"AMP bound ({unit})",
-                "ratio of bounds (x)",
-                "images/s",
-            ],
-            [None, None, ".3g", ".3g", ".2f", ",d"],
-        ),  # fmt: skip
-    )
+    heads = ["GPU", "AMP", f"fp32 bound ({unit})", f"AMP bound ({unit})",
+             "ratio of bounds (x)", "images/s"]  # fmt: skip
+    table = md_table_text(rows, heads, [None, None, ".3g", ".3g", ".2f", ",d"])
+    return ("3. Roofline per GPU", lead, table)
 
 
 def _where_section(report: dict[str, Any]) -> tuple[str, str, str]:
-    from ampbook.core.page import md_table_text
-
     wh = report["where"]
+    rows = [
+        (t["layer_type"], t["modules"], t["time_share"], t["bytes_share"],
+         t["flops_per_byte"], t["bound"])
+        for t in wh["types"]
+    ]  # fmt: skip
+    heads = ["layer type", "modules", "share of bound", "share of bytes",
+             "FLOPs/byte", "bound"]  # fmt: skip
     return (
         f"Where the time goes ({wh['gpu_name']}, {wh['precision']})",
         "share of the bound and of the bytes per layer type",
-        md_table_text(
-            [
-                (
-                    t["layer_type"],
-                    t["modules"],
-                    t["time_share"],
-                    t["bytes_share"],
-                    t["flops_per_byte"],
-                    t["bound"],
-                )
-                for t in wh["types"]
-            ],  # fmt: skip
-            [
-                "layer type",
-                "modules",
-                "share of bound",
-                "share of bytes",
-                "FLOPs/byte",
-                "bound",
-            ],  # fmt: skip
-            [None, None, ".0%", ".0%", ".3g", None],
-        ),
+        md_table_text(rows, heads, [None, None, ".0%", ".0%", ".3g", None]),
     )
 
 
@@ -245,11 +188,9 @@ def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 def measured_table(me: dict[str, Any]) -> tuple[str, str]:
-    """Section 4's lead and Markdown table: each timed variant's median and fastest
-    step and its speedup, with columns that say which (on a CPU, the ratio of the
-    medians shown and the median of the per-round ratios the verdict reads)."""
-    from ampbook.core.page import md_table_text
-
+    """Section 4's lead and Markdown table: each timed variant's median
+    and fastest step and its speedup (on a CPU, from the medians and as the median
+    of the per-round ratios the verdict reads)."""
     cpu = me["device"] == "cpu"
     base = next(
         (r for r in me["rows"] if r["precision"] == "fp32" and r.get("step_s")), None
@@ -281,24 +222,14 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
             "differ when the rounds drift); a variant timed for one step says so in "
             "its cells"
         )
-        heads = [
-            "variant",
-            f"median of {plural(n, 'round')} (ms)",
-            "fastest round (ms)",
-            "fp32 / this, medians (x)",
-            "median of round ratios (x)",
-            "note",
-        ]
+        heads = ["variant", f"median of {plural(n, 'round')} (ms)",
+                 "fastest round (ms)", "fp32 / this, medians (x)",
+                 "median of round ratios (x)", "note"]  # fmt: skip
         fmts = [None, ".1f", ".1f", ".2f", ".2f", None]
     else:
         how = "timed steps: the median and the fastest; speedup from the medians"
-        heads = [
-            "variant",
-            "median step (ms)",
-            "fastest step (ms)",
-            "speedup (x)",
-            "note",
-        ]
+        heads = ["variant", "median step (ms)", "fastest step (ms)", "speedup (x)",
+                 "note"]  # fmt: skip
         fmts = [None, ".1f", ".1f", ".2f", None]
     lead = (
         f"{me['device_name']}; the runner's step, batch {me['batch']} x "
@@ -308,11 +239,8 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
 
 
 def references_table(rng: dict[str, Any]) -> str:
-    """The references behind one calibrated range, nearest first, like with like:
-    what each predicts here beside what it measured there, both of kernel time for a
-    layer profile (before the modelled host idle), both of the step for a published
-    throughput."""
-    from ampbook.core.page import md_table_text
+    """The references behind one calibrated range, nearest first, like
+    with like: kernel time for a layer profile, the step for a published one."""
     from ampbook.predict.calibrate import distance_text
 
     def here_there(r: dict[str, Any]) -> tuple[str, str]:
@@ -321,28 +249,19 @@ def references_table(rng: dict[str, Any]) -> str:
         here = r["kernel_speedup"] if kernel else r["speedup"]
         return f"{here:.2f} ({word})", f"{r['measured_speedup']:.2f} ({word})"
 
-    rows = sorted(rng["rows"], key=nearness)
-    return md_table_text(
-        [
-            (
-                r["label"],
-                r.get("publisher") or r["kind"],
-                distance_text(r),
-                *here_there(r),
-            )
-            for r in rows
-        ],  # fmt: skip
-        ["reference", "from", "distance", "predicted here (x)", "measured there (x)"],
-    )
+    rows = [
+        (r["label"], r.get("publisher") or r["kind"], distance_text(r), *here_there(r))
+        for r in sorted(rng["rows"], key=nearness)
+    ]
+    heads = ["reference", "from", "distance", "predicted here (x)"]
+    return md_table_text(rows, heads + ["measured there (x)"])
 
 
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
-    """Per GPU and AMP precision: the AMP step's kernels, its launch floor (predicted:
-    kernels x the assumed host time per kernel), its calibrated kernel time (predicted:
-    the median reference's, not the weighted point's), the AMP kernel time measured
-    at this setting where a committed layer profile holds one, and the word
-    ``bound_text`` gives; None without a floor."""
-    from ampbook.core.page import md_table_text
+    """Per GPU and AMP precision: the AMP step's kernels, its launch floor
+    and calibrated kernel time (both predicted), the AMP kernel time measured at this
+    setting where a committed layer profile holds one, and ``bound_text``'s word;
+    None without a floor."""
 
     def measured(r: dict[str, Any]) -> str:
         done = [m["amp_kernel_s"] for m in r.get("committed") or []
@@ -350,41 +269,25 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
         return f"{done[0] * 1e3:.3f}" if done else "–"
 
     rows = [
-        (
-            r["gpu_name"],
-            r["precision"],
-            r["launch"]["amp_kernels"],
-            r["launch"]["amp_floor_s"] * 1e3,
-            r["launch"]["amp_kernel_s"] * 1e3,
-            r["launch"]["amp_floor_s"] / r["launch"]["amp_kernel_s"],
-            measured(r),
-            bound_text(r),
-        )
+        (r["gpu_name"], r["precision"], la["amp_kernels"], la["amp_floor_s"] * 1e3,
+         la["amp_kernel_s"] * 1e3, la["amp_floor_s"] / la["amp_kernel_s"],
+         measured(r), bound_text(r))
         for r in ranges
-        if (r.get("launch") or {}).get("amp_kernel_s")
-    ]
+        if (la := r.get("launch") or {}).get("amp_kernel_s")
+    ]  # fmt: skip
     if not rows:
         return None
+    heads = ["GPU", "AMP", "AMP kernels", "launch floor (ms)",
+             "calibrated kernel time (ms), median reference's", "floor / kernel time",
+             "measured kernel time (ms)", "predicted bound"]  # fmt: skip
     return md_table_text(
-        rows,
-        [
-            "GPU",
-            "AMP",
-            "AMP kernels",
-            "launch floor (ms)",
-            "calibrated kernel time (ms), median reference's",
-            "floor / kernel time",
-            "measured kernel time (ms)",
-            "predicted bound",
-        ],  # fmt: skip
-        [None, None, None, ".3f", ".3f", ".2f", None, None],
+        rows, heads, [None, None, None, ".3f", ".3f", ".2f", None, None]
     )
 
 
 def _verdict_lines(ranges: list[dict[str, Any]]) -> str:
-    """Section 5's list, one item per GPU and precision. The step's basis (the host
-    model behind every step prediction) is said once above the list when every range
-    shares it, not under each of the list's items (30 for 15 GPUs)."""
+    """Section 5's list, one item per GPU and precision; the host model
+    behind every step prediction is said once above it when every range shares it."""
     from ampbook.chapters.ch6.verdict import step_label
 
     lines = [r["line"] for r in ranges]
@@ -400,8 +303,6 @@ def _verdict_lines(ranges: list[dict[str, Any]]) -> str:
 
 
 def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
-    from ampbook.core.page import md_table_text
-
     ver = report["verdict"]
     text = _verdict_lines(ver["ranges"])
     first = next((r for r in ver["ranges"] if r["rows"]), None)
@@ -437,36 +338,24 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
         "measured steps, timed alone and in the training loop, are in the detail, "
         "unranked:\n\n"
     ) + md_table_text(
-        [
-            (c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
-            for c in ver["items"]
-        ],  # fmt: skip
-        ["GPU", "try", "gain (x)", "from", "detail"],
-        [None, None, ".2f", None, None],
-    )
+        [(c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
+         for c in ver["items"]],
+        ["GPU", "try", "gain (x)", "from", "detail"], [None, None, ".2f", None, None],
+    )  # fmt: skip
     if ver["upper_bounds"]:
         text += "\n\nUpper bounds (if the work vanished entirely):\n\n" + md_table_text(
-            [
-                (c["gpu"], c["item"], c["gain"], c["detail"])
-                for c in ver["upper_bounds"]
-            ],  # fmt: skip
-            ["GPU", "at most", "gain (x)", "detail"],
-            [None, None, ".2f", None],
-        )
+            [(c["gpu"], c["item"], c["gain"], c["detail"])
+             for c in ver["upper_bounds"]],
+            ["GPU", "at most", "gain (x)", "detail"], [None, None, ".2f", None],
+        )  # fmt: skip
     return ("5. Verdict", "expected AMP speedup per GPU", text)
 
 
 def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The report as (title, one-line lead, Markdown body) per section."""
-    parts = [
-        _coverage_section(report),
-        _memory_section(report),
-        _roofline_section(report),
-        _where_section(report),
-        _measured_section(report),
-        _verdict_section(report),
-    ]
-    return [p for p in parts if p is not None]
+    parts = (_coverage_section, _memory_section, _roofline_section, _where_section,
+             _measured_section, _verdict_section)  # fmt: skip
+    return [p for p in (f(report) for f in parts) if p is not None]
 
 
 # The AMP step is "near the launch floor" when its floor is at least this share of its
@@ -483,13 +372,11 @@ BOUND_WORDS_TEXT = (
 
 
 def bound_text(r: dict[str, Any]) -> str:
-    """What bounds one range's AMP step, in a word, by one of two tests. First the
-    launch floor against the calibrated kernel time (the median reference's,
-    ``calibration.calibrated_range``): launch-bound when the kernels' host time
-    (``calibration.launch_floor``) is longer than their calibrated time (AMP's or
-    fp32's), near the launch floor when AMP's floor is at least ``NEAR_FLOOR`` of
-    AMP's calibrated kernel time. Otherwise the roofline: memory-bound or
-    compute-bound by the larger share of the predicted bound."""
+    """What bounds one range's AMP step, in a word (``BOUND_WORDS_TEXT``):
+    launch-bound when the launch floor is longer than the calibrated kernel time
+    (AMP's or fp32's), near the launch floor when AMP's floor is at least
+    ``NEAR_FLOOR`` of AMP's kernel time, else memory- or compute-bound by the larger
+    share of the roofline bound."""
     launch = r.get("launch") or {}
     if launch.get("amp_bound") or launch.get("fp32_bound"):
         return "launch-bound"
@@ -550,11 +437,9 @@ def _measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def headline_key(r: dict[str, Any]) -> tuple:
-    """Which AMP precision heads a GPU's line on the first screen: one with a range
-    first, then the faster as printed (the step's point to two decimals); a tie goes
-    to the precision with more committed measurements of this setting, so that the
-    line carries them (ERFNet on the H200: fp16 and bf16 both 1.11x, fp16's step
-    timed alone and per epoch measured)."""
+    """Which AMP precision heads a GPU's line on the first screen: one
+    with a range, then the faster as printed; a tie goes to the one with more
+    committed measurements of this setting, so that the line carries them."""
     if not r["rows"]:
         return (False, 0.0, 0)
     return (True, round(r["point"], 2), len(_measured_here(r)))
@@ -565,18 +450,15 @@ SCREEN_ORDER_TEXT = "Best first"
 
 
 def screen_order(r: dict[str, Any]) -> tuple:
-    """The first screen's order of GPUs (``SCREEN_ORDER_TEXT``): by the predicted
-    speedup printed, best first; a GPU with no range last; ties in the device table's
-    order (the sort is stable)."""
+    """The first screen's order of GPUs: best first by the predicted
+    speedup printed, a GPU with no range last, ties in the device table's order."""
     return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
 
 
 def first_screen(report: dict[str, Any]) -> str:
-    """The answer first, for a screen of 24 lines x 80 columns: what was predicted
-    (batch, input, memory format), then one line per GPU with its faster AMP
-    precision: the point estimate, its range, the verdict in words (``gist``), what
-    bounds the step (``bound_text``) and a committed measurement where there is one;
-    the warnings last."""
+    """The answer first, for a screen of 24 lines x 80 columns: what was
+    predicted, then one line per GPU with its faster AMP precision (point, range,
+    verdict in words, bound, committed measurements); the warnings last."""
     from ampbook.predict.calibrate import layout_text
 
     fmt = report.get("memory_format", "channels_first")
@@ -663,13 +545,3 @@ def to_markdown(report: dict[str, Any], level: int = 1) -> str:
     title's heading level (the sections one below); 0 sets the titles in bold instead
     of headings (for a page that has its own)."""
     return report_head(report, level) + "\n\n" + report_body(report, level)
-
-
-def jsonable(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value

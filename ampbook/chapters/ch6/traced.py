@@ -1,8 +1,6 @@
-"""What the traced step says, per precision: its coverage (the share autocast runs
-in 16 bits, the operators left in fp32 and why), its memory (bytes saved for
-backward at the requested size) and its roofline per GPU (``roofline.predict``),
-sections 1 to 3 of the doctor's report.
-"""
+"""Sections 1 to 3 of the doctor's report, read from the traced step: coverage (the
+share autocast runs in 16 bits, the operators left in fp32 and why), memory (bytes
+saved for backward at the requested size) and the roofline per GPU."""
 
 from __future__ import annotations
 
@@ -12,10 +10,7 @@ import torch
 from torch import nn
 
 from ampbook.chapters.ch6.outputs import loss_fn
-from ampbook.core.precision import (
-    AUTOCAST_DTYPES,
-    torch_name,
-)
+from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
 from ampbook.predict.opcost import OpCost
 from ampbook.predict.pace import pace_verdict
 from ampbook.predict.roofline import Ceilings, Prediction, predict
@@ -28,22 +23,14 @@ from ampbook.predict.steptrace import (
 )
 
 SIXTEEN_BIT = ("float16", "bfloat16")
-
-
-# --------------------------------------------------------------------------------------
-# 1. coverage
-# --------------------------------------------------------------------------------------
-
 _CREATION_OPS = {"zeros", "ones", "full", "arange", "scalar_tensor", "randn", "rand"}
 
 
 def fp32_reason(op: OpCost) -> str:
     """Why an operator of an AMP trace ran in fp32, in a few words: CUDA autocast's
-    fp32 list or promotion (named, from the installed torch's lists:
-    ``autocast_rules.cuda_category``), a cast, the loss, the autograd engine, a tensor
-    created in fp32, or an fp32 input (an op autocast does not list runs in its inputs'
-    dtype, so one fp32 input, such as the skip path of a residual sum, makes it
-    fp32)."""
+    fp32 list or promotion (``autocast_rules.cuda_category``), a cast, the loss, the
+    autograd engine, a tensor created in fp32, or an fp32 input (an op autocast does
+    not list runs in its inputs' dtype, such as a residual sum's)."""
     from ampbook.measure.autocast_rules import aten_base, cuda_category
 
     base = aten_base(op.op)
@@ -67,8 +54,7 @@ def fp32_reason(op: OpCost) -> str:
 
 def unmodelled(p: Prediction) -> list[dict[str, Any]]:
     """Operators whose FLOPs the cost model does not know, or that compute in a dtype
-    it has no peak for (``StepTrace.unmodelled``): their bytes are counted, their FLOPs
-    are not; each with its share of the step's bytes and of the predicted time."""
+    it has no peak for, each with its share of the bytes and of the predicted time."""
     return [dict(r) for r in p.unmodelled]
 
 
@@ -89,7 +75,7 @@ def unmodelled_line(rows: Sequence[dict[str, Any]]) -> str | None:
 
 
 def coverage(trace: StepTrace, p: Prediction | None = None) -> dict[str, Any]:
-    """Section 1: the 16-bit share of an AMP trace, per phase, the fp32 rest, and (with
+    """Section 1: the 16-bit share of an AMP trace per phase, the fp32 rest, and (with
     its prediction ``p``) the operators left unmodelled."""
     shares = {}
     for phase in ("forward", "backward"):
@@ -109,20 +95,11 @@ def coverage(trace: StepTrace, p: Prediction | None = None) -> dict[str, Any]:
     for o in trace.ops:
         if o.dtype != "float32":
             continue
-        key = (o.phase, o.op, o.scope_type)
-        g = groups.setdefault(
-            key,
-            {
-                "phase": o.phase,
-                "op": o.op,
-                "layer_type": o.scope_type,
-                "count": 0,
-                "flops_share": 0.0,
-                "bytes_share": 0.0,
-                "example": o.scope,
-                "reason": fp32_reason(o),
-            },
-        )
+        g = groups.setdefault((o.phase, o.op, o.scope_type), {
+            "phase": o.phase, "op": o.op, "layer_type": o.scope_type, "count": 0,
+            "flops_share": 0.0, "bytes_share": 0.0, "example": o.scope,
+            "reason": fp32_reason(o),
+        })  # fmt: skip
         g["count"] += 1
         g["flops_share"] += o.flops / total_flops
         g["bytes_share"] += o.bytes / total_bytes
@@ -136,35 +113,26 @@ def coverage(trace: StepTrace, p: Prediction | None = None) -> dict[str, Any]:
 
 
 def cast_kernels(traces: dict[str, StepTrace], precision: str) -> int:
-    """The dtype conversions (``_to_copy``) an AMP step adds over fp32's: autocast's
-    casts of weights and activations and their gradients' casts back."""
-
-    def casts(tr: StepTrace) -> int:
-        return sum(o.kernels for o in tr.ops if o.op == "_to_copy")
-
-    return casts(traces[precision]) - casts(traces["fp32"])
+    """The dtype conversions (``_to_copy``) an AMP step adds over fp32's."""
+    return _added(traces, precision, "_to_copy")
 
 
 def layout_kernels(traces: dict[str, StepTrace], precision: str) -> int:
-    """The layout transposes an AMP step adds over fp32's: those ``with_memory_format``
-    models around every 16-bit convolution in NCHW (assumed, not traced)."""
-
-    def moves(tr: StepTrace) -> int:
-        return sum(o.kernels for o in tr.ops if o.op == LAYOUT_TRANSPOSE)
-
-    return moves(traces[precision]) - moves(traces["fp32"])
+    """The layout transposes an AMP step adds over fp32's (assumed in NCHW by
+    ``with_memory_format``, not traced)."""
+    return _added(traces, precision, LAYOUT_TRANSPOSE)
 
 
-# --------------------------------------------------------------------------------------
-# 2. memory
-# --------------------------------------------------------------------------------------
+def _added(traces: dict[str, StepTrace], precision: str, op: str) -> int:
+    def n(tr: StepTrace) -> int:
+        return sum(o.kernels for o in tr.ops if o.op == op)
+
+    return n(traces[precision]) - n(traces["fp32"])
 
 
 def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, Any]:
     """Bytes saved for backward at the requested size, fp32 and AMP, counted on the
-    traced steps (``StepTrace.saved_tensors``: the saved-tensor meter on the autograd
-    graph of the real size, fake tensors without data, CUDA's autocast lists and
-    kernels), and the weights, gradients and Adam state beside them."""
+    traced steps, and the weights, gradients and Adam state beside them."""
     from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
 
     fp32 = traces["fp32"]
@@ -178,22 +146,18 @@ def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, A
     }
     if amp is not None:
         a = traces[amp].saved_tensors
+        f32 = out["fp32_bytes"]
         out.update(
-            amp_precision=amp,
-            amp_bytes=a["new_bytes"],
-            amp_over_fp32=a["new_bytes"] / out["fp32_bytes"]
-            if out["fp32_bytes"]
-            else None,
+            amp_precision=amp, amp_bytes=a["new_bytes"],
+            amp_over_fp32=a["new_bytes"] / f32 if f32 else None,
             amp_fp32_part=a["by_dtype"].get("float32", 0),
-        )
+        )  # fmt: skip
     return out
 
 
 def weight_copy_bytes(model: nn.Module) -> int:
     """Bytes of the 16-bit copies autocast makes of the weights of convolutions and
-    linear layers (2 bytes per element), once per step whatever the batch: at most what
-    backward keeps of them (a convolution saves its cast weight; a linear layer only
-    when its input needs a gradient, so not the first layer's)."""
+    linear layers, once per step whatever the batch: at most what backward keeps."""
     from ampbook.numerics.gradstats import CAST_WEIGHT_TYPES
 
     return 2 * sum(
@@ -207,18 +171,13 @@ def weight_copy_bytes(model: nn.Module) -> int:
 def fake_saved_bytes(
     model: nn.Module, shape: Sequence[int], batch: int, loss: str, precision: str
 ) -> int:
-    """New bytes saved for backward by one forward and loss on fake tensors (a trace
-    without its backward), to hold against a real step's count at the same size."""
+    """New bytes saved for backward by one forward and loss on fake tensors, to hold
+    against a real step's count at the same size."""
     tr = trace_step(
         model, batch, 1, 1, precision, input_shape=shape, backward=False,
         loss=loss_fn(loss),
     )  # fmt: skip
     return tr.saved_tensors["new_bytes"]
-
-
-# --------------------------------------------------------------------------------------
-# 3. roofline per GPU
-# --------------------------------------------------------------------------------------
 
 
 def roofline(
@@ -227,11 +186,9 @@ def roofline(
     loader_images_per_s: float | None = None,
     devices=None,
 ) -> list[dict[str, Any]]:
-    """Section 3: per GPU and AMP precision, the bounds and what they need.
-
-    fp32 three ways: with TF32 for convolutions and matrix products (``fp32_tf32_s``,
-    the baseline of every speedup), with PyTorch's defaults (TF32 for cuDNN's
-    convolutions, not for matrix products: ``fp32_default_s``) and without TF32
+    """Section 3: per GPU and AMP precision, the bounds and what they need; fp32 with
+    TF32 for convolutions and matrix products (``fp32_tf32_s``, the baseline), with
+    PyTorch's defaults (``fp32_default_s``: not for matrix products) and without
     (``fp32_strict_s``)."""
     from ampbook.core.devices import display_name, load_devices
     from ampbook.predict.references import class_bounds
@@ -243,26 +200,21 @@ def roofline(
     for key in gpus:
         d = devices[key]
         on = Ceilings.from_device(d, tf32=True, matmul_tf32=True)
-        default = Ceilings.from_device(d, tf32=True, matmul_tf32=False)
-        off = Ceilings.from_device(d, tf32=False, matmul_tf32=False)
-        p_on = predict(traces["fp32"], on)
-        p_def = predict(traces["fp32"], default)
-        p_off = predict(traces["fp32"], off)
+        p_on, p_def, p_off = (
+            predict(traces["fp32"], Ceilings.from_device(d, tf32=a, matmul_tf32=b))
+            for a, b in ((True, True), (True, False), (False, False))
+        )
         for prec, tr in traces.items():
             if prec == "fp32":
                 continue
             dtype = torch_name(AUTOCAST_DTYPES[prec])
             row = {
-                "gpu": key,
-                "gpu_name": display_name(key, devices),
-                "precision": prec,
-                "fp32_tf32_s": p_on.min_step_s,
-                "fp32_default_s": p_def.min_step_s,
+                "gpu": key, "gpu_name": display_name(key, devices), "precision": prec,
+                "fp32_tf32_s": p_on.min_step_s, "fp32_default_s": p_def.min_step_s,
                 "fp32_strict_s": p_off.min_step_s,
                 "fp32_memory_bound_share": p_on.memory_bound_share,
-                "fp32_by_class_s": class_bounds(p_on),
-                "fp32_kernels": fp32_kernels,
-            }
+                "fp32_by_class_s": class_bounds(p_on), "fp32_kernels": fp32_kernels,
+            }  # fmt: skip
             if dtype not in on.mma_tflops:
                 row.update(
                     amp_s=None,
@@ -271,30 +223,21 @@ def roofline(
                 rows.append(row)
                 continue
             p = predict(tr, on)
+            t = p.min_step_s
             row.update(
-                amp_s=p.min_step_s,
-                amp_by_class_s=class_bounds(p),
+                amp_s=t, amp_by_class_s=class_bounds(p),
                 amp_kernels=int(tr.totals()["kernels"]),
-                speedup_tf32=p_on.min_step_s / p.min_step_s,
-                speedup_default=p_def.min_step_s / p.min_step_s,
-                speedup_strict=p_off.min_step_s / p.min_step_s,
-                memory_bound_share=p.memory_bound_share,
-                mma_share=_mma_share(p),
-                images_per_s_needed=batch / p.min_step_s,
+                speedup_tf32=p_on.min_step_s / t, speedup_default=p_def.min_step_s / t,
+                speedup_strict=p_off.min_step_s / t,
+                memory_bound_share=p.memory_bound_share, mma_share=_mma_share(p),
+                images_per_s_needed=batch / t,
                 fp32_images_per_s_needed=batch / p_on.min_step_s,
                 fusable_s=class_bounds(p)["elementwise"],
-            )
-            if loader_images_per_s:
-                row["epoch_bound"] = (
-                    "loader"
-                    if loader_images_per_s < row["images_per_s_needed"]
-                    else "step"
-                )
-                row["pace"] = pace_verdict(
-                    loader_images_per_s,
-                    row["images_per_s_needed"],
-                    f"on the {row['gpu_name']}",
-                )
+            )  # fmt: skip
+            if loader := loader_images_per_s:
+                need = row["images_per_s_needed"]
+                row["epoch_bound"] = "loader" if loader < need else "step"
+                row["pace"] = pace_verdict(loader, need, f"on the {row['gpu_name']}")
             rows.append(row)
     return rows
 
@@ -312,13 +255,8 @@ def where_time_goes(p: Prediction, top: int = 6) -> list[dict[str, Any]]:
     total = sum(r["time_s"] for r in rows) or 1.0
     nbytes = sum(r["bytes"] for r in rows) or 1.0
     return [
-        {
-            "layer_type": r["type"],
-            "modules": r["modules"],
-            "time_share": r["time_s"] / total,
-            "bytes_share": r["bytes"] / nbytes,
-            "flops_per_byte": r["intensity"],
-            "bound": r["bound"],
-        }
+        {"layer_type": r["type"], "modules": r["modules"],
+         "time_share": r["time_s"] / total, "bytes_share": r["bytes"] / nbytes,
+         "flops_per_byte": r["intensity"], "bound": r["bound"]}
         for r in rows[:top]
-    ]
+    ]  # fmt: skip

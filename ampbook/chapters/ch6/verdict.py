@@ -1,8 +1,6 @@
-"""The doctor's verdict: the expected AMP speedup per GPU as a calibrated range
-(``ampbook.predict.calibrate``) in words, the memory warnings, the committed
-measurements of the same setting, the checklist per GPU, and what the steps
-timed on this device say (section 5 of the report, and the words of section 4).
-"""
+"""Section 5 of the doctor's report: the expected AMP speedup per GPU in words, the
+memory warnings, the committed measurements of the same setting, the checklist per
+GPU, and the one line on the steps timed here (section 4)."""
 
 from __future__ import annotations
 
@@ -11,9 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ampbook.chapters.ch6.traced import cast_kernels, layout_kernels
-from ampbook.core.precision import (
-    AUTOCAST_DTYPES,
-)
+from ampbook.core.precision import AUTOCAST_DTYPES
 from ampbook.core.words import plural
 from ampbook.predict.specs import shape_text, table_key
 from ampbook.predict.steptrace import StepTrace
@@ -22,12 +18,7 @@ from ampbook.predict.steptrace import StepTrace
 SAME_SPEED = 0.05
 
 
-# --------------------------------------------------------------------------------------
-# 5. verdict
-# --------------------------------------------------------------------------------------
-
-
-def range_word(value: float, low: float, high: float) -> str:
+def range_position(value: float, low: float, high: float) -> str:
     """Where ``value`` lies against the range ``low``-``high``, in words."""
     if value < low:
         return "below the range"
@@ -69,10 +60,9 @@ def speedup_range_verdict(
     casts: int | None = None,
     transposes: int | None = None,
 ) -> str:
-    """The expected AMP speedup on one GPU, in one line, from a calibrated range
-    (``calibration.calibrated_range``): the range and how many references give it,
-    the nearest of them, the ratio at equal shares of the bound (not a bound), and the
-    launch floor when it binds."""
+    """The expected AMP speedup on one GPU, in one line: the range
+    and the references that set it, the ratio at equal shares of the bound (not a
+    bound), the committed measurements and the launch floor when it binds."""
     equal = rng["equal_share"]
     if equal <= 0:
         raise ValueError("speedups must be positive")
@@ -120,44 +110,46 @@ def speedup_range_verdict(
         )
     for m in rng.get("committed") or []:
         line += " " + measured_text(m, rng)
-    launch = rng.get("launch")
-    if launch and (launch.get("amp_bound") or launch.get("fp32_bound")):
-        which = "AMP's" if launch.get("amp_bound") else "fp32's"
-        kernels = launch["amp_kernels"] if launch.get("amp_bound") else None
-        kernels = kernels or launch["fp32_kernels"]
-        floor = launch["amp_floor_s"] if launch.get("amp_bound") else None
-        floor = floor or launch["fp32_floor_s"]
-        added = [f"its casts add {casts}"] if casts else []
-        if transposes:
-            added.append(f"the layout transposes assumed in NCHW {transposes}")
-        more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
-        if added and more:
-            count = plural(abs(more), "other operator").split(" ", 1)
-            added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
-        cast = (
-            f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
-            if added and which == "AMP's"
-            else ""
-        )
-        assumed = (
-            "; each layout transpose assumed to cost an eager operator's host time"
-            if transposes and which == "AMP's"
-            else ""
-        )
-        line += (
-            f" Launch-bound: {which} {kernels} kernels{cast} need at least "
-            f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
-            f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
-            f"and assumed on every GPU{assumed}), longer than their calibrated "
-            "kernel time."
-        )
-    return line
+    return line + _launch_sentence(rng.get("launch"), casts, transposes)
+
+
+def _launch_sentence(launch, casts: int | None, transposes: int | None) -> str:
+    """ " Launch-bound: ..." where the launch floor binds (AMP's or fp32's), else ""."""
+    if not launch or not (launch.get("amp_bound") or launch.get("fp32_bound")):
+        return ""
+    amp = bool(launch.get("amp_bound"))
+    which = "AMP's" if amp else "fp32's"
+    kernels = (launch["amp_kernels"] if amp else None) or launch["fp32_kernels"]
+    floor = (launch["amp_floor_s"] if amp else None) or launch["fp32_floor_s"]
+    added = [f"its casts add {casts}"] if casts else []
+    if transposes:
+        added.append(f"the layout transposes assumed in NCHW {transposes}")
+    more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
+    if added and more:
+        count = plural(abs(more), "other operator").split(" ", 1)
+        added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
+    cast = (
+        f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
+        if added and amp
+        else ""
+    )
+    assumed = (
+        "; each layout transpose assumed to cost an eager operator's host time"
+        if transposes and amp
+        else ""
+    )
+    return (
+        f" Launch-bound: {which} {kernels} kernels{cast} need at least "
+        f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
+        f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
+        f"and assumed on every GPU{assumed}), longer than their calibrated "
+        "kernel time."
+    )
 
 
 def step_label(rng: dict[str, Any]) -> str:
-    """What the range's point is of: the step (kernels, plus the host's idle time per
-    sync of the loop modelled and the data time where given), or the kernels alone
-    where no host model is committed."""
+    """What the range's point is of: the step (kernels plus the host's
+    idle time per sync, and the data time where given), or the kernels alone."""
     host = rng.get("host")
     if not host:
         return "predicted kernel-time speedup (no host model: no step)"
@@ -171,10 +163,9 @@ def step_label(rng: dict[str, Any]) -> str:
 
 
 def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
-    """One committed measurement beside the prediction, labelled by what it timed:
-    kernels, the step timed alone (held against the step predicted for the loop that
-    measured it, where that loop is known) or the step in the training loop (its
-    range epoch by epoch)."""
+    """One committed measurement beside the prediction, labelled by what
+    it timed: kernels, the step timed alone (against the step predicted for its
+    loop, where known) or the step in the training loop (epoch by epoch)."""
     other = m.get("same_setting") is False and rng.get("setting")
     where = f", not this prediction's {rng['setting']}" if other else ""
     if m.get("kind") == "step in the loop":
@@ -190,7 +181,7 @@ def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
             f"; recorded by {m['loop']} ({m['loop_detail']}; two of the AMP step's "
             f"syncs and one of fp32's are the runner's, not AMP's), against "
             f"{run['point']:.2f}x ({span_text(run['low'], run['high'])}) predicted "
-            f"for that loop: {range_word(m['speedup'], run['low'], run['high'])}"
+            f"for that loop: {range_position(m['speedup'], run['low'], run['high'])}"
         )
     return text + "."
 
@@ -215,43 +206,27 @@ def verdict_ranges(
     data_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Section 5's ranges: per GPU and AMP precision, the calibrated range
-    (``calibration.calibrated_range``, both precisions in ``memory_format``, at
-    ``batch``; the step with ``host``'s idle time and ``data_s`` of data time per
-    batch, and the kernels alone) with its verdict line; with a host model, also the
-    step predicted for the book's runner of 2026-11-30 (``runner``), to hold the
-    steps it measured against."""
+    (step and kernels) with its verdict line; with a host model, also the step
+    predicted for the book's runner of 2026-11-30 (``runner``), to hold the steps it
+    measured against."""
     from ampbook.predict.calibrate import calibrated_range
-    from ampbook.predict.hostmodel import RUNNER_2026_11_30
+    from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
 
     out = []
     for r in roof:
         if not r.get("amp_s"):
             continue
-        rng = calibrated_range(
-            r["fp32_by_class_s"],
-            r["amp_by_class_s"],
-            r["gpu"],
-            refs,
-            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
-            floor=floor,
-            model=model,
-            devices=devices,
-            memory_format=memory_format,
-            batch=batch,
-            host=host,
-            data_s=data_s,
-        )
+        kw = dict(
+            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]}, floor=floor,
+            model=model, devices=devices, memory_format=memory_format, batch=batch,
+        )  # fmt: skip
+        bounds = (r["fp32_by_class_s"], r["amp_by_class_s"], r["gpu"], refs)
+        rng = calibrated_range(*bounds, **kw, host=host, data_s=data_s)
         if host is not None and rng["rows"]:
-            run = calibrated_range(
-                r["fp32_by_class_s"], r["amp_by_class_s"], r["gpu"], refs,
-                kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]},
-                floor=floor, model=model, devices=devices,
-                memory_format=memory_format, batch=batch,
-                host=host.with_loop(RUNNER_2026_11_30),
-            )  # fmt: skip
+            run = calibrated_range(*bounds, **kw, host=host.with_loop(RUNNER))
             rng["runner"] = {k: run[k] for k in ("point", "low", "high")} | {
-                "loop": RUNNER_2026_11_30.name,
-                "detail": RUNNER_2026_11_30.detail,
+                "loop": RUNNER.name,
+                "detail": RUNNER.detail,
             }
         casts = cast_kernels(traces, r["precision"])
         moves = layout_kernels(traces, r["precision"])
@@ -276,11 +251,9 @@ def memory_warnings(
     traces: dict[str, StepTrace], gpus: Sequence[str], devices, copies: int = 0
 ) -> list[str]:
     """One line per precision and GPU whose step at the requested batch cannot fit:
-    the bytes saved for backward (counted on the traced step) with the weights,
-    gradients and Adam state, against the GPU's memory (its datasheet's GB), and the
-    largest batch whose activations fit (they grow with the batch; the state and
-    autocast's weight copies do not). A lower bound of the need: cuDNN's workspace,
-    the allocator's reserve and the CUDA context come on top."""
+    the bytes saved for backward with the weights, gradients and Adam state against
+    the GPU's memory, and the largest batch whose activations fit (a lower bound of
+    the need: cuDNN's workspace and the allocator's reserve come on top)."""
     from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
 
     out = []
@@ -320,27 +293,22 @@ def setting_text(batch: int, shape: Sequence[int]) -> str:
 def committed_measurements(
     model: str, gpus: Sequence[str], results_dir=None, refs=None
 ) -> dict[str, list[dict[str, Any]]]:
-    """What the committed results (``data/results/``) measured of ``model`` on each
-    of ``gpus``: a layer-profile pair's kernel-time ratio (a reference of the same
-    network and GPU) and, for the book's ERFNet, the training runs' step-time ratio
-    of each AMP precision over fp32 with TF32. Each names its ``setting``
-    (``setting_text``). Empty where nothing was measured."""
+    """What the committed results measured of ``model`` on each of ``gpus``, each
+    with its ``setting``: a layer-profile pair's kernel-time ratio (a reference of the
+    same network and GPU) and, for ERFNet, each AMP precision's step-time ratio over
+    fp32 with TF32, timed alone (layer profiles) and in the loop (training runs)."""
     out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
     for ref in refs or []:
         if ref.kind == "profile" and ref.model == model and ref.gpu in out:
-            out[ref.gpu].append(
-                {
-                    "precision": "amp-fp16",
-                    "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
-                    "speedup": ref.measured_speedup,
-                    "setting": ref.setting,
-                    "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
-                    f"{ref.layout.get('16-bit')})",
-                }
-            )
+            out[ref.gpu].append({
+                "precision": "amp-fp16",
+                "what": "kernel time, amp-fp16 over fp32 (TF32 on)",
+                "speedup": ref.measured_speedup, "setting": ref.setting,
+                "source": f"{ref.source.get('title', ref.key)} ({ref.setting}, "
+                f"{ref.layout.get('16-bit')})",
+            })  # fmt: skip
     if model != "erfnet":
         return out
-    from ampbook.predict.hostmodel import profile_loop
     from ampbook.results import load_results_dir
 
     try:
@@ -348,64 +316,57 @@ def committed_measurements(
         pairs, profiles = rs.pairs(), rs.profile_pairs()
     except Exception:  # an unreadable results folder is the results module's to say
         pairs, profiles = [], []
-    for b, a in profiles:  # the step timed alone (layer profiles: no loader)
+    for b, a in profiles:
         key = table_key(a.device_name)
-        if key not in out or a.mode not in AUTOCAST_DTYPES or b.mode != "fp32-tf32":
-            continue
-        where = setting_text(a.batch_size, (3, a.height, a.width))
-        loop = profile_loop(a.record)
-        out[key].append(
-            {
-                "precision": a.mode,
-                "kind": "step alone",
-                "what": f"step timed alone, {a.mode} over fp32 (TF32 on), layer "
-                "profiles",
-                "speedup": b.step_s / a.step_s,
-                "setting": where,
-                "loop": loop.name if loop else None,
-                "loop_detail": loop.detail if loop else None,
-                "steps": a.record.get("steps"),
-                "amp_kernel_s": a.measured_total_s,  # the profile's kernel time
-                "source": f"{Path(a.path).name}, {Path(b.path).name}: "
-                f"{a.step_s * 1e3:.1f} ms against {b.step_s * 1e3:.1f} ms",
-            }
-        )
-    for q in pairs:  # the step in the training loop, epoch by epoch
-        if q.amp.mode not in AUTOCAST_DTYPES or q.baseline.mode != "fp32-tf32":
-            continue
+        if key in out and a.mode in AUTOCAST_DTYPES and b.mode == "fp32-tf32":
+            out[key].append(_step_alone(b, a))
+    for q in pairs:
         key = table_key(q.setting.device_name)
-        if key in out:
-            where = setting_text(
-                q.setting.batch_size, (3, q.setting.height, q.setting.width)
-            )
-            per = q.step_speedups or [q.step_speedup]
-            out[key].append(
-                {
-                    "precision": q.amp.mode,
-                    "kind": "step in the loop",
-                    "what": f"step time, {q.amp.mode} over fp32 (TF32 on), training "
-                    "runs",
-                    "speedup": q.step_speedup,
-                    "low": min(per),
-                    "high": max(per),
-                    "epochs": len(per),
-                    "setting": where,
-                    "source": f"committed training runs in data/results, {where}",
-                }
-            )
+        ok = q.amp.mode in AUTOCAST_DTYPES and q.baseline.mode == "fp32-tf32"
+        if key in out and ok:
+            out[key].append(_step_in_loop(q))
     return out
 
 
+def _step_alone(b, a) -> dict[str, Any]:
+    """A layer-profile pair's step timed alone (no loader), fp32 ``b``, AMP ``a``."""
+    from ampbook.predict.hostmodel import profile_loop
+
+    loop = profile_loop(a.record)
+    return {
+        "precision": a.mode, "kind": "step alone",
+        "what": f"step timed alone, {a.mode} over fp32 (TF32 on), layer profiles",
+        "speedup": b.step_s / a.step_s,
+        "setting": setting_text(a.batch_size, (3, a.height, a.width)),
+        "loop": loop.name if loop else None,
+        "loop_detail": loop.detail if loop else None,
+        "steps": a.record.get("steps"),
+        "amp_kernel_s": a.measured_total_s,  # the profile's kernel time
+        "source": f"{Path(a.path).name}, {Path(b.path).name}: "
+        f"{a.step_s * 1e3:.1f} ms against {b.step_s * 1e3:.1f} ms",
+    }  # fmt: skip
+
+
+def _step_in_loop(q) -> dict[str, Any]:
+    """A committed training pair's step in the loop, epoch by epoch."""
+    st = q.setting
+    where = setting_text(st.batch_size, (3, st.height, st.width))
+    per = q.step_speedups or [q.step_speedup]
+    return {
+        "precision": q.amp.mode, "kind": "step in the loop",
+        "what": f"step time, {q.amp.mode} over fp32 (TF32 on), training runs",
+        "speedup": q.step_speedup, "low": min(per), "high": max(per),
+        "epochs": len(per), "setting": where,
+        "source": f"committed training runs in data/results, {where}",
+    }  # fmt: skip
+
+
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
-    """The checklist's AMP row for one GPU and precision, ranked like with like: by
-    the predicted step for PyTorch's example loop (the calibrated range's point; the
-    kernels' where there is no host model) for every precision. The measured step
-    timed alone (beside the step predicted for the runner's loop that timed it) and
-    the step in the training loop are named in the detail, not ranked. Recommended
-    ("train with AMP") only where the verdict does not call it a loss: a measurement
-    of this setting slower than fp32 by more than ``SAME_SPEED``, or without one a
-    range the first screen calls "a loss" or "no clear loss" (``gist``), reads
-    "keep fp32", unranked."""
+    """The checklist's AMP row for one GPU and precision, ranked by the
+    predicted step for PyTorch's example loop (the kernels' without a host model);
+    the measured steps go in the detail, unranked. "keep fp32" (unranked) where a
+    measurement of this setting is slower than fp32 by more than ``SAME_SPEED``, or
+    without one where the range reads "a loss" or "no clear loss" (``gist``)."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
     said = None
     if rng["rows"]:
@@ -437,10 +398,13 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
         said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed"
         src = "measured (committed)"
     if said is not None:
-        return {"gpu": name, "item": f"keep fp32: AMP ({precision}) {said}",
-                "gain": None, "source": src, "detail": detail}  # fmt: skip
-    return {"gpu": name, "item": f"train with AMP ({precision})",
-            "gain": gain, "source": src, "detail": detail}  # fmt: skip
+        return _item(name, f"keep fp32: AMP ({precision}) {said}", None, src, detail)
+    return _item(name, f"train with AMP ({precision})", gain, src, detail)
+
+
+def _item(gpu: str, item: str, gain, source: str, detail: str) -> dict[str, Any]:
+    return {"gpu": gpu, "item": item, "gain": gain, "source": source,
+            "detail": detail}  # fmt: skip
 
 
 def checklist(
@@ -449,101 +413,25 @@ def checklist(
     loader_images_per_s: float | None,
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """What to try, per GPU (one GPU per row, named), ranked by gain within each GPU:
-    AMP (``_amp_item``: the predicted step for the example loop, measurements in
-    the detail, or the ratio at equal shares without a range), TF32
-    for matrix products (off by default in PyTorch), TF32 for convolutions (on by
-    default: listed, never ranked), the input pipeline (with a loader rate), and
-    channels_last and cudnn.benchmark as measured on this GPU. ``upper_bounds`` apart:
-    fusing the element-wise operators (``torch.compile``) if they vanished entirely;
-    normalisation layers stay (training BatchNorm reads and writes its input whatever
-    is fused into it)."""
+    """What to try, per GPU, ranked by gain within each GPU: AMP
+    (``_amp_item``), TF32 for matrix products (off by default in PyTorch) and for
+    convolutions (on by default: listed, never ranked), the input pipeline (with a
+    loader rate), and channels_last and cudnn.benchmark as measured on this GPU.
+    ``upper_bounds`` apart: fusing the element-wise operators if they vanished
+    entirely (normalisation stays: training BatchNorm reads and writes its input)."""
     items: list[dict[str, Any]] = []
     bounds: list[dict[str, Any]] = []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
     seen = set()
     for r in roof:
-        gpu, name = r["gpu"], r["gpu_name"]
-        rng = by_gpu.get((gpu, r["precision"]))
+        rng = by_gpu.get((r["gpu"], r["precision"]))
         if rng is not None:
-            items.append(_amp_item(name, r["precision"], rng))
-        if gpu in seen:
-            continue
-        seen.add(gpu)
-        mm = r["fp32_default_s"] / r["fp32_tf32_s"]
-        if mm > 1.005:
-            items.append(
-                {
-                    "gpu": name,
-                    "item": "fp32: TF32 for matrix products (torch.backends.cuda."
-                    "matmul.fp32_precision = 'tf32'; off by default)",
-                    "gain": mm,
-                    "source": "equal shares of the bound",
-                    "detail": "the fp32 step's matrix products on TF32 tensor cores",
-                }
-            )
-        conv = r["fp32_strict_s"] / r["fp32_default_s"]
-        if conv > 1.005:
-            items.append(
-                {
-                    "gpu": name,
-                    "item": "fp32: TF32 for convolutions (torch.backends.cudnn.conv."
-                    "fp32_precision = 'tf32') is on by default",
-                    "gain": None,
-                    "source": "already on",
-                    "detail": f"turning it off would cost {conv:.2f}x at equal shares",
-                }
-            )
-        if r.get("amp_s"):
-            total = r["amp_s"]
-            fusable = r["fusable_s"]
-            if 0 < fusable < total:
-                bounds.append(
-                    {
-                        "gpu": name,
-                        "item": "fuse element-wise ops (torch.compile)",
-                        "gain": total / (total - fusable),
-                        "source": "upper bound",
-                        "detail": "if the element-wise operators' "
-                        f"{fusable / total:.0%} of the AMP bound vanished (their "
-                        "share of the time taken as their share of the bound); "
-                        "normalisation stays",
-                    }
-                )
-        if loader_images_per_s and r.get("images_per_s_needed"):
-            need = r["images_per_s_needed"]
-            if loader_images_per_s < need:
-                items.append(
-                    {
-                        "gpu": name,
-                        "item": "speed up the input pipeline (more workers, faster "
-                        "decoding)",
-                        "gain": need / loader_images_per_s,
-                        "source": "bound",
-                        "detail": f"the loader's {loader_images_per_s:,.0f} images/s "
-                        f"against the {need:,.0f} the AMP bound uses",
-                    }
-                )
+            items.append(_amp_item(r["gpu_name"], r["precision"], rng))
+        if r["gpu"] not in seen:
+            seen.add(r["gpu"])
+            items += _bound_items(r, loader_images_per_s, bounds)
     if measured and measured["device"] == "cuda":
-        from ampbook.core.devices import display_name
-
-        name = display_name(measured["device_name"])
-        rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
-        for r in rows.values():
-            for what in ("channels_last", "cudnn.benchmark"):
-                if r["variant"].endswith(what) and r["precision"] in rows:
-                    gain = rows[r["precision"]]["step_s"] / r["step_s"]
-                    slower = gain < 1 - SAME_SPEED  # never recommended
-                    items.append(
-                        {
-                            "gpu": name,
-                            "item": f"{what} with {r['precision']}"
-                            + (f": slower here, {gain:.2f}x" if slower else ""),
-                            "gain": None if slower else gain,
-                            "source": "measured",
-                            "detail": f"measured on this {name}",
-                        }
-                    )
+        items += _measured_items(measured)
     order = list(dict.fromkeys(i["gpu"] for i in items))
     items.sort(
         key=lambda i: (order.index(i["gpu"]), i["gain"] is None, -(i["gain"] or 0))
@@ -551,10 +439,71 @@ def checklist(
     return {"items": items, "upper_bounds": bounds}
 
 
+def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
+    """One GPU's items from its bounds: TF32 for matrix products and convolutions,
+    the input pipeline; fusing the element-wise operators goes to ``bounds``."""
+    name, items = r["gpu_name"], []
+    mm = r["fp32_default_s"] / r["fp32_tf32_s"]
+    if mm > 1.005:
+        items.append(_item(
+            name, "fp32: TF32 for matrix products (torch.backends.cuda."
+            "matmul.fp32_precision = 'tf32'; off by default)", mm,
+            "equal shares of the bound",
+            "the fp32 step's matrix products on TF32 tensor cores",
+        ))  # fmt: skip
+    conv = r["fp32_strict_s"] / r["fp32_default_s"]
+    if conv > 1.005:
+        items.append(_item(
+            name, "fp32: TF32 for convolutions (torch.backends.cudnn.conv."
+            "fp32_precision = 'tf32') is on by default", None, "already on",
+            f"turning it off would cost {conv:.2f}x at equal shares",
+        ))  # fmt: skip
+    if r.get("amp_s"):
+        total, fusable = r["amp_s"], r["fusable_s"]
+        if 0 < fusable < total:
+            bounds.append(_item(
+                name, "fuse element-wise ops (torch.compile)",
+                total / (total - fusable), "upper bound",
+                "if the element-wise operators' "
+                f"{fusable / total:.0%} of the AMP bound vanished (their "
+                "share of the time taken as their share of the bound); "
+                "normalisation stays",
+            ))  # fmt: skip
+    need = r.get("images_per_s_needed")
+    if loader and need and loader < need:
+        items.append(_item(
+            name, "speed up the input pipeline (more workers, faster decoding)",
+            need / loader, "bound",
+            f"the loader's {loader:,.0f} images/s against the {need:,.0f} the AMP "
+            "bound uses",
+        ))  # fmt: skip
+    return items
+
+
+def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
+    """channels_last and cudnn.benchmark as measured on this GPU (never recommended
+    where slower)."""
+    from ampbook.core.devices import display_name
+
+    name, items = display_name(measured["device_name"]), []
+    rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
+    for r in rows.values():
+        for what in ("channels_last", "cudnn.benchmark"):
+            if r["variant"].endswith(what) and r["precision"] in rows:
+                gain = rows[r["precision"]]["step_s"] / r["step_s"]
+                slower = gain < 1 - SAME_SPEED
+                items.append(_item(
+                    name,
+                    f"{what} with {r['precision']}"
+                    + (f": slower here, {gain:.2f}x" if slower else ""),
+                    None if slower else gain, "measured", f"measured on this {name}",
+                ))  # fmt: skip
+    return items
+
+
 def measured_verdict(measured: dict[str, Any]) -> str:
-    """What the timed steps on this device say, in one line: on a CPU, the rounds
-    method's verdict on amp-bf16 (the per-round ratios: "no difference is resolved"
-    when they disagree) and fp16's measured ratio; on CUDA, the fastest AMP variant
+    """What the timed steps here say, in one line: on a CPU, the rounds'
+    verdict on amp-bf16 and fp16's one ratio; on CUDA, the fastest AMP variant
     against fp32."""
     rows = [r for r in measured["rows"] if r.get("step_s")]
     where = f"batch {measured['batch']} x {shape_text(measured['input'])}"
