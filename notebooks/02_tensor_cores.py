@@ -83,10 +83,22 @@ import numpy as np
 import torch
 
 from ampbook import results
-from ampbook.measure.timing import load_verdict
-from ampbook.chapters.ch2.bench_matmul import make_record, roofline_ceilings, save_record
-from ampbook.chapters.ch2.bench_sweeps import conv_sweep, elementwise_sweep, matmul_sweep, outside_spread, read_from, shape_cliff, shape_penalties, supported_dtypes
 from ampbook.chapters import ch2
+from ampbook.chapters.ch2.bench_matmul import (
+    make_record,
+    roofline_ceilings,
+    save_record,
+)
+from ampbook.chapters.ch2.bench_sweeps import (
+    conv_sweep,
+    elementwise_sweep,
+    matmul_sweep,
+    outside_spread,
+    read_from,
+    shape_cliff,
+    shape_penalties,
+    supported_dtypes,
+)
 from ampbook.core.devices import (
     attainable_tflops,
     device_for,
@@ -107,6 +119,7 @@ from ampbook.core.paths import RESULTS_DIR, load_reference
 from ampbook.measure.timing import (
     benchmark,
     last_level_cache,
+    load_verdict,
     machine_load,
     random_tensor,
     time_matmul,

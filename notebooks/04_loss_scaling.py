@@ -98,6 +98,7 @@ import torch
 
 from ampbook import results
 from ampbook.chapters import ch3, ch4
+from ampbook.chapters.ch4 import op_probes
 from ampbook.core.devices import display_name, pick_device
 from ampbook.core.page import (
     GIB,
@@ -111,7 +112,7 @@ from ampbook.core.page import (
     use_style,
 )
 from ampbook.core.paths import load_reference
-from ampbook.measure import autocast_rules, memory, model_dtypes, op_probes
+from ampbook.measure import autocast_rules, memory, model_dtypes
 from ampbook.numerics import gradstats as gs
 from ampbook.numerics import loss_scaling as ls
 from ampbook.segmentation.model import ERFNet

@@ -111,10 +111,9 @@ import numpy as np
 import torch
 from myst_nb import glue
 
-from ampbook.chapters.ch5.bench_loader import measure_loader
-from ampbook.measure.timing import load_verdict
-from ampbook.chapters.ch5.bench_step import step_rounds
 from ampbook.chapters import ch3, ch5
+from ampbook.chapters.ch5.bench_loader import measure_loader
+from ampbook.chapters.ch5.bench_step import step_rounds
 from ampbook.core.devices import (
     attainable_tflops,
     display_name,
@@ -126,7 +125,12 @@ from ampbook.core.paths import load_reference
 from ampbook.core.precision import autocast_dtype
 from ampbook.measure.cpu_kernels import probe_conv
 from ampbook.measure.memory import fit_line, saved_for_backward
-from ampbook.measure.timing import machine_load, time_elementwise, time_matmul
+from ampbook.measure.timing import (
+    load_verdict,
+    machine_load,
+    time_elementwise,
+    time_matmul,
+)
 from ampbook.predict.calibrate import layout_factor
 from ampbook.predict.pace import loader_images_per_s, pace_verdict, speedup_verdict
 from ampbook.predict.references import load_bounds, load_published, references

@@ -10,7 +10,7 @@ CPU autocast region.
   op falls through autocast untouched.
 
 Chapter 4 sets both beside what the ops do when they run
-(``ampbook.measure.op_probes``).
+(``ampbook.chapters.ch4.op_probes``).
 
 ``autocast_region`` is an autocast region on either device. A CUDA region runs on a GPU
 when there is one. Without one it runs on *fake* CUDA tensors

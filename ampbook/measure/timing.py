@@ -435,6 +435,7 @@ def machine_load() -> dict:
         return {"load1": None, "cpus": cpus, "busy": False}
     return {"load1": load1, "cpus": cpus, "busy": load1 > 1.5 * cpus}
 
+
 def load_verdict(load: dict, device_type: str) -> str:
     """One line: was the machine busy while CPU timings were taken?"""
     level = "unknown" if load.get("load1") is None else f"{load['load1']:.1f}"

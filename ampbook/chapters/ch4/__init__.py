@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ampbook.chapters.ch4.op_probes import PROBE_NAMES, ProbeResult, disagreements
 from ampbook.measure.autocast_rules import DEVICE_TYPES
 from ampbook.measure.model_dtypes import (
     parameter_and_grad_dtypes,
     summarize_by_type,
     trace_layers,
 )
-from ampbook.measure.op_probes import PROBE_NAMES, ProbeResult, disagreements
 
 PROBE_HEADERS = [  # short: the table must fit a 1000 px page
     "op",
