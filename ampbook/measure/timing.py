@@ -504,77 +504,30 @@ def benchmark(
         accumulators).
     name, extra: label and extra fields copied into the result (``to_dict``).
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if make_inputs is not None and not callable(make_inputs):
-        raise TypeError(
-            "make_inputs must be a callable returning one input set "
-            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
-        )
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if min_time < 0 or (max_time is not None and max_time <= 0):
-        raise ValueError(
-            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
-        )
-    if number is not None and number < 1:
-        raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
+    _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number)
     if buffers is not None and buffers < 1:
         raise ValueError(f"buffers must be >= 1, got {buffers}")
     if flops is not None and flops < 0 or bytes_moved is not None and bytes_moved < 0:
         raise ValueError("flops and bytes_moved must be non-negative")
-
-    first = _as_args(make_inputs()) if make_inputs is not None else ()
-    if check_inputs:
-        _check_not_zero(first, name)
-    if device is None:
-        tensors = _tensors(first)
-        dev = tensors[0].device if tensors else torch.device("cpu")
-    else:
-        dev = pick_device(device)
-    if buffers is None:
-        cache = cache_bytes if cache_bytes is not None else cache_bytes_of(dev)
-        buffers = (
-            buffers_needed(
-                working_set_bytes(first), cache, max_total_bytes=max_buffer_bytes
-            )
-            if make_inputs is not None
-            else 1
-        )
-    inputs = (
-        [first] + [_as_args(make_inputs()) for _ in range(buffers - 1)]
-        if make_inputs is not None
-        else [()]
+    inputs, dev = _input_sets(
+        make_inputs, device, buffers, cache_bytes, max_buffer_bytes, check_inputs, name
     )
-    k = len(inputs)
     sync = sync if sync is not None else default_sync(dev)
     clock = _clock(dev, sync)
-
-    call = 0
-    warm_times = []
-    for _ in range(warmup):
-        clock.start()
-        fn(*inputs[call % k])
-        warm_times.append(clock.stop())
-        call += 1
-    if number is None:
+    warm_times = [_call(fn, inputs, i, clock) for i in range(warmup)]
+    if number is None:  # a sample lasts about block_time
+        fastest = max(min(warm_times), 1e-9) if warm_times else None
         number = (
-            1
-            if not warm_times
-            else max(
-                1, min(100_000, math.ceil(block_time / max(min(warm_times), 1e-9)))
-            )
+            1 if not fastest else max(1, min(100_000, math.ceil(block_time / fastest)))
         )
-
     times: list[float] = []
     total = 0.0
+    call = warmup
     floor = min(3, repeats)
     while True:
         clock.start()
         for _ in range(number):
-            fn(*inputs[call % k])
+            fn(*inputs[call % len(inputs)])
             call += 1
         elapsed = clock.stop()
         times.append(elapsed / number)
@@ -592,11 +545,58 @@ def benchmark(
         times_s=tuple(times),
         number=number,
         warmup=warmup,
-        buffers=k,
+        buffers=len(inputs),
         flops=flops,
         bytes_moved=bytes_moved,
         extra=dict(extra or {}),
     )
+
+
+def _call(fn, inputs, i, clock) -> float:
+    """One timed call of ``fn`` on the ``i``-th input set (rotating)."""
+    clock.start()
+    fn(*inputs[i % len(inputs)])
+    return clock.stop()
+
+
+def _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number):
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if make_inputs is not None and not callable(make_inputs):
+        raise TypeError(
+            "make_inputs must be a callable returning one input set "
+            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
+        )
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if min_time < 0 or (max_time is not None and max_time <= 0):
+        raise ValueError(
+            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
+        )
+    if number is not None and number < 1:
+        raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
+
+
+def _input_sets(make_inputs, device, buffers, cache_bytes, max_bytes, check, name):
+    """(the input sets to rotate through, the device the work runs on)."""
+    first = _as_args(make_inputs()) if make_inputs is not None else ()
+    if check:
+        _check_not_zero(first, name)
+    if device is None:
+        tensors = _tensors(first)
+        dev = tensors[0].device if tensors else torch.device("cpu")
+    else:
+        dev = pick_device(device)
+    if make_inputs is None:
+        return [()], dev
+    if buffers is None:
+        cache = cache_bytes if cache_bytes is not None else cache_bytes_of(dev)
+        buffers = buffers_needed(
+            working_set_bytes(first), cache, max_total_bytes=max_bytes
+        )
+    return [first] + [_as_args(make_inputs()) for _ in range(buffers - 1)], dev
 
 
 # --------------------------------------------------------------------------------------
