@@ -98,6 +98,7 @@ import torch
 
 from ampbook import results
 from ampbook.chapters import ch3, ch4
+from ampbook.chapters.ch4 import gradients as g4
 from ampbook.chapters.ch4 import op_probes
 from ampbook.core.devices import display_name, pick_device
 from ampbook.core.page import (
@@ -187,8 +188,8 @@ glue_all(low_layers=len(low_layers), leaves=n_leaves, calls=len(low_calls),
 # stored as subnormals, or overflow; {numref}`fig-ch4-grad-hist` draws where they fall.
 
 # %%
-scales = gs.SCALES
-rec = gs.capture_gradients(model, batches[:grad_batches], scales=scales,
+scales = g4.SCALES
+rec = g4.capture_gradients(model, batches[:grad_batches], scales=scales,
                            low_precision=low_layers)
 for kind in rec.kinds():
     c = rec.combined(kind)
@@ -221,7 +222,7 @@ plt.show()
 # round to zero (those between 2⁻²⁵ and 2⁻²⁴ round up to 2⁻²⁴).
 
 # %% tags=["hide-input"]
-md_table(gs.fraction_rows(rec), gs.FRACTION_HEADERS, gs.FRACTION_FORMATS)
+md_table(g4.fraction_rows(rec), g4.FRACTION_HEADERS, g4.FRACTION_FORMATS)
 
 # %% [markdown]
 # Which layers produce the small fp16 activation gradients? The fraction below 2⁻²⁴ at
@@ -250,7 +251,7 @@ md_table([r[:5] for r in by_type],
 
 # %% tags=["hide-input"]
 act, wgt = rec.fractions("activation"), rec.fractions("weight")
-first, ps = gs.first_overflow_scale(rec), claims["paper_initial_loss_scale"]
+first, ps = g4.first_overflow_scale(rec), claims["paper_initial_loss_scale"]
 below = "below_min_subnormal"
 rows = [("weight gradients below 2⁻²⁴, scale 1", wgt[1.0][below],
          f"{claims['paper_lost_fraction']:.0%} (Mandarin speech model)"),
@@ -275,16 +276,16 @@ md_table(rows, ["", "ERFNet here", "the paper"], [None, ".3%", None])
 # same images cut to half the height and width:
 
 # %%
-small = [gs.crop_batch(batches, height // 16 * 8, width // 16 * 8, batch_size)]
+small = [g4.crop_batch(batches, height // 16 * 8, width // 16 * 8, batch_size)]
 torch.manual_seed(seed)
 small_model = ERFNet().to(device).train()
-rec_small = gs.capture_gradients(small_model, small, scales=(1.0,),
+rec_small = g4.capture_gradients(small_model, small, scales=(1.0,),
                                  low_precision=low_layers)
-n_big, n_small = gs.labelled_pixels(batches[0][1]), gs.labelled_pixels(small[0][1])
+n_big, n_small = g4.labelled_pixels(batches[0][1]), g4.labelled_pixels(small[0][1])
 
 # %%
 doublings = math.log2(n_big / n_small)
-shift = {k: gs.median_log2(rec, k) - gs.median_log2(rec_small, k)
+shift = {k: g4.median_log2(rec, k) - g4.median_log2(rec_small, k)
          for k in ("activation", "weight")}
 rate = -shift["activation"] / doublings  # bins to the left per doubling, measured
 glue_all(n_small=n_small, n_big=n_big, doublings=doublings, shift_a=shift["activation"],
@@ -316,7 +317,7 @@ from ampbook.train import TrainConfig
 cfg = TrainConfig()
 n_full = cfg.batch_size * cfg.height * cfg.width * n_big / batches[0][1].numel()
 more = math.log2(n_full / n_big)  # doublings from this chapter's size to the runner's
-lost = {r: gs.shifted_below(rec, "activation", r * more, scales) for r in (1.0, rate)}
+lost = {r: g4.shifted_below(rec, "activation", r * more, scales) for r in (1.0, rate)}
 rows = [(f"2^{math.log2(s):g}", lost[1.0][s], lost[rate][s]) for s in scales]
 glue_all(full_b=cfg.batch_size, full_h=cfg.height, full_w=cfg.width, n_full=n_full,
          more=more, move_rate=rate * more)
@@ -367,7 +368,7 @@ md_table(list(defaults.items()), ["GradScaler setting", "default"], [None, "g"])
 # each kind, on one image of the training size:
 
 # %%
-x1, y1 = gs.crop_batch(batches, height, width, 1)
+x1, y1 = g4.crop_batch(batches, height, width, 1)
 secs = {mode: ls.step_seconds(model, x1, y1, fp16=mode, fp16_calls=low_calls)
         for mode in ls.FP16_MODES}
 rows = [(m, secs[m], secs[m] / secs["off"]) for m in ("off", "emulate", "autocast")]
@@ -577,7 +578,7 @@ glue_all(cats=len(cats), fp32_cats=sum(r["output"] == ["float32"] for r in cats)
 # their gradients:
 
 # %% tags=["hide-input"]
-x_tiny, y_tiny = gs.crop_batch(batches, 8, 16, 1)  # dtypes do not depend on size
+x_tiny, y_tiny = g4.crop_batch(batches, 8, 16, 1)  # dtypes do not depend on size
 settings = [("cpu", torch.bfloat16), ("cpu", torch.float16)]
 settings += [("cuda", torch.float16)] if device.type == "cuda" else []
 rows = []
