@@ -343,7 +343,7 @@ md_table(rows, ["loss scale", "below 2⁻²⁴, 1 bin per doubling",
 # by a growth factor after a run of clean steps. Its defaults, read from a fresh object:
 
 # %%
-defaults = ls.grad_scaler_defaults(device.type)
+defaults = ch4.grad_scaler_defaults(device.type)
 glue_all(init_log2=math.log2(defaults["init_scale"]), **defaults)
 md_table(list(defaults.items()), ["GradScaler setting", "default"], [None, "g"])
 
@@ -380,7 +380,7 @@ md_table(rows, ["backward kind", "seconds per step", "time vs fp32 (x)"],
 # faster of the two on a CPU. Which one this run uses, and why:
 
 # %%
-fp16_used, why = ls.choose_fp16_mode(fp16_mode, device.type, secs)
+fp16_used, why = ch4.choose_fp16_mode(fp16_mode, device.type, secs)
 md("fp16 gradients: " + fp16_used + " (" + why + ").")
 
 # %% [markdown]
@@ -391,7 +391,7 @@ md("fp16 gradients: " + fp16_used + " (" + why + ").")
 
 # %%
 runs = []
-for label, regime, scale, mode in ls.scaling_plan(fixed_scales, fp16_used):
+for label, regime, scale, mode in ch4.scaling_plan(fixed_scales, fp16_used):
     torch.manual_seed(seed)  # the same weights and dropout masks in every run
     model_r = ERFNet().to(device).train()
     run = ls.train_with_scaling(model_r, batches[:num_steps], regime, scale=scale,
@@ -438,11 +438,11 @@ plt.show()
 # the forward pass is fp32 and the losses differ only through the rounded gradients.
 
 # %% tags=["hide-input"]
-headers, rows, formats = ls.run_table(runs)
+headers, rows, formats = ch4.run_table(runs)
 md_table(rows, headers, formats)
 
 # %%
-md(ls.scaling_verdict(runs))
+md(ch4.scaling_verdict(runs))
 
 # %% [markdown]
 # A skipped step is one the weights did not take. After skipping some of a short run's steps
