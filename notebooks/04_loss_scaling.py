@@ -546,7 +546,7 @@ md_table([(*key, c.get("cpu"), c.get("cuda")) for key, c in calls.items()],
 # %% tags=["hide-input"]
 ops_cpu = model_dtypes.trace_ops(model.cpu(), x_trace.cpu(), "cpu")
 kept = ("cat", "add", "__add__", "relu")
-rows = [r for r in model_dtypes.summarize_by_type(ops_cpu, key="op") if r[0] in kept]
+rows = [r for r in ch4.summarize_by_type(ops_cpu, key="op") if r[0] in kept]
 md_table(rows, ["op", "inside", "input dtypes", "output dtype", "calls"])
 
 # %%
@@ -630,14 +630,14 @@ torch.manual_seed(seed)
 cm = ERFNet().train()
 twice, xt = ch4.SameLayerTwice(), torch.randn(8, 64)
 counts = {
-    "ERFNet, 1 forward": model_dtypes.count_casts(cm, x_tiny, "cpu"),
+    "ERFNet, 1 forward": ch4.count_casts(cm, x_tiny, "cpu"),
     "ERFNet, 2 forwards in one region":
-        model_dtypes.count_casts(cm, x_tiny, "cpu", forwards=2),
+        ch4.count_casts(cm, x_tiny, "cpu", forwards=2),
     "ERFNet, 2 forwards, a region each":
-        model_dtypes.count_casts(cm, x_tiny, "cpu", forwards=2, one_region=False),
-    "Linear used twice, cache on": model_dtypes.count_casts(twice, xt, "cpu"),
+        ch4.count_casts(cm, x_tiny, "cpu", forwards=2, one_region=False),
+    "Linear used twice, cache on": ch4.count_casts(twice, xt, "cpu"),
     "Linear used twice, cache off":
-        model_dtypes.count_casts(twice, xt, "cpu", cache_enabled=False),
+        ch4.count_casts(twice, xt, "cpu", cache_enabled=False),
 }
 
 # %% tags=["hide-input"]
@@ -665,10 +665,10 @@ glue_all(n_params=len(list(cm.parameters())), conv_params=conv_params,
 # low-precision op in fp32. The post's account against what we measured:
 
 # %% tags=["hide-input"]
-bw = model_dtypes.backward_dtypes(cm, x_tiny, y_tiny, "cpu", torch.bfloat16)
+bw = ch4.backward_dtypes(cm, x_tiny, y_tiny, "cpu", torch.bfloat16)
 conv_low = sum(n for (op, dt), n in bw.items()
                if op == "convolution_backward" and dt != "float32")
-kept_in = ", ".join(sorted(model_dtypes.parameter_and_grad_dtypes(cm)["params"]))
+kept_in = ", ".join(sorted(ch4.parameter_and_grad_dtypes(cm)["params"]))
 init = f"2^{math.log2(defaults['init_scale']):g}"
 rows = [("weights kept in", "fp32 master + fp16 copy", kept_in),
         ("low-precision weight copies", "kept alongside the master",

@@ -14,19 +14,21 @@ The measurements are ``ampbook.measure``'s (``op_probes``, ``model_dtypes``).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampbook.chapters.ch4.op_probes import PROBE_NAMES, ProbeResult, disagreements
-from ampbook.measure.autocast_rules import DEVICE_TYPES
-from ampbook.measure.model_dtypes import (
-    parameter_and_grad_dtypes,
-    summarize_by_type,
-    trace_layers,
+from ampbook.measure.autocast_rules import (
+    DEVICE_TYPES,
+    autocast_region,
+    default_dtype,
+    dtype_name,
 )
+from ampbook.measure.model_dtypes import CastCounter, trace_layers
 
 if TYPE_CHECKING:
     from ampbook.numerics.loss_scaling import ScalingRun
@@ -130,6 +132,110 @@ class SameLayerTwice(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lin(self.lin(x))
+
+
+# --- what autocast does to ERFNet: layers, casts, dtypes, backward kernels ---
+
+
+def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
+    """Distinct (type, input dtypes, output dtypes) combinations with their counts, from
+    ``trace_layers`` rows (``key="type"``) or ``trace_ops`` rows (``key="op"``), as
+    chapter 4 tables them."""
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        extra = (r["module"],) if key == "op" else ()
+        k = (
+            r[key],
+            *extra,
+            ", ".join(sorted(set(r["inputs"]))) or "-",
+            ", ".join(r["output"]),
+        )
+        counts[k] = counts.get(k, 0) + 1
+    return [(*k, n) for k, n in sorted(counts.items())]
+
+
+def count_casts(
+    model: nn.Module,
+    x: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    forwards: int = 1,
+    cache_enabled: bool = True,
+    one_region: bool = True,
+) -> CastCounter:
+    """Run ``forwards`` forward passes under autocast and count the casts.
+    ``one_region``: all passes inside one autocast region (the cast cache lives as long
+    as the region), else one region per pass. Gradients are enabled, as in training: the
+    cache only keeps casts of leaf tensors that require grad (the parameters). Chapter 4
+    counts ERFNet's casts and a reused layer's."""
+    dtype = dtype or default_dtype(device_type)
+    counter = CastCounter(model=model)
+    with counter:
+        if one_region:
+            with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                for _ in range(forwards):
+                    model(x)
+        else:
+            for _ in range(forwards):
+                with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                    model(x)
+    return counter
+
+
+def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
+    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's
+    parameters (chapter 4: fp32 under autocast)."""
+    out: dict[str, dict[str, int]] = {"params": {}, "grads": {}}
+    for p in model.parameters():
+        out["params"][dtype_name(p.dtype)] = (
+            out["params"].get(dtype_name(p.dtype), 0) + 1
+        )
+        g = "none" if p.grad is None else dtype_name(p.grad.dtype)
+        out["grads"][g] = out["grads"].get(g, 0) + 1
+    return out
+
+
+class _BackwardOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name.endswith("_backward") or name == "_to_copy":
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for o in outs:
+                if isinstance(o, torch.Tensor) and o.is_floating_point():
+                    key = (name, dtype_name(o.dtype))
+                    self.counts[key] = self.counts.get(key, 0) + 1
+        return out
+
+
+def backward_dtypes(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    loss_fn: Callable | None = None,
+) -> dict[tuple[str, str], int]:
+    """Run one forward under autocast and the backward under a ``TorchDispatchMode``
+    that records the output dtypes of the backward kernels (ops named ``*_backward``)
+    and of the dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that
+    the gradients computed by low-precision ops are low precision, and that the casts'
+    backward converts the weight gradients to fp32 before they reach ``.grad`` (chapter
+    4, for ERFNet). Clears the gradients after."""
+    dtype = dtype or default_dtype(device_type)
+    loss_fn = loss_fn or F.cross_entropy
+    model.zero_grad(set_to_none=True)
+    with autocast_region(device_type, dtype):
+        loss = loss_fn(model(x), target)
+    rec = _BackwardOps()
+    with rec:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return dict(sorted(rec.counts.items()))
 
 
 # --- the loss-scaling runs ---
