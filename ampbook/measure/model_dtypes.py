@@ -33,8 +33,7 @@ from ampbook.measure.autocast_rules import (
 )
 from ampbook.measure.tracking import ModuleScopes
 
-# --- what a model does: per layer and per op
-# -----------------------------------------------
+# --- what a model does: per layer and per op ---
 
 
 def _dtypes(obj) -> list[str]:
@@ -257,8 +256,7 @@ def low_precision_calls(
     return [(r["op"], set(r["output"]) == {low}) for r in rows]
 
 
-# --- the casts autocast makes
-# --------------------------------------------------------------
+# --- the casts autocast makes ---
 
 
 @dataclass

@@ -47,9 +47,7 @@ from ampbook.core.devices import pick_device
 from ampbook.core.precision import DTYPES, SHORT_NAMES, backend_flags
 from ampbook.core.words import plural
 
-# --------------------------------------------------------------------------------------
-# dtypes (names: ampbook.core.precision)
-# --------------------------------------------------------------------------------------
+# --- dtypes (names: ampbook.core.precision) ---
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
@@ -89,9 +87,7 @@ def random_tensor(
     return x.to(torch_dtype)
 
 
-# --------------------------------------------------------------------------------------
-# Result
-# --------------------------------------------------------------------------------------
+# --- Result ---
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -254,9 +250,7 @@ def _fmt_s(s: float) -> str:
     return f"{s * 1e6:.3g} us"
 
 
-# --------------------------------------------------------------------------------------
-# Clocks
-# --------------------------------------------------------------------------------------
+# --- Clocks ---
 
 
 def default_sync(device: torch.device) -> Callable[[], None]:
@@ -307,9 +301,7 @@ def _clock(device: torch.device, sync: Callable[[], None]):
     return _CudaEventClock(device, sync) if device.type == "cuda" else _HostClock(sync)
 
 
-# --------------------------------------------------------------------------------------
-# Cache size and input rotation
-# --------------------------------------------------------------------------------------
+# --- Cache size and input rotation ---
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
 
@@ -449,9 +441,7 @@ def load_verdict(load: dict, device_type: str) -> str:
     return head + "quiet, the CPU timings below are the CPU's."
 
 
-# --------------------------------------------------------------------------------------
-# benchmark
-# --------------------------------------------------------------------------------------
+# --- benchmark ---
 
 
 def benchmark(
@@ -599,9 +589,7 @@ def _input_sets(make_inputs, device, buffers, cache_bytes, max_bytes, check, nam
     return [first] + [_as_args(make_inputs()) for _ in range(buffers - 1)], dev
 
 
-# --------------------------------------------------------------------------------------
-# Conveniences: matmul and elementwise
-# --------------------------------------------------------------------------------------
+# --- Conveniences: matmul and elementwise ---
 
 
 @contextlib.contextmanager

@@ -18,9 +18,7 @@ from ampbook.chapters.ch2.bench_sweeps import CONV_KINDS, read_from, shape_penal
 from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.core.words import plural
 
-# --------------------------------------------------------------------------------------
-# Where mixed precision pays here: matmuls and a convolution, measured
-# --------------------------------------------------------------------------------------
+# --- Where mixed precision pays here: matmuls and a convolution, measured ---
 
 
 def op_speeds(
@@ -106,9 +104,7 @@ def amp_op_verdict(
     return text
 
 
-# --------------------------------------------------------------------------------------
-# What a run shows: summaries and one-line verdicts
-# --------------------------------------------------------------------------------------
+# --- What a run shows: summaries and one-line verdicts ---
 
 
 def best_per_dtype(rows: Sequence[dict]) -> dict[str, dict]:
@@ -190,9 +186,7 @@ def elementwise_verdict(rows: Sequence[dict], cache_bytes: int) -> str:
     return text + "little or no gain: the fp16 kernel, not memory, sets the pace here."
 
 
-# --------------------------------------------------------------------------------------
-# The roofline and the committed GPU sweeps
-# --------------------------------------------------------------------------------------
+# --- The roofline and the committed GPU sweeps ---
 
 
 def ceilings_text(ceilings: dict) -> str:
