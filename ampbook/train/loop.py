@@ -379,23 +379,6 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
             ) from None
 
 
-def _kept(
-    cfg: TrainConfig, epochs: list[dict], json_path: Path | None, ckpt_path: Path | None
-) -> str:
-    """What a stopped run leaves on disk, and how to go on."""
-    if json_path is None:
-        return "nothing was saved (no --out)"
-    if not epochs:
-        return "nothing was saved (no epoch finished)"
-    done = "epoch 1" if len(epochs) == 1 else f"epochs 1-{len(epochs)}"
-    if ckpt_path is not None and ckpt_path.exists():
-        return (
-            f"{ckpt_path} and {json_path} hold {done}; continue with: "
-            f"{resume_command(cfg)}"
-        )
-    return f"{json_path} holds {done} (nothing to resume from)"
-
-
 def _first_line(err: BaseException) -> str:
     """An exception's own message; for one re-raised from a DataLoader worker, the
     message of the original (its last line) rather than the worker's traceback."""
@@ -489,8 +472,20 @@ class _Run:
         return self.res.rank == 0
 
     def kept(self, checkpoint: bool = True) -> str:
-        ckpt = self.ckpt_path if checkpoint else None
-        return _kept(self.cfg, self.epochs, self.json_path, ckpt)
+        """What a stopped run leaves on disk, and how to go on."""
+        if self.json_path is None:
+            return "nothing was saved (no --out)"
+        if not self.epochs:
+            return "nothing was saved (no epoch finished)"
+        n = len(self.epochs)
+        done = "epoch 1" if n == 1 else f"epochs 1-{n}"
+        ckpt = self.ckpt_path
+        if checkpoint and ckpt.exists():
+            return (
+                f"{ckpt} and {self.json_path} hold {done}; continue with: "
+                f"{resume_command(self.cfg)}"
+            )
+        return f"{self.json_path} holds {done} (nothing to resume from)"
 
     def stop(self, status: str, message: str, **extra) -> None:
         """Record why the run stopped (rank 0, when there is a results file to keep)."""
