@@ -81,9 +81,7 @@ def test_cast_cache_casts_a_reused_weight_once_per_region():
     assert cached.parameter_cast_bytes == (8 * 8 + 8) * 2  # bf16 copies
     uncached = ch4.count_casts(model, x, "cpu", cache_enabled=False)
     assert uncached.parameter_casts == 4  # cast at each use
-    two_regions = ch4.count_casts(
-        model, x, "cpu", forwards=2, one_region=False
-    )
+    two_regions = ch4.count_casts(model, x, "cpu", forwards=2, one_region=False)
     assert two_regions.parameter_casts == 4  # the cache ends with the region
     one_region = ch4.count_casts(model, x, "cpu", forwards=2)
     assert one_region.parameter_casts == 2
