@@ -160,10 +160,35 @@ def check_book(
 ) -> list[PageReport]:
     """Check every page of the built book in ``html_dir`` (``only``: just these pages,
     paths relative to it); one report per page."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     html_dir = Path(html_dir).resolve()
+    pages = _pages(html_dir, only)
+    chromium = chromium or find_chromium()
+    if chromium is None:
+        raise CheckError(
+            "Chromium not found: apt-get install chromium, or set $CHROMIUM"
+        )
+    reports: list[PageReport] = []
+    page_info: dict[Path, dict] = {}
+    # Chromium's children can still be writing its profile as a stop ends the check:
+    # the folder's removal then must not replace the stop with "Directory not empty".
+    profile = tempfile.TemporaryDirectory(
+        prefix="ampbook-chromium-", ignore_cleanup_errors=True
+    )
+    with sync_playwright() as pw, profile as profile_dir:
+        browser = _launch(pw, profile_dir, chromium)
+        for path in pages:
+            report = PageReport(str(path.relative_to(html_dir)))
+            reports.append(report)
+            page_info[path] = _check_page(browser, path, report)
+        browser.close()
+    _check_links(reports, pages, page_info)
+    return reports
+
+
+def _pages(html_dir: Path, only: list[str] | None) -> list[Path]:
+    """The book's pages to check."""
     if not html_dir.is_dir():
         raise CheckError(
             f"{html_dir} is not a folder; give the book's HTML folder "
@@ -184,94 +209,87 @@ def check_book(
             f"no HTML pages under {html_dir}; build the book first "
             "(python -m booktools.book) and give its OUT/_build/html"
         )
-    chromium = chromium or find_chromium()
-    if chromium is None:
-        raise CheckError(
-            "Chromium not found: apt-get install chromium, or set $CHROMIUM"
+    return pages
+
+
+def _launch(pw, profile_dir, chromium: str):
+    """Headless Chromium with its own profile, or ``CheckError``."""
+    try:
+        browser = pw.chromium.launch_persistent_context(
+            profile_dir,
+            executable_path=chromium,
+            headless=True,
+            args=CHROMIUM_FLAGS[1:],
+            timeout=60_000,
         )
-    reports: list[PageReport] = []
-    page_info: dict[Path, dict] = {}
-    # Chromium's children can still be writing its profile as a stop ends the check:
-    # the folder's removal then must not replace the stop with "Directory not empty".
-    profile = tempfile.TemporaryDirectory(
-        prefix="ampbook-chromium-", ignore_cleanup_errors=True
+        # a loaded 2-core machine can take far longer than Playwright's 30 s
+        browser.set_default_timeout(180_000)
+    except Exception as err:  # noqa: BLE001 -- playwright's Error: no browser
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CheckError(
+            f"{chromium} could not be started as Chromium ({first[:200]}); "
+            "install chromium or point CHROMIUM at it"
+        ) from None
+    return browser
+
+
+def _check_page(browser, path: Path, report: PageReport) -> dict:
+    """Load one page offline, check it and its layout into ``report``; returns what
+    the page script read (its links and ids among it)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page = browser.new_page()
+    network: list[str] = []
+    failed: list[str] = []
+    errors: list[str] = []
+
+    def route(r):
+        url = r.request.url
+        if url.startswith("file:") or url.startswith("data:"):
+            return r.continue_()
+        network.append(url)
+        return r.abort()
+
+    page.route("**/*", route)
+    page.on(
+        "requestfailed",
+        lambda req: failed.append(req.url) if req.url.startswith("file:") else None,
     )
-    with sync_playwright() as pw, profile as profile_dir:
-        try:
-            browser = pw.chromium.launch_persistent_context(
-                profile_dir,
-                executable_path=chromium,
-                headless=True,
-                args=CHROMIUM_FLAGS[1:],
-                timeout=60_000,
-            )
-            # a loaded 2-core machine can take far longer than Playwright's 30 s
-            browser.set_default_timeout(180_000)
-        except Exception as err:  # noqa: BLE001 -- playwright's Error: no browser
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise CheckError(
-                f"{chromium} could not be started as Chromium ({first[:200]}); "
-                "install chromium or point CHROMIUM at it"
-            ) from None
-        for path in pages:
-            report = PageReport(str(path.relative_to(html_dir)))
-            reports.append(report)
-            page = browser.new_page()
-            network: list[str] = []
-            failed: list[str] = []
-            errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    response = page.goto(path.as_uri(), wait_until="load")
+    if response is not None and not response.ok:
+        report.problems.append(f"page did not load (status {response.status})")
+    try:  # late requests (fonts, MathJax's parts): best effort, all local
+        page.wait_for_load_state("networkidle", timeout=20_000)
+    except PlaywrightTimeout:
+        pass
+    info = page.evaluate(_PAGE_JS)
+    layout(page, report, chapter=report.page.startswith("chapters/"))
+    page.close()
+    report.images = len(info["imgs"])
+    report.math = info["nmath"]
+    report.links = len(info["links"])
+    report.problems += [
+        f"image does not load: {i['src']}" for i in info["imgs"] if not i["ok"]
+    ]
+    report.problems += [
+        f"math not typeset by MathJax: {t!r}" for t in info["untypeset"]
+    ]
+    if info["nmath"] and not info["mathjax"]:
+        report.problems.append("page has math but MathJax did not load")
+    for m in RAW_TEX.finditer(info["text"]):
+        context = info["text"][max(0, m.start() - 40) : m.end() + 40]
+        context = context.replace("\n", " ")
+        report.problems.append(f"raw TeX left in the text: ...{context}...")
+    report.problems += [f"asked the network for {u}" for u in network]
+    report.problems += [f"resource failed to load: {u}" for u in failed]
+    report.problems += [f"JavaScript error: {e}" for e in errors]
+    report.problems += [f"shows an error output: {e[:160]!r}" for e in info["errors"]]
+    return info
 
-            def route(r, network=network):
-                if r.request.url.startswith("file:") or r.request.url.startswith(
-                    "data:"
-                ):
-                    return r.continue_()
-                network.append(r.request.url)
-                return r.abort()
 
-            page.route("**/*", route)
-            page.on(
-                "requestfailed",
-                lambda req, failed=failed: (
-                    failed.append(req.url) if req.url.startswith("file:") else None
-                ),
-            )
-            page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
-            response = page.goto(path.as_uri(), wait_until="load")
-            if response is not None and not response.ok:
-                report.problems.append(f"page did not load (status {response.status})")
-            try:  # late requests (fonts, MathJax's parts): best effort, all local
-                page.wait_for_load_state("networkidle", timeout=20_000)
-            except PlaywrightTimeout:
-                pass
-            info = page.evaluate(_PAGE_JS)
-            layout(page, report, chapter=report.page.startswith("chapters/"))
-            page.close()
-            page_info[path] = info
-            report.images = len(info["imgs"])
-            report.math = info["nmath"]
-            report.links = len(info["links"])
-            report.problems += [
-                f"image does not load: {i['src']}" for i in info["imgs"] if not i["ok"]
-            ]
-            report.problems += [
-                f"math not typeset by MathJax: {t!r}" for t in info["untypeset"]
-            ]
-            if info["nmath"] and not info["mathjax"]:
-                report.problems.append("page has math but MathJax did not load")
-            for m in RAW_TEX.finditer(info["text"]):
-                context = info["text"][max(0, m.start() - 40) : m.end() + 40].replace(
-                    "\n", " "
-                )
-                report.problems.append(f"raw TeX left in the text: ...{context}...")
-            report.problems += [f"asked the network for {u}" for u in network]
-            report.problems += [f"resource failed to load: {u}" for u in failed]
-            report.problems += [f"JavaScript error: {e}" for e in errors]
-            report.problems += [
-                f"shows an error output: {e[:160]!r}" for e in info["errors"]
-            ]
-        browser.close()
-    # Internal links: the target file exists and, with a fragment, has that id.
+def _check_links(reports, pages, page_info: dict[Path, dict]) -> None:
+    """Internal links: the target file exists and, with a fragment, has that id."""
     by_path = {p.resolve(): info for p, info in page_info.items()}
     for report, path in zip(reports, pages):
         for href in page_info[path]["links"]:
@@ -291,7 +309,6 @@ def check_book(
             ):
                 if unquote(url.fragment) not in by_path[target.resolve()]["ids"]:
                     report.problems.append(f"broken anchor: {href}")
-    return reports
 
 
 # --- the page a reader sees: the lesson first, nothing cut off ------------------------

@@ -1,7 +1,7 @@
 """The notebook runner's kernels (``booktools.run``): the kernel manager that records
 the kernels it starts, Ctrl-C forwarded to the running kernel as Jupyter's stop button
-does, no kernel left alive after its notebook, and the failing cell named in the
-reader's terms.
+does, no kernel left alive after its notebook, the failing cell named in the
+reader's terms, and the mark an executed notebook carries (how its run ended).
 """
 
 from __future__ import annotations
@@ -13,6 +13,46 @@ import time
 from pathlib import Path
 
 from ampbook.core import cli
+
+
+def mark(
+    output: Path, status: str, error: str | None = None, run_id: str | None = None
+) -> None:
+    """Record in an executed notebook's metadata how its run ended
+    (``ampbook.status``) and which run it was (``ampbook.run``, also in the run
+    report)."""
+    import nbformat
+
+    if not output.exists():
+        return
+    try:
+        nb = nbformat.read(output, as_version=4)
+    except Exception:  # noqa: BLE001 -- half-written by a killed run: nothing to mark
+        return
+    nb.metadata["ampbook"] = {"status": status, "error": error, "run": run_id}
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    nbformat.write(nb, tmp)
+    os.replace(tmp, output)
+
+
+def run_status(path: Path) -> str | None:
+    """How the run of an executed notebook ended (``mark``), or None when unmarked."""
+    return run_mark(path).get("status")
+
+
+def run_mark(path: Path) -> dict:
+    """An executed notebook's mark (``mark``): ``status``, ``error``, ``run``; ``{}``
+    when unmarked, ``{"status": "unreadable"}`` when it cannot be read."""
+    import nbformat
+
+    if cli.is_special(path):
+        return {"status": "unreadable"}
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:  # noqa: BLE001 -- unreadable: certainly not a complete run
+        return {"status": "unreadable"}
+    mark = nb.metadata.get("ampbook")
+    return dict(mark) if isinstance(mark, dict) else {}
 
 
 def failing_cell(nb, source: Path) -> str:

@@ -28,8 +28,9 @@ The record (schema ``ampbook.layer_profile/1``, read by ``ampbook.results``)::
      "unattributed_s", "layers": [{"scope", "type", "measured_s", "forward_s",
                                    "backward_s", "predicted_s"}]}
 
-``loader_record(...)`` is ``ampbook.chapters.ch5.bench_loader.measure_loader``'s result with
-``schema`` ``ampbook.loader_sweep/1``, ``created`` and ``environment`` added.
+``loader_record(...)`` is ``ampbook.chapters.ch5.bench_loader.measure_loader``'s
+result with ``schema`` ``ampbook.loader_sweep/1``, ``created`` and ``environment``
+added.
 """
 
 from __future__ import annotations
@@ -148,8 +149,6 @@ def profile_layers(
     from ampbook.core.devices import find_device, pick_device
     from ampbook.core.env import environment
     from ampbook.core.precision import backend_flags
-    from ampbook.measure.timing import default_sync
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.train import TrainConfig, build_training, validate
 
     for label, v in (
@@ -178,79 +177,13 @@ def profile_layers(
     res = validate(cfg)
     with backend_flags(tf32=tf32, cudnn_benchmark=cudnn_benchmark):
         training = build_training(cfg, res)
-        gen = torch.Generator().manual_seed(seed)
-        images = torch.randn(batch_size, 3, height, width, generator=gen).to(dev)
-        labels = torch.randint(
-            0, NUM_CLASSES, (batch_size, height, width), generator=gen
-        ).to(dev)
-        step = training.step
-        sync = default_sync(dev)
-        for _ in range(warmup):
-            step(images, labels)
-        sync()
-        walls = []
-        for _ in range(timed_steps):
-            start = time.perf_counter()
-            step(images, labels)
-            sync()
-            walls.append(time.perf_counter() - start)
-        names = {
-            id(m): (name or type(m).__name__)
-            for name, m in training.net.named_modules()
-        }
-        names[id(training.criterion)] = LOSS
-        types = {
-            (name or type(m).__name__): type(m).__name__
-            for name, m in training.net.named_modules()
-        }
-        types[LOSS] = "loss"
-        ranges = _Ranges(names)
-        from torch.nn.modules.module import (
-            register_module_forward_hook,
-            register_module_forward_pre_hook,
+        walls, times, total_us = _measure(
+            training, cfg, dev, warmup, timed_steps, steps
         )
-        from torch.profiler import ProfilerActivity, profile, record_function
-
-        activities = [ProfilerActivity.CPU] + (
-            [ProfilerActivity.CUDA] if dev.type == "cuda" else []
-        )
-        hooks = [
-            register_module_forward_pre_hook(ranges.pre),
-            register_module_forward_hook(ranges.post, always_call=True),
-        ]
-        try:
-            with profile(activities=activities) as prof:
-                for _ in range(steps):
-                    with record_function("ampbook.step"):
-                        step(images, labels)
-                    sync()
-        finally:
-            for h in hooks:
-                h.remove()
-        times, total_us = _attribute(prof.events(), dev.type == "cuda")
     ceilings = ceilings or Ceilings.for_device(dev, tf32)
-    # the trace runs on fake NCHW tensors: the same for both layouts, traced once
-    stream = any(getattr(m, "fp16_stream", False) for m in training.net.modules())
-    key = (repr(training.net), stream, batch_size, height, width, precision)
-    if key not in _TRACES:
-        _TRACES[key] = trace_step(training.net, batch_size, height, width, precision)
-    prediction = predict(_TRACES[key], ceilings)
-    predicted = {r["scope"]: r for r in prediction.by_scope()}
-    layers = []
-    for scope in list(predicted) + [s for s in times if s not in predicted]:
-        fwd, bwd = times.get(scope, [0.0, 0.0])
-        layers.append(
-            {
-                "scope": scope,
-                "type": types.get(scope, predicted.get(scope, {}).get("type", "?")),
-                "measured_s": (fwd + bwd) / steps / 1e6,
-                "forward_s": fwd / steps / 1e6,
-                "backward_s": bwd / steps / 1e6,
-                "predicted_s": (
-                    predicted[scope]["time_s"] if scope in predicted else 0.0
-                ),
-            }
-        )
+    trace = _trace(training.net, batch_size, height, width, precision)
+    prediction = predict(trace, ceilings)
+    layers = _layers(training, times, prediction, steps)
     attributed = sum(x["measured_s"] for x in layers)
     env = environment(dev)
     entry = find_device(env["device_name"]) if dev.type == "cuda" else None
@@ -275,14 +208,100 @@ def profile_layers(
         "unattributed_s": max(total_us / steps / 1e6 - attributed, 0.0),
         "layers": layers,
     }
-    read_layer_profile(
-        record, "profile_layers"
-    )  # the reader's checks, before anyone saves it
+    read_layer_profile(record, "profile_layers")  # the reader's checks, before a save
     return record
 
 
+def _measure(training, cfg, dev, warmup: int, timed_steps: int, steps: int):
+    """(wall times of the timed steps, the profiled per-module times, the profiled
+    total in us) of the training step on one random batch."""
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from ampbook.measure.timing import default_sync
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    shape = (cfg.batch_size, cfg.height, cfg.width)
+    images = torch.randn(cfg.batch_size, 3, *shape[1:], generator=gen).to(dev)
+    labels = torch.randint(0, NUM_CLASSES, shape, generator=gen).to(dev)
+    step = training.step
+    sync = default_sync(dev)
+    for _ in range(warmup):
+        step(images, labels)
+    sync()
+    walls = []
+    for _ in range(timed_steps):
+        start = time.perf_counter()
+        step(images, labels)
+        sync()
+        walls.append(time.perf_counter() - start)
+    names = {
+        id(m): (name or type(m).__name__) for name, m in training.net.named_modules()
+    }
+    names[id(training.criterion)] = LOSS
+    ranges = _Ranges(names)
+    activities = [ProfilerActivity.CPU] + (
+        [ProfilerActivity.CUDA] if dev.type == "cuda" else []
+    )
+    hooks = [
+        register_module_forward_pre_hook(ranges.pre),
+        register_module_forward_hook(ranges.post, always_call=True),
+    ]
+    try:
+        with profile(activities=activities) as prof:
+            for _ in range(steps):
+                with record_function("ampbook.step"):
+                    step(images, labels)
+                sync()
+    finally:
+        for h in hooks:
+            h.remove()
+    return (walls, *_attribute(prof.events(), dev.type == "cuda"))
+
+
+def _trace(net, batch_size: int, height: int, width: int, precision: str):
+    """The traced step, traced once per model and setting: the trace runs on fake
+    NCHW tensors, the same for both layouts."""
+    stream = any(getattr(m, "fp16_stream", False) for m in net.modules())
+    key = (repr(net), stream, batch_size, height, width, precision)
+    if key not in _TRACES:
+        _TRACES[key] = trace_step(net, batch_size, height, width, precision)
+    return _TRACES[key]
+
+
+def _layers(training, times: dict, prediction, steps: int) -> list[dict]:
+    """Each module's measured (forward, backward) and predicted time per step."""
+    types = {
+        (name or type(m).__name__): type(m).__name__
+        for name, m in training.net.named_modules()
+    }
+    types[LOSS] = "loss"
+    predicted = {r["scope"]: r for r in prediction.by_scope()}
+    layers = []
+    for scope in list(predicted) + [s for s in times if s not in predicted]:
+        fwd, bwd = times.get(scope, [0.0, 0.0])
+        layers.append(
+            {
+                "scope": scope,
+                "type": types.get(scope, predicted.get(scope, {}).get("type", "?")),
+                "measured_s": (fwd + bwd) / steps / 1e6,
+                "forward_s": fwd / steps / 1e6,
+                "backward_s": bwd / steps / 1e6,
+                "predicted_s": (
+                    predicted[scope]["time_s"] if scope in predicted else 0.0
+                ),
+            }
+        )
+    return layers
+
+
 def loader_record(**kwargs) -> dict:
-    """``ampbook.chapters.ch5.bench_loader.measure_loader(**kwargs)`` as a results record."""
+    """``ampbook.chapters.ch5.bench_loader.measure_loader(**kwargs)`` as a results
+    record."""
     from ampbook.chapters.ch5.bench_loader import measure_loader
     from ampbook.core.env import environment
 

@@ -3,29 +3,14 @@
     python -m booktools.run [--profile smoke|cpu|gpu] [--out DIR]
                                 [-p NAME VALUE ...] [NOTEBOOK ...]
 
-NOTEBOOK is a path (``notebooks/01_floating_point.py``), a stem (``01_floating_point``)
-or a chapter number (``1``); all notebooks by default, in file order. Each ``.py``
-source is converted with jupytext, the profile's parameters (``notebooks/profiles.yml``)
-are injected into its ``parameters`` cell, and papermill runs it into
-``DIR/NN_topic.ipynb``. The profile is ``gpu`` when CUDA is available, else ``cpu``,
-unless ``--profile`` or ``$AMPBOOK_PROFILE`` names one. ``-p NAME VALUE`` (papermill's
-convention, repeatable) overrides one parameter of every selected notebook whose
-parameters cell defines NAME; VALUE is read as YAML (``-p lr 1e-3``, ``-p precisions
-'[fp32, amp-bf16]'``), and a NAME no selected notebook defines is an error naming their
-parameters; a VALUE that is not a number where the cell sets a number is refused
-before anything is written, and one the notebook's own check refuses leaves no
-notebook, table or report entry (exit 2). On failure or Ctrl-C the run stops with the
-notebook and the failing cell named; the partly executed notebook stays in DIR for
-inspection (in ``DIR/new/`` when DIR holds an earlier complete one, which is kept with
-its report entry), marked in its metadata
-(``ampbook.status``: "failed" or "interrupted"; "complete" when it ran through), and
-``python -m booktools.book`` refuses to build from it. DIR may not lie inside
-``notebooks/`` or ``book/`` (the sources); it is made when missing, but the folder it
-lies in must exist. A per-notebook time table with the run's total ends the run and
-``DIR/run_report.json`` records it. When standard output's reader goes away
-(``| head``) the run stops as at Ctrl-C, between notebooks, those that ran reported,
-and exits 141 (128 + SIGPIPE, as ``cat`` does). The kernels talk to the runner over
-local IPC sockets in a private temporary folder, not TCP (``booktools.kernels``).
+NOTEBOOK is a path, a stem or a chapter number (all by default). Each source gets its
+profile's parameters (``notebooks/profiles.yml``; ``-p NAME VALUE``, read as YAML,
+overrides one, checked before anything runs) and papermill runs it into
+``DIR/NN_topic.ipynb``, marked in its metadata (``ampbook.status``: complete, failed,
+interrupted; a run over an earlier complete notebook writes into ``DIR/new/`` until it
+ran through). A time table ends the run and ``DIR/run_report.json`` records it; a
+closed stdout (``| head``) stops it between notebooks (exit 141). Kernels talk over
+local IPC sockets, not TCP (``booktools.kernels``). DEVELOPING.md, "The build tools".
 """
 
 from __future__ import annotations
@@ -52,6 +37,9 @@ from booktools.kernels import (
     failing_cell,
     forward_sigint,
     kernel_manager_class,
+    mark,
+    run_mark,
+    run_status,
 )
 from booktools.sources import all_notebooks, read_source
 
@@ -277,24 +265,70 @@ def execute(
     ``threads`` sets the kernel's intra-op thread count (``OMP_NUM_THREADS``); None
     keeps torch's default. ``run_id`` goes into the notebook's mark and the run
     report, which ``python -m booktools.book`` matches."""
-    import nbformat
     import papermill as pm
 
+    nb, run, final, existed = _prepare(source, out_dir, params)
+    output = run.output
+    start = time.perf_counter()
+    # Local IPC sockets in a private folder: no TCP port, so the kernel has nothing to
+    # warn about ("Kernel is running over TCP without encryption") and nothing is
+    # exposed.
+    sockets = tempfile.mkdtemp(prefix="ampbook-kernel-")
+    kernel_config = {
+        "KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "k")}
+    }
+    kernels, started = kernel_manager_class()
+    interrupted: list = []
+    kept = "" if output == final else f"; the earlier complete {final} is unchanged"
+    with _kernel_environment(profile, threads):
+        old_handler = forward_sigint((kernels, started), interrupted)
+        try:
+            from traitlets.config import Config
+
+            pm.execute_notebook(
+                nb,
+                str(output),
+                parameters=params,
+                kernel_name="python3",
+                cwd=str(source.parent),
+                progress_bar=sys.stderr.isatty(),
+                log_output=False,
+                report_mode=False,
+                config=Config(kernel_config),
+                kernel_manager_class=kernels,
+            )
+        except pm.PapermillExecutionError as err:
+            run.seconds = time.perf_counter() - start
+            _cell_failed(err, run, final, existed, bool(interrupted), run_id, kept)
+        except KeyboardInterrupt:
+            how = cli.signal_name()
+            mark(output, "interrupted", f"interrupted ({how})", run_id)
+            raise RunInterrupted(
+                f"{source.stem} was interrupted ({how}); the partly executed notebook "
+                f"(if any) is kept at {output}, marked interrupted" + kept
+            ) from None
+        except Exception as err:  # kernel died, timeout, bad parameters...
+            _kernel_failed(err, run, bool(interrupted), run_id, kept)
+        finally:
+            if old_handler is not None:
+                for signum, handler in old_handler.items():
+                    signal.signal(signum, handler)
+            end_kernels(started)
+            shutil.rmtree(sockets, ignore_errors=True)
+    run.seconds = time.perf_counter() - start
+    return _finish(run, final, run_id)
+
+
+def _prepare(source: Path, out_dir: Path, params: dict):
+    """(the notebook, its run, the final path, whether that existed). An earlier
+    complete notebook is replaced only by one that ran through: until then the run
+    writes into DIR/new/ (kept there, marked, when it fails or is stopped)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = read_source(source)
     parameters_cell(nb)  # exactly one, or RunError
-    nb.metadata.setdefault(
-        "kernelspec",
-        {
-            "name": "python3",
-            "display_name": "Python 3 (ipykernel)",
-            "language": "python",
-        },
-    )
-    final = out_dir / f"{source.stem}.ipynb"
-    # An earlier complete notebook is replaced only by one that ran through: until then
-    # the run writes into DIR/new/ (kept there, marked, when it fails or is stopped).
-    output = final
+    kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)"}
+    nb.metadata.setdefault("kernelspec", {**kernel, "language": "python"})
+    final = output = out_dir / f"{source.stem}.ipynb"
     if (existed := final.exists()) and run_status(final) == "complete":
         output = out_dir / ASIDE / final.name
         output.parent.mkdir(exist_ok=True)
@@ -303,6 +337,12 @@ def execute(
     run.code_cells = sum(1 for c in nb.cells if c.cell_type == "code")
     if run.code_cells == 0:
         raise RunError(f"{source.stem}: the notebook has no code cell to execute")
+    return nb, run, final, existed
+
+
+@contextlib.contextmanager
+def _kernel_environment(profile: str, threads: int | None):
+    """The environment the kernel inherits, restored afterwards."""
     from ampbook.core.env import RUN_PROFILE_VAR
 
     saved = {
@@ -318,95 +358,73 @@ def execute(
         os.environ["OMP_NUM_THREADS"] = str(threads)
     # The kernel inherits the environment: figures must go to the notebook, not to Agg.
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-    start = time.perf_counter()
-    # Local IPC sockets in a private folder: no TCP port, so the kernel has nothing to
-    # warn about ("Kernel is running over TCP without encryption") and nothing is
-    # exposed.
-    sockets = tempfile.mkdtemp(prefix="ampbook-kernel-")
-    kernel_config = {
-        "KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "k")}
-    }
-    kernels, started = kernel_manager_class()
-    interrupted: list = []
-    kept = "" if output == final else f"; the earlier complete {final} is unchanged"
-    old_handler = forward_sigint((kernels, started), interrupted)
     try:
-        from traitlets.config import Config
-
-        pm.execute_notebook(
-            nb,
-            str(output),
-            parameters=params,
-            kernel_name="python3",
-            cwd=str(source.parent),
-            progress_bar=sys.stderr.isatty(),
-            log_output=False,
-            report_mode=False,
-            config=Config(kernel_config),
-            kernel_manager_class=kernels,
-        )
-    except pm.PapermillExecutionError as err:
-        run.seconds = time.perf_counter() - start
-        if interrupted and err.ename == "KeyboardInterrupt":
-            where = failing_cell(nbformat.read(output, as_version=4), source)
-            how = cli.signal_name()
-            mark(output, "interrupted", f"interrupted ({how}) in {where}", run_id)
-            raise RunInterrupted(
-                f"{source.stem} was interrupted ({how}) in {where}; the partly "
-                f"executed notebook is kept at {output}, marked "
-                "interrupted" + kept
-            ) from None
-        executed = nbformat.read(output, as_version=4)
-        where = failing_cell(executed, source)
-        evalue = (str(err.evalue).strip().splitlines() or [""])[0]
-        mark(output, "failed", f"{err.ename}: {evalue}", run_id)
-        if err.ename == "ParameterError":  # a parameter check: the settings
-            if output != final or not existed:  # it ran nothing: nothing is kept
-                output.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    (out_dir / ASIDE).rmdir()
-            raise NotebookFailed(
-                f"{source.stem}: {evalue}; change it (-p or notebooks/profiles.yml)",
-                parameter=True,
-            ) from None
-        raise NotebookFailed(
-            f"{source.stem} failed in {where}: {err.ename}: {evalue}; the partly "
-            f"executed notebook is kept at {output}, marked failed" + kept
-        ) from None
-    except KeyboardInterrupt:
-        how = cli.signal_name()
-        mark(output, "interrupted", f"interrupted ({how})", run_id)
-        raise RunInterrupted(
-            f"{source.stem} was interrupted ({how}); the partly executed notebook "
-            f"(if any) is kept at {output}, marked interrupted" + kept
-        ) from None
-    except Exception as err:  # kernel died, timeout, bad parameters...
-        if interrupted:  # the signal reached a kernel still starting: it died of it
-            how = cli.signal_name()
-            mark(output, "interrupted", f"interrupted ({how})", run_id)
-            raise RunInterrupted(
-                f"{source.stem} was interrupted ({how}) while its kernel started; "
-                f"the notebook (if any) is kept at {output}, marked interrupted" + kept
-            ) from None
-        first = (str(err).strip().splitlines() or [""])[0]
-        mark(output, "failed", f"{type(err).__name__}: {first}", run_id)
-        raise NotebookFailed(
-            f"{source.stem} could not be executed: {type(err).__name__}: {first}; "
-            f"the partly executed notebook (if any) is at {output}, marked "
-            "failed" + kept
-        ) from None
+        yield
     finally:
-        if old_handler is not None:
-            for signum, handler in old_handler.items():
-                signal.signal(signum, handler)
-        end_kernels(started)
-        shutil.rmtree(sockets, ignore_errors=True)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    run.seconds = time.perf_counter() - start
+
+
+def _cell_failed(err, run: NotebookRun, final, existed, interrupted, run_id, kept):
+    """Mark the notebook where a cell raised ``err`` and raise what the command says."""
+    import nbformat
+
+    source, output = run.source, run.output
+    where = failing_cell(nbformat.read(output, as_version=4), source)
+    if interrupted and err.ename == "KeyboardInterrupt":
+        how = cli.signal_name()
+        mark(output, "interrupted", f"interrupted ({how}) in {where}", run_id)
+        raise RunInterrupted(
+            f"{source.stem} was interrupted ({how}) in {where}; the partly "
+            f"executed notebook is kept at {output}, marked "
+            "interrupted" + kept
+        ) from None
+    evalue = (str(err.evalue).strip().splitlines() or [""])[0]
+    mark(output, "failed", f"{err.ename}: {evalue}", run_id)
+    if err.ename == "ParameterError":  # a parameter check: the settings
+        if output != final or not existed:  # it ran nothing: nothing is kept
+            output.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                (final.parent / ASIDE).rmdir()
+        raise NotebookFailed(
+            f"{source.stem}: {evalue}; change it (-p or notebooks/profiles.yml)",
+            parameter=True,
+        ) from None
+    raise NotebookFailed(
+        f"{source.stem} failed in {where}: {err.ename}: {evalue}; the partly "
+        f"executed notebook is kept at {output}, marked failed" + kept
+    ) from None
+
+
+def _kernel_failed(err, run: NotebookRun, interrupted, run_id, kept):
+    """Mark the notebook whose kernel could not run it and raise what the command
+    says."""
+    stem, output = run.source.stem, run.output
+    if interrupted:  # the signal reached a kernel still starting: it died of it
+        how = cli.signal_name()
+        mark(output, "interrupted", f"interrupted ({how})", run_id)
+        raise RunInterrupted(
+            f"{stem} was interrupted ({how}) while its kernel started; "
+            f"the notebook (if any) is kept at {output}, marked interrupted" + kept
+        ) from None
+    first = (str(err).strip().splitlines() or [""])[0]
+    mark(output, "failed", f"{type(err).__name__}: {first}", run_id)
+    raise NotebookFailed(
+        f"{stem} could not be executed: {type(err).__name__}: {first}; "
+        f"the partly executed notebook (if any) is at {output}, marked "
+        "failed" + kept
+    ) from None
+
+
+def _finish(run: NotebookRun, final: Path, run_id: str | None) -> NotebookRun:
+    """Mark a notebook that ran through complete, move it over the earlier one, and
+    check that its cells ran."""
+    import nbformat
+
+    output = run.output
     mark(output, "complete", run_id=run_id)
     if output != final:
         os.replace(output, final)
@@ -422,49 +440,11 @@ def execute(
         and "injected-parameters" not in c.get("metadata", {}).get("tags", [])
     )
     if run.executed_cells == 0:
-        raise RunError(f"{source.stem}: no code cell was executed (output at {output})")
+        raise RunError(
+            f"{run.source.stem}: no code cell was executed (output at {output})"
+        )
     run.status = "ok"
     return run
-
-
-def mark(
-    output: Path, status: str, error: str | None = None, run_id: str | None = None
-) -> None:
-    """Record in an executed notebook's metadata how its run ended
-    (``ampbook.status``) and which run it was (``ampbook.run``, also in the run
-    report)."""
-    import nbformat
-
-    if not output.exists():
-        return
-    try:
-        nb = nbformat.read(output, as_version=4)
-    except Exception:  # noqa: BLE001 -- half-written by a killed run: nothing to mark
-        return
-    nb.metadata["ampbook"] = {"status": status, "error": error, "run": run_id}
-    tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    nbformat.write(nb, tmp)
-    os.replace(tmp, output)
-
-
-def run_status(path: Path) -> str | None:
-    """How the run of an executed notebook ended (``mark``), or None when unmarked."""
-    return run_mark(path).get("status")
-
-
-def run_mark(path: Path) -> dict:
-    """An executed notebook's mark (``mark``): ``status``, ``error``, ``run``; ``{}``
-    when unmarked, ``{"status": "unreadable"}`` when it cannot be read."""
-    import nbformat
-
-    if cli.is_special(path):
-        return {"status": "unreadable"}
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception:  # noqa: BLE001 -- unreadable: certainly not a complete run
-        return {"status": "unreadable"}
-    mark = nb.metadata.get("ampbook")
-    return dict(mark) if isinstance(mark, dict) else {}
 
 
 def check_out_dir(out_dir: Path) -> Path:
@@ -726,25 +706,7 @@ def run_notebooks(
     except cli.UserError as err:
         raise RunError(str(err)) from None
     out_dir = check_out_dir(out_dir)
-    sources = [resolve_notebook(s) for s in specs] if specs else all_notebooks()
-    if not sources:
-        raise RunError(f"no notebooks found in {NOTEBOOKS_DIR}")
-    profiles = load_profiles()
-    # Check every notebook's parameters before running any, so a typo costs nothing.
-    plans = []
-    for source in sources:
-        try:
-            nb = read_source(source)
-            plans.append(
-                (
-                    source,
-                    profile_parameters(profiles, profile, source, nb),
-                    parameters_cell(nb)[1],
-                )
-            )
-        except RunError as err:
-            raise RunError(f"{source.stem}: {err}") from None
-    apply_overrides(plans, overrides or {})
+    plans = _plans(specs, profile, overrides)
     runs: list[NotebookRun] = []
     finished = False
     try:
@@ -752,28 +714,14 @@ def run_notebooks(
         for n, (source, params, _) in enumerate(plans, 1):
             log(f"[{n}/{len(plans)}] {source.stem} {params if params else ''}".rstrip())
             try:
-                runs.append(
-                    execute(
-                        source,
-                        out_dir,
-                        params,
-                        profile,
-                        log=log,
-                        threads=threads,
-                        run_id=run_id,
-                    )
+                run = execute(
+                    source, out_dir, params, profile, log, threads, run_id=run_id
                 )
+                runs.append(run)
             except RunError as err:
                 if err.exit_code == cli.EXIT_SETTINGS:  # a parameter check: no entry
                     raise
-                status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
-                final = out_dir / f"{source.stem}.ipynb"
-                failed = NotebookRun(
-                    source.stem, source, final, params, status=status, error=str(err)
-                )
-                # kept aside (DIR/new/): the earlier complete one and its entry stay
-                failed.extra["aside"] = run_status(final) == "complete"
-                runs.append(failed)
+                runs.append(_failed_run(err, source, out_dir, params))
                 raise
             log(f"      done in {runs[-1].seconds:.1f} s")
         write_reader_copies(runs, out_dir, profile, log)
@@ -789,50 +737,85 @@ def run_notebooks(
             f"{kept}; send its output to a file to see it all"
         ) from None
     finally:
-        reported = [r for r in runs if not r.extra.get("aside")]
-        closed = None
-        if runs:
-            wall = time.perf_counter() - started
-            try:
-                log(time_table(runs, wall))
-            except OutputClosed as err:  # the report is still written
-                closed = err
-        if reported:
-            from ampbook.core.env import environment
-
-            report = {
-                "profile": profile,
-                "threads": threads,
-                "seconds": round(wall, 2),
-                "environment": environment(),
-                "notebooks": [
-                    {
-                        "name": r.name,
-                        "status": r.status,
-                        "seconds": round(r.seconds, 2),
-                        "executed_cells": r.executed_cells,
-                        "parameters": r.parameters,
-                        "error": r.error,
-                        "run": run_id,
-                    }
-                    for r in reported
-                ],
-            }
-            try:
-                out_dir.mkdir(parents=True, exist_ok=True)
-                write_run_report(out_dir, report)
-            except OSError as err:
-                if finished:  # else the run's own error is the one to report
-                    raise cli.Stopped(
-                        f"the notebooks ran, but {out_dir / REPORT} could not be "
-                        f"written: {cli.os_error(err)[1]}; the book needs it"
-                    ) from None
-        if closed is not None and finished:
-            raise OutputClosed(
-                "standard output's reader went away (a pipe such as | head closed "
-                f"early): the run completed; {out_dir / REPORT} has its time table"
-            ) from None
+        _report(runs, out_dir, profile, threads, run_id, started, finished, log)
     return runs
+
+
+def _plans(specs, profile: str, overrides: dict | None) -> list[tuple]:
+    """(source, parameters, the parameters cell's names) of each notebook to run,
+    every notebook's checked before any runs, so that a typo costs nothing."""
+    sources = [resolve_notebook(s) for s in specs] if specs else all_notebooks()
+    if not sources:
+        raise RunError(f"no notebooks found in {NOTEBOOKS_DIR}")
+    profiles = load_profiles()
+    plans = []
+    for source in sources:
+        try:
+            nb = read_source(source)
+            params = profile_parameters(profiles, profile, source, nb)
+            plans.append((source, params, parameters_cell(nb)[1]))
+        except RunError as err:
+            raise RunError(f"{source.stem}: {err}") from None
+    apply_overrides(plans, overrides or {})
+    return plans
+
+
+def _failed_run(err: RunError, source: Path, out_dir: Path, params) -> NotebookRun:
+    status = "STOPPED" if isinstance(err, RunInterrupted) else "FAILED"
+    final = out_dir / f"{source.stem}.ipynb"
+    failed = NotebookRun(
+        source.stem, source, final, params, status=status, error=str(err)
+    )
+    # kept aside (DIR/new/): the earlier complete one and its entry stay
+    failed.extra["aside"] = run_status(final) == "complete"
+    return failed
+
+
+def _report(runs, out_dir: Path, profile, threads, run_id, started, finished, log):
+    """Print the time table and write the run report (also after a failure)."""
+    reported = [r for r in runs if not r.extra.get("aside")]
+    closed = None
+    if runs:
+        wall = time.perf_counter() - started
+        try:
+            log(time_table(runs, wall))
+        except OutputClosed as err:  # the report is still written
+            closed = err
+    if reported:
+        from ampbook.core.env import environment
+
+        report = {
+            "profile": profile,
+            "threads": threads,
+            "seconds": round(wall, 2),
+            "environment": environment(),
+            "notebooks": [
+                {
+                    "name": r.name,
+                    "status": r.status,
+                    "seconds": round(r.seconds, 2),
+                    "executed_cells": r.executed_cells,
+                    "parameters": r.parameters,
+                    "error": r.error,
+                    "run": run_id,
+                }
+                for r in reported
+            ],
+        }
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_run_report(out_dir, report)
+        except OSError as err:
+            if finished:  # else the run's own error is the one to report
+                raise cli.Stopped(
+                    f"the notebooks ran, but {out_dir / REPORT} could not be "
+                    f"written: {cli.os_error(err)[1]}; the book needs it"
+                ) from None
+    if closed is not None and finished:
+        raise OutputClosed(
+            "standard output's reader went away (a pipe such as | head closed "
+            f"early): the run completed; {out_dir / REPORT} has its time table"
+        ) from None
 
 
 @cli.command("python -m booktools.run")

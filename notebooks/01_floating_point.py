@@ -63,6 +63,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
+from ampbook.chapters import ch1
 from ampbook.core.devices import pick_device
 from ampbook.core.page import bar_style, glue_all, md, md_table, series_style, use_style
 from ampbook.core.paths import load_reference
@@ -158,7 +159,7 @@ md_table(rows, headers, [None] + [".4g"] * len(others))
 # The same values as exact powers of two, written from the layouts:
 
 # %% tags=["hide-input"]
-headers, rows = formats.exact_powers_table()
+headers, rows = ch1.exact_powers_table()
 md_table(rows, headers)
 
 # %% [markdown]
@@ -166,7 +167,7 @@ md_table(rows, headers)
 # (`tiny` is its name for the smallest normal):
 
 # %% tags=["hide-input"]
-headers, rows = formats.finfo_table()
+headers, rows = ch1.finfo_table()
 assert all(r[-1] == "yes" for r in rows)
 md_table(rows, headers, [None, None, ".6g", ".6g", ".6g", None])
 
@@ -267,7 +268,7 @@ md_table(rows, ["value", "fp16 bits", "round_to fp16", "torch .half()"],
 w = torch.exp2(torch.rand(n_samples, generator=gen) * 8 - 4)  # weights from 1/16 to 16
 ratios = torch.logspace(6, 14, 33, base=2)
 dtypes = (torch.float32, torch.bfloat16, torch.float16)
-lost = {dtype: formats.lost_updates(w, ratios, dtype) for dtype in dtypes}
+lost = {dtype: ch1.lost_updates(w, ratios, dtype) for dtype in dtypes}
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Fraction of weight updates lost entirely (weight unchanged after adding the update) against the ratio weight/update, for updates added in fp16, bf16 and fp32. Random weights between 1/16 and 16; the vertical line is the paper's 2^11.", "name": "fig-ch1-swamping"}}
 fig, ax = plt.subplots()
@@ -280,8 +281,8 @@ ax.legend()
 plt.show()
 
 # %%
-f16_some, f16_all = formats.loss_onset(ratios, lost[torch.float16])
-b16_some, b16_all = formats.loss_onset(ratios, lost[torch.bfloat16])
+f16_some, f16_all = ch1.loss_onset(ratios, lost[torch.float16])
+b16_some, b16_all = ch1.loss_onset(ratios, lost[torch.bfloat16])
 glue_all(f16_some=f16_some, f16_all=f16_all, b16_some=b16_some, b16_all=b16_all,
          f32_lost=max(lost[torch.float32]))
 print(f"fp16: first loss at {f16_some:g}, nearly all from {f16_all:g}; "
@@ -340,8 +341,8 @@ md_table(rows, ["accumulator", "final sum", "relative error"], [None, ".6g", "+.
 largest = terms.max().item()
 library_error = abs(library_sum / exact[-1].item() - 1)
 glue_all(exact_sum=exact[-1].item(), largest_term=largest,
-         stall16=formats.stall_point("fp16", largest),
-         stall_bf16=formats.stall_point("bf16", largest),
+         stall16=ch1.stall_point("fp16", largest),
+         stall_bf16=ch1.stall_point("bf16", largest),
          library_error=library_error, library_error_roundings=library_error / fp16.eps)
 print(f"torch.sum error: {library_error / fp16.eps:.2f} fp16 epsilons")
 
@@ -468,16 +469,16 @@ glue_all(bf16_max=bf16.max, bf16_eps=bf16.eps, fp16_eps=fp16.eps,
 
 # %%
 special_names = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
-specials = {name: formats.cast_specials(FORMATS[name].torch_dtype, device)
+specials = {name: ch1.cast_specials(FORMATS[name].torch_dtype, device)
             for name in special_names}
-rows = [[name, formats.overflow_probe(name)]
+rows = [[name, ch1.overflow_probe(name)]
         + [f"{v:g}" + (" (max)" if out.endswith("max") else "")
            for v, out in specials[name].values()] for name in special_names]
-md_table(rows, ["cast to", "finite probe"] + list(formats.SPECIAL_INPUTS),
+md_table(rows, ["cast to", "finite probe"] + list(ch1.SPECIAL_INPUTS),
          [None, ".4g"] + [None] * 4)
 
 # %%
-md(formats.specials_report(specials, device))
+md(ch1.specials_report(specials, device))
 
 # %% [markdown]
 # Saturation hides an overflow as a wrong but finite number; NaN makes it visible and
@@ -492,7 +493,7 @@ md(formats.specials_report(specials, device))
 #
 # The RTX 3070 blog post quotes the sizes, ranges and rounding errors of fp16 and fp32
 # (stored in `data/reference/seed_post.yml`). Each claim beside the value computed from the
-# formats, with a verdict worked out by `formats.claim_verdict`: a claim agrees when it
+# formats, with a verdict worked out by `ch1.claim_verdict`: a claim agrees when it
 # matches to the digits it gives. For the rounding errors the true value is the largest
 # relative error of rounding to nearest (the unit roundoff, half of machine epsilon).
 # {doc}`02_tensor_cores` checks the post's tensor-core claims.
@@ -510,7 +511,7 @@ true = {"fp16_bytes": (fp16.bits / 8, {}), "fp32_bytes": (fp32.bits / 8, {}),
 
 # %% tags=["hide-input"]
 rows = [[key.replace("_", " "), claims[key], value,
-         formats.claim_verdict(claims[key], value, others)]
+         ch1.claim_verdict(claims[key], value, others)]
         for key, (value, others) in true.items()]
 md_table(rows, ["claim", "the post says", "true value", "verdict"],
          [None, ".4g", ".6g", None])
@@ -521,7 +522,7 @@ glue_all(fp32_max=fp32.max, post_fp32_max=claims["fp32_max"], pow127=2.0**127,
          post_f32_err=claims["fp32_rounding_error"],
          f16_u=fp16.unit_roundoff, f32_u=fp32.unit_roundoff)
 failed = [k.replace("_", " ") for k, (v, others) in true.items()
-          if formats.claim_verdict(claims[k], v, others) != "agrees"]
+          if ch1.claim_verdict(claims[k], v, others) != "agrees"]
 md("Claims the table does not pass: " + ", ".join(failed or ["none"]) + ".")
 
 # %% [markdown]
@@ -582,7 +583,7 @@ md("Claims the table does not pass: " + ", ".join(failed or ["none"]) + ".")
 #    ```{dropdown} Hint
 #    The sum stalls once half the gap at the sum reaches the largest term; the gap doubles
 #    with each power of two, so ten times larger terms move the stall point up by three or
-#    four powers of two (`formats.stall_point` computes it). Kahan's compensation term keeps
+#    four powers of two (`ch1.stall_point` computes it). Kahan's compensation term keeps
 #    the part of each addition that the rounding threw away and adds it back in the next.
 #    ```
 # 4. Read off the swamping figure the ratio at which bf16 starts losing updates and relate it

@@ -104,7 +104,6 @@ from ampbook.core.devices import (
     device_for,
     load_devices,
     pick_device,
-    tensor_core_claims,
 )
 from ampbook.core.page import (
     MIB,
@@ -396,8 +395,8 @@ plt.show()
 # halves the fp32-accumulate rate.
 
 # %% tags=["hide-input"]
-md_table([r[:2] for r in tensor_core_claims(load_reference("seed_post"), devices)],
-         ["the post says", "what is true"])
+claims = ch2.tensor_core_claims(load_reference("seed_post"), devices)
+md_table([r[:2] for r in claims], ["the post says", "what is true"])
 
 # %% [markdown]
 # ## Matmul speed against size

@@ -89,6 +89,7 @@ import torch
 
 from ampbook import results
 from ampbook.chapters import ch3
+from ampbook.chapters.ch3 import runplan
 from ampbook.core.devices import display_name, load_devices, pick_device
 from ampbook.core.page import (
     GIB,
@@ -104,7 +105,6 @@ from ampbook.core.paths import REPO_ROOT, load_reference
 from ampbook.core.words import plural
 from ampbook.measure import memory
 from ampbook.measure.cpu_kernels import probe_conv
-from ampbook.train import runplan
 
 use_style()
 device = pick_device(device)
@@ -503,10 +503,10 @@ md_table(probe.rows() if probe else [("-", "-", None, None, "GPU")],
 
 # %% [markdown]
 # The plan then sizes each run to the `run_budget_s` seconds it gets
-# (`ampbook.train.runplan`). Each precision's step is timed after a warm-up step; one whose
-# convolution the probe found more than four times slower than fp32's is timed at a
-# quarter of the height and width and scaled up by the pixels, so that finding out costs
-# seconds. A run that would take longer than its budget trains fewer epochs, then fewer
+# (`ampbook.chapters.ch3.runplan`). Each precision's step is timed after a warm-up
+# step; one whose convolution the probe found more than four times slower than fp32's
+# is timed at a quarter of the height and width and scaled up by the pixels, so that
+# finding out costs seconds. A run that would take longer than its budget trains fewer epochs, then fewer
 # images, then smaller images, and gets an fp32 twin of the same size to be compared
 # with. Each precision, its size, and why it was cut:
 

@@ -98,6 +98,8 @@ import torch
 
 from ampbook import results
 from ampbook.chapters import ch3, ch4
+from ampbook.chapters.ch4 import gradients as g4
+from ampbook.chapters.ch4 import op_probes
 from ampbook.core.devices import display_name, pick_device
 from ampbook.core.page import (
     GIB,
@@ -111,7 +113,7 @@ from ampbook.core.page import (
     use_style,
 )
 from ampbook.core.paths import load_reference
-from ampbook.measure import autocast_rules, memory, model_dtypes, op_probes
+from ampbook.measure import autocast_rules, memory, model_dtypes
 from ampbook.numerics import gradstats as gs
 from ampbook.numerics import loss_scaling as ls
 from ampbook.segmentation.model import ERFNet
@@ -186,8 +188,8 @@ glue_all(low_layers=len(low_layers), leaves=n_leaves, calls=len(low_calls),
 # stored as subnormals, or overflow; {numref}`fig-ch4-grad-hist` draws where they fall.
 
 # %%
-scales = gs.SCALES
-rec = gs.capture_gradients(model, batches[:grad_batches], scales=scales,
+scales = g4.SCALES
+rec = g4.capture_gradients(model, batches[:grad_batches], scales=scales,
                            low_precision=low_layers)
 for kind in rec.kinds():
     c = rec.combined(kind)
@@ -220,7 +222,7 @@ plt.show()
 # round to zero (those between 2⁻²⁵ and 2⁻²⁴ round up to 2⁻²⁴).
 
 # %% tags=["hide-input"]
-md_table(gs.fraction_rows(rec), gs.FRACTION_HEADERS, gs.FRACTION_FORMATS)
+md_table(g4.fraction_rows(rec), g4.FRACTION_HEADERS, g4.FRACTION_FORMATS)
 
 # %% [markdown]
 # Which layers produce the small fp16 activation gradients? The fraction below 2⁻²⁴ at
@@ -249,7 +251,7 @@ md_table([r[:5] for r in by_type],
 
 # %% tags=["hide-input"]
 act, wgt = rec.fractions("activation"), rec.fractions("weight")
-first, ps = gs.first_overflow_scale(rec), claims["paper_initial_loss_scale"]
+first, ps = g4.first_overflow_scale(rec), claims["paper_initial_loss_scale"]
 below = "below_min_subnormal"
 rows = [("weight gradients below 2⁻²⁴, scale 1", wgt[1.0][below],
          f"{claims['paper_lost_fraction']:.0%} (Mandarin speech model)"),
@@ -274,16 +276,16 @@ md_table(rows, ["", "ERFNet here", "the paper"], [None, ".3%", None])
 # same images cut to half the height and width:
 
 # %%
-small = [gs.crop_batch(batches, height // 16 * 8, width // 16 * 8, batch_size)]
+small = [g4.crop_batch(batches, height // 16 * 8, width // 16 * 8, batch_size)]
 torch.manual_seed(seed)
 small_model = ERFNet().to(device).train()
-rec_small = gs.capture_gradients(small_model, small, scales=(1.0,),
+rec_small = g4.capture_gradients(small_model, small, scales=(1.0,),
                                  low_precision=low_layers)
-n_big, n_small = gs.labelled_pixels(batches[0][1]), gs.labelled_pixels(small[0][1])
+n_big, n_small = g4.labelled_pixels(batches[0][1]), g4.labelled_pixels(small[0][1])
 
 # %%
 doublings = math.log2(n_big / n_small)
-shift = {k: gs.median_log2(rec, k) - gs.median_log2(rec_small, k)
+shift = {k: g4.median_log2(rec, k) - g4.median_log2(rec_small, k)
          for k in ("activation", "weight")}
 rate = -shift["activation"] / doublings  # bins to the left per doubling, measured
 glue_all(n_small=n_small, n_big=n_big, doublings=doublings, shift_a=shift["activation"],
@@ -315,7 +317,7 @@ from ampbook.train import TrainConfig
 cfg = TrainConfig()
 n_full = cfg.batch_size * cfg.height * cfg.width * n_big / batches[0][1].numel()
 more = math.log2(n_full / n_big)  # doublings from this chapter's size to the runner's
-lost = {r: gs.shifted_below(rec, "activation", r * more, scales) for r in (1.0, rate)}
+lost = {r: g4.shifted_below(rec, "activation", r * more, scales) for r in (1.0, rate)}
 rows = [(f"2^{math.log2(s):g}", lost[1.0][s], lost[rate][s]) for s in scales]
 glue_all(full_b=cfg.batch_size, full_h=cfg.height, full_w=cfg.width, n_full=n_full,
          more=more, move_rate=rate * more)
@@ -341,7 +343,7 @@ md_table(rows, ["loss scale", "below 2⁻²⁴, 1 bin per doubling",
 # by a growth factor after a run of clean steps. Its defaults, read from a fresh object:
 
 # %%
-defaults = ls.grad_scaler_defaults(device.type)
+defaults = ch4.grad_scaler_defaults(device.type)
 glue_all(init_log2=math.log2(defaults["init_scale"]), **defaults)
 md_table(list(defaults.items()), ["GradScaler setting", "default"], [None, "g"])
 
@@ -366,7 +368,7 @@ md_table(list(defaults.items()), ["GradScaler setting", "default"], [None, "g"])
 # each kind, on one image of the training size:
 
 # %%
-x1, y1 = gs.crop_batch(batches, height, width, 1)
+x1, y1 = g4.crop_batch(batches, height, width, 1)
 secs = {mode: ls.step_seconds(model, x1, y1, fp16=mode, fp16_calls=low_calls)
         for mode in ls.FP16_MODES}
 rows = [(m, secs[m], secs[m] / secs["off"]) for m in ("off", "emulate", "autocast")]
@@ -378,7 +380,7 @@ md_table(rows, ["backward kind", "seconds per step", "time vs fp32 (x)"],
 # faster of the two on a CPU. Which one this run uses, and why:
 
 # %%
-fp16_used, why = ls.choose_fp16_mode(fp16_mode, device.type, secs)
+fp16_used, why = ch4.choose_fp16_mode(fp16_mode, device.type, secs)
 md("fp16 gradients: " + fp16_used + " (" + why + ").")
 
 # %% [markdown]
@@ -389,7 +391,7 @@ md("fp16 gradients: " + fp16_used + " (" + why + ").")
 
 # %%
 runs = []
-for label, regime, scale, mode in ls.scaling_plan(fixed_scales, fp16_used):
+for label, regime, scale, mode in ch4.scaling_plan(fixed_scales, fp16_used):
     torch.manual_seed(seed)  # the same weights and dropout masks in every run
     model_r = ERFNet().to(device).train()
     run = ls.train_with_scaling(model_r, batches[:num_steps], regime, scale=scale,
@@ -436,11 +438,11 @@ plt.show()
 # the forward pass is fp32 and the losses differ only through the rounded gradients.
 
 # %% tags=["hide-input"]
-headers, rows, formats = ls.run_table(runs)
+headers, rows, formats = ch4.run_table(runs)
 md_table(rows, headers, formats)
 
 # %%
-md(ls.scaling_verdict(runs))
+md(ch4.scaling_verdict(runs))
 
 # %% [markdown]
 # A skipped step is one the weights did not take. After skipping some of a short run's steps
@@ -544,7 +546,7 @@ md_table([(*key, c.get("cpu"), c.get("cuda")) for key, c in calls.items()],
 # %% tags=["hide-input"]
 ops_cpu = model_dtypes.trace_ops(model.cpu(), x_trace.cpu(), "cpu")
 kept = ("cat", "add", "__add__", "relu")
-rows = [r for r in model_dtypes.summarize_by_type(ops_cpu, key="op") if r[0] in kept]
+rows = [r for r in ch4.summarize_by_type(ops_cpu, key="op") if r[0] in kept]
 md_table(rows, ["op", "inside", "input dtypes", "output dtype", "calls"])
 
 # %%
@@ -576,7 +578,7 @@ glue_all(cats=len(cats), fp32_cats=sum(r["output"] == ["float32"] for r in cats)
 # their gradients:
 
 # %% tags=["hide-input"]
-x_tiny, y_tiny = gs.crop_batch(batches, 8, 16, 1)  # dtypes do not depend on size
+x_tiny, y_tiny = g4.crop_batch(batches, 8, 16, 1)  # dtypes do not depend on size
 settings = [("cpu", torch.bfloat16), ("cpu", torch.float16)]
 settings += [("cuda", torch.float16)] if device.type == "cuda" else []
 rows = []
@@ -628,14 +630,14 @@ torch.manual_seed(seed)
 cm = ERFNet().train()
 twice, xt = ch4.SameLayerTwice(), torch.randn(8, 64)
 counts = {
-    "ERFNet, 1 forward": model_dtypes.count_casts(cm, x_tiny, "cpu"),
+    "ERFNet, 1 forward": ch4.count_casts(cm, x_tiny, "cpu"),
     "ERFNet, 2 forwards in one region":
-        model_dtypes.count_casts(cm, x_tiny, "cpu", forwards=2),
+        ch4.count_casts(cm, x_tiny, "cpu", forwards=2),
     "ERFNet, 2 forwards, a region each":
-        model_dtypes.count_casts(cm, x_tiny, "cpu", forwards=2, one_region=False),
-    "Linear used twice, cache on": model_dtypes.count_casts(twice, xt, "cpu"),
+        ch4.count_casts(cm, x_tiny, "cpu", forwards=2, one_region=False),
+    "Linear used twice, cache on": ch4.count_casts(twice, xt, "cpu"),
     "Linear used twice, cache off":
-        model_dtypes.count_casts(twice, xt, "cpu", cache_enabled=False),
+        ch4.count_casts(twice, xt, "cpu", cache_enabled=False),
 }
 
 # %% tags=["hide-input"]
@@ -663,10 +665,10 @@ glue_all(n_params=len(list(cm.parameters())), conv_params=conv_params,
 # low-precision op in fp32. The post's account against what we measured:
 
 # %% tags=["hide-input"]
-bw = model_dtypes.backward_dtypes(cm, x_tiny, y_tiny, "cpu", torch.bfloat16)
+bw = ch4.backward_dtypes(cm, x_tiny, y_tiny, "cpu", torch.bfloat16)
 conv_low = sum(n for (op, dt), n in bw.items()
                if op == "convolution_backward" and dt != "float32")
-kept_in = ", ".join(sorted(model_dtypes.parameter_and_grad_dtypes(cm)["params"]))
+kept_in = ", ".join(sorted(ch4.parameter_and_grad_dtypes(cm)["params"]))
 init = f"2^{math.log2(defaults['init_scale']):g}"
 rows = [("weights kept in", "fp32 master + fp16 copy", kept_in),
         ("low-precision weight copies", "kept alongside the master",

@@ -196,7 +196,7 @@ def test_bad_tables_get_clear_errors(tmp_path):
 
 
 def test_the_posts_tensor_core_claims_checked():
-    from ampbook.core.devices import tensor_core_claims
+    from ampbook.chapters.ch2 import tensor_core_claims
     from ampbook.core.paths import load_reference
 
     rows = tensor_core_claims(load_reference("seed_post"))

@@ -413,7 +413,7 @@ def test_spacing_special_values():
 
 
 def test_exact_powers_and_finfo_tables():
-    from ampbook.numerics.formats import exact_powers_table, finfo_table
+    from ampbook.chapters.ch1 import exact_powers_table, finfo_table
 
     headers, rows = exact_powers_table()
     fp16 = next(r for r in rows if r[0] == "fp16")
@@ -426,7 +426,8 @@ def test_exact_powers_and_finfo_tables():
 
 
 def test_running_sum_stalls_where_half_the_gap_exceeds_the_term():
-    from ampbook.numerics.formats import running_sum, stall_point
+    from ampbook.chapters.ch1 import stall_point
+    from ampbook.numerics.formats import running_sum
 
     term = 2.0**-8
     values = torch.full((3000,), term, dtype=torch.float64)
@@ -442,7 +443,7 @@ def test_running_sum_stalls_where_half_the_gap_exceeds_the_term():
 
 
 def test_lost_updates_and_their_onset():
-    from ampbook.numerics.formats import loss_onset, lost_updates
+    from ampbook.chapters.ch1 import loss_onset, lost_updates
 
     w = torch.tensor([1.0, 1.5])
     ratios = torch.tensor([2.0**9, 2.0**11, 2.0**12])
@@ -456,7 +457,7 @@ def test_lost_updates_and_their_onset():
 
 @pytest.mark.parametrize("name", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"])
 def test_cast_specials_probe_each_kind_with_torchs_own_cast(name):
-    from ampbook.numerics.formats import SPECIAL_INPUTS, cast_specials, overflow_probe
+    from ampbook.chapters.ch1 import SPECIAL_INPUTS, cast_specials, overflow_probe
 
     fmt = FORMATS[name]
     probe = overflow_probe(name)
@@ -479,7 +480,7 @@ def test_cast_specials_probe_each_kind_with_torchs_own_cast(name):
 
 
 def test_specials_rule_names_each_kind_apart():
-    from ampbook.numerics.formats import specials_report, specials_rule
+    from ampbook.chapters.ch1 import specials_report, specials_rule
 
     saturate_all = {
         "finite overflow": "+max",
@@ -520,6 +521,6 @@ def test_specials_rule_names_each_kind_apart():
     ],
 )
 def test_claim_verdict(claimed, value, others, expected):
-    from ampbook.numerics.formats import claim_verdict
+    from ampbook.chapters.ch1 import claim_verdict
 
     assert claim_verdict(claimed, value, others) == expected

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ampbook.chapters.ch4 import gradients as g4
 from ampbook.numerics import gradstats as gs
 from ampbook.numerics.formats import round_to
 
@@ -41,7 +42,7 @@ def test_fp16_limits_come_from_the_format():
     assert torch.isfinite(h[2]) and torch.isinf(h[3])
 
 
-@pytest.mark.parametrize("scale", gs.SCALES)
+@pytest.mark.parametrize("scale", g4.SCALES)
 def test_fp16_outcome_agrees_with_real_rounding(scale):
     g = torch.cat(
         [
@@ -50,7 +51,7 @@ def test_fp16_outcome_agrees_with_real_rounding(scale):
             torch.tensor([math.inf, 2.0**-25, 2.0**-24]),
         ]
     )
-    c = gs.fp16_outcome(g, scale)
+    c = g4.fp16_outcome(g, scale)
     r = round_to(g * scale, "fp16")
     nz = torch.isfinite(g) & (g != 0)
     assert c["total"] == g.numel() and c["zero"] == 100 and c["nonfinite"] == 1
@@ -64,8 +65,8 @@ def test_fp16_outcome_agrees_with_real_rounding(scale):
 
 def test_scaling_moves_values_out_of_underflow_and_into_overflow():
     g = log_uniform(50000)
-    fl = [gs.fp16_outcome(g, s)["flushed"] for s in gs.SCALES]
-    ov = [gs.fp16_outcome(g, s)["overflow"] for s in gs.SCALES]
+    fl = [g4.fp16_outcome(g, s)["flushed"] for s in g4.SCALES]
+    ov = [g4.fp16_outcome(g, s)["overflow"] for s in g4.SCALES]
     assert fl == sorted(fl, reverse=True) and fl[0] > fl[-1]
     assert ov == sorted(ov) and ov[-1] > ov[0]
 
@@ -73,18 +74,18 @@ def test_scaling_moves_values_out_of_underflow_and_into_overflow():
 def test_bad_scales_are_refused():
     for bad in (0, -1, math.inf, math.nan):
         with pytest.raises(ValueError, match="loss scale"):
-            gs.fp16_outcome(torch.ones(3), bad)
+            g4.fp16_outcome(torch.ones(3), bad)
     with pytest.raises(ValueError, match="at least one"):
-        gs.GradientRecorder(nn.Linear(2, 2), scales=())
+        g4.GradientRecorder(nn.Linear(2, 2), scales=())
 
 
 def test_log2_histogram_bins():
     g = torch.tensor([1.0, 1.5, -0.25, 3.0, 0.0, math.inf, 2.0**-70, 2.0**30])
-    h = gs.log2_histogram(g, lo=-4, hi=4)
+    h = g4.log2_histogram(g, lo=-4, hi=4)
     assert h.tolist() == [1, 0, 1, 0, 2, 1, 0, 1]  # -70 clamped to -4, 30 clamped to 3
     assert int(h.sum()) == 6  # zero and inf are not counted
     with pytest.raises(ValueError, match="lo < hi"):
-        gs.log2_histogram(g, lo=3, hi=3)
+        g4.log2_histogram(g, lo=3, hi=3)
 
 
 class Tiny(nn.Module):
@@ -100,7 +101,7 @@ class Tiny(nn.Module):
 def test_recorder_captures_activation_and_weight_gradients():
     model = Tiny()
     x, y = torch.randn(4, 6), torch.tensor([0, 1, 2, 1])
-    rec = gs.capture_gradients(model, [(x, y)], loss_fn=F.cross_entropy)
+    rec = g4.capture_gradients(model, [(x, y)], loss_fn=F.cross_entropy)
     assert all(p.grad is None for p in model.parameters())  # capture cleans up
     # the same gradients, by hand
     h1 = model.fc1(x)
@@ -114,8 +115,8 @@ def test_recorder_captures_activation_and_weight_gradients():
     for layer_type, grads in expect.items():
         got = rec.groups[("activation", layer_type)]
         assert got.tensors == len(grads)
-        for s in gs.SCALES:
-            want = [gs.fp16_outcome(t, s) for t in grads]
+        for s in g4.SCALES:
+            want = [g4.fp16_outcome(t, s) for t in grads]
             assert got.counts[s]["nonzero"] == sum(w["nonzero"] for w in want)
             assert got.counts[s]["flushed"] == sum(w["flushed"] for w in want)
     w = rec.groups[("weight", "Linear")]
@@ -129,7 +130,7 @@ def test_recorder_captures_activation_and_weight_gradients():
     )
     rows = rec.table("activation")
     assert {r[0] for r in rows} == {"Linear", "ReLU"} and len(rows[0]) == 4 + len(
-        gs.SCALES
+        g4.SCALES
     )
     assert set(rec.summary()) == {"activation", "weight"}
     with pytest.raises(KeyError, match="no 'bias'"):
@@ -140,7 +141,7 @@ def test_recorder_sees_flushing_in_tiny_gradients():
     model = Tiny()
     x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))
     # a loss multiplied by 2^-30 makes most gradients too small for fp16
-    rec = gs.capture_gradients(
+    rec = g4.capture_gradients(
         model, [(x, y)], loss_fn=lambda o, t: F.cross_entropy(o, t) * 2.0**-30
     )
     fr = rec.fractions("activation")
@@ -212,7 +213,7 @@ def test_only_gradients_autocast_holds_in_fp16_count_as_fp16():
         model, x
     )  # CUDA fp16 rules (fake tensors without a GPU)
     assert low == {"0.conv", "0.bn", "2"}  # the max-pool of the fp32 sum stays fp32
-    rec = gs.capture_gradients(model, [(x, y)], scales=(1.0,), low_precision=low)
+    rec = g4.capture_gradients(model, [(x, y)], scales=(1.0,), low_precision=low)
     assert rec.combined("activation").tensors == 3
     assert rec.combined("activation-fp32").tensors == 1
     calls = model_dtypes.low_precision_calls(model, x)
@@ -245,8 +246,8 @@ def test_only_gradients_autocast_holds_in_fp16_count_as_fp16():
 # ---- moving the histogram: chapter 4's estimate for a larger batch -------------------
 
 
-def _recorder_with(values: torch.Tensor) -> gs.GradientRecorder:
-    rec = gs.GradientRecorder(nn.Identity(), scales=(1.0, 8.0))
+def _recorder_with(values: torch.Tensor) -> g4.GradientRecorder:
+    rec = g4.GradientRecorder(nn.Identity(), scales=(1.0, 8.0))
     rec.record("activation", "Test", values)
     return rec
 
@@ -255,14 +256,14 @@ def test_median_log2_reads_a_fraction_of_a_bin():
     # log-uniform magnitudes over [2^-30, 2^-19): the median of log2|g| is -24.5
     values = log_uniform(200_000, lo=-30, hi=-19, seed=3)
     rec = _recorder_with(values)
-    assert gs.median_exponent(rec, "activation") == -25  # the bin, [2^-25, 2^-24)
-    assert gs.median_log2(rec, "activation") == pytest.approx(-24.5, abs=0.03)
+    assert g4.median_exponent(rec, "activation") == -25  # the bin, [2^-25, 2^-24)
+    assert g4.median_log2(rec, "activation") == pytest.approx(-24.5, abs=0.03)
     # one decade lower, the same median in bins: a shift of exactly -10 read back
     lower = _recorder_with(values * 2.0**-10)
-    shift = gs.median_log2(lower, "activation") - gs.median_log2(rec, "activation")
+    shift = g4.median_log2(lower, "activation") - g4.median_log2(rec, "activation")
     assert shift == pytest.approx(-10.0, abs=1e-9)
     with pytest.raises(ValueError, match="no nonzero"):
-        gs.median_log2(_recorder_with(torch.zeros(4)), "activation")
+        g4.median_log2(_recorder_with(torch.zeros(4)), "activation")
 
 
 def test_shifted_below_whole_and_fractional_bins():
@@ -270,7 +271,7 @@ def test_shifted_below_whole_and_fractional_bins():
     rec = _recorder_with(values)
     a = values.abs()
     for bins in (0, 1, 3):
-        got = gs.shifted_below(rec, "activation", bins, (1.0, 8.0))
+        got = g4.shifted_below(rec, "activation", bins, (1.0, 8.0))
         for s in (1.0, 8.0):
             # whole bins: a bin counts when all of it lands below 2^-24
             top = torch.exp2(torch.floor(torch.log2(a)) + 1)
@@ -278,9 +279,9 @@ def test_shifted_below_whole_and_fractional_bins():
             assert got[s] == pytest.approx(want, abs=1e-12)
     # a fraction of a bin: close to moving the values themselves (log-uniform within
     # each bin, as the estimate assumes)
-    got = gs.shifted_below(rec, "activation", 2.5, (1.0, 8.0))
+    got = g4.shifted_below(rec, "activation", 2.5, (1.0, 8.0))
     for s in (1.0, 8.0):
         want = float((a * 2.0**-2.5 * s < 2.0**-24).double().mean())
         assert got[s] == pytest.approx(want, abs=0.005)
     # further left, more below
-    assert gs.shifted_below(rec, "activation", 3.7, (1.0,))[1.0] > got[1.0]
+    assert g4.shifted_below(rec, "activation", 3.7, (1.0,))[1.0] > got[1.0]

@@ -8,11 +8,12 @@ import pytest
 import torch
 from torch import nn
 
+from ampbook.chapters import ch4
 from ampbook.numerics import loss_scaling as ls
 
 
 def test_grad_scaler_defaults_are_read_from_torch():
-    d = ls.grad_scaler_defaults()
+    d = ch4.grad_scaler_defaults()
     sig = inspect.signature(torch.amp.GradScaler.__init__).parameters
     for k in ("init_scale", "growth_factor", "backoff_factor", "growth_interval"):
         assert d[k] == sig[k].default
@@ -154,7 +155,7 @@ def _runs(dyn_losses, none_losses=(2.0, 1.5, 1.2, 1.1)):
 
 def test_run_table_against_the_reference():
     runs = _runs([2.0, 2.0, 1.6, 1.4])
-    headers, rows, formats = ls.run_table(runs)
+    headers, rows, formats = ch4.run_table(runs)
     assert headers == [
         "run",
         "final loss",
@@ -169,19 +170,19 @@ def test_run_table_against_the_reference():
     assert by["dynamic (GradScaler)"][4] == "2 (2)"
     assert math.isnan(by["fixed 2^16"][2])  # weights lost: no difference to show
     runs[1].flushed = [0.01, 0.03, 0.02, 0.02]
-    headers, rows, _ = ls.run_table(runs)
+    headers, rows, _ = ch4.run_table(runs)
     assert headers[-1] == "mean flushed" and rows[1][-1] == pytest.approx(0.02)
 
 
 def test_scaling_verdict_names_the_run_furthest_from_fp32_both_ways():
     # GradScaler skipped 2 of 4 steps and ended furthest from the reference
-    text = ls.scaling_verdict(_runs([2.0, 2.0, 1.6, 1.4]))
+    text = ch4.scaling_verdict(_runs([2.0, 2.0, 1.6, 1.4]))
     assert (
         "skipped 2 of 4 steps" in text and "Weights became NaN in: fixed 2^16" in text
     )
     assert "GradScaler's ended furthest from the fp32 reference (+4.00e-01" in text
     assert "its weights took 2 updates to the reference's 4" in text
     # another run ended further away: it is named, GradScaler's gap given beside it
-    text = ls.scaling_verdict(_runs([2.0, 2.0, 1.2, 1.05], [2.0, 1.5, 1.3, 1.3]))
+    text = ch4.scaling_verdict(_runs([2.0, 2.0, 1.2, 1.05], [2.0, 1.5, 1.3, 1.3]))
     assert "no scaling ended furthest from the fp32 reference (+3.00e-01" in text
     assert "GradScaler's ended +5.00e-02 from it after skipping 2 of 4 steps" in text

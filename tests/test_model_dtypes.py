@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ampbook.chapters import ch4
 from ampbook.measure import model_dtypes
 
 
@@ -46,7 +47,7 @@ def test_trace_layers_cpu():
     assert rows[1]["inputs"] == ["bfloat16"] and rows[1]["output"] == ["bfloat16"]
     assert rows[3]["inputs"] == ["bfloat16"] and rows[3]["output"] == ["bfloat16"]
     assert all(r["params"] in ([], ["float32"]) for r in rows)  # weights stay fp32
-    summary = model_dtypes.summarize_by_type(rows)
+    summary = ch4.summarize_by_type(rows)
     assert ("Conv2d", "bfloat16", "bfloat16", 1) in summary
 
 
@@ -75,16 +76,14 @@ def test_trace_ops_sees_functional_ops_in_a_block():
 def test_cast_cache_casts_a_reused_weight_once_per_region():
     model = Twice()
     x = torch.randn(4, 8)
-    cached = model_dtypes.count_casts(model, x, "cpu")
+    cached = ch4.count_casts(model, x, "cpu")
     assert cached.parameter_casts == 2  # weight and bias, once
     assert cached.parameter_cast_bytes == (8 * 8 + 8) * 2  # bf16 copies
-    uncached = model_dtypes.count_casts(model, x, "cpu", cache_enabled=False)
+    uncached = ch4.count_casts(model, x, "cpu", cache_enabled=False)
     assert uncached.parameter_casts == 4  # cast at each use
-    two_regions = model_dtypes.count_casts(
-        model, x, "cpu", forwards=2, one_region=False
-    )
+    two_regions = ch4.count_casts(model, x, "cpu", forwards=2, one_region=False)
     assert two_regions.parameter_casts == 4  # the cache ends with the region
-    one_region = model_dtypes.count_casts(model, x, "cpu", forwards=2)
+    one_region = ch4.count_casts(model, x, "cpu", forwards=2)
     assert one_region.parameter_casts == 2
     assert all(c.src == "float32" and c.dst == "bfloat16" for c in cached.casts)
 
@@ -95,11 +94,11 @@ def test_weights_and_grads_stay_fp32_under_autocast_but_not_after_half():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(x)
     out.float().sum().backward()
-    d = model_dtypes.parameter_and_grad_dtypes(model)
+    d = ch4.parameter_and_grad_dtypes(model)
     assert set(d["params"]) == {"float32"} and set(d["grads"]) == {"float32"}
     half = small_net().half()
     half(x.half()).float().sum().backward()
-    d = model_dtypes.parameter_and_grad_dtypes(half)
+    d = ch4.parameter_and_grad_dtypes(half)
     assert set(d["params"]) == {"float16"} and set(d["grads"]) == {"float16"}
 
 
@@ -121,7 +120,7 @@ def test_saved_bytes_fp32_vs_autocast():
 def test_backward_dtypes_show_low_precision_grads_cast_to_fp32():
     model = small_net()
     x, y = torch.randn(2, 3, 8, 8), torch.randint(0, 5, (2, 8, 8))
-    counts = model_dtypes.backward_dtypes(model, x, y, "cpu")
+    counts = ch4.backward_dtypes(model, x, y, "cpu")
     assert (
         counts[("convolution_backward", "bfloat16")] >= 2 * 2
     )  # two convs: input/weight/bias grads

@@ -1,10 +1,10 @@
-"""ampbook.measure.op_probes: each op's output dtypes under autocast, on CPU and CUDA
-(fake CUDA tensors where there is no GPU), and under CUDA's rules in a CPU region."""
+"""ampbook.chapters.ch4.op_probes: each op's output dtypes under autocast, on CPU and
+CUDA (fake CUDA tensors without a GPU), and under CUDA's rules in a CPU region."""
 
 import pytest
 import torch
 
-from ampbook.measure import op_probes
+from ampbook.chapters.ch4 import op_probes
 
 
 def test_classify_names_the_behaviour():

@@ -70,7 +70,7 @@ def _elementwise(v):
 
 
 def _conv(v):
-    from ampbook.measure.timing import time_conv2d
+    from ampbook.chapters.ch2.bench_sweeps import time_conv2d
 
     time_conv2d(v, 4, 8, 8, device="cpu")
 
@@ -101,7 +101,7 @@ ENTRY_POINTS = {
     "cpu_kernels.probe_conv (threads)": (_probe_threads, "threads must be a positive"),
     "timing.time_matmul (n)": (_matmul, "matmul size n must be a positive"),
     "timing.time_elementwise (numel)": (_elementwise, "numel must be a positive"),
-    "timing.time_conv2d (batch)": (_conv, "conv batch must be a positive"),
+    "bench_sweeps.time_conv2d (batch)": (_conv, "conv batch must be a positive"),
     "layers.profile_layers (batch_size)": (_profile, "batch_size must be a positive"),
     "ladder.LadderSpec (batch_size)": (_ladder, "batch_size must be a positive"),
     "ladder.LadderSpec (warmup)": (_ladder_warmup, "warmup must be at least 1"),

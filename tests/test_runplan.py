@@ -2,14 +2,14 @@
 
 import pytest
 
-from ampbook.train import TrainConfig
-from ampbook.train.runplan import (
+from ampbook.chapters.ch3.runplan import (
     RunPlan,
     epoch_seconds,
     fit_run,
     plan_runs,
     step_seconds,
 )
+from ampbook.train import TrainConfig
 
 
 def test_a_run_that_fits_is_left_alone():
@@ -83,7 +83,7 @@ def test_a_run_that_does_not_fit_even_small_trains_smaller_images():
 
 
 def test_plan_pairs_a_shrunk_run_with_an_fp32_twin_and_says_how_it_was_timed():
-    from ampbook.train.runplan import StepEstimate
+    from ampbook.chapters.ch3.runplan import StepEstimate
 
     est = {
         "fp32": StepEstimate("fp32", 0.5, (128, 256)),
@@ -98,8 +98,8 @@ def test_plan_pairs_a_shrunk_run_with_an_fp32_twin_and_says_how_it_was_timed():
 
 
 def test_slow_precisions_come_from_the_probe():
+    from ampbook.chapters.ch3.runplan import slow_precisions
     from ampbook.measure import cpu_kernels as ck
-    from ampbook.train.runplan import slow_precisions
 
     def probe(bf16_ms, fp16_ms):
         times = {"fp32": 1.0, "bf16": bf16_ms, "fp16": fp16_ms}
@@ -127,7 +127,7 @@ def test_slow_precisions_come_from_the_probe():
 
 
 def test_estimate_steps_times_a_slow_precision_small_and_scales_it():
-    from ampbook.train.runplan import estimate_steps
+    from ampbook.chapters.ch3.runplan import estimate_steps
 
     cfg = TrainConfig(device="cpu", height=16, width=32, batch_size=1, workers=0)
     got = estimate_steps(cfg, ["fp32", "amp-bf16"], {"amp-bf16": "why"})

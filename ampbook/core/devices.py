@@ -297,67 +297,6 @@ def attainable_tflops(
     return min(peak_tflops, intensity * bandwidth_gbs / 1e3)
 
 
-def tensor_core_claims(
-    post: dict, devices: dict[str, Device] | None = None
-) -> list[list]:
-    """The RTX 3070 blog post's tensor-core claims beside what the peak table and the
-    facts in ``seed_post.yml`` say: rows ``[claim, what is true, source]``."""
-    devices = load_devices() if devices is None else devices
-    claims, facts = post["claims"], post["tensor_core_facts"]
-    rows = []
-    for gpu in claims["tensor_core_gpus"]:
-        fact = facts[gpu]
-        if "device" in fact:
-            d = devices[fact["device"]]
-            rows.append(
-                [
-                    f"{gpu} has tensor cores",
-                    f"yes: the {d.name} has {d.tensor_cores}",
-                    d.source_of("tensor_cores"),
-                ]
-            )
-        else:
-            rows.append(
-                [
-                    f"{gpu} has tensor cores",
-                    fact["fact"],
-                    f"{fact['source']['title']} ({fact['source']['url']})",
-                ]
-            )
-    v100, desk = devices["v100-sxm2"], devices["rtx3070-desktop"]
-    lap = devices["rtx3070-laptop"]
-    rows.append(
-        [
-            f"{claims['tensor_core_fma_per_clock']} FMA per clock per tensor core",
-            f"V100 {v100.fma_per_clock_per_tensor_core('fp16'):.0f} (fp16 or fp32 "
-            f"accumulate); RTX 3070 {desk.fma_per_clock_per_tensor_core('fp32'):.0f} "
-            f"with fp32 accumulate (AMP's mode), "
-            f"{desk.fma_per_clock_per_tensor_core('fp16'):.0f} with fp16 accumulate",
-            "computed from the peak table: peak / (tensor cores x clock x 2)",
-        ]
-    )
-    rows.append(
-        [
-            f"{claims['rtx3070_tensor_cores']} tensor cores on the RTX 3070",
-            f"desktop {desk.tensor_cores}, laptop {lap.tensor_cores}",
-            desk.source_of("tensor_cores"),
-        ]
-    )
-    lo, hi = claims["fp16_speedup_claimed"]
-    p100 = facts["Tesla P100"]["fp16_over_fp32"]
-    rows.append(
-        [
-            f"fp16 throughput {lo}-{hi}x fp32",
-            "the 2018 mixed-precision paper's figure for the GPUs of its day: "
-            f"P100 {p100:g}x (fp16 on its CUDA cores), V100 "
-            f"{v100.tensor_over_fp32:.3g}x (tensor cores); the post's RTX 3070 "
-            f"{desk.tensor_over_fp32:.3g}x in AMP's mode",
-            "Micikevicius et al. 2018; P100 whitepaper; the peak table",
-        ]
-    )
-    return rows
-
-
 DEVICE_CHOICES = ("auto", "cpu", "cuda")  # what a --device takes (and cuda:N)
 
 

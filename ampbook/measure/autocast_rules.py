@@ -10,7 +10,7 @@ CPU autocast region.
   op falls through autocast untouched.
 
 Chapter 4 sets both beside what the ops do when they run
-(``ampbook.measure.op_probes``).
+(``ampbook.chapters.ch4.op_probes``).
 
 ``autocast_region`` is an autocast region on either device. A CUDA region runs on a GPU
 when there is one. Without one it runs on *fake* CUDA tensors
@@ -68,8 +68,7 @@ def dtype_name(dtype: torch.dtype | None) -> str:
     return "-" if dtype is None else torch_name(dtype)
 
 
-# --- the documented lists and the dispatcher's registrations
-# -------------------------------
+# --- the documented lists and the dispatcher's registrations ---
 
 
 @functools.lru_cache(maxsize=1)
@@ -114,8 +113,7 @@ def registered_ops(device_type: str) -> list[str]:
     return sorted({_base_name(r) for r in regs})
 
 
-# --- autocast regions, real and fake
-# -------------------------------------------------------
+# --- autocast regions, real and fake ---
 
 
 def cuda_is_fake() -> bool:
@@ -174,8 +172,7 @@ def autocast_region(
             torch.set_autocast_cache_enabled(prev[2])
 
 
-# --- CUDA's rules in a CPU autocast region
-# ------------------------------------------------
+# --- CUDA's rules in a CPU autocast region ---
 #
 # CUDA's autocast op lists as the installed torch declares them (the macros
 # AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32 and AT_FORALL_FP32_SET_OPT_DTYPE in

@@ -276,9 +276,7 @@ def _impl_text(passes, impl_read: bool) -> str:
     return "; ".join(f"{', '.join(n)} in {_impl_name(i)}" for i, n in by_impl.items())
 
 
-# --------------------------------------------------------------------------------------
-# reading oneDNN's verbose lines
-# --------------------------------------------------------------------------------------
+# --- reading oneDNN's verbose lines ---
 
 
 def parse_verbose(text: str) -> dict[str, str]:
@@ -350,9 +348,7 @@ def _onednn_verbose():
         ctx.__exit__(None, None, None)
 
 
-# --------------------------------------------------------------------------------------
-# the probe
-# --------------------------------------------------------------------------------------
+# --- the probe ---
 
 
 def _passes(x, w, g, padding):

@@ -271,8 +271,7 @@ def step_saving(pixels: float, fp32: Line, amp: Line, n_params: int) -> float:
     return saving(static + fp32(pixels), static + amp(pixels))
 
 
-# --- resident set size
-# ---------------------------------------------------------------------
+# --- resident set size ---
 
 
 def _status_kib(field: str) -> int | None:

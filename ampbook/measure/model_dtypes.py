@@ -7,8 +7,8 @@ op of a model under autocast (``low_precision_layers`` and ``low_precision_calls
 off which of them are low precision, and so which gradients a real AMP step holds in
 it); ``CastCounter`` counts the dtype conversions autocast makes (the casts of the
 fp32 weights, and the cast cache that makes a weight used twice in one region cast
-once); ``parameter_and_grad_dtypes`` and ``backward_dtypes`` show that the weights and
-their ``.grad`` stay fp32 while the backward kernels of low-precision ops run low.
+once). Chapter 4's tables of them, and its counts of casts, parameter and gradient
+dtypes and backward kernels, are ``ampbook.chapters.ch4``'s.
 
 CUDA traces run on a GPU when there is one, else on fake CUDA tensors
 (``ampbook.measure.autocast_rules.autocast_region``).
@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -35,8 +33,7 @@ from ampbook.measure.autocast_rules import (
 )
 from ampbook.measure.tracking import ModuleScopes
 
-# --- what a model does: per layer and per op
-# -----------------------------------------------
+# --- what a model does: per layer and per op ---
 
 
 def _dtypes(obj) -> list[str]:
@@ -259,25 +256,7 @@ def low_precision_calls(
     return [(r["op"], set(r["output"]) == {low}) for r in rows]
 
 
-def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
-    """Distinct (type, input dtypes, output dtypes) combinations with their counts, from
-    ``trace_layers`` rows (``key="type"``) or ``trace_ops`` rows (``key="op"``), as
-    chapter 4 tables them."""
-    counts: dict[tuple, int] = {}
-    for r in rows:
-        extra = (r["module"],) if key == "op" else ()
-        k = (
-            r[key],
-            *extra,
-            ", ".join(sorted(set(r["inputs"]))) or "-",
-            ", ".join(r["output"]),
-        )
-        counts[k] = counts.get(k, 0) + 1
-    return [(*k, n) for k, n in sorted(counts.items())]
-
-
-# --- the casts autocast makes
-# --------------------------------------------------------------
+# --- the casts autocast makes ---
 
 
 @dataclass
@@ -339,87 +318,3 @@ class CastCounter(TorchDispatchMode):
                     n *= s
                 total += n * size.get(c.dst, 4)
         return total
-
-
-def count_casts(
-    model: nn.Module,
-    x: torch.Tensor,
-    device_type: str,
-    dtype: torch.dtype | None = None,
-    forwards: int = 1,
-    cache_enabled: bool = True,
-    one_region: bool = True,
-) -> CastCounter:
-    """Run ``forwards`` forward passes under autocast and count the casts.
-    ``one_region``: all passes inside one autocast region (the cast cache lives as long
-    as the region), else one region per pass. Gradients are enabled, as in training: the
-    cache only keeps casts of leaf tensors that require grad (the parameters). Chapter 4
-    counts ERFNet's casts and a reused layer's."""
-    dtype = dtype or default_dtype(device_type)
-    counter = CastCounter(model=model)
-    with counter:
-        if one_region:
-            with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
-                for _ in range(forwards):
-                    model(x)
-        else:
-            for _ in range(forwards):
-                with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
-                    model(x)
-    return counter
-
-
-def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
-    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's
-    parameters (chapter 4: fp32 under autocast)."""
-    out: dict[str, dict[str, int]] = {"params": {}, "grads": {}}
-    for p in model.parameters():
-        out["params"][dtype_name(p.dtype)] = (
-            out["params"].get(dtype_name(p.dtype), 0) + 1
-        )
-        g = "none" if p.grad is None else dtype_name(p.grad.dtype)
-        out["grads"][g] = out["grads"].get(g, 0) + 1
-    return out
-
-
-class _BackwardOps(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.counts: dict[tuple[str, str], int] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.overloadpacket.__name__
-        if name.endswith("_backward") or name == "_to_copy":
-            outs = out if isinstance(out, (tuple, list)) else (out,)
-            for o in outs:
-                if isinstance(o, torch.Tensor) and o.is_floating_point():
-                    key = (name, dtype_name(o.dtype))
-                    self.counts[key] = self.counts.get(key, 0) + 1
-        return out
-
-
-def backward_dtypes(
-    model: nn.Module,
-    x: torch.Tensor,
-    target: torch.Tensor,
-    device_type: str,
-    dtype: torch.dtype | None = None,
-    loss_fn: Callable | None = None,
-) -> dict[tuple[str, str], int]:
-    """Run one forward under autocast and the backward under a ``TorchDispatchMode``
-    that records the output dtypes of the backward kernels (ops named ``*_backward``)
-    and of the dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that
-    the gradients computed by low-precision ops are low precision, and that the casts'
-    backward converts the weight gradients to fp32 before they reach ``.grad`` (chapter
-    4, for ERFNet). Clears the gradients after."""
-    dtype = dtype or default_dtype(device_type)
-    loss_fn = loss_fn or F.cross_entropy
-    model.zero_grad(set_to_none=True)
-    with autocast_region(device_type, dtype):
-        loss = loss_fn(model(x), target)
-    rec = _BackwardOps()
-    with rec:
-        loss.backward()
-    model.zero_grad(set_to_none=True)
-    return dict(sorted(rec.counts.items()))

@@ -47,9 +47,7 @@ from ampbook.core.devices import pick_device
 from ampbook.core.precision import DTYPES, SHORT_NAMES, backend_flags
 from ampbook.core.words import plural
 
-# --------------------------------------------------------------------------------------
-# dtypes (names: ampbook.core.precision)
-# --------------------------------------------------------------------------------------
+# --- dtypes (names: ampbook.core.precision) ---
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
@@ -89,9 +87,7 @@ def random_tensor(
     return x.to(torch_dtype)
 
 
-# --------------------------------------------------------------------------------------
-# Result
-# --------------------------------------------------------------------------------------
+# --- Result ---
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -254,9 +250,7 @@ def _fmt_s(s: float) -> str:
     return f"{s * 1e6:.3g} us"
 
 
-# --------------------------------------------------------------------------------------
-# Clocks
-# --------------------------------------------------------------------------------------
+# --- Clocks ---
 
 
 def default_sync(device: torch.device) -> Callable[[], None]:
@@ -307,9 +301,7 @@ def _clock(device: torch.device, sync: Callable[[], None]):
     return _CudaEventClock(device, sync) if device.type == "cuda" else _HostClock(sync)
 
 
-# --------------------------------------------------------------------------------------
-# Cache size and input rotation
-# --------------------------------------------------------------------------------------
+# --- Cache size and input rotation ---
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
 
@@ -449,9 +441,7 @@ def load_verdict(load: dict, device_type: str) -> str:
     return head + "quiet, the CPU timings below are the CPU's."
 
 
-# --------------------------------------------------------------------------------------
-# benchmark
-# --------------------------------------------------------------------------------------
+# --- benchmark ---
 
 
 def benchmark(
@@ -504,77 +494,30 @@ def benchmark(
         accumulators).
     name, extra: label and extra fields copied into the result (``to_dict``).
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if make_inputs is not None and not callable(make_inputs):
-        raise TypeError(
-            "make_inputs must be a callable returning one input set "
-            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
-        )
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if min_time < 0 or (max_time is not None and max_time <= 0):
-        raise ValueError(
-            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
-        )
-    if number is not None and number < 1:
-        raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
+    _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number)
     if buffers is not None and buffers < 1:
         raise ValueError(f"buffers must be >= 1, got {buffers}")
     if flops is not None and flops < 0 or bytes_moved is not None and bytes_moved < 0:
         raise ValueError("flops and bytes_moved must be non-negative")
-
-    first = _as_args(make_inputs()) if make_inputs is not None else ()
-    if check_inputs:
-        _check_not_zero(first, name)
-    if device is None:
-        tensors = _tensors(first)
-        dev = tensors[0].device if tensors else torch.device("cpu")
-    else:
-        dev = pick_device(device)
-    if buffers is None:
-        cache = cache_bytes if cache_bytes is not None else cache_bytes_of(dev)
-        buffers = (
-            buffers_needed(
-                working_set_bytes(first), cache, max_total_bytes=max_buffer_bytes
-            )
-            if make_inputs is not None
-            else 1
-        )
-    inputs = (
-        [first] + [_as_args(make_inputs()) for _ in range(buffers - 1)]
-        if make_inputs is not None
-        else [()]
+    inputs, dev = _input_sets(
+        make_inputs, device, buffers, cache_bytes, max_buffer_bytes, check_inputs, name
     )
-    k = len(inputs)
     sync = sync if sync is not None else default_sync(dev)
     clock = _clock(dev, sync)
-
-    call = 0
-    warm_times = []
-    for _ in range(warmup):
-        clock.start()
-        fn(*inputs[call % k])
-        warm_times.append(clock.stop())
-        call += 1
-    if number is None:
+    warm_times = [_call(fn, inputs, i, clock) for i in range(warmup)]
+    if number is None:  # a sample lasts about block_time
+        fastest = max(min(warm_times), 1e-9) if warm_times else None
         number = (
-            1
-            if not warm_times
-            else max(
-                1, min(100_000, math.ceil(block_time / max(min(warm_times), 1e-9)))
-            )
+            1 if not fastest else max(1, min(100_000, math.ceil(block_time / fastest)))
         )
-
     times: list[float] = []
     total = 0.0
+    call = warmup
     floor = min(3, repeats)
     while True:
         clock.start()
         for _ in range(number):
-            fn(*inputs[call % k])
+            fn(*inputs[call % len(inputs)])
             call += 1
         elapsed = clock.stop()
         times.append(elapsed / number)
@@ -592,16 +535,61 @@ def benchmark(
         times_s=tuple(times),
         number=number,
         warmup=warmup,
-        buffers=k,
+        buffers=len(inputs),
         flops=flops,
         bytes_moved=bytes_moved,
         extra=dict(extra or {}),
     )
 
 
-# --------------------------------------------------------------------------------------
-# Conveniences: matmul and elementwise
-# --------------------------------------------------------------------------------------
+def _call(fn, inputs, i, clock) -> float:
+    """One timed call of ``fn`` on the ``i``-th input set (rotating)."""
+    clock.start()
+    fn(*inputs[i % len(inputs)])
+    return clock.stop()
+
+
+def _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number):
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if make_inputs is not None and not callable(make_inputs):
+        raise TypeError(
+            "make_inputs must be a callable returning one input set "
+            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
+        )
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if min_time < 0 or (max_time is not None and max_time <= 0):
+        raise ValueError(
+            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
+        )
+    if number is not None and number < 1:
+        raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
+
+
+def _input_sets(make_inputs, device, buffers, cache_bytes, max_bytes, check, name):
+    """(the input sets to rotate through, the device the work runs on)."""
+    first = _as_args(make_inputs()) if make_inputs is not None else ()
+    if check:
+        _check_not_zero(first, name)
+    if device is None:
+        tensors = _tensors(first)
+        dev = tensors[0].device if tensors else torch.device("cpu")
+    else:
+        dev = pick_device(device)
+    if make_inputs is None:
+        return [()], dev
+    if buffers is None:
+        cache = cache_bytes if cache_bytes is not None else cache_bytes_of(dev)
+        buffers = buffers_needed(
+            working_set_bytes(first), cache, max_total_bytes=max_bytes
+        )
+    return [first] + [_as_args(make_inputs()) for _ in range(buffers - 1)], dev
+
+
+# --- Conveniences: matmul and elementwise ---
 
 
 @contextlib.contextmanager
@@ -763,106 +751,6 @@ def time_elementwise(
         extra=extra,
         **kwargs,
     )
-
-
-def conv2d_flops(
-    batch: int, channels: int, height: int, width: int, kernel: int
-) -> int:
-    """FLOPs of a same-padded, stride-1 convolution with ``channels`` in and out: one
-    multiply and one add per weight per output pixel."""
-    return 2 * batch * channels * height * width * channels * kernel * kernel
-
-
-def time_conv2d(
-    batch: int,
-    channels: int,
-    height: int,
-    width: int,
-    kernel: int = 3,
-    dtype: str | torch.dtype = "fp32",
-    device: str | torch.device = "auto",
-    backward: bool = False,
-    seed: int = 0,
-    **kwargs,
-) -> TimingResult:
-    """Time a same-padded, stride-1 ``conv2d`` (NCHW, ``channels`` in and out, no bias)
-    with input, weight and output in ``dtype``; with ``backward`` one training pass:
-    the forward and ``aten.convolution_backward`` for the input's and the weight's
-    gradients (3x the forward's FLOPs). Other keyword arguments go to
-    :func:`benchmark`."""
-    for label, v in (
-        ("batch", batch),
-        ("channels", channels),
-        ("height", height),
-        ("width", width),
-        ("kernel", kernel),
-    ):
-        if not is_positive_int(v):
-            raise ValueError(f"conv {label} must be a positive integer, got {v!r}")
-    if kernel % 2 == 0:
-        raise ValueError(f"conv kernel must be odd (same padding), got {kernel}")
-    name, torch_dtype = resolve_dtype(dtype)
-    if name.startswith("fp8") or name == "tf32":
-        raise ValueError(f"conv timing supports fp64/fp32/fp16/bf16, not {name}")
-    dev = pick_device(device)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    itemsize = torch.empty((), dtype=torch_dtype).element_size()
-    pad = kernel // 2
-    act = (batch, channels, height, width)
-
-    def make():
-        return (
-            random_tensor(act, name, dev, gen),
-            random_tensor((channels, channels, kernel, kernel), name, dev, gen),
-            random_tensor(act, name, dev, gen),  # the output's gradient
-        )
-
-    def forward(x, w, grad_out):
-        return torch.nn.functional.conv2d(x, w, padding=pad)
-
-    def training_pass(x, w, grad_out):
-        torch.nn.functional.conv2d(x, w, padding=pad)
-        return torch.ops.aten.convolution_backward(
-            grad_out,
-            x,
-            w,
-            None,
-            [1, 1],
-            [pad, pad],
-            [1, 1],
-            False,
-            [0, 0],
-            1,
-            [True, True, False],
-        )
-
-    x_el = batch * channels * height * width
-    w_el = channels * channels * kernel * kernel
-    # forward: read x and w, write y; backward: read dy, x and w, write dx and dw
-    elements = 3 * x_el + 3 * w_el + x_el if backward else 2 * x_el + w_el
-    flops = conv2d_flops(batch, channels, height, width, kernel)
-    what = "conv2d forward+backward" if backward else "conv2d"
-    kwargs.setdefault("name", f"{what} {name} {batch}x{channels}x{height}x{width}")
-    extra = {
-        "kind": "conv_train" if backward else "conv",
-        "dtype": name,
-        "batch": batch,
-        "channels": channels,
-        "height": height,
-        "width": width,
-        "kernel": kernel,
-    }
-    extra.update(kwargs.pop("extra", {}) or {})
-    with torch.no_grad() if not backward else contextlib.nullcontext():
-        return benchmark(
-            training_pass if backward else forward,
-            make,
-            flops=3 * flops if backward else flops,
-            bytes_moved=elements * itemsize,
-            device=dev,
-            extra=extra,
-            **kwargs,
-        )
 
 
 def time_rounds(

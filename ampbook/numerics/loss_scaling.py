@@ -4,16 +4,14 @@ ICLR 2018, arXiv:1710.03740), and ``torch.amp.GradScaler``'s dynamic scale.
 
 ``train_with_scaling`` runs one short training run, with fp16 gradients emulated in fp32
 (``ampbook.numerics.gradstats.emulate_fp16_grads``) or under a real fp16 autocast;
-chapter 4 plans the runs (``scaling_plan``), tabulates them against the fp32 reference
-(``run_table``) and states what they show (``scaling_verdict``).
+chapter 4 plans, tabulates and reads the runs (``ampbook.chapters.ch4``).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable
 
 import torch
 from torch import nn
@@ -23,17 +21,6 @@ from ampbook.numerics.gradstats import check_scale, emulate_fp16_grads
 
 REGIMES = ("none", "fixed", "dynamic")
 FP16_MODES = ("emulate", "autocast", "off")
-
-
-def grad_scaler_defaults(device_type: str = "cpu") -> dict[str, float]:
-    """GradScaler's defaults, read from a freshly made ``torch.amp.GradScaler``."""
-    s = torch.amp.GradScaler(device_type)
-    return {
-        "init_scale": s.get_scale(),
-        "growth_factor": s.get_growth_factor(),
-        "backoff_factor": s.get_backoff_factor(),
-        "growth_interval": s.get_growth_interval(),
-    }
 
 
 @dataclass
@@ -199,127 +186,3 @@ def step_seconds(
         if emu is not None:
             emu.remove()
         model.zero_grad(set_to_none=True)
-
-
-def choose_fp16_mode(
-    requested: str, device_type: str, seconds: dict[str, float]
-) -> tuple[str, str]:
-    """``(mode, why)``: ``requested`` unless it is ``"auto"``; then real fp16 autocast
-    on CUDA, and on a CPU the faster of the two by ``seconds`` (``step_seconds`` per
-    mode)."""
-    ratio = (
-        f"real fp16 autocast took {seconds['autocast'] / seconds['off']:.1f}x the fp32 "
-        f"time, the emulation {seconds['emulate'] / seconds['off']:.1f}x"
-    )
-    if requested != "auto":
-        if requested not in ("emulate", "autocast"):
-            raise ValueError(
-                f"fp16_mode must be 'auto', 'emulate' or 'autocast', got {requested!r}"
-            )
-        return requested, f"chosen by the parameter fp16_mode; {ratio}"
-    if device_type == "cuda":
-        return "autocast", f"the GPU runs fp16 natively; {ratio}"
-    mode = "autocast" if seconds["autocast"] <= seconds["emulate"] else "emulate"
-    return mode, f"the faster of the two on this CPU; {ratio}"
-
-
-def scaling_plan(
-    fixed_scales: Iterable[float], fp16: str
-) -> list[tuple[str, str, float, str]]:
-    """The runs of chapter 4: (label, regime, scale, fp16 mode): the fp32 reference,
-    fp16 gradients with no scaling, each fixed scale, and GradScaler's dynamic scale."""
-    plan = [("fp32 reference", "none", 1.0, "off"), ("no scaling", "none", 1.0, fp16)]
-    plan += [
-        (f"fixed 2^{math.log2(s):g}", "fixed", float(s), fp16) for s in fixed_scales
-    ]
-    return plan + [("dynamic (GradScaler)", "dynamic", 1.0, fp16)]
-
-
-def reference_run(runs: list[ScalingRun]) -> ScalingRun:
-    """The fp32 reference among ``runs`` (the run with fp16 gradients off)."""
-    ref = next((r for r in runs if r.fp16 == "off"), None)
-    if ref is None:
-        raise ValueError("no fp32 reference run (fp16='off') among the runs")
-    return ref
-
-
-def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
-    """``(headers, rows, formats)`` for ``ampbook.core.page.md_table``: one row per run
-    against the fp32 reference: its final loss, the final loss minus the reference's,
-    the largest difference over the steps (nan once its weights are not finite), its
-    overflow steps and, of those, the steps it skipped, and (when any run emulated fp16
-    gradients) the mean share of the nonzero values flushed to zero per step."""
-    ref = reference_run(runs)
-    headers = [
-        "run",
-        "final loss",
-        "final - fp32",
-        "largest difference",
-        "overflow steps (skipped)",
-    ]
-    formats = [None, ".4f", "+.2e", ".2e", None]
-    emulated = any(not math.isnan(f) for r in runs for f in r.flushed)
-    if emulated:
-        headers.append("mean flushed")
-        formats.append(".4%")
-    rows = []
-    for run in runs:
-        ok = run.weights_finite
-        diff = max(abs(a - b) for a, b in zip(run.losses, ref.losses))
-        row = [
-            run.label,
-            run.losses[-1],
-            run.losses[-1] - ref.losses[-1] if ok else math.nan,
-            diff if ok else math.nan,
-            f"{sum(run.overflowed)} ({sum(run.skipped)})",
-        ]
-        if emulated:
-            flushed = [f for f in run.flushed if not math.isnan(f)]
-            row.append(sum(flushed) / len(flushed) if flushed else None)
-        rows.append(tuple(row))
-    return headers, rows, formats
-
-
-def scaling_verdict(runs: list[ScalingRun]) -> str:
-    """What the runs show: the dynamic run's scale history, which runs lost their
-    weights to NaN, and which run that kept finite weights ended furthest from the fp32
-    reference (by final loss), with GradScaler's skipped steps beside it."""
-    dyn = next(r for r in runs if r.regime == "dynamic")
-    ref = reference_run(runs)
-    growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)
-    steps, skipped = len(dyn.skipped), sum(dyn.skipped)
-    text = (
-        f"GradScaler started at 2^{math.log2(dyn.scales[0]):g}, skipped "
-        f"{skipped} of {steps} steps, grew its scale {growths} "
-        f"times and ended at 2^{math.log2(dyn.scales[-1]):g}. "
-    )
-    broken = [r.label for r in runs if not r.weights_finite]
-    text += (
-        f"Weights became NaN in: {', '.join(broken)}."
-        if broken
-        else "No run lost its weights to NaN."
-    )
-    finite = [r for r in runs if r is not ref and r.weights_finite]
-    if not finite:
-        return text
-    far = max(finite, key=lambda r: abs(r.losses[-1] - ref.losses[-1]))
-    gap = far.losses[-1] - ref.losses[-1]
-    if far is dyn:
-        text += (
-            f" Of the runs with finite weights, GradScaler's ended furthest from the "
-            f"fp32 reference ({gap:+.2e} in final loss)"
-        )
-        if skipped:
-            text += (
-                f": it skipped {skipped} of {steps} steps, so its weights took "
-                f"{steps - skipped} updates to the reference's {len(ref.losses)}."
-            )
-        else:
-            text += ", without skipping a step."
-        return text
-    dyn_gap = dyn.losses[-1] - ref.losses[-1] if dyn.weights_finite else math.nan
-    return text + (
-        f" Of the runs with finite weights, {far.label} ended furthest from the fp32 "
-        f"reference ({gap:+.2e} in final loss); GradScaler's ended {dyn_gap:+.2e} from "
-        f"it after skipping {skipped} of {steps} steps."
-    )

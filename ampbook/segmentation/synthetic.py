@@ -123,71 +123,95 @@ def _jitter(rng, color, amount=18.0):
     return np.clip(np.asarray(color, np.float32) + rng.normal(0, amount, 3), 0, 255)
 
 
-def _draw_scene(
-    rng: np.random.Generator, h: int, w: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """One street scene: (RGB uint8 h x w x 3, labelIds uint8 h x w)."""
-    c = _Canvas(h, w, rng)
-    horizon = h * rng.uniform(0.38, 0.5)
-    vx = w * rng.uniform(0.38, 0.62)
-    ground_h = h - horizon
-    unit = min(h, w / 2)  # scene scale: sizes below are fractions of it
+_FACADES = [
+    (200, 190, 170),
+    (150, 150, 150),
+    (150, 85, 65),
+    (215, 215, 208),
+    (185, 160, 120),
+    (120, 110, 105),
+]
+_CAR_PAINTS = [
+    (230, 230, 230),
+    (30, 30, 35),
+    (160, 160, 165),
+    (150, 30, 30),
+    (40, 60, 130),
+    (40, 80, 50),
+]
+_SHIRTS = [(180, 40, 40), (40, 90, 160), (200, 180, 60), (60, 120, 60), (230, 230, 230)]
+_LAMPS = [(255, 60, 40), (255, 190, 40), (60, 230, 90)]
 
-    # Sky: a vertical gradient with soft clouds.
+
+class _Street(_Canvas):
+    """A canvas with the scene's perspective: the horizon row, the vanishing point's
+    column ``vx``, and ``unit``, the scale that sizes are fractions of."""
+
+    def __init__(self, h: int, w: int, rng: np.random.Generator):
+        super().__init__(h, w, rng)
+        self.horizon = h * rng.uniform(0.38, 0.5)
+        self.vx = w * rng.uniform(0.38, 0.62)
+        self.ground_h = h - self.horizon
+        self.unit = min(h, w / 2)
+
+    def ground_y(self, s):
+        """The image row of a ground point at nearness s (0 horizon .. 1 bottom)."""
+        return self.horizon + s * self.ground_h
+
+    def road_edge(self, s, side):
+        return self.vx + side * self.w * 0.3 * s
+
+
+def _sky(c: _Street) -> None:
+    """A vertical gradient with soft clouds."""
+    rng, h, w = c.rng, c.h, c.w
     top, low = _jitter(rng, (70, 120, 190), 12), _jitter(rng, (185, 205, 225), 10)
-    t = (np.arange(h, dtype=np.float32) / max(horizon, 1))[:, None, None].clip(0, 1)
+    t = (np.arange(h, dtype=np.float32) / max(c.horizon, 1))[:, None, None].clip(0, 1)
     clouds = _smooth_noise(rng, h, w, 4, 8)[..., None]
     c.rgb[:] = top * (1 - t) + low * t
     c.rgb += np.clip(clouds - 0.55, 0, None) * 160
     c.ids[:] = _ID["sky"]
 
-    # Buildings: facades along the horizon with a grid of windows; gaps show the sky.
-    facades = [
-        (200, 190, 170),
-        (150, 150, 150),
-        (150, 85, 65),
-        (215, 215, 208),
-        (185, 160, 120),
-        (120, 110, 105),
-    ]
+
+def _buildings(c: _Street) -> None:
+    """Facades along the horizon with a grid of windows; gaps show the sky."""
+    rng, h, w, horizon = c.rng, c.h, c.w, c.horizon
     x = -rng.uniform(0, 0.1) * w
     while x < w:
         bw = w * rng.uniform(0.08, 0.22)
         if rng.random() > 0.12:
-            btop = (
-                h * rng.uniform(0.02, 0.3)
-                if rng.random() < 0.85
-                else horizon - 0.15 * h
-            )
+            far = rng.random() < 0.85
+            btop = h * rng.uniform(0.02, 0.3) if far else horizon - 0.15 * h
             b = c.box(btop, horizon + 1, x, x + bw)
             if b is not None:
-                sl, ys, xs = b
-                base = _jitter(rng, facades[rng.integers(len(facades))], 12)
-                px, py = bw / rng.integers(3, 7), unit * rng.uniform(0.05, 0.09)
-                win = (
-                    (((xs - x) % px) > 0.3 * px)
-                    & (((ys - btop) % py) > 0.4 * py)
-                    & (ys < horizon - 0.3 * py)
-                )
-                shade = 1 + 0.15 * (
-                    _smooth_noise(rng, ys.shape[0], xs.shape[1], 3, 3) - 0.5
-                )
-                color = (
-                    np.broadcast_to(base, (ys.shape[0], xs.shape[1], 3))
-                    * shade[..., None]
-                )
-                glass = _jitter(rng, (60, 70, 85), 10) * rng.uniform(0.7, 1.2)
-                color = np.where(win[..., None], glass, color)
-                c.paint(sl, None, _ID["building"], color)
+                _facade(c, b, x, bw, btop)
         x += bw
 
-    # Ground: sidewalk with perspective tiles, a dark road with dashed lane marks, grass
-    # verges.
-    b = c.box(horizon, h, 0, w)
+
+def _facade(c: _Street, b, x, bw, btop) -> None:
+    rng = c.rng
     sl, ys, xs = b
-    depth = ground_h / np.maximum(ys - horizon, 0.5)  # 1 at the bottom, large far away
-    u = (xs - vx) * depth / unit  # ground-plane coordinates
-    near = (ys - horizon) / ground_h  # 0 at the horizon, 1 at the bottom
+    base = _jitter(rng, _FACADES[rng.integers(len(_FACADES))], 12)
+    px, py = bw / rng.integers(3, 7), c.unit * rng.uniform(0.05, 0.09)
+    win = (
+        (((xs - x) % px) > 0.3 * px)
+        & (((ys - btop) % py) > 0.4 * py)
+        & (ys < c.horizon - 0.3 * py)
+    )
+    shade = 1 + 0.15 * (_smooth_noise(rng, ys.shape[0], xs.shape[1], 3, 3) - 0.5)
+    color = np.broadcast_to(base, (ys.shape[0], xs.shape[1], 3)) * shade[..., None]
+    glass = _jitter(rng, (60, 70, 85), 10) * rng.uniform(0.7, 1.2)
+    c.paint(sl, None, _ID["building"], np.where(win[..., None], glass, color))
+
+
+def _ground(c: _Street) -> None:
+    """Sidewalk with perspective tiles, grass verges, a dark road with dashed lane
+    marks."""
+    rng, w, vx = c.rng, c.w, c.vx
+    sl, ys, xs = c.box(c.horizon, c.h, 0, w)
+    depth = c.ground_h / np.maximum(ys - c.horizon, 0.5)  # 1 at the bottom, large far
+    u = (xs - vx) * depth / c.unit  # ground-plane coordinates
+    near = (ys - c.horizon) / c.ground_h  # 0 at the horizon, 1 at the bottom
     road_half = w * rng.uniform(0.3, 0.5) * near
     off = np.abs(xs - vx)
     tiles = ((u * 4) % 1 < 0.08) | ((depth * 3) % 1 < 0.08)
@@ -212,255 +236,187 @@ def _draw_scene(
     color = np.where(lane[..., None], np.float32(225), asphalt)
     c.paint(sl, road, _ID["road"], np.broadcast_to(color, road.shape + (3,)))
 
-    def ground_y(
-        s,
-    ):  # image row of a ground point at nearness s (0 horizon .. 1 bottom)
-        return horizon + s * ground_h
 
-    def road_edge(s, side):
-        return vx + side * w * 0.3 * s
+def _fence(c: _Street) -> None:
+    """Sometimes a fence along the building line."""
+    rng, horizon, unit = c.rng, c.horizon, c.unit
+    if rng.random() >= 0.4:
+        return
+    x0 = rng.uniform(0, 0.6) * c.w
+    fh = 0.05 * unit
+    b = c.box(
+        horizon - fh, horizon + 0.01 * unit, x0, x0 + c.w * rng.uniform(0.15, 0.35)
+    )
+    if b is not None:
+        sl, ys, xs = b
+        slats = ((xs - x0) % (0.02 * unit)) < 0.008 * unit
+        rails = np.abs(ys - (horizon - 0.7 * fh)) < 0.006 * unit
+        mask = np.broadcast_to(slats | rails, (ys.shape[0], xs.shape[1]))
+        c.paint(sl, mask, _ID["fence"], _jitter(rng, (130, 120, 100), 10))
 
-    # Fences along the building line, hedges and trees on the sidewalks.
-    if rng.random() < 0.4:
-        x0 = rng.uniform(0, 0.6) * w
-        fh = 0.05 * unit
-        b = c.box(
-            horizon - fh, horizon + 0.01 * unit, x0, x0 + w * rng.uniform(0.15, 0.35)
+
+def _car(c: _Street, s, base, scale, side) -> None:
+    rng, car = c.rng, _ID["car"]
+    cx = c.vx + rng.uniform(-0.8, 0.8) * c.w * 0.3 * s
+    cw, ch = 0.45 * scale, 0.3 * scale
+    body = _jitter(rng, _CAR_PAINTS[rng.integers(6)], 10)
+    c.rect(base - 0.6 * ch, base - 0.1 * ch, cx - cw / 2, cx + cw / 2, car, body)
+    c.rect(base - ch, base - 0.55 * ch, cx - cw * 0.35, cx + cw * 0.35, car, body)
+    window = _jitter(rng, (50, 60, 75), 8)
+    c.rect(base - 0.93 * ch, base - 0.6 * ch, cx - cw * 0.3, cx + cw * 0.3, car, window)
+    for wx in (-0.32, 0.32):
+        c.ellipse(base - 0.12 * ch, cx + wx * cw, 0.14 * ch, 0.1 * cw, car, (20,) * 3)
+
+
+def _person(c: _Street, s, base, scale, side) -> None:
+    rng, person = c.rng, _ID["person"]
+    px = c.road_edge(s, side) + side * rng.uniform(0.05, 0.3) * c.w * s + side * 2
+    ph, pw = 0.38 * scale, 0.1 * scale
+    legs = _jitter(rng, (45, 45, 60), 12)
+    c.rect(base - 0.5 * ph, base, px - pw * 0.35, px + pw * 0.35, person, legs)
+    shirt = _jitter(rng, _SHIRTS[rng.integers(5)], 15)
+    c.rect(base - 0.85 * ph, base - 0.45 * ph, px - pw / 2, px + pw / 2, person, shirt)
+    face = _jitter(rng, (210, 165, 130), 20)
+    c.ellipse(base - 0.92 * ph, px, 0.08 * ph, 0.3 * pw, person, face)
+
+
+def _tree(c: _Street, s, base, scale, side) -> None:
+    rng, green = c.rng, _ID["vegetation"]
+    tx = c.road_edge(s, side) + side * rng.uniform(0.1, 0.5) * c.w * max(s, 0.15)
+    th = 0.9 * scale
+    trunk = _jitter(rng, (90, 65, 40), 10)
+    c.rect(base - 0.6 * th, base, tx - 0.02 * scale, tx + 0.02 * scale, green, trunk)
+    b = c.box(base - 1.2 * th, base - 0.35 * th, tx - 0.35 * th, tx + 0.35 * th)
+    if b is not None:
+        sl, ys, xs = b
+        blob = _smooth_noise(rng, ys.shape[0], xs.shape[1], 4, 4)
+        r2 = ((ys - (base - 0.78 * th)) / (0.42 * th)) ** 2
+        r2 = r2 + ((xs - tx) / (0.33 * th)) ** 2
+        mask = r2 + 0.6 * (blob - 0.5) < 1
+        leaf = _jitter(rng, (60, 105, 40), 10)
+        tex = 0.6 + 0.8 * rng.random(mask.shape, dtype=np.float32)
+        c.paint(sl, mask, green, leaf * tex[..., None])
+
+
+def _pole(c: _Street, s, base, scale, side) -> None:
+    """A pole, and on top of it a traffic sign, a traffic light or nothing."""
+    rng = c.rng
+    qx = c.road_edge(s, side) + side * rng.uniform(0.03, 0.15) * c.w * max(s, 0.15)
+    qh, qw = 1.1 * scale, max(0.018 * scale, 1.0)
+    grey = _jitter(rng, (120, 120, 125), 10)
+    c.rect(base - qh, base, qx - qw / 2, qx + qw / 2, _ID["pole"], grey)
+    top = base - qh
+    what = rng.random()
+    if what < 0.45:
+        _sign(c, top, qx, 0.07 * scale)
+    elif what < 0.8:
+        _traffic_light(c, top, qx, scale)
+
+
+def _sign(c: _Street, top, qx, r) -> None:
+    """A blue disc, a red-rimmed disc or a yellow plate."""
+    rng, sign = c.rng, _ID["traffic sign"]
+    style = rng.integers(3)
+    if style == 2:
+        plate = _jitter(rng, (235, 200, 30), 10)
+        c.rect(top - r, top + r, qx - r, qx + r, sign, plate)
+    else:
+        rim, face = (
+            ((200, 30, 30), (240,) * 3)
+            if style == 1
+            else ((30, 70, 170), (40, 90, 200))
         )
-        if b is not None:
-            sl, ys, xs = b
-            slats = ((xs - x0) % (0.02 * unit)) < 0.008 * unit
-            rails = np.abs(ys - (horizon - 0.7 * fh)) < 0.006 * unit
-            mask = slats | rails
-            c.paint(
-                sl,
-                np.broadcast_to(mask, (ys.shape[0], xs.shape[1])),
-                _ID["fence"],
-                _jitter(rng, (130, 120, 100), 10),
-            )
+        c.ellipse(top, qx, r, r, sign, rim)
+        c.ellipse(top, qx, 0.7 * r, 0.7 * r, sign, face)
 
-    objects = []  # (nearness, kind): drawn far to near
-    for _ in range(rng.integers(2, 6)):
-        objects.append((rng.uniform(0.05, 0.5), "tree"))
-    for _ in range(rng.integers(1, 5)):
-        objects.append((rng.uniform(0.05, 0.7), "pole"))
-    for _ in range(rng.integers(1, 5)):
-        objects.append((rng.uniform(0.1, 0.95), "car"))
-    for _ in range(rng.integers(0, 5)):
-        objects.append((rng.uniform(0.1, 0.9), "person"))
-    for _ in range(rng.integers(0, 3)):
-        objects.append((rng.uniform(0.05, 0.6), "static"))
+
+def _traffic_light(c: _Street, top, qx, scale) -> None:
+    """A dark housing with one lit lamp."""
+    rng, light = c.rng, _ID["traffic light"]
+    lw, lh = 0.07 * scale, 0.2 * scale
+    housing = _jitter(rng, (35, 35, 30), 5)
+    c.rect(top, top + lh, qx - lw / 2, qx + lw / 2, light, housing)
+    lamp = rng.integers(3)
+    c.ellipse(
+        top + lh * (0.2 + 0.3 * lamp), qx, 0.28 * lw, 0.28 * lw, light, _LAMPS[lamp]
+    )
+
+
+def _static(c: _Street, s, base, scale, side) -> None:
+    """Bins, benches, boxes: labelled 'static' (ignored in training)."""
+    rng = c.rng
+    sx = c.road_edge(s, side) + side * rng.uniform(0.1, 0.4) * c.w * max(s, 0.15)
+    sw, sh = 0.12 * scale, 0.1 * scale
+    grey = _jitter(rng, (90, 95, 80), 20)
+    c.rect(base - sh, base, sx - sw / 2, sx + sw / 2, _ID["static"], grey)
+
+
+# Each kind of object: how many a scene has (numpy's integers(low, high)), the range of
+# its nearness, and how it is drawn.
+_OBJECTS = (
+    ("tree", (2, 6), (0.05, 0.5), _tree),
+    ("pole", (1, 5), (0.05, 0.7), _pole),
+    ("car", (1, 5), (0.1, 0.95), _car),
+    ("person", (0, 5), (0.1, 0.9), _person),
+    ("static", (0, 3), (0.05, 0.6), _static),
+)
+
+
+def _objects(c: _Street) -> None:
+    """Trees, poles, cars, people and static things, drawn far to near."""
+    rng = c.rng
+    objects = [
+        (rng.uniform(*near), draw)
+        for _, count, near, draw in _OBJECTS
+        for _ in range(rng.integers(*count))
+    ]
     objects.sort(key=lambda o: o[0])
-
-    for s, kind in objects:
-        base = ground_y(s)
-        scale = unit * (0.15 + s)  # nearer objects are bigger
+    for s, draw in objects:
+        scale = c.unit * (0.15 + s)  # nearer objects are bigger
         side = 1 if rng.random() < 0.5 else -1
-        if kind == "car":
-            cx = vx + rng.uniform(-0.8, 0.8) * w * 0.3 * s
-            cw, ch = 0.45 * scale, 0.3 * scale
-            body = _jitter(
-                rng,
-                [
-                    (230, 230, 230),
-                    (30, 30, 35),
-                    (160, 160, 165),
-                    (150, 30, 30),
-                    (40, 60, 130),
-                    (40, 80, 50),
-                ][rng.integers(6)],
-                10,
-            )
-            c.rect(
-                base - 0.6 * ch,
-                base - 0.1 * ch,
-                cx - cw / 2,
-                cx + cw / 2,
-                _ID["car"],
-                body,
-            )
-            c.rect(
-                base - ch,
-                base - 0.55 * ch,
-                cx - cw * 0.35,
-                cx + cw * 0.35,
-                _ID["car"],
-                body,
-            )
-            c.rect(
-                base - 0.93 * ch,
-                base - 0.6 * ch,
-                cx - cw * 0.3,
-                cx + cw * 0.3,
-                _ID["car"],
-                _jitter(rng, (50, 60, 75), 8),
-            )
-            for wx in (-0.32, 0.32):
-                c.ellipse(
-                    base - 0.12 * ch,
-                    cx + wx * cw,
-                    0.14 * ch,
-                    0.1 * cw,
-                    _ID["car"],
-                    (20, 20, 20),
-                )
-        elif kind == "person":
-            px = road_edge(s, side) + side * rng.uniform(0.05, 0.3) * w * s + side * 2
-            ph, pw = 0.38 * scale, 0.1 * scale
-            c.rect(
-                base - 0.5 * ph,
-                base,
-                px - pw * 0.35,
-                px + pw * 0.35,
-                _ID["person"],
-                _jitter(rng, (45, 45, 60), 12),
-            )
-            c.rect(
-                base - 0.85 * ph,
-                base - 0.45 * ph,
-                px - pw / 2,
-                px + pw / 2,
-                _ID["person"],
-                _jitter(
-                    rng,
-                    [
-                        (180, 40, 40),
-                        (40, 90, 160),
-                        (200, 180, 60),
-                        (60, 120, 60),
-                        (230, 230, 230),
-                    ][rng.integers(5)],
-                    15,
-                ),
-            )
-            c.ellipse(
-                base - 0.92 * ph,
-                px,
-                0.08 * ph,
-                0.3 * pw,
-                _ID["person"],
-                _jitter(rng, (210, 165, 130), 20),
-            )
-        elif kind == "tree":
-            tx = road_edge(s, side) + side * rng.uniform(0.1, 0.5) * w * max(s, 0.15)
-            th = 0.9 * scale
-            trunk = _jitter(rng, (90, 65, 40), 10)
-            c.rect(
-                base - 0.6 * th,
-                base,
-                tx - 0.02 * scale,
-                tx + 0.02 * scale,
-                _ID["vegetation"],
-                trunk,
-            )
-            b = c.box(base - 1.2 * th, base - 0.35 * th, tx - 0.35 * th, tx + 0.35 * th)
-            if b is not None:
-                sl, ys, xs = b
-                blob = _smooth_noise(rng, ys.shape[0], xs.shape[1], 4, 4)
-                r2 = ((ys - (base - 0.78 * th)) / (0.42 * th)) ** 2 + (
-                    (xs - tx) / (0.33 * th)
-                ) ** 2
-                mask = r2 + 0.6 * (blob - 0.5) < 1
-                leaf = _jitter(rng, (60, 105, 40), 10)
-                tex = 0.6 + 0.8 * rng.random(mask.shape, dtype=np.float32)
-                c.paint(sl, mask, _ID["vegetation"], leaf * tex[..., None])
-        elif kind == "pole":
-            qx = road_edge(s, side) + side * rng.uniform(0.03, 0.15) * w * max(s, 0.15)
-            qh, qw = 1.1 * scale, max(0.018 * scale, 1.0)
-            c.rect(
-                base - qh,
-                base,
-                qx - qw / 2,
-                qx + qw / 2,
-                _ID["pole"],
-                _jitter(rng, (120, 120, 125), 10),
-            )
-            top = base - qh
-            what = rng.random()
-            if (
-                what < 0.45
-            ):  # traffic sign: a blue disc, a red-rimmed disc or a yellow plate
-                r = 0.07 * scale
-                style = rng.integers(3)
-                if style == 2:
-                    c.rect(
-                        top - r,
-                        top + r,
-                        qx - r,
-                        qx + r,
-                        _ID["traffic sign"],
-                        _jitter(rng, (235, 200, 30), 10),
-                    )
-                else:
-                    c.ellipse(
-                        top,
-                        qx,
-                        r,
-                        r,
-                        _ID["traffic sign"],
-                        (200, 30, 30) if style == 1 else (30, 70, 170),
-                    )
-                    c.ellipse(
-                        top,
-                        qx,
-                        0.7 * r,
-                        0.7 * r,
-                        _ID["traffic sign"],
-                        (240, 240, 240) if style == 1 else (40, 90, 200),
-                    )
-            elif what < 0.8:  # traffic light: a dark housing with one lit lamp
-                lw, lh = 0.07 * scale, 0.2 * scale
-                c.rect(
-                    top,
-                    top + lh,
-                    qx - lw / 2,
-                    qx + lw / 2,
-                    _ID["traffic light"],
-                    _jitter(rng, (35, 35, 30), 5),
-                )
-                lamp = rng.integers(3)
-                lit = [(255, 60, 40), (255, 190, 40), (60, 230, 90)][lamp]
-                c.ellipse(
-                    top + lh * (0.2 + 0.3 * lamp),
-                    qx,
-                    0.28 * lw,
-                    0.28 * lw,
-                    _ID["traffic light"],
-                    lit,
-                )
-        elif (
-            kind == "static"
-        ):  # bins, benches, boxes: labelled 'static' (ignored in training)
-            sx = road_edge(s, side) + side * rng.uniform(0.1, 0.4) * w * max(s, 0.15)
-            sw, sh = 0.12 * scale, 0.1 * scale
-            c.rect(
-                base - sh,
-                base,
-                sx - sw / 2,
-                sx + sw / 2,
-                _ID["static"],
-                _jitter(rng, (90, 95, 80), 20),
-            )
+        draw(c, s, c.ground_y(s), scale, side)
 
-    # The ego vehicle's bonnet at the bottom (labelled 'ego vehicle', ignored), as in
-    # Cityscapes.
+
+def _bonnet(c: _Street) -> None:
+    """The ego vehicle's bonnet at the bottom (labelled 'ego vehicle', ignored), as in
+    Cityscapes."""
+    h, w = c.h, c.w
     b = c.box(h * 0.88, h, 0, w)
     if b is not None:
         sl, ys, xs = b
         hood = ys > h * (0.92 + 0.05 * ((xs - w / 2) / (w / 2)) ** 2)
-        c.paint(sl, hood, _ID["ego vehicle"], _jitter(rng, (35, 38, 42), 5))
+        c.paint(sl, hood, _ID["ego vehicle"], _jitter(c.rng, (35, 38, 42), 5))
 
-    # Light and sensor noise over everything.
-    light = 0.85 + 0.3 * _smooth_noise(rng, h, w, 3, 5)
+
+def _light_and_noise(c: _Street) -> None:
+    """Uneven light, then sensor noise: the sum of two uniform 4-bit draws is
+    triangular on -15..15 (sd 6.5), far cheaper to draw than Gaussian noise of the
+    same spread."""
+    light = 0.85 + 0.3 * _smooth_noise(c.rng, c.h, c.w, 3, 5)
     c.rgb *= light[..., None]
-    # Sensor noise: the sum of two uniform 4-bit draws is triangular on -15..15 (sd
-    # 6.5), far cheaper to draw than Gaussian noise of the same spread.
-    bits = rng.integers(0, 256, size=c.rgb.shape, dtype=np.uint8)
+    bits = c.rng.integers(0, 256, size=c.rgb.shape, dtype=np.uint8)
     noise = (bits & 15).astype(np.float32)
     noise += bits >> 4
     noise -= 15
     c.rgb += noise
     np.clip(c.rgb, 0, 255, out=c.rgb)
+
+
+def _draw_scene(
+    rng: np.random.Generator, h: int, w: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One street scene: (RGB uint8 h x w x 3, labelIds uint8 h x w)."""
+    c = _Street(h, w, rng)
+    for layer in (
+        _sky,
+        _buildings,
+        _ground,
+        _fence,
+        _objects,
+        _bonnet,
+        _light_and_noise,
+    ):
+        layer(c)
     return c.rgb.astype(np.uint8), c.ids
 
 

@@ -410,19 +410,55 @@ def validate(cfg: TrainConfig) -> Resolved:
     """Check the settings before any work; ``ConfigError`` names the first problem."""
     import torch
 
-    from ampbook.core import env as _env
-    from ampbook.core.precision import (
-        AUTOCAST_DTYPES,
-        NATIVE_CPU_FLAGS,
-        check_precision,
-        native_cpu_flags,
-        short_name,
-    )
+    from ampbook.core.precision import AUTOCAST_DTYPES, check_precision
 
     try:
         check_precision(cfg.precision)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    _check_numbers(cfg)
+    _check_choices(cfg)
+    _check_paths(cfg)
+    _check_size_and_resume(cfg)
+    rank, world_size, local_rank = ranks()
+    device = _device(cfg, world_size, local_rank)
+    if cfg.fused_optimizer and device.type not in fused_devices():
+        raise ConfigError(
+            f"fused_optimizer: this torch ({torch.__version__}) has no fused Adam for "
+            f"{device.type} (it has one for {', '.join(fused_devices())}); drop "
+            "--fused-optimizer"
+        )
+    if cfg.compile is not None:
+        check_compile(cfg.compile, device)
+    dtype = AUTOCAST_DTYPES[cfg.precision]
+    notes = _notes(cfg, device, dtype)
+    cores = cpu_cores()
+    # auto: the cores, shared among this machine's training processes
+    workers = (
+        max(1, cores // local_processes()) if cfg.workers == "auto" else cfg.workers
+    )
+    if workers:
+        try:
+            cli.check_open_files(
+                loader_files(workers), f"{workers} DataLoader worker processes"
+            )
+        except cli.UserError as err:
+            raise ConfigError(f"{err}, or use fewer --workers") from None
+    return Resolved(
+        device=device,
+        autocast_dtype=dtype,
+        grad_scaler=dtype is torch.float16,
+        warnings=notes,
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        workers=workers,
+        cpu_cores=cores,
+    )
+
+
+def _check_numbers(cfg: TrainConfig) -> None:
+    """Counts, the seed, sizes and rates."""
     for name in (
         "epochs",
         "batch_size",
@@ -464,6 +500,10 @@ def validate(cfg: TrainConfig) -> Resolved:
         raise ConfigError(
             f"clip_grad must be a positive number (or None), got {cfg.clip_grad!r}"
         )
+
+
+def _check_choices(cfg: TrainConfig) -> None:
+    """The settings that name one of a few choices."""
     if cfg.class_weights not in CLASS_WEIGHTS:
         raise ConfigError(
             f"unknown class_weights {cfg.class_weights!r}; choose one of "
@@ -483,6 +523,10 @@ def validate(cfg: TrainConfig) -> Resolved:
         raise ConfigError(f"tf32 must be 'on' or 'off', got {cfg.tf32!r}")
     if cfg.progress not in (None, True, False):
         raise ConfigError(f"progress must be None, True or False, got {cfg.progress!r}")
+
+
+def _check_paths(cfg: TrainConfig) -> None:
+    """The output folders and the run's name."""
     for name in ("out", "save_predictions"):
         value = getattr(cfg, name)
         if value is not None and not str(value).strip():
@@ -504,6 +548,10 @@ def validate(cfg: TrainConfig) -> Resolved:
             f"name {cfg.name!r} is not a file name: give a name without a path "
             "separator and not starting with '.', or leave it unset"
         )
+
+
+def _check_size_and_resume(cfg: TrainConfig) -> None:
+    """An image size ERFNet can take, and ``resume``'s checkpoint."""
     if (cfg.height // 8) * (cfg.width // 8) < 2:
         raise ConfigError(
             f"{cfg.width}x{cfg.height} (W x H) is too small: ERFNet works at 1/8 of "
@@ -525,7 +573,11 @@ def validate(cfg: TrainConfig) -> Resolved:
                 "comes from --name or the settings, which must match the first run)"
             )
 
-    rank, world_size, local_rank = ranks()
+
+def _device(cfg: TrainConfig, world_size: int, local_rank: int):
+    """The device to train on (a process's own GPU when there are several)."""
+    import torch
+
     from ampbook.core.devices import pick_device
 
     try:
@@ -547,19 +599,18 @@ def validate(cfg: TrainConfig) -> Resolved:
             f"device {device} does not exist: this machine has "
             f"{plural(torch.cuda.device_count(), 'CUDA device')}"
         )
+    return device
 
-    if cfg.fused_optimizer and device.type not in fused_devices():
-        raise ConfigError(
-            f"fused_optimizer: this torch ({torch.__version__}) has no fused Adam for "
-            f"{device.type} (it has one for {', '.join(fused_devices())}); drop "
-            "--fused-optimizer"
-        )
 
-    if cfg.compile is not None:
-        check_compile(cfg.compile, device)
+def _notes(cfg: TrainConfig, device, dtype) -> list[str]:
+    """What the run should know about its precision on this device; ``ConfigError``
+    for bf16 on a GPU without it."""
+    import torch
+
+    from ampbook.core import env as _env
+    from ampbook.core.precision import NATIVE_CPU_FLAGS, native_cpu_flags, short_name
 
     notes: list[str] = []
-    dtype = AUTOCAST_DTYPES[cfg.precision]
     if device.type == "cuda":
         cap = torch.cuda.get_device_capability(device)
         name = torch.cuda.get_device_name(device)
@@ -599,29 +650,7 @@ def validate(cfg: TrainConfig) -> Resolved:
                 "compile reduce-overhead: its CUDA graphs do not apply on a CPU (it "
                 "compiles as default there)"
             )
-    cores = cpu_cores()
-    # auto: the cores, shared among this machine's training processes
-    workers = (
-        max(1, cores // local_processes()) if cfg.workers == "auto" else cfg.workers
-    )
-    if workers:
-        try:
-            cli.check_open_files(
-                loader_files(workers), f"{workers} DataLoader worker processes"
-            )
-        except cli.UserError as err:
-            raise ConfigError(f"{err}, or use fewer --workers") from None
-    return Resolved(
-        device=device,
-        autocast_dtype=dtype,
-        grad_scaler=dtype is torch.float16,
-        warnings=notes,
-        rank=rank,
-        world_size=world_size,
-        local_rank=local_rank,
-        workers=workers,
-        cpu_cores=cores,
-    )
+    return notes
 
 
 def check_compile(mode: str, device: torch.device) -> None:  # noqa: F821

@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -216,6 +217,51 @@ def _compiled_step(cfg: TrainConfig, step: TrainStep, x, y, meter):
         ) from None
 
 
+class _Tally:
+    """What an epoch's steps add up to."""
+
+    images = steps = 0
+    data_wait = step_time = compile_time = 0.0
+    saved: SavedTensorMeter | None = None
+
+
+def _steps(cfg: TrainConfig, step: TrainStep, loader, bar, sync, start) -> _Tally:
+    """Run the epoch's steps, timing the wait for each batch apart from the step (and
+    a step that compiled apart from the others)."""
+    n = _Tally()
+    batches = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        meter = SavedTensorMeter() if n.steps == 0 else None
+        frames = compile_count() if cfg.compile else 0
+        value = _compiled_step(cfg, step, x, y, meter)
+        if step.synced:  # the clock stops after the device's work
+            sync()
+        t2 = time.perf_counter()
+        if meter is not None:
+            n.saved = meter
+        n.data_wait += t1 - t0
+        if cfg.compile and compile_count() > frames:
+            n.compile_time += t2 - t1  # a step that compiled: timed apart
+        else:
+            n.step_time += t2 - t1
+        n.steps += 1
+        n.images += len(x)
+        bar.update(1)
+        if value is not None:
+            bar.set_postfix(loss=f"{value:.4f}", img_s=f"{n.images / (t2 - start):.1f}")
+    t1 = time.perf_counter()
+    step.sync()  # what the last host sync left on the device
+    sync()
+    n.step_time += time.perf_counter() - t1
+    return n
+
+
 def train_epoch(
     epoch: int, cfg: TrainConfig, res: Resolved, tr: Training, loader
 ) -> dict:
@@ -225,13 +271,11 @@ def train_epoch(
     device, step = res.device, tr.step
     before = dataclasses.replace(step.counters)
     tr.model.train()
-    if device.type == "cuda":
+    cuda = device.type == "cuda"
+    if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     rss_reset = reset_peak_rss()
     lr = tr.optimizer.param_groups[0]["lr"]
-    images = steps = 0
-    data_wait = step_time = compile_time = 0.0
-    saved: SavedTensorMeter | None = None
     bar = tqdm(
         total=len(loader),
         desc=f"epoch {epoch}/{cfg.epochs} {cfg.precision}",
@@ -244,80 +288,50 @@ def train_epoch(
     step.begin_epoch(len(loader))
     sync()
     start = time.perf_counter()
-    batches = iter(loader)
     try:  # a stopped epoch (Ctrl-C, a bad file) clears its bar before the error line
-        while True:
-            t0 = time.perf_counter()
-            try:
-                x, y = next(batches)
-            except StopIteration:
-                break
-            t1 = time.perf_counter()
-            meter = SavedTensorMeter() if steps == 0 else None
-            frames = compile_count() if cfg.compile else 0
-            value = _compiled_step(cfg, step, x, y, meter)
-            if step.synced:  # the clock stops after the device's work
-                sync()
-            t2 = time.perf_counter()
-            if meter is not None:
-                saved = meter
-            data_wait += t1 - t0
-            if cfg.compile and compile_count() > frames:
-                compile_time += t2 - t1  # a step that compiled: timed apart
-            else:
-                step_time += t2 - t1
-            steps += 1
-            images += len(x)
-            bar.update(1)
-            if value is not None:
-                bar.set_postfix(
-                    loss=f"{value:.4f}", img_s=f"{images / (t2 - start):.1f}"
-                )
-        t1 = time.perf_counter()
-        step.sync()  # what the last host sync left on the device
-        sync()
-        step_time += time.perf_counter() - t1
+        n = _steps(cfg, step, loader, bar, sync, start)
     finally:
         bar.close()
     losses = [v for v in step.take_losses() if math.isfinite(v)]
     wall = time.perf_counter() - start
-    c = step.counters
-    rec = {
+    c, saved, images = step.counters, n.saved, n.images * res.world_size
+    return {
         "epoch": epoch,
         "lr": lr,
-        "steps": steps,
-        "images": images * res.world_size,
+        "steps": n.steps,
+        "images": images,
         "optimizer_steps": c.optimizer_steps - before.optimizer_steps,
         "skipped_steps": c.skipped_steps - before.skipped_steps,
         "nonfinite_losses": c.nonfinite_losses - before.nonfinite_losses,
         "loss_scale": tr.scaler.get_scale() if tr.scaler is not None else None,
-        "train_loss": sum(losses) / len(losses) if losses else float("nan"),
+        "train_loss": _mean_loss(losses, res),
         "wall_s": wall,
-        "step_s": step_time,
-        "compile_s": compile_time if cfg.compile else None,
-        "data_wait_s": data_wait,
-        "images_per_s": images * res.world_size / wall if wall > 0 else None,
+        "step_s": n.step_time,
+        "compile_s": n.compile_time if cfg.compile else None,
+        "data_wait_s": n.data_wait,
+        "images_per_s": images / wall if wall > 0 else None,
         "saved_tensor_bytes": saved.new_bytes if saved is not None else None,
         "saved_tensor_by_dtype": dict(saved.by_dtype) if saved is not None else None,
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_rss_reset": rss_reset,
         "load_average": machine_load()["load1"],
-        "cuda_max_allocated_bytes": torch.cuda.max_memory_allocated(device)
-        if device.type == "cuda"
-        else None,
-        "cuda_max_reserved_bytes": torch.cuda.max_memory_reserved(device)
-        if device.type == "cuda"
-        else None,
+        "cuda_max_allocated_bytes": (
+            torch.cuda.max_memory_allocated(device) if cuda else None
+        ),
+        "cuda_max_reserved_bytes": (
+            torch.cuda.max_memory_reserved(device) if cuda else None
+        ),
     }
-    if res.world_size > 1:  # the loss averaged over all ranks' batches
-        t = torch.tensor(
-            [sum(losses), len(losses)],
-            dtype=torch.float64,
-            device=device if device.type == "cuda" else "cpu",
-        )
-        dist.all_reduce(t)
-        rec["train_loss"] = float(t[0] / t[1]) if t[1] > 0 else float("nan")
-    return rec
+
+
+def _mean_loss(losses: list[float], res: Resolved) -> float:
+    """The epoch's mean loss, over all ranks' batches."""
+    if res.world_size == 1:
+        return sum(losses) / len(losses) if losses else float("nan")
+    device = res.device if res.device.type == "cuda" else "cpu"
+    t = torch.tensor([sum(losses), len(losses)], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t[0] / t[1]) if t[1] > 0 else float("nan")
 
 
 def _say(cfg: TrainConfig, res: Resolved, text: str) -> None:
@@ -363,23 +377,6 @@ def _run(cfg: TrainConfig, res: Resolved) -> dict:
             raise Interrupted(
                 "interrupted before the first epoch finished; nothing was saved"
             ) from None
-
-
-def _kept(
-    cfg: TrainConfig, epochs: list[dict], json_path: Path | None, ckpt_path: Path | None
-) -> str:
-    """What a stopped run leaves on disk, and how to go on."""
-    if json_path is None:
-        return "nothing was saved (no --out)"
-    if not epochs:
-        return "nothing was saved (no epoch finished)"
-    done = "epoch 1" if len(epochs) == 1 else f"epochs 1-{len(epochs)}"
-    if ckpt_path is not None and ckpt_path.exists():
-        return (
-            f"{ckpt_path} and {json_path} hold {done}; continue with: "
-            f"{resume_command(cfg)}"
-        )
-    return f"{json_path} holds {done} (nothing to resume from)"
 
 
 def _first_line(err: BaseException) -> str:
@@ -447,21 +444,82 @@ def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
     return train, val, info
 
 
-def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict:
-    from ampbook.segmentation.cityscapes import (
-        CachedLoader,
-        Cityscapes,
-        DataError,
-        check_headers,
-    )
+@dataclasses.dataclass
+class _Run:
+    """One run's state, shared by the steps of ``_train``."""
 
-    json_path = out / f"{name}.json" if out else None
-    ckpt_path = out / f"{name}.ckpt" if out else None
-    writer = res.rank == 0
-    for note in res.warnings:
-        _say(cfg, res, f"note: {note}")
+    cfg: TrainConfig
+    res: Resolved
+    name: str
+    out: Path | None
+    tr: Training | None = None
+    record: dict = dataclasses.field(default_factory=dict)
+    epochs: list[dict] = dataclasses.field(default_factory=list)
+    start_epoch: int = 1
+    epoch: int = 1
+    started: str = ""
 
-    checkpoint = load_checkpoint(ckpt_path, cfg, res) if cfg.resume else None
+    @property
+    def json_path(self) -> Path | None:
+        return self.out / f"{self.name}.json" if self.out else None
+
+    @property
+    def ckpt_path(self) -> Path | None:
+        return self.out / f"{self.name}.ckpt" if self.out else None
+
+    @property
+    def writer(self) -> bool:
+        return self.res.rank == 0
+
+    def kept(self, checkpoint: bool = True) -> str:
+        """What a stopped run leaves on disk, and how to go on."""
+        if self.json_path is None:
+            return "nothing was saved (no --out)"
+        if not self.epochs:
+            return "nothing was saved (no epoch finished)"
+        n = len(self.epochs)
+        done = "epoch 1" if n == 1 else f"epochs 1-{n}"
+        ckpt = self.ckpt_path
+        if checkpoint and ckpt.exists():
+            return (
+                f"{ckpt} and {self.json_path} hold {done}; continue with: "
+                f"{resume_command(self.cfg)}"
+            )
+        return f"{self.json_path} holds {done} (nothing to resume from)"
+
+    def stop(self, status: str, message: str, **extra) -> None:
+        """Record why the run stopped (rank 0, when there is a results file to keep)."""
+        rec = self.record
+        rec["status"] = status
+        rec["stopped"] = {"epoch": self.epoch, "message": message, **extra}
+        rec["finished"] = now()
+        keep = self.epochs or status.startswith("stopped")
+        if self.writer and self.json_path is not None and keep:
+            with contextlib.suppress(OSError):
+                write_results(rec, self.json_path)
+
+
+class _Data(NamedTuple):
+    root: Path
+    synthetic: bool
+    train: object  # the datasets
+    val: object
+    caches: tuple | None  # _data_cache's
+    weights: list[float] | None
+
+
+class _Loaders(NamedTuple):
+    sampler: object
+    generator: torch.Generator
+    train: object
+    val: object
+    cache_info: dict | None
+    workers: int
+
+
+def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
+    """The datasets (checked), their decoded caches and the class weights."""
+    from ampbook.segmentation.cityscapes import Cityscapes, DataError, check_headers
 
     try:
         root, synthetic = resolve_data(cfg, res)
@@ -483,90 +541,85 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     )
     try:
         caches = _data_cache(cfg, res, train_ds, val_ds)
-        weights = (
-            enet_class_weights(train_ds, res.workers)
-            if cfg.class_weights == "enet"
-            else None
-        )
+        enet = cfg.class_weights == "enet"
+        weights = enet_class_weights(train_ds, res.workers) if enet else None
     except DataError as err:
         raise ConfigError(f"data: {_first_line(err)}") from None
+    return _Data(root, synthetic, train_ds, val_ds, caches, weights)
 
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    tr = build_training(cfg, res, weights)
-    if (
-        res.rank
-    ):  # different dropout masks on each rank (the weights came from the same seed)
-        torch.manual_seed(cfg.seed + 1_000_003 * res.rank)
+
+def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
+    """The training and validation loaders: from the decoded caches, or DataLoaders."""
+    from ampbook.segmentation.cityscapes import CachedLoader
 
     sampler = torch.utils.data.DistributedSampler(
-        train_ds,
+        data.train,
         num_replicas=res.world_size,
         rank=res.rank,
         shuffle=cfg.shuffle,
         seed=cfg.seed,
     )
-    loader_gen = torch.Generator()
-    pin = res.device.type == "cuda"
-    if caches is not None:  # batches from memory: no workers
-        train_cache, val_cache, cache_info = caches
-        train_loader = CachedLoader(
+    gen = torch.Generator()
+    if data.caches is not None:  # batches from memory: no workers
+        train_cache, val_cache, cache_info = data.caches
+        train = CachedLoader(
             train_cache, cfg.batch_size, res.device, sampler=sampler, flip=cfg.flip
         )
-        val_loader = CachedLoader(val_cache, cfg.batch_size, res.device)
-        loader_workers = 0
+        val = CachedLoader(val_cache, cfg.batch_size, res.device)
+        loaders = _Loaders(sampler, gen, train, val, cache_info, 0)
     else:
-        cache_info, loader_workers = None, res.workers
-        train_loader = torch.utils.data.DataLoader(
-            train_ds,
+        load = dict(
             batch_size=cfg.batch_size,
-            sampler=sampler,
-            num_workers=loader_workers,
-            pin_memory=pin,
-            generator=loader_gen,
+            num_workers=res.workers,
+            pin_memory=res.device.type == "cuda",
         )
-        val_loader = torch.utils.data.DataLoader(
-            val_ds,
-            batch_size=cfg.batch_size,
-            shuffle=False,
-            num_workers=loader_workers,
-            pin_memory=pin,
-            generator=torch.Generator(),  # leaves torch's global generator alone
+        train = torch.utils.data.DataLoader(
+            data.train, sampler=sampler, generator=gen, **load
         )
-    if cfg.accumulate > len(train_loader):
+        val = torch.utils.data.DataLoader(  # leaves torch's global generator alone
+            data.val, shuffle=False, generator=torch.Generator(), **load
+        )
+        loaders = _Loaders(sampler, gen, train, val, None, res.workers)
+    if cfg.accumulate > len(train):
         per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
         raise ConfigError(
-            f"accumulate {cfg.accumulate} is more than the {len(train_loader)} "
-            f"batches of an epoch{per} ({len(train_ds)} images, batch size "
+            f"accumulate {cfg.accumulate} is more than the {len(train)} "
+            f"batches of an epoch{per} ({len(data.train)} images, batch size "
             f"{cfg.batch_size}): no window would ever be full; use --accumulate "
-            f"{len(train_loader)} or less"
+            f"{len(train)} or less"
         )
+    return loaders
 
-    epochs: list[dict] = []
-    start_epoch = 1
-    started = now()
+
+def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
+    """Restore a checkpoint's epochs, then make the run's record and say what runs."""
+    cfg, res, tr = run.cfg, run.res, run.tr
+    run.started = now()
     resumes: list[dict] = []
     if checkpoint is not None:
-        restore(checkpoint, ckpt_path, tr, res.rank)
-        epochs, started, resumes = earlier_epochs(checkpoint, json_path, name)
-        start_epoch = checkpoint["epoch"] + 1
+        restore(checkpoint, run.ckpt_path, tr, res.rank)
+        run.epochs, run.started, resumes = earlier_epochs(
+            checkpoint, run.json_path, run.name
+        )
+        run.start_epoch = checkpoint["epoch"] + 1
         resumes.append({"at": now(), "after_epoch": checkpoint["epoch"]})
         _say(
             cfg,
             res,
-            f"resumed {name} from {ckpt_path} after epoch {checkpoint['epoch']}",
+            f"resumed {run.name} from {run.ckpt_path} after epoch "
+            f"{checkpoint['epoch']}",
         )
-
+    run.epoch = run.start_epoch
     environment = _env.environment(res.device)
     environment["memory_format"] = (
         "channels_last" if cfg.channels_last else "contiguous"
     )
-    record = {
+    run.record = {
         "schema": TRAIN_SCHEMA,
         "schema_version": TRAIN_SCHEMA_VERSION,
-        "name": name,
+        "name": run.name,
         "status": "running",
-        "started": started,
+        "started": run.started,
         "finished": None,
         "resumed": resumes,
         "config": config_dict(cfg),
@@ -574,176 +627,198 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
             "device": str(res.device),
             "autocast_dtype": res.autocast_dtype,
             "grad_scaler": res.grad_scaler,
-            "data_root": str(root),
-            "synthetic_data": synthetic,
-            "train_images": len(train_ds),
-            "val_images": len(val_ds),
+            "data_root": str(data.root),
+            "synthetic_data": data.synthetic,
+            "train_images": len(data.train),
+            "val_images": len(data.val),
             "world_size": res.world_size,
-            "workers": loader_workers,
+            "workers": loaders.workers,
             "cpu_cores": res.cpu_cores,
             "optimizer": optimizer_impl(tr.optimizer),
-            "data_cache": cache_info,
+            "data_cache": loaders.cache_info,
             "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
             "memory_format": environment["memory_format"],
-            "class_weights": weights,
+            "class_weights": data.weights,
             "parameters": sum(p.numel() for p in tr.net.parameters()),
             "warnings": res.warnings,
-            "resumed_from_epoch": start_epoch - 1 if checkpoint is not None else None,
+            "resumed_from_epoch": (
+                run.start_epoch - 1 if checkpoint is not None else None
+            ),
         },
         "environment": environment,
-        "epochs": epochs,
-        "summary": summarize(epochs),
+        "epochs": run.epochs,
+        "summary": summarize(run.epochs),
     }
     _say(
         cfg,
         res,
-        f"run {name}: {cfg.precision} on {environment['device_name']} ({res.device}), "
-        f"{cfg.epochs} epochs, batch {cfg.batch_size}"
+        f"run {run.name}: {cfg.precision} on {environment['device_name']} "
+        f"({res.device}), {cfg.epochs} epochs, batch {cfg.batch_size}"
         + (f" x {res.world_size} processes" if res.world_size > 1 else "")
-        + (f", results -> {json_path}" if json_path else ""),
+        + (f", results -> {run.json_path}" if run.json_path else ""),
     )
 
-    def stop(status: str, epoch: int, message: str, **extra) -> None:
-        """Record why the run stopped (rank 0, when there is a results file to keep)."""
-        record["status"] = status
-        record["stopped"] = {"epoch": epoch, "message": message, **extra}
-        record["finished"] = now()
-        if (
-            writer
-            and json_path is not None
-            and (epochs or status.startswith("stopped"))
-        ):
-            with contextlib.suppress(OSError):
-                write_results(record, json_path)
 
-    save_dir = Path(cfg.save_predictions) if cfg.save_predictions else None
-    epoch = start_epoch
+def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict:
+    from ampbook.segmentation.cityscapes import DataError
+
+    run = _Run(cfg, res, name, out)
+    for note in res.warnings:
+        _say(cfg, res, f"note: {note}")
+    checkpoint = load_checkpoint(run.ckpt_path, cfg, res) if cfg.resume else None
+    data = _open_data(cfg, res)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    run.tr = build_training(cfg, res, data.weights)
+    if res.rank:  # different dropout masks on each rank (the weights: the same seed)
+        torch.manual_seed(cfg.seed + 1_000_003 * res.rank)
+    loaders = _loaders(cfg, res, data)
+    _begin(run, checkpoint, data, loaders)
     try:
-        for epoch in range(start_epoch, cfg.epochs + 1):
-            sampler.set_epoch(epoch)
-            loader_gen.manual_seed(cfg.seed * 1_000_003 + epoch)
-            rec = train_epoch(epoch, cfg, res, tr, train_loader)
-            with (
-                warnings.catch_warnings()
-            ):  # an epoch whose steps were all skipped is legitimate
-                warnings.filterwarnings(
-                    "ignore", message="Detected call of `lr_scheduler.step"
-                )
-                tr.scheduler.step()
-            t = time.perf_counter()
-            if writer:
-                last = epoch == cfg.epochs
-                rec.update(
-                    evaluate(tr.net, val_loader, tr.step, save_dir if last else None)
-                )
-            rec["val_s"] = time.perf_counter() - t
-            if res.world_size > 1:
-                dist.barrier()
-            t = time.perf_counter()
-            rng = [rng_state()]
-            if res.world_size > 1:
-                rng = [None] * res.world_size
-                dist.all_gather_object(rng, rng_state())
-            if writer and ckpt_path is not None and cfg.checkpoint:
-                save_checkpoint(
-                    ckpt_path,
-                    epoch=epoch,
-                    config=config_dict(cfg),
-                    started=started,
-                    tr=tr,
-                    rng=rng,
-                    records=json.dumps(clean(epochs + [rec])),
-                )
-            epochs.append(rec)
-            rec["checkpoint_s"] = time.perf_counter() - t
-            rec["epoch_s"] = rec["wall_s"] + rec["val_s"] + rec["checkpoint_s"]
-            record["summary"] = summarize(epochs)
-            if writer and json_path is not None:
-                write_results(record, json_path)
-                if cfg.overwrite:  # the first record is written: the old files go
-                    discard_replaced(out, name)
-            _say(cfg, res, epoch_line(cfg, rec))
-            why = learned_nothing(rec)
-            if res.world_size > 1:  # every process stops, or none
-                flag = torch.tensor([1.0 if why else 0.0], device=res.device)
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                if flag.item() and not why:
-                    why = "another process's epoch learned nothing"
-            if why:
-                raise NothingLearned(why)
-        if save_dir is not None and writer and start_epoch > cfg.epochs:
-            evaluate(
-                tr.net, val_loader, tr.step, save_dir
-            )  # resumed after the last epoch
-        record["status"] = "complete"
-        record["finished"] = now()
-        record["summary"] = summarize(epochs)
-        if writer and json_path is not None:
-            write_results(record, json_path)
-            record["json_path"] = str(json_path)
-    except NothingLearned as err:
+        _epochs(run, loaders)
+    except (KeyboardInterrupt, RuntimeError, OSError, DataError, NothingLearned) as err:
+        _stopped(run, err)
+    return clean(run.record)
+
+
+def _epochs(run: _Run, loaders: _Loaders) -> None:
+    """Train, validate, checkpoint and record each epoch left; then mark the run
+    complete."""
+    cfg, res, tr = run.cfg, run.res, run.tr
+    save_dir = Path(cfg.save_predictions) if cfg.save_predictions else None
+    for epoch in range(run.start_epoch, cfg.epochs + 1):
+        run.epoch = epoch
+        loaders.sampler.set_epoch(epoch)
+        loaders.generator.manual_seed(cfg.seed * 1_000_003 + epoch)
+        rec = train_epoch(epoch, cfg, res, tr, loaders.train)
+        with (
+            warnings.catch_warnings()
+        ):  # an epoch whose steps all skipped is legitimate
+            warnings.filterwarnings(
+                "ignore", message="Detected call of `lr_scheduler.step"
+            )
+            tr.scheduler.step()
+        t = time.perf_counter()
+        if run.writer:
+            last = epoch == cfg.epochs
+            rec.update(
+                evaluate(tr.net, loaders.val, tr.step, save_dir if last else None)
+            )
+        rec["val_s"] = time.perf_counter() - t
+        _end_epoch(run, rec)
+    if save_dir is not None and run.writer and run.start_epoch > cfg.epochs:
+        evaluate(tr.net, loaders.val, tr.step, save_dir)  # resumed after the last epoch
+    run.record["status"] = "complete"
+    run.record["finished"] = now()
+    run.record["summary"] = summarize(run.epochs)
+    if run.writer and run.json_path is not None:
+        write_results(run.record, run.json_path)
+        run.record["json_path"] = str(run.json_path)
+
+
+def _end_epoch(run: _Run, rec: dict) -> None:
+    """Checkpoint and record a validated epoch, print its line; ``NothingLearned``
+    when it learned nothing (on any process)."""
+    cfg, res, tr = run.cfg, run.res, run.tr
+    if res.world_size > 1:
+        dist.barrier()
+    t = time.perf_counter()
+    rng = [rng_state()]
+    if res.world_size > 1:
+        rng = [None] * res.world_size
+        dist.all_gather_object(rng, rng_state())
+    if run.writer and run.ckpt_path is not None and cfg.checkpoint:
+        save_checkpoint(
+            run.ckpt_path,
+            epoch=run.epoch,
+            config=config_dict(cfg),
+            started=run.started,
+            tr=tr,
+            rng=rng,
+            records=json.dumps(clean(run.epochs + [rec])),
+        )
+    run.epochs.append(rec)
+    rec["checkpoint_s"] = time.perf_counter() - t
+    rec["epoch_s"] = rec["wall_s"] + rec["val_s"] + rec["checkpoint_s"]
+    run.record["summary"] = summarize(run.epochs)
+    if run.writer and run.json_path is not None:
+        write_results(run.record, run.json_path)
+        if cfg.overwrite:  # the first record is written: the old files go
+            discard_replaced(run.out, run.name)
+    _say(cfg, res, epoch_line(cfg, rec))
+    why = learned_nothing(rec)
+    if res.world_size > 1:  # every process stops, or none
+        flag = torch.tensor([1.0 if why else 0.0], device=res.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() and not why:
+            why = "another process's epoch learned nothing"
+    if why:
+        raise NothingLearned(why)
+
+
+def _stopped(run: _Run, err: BaseException) -> None:
+    """Record why the epochs stopped and raise the error the command reports (or
+    ``err`` itself, for a failure that is not the run's to explain)."""
+    from ampbook.segmentation.cityscapes import DataError
+
+    epoch = run.epoch
+    if isinstance(err, NothingLearned):
         why = str(err)
-        if not all(bool(torch.isfinite(p).all()) for p in tr.net.parameters()):
-            # NaN weights (a resume from a run that broke): no epoch can learn again
+        finite = all(bool(torch.isfinite(p).all()) for p in run.tr.net.parameters())
+        if not finite:  # NaN weights (a resume from a run that broke)
             why = (
                 f"epoch {epoch} learned nothing: the model's weights are not finite "
                 "(NaN or inf), so every loss is NaN and no later epoch can learn; "
                 "start the run again with --overwrite rather than resuming it"
             )
-            kept = _kept(cfg, epochs, json_path, None)
-        else:
-            kept = _kept(cfg, epochs, json_path, ckpt_path)
-        stop("stopped: nothing learned", epoch, why)
+        kept = run.kept(checkpoint=finite)
+        run.stop("stopped: nothing learned", why)
         raise TrainError(
             f"{why}. The run stopped after epoch {epoch}; {kept}"
         ) from None
-    except NonFiniteLossError as err:
-        c = tr.step.counters
-        stop(
+    if isinstance(err, NonFiniteLossError):
+        c, scaler = run.tr.step.counters, run.tr.scaler
+        run.stop(
             "stopped: non-finite loss",
-            epoch,
             str(err),
             optimizer_steps=c.optimizer_steps,
             skipped_steps=c.skipped_steps,
             nonfinite_losses=c.nonfinite_losses,
-            loss_scale=tr.scaler.get_scale() if tr.scaler is not None else None,
+            loss_scale=scaler.get_scale() if scaler is not None else None,
         )
         raise
-    except KeyboardInterrupt:
-        kept = _kept(cfg, epochs, json_path, ckpt_path)
+    if isinstance(err, KeyboardInterrupt):
+        kept = run.kept()
         how = "SIGTERM" if cli.terminated() else "SIGINT"
-        stop("interrupted", epoch, f"interrupted ({how})")
+        run.stop("interrupted", f"interrupted ({how})")
         raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
-    except CompileFailed as err:
-        kept = _kept(cfg, epochs, json_path, ckpt_path)
-        stop("failed", epoch, str(err))
+    if isinstance(err, CompileFailed):
+        kept = run.kept()
+        run.stop("failed", str(err))
         raise TrainError(
             f"{err}. Run without --compile (or with --compile aot_eager, which "
             f"generates no code). Epoch {epoch} stopped unfinished; {kept}"
         ) from None
-    except DataError as err:
-        kept = _kept(cfg, epochs, json_path, ckpt_path)
-        stop("failed", epoch, _first_line(err))
+    if isinstance(err, DataError):
+        kept = run.kept()
+        run.stop("failed", _first_line(err))
         raise TrainError(
             f"{_first_line(err)}. Fix or remove that file. Epoch {epoch} stopped "
             f"unfinished; {kept}"
         ) from None
-    except (RuntimeError, OSError) as err:
-        why = loader_failure(err)
-        if why is None and isinstance(err, OSError):
-            kept = _kept(cfg, epochs, json_path, ckpt_path)
-            what = f"{err.filename}: " if err.filename else ""
-            raise TrainError(
-                f"could not write {what}{err.strerror or err} in epoch {epoch}; {kept}"
-            ) from None
-        if why is None:
-            raise
-        # the workers and their descriptors go before the record is written
-        _drop_loaders(err)
-        kept = _kept(cfg, epochs, json_path, ckpt_path)
-        stop("failed", epoch, why)
-        raise TrainError(f"{why}. Epoch {epoch} stopped unfinished; {kept}") from None
-    return clean(record)
+    why = loader_failure(err) if isinstance(err, (RuntimeError, OSError)) else None
+    if why is None and isinstance(err, OSError):
+        what = f"{err.filename}: " if err.filename else ""
+        raise TrainError(
+            f"could not write {what}{err.strerror or err} in epoch {epoch}; "
+            f"{run.kept()}"
+        ) from None
+    if why is None:
+        raise
+    _drop_loaders(err)  # the workers and their descriptors go before the record
+    kept = run.kept()
+    run.stop("failed", why)
+    raise TrainError(f"{why}. Epoch {epoch} stopped unfinished; {kept}") from None
 
 
 def loader_failure(err: BaseException) -> str | None:

@@ -16,6 +16,8 @@ if TYPE_CHECKING:  # torch is imported where it is used: ``python -m ampbook.ben
     # matmul --help`` answers without it
     import torch
 
+    from ampbook.measure.timing import TimingResult
+
 # Timing settings for one point of a sweep: a few warm-up calls, at least 5 samples and
 # `min_time` seconds, never more than `max_time` seconds of measurement.
 SWEEP_TIMING = {"warmup": 2, "repeats": 5, "min_time": 0.1, "max_time": 1.0}
@@ -289,8 +291,6 @@ def _shrink_conv(shape: Sequence[int], fraction: float) -> tuple[int, int, int, 
 
 
 def _single_call_s(shape, kernel, dtype, dev, backward: bool) -> float:
-    from ampbook.measure.timing import time_conv2d
-
     b, c, h, w = shape
     warm = 1 if dtype == "fp32" else 0  # a slow dtype's one call says enough
     return time_conv2d(
@@ -361,7 +361,6 @@ def conv_sweep(
     per call skips its training pass (about three times the work), with the reason
     recorded; fp32, the reference, never does. Every row holds the shape it ran at."""
     from ampbook.core.devices import pick_device
-    from ampbook.measure.timing import time_conv2d
 
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -426,3 +425,111 @@ def read_from(row: dict, cache_bytes: int) -> str:
     if moved is None:
         moved = 3 * row["numel"] * _ITEMSIZE[row["dtype"]]
     return "memory" if moved * row.get("buffers", 1) >= 2 * cache_bytes else "cache"
+
+
+def conv2d_flops(
+    batch: int, channels: int, height: int, width: int, kernel: int
+) -> int:
+    """FLOPs of a same-padded, stride-1 convolution with ``channels`` in and out: one
+    multiply and one add per weight per output pixel."""
+    return 2 * batch * channels * height * width * channels * kernel * kernel
+
+
+def time_conv2d(
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    kernel: int = 3,
+    dtype: str | torch.dtype = "fp32",
+    device: str | torch.device = "auto",
+    backward: bool = False,
+    seed: int = 0,
+    **kwargs,
+) -> TimingResult:
+    """Time a same-padded, stride-1 ``conv2d`` (NCHW, ``channels`` in and out, no bias)
+    with input, weight and output in ``dtype``; with ``backward`` one training pass:
+    the forward and ``aten.convolution_backward`` for the input's and the weight's
+    gradients (3x the forward's FLOPs). Other keyword arguments go to
+    ``ampbook.measure.timing.benchmark``."""
+    import contextlib
+
+    import torch
+
+    from ampbook.core.args import is_positive_int
+    from ampbook.core.devices import pick_device
+    from ampbook.measure.timing import benchmark, random_tensor, resolve_dtype
+
+    for label, v in (
+        ("batch", batch),
+        ("channels", channels),
+        ("height", height),
+        ("width", width),
+        ("kernel", kernel),
+    ):
+        if not is_positive_int(v):
+            raise ValueError(f"conv {label} must be a positive integer, got {v!r}")
+    if kernel % 2 == 0:
+        raise ValueError(f"conv kernel must be odd (same padding), got {kernel}")
+    name, torch_dtype = resolve_dtype(dtype)
+    if name.startswith("fp8") or name == "tf32":
+        raise ValueError(f"conv timing supports fp64/fp32/fp16/bf16, not {name}")
+    dev = pick_device(device)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    pad = kernel // 2
+    act = (batch, channels, height, width)
+
+    def make():
+        return (
+            random_tensor(act, name, dev, gen),
+            random_tensor((channels, channels, kernel, kernel), name, dev, gen),
+            random_tensor(act, name, dev, gen),  # the output's gradient
+        )
+
+    def forward(x, w, grad_out):
+        return torch.nn.functional.conv2d(x, w, padding=pad)
+
+    def training_pass(x, w, grad_out):
+        torch.nn.functional.conv2d(x, w, padding=pad)
+        return torch.ops.aten.convolution_backward(
+            grad_out,
+            x,
+            w,
+            None,
+            [1, 1],
+            [pad, pad],
+            [1, 1],
+            False,
+            [0, 0],
+            1,
+            [True, True, False],
+        )
+
+    x_el = batch * channels * height * width
+    w_el = channels * channels * kernel * kernel
+    # forward: read x and w, write y; backward: read dy, x and w, write dx and dw
+    elements = 3 * x_el + 3 * w_el + x_el if backward else 2 * x_el + w_el
+    flops = conv2d_flops(batch, channels, height, width, kernel)
+    what = "conv2d forward+backward" if backward else "conv2d"
+    kwargs.setdefault("name", f"{what} {name} {batch}x{channels}x{height}x{width}")
+    extra = {
+        "kind": "conv_train" if backward else "conv",
+        "dtype": name,
+        "batch": batch,
+        "channels": channels,
+        "height": height,
+        "width": width,
+        "kernel": kernel,
+    }
+    extra.update(kwargs.pop("extra", {}) or {})
+    with torch.no_grad() if not backward else contextlib.nullcontext():
+        return benchmark(
+            training_pass if backward else forward,
+            make,
+            flops=3 * flops if backward else flops,
+            bytes_moved=elements * itemsize,
+            device=dev,
+            extra=extra,
+            **kwargs,
+        )

@@ -13,17 +13,25 @@ The measurements are ``ampbook.measure``'s (``op_probes``, ``model_dtypes``).
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING, Callable, Iterable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from ampbook.measure.autocast_rules import DEVICE_TYPES
-from ampbook.measure.model_dtypes import (
-    parameter_and_grad_dtypes,
-    summarize_by_type,
-    trace_layers,
+from ampbook.chapters.ch4.op_probes import PROBE_NAMES, ProbeResult, disagreements
+from ampbook.measure.autocast_rules import (
+    DEVICE_TYPES,
+    autocast_region,
+    default_dtype,
+    dtype_name,
 )
-from ampbook.measure.op_probes import PROBE_NAMES, ProbeResult, disagreements
+from ampbook.measure.model_dtypes import CastCounter, trace_layers
+
+if TYPE_CHECKING:
+    from ampbook.numerics.loss_scaling import ScalingRun
 
 PROBE_HEADERS = [  # short: the table must fit a 1000 px page
     "op",
@@ -124,3 +132,245 @@ class SameLayerTwice(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lin(self.lin(x))
+
+
+# --- what autocast does to ERFNet: layers, casts, dtypes, backward kernels ---
+
+
+def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
+    """Distinct (type, input dtypes, output dtypes) combinations with their counts, from
+    ``trace_layers`` rows (``key="type"``) or ``trace_ops`` rows (``key="op"``), as
+    chapter 4 tables them."""
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        extra = (r["module"],) if key == "op" else ()
+        k = (
+            r[key],
+            *extra,
+            ", ".join(sorted(set(r["inputs"]))) or "-",
+            ", ".join(r["output"]),
+        )
+        counts[k] = counts.get(k, 0) + 1
+    return [(*k, n) for k, n in sorted(counts.items())]
+
+
+def count_casts(
+    model: nn.Module,
+    x: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    forwards: int = 1,
+    cache_enabled: bool = True,
+    one_region: bool = True,
+) -> CastCounter:
+    """Run ``forwards`` forward passes under autocast and count the casts.
+    ``one_region``: all passes inside one autocast region (the cast cache lives as long
+    as the region), else one region per pass. Gradients are enabled, as in training: the
+    cache only keeps casts of leaf tensors that require grad (the parameters). Chapter 4
+    counts ERFNet's casts and a reused layer's."""
+    dtype = dtype or default_dtype(device_type)
+    counter = CastCounter(model=model)
+    with counter:
+        if one_region:
+            with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                for _ in range(forwards):
+                    model(x)
+        else:
+            for _ in range(forwards):
+                with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                    model(x)
+    return counter
+
+
+def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
+    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's
+    parameters (chapter 4: fp32 under autocast)."""
+    out: dict[str, dict[str, int]] = {"params": {}, "grads": {}}
+    for p in model.parameters():
+        out["params"][dtype_name(p.dtype)] = (
+            out["params"].get(dtype_name(p.dtype), 0) + 1
+        )
+        g = "none" if p.grad is None else dtype_name(p.grad.dtype)
+        out["grads"][g] = out["grads"].get(g, 0) + 1
+    return out
+
+
+class _BackwardOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name.endswith("_backward") or name == "_to_copy":
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for o in outs:
+                if isinstance(o, torch.Tensor) and o.is_floating_point():
+                    key = (name, dtype_name(o.dtype))
+                    self.counts[key] = self.counts.get(key, 0) + 1
+        return out
+
+
+def backward_dtypes(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    device_type: str,
+    dtype: torch.dtype | None = None,
+    loss_fn: Callable | None = None,
+) -> dict[tuple[str, str], int]:
+    """Run one forward under autocast and the backward under a ``TorchDispatchMode``
+    that records the output dtypes of the backward kernels (ops named ``*_backward``)
+    and of the dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that
+    the gradients computed by low-precision ops are low precision, and that the casts'
+    backward converts the weight gradients to fp32 before they reach ``.grad`` (chapter
+    4, for ERFNet). Clears the gradients after."""
+    dtype = dtype or default_dtype(device_type)
+    loss_fn = loss_fn or F.cross_entropy
+    model.zero_grad(set_to_none=True)
+    with autocast_region(device_type, dtype):
+        loss = loss_fn(model(x), target)
+    rec = _BackwardOps()
+    with rec:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return dict(sorted(rec.counts.items()))
+
+
+# --- the loss-scaling runs ---
+
+
+def grad_scaler_defaults(device_type: str = "cpu") -> dict[str, float]:
+    """GradScaler's defaults, read from a freshly made ``torch.amp.GradScaler``."""
+    s = torch.amp.GradScaler(device_type)
+    return {
+        "init_scale": s.get_scale(),
+        "growth_factor": s.get_growth_factor(),
+        "backoff_factor": s.get_backoff_factor(),
+        "growth_interval": s.get_growth_interval(),
+    }
+
+
+def choose_fp16_mode(
+    requested: str, device_type: str, seconds: dict[str, float]
+) -> tuple[str, str]:
+    """``(mode, why)``: ``requested`` unless it is ``"auto"``; then real fp16 autocast
+    on CUDA, and on a CPU the faster of the two by ``seconds`` (``step_seconds`` per
+    mode)."""
+    ratio = (
+        f"real fp16 autocast took {seconds['autocast'] / seconds['off']:.1f}x the fp32 "
+        f"time, the emulation {seconds['emulate'] / seconds['off']:.1f}x"
+    )
+    if requested != "auto":
+        if requested not in ("emulate", "autocast"):
+            raise ValueError(
+                f"fp16_mode must be 'auto', 'emulate' or 'autocast', got {requested!r}"
+            )
+        return requested, f"chosen by the parameter fp16_mode; {ratio}"
+    if device_type == "cuda":
+        return "autocast", f"the GPU runs fp16 natively; {ratio}"
+    mode = "autocast" if seconds["autocast"] <= seconds["emulate"] else "emulate"
+    return mode, f"the faster of the two on this CPU; {ratio}"
+
+
+def scaling_plan(
+    fixed_scales: Iterable[float], fp16: str
+) -> list[tuple[str, str, float, str]]:
+    """The runs of chapter 4: (label, regime, scale, fp16 mode): the fp32 reference,
+    fp16 gradients with no scaling, each fixed scale, and GradScaler's dynamic scale."""
+    plan = [("fp32 reference", "none", 1.0, "off"), ("no scaling", "none", 1.0, fp16)]
+    plan += [
+        (f"fixed 2^{math.log2(s):g}", "fixed", float(s), fp16) for s in fixed_scales
+    ]
+    return plan + [("dynamic (GradScaler)", "dynamic", 1.0, fp16)]
+
+
+def reference_run(runs: list[ScalingRun]) -> ScalingRun:
+    """The fp32 reference among ``runs`` (the run with fp16 gradients off)."""
+    ref = next((r for r in runs if r.fp16 == "off"), None)
+    if ref is None:
+        raise ValueError("no fp32 reference run (fp16='off') among the runs")
+    return ref
+
+
+def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
+    """``(headers, rows, formats)`` for ``ampbook.core.page.md_table``: one row per run
+    against the fp32 reference: its final loss, the final loss minus the reference's,
+    the largest difference over the steps (nan once its weights are not finite), its
+    overflow steps and, of those, the steps it skipped, and (when any run emulated fp16
+    gradients) the mean share of the nonzero values flushed to zero per step."""
+    ref = reference_run(runs)
+    headers = [
+        "run",
+        "final loss",
+        "final - fp32",
+        "largest difference",
+        "overflow steps (skipped)",
+    ]
+    formats = [None, ".4f", "+.2e", ".2e", None]
+    emulated = any(not math.isnan(f) for r in runs for f in r.flushed)
+    if emulated:
+        headers.append("mean flushed")
+        formats.append(".4%")
+    rows = []
+    for run in runs:
+        ok = run.weights_finite
+        diff = max(abs(a - b) for a, b in zip(run.losses, ref.losses))
+        row = [
+            run.label,
+            run.losses[-1],
+            run.losses[-1] - ref.losses[-1] if ok else math.nan,
+            diff if ok else math.nan,
+            f"{sum(run.overflowed)} ({sum(run.skipped)})",
+        ]
+        if emulated:
+            flushed = [f for f in run.flushed if not math.isnan(f)]
+            row.append(sum(flushed) / len(flushed) if flushed else None)
+        rows.append(tuple(row))
+    return headers, rows, formats
+
+
+def scaling_verdict(runs: list[ScalingRun]) -> str:
+    """What the runs show: the dynamic run's scale history, which runs lost their
+    weights to NaN, and which run that kept finite weights ended furthest from the fp32
+    reference (by final loss), with GradScaler's skipped steps beside it."""
+    dyn = next(r for r in runs if r.regime == "dynamic")
+    ref = reference_run(runs)
+    growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)
+    steps, skipped = len(dyn.skipped), sum(dyn.skipped)
+    text = (
+        f"GradScaler started at 2^{math.log2(dyn.scales[0]):g}, skipped "
+        f"{skipped} of {steps} steps, grew its scale {growths} "
+        f"times and ended at 2^{math.log2(dyn.scales[-1]):g}. "
+    )
+    broken = [r.label for r in runs if not r.weights_finite]
+    text += (
+        f"Weights became NaN in: {', '.join(broken)}."
+        if broken
+        else "No run lost its weights to NaN."
+    )
+    finite = [r for r in runs if r is not ref and r.weights_finite]
+    if not finite:
+        return text
+    far = max(finite, key=lambda r: abs(r.losses[-1] - ref.losses[-1]))
+    gap = far.losses[-1] - ref.losses[-1]
+    if far is dyn:
+        text += (
+            f" Of the runs with finite weights, GradScaler's ended furthest from the "
+            f"fp32 reference ({gap:+.2e} in final loss)"
+        )
+        if skipped:
+            text += (
+                f": it skipped {skipped} of {steps} steps, so its weights took "
+                f"{steps - skipped} updates to the reference's {len(ref.losses)}."
+            )
+        else:
+            text += ", without skipping a step."
+        return text
+    dyn_gap = dyn.losses[-1] - ref.losses[-1] if dyn.weights_finite else math.nan
+    return text + (
+        f" Of the runs with finite weights, {far.label} ended furthest from the fp32 "
+        f"reference ({gap:+.2e} in final loss); GradScaler's ended {dyn_gap:+.2e} from "
+        f"it after skipping {skipped} of {steps} steps."
+    )

@@ -54,6 +54,56 @@ def _decode_resize(pairs, height: int, width: int) -> None:
         TF.resize(ids, [height, width], interpolation=InterpolationMode.NEAREST)
 
 
+def _steady(times: list[float]) -> float:
+    """A pass's time once warm: the median of the passes after the first (of all
+    passes when there is one)."""
+    return statistics.median(times[1:] if len(times) > 1 else times)
+
+
+def _loader_passes(dataset, workers: int, batch_size: int, passes: int) -> list[float]:
+    """Seconds per pass over ``dataset`` through a DataLoader with persistent
+    ``workers``."""
+    import torch
+
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        drop_last=False,
+    )
+    pass_times = []
+    try:
+        for _ in range(max(passes, 1)):
+            start = time.perf_counter()
+            seen = 0
+            for images, labels in loader:
+                seen += images.shape[0]
+            pass_times.append(time.perf_counter() - start)
+    finally:
+        # the persistent workers stopped here, after a stop too: a command that
+        # stops ends its process without the interpreter's cleanup
+        del loader
+        gc.collect()
+    assert seen == len(dataset)
+    return pass_times
+
+
+def _synthesis_time(source: tuple[int, int]) -> float:
+    """Seconds to make one synthetic pair at the source size (width, height), drawn
+    and encoded."""
+    from PIL import Image
+
+    from ampbook.segmentation.synthetic import synthetic_pair
+
+    start = time.perf_counter()
+    img, ids = synthetic_pair(0, "train", 0, source[1], source[0])
+    Image.fromarray(img).save(io.BytesIO(), format="PNG", compress_level=1)
+    Image.fromarray(ids).save(io.BytesIO(), format="PNG", compress_level=1)
+    return time.perf_counter() - start
+
+
 def measure_loader(
     root: str | os.PathLike | None = None,
     split: str = "train",
@@ -79,7 +129,7 @@ def measure_loader(
     from PIL import Image
 
     from ampbook.segmentation.cityscapes import SYNTHETIC_MARKER, Cityscapes
-    from ampbook.segmentation.synthetic import synthetic_pair, synthetic_root
+    from ampbook.segmentation.synthetic import synthetic_root
 
     if threads is not None:
         before = torch.get_num_threads()
@@ -107,36 +157,11 @@ def measure_loader(
         start = time.perf_counter()
         _decode_resize(dataset.pairs, height, width)
         times.append(time.perf_counter() - start)
-    decode_rate = n / statistics.median(times[1:] if len(times) > 1 else times)
-
+    decode_rate = n / _steady(times)
     rows = []
     for w in workers:
-        loader = torch.utils.data.DataLoader(
-            dataset,
-            batch_size=batch_size,
-            shuffle=False,
-            num_workers=w,
-            persistent_workers=w > 0,
-            drop_last=False,
-        )
-        pass_times = []
-        try:
-            for _ in range(max(passes, 1)):
-                start = time.perf_counter()
-                seen = 0
-                for images, labels in loader:
-                    seen += images.shape[0]
-                pass_times.append(time.perf_counter() - start)
-        finally:
-            # the persistent workers stopped here, after a stop too: a command that
-            # stops ends its process without the interpreter's cleanup
-            del loader
-            gc.collect()
-        assert seen == n
-        steady = statistics.median(
-            pass_times[1:] if len(pass_times) > 1 else pass_times
-        )
-        rate = n / steady
+        pass_times = _loader_passes(dataset, w, batch_size, passes)
+        rate = n / _steady(pass_times)
         rows.append(
             {
                 "workers": w,
@@ -164,13 +189,7 @@ def measure_loader(
         "results": rows,
     }
     if result["synthetic"]:
-        # How fast the synthetic set is made: one scene at the source size, drawn and
-        # encoded.
-        start = time.perf_counter()
-        img, ids = synthetic_pair(0, "train", 0, source[1], source[0])
-        Image.fromarray(img).save(io.BytesIO(), format="PNG", compress_level=1)
-        Image.fromarray(ids).save(io.BytesIO(), format="PNG", compress_level=1)
-        result["synthesize_s_per_pair"] = time.perf_counter() - start
+        result["synthesize_s_per_pair"] = _synthesis_time(source)
     return result
 
 

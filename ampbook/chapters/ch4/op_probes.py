@@ -49,10 +49,14 @@ def _pos(make, shape, dt):
     return make(shape, dt).abs() + 0.5
 
 
-def _probes() -> list[Probe]:
-    x4 = (2, 4, 8, 8)
-    qkv = (2, 2, 4, 8)  # batch, heads, tokens, head dimension
-    ps = [
+X4 = (2, 4, 8, 8)  # the activations' shape: batch, channels, height, width
+QKV = (2, 2, 4, 8)  # batch, heads, tokens, head dimension
+
+
+def _matmul_probes() -> list[Probe]:
+    """Convolutions, matrix products and attention."""
+    x4, qkv = X4, QKV
+    return [
         Probe(
             "conv2d",
             lambda m, dt: F.conv2d(m(x4, dt), m((4, 4, 3, 3)), m((4,)), padding=1),
@@ -83,6 +87,13 @@ def _probes() -> list[Probe]:
                 m(qkv, dt), m(qkv, dt), m(qkv, dt)
             ),
         ),
+    ]
+
+
+def _layer_probes() -> list[Probe]:
+    """Normalisations, activations, pooling and upsampling."""
+    x4 = X4
+    return [
         Probe("prelu", lambda m, dt: F.prelu(m(x4, dt), m((4,)))),
         Probe(
             "batch_norm",
@@ -117,6 +128,13 @@ def _probes() -> list[Probe]:
             "upsample_nearest2d",
             lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="nearest"),
         ),
+    ]
+
+
+def _pointwise_probes() -> list[Probe]:
+    """Arithmetic, joins, reductions and pointwise functions."""
+    x4 = X4
+    return [
         Probe(
             "add",
             lambda m, dt: m(x4, dt) + m(x4, dt),
@@ -148,6 +166,12 @@ def _probes() -> list[Probe]:
         Probe("pow", lambda m, dt: torch.pow(m(x4, dt), 2), ("__pow__",)),
         Probe("rsqrt", lambda m, dt: torch.rsqrt(_pos(m, x4, dt))),
         Probe("norm", lambda m, dt: torch.norm(m(x4, dt))),
+    ]
+
+
+def _loss_probes() -> list[Probe]:
+    x4 = X4
+    return [
         Probe(
             "cross_entropy",
             lambda m, dt: F.cross_entropy(m(x4, dt), _labels(m, (2, 8, 8), 4)),
@@ -166,7 +190,6 @@ def _probes() -> list[Probe]:
             ),
         ),
     ]
-    return ps
 
 
 def _labels(make, shape, classes):
@@ -174,7 +197,12 @@ def _labels(make, shape, classes):
     return (make(shape).abs() * 1000).long() % classes
 
 
-PROBES: tuple[Probe, ...] = tuple(_probes())
+PROBES: tuple[Probe, ...] = (
+    *_matmul_probes(),
+    *_layer_probes(),
+    *_pointwise_probes(),
+    *_loss_probes(),
+)
 PROBE_NAMES: tuple[str, ...] = tuple(p.name for p in PROBES)
 
 
