@@ -41,7 +41,8 @@
 # %% tags=["parameters", "remove-cell"]
 device = "auto"  # where this machine's ladder runs: "auto", "cpu" or "cuda"
 precisions = ["fp32", "amp-bf16"]  # modes of this machine's ladder (a CPU's AMP: bf16)
-rungs = [0, 1, 2, 3, 4]  # rungs measured here (5, torch.compile, compiles for minutes)
+rungs = "eager"  # rungs measured here: "0,2", names, all, eager (torch.compile's
+# rungs compile for minutes), compiled or ends (rung 0 and the top eager rung)
 height = 32  # this machine's ladder: image height (a multiple of 8)
 width = 64  # and width (bf16 without AMX or AVX-512 BF16 is slow: small on a CPU)
 batch_size = 1  # images per step
@@ -53,7 +54,7 @@ threads = 0  # torch threads for this machine's ladder (0: torch's default)
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
-from ampbook.chapters.ch7.rungs import MODE_SETTINGS, RUNG_INDICES
+from ampbook.chapters.ch7.rungs import MODE_SETTINGS, RUNG_SETS, parse_rungs, rung_range
 from ampbook.core import params
 from ampbook.core.env import print_environment
 
@@ -61,8 +62,8 @@ params.device("device", device)
 params.rule("precisions", precisions, bool(precisions)
             and set(precisions) <= set(MODE_SETTINGS), "must name modes of "
             + ", ".join(MODE_SETTINGS))
-params.rule("rungs", rungs, bool(rungs) and set(rungs) <= set(RUNG_INDICES),
-            f"must be rungs {RUNG_INDICES[0]} to {RUNG_INDICES[-1]}")
+params.rule("rungs", rungs, parse_rungs, f"must name rungs {rung_range()} or one "
+            "of " + ", ".join(RUNG_SETS))
 for name in ("height", "width"):
     v = params.integer(name, globals()[name], minimum=8)
     params.rule(name, v, v % 8 == 0, "must be a multiple of 8",
@@ -179,7 +180,7 @@ md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",
 md(ch7.rung0_comparison(results, gpu, predicted))
 
 # %% tags=["hide-cell"]
-eager_top = max((r.index for r in gpu.rungs if r.index <= bl.EAGER_TOP
+eager_top = max((r.index for r in gpu.rungs if not r.compiles
                  and gpu.cell(r.index, amp_mode)), default=0) if gpu else 0
 v = {(i, m): ch7.cell_values(gpu, i, m) for i in range(len(bl.RUNGS))
      for m in (amp_mode, base_mode)}
@@ -350,7 +351,7 @@ for fp16_stream in (False, True):
 # measured ladder:
 
 # %% tags=["hide-input"]
-md(ch7.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
+md(ch7.rung_verdict(gpu, bl.COMPILED[0], [base_mode, amp_mode]) if gpu else "")
 
 # %% [markdown]
 # ### What AMP buys at the top
@@ -398,7 +399,7 @@ md("\n".join(f"- {t.line()}" for t in ladder_report.check_targets(gpu)) + "\n\n"
 
 # %%
 spec = bl.LadderSpec.for_device(
-    device.type, device=str(device), rungs=tuple(rungs), modes=tuple(precisions),
+    device.type, device=str(device), rungs=bl.parse_rungs(rungs), modes=tuple(precisions),
     height=height, width=width, batch_size=batch_size, steps=steps,
     profile_steps=profile_steps, epochs=epochs, train_images=train_images)
 # a file of this run's own: two runs of the chapter at once must not share one

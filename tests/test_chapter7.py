@@ -18,7 +18,7 @@ from ampbook.results import MODE_LABELS, load_results_dir
 def smoke_rungs() -> list[int]:
     from booktools import run as runner
 
-    return runner.load_profiles()["smoke"]["07_making_amp_pay"]["rungs"]
+    return bl.parse_rungs(runner.load_profiles()["smoke"]["07_making_amp_pay"]["rungs"])
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ampbook.chapters.ch7.ladder_predict import predict_ladder
 from ampbook.chapters.ch7.ladder_report import cell_value, rung_label
-from ampbook.chapters.ch7.rungs import RUNGS
+from ampbook.chapters.ch7.rungs import rung_of, rung_title
 from ampbook.core.page import GIB
 from ampbook.results import MODE_LABELS, Ladder, LadderCell, read_ladder
 
@@ -110,17 +110,18 @@ def prediction_assumptions(ladder: Ladder) -> str:
     )
     stream = (
         f"every AMP kernel scaled by the bound ratio {ratio:.3f}{of}, applied to "
-        "every kernel by assumption, and the saved bytes it removes (rung 4)"
+        f"every kernel by assumption, and the saved bytes it removes (rung "
+        f"{rung_of('stream_bound')})"
         if ratio
-        else "no rung 4 (no bound for this GPU)"
+        else f"no rung {rung_of('stream_bound')} (no bound for this GPU)"
     )
     return (
-        f"by assumption, no data wait (rung 1), batch norm "
+        f"by assumption, no data wait (rung {rung_of('no_data_wait')}), batch norm "
         f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC (assumed: the "
         f"factor one user measured for cuDNN's graph-API batch norm on an H100, "
         f"cudnn-frontend#134, carried to PyTorch's BatchNorm2d), and every other "
-        f"kernel unchanged (rung 2), no idle time (assumed, rung 3), and "
-        f"{stream}; no rung 5"
+        f"kernel unchanged (rung {rung_of('nhwc_batch_norm')}), no idle time (assumed, "
+        f"rung {rung_of('no_idle')}), and {stream}; no rung {rung_of(None)}"
     )
 
 
@@ -136,7 +137,7 @@ def targets_caveat(ladder: Ladder, predicted: bool, runner_caveat: str = "") -> 
         )
     if runner_caveat:
         parts.append(
-            "The idle time rung 3 removes is rung 0's, measured. "
+            f"The idle time rung {rung_of('no_idle')} removes is rung 0's, measured. "
             + runner_caveat.strip()
         )
     return " ".join(parts)
@@ -207,7 +208,7 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
             else "not measured"
         )
         return (
-            f"This ladder has no rung {index} ({RUNGS[index].title}): {why}; "
+            f"This ladder has no rung {index} ({rung_title(index)}): {why}; "
             "python -m ampbook.bench ladder measures it."
         )
     rung = ladder.rung(index)

@@ -81,15 +81,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ampbook.core import cli
 from ampbook.core.modes import MODES
-from ampbook.results import (
-    PEAK_CUDA,
-    SAVED_FOR_BACKWARD,
-)
-from ampbook.results import LadderRung as Rung
+from ampbook.results import PEAK_CUDA, SAVED_FOR_BACKWARD
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
     "fp32-tf32": ("fp32", "on"),
@@ -105,63 +101,112 @@ SYNC_EVERY = 25  # rung 3's loss read-back interval, in steps
 COMPILE_MODE = "default"
 
 
-RUNGS = (
-    Rung(
-        0,
-        "post",
-        "the ERFNet authors' defaults",
-        {
-            "channels_last": False,
-            "cudnn_benchmark": False,
-            "data_cache": "none",
-            "workers": 4,
-            "fused_optimizer": False,
-            "sync_every": 1,
-            "fp16_stream": False,
-            "compile": None,
-        },
-        "NCHW, 4 loader workers decoding PNGs, the loss read back every step",
-    ),
-    Rung(
-        1,
-        "data",
-        "+ data cached",
-        {"data_cache": "device"},
-        "images decoded once at the training size, normalised on the device",
-    ),
-    Rung(
-        2,
-        "layout",
-        "+ channels_last, cudnn.benchmark",
-        {"channels_last": True, "cudnn_benchmark": True},
-        "NHWC kernels for batch norm and the 16-channel convolutions; cuDNN picks "
-        "the fastest algorithm per shape",
-    ),
-    Rung(
-        3,
-        "sync",
-        "+ fused Adam, no per-step sync",
-        {"fused_optimizer": True, "sync_every": SYNC_EVERY},
-        "no per-step read-back of the GradScaler's found_inf flag or of the loss; "
-        "the host runs ahead of the GPU",
-    ),
-    Rung(
-        4,
-        "stream",
-        "+ 16-bit residual stream",
-        {"fp16_stream": True},
-        "the encoder's activations stay 16-bit under autocast",
-    ),
-    Rung(
-        5,
-        "compile",
-        "+ torch.compile",
-        {"compile": COMPILE_MODE},
-        "elementwise operators fused into the kernels around them",
-    ),
+@dataclass(frozen=True)
+class Rung:
+    """One row of the ladder's table: what the rung adds to the one below it
+    (``changes``: ``TrainConfig`` fields, the runner's flags with dashes), why it can
+    matter, how ``ladder_predict.predict_ladder`` treats it (``predicted``: a key of
+    ``ladder_predict.EFFECTS``, None where an eager profile cannot predict it) and
+    whether its step is compiled (``compiles``; the rungs that do not are eager)."""
+
+    index: int
+    key: str
+    title: str
+    changes: dict = field(hash=False)
+    why: str = ""
+    predicted: str | None = None
+    compiles: bool = False
+
+
+# The table of rungs: everything else reads the rungs from it (adding a rung is a row).
+RUNGS = tuple(
+    Rung(i, *row)
+    for i, row in enumerate(
+        (
+            (
+                "post",
+                "the ERFNet authors' defaults",
+                {
+                    "channels_last": False,
+                    "cudnn_benchmark": False,
+                    "data_cache": "none",
+                    "workers": 4,
+                    "fused_optimizer": False,
+                    "sync_every": 1,
+                    "fp16_stream": False,
+                    "compile": None,
+                },
+                "NCHW, 4 loader workers decoding PNGs, the loss read back every step",
+                "measured",
+            ),
+            (
+                "data",
+                "+ data cached",
+                {"data_cache": "device"},
+                "images decoded once at the training size, normalised on the device",
+                "no_data_wait",
+            ),
+            (
+                "layout",
+                "+ channels_last, cudnn.benchmark",
+                {"channels_last": True, "cudnn_benchmark": True},
+                "NHWC kernels for batch norm and the 16-channel convolutions; cuDNN "
+                "picks the fastest algorithm per shape",
+                "nhwc_batch_norm",
+            ),
+            (
+                "sync",
+                "+ fused Adam, no per-step sync",
+                {"fused_optimizer": True, "sync_every": SYNC_EVERY},
+                "no per-step read-back of the GradScaler's found_inf flag or of the "
+                "loss; the host runs ahead of the GPU",
+                "no_idle",
+            ),
+            (
+                "stream",
+                "+ 16-bit residual stream",
+                {"fp16_stream": True},
+                "the encoder's activations stay 16-bit under autocast",
+                "stream_bound",
+            ),
+            (
+                "compile",
+                "+ torch.compile",
+                {"compile": COMPILE_MODE},
+                "elementwise operators fused into the kernels around them",
+                None,
+                True,
+            ),
+        )
+    )
 )
 RUNG_INDICES = tuple(r.index for r in RUNGS)
-EAGER_TOP = 4  # the last rung without torch.compile
+EAGER = tuple(r.index for r in RUNGS if not r.compiles)  # without torch.compile
+COMPILED = tuple(r.index for r in RUNGS if r.compiles)
+# Named sets of rungs (``parse_rungs``): the ends are the post's setup against every
+# eager change at once.
+RUNG_SETS = {
+    "all": RUNG_INDICES,
+    "eager": EAGER,
+    "compiled": COMPILED,
+    "ends": (EAGER[0], EAGER[-1]),
+}
+
+
+def rung_title(index: int) -> str:
+    """Rung ``index``'s title in the table (``"rung N"`` for one it lacks)."""
+    return next((r.title for r in RUNGS if r.index == index), f"rung {index}")
+
+
+def rung_of(predicted: str | None) -> int:
+    """The first rung the prediction treats as ``predicted`` (None: the first it
+    cannot predict)."""
+    return next(r.index for r in RUNGS if r.predicted == predicted)
+
+
+def rung_range() -> str:
+    """The rungs as a range, ``"0-5"``."""
+    return f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}"
 
 
 class LadderError(ValueError):
@@ -185,7 +230,7 @@ def _now() -> str:
 CPU_MINUTE = "under a minute on 2 cores, timed with other work running"
 CPU_THREADS = 1  # the command's --threads on a CPU (run_ladder itself sets none)
 CPU_DEFAULTS = dict(
-    rungs=(0, 4),
+    rungs=RUNG_SETS["ends"],
     height=32,
     width=64,
     batch_size=1,
@@ -263,10 +308,7 @@ class LadderSpec:
             )
         bad = [r for r in self.rungs if r not in RUNG_INDICES]
         if bad or not self.rungs:
-            raise LadderError(
-                f"rungs {bad or '(none)'}: choose from {RUNG_INDICES[0]} to "
-                f"{RUNG_INDICES[-1]}"
-            )
+            raise LadderError(f"rungs {bad or '(none)'}: choose from {rung_range()}")
         bad = [m for m in self.modes if m not in MODE_SETTINGS]
         if bad or not self.modes:
             raise LadderError(
@@ -293,27 +335,29 @@ class LadderSpec:
 
 
 def parse_rungs(text: str) -> tuple[int, ...]:
-    """``"0-5"``, ``"0,2,4"`` or ``"3"`` -> rung indices (``LadderError`` if not)."""
+    """``"0-5"``, ``"0,2,4"``, ``"3"``, a rung's key (``"sync"``) or a named set
+    (``RUNG_SETS``: ``"eager"``...) -> rung indices (``LadderError`` if not)."""
+    if not isinstance(text, str):  # a list of indices (a notebook's parameter)
+        text = ",".join(map(str, text))
+    keys = {r.key: r.index for r in RUNGS}
     out: list[int] = []
     try:
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "-" in part:
+        for part in (p.strip() for p in str(text).split(",")):
+            if part in RUNG_SETS or part in keys:
+                out.extend(RUNG_SETS.get(part) or (keys[part],))
+            elif "-" in part:
                 a, b = (int(x) for x in part.split("-", 1))
                 out.extend(range(a, b + 1))
-            else:
+            elif part:
                 out.append(int(part))
     except ValueError:
         raise LadderError(
-            f"--rungs {text!r}: give indices such as 0-5 or 0,2,4"
+            f"--rungs {text!r}: give indices such as {rung_range()} or 0,2, a rung's "
+            f"name or one of {', '.join(RUNG_SETS)}"
         ) from None
     bad = [r for r in out if r not in RUNG_INDICES]
     if bad or not out:
-        raise LadderError(
-            f"--rungs {text!r}: rungs are {RUNG_INDICES[0]} to {RUNG_INDICES[-1]}"
-        )
+        raise LadderError(f"--rungs {text!r}: rungs are {rung_range()}")
     return tuple(sorted(set(out)))
 
 
@@ -331,7 +375,7 @@ def rung_fields(index: int, compile_mode: str = COMPILE_MODE) -> dict:
     fields: dict = {}
     for rung in RUNGS[: index + 1]:
         fields.update(rung.changes)
-    if fields.get("compile"):
+    if fields.get("compile") == COMPILE_MODE:  # --compile-mode
         fields["compile"] = compile_mode
     return fields
 
