@@ -41,10 +41,10 @@ def fixture_record() -> dict:
 
 
 def test_each_rung_adds_its_own_change_to_the_ones_below():
-    changed = [set(r.changes) for r in bl.RUNGS[1:]]
-    for i, fields in enumerate(changed):  # no field is changed by two rungs
-        assert not fields & set().union(*changed[:i], *changed[i + 1 :])
-    assert set().union(*changed) <= set(bl.RUNGS[0].changes)  # rung 0 sets them all
+    for r in bl.RUNGS[1:]:  # each rung changes a field rung 0 sets, to a new value
+        below = bl.rung_fields(r.index - 1)
+        assert r.changes and set(r.changes) <= set(bl.RUNGS[0].changes), r.key
+        assert all(below[k] != v for k, v in r.changes.items()), r.key
     at = {r.key: r.index for r in bl.RUNGS}
     top = bl.rung_fields(bl.COMPILED[0], "max-autotune")  # --compile-mode
     assert top["compile"] == "max-autotune" and top["fp16_stream"] is True
@@ -309,9 +309,9 @@ def test_rung_verdicts_say_what_each_rung_did():
 
 
 def test_table_fits_80_columns_and_its_legend_names_every_column():
-    table = ladder_report.format_table(read_ladder(fixture_record(), "fixture"))
-    lines = table.splitlines()
-    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES) + 2
+    ladder = read_ladder(fixture_record(), "fixture")
+    lines = ladder_report.format_table(ladder).splitlines()
+    assert len(lines) == 1 + len(ladder.rungs) * len(MODES) + 2
     assert all(len(line) <= 80 for line in lines), lines
     # under the table, two lines saying what each column is (a GPU's ladder)
     assert tuple(lines[-2:]) == ladder_report.COLUMNS_CUDA and "GPU ms" in lines[0]

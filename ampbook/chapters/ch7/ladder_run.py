@@ -34,7 +34,7 @@ from ampbook.chapters.ch7.rungs import (
     CPU_THREADS,
     GPU_MODES,
     MODE_SETTINGS,
-    RUNG_INDICES,
+    RUNG_SETS,
     RUNGS,
     LadderError,
     LadderSpec,
@@ -42,6 +42,7 @@ from ampbook.chapters.ch7.rungs import (
     missing_fields,
     parse_modes,
     parse_rungs,
+    rung_range,
 )
 from ampbook.core import cli
 from ampbook.core.words import plural
@@ -303,7 +304,7 @@ def build_parser() -> cli.ArgumentParser:
         + "\n".join(f"  {r.index}  {r.title}" for r in RUNGS)
         + "\n\ndefaults: on a GPU the post's setting ("
         f"{gpu.width}x{gpu.height}, batch {gpu.batch_size}), rungs "
-        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}, {', '.join(GPU_MODES)}; on a CPU "
+        f"{rung_range()}, {', '.join(GPU_MODES)}; on a CPU "
         f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
         f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
         f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
@@ -320,9 +321,9 @@ def build_parser() -> cli.ArgumentParser:
         "--rungs",
         default=None,
         metavar="LIST",
-        help="e.g. 0-5 or 0,2,4 (default: "
-        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]} on a GPU, "
-        f"{','.join(map(str, cpu['rungs']))} on a CPU)",
+        help=f"e.g. {rung_range()} or 0,2, rung names or {', '.join(RUNG_SETS)} "
+        f"(default: {rung_range()} on a GPU, {','.join(map(str, cpu['rungs']))} on "
+        "a CPU)",
     )
     parser.add_argument(
         "--precisions",
@@ -384,7 +385,7 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument(
         "--compile-mode",
         default=None,
-        help=f"rung 5's torch.compile mode (default: {COMPILE_MODE!r})",
+        help=f"the compiled rungs' torch.compile mode (default: {COMPILE_MODE!r})",
     )
     parser.add_argument(
         "--isolate",
