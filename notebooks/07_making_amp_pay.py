@@ -498,62 +498,39 @@ print(f"losses, read once at the end ({device.type}, autocast to {amp_dtype}, ra
 # under their `Optimizer.step` annotation count too), not a measure of how busy the
 # cores are; idle time is the Python and dispatch code between operators. The profiler
 # adds work to every operator, so a profiled step usually runs slower than an
-# unprofiled one: the cell below first times the same steps without it (the two wall
-# times differ by that overhead and by this machine's noise), then profiles them and
-# splits the profiled steps' wall time this way. The ladder's `profile_steps`
-# (`ampbook.chapters.ch7.ladder_measure`) profiles every rung the same way; its table then
-# takes the busy time from the median unprofiled step.
+# unprofiled one (the two wall times below differ by that overhead and by this
+# machine's noise). The ladder profiles every rung with this function,
+# `profile_steps` in `ampbook.chapters.ch7.ladder_measure`, and `union_us` is the
+# merge; the ladder's idle time is its median unprofiled step less this busy time:
 
 # %%
-import time
+from ampbook.chapters.ch7 import ladder_measure
 
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
+print(inspect.getsource(ladder_measure.union_us))
+print(inspect.getsource(ladder_measure.profile_steps))
 
+# %% [markdown]
+# The next cell times three steps of the recipe without the profiler
+# (`ladder_measure.timed_steps`), then profiles three more with `profile_steps` and
+# splits their wall time into busy and idle.
+
+# %%
 from ampbook.core.env import environment
-from ampbook.core.terminal import quiet_stderr_fd
 from ampbook.core.words import plural
 
 n = 3  # steps to time and to profile
-cuda = device.type == "cuda"
-activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 index = torch.arange(batch_size, device=device)
 step(index)  # one step first: the model and its kernels are warm before any timing
-if cuda:
-    torch.cuda.synchronize(device)
-start = time.perf_counter()
-for _ in range(n):
-    step(index)
-if cuda:
-    torch.cuda.synchronize(device)  # the wall time ends when the GPU is done
-plain_s = time.perf_counter() - start
-# quiet_stderr_fd only hides kineto's log lines at the profiler's start and stop; the
-# profiler's own start-up falls in the first profiled step (a schedule with warmup
-# steps, torch.profiler.schedule, leaves it out)
-with quiet_stderr_fd(), profile(activities=activities) as prof:
-    start = time.perf_counter()
-    for _ in range(n):
-        step(index)
-    if cuda:
-        torch.cuda.synchronize(device)
-    wall_s = time.perf_counter() - start
-# the device's intervals: a GPU's kernels, copies and fills; on a CPU, every operator
-# (record_function annotations, such as Optimizer.step's, are not operators)
-spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == (DeviceType.CUDA if cuda else DeviceType.CPU)
-               and not getattr(e, "is_user_annotation", False))
-busy_us, end = 0.0, float("-inf")  # their union, in microseconds: overlaps once
-for a, b in spans:
-    if b > end:
-        busy_us += b - max(a, end)
-        end = b
-wall_ms, busy_ms = wall_s / n * 1e3, busy_us / n / 1e3
+plain_s = sum(ladder_measure.timed_steps(step, (index,), n, device))
+prof = ladder_measure.profile_steps(step, (index,), n, device)
+wall_ms, busy_ms = prof["profiled_step_s"] * 1e3, prof["kernel_s"] * 1e3
 print(f"measured here on {environment(device)['device_name']} ({device.type}, "
       f"{plural(torch.get_num_threads(), 'thread')}),\n{n} steps of the recipe, "
       f"autocast to {amp_dtype}, batch {batch_size} at {width}x{height}:")
 print(f"  wall time, not profiled: {plain_s / n * 1e3:8.2f} ms per step")
 print(f"  wall time, profiled:     {wall_ms:8.2f} ms per step")
-print(f"  busy ({'GPU kernels, copies, fills' if cuda else 'CPU in operators'}): "
+busy = "GPU kernels, copies, fills" if device.type == "cuda" else "CPU in operators"
+print(f"  busy ({busy}): "
       f"{busy_ms:8.2f} ms per step ({busy_ms / wall_ms:.0%} of the profiled wall time)")
 print(f"  idle (profiled - busy):  {wall_ms - busy_ms:8.2f} ms per step")
 

@@ -665,7 +665,7 @@ def test_a_cpu_profile_counts_the_optimizers_operators_as_busy():
     def step(x, y):  # the optimizer alone: every operator sits under its annotation
         optimizer.step()
 
-    got = profile_steps(step, None, None, 3, torch.device("cpu"))
+    got = profile_steps(step, (None, None), 3, torch.device("cpu"))
     assert got["kernels_per_step"] > 0
     assert 0 < got["kernel_s"] <= got["profiled_step_s"]
     assert got["kernel_s"] > 0.3 * got["profiled_step_s"]

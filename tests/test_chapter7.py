@@ -158,6 +158,30 @@ def test_the_page_shows_the_recipes_source():
     assert "recipe.optimised_training(" in text
 
 
+def test_the_profiler_cell_shows_and_calls_profile_steps_never_re_types_it():
+    """One source for the profiler: the page prints ladder_measure.profile_steps (and
+    the union it uses) and calls it; no code cell re-types a line of either, or
+    drives torch.profiler itself."""
+    import inspect
+
+    import nbformat
+
+    from ampbook.chapters.ch7 import ladder_measure
+    from ampbook.core.paths import REPO_ROOT
+
+    nb = nbformat.read(REPO_ROOT / "notebooks" / "07_making_amp_pay.ipynb", 4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for name in ("profile_steps", "union_us"):
+        assert f"inspect.getsource(ladder_measure.{name})" in code
+        body = inspect.getsource(getattr(ladder_measure, name)).splitlines()[1:]
+        typed = [x.strip() for x in body if len(x.strip()) > 24]
+        retyped = [x for x in typed if not x.startswith(('"', "#")) and x in code]
+        assert not retyped, retyped
+    assert "ladder_measure.profile_steps(step, " in code
+    for driving in ("from torch.profiler", "ProfilerActivity", ".events()"):
+        assert driving not in code, driving
+
+
 def test_cell_values_say_how_each_number_was_obtained():
     ladder = fixture_ladder()
     got = ch7.cell_values(ladder, 4, "amp-fp16")

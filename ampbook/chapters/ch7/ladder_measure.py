@@ -44,9 +44,10 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_steps(step: Callable, x, y, n: int, device) -> list[float]:
-    """Seconds per step of ``n`` steps in a row: the period from one step's start to
-    the next (CUDA events on a GPU, recorded without synchronising in between)."""
+def timed_steps(step: Callable, args: tuple, n: int, device) -> list[float]:
+    """Seconds per step of ``n`` calls ``step(*args)`` in a row: the period from one
+    step's start to the next (CUDA events on a GPU, recorded without synchronising in
+    between)."""
     import torch
 
     _sync(device)
@@ -54,24 +55,26 @@ def timed_steps(step: Callable, x, y, n: int, device) -> list[float]:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
         for i in range(n):
             events[i].record()
-            step(x, y)
+            step(*args)
         events[n].record()
         torch.cuda.synchronize(device)
         return [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(n)]
     marks = [time.perf_counter()]
     for _ in range(n):
-        step(x, y)
+        step(*args)
         marks.append(time.perf_counter())
     return [b - a for a, b in zip(marks, marks[1:])]
 
 
-def _union_us(intervals: list[tuple[float, float]]) -> float:
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``intervals``: time covered twice counts once.
+
+    Shown on the page in chapter 7 (07_making_amp_pay)."""
     total, end = 0.0, -math.inf
     for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
+        if b > end:
+            total += b - max(a, end)
+            end = b
     return total
 
 
@@ -87,41 +90,31 @@ def _top_level(e) -> bool:
     return p is None
 
 
-def profile_steps(step: Callable, x, y, n: int, device) -> dict:
-    """``n`` steps under ``torch.profiler``: per step, the device's busy time and its
-    count of kernels (GPU), or the time inside operators and the count of top-level
-    ones, the optimizer's included (CPU), and the wall time of the profiled steps.
-    Chapter 7 shows the idea on the page (wall, busy and idle time of a few profiled
-    steps); this adds what the benchmark needs: the kernel counts, and kineto's lines
-    kept off stderr."""
+def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
+    """``n`` calls ``step(*args)`` under ``torch.profiler``, per step: the device's
+    busy time (``kernel_s``: the union of a GPU's kernels, copies and fills; on a CPU,
+    of the operators, the optimizer's under its annotation included), the count of
+    kernels (GPU) or top-level operators (CPU), and the profiled wall time.
+
+    Shown on the page in chapter 7 (07_making_amp_pay)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     _sync(device)
+    # quiet_stderr_fd keeps kineto's start and stop lines off the page
     with quiet_stderr_fd(), profile(activities=activities) as prof:
         start = time.perf_counter()
         for _ in range(n):
-            step(x, y)
-        _sync(device)
+            step(*args)
+        _sync(device)  # the wall time ends when the device is done
         wall = time.perf_counter() - start
-    events = prof.events()
-    if cuda:
-        gpu = [
-            e for e in events if e.device_type == DeviceType.CUDA and not _annotation(e)
-        ]
-        busy_us = _union_us([(e.time_range.start, e.time_range.end) for e in gpu])
-        count = len(gpu)
-    else:
-        # every operator, nested ones included (the union counts a nesting once);
-        # the user annotations around them (Optimizer.step#Adam.step) are not
-        # operators, and an operator under one is still top-level
-        ops = [
-            e for e in events if e.device_type == DeviceType.CPU and not _annotation(e)
-        ]
-        busy_us = _union_us([(e.time_range.start, e.time_range.end) for e in ops])
-        count = sum(1 for e in ops if _top_level(e))
+    kind = DeviceType.CUDA if cuda else DeviceType.CPU
+    # record_function annotations (Optimizer.step's) are not operators
+    spans = [e for e in prof.events() if e.device_type == kind and not _annotation(e)]
+    busy_us = union_us([(e.time_range.start, e.time_range.end) for e in spans])
+    count = len(spans) if cuda else sum(1 for e in spans if _top_level(e))
     return {
         "kernel_s": busy_us / n / 1e6,
         "kernels_per_step": count / n,
@@ -271,14 +264,14 @@ def measure_rung(
         else:
             reset_peak_rss()
             rss0 = current_rss_bytes() or peak_rss_bytes()
-        times = timed_steps(step, x, y, spec.steps, dev)
+        times = timed_steps(step, (x, y), spec.steps, dev)
         if cuda:
             cell["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
             cell["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
             cell["memory_bytes"] = cell["peak_allocated_bytes"]
         else:
             cell["peak_rss_growth_bytes"] = max(peak_rss_bytes() - rss0, 0)
-        prof = profile_steps(step, x, y, spec.profile_steps, dev)
+        prof = profile_steps(step, (x, y), spec.profile_steps, dev)
     cell["step_s"] = statistics.median(times)
     cell["step_times_s"] = times
     cell.update(prof)
