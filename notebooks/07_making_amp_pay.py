@@ -459,10 +459,10 @@ glue_all(ch7_here_r0=ch7.here_speedup(here, 0),
 # step (rung 3), and `torch.compile` when you pass `compile=True` (rung 5, on a GPU;
 # the cell below does not compile). The optimizer and the scaler stay inside it: to
 # add a schedule or a checkpoint, copy the function and return them too. It is
-# `optimised_training` in `ampbook.train.recipe`; this is its source:
+# `optimised_training` in `ampbook.chapters.ch7.recipe`; this is its source:
 
 # %%
-from ampbook.train import recipe
+from ampbook.chapters.ch7 import recipe
 
 print(inspect.getsource(recipe.optimised_training))
 

@@ -58,7 +58,7 @@ def test_this_machines_ladder_and_the_recipe_run(chapter7):
         r"labels\): \[",
         chapter7,
     )
-    # the recipe's source, from ampbook.train.recipe, on the page
+    # the recipe's source, from ampbook.chapters.ch7.recipe, on the page
     assert "def optimised_training(model, images_u8, labels, dtype" in chapter7
 
 
@@ -149,7 +149,7 @@ def fixture_ladder():
 
 
 def test_the_page_shows_the_recipes_source():
-    """The recipe lives in ampbook.train.recipe (no notebook defines a function:
+    """The recipe lives in ampbook.chapters.ch7.recipe (no notebook defines a function:
     tests/test_notebooks.py); the page prints its source, then calls it."""
     from ampbook.core.paths import REPO_ROOT
 
@@ -234,8 +234,8 @@ def test_the_recipe_lowers_the_loss_on_a_fixed_batch():
     (a tensor each, read by the caller)."""
     import torch
 
+    from ampbook.chapters.ch7.recipe import optimised_training
     from ampbook.segmentation.model import ERFNet
-    from ampbook.train.recipe import optimised_training
 
     torch.manual_seed(0)
     images = torch.randint(0, 256, (2, 3, 16, 32), dtype=torch.uint8)

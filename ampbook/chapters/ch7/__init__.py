@@ -5,7 +5,7 @@ against the rung below it (``rung_verdict``, ``step_change``), and the page's re
 of single cells (``cell_values``, ``speedup``, ``top_rows``, ``here_speedup``). The
 ladder itself, its table and its targets are ``ampbook.chapters.ch7.rungs`` and the
 modules
-beside it; the recipe the chapter shows is ``ampbook.train.recipe``."""
+beside it; the recipe the chapter shows is ``ampbook.chapters.ch7.recipe``."""
 
 from __future__ import annotations
 
