@@ -1,7 +1,12 @@
-"""Measuring one rung of the ladder in one mode (``measure_rung``): the timed steps,
-the kernel/idle split under ``torch.profiler``, the memory, the epochs through the
-runner and the roofline bound (``ampbook.chapters.ch7.rungs``'s docstring says what each
-is)."""
+"""Measuring one rung of the ladder in one mode (``measure_rung``), with the runner's
+own step: the **step time** (median of ``steps`` steps on one batch on the device,
+start to start: CUDA events on a GPU, so every gap the GPU waited for the host counts);
+**kernel and idle time** from ``profile_steps`` more steps under ``torch.profiler`` (a
+GPU's busy time, or on a CPU the time inside operators; idle is the median step less
+it); **peak memory** (a GPU's allocator peaks over the timed steps; on a CPU the bytes
+saved for backward); **an epoch** through ``run_training`` (images/s, data wait: the
+median of the epochs after the first); the cost model's **roofline bound** (eager
+operators' bytes: at a compiled rung a yardstick)."""
 
 from __future__ import annotations
 
