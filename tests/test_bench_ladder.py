@@ -66,7 +66,6 @@ def test_every_rung_is_a_runner_config():
     """Each rung's fields are the runner's own (a TrainConfig, so a train command)."""
     from ampbook.train import TrainConfig, command_line
 
-    assert bl.missing_fields() == [], "the runner lacks fields the rungs set"
     spec = bl.LadderSpec.for_device("cpu")
     for rung in bl.RUNGS:
         cfg = bl.rung_config(spec, rung.index, "amp-fp16", "cpu")

@@ -243,10 +243,6 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
     return f"Rung {index} ({rung.title}): " + "; ".join(parts) + "."
 
 
-# --------------------------------------------------------------------------------------
-# the page's readings of single cells
-# --------------------------------------------------------------------------------------
-
 # The names the page glues a cell's numbers under, and the cell's field of each.
 FIELDS = {
     "step": "step_s",

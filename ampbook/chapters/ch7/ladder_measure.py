@@ -24,10 +24,6 @@ from ampbook.chapters.ch7.ladder_record import write_record
 from ampbook.chapters.ch7.rungs import LadderSpec, rung_config
 from ampbook.core.terminal import quiet_stderr_fd
 
-# --------------------------------------------------------------------------------------
-# measuring one rung in one mode
-# --------------------------------------------------------------------------------------
-
 
 def _batch(spec: LadderSpec, device, seed: int = 1):
     import torch

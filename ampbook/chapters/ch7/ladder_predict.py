@@ -17,10 +17,6 @@ from ampbook.core.modes import MODES
 AMP, BASE = "amp-fp16", "fp32-tf32"
 
 
-# --------------------------------------------------------------------------------------
-# a prediction from measured layer profiles (where no GPU ladder is committed)
-# --------------------------------------------------------------------------------------
-
 # NHWC batch norm against NCHW: about twice as fast (NVIDIA/cudnn-frontend#134, on an
 # H100); the prediction halves batch norm's measured time at rung 2.
 NHWC_BATCH_NORM_SPEEDUP = 2.0

@@ -13,10 +13,6 @@ from ampbook.results import (
     LADDER_SCHEMA,
 )
 
-# --------------------------------------------------------------------------------------
-# the record
-# --------------------------------------------------------------------------------------
-
 
 def ladder_path(json_arg: str | Path, device_name: str) -> Path:
     """``--json``'s file: the path itself when it ends in ``.json`` and is not a

@@ -11,16 +11,7 @@ from pathlib import Path
 from ampbook.chapters.ch7.ladder_predict import ASSUMPTIONS
 from ampbook.chapters.ch7.rungs import COMPILED
 from ampbook.core.modes import MODES
-from ampbook.results import (
-    MODE_LABELS,
-    Ladder,
-    LadderCell,
-)
-
-# --------------------------------------------------------------------------------------
-# reading a ladder: the table and the targets
-# --------------------------------------------------------------------------------------
-
+from ampbook.results import MODE_LABELS, Ladder, LadderCell
 
 # Rung 0's record key is "post" (kept in the ladder files); it is the ERFNet authors'
 # defaults, not the blog post's setting, and is shown so.
@@ -34,21 +25,10 @@ def rung_label(rung) -> str:
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text, one line per measured cell (79 columns), two lines saying
-    what each column is (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's
-    operator time passes its step time, one line saying why its idle and busy columns
-    read ``n/a``.
-
-    The step time is the median of the timed steps (on a GPU, the period from one
-    step's start to the next, CUDA events); the operator time is measured in separate
-    steps under ``torch.profiler`` (``profile_steps``): on a CPU the time inside the
-    top-level operators, on a GPU the time the GPU was busy. Idle is the step less
-    that: Python, dispatch and the optimizer's loop between operators on a CPU, the GPU
-    waiting for the host on a GPU. Busy is operator (GPU) time over the step; MiB the
-    cell's ``memory_measure`` (a CPU: bytes saved for backward in a step; a GPU: peak
-    CUDA memory allocated in the timed steps); img/s and wait (the loop's share spent
-    waiting for data) the median of the epochs after the first through the training
-    runner, its loader included; bound the cost model's roofline bound over the step."""
+    """The ladder as text, one line per measured cell (79 columns; each number as
+    ``ladder_measure`` measures it), two lines saying what each column is
+    (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's operator time passes its
+    step time, one line saying why its idle and busy columns read ``n/a``."""
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -58,10 +38,9 @@ def format_table(ladder: Ladder) -> str:
     for rung in ladder.rungs:
         for mode in MODES:
             c = next(
-                (x for x in ladder.cells if x.rung == rung.index and x.mode == mode),
-                None,
+                (x for x in ladder.cells if (x.rung, x.mode) == (rung.index, mode)), 0
             )
-            if c is None:
+            if not c:
                 continue
             head = f"{rung.index} {rung_label(rung):<10}{mode:<10}"
             if not c.ok:
@@ -129,9 +108,7 @@ class Target:
         if self.value is None:
             return None
         return (
-            self.value <= self.limit
-            if self.kind == "max"
-            else (self.value >= self.limit)
+            self.value <= self.limit if self.kind == "max" else self.value >= self.limit
         )
 
     @property
@@ -147,15 +124,10 @@ class Target:
         if v is None:
             return "not measured"
         v = float(v)
-        if self.unit == "ms":
-            return f"{v * 1e3:.1f} ms"
-        if self.unit == "x":
-            return f"{v:.2f}x"
-        if self.unit == "share":
-            return f"{v:.0%}"
-        if self.unit == "ratio":
-            return f"{v:.3f}"
-        return f"{v:.0f} {self.unit}"
+        units = {"ms": f"{v * 1e3:.1f} ms", "x": f"{v:.2f}x", "share": f"{v:.0%}"}
+        return units.get(self.unit) or (
+            f"{v:.3f}" if self.unit == "ratio" else f"{v:.0f} {self.unit}"
+        )
 
     def line(self) -> str:
         """One line: the target, the value, met or missed (measured), predicted to
@@ -206,15 +178,10 @@ PREDICTION_RESOLVES = 0.05
 # batch 6).
 TARGET_SETTING = ("h200", 512, 1024, 6)
 TARGETS = {
-    "step_eager": 0.020,
-    "step_compiled": 0.011,
-    "speedup_eager": 1.3,
-    "speedup_compiled": 1.6,
-    "busy": 0.90,
-    "data_wait": 0.05,
-    "images_per_s": 300.0,
+    "step_eager": 0.020, "step_compiled": 0.011, "speedup_eager": 1.3,
+    "speedup_compiled": 1.6, "busy": 0.90, "data_wait": 0.05, "images_per_s": 300.0,
     "memory_ratio": 0.57,
-}
+}  # fmt: skip
 
 
 def _top(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> int | None:
@@ -513,11 +480,6 @@ def format_targets(ladder: Ladder) -> str:
         for t in check_targets(ladder)
     ]
     return "\n".join(head + lines)
-
-
-# --------------------------------------------------------------------------------------
-# a cell's numbers, each saying how it was obtained
-# --------------------------------------------------------------------------------------
 
 
 _DISPLAY = {  # field -> (format, unit, scale) of its Value

@@ -39,7 +39,6 @@ from ampbook.chapters.ch7.rungs import (
     LadderError,
     LadderSpec,
     _now,
-    missing_fields,
     parse_modes,
     parse_rungs,
     rung_range,
@@ -51,10 +50,6 @@ from ampbook.results import (
     Ladder,
     read_ladder,
 )
-
-# --------------------------------------------------------------------------------------
-# running the ladder: processes, order
-# --------------------------------------------------------------------------------------
 
 
 def plan(
@@ -219,11 +214,6 @@ def run_ladder(
     return read_ladder(record, str(path))
 
 
-# --------------------------------------------------------------------------------------
-# the command line
-# --------------------------------------------------------------------------------------
-
-
 def _child_main(spec_file: str) -> int:
     job = json.loads(Path(spec_file).read_text())
     spec = LadderSpec(
@@ -264,12 +254,6 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
         compile_mode=args.compile_mode,
     )
     spec.check()
-    lacking = missing_fields()
-    if lacking:
-        notes.append(
-            f"this runner lacks TrainConfig.{', TrainConfig.'.join(lacking)}: the "
-            "rungs that need them are recorded as errors"
-        )
     isolate = args.isolate or ("precision" if dev.type == "cuda" else "none")
     return spec, isolate, notes
 

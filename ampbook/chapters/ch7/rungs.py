@@ -21,7 +21,6 @@ the command line); chapter 7's reading of a ladder is ``ampbook.chapters.ch7``.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 from dataclasses import dataclass, field
 
@@ -127,11 +126,6 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-# --------------------------------------------------------------------------------------
-# settings
-# --------------------------------------------------------------------------------------
-
-
 # A CPU's default ladder, sized for under a minute on 2 cores: the post's setup against
 # every eager change at once (the ends), at 64x32, one image a step, 3 timed steps,
 # one torch thread. Timed on a 2-core machine other work kept busy (load 3-4): 27 s
@@ -164,7 +158,6 @@ class LadderSpec:
     epochs: int = 2
     train_images: int = 48
     val_images: int = 2
-    workers_auto: bool = False  # rung 0 keeps the post's 4 workers
     compile_mode: str = COMPILE_MODE
 
     @classmethod
@@ -270,35 +263,11 @@ def rung_fields(index: int, compile_mode: str = COMPILE_MODE) -> dict:
     return fields
 
 
-def missing_fields() -> list[str]:
-    """The rungs' ``TrainConfig`` fields this runner lacks (empty when it has them
-    all)."""
-    from ampbook.train import TrainConfig
-
-    have = {f.name for f in dataclasses.fields(TrainConfig)}
-    need = {k for r in RUNGS for k in r.changes}
-    return sorted(need - have)
-
-
 def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
     """The runner's ``TrainConfig`` of rung ``index`` in ``mode``."""
     from ampbook.train import TrainConfig
 
     fields = rung_fields(index, spec.compile_mode)
-    have = {f.name for f in dataclasses.fields(TrainConfig)}
-    # A field this runner lacks is fine at rung 0's value (the runner does that
-    # anyway); a rung that needs it changed cannot run.
-    post = RUNGS[0].changes
-    for k in [k for k in fields if k not in have and fields[k] == post.get(k)]:
-        del fields[k]
-    lacking = sorted(k for k in fields if k not in have)
-    if lacking:
-        raise LadderError(
-            f"rung {index} needs TrainConfig.{', TrainConfig.'.join(lacking)}, which "
-            "this runner does not have"
-        )
-    if spec.workers_auto and fields.get("workers") == 4:
-        fields["workers"] = "auto"
     precision, tf32 = MODE_SETTINGS[mode]
     return TrainConfig(
         precision=precision,
