@@ -139,15 +139,8 @@ def _source_key(*parts) -> str:
     from ampbook.segmentation import model
 
     sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
-    return hashlib.sha1(
-        json.dumps(
-            [
-                *parts,
-                torch.__version__,
-                *(inspect.getsource(m) for m in sources),
-            ]
-        ).encode()
-    ).hexdigest()[:20]
+    text = json.dumps([*parts, torch.__version__, *map(inspect.getsource, sources)])
+    return hashlib.sha1(text.encode()).hexdigest()[:20]
 
 
 def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:

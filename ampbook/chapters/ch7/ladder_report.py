@@ -325,18 +325,13 @@ def _step_targets(p: _Picks) -> list[Target]:
         where = p.where(c)
         if not c and key == "step_compiled":
             where = f"rung {p.compiled} not measured"
+        note = _profile_note(c, p.ladder) if c else ""
+        start = p.value(p.r0[p.amp], "step_s")
+        name = f"{p.amp_name} step, {how}"
         out.append(
-            Target(
-                f"{p.amp_name} step, {how}",
-                TARGETS[key],
-                "max",
-                "ms",
-                p.value(c, "step_s"),
-                p.value(p.r0[p.amp], "step_s"),
-                where,
-                _profile_note(c, p.ladder) if c else "",
-            )
-        )
+            Target(name, TARGETS[key], "max", "ms", p.value(c, "step_s"), start, where,
+                   note)
+        )  # fmt: skip
     return out
 
 
@@ -363,18 +358,12 @@ def _speedup_targets(p: _Picks) -> list[Target]:
                 f"{p.base_name} {(b.idle_s or 0) * 1e3:.1f} ms, "
                 f"{p.amp_name} {(a.idle_s or 0) * 1e3:.1f} ms"
             )
+        name = f"{p.amp_name} over {p.base_name} (step ratio), {how}"
+        start = _ratio(p, p.r0[p.base], p.r0[p.amp], "step_s")
         out.append(
-            Target(
-                f"{p.amp_name} over {p.base_name} (step ratio), {how}",
-                TARGETS[key],
-                "min",
-                "x",
-                _ratio(p, b, a, "step_s"),
-                _ratio(p, p.r0[p.base], p.r0[p.amp], "step_s"),
-                p.pair_where(a, b),
-                note,
-            )
-        )
+            Target(name, TARGETS[key], "min", "x", _ratio(p, b, a, "step_s"), start,
+                   p.pair_where(a, b), note)
+        )  # fmt: skip
     return out
 
 
@@ -404,18 +393,10 @@ def _loop_targets(p: _Picks) -> list[Target]:
          "images_per_s", ips_note),
     )  # fmt: skip
     return [
-        Target(
-            name,
-            TARGETS[key],
-            kind,
-            unit,
-            p.value(c, field),
-            p.value(p.r0[p.amp], field),
-            p.where(c),
-            note,
-        )
+        Target(name, TARGETS[key], kind, unit, p.value(c, field),
+               p.value(p.r0[p.amp], field), p.where(c), note)
         for name, key, kind, unit, c, field, note in rows
-    ]
+    ]  # fmt: skip
 
 
 def _memory_target(p: _Picks) -> Target:
@@ -425,16 +406,10 @@ def _memory_target(p: _Picks) -> Target:
     if ratio is not None:
         ma, mb = (p.value(x, "memory_bytes") for x in (a, b))
         note = f"{p.ladder.memory_measure}: {p.amp_name} {ma}, {p.base_name} {mb}"
-    return Target(
-        f"{p.amp_name} / {p.base_name} peak memory",
-        TARGETS["memory_ratio"],
-        "max",
-        "ratio",
-        ratio,
-        _ratio(p, p.r0[p.amp], p.r0[p.base], "memory_bytes"),
-        p.pair_where(a, b),
-        note,
-    )
+    start = _ratio(p, p.r0[p.amp], p.r0[p.base], "memory_bytes")
+    name = f"{p.amp_name} / {p.base_name} peak memory"
+    return Target(name, TARGETS["memory_ratio"], "max", "ratio", ratio, start,
+                  p.pair_where(a, b), note)  # fmt: skip
 
 
 def check_targets(ladder: Ladder) -> list[Target]:

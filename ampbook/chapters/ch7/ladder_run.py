@@ -128,15 +128,8 @@ def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log)
     with tempfile.NamedTemporaryFile(
         "w", suffix=".json", prefix="ampbook-ladder-", delete=False
     ) as f:
-        json.dump(
-            {
-                "spec": dataclasses.asdict(spec),
-                "mode": mode,
-                "rungs": list(rungs),
-                "path": str(path),
-            },
-            f,
-        )
+        job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs)}
+        json.dump({**job, "path": str(path)}, f)
         spec_file = f.name
     try:
         proc = subprocess.Popen(
@@ -157,18 +150,10 @@ def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log)
     if rc != 0:
         done = {(c["rung"], c["mode"]) for c in json.loads(path.read_text())["cells"]}
         last = next((t for t in reversed(tail) if t.strip()), "")
-        for index in rungs:
-            if (index, mode) not in done:
-                add_cell(
-                    path,
-                    {
-                        "rung": index,
-                        "mode": mode,
-                        "status": "error",
-                        "error": f"its process ended with exit {rc} before this "
-                        f"cell was measured: {last.strip()[:300]}",
-                    },
-                )
+        error = f"its process ended with exit {rc} before this cell was measured: "
+        for index in (r for r in rungs if (r, mode) not in done):
+            cell = {"rung": index, "mode": mode, "status": "error"}
+            add_cell(path, {**cell, "error": error + last.strip()[:300]})
 
 
 def run_ladder(
