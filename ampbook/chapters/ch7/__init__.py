@@ -3,9 +3,8 @@ GPU ladder to show (``gpu_ladder``: the committed one, else the prediction) and 
 its numbers come from (``source_line``), its bars (``draw_ladder``), each rung's verdict
 against the rung below it (``rung_verdict``, ``step_change``), and the page's readings
 of single cells (``cell_values``, ``speedup``, ``top_rows``, ``here_speedup``). The
-ladder itself, its table and its targets are ``ampbook.chapters.ch7.rungs`` and the
-modules
-beside it; the recipe the chapter shows is ``ampbook.chapters.ch7.recipe``."""
+ladder itself is ``rungs`` and the ``ladder_*`` modules beside it; the recipe the
+chapter shows is ``recipe``."""
 
 from __future__ import annotations
 
@@ -41,17 +40,9 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
         x = xs - 0.4 + width * (j + 0.5)
         style = bar_style(j)
         ax.bar(x, kern, width, label=f"{MODE_LABELS[mode]}", **style)
-        ax.bar(
-            x,
-            idle,
-            width,
-            bottom=kern,
-            color="white",
-            edgecolor=style["color"] if j else "black",
-            hatch="////",
-            linewidth=0.5,
-            label="idle" if j == len(modes) - 1 else None,
-        )
+        ax.bar(x, idle, width, bottom=kern, color="white", hatch="////",
+               edgecolor=style["color"] if j else "black", linewidth=0.5,
+               label="idle" if j == len(modes) - 1 else None)  # fmt: skip
     ax.set_xticks(xs, [f"{r.index}: {rung_label(r)}" for r in rungs])
     ax.set_ylabel("ms per step")
     if title:
@@ -326,13 +317,16 @@ def here_speedup(ladder: Ladder, index: int):
     )
 
 
+RUNG0_COLUMNS = ("precision", "rung 0 measured by", "step (ms)", "kernels (ms)",
+                 "idle (ms)", "speedup (x)")  # fmt: skip
+
+
 def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
     """Rung 0 twice, side by side, once a ladder re-measured it with today's runner:
-    the layer profiles of 2026-11-30 (recorded by a runner that synchronised the host
-    four times per AMP step and twice per fp32 step, ``hostmodel.RUNNER_2026_11_30``)
+    the layer profiles of 2026-11-30 (``hostmodel.RUNNER_2026_11_30``'s host syncs)
     beside the committed ladder's rung 0 (measured on or after
-    ``hostmodel.RUNNER_CHANGED``), per precision: step, kernel and idle time, and
-    AMP's step speedup. One sentence while no such ladder is committed."""
+    ``hostmodel.RUNNER_CHANGED``), per precision; one sentence while no such ladder is
+    committed."""
     from ampbook.core.page import md_table_text
     from ampbook.predict.hostmodel import (
         RUNNER_2026_11_30,
@@ -376,16 +370,5 @@ def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
         "Rung 0 measured twice (both measured): by the runner of 2026-11-30, whose "
         "own get_scale() reads and gradient-norm check added host syncs, and by "
         "today's runner in the committed ladder.\n\n"
-        + md_table_text(
-            rows,
-            [
-                "precision",
-                "rung 0 measured by",
-                "step (ms)",
-                "kernels (ms)",
-                "idle (ms)",
-                "speedup (x)",
-            ],
-            [None, None, ".1f", ".1f", ".1f", ".2f"],
-        )  # fmt: skip
+        + md_table_text(rows, RUNG0_COLUMNS, [None, None, ".1f", ".1f", ".1f", ".2f"])
     )

@@ -215,8 +215,8 @@ def measure_rung(
     """One cell of the ladder: rung ``index`` in ``mode`` (module docstring).
     ``partial`` is given the cell as soon as its step, kernel/idle split and (on a GPU)
     memory are measured, marked ``"epoch": "pending"``, before the epochs through the
-    runner (which cost more than the rest, and at rung 5 compile again); the cell
-    returned says ``"epoch": "measured"``."""
+    runner (which cost more, and compile again at a compiled rung); the cell returned
+    says ``"epoch": "measured"``."""
     import torch
 
     from ampbook.core.devices import pick_device
@@ -273,28 +273,29 @@ def measure_rung(
     del training, step, x, y
     if partial is not None:
         partial({**cell, "epoch": "pending"})
-    if getattr(cfg, "compile", None):
-        torch._dynamo.reset()
-    gc.collect()
-    if cuda:
-        torch.cuda.empty_cache()
+    _release(bool(cfg.compile))
     cell.update(_epoch_phase(cfg))
     if not cuda:  # the book's memory figure on a CPU: the bytes saved for backward
         cell["memory_bytes"] = cell["saved_tensor_bytes"]
     ceil = Ceilings.for_device(dev, cfg.tf32 == "on")
-    cell["bound_s"] = bound_s(
-        spec, cfg.precision, bool(getattr(cfg, "fp16_stream", False)), ceil
-    )
+    cell["bound_s"] = bound_s(spec, cfg.precision, cfg.fp16_stream, ceil)
     cell["ceilings"] = ceil.name
     cell["bound_share"] = cell["bound_s"] / cell["step_s"]
     cell["load_average"] = machine_load()["load1"]
     cell["epoch"] = "measured"
-    if getattr(cfg, "compile", None):
+    _release(bool(cfg.compile))
+    return cell
+
+
+def _release(compiled: bool) -> None:
+    """Free what a cell left: compiled graphs, garbage, the allocator's cache."""
+    import torch
+
+    if compiled:
         torch._dynamo.reset()
     gc.collect()
-    if cuda:
+    if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return cell
 
 
 def measure_safely(
@@ -320,15 +321,8 @@ def measure_safely(
     except Exception as err:  # a rung that fails is reported; the ladder goes on
         text = str(err).strip().splitlines()
         msg = f"{type(err).__name__}: {text[0] if text else ''}"[:400]
-        gc.collect()
-        try:
-            import torch
-
-            torch._dynamo.reset()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001 (cleaning up after a failure)
-            pass
+        with contextlib.suppress(Exception):  # cleaning up after a failure
+            _release(True)
         if early:  # the step was measured; the epochs failed
             return {**early, "epoch": "error", "epoch_error": msg}
         return {"rung": index, "mode": mode, "status": "error", "error": msg}
