@@ -410,7 +410,7 @@ def stage_ladder(work: Path, dry: bool, stage: str) -> None:
 
     import torch
 
-    from ampbook.chapters.ch7.rungs import LadderError
+    from ampbook.chapters.ch7.rungs import RUNGS, LadderError
     from ampbook.chapters.ch7.ladder_record import ladder_path
     from ampbook.chapters.ch7.ladder_report import format_table, format_targets
     from ampbook.chapters.ch7.ladder_run import run_ladder
@@ -419,11 +419,11 @@ def stage_ladder(work: Path, dry: bool, stage: str) -> None:
         raise RuntimeError(f"no CUDA device: the {stage} stage needs one")
     spec = _ladder_spec(dry, stage)
     path = ladder_path(work / "results", _device_name())
-    compiled = 5 in spec.rungs
+    compiled = [i for i in spec.rungs if RUNGS[i].compiles]
     if compiled:
         print(f"TorchInductor cache: {os.environ.get('TORCHINDUCTOR_CACHE_DIR')}")
         if os.environ.get("TORCH_COMPILE_DISABLE") == "1":
-            print("TORCH_COMPILE_DISABLE=1: rung 5 runs eager", flush=True)
+            print(f"TORCH_COMPILE_DISABLE=1: rungs {compiled} run eager", flush=True)
         else:
             load_compile_cache()
     groups = [(m,) for m in spec.modes] if compiled else [spec.modes]

@@ -131,7 +131,7 @@ class Check:
             env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
             if self.dry_run and name == "compile":  # a CPU compiles ERFNet in minutes
                 env["TORCH_COMPILE_DISABLE"] = "1"
-                self.log("  --dry-run: TORCH_COMPILE_DISABLE=1 (rung 5 runs eager)")
+                self.log("  --dry-run: TORCH_COMPILE_DISABLE=1 (compiled rungs run eager)")
         return self.run_process(cmd, timeout, env)
 
     def run_process(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ampbook.chapters.ch7.rungs import RUNG_SETS
 from ampbook.core.paths import REPO_ROOT
 from ampbook.core.words import plural
 
@@ -131,6 +132,11 @@ BY_NAME = {s.name: s for s in STAGES}
 # the stages that must finish inside the default budget (a test replays the rule)
 LADDER_STAGES = ("ladder", "compile", "ladder-extra", "ladder-rest")
 
+# The ladder stages' rungs, from chapter 7's table: every eager rung, the compiled ones,
+# the ends (the post's setup and every eager change at once) and the eager ones between.
+EAGER, COMPILED, ENDS = (RUNG_SETS[k] for k in ("eager", "compiled", "ends"))
+MIDDLE = tuple(r for r in EAGER if r not in ENDS)
+
 # Sizes of the data, profile, ladder and loader stages (the notebooks' sizes are in
 # notebooks/profiles.yml, profile "gpucheck").
 STAGE_SIZES = {
@@ -156,10 +162,10 @@ STAGE_SIZES = {
         },
         # (modes in the order they run, rungs) of each ladder stage
         "cells": {
-            "ladder": (("fp32-tf32", "amp-fp16"), (0, 1, 2, 3, 4)),
-            "compile": (("amp-fp16", "fp32-tf32"), (5,)),
-            "ladder-extra": (("amp-bf16", "fp32"), (0, 4)),
-            "ladder-rest": (("amp-bf16", "fp32"), (1, 2, 3)),
+            "ladder": (("fp32-tf32", "amp-fp16"), EAGER),
+            "compile": (("amp-fp16", "fp32-tf32"), COMPILED),
+            "ladder-extra": (("amp-bf16", "fp32"), ENDS),
+            "ladder-rest": (("amp-bf16", "fp32"), MIDDLE),
         },
         "loader": {
             "images": 24,
@@ -195,10 +201,10 @@ STAGE_SIZES = {
         # twice (with and without the TF32 setting, which a CPU ignores) and amp-bf16
         # once
         "cells": {
-            "ladder": (("fp32-tf32", "fp32"), (0, 4)),
-            "compile": (("fp32-tf32",), (5,)),
-            "ladder-extra": (("amp-bf16",), (0,)),
-            "ladder-rest": (("fp32",), (1,)),
+            "ladder": (("fp32-tf32", "fp32"), ENDS),
+            "compile": (("fp32-tf32",), COMPILED),
+            "ladder-extra": (("amp-bf16",), ENDS[:1]),
+            "ladder-rest": (("fp32",), MIDDLE[:1]),
         },
         "loader": {
             "images": 4,

@@ -41,7 +41,8 @@
 # %% tags=["parameters", "remove-cell"]
 device = "auto"  # where this machine's ladder runs: "auto", "cpu" or "cuda"
 precisions = ["fp32", "amp-bf16"]  # modes of this machine's ladder (a CPU's AMP: bf16)
-rungs = [0, 1, 2, 3, 4]  # rungs measured here (5, torch.compile, compiles for minutes)
+rungs = "eager"  # rungs measured here: "0,2", names, all, eager (torch.compile's
+# rungs compile for minutes), compiled or ends (rung 0 and the top eager rung)
 height = 32  # this machine's ladder: image height (a multiple of 8)
 width = 64  # and width (bf16 without AMX or AVX-512 BF16 is slow: small on a CPU)
 batch_size = 1  # images per step
@@ -53,7 +54,7 @@ threads = 0  # torch threads for this machine's ladder (0: torch's default)
 results_dir = ""  # folder of committed GPU results (empty: data/results)
 
 # %% tags=["remove-input"]
-from ampbook.chapters.ch7.rungs import MODE_SETTINGS, RUNG_INDICES
+from ampbook.chapters.ch7.rungs import MODE_SETTINGS, RUNG_SETS, parse_rungs, rung_range
 from ampbook.core import params
 from ampbook.core.env import print_environment
 
@@ -61,8 +62,8 @@ params.device("device", device)
 params.rule("precisions", precisions, bool(precisions)
             and set(precisions) <= set(MODE_SETTINGS), "must name modes of "
             + ", ".join(MODE_SETTINGS))
-params.rule("rungs", rungs, bool(rungs) and set(rungs) <= set(RUNG_INDICES),
-            f"must be rungs {RUNG_INDICES[0]} to {RUNG_INDICES[-1]}")
+params.rule("rungs", rungs, parse_rungs, f"must name rungs {rung_range()} or one "
+            "of " + ", ".join(RUNG_SETS))
 for name in ("height", "width"):
     v = params.integer(name, globals()[name], minimum=8)
     params.rule(name, v, v % 8 == 0, "must be a multiple of 8",
@@ -177,7 +178,7 @@ md_table(rows, ["rung", f"{MODE_LABELS[base_mode]}: step (ms)",
 md(ch7.rung0_comparison(results, gpu, predicted))
 
 # %% tags=["hide-cell"]
-eager_top = max((r.index for r in gpu.rungs if r.index <= bl.EAGER_TOP
+eager_top = max((r.index for r in gpu.rungs if not r.compiles
                  and gpu.cell(r.index, amp_mode)), default=0) if gpu else 0
 v = {(i, m): ch7.cell_values(gpu, i, m) for i in range(len(bl.RUNGS))
      for m in (amp_mode, base_mode)}
@@ -348,7 +349,7 @@ for fp16_stream in (False, True):
 # measured ladder:
 
 # %% tags=["hide-input"]
-md(ch7.rung_verdict(gpu, 5, [base_mode, amp_mode]) if gpu else "")
+md(ch7.rung_verdict(gpu, bl.COMPILED[0], [base_mode, amp_mode]) if gpu else "")
 
 # %% [markdown]
 # ### What AMP buys at the top
@@ -396,7 +397,7 @@ md("\n".join(f"- {t.line()}" for t in ladder_report.check_targets(gpu)) + "\n\n"
 
 # %%
 spec = bl.LadderSpec.for_device(
-    device.type, device=str(device), rungs=tuple(rungs), modes=tuple(precisions),
+    device.type, device=str(device), rungs=bl.parse_rungs(rungs), modes=tuple(precisions),
     height=height, width=width, batch_size=batch_size, steps=steps,
     profile_steps=profile_steps, epochs=epochs, train_images=train_images)
 # a file of this run's own: two runs of the chapter at once must not share one
@@ -456,10 +457,10 @@ glue_all(ch7_here_r0=ch7.here_speedup(here, 0),
 # step (rung 3), and `torch.compile` when you pass `compile=True` (rung 5, on a GPU;
 # the cell below does not compile). The optimizer and the scaler stay inside it: to
 # add a schedule or a checkpoint, copy the function and return them too. It is
-# `optimised_training` in `ampbook.train.recipe`; this is its source:
+# `optimised_training` in `ampbook.chapters.ch7.recipe`; this is its source:
 
 # %%
-from ampbook.train import recipe
+from ampbook.chapters.ch7 import recipe
 
 print(inspect.getsource(recipe.optimised_training))
 
@@ -495,62 +496,39 @@ print(f"losses, read once at the end ({device.type}, autocast to {amp_dtype}, ra
 # under their `Optimizer.step` annotation count too), not a measure of how busy the
 # cores are; idle time is the Python and dispatch code between operators. The profiler
 # adds work to every operator, so a profiled step usually runs slower than an
-# unprofiled one: the cell below first times the same steps without it (the two wall
-# times differ by that overhead and by this machine's noise), then profiles them and
-# splits the profiled steps' wall time this way. The ladder's `profile_steps`
-# (`ampbook.chapters.ch7.ladder_measure`) profiles every rung the same way; its table then
-# takes the busy time from the median unprofiled step.
+# unprofiled one (the two wall times below differ by that overhead and by this
+# machine's noise). The ladder profiles every rung with this function,
+# `profile_steps` in `ampbook.chapters.ch7.ladder_measure`, and `union_us` is the
+# merge; the ladder's idle time is its median unprofiled step less this busy time:
 
 # %%
-import time
+from ampbook.chapters.ch7 import ladder_measure
 
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
+print(inspect.getsource(ladder_measure.union_us))
+print(inspect.getsource(ladder_measure.profile_steps))
 
+# %% [markdown]
+# The next cell times three steps of the recipe without the profiler
+# (`ladder_measure.timed_steps`), then profiles three more with `profile_steps` and
+# splits their wall time into busy and idle.
+
+# %%
 from ampbook.core.env import environment
-from ampbook.core.terminal import quiet_stderr_fd
 from ampbook.core.words import plural
 
 n = 3  # steps to time and to profile
-cuda = device.type == "cuda"
-activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 index = torch.arange(batch_size, device=device)
 step(index)  # one step first: the model and its kernels are warm before any timing
-if cuda:
-    torch.cuda.synchronize(device)
-start = time.perf_counter()
-for _ in range(n):
-    step(index)
-if cuda:
-    torch.cuda.synchronize(device)  # the wall time ends when the GPU is done
-plain_s = time.perf_counter() - start
-# quiet_stderr_fd only hides kineto's log lines at the profiler's start and stop; the
-# profiler's own start-up falls in the first profiled step (a schedule with warmup
-# steps, torch.profiler.schedule, leaves it out)
-with quiet_stderr_fd(), profile(activities=activities) as prof:
-    start = time.perf_counter()
-    for _ in range(n):
-        step(index)
-    if cuda:
-        torch.cuda.synchronize(device)
-    wall_s = time.perf_counter() - start
-# the device's intervals: a GPU's kernels, copies and fills; on a CPU, every operator
-# (record_function annotations, such as Optimizer.step's, are not operators)
-spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == (DeviceType.CUDA if cuda else DeviceType.CPU)
-               and not getattr(e, "is_user_annotation", False))
-busy_us, end = 0.0, float("-inf")  # their union, in microseconds: overlaps once
-for a, b in spans:
-    if b > end:
-        busy_us += b - max(a, end)
-        end = b
-wall_ms, busy_ms = wall_s / n * 1e3, busy_us / n / 1e3
+plain_s = sum(ladder_measure.timed_steps(step, (index,), n, device))
+prof = ladder_measure.profile_steps(step, (index,), n, device)
+wall_ms, busy_ms = prof["profiled_step_s"] * 1e3, prof["kernel_s"] * 1e3
 print(f"measured here on {environment(device)['device_name']} ({device.type}, "
       f"{plural(torch.get_num_threads(), 'thread')}),\n{n} steps of the recipe, "
       f"autocast to {amp_dtype}, batch {batch_size} at {width}x{height}:")
 print(f"  wall time, not profiled: {plain_s / n * 1e3:8.2f} ms per step")
 print(f"  wall time, profiled:     {wall_ms:8.2f} ms per step")
-print(f"  busy ({'GPU kernels, copies, fills' if cuda else 'CPU in operators'}): "
+busy = "GPU kernels, copies, fills" if device.type == "cuda" else "CPU in operators"
+print(f"  busy ({busy}): "
       f"{busy_ms:8.2f} ms per step ({busy_ms / wall_ms:.0%} of the profiled wall time)")
 print(f"  idle (profiled - busy):  {wall_ms - busy_ms:8.2f} ms per step")
 

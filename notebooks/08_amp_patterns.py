@@ -92,6 +92,7 @@ from ampbook.chapters.ch8 import (
     penalty,
     shared_scaler,
 )
+from ampbook.chapters.ch7.rungs import RUNG_SETS
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.page import MIB, glue_all, md, md_table
 from ampbook.numerics.gradstats import training_batches
@@ -670,22 +671,24 @@ md(
 # forward and backward are the graphs worth fusing, and the scaler's few operators
 # run eagerly between them.
 #
-# On a GPU the measurement is chapter 7's ladder, whose rung 5 adds `torch.compile`
-# to rung 4:
+# On a GPU the measurement is chapter 7's ladder, whose compiled rung adds
+# `torch.compile` to the eager rung below it:
 
 # %%
 ladder_rows = ch8.ladder_compile_rows(found.gpu_ladders())
+compiled_rung = RUNG_SETS["compiled"][0]
 (
     md_table(
         ladder_rows,
-        ["GPU", "precision", "rung 4 step (s)", "rung 5 step (s)", "speedup (x)"],
+        ["GPU", "precision", f"rung {compiled_rung - 1} step (s)",
+         f"rung {compiled_rung} step (s)", "speedup (x)"],
         [None, None, ".4f", ".4f", ".2f"],
     )
     if ladder_rows
     else md(
         "No GPU ladder (`data/results/ladder_*.json`) is committed yet: the GPU "
-        "check (`python -m booktools.gpucheck`) measures rung 5, and this table will "
-        "show it."
+        f"check (`python -m booktools.gpucheck`) measures rung {compiled_rung}, and "
+        "this table will show it."
     )
 )
 

@@ -41,45 +41,57 @@ def fixture_record() -> dict:
 
 
 def test_each_rung_adds_its_own_change_to_the_ones_below():
-    changed = [set(r.changes) for r in bl.RUNGS[1:]]
-    for i, fields in enumerate(changed):  # no field is changed by two rungs
-        assert not fields & set().union(*changed[:i], *changed[i + 1 :])
-    assert set().union(*changed) <= set(bl.RUNGS[0].changes)  # rung 0 sets them all
-    top = bl.rung_fields(5, "max-autotune")
+    for r in bl.RUNGS[1:]:  # each rung changes a field rung 0 sets, to a new value
+        below = bl.rung_fields(r.index - 1)
+        assert r.changes and set(r.changes) <= set(bl.RUNGS[0].changes), r.key
+        assert all(below[k] != v for k, v in r.changes.items()), r.key
+    at = {r.key: r.index for r in bl.RUNGS}
+    top = bl.rung_fields(bl.COMPILED[0], "max-autotune")  # --compile-mode
     assert top["compile"] == "max-autotune" and top["fp16_stream"] is True
-    assert bl.rung_fields(3)["sync_every"] == bl.SYNC_EVERY
-    assert (
-        bl.rung_fields(3)["fp16_stream"] is False and bl.rung_fields(2)["channels_last"]
-    )
+    assert bl.rung_fields(at["sync"])["sync_every"] == bl.SYNC_EVERY
+    assert bl.rung_fields(at["sync"])["fp16_stream"] is False
+    assert bl.rung_fields(at["layout"])["channels_last"]
     assert bl.rung_fields(0) == bl.RUNGS[0].changes
+    # the table's columns agree: a rung compiles when its fields compile, and the
+    # prediction stops at the first rung it cannot predict (a compiled one)
+    assert [r.index for r in bl.RUNGS] == list(range(len(bl.RUNGS)))
+    for r in bl.RUNGS:
+        assert r.compiles == bool(bl.rung_fields(r.index)["compile"]), r.key
+        assert r.predicted in ladder_predict.EFFECTS or r.predicted is None
+        assert r.predicted is not None or r.compiles, r.key
+    assert bl.EAGER + bl.COMPILED == bl.RUNG_INDICES  # the compiled rungs on top
 
 
 def test_every_rung_is_a_runner_config():
     """Each rung's fields are the runner's own (a TrainConfig, so a train command)."""
     from ampbook.train import TrainConfig, command_line
 
-    assert bl.missing_fields() == [], "the runner lacks fields the rungs set"
     spec = bl.LadderSpec.for_device("cpu")
     for rung in bl.RUNGS:
         cfg = bl.rung_config(spec, rung.index, "amp-fp16", "cpu")
         assert isinstance(cfg, TrainConfig)
         assert (cfg.precision, cfg.tf32) == ("amp-fp16", "on")
         for key, value in rung.changes.items():
-            assert getattr(cfg, key) == (
-                value if key != "compile" or not value else "default"
-            )
+            assert getattr(cfg, key) == value
         line = command_line(cfg)
         assert line.startswith("python -m ampbook.train")
         # the stream's flag by its name, not the older --fp16-stream (bf16 too)
-        assert ("--16-bit-stream" in line) == (rung.index >= 4)
+        assert ("--16-bit-stream" in line) == cfg.fp16_stream
         assert "--fp16-stream" not in line
 
 
 def test_rungs_and_precisions_parse_or_fail_with_the_rule():
-    assert bl.parse_rungs("0-5") == bl.RUNG_INDICES
-    assert bl.parse_rungs("4,0,2,2") == (0, 2, 4)
+    assert bl.parse_rungs(bl.rung_range()) == bl.RUNG_INDICES == bl.parse_rungs("all")
+    assert bl.parse_rungs("4,0,2,2") == (0, 2, 4) == bl.parse_rungs([4, 0, 2])
+    assert bl.parse_rungs("eager") == bl.EAGER and bl.parse_rungs("ends") == (
+        0,
+        bl.EAGER[-1],
+    )
+    assert bl.parse_rungs("post,sync") == tuple(
+        r.index for r in bl.RUNGS if r.key in ("post", "sync")
+    )
     assert bl.parse_modes("amp-fp16, fp32-tf32") == ("amp-fp16", "fp32-tf32")
-    for bad in ("6", "a", "", "0-9"):
+    for bad in (str(len(bl.RUNGS)), "a", "", "0-99", "fast"):
         with pytest.raises(bl.LadderError, match="rungs"):
             bl.parse_rungs(bad)
     with pytest.raises(bl.LadderError, match="choose from"):
@@ -116,7 +128,11 @@ def test_fixture_ladder_is_read_like_any_result():
     assert rs.ignored == [] and len(rs.ladders) == 1 and rs.gpu_ladders() == rs.ladders
     ladder = rs.ladders[0]
     assert ladder.device_name == "Fixture GPU (fictitious)" and ladder.is_cuda
-    assert [r.index for r in ladder.rungs] == list(bl.RUNG_INDICES)
+    # the record names its rungs (by index, key and title), the table's
+    assert [(r.index, r.key) for r in ladder.rungs] == [
+        (r.index, r.key) for r in bl.RUNGS[: len(ladder.rungs)]
+    ]
+    assert [r.compiles for r in ladder.rungs] == [False] * 5 + [True]
     assert ladder.modes() == list(MODES)
     c = ladder.cell(4, "amp-fp16")
     assert c.step_s == pytest.approx(0.036) and c.busy_share == pytest.approx(0.95)
@@ -292,9 +308,9 @@ def test_rung_verdicts_say_what_each_rung_did():
 
 
 def test_table_fits_80_columns_and_its_legend_names_every_column():
-    table = ladder_report.format_table(read_ladder(fixture_record(), "fixture"))
-    lines = table.splitlines()
-    assert len(lines) == 1 + len(bl.RUNGS) * len(MODES) + 2
+    ladder = read_ladder(fixture_record(), "fixture")
+    lines = ladder_report.format_table(ladder).splitlines()
+    assert len(lines) == 1 + len(ladder.rungs) * len(MODES) + 2
     assert all(len(line) <= 80 for line in lines), lines
     # under the table, two lines saying what each column is (a GPU's ladder)
     assert tuple(lines[-2:]) == ladder_report.COLUMNS_CUDA and "GPU ms" in lines[0]
@@ -441,7 +457,7 @@ def test_a_failing_rung_is_an_error_cell_and_the_ladder_goes_on(tmp_path):
 
 def test_command_line_errors_are_one_line():
     for args, message in (
-        (["--device", "cpu", "--rungs", "7"], "rungs are 0 to 5"),
+        (["--device", "cpu", "--rungs", "99"], f"rungs are {bl.rung_range()}"),
         (["--device", "cpu", "--precisions", "fp64"], "choose from"),
         (["--device", "cpu", "--epochs", "1"], "epochs must be at least 2"),
         (["--device", "cpu", "--precisions", "fp32-tf32"], "nothing left"),
@@ -473,7 +489,7 @@ def test_prediction_from_measured_layer_profiles():
     ladder = read_ladder(
         ladder_predict.predict_ladder(rs, ceilings=CEILINGS), "prediction"
     )
-    assert [r.index for r in ladder.rungs] == [0, 1, 2, 3, 4]
+    assert [r.index for r in ladder.rungs] == list(bl.EAGER)  # no compiled rung
     assert ladder.modes() == ["fp32-tf32", "amp-fp16"]
     profile = {lp.precision: lp for lp in rs.layer_profiles}["amp-fp16"]
     r0, r1 = ladder.cell(0, "amp-fp16"), ladder.cell(1, "amp-fp16")
@@ -648,7 +664,7 @@ def test_a_cpu_profile_counts_the_optimizers_operators_as_busy():
     def step(x, y):  # the optimizer alone: every operator sits under its annotation
         optimizer.step()
 
-    got = profile_steps(step, None, None, 3, torch.device("cpu"))
+    got = profile_steps(step, (None, None), 3, torch.device("cpu"))
     assert got["kernels_per_step"] > 0
     assert 0 < got["kernel_s"] <= got["profiled_step_s"]
     assert got["kernel_s"] > 0.3 * got["profiled_step_s"]

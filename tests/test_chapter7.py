@@ -18,7 +18,7 @@ from ampbook.results import MODE_LABELS, load_results_dir
 def smoke_rungs() -> list[int]:
     from booktools import run as runner
 
-    return runner.load_profiles()["smoke"]["07_making_amp_pay"]["rungs"]
+    return bl.parse_rungs(runner.load_profiles()["smoke"]["07_making_amp_pay"]["rungs"])
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_this_machines_ladder_and_the_recipe_run(chapter7):
         r"labels\): \[",
         chapter7,
     )
-    # the recipe's source, from ampbook.train.recipe, on the page
+    # the recipe's source, from ampbook.chapters.ch7.recipe, on the page
     assert "def optimised_training(model, images_u8, labels, dtype" in chapter7
 
 
@@ -149,13 +149,37 @@ def fixture_ladder():
 
 
 def test_the_page_shows_the_recipes_source():
-    """The recipe lives in ampbook.train.recipe (no notebook defines a function:
+    """The recipe lives in ampbook.chapters.ch7.recipe (no notebook defines a function:
     tests/test_notebooks.py); the page prints its source, then calls it."""
     from ampbook.core.paths import REPO_ROOT
 
     text = (REPO_ROOT / "notebooks" / "07_making_amp_pay.py").read_text()
     assert "inspect.getsource(recipe.optimised_training)" in text
     assert "recipe.optimised_training(" in text
+
+
+def test_the_profiler_cell_shows_and_calls_profile_steps_never_re_types_it():
+    """One source for the profiler: the page prints ladder_measure.profile_steps (and
+    the union it uses) and calls it; no code cell re-types a line of either, or
+    drives torch.profiler itself."""
+    import inspect
+
+    import nbformat
+
+    from ampbook.chapters.ch7 import ladder_measure
+    from ampbook.core.paths import REPO_ROOT
+
+    nb = nbformat.read(REPO_ROOT / "notebooks" / "07_making_amp_pay.ipynb", 4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for name in ("profile_steps", "union_us"):
+        assert f"inspect.getsource(ladder_measure.{name})" in code
+        body = inspect.getsource(getattr(ladder_measure, name)).splitlines()[1:]
+        typed = [x.strip() for x in body if len(x.strip()) > 24]
+        retyped = [x for x in typed if not x.startswith(('"', "#")) and x in code]
+        assert not retyped, retyped
+    assert "ladder_measure.profile_steps(step, " in code
+    for driving in ("from torch.profiler", "ProfilerActivity", ".events()"):
+        assert driving not in code, driving
 
 
 def test_cell_values_say_how_each_number_was_obtained():
@@ -210,8 +234,8 @@ def test_the_recipe_lowers_the_loss_on_a_fixed_batch():
     (a tensor each, read by the caller)."""
     import torch
 
+    from ampbook.chapters.ch7.recipe import optimised_training
     from ampbook.segmentation.model import ERFNet
-    from ampbook.train.recipe import optimised_training
 
     torch.manual_seed(0)
     images = torch.randint(0, 256, (2, 3, 16, 32), dtype=torch.uint8)

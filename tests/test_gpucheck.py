@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ampbook.chapters.ch7.ladder_run import PARTIAL_END
+from ampbook.chapters.ch7.rungs import RUNG_SETS
 from ampbook.core.paths import REPO_ROOT
 from ampbook.core.words import slug
 from ampbook.results import load_results_dir
@@ -93,11 +94,15 @@ def test_the_lease_puts_the_ladder_first_and_the_committed_profiles_last():
     assert BY_NAME["data"].share_s == 25
     # every share says what it was sized from: an H200 figure or a CPU proxy
     assert all(st.h200 != "-" or st.cpu != "-" for st in STAGES if st.name != "nb07")
-    # the cells of the two comparisons first: TF32 and amp-fp16, rung by rung
+    # the cells of the two comparisons first: TF32 and amp-fp16, rung by rung, the
+    # rungs read from chapter 7's table
     cells = STAGE_SIZES["gpu"]["cells"]
-    assert cells["ladder"] == (("fp32-tf32", "amp-fp16"), (0, 1, 2, 3, 4))
-    assert cells["compile"] == (("amp-fp16", "fp32-tf32"), (5,))
-    assert cells["ladder-extra"] == (("amp-bf16", "fp32"), (0, 4))
+    assert cells["ladder"] == (("fp32-tf32", "amp-fp16"), RUNG_SETS["eager"])
+    assert cells["compile"] == (("amp-fp16", "fp32-tf32"), RUNG_SETS["compiled"])
+    assert cells["ladder-extra"] == (("amp-bf16", "fp32"), RUNG_SETS["ends"])
+    for mode in ("amp-bf16", "fp32"):  # the extra modes' eager rungs, every one
+        got = [r for _, (ms, rungs) in cells.items() if mode in ms for r in rungs]
+        assert sorted(got) == list(RUNG_SETS["eager"])
     # the stages through the tests fit the default budget, and it the tool's 600 s
     upto = sum(st.share_s for st in STAGES[: order.index("tests") + 1])
     assert upto <= DEFAULT_BUDGET_S - RESERVE_S and DEFAULT_BUDGET_S + 40 <= 600

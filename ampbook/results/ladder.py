@@ -22,15 +22,16 @@ CELL_STATUSES = ("ok", "error")
 
 @dataclass(frozen=True)
 class LadderRung:
-    """One rung: what it adds to the rung before (``TrainConfig`` fields), and why
-    (``ampbook.chapters.ch7.rungs.RUNGS`` defines the rungs, a ladder record holds
-    them)."""
+    """One rung: what it adds to the rung before (``TrainConfig`` fields), why, and
+    whether its step is compiled (``ampbook.chapters.ch7.rungs.RUNGS`` defines the
+    rungs, a ladder record holds them)."""
 
     index: int
     key: str
     title: str
     changes: dict = field(compare=False, hash=False)
     why: str = ""
+    compiles: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,88 +118,101 @@ class Ladder:
         return next(r for r in self.rungs if r.index == index)
 
 
-def read_ladder(record: dict, path: str) -> Ladder:
-    """A ``Ladder`` from a ladder record; ``ResultsError`` names what is wrong."""
-    try:
-        env, settings = record["environment"], record["settings"]
-        if record["status"] not in LADDER_STATUSES:
-            raise ResultsError(
-                f"{path}: status must be one of {', '.join(LADDER_STATUSES)}, got "
-                f"{record['status']!r}"
-            )
-        if settings["time_source"] not in ("cuda", "cpu"):
-            raise ResultsError(
-                f"{path}: time_source must be 'cuda' or 'cpu', got "
-                f"{settings['time_source']!r}"
-            )
-        rungs = tuple(
+def _check_status(record: dict, path: str) -> None:
+    if record["status"] not in LADDER_STATUSES:
+        raise ResultsError(
+            f"{path}: status must be one of {', '.join(LADDER_STATUSES)}, got "
+            f"{record['status']!r}"
+        )
+    source = record["settings"]["time_source"]
+    if source not in ("cuda", "cpu"):
+        raise ResultsError(
+            f"{path}: time_source must be 'cuda' or 'cpu', got {source!r}"
+        )
+
+
+def _read_rungs(record: dict, path: str) -> tuple[LadderRung, ...]:
+    """The record's rungs; a record without ``compiles`` (written before it was kept)
+    has it from the changes: a rung compiles from the first that sets ``compile``."""
+    rungs, compiles = [], False
+    for r in record["rungs"]:  # in index order, as the ladder writes them
+        compiles = compiles or bool(dict(r["changes"]).get("compile"))
+        rungs.append(
             LadderRung(
                 _count(r["index"], "rungs[].index", path, least=0, most=1000),
                 str(r["key"]),
                 str(r["title"]),
                 dict(r["changes"]),
                 str(r.get("why") or ""),
+                bool(r.get("compiles", compiles)),
             )
-            for r in record["rungs"]
         )
-        if not rungs:
-            raise ResultsError(f"{path}: no rungs")
-        indices = [r.index for r in rungs]
-        if len(set(indices)) != len(indices):
-            raise ResultsError(f"{path}: rung indices repeat: {indices}")
-        cells, seen = [], set()
-        for c in record["cells"]:
-            where = f"{path}: cell rung {c.get('rung')!r} {c.get('mode')!r}"
-            if c["rung"] not in indices:
-                raise ResultsError(f"{where}: no such rung (rungs {indices})")
-            if c["mode"] not in MODES:
-                raise ResultsError(f"{where}: mode must be one of {', '.join(MODES)}")
-            if c["status"] not in CELL_STATUSES:
-                raise ResultsError(
-                    f"{where}: status must be one of {', '.join(CELL_STATUSES)}"
-                )
-            if (c["rung"], c["mode"]) in seen:
-                raise ResultsError(f"{where}: measured twice")
-            seen.add((c["rung"], c["mode"]))
-            ok = c["status"] == "ok"
-            if ok and not (
-                isinstance(c.get("step_s"), (int, float)) and c["step_s"] > 0
-            ):
-                raise ResultsError(f"{where}: step_s must be a positive number")
-            if ok:
-                _share(c.get("data_wait_share"), "data_wait_share", where)
-                # (kernel_s may exceed it: a CPU's operator times overlap)
-                for part in ("idle_s",):
-                    if (
-                        isinstance(c.get(part), (int, float))
-                        and c[part] > c["step_s"] * PART_SLACK
-                    ):
-                        raise ResultsError(
-                            f"{where}: {part} {c[part]!r} exceeds the step_s "
-                            f"{c['step_s']!r} it is part of"
-                        )
-            cells.append(
-                LadderCell(
-                    rung=int(c["rung"]),
-                    mode=str(c["mode"]),
-                    status=c["status"],
-                    error=c.get("error"),
-                    step_s=_optional(c.get("step_s"), "step_s", where),
-                    kernel_s=_optional(c.get("kernel_s"), "kernel_s", where),
-                    idle_s=_optional(c.get("idle_s"), "idle_s", where),
-                    memory_bytes=_optional(
-                        c.get("memory_bytes"), "memory_bytes", where
-                    ),
-                    images_per_s=_optional(
-                        c.get("images_per_s"), "images_per_s", where
-                    ),
-                    data_wait_share=_optional(
-                        c.get("data_wait_share"), "data_wait_share", where
-                    ),
-                    bound_s=_optional(c.get("bound_s"), "bound_s", where),
-                    record=c,
-                )
-            )
+    if not rungs:
+        raise ResultsError(f"{path}: no rungs")
+    indices = [r.index for r in rungs]
+    if len(set(indices)) != len(indices):
+        raise ResultsError(f"{path}: rung indices repeat: {indices}")
+    return tuple(rungs)
+
+
+def _check_cell(c: dict, where: str, indices: list[int]) -> None:
+    if c["rung"] not in indices:
+        raise ResultsError(f"{where}: no such rung (rungs {indices})")
+    if c["mode"] not in MODES:
+        raise ResultsError(f"{where}: mode must be one of {', '.join(MODES)}")
+    if c["status"] not in CELL_STATUSES:
+        raise ResultsError(f"{where}: status must be one of {', '.join(CELL_STATUSES)}")
+    if c["status"] != "ok":
+        return
+    if not (isinstance(c.get("step_s"), (int, float)) and c["step_s"] > 0):
+        raise ResultsError(f"{where}: step_s must be a positive number")
+    _share(c.get("data_wait_share"), "data_wait_share", where)
+    # (kernel_s may exceed it: a CPU's operator times overlap)
+    idle = c.get("idle_s")
+    if isinstance(idle, (int, float)) and idle > c["step_s"] * PART_SLACK:
+        raise ResultsError(
+            f"{where}: idle_s {idle!r} exceeds the step_s {c['step_s']!r} it is part of"
+        )
+
+
+def _read_cell(c: dict, where: str) -> LadderCell:
+    numbers = (
+        "step_s",
+        "kernel_s",
+        "idle_s",
+        "memory_bytes",
+        "images_per_s",
+        "data_wait_share",
+        "bound_s",
+    )
+    return LadderCell(
+        rung=int(c["rung"]),
+        mode=str(c["mode"]),
+        status=c["status"],
+        error=c.get("error"),
+        **{k: _optional(c.get(k), k, where) for k in numbers},
+        record=c,
+    )
+
+
+def _read_cells(record: dict, path: str, indices: list[int]) -> tuple:
+    cells, seen = [], set()
+    for c in record["cells"]:
+        where = f"{path}: cell rung {c.get('rung')!r} {c.get('mode')!r}"
+        _check_cell(c, where, indices)
+        if (c["rung"], c["mode"]) in seen:
+            raise ResultsError(f"{where}: measured twice")
+        seen.add((c["rung"], c["mode"]))
+        cells.append(_read_cell(c, where))
+    return tuple(cells)
+
+
+def read_ladder(record: dict, path: str) -> Ladder:
+    """A ``Ladder`` from a ladder record; ``ResultsError`` names what is wrong."""
+    try:
+        env, settings = record["environment"], record["settings"]
+        _check_status(record, path)
+        rungs = _read_rungs(record, path)
         return Ladder(
             path=path,
             device_name=str(env["device_name"]),
@@ -212,7 +226,7 @@ def read_ladder(record: dict, path: str) -> Ladder:
             time_source=settings["time_source"],
             memory_measure=str(settings["memory_measure"]),
             rungs=rungs,
-            cells=tuple(cells),
+            cells=_read_cells(record, path, [r.index for r in rungs]),
             record=record,
         )
     except (KeyError, TypeError, AttributeError, ValueError) as err:

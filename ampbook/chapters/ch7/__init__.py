@@ -3,9 +3,8 @@ GPU ladder to show (``gpu_ladder``: the committed one, else the prediction) and 
 its numbers come from (``source_line``), its bars (``draw_ladder``), each rung's verdict
 against the rung below it (``rung_verdict``, ``step_change``), and the page's readings
 of single cells (``cell_values``, ``speedup``, ``top_rows``, ``here_speedup``). The
-ladder itself, its table and its targets are ``ampbook.chapters.ch7.rungs`` and the
-modules
-beside it; the recipe the chapter shows is ``ampbook.train.recipe``."""
+ladder itself is ``rungs`` and the ``ladder_*`` modules beside it; the recipe the
+chapter shows is ``recipe``."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from pathlib import Path
 
 from ampbook.chapters.ch7.ladder_predict import predict_ladder
 from ampbook.chapters.ch7.ladder_report import cell_value, rung_label
-from ampbook.chapters.ch7.rungs import RUNGS
+from ampbook.chapters.ch7.rungs import rung_of, rung_title
 from ampbook.core.page import GIB
 from ampbook.results import MODE_LABELS, Ladder, LadderCell, read_ladder
 
@@ -41,17 +40,9 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
         x = xs - 0.4 + width * (j + 0.5)
         style = bar_style(j)
         ax.bar(x, kern, width, label=f"{MODE_LABELS[mode]}", **style)
-        ax.bar(
-            x,
-            idle,
-            width,
-            bottom=kern,
-            color="white",
-            edgecolor=style["color"] if j else "black",
-            hatch="////",
-            linewidth=0.5,
-            label="idle" if j == len(modes) - 1 else None,
-        )
+        ax.bar(x, idle, width, bottom=kern, color="white", hatch="////",
+               edgecolor=style["color"] if j else "black", linewidth=0.5,
+               label="idle" if j == len(modes) - 1 else None)  # fmt: skip
     ax.set_xticks(xs, [f"{r.index}: {rung_label(r)}" for r in rungs])
     ax.set_ylabel("ms per step")
     if title:
@@ -110,17 +101,18 @@ def prediction_assumptions(ladder: Ladder) -> str:
     )
     stream = (
         f"every AMP kernel scaled by the bound ratio {ratio:.3f}{of}, applied to "
-        "every kernel by assumption, and the saved bytes it removes (rung 4)"
+        f"every kernel by assumption, and the saved bytes it removes (rung "
+        f"{rung_of('stream_bound')})"
         if ratio
-        else "no rung 4 (no bound for this GPU)"
+        else f"no rung {rung_of('stream_bound')} (no bound for this GPU)"
     )
     return (
-        f"by assumption, no data wait (rung 1), batch norm "
+        f"by assumption, no data wait (rung {rung_of('no_data_wait')}), batch norm "
         f"{p['nhwc_batch_norm_speedup']:g} times faster in NHWC (assumed: the "
         f"factor one user measured for cuDNN's graph-API batch norm on an H100, "
         f"cudnn-frontend#134, carried to PyTorch's BatchNorm2d), and every other "
-        f"kernel unchanged (rung 2), no idle time (assumed, rung 3), and "
-        f"{stream}; no rung 5"
+        f"kernel unchanged (rung {rung_of('nhwc_batch_norm')}), no idle time (assumed, "
+        f"rung {rung_of('no_idle')}), and {stream}; no rung {rung_of(None)}"
     )
 
 
@@ -136,7 +128,7 @@ def targets_caveat(ladder: Ladder, predicted: bool, runner_caveat: str = "") -> 
         )
     if runner_caveat:
         parts.append(
-            "The idle time rung 3 removes is rung 0's, measured. "
+            f"The idle time rung {rung_of('no_idle')} removes is rung 0's, measured. "
             + runner_caveat.strip()
         )
     return " ".join(parts)
@@ -207,7 +199,7 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
             else "not measured"
         )
         return (
-            f"This ladder has no rung {index} ({RUNGS[index].title}): {why}; "
+            f"This ladder has no rung {index} ({rung_title(index)}): {why}; "
             "python -m ampbook.bench ladder measures it."
         )
     rung = ladder.rung(index)
@@ -241,10 +233,6 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
         return f"Rung {index} ({rung.title}) was not measured beside a rung below it."
     return f"Rung {index} ({rung.title}): " + "; ".join(parts) + "."
 
-
-# --------------------------------------------------------------------------------------
-# the page's readings of single cells
-# --------------------------------------------------------------------------------------
 
 # The names the page glues a cell's numbers under, and the cell's field of each.
 FIELDS = {
@@ -329,13 +317,16 @@ def here_speedup(ladder: Ladder, index: int):
     )
 
 
+RUNG0_COLUMNS = ("precision", "rung 0 measured by", "step (ms)", "kernels (ms)",
+                 "idle (ms)", "speedup (x)")  # fmt: skip
+
+
 def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
     """Rung 0 twice, side by side, once a ladder re-measured it with today's runner:
-    the layer profiles of 2026-11-30 (recorded by a runner that synchronised the host
-    four times per AMP step and twice per fp32 step, ``hostmodel.RUNNER_2026_11_30``)
+    the layer profiles of 2026-11-30 (``hostmodel.RUNNER_2026_11_30``'s host syncs)
     beside the committed ladder's rung 0 (measured on or after
-    ``hostmodel.RUNNER_CHANGED``), per precision: step, kernel and idle time, and
-    AMP's step speedup. One sentence while no such ladder is committed."""
+    ``hostmodel.RUNNER_CHANGED``), per precision; one sentence while no such ladder is
+    committed."""
     from ampbook.core.page import md_table_text
     from ampbook.predict.hostmodel import (
         RUNNER_2026_11_30,
@@ -379,16 +370,5 @@ def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
         "Rung 0 measured twice (both measured): by the runner of 2026-11-30, whose "
         "own get_scale() reads and gradient-norm check added host syncs, and by "
         "today's runner in the committed ladder.\n\n"
-        + md_table_text(
-            rows,
-            [
-                "precision",
-                "rung 0 measured by",
-                "step (ms)",
-                "kernels (ms)",
-                "idle (ms)",
-                "speedup (x)",
-            ],
-            [None, None, ".1f", ".1f", ".1f", ".2f"],
-        )  # fmt: skip
+        + md_table_text(rows, RUNG0_COLUMNS, [None, None, ".1f", ".1f", ".1f", ".2f"])
     )

@@ -1,7 +1,12 @@
-"""Measuring one rung of the ladder in one mode (``measure_rung``): the timed steps,
-the kernel/idle split under ``torch.profiler``, the memory, the epochs through the
-runner and the roofline bound (``ampbook.chapters.ch7.rungs``'s docstring says what each
-is)."""
+"""Measuring one rung of the ladder in one mode (``measure_rung``), with the runner's
+own step: the **step time** (median of ``steps`` steps on one batch on the device,
+start to start: CUDA events on a GPU, so every gap the GPU waited for the host counts);
+**kernel and idle time** from ``profile_steps`` more steps under ``torch.profiler`` (a
+GPU's busy time, or on a CPU the time inside operators; idle is the median step less
+it); **peak memory** (a GPU's allocator peaks over the timed steps; on a CPU the bytes
+saved for backward); **an epoch** through ``run_training`` (images/s, data wait: the
+median of the epochs after the first); the cost model's **roofline bound** (eager
+operators' bytes: at a compiled rung a yardstick)."""
 
 from __future__ import annotations
 
@@ -18,10 +23,6 @@ from typing import Callable
 from ampbook.chapters.ch7.ladder_record import write_record
 from ampbook.chapters.ch7.rungs import LadderSpec, rung_config
 from ampbook.core.terminal import quiet_stderr_fd
-
-# --------------------------------------------------------------------------------------
-# measuring one rung in one mode
-# --------------------------------------------------------------------------------------
 
 
 def _batch(spec: LadderSpec, device, seed: int = 1):
@@ -44,9 +45,10 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_steps(step: Callable, x, y, n: int, device) -> list[float]:
-    """Seconds per step of ``n`` steps in a row: the period from one step's start to
-    the next (CUDA events on a GPU, recorded without synchronising in between)."""
+def timed_steps(step: Callable, args: tuple, n: int, device) -> list[float]:
+    """Seconds per step of ``n`` calls ``step(*args)`` in a row: the period from one
+    step's start to the next (CUDA events on a GPU, recorded without synchronising in
+    between)."""
     import torch
 
     _sync(device)
@@ -54,24 +56,26 @@ def timed_steps(step: Callable, x, y, n: int, device) -> list[float]:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
         for i in range(n):
             events[i].record()
-            step(x, y)
+            step(*args)
         events[n].record()
         torch.cuda.synchronize(device)
         return [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(n)]
     marks = [time.perf_counter()]
     for _ in range(n):
-        step(x, y)
+        step(*args)
         marks.append(time.perf_counter())
     return [b - a for a, b in zip(marks, marks[1:])]
 
 
-def _union_us(intervals: list[tuple[float, float]]) -> float:
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``intervals``: time covered twice counts once.
+
+    Shown on the page in chapter 7 (07_making_amp_pay)."""
     total, end = 0.0, -math.inf
     for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
+        if b > end:
+            total += b - max(a, end)
+            end = b
     return total
 
 
@@ -87,41 +91,31 @@ def _top_level(e) -> bool:
     return p is None
 
 
-def profile_steps(step: Callable, x, y, n: int, device) -> dict:
-    """``n`` steps under ``torch.profiler``: per step, the device's busy time and its
-    count of kernels (GPU), or the time inside operators and the count of top-level
-    ones, the optimizer's included (CPU), and the wall time of the profiled steps.
-    Chapter 7 shows the idea on the page (wall, busy and idle time of a few profiled
-    steps); this adds what the benchmark needs: the kernel counts, and kineto's lines
-    kept off stderr."""
+def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
+    """``n`` calls ``step(*args)`` under ``torch.profiler``, per step: the device's
+    busy time (``kernel_s``: the union of a GPU's kernels, copies and fills; on a CPU,
+    of the operators, the optimizer's under its annotation included), the count of
+    kernels (GPU) or top-level operators (CPU), and the profiled wall time.
+
+    Shown on the page in chapter 7 (07_making_amp_pay)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     _sync(device)
+    # quiet_stderr_fd keeps kineto's start and stop lines off the page
     with quiet_stderr_fd(), profile(activities=activities) as prof:
         start = time.perf_counter()
         for _ in range(n):
-            step(x, y)
-        _sync(device)
+            step(*args)
+        _sync(device)  # the wall time ends when the device is done
         wall = time.perf_counter() - start
-    events = prof.events()
-    if cuda:
-        gpu = [
-            e for e in events if e.device_type == DeviceType.CUDA and not _annotation(e)
-        ]
-        busy_us = _union_us([(e.time_range.start, e.time_range.end) for e in gpu])
-        count = len(gpu)
-    else:
-        # every operator, nested ones included (the union counts a nesting once);
-        # the user annotations around them (Optimizer.step#Adam.step) are not
-        # operators, and an operator under one is still top-level
-        ops = [
-            e for e in events if e.device_type == DeviceType.CPU and not _annotation(e)
-        ]
-        busy_us = _union_us([(e.time_range.start, e.time_range.end) for e in ops])
-        count = sum(1 for e in ops if _top_level(e))
+    kind = DeviceType.CUDA if cuda else DeviceType.CPU
+    # record_function annotations (Optimizer.step's) are not operators
+    spans = [e for e in prof.events() if e.device_type == kind and not _annotation(e)]
+    busy_us = union_us([(e.time_range.start, e.time_range.end) for e in spans])
+    count = len(spans) if cuda else sum(1 for e in spans if _top_level(e))
     return {
         "kernel_s": busy_us / n / 1e6,
         "kernels_per_step": count / n,
@@ -145,15 +139,8 @@ def _source_key(*parts) -> str:
     from ampbook.segmentation import model
 
     sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
-    return hashlib.sha1(
-        json.dumps(
-            [
-                *parts,
-                torch.__version__,
-                *(inspect.getsource(m) for m in sources),
-            ]
-        ).encode()
-    ).hexdigest()[:20]
+    text = json.dumps([*parts, torch.__version__, *map(inspect.getsource, sources)])
+    return hashlib.sha1(text.encode()).hexdigest()[:20]
 
 
 def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
@@ -228,8 +215,8 @@ def measure_rung(
     """One cell of the ladder: rung ``index`` in ``mode`` (module docstring).
     ``partial`` is given the cell as soon as its step, kernel/idle split and (on a GPU)
     memory are measured, marked ``"epoch": "pending"``, before the epochs through the
-    runner (which cost more than the rest, and at rung 5 compile again); the cell
-    returned says ``"epoch": "measured"``."""
+    runner (which cost more, and compile again at a compiled rung); the cell returned
+    says ``"epoch": "measured"``."""
     import torch
 
     from ampbook.core.devices import pick_device
@@ -271,14 +258,14 @@ def measure_rung(
         else:
             reset_peak_rss()
             rss0 = current_rss_bytes() or peak_rss_bytes()
-        times = timed_steps(step, x, y, spec.steps, dev)
+        times = timed_steps(step, (x, y), spec.steps, dev)
         if cuda:
             cell["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(dev)
             cell["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(dev)
             cell["memory_bytes"] = cell["peak_allocated_bytes"]
         else:
             cell["peak_rss_growth_bytes"] = max(peak_rss_bytes() - rss0, 0)
-        prof = profile_steps(step, x, y, spec.profile_steps, dev)
+        prof = profile_steps(step, (x, y), spec.profile_steps, dev)
     cell["step_s"] = statistics.median(times)
     cell["step_times_s"] = times
     cell.update(prof)
@@ -286,28 +273,29 @@ def measure_rung(
     del training, step, x, y
     if partial is not None:
         partial({**cell, "epoch": "pending"})
-    if getattr(cfg, "compile", None):
-        torch._dynamo.reset()
-    gc.collect()
-    if cuda:
-        torch.cuda.empty_cache()
+    _release(bool(cfg.compile))
     cell.update(_epoch_phase(cfg))
     if not cuda:  # the book's memory figure on a CPU: the bytes saved for backward
         cell["memory_bytes"] = cell["saved_tensor_bytes"]
     ceil = Ceilings.for_device(dev, cfg.tf32 == "on")
-    cell["bound_s"] = bound_s(
-        spec, cfg.precision, bool(getattr(cfg, "fp16_stream", False)), ceil
-    )
+    cell["bound_s"] = bound_s(spec, cfg.precision, cfg.fp16_stream, ceil)
     cell["ceilings"] = ceil.name
     cell["bound_share"] = cell["bound_s"] / cell["step_s"]
     cell["load_average"] = machine_load()["load1"]
     cell["epoch"] = "measured"
-    if getattr(cfg, "compile", None):
+    _release(bool(cfg.compile))
+    return cell
+
+
+def _release(compiled: bool) -> None:
+    """Free what a cell left: compiled graphs, garbage, the allocator's cache."""
+    import torch
+
+    if compiled:
         torch._dynamo.reset()
     gc.collect()
-    if cuda:
+    if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return cell
 
 
 def measure_safely(
@@ -333,15 +321,8 @@ def measure_safely(
     except Exception as err:  # a rung that fails is reported; the ladder goes on
         text = str(err).strip().splitlines()
         msg = f"{type(err).__name__}: {text[0] if text else ''}"[:400]
-        gc.collect()
-        try:
-            import torch
-
-            torch._dynamo.reset()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001 (cleaning up after a failure)
-            pass
+        with contextlib.suppress(Exception):  # cleaning up after a failure
+            _release(True)
         if early:  # the step was measured; the epochs failed
             return {**early, "epoch": "error", "epoch_error": msg}
         return {"rung": index, "mode": mode, "status": "error", "error": msg}

@@ -5,20 +5,17 @@ no measured GPU ladder is committed (``predict_ladder``), and the assumptions it
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 
 from ampbook.chapters.ch7.ladder_measure import _source_key
 from ampbook.chapters.ch7.ladder_record import new_record, write_record
-from ampbook.chapters.ch7.rungs import EAGER_TOP, LadderSpec
+from ampbook.chapters.ch7.rungs import RUNGS, LadderSpec
 from ampbook.core.modes import MODES
 
 # The modes a predicted ladder holds: amp-fp16 against fp32 with TF32.
 AMP, BASE = "amp-fp16", "fp32-tf32"
 
-
-# --------------------------------------------------------------------------------------
-# a prediction from measured layer profiles (where no GPU ladder is committed)
-# --------------------------------------------------------------------------------------
 
 # NHWC batch norm against NCHW: about twice as fast (NVIDIA/cudnn-frontend#134, on an
 # H100); the prediction halves batch norm's measured time at rung 2.
@@ -73,140 +70,192 @@ ASSUMPTIONS = {
 }
 
 
+def _no_change(s: dict, mode: str, ctx: dict) -> bool:
+    return True
+
+
+def _nhwc_batch_norm(s: dict, mode: str, ctx: dict) -> bool:
+    s["kernel"] -= ctx["bn"][mode] * (1 - 1 / NHWC_BATCH_NORM_SPEEDUP)
+    return True
+
+
+def _no_idle(s: dict, mode: str, ctx: dict) -> bool:
+    s["idle"] = 0.0
+    s["assumed"].add("idle_s")
+    return True
+
+
+def _stream_bound(s: dict, mode: str, ctx: dict) -> bool:
+    """amp-fp16's kernels scaled by the bound ratio with and without the stream, its
+    memory less the saved bytes the stream removes; no AMP cell without the bounds."""
+    bounds, saved = ctx["bounds"], ctx["saved"]
+    if mode != AMP:
+        return True
+    if "stream" not in bounds:
+        return False
+    s["kernel"] *= bounds["stream"] / bounds["ref"]
+    s["bound"] = bounds["stream"]
+    if s["memory"] is not None:
+        s["memory"] -= saved["ref"] - saved["stream"]
+    return True
+
+
+# How the prediction treats a rung (``rungs.Rung.predicted``): each changes the state
+# carried up from the rung below (kernel, idle, memory, bound) for one mode, and says
+# whether that mode has a cell there. Rung 0 ("measured") is the profile as measured;
+# above it the data wait is assumed gone and images/s is the batch over the step.
+EFFECTS = {
+    "measured": _no_change,
+    "no_data_wait": _no_change,
+    "nhwc_batch_norm": _nhwc_batch_norm,
+    "no_idle": _no_idle,
+    "stream_bound": _stream_bound,
+    "unchanged": _no_change,
+}
+
+
+def _profiles(results, device_name: str | None) -> dict:
+    """The committed NCHW GPU layer profiles by mode (BASE and AMP), or {} where the
+    two are missing or at different settings."""
+    by_mode: dict = {}
+    for lp in results.layer_profiles:
+        if not lp.device.startswith("cuda") or lp.record.get("channels_last"):
+            continue
+        if device_name is not None and lp.device_name != device_name:
+            continue
+        tf32 = lp.precision == "fp32" and lp.record.get("tf32")
+        mode = BASE if tf32 else lp.precision
+        if mode in (BASE, AMP):
+            by_mode.setdefault(mode, lp)
+    settings = {(lp.batch_size, lp.height, lp.width) for lp in by_mode.values()}
+    return by_mode if set(by_mode) == {BASE, AMP} and len(settings) == 1 else {}
+
+
+def _runs(results, lp) -> dict:
+    """The GPU training runs of ``lp``'s device and setting, by mode."""
+    runs: dict = {}
+    for run in results.gpu_runs():
+        at = (run.setting.batch_size, run.setting.height, run.setting.width)
+        same = run.device_name == lp.device_name
+        if (
+            same
+            and at == (lp.batch_size, lp.height, lp.width)
+            and run.mode in (BASE, AMP)
+        ):
+            runs.setdefault(run.mode, run)
+    return runs
+
+
+def _bounds(by_mode: dict, ceilings) -> tuple[dict, dict]:
+    """The profiles' own bounds (the device table's ceilings, TF32 on) and, where the
+    model has the 16-bit stream, the cost model's bound and saved bytes with it
+    ("stream") and without ("ref")."""
+    from ampbook.core.devices import find_device
+    from ampbook.predict.roofline import Ceilings
+    from ampbook.segmentation.model import ERFNet
+
+    lp = by_mode[AMP]
+    bounds = {mode: p.predicted_step_s for mode, p in by_mode.items()}
+    saved: dict = {}
+    entry = find_device(lp.device_name)
+    ceil = ceilings or (Ceilings.from_device(entry) if entry is not None else None)
+    if ceil is not None and "fp16_stream" in inspect.signature(ERFNet).parameters:
+        b, h, w = lp.batch_size, lp.height, lp.width
+        bounds["stream"], bounds["ref"], saved["stream"], saved["ref"] = _stream_effect(
+            ceil, b, h, w
+        )
+    return bounds, saved
+
+
+def _cell(rung, mode: str, s: dict, run, batch: int) -> dict:
+    measured = rung.predicted == "measured"
+    step = s["kernel"] + s["idle"]
+    if measured:
+        kinds = dict.fromkeys(PROVENANCE_FIELDS, "measured")
+    else:
+        kinds = dict.fromkeys(PROVENANCE_FIELDS, "predicted")
+        kinds.update(dict.fromkeys(s["assumed"] | {"data_wait_share"}, "assumed"))
+    bound = s["bound"]
+    return {
+        "rung": rung.index,
+        "mode": mode,
+        "status": "ok",
+        "error": None,
+        "step_s": step,
+        "kernel_s": s["kernel"],
+        "idle_s": s["idle"],
+        "memory_bytes": s["memory"],
+        "images_per_s": run.images_per_s if measured and run else batch / step,
+        "data_wait_share": run.data_wait_share if measured and run else 0.0,
+        "bound_s": bound,
+        "bound_share": bound / step if bound else None,
+        "measured": measured,
+        "provenance": kinds,
+    }
+
+
 def predict_ladder(
     results, device_name: str | None = None, ceilings=None
 ) -> dict | None:
     """A ladder record *predicted* from a GPU's committed layer profiles (fp32 with TF32
     and amp-fp16, one setting) and its training runs at that setting, or None where
-    there are none. Modes fp32-tf32 and amp-fp16, rungs 0 to 4; nothing for rung 5
-    (what compilation fuses is not in an eager profile). The record says
-    ``"predicted": true`` and lists its assumptions in ``"prediction"``:
-
-    * rung 0 is measured: the profile's step (``step_s``) and kernel time (its modules
-      and the unattributed rest), the training run's images/s, data wait and peak
-      allocated memory;
-    * rung 1: the data wait gone, images/s = batch / step;
-    * rung 2: batch norm's kernel time divided by ``NHWC_BATCH_NORM_SPEEDUP``;
-    * rung 3: no idle time (the host runs ahead of the GPU), the step = its kernels;
-    * rung 4 (amp-fp16 only changes): kernels scaled by the cost model's bound with the
-      16-bit stream over the bound without, peak memory less the bytes saved for
-      backward the stream removes (both traced on fake tensors). The bounds use the
-      device table's ceilings (``ceilings`` for a GPU not in it; without them there is
-      no rung 4).
-    """
-    from ampbook.core.devices import find_device
-    from ampbook.predict.roofline import Ceilings
-    from ampbook.segmentation.model import ERFNet
-
-    profiles = [
-        lp
-        for lp in results.layer_profiles
-        if lp.device.startswith("cuda")
-        and (device_name is None or lp.device_name == device_name)
-        and not lp.record.get("channels_last")
-    ]
-    by_mode = {}
-    for lp in profiles:
-        tf32 = lp.precision == "fp32" and lp.record.get("tf32")
-        mode = BASE if tf32 else lp.precision
-        if mode in (BASE, AMP):
-            by_mode.setdefault(mode, lp)
-    if set(by_mode) != {BASE, AMP}:
+    there are none: modes fp32-tf32 and amp-fp16, the rungs of ``RUNGS`` up to the
+    first one it cannot predict (``Rung.predicted`` None: what compilation fuses is
+    not in an eager profile), each through its ``EFFECTS``. Rung 0 is the profile's
+    step and kernel time, the runs' images/s, data wait and peak memory, as measured;
+    batch norm is ``NHWC_BATCH_NORM_SPEEDUP`` times faster in NHWC; the 16-bit
+    stream's bounds use the device table's ceilings (``ceilings`` for a GPU not in
+    it). The record says ``"predicted": true`` and lists its inputs in
+    ``"prediction"``."""
+    by_mode = _profiles(results, device_name)
+    if not by_mode:
         return None
     lp_amp = by_mode[AMP]
-    setting = (lp_amp.batch_size, lp_amp.height, lp_amp.width)
-    if (by_mode[BASE].batch_size, by_mode[BASE].height, by_mode[BASE].width) != setting:
-        return None
-    b, h, w = setting
-    entry = find_device(lp_amp.device_name)
-    runs = {}
-    for run in results.gpu_runs():
-        at = (run.setting.batch_size, run.setting.height, run.setting.width)
-        same = run.device_name == lp_amp.device_name and at == setting
-        if same and run.mode in (BASE, AMP):
-            runs.setdefault(run.mode, run)
-    stream = "fp16_stream" in inspect.signature(ERFNet).parameters
-    # The profiles' own bounds (the device table's ceilings, TF32 on); with the stream,
-    # the cost model's bound and saved bytes of the 16-bit stream against the reference.
-    bounds = {mode: lp.predicted_step_s for mode, lp in by_mode.items()}
-    saved = {}
-    ceil = ceilings or (Ceilings.from_device(entry) if entry is not None else None)
-    if ceil is not None and stream:
-        bounds["stream"], bounds["ref"], saved["stream"], saved["ref"] = _stream_effect(
-            ceil, b, h, w
-        )
+    b, h, w = lp_amp.batch_size, lp_amp.height, lp_amp.width
+    runs = _runs(results, lp_amp)
+    bounds, saved = _bounds(by_mode, ceilings)
+    rungs = list(itertools.takewhile(lambda r: r.predicted is not None, RUNGS))
     cells = []
     for mode, lp in by_mode.items():
         run = runs.get(mode)
-        kernel = lp.measured_total_s
-        idle = max(lp.step_s - kernel, 0.0)
-        bn = sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
-        memory = run.memory_bytes if run else None
-        for rung in range(EAGER_TOP + 1):
-            if rung == 2:
-                kernel -= bn * (1 - 1 / NHWC_BATCH_NORM_SPEEDUP)
-            if rung == 3:
-                idle = 0.0
-            bound = bounds.get(mode)
-            if rung == 4 and mode == AMP:
-                if "stream" in bounds:
-                    kernel *= bounds["stream"] / bounds["ref"]
-                    bound = bounds["stream"]
-                    if memory is not None:
-                        memory -= saved["ref"] - saved["stream"]
-                else:
-                    continue
-            step = kernel + idle
-            measured = rung == 0
-            if measured:
-                kinds = dict.fromkeys(PROVENANCE_FIELDS, "measured")
-            else:
-                kinds = dict.fromkeys(PROVENANCE_FIELDS, "predicted")
-                kinds["data_wait_share"] = "assumed"
-                if rung >= 3:
-                    kinds["idle_s"] = "assumed"
-            cells.append(
-                {
-                    "rung": rung,
-                    "mode": mode,
-                    "status": "ok",
-                    "error": None,
-                    "step_s": step,
-                    "kernel_s": kernel,
-                    "idle_s": idle,
-                    "memory_bytes": memory,
-                    "images_per_s": (
-                        run.images_per_s if measured and run else b / step
-                    ),
-                    "data_wait_share": (
-                        run.data_wait_share if measured and run else 0.0
-                    ),
-                    "bound_s": bound,
-                    "bound_share": bound / step if bound else None,
-                    "measured": measured,
-                    "provenance": kinds,
-                }
-            )
+        s = {
+            "kernel": lp.measured_total_s,
+            "idle": max(lp.step_s - lp.measured_total_s, 0.0),
+            "memory": run.memory_bytes if run else None,
+            "assumed": set(),
+        }
+        ctx = {
+            "bounds": bounds,
+            "saved": saved,
+            "bn": {
+                mode: sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
+            },
+        }
+        for rung in rungs:
+            s["bound"] = bounds.get(mode)
+            if EFFECTS[rung.predicted](s, mode, ctx):
+                cells.append(_cell(rung, mode, s, run, b))
     cells.sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
-    env = dict(lp_amp.record["environment"])
-    spec = LadderSpec(height=h, width=w, batch_size=b)
-    record = new_record(spec, env, "none")
+    record = new_record(
+        LadderSpec(height=h, width=w, batch_size=b),
+        dict(lp_amp.record["environment"]),
+        "none",
+    )
+    ratio = bounds["stream"] / bounds["ref"] if "stream" in bounds else None
     record.update(
         status="complete",
         created=lp_amp.record.get("created"),
         cells=cells,
-        rungs=[x for x in record["rungs"] if x["index"] <= EAGER_TOP],
+        rungs=record["rungs"][: len(rungs)],
         predicted=True,
         prediction={
             "from": [lp.path for lp in by_mode.values()]
             + [r.path for r in runs.values() if r.path],
             "nhwc_batch_norm_speedup": NHWC_BATCH_NORM_SPEEDUP,
-            "fp16_stream_bound_ratio": (
-                bounds["stream"] / bounds["ref"] if "stream" in bounds else None
-            ),
+            "fp16_stream_bound_ratio": ratio,
             # the two AMP bounds the ratio is computed from (s)
             "fp16_stream_bounds_s": (
-                [bounds["stream"], bounds["ref"]] if "stream" in bounds else None
+                [bounds["stream"], bounds["ref"]] if ratio else None
             ),
             "fp16_stream_saved_bytes": (
                 saved["ref"] - saved["stream"] if saved else None

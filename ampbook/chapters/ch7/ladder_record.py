@@ -7,15 +7,11 @@ import json
 import os
 from pathlib import Path
 
-from ampbook.chapters.ch7.rungs import RUNGS, LadderSpec, _now
+from ampbook.chapters.ch7.rungs import COMPILE_MODE, RUNGS, LadderSpec, _now
 from ampbook.core.modes import MODES
 from ampbook.results import (
     LADDER_SCHEMA,
 )
-
-# --------------------------------------------------------------------------------------
-# the record
-# --------------------------------------------------------------------------------------
 
 
 def ladder_path(json_arg: str | Path, device_name: str) -> Path:
@@ -49,9 +45,12 @@ def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
                 "title": r.title,
                 "why": r.why,
                 "changes": {
-                    k: (spec.compile_mode if k == "compile" and v else v)
+                    k: (
+                        spec.compile_mode if k == "compile" and v == COMPILE_MODE else v
+                    )
                     for k, v in r.changes.items()
                 },
+                "compiles": r.compiles,
             }
             for r in RUNGS
         ],

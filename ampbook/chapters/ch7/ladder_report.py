@@ -9,18 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ampbook.chapters.ch7.ladder_predict import ASSUMPTIONS
-from ampbook.chapters.ch7.rungs import EAGER_TOP
+from ampbook.chapters.ch7.rungs import COMPILED
 from ampbook.core.modes import MODES
-from ampbook.results import (
-    MODE_LABELS,
-    Ladder,
-    LadderCell,
-)
-
-# --------------------------------------------------------------------------------------
-# reading a ladder: the table and the targets
-# --------------------------------------------------------------------------------------
-
+from ampbook.results import MODE_LABELS, Ladder, LadderCell
 
 # Rung 0's record key is "post" (kept in the ladder files); it is the ERFNet authors'
 # defaults, not the blog post's setting, and is shown so.
@@ -34,21 +25,10 @@ def rung_label(rung) -> str:
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text, one line per measured cell (79 columns), two lines saying
-    what each column is (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's
-    operator time passes its step time, one line saying why its idle and busy columns
-    read ``n/a``.
-
-    The step time is the median of the timed steps (on a GPU, the period from one
-    step's start to the next, CUDA events); the operator time is measured in separate
-    steps under ``torch.profiler`` (``profile_steps``): on a CPU the time inside the
-    top-level operators, on a GPU the time the GPU was busy. Idle is the step less
-    that: Python, dispatch and the optimizer's loop between operators on a CPU, the GPU
-    waiting for the host on a GPU. Busy is operator (GPU) time over the step; MiB the
-    cell's ``memory_measure`` (a CPU: bytes saved for backward in a step; a GPU: peak
-    CUDA memory allocated in the timed steps); img/s and wait (the loop's share spent
-    waiting for data) the median of the epochs after the first through the training
-    runner, its loader included; bound the cost model's roofline bound over the step."""
+    """The ladder as text, one line per measured cell (79 columns; each number as
+    ``ladder_measure`` measures it), two lines saying what each column is
+    (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's operator time passes its
+    step time, one line saying why its idle and busy columns read ``n/a``."""
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -58,10 +38,9 @@ def format_table(ladder: Ladder) -> str:
     for rung in ladder.rungs:
         for mode in MODES:
             c = next(
-                (x for x in ladder.cells if x.rung == rung.index and x.mode == mode),
-                None,
+                (x for x in ladder.cells if (x.rung, x.mode) == (rung.index, mode)), 0
             )
-            if c is None:
+            if not c:
                 continue
             head = f"{rung.index} {rung_label(rung):<10}{mode:<10}"
             if not c.ok:
@@ -129,9 +108,7 @@ class Target:
         if self.value is None:
             return None
         return (
-            self.value <= self.limit
-            if self.kind == "max"
-            else (self.value >= self.limit)
+            self.value <= self.limit if self.kind == "max" else self.value >= self.limit
         )
 
     @property
@@ -147,15 +124,10 @@ class Target:
         if v is None:
             return "not measured"
         v = float(v)
-        if self.unit == "ms":
-            return f"{v * 1e3:.1f} ms"
-        if self.unit == "x":
-            return f"{v:.2f}x"
-        if self.unit == "share":
-            return f"{v:.0%}"
-        if self.unit == "ratio":
-            return f"{v:.3f}"
-        return f"{v:.0f} {self.unit}"
+        units = {"ms": f"{v * 1e3:.1f} ms", "x": f"{v:.2f}x", "share": f"{v:.0%}"}
+        return units.get(self.unit) or (
+            f"{v:.3f}" if self.unit == "ratio" else f"{v:.0f} {self.unit}"
+        )
 
     def line(self) -> str:
         """One line: the target, the value, met or missed (measured), predicted to
@@ -206,15 +178,10 @@ PREDICTION_RESOLVES = 0.05
 # batch 6).
 TARGET_SETTING = ("h200", 512, 1024, 6)
 TARGETS = {
-    "step_eager": 0.020,
-    "step_compiled": 0.011,
-    "speedup_eager": 1.3,
-    "speedup_compiled": 1.6,
-    "busy": 0.90,
-    "data_wait": 0.05,
-    "images_per_s": 300.0,
+    "step_eager": 0.020, "step_compiled": 0.011, "speedup_eager": 1.3,
+    "speedup_compiled": 1.6, "busy": 0.90, "data_wait": 0.05, "images_per_s": 300.0,
     "memory_ratio": 0.57,
-}
+}  # fmt: skip
 
 
 def _top(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> int | None:
@@ -224,8 +191,7 @@ def _top(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> int | None:
     rungs = [
         r.index
         for r in ladder.rungs
-        if (r.index <= EAGER_TOP or not eager)
-        and all(ladder.cell(r.index, m) for m in modes)
+        if not (eager and r.compiles) and all(ladder.cell(r.index, m) for m in modes)
     ]
     return max(rungs) if rungs else None
 
@@ -241,7 +207,8 @@ def _top_cells(
 def _pair_where(ladder: Ladder, a: LadderCell, modes: tuple[str, ...]) -> str:
     """Which rung a two-mode comparison was made at, and why when one mode reached
     higher."""
-    alone = max(_top(ladder, (m,), a.rung <= EAGER_TOP) or 0 for m in modes)
+    eager = not ladder.rung(a.rung).compiles
+    alone = max(_top(ladder, (m,), eager) or 0 for m in modes)
     if alone > a.rung:
         return f"rung {a.rung}, the highest both reached"
     return f"rung {a.rung}"
@@ -287,102 +254,127 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
     return "; ".join(parts)
 
 
-def check_targets(ladder: Ladder) -> list[Target]:
-    """The targets, one by one, from ``ladder``: AMP is amp-fp16 against fp32
-    with TF32 (on a CPU ladder, amp-bf16 against fp32); the eager figures come from the
-    highest eager rung measured, the compiled ones from rung 5."""
-    out: list[Target] = []
+@dataclass(frozen=True)
+class _Picks:
+    """The cells the targets read: AMP is amp-fp16 against fp32 with TF32 (on a CPU
+    ladder, amp-bf16 against fp32)."""
+
+    ladder: Ladder
+    amp: str
+    base: str
+    r0: dict  # mode -> rung 0's cell
+    eager: dict  # mode -> cell at the highest eager rung both modes reached
+    amp_eager: LadderCell | None  # AMP's highest eager cell
+    compiled: int  # the ladder's top compiled rung (else the table's)
+    final: LadderCell | None  # AMP's highest cell
+    final_epochs: LadderCell | None  # AMP's highest cell with its epochs
+
+    @property
+    def amp_name(self) -> str:
+        return "AMP" if self.amp == "amp-fp16" else MODE_LABELS[self.amp]
+
+    @property
+    def base_name(self) -> str:
+        return "TF32" if self.base == "fp32-tf32" else MODE_LABELS[self.base]
+
+    def comp(self, mode: str) -> LadderCell | None:
+        return self.ladder.cell(self.compiled, mode)
+
+    def where(self, c: LadderCell | None) -> str:
+        return f"rung {c.rung}" if c else f"no {MODE_LABELS[self.amp]} cell"
+
+    def value(self, c: LadderCell | None, name: str):
+        return cell_value(self.ladder, c, name) if c else None
+
+    def pair_where(self, a, b) -> str:
+        if a and b:
+            return _pair_where(self.ladder, a, (self.amp, self.base))
+        return f"a {self.base_name} and an {self.amp_name} cell needed"
+
+
+def _picks(ladder: Ladder) -> _Picks:
     have = ladder.modes()
-    # On a CPU the mixed precision is bf16 and the baseline fp32 (no TF32).
     amp = "amp-fp16" if "amp-fp16" in have or "amp-bf16" not in have else "amp-bf16"
     base = "fp32-tf32" if "fp32-tf32" in have or "fp32" not in have else "fp32"
-    r0 = {m: ladder.cell(0, m) for m in (amp, base)}
-    eager = _top_cells(ladder, (amp, base), True)  # at the highest rung both reached
-    amp_eager = _top_cells(ladder, (amp,), True)[amp]
-    comp = {m: ladder.cell(5, m) for m in (amp, base)}
-    final = _top_cells(ladder, (amp,), False)[amp]
     # a cell cut after its step was timed has no epochs: the end-to-end targets come
     # from the highest cell with them
     whole = [
-        r.index
+        c
         for r in ladder.rungs
-        if ladder.cell(r.index, amp)
-        and ladder.cell(r.index, amp).images_per_s is not None
+        if (c := ladder.cell(r.index, amp)) and c.images_per_s is not None
     ]
-    final_epochs = ladder.cell(max(whole), amp) if whole else None
+    return _Picks(
+        ladder,
+        amp,
+        base,
+        {m: ladder.cell(0, m) for m in (amp, base)},
+        _top_cells(ladder, (amp, base), True),
+        _top_cells(ladder, (amp,), True)[amp],
+        max((r.index for r in ladder.rungs if r.compiles), default=COMPILED[-1]),
+        _top_cells(ladder, (amp,), False)[amp],
+        whole[-1] if whole else None,
+    )
 
-    amp_name = "AMP" if amp == "amp-fp16" else MODE_LABELS[amp]
-    base_name = "TF32" if base == "fp32-tf32" else MODE_LABELS[base]
 
-    def where(c: LadderCell | None) -> str:
-        return f"rung {c.rung}" if c else f"no {MODE_LABELS[amp]} cell"
-
-    for key, name, c in (
-        ("step_eager", f"{amp_name} step, eager", amp_eager),
-        ("step_compiled", f"{amp_name} step, compiled", comp[amp]),
+def _step_targets(p: _Picks) -> list[Target]:
+    out = []
+    for key, how, c in (
+        ("step_eager", "eager", p.amp_eager),
+        ("step_compiled", "compiled", p.comp(p.amp)),
     ):
+        where = p.where(c)
+        if not c and key == "step_compiled":
+            where = f"rung {p.compiled} not measured"
+        note = _profile_note(c, p.ladder) if c else ""
+        start = p.value(p.r0[p.amp], "step_s")
+        name = f"{p.amp_name} step, {how}"
         out.append(
-            Target(
-                name,
-                TARGETS[key],
-                "max",
-                "ms",
-                cell_value(ladder, c, "step_s") if c else None,
-                cell_value(ladder, r0[amp], "step_s") if r0[amp] else None,
-                where(c) if c or key == "step_eager" else "rung 5 not measured",
-                _profile_note(c, ladder) if c else "",
-            )
-        )
-    for key, name, pair in (
-        ("speedup_eager", f"{amp_name} over {base_name} (step ratio), eager", eager),
-        (
-            "speedup_compiled",
-            f"{amp_name} over {base_name} (step ratio), compiled",
-            comp,
-        ),
+            Target(name, TARGETS[key], "max", "ms", p.value(c, "step_s"), start, where,
+                   note)
+        )  # fmt: skip
+    return out
+
+
+def _ratio(p: _Picks, top, bottom, name: str):
+    """``top``'s field over ``bottom``'s (Values), None without both."""
+    if not (top and bottom and getattr(top, name) and getattr(bottom, name)):
+        return None
+    return p.value(top, name) / p.value(bottom, name)
+
+
+def _speedup_targets(p: _Picks) -> list[Target]:
+    out = []
+    comp = {m: p.comp(m) for m in (p.amp, p.base)}
+    for key, how, pair in (
+        ("speedup_eager", "eager", p.eager),
+        ("speedup_compiled", "compiled", comp),
     ):
-        a, b = pair[amp], pair[base]
-        value = (
-            cell_value(ladder, b, "step_s") / cell_value(ladder, a, "step_s")
-            if a and b
-            else None
-        )
-        start = (
-            cell_value(ladder, r0[base], "step_s")
-            / cell_value(ladder, r0[amp], "step_s")
-            if r0[amp] and r0[base]
-            else None
-        )
+        a, b = pair[p.amp], pair[p.base]
         note = ""
         if a and b and a.kernel_s and b.kernel_s:
             note = (
-                f"kernel time {base_name} {b.kernel_s * 1e3:.1f} ms, {amp_name} "
+                f"kernel time {p.base_name} {b.kernel_s * 1e3:.1f} ms, {p.amp_name} "
                 f"{a.kernel_s * 1e3:.1f} ms ({b.kernel_s / a.kernel_s:.2f}x); idle "
-                f"{base_name} {(b.idle_s or 0) * 1e3:.1f} ms, "
-                f"{amp_name} {(a.idle_s or 0) * 1e3:.1f} ms"
+                f"{p.base_name} {(b.idle_s or 0) * 1e3:.1f} ms, "
+                f"{p.amp_name} {(a.idle_s or 0) * 1e3:.1f} ms"
             )
+        name = f"{p.amp_name} over {p.base_name} (step ratio), {how}"
+        start = _ratio(p, p.r0[p.base], p.r0[p.amp], "step_s")
         out.append(
-            Target(
-                name,
-                TARGETS[key],
-                "min",
-                "x",
-                value,
-                start,
-                _pair_where(ladder, a, (amp, base))
-                if a and b
-                else f"a {base_name} and an {amp_name} cell needed",
-                note,
-            )
-        )
-    busy_note = data_note = ips_note = ""
-    if final:
-        busy_note = _profile_note(final, ladder)
-    if final_epochs:
-        step = cell_value(ladder, final_epochs, "step_s")
-        step_ips = (ladder.batch_size / step).with_(fmt=".3g")
-        ips = cell_value(ladder, final_epochs, "images_per_s").with_(fmt=".3g")
-        wait = cell_value(ladder, final_epochs, "data_wait_share")
+            Target(name, TARGETS[key], "min", "x", _ratio(p, b, a, "step_s"), start,
+                   p.pair_where(a, b), note)
+        )  # fmt: skip
+    return out
+
+
+def _loop_targets(p: _Picks) -> list[Target]:
+    """GPU busy, data wait and images/s end to end."""
+    data_note = ips_note = ""
+    if p.final_epochs:
+        step = p.value(p.final_epochs, "step_s")
+        step_ips = (p.ladder.batch_size / step).with_(fmt=".3g")
+        ips = p.value(p.final_epochs, "images_per_s").with_(fmt=".3g")
+        wait = p.value(p.final_epochs, "data_wait_share")
         trains = "trains" if step.is_measured else "would train"
         data_note = (
             f"the loop trained {ips} images/s against the step alone's {step_ips}"
@@ -391,75 +383,46 @@ def check_targets(ladder: Ladder) -> list[Target]:
             f"the step alone {trains} {step_ips} images/s and the loop waited for "
             f"data {wait} of its time"
         )
-    out.append(
-        Target(
-            "GPU busy" if ladder.is_cuda else "operators busy",
-            TARGETS["busy"],
-            "min",
-            "share",
-            cell_value(ladder, final, "busy_share") if final else None,
-            cell_value(ladder, r0[amp], "busy_share") if r0[amp] else None,
-            where(final),
-            busy_note,
-        )
-    )
-    out.append(
-        Target(
-            "data wait",
-            TARGETS["data_wait"],
-            "max",
-            "share",
-            cell_value(ladder, final_epochs, "data_wait_share")
-            if final_epochs
-            else None,
-            cell_value(ladder, r0[amp], "data_wait_share") if r0[amp] else None,
-            where(final_epochs),
-            data_note,
-        )
-    )
-    out.append(
-        Target(
-            "images/s end to end",
-            TARGETS["images_per_s"],
-            "min",
-            "img/s",
-            cell_value(ladder, final_epochs, "images_per_s") if final_epochs else None,
-            cell_value(ladder, r0[amp], "images_per_s") if r0[amp] else None,
-            where(final_epochs),
-            ips_note,
-        )
-    )
-    a, b = eager[amp], eager[base]
-    ratio = (
-        cell_value(ladder, a, "memory_bytes") / cell_value(ladder, b, "memory_bytes")
-        if a and b and a.memory_bytes and b.memory_bytes
-        else None
-    )
-    start = (
-        cell_value(ladder, r0[amp], "memory_bytes")
-        / cell_value(ladder, r0[base], "memory_bytes")
-        if r0[amp] and r0[base] and r0[base].memory_bytes and r0[amp].memory_bytes
-        else None
-    )
-    mem_note = ""
-    if a and b and ratio is not None:
-        ma, mb = (cell_value(ladder, x, "memory_bytes") for x in (a, b))
-        mem_note = f"{ladder.memory_measure}: {amp_name} {ma}, {base_name} {mb}"
-    out.append(
-        Target(
-            f"{amp_name} / {base_name} peak memory",
-            TARGETS["memory_ratio"],
-            "max",
-            "ratio",
-            ratio,
-            start,
-            _pair_where(ladder, a, (amp, base))
-            if a and b
-            else f"a {base_name} and an {amp_name} cell needed",
-            mem_note,
-        )
-    )
-    return out
+    rows = (
+        ("GPU busy" if p.ladder.is_cuda else "operators busy", "busy", "min",
+         "share", p.final, "busy_share",
+         _profile_note(p.final, p.ladder) if p.final else ""),
+        ("data wait", "data_wait", "max", "share", p.final_epochs, "data_wait_share",
+         data_note),
+        ("images/s end to end", "images_per_s", "min", "img/s", p.final_epochs,
+         "images_per_s", ips_note),
+    )  # fmt: skip
+    return [
+        Target(name, TARGETS[key], kind, unit, p.value(c, field),
+               p.value(p.r0[p.amp], field), p.where(c), note)
+        for name, key, kind, unit, c, field, note in rows
+    ]  # fmt: skip
+
+
+def _memory_target(p: _Picks) -> Target:
+    a, b = p.eager[p.amp], p.eager[p.base]
+    ratio = _ratio(p, a, b, "memory_bytes")
+    note = ""
+    if ratio is not None:
+        ma, mb = (p.value(x, "memory_bytes") for x in (a, b))
+        note = f"{p.ladder.memory_measure}: {p.amp_name} {ma}, {p.base_name} {mb}"
+    start = _ratio(p, p.r0[p.amp], p.r0[p.base], "memory_bytes")
+    name = f"{p.amp_name} / {p.base_name} peak memory"
+    return Target(name, TARGETS["memory_ratio"], "max", "ratio", ratio, start,
+                  p.pair_where(a, b), note)  # fmt: skip
+
+
+def check_targets(ladder: Ladder) -> list[Target]:
+    """The targets, one by one, from ``ladder`` (``_Picks``): the eager figures come
+    from the highest eager rung measured, the compiled ones from the top compiled
+    rung."""
+    p = _picks(ladder)
+    return [
+        *_step_targets(p),
+        *_speedup_targets(p),
+        *_loop_targets(p),
+        _memory_target(p),
+    ]
 
 
 def targets_apply(ladder: Ladder) -> bool:
@@ -492,11 +455,6 @@ def format_targets(ladder: Ladder) -> str:
         for t in check_targets(ladder)
     ]
     return "\n".join(head + lines)
-
-
-# --------------------------------------------------------------------------------------
-# a cell's numbers, each saying how it was obtained
-# --------------------------------------------------------------------------------------
 
 
 _DISPLAY = {  # field -> (format, unit, scale) of its Value

@@ -34,14 +34,14 @@ from ampbook.chapters.ch7.rungs import (
     CPU_THREADS,
     GPU_MODES,
     MODE_SETTINGS,
-    RUNG_INDICES,
+    RUNG_SETS,
     RUNGS,
     LadderError,
     LadderSpec,
     _now,
-    missing_fields,
     parse_modes,
     parse_rungs,
+    rung_range,
 )
 from ampbook.core import cli
 from ampbook.core.words import plural
@@ -50,10 +50,6 @@ from ampbook.results import (
     Ladder,
     read_ladder,
 )
-
-# --------------------------------------------------------------------------------------
-# running the ladder: processes, order
-# --------------------------------------------------------------------------------------
 
 
 def plan(
@@ -132,15 +128,8 @@ def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log)
     with tempfile.NamedTemporaryFile(
         "w", suffix=".json", prefix="ampbook-ladder-", delete=False
     ) as f:
-        json.dump(
-            {
-                "spec": dataclasses.asdict(spec),
-                "mode": mode,
-                "rungs": list(rungs),
-                "path": str(path),
-            },
-            f,
-        )
+        job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs)}
+        json.dump({**job, "path": str(path)}, f)
         spec_file = f.name
     try:
         proc = subprocess.Popen(
@@ -161,18 +150,10 @@ def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log)
     if rc != 0:
         done = {(c["rung"], c["mode"]) for c in json.loads(path.read_text())["cells"]}
         last = next((t for t in reversed(tail) if t.strip()), "")
-        for index in rungs:
-            if (index, mode) not in done:
-                add_cell(
-                    path,
-                    {
-                        "rung": index,
-                        "mode": mode,
-                        "status": "error",
-                        "error": f"its process ended with exit {rc} before this "
-                        f"cell was measured: {last.strip()[:300]}",
-                    },
-                )
+        error = f"its process ended with exit {rc} before this cell was measured: "
+        for index in (r for r in rungs if (r, mode) not in done):
+            cell = {"rung": index, "mode": mode, "status": "error"}
+            add_cell(path, {**cell, "error": error + last.strip()[:300]})
 
 
 def run_ladder(
@@ -218,11 +199,6 @@ def run_ladder(
     return read_ladder(record, str(path))
 
 
-# --------------------------------------------------------------------------------------
-# the command line
-# --------------------------------------------------------------------------------------
-
-
 def _child_main(spec_file: str) -> int:
     job = json.loads(Path(spec_file).read_text())
     spec = LadderSpec(
@@ -263,12 +239,6 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
         compile_mode=args.compile_mode,
     )
     spec.check()
-    lacking = missing_fields()
-    if lacking:
-        notes.append(
-            f"this runner lacks TrainConfig.{', TrainConfig.'.join(lacking)}: the "
-            "rungs that need them are recorded as errors"
-        )
     isolate = args.isolate or ("precision" if dev.type == "cuda" else "none")
     return spec, isolate, notes
 
@@ -281,144 +251,83 @@ ISOLATION = {
 }
 
 
+# The size and length options: (flag, type, help); each default is the spec's, on a
+# GPU and on a CPU (``CPU_DEFAULTS``).
+SIZE_OPTIONS = (
+    ("--height", cli.positive_int, "image height"),
+    ("--width", cli.positive_int, "image width"),
+    ("--batch-size", cli.positive_int, "images per step"),
+    ("--steps", cli.positive_int, "timed steps per rung and precision"),
+    ("--warmup", cli.nonnegative_int, "untimed steps before them"),
+    ("--profile-steps", cli.positive_int, "steps under torch.profiler for the "
+     "kernel/idle split"),
+    ("--epochs", cli.positive_int, "epochs through the runner, at least 2: the first "
+     "warms up"),
+    ("--train-images", cli.positive_int, "synthetic training images of an epoch"),
+)  # fmt: skip
+
+
+def _epilog() -> str:
+    cpu, gpu = CPU_DEFAULTS, LadderSpec()
+    return (
+        "rungs:\n"
+        + "\n".join(f"  {r.index}  {r.title}" for r in RUNGS)
+        + "\n\ndefaults: on a GPU the post's setting ("
+        f"{gpu.width}x{gpu.height}, batch {gpu.batch_size}), rungs "
+        f"{rung_range()}, {', '.join(GPU_MODES)}; on a CPU "
+        f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
+        f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
+        f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
+        f"{CPU_MINUTE}. On a terminal, progress and the time left are printed "
+        "(stderr) after each rung and precision."
+    )
+
+
 def build_parser() -> cli.ArgumentParser:
     """The command's options (light: ``--help`` imports no torch)."""
     import argparse
 
     cpu, gpu = CPU_DEFAULTS, LadderSpec()
-
-    def both(name: str) -> str:
-        on_gpu, on_cpu = getattr(gpu, name), cpu[name]
-        if on_gpu == on_cpu:
-            return f"default: {on_gpu}"
-        return f"default: {on_gpu} on a GPU, {on_cpu} on a CPU"
-
     parser = cli.ArgumentParser(
         prog="python -m ampbook.bench ladder",
         description="The ladder: the training step from the ERFNet authors' "
         "defaults to the optimised one, one change per rung, in every precision: "
         "step time, kernel and idle time, peak memory, an epoch and the roofline "
         "bound of each rung and precision.",
-        epilog="rungs:\n"
-        + "\n".join(f"  {r.index}  {r.title}" for r in RUNGS)
-        + "\n\ndefaults: on a GPU the post's setting ("
-        f"{gpu.width}x{gpu.height}, batch {gpu.batch_size}), rungs "
-        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}, {', '.join(GPU_MODES)}; on a CPU "
-        f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
-        f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
-        f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
-        f"{CPU_MINUTE}. On a terminal, progress and the time left are printed "
-        "(stderr) after each rung and precision.",
+        epilog=_epilog(),
         formatter_class=cli.HelpFormatter,
     )
-    parser.add_argument(
-        "--device",
-        default="auto",
-        help="auto (CUDA where there is one), cpu or cuda; it sets the defaults below",
-    )
-    parser.add_argument(
-        "--rungs",
-        default=None,
-        metavar="LIST",
-        help="e.g. 0-5 or 0,2,4 (default: "
-        f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]} on a GPU, "
-        f"{','.join(map(str, cpu['rungs']))} on a CPU)",
-    )
-    parser.add_argument(
-        "--precisions",
-        default=None,
-        metavar="LIST",
-        help=f"comma-separated modes from {', '.join(MODE_SETTINGS)} (default: "
-        f"all four on a GPU, {','.join(CPU_MODES)} on a CPU)",
-    )
-    parser.add_argument(
-        "--height",
-        type=cli.positive_int,
-        default=None,
-        help=f"image height ({both('height')})",
-    )
-    parser.add_argument(
-        "--width",
-        type=cli.positive_int,
-        default=None,
-        help=f"image width ({both('width')})",
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=cli.positive_int,
-        default=None,
-        help=f"images per step ({both('batch_size')})",
-    )
-    parser.add_argument(
-        "--steps",
-        type=cli.positive_int,
-        default=None,
-        help=f"timed steps per rung and precision ({both('steps')})",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=cli.nonnegative_int,
-        default=None,
-        help=f"untimed steps before them ({both('warmup')})",
-    )
-    parser.add_argument(
-        "--profile-steps",
-        type=cli.positive_int,
-        default=None,
-        help=f"steps under torch.profiler for the kernel/idle split "
-        f"({both('profile_steps')})",
-    )
-    parser.add_argument(
-        "--epochs",
-        type=cli.positive_int,
-        default=None,
-        help=f"epochs through the runner, at least 2: the first warms up "
-        f"({both('epochs')})",
-    )
-    parser.add_argument(
-        "--train-images",
-        type=cli.positive_int,
-        default=None,
-        help=f"synthetic training images of an epoch ({both('train_images')})",
-    )
-    parser.add_argument(
-        "--compile-mode",
-        default=None,
-        help=f"rung 5's torch.compile mode (default: {COMPILE_MODE!r})",
-    )
-    parser.add_argument(
-        "--isolate",
-        choices=("none", "precision", "cell"),
-        default=None,
+    add = parser.add_argument
+    # fmt: off
+    add("--device", default="auto", help="auto (CUDA where there is one), cpu or "
+        "cuda; it sets the defaults below")
+    add("--rungs", default=None, metavar="LIST", help=f"e.g. {rung_range()} or 0,2, "
+        f"rung names or {', '.join(RUNG_SETS)} (default: {rung_range()} on a GPU, "
+        f"{','.join(map(str, cpu['rungs']))} on a CPU)")
+    add("--precisions", default=None, metavar="LIST", help="comma-separated modes "
+        f"from {', '.join(MODE_SETTINGS)} (default: all four on a GPU, "
+        f"{','.join(CPU_MODES)} on a CPU)")
+    for flag, kind, text in SIZE_OPTIONS:
+        name = flag[2:].replace("-", "_")
+        on_gpu, on_cpu = getattr(gpu, name), cpu[name]
+        where = "" if on_gpu == on_cpu else f" on a GPU, {on_cpu} on a CPU"
+        add(flag, type=kind, default=None, help=f"{text} (default: {on_gpu}{where})")
+    add("--compile-mode", default=None, help="the compiled rungs' torch.compile mode "
+        f"(default: {COMPILE_MODE!r})")
+    add("--isolate", choices=("none", "precision", "cell"), default=None,
         help="what runs in a process of its own: each precision, each rung and "
         "precision (cell), or nothing (none: all in this one) (default: precision "
-        "on a GPU, none on a CPU)",
-    )
-    parser.add_argument(
-        "--json",
-        default=None,
-        metavar="PATH",
-        help="write the record to PATH, or to ladder_<gpu>.json in the folder PATH",
-    )
-    parser.add_argument(
-        "--merge",
-        action="store_true",
-        help="add the cells to the --json record of the same device and size",
-    )
-    parser.add_argument(
-        "--threads",
-        type=cli.positive_int,
-        default=None,
-        help=f"torch threads (default: torch's on a GPU, {CPU_THREADS} on a CPU)",
-    )
-    parser.add_argument(
-        "--show",
-        metavar="FILE",
-        default=None,
-        help="print a written ladder's table (and a GPU's, the targets one by "
-        "one); measure nothing",
-    )
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+        "on a GPU, none on a CPU)")
+    add("--json", default=None, metavar="PATH", help="write the record to PATH, or "
+        "to ladder_<gpu>.json in the folder PATH")
+    add("--merge", action="store_true", help="add the cells to the --json record of "
+        "the same device and size")
+    add("--threads", type=cli.positive_int, default=None, help="torch threads "
+        f"(default: torch's on a GPU, {CPU_THREADS} on a CPU)")
+    add("--show", metavar="FILE", default=None, help="print a written ladder's table "
+        "(and a GPU's, the targets one by one); measure nothing")
+    add("--child", help=argparse.SUPPRESS)
+    # fmt: on
     return parser
 
 

@@ -1,95 +1,32 @@
-"""The ladder: the training step from the ERFNet authors' defaults to the optimised one,
-one change per rung, in every precision.
+"""The ladder's settings: the table of rungs (``RUNGS``), the modes, ``LadderSpec``
+and a rung's ``TrainConfig``.
 
-    python -m ampbook.bench ladder [--device auto|cpu|cuda] [--rungs 0-5]
-                                   [--precisions fp32-tf32,amp-fp16,...]
-                                   [--height H --width W --batch-size B]
-                                   [--steps N --warmup N --profile-steps N]
-                                   [--epochs N --train-images N]
-                                   [--isolate none|precision|cell]
-                                   [--json PATH [--merge]]
+    python -m ampbook.bench ladder [--device auto|cpu|cuda] [--rungs 0-5|eager|...]
+        [--precisions fp32-tf32,amp-fp16,...] [--height H --width W --batch-size B]
+        [--steps N --warmup N --profile-steps N] [--epochs N --train-images N]
+        [--isolate none|precision|cell] [--json PATH [--merge]] [--show FILE]
 
-Each rung adds one change to the rung before it (``RUNGS``; the changes are fields of
-the runner's ``TrainConfig``, so every rung is a ``python -m ampbook.train`` command):
-
-0. the ERFNet authors' defaults: NCHW, 4 loader workers, the loss read back every step;
-1. + the data fixed: images decoded once to a cache, normalised on the device;
-2. + channels_last and ``cudnn.benchmark``;
-3. + a fused optimizer and no per-step host sync;
-4. + the 16-bit residual stream (``fp16_stream``, the runner's ``--16-bit-stream``: the
-   first downsampler's pool branch cast to the convolution's dtype, fp16 or bf16, so
-   autocast no longer promotes the encoder to fp32);
-5. + ``torch.compile``.
-
-For every rung and mode (``MODES``: fp32 with TF32, strict fp32, amp-fp16 with a
-GradScaler, amp-bf16) ``measure_rung`` takes, with the runner's own step
-(``ampbook.train.build_training``):
-
-* **step time**: the median of ``steps`` steps on one batch already on the device, as
-  the period from one step's start to the next (CUDA events on a GPU, so a step's time
-  includes every gap in which the GPU waited for the host); the first step (which pays
-  for ``torch.compile`` and cuDNN's search) apart;
-* **kernel and idle time**: ``profile_steps`` more steps under ``torch.profiler``. On a
-  GPU, ``kernel_s`` is the time the GPU was busy (the union of its kernels, copies and
-  fills) per step, and ``idle_s`` the median step less that: the GPU waiting for the
-  host. On a CPU the profiler sees no device timeline: the CPU runs the operators and
-  the Python and framework code between them on the same cores, so ``kernel_s`` is the
-  time inside the top-level operators per step and ``idle_s`` the time outside them
-  (Python, dispatch, the optimizer's loop); how busy the cores were inside an operator
-  (its threads) it cannot say;
-* **peak memory**: ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` over
-  the timed steps on a GPU (the allocator's cache emptied after the warm-up, whose
-  cuDNN search tries workspaces no step needs again); on a CPU, which has no
-  allocator peak, the bytes autograd saved for backward in the epoch's first step (the
-  book's CPU memory figure, ``ampbook.results``), with the growth of the process's peak
-  resident set beside it;
-* **an epoch** through the runner itself (``run_training``, loader or cache included):
-  images per second and the share of the loop spent waiting for data, the median of the
-  epochs after the first;
-* **the roofline bound** of the step (``ampbook.predict.roofline``, the device table's
-  ceilings on a GPU it lists, ceilings measured here otherwise) and the share of it the
-  step reached. The bound counts every eager operator's bytes; compiled code that fuses
-  operators moves fewer, so at rung 5 the share is an eager yardstick.
-
-Processes (``--isolate``): ``precision`` (the default on a GPU) runs each mode in its
-own process, the rungs in order inside it, the allocator's cache emptied and its peaks
-reset between rungs, so a mode's reserved memory is never another's; ``cell`` a process
-per rung and mode; ``none`` (the default on a CPU) everything in this process, the
-modes taking turns at each rung. On a GPU TF32 and amp-fp16 (the comparison the targets
-name) go first. Each cell is written to the JSON as soon as its step, kernel/idle split
-and memory are measured (``"epoch": "pending"``) and again with its epochs
-(``"measured"``), so a ladder stopped part-way keeps what it measured.
-
-``--json PATH`` writes the record (schema ``ampbook.ladder/1``, described in
-``data/results/README.md`` and read by ``ampbook.results.read_ladder``); a folder (or a
-path without ``.json``) gets ``ladder_<gpu>.json`` inside it. ``--merge`` adds the
-cells to an existing record of the same device and size (the GPU check measures the
-compiled rung in a second stage). At the end the table and the targets
-(``TARGETS``: the H200 at 1024x512, batch 6) are printed one by one, met or missed, with
-what the profile shows for a missed one.
-
-This module holds the settings (the rungs, the modes, ``LadderSpec`` and a rung's
-``TrainConfig``); the rest of the ladder is cut by concept, each module importing only
-those above it in this list: ``ladder_record`` (the JSON record), ``ladder_measure``
-(one cell), ``ladder_predict`` (a ladder predicted from layer profiles),
+Each rung adds one change to the rung below it, as fields of the runner's
+``TrainConfig`` (every rung is a ``python -m ampbook.train`` command); ``RUNGS`` is the
+one place a rung is written: what it changes and why, how the prediction treats it,
+whether it compiles. Every cell (rung x mode, ``MODES``) is measured by
+``ladder_measure.measure_rung`` and written to the record (``ladder_record``, schema
+``ampbook.ladder/1`` in ``data/results/README.md``) as soon as its step is measured,
+then with its epochs, so a ladder stopped part-way keeps what it measured. The rest of
+the ladder, each module importing only those before it: ``ladder_record``,
+``ladder_measure``, ``ladder_predict`` (a ladder predicted from layer profiles),
 ``ladder_report`` (the table and the targets) and ``ladder_run`` (the processes and
-the command line, ``main``). What chapter 7 says about a ladder is in
-``ampbook.chapters.ch7``.
+the command line); chapter 7's reading of a ladder is ``ampbook.chapters.ch7``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ampbook.core import cli
 from ampbook.core.modes import MODES
-from ampbook.results import (
-    PEAK_CUDA,
-    SAVED_FOR_BACKWARD,
-)
-from ampbook.results import LadderRung as Rung
+from ampbook.results import PEAK_CUDA, SAVED_FOR_BACKWARD
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
     "fp32-tf32": ("fp32", "on"),
@@ -101,67 +38,84 @@ MODE_SETTINGS = {  # mode -> (precision, tf32)
 GPU_MODES = ("fp32-tf32", "amp-fp16", "amp-bf16", "fp32")
 # A CPU has no TF32, and its mixed precision is bf16.
 CPU_MODES = ("fp32", "amp-bf16")
-SYNC_EVERY = 25  # rung 3's loss read-back interval, in steps
+SYNC_EVERY = 25  # the sync rung's loss read-back interval, in steps
 COMPILE_MODE = "default"
 
 
-RUNGS = (
-    Rung(
-        0,
-        "post",
-        "the ERFNet authors' defaults",
-        {
-            "channels_last": False,
-            "cudnn_benchmark": False,
-            "data_cache": "none",
-            "workers": 4,
-            "fused_optimizer": False,
-            "sync_every": 1,
-            "fp16_stream": False,
-            "compile": None,
-        },
-        "NCHW, 4 loader workers decoding PNGs, the loss read back every step",
-    ),
-    Rung(
-        1,
-        "data",
-        "+ data cached",
-        {"data_cache": "device"},
-        "images decoded once at the training size, normalised on the device",
-    ),
-    Rung(
-        2,
-        "layout",
-        "+ channels_last, cudnn.benchmark",
-        {"channels_last": True, "cudnn_benchmark": True},
-        "NHWC kernels for batch norm and the 16-channel convolutions; cuDNN picks "
-        "the fastest algorithm per shape",
-    ),
-    Rung(
-        3,
-        "sync",
-        "+ fused Adam, no per-step sync",
-        {"fused_optimizer": True, "sync_every": SYNC_EVERY},
-        "no per-step read-back of the GradScaler's found_inf flag or of the loss; "
-        "the host runs ahead of the GPU",
-    ),
-    Rung(
-        4,
-        "stream",
-        "+ 16-bit residual stream",
-        {"fp16_stream": True},
-        "the encoder's activations stay 16-bit under autocast",
-    ),
-    Rung(
-        5,
-        "compile",
-        "+ torch.compile",
-        {"compile": COMPILE_MODE},
-        "elementwise operators fused into the kernels around them",
-    ),
-)
+@dataclass(frozen=True)
+class Rung:
+    """One row of the ladder's table: what the rung adds to the one below it
+    (``changes``: ``TrainConfig`` fields, the runner's flags with dashes), why it can
+    matter, how ``ladder_predict.predict_ladder`` treats it (``predicted``: a key of
+    ``ladder_predict.EFFECTS``, None where an eager profile cannot predict it) and
+    whether its step is compiled (``compiles``; the rungs that do not are eager)."""
+
+    index: int
+    key: str
+    title: str
+    changes: dict = field(hash=False)
+    why: str = ""
+    predicted: str | None = None
+    compiles: bool = False
+
+
+# The table of rungs: everything else reads the rungs from it (adding a rung is a row).
+# fmt: off
+RUNGS = tuple(Rung(i, *row) for i, row in enumerate((
+    ("post", "the ERFNet authors' defaults",
+     {"channels_last": False, "cudnn_benchmark": False, "data_cache": "none",
+      "workers": 4, "fused_optimizer": False, "sync_every": 1, "fp16_stream": False,
+      "compile": None},
+     "NCHW, 4 loader workers decoding PNGs, the loss read back every step",
+     "measured"),
+    ("data", "+ data cached", {"data_cache": "device"},
+     "images decoded once at the training size, normalised on the device",
+     "no_data_wait"),
+    ("layout", "+ channels_last, cudnn.benchmark",
+     {"channels_last": True, "cudnn_benchmark": True},
+     "NHWC kernels for batch norm and the 16-channel convolutions; cuDNN picks the "
+     "fastest algorithm per shape",
+     "nhwc_batch_norm"),
+    ("sync", "+ fused Adam, no per-step sync",
+     {"fused_optimizer": True, "sync_every": SYNC_EVERY},
+     "no per-step read-back of the GradScaler's found_inf flag or of the loss; the "
+     "host runs ahead of the GPU",
+     "no_idle"),
+    ("stream", "+ 16-bit residual stream", {"fp16_stream": True},
+     "the encoder's activations stay 16-bit under autocast",
+     "stream_bound"),
+    ("compile", "+ torch.compile", {"compile": COMPILE_MODE},
+     "elementwise operators fused into the kernels around them",
+     None, True),
+)))
+# fmt: on
 RUNG_INDICES = tuple(r.index for r in RUNGS)
-EAGER_TOP = 4  # the last rung without torch.compile
+EAGER = tuple(r.index for r in RUNGS if not r.compiles)  # without torch.compile
+COMPILED = tuple(r.index for r in RUNGS if r.compiles)
+# Named sets of rungs (``parse_rungs``): the ends are the post's setup against every
+# eager change at once.
+RUNG_SETS = {
+    "all": RUNG_INDICES,
+    "eager": EAGER,
+    "compiled": COMPILED,
+    "ends": (EAGER[0], EAGER[-1]),
+}
+
+
+def rung_title(index: int) -> str:
+    """Rung ``index``'s title in the table (``"rung N"`` for one it lacks)."""
+    return next((r.title for r in RUNGS if r.index == index), f"rung {index}")
+
+
+def rung_of(predicted: str | None) -> int:
+    """The first rung the prediction treats as ``predicted`` (None: the first it
+    cannot predict)."""
+    return next(r.index for r in RUNGS if r.predicted == predicted)
+
+
+def rung_range() -> str:
+    """The rungs as a range, ``"0-5"``."""
+    return f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}"
 
 
 class LadderError(ValueError):
@@ -172,30 +126,20 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-# --------------------------------------------------------------------------------------
-# settings
-# --------------------------------------------------------------------------------------
-
-
 # A CPU's default ladder, sized for under a minute on 2 cores: the post's setup against
-# every eager change at once (rungs 0 and 4), at 64x32, one image a step, 3 timed steps,
+# every eager change at once (the ends), at 64x32, one image a step, 3 timed steps,
 # one torch thread. Timed on a 2-core machine other work kept busy (load 3-4): 27 s
 # with one thread, 83 s to 2.5 min with torch's two, whose threads wait for each other
 # at every operator while another process holds a core (steps 10-25 times longer).
 CPU_MINUTE = "under a minute on 2 cores, timed with other work running"
 CPU_THREADS = 1  # the command's --threads on a CPU (run_ladder itself sets none)
 CPU_DEFAULTS = dict(
-    rungs=(0, 4),
-    height=32,
-    width=64,
-    batch_size=1,
-    warmup=1,
-    steps=3,
-    profile_steps=1,
-    epochs=2,
-    train_images=2,
-    val_images=1,
-)
+    rungs=RUNG_SETS["ends"], height=32, width=64, batch_size=1, warmup=1, steps=3,
+    profile_steps=1, epochs=2, train_images=2, val_images=1,
+)  # fmt: skip
+# The spec's fields a record's settings hold, in order.
+SETTINGS = ("height", "width", "batch_size", "warmup", "steps", "profile_steps",
+            "epochs", "train_images", "val_images")  # fmt: skip
 
 
 @dataclass
@@ -214,7 +158,6 @@ class LadderSpec:
     epochs: int = 2
     train_images: int = 48
     val_images: int = 2
-    workers_auto: bool = False  # rung 0 keeps the post's 4 workers
     compile_mode: str = COMPILE_MODE
 
     @classmethod
@@ -228,15 +171,7 @@ class LadderSpec:
         return cls(**base)
 
     def check(self) -> None:
-        for name in (
-            "height",
-            "width",
-            "batch_size",
-            "steps",
-            "profile_steps",
-            "train_images",
-            "val_images",
-        ):
+        for name in [n for n in SETTINGS if n not in ("warmup", "epochs")]:
             v = getattr(self, name)
             if not cli.is_positive_int(v):
                 raise LadderError(f"{name} must be a positive integer, got {v!r}")
@@ -263,10 +198,7 @@ class LadderSpec:
             )
         bad = [r for r in self.rungs if r not in RUNG_INDICES]
         if bad or not self.rungs:
-            raise LadderError(
-                f"rungs {bad or '(none)'}: choose from {RUNG_INDICES[0]} to "
-                f"{RUNG_INDICES[-1]}"
-            )
+            raise LadderError(f"rungs {bad or '(none)'}: choose from {rung_range()}")
         bad = [m for m in self.modes if m not in MODE_SETTINGS]
         if bad or not self.modes:
             raise LadderError(
@@ -274,46 +206,41 @@ class LadderSpec:
             )
 
     def settings(self, time_source: str, isolate: str) -> dict:
+        """The record's settings: the spec's sizes and lengths, how it measured."""
         return {
-            "height": self.height,
-            "width": self.width,
-            "batch_size": self.batch_size,
-            "warmup": self.warmup,
-            "steps": self.steps,
-            "profile_steps": self.profile_steps,
-            "epochs": self.epochs,
-            "train_images": self.train_images,
-            "val_images": self.val_images,
+            **{k: getattr(self, k) for k in SETTINGS},
             "time_source": time_source,
-            "memory_measure": (
-                PEAK_CUDA if time_source == "cuda" else SAVED_FOR_BACKWARD
-            ),
+            "memory_measure": PEAK_CUDA
+            if time_source == "cuda"
+            else SAVED_FOR_BACKWARD,
             "isolate": isolate,
         }
 
 
 def parse_rungs(text: str) -> tuple[int, ...]:
-    """``"0-5"``, ``"0,2,4"`` or ``"3"`` -> rung indices (``LadderError`` if not)."""
+    """``"0-5"``, ``"0,2,4"``, ``"3"``, a rung's key (``"sync"``) or a named set
+    (``RUNG_SETS``: ``"eager"``...) -> rung indices (``LadderError`` if not)."""
+    if not isinstance(text, str):  # a list of indices (a notebook's parameter)
+        text = ",".join(map(str, text))
+    keys = {r.key: r.index for r in RUNGS}
     out: list[int] = []
     try:
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "-" in part:
+        for part in (p.strip() for p in str(text).split(",")):
+            if part in RUNG_SETS or part in keys:
+                out.extend(RUNG_SETS.get(part) or (keys[part],))
+            elif "-" in part:
                 a, b = (int(x) for x in part.split("-", 1))
                 out.extend(range(a, b + 1))
-            else:
+            elif part:
                 out.append(int(part))
     except ValueError:
         raise LadderError(
-            f"--rungs {text!r}: give indices such as 0-5 or 0,2,4"
+            f"--rungs {text!r}: give indices such as {rung_range()} or 0,2, a rung's "
+            f"name or one of {', '.join(RUNG_SETS)}"
         ) from None
     bad = [r for r in out if r not in RUNG_INDICES]
     if bad or not out:
-        raise LadderError(
-            f"--rungs {text!r}: rungs are {RUNG_INDICES[0]} to {RUNG_INDICES[-1]}"
-        )
+        raise LadderError(f"--rungs {text!r}: rungs are {rung_range()}")
     return tuple(sorted(set(out)))
 
 
@@ -331,19 +258,9 @@ def rung_fields(index: int, compile_mode: str = COMPILE_MODE) -> dict:
     fields: dict = {}
     for rung in RUNGS[: index + 1]:
         fields.update(rung.changes)
-    if fields.get("compile"):
+    if fields.get("compile") == COMPILE_MODE:  # --compile-mode
         fields["compile"] = compile_mode
     return fields
-
-
-def missing_fields() -> list[str]:
-    """The rungs' ``TrainConfig`` fields this runner lacks (empty when it has them
-    all)."""
-    from ampbook.train import TrainConfig
-
-    have = {f.name for f in dataclasses.fields(TrainConfig)}
-    need = {k for r in RUNGS for k in r.changes}
-    return sorted(need - have)
 
 
 def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
@@ -351,20 +268,6 @@ def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
     from ampbook.train import TrainConfig
 
     fields = rung_fields(index, spec.compile_mode)
-    have = {f.name for f in dataclasses.fields(TrainConfig)}
-    # A field this runner lacks is fine at rung 0's value (the runner does that
-    # anyway); a rung that needs it changed cannot run.
-    post = RUNGS[0].changes
-    for k in [k for k in fields if k not in have and fields[k] == post.get(k)]:
-        del fields[k]
-    lacking = sorted(k for k in fields if k not in have)
-    if lacking:
-        raise LadderError(
-            f"rung {index} needs TrainConfig.{', TrainConfig.'.join(lacking)}, which "
-            "this runner does not have"
-        )
-    if spec.workers_auto and fields.get("workers") == 4:
-        fields["workers"] = "auto"
     precision, tf32 = MODE_SETTINGS[mode]
     return TrainConfig(
         precision=precision,

@@ -53,13 +53,18 @@ def compile_reading(c: CompileCheck) -> str:
 
 
 def ladder_compile_rows(ladders) -> list[tuple]:
-    """Rung 5 (``torch.compile``) beside rung 4 of each committed GPU ladder: (GPU,
-    precision, rung-4 step s, rung-5 step s, rung 4 / rung 5)."""
+    """The first compiled rung (``torch.compile``) beside the eager rung below it, of
+    each committed GPU ladder: (GPU, precision, eager step s, compiled step s, eager /
+    compiled)."""
 
     rows = []
     for ladder in ladders:
+        comp = next((r.index for r in ladder.rungs if r.compiles), None)
+        below = [r.index for r in ladder.rungs if comp is not None and r.index < comp]
+        if not below:
+            continue
         for mode in ladder.modes():
-            eager, fast = ladder.cell(4, mode), ladder.cell(5, mode)
+            eager, fast = ladder.cell(below[-1], mode), ladder.cell(comp, mode)
             if eager and fast and eager.ok and fast.ok:
                 rows.append(
                     (
