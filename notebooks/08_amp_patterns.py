@@ -80,6 +80,7 @@ import torch
 
 from ampbook import results
 from ampbook.chapters import ch8
+from ampbook.chapters.ch7.rungs import RUNG_SETS
 from ampbook.chapters.ch8 import (
     accumulation,
     checkpointing,
@@ -92,7 +93,6 @@ from ampbook.chapters.ch8 import (
     penalty,
     shared_scaler,
 )
-from ampbook.chapters.ch7.rungs import RUNG_SETS
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.page import MIB, glue_all, md, md_table
 from ampbook.numerics.gradstats import training_batches
