@@ -553,7 +553,7 @@ def test_the_tests_stage_collects_every_file_with_a_cuda_test():
 
     files = cuda_test_files()
     names = {f.name for f in files}
-    assert "test_bench_ladder.py" in names and "test_gpucheck.py" not in names
+    assert "test_ladder_run.py" in names and "test_gpucheck.py" not in names
     for f in (REPO_ROOT / "tests").glob("test_*.py"):
         lines = f.read_text("utf-8").splitlines()
         has = any(line.strip().startswith("@pytest.mark.cuda") for line in lines)
