@@ -39,11 +39,12 @@ def pytest_collection_modifyitems(config, items):
     the book runs on one worker (the notebooks executed once), and the tests of one
     module that share a module-scoped fixture (a measured ladder, an executed chapter,
     a finished run) run together on one worker, not each worker making it again.
-    xdist hands out the largest groups first."""
+    xdist hands out the largest groups first. A test of the book is marked ``slow``."""
     for item in items:
         shared = shared_fixtures(item)
-        if BOOK_FIXTURES & shared:
+        if BOOK_FIXTURES & shared:  # the smoke execution of every notebook: slow
             item.add_marker(pytest.mark.xdist_group("book"))
+            item.add_marker(pytest.mark.slow)
         elif shared:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
 

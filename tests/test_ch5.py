@@ -493,6 +493,7 @@ def chapter5(executed) -> str:
     return output_text(executed)
 
 
+@pytest.mark.slow
 def test_gpu_pairs_render_with_provenance_and_loader_aware_verdicts(chapter5):
     rs = load_results_dir(FIXTURES)
     pairs = rs.pairs()
@@ -507,6 +508,7 @@ def test_gpu_pairs_render_with_provenance_and_loader_aware_verdicts(chapter5):
     assert lines and not any("(b)" in x or ": Both" in x for x in lines)
 
 
+@pytest.mark.slow
 def test_layer_profiles_split_kernel_and_idle_time(executed, chapter5):
     rs = load_results_dir(FIXTURES)
     for lp in rs.layer_profiles:
@@ -529,6 +531,7 @@ def test_layer_profiles_split_kernel_and_idle_time(executed, chapter5):
     assert len(glued) == 1 and glued[0].startswith(f"On {display_name(GPU)} with")
 
 
+@pytest.mark.slow
 def test_no_efficiency_crosses_gpus_and_the_ratio_is_no_ceiling(chapter5):
     # the fixture GPU's efficiency is not applied to the 3070
     assert "at that efficiency the 3070" not in chapter5
@@ -547,6 +550,7 @@ def test_no_efficiency_crosses_gpus_and_the_ratio_is_no_ceiling(chapter5):
     assert "promised" not in chapter5 and "at best" not in chapter5
 
 
+@pytest.mark.slow
 def test_every_memory_candidate_is_held_against_the_time(chapter5):
     assert "| candidate | Mpixels | fits the memory |" in chapter5
     line = next(x for x in chapter5.splitlines() if "fits both" in x)
@@ -556,6 +560,7 @@ def test_every_memory_candidate_is_held_against_the_time(chapter5):
     assert "sets the pace for the post's AMP epoch only if the kernels" in chapter5
 
 
+@pytest.mark.slow
 def test_page_shape(executed):
     cells = executed.cells
     tags = [c.get("metadata", {}).get("tags", []) for c in cells]
@@ -642,6 +647,7 @@ def test_the_loader_check_says_how_far_the_model_is_off():
     assert "unchecked" in loader_check_verdict({0: 10.0}, {0: 10.0})
 
 
+@pytest.mark.slow
 def test_the_posts_times_are_published_not_measured(chapter5):
     # the post's 66.72 s is its own table's figure, not a measurement of the book's
     line = next(x for x in chapter5.splitlines() if "the post's AMP epoch (its" in x)

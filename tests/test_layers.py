@@ -1,7 +1,8 @@
 """ampbook is a one-way stack: every import between its modules, those inside
 functions included, points down the layers or sideways within one package, and no
-modules import each other in a circle (DEVELOPING.md, "Layout"); and every test module is
-named after the code it tests, or listed as a cross-cutting suite with its reason."""
+modules import each other in a circle (DEVELOPING.md, "Layout"); and every test
+module is named after the code it tests, or listed as a cross-cutting suite with its
+reason."""
 
 from __future__ import annotations
 
