@@ -33,12 +33,14 @@ check: $(STAMP)
 	$(VPY) -m booktools.bookcheck build/book/_build/html
 
 # The tests run in parallel, one worker per core (pytest-xdist; TEST_JOBS=1 for one
-# process). Tests that share the book's one smoke execution stay on one worker
-# (tests/conftest.py), the rest are dealt out as workers free up.
+# process), slow ones included (budget: 7 minutes on 2 idle cores). Tests that share
+# the book's one smoke execution stay on one worker, and so do the tests of a module
+# that share a module-scoped fixture (tests/conftest.py); the rest are dealt out as
+# workers free up. The 15 slowest are listed at the end, to see where the time goes.
 TEST_JOBS ?= auto
 
 test: $(STAMP)
-	$(VPY) -m pytest -n $(TEST_JOBS) --dist loadgroup
+	$(VPY) -m pytest -n $(TEST_JOBS) --dist loadgroup --durations=15
 
 sync: $(STAMP)
 	$(VPY) -m jupytext --sync notebooks/[0-9][0-9]_*.py

@@ -1115,7 +1115,7 @@ md("\n\n".join(here_lines))
 
 # %% [markdown]
 # A measured step should take at least its bound (a test checks the direction against
-# theoretical peaks: `tests/test_costmodel.py`). The ceilings measured here are the
+# theoretical peaks: `tests/test_predict.py`). The ceilings measured here are the
 # fastest matmul and addition rates found, not the hardware's peaks, so the last line
 # above may find the bound broken; the ratio here was {glue:text}`ch5_eff_here:.0%`.
 # Where the bf16 matmul and the probe's convolution run below fp32's rate, the model's

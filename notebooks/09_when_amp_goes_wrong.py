@@ -21,7 +21,7 @@
 # answers it. Nine it answers here. Eight are reproduced on a CPU in seconds (what a
 # CPU cannot produce is planted, and the text says what), the cause is shown by a
 # computation, and the fix is checked by a run that fails when the fix is removed
-# (`tests/test_chapter9.py` runs each check once more without its fix). The ninth,
+# (`tests/test_ch9.py` runs each check once more without its fix). The ninth,
 # fp8, needs a GPU this book did not have for it: it is predicted, not reproduced.
 #
 # **What you will learn**: how to find the first layer whose fp16 output overflows;

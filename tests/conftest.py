@@ -20,13 +20,33 @@ def pytest_runtest_setup(item):
 BOOK_FIXTURES = {"executed_notebooks", "built_book"}
 
 
+def shared_fixtures(item) -> set[str]:
+    """The module- and session-scoped fixtures of the suite (not pytest's own, such as
+    ``tmp_path_factory``) that ``item`` uses: each made once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs if info else {}
+    return {
+        name
+        for name, d in defs.items()
+        if d and d[-1].baseid and d[-1].scope in ("module", "session")
+    }
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test``), every test that uses the session's smoke
-    execution of the book runs on one worker, so the notebooks are executed once."""
+    """Under pytest-xdist (``make test``, ``--dist loadgroup``), a fixture shared by
+    several tests is made once: every test that uses the session's smoke execution of
+    the book runs on one worker (the notebooks executed once), and the tests of one
+    module that share a module-scoped fixture (a measured ladder, an executed chapter,
+    a finished run) run together on one worker, not each worker making it again.
+    xdist hands out the largest groups first. A test of the book is marked ``slow``."""
     for item in items:
-        if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        shared = shared_fixtures(item)
+        if BOOK_FIXTURES & shared:  # the smoke execution of every notebook: slow
             item.add_marker(pytest.mark.xdist_group("book"))
+            item.add_marker(pytest.mark.slow)
+        elif shared:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 @pytest.fixture(autouse=True)

@@ -1489,7 +1489,7 @@ def signals_cases() -> list[Case]:
             )
     # evaluate's start-up imports no torch now (its --help answers without it): a stop
     # lands in main, which answers a bad folder within the 50 ms a stop held during an
-    # import waits (two lines, the answer and the stop: tests/test_errors.py's race).
+    # import waits (two lines, the answer and the stop: tests/test_cli.py's race).
     # A stop while main imports torch is bench step's case above.
 
     def run_status(ctx, res, want="interrupted"):

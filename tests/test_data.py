@@ -387,6 +387,7 @@ def test_pillow_fallback_decodes_the_same(root_copy, monkeypatch):
 LEARN_H, LEARN_W, LEARN_EPOCHS = 48, 96, 12
 
 
+@pytest.mark.slow
 def test_erfnet_learns_the_synthetic_scenes(tmp_path):
     """A few epochs at low resolution take ERFNet's mIoU far above what guessing
     gets."""

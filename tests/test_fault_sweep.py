@@ -12,8 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import fault_sweep as sweep
+import pytest
 
 
+@pytest.mark.slow
 def test_the_quick_sweep_is_clear():
     cases = [c for c in sweep.all_cases() if c.quick]
     assert {c.cls for c in cases} == set(sweep.CLASSES)

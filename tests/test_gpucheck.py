@@ -72,12 +72,19 @@ def extract_results(out: Path, to: Path):
     return load_results_dir(to)
 
 
-# The suite's one-call dry run: every stage of the lease but the chapters, whose
-# notebook stage is the same code for every chapter (``stage_notebook``) and which the
-# book's own smoke execution runs (chapter 2 stays: it names its results file). The
-# whole lease is dry-run before a GPU session (DEVELOPING.md, "The GPU check on a lent
-# machine": ``make gpucheck-dry``).
-LEASE_DRY = tuple(n for n in STAGE_NAMES if not n.startswith("nb") or n == "nb02")
+# The suite's one-call dry run: every stage of the lease but those that run another
+# stage's code with other settings: the chapters, whose notebook stage is the same code
+# for every chapter (``stage_notebook``) and which the book's own smoke execution runs
+# (chapter 2 stays: it names its results file), the NCHW profiles (``profile``: the
+# code of ``profile-cl``) and the ladder's last cells (``ladder-rest``: the code of
+# ``ladder-extra``). The whole lease is dry-run before a GPU session (DEVELOPING.md,
+# "The GPU check on a lent machine": ``make gpucheck-dry``).
+SAME_CODE = ("profile", "ladder-rest")
+LEASE_DRY = tuple(
+    n
+    for n in STAGE_NAMES
+    if (not n.startswith("nb") or n == "nb02") and n not in SAME_CODE
+)
 
 
 def test_the_lease_puts_the_ladder_first_and_the_committed_profiles_last():
@@ -208,16 +215,18 @@ def test_the_one_call_dry_run_runs_every_stage_and_returns_eight_files_at_most(
     assert "-m cuda -v -rA --durations=0" in text  # every test named, timed
     rs = extract_results(out, tmp_path / "results")
     assert rs.ignored == [] and len(rs.loader_sweeps) == len(rs.matmul_sweeps) == 1
-    assert sorted(bool(p.record["channels_last"]) for p in rs.layer_profiles) == [
-        False, False, True, True,
-    ]  # fmt: skip
+    assert [bool(p.record["channels_last"]) for p in rs.layer_profiles] == [True] * 2
     (ladder,) = rs.ladders
     assert ladder.complete and ladder.record["settings"]["isolate"] == "none"
     cells = {(c.rung, c.mode): c.record["epoch"] for c in ladder.cells if c.ok}
     dry = STAGE_SIZES["dry"]["cells"]
     want = {
-        (r, m) for stage in dry.values() for m in stage[0] for r in stage[1]
-    }  # the ladder, the compiled rung, the extra and the rest, in one file
+        (r, m)
+        for name, stage in dry.items()
+        if name in LEASE_DRY
+        for m in stage[0]
+        for r in stage[1]
+    }  # the ladder, the compiled rung and the extra cells, in one file
     assert cells == {cell: "measured" for cell in want}
 
 
@@ -269,16 +278,25 @@ def _ladder_of(out: Path, to: Path):
     return ladder
 
 
-def test_a_check_killed_in_the_middle_of_the_ladder_returns_every_finished_cell(
-    tmp_path,
-):
-    out, work = tmp_path / "out", tmp_path / "work"
+@pytest.fixture(scope="module")
+def killed_ladder(tmp_path_factory):
+    """One check of the ladder stage stopped by SIGTERM once its first cell was written
+    whole and the second begun: (exit status, output, out, work), shared by the test of
+    what it kept and the test that runs its rerun line."""
+    base = tmp_path_factory.mktemp("killed")
+    out, work = base / "out", base / "work"
     rc, stdout = _watch(
         _lease_cmd("ladder", out, work),
         out / "gpucheck.log",
-        # the first cell whole, the second begun: stopped in the middle of the ladder
         lambda lines: len(_cell_lines(lines)[0]) >= 1,
     )
+    return rc, stdout, out, work
+
+
+def test_a_check_killed_in_the_middle_of_the_ladder_returns_every_finished_cell(
+    killed_ladder, tmp_path
+):
+    rc, stdout, out, work = killed_ladder
     assert rc == 143, stdout[-2000:]
     report = check_file_set(out)
     assert report["finished"] and report["cut_short"] == ["ladder"]
@@ -302,17 +320,12 @@ def test_a_check_killed_in_the_middle_of_the_ladder_returns_every_finished_cell(
 
 @pytest.mark.slow
 def test_the_rerun_line_run_as_given_measures_only_the_cells_the_first_call_lacked(
-    tmp_path,
+    killed_ladder, tmp_path
 ):
     """Killed in the ladder, then its rerun line run as printed (in the same work
     folder, as on the warm machine): the cells measured whole are kept as they were,
     the others measured, and the second call's results hold the whole ladder."""
-    out, work = tmp_path / "out", tmp_path / "work"
-    rc, _ = _watch(
-        _lease_cmd("ladder", out, work),
-        out / "gpucheck.log",
-        lambda lines: len(_cell_lines(lines)[0]) >= 1,
-    )
+    rc, _, out, work = killed_ladder
     assert rc == 143
     first = _ladder_of(out, tmp_path / "r1")
     whole = {(c.rung, c.mode): c.step_s for c in first.cells if c.images_per_s}
@@ -558,7 +571,7 @@ def test_the_tests_stage_collects_every_file_with_a_cuda_test():
 
     files = cuda_test_files()
     names = {f.name for f in files}
-    assert "test_bench_ladder.py" in names and "test_gpucheck.py" not in names
+    assert "test_ladder_run.py" in names and "test_gpucheck.py" not in names
     for f in (REPO_ROOT / "tests").glob("test_*.py"):
         lines = f.read_text("utf-8").splitlines()
         has = any(line.strip().startswith("@pytest.mark.cuda") for line in lines)

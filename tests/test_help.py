@@ -92,13 +92,13 @@ def test_undocumented_finds_an_option_without_help():
 def test_every_command_is_in_the_list():
     """A new ``python -m ampbook...`` entry point (or ``bench`` subcommand) is added
     to ``tests/_cli.py``'s ``COMMANDS``."""
-    import test_errors  # imports torch: only here
+    import test_cli  # imports torch: only here
 
     from ampbook import bench
 
     listed = {argv for argv, _ in COMMANDS}
     subs = {module: sub for sub, module in bench.COMMANDS.items()}
-    for module in test_errors._commands():
+    for module in test_cli._commands():
         want = ("ampbook.bench", subs[module]) if module in subs else (module,)
         assert want in listed, want
     for name in bench.COMMANDS:

@@ -1,6 +1,8 @@
 """ampbook is a one-way stack: every import between its modules, those inside
 functions included, points down the layers or sideways within one package, and no
-modules import each other in a circle (DEVELOPING.md, "Layout")."""
+modules import each other in a circle (DEVELOPING.md, "Layout"); and every test
+module is named after the code it tests, or listed as a cross-cutting suite with its
+reason."""
 
 from __future__ import annotations
 
@@ -245,3 +247,62 @@ def test_an_import_of_the_tooling_is_found(tmp_path):
 def test_no_tooling_module_is_over_900_lines(path):
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_LINES, f"booktools/{path.name} has {lines} lines"
+
+
+TESTS = Path(__file__).resolve().parent
+# The suites that test no one module but a promise of the whole book, each with why.
+# Every other test module is named after the code it tests (``code_names``).
+CROSS_CUTTING = {
+    "test_layers": "the import stack, module sizes and these names, every module",
+    "test_notebooks": "the notebook sources, their pairs, parameters and smoke runs",
+    "test_fault_sweep": "every command under every class of fault (fault_sweep.py)",
+    "test_help": "every command's --help, without torch",
+    "test_readme": "the README's claims about the commands, run in their cheap forms",
+    "test_style": "ruff and the 88-column rule over the library, tests and notebooks",
+    "test_environment": "pyproject.toml against environment.yml",
+    "test_troubleshooting": "book/troubleshooting.md, a page whose code runs",
+    "test_results_untrusted": "planted markup through every chapter's results reader",
+    "test_jupyterlab": "a chapter run by hand in JupyterLab; the README's screenshots",
+}
+
+
+def code_names(roots: tuple[Path, ...] = (PACKAGE, TOOLS)) -> set[str]:
+    """What a test module may be named after: each module, package, chapter folder or
+    command of ``ampbook`` and ``booktools``, by its dotted name or any tail of it, the
+    dots written as underscores (``ampbook.chapters.ch7.rungs``: ``rungs``,
+    ``ch7_rungs``, ``chapters_ch7_rungs``...; ``ampbook.chapters.ch7``: ``ch7``)."""
+    names = set()
+    for root in roots:
+        for path in root.rglob("*.py"):
+            parts = module_name(path, root).split(".")
+            names.update("_".join(parts[i:]) for i in range(len(parts)))
+    return names
+
+
+def misnamed(tests: Path, names: set[str]) -> list[str]:
+    """The test modules in ``tests`` named after none of ``names`` and not listed as
+    cross-cutting."""
+    return sorted(
+        p.stem
+        for p in tests.glob("test_*.py")
+        if p.stem.removeprefix("test_") not in names and p.stem not in CROSS_CUTTING
+    )
+
+
+def test_every_test_module_is_named_after_the_code_it_tests():
+    found = misnamed(TESTS, code_names())
+    assert found == [], (
+        "test modules named after no module, chapter folder or command (rename them "
+        "after what they test, or list a cross-cutting suite in CROSS_CUTTING): "
+        + ", ".join(found)
+    )
+    stale = sorted(s for s in CROSS_CUTTING if not (TESTS / f"{s}.py").exists())
+    assert stale == [], f"CROSS_CUTTING lists suites that are gone: {stale}"
+
+
+def test_a_test_module_named_after_no_module_is_found(tmp_path):
+    stems = ("test_costmodel", "test_ch7", "test_ch7_rungs", "test_cli", "test_help")
+    for stem in stems:
+        (tmp_path / f"{stem}.py").write_text("")
+    (tmp_path / "conftest.py").write_text("")
+    assert misnamed(tmp_path, code_names()) == ["test_costmodel"]

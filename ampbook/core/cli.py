@@ -173,7 +173,7 @@ def command(prog: str) -> Callable:
                 code = EXIT_SIGTERM
             return code
 
-        run.ampbook_command = prog  # tests/test_errors.py finds every command by it
+        run.ampbook_command = prog  # tests/test_cli.py finds every command by it
         return run
 
     return wrap

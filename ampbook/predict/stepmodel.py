@@ -5,7 +5,7 @@ A bound is set per (network, GPU, batch and size, memory format, precision) by o
 path: ``steptrace.trace_step`` on fake tensors, ``steptrace.with_memory_format`` for
 the layout, ``roofline.predict`` on the GPU's ceilings. Chapters 5, 6 and 7, the
 intro (through chapter 5's glue), Findings and the doctor go through it, and
-``tests/test_one_bound.py`` renders their sentences for one setting and fails when
+``tests/test_stepmodel.py`` renders their sentences for one setting and fails when
 two of them print different bounds.
 
 **The layout.** The bound leaves out the NCHW-to-NHWC transposes cuDNN *may* put

@@ -26,6 +26,7 @@ def chapter7(tmp_path_factory) -> str:
     return output_text(execute_with_fixtures("7", tmp_path_factory.mktemp("ch7")))
 
 
+@pytest.mark.slow
 def test_gpu_ladder_renders_from_the_fixture(chapter7):
     (ladder,) = load_results_dir(FIXTURES).ladders
     assert "Measured: Fixture GPU (fictitious) · 2026-01-01" in chapter7
@@ -44,6 +45,7 @@ def test_gpu_ladder_renders_from_the_fixture(chapter7):
     assert "| 5: amp-fp16 + GradScaler | 20.0 | 3.00 | 10.25 | 2.70 | 294 |" in chapter7
 
 
+@pytest.mark.slow
 def test_this_machines_ladder_and_the_recipe_run(chapter7):
     assert "rung        mode       step ms  ops ms idle ms" in chapter7  # a CPU here
     # rung 0 is the ERFNet authors' defaults, named so (its record key stays "post")
@@ -62,6 +64,7 @@ def test_this_machines_ladder_and_the_recipe_run(chapter7):
     assert "def optimised_training(model, images_u8, labels, dtype" in chapter7
 
 
+@pytest.mark.slow
 def test_the_page_profiles_the_step_and_runs_rung_4s_cast(chapter7):
     """The profiler cell prints wall, busy and idle time per step, saying where it was
     measured, and kineto's start and stop lines stay off the page; the cast cell shows

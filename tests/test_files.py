@@ -48,7 +48,7 @@ def test_the_rule(record, tmp_path):
     assert cli.file_kind(notes) is None and cli.file_kind(record) == "ampbook.train"
 
 
-DOCTOR = ["--model", "tests.test_doctor_failures:dict_out", "--input", "3,8,8",
+DOCTOR = ["--model", "tests.test_diagnosis:dict_out", "--input", "3,8,8",
           "--batch", "2", "--no-measure", "--gpus", "h200",
           "--output", "aux"]  # fmt: skip
 

@@ -20,7 +20,7 @@ from ampbook.predict.steptrace import relabel, trace_step
 from tests._cli import one_error
 
 # --------------------------------------------------------------------------------------
-# tiny models (importable as tests.test_doctor_failures:NAME for the command line)
+# tiny models (importable as tests.test_diagnosis:NAME for the command line)
 # --------------------------------------------------------------------------------------
 
 
@@ -408,17 +408,17 @@ def test_input_of_any_rank_video():
 
 
 def test_several_inputs_get_the_wrapper_message(capsys):
-    argv = ["--model", "tests.test_doctor_failures:two_inputs", "--input", "3,8,8",
+    argv = ["--model", "tests.test_diagnosis:two_inputs", "--input", "3,8,8",
             "--no-measure", "--gpus", "h200"]  # fmt: skip
     assert doctor.main(argv) == 2
     one_error(capsys.readouterr().err, "takes 2 inputs (image1, image2)", "wrap it")
-    argv[1] = "tests.test_doctor_failures:pair_wrapper"
+    argv[1] = "tests.test_diagnosis:pair_wrapper"
     argv[3] = "6,8,8"
     assert doctor.main(argv) == 0
 
 
 def test_data_dependent_shapes_get_a_message(capsys):
-    argv = ["--model", "tests.test_doctor_failures:data_dependent", "--input",
+    argv = ["--model", "tests.test_diagnosis:data_dependent", "--input",
             "3,8,8", "--no-measure", "--gpus", "h200", "--loss", "mse"]  # fmt: skip
     assert doctor.main(argv) == 2
     one_error(capsys.readouterr().err, "depend on its input's values", "wrap it")
@@ -426,7 +426,7 @@ def test_data_dependent_shapes_get_a_message(capsys):
 
 def test_output_option_on_the_command_line(tmp_path, capsys):
     j = tmp_path / "r.json"
-    argv = ["--model", "tests.test_doctor_failures:dict_out", "--input", "3,8,8",
+    argv = ["--model", "tests.test_diagnosis:dict_out", "--input", "3,8,8",
             "--batch", "2", "--no-measure", "--gpus", "h200", "--output", "aux",
             "--json", str(j)]  # fmt: skip
     assert doctor.main(argv) == 0

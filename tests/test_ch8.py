@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -185,6 +186,7 @@ def test_inference_matches_fp32_with_less_memory_and_fails_without_eval():
     assert not wrong.ok and wrong.difference > wrong.tolerance, wrong.verdict()
 
 
+@pytest.mark.slow
 def test_ddp_two_gloo_processes_match_one_and_fail_unwrapped():
     right = ddp.check_ddp(steps=2)
     assert right.ok, [r.verdict() for r in right.results]
@@ -338,6 +340,7 @@ def test_relative_difference_and_rounding_tolerance_of_the_shared_checks():
     assert tiny.rounding_tolerance(torch.float16, units=1) == 2.0**-11
 
 
+@pytest.mark.slow
 def test_fsdp2_mixed_precision_matches_one_fp32_process_and_fails_unsharded():
     c = fsdp.check_fsdp(steps=2)
     assert c.ok, [r.verdict() for r in c.runs]

@@ -34,6 +34,7 @@ def fixture_pairs():
     return results.load_results_dir(FIXTURES).pairs()
 
 
+@pytest.mark.slow
 def test_chapter3_shows_the_fixture_gpu_runs_and_pairs(tmp_path, fixture_pairs):
     nb = _execute(
         "03_amp_training",
@@ -77,6 +78,7 @@ def test_chapter3_shows_the_fixture_gpu_runs_and_pairs(tmp_path, fixture_pairs):
     assert "def __call__" not in text and "_optimizer_step" not in text
 
 
+@pytest.mark.slow
 def test_chapter4_pairs_only_runs_of_one_gpu(tmp_path, fixture_pairs):
     nb = _execute("04_loss_scaling", tmp_path, num_steps=2)
     # one GPU pairs: it is named in the provenance line, not in every row

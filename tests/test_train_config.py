@@ -94,10 +94,10 @@ def _batches(n: int = 7):
     g = torch.Generator().manual_seed(5)
     out = []
     for i in range(n):
-        x = torch.randn(1, 3, 32, 64, generator=g)
+        x = torch.randn(1, 3, 16, 32, generator=g)
         if i in NAN_AT:
             x[0, 0, 0, 0] = float("nan")
-        out.append((x, torch.randint(0, 19, (1, 32, 64), generator=g)))
+        out.append((x, torch.randint(0, 19, (1, 16, 32), generator=g)))
     return out
 
 

@@ -5,6 +5,7 @@ device table)."""
 
 from __future__ import annotations
 
+import pytest
 from _chapters import FIXTURES, execute_with_fixtures, output_text
 
 from ampbook.chapters import ch3, ch5
@@ -14,6 +15,7 @@ from ampbook.predict.references import load_published, profile_references
 from ampbook.results import load_results_dir
 
 
+@pytest.mark.slow
 def test_chapter6_shows_the_report_references_and_pairs(tmp_path):
     text = output_text(execute_with_fixtures("6", tmp_path))
     assert "Traceback" not in text

@@ -367,6 +367,7 @@ def cpu_ladder(tmp_path_factory):
     return ladder, path, lines
 
 
+@pytest.mark.slow
 def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     ladder, path, lines = cpu_ladder
     assert ladder.complete and ladder.time_source == "cpu" and not ladder.is_cuda
@@ -404,6 +405,7 @@ def test_a_cpu_ladder_measures_every_cell(cpu_ladder):
     assert "ops ms" in table[0] and set(ladder_report.COLUMNS_CPU) <= set(table)
 
 
+@pytest.mark.slow
 def test_show_prints_no_targets_for_a_cpu_ladder(cpu_ladder, capsys):
     """The targets are an H200's: beside a CPU's ladder they would read as misses."""
     ladder, path, _ = cpu_ladder
@@ -412,6 +414,7 @@ def test_show_prints_no_targets_for_a_cpu_ladder(cpu_ladder, capsys):
     assert ladder_report.format_table(ladder) in out and "targets" not in out
 
 
+@pytest.mark.slow
 def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):
     ladder, path, _ = cpu_ladder
     copy_path = tmp_path / "ladder.json"

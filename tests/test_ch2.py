@@ -13,6 +13,7 @@ from ampbook.chapters.ch2.bench_sweeps import shape_penalties
 from ampbook.core.devices import load_devices
 
 
+@pytest.mark.slow
 def test_chapter2_shows_the_fixture_gpu_sweep(tmp_path):
     text = output_text(execute_with_fixtures("2", tmp_path))
     records = [s.record for s in results.load_results_dir(FIXTURES).matmul_sweeps]

@@ -418,6 +418,7 @@ def test_a_signal_as_the_command_ends_is_its_answer_or_a_stop(sig):
     ], err
 
 
+@pytest.mark.slow
 def test_a_signal_inside_an_import_in_main_is_raised_after_the_import(tmp_path):
     """A command that imports a module inside ``main``: the stop is held back until the
     import has finished (raising it inside an extension's initialisation can abort the
