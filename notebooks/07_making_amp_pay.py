@@ -398,8 +398,8 @@ md("\n".join(f"- {t.line()}" for t in ladder_report.check_targets(gpu)) + "\n\n"
 # %%
 spec = bl.LadderSpec.for_device(
     device.type, device=str(device), rungs=bl.parse_rungs(rungs),
-    modes=tuple(precisions), height=height, width=width, batch_size=batch_size, steps=steps,
-    profile_steps=profile_steps, epochs=epochs, train_images=train_images)
+    modes=tuple(precisions), height=height, width=width, batch_size=batch_size,
+    steps=steps, profile_steps=profile_steps, epochs=epochs, train_images=train_images)
 # a file of this run's own: two runs of the chapter at once must not share one
 path = Path(tempfile.mkdtemp(prefix="ampbook-ch7-")) / f"ladder_{device.type}.json"
 here = ladder_run.run_ladder(spec, path,
