@@ -306,3 +306,96 @@ def test_a_test_module_named_after_no_module_is_found(tmp_path):
         (tmp_path / f"{stem}.py").write_text("")
     (tmp_path / "conftest.py").write_text("")
     assert misnamed(tmp_path, code_names()) == ["test_costmodel"]
+
+
+# Issue 43's budgets, in physical lines: each chapter's folder, the shared base (the
+# layers below ``chapters`` and the commands) and the package. ``CEILINGS`` holds what
+# was reached where a budget is not met yet: a ceiling only ever comes down to its
+# budget, and a change that grows a part past its ceiling fails.
+BUDGETS = {"chapter folder": 2_000, "base": 15_000, "package": 24_000}
+CEILINGS = {
+    "chapters/ch6": 2_796,
+    "chapters/ch7": 2_362,
+    "base": 17_305,
+    "package": 30_844,
+}
+
+
+def budget_rows(package: Path = PACKAGE) -> list[tuple[str, int, int]]:
+    """(part, lines, limit) for every chapter folder, the base and the package; the
+    limit is the part's ceiling where one is set, else its budget."""
+    counts: dict[str, int] = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).parts
+        n = len(path.read_text().splitlines())
+        part = (
+            f"chapters/{parts[1]}"
+            if parts[0] == "chapters" and len(parts) > 2
+            else "base"
+            if parts[0] != "chapters"
+            else None
+        )
+        if part:
+            counts[part] = counts.get(part, 0) + n
+        counts["package"] = counts.get("package", 0) + n
+    return [
+        (
+            part,
+            n,
+            CEILINGS.get(part, BUDGETS["chapter folder" if "/" in part else part]),
+        )
+        for part, n in sorted(counts.items(), key=lambda kv: ("/" not in kv[0], kv[0]))
+    ]
+
+
+def test_the_library_keeps_its_budget(capsys):
+    rows = budget_rows()
+    with capsys.disabled():
+        print("\nlines per part (budget; ceiling where not met yet):")
+        for part, n, limit in rows:
+            budget = BUDGETS["chapter folder" if "/" in part else part]
+            print(
+                f"  {part:<16} {n:>6,} / {limit:>6,}"
+                + ("" if limit == budget else f" (budget {budget:,})")
+            )
+    over = [f"{part}: {n} > {limit}" for part, n, limit in rows if n > limit]
+    assert over == [], "over budget:\n" + "\n".join(over)
+
+
+def test_the_budget_counts_what_it_names(tmp_path):
+    pkg = tmp_path / "ampbook"
+    (pkg / "chapters" / "ch7").mkdir(parents=True)
+    (pkg / "core").mkdir()
+    (pkg / "chapters" / "ch7" / "rungs.py").write_text("x = 1\n" * 2_001)
+    (pkg / "core" / "a.py").write_text("y = 2\n" * 3)
+    rows = {part: (n, limit) for part, n, limit in budget_rows(pkg)}
+    assert rows["chapters/ch7"] == (2_001, 2_000)  # over: the test above would fail
+    assert rows["base"] == (3, 15_000) and rows["package"] == (2_004, 24_000)
+
+
+def long_functions(root: Path) -> list[str]:
+    """Every function over 100 lines under ``root``, with its file and length."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 100:
+                    found.append(
+                        f"{path.relative_to(root.parent)}:{node.lineno} {node.name} {n}"
+                    )
+    return found
+
+
+@pytest.mark.parametrize("root", [PACKAGE, TOOLS], ids=lambda p: p.name)
+def test_no_function_is_over_100_lines(root):
+    assert long_functions(root) == []
+
+
+def test_a_long_function_is_found(tmp_path):
+    (tmp_path / "m").mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(100))
+    (tmp_path / "m" / "f.py").write_text(
+        f"def short():\n    pass\n\n\ndef long():\n{body}\n"
+    )
+    assert long_functions(tmp_path / "m") == ["m/f.py:5 long 101"]
