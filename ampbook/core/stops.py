@@ -32,6 +32,13 @@ _state = {"signal": None, "held": None, "raised": False}
 # held: a stop held back during an import; raised: a stop was raised in the command
 
 
+_STOPS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP")
+    if hasattr(signal, name)
+)
+
+
 _IMPORT_FILES = (
     "<frozen importlib._bootstrap>",
     "<frozen importlib._bootstrap_external>",
@@ -86,22 +93,15 @@ def _deliver_again(signum: int) -> None:
         _thread.interrupt_main(signum)
 
 
-def _on_sigterm(signum, frame):
+def _on_stop(signum, frame):
+    """SIGINT raises ``KeyboardInterrupt``; SIGTERM and SIGHUP raise ``Terminated``."""
     if _state["raised"]:
         return  # the command is stopping already: see stopping()
-    _state["signal"] = signal.SIGTERM
+    interrupt = signum == signal.SIGINT
+    _state["signal"] = signal.SIGINT if interrupt else signal.SIGTERM
     if not _held_back(signum, frame):
         _state["raised"] = True
-        raise Terminated()
-
-
-def _on_sigint(signum, frame):
-    if _state["raised"]:
-        return  # the command is stopping already: see stopping()
-    _state["signal"] = signal.SIGINT
-    if not _held_back(signum, frame):
-        _state["raised"] = True
-        raise KeyboardInterrupt()
+        raise KeyboardInterrupt() if interrupt else Terminated()
 
 
 def record_stop(signum: int) -> None:
@@ -194,10 +194,7 @@ def signals():
     if not _main_thread():
         yield
         return
-    pairs = [(signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)]
-    if hasattr(signal, "SIGHUP"):  # the terminal closed: as SIGTERM
-        pairs.append((signal.SIGHUP, _on_sigterm))
-    old = {s: signal.signal(s, h) for s, h in pairs}
+    old = {s: signal.signal(s, _on_stop) for s in _STOPS}  # SIGHUP: terminal closed
     try:
         yield
     finally:
@@ -278,13 +275,6 @@ def hold_further_stops() -> None:
         pass
 
     _on_stops(hold)
-
-
-_STOPS = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGHUP")
-    if hasattr(signal, name)
-)
 
 
 def _on_stops(handler) -> None:
