@@ -9,13 +9,8 @@ promise to a user, the same for every command:
   environment (found before any work, nothing changed), **1** a run that started and
   stopped (what it kept is named), **130** Ctrl-C and **143** SIGTERM;
 * SIGTERM is handled exactly as Ctrl-C, start-up imports included (``stops``);
-* outputs are checked before any work or deletion (``check_output_file``,
-  ``check_output_dir``: long names, files in the way, read-only or missing folders,
-  free space where the size is known), and inputs are read only from regular files
-  (``check_input_file``: a FIFO or a device would block or never end);
-* numbers from the command line are numbers (``positive_int``, ``positive_float``,
-  ``seed``...: argparse types that refuse 0, negatives, NaN and inf where they make no
-  sense).
+* outputs and inputs are checked before any work or deletion (``files``), and numbers
+  from the command line are refused where they make no sense (``args``).
 
 This module is the command layer (``command``) and the front door of its pieces, whose
 public names it imports for ``cli.X``: ``errors`` (exit statuses, ``UserError``,
