@@ -91,13 +91,11 @@ TRAIN_TO_LABEL = np.array(
 GET_CITYSCAPES = (
     "To get Cityscapes: register at https://www.cityscapes-dataset.com, download "
     "leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip, unzip both into one "
-    "folder and "
-    "set CITYSCAPES_DATASET to it (or pass it as the root). Without it, use the "
-    "synthetic "
-    "stand-in: `python -m ampbook.data synthesize --root DIR --train 100 --val 20` and "
-    "pass DIR, "
-    "or call ampbook.segmentation.synthetic.synthetic_root(train, val, height, "
-    "width) in Python."
+    "folder and set CITYSCAPES_DATASET to it (or pass it as the root). Without it, "
+    "use the synthetic stand-in: `python -m ampbook.data synthesize --root DIR "
+    "--train 100 --val 20` and pass DIR, or call "
+    "ampbook.segmentation.synthetic.synthetic_root(train, val, height, width) in "
+    "Python."
 )
 
 
@@ -303,8 +301,7 @@ def read_label_ids(path: Path) -> np.ndarray:
         if arr.shape[0] != 1:
             raise DataError(
                 f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has "
-                "one "
-                "(the Cityscapes labelId of each pixel)"
+                "one (the Cityscapes labelId of each pixel)"
             )
         arr = arr[0].numpy()
     elif arr.ndim != 2:
