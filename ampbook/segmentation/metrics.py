@@ -160,8 +160,7 @@ class SegmentationMetrics:
 
         return (
             f"SegmentationMetrics(num_classes={self.num_classes}, "
-            f"miou={fmt(r['miou'])}, "
-            f"pixel_accuracy={fmt(r['pixel_accuracy'])}, "
+            f"miou={fmt(r['miou'])}, pixel_accuracy={fmt(r['pixel_accuracy'])}, "
             f"pixels={int(self._matrix.sum())})"
         )
 
