@@ -297,21 +297,14 @@ def read_label_ids(path: Path) -> np.ndarray:
         arr = _decode_png(path, rgb=False)
     except (RuntimeError, ValueError, OSError, SyntaxError) as err:
         raise DataError(f"cannot decode label file {path}: {_why(err)}") from None
-    if isinstance(arr, torch.Tensor):
-        if arr.shape[0] != 1:
-            raise DataError(
-                f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has "
-                "one (the Cityscapes labelId of each pixel)"
-            )
-        arr = arr[0].numpy()
-    elif arr.ndim != 2:
+    if isinstance(arr, torch.Tensor):  # C x H x W, as Pillow's H x W (x C)
+        arr = arr[0].numpy() if arr.shape[0] == 1 else arr.permute(1, 2, 0).numpy()
+    if arr.ndim != 2:
         raise DataError(
             f"label file {path} has {arr.shape[-1]} channels; a labelIds PNG has one "
             "(the Cityscapes labelId of each pixel)"
         )
-    if (
-        arr.dtype != np.uint8
-    ):  # 16-bit PNG: ids above 255 are certainly outside the table
+    if arr.dtype != np.uint8:  # 16-bit PNG: ids above 255 are outside the table
         big = np.unique(arr[arr > 255])
         if big.size:
             raise DataError(
@@ -320,9 +313,8 @@ def read_label_ids(path: Path) -> np.ndarray:
             )
         arr = arr.astype(np.uint8)
     highest = int(arr.max())
-    if KNOWN_LABEL_IDS[
-        : highest + 1
-    ].all():  # the table covers 0..33 without gaps: quick path
+    # the table covers 0..33 without gaps: quick path
+    if KNOWN_LABEL_IDS[: highest + 1].all():
         return arr
     present = np.bincount(arr.ravel(), minlength=256)
     unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
