@@ -411,8 +411,7 @@ class Cityscapes(Dataset):
         if tuple(image.shape[1:]) != ids.shape:
             raise DataError(
                 f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its "
-                "label "
-                f"file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)"
+                f"label file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)"
             )
         # Nearest-neighbour resizing and flipping only move pixels, so the labelId ->
         # trainId lookup can come after them, on the smaller label.
@@ -483,8 +482,8 @@ def check_cache_fits(nbytes: int, device: torch.device, copies: int = 1) -> int:
         each = f" in each of {copies} processes" if copies > 1 else ""
         raise ValueError(
             f"the decoded cache needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB)"
-            f"{each}, "
-            f"more than {share:.0%} of the {free:,} bytes ({free / 2**30:.2f} GiB) of "
+            f"{each}, more than {share:.0%} of the {free:,} bytes "
+            f"({free / 2**30:.2f} GiB) of "
             f"{where} ({device}); use fewer or smaller images, "
             + (
                 "--data-cache host, or --data-cache none"
