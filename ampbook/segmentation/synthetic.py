@@ -436,10 +436,7 @@ def synthetic_pair(
 def _file_stem(split: str, index: int) -> tuple[str, str]:
     cities = _TRAIN_CITIES if split == "train" else _VAL_CITIES
     city = cities[index % len(cities)]
-    return (
-        city,
-        f"{city}_{index:06d}_000019",
-    )  # Cityscapes annotates the 20th frame of a clip
+    return city, f"{city}_{index:06d}_000019"  # the 20th frame of a clip, as Cityscapes
 
 
 def _write_scene(
