@@ -108,7 +108,7 @@ def test_command_maps_known_failures_to_one_line_and_exit_codes(capsys):
     with pytest.raises(ZeroDivisionError):
         main(["bug"])
     # The handlers in place before come back.
-    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, stops._on_sigterm)
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, stops._on_stop)
 
 
 def _commands() -> dict[str, str]:

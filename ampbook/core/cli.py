@@ -8,17 +8,9 @@ promise to a user, the same for every command:
   what to do, and the exit status says which kind: **2** bad settings, inputs or
   environment (found before any work, nothing changed), **1** a run that started and
   stopped (what it kept is named), **130** Ctrl-C and **143** SIGTERM;
-* SIGTERM is handled exactly as Ctrl-C (``Terminated`` is a ``KeyboardInterrupt``), so
-  every cleanup written for Ctrl-C runs for it too, at any moment: ``install`` (called
-  by ``ampbook/__init__.py`` when the process is an ``ampbook`` command) covers the
-  start-up imports before ``main`` runs;
-* outputs are checked before any work or deletion (``check_output_file``,
-  ``check_output_dir``: long names, files in the way, read-only or missing folders,
-  free space where the size is known), and inputs are read only from regular files
-  (``check_input_file``: a FIFO or a device would block or never end);
-* numbers from the command line are numbers (``positive_int``, ``positive_float``,
-  ``seed``...: argparse types that refuse 0, negatives, NaN and inf where they make no
-  sense).
+* SIGTERM is handled exactly as Ctrl-C, start-up imports included (``stops``);
+* outputs and inputs are checked before any work or deletion (``files``), and numbers
+  from the command line are refused where they make no sense (``args``).
 
 This module is the command layer (``command``) and the front door of its pieces, whose
 public names it imports for ``cli.X``: ``errors`` (exit statuses, ``UserError``,
@@ -58,8 +50,6 @@ from ampbook.core.errors import (  # noqa: F401 -- cli.X for every command
     EXIT_SIGINT,
     EXIT_SIGTERM,
     EXIT_STOPPED,
-    NAME_MAX,
-    PATH_MAX,
     Stopped,
     UserError,
     describe,
@@ -71,7 +61,6 @@ from ampbook.core.files import (  # noqa: F401 -- cli.X for every command
     LockBusy,
     check_free_space,
     check_input_file,
-    check_names,
     check_open_files,
     check_output_dir,
     check_output_file,
@@ -80,7 +69,6 @@ from ampbook.core.files import (  # noqa: F401 -- cli.X for every command
     is_special,
     mode_kind,
     open_files_advice,
-    open_files_in_use,
     read_text,
     release_lock,
     save_result,
@@ -97,11 +85,9 @@ from ampbook.core.stops import (  # noqa: F401 -- cli.X for every command
     signal_name,
     signals,
     stop_code,
-    stopping,
     terminated,
 )
 from ampbook.core.terminal import (  # noqa: F401 -- cli.X for every command
-    PLAIN_ERRORS,
     Progress,
     plain_text_errors,
     terminal_text,

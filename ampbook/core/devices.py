@@ -146,12 +146,6 @@ class Device:
         return text
 
 
-def _require(entry: dict, key: str, name: str, path: Path):
-    if name not in entry:
-        raise ValueError(f"{path}: device {key!r} lacks field {name!r}")
-    return entry[name]
-
-
 def load_devices(path: str | Path | None = None) -> dict[str, Device]:
     """Read the device table; every non-null figure must name a source in its
     ``sources`` table (a clear ValueError names what is missing)."""
@@ -185,7 +179,11 @@ def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
             raise ValueError(
                 f"{path}: device {key!r} has unknown fields {sorted(unknown)}"
             )
-        values = {n: _require(entry, key, n, path) for n in names if n not in optional}
+        required = [n for n in names if n not in optional]
+        for n in required:
+            if n not in entry:
+                raise ValueError(f"{path}: device {key!r} lacks field {n!r}")
+        values = {n: entry[n] for n in required}
         if values["segment"] not in SEGMENTS:
             raise ValueError(
                 f"{path}: device {key!r} segment must be one of {SEGMENTS}, "

@@ -186,12 +186,6 @@ def format_environment(info: dict) -> str:
 RUN_PROFILE_VAR = "AMPBOOK_RUN_PROFILE"
 
 
-def run_profile() -> str | None:
-    """The profile the runner executed this notebook with, or None when it was run by
-    hand (in Jupyter, or as a script)."""
-    return os.environ.get(RUN_PROFILE_VAR) or None
-
-
 # What a profile's numbers are, in the environment's dropdown where the profile is not
 # the real experiment (notebooks/profiles.yml sizes each).
 PROFILE_NOTES = {
@@ -252,7 +246,8 @@ def print_environment(
     the line and the environment as aligned lines."""
     from IPython.display import display
 
-    display(environment_display(environment_report(device, packages), run_profile()))
+    profile = os.environ.get(RUN_PROFILE_VAR) or None  # None: run by hand
+    display(environment_display(environment_report(device, packages), profile))
 
 
 def environment_display(info: dict, profile: str | None = None, day=None):

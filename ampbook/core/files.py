@@ -265,10 +265,8 @@ def check_output_file(
     check_names(p, what)
     try:
         mode = os.stat(p).st_mode
-    except FileNotFoundError:
-        mode = None
-    except NotADirectoryError:
-        mode = None  # reported below, with the file in the way
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None  # absent; or a file in the way, reported below
     except OSError as err:
         raise UserError(f"{what}: {p}: {err.strerror}") from None
     if mode is not None and not (

@@ -1,8 +1,7 @@
 """Figure style and small display helpers shared by the chapters.
 
 Figures must read in grayscale: each series gets a line style, a marker and a hatch as
-well as
-a colour (``series_style``)."""
+well as a colour (``series_style``)."""
 
 from __future__ import annotations
 

@@ -24,13 +24,8 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-MEASURED, PREDICTED, PUBLISHED, ASSUMED = (
-    "measured",
-    "predicted",
-    "published",
-    "assumed",
-)
-KINDS = (MEASURED, PREDICTED, PUBLISHED, ASSUMED)
+KINDS = ("measured", "predicted", "published", "assumed")
+MEASURED, PREDICTED, PUBLISHED, ASSUMED = KINDS
 # The words a printed number carries for each kind ("" for a measurement or a cited
 # figure, whose provenance line or citation stands beside it).
 MARKERS = {MEASURED: "", PUBLISHED: "", PREDICTED: "predicted", ASSUMED: "assumed"}

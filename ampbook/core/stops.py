@@ -2,11 +2,13 @@
 
 SIGTERM is handled exactly as Ctrl-C (``Terminated`` is a ``KeyboardInterrupt``), so
 every cleanup written for Ctrl-C runs for it too, at any moment; a stop inside an
-import is held back until the import has finished; a command stops once
-(``stopping``). ``install`` (called by ``ampbook/__init__.py`` when the process is an
-``ampbook`` command) covers the start-up imports before ``main`` runs, and
-``end_process`` ends the process with the command's status. ``ampbook.core.cli``'s
-``command`` wraps every ``main`` in these.
+import is held back until the import has finished. A command stops once: while the
+cleanup written for the first stop runs (a record marked interrupted, half-written files
+removed, workers joined), a second Ctrl-C or SIGTERM is not raised inside it, and the
+exit status is the first stop's. ``install`` (called by ``ampbook/__init__.py`` when
+the process is an ``ampbook`` command) covers the start-up imports before ``main``
+runs, and ``end_process`` ends the process with the command's status.
+``ampbook.core.cli``'s ``command`` wraps every ``main`` in these.
 
 Only the standard library is imported here: the module is loaded before torch.
 """
@@ -30,6 +32,13 @@ class Terminated(KeyboardInterrupt):
 
 _state = {"signal": None, "held": None, "raised": False}
 # held: a stop held back during an import; raised: a stop was raised in the command
+
+
+_STOPS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP")
+    if hasattr(signal, name)
+)
 
 
 _IMPORT_FILES = (
@@ -86,22 +95,15 @@ def _deliver_again(signum: int) -> None:
         _thread.interrupt_main(signum)
 
 
-def _on_sigterm(signum, frame):
+def _on_stop(signum, frame):
+    """SIGINT raises ``KeyboardInterrupt``; SIGTERM and SIGHUP raise ``Terminated``."""
     if _state["raised"]:
-        return  # the command is stopping already: see stopping()
-    _state["signal"] = signal.SIGTERM
+        return  # the command is stopping already: it stops once
+    interrupt = signum == signal.SIGINT
+    _state["signal"] = signal.SIGINT if interrupt else signal.SIGTERM
     if not _held_back(signum, frame):
         _state["raised"] = True
-        raise Terminated()
-
-
-def _on_sigint(signum, frame):
-    if _state["raised"]:
-        return  # the command is stopping already: see stopping()
-    _state["signal"] = signal.SIGINT
-    if not _held_back(signum, frame):
-        _state["raised"] = True
-        raise KeyboardInterrupt()
+        raise KeyboardInterrupt() if interrupt else Terminated()
 
 
 def record_stop(signum: int) -> None:
@@ -127,18 +129,6 @@ def take_held() -> bool:
     held = _state["held"] is not None
     _state["held"] = None
     return held
-
-
-def stopping() -> bool:
-    """Whether a stop (Ctrl-C, SIGTERM, SIGHUP) has been raised in the running command.
-
-    A command stops once: after the first stop is raised, the
-    cleanup written for it (a results record marked interrupted, half-written files
-    removed, loader workers and drawing processes joined) runs to its end, and a second
-    Ctrl-C or a SIGTERM meanwhile is not raised inside it (where it would leave the
-    cleanup half done, or a traceback from a finalizer it interrupted); the exit
-    status is the first stop's, 130 or 143."""
-    return bool(_state["raised"])
 
 
 def start_up_stop_text() -> str:
@@ -194,10 +184,7 @@ def signals():
     if not _main_thread():
         yield
         return
-    pairs = [(signal.SIGTERM, _on_sigterm), (signal.SIGINT, _on_sigint)]
-    if hasattr(signal, "SIGHUP"):  # the terminal closed: as SIGTERM
-        pairs.append((signal.SIGHUP, _on_sigterm))
-    old = {s: signal.signal(s, h) for s, h in pairs}
+    old = {s: signal.signal(s, _on_stop) for s in _STOPS}  # SIGHUP: terminal closed
     try:
         yield
     finally:
@@ -278,13 +265,6 @@ def hold_further_stops() -> None:
         pass
 
     _on_stops(hold)
-
-
-_STOPS = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGHUP")
-    if hasattr(signal, name)
-)
 
 
 def _on_stops(handler) -> None:

@@ -227,11 +227,7 @@ def terminal_text(markdown: str, width: int | None = None) -> str:
             out.append(line)
             continue
         lead = line[: len(line) - len(stripped)]
-        bullet = ""
-        for mark in ("- ", "* ", "1. "):
-            if stripped.startswith(mark):
-                bullet = mark
-                break
+        bullet = next((m for m in ("- ", "* ", "1. ") if stripped.startswith(m)), "")
         out.append(
             textwrap.fill(
                 stripped[len(bullet) :],

@@ -118,19 +118,6 @@ class Ladder:
         return next(r for r in self.rungs if r.index == index)
 
 
-def _check_status(record: dict, path: str) -> None:
-    if record["status"] not in LADDER_STATUSES:
-        raise ResultsError(
-            f"{path}: status must be one of {', '.join(LADDER_STATUSES)}, got "
-            f"{record['status']!r}"
-        )
-    source = record["settings"]["time_source"]
-    if source not in ("cuda", "cpu"):
-        raise ResultsError(
-            f"{path}: time_source must be 'cuda' or 'cpu', got {source!r}"
-        )
-
-
 def _read_rungs(record: dict, path: str) -> tuple[LadderRung, ...]:
     """The record's rungs; a record without ``compiles`` (written before it was kept)
     has it from the changes: a rung compiles from the first that sets ``compile``."""
@@ -211,7 +198,16 @@ def read_ladder(record: dict, path: str) -> Ladder:
     """A ``Ladder`` from a ladder record; ``ResultsError`` names what is wrong."""
     try:
         env, settings = record["environment"], record["settings"]
-        _check_status(record, path)
+        if record["status"] not in LADDER_STATUSES:
+            raise ResultsError(
+                f"{path}: status must be one of {', '.join(LADDER_STATUSES)}, got "
+                f"{record['status']!r}"
+            )
+        if settings["time_source"] not in ("cuda", "cpu"):
+            raise ResultsError(
+                f"{path}: time_source must be 'cuda' or 'cpu', got "
+                f"{settings['time_source']!r}"
+            )
         rungs = _read_rungs(record, path)
         return Ladder(
             path=path,

@@ -91,13 +91,11 @@ TRAIN_TO_LABEL = np.array(
 GET_CITYSCAPES = (
     "To get Cityscapes: register at https://www.cityscapes-dataset.com, download "
     "leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip, unzip both into one "
-    "folder and "
-    "set CITYSCAPES_DATASET to it (or pass it as the root). Without it, use the "
-    "synthetic "
-    "stand-in: `python -m ampbook.data synthesize --root DIR --train 100 --val 20` and "
-    "pass DIR, "
-    "or call ampbook.segmentation.synthetic.synthetic_root(train, val, height, "
-    "width) in Python."
+    "folder and set CITYSCAPES_DATASET to it (or pass it as the root). Without it, "
+    "use the synthetic stand-in: `python -m ampbook.data synthesize --root DIR "
+    "--train 100 --val 20` and pass DIR, or call "
+    "ampbook.segmentation.synthetic.synthetic_root(train, val, height, width) in "
+    "Python."
 )
 
 
@@ -299,22 +297,14 @@ def read_label_ids(path: Path) -> np.ndarray:
         arr = _decode_png(path, rgb=False)
     except (RuntimeError, ValueError, OSError, SyntaxError) as err:
         raise DataError(f"cannot decode label file {path}: {_why(err)}") from None
-    if isinstance(arr, torch.Tensor):
-        if arr.shape[0] != 1:
-            raise DataError(
-                f"label file {path} has {arr.shape[0]} channels; a labelIds PNG has "
-                "one "
-                "(the Cityscapes labelId of each pixel)"
-            )
-        arr = arr[0].numpy()
-    elif arr.ndim != 2:
+    if isinstance(arr, torch.Tensor):  # C x H x W, as Pillow's H x W (x C)
+        arr = arr[0].numpy() if arr.shape[0] == 1 else arr.permute(1, 2, 0).numpy()
+    if arr.ndim != 2:
         raise DataError(
             f"label file {path} has {arr.shape[-1]} channels; a labelIds PNG has one "
             "(the Cityscapes labelId of each pixel)"
         )
-    if (
-        arr.dtype != np.uint8
-    ):  # 16-bit PNG: ids above 255 are certainly outside the table
+    if arr.dtype != np.uint8:  # 16-bit PNG: ids above 255 are outside the table
         big = np.unique(arr[arr > 255])
         if big.size:
             raise DataError(
@@ -323,9 +313,8 @@ def read_label_ids(path: Path) -> np.ndarray:
             )
         arr = arr.astype(np.uint8)
     highest = int(arr.max())
-    if KNOWN_LABEL_IDS[
-        : highest + 1
-    ].all():  # the table covers 0..33 without gaps: quick path
+    # the table covers 0..33 without gaps: quick path
+    if KNOWN_LABEL_IDS[: highest + 1].all():
         return arr
     present = np.bincount(arr.ravel(), minlength=256)
     unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
@@ -422,8 +411,7 @@ class Cityscapes(Dataset):
         if tuple(image.shape[1:]) != ids.shape:
             raise DataError(
                 f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its "
-                "label "
-                f"file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)"
+                f"label file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)"
             )
         # Nearest-neighbour resizing and flipping only move pixels, so the labelId ->
         # trainId lookup can come after them, on the smaller label.
@@ -494,8 +482,8 @@ def check_cache_fits(nbytes: int, device: torch.device, copies: int = 1) -> int:
         each = f" in each of {copies} processes" if copies > 1 else ""
         raise ValueError(
             f"the decoded cache needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB)"
-            f"{each}, "
-            f"more than {share:.0%} of the {free:,} bytes ({free / 2**30:.2f} GiB) of "
+            f"{each}, more than {share:.0%} of the {free:,} bytes "
+            f"({free / 2**30:.2f} GiB) of "
             f"{where} ({device}); use fewer or smaller images, "
             + (
                 "--data-cache host, or --data-cache none"

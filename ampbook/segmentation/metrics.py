@@ -160,8 +160,7 @@ class SegmentationMetrics:
 
         return (
             f"SegmentationMetrics(num_classes={self.num_classes}, "
-            f"miou={fmt(r['miou'])}, "
-            f"pixel_accuracy={fmt(r['pixel_accuracy'])}, "
+            f"miou={fmt(r['miou'])}, pixel_accuracy={fmt(r['pixel_accuracy'])}, "
             f"pixels={int(self._matrix.sum())})"
         )
 
@@ -258,11 +257,9 @@ def evaluate_folder(
         if pred.shape != gt.shape:
             raise DataError(
                 f"prediction {pred_file} is {pred.shape[1]}x{pred.shape[0]} but its "
-                "ground "
-                f"truth {gt_file} is {gt.shape[1]}x{gt.shape[0]} (W x H)"
+                f"ground truth {gt_file} is {gt.shape[1]}x{gt.shape[0]} (W x H)"
             )
-        # Predicted ids that map to ignore become 255: a miss of the ground truth's
-        # class.
+        # Predicted ids that map to ignore (255) count as a miss of the truth's class
         metrics.update(
             torch.from_numpy(LABEL_TO_TRAIN[pred]), torch.from_numpy(LABEL_TO_TRAIN[gt])
         )

@@ -436,10 +436,7 @@ def synthetic_pair(
 def _file_stem(split: str, index: int) -> tuple[str, str]:
     cities = _TRAIN_CITIES if split == "train" else _VAL_CITIES
     city = cities[index % len(cities)]
-    return (
-        city,
-        f"{city}_{index:06d}_000019",
-    )  # Cityscapes annotates the 20th frame of a clip
+    return city, f"{city}_{index:06d}_000019"  # the 20th frame of a clip, as Cityscapes
 
 
 def _write_scene(
@@ -526,12 +523,6 @@ def synthesize(
     root = check_synthesis(root, train, val, seed, height, width)
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
-        if not _ours(root):
-            raise FileExistsError(
-                f"{root} already holds a dataset that is not synthetic; refusing to "
-                "write synthetic images into it"
-            )
     # The marker of a set being written goes first and the set's marker goes before
     # anything is removed: a set stopped half-way is never taken for a whole one.
     root.mkdir(parents=True, exist_ok=True)
