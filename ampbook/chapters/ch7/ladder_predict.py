@@ -18,17 +18,14 @@ AMP, BASE = "amp-fp16", "fp32-tf32"
 
 
 # NHWC batch norm against NCHW: about twice as fast (NVIDIA/cudnn-frontend#134, on an
-# H100); the prediction halves batch norm's measured time at rung 2.
+# H100); the prediction halves batch norm's measured time at the layout rung.
 NHWC_BATCH_NORM_SPEEDUP = 2.0
 
 
 def _stream_effect(ceil, b: int, h: int, w: int) -> tuple[float, float, int, int]:
-    """The cost model's amp-fp16 bound with and without the 16-bit stream, and the
-    bytes saved for backward with and without it, at batch ``b`` and ``h`` x ``w``.
-    Two traces at full size cost seconds each, so the four numbers are kept in
-    ``ampbook.core.paths.cache_dir()`` under a key of everything they depend on (the
-    ceilings, the size, torch's version and the sources of the model, the cost model and
-    the saved-tensor meter)."""
+    """The cost model's amp-fp16 bound and bytes saved for backward, with and without
+    the 16-bit stream, at batch ``b`` and ``h`` x ``w``; two traces cost seconds each,
+    so the four numbers are cached under ``_source_key`` (as ``bound_s`` does)."""
     from ampbook.core.paths import cache_dir
     from ampbook.predict.roofline import predict
     from ampbook.predict.steptrace import trace_step

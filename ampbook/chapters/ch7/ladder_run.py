@@ -79,12 +79,8 @@ def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
         log(_fit(f"{head} error: {cell['error']}"))
         return
     if cell.get("epoch") == "error":
-        log(
-            _fit(
-                f"{head} step {cell['step_s'] * 1e3:7.2f} ms; epochs: "
-                f"{cell['epoch_error']}"
-            )
-        )
+        step = f"step {cell['step_s'] * 1e3:7.2f} ms"
+        log(_fit(f"{head} {step}; epochs: {cell['epoch_error']}"))
         return
     busy = cell["kernel_s"] / cell["step_s"]  # above 1: the table's n/a
     log(
