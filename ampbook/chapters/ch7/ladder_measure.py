@@ -20,8 +20,7 @@ import statistics
 import time
 from typing import Callable
 
-from ampbook.chapters.ch7.ladder_record import write_record
-from ampbook.chapters.ch7.rungs import LadderSpec, rung_config
+from ampbook.chapters.ch7.rungs import LadderSpec, rung_config, write_record
 from ampbook.core.terminal import quiet_stderr_fd
 
 

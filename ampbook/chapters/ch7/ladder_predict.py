@@ -9,8 +9,7 @@ import itertools
 import json
 
 from ampbook.chapters.ch7.ladder_measure import _source_key
-from ampbook.chapters.ch7.ladder_record import new_record, write_record
-from ampbook.chapters.ch7.rungs import RUNGS, LadderSpec
+from ampbook.chapters.ch7.rungs import RUNGS, LadderSpec, new_record, write_record
 from ampbook.core.modes import MODES
 
 # The modes a predicted ladder holds: amp-fp16 against fp32 with TF32.

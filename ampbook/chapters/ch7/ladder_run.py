@@ -17,14 +17,6 @@ from pathlib import Path
 from typing import Callable
 
 from ampbook.chapters.ch7.ladder_measure import measure_safely
-from ampbook.chapters.ch7.ladder_record import (
-    _same_setting,
-    add_cell,
-    finished_cells,
-    ladder_path,
-    new_record,
-    write_record,
-)
 from ampbook.chapters.ch7.ladder_report import NOT_SPLIT, format_table, format_targets
 from ampbook.chapters.ch7.rungs import (
     COMPILE_MODE,
@@ -39,9 +31,15 @@ from ampbook.chapters.ch7.rungs import (
     LadderError,
     LadderSpec,
     _now,
+    _same_setting,
+    add_cell,
+    finished_cells,
+    ladder_path,
+    new_record,
     parse_modes,
     parse_rungs,
     rung_range,
+    write_record,
 )
 from ampbook.core import cli
 from ampbook.core.words import plural

@@ -1,5 +1,6 @@
-"""The ladder's settings: the table of rungs (``RUNGS``), the modes, ``LadderSpec``
-and a rung's ``TrainConfig``.
+"""The ladder's settings and record: the table of rungs (``RUNGS``), the modes,
+``LadderSpec``, a rung's ``TrainConfig``, and the record (schema ``ampbook.ladder/1``)
+written atomically as cells are measured.
 
     python -m ampbook.bench ladder [--device auto|cpu|cuda] [--rungs 0-5|eager|...]
         [--precisions fp32-tf32,amp-fp16,...] [--height H --width W --batch-size B]
@@ -10,23 +11,25 @@ Each rung adds one change to the rung below it, as fields of the runner's
 ``TrainConfig`` (every rung is a ``python -m ampbook.train`` command); ``RUNGS`` is the
 one place a rung is written: what it changes and why, how the prediction treats it,
 whether it compiles. Every cell (rung x mode, ``MODES``) is measured by
-``ladder_measure.measure_rung`` and written to the record (``ladder_record``, schema
-``ampbook.ladder/1`` in ``data/results/README.md``) as soon as its step is measured,
-then with its epochs, so a ladder stopped part-way keeps what it measured. The rest of
-the ladder, each module importing only those before it: ``ladder_record``,
-``ladder_measure``, ``ladder_predict`` (a ladder predicted from layer profiles),
-``ladder_report`` (the table and the targets) and ``ladder_run`` (the processes and
-the command line); chapter 7's reading of a ladder is ``ampbook.chapters.ch7``.
-"""
+``ladder_measure.measure_rung`` and written to the record (``add_cell``; the schema
+is in ``data/results/README.md``) as soon as its step is measured, then with its
+epochs, so a ladder stopped part-way keeps what it measured. The rest of the ladder,
+each module importing only those before it: ``ladder_measure``, ``ladder_predict``
+(a ladder predicted from layer profiles), ``ladder_report`` (the table and the
+targets) and ``ladder_run`` (the processes and the command line); chapter 7's reading
+of a ladder is ``ampbook.chapters.ch7``."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ampbook.core import cli
 from ampbook.core.modes import MODES
-from ampbook.results import PEAK_CUDA, SAVED_FOR_BACKWARD
+from ampbook.results import LADDER_SCHEMA, PEAK_CUDA, SAVED_FOR_BACKWARD
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
     "fp32-tf32": ("fp32", "on"),
@@ -284,3 +287,87 @@ def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
         quiet=True,
         **fields,
     )
+
+
+def ladder_path(json_arg: str | Path, device_name: str) -> Path:
+    """``--json``'s file: the path itself when it ends in ``.json`` and is not a
+    folder, else ``ladder_<gpu>.json`` inside it."""
+    from ampbook.core.words import slug
+
+    path = Path(json_arg)
+    if path.suffix == ".json" and not path.is_dir():
+        return path
+    return path / f"ladder_{slug(device_name)}.json"
+
+
+def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
+    from ampbook.core.devices import find_device
+
+    cuda = str(environment.get("device", "")).startswith("cuda")
+    entry = find_device(environment["device_name"]) if cuda else None
+    return {
+        "schema": LADDER_SCHEMA,
+        "created": _now(),
+        "updated": _now(),
+        "status": "running",
+        "environment": environment,
+        "device_key": entry.key if entry else None,
+        "settings": spec.settings("cuda" if cuda else "cpu", isolate),
+        "rungs": [
+            {
+                "index": r.index,
+                "key": r.key,
+                "title": r.title,
+                "why": r.why,
+                "changes": {
+                    k: (
+                        spec.compile_mode if k == "compile" and v == COMPILE_MODE else v
+                    )
+                    for k, v in r.changes.items()
+                },
+                "compiles": r.compiles,
+            }
+            for r in RUNGS
+        ],
+        "cells": [],
+    }
+
+
+def write_record(record: dict, path: Path) -> None:
+    """Write atomically (a temporary file beside it, then ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def add_cell(path: Path, cell: dict) -> None:
+    """Put ``cell`` into the record at ``path`` (replacing the same rung and mode)."""
+    record = json.loads(path.read_text())
+    record["cells"] = [
+        c
+        for c in record["cells"]
+        if (c["rung"], c["mode"]) != (cell["rung"], cell["mode"])
+    ] + [cell]
+    record["cells"].sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
+    record["updated"] = _now()
+    write_record(record, path)
+
+
+def _same_setting(old: dict, new: dict) -> bool:
+    keys = ("height", "width", "batch_size", "time_source")
+    return old.get("environment", {}).get("device_name") == new["environment"][
+        "device_name"
+    ] and all(old.get("settings", {}).get(k) == new["settings"][k] for k in keys)
+
+
+def finished_cells(path: Path) -> set[tuple[int, str]]:
+    """(rung, mode) of the cells in the record at ``path`` measured whole (the step
+    and the epochs), which a rerun into the same file need not measure again."""
+    if not path.exists():
+        return set()
+    return {
+        (c["rung"], c["mode"])
+        for c in json.loads(path.read_text())["cells"]
+        if c["status"] == "ok" and c.get("epoch", "measured") == "measured"
+    }
