@@ -422,9 +422,7 @@ def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):
         ladder_run.run_ladder(spec, copy_path, "none", merge=True)
     record = json.loads(copy_path.read_text())
     record["cells"] = record["cells"][:1]
-    bl.add_cell(
-        copy_path, copy.deepcopy(json.loads(path.read_text())["cells"][3])
-    )
+    bl.add_cell(copy_path, copy.deepcopy(json.loads(path.read_text())["cells"][3]))
     assert [(c["rung"], c["mode"]) for c in json.loads(copy_path.read_text())["cells"]]
 
 
