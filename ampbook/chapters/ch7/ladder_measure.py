@@ -122,9 +122,6 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
     }
 
 
-_TRACES: dict = {}
-
-
 def _source_key(*parts) -> str:
     """A cache key of ``parts``, torch's version and the sources a trace depends on
     (the model, the cost model with its autocast emulation, and the saved-tensor
@@ -142,38 +139,31 @@ def _source_key(*parts) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:20]
 
 
-def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
+def traced_bound(
+    ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
+) -> tuple[float, int]:
     """The cost model's lower bound on one step of ERFNet (with the 16-bit stream when
-    asked) at the spec's size. A trace costs seconds of CPU whatever the size, and each
-    precision runs in its own process, so the bound is kept in ``cache_dir()`` under a
-    key of everything it depends on."""
+    asked) at ``batch`` images of ``height`` x ``width``, and the bytes the step saves
+    for backward. A trace costs seconds of CPU whatever the size, and each precision
+    runs in its own process, so both are kept in ``cache_dir()`` under a key of
+    everything they depend on (the ladder's bounds and the prediction's stream rung
+    read this one cache)."""
     from ampbook.core.paths import cache_dir
     from ampbook.predict.roofline import predict
     from ampbook.predict.steptrace import trace_step
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 
-    key = (precision, fp16_stream, spec.batch_size, spec.height, spec.width)
-    path = cache_dir() / "ladder-bound" / f"{_source_key(repr(ceil), *key)}.json"
-    if path.exists():
-        try:
-            return float(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            pass
-    if key not in _TRACES:
-        kw = {}
-        if fp16_stream and "fp16_stream" in inspect.signature(ERFNet).parameters:
-            kw["fp16_stream"] = True
-        _TRACES[key] = trace_step(
-            ERFNet(NUM_CLASSES, **kw),
-            spec.batch_size,
-            spec.height,
-            spec.width,
-            precision,
-        )
-    out = predict(_TRACES[key], ceil).min_step_s
+    parts = (precision, fp16_stream, batch, height, width)
+    path = cache_dir() / "ladder-trace" / f"{_source_key(repr(ceil), *parts)}.json"
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        bound, saved = json.loads(path.read_text())
+        return float(bound), int(saved)
+    net = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
+    trace = trace_step(net, batch, height, width, precision)
+    out = predict(trace, ceil).min_step_s, int(trace.saved_tensors["new_bytes"])
     with contextlib.suppress(OSError):  # a cache that cannot be written costs time only
-        write_record(out, path)
+        write_record(list(out), path)
     return out
 
 
@@ -277,7 +267,8 @@ def measure_rung(
     if not cuda:  # the book's memory figure on a CPU: the bytes saved for backward
         cell["memory_bytes"] = cell["saved_tensor_bytes"]
     ceil = Ceilings.for_device(dev, cfg.tf32 == "on")
-    cell["bound_s"] = bound_s(spec, cfg.precision, cfg.fp16_stream, ceil)
+    size = (spec.batch_size, spec.height, spec.width)
+    cell["bound_s"] = traced_bound(ceil, cfg.precision, cfg.fp16_stream, *size)[0]
     cell["ceilings"] = ceil.name
     cell["bound_share"] = cell["bound_s"] / cell["step_s"]
     cell["load_average"] = machine_load()["load1"]

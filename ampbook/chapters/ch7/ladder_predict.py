@@ -4,12 +4,10 @@ no measured GPU ladder is committed (``predict_ladder``), and the assumptions it
 
 from __future__ import annotations
 
-import inspect
 import itertools
-import json
 
-from ampbook.chapters.ch7.ladder_measure import _source_key
-from ampbook.chapters.ch7.rungs import RUNGS, LadderSpec, new_record, write_record
+from ampbook.chapters.ch7.ladder_measure import traced_bound
+from ampbook.chapters.ch7.rungs import RUNGS, LadderSpec, new_record
 from ampbook.core.modes import MODES
 
 # The modes a predicted ladder holds: amp-fp16 against fp32 with TF32.
@@ -19,35 +17,6 @@ AMP, BASE = "amp-fp16", "fp32-tf32"
 # NHWC batch norm against NCHW: about twice as fast (NVIDIA/cudnn-frontend#134, on an
 # H100); the prediction halves batch norm's measured time at the layout rung.
 NHWC_BATCH_NORM_SPEEDUP = 2.0
-
-
-def _stream_effect(ceil, b: int, h: int, w: int) -> tuple[float, float, int, int]:
-    """The cost model's amp-fp16 bound and bytes saved for backward, with and without
-    the 16-bit stream, at batch ``b`` and ``h`` x ``w``; two traces cost seconds each,
-    so the four numbers are cached under ``_source_key`` (as ``bound_s`` does)."""
-    from ampbook.core.paths import cache_dir
-    from ampbook.predict.roofline import predict
-    from ampbook.predict.steptrace import trace_step
-    from ampbook.segmentation import model
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-
-    key = _source_key(repr(ceil), b, h, w)
-    path = cache_dir() / "ladder-prediction" / f"{key}.json"
-    if path.exists():
-        try:
-            return tuple(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            pass
-    stream = trace_step(model.ERFNet(NUM_CLASSES, fp16_stream=True), b, h, w, AMP)
-    ref = trace_step(model.ERFNet(NUM_CLASSES), b, h, w, AMP)
-    out = (
-        predict(stream, ceil).min_step_s,
-        predict(ref, ceil).min_step_s,
-        int(stream.saved_tensors["new_bytes"]),
-        int(ref.saved_tensors["new_bytes"]),
-    )
-    write_record(list(out), path)
-    return out
 
 
 # The fields of a ladder cell whose provenance a predicted ladder records per cell
@@ -148,18 +117,16 @@ def _bounds(by_mode: dict, ceilings) -> tuple[dict, dict]:
     ("stream") and without ("ref")."""
     from ampbook.core.devices import find_device
     from ampbook.predict.roofline import Ceilings
-    from ampbook.segmentation.model import ERFNet
 
     lp = by_mode[AMP]
     bounds = {mode: p.predicted_step_s for mode, p in by_mode.items()}
     saved: dict = {}
     entry = find_device(lp.device_name)
     ceil = ceilings or (Ceilings.from_device(entry) if entry is not None else None)
-    if ceil is not None and "fp16_stream" in inspect.signature(ERFNet).parameters:
-        b, h, w = lp.batch_size, lp.height, lp.width
-        bounds["stream"], bounds["ref"], saved["stream"], saved["ref"] = _stream_effect(
-            ceil, b, h, w
-        )
+    if ceil is not None:
+        for key, stream in (("stream", True), ("ref", False)):
+            size = (lp.batch_size, lp.height, lp.width)
+            bounds[key], saved[key] = traced_bound(ceil, AMP, stream, *size)
     return bounds, saved
 
 
