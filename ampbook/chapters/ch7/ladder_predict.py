@@ -21,14 +21,8 @@ NHWC_BATCH_NORM_SPEEDUP = 2.0
 
 # The fields of a ladder cell whose provenance a predicted ladder records per cell
 # ("measured", "predicted" or "assumed"), and the text of each assumption.
-PROVENANCE_FIELDS = (
-    "step_s",
-    "kernel_s",
-    "idle_s",
-    "memory_bytes",
-    "images_per_s",
-    "data_wait_share",
-)
+PROVENANCE_FIELDS = ("step_s", "kernel_s", "idle_s", "memory_bytes", "images_per_s",
+                     "data_wait_share")  # fmt: skip
 ASSUMPTIONS = {
     "data_wait_share": "the prediction sets the data wait to 0 from rung 1 on",
     "idle_s": "the prediction sets the GPU's idle time to 0 from rung 3 on",
@@ -99,14 +93,11 @@ def _profiles(results, device_name: str | None) -> dict:
 def _runs(results, lp) -> dict:
     """The GPU training runs of ``lp``'s device and setting, by mode."""
     runs: dict = {}
+    setting = (lp.device_name, lp.batch_size, lp.height, lp.width)
     for run in results.gpu_runs():
-        at = (run.setting.batch_size, run.setting.height, run.setting.width)
-        same = run.device_name == lp.device_name
-        if (
-            same
-            and at == (lp.batch_size, lp.height, lp.width)
-            and run.mode in (BASE, AMP)
-        ):
+        st = run.setting
+        at = (run.device_name, st.batch_size, st.height, st.width)
+        if at == setting and run.mode in (BASE, AMP):
             runs.setdefault(run.mode, run)
     return runs
 
@@ -161,15 +152,11 @@ def predict_ladder(
     results, device_name: str | None = None, ceilings=None
 ) -> dict | None:
     """A ladder record *predicted* from a GPU's committed layer profiles (fp32 with TF32
-    and amp-fp16, one setting) and its training runs at that setting, or None where
-    there are none: modes fp32-tf32 and amp-fp16, the rungs of ``RUNGS`` up to the
-    first one it cannot predict (``Rung.predicted`` None: what compilation fuses is
-    not in an eager profile), each through its ``EFFECTS``. Rung 0 is the profile's
-    step and kernel time, the runs' images/s, data wait and peak memory, as measured;
-    batch norm is ``NHWC_BATCH_NORM_SPEEDUP`` times faster in NHWC; the 16-bit
-    stream's bounds use the device table's ceilings (``ceilings`` for a GPU not in
-    it). The record says ``"predicted": true`` and lists its inputs in
-    ``"prediction"``."""
+    and amp-fp16, one setting) and its training runs there, or None without them: the
+    rungs of ``RUNGS`` up to the first it cannot predict (``Rung.predicted`` None),
+    each through its ``EFFECTS``, from rung 0 as measured; the 16-bit stream's bounds
+    use the device table's ceilings (``ceilings`` for a GPU not in it). The record
+    says ``"predicted": true`` and lists its inputs in ``"prediction"``."""
     by_mode = _profiles(results, device_name)
     if not by_mode:
         return None
