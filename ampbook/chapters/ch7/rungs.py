@@ -174,20 +174,17 @@ class LadderSpec:
         return cls(**base)
 
     def check(self) -> None:
-        for name in [n for n in SETTINGS if n not in ("warmup", "epochs")]:
-            v = getattr(self, name)
-            if not cli.is_positive_int(v):
-                raise LadderError(f"{name} must be a positive integer, got {v!r}")
-        if not cli.is_positive_int(self.warmup):
-            raise LadderError(
-                f"warmup must be at least 1 (the first step compiles), got "
-                f"{self.warmup!r}"
-            )
-        if not isinstance(self.epochs, int) or self.epochs < 2:
-            raise LadderError(
-                f"epochs must be at least 2 (the first one warms up), got "
-                f"{self.epochs!r}"
-            )
+        """``LadderError`` naming the first setting the ladder cannot run."""
+        why = {"warmup": (1, "the first step compiles"),
+               "epochs": (2, "the first one warms up")}  # fmt: skip
+        for name in sorted(SETTINGS, key=lambda n: n in why):
+            v, (least, reason) = getattr(self, name), why.get(name, (1, ""))
+            if not (cli.is_positive_int(v) and v >= least):
+                raise LadderError(
+                    f"{name} must be at least {least} ({reason}), got {v!r}"
+                    if reason
+                    else f"{name} must be a positive integer, got {v!r}"
+                )
         for name in ("height", "width"):
             if getattr(self, name) % 8:
                 raise LadderError(
@@ -273,20 +270,11 @@ def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
     fields = rung_fields(index, spec.compile_mode)
     precision, tf32 = MODE_SETTINGS[mode]
     return TrainConfig(
-        precision=precision,
-        tf32=tf32,
-        device=device,
-        height=spec.height,
-        width=spec.width,
-        batch_size=spec.batch_size,
-        epochs=spec.epochs,
-        synthetic_train=spec.train_images,
-        synthetic_val=spec.val_images,
-        shuffle=False,
-        checkpoint=False,
-        quiet=True,
-        **fields,
-    )
+        precision=precision, tf32=tf32, device=device, height=spec.height,
+        width=spec.width, batch_size=spec.batch_size, epochs=spec.epochs,
+        synthetic_train=spec.train_images, synthetic_val=spec.val_images,
+        shuffle=False, checkpoint=False, quiet=True, **fields,
+    )  # fmt: skip
 
 
 def ladder_path(json_arg: str | Path, device_name: str) -> Path:
@@ -305,6 +293,13 @@ def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
 
     cuda = str(environment.get("device", "")).startswith("cuda")
     entry = find_device(environment["device_name"]) if cuda else None
+    rungs = [
+        {"index": r.index, "key": r.key, "title": r.title, "why": r.why,
+         "changes": {k: spec.compile_mode if k == "compile" and v == COMPILE_MODE
+                     else v for k, v in r.changes.items()},
+         "compiles": r.compiles}
+        for r in RUNGS
+    ]  # fmt: skip
     return {
         "schema": LADDER_SCHEMA,
         "created": _now(),
@@ -313,22 +308,7 @@ def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
         "environment": environment,
         "device_key": entry.key if entry else None,
         "settings": spec.settings("cuda" if cuda else "cpu", isolate),
-        "rungs": [
-            {
-                "index": r.index,
-                "key": r.key,
-                "title": r.title,
-                "why": r.why,
-                "changes": {
-                    k: (
-                        spec.compile_mode if k == "compile" and v == COMPILE_MODE else v
-                    )
-                    for k, v in r.changes.items()
-                },
-                "compiles": r.compiles,
-            }
-            for r in RUNGS
-        ],
+        "rungs": rungs,
         "cells": [],
     }
 
