@@ -30,10 +30,9 @@ def _batch(spec: LadderSpec, device, seed: int = 1):
     from ampbook.segmentation.cityscapes import NUM_CLASSES
 
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(spec.batch_size, 3, spec.height, spec.width, generator=g)
-    y = torch.randint(
-        0, NUM_CLASSES, (spec.batch_size, spec.height, spec.width), generator=g
-    )
+    b, h, w = spec.batch_size, spec.height, spec.width
+    x = torch.randn(b, 3, h, w, generator=g)
+    y = torch.randint(0, NUM_CLASSES, (b, h, w), generator=g)
     return x.to(device), y.to(device)
 
 

@@ -64,13 +64,10 @@ def _stream_bound(s: dict, mode: str, ctx: dict) -> bool:
 # whether that mode has a cell there. Rung 0 ("measured") is the profile as measured;
 # above it the data wait is assumed gone and images/s is the batch over the step.
 EFFECTS = {
-    "measured": _no_change,
-    "no_data_wait": _no_change,
-    "nhwc_batch_norm": _nhwc_batch_norm,
-    "no_idle": _no_idle,
-    "stream_bound": _stream_bound,
-    "unchanged": _no_change,
-}
+    "measured": _no_change, "no_data_wait": _no_change,
+    "nhwc_batch_norm": _nhwc_batch_norm, "no_idle": _no_idle,
+    "stream_bound": _stream_bound, "unchanged": _no_change,
+}  # fmt: skip
 
 
 def _profiles(results, device_name: str | None) -> dict:

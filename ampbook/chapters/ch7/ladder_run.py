@@ -206,11 +206,8 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
 
 
 # What each --isolate runs in, as the command's first line says it.
-ISOLATION = {
-    "none": "all in this process",
-    "precision": "a process per precision",
-    "cell": "a process per rung and precision",
-}
+ISOLATION = {"none": "all in this process", "precision": "a process per precision",
+             "cell": "a process per rung and precision"}  # fmt: skip
 
 
 # The size and length options: (flag, type, help); each default is the spec's, on a

@@ -1,12 +1,6 @@
 """The ladder's settings and record: the table of rungs (``RUNGS``), the modes,
 ``LadderSpec``, a rung's ``TrainConfig``, and the record (schema ``ampbook.ladder/1``)
-written atomically as cells are measured.
-
-    python -m ampbook.bench ladder [--device auto|cpu|cuda] [--rungs 0-5|eager|...]
-        [--precisions fp32-tf32,amp-fp16,...] [--height H --width W --batch-size B]
-        [--steps N --warmup N --profile-steps N] [--epochs N --train-images N]
-        [--isolate none|precision|cell] [--json PATH [--merge]] [--show FILE]
-
+written atomically as cells are measured (``python -m ampbook.bench ladder --help``).
 Each rung adds one change to the rung below it, as fields of the runner's
 ``TrainConfig`` (every rung is a ``python -m ampbook.train`` command); ``RUNGS`` is the
 one place a rung is written: what it changes and why, how the prediction treats it,
@@ -32,11 +26,9 @@ from ampbook.core.modes import MODES
 from ampbook.results import LADDER_SCHEMA, PEAK_CUDA, SAVED_FOR_BACKWARD
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
-    "fp32-tf32": ("fp32", "on"),
-    "fp32": ("fp32", "off"),
-    "amp-fp16": ("amp-fp16", "on"),
-    "amp-bf16": ("amp-bf16", "on"),
-}
+    "fp32-tf32": ("fp32", "on"), "fp32": ("fp32", "off"),
+    "amp-fp16": ("amp-fp16", "on"), "amp-bf16": ("amp-bf16", "on"),
+}  # fmt: skip
 # The order modes take turns in: the targets' comparison (TF32 against amp-fp16) first.
 GPU_MODES = ("fp32-tf32", "amp-fp16", "amp-bf16", "fp32")
 # A CPU has no TF32, and its mixed precision is bf16.
