@@ -252,17 +252,12 @@ def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[t
         c = ladder.cell(index, mode)
         if c is None:
             continue
-        mem = cell_value(ladder, c, "memory_bytes")
+        mem, t = cell_value(ladder, c, "memory_bytes"), step(mode)
         out.append(
-            (
-                f"{index}: {MODE_LABELS[mode]}",
-                step(mode) * 1e3,
-                base / step(mode) if base else None,
-                strict / step(mode) if strict else None,
-                mem / GIB if mem else None,
-                cell_value(ladder, c, "images_per_s"),
-            )
-        )
+            (f"{index}: {MODE_LABELS[mode]}", t * 1e3, base / t if base else None,
+             strict / t if strict else None, mem / GIB if mem else None,
+             cell_value(ladder, c, "images_per_s"))
+        )  # fmt: skip
     return out
 
 

@@ -291,22 +291,14 @@ def _picks(ladder: Ladder) -> _Picks:
     base = "fp32-tf32" if "fp32-tf32" in have or "fp32" not in have else "fp32"
     # a cell cut after its step was timed has no epochs: the end-to-end targets come
     # from the highest cell with them
-    whole = [
-        c
-        for r in ladder.rungs
-        if (c := ladder.cell(r.index, amp)) and c.images_per_s is not None
-    ]
+    cells = [ladder.cell(r.index, amp) for r in ladder.rungs]
+    whole = [c for c in cells if c and c.images_per_s is not None]
     return _Picks(
-        ladder,
-        amp,
-        base,
-        {m: ladder.cell(0, m) for m in (amp, base)},
-        _top_cells(ladder, (amp, base), True),
-        _top_cells(ladder, (amp,), True)[amp],
+        ladder, amp, base, {m: ladder.cell(0, m) for m in (amp, base)},
+        _top_cells(ladder, (amp, base), True), _top_cells(ladder, (amp,), True)[amp],
         max((r.index for r in ladder.rungs if r.compiles), default=COMPILED[-1]),
-        _top_cells(ladder, (amp,), False)[amp],
-        whole[-1] if whole else None,
-    )
+        _top_cells(ladder, (amp,), False)[amp], whole[-1] if whole else None,
+    )  # fmt: skip
 
 
 def _step_targets(p: _Picks) -> list[Target]:

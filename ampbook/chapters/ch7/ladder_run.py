@@ -94,20 +94,14 @@ def run_group(
 
 def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log):
     """Run one group in a fresh process; a group that dies leaves error cells."""
-    with tempfile.NamedTemporaryFile(
-        "w", suffix=".json", prefix="ampbook-ladder-", delete=False
-    ) as f:
-        job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs)}
+    job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs)}
+    fd, spec_file = tempfile.mkstemp(suffix=".json", prefix="ampbook-ladder-")
+    with os.fdopen(fd, "w") as f:
         json.dump({**job, "path": str(path)}, f)
-        spec_file = f.name
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ampbook.bench", "ladder", "--child", spec_file],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
+        argv = [sys.executable, "-m", "ampbook.bench", "ladder", "--child", spec_file]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")  # fmt: skip
         tail = []
         for line in proc.stdout:
             line = line.rstrip("\n")
@@ -358,7 +352,7 @@ def run_main(args) -> int:
         cli.say(str(err))
         return 2
     threads = args.threads
-    if threads is None and not spec.device.startswith("cuda"):
+    if threads is None and not spec.is_cuda:
         threads = bl.CPU_THREADS
     with torch_threads(threads):
         return _run(args, spec, isolate, notes)
@@ -398,26 +392,18 @@ def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
         )
     else:
         path = Path(tempfile.mkdtemp(prefix="ampbook-ladder-")) / "ladder.json"
-    load = machine_load()
-    print(
-        cli.terminal_text(
-            f"ladder on {env['device_name']} ({spec.device}), {spec.width}x"
-            f"{spec.height}, batch {spec.batch_size}; rungs "
-            f"{','.join(map(str, spec.rungs))}; {', '.join(spec.modes)}; "
-            f"{ISOLATION[isolate]}; "
-            + load_verdict(load, "cuda" if spec.device.startswith("cuda") else "cpu")
-        )
+    load = load_verdict(machine_load(), "cuda" if spec.is_cuda else "cpu")
+    head = (
+        f"ladder on {env['device_name']} ({spec.device}), {spec.width}x{spec.height}, "
+        f"batch {spec.batch_size}; rungs {','.join(map(str, spec.rungs))}; "
+        f"{', '.join(spec.modes)}; {ISOLATION[isolate]}; {load}"
     )
+    print(cli.terminal_text(head))
     for note in notes:
         print(cli.terminal_text(f"note: {note}"))
+    log = progress_log(len(spec.rungs) * len(spec.modes))
     try:
-        ladder = run_ladder(
-            spec,
-            path,
-            isolate,
-            args.merge,
-            log=progress_log(len(spec.rungs) * len(spec.modes)),
-        )
+        ladder = run_ladder(spec, path, isolate, args.merge, log=log)
     except LadderError as err:
         cli.say(str(err))
         return 2

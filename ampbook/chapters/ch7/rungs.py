@@ -197,6 +197,10 @@ class LadderSpec:
                 f"precisions {bad or '(none)'}: choose from {', '.join(MODES)}"
             )
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
     def settings(self, time_source: str, isolate: str) -> dict:
         """The record's settings: the spec's sizes and lengths, how it measured."""
         return {
