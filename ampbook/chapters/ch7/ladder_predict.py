@@ -126,23 +126,16 @@ def _cell(rung, mode: str, s: dict, run, batch: int) -> dict:
     else:
         kinds = dict.fromkeys(PROVENANCE_FIELDS, "predicted")
         kinds.update(dict.fromkeys(s["assumed"] | {"data_wait_share"}, "assumed"))
-    bound = s["bound"]
+    bound, ran = s["bound"], measured and run
     return {
-        "rung": rung.index,
-        "mode": mode,
-        "status": "ok",
-        "error": None,
-        "step_s": step,
-        "kernel_s": s["kernel"],
-        "idle_s": s["idle"],
+        "rung": rung.index, "mode": mode, "status": "ok", "error": None,
+        "step_s": step, "kernel_s": s["kernel"], "idle_s": s["idle"],
         "memory_bytes": s["memory"],
-        "images_per_s": run.images_per_s if measured and run else batch / step,
-        "data_wait_share": run.data_wait_share if measured and run else 0.0,
-        "bound_s": bound,
-        "bound_share": bound / step if bound else None,
-        "measured": measured,
-        "provenance": kinds,
-    }
+        "images_per_s": run.images_per_s if ran else batch / step,
+        "data_wait_share": run.data_wait_share if ran else 0.0,
+        "bound_s": bound, "bound_share": bound / step if bound else None,
+        "measured": measured, "provenance": kinds,
+    }  # fmt: skip
 
 
 def predict_ladder(
@@ -171,24 +164,18 @@ def predict_ladder(
             "memory": run.memory_bytes if run else None,
             "assumed": set(),
         }
-        ctx = {
-            "bounds": bounds,
-            "saved": saved,
-            "bn": {
-                mode: sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
-            },
-        }
+        bn = sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
+        ctx = {"bounds": bounds, "saved": saved, "bn": {mode: bn}}
         for rung in rungs:
             s["bound"] = bounds.get(mode)
             if EFFECTS[rung.predicted](s, mode, ctx):
                 cells.append(_cell(rung, mode, s, run, b))
     cells.sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
-    record = new_record(
-        LadderSpec(height=h, width=w, batch_size=b),
-        dict(lp_amp.record["environment"]),
-        "none",
-    )
+    spec = LadderSpec(height=h, width=w, batch_size=b)
+    record = new_record(spec, dict(lp_amp.record["environment"]), "none")
     ratio = bounds["stream"] / bounds["ref"] if "stream" in bounds else None
+    pair = [bounds["stream"], bounds["ref"]] if ratio else None
+    removed = saved["ref"] - saved["stream"] if saved else None
     record.update(
         status="complete",
         created=lp_amp.record.get("created"),
@@ -201,12 +188,8 @@ def predict_ladder(
             "nhwc_batch_norm_speedup": NHWC_BATCH_NORM_SPEEDUP,
             "fp16_stream_bound_ratio": ratio,
             # the two AMP bounds the ratio is computed from (s)
-            "fp16_stream_bounds_s": (
-                [bounds["stream"], bounds["ref"]] if ratio else None
-            ),
-            "fp16_stream_saved_bytes": (
-                saved["ref"] - saved["stream"] if saved else None
-            ),
+            "fp16_stream_bounds_s": pair,
+            "fp16_stream_saved_bytes": removed,
         },
     )
     return record
