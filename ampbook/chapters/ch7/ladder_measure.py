@@ -194,11 +194,7 @@ def _epoch_phase(cfg) -> dict:
 
 
 def measure_rung(
-    spec: LadderSpec,
-    index: int,
-    mode: str,
-    device=None,
-    partial: Callable[[dict], None] | None = None,
+    spec: LadderSpec, index: int, mode: str, device=None, partial=None
 ) -> dict:
     """One cell of the ladder: rung ``index`` in ``mode`` (module docstring).
     ``partial`` is given the cell as soon as its step, kernel/idle split and (on a GPU)
@@ -224,10 +220,8 @@ def measure_rung(
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
         cell["reserved_at_start_bytes"] = torch.cuda.memory_reserved(dev)
-    flags = backend_flags(
-        tf32=cfg.tf32 == "on", cudnn_benchmark=bool(cfg.cudnn_benchmark)
-    )
-    with flags:
+    tf32, benchmark = cfg.tf32 == "on", bool(cfg.cudnn_benchmark)
+    with backend_flags(tf32=tf32, cudnn_benchmark=benchmark):
         training = build_training(cfg, res)
         step = training.step
         x, y = _batch(spec, dev)
@@ -288,10 +282,7 @@ def _release(compiled: bool) -> None:
 
 
 def measure_safely(
-    spec: LadderSpec,
-    index: int,
-    mode: str,
-    partial: Callable[[dict], None] | None = None,
+    spec: LadderSpec, index: int, mode: str, partial: Callable | None = None
 ) -> dict:
     """``measure_rung``, with a failure recorded as the cell's error (one line); a
     failure in the epochs after ``partial`` had the cell keeps its step, with the

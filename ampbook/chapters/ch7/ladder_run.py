@@ -119,14 +119,9 @@ def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log)
             bl.add_cell(path, {**cell, "error": error + last.strip()[:300]})
 
 
-def run_ladder(
-    spec: LadderSpec,
-    path: Path,
-    isolate: str = "precision",
-    merge: bool = False,
-    log: Callable[[str], None] = print,
-    skip_finished: bool = False,
-) -> Ladder:
+def run_ladder(spec: LadderSpec, path: Path, isolate: str = "precision",
+               merge: bool = False, log: Callable[[str], None] = print,
+               skip_finished: bool = False) -> Ladder:  # fmt: skip
     """Measure the ladder into ``path`` (the record written after every cell) and
     return it as ``ampbook.results.Ladder``; with ``merge`` and ``skip_finished``, the
     cells ``path`` holds whole are not measured again (a rerun after a cut)."""
