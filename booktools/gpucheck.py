@@ -410,10 +410,9 @@ def stage_ladder(work: Path, dry: bool, stage: str) -> None:
 
     import torch
 
-    from ampbook.chapters.ch7.rungs import RUNGS, LadderError
-    from ampbook.chapters.ch7.ladder_record import ladder_path
     from ampbook.chapters.ch7.ladder_report import format_table, format_targets
     from ampbook.chapters.ch7.ladder_run import run_ladder
+    from ampbook.chapters.ch7.rungs import RUNGS, LadderError, ladder_path
 
     if not dry and not torch.cuda.is_available():
         raise RuntimeError(f"no CUDA device: the {stage} stage needs one")

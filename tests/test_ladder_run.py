@@ -16,7 +16,6 @@ from _chapters import FIXTURES
 from ampbook.chapters import ch7
 from ampbook.chapters.ch7 import (
     ladder_predict,
-    ladder_record,
     ladder_report,
     ladder_run,
 )
@@ -426,9 +425,7 @@ def test_merge_adds_cells_and_refuses_another_size(cpu_ladder, tmp_path):
         ladder_run.run_ladder(spec, copy_path, "none", merge=True)
     record = json.loads(copy_path.read_text())
     record["cells"] = record["cells"][:1]
-    ladder_record.add_cell(
-        copy_path, copy.deepcopy(json.loads(path.read_text())["cells"][3])
-    )
+    bl.add_cell(copy_path, copy.deepcopy(json.loads(path.read_text())["cells"][3]))
     assert [(c["rung"], c["mode"]) for c in json.loads(copy_path.read_text())["cells"]]
 
 
@@ -449,8 +446,8 @@ def test_a_failing_rung_is_an_error_cell_and_the_ladder_goes_on(tmp_path):
     )
     spec.train_images = 0  # a spec the runner refuses: recorded, not raised
     path = tmp_path / "l.json"
-    ladder_record.write_record(
-        ladder_record.new_record(spec, {"device_name": "cpu", "device": "cpu"}, "none"),
+    bl.write_record(
+        bl.new_record(spec, {"device_name": "cpu", "device": "cpu"}, "none"),
         path,
     )
     ladder_run.run_group(spec, "fp32", (0,), path, log=lambda s: None)

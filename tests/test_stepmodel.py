@@ -77,11 +77,11 @@ def test_every_place_prints_one_bound_for_one_setting(doctor_report):
 def test_chapter_7s_rung_bound_is_the_doctors(doctor_report):
     """Chapter 7's predicted rung 4 scales kernels by the AMP bound with and without
     the 16-bit stream; the bound without it is the doctor's AMP bound."""
-    from ampbook.chapters.ch7.ladder_predict import _stream_effect
+    from ampbook.chapters.ch7.ladder_measure import traced_bound
     from ampbook.predict.roofline import Ceilings
 
     ceil = Ceilings.from_device(load_devices()["h200-sxm"])
-    _, ref, _, _ = _stream_effect(ceil, B, H, W)
+    ref, _ = traced_bound(ceil, "amp-fp16", False, B, H, W)
     row = next(r for r in doctor_report["roofline"] if r["precision"] == "amp-fp16")
     assert ref == pytest.approx(row["amp_s"], rel=1e-6)
 

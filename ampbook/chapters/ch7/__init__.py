@@ -1,10 +1,7 @@
-"""What chapter 7 (making AMP pay, ``07_making_amp_pay``) says of its ladders: which
-GPU ladder to show (``gpu_ladder``: the committed one, else the prediction) and where
-its numbers come from (``source_line``), its bars (``draw_ladder``), each rung's verdict
-against the rung below it (``rung_verdict``, ``step_change``), and the page's readings
-of single cells (``cell_values``, ``speedup``, ``top_rows``, ``here_speedup``). The
-ladder itself is ``rungs`` and the ``ladder_*`` modules beside it; the recipe the
-chapter shows is ``recipe``."""
+"""What chapter 7 (``07_making_amp_pay``) says of its ladders: which GPU ladder to
+show (``gpu_ladder``) and where its numbers come from (``source_line``), its bars, each
+rung's verdict (``rung_verdict``) and the page's readings of single cells. The ladder
+itself is ``rungs`` and the ``ladder_*`` modules; the recipe shown is ``recipe``."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ def _ms(seconds: float) -> str:
 
 
 def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> None:
-    """Step time per rung and mode as bars, kernel time (solid) and idle time (hatched)
-    stacked; rungs along the x axis, one bar per mode in each group."""
+    """Step time per rung and mode as bars: kernel time solid, idle time hatched."""
     import numpy as np
 
     from ampbook.core.page import bar_style
@@ -51,9 +47,8 @@ def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> Non
 
 
 def gpu_ladder(results) -> tuple[Ladder | None, bool]:
-    """The GPU ladder to show: the most complete committed one, else the prediction
-    from committed layer profiles (``predict_ladder``); ``(ladder, predicted)``, or
-    ``(None, False)`` where there is neither."""
+    """``(ladder, predicted)``: the most complete committed GPU ladder, else the
+    prediction (``predict_ladder``), else ``(None, False)``."""
     committed = results.gpu_ladders()
     if committed:
         return committed[0], False
@@ -68,16 +63,12 @@ def gpu_ladder(results) -> tuple[Ladder | None, bool]:
 
 
 def source_line(ladder: Ladder, predicted: bool) -> str:
-    """Where a GPU ladder's numbers come from: its provenance, and for a prediction
-    what it was predicted from (``predict_ladder``'s assumptions)."""
+    """Where a GPU ladder's numbers come from (for a prediction, its assumptions)."""
     from ampbook.results import provenance
 
-    settings = {
-        "": f"{ladder.width}x{ladder.height}, batch {ladder.batch_size}",
-    }
-    line = provenance(
-        ladder.record["environment"], ladder.record.get("created"), settings
-    )
+    settings = {"": f"{ladder.width}x{ladder.height}, batch {ladder.batch_size}"}
+    rec = ladder.record
+    line = provenance(rec["environment"], rec.get("created"), settings)
     if not predicted:
         return f"Measured: {line}."
     return (
@@ -117,9 +108,8 @@ def prediction_assumptions(ladder: Ladder) -> str:
 
 
 def targets_caveat(ladder: Ladder, predicted: bool, runner_caveat: str = "") -> str:
-    """What the targets' verdicts rest on: for a predicted ladder its assumptions
-    (``prediction_assumptions``), and the runner's own syncs in the measured rung 0
-    (``runner_caveat``, chapter 5's sentence for the profile behind it)."""
+    """What the targets' verdicts rest on: a prediction's assumptions and the runner's
+    own syncs in the measured rung 0 (``runner_caveat``, chapter 5's sentence)."""
     parts = []
     if predicted:
         parts.append(
@@ -152,12 +142,11 @@ MIN_TIMED_STEPS = 5
 
 
 def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
-    """How cell ``b``'s step compared with cell ``a``'s, in words, judged against the
-    spread of their timed steps (``step_times_s``), as chapter 5 reads rounds: "faster"
-    only where every timed step of ``b`` was shorter than every one of ``a``, "slower"
-    the other way round, else no change resolved. Cells without step times (a
-    prediction) "would be" faster or slower (beyond 5%). Fewer than
-    ``MIN_TIMED_STEPS`` timed steps in a cell give no verdict."""
+    """How cell ``b``'s step compared with ``a``'s against the spread of their timed
+    steps, as chapter 5 reads rounds: "faster" only where every timed step of ``b`` was
+    shorter than every one of ``a``, "slower" the other way round, else no change
+    resolved; no verdict under ``MIN_TIMED_STEPS``. A prediction "would be" faster or
+    slower (beyond 5%)."""
     from ampbook.core.provenance import all_measured
 
     va = cell_value(ladder, a, "step_s") if ladder else None
@@ -190,8 +179,7 @@ def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> s
 
 def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
     """One line: what rung ``index`` did to each mode's step against the rung before
-    it (``step_change``: measured cells against the spread of their timed steps,
-    predicted ones in the conditional)."""
+    it (``step_change``)."""
     if index not in {r.index for r in ladder.rungs}:
         why = (
             "what compilation fuses is not in an eager profile"
@@ -207,14 +195,8 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
     for mode in modes or ladder.modes():
         b = ladder.cell(index, mode)
         # the rung below it that was measured in this mode (the one before when it was)
-        before = max(
-            (
-                r.index
-                for r in ladder.rungs
-                if r.index < index and ladder.cell(r.index, mode)
-            ),
-            default=None,
-        )
+        below = [r.index for r in ladder.rungs if r.index < index]
+        before = max((i for i in below if ladder.cell(i, mode)), default=None)
         if b is None or before is None:
             continue
         a = ladder.cell(before, mode)
@@ -235,21 +217,14 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
 
 
 # The names the page glues a cell's numbers under, and the cell's field of each.
-FIELDS = {
-    "step": "step_s",
-    "kernel": "kernel_s",
-    "idle": "idle_s",
-    "busy": "busy_share",
-    "ips": "images_per_s",
-    "wait": "data_wait_share",
-    "gib": "memory_bytes",
-}
+FIELDS = {"step": "step_s", "kernel": "kernel_s", "idle": "idle_s",
+          "busy": "busy_share", "ips": "images_per_s", "wait": "data_wait_share",
+          "gib": "memory_bytes"}  # fmt: skip
 
 
 def cell_values(ladder: Ladder | None, index: int, mode: str) -> dict:
-    """One cell's step, kernel and idle time, busy share, images/s, data wait and
-    memory (``FIELDS``), each a Value that says whether it was measured, predicted or
-    assumed (nan where the ladder has no such cell)."""
+    """One cell's figures (``FIELDS``), each a Value that says whether it was measured,
+    predicted or assumed (nan where the ladder has no such cell)."""
     c = ladder.cell(index, mode) if ladder else None
     return {
         k: cell_value(ladder, c, f) if c else float("nan") for k, f in FIELDS.items()
@@ -265,8 +240,8 @@ def speedup(base, amp):
 
 def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[tuple]:
     """One row per precision at rung ``index``: the step (ms), its speedup over
-    ``base_mode`` and over strict fp32 on the same rung, the peak memory (GiB) and the
-    images/s, each number a Value (a predicted or assumed one marked in the table)."""
+    ``base_mode`` and over strict fp32, the peak memory (GiB) and the images/s, each a
+    Value."""
 
     def step(mode):
         return cell_value(ladder, ladder.cell(index, mode), "step_s")
@@ -277,17 +252,12 @@ def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[t
         c = ladder.cell(index, mode)
         if c is None:
             continue
-        mem = cell_value(ladder, c, "memory_bytes")
+        mem, t = cell_value(ladder, c, "memory_bytes"), step(mode)
         out.append(
-            (
-                f"{index}: {MODE_LABELS[mode]}",
-                step(mode) * 1e3,
-                base / step(mode) if base else None,
-                strict / step(mode) if strict else None,
-                mem / GIB if mem else None,
-                cell_value(ladder, c, "images_per_s"),
-            )
-        )
+            (f"{index}: {MODE_LABELS[mode]}", t * 1e3, base / t if base else None,
+             strict / t if strict else None, mem / GIB if mem else None,
+             cell_value(ladder, c, "images_per_s"))
+        )  # fmt: skip
     return out
 
 
@@ -307,8 +277,8 @@ def compared_rungs(ladder: Ladder) -> list[int]:
 
 
 def here_speedup(ladder: Ladder, index: int):
-    """fp32's step over the AMP step of this machine's ladder at rung ``index``
-    (measured), nan where the rung lacks either."""
+    """fp32's step over AMP's at rung ``index`` of this machine's ladder (nan
+    without both)."""
     if index not in compared_rungs(ladder):
         return float("nan")
     amp = here_amp_mode(ladder)
@@ -322,19 +292,13 @@ RUNG0_COLUMNS = ("precision", "rung 0 measured by", "step (ms)", "kernels (ms)",
 
 
 def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
-    """Rung 0 twice, side by side, once a ladder re-measured it with today's runner:
-    the layer profiles of 2026-11-30 (``hostmodel.RUNNER_2026_11_30``'s host syncs)
-    beside the committed ladder's rung 0 (measured on or after
-    ``hostmodel.RUNNER_CHANGED``), per precision; one sentence while no such ladder is
-    committed."""
+    """Rung 0 twice, per precision: the layer profiles of 2026-11-30
+    (``hostmodel.RUNNER_2026_11_30``'s syncs) beside a committed ladder's rung 0
+    measured since ``hostmodel.RUNNER_CHANGED``; one sentence while there is none."""
     from ampbook.core.page import md_table_text
-    from ampbook.predict.hostmodel import (
-        RUNNER_2026_11_30,
-        RUNNER_CHANGED,
-        profile_loop,
-    )
+    from ampbook.predict import hostmodel
 
-    loop = RUNNER_2026_11_30
+    loop = hostmodel.RUNNER_2026_11_30
     wait = (
         "No rung 0 re-measured with today's runner is committed: the rung 0 shown is "
         f"the one {loop.name} recorded, which synchronised the host {loop.amp} times "
@@ -349,10 +313,10 @@ def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
         lp.mode: lp
         for lp in results.layer_profiles
         if (lp.device_name, lp.batch_size, lp.height, lp.width) == setting
-        and profile_loop(lp.record) is loop
+        and hostmodel.profile_loop(lp.record) is loop
     }
     new = {m: ladder.cell(0, m) for m in ("fp32-tf32", "amp-fp16")}
-    if when < RUNNER_CHANGED or len(old) < 2 or not all(new.values()):
+    if when < hostmodel.RUNNER_CHANGED or len(old) < 2 or not all(new.values()):
         return wait
     ms = 1e3
     rows = []

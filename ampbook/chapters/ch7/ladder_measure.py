@@ -20,8 +20,7 @@ import statistics
 import time
 from typing import Callable
 
-from ampbook.chapters.ch7.ladder_record import write_record
-from ampbook.chapters.ch7.rungs import LadderSpec, rung_config
+from ampbook.chapters.ch7.rungs import LadderSpec, rung_config, write_record
 from ampbook.core.terminal import quiet_stderr_fd
 
 
@@ -31,10 +30,9 @@ def _batch(spec: LadderSpec, device, seed: int = 1):
     from ampbook.segmentation.cityscapes import NUM_CLASSES
 
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(spec.batch_size, 3, spec.height, spec.width, generator=g)
-    y = torch.randint(
-        0, NUM_CLASSES, (spec.batch_size, spec.height, spec.width), generator=g
-    )
+    b, h, w = spec.batch_size, spec.height, spec.width
+    x = torch.randn(b, 3, h, w, generator=g)
+    y = torch.randint(0, NUM_CLASSES, (b, h, w), generator=g)
     return x.to(device), y.to(device)
 
 
@@ -123,9 +121,6 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
     }
 
 
-_TRACES: dict = {}
-
-
 def _source_key(*parts) -> str:
     """A cache key of ``parts``, torch's version and the sources a trace depends on
     (the model, the cost model with its autocast emulation, and the saved-tensor
@@ -143,38 +138,31 @@ def _source_key(*parts) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:20]
 
 
-def bound_s(spec: LadderSpec, precision: str, fp16_stream: bool, ceil) -> float:
+def traced_bound(
+    ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
+) -> tuple[float, int]:
     """The cost model's lower bound on one step of ERFNet (with the 16-bit stream when
-    asked) at the spec's size. A trace costs seconds of CPU whatever the size, and each
-    precision runs in its own process, so the bound is kept in ``cache_dir()`` under a
-    key of everything it depends on."""
+    asked) at ``batch`` images of ``height`` x ``width``, and the bytes the step saves
+    for backward. A trace costs seconds of CPU whatever the size, and each precision
+    runs in its own process, so both are kept in ``cache_dir()`` under a key of
+    everything they depend on (the ladder's bounds and the prediction's stream rung
+    read this one cache)."""
     from ampbook.core.paths import cache_dir
     from ampbook.predict.roofline import predict
     from ampbook.predict.steptrace import trace_step
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 
-    key = (precision, fp16_stream, spec.batch_size, spec.height, spec.width)
-    path = cache_dir() / "ladder-bound" / f"{_source_key(repr(ceil), *key)}.json"
-    if path.exists():
-        try:
-            return float(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            pass
-    if key not in _TRACES:
-        kw = {}
-        if fp16_stream and "fp16_stream" in inspect.signature(ERFNet).parameters:
-            kw["fp16_stream"] = True
-        _TRACES[key] = trace_step(
-            ERFNet(NUM_CLASSES, **kw),
-            spec.batch_size,
-            spec.height,
-            spec.width,
-            precision,
-        )
-    out = predict(_TRACES[key], ceil).min_step_s
+    parts = (precision, fp16_stream, batch, height, width)
+    path = cache_dir() / "ladder-trace" / f"{_source_key(repr(ceil), *parts)}.json"
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        bound, saved = json.loads(path.read_text())
+        return float(bound), int(saved)
+    net = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
+    trace = trace_step(net, batch, height, width, precision)
+    out = predict(trace, ceil).min_step_s, int(trace.saved_tensors["new_bytes"])
     with contextlib.suppress(OSError):  # a cache that cannot be written costs time only
-        write_record(out, path)
+        write_record(list(out), path)
     return out
 
 
@@ -206,11 +194,7 @@ def _epoch_phase(cfg) -> dict:
 
 
 def measure_rung(
-    spec: LadderSpec,
-    index: int,
-    mode: str,
-    device=None,
-    partial: Callable[[dict], None] | None = None,
+    spec: LadderSpec, index: int, mode: str, device=None, partial=None
 ) -> dict:
     """One cell of the ladder: rung ``index`` in ``mode`` (module docstring).
     ``partial`` is given the cell as soon as its step, kernel/idle split and (on a GPU)
@@ -236,10 +220,8 @@ def measure_rung(
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
         cell["reserved_at_start_bytes"] = torch.cuda.memory_reserved(dev)
-    flags = backend_flags(
-        tf32=cfg.tf32 == "on", cudnn_benchmark=bool(cfg.cudnn_benchmark)
-    )
-    with flags:
+    tf32, benchmark = cfg.tf32 == "on", bool(cfg.cudnn_benchmark)
+    with backend_flags(tf32=tf32, cudnn_benchmark=benchmark):
         training = build_training(cfg, res)
         step = training.step
         x, y = _batch(spec, dev)
@@ -278,7 +260,8 @@ def measure_rung(
     if not cuda:  # the book's memory figure on a CPU: the bytes saved for backward
         cell["memory_bytes"] = cell["saved_tensor_bytes"]
     ceil = Ceilings.for_device(dev, cfg.tf32 == "on")
-    cell["bound_s"] = bound_s(spec, cfg.precision, cfg.fp16_stream, ceil)
+    size = (spec.batch_size, spec.height, spec.width)
+    cell["bound_s"] = traced_bound(ceil, cfg.precision, cfg.fp16_stream, *size)[0]
     cell["ceilings"] = ceil.name
     cell["bound_share"] = cell["bound_s"] / cell["step_s"]
     cell["load_average"] = machine_load()["load1"]
@@ -299,10 +282,7 @@ def _release(compiled: bool) -> None:
 
 
 def measure_safely(
-    spec: LadderSpec,
-    index: int,
-    mode: str,
-    partial: Callable[[dict], None] | None = None,
+    spec: LadderSpec, index: int, mode: str, partial: Callable | None = None
 ) -> dict:
     """``measure_rung``, with a failure recorded as the cell's error (one line); a
     failure in the epochs after ``partial`` had the cell keeps its step, with the

@@ -4,13 +4,10 @@ no measured GPU ladder is committed (``predict_ladder``), and the assumptions it
 
 from __future__ import annotations
 
-import inspect
 import itertools
-import json
 
-from ampbook.chapters.ch7.ladder_measure import _source_key
-from ampbook.chapters.ch7.ladder_record import new_record, write_record
-from ampbook.chapters.ch7.rungs import RUNGS, LadderSpec
+from ampbook.chapters.ch7.ladder_measure import traced_bound
+from ampbook.chapters.ch7.rungs import RUNGS, LadderSpec, new_record
 from ampbook.core.modes import MODES
 
 # The modes a predicted ladder holds: amp-fp16 against fp32 with TF32.
@@ -18,52 +15,14 @@ AMP, BASE = "amp-fp16", "fp32-tf32"
 
 
 # NHWC batch norm against NCHW: about twice as fast (NVIDIA/cudnn-frontend#134, on an
-# H100); the prediction halves batch norm's measured time at rung 2.
+# H100); the prediction halves batch norm's measured time at the layout rung.
 NHWC_BATCH_NORM_SPEEDUP = 2.0
-
-
-def _stream_effect(ceil, b: int, h: int, w: int) -> tuple[float, float, int, int]:
-    """The cost model's amp-fp16 bound with and without the 16-bit stream, and the
-    bytes saved for backward with and without it, at batch ``b`` and ``h`` x ``w``.
-    Two traces at full size cost seconds each, so the four numbers are kept in
-    ``ampbook.core.paths.cache_dir()`` under a key of everything they depend on (the
-    ceilings, the size, torch's version and the sources of the model, the cost model and
-    the saved-tensor meter)."""
-    from ampbook.core.paths import cache_dir
-    from ampbook.predict.roofline import predict
-    from ampbook.predict.steptrace import trace_step
-    from ampbook.segmentation import model
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-
-    key = _source_key(repr(ceil), b, h, w)
-    path = cache_dir() / "ladder-prediction" / f"{key}.json"
-    if path.exists():
-        try:
-            return tuple(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            pass
-    stream = trace_step(model.ERFNet(NUM_CLASSES, fp16_stream=True), b, h, w, AMP)
-    ref = trace_step(model.ERFNet(NUM_CLASSES), b, h, w, AMP)
-    out = (
-        predict(stream, ceil).min_step_s,
-        predict(ref, ceil).min_step_s,
-        int(stream.saved_tensors["new_bytes"]),
-        int(ref.saved_tensors["new_bytes"]),
-    )
-    write_record(list(out), path)
-    return out
 
 
 # The fields of a ladder cell whose provenance a predicted ladder records per cell
 # ("measured", "predicted" or "assumed"), and the text of each assumption.
-PROVENANCE_FIELDS = (
-    "step_s",
-    "kernel_s",
-    "idle_s",
-    "memory_bytes",
-    "images_per_s",
-    "data_wait_share",
-)
+PROVENANCE_FIELDS = ("step_s", "kernel_s", "idle_s", "memory_bytes", "images_per_s",
+                     "data_wait_share")  # fmt: skip
 ASSUMPTIONS = {
     "data_wait_share": "the prediction sets the data wait to 0 from rung 1 on",
     "idle_s": "the prediction sets the GPU's idle time to 0 from rung 3 on",
@@ -105,13 +64,10 @@ def _stream_bound(s: dict, mode: str, ctx: dict) -> bool:
 # whether that mode has a cell there. Rung 0 ("measured") is the profile as measured;
 # above it the data wait is assumed gone and images/s is the batch over the step.
 EFFECTS = {
-    "measured": _no_change,
-    "no_data_wait": _no_change,
-    "nhwc_batch_norm": _nhwc_batch_norm,
-    "no_idle": _no_idle,
-    "stream_bound": _stream_bound,
-    "unchanged": _no_change,
-}
+    "measured": _no_change, "no_data_wait": _no_change,
+    "nhwc_batch_norm": _nhwc_batch_norm, "no_idle": _no_idle,
+    "stream_bound": _stream_bound, "unchanged": _no_change,
+}  # fmt: skip
 
 
 def _profiles(results, device_name: str | None) -> dict:
@@ -134,14 +90,11 @@ def _profiles(results, device_name: str | None) -> dict:
 def _runs(results, lp) -> dict:
     """The GPU training runs of ``lp``'s device and setting, by mode."""
     runs: dict = {}
+    setting = (lp.device_name, lp.batch_size, lp.height, lp.width)
     for run in results.gpu_runs():
-        at = (run.setting.batch_size, run.setting.height, run.setting.width)
-        same = run.device_name == lp.device_name
-        if (
-            same
-            and at == (lp.batch_size, lp.height, lp.width)
-            and run.mode in (BASE, AMP)
-        ):
+        st = run.setting
+        at = (run.device_name, st.batch_size, st.height, st.width)
+        if at == setting and run.mode in (BASE, AMP):
             runs.setdefault(run.mode, run)
     return runs
 
@@ -152,18 +105,16 @@ def _bounds(by_mode: dict, ceilings) -> tuple[dict, dict]:
     ("stream") and without ("ref")."""
     from ampbook.core.devices import find_device
     from ampbook.predict.roofline import Ceilings
-    from ampbook.segmentation.model import ERFNet
 
     lp = by_mode[AMP]
     bounds = {mode: p.predicted_step_s for mode, p in by_mode.items()}
     saved: dict = {}
     entry = find_device(lp.device_name)
     ceil = ceilings or (Ceilings.from_device(entry) if entry is not None else None)
-    if ceil is not None and "fp16_stream" in inspect.signature(ERFNet).parameters:
-        b, h, w = lp.batch_size, lp.height, lp.width
-        bounds["stream"], bounds["ref"], saved["stream"], saved["ref"] = _stream_effect(
-            ceil, b, h, w
-        )
+    if ceil is not None:
+        for key, stream in (("stream", True), ("ref", False)):
+            size = (lp.batch_size, lp.height, lp.width)
+            bounds[key], saved[key] = traced_bound(ceil, AMP, stream, *size)
     return bounds, saved
 
 
@@ -175,38 +126,27 @@ def _cell(rung, mode: str, s: dict, run, batch: int) -> dict:
     else:
         kinds = dict.fromkeys(PROVENANCE_FIELDS, "predicted")
         kinds.update(dict.fromkeys(s["assumed"] | {"data_wait_share"}, "assumed"))
-    bound = s["bound"]
+    bound, ran = s["bound"], measured and run
     return {
-        "rung": rung.index,
-        "mode": mode,
-        "status": "ok",
-        "error": None,
-        "step_s": step,
-        "kernel_s": s["kernel"],
-        "idle_s": s["idle"],
+        "rung": rung.index, "mode": mode, "status": "ok", "error": None,
+        "step_s": step, "kernel_s": s["kernel"], "idle_s": s["idle"],
         "memory_bytes": s["memory"],
-        "images_per_s": run.images_per_s if measured and run else batch / step,
-        "data_wait_share": run.data_wait_share if measured and run else 0.0,
-        "bound_s": bound,
-        "bound_share": bound / step if bound else None,
-        "measured": measured,
-        "provenance": kinds,
-    }
+        "images_per_s": run.images_per_s if ran else batch / step,
+        "data_wait_share": run.data_wait_share if ran else 0.0,
+        "bound_s": bound, "bound_share": bound / step if bound else None,
+        "measured": measured, "provenance": kinds,
+    }  # fmt: skip
 
 
 def predict_ladder(
     results, device_name: str | None = None, ceilings=None
 ) -> dict | None:
     """A ladder record *predicted* from a GPU's committed layer profiles (fp32 with TF32
-    and amp-fp16, one setting) and its training runs at that setting, or None where
-    there are none: modes fp32-tf32 and amp-fp16, the rungs of ``RUNGS`` up to the
-    first one it cannot predict (``Rung.predicted`` None: what compilation fuses is
-    not in an eager profile), each through its ``EFFECTS``. Rung 0 is the profile's
-    step and kernel time, the runs' images/s, data wait and peak memory, as measured;
-    batch norm is ``NHWC_BATCH_NORM_SPEEDUP`` times faster in NHWC; the 16-bit
-    stream's bounds use the device table's ceilings (``ceilings`` for a GPU not in
-    it). The record says ``"predicted": true`` and lists its inputs in
-    ``"prediction"``."""
+    and amp-fp16, one setting) and its training runs there, or None without them: the
+    rungs of ``RUNGS`` up to the first it cannot predict (``Rung.predicted`` None),
+    each through its ``EFFECTS``, from rung 0 as measured; the 16-bit stream's bounds
+    use the device table's ceilings (``ceilings`` for a GPU not in it). The record
+    says ``"predicted": true`` and lists its inputs in ``"prediction"``."""
     by_mode = _profiles(results, device_name)
     if not by_mode:
         return None
@@ -224,24 +164,18 @@ def predict_ladder(
             "memory": run.memory_bytes if run else None,
             "assumed": set(),
         }
-        ctx = {
-            "bounds": bounds,
-            "saved": saved,
-            "bn": {
-                mode: sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
-            },
-        }
+        bn = sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
+        ctx = {"bounds": bounds, "saved": saved, "bn": {mode: bn}}
         for rung in rungs:
             s["bound"] = bounds.get(mode)
             if EFFECTS[rung.predicted](s, mode, ctx):
                 cells.append(_cell(rung, mode, s, run, b))
     cells.sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
-    record = new_record(
-        LadderSpec(height=h, width=w, batch_size=b),
-        dict(lp_amp.record["environment"]),
-        "none",
-    )
+    spec = LadderSpec(height=h, width=w, batch_size=b)
+    record = new_record(spec, dict(lp_amp.record["environment"]), "none")
     ratio = bounds["stream"] / bounds["ref"] if "stream" in bounds else None
+    pair = [bounds["stream"], bounds["ref"]] if ratio else None
+    removed = saved["ref"] - saved["stream"] if saved else None
     record.update(
         status="complete",
         created=lp_amp.record.get("created"),
@@ -254,12 +188,8 @@ def predict_ladder(
             "nhwc_batch_norm_speedup": NHWC_BATCH_NORM_SPEEDUP,
             "fp16_stream_bound_ratio": ratio,
             # the two AMP bounds the ratio is computed from (s)
-            "fp16_stream_bounds_s": (
-                [bounds["stream"], bounds["ref"]] if ratio else None
-            ),
-            "fp16_stream_saved_bytes": (
-                saved["ref"] - saved["stream"] if saved else None
-            ),
+            "fp16_stream_bounds_s": pair,
+            "fp16_stream_saved_bytes": removed,
         },
     )
     return record

@@ -25,10 +25,9 @@ def rung_label(rung) -> str:
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text, one line per measured cell (79 columns; each number as
-    ``ladder_measure`` measures it), two lines saying what each column is
-    (``COLUMNS_CPU`` or ``COLUMNS_CUDA``), and where a cell's operator time passes its
-    step time, one line saying why its idle and busy columns read ``n/a``."""
+    """The ladder as text: a line per measured cell (79 columns), two saying what each
+    column is (``COLUMNS_CPU``/``COLUMNS_CUDA``), and one why idle and busy read
+    ``n/a`` where a cell's operator time passes its step time."""
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -37,9 +36,8 @@ def format_table(ladder: Ladder) -> str:
     inseparable = False
     for rung in ladder.rungs:
         for mode in MODES:
-            c = next(
-                (x for x in ladder.cells if (x.rung, x.mode) == (rung.index, mode)), 0
-            )
+            key = (rung.index, mode)
+            c = next((x for x in ladder.cells if (x.rung, x.mode) == key), None)
             if not c:
                 continue
             head = f"{rung.index} {rung_label(rung):<10}{mode:<10}"
@@ -90,9 +88,9 @@ def _num(v: float | None) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """One of the ladder's targets, read from a ladder. ``value`` (and ``start``) may
-    be ``ampbook.core.provenance.Value``s: a target over a predicted value is
-    *predicted* to be met or missed, and one over an assumed value is no test at all."""
+    """One of the ladder's targets, read from a ladder. ``value`` and ``start`` may be
+    ``Value``s: a predicted one is *predicted* to meet or miss; an assumed one is no
+    test."""
 
     name: str
     limit: float
@@ -113,8 +111,7 @@ class Target:
 
     @property
     def provenance(self) -> str:
-        """How the value was obtained: ``"measured"`` (also for a plain number),
-        ``"predicted"`` or ``"assumed"``."""
+        """``"measured"`` (also a plain number), ``"predicted"`` or ``"assumed"``."""
         from ampbook.core.provenance import MEASURED, PUBLISHED, kind_of
 
         kind = kind_of(self.value) or MEASURED
@@ -130,9 +127,8 @@ class Target:
         )
 
     def line(self) -> str:
-        """One line: the target, the value, met or missed (measured), predicted to
-        meet or miss (predicted), or set by an assumption (no test); for a missed one
-        what the profile (or the prediction) shows."""
+        """One line: the target, the value, met or missed, predicted to meet or miss, or
+        set by an assumption; for a missed one what the profile shows."""
         op = "<=" if self.kind == "max" else ">="
         head = f"{self.name} {op} {self.fmt(self.limit)}: "
         if self.met is None:
@@ -196,9 +192,7 @@ def _top(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> int | None:
     return max(rungs) if rungs else None
 
 
-def _top_cells(
-    ladder: Ladder, modes: tuple[str, ...], eager: bool
-) -> dict[str, LadderCell | None]:
+def _top_cells(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> dict:
     """Each of ``modes``' cell at ``_top(ladder, modes, eager)`` (None where none)."""
     index = _top(ladder, modes, eager)
     return {m: None if index is None else ladder.cell(index, m) for m in modes}
@@ -215,10 +209,9 @@ def _pair_where(ladder: Ladder, a: LadderCell, modes: tuple[str, ...]) -> str:
 
 
 def _profile_note(c: LadderCell, ladder: Ladder) -> str:
-    """What the profile of cell ``c`` shows (its device's busy and idle time, kernels
-    per step, what sets the pace); for a predicted cell what the prediction says, with
-    its assumptions named; where the profiled operators took longer than the timed
-    step (a separate, slower profiled step), that the two do not separate."""
+    """What the profile (or the prediction, its assumptions named) of cell ``c`` shows:
+    busy and idle time, kernels per step, what sets the pace; or that the two do not
+    separate where the profiled operators took longer than the timed step."""
     from ampbook.core.provenance import ASSUMED, all_measured
 
     dev = "GPU" if ladder.time_source == "cuda" else "operators"
@@ -298,22 +291,14 @@ def _picks(ladder: Ladder) -> _Picks:
     base = "fp32-tf32" if "fp32-tf32" in have or "fp32" not in have else "fp32"
     # a cell cut after its step was timed has no epochs: the end-to-end targets come
     # from the highest cell with them
-    whole = [
-        c
-        for r in ladder.rungs
-        if (c := ladder.cell(r.index, amp)) and c.images_per_s is not None
-    ]
+    cells = [ladder.cell(r.index, amp) for r in ladder.rungs]
+    whole = [c for c in cells if c and c.images_per_s is not None]
     return _Picks(
-        ladder,
-        amp,
-        base,
-        {m: ladder.cell(0, m) for m in (amp, base)},
-        _top_cells(ladder, (amp, base), True),
-        _top_cells(ladder, (amp,), True)[amp],
+        ladder, amp, base, {m: ladder.cell(0, m) for m in (amp, base)},
+        _top_cells(ladder, (amp, base), True), _top_cells(ladder, (amp,), True)[amp],
         max((r.index for r in ladder.rungs if r.compiles), default=COMPILED[-1]),
-        _top_cells(ladder, (amp,), False)[amp],
-        whole[-1] if whole else None,
-    )
+        _top_cells(ladder, (amp,), False)[amp], whole[-1] if whole else None,
+    )  # fmt: skip
 
 
 def _step_targets(p: _Picks) -> list[Target]:
@@ -429,12 +414,8 @@ def targets_apply(ladder: Ladder) -> bool:
     """Whether ``ladder`` is the targets' setting: an H200 at 1024x512, batch 6."""
     from ampbook.core.words import slug
 
-    gpu, h, w, b = TARGET_SETTING
-    return (
-        ladder.is_cuda
-        and slug(ladder.device_name) == gpu
-        and (ladder.height, ladder.width, ladder.batch_size) == (h, w, b)
-    )
+    setting = (slug(ladder.device_name), ladder.height, ladder.width, ladder.batch_size)
+    return ladder.is_cuda and setting == TARGET_SETTING
 
 
 def format_targets(ladder: Ladder) -> str:
@@ -458,22 +439,18 @@ def format_targets(ladder: Ladder) -> str:
 
 
 _DISPLAY = {  # field -> (format, unit, scale) of its Value
-    "step_s": (".1f", " ms", 1e3),
-    "kernel_s": (".1f", " ms", 1e3),
-    "idle_s": (".1f", " ms", 1e3),
-    "memory_bytes": (".2f", " GiB", 1 / 2**30),
-    "images_per_s": (".0f", "", 1.0),
-    "data_wait_share": (".0%", "", 1.0),
+    "step_s": (".1f", " ms", 1e3), "kernel_s": (".1f", " ms", 1e3),
+    "idle_s": (".1f", " ms", 1e3), "memory_bytes": (".2f", " GiB", 1 / 2**30),
+    "images_per_s": (".0f", "", 1.0), "data_wait_share": (".0%", "", 1.0),
     "busy_share": (".0%", "", 1.0),
-}
+}  # fmt: skip
 
 
 def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
-    """Field ``name`` of cell ``c`` (one of ``_DISPLAY``'s) as an
-    ``ampbook.core.provenance.Value`` that says how it was obtained: measured (this
-    ladder's file, rung and mode), predicted (``predict_ladder``, from which files) or
-    assumed (the prediction's parameter, ``ASSUMPTIONS``); None where the cell or the
-    field is missing. ``busy_share`` is assumed where the idle time is."""
+    """Field ``name`` of cell ``c`` (one of ``_DISPLAY``'s) as a ``Value`` that says
+    how it was obtained: measured (which file), predicted (``predict_ladder``, from
+    which files) or assumed (``ASSUMPTIONS``; ``busy_share`` where the idle time is);
+    None where the cell or the field is missing."""
     from ampbook.core.provenance import ASSUMED, MEASURED, PREDICTED, Value
 
     if c is None:

@@ -16,40 +16,13 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
+from ampbook.chapters.ch7 import rungs as bl
 from ampbook.chapters.ch7.ladder_measure import measure_safely
-from ampbook.chapters.ch7.ladder_record import (
-    _same_setting,
-    add_cell,
-    finished_cells,
-    ladder_path,
-    new_record,
-    write_record,
-)
 from ampbook.chapters.ch7.ladder_report import NOT_SPLIT, format_table, format_targets
-from ampbook.chapters.ch7.rungs import (
-    COMPILE_MODE,
-    CPU_DEFAULTS,
-    CPU_MINUTE,
-    CPU_MODES,
-    CPU_THREADS,
-    GPU_MODES,
-    MODE_SETTINGS,
-    RUNG_SETS,
-    RUNGS,
-    LadderError,
-    LadderSpec,
-    _now,
-    parse_modes,
-    parse_rungs,
-    rung_range,
-)
+from ampbook.chapters.ch7.rungs import LadderError, LadderSpec
 from ampbook.core import cli
 from ampbook.core.words import plural
-from ampbook.results import (
-    LADDER_SCHEMA,
-    Ladder,
-    read_ladder,
-)
+from ampbook.results import LADDER_SCHEMA, Ladder, read_ladder
 
 
 def plan(
@@ -79,12 +52,8 @@ def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
         log(_fit(f"{head} error: {cell['error']}"))
         return
     if cell.get("epoch") == "error":
-        log(
-            _fit(
-                f"{head} step {cell['step_s'] * 1e3:7.2f} ms; epochs: "
-                f"{cell['epoch_error']}"
-            )
-        )
+        step = f"step {cell['step_s'] * 1e3:7.2f} ms"
+        log(_fit(f"{head} {step}; epochs: {cell['epoch_error']}"))
         return
     busy = cell["kernel_s"] / cell["step_s"]  # above 1: the table's n/a
     log(
@@ -114,31 +83,25 @@ def run_group(
     step is measured and again when its epochs are."""
 
     def partial(cell: dict) -> None:
-        add_cell(path, cell)
+        bl.add_cell(path, cell)
         _log_partial(cell, log)
 
     for index in rungs:
         cell = measure_safely(spec, index, mode, partial)
-        add_cell(path, cell)
+        bl.add_cell(path, cell)
         _log_cell(cell, log)
 
 
 def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log):
     """Run one group in a fresh process; a group that dies leaves error cells."""
-    with tempfile.NamedTemporaryFile(
-        "w", suffix=".json", prefix="ampbook-ladder-", delete=False
-    ) as f:
-        job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs)}
+    job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs)}
+    fd, spec_file = tempfile.mkstemp(suffix=".json", prefix="ampbook-ladder-")
+    with os.fdopen(fd, "w") as f:
         json.dump({**job, "path": str(path)}, f)
-        spec_file = f.name
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ampbook.bench", "ladder", "--child", spec_file],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
+        argv = [sys.executable, "-m", "ampbook.bench", "ladder", "--child", spec_file]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")  # fmt: skip
         tail = []
         for line in proc.stdout:
             line = line.rstrip("\n")
@@ -153,17 +116,12 @@ def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log)
         error = f"its process ended with exit {rc} before this cell was measured: "
         for index in (r for r in rungs if (r, mode) not in done):
             cell = {"rung": index, "mode": mode, "status": "error"}
-            add_cell(path, {**cell, "error": error + last.strip()[:300]})
+            bl.add_cell(path, {**cell, "error": error + last.strip()[:300]})
 
 
-def run_ladder(
-    spec: LadderSpec,
-    path: Path,
-    isolate: str = "precision",
-    merge: bool = False,
-    log: Callable[[str], None] = print,
-    skip_finished: bool = False,
-) -> Ladder:
+def run_ladder(spec: LadderSpec, path: Path, isolate: str = "precision",
+               merge: bool = False, log: Callable[[str], None] = print,
+               skip_finished: bool = False) -> Ladder:  # fmt: skip
     """Measure the ladder into ``path`` (the record written after every cell) and
     return it as ``ampbook.results.Ladder``; with ``merge`` and ``skip_finished``, the
     cells ``path`` holds whole are not measured again (a rerun after a cut)."""
@@ -173,18 +131,18 @@ def run_ladder(
     spec.check()
     dev = pick_device(spec.device)
     spec = dataclasses.replace(spec, device=str(dev))
-    record = new_record(spec, environment(dev), isolate)
+    record = bl.new_record(spec, environment(dev), isolate)
     if merge and path.exists():
         old = json.loads(path.read_text())
-        if not _same_setting(old, record):
+        if not bl._same_setting(old, record):
             raise LadderError(
                 f"--merge: {path} holds another device or size; write to another "
                 "file or leave out --merge"
             )
-        old["status"], old["updated"] = "running", _now()
+        old["status"], old["updated"] = "running", bl._now()
         record = old
-    write_record(record, path)
-    done = finished_cells(path) if merge and skip_finished else set()
+    bl.write_record(record, path)
+    done = bl.finished_cells(path) if merge and skip_finished else set()
     for mode, rungs in plan(spec.rungs, spec.modes, isolate):
         rungs = tuple(r for r in rungs if (r, mode) not in done)
         if not rungs:
@@ -194,8 +152,8 @@ def run_ladder(
         else:
             _child(spec, mode, rungs, path, log)
     record = json.loads(path.read_text())
-    record["status"], record["updated"] = "complete", _now()
-    write_record(record, path)
+    record["status"], record["updated"] = "complete", bl._now()
+    bl.write_record(record, path)
     return read_ladder(record, str(path))
 
 
@@ -217,26 +175,19 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
     except (RuntimeError, ValueError) as err:
         raise LadderError(str(err)) from None
     notes = []
-    modes = parse_modes(args.precisions) if args.precisions else None
+    modes = bl.parse_modes(args.precisions) if args.precisions else None
     if dev.type != "cuda" and modes and "fp32-tf32" in modes:
         modes = tuple(m for m in modes if m != "fp32-tf32")
         notes.append("fp32-tf32 left out: TF32 does nothing on a CPU (fp32 is it)")
         if not modes:
             raise LadderError("--precisions: nothing left to measure on a CPU")
+    sizes = [f[2:].replace("-", "_") for f, _, _ in SIZE_OPTIONS] + ["compile_mode"]
     spec = LadderSpec.for_device(
         dev.type,
         device=str(dev),
-        rungs=parse_rungs(args.rungs) if args.rungs else None,
+        rungs=bl.parse_rungs(args.rungs) if args.rungs else None,
         modes=modes,
-        height=args.height,
-        width=args.width,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        warmup=args.warmup,
-        profile_steps=args.profile_steps,
-        epochs=args.epochs,
-        train_images=args.train_images,
-        compile_mode=args.compile_mode,
+        **{name: getattr(args, name) for name in sizes},
     )
     spec.check()
     isolate = args.isolate or ("precision" if dev.type == "cuda" else "none")
@@ -244,11 +195,8 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
 
 
 # What each --isolate runs in, as the command's first line says it.
-ISOLATION = {
-    "none": "all in this process",
-    "precision": "a process per precision",
-    "cell": "a process per rung and precision",
-}
+ISOLATION = {"none": "all in this process", "precision": "a process per precision",
+             "cell": "a process per rung and precision"}  # fmt: skip
 
 
 # The size and length options: (flag, type, help); each default is the spec's, on a
@@ -268,17 +216,17 @@ SIZE_OPTIONS = (
 
 
 def _epilog() -> str:
-    cpu, gpu = CPU_DEFAULTS, LadderSpec()
+    cpu, gpu = bl.CPU_DEFAULTS, LadderSpec()
     return (
         "rungs:\n"
-        + "\n".join(f"  {r.index}  {r.title}" for r in RUNGS)
+        + "\n".join(f"  {r.index}  {r.title}" for r in bl.RUNGS)
         + "\n\ndefaults: on a GPU the post's setting ("
         f"{gpu.width}x{gpu.height}, batch {gpu.batch_size}), rungs "
-        f"{rung_range()}, {', '.join(GPU_MODES)}; on a CPU "
+        f"{bl.rung_range()}, {', '.join(bl.GPU_MODES)}; on a CPU "
         f"rungs {' and '.join(map(str, cpu['rungs']))} at {cpu['width']}x"
-        f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(CPU_MODES)}, "
-        f"{cpu['steps']} timed steps, {plural(CPU_THREADS, 'torch thread')}: "
-        f"{CPU_MINUTE}. On a terminal, progress and the time left are printed "
+        f"{cpu['height']}, batch {cpu['batch_size']}, {' and '.join(bl.CPU_MODES)}, "
+        f"{cpu['steps']} timed steps, {plural(bl.CPU_THREADS, 'torch thread')}: "
+        f"{bl.CPU_MINUTE}. On a terminal, progress and the time left are printed "
         "(stderr) after each rung and precision."
     )
 
@@ -287,7 +235,7 @@ def build_parser() -> cli.ArgumentParser:
     """The command's options (light: ``--help`` imports no torch)."""
     import argparse
 
-    cpu, gpu = CPU_DEFAULTS, LadderSpec()
+    cpu, gpu, span = bl.CPU_DEFAULTS, LadderSpec(), bl.rung_range()
     parser = cli.ArgumentParser(
         prog="python -m ampbook.bench ladder",
         description="The ladder: the training step from the ERFNet authors' "
@@ -301,19 +249,19 @@ def build_parser() -> cli.ArgumentParser:
     # fmt: off
     add("--device", default="auto", help="auto (CUDA where there is one), cpu or "
         "cuda; it sets the defaults below")
-    add("--rungs", default=None, metavar="LIST", help=f"e.g. {rung_range()} or 0,2, "
-        f"rung names or {', '.join(RUNG_SETS)} (default: {rung_range()} on a GPU, "
+    add("--rungs", default=None, metavar="LIST", help=f"e.g. {span} or 0,2, rung "
+        f"names or {', '.join(bl.RUNG_SETS)} (default: {span} on a GPU, "
         f"{','.join(map(str, cpu['rungs']))} on a CPU)")
     add("--precisions", default=None, metavar="LIST", help="comma-separated modes "
-        f"from {', '.join(MODE_SETTINGS)} (default: all four on a GPU, "
-        f"{','.join(CPU_MODES)} on a CPU)")
+        f"from {', '.join(bl.MODE_SETTINGS)} (default: all four on a GPU, "
+        f"{','.join(bl.CPU_MODES)} on a CPU)")
     for flag, kind, text in SIZE_OPTIONS:
         name = flag[2:].replace("-", "_")
         on_gpu, on_cpu = getattr(gpu, name), cpu[name]
         where = "" if on_gpu == on_cpu else f" on a GPU, {on_cpu} on a CPU"
         add(flag, type=kind, default=None, help=f"{text} (default: {on_gpu}{where})")
     add("--compile-mode", default=None, help="the compiled rungs' torch.compile mode "
-        f"(default: {COMPILE_MODE!r})")
+        f"(default: {bl.COMPILE_MODE!r})")
     add("--isolate", choices=("none", "precision", "cell"), default=None,
         help="what runs in a process of its own: each precision, each rung and "
         "precision (cell), or nothing (none: all in this one) (default: precision "
@@ -323,7 +271,7 @@ def build_parser() -> cli.ArgumentParser:
     add("--merge", action="store_true", help="add the cells to the --json record of "
         "the same device and size")
     add("--threads", type=cli.positive_int, default=None, help="torch threads "
-        f"(default: torch's on a GPU, {CPU_THREADS} on a CPU)")
+        f"(default: torch's on a GPU, {bl.CPU_THREADS} on a CPU)")
     add("--show", metavar="FILE", default=None, help="print a written ladder's table "
         "(and a GPU's, the targets one by one); measure nothing")
     add("--child", help=argparse.SUPPRESS)
@@ -378,11 +326,17 @@ def show_main(path: Path) -> int:
             "ladder_<gpu>.json written by python -m ampbook.bench ladder --json"
         )
         return 2
+    _print_ladder(ladder)
+    return 0
+
+
+def _print_ladder(ladder: Ladder) -> None:
+    """The table, and for a GPU's ladder the targets (on a CPU they would read as
+    misses)."""
     print(format_table(ladder))
-    if ladder.is_cuda:  # the targets are a GPU's: on a CPU they would read as misses
+    if ladder.is_cuda:
         print()
         print(format_targets(ladder))
-    return 0
 
 
 def run_main(args) -> int:
@@ -393,8 +347,8 @@ def run_main(args) -> int:
         cli.say(str(err))
         return 2
     threads = args.threads
-    if threads is None and not spec.device.startswith("cuda"):
-        threads = CPU_THREADS
+    if threads is None and not spec.is_cuda:
+        threads = bl.CPU_THREADS
     with torch_threads(threads):
         return _run(args, spec, isolate, notes)
 
@@ -429,38 +383,27 @@ def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
     env = environment(spec.device)
     if args.json:
         path = cli.check_output_file(
-            ladder_path(args.json, env["device_name"]), "--json", kind=LADDER_SCHEMA
+            bl.ladder_path(args.json, env["device_name"]), "--json", kind=LADDER_SCHEMA
         )
     else:
         path = Path(tempfile.mkdtemp(prefix="ampbook-ladder-")) / "ladder.json"
-    load = machine_load()
-    print(
-        cli.terminal_text(
-            f"ladder on {env['device_name']} ({spec.device}), {spec.width}x"
-            f"{spec.height}, batch {spec.batch_size}; rungs "
-            f"{','.join(map(str, spec.rungs))}; {', '.join(spec.modes)}; "
-            f"{ISOLATION[isolate]}; "
-            + load_verdict(load, "cuda" if spec.device.startswith("cuda") else "cpu")
-        )
+    load = load_verdict(machine_load(), "cuda" if spec.is_cuda else "cpu")
+    head = (
+        f"ladder on {env['device_name']} ({spec.device}), {spec.width}x{spec.height}, "
+        f"batch {spec.batch_size}; rungs {','.join(map(str, spec.rungs))}; "
+        f"{', '.join(spec.modes)}; {ISOLATION[isolate]}; {load}"
     )
+    print(cli.terminal_text(head))
     for note in notes:
         print(cli.terminal_text(f"note: {note}"))
+    log = progress_log(len(spec.rungs) * len(spec.modes))
     try:
-        ladder = run_ladder(
-            spec,
-            path,
-            isolate,
-            args.merge,
-            log=progress_log(len(spec.rungs) * len(spec.modes)),
-        )
+        ladder = run_ladder(spec, path, isolate, args.merge, log=log)
     except LadderError as err:
         cli.say(str(err))
         return 2
     print()
-    print(format_table(ladder))
-    if ladder.is_cuda:  # the targets are a GPU's: on a CPU they would read as misses
-        print()
-        print(format_targets(ladder))
+    _print_ladder(ladder)
     if args.json:
         print(f"\nwrote {path}")
     errors = [c for c in ladder.cells if not c.ok]

@@ -1,39 +1,34 @@
-"""The ladder's settings: the table of rungs (``RUNGS``), the modes, ``LadderSpec``
-and a rung's ``TrainConfig``.
-
-    python -m ampbook.bench ladder [--device auto|cpu|cuda] [--rungs 0-5|eager|...]
-        [--precisions fp32-tf32,amp-fp16,...] [--height H --width W --batch-size B]
-        [--steps N --warmup N --profile-steps N] [--epochs N --train-images N]
-        [--isolate none|precision|cell] [--json PATH [--merge]] [--show FILE]
-
+"""The ladder's settings and record: the table of rungs (``RUNGS``), the modes,
+``LadderSpec``, a rung's ``TrainConfig``, and the record (schema ``ampbook.ladder/1``)
+written atomically as cells are measured (``python -m ampbook.bench ladder --help``).
 Each rung adds one change to the rung below it, as fields of the runner's
 ``TrainConfig`` (every rung is a ``python -m ampbook.train`` command); ``RUNGS`` is the
 one place a rung is written: what it changes and why, how the prediction treats it,
 whether it compiles. Every cell (rung x mode, ``MODES``) is measured by
-``ladder_measure.measure_rung`` and written to the record (``ladder_record``, schema
-``ampbook.ladder/1`` in ``data/results/README.md``) as soon as its step is measured,
-then with its epochs, so a ladder stopped part-way keeps what it measured. The rest of
-the ladder, each module importing only those before it: ``ladder_record``,
-``ladder_measure``, ``ladder_predict`` (a ladder predicted from layer profiles),
-``ladder_report`` (the table and the targets) and ``ladder_run`` (the processes and
-the command line); chapter 7's reading of a ladder is ``ampbook.chapters.ch7``.
-"""
+``ladder_measure.measure_rung`` and written to the record (``add_cell``; the schema
+is in ``data/results/README.md``) as soon as its step is measured, then with its
+epochs, so a ladder stopped part-way keeps what it measured. The rest of the ladder,
+each module importing only those before it: ``ladder_measure``, ``ladder_predict``
+(a ladder predicted from layer profiles), ``ladder_report`` (the table and the
+targets) and ``ladder_run`` (the processes and the command line); chapter 7's reading
+of a ladder is ``ampbook.chapters.ch7``."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ampbook.core import cli
 from ampbook.core.modes import MODES
-from ampbook.results import PEAK_CUDA, SAVED_FOR_BACKWARD
+from ampbook.results import LADDER_SCHEMA, PEAK_CUDA, SAVED_FOR_BACKWARD
 
 MODE_SETTINGS = {  # mode -> (precision, tf32)
-    "fp32-tf32": ("fp32", "on"),
-    "fp32": ("fp32", "off"),
-    "amp-fp16": ("amp-fp16", "on"),
-    "amp-bf16": ("amp-bf16", "on"),
-}
+    "fp32-tf32": ("fp32", "on"), "fp32": ("fp32", "off"),
+    "amp-fp16": ("amp-fp16", "on"), "amp-bf16": ("amp-bf16", "on"),
+}  # fmt: skip
 # The order modes take turns in: the targets' comparison (TF32 against amp-fp16) first.
 GPU_MODES = ("fp32-tf32", "amp-fp16", "amp-bf16", "fp32")
 # A CPU has no TF32, and its mixed precision is bf16.
@@ -171,20 +166,17 @@ class LadderSpec:
         return cls(**base)
 
     def check(self) -> None:
-        for name in [n for n in SETTINGS if n not in ("warmup", "epochs")]:
-            v = getattr(self, name)
-            if not cli.is_positive_int(v):
-                raise LadderError(f"{name} must be a positive integer, got {v!r}")
-        if not cli.is_positive_int(self.warmup):
-            raise LadderError(
-                f"warmup must be at least 1 (the first step compiles), got "
-                f"{self.warmup!r}"
-            )
-        if not isinstance(self.epochs, int) or self.epochs < 2:
-            raise LadderError(
-                f"epochs must be at least 2 (the first one warms up), got "
-                f"{self.epochs!r}"
-            )
+        """``LadderError`` naming the first setting the ladder cannot run."""
+        why = {"warmup": (1, "the first step compiles"),
+               "epochs": (2, "the first one warms up")}  # fmt: skip
+        for name in sorted(SETTINGS, key=lambda n: n in why):
+            v, (least, reason) = getattr(self, name), why.get(name, (1, ""))
+            if not (cli.is_positive_int(v) and v >= least):
+                raise LadderError(
+                    f"{name} must be at least {least} ({reason}), got {v!r}"
+                    if reason
+                    else f"{name} must be a positive integer, got {v!r}"
+                )
         for name in ("height", "width"):
             if getattr(self, name) % 8:
                 raise LadderError(
@@ -204,6 +196,10 @@ class LadderSpec:
             raise LadderError(
                 f"precisions {bad or '(none)'}: choose from {', '.join(MODES)}"
             )
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
 
     def settings(self, time_source: str, isolate: str) -> dict:
         """The record's settings: the spec's sizes and lengths, how it measured."""
@@ -270,17 +266,84 @@ def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
     fields = rung_fields(index, spec.compile_mode)
     precision, tf32 = MODE_SETTINGS[mode]
     return TrainConfig(
-        precision=precision,
-        tf32=tf32,
-        device=device,
-        height=spec.height,
-        width=spec.width,
-        batch_size=spec.batch_size,
-        epochs=spec.epochs,
-        synthetic_train=spec.train_images,
-        synthetic_val=spec.val_images,
-        shuffle=False,
-        checkpoint=False,
-        quiet=True,
-        **fields,
-    )
+        precision=precision, tf32=tf32, device=device, height=spec.height,
+        width=spec.width, batch_size=spec.batch_size, epochs=spec.epochs,
+        synthetic_train=spec.train_images, synthetic_val=spec.val_images,
+        shuffle=False, checkpoint=False, quiet=True, **fields,
+    )  # fmt: skip
+
+
+def ladder_path(json_arg: str | Path, device_name: str) -> Path:
+    """``--json``'s file: the path itself when it ends in ``.json`` and is not a
+    folder, else ``ladder_<gpu>.json`` inside it."""
+    from ampbook.core.words import slug
+
+    path = Path(json_arg)
+    if path.suffix == ".json" and not path.is_dir():
+        return path
+    return path / f"ladder_{slug(device_name)}.json"
+
+
+def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
+    from ampbook.core.devices import find_device
+
+    cuda = str(environment.get("device", "")).startswith("cuda")
+    entry = find_device(environment["device_name"]) if cuda else None
+    rungs = [
+        {"index": r.index, "key": r.key, "title": r.title, "why": r.why,
+         "changes": {k: spec.compile_mode if k == "compile" and v == COMPILE_MODE
+                     else v for k, v in r.changes.items()},
+         "compiles": r.compiles}
+        for r in RUNGS
+    ]  # fmt: skip
+    return {
+        "schema": LADDER_SCHEMA,
+        "created": _now(),
+        "updated": _now(),
+        "status": "running",
+        "environment": environment,
+        "device_key": entry.key if entry else None,
+        "settings": spec.settings("cuda" if cuda else "cpu", isolate),
+        "rungs": rungs,
+        "cells": [],
+    }
+
+
+def write_record(record: dict, path: Path) -> None:
+    """Write atomically (a temporary file beside it, then ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def add_cell(path: Path, cell: dict) -> None:
+    """Put ``cell`` into the record at ``path`` (replacing the same rung and mode)."""
+    record = json.loads(path.read_text())
+    record["cells"] = [
+        c
+        for c in record["cells"]
+        if (c["rung"], c["mode"]) != (cell["rung"], cell["mode"])
+    ] + [cell]
+    record["cells"].sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
+    record["updated"] = _now()
+    write_record(record, path)
+
+
+def _same_setting(old: dict, new: dict) -> bool:
+    keys = ("height", "width", "batch_size", "time_source")
+    return old.get("environment", {}).get("device_name") == new["environment"][
+        "device_name"
+    ] and all(old.get("settings", {}).get(k) == new["settings"][k] for k in keys)
+
+
+def finished_cells(path: Path) -> set[tuple[int, str]]:
+    """(rung, mode) of the cells in the record at ``path`` measured whole (the step
+    and the epochs), which a rerun into the same file need not measure again."""
+    if not path.exists():
+        return set()
+    return {
+        (c["rung"], c["mode"])
+        for c in json.loads(path.read_text())["cells"]
+        if c["status"] == "ok" and c.get("epoch", "measured") == "measured"
+    }
