@@ -130,16 +130,30 @@ def test_the_doctor_example_prints_what_the_readme_says(tmp_path):
 
 def test_the_ladder_prints_targets_for_a_gpus_ladder_only():
     """README: the targets are printed on a GPU, none on a CPU (they are a GPU's).
-    ``--show`` of a GPU's ladder (the test fixture's) prints them."""
+    ``--show`` of a GPU's ladder (the test fixture's) prints them; the same ladder
+    said to be a CPU's, through the one printer a run and ``--show`` share, none."""
+    import contextlib
+    import dataclasses
+    import io
+    import json
+
+    from ampbook.chapters.ch7 import ladder_run
+    from ampbook.results import read_ladder
+
     assert "on a CPU it prints none, since the targets are a GPU's" in PROSE
     fixture = REPO_ROOT / "tests" / "fixtures" / "results" / "ladder_fixture-gpu.json"
     done = run(["ampbook.bench", "ladder", "--show", str(fixture)], columns=200)
     assert done.returncode == 0, done.stderr
     assert "target" in done.stdout.lower()
-    from ampbook.chapters.ch7 import ladder_run
-
-    source = (REPO_ROOT / ladder_run.__file__).read_text()
-    assert source.count("if ladder.is_cuda:  # the targets are a GPU's") == 2
+    gpu = read_ladder(json.loads(fixture.read_text()), str(fixture))
+    for ladder, targets in (
+        (gpu, True),
+        (dataclasses.replace(gpu, device="cpu"), False),
+    ):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            ladder_run._print_ladder(ladder)
+        assert ("target" in out.getvalue().lower()) == targets, ladder.device
 
 
 def test_the_chapter_list_names_every_chapter_of_the_book():
