@@ -352,7 +352,7 @@ md(ch6.profile_bound_lines(rdir))
 # mix of classes lies, the same layout per precision, the same GPU, chip,
 # architecture, segment or another, and how far its batch lies. Those weights are
 # fitted, not chosen: on a grid, the ones whose leave-one-out predictions land closest
-# to what the references measured (`calibration.fit`; a reference whose AMP ran
+# to what the references measured (`calibrate.fit`; a reference whose AMP ran
 # NHWC counts {glue:text}`ch6_w_layout:.2f` of one in the layout predicted). Where a
 # reference's AMP ran in the other layout its 16-bit efficiency is scaled by what one
 # network on one GPU measured in both: NCHW kept {glue:text}`ch6_layout_factor:.0%`
@@ -543,24 +543,25 @@ md(kernels_here)
 erf = reports["ERFNet"]
 md(ch6.self_check_lines(refs, devices))
 
-# %% [markdown]
-# Then the step. The committed GPU results time ERFNet's step two ways (AMP fp16
-# against fp32 with TF32): alone, in the layer profiles (no loader), and inside the
-# training loop, epoch by epoch, in the training runs; chapters 3 and 5 quote the same
-# two (`ch5.step_alone`, `ch3.step_in_loop`). Where the GPU is in the device table and
-# the setting is ERFNet's here, the doctor's *step* range stands beside them: the
-# calibrated kernel time plus the host's idle time per synchronisation
-# (`ampbook.predict.hostmodel`), for the loop that measured them, the book's runner of
-# 2026-11-30 (4 host syncs per AMP step, 2 per fp32 step; two of AMP's and one of
-# fp32's were the runner's own reads, not AMP's). Once with every reference (the same
-# GPU's profile dominates it) and once without ERFNet's own profiles (a prediction
-# from the other networks and GPUs). The idle time per sync is not measured but
-# fitted on the same profiles: all their idle time, AMP's and fp32's, over all their
-# syncs, one number for every sync. The model *assumes* it the same whatever the
-# kernel count, the batch and the GPU, and the split it gives (the runner's reads
-# against AMP's own) is its estimate. The first range is therefore a cross-check, not
-# a test; the verdict holds the step timed alone, the quantity the profiles and the
-# range share. The fit, from the profiles:
+# Then the step. The committed GPU results time ERFNet's step two ways (AMP fp16 against
+# fp32 with TF32): alone, in the layer profiles (no loader), and inside the training
+# loop, epoch by epoch, in the training runs; chapters 3 and 5 quote the same two
+# (`ch5.step_alone`, `ch3.step_in_loop`). Where the GPU is in the device table and the
+# setting is ERFNet's here, two of the doctor's *step* ranges stand beside them. The
+# first uses every reference (the same GPU's profile dominates it): the calibrated
+# kernel time plus the host's idle time per synchronisation
+# (`ampbook.predict.hostmodel`) for the loop that measured them, the book's runner of
+# 2026-11-30 (4 host syncs per AMP step, 2 per fp32 step; two of AMP's and one of fp32's
+# were the runner's own reads, not AMP's). The second leaves out ERFNet's own profiles:
+# a prediction from the other networks and GPUs. On the H200 the references left are
+# then published whole steps, whose times hold their own loops' host time, so the idle
+# model adds nothing to it and it is a range for those loops, not for the runner's. The
+# idle time per sync is not measured but fitted on the same profiles: all their idle
+# time, AMP's and fp32's, over all their syncs, one number for every sync. The model
+# *assumes* it the same whatever the kernel count, the batch and the GPU, and the split
+# it gives (the runner's reads against AMP's own) is its estimate. The first range is
+# therefore a cross-check, not a test: the step timed alone is scored against it only to
+# show that the fit reproduces the profiles it came from. The fit, from the profiles:
 
 # %%
 host = host_model(rdir)
@@ -619,15 +620,19 @@ md(ch6.step_range_verdicts(gpu_rows))
 #
 # The doctor's checklist per GPU, one GPU per row and ranked within it; upper bounds
 # apart. The AMP item is ranked like with like, by the step predicted for a loop as
-# PyTorch's AMP examples write it, for every precision and network. Where the committed
-# results hold the step timed alone for the same network, GPU and setting, the doctor's
-# detail names it beside the step it predicts for the runner's loop that timed it, and a
-# measurement clearly slower than fp32 turns the item into "keep fp32"; the step
-# measured in the training loop is named there too, never ranked. TF32 appears twice: PyTorch runs
-# cuDNN's convolutions in TF32 by default and keeps matrix products in full fp32 unless
-# asked. The list for the last GPU of the table, each row naming it; then, apart, the
-# gains that are only upper bounds (each at equal shares of the bound: the element-wise
-# operators' share of the time taken as their share of the bound):
+# PyTorch's AMP examples write it, for every precision and network; its detail gives the
+# range, and a range that spans 1 is a gain the doctor cannot promise. Where the
+# committed results hold the step timed alone for the same network, GPU and setting, the
+# detail names it beside the step predicted for the runner's loop that timed it; any
+# measurement at this setting (the step alone, the step in the loop or the kernel time)
+# clearly slower than fp32 turns the item into "keep fp32". The step measured in the
+# training loop is named in the detail, never ranked; gains tied to two decimals are
+# ordered as on the first screen. Each TF32 item appears where TF32 moves the bound by
+# more than half a percent: PyTorch runs cuDNN's convolutions in TF32 by default and
+# keeps matrix products in full fp32 unless asked. The list for the last GPU of the
+# table, each row naming it; then, apart, the gains that are only upper bounds (each at
+# equal shares of the bound: the element-wise operators' share of the time taken as
+# their share of the bound):
 
 # %% tags=["hide-input"]
 md_table([(c["gpu"], name, c["item"], c["gain"],
@@ -649,7 +654,7 @@ md_table([(c["gpu"], name, c["item"], c["gain"], c["detail"])
 #
 # Each reference was measured on one network, batch, layout and GPU. Left out of the
 # references, what do the others predict for it? The leave-one-out (`python -m
-# ampbook.predict.calibrate --predictions` prints the same table) gives each one's point and
+# ampbook.calibration --predictions` prints the same table) gives each one's point and
 # range from the others, the references that set it, and whether the range holds what
 # was measured; {numref}`fig-ch6-loo` plots the prediction against the measurement.
 # Like is scored with like: a published reference timed the whole step, so its *step

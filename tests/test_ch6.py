@@ -56,9 +56,11 @@ def test_step_range_verdicts_for_both_cases():
     rng, far = {"low": 0.9, "high": 1.1}, {"low": 1.2, "high": 1.5}
     two = ch6.step_range_verdicts([("H200 SXM", 0.99, None, rng, far)]).splitlines()
     assert two == [
-        "- H200 SXM, timed alone, own profile: measured AMP step speedup 0.99x "
+        "- H200 SXM, timed alone, own profile (a cross-check): measured AMP step "
+        "speedup 0.99x "
         f"against {ch6.span_text(0.9, 1.1)} predicted, inside the range.",
-        "- H200 SXM, timed alone, without ERFNet: measured AMP step speedup 0.99x "
+        "- H200 SXM, timed alone, without ERFNet (a prediction): measured AMP step "
+        "speedup 0.99x "
         f"against {ch6.span_text(1.2, 1.5)} predicted, below the range.",
     ]
 

@@ -314,6 +314,14 @@ def test_speedup_range_verdict():
         assert "measured in the loop 1.05x median per epoch" in amp["detail"]
         said = "measured: step timed alone 0.99x" in amp["detail"]
         assert said == (alone in done), amp
+    # gains tied to two decimals rank as the first screen orders them: the precision
+    # measured more here first, though the other is ahead in the fourth decimal
+    tied = [dict(other, gpu="g", precision="amp-bf16", point=other["point"] + 3e-4),
+            dict(other, gpu="g", precision="amp-fp16", committed=[loop])]  # fmt: skip
+    roofs = [dict(roof[0], precision=p) for p in ("amp-bf16", "amp-fp16")]
+    amps = [c["item"] for c in verdict.checklist(roofs, tied, None, None)["items"]
+            if c["item"].startswith("train with AMP")]  # fmt: skip
+    assert amps[0] == "train with AMP (amp-fp16)", amps
 
 
 def test_the_bound_word_says_which_test_gave_it():

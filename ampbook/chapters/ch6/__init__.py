@@ -91,8 +91,8 @@ def step_range_verdicts(rows: Sequence[tuple]) -> str:
         measured_speedup_verdict(g + which, float(m), rng["low"], rng["high"])
         for g, m, _, full, alone in rows
         for which, rng in (
-            (", timed alone, own profile", full),
-            (", timed alone, without ERFNet", alone),
+            (", timed alone, own profile (a cross-check)", full),
+            (", timed alone, without ERFNet (a prediction)", alone),
         )
         if m is not None and rng and rng["low"]
     ]

@@ -49,7 +49,7 @@ from ampbook.chapters.ch6.verdict import (
 )  # fmt: skip
 from ampbook.core import cli
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS, torch_name
-from ampbook.core.words import nearest, plural
+from ampbook.core.words import edit_distance, nearest, plural
 from ampbook.predict.hostmodel import host_model
 from ampbook.predict.roofline import Ceilings, predict
 from ampbook.predict.specs import (  # fmt: skip
@@ -232,7 +232,10 @@ def _gpu_miss(raw: str, hits: list[str], devices) -> str:
     names = {k: k for k in devices}
     for k, d in devices.items():
         names.update({a: k for a in (d.short_name.lower(), *d.aliases)})
-    near = list(dict.fromkeys(names[n] for n in nearest(raw, names, n=6)))[:3]
+    close = nearest(raw, names, n=6)  # the nearest distance only: h300 is no 3070
+    best = min((edit_distance(raw, n) for n in close), default=0)
+    near = list(dict.fromkeys(names[n] for n in close
+                              if edit_distance(raw, n) == best))[:3]  # fmt: skip
     if near:
         return (
             f"unknown GPU {raw!r}; did you mean {' or '.join(near)}? "

@@ -182,6 +182,8 @@ def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
             f"syncs and one of fp32's are the runner's, not AMP's), against "
             f"{run['point']:.2f}x ({span_text(run['low'], run['high'])}) predicted "
             f"for that loop: {range_position(m['speedup'], run['low'], run['high'])}"
+            " (a cross-check, not a test: the idle time per sync was fitted on these "
+            "profiles)"
         )
     return text + "."
 
@@ -373,8 +375,10 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
         lo, hi = rng["low"], rng["high"]
         gain = rng["point"]
         src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
-        detail = f"{span_text(lo, hi)} from {plural(len(rng['rows']), 'reference')}"
         word = gist(lo, hi, gain)
+        detail = f"{span_text(lo, hi)} from {plural(len(rng['rows']), 'reference')}" + (
+            "" if word == "a gain" else f", {word}"
+        )
         if word in ("a loss", "no clear loss"):
             said = f"predicted {gain:.2f}x, {word}"
     else:
@@ -422,20 +426,23 @@ def checklist(
     items: list[dict[str, Any]] = []
     bounds: list[dict[str, Any]] = []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
-    seen = set()
+    seen, here = set(), {}  # here: an AMP item's measurements of this setting
     for r in roof:
         rng = by_gpu.get((r["gpu"], r["precision"]))
         if rng is not None:
             items.append(_amp_item(r["gpu_name"], r["precision"], rng))
+            done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+            here[id(items[-1])] = len(done)
         if r["gpu"] not in seen:
             seen.add(r["gpu"])
             items += _bound_items(r, loader_images_per_s, bounds)
     if measured and measured["device"] == "cuda":
         items += _measured_items(measured)
     order = list(dict.fromkeys(i["gpu"] for i in items))
-    items.sort(
-        key=lambda i: (order.index(i["gpu"]), i["gain"] is None, -(i["gain"] or 0))
-    )
+    items.sort(  # gains as printed (two decimals); a tie as the first screen's
+        key=lambda i: (order.index(i["gpu"]), i["gain"] is None,
+                       -round(i["gain"] or 0, 2), -here.get(id(i), 0))
+    )  # fmt: skip
     return {"items": items, "upper_bounds": bounds}
 
 
@@ -456,7 +463,8 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
         items.append(_item(
             name, "fp32: TF32 for convolutions (torch.backends.cudnn.conv."
             "fp32_precision = 'tf32') is on by default", None, "already on",
-            f"turning it off would cost {conv:.2f}x at equal shares",
+            f"turning it off would cost {conv:.2f}x at equal shares of the bound "
+            "(a ratio of bounds, not a measurement)",
         ))  # fmt: skip
     if r.get("amp_s"):
         total, fusable = r["amp_s"], r["fusable_s"]
