@@ -1,12 +1,7 @@
-"""Will AMP help *this* model? The diagnosis of any ``nn.Module`` behind ``python -m
-ampbook.doctor`` (the command parses the flags and prints; the README's doctor section
-says what it accepts). ``diagnose`` traces one training step per precision on fake
-tensors (``predict.steptrace.trace_step``: the full size costs seconds, not memory),
-reads it (``traced``: coverage, memory, roofline per GPU), calibrates the expected
-speedup per GPU on the committed references (``verdict``), hands that answer to its
-caller, then times the runner's own step here (``measured``). The report is one
-JSON-ready dict; ``report_text`` prints it.
-"""
+"""Will AMP help *this* model? ``diagnose`` (behind ``python -m ampbook.doctor``)
+traces one training step per precision on fake tensors, reads it (``traced``),
+calibrates the speedup per GPU (``verdict``), then times the runner's step here
+(``measured``): one JSON-ready dict, printed by ``report_text``."""
 
 from __future__ import annotations
 
@@ -223,9 +218,7 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
 
 
 def _gpu_miss(raw: str, hits: list[str], devices) -> str:
-    """Why ``raw`` names no single GPU: the keys it could mean when ambiguous; when
-    unknown, the nearest keys (a typo's likely meaning, ``words.nearest``) or, with
-    none near, the table's short names."""
+    """Why ``raw`` names no single GPU: the keys it may mean, else the short names."""
     if hits:
         known = ", ".join(f"{k} ({devices[k].short_name})" for k in hits)
         return f"ambiguous GPU {raw!r}: it names {known}"

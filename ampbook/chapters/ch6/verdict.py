@@ -364,11 +364,9 @@ def _step_in_loop(q) -> dict[str, Any]:
 
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
-    """The checklist's AMP row for one GPU and precision, ranked by the
-    predicted step for PyTorch's example loop (the kernels' without a host model);
-    the measured steps go in the detail, unranked. "keep fp32" (unranked) where a
-    measurement of this setting is slower than fp32 by more than ``SAME_SPEED``, or
-    without one where the range reads "a loss" or "no clear loss" (``gist``)."""
+    """The checklist's AMP row, ranked by the step predicted for PyTorch's example
+    loop, measurements in the detail; "keep fp32" (unranked) where one is slower
+    than fp32 by more than ``SAME_SPEED``, or the range reads a loss (``gist``)."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
     said = None
     if rng["rows"]:
@@ -376,8 +374,9 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
         gain = rng["point"]
         src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
         word = gist(lo, hi, gain)
-        detail = f"{span_text(lo, hi)} from {plural(len(rng['rows']), 'reference')}" + (
-            "" if word == "a gain" else f", {word}"
+        n = plural(len(rng["rows"]), "reference")
+        detail = f"{span_text(lo, hi)} from {n}" + (
+            f", {word}" if word.startswith("no clear") else ""
         )
         if word in ("a loss", "no clear loss"):
             said = f"predicted {gain:.2f}x, {word}"
@@ -417,12 +416,9 @@ def checklist(
     loader_images_per_s: float | None,
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """What to try, per GPU, ranked by gain within each GPU: AMP
-    (``_amp_item``), TF32 for matrix products (off by default in PyTorch) and for
-    convolutions (on by default: listed, never ranked), the input pipeline (with a
-    loader rate), and channels_last and cudnn.benchmark as measured on this GPU.
-    ``upper_bounds`` apart: fusing the element-wise operators if they vanished
-    entirely (normalisation stays: training BatchNorm reads and writes its input)."""
+    """What to try per GPU, ranked by gain: AMP (``_amp_item``), TF32, the input
+    pipeline, channels_last and cudnn.benchmark as measured here; ``upper_bounds``
+    apart (fusing the element-wise operators, if they vanished entirely)."""
     items: list[dict[str, Any]] = []
     bounds: list[dict[str, Any]] = []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
@@ -463,8 +459,7 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
         items.append(_item(
             name, "fp32: TF32 for convolutions (torch.backends.cudnn.conv."
             "fp32_precision = 'tf32') is on by default", None, "already on",
-            f"turning it off would cost {conv:.2f}x at equal shares of the bound "
-            "(a ratio of bounds, not a measurement)",
+            f"turning it off grows the step's bound {conv:.2f}x",
         ))  # fmt: skip
     if r.get("amp_s"):
         total, fusable = r["amp_s"], r["fusable_s"]
