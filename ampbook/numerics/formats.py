@@ -16,8 +16,7 @@ patterns.
 
 ``round_to`` emulates rounding to any format (round to nearest, ties to even),
 vectorised, on any device, and returns float32/float64 values: later chapters use it to
-emulate fp16 tensors without an fp16 dtype, and TF32, which has none. float32 inputs are
-rounded on their bit patterns; float64 inputs in float64 arithmetic, rounding once.
+emulate fp16 tensors without an fp16 dtype, and TF32, which has none.
 """
 
 from __future__ import annotations
@@ -27,19 +26,6 @@ import struct
 from dataclasses import dataclass
 
 import torch
-
-__all__ = [
-    "Format",
-    "FORMATS",
-    "get_format",
-    "round_to",
-    "spacing",
-    "encode",
-    "bits",
-    "decode",
-    "properties",
-    "format_table",
-]
 
 
 @dataclass(frozen=True)
@@ -62,20 +48,15 @@ class Format:
     has_inf: bool
     overflow: str
     torch_dtype: torch.dtype | None
-    description: str
-    source: str
 
-    # ---- layout ----------------------------------------------------------------------
     @property
     def bits(self) -> int:
-        """Storage width: 1 sign bit + exponent + mantissa. (TF32 is stored in 32-bit
-        words but carries 19 significant bits; this counts the 19.)"""
+        """Storage width (TF32 is stored in 32-bit words but carries 19 significant
+        bits; this counts the 19)."""
         return 1 + self.exponent_bits + self.mantissa_bits
 
     @property
     def bias(self) -> int:
-        """Exponent bias: the stored exponent field minus the bias is the power of
-        two."""
         return 2 ** (self.exponent_bits - 1) - 1
 
     @property
@@ -90,7 +71,6 @@ class Format:
         top_field = 2**self.exponent_bits - 1
         return (top_field - 1 if self.has_inf else top_field) - self.bias
 
-    # ---- derived values (exact binary fractions, computed with math.ldexp) -----------
     @property
     def max(self) -> float:
         """Largest finite value. IEEE: all mantissa bits set, 2^emax * (2 - 2^-m). The
@@ -101,8 +81,6 @@ class Format:
 
     @property
     def smallest_normal(self) -> float:
-        """2^emin: the smallest value with a full-precision (implicit leading 1)
-        significand."""
         return math.ldexp(1.0, self.emin)
 
     @property
@@ -117,15 +95,13 @@ class Format:
 
     @property
     def unit_roundoff(self) -> float:
-        """The largest relative error of rounding to nearest in the normal range,
-        eps/2."""
+        """The largest relative error of rounding to nearest in the normal range."""
         return self.eps / 2
 
     @property
     def decimal_digits(self) -> float:
-        """-log10(eps) = m * log10(2): how many decimal digits one step of the last
-        mantissa bit resolves near 1. (numpy's ``finfo.precision`` is this, rounded
-        down. Counting the implicit bit, (m + 1) * log10(2), gives about 0.3 more.)"""
+        """-log10(eps): the decimal digits one step of the last mantissa bit resolves
+        near 1 (numpy's ``finfo.precision`` is this, rounded down)."""
         return -math.log10(self.eps)
 
     def __repr__(self) -> str:
@@ -135,87 +111,22 @@ class Format:
         )
 
 
-_IEEE = "IEEE 754-2019, IEEE Standard for Floating-Point Arithmetic"
-_FP8 = (
-    "Micikevicius et al., FP8 Formats for Deep Learning, arXiv:2209.05433 (2022); "
-    "OCP 8-bit Floating Point Specification (OFP8) rev. 1.0 (2023)"
-)
-
+# Sources: IEEE 754-2019 (fp64, fp32, fp16); NVIDIA A100 Tensor Core GPU Architecture
+# whitepaper (2020) (TF32: fp32 range, fp16 precision, tensor-core matmul inputs only);
+# Kalamkar et al., A Study of BFLOAT16 for Deep Learning Training, arXiv:1905.12322
+# (2019) (bf16); Micikevicius et al., FP8 Formats for Deep Learning, arXiv:2209.05433
+# (2022) and OCP 8-bit Floating Point Specification (OFP8) rev. 1.0 (2023) (fp8 E4M3:
+# no infinity, one NaN pattern; E5M2: IEEE-like).
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in [
-        Format(
-            "fp64",
-            11,
-            52,
-            True,
-            "inf",
-            torch.float64,
-            "IEEE double precision (Python float)",
-            _IEEE,
-        ),
-        Format(
-            "fp32",
-            8,
-            23,
-            True,
-            "inf",
-            torch.float32,
-            "IEEE single precision, PyTorch's default",
-            _IEEE,
-        ),
-        Format(
-            "tf32",
-            8,
-            10,
-            True,
-            "inf",
-            None,
-            "NVIDIA TensorFloat-32: fp32 range, fp16 precision; "
-            "tensor-core matmul inputs only",
-            "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020)",
-        ),
-        Format(
-            "fp16",
-            5,
-            10,
-            True,
-            "inf",
-            torch.float16,
-            "IEEE half precision (binary16)",
-            _IEEE,
-        ),
-        Format(
-            "bf16",
-            8,
-            7,
-            True,
-            "inf",
-            torch.bfloat16,
-            "bfloat16 (brain floating point): fp32 range, 8 significant bits",
-            "Kalamkar et al., A Study of BFLOAT16 for Deep Learning Training, "
-            "arXiv:1905.12322 (2019)",
-        ),
-        Format(
-            "fp8_e4m3",
-            4,
-            3,
-            False,
-            "saturate",
-            torch.float8_e4m3fn,
-            "fp8 E4M3 (torch.float8_e4m3fn): no infinity, one NaN pattern",
-            _FP8,
-        ),
-        Format(
-            "fp8_e5m2",
-            5,
-            2,
-            True,
-            "inf",
-            torch.float8_e5m2,
-            "fp8 E5M2: IEEE-like, with inf and NaN",
-            _FP8,
-        ),
+        Format("fp64", 11, 52, True, "inf", torch.float64),
+        Format("fp32", 8, 23, True, "inf", torch.float32),
+        Format("tf32", 8, 10, True, "inf", None),
+        Format("fp16", 5, 10, True, "inf", torch.float16),
+        Format("bf16", 8, 7, True, "inf", torch.bfloat16),
+        Format("fp8_e4m3", 4, 3, False, "saturate", torch.float8_e4m3fn),
+        Format("fp8_e5m2", 5, 2, True, "inf", torch.float8_e5m2),
     ]
 }
 
@@ -241,8 +152,6 @@ def get_format(name: str | Format | torch.dtype) -> Format:
     )
 
 
-# ---- rounding ------------------------------------------------------------------------
-
 _OVERFLOW_MODES = ("inf", "saturate", "nan")
 
 
@@ -250,9 +159,7 @@ def _quantum_exponent(a: torch.Tensor, fmt: Format) -> torch.Tensor:
     """Per element of a (float64, >= 0), the power of two of the format's grid spacing
     at a: floor(log2 a) clamped below at emin (the subnormal range and zero share emin's
     spacing), minus m."""
-    _, exp = torch.frexp(
-        a
-    )  # a = f * 2^exp with f in [0.5, 1), so floor(log2 a) = exp - 1
+    _, exp = torch.frexp(a)  # a = f * 2^exp, f in [0.5, 1): floor(log2 a) = exp - 1
     e = torch.where(a == 0, fmt.emin, exp.to(torch.int64) - 1)  # frexp(0) gives exp 0
     return e.clamp_(min=fmt.emin) - fmt.mantissa_bits
 
@@ -267,14 +174,12 @@ def _round64(a: torch.Tensor, fmt: Format) -> torch.Tensor:
 
 def _round_fp32_bits(x: torch.Tensor, fmt: Format, mode: str) -> torch.Tensor:
     """The float32 path of ``round_to`` (several times faster than float64 arithmetic):
-    round the bit pattern. For formats with fp32's exponent range or less and fewer
-    mantissa bits, every format value is a float32 value. Normal range: add half a step
-    minus one, plus the lowest kept bit (ties to even), then clear the dropped bits; a
-    carry moves into the exponent as it should. Below the format's smallest normal the
-    step is fixed at 2^(emin - m): adding C = 2^(emin - m + 23) puts |x| where float32's
-    own step is exactly that, so float32 addition rounds it (ties to even) and
-    subtracting C is exact. (Needs subnormal float32 arithmetic, i.e. not
-    ``torch.set_flush_denormal(True)``.)"""
+    round the bit pattern. Normal range: add half a step minus one, plus the lowest
+    kept bit (ties to even), then clear the dropped bits; a carry moves into the
+    exponent as it should. Below the format's smallest normal the step is fixed at
+    2^(emin - m): adding C = 2^(emin - m + 23) puts |x| where float32's own step is
+    exactly that, so float32 addition rounds it (ties to even) and subtracting C is
+    exact (this needs subnormal float32 arithmetic, not ``set_flush_denormal``)."""
     drop = 23 - fmt.mantissa_bits
     b = x.view(torch.int32)
     a = b & 0x7FFFFFFF
@@ -282,9 +187,8 @@ def _round_fp32_bits(x: torch.Tensor, fmt: Format, mode: str) -> torch.Tensor:
     c = math.ldexp(1.0, fmt.emin - fmt.mantissa_bits + 23)
     small = (x.abs() + c) - c
     y = torch.where(a < _fp32_bits(fmt.smallest_normal), small, r.view(torch.float32))
-    too_big = (r > _fp32_bits(fmt.max)) & (
-        a <= 0x7F800000
-    )  # finite overflow or inf, not NaN
+    # finite overflow or inf, not NaN
+    too_big = (r > _fp32_bits(fmt.max)) & (a <= 0x7F800000)
     y = torch.where(
         too_big, _overflow_value(fmt, mode), torch.where(a > 0x7F800000, x.abs(), y)
     )
@@ -335,9 +239,7 @@ def round_to(
         )
     out_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     if fmt.name == "fp64" or (fmt.name == "fp32" and out_dtype == torch.float32):
-        return x.to(
-            out_dtype
-        )  # every float32 (and narrower) value is already on the grid
+        return x.to(out_dtype)  # every float32 (and narrower) value is on the grid
     if out_dtype == torch.float32:
         return _round_fp32_bits(x.to(torch.float32), fmt, mode)
     y = _round64(x.abs(), fmt)
@@ -348,12 +250,9 @@ def round_to(
 
 def spacing(x: torch.Tensor, name: str | Format | torch.dtype) -> torch.Tensor:
     """The gap from |x| (rounded to the format) to the next larger representable
-    magnitude.
-
-    Like ``numpy.spacing`` but always positive: ``spacing(1.0) == eps``; in the
-    subnormal range and at zero it is the smallest subnormal; NaN where x is NaN, inf or
-    rounds past the
-    largest finite value. Returned as float64 (fp64's gaps go down to 2^-1074)."""
+    magnitude, as float64: like ``numpy.spacing`` but always positive (``spacing(1.0)
+    == eps``; the smallest subnormal at zero); NaN where x is NaN, inf or rounds past
+    the largest finite value."""
     fmt = get_format(name)
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError("spacing expects a floating-point torch.Tensor")
@@ -363,19 +262,13 @@ def spacing(x: torch.Tensor, name: str | Format | torch.dtype) -> torch.Tensor:
     return torch.where(r <= fmt.max, gap, math.nan)
 
 
-# ---- bit patterns --------------------------------------------------------------------
-
-
 def encode(
     value: float | torch.Tensor, name: str | Format | torch.dtype
 ) -> int | torch.Tensor:
     """The format's bit pattern of ``value`` after rounding it to the format: an int for
     a number, an int64 tensor of patterns for a tensor (for fp64 the int64 holds the
-    same 64 bits, so negative numbers come out negative).
-
-    NaN is shown as the canonical quiet NaN (exponent all ones, top mantissa bit set;
-    for
-    E4M3 the single NaN pattern S.1111.111), with the sign bit of the input."""
+    same 64 bits, so negative numbers come out negative). NaN is the canonical quiet NaN
+    (for E4M3 the single NaN pattern S.1111.111), with the sign bit of the input."""
     fmt = get_format(name)
     if isinstance(value, torch.Tensor):
         return _encode_tensor(value, fmt)
@@ -402,12 +295,6 @@ def _encode_tensor(x: torch.Tensor, fmt: Format) -> torch.Tensor:
     nan_mant = 2**m - 1 if not fmt.has_inf else 2 ** (m - 1)
     exp_field = torch.where(r.isnan() | r.isinf(), top, exp_field)
     mant = torch.where(r.isnan(), float(nan_mant), torch.where(r.isinf(), 0.0, mant))
-    if not bool(
-        (mant == mant.floor()).all()
-    ):  # cannot happen after round_to; guards the arithmetic
-        raise AssertionError(
-            f"values off the {fmt.name} grid: {r[mant != mant.floor()][:3].tolist()}"
-        )
     sign = torch.signbit(r).to(torch.int64)
     return (sign << (fmt.bits - 1)) | (exp_field << m) | mant.to(torch.int64)
 
@@ -452,22 +339,19 @@ def decode(pattern: int | str, name: str | Format | torch.dtype) -> float:
     return sign * math.ldexp(2**m + mant, exp_field - fmt.bias - m)
 
 
-# ---- tables --------------------------------------------------------------------------
-
-
 def properties(name: str | Format | torch.dtype) -> dict:
     """The format's layout and derived values, in the order of ``format_table``."""
-    fmt = get_format(name)
+    f = get_format(name)
     return {
-        "bits": fmt.bits,
-        "exponent bits": fmt.exponent_bits,
-        "mantissa bits": fmt.mantissa_bits,
-        "bias": fmt.bias,
-        "max": fmt.max,
-        "smallest normal": fmt.smallest_normal,
-        "smallest subnormal": fmt.smallest_subnormal,
-        "machine epsilon": fmt.eps,
-        "decimal digits": fmt.decimal_digits,
+        "bits": f.bits,
+        "exponent bits": f.exponent_bits,
+        "mantissa bits": f.mantissa_bits,
+        "bias": f.bias,
+        "max": f.max,
+        "smallest normal": f.smallest_normal,
+        "smallest subnormal": f.smallest_subnormal,
+        "machine epsilon": f.eps,
+        "decimal digits": f.decimal_digits,
     }
 
 
@@ -476,12 +360,12 @@ def format_table(names=None, transpose: bool = False) -> tuple[list[str], list[l
     with ``transpose``, one row per property and one column per format)."""
     fmts = [get_format(n) for n in (FORMATS if names is None else names)]
     props = [properties(f) for f in fmts]
-    keys = list(props[0])
     if transpose:
-        return ["property"] + [f.name for f in fmts], [
-            [k] + [p[k] for p in props] for k in keys
-        ]
-    return ["format"] + keys, [[f.name] + list(p.values()) for f, p in zip(fmts, props)]
+        rows = [[k] + [p[k] for p in props] for k in props[0]]
+        return ["property"] + [f.name for f in fmts], rows
+    return ["format"] + list(props[0]), [
+        [f.name, *p.values()] for f, p in zip(fmts, props)
+    ]
 
 
 def running_sum(values: torch.Tensor, dtype: torch.dtype, device="cpu") -> torch.Tensor:

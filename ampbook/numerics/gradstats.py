@@ -13,7 +13,6 @@ fp16. Short training runs under the three loss-scaling regimes are in
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import torch
 from torch import nn
@@ -27,12 +26,8 @@ FP16_MIN_SUBNORMAL = FP16.smallest_subnormal  # 2^-24
 FP16_MIN_NORMAL = FP16.smallest_normal  # 2^-14
 FP16_MAX = FP16.max  # 65504
 FLUSH_AT_OR_BELOW = FP16_MIN_SUBNORMAL / 2  # 2^-25: rounds to 0 (a tie goes to even 0)
-_TOP_STEP = math.ldexp(
-    1.0, FP16.emax - FP16.mantissa_bits
-)  # spacing of fp16's top binade: 32
-OVERFLOW_AT_OR_ABOVE = (
-    FP16_MAX + _TOP_STEP / 2
-)  # 65520: rounds to inf (a tie goes to even)
+# 65520 (max + half the top binade's spacing of 32): rounds to inf (a tie goes to even)
+OVERFLOW_AT_OR_ABOVE = FP16_MAX + math.ldexp(1.0, FP16.emax - FP16.mantissa_bits) / 2
 # below this a value is stored as a subnormal; from it up, it rounds to 2^-14 or more
 SUBNORMAL_BELOW = FP16_MIN_NORMAL - FP16_MIN_SUBNORMAL / 2
 
@@ -75,20 +70,9 @@ class RoundingCounter:
             return int(self._sums[RoundingCounter._FIELDS.index(name)])
         raise AttributeError(name)
 
-    def __repr__(self) -> str:
-        return (
-            "RoundingCounter("
-            + ", ".join(f"{k}={getattr(self, k)}" for k in self._FIELDS)
-            + ")"
-        )
-
     @property
     def flushed_fraction(self) -> float:
         return self.flushed / self.nonzero if self.nonzero else float("nan")
-
-
-def _to_fp16_grid(g: torch.Tensor) -> torch.Tensor:
-    return round_to(g, "fp16").to(g.dtype)
 
 
 class _RoundOutputs(TorchFunctionMode):
@@ -122,16 +106,11 @@ class _RoundOutputs(TorchFunctionMode):
         out = func(*args, **kwargs)
         if not self._low(func, out):
             return out
-        outs = out if isinstance(out, (tuple, list)) else (out,)
         inputs = [*args, *kwargs.values()]
-        for t in outs:
+        for t in out if isinstance(out, (tuple, list)) else (out,):
             # an in-place op returns its input, whose gradient is already hooked
-            if (
-                isinstance(t, torch.Tensor)
-                and t.requires_grad
-                and t.is_floating_point()
-                and not any(t is a for a in inputs)
-            ):
+            grad = isinstance(t, torch.Tensor) and t.requires_grad
+            if grad and t.is_floating_point() and not any(t is a for a in inputs):
                 t.register_hook(self.emulation._round)
         return out
 
@@ -155,33 +134,25 @@ class emulate_fp16_grads:
     (ERFNet's residual stream in the encoder), which overstates what fp16 loses.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        round_fn: Callable[[torch.Tensor], torch.Tensor] = _to_fp16_grid,
-        calls: list[tuple[str, bool]] | None = None,
-    ):
-        self.model = model
-        self.round_fn = round_fn
-        self.calls = calls
+    def __init__(self, model: nn.Module, calls: list[tuple[str, bool]] | None = None):
+        self.model, self.calls = model, calls
         self.counter = RoundingCounter()
-        self.weight_counter = RoundingCounter()
         self._mode: _RoundOutputs | None = None
-        self._param_handles = []
-        for m in model.modules():
-            if isinstance(m, CAST_WEIGHT_TYPES):
-                for p in m.parameters(recurse=False):
-                    if p.requires_grad:
-                        self._param_handles.append(p.register_hook(self._round_weight))
+        self._param_handles = [
+            p.register_hook(self._round_fp16)
+            for m in model.modules()
+            if isinstance(m, CAST_WEIGHT_TYPES)
+            for p in m.parameters(recurse=False)
+            if p.requires_grad
+        ]
+
+    @staticmethod
+    def _round_fp16(g: torch.Tensor) -> torch.Tensor:
+        return round_to(g, "fp16").to(g.dtype)
 
     def _round(self, g: torch.Tensor) -> torch.Tensor:
-        r = self.round_fn(g)
+        r = self._round_fp16(g)
         self.counter.add(g, r)
-        return r
-
-    def _round_weight(self, g: torch.Tensor) -> torch.Tensor:
-        r = self.round_fn(g)
-        self.weight_counter.add(g, r)
         return r
 
     def __enter__(self) -> "emulate_fp16_grads":

@@ -9,7 +9,6 @@ chapter 4 plans, tabulates and reads the runs (``ampbook.chapters.ch4``).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,22 +24,19 @@ FP16_MODES = ("emulate", "autocast", "off")
 
 @dataclass
 class ScalingRun:
-    """The record of one short training run."""
+    """The record of one short training run, per step: the loss, the loss scale, the
+    optimizer step skipped, the share of nonzero activation-gradient values flushed
+    (emulation; NaN otherwise) and non-finite gradients."""
 
     regime: str
     fp16: str
     label: str
     losses: list[float] = field(default_factory=list)
-    scales: list[float] = field(default_factory=list)  # loss scale used at each step
-    skipped: list[bool] = field(default_factory=list)  # optimizer step skipped?
-    flushed: list[float] = field(
-        default_factory=list
-    )  # emulation: fraction of nonzero activation-gradient values flushed
-    overflowed: list[bool] = field(
-        default_factory=list
-    )  # non-finite gradients at this step
+    scales: list[float] = field(default_factory=list)
+    skipped: list[bool] = field(default_factory=list)
+    flushed: list[float] = field(default_factory=list)
+    overflowed: list[bool] = field(default_factory=list)
     weights_finite: bool = True
-    seconds: float = 0.0
 
 
 def train_with_scaling(
@@ -94,7 +90,6 @@ def train_with_scaling(
     emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
     run = ScalingRun(regime, fp16, label or regime)
     params = [p for p in model.parameters() if p.requires_grad]
-    start = time.perf_counter()
     try:
         for x, y in batches:
             x, y = x.to(device), y.to(device)
@@ -110,10 +105,8 @@ def train_with_scaling(
                 s = scale if regime == "fixed" else 1.0
                 (loss * s if s != 1.0 else loss).backward()
             grads = [p.grad for p in params if p.grad is not None]
-            finite = (
-                bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-                if grads
-                else True
+            finite = not grads or bool(
+                torch.stack([g.isfinite().all() for g in grads]).all()
             )
             run.losses.append(float(loss.detach()))
             run.scales.append(float(s))
@@ -134,7 +127,6 @@ def train_with_scaling(
     finally:
         if emu is not None:
             emu.remove()
-    run.seconds = time.perf_counter() - start
     run.weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
     return run
 
