@@ -1,11 +1,6 @@
-"""Floating-point formats used in mixed-precision training, described by their bit
-layout.
-
-Every property (largest value, smallest normal, smallest subnormal, machine epsilon,
-decimal digits) is computed from three numbers: exponent bits, mantissa bits, and
-whether the all-ones exponent is reserved for infinity and NaN. Nothing is typed in; the
-tests compare the results with ``torch.finfo``, ``numpy.finfo`` and the IEEE-754 bit
-patterns.
+"""Floating-point formats used in mixed-precision training, every property computed
+from the bit layout (nothing typed in; the tests compare with ``torch.finfo``,
+``numpy.finfo`` and the IEEE-754 bit patterns).
 
     >>> FORMATS["fp16"].max
     65504.0
@@ -14,9 +9,8 @@ patterns.
     >>> round_to(torch.tensor([1 + 2**-11]), "fp16")  # a tie: rounds to even, i.e. to 1
     tensor([1.])
 
-``round_to`` emulates rounding to any format (round to nearest, ties to even),
-vectorised, on any device, and returns float32/float64 values: later chapters use it to
-emulate fp16 tensors without an fp16 dtype, and TF32, which has none.
+``round_to`` emulates rounding to any format on any device (later chapters emulate
+fp16 tensors with it, and TF32, which has no dtype).
 """
 
 from __future__ import annotations
@@ -32,14 +26,10 @@ import torch
 class Format:
     """A binary floating-point format: 1 sign bit, ``exponent_bits``, ``mantissa_bits``.
 
-    ``has_inf``: True for the IEEE-754 layout, where the all-ones exponent encodes
-    infinity (mantissa 0) and NaN (mantissa not 0). False for the ``fn`` ("finite, NaN")
-    layout of fp8 E4M3, where the all-ones exponent holds ordinary numbers and only the
-    all-ones pattern S.1111.111 is NaN, so there is no infinity.
-
-    ``overflow``: what rounding a too-large value gives: ``"inf"`` (IEEE) or
-    ``"saturate"`` (the largest finite value, as torch's cast to ``float8_e4m3fn``
-    does).
+    ``has_inf``: the IEEE-754 layout, whose all-ones exponent is infinity and NaN; not
+    so the ``fn`` layout of fp8 E4M3, where only S.1111.111 is NaN. ``overflow``: what
+    rounding a too-large value gives, ``"inf"`` or ``"saturate"`` (the largest finite
+    value, as torch's cast to ``float8_e4m3fn`` does).
     """
 
     name: str
@@ -51,8 +41,7 @@ class Format:
 
     @property
     def bits(self) -> int:
-        """Storage width (TF32 is stored in 32-bit words but carries 19 significant
-        bits; this counts the 19)."""
+        """Storage width (TF32's 19 significant bits, not its 32-bit word)."""
         return 1 + self.exponent_bits + self.mantissa_bits
 
     @property
@@ -66,16 +55,14 @@ class Format:
 
     @property
     def emax(self) -> int:
-        """Exponent of the largest finite number: the field below all-ones when that one
-        is reserved for inf/NaN, the all-ones field otherwise."""
+        """Exponent of the largest finite number (below all-ones if that is inf/NaN)."""
         top_field = 2**self.exponent_bits - 1
         return (top_field - 1 if self.has_inf else top_field) - self.bias
 
     @property
     def max(self) -> float:
-        """Largest finite value. IEEE: all mantissa bits set, 2^emax * (2 - 2^-m). The
-        fn layout gives the all-ones mantissa of the top exponent to NaN, so its largest
-        value has mantissa 1...10: 2^emax * (2 - 2^(1-m))."""
+        """Largest finite value: 2^emax * (2 - 2^-m); the fn layout gives the all-ones
+        mantissa to NaN, so its largest has mantissa 1...10."""
         lost = self.mantissa_bits if self.has_inf else self.mantissa_bits - 1
         return math.ldexp(2.0 - math.ldexp(1.0, -lost), self.emax)
 
@@ -100,8 +87,7 @@ class Format:
 
     @property
     def decimal_digits(self) -> float:
-        """-log10(eps): the decimal digits one step of the last mantissa bit resolves
-        near 1 (numpy's ``finfo.precision`` is this, rounded down)."""
+        """-log10(eps) (numpy's ``finfo.precision`` is this, rounded down)."""
         return -math.log10(self.eps)
 
     def __repr__(self) -> str:
@@ -173,13 +159,10 @@ def _round64(a: torch.Tensor, fmt: Format) -> torch.Tensor:
 
 
 def _round_fp32_bits(x: torch.Tensor, fmt: Format, mode: str) -> torch.Tensor:
-    """The float32 path of ``round_to`` (several times faster than float64 arithmetic):
-    round the bit pattern. Normal range: add half a step minus one, plus the lowest
-    kept bit (ties to even), then clear the dropped bits; a carry moves into the
-    exponent as it should. Below the format's smallest normal the step is fixed at
-    2^(emin - m): adding C = 2^(emin - m + 23) puts |x| where float32's own step is
-    exactly that, so float32 addition rounds it (ties to even) and subtracting C is
-    exact (this needs subnormal float32 arithmetic, not ``set_flush_denormal``)."""
+    """The float32 path of ``round_to``: round the bit pattern (add half a step minus
+    one, plus the lowest kept bit for ties to even, and clear the dropped bits). Below
+    the smallest normal, adding C = 2^(emin - m + 23) puts |x| where float32's own step
+    is the format's, so float32 addition rounds it and subtracting C is exact."""
     drop = 23 - fmt.mantissa_bits
     b = x.view(torch.int32)
     a = b & 0x7FFFFFFF
@@ -207,20 +190,10 @@ def _fp32_bits(value: float) -> int:
 def round_to(
     x: torch.Tensor, name: str | Format | torch.dtype, overflow: str | None = None
 ) -> torch.Tensor:
-    """Round every element of ``x`` to the nearest value of the format, ties to even.
-
-    Handles subnormals, signed zeros, inf and NaN. Past the largest finite value the
-    result follows ``overflow`` (default: the format's own rule): ``"inf"`` gives +-inf
-    (IEEE formats; a value rounds to inf once it reaches max + half a step),
-    ``"saturate"`` gives +-max (as torch's cast to ``float8_e4m3fn`` does, inf inputs
-    included), ``"nan"`` gives NaN (the other E4M3 convention, used by older torch
-    versions). NaN stays NaN.
-
-    float64 inputs are rounded once, exactly, in float64 arithmetic: torch's own casts
-    from float64 to fp16/bf16/fp8 go through float32 and can round twice (differing in
-    rare near-tie cases); from float32 they agree bit for bit. The result is float32
-    when ``x`` is float32 (or a narrower float), float64 when ``x`` is float64.
-    """
+    """Round every element of ``x`` to the nearest value of the format, ties to even;
+    past the largest finite value ``overflow`` (default: the format's own): ``"inf"``,
+    ``"saturate"`` or ``"nan"``. float64 inputs are rounded once, in float64 (torch's
+    own casts from float64 can round twice); the result is float32 otherwise."""
     fmt = get_format(name)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"round_to expects a torch.Tensor, got {type(x).__name__}")
@@ -265,17 +238,14 @@ def spacing(x: torch.Tensor, name: str | Format | torch.dtype) -> torch.Tensor:
 def encode(
     value: float | torch.Tensor, name: str | Format | torch.dtype
 ) -> int | torch.Tensor:
-    """The format's bit pattern of ``value`` after rounding it to the format: an int for
-    a number, an int64 tensor of patterns for a tensor (for fp64 the int64 holds the
-    same 64 bits, so negative numbers come out negative). NaN is the canonical quiet NaN
-    (for E4M3 the single NaN pattern S.1111.111), with the sign bit of the input."""
+    """The format's bit pattern of ``value`` rounded to it: an int, or an int64 tensor
+    for a tensor (fp64's negative numbers come out negative); NaN is the canonical
+    quiet NaN with the input's sign."""
     fmt = get_format(name)
     if isinstance(value, torch.Tensor):
         return _encode_tensor(value, fmt)
-    pattern = int(
-        _encode_tensor(torch.tensor([float(value)], dtype=torch.float64), fmt)[0]
-    )
-    return pattern % (1 << fmt.bits)
+    one = torch.tensor([float(value)], dtype=torch.float64)
+    return int(_encode_tensor(one, fmt)[0]) % (1 << fmt.bits)
 
 
 def _encode_tensor(x: torch.Tensor, fmt: Format) -> torch.Tensor:

@@ -1,14 +1,5 @@
-"""Gradients against fp16's range: the limits of fp16 a gradient value meets (from
-``ampbook.numerics.formats.FORMATS["fp16"]``), and fp16 rounding of gradients.
-
-``emulate_fp16_grads`` makes every activation gradient inside a forward, and the weight
-gradients of the layers autocast runs in fp16 (convolutions, linear layers), pass
-through fp16 rounding (``ampbook.numerics.formats.round_to``), while the arithmetic
-stays fp32: fp16 training's range without fp16's speed penalty on CPUs that lack fast
-fp16. Short training runs under the three loss-scaling regimes are in
-``ampbook.numerics.loss_scaling``; chapter 4's gradient histograms in
-``ampbook.chapters.ch4.gradients``.
-"""
+"""Gradients against fp16's range: its limits, and fp16 rounding of gradients in fp32
+arithmetic (fp16's range without its speed penalty on CPUs lacking fast fp16)."""
 
 from __future__ import annotations
 
@@ -76,9 +67,8 @@ class RoundingCounter:
 
 
 class _RoundOutputs(TorchFunctionMode):
-    """Registers a rounding hook on every floating tensor that needs a gradient and that
-    a torch function returns inside the mode (with ``calls``: only on the outputs of the
-    calls marked low precision, matched in call order)."""
+    """Hooks rounding on every floating tensor needing a gradient that a torch
+    function returns (with ``calls``: of the calls marked low precision, in order)."""
 
     def __init__(self, emulation: "emulate_fp16_grads"):
         super().__init__()
@@ -116,23 +106,11 @@ class _RoundOutputs(TorchFunctionMode):
 
 
 class emulate_fp16_grads:
-    """Emulate fp16 gradients with fp32 arithmetic.
-
-    ``emu = emulate_fp16_grads(model)`` registers hooks that round the gradients of the
-    weights of ``CAST_WEIGHT_TYPES`` to fp16 (autocast computes those in fp16 and
-    casts them to fp32). ``with emu: out = model(x)`` also makes the gradient of every
-    tensor the forward creates (layer outputs, and the functional ops between them:
-    ReLUs, sums, concatenations) pass through fp16 rounding during the backward: values
-    at or below 2^-25 flush to 0, values from 65520 up become inf, everything else lands
-    on fp16's grid. ``emu.counter`` counts what the rounding did; ``emu.remove()`` takes
-    the weight hooks off. Scale the loss outside as usual: the rounding sees the scaled
-    gradients, as fp16 does.
-
-    ``calls`` (``model_dtypes.low_precision_calls``) rounds only the gradients that a
-    real autocast step holds in fp16: the outputs of the calls marked low precision.
-    Without it every gradient is rounded, including those autocast keeps in fp32
-    (ERFNet's residual stream in the encoder), which overstates what fp16 loses.
-    """
+    """Emulate fp16 gradients with fp32 arithmetic: ``emulate_fp16_grads(model)``
+    rounds the weight gradients of ``CAST_WEIGHT_TYPES`` to fp16 until ``remove()``;
+    ``with emu: model(x)`` those of the tensors the forward creates (counted in
+    ``emu.counter``): only the outputs of the ``calls`` a real autocast step runs in
+    fp16 when given (``model_dtypes.low_precision_calls``), else all of them."""
 
     def __init__(self, model: nn.Module, calls: list[tuple[str, bool]] | None = None):
         self.model, self.calls = model, calls
@@ -179,11 +157,8 @@ def training_batches(
     synthetic_train: int = 8,
     seed: int = 0,
 ):
-    """``(batches, root)``: the first ``n`` batches of (images, labels) of the training
-    split at ``height`` x ``width``, not shuffled, cycling when the set is small (at
-    most 16 distinct batches are held). Cityscapes at ``data_root`` (or
-    ``$CITYSCAPES_DATASET``), else the synthetic Cityscapes of ``synthetic_train``
-    images."""
+    """``(batches, root)``: the first ``n`` training batches (at most 16 distinct) of
+    Cityscapes at ``data_root`` or ``$CITYSCAPES_DATASET``, else of a synthetic one."""
     import itertools
     import os
 

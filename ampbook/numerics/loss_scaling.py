@@ -1,16 +1,13 @@
 """Training with fp16 gradients under three loss-scaling regimes: none, a fixed scale
 (the paper's constant loss scaling: Micikevicius et al., "Mixed Precision Training",
 ICLR 2018, arXiv:1710.03740), and ``torch.amp.GradScaler``'s dynamic scale.
-
-``train_with_scaling`` runs one short training run, with fp16 gradients emulated in fp32
-(``ampbook.numerics.gradstats.emulate_fp16_grads``) or under a real fp16 autocast;
-chapter 4 plans, tabulates and reads the runs (``ampbook.chapters.ch4``).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
@@ -37,6 +34,7 @@ class ScalingRun:
     flushed: list[float] = field(default_factory=list)
     overflowed: list[bool] = field(default_factory=list)
     weights_finite: bool = True
+    seconds: float = 0.0
 
 
 def train_with_scaling(
@@ -49,33 +47,22 @@ def train_with_scaling(
     lr: float = 5e-4,
     init_scale: float | None = None,
     growth_interval: int | None = None,
-    loss_fn: Callable | None = None,
     device: torch.device | str = "cpu",
     label: str | None = None,
     fp16_calls: list[tuple[str, bool]] | None = None,
 ) -> ScalingRun:
-    """Train ``model`` (in place) one optimizer step per batch with fp16 gradients and:
-
-    * ``regime="none"``: the plain loss; underflowing gradients are lost, overflowing
-      ones turn the weights to NaN (no check);
-    * ``"fixed"``: the loss times ``scale``, gradients divided by it before the step, no
-      overflow check (the paper's constant loss scaling);
-    * ``"dynamic"``: ``torch.amp.GradScaler`` (``init_scale``/``growth_interval`` when
-      given, else its defaults): skips steps with inf/NaN gradients and halves the
-      scale, doubles it after ``growth_interval`` clean steps.
-
-    ``fp16="emulate"``: fp32 arithmetic with gradients rounded to fp16
-    (``emulate_fp16_grads``, only those ``fp16_calls`` marks low precision when given);
-    ``"autocast"``: a real fp16 autocast forward on ``device``; ``"off"``: plain fp32
-    (the reference run). Adam (lr ``lr``, as ERFNet's training uses), cross-entropy with
-    the ignore label 255 unless ``loss_fn`` is given."""
+    """Train ``model`` (in place, Adam) one step per batch with fp16 gradients and the
+    plain loss (``regime="none"``, no overflow check), the loss times ``scale``
+    (``"fixed"``, no check) or ``torch.amp.GradScaler`` (``"dynamic"``: skips steps
+    with inf/NaN gradients). ``fp16``: ``"emulate"`` (``emulate_fp16_grads``),
+    ``"autocast"`` (a real fp16 forward) or ``"off"`` (the fp32 reference run)."""
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
     if fp16 not in FP16_MODES:
         raise ValueError(f"fp16 must be one of {FP16_MODES}, got {fp16!r}")
     scale = check_scale(scale)
     device = torch.device(device)
-    loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=255)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     scaler = None
     if regime == "dynamic":
@@ -90,6 +77,7 @@ def train_with_scaling(
     emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
     run = ScalingRun(regime, fp16, label or regime)
     params = [p for p in model.parameters() if p.requires_grad]
+    start = time.perf_counter()
     try:
         for x, y in batches:
             x, y = x.to(device), y.to(device)
@@ -111,9 +99,7 @@ def train_with_scaling(
             run.losses.append(float(loss.detach()))
             run.scales.append(float(s))
             run.overflowed.append(not finite)
-            run.flushed.append(
-                emu.counter.flushed_fraction if emu is not None else float("nan")
-            )
+            run.flushed.append(emu.counter.flushed_fraction if emu else math.nan)
             if regime == "dynamic":
                 scaler.step(opt)
                 scaler.update()
@@ -127,13 +113,13 @@ def train_with_scaling(
     finally:
         if emu is not None:
             emu.remove()
+    run.seconds = time.perf_counter() - start
     run.weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
     return run
 
 
 def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu=None) -> torch.Tensor:
-    """The forward pass in one of the fp16 modes: under the fp16-gradient emulation,
-    under a real fp16 autocast on ``x``'s device, or plain fp32."""
+    """The forward pass in one of the fp16 modes."""
     if emu is not None:
         with emu:
             return model(x)
@@ -150,18 +136,15 @@ def step_seconds(
     fp16: str = "off",
     repeats: int = 1,
     warmup: int = 1,
-    loss_fn: Callable | None = None,
     fp16_calls: list[tuple[str, bool]] | None = None,
 ) -> float:
-    """Median seconds of one forward + backward of ``model`` on (``x``, ``y``) with fp32
-    gradients (``"off"``), emulated fp16 gradients (``"emulate"``) or a real fp16
-    autocast forward (``"autocast"``) on the model's device (CUDA synchronised). No
-    optimizer step."""
+    """Median seconds of one forward + backward (no optimizer step) of ``model`` in an
+    ``fp16`` mode of ``train_with_scaling``."""
     if fp16 not in FP16_MODES:
         raise ValueError(f"fp16 must be one of {FP16_MODES}, got {fp16!r}")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
-    loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=255)
     dev = next(model.parameters()).device
     x, y = x.to(dev), y.to(dev)
     emu = emulate_fp16_grads(model, calls=fp16_calls) if fp16 == "emulate" else None
