@@ -1,26 +1,11 @@
-"""Calibrated AMP speedups: kernel efficiencies per operator class and dtype family,
-from measured GPU profiles and published training throughputs, and a launch floor.
+"""Calibrated AMP speedups from the references' efficiencies, and a launch floor.
 
-The roofline gives each precision's step a lower bound; its ratio is the speedup *if
-both precisions reached the same share of their bound*. They do not (on an A100,
-NVIDIA's ResNet-50 reaches about 43% of its bound with TF32 and 58% with AMP), so a
-prediction takes the share each precision's kernels reach from measurements:
-
-* **Efficiencies** per operator class and dtype family come from the references
-  (``ampbook.predict.references``).
-* **A range.** Each reference's efficiencies turn the model's bound per class into a
-  time, fp32 and AMP, and give a speedup; the references are weighted by how close
-  they are (``closeness``: network or class mix, memory format, GPU, batch; the
-  weights ``fit`` on the leave-one-out). The point is the weighted geometric mean,
-  its error what the leave-one-out missed by at that distance (``ErrorModel``).
-  A reference whose AMP ran in the other layout has its 16-bit efficiency scaled by
-  the NCHW / NHWC ratio the references measured (``layout_factor``).
-* **A launch floor.** Eager PyTorch spends some microseconds of host time per
-  operator; the median of the smallest element-wise calls of the committed GPU
-  sweeps times the kernel count is a floor under each precision's step
-  (``launch_floor``).
-
-``python -m ampbook.calibration`` lists the references and their leave-one-out.
+The roofline's ratio of bounds is the speedup *if both precisions reached the same
+share of their bound*. They do not (on an A100, NVIDIA's ResNet-50 reaches about 43%
+of its bound with TF32 and 58% with AMP), so each reference's efficiencies turn the
+model's bound per class into fp32 and AMP times; the references' speedups are weighted
+by how close they are (``closeness``), the error is what the leave-one-out missed by
+(``ErrorModel``). ``python -m ampbook.calibration`` lists them.
 """
 
 from __future__ import annotations
@@ -32,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ampbook.predict.hostmodel import HostModel, host_model
-from ampbook.predict.references import Reference, class_mix, references
+from ampbook.predict.references import Reference, class_mix, device_table, references
 
 
 @dataclass(frozen=True)
@@ -47,10 +32,8 @@ class LaunchFloor:
 
 
 def launch_floor(results_dir=None) -> LaunchFloor | None:
-    """The median time of the smallest element-wise calls of the committed GPU sweeps
-    (``ampbook.chapters.ch2.bench_matmul``; an element-wise add of 65536 elements moves
-    too few
-    bytes to take more than its launch), or None without a sweep."""
+    """The median time of the committed GPU sweeps' smallest element-wise calls (too
+    few bytes to take more than their launch), or None without a sweep."""
     from ampbook.core.devices import display_name
     from ampbook.results import load_results_dir
 
@@ -69,9 +52,7 @@ def launch_floor(results_dir=None) -> LaunchFloor | None:
 
 def baseline_family(gpu: str, devices=None) -> str:
     """The family of the fp32 baseline on ``gpu``: TF32 where it has TF32 cores."""
-    from ampbook.core.devices import load_devices
-
-    devices = load_devices() if devices is None else devices
+    devices = device_table(devices)
     return "tf32" if devices[gpu].tf32_tflops else "fp32"
 
 
@@ -83,24 +64,16 @@ def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in OP_CLASSES)
 
 
-GPU_DISTANCES = (
-    "same GPU",
-    "same chip",
-    "same architecture",
-    "same segment",
-    "other architecture",
+GPU_DISTANCES = tuple(
+    "same GPU|same chip|same architecture|same segment|other architecture".split("|")
 )
 
 
 def gpu_distance(ref_gpu: str, gpu: str, devices=None) -> str:
-    """How far two GPUs of the device table lie apart (``GPU_DISTANCES``, nearest
-    first): the same GPU; another GPU of the same chip (an H100 and an H200, an RTX
-    3090 and an A10); the same architecture on another chip (an A100 and an RTX
-    3070); another architecture of the same segment (GeForce, workstation, data
-    centre); or another architecture and segment (also for a GPU the table lacks)."""
-    from ampbook.core.devices import load_devices
-
-    devices = load_devices() if devices is None else devices
+    """How far two GPUs of the device table lie apart (``GPU_DISTANCES``): a chip is
+    shared by an H100 and an H200, an architecture by an A100 and an RTX 3070, a
+    segment by GeForce, workstation or data-centre cards."""
+    devices = device_table(devices)
     if ref_gpu == gpu:
         return "same GPU"
     if ref_gpu not in devices or gpu not in devices:
@@ -118,26 +91,19 @@ def gpu_distance(ref_gpu: str, gpu: str, devices=None) -> str:
 def layout_factor(
     refs: Sequence[Reference], exclude: str | None = None
 ) -> float | None:
-    """How much of its 16-bit efficiency a step keeps in NCHW against NHWC, measured:
-    the geometric mean, over pairs of references of one network on one GPU whose AMP
-    runs differ in memory format only (the baseline's family and layout the same), of
-    the NCHW one's whole-step 16-bit efficiency over the NHWC one's (cuDNN's NCHW
-    penalty for 16-bit convolutions, which the bound leaves out:
-    ``stepmodel``). None without such a pair (``exclude``: a reference key left out,
-    for the leave-one-out)."""
+    """How much of its 16-bit efficiency a step keeps in NCHW against NHWC (cuDNN's
+    penalty, which the bound leaves out): the geometric mean of the ratio over pairs
+    of references whose AMP runs differ in memory format only; None without one."""
     logs = []
     usable = [r for r in refs if r.key != exclude and "16-bit" in r.step_efficiency]
     for a in usable:
         for b in usable:
-            same = (a.model, a.gpu, a.baseline_family) == (
-                b.model, b.gpu, b.baseline_family
-            )  # fmt: skip
             fam = a.baseline_family
-            if not same or a.layout.get(fam) != b.layout.get(fam):
-                continue
-            if (a.layout.get("16-bit"), b.layout.get("16-bit")) == (
-                "channels_first", "channels_last"
-            ):  # fmt: skip
+            same = (a.model, a.gpu, fam, a.layout.get(fam)) == (
+                b.model, b.gpu, b.baseline_family, b.layout.get(fam)
+            )  # fmt: skip
+            amp = (a.layout.get("16-bit"), b.layout.get("16-bit"))
+            if same and amp == ("channels_first", "channels_last"):
                 e_a, e_b = a.step_efficiency["16-bit"], b.step_efficiency["16-bit"]
                 logs.append(math.log(e_a / e_b))
     return math.exp(sum(logs) / len(logs)) if logs else None
@@ -150,29 +116,24 @@ def step_time(by_class: Mapping[str, float], ref: Reference, family: str) -> flo
 
 
 # How much a reference counts for a prediction (``closeness``): a factor per way it
-# differs from the case predicted. Fitted (``fit``: the values that make the
-# leave-one-out's predictions closest to what the references measured, on a grid), and
-# checked against a fresh fit by tests/test_calibration.py.
+# differs from the case predicted, the values ``fit`` gives on the committed references
+# (tests/test_calibration.py refits them).
 @dataclass(frozen=True)
 class Weights:
-    # the values ``fit`` gives on the committed references (a test refits them)
     other_network: float = 1.0  # times exp(-class-mix distance / mix_scale)
     mix_scale: float = 0.15
     other_layout: float = 0.02  # per precision whose memory format differs
-    same_chip: float = 1.0  # another GPU of the same chip (the same GPU: 1)
+    same_chip: float = 1.0  # another GPU of the same chip
     same_architecture: float = 0.1
     same_segment: float = 0.6
     other_architecture: float = 0.1
     batch_octaves: float = 3.0  # 1 / (1 + |log2(batch ratio)| / batch_octaves)
 
     def gpu(self, distance: str) -> float:
-        return {
-            "same GPU": 1.0,
-            "same chip": self.same_chip,
-            "same architecture": self.same_architecture,
-            "same segment": self.same_segment,
-            "other architecture": self.other_architecture,
-        }[distance]
+        """The factor of a ``GPU_DISTANCES`` entry (the same GPU: 1)."""
+        return (
+            1.0 if distance == "same GPU" else getattr(self, distance.replace(" ", "_"))
+        )
 
 
 WEIGHTS = Weights()
@@ -198,9 +159,8 @@ def closeness(
     devices=None,
     weights: Weights = WEIGHTS,
 ) -> tuple[float, dict[str, Any]]:
-    """A reference's weight for a prediction on ``gpu`` of ``model`` (class mix
-    ``mix``) with the baseline in ``layouts[0]`` and AMP in ``layouts[1]``, at
-    ``batch``, and the distances that set it."""
+    """A reference's weight for a prediction (``layouts``: the baseline's and AMP's)
+    and the distances that set it."""
     w = weights
     same_net = bool(model and ref.model == model)
     md = mix_distance(mix, ref.mix)
@@ -213,21 +173,16 @@ def closeness(
     if batch and ref.batch:
         w_batch = 1 / (1 + abs(math.log2(batch / ref.batch)) / w.batch_octaves)
     return w_net * w_layout * w.gpu(gd) * w_batch, {
-        "gpu_distance": gd,
-        "same_network": same_net,
-        "mix_distance": md,
-        "layouts": list(own),
-        "layout_match": differ == 0,
-    }
+        "gpu_distance": gd, "same_network": same_net, "mix_distance": md,
+        "layouts": list(own), "layout_match": differ == 0,
+    }  # fmt: skip
 
 
 @dataclass(frozen=True)
 class ErrorModel:
-    """How far a prediction lands from the speedup measured, by its distance from its
-    references, fitted on the leave-one-out (``fit_errors``): the expected absolute
-    log error is ``base + slope * distance``, and ``cover`` times it holds ``COVER``
-    of the leave-one-out's errors. No floor: a prediction close to its references
-    gets a narrow range, a far one a wide one."""
+    """A prediction's expected absolute log error, ``base + slope * distance`` from its
+    references, times ``cover`` to hold ``COVER`` of the leave-one-out's errors (no
+    floor: a prediction close to its references gets a narrow range)."""
 
     base: float
     slope: float
@@ -238,14 +193,13 @@ class ErrorModel:
 
 
 COVER = 0.9  # the share of the leave-one-out's errors the range must hold
-ERRORS = ErrorModel(base=0.0563, slope=0.0261, cover=2.078)  # ``fit``'s, refitted in
-# tests/test_calibration.py
+# ``fit``'s, refitted in tests/test_calibration.py
+ERRORS = ErrorModel(base=0.0563, slope=0.0261, cover=2.078)
 
 
 def fit_errors(rows: Sequence[Mapping[str, float]], cover: float = COVER) -> ErrorModel:
-    """An ``ErrorModel`` from leave-one-out rows (``distance``, ``log_error``): a
-    least-squares line of the absolute log error on the distance (base and slope at
-    least 0), then the smallest multiple of it that holds ``cover`` of the rows."""
+    """An ``ErrorModel`` from leave-one-out rows: a least-squares line of the absolute
+    log error on the distance, then the smallest multiple holding ``cover`` of them."""
     xs = [r["distance"] for r in rows]
     ys = [abs(r["log_error"]) for r in rows]
     n = len(rows)
@@ -257,7 +211,6 @@ def fit_errors(rows: Sequence[Mapping[str, float]], cover: float = COVER) -> Err
     if base <= 0:  # through the origin
         slope = sum(x * y for x, y in zip(xs, ys)) / (sum(x * x for x in xs) or 1.0)
         base = 1e-3
-    ratios = sorted(y / (base + slope * x) for x, y in zip(xs, ys))
     k = max(math.ceil(cover * n) - 1, 0)
     base, slope = round(base, 4), round(slope, 4)  # the stored model's own digits
     ratios = sorted(y / (base + slope * x) for x, y in zip(xs, ys))
@@ -291,35 +244,20 @@ def calibrated_range(
     host: HostModel | None = None,
     data_s: float | None = None,
 ) -> dict[str, Any]:
-    """The AMP speedup over fp32 on ``gpu``: a point estimate, its expected error and
-    the range it spans, from the speedups each applicable reference's efficiencies
-    give, weighted by how close the reference is (``closeness``).
+    """The AMP speedup over fp32 on ``gpu`` from the model's bounds per class
+    (``class_bounds``; ``memory_format``: one for both or ``(baseline, amp)``): the
+    weighted geometric mean of the applicable references' speedups and its range.
 
-    ``*_by_class``: the model's bound per class on ``gpu`` (``class_bounds``), both in
-    ``memory_format`` (one for both precisions, or ``(baseline, amp)``); ``kernels``:
-    ``{"fp32": n, "amp": n}`` for the launch floor; ``exclude``: a reference key left
-    out (the leave-one-out); ``host``: the host's idle time added to the kernel time
-    a layer profile's efficiencies give; ``data_s``: the loader's time per batch.
-
-    Two predictions: the *step* (``point``, ``low``, ``high``: kernels, plus the
-    modelled host idle for kernel-time references, at least the launch floor and the
-    data time) and the *kernels* (``kernel_point``, ``kernel_low``, ``kernel_high``).
-    The point is the weighted geometric mean of the references' speedups; the error
-    (log scale) what the leave-one-out missed by at this prediction's ``distance``
-    (minus the log of the closest reference's weight: ``ErrorModel``). ``point`` and
-    its range are None when no reference applies."""
+    The *step* (``point``, ``low``, ``high``: kernels, plus ``host``'s idle for
+    kernel-time references, at least the launch floor and ``data_s``) and the
+    *kernels* (``kernel_point``...); None when no reference applies."""
     family = baseline_family(gpu, devices)
-    layouts = (
-        (memory_format, memory_format)
-        if isinstance(memory_format, str)
-        else tuple(memory_format)
-    )
+    one = isinstance(memory_format, str)
+    layouts = (memory_format, memory_format) if one else tuple(memory_format)
     factor = layout_factor(refs, exclude)
-    floors = (
-        (floor.floor_s(kernels["fp32"]), floor.floor_s(kernels["amp"]))
-        if floor and kernels
-        else (0.0, 0.0)
-    )
+    floors = (0.0, 0.0)
+    if floor and kernels:
+        floors = (floor.floor_s(kernels["fp32"]), floor.floor_s(kernels["amp"]))
     rows = []
     mix = class_mix(fp32_by_class)
     for ref in refs:
@@ -333,54 +271,36 @@ def calibrated_range(
             ref, gpu, model, mix, layouts, family, batch, devices, weights or WEIGHTS
         )
         rows.append(
-            {
-                "key": ref.key,
-                "label": ref.label(devices),
-                "kind": ref.kind,
-                "publisher": _publisher(ref),
-                **times,
-                "weight": weight,
-                **dist,
-                "measured_speedup": ref.measured_speedup,
-            }
-        )
+            {"key": ref.key, "label": ref.label(devices), "kind": ref.kind,
+             "publisher": _publisher(ref), **times, "weight": weight, **dist,
+             "measured_speedup": ref.measured_speedup}
+        )  # fmt: skip
     rows.sort(key=lambda r: -r["weight"])
     point, spread, kernel, distance, error, basis = _weigh(rows, errors or ERRORS)
     e = math.exp(error) if rows else None
+    low, high = (point / e, point * e) if rows else (None, None)
+    kernel_low, kernel_high = (kernel / e, kernel * e) if rows else (None, None)
+    speedups = [r["speedup"] for r in rows]
     return {
-        "family": family,
-        "layouts": list(layouts),
+        "family": family, "layouts": list(layouts),
         "equal_share": sum(fp32_by_class.values()) / sum(amp_by_class.values()),
-        "point": point,
-        "error": error,
-        "distance": distance,
-        "spread": spread,
-        "layout_factor": factor,
-        "low": point / e if rows else None,
-        "high": point * e if rows else None,
-        "kernel_point": kernel,
-        "kernel_low": kernel / e if rows else None,
-        "kernel_high": kernel * e if rows else None,
-        "host": _host_dict(host),
-        "data_s": data_s,
-        "basis": basis,
-        "min": min((r["speedup"] for r in rows), default=None),
-        "max": max((r["speedup"] for r in rows), default=None),
-        "rows": rows,
+        "point": point, "error": error, "distance": distance, "spread": spread,
+        "layout_factor": factor, "low": low, "high": high, "kernel_point": kernel,
+        "kernel_low": kernel_low, "kernel_high": kernel_high, "host": _host_dict(host),
+        "data_s": data_s, "basis": basis, "min": min(speedups, default=None),
+        "max": max(speedups, default=None), "rows": rows,
         "launch": _launch(floor, kernels, rows),
-    }
+    }  # fmt: skip
 
 
 def _publisher(ref: Reference) -> str:
-    return ref.source.get("publisher") or (
-        "committed layer profiles" if ref.kind == "profile" else ""
-    )
+    own = "committed layer profiles" if ref.kind == "profile" else ""
+    return ref.source.get("publisher") or own
 
 
 def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
     """The step's point and spread, the kernels' point, the distance, its error and
-    the ``basis`` (the references that carry at least 80% of the weight) from the
-    weighted rows, each given its ``weight_share``; Nones without a row."""
+    the ``basis`` (the references that carry 80% of the weight); Nones without rows."""
     if not rows:
         return None, None, None, None, None, []
     point, spread = _weighted(rows, "speedup")
@@ -401,39 +321,26 @@ def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
 def _host_dict(host: HostModel | None) -> dict[str, Any] | None:
     if host is None:
         return None
-    return {
-        "idle_per_sync_s": host.idle_per_sync_s,
-        "source": host.source,
-        "fit": host.fit,
-        "loop": host.loop.name,
-        "loop_detail": host.loop.detail,
-        "fp32_syncs": host.loop.fp32,
-        "amp_syncs": host.loop.amp,
-    }
+    loop = host.loop
+    return {"idle_per_sync_s": host.idle_per_sync_s, "source": host.source,
+            "fit": host.fit, "loop": loop.name, "loop_detail": loop.detail,
+            "fp32_syncs": loop.fp32, "amp_syncs": loop.amp}  # fmt: skip
 
 
 def _launch(floor: LaunchFloor | None, kernels, rows) -> dict[str, Any] | None:
-    """The launch floor of both precisions' kernels, held against the median
-    reference's kernel time."""
+    """Both precisions' launch floors against the median reference's kernel time."""
     if floor is None or not kernels:
         return None
-    launch = {
-        "per_kernel_s": floor.per_kernel_s,
-        "source": floor.source,
-        "fp32_floor_s": floor.floor_s(kernels["fp32"]),
-        "amp_floor_s": floor.floor_s(kernels["amp"]),
-        "fp32_kernels": kernels["fp32"],
-        "amp_kernels": kernels["amp"],
-    }
+    launch = {"per_kernel_s": floor.per_kernel_s, "source": floor.source}
+    launch.update({f"{p}_floor_s": floor.floor_s(kernels[p]) for p in ("fp32", "amp")})
+    launch.update({f"{p}_kernels": kernels[p] for p in ("fp32", "amp")})
     if rows:
-        mid = statistics.median(r["amp_kernel_s"] for r in rows)
-        mid32 = statistics.median(r["fp32_kernel_s"] for r in rows)
-        launch.update(
-            amp_kernel_s=mid,
-            fp32_kernel_s=mid32,
-            amp_bound=launch["amp_floor_s"] >= mid,
-            fp32_bound=launch["fp32_floor_s"] >= mid32,
-        )
+        for p in ("amp", "fp32"):
+            launch[f"{p}_kernel_s"] = statistics.median(
+                r[f"{p}_kernel_s"] for r in rows
+            )
+        for p in ("amp", "fp32"):
+            launch[f"{p}_bound"] = launch[f"{p}_floor_s"] >= launch[f"{p}_kernel_s"]
     return launch
 
 
@@ -442,11 +349,9 @@ def _reference_times(
     factor: float | None, host: HostModel | None, floor32: float, floor16: float,
     data_s: float,
 ) -> dict[str, float]:  # fmt: skip
-    """One reference's kernel times for the model (its efficiencies on the model's
-    class bounds; its 16-bit efficiency scaled by ``factor`` where its AMP ran in the
-    other layout) and the step times: the host's idle added where the efficiencies
-    are of kernel time (a layer profile), at least the launch floor and the data
-    time."""
+    """One reference's kernel times for the model (its 16-bit efficiency scaled by
+    ``factor`` where its AMP ran in the other layout) and step times (plus the host's
+    idle for a layer profile, at least the launch floor and the data time)."""
     k32 = step_time(fp32_by_class, ref, family)
     k16 = step_time(amp_by_class, ref, "16-bit")
     if factor and ref.layout.get("16-bit") != amp_layout:
@@ -455,14 +360,8 @@ def _reference_times(
     if host is not None and ref.kind == "profile":
         t32, t16 = t32 + host.idle_s("fp32"), t16 + host.idle_s("amp")
     t32, t16 = max(t32, floor32, data_s), max(t16, floor16, data_s)
-    return {
-        "speedup": t32 / t16,
-        "kernel_speedup": k32 / k16,
-        "fp32_s": t32,
-        "amp_s": t16,
-        "fp32_kernel_s": k32,
-        "amp_kernel_s": k16,
-    }
+    return {"speedup": t32 / t16, "kernel_speedup": k32 / k16, "fp32_s": t32,
+            "amp_s": t16, "fp32_kernel_s": k32, "amp_kernel_s": k16}  # fmt: skip
 
 
 def reference_prediction(
@@ -475,10 +374,8 @@ def reference_prediction(
     host: HostModel | None = None,
 ) -> dict[str, Any]:
     """The calibrated range for a reference's own network, batch, layouts and GPU
-    (per sample: its two runs may use different batches), without its own
-    efficiencies (``exclude_own``): what the other references predict for it, to
-    hold against the speedup it measured. With its own efficiencies alone, the
-    speedup it gives back is its own (the self-reproduction)."""
+    (per sample) from the other references (``exclude_own``), to hold against the
+    speedup it measured."""
     fam = ref.baseline_family
     return calibrated_range(
         ref.per_image[fam], ref.per_image["16-bit"], ref.gpu, refs, model=ref.model,
@@ -496,20 +393,13 @@ def leave_one_out(
     targets: Sequence[Reference] | None = None,
     host: HostModel | None | bool = True,
 ) -> dict[str, Any]:
-    """Every reference predicted from the others (on a GPU of the device table, where
-    a range can be given): rows with the point, the range, its width (high / low),
-    the measured speedup and whether the range holds it; ``inside`` (the share held),
-    ``median_width`` and ``n``. References with no applicable other are counted
-    apart (``no_range``). ``targets``: results to predict other than ``refs`` (the
-    held-out published results: predicted from all of ``refs``). Each row says
-    whether its measured ratio is of kernel time (a layer profile) or of the whole
-    step (a published throughput): ``what``, and is held against the prediction of
-    the same (the kernels' or the step's). ``host``: the host model of the step
-    predictions (True: the committed one, ``hostmodel.host_model``)."""
+    """Every reference on a GPU of the device table predicted from the others (or
+    ``targets`` from all of ``refs``): rows with the point, the range, its width, the
+    measured speedup and whether the range holds it, a layer profile's kernel ratio
+    against the kernels' range (``what``); ``inside``, ``median_width``, ``n`` and
+    ``no_range``. ``host=True``: the committed host model."""
     refs = references() if refs is None else refs
-    from ampbook.core.devices import load_devices
-
-    devices = load_devices() if devices is None else devices
+    devices = device_table(devices)
     if host is True:
         host = host_model()
     rows, none = [], []
@@ -525,31 +415,24 @@ def leave_one_out(
         if ref.kind == "profile":  # a kernel-time ratio: against the kernels' range
             r = dict(r, point=r["kernel_point"], low=r["kernel_low"],
                      high=r["kernel_high"])  # fmt: skip
+        got = ref.measured_speedup
         rows.append(
-            {
-                "key": ref.key,
-                "label": ref.label(devices),
-                "layouts": r["layouts"],
-                "point": r["point"],
-                "low": r["low"],
-                "high": r["high"],
-                "width": r["high"] / r["low"],
-                "basis": r["basis"],
-                "measured": ref.measured_speedup,
-                "inside": r["low"] <= ref.measured_speedup <= r["high"],
-                "off": ref.measured_speedup / r["point"],
-                "log_error": math.log(ref.measured_speedup / r["point"]),
-                "distance": r["distance"],
-                "what": "kernel time" if ref.kind == "profile" else "step time",
-                "publisher": _publisher(ref),
-            }
-        )
+            {"key": ref.key, "label": ref.label(devices), "layouts": r["layouts"],
+             "point": r["point"], "low": r["low"], "high": r["high"],
+             "width": r["high"] / r["low"], "basis": r["basis"], "measured": got,
+             "inside": r["low"] <= got <= r["high"], "off": got / r["point"],
+             "log_error": math.log(got / r["point"]), "distance": r["distance"],
+             "what": "kernel time" if ref.kind == "profile" else "step time",
+             "publisher": _publisher(ref)}
+        )  # fmt: skip
     n = len(rows)
+    inside = sum(r["inside"] for r in rows) / n if n else None
+    width = statistics.median(r["width"] for r in rows) if n else None
     return {
         "rows": rows,
         "n": n,
-        "inside": sum(r["inside"] for r in rows) / n if n else None,
-        "median_width": statistics.median(r["width"] for r in rows) if n else None,
+        "inside": inside,
+        "median_width": width,
         "no_range": none,
     }
 
@@ -557,17 +440,12 @@ def leave_one_out(
 def fit(
     refs: Sequence[Reference] | None = None, devices=None
 ) -> tuple[Weights, ErrorModel]:
-    """The closeness weights and the error model the references support: on
-    ``WEIGHT_GRID``, the weights whose leave-one-out points lie closest to what the
-    references measured (least sum of squared log errors), then the error model
-    fitted on that leave-one-out (``fit_errors``). A few seconds: each
-    ``calibrated_range`` is arithmetic on stored bounds."""
+    """The weights on ``WEIGHT_GRID`` whose leave-one-out lies closest to what the
+    references measured, and the ``ErrorModel`` fitted on it."""
     import itertools
 
-    from ampbook.core.devices import load_devices
-
     refs = references() if refs is None else refs
-    devices = load_devices() if devices is None else devices
+    devices = device_table(devices)
     host = host_model()
     best = None
     names = list(WEIGHT_GRID)
@@ -588,16 +466,9 @@ def layout_text(layouts: Sequence[str | None]) -> str:
 
 
 def distance_text(row: Mapping[str, Any]) -> str:
-    """A reference row's distance in words: "same GPU, same network" or "other
-    architecture, other network (class mix 23% apart), other layout"."""
-    net = (
-        "same network"
-        if row["same_network"]
-        else f"other network (class mix {row['mix_distance']:.0%} apart)"
-    )
-    lay = (
-        ""
-        if row.get("layout_match", True)
-        else (f", layout {layout_text(row['layouts'])}")
-    )
+    """A reference row's distance in words: "same GPU, same network"."""
+    net = f"other network (class mix {row['mix_distance']:.0%} apart)"
+    net = "same network" if row["same_network"] else net
+    lay = f", layout {layout_text(row['layouts'])}"
+    lay = "" if row.get("layout_match", True) else lay
     return f"{row['gpu_distance']}, {net}{lay}"

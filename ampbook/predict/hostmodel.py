@@ -1,21 +1,9 @@
-"""The host's share of a training step, the part the kernels' time leaves out: the time
-the GPU sits idle while the host catches up after each synchronisation, and the wait
-for data.
-
-A step synchronises the host with the GPU whenever it reads a value back
-(``loss.item()``, GradScaler's check for inf/NaN gradients inside ``scaler.step``, a
-``get_scale()``): the queue of launched kernels drains, and the GPU idles until the
-host has launched the next ones. The committed H200 layer profiles measured that idle
-time (wall time minus kernel time) for a runner whose syncs per step the history says
-(``RUNNER_2026_11_30``); ``idle_per_sync`` divides one by the other. The doctor's step
-prediction (``calibration.calibrated_range``) adds ``syncs x idle_per_sync`` to every
-kernel time a layer profile's efficiencies give (a published throughput's step time
-holds its own host time), and with a loader rate the step in the loop is at least the
-time the loader needs for a batch.
-
-Assumed: the idle time per sync is the same for every network and GPU (measured on
-one, the H200; the two profiles give 3.6 and 4.1 ms per sync), and it does not
-depend on the batch.
+"""The host's share of a training step, which the kernels' time leaves out: the GPU
+idles after each synchronisation (``loss.item()``, GradScaler's inf/NaN check) until
+the host has launched the next kernels. The committed H200 layer profiles measured it
+(wall time minus kernel time) for a runner of known syncs per step; the doctor adds
+``syncs x idle per sync`` to a layer profile's kernel time, assuming it the same for
+every network, GPU and batch.
 """
 
 from __future__ import annotations
@@ -40,11 +28,9 @@ class Loop:
 # The loop the doctor predicts for: PyTorch's AMP examples (pytorch-amp-examples), the
 # loss logged every step.
 EXAMPLE_LOOP = Loop(
-    "a loop as PyTorch's AMP examples write it, logging the loss each step",
-    1,
-    2,
+    "a loop as PyTorch's AMP examples write it, logging the loss each step", 1, 2,
     "fp32: loss.item(); AMP: loss.item() and GradScaler's inf/NaN check in scaler.step",
-)
+)  # fmt: skip
 # The book's runner that measured the H200 runs and layer profiles of 2026-11-30
 # (`git show 483e4df:ampbook/train.py`): per step, loss.item() in both precisions;
 # with AMP get_scale() before and after scaler.step besides the scaler's own check;
@@ -52,12 +38,10 @@ EXAMPLE_LOOP = Loop(
 # the fp32 guard are the runner's, not AMP's; commit 61ebb68 (2026-12-01) removed them
 # (``--sync-every``).
 RUNNER_2026_11_30 = Loop(
-    "the book's runner of 2026-11-30",
-    2,
-    4,
+    "the book's runner of 2026-11-30", 2, 4,
     "fp32: loss.item(), the runner's isfinite(grad norm); AMP: loss.item(), the "
     "runner's get_scale() before and after scaler.step, GradScaler's inf/NaN check",
-)
+)  # fmt: skip
 # Layer profiles recorded before this date came from RUNNER_2026_11_30.
 RUNNER_CHANGED = "2026-12-01"
 
@@ -79,9 +63,8 @@ class HostModel:
 
 
 def profile_loop(record: dict[str, Any]) -> Loop | None:
-    """The loop that recorded a layer profile: the runner of 2026-11-30 for one dated
-    before ``RUNNER_CHANGED``; None when the record does not say (a newer runner's
-    syncs per step depend on its ``--sync-every``)."""
+    """The loop that recorded a layer profile: the runner of 2026-11-30 before
+    ``RUNNER_CHANGED``; None after (its syncs depend on its ``--sync-every``)."""
     when = str(record.get("created") or record.get("started") or "")
     if when and when[:10] < RUNNER_CHANGED:
         return RUNNER_2026_11_30
@@ -89,9 +72,8 @@ def profile_loop(record: dict[str, Any]) -> Loop | None:
 
 
 def host_model(results_dir=None, loop: Loop = EXAMPLE_LOOP) -> HostModel | None:
-    """The idle time per sync from every committed layer-profile pair whose loop is
-    known (``profile_loop``): both profiles' idle time over both loops' syncs; None
-    without one."""
+    """The idle time per sync: all idle time of the committed layer-profile pairs
+    whose loop is known over their syncs; None without one."""
     from ampbook.core.devices import display_name
     from ampbook.results import load_results_dir
 

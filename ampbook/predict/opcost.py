@@ -1,28 +1,13 @@
-"""What one ATen operator of a training step costs: FLOPs and bytes moved.
+"""What one ATen operator of a training step costs, as ``steptrace`` dispatches it:
 
-``op_cost`` prices one operator as ``ampbook.predict.steptrace`` dispatches it (real
-shapes and dtypes, on fake tensors):
-
-* **FLOPs.** Convolutions and matrix products (the work tensor cores do) are counted
-  exactly, two FLOPs per multiply-add, padding included: a convolution producing ``N x
-  C_out x H_out x W_out`` from ``C_in / groups`` input channels with a ``k_h x k_w``
-  kernel costs ``2 N C_out H_out W_out (C_in/groups) k_h k_w``; a transposed convolution
-  ``2 N C_in H_in W_in (C_out/groups) k_h k_w``. In the backward pass a convolution
-  costs the forward's FLOPs once for the input gradient (only when the input needs one:
-  never for the first layer, whose input is the image) and once for the weight gradient.
-  A matrix product ``M x K`` by ``K x N`` costs ``2 M K N``; fused attention
-  (``scaled_dot_product_attention``'s kernels) ``4 B H S_q S_k D`` forward and ``10 B H
-  S_q S_k D`` backward (it recomputes the scores), as ``torch.utils.flop_counter``
-  counts it. Everything else (batch and layer norm, ReLU, GELU, hardswish, pooling,
-  additions, dropout...) gets a rough count per element (``_VECTOR_FLOPS_PER_ELEMENT``);
-  those never come close to being compute-bound. An operator in none of the tables is
-  *unmodelled*: its bytes are counted, its FLOPs are unknown, and
-  ``StepTrace.unmodelled`` and ``Prediction.unmodelled`` name it with its share of the
-  bytes and of the predicted time instead of counting it as free.
-* **Bytes moved.** Every tensor an operator reads and every tensor it writes, at its
-  dtype's size, once per operator (``inputs + weights + outputs``). Views, reshapes and
-  allocations move nothing and are skipped; an in-place operator reads and writes its
-  tensor. This assumes no operator finds its input in cache and no two operators are
+* **FLOPs**, two per multiply-add, exact for convolutions (padding included; backward
+  once for the input gradient, never for the first layer's, and once for the weight
+  gradient), matrix products and fused attention (``4 B H S_q S_k D`` forward, ``10 B H
+  S_q S_k D`` backward, as ``torch.utils.flop_counter`` counts it); everything else a
+  rough count per element. An operator in none of the tables is *unmodelled*: the
+  trace names it instead of counting its FLOPs as free.
+* **Bytes**: every tensor an operator reads and writes, once per operator (views and
+  allocations move nothing): no operator finds its input in cache and no two are
   fused, which is what eager PyTorch does with tensors of megabytes.
 """
 
@@ -41,178 +26,89 @@ from ampbook.core.precision import torch_name as _dtype_name
 # Fused attention (``scaled_dot_product_attention``'s kernels): two matrix products
 # forward, five backward (``_sdpa_flops``), as ``torch.utils.flop_counter`` counts them.
 _SDPA_FORWARD = {
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-}
+    f"_scaled_dot_product_{k}_attention" for k in ("flash", "efficient", "cudnn")
+} | {"_scaled_dot_product_flash_attention_for_cpu"}
 _SDPA_BACKWARD = {name + "_backward" for name in _SDPA_FORWARD}
-# cuDNN's recurrent layers (``cuda_kernels.CudaKernels`` puts them in a trace):
-# the input and recurrent matrix products of every layer, direction and time step.
-_RNN_OPS = {"_cudnn_rnn", "_cudnn_rnn_backward"}
-# Operators whose FLOPs go to tensor cores (matrix units): convolutions, matrix products
-# and fused attention.
+# Operators whose FLOPs go to tensor cores: convolutions, matrix products, fused
+# attention and cuDNN's recurrent layers (``cuda_kernels.CudaKernels``).
 _MMA_OPS = {
-    "convolution",
-    "convolution_backward",
-    "mm",
-    "addmm",
-    "bmm",
-    "baddbmm",
+    *"convolution convolution_backward mm addmm bmm baddbmm".split(),
     *_SDPA_FORWARD,
     *_SDPA_BACKWARD,
-    *_RNN_OPS,
+    "_cudnn_rnn",
+    "_cudnn_rnn_backward",
 }
-# Operator classes, for kernel efficiencies (``ampbook.predict.calibrate``):
-# convolutions, matrix products (attention and recurrent layers among them),
-# normalisation layers, and everything else (element-wise, pooling, casts, losses, data
-# movement).
+# Operator classes, for kernel efficiencies (``ampbook.predict.calibrate``); matmul
+# includes attention and recurrent layers, elementwise everything not in another.
 OP_CLASSES = ("conv", "matmul", "norm", "elementwise")
-# Dtypes the roofline has peaks for; an operator computing in another (complex, fp64)
-# is reported as unmodelled with its share, its FLOPs left out.
+# Dtypes the roofline has peaks for (an operator in another is unmodelled).
 MODELLED_DTYPES = ("float32", "float16", "bfloat16", "none")
-# Operators that only allocate or describe memory: no kernel, no bytes.
-_NO_DATA_OPS = {
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "new_empty",
-    "new_empty_strided",
-    "_unsafe_view",
-    "_reshape_alias",
-    "lift_fresh",
-    "set_",
-    "resize_",
-    "sym_size",
-    "sym_stride",
-    "sym_numel",
-    "sym_storage_offset",
-    "is_same_size",
-    # in-place views: they change a tensor's shape or strides, not its data
-    "as_strided_",
-    "detach_",
-    "squeeze_",
-    "unsqueeze_",
-    "transpose_",
-    "t_",
-}
+# Operators that only allocate or describe memory: no kernel, no bytes (the in-place
+# views change a tensor's shape or strides, not its data).
+_NO_DATA_OPS = set(
+    "empty empty_like empty_strided new_empty new_empty_strided _unsafe_view "
+    "_reshape_alias lift_fresh set_ resize_ sym_size sym_stride sym_numel "
+    "sym_storage_offset is_same_size as_strided_ detach_ squeeze_ unsqueeze_ "
+    "transpose_ t_".split()
+)
 # In-place operators that overwrite their first argument without reading it.
-_WRITE_ONLY_OPS = {
-    "bernoulli_",
-    "fill_",
-    "zero_",
-    "uniform_",
-    "normal_",
-    "random_",
-    "exponential_",
-    "copy_",
-}
-# Rough FLOPs per element for vector operators: per output element, per input element
-# for backward operators, norms and reductions (``_PER_INPUT``). None of these comes
-# near a GPU's vector peak; the figures only keep the model honest about them.
-# Operators that only move data count 0. An operator in none of these tables is
-# *unmodelled*: its bytes are counted (they follow from its arguments) but its FLOPs
-# are unknown, and the trace names it (``StepTrace.unmodelled``) instead of counting it
-# as free.
-_DATA_MOVEMENT = (
-    "_to_copy clone cat stack copy_ slice_backward select_backward "
+_WRITE_ONLY_OPS = set(
+    "bernoulli_ fill_ zero_ uniform_ normal_ random_ exponential_ copy_".split()
+)
+# Rough FLOPs per element of vector operators (per output element; per input element
+# for backward operators, norms and reductions: ``_PER_INPUT``); 0 for data movement.
+_FLOPS_PER_ELEMENT = {
+    0: "_to_copy clone cat stack copy_ slice_backward select_backward "
     "as_strided_scatter slice_scatter select_scatter zeros zeros_like ones ones_like "
     "full full_like new_zeros new_ones new_full fill_ zero_ scalar_tensor arange "
     "constant_pad_nd index index_select gather scatter scatter_ masked_select roll "
     "repeat embedding flip _unsafe_index linspace unsafe_split unsafe_split_with_sizes "
-    "split_with_sizes_copy"
-).split()
-_ELEMENTWISE = (
-    "add add_ sub sub_ rsub mul mul_ div div_ neg abs relu relu_ threshold "
+    "split_with_sizes_copy",
+    1: "add add_ sub sub_ rsub mul mul_ div div_ neg abs relu relu_ threshold "
     "threshold_backward where clamp clamp_ clamp_min clamp_min_ clamp_max hardtanh "
     "hardtanh_ hardtanh_backward leaky_relu leaky_relu_ leaky_relu_backward "
     "masked_fill masked_fill_ maximum minimum eq ne lt le gt ge logical_not bernoulli_ "
     "native_dropout native_dropout_backward sign sgn fmod remainder lerp reciprocal "
-    "floor ceil round trunc "
-    "sqrt rsqrt square pow addcmul addcdiv addcmul_ addcdiv_ index_add "
-    "index_put index_put_ embedding_dense_backward upsample_nearest2d "
+    "floor ceil round trunc sqrt rsqrt square pow addcmul addcdiv addcmul_ addcdiv_ "
+    "index_add index_put index_put_ embedding_dense_backward upsample_nearest2d "
     "upsample_nearest2d_backward _adaptive_avg_pool2d _adaptive_avg_pool2d_backward "
     "max_pool2d_with_indices_backward avg_pool2d_backward nll_loss_forward "
-    "nll_loss_backward nll_loss2d_forward nll_loss2d_backward"
-).split()
+    "nll_loss_backward nll_loss2d_forward nll_loss2d_backward "
+    "sum mean amax amin max min prod cumsum argmax argmin any all "
+    # 3-D pooling and upsampling (video)
+    "max_pool3d_with_indices_backward avg_pool3d_backward _adaptive_avg_pool3d "
+    "_adaptive_avg_pool3d_backward upsample_nearest3d upsample_nearest3d_backward",
+    2: "sigmoid_backward tanh_backward hardsigmoid_backward",
+    3: "_log_softmax_backward_data _softmax_backward_data mse_loss mse_loss_backward "
+    "var_mean var std linalg_vector_norm norm",
+    4: "exp log sigmoid tanh hardsigmoid hardsigmoid_ hardswish hardswish_ silu silu_ "
+    "elu elu_ sigmoid_ tanh_",
+    5: "native_batch_norm cudnn_batch_norm _native_batch_norm_legit "
+    "_native_batch_norm_legit_functional _native_batch_norm_legit_no_training "
+    "native_layer_norm native_group_norm _log_softmax _softmax _safe_softmax "
+    "hardswish_backward silu_backward elu_backward",
+    8: "native_batch_norm_backward cudnn_batch_norm_backward "
+    "native_layer_norm_backward native_group_norm_backward gelu gelu_ erf "
+    "upsample_bilinear2d upsample_bilinear2d_backward binary_cross_entropy_with_logits",
+    # sampling by a grid (bilinear: four neighbours weighted per output)
+    10: "gelu_backward grid_sampler_2d grid_sampler_2d_backward",
+    16: "upsample_trilinear3d upsample_trilinear3d_backward",
+    20: "grid_sampler_3d grid_sampler_3d_backward",
+}
 _VECTOR_FLOPS_PER_ELEMENT = {
-    **dict.fromkeys(_DATA_MOVEMENT, 0),
-    **dict.fromkeys(_ELEMENTWISE, 1),
-    **dict.fromkeys(("native_batch_norm", "cudnn_batch_norm"), 5),
-    **dict.fromkeys(
-        ("_native_batch_norm_legit", "_native_batch_norm_legit_functional"), 5
-    ),
-    **dict.fromkeys(("_native_batch_norm_legit_no_training",), 5),
-    **dict.fromkeys(("native_batch_norm_backward", "cudnn_batch_norm_backward"), 8),
-    **dict.fromkeys(("native_layer_norm", "native_group_norm"), 5),
-    **dict.fromkeys(("native_layer_norm_backward", "native_group_norm_backward"), 8),
-    **dict.fromkeys(("_log_softmax", "_softmax"), 5),
-    **dict.fromkeys(("_log_softmax_backward_data", "_softmax_backward_data"), 3),
-    **dict.fromkeys(
-        ("exp", "log", "sigmoid", "tanh", "hardsigmoid", "hardsigmoid_"), 4
-    ),
-    **dict.fromkeys(("sigmoid_backward", "tanh_backward", "hardsigmoid_backward"), 2),
-    **dict.fromkeys(("hardswish", "hardswish_", "silu", "silu_", "elu", "elu_"), 4),
-    **dict.fromkeys(("hardswish_backward", "silu_backward", "elu_backward"), 5),
-    **dict.fromkeys(("gelu", "gelu_", "erf"), 8),
-    **dict.fromkeys(("gelu_backward",), 10),
-    **dict.fromkeys(("upsample_bilinear2d", "upsample_bilinear2d_backward"), 8),
-    **dict.fromkeys(("mse_loss", "mse_loss_backward"), 3),
-    **dict.fromkeys(("binary_cross_entropy_with_logits",), 8),
-    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "prod"), 1),
-    **dict.fromkeys(("var_mean", "var", "std", "linalg_vector_norm", "norm"), 3),
-    **dict.fromkeys(("cumsum", "argmax", "argmin", "any", "all"), 1),
-    # 3-D pooling and upsampling (video), in-place activations, attention's masked
-    # softmax, sampling by a grid (bilinear: four neighbours weighted per output)
-    **dict.fromkeys(
-        (
-            "max_pool3d_with_indices_backward",
-            "avg_pool3d_backward",
-            "_adaptive_avg_pool3d",
-            "_adaptive_avg_pool3d_backward",
-            "upsample_nearest3d",
-            "upsample_nearest3d_backward",
-        ),
-        1,
-    ),  # fmt: skip
-    **dict.fromkeys(("upsample_trilinear3d", "upsample_trilinear3d_backward"), 16),
-    **dict.fromkeys(("sigmoid_", "tanh_"), 4),
-    **dict.fromkeys(("_safe_softmax",), 5),
-    **dict.fromkeys(("grid_sampler_2d", "grid_sampler_2d_backward"), 10),
-    **dict.fromkeys(("grid_sampler_3d", "grid_sampler_3d_backward"), 20),
+    name: n for n, names in _FLOPS_PER_ELEMENT.items() for name in names.split()
 }
 # Pooling: FLOPs per output element are the window's size.
-_POOLS = {
-    "max_pool2d_with_indices",
-    "max_pool2d",
-    "avg_pool2d",
-    "max_pool3d_with_indices",
-    "max_pool3d",
-    "avg_pool3d",
-}
+_POOLS = set(
+    "max_pool2d_with_indices max_pool2d avg_pool2d max_pool3d_with_indices max_pool3d "
+    "avg_pool3d".split()
+)
 # Operators whose FLOPs scale with their (largest) input rather than their output.
-_PER_INPUT = {
-    "sum",
-    "mean",
-    "amax",
-    "amin",
-    "max",
-    "min",
-    "prod",
-    "var_mean",
-    "var",
-    "std",
-    "linalg_vector_norm",
-    "norm",
-    "argmax",
-    "argmin",
-    "any",
-    "all",
-    "_adaptive_avg_pool2d",
-    "_adaptive_avg_pool3d",
-    "native_layer_norm",
-    "native_group_norm",
-}
+_PER_INPUT = set(
+    "sum mean amax amin max min prod var_mean var std linalg_vector_norm norm argmax "
+    "argmin any all _adaptive_avg_pool2d _adaptive_avg_pool3d native_layer_norm "
+    "native_group_norm".split()
+)
 
 
 def op_class(name: str) -> str:
@@ -227,9 +123,8 @@ def op_class(name: str) -> str:
 
 
 def op_is_modelled(name: str) -> bool:
-    """Whether the cost model knows the FLOPs of the ATen operator ``name`` (without
-    namespace or overload: ``"addmm"``). Every operator's bytes are counted; an
-    unmodelled one's FLOPs are unknown and are reported, never counted as zero."""
+    """Whether the cost model knows the FLOPs of the ATen operator ``name``
+    (``"addmm"``: no namespace or overload)."""
     return name in _MMA_OPS or name in _VECTOR_FLOPS_PER_ELEMENT or name in _POOLS
 
 
@@ -239,14 +134,9 @@ def conv_flops(
     out_shape: Sequence[int],
     transposed: bool = False,
 ) -> int:
-    """FLOPs (2 per multiply-add) of a convolution, grouped or not, any number of
-    spatial dims.
-
-    ``w_shape`` is the weight as PyTorch stores it: ``(C_out, C_in/groups, k...)`` for a
-    convolution, ``(C_in, C_out/groups, k...)`` for a transposed one. A convolution does
-    ``(C_in/groups) * prod(k)`` multiply-adds per *output* element; a transposed
-    convolution ``(C_out/groups) * prod(k)`` per *input* element.
-    """
+    """FLOPs of a convolution, grouped or not, any number of spatial dims: ``w_shape``
+    (as PyTorch stores it) without its first dim is the multiply-adds per *output*
+    element, or per *input* element for a transposed one."""
     if len(x_shape) != len(w_shape) or len(out_shape) != len(w_shape):
         raise ValueError(
             f"input {tuple(x_shape)}, weight {tuple(w_shape)} and output "
@@ -255,11 +145,6 @@ def conv_flops(
     per_element = math.prod(w_shape[1:])
     elements = math.prod(x_shape) if transposed else math.prod(out_shape)
     return 2 * elements * per_element
-
-
-# --------------------------------------------------------------------------------------
-# one operator's cost
-# --------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -276,13 +161,10 @@ class OpCost:
     other_flops: float  # rough FLOPs of vector work
     read_bytes: float
     write_bytes: float
-    # False for an operator whose FLOPs the model does not know (``op_is_modelled``) or
-    # that computes in a dtype without a peak (``MODELLED_DTYPES``): its bytes are
-    # counted, its FLOPs are not, and the trace reports it.
+    # False for an operator whose FLOPs are unknown (``op_is_modelled``) or whose dtype
+    # has no peak (``MODELLED_DTYPES``): its bytes count, its FLOPs do not
     modelled: bool = True
-    # GPU kernels it launches: 1 for an eager ATen operator; cuDNN's recurrent layers
-    # launch about two per time step, layer and direction (``_rnn_kernels``)
-    kernels: int = 1
+    kernels: int = 1  # GPU kernels it launches (cuDNN's RNNs: ``_rnn_kernels``)
 
     @property
     def op_class(self) -> str:
@@ -326,10 +208,13 @@ def _compute_dtype(tensors: Iterable[torch.Tensor]) -> str:
     return "none"
 
 
-def _rnn_shape(x, batch_first: bool, hidden: int, layers: int, bidir: bool):
-    """(steps, batch, input features, gates... ) of a cuDNN RNN call."""
-    steps, batch = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
-    return steps, batch, x.shape[-1], hidden, layers, 2 if bidir else 1
+# Where a cuDNN RNN call holds its mode, hidden size, layers, batch_first and
+# bidirectional (aten::_cudnn_rnn's arguments; ampbook::cudnn_rnn_backward's).
+_RNN_ARGS = {"_cudnn_rnn": (6, 7, 9, 10, 13), "_cudnn_rnn_backward": (6, 7, 8, 9, 10)}
+
+
+def _rnn_args(name: str, args) -> tuple:
+    return (args[0], *(args[i] for i in _RNN_ARGS[name]))
 
 
 def _rnn_flops(x, mode: int, hidden: int, layers: int, batch_first: bool, bidir: bool):
@@ -339,8 +224,14 @@ def _rnn_flops(x, mode: int, hidden: int, layers: int, batch_first: bool, bidir:
     per gate element (activations, the cell update)."""
     from ampbook.measure.cuda_kernels import RNN_GATES
 
-    steps, batch, feat, h, n, dirs = _rnn_shape(x, batch_first, hidden, layers, bidir)
-    g = RNN_GATES[mode]
+    steps, batch = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
+    feat, h, n, dirs, g = (
+        x.shape[-1],
+        hidden,
+        layers,
+        2 if bidir else 1,
+        RNN_GATES[mode],
+    )
     mma = sum(
         dirs * 2 * steps * batch * g * h * ((feat if i == 0 else h * dirs) + h)
         for i in range(n)
@@ -353,16 +244,13 @@ def _rnn_kernels(x, batch_first: bool, layers: int, bidir: bool, backward: bool)
     direction one product of the whole input sequence, then a recurrent product and a
     point-wise kernel per time step; twice as many backward."""
     steps = x.shape[1] if batch_first else x.shape[0]
-    per = 1 + 2 * steps
-    return layers * (2 if bidir else 1) * per * (2 if backward else 1)
+    return layers * (2 if bidir else 1) * (1 + 2 * steps) * (2 if backward else 1)
 
 
 def _sdpa_flops(backward: bool, args) -> tuple[float, float]:
-    """(mma FLOPs, other FLOPs) of fused attention on ``B x H x S x D`` query, key and
-    value (the backward's arguments start with the output's gradient). Forward: the
-    scores ``Q K^T`` and ``P V``; backward: the scores again (the kernels recompute
-    them), ``dP = dO V^T``, ``dV = P^T dO``, ``dQ = dS K``, ``dK = dS^T Q``. Softmax:
-    about five vector FLOPs per score."""
+    """(mma, other FLOPs) of fused attention on ``B x H x S x D`` inputs: ``Q K^T`` and
+    ``P V`` forward; backward the scores again, ``dP``, ``dV``, ``dQ``, ``dK``; about
+    five vector FLOPs per score (softmax)."""
     q, k, v = args[1:4] if backward else args[0:3]
     b, h, s_q, d = q.shape
     s_k, d_v = k.shape[-2], v.shape[-1]
@@ -375,9 +263,7 @@ def _sdpa_flops(backward: bool, args) -> tuple[float, float]:
 def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
     """(mma FLOPs, other FLOPs) of one operator."""
     if name == "convolution":
-        x, w = args[0], args[1]
-        transposed = bool(args[6])
-        mma = conv_flops(x.shape, w.shape, out.shape, transposed)
+        mma = conv_flops(args[0].shape, args[1].shape, out.shape, bool(args[6]))
         other = out.numel() if args[2] is not None else 0  # bias
         return float(mma), float(other)
     if name == "convolution_backward":
@@ -387,31 +273,16 @@ def _op_flops(name: str, func, args, kwargs, out) -> tuple[float, float]:
         mma = fwd * (int(bool(mask[0])) + int(bool(mask[1])))
         other = grad_out.numel() if mask[2] else 0  # bias gradient: a sum over grad_out
         return float(mma), float(other)
-    if name == "mm":
-        (m, k), n = args[0].shape, args[1].shape[1]
-        return float(2 * m * k * n), 0.0
-    if name == "addmm":
-        (m, k), n = args[1].shape, args[2].shape[1]
-        return float(2 * m * k * n), float(m * n)
-    if name == "bmm":
-        (b, m, k), n = args[0].shape, args[1].shape[2]
-        return float(2 * b * m * k * n), 0.0
-    if name == "baddbmm":
-        (b, m, k), n = args[1].shape, args[2].shape[2]
-        return float(2 * b * m * k * n), float(b * m * n)
+    if name in ("mm", "addmm", "bmm", "baddbmm"):  # addmm, baddbmm: bias first
+        biased = name.startswith(("addmm", "baddbmm"))
+        a, b = args[1:3] if biased else args[0:2]
+        elements = math.prod(a.shape[:-1]) * b.shape[-1]
+        return float(2 * elements * a.shape[-1]), float(elements if biased else 0)
     if name in _SDPA_FORWARD or name in _SDPA_BACKWARD:
         return _sdpa_flops(name in _SDPA_BACKWARD, args)
-    if name == "_cudnn_rnn":  # input, weights, stride, buf, hx, cx, mode, hidden...
-        x, mode, hidden, layers, bf, bidir = (
-            args[0], args[6], args[7], args[9], args[10], args[13]
-        )  # fmt: skip
-        return _rnn_flops(x, mode, hidden, layers, bf, bidir)
-    if name == "_cudnn_rnn_backward":  # ampbook::cudnn_rnn_backward's arguments
-        x, mode, hidden, layers, bf, bidir = (
-            args[0], args[6], args[7], args[8], args[9], args[10]
-        )  # fmt: skip
-        mma, other = _rnn_flops(x, mode, hidden, layers, bf, bidir)
-        return 2 * mma, other  # input and hidden-state gradients, weight gradients
+    if name in _RNN_ARGS:  # backward: input and hidden-state, and weight gradients
+        mma, other = _rnn_flops(*_rnn_args(name, args))
+        return (2 * mma if name.endswith("_backward") else mma), other
     outs = _tensors(out)
     if name in _POOLS:
         dims = 3 if "3d" in name else 2
@@ -468,11 +339,8 @@ def _op_bytes(func, args, kwargs, out) -> tuple[float, float] | None:
 def op_cost(
     func, args, kwargs, out, phase: str, where: Callable[[], tuple[str, str]]
 ) -> OpCost | None:
-    """The cost of one dispatched ATen operator ``func(*args, **kwargs) -> out``, or
-    None for one that moves no data (a view, an allocation, a query of metadata).
-
-    ``phase`` is "forward" or "backward"; ``where()``, called only for an operator
-    that moves data, gives the (scope, scope type) it is attributed to."""
+    """The cost of one dispatched ATen operator, or None for one that moves no data;
+    ``where()`` gives the (scope, scope type) it is attributed to."""
     moved = _op_bytes(func, args, kwargs, out)
     if moved is None:
         return None
@@ -480,25 +348,20 @@ def op_cost(
     if func.namespace == "ampbook":  # stands for the ATen operator CUDA runs
         name = "_" + name
     known = func.namespace in ("aten", "ampbook") and op_is_modelled(name)
-    # The dtype an operator computes in: a convolution's input dtype, else its
-    # output's.
+    # The dtype an operator computes in: a convolution's input dtype, else its output's
     dtype = _compute_dtype(
         _tensors(args) if name in _MMA_OPS else _tensors(out) + _tensors((args, kwargs))
     )
     modelled = known and dtype in MODELLED_DTYPES
     if not known:
         name = name if func.namespace == "aten" else func._schema.name
-    if not modelled:
-        mma, other = 0.0, 0.0
-    else:
-        mma, other = _op_flops(name, func, args, kwargs, out)
+    mma, other = _op_flops(name, func, args, kwargs, out) if modelled else (0.0, 0.0)
     if name not in _MMA_OPS:
         mma, other = 0.0, other + mma
     kernels = 1
-    if name == "_cudnn_rnn":
-        kernels = _rnn_kernels(args[0], args[10], args[9], args[13], False)
-    elif name == "_cudnn_rnn_backward":
-        kernels = _rnn_kernels(args[0], args[9], args[8], args[10], True)
+    if name in _RNN_ARGS:
+        x, _, _, layers, bf, bidir = _rnn_args(name, args)
+        kernels = _rnn_kernels(x, bf, layers, bidir, name.endswith("_backward"))
     scope, scope_type = where()
     return OpCost(
         phase, scope, scope_type, name, dtype, mma, other, *moved, modelled, kernels

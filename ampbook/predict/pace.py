@@ -3,22 +3,17 @@ speedups read in one line."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Sequence
 
 
 def loader_images_per_s(
     load_s_per_image: float, workers: int, cores: int, reserved_cores: int = 1
 ) -> float:
-    """Images per second a DataLoader can deliver, under a stated model.
-
-    ``load_s_per_image`` is the CPU time to read, decode and transform one image in one
-    process (measured with ``workers=0``). With ``workers=0`` the training process does
-    it itself, one image after another. With ``workers >= 1`` the workers run in
-    parallel, one per core, on the cores the training process leaves free (``cores -
-    reserved_cores``, at least one): throughput scales linearly with workers up to that
-    many and is flat beyond. Linear scaling is the model's assumption; the chapter
-    checks it where it can.
-    """
+    """Images per second a DataLoader can deliver: ``load_s_per_image`` (one image's
+    CPU time in one process) one after another with ``workers=0``; else the workers in
+    parallel, scaling linearly (the model's assumption) up to the cores the training
+    process leaves free (``cores - reserved_cores``, at least one), flat beyond."""
     if load_s_per_image <= 0:
         raise ValueError(f"load_s_per_image must be positive, got {load_s_per_image}")
     if workers < 0 or cores < 1 or reserved_cores < 0:
@@ -38,13 +33,7 @@ def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
 
     if not ratios:
         raise ValueError("no speedups to read: time at least one round")
-    lo, hi = min(ratios), max(ratios)
-    med = (
-        sorted(ratios)[len(ratios) // 2]
-        if len(ratios) % 2
-        else (sum(sorted(ratios)[len(ratios) // 2 - 1 : len(ratios) // 2 + 1]) / 2)
-    )
-    n = len(ratios)
+    lo, hi, med, n = min(ratios), max(ratios), statistics.median(ratios), len(ratios)
     if n == 1:  # one ratio: no median, no spread, no "every round"
         way = "faster than" if lo > 1 else "slower than" if lo < 1 else "as fast as"
         return (
@@ -67,11 +56,8 @@ def pace_verdict(
     step_is_bound: bool = False,
 ) -> str:
     """Which of the loader and the step sets an epoch's pace, in one line.
-
-    ``step_is_bound``: ``step_images_per_s`` is the roofline's most (a bound, not a
-    measurement). Real kernels reach a share of it, so a loader slower than the bound
-    sets the pace only while the kernels run above the share ``loader / bound``; below
-    it the step does. The verdict is then conditional."""
+    ``step_is_bound``: the step's rate is the roofline's most, so a slower loader sets
+    the pace only while the kernels reach more than ``loader / bound`` of it."""
     if loader_images_per_s <= 0 or step_images_per_s <= 0:
         raise ValueError("rates must be positive")
     if step_is_bound:

@@ -1,12 +1,8 @@
-"""The references of the calibrated AMP speedups (``ampbook.predict.calibrate``), each
-as efficiencies (bound over measured time) per operator class (``opcost.OP_CLASSES``)
-and dtype family (``"tf32"``, ``"fp32"``, ``"16-bit"``):
-
-- a pair of committed GPU **layer profiles** (fp32 and AMP, per-module kernel times
-  of one network on one GPU) gives one per class, measured;
-- a **published training throughput** (``data/reference/training_throughputs.yml``)
-  gives one per family for the whole step (its time against the bound of the same
-  network, batch and GPU, stored by ``python -m ampbook.calibration --write``).
+"""The references of the calibrated AMP speedups (``ampbook.predict.calibrate``) as
+efficiencies (bound over measured time) per operator class and dtype family (``"tf32"``,
+``"fp32"``, ``"16-bit"``): a pair of committed GPU **layer profiles** (per-module
+kernel times) gives one per class; a **published training throughput**
+(``data/reference/training_throughputs.yml``) one per family for the whole step.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:  # torch is imported where used: ``--help`` answers without it
     from ampbook.predict.roofline import Ceilings, Prediction
-    from ampbook.predict.steptrace import StepTrace
 from ampbook.core.paths import REFERENCE_DIR
 
 PUBLISHED_FILE = REFERENCE_DIR / "training_throughputs.yml"
@@ -29,17 +24,15 @@ HELDOUT_BOUNDS_FILE = REFERENCE_DIR / "training_throughputs_heldout_bounds.json"
 SIDES = ("baseline", "amp")
 _PRECISION_FAMILY = {"fp32": "fp32", "fp32-tf32": "tf32", "amp-fp16": "16-bit"}
 # Module types per class, for layer profiles (per-module times).
-_NORM_TYPES = ("Norm",)
-_MATMUL_TYPES = ("Linear", "MultiheadAttention", "LSTM", "GRU", "RNN", "Bilinear")
+_CLASS_TYPES = {
+    "conv": ("Conv",),
+    "matmul": ("Linear", "MultiheadAttention", "LSTM", "GRU", "RNN", "Bilinear"),
+    "norm": ("Norm",),
+}
 
 
 class CalibrationError(ValueError):
-    """A reference file that cannot be read as one: the message says what and where."""
-
-
-# --------------------------------------------------------------------------------------
-# published references
-# --------------------------------------------------------------------------------------
+    """A reference file that cannot be read as one."""
 
 
 @dataclass(frozen=True)
@@ -92,12 +85,10 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
     ratio of its throughputs (a mistyped figure fails here)."""
     import yaml
 
-    from ampbook.core.devices import load_devices
-
     path = Path(path) if path else PUBLISHED_FILE
     with Path(path).open() as f:
         doc = yaml.safe_load(f)
-    devices = load_devices() if devices is None else devices
+    devices = device_table(devices)
     if not isinstance(doc, dict) or not {"references", "sources"} <= set(doc):
         raise CalibrationError(f"{path}: expected 'references' and 'sources' mappings")
     sources = doc["sources"]
@@ -147,12 +138,9 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
 
 
 def scope_class(scope_type: str, op: str) -> str:
-    """The operator class of a traced operator, by the module it runs in, as a layer
-    profile classes its measured time (``layer_class``): a convolution's autocast
-    casts, its gradient casts and its layout transposes are the convolution's, as
-    the time measured for that module includes them. An operator in a module of no
-    class (the model's own ``forward``, a block, the loss) keeps its operator's class
-    (``opcost.op_class``)."""
+    """The class of a traced operator by the module it runs in, as a layer profile
+    classes its measured time (a convolution's casts and transposes are the
+    convolution's); in a module of no class, its operator's class."""
     from ampbook.predict.opcost import op_class
 
     c = layer_class(scope_type or "")
@@ -160,10 +148,8 @@ def scope_class(scope_type: str, op: str) -> str:
 
 
 def class_bounds(p: Prediction) -> dict[str, float]:
-    """Seconds of a predicted step per operator class (``opcost.OP_CLASSES``),
-    each operator classed by its module (``scope_class``: measured time and traced
-    operators alike); the optimizer step (not traced) counts as element-wise, as a
-    layer profile counts it (unattributed)."""
+    """Seconds of a predicted step per operator class (``scope_class``); the optimizer
+    step counts as element-wise, as a layer profile counts it (unattributed)."""
     from ampbook.predict.opcost import OP_CLASSES
 
     out = dict.fromkeys(OP_CLASSES, 0.0)
@@ -173,15 +159,19 @@ def class_bounds(p: Prediction) -> dict[str, float]:
     return out
 
 
-def _side_record(tr: StepTrace, ceilings: Ceilings, optimizer: str) -> dict[str, Any]:
+def _side_record(
+    model, batch: int, h: int, w: int, precision: str, layout: str, ceilings: Ceilings,
+    optimizer: str, input_shape=None,
+) -> dict[str, Any]:  # fmt: skip
+    """One step's bound per class on ``ceilings``, its total and its kernel count."""
     from ampbook.predict.roofline import predict
+    from ampbook.predict.steptrace import trace_step, with_memory_format
 
+    tr = trace_step(model, batch, h, w, precision, input_shape=input_shape)
+    tr = with_memory_format(tr, layout)
     p = predict(tr, ceilings, optimizer=optimizer)
-    return {
-        "by_class_s": class_bounds(p),
-        "bound_s": p.min_step_s,
-        "kernels": int(tr.totals()["kernels"]),
-    }
+    kernels = int(tr.totals()["kernels"])
+    return {"by_class_s": class_bounds(p), "bound_s": p.min_step_s, "kernels": kernels}
 
 
 def reference_bounds(ref: Published, devices=None) -> dict[str, Any]:
@@ -189,40 +179,34 @@ def reference_bounds(ref: Published, devices=None) -> dict[str, Any]:
     at each side's batch, on its GPU's ceilings; per class, with kernel counts."""
     from ampbook.predict.roofline import Ceilings
     from ampbook.predict.specs import load_model
-    from ampbook.predict.steptrace import trace_step, with_memory_format
 
-    devices = _devices() if devices is None else devices
+    devices = device_table(devices)
     model = load_model(ref.model)
     opt = "sgd" if ref.optimizer in ("sgd", "rmsprop") else "adam"
     out: dict[str, Any] = {"model": ref.model, "input": list(ref.input)}
     for name in SIDES:
         side = ref.side(name)
         prec = "amp-fp16" if side.family == "16-bit" else "fp32"
-        tr = trace_step(model, side.batch, 1, 1, prec, input_shape=ref.input)
-        tr = with_memory_format(tr, side.memory_format)
         # TF32 for convolutions and matrix products but for an fp32 baseline (an AMP
         # step's fp32 leftovers run as a TF32 baseline's do)
         on = side.family != "fp32"
         ceil = Ceilings.from_device(devices[ref.gpu], tf32=on, matmul_tf32=on)
-        out[name] = {"batch": side.batch, **_side_record(tr, ceil, opt)}
+        rec = _side_record(
+            model, side.batch, 1, 1, prec, side.memory_format, ceil, opt, ref.input
+        )
+        out[name] = {"batch": side.batch, **rec}
     return out
 
 
-def load_bounds(path: str | Path | None = None) -> dict[str, Any]:
-    """The stored bounds of the published references (``write_bounds``)."""
+def load_bounds(path: str | Path | None = None, what: str = "references") -> dict:
+    """The stored bounds (``write_bounds``) of the published references, or of the
+    committed layer profiles' settings (``"profiles"``, keyed by ``profile_key``)."""
     path = Path(path) if path else BOUNDS_FILE
-    if not path.exists():
-        return {}
-    return json.loads(path.read_text())["references"]
+    return json.loads(path.read_text()).get(what, {}) if path.exists() else {}
 
 
 def load_profile_bounds(path: str | Path | None = None) -> dict[str, Any]:
-    """The stored bounds of the committed layer profiles' settings
-    (``profile_bounds``), keyed by ``profile_key``."""
-    path = Path(path) if path else BOUNDS_FILE
-    if not path.exists():
-        return {}
-    return json.loads(path.read_text()).get("profiles", {})
+    return load_bounds(path, "profiles")
 
 
 def write_bounds(path: str | Path | None = None, devices=None) -> dict[str, Any]:
@@ -233,30 +217,21 @@ def write_bounds(path: str | Path | None = None, devices=None) -> dict[str, Any]
         held = {
             r.key: reference_bounds(r, devices) for r in load_published(HELDOUT_FILE)
         }
-        HELDOUT_BOUNDS_FILE.write_text(
-            json.dumps({"note": "generated by `python -m ampbook.calibration --write` "
-                        "from training_throughputs_heldout.yml; do not edit",
-                        "references": held}, indent=1, sort_keys=True) + "\n"
-        )  # fmt: skip
-    profiles = {}
-    for group in profile_groups():
-        key, g = group
-        if key[0] in (devices or _devices()):
-            profiles[profile_key(*key)] = profile_bounds(*key, devices=devices)
-    doc = {
-        "note": "generated by `python -m ampbook.calibration --write` from "
-        "training_throughputs.yml, the committed layer profiles and the cost model; "
-        "do not edit",
-        "references": bounds,
-        "profiles": profiles,
+        _write(HELDOUT_BOUNDS_FILE, "training_throughputs_heldout.yml", references=held)
+    profiles = {
+        profile_key(*key): profile_bounds(*key, devices=devices)
+        for key, _ in profile_groups()
+        if key[0] in (devices or device_table())
     }
-    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    _write(path, "training_throughputs.yml, the committed layer profiles and the "
+           "cost model", references=bounds, profiles=profiles)  # fmt: skip
     return bounds
 
 
-# --------------------------------------------------------------------------------------
-# references as efficiencies
-# --------------------------------------------------------------------------------------
+def _write(path: Path, source: str, **parts) -> None:
+    note = f"generated by `python -m ampbook.calibration --write` from {source}"
+    doc = {"note": f"{note}; do not edit", **parts}
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 @dataclass
@@ -275,13 +250,11 @@ class Reference:
     setting: str = ""
     source: dict = field(default_factory=dict)
     per_class: bool = False  # True: measured per class; False: one per family
-    # the whole step's efficiency per family: its bound over its measured time
+    # per family: the whole step's bound over its measured time; its memory format;
+    # its bound per class of one sample (for ``reference_prediction``)
     step_efficiency: dict[str, float] = field(default_factory=dict)
-    # the memory format each family ran in ("channels_first" or "channels_last")
     layout: dict[str, str] = field(default_factory=dict)
     batch: int = 0  # the baseline's batch (the AMP side's may differ)
-    # per family: bound per class of one sample at the reference's own setting,
-    # for its leave-one-out prediction (``reference_prediction``)
     per_image: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
@@ -309,8 +282,7 @@ def published_references(
     published: Sequence[Published] | None = None, bounds: Mapping | None = None
 ) -> list[Reference]:
     """Each published pair as efficiencies: per family, the whole step's bound over its
-    published time, the same for every class of the step (a whole-step efficiency,
-    not a kernel one: the published time includes the host's share of the step)."""
+    published time (which includes the host's share), the same for every class."""
     from ampbook.predict.opcost import OP_CLASSES
 
     published = load_published() if published is None else published
@@ -330,43 +302,30 @@ def published_references(
             }
             for c in OP_CLASSES:
                 eff[(side.family, c)] = e
+        shape = "x".join(map(str, ref.input))
+        setting = f"batch {ref.baseline.batch}/{ref.amp.batch} x {shape}"
         out.append(
-            Reference(
-                ref.key,
-                "published",
-                ref.network,
-                ref.gpu,
-                eff,
-                class_mix(b["baseline"]["by_class_s"]),
-                ref.speedup,
-                ref.model,
-                f"batch {ref.baseline.batch}/{ref.amp.batch} x "
-                f"{'x'.join(map(str, ref.input))}",
-                ref.source,
-                step_efficiency=whole,
-                layout=layout,
-                batch=ref.baseline.batch,
-                per_image=per_image,
-            )  # fmt: skip
-        )
+            Reference(ref.key, "published", ref.network, ref.gpu, eff,
+                      class_mix(b["baseline"]["by_class_s"]), ref.speedup, ref.model,
+                      setting, ref.source, step_efficiency=whole, layout=layout,
+                      batch=ref.baseline.batch, per_image=per_image)
+        )  # fmt: skip
     return out
 
 
 def layer_class(module_type: str) -> str:
     """The operator class of a layer profile's module type."""
-    if "Conv" in module_type:
-        return "conv"
-    if any(t in module_type for t in _MATMUL_TYPES):
-        return "matmul"
-    if any(t in module_type for t in _NORM_TYPES):
-        return "norm"
+    for c, types in _CLASS_TYPES.items():
+        if any(t in module_type for t in types):
+            return c
     return "elementwise"
 
 
-def _devices():
+def device_table(devices=None):
+    """``devices``, or the device table when None."""
     from ampbook.core.devices import load_devices
 
-    return load_devices()
+    return load_devices() if devices is None else devices
 
 
 def profile_key(gpu: str, batch: int, h: int, w: int, layout: str) -> str:
@@ -377,23 +336,19 @@ def profile_key(gpu: str, batch: int, h: int, w: int, layout: str) -> str:
 def profile_bounds(
     gpu: str, batch: int, h: int, w: int, layout: str, devices=None
 ) -> dict[str, Any]:
-    """The cost model's bound per class of ERFNet's step at a layer profile's setting
-    on ``gpu``'s ceilings, fp32 (TF32 on) and amp-fp16, in ``layout``: the same
-    classes (``class_bounds``) the doctor gives the model it diagnoses, so that the
-    profile applied to its own network gives back its own measured ratio."""
-    from ampbook.predict.roofline import Ceilings, predict
+    """The cost model's bound per class of ERFNet's step at a layer profile's setting,
+    fp32 (TF32 on) and amp-fp16, classed as the doctor classes the model it diagnoses
+    (so the profile applied to its own network gives back its measured ratio)."""
+    from ampbook.predict.roofline import Ceilings
     from ampbook.predict.specs import load_model
-    from ampbook.predict.steptrace import trace_step, with_memory_format
 
-    devices = _devices() if devices is None else devices
+    devices = device_table(devices)
     ceil = Ceilings.from_device(devices[gpu], tf32=True, matmul_tf32=True)
     model = load_model("erfnet")
     out: dict[str, Any] = {}
     for prec in ("fp32", "amp-fp16"):
-        tr = trace_step(model, batch, h, w, prec)
-        tr = with_memory_format(tr, layout)
-        p = predict(tr, ceil, optimizer="adam")
-        out[prec] = {"by_class_s": class_bounds(p), "bound_s": p.min_step_s}
+        out[prec] = _side_record(model, batch, h, w, prec, layout, ceil, "adam")
+        del out[prec]["kernels"]  # the stored profile bounds carry none
     return out
 
 
@@ -413,15 +368,12 @@ def profile_groups(results_dir=None) -> list[tuple[tuple, dict[str, Any]]]:
 
 
 def profile_references(results_dir=None) -> list[Reference]:
-    """Each GPU's pair of committed layer profiles (fp32 and amp-fp16, same GPU, setting
-    and layout) as efficiencies per class: the modules of a class summed (the
-    unattributed time counts as element-wise), the cost model's bound of the same
-    classes over their kernel time. For a GPU of the device table the bound is the
-    current cost model's (``profile_bounds``, stored by ``--write``); for one it
-    lacks, the bound the profile recorded."""
+    """Each pair of committed layer profiles as efficiencies per class: the bound of a
+    class (the current model's on a GPU of the device table, else the profile's) over
+    its measured kernel time (unattributed time counts as element-wise)."""
     from ampbook.predict.opcost import OP_CLASSES
 
-    devices = _devices()
+    devices = device_table()
     stored = load_profile_bounds()
     out = []
     for (key, batch, h, w, layout), g in profile_groups(results_dir):
@@ -434,19 +386,20 @@ def profile_references(results_dir=None) -> list[Reference]:
         for prec, fam_on in (("fp32", None), ("amp-fp16", "16-bit")):
             lp = g[prec]
             fam = fam_on or ("tf32" if lp.record.get("tf32") else "fp32")
-            measured = dict.fromkeys(OP_CLASSES, 0.0)
+            measured, bound = (
+                dict.fromkeys(OP_CLASSES, 0.0),
+                dict.fromkeys(OP_CLASSES, 0.0),
+            )
             for layer in lp.layers:
                 measured[layer_class(layer.type)] += layer.measured_s
+                bound[layer_class(layer.type)] += layer.predicted_s
             measured["elementwise"] += lp.unattributed_s
+            # the optimizer's bound, as its time is the unattributed one
+            bound["elementwise"] += max(
+                lp.predicted_step_s - sum(x.predicted_s for x in lp.layers), 0.0
+            )
             if traced is not None:
                 bound = dict(traced[prec]["by_class_s"])
-            else:
-                bound = dict.fromkeys(OP_CLASSES, 0.0)
-                for layer in lp.layers:
-                    bound[layer_class(layer.type)] += layer.predicted_s
-                bound["elementwise"] += max(
-                    lp.predicted_step_s - sum(x.predicted_s for x in lp.layers), 0.0
-                )  # the optimizer's bound, as its time is the unattributed one
             step = whole[fam] = sum(bound.values()) / sum(measured.values())
             for c in OP_CLASSES:
                 has = bound[c] > 0 and measured[c] > 0
@@ -454,35 +407,20 @@ def profile_references(results_dir=None) -> list[Reference]:
             mixes[prec] = class_mix(bound)
             per_image[fam] = {c: s / batch for c, s in bound.items()}
         fp32, amp = g["fp32"], g["amp-fp16"]
+        title = f"layer profiles {Path(fp32.path).name}, {Path(amp.path).name}"
         out.append(
-            Reference(
-                f"profile-{key}-{batch}x{h}x{w}",
-                "profile",
-                "ERFNet",
-                key,
-                eff,
-                mixes["fp32"],
-                fp32.measured_total_s / amp.measured_total_s,
-                "erfnet",
-                f"batch {batch} x 3x{h}x{w}",
-                {
-                    "title": f"layer profiles {Path(fp32.path).name}, "
-                    f"{Path(amp.path).name}"
-                },
-                True,
-                whole,
-                layout={f: layout for f in whole},
-                batch=batch,
-                per_image=per_image,
-            )  # fmt: skip
-        )
+            Reference(f"profile-{key}-{batch}x{h}x{w}", "profile", "ERFNet", key, eff,
+                      mixes["fp32"], fp32.measured_total_s / amp.measured_total_s,
+                      "erfnet", f"batch {batch} x 3x{h}x{w}", {"title": title}, True,
+                      whole, layout={f: layout for f in whole}, batch=batch,
+                      per_image=per_image)
+        )  # fmt: skip
     return out
 
 
 def heldout_references() -> list[Reference]:
-    """The published results held out of the calibration (``HELDOUT_FILE``, bounds in
-    ``HELDOUT_BOUNDS_FILE``), as references: what the doctor's ranges are scored
-    against, never calibrated on."""
+    """The published results held out of the calibration, as references: what the
+    doctor's ranges are scored against, never calibrated on."""
     return published_references(
         load_published(HELDOUT_FILE), load_bounds(HELDOUT_BOUNDS_FILE)
     )

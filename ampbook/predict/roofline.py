@@ -1,13 +1,9 @@
 """A traced step held against a device's ceilings: the roofline's lower bound.
 
-``predict`` holds a trace (``ampbook.predict.steptrace.StepTrace``) against a device's
-ceilings (``Ceilings``: ``Ceilings.from_device`` for an entry of
-``ampbook.core.devices``, ``Ceilings.for_device`` for the device a process runs on):
-each operator takes ``max(compute time, memory time)`` where compute time is ``mma FLOPs
-/ tensor peak + other FLOPs / vector peak`` at the operator's dtype and memory time is
-``bytes / bandwidth``; the step is the sum (operators run one after another). It is a
-*lower bound* on the step time: real kernels reach a fraction of either peak, and kernel
-launch latency (``min_kernel_s``) is not in it unless asked for.
+Each operator takes ``max(compute time, memory time)`` (``op_time``); the step is the
+sum (operators run one after another). It is a *lower bound*: real kernels reach a
+fraction of either peak, and launch latency (``min_kernel_s``) is left out unless asked
+for.
 """
 
 from __future__ import annotations
@@ -22,19 +18,16 @@ from ampbook.core.precision import torch_name
 from ampbook.predict.opcost import OpCost
 from ampbook.predict.steptrace import StepTrace, optimizer_bytes
 
+# The device table's peaks of 16-bit matrix work: fp16 with fp32 accumulation (what
+# autocast's convolutions use) and bf16.
+_16BIT_PEAKS = {"float16": "fp16_tflops_fp32acc", "bfloat16": "bf16_tflops"}
+
 
 @dataclass(frozen=True)
 class Ceilings:
-    """The peaks a roofline holds operators against.
-
-    ``mma_tflops`` maps a compute dtype (``"float32"``, ``"float16"``, ``"bfloat16"``)
-    to the peak of convolutions/matrix products in that dtype; ``vector_tflops`` is the
-    peak of everything else; ``bandwidth_gbs`` the memory bandwidth (GB/s, 1e9 bytes).
-    ``matmul_fp32_tflops``, when set, is the peak of fp32 matrix products (cuBLAS:
-    ``mm``, attention, recurrent layers) where it differs from fp32 convolutions'
-    (cuDNN): PyTorch allows TF32 for convolutions by default and not for matrix
-    products. ``conv_tf32``/``matmul_tf32`` say which of the two run in TF32.
-    """
+    """The peaks a roofline holds operators against. ``matmul_fp32_tflops``: the fp32
+    peak of matrix products where it differs from convolutions' (PyTorch allows TF32
+    for cuDNN's convolutions by default, not for cuBLAS's matrix products)."""
 
     name: str
     mma_tflops: Mapping[str, float]
@@ -48,19 +41,14 @@ class Ceilings:
     _FOR_DEVICE: ClassVar[dict[tuple[str, bool | None], "Ceilings"]] = {}
 
     def __post_init__(self):
-        if not self.bandwidth_gbs or self.bandwidth_gbs <= 0:
-            raise ValueError(
-                f"{self.name}: bandwidth_gbs must be positive, got {self.bandwidth_gbs}"
-            )
-        if not self.vector_tflops or self.vector_tflops <= 0:
-            raise ValueError(
-                f"{self.name}: vector_tflops must be positive, got {self.vector_tflops}"
-            )
-        for k, v in self.mma_tflops.items():
-            if v is None or v <= 0:
-                raise ValueError(
-                    f"{self.name}: mma peak for {k} must be positive, got {v}"
-                )
+        peaks = {
+            "bandwidth_gbs": self.bandwidth_gbs,
+            "vector_tflops": self.vector_tflops,
+        }
+        peaks.update({f"mma peak for {k}": v for k, v in self.mma_tflops.items()})
+        for what, v in peaks.items():
+            if not v or v <= 0:
+                raise ValueError(f"{self.name}: {what} must be positive, got {v}")
 
     def mma_peak(self, dtype: str, kind: str = "conv") -> float:
         """The matrix peak for ``dtype``; ``kind="matmul"`` for matrix products, whose
@@ -85,53 +73,31 @@ class Ceilings:
     def from_device(
         cls, device: Any, tf32: bool = True, matmul_tf32: bool | None = None
     ) -> "Ceilings":
-        """Ceilings of a GPU from the device table (``ampbook.core.devices.Device``).
-
-        fp32 convolutions run at the TF32 tensor-core peak when ``tf32`` (PyTorch's
-        default for cuDNN convolutions: ``torch.backends.cudnn.allow_tf32 = True``) and
-        the device has one, else at the fp32 peak; fp32 matrix products likewise when
-        ``matmul_tf32`` (PyTorch's default is off:
-        ``torch.backends.cuda.matmul.allow_tf32 = False``; None: as ``tf32``); fp16 at
-        the fp16-with-fp32-accumulate peak (what autocast's convolutions use); bf16 at
-        the bf16 peak. Vector work at the fp32 peak.
-        """
+        """Ceilings of a GPU from the device table: fp32 convolutions at the TF32
+        tensor-core peak when ``tf32`` (PyTorch's default for cuDNN) and the device has
+        one, fp32 matrix products likewise when ``matmul_tf32`` (PyTorch's default is
+        off; None: as ``tf32``); vector work at the fp32 peak."""
         fp32 = device.fp32_tflops
         tf32_peak = getattr(device, "tf32_tflops", None)
         matmul_tf32 = tf32 if matmul_tf32 is None else matmul_tf32
         conv_on, mm_on = bool(tf32 and tf32_peak), bool(matmul_tf32 and tf32_peak)
         mma = {"float32": tf32_peak if conv_on else fp32}
         mm_peak = tf32_peak if mm_on else fp32
-        conv_peak = "TF32 tensor-core" if conv_on else "fp32"
-        mm_name = "TF32 tensor-core" if mm_on else "fp32"
-        notes = [
-            f"fp32 convolutions at the {conv_peak} peak, fp32 matrix products at the "
-            f"{mm_name} peak"
-        ]
-        fp16 = getattr(device, "fp16_tflops_fp32acc", None)
-        if fp16:
-            mma["float16"] = fp16
-        bf16 = getattr(device, "bf16_tflops", None)
-        if bf16:
-            mma["bfloat16"] = bf16
+        for dtype, attr in _16BIT_PEAKS.items():
+            if getattr(device, attr, None):
+                mma[dtype] = getattr(device, attr)
         name = getattr(device, "name", None) or getattr(device, "key", "device")
         return cls(
-            name=str(name),
-            mma_tflops=mma,
-            vector_tflops=fp32,
-            bandwidth_gbs=device.mem_bandwidth_gbs,
-            notes="; ".join(notes),
+            str(name), mma, fp32, device.mem_bandwidth_gbs,
             matmul_fp32_tflops=mm_peak if mm_peak != mma["float32"] else None,
-            conv_tf32=conv_on,
-            matmul_tf32=mm_on,
-        )
+            conv_tf32=conv_on, matmul_tf32=mm_on,
+        )  # fmt: skip
 
     @classmethod
     def for_device(cls, device: torch.device, tf32: bool = True) -> "Ceilings":
-        """The ceilings to predict with on ``device``, once per process per device and
-        ``tf32``: the device table's entry for a listed GPU (``from_device``); for
-        anything else (a CPU, an unlisted GPU) ceilings measured here with one
-        fp32/bf16/fp16 matmul and one fp32 elementwise add (``ampbook.measure.timing``),
-        named as measured."""
+        """The ceilings to predict with on ``device``, once per process: the device
+        table's for a listed GPU, else measured here with one matmul per dtype and one
+        fp32 elementwise add, named as measured."""
         key = (str(device), tf32 if device.type == "cuda" else None)
         if key not in cls._FOR_DEVICE:
             cls._FOR_DEVICE[key] = cls._for_device(device, tf32)
@@ -148,13 +114,7 @@ class Ceilings:
         from ampbook.measure.timing import time_elementwise, time_matmul
 
         n = 256 if device.type == "cpu" else 4096
-        kw = {
-            "device": device,
-            "warmup": 1,
-            "repeats": 3,
-            "min_time": 0.02,
-            "max_time": 0.3,
-        }
+        kw = dict(device=device, warmup=1, repeats=3, min_time=0.02, max_time=0.3)
         mma = {}
         for dtype in ("fp32", "bf16", "fp16"):
             try:
@@ -162,25 +122,17 @@ class Ceilings:
             except (RuntimeError, ValueError):  # a dtype this device cannot multiply
                 continue
         add = time_elementwise(2**22, "fp32", **kw)
-        return cls(
-            f"{device.type} measured here (matmul n={n}, fp32 add)",
-            mma,
-            vector_tflops=mma["float32"],
-            bandwidth_gbs=add.gbps,
-            notes="measured, not a data-sheet figure",
-        )
+        name = f"{device.type} measured here (matmul n={n}, fp32 add)"
+        return cls(name, mma, vector_tflops=mma["float32"], bandwidth_gbs=add.gbps)
 
     def family(self, op: "OpCost") -> str:
-        """The dtype family an operator runs in on these ceilings: ``"16-bit"``,
-        ``"tf32"`` (an fp32 convolution or matrix product on TF32 tensor cores),
-        ``"fp32"`` (CUDA cores) or ``"other"`` (an unmodelled dtype)."""
+        """The dtype family an operator runs in: 16-bit, tf32, fp32 or other."""
         if op.dtype in ("float16", "bfloat16"):
             return "16-bit"
         if op.dtype not in ("float32", "none"):
             return "other"
         if op.mma_flops and op.dtype == "float32":
-            kind = op.op_class
-            on = self.matmul_tf32 if kind == "matmul" else self.conv_tf32
+            on = self.matmul_tf32 if op.op_class == "matmul" else self.conv_tf32
             return "tf32" if on else "fp32"
         return "fp32"
 
@@ -199,14 +151,8 @@ class OpTime:
 
 @dataclass
 class Prediction:
-    """A trace held against ceilings: per-operator times and the step's total.
-
-    Every time here is a **lower bound**: each operator runs at a peak no real kernel
-    exceeds, so a real step takes *at least* ``min_step_s``, and an epoch *at least*
-    ``min_epoch_s``; a device trains *at most* ``max_images_per_s``. Real kernels reach
-    a fraction of the roofline: ``efficiency_of`` says what fraction a measured step
-    reached.
-    """
+    """A trace held against ceilings: per-operator times and the step's total, every
+    one a **lower bound** (each operator at a peak no real kernel exceeds)."""
 
     trace: StepTrace
     ceilings: Ceilings
@@ -232,17 +178,13 @@ class Prediction:
     def memory_bound_share(self) -> float:
         """Fraction of the predicted step spent in memory-bound operators."""
         total = sum(t.time_s for t in self.times)
-        return (
-            sum(t.time_s for t in self.times if t.bound == "memory") / total
-            if total
-            else 0.0
-        )
+        memory = sum(t.time_s for t in self.times if t.bound == "memory")
+        return memory / total if total else 0.0
 
     @property
     def unmodelled(self) -> list[dict[str, Any]]:
-        """``StepTrace.unmodelled`` with each operator's predicted time and its share of
-        the operators' time: those times count bytes only (their FLOPs are unknown), so
-        they are lower bounds like the rest, but weaker ones."""
+        """``StepTrace.unmodelled`` with each operator's predicted time and share (bytes
+        only: weaker lower bounds than the rest)."""
         total = sum(t.time_s for t in self.times)
         time: dict[str, float] = {}
         for t in self.times:
@@ -269,9 +211,8 @@ class Prediction:
         return images / self.max_images_per_s
 
     def efficiency_of(self, measured_step_s: float) -> float:
-        """The fraction of the roofline a measured step reached: ``min_step_s /
-        measured``. Above 1 means the bound was not a bound (wrong ceilings or wrong
-        counts)."""
+        """The fraction of the roofline a measured step reached (above 1: the bound
+        was not one)."""
         if measured_step_s <= 0:
             raise ValueError(f"measured_step_s must be positive, got {measured_step_s}")
         return self.min_step_s / measured_step_s
@@ -280,24 +221,16 @@ class Prediction:
         """Per module (in order of first appearance): FLOPs, bytes and time, forward and
         backward, and whether most of its time is memory-bound."""
         rows: dict[str, dict[str, Any]] = {}
+        sums = ("forward_flops", "backward_flops", "forward_bytes", "backward_bytes")
         for t in self.times:
             o = t.op
             if phase is not None and o.phase != phase:
                 continue
             r = rows.setdefault(
                 o.scope,
-                {
-                    "scope": o.scope,
-                    "type": o.scope_type,
-                    "forward_flops": 0.0,
-                    "backward_flops": 0.0,
-                    "forward_bytes": 0.0,
-                    "backward_bytes": 0.0,
-                    "time_s": 0.0,
-                    "memory_bound_s": 0.0,
-                    "kernels": 0,
-                },
-            )
+                {"scope": o.scope, "type": o.scope_type, **dict.fromkeys(sums, 0.0),
+                 "time_s": 0.0, "memory_bound_s": 0.0, "kernels": 0},
+            )  # fmt: skip
             r[f"{o.phase}_flops"] += o.flops
             r[f"{o.phase}_bytes"] += o.bytes
             r["time_s"] += t.time_s
@@ -305,62 +238,31 @@ class Prediction:
             if t.bound == "memory":
                 r["memory_bound_s"] += t.time_s
         for r in rows.values():
-            flops = r["forward_flops"] + r["backward_flops"]
-            nbytes = r["forward_bytes"] + r["backward_bytes"]
-            r["flops"], r["bytes"] = flops, nbytes
-            r["intensity"] = flops / nbytes if nbytes else math.inf
-            r["bound"] = (
-                "memory" if r["memory_bound_s"] >= 0.5 * r["time_s"] else "compute"
-            )
+            r["flops"] = r["forward_flops"] + r["backward_flops"]
+            r["bytes"] = r["forward_bytes"] + r["backward_bytes"]
+            _bound(r)
         return list(rows.values())
 
     def by_type(self) -> list[dict[str, Any]]:
         """``by_scope`` summed over module types (all Conv2d together...), largest time
         first."""
         agg: dict[str, dict[str, Any]] = {}
+        sums = ("flops", "bytes", "time_s", "memory_bound_s")
         for r in self.by_scope():
             a = agg.setdefault(
-                r["type"],
-                {
-                    "type": r["type"],
-                    "modules": 0,
-                    "flops": 0.0,
-                    "bytes": 0.0,
-                    "time_s": 0.0,
-                    "memory_bound_s": 0.0,
-                },
+                r["type"], {"type": r["type"], "modules": 0, **dict.fromkeys(sums, 0.0)}
             )
             a["modules"] += 1
-            for k in ("flops", "bytes", "time_s", "memory_bound_s"):
+            for k in sums:
                 a[k] += r[k]
-        rows = sorted(agg.values(), key=lambda a: -a["time_s"])
-        for a in rows:
-            a["intensity"] = a["flops"] / a["bytes"] if a["bytes"] else math.inf
-            a["bound"] = (
-                "memory" if a["memory_bound_s"] >= 0.5 * a["time_s"] else "compute"
-            )
-        return rows
+        return [_bound(a) for a in sorted(agg.values(), key=lambda a: -a["time_s"])]
 
-    def summary(self) -> dict[str, Any]:
-        tot = self.trace.totals()
-        return {
-            "model": self.trace.model,
-            "precision": self.trace.precision,
-            "ceilings": self.ceilings.name,
-            "batch_size": self.trace.batch_size,
-            "height": self.trace.height,
-            "width": self.trace.width,
-            "gflops": tot["flops"] / 1e9,
-            "gbytes": tot["bytes"] / 1e9,
-            "kernels": int(tot["kernels"]),
-            "min_step_s": self.min_step_s,
-            "compute_only_s": self.compute_only_s,
-            "memory_only_s": self.memory_only_s,
-            "memory_bound_share": self.memory_bound_share,
-            "max_images_per_s": self.max_images_per_s,
-            "unmodelled_ops": [r["op"] for r in self.unmodelled],
-            "unmodelled_share": self.unmodelled_share,
-        }
+
+def _bound(r: dict[str, Any]) -> dict[str, Any]:
+    """A ``by_scope`` row's intensity and bound (memory when half its time is)."""
+    r["intensity"] = r["flops"] / r["bytes"] if r["bytes"] else math.inf
+    r["bound"] = "memory" if r["memory_bound_s"] >= 0.5 * r["time_s"] else "compute"
+    return r
 
 
 def op_time(op: OpCost, ceilings: Ceilings, min_kernel_s: float = 0.0) -> OpTime:
@@ -386,19 +288,15 @@ def predict(
     min_kernel_s: float = 0.0,
     optimizer: str | None = "adam",
 ) -> Prediction:
-    """The roofline's lower bound on a traced step on ``ceilings`` (see ``Prediction``).
-
-    ``min_kernel_s`` puts a floor under each operator (launch latency: a few
-    microseconds on a GPU); ``optimizer`` adds ``optimizer_bytes`` at the memory
-    bandwidth (None: leave the optimizer out).
-    """
+    """The roofline's lower bound on a traced step; ``min_kernel_s``: a floor under
+    each operator; ``optimizer``: ``optimizer_bytes`` at the bandwidth (None: none)."""
     if min_kernel_s < 0:
         raise ValueError(f"min_kernel_s must be >= 0, got {min_kernel_s}")
     times = [op_time(o, ceilings, min_kernel_s) for o in trace.ops]
     opt_s = 0.0
     if optimizer is not None:
-        amp = trace.precision == "amp-fp16"
-        opt_s = optimizer_bytes(trace.parameters, optimizer, amp) / (
-            ceilings.bandwidth_gbs * 1e9
+        nbytes = optimizer_bytes(
+            trace.parameters, optimizer, trace.precision == "amp-fp16"
         )
+        opt_s = nbytes / (ceilings.bandwidth_gbs * 1e9)
     return Prediction(trace, ceilings, times, opt_s)

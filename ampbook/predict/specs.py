@@ -17,24 +17,16 @@ from ampbook.core.words import nearest
 
 
 class DoctorError(ValueError, cli.UserError):
-    """Bad input to the doctor: the message says what is wrong and what to do. A
-    ``detail`` too long for the ``error:`` line (the model's own complaint) follows
-    the message in parentheses; the command prints it on lines of its own."""
+    """Bad input to the doctor; a ``detail`` too long for the ``error:`` line (the
+    model's own complaint) follows the message in parentheses."""
 
     def __init__(self, message: str, detail: str | None = None):
         super().__init__(f"{message} ({detail})" if detail else message)
         self.headline, self.detail = message, detail
 
 
-# --------------------------------------------------------------------------------------
-# the model, the input and the GPUs
-# --------------------------------------------------------------------------------------
-
-
 def _torchvision_model(name: str) -> nn.Module:
-    """A torchvision model with every weights argument off (``weights=None``, and
-    ``weights_backbone=None`` for the models built on a backbone): nothing is
-    downloaded."""
+    """A torchvision model with every weights argument off: nothing is downloaded."""
     import torchvision
 
     builder = torchvision.models.get_model_builder(name)

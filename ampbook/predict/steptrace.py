@@ -1,19 +1,10 @@
 """One training step traced on fake tensors: every operator with its cost and module.
 
-``trace_step`` runs one training step (forward, loss, backward) on fake tensors
-(``torch._subclasses.FakeTensorMode``): every ATen operator is dispatched with its real
-shapes and dtypes, but nothing is allocated or computed, so a step at the RTX 3070 blog
-post's 1024x512 setting costs seconds of CPU. A ``TorchDispatchMode`` records each
-operator's FLOPs and bytes (``opcost``) and the innermost module that launched it
-(``ampbook.measure.tracking.ModuleScopes``: forward through the module tracker,
-backward through the autograd node); the loss goes to ``LOSS``.
-
-Mixed precision is traced under the CPU autocast with CUDA's op lists applied on top
-(``ampbook.measure.autocast_rules.CudaAutocastRules``); batch norm, in neither list,
-takes the 16-bit activation and writes 16 bits as cuDNN's does. The tests check the
-dtypes against traces on fake CUDA tensors (forward only) for ERFNet, MobileNetV3,
-ViT-B/16 and ConvNeXt. The trace is layout-free (``with_memory_format`` adds what a
-memory format costs), and the optimizer step is not traced (``optimizer_bytes``).
+Nothing is computed on fake tensors, so a step at 1024x512 costs seconds of CPU. Mixed
+precision is traced under the CPU autocast with CUDA's op lists applied on top (the
+tests check the dtypes against fake-CUDA traces); batch norm, in neither list, takes
+the 16-bit activation and writes 16 bits as cuDNN's does. The trace is layout-free
+(``with_memory_format``) and leaves out the optimizer step (``optimizer_bytes``).
 """
 
 from __future__ import annotations
@@ -22,6 +13,7 @@ import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import torch
@@ -42,9 +34,7 @@ AUTOGRAD = "(autograd engine)"
 
 
 class _CostRecorder(TorchDispatchMode):
-    """Records every ATen operator with its cost (``ampbook.predict.opcost.op_cost``)
-    and the module that launched it (``ampbook.measure.tracking.ModuleScopes``:
-    forward and backward)."""
+    """Records every ATen operator with its cost and the module that launched it."""
 
     def __init__(self, scopes: ModuleScopes):
         super().__init__()
@@ -99,41 +89,24 @@ class StepTrace:
         """FLOPs and bytes of the step, forward and backward apart, and kernel
         counts."""
         out: dict[str, float] = {}
+        keys = ("mma_flops", "flops", "bytes", "kernels")
         for phase in ("forward", "backward"):
             ops = self.select(phase)
-            out[f"{phase}_mma_flops"] = sum(o.mma_flops for o in ops)
-            out[f"{phase}_flops"] = sum(o.flops for o in ops)
-            out[f"{phase}_bytes"] = sum(o.bytes for o in ops)
-            out[f"{phase}_kernels"] = sum(o.kernels for o in ops)
-        out["flops"] = out["forward_flops"] + out["backward_flops"]
-        out["mma_flops"] = out["forward_mma_flops"] + out["backward_mma_flops"]
-        out["bytes"] = out["forward_bytes"] + out["backward_bytes"]
-        out["kernels"] = out["forward_kernels"] + out["backward_kernels"]
+            out.update({f"{phase}_{k}": sum(getattr(o, k) for o in ops) for k in keys})
+        for k in ("flops", "mma_flops", "bytes", "kernels"):
+            out[k] = out[f"forward_{k}"] + out[f"backward_{k}"]
         return out
 
     def unmodelled(self) -> list[dict[str, Any]]:
-        """The operators whose FLOPs the model does not know, largest bytes first:
-        ``{"op", "why", "count", "bytes", "bytes_share", "phases", "scopes"}`` (``why``:
-        "FLOPs unknown", or the dtype it computes in, such as "dtype complex64", where
-        the roofline has no peak). Their bytes
-        are in every total; their FLOPs are in none. Empty when every operator is
-        modelled."""
+        """The operators whose FLOPs the model does not know, largest bytes first
+        (``why``: "FLOPs unknown" or "dtype complex64"): bytes counted, FLOPs not."""
         total = sum(o.bytes for o in self.ops)
         rows: dict[str, dict[str, Any]] = {}
         for o in self.ops:
             if o.modelled:
                 continue
-            r = rows.setdefault(
-                o.op,
-                {
-                    "op": o.op,
-                    "why": o.why_unmodelled,
-                    "count": 0,
-                    "bytes": 0.0,
-                    "phases": [],
-                    "scopes": [],
-                },
-            )
+            row = {"op": o.op, "why": o.why_unmodelled, "count": 0, "bytes": 0.0}
+            r = rows.setdefault(o.op, {**row, "phases": [], "scopes": []})
             r["count"] += 1
             r["bytes"] += o.bytes
             for key, value in (("phases", o.phase), ("scopes", o.scope)):
@@ -159,20 +132,9 @@ def trace_step(
     autocast_rules: str = "cuda",
     input_shape: Sequence[int] | None = None,
 ) -> StepTrace:
-    """Trace one training step of ``model`` on fake tensors and return its operators'
-    costs. The input is ``batch_size x in_channels x height x width`` fp32, or
-    ``input_shape`` (one sample's shape, any rank); ``precision`` is one of
-    ``PRECISIONS`` (``"amp-*"``: forward and loss under ``torch.autocast``). ``loss``
-    is ``"cross_entropy"`` (integer targets per pixel), ``"sum"`` or a function of
-    the output. The model is not changed (fake copies of its parameters and buffers,
-    in training mode).
-
-    ``device_type="cuda"`` traces forward and loss on fake CUDA tensors under CUDA's
-    own autocast, to check that the CPU trace's dtypes are CUDA's. ``autocast_rules``
-    (CPU traces): ``"cuda"`` applies CUDA's autocast lists and runs attention and
-    recurrent layers as CUDA's fused kernels (``measure.cuda_kernels``); ``"cpu"``
-    leaves the CPU's kernels and CPU autocast's own decisions.
-    """
+    """Trace one training step of ``model`` (fake copies of its state).
+    ``device_type="cuda"``: forward and loss under CUDA's own autocast, to check the
+    CPU trace, whose ``autocast_rules="cuda"`` apply CUDA's lists and fused kernels."""
     shape = _check_trace(
         batch_size, height, width, precision, in_channels, backward, loss,
         device_type, autocast_rules, input_shape,
@@ -211,31 +173,25 @@ def trace_step(
                     value.backward()
     finally:
         model.train(was_training)
+    h, w = (shape[-2] if len(shape) >= 3 else 1), (shape[-1] if len(shape) >= 2 else 1)
+    n = sum(p.numel() for p in model.parameters())
     return StepTrace(
-        type(model).__name__,
-        precision,
-        batch_size,
-        shape[-2] if len(shape) >= 3 else 1,
-        shape[-1] if len(shape) >= 2 else 1,
-        sum(p.numel() for p in model.parameters()),
-        recorder.ops,
-        meter.summary(),
-        shape,
-    )
+        type(model).__name__, precision, batch_size, h, w, n, recorder.ops,
+        meter.summary(), shape,
+    )  # fmt: skip
 
 
 def _check_trace(
     batch_size, height, width, precision, in_channels, backward, loss, device_type,
     autocast_rules, input_shape,
 ) -> tuple[int, ...]:  # fmt: skip
-    """``trace_step``'s arguments checked (ValueError naming the one that is wrong);
-    returns one sample's shape."""
-    if autocast_rules not in ("cuda", "cpu"):
-        raise ValueError(
-            f"autocast_rules must be 'cuda' or 'cpu', got {autocast_rules!r}"
-        )
-    if device_type not in ("cpu", "cuda"):
-        raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+    """One sample's shape; a ValueError naming a wrong argument."""
+    for label, v, ok in (
+        ("autocast_rules", autocast_rules, "'cuda' or 'cpu'"),
+        ("device_type", device_type, "'cpu' or 'cuda'"),
+    ):
+        if v not in ("cuda", "cpu"):
+            raise ValueError(f"{label} must be {ok}, got {v!r}")
     if device_type == "cuda" and backward:
         raise ValueError(
             "a fake-CUDA trace cannot run backward (the autograd engine needs a GPU "
@@ -289,9 +245,8 @@ def _loss_value(y, loss, ignore_index: int, device) -> torch.Tensor:
                 f"cross_entropy needs N x C x ... logits; the model "
                 f"returned shape {tuple(y.shape)}"
             )
-        target = torch.zeros(
-            (y.shape[0], *y.shape[2:]), dtype=torch.long, device=device
-        )
+        shape = (y.shape[0], *y.shape[2:])
+        target = torch.zeros(shape, dtype=torch.long, device=device)
         return nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
     if loss == "sum":
         return y.float().sum()
@@ -299,10 +254,8 @@ def _loss_value(y, loss, ignore_index: int, device) -> torch.Tensor:
 
 
 def relabel(trace: StepTrace, precision: str) -> StepTrace:
-    """An AMP trace as the other 16-bit precision would trace: CUDA's autocast lists
-    are the same for fp16 and bf16, so the operators, shapes and bytes are too; only
-    the dtype names change (and the GradScaler's traffic in ``optimizer_bytes``,
-    which follows ``precision``). Saves tracing the step twice."""
+    """An AMP trace as the other 16-bit precision would trace (CUDA's autocast lists
+    are the same for fp16 and bf16: only the dtype names change)."""
     old = _dtype_name(AUTOCAST_DTYPES[trace.precision])
     new = _dtype_name(AUTOCAST_DTYPES[precision])
     if None in (AUTOCAST_DTYPES[trace.precision], AUTOCAST_DTYPES[precision]):
@@ -320,35 +273,17 @@ def relabel(trace: StepTrace, precision: str) -> StepTrace:
 
 
 MEMORY_FORMATS = ("channels_first", "channels_last")
-# The operator cuDNN may add: its tensor-core convolutions work in NHWC, and its
-# documentation says it "may use ... NCHW-to-NHWC transformations" to reach them
-# (a 16-bit convolution on NCHW tensors between transposes of its operands). Whether a
-# given convolution pays them is cuDNN's choice, not documented per kernel; the bound
-# leaves them out (``with_memory_format``'s ``transposes``).
+# The transposes cuDNN may put around a 16-bit convolution on NCHW tensors (the bound
+# leaves them out: ``ampbook.predict.stepmodel``).
 LAYOUT_TRANSPOSE = "nchw_nhwc_transpose"
 
 
 def with_memory_format(
     trace: StepTrace, memory_format: str, transposes: bool = False
 ) -> StepTrace:
-    """The traced step as it runs in ``memory_format`` (``MEMORY_FORMATS``; the trace
-    itself is layout-free: bytes and FLOPs do not depend on the strides). This is
-    the book's one step model: every bound the chapters and the doctor print goes
-    through it.
-
-    ``"channels_first"`` (NCHW, PyTorch's default): the step as traced. The bound is a
-    lower bound, so it leaves out work cuDNN may skip: its documentation says it *may*
-    transpose NCHW operands to NHWC for its tensor-core kernels, not that every 16-bit
-    convolution does, and the committed H200 layer profiles measured ERFNet's NCHW
-    fp16 convolutions 1.26x faster than its TF32 ones, where a transpose around every
-    one would make their bound 1.5x *larger* (chapter 5 shows both bounds).
-    ``transposes=True`` gives the other bound, an assumption: every 16-bit 2-D
-    convolution, forward and backward, between transposes of what it reads and
-    writes (``LAYOUT_TRANSPOSE``, in the convolution's scope, 2 kernels, the
-    convolution's own bytes read and written once more); fp32 and TF32 convolutions
-    are left as they are.
-    ``"channels_last"``: the loop converts each batch once (one copy of the input,
-    outside the model); the convolutions need no transposes."""
+    """The traced step as it runs in ``memory_format``: NCHW as traced (``transposes``:
+    cuDNN's assumed around every 16-bit 2-D convolution, 2 kernels moving its bytes
+    once more); NHWC with one copy of each batch, outside the model."""
     if memory_format not in MEMORY_FORMATS:
         raise ValueError(
             f"memory format {memory_format!r}: choose {' or '.join(MEMORY_FORMATS)}"
@@ -387,26 +322,19 @@ def _fake_region(device_type: str, autocast_dtype: torch.dtype | None):
         with autocast_region("cuda", autocast_dtype, fake=True) as device:
             yield device, contextlib.nullcontext
         return
+    cast = contextlib.nullcontext  # with a dtype, device_type is "cpu" here
+    if autocast_dtype is not None:
+        cast = partial(torch.autocast, "cpu", dtype=autocast_dtype)
     with FakeTensorMode():
-        if autocast_dtype is None:
-            yield torch.device(device_type), contextlib.nullcontext
-        else:
-            yield (
-                torch.device("cpu"),
-                lambda: torch.autocast("cpu", dtype=autocast_dtype),
-            )
+        yield torch.device(device_type), cast
 
 
 def optimizer_bytes(
     parameters: int, optimizer: str = "adam", amp: bool = False
 ) -> float:
-    """Bytes an optimizer step moves for ``parameters`` fp32 parameters (not traced).
-
-    Adam reads parameter, gradient and both moments and writes parameter and moments (7
-    x 4 bytes per parameter); SGD with momentum reads parameter, gradient, momentum and
-    writes parameter and momentum (5 x 4); with ``amp`` the GradScaler's unscale reads
-    and writes each gradient once more (2 x 4).
-    """
+    """Bytes an optimizer step moves for ``parameters`` fp32 parameters: Adam reads
+    parameter, gradient and both moments and writes parameter and moments (7 x 4 bytes);
+    SGD with momentum 5 x 4; with ``amp`` GradScaler's unscale 2 x 4 more."""
     per = {"adam": 7, "adamw": 7, "sgd": 5}
     if optimizer not in per:
         raise ValueError(
