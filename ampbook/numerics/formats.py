@@ -222,10 +222,8 @@ def round_to(
 
 
 def spacing(x: torch.Tensor, name: str | Format | torch.dtype) -> torch.Tensor:
-    """The gap from |x| (rounded to the format) to the next larger representable
-    magnitude, as float64: like ``numpy.spacing`` but always positive (``spacing(1.0)
-    == eps``; the smallest subnormal at zero); NaN where x is NaN, inf or rounds past
-    the largest finite value."""
+    """The gap from |x| (rounded to the format) to the next larger magnitude, float64:
+    ``numpy.spacing`` made positive; NaN where x is NaN or rounds past the largest."""
     fmt = get_format(name)
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError("spacing expects a floating-point torch.Tensor")

@@ -35,10 +35,8 @@ def check_scale(scale: float) -> float:
 
 
 class RoundingCounter:
-    """What the emulation's rounding did during one backward: values seen, nonzero
-    values (before rounding) and how many of those were flushed to 0 or overflowed to
-    inf. The sums stay tensors until read, so counting adds no synchronisation to a CUDA
-    backward."""
+    """Values seen, nonzero, flushed to 0 and overflowed to inf by the rounding of one
+    backward (tensors until read: counting adds no CUDA synchronisation)."""
 
     _FIELDS = ("values", "nonzero", "flushed", "overflow")
 

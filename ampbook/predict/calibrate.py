@@ -57,8 +57,7 @@ def baseline_family(gpu: str, devices=None) -> str:
 
 
 def mix_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
-    """How far two class mixes lie apart: half the summed absolute difference of their
-    shares (0: the same mix, 1: no class in common)."""
+    """Half the summed absolute difference of two class mixes' shares (0 to 1)."""
     from ampbook.predict.opcost import OP_CLASSES
 
     return 0.5 * sum(abs(a.get(c, 0.0) - b.get(c, 0.0)) for c in OP_CLASSES)
@@ -218,8 +217,7 @@ def fit_errors(rows: Sequence[Mapping[str, float]], cover: float = COVER) -> Err
 
 
 def _weighted(rows: Sequence[dict[str, Any]], key: str) -> tuple[float, float]:
-    """The weighted geometric mean of ``key`` over ``rows`` and the weighted spread
-    of its logarithm."""
+    """The weighted geometric mean of ``key`` and the weighted spread of its log."""
     total = sum(r["weight"] for r in rows)
     logs = [(r["weight"] / total, math.log(r[key])) for r in rows]
     mean = sum(w * x for w, x in logs)

@@ -218,10 +218,8 @@ def _rnn_args(name: str, args) -> tuple:
 
 
 def _rnn_flops(x, mode: int, hidden: int, layers: int, batch_first: bool, bidir: bool):
-    """(mma FLOPs, other FLOPs) of a cuDNN RNN forward: per layer, direction and time
-    step, the gates' products with the layer's input and with the hidden state
-    (``2 x gates x hidden x (input + hidden)`` per sample), and about five vector FLOPs
-    per gate element (activations, the cell update)."""
+    """(mma, other FLOPs) of a cuDNN RNN forward: per layer, direction, time step and
+    sample ``2 x gates x hidden x (input + hidden)``, and five per gate element."""
     from ampbook.measure.cuda_kernels import RNN_GATES
 
     steps, batch = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
@@ -240,9 +238,8 @@ def _rnn_flops(x, mode: int, hidden: int, layers: int, batch_first: bool, bidir:
 
 
 def _rnn_kernels(x, batch_first: bool, layers: int, bidir: bool, backward: bool) -> int:
-    """Kernels cuDNN's standard RNN algorithm launches (an estimate): per layer and
-    direction one product of the whole input sequence, then a recurrent product and a
-    point-wise kernel per time step; twice as many backward."""
+    """Kernels cuDNN's RNN launches (an estimate): per layer and direction one input
+    product, then two per time step; twice as many backward."""
     steps = x.shape[1] if batch_first else x.shape[0]
     return layers * (2 if bidir else 1) * (1 + 2 * steps) * (2 if backward else 1)
 

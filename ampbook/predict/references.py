@@ -80,9 +80,8 @@ class Published:
 
 
 def load_published(path: str | Path | None = None, devices=None) -> list[Published]:
-    """The published references, checked: every field present, positive throughputs
-    and batches, a known GPU and source, and the source's own speedup within 2% of the
-    ratio of its throughputs (a mistyped figure fails here)."""
+    """The published references, checked (a mistyped figure fails: the source's own
+    speedup must lie within 2% of the ratio of its throughputs)."""
     import yaml
 
     path = Path(path) if path else PUBLISHED_FILE

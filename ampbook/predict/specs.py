@@ -1,7 +1,5 @@
-"""A model named by a spec, for the doctor and the calibration's references:
-``erfnet`` (the book's network), ``torchvision:NAME`` (every weights argument off:
-nothing is downloaded) or ``package.module:callable`` (called with no arguments, it
-must return an ``nn.Module``); and a GPU's device-table key from its CUDA name."""
+"""A model named by a spec (``erfnet``, ``torchvision:NAME`` without weights or
+``package.module:callable``), and a GPU's device-table key from its CUDA name."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ def _torchvision_model(name: str) -> nn.Module:
 
 
 def load_model(spec: str) -> nn.Module:
-    """The module ``spec`` names: ``erfnet``, ``torchvision:NAME`` (no weights) or
-    ``package.module:callable``."""
+    """The module ``spec`` names (a callable's is called with no arguments)."""
     if spec == "erfnet":
         from ampbook.segmentation.cityscapes import NUM_CLASSES
         from ampbook.segmentation.model import ERFNet
