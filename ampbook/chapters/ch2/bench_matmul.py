@@ -1,17 +1,10 @@
-"""``python -m ampbook.bench matmul``, the tensor-core benchmark, and its record.
-
-It prints, measured side by side on this machine, the bf16/fp32 and fp16/fp32 matmul
-speed ratios at a few sizes (tf32 and fp8 join on a GPU that has them), the penalty of
-a size one off a multiple of 8, and the fp16/fp32 bandwidth ratio of an elementwise
-add. The sweeps are ``ampbook.chapters.ch2.bench_sweeps``.
-
-``make_record``/``save_record`` keep the results as JSON (``data/results/
-tensor_cores_<name>.json``, schema ``ampbook.tensor_cores/1``): ``schema``,
-``created`` (UTC, ISO 8601), ``profile``, ``machine_load``, ``environment``,
-``device_key`` (devices.yml, null if unlisted), ``matmul`` and ``shapes`` (rows of
-kind "matmul" with dtype, n, m, k; shapes add ``base``), ``elementwise`` (dtype,
-numel) and ``skipped``. A row is ``TimingResult.to_dict()``: seconds per call
-(median, percentiles), FLOPs, bytes and the rates at the median (TFLOP/s, GB/s).
+"""``python -m ampbook.bench matmul``, the tensor-core benchmark: bf16/fp32 and
+fp16/fp32 matmul speed (tf32 and fp8 on a GPU that has them), the penalty of a size
+one off a multiple of 8, and the fp16/fp32 bandwidth of an add, side by side.
+``save_record`` keeps them as ``data/results/tensor_cores_<name>.json`` (schema
+``ampbook.tensor_cores/1``, ``results.sweeps.validate_matmul``): the environment, the
+device_key (null if unlisted), rows of ``TimingResult.to_dict()`` for ``matmul``,
+``shapes`` (with ``base``) and ``elementwise``, and what was ``skipped``.
 """
 
 from __future__ import annotations

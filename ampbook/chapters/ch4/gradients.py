@@ -154,12 +154,10 @@ class GroupStats:
 
 
 class GradientRecorder:
-    """Capture the fp32 gradients of ``model`` (unscaled loss) by layer type and count
-    their fate in fp16 at each loss scale: inside ``with GradientRecorder(model)`` the
-    gradient of each leaf module's output (*activation gradients*), and after
-    ``backward()`` ``record_weight_grads()``. Only the outputs of ``low_precision``
-    layers (``model_dtypes.low_precision_layers``) count as ``"activation"``, the
-    others' as ``"activation-fp32"``."""
+    """The fp32 gradients of ``model`` (unscaled loss) by layer type, their fate in
+    fp16 counted at each scale: each leaf's output gradient inside ``with``, weights by
+    ``record_weight_grads()``; outputs of layers not in ``low_precision`` count as
+    ``"activation-fp32"``."""
 
     def __init__(
         self,

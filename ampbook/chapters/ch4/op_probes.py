@@ -1,13 +1,7 @@
-"""Op probes: each op run on small tensors under autocast, once with fp32 inputs and
-once with low-precision inputs (and once with one of each, for ops with two), and the
-output dtype read off (``probe_ops``), against the documented lists and the
-dispatcher's registrations (``ampbook.measure.autocast_rules``). Chapter 4 shows the
-probes on both devices and where they part ways with the documentation.
-
-CUDA probes run on a GPU when there is one, else on fake CUDA tensors
-(``autocast_rules.autocast_region(..., fake=True)``). ``probe_ops(...,
-cuda_rules=True)`` runs the CPU probes under ``autocast_rules.CudaAutocastRules`` and
-gives CUDA's dtypes.
+"""Op probes: each op run under autocast with fp32, low-precision and (for two
+inputs) mixed activations, its output dtype read off (``probe_ops``) and held against
+the documented lists and the dispatcher's registrations (``autocast_rules``). CUDA
+probes run on fake CUDA tensors without a GPU.
 """
 
 from __future__ import annotations
@@ -34,11 +28,9 @@ from ampbook.measure.autocast_rules import (
 
 @dataclass(frozen=True)
 class Probe:
-    """One op call. ``fn(make, dt)`` runs the op; ``make(shape, dtype=float32)`` makes a
-    random tensor on the probed device. ``dt`` is the dtype of the *activations* (the
-    op's data inputs); parameters (weights, biases, running stats) stay fp32 as a
-    model's do under autocast. ``mixed`` marks ops with two activation inputs, also
-    probed with one low and one fp32. ``aliases``: other names the docs use for it."""
+    """``fn(make, dt)`` runs the op, ``make(shape, dtype=float32)`` makes a random
+    tensor; ``dt`` is the activations' dtype (parameters stay fp32, as a model's do).
+    ``mixed``: the op with one low and one fp32 activation; ``aliases``: the docs'."""
 
     name: str
     fn: Callable
@@ -241,14 +233,10 @@ def probe_ops(
     names: tuple[str, ...] | None = None,
     cuda_rules: bool = False,
 ) -> list[ProbeResult]:
-    """Run each probe (all of ``PROBES``, or those in ``names``) under autocast on
-    ``device_type`` and report the output dtypes, what they say autocast did, the
-    documented category and whether the dispatcher has an autocast kernel for the op
-    (chapter 4 tables them for both devices).
-
-    ``fake=None`` means: fake CUDA tensors when CUDA is asked for and absent, real
-    otherwise. ``cuda_rules`` (CPU only): run the CPU probes under
-    ``CudaAutocastRules``, CUDA's decisions in a CPU autocast region."""
+    """Each probe (or those in ``names``) under autocast on ``device_type``: output
+    dtypes, what autocast did, the documented category and whether the dispatcher has
+    an autocast kernel. ``fake=None``: fake CUDA tensors when CUDA is absent;
+    ``cuda_rules`` (CPU only): CUDA's decisions in a CPU autocast region."""
     check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if dtype not in (torch.float16, torch.bfloat16):
@@ -293,9 +281,7 @@ def probe_ops(
 
 
 def disagreements(results: list[ProbeResult]) -> list[ProbeResult]:
-    """Probes whose observed behaviour differs from the documented list: a listed op
-    that did not do what its list says, or an unlisted op that autocast changed
-    (chapter 4 names them)."""
+    """Probes that did not do what their list says, or unlisted ops autocast changed."""
     out = []
     for r in results:
         doc = r.documented

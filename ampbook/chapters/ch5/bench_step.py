@@ -1,16 +1,8 @@
-"""``python -m ampbook.bench step``: the runner's training step against a bare
-hand-written loop, and low precision against fp32, measured side by side.
-
-1. **Runner overhead**: ``TrainStep`` (what ``python -m ampbook.train`` runs) against
-   the six lines one writes by hand, same model, batches and precision, rounds in
-   turns; the medians' ratio is the overhead (target: < 5%).
-2. **Low precision against fp32** at a small size (``--low-height/--low-width``): on a
-   CPU without AMX or AVX-512 BF16/FP16, 16-bit convolutions are many times slower.
-
-Given any of these, only those run: 3. ``--options``: the runner with each of its
-optimisations against without it, and all together (blocks of ``--block`` steps, the
-device waited for once per block); 4. ``--optimizers``: Adam's fused, foreach and
-for-loop steps; 5. ``--data-cache``: the decoded cache against the decoding loader.
+"""``python -m ampbook.bench step``: the runner's step (``TrainStep``) against the six
+lines one writes by hand (its overhead, target < 5%), and low precision against fp32 at
+a small size (on a CPU without AMX or AVX-512 BF16/FP16 16-bit convolutions are many
+times slower); on request, the runner's optimisations, Adam's implementations and the
+decoded cache. Samples are taken in turns, so that drift in speed hits all alike.
 """
 
 from __future__ import annotations
@@ -261,10 +253,9 @@ def measure_options(
     rounds: int = 5,
     block: int = SYNC_EVERY,
 ) -> dict:
-    """The runner's step time with each option in ``options`` on, against the runner
-    without it, and with all of them together (``"all"``); one untimed block each
-    first (where ``compile`` compiles), then ``rounds`` rounds of one block each, in
-    turns. ``speedup[name]``: the median over rounds of runner time / option time."""
+    """The runner's step time with each option on, and all together (``"all"``),
+    against without: one untimed block each (``compile`` compiles), then ``rounds``
+    rounds of a block each; ``speedup``: the median per-round ratio."""
     from ampbook.train import build_training, validate
 
     unknown = [o for o in options if o not in OPTIONS]
