@@ -419,7 +419,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             ) from None
         print(f"saved {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

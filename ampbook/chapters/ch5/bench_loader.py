@@ -12,7 +12,6 @@ import gc
 import io
 import os
 import statistics
-import sys
 import time
 
 from ampbook.core import cli
@@ -280,7 +279,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         cli.save_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

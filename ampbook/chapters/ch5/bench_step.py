@@ -667,10 +667,6 @@ def _data_section(args, h, w) -> dict:
     return m
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def step_rounds(
     configs: dict[str, TrainConfig], rounds: int = 5
 ) -> dict[str, list[float]]:
