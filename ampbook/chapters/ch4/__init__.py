@@ -153,15 +153,11 @@ def count_casts(
     cast cache lives as long as it) or one region each; gradients enabled, as the cache
     keeps only casts of leaves that require grad."""
     dtype = dtype or default_dtype(device_type)
-    counter = CastCounter(model=model)
-    with counter:
-        if one_region:
+    regions, per_region = (1, forwards) if one_region else (forwards, 1)
+    with CastCounter(model=model) as counter:
+        for _ in range(regions):
             with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
-                for _ in range(forwards):
-                    model(x)
-        else:
-            for _ in range(forwards):
-                with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                for _ in range(per_region):
                     model(x)
     return counter
 
