@@ -263,25 +263,17 @@ def run(
     if quick:
         timing = {"min_time": 0.01, "max_time": 0.1, **timing}
     dtypes = list(dtypes or supported_dtypes(dev))
-    matmul, skipped = matmul_sweep(
-        sizes, dtypes, dev, max_call_s=max_call_s, rounds=rounds, **timing
-    )
+    kw = {"device": dev, "rounds": rounds, **timing}
+    matmul, skipped = matmul_sweep(sizes, dtypes, max_call_s=max_call_s, **kw)
     shapes, skipped2 = shape_cliff(
         shape_sizes,
         [d for d in dtypes if not d.startswith("fp8")],
-        dev,
         max_call_s=max_call_s,
         known=matmul,
-        rounds=rounds,
-        **timing,
+        **kw,
     )
-    ew = elementwise_sweep(
-        numel,
-        [d for d in ("fp32", "fp16", "bf16") if d in dtypes or d == "fp32"],
-        dev,
-        rounds=rounds,
-        **timing,
-    )
+    ew_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes or d == "fp32"]
+    ew = elementwise_sweep(numel, ew_dtypes, **kw)
     return make_record(dev, matmul, shapes, ew, skipped + skipped2, profile=profile)
 
 
