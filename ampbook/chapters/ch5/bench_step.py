@@ -528,21 +528,17 @@ def main(argv: list[str] | None = None) -> int:
         SIZES[k][gpu] if getattr(args, k) is None else getattr(args, k) for k in SIZES
     )
     # Every size and the batch size, checked as the runner does, before measuring.
-    try:
-        for height, width, which in (
-            (h, w, "--height/--width"),
-            (lh, lw, "--low-height/--low-width"),
-        ):
-            cfg = _step_config(args.precision, str(dev), height, width, args.batch_size)
-            try:
-                validate(cfg)
-            except ConfigError as err:
-                raise ConfigError(f"{which}: {err}") from None
-        if args.json:
-            cli.check_output_file(args.json, "--json", overwrite=args.overwrite)
-    except (ConfigError, cli.UserError) as err:
-        cli.say(str(err))
-        return 2
+    for height, width, which in (
+        (h, w, "--height/--width"),
+        (lh, lw, "--low-height/--low-width"),
+    ):
+        cfg = _step_config(args.precision, str(dev), height, width, args.batch_size)
+        try:
+            validate(cfg)
+        except ConfigError as err:
+            raise cli.UserError(f"{which}: {err}") from None
+    if args.json:
+        cli.check_output_file(args.json, "--json", overwrite=args.overwrite)
     env = environment(dev)
     load = machine_load()
     print(
