@@ -108,9 +108,8 @@ def runner_caveat(profile) -> str:
 
 
 def kernel_time_verdict(amp, baseline) -> str:
-    """Where an AMP step's time went, from two ``LayerProfile``s of one GPU and setting:
-    kernel time and GPU idle time apart (faster kernels in a step that is not faster
-    lost the gain to idle time: launches, casts, host syncs)."""
+    """Where an AMP step's time went, kernels and GPU idle time apart, from two layer
+    profiles of one GPU and setting."""
     ks = baseline.kernel_s / amp.kernel_s
     ws = baseline.step_s / amp.step_s
     ms = 1e3
@@ -134,9 +133,8 @@ def kernel_time_verdict(amp, baseline) -> str:
 
 
 def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
-    """A ``BoundCheck`` for every complete GPU pair of ``rs`` on a GPU of the device
-    table, ``model`` traced on fake tensors at each pair's setting (fp32's bound with
-    TF32 as the baseline ran it), with the matching layer profiles attached."""
+    """A ``BoundCheck`` per GPU pair of ``rs`` on a GPU of the device table, ``model``
+    traced on fake tensors at the pair's setting, matching layer profiles attached."""
     from ampbook.core.devices import find_device, load_devices
     from ampbook.predict.stepmodel import bound_pair, step_trace
 
@@ -220,9 +218,8 @@ def _setting_key(p) -> tuple:
 
 
 def profile_pair(rs: ResultSet, device: str | None = None, pair=None):
-    """The ``(baseline, amp)`` layer profiles of the headline comparison (of ``pair``'s
-    modes, device and setting where given), or None. ``rs`` is a ResultSet or its
-    ``profile_pairs()``."""
+    """The ``(baseline, amp)`` layer profiles of the headline modes (``pair``'s mode,
+    device and setting where given), or None; ``rs``: a ResultSet or its pairs."""
     amp_mode = pair.amp.mode if pair is not None else AMP_MODE
     base_mode = pair.baseline.mode if pair is not None else BASE_MODE
     pps = rs.profile_pairs() if hasattr(rs, "profile_pairs") else list(rs)
@@ -267,9 +264,8 @@ def kernel_speedup(rs: ResultSet, device: str | None = None, pair=None) -> Value
 
 
 def gpu_in_short(pairs, profile_pairs=()) -> str:
-    """A chapter's opening box: what the committed GPU runs say about AMP's speed
-    (``headline_pair``), the loader named where it set the pace, and, given layer
-    profiles of that GPU and setting, the step timed alone and its kernels."""
+    """A chapter's opening box: what the committed GPU runs say of AMP's speed, and,
+    with layer profiles of that GPU and setting, the step timed alone."""
     p = headline_pair(pairs)
     if p is None:
         return "No GPU run is committed to test this on a GPU."
@@ -345,8 +341,7 @@ def reserved_verdict(
     runs: Sequence[Any], slack: Sequence[float], where: str = "the committed GPU runs"
 ) -> str:
     """Whether reserved memory was allocated memory times a slack in ``slack`` (low,
-    high), as ``solve_pixels`` assumes, from ``TrainRun``s of one GPU and setting that
-    recorded both peaks."""
+    high), as ``solve_pixels`` assumes, from runs that recorded both peaks."""
     lo, hi = float(slack[0]), float(slack[-1])
     if not 1 <= lo <= hi:
         raise ValueError(f"slack must be 1 <= low <= high, got {list(slack)}")
@@ -391,9 +386,8 @@ def bound_verdict(
     timed_alone: bool = False,
     kind: str = "measured",
 ) -> str:
-    """A roofline lower bound against a time (``kind``: "measured" or "published"). A
-    step ``timed_alone`` (no loader) is the device's own work; an epoch's pace may be
-    set elsewhere."""
+    """A roofline lower bound against a time (``kind``: "measured" or "published"); a
+    step ``timed_alone`` (no loader) is the device's own work."""
     if min_s <= 0 or measured_s <= 0:
         raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
     if min_s > measured_s:

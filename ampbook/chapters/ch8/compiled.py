@@ -190,10 +190,9 @@ def all_break_reasons(counted) -> list[str]:
 
 
 def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
-    """``torch._dynamo.explain`` of ``step`` with a GradScaler, fp16 and the tiny
-    model: (graphs, graph breaks, ``all_break_reasons``, graphs holding an operator).
-    The counters hold every break met, in the functions the step calls too (the
-    optimizer's step breaks the graph itself, ``torch/optim/optimizer.py``)."""
+    """``torch._dynamo.explain`` of ``step`` (GradScaler, fp16, the tiny model):
+    graphs, breaks, every break met (the optimizer's step breaks the graph itself,
+    ``torch/optim/optimizer.py``) and the graphs holding an operator."""
     from torch._dynamo.utils import counters
 
     m = tiny_model(seed)

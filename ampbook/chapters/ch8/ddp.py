@@ -66,9 +66,8 @@ def gloo_group(rank: int, world: int, init: str):
 
 
 def run_processes(worker, args: tuple, world: int, weights_only: bool = True):
-    """``worker(rank, world, init, out, *args)`` in ``world`` spawned processes (a
-    process that has run autograd cannot fork one that runs it again): what rank 0
-    saved to ``out``, and the seconds they took, start included."""
+    """``worker(rank, world, init, out, *args)`` in ``world`` spawned (not forked)
+    processes: what rank 0 saved to ``out``, and the seconds they took."""
     import torch.multiprocessing as mp
 
     start = time.perf_counter()

@@ -17,9 +17,8 @@ CLASSES = 4
 
 
 class TinyNet(nn.Module):
-    """Three convolutions to per-pixel class scores (``N,3,H,W -> N,CLASSES,H,W``);
-    ``batch_norm=True`` puts a BatchNorm2d after the first, ``group_norm=True`` a
-    GroupNorm of 2 groups (statistics per image, not per batch)."""
+    """Three convolutions to per-pixel class scores; a BatchNorm2d (``batch_norm``)
+    or a GroupNorm of 2 groups (``group_norm``) after the first."""
 
     def __init__(
         self, channels: int = 8, batch_norm: bool = False, group_norm: bool = False
