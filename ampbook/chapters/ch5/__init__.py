@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ampbook.chapters.ch3 import (
     AMP_MODE,
@@ -20,6 +20,11 @@ from ampbook.chapters.ch3 import (
 )
 from ampbook.core.provenance import Value, measured
 from ampbook.results import LayerProfile, ResultSet, RunPair, Setting
+
+if TYPE_CHECKING:
+    import torch
+
+    from ampbook.train import TrainConfig
 
 # --- the committed runs against their bounds ---
 
@@ -643,3 +648,40 @@ def hypotheses_verdict(
         f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
         f"{epoch_speedup:.2f}x; {wait}."
     )
+
+
+# --- timing the runner's step in turns (the page's check of the rule) ---
+def step_batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
+    """One random batch (images, labels) of ``cfg``'s size on ``device``: every timed
+    step takes the same one."""
+    import torch
+
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
+    y = torch.randint(
+        0, NUM_CLASSES, (cfg.batch_size, cfg.height, cfg.width), generator=g
+    )
+    return x.to(device), y.to(device)
+
+
+def step_rounds(
+    configs: dict[str, TrainConfig], rounds: int = 5
+) -> dict[str, list[float]]:
+    """Runner step times of several configurations (each its own model, optimizer
+    and batch), one step each per round in turns after a warm-up round
+    (``time_rounds``): ``{name: [seconds per step, one per round]}``. Chapter 5's
+    check of the RTX 3070's rule runs it."""
+    from ampbook.train import build_training, validate
+
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    steps = {}
+    for name, cfg in configs.items():
+        res = validate(cfg)
+        batch = step_batch(cfg, res.device)
+        steps[name] = (build_training(cfg, res).step, batch, res.device)
+    from ampbook.measure.timing import time_rounds
+
+    return time_rounds(steps, rounds)

@@ -3,7 +3,7 @@ second of ``Cityscapes`` (decode, resize, label mapping, normalisation) through 
 DataLoader per worker count, beside the bare decode + resize of the same files in one
 process. Without ``--root`` (or ``$CITYSCAPES_DATASET``) a synthetic set of 2048x1024
 images resized to 1024x512, the RTX 3070 blog post's setting. A loader slower than the
-step (``python -m ampbook.bench step``) bounds the epoch: AMP cannot shorten it.
+step (``python -m booktools.bench_step``) bounds the epoch: AMP cannot shorten it.
 """
 
 from __future__ import annotations

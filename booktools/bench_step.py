@@ -1,4 +1,5 @@
-"""``python -m ampbook.bench step``: the runner's step (``TrainStep``) against the six
+"""``python -m booktools.bench_step``, the project's benchmark of its training runner
+(no chapter runs it; chapter 5 times steps with ``ch5.step_rounds``): the runner's step (``TrainStep``) against the six
 lines one writes by hand (its overhead, target < 5%), and low precision against fp32 at
 a small size (on a CPU without AMX or AVX-512 BF16/FP16 16-bit convolutions are many
 times slower); on request, the runner's optimisations, Adam's implementations and the
@@ -13,6 +14,7 @@ import sys
 from functools import partial
 from typing import TYPE_CHECKING
 
+from ampbook.chapters.ch5 import step_batch
 from ampbook.core import cli
 from ampbook.core.modes import PRECISIONS
 from ampbook.core.words import plural
@@ -30,21 +32,6 @@ SIZES = {
     "low_height": (32, 512),
     "low_width": (64, 1024),
 }
-
-
-def _batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
-    """One random batch (images, labels) of ``cfg``'s size on ``device``: every timed
-    step takes the same one."""
-    import torch
-
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
-    y = torch.randint(
-        0, NUM_CLASSES, (cfg.batch_size, cfg.height, cfg.width), generator=g
-    )
-    return x.to(device), y.to(device)
 
 
 def bare_step_fn(
@@ -149,7 +136,7 @@ def measure_overhead(
         "runner": training.step,
         "bare": bare_step_fn(cfg, res.device, training.net, training.optimizer),
     }
-    batch = _batch(cfg, res.device)
+    batch = step_batch(cfg, res.device)
     got = _in_turns(
         {
             k: partial(_time, f, batch, res.device, steps_per_round)
@@ -198,7 +185,7 @@ def measure_precisions(
         dev = res.device
         step = build_training(cfg, res).step
         times[precision] = statistics.median(
-            _time(step, _batch(cfg, dev), dev, repeats)
+            _time(step, step_batch(cfg, dev), dev, repeats)
         )
     base = times.get("fp32")
     return {
@@ -282,7 +269,7 @@ def measure_options(
     runs = {}
     for name, cfg in configs.items():
         r = validate(cfg)
-        args = (build_training(cfg, r).step, _batch(cfg, r.device), r.device, block)
+        args = (build_training(cfg, r).step, step_batch(cfg, r.device), r.device, block)
         runs[name] = partial(_block_time, *args, cfg.cudnn_benchmark)
         runs[name]()  # warm-up
     times = _in_turns(runs, rounds)
@@ -409,7 +396,7 @@ def measure_data_cache(
 def build_parser() -> cli.ArgumentParser:
     """The command's options (light: ``--help`` imports no torch)."""
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.bench step",
+        prog="python -m booktools.bench_step",
         description="One training step of the runner (python -m ampbook.train) "
         "against a bare hand-written loop, and the step time by precision, measured "
         "side by side. Given --options, --optimizers or --data-cache, only those "
@@ -496,7 +483,7 @@ def build_parser() -> cli.ArgumentParser:
     return parser
 
 
-@cli.command("python -m ampbook.bench step")
+@cli.command("python -m booktools.bench_step")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -663,21 +650,5 @@ def _data_section(args, h, w) -> dict:
     return m
 
 
-def step_rounds(
-    configs: dict[str, TrainConfig], rounds: int = 5
-) -> dict[str, list[float]]:
-    """Runner step times of several configurations (each its own model, optimizer
-    and batch), one step each per round in turns after a warm-up round
-    (``time_rounds``): ``{name: [seconds per step, one per round]}``."""
-    from ampbook.train import build_training, validate
-
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
-    steps = {}
-    for name, cfg in configs.items():
-        res = validate(cfg)
-        batch = _batch(cfg, res.device)
-        steps[name] = (build_training(cfg, res).step, batch, res.device)
-    from ampbook.measure.timing import time_rounds
-
-    return time_rounds(steps, rounds)
+if __name__ == "__main__":
+    sys.exit(main())
