@@ -15,13 +15,11 @@ from ampbook.core import cli
 COMMANDS = {
     "loader": "ampbook.chapters.ch5.bench_loader",
     "matmul": "ampbook.chapters.ch2.bench_matmul",
-    "step": "ampbook.chapters.ch5.bench_step",
     "ladder": "ampbook.chapters.ch7.ladder_run",
 }
 SUMMARIES = {  # one line each, for --help (the modules are not imported for it)
     "loader": "the input pipeline: can the data loader feed the GPU?",
     "matmul": "matmul and elementwise speed by dtype (chapter 2)",
-    "step": "a training step: the runner against a bare loop, and by precision",
     "ladder": "the step from the post's setup to the optimised one, rung by rung",
 }
 

@@ -10,7 +10,8 @@ The book: ``run`` executes the notebooks with papermill (``python -m booktools.r
 ``sphinx_book`` are Sphinx extensions the build loads. The GPU check:
 ``python -m booktools.gpucheck`` (``gpuplan``, ``gpulease``, ``gpuwheels``, and
 ``layers``, the per-module profiles only the check records). ``doctor_bench`` times the
-doctor's full report (``python -m booktools.doctor_bench``).
+doctor's full report (``python -m booktools.doctor_bench``), ``bench_step`` the training
+runner's step against a bare loop (``python -m booktools.bench_step``).
 """
 
 import sys

@@ -113,7 +113,6 @@ from myst_nb import glue
 
 from ampbook.chapters import ch3, ch5
 from ampbook.chapters.ch5.bench_loader import measure_loader
-from ampbook.chapters.ch5.bench_step import step_rounds
 from ampbook.core.devices import (
     attainable_tflops,
     display_name,
@@ -1001,13 +1000,13 @@ md(pace_verdict(e["images"] / max(e["data_wait_s"], 1e-9), e["images"] / e["step
 # and an epoch of two images says little about speed anyway. AMP against fp32 on this
 # device is therefore timed on steps alone, the precisions taking turns for
 # {glue:text}`ch5_rounds` rounds at {glue:text}`ch5_chk_w`x{glue:text}`ch5_chk_h`
-# (`ampbook.chapters.ch5.bench_step.step_rounds`), and read as a speedup per round with its spread.
+# (`ampbook.chapters.ch5.step_rounds`), and read as a speedup per round with its spread.
 
 # %%
 chk = {p: TrainConfig(precision=p, device=str(device), height=check_height,
                       width=check_width, batch_size=check_batch, workers=0)
        for p in run_precisions}
-rounds = step_rounds(chk, rounds=check_repeats)
+rounds = ch5.step_rounds(chk, rounds=check_repeats)
 low = [p for p in run_precisions if p != "fp32"][0]
 ratios = [f / a for f, a in zip(rounds["fp32"], rounds[low])]
 md(speedup_verdict(ratios, low))
@@ -1138,8 +1137,8 @@ variants = {"baseline": {}, "channels_last": {"channels_last": True},
             "larger batch": {"batch_size": b_hi}}
 base_cfg = dict(device=str(device), height=checklist_height, width=checklist_width,
                 workers=0, batch_size=b_lo)
-cl = step_rounds({k: TrainConfig(**{**base_cfg, **v}) for k, v in variants.items()},
-                 rounds=check_repeats)
+cl = ch5.step_rounds({k: TrainConfig(**{**base_cfg, **v}) for k, v in variants.items()},
+                     rounds=check_repeats)
 best = {k: min(v) for k, v in cl.items()}
 
 # %% tags=["hide-input"]

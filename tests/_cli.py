@@ -26,7 +26,7 @@ def one_error(err: str, *words: str) -> str:
 COMMANDS: tuple[tuple[tuple[str, ...], str | None], ...] = (
     (("ampbook.bench",), None),
     (("ampbook.bench", "loader"), None),
-    (("ampbook.bench", "step"), None),
+    (("booktools.bench_step",), None),
     (("ampbook.bench", "ladder"), None),
     (("ampbook.bench", "matmul"), None),
     (("booktools.doctor_bench",), None),

@@ -689,7 +689,7 @@ def settings_cases() -> list[Case]:
         Case(
             c,
             "bench step: device nonsense",
-            cmd("ampbook.bench", "step", "--device", "nonsense"),
+            cmd("booktools.bench_step", "--device", "nonsense"),
             words=["nonsense"],
         ),
         Case(
@@ -1016,12 +1016,18 @@ def numbers_cases() -> list[Case]:
         ("doctor", ["--target-s", "nan"], "--target-s"),
         ("doctor", ["--batch", "0"], "--batch"),
     )
+    BENCH = {"step": ("booktools.bench_step",)}  # the runner's bench is the tooling's
     for which, argv, word in bench:
         out.append(
             Case(
                 c,
                 f"bench {which} {' '.join(argv)}",
-                cmd("ampbook.bench", which, *argv, "--json", T("r.json")),
+                cmd(
+                    *BENCH.get(which, ("ampbook.bench", which)),
+                    *argv,
+                    "--json",
+                    T("r.json"),
+                ),
                 words=[word],
                 check=nothing_at(lambda ctx: ctx.tmp / "r.json"),
                 quick=argv == ["--height", "0"],
@@ -1251,7 +1257,7 @@ def fs_cases() -> list[Case]:
             Case(
                 c,
                 f"bench step --json {label}",
-                cmd("ampbook.bench", "step", "--json", where("r.json")),
+                cmd("booktools.bench_step", "--json", where("r.json")),
             ),
             Case(
                 c,
@@ -1452,7 +1458,7 @@ def signals_cases() -> list[Case]:
                 "1",
             ),
         ),
-        ("bench step", cmd("ampbook.bench", "step")),
+        ("bench step", cmd("booktools.bench_step")),
         ("doctor", cmd("ampbook.doctor", "--model", "erfnet")),
         (
             "gpucheck",
@@ -1542,7 +1548,7 @@ def signals_cases() -> list[Case]:
             _signal_case(
                 c,
                 f"bench step: {sig.name} while measuring",
-                cmd("ampbook.bench", "step", "--rounds", "200", "--json", T("r.json")),
+                cmd("booktools.bench_step", "--rounds", "200", "--json", T("r.json")),
                 sig,
                 text_seen("device:"),
                 code,
@@ -2372,8 +2378,7 @@ def start_up_cases(c: str) -> list[Case]:
             ulimit_v(
                 4_500_000,
                 cmd(
-                    "ampbook.bench",
-                    "step",
+                    "booktools.bench_step",
                     "--height",
                     "1024",
                     "--width",
@@ -3319,7 +3324,7 @@ def untrusted_cases() -> list[Case]:
             c,
             "bench step --json over a training record",
             lambda ctx: cmd(
-                "ampbook.bench", "step", "--device", "cpu", "--json", str(a_json(ctx))
+                "booktools.bench_step", "--device", "cpu", "--json", str(a_json(ctx))
             )(ctx),
             words=["--overwrite"],
             setup=take_snapshot(fin),

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ampbook import bench
-from ampbook.chapters.ch2.bench_matmul import load_records, make_record, save_record
+from ampbook.chapters.ch2.bench_matmul import make_record, save_record
 from ampbook.chapters.ch2.bench_sweeps import (
     elementwise_sweep,
     matmul_sweep,
@@ -59,21 +59,15 @@ def test_record_round_trip_and_validation(tmp_path):
     ew = elementwise_sweep([1024], ["fp32", "fp16"], "cpu", **FAST)
     record = make_record("cpu", mm, [], ew, skipped, profile="smoke")
     assert record["schema"] == MATMUL_SCHEMA and record["device_key"] is None
-    save_record(record, tmp_path / "tensor_cores_test.json")
-    (tmp_path / "other.json").write_text("{}")  # not matched by the pattern
-    loaded = load_records(tmp_path)
-    assert len(loaded) == 1 and loaded[0]["file"] == "tensor_cores_test.json"
-    assert loaded[0]["matmul"][0]["median_s"] == pytest.approx(mm[0]["median_s"])
-    assert load_records(tmp_path / "empty") == []
-    bad = dict(record, schema="something/0")
-    (tmp_path / "tensor_cores_bad.json").write_text(json.dumps(bad))
-    with pytest.raises(ValueError, match="tensor_cores_bad.json: schema"):
-        load_records(tmp_path)
+    path = save_record(record, tmp_path / "tensor_cores_test.json")
+    loaded = json.loads(path.read_text())
+    assert loaded["matmul"][0]["median_s"] == pytest.approx(mm[0]["median_s"])
+    with pytest.raises(ValueError, match="bad.json: schema"):
+        save_record(dict(record, schema="something/0"), tmp_path / "bad.json")
     bad = json.loads(json.dumps(record))
     del bad["elementwise"][0]["numel"]
-    (tmp_path / "tensor_cores_bad.json").write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=r"elementwise\[0\] lacks \['numel'\]"):
-        load_records(tmp_path)
+        save_record(bad, tmp_path / "bad.json")
 
 
 def test_benchmark_prints_ratios_and_saves(tmp_path, capsys):
@@ -88,7 +82,7 @@ def test_benchmark_prints_ratios_and_saves(tmp_path, capsys):
         "saved",
     ):
         assert needed in text, needed
-    record = load_records(tmp_path)[0]
+    record = json.loads(out.read_text())
     assert {r["dtype"] for r in record["matmul"]} == {"fp32", "fp16", "bf16"}
     assert bench.main(["matmul", "--rounds", "0"]) == 2
 

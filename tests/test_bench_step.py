@@ -1,18 +1,15 @@
-"""ampbook.chapters.ch5.bench_step (``python -m ampbook.bench step``): the sections for
-the runner's optimisations, what they measure and return (no timing is asserted), and
-``step_rounds``, configurations timed in turns, one time per round."""
+"""booktools.bench_step (``python -m booktools.bench_step``): the sections for
+the runner's optimisations, what they measure and return (no timing is asserted)."""
 
 import pytest
 
-from ampbook.chapters.ch5.bench_step import (
+from booktools.bench_step import (
     SYNC_EVERY,
     main,
     measure_data_cache,
     measure_optimizers,
     measure_options,
-    step_rounds,
 )
-from ampbook.train import TrainConfig
 
 
 def test_options_are_timed_against_the_same_runner_and_together():
@@ -85,17 +82,3 @@ def test_the_command_line_runs_only_the_sections_asked_for(capsys, tmp_path):
     assert "1. runner step vs bare loop" not in out
     numbers = json.loads(path.read_text())
     assert set(numbers["options"]) == {"fp32"} and "overhead" not in numbers
-
-
-def test_step_rounds_times_each_configuration_once_per_round():
-    cfgs = {
-        b: TrainConfig(device="cpu", height=16, width=32, batch_size=b, workers=0)
-        for b in (1, 4)
-    }
-    times = step_rounds(cfgs, rounds=3)
-    assert set(times) == {1, 4} and all(len(t) == 3 for t in times.values())
-    assert all(t > 0 for ts in times.values() for t in ts)
-    # four images cost more than one: the times belong to their configurations
-    assert min(times[4]) > min(times[1])
-    with pytest.raises(ValueError, match="rounds must be >= 1"):
-        step_rounds(cfgs, rounds=0)

@@ -1,6 +1,6 @@
 """The book-building and data tools under bad input: `booktools.run`, `.book`,
-`.bookcheck`, `.evaluate`, `.bench step`, `.data synthesize`. A known failure is one
-`error:` line, a nonzero exit, and nothing earlier lost."""
+`.bookcheck`, `.bench_step`, `ampbook.evaluate`, `.data synthesize`. A known failure
+is one `error:` line, a nonzero exit, and nothing earlier lost."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ from _cli import one_error
 
 from ampbook import data as data_command
 from ampbook import evaluate
-from ampbook.bench import main as bench_main
 from ampbook.core.paths import BOOK_DIR, NOTEBOOKS_DIR, REPO_ROOT
 from ampbook.segmentation import cityscapes as data
 from ampbook.segmentation import synthetic
 from booktools import book, bookcheck, run
+from booktools.bench_step import main as bench_step_main
 
 NOTEBOOK = """# %% [markdown]
 # # A test notebook
@@ -339,7 +339,7 @@ def test_book_deletes_only_what_it_made(executed, tmp_path, capsys):
     assert book.check_out(ours) == ours.resolve()
 
 
-# --- bookcheck, evaluate, bench step --------------------------------------------------
+# --- bookcheck, evaluate, bench_step --------------------------------------------------
 
 
 def test_bookcheck_on_a_missing_or_empty_folder(tmp_path, capsys):
@@ -380,6 +380,8 @@ def test_evaluate_on_cuda_without_cuda(val_root, tmp_path, capsys):
     "argv, words",
     [
         (["--batch-size", "0"], ["--batch-size", "must be at least 1"]),
+        (["--height", "0"], ["--height", "at least 1"]),
+        (["--rounds", "0"], ["--rounds"]),
         (["--height", "12"], ["--height/--width", "multiple of 8"]),
         (
             ["--low-width", "8", "--low-height", "8"],
@@ -391,7 +393,7 @@ def test_evaluate_on_cuda_without_cuda(val_root, tmp_path, capsys):
 def test_bench_step_checks_its_arguments_before_measuring(
     argv, words, tmp_path, capsys
 ):
-    assert bench_main(["step", *argv, "--json", str(tmp_path / "r.json")]) == 2
+    assert bench_step_main([*argv, "--json", str(tmp_path / "r.json")]) == 2
     out = capsys.readouterr()
     one_error(out.err, *words)
     assert (

@@ -21,6 +21,7 @@ from ampbook.measure import cpu_kernels as ck
 from ampbook.predict.pace import pace_verdict
 from ampbook.predict.references import load_published
 from ampbook.results import load_results_dir
+from ampbook.train import TrainConfig
 
 
 def _rs():
@@ -656,3 +657,17 @@ def test_the_posts_times_are_published_not_measured(chapter5):
     assert "the post's published AMP epoch (66.7 s)" in chapter5
     assert "| \\#46377 (published), RTX 3070 |" in chapter5
     assert "| run (published, the post) |" in chapter5
+
+
+def test_step_rounds_times_each_configuration_once_per_round():
+    cfgs = {
+        b: TrainConfig(device="cpu", height=16, width=32, batch_size=b, workers=0)
+        for b in (1, 4)
+    }
+    times = ch5.step_rounds(cfgs, rounds=3)
+    assert set(times) == {1, 4} and all(len(t) == 3 for t in times.values())
+    assert all(t > 0 for ts in times.values() for t in ts)
+    # four images cost more than one: the times belong to their configurations
+    assert min(times[4]) > min(times[1])
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        ch5.step_rounds(cfgs, rounds=0)

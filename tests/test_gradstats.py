@@ -132,7 +132,6 @@ def test_recorder_captures_activation_and_weight_gradients():
     assert {r[0] for r in rows} == {"Linear", "ReLU"} and len(rows[0]) == 4 + len(
         g4.SCALES
     )
-    assert set(rec.summary()) == {"activation", "weight"}
     with pytest.raises(KeyError, match="no 'bias'"):
         rec.combined("bias")
 
@@ -256,7 +255,6 @@ def test_median_log2_reads_a_fraction_of_a_bin():
     # log-uniform magnitudes over [2^-30, 2^-19): the median of log2|g| is -24.5
     values = log_uniform(200_000, lo=-30, hi=-19, seed=3)
     rec = _recorder_with(values)
-    assert g4.median_exponent(rec, "activation") == -25  # the bin, [2^-25, 2^-24)
     assert g4.median_log2(rec, "activation") == pytest.approx(-24.5, abs=0.03)
     # one decade lower, the same median in bins: a shift of exactly -10 read back
     lower = _recorder_with(values * 2.0**-10)

@@ -1,7 +1,7 @@
 """The runner's optimisations (issue 18): each a ``TrainConfig`` field and a
 ``python -m ampbook.train`` flag, recorded in the run, checked on ``--resume``. Tiny
 runs (32x64 pixels, a few synthetic images) on the CPU; no timing (``python -m
-ampbook.bench step --options`` prints the ratios)."""
+booktools.bench_step --options`` prints the ratios)."""
 
 import dataclasses
 

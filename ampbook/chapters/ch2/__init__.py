@@ -1,10 +1,7 @@
-"""What chapter 2 says (tensor cores, matmul timing): where mixed precision pays on
-this machine, from the op speeds measured (``op_speeds``, ``amp_op_verdict``); the
-one-line verdicts on a sweep's speed, off-by-one shapes, elementwise adds and roofline;
-and the reading of the GPU sweeps committed under ``data/results/`` (``records_table``,
-``sweep_summary``, ``sweep_provenance``). The sweeps themselves are
-``ampbook.chapters.ch2.bench_sweeps``, the records
-``ampbook.chapters.ch2.bench_matmul``.
+"""What chapter 2 (tensor cores) says: where mixed precision pays on this machine,
+from the op speeds measured; one-line verdicts on a sweep's speed, off-by-one shapes,
+elementwise adds and roofline; the reading of the GPU sweeps committed under
+``data/results/``. The sweeps are ``bench_sweeps``, the records ``bench_matmul``.
 """
 
 from __future__ import annotations
@@ -24,10 +21,8 @@ from ampbook.core.words import plural
 def op_speeds(
     mm_rows: Sequence[dict], conv_rows: Sequence[dict]
 ) -> tuple[int, dict[str, dict[str, float]]]:
-    """Each 16-bit dtype's speed against fp32, per op: ``(n, {dtype: {"matmul",
-    "conv", "conv_train": ratio}})`` with the matmuls at the largest size every dtype
-    reached (``speeds_at_common_size``); a ratio above 1 is faster than fp32. An op a
-    dtype did not run is left out."""
+    """``(n, {dtype: {op: speed over fp32's}})`` of each 16-bit dtype, the matmuls at
+    the largest size every dtype reached; an op a dtype did not run is left out."""
     n, speed = speeds_at_common_size(mm_rows)
     conv = {(r["kind"], r["dtype"]): r["median_s"] for r in conv_rows}
     out: dict[str, dict[str, float]] = {}
@@ -55,13 +50,10 @@ def amp_op_verdict(
     load: dict | None = None,
     margin: float = 0.1,
 ) -> str:
-    """Where mixed precision pays on this device, from measured op speeds
-    (``op_speeds``, never from the CPU's instruction flags): per 16-bit dtype, its speed
-    against fp32 on each op and whether it is faster on all of them (by more than
-    ``margin``), slower on all, or mixed; then what that means for autocast here.
-    Autocast's low dtype is bf16 on a CPU and fp16 on CUDA. ``load``
-    (``timing.machine_load()``) adds a warning when CPU timings were taken on a busy
-    machine."""
+    """Where mixed precision pays on this device, from measured ``op_speeds`` (never
+    the CPU's flags): per 16-bit dtype faster on all ops (by ``margin``), slower on
+    all, or mixed, and what that means for autocast's dtype here; ``load`` adds a
+    warning for CPU timings taken on a busy machine."""
     if not ratios:
         return "no 16-bit dtype was measured beside fp32."
     parts, verdicts = [], {}
@@ -76,25 +68,16 @@ def amp_op_verdict(
         parts.append(f"{d} ran {speeds} the fp32 speed ({verdicts[d]})")
     text = f"On this {device_type}, " + "; ".join(parts) + ". "
     low = "bf16" if device_type == "cpu" else "fp16"
-    what = verdicts.get(low)
-    if what == "faster":
-        text += (
-            f"Autocast's {low} can pay here in layers made of these ops; a whole step "
-            "can still gain less or lose, since it also runs the casts autocast "
-            "inserts and the ops it keeps in fp32."
-        )
-    elif what == "slower":
-        text += (
-            f"Autocast's {low} costs time here in layers made of these ops: mixed "
-            f"precision does not pay on this {device_type}."
-        )
-    elif what == "mixed":
-        text += (
-            f"Autocast's {low} pays here for some ops and costs for others: only a "
-            "whole step says which wins."
-        )
-    else:
-        text += f"Autocast's {low} was not measured."
+    says = {
+        "faster": f"Autocast's {low} can pay here in layers made of these ops; a whole "
+        "step can still gain less or lose, since it also runs the casts autocast "
+        "inserts and the ops it keeps in fp32.",
+        "slower": f"Autocast's {low} costs time here in layers made of these ops: "
+        f"mixed precision does not pay on this {device_type}.",
+        "mixed": f"Autocast's {low} pays here for some ops and costs for others: only "
+        "a whole step says which wins.",
+    }
+    text += says.get(verdicts.get(low), f"Autocast's {low} was not measured.")
     if device_type == "cpu" and load and load.get("busy"):
         text += (
             f" These CPU timings were taken on a busy machine (load average "
@@ -129,8 +112,7 @@ def speeds_at_common_size(rows: Sequence[dict]) -> tuple[int, dict[str, float]]:
 
 
 def speed_verdict(speed: dict[str, float], n: int, device_type: str) -> str:
-    """One line: each dtype's speed against fp32 at size n, and which way it went on
-    this device (measured, not inferred from the CPU's instruction flags)."""
+    """Each dtype's speed against fp32 at size n, and which way it went here."""
     ratios = {d: v / speed["fp32"] for d, v in speed.items() if d != "fp32"}
     text = f"n = {n}: " + ", ".join(f"{d} {r:.3g}x fp32" for d, r in ratios.items())
     low = {d: r for d, r in ratios.items() if d in ("fp16", "bf16")}
@@ -146,8 +128,8 @@ def speed_verdict(speed: dict[str, float], n: int, device_type: str) -> str:
 
 
 def shape_verdict(penalties: Sequence[dict]) -> str:
-    """One line: the largest difference between a multiple of 8 and a size one off, and
-    whether it is outside the run-to-run spread of the two measurements."""
+    """The largest difference between a multiple of 8 and a size one off, and whether
+    it is outside the two measurements' run-to-run spread."""
     if not penalties:
         return "no shape comparison ran."
     worst = max(penalties, key=lambda p: abs(math.log(p["slowdown"])))
@@ -167,9 +149,8 @@ def shape_verdict(penalties: Sequence[dict]) -> str:
 
 
 def elementwise_verdict(rows: Sequence[dict], cache_bytes: int) -> str:
-    """One line: at the largest size, fp16 time over fp32 time for the add, where its
-    inputs were read from (``read_from``), and whether halving the bytes halved the time
-    (< 0.6: yes, close; else no)."""
+    """At the largest size, the add's fp16 time over fp32's, where its inputs were
+    read from, and whether halving the bytes halved the time."""
     ew = {(r["dtype"], r["numel"]): r for r in rows}
     n = max(r["numel"] for r in rows)
     ratio = ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]
@@ -203,9 +184,8 @@ def ceilings_text(ceilings: dict) -> str:
 def roofline_rows(
     points: Sequence[tuple[str, dict, str]], ceilings: dict
 ) -> list[dict]:
-    """Per (label, row, roof dtype): intensity, rate, the roof above it, the fraction of
-    it reached, and which ceiling binds (adds are held against the fp32 compute
-    ceiling)."""
+    """Per (label, row, roof dtype): intensity, rate, the roof above it, the share of
+    it reached, and which ceiling binds."""
     from ampbook.core.devices import attainable_tflops
 
     out = []
@@ -249,8 +229,7 @@ def roofline_verdict(rows: Sequence[dict], ceilings: dict) -> str:
 
 
 def record_device(record: dict) -> str:
-    """How the book names the device of a record: a GPU by
-    ``devices.display_name``, a CPU by the name it reported."""
+    """A record's device: a GPU by ``display_name``, a CPU by the name it reported."""
     from ampbook.core.devices import display_name
 
     env = record["environment"]
@@ -262,24 +241,15 @@ def record_device(record: dict) -> str:
 
 
 def records_table(records: Sequence[dict], devices: dict) -> list[list]:
-    """One row per committed record and dtype: ``[device, dtype, best n, TFLOP/s,
-    published peak, fraction of peak]``, its best matmul against the published peak of
-    its device (None where the device is not in the table)."""
+    """Per committed record and dtype, its best matmul against the published peak:
+    ``[device, dtype, n, TFLOP/s, peak, fraction]`` (None where the GPU is unlisted)."""
     rows = []
     for rec in records:
         entry = devices.get(rec.get("device_key") or "")
         for d, r in best_per_dtype(rec["matmul"]).items():
             peak = entry.peak_tflops(d.split("_")[0]) if entry else None
-            rows.append(
-                [
-                    record_device(rec),
-                    d,
-                    r["n"],
-                    r["tflops"],
-                    peak,
-                    r["tflops"] / peak if peak else None,
-                ]
-            )
+            share = r["tflops"] / peak if peak else None
+            rows.append([record_device(rec), d, r["n"], r["tflops"], peak, share])
     return rows
 
 
@@ -297,8 +267,7 @@ def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> s
 
 
 def sweep_provenance(record: dict) -> str:
-    """The one-line provenance of a committed sweep (``results.provenance``): device,
-    date, software, CPU threads, then the sizes it ran and how fp32 was timed."""
+    """A committed sweep's provenance line: device, date, software, its sizes."""
     from ampbook.results import provenance
 
     sizes = sorted({r["n"] for r in record["matmul"]})
@@ -311,10 +280,8 @@ def sweep_provenance(record: dict) -> str:
 
 
 def sweep_summary(record: dict, devices: dict) -> str:
-    """What a committed sweep shows, in two sentences: each dtype's best matmul
-    (TFLOP/s, size, share of the published dense peak where the device is in the table)
-    and speed against the best fp32; then the largest penalty of a size one off a
-    multiple of 8, and whether it stands out of the run-to-run spread."""
+    """A committed sweep in two sentences: each dtype's best matmul (share of the
+    published peak, speed against fp32), then the largest off-by-one penalty."""
     name = record_device(record)
     entry = devices.get(record.get("device_key") or "")
     best = best_per_dtype(record["matmul"])
@@ -351,8 +318,8 @@ def sweep_summary(record: dict, devices: dict) -> str:
 
 
 def tensor_core_claims(post: dict, devices: dict | None = None) -> list[list]:
-    """The RTX 3070 blog post's tensor-core claims beside what the peak table and the
-    facts in ``seed_post.yml`` say: rows ``[claim, what is true, source]``."""
+    """The RTX 3070 post's tensor-core claims: rows ``[claim, what is true, source]``
+    from the peak table and ``seed_post.yml``."""
     from ampbook.core.devices import load_devices
 
     devices = load_devices() if devices is None else devices

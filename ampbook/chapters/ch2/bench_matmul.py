@@ -1,43 +1,10 @@
-"""The tensor-core benchmark, ``python -m ampbook.bench matmul``, and the record it
-keeps.
-
-    python -m ampbook.bench matmul [--device auto|cpu|cuda] [--sizes 64 128 256]
-                                   [--shape-sizes 128 512] [--numel 16777216] [--rounds
-                                   2] [--max-call-s 0.1] [--save
-                                   data/results/tensor_cores_NAME.json]
-
-prints, measured side by side in one run on this machine: the bf16/fp32 and fp16/fp32
-matmul speed ratios at a few sizes, the penalty of a size one off a multiple of 8, and
-the fp16/fp32 bandwidth ratio of an elementwise add. On a GPU the sizes default to large
-ones and tf32 and fp8 join where the hardware has them.
-
-The sweeps it runs (``matmul_sweep``, ``shape_cliff``, ``elementwise_sweep``) are in
-``ampbook.chapters.ch2.bench_sweeps``, which chapter 2 calls too (what the chapter
-reads from them is
-``ampbook.chapters.ch2``); ``make_record``/``save_record``/``load_records`` keep results
-as JSON so that a GPU run can be committed to ``data/results/`` and shown in the book
-beside the CPU it is built on.
-
-Results file format (``data/results/tensor_cores_<name>.json``, schema
-``ampbook.tensor_cores/1``)::
-
-    {
-      "schema": "ampbook.tensor_cores/1",
-      "created": "2025-01-01T12:00:00+00:00",      # UTC, ISO 8601
-      "profile": "gpu" | "cpu" | "smoke" | "bench" | null,
-      "machine_load": {"load1", "cpus", "busy"},  # timing.machine_load() at the end
-      "environment": {...},              # ampbook.core.env.environment(device)
-      "device_key": "h200-sxm" | null,   # devices.yml entry, null if unlisted
-      "matmul":      [ROW, ...],   # kind "matmul": dtype, n, m, k
-      "shapes":      [ROW, ...],   # kind "matmul", plus "base" (the multiple of 8)
-      "elementwise": [ROW, ...],   # kind "elementwise": dtype, numel
-      "skipped":     [{"kind", "dtype", "n" or "numel", "reason"}, ...]
-    }
-
-where ROW is ``TimingResult.to_dict()``: ``median_s, p10_s, p90_s, q25_s, q75_s, min_s,
-samples, number, warmup, buffers, flops, bytes_moved, tflops, gbps`` plus the fields
-above. Times are seconds per call, rates use the median (TFLOP/s = 1e12 FLOP/s, GB/s =
-1e9 B/s).
+"""``python -m ampbook.bench matmul``, the tensor-core benchmark: bf16/fp32 and
+fp16/fp32 matmul speed (tf32 and fp8 on a GPU that has them), the penalty of a size
+one off a multiple of 8, and the fp16/fp32 bandwidth of an add, side by side.
+``save_record`` keeps them as ``data/results/tensor_cores_<name>.json`` (schema
+``ampbook.tensor_cores/1``, ``results.sweeps.validate_matmul``): the environment, the
+device_key (null if unlisted), rows of ``TimingResult.to_dict()`` for ``matmul``,
+``shapes`` (with ``base``) and ``elementwise``, and what was ``skipped``.
 """
 
 from __future__ import annotations
@@ -58,24 +25,21 @@ from ampbook.chapters.ch2.bench_sweeps import (
     supported_dtypes,
 )
 from ampbook.core import cli
-from ampbook.core.paths import RESULTS_DIR
 from ampbook.results.schema import MATMUL_SCHEMA
 from ampbook.results.sweeps import validate_matmul
 
-if TYPE_CHECKING:  # torch is imported where it is used: ``python -m ampbook.bench
-    # matmul --help`` answers without it
+if TYPE_CHECKING:  # torch is imported where it is used: --help answers without it
     import torch
 
-RESULTS_PATTERN = "tensor_cores_*.json"
+RESULTS_PATTERN = "tensor_cores_*.json"  # named by ch2.records_verdict
 
 
 def roofline_ceilings(
     entry, best: dict[str, dict], ew_rows: Sequence[dict], cache_bytes: int
 ) -> dict:
     """Compute ceilings (TFLOP/s per dtype) and a bandwidth ceiling (GB/s): the
-    published peaks of ``entry`` (a devices.yml Device) when given, else the best rates
-    measured (adds read from memory, ``read_from``, when there are any; fp32's compute
-    ceiling no lower than the fastest add, which is held against it)."""
+    published peaks of ``entry`` (a devices.yml Device), else the best rates measured
+    (adds read from memory where there are any)."""
     if entry is not None:
         compute = {d: entry.peak_tflops(d.split("_")[0]) for d in best}
         compute = {d: v for d, v in compute.items() if v}
@@ -145,23 +109,6 @@ def save_record(record: dict, path: str | Path) -> Path:
     return path
 
 
-def load_records(
-    directory: str | Path = RESULTS_DIR, pattern: str = RESULTS_PATTERN
-) -> list[dict]:
-    """All records in ``directory`` matching ``pattern`` (sorted by file name),
-    validated; each gets a ``"file"`` key. An empty list when there are none."""
-    directory = Path(directory)
-    out = []
-    for path in sorted(directory.glob(pattern)):
-        try:
-            record = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
-        validate_matmul(record, str(path))
-        out.append(dict(record, file=path.name))
-    return out
-
-
 # --- The benchmark ---
 
 CPU_DEFAULTS = {
@@ -191,8 +138,7 @@ def _fmt_ratio(r: float) -> str:
 
 
 def report(record: dict, out=None) -> dict:
-    """Print the ratios of a record; return them as a dict (what the tests and chapter
-    read)."""
+    """Print the ratios of a record; return them as a dict."""
     out = sys.stdout if out is None else out
     mm = {(r["dtype"], r["n"]): r for r in record["matmul"]}
     order = ["fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
@@ -317,25 +263,17 @@ def run(
     if quick:
         timing = {"min_time": 0.01, "max_time": 0.1, **timing}
     dtypes = list(dtypes or supported_dtypes(dev))
-    matmul, skipped = matmul_sweep(
-        sizes, dtypes, dev, max_call_s=max_call_s, rounds=rounds, **timing
-    )
+    kw = {"device": dev, "rounds": rounds, **timing}
+    matmul, skipped = matmul_sweep(sizes, dtypes, max_call_s=max_call_s, **kw)
     shapes, skipped2 = shape_cliff(
         shape_sizes,
         [d for d in dtypes if not d.startswith("fp8")],
-        dev,
         max_call_s=max_call_s,
         known=matmul,
-        rounds=rounds,
-        **timing,
+        **kw,
     )
-    ew = elementwise_sweep(
-        numel,
-        [d for d in ("fp32", "fp16", "bf16") if d in dtypes or d == "fp32"],
-        dev,
-        rounds=rounds,
-        **timing,
-    )
+    ew_dtypes = [d for d in ("fp32", "fp16", "bf16") if d in dtypes or d == "fp32"]
+    ew = elementwise_sweep(numel, ew_dtypes, **kw)
     return make_record(dev, matmul, shapes, ew, skipped + skipped2, profile=profile)
 
 
@@ -348,8 +286,7 @@ MAX_NUMEL = 2**31
 
 
 def check_sizes(sizes, shape_sizes, numel) -> None:
-    """``--sizes``, ``--shape-sizes`` and ``--numel`` within ``MAX_SIZE`` and
-    ``MAX_NUMEL``: a ``cli.UserError`` naming the value and the limit otherwise."""
+    """A ``cli.UserError`` naming a size over ``MAX_SIZE`` or ``MAX_NUMEL``."""
     for flag, values, most, square in (
         ("--sizes", sizes, MAX_SIZE, True),
         ("--shape-sizes", shape_sizes, MAX_SIZE, True),
@@ -376,25 +313,18 @@ def build_parser() -> cli.ArgumentParser:
     ap.add_argument(
         "--device", default="auto", help="auto (CUDA if available), cpu or cuda"
     )
-    ap.add_argument(
-        "--sizes",
-        type=cli.positive_int,
-        nargs="+",
-        help=f"square matmul sizes for the dtype ratios (at most {MAX_SIZE})",
-    )
-    ap.add_argument(
-        "--shape-sizes",
-        type=cli.positive_int,
-        nargs="+",
-        metavar="N",
-        help=f"multiples of 8 to compare with one off (at most {MAX_SIZE})",
-    )
-    ap.add_argument(
-        "--numel",
-        type=cli.positive_int,
-        nargs="+",
-        help=f"elementwise sizes in elements (at most {MAX_NUMEL})",
-    )
+    for flag, metavar, what, most in (
+        ("--sizes", None, "square matmul sizes for the dtype ratios", MAX_SIZE),
+        ("--shape-sizes", "N", "multiples of 8 to compare with one off", MAX_SIZE),
+        ("--numel", None, "elementwise sizes in elements", MAX_NUMEL),
+    ):
+        ap.add_argument(
+            flag,
+            type=cli.positive_int,
+            nargs="+",
+            metavar=metavar,
+            help=f"{what} (at most {most})",
+        )
     ap.add_argument(
         "--dtypes", nargs="+", help="matmul dtypes (default: all the device runs)"
     )
@@ -444,11 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ampbook.core.env import cpu_flags
 
-    if args.rounds < 1:
-        ap.error("--rounds must be >= 1")
     if args.threads is not None:
-        if args.threads < 1:
-            ap.error("--threads must be >= 1")
         torch.set_num_threads(args.threads)
     if args.save:  # checked before measuring, written after
         cli.check_output_file(
@@ -485,7 +411,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             ) from None
         print(f"saved {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,7 @@
-"""Speed by dtype, measured: the sweeps behind chapter 2 and ``python -m ampbook.bench
-matmul``. Square matmuls by size (``matmul_sweep``), sizes one off a multiple of 8
-(``shape_cliff``, read by ``shape_penalties``), an elementwise add
-(``elementwise_sweep``, ``read_from`` says whether its inputs came from memory) and one
-convolution's forward and training pass (``conv_sweep``). Each point is measured side
-by side with the other dtypes; rows are ``TimingResult.to_dict()``. Torch is imported
-where it is used.
+"""Speed by dtype, measured side by side: the sweeps behind chapter 2 and ``python -m
+ampbook.bench matmul``: square matmuls (``matmul_sweep``), sizes one off a multiple of
+8 (``shape_cliff``), an elementwise add (``elementwise_sweep``) and a convolution's
+forward and training pass (``conv_sweep``). Rows are ``TimingResult.to_dict()``.
 """
 
 from __future__ import annotations
@@ -12,8 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-if TYPE_CHECKING:  # torch is imported where it is used: ``python -m ampbook.bench
-    # matmul --help`` answers without it
+if TYPE_CHECKING:  # torch is imported where it is used: --help answers without it
     import torch
 
     from ampbook.measure.timing import TimingResult
@@ -24,8 +20,8 @@ SWEEP_TIMING = {"warmup": 2, "repeats": 5, "min_time": 0.1, "max_time": 1.0}
 
 
 def supported_dtypes(device: str | torch.device = "auto") -> list[str]:
-    """The matmul dtypes this device runs: fp32, fp16, bf16 on a CPU; on CUDA also tf32
-    (compute capability 8.0+), bf16 (8.0+) and fp8 (8.9+, with ``torch._scaled_mm``)."""
+    """The matmul dtypes this device runs: fp32, fp16, bf16 on a CPU; on CUDA tf32 and
+    bf16 from compute capability 8.0, fp8 from 8.9 (with ``torch._scaled_mm``)."""
     import torch
 
     from ampbook.core.devices import pick_device
@@ -34,30 +30,13 @@ def supported_dtypes(device: str | torch.device = "auto") -> list[str]:
     if dev.type != "cuda":
         return ["fp32", "fp16", "bf16"]
     cap = torch.cuda.get_device_capability(dev)
-    out = ["fp32"]
-    if cap >= (8, 0):
-        out.append("tf32")
-    out.append("fp16")
-    if cap >= (8, 0):
-        out.append("bf16")
-    if (
-        cap >= (8, 9)
-        and hasattr(torch, "_scaled_mm")
-        and hasattr(torch, "float8_e4m3fn")
-    ):
-        out.append("fp8")
-    return out
-
-
-def _timing(kwargs: dict) -> dict:
-    out = dict(SWEEP_TIMING)
-    out.update(kwargs)
-    return out
+    out = ["fp32", "tf32", "fp16", "bf16"] if cap >= (8, 0) else ["fp32", "fp16"]
+    fp8 = hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+    return out + ["fp8"] if cap >= (8, 9) and fp8 else out
 
 
 def _predict(measured: dict[int, float], n: int) -> float | None:
-    """Seconds per call of an n^3 matmul from the nearest smaller measured size
-    (cubic)."""
+    """Seconds per call of an n^3 matmul, cubic from the nearest smaller size."""
     smaller = [m for m in measured if m <= n]
     if not smaller:
         return None
@@ -66,14 +45,24 @@ def _predict(measured: dict[int, float], n: int) -> float | None:
 
 
 def _best_of(results: list[dict]) -> dict:
-    """Of several interleaved measurements of one point, the one with the lowest median
-    (the least disturbed by other work on the machine)."""
+    """The measurement of one point with the lowest median (the least disturbed)."""
     best = min(results, key=lambda r: r["median_s"])
     if len(results) > 1:
         best = dict(
             best, rounds=len(results), medians_s=[r["median_s"] for r in results]
         )
     return best
+
+
+def _best_rounds(keys: Sequence, rounds: int, time_one) -> dict:
+    """``{key: the best of rounds rows of time_one(key)}``, the keys timed in turns."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    got: dict = {k: [] for k in keys}
+    for _ in range(rounds):
+        for k in keys:
+            got[k].append(time_one(k))
+    return {k: _best_of(v) for k, v in got.items()}
 
 
 def matmul_sweep(
@@ -84,25 +73,18 @@ def matmul_sweep(
     rounds: int = 1,
     **timing,
 ) -> tuple[list[dict], list[dict]]:
-    """Square matmuls of each size in each dtype; returns ``(rows, skipped)``.
-
-    Sizes go up; at each size the dtypes are measured one after the other (side by side
-    in time). A size whose single call is predicted (cubic growth from the last measured
-    size of that dtype) to exceed ``max_call_s`` is skipped with the reason recorded, so
-    a slow dtype (bf16 on a CPU without AMX) cannot stall a run. ``rounds`` > 1 repeats
-    each point in
-    interleaved rounds and keeps the fastest median. ``timing`` goes to
-    ``time_matmul``."""
+    """Square matmuls of each size in each dtype, the dtypes side by side; returns
+    ``(rows, skipped)``. A size whose call is predicted (cubic from the dtype's last
+    size) over ``max_call_s`` is skipped, so that a slow dtype cannot stall a run;
+    ``rounds`` > 1 keeps the fastest of interleaved rounds."""
     from ampbook.core.devices import pick_device
     from ampbook.measure.timing import time_matmul
 
     dev = pick_device(device)
-    sizes = sorted(set(int(s) for s in sizes))
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    timing = {**SWEEP_TIMING, **timing}
     measured: dict[str, dict[int, float]] = {d: {} for d in dtypes}
     rows, skipped = [], []
-    for n in sizes:
+    for n in sorted(set(int(s) for s in sizes)):
         todo = []
         for dtype in dtypes:
             reason = _skip_reason(dtype, n, measured[dtype], max_call_s)
@@ -112,14 +94,12 @@ def matmul_sweep(
                 )
             else:
                 todo.append(dtype)
-        got: dict[str, list[dict]] = {d: [] for d in todo}
-        for _ in range(rounds):
-            for dtype in todo:
-                got[dtype].append(
-                    time_matmul(n, dtype=dtype, device=dev, **_timing(timing)).to_dict()
-                )
-        for dtype in todo:
-            row = _best_of(got[dtype])
+        best = _best_rounds(
+            todo,
+            rounds,
+            lambda d: time_matmul(n, dtype=d, device=dev, **timing).to_dict(),
+        )
+        for dtype, row in best.items():
             measured[dtype][n] = row["median_s"]
             rows.append(row)
     return rows, skipped
@@ -147,17 +127,13 @@ def shape_cliff(
     rounds: int = 1,
     **timing,
 ) -> tuple[list[dict], list[dict]]:
-    """Square matmuls at each base size (a multiple of 8) and one off it (``offsets``).
-
-    Rows carry ``base`` and ``n``; ``rows_by_shape`` turns them into penalties.
-    ``known`` rows
-    (e.g. from ``matmul_sweep``) help predict slow points for ``max_call_s``."""
+    """Square matmuls at each base size (a multiple of 8) and one off it (``offsets``);
+    rows carry ``base``. ``known`` rows help predict slow points for ``max_call_s``."""
     from ampbook.core.devices import pick_device
     from ampbook.measure.timing import time_matmul
 
     dev = pick_device(device)
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    timing = {**SWEEP_TIMING, **timing}
     measured: dict[str, dict[int, float]] = {d: {} for d in dtypes}
     for r in known:
         if r.get("kind") == "matmul" and r.get("dtype") in measured:
@@ -167,11 +143,11 @@ def shape_cliff(
         if base % 8:
             raise ValueError(f"shape_cliff bases must be multiples of 8, got {base}")
         for dtype in dtypes:
-            reason = None
-            for off in offsets:
-                reason = reason or _skip_reason(
-                    dtype, base + off, measured[dtype], max_call_s
-                )
+            reasons = (
+                _skip_reason(dtype, base + off, measured[dtype], max_call_s)
+                for off in offsets
+            )
+            reason = next((r for r in reasons if r), None)
             if dtype.startswith("fp8"):
                 reason = (
                     "fp8 matmuls need sizes that are multiples of 16; "
@@ -182,21 +158,15 @@ def shape_cliff(
                     {"kind": "shape", "dtype": dtype, "n": base, "reason": reason}
                 )
                 continue
-            got: dict[int, list[dict]] = {off: [] for off in offsets}
-            for _ in range(rounds):
-                for off in offsets:
-                    got[off].append(
-                        time_matmul(
-                            base + off,
-                            dtype=dtype,
-                            device=dev,
-                            extra={"base": base},
-                            **_timing(timing),
-                        ).to_dict()
-                    )
-            for off in offsets:
-                row = _best_of(got[off])
-                measured[dtype][base + off] = row["median_s"]
+            best = _best_rounds(
+                [base + off for off in offsets],
+                rounds,
+                lambda n, d=dtype, b=base: time_matmul(
+                    n, dtype=d, device=dev, extra={"base": b}, **timing
+                ).to_dict(),
+            )
+            for n, row in best.items():
+                measured[dtype][n] = row["median_s"]
                 rows.append(row)
     return rows, skipped
 
@@ -241,21 +211,20 @@ def elementwise_sweep(
     rounds: int = 1,
     **timing,
 ) -> list[dict]:
-    """``z = x + y`` at each size in each dtype (bandwidth-bound); rows as
-    ``to_dict()``."""
+    """``z = x + y`` at each size in each dtype (bandwidth-bound)."""
     from ampbook.core.devices import pick_device
     from ampbook.measure.timing import time_elementwise
 
     dev = pick_device(device)
+    timing = {**SWEEP_TIMING, **timing}
     rows = []
     for numel in sorted(set(int(n) for n in numels)):
-        got: dict[str, list[dict]] = {d: [] for d in dtypes}
-        for _ in range(rounds):
-            for dtype in dtypes:
-                got[dtype].append(
-                    time_elementwise(numel, dtype, dev, **_timing(timing)).to_dict()
-                )
-        rows.extend(_best_of(got[d]) for d in dtypes)
+        best = _best_rounds(
+            dtypes,
+            rounds,
+            lambda d: time_elementwise(numel, d, dev, **timing).to_dict(),
+        )
+        rows.extend(best.values())
     return rows
 
 
@@ -306,13 +275,11 @@ def fit_conv_shape(
     kernel: int = 3,
     max_call_s: float = 1.0,
 ) -> tuple[tuple[int, int, int, int], str | None]:
-    """The convolution shape at which every dtype's forward and training pass should
-    take at most ``max_call_s`` per call, and a line saying why when it is smaller than
-    ``shape`` (None otherwise). Each dtype is timed once at a probe shape
-    (``CONV_PROBE_WORK`` of the work) beside fp32 there, and fp32 once at ``shape``; a
-    dtype's call at ``shape`` is predicted as fp32's there times its ratio to fp32 at
-    the probe (a fallback kernel hundreds of times slower than fp32 would otherwise
-    take minutes a call to find out)."""
+    """The shape at which every dtype's calls should take at most ``max_call_s``, and
+    a line saying why when it is smaller than ``shape`` (else None): a dtype's call is
+    predicted as fp32's at ``shape`` times its ratio to fp32 at a probe shape
+    (``CONV_PROBE_WORK`` of the work), so that a fallback kernel hundreds of times
+    slower than fp32 does not take minutes a call to find out."""
     from ampbook.core.devices import pick_device
 
     shape = tuple(int(v) for v in shape)
@@ -352,63 +319,45 @@ def conv_sweep(
     rounds: int = 1,
     **timing,
 ) -> tuple[list[dict], list[dict], str | None]:
-    """One convolution (``shape`` = batch, channels, height, width; ``kernel`` square)
-    in each dtype: its forward (kind ``"conv"``) and a training pass, forward and
-    backward (kind ``"conv_train"``), measured side by side; returns ``(rows, skipped,
-    fit_line)``. With ``max_call_s``, the convolution is first shrunk until every
-    dtype's calls should fit it (``fit_conv_shape``; ``fit_line`` says so, None when
-    ``shape`` fits), and a dtype whose forward still took longer than ``max_call_s``
-    per call skips its training pass (about three times the work), with the reason
-    recorded; fp32, the reference, never does. Every row holds the shape it ran at."""
+    """One convolution (``shape`` = batch, channels, height, width) in each dtype: its
+    forward (kind ``"conv"``) and a training pass (``"conv_train"``), side by side;
+    returns ``(rows, skipped, fit_line)``. With ``max_call_s`` the shape is first
+    shrunk to fit it (``fit_conv_shape``, ``fit_line`` says so), and a dtype other than
+    fp32 whose forward still took longer skips its training pass (3x the work)."""
     from ampbook.core.devices import pick_device
 
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
     dev = pick_device(device)
+    timing = {**SWEEP_TIMING, **timing}
     fit_line = None
     if max_call_s is not None:
         shape, fit_line = fit_conv_shape(shape, dtypes, dev, kernel, max_call_s)
-    batch, channels, height, width = (int(v) for v in shape)
-    size = {"batch": batch, "channels": channels, "height": height, "width": width}
+    size = dict(zip(("batch", "channels", "height", "width"), map(int, shape)))
     rows, skipped = [], []
     for backward in (False, True):
         kind = CONV_KINDS[backward]
         todo = []
         for dtype in dtypes:
             fwd = next((r for r in rows if r["dtype"] == dtype), None)
-            if backward and max_call_s is not None and fwd and dtype != "fp32":
-                if fwd["median_s"] > max_call_s:
-                    skipped.append(
-                        dict(
-                            size,
-                            kind=kind,
-                            dtype=dtype,
-                            reason=f"its forward took {fwd['median_s']:.3g} s per "
-                            f"call > max_call_s {max_call_s:g} s",
-                        )
-                    )
-                    continue
-            todo.append(dtype)
-        got: dict[str, list[dict]] = {d: [] for d in todo}
-        for _ in range(rounds):
-            for dtype in todo:
-                got[dtype].append(
-                    dict(
-                        time_conv2d(
-                            batch,
-                            channels,
-                            height,
-                            width,
-                            kernel,
-                            dtype,
-                            dev,
-                            backward=backward,
-                            **_timing(timing),
-                        ).to_dict(),
-                        **size,
-                    )
+            slow = backward and max_call_s is not None and fwd and dtype != "fp32"
+            if slow and fwd["median_s"] > max_call_s:
+                reason = (
+                    f"its forward took {fwd['median_s']:.3g} s per call > max_call_s "
+                    f"{max_call_s:g} s"
                 )
-        rows.extend(_best_of(got[d]) for d in todo)
+                skipped.append(dict(size, kind=kind, dtype=dtype, reason=reason))
+            else:
+                todo.append(dtype)
+        best = _best_rounds(
+            todo,
+            rounds,
+            lambda d, bwd=backward: dict(
+                time_conv2d(
+                    *size.values(), kernel, d, dev, backward=bwd, **timing
+                ).to_dict(),
+                **size,
+            ),
+        )
+        rows.extend(best.values())
     return rows, skipped, fit_line
 
 
@@ -416,11 +365,9 @@ _ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
 
 
 def read_from(row: dict, cache_bytes: int) -> str:
-    """Where the timed calls of a row found their inputs: ``"memory"`` when the input
-    sets the timer rotated through (``buffers`` of ``bytes_moved`` each) cover at least
-    twice the last-level cache, so that each set was evicted before its next use;
-    ``"cache"`` otherwise (a working set the cache holds, or too few sets to push it
-    out: the timer rotates at most 64 sets and 1 GiB)."""
+    """``"memory"`` when the input sets the timer rotated through (``buffers`` of
+    ``bytes_moved`` each) cover at least twice the last-level cache, so that each was
+    evicted before its next use; ``"cache"`` otherwise."""
     moved = row.get("bytes_moved")
     if moved is None:
         moved = 3 * row["numel"] * _ITEMSIZE[row["dtype"]]
@@ -430,8 +377,7 @@ def read_from(row: dict, cache_bytes: int) -> str:
 def conv2d_flops(
     batch: int, channels: int, height: int, width: int, kernel: int
 ) -> int:
-    """FLOPs of a same-padded, stride-1 convolution with ``channels`` in and out: one
-    multiply and one add per weight per output pixel."""
+    """FLOPs of a same-padded, stride-1 convolution, ``channels`` in and out."""
     return 2 * batch * channels * height * width * channels * kernel * kernel
 
 
@@ -447,10 +393,9 @@ def time_conv2d(
     seed: int = 0,
     **kwargs,
 ) -> TimingResult:
-    """Time a same-padded, stride-1 ``conv2d`` (NCHW, ``channels`` in and out, no bias)
-    with input, weight and output in ``dtype``; with ``backward`` one training pass:
-    the forward and ``aten.convolution_backward`` for the input's and the weight's
-    gradients (3x the forward's FLOPs). Other keyword arguments go to
+    """Time a same-padded, stride-1 ``conv2d`` (NCHW, no bias) in ``dtype``; with
+    ``backward`` one training pass: the forward and ``aten.convolution_backward`` for
+    the input's and the weight's gradients (3x the FLOPs). ``kwargs`` go to
     ``ampbook.measure.timing.benchmark``."""
     import contextlib
 
@@ -460,13 +405,14 @@ def time_conv2d(
     from ampbook.core.devices import pick_device
     from ampbook.measure.timing import benchmark, random_tensor, resolve_dtype
 
-    for label, v in (
-        ("batch", batch),
-        ("channels", channels),
-        ("height", height),
-        ("width", width),
-        ("kernel", kernel),
-    ):
+    size = {
+        "batch": batch,
+        "channels": channels,
+        "height": height,
+        "width": width,
+        "kernel": kernel,
+    }
+    for label, v in size.items():
         if not is_positive_int(v):
             raise ValueError(f"conv {label} must be a positive integer, got {v!r}")
     if kernel % 2 == 0:
@@ -513,15 +459,7 @@ def time_conv2d(
     flops = conv2d_flops(batch, channels, height, width, kernel)
     what = "conv2d forward+backward" if backward else "conv2d"
     kwargs.setdefault("name", f"{what} {name} {batch}x{channels}x{height}x{width}")
-    extra = {
-        "kind": "conv_train" if backward else "conv",
-        "dtype": name,
-        "batch": batch,
-        "channels": channels,
-        "height": height,
-        "width": width,
-        "kernel": kernel,
-    }
+    extra = {"kind": CONV_KINDS[backward], "dtype": name, **size}
     extra.update(kwargs.pop("extra", {}) or {})
     with torch.no_grad() if not backward else contextlib.nullcontext():
         return benchmark(

@@ -1,19 +1,12 @@
-"""What chapter 4 (04_loss_scaling) shows of autocast: the table and the paragraph of
-the op probes on CPU and CUDA, ERFNet's layers under autocast on both, the dtypes of
-the parameters and gradients after one step, and a layer used twice in a forward.
-
-    probe_rows(probes)                  # {device: {op: ProbeResult}} as table rows
-    probe_verdict(probes)               # where CPU, CUDA and the docs part ways
-    layer_rows(model, x, device)        # layer types' dtypes, CPU and CUDA
-    dtypes_after_step(model, x, y, device_type, dtype)
-    SameLayerTwice()                    # the cast cache at work
-
-The measurements are ``ampbook.measure``'s (``op_probes``, ``model_dtypes``).
+"""What chapter 4 (04_loss_scaling) shows of autocast: the op probes on CPU and CUDA
+and where they part from the docs, ERFNet's layers, casts and dtypes under autocast, a
+layer used twice in a forward, and the reading of the loss-scaling runs.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
@@ -33,18 +26,12 @@ from ampbook.measure.model_dtypes import CastCounter, trace_layers
 if TYPE_CHECKING:
     from ampbook.numerics.loss_scaling import ScalingRun
 
-PROBE_HEADERS = [  # short: the table must fit a 1000 px page
-    "op",
-    "CPU ran",
-    "CPU docs",
-    "CUDA ran",
-    "CUDA docs",
-]
+# short: the table must fit a 1000 px page
+PROBE_HEADERS = ["op", "CPU ran", "CPU docs", "CUDA ran", "CUDA docs"]
 
 
 def probe_rows(probes: dict[str, dict[str, ProbeResult]]) -> list[tuple]:
-    """One row per probed op: observed and documented behaviour on CPU and CUDA, from
-    ``{device_type: {op: ProbeResult}}``."""
+    """Per probed op: observed and documented behaviour on CPU and CUDA."""
     return [
         (
             op,
@@ -58,8 +45,8 @@ def probe_rows(probes: dict[str, dict[str, ProbeResult]]) -> list[tuple]:
 
 
 def probe_verdict(probes: dict[str, dict[str, ProbeResult]]) -> str:
-    """One paragraph of facts: where CPU and CUDA autocast differ among the probed ops,
-    and where the observed behaviour is not what the documentation lists."""
+    """Where CPU and CUDA autocast differ among the probed ops, and where what they
+    did is not what the documentation lists."""
     pairs: dict[tuple[str, str], list[str]] = {}
     for op in PROBE_NAMES:
         a, b = probes["cpu"][op].observed, probes["cuda"][op].observed
@@ -88,7 +75,7 @@ def probe_verdict(probes: dict[str, dict[str, ProbeResult]]) -> str:
 
 def layer_rows(model: nn.Module, x: torch.Tensor, device: torch.device) -> list[tuple]:
     """``(device, layer type, input dtypes, output dtype, calls)`` of one forward under
-    autocast on the CPU and on CUDA (on fake CUDA tensors without a GPU)."""
+    autocast on the CPU and on CUDA (fake CUDA tensors without a GPU)."""
     rows = []
     for d in DEVICE_TYPES:
         if d == "cuda" and device.type != "cuda":
@@ -138,9 +125,8 @@ class SameLayerTwice(nn.Module):
 
 
 def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
-    """Distinct (type, input dtypes, output dtypes) combinations with their counts, from
-    ``trace_layers`` rows (``key="type"``) or ``trace_ops`` rows (``key="op"``), as
-    chapter 4 tables them."""
+    """Distinct (type, input dtypes, output dtypes) with their counts, from
+    ``trace_layers`` (``key="type"``) or ``trace_ops`` rows (``key="op"``)."""
     counts: dict[tuple, int] = {}
     for r in rows:
         extra = (r["module"],) if key == "op" else ()
@@ -163,36 +149,30 @@ def count_casts(
     cache_enabled: bool = True,
     one_region: bool = True,
 ) -> CastCounter:
-    """Run ``forwards`` forward passes under autocast and count the casts.
-    ``one_region``: all passes inside one autocast region (the cast cache lives as long
-    as the region), else one region per pass. Gradients are enabled, as in training: the
-    cache only keeps casts of leaf tensors that require grad (the parameters). Chapter 4
-    counts ERFNet's casts and a reused layer's."""
+    """The casts of ``forwards`` forward passes under autocast, all in one region (the
+    cast cache lives as long as it) or one region each; gradients enabled, as the cache
+    keeps only casts of leaves that require grad."""
     dtype = dtype or default_dtype(device_type)
-    counter = CastCounter(model=model)
-    with counter:
-        if one_region:
+    regions, per_region = (1, forwards) if one_region else (forwards, 1)
+    with CastCounter(model=model) as counter:
+        for _ in range(regions):
             with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
-                for _ in range(forwards):
-                    model(x)
-        else:
-            for _ in range(forwards):
-                with autocast_region(device_type, dtype, cache_enabled=cache_enabled):
+                for _ in range(per_region):
                     model(x)
     return counter
 
 
 def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
-    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model's
-    parameters (chapter 4: fp32 under autocast)."""
-    out: dict[str, dict[str, int]] = {"params": {}, "grads": {}}
-    for p in model.parameters():
-        out["params"][dtype_name(p.dtype)] = (
-            out["params"].get(dtype_name(p.dtype), 0) + 1
-        )
-        g = "none" if p.grad is None else dtype_name(p.grad.dtype)
-        out["grads"][g] = out["grads"].get(g, 0) + 1
-    return out
+    """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model."""
+    params = [p for p in model.parameters()]
+    return {
+        "params": dict(Counter(dtype_name(p.dtype) for p in params)),
+        "grads": dict(
+            Counter(
+                "none" if p.grad is None else dtype_name(p.grad.dtype) for p in params
+            )
+        ),
+    }
 
 
 class _BackwardOps(TorchDispatchMode):
@@ -220,12 +200,9 @@ def backward_dtypes(
     dtype: torch.dtype | None = None,
     loss_fn: Callable | None = None,
 ) -> dict[tuple[str, str], int]:
-    """Run one forward under autocast and the backward under a ``TorchDispatchMode``
-    that records the output dtypes of the backward kernels (ops named ``*_backward``)
-    and of the dtype conversions (``_to_copy``): ``{(op, dtype): count}``. Shows that
-    the gradients computed by low-precision ops are low precision, and that the casts'
-    backward converts the weight gradients to fp32 before they reach ``.grad`` (chapter
-    4, for ERFNet). Clears the gradients after."""
+    """``{(op, dtype): count}`` of the outputs of the backward kernels (``*_backward``)
+    and casts (``_to_copy``) after one forward under autocast: low-precision ops make
+    low-precision gradients, the casts' backward turns them fp32 before ``.grad``."""
     dtype = dtype or default_dtype(device_type)
     loss_fn = loss_fn or F.cross_entropy
     model.zero_grad(set_to_none=True)
@@ -255,9 +232,8 @@ def grad_scaler_defaults(device_type: str = "cpu") -> dict[str, float]:
 def choose_fp16_mode(
     requested: str, device_type: str, seconds: dict[str, float]
 ) -> tuple[str, str]:
-    """``(mode, why)``: ``requested`` unless it is ``"auto"``; then real fp16 autocast
-    on CUDA, and on a CPU the faster of the two by ``seconds`` (``step_seconds`` per
-    mode)."""
+    """``(mode, why)``: ``requested``, or for ``"auto"`` fp16 autocast on CUDA and the
+    faster of the two by ``seconds`` on a CPU."""
     ratio = (
         f"real fp16 autocast took {seconds['autocast'] / seconds['off']:.1f}x the fp32 "
         f"time, the emulation {seconds['emulate'] / seconds['off']:.1f}x"
@@ -277,8 +253,8 @@ def choose_fp16_mode(
 def scaling_plan(
     fixed_scales: Iterable[float], fp16: str
 ) -> list[tuple[str, str, float, str]]:
-    """The runs of chapter 4: (label, regime, scale, fp16 mode): the fp32 reference,
-    fp16 gradients with no scaling, each fixed scale, and GradScaler's dynamic scale."""
+    """Chapter 4's runs (label, regime, scale, fp16 mode): fp32, no scaling, each fixed
+    scale and GradScaler's dynamic one."""
     plan = [("fp32 reference", "none", 1.0, "off"), ("no scaling", "none", 1.0, fp16)]
     plan += [
         (f"fixed 2^{math.log2(s):g}", "fixed", float(s), fp16) for s in fixed_scales
@@ -295,11 +271,9 @@ def reference_run(runs: list[ScalingRun]) -> ScalingRun:
 
 
 def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
-    """``(headers, rows, formats)`` for ``ampbook.core.page.md_table``: one row per run
-    against the fp32 reference: its final loss, the final loss minus the reference's,
-    the largest difference over the steps (nan once its weights are not finite), its
-    overflow steps and, of those, the steps it skipped, and (when any run emulated fp16
-    gradients) the mean share of the nonzero values flushed to zero per step."""
+    """``(headers, rows, formats)`` for ``md_table``: per run against the fp32
+    reference, its final loss and difference, the largest difference over the steps,
+    overflow (skipped) steps and, when emulated, the mean share flushed per step."""
     ref = reference_run(runs)
     headers = [
         "run",
@@ -332,9 +306,8 @@ def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
 
 
 def scaling_verdict(runs: list[ScalingRun]) -> str:
-    """What the runs show: the dynamic run's scale history, which runs lost their
-    weights to NaN, and which run that kept finite weights ended furthest from the fp32
-    reference (by final loss), with GradScaler's skipped steps beside it."""
+    """The dynamic run's scale history, the runs that lost their weights to NaN, and
+    the finite run that ended furthest from fp32, with GradScaler's skipped steps."""
     dyn = next(r for r in runs if r.regime == "dynamic")
     ref = reference_run(runs)
     growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)

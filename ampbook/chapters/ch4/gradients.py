@@ -1,27 +1,11 @@
-"""Chapter 4's gradients against fp16's range: where they fall, and what a loss scale
-does to them.
-
-fp16's limits come from ``ampbook.numerics.formats.FORMATS["fp16"]``: its smallest
-subnormal 2^-24, smallest normal 2^-14 and largest value 65504. Rounding to nearest
-(ties to even) decides the fate of a gradient value ``g`` multiplied by a loss scale
-``s``:
-
-* **flushed**: ``|g s| <= 2^-25`` (half the smallest subnormal) rounds to 0: the value
-  is lost;
-* **below 2^-24**: ``|g s| < 2^-24``, the paper's criterion (Micikevicius et al., "Mixed
-  Precision Training", ICLR 2018, arXiv:1710.03740); values between 2^-25 and 2^-24
-  round up to 2^-24 and survive, badly rounded;
-* **subnormal**: stored as an fp16 subnormal (``2^-25 < |g s| < 2^-14 - 2^-25``): kept
-  with fewer than 11 significant bits;
-* **overflow**: ``|g s| >= 65504 + 16`` (the largest value plus half its spacing) rounds
-  to inf.
-
-Fractions are of the *nonzero* finite values: a gradient that is exactly 0 in fp32
-(behind a ReLU, say) loses nothing in fp16.
-
-``GradientRecorder`` captures activation gradients (the gradient flowing into each
-layer's output, via tensor hooks registered in forward hooks) and weight gradients
-(``.grad``) of a model, in fp32, and keeps counts and a log2 histogram per layer type.
+"""Chapter 4's gradients against fp16's range (``numerics.formats``), and what a loss
+scale does to them. Storing ``g * s`` in fp16 (round to nearest, ties to even) leaves a
+value ``flushed`` (|g s| <= 2^-25: rounds to 0), ``below_min_subnormal`` (|g s| <
+2^-24, the criterion of Micikevicius et al., "Mixed Precision Training", ICLR 2018,
+arXiv:1710.03740), ``subnormal`` (fewer than 11 significant bits) or ``overflow``
+(|g s| >= 65504 + 16: inf). Fractions are of the nonzero finite values: a gradient
+exactly 0 in fp32 loses nothing. ``GradientRecorder`` captures activation gradients
+(tensor hooks registered in forward hooks) and weight gradients, in fp32.
 """
 
 from __future__ import annotations
@@ -48,16 +32,13 @@ OUTCOMES = ("flushed", "below_min_subnormal", "subnormal", "overflow")
 
 
 def fp16_outcome(g: torch.Tensor, scale: float = 1.0) -> dict[str, int]:
-    """Counts of what storing ``g * scale`` in fp16 does to the values of ``g``:
-    ``total``, ``zero`` (exactly 0 already), ``nonfinite`` (inf/NaN already),
-    ``nonzero`` (finite, not 0) and, among the nonzero ones, the ``OUTCOMES`` (see the
-    module docstring)."""
+    """Counts of ``total``, ``zero``, ``nonfinite``, ``nonzero`` values of ``g`` and,
+    among the nonzero, the ``OUTCOMES`` of storing ``g * scale`` in fp16."""
     return _outcomes(g.detach().abs().float(), (check_scale(scale),))[0]
 
 
 def _at_most(limit: float, strict: bool) -> float:
-    """The float32 boundary b with ``x <= b`` equivalent to ``x <= limit`` (or ``x <
-    limit`` when ``strict``) for float32 x."""
+    """The float32 b with ``x <= b`` iff ``x <= limit`` (``x < limit`` if strict)."""
     b = torch.tensor(limit, dtype=torch.float32)
     if float(b) > limit or (strict and float(b) == limit):
         b = torch.nextafter(b, torch.tensor(0.0))
@@ -80,11 +61,8 @@ def _boundaries(scales: tuple[float, ...]):
 
 
 def _outcomes(a: torch.Tensor, scales: tuple[float, ...]) -> list[dict[str, int]]:
-    """``fp16_outcome`` for each scale, from ``a = |g|`` (float32), in one pass: the
-    values are sorted into the intervals between every threshold divided by every scale
-    (``torch.bucketize``). A threshold divided by a power-of-two scale (all of
-    ``SCALES``) is exact, so the counts are exactly those of rounding ``g * s`` to
-    fp16."""
+    """``fp16_outcome`` for each scale from ``a = |g|``, in one ``torch.bucketize``
+    pass over every threshold / scale (exact for power-of-two scales)."""
     finite = torch.isfinite(a)
     total, n_finite = a.numel(), int(finite.sum())
     v = a[finite & (a > 0)]
@@ -113,9 +91,8 @@ def _outcomes(a: torch.Tensor, scales: tuple[float, ...]) -> list[dict[str, int]
 def log2_histogram(
     g: torch.Tensor, lo: int = HIST_LO, hi: int = HIST_HI
 ) -> torch.Tensor:
-    """Counts of floor(log2|g|) over the nonzero finite values of ``g``: bin ``i``
-    counts exponent ``lo + i``, i.e. |g| in [2^(lo+i), 2^(lo+i+1)); exponents outside
-    [lo, hi) go to the first or last bin. int64 tensor of length ``hi - lo``."""
+    """Counts of floor(log2|g|) over the nonzero finite values: bin ``i`` counts
+    exponent ``lo + i``; exponents outside [lo, hi) go to the first or last bin."""
     if hi <= lo:
         raise ValueError(f"need lo < hi, got lo={lo}, hi={hi}")
     a = g.detach().abs().flatten().to(torch.float32)
@@ -141,13 +118,16 @@ class GroupStats:
     )
     max_abs: float = 0.0
 
-    def add(self, g: torch.Tensor) -> None:
-        a = g.detach().abs().float()
-        self.tensors += 1
-        for s, c in zip(self.scales, _outcomes(a, self.scales)):
+    def _count(self, counts: dict) -> None:
+        for s, c in counts.items():
             acc = self.counts.setdefault(s, dict.fromkeys(c, 0))
             for k, v in c.items():
                 acc[k] += v
+
+    def add(self, g: torch.Tensor) -> None:
+        a = g.detach().abs().float()
+        self.tensors += 1
+        self._count(dict(zip(self.scales, _outcomes(a, self.scales))))
         self.histogram += log2_histogram(a).cpu()
         finite = a[torch.isfinite(a)]
         if finite.numel():
@@ -155,10 +135,7 @@ class GroupStats:
 
     def merge(self, other: "GroupStats") -> None:
         self.tensors += other.tensors
-        for s, c in other.counts.items():
-            acc = self.counts.setdefault(s, dict.fromkeys(c, 0))
-            for k, v in c.items():
-                acc[k] += v
+        self._count(other.counts)
         self.histogram += other.histogram
         self.max_abs = max(self.max_abs, other.max_abs)
 
@@ -177,23 +154,10 @@ class GroupStats:
 
 
 class GradientRecorder:
-    """Capture fp32 gradients of ``model`` and count their fate in fp16 at each loss
-    scale.
-
-    Inside ``with GradientRecorder(model) as rec:`` every forward registers a hook on
-    each leaf module's floating-point output, so that the backward hands the recorder
-    the gradient of the loss with respect to that output (an *activation gradient*),
-    grouped by layer type. Call ``rec.record_weight_grads()`` after ``backward()`` for
-    the weight gradients (grouped by the type of the layer owning the parameter). Run
-    several batches to accumulate.
-
-    The loss must not be scaled: the recorder applies each scale itself.
-
-    ``low_precision`` (a set of leaf-module names,
-    ``model_dtypes.low_precision_layers``): only the outputs of those layers are low
-    precision in a real AMP step, so only their gradients count as ``"activation"``; the
-    others' go to ``"activation-fp32"``.
-    """
+    """The fp32 gradients of ``model`` (unscaled loss) by layer type, their fate in
+    fp16 counted at each scale: each leaf's output gradient inside ``with``, weights by
+    ``record_weight_grads()``; outputs of layers not in ``low_precision`` count as
+    ``"activation-fp32"``."""
 
     def __init__(
         self,
@@ -249,21 +213,17 @@ class GradientRecorder:
                 if p.grad is not None:
                     self.record("weight", type(m).__name__, p.grad)
 
-    # -- results
-    # ------------------------------------------------------------------------------
     def kinds(self) -> list[str]:
         return sorted({k for k, _ in self.groups})
 
     def combined(self, kind: str) -> GroupStats:
         """All groups of one kind (``"activation"`` or ``"weight"``) merged."""
         total = GroupStats(self.scales)
-        found = False
-        for (k, _), g in self.groups.items():
-            if k == kind:
-                total.merge(g)
-                found = True
+        found = [g for (k, _), g in self.groups.items() if k == kind]
         if not found:
             raise KeyError(f"no {kind!r} gradients recorded; have: {self.kinds()}")
+        for g in found:
+            total.merge(g)
         return total
 
     def fractions(self, kind: str) -> dict[float, dict[str, float]]:
@@ -296,19 +256,6 @@ class GradientRecorder:
             )
         return rows
 
-    def summary(self) -> dict:
-        """JSON-serialisable: per kind, the fractions at each scale and the largest
-        |g|."""
-        out = {}
-        for kind in self.kinds():
-            c = self.combined(kind)
-            out[kind] = {
-                "max_abs": c.max_abs,
-                "values": c.counts[self.scales[0]]["total"],
-                "fractions": {str(s): f for s, f in c.fractions().items()},
-            }
-        return out
-
 
 def capture_gradients(
     model: nn.Module,
@@ -319,9 +266,7 @@ def capture_gradients(
     low_precision: set[str] | None = None,
 ) -> GradientRecorder:
     """Forward and backward ``model`` in fp32 over ``batches`` of (input, target),
-    recording activation and weight gradients (``low_precision``: see
-    ``GradientRecorder``). The model's weights do not change (no optimizer step); its
-    gradients are cleared after."""
+    recording its gradients (no optimizer step; gradients cleared after)."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
     device = (
         torch.device(device) if device is not None else next(model.parameters()).device
@@ -362,21 +307,9 @@ def labelled_pixels(labels: torch.Tensor, ignore_index: int = 255) -> int:
     return int((labels != ignore_index).sum())
 
 
-def median_exponent(rec: GradientRecorder, kind: str) -> int:
-    """The median of floor(log2|g|) over the nonzero values of one kind of gradient."""
-    exps, counts = rec.histogram(kind)
-    half, acc = sum(counts) / 2, 0
-    for e, c in zip(exps, counts):
-        acc += c
-        if acc >= half:
-            return e
-    raise ValueError(f"no nonzero {kind} gradients recorded")
-
-
 def median_log2(rec: GradientRecorder, kind: str) -> float:
-    """The median of log2|g| over the nonzero values of one kind of gradient, read
-    from the histogram with the values of the median's bin taken as spread evenly
-    over it (in log2): a fraction of a bin, finer than ``median_exponent``."""
+    """The median of log2|g| over the nonzero values of one kind, the median's bin's
+    values taken as spread evenly over it (in log2)."""
     exps, counts = rec.histogram(kind)
     half, acc = sum(counts) / 2, 0
     if not half:
@@ -391,12 +324,9 @@ def median_log2(rec: GradientRecorder, kind: str) -> float:
 def shifted_below(
     rec: GradientRecorder, kind: str, bins: float, scales: Iterable[float]
 ) -> dict[float, float]:
-    """Fraction of the nonzero values of ``kind`` below 2^-24 at each scale if the whole
-    histogram moved ``bins`` binades to the left (an estimate for a larger batch in
-    pixels). A bin k holds 2^k <= |g| < 2^(k+1), its values taken as spread evenly over
-    it in log2: after the move and the scale it lies on [k - bins + log2 s, that + 1),
-    and the part of it left of -24 counts (all of it or none when ``bins`` is a whole
-    number)."""
+    """Fraction of the nonzero values of ``kind`` below 2^-24 at each scale if the
+    histogram moved ``bins`` binades left (an estimate for a larger batch), each bin's
+    values spread evenly over it in log2."""
     exps, counts = rec.histogram(kind)
     total = sum(counts)
     if not total:
@@ -411,21 +341,11 @@ def shifted_below(
 
 def fraction_rows(rec: GradientRecorder, kinds=("activation", "weight")) -> list[tuple]:
     """Rows (kind, scale, zero share, flushed, below 2^-24, subnormal, overflow)."""
-    rows = []
-    for kind in kinds:
-        for s, f in rec.fractions(kind).items():
-            rows.append(
-                (
-                    kind,
-                    f"2^{math.log2(s):g}",
-                    f["zero_fraction"],
-                    f["flushed"],
-                    f["below_min_subnormal"],
-                    f["subnormal"],
-                    f["overflow"],
-                )
-            )
-    return rows
+    return [
+        (kind, f"2^{math.log2(s):g}", f["zero_fraction"], *(f[k] for k in OUTCOMES))
+        for kind in kinds
+        for s, f in rec.fractions(kind).items()
+    ]
 
 
 FRACTION_HEADERS = [

@@ -1,18 +1,13 @@
-"""Op probes: each op run on small tensors under autocast, once with fp32 inputs and
-once with low-precision inputs (and once with one of each, for ops with two), and the
-output dtype read off (``probe_ops``), against the documented lists and the
-dispatcher's registrations (``ampbook.measure.autocast_rules``). Chapter 4 shows the
-probes on both devices and where they part ways with the documentation.
-
-CUDA probes run on a GPU when there is one, else on fake CUDA tensors
-(``autocast_rules.autocast_region(..., fake=True)``). ``probe_ops(...,
-cuda_rules=True)`` runs the CPU probes under ``autocast_rules.CudaAutocastRules`` and
-gives CUDA's dtypes.
+"""Op probes: each op run under autocast with fp32, low-precision and (for two
+inputs) mixed activations, its output dtype read off (``probe_ops``) and held against
+the documented lists and the dispatcher's registrations (``autocast_rules``). CUDA
+probes run on fake CUDA tensors without a GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import operator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,11 +28,9 @@ from ampbook.measure.autocast_rules import (
 
 @dataclass(frozen=True)
 class Probe:
-    """One op call. ``fn(make, dt)`` runs the op; ``make(shape, dtype=float32)`` makes a
-    random tensor on the probed device. ``dt`` is the dtype of the *activations* (the
-    op's data inputs); parameters (weights, biases, running stats) stay fp32 as a
-    model's do under autocast. ``mixed`` marks ops with two activation inputs, also
-    probed with one low and one fp32. ``aliases``: other names the docs use for it."""
+    """``fn(make, dt)`` runs the op, ``make(shape, dtype=float32)`` makes a random
+    tensor; ``dt`` is the activations' dtype (parameters stay fp32, as a model's do).
+    ``mixed``: the op with one low and one fp32 activation; ``aliases``: the docs'."""
 
     name: str
     fn: Callable
@@ -53,143 +46,13 @@ X4 = (2, 4, 8, 8)  # the activations' shape: batch, channels, height, width
 QKV = (2, 2, 4, 8)  # batch, heads, tokens, head dimension
 
 
-def _matmul_probes() -> list[Probe]:
-    """Convolutions, matrix products and attention."""
-    x4, qkv = X4, QKV
-    return [
-        Probe(
-            "conv2d",
-            lambda m, dt: F.conv2d(m(x4, dt), m((4, 4, 3, 3)), m((4,)), padding=1),
-        ),
-        Probe(
-            "conv_transpose2d",
-            lambda m, dt: F.conv_transpose2d(m(x4, dt), m((4, 4, 3, 3)), m((4,))),
-        ),
-        Probe("linear", lambda m, dt: F.linear(m((4, 8), dt), m((8, 8)), m((8,)))),
-        Probe(
-            "matmul",
-            lambda m, dt: torch.matmul(m((4, 8), dt), m((8, 8), dt)),
-            ("__matmul__",),
-        ),
-        Probe("bmm", lambda m, dt: torch.bmm(m((2, 4, 8), dt), m((2, 8, 8), dt))),
-        Probe(
-            "addmm",
-            lambda m, dt: torch.addmm(m((8,), dt), m((4, 8), dt), m((8, 8), dt)),
-        ),
-        Probe(
-            "conv2d_depthwise",
-            lambda m, dt: F.conv2d(m(x4, dt), m((4, 1, 3, 3)), m((4,)), groups=4),
-            ("conv2d",),
-        ),
-        Probe(
-            "scaled_dot_product_attention",
-            lambda m, dt: F.scaled_dot_product_attention(
-                m(qkv, dt), m(qkv, dt), m(qkv, dt)
-            ),
-        ),
-    ]
-
-
-def _layer_probes() -> list[Probe]:
-    """Normalisations, activations, pooling and upsampling."""
-    x4 = X4
-    return [
-        Probe("prelu", lambda m, dt: F.prelu(m(x4, dt), m((4,)))),
-        Probe(
-            "batch_norm",
-            lambda m, dt: F.batch_norm(
-                m(x4, dt), m((4,)), m((4,)).abs() + 1, m((4,)), m((4,)), training=True
-            ),
-        ),
-        Probe(
-            "layer_norm",
-            lambda m, dt: F.layer_norm(m((4, 8), dt), (8,), m((8,)), m((8,))),
-        ),
-        Probe("group_norm", lambda m, dt: F.group_norm(m(x4, dt), 2, m((4,)), m((4,)))),
-        Probe("relu", lambda m, dt: F.relu(m(x4, dt))),
-        Probe("gelu", lambda m, dt: F.gelu(m(x4, dt))),
-        Probe("silu", lambda m, dt: F.silu(m(x4, dt))),
-        Probe("hardswish", lambda m, dt: F.hardswish(m(x4, dt))),
-        Probe("hardsigmoid", lambda m, dt: F.hardsigmoid(m(x4, dt))),
-        Probe("sigmoid", lambda m, dt: torch.sigmoid(m(x4, dt))),
-        Probe("dropout2d", lambda m, dt: F.dropout2d(m(x4, dt), 0.3, training=True)),
-        Probe("max_pool2d", lambda m, dt: F.max_pool2d(m(x4, dt), 2)),
-        Probe("avg_pool2d", lambda m, dt: F.avg_pool2d(m(x4, dt), 2)),
-        Probe(
-            "adaptive_avg_pool2d",
-            lambda m, dt: F.adaptive_avg_pool2d(m(x4, dt), 1),
-        ),
-        Probe(
-            "upsample_bilinear2d",
-            lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="bilinear"),
-            ("interpolate",),
-        ),
-        Probe(
-            "upsample_nearest2d",
-            lambda m, dt: F.interpolate(m(x4, dt), scale_factor=2, mode="nearest"),
-        ),
-    ]
-
-
-def _pointwise_probes() -> list[Probe]:
-    """Arithmetic, joins, reductions and pointwise functions."""
-    x4 = X4
-    return [
-        Probe(
-            "add",
-            lambda m, dt: m(x4, dt) + m(x4, dt),
-            mixed=lambda m, dt: m(x4, dt) + m(x4),
-        ),
-        Probe(
-            "mul",
-            lambda m, dt: m(x4, dt) * m(x4, dt),
-            mixed=lambda m, dt: m(x4, dt) * m(x4),
-        ),
-        Probe(
-            "cat",
-            lambda m, dt: torch.cat([m(x4, dt), m(x4, dt)], 1),
-            mixed=lambda m, dt: torch.cat([m(x4, dt), m(x4)], 1),
-        ),
-        Probe(
-            "stack",
-            lambda m, dt: torch.stack([m(x4, dt), m(x4, dt)]),
-            mixed=lambda m, dt: torch.stack([m(x4, dt), m(x4)]),
-        ),
-        Probe("softmax", lambda m, dt: torch.softmax(m(x4, dt), 1)),
-        Probe("log_softmax", lambda m, dt: torch.log_softmax(m(x4, dt), 1)),
-        Probe("sum", lambda m, dt: m(x4, dt).sum()),
-        Probe("mean", lambda m, dt: m(x4, dt).mean()),
-        Probe("prod", lambda m, dt: _pos(m, (8,), dt).prod()),
-        Probe("cumsum", lambda m, dt: torch.cumsum(m(x4, dt), 1)),
-        Probe("exp", lambda m, dt: torch.exp(m(x4, dt))),
-        Probe("log", lambda m, dt: torch.log(_pos(m, x4, dt))),
-        Probe("pow", lambda m, dt: torch.pow(m(x4, dt), 2), ("__pow__",)),
-        Probe("rsqrt", lambda m, dt: torch.rsqrt(_pos(m, x4, dt))),
-        Probe("norm", lambda m, dt: torch.norm(m(x4, dt))),
-    ]
-
-
-def _loss_probes() -> list[Probe]:
-    x4 = X4
-    return [
-        Probe(
-            "cross_entropy",
-            lambda m, dt: F.cross_entropy(m(x4, dt), _labels(m, (2, 8, 8), 4)),
-            ("cross_entropy_loss",),
-        ),
-        Probe(
-            "nll_loss",
-            lambda m, dt: F.nll_loss(m((4, 5), dt), _labels(m, (4,), 5)),
-            ("nll_loss2d",),
-        ),
-        Probe("mse_loss", lambda m, dt: F.mse_loss(m(x4, dt), m(x4, dt))),
-        Probe(
-            "binary_cross_entropy_with_logits",
-            lambda m, dt: F.binary_cross_entropy_with_logits(
-                m(x4, dt), m(x4, dt).sigmoid()
-            ),
-        ),
-    ]
+def _two(name: str, op: Callable) -> Probe:
+    """A probe of an op on two activations, also run with one low and one fp32."""
+    return Probe(
+        name,
+        lambda m, dt: op(m(X4, dt), m(X4, dt)),
+        mixed=lambda m, dt: op(m(X4, dt), m(X4)),
+    )
 
 
 def _labels(make, shape, classes):
@@ -198,10 +61,106 @@ def _labels(make, shape, classes):
 
 
 PROBES: tuple[Probe, ...] = (
-    *_matmul_probes(),
-    *_layer_probes(),
-    *_pointwise_probes(),
-    *_loss_probes(),
+    # convolutions, matrix products and attention
+    Probe(
+        "conv2d",
+        lambda m, dt: F.conv2d(m(X4, dt), m((4, 4, 3, 3)), m((4,)), padding=1),
+    ),
+    Probe(
+        "conv_transpose2d",
+        lambda m, dt: F.conv_transpose2d(m(X4, dt), m((4, 4, 3, 3)), m((4,))),
+    ),
+    Probe("linear", lambda m, dt: F.linear(m((4, 8), dt), m((8, 8)), m((8,)))),
+    Probe(
+        "matmul",
+        lambda m, dt: torch.matmul(m((4, 8), dt), m((8, 8), dt)),
+        ("__matmul__",),
+    ),
+    Probe("bmm", lambda m, dt: torch.bmm(m((2, 4, 8), dt), m((2, 8, 8), dt))),
+    Probe(
+        "addmm",
+        lambda m, dt: torch.addmm(m((8,), dt), m((4, 8), dt), m((8, 8), dt)),
+    ),
+    Probe(
+        "conv2d_depthwise",
+        lambda m, dt: F.conv2d(m(X4, dt), m((4, 1, 3, 3)), m((4,)), groups=4),
+        ("conv2d",),
+    ),
+    Probe(
+        "scaled_dot_product_attention",
+        lambda m, dt: F.scaled_dot_product_attention(
+            m(QKV, dt), m(QKV, dt), m(QKV, dt)
+        ),
+    ),
+    # normalisations, activations, pooling and upsampling
+    Probe("prelu", lambda m, dt: F.prelu(m(X4, dt), m((4,)))),
+    Probe(
+        "batch_norm",
+        lambda m, dt: F.batch_norm(
+            m(X4, dt), m((4,)), m((4,)).abs() + 1, m((4,)), m((4,)), training=True
+        ),
+    ),
+    Probe(
+        "layer_norm",
+        lambda m, dt: F.layer_norm(m((4, 8), dt), (8,), m((8,)), m((8,))),
+    ),
+    Probe("group_norm", lambda m, dt: F.group_norm(m(X4, dt), 2, m((4,)), m((4,)))),
+    Probe("relu", lambda m, dt: F.relu(m(X4, dt))),
+    Probe("gelu", lambda m, dt: F.gelu(m(X4, dt))),
+    Probe("silu", lambda m, dt: F.silu(m(X4, dt))),
+    Probe("hardswish", lambda m, dt: F.hardswish(m(X4, dt))),
+    Probe("hardsigmoid", lambda m, dt: F.hardsigmoid(m(X4, dt))),
+    Probe("sigmoid", lambda m, dt: torch.sigmoid(m(X4, dt))),
+    Probe("dropout2d", lambda m, dt: F.dropout2d(m(X4, dt), 0.3, training=True)),
+    Probe("max_pool2d", lambda m, dt: F.max_pool2d(m(X4, dt), 2)),
+    Probe("avg_pool2d", lambda m, dt: F.avg_pool2d(m(X4, dt), 2)),
+    Probe(
+        "adaptive_avg_pool2d",
+        lambda m, dt: F.adaptive_avg_pool2d(m(X4, dt), 1),
+    ),
+    Probe(
+        "upsample_bilinear2d",
+        lambda m, dt: F.interpolate(m(X4, dt), scale_factor=2, mode="bilinear"),
+        ("interpolate",),
+    ),
+    Probe(
+        "upsample_nearest2d",
+        lambda m, dt: F.interpolate(m(X4, dt), scale_factor=2, mode="nearest"),
+    ),
+    # arithmetic, joins, reductions and pointwise functions
+    _two("add", operator.add),
+    _two("mul", operator.mul),
+    _two("cat", lambda a, b: torch.cat([a, b], 1)),
+    _two("stack", lambda a, b: torch.stack([a, b])),
+    Probe("softmax", lambda m, dt: torch.softmax(m(X4, dt), 1)),
+    Probe("log_softmax", lambda m, dt: torch.log_softmax(m(X4, dt), 1)),
+    Probe("sum", lambda m, dt: m(X4, dt).sum()),
+    Probe("mean", lambda m, dt: m(X4, dt).mean()),
+    Probe("prod", lambda m, dt: _pos(m, (8,), dt).prod()),
+    Probe("cumsum", lambda m, dt: torch.cumsum(m(X4, dt), 1)),
+    Probe("exp", lambda m, dt: torch.exp(m(X4, dt))),
+    Probe("log", lambda m, dt: torch.log(_pos(m, X4, dt))),
+    Probe("pow", lambda m, dt: torch.pow(m(X4, dt), 2), ("__pow__",)),
+    Probe("rsqrt", lambda m, dt: torch.rsqrt(_pos(m, X4, dt))),
+    Probe("norm", lambda m, dt: torch.norm(m(X4, dt))),
+    # losses
+    Probe(
+        "cross_entropy",
+        lambda m, dt: F.cross_entropy(m(X4, dt), _labels(m, (2, 8, 8), 4)),
+        ("cross_entropy_loss",),
+    ),
+    Probe(
+        "nll_loss",
+        lambda m, dt: F.nll_loss(m((4, 5), dt), _labels(m, (4,), 5)),
+        ("nll_loss2d",),
+    ),
+    Probe("mse_loss", lambda m, dt: F.mse_loss(m(X4, dt), m(X4, dt))),
+    Probe(
+        "binary_cross_entropy_with_logits",
+        lambda m, dt: F.binary_cross_entropy_with_logits(
+            m(X4, dt), m(X4, dt).sigmoid()
+        ),
+    ),
 )
 PROBE_NAMES: tuple[str, ...] = tuple(p.name for p in PROBES)
 
@@ -214,22 +173,10 @@ class ProbeResult:
     out_from_fp32: str  # output dtype when the activations come in as fp32
     out_from_low: str  # output dtype when they come in as the low dtype
     out_mixed: str | None  # ops with two activations: one low, one fp32
-    observed: (
-        str  # "lower_precision", "float32", "input dtype", "promote" or "error: ..."
-    )
+    # "lower_precision", "float32", "input dtype", "promote" or "error: ..."
+    observed: str
     documented: str | None
     registered: bool
-
-    def row(self) -> tuple:
-        return (
-            self.op,
-            self.out_from_fp32,
-            self.out_from_low,
-            self.out_mixed or "-",
-            self.observed,
-            self.documented or "unlisted",
-            "yes" if self.registered else "no",
-        )
 
 
 def classify(
@@ -286,14 +233,10 @@ def probe_ops(
     names: tuple[str, ...] | None = None,
     cuda_rules: bool = False,
 ) -> list[ProbeResult]:
-    """Run each probe (all of ``PROBES``, or those in ``names``) under autocast on
-    ``device_type`` and report the output dtypes, what they say autocast did, the
-    documented category and whether the dispatcher has an autocast kernel for the op
-    (chapter 4 tables them for both devices).
-
-    ``fake=None`` means: fake CUDA tensors when CUDA is asked for and absent, real
-    otherwise. ``cuda_rules`` (CPU only): run the CPU probes under
-    ``CudaAutocastRules``, CUDA's decisions in a CPU autocast region."""
+    """Each probe (or those in ``names``) under autocast on ``device_type``: output
+    dtypes, what autocast did, the documented category and whether the dispatcher has
+    an autocast kernel. ``fake=None``: fake CUDA tensors when CUDA is absent;
+    ``cuda_rules`` (CPU only): CUDA's decisions in a CPU autocast region."""
     check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if dtype not in (torch.float16, torch.bfloat16):
@@ -324,38 +267,21 @@ def probe_ops(
         reg = bool({p.name, *p.aliases} & registered)
         try:
             o = _run_probe(p, device_type, dtype, fake, cuda_rules)
-            observed = classify(o["fp32"], o["low"], dtype, o["mixed"])
-            row = ProbeResult(
-                p.name,
-                label,
-                dtype_name(dtype),
+            outs = (
                 dtype_name(o["fp32"]),
                 dtype_name(o["low"]),
                 dtype_name(o["mixed"]) if o["mixed"] else None,
-                observed,
-                doc,
-                reg,
+                classify(o["fp32"], o["low"], dtype, o["mixed"]),
             )
         except Exception as exc:  # an op the device cannot run in this dtype: say so
-            row = ProbeResult(
-                p.name,
-                label,
-                dtype_name(dtype),
-                "-",
-                "-",
-                None,
-                f"error: {type(exc).__name__}",
-                doc,
-                reg,
-            )
+            outs = ("-", "-", None, f"error: {type(exc).__name__}")
+        row = ProbeResult(p.name, label, dtype_name(dtype), *outs, doc, reg)
         results.append(row)
     return results
 
 
 def disagreements(results: list[ProbeResult]) -> list[ProbeResult]:
-    """Probes whose observed behaviour differs from the documented list: a listed op
-    that did not do what its list says, or an unlisted op that autocast changed
-    (chapter 4 names them)."""
+    """Probes that did not do what their list says, or unlisted ops autocast changed."""
     out = []
     for r in results:
         doc = r.documented

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ampbook.chapters.ch3 import (
     AMP_MODE,
@@ -21,15 +21,18 @@ from ampbook.chapters.ch3 import (
 from ampbook.core.provenance import Value, measured
 from ampbook.results import LayerProfile, ResultSet, RunPair, Setting
 
+if TYPE_CHECKING:
+    import torch
+
+    from ampbook.train import TrainConfig
+
 # --- the committed runs against their bounds ---
 
 
 @dataclass(frozen=True)
 class BoundCheck:
-    """A GPU pair's measured steps beside the cost model's bound for that GPU, traced at
-    the pair's own setting (``bound_checks``), with the layer profiles of the same GPU
-    and setting where there are any (they split each step into kernel time and GPU
-    idle time)."""
+    """A GPU pair's measured steps beside the cost model's bounds at its setting, with
+    the layer profiles of that GPU and setting where there are any."""
 
     pair: RunPair
     device_key: str  # the device table's entry
@@ -40,15 +43,13 @@ class BoundCheck:
 
     @property
     def bound_speedup(self) -> float:
-        """Baseline bound over AMP bound: the speedup if both precisions reach the same
-        share of their bound. A ratio of two lower bounds, not an upper bound: a
-        precision whose kernels get closer to their bound beats it."""
+        """The speedup if both precisions reach the same share of their bound (no upper
+        bound: a precision whose kernels get closer to their bound beats it)."""
         return self.baseline_bound_s / self.amp_bound_s
 
     @property
     def baseline_efficiency(self) -> float:
-        """The baseline's bound over its measured step (wall time: kernels and GPU idle
-        time together)."""
+        """The baseline's bound over its measured step (wall time)."""
         return self.baseline_bound_s / self.pair.baseline.one_step_s
 
     @property
@@ -57,13 +58,12 @@ class BoundCheck:
 
     @property
     def share_ratio(self) -> float:
-        """AMP's share of its bound over the baseline's: measured step speedup over the
-        bound's speedup (above 1: AMP beat the roofline ratio)."""
+        """Measured step speedup over the bound's (above 1: AMP beat the ratio)."""
         return self.amp_efficiency / self.baseline_efficiency
 
     def verdict(self) -> str:
-        """One line: the roofline ratio, the measured step, which precision got closer
-        to its bound, and, with layer profiles, where the AMP step's time went."""
+        """The roofline ratio, the measured step, which precision got closer to its
+        bound and, with layer profiles, where the AMP step's time went."""
         from ampbook.core.devices import display_name
 
         p = self.pair
@@ -93,10 +93,8 @@ class BoundCheck:
 
 
 def runner_caveat(profile) -> str:
-    """What part of a profile's idle time is the runner's own, from the history
-    (``hostmodel.profile_loop``): for a profile the runner of 2026-11-30 recorded, its
-    syncs per step and which of them were the runner's, not AMP's; "" for a profile
-    whose loop the history does not say."""
+    """Which of a profile's host syncs were the runner's own, not AMP's, for a profile
+    the runner of 2026-11-30 recorded (``hostmodel.profile_loop``); "" otherwise."""
     from ampbook.predict.hostmodel import RUNNER_2026_11_30, profile_loop
 
     loop = profile_loop(profile.record)
@@ -115,11 +113,8 @@ def runner_caveat(profile) -> str:
 
 
 def kernel_time_verdict(amp, baseline) -> str:
-    """Where an AMP step's time went, from two layer profiles of one GPU and setting
-    (``ampbook.results.LayerProfile``): the kernels' time and the GPU's idle time
-    (wall time minus kernel time) apart. AMP's kernels can be faster while its step is
-    not: the gain is then lost to idle time (kernel launches, autocast's casts, host
-    synchronisations), not to slower kernels."""
+    """Where an AMP step's time went, kernels and GPU idle time apart, from two layer
+    profiles of one GPU and setting."""
     ks = baseline.kernel_s / amp.kernel_s
     ws = baseline.step_s / amp.step_s
     ms = 1e3
@@ -143,13 +138,8 @@ def kernel_time_verdict(amp, baseline) -> str:
 
 
 def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
-    """A ``BoundCheck`` for every complete GPU pair of a results folder (``rs.pairs()``)
-    that ran on a GPU of the device table (others are
-    left out: there are no ceilings to hold them against). ``model`` is the network the
-    runs trained (ERFNet for the runner's records); it is traced on fake tensors at each
-    pair's resolution and batch, fp32 against the bound with TF32 as the baseline ran
-    it. The folder's layer profiles of the same GPU, batch, resolution and mode as the
-    pair's runs are attached to the check."""
+    """A ``BoundCheck`` per GPU pair of ``rs`` on a GPU of the device table, ``model``
+    traced on fake tensors at the pair's setting, matching layer profiles attached."""
     from ampbook.core.devices import find_device, load_devices
     from ampbook.predict.stepmodel import bound_pair, step_trace
 
@@ -188,11 +178,9 @@ def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
 
 
 def layout_evidence_verdict(rows: Sequence[dict[str, Any]]) -> str:
-    """What the committed NCHW layer profiles measured of the convolutions
-    (``stepmodel.convolution_evidence``), held against the two bounds of chapter 5's
-    layout table: the ratio fp32 / AMP of the convolutions' kernel time beside the
-    ratio of their bounds without and with the transposes. Says so when no profile
-    can decide."""
+    """The convolutions' fp32 / AMP kernel time in the committed NCHW layer profiles
+    (``stepmodel.convolution_evidence``) beside the ratio of their bounds without and
+    with the transposes (chapter 5's layout table)."""
     from ampbook.core.devices import display_name
 
     if not rows:
@@ -225,91 +213,64 @@ def layout_evidence_verdict(rows: Sequence[dict[str, Any]]) -> str:
 
 def _profile_for(profiles, setting: Setting, mode: str) -> LayerProfile | None:
     """The last layer profile of ``mode`` on the setting's GPU, batch and size."""
-    found = None
-    for lp in profiles:
-        if (
-            lp.device_name == setting.device_name
-            and (lp.batch_size, lp.height, lp.width)
-            == (setting.batch_size, setting.height, setting.width)
-            and lp.mode == mode
-        ):
-            found = lp
-    return found
+    key = (setting.device_name, setting.batch_size, setting.height, setting.width)
+    found = [lp for lp in profiles if lp.mode == mode and _setting_key(lp) == key]
+    return found[-1] if found else None
+
+
+def _setting_key(p) -> tuple:
+    return (p.device_name, p.batch_size, p.height, p.width)
 
 
 def profile_pair(rs: ResultSet, device: str | None = None, pair=None):
-    """The ``(baseline, amp)`` layer profiles of the headline comparison (of ``pair``'s
-    modes, device and setting where given), or None. ``rs`` is a ResultSet or its
-    ``profile_pairs()``."""
+    """The ``(baseline, amp)`` layer profiles of the headline modes (``pair``'s mode,
+    device and setting where given), or None; ``rs``: a ResultSet or its pairs."""
     amp_mode = pair.amp.mode if pair is not None else AMP_MODE
     base_mode = pair.baseline.mode if pair is not None else BASE_MODE
     pps = rs.profile_pairs() if hasattr(rs, "profile_pairs") else list(rs)
     for b, a in pps:
-        if a.mode != amp_mode or b.mode != base_mode:
+        if (a.mode, b.mode) != (amp_mode, base_mode):
             continue
         if device is not None and a.device_name != device:
             continue
-        if pair is not None:
-            s = pair.setting
-            if (a.device_name, a.batch_size, a.height, a.width) != (
-                s.device_name,
-                s.batch_size,
-                s.height,
-                s.width,
-            ):
-                continue
+        if pair is not None and _setting_key(a) != _setting_key(pair.setting):
+            continue
         return b, a
     return None
 
 
-def _profiles_source(b, a) -> str:
+def _profile_ratio(rs, device, pair, attr: str, what: str) -> Value | None:
+    """``attr`` of the baseline's layer profile over AMP's, measured; None without."""
     from ampbook.core.devices import display_name
 
-    return (
-        f"layer profiles on the {display_name(a.device_name)} "
-        f"({Path(b.path).name}, {Path(a.path).name})"
+    pp = profile_pair(rs, device, pair)
+    if pp is None:
+        return None
+    b, a = pp
+    return measured(
+        getattr(b, attr) / getattr(a, attr),
+        f"layer profiles on the {display_name(a.device_name)} ({Path(b.path).name}, "
+        f"{Path(a.path).name}): {what}{getattr(a, attr) * 1e3:.2f} ms against "
+        f"{getattr(b, attr) * 1e3:.2f} ms",
+        fmt=".2f",
+        unit="x",
     )
 
 
 def step_alone(rs: ResultSet, device: str | None = None, pair=None) -> Value | None:
-    """AMP's step *timed alone* against fp32 with TF32's (baseline wall time over
-    AMP's, no loader), from the committed layer profiles: a measured ``Value`` (``x``),
-    or None without them."""
-    pp = profile_pair(rs, device, pair)
-    if pp is None:
-        return None
-    b, a = pp
-    return measured(
-        b.step_s / a.step_s,
-        f"{_profiles_source(b, a)}: {a.step_s * 1e3:.2f} ms against "
-        f"{b.step_s * 1e3:.2f} ms",
-        fmt=".2f",
-        unit="x",
-    )
+    """AMP's step *timed alone* against fp32 with TF32's (no loader), from the
+    committed layer profiles, or None without them."""
+    return _profile_ratio(rs, device, pair, "step_s", "")
 
 
 def kernel_speedup(rs: ResultSet, device: str | None = None, pair=None) -> Value | None:
-    """The same profiles' kernel time ratio (baseline over AMP): how much faster AMP's
-    kernels were, idle time left out; None without profiles."""
-    pp = profile_pair(rs, device, pair)
-    if pp is None:
-        return None
-    b, a = pp
-    return measured(
-        b.kernel_s / a.kernel_s,
-        f"{_profiles_source(b, a)}: kernels {a.kernel_s * 1e3:.2f} ms against "
-        f"{b.kernel_s * 1e3:.2f} ms",
-        fmt=".2f",
-        unit="x",
-    )
+    """The same profiles' kernel time ratio (baseline over AMP), idle time left out."""
+    return _profile_ratio(rs, device, pair, "kernel_s", "kernels ")
 
 
 def gpu_in_short(pairs, profile_pairs=()) -> str:
-    """One or two sentences for a chapter's opening box: what the committed GPU runs
-    say about AMP's speed (``headline_pair``), with the loader named as the run's
-    setting where it set the pace, and, given layer profiles of that GPU and setting
-    (``ResultSet.profile_pairs``), the step timed alone and where its kernel gain
-    went."""
+    """A chapter's opening box: what the committed GPU runs say of AMP's speed, and,
+    with layer profiles of that GPU and setting, the step timed alone."""
     p = headline_pair(pairs)
     if p is None:
         return "No GPU run is committed to test this on a GPU."
@@ -350,16 +311,11 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
 def solve_pixels(
     fp32_line, amp_line, fp32_bytes: float, amp_bytes: float, slack: float = 1.0
 ) -> dict[str, float]:
-    """The pixels per batch at which two reported memory figures agree with the model.
-
-    ``fp32_line`` and ``amp_line`` are ``ampbook.measure.memory.Line`` fits of the new
-    bytes saved for backward against the pixels of a batch (the book's one memory
-    definition). Model of a reported figure: ``fixed + slack * line(pixels)``, where
-    ``fixed`` (CUDA context, cuDNN workspace, weights, gradients and optimizer state) is
-    the same for both runs and ``slack`` (>= 1) is the caching allocator's overhead on
-    the activations. The difference of the two figures then fixes the pixels; the fp32
-    figure fixes ``fixed``.
-    """
+    """The pixels per batch at which two reported memory figures fit the model
+    ``fixed + slack * line(pixels)`` (``line``: ``measure.memory.Line`` fits of the
+    bytes saved for backward; ``fixed``, the same in both runs: context, workspace,
+    weights, optimizer state; ``slack`` >= 1: the allocator's overhead). The figures'
+    difference fixes the pixels, the fp32 figure ``fixed``."""
     if slack < 1:
         raise ValueError(f"slack must be >= 1 (the allocator only adds), got {slack}")
     per_pixel = slack * (fp32_line.slope - amp_line.slope)
@@ -389,16 +345,8 @@ def solve_pixels(
 def reserved_verdict(
     runs: Sequence[Any], slack: Sequence[float], where: str = "the committed GPU runs"
 ) -> str:
-    """Whether a reported memory figure can be read as allocated memory times an
-    allocator slack in ``slack`` (low, high), as ``solve_pixels`` assumes, from GPU
-    runs that measured both their peak allocated and their peak reserved memory.
-
-    ``runs``: ``ampbook.results.TrainRun``s of one GPU and setting (an fp32 baseline
-    and an AMP run), read through ``mode_label``, ``cuda_allocated_bytes`` and
-    ``cuda_reserved_bytes``. Where every run's reserved over allocated lies in the
-    slack's range, the assumption held there; where it does not, a monitor that shows
-    reserved memory would not follow the activations, and a solve from the difference
-    of two such figures holds only if the figures tracked allocated memory."""
+    """Whether reserved memory was allocated memory times a slack in ``slack`` (low,
+    high), as ``solve_pixels`` assumes, from runs that recorded both peaks."""
     lo, hi = float(slack[0]), float(slack[-1])
     if not 1 <= lo <= hi:
         raise ValueError(f"slack must be 1 <= low <= high, got {list(slack)}")
@@ -443,12 +391,8 @@ def bound_verdict(
     timed_alone: bool = False,
     kind: str = "measured",
 ) -> str:
-    """Compare a roofline lower bound with a measured time, in one line. An epoch's
-    time may be set by something other than the device (the loader), so the bound
-    alone leaves the pace open; a step ``timed_alone`` (no loader, data already in
-    place) is the device's own work, and the ratio is the share of the roofline its
-    kernels, with the gaps between them, reached. ``kind`` says how the time was
-    obtained ("measured", or "published" for someone else's figure)."""
+    """A roofline lower bound against a time (``kind``: "measured" or "published"); a
+    step ``timed_alone`` (no loader) is the device's own work."""
     if min_s <= 0 or measured_s <= 0:
         raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
     if min_s > measured_s:
@@ -472,9 +416,8 @@ def bound_verdict(
 
 @dataclass(frozen=True)
 class MeasuredEfficiency:
-    """A measured share of the roofline: ``value`` = bound / measured time of one
-    network on one GPU (``kind``: "kernel" when measured from kernel time, "step" from
-    wall time), with what measured it."""
+    """``value`` = bound / measured time of one network on one GPU (``kind``:
+    "kernel" or "step" time), with what measured it."""
 
     network: str
     device: str
@@ -492,18 +435,10 @@ def efficiency_range_verdict(
     network: str,
     device: str,
 ) -> str:
-    """Turn a lower bound into a range with measured efficiencies and hold a measured
-    time against it, in one line.
-
-    A kernel's share of the roofline depends on the network, the GPU, its software and
-    the setting, so this range uses only efficiencies measured for ``network`` on
-    ``device``; carrying shares from other GPUs is a calibration with an error of its
-    own (``ampbook.predict.calibrate``, chapter 6), not a measurement of this one. The
-    range runs from the bound at the highest of them to the bound at the lowest (bounded
-    above by what was measured, never by the roofline itself). With none (or none at or
-    below 1: a bound that was not a bound), no efficiency is measured there and the
-    bound stays a bound; the efficiencies measured elsewhere are named so the reader
-    sees what was not used."""
+    """A lower bound turned into a range by the efficiencies measured for ``network``
+    on ``device`` only (shares carried from other GPUs are a calibration, chapter 6),
+    and a measured time held against it; with none, the bound stays a bound and the
+    efficiencies measured elsewhere are named."""
     if min_s <= 0 or measured_s <= 0:
         raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
     same = [
@@ -555,11 +490,8 @@ def roofline_ratio_verdict(
     tolerance: float = 0.02,
     kind: str = "measured",
 ) -> str:
-    """Hold a measured AMP speedup against the roofline ratio of the same network, GPU
-    and setting, in one line. The ratio of two lower bounds is the speedup if both
-    precisions reach the same share of their bound; it is not an upper bound, and a
-    precision whose kernels get closer to their bound beats it. ``kind`` says how the
-    speedup was obtained ("measured" here, or "published" for a source's figure)."""
+    """An AMP speedup (``kind``: "measured" or "published") against the roofline ratio
+    of the same network, GPU and setting (no upper bound: see ``BoundCheck``)."""
     if roofline_ratio <= 0 or measured_speedup <= 0:
         raise ValueError(
             f"ratios must be positive, got {roofline_ratio} and {measured_speedup}"
@@ -583,10 +515,8 @@ def roofline_ratio_verdict(
 
 @dataclass(frozen=True)
 class SettingCandidate:
-    """A training setting the memory figures allow, held against the time figures:
-    ``needed_efficiency`` is the least share of the roofline the kernels must reach for
-    the GPU's part of an epoch to fit in the measured epoch (bound / measured; the
-    higher of the runs compared)."""
+    """``needed_efficiency``: the least share of the roofline the kernels must reach
+    for the epoch to fit in the measured one (bound / measured)."""
 
     label: str
     memory_fits: bool
@@ -597,14 +527,8 @@ def setting_verdict(
     candidates: Sequence[SettingCandidate],
     reference: MeasuredEfficiency | None = None,
 ) -> str:
-    """Choose a setting that fits both the memory and the time figures, in one line.
-
-    A candidate fits the time bound when its kernels would need at most 100% of the
-    roofline; among the candidates that fit both, the one that needs the lowest share
-    is chosen (the others need kernels closer to the roofline than it does).
-    ``reference``, the highest efficiency measured for the network anywhere, is
-    printed beside the needs as context: it was measured on another GPU and does not
-    decide."""
+    """The candidate that fits the memory figures and needs the lowest share (at most
+    100%) of the roofline; ``reference`` (measured on another GPU) is context only."""
     if not candidates:
         raise ValueError("no candidate settings to weigh")
     needs = "; ".join(
@@ -641,11 +565,8 @@ def setting_verdict(
 def lowp_verdict(
     flags: Sequence[str] | None, lowp_over_fp32: float, what: str = "bf16"
 ) -> str:
-    """Whether this CPU's low-precision matmul is fast, in one line, from its measured
-    rate over fp32's (``lowp_over_fp32``). ``flags``, the low-precision CPU flags it
-    lists, are reported beside the measurement when given (None: not mentioned); the
-    verdict never rests on them: which kernels PyTorch runs is measured, not read from
-    the flags (``ampbook.measure.cpu_kernels``)."""
+    """Whether this CPU's low-precision matmul is fast, from its measured rate over
+    fp32's; ``flags`` (the CPU's low-precision flags) are reported, never relied on."""
     if lowp_over_fp32 <= 0:
         raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
     if flags is None:
@@ -665,10 +586,8 @@ def lowp_verdict(
 
 
 def loader_check_verdict(measured: dict, model: dict) -> str:
-    """Chapter 5's check of the loader model: images per second measured with the
-    fewest workers above 0 against what the model predicts for them (both keyed by the
-    worker count), and how far that carries into the epoch times taken from the model.
-    """
+    """Images per second measured with the fewest workers above 0 against the loader
+    model's (both keyed by worker count)."""
     workers = min((w for w in measured if w > 0 and w in model), default=None)
     if workers is None:
         return (
@@ -690,26 +609,12 @@ def hypotheses_verdict(
     *,
     wait_measured: bool = True,
 ) -> str:
-    """Weigh the chapter's two explanations of "AMP gave no speedup" against one GPU
-    pair run on the post's 2020 software (PyTorch 1.7, cuDNN 8.0): hypothesis (b) is
-    about that software, so its label means nothing for a pair of today's software
-    (read those with ``ampbook.chapters.ch3.gpu_pair_verdict``).
-
-    ``step_speedup``: fp32 step time / AMP step time with the DataLoader taken out (or
-    the step alone); ``epoch_speedup``: the same for whole epochs; ``data_wait_share``:
-    the AMP run's time waiting for data over its waiting plus stepping. (a) the loader
-    bounds the epoch: the loop spends at least half its time waiting for data, so a
-    faster step barely shows in the epoch. (b) the AMP step itself is no faster than
-    fp32's (at most 1.05x); against a TF32 baseline that need not mean slow fp16
-    kernels, only that 16 bits add nothing to what TF32 already gained. Both can hold at
-    once.
-
-    ``wait_measured=False``: the share was inferred by difference (the epoch minus its
-    steps timed without the loader), so it is an upper bound (steps inside the loop can
-    take longer than alone) and cannot show (a) by itself. (a) then rests on the epochs:
-    equal epochs (within 5%) from steps that differ by more than 5% did not follow the
-    step, and the share must be at least half for the loader to have held the rest.
-    """
+    """The chapter's two explanations of "AMP gave no speedup" weighed for one GPU
+    pair on the post's 2020 software (today's pairs: ``ch3.gpu_pair_verdict``): (a) the
+    loader bounds the epoch (the AMP run waits for data at least half its time); (b)
+    the AMP step is no faster than fp32's (at most 1.05x). With ``wait_measured=False``
+    the share was inferred by difference, an upper bound: (a) then also needs equal
+    epochs (within 5%) from steps that differ by more than 5%."""
     slow_step = step_speedup <= 1.05
     if wait_measured:
         loader = data_wait_share >= 0.5
@@ -743,3 +648,40 @@ def hypotheses_verdict(
         f"Neither: the AMP step was {step_speedup:.2f}x faster and the epoch "
         f"{epoch_speedup:.2f}x; {wait}."
     )
+
+
+# --- timing the runner's step in turns (the page's check of the rule) ---
+def step_batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
+    """One random batch (images, labels) of ``cfg``'s size on ``device``: every timed
+    step takes the same one."""
+    import torch
+
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
+    y = torch.randint(
+        0, NUM_CLASSES, (cfg.batch_size, cfg.height, cfg.width), generator=g
+    )
+    return x.to(device), y.to(device)
+
+
+def step_rounds(
+    configs: dict[str, TrainConfig], rounds: int = 5
+) -> dict[str, list[float]]:
+    """Runner step times of several configurations (each its own model, optimizer
+    and batch), one step each per round in turns after a warm-up round
+    (``time_rounds``): ``{name: [seconds per step, one per round]}``. Chapter 5's
+    check of the RTX 3070's rule runs it."""
+    from ampbook.train import build_training, validate
+
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    steps = {}
+    for name, cfg in configs.items():
+        res = validate(cfg)
+        batch = step_batch(cfg, res.device)
+        steps[name] = (build_training(cfg, res).step, batch, res.device)
+    from ampbook.measure.timing import time_rounds
+
+    return time_rounds(steps, rounds)

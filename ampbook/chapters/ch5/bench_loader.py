@@ -1,21 +1,9 @@
-"""Input-pipeline benchmark: can the data loader feed the GPU?
-
-    python -m ampbook.bench loader [--root R] [--split train]
-                                   [--height 512 --width 1024] [--workers 0,1,2]
-                                   [--batch-size 4] [--max-images N] [--passes 3]
-                                   [--threads T] [--json FILE]
-
-Measures images per second of ``ampbook.segmentation.cityscapes.Cityscapes`` (PNG
-decode, resize, label mapping, normalisation) through a ``torch.utils.data.DataLoader``
-for each worker count, beside the bare decode + resize of the same files in a
-single-process loop, and the ratio of the two. Without ``--root`` (and without
-``$CITYSCAPES_DATASET``) it uses a synthetic set of full-size 2048x1024 images in the
-cache, the size of Cityscapes' own, and resizes them to 1024x512, the setting of the RTX
-3070 blog post.
-
-Compare the loader's images per second with the training step's (``python -m
-ampbook.bench step``): when the loader is slower, the input pipeline bounds an epoch,
-and faster arithmetic (AMP) cannot shorten it.
+"""``python -m ampbook.bench loader``: can the data loader feed the GPU? Images per
+second of ``Cityscapes`` (decode, resize, label mapping, normalisation) through a
+DataLoader per worker count, beside the bare decode + resize of the same files in one
+process. Without ``--root`` (or ``$CITYSCAPES_DATASET``) a synthetic set of 2048x1024
+images resized to 1024x512, the RTX 3070 blog post's setting. A loader slower than the
+step (``python -m booktools.bench_step``) bounds the epoch: AMP cannot shorten it.
 """
 
 from __future__ import annotations
@@ -24,7 +12,6 @@ import gc
 import io
 import os
 import statistics
-import sys
 import time
 
 from ampbook.core import cli
@@ -55,23 +42,18 @@ def _decode_resize(pairs, height: int, width: int) -> None:
 
 
 def _steady(times: list[float]) -> float:
-    """A pass's time once warm: the median of the passes after the first (of all
-    passes when there is one)."""
+    """The median of the passes after the first (of all when there is one)."""
     return statistics.median(times[1:] if len(times) > 1 else times)
 
 
 def _loader_passes(dataset, workers: int, batch_size: int, passes: int) -> list[float]:
-    """Seconds per pass over ``dataset`` through a DataLoader with persistent
-    ``workers``."""
     import torch
 
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=False,
         num_workers=workers,
         persistent_workers=workers > 0,
-        drop_last=False,
     )
     pass_times = []
     try:
@@ -91,8 +73,7 @@ def _loader_passes(dataset, workers: int, batch_size: int, passes: int) -> list[
 
 
 def _synthesis_time(source: tuple[int, int]) -> float:
-    """Seconds to make one synthetic pair at the source size (width, height), drawn
-    and encoded."""
+    """Seconds to draw and encode one synthetic pair at the source (width, height)."""
     from PIL import Image
 
     from ampbook.segmentation.synthetic import synthetic_pair
@@ -115,16 +96,10 @@ def measure_loader(
     passes: int = 3,
     threads: int | None = None,
 ) -> dict:
-    """Images per second through a DataLoader per worker count, and of decode + resize
-    alone.
-
-    Each worker count runs ``passes`` passes over the images with persistent workers:
-    the first pass includes starting the workers (reported as ``first_pass_s``), the
-    rate is the median of the later passes (of all passes when there is one).
-    ``threads`` sets torch's intra-op threads of this process for the measurement (the
-    resizing of the single-process loop and of 0 workers uses them; DataLoader workers
-    always run one).
-    """
+    """Images per second through a DataLoader per worker count (``passes`` passes
+    with persistent workers: the first, which starts them, is ``first_pass_s``; the
+    rate is the median of the rest), and of decode + resize alone. ``threads``: torch's
+    intra-op threads of this process (DataLoader workers always run one)."""
     import torch
     from PIL import Image
 
@@ -231,7 +206,6 @@ def build_parser() -> cli.ArgumentParser:
     )
     parser.add_argument(
         "--root",
-        default=None,
         help="Cityscapes root (default: $CITYSCAPES_DATASET, else a synthetic "
         f"set of {DEFAULT_SYNTHETIC_IMAGES} full-size images)",
     )
@@ -254,7 +228,6 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument(
         "--max-images",
         type=cli.positive_int,
-        default=None,
         help="read at most this many images (default: all of the split)",
     )
     parser.add_argument(
@@ -266,12 +239,9 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument(
         "--threads",
         type=cli.positive_int,
-        default=None,
         help="torch intra-op threads of the main process (default: torch's choice)",
     )
-    parser.add_argument(
-        "--json", default=None, metavar="PATH", help="also write the result to PATH"
-    )
+    parser.add_argument("--json", metavar="PATH", help="also write the result to PATH")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a --json file that exists"
     )
@@ -299,16 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.root is not None:
             resolve_root(args.root)
         result = measure_loader(
-            args.root,
-            args.split,
-            args.height,
-            args.width,
-            workers,
-            args.batch_size,
-            args.max_images,
-            args.passes,
-            args.threads,
-        )
+            args.root, args.split, args.height, args.width, workers, args.batch_size,
+            args.max_images, args.passes, args.threads,
+        )  # fmt: skip
     except (FileNotFoundError, ValueError) as err:  # the data: an input
         cli.say(str(err))
         return 2
@@ -316,7 +279,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         cli.save_result(args.json, result)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

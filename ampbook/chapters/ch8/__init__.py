@@ -1,15 +1,8 @@
-"""What chapter 8 (AMP in your own loop, ``08_amp_patterns``) says of its
-measurements: the reading of the ``torch.compile`` check and of the committed ladders'
-rung 5, the memory verdict of checkpointing against AMP, and the fp16-or-bf16 table
-and its decision, from the committed chapter 3 GPU runs and this machine's steps.
-
-Beside it, one module per pattern of PyTorch's AMP examples, in the chapter's order:
-``accumulation``, ``shared_scaler`` (several models, losses and optimizers, one
-GradScaler), ``penalty`` (a gradient penalty), ``custom_function``, ``inference``,
-``ddp``, ``fsdp``, ``fp16_or_bf16``, ``compiled`` (``torch.compile``) and
-``checkpointing``; ``tiny`` holds the tiny network and the comparison they share. Each
-loop is a plain function a reader can paste; each check (``check_*``) takes the loop as
-an argument, so a test can hand it a variant written wrong and see it fail."""
+"""What chapter 8 (``08_amp_patterns``) says of its measurements: the ``torch.compile``
+check and the ladders' compiled rung, checkpointing's memory, and the fp16-or-bf16
+table and decision. Beside it, one module per pattern of PyTorch's AMP examples; each
+check (``check_*``) takes the loop as an argument, so a test can hand it one written
+wrong and see it fail; ``tiny`` holds what they share."""
 
 from __future__ import annotations
 
@@ -26,10 +19,8 @@ if TYPE_CHECKING:
 
 
 def compile_reading(c: CompileCheck) -> str:
-    """What ``check_compile`` (``ampbook.chapters.ch8.compiled``) shows of the
-    casts, in words true of the backend that ran: the casts in the compiled forward
-    graph against the eager forward's, and whether inductor compiled them into
-    kernels."""
+    """``check_compile``'s casts in the compiled graphs against the eager forward's,
+    and whether inductor compiled them into kernels."""
     kept = (
         "every cast autocast makes"
         if c.graph_casts["forward"] == c.eager_casts
@@ -53,10 +44,8 @@ def compile_reading(c: CompileCheck) -> str:
 
 
 def ladder_compile_rows(ladders) -> list[tuple]:
-    """The first compiled rung (``torch.compile``) beside the eager rung below it, of
-    each committed GPU ladder: (GPU, precision, eager step s, compiled step s, eager /
-    compiled)."""
-
+    """(GPU, precision, eager step s, compiled step s, their ratio) of each committed
+    GPU ladder's first compiled rung and the eager rung below it."""
     rows = []
     for ladder in ladders:
         comp = next((r.index for r in ladder.rungs if r.compiles), None)
@@ -66,21 +55,14 @@ def ladder_compile_rows(ladders) -> list[tuple]:
         for mode in ladder.modes():
             eager, fast = ladder.cell(below[-1], mode), ladder.cell(comp, mode)
             if eager and fast and eager.ok and fast.ok:
-                rows.append(
-                    (
-                        display_name(ladder.device_name),
-                        fast.mode_label,
-                        eager.step_s,
-                        fast.step_s,
-                        eager.step_s / fast.step_s,
-                    )
-                )
+                e, f = eager.step_s, fast.step_s
+                name = display_name(ladder.device_name)
+                rows.append((name, fast.mode_label, e, f, e / f))
     return rows
 
 
 def stored_inputs_text(seen: dict[str, dict[str, int]]) -> str:
-    """``block_input_dtypes`` (``ampbook.chapters.ch8.checkpointing``) in words:
-    "encoder 16 float32; decoder ..."."""
+    """``block_input_dtypes`` in words: "encoder 16 float32; decoder ..."."""
     return "; ".join(
         f"{part} " + ", ".join(f"{n} {d}" for d, n in sorted(counts.items()))
         for part, counts in seen.items()
@@ -88,9 +70,7 @@ def stored_inputs_text(seen: dict[str, dict[str, int]]) -> str:
 
 
 def stored_inputs_verdict(plain: dict, stream: dict, dtype_label: str) -> str:
-    """Chapter 8's sentence on what checkpointing stores: ``block_input_dtypes`` of
-    ERFNet as it is and with its ``fp16_stream`` option on, under autocast to
-    ``dtype_label``."""
+    """What checkpointing stores of ERFNet, without and with ``fp16_stream``."""
     return (
         f"The block inputs checkpointing stores under autocast ({dtype_label}), "
         f"counted by dtype per part (measured here): {stored_inputs_text(plain)}; "
@@ -99,9 +79,7 @@ def stored_inputs_verdict(plain: dict, stream: dict, dtype_label: str) -> str:
 
 
 def _ratio_pace(ratios) -> str:
-    """``ampbook.chapters.ch3.pace`` of bf16 / fp16 step ratios (above 1: fp16
-    faster) in words about fp16, or "not judged" with fewer than two ratios."""
-
+    """``ch3.pace`` of bf16 / fp16 step ratios in words about fp16."""
     if len(ratios) < 2:
         return "not judged: one timed step each, no spread"
     verdict = pace(ratios)
@@ -109,15 +87,13 @@ def _ratio_pace(ratios) -> str:
 
 
 def gpu_step_ratios(gpu: dict) -> list[float]:
-    """bf16 / fp16 step time epoch by epoch of ``gpu_16bit_runs``' two runs (the
-    timed epochs they share)."""
+    """bf16 / fp16 step time over the timed epochs of ``gpu_16bit_runs``."""
     pairs = zip(gpu["amp-bf16"].timed_epochs(), gpu["amp-fp16"].timed_epochs())
     return [b["step_s"] / f["step_s"] for b, f in pairs]
 
 
 def epoch_counts(ratios) -> str:
-    """How many of the bf16 / fp16 step ratios had fp16 faster (above 1) and how many
-    bf16 (below 1, with its largest lead), in words."""
+    """How many step ratios had fp16 faster and how many bf16 (with its lead)."""
     fp16 = sum(r > 1 for r in ratios)
     bf16 = [r for r in ratios if r < 1]
     lead = f" (by at most {1 / min(bf16) - 1:.1%})" if bf16 else ""
@@ -128,12 +104,9 @@ def epoch_counts(ratios) -> str:
 
 
 def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
-    """The reading of the fp16/bf16 table and the decision it gives: the bf16 / fp16
-    step ratio on the committed GPU (``gpu``: ``gpu_16bit_runs``, empty when none)
-    with its per-epoch range, and on this machine (``here``: the timed steps' seconds
-    per ``amp-fp16``/``amp-bf16``) with the range over its timed steps, each judged by
-    ``ampbook.chapters.ch3.pace``: fp16 only where it was faster in every epoch
-    (every pair of timed steps), else bf16."""
+    """The fp16-or-bf16 decision: the bf16 / fp16 step ratio on the committed GPU
+    (``gpu_16bit_runs``) per epoch and here (``here``: seconds per mode) over the
+    timed steps, judged by ``ch3.pace``: fp16 only where faster every time."""
 
     def reading(ratio: float, ratios: list[float], spread: str) -> tuple[str, bool]:
         judged = _ratio_pace(ratios)
@@ -173,8 +146,7 @@ def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
 
 
 def memory_verdict(rows: list[MemoryRow]) -> str:
-    """Which of ``memory_rows``' settings (``ampbook.chapters.ch8.checkpointing``)
-    needed the least memory and what each cost in time, against fp32."""
+    """Which of ``memory_rows``' settings needed the least memory, and each's cost."""
     base = rows[0]
     least = min(rows, key=lambda r: r.peak_bytes)
     parts = [
@@ -189,8 +161,7 @@ def memory_verdict(rows: list[MemoryRow]) -> str:
 
 
 def gpu_16bit_runs(found) -> dict:
-    """The committed chapter 3 GPU runs of one GPU and setting that have both
-    ``amp-fp16`` and ``amp-bf16`` (``{mode: TrainRun}``), or ``{}``."""
+    """``{mode: TrainRun}`` of committed GPU runs of one setting with both modes."""
     by_setting: dict = {}
     for r in found.gpu_runs():
         by_setting.setdefault((r.device_name, r.setting), {})[r.mode] = r
@@ -203,22 +174,18 @@ def gpu_16bit_runs(found) -> dict:
 def choice_rows(
     flushed: dict, skipped_here: int, steps_here: int, gpu: dict, here: dict
 ) -> list[tuple]:
-    """The fp16-or-bf16 table: (what, fp16, bf16, kind and source) per line.
-    ``flushed``: ``flushed_fractions`` (``ampbook.chapters.ch8.fp16_or_bf16``) of
-    this machine's gradients; ``skipped_here`` of ``steps_here`` GradScaler steps;
-    ``gpu``: ``gpu_16bit_runs``; ``here``: the timed steps' seconds per
-    ``amp-fp16``/``amp-bf16`` on this machine."""
+    """The fp16-or-bf16 table's rows (what, fp16, bf16, kind and source)."""
     f16, b16 = get_format("fp16"), get_format("bf16")
     ch1 = "computed: ampbook.numerics.formats (chapter 1)"
     rows = [
-        ("largest finite value", f"{f16.max:.4g}", f"{b16.max:.3g}", ch1),
-        (
-            "smallest normal",
-            f"{f16.smallest_normal:.3g}",
-            f"{b16.smallest_normal:.3g}",
-            ch1,
-        ),
-        ("unit roundoff", f"{f16.unit_roundoff:.3g}", f"{b16.unit_roundoff:.3g}", ch1),
+        (what, format(getattr(f16, a), fmt), format(getattr(b16, a), ".3g"), ch1)
+        for what, a, fmt in (
+            ("largest finite value", "max", ".4g"),
+            ("smallest normal", "smallest_normal", ".3g"),
+            ("unit roundoff", "unit_roundoff", ".3g"),
+        )
+    ]
+    rows += [
         (
             "gradients flushed to 0, unscaled",
             f"{flushed['fp16']:.2%}",
@@ -267,9 +234,8 @@ def choice_rows(
 
 
 def last_epoch_changes(gpu: dict) -> dict[str, float]:
-    """How much each of ``gpu_16bit_runs``' runs moved its val pixel accuracy in its
-    last epoch (|last - the one before|, per mode): the run-to-run noise a gap
-    between their final accuracies is to be read against."""
+    """|last - previous| val pixel accuracy per mode of ``gpu_16bit_runs``: the noise
+    a gap between their final accuracies is read against."""
     changes = {}
     for mode, run in gpu.items():
         acc = [e["val_pixel_accuracy"] for e in run.record["epochs"]]

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from ampbook.chapters.ch8.tiny import (
     Comparison,
     dtype_label,
-    flat_parameters,
     relative_difference,
     rounding_tolerance,
     scaler_for,
+    sgd_update,
     tiny_batch,
     tiny_model,
 )
@@ -38,20 +38,21 @@ def accumulate_step(model, optimizer, scaler, micro_batches, device_type, dtype)
 def _updates(
     steps, micro, micro_batch, size, seed, device_type, dtype, batch_norm=False
 ) -> list:
-    """The SGD updates of two runs from the same tiny model and data: ``steps[0]``
-    over ``micro`` micro-batches of ``micro_batch``, ``steps[1]`` over them as one
-    batch (each with a fresh GradScaler for ``dtype``)."""
+    """The SGD updates of ``steps[0]`` over ``micro`` micro-batches and ``steps[1]``
+    over them as one batch, from the same tiny model."""
     images, labels = tiny_batch(micro * micro_batch, size, seed)
     chunks = list(zip(images.split(micro_batch), labels.split(micro_batch)))
-    updates = []
-    for run, batches in zip(steps, (chunks, [(images, labels)])):
-        model = tiny_model(seed, batch_norm=batch_norm)
-        before = flat_parameters(model)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        scaler = scaler_for(device_type, dtype)
-        run(model, optimizer, scaler, batches, device_type, dtype)
-        updates.append(flat_parameters(model) - before)
-    return updates
+    return [
+        sgd_update(
+            run,
+            tiny_model(seed, batch_norm=batch_norm),
+            scaler_for(device_type, dtype),
+            batches,
+            device_type,
+            dtype,
+        )[1]
+        for run, batches in zip(steps, (chunks, [(images, labels)]))
+    ]
 
 
 def check_accumulation(
@@ -64,10 +65,9 @@ def check_accumulation(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> Comparison:
-    """``step`` over ``micro`` micro-batches against ``step`` over one batch
-    ``micro`` times larger, from the same weights, with SGD (an update proportional
-    to the gradient; Adam's near scale-invariance would hide a wrong factor): the
-    relative difference of the two updates."""
+    """``step`` over ``micro`` micro-batches against one batch ``micro`` times larger:
+    the relative difference of the two SGD updates (Adam's near scale-invariance would
+    hide a wrong factor)."""
     updates = _updates(
         (step, step), micro, micro_batch, size, seed, device_type, dtype, batch_norm
     )
@@ -131,11 +131,9 @@ def check_clipped_accumulation(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> Comparison:
-    """``step`` (accumulation with clipping) under autocast with a GradScaler at its
-    default scale, against ``accumulate_clip_step`` over one batch of all the
-    micro-batches (one backward: nothing to accumulate, ``unscale_`` in its one right
-    place): the relative difference of the two updates. ``CLIP`` is below the
-    gradients' norm, so the clipping acts."""
+    """``step`` under autocast with a GradScaler against ``accumulate_clip_step`` over
+    one batch of all the micro-batches (``unscale_`` in its one right place): the
+    relative difference of the two updates (``CLIP`` is below the gradients' norm)."""
     updates = _updates(
         (step, accumulate_clip_step), micro, micro_batch, size, seed, device_type, dtype
     )

@@ -1,7 +1,5 @@
-"""Activation checkpointing against AMP (chapter 8): ERFNet's blocks wrapped in
-``Checkpointed``; the peak memory and step time of fp32, autocast, checkpointing and
-both (``memory_rows``), and the dtypes of the block inputs checkpointing stores
-(``block_input_dtypes``)."""
+"""Activation checkpointing against AMP (chapter 8): ``memory_rows`` of fp32,
+autocast, checkpointing and both, and the block inputs it stores."""
 
 from __future__ import annotations
 
@@ -53,10 +51,9 @@ def memory_rows(
     repeats: int = 1,
     seed: int = 0,
 ) -> list[MemoryRow]:
-    """ERFNet's training step (forward, loss, backward) in fp32, under autocast in
-    ``dtype``, with ``checkpoint_blocks``, and with both: peak bytes allocated
-    (``AllocatedBytesMeter``, one step) and the median step time (``repeats`` timed
-    steps after a warm-up, without the meter)."""
+    """ERFNet's forward and backward in fp32, under autocast, with
+    ``checkpoint_blocks`` and with both: the peak bytes allocated in one step and the
+    median time of ``repeats`` steps after a warm-up."""
     from ampbook.measure.timing import benchmark
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
@@ -76,8 +73,8 @@ def memory_rows(
         if ckpt:
             checkpoint_blocks(model)
 
-        def step():
-            model.zero_grad(set_to_none=True)
+        def step(grads_to_none=True):
+            model.zero_grad(set_to_none=grads_to_none)
             with torch.amp.autocast(
                 "cpu", dtype=d or torch.float32, enabled=d is not None
             ):
@@ -86,12 +83,7 @@ def memory_rows(
 
         step()  # a warm-up, which also makes the gradients
         with AllocatedBytesMeter() as meter:
-            model.zero_grad(set_to_none=False)  # the gradients exist: not counted
-            with torch.amp.autocast(
-                "cpu", dtype=d or torch.float32, enabled=d is not None
-            ):
-                loss = F.cross_entropy(model(images), labels)
-            loss.backward()
+            step(grads_to_none=False)  # the gradients exist: not counted
         seconds = benchmark(
             step, warmup=0, repeats=repeats, number=1, min_time=0.0
         ).median_s
@@ -106,9 +98,8 @@ def block_input_dtypes(
     fp16_stream: bool = False,
     seed: int = 0,
 ) -> dict[str, dict[str, int]]:
-    """The dtypes of the inputs ``checkpoint_blocks`` would store: per part of ERFNet
-    (``encoder``, ``decoder``), how many of its blocks received each dtype in one
-    forward under CPU autocast in ``dtype`` (``fp16_stream``: ERFNet's option)."""
+    """Per part of ERFNet, how many blocks received each dtype in one forward under
+    CPU autocast: the inputs ``checkpoint_blocks`` would store."""
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 

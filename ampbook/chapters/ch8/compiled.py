@@ -1,6 +1,6 @@
 """``torch.compile`` with autocast (chapter 8): ``check_compile`` counts the casts
-autocast makes eagerly and those in the compiled graphs, compares the losses, and asks
-``torch._dynamo.explain`` where the whole step with a GradScaler breaks."""
+eagerly and in the compiled graphs, compares the losses, and asks
+``torch._dynamo.explain`` where the step with a GradScaler breaks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ampbook.chapters.ch8.tiny import scaler_for, tiny_batch, tiny_model
+from ampbook.chapters.ch8.tiny import scaler_for, sgd_update, tiny_batch, tiny_model
 
 
 def train_step(model, optimizer, scaler, images, labels, device_type, dtype):
@@ -26,8 +26,8 @@ def train_step(model, optimizer, scaler, images, labels, device_type, dtype):
 
 
 class _GraphCasts:
-    """A TorchDynamo backend that counts the dtype conversions in the forward and
-    backward graphs AOTAutograd gives it, then runs them eagerly (as ``aot_eager``)."""
+    """A TorchDynamo backend that counts the casts in the forward and backward graphs
+    AOTAutograd gives it, then runs them eagerly (as ``aot_eager``)."""
 
     CASTS = ("convert_element_type", "_to_copy")
 
@@ -73,8 +73,7 @@ class CompileCheck:
     plain_op_graphs: int = 0
 
     def scaler_breaks(self) -> list[str]:
-        """The break reasons of the step with a GradScaler that the step without one
-        does not have."""
+        """The break reasons of the step with a GradScaler that without has not."""
 
         def reason(line: str) -> str:  # without its " xN" count
             return line.rsplit(" x", 1)[0] if line[-1].isdigit() else line
@@ -93,17 +92,6 @@ def _reason(text: str) -> str:
     return first if len(first) <= 80 else first[:77] + "..."
 
 
-def break_reason(reason) -> str:
-    """One graph break of ``torch._dynamo.explain``, in a line: the step's source line
-    where it broke, the reason's first line and the function it names."""
-    import re
-
-    head = reason.reason.strip().splitlines()[0]
-    named = re.search(r"`([^`]+)`", reason.reason)
-    where = reason.user_stack[-1].line.strip() if reason.user_stack else "?"
-    return f"{where}: {head}" + (f" ({named.group(1)})" if named else "")
-
-
 def check_compile(
     backend: str = "aot_eager",  # or "inductor"
     dtype: torch.dtype = torch.bfloat16,
@@ -111,12 +99,11 @@ def check_compile(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> CompileCheck:
-    """The tiny model's step under autocast, eager and with ``torch.compile(model,
-    backend=backend)``: the casts autocast makes eagerly (``CastCounter``) and those
-    in the compiled graphs (counted by a backend around AOTAutograd, as
-    ``aot_eager``), inductor's kernel count, the loss of each, and what
-    ``torch._dynamo.explain`` finds in the whole step with a GradScaler (graphs and
-    breaks). A compilation that fails runs eagerly, and ``backend`` says why."""
+    """The tiny model's step under autocast, eager and ``torch.compile``d: the casts
+    autocast makes eagerly (``CastCounter``) and those in the compiled graphs (counted
+    by a backend around AOTAutograd), inductor's kernel count, each loss, and what
+    ``torch._dynamo.explain`` finds in the whole step with a GradScaler. A compilation
+    that fails runs eagerly, and ``backend`` says why."""
     import torch._dynamo
 
     from ampbook.measure.model_dtypes import CastCounter
@@ -126,48 +113,28 @@ def check_compile(
     with CastCounter(model=model) as counter:
         with torch.amp.autocast(device_type, dtype=dtype):
             model(images)
-    eager = tiny_model(seed)
-    eager_loss = train_step(
-        eager,
-        torch.optim.SGD(eager.parameters(), lr=0.1),
-        scaler_for(device_type, dtype),
-        images,
-        labels,
-        device_type,
-        dtype,
-    ).item()
+
+    def loss_of(net) -> float:
+        args = (scaler_for(device_type, dtype), images, labels, device_type, dtype)
+        return sgd_update(train_step, net, *args)[0].item()
+
+    eager_loss = loss_of(tiny_model(seed))
     torch._dynamo.reset()
     counting = _GraphCasts()
     kernels = None
     start = time.perf_counter()
     used = backend
-    try:
-        counted = torch.compile(tiny_model(seed), backend=counting.backend())
-        compiled_loss = train_step(  # the graphs run eagerly: aot_eager's loss
-            counted,
-            torch.optim.SGD(counted.parameters(), lr=0.1),
-            scaler_for(device_type, dtype),
-            images,
-            labels,
-            device_type,
-            dtype,
-        ).item()
+    try:  # the counted graphs run eagerly: aot_eager's loss
+        compiled_loss = loss_of(
+            torch.compile(tiny_model(seed), backend=counting.backend())
+        )
         if backend == "inductor":
             from torch._inductor import metrics
 
             # its note that no CUDA runtime is found, on a machine without a GPU
             logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
             metrics.reset()
-            fast = torch.compile(tiny_model(seed), backend=backend)
-            compiled_loss = train_step(
-                fast,
-                torch.optim.SGD(fast.parameters(), lr=0.1),
-                scaler_for(device_type, dtype),
-                images,
-                labels,
-                device_type,
-                dtype,
-            ).item()
+            compiled_loss = loss_of(torch.compile(tiny_model(seed), backend=backend))
             kernels = metrics.generated_kernel_count
     except Exception as err:  # no compiler, an unsupported op: run eagerly, say why
         used = f"eager ({backend} failed: {_reason(str(err).splitlines()[0])})"
@@ -196,8 +163,7 @@ def check_compile(
 def train_step_without_scaler(
     model, optimizer, scaler, images, labels, device_type, dtype
 ):
-    """``train_step`` without the GradScaler (``scaler`` unused), for the graph
-    breaks the scaler does not cause."""
+    """``train_step`` without the GradScaler (``scaler`` unused)."""
     optimizer.zero_grad()
     with torch.amp.autocast(device_type, dtype=dtype):
         loss = F.cross_entropy(model(images), labels)
@@ -207,9 +173,8 @@ def train_step_without_scaler(
 
 
 def all_break_reasons(counted) -> list[str]:
-    """Every graph break TorchDynamo counted (``torch._dynamo.utils.counters``'
-    ``graph_break``, the step's frames and those it traced into), one line each: the
-    reason's first line, the function it names, and how often."""
+    """Every graph break in ``counters["graph_break"]``, one line each: the reason's
+    first line, the function it names, and how often."""
     import re
 
     lines = []
@@ -225,12 +190,9 @@ def all_break_reasons(counted) -> list[str]:
 
 
 def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
-    """``torch._dynamo.explain`` of ``step`` with a GradScaler, fp16 and the tiny
-    model: (graphs, graph breaks, ``all_break_reasons``, the graphs that hold an
-    operator). ``explain`` counts the graphs and breaks of the frames it compiled;
-    ``counters["graph_break"]`` records every break reason met anywhere, in the
-    functions the step calls too (the optimizer's step calls
-    ``torch._dynamo.graph_break()`` itself, ``torch/optim/optimizer.py``)."""
+    """``torch._dynamo.explain`` of ``step`` (GradScaler, fp16, the tiny model):
+    graphs, breaks, every break met (the optimizer's step breaks the graph itself,
+    ``torch/optim/optimizer.py``) and the graphs holding an operator."""
     from torch._dynamo.utils import counters
 
     m = tiny_model(seed)
@@ -253,9 +215,4 @@ def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
     with_ops = sum(
         any(n.op == "call_function" for n in g.graph.nodes) for g in explained.graphs
     )
-    return (
-        explained.graph_count,
-        explained.graph_break_count,
-        counted,
-        with_ops,
-    )
+    return explained.graph_count, explained.graph_break_count, counted, with_ops

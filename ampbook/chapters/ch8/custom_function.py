@@ -1,7 +1,5 @@
-"""A custom autograd Function that needs fp32 under autocast (chapter 8):
-``custom_fwd(cast_inputs=torch.float32)`` and ``custom_bwd`` around a naive
-log-sum-exp (``exp_sum_log``); ``check_custom_function`` reads what its forward
-received."""
+"""A custom autograd Function that needs fp32 under autocast (chapter 8,
+``exp_sum_log``); ``check_custom_function`` reads what its forward received."""
 
 from __future__ import annotations
 

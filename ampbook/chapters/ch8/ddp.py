@@ -1,6 +1,5 @@
-"""DistributedDataParallel under AMP (chapter 8): chapter 3's loop
-(``train_steps``) in two gloo processes against one process on the whole batches
-(``check_ddp``)."""
+"""DistributedDataParallel under AMP (chapter 8): chapter 3's loop (``train_steps``)
+in two gloo processes against one process on the whole batches (``check_ddp``)."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from ampbook.chapters.ch8.tiny import (
     relative_difference,
     rounding_tolerance,
     scaler_for,
+    sgd_update,
     tiny_batch,
     tiny_model,
 )
@@ -50,8 +50,8 @@ def step_batches(steps: int, batch: int, size: int, seed: int):
 @contextlib.contextmanager
 def gloo_group(rank: int, world: int, init: str):
     """One spawned process's gloo group (one thread: the processes share the cores),
-    destroyed on the way out after a barrier, so that no rank tears its group down
-    while another still uses it (a SIGABRT seen once on a loaded machine)."""
+    destroyed after a barrier, so that no rank tears it down while another still uses
+    it (a SIGABRT seen once on a loaded machine)."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -66,10 +66,8 @@ def gloo_group(rank: int, world: int, init: str):
 
 
 def run_processes(worker, args: tuple, world: int, weights_only: bool = True):
-    """``worker(rank, world, init, out, *args)`` in ``world`` spawned processes (not
-    forked: a process that has already run autograd, its worker threads started,
-    cannot fork a child that runs it again); what rank 0 saved to ``out``, and the
-    seconds the processes took, start included."""
+    """``worker(rank, world, init, out, *args)`` in ``world`` spawned (not forked)
+    processes: what rank 0 saved to ``out``, and the seconds they took."""
     import torch.multiprocessing as mp
 
     start = time.perf_counter()
@@ -95,23 +93,20 @@ def ddp_worker(
     wrap: bool,
     net_options: dict | None = None,
 ) -> None:
-    """One process of ``check_ddp``: trains a tiny model per dtype on its share of
-    each batch (rank ``r`` takes rows ``r::world``), wrapped in DDP when ``wrap``;
-    rank 0 saves the weights."""
+    """One process of ``check_ddp``: a tiny model per dtype trained on rows
+    ``rank::world`` of each batch, wrapped in DDP when ``wrap``; rank 0 saves them."""
     with gloo_group(rank, world, init):
         weights = {}
         for d in dtypes:
             dtype = None if d is None else getattr(torch, d)
             net = tiny_model(seed, **(net_options or {}))
             model = nn.parallel.DistributedDataParallel(net) if wrap else net
-            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
             shares = [
                 (x[rank::world], y[rank::world])
                 for x, y in step_batches(steps, batch, size, seed)
             ]
-            train_steps(
-                model, optimizer, scaler_for("cpu", dtype), shares, "cpu", dtype
-            )
+            args = (scaler_for("cpu", dtype), shares, "cpu", dtype)
+            sgd_update(train_steps, model, *args)
             weights[str(d)] = flat_parameters(net)
         if rank == 0:
             torch.save(weights, out)
@@ -137,24 +132,15 @@ def check_ddp(
     wrap: bool = True,
     **net_options,
 ) -> DDPCheck:
-    """``world`` gloo processes (``torch.multiprocessing``, spawned) train with
-    ``train_steps`` on their shares of ``steps`` batches of ``batch``; this process
-    trains the same model on the whole batches. The weights after, compared per dtype
-    (``rounding_tolerance``, relative to the largest weight). ``net_options`` go to
-    ``tiny_model`` (``batch_norm=True``, ``group_norm=True``)."""
+    """``world`` spawned gloo processes train with ``train_steps`` on their shares of
+    ``steps`` batches; this process trains the same model on the whole batches; the
+    weights after, compared per dtype. ``net_options`` go to ``tiny_model``."""
     names = [None if d is None else torch_name(d) for d in dtypes]
     ours = {}
     for d, name in zip(dtypes, names):  # one process, the whole batches
         net = tiny_model(seed, **net_options)
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
-        train_steps(
-            net,
-            optimizer,
-            scaler_for("cpu", d),
-            step_batches(steps, batch, size, seed),
-            "cpu",
-            d,
-        )
+        batches = step_batches(steps, batch, size, seed)
+        sgd_update(train_steps, net, scaler_for("cpu", d), batches, "cpu", d)
         ours[str(name)] = flat_parameters(net)
     theirs, seconds = run_processes(
         ddp_worker, (names, steps, batch, size, seed, wrap, net_options), world

@@ -1,6 +1,5 @@
-"""What chapter 8 measures on this machine to choose fp16 or bf16: the share of
-ERFNet's gradients each format flushes to zero unscaled (``flushed_fractions``) and a
-training step's time in each (``step_times``)."""
+"""What chapter 8 measures here to choose fp16 or bf16: the gradients each flushes to
+zero unscaled, and a training step's time in each."""
 
 from __future__ import annotations
 

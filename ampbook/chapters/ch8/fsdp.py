@@ -1,8 +1,6 @@
-"""FSDP2's mixed precision (chapter 8): ``fully_shard`` with a ``MixedPrecisionPolicy``
-(``shard``) casts the parameters to ``param_dtype`` at each sharded module's boundary
-and reduces the gradients in ``reduce_dtype``; ``check_fsdp`` trains the tiny model so
-in two gloo processes against one process in fp32, and reads the dtype the gradients
-were reduced in and the dtypes saved for the backward pass."""
+"""FSDP2's mixed precision (chapter 8): ``shard`` casts the parameters to
+``param_dtype`` at each sharded module and reduces the gradients in ``reduce_dtype``;
+``check_fsdp`` trains the tiny model so in two gloo processes against one in fp32."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ def shard(model, param_dtype=torch.bfloat16, reduce_dtype=torch.float32):
 
 
 def saved_dtypes(step) -> dict[str, int]:
-    """The tensors autograd saves for the backward pass while ``step()`` runs,
-    counted by dtype."""
+    """The tensors autograd saves for backward while ``step()`` runs, by dtype."""
     seen: Counter = Counter()
 
     def pack(t):
@@ -48,12 +45,10 @@ def saved_dtypes(step) -> dict[str, int]:
 
 
 def fsdp_worker(rank, world, init, out, reduce_dtypes, steps, batch, size, seed, wrap):
-    """One process of ``check_fsdp``: per reduce dtype, the tiny model sharded with
-    ``shard`` (``param_dtype`` bf16; not sharded when not ``wrap``), trained with SGD
-    on rows ``rank::world`` of each batch; records each step's loss averaged over the
-    processes, the dtypes the gradients were reduced in (an all-reduce hook sees the
-    reduce-scatter's output), the dtypes saved in the first forward, and the weights
-    after. Rank 0 saves them."""
+    """One process of ``check_fsdp``: per reduce dtype, the tiny model ``shard``ed
+    (when ``wrap``) and trained on rows ``rank::world`` of each batch: the mean loss of
+    each step, the dtypes the gradients were reduced in (an all-reduce hook), those
+    saved in the first forward, and the weights after. Rank 0 saves them."""
     import torch.distributed as dist
 
     with gloo_group(rank, world, init):
@@ -83,15 +78,10 @@ def fsdp_worker(rank, world, init, out, reduce_dtypes, steps, batch, size, seed,
                 mean = loss.detach().float() / world
                 dist.all_reduce(mean)
                 losses.append(mean.item())
-            weights = torch.cat(
-                [
-                    (p.full_tensor() if hasattr(p, "full_tensor") else p)
-                    .detach()
-                    .flatten()
-                    .float()
-                    for p in model.parameters()
-                ]
-            )
+            full = [
+                getattr(p, "full_tensor", lambda p=p: p)() for p in model.parameters()
+            ]
+            weights = torch.cat([p.detach().flatten().float() for p in full])
             found[str(name)] = {
                 "losses": losses,
                 "reduced": sorted(reduced),
@@ -108,8 +98,7 @@ class FSDPRun:
     reduce_dtype: str  # as given to the policy ("None": param_dtype's)
     reduced_in: list[str]  # the dtypes the gradients were reduced in (observed)
     loss_difference: float  # max over steps of |loss - fp32's| / |fp32's|
-    weight_difference: float  # the update's (weights after - before) max |a - b|
-    # over max |fp32's|
+    weight_difference: float  # the update's max |a - b| over max |fp32's|
     tolerance: float
     saved: dict[str, int]  # tensors saved for backward in one forward, by dtype
     sharded_dtype: str = "float32"  # the sharded weights the optimizer updates
@@ -149,14 +138,11 @@ def check_fsdp(
     seed: int = 0,
     wrap: bool = True,
 ) -> FSDPCheck:
-    """``world`` gloo processes train the tiny model sharded by ``shard``
-    (``param_dtype`` bf16, each of ``reduce_dtypes``) on their shares of ``steps``
-    batches; this process trains it in fp32 on the whole batches. Per reduce dtype:
-    the losses and the update (the weights after minus before) against fp32's
-    (tolerance: bf16's ``rounding_tolerance``), the dtypes the gradients were
-    reduced in; and what one forward saves for the backward pass, sharded and under
-    autocast to bf16 here."""
-
+    """``world`` gloo processes train the tiny model ``shard``ed (bf16 parameters,
+    each of ``reduce_dtypes``) on their shares of ``steps`` batches, this process in
+    fp32 on the whole batches: per reduce dtype the losses and the update against
+    fp32's, the dtypes the gradients were reduced in; and what one forward saves for
+    backward here in fp32 and under autocast to bf16."""
     names = [None if d is None else torch_name(d) for d in reduce_dtypes]
     net = tiny_model(seed)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)

@@ -1,6 +1,5 @@
-"""Inference under autocast (chapter 8): ``predict`` in eval mode, inference mode
-and autocast, no scaler; ``check_inference`` compares its probabilities and memory
-with the fp32 forward's."""
+"""Inference under autocast (chapter 8): ``predict``; ``check_inference`` compares its
+probabilities and memory with the fp32 forward's."""
 
 from __future__ import annotations
 
@@ -53,12 +52,10 @@ def check_inference(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> InferenceCheck:
-    """``infer`` under autocast against the fp32 eval-mode forward of the same
-    trained-looking model (batch norm with running statistics of its own): the largest
-    difference of the class probabilities, and the peak bytes allocated
-    (``AllocatedBytesMeter``) by each forward. Tolerance: ``rounding_tolerance``.
-    ``infer`` gets the model as training leaves it, in train mode: an ``infer`` that
-    does not call ``model.eval()`` normalises by the batch's statistics and fails."""
+    """``infer`` under autocast against the fp32 eval-mode forward of a model with
+    running statistics of its own: the largest difference of the probabilities, and
+    each forward's peak bytes. ``infer`` gets the model in train mode: one that does
+    not call ``model.eval()`` normalises by the batch's statistics and fails."""
     model = tiny_model(seed, channels=channels, batch_norm=True)
     images, _ = tiny_batch(batch, size, seed)
     model.norm.running_mean.uniform_(-0.5, 0.5)  # statistics unlike one batch's

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from ampbook.chapters.ch8.tiny import (
     Comparison,
     dtype_label,
-    flat_parameters,
     relative_difference,
     rounding_tolerance,
     scaler_for,
+    sgd_update,
     tiny_batch,
     tiny_model,
 )
@@ -92,27 +92,22 @@ def check_penalty(
     seed: int = 0,
     units: float | None = None,
 ) -> PenaltyCheck:
-    """The penalty ``step`` computes under AMP with a GradScaler (scale 1024) and the
-    update it makes (SGD: the weights after minus before) against ``penalty_step`` in
-    fp32 without a scaler (scale 1): their relative differences, against
-    ``rounding_tolerance(dtype, units)``, for the update ``UPDATE_UNITS`` roundoffs
-    unless ``units`` is given. A penalty of the right value that does not
-    reach the gradients (computed from detached gradients) fails on the update."""
+    """The penalty ``step`` computes under AMP with a GradScaler (scale 1024) and its
+    SGD update against ``penalty_step``'s in fp32 (scale 1); the update's tolerance is
+    ``UPDATE_UNITS`` roundoffs unless ``units`` is given. A penalty that does not reach
+    the gradients (computed from detached ones) fails on the update."""
     images, labels = tiny_batch(2, size, seed)
     values, updates = [], []
     for run, d in ((step, dtype), (penalty_step, None)):
-        model = tiny_model(seed)
-        before = flat_parameters(model)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         scaler = (
             scaler_for(device_type, d)
             if d is None
             else torch.amp.GradScaler(device_type, init_scale=2.0**10)
         )
-        values.append(
-            run(model, optimizer, scaler, images, labels, device_type, d).float()
-        )
-        updates.append(flat_parameters(model) - before)
+        args = (scaler, images, labels, device_type, d)
+        value, update = sgd_update(run, tiny_model(seed), *args)
+        values.append(value.float())
+        updates.append(update)
     amp, fp32 = values
     tolerance = rounding_tolerance(dtype, units)
     return PenaltyCheck(

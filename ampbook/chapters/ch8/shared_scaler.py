@@ -1,7 +1,5 @@
-"""Several models, losses and optimizers with one GradScaler (chapter 8): one
-``scale`` per loss, one ``step`` per optimizer, one ``update`` per iteration
-(``two_models_step``); ``check_shared_scaler`` plants an overflow in one loss and reads
-which optimizers skipped and what the scale did."""
+"""Several models, losses and optimizers with one GradScaler (chapter 8,
+``two_models_step``); ``check_shared_scaler`` plants an overflow in one loss."""
 
 from __future__ import annotations
 
@@ -52,9 +50,8 @@ def two_models_step(
 
 
 PLANT = 1e30  # finite in fp32; its gradient overflows fp16
-INIT_SCALE = (
-    2.0**10
-)  # GradScaler's default 2**16 overflows the coupled losses unplanted
+# GradScaler's default 2**16 overflows the coupled losses unplanted
+INIT_SCALE = 2.0**10
 
 
 def planted(losses):
@@ -95,16 +92,12 @@ class SharedScaler:
             (True, False): "only the first optimizer skipped",
             (False, False): "neither optimizer skipped",
         }[self.skipped]
-        if not self.planted:
-            return (
-                f"{self.losses} losses, nothing planted: {which}; the scale went from "
-                f"{self.scale_before:g} to {self.scale_after:g} "
-                f"({'as it should' if self.ok else 'not as it should'})."
-            )
+        what = "overflow planted in the second" if self.planted else "nothing planted"
+        done = "halved once, as it should" if self.planted else "as it should"
         return (
-            f"{self.losses} losses, overflow planted in the second: {which}; the scale "
-            f"went from {self.scale_before:g} to {self.scale_after:g} "
-            f"({'halved once, as it should' if self.ok else 'not as it should'})."
+            f"{self.losses} losses, {what}: {which}; the scale went from "
+            f"{self.scale_before:g} to {self.scale_after:g} "
+            f"({done if self.ok else 'not as it should'})."
         )
 
 
@@ -118,26 +111,16 @@ def check_shared_scaler(
     plant: bool = True,
     init_scale: float = INIT_SCALE,
 ) -> SharedScaler:
-    """One iteration of ``step`` on two tiny models, with an overflow planted in the
-    second loss (``plant``) or nothing planted: which optimizers skipped, and what the
-    one scaler's scale did. The scaler starts at ``init_scale``, where nothing
-    overflows unplanted (the check with ``plant=False`` says so)."""
+    """One iteration of ``step`` on two tiny models, an overflow planted in the second
+    loss or not (``plant``): which optimizers skipped, and what the scale did."""
     models = [tiny_model(seed), tiny_model(seed + 1)]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     scaler = torch.amp.GradScaler(device_type, init_scale=init_scale)
     before = [flat_parameters(m) for m in models]
     images, labels = tiny_batch(2, size, seed)
     s0 = scaler.get_scale()
-    step(
-        models,
-        optimizers,
-        scaler,
-        images,
-        labels,
-        device_type,
-        dtype,
-        losses=planted(losses) if plant else losses,
-    )
+    chosen = planted(losses) if plant else losses
+    step(models, optimizers, scaler, images, labels, device_type, dtype, losses=chosen)
     skipped = tuple(
         bool(torch.equal(flat_parameters(m), b)) for m, b in zip(models, before)
     )

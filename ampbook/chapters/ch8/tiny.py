@@ -1,7 +1,6 @@
-"""What chapter 8's pattern checks share: the tiny network they train
-(``TinyNet``: fully convolutional, per-pixel cross-entropy as ERFNet's, optional batch
-norm), its random batches, a GradScaler per dtype, and the ``Comparison`` of two ways
-of doing the same thing against a rounding tolerance."""
+"""What chapter 8's pattern checks share: the tiny network they train, its batches, a
+GradScaler per dtype, one SGD step's update, and the ``Comparison`` of two ways of
+doing the same thing against a rounding tolerance."""
 
 from __future__ import annotations
 
@@ -18,9 +17,8 @@ CLASSES = 4
 
 
 class TinyNet(nn.Module):
-    """Three convolutions to per-pixel class scores (``N,3,H,W -> N,CLASSES,H,W``);
-    ``batch_norm=True`` puts a BatchNorm2d after the first, ``group_norm=True`` a
-    GroupNorm of 2 groups (statistics per image, not per batch)."""
+    """Three convolutions to per-pixel class scores; a BatchNorm2d (``batch_norm``)
+    or a GroupNorm of 2 groups (``group_norm``) after the first."""
 
     def __init__(
         self, channels: int = 8, batch_norm: bool = False, group_norm: bool = False
@@ -71,14 +69,20 @@ def flat_parameters(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten().float() for p in model.parameters()])
 
 
+def sgd_update(run, model: nn.Module, *args) -> tuple:
+    """``run(model, SGD(lr=0.1), *args)``: (what it returns, weights after - before)."""
+    before = flat_parameters(model)
+    out = run(model, torch.optim.SGD(model.parameters(), lr=0.1), *args)
+    return out, flat_parameters(model) - before
+
+
 def dtype_label(dtype: torch.dtype | None) -> str:
     return "fp32" if dtype is None else torch_name(dtype)
 
 
 @dataclass
 class Comparison:
-    """Two ways of doing the same thing, compared: ``difference`` (max |a - b| over
-    max |b|, or as ``what`` says) against ``tolerance``."""
+    """Two ways of doing the same thing: ``difference`` against ``tolerance``."""
 
     what: str
     dtype: str
@@ -99,9 +103,8 @@ class Comparison:
 
 
 def rounding_tolerance(dtype: torch.dtype | None, units: float | None = None) -> float:
-    """How far two results that differ only by rounding may drift apart, relative to
-    the largest value: ``units`` unit roundoffs of ``dtype``, by default 64 of fp32's
-    for fp32 (long fp32 sums added in another order) and 4 of the 16-bit type's under
-    autocast (its rounding of the forward's activations)."""
+    """How far two results that differ only by rounding may drift apart (relative):
+    ``units`` unit roundoffs of ``dtype``, by default 64 of fp32's (long sums in
+    another order) and 4 of a 16-bit type's (its rounding of the activations)."""
     fmt = get_format(dtype or torch.float32)
     return (units or (64.0 if dtype is None else 4.0)) * fmt.unit_roundoff

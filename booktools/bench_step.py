@@ -1,44 +1,9 @@
-"""One training step of the runner against a bare hand-written loop, and low/full
-precision.
-
-    python -m ampbook.bench step [--device auto|cpu|cuda] [--precision fp32]
-                                 [--height 128 --width 256 --batch-size 2] [--rounds 5]
-                                 [--low-height 32 --low-width 64] [--json PATH]
-
-prints, measured side by side in one run:
-
-1. **Runner overhead.** ``TrainStep`` (the step function ``python -m ampbook.train``
-   runs: autocast, loss, scaled backward, the gradient check, the loss read back to
-   Python) against the six-line loop one would write by hand (zero_grad, autocast
-   forward and loss, backward, step, ``loss.item()``), on the same ERFNet
-   initialisation, the same batches already in memory on the device, the same precision.
-   Rounds alternate between the two so that drift in the machine's speed hits both; the
-   medians' ratio is the runner's overhead (target: < 5%).
-2. **Low precision against fp32 on this device**: the runner's step time in amp-bf16 and
-   amp-fp16 divided by fp32, at a small size (``--low-height/--low-width``), because on
-   a CPU without AMX or AVX-512 BF16/FP16 low-precision convolutions are many times
-   slower than fp32.
-
-Sections on request (given any of them, only those run):
-
-3. ``--options [LIST]``: the runner's step with each of its optimisations
-   (``channels_last``, ``cudnn_benchmark`` (CUDA only), ``fused_optimizer``,
-   ``sync_every``, ``fp16_stream``, ``compile``; default: all but ``compile``) against
-   the same runner without it, and with all of them together, in each of
-   ``--option-precisions`` (default fp32 and amp-bf16), at ``--height/--width``.
-   Samples are blocks of ``--block`` steps, the device waited for once per block, so
-   the sync-free step can run ahead; rounds take turns. Prints the speedup per option
-   (median of the per-round ratios, and their spread).
-4. ``--optimizers``: one ``Adam.step`` over ERFNet's parameters in torch's three
-   implementations (fused, foreach, for-loop), in turns: the measurement behind
-   ``--fused-optimizer`` on a CPU.
-5. ``--data-cache``: images per second of the decoded cache (``--data-cache host``)
-   against the decoding loader with 0 workers, over the synthetic set at
-   ``--height/--width``, passes in turns; and the cache's one-off decoding time.
-
-Times come from ``ampbook.measure.timing.benchmark`` (warm-up, CUDA-synchronised clocks,
-medians). ``measure_overhead`` and ``measure_precisions`` return the numbers as dicts
-for the chapter.
+"""``python -m booktools.bench_step``, the project's benchmark of its training runner
+(no chapter runs it; chapter 5 times steps with ``ch5.step_rounds``): the runner's step (``TrainStep``) against the six
+lines one writes by hand (its overhead, target < 5%), and low precision against fp32 at
+a small size (on a CPU without AMX or AVX-512 BF16/FP16 16-bit convolutions are many
+times slower); on request, the runner's optimisations, Adam's implementations and the
+decoded cache. Samples are taken in turns, so that drift in speed hits all alike.
 """
 
 from __future__ import annotations
@@ -46,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
+from ampbook.chapters.ch5 import step_batch
 from ampbook.core import cli
 from ampbook.core.modes import PRECISIONS
 from ampbook.core.words import plural
@@ -58,21 +25,13 @@ if TYPE_CHECKING:  # the run imports them: --help is answered without torch
     from ampbook.train import TrainConfig
 
 OVERHEAD_TARGET = 0.05
-
-
-def _batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
-    """One random batch (images, labels) of ``cfg``'s size on ``device``: every timed
-    step takes the same one."""
-    import torch
-
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
-    y = torch.randint(
-        0, NUM_CLASSES, (cfg.batch_size, cfg.height, cfg.width), generator=g
-    )
-    return x.to(device), y.to(device)
+# (CPU, CUDA) defaults of the image sizes of the step and of the by-precision section
+SIZES = {
+    "height": (128, 512),
+    "width": (256, 1024),
+    "low_height": (32, 512),
+    "low_width": (64, 1024),
+}
 
 
 def bare_step_fn(
@@ -81,10 +40,8 @@ def bare_step_fn(
     model: torch.nn.Module | None = None,
     optimizer: torch.optim.Optimizer | None = None,
 ):
-    """The deliberately bare baseline: the loop as one writes it by hand, nothing else.
-    ``model``/``optimizer`` let it drive the very objects the runner trains (the
-    benchmark does, so that both time the same tensors in the same memory); by default
-    it builds its own ERFNet and Adam from ``cfg``."""
+    """The loop as one writes it by hand, nothing else; ``model``/``optimizer`` let it
+    drive the very objects the runner trains."""
     import torch
 
     from ampbook.core.precision import autocast_dtype
@@ -137,8 +94,6 @@ def _time(fn, batch: tuple, device, repeats: int) -> list[float]:
 
 
 def _step_config(precision, device, height, width, batch_size) -> TrainConfig:
-    """The runner's configuration the step benchmarks time: synthetic batches, no
-    loader workers."""
     from ampbook.train import TrainConfig
 
     return TrainConfig(
@@ -151,6 +106,16 @@ def _step_config(precision, device, height, width, batch_size) -> TrainConfig:
     )
 
 
+def _in_turns(samplers: dict, rounds: int) -> dict[str, list]:
+    """``{name: [sampler(), one per round]}``, the samplers called in turns, the order
+    reversed every other round, so that drift in the machine's speed hits all."""
+    out: dict[str, list] = {name: [] for name in samplers}
+    for i in range(rounds):
+        for name in list(samplers)[:: 1 if i % 2 == 0 else -1]:
+            out[name].append(samplers[name]())
+    return out
+
+
 def measure_overhead(
     precision: str = "fp32",
     device: str = "auto",
@@ -160,25 +125,26 @@ def measure_overhead(
     rounds: int = 5,
     steps_per_round: int = 3,
 ) -> dict:
-    """Median step time of the runner's ``TrainStep`` and of the bare loop, alternating
-    rounds."""
+    """Median step time of the runner's ``TrainStep`` and of the bare loop."""
     from ampbook.train import build_training, validate
 
     cfg = _step_config(precision, device, height, width, batch_size)
     res = validate(cfg)
     training = build_training(cfg, res)
-    runner = training.step
     # Same model, same optimizer, same batches: only the code around them differs.
-    bare = bare_step_fn(
-        cfg, res.device, model=training.net, optimizer=training.optimizer
+    fns = {
+        "runner": training.step,
+        "bare": bare_step_fn(cfg, res.device, training.net, training.optimizer),
+    }
+    batch = step_batch(cfg, res.device)
+    got = _in_turns(
+        {
+            k: partial(_time, f, batch, res.device, steps_per_round)
+            for k, f in fns.items()
+        },
+        rounds,
     )
-    batch = _batch(cfg, res.device)
-    runner_t: list[float] = []
-    bare_t: list[float] = []
-    for r in range(rounds):
-        order = [(runner, runner_t), (bare, bare_t)]
-        for fn, sink in order if r % 2 == 0 else order[::-1]:
-            sink += _time(fn, batch, res.device, steps_per_round)
+    runner_t, bare_t = ([t for ts in got[k] for t in ts] for k in fns)
     runner_s, bare_s = statistics.median(runner_t), statistics.median(bare_t)
     return {
         "precision": precision,
@@ -204,8 +170,7 @@ def measure_precisions(
     precisions=PRECISIONS,
     repeats: int = 5,
 ) -> dict:
-    """Median runner step time per precision at one (small) size, and each one's ratio
-    to fp32."""
+    """Median runner step time per precision at one size, and its ratio to fp32."""
     from ampbook.train import build_training, validate
 
     times: dict[str, float] = {}
@@ -220,7 +185,7 @@ def measure_precisions(
         dev = res.device
         step = build_training(cfg, res).step
         times[precision] = statistics.median(
-            _time(step, _batch(cfg, dev), dev, repeats)
+            _time(step, step_batch(cfg, dev), dev, repeats)
         )
     base = times.get("fp32")
     return {
@@ -248,8 +213,7 @@ DEFAULT_OPTIONS = tuple(o for o in OPTIONS if o != "compile")
 
 
 def _block_time(step, batch, device, steps: int, cudnn_benchmark: bool) -> float:
-    """Seconds per step over ``steps`` back-to-back steps, the device waited for once
-    at the end (the step's own host reads still happen where it does them)."""
+    """Seconds per step over ``steps`` steps, the device waited for once at the end."""
     import time
 
     from ampbook.core.precision import backend_flags
@@ -276,12 +240,9 @@ def measure_options(
     rounds: int = 5,
     block: int = SYNC_EVERY,
 ) -> dict:
-    """The runner's step time with each option in ``options`` on, against the runner
-    without it, and with all of them together (``"all"``, when more than one): each
-    configuration has its own model, optimizer and batch; one untimed block each first
-    (where ``compile`` compiles), then ``rounds`` rounds in which every configuration
-    times one block of ``block`` steps, in turns (reversed every other round).
-    ``speedup[name]`` is the median over rounds of runner time / option time."""
+    """The runner's step time with each option on, and all together (``"all"``),
+    against without: one untimed block each (``compile`` compiles), then ``rounds``
+    rounds of a block each; ``speedup``: the median per-round ratio."""
     from ampbook.train import build_training, validate
 
     unknown = [o for o in options if o not in OPTIONS]
@@ -303,23 +264,15 @@ def measure_options(
         configs[name] = dataclasses.replace(base, **OPTIONS[name])
     eager = [o for o in chosen if o != "compile"]
     if len(eager) > 1:
-        together: dict = {}
-        for name in eager:
-            together.update(OPTIONS[name])
+        together = {k: v for name in eager for k, v in OPTIONS[name].items()}
         configs["all"] = dataclasses.replace(base, **together)
     runs = {}
     for name, cfg in configs.items():
         r = validate(cfg)
-        step = build_training(cfg, r).step
-        batch = _batch(cfg, r.device)
-        _block_time(step, batch, r.device, block, cfg.cudnn_benchmark)  # warm-up
-        runs[name] = (step, batch, r.device, cfg.cudnn_benchmark)
-    times: dict[str, list[float]] = {name: [] for name in configs}
-    for i in range(rounds):
-        order = list(runs) if i % 2 == 0 else list(runs)[::-1]
-        for name in order:
-            step, batch, dev, bench = runs[name]
-            times[name].append(_block_time(step, batch, dev, block, bench))
+        args = (build_training(cfg, r).step, step_batch(cfg, r.device), r.device, block)
+        runs[name] = partial(_block_time, *args, cfg.cudnn_benchmark)
+        runs[name]()  # warm-up
+    times = _in_turns(runs, rounds)
     ratios = {
         name: [b / t for b, t in zip(times["runner"], ts)]
         for name, ts in times.items()
@@ -343,9 +296,9 @@ def measure_options(
 
 
 def measure_optimizers(device: str = "auto", rounds: int = 9, steps: int = 5) -> dict:
-    """Seconds per ``Adam.step`` over ERFNet's parameters (random gradients, the
-    runner's lr and weight decay) in torch's fused, foreach and for-loop
-    implementations, in turns; each sample is ``steps`` steps."""
+    """Seconds per ``Adam.step`` over ERFNet's parameters (random gradients) in
+    torch's fused, foreach and for-loop implementations, in turns; each sample is
+    ``steps`` steps."""
     import time
 
     import torch
@@ -361,25 +314,28 @@ def measure_optimizers(device: str = "auto", rounds: int = 9, steps: int = 5) ->
         "foreach": {"foreach": True},
         "for-loop": {"foreach": False},
     }
-    optimizers = {}
-    for name, kw in impls.items():
+
+    def sampler(kw):
         torch.manual_seed(0)
         net = ERFNet(19).to(dev)
         for p in net.parameters():
             p.grad = torch.randn_like(p) * 1e-3
         opt = torch.optim.Adam(net.parameters(), lr=5e-4, weight_decay=1e-4, **kw)
         opt.step()  # the state is made on the first step
-        optimizers[name] = opt
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for i in range(rounds):
-        order = list(impls) if i % 2 == 0 else list(impls)[::-1]
-        for name in order:
+
+        def sample():
             sync()
             start = time.perf_counter()
             for _ in range(steps):
-                optimizers[name].step()
+                opt.step()
             sync()
-            times[name].append((time.perf_counter() - start) / steps)
+            return (time.perf_counter() - start) / steps
+
+        return sample, net
+
+    made = {name: sampler(kw) for name, kw in impls.items()}
+    net = made["fused"][1]
+    times = _in_turns({name: m[0] for name, m in made.items()}, rounds)
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     return {
         "device": str(dev),
@@ -398,10 +354,9 @@ def measure_data_cache(
     images: int = 24,
     rounds: int = 3,
 ) -> dict:
-    """Images per second of one pass over ``images`` synthetic training images (drawn
-    at twice ``height`` x ``width``, as the runner draws them) through the decoding
-    loader with 0 workers and through the decoded cache in host memory, in turns;
-    with the cache's one-off decoding time."""
+    """Images per second of one pass over ``images`` synthetic training images through
+    the decoding loader (0 workers) and through the decoded cache in host memory, in
+    turns; with the cache's one-off decoding time."""
     import time
 
     import torch
@@ -418,13 +373,12 @@ def measure_data_cache(
         "loader": torch.utils.data.DataLoader(ds, batch_size=batch_size),
         "cache": CachedLoader(cache, batch_size, "cpu"),
     }
-    rates: dict[str, list[float]] = {name: [] for name in passes}
-    for i in range(rounds):
-        order = list(passes) if i % 2 == 0 else list(passes)[::-1]
-        for name in order:
-            start = time.perf_counter()
-            n = sum(len(x) for x, _ in passes[name])
-            rates[name].append(n / (time.perf_counter() - start))
+
+    def rate(loader):
+        start = time.perf_counter()
+        return sum(len(x) for x, _ in loader) / (time.perf_counter() - start)
+
+    rates = _in_turns({name: partial(rate, lo) for name, lo in passes.items()}, rounds)
     medians = {name: statistics.median(r) for name, r in rates.items()}
     return {
         "height": height,
@@ -442,7 +396,7 @@ def measure_data_cache(
 def build_parser() -> cli.ArgumentParser:
     """The command's options (light: ``--help`` imports no torch)."""
     parser = cli.ArgumentParser(
-        prog="python -m ampbook.bench step",
+        prog="python -m booktools.bench_step",
         description="One training step of the runner (python -m ampbook.train) "
         "against a bare hand-written loop, and the step time by precision, measured "
         "side by side. Given --options, --optimizers or --data-cache, only those "
@@ -458,18 +412,19 @@ def build_parser() -> cli.ArgumentParser:
         choices=PRECISIONS,
         help="precision of the runner-vs-bare comparison",
     )
-    parser.add_argument(
-        "--height",
-        type=cli.positive_int,
-        default=None,
-        help="image height of the step (default: 128 on a CPU, 512 on CUDA)",
-    )
-    parser.add_argument(
-        "--width",
-        type=cli.positive_int,
-        default=None,
-        help="image width of the step (default: 256 on a CPU, 1024 on CUDA)",
-    )
+
+    def size_flag(name):
+        cpu, cuda = SIZES[name]
+        what = "the by-precision section" if name[:3] == "low" else "the step"
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=cli.positive_int,
+            help=f"image {name.split('_')[-1]} of {what} (default: {cpu} on a CPU, "
+            f"{cuda} on CUDA)",
+        )
+
+    for name in list(SIZES)[:2]:
+        size_flag(name)
     parser.add_argument(
         "--batch-size", type=cli.positive_int, default=2, help="images per step"
     )
@@ -479,20 +434,8 @@ def build_parser() -> cli.ArgumentParser:
         default=5,
         help="rounds of the comparisons, taken in turns",
     )
-    parser.add_argument(
-        "--low-height",
-        type=cli.positive_int,
-        default=None,
-        help="image height of the by-precision section (default: 32 on a CPU, "
-        "512 on CUDA)",
-    )
-    parser.add_argument(
-        "--low-width",
-        type=cli.positive_int,
-        default=None,
-        help="image width of the by-precision section (default: 64 on a CPU, "
-        "1024 on CUDA)",
-    )
+    for name in list(SIZES)[2:]:
+        size_flag(name)
     parser.add_argument(
         "--json", default=None, metavar="PATH", help="also write the numbers to PATH"
     )
@@ -540,29 +483,27 @@ def build_parser() -> cli.ArgumentParser:
     return parser
 
 
-@cli.command("python -m ampbook.bench step")
+@cli.command("python -m booktools.bench_step")
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     options = [o for o in (args.options or "").split(",") if o]
-    bad = [o for o in options if o not in OPTIONS]
-    if bad:
-        parser.error(
-            f"--options: unknown {', '.join(bad)}; choose from {', '.join(OPTIONS)}"
-        )
     option_precisions = [p for p in args.option_precisions.split(",") if p]
-    bad = [p for p in option_precisions if p not in PRECISIONS]
-    if bad:
-        parser.error(
-            f"--option-precisions: unknown {', '.join(bad)}; choose from "
-            f"{', '.join(PRECISIONS)}"
-        )
+    for flag, given, known in (
+        ("--options", options, OPTIONS),
+        ("--option-precisions", option_precisions, PRECISIONS),
+    ):
+        bad = [o for o in given if o not in known]
+        if bad:
+            parser.error(
+                f"{flag}: unknown {', '.join(bad)}; choose from {', '.join(known)}"
+            )
     extra = bool(options or args.optimizers or args.data_cache)
 
     from ampbook.core.devices import pick_device
     from ampbook.core.env import cpu_flags, environment
     from ampbook.measure.timing import load_verdict, machine_load
-    from ampbook.train import ConfigError, TrainConfig, validate
+    from ampbook.train import ConfigError, validate
 
     try:
         dev = pick_device(args.device)
@@ -570,37 +511,21 @@ def main(argv: list[str] | None = None) -> int:
         cli.say(str(err))
         return 2
     gpu = dev.type == "cuda"
-
-    def size(value, cuda, cpu):  # None: the device's default (0 is refused)
-        return value if value is not None else (cuda if gpu else cpu)
-
-    h = size(args.height, 512, 128)
-    w = size(args.width, 1024, 256)
-    lh = size(args.low_height, 512, 32)
-    lw = size(args.low_width, 1024, 64)
+    h, w, lh, lw = (
+        SIZES[k][gpu] if getattr(args, k) is None else getattr(args, k) for k in SIZES
+    )
     # Every size and the batch size, checked as the runner does, before measuring.
-    try:
-        for height, width, which in (
-            (h, w, "--height/--width"),
-            (lh, lw, "--low-height/--low-width"),
-        ):
-            try:
-                validate(
-                    TrainConfig(
-                        precision=args.precision,
-                        device=str(dev),
-                        height=height,
-                        width=width,
-                        batch_size=args.batch_size,
-                    )
-                )
-            except ConfigError as err:
-                raise ConfigError(f"{which}: {err}") from None
-        if args.json:
-            cli.check_output_file(args.json, "--json", overwrite=args.overwrite)
-    except (ConfigError, cli.UserError) as err:
-        cli.say(str(err))
-        return 2
+    for height, width, which in (
+        (h, w, "--height/--width"),
+        (lh, lw, "--low-height/--low-width"),
+    ):
+        cfg = _step_config(args.precision, str(dev), height, width, args.batch_size)
+        try:
+            validate(cfg)
+        except ConfigError as err:
+            raise cli.UserError(f"{which}: {err}") from None
+    if args.json:
+        cli.check_output_file(args.json, "--json", overwrite=args.overwrite)
     env = environment(dev)
     load = machine_load()
     print(
@@ -637,14 +562,11 @@ def _default_sections(args, dev, h, w, lh, lw) -> dict:
         f"{w}x{h}, "
         f"{o['samples']} steps each, alternating rounds)"
     )
-    print(
-        f"   runner (ampbook.train.TrainStep): {o['runner_s'] * 1e3:9.1f} ms per step "
-        "(median)"
-    )
-    print(
-        f"   bare hand-written loop:           {o['bare_s'] * 1e3:9.1f} ms per step "
-        "(median)"
-    )
+    for label, t in (
+        ("runner (ampbook.train.TrainStep):", o["runner_s"]),
+        ("bare hand-written loop:", o["bare_s"]),
+    ):
+        print(f"   {label:<33} {t * 1e3:9.1f} ms per step (median)")
     verdict = "within" if o["overhead"] < OVERHEAD_TARGET else "OVER"
     print(
         f"   ratio {o['ratio']:.3f}: runner overhead {o['overhead'] * 100:+.1f}% "
@@ -672,15 +594,9 @@ def _options_section(args, dev, h, w, options, precisions) -> dict:
     for precision in precisions:
         try:
             m = measure_options(
-                precision,
-                str(dev),
-                h,
-                w,
-                args.batch_size,
-                options,
-                args.rounds,
+                precision, str(dev), h, w, args.batch_size, options, args.rounds,
                 args.block,
-            )
+            )  # fmt: skip
         except ValueError as err:  # e.g. amp-bf16 on a GPU without bf16
             print(f"\n3. {precision}: skipped ({err})")
             continue
@@ -736,27 +652,3 @@ def _data_section(args, h, w) -> dict:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def step_rounds(
-    configs: dict[str, TrainConfig], rounds: int = 5
-) -> dict[str, list[float]]:
-    """Runner step times of several configurations, taking turns round after round.
-
-    Each configuration gets its own model, optimizer and batch; one untimed warm-up
-    round runs first. Every round times one step of each configuration in turn, so a
-    shared machine's slow spells hit all of them alike; the per-round ratios then carry
-    the spread. Returns ``{name: [seconds per step, one per round]}``.
-    """
-    from ampbook.train import build_training, validate
-
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
-    steps = {}
-    for name, cfg in configs.items():
-        res = validate(cfg)
-        batch = _batch(cfg, res.device)
-        steps[name] = (build_training(cfg, res).step, batch, res.device)
-    from ampbook.measure.timing import time_rounds
-
-    return time_rounds(steps, rounds)
