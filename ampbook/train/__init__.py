@@ -9,24 +9,17 @@ them). Modules: ``step`` (the step chapter 3 teaches), ``config`` (settings, che
 the command line's options), ``checkpoint``, ``record`` (the results file), ``outdir``
 (one run per output name), ``loop`` (``run_training``), ``command`` (``main``).
 
-Precisions: ``fp32`` (``--tf32 on`` lets CUDA matmuls and convolutions use TF32, as
-PyTorch 1.7, the post's version, did on Ampere; off by default, so a bare fp32 run is
-strict), ``amp-fp16`` (autocast to float16 and a ``GradScaler``), ``amp-bf16`` (no
-scaler); weights, gradients and optimizer state stay fp32. The optimised step's options
-are all off by default, the post's setup.
+TF32 is off by default (PyTorch 1.7, the post's version, used it on Ampere), so a bare
+fp32 run is strict; the optimised step's options are all off, the post's setup.
 
 The recipe is ERFNet's authors' training code (E. Romera,
 github.com/Eromera/erfnet_pytorch, ``train/main.py``, its "scheduler 2"): Adam (betas
 0.9/0.999, eps 1e-8), lr 5e-4, weight decay 1e-4, poly decay ``(1 - epoch/epochs) **
 0.9``, cross-entropy ignoring label 255. ``--class-weights enet`` weights class c by
 ``1 / ln(1.02 + p_c)`` (ENet's rule: A. Paszke et al., arXiv:1606.02147). The data
-order is a function of (seed, epoch) only, so a resumed run sees the same batches, and
-``--resume`` ends with the same weights and numbers as an uninterrupted run.
-
-A step with non-finite gradients is skipped and counted exactly; after
-``--max-nonfinite`` consecutive skips the run stops (``NonFiniteLossError``), its
-results written first. Bad settings are ``ConfigError`` before the first step; a
-failure mid-epoch is ``TrainError`` naming what was saved and the ``--resume`` command.
+order is a function of (seed, epoch) only, so ``--resume`` ends with the same weights
+and numbers as an uninterrupted run. Bad settings are ``ConfigError`` before the first
+step; a failure mid-epoch is ``TrainError`` naming what was saved and how to resume.
 """
 
 # Names are imported on first use (PEP 562): ``python -m ampbook.train --help``

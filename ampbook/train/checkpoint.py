@@ -153,9 +153,8 @@ def load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
             "it holds Python objects, not only tensors and plain data"
         ) from None
     except Exception as err:  # noqa: BLE001 -- what fails to parse is not a checkpoint
-        raise refuse(
-            f"it cannot be read as a torch.save file: {type(err).__name__}"
-        ) from None
+        why = f"it cannot be read as a torch.save file: {type(err).__name__}"
+        raise refuse(why) from None
     if not isinstance(ckpt, dict):
         raise refuse(f"it holds a {type(ckpt).__name__}")
     if ckpt.get("format") != CHECKPOINT_FORMAT:

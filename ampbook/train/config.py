@@ -1,11 +1,8 @@
 """A training run's settings: ``TrainConfig`` (one field per command-line option),
-their checks (``validate``, before any work, raising ``ConfigError``), what they resolve
-to on this machine (``Resolved``: device, autocast dtype, scaler, warnings, DDP ranks),
-the run's name, and the translation to and from the command line (``build_parser``,
-``command_line``, ``resume_command``).
-
-Light: torch is imported by the checks that need it (``validate``), not here, so that
-``python -m ampbook.train --help`` and a bad option answer without loading torch."""
+their checks (``validate``, raising ``ConfigError`` before any work), what they resolve
+to here (``Resolved``), the run's name, and the command line (``build_parser``,
+``command_line``). Light: torch is imported by the checks that need it, so that
+``--help`` and a bad option answer without loading torch."""
 
 from __future__ import annotations
 
@@ -425,11 +422,9 @@ def _check_paths(cfg: TrainConfig) -> None:
                 cli.check_output_dir(value, name)
             except cli.UserError as err:
                 raise ConfigError(str(err)) from None
-    if cfg.name is not None and (
-        not cfg.name.strip()
-        or "/" in cfg.name
-        or os.sep in cfg.name
-        or cfg.name.startswith(".")
+    name = cfg.name
+    if name is not None and (
+        not name.strip() or name.startswith(".") or {"/", os.sep} & set(name)
     ):
         raise ConfigError(
             f"name {cfg.name!r} is not a file name: give a name without a path "
@@ -477,14 +472,11 @@ def _device(cfg: TrainConfig, world_size: int, local_rank: int):
         )
     if device.type == "cuda" and world_size > 1:
         device = torch.device("cuda", local_rank)
-    if (
-        device.type == "cuda"
-        and device.index is not None
-        and device.index >= torch.cuda.device_count()
-    ):
+    count = torch.cuda.device_count()
+    if device.type == "cuda" and device.index is not None and device.index >= count:
         raise ConfigError(
             f"device {device} does not exist: this machine has "
-            f"{plural(torch.cuda.device_count(), 'CUDA device')}"
+            f"{plural(count, 'CUDA device')}"
         )
     return device
 
@@ -516,9 +508,8 @@ def _notes(cfg: TrainConfig, device, dtype) -> list[str]:
         if cfg.sync_every > 1 and not cfg.fused_optimizer:
             notes.append(
                 f"sync_every {cfg.sync_every} without fused_optimizer: the losses are "
-                "read every "
-                f"{cfg.sync_every} batches, but each optimizer step still reads its "
-                "skip flag to the host (only the fused Adam skips on the GPU)"
+                f"read every {cfg.sync_every} batches, but each optimizer step still "
+                "reads its skip flag to the host (only the fused Adam skips on the GPU)"
             )
     else:
         if dtype is not None and not native_cpu_flags(dtype):
@@ -567,8 +558,7 @@ def check_compile(mode: str, device: torch.device) -> None:  # noqa: F821
             raise ConfigError(
                 f"compile {mode}: Inductor needs a C++ compiler on a CPU and found "
                 f"none (tried {tried}); install g++ or set CXX, or use --compile "
-                "aot_eager "
-                "(no code generation), or run without --compile"
+                "aot_eager (no code generation), or run without --compile"
             ) from None
     else:
         from torch.utils._triton import has_triton

@@ -100,11 +100,8 @@ def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[f
 
     size = f"{dataset.height}x{dataset.width}"
     key = f"{Path(dataset.root).resolve()}|{dataset.split}|{size}|{len(dataset)}"
-    path = (
-        cache_dir()
-        / "class-weights"
-        / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
-    )
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    path = cache_dir() / "class-weights" / f"{digest}.json"
     cached = _cached_weights(path, key, NUM_CLASSES)
     if cached is not None:
         return cached
@@ -175,11 +172,8 @@ def evaluate(
 
 
 def _show_progress(cfg: TrainConfig, res: Resolved) -> bool:
-    if cfg.quiet or res.rank != 0:
-        return False
-    if cfg.progress is not None:
-        return bool(cfg.progress)
-    return sys.stderr.isatty()
+    shown = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    return bool(shown) and not cfg.quiet and res.rank == 0
 
 
 class CompileFailed(RuntimeError):
@@ -396,12 +390,9 @@ def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
         )
     except ValueError as err:
         raise ConfigError(f"data_cache {cfg.data_cache}: {err}") from None
-    _say(
-        cfg,
-        res,
-        f"data cache: decoding {images} images once into {memory} memory "
-        f"({need / 2**20:.1f} MiB, {res.workers} workers)",
-    )
+    what = f"data cache: decoding {images} images once"
+    size = f"({need / 2**20:.1f} MiB, {res.workers} workers)"
+    _say(cfg, res, f"{what} into {memory} memory {size}")
     start = time.perf_counter()
     train = DecodedCache.build(train_ds, memory, res.workers)
     val = DecodedCache.build(val_ds, memory, res.workers)
@@ -500,16 +491,10 @@ def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
     except (FileNotFoundError, ValueError) as err:  # DataError is a ValueError
         raise ConfigError(f"data: {err}") from None
     check_batch_size(cfg, res, len(train_ds))
-    kind = (
-        "SYNTHETIC Cityscapes (no Cityscapes root given)" if synthetic else "Cityscapes"
-    )
-    _say(
-        cfg,
-        res,
-        f"data: {kind} "
-        f"at {root}: {len(train_ds)} train / {len(val_ds)} val images, trained at "
-        f"{cfg.width}x{cfg.height} (W x H)",
-    )
+    kind = "SYNTHETIC Cityscapes (no Cityscapes root given)"
+    sizes = f"{len(train_ds)} train / {len(val_ds)} val images"
+    where = f"data: {kind if synthetic else 'Cityscapes'} at {root}: {sizes}"
+    _say(cfg, res, f"{where}, trained at {cfg.width}x{cfg.height} (W x H)")
     try:
         caches = _data_cache(cfg, res, train_ds, val_ds)
         enet = cfg.class_weights == "enet"
@@ -524,11 +509,7 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
     from ampbook.segmentation.cityscapes import CachedLoader
 
     sampler = torch.utils.data.DistributedSampler(
-        data.train,
-        num_replicas=res.world_size,
-        rank=res.rank,
-        shuffle=cfg.shuffle,
-        seed=cfg.seed,
+        data.train, res.world_size, res.rank, shuffle=cfg.shuffle, seed=cfg.seed
     )
     gen = torch.Generator()
     if data.caches is not None:  # batches from memory: no workers
@@ -539,11 +520,8 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
         val = CachedLoader(val_cache, cfg.batch_size, res.device)
         loaders = _Loaders(sampler, gen, train, val, cache_info, 0)
     else:
-        load = dict(
-            batch_size=cfg.batch_size,
-            num_workers=res.workers,
-            pin_memory=res.device.type == "cuda",
-        )
+        pin = res.device.type == "cuda"
+        load = dict(batch_size=cfg.batch_size, num_workers=res.workers, pin_memory=pin)
         train = torch.utils.data.DataLoader(
             data.train, sampler=sampler, generator=gen, **load
         )
@@ -574,17 +552,12 @@ def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
         )
         run.start_epoch = checkpoint["epoch"] + 1
         resumes.append({"at": now(), "after_epoch": checkpoint["epoch"]})
-        _say(
-            cfg,
-            res,
-            f"resumed {run.name} from {run.ckpt_path} after epoch "
-            f"{checkpoint['epoch']}",
-        )
+        after = f"after epoch {checkpoint['epoch']}"
+        _say(cfg, res, f"resumed {run.name} from {run.ckpt_path} {after}")
     run.epoch = run.start_epoch
     environment = _env.environment(res.device)
-    environment["memory_format"] = (
-        "channels_last" if cfg.channels_last else "contiguous"
-    )
+    fmt = "channels_last" if cfg.channels_last else "contiguous"
+    environment["memory_format"] = fmt
     run.record = {
         "schema": TRAIN_SCHEMA,
         "schema_version": TRAIN_SCHEMA_VERSION,

@@ -125,12 +125,9 @@ def output_folder(cfg: TrainConfig, out: Path, name: str):
             earlier = earlier_record(json_path)
             status = f" (status: {earlier.get('status')})" if earlier else ""
             finished = earlier is not None and earlier.get("status") == "complete"
-            how = (
-                ["continue it with --resume"]
-                if ckpt_path.exists() and not finished
-                else []
-            )
-            how += ["choose another --name", "or pass --overwrite to replace it"]
+            how = ["choose another --name", "or pass --overwrite to replace it"]
+            if ckpt_path.exists() and not finished:
+                how.insert(0, "continue it with --resume")
             raise ConfigError(
                 f"{existing[0]} already holds run {name!r}{status}; nothing was "
                 f"changed: {', '.join(how)}"

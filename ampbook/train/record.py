@@ -61,18 +61,18 @@ def summarize(epochs: list[dict]) -> dict:
         vals = [e[key] for e in epochs if e.get(key) is not None]
         return max(vals) if vals else None
 
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
     walls = [e["wall_s"] for e in epochs]
     last = epochs[-1] if epochs else {}
+    images = sum(e["images"] for e in epochs)
     return {
         "epochs_completed": len(epochs),
         "total_wall_s": sum(walls),
-        "mean_epoch_wall_s": sum(walls) / len(walls) if walls else None,
-        "mean_epoch_wall_s_after_first": sum(walls[1:]) / len(walls[1:])
-        if len(walls) > 1
-        else None,
-        "mean_images_per_s": (sum(e["images"] for e in epochs) / sum(walls))
-        if walls and sum(walls) > 0
-        else None,
+        "mean_epoch_wall_s": mean(walls),
+        "mean_epoch_wall_s_after_first": mean(walls[1:]),
+        "mean_images_per_s": images / sum(walls) if sum(walls) > 0 else None,
         "final_train_loss": last.get("train_loss"),
         "final_val_pixel_accuracy": last.get("val_pixel_accuracy"),
         "final_val_miou": last.get("val_miou"),
