@@ -1,7 +1,6 @@
-"""What a run keeps to be resumed: files written atomically (``write_atomic``), the RNG
-states of torch, CUDA, numpy and Python as tensors and plain lists (``rng_state``), and
-the checkpoint itself (``save_checkpoint``, ``load_checkpoint``, ``restore``): it loads
-with ``torch.load(..., weights_only=True)``, no pickled objects."""
+"""What a run keeps to be resumed: files written atomically, the RNG states of torch,
+CUDA, numpy and Python as tensors and plain lists, and the checkpoint, which loads with
+``torch.load(..., weights_only=True)`` (no pickled objects)."""
 
 from __future__ import annotations
 
@@ -24,17 +23,8 @@ from ampbook.train.step import StepCounters, Training
 CHECKPOINT_FORMAT = "ampbook.train.checkpoint/1"
 
 
-CHECKPOINT_KEYS = (
-    "format",
-    "epoch",
-    "config",
-    "model",
-    "optimizer",
-    "scheduler",
-    "scaler",
-    "counters",
-    "rng",
-    "records",
+CHECKPOINT_KEYS = tuple(
+    "format epoch config model optimizer scheduler scaler counters rng records".split()
 )
 
 
@@ -100,8 +90,8 @@ def write_atomic(path: Path, text: str | None = None, obj=None) -> None:
 
 
 def _write_failed(err: RuntimeError, tmp: Path, path: Path) -> OSError:
-    """torch.save's ``RuntimeError`` ("PytorchStreamWriter failed writing file") as the
-    ``OSError`` it stands for: ENOSPC when the disk is (nearly) full, else EIO."""
+    """torch.save's ``RuntimeError`` as the ``OSError`` it stands for: ENOSPC when the
+    disk is (nearly) full, else EIO."""
     try:
         written = tmp.stat().st_size if tmp.exists() else 0
         free = shutil.disk_usage(tmp.parent).free
@@ -163,9 +153,8 @@ def load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
             "it holds Python objects, not only tensors and plain data"
         ) from None
     except Exception as err:  # noqa: BLE001 -- what fails to parse is not a checkpoint
-        raise refuse(
-            f"it cannot be read as a torch.save file: {type(err).__name__}"
-        ) from None
+        why = f"it cannot be read as a torch.save file: {type(err).__name__}"
+        raise refuse(why) from None
     if not isinstance(ckpt, dict):
         raise refuse(f"it holds a {type(ckpt).__name__}")
     if ckpt.get("format") != CHECKPOINT_FORMAT:
@@ -193,9 +182,8 @@ def load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
 
 
 def _check_epochs(path: Path, raw, epoch: int, records: list, cfg: TrainConfig) -> None:
-    """The checkpoint's epoch and its records agree: epoch N (1 <= N <= the run's
-    epochs) after records of epochs 1..N, each with the fields a resumed record
-    needs."""
+    """The checkpoint's epoch N (1 <= N <= the run's epochs) comes after records of
+    epochs 1..N, each with the fields a resumed record needs."""
 
     def bad(field: str, why: str) -> ConfigError:
         return ConfigError(

@@ -1,11 +1,8 @@
 """A training run's settings: ``TrainConfig`` (one field per command-line option),
-their checks (``validate``, before any work, raising ``ConfigError``), what they resolve
-to on this machine (``Resolved``: device, autocast dtype, scaler, warnings, DDP ranks),
-the run's name, and the translation to and from the command line (``build_parser``,
-``command_line``, ``resume_command``).
-
-Light: torch is imported by the checks that need it (``validate``), not here, so that
-``python -m ampbook.train --help`` and a bad option answer without loading torch."""
+their checks (``validate``, raising ``ConfigError`` before any work), what they resolve
+to here (``Resolved``), the run's name, and the command line (``build_parser``,
+``command_line``). Light: torch is imported by the checks that need it, so that
+``--help`` and a bad option answer without loading torch."""
 
 from __future__ import annotations
 
@@ -26,30 +23,16 @@ CLASS_WEIGHTS = ("none", "enet")
 DATA_CACHES = ("none", "host", "device")
 # torch.compile's modes, and its debugging backend "aot_eager" (graph capture and
 # AOTAutograd, no code generation: no C++ compiler or Triton needed).
-COMPILE_MODES = (
-    "default",
-    "reduce-overhead",
-    "max-autotune",
-    "max-autotune-no-cudagraphs",
-    "aot_eager",
+COMPILE_MODES = tuple(
+    "default reduce-overhead max-autotune max-autotune-no-cudagraphs aot_eager".split()
 )
 TF32_CHOICES = ("on", "off")
 # Fields that may differ between an interrupted run and its resumption (they do not
 # change the numbers the run computes).
+# (sync_every: the same losses and skip decisions, read later).
 RUNTIME_FIELDS = frozenset(
-    {
-        "out",
-        "name",
-        "resume",
-        "overwrite",
-        "quiet",
-        "progress",
-        "workers",
-        "save_predictions",
-        "device",
-        "checkpoint",
-        "sync_every",  # the same losses and skip decisions, read later
-    }
+    "out name resume overwrite quiet progress workers save_predictions device "
+    "checkpoint sync_every".split()
 )
 
 
@@ -71,8 +54,9 @@ class Interrupted(TrainError):
     resume."""
 
 
-def _opt(help: str, **kw):
-    return {"help": help, **kw}
+def _f(default, help: str, **kw):
+    """A field whose metadata is its command-line option (``build_parser``)."""
+    return field(default=default, metadata={"help": help, **kw})
 
 
 def workers_arg(text: str) -> int | str:
@@ -99,13 +83,9 @@ def cpu_cores() -> int:
 def fused_devices() -> tuple[str, ...]:
     """Device types that have torch's fused Adam kernel."""
     import torch  # noqa: F401 -- the module below needs torch loaded
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
-    try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-        return tuple(_get_fused_kernels_supported_devices())
-    except ImportError:  # an older torch: CUDA only
-        return ("cuda",)
+    return tuple(_get_fused_kernels_supported_devices())
 
 
 @dataclass
@@ -113,200 +93,131 @@ class TrainConfig:
     """Settings of one training run; each field is the command-line option of the same
     name."""
 
-    precision: str = field(
-        default="fp32",
-        metadata=_opt(
-            f"fp32 | amp-fp16 | amp-bf16, or {TF32_MODE}: fp32 with --tf32 on (the "
-            "name the ladder and the doctor give it; the run records fp32 and tf32 on)",
-            choices=MODES,
-        ),
+    precision: str = _f(
+        "fp32",
+        f"fp32 | amp-fp16 | amp-bf16, or {TF32_MODE}: fp32 with --tf32 on (the "
+        "name the ladder and the doctor give it; the run records fp32 and tf32 on)",
+        choices=MODES,
     )
-    device: str = field(
-        default="auto", metadata=_opt("auto (CUDA if available) | cpu | cuda | cuda:N")
+    device: str = _f("auto", "auto (CUDA if available) | cpu | cuda | cuda:N")
+    data_root: str | None = _f(
+        None, "Cityscapes root (default: $CITYSCAPES_DATASET, else the synthetic set)"
     )
-    data_root: str | None = field(
-        default=None,
-        metadata=_opt(
-            "Cityscapes root (default: $CITYSCAPES_DATASET, else the synthetic set)"
-        ),
+    synthetic_train: int = _f(100, "training images of the synthetic set")
+    synthetic_val: int = _f(20, "val images of the synthetic set")
+    epochs: int = _f(10, "epochs (the post: 10)")
+    batch_size: int = _f(6, "images per step (per process under DDP)")
+    height: int = _f(512, "training height in pixels (multiple of 8)")
+    width: int = _f(1024, "training width in pixels (multiple of 8)")
+    workers: int | str = _f(
+        4,
+        "DataLoader worker processes, or auto: one per CPU core this process may "
+        "use (the number is in the run's resolved.workers)",
+        type=workers_arg,
     )
-    synthetic_train: int = field(
-        default=100, metadata=_opt("training images of the synthetic set")
+    seed: int = _f(0, "seed of the weights, dropout and data order")
+    shuffle: bool = _f(
+        True,
+        "do not shuffle the training data (the post's condition)",
+        flag="--no-shuffle",
     )
-    synthetic_val: int = field(
-        default=20, metadata=_opt("val images of the synthetic set")
+    flip: bool = _f(False, "random horizontal flips of training images")
+    lr: float = _f(5e-4, "Adam learning rate (the value ERFNet was trained with)")
+    weight_decay: float = _f(
+        1e-4, "Adam weight decay (the value ERFNet was trained with)"
     )
-    epochs: int = field(default=10, metadata=_opt("epochs (the post: 10)"))
-    batch_size: int = field(
-        default=6, metadata=_opt("images per step (per process under DDP)")
+    poly_power: float = _f(
+        0.9, "poly decay power per epoch (the value ERFNet was trained with)"
     )
-    height: int = field(
-        default=512, metadata=_opt("training height in pixels (multiple of 8)")
+    class_weights: str = _f(
+        "none",
+        "none | enet (1/ln(1.02 + class share), from the training labels)",
+        choices=CLASS_WEIGHTS,
     )
-    width: int = field(
-        default=1024, metadata=_opt("training width in pixels (multiple of 8)")
+    tf32: str = _f(
+        "off",
+        f"TF32 for fp32 CUDA matmuls/convolutions (--precision {TF32_MODE} is "
+        "fp32 with --tf32 on)",
+        choices=TF32_CHOICES,
     )
-    workers: int | str = field(
-        default=4,
-        metadata=_opt(
-            "DataLoader worker processes, or auto: one per CPU core this process may "
-            "use (the number is in the run's resolved.workers)",
-            type=workers_arg,
-        ),
+    channels_last: bool = _f(False, "model and inputs in channels_last memory format")
+    cudnn_benchmark: bool = _f(
+        False,
+        "torch.backends.cudnn.benchmark = True: cuDNN times its algorithms for "
+        "each new input shape and keeps the fastest (no effect on a CPU)",
     )
-    seed: int = field(
-        default=0, metadata=_opt("seed of the weights, dropout and data order")
+    fused_optimizer: bool = _f(
+        False,
+        "Adam's fused implementation (torch.optim.Adam(fused=True): one kernel "
+        "for all parameters), on CUDA and on a CPU, where it was the fastest of "
+        "fused, foreach and for-loop (python -m ampbook.bench step --optimizers)",
     )
-    shuffle: bool = field(
-        default=True,
-        metadata=_opt(
-            "do not shuffle the training data (the post's condition)",
-            flag="--no-shuffle",
-        ),
+    compile: str | None = _f(
+        None,
+        "torch.compile the model with this mode (default, reduce-overhead: CUDA "
+        "graphs, max-autotune, max-autotune-no-cudagraphs), or aot_eager: its "
+        "debugging backend, no code generation. The steps that compile are "
+        "timed apart (epoch compile_s, kept out of step_s). Inductor needs a C++ "
+        "compiler on a CPU and Triton on a GPU",
+        choices=COMPILE_MODES,
+        metavar="MODE",
     )
-    flip: bool = field(
-        default=False, metadata=_opt("random horizontal flips of training images")
+    data_cache: str = _f(
+        "none",
+        "none: decode and resize every image in DataLoader workers, every epoch; "
+        "host or device: decode the train and val images once, at the training "
+        "size, to uint8 in host or GPU memory (4 bytes per pixel, checked before "
+        "it is built; --workers processes decode it), then flip and normalise "
+        "each batch on the device, with no loader workers. On a CPU, device is "
+        "host. The same batches as none with --workers 0",
+        choices=DATA_CACHES,
     )
-    lr: float = field(
-        default=5e-4,
-        metadata=_opt("Adam learning rate (the value ERFNet was trained with)"),
+    fp16_stream: bool = _f(
+        False,
+        "keep the encoder's residual stream in the autocast dtype, fp16 under "
+        "amp-fp16 and bf16 under amp-bf16: ERFNet's downsamplers cast their pool "
+        "branch to the conv's dtype (default: the reference ERFNet, whose stream "
+        "autocast promotes to fp32; no effect in fp32). --fp16-stream is its "
+        "older name",
+        flag="--16-bit-stream",
+        aliases=("--fp16-stream",),
     )
-    weight_decay: float = field(
-        default=1e-4,
-        metadata=_opt("Adam weight decay (the value ERFNet was trained with)"),
+    deterministic: bool = _f(False, "torch.use_deterministic_algorithms(True)")
+    clip_grad: float | None = _f(
+        None, "clip the gradient norm to this value (after scaler.unscale_)"
     )
-    poly_power: float = field(
-        default=0.9,
-        metadata=_opt("poly decay power per epoch (the value ERFNet was trained with)"),
+    accumulate: int = _f(1, "accumulate gradients over N batches per optimizer step")
+    max_nonfinite: int = _f(
+        20,
+        "stop after this many consecutive steps skipped for non-finite "
+        "loss/gradients (checked at each host sync: see --sync-every)",
     )
-    class_weights: str = field(
-        default="none",
-        metadata=_opt(
-            "none | enet (1/ln(1.02 + class share), from the training labels)",
-            choices=CLASS_WEIGHTS,
-        ),
+    sync_every: int = _f(
+        1,
+        "read the losses and the skipped-step flags to the host every N batches "
+        "(and at each epoch's end) instead of every batch, so the host can queue "
+        "work ahead of the GPU. Counts stay exact; --max-nonfinite is checked at "
+        "each read, so a run may stop up to N-1 batches later. Steps skip on the "
+        "device only with --fused-optimizer (else one read per optimizer step)",
     )
-    tf32: str = field(
-        default="off",
-        metadata=_opt(
-            f"TF32 for fp32 CUDA matmuls/convolutions (--precision {TF32_MODE} is "
-            "fp32 with --tf32 on)",
-            choices=TF32_CHOICES,
-        ),
+    out: str | None = _f(
+        None, "folder for NAME.json and NAME.ckpt", cli_default="build/runs"
     )
-    channels_last: bool = field(
-        default=False, metadata=_opt("model and inputs in channels_last memory format")
+    name: str | None = _f(None, "run name (default: from the settings)")
+    resume: bool = _f(False, "continue from OUT/NAME.ckpt")
+    overwrite: bool = _f(
+        False,
+        "replace an earlier run's OUT/NAME.json and OUT/NAME.ckpt (refused without it)",
     )
-    cudnn_benchmark: bool = field(
-        default=False,
-        metadata=_opt(
-            "torch.backends.cudnn.benchmark = True: cuDNN times its algorithms for "
-            "each new input shape and keeps the fastest (no effect on a CPU)"
-        ),
+    checkpoint: bool = _f(True, "do not write checkpoints", flag="--no-checkpoint")
+    save_predictions: str | None = _f(
+        None, "write the last epoch's val predictions (labelId PNGs) to this folder"
     )
-    fused_optimizer: bool = field(
-        default=False,
-        metadata=_opt(
-            "Adam's fused implementation (torch.optim.Adam(fused=True): one kernel "
-            "for all parameters), on CUDA and on a CPU, where it was the fastest of "
-            "fused, foreach and for-loop (python -m ampbook.bench step --optimizers)"
-        ),
-    )
-    compile: str | None = field(
-        default=None,
-        metadata=_opt(
-            "torch.compile the model with this mode (default, reduce-overhead: CUDA "
-            "graphs, max-autotune, max-autotune-no-cudagraphs), or aot_eager: its "
-            "debugging backend, no code generation. The steps that compile are "
-            "timed apart (epoch compile_s, kept out of step_s). Inductor needs a C++ "
-            "compiler on a CPU and Triton on a GPU",
-            choices=COMPILE_MODES,
-            metavar="MODE",
-        ),
-    )
-    data_cache: str = field(
-        default="none",
-        metadata=_opt(
-            "none: decode and resize every image in DataLoader workers, every epoch; "
-            "host or device: decode the train and val images once, at the training "
-            "size, to uint8 in host or GPU memory (4 bytes per pixel, checked before "
-            "it is built; --workers processes decode it), then flip and normalise "
-            "each batch on the device, with no loader workers. On a CPU, device is "
-            "host. The same batches as none with --workers 0",
-            choices=DATA_CACHES,
-        ),
-    )
-    fp16_stream: bool = field(
-        default=False,
-        metadata=_opt(
-            "keep the encoder's residual stream in the autocast dtype, fp16 under "
-            "amp-fp16 and bf16 under amp-bf16: ERFNet's downsamplers cast their pool "
-            "branch to the conv's dtype (default: the reference ERFNet, whose stream "
-            "autocast promotes to fp32; no effect in fp32). --fp16-stream is its "
-            "older name",
-            flag="--16-bit-stream",
-            aliases=("--fp16-stream",),
-        ),
-    )
-    deterministic: bool = field(
-        default=False, metadata=_opt("torch.use_deterministic_algorithms(True)")
-    )
-    clip_grad: float | None = field(
-        default=None,
-        metadata=_opt("clip the gradient norm to this value (after scaler.unscale_)"),
-    )
-    accumulate: int = field(
-        default=1,
-        metadata=_opt("accumulate gradients over N batches per optimizer step"),
-    )
-    max_nonfinite: int = field(
-        default=20,
-        metadata=_opt(
-            "stop after this many consecutive steps skipped for non-finite "
-            "loss/gradients (checked at each host sync: see --sync-every)"
-        ),
-    )
-    sync_every: int = field(
-        default=1,
-        metadata=_opt(
-            "read the losses and the skipped-step flags to the host every N batches "
-            "(and at each epoch's end) instead of every batch, so the host can queue "
-            "work ahead of the GPU. Counts stay exact; --max-nonfinite is checked at "
-            "each read, so a run may stop up to N-1 batches later. Steps skip on the "
-            "device only with --fused-optimizer (else one read per optimizer step)"
-        ),
-    )
-    out: str | None = field(
-        default=None,
-        metadata=_opt("folder for NAME.json and NAME.ckpt", cli_default="build/runs"),
-    )
-    name: str | None = field(
-        default=None, metadata=_opt("run name (default: from the settings)")
-    )
-    resume: bool = field(default=False, metadata=_opt("continue from OUT/NAME.ckpt"))
-    overwrite: bool = field(
-        default=False,
-        metadata=_opt(
-            "replace an earlier run's OUT/NAME.json and OUT/NAME.ckpt "
-            "(refused without it)"
-        ),
-    )
-    checkpoint: bool = field(
-        default=True, metadata=_opt("do not write checkpoints", flag="--no-checkpoint")
-    )
-    save_predictions: str | None = field(
-        default=None,
-        metadata=_opt(
-            "write the last epoch's val predictions (labelId PNGs) to this folder"
-        ),
-    )
-    quiet: bool = field(default=False, metadata=_opt("print nothing but errors"))
-    progress: bool | None = field(
-        default=None,
-        metadata=_opt(
-            "progress bar: on | off (default: on when stderr is a terminal)",
-            choices=("on", "off"),
-        ),
+    quiet: bool = _f(False, "print nothing but errors")
+    progress: bool | None = _f(
+        None,
+        "progress bar: on | off (default: on when stderr is a terminal)",
+        choices=("on", "off"),
     )
 
     def __post_init__(self):
@@ -319,28 +230,19 @@ def run_name(cfg: TrainConfig) -> str:
     numbers."""
     if cfg.name:
         return cfg.name
-    parts = [
-        cfg.precision,
-        f"{cfg.width}x{cfg.height}",
-        f"bs{cfg.batch_size}",
-        f"e{cfg.epochs}",
-        f"seed{cfg.seed}",
-    ]
-    if cfg.tf32 == "on":
-        parts.append("tf32")
-    if cfg.channels_last:
-        parts.append("cl")
-    if cfg.fp16_stream:
-        parts.append("fp16stream")
-    if cfg.fused_optimizer:
-        parts.append("fused")
-    if cfg.compile:
-        parts.append(f"compile-{cfg.compile}")
-    if not cfg.shuffle:
-        parts.append("noshuffle")
-    if cfg.accumulate > 1:
-        parts.append(f"acc{cfg.accumulate}")
-    return "-".join(parts)
+    size = f"{cfg.width}x{cfg.height}"
+    parts = [cfg.precision, size, f"bs{cfg.batch_size}", f"e{cfg.epochs}"]
+    tags = (
+        (True, f"seed{cfg.seed}"),
+        (cfg.tf32 == "on", "tf32"),
+        (cfg.channels_last, "cl"),
+        (cfg.fp16_stream, "fp16stream"),
+        (cfg.fused_optimizer, "fused"),
+        (cfg.compile, f"compile-{cfg.compile}"),
+        (not cfg.shuffle, "noshuffle"),
+        (cfg.accumulate > 1, f"acc{cfg.accumulate}"),
+    )
+    return "-".join(parts + [tag for on, tag in tags if on])
 
 
 @dataclass
@@ -357,26 +259,20 @@ class Resolved:
 
 
 def ranks() -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun's variables, checked:
-    ``ConfigError`` names a variable that is not a count, out of range, or a world
-    size above 1 without torchrun's rendezvous (``MASTER_ADDR``, ``MASTER_PORT``)."""
-    values = {}
-    for key, default, least in (
-        ("WORLD_SIZE", "1", 1),
-        ("RANK", "0", 0),
-        ("LOCAL_RANK", "0", 0),
-    ):
-        text = os.environ.get(key, default).strip() or default
+    """(rank, world size, local rank) from torchrun's variables, checked."""
+    values = []
+    for key, least in (("WORLD_SIZE", 1), ("RANK", 0), ("LOCAL_RANK", 0)):
+        text = os.environ.get(key, "").strip() or str(least)
         try:
-            values[key] = int(text)
+            values.append(int(text))
         except ValueError:
-            values[key] = None
-        if values[key] is None or values[key] < least:
+            values.append(None)
+        if values[-1] is None or values[-1] < least:
             raise ConfigError(
                 f"environment variable {key}={text!r} is not an integer >= {least}; "
                 f"unset it (torchrun sets it for each process)"
             )
-    rank, ws, local = values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"]
+    ws, rank, local = values
     if rank >= ws:
         raise ConfigError(
             f"environment variable RANK={rank} is not below WORLD_SIZE={ws}; unset "
@@ -394,10 +290,9 @@ def ranks() -> tuple[int, int, int]:
 
 
 def loader_files(workers: int) -> int:
-    """File descriptors a run with ``workers`` DataLoader workers opens beyond what it
-    has at the start, with room to spare: per worker its process, its index queue and
-    the shared-memory handles of the batches it prefetches (measured: about 6, peak
-    19 open in all with 2 workers, 64 with 8), and a few for the run's own files."""
+    """File descriptors a run with ``workers`` loader workers opens beyond its start,
+    with room to spare (measured: about 6 per worker; 19 open with 2 workers, 64 with
+    8), and a few for the run's own files."""
     return 8 + 8 * workers
 
 
@@ -444,16 +339,10 @@ def validate(cfg: TrainConfig) -> Resolved:
             )
         except cli.UserError as err:
             raise ConfigError(f"{err}, or use fewer --workers") from None
+    scaler = dtype is torch.float16
+    ddp = (rank, world_size, local_rank)
     return Resolved(
-        device=device,
-        autocast_dtype=dtype,
-        grad_scaler=dtype is torch.float16,
-        warnings=notes,
-        rank=rank,
-        world_size=world_size,
-        local_rank=local_rank,
-        workers=workers,
-        cpu_cores=cores,
+        device, dtype, scaler, notes, *ddp, workers=workers, cpu_cores=cores
     )
 
 
@@ -490,39 +379,34 @@ def _check_numbers(cfg: TrainConfig) -> None:
             )
     if not (isinstance(cfg.lr, (int, float)) and cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise ConfigError(f"lr must be a positive finite number, got {cfg.lr!r}")
-    if not (cfg.weight_decay >= 0 and math.isfinite(cfg.weight_decay)):
-        raise ConfigError(f"weight_decay must be 0 or more, got {cfg.weight_decay!r}")
-    if not (cfg.poly_power >= 0 and math.isfinite(cfg.poly_power)):
-        raise ConfigError(f"poly_power must be 0 or more, got {cfg.poly_power!r}")
-    if cfg.clip_grad is not None and not (
-        cfg.clip_grad > 0 and math.isfinite(cfg.clip_grad)
-    ):
+    for name in ("weight_decay", "poly_power"):
+        value = getattr(cfg, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ConfigError(f"{name} must be 0 or more, got {value!r}")
+    clip = cfg.clip_grad
+    if clip is not None and not (clip > 0 and math.isfinite(clip)):
         raise ConfigError(
-            f"clip_grad must be a positive number (or None), got {cfg.clip_grad!r}"
+            f"clip_grad must be a positive number (or None), got {clip!r}"
         )
 
 
 def _check_choices(cfg: TrainConfig) -> None:
-    """The settings that name one of a few choices."""
-    if cfg.class_weights not in CLASS_WEIGHTS:
-        raise ConfigError(
-            f"unknown class_weights {cfg.class_weights!r}; choose one of "
-            f"{', '.join(CLASS_WEIGHTS)}"
-        )
-    if cfg.compile is not None and cfg.compile not in COMPILE_MODES:
-        raise ConfigError(
-            f"unknown compile mode {cfg.compile!r}; choose one of "
-            f"{', '.join(COMPILE_MODES)} (or leave it unset)"
-        )
-    if cfg.data_cache not in DATA_CACHES:
-        raise ConfigError(
-            f"unknown data_cache {cfg.data_cache!r}; choose one of "
-            f"{', '.join(DATA_CACHES)}"
-        )
-    if cfg.tf32 not in TF32_CHOICES:
-        raise ConfigError(f"tf32 must be 'on' or 'off', got {cfg.tf32!r}")
-    if cfg.progress not in (None, True, False):
-        raise ConfigError(f"progress must be None, True or False, got {cfg.progress!r}")
+    """The settings that name one of a few choices (None: may be left unset)."""
+    for name, choices in (
+        ("class_weights", CLASS_WEIGHTS),
+        ("compile", (None, *COMPILE_MODES)),
+        ("data_cache", DATA_CACHES),
+        ("tf32", TF32_CHOICES),
+        ("progress", (None, True, False)),
+    ):
+        value = getattr(cfg, name)
+        if value not in choices:
+            listed = ", ".join(str(c) for c in choices if c is not None)
+            unset = " (or leave it unset)" if None in choices else ""
+            what = "compile mode" if name == "compile" else name
+            raise ConfigError(
+                f"unknown {what} {value!r}; choose one of {listed}{unset}"
+            )
 
 
 def _check_paths(cfg: TrainConfig) -> None:
@@ -538,11 +422,9 @@ def _check_paths(cfg: TrainConfig) -> None:
                 cli.check_output_dir(value, name)
             except cli.UserError as err:
                 raise ConfigError(str(err)) from None
-    if cfg.name is not None and (
-        not cfg.name.strip()
-        or "/" in cfg.name
-        or os.sep in cfg.name
-        or cfg.name.startswith(".")
+    name = cfg.name
+    if name is not None and (
+        not name.strip() or name.startswith(".") or {"/", os.sep} & set(name)
     ):
         raise ConfigError(
             f"name {cfg.name!r} is not a file name: give a name without a path "
@@ -590,14 +472,11 @@ def _device(cfg: TrainConfig, world_size: int, local_rank: int):
         )
     if device.type == "cuda" and world_size > 1:
         device = torch.device("cuda", local_rank)
-    if (
-        device.type == "cuda"
-        and device.index is not None
-        and device.index >= torch.cuda.device_count()
-    ):
+    count = torch.cuda.device_count()
+    if device.type == "cuda" and device.index is not None and device.index >= count:
         raise ConfigError(
             f"device {device} does not exist: this machine has "
-            f"{plural(torch.cuda.device_count(), 'CUDA device')}"
+            f"{plural(count, 'CUDA device')}"
         )
     return device
 
@@ -629,9 +508,8 @@ def _notes(cfg: TrainConfig, device, dtype) -> list[str]:
         if cfg.sync_every > 1 and not cfg.fused_optimizer:
             notes.append(
                 f"sync_every {cfg.sync_every} without fused_optimizer: the losses are "
-                "read every "
-                f"{cfg.sync_every} batches, but each optimizer step still reads its "
-                "skip flag to the host (only the fused Adam skips on the GPU)"
+                f"read every {cfg.sync_every} batches, but each optimizer step still "
+                "reads its skip flag to the host (only the fused Adam skips on the GPU)"
             )
     else:
         if dtype is not None and not native_cpu_flags(dtype):
@@ -680,8 +558,7 @@ def check_compile(mode: str, device: torch.device) -> None:  # noqa: F821
             raise ConfigError(
                 f"compile {mode}: Inductor needs a C++ compiler on a CPU and found "
                 f"none (tried {tried}); install g++ or set CXX, or use --compile "
-                "aot_eager "
-                "(no code generation), or run without --compile"
+                "aot_eager (no code generation), or run without --compile"
             ) from None
     else:
         from torch.utils._triton import has_triton
@@ -723,6 +600,13 @@ def check_resumable(saved: dict, cfg: TrainConfig) -> None:
         )
 
 
+def _options():
+    """(field, flag, default on the command line) for each ``TrainConfig`` field."""
+    for f in dataclasses.fields(TrainConfig):
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        yield f, flag, f.metadata.get("cli_default", f.default)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI, one option per ``TrainConfig`` field."""
     parser = cli.ArgumentParser(
@@ -730,28 +614,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train ERFNet in fp32 or with AMP and record the run as JSON.",
         formatter_class=cli.HelpFormatter,
     )
-    for f in dataclasses.fields(TrainConfig):
-        meta = dict(f.metadata)
-        flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
+    for f, flag, default in _options():
+        meta = {k: v for k, v in f.metadata.items() if k not in ("flag", "cli_default")}
         flags = (flag, *meta.pop("aliases", ()))
-        default = meta.pop("cli_default", f.default)
-        parse = meta.pop("type", None)
-        if f.type in ("bool", bool):
+        if f.type == "bool":
             action = "store_false" if f.default else "store_true"
             parser.add_argument(*flags, dest=f.name, action=action, help=meta["help"])
-        elif f.name == "progress":
-            parser.add_argument(
-                flag,
-                dest=f.name,
-                default=None,
-                choices=meta["choices"],
-                help=meta["help"],
-            )
         else:
-            kind = parse or {"int": int, "float": float, "float | None": float}.get(
-                str(f.type), str
-            )
-            parser.add_argument(flag, dest=f.name, type=kind, default=default, **meta)
+            kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
+            meta.setdefault("type", kind)
+            parser.add_argument(flag, dest=f.name, default=default, **meta)
     return parser
 
 
@@ -759,19 +631,14 @@ def command_line(cfg: TrainConfig) -> str:
     """The ``python -m ampbook.train ...`` command that runs ``cfg`` (options that
     differ from the command line's defaults)."""
     parts = ["python -m ampbook.train"]
-    for f in dataclasses.fields(TrainConfig):
-        meta = f.metadata
-        flag = meta.get("flag", "--" + f.name.replace("_", "-"))
-        default = meta.get("cli_default", f.default)
+    for f, flag, default in _options():
         value = getattr(cfg, f.name)
-        if value == default:
+        if value == default or value is None:
             continue
-        if f.type in ("bool", bool):
+        if f.type == "bool":
             parts.append(flag)
         elif f.name == "progress":
             parts.append(f"{flag} {'on' if value else 'off'}")
-        elif value is None:
-            continue
         else:
             parts.append(f"{flag} {shlex.quote(str(value))}")
     return " ".join(parts)

@@ -1,5 +1,5 @@
-"""The run: data, epochs, validation, checkpoints and the results record
-(``run_training``), and the command line (``main``, ``python -m ampbook.train``)."""
+"""The run (``run_training``): data, epochs, validation, checkpoints and the results
+record."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ ENET_C = 1.02
 
 def resolve_data(cfg: TrainConfig, res: Resolved) -> tuple[Path, bool]:
     """(root, synthetic?): ``cfg.data_root``, else $CITYSCAPES_DATASET, else the
-    synthetic set."""
+    synthetic set, drawn at twice the training size."""
     from ampbook.segmentation.cityscapes import resolve_root
     from ampbook.segmentation.synthetic import synthetic_root
 
@@ -83,31 +83,25 @@ def resolve_data(cfg: TrainConfig, res: Resolved) -> tuple[Path, bool]:
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
     args = (cfg.synthetic_train, cfg.synthetic_val, 2 * cfg.height, 2 * cfg.width)
-    if res.world_size > 1 and dist.is_initialized():
-        if res.rank == 0:
-            root = synthetic_root(*args)
+    ddp = res.world_size > 1 and dist.is_initialized()
+    if ddp and res.rank:  # rank 0 draws the set, the others wait and find it
         dist.barrier()
-        if res.rank != 0:
-            root = synthetic_root(*args)
-    else:
-        root = synthetic_root(*args)
+    root = synthetic_root(*args)
+    if ddp and not res.rank:
+        dist.barrier()
     return root, True
 
 
 def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[float]:
-    """ENet's class weights ``1 / ln(1.02 + p_c)`` from the labels of ``dataset``
-    (cached in ``ampbook.core.paths.cache_dir()`` by root, split, size and file
-    count)."""
+    """ENet's class weights ``1 / ln(1.02 + p_c)`` from the labels of ``dataset``,
+    cached by root, split, size and file count."""
     from ampbook.core.paths import cache_dir
     from ampbook.segmentation.cityscapes import NUM_CLASSES
 
     size = f"{dataset.height}x{dataset.width}"
     key = f"{Path(dataset.root).resolve()}|{dataset.split}|{size}|{len(dataset)}"
-    path = (
-        cache_dir()
-        / "class-weights"
-        / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".json")
-    )
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    path = cache_dir() / "class-weights" / f"{digest}.json"
     cached = _cached_weights(path, key, NUM_CLASSES)
     if cached is not None:
         return cached
@@ -128,36 +122,24 @@ def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[f
 
 
 def _cached_weights(path: Path, key: str, classes: int) -> list[float] | None:
-    """The class weights cached at ``path`` when the file is whole and made for
-    ``key``; None (compute them again, and replace the file) otherwise."""
+    """The class weights cached at ``path`` for ``key``, else None (compute them)."""
     if not path.exists() or cli.is_special(path):
         return None
     try:
         cached = json.loads(path.read_text())
-        weights = cached["weights"]
-        ok = (
-            cached.get("key") == key
-            and isinstance(weights, list)
-            and len(weights) == classes
-            and all(
-                isinstance(w, (int, float))
-                and not isinstance(w, bool)
-                and math.isfinite(w)
-                and w > 0
-                for w in weights
-            )
-        )
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        weights = [float(w) for w in cached["weights"]]
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    return [float(w) for w in weights] if ok else None
+    fit = len(weights) == classes and all(math.isfinite(w) and w > 0 for w in weights)
+    return weights if fit and cached.get("key") == key else None
 
 
 @torch.no_grad()
 def evaluate(
     net: nn.Module, loader, step: TrainStep, save_to: Path | None = None
 ) -> dict:
-    """Val loss, pixel accuracy, mIoU and per-class IoU of ``net`` over ``loader``
-    (under the run's autocast); with ``save_to``, also writes the predictions."""
+    """Val loss, pixel accuracy, mIoU and per-class IoU of ``net`` under the run's
+    autocast; with ``save_to``, also writes the predictions."""
     from ampbook.segmentation.metrics import SegmentationMetrics, save_predictions
 
     net.eval()
@@ -190,11 +172,8 @@ def evaluate(
 
 
 def _show_progress(cfg: TrainConfig, res: Resolved) -> bool:
-    if cfg.quiet or res.rank != 0:
-        return False
-    if cfg.progress is not None:
-        return bool(cfg.progress)
-    return sys.stderr.isatty()
+    shown = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
+    return bool(shown) and not cfg.quiet and res.rank == 0
 
 
 class CompileFailed(RuntimeError):
@@ -202,8 +181,8 @@ class CompileFailed(RuntimeError):
 
 
 def _compiled_step(cfg: TrainConfig, step: TrainStep, x, y, meter):
-    """``step(x, y, meter=meter)``; with ``--compile``, a failure of torch.compile
-    (TorchDynamo or its backend) becomes ``CompileFailed``, one line."""
+    """``step(x, y, meter=meter)``; a failure of torch.compile becomes
+    ``CompileFailed``, one line."""
     if not cfg.compile:
         return step(x, y, meter=meter)
     from torch._dynamo.exc import TorchDynamoException
@@ -226,16 +205,11 @@ class _Tally:
 
 
 def _steps(cfg: TrainConfig, step: TrainStep, loader, bar, sync, start) -> _Tally:
-    """Run the epoch's steps, timing the wait for each batch apart from the step (and
-    a step that compiled apart from the others)."""
+    """Run the epoch's steps, timing the wait for each batch, the steps and the steps
+    that compiled apart."""
     n = _Tally()
-    batches = iter(loader)
-    while True:
-        t0 = time.perf_counter()
-        try:
-            x, y = next(batches)
-        except StopIteration:
-            break
+    t0 = time.perf_counter()
+    for x, y in loader:
         t1 = time.perf_counter()
         meter = SavedTensorMeter() if n.steps == 0 else None
         frames = compile_count() if cfg.compile else 0
@@ -255,6 +229,7 @@ def _steps(cfg: TrainConfig, step: TrainStep, loader, bar, sync, start) -> _Tall
         bar.update(1)
         if value is not None:
             bar.set_postfix(loss=f"{value:.4f}", img_s=f"{n.images / (t2 - start):.1f}")
+        t0 = time.perf_counter()
     t1 = time.perf_counter()
     step.sync()  # what the last host sync left on the device
     sync()
@@ -340,9 +315,8 @@ def _say(cfg: TrainConfig, res: Resolved, text: str) -> None:
 
 
 def run_training(cfg: TrainConfig) -> dict:
-    """Train as ``cfg`` says; returns the results record (its schema:
-    ``ampbook.train.record``), also written to ``cfg.out/NAME.json`` when ``cfg.out`` is
-    set (rank 0)."""
+    """Train as ``cfg`` says; returns the results record (``data/results/README.md``),
+    also written to ``cfg.out/NAME.json`` when ``cfg.out`` is set (rank 0)."""
     res = validate(cfg)
     own_group = False
     if res.world_size > 1 and not dist.is_initialized():
@@ -350,38 +324,31 @@ def run_training(cfg: TrainConfig) -> dict:
             torch.cuda.set_device(res.device)
         dist.init_process_group("nccl" if res.device.type == "cuda" else "gloo")
         own_group = True
-    flags = backend_flags(
-        tf32=cfg.tf32 == "on",
-        cudnn_benchmark=cfg.cudnn_benchmark,
-        deterministic=True if cfg.deterministic else None,
-    )
+    flags = dict(tf32=cfg.tf32 == "on", cudnn_benchmark=cfg.cudnn_benchmark)
+    name, out = run_name(cfg), Path(cfg.out) if cfg.out else None
     try:
-        with flags:
-            return _run(cfg, res)
+        with (
+            backend_flags(**flags, deterministic=cfg.deterministic or None),
+            contextlib.ExitStack() as stack,
+        ):
+            if res.rank == 0:
+                if out is not None:
+                    stack.enter_context(output_folder(cfg, out, name))
+                check_predictions_folder(cfg, name)
+            try:
+                return _train(cfg, res, name, out)
+            except KeyboardInterrupt:
+                raise Interrupted(
+                    "interrupted before the first epoch finished; nothing was saved"
+                ) from None
     finally:
         if own_group:
             dist.destroy_process_group()
 
 
-def _run(cfg: TrainConfig, res: Resolved) -> dict:
-    name = run_name(cfg)
-    out = Path(cfg.out) if cfg.out else None
-    with contextlib.ExitStack() as stack:
-        if res.rank == 0:
-            if out is not None:
-                stack.enter_context(output_folder(cfg, out, name))
-            check_predictions_folder(cfg, name)
-        try:
-            return _train(cfg, res, name, out)
-        except KeyboardInterrupt:
-            raise Interrupted(
-                "interrupted before the first epoch finished; nothing was saved"
-            ) from None
-
-
 def _first_line(err: BaseException) -> str:
-    """An exception's own message; for one re-raised from a DataLoader worker, the
-    message of the original (its last line) rather than the worker's traceback."""
+    """An exception's message; for one re-raised from a DataLoader worker, the
+    original's (its last line), not the worker's traceback."""
     text = str(err)
     if text.startswith("Caught ") and "Original Traceback" in text:
         last = text.strip().splitlines()[-1]
@@ -390,9 +357,7 @@ def _first_line(err: BaseException) -> str:
 
 
 def check_batch_size(cfg: TrainConfig, res: Resolved, images: int) -> None:
-    """``ConfigError`` for a batch larger than the training images a process has: no
-    step could take that many (the loader would hand out short batches, or none for
-    a number past what it can count)."""
+    """``ConfigError`` for a batch larger than the training images a process has."""
     per = -(-images // res.world_size)  # DistributedSampler: the shard, rounded up
     if cfg.batch_size > per:
         shard = (
@@ -405,8 +370,8 @@ def check_batch_size(cfg: TrainConfig, res: Resolved, images: int) -> None:
 
 
 def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
-    """(train cache, val cache, what to record) for ``--data-cache host|device``, None
-    for ``none``. Their size is checked against the memory there before decoding."""
+    """(train cache, val cache, what to record) for ``--data-cache host|device``
+    (checked to fit before decoding), None for ``none``."""
     from ampbook.segmentation.cityscapes import (
         DecodedCache,
         check_cache_fits,
@@ -425,12 +390,9 @@ def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
         )
     except ValueError as err:
         raise ConfigError(f"data_cache {cfg.data_cache}: {err}") from None
-    _say(
-        cfg,
-        res,
-        f"data cache: decoding {images} images once into {memory} memory "
-        f"({need / 2**20:.1f} MiB, {res.workers} workers)",
-    )
+    what = f"data cache: decoding {images} images once"
+    size = f"({need / 2**20:.1f} MiB, {res.workers} workers)"
+    _say(cfg, res, f"{what} into {memory} memory {size}")
     start = time.perf_counter()
     train = DecodedCache.build(train_ds, memory, res.workers)
     val = DecodedCache.build(val_ds, memory, res.workers)
@@ -529,16 +491,10 @@ def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
     except (FileNotFoundError, ValueError) as err:  # DataError is a ValueError
         raise ConfigError(f"data: {err}") from None
     check_batch_size(cfg, res, len(train_ds))
-    kind = (
-        "SYNTHETIC Cityscapes (no Cityscapes root given)" if synthetic else "Cityscapes"
-    )
-    _say(
-        cfg,
-        res,
-        f"data: {kind} "
-        f"at {root}: {len(train_ds)} train / {len(val_ds)} val images, trained at "
-        f"{cfg.width}x{cfg.height} (W x H)",
-    )
+    kind = "SYNTHETIC Cityscapes (no Cityscapes root given)"
+    sizes = f"{len(train_ds)} train / {len(val_ds)} val images"
+    where = f"data: {kind if synthetic else 'Cityscapes'} at {root}: {sizes}"
+    _say(cfg, res, f"{where}, trained at {cfg.width}x{cfg.height} (W x H)")
     try:
         caches = _data_cache(cfg, res, train_ds, val_ds)
         enet = cfg.class_weights == "enet"
@@ -553,11 +509,7 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
     from ampbook.segmentation.cityscapes import CachedLoader
 
     sampler = torch.utils.data.DistributedSampler(
-        data.train,
-        num_replicas=res.world_size,
-        rank=res.rank,
-        shuffle=cfg.shuffle,
-        seed=cfg.seed,
+        data.train, res.world_size, res.rank, shuffle=cfg.shuffle, seed=cfg.seed
     )
     gen = torch.Generator()
     if data.caches is not None:  # batches from memory: no workers
@@ -568,11 +520,8 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
         val = CachedLoader(val_cache, cfg.batch_size, res.device)
         loaders = _Loaders(sampler, gen, train, val, cache_info, 0)
     else:
-        load = dict(
-            batch_size=cfg.batch_size,
-            num_workers=res.workers,
-            pin_memory=res.device.type == "cuda",
-        )
+        pin = res.device.type == "cuda"
+        load = dict(batch_size=cfg.batch_size, num_workers=res.workers, pin_memory=pin)
         train = torch.utils.data.DataLoader(
             data.train, sampler=sampler, generator=gen, **load
         )
@@ -603,17 +552,12 @@ def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
         )
         run.start_epoch = checkpoint["epoch"] + 1
         resumes.append({"at": now(), "after_epoch": checkpoint["epoch"]})
-        _say(
-            cfg,
-            res,
-            f"resumed {run.name} from {run.ckpt_path} after epoch "
-            f"{checkpoint['epoch']}",
-        )
+        after = f"after epoch {checkpoint['epoch']}"
+        _say(cfg, res, f"resumed {run.name} from {run.ckpt_path} {after}")
     run.epoch = run.start_epoch
     environment = _env.environment(res.device)
-    environment["memory_format"] = (
-        "channels_last" if cfg.channels_last else "contiguous"
-    )
+    fmt = "channels_last" if cfg.channels_last else "contiguous"
+    environment["memory_format"] = fmt
     run.record = {
         "schema": TRAIN_SCHEMA,
         "schema_version": TRAIN_SCHEMA_VERSION,
@@ -691,12 +635,8 @@ def _epochs(run: _Run, loaders: _Loaders) -> None:
         loaders.sampler.set_epoch(epoch)
         loaders.generator.manual_seed(cfg.seed * 1_000_003 + epoch)
         rec = train_epoch(epoch, cfg, res, tr, loaders.train)
-        with (
-            warnings.catch_warnings()
-        ):  # an epoch whose steps all skipped is legitimate
-            warnings.filterwarnings(
-                "ignore", message="Detected call of `lr_scheduler.step"
-            )
+        with warnings.catch_warnings():  # an epoch whose steps all skipped is fine
+            warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step")
             tr.scheduler.step()
         t = time.perf_counter()
         if run.writer:
@@ -757,8 +697,8 @@ def _end_epoch(run: _Run, rec: dict) -> None:
 
 
 def _stopped(run: _Run, err: BaseException) -> None:
-    """Record why the epochs stopped and raise the error the command reports (or
-    ``err`` itself, for a failure that is not the run's to explain)."""
+    """Record why the epochs stopped and raise the error the command reports (``err``
+    itself where it is not the run's to explain)."""
     from ampbook.segmentation.cityscapes import DataError
 
     epoch = run.epoch
@@ -792,40 +732,35 @@ def _stopped(run: _Run, err: BaseException) -> None:
         how = "SIGTERM" if cli.terminated() else "SIGINT"
         run.stop("interrupted", f"interrupted ({how})")
         raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
+    advice = ""
     if isinstance(err, CompileFailed):
-        kept = run.kept()
-        run.stop("failed", str(err))
-        raise TrainError(
-            f"{err}. Run without --compile (or with --compile aot_eager, which "
-            f"generates no code). Epoch {epoch} stopped unfinished; {kept}"
-        ) from None
-    if isinstance(err, DataError):
-        kept = run.kept()
-        run.stop("failed", _first_line(err))
-        raise TrainError(
-            f"{_first_line(err)}. Fix or remove that file. Epoch {epoch} stopped "
-            f"unfinished; {kept}"
-        ) from None
-    why = loader_failure(err) if isinstance(err, (RuntimeError, OSError)) else None
-    if why is None and isinstance(err, OSError):
-        what = f"{err.filename}: " if err.filename else ""
-        raise TrainError(
-            f"could not write {what}{err.strerror or err} in epoch {epoch}; "
-            f"{run.kept()}"
-        ) from None
-    if why is None:
-        raise
-    _drop_loaders(err)  # the workers and their descriptors go before the record
+        why = str(err)
+        advice = "Run without --compile (or with --compile aot_eager, which generates "
+        advice += "no code). "
+    elif isinstance(err, DataError):
+        why, advice = _first_line(err), "Fix or remove that file. "
+    else:
+        why = loader_failure(err) if isinstance(err, (RuntimeError, OSError)) else None
+        if why is None and isinstance(err, OSError):
+            what = f"{err.filename}: " if err.filename else ""
+            raise TrainError(
+                f"could not write {what}{err.strerror or err} in epoch {epoch}; "
+                f"{run.kept()}"
+            ) from None
+        if why is None:
+            raise
+        _drop_loaders(err)  # the workers and their descriptors go before the record
     kept = run.kept()
     run.stop("failed", why)
-    raise TrainError(f"{why}. Epoch {epoch} stopped unfinished; {kept}") from None
+    raise TrainError(
+        f"{why}. {advice}Epoch {epoch} stopped unfinished; {kept}"
+    ) from None
 
 
 def loader_failure(err: BaseException) -> str | None:
-    """What stopped the run, for the failures of the data loading's machinery rather
-    than of the run's own code: the process out of file descriptors (EMFILE, torch's
-    "Too many open files"), a DataLoader worker killed by a signal (the kernel's
-    out-of-memory killer, a kill -9) or gone without a word; None for any other."""
+    """What stopped the run when the data loading's machinery failed: out of file
+    descriptors, or a DataLoader worker killed (the out-of-memory killer, kill -9) or
+    gone; None for any other failure."""
     if cli.too_many_open_files(err):
         return f"the run ran out of open files ({cli.open_files_advice()})"
     text = str(err)
@@ -840,7 +775,7 @@ def loader_failure(err: BaseException) -> str | None:
 
 def _drop_loaders(err: BaseException) -> None:
     """Let go of the frames a failure holds (a DataLoader iterator among them), so its
-    worker processes end and their descriptors close before anything is written."""
+    workers end and their descriptors close before anything is written."""
     import gc
 
     previous = sys.unraisablehook
@@ -864,11 +799,8 @@ class NothingLearned(Exception):
 
 
 def learned_nothing(rec: dict) -> str | None:
-    """Why an epoch's record shows the run learned nothing, or None: no optimizer
-    step was taken (every step skipped on non-finite gradients, beyond what a
-    GradScaler's search for its scale explains), or no step had a
-    finite loss (NaN on every batch: with no labelled pixel, every label the ignore
-    index, the loss is 0/0)."""
+    """Why an epoch's record shows the run learned nothing, or None: no step had a
+    finite loss, or every optimizer step was skipped beyond a GradScaler's search."""
     steps = rec.get("steps") or 0
     loss = rec.get("train_loss")
     no_loss = loss is None or not math.isfinite(loss)
@@ -879,9 +811,8 @@ def learned_nothing(rec: dict) -> str | None:
             "all ignore (255) gives a NaN loss on every batch)"
         )
     scale = rec.get("loss_scale")
-    # a GradScaler skips the steps whose scaled gradients overflow and halves its scale
-    # each time, from 2**16: while the scale is still at least 1, skipped steps are its
-    # normal search for a scale (a short epoch can be all search), not a broken run
+    # a GradScaler halves its scale from 2**16 at each overflow: while it is still at
+    # least 1, skipped steps are its search for a scale, not a broken run
     searching = scale is not None and math.isfinite(scale) and scale >= 1.0
     if steps and rec.get("optimizer_steps") == 0 and not searching:
         return (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 from ampbook.core import cli
@@ -31,8 +32,8 @@ def discard_replaced(out: Path, name: str) -> None:
 
 
 def _settle_replaced(out: Path, name: str) -> None:
-    """Files moved aside by an ``--overwrite`` run that ended (or was killed): kept
-    for good when the new run wrote its record, else put back."""
+    """Files moved aside by an ``--overwrite`` run that ended (or was killed): gone
+    when the new run wrote its record, else put back."""
     json_path = out / f"{name}.json"
     asides = [_aside(out / f"{name}{s}") for s in (".json", ".ckpt")]
     if not any(a.exists() for a in asides):
@@ -49,9 +50,8 @@ def _settle_replaced(out: Path, name: str) -> None:
 
 
 class RunLock:
-    """An exclusive lock on ``OUT/NAME.lock`` for one run name. ``fcntl.flock`` is
-    released by the kernel when the process dies, so a killed run never leaves a stale
-    lock behind."""
+    """An exclusive lock on ``OUT/NAME.lock`` for one run name (``flock``: released
+    when the process dies, so a killed run leaves no stale lock)."""
 
     def __init__(self, path: Path, name: str):
         self.path = Path(path)
@@ -74,11 +74,8 @@ class RunLock:
 
 
 def checkpoint_room() -> int:
-    """Bytes a run's checkpoint takes (the model's parameters, Adam's two moments of
-    each, the buffers; the sizes read from a model on the meta device, which holds no
-    memory), with a margin for the rest it keeps. A folder with less free space is
-    refused before any work: a long run would otherwise learn it only when its first
-    epoch ends."""
+    """Bytes a run's checkpoint takes (parameters, Adam's two moments, buffers: read
+    on the meta device), with a margin; checked before any work, not after an epoch."""
     import torch
 
     from ampbook.segmentation.cityscapes import NUM_CLASSES
@@ -93,9 +90,7 @@ def checkpoint_room() -> int:
 
 @contextlib.contextmanager
 def output_folder(cfg: TrainConfig, out: Path, name: str):
-    """Lock ``out`` for ``name`` and check it before any work: a folder that can be
-    written, no earlier run of that name unless resuming or overwriting, no stale
-    temporary files."""
+    """Lock ``out`` for ``name`` and check it before any work (see the module)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(
             f"out {out} is a file, not a folder; give a folder for {name}.json "
@@ -130,34 +125,21 @@ def output_folder(cfg: TrainConfig, out: Path, name: str):
             earlier = earlier_record(json_path)
             status = f" (status: {earlier.get('status')})" if earlier else ""
             finished = earlier is not None and earlier.get("status") == "complete"
-            how = (
-                ["continue it with --resume"]
-                if ckpt_path.exists() and not finished
-                else []
-            )
-            how += ["choose another --name", "or pass --overwrite to replace it"]
+            how = ["choose another --name", "or pass --overwrite to replace it"]
+            if ckpt_path.exists() and not finished:
+                how.insert(0, "continue it with --resume")
             raise ConfigError(
                 f"{existing[0]} already holds run {name!r}{status}; nothing was "
                 f"changed: {', '.join(how)}"
             )
-        # Every other check comes first (in run_training, before this folder is
-        # entered); the earlier run's files are moved aside, not deleted, until the
-        # new run writes its first record.
-        if cfg.overwrite:
+        if cfg.overwrite:  # every other check came first
             for path in existing:
                 os.replace(path, _aside(path))
-        # Temporary files of this name can only be left over from a killed run: we hold
-        # its lock.
+        # Temporary files of this name (.NAME.json.PID.tmp) can only be left over
+        # from a killed run: we hold its lock.
+        tmp = re.compile(rf"\.{re.escape(name)}\.(json|ckpt)\.[0-9]+\.tmp")
         for stale in out.iterdir():
-            parts = stale.name.rsplit(
-                ".", 2
-            )  # .NAME.json.PID.tmp -> .NAME.json, PID, tmp
-            if (
-                len(parts) == 3
-                and parts[0] in (f".{name}.json", f".{name}.ckpt")
-                and parts[1].isdigit()
-                and parts[2] == "tmp"
-            ):
+            if tmp.fullmatch(stale.name):
                 stale.unlink()
         yield
     finally:

@@ -1,51 +1,7 @@
 """A training run's results record: the JSON file ``NAME.json`` the runner writes after
-every epoch, and reads back on resume.
-
-Results schema (``ampbook.results.TRAIN_SCHEMA_VERSION`` 1; also in
-``data/results/README.md``; ``ampbook.results.load_results`` reads one back)
---------------------------------------------------------------------------------------
-Top level: ``schema`` ("ampbook.train", ``ampbook.results.TRAIN_SCHEMA``),
-``schema_version``, ``name``, ``status``
-("running", "complete", "stopped: non-finite loss", "stopped: nothing learned",
-"interrupted", "failed"),
-``started`` (the first start; kept on resume)/``finished`` (ISO 8601 UTC), ``resumed``
-(``at``, ``after_epoch``: one per resumption), ``config`` (every ``TrainConfig`` field),
-``resolved`` (what the settings resolved to: ``device``, ``autocast_dtype`` (null for
-fp32), ``grad_scaler``, ``data_root``, ``synthetic_data``, ``train_images``,
-``val_images``, ``world_size``, ``workers``, ``cpu_cores``, ``optimizer``,
-``data_cache``,
-``global_batch_size``, ``memory_format``,
-``class_weights`` (list or null), ``parameters``, ``warnings``, ``resumed_from_epoch``),
-``environment`` (``ampbook.core.env.environment``: versions, device name, tensor cores,
-TF32 and cudnn.benchmark flags, CPU flags), ``epochs`` (one record per epoch, below),
-``summary``, and only in a run that stopped early ``stopped`` (``epoch``, ``message``;
-for non-finite values also the run's ``optimizer_steps``, ``skipped_steps``,
-``nonfinite_losses`` and ``loss_scale`` so far).
-
-Epoch record: ``epoch`` (1-based), ``lr``, ``steps`` (batches), ``images``,
-``optimizer_steps``, ``skipped_steps``, ``nonfinite_losses``, ``loss_scale`` (GradScaler
-scale at the epoch's end; null without a scaler), ``train_loss`` (mean over the batches
-with a finite loss), ``wall_s`` (training loop), ``step_s`` (inside the step function,
-CUDA synchronised at each host read: see ``--sync-every``), ``compile_s`` (with
-``--compile``: the steps that compiled, kept out of ``step_s``; else null),
-``data_wait_s`` (waiting for the loader), ``images_per_s`` (images /
-wall_s), ``val_s``, ``checkpoint_s``, ``epoch_s`` (all of it), ``saved_tensor_bytes``
-(new bytes autograd saved for backward in the epoch's first forward pass, parameters
-saved by reference not counted: ``SavedTensorMeter.new_bytes``, the book's one memory
-definition), ``saved_tensor_by_dtype``, ``peak_rss_bytes`` (process peak RSS during the
-epoch; lifetime peak where it cannot be reset: ``peak_rss_reset`` says which),
-``load_average`` (the machine's 1-minute load average at the epoch's end: CPU times from
-a busy machine are unreliable), ``cuda_max_allocated_bytes`` and
-``cuda_max_reserved_bytes`` (peak of the epoch's training loop; null on CPU),
-``val_loss``, ``val_pixel_accuracy``, ``val_miou``, ``val_iou`` (per class; null for a
-class absent from targets and predictions).
-
-Summary: ``epochs_completed``, ``total_wall_s``, ``mean_epoch_wall_s``,
-``mean_epoch_wall_s_after_first`` (null with one epoch), ``mean_images_per_s``,
-``final_train_loss``, ``final_val_pixel_accuracy``, ``final_val_miou``,
-``total_skipped_steps``, ``max_saved_tensor_bytes``, ``max_peak_rss_bytes``,
-``max_cuda_allocated_bytes``, ``max_cuda_reserved_bytes``.
-"""
+every epoch, and reads back on resume. Its schema (``ampbook.results.TRAIN_SCHEMA``,
+version ``TRAIN_SCHEMA_VERSION``), field by field, is in ``data/results/README.md``;
+``ampbook.results.load_results`` reads one back."""
 
 from __future__ import annotations
 
@@ -105,18 +61,18 @@ def summarize(epochs: list[dict]) -> dict:
         vals = [e[key] for e in epochs if e.get(key) is not None]
         return max(vals) if vals else None
 
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
     walls = [e["wall_s"] for e in epochs]
     last = epochs[-1] if epochs else {}
+    images = sum(e["images"] for e in epochs)
     return {
         "epochs_completed": len(epochs),
         "total_wall_s": sum(walls),
-        "mean_epoch_wall_s": sum(walls) / len(walls) if walls else None,
-        "mean_epoch_wall_s_after_first": sum(walls[1:]) / len(walls[1:])
-        if len(walls) > 1
-        else None,
-        "mean_images_per_s": (sum(e["images"] for e in epochs) / sum(walls))
-        if walls and sum(walls) > 0
-        else None,
+        "mean_epoch_wall_s": mean(walls),
+        "mean_epoch_wall_s_after_first": mean(walls[1:]),
+        "mean_images_per_s": images / sum(walls) if sum(walls) > 0 else None,
         "final_train_loss": last.get("train_loss"),
         "final_val_pixel_accuracy": last.get("val_pixel_accuracy"),
         "final_val_miou": last.get("val_miou"),
@@ -132,11 +88,9 @@ def earlier_epochs(
     checkpoint: dict, json_path: Path | None, name: str
 ) -> tuple[list[dict], str, list[dict]]:
     """(epoch records, start time, earlier resumptions) of the run a checkpoint
-    continues.
-
-    The records come from the results file as it was written (it has each epoch's
-    ``checkpoint_s`` and ``epoch_s``, which the checkpoint cannot hold for its own
-    epoch), where that file agrees with the checkpoint; else from the checkpoint."""
+    continues: the results file's records (they hold ``checkpoint_s`` and ``epoch_s``,
+    which the checkpoint cannot hold for its own epoch) where they agree with the
+    checkpoint's on every number ``summarize`` reads, else the checkpoint's."""
     epochs = list(checkpoint["records"])
     started = checkpoint.get("started") or now()
     if not isinstance(started, str):
@@ -151,17 +105,7 @@ def earlier_epochs(
             for e in earlier.get("epochs") or []
             if isinstance(e, dict)
         }
-        # The file's record is used only where it agrees with the checkpoint's on
-        # every number summarize() reads: a hand-edited value never enters the run.
-        same = (
-            "epoch",
-            "steps",
-            "train_loss",
-            "val_loss",
-            "wall_s",
-            "images",
-            "skipped_steps",
-        )
+        same = "epoch steps train_loss val_loss wall_s images skipped_steps".split()
         epochs = [
             written[e["epoch"]]
             if all(written.get(e["epoch"], {}).get(k) == e.get(k) for k in same)
@@ -177,9 +121,8 @@ def earlier_epochs(
 
 
 def check_earlier(record: dict, path: Path) -> None:
-    """The fields of an earlier results file that a resumed run carries over
-    (``started``, ``resumed``, ``epochs``), checked; ``ConfigError`` names the file and
-    the field."""
+    """The fields of an earlier results file that a resumed run carries over, checked;
+    ``ConfigError`` names the file and the field."""
 
     def bad(field: str, value, want: str) -> ConfigError:
         return ConfigError(

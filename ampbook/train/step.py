@@ -47,31 +47,18 @@ class StepCounters:
 
 
 class TrainStep:
-    """The runner's training step, also timed by ``python -m ampbook.bench step``.
+    """The runner's training step, also timed by ``python -m ampbook.bench step``:
+    ``step(images, labels, meter=None)`` runs one batch under autocast, backward
+    (scaled with a GradScaler), and at the end of each accumulation window the optimizer
+    step, skipped on non-finite gradients.
 
-    ``step(images, labels, meter=None) -> float | None`` runs one batch: forward pass
-    and loss under autocast (when the precision has one), backward (scaled with a
-    GradScaler), and at the end of each accumulation window the optimizer step: unscale
-    and clip when asked, skip on non-finite gradients, ``scaler.step``/``update``.
-    ``meter`` (a ``SavedTensorMeter``) wraps the forward pass when given.
-
-    Host syncs: the losses and each optimizer step's skip flag stay on the device and
-    are read back together every ``sync_every`` batches (``sync``), in one transfer.
-    The call that reads them returns the batch's loss as a Python float (every call
-    with ``sync_every=1``, the default); the others return None, and ``synced`` says
-    which. ``sync()`` at the end of an epoch reads the rest; ``take_losses()`` returns
-    every loss read since ``begin_epoch``. The counters (``StepCounters``) are exact,
-    updated at each read, and ``max_nonfinite`` consecutive skipped steps stop the run
-    (``NonFiniteLossError``) at the read that sees them. Skipping on the device needs
-    the fused Adam (the GradScaler and the runner pass it the skip flag); other Adam
-    implementations read the flag once per optimizer step.
-
-    Accumulation windows: ``accumulate`` batches each, counted from the start of an
-    epoch (``begin_epoch(batches)``); the epoch's last window may be shorter and steps
-    at the epoch's end, with each loss divided by the window's own length. So no window
-    crosses an epoch, and a checkpoint written between epochs holds no pending
-    gradients. Without ``begin_epoch`` every window is ``accumulate`` batches long.
-    """
+    The losses and skip flags stay on the device and are read in one transfer every
+    ``sync_every`` batches (that call returns the batch's loss, the others None;
+    ``synced`` says which); the counters stay exact, and ``max_nonfinite`` consecutive
+    skips raise ``NonFiniteLossError`` at the read that sees them. Only the fused Adam
+    skips on the device; others read the flag at each optimizer step. A window never
+    crosses an epoch (``begin_epoch``): the last one may be shorter, its losses divided
+    by its own length, so a checkpoint between epochs holds no pending gradients."""
 
     def __init__(
         self,
@@ -130,16 +117,9 @@ class TrainStep:
             if self._remaining is not None:
                 self._window = max(1, min(self.accumulate, self._remaining))
         last = self._micro == self._window - 1
-        sync = (
-            self.model.no_sync()
-            if (self._ddp and not last)
-            else contextlib.nullcontext()
-        )
-        with sync:
-            with (
-                meter if meter is not None else contextlib.nullcontext(),
-                self.autocast(),
-            ):
+        nothing = contextlib.nullcontext()
+        with self.model.no_sync() if self._ddp and not last else nothing:
+            with meter if meter is not None else nothing, self.autocast():
                 loss = self.criterion(self.model(images), labels)
             scaled = loss / self._window if self._window > 1 else loss
             (
@@ -156,8 +136,7 @@ class TrainStep:
         return self.sync()[-1] if self.synced else None
 
     def begin_epoch(self, batches: int) -> None:
-        """Start an epoch of ``batches`` batches: windows restart, the last one ends
-        with it, the losses read start afresh."""
+        """Start an epoch of ``batches`` batches: windows and losses read restart."""
         self._micro, self._remaining = 0, batches
         self._read = []
 
@@ -193,8 +172,7 @@ class TrainStep:
 
     def sync(self) -> list[float]:
         """Read the pending losses and skip flags to the host (one transfer), update
-        the counters and return the losses read; ``NonFiniteLossError`` when
-        ``max_nonfinite`` consecutive optimizer steps were skipped."""
+        the counters and return the losses read."""
         if not self._losses and not self._skips:
             return []
         values = torch.stack(self._losses + self._skips).tolist()
@@ -238,9 +216,8 @@ class TrainStep:
 def _scaler_found_inf(
     scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer
 ) -> torch.Tensor:
-    """1.0 when the GradScaler's last ``step`` found inf/NaN gradients (and so skipped
-    the update), else 0.0: its own flags, read on the device (between ``step`` and
-    ``update``; GradScaler keeps them per optimizer and device)."""
+    """1.0 when the GradScaler's last ``step`` found inf/NaN gradients (so skipped),
+    else 0.0, on the device (call between ``step`` and ``update``)."""
     found = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
     flags = [f.to(scaler._scale.device, non_blocking=True) for f in found.values()]
     return (torch.stack(flags).sum() > 0).float()
@@ -248,8 +225,7 @@ def _scaler_found_inf(
 
 def compiled(model: nn.Module, mode: str) -> nn.Module:
     """``torch.compile(model, mode=mode)`` (``"aot_eager"``: that backend), with static
-    shapes: a batch of another size (an epoch's last) compiles its own graph rather
-    than a slower dynamic-shape one for every size."""
+    shapes: an epoch's short last batch compiles its own graph, not a dynamic one."""
     if mode == "aot_eager":
         return torch.compile(model, backend="aot_eager", dynamic=False)
     return torch.compile(model, mode=mode, dynamic=False)
@@ -264,10 +240,8 @@ def compile_count() -> int:
 
 
 def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
-    """Which of torch's implementations ``optimizer.step`` runs: ``"fused"`` (one
-    kernel for all parameters), ``"foreach"`` (one kernel per operation over lists of
-    tensors) or ``"for-loop"`` (kernels per parameter). Left to torch, it takes foreach
-    where every parameter is on a GPU, else the for-loop."""
+    """Which implementation ``optimizer.step`` runs: ``"fused"``, ``"foreach"`` or
+    ``"for-loop"`` (torch's own choice: foreach when every parameter is on a GPU)."""
     d = optimizer.defaults
     if d.get("fused"):
         return "fused"
@@ -295,8 +269,7 @@ class Training:
 def build_training(
     cfg: TrainConfig, res: Resolved, class_weights: list[float] | None = None
 ) -> Training:
-    """Model, optimizer, poly scheduler, scaler, loss and step function for ``cfg`` on
-    ``res.device`` (seeded with ``cfg.seed``)."""
+    """Model, optimizer, poly scheduler, scaler, loss and step for ``cfg`` (seeded)."""
     from ampbook.segmentation.cityscapes import IGNORE_INDEX, NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 
@@ -329,17 +302,9 @@ def build_training(
         else None
     )
     criterion = nn.CrossEntropyLoss(weight=weight, ignore_index=IGNORE_INDEX)
+    same = ("accumulate", "clip_grad", "channels_last", "max_nonfinite", "sync_every")
+    kw = {k: getattr(cfg, k) for k in same}
     step = TrainStep(
-        model,
-        optimizer,
-        criterion,
-        res.device,
-        res.autocast_dtype,
-        scaler,
-        accumulate=cfg.accumulate,
-        clip_grad=cfg.clip_grad,
-        channels_last=cfg.channels_last,
-        max_nonfinite=cfg.max_nonfinite,
-        sync_every=cfg.sync_every,
+        model, optimizer, criterion, res.device, res.autocast_dtype, scaler, **kw
     )
     return Training(model, net, optimizer, scheduler, scaler, criterion, step)
