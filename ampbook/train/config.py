@@ -150,7 +150,7 @@ class TrainConfig:
         False,
         "Adam's fused implementation (torch.optim.Adam(fused=True): one kernel "
         "for all parameters), on CUDA and on a CPU, where it was the fastest of "
-        "fused, foreach and for-loop (python -m ampbook.bench step --optimizers)",
+        "fused, foreach and for-loop (python -m booktools.bench_step --optimizers)",
     )
     compile: str | None = _f(
         None,

@@ -47,7 +47,7 @@ class StepCounters:
 
 
 class TrainStep:
-    """The runner's training step, also timed by ``python -m ampbook.bench step``:
+    """The runner's training step, also timed by ``python -m booktools.bench_step``:
     ``step(images, labels, meter=None)`` runs one batch under autocast, backward
     (scaled with a GradScaler), and at the end of each accumulation window the optimizer
     step, skipped on non-finite gradients.
