@@ -6,6 +6,7 @@ and a measurement's one-line ``provenance``."""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Any
 
 from ampbook.core import cli
@@ -77,16 +78,15 @@ def provenance(
 def _number(value: Any, field: str, where: str, least: float = 0.0, above=False):
     """``value`` as a finite number >= ``least`` (> with ``above``), else
     ``ResultsError`` naming the file and the field."""
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (value > least if above else value >= least)
-    )
-    if not ok:
+    if not (_finite(value) and (value > least if above else value >= least)):
         rule = f"{'above' if above else 'at least'} {least:g}"
         raise ResultsError(f"{where}: {field} must be a number {rule}, got {value!r}")
     return value
+
+
+def _finite(value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value)
 
 
 # The largest count a results file may hold (images, steps, bytes, pixels): far above
@@ -118,12 +118,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _share(value: Any, field: str, where: str, optional: bool = True):
+def _share(value: Any, field: str, where: str):
     """A fraction in [0, 1] (accuracy, mIoU, a share of a whole), or None."""
-    if value is None and optional:
-        return None
-    _number(value, field, where)
-    if value > 1:
+    if value is not None and _number(value, field, where) > 1:
         raise ResultsError(
             f"{where}: {field} must be a share from 0 to 1, got {value!r}"
         )
@@ -137,28 +134,70 @@ MIN_WALL_S = 1e-4
 PART_SLACK = 1.02
 
 
-def _precision(value: Any, field: str, where: str) -> str:
-    if value not in PRECISIONS:
+def _choice(value: Any, field: str, where: str, choices=PRECISIONS):
+    if value not in choices:
         raise ResultsError(
-            f"{where}: {field} must be one of {', '.join(PRECISIONS)}, got "
+            f"{where}: {field} must be one of {', '.join(map(str, choices))}, got "
             f"{_short(value)}"
         )
     return value
 
 
-def _positive(value: Any, what: str, where: str, above: bool = False) -> float:
-    """A finite number >= 0 (> 0 with ``above``: a time or rate that divides)."""
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value < 0
-        or (above and value == 0)
-    ):
-        rule = "a positive" if above else "a non-negative"
-        raise ResultsError(f"{where}: {what} must be {rule} number, got {value!r}")
-    return float(value)
+class _Fields:
+    """The checked fields of one record; a key may be dotted (``settings.height``)."""
+
+    def __init__(self, record: dict, where: str):
+        self.record, self.where = record, where
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.record
+        for part in key.split("."):
+            value = value[part]
+        return value
+
+    def count(self, key: str, least: int = 1, most: int = MAX_COUNT) -> int:
+        return _count(self[key], key, self.where, least, most)
+
+    def number(self, key: str, above: bool = False) -> float:
+        """A time, a rate or a size: a finite number >= 0 (> 0 with ``above``)."""
+        value = self[key]
+        if not _finite(value) or value < 0 or (above and value == 0):
+            rule = "a positive" if above else "a non-negative"
+            raise ResultsError(
+                f"{self.where}: {key} must be {rule} number, got {value!r}"
+            )
+        return float(value)
+
+    def optional(self, key: str) -> float | None:
+        return None if self.record.get(key) is None else self.number(key)
+
+    def choice(self, key: str, choices=PRECISIONS):
+        return _choice(self[key], key, self.where, choices)
 
 
-def _optional(value: Any, what: str, where: str) -> float | None:
-    return None if value is None else _positive(value, what, where)
+@contextmanager
+def _reading(where: str, what: str):
+    """A record's missing or mistyped field as ``ResultsError`` naming the file."""
+    try:
+        yield
+    except ResultsError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise ResultsError(f"{where}: {what} lacks or mistypes {err}") from None
+
+
+def mode_of(precision: str, tf32) -> str:
+    """``fp32-tf32`` for fp32 with TF32 on, else the precision."""
+    return "fp32-tf32" if precision == "fp32" and tf32 else precision
+
+
+def baseline_amp_pairs(groups: dict, pair) -> list:
+    """``pair(baseline, amp)`` for each fp32 mode (TF32 on, strict) and each AMP mode
+    of each group (``{mode: record}``), groups in the order given."""
+    return [
+        pair(by_mode[base], by_mode[amp])
+        for by_mode in groups.values()
+        for base in ("fp32-tf32", "fp32")
+        for amp in ("amp-fp16", "amp-bf16")
+        if base in by_mode and amp in by_mode
+    ]

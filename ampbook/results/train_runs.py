@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -22,10 +22,13 @@ from ampbook.results.schema import (
     TRAIN_SCHEMA,
     TRAIN_SCHEMA_VERSION,
     ResultsError,
+    _choice,
     _count,
     _number,
-    _precision,
+    _reading,
     _share,
+    baseline_amp_pairs,
+    mode_of,
     provenance,
 )
 
@@ -43,12 +46,16 @@ def load_results(path: str | os.PathLike) -> dict:
         raise ValueError(
             f"{path} is not a training-run record (schema {record.get('schema')!r})"
         )
+    _check_version(record, path)
+    return record
+
+
+def _check_version(record: dict, path) -> None:
     if record.get("schema_version") != TRAIN_SCHEMA_VERSION:
-        raise ValueError(
+        raise ResultsError(
             f"{path} has schema version {record.get('schema_version')}; this runner "
             f"reads version {TRAIN_SCHEMA_VERSION}"
         )
-    return record
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,7 @@ class TrainRun:
 
     @property
     def mode(self) -> str:
-        """``fp32-tf32`` (fp32 with TF32 on), ``fp32`` (strict), ``amp-fp16`` or
-        ``amp-bf16``."""
-        return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
+        return mode_of(self.precision, self.tf32)
 
     @property
     def mode_label(self) -> str:
@@ -136,17 +141,9 @@ class TrainRun:
         """Time of one step: ``step_s`` over the epoch's steps."""
         return self.step_s / self.steps_per_epoch
 
-    @property
-    def step_images_per_s(self) -> float:
-        """Images per second of the step alone (what the GPU could do with data
-        waiting)."""
-        return self.images_per_epoch / self.step_s
-
     def timed_epochs(self) -> list[dict]:
-        """The epoch records the medians are taken over (after the first, when there
-        is more than one)."""
-        epochs = self.record["epochs"]
-        return epochs[1:] if len(epochs) > 1 else epochs
+        """The epoch records the medians are taken over."""
+        return _after_first(self.record["epochs"])
 
     @property
     def data_wait_range(self) -> tuple[float, float]:
@@ -174,8 +171,6 @@ class TrainRun:
 
     @property
     def provenance(self) -> str:
-        """``provenance`` of this run: device, date, torch/CUDA/cuDNN, CPU threads,
-        workers, memory format, cudnn.benchmark and data, in one line."""
         return provenance(
             self.record.get("environment", {}),
             self.record.get("started"),
@@ -183,8 +178,9 @@ class TrainRun:
         )
 
 
-def _median_after_first(values: list[float]) -> float:
-    return statistics.median(values[1:] if len(values) > 1 else values)
+def _after_first(values: list) -> list:
+    """All but the first (the warm-up epoch), unless there is only one."""
+    return values[1:] if len(values) > 1 else values
 
 
 def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
@@ -195,25 +191,21 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
         raise ResultsError(
             f"{where}: not a training-run record (schema {record.get('schema')!r})"
         )
-    try:
-        c, r, s, env = (
-            record["config"],
-            record["resolved"],
-            record["summary"],
-            record["environment"],
-        )
+    with _reading(where, "training-run record"):
+        keys = ("config", "resolved", "summary", "environment")
+        c, r, s, env = (record[key] for key in keys)
         epochs = record["epochs"]
         if not epochs:
             raise ResultsError(f"{where}: no epoch was recorded")
         _check_run_numbers(record, where)
-        timed = epochs[1:] if len(epochs) > 1 else epochs
-        epoch_s = _median_after_first([e["wall_s"] for e in epochs])
-        if not epoch_s > 0:
-            raise ResultsError(f"{where}: epoch time {epoch_s!r} is not positive")
-        cuda = str(r["device"]).startswith("cuda")
+        timed = _after_first(epochs)
+        epoch_s, step_s, data_wait_s = (
+            statistics.median(e[key] for e in timed)
+            for key in ("wall_s", "step_s", "data_wait_s")
+        )
         allocated = s.get("max_cuda_allocated_bytes")
         saved = s.get("max_saved_tensor_bytes")
-        if cuda:
+        if str(r["device"]).startswith("cuda"):
             memory, measure = allocated, PEAK_CUDA
         else:
             memory, measure = saved, SAVED_FOR_BACKWARD
@@ -240,8 +232,8 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             epochs_completed=len(epochs),
             epochs_timed=len(timed),
             epoch_s=epoch_s,
-            step_s=_median_after_first([e["step_s"] for e in epochs]),
-            data_wait_s=_median_after_first([e["data_wait_s"] for e in epochs]),
+            step_s=step_s,
+            data_wait_s=data_wait_s,
             images_per_epoch=int(epochs[-1]["images"]),
             memory_bytes=memory,
             memory_measure=measure,
@@ -255,12 +247,6 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             record=record,
             steps_per_epoch=max(1, int(epochs[-1].get("steps") or 1)),
         )
-    except (KeyError, TypeError, ValueError) as err:
-        if isinstance(err, ResultsError):
-            raise
-        raise ResultsError(
-            f"{where}: training-run record lacks or mistypes {err}"
-        ) from None
 
 
 def _check_run_numbers(record: dict, where: str) -> None:
@@ -331,7 +317,7 @@ def _check_run_numbers(record: dict, where: str) -> None:
         holder = c if key == "precision" else record
         if not isinstance(holder.get(key), str):
             raise ResultsError(f"{where}: {key} must be a string")
-    _precision(c["precision"], "config.precision", where)
+    _choice(c["precision"], "config.precision", where)
 
 
 @dataclass(frozen=True)
@@ -358,8 +344,7 @@ class RunPair:
 
     @property
     def memory_ratio(self) -> float | None:
-        """AMP memory over baseline memory (below 1: AMP saved memory); None without
-        both."""
+        """AMP memory over baseline memory (below 1: AMP saved memory), or None."""
         if not self.baseline.memory_bytes or self.amp.memory_bytes is None:
             return None
         return self.amp.memory_bytes / self.baseline.memory_bytes
@@ -368,18 +353,20 @@ class RunPair:
     def memory_measure(self) -> str:
         return self.baseline.memory_measure
 
+    def _ratios(self, key: str) -> list[float]:
+        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
+        return [b[key] / a[key] for b, a in pairs]
+
     @property
     def epoch_speedups(self) -> list[float]:
         """Baseline over AMP wall time, epoch by epoch (the timed epochs the two runs
         share): the spread of ``speedup``."""
-        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
-        return [b["wall_s"] / a["wall_s"] for b, a in pairs]
+        return self._ratios("wall_s")
 
     @property
     def step_speedups(self) -> list[float]:
         """The same for the time inside the step: the spread of ``step_speedup``."""
-        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
-        return [b["step_s"] / a["step_s"] for b, a in pairs]
+        return self._ratios("step_s")
 
     @property
     def loader_bound(self) -> bool:
@@ -419,22 +406,5 @@ def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunP
                 f"({run.setting.label}, {run.mode}): keep one of them"
             )
         group[run.mode] = run
-    out = []
-    for setting in sorted(
-        groups,
-        key=lambda k: (
-            k.device_name,
-            k.height,
-            k.width,
-            k.batch_size,
-            k.channels_last,
-            k.workers,
-            k.train_images,
-        ),
-    ):
-        by_mode = groups[setting]
-        for base in ("fp32-tf32", "fp32"):
-            for amp in ("amp-fp16", "amp-bf16"):
-                if base in by_mode and amp in by_mode:
-                    out.append(RunPair(setting, by_mode[base], by_mode[amp]))
-    return out
+    order = sorted(groups.items(), key=lambda kv: astuple(kv[0])[:7])
+    return baseline_amp_pairs(dict(order), lambda b, a: RunPair(b.setting, b, a))
