@@ -1,9 +1,7 @@
-"""Confusion-matrix metrics for semantic segmentation: per-class IoU, mIoU, pixel
-accuracy.
-
-The confusion matrix is accumulated on the tensors' device with one ``bincount`` per
-batch (no per-pixel Python loop). The conventions follow cityscapesscripts'
-``evaluation/evalPixelLevelSemanticLabeling.py`` (the official Cityscapes evaluation):
+"""Confusion-matrix metrics for semantic segmentation (per-class IoU, mIoU, pixel
+accuracy), accumulated on the tensors' device with one ``bincount`` per batch. The
+conventions follow cityscapesscripts' ``evaluation/evalPixelLevelSemanticLabeling.py``
+(the official Cityscapes evaluation):
 
 * pixels whose target is the ignore index (255) are left out entirely;
 * IoU of class c = TP / (TP + FP + FN); a class with TP + FP + FN = 0 (absent from the
@@ -24,14 +22,21 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
+from PIL import Image
 
-from ampbook.segmentation.cityscapes import IGNORE_INDEX, NUM_CLASSES
-
-if TYPE_CHECKING:
-    import numpy as np
+from ampbook.segmentation.cityscapes import (
+    CLASS_NAMES,
+    IGNORE_INDEX,
+    LABEL_TO_TRAIN,
+    NUM_CLASSES,
+    TRAIN_TO_LABEL,
+    DataError,
+    read_label_ids,
+    resolve_root,
+)
 
 
 def count_values(
@@ -92,12 +97,6 @@ class SegmentationMetrics:
         """C x C int64: rows are target classes, columns predicted classes."""
         return self._matrix[:, : self.num_classes]
 
-    @property
-    def missed(self) -> torch.Tensor:
-        """Per target class, pixels whose prediction was not a class index (e.g.
-        255)."""
-        return self._matrix[:, self.num_classes]
-
     @torch.no_grad()
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
         c = self.num_classes
@@ -152,18 +151,6 @@ class SegmentationMetrics:
             "pixel_accuracy": accuracy,
         }
 
-    def __repr__(self) -> str:
-        r = self.compute()
-
-        def fmt(v: float) -> str:
-            return "nan" if math.isnan(v) else f"{v:.4f}"
-
-        return (
-            f"SegmentationMetrics(num_classes={self.num_classes}, "
-            f"miou={fmt(r['miou'])}, pixel_accuracy={fmt(r['pixel_accuracy'])}, "
-            f"pixels={int(self._matrix.sum())})"
-        )
-
 
 GT_SUFFIX = "_gtFine_labelIds.png"
 
@@ -172,8 +159,6 @@ def ground_truth_files(
     root: str | os.PathLike | None, split: str = "val"
 ) -> list[Path]:
     """The split's ``*_gtFine_labelIds.png`` files, sorted."""
-    from ampbook.segmentation.cityscapes import resolve_root
-
     root = resolve_root(root)
     gt_dir = root / "gtFine" / split
     if not gt_dir.is_dir():
@@ -234,18 +219,6 @@ def evaluate_folder(
 ) -> dict:
     """Metrics of the labelId predictions in ``pred_dir`` against the split's ground
     truth."""
-    import torch
-
-    from ampbook.segmentation.cityscapes import (
-        CLASS_NAMES,
-        IGNORE_INDEX,
-        LABEL_TO_TRAIN,
-        NUM_CLASSES,
-        DataError,
-        read_label_ids,
-    )
-    from ampbook.segmentation.metrics import SegmentationMetrics
-
     pred_dir = Path(pred_dir)
     gts = ground_truth_files(root, split)
     predictions = _prediction_index(pred_dir)
@@ -283,12 +256,6 @@ def save_prediction(
 ) -> Path:
     """Write an H x W array of trainIds (0..18) as a labelId PNG the evaluation
     reads."""
-    import numpy as np
-    import torch
-    from PIL import Image
-
-    from ampbook.segmentation.cityscapes import NUM_CLASSES, TRAIN_TO_LABEL
-
     if isinstance(train_ids, torch.Tensor):
         train_ids = train_ids.detach().cpu().numpy()
     train_ids = np.asarray(train_ids)
@@ -314,9 +281,6 @@ def save_predictions(
     """Write a batch's predictions: each image's logits (``N x C x h x w``) upsampled
     bilinearly to its label file's size, the arg-max written as a labelId PNG at
     ``prediction_path(folder, image)``. ``pairs``: the batch's (image, label) paths."""
-    import torch
-    from PIL import Image
-
     written = []
     for one, (image_path, label_path) in zip(logits, pairs):
         with Image.open(label_path) as gt:

@@ -25,8 +25,7 @@ and the sum with the input goes through a ReLU.
 
 Two details the paper leaves open are chosen as the authors' public code chooses them
 (https://github.com/Eromera/erfnet_pytorch): convolutions carry biases, and batch norm
-uses eps=1e-3. ``erfnet_parameter_count`` computes the parameter count from the layer
-shapes above, independently of the module, and the tests compare the two.
+uses eps=1e-3.
 """
 
 from __future__ import annotations
@@ -194,46 +193,3 @@ class ERFNet(nn.Module):
                 f"{h - h % 8 or 8}x{w - w % 8 or 8}."
             )
         return self.decoder(self.encoder(x))
-
-
-# --- the parameter count the architecture implies, from layer shapes alone ------------
-
-
-def _conv(cin: int, cout: int, kh: int, kw: int) -> int:
-    return cin * cout * kh * kw + cout  # weights + bias
-
-
-def _bn(c: int) -> int:
-    return 2 * c  # weight (gamma) and bias (beta); running stats are buffers
-
-
-def _downsampler(cin: int, cout: int) -> int:
-    return _conv(cin, cout - cin, 3, 3) + _bn(cout)
-
-
-def _non_bottleneck_1d(c: int) -> int:
-    return 2 * (_conv(c, c, 3, 1) + _conv(c, c, 1, 3) + _bn(c))
-
-
-def _upsampler(cin: int, cout: int) -> int:
-    return _conv(cin, cout, 3, 3) + _bn(cout)
-
-
-def erfnet_parameter_count(num_classes: int = 19) -> int:
-    """Trainable parameters of ERFNet for ``num_classes``, computed from the layer
-    table."""
-    encoder = (
-        _downsampler(3, 16)
-        + _downsampler(16, 64)
-        + 5 * _non_bottleneck_1d(64)
-        + _downsampler(64, 128)
-        + 8 * _non_bottleneck_1d(128)
-    )
-    decoder = (
-        _upsampler(128, 64)
-        + 2 * _non_bottleneck_1d(64)
-        + _upsampler(64, 16)
-        + 2 * _non_bottleneck_1d(16)
-        + _conv(16, num_classes, 2, 2)
-    )
-    return encoder + decoder
