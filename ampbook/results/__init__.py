@@ -188,7 +188,7 @@ def read_file(
     if schema == TRAIN_SCHEMA:
         _check_version(record, path)
         return summarise_run(record, path)
-    if schema not in _READERS:
+    if not isinstance(schema, str) or schema not in _READERS:
         raise ResultsError(
             f"{path}: unknown schema {schema!r} (known: {', '.join(SCHEMAS)})"
         )
