@@ -68,8 +68,6 @@ from ampbook.results.train_runs import (
     RunPair,
     Setting,
     TrainRun,
-    _check_version,
-    load_results,
     pair_runs,
     summarise_run,
 )
@@ -186,7 +184,11 @@ def read_file(
         raise ResultsError(f"{path}: a results file holds a JSON object")
     schema = record.get("schema")
     if schema == TRAIN_SCHEMA:
-        _check_version(record, path)
+        if record.get("schema_version") != TRAIN_SCHEMA_VERSION:
+            raise ResultsError(
+                f"{path} has schema version {record.get('schema_version')}; this "
+                f"runner reads version {TRAIN_SCHEMA_VERSION}"
+            )
         return summarise_run(record, path)
     if not isinstance(schema, str) or schema not in _READERS:
         raise ResultsError(
@@ -209,6 +211,18 @@ _GROUPS = {
     LoaderSweep: "loader_sweeps",
     Ladder: "ladders",
 }
+
+
+def load_results(path: str | Path) -> dict:
+    """A training-run record (``ampbook.train``'s ``NAME.json``) as ``read_file``
+    reads and checks it; ``ResultsError`` (a ValueError) names the file and the
+    problem."""
+    run = read_file(path)
+    if not isinstance(run, TrainRun):
+        raise ResultsError(
+            f"{path} is not a training-run record ({type(run).__name__})"
+        )
+    return run.record
 
 
 def load_results_dir(

@@ -17,15 +17,7 @@ TRAIN_SCHEMA_VERSION = 1  # the version the runner writes and this layer reads
 MATMUL_SCHEMA = "ampbook.tensor_cores/1"
 # The keys of every row of a tensor-core sweep (``validate_matmul``).
 MATMUL_ROW_KEYS = (
-    "kind",
-    "dtype",
-    "median_s",
-    "p10_s",
-    "p90_s",
-    "tflops",
-    "gbps",
-    "flops",
-    "bytes_moved",
+    "kind dtype median_s p10_s p90_s tflops gbps flops bytes_moved".split()
 )
 LAYER_SCHEMA = "ampbook.layer_profile/1"
 LOADER_SCHEMA = "ampbook.loader_sweep/1"
@@ -201,3 +193,9 @@ def baseline_amp_pairs(groups: dict, pair) -> list:
         for amp in ("amp-fp16", "amp-bf16")
         if base in by_mode and amp in by_mode
     ]
+
+
+def cudnn_benchmark(environment: dict) -> str:
+    """Whether a GPU record ran with cudnn.benchmark: on, off, or ? (not recorded)."""
+    bench = environment.get("cudnn_benchmark")
+    return "?" if bench is None else ("on" if bench else "off")

@@ -22,6 +22,7 @@ from ampbook.results.schema import (
     _reading,
     _share,
     baseline_amp_pairs,
+    cudnn_benchmark,
     mode_of,
     provenance,
 )
@@ -113,10 +114,7 @@ class LayerProfile:
             "steps profiled": self.steps,
         }
         if str(env.get("device", "")).startswith("cuda"):
-            bench = env.get("cudnn_benchmark")
-            settings["cudnn.benchmark"] = (
-                "?" if bench is None else ("on" if bench else "off")
-            )
+            settings["cudnn.benchmark"] = cudnn_benchmark(env)
         settings["data"] = "one batch on the device, no DataLoader"
         return provenance(env, self.record.get("created"), settings)
 
@@ -159,6 +157,14 @@ class LoaderSweep:
     record: dict = field(repr=False, compare=False, hash=False)
 
 
+# The keys a row of each section has besides MATMUL_ROW_KEYS.
+_MATMUL_SECTIONS = {
+    "matmul": ["n", "m", "k"],
+    "shapes": ["n", "m", "k", "base"],
+    "elementwise": ["numel"],
+}
+
+
 def validate_matmul(record: dict, source: str = "record") -> dict:
     """Check a tensor-core sweep's schema and rows; a ValueError names the file and
     what is wrong."""
@@ -173,21 +179,12 @@ def validate_matmul(record: dict, source: str = "record") -> dict:
     for key in ("environment", "matmul", "shapes", "elementwise", "skipped"):
         if key not in record:
             raise ValueError(f"{source}: missing {key!r}")
-    for section in ("matmul", "shapes", "elementwise"):
+    for section, keys in _MATMUL_SECTIONS.items():
         for i, row in enumerate(record[section]):
-            missing = [k for k in MATMUL_ROW_KEYS if k not in row]
-            if section == "elementwise":
-                missing += [] if "numel" in row else ["numel"]
-            else:
-                missing += [k for k in ("n", "m", "k") if k not in row]
-            if section == "shapes" and "base" not in row:
-                missing.append("base")
+            missing = [k for k in MATMUL_ROW_KEYS + keys if k not in row]
             if missing:
                 raise ValueError(f"{source}: {section}[{i}] lacks {missing}")
-            if not row["median_s"] > 0:
-                raise ValueError(
-                    f"{source}: {section}[{i}] has a non-positive median_s"
-                )
+            _number(row["median_s"], f"{section}[{i}].median_s", source, above=True)
     if "device_name" not in record["environment"]:
         raise ValueError(f"{source}: environment lacks 'device_name'")
     return record
@@ -196,9 +193,6 @@ def validate_matmul(record: dict, source: str = "record") -> dict:
 def read_matmul(record: dict, path: str) -> MatmulSweep:
     with _reading(path, "tensor-core sweep"):
         validate_matmul(record, path)
-        for section in ("matmul", "shapes", "elementwise"):
-            for i, row in enumerate(record[section]):
-                _number(row["median_s"], f"{section}[{i}].median_s", path, above=True)
     dtypes = tuple(dict.fromkeys(r["dtype"] for r in record["matmul"]))
     return MatmulSweep(path, str(record["environment"]["device_name"]), dtypes, record)
 
@@ -399,13 +393,7 @@ def _read_rungs(record: dict, path: str) -> tuple[LadderRung, ...]:
 
 
 _CELL_NUMBERS = (
-    "step_s",
-    "kernel_s",
-    "idle_s",
-    "memory_bytes",
-    "images_per_s",
-    "data_wait_share",
-    "bound_s",
+    "step_s kernel_s idle_s memory_bytes images_per_s data_wait_share bound_s".split()
 )
 
 

@@ -4,14 +4,11 @@ the book's one definition of each figure, and runs paired fp32 against AMP
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ampbook.core import cli
 from ampbook.results.schema import (
     MAX_COUNT,
     MIN_WALL_S,
@@ -20,7 +17,6 @@ from ampbook.results.schema import (
     PEAK_CUDA,
     SAVED_FOR_BACKWARD,
     TRAIN_SCHEMA,
-    TRAIN_SCHEMA_VERSION,
     ResultsError,
     _choice,
     _count,
@@ -28,34 +24,10 @@ from ampbook.results.schema import (
     _reading,
     _share,
     baseline_amp_pairs,
+    cudnn_benchmark,
     mode_of,
     provenance,
 )
-
-
-def load_results(path: str | os.PathLike) -> dict:
-    """Read a training-run record (``ampbook.train``'s ``NAME.json``), checking its
-    schema and version; ``ValueError`` names the file and the problem."""
-    try:
-        record = json.loads(cli.read_text(path, "training-run record"))
-    except cli.UserError as err:
-        raise ValueError(str(err)) from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} is not a training-run record (not a JSON object)")
-    if record.get("schema") != TRAIN_SCHEMA:
-        raise ValueError(
-            f"{path} is not a training-run record (schema {record.get('schema')!r})"
-        )
-    _check_version(record, path)
-    return record
-
-
-def _check_version(record: dict, path) -> None:
-    if record.get("schema_version") != TRAIN_SCHEMA_VERSION:
-        raise ResultsError(
-            f"{path} has schema version {record.get('schema_version')}; this runner "
-            f"reads version {TRAIN_SCHEMA_VERSION}"
-        )
 
 
 @dataclass(frozen=True)
@@ -161,10 +133,7 @@ class TrainRun:
             "channels_last" if self.setting.channels_last else "contiguous"
         )
         if self.is_cuda:
-            bench = env.get("cudnn_benchmark")
-            out["cudnn.benchmark"] = (
-                "?" if bench is None else ("on" if bench else "off")
-            )
+            out["cudnn.benchmark"] = cudnn_benchmark(env)
         data = "synthetic" if self.setting.synthetic_data else "Cityscapes"
         out[""] = f"{self.setting.train_images} {data} images"
         return out
@@ -274,8 +243,7 @@ def _check_run_numbers(record: dict, where: str) -> None:
             )
         images = _count(e.get("images"), f"{at}.images", where)
         if e.get("steps") is not None:
-            steps = _count(e["steps"], f"{at}.steps", where, most=images)
-            total_steps += steps
+            total_steps += _count(e["steps"], f"{at}.steps", where, most=images)
         for key in ("skipped_steps", "optimizer_steps", "nonfinite_losses"):
             if e.get(key) is not None:
                 _count(e[key], f"{at}.{key}", where, least=0)
@@ -290,29 +258,20 @@ def _check_run_numbers(record: dict, where: str) -> None:
     _count(c.get("batch_size"), "config.batch_size", where, most=2**20)
     if c.get("workers") is not None:
         _count(c["workers"], "config.workers", where, least=0, most=4096)
-    if isinstance(r.get("workers"), int):
+    if isinstance(r.get("workers"), int):  # not "auto"
         _count(r["workers"], "resolved.workers", where, least=0, most=4096)
     _count(r.get("train_images"), "resolved.train_images", where)
-    for key in (
-        "max_cuda_allocated_bytes",
-        "max_saved_tensor_bytes",
-        "max_cuda_reserved_bytes",
-    ):
-        if s.get(key) is not None:
-            _number(s[key], f"summary.{key}", where)
-            _count(s[key], f"summary.{key}", where, least=0, most=2**50)
+    for key in ("cuda_allocated", "saved_tensor", "cuda_reserved"):
+        if s.get(f"max_{key}_bytes") is not None:
+            _number(s[f"max_{key}_bytes"], f"summary.max_{key}_bytes", where)
+            _count(s[f"max_{key}_bytes"], f"summary.max_{key}_bytes", where, 0, 2**50)
     for key in ("final_val_pixel_accuracy", "final_val_miou"):
         _share(s.get(key), f"summary.{key}", where)
     if s.get("final_train_loss") is not None:
         _number(s["final_train_loss"], "summary.final_train_loss", where)
     if s.get("total_skipped_steps") is not None:
-        _count(
-            s["total_skipped_steps"],
-            "summary.total_skipped_steps",
-            where,
-            least=0,
-            most=max(total_steps, 0) if total_steps else MAX_COUNT,
-        )
+        most = total_steps or MAX_COUNT  # at most the steps recorded
+        _count(s["total_skipped_steps"], "summary.total_skipped_steps", where, 0, most)
     for key in ("name", "status", "precision"):
         holder = c if key == "precision" else record
         if not isinstance(holder.get(key), str):

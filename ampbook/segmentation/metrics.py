@@ -83,14 +83,9 @@ class SegmentationMetrics:
         self.reset()
 
     def reset(self) -> None:
-        c = self.num_classes
+        c, device = self.num_classes, self.device or "cpu"
         # Column c collects predictions that are not a class (counted as misses).
-        self._matrix = torch.zeros(
-            c,
-            c + 1,
-            dtype=torch.int64,
-            device=self.device if self.device is not None else "cpu",
-        )
+        self._matrix = torch.zeros(c, c + 1, dtype=torch.int64, device=device)
 
     @property
     def confusion(self) -> torch.Tensor:

@@ -24,8 +24,8 @@ them; the second pair is dilated; batch norm follows each pair, dropout ends the
 and the sum with the input goes through a ReLU.
 
 Two details the paper leaves open are chosen as the authors' public code chooses them
-(https://github.com/Eromera/erfnet_pytorch): convolutions carry biases, and batch norm
-uses eps=1e-3.
+(https://github.com/Eromera/erfnet_pytorch): convolutions carry biases (PyTorch's
+default), and batch norm uses eps=1e-3.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Downsampler(nn.Module):
                 f"in_channels ({in_channels})"
             )
         self.conv = nn.Conv2d(
-            in_channels, out_channels - in_channels, 3, stride=2, padding=1, bias=True
+            in_channels, out_channels - in_channels, 3, stride=2, padding=1
         )
         self.pool = nn.MaxPool2d(2, stride=2)
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
@@ -74,15 +74,11 @@ class NonBottleneck1D(nn.Module):
     def __init__(self, channels: int, dropout: float = 0.0, dilation: int = 1):
         super().__init__()
         c, d = channels, dilation
-        self.conv3x1_1 = nn.Conv2d(c, c, (3, 1), padding=(1, 0), bias=True)
-        self.conv1x3_1 = nn.Conv2d(c, c, (1, 3), padding=(0, 1), bias=True)
+        self.conv3x1_1 = nn.Conv2d(c, c, (3, 1), padding=(1, 0))
+        self.conv1x3_1 = nn.Conv2d(c, c, (1, 3), padding=(0, 1))
         self.bn1 = nn.BatchNorm2d(c, eps=BN_EPS)
-        self.conv3x1_2 = nn.Conv2d(
-            c, c, (3, 1), padding=(d, 0), dilation=(d, 1), bias=True
-        )
-        self.conv1x3_2 = nn.Conv2d(
-            c, c, (1, 3), padding=(0, d), dilation=(1, d), bias=True
-        )
+        self.conv3x1_2 = nn.Conv2d(c, c, (3, 1), padding=(d, 0), dilation=(d, 1))
+        self.conv1x3_2 = nn.Conv2d(c, c, (1, 3), padding=(0, d), dilation=(1, d))
         self.bn2 = nn.BatchNorm2d(c, eps=BN_EPS)
         self.dropout = nn.Dropout2d(dropout) if dropout > 0 else nn.Identity()
         self.dilation = d
@@ -107,7 +103,6 @@ class Upsampler(nn.Module):
             stride=2,
             padding=1,
             output_padding=1,
-            bias=True,
         )
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
 
@@ -145,7 +140,7 @@ class Decoder(nn.Module):
             NonBottleneck1D(16),
         )
         # The last layer: 2x2 stride-2 transposed convolution straight to class scores.
-        self.output = nn.ConvTranspose2d(16, num_classes, 2, stride=2, bias=True)
+        self.output = nn.ConvTranspose2d(16, num_classes, 2, stride=2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output(self.layers(x))
