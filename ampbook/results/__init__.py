@@ -130,10 +130,8 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 def parse_json(text: str, where: str) -> Any:
-    """``text`` as JSON, with its nesting depth (``MAX_DEPTH``) and the digits of its
-    integers (``MAX_INT_DIGITS``) checked before Python's parser sees them (which
-    would raise ``RecursionError`` or ``ValueError``); ``ResultsError`` names
-    ``where`` and the problem."""
+    """``text`` as JSON, its nesting depth and integers' digits checked first (Python's
+    parser would raise ``RecursionError`` or ``ValueError``)."""
     depth = deepest = 0
     for ch in re.sub(r"[^\[\]{}]", "", _JSON_STRING.sub("", text)):
         depth += 1 if ch in "[{" else -1
@@ -228,16 +226,9 @@ def load_results(path: str | Path) -> dict:
 def load_results_dir(
     directory: str | Path | None = None, report: bool = True
 ) -> ResultSet:
-    """Read every ``*.json`` under ``directory`` (default ``data/results``; subfolders
-    too).
-
-    A file that is not a known result, or fails its schema's checks (numbers that
-    cannot be, nesting or size no results file has), goes to ``ignored`` with the
-    reason, and the rest of the folder is read; so do two records of one setting
-    (``_drop_repeats``). With ``report`` each skipped file is one line on stderr
-    (``results: skipped PATH: why``). A folder that does not exist is an error
-    (``FileNotFoundError``).
-    """
+    """Read every ``*.json`` under ``directory`` (default ``data/results``). A file
+    that is not a known result or fails its schema's checks goes to ``ignored`` with
+    the reason (with ``report``, one line on stderr), and the rest is read."""
     directory = Path(directory) if directory else RESULTS_DIR
     if not directory.is_dir():
         raise FileNotFoundError(

@@ -45,12 +45,9 @@ def provenance(
     date: str | None = None,
     settings: dict[str, Any] | None = None,
 ) -> str:
-    """The one-line provenance of a measurement shown in the book: the device (GPU
-    by ``devices.display_name``), the date, torch/CUDA/cuDNN, the host's CPU threads,
-    then ``settings`` as ``key value`` pairs in the given order (workers, memory
-    format, cudnn.benchmark, data...). ``date`` is an ISO time or date; its day is
-    shown. Every part is page text (``plots.md_escape``): a results file's strings
-    cannot add markup to the book."""
+    """The one-line provenance of a measurement: device, day, torch/CUDA/cuDNN, CPU
+    threads, then ``settings`` as ``key value`` pairs. Every part is escaped page text:
+    a results file's strings cannot add markup to the book."""
     from ampbook.core.env import machine_text
     from ampbook.core.page import md_escape
 

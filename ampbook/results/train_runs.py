@@ -346,13 +346,8 @@ class RunPair:
 
 
 def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunPair]:
-    """Every (fp32 baseline, AMP run) pair that shares device and setting.
-
-    Baselines are fp32 with TF32 on and strict fp32, each paired with every AMP run of
-    the group; two runs of one mode in a group are an error naming both
-    (``load_results_dir`` sets such runs aside). Ordered by device, setting, then
-    ``MODES``.
-    """
+    """Every (fp32 baseline, AMP run) pair that shares device and setting, ordered by
+    device, setting, then ``MODES``; two runs of one mode and setting are an error."""
     groups: dict[Setting, dict[str, TrainRun]] = {}
     for run in runs:
         if complete_only and not run.complete:

@@ -42,13 +42,9 @@ from ampbook.segmentation.cityscapes import (
 def count_values(
     index: torch.Tensor, n: int, sort_based: bool | None = None
 ) -> torch.Tensor:
-    """How often each of 0..n-1 occurs in ``index`` (int64, on its device).
-
-    ``torch.bincount`` does it in one pass, but on CUDA PyTorch counts it among the
-    nondeterministic operations, which raise (or warn) under
-    ``torch.use_deterministic_algorithms(True)``; then, or when ``sort_based`` is true,
-    the count comes from ``torch.unique`` (a sort), which is deterministic everywhere.
-    """
+    """How often each of 0..n-1 occurs in ``index``. ``torch.bincount`` is
+    nondeterministic on CUDA (it raises under ``torch.use_deterministic_algorithms``);
+    then, or with ``sort_based``, ``torch.unique`` (a sort) counts."""
     if sort_based is None:
         sort_based = index.is_cuda and torch.are_deterministic_algorithms_enabled()
     if not sort_based:
@@ -60,14 +56,9 @@ def count_values(
 
 
 class SegmentationMetrics:
-    """Accumulates a confusion matrix over batches.
-
-    ``update(pred, target)``: ``pred`` holds class indices (N x H x W, or H x W) or
-    logits (N x C x H x W, arg-maxed over C); ``target`` class indices with
-    ``ignore_index`` for pixels left out. ``compute()`` returns ``{"iou": [...], "miou":
-    float, "pixel_accuracy": float}``. ``confusion[t, p]`` counts pixels of target class
-    t predicted as class p (int64, C x C).
-    """
+    """A confusion matrix accumulated over batches: ``update(pred, target)`` takes
+    class indices or logits (N x C x H x W, arg-maxed over C); ``compute()`` returns
+    ``{"iou": [...], "miou": float, "pixel_accuracy": float}``."""
 
     def __init__(
         self,

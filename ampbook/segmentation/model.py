@@ -147,12 +147,7 @@ class Decoder(nn.Module):
 
 
 class ERFNet(nn.Module):
-    """ERFNet (Romera et al., IEEE T-ITS 2018): ``forward(x: N,3,H,W) -> logits
-    N,C,H,W``.
-
-    H and W must be divisible by 8 (three downsamplers halve them, three upsamplers
-    double them back); anything else raises ``ValueError``. Works in channels_last
-    memory format and under ``torch.autocast`` (CPU and CUDA, fp16 and bf16).
+    """ERFNet: ``forward(x: N,3,H,W) -> logits N,C,H,W``, H and W divisible by 8.
 
     ``fp16_stream=True`` (default off: the reference ERFNet) keeps the encoder's
     residual stream 16-bit under autocast. In the reference, the first downsampler

@@ -421,14 +421,7 @@ def _write_scene(job: tuple) -> None:
 _PARALLEL_MIN_PIXELS = 8 * 1024 * 2048
 
 
-def check_synthesis(
-    root: str | os.PathLike,
-    train: int,
-    val: int,
-    seed: int = 0,
-    height: int = 1024,
-    width: int = 2048,
-) -> Path:
+def check_synthesis(root, train: int, val: int, seed: int, height: int, width: int):
     """Every argument of ``synthesize`` checked before anything is written
     (``ValueError``, ``FileExistsError``); returns ``root`` as a Path."""
     if not str(root).strip():  # Path("") is ".": the current folder
@@ -468,13 +461,10 @@ def synthesize(
     progress: bool = False,
     workers: int | None = None,
 ) -> Path:
-    """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the
-    official layout and file names; returns ``root``. Deterministic for a seed.
-
-    The scenes are drawn by ``workers`` processes (default: one per CPU core when the
-    set is large enough to pay for starting them, else in this process; 1: always in
-    this process). Each scene has its own random stream, so the files are the same byte
-    for byte whatever the number of workers."""
+    """Write a synthetic Cityscapes into ``root`` in the official layout; returns
+    ``root``. ``workers`` processes draw (default: one per core for a set large enough
+    to pay for them); each scene has its own random stream, so the files are the same
+    byte for byte whatever the number of workers."""
     root = check_synthesis(root, train, val, seed, height, width)
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
