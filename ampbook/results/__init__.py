@@ -93,11 +93,8 @@ class ResultSet:
 
     def gpu_runs(self, complete_only: bool = True) -> list[TrainRun]:
         """Training runs made on CUDA (complete ones unless asked otherwise)."""
-        return [
-            r
-            for r in self.train_runs
-            if r.is_cuda and (r.complete or not complete_only)
-        ]
+        runs = [r for r in self.train_runs if r.is_cuda]
+        return [r for r in runs if r.complete or not complete_only]
 
     def pairs(self, complete_only: bool = True) -> list[RunPair]:
         """``pair_runs`` over the CUDA runs."""

@@ -196,3 +196,15 @@ def cudnn_benchmark(environment: dict) -> str:
     """Whether a GPU record ran with cudnn.benchmark: on, off, or ? (not recorded)."""
     bench = environment.get("cudnn_benchmark")
     return "?" if bench is None else ("on" if bench else "off")
+
+
+class _Run:
+    """A record of runs on one device: training runs, ladders."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"

@@ -20,6 +20,7 @@ from ampbook.results.schema import (
     _Fields,
     _number,
     _reading,
+    _Run,
     _share,
     baseline_amp_pairs,
     cudnn_benchmark,
@@ -329,7 +330,7 @@ class LadderCell:
 
 
 @dataclass(frozen=True)
-class Ladder:
+class Ladder(_Run):
     """A ladder record (schema in data/results/README.md)."""
 
     path: str
@@ -344,14 +345,6 @@ class Ladder:
     rungs: tuple[LadderRung, ...]
     cells: tuple[LadderCell, ...]
     record: dict = field(repr=False, compare=False, hash=False)
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.startswith("cuda")
-
-    @property
-    def complete(self) -> bool:
-        return self.status == "complete"
 
     def cell(self, rung: int, mode: str) -> LadderCell | None:
         """The measured (ok) cell of ``rung`` in ``mode``, or None."""

@@ -22,6 +22,7 @@ from ampbook.results.schema import (
     _count,
     _number,
     _reading,
+    _Run,
     _share,
     baseline_amp_pairs,
     cudnn_benchmark,
@@ -54,7 +55,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class TrainRun:
+class TrainRun(_Run):
     """One training-run record, summarised with the module's definitions."""
 
     path: str | None
@@ -82,14 +83,6 @@ class TrainRun:
     skipped_steps: int
     record: dict = field(repr=False, compare=False, hash=False)
     steps_per_epoch: int = 1  # steps of the last epoch (per process)
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.startswith("cuda")
-
-    @property
-    def complete(self) -> bool:
-        return self.status == "complete"
 
     @property
     def mode(self) -> str:
@@ -124,27 +117,19 @@ class TrainRun:
         return (min(waits), max(waits))
 
     @property
-    def settings(self) -> dict[str, Any]:
-        """What the run's provenance line shows after the software: workers, memory
-        format, cudnn.benchmark (GPU runs) and the data."""
-        env = self.record.get("environment", {})
-        out: dict[str, Any] = {"workers": self.setting.workers}
+    def provenance(self) -> str:
+        """Device, date, software, then workers, memory format, cudnn.benchmark (GPU
+        runs) and the data."""
+        env, setting = self.record.get("environment", {}), self.setting
+        out: dict[str, Any] = {"workers": setting.workers}
         out["memory format"] = (
-            "channels_last" if self.setting.channels_last else "contiguous"
+            "channels_last" if setting.channels_last else "contiguous"
         )
         if self.is_cuda:
             out["cudnn.benchmark"] = cudnn_benchmark(env)
-        data = "synthetic" if self.setting.synthetic_data else "Cityscapes"
-        out[""] = f"{self.setting.train_images} {data} images"
-        return out
-
-    @property
-    def provenance(self) -> str:
-        return provenance(
-            self.record.get("environment", {}),
-            self.record.get("started"),
-            self.settings,
-        )
+        data = "synthetic" if setting.synthetic_data else "Cityscapes"
+        out[""] = f"{setting.train_images} {data} images"
+        return provenance(env, self.record.get("started"), out)
 
 
 def _after_first(values: list) -> list:
@@ -307,10 +292,6 @@ class RunPair:
         if not self.baseline.memory_bytes or self.amp.memory_bytes is None:
             return None
         return self.amp.memory_bytes / self.baseline.memory_bytes
-
-    @property
-    def memory_measure(self) -> str:
-        return self.baseline.memory_measure
 
     def _ratios(self, key: str) -> list[float]:
         pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())

@@ -161,13 +161,10 @@ def ground_truth_files(
 
 
 def _prediction_index(pred_dir: Path) -> list[Path]:
-    if pred_dir.exists() and not pred_dir.is_dir():
-        raise FileNotFoundError(
-            f"prediction folder {pred_dir} is a file; give the folder of "
-            "labelId PNG predictions"
-        )
     if not pred_dir.is_dir():
-        raise FileNotFoundError(f"prediction folder {pred_dir} does not exist")
+        what = "is a file; give the folder of labelId PNG predictions"
+        what = what if pred_dir.exists() else "does not exist"
+        raise FileNotFoundError(f"prediction folder {pred_dir} {what}")
     return sorted(
         Path(r) / f
         for r, _, files in os.walk(pred_dir)
@@ -240,8 +237,7 @@ def evaluate_folder(
 def save_prediction(
     train_ids: np.ndarray | torch.Tensor, path: str | os.PathLike
 ) -> Path:
-    """Write an H x W array of trainIds (0..18) as a labelId PNG the evaluation
-    reads."""
+    """Write an H x W array of trainIds as a labelId PNG the evaluation reads."""
     if isinstance(train_ids, torch.Tensor):
         train_ids = train_ids.detach().cpu().numpy()
     train_ids = np.asarray(train_ids)
@@ -264,9 +260,8 @@ def prediction_path(folder: str | os.PathLike, image_path: str | os.PathLike) ->
 def save_predictions(
     logits: torch.Tensor, pairs: list[tuple[Path, Path]], folder: str | os.PathLike
 ) -> list[Path]:
-    """Write a batch's predictions: each image's logits (``N x C x h x w``) upsampled
-    bilinearly to its label file's size, the arg-max written as a labelId PNG at
-    ``prediction_path(folder, image)``. ``pairs``: the batch's (image, label) paths."""
+    """Write a batch's predictions: each image's logits upsampled bilinearly to its
+    label file's size (``pairs``: the batch's paths), the arg-max as a labelId PNG."""
     written = []
     for one, (image_path, label_path) in zip(logits, pairs):
         with Image.open(label_path) as gt:

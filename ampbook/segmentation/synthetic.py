@@ -540,8 +540,7 @@ def _quiet_worker() -> None:
 
 def set_matches(root: Path, meta: dict) -> bool:
     """Whether ``root`` holds the whole synthetic set ``meta`` describes: its marker
-    says so (same version and parameters), nothing marks it partial, and each split
-    has its image and label files, none empty."""
+    says so, nothing marks it partial, and no file is missing or empty."""
     try:
         marker = json.loads((root / SYNTHETIC_MARKER).read_text())
     except (OSError, ValueError):
@@ -569,10 +568,9 @@ def set_matches(root: Path, meta: dict) -> bool:
 def synthetic_root(
     train: int, val: int, height: int = 1024, width: int = 2048, seed: int = 0
 ) -> Path:
-    """A synthetic Cityscapes in ``ampbook.core.paths.cache_dir()``, written on first
-    use and reused after (safe when several processes ask at once). A cached set that
-    does not match its marker (files missing or empty, other parameters, stopped
-    half-way) is written again, never reused."""
+    """A synthetic Cityscapes in ``cache_dir()``, written on first use and reused
+    after (safe when several processes ask at once) unless it does not match its
+    marker (files missing or empty, other parameters, stopped half-way)."""
     from ampbook.core.paths import cache_dir
 
     name = (
