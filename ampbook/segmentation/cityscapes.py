@@ -127,11 +127,8 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
         )
     missing = [d for d in ("leftImg8bit", "gtFine") if not (path / d).is_dir()]
     if missing:
-        what = (
-            "is empty"
-            if not any(path.iterdir())
-            else f"has no {' and no '.join(missing)} folder"
-        )
+        what = f"has no {' and no '.join(missing)} folder"
+        what = what if any(path.iterdir()) else "is empty"
         raise FileNotFoundError(
             f"Cityscapes root {str(path)!r} (from {origin}) {what}; expected "
             f"leftImg8bit/ and gtFine/ in it. " + GET_CITYSCAPES
