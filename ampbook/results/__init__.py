@@ -276,15 +276,9 @@ def _drop_repeats(rs: ResultSet) -> None:
         for item in items:
             if id(item) in repeated:
                 others = ", ".join(x.path for x in repeated[id(item)] if x is not item)
-                rs.ignored.append(
-                    Ignored(
-                        item.path,
-                        _one_line(
-                            f"{item.path} and {others} are two records of one "
-                            f"setting ({item.mode}): keep one of them"
-                        ),
-                    )
-                )
+                why = f"{item.path} and {others} are two records of one setting"
+                why += f" ({item.mode}): keep one of them"
+                rs.ignored.append(Ignored(item.path, _one_line(why)))
         return [x for x in items if id(x) not in repeated]
 
     rs.train_runs = drop(
