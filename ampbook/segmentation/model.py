@@ -97,12 +97,7 @@ class Upsampler(nn.Module):
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
         self.conv = nn.ConvTranspose2d(
-            in_channels,
-            out_channels,
-            3,
-            stride=2,
-            padding=1,
-            output_padding=1,
+            in_channels, out_channels, 3, stride=2, padding=1, output_padding=1
         )
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
 
