@@ -365,20 +365,16 @@ def _light_and_noise(c: _Street) -> None:
     np.clip(c.rgb, 0, 255, out=c.rgb)
 
 
+# The scene, back to front.
+_LAYERS = (_sky, _buildings, _ground, _fence, _objects, _bonnet, _light_and_noise)
+
+
 def _draw_scene(
     rng: np.random.Generator, h: int, w: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """One street scene: (RGB uint8 h x w x 3, labelIds uint8 h x w)."""
     c = _Street(h, w, rng)
-    for layer in (
-        _sky,
-        _buildings,
-        _ground,
-        _fence,
-        _objects,
-        _bonnet,
-        _light_and_noise,
-    ):
+    for layer in _LAYERS:
         layer(c)
     return c.rgb.astype(np.uint8), c.ids
 
