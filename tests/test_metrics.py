@@ -55,7 +55,6 @@ def test_prediction_outside_the_classes_is_a_miss_of_the_target_class():
     m.update(pred, target)
     r = m.compute()
     assert m.confusion.tolist() == [[1, 0], [0, 2]]
-    assert m.missed.tolist() == [1, 0]
     assert r["iou"] == pytest.approx([1 / 2, 1.0])
     assert r["pixel_accuracy"] == pytest.approx(3 / 4)
 

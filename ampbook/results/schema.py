@@ -6,6 +6,7 @@ and a measurement's one-line ``provenance``."""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Any
 
 from ampbook.core import cli
@@ -16,15 +17,7 @@ TRAIN_SCHEMA_VERSION = 1  # the version the runner writes and this layer reads
 MATMUL_SCHEMA = "ampbook.tensor_cores/1"
 # The keys of every row of a tensor-core sweep (``validate_matmul``).
 MATMUL_ROW_KEYS = (
-    "kind",
-    "dtype",
-    "median_s",
-    "p10_s",
-    "p90_s",
-    "tflops",
-    "gbps",
-    "flops",
-    "bytes_moved",
+    "kind dtype median_s p10_s p90_s tflops gbps flops bytes_moved".split()
 )
 LAYER_SCHEMA = "ampbook.layer_profile/1"
 LOADER_SCHEMA = "ampbook.loader_sweep/1"
@@ -52,12 +45,9 @@ def provenance(
     date: str | None = None,
     settings: dict[str, Any] | None = None,
 ) -> str:
-    """The one-line provenance of a measurement shown in the book: the device (GPU
-    by ``devices.display_name``), the date, torch/CUDA/cuDNN, the host's CPU threads,
-    then ``settings`` as ``key value`` pairs in the given order (workers, memory
-    format, cudnn.benchmark, data...). ``date`` is an ISO time or date; its day is
-    shown. Every part is page text (``plots.md_escape``): a results file's strings
-    cannot add markup to the book."""
+    """The one-line provenance of a measurement: device, day, torch/CUDA/cuDNN, CPU
+    threads, then ``settings`` as ``key value`` pairs. Every part is escaped page text:
+    a results file's strings cannot add markup to the book."""
     from ampbook.core.env import machine_text
     from ampbook.core.page import md_escape
 
@@ -77,16 +67,15 @@ def provenance(
 def _number(value: Any, field: str, where: str, least: float = 0.0, above=False):
     """``value`` as a finite number >= ``least`` (> with ``above``), else
     ``ResultsError`` naming the file and the field."""
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (value > least if above else value >= least)
-    )
-    if not ok:
+    if not (_finite(value) and (value > least if above else value >= least)):
         rule = f"{'above' if above else 'at least'} {least:g}"
         raise ResultsError(f"{where}: {field} must be a number {rule}, got {value!r}")
     return value
+
+
+def _finite(value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value)
 
 
 # The largest count a results file may hold (images, steps, bytes, pixels): far above
@@ -118,12 +107,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _share(value: Any, field: str, where: str, optional: bool = True):
+def _share(value: Any, field: str, where: str):
     """A fraction in [0, 1] (accuracy, mIoU, a share of a whole), or None."""
-    if value is None and optional:
-        return None
-    _number(value, field, where)
-    if value > 1:
+    if value is not None and _number(value, field, where) > 1:
         raise ResultsError(
             f"{where}: {field} must be a share from 0 to 1, got {value!r}"
         )
@@ -137,28 +123,88 @@ MIN_WALL_S = 1e-4
 PART_SLACK = 1.02
 
 
-def _precision(value: Any, field: str, where: str) -> str:
-    if value not in PRECISIONS:
+def _choice(value: Any, field: str, where: str, choices=PRECISIONS):
+    if value not in choices:
         raise ResultsError(
-            f"{where}: {field} must be one of {', '.join(PRECISIONS)}, got "
+            f"{where}: {field} must be one of {', '.join(map(str, choices))}, got "
             f"{_short(value)}"
         )
     return value
 
 
-def _positive(value: Any, what: str, where: str, above: bool = False) -> float:
-    """A finite number >= 0 (> 0 with ``above``: a time or rate that divides)."""
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value < 0
-        or (above and value == 0)
-    ):
-        rule = "a positive" if above else "a non-negative"
-        raise ResultsError(f"{where}: {what} must be {rule} number, got {value!r}")
-    return float(value)
+class _Fields:
+    """The checked fields of one record; a key may be dotted (``settings.height``)."""
+
+    def __init__(self, record: dict, where: str):
+        self.record, self.where = record, where
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.record
+        for part in key.split("."):
+            value = value[part]
+        return value
+
+    def count(self, key: str, least: int = 1, most: int = MAX_COUNT) -> int:
+        return _count(self[key], key, self.where, least, most)
+
+    def number(self, key: str, above: bool = False) -> float:
+        """A time, a rate or a size: a finite number >= 0 (> 0 with ``above``)."""
+        value = self[key]
+        if not _finite(value) or value < 0 or (above and value == 0):
+            rule = "a positive" if above else "a non-negative"
+            raise ResultsError(
+                f"{self.where}: {key} must be {rule} number, got {value!r}"
+            )
+        return float(value)
+
+    def optional(self, key: str) -> float | None:
+        return None if self.record.get(key) is None else self.number(key)
+
+    def choice(self, key: str, choices=PRECISIONS):
+        return _choice(self[key], key, self.where, choices)
 
 
-def _optional(value: Any, what: str, where: str) -> float | None:
-    return None if value is None else _positive(value, what, where)
+@contextmanager
+def _reading(where: str, what: str):
+    """A record's missing or mistyped field as ``ResultsError`` naming the file."""
+    try:
+        yield
+    except ResultsError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise ResultsError(f"{where}: {what} lacks or mistypes {err}") from None
+
+
+def mode_of(precision: str, tf32) -> str:
+    """``fp32-tf32`` for fp32 with TF32 on, else the precision."""
+    return "fp32-tf32" if precision == "fp32" and tf32 else precision
+
+
+def baseline_amp_pairs(groups: dict, pair) -> list:
+    """``pair(baseline, amp)`` for each fp32 mode (TF32 on, strict) and each AMP mode
+    of each group (``{mode: record}``), groups in the order given."""
+    return [
+        pair(by_mode[base], by_mode[amp])
+        for by_mode in groups.values()
+        for base in ("fp32-tf32", "fp32")
+        for amp in ("amp-fp16", "amp-bf16")
+        if base in by_mode and amp in by_mode
+    ]
+
+
+def cudnn_benchmark(environment: dict) -> str:
+    """Whether a GPU record ran with cudnn.benchmark: on, off, or ? (not recorded)."""
+    bench = environment.get("cudnn_benchmark")
+    return "?" if bench is None else ("on" if bench else "off")
+
+
+class _Run:
+    """A record of runs on one device: training runs, ladders."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"

@@ -1,31 +1,37 @@
-"""Tensor-core sweeps (``ampbook.chapters.ch2.bench_matmul``), per-layer profiles
-(``booktools.layers``) and DataLoader sweeps (``ampbook.chapters.ch5.bench_loader``):
-their
-records' checks and readers, and the pairing of layer profiles fp32 against AMP."""
+"""The records besides training runs: tensor-core sweeps
+(``ampbook.chapters.ch2.bench_matmul``), per-layer profiles (``booktools.layers``),
+DataLoader sweeps (``ampbook.chapters.ch5.bench_loader``) and ladders (``python -m
+ampbook.bench ladder``): their checks and readers, and the pairing of layer profiles
+fp32 against AMP."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ampbook.core.modes import MODES
 from ampbook.results.schema import (
     MATMUL_ROW_KEYS,
     MATMUL_SCHEMA,
     MODE_LABELS,
+    PART_SLACK,
     ResultsError,
     _count,
+    _Fields,
     _number,
-    _positive,
-    _precision,
+    _reading,
+    _Run,
+    _share,
+    baseline_amp_pairs,
+    cudnn_benchmark,
+    mode_of,
     provenance,
 )
 
 
 @dataclass(frozen=True)
 class MatmulSweep:
-    """A tensor-core sweep (``ampbook.chapters.ch2.bench_matmul``); ``record`` is the
-    validated
-    JSON."""
+    """A tensor-core sweep; ``record`` is the validated JSON."""
 
     path: str
     device_name: str
@@ -71,8 +77,7 @@ class LayerProfile:
 
     @property
     def mode(self) -> str:
-        """As ``TrainRun.mode``: ``fp32-tf32`` for an fp32 profile with TF32 on."""
-        return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
+        return mode_of(self.precision, self.tf32)
 
     @property
     def mode_label(self) -> str:
@@ -80,9 +85,8 @@ class LayerProfile:
 
     @property
     def efficiency(self) -> float:
-        """The bound over the measured *wall* time of a step: the step's share of the
-        roofline, kernel time and GPU idle time mixed. For the kernels' own share use
-        ``kernel_efficiency``."""
+        """The bound over the measured *wall* time of a step (kernel and GPU idle time
+        mixed; ``kernel_efficiency`` is the kernels' own share)."""
         return self.predicted_step_s / self.step_s
 
     @property
@@ -97,37 +101,31 @@ class LayerProfile:
 
     @property
     def idle_s(self) -> float:
-        """The step's wall time in which no kernel ran: ``step_s - kernel_s`` (GPU idle
-        time: launches, host work, synchronisations); 0 where kernels add up to more."""
+        """The step's wall time in which no kernel ran (launches, host work,
+        synchronisations); 0 where kernels add up to more."""
         return max(self.step_s - self.kernel_s, 0.0)
 
     @property
     def provenance(self) -> str:
-        """``provenance`` of this profile: device, date, software, then its settings
-        (batch and size, profiled steps, no DataLoader: one batch already on the
-        device, cudnn.benchmark)."""
+        """``provenance`` of this profile: device, date, software, batch and size,
+        profiled steps, cudnn.benchmark, and no DataLoader."""
         env = self.record.get("environment", {})
         settings: dict[str, Any] = {
             "": f"batch {self.batch_size} at {self.width}x{self.height}",
             "steps profiled": self.steps,
         }
         if str(env.get("device", "")).startswith("cuda"):
-            bench = env.get("cudnn_benchmark")
-            settings["cudnn.benchmark"] = (
-                "?" if bench is None else ("on" if bench else "off")
-            )
+            settings["cudnn.benchmark"] = cudnn_benchmark(env)
         settings["data"] = "one batch on the device, no DataLoader"
         return provenance(env, self.record.get("created"), settings)
 
     @property
     def kernel_efficiency(self) -> float:
-        """The bound over the kernel time: how close the kernels came to the roofline,
-        GPU idle time left out."""
+        """The bound over the kernel time (GPU idle time left out)."""
         return self.predicted_step_s / self.kernel_s
 
     def by_type(self) -> list[LayerTime]:
-        """Measured and predicted time summed per module type, largest measured
-        first."""
+        """Measured and predicted time summed per module type, largest first."""
         agg: dict[str, list[float]] = {}
         for layer in self.layers:
             a = agg.setdefault(layer.type, [0.0, 0.0])
@@ -145,8 +143,7 @@ class LoaderPoint:
 
 @dataclass(frozen=True)
 class LoaderSweep:
-    """DataLoader images per second by worker count
-    (``ampbook.chapters.ch5.bench_loader.measure_loader``)."""
+    """DataLoader images per second by worker count."""
 
     path: str
     device_name: str
@@ -160,8 +157,13 @@ class LoaderSweep:
     points: tuple[LoaderPoint, ...]
     record: dict = field(repr=False, compare=False, hash=False)
 
-    def rate(self, workers: int) -> float | None:
-        return next((p.images_per_s for p in self.points if p.workers == workers), None)
+
+# The keys a row of each section has besides MATMUL_ROW_KEYS.
+_MATMUL_SECTIONS = {
+    "matmul": ["n", "m", "k"],
+    "shapes": ["n", "m", "k", "base"],
+    "elementwise": ["numel"],
+}
 
 
 def validate_matmul(record: dict, source: str = "record") -> dict:
@@ -178,93 +180,65 @@ def validate_matmul(record: dict, source: str = "record") -> dict:
     for key in ("environment", "matmul", "shapes", "elementwise", "skipped"):
         if key not in record:
             raise ValueError(f"{source}: missing {key!r}")
-    for section in ("matmul", "shapes", "elementwise"):
+    for section, keys in _MATMUL_SECTIONS.items():
         for i, row in enumerate(record[section]):
-            missing = [k for k in MATMUL_ROW_KEYS if k not in row]
-            if section == "elementwise":
-                missing += [] if "numel" in row else ["numel"]
-            else:
-                missing += [k for k in ("n", "m", "k") if k not in row]
-            if section == "shapes" and "base" not in row:
-                missing.append("base")
+            missing = [k for k in MATMUL_ROW_KEYS + keys if k not in row]
             if missing:
                 raise ValueError(f"{source}: {section}[{i}] lacks {missing}")
-            if not row["median_s"] > 0:
-                raise ValueError(
-                    f"{source}: {section}[{i}] has a non-positive median_s"
-                )
+            _number(row["median_s"], f"{section}[{i}].median_s", source, above=True)
     if "device_name" not in record["environment"]:
         raise ValueError(f"{source}: environment lacks 'device_name'")
     return record
 
 
 def read_matmul(record: dict, path: str) -> MatmulSweep:
-    try:
+    with _reading(path, "tensor-core sweep"):
         validate_matmul(record, path)
-        for section in ("matmul", "shapes", "elementwise"):
-            for i, row in enumerate(record[section]):
-                _number(row["median_s"], f"{section}[{i}].median_s", path, above=True)
-    except ResultsError:
-        raise
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
-        raise ResultsError(
-            f"{path}: tensor-core sweep lacks or mistypes {err}"
-        ) from None
     dtypes = tuple(dict.fromkeys(r["dtype"] for r in record["matmul"]))
     return MatmulSweep(path, str(record["environment"]["device_name"]), dtypes, record)
 
 
 def read_layer_profile(record: dict, path: str) -> LayerProfile:
-    try:
-        env = record["environment"]
+    f = _Fields(record, path)
+    with _reading(path, "layer profile"):
         layers = tuple(
             LayerTime(
                 str(x["scope"]),
                 str(x["type"]),
-                _positive(x["measured_s"], "measured_s", path),
-                _positive(x["predicted_s"], "predicted_s", path),
+                _Fields(x, path).number("measured_s"),
+                _Fields(x, path).number("predicted_s"),
             )
             for x in record["layers"]
         )
         if not layers:
             raise ResultsError(f"{path}: no layers")
-        if record["time_source"] not in ("cuda", "cpu"):
-            raise ResultsError(
-                f"{path}: time_source must be 'cuda' or 'cpu', got "
-                f"{record['time_source']!r}"
-            )
         return LayerProfile(
             path=path,
-            device_name=str(env["device_name"]),
-            device=str(env["device"]),
-            precision=_precision(record["precision"], "precision", path),
-            batch_size=_count(record["batch_size"], "batch_size", path, most=2**20),
-            height=_count(record["height"], "height", path, most=2**16),
-            width=_count(record["width"], "width", path, most=2**16),
-            time_source=record["time_source"],
-            steps=_count(record["steps"], "steps", path),
-            step_s=_positive(record["step_s"], "step_s", path, above=True),
-            predicted_step_s=_positive(
-                record["predicted_step_s"], "predicted_step_s", path, above=True
-            ),
-            unattributed_s=_positive(record["unattributed_s"], "unattributed_s", path),
+            device_name=str(f["environment.device_name"]),
+            device=str(f["environment.device"]),
+            precision=f.choice("precision"),
+            batch_size=f.count("batch_size", most=2**20),
+            height=f.count("height", most=2**16),
+            width=f.count("width", most=2**16),
+            time_source=f.choice("time_source", ("cuda", "cpu")),
+            steps=f.count("steps"),
+            step_s=f.number("step_s", above=True),
+            predicted_step_s=f.number("predicted_step_s", above=True),
+            unattributed_s=f.number("unattributed_s"),
             ceilings=str(record["ceilings"]),
             layers=layers,
             record=record,
             tf32=record.get("tf32"),
         )
-    except (KeyError, TypeError, ValueError) as err:
-        if isinstance(err, ResultsError):
-            raise
-        raise ResultsError(f"{path}: layer profile lacks or mistypes {err}") from None
 
 
 def read_loader(record: dict, path: str) -> LoaderSweep:
-    try:
+    f = _Fields(record, path)
+    with _reading(path, "loader sweep"):
         points = tuple(
             LoaderPoint(
                 _count(r["workers"], "results[].workers", path, least=0, most=4096),
-                _positive(r["images_per_s"], "images_per_s", path, above=True),
+                _Fields(r, path).number("images_per_s", above=True),
             )
             for r in record["results"]
         )
@@ -272,26 +246,19 @@ def read_loader(record: dict, path: str) -> LoaderSweep:
             raise ResultsError(f"{path}: no worker counts measured")
         return LoaderSweep(
             path=path,
-            device_name=str(record["environment"]["device_name"]),
-            cpu_count=_count(record["cpu_count"], "cpu_count", path, most=2**16),
-            height=_count(record["height"], "height", path, most=2**16),
-            width=_count(record["width"], "width", path, most=2**16),
-            batch_size=_count(record["batch_size"], "batch_size", path, most=2**20),
-            images=_count(record["images"], "images", path),
+            device_name=str(f["environment.device_name"]),
+            cpu_count=f.count("cpu_count", most=2**16),
+            height=f.count("height", most=2**16),
+            width=f.count("width", most=2**16),
+            batch_size=f.count("batch_size", most=2**20),
+            images=f.count("images"),
             synthetic=bool(record["synthetic"]),
-            decode_resize_images_per_s=_positive(
-                record["decode_resize_images_per_s"],
-                "decode_resize_images_per_s",
-                path,
-                above=True,
+            decode_resize_images_per_s=f.number(
+                "decode_resize_images_per_s", above=True
             ),
             points=points,
             record=record,
         )
-    except (KeyError, TypeError, ValueError) as err:
-        if isinstance(err, ResultsError):
-            raise
-        raise ResultsError(f"{path}: loader sweep lacks or mistypes {err}") from None
 
 
 def profile_pairs(profiles: Iterable[LayerProfile]) -> list[tuple]:
@@ -301,11 +268,180 @@ def profile_pairs(profiles: Iterable[LayerProfile]) -> list[tuple]:
     for lp in profiles:
         key = (lp.device_name, lp.batch_size, lp.height, lp.width)
         groups.setdefault(key, {})[lp.mode] = lp
-    out = []
-    for key in sorted(groups):
-        by_mode = groups[key]
-        for base in ("fp32-tf32", "fp32"):
-            for amp in ("amp-fp16", "amp-bf16"):
-                if base in by_mode and amp in by_mode:
-                    out.append((by_mode[base], by_mode[amp]))
-    return out
+    return baseline_amp_pairs(dict(sorted(groups.items())), lambda b, a: (b, a))
+
+
+# --- ladders: the training step rung by rung, per mode --------------------------------
+
+
+@dataclass(frozen=True)
+class LadderRung:
+    """One rung: what it adds to the rung before (``TrainConfig`` fields), why, and
+    whether its step is compiled (``ampbook.chapters.ch7.rungs.RUNGS``)."""
+
+    index: int
+    key: str
+    title: str
+    changes: dict = field(compare=False, hash=False)
+    why: str = ""
+    compiles: bool = False
+
+
+@dataclass(frozen=True)
+class LadderCell:
+    """One rung in one mode: the step timed alone, profiled, and trained for an epoch.
+    ``kernel_s`` is the GPU's busy time per step (the union of its kernels) on CUDA,
+    the CPU operators' time on a CPU (``Ladder.time_source``); ``idle_s`` the rest."""
+
+    rung: int
+    mode: str
+    status: str
+    error: str | None
+    step_s: float | None
+    kernel_s: float | None
+    idle_s: float | None
+    memory_bytes: float | None
+    images_per_s: float | None
+    data_wait_share: float | None
+    bound_s: float | None
+    record: dict = field(repr=False, compare=False, hash=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def mode_label(self) -> str:
+        return MODE_LABELS[self.mode]
+
+    @property
+    def busy_share(self) -> float | None:
+        """The share of the step the device was busy (kernel time over step time)."""
+        if self.kernel_s is None or not self.step_s:
+            return None
+        return min(self.kernel_s / self.step_s, 1.0)
+
+    @property
+    def bound_share(self) -> float | None:
+        """The share of the cost model's roofline bound the step reached."""
+        if self.bound_s is None or not self.step_s:
+            return None
+        return self.bound_s / self.step_s
+
+
+@dataclass(frozen=True)
+class Ladder(_Run):
+    """A ladder record (schema in data/results/README.md)."""
+
+    path: str
+    device_name: str
+    device: str
+    status: str
+    height: int
+    width: int
+    batch_size: int
+    time_source: str
+    memory_measure: str
+    rungs: tuple[LadderRung, ...]
+    cells: tuple[LadderCell, ...]
+    record: dict = field(repr=False, compare=False, hash=False)
+
+    def cell(self, rung: int, mode: str) -> LadderCell | None:
+        """The measured (ok) cell of ``rung`` in ``mode``, or None."""
+        return next(
+            (c for c in self.cells if c.rung == rung and c.mode == mode and c.ok), None
+        )
+
+    def modes(self) -> list[str]:
+        """The modes with at least one measured cell, in ``MODES`` order."""
+        have = {c.mode for c in self.cells if c.ok}
+        return [m for m in MODES if m in have]
+
+    def rung(self, index: int) -> LadderRung:
+        return next(r for r in self.rungs if r.index == index)
+
+
+def _read_rungs(record: dict, path: str) -> tuple[LadderRung, ...]:
+    """The record's rungs; a record without ``compiles`` (written before it was kept)
+    has it from the changes: a rung compiles from the first that sets ``compile``."""
+    rungs, compiles = [], False
+    for r in record["rungs"]:  # in index order, as the ladder writes them
+        compiles = compiles or bool(dict(r["changes"]).get("compile"))
+        rungs.append(
+            LadderRung(
+                _count(r["index"], "rungs[].index", path, least=0, most=1000),
+                str(r["key"]),
+                str(r["title"]),
+                dict(r["changes"]),
+                str(r.get("why") or ""),
+                bool(r.get("compiles", compiles)),
+            )
+        )
+    if not rungs:
+        raise ResultsError(f"{path}: no rungs")
+    indices = [r.index for r in rungs]
+    if len(set(indices)) != len(indices):
+        raise ResultsError(f"{path}: rung indices repeat: {indices}")
+    return tuple(rungs)
+
+
+_CELL_NUMBERS = (
+    "step_s kernel_s idle_s memory_bytes images_per_s data_wait_share bound_s".split()
+)
+
+
+def _read_cells(record: dict, path: str, indices: list[int]) -> tuple:
+    cells, seen = [], set()
+    for c in record["cells"]:
+        where = f"{path}: cell rung {c.get('rung')!r} {c.get('mode')!r}"
+        f = _Fields(c, where)
+        if c["rung"] not in indices:
+            raise ResultsError(f"{where}: no such rung (rungs {indices})")
+        f.choice("mode", MODES)
+        if f.choice("status", ("ok", "error")) == "ok":
+            step = f.number("step_s", above=True)
+            _share(c.get("data_wait_share"), "data_wait_share", where)
+            # (kernel_s may exceed it: a CPU's operator times overlap)
+            idle = c.get("idle_s")
+            if isinstance(idle, (int, float)) and idle > step * PART_SLACK:
+                raise ResultsError(
+                    f"{where}: idle_s {idle!r} exceeds the step_s {step!r} it is part "
+                    "of"
+                )
+        if (c["rung"], c["mode"]) in seen:
+            raise ResultsError(f"{where}: measured twice")
+        seen.add((c["rung"], c["mode"]))
+        cells.append(
+            LadderCell(
+                rung=int(c["rung"]),
+                mode=str(c["mode"]),
+                status=c["status"],
+                error=c.get("error"),
+                **{k: f.optional(k) for k in _CELL_NUMBERS},
+                record=c,
+            )
+        )
+    return tuple(cells)
+
+
+def read_ladder(record: dict, path: str) -> Ladder:
+    """A ``Ladder`` from a ladder record; ``ResultsError`` names what is wrong."""
+    f = _Fields(record, path)
+    with _reading(path, "ladder"):
+        status = f.choice("status", ("running", "complete"))
+        time_source = f.choice("settings.time_source", ("cuda", "cpu"))
+        rungs = _read_rungs(record, path)
+        return Ladder(
+            path=path,
+            device_name=str(f["environment.device_name"]),
+            device=str(f["environment.device"]),
+            status=status,
+            height=f.count("settings.height", most=2**16),
+            width=f.count("settings.width", most=2**16),
+            batch_size=f.count("settings.batch_size", most=2**20),
+            time_source=time_source,
+            memory_measure=str(f["settings.memory_measure"]),
+            rungs=rungs,
+            cells=_read_cells(record, path, [r.index for r in rungs]),
+            record=record,
+        )

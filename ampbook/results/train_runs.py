@@ -4,14 +4,11 @@ the book's one definition of each figure, and runs paired fp32 against AMP
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ampbook.core import cli
 from ampbook.results.schema import (
     MAX_COUNT,
     MIN_WALL_S,
@@ -20,35 +17,18 @@ from ampbook.results.schema import (
     PEAK_CUDA,
     SAVED_FOR_BACKWARD,
     TRAIN_SCHEMA,
-    TRAIN_SCHEMA_VERSION,
     ResultsError,
+    _choice,
     _count,
     _number,
-    _precision,
+    _reading,
+    _Run,
     _share,
+    baseline_amp_pairs,
+    cudnn_benchmark,
+    mode_of,
     provenance,
 )
-
-
-def load_results(path: str | os.PathLike) -> dict:
-    """Read a training-run record (``ampbook.train``'s ``NAME.json``), checking its
-    schema and version; ``ValueError`` names the file and the problem."""
-    try:
-        record = json.loads(cli.read_text(path, "training-run record"))
-    except cli.UserError as err:
-        raise ValueError(str(err)) from None
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} is not a training-run record (not a JSON object)")
-    if record.get("schema") != TRAIN_SCHEMA:
-        raise ValueError(
-            f"{path} is not a training-run record (schema {record.get('schema')!r})"
-        )
-    if record.get("schema_version") != TRAIN_SCHEMA_VERSION:
-        raise ValueError(
-            f"{path} has schema version {record.get('schema_version')}; this runner "
-            f"reads version {TRAIN_SCHEMA_VERSION}"
-        )
-    return record
 
 
 @dataclass(frozen=True)
@@ -75,7 +55,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class TrainRun:
+class TrainRun(_Run):
     """One training-run record, summarised with the module's definitions."""
 
     path: str | None
@@ -105,18 +85,8 @@ class TrainRun:
     steps_per_epoch: int = 1  # steps of the last epoch (per process)
 
     @property
-    def is_cuda(self) -> bool:
-        return self.device.startswith("cuda")
-
-    @property
-    def complete(self) -> bool:
-        return self.status == "complete"
-
-    @property
     def mode(self) -> str:
-        """``fp32-tf32`` (fp32 with TF32 on), ``fp32`` (strict), ``amp-fp16`` or
-        ``amp-bf16``."""
-        return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
+        return mode_of(self.precision, self.tf32)
 
     @property
     def mode_label(self) -> str:
@@ -136,17 +106,9 @@ class TrainRun:
         """Time of one step: ``step_s`` over the epoch's steps."""
         return self.step_s / self.steps_per_epoch
 
-    @property
-    def step_images_per_s(self) -> float:
-        """Images per second of the step alone (what the GPU could do with data
-        waiting)."""
-        return self.images_per_epoch / self.step_s
-
     def timed_epochs(self) -> list[dict]:
-        """The epoch records the medians are taken over (after the first, when there
-        is more than one)."""
-        epochs = self.record["epochs"]
-        return epochs[1:] if len(epochs) > 1 else epochs
+        """The epoch records the medians are taken over."""
+        return _after_first(self.record["epochs"])
 
     @property
     def data_wait_range(self) -> tuple[float, float]:
@@ -155,36 +117,24 @@ class TrainRun:
         return (min(waits), max(waits))
 
     @property
-    def settings(self) -> dict[str, Any]:
-        """What the run's provenance line shows after the software: workers, memory
-        format, cudnn.benchmark (GPU runs) and the data."""
-        env = self.record.get("environment", {})
-        out: dict[str, Any] = {"workers": self.setting.workers}
+    def provenance(self) -> str:
+        """Device, date, software, then workers, memory format, cudnn.benchmark (GPU
+        runs) and the data."""
+        env, setting = self.record.get("environment", {}), self.setting
+        out: dict[str, Any] = {"workers": setting.workers}
         out["memory format"] = (
-            "channels_last" if self.setting.channels_last else "contiguous"
+            "channels_last" if setting.channels_last else "contiguous"
         )
         if self.is_cuda:
-            bench = env.get("cudnn_benchmark")
-            out["cudnn.benchmark"] = (
-                "?" if bench is None else ("on" if bench else "off")
-            )
-        data = "synthetic" if self.setting.synthetic_data else "Cityscapes"
-        out[""] = f"{self.setting.train_images} {data} images"
-        return out
-
-    @property
-    def provenance(self) -> str:
-        """``provenance`` of this run: device, date, torch/CUDA/cuDNN, CPU threads,
-        workers, memory format, cudnn.benchmark and data, in one line."""
-        return provenance(
-            self.record.get("environment", {}),
-            self.record.get("started"),
-            self.settings,
-        )
+            out["cudnn.benchmark"] = cudnn_benchmark(env)
+        data = "synthetic" if setting.synthetic_data else "Cityscapes"
+        out[""] = f"{setting.train_images} {data} images"
+        return provenance(env, self.record.get("started"), out)
 
 
-def _median_after_first(values: list[float]) -> float:
-    return statistics.median(values[1:] if len(values) > 1 else values)
+def _after_first(values: list) -> list:
+    """All but the first (the warm-up epoch), unless there is only one."""
+    return values[1:] if len(values) > 1 else values
 
 
 def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
@@ -195,25 +145,21 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
         raise ResultsError(
             f"{where}: not a training-run record (schema {record.get('schema')!r})"
         )
-    try:
-        c, r, s, env = (
-            record["config"],
-            record["resolved"],
-            record["summary"],
-            record["environment"],
-        )
+    with _reading(where, "training-run record"):
+        keys = ("config", "resolved", "summary", "environment")
+        c, r, s, env = (record[key] for key in keys)
         epochs = record["epochs"]
         if not epochs:
             raise ResultsError(f"{where}: no epoch was recorded")
         _check_run_numbers(record, where)
-        timed = epochs[1:] if len(epochs) > 1 else epochs
-        epoch_s = _median_after_first([e["wall_s"] for e in epochs])
-        if not epoch_s > 0:
-            raise ResultsError(f"{where}: epoch time {epoch_s!r} is not positive")
-        cuda = str(r["device"]).startswith("cuda")
+        timed = _after_first(epochs)
+        epoch_s, step_s, data_wait_s = (
+            statistics.median(e[key] for e in timed)
+            for key in ("wall_s", "step_s", "data_wait_s")
+        )
         allocated = s.get("max_cuda_allocated_bytes")
         saved = s.get("max_saved_tensor_bytes")
-        if cuda:
+        if str(r["device"]).startswith("cuda"):
             memory, measure = allocated, PEAK_CUDA
         else:
             memory, measure = saved, SAVED_FOR_BACKWARD
@@ -240,8 +186,8 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             epochs_completed=len(epochs),
             epochs_timed=len(timed),
             epoch_s=epoch_s,
-            step_s=_median_after_first([e["step_s"] for e in epochs]),
-            data_wait_s=_median_after_first([e["data_wait_s"] for e in epochs]),
+            step_s=step_s,
+            data_wait_s=data_wait_s,
             images_per_epoch=int(epochs[-1]["images"]),
             memory_bytes=memory,
             memory_measure=measure,
@@ -255,12 +201,6 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
             record=record,
             steps_per_epoch=max(1, int(epochs[-1].get("steps") or 1)),
         )
-    except (KeyError, TypeError, ValueError) as err:
-        if isinstance(err, ResultsError):
-            raise
-        raise ResultsError(
-            f"{where}: training-run record lacks or mistypes {err}"
-        ) from None
 
 
 def _check_run_numbers(record: dict, where: str) -> None:
@@ -288,8 +228,7 @@ def _check_run_numbers(record: dict, where: str) -> None:
             )
         images = _count(e.get("images"), f"{at}.images", where)
         if e.get("steps") is not None:
-            steps = _count(e["steps"], f"{at}.steps", where, most=images)
-            total_steps += steps
+            total_steps += _count(e["steps"], f"{at}.steps", where, most=images)
         for key in ("skipped_steps", "optimizer_steps", "nonfinite_losses"):
             if e.get(key) is not None:
                 _count(e[key], f"{at}.{key}", where, least=0)
@@ -304,34 +243,25 @@ def _check_run_numbers(record: dict, where: str) -> None:
     _count(c.get("batch_size"), "config.batch_size", where, most=2**20)
     if c.get("workers") is not None:
         _count(c["workers"], "config.workers", where, least=0, most=4096)
-    if isinstance(r.get("workers"), int):
+    if isinstance(r.get("workers"), int):  # not "auto"
         _count(r["workers"], "resolved.workers", where, least=0, most=4096)
     _count(r.get("train_images"), "resolved.train_images", where)
-    for key in (
-        "max_cuda_allocated_bytes",
-        "max_saved_tensor_bytes",
-        "max_cuda_reserved_bytes",
-    ):
-        if s.get(key) is not None:
-            _number(s[key], f"summary.{key}", where)
-            _count(s[key], f"summary.{key}", where, least=0, most=2**50)
+    for key in ("cuda_allocated", "saved_tensor", "cuda_reserved"):
+        if s.get(f"max_{key}_bytes") is not None:
+            _number(s[f"max_{key}_bytes"], f"summary.max_{key}_bytes", where)
+            _count(s[f"max_{key}_bytes"], f"summary.max_{key}_bytes", where, 0, 2**50)
     for key in ("final_val_pixel_accuracy", "final_val_miou"):
         _share(s.get(key), f"summary.{key}", where)
     if s.get("final_train_loss") is not None:
         _number(s["final_train_loss"], "summary.final_train_loss", where)
     if s.get("total_skipped_steps") is not None:
-        _count(
-            s["total_skipped_steps"],
-            "summary.total_skipped_steps",
-            where,
-            least=0,
-            most=max(total_steps, 0) if total_steps else MAX_COUNT,
-        )
+        most = total_steps or MAX_COUNT  # at most the steps recorded
+        _count(s["total_skipped_steps"], "summary.total_skipped_steps", where, 0, most)
     for key in ("name", "status", "precision"):
         holder = c if key == "precision" else record
         if not isinstance(holder.get(key), str):
             raise ResultsError(f"{where}: {key} must be a string")
-    _precision(c["precision"], "config.precision", where)
+    _choice(c["precision"], "config.precision", where)
 
 
 @dataclass(frozen=True)
@@ -358,28 +288,25 @@ class RunPair:
 
     @property
     def memory_ratio(self) -> float | None:
-        """AMP memory over baseline memory (below 1: AMP saved memory); None without
-        both."""
+        """AMP memory over baseline memory (below 1: AMP saved memory), or None."""
         if not self.baseline.memory_bytes or self.amp.memory_bytes is None:
             return None
         return self.amp.memory_bytes / self.baseline.memory_bytes
 
-    @property
-    def memory_measure(self) -> str:
-        return self.baseline.memory_measure
+    def _ratios(self, key: str) -> list[float]:
+        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
+        return [b[key] / a[key] for b, a in pairs]
 
     @property
     def epoch_speedups(self) -> list[float]:
         """Baseline over AMP wall time, epoch by epoch (the timed epochs the two runs
         share): the spread of ``speedup``."""
-        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
-        return [b["wall_s"] / a["wall_s"] for b, a in pairs]
+        return self._ratios("wall_s")
 
     @property
     def step_speedups(self) -> list[float]:
         """The same for the time inside the step: the spread of ``step_speedup``."""
-        pairs = zip(self.baseline.timed_epochs(), self.amp.timed_epochs())
-        return [b["step_s"] / a["step_s"] for b, a in pairs]
+        return self._ratios("step_s")
 
     @property
     def loader_bound(self) -> bool:
@@ -400,13 +327,8 @@ class RunPair:
 
 
 def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunPair]:
-    """Every (fp32 baseline, AMP run) pair that shares device and setting.
-
-    Baselines are fp32 with TF32 on and strict fp32, each paired with every AMP run of
-    the group; two runs of one mode in a group are an error naming both
-    (``load_results_dir`` sets such runs aside). Ordered by device, setting, then
-    ``MODES``.
-    """
+    """Every (fp32 baseline, AMP run) pair that shares device and setting, ordered by
+    device, setting, then ``MODES``; two runs of one mode and setting are an error."""
     groups: dict[Setting, dict[str, TrainRun]] = {}
     for run in runs:
         if complete_only and not run.complete:
@@ -419,22 +341,5 @@ def pair_runs(runs: Iterable[TrainRun], complete_only: bool = True) -> list[RunP
                 f"({run.setting.label}, {run.mode}): keep one of them"
             )
         group[run.mode] = run
-    out = []
-    for setting in sorted(
-        groups,
-        key=lambda k: (
-            k.device_name,
-            k.height,
-            k.width,
-            k.batch_size,
-            k.channels_last,
-            k.workers,
-            k.train_images,
-        ),
-    ):
-        by_mode = groups[setting]
-        for base in ("fp32-tf32", "fp32"):
-            for amp in ("amp-fp16", "amp-bf16"):
-                if base in by_mode and amp in by_mode:
-                    out.append(RunPair(setting, by_mode[base], by_mode[amp]))
-    return out
+    order = sorted(groups.items(), key=lambda kv: astuple(kv[0])[:7])
+    return baseline_amp_pairs(dict(order), lambda b, a: RunPair(b.setting, b, a))

@@ -1,25 +1,17 @@
-"""Cityscapes for semantic segmentation, and a synthetic stand-in in the same layout.
-
-The dataset reads the official layout::
+"""Cityscapes for semantic segmentation, read from the official layout::
 
     ROOT/leftImg8bit/{train,val,test}/CITY/CITY_SEQ_FRAME_leftImg8bit.png
     ROOT/gtFine/{train,val,test}/CITY/CITY_SEQ_FRAME_gtFine_labelIds.png
 
-and maps Cityscapes labelIds to the 19 training ids (255 = ignore) with the label table
-of ``cityscapesscripts.helpers.labels`` (M. Cordts et al., "The Cityscapes Dataset for
+with labelIds mapped to the 19 training ids (255 = ignore) by the label table of
+``cityscapesscripts.helpers.labels`` (M. Cordts et al., "The Cityscapes Dataset for
 Semantic Urban Scene Understanding", CVPR 2016;
-https://github.com/mcordts/cityscapesScripts).
-
-The root is an argument or the ``CITYSCAPES_DATASET`` environment variable (the one
-cityscapesscripts reads). ``torchvision.datasets.Cityscapes`` reads the same layout, but
-it neither maps labelIds to trainIds nor checks the files, so this module lists the
-image/label pairs itself (to name an unpaired or broken file) and uses torchvision for
-decoding (libpng) and for resizing and flipping image and label together (transforms v2
-with ``tv_tensors.Mask``, which makes the label's resize nearest-neighbour).
-
-Without Cityscapes, ``ampbook.segmentation.synthetic`` (``python -m ampbook.data
-synthesize``) writes a synthetic set of street scenes in exactly that layout (see
-``data/README.md``).
+https://github.com/mcordts/cityscapesScripts). The root is an argument or
+``CITYSCAPES_DATASET`` (as cityscapesscripts reads it). torchvision's Cityscapes
+neither maps labelIds to trainIds nor checks the files, so the pairs are listed here
+(to name an unpaired or broken file); torchvision decodes (libpng) and resizes image
+and label together (``tv_tensors.Mask`` makes the label's resize nearest-neighbour).
+``ampbook.segmentation.synthetic`` writes a synthetic set in the same layout.
 """
 
 from __future__ import annotations
@@ -49,14 +41,13 @@ except ImportError:  # a torchvision without image codecs: Pillow decodes
 NUM_CLASSES = 19
 IGNORE_INDEX = 255
 SPLITS = ("train", "val", "test")
-# The file that marks a synthetic set (ampbook.segmentation.synthetic) in its root,
-# written last once every image is; and the one that marks a set being written (or whose
-# writing was stopped), written first: a root holding it is never read as data.
+_IMAGE, _LABEL = "_leftImg8bit.png", "_gtFine_labelIds.png"
+# A synthetic set's marker, written last; and the one of a set being written (or
+# stopped), written first: a root holding it is never read as data.
 SYNTHETIC_MARKER = "SYNTHETIC.json"
 SYNTHETIC_PARTIAL = "SYNTHETIC.partial"
 
-# ImageNet statistics (the usual normalisation for convnets; torchvision's pretrained
-# models use the same numbers).
+# ImageNet statistics (the usual normalisation for convnets, as torchvision's models).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 _MEAN_255 = torch.tensor(IMAGENET_MEAN).view(3, 1, 1) * 255
@@ -100,20 +91,13 @@ GET_CITYSCAPES = (
 
 
 class DataError(ValueError):
-    """A dataset file that exists but cannot be used (corrupt, wrong size, unknown
-    ids)."""
-
-
-# --- where the data is ----------------------------------------------------------------
+    """A dataset file that cannot be used (corrupt, wrong size, unknown ids)."""
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> Path:
-    """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``, else an
-    error.
-
-    The folder must hold ``leftImg8bit`` and ``gtFine``; otherwise ``FileNotFoundError``
-    says what is missing, how to get Cityscapes and how to make the synthetic set.
-    """
+    """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``; a folder
+    without ``leftImg8bit`` and ``gtFine`` is a ``FileNotFoundError`` saying what is
+    missing and how to get Cityscapes or the synthetic set."""
     if root is None or str(root) == "":
         env = os.environ.get("CITYSCAPES_DATASET")
         if not env:
@@ -143,20 +127,13 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
         )
     missing = [d for d in ("leftImg8bit", "gtFine") if not (path / d).is_dir()]
     if missing:
-        what = (
-            "is empty"
-            if not any(path.iterdir())
-            else f"has no {' and no '.join(missing)} folder"
-        )
+        what = f"has no {' and no '.join(missing)} folder"
+        what = what if any(path.iterdir()) else "is empty"
         raise FileNotFoundError(
             f"Cityscapes root {str(path)!r} (from {origin}) {what}; expected "
             f"leftImg8bit/ and gtFine/ in it. " + GET_CITYSCAPES
         )
     return path
-
-
-def _stem(path: Path, suffix: str) -> str:
-    return path.name[: -len(suffix)]
 
 
 def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, Path]]:
@@ -180,35 +157,27 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
         raise FileNotFoundError(
             f"split {split!r} has images in {img_dir} but no label folder {gt_dir}"
         )
-    images = {
-        str(p.relative_to(img_dir).parent / _stem(p, "_leftImg8bit.png")): p
-        for p in img_dir.glob("*/*_leftImg8bit.png")
-    }
-    targets = {
-        str(p.relative_to(gt_dir).parent / _stem(p, "_gtFine_labelIds.png")): p
-        for p in gt_dir.glob("*/*_gtFine_labelIds.png")
-    }
+    images, targets = (
+        {
+            f"{p.parent.name}/{p.name.removesuffix(suffix)}": p
+            for p in d.glob("*/*" + suffix)
+        }
+        for d, suffix in ((img_dir, _IMAGE), (gt_dir, _LABEL))
+    )
     if not images and not targets:
         raise FileNotFoundError(
             f"split {split!r} of {root} holds no *_leftImg8bit.png images "
             f"(looked in {img_dir}/CITY/). " + GET_CITYSCAPES
         )
-    for key in sorted(images):
-        if key not in targets:
+    for have, other, what, folder, suffix in (
+        (images, targets, "image {} has no label file", gt_dir, _LABEL),
+        (targets, images, "label file {} has no image", img_dir, _IMAGE),
+    ):
+        for key in sorted(set(have) - set(other)):
             raise FileNotFoundError(
-                f"image {images[key]} has no label file: expected "
-                f"{gt_dir / (key + '_gtFine_labelIds.png')}"
-            )
-    for key in sorted(targets):
-        if key not in images:
-            raise FileNotFoundError(
-                f"label file {targets[key]} has no image: expected "
-                f"{img_dir / (key + '_leftImg8bit.png')}"
+                f"{what.format(have[key])}: expected {folder / (key + suffix)}"
             )
     return [(images[k], targets[k]) for k in sorted(images)]
-
-
-# --- reading files --------------------------------------------------------------------
 
 
 def _regular(path: Path) -> None:
@@ -250,9 +219,8 @@ def png_damage(raw: bytes | memoryview) -> str | None:
 
 
 def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
-    """Decode a PNG file: with libpng through ``torchvision.io`` (the fastest decoder
-    here), else with Pillow. Returns C x H x W uint8 (or uint16) from torchvision, H x W
-    (x 3) from Pillow. A damaged file raises (``png_damage``) before libpng sees it."""
+    """A PNG decoded by libpng through ``torchvision.io`` (the fastest decoder here;
+    C x H x W), else by Pillow (H x W (x 3)); a damaged file raises before libpng."""
     _regular(path)
     if decode_png is not None:
         raw = np.fromfile(path, dtype=np.uint8)
@@ -305,19 +273,14 @@ def read_label_ids(path: Path) -> np.ndarray:
             "(the Cityscapes labelId of each pixel)"
         )
     if arr.dtype != np.uint8:  # 16-bit PNG: ids above 255 are outside the table
-        big = np.unique(arr[arr > 255])
-        if big.size:
-            raise DataError(
-                f"label file {path} holds ids outside the Cityscapes label table "
-                f"(cityscapesscripts.helpers.labels): {big[:20].tolist()}"
-            )
-        arr = arr.astype(np.uint8)
-    highest = int(arr.max())
-    # the table covers 0..33 without gaps: quick path
-    if KNOWN_LABEL_IDS[: highest + 1].all():
-        return arr
-    present = np.bincount(arr.ravel(), minlength=256)
-    unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
+        unknown = np.unique(arr[arr > 255])[:20]
+        if not unknown.size:
+            arr = arr.astype(np.uint8)
+    if arr.dtype == np.uint8:
+        if KNOWN_LABEL_IDS[: int(arr.max()) + 1].all():  # the table covers 0..33
+            return arr
+        present = np.bincount(arr.ravel(), minlength=256)
+        unknown = np.flatnonzero((present > 0) & ~KNOWN_LABEL_IDS)
     raise DataError(
         f"label file {path} holds ids outside the Cityscapes label table "
         f"(cityscapesscripts.helpers.labels): {unknown.tolist()}"
@@ -325,9 +288,9 @@ def read_label_ids(path: Path) -> np.ndarray:
 
 
 def check_headers(pairs: list[tuple[Path, Path]]) -> None:
-    """Read only the PNG headers of (image, label) pairs: each file opens, each label
-    has one channel and the size of its image. Cheap (no decoding), so a run can check
-    every file before its first step; ``DataError`` names the first bad file."""
+    """Read only the PNG headers of (image, label) pairs (cheap, so a run checks every
+    file before its first step): each file opens, each label has one channel and the
+    size of its image; ``DataError`` names the first bad file."""
 
     def header(path: Path, what: str) -> tuple[tuple[int, int], int]:
         try:
@@ -352,27 +315,24 @@ def check_headers(pairs: list[tuple[Path, Path]]) -> None:
             )
 
 
-def normalize_(images: torch.Tensor) -> torch.Tensor:
-    """``(x / 255 - mean) / std`` with ImageNet's statistics, in place on a float
-    tensor of 0..255 values (C x H x W or N x C x H x W, on any device), in two passes;
-    the loader and the decoded cache normalise with this one function, so their batches
-    are identical."""
+def _to_float(images: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """uint8 images (C x H x W or N x C x H x W) as float: ``(x / 255 - mean) / std``
+    with ImageNet's statistics (in two passes), or x / 255; the loader and the decoded
+    cache both go through here, so their batches are identical."""
+    images = images.float()
+    if not normalize:
+        return images.div_(255.0)
     mean, inv_std = _MEAN_255.to(images.device), _INV_STD_255.to(images.device)
     return images.sub_(mean).mul_(inv_std)
 
 
 class Cityscapes(Dataset):
-    """Cityscapes (or the synthetic set) for segmentation training.
-
-    Item ``i`` is ``(image, label)``: image float32 3 x height x width, resized
-    bilinearly (with antialiasing), scaled to [0, 1] and, with ``normalize``, normalised
-    with ImageNet's mean (0.485, 0.456, 0.406) and standard deviation (0.229, 0.224,
-    0.225) per channel; label int64 height x width of trainIds (0..18, 255 = ignore),
-    resized with nearest neighbour. ``flip`` flips image and label together horizontally
-    with probability 1/2 (one ``torch.rand(1)`` from torch's global generator per item).
-    ``decode(i)`` is the item before flip and normalisation, in uint8: what a
-    ``DecodedCache`` keeps.
-    """
+    """Cityscapes (or the synthetic set) for segmentation training. Item ``i`` is
+    ``(image, label)``: image float32 3 x height x width, resized bilinearly (with
+    antialiasing), scaled to [0, 1] or normalised with ImageNet's statistics; label
+    int64 trainIds (255 = ignore), resized with nearest neighbour. ``flip`` flips both
+    with probability 1/2 (one ``torch.rand(1)`` from torch's global generator per
+    item). ``decode(i)`` is the uint8 item before flip and normalisation."""
 
     def __init__(
         self,
@@ -403,8 +363,7 @@ class Cityscapes(Dataset):
         return len(self.pairs)
 
     def decode(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Item ``index`` decoded and resized, neither flipped nor normalised: image
-        uint8 3 x height x width, label uint8 height x width of trainIds."""
+        """Item ``index`` decoded and resized, in uint8 (label: trainIds)."""
         image_path, label_path = self.pairs[index]
         image = read_image(image_path)
         ids = read_label_ids(label_path)
@@ -430,35 +389,20 @@ class Cityscapes(Dataset):
             )
             image = image.as_subclass(torch.Tensor)
             label = label.as_subclass(torch.Tensor)
-        image = image.float()
-        if self.normalize:
-            normalize_(image)
-        else:
-            image.div_(255.0)
-        return image, label.long()
-
-    def __repr__(self) -> str:
-        kind = "synthetic Cityscapes" if self.synthetic else "Cityscapes"
-        return (
-            f"{kind} {self.split}: {len(self)} images from {self.root}, resized to "
-            f"{self.width}x{self.height} (W x H), flip={self.flip}, "
-            f"normalize={self.normalize}"
-        )
+        return _to_float(image, self.normalize), label.long()
 
 
 # --- the decoded cache ----------------------------------------------------------------
 
 
 def decoded_bytes(images: int, height: int, width: int) -> int:
-    """Bytes a decoded cache of ``images`` image/label pairs at ``height`` x ``width``
-    holds: a uint8 RGB image and a uint8 label, 4 bytes per pixel."""
+    """Bytes a decoded cache holds: a uint8 RGB image and label, 4 bytes per pixel."""
     return images * 4 * height * width
 
 
 def available_bytes(device: torch.device) -> int:
-    """Memory a cache could take on ``device``: free GPU memory on CUDA
-    (``torch.cuda.mem_get_info``), the kernel's estimate of available memory on the
-    host (``MemAvailable``, read by psutil)."""
+    """Memory a cache could take on ``device``: free GPU memory on CUDA, the kernel's
+    estimate of available memory (``MemAvailable``) on the host."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     import psutil
@@ -473,23 +417,18 @@ CACHE_SHARE = {"cuda": 0.5, "cpu": 0.8}
 
 def check_cache_fits(nbytes: int, device: torch.device, copies: int = 1) -> int:
     """``nbytes`` when ``copies`` caches of that size fit on ``device`` (one per
-    training process sharing the host's memory); else ``ValueError`` with the
-    numbers."""
+    training process sharing the host's memory); else ``ValueError``."""
     free = available_bytes(device)
     share = CACHE_SHARE[device.type]
     if nbytes * copies > share * free:
         where = "GPU memory free" if device.type == "cuda" else "host memory available"
         each = f" in each of {copies} processes" if copies > 1 else ""
+        fix = "--data-cache host, or" if device.type == "cuda" else "or"
         raise ValueError(
             f"the decoded cache needs {nbytes:,} bytes ({nbytes / 2**30:.2f} GiB)"
             f"{each}, more than {share:.0%} of the {free:,} bytes "
-            f"({free / 2**30:.2f} GiB) of "
-            f"{where} ({device}); use fewer or smaller images, "
-            + (
-                "--data-cache host, or --data-cache none"
-                if device.type == "cuda"
-                else "or --data-cache none"
-            )
+            f"({free / 2**30:.2f} GiB) of {where} ({device}); use fewer or smaller "
+            f"images, {fix} --data-cache none"
         )
     return nbytes
 
@@ -506,12 +445,10 @@ class _Decoded(Dataset):
 
 
 class DecodedCache:
-    """A dataset's items decoded once, at its training size: ``images`` N x 3 x H x W
-    uint8, ``labels`` N x H x W uint8 trainIds, on ``device`` (host memory or a GPU).
-    ``batch(indices, flips)`` returns what ``Cityscapes`` would give for those items
-    (float32 normalised images, int64 labels), on ``target``: flipped and normalised
-    there, with the very operations of ``Cityscapes.__getitem__`` (bit-identical
-    batches)."""
+    """A dataset's items decoded once, at its training size, in uint8 on a device
+    (host memory or a GPU). ``batch(indices, flips)`` returns what ``Cityscapes`` gives
+    for those items, flipped and normalised on the target device with the very
+    operations of ``Cityscapes.__getitem__`` (bit-identical batches)."""
 
     def __init__(
         self, dataset: Cityscapes, images: torch.Tensor, labels: torch.Tensor
@@ -529,9 +466,8 @@ class DecodedCache:
         device: torch.device | str = "cpu",
         workers: int = 0,
     ) -> "DecodedCache":
-        """Decode every item of ``dataset`` (``workers`` processes) into uint8 tensors
-        on ``device``. Check the size first with ``check_cache_fits(decoded_bytes(...),
-        device)``."""
+        """Decode every item of ``dataset`` (``workers`` processes) onto ``device``
+        (check the size first: ``check_cache_fits``)."""
         device = torch.device(device)
         n, h, w = len(dataset), dataset.height, dataset.width
         images = torch.empty((n, 3, h, w), dtype=torch.uint8, device=device)
@@ -556,8 +492,7 @@ class DecodedCache:
         target: torch.device | str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Items ``indices`` as one batch on ``target`` (default: where the cache
-        is), those with ``flips[k]`` flipped horizontally, images normalised when the
-        dataset normalises."""
+        is), those with ``flips[k]`` flipped horizontally."""
         target = torch.device(target) if target is not None else self.images.device
         index = torch.tensor(indices, device=self.images.device)
         if self.images.device.type == "cpu" and target.type == "cuda":
@@ -575,20 +510,14 @@ class DecodedCache:
         if flipped:
             images[flipped] = images[flipped].flip(-1)
             labels[flipped] = labels[flipped].flip(-1)
-        images = images.float()
-        if self.dataset.normalize:
-            normalize_(images)
-        else:
-            images.div_(255.0)
-        return images, labels.long()
+        return _to_float(images, self.dataset.normalize), labels.long()
 
 
 class CachedLoader:
-    """A ``DataLoader`` stand-in over a ``DecodedCache``: batches of ``batch_size``
-    items in ``sampler``'s order (all items in order without one), on ``device``.
-    With ``flip`` each item is flipped with probability 1/2, drawn as ``Cityscapes``
-    draws it (one ``torch.rand(1)`` per item from torch's global generator, when the
-    batch is taken), so a run gets the batches the dataset gives with 0 workers."""
+    """A ``DataLoader`` stand-in over a ``DecodedCache``: batches in ``sampler``'s order
+    (all items in order without one), on ``device``. ``flip`` draws as ``Cityscapes``
+    draws (one ``torch.rand(1)`` per item, when the batch is taken), so a run gets the
+    batches the dataset gives with 0 workers."""
 
     def __init__(
         self,

@@ -1,9 +1,7 @@
-"""Confusion-matrix metrics for semantic segmentation: per-class IoU, mIoU, pixel
-accuracy.
-
-The confusion matrix is accumulated on the tensors' device with one ``bincount`` per
-batch (no per-pixel Python loop). The conventions follow cityscapesscripts'
-``evaluation/evalPixelLevelSemanticLabeling.py`` (the official Cityscapes evaluation):
+"""Confusion-matrix metrics for semantic segmentation (per-class IoU, mIoU, pixel
+accuracy), accumulated on the tensors' device with one ``bincount`` per batch. The
+conventions follow cityscapesscripts' ``evaluation/evalPixelLevelSemanticLabeling.py``
+(the official Cityscapes evaluation):
 
 * pixels whose target is the ignore index (255) are left out entirely;
 * IoU of class c = TP / (TP + FP + FN); a class with TP + FP + FN = 0 (absent from the
@@ -24,26 +22,29 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
+from PIL import Image
 
-from ampbook.segmentation.cityscapes import IGNORE_INDEX, NUM_CLASSES
-
-if TYPE_CHECKING:
-    import numpy as np
+from ampbook.segmentation.cityscapes import (
+    CLASS_NAMES,
+    IGNORE_INDEX,
+    LABEL_TO_TRAIN,
+    NUM_CLASSES,
+    TRAIN_TO_LABEL,
+    DataError,
+    read_label_ids,
+    resolve_root,
+)
 
 
 def count_values(
     index: torch.Tensor, n: int, sort_based: bool | None = None
 ) -> torch.Tensor:
-    """How often each of 0..n-1 occurs in ``index`` (int64, on its device).
-
-    ``torch.bincount`` does it in one pass, but on CUDA PyTorch counts it among the
-    nondeterministic operations, which raise (or warn) under
-    ``torch.use_deterministic_algorithms(True)``; then, or when ``sort_based`` is true,
-    the count comes from ``torch.unique`` (a sort), which is deterministic everywhere.
-    """
+    """How often each of 0..n-1 occurs in ``index``. ``torch.bincount`` is
+    nondeterministic on CUDA (it raises under ``torch.use_deterministic_algorithms``);
+    then, or with ``sort_based``, ``torch.unique`` (a sort) counts."""
     if sort_based is None:
         sort_based = index.is_cuda and torch.are_deterministic_algorithms_enabled()
     if not sort_based:
@@ -55,14 +56,9 @@ def count_values(
 
 
 class SegmentationMetrics:
-    """Accumulates a confusion matrix over batches.
-
-    ``update(pred, target)``: ``pred`` holds class indices (N x H x W, or H x W) or
-    logits (N x C x H x W, arg-maxed over C); ``target`` class indices with
-    ``ignore_index`` for pixels left out. ``compute()`` returns ``{"iou": [...], "miou":
-    float, "pixel_accuracy": float}``. ``confusion[t, p]`` counts pixels of target class
-    t predicted as class p (int64, C x C).
-    """
+    """A confusion matrix accumulated over batches: ``update(pred, target)`` takes
+    class indices or logits (N x C x H x W, arg-maxed over C); ``compute()`` returns
+    ``{"iou": [...], "miou": float, "pixel_accuracy": float}``."""
 
     def __init__(
         self,
@@ -78,25 +74,14 @@ class SegmentationMetrics:
         self.reset()
 
     def reset(self) -> None:
-        c = self.num_classes
+        c, device = self.num_classes, self.device or "cpu"
         # Column c collects predictions that are not a class (counted as misses).
-        self._matrix = torch.zeros(
-            c,
-            c + 1,
-            dtype=torch.int64,
-            device=self.device if self.device is not None else "cpu",
-        )
+        self._matrix = torch.zeros(c, c + 1, dtype=torch.int64, device=device)
 
     @property
     def confusion(self) -> torch.Tensor:
         """C x C int64: rows are target classes, columns predicted classes."""
         return self._matrix[:, : self.num_classes]
-
-    @property
-    def missed(self) -> torch.Tensor:
-        """Per target class, pixels whose prediction was not a class index (e.g.
-        255)."""
-        return self._matrix[:, self.num_classes]
 
     @torch.no_grad()
     def update(self, pred: torch.Tensor, target: torch.Tensor) -> None:
@@ -152,18 +137,6 @@ class SegmentationMetrics:
             "pixel_accuracy": accuracy,
         }
 
-    def __repr__(self) -> str:
-        r = self.compute()
-
-        def fmt(v: float) -> str:
-            return "nan" if math.isnan(v) else f"{v:.4f}"
-
-        return (
-            f"SegmentationMetrics(num_classes={self.num_classes}, "
-            f"miou={fmt(r['miou'])}, pixel_accuracy={fmt(r['pixel_accuracy'])}, "
-            f"pixels={int(self._matrix.sum())})"
-        )
-
 
 GT_SUFFIX = "_gtFine_labelIds.png"
 
@@ -172,8 +145,6 @@ def ground_truth_files(
     root: str | os.PathLike | None, split: str = "val"
 ) -> list[Path]:
     """The split's ``*_gtFine_labelIds.png`` files, sorted."""
-    from ampbook.segmentation.cityscapes import resolve_root
-
     root = resolve_root(root)
     gt_dir = root / "gtFine" / split
     if not gt_dir.is_dir():
@@ -190,13 +161,10 @@ def ground_truth_files(
 
 
 def _prediction_index(pred_dir: Path) -> list[Path]:
-    if pred_dir.exists() and not pred_dir.is_dir():
-        raise FileNotFoundError(
-            f"prediction folder {pred_dir} is a file; give the folder of "
-            "labelId PNG predictions"
-        )
     if not pred_dir.is_dir():
-        raise FileNotFoundError(f"prediction folder {pred_dir} does not exist")
+        what = "is a file; give the folder of labelId PNG predictions"
+        what = what if pred_dir.exists() else "does not exist"
+        raise FileNotFoundError(f"prediction folder {pred_dir} {what}")
     return sorted(
         Path(r) / f
         for r, _, files in os.walk(pred_dir)
@@ -234,18 +202,6 @@ def evaluate_folder(
 ) -> dict:
     """Metrics of the labelId predictions in ``pred_dir`` against the split's ground
     truth."""
-    import torch
-
-    from ampbook.segmentation.cityscapes import (
-        CLASS_NAMES,
-        IGNORE_INDEX,
-        LABEL_TO_TRAIN,
-        NUM_CLASSES,
-        DataError,
-        read_label_ids,
-    )
-    from ampbook.segmentation.metrics import SegmentationMetrics
-
     pred_dir = Path(pred_dir)
     gts = ground_truth_files(root, split)
     predictions = _prediction_index(pred_dir)
@@ -281,14 +237,7 @@ def evaluate_folder(
 def save_prediction(
     train_ids: np.ndarray | torch.Tensor, path: str | os.PathLike
 ) -> Path:
-    """Write an H x W array of trainIds (0..18) as a labelId PNG the evaluation
-    reads."""
-    import numpy as np
-    import torch
-    from PIL import Image
-
-    from ampbook.segmentation.cityscapes import NUM_CLASSES, TRAIN_TO_LABEL
-
+    """Write an H x W array of trainIds as a labelId PNG the evaluation reads."""
     if isinstance(train_ids, torch.Tensor):
         train_ids = train_ids.detach().cpu().numpy()
     train_ids = np.asarray(train_ids)
@@ -311,12 +260,8 @@ def prediction_path(folder: str | os.PathLike, image_path: str | os.PathLike) ->
 def save_predictions(
     logits: torch.Tensor, pairs: list[tuple[Path, Path]], folder: str | os.PathLike
 ) -> list[Path]:
-    """Write a batch's predictions: each image's logits (``N x C x h x w``) upsampled
-    bilinearly to its label file's size, the arg-max written as a labelId PNG at
-    ``prediction_path(folder, image)``. ``pairs``: the batch's (image, label) paths."""
-    import torch
-    from PIL import Image
-
+    """Write a batch's predictions: each image's logits upsampled bilinearly to its
+    label file's size (``pairs``: the batch's paths), the arg-max as a labelId PNG."""
     written = []
     for one, (image_path, label_path) in zip(logits, pairs):
         with Image.open(label_path) as gt:

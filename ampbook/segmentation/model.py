@@ -24,9 +24,8 @@ them; the second pair is dilated; batch norm follows each pair, dropout ends the
 and the sum with the input goes through a ReLU.
 
 Two details the paper leaves open are chosen as the authors' public code chooses them
-(https://github.com/Eromera/erfnet_pytorch): convolutions carry biases, and batch norm
-uses eps=1e-3. ``erfnet_parameter_count`` computes the parameter count from the layer
-shapes above, independently of the module, and the tests compare the two.
+(https://github.com/Eromera/erfnet_pytorch): convolutions carry biases (PyTorch's
+default), and batch norm uses eps=1e-3.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ class Downsampler(nn.Module):
                 f"in_channels ({in_channels})"
             )
         self.conv = nn.Conv2d(
-            in_channels, out_channels - in_channels, 3, stride=2, padding=1, bias=True
+            in_channels, out_channels - in_channels, 3, stride=2, padding=1
         )
         self.pool = nn.MaxPool2d(2, stride=2)
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
@@ -75,15 +74,11 @@ class NonBottleneck1D(nn.Module):
     def __init__(self, channels: int, dropout: float = 0.0, dilation: int = 1):
         super().__init__()
         c, d = channels, dilation
-        self.conv3x1_1 = nn.Conv2d(c, c, (3, 1), padding=(1, 0), bias=True)
-        self.conv1x3_1 = nn.Conv2d(c, c, (1, 3), padding=(0, 1), bias=True)
+        self.conv3x1_1 = nn.Conv2d(c, c, (3, 1), padding=(1, 0))
+        self.conv1x3_1 = nn.Conv2d(c, c, (1, 3), padding=(0, 1))
         self.bn1 = nn.BatchNorm2d(c, eps=BN_EPS)
-        self.conv3x1_2 = nn.Conv2d(
-            c, c, (3, 1), padding=(d, 0), dilation=(d, 1), bias=True
-        )
-        self.conv1x3_2 = nn.Conv2d(
-            c, c, (1, 3), padding=(0, d), dilation=(1, d), bias=True
-        )
+        self.conv3x1_2 = nn.Conv2d(c, c, (3, 1), padding=(d, 0), dilation=(d, 1))
+        self.conv1x3_2 = nn.Conv2d(c, c, (1, 3), padding=(0, d), dilation=(1, d))
         self.bn2 = nn.BatchNorm2d(c, eps=BN_EPS)
         self.dropout = nn.Dropout2d(dropout) if dropout > 0 else nn.Identity()
         self.dilation = d
@@ -102,13 +97,7 @@ class Upsampler(nn.Module):
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
         self.conv = nn.ConvTranspose2d(
-            in_channels,
-            out_channels,
-            3,
-            stride=2,
-            padding=1,
-            output_padding=1,
-            bias=True,
+            in_channels, out_channels, 3, stride=2, padding=1, output_padding=1
         )
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS)
 
@@ -146,19 +135,14 @@ class Decoder(nn.Module):
             NonBottleneck1D(16),
         )
         # The last layer: 2x2 stride-2 transposed convolution straight to class scores.
-        self.output = nn.ConvTranspose2d(16, num_classes, 2, stride=2, bias=True)
+        self.output = nn.ConvTranspose2d(16, num_classes, 2, stride=2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output(self.layers(x))
 
 
 class ERFNet(nn.Module):
-    """ERFNet (Romera et al., IEEE T-ITS 2018): ``forward(x: N,3,H,W) -> logits
-    N,C,H,W``.
-
-    H and W must be divisible by 8 (three downsamplers halve them, three upsamplers
-    double them back); anything else raises ``ValueError``. Works in channels_last
-    memory format and under ``torch.autocast`` (CPU and CUDA, fp16 and bf16).
+    """ERFNet: ``forward(x: N,3,H,W) -> logits N,C,H,W``, H and W divisible by 8.
 
     ``fp16_stream=True`` (default off: the reference ERFNet) keeps the encoder's
     residual stream 16-bit under autocast. In the reference, the first downsampler
@@ -194,46 +178,3 @@ class ERFNet(nn.Module):
                 f"{h - h % 8 or 8}x{w - w % 8 or 8}."
             )
         return self.decoder(self.encoder(x))
-
-
-# --- the parameter count the architecture implies, from layer shapes alone ------------
-
-
-def _conv(cin: int, cout: int, kh: int, kw: int) -> int:
-    return cin * cout * kh * kw + cout  # weights + bias
-
-
-def _bn(c: int) -> int:
-    return 2 * c  # weight (gamma) and bias (beta); running stats are buffers
-
-
-def _downsampler(cin: int, cout: int) -> int:
-    return _conv(cin, cout - cin, 3, 3) + _bn(cout)
-
-
-def _non_bottleneck_1d(c: int) -> int:
-    return 2 * (_conv(c, c, 3, 1) + _conv(c, c, 1, 3) + _bn(c))
-
-
-def _upsampler(cin: int, cout: int) -> int:
-    return _conv(cin, cout, 3, 3) + _bn(cout)
-
-
-def erfnet_parameter_count(num_classes: int = 19) -> int:
-    """Trainable parameters of ERFNet for ``num_classes``, computed from the layer
-    table."""
-    encoder = (
-        _downsampler(3, 16)
-        + _downsampler(16, 64)
-        + 5 * _non_bottleneck_1d(64)
-        + _downsampler(64, 128)
-        + 8 * _non_bottleneck_1d(128)
-    )
-    decoder = (
-        _upsampler(128, 64)
-        + 2 * _non_bottleneck_1d(64)
-        + _upsampler(64, 16)
-        + 2 * _non_bottleneck_1d(16)
-        + _conv(16, num_classes, 2, 2)
-    )
-    return encoder + decoder

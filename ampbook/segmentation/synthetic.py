@@ -1,11 +1,7 @@
-"""A synthetic Cityscapes: street scenes painted from random shapes (sky, buildings,
-road, sidewalk, fences, poles, signs, vegetation, people, cars) with their labelIds, in
-the official layout and file names (``ampbook.segmentation.cityscapes`` reads it like
-Cityscapes).
-
-``synthetic_pair`` draws one scene; ``synthesize`` writes a set (``python -m
-ampbook.data synthesize``); ``synthetic_root`` makes one in the cache
-on first use. See ``data/README.md``.
+"""A synthetic Cityscapes: street scenes painted from random shapes with their
+labelIds, in the official layout and file names. ``synthetic_pair`` draws one scene;
+``synthesize`` writes a set (``python -m ampbook.data synthesize``); ``synthetic_root``
+makes one in the cache on first use. See ``data/README.md``.
 """
 
 from __future__ import annotations
@@ -28,39 +24,17 @@ from PIL import Image
 from ampbook.core import cli
 from ampbook.segmentation.cityscapes import SPLITS, SYNTHETIC_MARKER, SYNTHETIC_PARTIAL
 
-# --- synthetic Cityscapes -------------------------------------------------------------
-
 SYNTHETIC_VERSION = 1
 _TRAIN_CITIES = ("northvale", "eastbrook", "southport", "westmoor")
 _VAL_CITIES = ("midhaven", "lakeford")
 
-# Cityscapes labelIds used by the generator.
-_ID = {
-    name: next(l.id for l in _CS_LABELS if l.name == name)
-    for name in (
-        "ego vehicle",
-        "static",
-        "road",
-        "sidewalk",
-        "building",
-        "fence",
-        "pole",
-        "traffic light",
-        "traffic sign",
-        "vegetation",
-        "terrain",
-        "sky",
-        "person",
-        "car",
-    )
-}
+_ID = {label.name: label.id for label in _CS_LABELS}  # Cityscapes labelIds
 
 
 def _smooth_noise(
     rng: np.random.Generator, h: int, w: int, gh: int, gw: int
 ) -> np.ndarray:
-    """Values in [0, 1) varying smoothly over an h x w field: a gh x gw random grid,
-    bilinear."""
+    """Values in [0, 1) varying smoothly over h x w: a gh x gw random grid, bilinear."""
     g = rng.random((gh + 1, gw + 1), dtype=np.float32)
     y = np.linspace(0, gh, h, endpoint=False, dtype=np.float32)
     x = np.linspace(0, gw, w, endpoint=False, dtype=np.float32)
@@ -71,52 +45,6 @@ def _smooth_noise(
     out *= fy
     out += rows[y0]
     return out
-
-
-class _Canvas:
-    """A label image and an RGB image painted together, object by object, inside
-    bounding boxes."""
-
-    def __init__(self, h: int, w: int, rng: np.random.Generator):
-        self.h, self.w, self.rng = h, w, rng
-        self.ids = np.zeros((h, w), dtype=np.uint8)
-        self.rgb = np.zeros((h, w, 3), dtype=np.float32)
-
-    def box(self, y0, y1, x0, x1):
-        """Clipped integer bounds and local pixel-centre coordinates, or None if
-        empty."""
-        iy0, iy1 = max(int(np.floor(y0)), 0), min(int(np.ceil(y1)), self.h)
-        ix0, ix1 = max(int(np.floor(x0)), 0), min(int(np.ceil(x1)), self.w)
-        if iy0 >= iy1 or ix0 >= ix1:
-            return None
-        ys = np.arange(iy0, iy1, dtype=np.float32)[:, None] + 0.5
-        xs = np.arange(ix0, ix1, dtype=np.float32)[None, :] + 0.5
-        return (slice(iy0, iy1), slice(ix0, ix1)), ys, xs
-
-    def paint(self, sl, mask, label_id: int, color) -> None:
-        """Set pixels of ``mask`` (local to slices ``sl``; None for all) to ``label_id``
-        and ``color`` (an RGB triple, or an array of the box's shape h x w x 3)."""
-        color = np.asarray(color, dtype=np.float32)
-        if mask is None:  # the whole box
-            self.ids[sl] = label_id
-            self.rgb[sl] = color
-        else:
-            np.copyto(self.ids[sl], np.uint8(label_id), where=mask)
-            np.copyto(self.rgb[sl], color, where=mask[..., None])
-
-    def rect(self, y0, y1, x0, x1, label_id, color) -> None:
-        b = self.box(y0, y1, x0, x1)
-        if b is not None:
-            sl, ys, xs = b
-            self.paint(sl, None, label_id, color)
-
-    def ellipse(self, cy, cx, ry, rx, label_id, color) -> None:
-        b = self.box(cy - ry, cy + ry, cx - rx, cx + rx)
-        if b is not None:
-            sl, ys, xs = b
-            self.paint(
-                sl, ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1, label_id, color
-            )
 
 
 def _jitter(rng, color, amount=18.0):
@@ -143,12 +71,15 @@ _SHIRTS = [(180, 40, 40), (40, 90, 160), (200, 180, 60), (60, 120, 60), (230, 23
 _LAMPS = [(255, 60, 40), (255, 190, 40), (60, 230, 90)]
 
 
-class _Street(_Canvas):
-    """A canvas with the scene's perspective: the horizon row, the vanishing point's
-    column ``vx``, and ``unit``, the scale that sizes are fractions of."""
+class _Street:
+    """A label image and an RGB image painted together, object by object, inside
+    bounding boxes; with the scene's perspective: the horizon row, the vanishing
+    point's column ``vx``, and ``unit``, the scale that sizes are fractions of."""
 
     def __init__(self, h: int, w: int, rng: np.random.Generator):
-        super().__init__(h, w, rng)
+        self.h, self.w, self.rng = h, w, rng
+        self.ids = np.zeros((h, w), dtype=np.uint8)
+        self.rgb = np.zeros((h, w, 3), dtype=np.float32)
         self.horizon = h * rng.uniform(0.38, 0.5)
         self.vx = w * rng.uniform(0.38, 0.62)
         self.ground_h = h - self.horizon
@@ -160,6 +91,40 @@ class _Street(_Canvas):
 
     def road_edge(self, s, side):
         return self.vx + side * self.w * 0.3 * s
+
+    def box(self, y0, y1, x0, x1):
+        """Clipped integer bounds and local pixel-centre coordinates, or None."""
+        iy0, iy1 = max(int(np.floor(y0)), 0), min(int(np.ceil(y1)), self.h)
+        ix0, ix1 = max(int(np.floor(x0)), 0), min(int(np.ceil(x1)), self.w)
+        if iy0 >= iy1 or ix0 >= ix1:
+            return None
+        ys = np.arange(iy0, iy1, dtype=np.float32)[:, None] + 0.5
+        xs = np.arange(ix0, ix1, dtype=np.float32)[None, :] + 0.5
+        return (slice(iy0, iy1), slice(ix0, ix1)), ys, xs
+
+    def paint(self, sl, mask, label_id: int, color) -> None:
+        """Set pixels of ``mask`` (local to slices ``sl``; None for all) to ``label_id``
+        and ``color`` (an RGB triple, or an array of the box's shape h x w x 3)."""
+        color = np.asarray(color, dtype=np.float32)
+        if mask is None:
+            self.ids[sl] = label_id
+            self.rgb[sl] = color
+        else:
+            np.copyto(self.ids[sl], np.uint8(label_id), where=mask)
+            np.copyto(self.rgb[sl], color, where=mask[..., None])
+
+    def rect(self, y0, y1, x0, x1, label_id, color) -> None:
+        b = self.box(y0, y1, x0, x1)
+        if b is not None:
+            self.paint(b[0], None, label_id, color)
+
+    def ellipse(self, cy, cx, ry, rx, label_id, color) -> None:
+        b = self.box(cy - ry, cy + ry, cx - rx, cx + rx)
+        if b is not None:
+            sl, ys, xs = b
+            self.paint(
+                sl, ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1, label_id, color
+            )
 
 
 def _sky(c: _Street) -> None:
@@ -205,8 +170,7 @@ def _facade(c: _Street, b, x, bw, btop) -> None:
 
 
 def _ground(c: _Street) -> None:
-    """Sidewalk with perspective tiles, grass verges, a dark road with dashed lane
-    marks."""
+    """Sidewalk with perspective tiles, grass verges, a road with dashed lane marks."""
     rng, w, vx = c.rng, c.w, c.vx
     sl, ys, xs = c.box(c.horizon, c.h, 0, w)
     depth = c.ground_h / np.maximum(ys - c.horizon, 0.5)  # 1 at the bottom, large far
@@ -378,8 +342,7 @@ def _objects(c: _Street) -> None:
 
 
 def _bonnet(c: _Street) -> None:
-    """The ego vehicle's bonnet at the bottom (labelled 'ego vehicle', ignored), as in
-    Cityscapes."""
+    """The ego vehicle's bonnet at the bottom (ignored in training)."""
     h, w = c.h, c.w
     b = c.box(h * 0.88, h, 0, w)
     if b is not None:
@@ -402,22 +365,25 @@ def _light_and_noise(c: _Street) -> None:
     np.clip(c.rgb, 0, 255, out=c.rgb)
 
 
+# The scene, back to front.
+_LAYERS = (_sky, _buildings, _ground, _fence, _objects, _bonnet, _light_and_noise)
+
+
 def _draw_scene(
     rng: np.random.Generator, h: int, w: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """One street scene: (RGB uint8 h x w x 3, labelIds uint8 h x w)."""
     c = _Street(h, w, rng)
-    for layer in (
-        _sky,
-        _buildings,
-        _ground,
-        _fence,
-        _objects,
-        _bonnet,
-        _light_and_noise,
-    ):
+    for layer in _LAYERS:
         layer(c)
     return c.rgb.astype(np.uint8), c.ids
+
+
+def _check_size(height: int, width: int) -> None:
+    if height < 16 or width < 16:
+        raise ValueError(
+            f"synthetic images need at least 16x16 pixels, got {width}x{height} (W x H)"
+        )
 
 
 def synthetic_pair(
@@ -425,25 +391,17 @@ def synthetic_pair(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Image (uint8 H x W x 3) and labelIds (uint8 H x W) of one synthetic scene; the
     same (seed, split, index) gives the same scene."""
-    if height < 16 or width < 16:
-        raise ValueError(
-            f"synthetic images need at least 16x16 pixels, got {width}x{height} (W x H)"
-        )
+    _check_size(height, width)
     rng = np.random.default_rng([seed, SPLITS.index(split), index])
     return _draw_scene(rng, height, width)
 
 
-def _file_stem(split: str, index: int) -> tuple[str, str]:
-    cities = _TRAIN_CITIES if split == "train" else _VAL_CITIES
-    city = cities[index % len(cities)]
-    return city, f"{city}_{index:06d}_000019"  # the 20th frame of a clip, as Cityscapes
-
-
-def _write_scene(
-    root: Path, seed: int, split: str, i: int, height: int, width: int
-) -> None:
+def _write_scene(job: tuple) -> None:
     """Draw scene ``i`` of ``split``; write its image and labelIds PNGs in ``root``."""
-    city, stem = _file_stem(split, i)
+    root, seed, split, i, height, width = job
+    cities = _TRAIN_CITIES if split == "train" else _VAL_CITIES
+    city = cities[i % len(cities)]
+    stem = f"{city}_{i:06d}_000019"  # the 20th frame of a clip, as Cityscapes
     img_dir = root / "leftImg8bit" / split / city
     gt_dir = root / "gtFine" / split / city
     img_dir.mkdir(parents=True, exist_ok=True)
@@ -454,23 +412,12 @@ def _write_scene(
     Image.fromarray(ids).save(gt_dir / f"{stem}_gtFine_labelIds.png", compress_level=1)
 
 
-def _write_scene_job(job: tuple) -> None:
-    _write_scene(*job)
-
-
 # Below this many pixels in all, starting worker processes costs more than drawing
 # serially.
 _PARALLEL_MIN_PIXELS = 8 * 1024 * 2048
 
 
-def check_synthesis(
-    root: str | os.PathLike,
-    train: int,
-    val: int,
-    seed: int = 0,
-    height: int = 1024,
-    width: int = 2048,
-) -> Path:
+def check_synthesis(root, train: int, val: int, seed: int, height: int, width: int):
     """Every argument of ``synthesize`` checked before anything is written
     (``ValueError``, ``FileExistsError``); returns ``root`` as a Path."""
     if not str(root).strip():  # Path("") is ".": the current folder
@@ -488,18 +435,15 @@ def check_synthesis(
         raise ValueError(
             f"need a positive number of images, got train={train}, val={val}"
         )
-    if height < 16 or width < 16:
-        raise ValueError(
-            f"synthetic images need at least 16x16 pixels, got {width}x{height} (W x H)"
-        )
+    _check_size(height, width)
     if seed < 0:
         raise ValueError(f"seed must be 0 or more, got {seed}")
-    if (root / "leftImg8bit").exists() or (root / "gtFine").exists():
-        if not _ours(root):
-            raise FileExistsError(
-                f"{root} already holds a dataset that is not synthetic; "
-                "refusing to write synthetic images into it"
-            )
+    ours = (root / SYNTHETIC_MARKER).exists() or (root / SYNTHETIC_PARTIAL).exists()
+    if ((root / "leftImg8bit").exists() or (root / "gtFine").exists()) and not ours:
+        raise FileExistsError(
+            f"{root} already holds a dataset that is not synthetic; "
+            "refusing to write synthetic images into it"
+        )
     return root
 
 
@@ -513,13 +457,10 @@ def synthesize(
     progress: bool = False,
     workers: int | None = None,
 ) -> Path:
-    """Write a synthetic Cityscapes (``train`` + ``val`` images) into ``root`` in the
-    official layout and file names; returns ``root``. Deterministic for a seed.
-
-    The scenes are drawn by ``workers`` processes (default: one per CPU core when the
-    set is large enough to pay for starting them, else in this process; 1: always in
-    this process). Each scene has its own random stream, so the files are the same byte
-    for byte whatever the number of workers."""
+    """Write a synthetic Cityscapes into ``root`` in the official layout; returns
+    ``root``. ``workers`` processes draw (default: one per core for a set large enough
+    to pay for them); each scene has its own random stream, so the files are the same
+    byte for byte whatever the number of workers."""
     root = check_synthesis(root, train, val, seed, height, width)
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
@@ -543,7 +484,7 @@ def synthesize(
         workers = min(os.cpu_count() or 1, len(jobs)) if big else 1
     workers = min(workers, len(jobs))
     if workers == 1:
-        done = map(_write_scene_job, jobs)
+        done = map(_write_scene, jobs)
         pool = None
     else:
         # fork where there is one (as torch's DataLoader does): a worker runs only
@@ -554,7 +495,7 @@ def synthesize(
         pool = ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=_quiet_worker
         )
-        done = pool.map(_write_scene_job, jobs)
+        done = pool.map(_write_scene, jobs)
     try:
         for n, _ in enumerate(done, 1):
             if progress and n % 20 == 0:
@@ -564,12 +505,7 @@ def synthesize(
             pool.shutdown(cancel_futures=True)
     meta = {
         "synthetic": True,
-        "version": SYNTHETIC_VERSION,
-        "seed": seed,
-        "train": train,
-        "val": val,
-        "height": height,
-        "width": width,
+        **_params(seed, train, val, height, width),
         "generator": "ampbook.segmentation.synthetic.synthesize",
     }
     cli.write_text_atomic(root / SYNTHETIC_MARKER, json.dumps(meta, indent=1) + "\n")
@@ -584,10 +520,9 @@ def synthesize(
     return root
 
 
-def _ours(root: Path) -> bool:
-    """Whether the data set in ``root`` is a synthetic one (whole, or stopped while
-    being written)."""
-    return (root / SYNTHETIC_MARKER).exists() or (root / SYNTHETIC_PARTIAL).exists()
+def _params(seed: int, train: int, val: int, height: int, width: int) -> dict:
+    """What a set's marker must say for the cache to reuse it."""
+    return {"version": SYNTHETIC_VERSION, **locals()}
 
 
 def _quiet_worker() -> None:
@@ -601,27 +536,25 @@ def _quiet_worker() -> None:
 
 def set_matches(root: Path, meta: dict) -> bool:
     """Whether ``root`` holds the whole synthetic set ``meta`` describes: its marker
-    says so (same version and parameters), nothing marks it partial, and each split
-    has its image and label files, none empty."""
+    says so, nothing marks it partial, and no file is missing or empty."""
     try:
         marker = json.loads((root / SYNTHETIC_MARKER).read_text())
     except (OSError, ValueError):
         return False
     if not isinstance(marker, dict) or (root / SYNTHETIC_PARTIAL).exists():
         return False
-    keys = ("version", "seed", "train", "val", "height", "width")
-    if any(marker.get(k) != meta[k] for k in keys):
+    if any(marker.get(k) != v for k, v in meta.items()):
         return False
     for split in ("train", "val"):
-        for folder, suffix in (
-            ("leftImg8bit", "_leftImg8bit.png"),
-            ("gtFine", "_gtFine_labelIds.png"),
+        for pattern in (
+            "leftImg8bit/{}/*/*_leftImg8bit.png",
+            "gtFine/{}/*/*_gtFine_labelIds.png",
         ):
-            files = list((root / folder / split).glob(f"*/*{suffix}"))
-            if len(files) != meta[split]:
-                return False
+            files = list(root.glob(pattern.format(split)))
             try:
-                if any(f.stat().st_size == 0 for f in files):
+                if len(files) != meta[split] or any(
+                    f.stat().st_size == 0 for f in files
+                ):
                     return False
             except OSError:
                 return False
@@ -631,10 +564,9 @@ def set_matches(root: Path, meta: dict) -> bool:
 def synthetic_root(
     train: int, val: int, height: int = 1024, width: int = 2048, seed: int = 0
 ) -> Path:
-    """A synthetic Cityscapes in ``ampbook.core.paths.cache_dir()``, written on first
-    use and reused after (safe when several processes ask at once). A cached set that
-    does not match its marker (files missing or empty, other parameters, stopped
-    half-way) is written again, never reused."""
+    """A synthetic Cityscapes in ``cache_dir()``, written on first use and reused
+    after (safe when several processes ask at once) unless it does not match its
+    marker (files missing or empty, other parameters, stopped half-way)."""
     from ampbook.core.paths import cache_dir
 
     name = (
@@ -642,14 +574,7 @@ def synthetic_root(
         f"{width}x{height}"
     )
     root = cache_dir() / name
-    meta = {
-        "version": SYNTHETIC_VERSION,
-        "seed": seed,
-        "train": train,
-        "val": val,
-        "height": height,
-        "width": width,
-    }
+    meta = _params(seed, train, val, height, width)
     if set_matches(root, meta):
         return root
     if root.exists():  # damaged or partial: moved out of the way, then removed
@@ -681,9 +606,8 @@ def synthesize_cli(args) -> int:
     """``python -m ampbook.data synthesize``: arguments checked before anything is
     written; a run that stops half-way (Ctrl-C, SIGTERM, a full disk) removes what it
     began, so that a retry is not refused and nothing partial is read as data."""
-    root = check_synthesis(
-        args.root, args.train, args.val, args.seed, args.height, args.width
-    )
+    params = (args.train, args.val, args.seed, args.height, args.width)
+    root = check_synthesis(args.root, *params)
     fresh = not root.exists()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -700,15 +624,7 @@ def synthesize_cli(args) -> int:
             "for it to end, or choose another --root"
         ) from None
     try:
-        synthesize(
-            root,
-            args.train,
-            args.val,
-            seed=args.seed,
-            height=args.height,
-            width=args.width,
-            progress=True,
-        )
+        synthesize(root, *params, progress=True)
     except (KeyboardInterrupt, OSError) as err:
         cli.release_lock(lock, fd)
         fd = None
