@@ -17,10 +17,48 @@ def _params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def test_parameter_count_of_the_layer_table():
-    # Table I's layers (convolutions with biases, BN weight and bias per channel),
-    # the count their shapes give: 2,064,191 parameters for 19 classes.
-    assert _params(ERFNet(19)) == 2_064_191
+# The count Table I's layer shapes give, independently of the module: convolutions
+# with biases, BatchNorm's weight and bias per channel (running stats are buffers).
+def _conv(cin: int, cout: int, kh: int, kw: int) -> int:
+    return cin * cout * kh * kw + cout
+
+
+def _downsampler(cin: int, cout: int) -> int:
+    return _conv(cin, cout - cin, 3, 3) + 2 * cout
+
+
+def _non_bottleneck_1d(c: int) -> int:
+    return 2 * (_conv(c, c, 3, 1) + _conv(c, c, 1, 3) + 2 * c)
+
+
+def _upsampler(cin: int, cout: int) -> int:
+    return _conv(cin, cout, 3, 3) + 2 * cout
+
+
+def _table_count(num_classes: int) -> int:
+    encoder = (
+        _downsampler(3, 16)
+        + _downsampler(16, 64)
+        + 5 * _non_bottleneck_1d(64)
+        + _downsampler(64, 128)
+        + 8 * _non_bottleneck_1d(128)
+    )
+    decoder = (
+        _upsampler(128, 64)
+        + 2 * _non_bottleneck_1d(64)
+        + _upsampler(64, 16)
+        + 2 * _non_bottleneck_1d(16)
+        + _conv(16, num_classes, 2, 2)
+    )
+    return encoder + decoder
+
+
+@pytest.mark.parametrize("num_classes", [19, 20])
+def test_parameter_count_of_the_layer_table(num_classes):
+    assert _params(ERFNet(num_classes)) == _table_count(num_classes)
+
+
+def test_parameter_count_grows_by_the_output_layer_per_class():
     # Each class adds one 2x2 filter over 16 channels and one bias to the last layer.
     assert _params(ERFNet(20)) - _params(ERFNet(19)) == 16 * 2 * 2 + 1
 
