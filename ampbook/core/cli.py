@@ -38,7 +38,6 @@ from ampbook.core.args import (  # noqa: F401 -- cli.X for every command
     HelpFormatter,
     check_seed,
     is_positive_int,
-    nonnegative_float,
     nonnegative_int,
     positive_float,
     positive_int,
