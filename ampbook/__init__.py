@@ -1,23 +1,16 @@
-"""AMP Book's library: the tested code behind the notebooks.
-
-A stack of subpackages, bottom first: ``core`` (the command line, paths, parameters,
-precisions, devices, the environment, page helpers), ``segmentation`` (ERFNet,
-Cityscapes and its synthetic stand-in, metrics), ``measure`` (timing, memory, autocast
-observed), ``numerics`` (formats, gradients, loss scaling), ``results`` (the record
-schemas and their reader), ``train`` (the training runner), ``predict`` (the cost model,
-calibration, the doctor), ``bench`` (benchmarks), ``chapters`` (what each chapter says)
-and ``build`` (runs the notebooks, builds and checks the HTML book). Imports point down
-the stack only; see DEVELOPING.md, "Layout".
+"""AMP Book's library: the tested code behind the notebooks. A stack of subpackages,
+bottom first (``core``, ``segmentation``, ``measure``, ``numerics``, ``results``,
+``train``, ``predict``), then ``chapters`` (each chapter's own code) and the commands;
+imports point down the stack only (DEVELOPING.md, "Layout").
 """
 
 __version__ = "0.1.0"
 
 
 def _as_command() -> None:
-    """A process started as ``python -m ampbook...``: SIGTERM is Ctrl-C, and either
-    one during the start-up imports ends it with one line
-    (``ampbook.core.cli.install``). The first handlers use only what the interpreter has
-    loaded already, so that the window before them is as short as it can be."""
+    """A process started as ``python -m ampbook...``: a stop during the start-up imports
+    ends it with one line (``ampbook.core.stops.install``). The first handlers use
+    only what the interpreter has loaded, so the window before them is short."""
     import sys
 
     argv = getattr(sys, "orig_argv", [])
@@ -61,16 +54,13 @@ def _as_command() -> None:
         sys.__excepthook__(kind, value, tb)
 
     sys.excepthook = early_hook
-    for name, default in (
-        ("SIGTERM", _signal.SIG_DFL),
-        ("SIGINT", _signal.default_int_handler),
-        ("SIGHUP", _signal.SIG_DFL),
+    for stop, default in (
+        (_signal.SIGTERM, _signal.SIG_DFL),
+        (_signal.SIGINT, _signal.default_int_handler),
+        (_signal.SIGHUP, _signal.SIG_DFL),
     ):
-        if (
-            hasattr(_signal, name)
-            and _signal.getsignal(getattr(_signal, name)) == default
-        ):
-            _signal.signal(getattr(_signal, name), early_stop)
+        if _signal.getsignal(stop) == default:
+            _signal.signal(stop, early_stop)
     from ampbook.core import cli
 
     cli.install(early=stopped)

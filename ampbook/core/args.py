@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shutil
 import sys
+import textwrap
 
 from ampbook.core.errors import EXIT_SETTINGS, UserError, say
 
@@ -150,38 +152,23 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})" if text else f"default: {shown}"
 
     def _split_lines(self, text, width):
-        import textwrap
-
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _fill_text(self, text, width, indent):
-        import textwrap
-
         out = []
         for block in textwrap.dedent(text).strip("\n").split("\n\n"):
             lines = block.split("\n")
-            if any(line[:1].isspace() for line in lines):
-                out.append(
-                    "\n".join(self._fill_line(ln, width, indent) for ln in lines)
-                )
-            else:
-                out.append(
-                    textwrap.fill(
-                        " ".join(block.split()),
-                        width,
-                        initial_indent=indent,
-                        subsequent_indent=indent,
-                        break_on_hyphens=False,
-                    )
-                )
+            if any(line[:1].isspace() for line in lines):  # kept as lines
+                out += ["\n".join(self._fill_line(ln, width, indent) for ln in lines)]
+                continue
+            para = " ".join(block.split())
+            filled = textwrap.fill(para, width - len(indent), break_on_hyphens=False)
+            out.append(textwrap.indent(filled, indent))
         return "\n\n".join(out)
 
     @staticmethod
     def _fill_line(line, width, indent):
         """An indented line kept as a line, wrapped under its second column."""
-        import re
-        import textwrap
-
         lead = re.match(r"\s*(\S+\s{2,})?", line)
         hang = " " * lead.end() if lead.group(1) else " " * (lead.end() + 2)
         first = line[: len(line) - len(line.lstrip())]

@@ -9,6 +9,7 @@ import contextlib
 import errno
 import json
 import os
+import resource
 import shutil
 import stat
 from pathlib import Path
@@ -42,12 +43,10 @@ def hold_lock(path: str | os.PathLike) -> int:
             holder = os.read(fd, 300).decode(errors="replace").strip()
             os.close(fd)
             raise LockBusy(holder or "unknown process") from None
-        try:  # the previous holder may have removed the file between open and flock
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
+        # the previous holder may have removed the file between open and flock
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
         os.close(fd)
     os.ftruncate(fd, 0)
     since = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -71,8 +70,6 @@ def check_open_files(needed: int, what: str) -> None:
     """Make sure ``needed`` more files can be open at once (``what`` needs them) before
     the work starts: the soft limit is raised toward the hard one; a hard limit too
     low is ``UserError`` naming it, not "Too many open files" in a worker later."""
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     in_use = 0
     for folder in ("/proc/self/fd", "/dev/fd"):
@@ -104,8 +101,6 @@ def too_many_open_files(err: BaseException) -> bool:
 
 def open_files_advice() -> str:
     """What to do after running out of file descriptors, with the limit named."""
-    import resource
-
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return (
         f"the open-file limit (ulimit -n) is {soft}: raise it (ulimit -n "

@@ -138,11 +138,8 @@ def backend_flags_now() -> dict:
             torch.get_float32_matmul_precision
         ),
         "fp32_precision": {
-            name: getattr(backend.matmul, "fp32_precision", None)
-            for name, backend in (
-                ("cuda", torch.backends.cuda),
-                ("mkldnn", torch.backends.mkldnn),
-            )
+            name: getattr(getattr(torch.backends, name).matmul, "fp32_precision", None)
+            for name in ("cuda", "mkldnn")
         },
     }
 
