@@ -237,14 +237,14 @@ def test_an_unknown_device_is_one_line_with_the_choices():
 
 def test_number_types_refuse_what_makes_no_sense():
     assert cli.positive_int("3") == 3 and cli.nonnegative_int("0") == 0
-    assert cli.positive_float("1e-3") == 1e-3
+    assert cli.positive_float("1e-3") == 1e-3 and cli.nonnegative_float("0") == 0.0
     for fn, text in (
         (cli.positive_int, "0"),
         (cli.positive_int, "x"),
         (cli.nonnegative_int, "-1"),
         (cli.positive_float, "-0.5"),
         (cli.positive_float, "inf"),
-        (cli.positive_float, "nan"),
+        (cli.nonnegative_float, "nan"),
         (cli.seed, "-3"),
     ):
         with pytest.raises(argparse.ArgumentTypeError):

@@ -101,6 +101,7 @@ def _bounded(name: str, kind, ok, rule: str):
 positive_int = _bounded("positive_int", int, is_positive_int, "at least 1")
 nonnegative_int = _bounded("nonnegative_int", int, lambda v: v >= 0, "0 or more")
 positive_float = _bounded("positive_float", float, lambda v: v > 0, "more than 0")
+nonnegative_float = _bounded("nonnegative_float", float, lambda v: v >= 0, "0 or more")
 _SEEDS = f"between 0 and {SEED_MAX} (numpy's seeds)"
 seed = _bounded("seed", int, lambda v: 0 <= v <= SEED_MAX, _SEEDS)
 

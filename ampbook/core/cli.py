@@ -18,11 +18,11 @@ from typing import Callable
 from ampbook.core import stops
 from ampbook.core.args import (  # noqa: F401 -- cli.X for every command
     HELP_WIDTH_MAX,
-    SEED_MAX,
     ArgumentParser,
     HelpFormatter,
     check_seed,
     is_positive_int,
+    nonnegative_float,
     nonnegative_int,
     positive_float,
     positive_int,

@@ -5,6 +5,7 @@ fp32-accumulate figure because PyTorch's fp16 matmuls accumulate in fp32.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -203,9 +204,8 @@ def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
 def find_device(
     name_from_torch: str, devices: dict[str, Device] | None = None
 ) -> Device | None:
-    """The table entry whose ``match`` patterns fit a name from
-    ``torch.cuda.get_device_name`` (case-insensitive), or None when the GPU is not in
-    the table."""
+    """The entry whose ``match`` patterns fit a name from ``get_device_name``
+    (case-insensitive), or None when the GPU is not in the table."""
     devices = load_devices() if devices is None else devices
     name = name_from_torch.strip()
     hits = [
@@ -228,12 +228,9 @@ def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> 
     devices = load_devices() if devices is None else devices
     if name_or_key in devices:
         return devices[name_or_key].short_name
-    try:
-        hit = find_device(name_or_key, devices)
-    except ValueError:
-        hit = None
-    if hit is not None:
-        return hit.short_name
+    with contextlib.suppress(ValueError):  # several entries match: none is named
+        if (hit := find_device(name_or_key, devices)) is not None:
+            return hit.short_name
     from ampbook.core.page import md_escape
 
     return md_escape(re.sub(r"^NVIDIA\s+", "", name_or_key.strip()))
@@ -242,8 +239,7 @@ def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> 
 def device_for(
     device: str | torch.device = "auto", devices: dict[str, Device] | None = None
 ) -> Device | None:
-    """The table entry of the GPU behind ``device`` (None on a CPU or an unlisted
-    GPU)."""
+    """The table entry of the GPU behind ``device`` (None on a CPU or unlisted)."""
     dev = pick_device(device)
     if dev.type != "cuda":
         return None

@@ -106,25 +106,21 @@ def tf32_state() -> dict[str, str]:
 def environment(device: str | torch.device = "auto") -> dict:
     """A JSON-serialisable description of the software and hardware."""
     dev = pick_device(device)
-    tf32 = tf32_state()
+    cuda, cudnn, tf32 = dev.type == "cuda", torch.backends.cudnn, tf32_state()
     info = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version()
-        if torch.backends.cudnn.is_available()
-        else None,
+        "cudnn": cudnn.version() if cudnn.is_available() else None,
         "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev)
-        if dev.type == "cuda"
-        else cpu_name(),
+        "device_name": torch.cuda.get_device_name(dev) if cuda else cpu_name(),
         "tensor_cores": tensor_core_generation_text(dev),
         "fp32_precision": tf32,
         "tf32_matmul": tf32["matmul"] == "tf32",
         "tf32_cudnn": tf32["cudnn_conv"] == "tf32",
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_benchmark": cudnn.benchmark,
         "float32_matmul_precision": readable_or_none(
             torch.get_float32_matmul_precision
         ),
@@ -132,7 +128,7 @@ def environment(device: str | torch.device = "auto") -> dict:
         "cpu_flags": cpu_flags(),
         "platform": platform.platform(),
     }
-    if dev.type == "cuda":
+    if cuda:
         cap = torch.cuda.get_device_capability(dev)
         info["compute_capability"] = f"{cap[0]}.{cap[1]}"
         info["gpu_memory_gb"] = round(
@@ -142,13 +138,10 @@ def environment(device: str | torch.device = "auto") -> dict:
     return info
 
 
-def environment_report(
-    device: str | torch.device = "auto",
-    packages=("matplotlib", "jupytext", "papermill"),
-) -> dict:
-    """``environment(device)`` plus the versions of ``packages``."""
+def environment_report(device: str | torch.device = "auto") -> dict:
+    """``environment(device)`` plus the versions of the book's tools."""
     info = environment(device)
-    for pkg in packages:
+    for pkg in ("matplotlib", "jupytext", "papermill"):
         info[pkg] = _version(pkg)
     return info
 
@@ -213,16 +206,13 @@ def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     return f"Ran on {where}, {', '.join(soft)}, {how}, {day.isoformat()}."
 
 
-def print_environment(
-    device: str | torch.device = "auto",
-    packages=("matplotlib", "jupytext", "papermill"),
-) -> None:
+def print_environment(device: str | torch.device = "auto") -> None:
     """The second code cell of every notebook: where and how it ran
     (``environment_line``), then the full environment behind a dropdown."""
     from IPython.display import display
 
     profile = os.environ.get(RUN_PROFILE_VAR) or None  # None: run by hand
-    display(environment_display(environment_report(device, packages), profile))
+    display(environment_display(environment_report(device), profile))
 
 
 def environment_display(info: dict, profile: str | None = None, day=None):

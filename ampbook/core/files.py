@@ -144,14 +144,12 @@ def check_names(path: Path, what: str) -> None:
 
 
 def _writable_folder(folder: Path, what: str) -> None:
-    try:
-        readonly = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        readonly = False
-    if readonly:
-        raise UserError(
-            f"{what}: {folder} is on a read-only file system; choose a writable folder"
-        )
+    with contextlib.suppress(OSError):
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            raise UserError(
+                f"{what}: {folder} is on a read-only file system; choose a writable "
+                "folder"
+            )
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError(
             f"{what}: {folder} cannot be written (permission denied); choose a "
@@ -241,8 +239,8 @@ def check_output_file(
     """A file a command will write, checked before any work: not too long, not a folder
     or a socket, its folder existing (or creatable with ``create_parents``) and
     writable, with ``size`` bytes free. No command replaces what another wrote: an
-    existing non-empty file is refused unless it is a record of this command's
-    ``kind`` (its JSON ``schema``) or ``overwrite`` is given."""
+    existing non-empty file is refused unless it is a record of this command's ``kind``
+    (its JSON ``schema``) or ``overwrite`` is given."""
     p, mode = _output(path, what, "a file name")
     if mode is not None and not (
         stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)

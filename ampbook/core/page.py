@@ -115,20 +115,11 @@ def _text(value) -> str:
 def _cell(value, fmt: str | None) -> str:
     if value is None:
         return "–"
-    if isinstance(value, Value):
-        # a predicted or assumed cell carries its mark; the note under the table
-        # says what the mark means and where the value came from
-        if math.isnan(value):
-            return "nan"
-        mark = TABLE_MARKS.get(value.kind, "")
-        return value.number(fmt or "", unit=False) + mark
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if fmt:
-            return format(value, fmt)
-        return f"{value:.4g}"
-    return _text(value)
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if isinstance(value, Value):  # a predicted or assumed cell carries its mark
+        return value.number(fmt or "", unit=False) + TABLE_MARKS.get(value.kind, "")
+    return format(value, fmt or ".4g") if isinstance(value, float) else _text(value)
 
 
 def md_table_text(

@@ -16,6 +16,7 @@ import torch
 
 from ampbook.core.args import SEED_MAX
 from ampbook.core.errors import UserError
+from ampbook.core.files import check_output_dir, check_output_file
 from ampbook.core.words import plural
 
 
@@ -187,8 +188,6 @@ def folder(name: str, value: Any, empty: str = "the default") -> Any:
 def output(name: str, value: Any, kind: str = "file") -> Any:
     """A file (``kind="file"``) or folder the notebook will write, or None / "" for
     none, checked before any work as a command's outputs are."""
-    from ampbook.core import cli
-
     if value is None or value == "":
         return value
     if not isinstance(value, (str, Path)):
@@ -196,12 +195,12 @@ def output(name: str, value: Any, kind: str = "file") -> Any:
     try:
         if kind == "file":
             # a notebook's own output: its next run writes it again
-            cli.check_output_file(
+            check_output_file(
                 value, f"parameter {name}", create_parents=True, overwrite=True
             )
         else:
-            cli.check_output_dir(value, f"parameter {name}")
-    except cli.UserError as err:
+            check_output_dir(value, f"parameter {name}")
+    except UserError as err:
         raise ParameterError(str(err)) from None
     return value
 

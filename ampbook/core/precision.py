@@ -171,24 +171,22 @@ def backend_flags(
     *,
     tf32: bool | None = None,
     matmul_tf32: bool | None = None,
-    cudnn_tf32: bool | None = None,
     cudnn_benchmark: bool | None = None,
     deterministic: bool | None = None,
 ) -> Iterator[dict]:
     """Set torch's backend flags for the ``with`` block (None: left as it is) and
     restore them all after it; yields them as they were. ``tf32`` sets both TF32 flags,
-    ``matmul_tf32``/``cudnn_tf32`` one; ``deterministic`` asks for deterministic
+    ``matmul_tf32`` the matmuls' alone; ``deterministic`` asks for deterministic
     algorithms (warning where there is none) and deterministic cuDNN."""
     saved = backend_flags_now()
     try:
-        if tf32 is not None:
-            matmul_tf32 = tf32 if matmul_tf32 is None else matmul_tf32
-            cudnn_tf32 = tf32 if cudnn_tf32 is None else cudnn_tf32
+        if tf32 is not None and matmul_tf32 is None:
+            matmul_tf32 = tf32
         if matmul_tf32 is not None:  # = torch.backends.cuda.matmul.allow_tf32, but
             # without mixing PyTorch's old and new TF32 settings
             torch.set_float32_matmul_precision("high" if matmul_tf32 else "highest")
-        if cudnn_tf32 is not None:
-            _set_cudnn_tf32(cudnn_tf32)
+        if tf32 is not None:
+            _set_cudnn_tf32(tf32)
         if cudnn_benchmark is not None:
             torch.backends.cudnn.benchmark = cudnn_benchmark
         if deterministic is not None:

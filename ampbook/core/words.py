@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 
 
-def plural(n: int | float, word: str, many: str | None = None) -> str:
-    """``n`` and its noun: "1 epoch", "4 epochs", "1,200 images"; ``many`` is the
-    plural where adding "s" is wrong ("batches")."""
-    form = word if n == 1 else (many if many is not None else f"{word}s")
+def plural(n: int | float, word: str) -> str:
+    """``n`` and its noun: "1 epoch", "4 epochs", "1,200 images"."""
+    form = word if n == 1 else f"{word}s"
     number = f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else f"{n:g}"
     return f"{number} {form}"
 
