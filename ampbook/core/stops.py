@@ -74,8 +74,7 @@ def _on_stop(signum, frame):
 
 
 def record_stop(signum: int) -> None:
-    """A command's own stop handler saw ``signum``: the exit status follows it (143
-    for SIGTERM, 130 for Ctrl-C)."""
+    """A command's own stop handler saw ``signum``: the exit status follows it."""
     _state["signal"] = signum
 
 
@@ -90,8 +89,7 @@ def start_up_stop_pending() -> bool:
 
 
 def take_held() -> bool:
-    """Whether a stop held back during an import is still pending (``main`` ended
-    before it was raised); it is taken, not raised again."""
+    """Whether a stop held back during an import is still pending (it is taken)."""
     held, _state["held"] = _state["held"], None
     return held is not None
 
@@ -109,8 +107,7 @@ def _end_start_up(err: BaseException | None = None) -> None:
 
 
 def _on_start_up_stop(signum, frame):
-    """Before ``main`` runs nothing was started or written: a stop ends the process at
-    once, with one line (not an exception raised inside an import)."""
+    """Before ``main`` runs nothing was started: a stop ends the process at once."""
     if signum != signal.SIGINT:
         _state["signal"] = signal.SIGTERM
     elif _state["signal"] is None:
@@ -144,8 +141,7 @@ def _main_thread() -> bool:
 
 @contextlib.contextmanager
 def signals():
-    """SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` (recording which
-    came) for the duration; the previous handlers come back after."""
+    """SIGTERM raises ``Terminated``, SIGINT ``KeyboardInterrupt``, for the block."""
     with kept_handlers():
         if _main_thread():
             _on_stops(_on_stop)
@@ -181,18 +177,17 @@ def kept_handlers():
 COMMAND_ROOTS = ("ampbook", "booktools")  # names only: nothing here imports booktools
 
 
-def is_command(argv: list[str] | None = None) -> bool:
-    """Whether this process was started as ``python -m ampbook...`` (or
-    ``booktools...``)."""
+def is_command(argv: list[str] | None = None, roots=COMMAND_ROOTS) -> bool:
+    """Whether this process is ``python -m ROOT...`` for one of ``roots``."""
     argv = list(getattr(sys, "orig_argv", []) if argv is None else argv)
     skip = False
     for i, arg in enumerate(argv[1:], 1):
         if skip:
             skip = False
         elif arg == "-m":
-            return i + 1 < len(argv) and argv[i + 1].split(".")[0] in COMMAND_ROOTS
+            return i + 1 < len(argv) and argv[i + 1].split(".")[0] in roots
         elif arg.startswith("-m"):  # -mampbook.train
-            return arg[2:].split(".")[0] in COMMAND_ROOTS
+            return arg[2:].split(".")[0] in roots
         elif arg in ("-X", "-W"):
             skip = True  # their value follows
         elif not arg.startswith("-"):
@@ -321,8 +316,7 @@ def closed_streams() -> None:
 
 
 def address_space_problem(limit: int | None = None) -> str | None:
-    """An error naming the address-space limit (``ulimit -v``) when it is too small to
-    load torch; else None."""
+    """An error naming the address-space limit when it is too small to load torch."""
     import resource
 
     if limit is None:
@@ -350,17 +344,14 @@ def _start_up_checks() -> None:
         sys.exit(EXIT_SETTINGS)
 
 
-def install(early: list | None = None) -> None:
+def install() -> None:
     """For a process started as an ``ampbook`` command, after the start-up checks (one
     ``error:`` line and exit 2): a stop before ``main`` catches it ends the process
-    with one line and 130/143 instead of a traceback. ``early``: the signals
-    ``ampbook/__init__``'s first handler saw."""
+    with one line and 130/143 instead of a traceback."""
     _start_up_checks()
     _text_streams()
     if not _main_thread():
         return
-    if early:
-        _state["signal"] = signal.SIGTERM
     defaults = {
         signal.SIGTERM: signal.SIG_DFL,
         signal.SIGINT: signal.default_int_handler,
@@ -368,9 +359,6 @@ def install(early: list | None = None) -> None:
     }
     with contextlib.suppress(ValueError, OSError):
         for stop, default in defaults.items():
-            current = signal.getsignal(stop)
-            if current in (default, None) or getattr(current, "__name__", "") == (
-                "early_stop"
-            ):
+            if signal.getsignal(stop) in (default, None):
                 signal.signal(stop, _on_start_up_stop)
     sys.excepthook = _excepthook
