@@ -1,9 +1,5 @@
-"""Benchmarks, measured side by side in one run and printed as ratios.
-
-``python -m ampbook.bench NAME [options]`` runs the benchmark ``NAME``, one module
-each (``COMMANDS``); ``--help`` lists them from ``SUMMARIES`` without importing any,
-and ``python -m ampbook.bench NAME --help`` is the benchmark's own.
-"""
+"""``python -m ampbook.bench NAME [options]``: the benchmark ``NAME`` (one module each,
+imported only when chosen), measured side by side in one run and printed as ratios."""
 
 from __future__ import annotations
 
@@ -25,7 +21,7 @@ SUMMARIES = {  # one line each, for --help (the modules are not imported for it)
 
 
 def build_parser() -> cli.ArgumentParser:
-    """The dispatcher's parser: for its ``--help`` (a benchmark parses its own)."""
+    """The dispatcher's parser, for its ``--help`` (a benchmark parses its own)."""
     width = max(map(len, COMMANDS)) + 2
     listing = "\n".join(f"  {name:<{width}}{SUMMARIES[name]}" for name in COMMANDS)
     parser = cli.ArgumentParser(

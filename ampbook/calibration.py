@@ -1,7 +1,6 @@
-"""``python -m ampbook.calibration``: the references behind the doctor's calibrated
-AMP speedups (``ampbook.predict.calibrate``, chapter 6), their leave-one-out
-(``--predictions``), and ``--write`` to retrace their bounds after a change to the
-cost model."""
+"""``python -m ampbook.calibration``: the references behind the doctor's calibrated AMP
+speedups (chapter 6), their leave-one-out (``--predictions``), and ``--write`` to
+retrace their bounds after a change to the cost model."""
 
 import sys
 from typing import Sequence
@@ -12,9 +11,8 @@ from ampbook.predict.references import Reference, references, write_bounds
 
 
 def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> str:
-    """The leave-one-out as Markdown: one row per reference on a GPU of the device
-    table, the point and range the other references predict for it (a prediction),
-    the references that set it, the speedup it measured and whether the range holds
+    """The leave-one-out as Markdown: per reference, the range the others predict for
+    it, the references that set it, its measured speedup and whether the range holds
     it; then the share held and the median width."""
     from ampbook.core.devices import load_devices
 
@@ -84,9 +82,8 @@ def build_parser() -> cli.ArgumentParser:
 
 
 def references_markdown(refs) -> str:
-    """The references as ``python -m ampbook.calibration`` lists them: a Markdown
-    table (network, GPU, kind, layout, the cost model's efficiencies, the measured
-    speedup) and what an efficiency is."""
+    """The references as a Markdown table (the cost model's efficiencies beside the
+    measured speedup) and what an efficiency is."""
     from ampbook.core.devices import display_name
 
     lines = [

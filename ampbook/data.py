@@ -1,10 +1,5 @@
-"""``python -m ampbook.data``: its options and its two commands, apart from the loader.
-
-``ampbook.segmentation.cityscapes`` defines the Cityscapes dataset, a subclass of
-torch's ``Dataset``, so importing it imports torch and torchvision (seconds). The
-command's parser lives here, with only the standard library and ``ampbook.core.cli``, so
-that ``--help`` and a bad option are answered before they are imported.
-"""
+"""``python -m ampbook.data``: write a synthetic Cityscapes, or count a root's pairs.
+The parser imports no torch, so ``--help`` and a bad option answer at once."""
 
 from __future__ import annotations
 
@@ -34,33 +29,23 @@ def build_parser() -> cli.ArgumentParser:
         formatter_class=cli.HelpFormatter,
     )
     syn.add_argument("--root", required=True, help="folder to write into (required)")
-    syn.add_argument(
-        "--train",
-        type=cli.nonnegative_int,
-        required=True,
-        help="number of training images (required)",
-    )
-    syn.add_argument(
-        "--val",
-        type=cli.nonnegative_int,
-        required=True,
-        help="number of validation images (required)",
-    )
+    for split, name in (("train", "training"), ("val", "validation")):
+        syn.add_argument(
+            f"--{split}",
+            type=cli.nonnegative_int,
+            required=True,
+            help=f"number of {name} images (required)",
+        )
     syn.add_argument(
         "--seed", type=cli.seed, default=0, help="the seed the images are drawn from"
     )
-    syn.add_argument(
-        "--height",
-        type=cli.positive_int,
-        default=1024,
-        help="image height in pixels (the default is Cityscapes' own, 1024)",
-    )
-    syn.add_argument(
-        "--width",
-        type=cli.positive_int,
-        default=2048,
-        help="image width in pixels (the default is Cityscapes' own, 2048)",
-    )
+    for side, pixels in (("height", 1024), ("width", 2048)):
+        syn.add_argument(
+            f"--{side}",
+            type=cli.positive_int,
+            default=pixels,
+            help=f"image {side} in pixels (the default is Cityscapes' own, {pixels})",
+        )
     info = sub.add_parser(
         "info",
         help="count the image/label pairs of a Cityscapes root",

@@ -1,16 +1,7 @@
-"""Evaluate a folder of Cityscapes predictions the way the official evaluation does.
-
-    python -m ampbook.evaluate PRED_DIR --data-root ROOT [--split val]
-
-Predictions are PNGs of Cityscapes labelIds (not trainIds), one per ground-truth image,
-at the ground truth's size. As in cityscapesscripts'
-``evalPixelLevelSemanticLabeling.py``, the prediction of
-``gtFine/SPLIT/CITY/CITY_SEQ_FRAME_gtFine_labelIds.png`` is the one file under PRED_DIR
-(searched recursively) whose name matches ``CITY_SEQ_FRAME*.png``, e.g.
-``CITY_SEQ_FRAME_leftImg8bit.png`` or ``CITY_SEQ_FRAME_pred.png``. The metrics are those
-of ``ampbook.segmentation.metrics`` (IoU per class, its mean over the classes that
-occur, pixel accuracy) and are printed as JSON.
-"""
+"""``python -m ampbook.evaluate PRED_DIR --data-root ROOT``: Cityscapes predictions
+(labelId PNGs) scored as cityscapesscripts' ``evalPixelLevelSemanticLabeling.py``
+does: the prediction of ``CITY_SEQ_FRAME_gtFine_labelIds.png`` is the one file under
+PRED_DIR named ``CITY_SEQ_FRAME*.png``; the metrics are printed as JSON."""
 
 from __future__ import annotations
 
@@ -54,8 +45,7 @@ def build_parser() -> cli.ArgumentParser:
 
 @cli.command("python -m ampbook.evaluate")
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     from ampbook.core.devices import pick_device
     from ampbook.segmentation.metrics import evaluate_folder
 

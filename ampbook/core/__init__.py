@@ -1,4 +1,2 @@
-"""The bottom layer: the command line (``cli``), paths, parameters, the precision and
-mode names, the device table, the environment's facts, provenance marks and page
-helpers. It imports nothing else of ampbook.
-"""
+"""The bottom layer: the command line, paths, parameters, precisions, devices, the
+environment, provenance and page helpers. It imports nothing else of ampbook."""

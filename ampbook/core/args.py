@@ -1,19 +1,16 @@
-"""The command line's arguments: ``ArgumentParser`` (a bad argument is one
-``error:`` line and exit 2), the ``--help`` layout every command shares
-(``HelpFormatter``) and the argparse types of numbers (``positive_int``,
-``positive_float``, ``seed``...: they refuse 0, negatives, NaN and inf where those
-make no sense). ``is_positive_int`` is the one positive-integer rule of the library,
-for values given in code rather than as text.
-
-Only the standard library is imported here: the module is loaded before torch.
-"""
+"""The command line's arguments: ``ArgumentParser`` (a bad argument is one ``error:``
+line, exit 2), the ``--help`` layout every command shares (``HelpFormatter``) and the
+argparse types of numbers, which refuse 0, negatives, NaN and inf where those make no
+sense. Standard library only."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import shutil
 import sys
+import textwrap
 
 from ampbook.core.errors import EXIT_SETTINGS, UserError, say
 
@@ -87,41 +84,26 @@ def is_positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def positive_int(text: str) -> int:
-    value = _number(text, int)
-    if not is_positive_int(value):
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _bounded(name: str, kind, ok, rule: str):
+    """An argparse type: the text read as ``kind``, refused unless ``ok(value)``."""
+
+    def parse(text: str):
+        value = _number(text, kind)
+        if not ok(value):
+            got = value if kind is int else text
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {got}")
+        return value
+
+    parse.__name__ = parse.__qualname__ = name
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = _number(text, float)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-    return value
-
-
-def nonnegative_float(text: str) -> float:
-    value = _number(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def seed(text: str) -> int:
-    value = _number(text, int)
-    if not 0 <= value <= SEED_MAX:
-        raise argparse.ArgumentTypeError(
-            f"must be between 0 and {SEED_MAX} (numpy's seeds), got {value}"
-        )
-    return value
+positive_int = _bounded("positive_int", int, is_positive_int, "at least 1")
+nonnegative_int = _bounded("nonnegative_int", int, lambda v: v >= 0, "0 or more")
+positive_float = _bounded("positive_float", float, lambda v: v > 0, "more than 0")
+nonnegative_float = _bounded("nonnegative_float", float, lambda v: v >= 0, "0 or more")
+_SEEDS = f"between 0 and {SEED_MAX} (numpy's seeds)"
+seed = _bounded("seed", int, lambda v: 0 <= v <= SEED_MAX, _SEEDS)
 
 
 def check_seed(value, what: str = "seed") -> int:
@@ -141,12 +123,10 @@ HELP_WIDTH_MAX = 100  # columns of --help on a wide terminal
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """``--help`` as every command prints it (``formatter_class=cli.HelpFormatter``):
-    each option's default after its help, "(default: 4)", unless there is none to
-    show (``None``, a flag's ``False``, an empty value) or the help already says it;
-    wrapped at the terminal's width (``$COLUMNS``; at most ``HELP_WIDTH_MAX``); a
-    description or epilog keeps its paragraphs, and its indented lines (a list of
-    commands, an example) as they are."""
+    """``--help`` as every command prints it: each option's default after its help,
+    "(default: 4)", unless there is none to show or the help says it; wrapped at the
+    terminal's width (at most ``HELP_WIDTH_MAX``); a description or epilog keeps its
+    paragraphs and its indented lines (a list of commands, an example)."""
 
     def __init__(self, prog, indent_increment=2, max_help_position=30, width=None):
         if width is None:
@@ -173,39 +153,23 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})" if text else f"default: {shown}"
 
     def _split_lines(self, text, width):
-        import textwrap
-
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _fill_text(self, text, width, indent):
-        import textwrap
-
         out = []
         for block in textwrap.dedent(text).strip("\n").split("\n\n"):
             lines = block.split("\n")
-            if any(line[:1].isspace() for line in lines):
-                out.append(
-                    "\n".join(self._fill_line(ln, width, indent) for ln in lines)
-                )
-            else:
-                out.append(
-                    textwrap.fill(
-                        " ".join(block.split()),
-                        width,
-                        initial_indent=indent,
-                        subsequent_indent=indent,
-                        break_on_hyphens=False,
-                    )
-                )
+            if any(line[:1].isspace() for line in lines):  # kept as lines
+                out += ["\n".join(self._fill_line(ln, width, indent) for ln in lines)]
+                continue
+            para = " ".join(block.split())
+            filled = textwrap.fill(para, width - len(indent), break_on_hyphens=False)
+            out.append(textwrap.indent(filled, indent))
         return "\n\n".join(out)
 
     @staticmethod
     def _fill_line(line, width, indent):
-        """An indented line kept as a line, wrapped under its second column: "  name
-        what it does" continues under "what"."""
-        import re
-        import textwrap
-
+        """An indented line kept as a line, wrapped under its second column."""
         lead = re.match(r"\s*(\S+\s{2,})?", line)
         hang = " " * lead.end() if lead.group(1) else " " * (lead.end() + 2)
         first = line[: len(line) - len(line.lstrip())]

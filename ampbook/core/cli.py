@@ -1,25 +1,10 @@
-"""The error layer every ``python -m ampbook...`` command shares.
-
-A command's ``main`` is wrapped by ``@command("python -m ampbook.x")``; argparse stays
-(``ArgumentParser`` here prints one ``error:`` line instead of a usage block). The
-promise to a user, the same for every command:
-
-* a known failure is one ``error:`` line on stderr that names the file or setting and
-  what to do, and the exit status says which kind: **2** bad settings, inputs or
-  environment (found before any work, nothing changed), **1** a run that started and
-  stopped (what it kept is named), **130** Ctrl-C and **143** SIGTERM;
-* SIGTERM is handled exactly as Ctrl-C, start-up imports included (``stops``);
-* outputs and inputs are checked before any work or deletion (``files``), and numbers
-  from the command line are refused where they make no sense (``args``).
-
-This module is the command layer (``command``) and the front door of its pieces, whose
-public names it imports for ``cli.X``: ``errors`` (exit statuses, ``UserError``,
-``Stopped``, ``say``), ``stops`` (signals, start-up and the process's end), ``args``
-(``ArgumentParser``, ``HelpFormatter``, the number types), ``files`` (the checks of
-inputs and outputs, locks, the open-file limit) and ``terminal`` (plain text, wrapped
-reports, progress lines).
-
-Only the standard library is imported here: the module is loaded before torch.
+"""The error layer every ``python -m ampbook...`` command shares: ``main`` is wrapped by
+``@command("python -m ampbook.x")``. A known failure is one ``error:`` line on stderr
+naming the file or setting and what to do; the exit status says which kind: 2 bad
+settings, inputs or environment (found before any work), 1 a run that started and
+stopped, 130 Ctrl-C, 143 SIGTERM. This module is also the front door of the layer's
+pieces (``cli.X``): ``errors``, ``stops``, ``args``, ``files`` and ``terminal``.
+Standard library only: the module is loaded before torch.
 """
 
 from __future__ import annotations
@@ -33,7 +18,6 @@ from typing import Callable
 from ampbook.core import stops
 from ampbook.core.args import (  # noqa: F401 -- cli.X for every command
     HELP_WIDTH_MAX,
-    SEED_MAX,
     ArgumentParser,
     HelpFormatter,
     check_seed,
@@ -99,8 +83,7 @@ _depth = [0]  # commands running in this process (one calls another as a functio
 
 def command(prog: str) -> Callable:
     """Wrap a command's ``main(argv) -> int``: signals as Ctrl-C, a known failure left
-    over by ``main`` turned into one ``error:`` line and its exit status, 130 turned
-    into 143 when the stop came from SIGTERM."""
+    by ``main`` turned into one ``error:`` line and its exit status."""
 
     def wrap(main: Callable) -> Callable:
         @functools.wraps(main)
@@ -121,14 +104,13 @@ def command(prog: str) -> Callable:
                 say(stops.start_up_stop_text())
                 return stop_code()
             stops.begin()
-            with kept_handlers(), signals(), stops.stops_blocked_after(_depth[0] == 1):
+            with signals(), stops.stops_blocked_after(_depth[0] == 1):
                 try:
                     code = main(argv)
-                    if stops.take_held():  # main ended before it was raised
-                        # ...unless its re-delivery reached the command's own handler
-                        # (build.run's) and main answered with the stop's status
-                        if code not in (EXIT_SIGINT, EXIT_SIGTERM):
-                            raise Terminated() if terminated() else KeyboardInterrupt()
+                    # a stop held back ended main before it was raised (unless main
+                    # had its own handler and answered with the stop's status)
+                    if stops.take_held() and code not in (EXIT_SIGINT, EXIT_SIGTERM):
+                        raise Terminated() if terminated() else KeyboardInterrupt()
                 except KeyboardInterrupt as err:
                     stops.hold_further_stops()  # a second signal: still 130/143
                     say(
@@ -136,10 +118,8 @@ def command(prog: str) -> Callable:
                         "what it had not finished was not written"
                     )
                     if is_command():
-                        # The process ends here (main's own cleanup has run): a stop
-                        # that landed inside an import (torch's, in main) can leave a
-                        # C extension that aborts in the interpreter's teardown
-                        # (SIGABRT instead of 130/143).
+                        # main's cleanup has run; a stop inside torch's import can
+                        # leave a C extension that aborts in the teardown (SIGABRT)
                         stops.flush()
                         os._exit(stop_code(err))
                     return stop_code(err)
@@ -166,8 +146,8 @@ def command(prog: str) -> Callable:
 
 
 def stdout_reader_gone() -> bool:
-    """True when stdout is a pipe nobody reads any more (``| head`` has exited); stdout
-    then goes to /dev/null, so the interpreter's last flush raises nothing more."""
+    """Whether stdout is a pipe nobody reads any more (``| head`` exited); it then goes
+    to /dev/null, so the interpreter's last flush raises nothing more."""
     import select
 
     try:

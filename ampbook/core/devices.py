@@ -1,22 +1,11 @@
 """Peak figures of GPUs, read from ``data/reference/devices.yml`` (each figure with its
-source).
-
-    from ampbook.core.devices import load_devices, find_device, device_for
-
-    devices = load_devices()                 # key -> Device d =
-    devices["rtx3070-desktop"] d.peak_tflops("fp16")                    # 40.6: fp16
-    tensor cores, fp32 accumulate d.fp16_tflops_fp16acc / d.fp16_tflops_fp32acc   # 2.0
-    on GeForce Ampere, 1.0 on A100/H100 d.ridge_point("fp16")                    # FLOP
-    per byte where the roofline bends find_device("NVIDIA GeForce RTX 3070 Laptop
-    GPU").key   # "rtx3070-laptop" device_for(torch.device("cuda"))         # the table
-    entry of the GPU in use, or None
-
-All figures are dense (no structured sparsity). ``peak_tflops("fp16")`` is the
+source). All figures are dense (no structured sparsity); ``peak_tflops("fp16")`` is the
 fp32-accumulate figure because PyTorch's fp16 matmuls accumulate in fp32.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -92,7 +81,7 @@ class Device:
     aliases: tuple[str, ...] = ()  # further names ``--gpus`` accepts (``a100``)
     sources: dict = field(
         default_factory=dict
-    )  # figure -> {"key", "title", "publisher", "url"}
+    )  # figure -> {key, title, publisher, url}
     derived: dict = field(default_factory=dict)  # figure -> how it was computed
     notes: str = ""
 
@@ -106,32 +95,27 @@ class Device:
         return getattr(self, PEAK_FIELD[dtype])
 
     def ridge_point(self, dtype: str = "fp16") -> float | None:
-        """FLOP per byte at which the compute ceiling meets the bandwidth ceiling: work
-        with a lower arithmetic intensity is memory-bound on this device."""
+        """FLOP per byte where the compute ceiling meets the bandwidth ceiling."""
         peak = self.peak_tflops(dtype)
         return None if peak is None else peak * 1e12 / (self.mem_bandwidth_gbs * 1e9)
 
     def fma_per_clock_per_tensor_core(self, accumulate: str = "fp16") -> float:
         """Dense fp16 FMAs per clock per tensor core implied by the peak, the
         tensor-core count and the clock (Volta's 4x4x4 unit gives 64)."""
-        peak = (
-            self.fp16_tflops_fp16acc
-            if accumulate == "fp16"
-            else self.fp16_tflops_fp32acc
-        )
         if accumulate not in ("fp16", "fp32"):
             raise ValueError(f"accumulate must be 'fp16' or 'fp32', got {accumulate!r}")
+        peak = getattr(self, f"fp16_tflops_{accumulate}acc")
         return peak * 1e12 / (2 * self.tensor_cores * self.tensor_clock_mhz * 1e6)
 
     @property
     def tensor_over_fp32(self) -> float:
-        """fp16 tensor (fp32 accumulate) peak over the fp32 CUDA-core peak: the most a
-        matmul can gain from switching fp32 to fp16 under PyTorch on this device."""
+        """fp16 tensor (fp32 accumulate) peak over the fp32 peak: the most a matmul
+        gains from fp32 to fp16 under PyTorch."""
         return self.fp16_tflops_fp32acc / self.fp32_tflops
 
     @property
     def fp16acc_over_fp32acc(self) -> float:
-        """2.0 on GeForce Ampere (fp32 accumulate runs at half rate), 1.0 on data-centre
+        """2.0 on GeForce Ampere (fp32 accumulate at half rate), 1.0 on data-centre
         parts."""
         return self.fp16_tflops_fp16acc / self.fp16_tflops_fp32acc
 
@@ -159,6 +143,8 @@ def load_devices(path: str | Path | None = None) -> dict[str, Device]:
 
 # path -> (the file's bytes, its table): the doctor reads the table many times a report
 _LOADED: dict[str, tuple[bytes, dict[str, Device]]] = {}
+_OPTIONAL = {"key", "sources", "derived", "notes", "match", "aliases"}
+_POSITIVE = FIGURE_FIELDS[:1] + FIGURE_FIELDS[2:4] + FIGURE_FIELDS[-1:]
 
 
 def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
@@ -171,47 +157,35 @@ def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
             if not s or need not in s:
                 raise ValueError(f"{path}: source {skey!r} lacks {need!r}")
     names = [f.name for f in fields(Device)]
-    optional = {"key", "sources", "derived", "notes", "match", "aliases"}
+    required = [n for n in names if n not in _OPTIONAL]
     out: dict[str, Device] = {}
     for key, entry in doc["devices"].items():
+        where = f"{path}: device {key!r}"
         unknown = set(entry) - set(names)
-        if unknown:
+        missing = [n for n in required if n not in entry]
+        if unknown or missing:
             raise ValueError(
-                f"{path}: device {key!r} has unknown fields {sorted(unknown)}"
+                f"{where} has unknown fields {sorted(unknown)}"
+                if unknown
+                else f"{where} lacks field {missing[0]!r}"
             )
-        required = [n for n in names if n not in optional]
-        for n in required:
-            if n not in entry:
-                raise ValueError(f"{path}: device {key!r} lacks field {n!r}")
         values = {n: entry[n] for n in required}
         if values["segment"] not in SEGMENTS:
             raise ValueError(
-                f"{path}: device {key!r} segment must be one of {SEGMENTS}, "
-                f"got {values['segment']!r}"
+                f"{where} segment must be one of {SEGMENTS}, got {values['segment']!r}"
             )
-        for n in (
-            "fp32_tflops",
-            "fp16_tflops_fp32acc",
-            "fp16_tflops_fp16acc",
-            "mem_bandwidth_gbs",
-        ):
+        for n in _POSITIVE:
             if not isinstance(values[n], (int, float)) or values[n] <= 0:
-                raise ValueError(
-                    f"{path}: device {key!r} field {n!r} must be a positive number"
-                )
-        src_keys = entry.get("sources") or {}
+                raise ValueError(f"{where} field {n!r} must be a positive number")
+        cited = entry.get("sources") or {}
         sources = {}
         for fig in FIGURE_FIELDS + COUNT_FIELDS:
             if values.get(fig) is None:
                 continue
-            if fig not in src_keys:
-                raise ValueError(f"{path}: device {key!r} figure {fig!r} has no source")
-            if src_keys[fig] not in table:
-                raise ValueError(
-                    f"{path}: device {key!r} figure {fig!r} cites unknown source "
-                    f"{src_keys[fig]!r}"
-                )
-            sources[fig] = {"key": src_keys[fig], **table[src_keys[fig]]}
+            if cited.get(fig) not in table:
+                why = f"cites unknown source {cited[fig]!r}" if fig in cited else ""
+                raise ValueError(f"{where} figure {fig!r} {why or 'has no source'}")
+            sources[fig] = {"key": cited[fig], **table[cited[fig]]}
         match = tuple(entry.get("match") or ())
         for pattern in match:
             re.compile(pattern)
@@ -230,13 +204,8 @@ def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
 def find_device(
     name_from_torch: str, devices: dict[str, Device] | None = None
 ) -> Device | None:
-    """The table entry whose ``match`` patterns fit a name from
-    ``torch.cuda.get_device_name`` (case-insensitive), or None when the GPU is not in
-    the table."""
-    if not isinstance(name_from_torch, str):
-        raise TypeError(
-            f"expected a device name string, got {type(name_from_torch).__name__}"
-        )
+    """The entry whose ``match`` patterns fit a name from ``get_device_name``
+    (case-insensitive), or None when the GPU is not in the table."""
     devices = load_devices() if devices is None else devices
     name = name_from_torch.strip()
     hits = [
@@ -252,22 +221,16 @@ def find_device(
 
 
 def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> str:
-    """How the book names a GPU in tables, figures and prose: the table's
-    ``short_name`` for a table key (``h200-sxm``) or a name from
-    ``torch.cuda.get_device_name`` the table matches; otherwise that name without
-    the vendor prefix ("NVIDIA L4" -> "L4"), as page text (``plots.md_escape``: a
-    results file's name cannot add markup)."""
+    """How the book names a GPU: the table's ``short_name`` for a key or a name it
+    matches; otherwise the name without "NVIDIA", escaped as page text."""
     if not isinstance(name_or_key, str) or not name_or_key.strip():
         raise ValueError(f"expected a GPU name or table key, got {name_or_key!r}")
     devices = load_devices() if devices is None else devices
     if name_or_key in devices:
         return devices[name_or_key].short_name
-    try:
-        hit = find_device(name_or_key, devices)
-    except ValueError:
-        hit = None
-    if hit is not None:
-        return hit.short_name
+    with contextlib.suppress(ValueError):  # several entries match: none is named
+        if (hit := find_device(name_or_key, devices)) is not None:
+            return hit.short_name
     from ampbook.core.page import md_escape
 
     return md_escape(re.sub(r"^NVIDIA\s+", "", name_or_key.strip()))
@@ -276,9 +239,7 @@ def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> 
 def device_for(
     device: str | torch.device = "auto", devices: dict[str, Device] | None = None
 ) -> Device | None:
-    """The table entry of the GPU behind ``device`` (None on a CPU or an unlisted
-    GPU)."""
-
+    """The table entry of the GPU behind ``device`` (None on a CPU or unlisted)."""
     dev = pick_device(device)
     if dev.type != "cuda":
         return None
@@ -288,8 +249,7 @@ def device_for(
 def attainable_tflops(
     intensity: float, peak_tflops: float, bandwidth_gbs: float
 ) -> float:
-    """The roofline: the most a kernel of ``intensity`` FLOP/byte can reach under a
-    compute ceiling (TFLOP/s) and a bandwidth ceiling (GB/s)."""
+    """The roofline: the most TFLOP/s a kernel of ``intensity`` FLOP/byte reaches."""
     if intensity <= 0 or peak_tflops <= 0 or bandwidth_gbs <= 0:
         raise ValueError("intensity, peak_tflops and bandwidth_gbs must be positive")
     return min(peak_tflops, intensity * bandwidth_gbs / 1e3)

@@ -1,5 +1,5 @@
-"""The environment a measurement was made in: printed first by every notebook and
-recorded with every result."""
+"""The environment a measurement was made in: printed by every notebook, recorded with
+every result."""
 
 from __future__ import annotations
 
@@ -24,46 +24,31 @@ _TENSOR_CORES = {
     (10, 0): "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)",
     (12, 0): "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)",
 }
+# The CPU features that matter for low precision on a CPU (AMX, AVX-512 bf16/fp16).
+_CPU_FLAGS = "avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_fp16 amx_tile".split()
+
+
+def _cpuinfo(field: str) -> str | None:
+    """The value of ``field`` in /proc/cpuinfo (None where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(field)]
+    except OSError:
+        return None
+    return lines[0].split(":", 1)[1].strip() if lines else None
 
 
 def cpu_flags() -> list[str]:
-    """The CPU features that matter for low precision on a CPU (AMX, AVX-512
-    bf16/fp16)."""
-    wanted = (
-        "avx2",
-        "avx512f",
-        "avx512_bf16",
-        "avx512_fp16",
-        "amx_bf16",
-        "amx_fp16",
-        "amx_tile",
-    )
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    return [w for w in wanted if w in have]
-    except OSError:
-        pass
-    return []
+    have = set((_cpuinfo("flags") or "").split())
+    return [w for w in _CPU_FLAGS if w in have]
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def tensor_core_generation_text(device: torch.device) -> str:
-    """The tensor cores of ``device`` in words (``"Hopper (4th gen: fp16, bf16, tf32,
-    fp8)"``, ``"none (CPU)"``), the recorded environment's ``"tensor_cores"``; the
-    generation as a number is ``ampbook.core.devices.Device.tensor_core_generation``."""
+    """The tensor cores of ``device`` in words (``"none (CPU)"``), as recorded."""
     if device.type != "cuda":
         return "none (CPU)"
     cap = torch.cuda.get_device_capability(device)
@@ -96,12 +81,10 @@ def has_fp32_precision() -> bool:
 
 def tf32_state() -> dict[str, str]:
     """Whether TF32 may run fp32 CUDA matmuls and cuDNN convolutions, as
-    ``{"matmul": "tf32" | "ieee", "cudnn_conv": ...}``: read through
-    ``torch.backends.cuda.matmul.fp32_precision`` and
-    ``torch.backends.cudnn.conv.fp32_precision`` where this PyTorch has them (reading
-    the legacy ``allow_tf32`` after a mix of both spellings raises a RuntimeError),
-    else from ``allow_tf32``. A switch set to "none" follows the global one
-    (``torch.backends.fp32_precision``), and "none" there is full fp32 ("ieee")."""
+    ``{"matmul": "tf32" | "ieee", "cudnn_conv": ...}``: from the ``fp32_precision``
+    switches where this PyTorch has them (reading ``allow_tf32`` after a mix of both
+    spellings raises), else ``allow_tf32``. "none" follows the global switch, and
+    "none" there is full fp32."""
     if has_fp32_precision():
         top = getattr(torch.backends, "fp32_precision", "none")
 
@@ -123,25 +106,21 @@ def tf32_state() -> dict[str, str]:
 def environment(device: str | torch.device = "auto") -> dict:
     """A JSON-serialisable description of the software and hardware."""
     dev = pick_device(device)
-    tf32 = tf32_state()
+    cuda, cudnn, tf32 = dev.type == "cuda", torch.backends.cudnn, tf32_state()
     info = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),
         "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version()
-        if torch.backends.cudnn.is_available()
-        else None,
+        "cudnn": cudnn.version() if cudnn.is_available() else None,
         "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev)
-        if dev.type == "cuda"
-        else cpu_name(),
+        "device_name": torch.cuda.get_device_name(dev) if cuda else cpu_name(),
         "tensor_cores": tensor_core_generation_text(dev),
         "fp32_precision": tf32,
         "tf32_matmul": tf32["matmul"] == "tf32",
         "tf32_cudnn": tf32["cudnn_conv"] == "tf32",
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_benchmark": cudnn.benchmark,
         "float32_matmul_precision": readable_or_none(
             torch.get_float32_matmul_precision
         ),
@@ -149,7 +128,7 @@ def environment(device: str | torch.device = "auto") -> dict:
         "cpu_flags": cpu_flags(),
         "platform": platform.platform(),
     }
-    if dev.type == "cuda":
+    if cuda:
         cap = torch.cuda.get_device_capability(dev)
         info["compute_capability"] = f"{cap[0]}.{cap[1]}"
         info["gpu_memory_gb"] = round(
@@ -159,13 +138,10 @@ def environment(device: str | torch.device = "auto") -> dict:
     return info
 
 
-def environment_report(
-    device: str | torch.device = "auto",
-    packages=("matplotlib", "jupytext", "papermill"),
-) -> dict:
-    """``environment(device)`` plus the versions of ``packages``."""
+def environment_report(device: str | torch.device = "auto") -> dict:
+    """``environment(device)`` plus the versions of the book's tools."""
     info = environment(device)
-    for pkg in packages:
+    for pkg in ("matplotlib", "jupytext", "papermill"):
         info[pkg] = _version(pkg)
     return info
 
@@ -181,13 +157,11 @@ def format_environment(info: dict) -> str:
     return "\n".join(lines)
 
 
-# Set by ``python -m booktools.run`` for the kernel it starts: the profile whose
-# parameters it injected. A notebook run by hand has none, and says so.
+# Set by ``python -m booktools.run`` for its kernel: the profile it injected.
 RUN_PROFILE_VAR = "AMPBOOK_RUN_PROFILE"
 
 
-# What a profile's numbers are, in the environment's dropdown where the profile is not
-# the real experiment (notebooks/profiles.yml sizes each).
+# What a profile's numbers are, where the profile is not the real experiment.
 PROFILE_NOTES = {
     "smoke": "tiny sizes that check the chapter runs: its numbers show the method, "
     "not results at scale",
@@ -197,11 +171,9 @@ PROFILE_NOTES = {
 def machine_text(
     info: dict, unknown: str = "an unknown device", cuda_off_gpu: bool = False
 ) -> tuple[str, list[str]]:
-    """The device and the software of an environment record (``environment``), as
-    every line of the book names them: the device (a GPU by ``devices.display_name``;
-    ``unknown`` where the record names none) and the software, ``torch X`` then, on a
-    GPU, ``CUDA Y`` and ``cuDNN Z`` (``CUDA Y`` off a GPU too with ``cuda_off_gpu``).
-    ``environment_line`` and ``ampbook.results.provenance`` render it."""
+    """The device (``unknown`` where the record names none) and the software of an
+    environment record, as the book names them: ``torch X`` then, on a GPU (or with
+    ``cuda_off_gpu``), ``CUDA Y``, and on a GPU ``cuDNN Z``."""
     on_gpu = str(info.get("device", "")).startswith("cuda")
     name = info.get("device_name") or unknown
     if on_gpu:
@@ -217,10 +189,10 @@ def machine_text(
 
 def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     """One sentence for the top of a chapter: "Ran on <device> (<n> CPU threads), torch
-    X[, CUDA Y, cuDNN Z], with the <profile> profile, <date>.". The CUDA and cuDNN
-    versions are named only when the device is a GPU; without a profile the notebook
-    was run by hand with its parameters cell's values."""
+    X[, CUDA Y, cuDNN Z], with the <profile> profile, <date>." (no profile: by hand)."""
     import datetime
+
+    from ampbook.core.words import plural
 
     name, soft = machine_text(info, info.get("device") or "an unknown device")
     how = (
@@ -230,24 +202,17 @@ def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     )
     day = day or datetime.date.today()
     threads = info.get("cpu_threads")
-    plural = "" if threads == 1 else "s"
-    where = f"{name} ({threads} CPU thread{plural})" if threads else name
+    where = f"{name} ({plural(threads, 'CPU thread')})" if threads else name
     return f"Ran on {where}, {', '.join(soft)}, {how}, {day.isoformat()}."
 
 
-def print_environment(
-    device: str | torch.device = "auto",
-    packages=("matplotlib", "jupytext", "papermill"),
-) -> None:
-    """The second code cell of every notebook: one line saying where and how the
-    notebook ran (``environment_line``; the profile comes from the runner), then the
-    full environment behind a dropdown that opens on a click. One Markdown output, so
-    the line wraps on a narrow page; the book and Jupyter render it, a terminal prints
-    the line and the environment as aligned lines."""
+def print_environment(device: str | torch.device = "auto") -> None:
+    """The second code cell of every notebook: where and how it ran
+    (``environment_line``), then the full environment behind a dropdown."""
     from IPython.display import display
 
     profile = os.environ.get(RUN_PROFILE_VAR) or None  # None: run by hand
-    display(environment_display(environment_report(device, packages), profile))
+    display(environment_display(environment_report(device), profile))
 
 
 def environment_display(info: dict, profile: str | None = None, day=None):

@@ -1,11 +1,6 @@
-"""The error layer's words every command shares: the exit statuses, the two
-known failures (``UserError``: bad settings, found before any work, exit 2;
-``Stopped``: a run that started and stopped, exit 1), the one ``error:`` line
-(``say``) and what an ``OSError`` or another known failure means to a user
-(``describe``, ``os_error``).
-
-Only the standard library is imported here: the module is loaded before torch.
-"""
+"""The error layer's words: exit statuses, the two known failures (``UserError``, exit
+2; ``Stopped``, exit 1), the one ``error:`` line (``say``) and what an ``OSError`` or
+another known failure means to a user (``describe``). Standard library only."""
 
 from __future__ import annotations
 
@@ -36,20 +31,17 @@ class Stopped(Exception):
 
 
 def say(message: str) -> None:
-    """Print ``message`` as the one ``error:`` line (its lines joined): wrapped at
-    the terminal's width when stderr is a terminal, its continuation lines indented
-    by two spaces (``error_text``); one line when stderr goes to a file or a pipe."""
+    """Print ``message`` as the one ``error:`` line (its lines joined), wrapped at the
+    terminal's width when stderr is one (``error_text``)."""
     text = " ".join(str(message).split("\n")).strip()
     with contextlib.suppress(OSError, ValueError):
-        width = _stderr_width()
-        sys.stderr.write(error_text(text, width) + "\n")
+        sys.stderr.write(error_text(text, _stderr_width()) + "\n")
         sys.stderr.flush()
 
 
 def error_text(text: str, width: int | None = None) -> str:
-    """``error: TEXT``, wrapped at ``width`` columns (None: not wrapped) with the
-    continuation lines indented by two spaces; no word or path is broken, so joining
-    the lines with one space gives the message back."""
+    """``error: TEXT``, wrapped at ``width`` columns (None: not) under a two-space
+    indent; no word or path is broken, so joining the lines gives the message back."""
     line = f"error: {text}"
     if not width or len(line) <= width:
         return line
@@ -67,16 +59,13 @@ def error_text(text: str, width: int | None = None) -> str:
 
 
 def _stderr_width() -> int | None:
-    """The terminal's width (``$COLUMNS`` first) when stderr is a terminal, else
-    None."""
-    try:
-        if not sys.stderr.isatty():
-            return None
-    except (AttributeError, ValueError):
-        return None
-    import shutil
+    """The terminal's width (``$COLUMNS`` first) when stderr is one, else None."""
+    with contextlib.suppress(AttributeError, ValueError):
+        if sys.stderr.isatty():
+            import shutil
 
-    return shutil.get_terminal_size((80, 24)).columns
+            return shutil.get_terminal_size((80, 24)).columns
+    return None
 
 
 def first_line(err: BaseException) -> str:
@@ -94,7 +83,7 @@ def describe(err: BaseException) -> tuple[int, str] | None:
     if isinstance(err, MemoryError):
         return EXIT_STOPPED, "out of memory: use smaller sizes"
     if isinstance(err, ImportError) and "failed to map segment" in str(err):
-        return 2, (
+        return EXIT_SETTINGS, (
             f"{first_line(err)[:160]}: a library could not be loaded, probably for "
             "an address-space limit (ulimit -v): raise it (ulimit -v unlimited)"
         )
@@ -104,9 +93,7 @@ def describe(err: BaseException) -> tuple[int, str] | None:
             # torch's allocator: "[enforce fail at alloc_cpu.cpp:127] err == 0.
             # DefaultCPUAllocator: can't allocate memory: you tried to allocate ..."
             what = first_line(err)
-            what = (
-                what[what.find("DefaultCPUAllocator") :] if "Default" in what else what
-            )
+            what = what[max(0, what.find("DefaultCPUAllocator")) :]
             return EXIT_STOPPED, (
                 f"out of memory ({what[:160]}): use smaller sizes or raise the "
                 "memory limit (ulimit -v)"
@@ -152,9 +139,8 @@ def os_error(err: OSError) -> tuple[int, str]:
 
 
 def _stdout_fails(code: int | None) -> bool:
-    """Whether writing standard output fails with errno ``code`` now: what it holds
-    back cannot be flushed, or an empty write fails (``/dev/full``, unbuffered). The
-    error without a file name was then stdout's."""
+    """Whether writing stdout fails with errno ``code`` now (``> /dev/full``): an error
+    without a file name was then stdout's."""
     if code is None:
         return False
     try:

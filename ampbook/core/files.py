@@ -1,13 +1,7 @@
-"""The files a command reads and writes, checked before any work: outputs
-(``check_output_file``, ``check_output_dir``: long names, files in the way, read-only
-or missing folders, free space where the size is known, another command's records),
-inputs read only from regular files (``check_input_file``: a FIFO or a device would
-block or never end), results written whole (``write_text_atomic``, ``save_result``),
-a lock one process holds (``hold_lock``) and the open-file limit
-(``check_open_files``).
-
-Only the standard library is imported here: the module is loaded before torch.
-"""
+"""The files a command reads and writes, checked before any work: outputs (long names,
+files in the way, read-only or missing folders, free space, another command's
+records), inputs read only from regular files (a FIFO would block), results written
+whole, a lock one process holds and the open-file limit. Standard library only."""
 
 from __future__ import annotations
 
@@ -15,6 +9,7 @@ import contextlib
 import errno
 import json
 import os
+import resource
 import shutil
 import stat
 from pathlib import Path
@@ -31,11 +26,10 @@ class LockBusy(UserError):
 
 
 def hold_lock(path: str | os.PathLike) -> int:
-    """An exclusive ``fcntl.flock`` on ``path`` (created), the holder's pid, host and
-    time written into it: the file descriptor to keep open while the work runs
-    (``release_lock``). The kernel releases it when the process dies, so a killed
-    process leaves no stale lock. ``LockBusy`` (naming the holder) when another
-    process holds it; ``OSError`` when it cannot be created."""
+    """An exclusive ``fcntl.flock`` on ``path`` (created, the holder's pid, host and
+    time written in): the descriptor to keep open while the work runs. The kernel
+    releases it when the process dies (no stale lock); ``LockBusy`` names another
+    holder."""
     import fcntl
     import socket
     from datetime import datetime, timezone
@@ -49,12 +43,10 @@ def hold_lock(path: str | os.PathLike) -> int:
             holder = os.read(fd, 300).decode(errors="replace").strip()
             os.close(fd)
             raise LockBusy(holder or "unknown process") from None
-        try:  # the previous holder may have removed the file between open and flock
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
+        # the previous holder may have removed the file between open and flock
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
         os.close(fd)
     os.ftruncate(fd, 0)
     since = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -74,27 +66,17 @@ def release_lock(path: str | os.PathLike, fd: int) -> None:
 # --- the open-file limit --------------------------------------------------------------
 
 
-def open_files_in_use() -> int | None:
-    """File descriptors this process has open (None where they cannot be counted)."""
+def check_open_files(needed: int, what: str) -> None:
+    """Make sure ``needed`` more files can be open at once (``what`` needs them) before
+    the work starts: the soft limit is raised toward the hard one; a hard limit too
+    low is ``UserError`` naming it, not "Too many open files" in a worker later."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = 0
     for folder in ("/proc/self/fd", "/dev/fd"):
         with contextlib.suppress(OSError):
-            return max(0, len(os.listdir(folder)) - 1)  # less the listing's own
-    return None
-
-
-def check_open_files(needed: int, what: str) -> None:
-    """Make sure ``needed`` more files can be open at once (``what`` needs them: loader
-    workers, a kernel's sockets), before the work starts. The soft limit is raised
-    toward the hard one when that is short (any process may); a hard limit that is
-    too low (``ulimit -n 20`` sets both) is ``UserError`` naming the limit and what to
-    raise it to, rather than a run that fails later with "Too many open files" in a
-    worker thread or a socket library."""
-    try:
-        import resource
-    except ImportError:  # not a POSIX system: no limit to read
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    total = needed + (open_files_in_use() or 0)
+            in_use = max(0, len(os.listdir(folder)) - 1)  # less the listing's own
+            break
+    total = needed + in_use
     unlimited = resource.RLIM_INFINITY
     if soft == unlimited or soft >= total:
         return
@@ -111,8 +93,7 @@ def check_open_files(needed: int, what: str) -> None:
 
 
 def too_many_open_files(err: BaseException) -> bool:
-    """Whether ``err`` says the process ran out of file descriptors (EMFILE, ENFILE,
-    or torch's DataLoader saying so in its own words)."""
+    """Whether ``err`` says the process ran out of file descriptors."""
     if isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE):
         return True
     return isinstance(err, RuntimeError) and "Too many open files" in str(err)
@@ -120,12 +101,7 @@ def too_many_open_files(err: BaseException) -> bool:
 
 def open_files_advice() -> str:
     """What to do after running out of file descriptors, with the limit named."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError, ValueError):
-        return "raise the open-file limit (ulimit -n)"
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return (
         f"the open-file limit (ulimit -n) is {soft}: raise it (ulimit -n "
         f"{max(2 * soft, 1024)}) or use fewer workers"
@@ -136,6 +112,8 @@ def open_files_advice() -> str:
 
 
 def mode_kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "a file"
     if stat.S_ISFIFO(mode):
         return "a FIFO (named pipe)"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
@@ -148,7 +126,7 @@ def mode_kind(mode: int) -> str:
 
 
 def check_names(path: Path, what: str) -> None:
-    """Each component of ``path`` at most ``NAME_MAX`` bytes, the whole at most
+    """Each component of ``path`` at most ``NAME_MAX`` bytes, the whole under
     ``PATH_MAX``."""
     raw = os.fsencode(str(path))
     if len(raw) >= PATH_MAX:
@@ -166,14 +144,12 @@ def check_names(path: Path, what: str) -> None:
 
 
 def _writable_folder(folder: Path, what: str) -> None:
-    try:
-        readonly = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        readonly = False
-    if readonly:
-        raise UserError(
-            f"{what}: {folder} is on a read-only file system; choose a writable folder"
-        )
+    with contextlib.suppress(OSError):
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            raise UserError(
+                f"{what}: {folder} is on a read-only file system; choose a writable "
+                "folder"
+            )
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UserError(
             f"{what}: {folder} cannot be written (permission denied); choose a "
@@ -188,17 +164,14 @@ def _existing_ancestor(path: Path, what: str) -> Path:
     for folder in (path, *path.parents):
         try:
             mode = os.stat(folder).st_mode
-        except FileNotFoundError:
-            continue
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as err:
             raise UserError(f"{what}: {folder}: {err.strerror}") from None
         if not stat.S_ISDIR(mode):
-            kind = "a file" if stat.S_ISREG(mode) else mode_kind(mode)
             raise UserError(
-                f"{what}: {folder} is {kind}, so {path} cannot be made below it; "
-                "choose another path"
+                f"{what}: {folder} is {mode_kind(mode)}, so {path} cannot be made "
+                "below it; choose another path"
             )
         return folder
     return Path(path.anchor)
@@ -218,9 +191,8 @@ def check_free_space(folder: Path, size: int, what: str) -> None:
 
 
 def file_kind(path: str | os.PathLike) -> str | None:
-    """The ``schema`` a JSON file names (``"ampbook.train"``, ``"ampbook.doctor/2"``
-    ...), or None for any other file (not JSON, no schema, too large to be one of
-    the commands' records, unreadable). Read without following more than a few MiB."""
+    """The ``schema`` a JSON file names (``"ampbook.train"``...), or None for any other
+    file (not JSON, no schema, too large for a record, unreadable)."""
     p = Path(path)
     try:
         if p.stat().st_size > 32 * 2**20:
@@ -240,6 +212,21 @@ def _small_int(digits: str) -> int:
     return int(digits)
 
 
+def _output(path, what: str, noun: str) -> tuple[Path, int | None]:
+    """An output's path, its names not too long, and its mode (None: absent, or a
+    file in the way that ``_existing_ancestor`` reports)."""
+    if path is None or not str(path).strip():
+        raise UserError(f"{what} is an empty path; give {noun}")
+    p = Path(path).expanduser()
+    check_names(p, what)
+    try:
+        return p, os.stat(p).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return p, None
+    except OSError as err:
+        raise UserError(f"{what}: {p}: {err.strerror}") from None
+
+
 def check_output_file(
     path: str | os.PathLike,
     what: str,
@@ -249,26 +236,12 @@ def check_output_file(
     kind: str | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """A file a command will write, checked before any work: a name, not too long, not
-    a folder or a special file, its folder existing and writable, with ``size`` bytes
-    free when given. ``UserError`` otherwise. A missing folder is refused (a typo such
-    as ``/nonexistent/dir/x.json`` creates nothing) unless ``create_parents``: then it
-    must be creatable, nothing but folders above it.
-
-    No command replaces what another wrote: an existing non-empty file is refused
-    unless it is a record of this command's ``kind`` (a JSON file whose ``schema`` is
-    ``kind``: an earlier run of the same command) or ``overwrite`` is given (the
-    command's ``--overwrite``); the error names the file and what it holds."""
-    if path is None or not str(path).strip():
-        raise UserError(f"{what} is an empty path; give a file name")
-    p = Path(path).expanduser()
-    check_names(p, what)
-    try:
-        mode = os.stat(p).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        mode = None  # absent; or a file in the way, reported below
-    except OSError as err:
-        raise UserError(f"{what}: {p}: {err.strerror}") from None
+    """A file a command will write, checked before any work: not too long, not a folder
+    or a socket, its folder existing (or creatable with ``create_parents``) and
+    writable, with ``size`` bytes free. No command replaces what another wrote: an
+    existing non-empty file is refused unless it is a record of this command's ``kind``
+    (its JSON ``schema``) or ``overwrite`` is given."""
+    p, mode = _output(path, what, "a file name")
     if mode is not None and not (
         stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
     ):  # a FIFO or /dev/stdout is written into; a folder or a socket cannot be
@@ -293,10 +266,9 @@ def check_output_file(
 
 def _check_replaceable(p: Path, what: str, kind: str | None) -> None:
     try:
-        empty = p.stat().st_size == 0
+        if p.stat().st_size == 0:
+            return
     except OSError:
-        return
-    if empty:
         return
     held = file_kind(p)
     if kind is not None and held == kind:
@@ -314,21 +286,12 @@ def _check_replaceable(p: Path, what: str, kind: str | None) -> None:
 def check_output_dir(
     path: str | os.PathLike, what: str, size: int | None = None
 ) -> Path:
-    """A folder a command will write into, checked before any work (as
-    ``check_output_file``)."""
-    if path is None or not str(path).strip():
-        raise UserError(f"{what} is an empty path; give a folder")
-    p = Path(path).expanduser()
-    check_names(p, what)
-    try:
-        mode = os.stat(p).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        mode = None
-    except OSError as err:
-        raise UserError(f"{what}: {p}: {err.strerror}") from None
+    """A folder a command will write into, checked before any work."""
+    p, mode = _output(path, what, "a folder")
     if mode is not None and not stat.S_ISDIR(mode):
-        kind = "a file" if stat.S_ISREG(mode) else mode_kind(mode)
-        raise UserError(f"{what}: {p} is {kind}, not a folder; give a folder")
+        raise UserError(
+            f"{what}: {p} is {mode_kind(mode)}, not a folder; give a folder"
+        )
     folder = _existing_ancestor(p, what)
     _writable_folder(folder, what)
     if size:
@@ -337,8 +300,8 @@ def check_output_dir(
 
 
 def check_input_file(path: str | os.PathLike, what: str) -> Path:
-    """A file a command will read: it exists and is a regular file (a FIFO or a
-    device would block the read or never end). ``UserError`` otherwise."""
+    """A file a command will read: an existing regular file (a FIFO or a device would
+    block the read or never end)."""
     p = Path(path)
     try:
         mode = os.stat(p).st_mode
@@ -361,8 +324,7 @@ def is_special(path: str | os.PathLike) -> bool:
 
 
 def read_text(path: str | os.PathLike, what: str) -> str:
-    """The text of a regular file (``check_input_file``); ``UserError`` names the file
-    when it cannot be read or decoded."""
+    """The text of a regular file; ``UserError`` names it when it cannot be read."""
     p = check_input_file(path, what)
     try:
         return p.read_text()
@@ -374,7 +336,7 @@ def read_text(path: str | os.PathLike, what: str) -> str:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to a temporary file beside ``path``, then rename it: a full disk
-    leaves the earlier file (or none), never half a file. Creates missing folders."""
+    leaves the earlier file (or none), never half a file."""
     p = Path(path)
     if is_special(p):  # /dev/stdout, a FIFO someone reads: written into, not replaced
         with open(p, "w") as f:
@@ -392,9 +354,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def save_result(path: str | os.PathLike, result, what: str = "the numbers") -> Path:
-    """Write a command's result as JSON at the end of its work (``path`` was checked
-    with ``check_output_file`` before it began); ``Stopped`` when the disk refuses,
-    saying where the result is still to be read."""
+    """Write a command's result as JSON at the end of its work; ``Stopped`` when the
+    disk refuses, saying where the result is still to be read."""
     try:
         return write_text_atomic(path, json.dumps(result, indent=1) + "\n")
     except OSError as err:

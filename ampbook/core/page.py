@@ -1,7 +1,5 @@
-"""Figure style and small display helpers shared by the chapters.
-
-Figures must read in grayscale: each series gets a line style, a marker and a hatch as
-well as a colour (``series_style``)."""
+"""Figure style and display helpers shared by the chapters. Figures must read in
+grayscale: each series gets a line style, a marker and a hatch as well as a colour."""
 
 from __future__ import annotations
 
@@ -16,26 +14,9 @@ from ampbook.core.provenance import TABLE_MARKS, Value, glue_text
 MIB = 2**20
 GIB = 2**30
 
-_COLORS = [
-    "#1b1b1b",
-    "#3b6ea8",
-    "#c0504d",
-    "#6b8e23",
-    "#8064a2",
-    "#d08c2f",
-    "#4bacc6",
-    "#7f7f7f",
-]
-_LINES = [
-    "-",
-    "--",
-    "-.",
-    ":",
-    (0, (5, 1)),
-    (0, (3, 1, 1, 1, 1, 1)),
-    (0, (1, 1)),
-    (0, (8, 2)),
-]
+_COLORS = "#1b1b1b #3b6ea8 #c0504d #6b8e23 #8064a2 #d08c2f #4bacc6 #7f7f7f".split()
+_DASHES = ((5, 1), (3, 1, 1, 1, 1, 1), (1, 1), (8, 2))  # on, off, ... in points
+_LINES = ["-", "--", "-.", ":", *((0, d) for d in _DASHES)]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 _HATCHES = ["", "//", "..", "xx", "\\\\", "++", "oo", "--"]
 
@@ -87,13 +68,10 @@ _PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 def md_escape(text) -> str:
     """``text`` as Markdown that shows exactly that text: a value from a results file,
-    a model or a command line (a device name, a version, a layer's name) becomes page
-    text only through here (``results.provenance``, ``md_table`` cells,
-    ``devices.display_name``), so it cannot add markup, a MyST directive or role, or
-    HTML to the book. Line breaks and control characters become spaces (a value is
-    one line); ordinary names ("NVIDIA H200", "2.5.1+cu124", "aten::conv2d",
-    "max_pool2d") come back unchanged. Idempotent: an escaped text is returned as
-    it is, so a value escaped at two layers shows once."""
+    a model or a command line becomes page text only through here, so it cannot add
+    markup, a MyST directive or HTML. Control characters become spaces; ordinary names
+    ("2.5.1+cu124", "aten::conv2d", "max_pool2d") come back unchanged. Idempotent: a
+    value escaped at two layers shows once."""
     text = re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", " ", str(text))
     out = []
     i, n = 0, len(text)
@@ -127,8 +105,7 @@ def md_escape(text) -> str:
 
 
 def _text(value) -> str:
-    """A table cell or header: Markdown an ``md(...)`` object gave (trusted markup
-    from the code), else the value as text (``md_escape``)."""
+    """A cell or header: an ``md(...)`` object's Markdown (the code's), else text."""
     data = getattr(value, "data", None)
     if isinstance(data, str) and hasattr(value, "_repr_markdown_"):
         return data.replace("\n", " ").replace("|", "\\|")
@@ -138,20 +115,11 @@ def _text(value) -> str:
 def _cell(value, fmt: str | None) -> str:
     if value is None:
         return "–"
-    if isinstance(value, Value):
-        # a predicted or assumed cell carries its mark; the note under the table
-        # says what the mark means and where the value came from
-        if math.isnan(value):
-            return "nan"
-        mark = TABLE_MARKS.get(value.kind, "")
-        return value.number(fmt or "", unit=False) + mark
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if fmt:
-            return format(value, fmt)
-        return f"{value:.4g}"
-    return _text(value)
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if isinstance(value, Value):  # a predicted or assumed cell carries its mark
+        return value.number(fmt or "", unit=False) + TABLE_MARKS.get(value.kind, "")
+    return format(value, fmt or ".4g") if isinstance(value, float) else _text(value)
 
 
 def md_table_text(
@@ -159,22 +127,19 @@ def md_table_text(
     headers: Sequence[str],
     formats: Sequence[str | None] | None = None,
 ) -> str:
-    """A Markdown (pipe) table as text. ``formats`` gives a format spec per column for
-    floats. Strings in cells and headers are text (``md_escape``); a cell made by
-    ``md(...)`` is Markdown written by the code (a code span, a link) and kept."""
+    """A Markdown (pipe) table as text; ``formats``: a format spec per column for
+    floats. Strings are text (``md_escape``); a cell made by ``md(...)`` is kept."""
     formats = list(formats) if formats is not None else [None] * len(headers)
     lines = [
         "| " + " | ".join(_text(h) for h in headers) + " |",
         "|" + "|".join("---" for _ in headers) + "|",
     ]
-    marked: dict[str, list[str]] = {}
+    marked: dict[str, dict[str, None]] = {}  # kind -> its sources, in order
     for row in rows:
         row = list(row)
         for v in row:
             if isinstance(v, Value) and v.kind in TABLE_MARKS:
-                marked.setdefault(v.kind, [])
-                if v.source not in marked[v.kind]:
-                    marked[v.kind].append(v.source)
+                marked.setdefault(v.kind, {})[v.source] = None
         if len(row) != len(headers):
             raise ValueError(
                 f"row {row!r} has {len(row)} cells, "
@@ -195,8 +160,7 @@ def md_table(
     headers: Sequence[str],
     formats: Sequence[str | None] | None = None,
 ):
-    """The same table as an IPython Markdown object, rendered by Jupyter and by the
-    book."""
+    """The same table as an IPython Markdown object."""
     from IPython.display import Markdown
 
     return Markdown(md_table_text(rows, headers, formats))
@@ -210,9 +174,8 @@ def md(text: str):
 
 
 class Dropdown:
-    """A titled block that opens on a click: an HTML ``<details>`` element around
-    Markdown, which the book and Jupyter both render (the Markdown inside is parsed by
-    each), with a plain-text form for a terminal. Made by ``dropdown``."""
+    """A titled block that opens on a click: an HTML ``<details>`` around Markdown
+    (the book and Jupyter both render it), with a plain-text form for a terminal."""
 
     def __init__(self, title: str, body: str, plain: str | None = None, lead: str = ""):
         self.title = title
@@ -239,11 +202,9 @@ class Dropdown:
 
 
 def dropdown(title: str, content, plain: str | None = None, lead: str = "") -> Dropdown:
-    """``content`` (Markdown text, or a Markdown object such as ``md_table``'s) behind
-    a one-line ``title`` that opens it: end a cell with it, like ``md``. ``lead`` is
-    Markdown shown above it, always visible (a table's summary); ``plain`` the text a
-    terminal prints instead of the content (default: the Markdown itself). Use it for a
-    long table under its summary, or an exercise's hint."""
+    """``content`` (Markdown text or object) behind a one-line ``title`` that opens
+    it; ``lead``: Markdown always shown above it (a table's summary); ``plain``: what
+    a terminal prints instead of the content."""
     body = getattr(content, "data", content)
     if not isinstance(body, str):
         raise TypeError(
@@ -257,12 +218,9 @@ def dropdown(title: str, content, plain: str | None = None, lead: str = "") -> D
 
 
 def glue_all(**values) -> None:
-    """``myst_nb.glue`` each value under its name without displaying it: markdown cells
-    then write ``{glue:text}`name:.3g``` and the book pastes the number into the
-    prose. A ``ampbook.core.provenance.Value`` is glued as its text (number, unit and,
-    for a prediction or an assumption, its marker), so a markdown reference to it writes
-    ``:s``; a numeric format spec on it fails the book build rather than print the
-    number bare."""
+    """``myst_nb.glue`` each value under its name without displaying it, for the prose's
+    ``{glue:text}`name:.3g```. A ``Value`` is glued as its text (with its marker), so a
+    reference to it writes ``:s``; a numeric spec on it fails the build."""
     from myst_nb import glue
 
     for name, value in values.items():

@@ -1,27 +1,8 @@
-"""Checks for a notebook's parameters, run right after the parameters cell.
-
-A profile or ``-p NAME VALUE`` can hand a notebook any value; a bad one should stop the
-run at once with a message that names the parameter and the rule, not deep inside a
-measurement::
-
-    from ampbook.core import params
-    params.integer("n_samples", n_samples, minimum=1000)
-    params.integers("matmul_sizes", matmul_sizes, minimum=1, count=2,
-                    why="the fit needs two")
-    params.number("min_time", min_time, above=0)
-    params.choice("precision", precision, ["fp32", "amp-fp16", "amp-bf16"])
-    params.seed("seed", seed)
-    params.rule("sizes", sizes, lambda v: len({h * w for h, w in v}) >= 2,
-                "needs 2 sizes of different pixel counts")
-
-Numbers are finite unless a check says otherwise (``finite=False``): NaN and inf are
-refused with 0 and negatives wherever a bound says so. ``rule`` takes the test as a
-function of the value, so a value of the wrong type (a string where a list was meant)
-fails the rule instead of raising deep inside the test.
-
-Each check returns the value (lists come back as lists of int) and raises
-``ParameterError`` (a ``ValueError``) with one line such as
-``parameter matmul_sizes = [64]: needs at least 2 sizes (the fit needs two)``.
+"""Checks for a notebook's parameters, run right after the parameters cell: a bad value
+from a profile or ``-p NAME VALUE`` stops the run at once with one line naming the
+parameter and the rule, ``parameter matmul_sizes = [64]: needs at least 2 distinct
+values (the fit needs two)``, not deep inside a measurement. Numbers are finite unless
+a check says otherwise; each check returns the value.
 """
 
 from __future__ import annotations
@@ -33,7 +14,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from ampbook.core.cli import SEED_MAX, UserError
+from ampbook.core.args import SEED_MAX
+from ampbook.core.errors import UserError
+from ampbook.core.files import check_output_dir, check_output_file
+from ampbook.core.words import plural
 
 
 class ParameterError(ValueError, UserError):
@@ -50,9 +34,8 @@ def fail(name: str, value: Any, rule: str, why: str = "") -> None:
 def rule(
     name: str, value: Any, ok: bool | Callable[[Any], bool], text: str, why: str = ""
 ) -> Any:
-    """Any rule: ``ok`` says whether it holds (or is a test called with ``value``: one
-    that raises, on a value of the wrong type, counts as broken), ``text`` states it
-    ("must be ...")."""
+    """Any rule: ``ok`` says whether it holds, or is a test of ``value`` (one that
+    raises on a value of the wrong type counts as broken); ``text`` states it."""
     if callable(ok):
         try:
             ok = bool(ok(value))
@@ -72,14 +55,10 @@ def _is_number(value: Any) -> bool:
 
 
 def _bounds(minimum, maximum, above) -> str:
-    parts = []
-    if above is not None:
-        parts.append(f"> {above:g}")
-    if minimum is not None:
-        parts.append(f">= {minimum:g}")
-    if maximum is not None:
-        parts.append(f"<= {maximum:g}")
-    return " and ".join(parts)
+    """The bounds in words, after a space ("" when there are none)."""
+    bounds = ((">", above), (">=", minimum), ("<=", maximum))
+    text = " and ".join(f"{op} {x:g}" for op, x in bounds if x is not None)
+    return f" {text}" if text else ""
 
 
 def _in_bounds(value, minimum, maximum, above) -> bool:
@@ -98,10 +77,8 @@ def integer(
     why: str = "",
 ) -> int:
     """An integer (not a bool) within the bounds given."""
-    bounds = _bounds(minimum, maximum, None)
-    text = "must be an integer" + (f" {bounds}" if bounds else "")
     if not _is_int(value) or not _in_bounds(value, minimum, maximum, None):
-        fail(name, value, text, why)
+        fail(name, value, "must be an integer" + _bounds(minimum, maximum, None), why)
     return int(value)
 
 
@@ -116,18 +93,15 @@ def number(
 ) -> float:
     """A finite real number within the bounds given (``above``: strictly greater);
     ``finite=False`` lets inf through (NaN never)."""
-    bounds = _bounds(minimum, maximum, above)
     infinite = _is_number(value) and value == value and not math.isfinite(value)
-    text = f"must be a {'finite ' if finite and infinite else ''}number" + (
-        f" {bounds}" if bounds else ""
-    )
+    text = f"must be a {'finite ' if finite and infinite else ''}number"
     if (
         not _is_number(value)
         or value != value
         or (finite and not math.isfinite(value))
         or not _in_bounds(value, minimum, maximum, above)
     ):
-        fail(name, value, text, why)
+        fail(name, value, text + _bounds(minimum, maximum, above), why)
     return float(value)
 
 
@@ -145,31 +119,15 @@ def integers(
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         fail(name, value, "must be a list of integers", why)
     items = list(value)
-    bounds = _bounds(minimum, maximum, None)
     for item in items:
         if not _is_int(item) or not _in_bounds(item, minimum, maximum, None):
-            fail(
-                name,
-                value,
-                "every item must be an integer"
-                + (f" {bounds}" if bounds else "")
-                + f"; {item!r} is not",
-                why,
-            )
+            rule = f"every item must be an integer{_bounds(minimum, maximum, None)}"
+            fail(name, value, f"{rule}; {item!r} is not", why)
         if multiple_of and item % multiple_of:
-            fail(
-                name,
-                value,
-                f"every item must be a multiple of {multiple_of}; {item} is not",
-                why,
-            )
+            rule = f"every item must be a multiple of {multiple_of}; {item} is not"
+            fail(name, value, rule, why)
     if len(set(items)) < count:
-        fail(
-            name,
-            value,
-            f"needs at least {count} distinct value{'s' if count > 1 else ''}",
-            why,
-        )
+        fail(name, value, f"needs at least {plural(count, 'distinct value')}", why)
     return [int(i) for i in items]
 
 
@@ -181,9 +139,8 @@ def choice(name: str, value: Any, choices: Sequence, why: str = "") -> Any:
 
 
 def device(name: str, value: Any) -> Any:
-    """``"auto"``, a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``) or a
-    ``torch.device``. Whether the machine has it is
-    ``ampbook.core.devices.pick_device``'s check."""
+    """``"auto"``, a torch device string (``"cuda:1"``) or a ``torch.device``; whether
+    the machine has it is ``pick_device``'s check."""
     if isinstance(value, torch.device) or value == "auto":
         return value
     try:
@@ -229,11 +186,8 @@ def folder(name: str, value: Any, empty: str = "the default") -> Any:
 
 
 def output(name: str, value: Any, kind: str = "file") -> Any:
-    """A file (``kind="file"``) or folder (``"folder"``) the notebook will write, or
-    None / "" for none: checked before any work (``ampbook.core.cli``: long names, a
-    file in the way, read-only places)."""
-    from ampbook.core import cli
-
+    """A file (``kind="file"``) or folder the notebook will write, or None / "" for
+    none, checked before any work as a command's outputs are."""
     if value is None or value == "":
         return value
     if not isinstance(value, (str, Path)):
@@ -241,12 +195,12 @@ def output(name: str, value: Any, kind: str = "file") -> Any:
     try:
         if kind == "file":
             # a notebook's own output: its next run writes it again
-            cli.check_output_file(
+            check_output_file(
                 value, f"parameter {name}", create_parents=True, overwrite=True
             )
         else:
-            cli.check_output_dir(value, f"parameter {name}")
-    except cli.UserError as err:
+            check_output_dir(value, f"parameter {name}")
+    except UserError as err:
         raise ParameterError(str(err)) from None
     return value
 
@@ -265,8 +219,6 @@ def floats(
         )
     )
     if not ok:
-        rule = f"must be a list of at least {count} finite number" + (
-            "s" if count > 1 else ""
-        )
-        fail(name, value, rule + (f" > {above:g}" if above is not None else ""), why)
+        rule = f"must be a list of at least {plural(count, 'finite number')}"
+        fail(name, value, rule + _bounds(None, None, above), why)
     return [float(v) for v in items]

@@ -24,9 +24,8 @@ class CacheError(ValueError, UserError):
 
 
 def cache_dir() -> Path:
-    """Directory for generated artefacts (synthetic datasets...): ``$AMPBOOK_CACHE`` or
-    ``<repo>/build/cache``; ``CacheError`` when it is not a folder that can be
-    written (a file, a read-only place, a name too long)."""
+    """Folder for generated artefacts (synthetic datasets...): ``$AMPBOOK_CACHE`` or
+    ``<repo>/build/cache``; ``CacheError`` when it cannot be written."""
     raw = os.environ.get("AMPBOOK_CACHE", "")
     path = Path(raw).expanduser() if raw.strip() else REPO_ROOT / "build" / "cache"
     what = f"AMPBOOK_CACHE={raw}" if raw.strip() else "the cache folder"
@@ -43,8 +42,7 @@ def cache_dir() -> Path:
 
 
 def load_reference(name: str) -> Any:
-    """Load ``data/reference/<name>.yml`` (figures from elsewhere, each with its
-    source)."""
+    """``data/reference/<name>.yml``: figures from elsewhere, each with its source."""
     path = REFERENCE_DIR / f"{name}.yml"
     if not path.exists():
         known = sorted(p.stem for p in REFERENCE_DIR.glob("*.yml"))

@@ -1,16 +1,7 @@
-"""The book's precision vocabulary, in one place.
-
-* The training precisions (``PRECISIONS``: ``"fp32"``, ``"amp-fp16"``, ``"amp-bf16"``)
-  and the dtype autocast runs each one in (``autocast_dtype``; ``None`` for fp32).
-* Dtype names both ways: the book's short names (``"fp16"``, ``"bf16"``...) and
-  PyTorch's (``"float16"``, ``"bfloat16"``...), with ``to_dtype`` reading either and
-  ``short_name``/``torch_name`` writing them.
-* Whether this CPU has native 16-bit arithmetic (``native_cpu_flags``): the AVX-512 and
-  AMX instructions Linux lists in ``/proc/cpuinfo`` (read by
-  ``ampbook.core.env.cpu_flags``).
-* ``backend_flags``: torch's global backend switches (TF32, cuDNN benchmark,
-  deterministic algorithms, the fp32 matmul precision) set inside a ``with`` block and
-  restored on the way out, whatever happens inside.
+"""The book's precision vocabulary: the training precisions and their autocast dtypes,
+dtype names both ways (``to_dtype``, ``short_name``, ``torch_name``), whether this CPU
+has native 16-bit arithmetic, and torch's global backend flags set for a ``with``
+block and restored after it (``backend_flags``).
 """
 
 from __future__ import annotations
@@ -29,28 +20,21 @@ AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
     "amp-bf16": torch.bfloat16,
 }
 
-_FP8_E4M3 = getattr(torch, "float8_e4m3fn", None)
-_FP8_E5M2 = getattr(torch, "float8_e5m2", None)
-
-# The book's short dtype names; None: a float8 type this PyTorch lacks.
-DTYPES: dict[str, torch.dtype | None] = {
+# The book's short dtype names.
+DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
     "fp32": torch.float32,
     "tf32": torch.float32,  # storage is fp32; the matmul runs on TF32 tensor cores
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
-    "fp8": _FP8_E4M3,
-    "fp8_e4m3": _FP8_E4M3,
-    "fp8_e5m2": _FP8_E5M2,
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2,
 }
 # Each dtype's one short name (tf32 and fp8 are aliases, never written).
-SHORT_NAMES: dict[torch.dtype, str] = {
-    d: name
-    for name, d in DTYPES.items()
-    if d is not None and name not in ("tf32", "fp8")
-}
+SHORT_NAMES = {d: n for n, d in DTYPES.items() if n not in ("tf32", "fp8")}
 
-# The instructions that give a CPU native 16-bit arithmetic (Linux /proc/cpuinfo names).
+# The instructions that give a CPU native 16-bit arithmetic (/proc/cpuinfo names).
 NATIVE_CPU_FLAGS: dict[torch.dtype, tuple[str, ...]] = {
     torch.bfloat16: ("avx512_bf16", "amx_bf16"),
     torch.float16: ("avx512_fp16", "amx_fp16"),
@@ -67,7 +51,7 @@ def check_precision(precision: str) -> str:
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The dtype autocast runs ``precision`` in (``None``: fp32, no autocast)."""
+    """The dtype autocast runs ``precision`` in (None: fp32, no autocast)."""
     return AUTOCAST_DTYPES[check_precision(precision)]
 
 
@@ -77,11 +61,6 @@ def to_dtype(name: str | torch.dtype) -> torch.dtype:
     if isinstance(name, torch.dtype):
         return name
     if name in DTYPES:
-        if DTYPES[name] is None:
-            raise ValueError(
-                f"dtype {name!r} needs a PyTorch with float8 types "
-                f"(this is {torch.__version__})"
-            )
         return DTYPES[name]
     found = getattr(torch, str(name).removeprefix("torch."), None)
     if not isinstance(found, torch.dtype):
@@ -108,10 +87,9 @@ def short_name(dtype: str | torch.dtype) -> str:
 def native_cpu_flags(
     dtype: str | torch.dtype | None = None, flags: Iterable[str] | None = None
 ) -> list[str]:
-    """The instructions among ``flags`` (default: this CPU's,
-    ``ampbook.core.env.cpu_flags``) that do ``dtype`` natively: empty for a CPU whose
-    16-bit kernels convert to and from wider types. ``dtype`` may also be a precision
-    (``"amp-bf16"``); ``None``: bf16's and fp16's together."""
+    """The instructions among ``flags`` (default: this CPU's) that do ``dtype`` (or a
+    precision, ``"amp-bf16"``; None: bf16 and fp16) natively: empty for a CPU whose
+    16-bit kernels convert to and from wider types."""
     if dtype is None:
         wanted = tuple(f for fs in NATIVE_CPU_FLAGS.values() for f in fs)
     elif isinstance(dtype, str) and dtype in AUTOCAST_DTYPES:
@@ -145,8 +123,8 @@ def set_tf32(on: bool) -> None:
 
 
 def backend_flags_now() -> dict:
-    """The backend flags as they are now (what ``backend_flags`` restores). A value
-    PyTorch refuses to read (after a mix of its old and new TF32 settings) is None."""
+    """The backend flags as they are now (what ``backend_flags`` restores); None for a
+    value PyTorch refuses to read (after a mix of its old and new TF32 settings)."""
     return {
         "matmul_tf32": readable_or_none(lambda: torch.backends.cuda.matmul.allow_tf32),
         "cudnn_tf32": tf32_state()["cudnn_conv"] == "tf32",
@@ -160,11 +138,8 @@ def backend_flags_now() -> dict:
             torch.get_float32_matmul_precision
         ),
         "fp32_precision": {
-            name: getattr(backend.matmul, "fp32_precision", None)
-            for name, backend in (
-                ("cuda", torch.backends.cuda),
-                ("mkldnn", torch.backends.mkldnn),
-            )
+            name: getattr(getattr(torch.backends, name).matmul, "fp32_precision", None)
+            for name in ("cuda", "mkldnn")
         },
     }
 
@@ -196,27 +171,22 @@ def backend_flags(
     *,
     tf32: bool | None = None,
     matmul_tf32: bool | None = None,
-    cudnn_tf32: bool | None = None,
     cudnn_benchmark: bool | None = None,
     deterministic: bool | None = None,
 ) -> Iterator[dict]:
-    """Set torch's backend flags for the ``with`` block; all of them are restored after
-    it. ``None`` leaves a flag as it is. ``tf32`` sets both TF32 flags (CUDA matmuls and
-    cuDNN convolutions); ``matmul_tf32``/``cudnn_tf32`` set one (matmuls through the
-    fp32 matmul precision: "high" allows TF32, "highest" does not).
-    ``deterministic=True`` asks for deterministic algorithms (warning, not failing,
-    where there is none) and deterministic cuDNN. Yields the flags as they were
-    before."""
+    """Set torch's backend flags for the ``with`` block (None: left as it is) and
+    restore them all after it; yields them as they were. ``tf32`` sets both TF32 flags,
+    ``matmul_tf32`` the matmuls' alone; ``deterministic`` asks for deterministic
+    algorithms (warning where there is none) and deterministic cuDNN."""
     saved = backend_flags_now()
     try:
-        if tf32 is not None:
-            matmul_tf32 = tf32 if matmul_tf32 is None else matmul_tf32
-            cudnn_tf32 = tf32 if cudnn_tf32 is None else cudnn_tf32
+        if tf32 is not None and matmul_tf32 is None:
+            matmul_tf32 = tf32
         if matmul_tf32 is not None:  # = torch.backends.cuda.matmul.allow_tf32, but
             # without mixing PyTorch's old and new TF32 settings
             torch.set_float32_matmul_precision("high" if matmul_tf32 else "highest")
-        if cudnn_tf32 is not None:
-            _set_cudnn_tf32(cudnn_tf32)
+        if tf32 is not None:
+            _set_cudnn_tf32(tf32)
         if cudnn_benchmark is not None:
             torch.backends.cudnn.benchmark = cudnn_benchmark
         if deterministic is not None:

@@ -1,44 +1,40 @@
-"""How a number the book prints was obtained: measured (which run, where), predicted
-(by which model, from what), published (the source) or assumed (a parameter of a
-model).
+"""How a number the book prints was obtained: measured (which run), predicted (by which
+model, from what), published (the source) or assumed (a model's parameter).
 
-A ``Value`` is a float that carries its kind and its source, so that the kind travels
-with the number through arithmetic, glue, tables and verdicts, and rendering a
-predicted or assumed number without saying so cannot happen by accident:
+A ``Value`` is a float that carries its kind and source through arithmetic, glue,
+tables and verdicts, so a predicted number cannot be printed as a measurement by
+accident::
 
-    v = predicted(0.0307, "predict_ladder from the H200's layer profiles", unit=" ms",
-                  scale=1e3, fmt=".1f")
+    v = predicted(0.0307, "predict_ladder", unit=" ms", scale=1e3, fmt=".1f")
     f"{v}"            # '30.7 ms (predicted)'
-    f"{v:.2f}"        # '30.70 ms (predicted)'
-    float(v)          # 0.0307 (arithmetic sees the float itself)
     v / measured(...) # a Value, kind 'predicted'
-
-``ampbook.core.page.glue_all`` glues a Value as its text (so a markdown reference writes
-``:s``; a numeric format spec on it fails the book build), ``md_table`` marks its
-cells, and the verdict functions word a result over predicted inputs as what *would*
-happen (``would``).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from typing import Iterable
 
 KINDS = ("measured", "predicted", "published", "assumed")
 MEASURED, PREDICTED, PUBLISHED, ASSUMED = KINDS
-# The words a printed number carries for each kind ("" for a measurement or a cited
-# figure, whose provenance line or citation stands beside it).
+# The words a printed number carries ("" where a provenance line or citation is beside)
 MARKERS = {MEASURED: "", PUBLISHED: "", PREDICTED: "predicted", ASSUMED: "assumed"}
 # The short marks a table cell carries, explained in a note under the table.
 TABLE_MARKS = {PREDICTED: "†", ASSUMED: "‡"}
 
 
+def _binary(fn, reflected: bool = False):
+    """An arithmetic method of ``Value`` (``reflected``: ``other`` on the left)."""
+    if reflected:
+        return lambda self, other: self._op(other, lambda a, b: fn(b, a))
+    return lambda self, other: self._op(other, fn)
+
+
 class Value(float):
-    """A float with ``kind`` (one of ``KINDS``), ``source`` (text: the run, the model
-    and its inputs, the citation, the parameter), a default format spec ``fmt``, a
-    ``unit`` appended to the number (with its leading space, e.g. ``" ms"``, or
-    ``"x"``) and a display ``scale`` (the number shown is ``float(self) * scale``:
-    seconds stored, milliseconds shown)."""
+    """A float with ``kind`` (one of ``KINDS``), ``source`` (the run, the model and its
+    inputs, the citation), a default format spec ``fmt``, a ``unit`` appended to the
+    number (``" ms"``, ``"x"``) and a display ``scale`` (seconds stored, ms shown)."""
 
     __slots__ = ("kind", "source", "fmt", "unit", "scale")
 
@@ -61,10 +57,7 @@ class Value(float):
         return self
 
     def __reduce__(self):
-        return (
-            Value,
-            (float(self), self.kind, self.source, self.fmt, self.unit, self.scale),
-        )
+        return (Value, (float(self), *(getattr(self, k) for k in self.__slots__)))
 
     @property
     def is_measured(self) -> bool:
@@ -75,18 +68,13 @@ class Value(float):
         return MARKERS[self.kind]
 
     def number(self, spec: str = "", unit: bool = True) -> str:
-        """The number alone, formatted (``spec`` or the Value's own ``fmt``) and
-        scaled, with its unit (unless ``unit`` is false: a table's header names it),
-        without the marker."""
-        spec = spec or self.fmt
-        x = float(self) * self.scale
-        if spec.endswith("%") or not unit:
-            return format(x, spec)
-        return format(x, spec) + self.unit
+        """The number alone, formatted (``spec`` or ``fmt``) and scaled, with its unit
+        unless ``unit`` is false (a table's header names it); no marker."""
+        x = format(float(self) * self.scale, spec or self.fmt)
+        return x if (spec or self.fmt).endswith("%") or not unit else x + self.unit
 
     def text(self, spec: str = "") -> str:
-        """The number with its unit and, for a prediction or an assumption, its
-        marker: ``"30.7 ms (predicted)"``."""
+        """The number, its unit and its marker: ``"30.7 ms (predicted)"``."""
         out = self.number(spec)
         return f"{out} ({self.marker})" if self.marker else out
 
@@ -102,67 +90,40 @@ class Value(float):
     def with_(self, **changes) -> "Value":
         """A copy with some of ``kind``, ``source``, ``fmt``, ``unit``, ``scale``
         changed."""
-        d = {
-            "kind": self.kind,
-            "source": self.source,
-            "fmt": self.fmt,
-            "unit": self.unit,
-            "scale": self.scale,
-        }
-        d.update(changes)
-        return Value(float(self), **d)
+        now = {k: getattr(self, k) for k in self.__slots__}
+        return Value(float(self), **(now | changes))
 
     # arithmetic keeps the kind: a number computed from a prediction is a prediction
-    def _op(self, other, fn, unit: str | None = None) -> "Value":
+    def _op(self, other, fn) -> "Value":
         result = fn(float(self), float(other))
         if not isinstance(result, float) or math.isnan(result):
             return result
-        kind, source = combine(self, other)
-        return Value(result, kind, source)
+        return Value(result, *combine(self, other))
 
-    def __add__(self, o):
-        return self._op(o, float.__add__)
-
-    def __radd__(self, o):
-        return self._op(o, lambda a, b: b + a)
-
-    def __sub__(self, o):
-        return self._op(o, float.__sub__)
-
-    def __rsub__(self, o):
-        return self._op(o, lambda a, b: b - a)
-
-    def __mul__(self, o):
-        return self._op(o, float.__mul__)
-
-    def __rmul__(self, o):
-        return self._op(o, lambda a, b: b * a)
-
-    def __truediv__(self, o):
-        return self._op(o, float.__truediv__)
-
-    def __rtruediv__(self, o):
-        return self._op(o, lambda a, b: b / a)
+    __add__ = _binary(operator.add)
+    __radd__ = _binary(operator.add, reflected=True)
+    __sub__ = _binary(operator.sub)
+    __rsub__ = _binary(operator.sub, reflected=True)
+    __mul__ = _binary(operator.mul)
+    __rmul__ = _binary(operator.mul, reflected=True)
+    __truediv__ = _binary(operator.truediv)
+    __rtruediv__ = _binary(operator.truediv, reflected=True)
 
     def __neg__(self):
         return self.with_() * -1.0
 
 
 def combine(*values) -> tuple[str, str]:
-    """The kind and source of a number computed from ``values`` (plain numbers are
-    constants and add nothing): one kind stays that kind; any predicted or assumed
-    input makes a prediction; a measurement beside a published figure stays a
-    measurement (a comparison of ours with a cited figure)."""
+    """The kind and source of a number computed from ``values`` (plain numbers add
+    nothing): one kind stays; a predicted or assumed input makes a prediction; a
+    measurement beside a published figure stays a measurement."""
     vs = [v for v in values if isinstance(v, Value)]
     kinds = {v.kind for v in vs}
-    sources = list(dict.fromkeys(v.source for v in vs))
     if len(kinds) == 1:
         kind = kinds.pop()
-    elif kinds & {PREDICTED, ASSUMED}:
-        kind = PREDICTED
     else:
-        kind = MEASURED
-    return kind, "; ".join(sources)
+        kind = PREDICTED if kinds & {PREDICTED, ASSUMED} else MEASURED
+    return kind, "; ".join(dict.fromkeys(v.source for v in vs))
 
 
 def measured(x: float, source: str, **kw) -> Value:
@@ -187,8 +148,7 @@ def kind_of(x) -> str | None:
 
 
 def all_measured(values: Iterable) -> bool:
-    """Whether every Value in ``values`` is a measurement or a cited figure (plain
-    numbers and None are ignored)."""
+    """Whether every Value in ``values`` is measured or published (others ignored)."""
     return all(v.kind in (MEASURED, PUBLISHED) for v in values if isinstance(v, Value))
 
 
@@ -199,6 +159,5 @@ def would(values: Iterable, did: str, would_: str) -> str:
 
 
 def glue_text(value) -> object:
-    """What ``glue_all`` glues for ``value``: a Value's text (number, unit, marker),
-    anything else unchanged."""
+    """What ``glue_all`` glues: a Value's text, anything else unchanged."""
     return value.text() if isinstance(value, Value) else value

@@ -1,16 +1,12 @@
 """Stops: Ctrl-C, SIGTERM and SIGHUP in an ``ampbook`` command.
 
-SIGTERM is handled exactly as Ctrl-C (``Terminated`` is a ``KeyboardInterrupt``), so
-every cleanup written for Ctrl-C runs for it too, at any moment; a stop inside an
-import is held back until the import has finished. A command stops once: while the
-cleanup written for the first stop runs (a record marked interrupted, half-written files
-removed, workers joined), a second Ctrl-C or SIGTERM is not raised inside it, and the
-exit status is the first stop's. ``install`` (called by ``ampbook/__init__.py`` when
-the process is an ``ampbook`` command) covers the start-up imports before ``main``
-runs, and ``end_process`` ends the process with the command's status.
-``ampbook.core.cli``'s ``command`` wraps every ``main`` in these.
-
-Only the standard library is imported here: the module is loaded before torch.
+SIGTERM is Ctrl-C (``Terminated`` is a ``KeyboardInterrupt``), so every cleanup written
+for Ctrl-C runs for it too; a stop inside an import is held back until the import has
+finished. A command stops once: a second stop is not raised inside the first one's
+cleanup, and the exit status is the first stop's. ``install`` covers the start-up
+imports before ``main`` runs; ``end_process`` ends the process with the command's
+status; ``ampbook.core.cli.command`` wraps every ``main`` in these. Standard library
+only: the module is loaded before torch.
 """
 
 from __future__ import annotations
@@ -26,73 +22,44 @@ from ampbook.core.terminal import plain_text_errors
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C's ``KeyboardInterrupt`` would be: every cleanup
-    written for Ctrl-C runs for it too. The exit status is 143 instead of 130."""
+    """SIGTERM, raised where Ctrl-C's ``KeyboardInterrupt`` would be (exit 143)."""
 
 
 _state = {"signal": None, "held": None, "raised": False}
 # held: a stop held back during an import; raised: a stop was raised in the command
-
-
-_STOPS = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGHUP")
-    if hasattr(signal, name)
-)
-
-
-_IMPORT_FILES = (
-    "<frozen importlib._bootstrap>",
-    "<frozen importlib._bootstrap_external>",
-)
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: terminal closed
 _RETRY_S = 0.05  # how soon a stop held back during an import is tried again
 
 
-def _in_import(frame) -> bool:
-    """Whether the main thread is inside an ``import`` (its module's code, or a C
-    extension's initialisation that called back into Python)."""
+def _in_frozen(frame) -> bool:
+    """Whether the main thread is inside an import (a C extension's initialisation
+    that called back into Python, where an exception can abort the process), or in a
+    frozen standard-library module that C code called back into (``<frozen abc>``:
+    an exception raised there can come out as a ``SystemError``)."""
+    top = frame
     while frame is not None:
-        if frame.f_code.co_filename in _IMPORT_FILES:
+        name = frame.f_code.co_filename
+        if name.startswith("<frozen importlib._bootstrap") or (
+            frame is top and name.startswith("<frozen ")
+        ):
             return True
         frame = frame.f_back
     return False
 
 
-def _in_frozen(frame) -> bool:
-    """Whether the main thread is in a frozen standard-library module (``<frozen
-    abc>``'s ``__instancecheck__``...), which C code calls back into: an exception
-    raised there can come out of that C code as a ``SystemError`` ("returned a result
-    with an exception set") instead of the stop itself (numpy reading a ``Path``)."""
-    return frame is not None and frame.f_code.co_filename.startswith("<frozen ")
-
-
 def _held_back(signum, frame) -> bool:
-    """A stop that lands inside an import is not raised there: an exception thrown
-    through a C extension's initialisation (torch's pybind11 code) can abort the process
-    (SIGABRT, a C++ ``terminate``) instead of unwinding. Nor is one that lands in a
-    frozen standard-library module (``_in_frozen``). The signal is delivered again
-    shortly after, until the main thread is out of both, and raised then."""
-    if not (_in_import(frame) or _in_frozen(frame)):
+    """A stop that lands in ``_in_frozen`` code is not raised there: the signal is
+    sent again shortly after, as a real signal (a blocking call the import was
+    followed by is interrupted), until the main thread is out of it."""
+    if not _in_frozen(frame):
         _state["held"] = None
         return False
     _state["held"] = signum
-    timer = threading.Timer(_RETRY_S, _deliver_again, args=(signum,))
+    main = threading.main_thread().ident
+    timer = threading.Timer(_RETRY_S, signal.pthread_kill, args=(main, signum))
     timer.daemon = True
     timer.start()
     return True
-
-
-def _deliver_again(signum: int) -> None:
-    """Send ``signum`` to the main thread again, as a real signal where the platform
-    has ``pthread_kill``: a blocking call the import was followed by (a ``sleep``, a
-    ``read``) is interrupted and the stop raised at once. ``interrupt_main`` only sets
-    a flag, which Python reads when that call returns, seconds or minutes later."""
-    if hasattr(signal, "pthread_kill"):
-        signal.pthread_kill(threading.main_thread().ident, signum)
-    else:  # pragma: no cover - Windows
-        import _thread
-
-        _thread.interrupt_main(signum)
 
 
 def _on_stop(signum, frame):
@@ -107,15 +74,13 @@ def _on_stop(signum, frame):
 
 
 def record_stop(signum: int) -> None:
-    """A command's own stop handler saw ``signum``: the exit status follows it (143
-    for SIGTERM, 130 for Ctrl-C)."""
+    """A command's own stop handler saw ``signum``: the exit status follows it."""
     _state["signal"] = signum
 
 
 def begin() -> None:
     """A command starts: no stop seen or raised yet."""
-    _state["signal"] = None
-    _state["raised"] = False
+    _state.update(signal=None, raised=False)
 
 
 def start_up_stop_pending() -> bool:
@@ -124,11 +89,9 @@ def start_up_stop_pending() -> bool:
 
 
 def take_held() -> bool:
-    """Whether a stop held back during an import is still pending (``main`` ended
-    before it was raised); it is taken, not raised again."""
-    held = _state["held"] is not None
-    _state["held"] = None
-    return held
+    """Whether a stop held back during an import is still pending (it is taken)."""
+    held, _state["held"] = _state["held"], None
+    return held is not None
 
 
 def start_up_stop_text() -> str:
@@ -144,8 +107,7 @@ def _end_start_up(err: BaseException | None = None) -> None:
 
 
 def _on_start_up_stop(signum, frame):
-    """Before ``main`` runs nothing was started or written: a stop ends the process at
-    once, with one line (not an exception raised inside an import)."""
+    """Before ``main`` runs nothing was started: a stop ends the process at once."""
     if signum != signal.SIGINT:
         _state["signal"] = signal.SIGTERM
     elif _state["signal"] is None:
@@ -179,31 +141,21 @@ def _main_thread() -> bool:
 
 @contextlib.contextmanager
 def signals():
-    """SIGTERM raises ``Terminated`` and SIGINT ``KeyboardInterrupt`` (recording which
-    came) for the duration; the previous handlers come back after."""
-    if not _main_thread():
+    """SIGTERM raises ``Terminated``, SIGINT ``KeyboardInterrupt``, for the block."""
+    with kept_handlers():
+        if _main_thread():
+            _on_stops(_on_stop)
         yield
-        return
-    old = {s: signal.signal(s, _on_stop) for s in _STOPS}  # SIGHUP: terminal closed
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
-_KEPT = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGALRM")
-    if hasattr(signal, name)
-)
+_KEPT = (*_STOPS, signal.SIGQUIT, signal.SIGPIPE, signal.SIGALRM)
 
 
 @contextlib.contextmanager
 def kept_handlers():
     """Whatever a command installs while it runs (signal handlers, ``sys.excepthook``)
     is undone when it returns or raises: a command called as a function (a test, a
-    notebook, another command) leaves its caller's process as it found it."""
+    notebook) leaves its caller's process as it found it."""
     if not _main_thread():
         yield
         return
@@ -225,18 +177,17 @@ def kept_handlers():
 COMMAND_ROOTS = ("ampbook", "booktools")  # names only: nothing here imports booktools
 
 
-def is_command(argv: list[str] | None = None) -> bool:
-    """Whether this process was started as ``python -m ampbook...`` (or as one of the
-    book's tools, ``python -m booktools...``)."""
+def is_command(argv: list[str] | None = None, roots=COMMAND_ROOTS) -> bool:
+    """Whether this process is ``python -m ROOT...`` for one of ``roots``."""
     argv = list(getattr(sys, "orig_argv", []) if argv is None else argv)
     skip = False
     for i, arg in enumerate(argv[1:], 1):
         if skip:
             skip = False
         elif arg == "-m":
-            return i + 1 < len(argv) and argv[i + 1].split(".")[0] in COMMAND_ROOTS
+            return i + 1 < len(argv) and argv[i + 1].split(".")[0] in roots
         elif arg.startswith("-m"):  # -mampbook.train
-            return arg[2:].split(".")[0] in COMMAND_ROOTS
+            return arg[2:].split(".")[0] in roots
         elif arg in ("-X", "-W"):
             skip = True  # their value follows
         elif not arg.startswith("-"):
@@ -254,21 +205,13 @@ _previous_hook = sys.excepthook
 
 
 def hold_further_stops() -> None:
-    """While a stopped command ends (its message, the exit), a second Ctrl-C,
-    SIGTERM or SIGHUP is recorded, not raised: the exit status stays 130/143 rather
-    than the process dying of the signal mid-message (the handlers come back with
-    ``kept_handlers``)."""
-    if not _main_thread():
-        return
-
-    def hold(signum, frame):
-        pass
-
-    _on_stops(hold)
+    """While a stopped command ends (its message, the exit), a second stop is ignored:
+    the exit status stays 130/143, no death by the signal mid-message."""
+    if _main_thread():
+        _on_stops(lambda signum, frame: None)
 
 
 def _on_stops(handler) -> None:
-    """``handler`` for Ctrl-C, SIGTERM and SIGHUP."""
     for stop in _STOPS:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(stop, handler)
@@ -277,9 +220,8 @@ def _on_stops(handler) -> None:
 @contextlib.contextmanager
 def stops_blocked_after(outermost: bool):
     """Once the outermost command's ``main`` has its outcome, stop signals wait (the
-    kernel keeps them pending) while the handlers are put back, until ``_end_process``
-    delivers them to a handler that ends with that outcome: no window in which a late
-    stop meets a start-up handler or the default action."""
+    kernel keeps them pending) while the handlers are put back, until ``end_process``
+    delivers them to a handler that ends with that outcome."""
     try:
         yield
     finally:
@@ -289,13 +231,9 @@ def stops_blocked_after(outermost: bool):
 
 
 def end_process(code: int) -> None:
-    """The command has its exit status: end the process with it. What is left is the
-    teardown: the atexit callbacks run here (torch's import modules), then the process
-    exits without the interpreter's module-by-module finalization (over half a second
-    with torch loaded, and with the default signal handlers back in place). A Ctrl-C,
-    SIGTERM or SIGHUP arriving meanwhile ends it at once with the same status: no
-    traceback from a callback it interrupted, no death by the signal after the
-    command's own ``error:`` line."""
+    """End the process with the command's status: the atexit callbacks run, then it
+    exits without the interpreter's finalization (over half a second with torch
+    loaded, default handlers back). A stop meanwhile ends it at once, same status."""
     if not _main_thread():
         return
 
@@ -330,10 +268,9 @@ def _is_utf8(encoding: str | None) -> bool:
 
 
 def _restart_in_utf8_mode() -> None:
-    """Under a locale that is not UTF-8 (``LC_ALL=C`` with ``PYTHONUTF8=0``) the
-    command starts again in Python's UTF-8 mode (``-X utf8``), so that every file it
-    writes is UTF-8 whatever the locale (a report's en dash was a UnicodeEncodeError);
-    its stdout and stderr keep the locale's encoding (``_text_streams``)."""
+    """Under a locale that is not UTF-8 (``LC_ALL=C``) the command starts again in
+    Python's UTF-8 mode, so every file it writes is UTF-8 (a report's en dash was a
+    UnicodeEncodeError); stdout and stderr keep the locale's (``_text_streams``)."""
     if sys.flags.utf8_mode or STREAM_ENCODING in os.environ:
         return  # already restarted once (or asked for UTF-8 mode)
     try:
@@ -352,28 +289,22 @@ def _restart_in_utf8_mode() -> None:
 
 
 def _text_streams() -> None:
-    """A terminal whose locale cannot encode a character the commands print (an en
-    dash under LANG=C) gets its ASCII spelling (``plain_text_errors``), not a
-    UnicodeEncodeError; after a restart in UTF-8 mode, stdout and stderr are given
-    the locale's encoding back (unless ``PYTHONIOENCODING`` chose one)."""
-    locale_encoding = os.environ.get(STREAM_ENCODING)
-    if os.environ.get("PYTHONIOENCODING"):
-        locale_encoding = None
+    """A character the terminal's encoding cannot hold (an en dash under LANG=C) is
+    written in ASCII (``plain_text_errors``); after a restart in UTF-8 mode, stdout
+    and stderr get the locale's encoding back (unless ``PYTHONIOENCODING`` chose)."""
+    chosen = os.environ.get("PYTHONIOENCODING")
+    locale_encoding = None if chosen else os.environ.get(STREAM_ENCODING)
     for stream in (sys.stdout, sys.stderr):
-        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
-        if locale_encoding and hasattr(stream, "reconfigure"):
-            with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):
+            if locale_encoding:
                 stream.reconfigure(encoding=locale_encoding, errors=plain_text_errors())
-        elif encoding != "utf8" and hasattr(stream, "reconfigure"):
-            with contextlib.suppress(Exception):
+            elif not _is_utf8(getattr(stream, "encoding", None)):
                 stream.reconfigure(errors=plain_text_errors())
 
 
 def closed_streams() -> None:
-    """Started with stderr closed (``2>&-``): its lines go to /dev/null, no crash.
-    With stdout closed (``>&-``): refused, exit 2 (what it prints would be lost).
-    Run by ``install`` for every ``ampbook`` command; ``booktools.run`` runs it too,
-    before a kernel (which dies on a closed stdout) is started."""
+    """Started with stderr closed (``2>&-``): its lines go to /dev/null. With stdout
+    closed (``>&-``): refused, exit 2 (what it prints would be lost)."""
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the process's life
     if sys.stdout is None:
@@ -385,8 +316,7 @@ def closed_streams() -> None:
 
 
 def address_space_problem(limit: int | None = None) -> str | None:
-    """The address-space limit (``ulimit -v``) when it is too small to load torch,
-    as an error naming it; None when there is none or it is large enough."""
+    """An error naming the address-space limit when it is too small to load torch."""
     import resource
 
     if limit is None:
@@ -414,30 +344,21 @@ def _start_up_checks() -> None:
         sys.exit(EXIT_SETTINGS)
 
 
-def install(early: list | None = None) -> None:
-    """For a process started as an ``ampbook`` command: SIGTERM is Ctrl-C from now on,
-    and either of them before ``main`` catches it (during the start-up imports) ends
-    the process with one line and 130/143 instead of a traceback. ``early``: the
-    signals ``ampbook/__init__``'s first handler saw. Before that, the start-up
-    checks (``_start_up_checks``: closed streams, a locale that is not UTF-8, an
-    address-space limit too small for torch: one ``error:`` line and exit 2)."""
+def install() -> None:
+    """For a process started as an ``ampbook`` command, after the start-up checks (one
+    ``error:`` line and exit 2): a stop before ``main`` catches it ends the process
+    with one line and 130/143 instead of a traceback."""
     _start_up_checks()
     _text_streams()
     if not _main_thread():
         return
-    if early:
-        _state["signal"] = signal.SIGTERM
+    defaults = {
+        signal.SIGTERM: signal.SIG_DFL,
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGHUP: signal.SIG_DFL,
+    }
     with contextlib.suppress(ValueError, OSError):
-        for name, default in (
-            ("SIGTERM", signal.SIG_DFL),
-            ("SIGINT", signal.default_int_handler),
-            ("SIGHUP", signal.SIG_DFL),
-        ):
-            if not hasattr(signal, name):
-                continue
-            current = signal.getsignal(getattr(signal, name))
-            if current in (default, None) or getattr(current, "__name__", "") == (
-                "early_stop"
-            ):
-                signal.signal(getattr(signal, name), _on_start_up_stop)
+        for stop, default in defaults.items():
+            if signal.getsignal(stop) in (default, None):
+                signal.signal(stop, _on_start_up_stop)
     sys.excepthook = _excepthook

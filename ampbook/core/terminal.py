@@ -1,19 +1,19 @@
-"""What a command prints on a terminal: text an output's encoding cannot hold in
-ASCII (``plain_text_errors``), a Markdown report wrapped at the terminal's width
-(``terminal_text``) and progress lines while a command waits (``Progress``).
-
-Only the standard library is imported here: the module is loaded before torch.
-"""
+"""What a command prints on a terminal: ASCII for what an output's encoding cannot hold,
+a Markdown report laid out for the terminal's width, progress lines while a command
+waits. Standard library only: the module is loaded before torch."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import string
 import sys
+import textwrap
+import time
 
-# Characters the commands print, written in ASCII where the output's encoding (a C or
-# POSIX locale, PYTHONIOENCODING=ascii) cannot hold them (``plain_text_errors``).
+# Characters the commands print, in ASCII for an output that cannot hold them (LANG=C)
 _ASCII = {
     "\u2013": "-",  # en dash
     "\u2014": "-",  # em dash
@@ -38,8 +38,7 @@ PLAIN_ERRORS = "ampbook-plain"
 
 
 def _plain(err: UnicodeError):
-    """Codec error handler ``ampbook-plain``: the ASCII spelling of a character the
-    stream cannot encode (an en dash as ``-``, ``µs`` as ``us``), else ``?``."""
+    """Codec error handler: the ASCII spelling of what the stream cannot encode."""
     if not isinstance(err, UnicodeEncodeError):
         raise err
     bad = err.object[err.start : err.end]
@@ -47,9 +46,7 @@ def _plain(err: UnicodeError):
 
 
 def plain_text_errors() -> str:
-    """The name of the error handler that writes what an output's encoding cannot
-    hold in ASCII (``_plain``), registered on first use; ``_text_streams`` sets it on
-    stdout and stderr."""
+    """The name of the ``_plain`` error handler, registered on first use."""
     import codecs
 
     try:
@@ -60,10 +57,7 @@ def plain_text_errors() -> str:
 
 
 def _cells(line: str) -> list[str]:
-    """A Markdown table row's cells: split at the bars that are not escaped (``\\|``
-    is a bar inside a cell), each stripped."""
-    import re
-
+    """A Markdown table row's cells, split at the bars that are not escaped."""
     inner = line.strip()
     inner = inner[1:] if inner.startswith("|") else inner
     inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
@@ -85,18 +79,16 @@ def _numeric(cell: str) -> bool:
     return True
 
 
-# A column is wrapped no narrower than its longest word, and than this or its widest
-# body cell, whichever is less; a table whose columns cannot all get that much is
-# listed.
+# A column is wrapped no narrower than its longest word, nor than this or its widest
+# body cell, whichever is less; a table whose columns cannot all get that is listed.
 _MIN_COLUMN = 8
 _GAP = "  "
 
 
 def _column_widths(rows: list[list[str]], width: int, header: bool) -> list[int] | None:
-    """Each column's width for a grid of ``width`` columns: the widest cell where
-    they all fit; else the columns narrowed, widest first, first down to their widest
-    body cell (only the header wraps), then down to ``_MIN_COLUMN`` or their longest
-    word (their cells wrap); None when even that does not fit."""
+    """Each column's width in a grid ``width`` wide: the widest cell where all fit; else
+    the widest columns narrowed, first to their widest body cell, then to their floor
+    (their cells wrap); None when even that does not fit."""
     n = max(len(r) for r in rows)
     body = rows[1:] if header else rows
 
@@ -123,15 +115,9 @@ def _column_widths(rows: list[list[str]], width: int, header: bool) -> list[int]
 
 
 def table_text(lines: list[str], width: int) -> list[str]:
-    """A Markdown table as a terminal shows it in ``width`` columns: aligned columns
-    (numbers to the right) under a rule when it fits, cells wrapped within their
-    columns when narrowing the widest columns makes it fit (a blank line between
-    rows), or a list where that is much shorter or nothing else fits: each row's first
-    cell, then its other cells as ``header: value``, short ones sharing a line and a
-    long one wrapped on lines of its own. No line is wider than ``width`` unless one
-    word is."""
-    import textwrap
-
+    """A Markdown table in ``width`` columns: aligned columns (numbers to the right),
+    cells wrapped within them where needed; or, where that is much longer or does not
+    fit, a list: each row's first cell, then ``header: value`` fields."""
     header = _cells(lines[0]) if len(lines) > 1 and _rule(lines[1]) else None
     rows = ([header] if header else []) + [
         _cells(x) for x in (lines[2:] if header else lines)
@@ -176,11 +162,10 @@ def table_text(lines: list[str], width: int) -> list[str]:
         ]
         out = []
         for k in range(max(len(p) for p in parts)):
-            cells = []
-            for i, p in enumerate(parts):
-                text = p[k] if k < len(p) else ""
-                cells.append(text.rjust(widths[i]) if right[i] else
-                             text.ljust(widths[i]))  # fmt: skip
+            cells = [
+                (str.rjust if right[i] else str.ljust)(p[k] if k < len(p) else "", w)
+                for i, (p, w) in enumerate(zip(parts, widths))
+            ]
             out.append(_GAP.join(cells).rstrip())
         return out
 
@@ -197,16 +182,9 @@ def table_text(lines: list[str], width: int) -> list[str]:
 
 
 def terminal_text(markdown: str, width: int | None = None) -> str:
-    """A Markdown report as a terminal shows it: escapes read as their characters, each
-    paragraph and list item wrapped at ``width`` (default: the terminal's,
-    ``shutil.get_terminal_size``; 80 when stdout is not one), a list item's lines
-    indented under its text; tables (lines starting with ``|``) as aligned columns, or
-    wrapped or listed where they would be wider (``table_text``); headings and blank
-    lines as they are. A ``--markdown`` file keeps the Markdown, unwrapped."""
-    import re
-    import string
-    import textwrap
-
+    """A Markdown report as a terminal shows it: escapes read as their characters,
+    paragraphs and list items wrapped at ``width`` (default: the terminal's; 80 off
+    one), tables laid out (``table_text``), headings and blank lines as they are."""
     width = width or shutil.get_terminal_size((80, 24)).columns
     width = max(40, width - 1)  # one column spare: a full line would wrap twice
     # A Markdown escape (``\_``, ``\<``) shows as its character; a table keeps ``\|``
@@ -242,8 +220,8 @@ def terminal_text(markdown: str, width: int | None = None) -> str:
 
 
 def time_left_text(spent_s: float, done: int, total: int) -> str:
-    """``"about 12 s left"`` after ``done`` of ``total`` equal parts took
-    ``spent_s``: the mean part times the parts left (minutes past 100 s)."""
+    """``"about 12 s left"`` after ``done`` of ``total`` equal parts took ``spent_s``
+    (the mean part times the parts left)."""
     if done <= 0 or done >= total:
         return ""
     return f"about {duration_text(spent_s / done * (total - done))} left"
@@ -255,14 +233,11 @@ def duration_text(seconds: float) -> str:
 
 
 class Progress:
-    """Progress lines on stderr while a command waits (a load, a trace, timed
-    rounds): ``progress(text)`` prints ``NAME: text``; ``progress.count(what, done,
-    total)`` prints ``NAME: what: 3 of 10, about 12 s left`` from the time since
-    ``start()`` (or the first count). Silent where stderr is not a terminal (a piped
-    or captured run), unless ``on`` says otherwise. ``transient``: each line replaces
-    the one before on the terminal (cut to its width), and ``clear()`` erases it
-    before the command prints its report there: the report starts at the top of the
-    screen, not under a column of progress lines."""
+    """Progress lines on stderr while a command waits: ``progress(text)`` prints ``NAME:
+    text``, ``progress.count(what, done, total)`` ``NAME: what: 3 of 10, about 12 s
+    left`` (timed from ``start()``). Silent where stderr is not a terminal unless
+    ``on``. ``transient``: each line replaces the one before, and ``clear()`` erases it
+    before the report is printed."""
 
     def __init__(
         self, name: str, on: bool | None = None, stream=None, transient: bool = False
@@ -301,14 +276,10 @@ class Progress:
 
     def start(self) -> None:
         """Start the clock of the next ``count``s."""
-        import time
-
         self._start = time.monotonic()
 
     def count(self, what: str, done: int, total: int, unit: str = "") -> None:
         """``what: [unit ]done of total[, about N s left]``."""
-        import time
-
         if self._start is None:
             self.start()
         left = time_left_text(time.monotonic() - self._start, done, total)
@@ -320,10 +291,8 @@ class Progress:
 
 @contextlib.contextmanager
 def quiet_stderr_fd():
-    """File descriptor 2 sent to /dev/null for the block: torch.profiler's kineto
-    writes a line to it at every start and stop (and, on a CPU, that it found no GPU),
-    from C++, past Python's ``sys.stderr`` (the ladder's ``profile_steps`` and chapter
-    7's profiler cell)."""
+    """File descriptor 2 sent to /dev/null for the block: torch.profiler's kineto writes
+    to it from C++ at every start and stop, past Python's ``sys.stderr``."""
     try:
         saved = os.dup(2)
     except OSError:

@@ -1,20 +1,13 @@
-"""Words a user reads: a count with its noun in the right number, a device as a
-file-name piece.
-
-Only the standard library: commands import it before torch.
-"""
+"""Words a user reads: counts, device slugs, the nearest name to a typo (no torch)."""
 
 from __future__ import annotations
 
 import re
 
 
-def plural(n: int | float, word: str, many: str | None = None) -> str:
-    """``n`` and ``word``, singular for exactly 1 and plural otherwise: "1 epoch",
-    "4 epochs", "0 problems". ``many`` is the plural where adding "s" is wrong
-    ("batch", "batches"). Integers are written with thousands separators
-    ("1,200 images")."""
-    form = word if n == 1 else (many if many is not None else f"{word}s")
+def plural(n: int | float, word: str) -> str:
+    """``n`` and its noun: "1 epoch", "4 epochs", "1,200 images"."""
+    form = word if n == 1 else f"{word}s"
     number = f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else f"{n:g}"
     return f"{number} {form}"
 
@@ -27,8 +20,7 @@ def slug(device_name: str) -> str:
 
 
 def edit_distance(a: str, b: str) -> int:
-    """Levenshtein distance of ``a`` and ``b``, a swap of two neighbours counting
-    one (``modle`` -> ``model``)."""
+    """Levenshtein distance, a swap of neighbours counting one (modle -> model)."""
     prev2: list[int] = []
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
@@ -43,10 +35,8 @@ def edit_distance(a: str, b: str) -> int:
 
 
 def nearest(word: str, choices, n: int = 3) -> list[str]:
-    """Up to ``n`` of ``choices`` nearest to ``word`` (a typo's likely meaning):
-    those within an edit distance of about a third of its length, nearest first,
-    a longer shared beginning first among equals ("resnet999" -> resnet18,
-    resnet34, resnet50...)."""
+    """Up to ``n`` of ``choices`` within an edit distance of about a third of
+    ``word``'s length, nearest first, a longer shared beginning first among equals."""
     w = word.lower()
     limit = max(2, len(w) // 3)
 
@@ -56,5 +46,5 @@ def nearest(word: str, choices, n: int = 3) -> list[str]:
         shared = min(len(w), len(c)) if shared is None else shared
         return edit_distance(w, c), -shared, choice
 
-    ranked = sorted((key(c) for c in choices), key=lambda k: k)
+    ranked = sorted(key(c) for c in choices)
     return [c for d, _, c in ranked if d <= limit][:n]
