@@ -1,60 +1,35 @@
 """Memory a training step needs, measured on any device.
 
-On a GPU, ``torch.cuda.max_memory_allocated`` answers "how much memory did the step
-take". A CPU has no such counter, and the process's resident size mixes everything
-together. What mixed precision changes is mostly one thing: the tensors autograd keeps
+A CPU has no ``torch.cuda.max_memory_allocated``, and the process's resident size mixes
+everything together. What mixed precision changes is mostly the tensors autograd keeps
 from the forward pass for the backward pass (activations, and the low-precision copies
 autocast makes of weights). ``SavedTensorMeter`` counts exactly those, with saved-tensor
-hooks (``torch.autograd.graph.saved_tensors_hooks``), on CPU and CUDA alike:
+hooks, on CPU and CUDA alike:
 
     with SavedTensorMeter(model=model) as meter:
         loss = criterion(model(x), y)      # forward: autograd saves tensors here
-    loss.backward()
     meter.new_bytes, meter.by_dtype, meter.by_module_type
 
-Rules of the count:
-
-* A tensor's bytes are the bytes of its *storage* (what stays alive), and each storage
-  is counted once however many times, or through however many views, it is saved.
-* ``by_dtype`` splits ``new_bytes`` (below) by the saved tensor's dtype (``"float32"``,
-  ``"bfloat16"``...).
-* ``by_module_type`` (only with ``model=``) splits ``new_bytes`` by the class name of
-  the innermost module of ``model`` whose forward was running when the tensor was saved.
-  Tensors saved by layers (``Conv2d``, ``BatchNorm2d``...) go to those layers; tensors
-  saved by functional calls in a block's own ``forward`` (e.g. ``F.relu(y + x)``) go to
-  the block; tensors saved outside the model (the loss) go to ``OUTSIDE_MODEL``.
-* ``parameter_bytes``: the part of the total that is parameters saved as they are (fp32
-  weights under plain fp32): leaf tensors that require grad, and with ``model=`` any
-  storage of the model's parameters. Saving them costs nothing: they exist anyway. Under
-  autocast the weights are saved as low-precision *copies*, which count as new storage.
+A tensor's bytes are those of its *storage*, each storage counted once however many
+times, or through however many views, it is saved. ``parameter_bytes`` is the part
+saved as it is (leaf tensors that require grad, and the storages of ``model``'s
+parameters): saving it costs nothing. Under autocast the weights are saved as
+low-precision *copies*, which count as new storage. ``by_dtype`` and
+``by_module_type`` split ``new_bytes``, the second by the class of the innermost module
+of ``model`` running when the tensor was saved (``OUTSIDE_MODEL`` for the loss).
 
 **The book's one definition of activation memory** is ``new_bytes``: the bytes saved for
-backward that did not exist before the step, ``total_bytes - parameter_bytes``.
-``by_dtype`` and ``by_module_type`` split ``new_bytes``; every chapter reports this
-figure (the runner records it as ``saved_tensor_bytes``). When autocast saves memory and
-when it costs:
+backward that did not exist before the step, ``total_bytes - parameter_bytes`` (the
+runner records it as ``saved_tensor_bytes``). Each activation a low-precision op saves
+is half its fp32 twin's bytes, so the part that grows with the pixels of a batch
+shrinks (by less than half: ops autocast keeps in fp32 still save fp32); but autocast
+adds the 2-byte copy of every weight it casts, which fp32 saves by reference. So
+autocast saves memory above a crossover batch size in pixels and costs memory below it
+(``fit_line`` and ``crossover_pixels`` find it from two measured sizes).
 
-* each activation a low-precision op saves is half the bytes of its fp32 twin, so the
-  part of ``new_bytes`` that grows with the pixels of a batch shrinks (by less than
-  half, since ops autocast keeps in fp32, or that take an fp32 input, still save fp32);
-* autocast adds new storage of fixed size: the low-precision copy of every weight it
-  casts (2 bytes per weight), which fp32 does not pay for (it saves the weights by
-  reference).
-
-So autocast saves activation memory above a crossover batch size in pixels and costs
-memory below it. ``saved_for_backward`` measures one step; ``fit_line`` and
-``crossover_pixels`` find the crossover from two measured sizes; ``saving`` reports a
-figure the same way everywhere (``ampbook.chapters.ch3.saving_verdict`` words it).
-
-The meter works on fake tensors too (``torch._subclasses.FakeTensorMode``: shapes and
-dtypes, no data), which is how the cost model predicts these bytes from its trace
-(``ampbook.predict.steptrace.StepTrace.saved_tensors``).
-
-The meter adds a Python call per saved tensor: use it around one step, not a whole
-epoch.
-
-``peak_rss_bytes()`` and ``reset_peak_rss()`` read and (on Linux) reset the process's
-peak resident set size, for a per-epoch peak on a CPU.
+The meter works on fake tensors too, which is how the cost model predicts these bytes
+(``ampbook.predict.steptrace``). It adds a Python call per saved tensor: use it around
+one step, not an epoch.
 """
 
 from __future__ import annotations
@@ -84,27 +59,13 @@ def _storage_key_and_bytes(t: torch.Tensor) -> tuple[tuple, int]:
         if is_fake(t):  # no data, no address: the storage object stands for it
             return ("fake", t.device.type, storage._cdata), storage.nbytes()
         return (t.device.type, t.device.index, storage.data_ptr()), storage.nbytes()
-    except (
-        RuntimeError,
-        NotImplementedError,
-    ):  # tensors without a plain storage (sparse...)
-        return (
-            t.device.type,
-            t.device.index,
-            "id",
-            id(t),
-        ), t.numel() * t.element_size()
+    except (RuntimeError, NotImplementedError):  # no plain storage (sparse...)
+        return (t.device.type, "id", id(t)), t.numel() * t.element_size()
 
 
 class SavedTensorMeter:
     """Count the bytes of the tensors autograd saves for backward inside the ``with``
-    block.
-
-    Attributes after (and during) the block: ``total_bytes``, ``count`` (distinct
-    storages), ``parameter_bytes``, ``new_bytes`` (the book's memory figure), and
-    ``by_dtype`` and ``by_module_type`` (the last needs ``model=``), which split
-    ``new_bytes``. See the module docstring for what is counted.
-    """
+    block (see the module docstring); ``count`` is the distinct storages."""
 
     def __init__(self, model: nn.Module | None = None, parameters=()):
         self.model = model
@@ -126,8 +87,6 @@ class SavedTensorMeter:
         scope = self._scopes.innermost()
         return scope[1] if scope is not None else OUTSIDE_MODEL
 
-    # -- the saved-tensor hooks
-    # ----------------------------------------------------------------
     def _pack(self, t: torch.Tensor):
         """Shown on the page in chapter 4 (04_loss_scaling)."""
         key, nbytes = _storage_key_and_bytes(t)
@@ -179,15 +138,14 @@ class SavedTensorMeter:
 
     def summary(self) -> dict:
         """The counts as a JSON-serialisable dict."""
+        by_module = dict(self.by_module_type) if self.model is not None else None
         return {
             "new_bytes": self.new_bytes,
             "total_bytes": self.total_bytes,
             "count": self.count,
             "parameter_bytes": self.parameter_bytes,
             "by_dtype": dict(self.by_dtype),
-            "by_module_type": dict(self.by_module_type)
-            if self.model is not None
-            else None,
+            "by_module_type": by_module,
         }
 
 
@@ -292,9 +250,7 @@ def peak_rss_bytes() -> int:
     if kib is not None:
         return kib * 1024
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return (
-        maxrss if sys.platform == "darwin" else maxrss * 1024
-    )  # bytes on macOS, KiB elsewhere
+    return maxrss if sys.platform == "darwin" else maxrss * 1024  # macOS: bytes
 
 
 def current_rss_bytes() -> int | None:
@@ -315,17 +271,14 @@ def reset_peak_rss() -> bool:
 
 
 class AllocatedBytesMeter:
-    """The bytes of tensors made inside the ``with`` block that are alive at once: a
-    CPU's stand-in for ``torch.cuda.max_memory_allocated`` over a region.
+    """The most bytes the tensors made inside the ``with`` block held at once: a CPU's
+    stand-in for ``torch.cuda.max_memory_allocated`` over a region.
 
-    A dispatch mode (``TorchDispatchMode``) sees every operator's outputs, forward and
-    backward (recomputations of ``torch.utils.checkpoint`` included); each new storage
-    adds its bytes to ``live_bytes`` and a finalizer takes them off when the storage is
-    freed, so ``peak_bytes`` is the most the region's tensors held at one moment.
-    Tensors made before the block (weights, inputs) and the views and in-place results
-    of an operator's inputs are not counted; gradients, 16-bit weight copies,
-    activations and temporaries made inside it are. The count is of
-    tensors' storages, not of an allocator's reserve (no caching, no fragmentation)."""
+    A dispatch mode sees every operator's outputs, forward and backward (checkpoint
+    recomputations included); each new storage adds its bytes to ``live_bytes`` and a
+    finalizer takes them off when it is freed. Tensors made before the block, and views
+    and in-place results of an operator's inputs, are not counted. It counts storages,
+    not an allocator's reserve (no caching, no fragmentation)."""
 
     def __init__(self):
         self.live_bytes = 0
