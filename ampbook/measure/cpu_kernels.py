@@ -1,33 +1,24 @@
 """What this CPU's kernels do with each dtype, measured: one convolution, three passes.
 
-A CPU's flags (``/proc/cpuinfo``) say which instructions it has, not which kernels
-PyTorch runs. The same chip can run a dtype's forward convolution in a JIT-compiled
-oneDNN kernel and its weight gradient in oneDNN's reference C++ loop, or hand the whole
-convolution to ATen's generic fallback; the flags cannot tell these apart, a timing can.
-``probe_conv`` times one convolution (by default ERFNet's factorised 3x1 at 64 channels)
-in each dtype, pass by pass: ``forward`` (``aten.convolution``), ``backward_data`` and
-``backward_weights`` (``aten.convolution_backward`` with only the input's or the
-weight's mask set).
+A CPU's flags say which instructions it has, not which kernels PyTorch runs: the same
+chip can run a dtype's forward convolution in a JIT-compiled oneDNN kernel and its
+weight gradient in oneDNN's reference C++ loop, or hand the whole convolution to ATen's
+generic fallback. ``probe_conv`` times one convolution (by default ERFNet's factorised
+3x1 at 64 channels) in each dtype, pass by pass: ``forward``, ``backward_data`` and
+``backward_weights`` (``aten.convolution_backward`` with one mask set).
 
 Each pass runs once untimed for the rounds (oneDNN builds its kernel on the first call),
-then once per round for ``repeats`` rounds, the dtypes taking turns within each round
-so that a change in the machine's load falls on all of them; its time is the fastest
-call, and each comparison with fp32 is the median of the per-round ratios, with their
-spread (``round_ratios``): on a shared machine the size of a ratio moves from run to
-run. A pass whose first call takes longer than ``max_call_s`` is not repeated
-(``calls == 1``), so a slow path costs one call, not ``repeats``. During the first call
-oneDNN's verbose lines are read back from the process's standard output: the
-implementation it executed (``jit:avx2``, ``brg_conv_fwd:avx512_core_amx``,
-``ref:any``...) is kept per pass; where oneDNN executed no convolution, ATen ran its own
-kernel (``ATEN_FALLBACK``); where the lines could not be read, it is ``None``.
+then once per round for ``repeats`` rounds, the dtypes taking turns so that a change in
+the machine's load falls on all of them; each comparison with fp32 is the median of the
+per-round ratios, with their spread (``round_ratios``). A pass whose first call takes
+over ``max_call_s`` is not repeated (``calls == 1``). During the first call oneDNN's
+verbose lines are read back from standard output: the implementation it executed
+(``jit:avx2``, ``ref:any``...) is kept per pass; ``ATEN_FALLBACK`` where oneDNN ran no
+convolution, ``None`` where the lines could not be read.
 
-    probe = probe_conv()
-    print(probe.verdict("fp16"))        # one line: the slowdown and which kernel
-
-The default size matters: for small convolutions PyTorch skips oneDNN even in fp32 (on
-an AVX2 machine, below about 64 channels at 32x64), so a probe of a tiny convolution
-says nothing about the kernels a real network runs. The timings are this machine's,
-under its load (``ConvProbe.load1``): report the load beside them.
+For small convolutions PyTorch skips oneDNN even in fp32 (on an AVX2 machine, below
+about 64 channels at 32x64), so a tiny probe says nothing about a real network's
+kernels. The timings are this machine's, under its load (``ConvProbe.load1``).
 """
 
 from __future__ import annotations
@@ -44,7 +35,7 @@ import torch
 
 from ampbook.core.args import is_positive_int
 from ampbook.core.precision import AUTOCAST_DTYPES, short_name, to_dtype
-from ampbook.measure.timing import benchmark, machine_load, time_rounds
+from ampbook.measure.timing import machine_load, one_call, time_rounds
 
 DTYPES = ("fp32", "bf16", "fp16")
 PASSES = ("forward", "backward_data", "backward_weights")
@@ -198,23 +189,13 @@ class ConvProbe:
     def rows(self) -> list[tuple]:
         """Table rows: dtype, pass, ms, time over fp32's same pass, implementation."""
         out = []
-        for dtype, probe in self.dtypes.items():
+        for d, probe in self.dtypes.items():
             if probe.error:
-                out.append((dtype, "-", None, None, probe.error))
-                continue
-            for name in PASSES:
-                p = probe.passes[name]
-                ratio = (
-                    self.pass_slowdown(dtype, name) if "fp32" in self.dtypes else None
-                )
+                out.append((d, "-", None, None, probe.error))
+            for n, p in ((n, probe.passes[n]) for n in PASSES if not probe.error):
+                ratio = self.pass_slowdown(d, n) if "fp32" in self.dtypes else None
                 out.append(
-                    (
-                        dtype,
-                        PASS_NAMES[name],
-                        p.seconds * 1e3,
-                        ratio,
-                        _impl_cell(p.impl),
-                    )
+                    (d, PASS_NAMES[n], p.seconds * 1e3, ratio, _impl_cell(p.impl))
                 )
         return out
 
@@ -273,20 +254,23 @@ def _captured_stdout():
     yields a list that holds the text afterwards."""
     out: list[str] = []
     try:
-        libc = ctypes.CDLL(None)
+        libc_flush = ctypes.CDLL(None).fflush
     except OSError:
-        libc = None
-    sys.stdout.flush()
-    if libc is not None:
-        libc.fflush(None)
+        libc_flush = None
+
+    def flush():  # Python's buffer and C's stdio buffer
+        sys.stdout.flush()
+        if libc_flush is not None:
+            libc_flush(None)
+
+    flush()
     saved = os.dup(1)
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), 1)
         try:
             yield out
         finally:
-            if libc is not None:
-                libc.fflush(None)
+            flush()
             os.dup2(saved, 1)
             os.close(saved)
             tmp.seek(0)
@@ -325,17 +309,11 @@ def _passes(x, w, g, padding):
     }
 
 
-def _once(fn) -> float:
-    return benchmark(fn, warmup=0, repeats=1, number=1, min_time=0.0).median_s
-
-
-def _first_call(fn, name: str, read_impl: bool) -> tuple[float, str | None]:
+def _first_call(fn, name: str) -> tuple[float, str | None]:
     """(seconds of the first call, the implementation oneDNN executed for the pass
     ``name``: ``ATEN_FALLBACK`` where none, None where its lines were not read)."""
-    if not read_impl:
-        return _once(fn), None
     with _captured_stdout() as out, _onednn_verbose() as read:
-        seconds = _once(fn)
+        seconds = one_call(fn)
     return seconds, parse_verbose(out[0]).get(name, ATEN_FALLBACK) if read else None
 
 
@@ -349,15 +327,14 @@ def probe_conv(
     batch: int = 1,
     repeats: int = 5,
     max_call_s: float = 0.5,
-    read_impl: bool = True,
-    threads: int | None = 1,
+    threads: int = 1,
     seed: int = 0,
 ) -> ConvProbe:
     """Time one ``channels``-to-``channels`` convolution with a ``kernel`` filter
     ("same" padding) on a ``batch x channels x height x width`` input, pass by pass, in
     each of ``dtypes`` (fp32 always, first), on the CPU (see the module docstring).
-    ``threads``: torch's intra-op threads for the probe (restored after; None leaves
-    them), one by default, because a multi-threaded kernel on a loaded machine waits for
+    ``threads``: torch's intra-op threads for the probe (restored after), one by
+    default, because a multi-threaded kernel on a loaded machine waits for
     its descheduled threads and its time says more about the load than the kernel. A
     dtype the CPU cannot convolve at all gets its error instead of timings."""
     for label, v in (
@@ -373,7 +350,7 @@ def probe_conv(
         raise ValueError(f"kernel must be two positive sizes, got {kernel!r}")
     if max_call_s <= 0:
         raise ValueError(f"max_call_s must be positive, got {max_call_s}")
-    if threads is not None and not is_positive_int(threads):
+    if not is_positive_int(threads):
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
     order = ["fp32"] + [d for d in dtypes if d != "fp32"]
     for d in order:
@@ -384,31 +361,22 @@ def probe_conv(
     g32 = torch.randn(batch, channels, height, width, generator=gen)
     padding = [kernel[0] // 2, kernel[1] // 2]
     before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
     used = torch.get_num_threads()
     try:
-        results = _run(order, (x32, w32, g32), padding, repeats, max_call_s, read_impl)
+        results = _run(order, (x32, w32, g32), padding, repeats, max_call_s)
     finally:
         torch.set_num_threads(before)
     load = machine_load()
+    read = any(p.impl is not None for r in results.values() for p in r.passes.values())
+    kernel = (int(kernel[0]), int(kernel[1]))
     return ConvProbe(
-        channels=channels,
-        height=height,
-        width=width,
-        kernel=(int(kernel[0]), int(kernel[1])),
-        batch=batch,
-        threads=used,
-        load1=load["load1"],
-        cpus=load["cpus"],
-        impl_read=any(
-            p.impl is not None for r in results.values() for p in r.passes.values()
-        ),
-        dtypes=results,
-    )
+        channels, height, width, kernel, batch, used, load["load1"], load["cpus"], read,
+        results,
+    )  # fmt: skip
 
 
-def _run(order, tensors, padding, repeats, max_call_s, read_impl):
+def _run(order, tensors, padding, repeats, max_call_s):
     """Each dtype's first calls, then ``repeats`` rounds in which every dtype's passes
     run once in turn (``time_rounds``); a pass whose first call took over
     ``max_call_s`` is not repeated."""
@@ -419,7 +387,7 @@ def _run(order, tensors, padding, repeats, max_call_s, read_impl):
         for d in order:
             fns[d] = _passes(*(t.to(to_dtype(d)) for t in tensors), padding)
             try:
-                first[d] = {n: _first_call(f, n, read_impl) for n, f in fns[d].items()}
+                first[d] = {n: _first_call(f, n) for n, f in fns[d].items()}
             except (RuntimeError, NotImplementedError) as err:
                 line = (str(err).strip().splitlines() or [""])[0]
                 results[d] = DtypeProbe(d, {}, f"{type(err).__name__}: {line}")

@@ -1,27 +1,21 @@
 """Timing CPU and GPU work properly: the one benchmark helper every chapter uses.
 
-A measurement here follows five rules:
-
 1. **Warm up first.** ``warmup`` calls run untimed (caches, lazy initialisation, cuBLAS
-   heuristics, CPU frequency ramp-up); they never enter the statistics.
-2. **Wait for the work.** GPU kernels run asynchronously: on CUDA each sample is timed
-   with CUDA events, on the CPU with ``time.perf_counter``, and the clock stops only
-   after ``sync()`` (``torch.cuda.synchronize`` on CUDA, nothing on the CPU; pass your
-   own for other asynchronous work).
+   heuristics, CPU frequency ramp-up).
+2. **Wait for the work.** GPU kernels run asynchronously: each sample is timed with
+   CUDA events on CUDA, ``time.perf_counter`` on the CPU, and the clock stops only after
+   ``sync()`` (``torch.cuda.synchronize`` on CUDA; pass your own for other work).
 3. **Many samples, robust statistics.** A sample is a block of ``number`` back-to-back
-   calls lasting about ``block_time``; sampling goes on until there are ``repeats``
-   samples and ``min_time`` seconds of measurement. The result reports the median and
-   the spread (10th/90th and 25th/75th percentiles) of the per-call time.
-4. **Fresh random inputs, never zeros.** All-zero floating-point inputs are refused
-   (hardware and libraries can take shortcuts on zeros).
-5. **No free cache hits.** When one input set would stay in the last-level cache between
-   calls, the calls rotate through ``buffers`` input sets, sized from the working set
-   against the cache, so that each call reads its inputs from memory as it would inside
-   a real network.
+   calls lasting about ``block_time``, until there are ``repeats`` samples and
+   ``min_time`` seconds; the result reports the median and the spread (10th/90th,
+   25th/75th percentiles) of the per-call time.
+4. **Random inputs, never zeros**, on which hardware and libraries take shortcuts.
+5. **No free cache hits.** When one input set would stay in the last-level cache, the
+   calls rotate through ``buffers`` input sets, sized from the working set against the
+   cache, so that each call reads its inputs from memory as inside a real network.
 
-Dtype names: ``"fp32"``, ``"tf32"`` (fp32 tensors with TF32 tensor-core matmuls; CUDA
-only), ``"fp16"``, ``"bf16"``, ``"fp8"`` (= ``"fp8_e4m3"``, CUDA compute capability
-8.9+), ``"fp64"``.
+Dtype names: ``"fp32"``, ``"tf32"`` (fp32 tensors, TF32 tensor-core matmuls; CUDA
+only), ``"fp16"``, ``"bf16"``, ``"fp8"`` (= ``"fp8_e4m3"``, CUDA 8.9+), ``"fp64"``.
 """
 
 from __future__ import annotations
@@ -140,23 +134,14 @@ class TimingResult:
 
     def to_dict(self) -> dict:
         """JSON-serialisable summary, without the samples."""
+        head = ("name", "device", "median_s", "p10_s", "p90_s")
+        tail = "samples number warmup buffers flops bytes_moved tflops gbps".split()
         return {
-            "name": self.name,
-            "device": self.device,
-            "median_s": self.median_s,
-            "p10_s": self.p10_s,
-            "p90_s": self.p90_s,
+            **{k: getattr(self, k) for k in head},
             "q25_s": _quantile(self.times_s, 0.25),
             "q75_s": _quantile(self.times_s, 0.75),
             "min_s": min(self.times_s),
-            "samples": self.samples,
-            "number": self.number,
-            "warmup": self.warmup,
-            "buffers": self.buffers,
-            "flops": self.flops,
-            "bytes_moved": self.bytes_moved,
-            "tflops": self.tflops,
-            "gbps": self.gbps,
+            **{k: getattr(self, k) for k in tail},
             **self.extra,
         }
 
@@ -314,12 +299,10 @@ def benchmark(
     repeats: int = 10,
     min_time: float = 0.1,
     max_time: float | None = None,
-    max_repeats: int = 10_000,
     number: int | None = None,
     block_time: float = 1e-3,
     buffers: int | None = None,
     cache_bytes: int | None = None,
-    max_buffer_bytes: int = 2**30,
     sync: Callable[[], None] | None = None,
     check_inputs: bool = True,
     name: str = "",
@@ -333,8 +316,8 @@ def benchmark(
     ``warmup=0`` shows what a cold start costs. ``max_time`` stops sampling early
     (after at least ``min(3, repeats)`` samples). ``number=None`` picks the calls per
     sample from the fastest warm-up call (1 without warm-up). ``buffers=None`` sizes
-    the rotation against ``cache_bytes`` (the machine's last-level cache when None),
-    at most ``max_buffer_bytes`` of inputs. ``check_inputs=False`` allows all-zero
+    the rotation against ``cache_bytes`` (the machine's last-level cache when None).
+    ``check_inputs=False`` allows all-zero
     inputs (accumulators). ``name`` and ``extra`` go into the result."""
     _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number)
     if buffers is not None and buffers < 1:
@@ -342,7 +325,7 @@ def benchmark(
     if flops is not None and flops < 0 or bytes_moved is not None and bytes_moved < 0:
         raise ValueError("flops and bytes_moved must be non-negative")
     inputs, dev = _input_sets(
-        make_inputs, device, buffers, cache_bytes, max_buffer_bytes, check_inputs, name
+        make_inputs, device, buffers, cache_bytes, check_inputs, name
     )
     clock = _Clock(dev, sync if sync is not None else default_sync(dev))
 
@@ -363,21 +346,14 @@ def benchmark(
         times.append(elapsed / number)
         total += elapsed
         n = len(times)
-        if n >= max_repeats or n >= repeats and total >= min_time:
+        if n >= repeats and total >= min_time:
             break
         if max_time is not None and total >= max_time and n >= min(3, repeats):
             break
     return TimingResult(
-        name=name,
-        device=str(dev),
-        times_s=tuple(times),
-        number=number,
-        warmup=warmup,
-        buffers=len(inputs),
-        flops=flops,
-        bytes_moved=bytes_moved,
-        extra=dict(extra or {}),
-    )
+        name, str(dev), tuple(times), number, warmup, len(inputs), flops, bytes_moved,
+        dict(extra or {}),
+    )  # fmt: skip
 
 
 def _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number):
@@ -400,7 +376,7 @@ def _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number
         raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
 
 
-def _input_sets(make_inputs, device, buffers, cache_bytes, max_bytes, check, name):
+def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
     """(the input sets to rotate through, the device the work runs on)."""
 
     def make() -> tuple:
@@ -419,9 +395,7 @@ def _input_sets(make_inputs, device, buffers, cache_bytes, max_bytes, check, nam
         return [()], dev
     if buffers is None:
         cache = cache_bytes if cache_bytes is not None else last_level_cache(dev)[0]
-        buffers = buffers_needed(
-            working_set_bytes(first), cache, max_total_bytes=max_bytes
-        )
+        buffers = buffers_needed(working_set_bytes(first), cache)
     return [first] + [make() for _ in range(buffers - 1)], dev
 
 
@@ -567,6 +541,14 @@ def time_elementwise(
     )
 
 
+def one_call(fn, args: tuple = (), device=None) -> float:
+    """Seconds of one call ``fn(*args)``, by ``benchmark``'s clock (no warm-up)."""
+    return benchmark(
+        fn, lambda: args, device=device, warmup=0, repeats=1, number=1, min_time=0.0,
+        buffers=1, check_inputs=False,
+    ).median_s  # fmt: skip
+
+
 def time_rounds(
     steps: dict[str, tuple], rounds: int = 5, warmup: bool = True
 ) -> dict[str, list[float]]:
@@ -580,17 +562,7 @@ def time_rounds(
     times: dict[str, list[float]] = {name: [] for name in steps}
     for r in range(0 if warmup else 1, rounds + 1):
         for name, (step, batch, dev) in steps.items():
-            t = benchmark(
-                step,
-                lambda b=batch: b,
-                device=dev,
-                warmup=0,
-                repeats=1,
-                number=1,
-                min_time=0.0,
-                buffers=1,
-                check_inputs=False,
-            ).median_s
+            t = one_call(step, batch, dev)
             if r:
                 times[name].append(t)
     return times
