@@ -1,35 +1,22 @@
 """Memory a training step needs, measured on any device.
 
-A CPU has no ``torch.cuda.max_memory_allocated``, and the process's resident size mixes
-everything together. What mixed precision changes is mostly the tensors autograd keeps
-from the forward pass for the backward pass (activations, and the low-precision copies
-autocast makes of weights). ``SavedTensorMeter`` counts exactly those, with saved-tensor
-hooks, on CPU and CUDA alike:
-
-    with SavedTensorMeter(model=model) as meter:
-        loss = criterion(model(x), y)      # forward: autograd saves tensors here
-    meter.new_bytes, meter.by_dtype, meter.by_module_type
-
-A tensor's bytes are those of its *storage*, each storage counted once however many
-times, or through however many views, it is saved. ``parameter_bytes`` is the part
-saved as it is (leaf tensors that require grad, and the storages of ``model``'s
-parameters): saving it costs nothing. Under autocast the weights are saved as
-low-precision *copies*, which count as new storage. ``by_dtype`` and
-``by_module_type`` split ``new_bytes``, the second by the class of the innermost module
-of ``model`` running when the tensor was saved (``OUTSIDE_MODEL`` for the loss).
+A CPU has no ``torch.cuda.max_memory_allocated``, and the resident size mixes
+everything. What mixed precision changes is mostly the tensors autograd keeps from the
+forward pass for the backward pass; ``SavedTensorMeter`` counts those with saved-tensor
+hooks, on any device and on fake tensors (how ``ampbook.predict.steptrace`` predicts
+them). Each storage counts once, however many views of it are saved; tensors saved as
+they are (leaves that require grad, ``model``'s parameters) cost nothing and go to
+``parameter_bytes``; autocast's low-precision weight copies are new storage.
+``by_dtype`` and ``by_module_type`` (the class of the innermost running module of
+``model``, ``OUTSIDE_MODEL`` for the loss) split ``new_bytes``.
 
 **The book's one definition of activation memory** is ``new_bytes``: the bytes saved for
 backward that did not exist before the step, ``total_bytes - parameter_bytes`` (the
-runner records it as ``saved_tensor_bytes``). Each activation a low-precision op saves
-is half its fp32 twin's bytes, so the part that grows with the pixels of a batch
-shrinks (by less than half: ops autocast keeps in fp32 still save fp32); but autocast
-adds the 2-byte copy of every weight it casts, which fp32 saves by reference. So
-autocast saves memory above a crossover batch size in pixels and costs memory below it
-(``fit_line`` and ``crossover_pixels`` find it from two measured sizes).
-
-The meter works on fake tensors too, which is how the cost model predicts these bytes
-(``ampbook.predict.steptrace``). It adds a Python call per saved tensor: use it around
-one step, not an epoch.
+runner records it as ``saved_tensor_bytes``). Each activation a 16-bit op saves is half
+its fp32 twin, so the part that grows with the pixels of a batch shrinks (by less than
+half: ops autocast keeps in fp32 still save fp32); but autocast adds the 2-byte copy of
+every weight it casts, which fp32 saves by reference. So autocast saves memory above a
+crossover batch size and costs memory below it (``fit_line``, ``crossover_pixels``).
 """
 
 from __future__ import annotations

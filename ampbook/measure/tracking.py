@@ -50,21 +50,17 @@ def _depth(name: str) -> int:
 
 
 class ModuleScopes(ModuleTracker):
-    """The innermost module of ``model`` running now (see the module docstring);
-    ``root`` names the model itself (default: its class name)."""
+    """The innermost module of ``model`` running now (see the module docstring)."""
 
-    def __init__(
-        self, model: nn.Module, root: str | None = None, backward: bool = False
-    ):
+    def __init__(self, model: nn.Module, backward: bool = False):
         super().__init__()
         self.model = model
-        self.root = root or type(model).__name__
         self.backward = backward
         # every path to every module (a module shared by two parents has two), to the
         # name named_modules() gives it
         canonical = {id(m): n for n, m in model.named_modules()}
         self._scopes: dict[str, Scope] = {
-            path: (canonical[id(m)] or self.root, type(m).__name__)
+            path: (canonical[id(m)] or type(model).__name__, type(m).__name__)
             for path, m in model.named_modules(remove_duplicate=False)
         }
         self._prefix: str | None = None  # the tracker's name for the model
@@ -100,13 +96,11 @@ class ModuleScopes(ModuleTracker):
             node = stack.pop()
             if node is None or node in self._owner:
                 continue
-            if node.name().endswith("AccumulateGrad"):  # the engine's own work
-                self._owner[node] = None
-                self._handles.append(node.register_prehook(self._enter_node(None)))
-                continue
-            self._owner[node] = scope
-            self._handles.append(node.register_prehook(self._enter_node(scope)))
-            stack.extend(next_node for next_node, _ in node.next_functions)
+            engine = node.name().endswith("AccumulateGrad")  # the engine's own work
+            owner = self._owner[node] = None if engine else scope
+            self._handles.append(node.register_prehook(self._enter_node(owner)))
+            if not engine:
+                stack.extend(next_node for next_node, _ in node.next_functions)
 
     def _enter_node(self, scope: Scope | None):
         def prehook(grad_outputs):
