@@ -128,10 +128,8 @@ class ConvProbe:
 
     def slowest_pass(self, dtype: str) -> PassTiming:
         """The pass that lost most against fp32's same pass."""
-        probe = self._probe(dtype)
-        return probe.passes[
-            max(probe.passes, key=lambda n: self.pass_slowdown(dtype, n))
-        ]
+        passes = self._probe(dtype).passes.values()
+        return max(passes, key=lambda p: self.pass_slowdown(dtype, p.name))
 
     def _probe(self, dtype: str) -> DtypeProbe:
         if dtype not in self.dtypes:
@@ -144,11 +142,10 @@ class ConvProbe:
     def verdict(self, dtype: str) -> str:
         """One line: how much slower (or faster) ``dtype``'s convolution ran than fp32's
         here, its slowest pass, and the kernels that ran it."""
-        probe = self.dtypes.get(dtype)
-        if probe is None:
-            raise KeyError(f"{dtype} was not probed; probed: {', '.join(self.dtypes)}")
-        if probe.error:
-            return f"{dtype}: the {self.shape} did not run here ({probe.error})."
+        error = self.dtypes[dtype].error if dtype in self.dtypes else None
+        if error:
+            return f"{dtype}: the {self.shape} did not run here ({error})."
+        probe = self._probe(dtype)
         impls = _impl_text(probe.passes.values(), self.impl_read)
         if dtype == "fp32":
             total = probe.seconds * 1e3
@@ -226,9 +223,6 @@ def _impl_text(passes, impl_read: bool) -> str:
     return "; ".join(f"{', '.join(n)} in {_impl_name(i)}" for i, n in by_impl.items())
 
 
-# --- reading oneDNN's verbose lines ---
-
-
 def parse_verbose(text: str) -> dict[str, str]:
     """``{pass: implementation}`` from the ``exec`` lines of convolution primitives,
     whose fields after ``convolution`` are the implementation and the propagation kind
@@ -293,9 +287,6 @@ def _onednn_verbose():
     finally:
         if ctx is not None:
             ctx.__exit__(None, None, None)
-
-
-# --- the probe ---
 
 
 def _passes(x, w, g, padding):
@@ -402,12 +393,8 @@ def _run(order, tensors, padding, repeats, max_call_s):
     for d in first:
         passes = {}
         for name, (seconds, impl) in first[d].items():
-            got = tuple(samples.get((d, name), ()))
-            passes[name] = (
-                PassTiming(name, min(got), len(got), impl, got)
-                if got
-                else PassTiming(name, seconds, 1, impl)
-            )
+            got = tuple(samples.get((d, name), ())) or (seconds,)  # not repeated: 1st
+            passes[name] = PassTiming(name, min(got), len(got), impl, got)
         results[d] = DtypeProbe(d, passes)
     return {d: results[d] for d in order}
 
