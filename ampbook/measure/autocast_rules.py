@@ -55,9 +55,6 @@ def dtype_name(dtype: torch.dtype | None) -> str:
     return "-" if dtype is None else torch_name(dtype)
 
 
-# --- the documented lists and the dispatcher's registrations ---
-
-
 @functools.lru_cache(maxsize=1)
 def _reference() -> dict:
     return load_reference("autocast_ops")
@@ -76,11 +73,8 @@ def documented_category(
 ) -> str | None:
     """The documented category of ``op`` (or one of its ``aliases``), None when
     unlisted."""
-    names = {op, *aliases}
-    for category, ops in documented_ops(device_type).items():
-        if names & set(ops):
-            return category
-    return None
+    lists = documented_ops(device_type).items()
+    return next((c for c, ops in lists if {op, *aliases} & set(ops)), None)
 
 
 def registered_ops(device_type: str) -> list[str]:
@@ -91,9 +85,6 @@ def registered_ops(device_type: str) -> list[str]:
     # No public API lists a dispatch key's registrations: the dispatcher's own answer
     regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
     return sorted({r.split("::", 1)[-1].split(".", 1)[0] for r in regs})
-
-
-# --- autocast regions, real and fake ---
 
 
 def cuda_is_fake() -> bool:
@@ -150,8 +141,6 @@ def autocast_region(
             torch.set_autocast_cache_enabled(prev[2])
 
 
-# --- CUDA's rules in a CPU autocast region ---
-#
 # CUDA's autocast op lists as the installed torch declares them (the macros
 # AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32 and AT_FORALL_FP32_SET_OPT_DTYPE in
 # torch/include/ATen/autocast_mode.h; tests/test_autocast_rules.py checks these sets
@@ -184,26 +173,14 @@ CUDA_PROMOTE = frozenset(
     "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler grid_sample "
     "index_put scatter_add tensordot".split()
 )
-# Python functions whose ATen ops CPU autocast lists under another name (the pads of
-# ``F.pad``, the pooling ops behind ``F.max_pool3d``...): a call CUDA's lists leave
-# alone must not reach CPU autocast's fp32 kernels for these.
+# Python functions whose ATen ops CPU autocast lists under another name (beside
+# ``_max_pool3d`` and ``max_pool3d_with_indices`` for ``max_pool3d``): a call CUDA's
+# lists leave alone must not reach CPU autocast's fp32 kernels for these.
 _PY_TO_ATEN = {
     "grid_sample": ("grid_sampler", "grid_sampler_2d", "grid_sampler_3d"),
-    "pad": (
-        "reflection_pad1d",
-        "reflection_pad2d",
-        "replication_pad1d",
-        "replication_pad2d",
-        "replication_pad3d",
+    "pad": tuple(
+        f"{kind}_pad{n}d" for kind in ("reflection", "replication") for n in (1, 2, 3)
     ),
-    "_max_pool3d": ("max_pool3d",),
-    "max_pool3d_with_indices": ("max_pool3d",),
-    "_adaptive_max_pool3d": ("adaptive_max_pool3d",),
-    "adaptive_max_pool3d_with_indices": ("adaptive_max_pool3d",),
-    "_fractional_max_pool2d": ("fractional_max_pool2d",),
-    "_fractional_max_pool3d": ("fractional_max_pool3d",),
-    "_max_unpool2d": ("max_unpool2d",),
-    "_max_unpool3d": ("max_unpool3d",),
 }
 
 
@@ -220,7 +197,8 @@ def is_autocast_eligible(t) -> bool:
 def _cpu_lists(name: str) -> bool:
     """Whether CPU autocast has a kernel for the Python function ``name`` (under its own
     name or the ATen ops it reaches)."""
-    names = {name, name.lstrip("_"), *_PY_TO_ATEN.get(name, ())}
+    bare = name.lstrip("_").removesuffix("_with_indices")
+    names = {name, bare, *_PY_TO_ATEN.get(name, ())}
     return bool(names & set(registered_ops("cpu")))
 
 
