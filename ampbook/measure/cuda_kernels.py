@@ -172,14 +172,8 @@ def _softmax_fp32(input, dim=None, _stacklevel=3, dtype=None):
     return _ORIGINAL["softmax"](input, dim, _stacklevel, dtype)
 
 
-_ORIGINAL = {
-    "scaled_dot_product_attention": F.scaled_dot_product_attention,
-    "softmax": F.softmax,
-}
-_PATCHED = {
-    "scaled_dot_product_attention": _fused_attention,
-    "softmax": _softmax_fp32,
-}
+_PATCHED = {"scaled_dot_product_attention": _fused_attention, "softmax": _softmax_fp32}
+_ORIGINAL = {name: getattr(F, name) for name in _PATCHED}
 
 
 class _KernelMode(TorchFunctionMode):

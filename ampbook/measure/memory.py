@@ -31,6 +31,8 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ampbook.core.precision import torch_name
 from ampbook.measure.tracking import ModuleScopes
@@ -216,9 +218,6 @@ def step_saving(pixels: float, fp32: Line, amp: Line, n_params: int) -> float:
     return saving(static + fp32(pixels), static + amp(pixels))
 
 
-# --- resident set size ---
-
-
 def _status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
@@ -257,7 +256,7 @@ def reset_peak_rss() -> bool:
         return False
 
 
-class AllocatedBytesMeter:
+class AllocatedBytesMeter(TorchDispatchMode):
     """The most bytes the tensors made inside the ``with`` block held at once: a CPU's
     stand-in for ``torch.cuda.max_memory_allocated`` over a region.
 
@@ -268,11 +267,11 @@ class AllocatedBytesMeter:
     not an allocator's reserve (no caching, no fragmentation)."""
 
     def __init__(self):
+        super().__init__()
         self.live_bytes = 0
         self.peak_bytes = 0
         self.storages = 0
         self._seen: set[int] = set()
-        self._mode = None
 
     def _freed(self, key: int, nbytes: int) -> None:
         self._seen.discard(key)
@@ -292,28 +291,14 @@ class AllocatedBytesMeter:
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         weakref.finalize(storage, self._freed, key, nbytes)
 
-    def __enter__(self) -> "AllocatedBytesMeter":
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
-
-        meter = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                inputs = {
-                    t.untyped_storage().data_ptr()
-                    for t in tree_leaves((args, kwargs))
-                    if isinstance(t, torch.Tensor) and t.device.type != "meta"
-                }
-                out = func(*args, **kwargs)
-                for t in tree_leaves(out):
-                    meter._add(t, inputs)
-                return out
-
-        self._mode = _Mode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor) and t.device.type != "meta"
+        }
+        out = func(*args, **kwargs)
+        for t in tree_leaves(out):
+            self._add(t, inputs)
+        return out

@@ -33,8 +33,6 @@ from ampbook.measure.autocast_rules import (
 )
 from ampbook.measure.tracking import ModuleScopes
 
-# --- what a model does: per layer and per op ---
-
 
 def _dtypes(obj) -> list[str]:
     if isinstance(obj, torch.Tensor):
@@ -62,13 +60,11 @@ def _forward(model: nn.Module, x, device_type, dtype, fake):
         with autocast_region(device_type, dtype, fake=True) as dev:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else tuple(x)
             state = {
-                n: torch.empty(p.shape, dtype=p.dtype, device=dev).requires_grad_(
-                    p.requires_grad
+                n: torch.empty(t.shape, dtype=t.dtype, device=dev).requires_grad_(
+                    t.requires_grad
                 )
-                for n, p in model.named_parameters()
+                for n, t in [*model.named_parameters(), *model.named_buffers()]
             }
-            for n, b in model.named_buffers():
-                state[n] = torch.empty(b.shape, dtype=b.dtype, device=dev)
             x = torch.randn(shape, device=dev)
             return torch.func.functional_call(model, state, (x,))
     if not isinstance(x, torch.Tensor):
@@ -202,9 +198,6 @@ def low_precision_calls(
     precision (chapter 4 counts ERFNet's)."""
     rows, low = _low_precision_rows(trace_ops, model, x, device_type, dtype)
     return [(r["op"], set(r["output"]) == {low}) for r in rows]
-
-
-# --- the casts autocast makes ---
 
 
 @dataclass

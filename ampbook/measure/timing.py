@@ -174,8 +174,6 @@ class _Clock:
         return self._start.elapsed_time(self._end) / 1e3
 
 
-# --- Cache size and input rotation ---
-
 DEFAULT_CACHE_BYTES = 64 * 2**20
 CPU_CACHE_GLOB = "/sys/devices/system/cpu/cpu0/cache/index*/size"
 
@@ -384,9 +382,6 @@ def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
     return [first] + [make() for _ in range(buffers - 1)], dev
 
 
-# --- Conveniences: matmul and elementwise ---
-
-
 @contextlib.contextmanager
 def tf32_matmul(enabled: bool):
     """Allow (or forbid) TF32 tensor cores for fp32 matmuls on CUDA inside the block,
@@ -402,12 +397,8 @@ def _check_dtype_on(dtype, dev: torch.device) -> tuple[str, torch.dtype]:
     if name == "tf32" or name.startswith("fp8"):
         need = (8, 0) if name == "tf32" else (8, 9)
         cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
-        if (
-            cap is None
-            or cap < need
-            or need > (8, 0)
-            and not hasattr(torch, "_scaled_mm")
-        ):
+        scaled_mm = name == "tf32" or hasattr(torch, "_scaled_mm")
+        if cap is None or cap < need or not scaled_mm:
             have = f"device {dev} has none" if cap is None else f"this GPU is {cap}"
             raise ValueError(
                 f"{name} matmuls need NVIDIA tensor cores of compute capability "
@@ -417,17 +408,11 @@ def _check_dtype_on(dtype, dev: torch.device) -> tuple[str, torch.dtype]:
     return name, torch_dtype
 
 
-def _time_op(fn, make, dev, name, extra, flops, bytes_moved, kwargs) -> TimingResult:
+def _time_op(fn, make, dev, name, extra, flops, moved, kwargs) -> TimingResult:
     kwargs.setdefault("name", name)
     extra = {**extra, **(kwargs.pop("extra", None) or {})}
     return benchmark(
-        fn,
-        make,
-        flops=flops,
-        bytes_moved=bytes_moved,
-        device=dev,
-        extra=extra,
-        **kwargs,
+        fn, make, flops=flops, bytes_moved=moved, device=dev, extra=extra, **kwargs
     )
 
 
@@ -487,9 +472,10 @@ def time_matmul(
     extra = {"kind": "matmul", "dtype": name, "n": n, "m": m, "k": k}
     flops = 2 * n * m * k  # one multiply and one add per term
     moved = (n * k + k * m) * itemsize + out_bytes
-    with (
+    tf32 = (
         tf32_matmul(name == "tf32") if dev.type == "cuda" else contextlib.nullcontext()
-    ):
+    )
+    with tf32:
         return _time_op(
             fn, make, dev, f"matmul {name} {n}x{k}x{m}", extra, flops, moved, kwargs
         )
