@@ -1,24 +1,17 @@
 """What this CPU's kernels do with each dtype, measured: one convolution, three passes.
 
-A CPU's flags say which instructions it has, not which kernels PyTorch runs: the same
-chip can run a dtype's forward convolution in a JIT-compiled oneDNN kernel and its
-weight gradient in oneDNN's reference C++ loop, or hand the whole convolution to ATen's
-generic fallback. ``probe_conv`` times one convolution (by default ERFNet's factorised
-3x1 at 64 channels) in each dtype, pass by pass: ``forward``, ``backward_data`` and
-``backward_weights`` (``aten.convolution_backward`` with one mask set).
-
-Each pass runs once untimed for the rounds (oneDNN builds its kernel on the first call),
-then once per round for ``repeats`` rounds, the dtypes taking turns so that a change in
-the machine's load falls on all of them; each comparison with fp32 is the median of the
-per-round ratios, with their spread (``round_ratios``). A pass whose first call takes
-over ``max_call_s`` is not repeated (``calls == 1``). During the first call oneDNN's
-verbose lines are read back from standard output: the implementation it executed
-(``jit:avx2``, ``ref:any``...) is kept per pass; ``ATEN_FALLBACK`` where oneDNN ran no
-convolution, ``None`` where the lines could not be read.
-
-For small convolutions PyTorch skips oneDNN even in fp32 (on an AVX2 machine, below
-about 64 channels at 32x64), so a tiny probe says nothing about a real network's
-kernels. The timings are this machine's, under its load (``ConvProbe.load1``).
+A CPU's flags say which instructions it has, not which kernels PyTorch runs: one chip
+can run a dtype's forward convolution in a JIT-compiled oneDNN kernel and its weight
+gradient in oneDNN's reference C++ loop, or hand it all to ATen's generic fallback.
+``probe_conv`` times one convolution (by default ERFNet's 3x1 at 64 channels: below
+about that size PyTorch skips oneDNN even in fp32) in each dtype, pass by pass. Each
+pass runs once untimed for the rounds (oneDNN builds its kernel then) while oneDNN's
+verbose lines name the implementation it executed (``jit:avx2``, ``ref:any``...;
+``ATEN_FALLBACK`` where it ran none), then once per round for ``repeats`` rounds, the
+dtypes taking turns so that a change in the machine's load falls on all of them; each
+comparison with fp32 is the median of the per-round ratios, with their spread. A pass
+whose first call takes over ``max_call_s`` is not repeated. The timings are this
+machine's, under its load (``ConvProbe.load1``).
 """
 
 from __future__ import annotations

@@ -61,14 +61,11 @@ class SavedTensorMeter:
         # more tensors that are the model's parameters: the state a
         # ``torch.func.functional_call`` runs the model with
         self.parameters = list(parameters)
-        self.total_bytes = 0
-        self.count = 0
-        self.parameter_bytes = 0
+        self.total_bytes = self.count = self.parameter_bytes = 0
         self.by_dtype: dict[str, int] = defaultdict(int)
         self.by_module_type: dict[str, int] = defaultdict(int)
         self._seen: dict[tuple, list] = {}
         self._param_ptrs: set[tuple] = set()
-        self._hooks_ctx = None
         self._scopes = ModuleScopes(model) if model is not None else None
 
     def _owner(self) -> str:
@@ -268,9 +265,7 @@ class AllocatedBytesMeter(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.live_bytes = 0
-        self.peak_bytes = 0
-        self.storages = 0
+        self.live_bytes = self.peak_bytes = self.storages = 0
         self._seen: set[int] = set()
 
     def _freed(self, key: int, nbytes: int) -> None:

@@ -248,10 +248,8 @@ def machine_load() -> dict:
     the load exceeds 1.5 runnable tasks per CPU. On a busy machine CPU timings are
     unreliable: a multi-threaded kernel waits for its descheduled threads (milliseconds
     per parallel region), so report ``busy`` beside any CPU measurement."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux: the CPUs we may use
+    cpus = len(affinity(0)) if affinity else os.cpu_count() or 1
     try:
         load1 = os.getloadavg()[0]
     except (AttributeError, OSError):

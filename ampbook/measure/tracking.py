@@ -1,16 +1,10 @@
 """Which module of a model is running: the one module tracker of the book, asked by the
 cost model (``ampbook.predict.steptrace``), the saved-tensor meter and the autocast op
 trace. ``ModuleScopes`` is a ``torch.utils.module_tracker.ModuleTracker`` that knows one
-model:
-
-    with ModuleScopes(model) as scopes:
-        model(x)  # inside: scopes.innermost() -> ("encoder.0.conv", "Conv2d")
-
-**Forward.** ``ModuleTracker`` keeps ``parents``, the modules whose forward is running,
-by name (the outermost by its class name, the others by their attribute path below it).
-``innermost()`` is the deepest of the model's, named as ``model.named_modules()`` names
-it (the model itself by its class name), with its class name; ``None`` outside the
-model. (A module reachable at two paths may be named after either.)
+model: inside ``with ModuleScopes(model) as scopes``, ``scopes.innermost()`` is the
+innermost module of the model whose forward is running (``("encoder.0.conv",
+"Conv2d")``: its name as ``model.named_modules()`` gives it, the model itself by its
+class name; a module reachable at two paths may be named after either), None outside.
 
 **Backward** (``backward=True``, the cost model only). ``ModuleTracker``'s backward set
 (entered when the gradients of all a module's outputs are ready, left when those of all
@@ -23,10 +17,9 @@ ResNet-50's (64 x 64). So here every autograd node the forward creates belongs t
 module that created it, found when the forward crosses a module boundary (the unclaimed
 nodes behind a module's inputs belong to the module running before it was entered;
 those behind its outputs, to it). Each claimed node gets a pre-hook that makes its
-module ``backward_scope()`` until the next node starts (so the engine's sum of the
-gradients of a tensor read twice goes to the node that just ran). Nodes no module
-created (``AccumulateGrad``, the loss gradient's seed) have no scope; ``claim(tensors,
-scope)`` hands the nodes behind tensors made outside every module (a loss) to a scope.
+module ``backward_scope()`` until the next node starts. Nodes no module created
+(``AccumulateGrad``, the loss gradient's seed) have no scope; ``claim(tensors, scope)``
+hands the nodes behind tensors made outside every module (a loss) to a scope.
 """
 
 from __future__ import annotations
