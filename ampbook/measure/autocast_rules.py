@@ -238,17 +238,12 @@ class CudaAutocastRules(TorchFunctionMode):
     """Inside a CPU autocast region, make the decisions CUDA's autocast would make.
 
     The cost model traces a training step on the CPU (a backward pass on fake CUDA
-    tensors needs a GPU). CPU and CUDA autocast agree on convolutions, matrix products
-    and attention, but CUDA also keeps norms, softmax, sums, exponentials, most losses
-    and upsampling in fp32, and CPU autocast has rules CUDA's lists lack (FFTs, 3-D
-    pooling, reflection pads and linear algebra in fp32; ``grid_sample`` in fp32 where
-    CUDA promotes). This mode applies CUDA's lists to the torch functions called while
-    CPU autocast is on: inputs cast to the autocast dtype, to fp32 or to the widest of
-    them and the op run with autocast off, or ``dtype=torch.float32`` asked of it; a
-    function only CPU autocast lists runs in its inputs' dtypes, as on CUDA. Ops both
-    list alike are left to CPU autocast, whose cast cache casts a weight used twice
-    once, as CUDA's does. It sees Python functions, not the ones a composite such as
-    ``F.multi_head_attention_forward`` calls inside it (``CudaKernels`` sees those)."""
+    tensors needs a GPU). CUDA's autocast keeps norms, softmax, sums, exponentials,
+    most losses and upsampling in fp32, and CPU autocast has rules CUDA's lists lack
+    (FFTs, 3-D pooling, pads, linear algebra in fp32). This mode applies CUDA's lists to
+    the torch functions called while CPU autocast is on (ops both list alike are left
+    to CPU autocast and its cast cache); it does not see the functions a composite such
+    as ``F.multi_head_attention_forward`` calls inside it (``CudaKernels`` does)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -289,11 +284,7 @@ def _call_cast(func, args, kwargs, dtype: torch.dtype | None):
 
     def cast_to(d, tree, complex_to=None):
         def cast(t):
-            if (
-                complex_to is not None
-                and isinstance(t, torch.Tensor)
-                and t.is_complex()
-            ):
+            if complex_to and isinstance(t, torch.Tensor) and t.is_complex():
                 return t.to(complex_to)
             return t.to(d) if is_autocast_eligible(t) else t
 

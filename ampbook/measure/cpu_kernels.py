@@ -47,8 +47,7 @@ _PROP_KINDS = {
 
 @dataclass(frozen=True)
 class PassTiming:
-    """One pass in one dtype: its fastest time, the calls timed (1: a slow pass timed
-    once, its first call), and the implementation oneDNN executed."""
+    """One pass in one dtype: its fastest time, calls timed, implementation run."""
 
     name: str
     seconds: float
@@ -149,11 +148,9 @@ class ConvProbe:
         per_pass = ", ".join(
             f"{PASS_NAMES[p]} {self.pass_slowdown(dtype, p):.3g}x" for p in PASSES
         )
-        spread = (
-            f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
-            if n > 1
-            else "one round"
-        )
+        spread = "one round"
+        if n > 1:
+            spread = f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
         if n > 1 and lo <= 1 <= hi:
             text = (
                 f"{dtype}: the {self.shape} was faster than in fp32 in some rounds "

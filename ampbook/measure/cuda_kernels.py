@@ -1,12 +1,9 @@
-"""The kernels CUDA runs where the CPU runs others, put in a CPU trace of a step.
-
-Two kinds differ from CUDA's in what the cost model sees: attention (the CPU's math
-path upcasts 16-bit inputs and runs softmax, dropout and two matrix products apart; CUDA
-runs one fused 16-bit kernel) and recurrent layers (oneDNN's RNN in fp32, a cell per
-time step under 16-bit autocast; cuDNN runs the whole layer stack as one operator).
-``CudaKernels`` puts CUDA's operators in the trace: flash or memory-efficient attention
-(whose meta kernels fake tensors run) and ``aten::_cudnn_rnn`` with
-``ampbook::cudnn_rnn_backward`` for its backward, which has no meta kernel.
+"""The kernels CUDA runs where the CPU runs others, put in a CPU trace of a step: fused
+attention (the CPU's math path upcasts 16-bit inputs and runs softmax, dropout and two
+matrix products apart) and cuDNN's recurrent layer stack as one operator (oneDNN runs
+an fp32 RNN, or a cell per time step under 16-bit autocast). ``CudaKernels`` puts
+CUDA's operators in the trace: flash or memory-efficient attention (whose meta kernels
+fake tensors run) and ``aten::_cudnn_rnn`` with ``ampbook::cudnn_rnn_backward``.
 """
 
 from __future__ import annotations
@@ -45,11 +42,8 @@ def _cudnn_rnn_backward(
 @_cudnn_rnn_backward.register_fake
 def _(x, hx, output, grad_output, reserve, weights, mode, hidden, layers, batch_first,
       bidirectional):  # fmt: skip
-    return (
-        torch.empty_like(x),
-        torch.empty_like(hx),
-        [torch.empty_like(w) for w in weights],
-    )
+    empty = torch.empty_like
+    return empty(x), empty(hx), [empty(w) for w in weights]
 
 
 class _CudnnRNN(torch.autograd.Function):

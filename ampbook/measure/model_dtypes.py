@@ -1,16 +1,10 @@
-"""What autocast does to a model, observed rather than assumed: the dtypes of its
-layers, its ops and its casts (chapter 4, for ERFNet).
-
-``trace_layers`` and ``trace_ops`` record, with forward hooks and a
-``TorchFunctionMode``, the input and output dtypes of every layer and every functional
-op of a model under autocast; ``low_precision_layers`` and ``low_precision_calls`` read
-off which of them are low precision, and so which gradients a real AMP step holds in
-it. ``CastCounter`` counts the dtype conversions autocast makes (the casts of the fp32
-weights, and the cast cache that casts a weight used twice in one region once).
-Chapter 4's tables of them are ``ampbook.chapters.ch4``'s.
-
-CUDA traces run on a GPU when there is one, else on fake CUDA tensors
-(``ampbook.measure.autocast_rules.autocast_region``).
+"""What autocast does to a model, observed rather than assumed (chapter 4, for ERFNet):
+``trace_layers`` and ``trace_ops`` record the input and output dtypes of every layer and
+every functional op of a model under autocast (with forward hooks and a
+``TorchFunctionMode``; on fake CUDA tensors without a GPU); ``low_precision_layers``
+and ``low_precision_calls`` read off which gradients a real AMP step holds in low
+precision; ``CastCounter`` counts the casts autocast makes (of the fp32 weights, once
+per region for a weight used twice: the cast cache).
 """
 
 from __future__ import annotations
@@ -45,8 +39,8 @@ def _dtypes(obj) -> list[str]:
 
 
 def _settings(device_type, dtype, fake) -> tuple[torch.dtype, bool]:
-    """The autocast dtype (the device's default when None) and whether to run on fake
-    tensors (when None: CUDA without a GPU)."""
+    """The autocast dtype (default: the device's) and whether to run on fake tensors
+    (default: CUDA without a GPU)."""
     check_device_type(device_type)
     if fake is None:
         fake = device_type == "cuda" and cuda_is_fake()

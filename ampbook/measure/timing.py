@@ -38,8 +38,7 @@ from ampbook.core.precision import DTYPES, SHORT_NAMES, backend_flags
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
-    """``(name, torch dtype)`` for a book dtype name (``"fp16"``...) or a
-    ``torch.dtype``."""
+    """``(name, torch dtype)`` for a book dtype name (``"fp16"``...) or a dtype."""
     if isinstance(dtype, torch.dtype):
         if dtype not in SHORT_NAMES:
             raise ValueError(
@@ -68,7 +67,6 @@ def random_tensor(
     """Standard-normal random values (never zeros) in ``dtype`` on ``device``, drawn in
     fp32 and rounded to the format (fp8 included)."""
     _, torch_dtype = resolve_dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
     x = torch.randn(shape, device=device, dtype=torch.float32, generator=generator)
     return x.to(torch_dtype)
 
@@ -290,15 +288,14 @@ def benchmark(
     name: str = "",
     extra: dict | None = None,
 ) -> TimingResult:
-    """Time ``fn(*make_inputs())`` by the module docstring's rules.
-
-    ``make_inputs`` returns one input set (a tuple, or one argument; None: ``fn()``);
-    ``flops`` and ``bytes_moved`` are the work per call, for the rates. ``device=None``:
-    the first input tensor's, else the CPU; ``"auto"``: CUDA when available.
-    ``warmup=0`` shows what a cold start costs. ``max_time`` stops sampling early
-    (after at least ``min(3, repeats)`` samples). ``number=None`` picks the calls per
-    sample from the fastest warm-up call (1 without warm-up). ``buffers=None`` sizes
-    the rotation against ``cache_bytes`` (the machine's last-level cache when None).
+    """Time ``fn(*make_inputs())`` by the module docstring's rules. ``make_inputs``
+    returns one input set (a tuple, or one argument; None: ``fn()``); ``flops`` and
+    ``bytes_moved`` are the work per call, for the rates. ``device=None``: the first
+    input tensor's, else the CPU; ``"auto"``: CUDA when available. ``warmup=0`` shows
+    what a cold start costs. ``max_time`` stops sampling early (after at least
+    ``min(3, repeats)`` samples). ``number=None`` picks the calls per sample from the
+    fastest warm-up call (1 without warm-up). ``buffers=None`` sizes the rotation
+    against ``cache_bytes`` (the machine's last-level cache when None).
     ``check_inputs=False`` allows all-zero inputs (accumulators)."""
     _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number)
     if buffers is not None and buffers < 1:
