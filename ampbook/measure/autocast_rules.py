@@ -1,18 +1,14 @@
 """Autocast's rules: which dtype each op runs in under autocast, as the torch.amp docs
 list it ("Autocast Op Reference",
-https://pytorch.org/docs/stable/amp.html#autocast-op-reference, kept as data in
-``data/reference/autocast_ops.yml``: ``documented_ops``) and as the
-installed torch's dispatcher registers it (the ops with a kernel for the
-``AutocastCPU`` / ``AutocastCUDA`` dispatch key: ``registered_ops``; every other op
-falls through autocast untouched). Chapter 4 sets both beside what the ops do
-(``ampbook.chapters.ch4.op_probes``).
+https://pytorch.org/docs/stable/amp.html#autocast-op-reference, kept in
+``data/reference/autocast_ops.yml``: ``documented_ops``) and as the installed torch's
+dispatcher registers it (``registered_ops``: every other op falls through autocast).
 
-``autocast_region`` is an autocast region on either device. Without a GPU a CUDA region
-runs on *fake* CUDA tensors (``FakeTensorMode``: a device and a dtype, no data), so the
-dispatcher's CUDA autocast kernels make their real decisions while no arithmetic
-happens. ``CudaAutocastRules`` makes CUDA's decisions inside a CPU autocast region, for
-the cost model's CPU trace of a training step (the operators CUDA runs where the CPU
-runs others are ``ampbook.measure.cuda_kernels``'s).
+``autocast_region`` is an autocast region on either device; without a GPU a CUDA region
+runs on *fake* CUDA tensors (a device and a dtype, no data), so the dispatcher's CUDA
+autocast kernels make their real decisions while no arithmetic happens.
+``CudaAutocastRules`` makes CUDA's decisions inside a CPU autocast region, for the cost
+model's CPU trace of a training step.
 """
 
 from __future__ import annotations

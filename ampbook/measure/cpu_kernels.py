@@ -311,13 +311,11 @@ def probe_conv(
     threads: int = 1,
     seed: int = 0,
 ) -> ConvProbe:
-    """Time one ``channels``-to-``channels`` convolution with a ``kernel`` filter
-    ("same" padding) on a ``batch x channels x height x width`` input, pass by pass, in
-    each of ``dtypes`` (fp32 always, first), on the CPU (see the module docstring).
-    ``threads``: torch's intra-op threads for the probe (restored after), one by
-    default, because a multi-threaded kernel on a loaded machine waits for
-    its descheduled threads and its time says more about the load than the kernel. A
-    dtype the CPU cannot convolve at all gets its error instead of timings."""
+    """Time one same-padded ``channels``-to-``channels`` convolution on a ``batch x
+    channels x height x width`` input, pass by pass, in each of ``dtypes`` (fp32
+    first). One intra-op thread by default (restored after): on a loaded machine a
+    multi-threaded kernel's time says more about the load than the kernel. A dtype the
+    CPU cannot convolve at all gets its error instead of timings."""
     for label, v in (
         ("channels", channels),
         ("height", height),
@@ -352,9 +350,17 @@ def probe_conv(
     read = any(p.impl is not None for r in results.values() for p in r.passes.values())
     kernel = (int(kernel[0]), int(kernel[1]))
     return ConvProbe(
-        channels, height, width, kernel, batch, used, load["load1"], load["cpus"], read,
+        channels,
+        height,
+        width,
+        kernel,
+        batch,
+        used,
+        load["load1"],
+        load["cpus"],
+        read,
         results,
-    )  # fmt: skip
+    )
 
 
 def _run(order, tensors, padding, repeats, max_call_s):

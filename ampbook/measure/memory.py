@@ -143,10 +143,8 @@ def saved_for_backward(
     dtype: torch.dtype | None = None,
     loss_fn: Callable | None = None,
 ) -> dict:
-    """One training forward (model + loss) under ``SavedTensorMeter``: its
-    ``summary()``, whose ``new_bytes`` is the book's memory figure. ``dtype=None``:
-    plain fp32; else autocast on ``device_type`` in ``dtype``. The graph is dropped
-    without a backward."""
+    """``SavedTensorMeter.summary()`` of one training forward (model + loss), in fp32
+    (``dtype=None``) or under autocast in ``dtype``; the graph is dropped unused."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
     with SavedTensorMeter(model=model) as meter:
         with torch.autocast(
@@ -254,14 +252,11 @@ def reset_peak_rss() -> bool:
 
 
 class AllocatedBytesMeter(TorchDispatchMode):
-    """The most bytes the tensors made inside the ``with`` block held at once: a CPU's
-    stand-in for ``torch.cuda.max_memory_allocated`` over a region.
-
-    A dispatch mode sees every operator's outputs, forward and backward (checkpoint
-    recomputations included); each new storage adds its bytes to ``live_bytes`` and a
-    finalizer takes them off when it is freed. Tensors made before the block, and views
-    and in-place results of an operator's inputs, are not counted. It counts storages,
-    not an allocator's reserve (no caching, no fragmentation)."""
+    """``peak_bytes``: the most bytes the tensors made inside the ``with`` block held at
+    once, a CPU's stand-in for ``torch.cuda.max_memory_allocated``. Every operator's new
+    output storage (backward and checkpoint recomputations included) counts until a
+    finalizer sees it freed; tensors made before the block, and views and in-place
+    results of an operator's inputs, do not. No allocator's cache or fragmentation."""
 
     def __init__(self):
         super().__init__()

@@ -74,11 +74,10 @@ def trace_layers(
     dtype: torch.dtype | None = None,
     fake: bool | None = None,
 ) -> list[dict]:
-    """Input, output and parameter dtypes of every leaf module in one forward under
-    autocast: rows ``{"name", "type", "inputs", "output", "params"}`` in call order (a
-    module called twice appears twice). ``x`` is an input tensor on the model's device,
-    or an input shape; with ``fake`` (default: CUDA without a GPU) the model runs on
-    fake CUDA copies of its parameters, and is not touched."""
+    """Rows ``{"name", "type", "inputs", "output", "params"}`` of dtypes, for every leaf
+    module call in one forward under autocast. ``x``: an input tensor on the model's
+    device, or an input shape; with ``fake`` (default: CUDA without a GPU) the model
+    runs on fake CUDA copies of its parameters, and is not touched."""
     dtype, fake = _settings(device_type, dtype, fake)
     rows: list[dict] = []
 
@@ -116,10 +115,8 @@ _SKIP_FUNCS = frozenset(
 
 
 def traced_call(func, out) -> str | None:
-    """The op name ``trace_ops`` records for a torch function call returning ``out``, or
-    None when it skips the call (attribute reads, hooks, calls with no floating output).
-    ``low_precision_calls`` and ``gradstats.emulate_fp16_grads`` count calls by this
-    rule."""
+    """The op name ``trace_ops`` (and ``gradstats.emulate_fp16_grads``) records for a
+    call returning ``out``; None for attribute reads, hooks, no floating output."""
     name = getattr(func, "__name__", str(func))
     return name if name not in _SKIP_FUNCS and _dtypes(out) else None
 
@@ -175,10 +172,9 @@ def _low_precision_rows(trace, model, x, device_type, dtype) -> tuple[list, str]
 def low_precision_layers(
     model: nn.Module, x, device_type: str = "cuda", dtype: torch.dtype | None = None
 ) -> set[str]:
-    """Names of the leaf modules whose output is low precision under autocast (default:
-    CUDA fp16, on fake tensors without a GPU), in the model's current train/eval mode.
-    Their activation gradients are low precision in a real AMP backward; the others' are
-    fp32 (chapter 4 counts ERFNet's)."""
+    """Names of the leaf modules whose output (and so activation gradient, in a real AMP
+    backward) is low precision under autocast (default: CUDA fp16), in the model's
+    current train/eval mode."""
     rows, low = _low_precision_rows(trace_layers, model, x, device_type, dtype)
     return {r["name"] for r in rows if r["output"] and set(r["output"]) == {low}}
 
@@ -187,9 +183,8 @@ def low_precision_calls(
     model: nn.Module, x, device_type: str = "cuda", dtype: torch.dtype | None = None
 ) -> list[tuple[str, bool]]:
     """``(op, output is low precision)`` for every call ``trace_ops`` records in one
-    forward under autocast (default: CUDA fp16), in call order: which tensors of the
-    forward, and so which gradients of the backward, a real AMP step holds in low
-    precision (chapter 4 counts ERFNet's)."""
+    forward under autocast (default: CUDA fp16), in call order: which gradients of the
+    backward a real AMP step holds in low precision."""
     rows, low = _low_precision_rows(trace_ops, model, x, device_type, dtype)
     return [(r["op"], set(r["output"]) == {low}) for r in rows]
 

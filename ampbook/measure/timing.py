@@ -2,17 +2,15 @@
 
 1. **Warm up first.** ``warmup`` calls run untimed (caches, lazy initialisation, cuBLAS
    heuristics, CPU frequency ramp-up).
-2. **Wait for the work.** GPU kernels run asynchronously: each sample is timed with
-   CUDA events on CUDA, ``time.perf_counter`` on the CPU, and the clock stops only after
-   ``sync()`` (``torch.cuda.synchronize`` on CUDA; pass your own for other work).
-3. **Many samples, robust statistics.** A sample is a block of ``number`` back-to-back
-   calls lasting about ``block_time``, until there are ``repeats`` samples and
-   ``min_time`` seconds; the result reports the median and the spread (10th/90th,
-   25th/75th percentiles) of the per-call time.
+2. **Wait for the work.** GPU kernels run asynchronously: samples are timed with CUDA
+   events on CUDA, ``time.perf_counter`` on the CPU, stopped only after ``sync()``.
+3. **Many samples, robust statistics.** A sample is ``number`` back-to-back calls
+   lasting about ``block_time``, until there are ``repeats`` samples and ``min_time``
+   seconds; the result reports the median and the spread of the per-call time.
 4. **Random inputs, never zeros**, on which hardware and libraries take shortcuts.
 5. **No free cache hits.** When one input set would stay in the last-level cache, the
-   calls rotate through ``buffers`` input sets, sized from the working set against the
-   cache, so that each call reads its inputs from memory as inside a real network.
+   calls rotate through ``buffers`` input sets, so that each call reads its inputs from
+   memory as inside a real network.
 
 Dtype names: ``"fp32"``, ``"tf32"`` (fp32 tensors, TF32 tensor-core matmuls; CUDA
 only), ``"fp16"``, ``"bf16"``, ``"fp8"`` (= ``"fp8_e4m3"``, CUDA 8.9+), ``"fp64"``.
@@ -242,10 +240,9 @@ def _check_not_zero(args: tuple, name: str) -> None:
 
 
 def machine_load() -> dict:
-    """How busy the machine is: 1-minute load average, usable CPUs, and ``busy`` when
-    the load exceeds 1.5 runnable tasks per CPU. On a busy machine CPU timings are
-    unreliable: a multi-threaded kernel waits for its descheduled threads (milliseconds
-    per parallel region), so report ``busy`` beside any CPU measurement."""
+    """1-minute load average, usable CPUs, and ``busy`` above 1.5 runnable tasks per
+    CPU, where a multi-threaded kernel waits milliseconds for its descheduled threads:
+    report it beside any CPU measurement."""
     affinity = getattr(os, "sched_getaffinity", None)  # Linux: the CPUs we may use
     cpus = len(affinity(0)) if affinity else os.cpu_count() or 1
     try:
@@ -329,9 +326,16 @@ def benchmark(
         if max_time is not None and total >= max_time and n >= min(3, repeats):
             break
     return TimingResult(
-        name, str(dev), tuple(times), number, warmup, len(inputs), flops, bytes_moved,
+        name,
+        str(dev),
+        tuple(times),
+        number,
+        warmup,
+        len(inputs),
+        flops,
+        bytes_moved,
         dict(extra or {}),
-    )  # fmt: skip
+    )
 
 
 def _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number):
@@ -420,11 +424,10 @@ def time_matmul(
     seed: int = 0,
     **kwargs,
 ) -> TimingResult:
-    """Time ``C = A @ B`` with ``A`` n x k, ``B`` k x m (``m``, ``k`` default to ``n``).
-
-    ``bytes_moved`` counts reading A and B and writing C once (the minimum traffic). fp8
-    runs through ``torch._scaled_mm`` (unit scales, bf16 output, B column-major, sizes
-    multiples of 16). Other keyword arguments go to :func:`benchmark`."""
+    """Time ``C = A @ B``, A n x k, B k x m (``m``, ``k`` default to ``n``), counting
+    the minimum traffic (A and B read, C written once). fp8 runs through
+    ``torch._scaled_mm`` (unit scales, bf16 output, B column-major, sizes multiples of
+    16). Other keyword arguments go to ``benchmark``."""
     m = n if m is None else m
     k = n if k is None else k
     for label, v in (("n", n), ("m", m), ("k", k)):
@@ -510,19 +513,24 @@ def time_elementwise(
 def one_call(fn, args: tuple = (), device=None) -> float:
     """Seconds of one call ``fn(*args)``, by ``benchmark``'s clock (no warm-up)."""
     return benchmark(
-        fn, lambda: args, device=device, warmup=0, repeats=1, number=1, min_time=0.0,
-        buffers=1, check_inputs=False,
-    ).median_s  # fmt: skip
+        fn,
+        lambda: args,
+        device=device,
+        warmup=0,
+        repeats=1,
+        number=1,
+        min_time=0.0,
+        buffers=1,
+        check_inputs=False,
+    ).median_s
 
 
 def time_rounds(
     steps: dict[str, tuple], rounds: int = 5, warmup: bool = True
 ) -> dict[str, list[float]]:
-    """``step_rounds``'s protocol for any steps: ``{name: (step function, batch tuple,
-    device)}``, each called as ``step(*batch)``; one untimed warm-up round (unless
-    ``warmup`` is False: the caller ran one), then ``rounds`` rounds that time one call
-    of each in turn. Returns ``{name: [seconds, one per round]}``;
-    ``ampbook.predict.pace.speedup_verdict`` reads the per-round ratios."""
+    """``{name: [seconds, one per round]}`` for ``{name: (step, batch, device)}``: one
+    untimed warm-up round (unless ``warmup`` is False), then ``rounds`` rounds that
+    time one call ``step(*batch)`` of each in turn (so load drifts hit all alike)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     times: dict[str, list[float]] = {name: [] for name in steps}
