@@ -63,7 +63,6 @@ def test_verdict_names_the_slow_pass_and_its_kernel():
     )
     assert probe.slowdown("fp16") == pytest.approx(225.6 / 1.1)
     assert probe.slowest_pass("fp16").name == "backward_weights"
-    assert probe.slowest_pass("fp16").reference
     line = probe.verdict("fp16")
     assert line.startswith("fp16: the 128-channel 3x1 convolution at 128x64 ran 205x")
     assert "backward-weights 750x" in line

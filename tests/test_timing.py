@@ -136,12 +136,8 @@ def test_clock_waits_for_asynchronous_work():
 
 def test_default_sync_and_clock_by_device():
     assert default_sync(torch.device("cpu"))() is None
-    assert isinstance(
-        timing._clock(torch.device("cpu"), lambda: None), timing._HostClock
-    )
-    assert isinstance(
-        timing._clock(torch.device("cuda"), lambda: None), timing._CudaEventClock
-    )
+    assert not timing._Clock(torch.device("cpu"), lambda: None).cuda
+    assert timing._Clock(torch.device("cuda"), lambda: None).cuda  # CUDA events
 
 
 @pytest.mark.cuda
@@ -221,28 +217,10 @@ def test_result_statistics_and_rates():
         and r.p10_s == pytest.approx(2.0)
         and r.p90_s == pytest.approx(10.0)
     )
-    assert r.q75_s - r.q25_s == pytest.approx(5.0)  # the quartiles
-    assert r.tflops == pytest.approx(1.0) and r.gbps == pytest.approx(0.5)
-    assert r.intensity == pytest.approx(2000.0)
-    assert r.fraction_of_peak(4.0) == pytest.approx(0.25)
-    assert r.fraction_of_peak(2.0, unit="gbps") == pytest.approx(0.25)
-    bw_only = TimingResult(
-        name="y",
-        device="cpu",
-        times_s=(2.0,),
-        number=1,
-        warmup=0,
-        buffers=1,
-        bytes_moved=4e9,
-    )
-    assert bw_only.fraction_of_peak(4.0) == pytest.approx(0.5)  # GB/s by default
-    with pytest.raises(ValueError, match="no flops"):
-        bw_only.fraction_of_peak(1.0, unit="tflops")
-    with pytest.raises(ValueError, match="positive"):
-        r.fraction_of_peak(0)
     d = r.to_dict()
+    assert d["q75_s"] - d["q25_s"] == pytest.approx(5.0)  # the quartiles
+    assert r.tflops == pytest.approx(1.0) and r.gbps == pytest.approx(0.5)
     assert d["median_s"] == 6.0 and d["tflops"] == pytest.approx(1.0)
-    assert "median" in str(r) and "TFLOP/s" in str(r)
 
 
 def test_sampling_obeys_repeats_min_time_and_max_time():
@@ -302,7 +280,6 @@ def test_last_level_cache_reads_the_largest_cache_the_os_lists(tmp_path, monkeyp
     monkeypatch.setattr(timing, "CPU_CACHE_GLOB", str(tmp_path / "index*" / "size"))
     size, where = timing.last_level_cache("cpu")
     assert size == 32 * 2**20 and "/sys" in where
-    assert timing.cache_bytes_of("cpu") == 32 * 2**20
     monkeypatch.setattr(timing, "CPU_CACHE_GLOB", str(tmp_path / "none*" / "size"))
     assert timing.last_level_cache("cpu") == (
         timing.DEFAULT_CACHE_BYTES,

@@ -1,30 +1,14 @@
-"""Autocast's rules: which dtype each op runs in under autocast, as the documentation
-lists it, as the installed torch's dispatcher registers it, and CUDA's rules made in a
-CPU autocast region.
+"""Autocast's rules: which dtype each op runs in under autocast, as the torch.amp docs
+list it ("Autocast Op Reference",
+https://pytorch.org/docs/stable/amp.html#autocast-op-reference, kept in
+``data/reference/autocast_ops.yml``: ``documented_ops``) and as the installed torch's
+dispatcher registers it (``registered_ops``: every other op falls through autocast).
 
-* the **documentation**: the op lists of the torch.amp docs ("Autocast Op Reference",
-  https://pytorch.org/docs/stable/amp.html#autocast-op-reference), kept as data in
-  ``data/reference/autocast_ops.yml`` (``documented_ops``);
-* the **dispatcher** of the installed torch: the ops that have a kernel registered for
-  the ``AutocastCPU`` / ``AutocastCUDA`` dispatch key (``registered_ops``); every other
-  op falls through autocast untouched.
-
-Chapter 4 sets both beside what the ops do when they run
-(``ampbook.chapters.ch4.op_probes``).
-
-``autocast_region`` is an autocast region on either device. A CUDA region runs on a GPU
-when there is one. Without one it runs on *fake* CUDA tensors
-(``torch._subclasses.fake_tensor.FakeTensorMode``): tensors that carry a device and a
-dtype but no data, so the dispatcher's CUDA autocast kernels make their real decisions
-while no arithmetic happens. ``autocast_region(..., fake=True)`` switches CUDA autocast
-on directly for that (``torch.autocast`` itself refuses CUDA on a machine without a
-GPU).
-
-``CudaAutocastRules`` makes CUDA's decisions inside a CPU autocast region (CUDA's op
-lists as the installed torch declares them), for the cost model's CPU trace of a
-training step; ``op_probes.probe_ops(..., cuda_rules=True)`` shows it gives CUDA's
-dtypes. The operators CUDA runs where the CPU runs others (fused attention, cuDNN's
-recurrent layers) are ``ampbook.measure.cuda_kernels``'s.
+``autocast_region`` is an autocast region on either device; without a GPU a CUDA region
+runs on *fake* CUDA tensors (a device and a dtype, no data), so the dispatcher's CUDA
+autocast kernels make their real decisions while no arithmetic happens.
+``CudaAutocastRules`` makes CUDA's decisions inside a CPU autocast region, for the cost
+model's CPU trace of a training step.
 """
 
 from __future__ import annotations
@@ -48,8 +32,7 @@ _DEFAULT_DTYPE = {"cpu": torch.bfloat16, "cuda": torch.float16}
 
 
 def check_device_type(device_type: str) -> str:
-    """``device_type`` when autocast has a region for it here (``DEVICE_TYPES``), else a
-    ValueError naming them."""
+    """``device_type``, or a ValueError naming ``DEVICE_TYPES``."""
     if device_type not in DEVICE_TYPES:
         raise ValueError(
             f"device_type must be one of {DEVICE_TYPES}, got {device_type!r}"
@@ -66,9 +49,6 @@ def default_dtype(device_type: str) -> torch.dtype:
 def dtype_name(dtype: torch.dtype | None) -> str:
     """A dtype as chapter 4's tables write it (``"bfloat16"``), ``"-"`` for None."""
     return "-" if dtype is None else torch_name(dtype)
-
-
-# --- the documented lists and the dispatcher's registrations ---
 
 
 @functools.lru_cache(maxsize=1)
@@ -89,31 +69,18 @@ def documented_category(
 ) -> str | None:
     """The documented category of ``op`` (or one of its ``aliases``), None when
     unlisted."""
-    names = {op, *aliases}
-    for category, ops in documented_ops(device_type).items():
-        if names & set(ops):
-            return category
-    return None
-
-
-def _base_name(qualified: str) -> str:
-    """``"aten::conv2d.padding"`` -> ``"conv2d"``."""
-    return qualified.split("::", 1)[-1].split(".", 1)[0]
+    lists = documented_ops(device_type).items()
+    return next((c for c, ops in lists if {op, *aliases} & set(ops)), None)
 
 
 def registered_ops(device_type: str) -> list[str]:
     """Sorted names of the ops with a kernel for the device's autocast dispatch key in
-    the installed torch (overloads merged: ``conv2d`` and ``conv2d.padding`` give
-    ``conv2d``). Works without the device: the registrations are part of the build.
-    Chapter 4 counts them per device."""
+    the installed torch, overloads merged (``aten::conv2d.padding`` -> ``conv2d``).
+    Works without the device: the registrations are part of the build."""
     key = _DISPATCH_KEYS[check_device_type(device_type)]
-    # No public API lists a dispatch key's registrations: this private call is the
-    # dispatcher's own answer, used only to list op names.
+    # No public API lists a dispatch key's registrations: the dispatcher's own answer
     regs = torch._C._dispatch_get_registrations_for_dispatch_key(key)
-    return sorted({_base_name(r) for r in regs})
-
-
-# --- autocast regions, real and fake ---
+    return sorted({r.split("::", 1)[-1].split(".", 1)[0] for r in regs})
 
 
 def cuda_is_fake() -> bool:
@@ -129,11 +96,9 @@ def autocast_region(
     cache_enabled: bool = True,
 ) -> Iterator[torch.device]:
     """An autocast region for ``device_type`` yielding the device to create tensors on.
-
     ``fake=True`` (CUDA only) enters a ``FakeTensorMode`` and switches CUDA autocast on
-    directly, so that the CUDA autocast kernels run on fake CUDA tensors without a GPU.
-    Inside it, create tensors with ``device=`` the yielded device; results have dtypes
-    and shapes but no values."""
+    directly (``torch.autocast`` refuses CUDA without a GPU): results have dtypes and
+    shapes but no values."""
     check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if not fake:
@@ -172,8 +137,6 @@ def autocast_region(
             torch.set_autocast_cache_enabled(prev[2])
 
 
-# --- CUDA's rules in a CPU autocast region ---
-#
 # CUDA's autocast op lists as the installed torch declares them (the macros
 # AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32 and AT_FORALL_FP32_SET_OPT_DTYPE in
 # torch/include/ATen/autocast_mode.h; tests/test_autocast_rules.py checks these sets
@@ -206,32 +169,19 @@ CUDA_PROMOTE = frozenset(
     "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler grid_sample "
     "index_put scatter_add tensordot".split()
 )
-# Python functions whose ATen ops CPU autocast lists under another name (the pads of
-# ``F.pad``, the pooling ops behind ``F.max_pool3d``...): a call CUDA's lists leave
-# alone must not reach CPU autocast's fp32 kernels for these.
+# Python functions whose ATen ops CPU autocast lists under another name (beside
+# ``_max_pool3d`` and ``max_pool3d_with_indices`` for ``max_pool3d``): a call CUDA's
+# lists leave alone must not reach CPU autocast's fp32 kernels for these.
 _PY_TO_ATEN = {
     "grid_sample": ("grid_sampler", "grid_sampler_2d", "grid_sampler_3d"),
-    "pad": (
-        "reflection_pad1d",
-        "reflection_pad2d",
-        "replication_pad1d",
-        "replication_pad2d",
-        "replication_pad3d",
+    "pad": tuple(
+        f"{kind}_pad{n}d" for kind in ("reflection", "replication") for n in (1, 2, 3)
     ),
-    "_max_pool3d": ("max_pool3d",),
-    "max_pool3d_with_indices": ("max_pool3d",),
-    "_adaptive_max_pool3d": ("adaptive_max_pool3d",),
-    "adaptive_max_pool3d_with_indices": ("adaptive_max_pool3d",),
-    "_fractional_max_pool2d": ("fractional_max_pool2d",),
-    "_fractional_max_pool3d": ("fractional_max_pool3d",),
-    "_max_unpool2d": ("max_unpool2d",),
-    "_max_unpool3d": ("max_unpool3d",),
 }
 
 
 def is_autocast_eligible(t) -> bool:
-    """Whether autocast casts the tensor ``t``: floating, and not fp64 (as CUDA's
-    autocast decides)."""
+    """Whether autocast casts the tensor ``t``: floating, not fp64 (as CUDA decides)."""
     return (
         isinstance(t, torch.Tensor)
         and t.is_floating_point()
@@ -239,16 +189,13 @@ def is_autocast_eligible(t) -> bool:
     )
 
 
-@functools.lru_cache(maxsize=1)
-def _cpu_registered() -> frozenset[str]:
-    return frozenset(registered_ops("cpu"))
-
-
+@functools.lru_cache(maxsize=None)
 def _cpu_lists(name: str) -> bool:
     """Whether CPU autocast has a kernel for the Python function ``name`` (under its own
     name or the ATen ops it reaches)."""
-    names = {name, name.lstrip("_"), *_PY_TO_ATEN.get(name, ())}
-    return bool(names & _cpu_registered())
+    bare = name.lstrip("_").removesuffix("_with_indices")
+    names = {name, bare, *_PY_TO_ATEN.get(name, ())}
+    return bool(names & set(registered_ops("cpu")))
 
 
 def aten_base(op: str) -> str:
@@ -280,37 +227,19 @@ def cuda_category(op: str) -> str | None:
 
 def _widest(tensors) -> torch.dtype | None:
     floats = [t.dtype for t in tensors if is_autocast_eligible(t)]
-    if not floats:
-        return None
-    out = floats[0]
-    for d in floats[1:]:
-        out = torch.promote_types(out, d)
-    return out
+    return functools.reduce(torch.promote_types, floats) if floats else None
 
 
 class CudaAutocastRules(TorchFunctionMode):
     """Inside a CPU autocast region, make the decisions CUDA's autocast would make.
 
     The cost model traces a training step on the CPU (a backward pass on fake CUDA
-    tensors needs a GPU), so it is CPU autocast that runs. The two agree on
-    convolutions, matrix products and attention, but CUDA also keeps layer and group
-    norm, softmax, sums, exponentials, most losses and upsampling in fp32 (ConvNeXt's
-    and Swin's layer norms, a segmentation head's upsampling), and CPU autocast has
-    rules of its own that CUDA's lists do not have (FFTs, 3-D pooling, reflection pads
-    and linear algebra in fp32; ``grid_sample`` in fp32 where CUDA promotes). This mode
-    applies CUDA's lists (``CUDA_LOWER_PRECISION``, ``CUDA_FP32``,
-    ``CUDA_FP32_SET_DTYPE``, ``CUDA_PROMOTE``) to the torch functions called while CPU
-    autocast is on, as CUDA autocast does: floating inputs cast to the autocast dtype,
-    to fp32 or to the widest of them and the op run with autocast off, or
-    ``dtype=torch.float32`` asked of the op; a function CUDA does not list but CPU
-    autocast does runs with autocast off, in its inputs' dtypes, as on CUDA. Ops both
-    list alike (convolutions and matrix products low, losses fp32) are left to CPU
-    autocast, whose cast cache then casts a weight used twice once, as CUDA's does.
-    Outside autocast it does nothing. It works at the level of Python functions
-    (``F.layer_norm``, ``Tensor.softmax``, ``F.interpolate``), which CUDA's lists name
-    by their ATen ops; the functions a composite such as ``F.multi_head_attention_
-    forward`` calls inside it are not seen here (``CudaKernels`` sees its attention and
-    softmax)."""
+    tensors needs a GPU). CUDA's autocast keeps norms, softmax, sums, exponentials,
+    most losses and upsampling in fp32, and CPU autocast has rules CUDA's lists lack
+    (FFTs, 3-D pooling, pads, linear algebra in fp32). This mode applies CUDA's lists to
+    the torch functions called while CPU autocast is on (ops both list alike are left
+    to CPU autocast and its cast cache); it does not see the functions a composite such
+    as ``F.multi_head_attention_forward`` calls inside it (``CudaKernels`` does)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -349,14 +278,16 @@ def _call_cast(func, args, kwargs, dtype: torch.dtype | None):
     (FFTs in fp16), the op runs on fp32 copies and its results are cast to the dtypes
     CUDA returns (fp16, and complex32 for complex results)."""
 
-    def cast_to(d):
+    def cast_to(d, tree, complex_to=None):
         def cast(t):
+            if complex_to and isinstance(t, torch.Tensor) and t.is_complex():
+                return t.to(complex_to)
             return t.to(d) if is_autocast_eligible(t) else t
 
-        return cast
+        return tree_map(cast, tree)
 
     if dtype is not None:
-        args, kwargs = tree_map(cast_to(dtype), (args, kwargs))
+        args, kwargs = cast_to(dtype, (args, kwargs))
     with torch.autocast("cpu", enabled=False):
         try:
             return func(*args, **kwargs)
@@ -364,12 +295,6 @@ def _call_cast(func, args, kwargs, dtype: torch.dtype | None):
             low = _widest(tree_leaves((args, kwargs)))
             if dtype is not None or low not in (torch.float16, torch.bfloat16):
                 raise
-        out = func(*tree_map(cast_to(torch.float32), args), **kwargs)
+        out = func(*cast_to(torch.float32, args), **kwargs)
     half = torch.complex32 if low == torch.float16 else torch.complex64
-
-    def back(t):
-        if isinstance(t, torch.Tensor) and t.is_complex():
-            return t.to(half)
-        return t.to(low) if is_autocast_eligible(t) else t
-
-    return tree_map(back, out)
+    return cast_to(low, out, complex_to=half)

@@ -1,41 +1,17 @@
 """What this CPU's kernels do with each dtype, measured: one convolution, three passes.
 
-A CPU's flags (``/proc/cpuinfo``) say which instructions it has, not which kernels
-PyTorch runs. The same chip can run a dtype's forward convolution in a JIT-compiled
-oneDNN kernel and its weight gradient in oneDNN's reference C++ loop, or hand the whole
-convolution to ATen's generic fallback; the flags cannot tell these apart, a timing can.
-``probe_conv`` times one convolution (by default ERFNet's factorised 3x1 at 64 channels)
-in each dtype, pass by pass:
-
-* ``forward``: ``aten.convolution``;
-* ``backward_data``: the input gradient (``aten.convolution_backward`` with only the
-  input's mask set);
-* ``backward_weights``: the weight gradient (only the weight's mask).
-
-Each pass runs once untimed (oneDNN builds its kernel on the first call), then once per
-round for ``repeats`` rounds, the dtypes taking turns within each round so that a change
-in the machine's load falls on all of them; its time is the fastest call, and each
-comparison with fp32 (``slowdown``, ``pass_slowdown``) is the median of the per-round
-ratios, with their spread (``round_ratios``): on a shared machine the size of a ratio
-moves from run to run, and one number would hide it. A pass whose first call takes
-longer than ``max_call_s`` is not repeated: its time is that one call (``calls == 1``),
-so a slow path costs one call, not ``repeats``. While the first call runs, oneDNN's
-verbose mode (``torch.backends.mkldnn.verbose``) is on and its lines are read back from
-the process's standard output: the implementation it executed (``jit:avx2``, ``brg_conv_
-fwd:avx512_core_amx``, ``ref:any``...) is kept per pass. Where oneDNN executed no
-convolution, ATen ran its own kernel (``ATEN_FALLBACK``); where the verbose lines could
-not be read, the implementation is ``None``.
-
-    from ampbook.measure.cpu_kernels import probe_conv
-    probe = probe_conv()
-    print(probe.verdict("fp16"))        # one line: the slowdown and which kernel
-    probe.slowdown("bf16")              # conv time in bf16 over fp32's, all passes
-
-The default size matters: for small convolutions PyTorch skips oneDNN even in fp32
-and runs ATen's own kernel (on an AVX2 machine, below about 64 channels at 32x64), so a
-probe of a tiny convolution says nothing about the kernels a real network runs. The
-timings are this machine's, under its load (``ConvProbe.load1``): report the load beside
-them.
+A CPU's flags say which instructions it has, not which kernels PyTorch runs: one chip
+can run a dtype's forward convolution in a JIT-compiled oneDNN kernel and its weight
+gradient in oneDNN's reference C++ loop, or hand it all to ATen's generic fallback.
+``probe_conv`` times one convolution (by default ERFNet's 3x1 at 64 channels: below
+about that size PyTorch skips oneDNN even in fp32) in each dtype, pass by pass. Each
+pass runs once untimed for the rounds (oneDNN builds its kernel then) while oneDNN's
+verbose lines name the implementation it executed (``jit:avx2``, ``ref:any``...;
+``ATEN_FALLBACK`` where it ran none), then once per round for ``repeats`` rounds, the
+dtypes taking turns so that a change in the machine's load falls on all of them; each
+comparison with fp32 is the median of the per-round ratios, with their spread. A pass
+whose first call takes over ``max_call_s`` is not repeated. The timings are this
+machine's, under its load (``ConvProbe.load1``).
 """
 
 from __future__ import annotations
@@ -43,23 +19,20 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from ampbook.core.args import is_positive_int
-from ampbook.core.precision import to_dtype
+from ampbook.core.precision import AUTOCAST_DTYPES, short_name, to_dtype
+from ampbook.measure.timing import machine_load, one_call, time_rounds
 
 DTYPES = ("fp32", "bf16", "fp16")
 PASSES = ("forward", "backward_data", "backward_weights")
-PASS_NAMES = {
-    "forward": "forward",
-    "backward_data": "backward-data",
-    "backward_weights": "backward-weights",
-}
+PASS_NAMES = {p: p.replace("_", "-") for p in PASSES}
 ATEN_FALLBACK = "ATen fallback (no oneDNN kernel)"
 # rounds whose largest ratio to fp32 exceeds the smallest by this factor: the size of
 # the difference is unstable on this machine (its direction may still hold)
@@ -74,9 +47,7 @@ _PROP_KINDS = {
 
 @dataclass(frozen=True)
 class PassTiming:
-    """One pass of the convolution in one dtype: its fastest time, how many calls were
-    timed (1: a slow pass timed once, its first call), and the implementation oneDNN
-    executed (``ATEN_FALLBACK``; ``None`` where it could not be read)."""
+    """One pass in one dtype: its fastest time, calls timed, implementation run."""
 
     name: str
     seconds: float
@@ -85,14 +56,8 @@ class PassTiming:
     samples: tuple[float, ...] = ()  # one time per round (empty: ``seconds`` only)
 
     def in_round(self, i: int) -> float:
-        """The time of round ``i``: a pass timed once (or without samples) has the
-        same time in every round."""
+        """The time of round ``i`` (a pass timed once has it in every round)."""
         return self.samples[i] if i < len(self.samples) else self.seconds
-
-    @property
-    def reference(self) -> bool:
-        """oneDNN's reference implementation (plain C++ loops, ``ref:...``)."""
-        return bool(self.impl) and self.impl.startswith("ref")
 
 
 @dataclass(frozen=True)
@@ -105,7 +70,6 @@ class DtypeProbe:
 
     @property
     def seconds(self) -> float:
-        """Forward, backward-data and backward-weights together."""
         return sum(p.seconds for p in self.passes.values())
 
 
@@ -134,9 +98,8 @@ class ConvProbe:
         )
 
     def round_ratios(self, dtype: str, name: str | None = None) -> list[float]:
-        """The time in ``dtype`` over fp32's, one ratio per round (the dtypes took
-        turns within a round): all three passes together, or the pass ``name``. A
-        probe without per-round samples gives one ratio, of the fastest times."""
+        """The time in ``dtype`` over fp32's, one ratio per round: all three passes
+        together, or the pass ``name``."""
         probe, base = self._probe(dtype), self._probe("fp32")
         names = [name] if name else list(PASSES)
         rounds = max(
@@ -149,20 +112,16 @@ class ConvProbe:
         ]
 
     def slowdown(self, dtype: str) -> float:
-        """The convolution's time in ``dtype`` over fp32's (all three passes): the
-        median of the rounds' ratios."""
-        return _median(self.round_ratios(dtype))
+        """The convolution's time in ``dtype`` over fp32's: the rounds' median."""
+        return statistics.median(self.round_ratios(dtype))
 
     def pass_slowdown(self, dtype: str, name: str) -> float:
-        """One pass's time in ``dtype`` over the same pass in fp32 (median of the
-        rounds)."""
-        return _median(self.round_ratios(dtype, name))
+        return statistics.median(self.round_ratios(dtype, name))
 
     def slowest_pass(self, dtype: str) -> PassTiming:
         """The pass that lost most against fp32's same pass."""
-        probe = self._probe(dtype)
-        name = max(probe.passes, key=lambda n: self.pass_slowdown(dtype, n))
-        return probe.passes[name]
+        passes = self._probe(dtype).passes.values()
+        return max(passes, key=lambda p: self.pass_slowdown(dtype, p.name))
 
     def _probe(self, dtype: str) -> DtypeProbe:
         if dtype not in self.dtypes:
@@ -175,30 +134,23 @@ class ConvProbe:
     def verdict(self, dtype: str) -> str:
         """One line: how much slower (or faster) ``dtype``'s convolution ran than fp32's
         here, its slowest pass, and the kernels that ran it."""
-        probe = self.dtypes.get(dtype)
-        if probe is None:
-            raise KeyError(f"{dtype} was not probed; probed: {', '.join(self.dtypes)}")
-        if probe.error:
-            return f"{dtype}: the {self.shape} did not run here ({probe.error})."
+        error = self.dtypes[dtype].error if dtype in self.dtypes else None
+        if error:
+            return f"{dtype}: the {self.shape} did not run here ({error})."
+        probe = self._probe(dtype)
+        impls = _impl_text(probe.passes.values(), self.impl_read)
         if dtype == "fp32":
-            impls = _impl_text(probe.passes.values(), self.impl_read)
             total = probe.seconds * 1e3
             return f"fp32: the {self.shape} took {total:.3g} ms in all, {impls}."
         ratio = self.slowdown(dtype)
         ratios = self.round_ratios(dtype)
-        lo, hi = min(ratios), max(ratios)
-        way = "slower" if ratio > 1 else "faster"
-        times = ratio if ratio >= 1 else 1 / ratio
-        worst = self.slowest_pass(dtype)
+        lo, hi, n = min(ratios), max(ratios), len(ratios)
         per_pass = ", ".join(
-            f"{PASS_NAMES[n]} {self.pass_slowdown(dtype, n):.3g}x" for n in PASSES
+            f"{PASS_NAMES[p]} {self.pass_slowdown(dtype, p):.3g}x" for p in PASSES
         )
-        n = len(ratios)
-        spread = (
-            f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
-            if n > 1
-            else "one round"
-        )
+        spread = "one round"
+        if n > 1:
+            spread = f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
         if n > 1 and lo <= 1 <= hi:
             text = (
                 f"{dtype}: the {self.shape} was faster than in fp32 in some rounds "
@@ -208,51 +160,37 @@ class ConvProbe:
         else:
             if n > 1 and hi / lo > UNSTABLE_SPREAD:
                 spread += "; its size is unstable here, its direction is not"
+            way = "slower" if ratio > 1 else "faster"
+            times = ratio if ratio >= 1 else 1 / ratio
             text = (
                 f"{dtype}: the {self.shape} ran {times:.3g}x {way} than in fp32 "
                 f"({spread}; time over fp32's per pass: {per_pass})"
             )
         if ratio > 1:
+            worst = self.slowest_pass(dtype)
             text += f"; slowest against fp32: {PASS_NAMES[worst.name]}"
             if worst.impl:
                 text += f", in {_impl_name(worst.impl)}"
-        return text + f". Kernels: {_impl_text(probe.passes.values(), self.impl_read)}."
+        return text + f". Kernels: {impls}."
 
     def rows(self) -> list[tuple]:
         """Table rows: dtype, pass, ms, time over fp32's same pass, implementation."""
         out = []
-        for dtype, probe in self.dtypes.items():
+        for d, probe in self.dtypes.items():
             if probe.error:
-                out.append((dtype, "-", None, None, probe.error))
-                continue
-            for name in PASSES:
-                p = probe.passes[name]
-                ratio = (
-                    self.pass_slowdown(dtype, name) if "fp32" in self.dtypes else None
-                )
+                out.append((d, "-", None, None, probe.error))
+            for n, p in ((n, probe.passes[n]) for n in PASSES if not probe.error):
+                ratio = self.pass_slowdown(d, n) if "fp32" in self.dtypes else None
                 out.append(
-                    (
-                        dtype,
-                        PASS_NAMES[name],
-                        p.seconds * 1e3,
-                        ratio,
-                        _impl_cell(p.impl),
-                    )
+                    (d, PASS_NAMES[n], p.seconds * 1e3, ratio, _impl_cell(p.impl))
                 )
         return out
 
 
-def _median(values) -> float:
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
 def _impl_cell(impl: str | None) -> str:
-    """oneDNN's implementation name as the page writes it (table cells and verdicts).
-    An implementation that runs part of its work through another is named as one token
-    joined by ``+`` (``brg_conv_bwd:...+brg_conv_fwd:...``): spaced, so that a narrow
-    page wraps it there instead of cutting a table off."""
+    """oneDNN's implementation name as the page writes it. One that runs part of its
+    work through another (``brg_conv_bwd:...+brg_conv_fwd:...``) is spaced at the
+    ``+``, so that a narrow page wraps it there instead of cutting a table off."""
     return " + ".join(impl.split("+")) if impl else "not read"
 
 
@@ -271,19 +209,15 @@ def _impl_text(passes, impl_read: bool) -> str:
     for p in passes:
         by_impl.setdefault(p.impl or "not read", []).append(PASS_NAMES[p.name])
     if len(by_impl) == 1:
-        (impl,) = by_impl
-        return f"all three passes in {_impl_name(impl)}"
+        return f"all three passes in {_impl_name(next(iter(by_impl)))}"
     return "; ".join(f"{', '.join(n)} in {_impl_name(i)}" for i, n in by_impl.items())
 
 
-# --- reading oneDNN's verbose lines ---
-
-
 def parse_verbose(text: str) -> dict[str, str]:
-    """``{pass: implementation}`` from oneDNN verbose output: the ``exec`` lines of
-    convolution primitives, whose fields after ``convolution`` are the implementation
-    and the propagation kind (``onednn_verbose,v1,primitive,exec,cpu,convolution,
-    jit:avx2,backward_weights,...``; older versions have fewer leading fields)."""
+    """``{pass: implementation}`` from the ``exec`` lines of convolution primitives,
+    whose fields after ``convolution`` are the implementation and the propagation kind
+    (``onednn_verbose,v1,primitive,exec,cpu,convolution,jit:avx2,backward_weights,...``;
+    older versions have fewer leading fields)."""
     found: dict[str, str] = {}
     for line in text.splitlines():
         fields = [f.strip() for f in line.split(",")]
@@ -292,63 +226,57 @@ def parse_verbose(text: str) -> dict[str, str]:
         i = fields.index("convolution")
         if i + 2 >= len(fields):
             continue
-        impl, prop = fields[i + 1], fields[i + 2]
         for name, kinds in _PROP_KINDS.items():
-            if prop in kinds:
-                found.setdefault(name, impl)
+            if fields[i + 2] in kinds:
+                found.setdefault(name, fields[i + 1])
     return found
 
 
 @contextlib.contextmanager
 def _captured_stdout():
-    """Redirect the process's file descriptor 1 (where oneDNN prints) to a temporary
-    file for the block; yields a list that holds the text afterwards."""
+    """File descriptor 1 (where oneDNN prints) into a temporary file for the block;
+    yields a list that holds the text afterwards."""
     out: list[str] = []
-    sys.stdout.flush()
-    libc = _libc()
-    if libc is not None:
-        libc.fflush(None)
+    try:
+        libc_flush = ctypes.CDLL(None).fflush
+    except OSError:
+        libc_flush = None
+
+    def flush():  # Python's buffer and C's stdio buffer
+        sys.stdout.flush()
+        if libc_flush is not None:
+            libc_flush(None)
+
+    flush()
     saved = os.dup(1)
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), 1)
         try:
             yield out
         finally:
-            if libc is not None:
-                libc.fflush(None)
+            flush()
             os.dup2(saved, 1)
             os.close(saved)
             tmp.seek(0)
             out.append(tmp.read().decode(errors="replace"))
 
 
-def _libc():
-    try:
-        return ctypes.CDLL(None)
-    except OSError:
-        return None
-
-
 @contextlib.contextmanager
 def _onednn_verbose():
     """oneDNN's verbose mode for the block; yields whether it could be turned on."""
     mkldnn = torch.backends.mkldnn
-    if not (mkldnn.is_available() and hasattr(mkldnn, "verbose")):
-        yield False
-        return
+    ctx = None
+    if mkldnn.is_available() and hasattr(mkldnn, "verbose"):
+        try:
+            ctx = mkldnn.verbose(mkldnn.VERBOSE_ON)
+            ctx.__enter__()
+        except RuntimeError:
+            ctx = None
     try:
-        ctx = mkldnn.verbose(mkldnn.VERBOSE_ON)
-        ctx.__enter__()
-    except RuntimeError:
-        yield False
-        return
-    try:
-        yield True
+        yield ctx is not None
     finally:
-        ctx.__exit__(None, None, None)
-
-
-# --- the probe ---
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
 
 
 def _passes(x, w, g, padding):
@@ -362,27 +290,12 @@ def _passes(x, w, g, padding):
     }
 
 
-def _first_call(fn, read_impl: bool):
-    """(seconds of the first call, oneDNN's verbose text, whether it was read)."""
-    text = ""
-    read = False
-    if read_impl:
-        with _captured_stdout() as out, _onednn_verbose() as read:
-            start = time.perf_counter()
-            fn()
-            first = time.perf_counter() - start
-        text = out[0] if out else ""
-    else:
-        start = time.perf_counter()
-        fn()
-        first = time.perf_counter() - start
-    return first, text, read
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def _first_call(fn, name: str) -> tuple[float, str | None]:
+    """(seconds of the first call, the implementation oneDNN executed for the pass
+    ``name``: ``ATEN_FALLBACK`` where none, None where its lines were not read)."""
+    with _captured_stdout() as out, _onednn_verbose() as read:
+        seconds = one_call(fn)
+    return seconds, parse_verbose(out[0]).get(name, ATEN_FALLBACK) if read else None
 
 
 def probe_conv(
@@ -395,19 +308,14 @@ def probe_conv(
     batch: int = 1,
     repeats: int = 5,
     max_call_s: float = 0.5,
-    read_impl: bool = True,
-    threads: int | None = 1,
+    threads: int = 1,
     seed: int = 0,
 ) -> ConvProbe:
-    """Time one ``channels``-to-``channels`` convolution with a ``kernel`` filter
-    ("same" padding) on a ``batch x channels x height x width`` input, forward,
-    backward-data and backward-weights, in each of ``dtypes`` (fp32 always, first), on
-    the CPU. See the module docstring for how each pass is timed and how its
-    implementation is read. ``threads`` sets torch's intra-op threads for the probe
-    (restored after; None leaves them): one thread by default, because a
-    multi-threaded kernel on a loaded machine waits for its descheduled threads and its
-    time says more about the load than about the kernel. A dtype the CPU cannot
-    convolve at all gets its error instead of timings."""
+    """Time one same-padded ``channels``-to-``channels`` convolution on a ``batch x
+    channels x height x width`` input, pass by pass, in each of ``dtypes`` (fp32
+    first). One intra-op thread by default (restored after): on a loaded machine a
+    multi-threaded kernel's time says more about the load than the kernel. A dtype the
+    CPU cannot convolve at all gets its error instead of timings."""
     for label, v in (
         ("channels", channels),
         ("height", height),
@@ -421,6 +329,8 @@ def probe_conv(
         raise ValueError(f"kernel must be two positive sizes, got {kernel!r}")
     if max_call_s <= 0:
         raise ValueError(f"max_call_s must be positive, got {max_call_s}")
+    if not is_positive_int(threads):
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
     order = ["fp32"] + [d for d in dtypes if d != "fp32"]
     for d in order:
         to_dtype(d)  # a clear error for an unknown name
@@ -429,90 +339,66 @@ def probe_conv(
     w32 = torch.randn(channels, channels, *kernel, generator=gen) * 0.05
     g32 = torch.randn(batch, channels, height, width, generator=gen)
     padding = [kernel[0] // 2, kernel[1] // 2]
-    results: dict[str, DtypeProbe] = {}
-    any_read = False
     before = torch.get_num_threads()
-    if threads is not None:
-        if not is_positive_int(threads):
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
     used = torch.get_num_threads()
     try:
-        _run(order, x32, w32, g32, padding, repeats, max_call_s, read_impl, results)
+        results = _run(order, (x32, w32, g32), padding, repeats, max_call_s)
     finally:
         torch.set_num_threads(before)
-    any_read = any(
-        p.impl is not None for r in results.values() for p in r.passes.values()
-    )
-    from ampbook.measure.timing import machine_load
-
     load = machine_load()
+    read = any(p.impl is not None for r in results.values() for p in r.passes.values())
+    kernel = (int(kernel[0]), int(kernel[1]))
     return ConvProbe(
-        channels=channels,
-        height=height,
-        width=width,
-        kernel=(int(kernel[0]), int(kernel[1])),
-        batch=batch,
-        threads=used,
-        load1=load["load1"],
-        cpus=load["cpus"],
-        impl_read=any_read,
-        dtypes=results,
+        channels,
+        height,
+        width,
+        kernel,
+        batch,
+        used,
+        load["load1"],
+        load["cpus"],
+        read,
+        results,
     )
 
 
-def _run(order, x32, w32, g32, padding, repeats, max_call_s, read_impl, results):
-    """Each dtype's first calls (untimed for the rounds: oneDNN builds its kernels,
-    and its verbose lines are read), then ``repeats`` rounds in which every dtype's
-    passes run once in turn; a pass whose first call took over ``max_call_s`` is not
-    repeated."""
+def _run(order, tensors, padding, repeats, max_call_s):
+    """Each dtype's first calls, then ``repeats`` rounds in which every dtype's passes
+    run once in turn (``time_rounds``); a pass whose first call took over
+    ``max_call_s`` is not repeated."""
     first: dict[str, dict] = {}
     fns: dict[str, dict] = {}
-    failed: dict[str, DtypeProbe] = {}
+    results: dict[str, DtypeProbe] = {}
     with torch.no_grad():
         for d in order:
-            dt = to_dtype(d)
-            x, w, g = (t.to(dt) for t in (x32, w32, g32))
-            fns[d] = _passes(x, w, g, padding)
-            first[d] = {}
+            fns[d] = _passes(*(t.to(to_dtype(d)) for t in tensors), padding)
             try:
-                for name, fn in fns[d].items():
-                    seconds, text, read = _first_call(fn, read_impl)
-                    impl = None
-                    if read:
-                        impl = parse_verbose(text).get(name, ATEN_FALLBACK)
-                    first[d][name] = (seconds, impl)
+                first[d] = {n: _first_call(f, n) for n, f in fns[d].items()}
             except (RuntimeError, NotImplementedError) as err:
-                line = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                failed[d] = DtypeProbe(d, {}, f"{type(err).__name__}: {line}")
-                del fns[d]
-        samples = {d: {n: [] for n in fns[d]} for d in fns}
-        for _ in range(repeats):
-            for d in fns:
-                for name, fn in fns[d].items():
-                    if first[d][name][0] <= max_call_s:
-                        samples[d][name].append(_timed(fn))
-    for d in order:
-        if d in failed:
-            results[d] = failed[d]
-            continue
+                line = (str(err).strip().splitlines() or [""])[0]
+                results[d] = DtypeProbe(d, {}, f"{type(err).__name__}: {line}")
+        cpu = torch.device("cpu")
+        steps = {
+            (d, n): (fns[d][n], (), cpu)
+            for d in first
+            for n, (seconds, _) in first[d].items()
+            if seconds <= max_call_s
+        }
+        samples = time_rounds(steps, repeats, warmup=False)
+    for d in first:
         passes = {}
-        for name in fns[d]:
-            seconds, impl = first[d][name]
-            got = tuple(samples[d][name])
-            if got:
-                passes[name] = PassTiming(name, min(got), len(got), impl, got)
-            else:
-                passes[name] = PassTiming(name, seconds, 1, impl)
+        for name, (seconds, impl) in first[d].items():
+            got = tuple(samples.get((d, name), ())) or (seconds,)  # not repeated: 1st
+            passes[name] = PassTiming(name, min(got), len(got), impl, got)
         results[d] = DtypeProbe(d, passes)
+    return {d: results[d] for d in order}
 
 
 def precision_dtype(precision: str) -> str:
     """The dtype whose convolutions a training precision runs: ``"amp-bf16"`` ->
     ``"bf16"``, ``"amp-fp16"`` -> ``"fp16"``, ``"fp32"`` -> ``"fp32"``."""
-    from ampbook.core.precision import AUTOCAST_DTYPES, short_name
-
-    dt = AUTOCAST_DTYPES[precision] if precision in AUTOCAST_DTYPES else None
     if precision not in AUTOCAST_DTYPES:
         raise ValueError(f"unknown precision {precision!r}")
+    dt = AUTOCAST_DTYPES[precision]
     return "fp32" if dt is None else short_name(dt)

@@ -1,15 +1,9 @@
-"""The kernels CUDA runs where the CPU runs others, put in a CPU trace of a step.
-
-A CPU trace of a step dispatches the CPU's kernels. Two kinds differ from CUDA's in
-what the cost model sees: attention (the CPU's math path upcasts 16-bit inputs and
-runs softmax, dropout and two matrix products apart; CUDA runs one fused kernel in
-16 bits) and recurrent layers (oneDNN's RNN in fp32, a cell per time step under
-16-bit autocast; cuDNN runs the whole layer stack as one operator). ``CudaKernels``
-puts CUDA's operators in the trace: ``aten::_scaled_dot_product_flash_attention`` or
-``_efficient_attention`` (whose meta kernels fake tensors run, forward and backward)
-and ``aten::_cudnn_rnn`` forward with ``ampbook::cudnn_rnn_backward`` (below) for its
-backward, which has no meta kernel. Which dtype each op runs in is
-``ampbook.measure.autocast_rules``'s (``CudaAutocastRules``).
+"""The kernels CUDA runs where the CPU runs others, put in a CPU trace of a step: fused
+attention (the CPU's math path upcasts 16-bit inputs and runs softmax, dropout and two
+matrix products apart) and cuDNN's recurrent layer stack as one operator (oneDNN runs
+an fp32 RNN, or a cell per time step under 16-bit autocast). ``CudaKernels`` puts
+CUDA's operators in the trace: flash or memory-efficient attention (whose meta kernels
+fake tensors run) and ``aten::_cudnn_rnn`` with ``ampbook::cudnn_rnn_backward``.
 """
 
 from __future__ import annotations
@@ -41,26 +35,15 @@ def _cudnn_rnn_backward(
     bidirectional: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """Stands for cuDNN's RNN backward (``aten::_cudnn_rnn_backward``) in a trace on
-    fake tensors: the input, hidden-state and weight gradients (the cell state's,
-    for an LSTM, is the hidden state's shape). No kernel computes it here."""
+    fake tensors: the input, hidden-state and weight gradients."""
     raise NotImplementedError("ampbook::cudnn_rnn_backward exists for fake tensors")
 
 
 @_cudnn_rnn_backward.register_fake
 def _(x, hx, output, grad_output, reserve, weights, mode, hidden, layers, batch_first,
       bidirectional):  # fmt: skip
-    return (
-        torch.empty_like(x),
-        torch.empty_like(hx),
-        [torch.empty_like(w) for w in weights],
-    )
-
-
-def rnn_reserve_numel(x_shape, mode: int, hidden: int, layers: int, dirs: int) -> int:
-    """Elements of cuDNN's training reserve (an estimate): per layer, direction and
-    time step, the gates' activations and the cell and hidden states."""
-    steps_batch = x_shape[0] * x_shape[1]
-    return steps_batch * layers * dirs * hidden * (RNN_GATES[mode] + 2)
+    empty = torch.empty_like
+    return empty(x), empty(hx), [empty(w) for w in weights]
 
 
 class _CudnnRNN(torch.autograd.Function):
@@ -71,9 +54,13 @@ class _CudnnRNN(torch.autograd.Function):
             x, list(weights), stride, None, hx, cx, mode, hidden, 0, layers,
             batch_first, dropout, train, bidir, [], None,
         )  # fmt: skip
+        # cuDNN's training reserve (an estimate): per layer, direction and time step,
+        # the gates' activations and the cell and hidden states
+        steps_batch = x.shape[0] * x.shape[1]
         dirs = 2 if bidir else 1
-        shape = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
-        reserve = x.new_empty(rnn_reserve_numel(shape, mode, hidden, layers, dirs))
+        reserve = x.new_empty(
+            steps_batch * layers * dirs * hidden * (RNN_GATES[mode] + 2)
+        )
         ctx.cfg = cfg
         ctx.save_for_backward(x, hx, output, reserve, *weights)
         return output, hy, cy
@@ -95,9 +82,8 @@ def _autocast_low() -> torch.dtype | None:
 
 
 def _cudnn_rnn(name: str, func, args, kwargs):
-    """``_VF.lstm/gru/rnn_tanh/rnn_relu`` on padded input as cuDNN runs it (CUDA
-    autocast casts input, states and weights to the autocast dtype), else None (packed
-    sequences, projections: left to the CPU kernels)."""
+    """``_VF.lstm/gru/rnn_tanh/rnn_relu`` on padded input as cuDNN runs it, in the
+    autocast dtype, else None (packed sequences, projections: left to the CPU)."""
     if kwargs or len(args) != 9 or not isinstance(args[2], (list, tuple)):
         return None
     x, hx, params, has_biases, layers, dropout, train, bidir, batch_first = args
@@ -119,12 +105,11 @@ def _cudnn_rnn(name: str, func, args, kwargs):
 
 def _fused_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                      is_causal=False, scale=None, enable_gqa=False):  # fmt: skip
-    """``scaled_dot_product_attention`` as CUDA runs it in training: flash attention for
-    16-bit inputs without a mask (head dimension a multiple of 8, at most 256), else
-    the memory-efficient kernel (fp32, or a mask), as one operator forward and one
-    backward. Under autocast the inputs are cast to its dtype first, as CUDA's autocast
-    does. Anything else (grouped-query attention, odd head sizes, fp64) takes the
-    function PyTorch gives it."""
+    """``scaled_dot_product_attention`` as CUDA runs it in training, in the autocast
+    dtype: flash attention for 16-bit inputs without a mask (head dimension a multiple
+    of 8, at most 256), else the memory-efficient kernel, one operator forward and one
+    backward. Anything else (grouped-query attention, odd head sizes, fp64) takes
+    PyTorch's function."""
     original = _ORIGINAL["scaled_dot_product_attention"]
     low = _autocast_low()
     q, k, v = query, key, value
@@ -181,14 +166,8 @@ def _softmax_fp32(input, dim=None, _stacklevel=3, dtype=None):
     return _ORIGINAL["softmax"](input, dim, _stacklevel, dtype)
 
 
-_ORIGINAL = {
-    "scaled_dot_product_attention": F.scaled_dot_product_attention,
-    "softmax": F.softmax,
-}
-_PATCHED = {
-    "scaled_dot_product_attention": _fused_attention,
-    "softmax": _softmax_fp32,
-}
+_PATCHED = {"scaled_dot_product_attention": _fused_attention, "softmax": _softmax_fp32}
+_ORIGINAL = {name: getattr(F, name) for name in _PATCHED}
 
 
 class _KernelMode(TorchFunctionMode):
@@ -207,12 +186,10 @@ class _KernelMode(TorchFunctionMode):
 @contextlib.contextmanager
 def CudaKernels():  # noqa: N802 (a context manager used like a mode)
     """Within the block, attention and recurrent layers run as CUDA's fused kernels
-    run them (see the module's docstring). Called from a model's own
-    ``forward`` they are seen by a ``TorchFunctionMode``; called from inside a
-    composite function (``nn.MultiheadAttention`` calls ``F.scaled_dot_product_
-    attention`` and ``F.softmax`` from ``F.multi_head_attention_forward``), by
-    replacing those two names in ``torch.nn.functional`` for the block. For traces on
-    fake tensors only: the replacements compute nothing on real ones."""
+    run them: seen by a ``TorchFunctionMode`` when a model's own ``forward`` calls them,
+    and by replacing ``F.scaled_dot_product_attention`` and ``F.softmax`` for calls
+    from inside composites (``F.multi_head_attention_forward``). For traces on fake
+    tensors only: the replacements compute nothing on real ones."""
     for key, fn in _PATCHED.items():
         setattr(F, key, fn)
     try:

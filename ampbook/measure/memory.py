@@ -1,60 +1,22 @@
 """Memory a training step needs, measured on any device.
 
-On a GPU, ``torch.cuda.max_memory_allocated`` answers "how much memory did the step
-take". A CPU has no such counter, and the process's resident size mixes everything
-together. What mixed precision changes is mostly one thing: the tensors autograd keeps
-from the forward pass for the backward pass (activations, and the low-precision copies
-autocast makes of weights). ``SavedTensorMeter`` counts exactly those, with saved-tensor
-hooks (``torch.autograd.graph.saved_tensors_hooks``), on CPU and CUDA alike:
-
-    with SavedTensorMeter(model=model) as meter:
-        loss = criterion(model(x), y)      # forward: autograd saves tensors here
-    loss.backward()
-    meter.new_bytes, meter.by_dtype, meter.by_module_type
-
-Rules of the count:
-
-* A tensor's bytes are the bytes of its *storage* (what stays alive), and each storage
-  is counted once however many times, or through however many views, it is saved.
-* ``by_dtype`` splits ``new_bytes`` (below) by the saved tensor's dtype (``"float32"``,
-  ``"bfloat16"``...).
-* ``by_module_type`` (only with ``model=``) splits ``new_bytes`` by the class name of
-  the innermost module of ``model`` whose forward was running when the tensor was saved.
-  Tensors saved by layers (``Conv2d``, ``BatchNorm2d``...) go to those layers; tensors
-  saved by functional calls in a block's own ``forward`` (e.g. ``F.relu(y + x)``) go to
-  the block; tensors saved outside the model (the loss) go to ``OUTSIDE_MODEL``.
-* ``parameter_bytes``: the part of the total that is parameters saved as they are (fp32
-  weights under plain fp32): leaf tensors that require grad, and with ``model=`` any
-  storage of the model's parameters. Saving them costs nothing: they exist anyway. Under
-  autocast the weights are saved as low-precision *copies*, which count as new storage.
+A CPU has no ``torch.cuda.max_memory_allocated``, and the resident size mixes
+everything. What mixed precision changes is mostly the tensors autograd keeps from the
+forward pass for the backward pass; ``SavedTensorMeter`` counts those with saved-tensor
+hooks, on any device and on fake tensors (how ``ampbook.predict.steptrace`` predicts
+them). Each storage counts once, however many views of it are saved; tensors saved as
+they are (leaves that require grad, ``model``'s parameters) cost nothing and go to
+``parameter_bytes``; autocast's low-precision weight copies are new storage.
+``by_dtype`` and ``by_module_type`` (the class of the innermost running module of
+``model``, ``OUTSIDE_MODEL`` for the loss) split ``new_bytes``.
 
 **The book's one definition of activation memory** is ``new_bytes``: the bytes saved for
-backward that did not exist before the step, ``total_bytes - parameter_bytes``.
-``by_dtype`` and ``by_module_type`` split ``new_bytes``; every chapter reports this
-figure (the runner records it as ``saved_tensor_bytes``). When autocast saves memory and
-when it costs:
-
-* each activation a low-precision op saves is half the bytes of its fp32 twin, so the
-  part of ``new_bytes`` that grows with the pixels of a batch shrinks (by less than
-  half, since ops autocast keeps in fp32, or that take an fp32 input, still save fp32);
-* autocast adds new storage of fixed size: the low-precision copy of every weight it
-  casts (2 bytes per weight), which fp32 does not pay for (it saves the weights by
-  reference).
-
-So autocast saves activation memory above a crossover batch size in pixels and costs
-memory below it. ``saved_for_backward`` measures one step; ``fit_line`` and
-``crossover_pixels`` find the crossover from two measured sizes; ``saving`` reports a
-figure the same way everywhere (``ampbook.chapters.ch3.saving_verdict`` words it).
-
-The meter works on fake tensors too (``torch._subclasses.FakeTensorMode``: shapes and
-dtypes, no data), which is how the cost model predicts these bytes from its trace
-(``ampbook.predict.steptrace.StepTrace.saved_tensors``).
-
-The meter adds a Python call per saved tensor: use it around one step, not a whole
-epoch.
-
-``peak_rss_bytes()`` and ``reset_peak_rss()`` read and (on Linux) reset the process's
-peak resident set size, for a per-epoch peak on a CPU.
+backward that did not exist before the step, ``total_bytes - parameter_bytes`` (the
+runner records it as ``saved_tensor_bytes``). Each activation a 16-bit op saves is half
+its fp32 twin, so the part that grows with the pixels of a batch shrinks (by less than
+half: ops autocast keeps in fp32 still save fp32); but autocast adds the 2-byte copy of
+every weight it casts, which fp32 saves by reference. So autocast saves memory above a
+crossover batch size and costs memory below it (``fit_line``, ``crossover_pixels``).
 """
 
 from __future__ import annotations
@@ -69,6 +31,8 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ampbook.core.precision import torch_name
 from ampbook.measure.tracking import ModuleScopes
@@ -84,41 +48,24 @@ def _storage_key_and_bytes(t: torch.Tensor) -> tuple[tuple, int]:
         if is_fake(t):  # no data, no address: the storage object stands for it
             return ("fake", t.device.type, storage._cdata), storage.nbytes()
         return (t.device.type, t.device.index, storage.data_ptr()), storage.nbytes()
-    except (
-        RuntimeError,
-        NotImplementedError,
-    ):  # tensors without a plain storage (sparse...)
-        return (
-            t.device.type,
-            t.device.index,
-            "id",
-            id(t),
-        ), t.numel() * t.element_size()
+    except (RuntimeError, NotImplementedError):  # no plain storage (sparse...)
+        return (t.device.type, "id", id(t)), t.numel() * t.element_size()
 
 
 class SavedTensorMeter:
     """Count the bytes of the tensors autograd saves for backward inside the ``with``
-    block.
-
-    Attributes after (and during) the block: ``total_bytes``, ``count`` (distinct
-    storages), ``parameter_bytes``, ``new_bytes`` (the book's memory figure), and
-    ``by_dtype`` and ``by_module_type`` (the last needs ``model=``), which split
-    ``new_bytes``. See the module docstring for what is counted.
-    """
+    block (see the module docstring); ``count`` is the distinct storages."""
 
     def __init__(self, model: nn.Module | None = None, parameters=()):
         self.model = model
         # more tensors that are the model's parameters: the state a
         # ``torch.func.functional_call`` runs the model with
         self.parameters = list(parameters)
-        self.total_bytes = 0
-        self.count = 0
-        self.parameter_bytes = 0
+        self.total_bytes = self.count = self.parameter_bytes = 0
         self.by_dtype: dict[str, int] = defaultdict(int)
         self.by_module_type: dict[str, int] = defaultdict(int)
         self._seen: dict[tuple, list] = {}
         self._param_ptrs: set[tuple] = set()
-        self._hooks_ctx = None
         self._scopes = ModuleScopes(model) if model is not None else None
 
     def _owner(self) -> str:
@@ -126,8 +73,6 @@ class SavedTensorMeter:
         scope = self._scopes.innermost()
         return scope[1] if scope is not None else OUTSIDE_MODEL
 
-    # -- the saved-tensor hooks
-    # ----------------------------------------------------------------
     def _pack(self, t: torch.Tensor):
         """Shown on the page in chapter 4 (04_loss_scaling)."""
         key, nbytes = _storage_key_and_bytes(t)
@@ -179,15 +124,14 @@ class SavedTensorMeter:
 
     def summary(self) -> dict:
         """The counts as a JSON-serialisable dict."""
+        by_module = dict(self.by_module_type) if self.model is not None else None
         return {
             "new_bytes": self.new_bytes,
             "total_bytes": self.total_bytes,
             "count": self.count,
             "parameter_bytes": self.parameter_bytes,
             "by_dtype": dict(self.by_dtype),
-            "by_module_type": dict(self.by_module_type)
-            if self.model is not None
-            else None,
+            "by_module_type": by_module,
         }
 
 
@@ -199,10 +143,8 @@ def saved_for_backward(
     dtype: torch.dtype | None = None,
     loss_fn: Callable | None = None,
 ) -> dict:
-    """One training forward (model + loss) under ``SavedTensorMeter``: its
-    ``summary()``, whose ``new_bytes`` is the book's memory figure. ``dtype=None``:
-    plain fp32; else autocast on ``device_type`` in ``dtype``. The graph is dropped
-    without a backward."""
+    """``SavedTensorMeter.summary()`` of one training forward (model + loss), in fp32
+    (``dtype=None``) or under autocast in ``dtype``; the graph is dropped unused."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
     with SavedTensorMeter(model=model) as meter:
         with torch.autocast(
@@ -271,9 +213,6 @@ def step_saving(pixels: float, fp32: Line, amp: Line, n_params: int) -> float:
     return saving(static + fp32(pixels), static + amp(pixels))
 
 
-# --- resident set size ---
-
-
 def _status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
@@ -292,9 +231,7 @@ def peak_rss_bytes() -> int:
     if kib is not None:
         return kib * 1024
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return (
-        maxrss if sys.platform == "darwin" else maxrss * 1024
-    )  # bytes on macOS, KiB elsewhere
+    return maxrss if sys.platform == "darwin" else maxrss * 1024  # macOS: bytes
 
 
 def current_rss_bytes() -> int | None:
@@ -314,25 +251,17 @@ def reset_peak_rss() -> bool:
         return False
 
 
-class AllocatedBytesMeter:
-    """The bytes of tensors made inside the ``with`` block that are alive at once: a
-    CPU's stand-in for ``torch.cuda.max_memory_allocated`` over a region.
-
-    A dispatch mode (``TorchDispatchMode``) sees every operator's outputs, forward and
-    backward (recomputations of ``torch.utils.checkpoint`` included); each new storage
-    adds its bytes to ``live_bytes`` and a finalizer takes them off when the storage is
-    freed, so ``peak_bytes`` is the most the region's tensors held at one moment.
-    Tensors made before the block (weights, inputs) and the views and in-place results
-    of an operator's inputs are not counted; gradients, 16-bit weight copies,
-    activations and temporaries made inside it are. The count is of
-    tensors' storages, not of an allocator's reserve (no caching, no fragmentation)."""
+class AllocatedBytesMeter(TorchDispatchMode):
+    """``peak_bytes``: the most bytes the tensors made inside the ``with`` block held at
+    once, a CPU's stand-in for ``torch.cuda.max_memory_allocated``. Every operator's new
+    output storage (backward and checkpoint recomputations included) counts until a
+    finalizer sees it freed; tensors made before the block, and views and in-place
+    results of an operator's inputs, do not. No allocator's cache or fragmentation."""
 
     def __init__(self):
-        self.live_bytes = 0
-        self.peak_bytes = 0
-        self.storages = 0
+        super().__init__()
+        self.live_bytes = self.peak_bytes = self.storages = 0
         self._seen: set[int] = set()
-        self._mode = None
 
     def _freed(self, key: int, nbytes: int) -> None:
         self._seen.discard(key)
@@ -352,28 +281,14 @@ class AllocatedBytesMeter:
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         weakref.finalize(storage, self._freed, key, nbytes)
 
-    def __enter__(self) -> "AllocatedBytesMeter":
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
-
-        meter = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                inputs = {
-                    t.untyped_storage().data_ptr()
-                    for t in tree_leaves((args, kwargs))
-                    if isinstance(t, torch.Tensor) and t.device.type != "meta"
-                }
-                out = func(*args, **kwargs)
-                for t in tree_leaves(out):
-                    meter._add(t, inputs)
-                return out
-
-        self._mode = _Mode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor) and t.device.type != "meta"
+        }
+        out = func(*args, **kwargs)
+        for t in tree_leaves(out):
+            self._add(t, inputs)
+        return out

@@ -1,22 +1,16 @@
-"""What autocast does to a model, observed rather than assumed: the dtypes of its
-layers, its ops, its casts, its parameters and its gradients (chapter 4, for ERFNet).
-
-``trace_layers`` and ``trace_ops`` record, with forward hooks and a
-``TorchFunctionMode``, the input and output dtypes of every layer and every functional
-op of a model under autocast (``low_precision_layers`` and ``low_precision_calls`` read
-off which of them are low precision, and so which gradients a real AMP step holds in
-it); ``CastCounter`` counts the dtype conversions autocast makes (the casts of the
-fp32 weights, and the cast cache that makes a weight used twice in one region cast
-once). Chapter 4's tables of them, and its counts of casts, parameter and gradient
-dtypes and backward kernels, are ``ampbook.chapters.ch4``'s.
-
-CUDA traces run on a GPU when there is one, else on fake CUDA tensors
-(``ampbook.measure.autocast_rules.autocast_region``).
+"""What autocast does to a model, observed rather than assumed (chapter 4, for ERFNet):
+``trace_layers`` and ``trace_ops`` record the input and output dtypes of every layer and
+every functional op of a model under autocast (with forward hooks and a
+``TorchFunctionMode``; on fake CUDA tensors without a GPU); ``low_precision_layers``
+and ``low_precision_calls`` read off which gradients a real AMP step holds in low
+precision; ``CastCounter`` counts the casts autocast makes (of the fp32 weights, once
+per region for a weight used twice: the cast cache).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -33,55 +27,42 @@ from ampbook.measure.autocast_rules import (
 )
 from ampbook.measure.tracking import ModuleScopes
 
-# --- what a model does: per layer and per op ---
-
 
 def _dtypes(obj) -> list[str]:
     if isinstance(obj, torch.Tensor):
         return [dtype_name(obj.dtype)] if obj.is_floating_point() else []
+    if isinstance(obj, dict):
+        obj = list(obj.values())
     if isinstance(obj, (list, tuple)):
         return [d for o in obj for d in _dtypes(o)]
-    if isinstance(obj, dict):
-        return [d for o in obj.values() for d in _dtypes(o)]
     return []
 
 
-def _leaf_modules(model: nn.Module):
-    return [(n, m) for n, m in model.named_modules() if not list(m.children())]
+def _settings(device_type, dtype, fake) -> tuple[torch.dtype, bool]:
+    """The autocast dtype (default: the device's) and whether to run on fake tensors
+    (default: CUDA without a GPU)."""
+    check_device_type(device_type)
+    if fake is None:
+        fake = device_type == "cuda" and cuda_is_fake()
+    return dtype or default_dtype(device_type), fake
 
 
-def _fake_state(model: nn.Module, device: torch.device) -> dict:
-    """The model's parameters and buffers as fake tensors on ``device`` (inside a fake
-    mode)."""
-    state = {}
-    for name, p in model.named_parameters():
-        state[name] = torch.empty(p.shape, dtype=p.dtype, device=device).requires_grad_(
-            p.requires_grad
-        )
-    for name, b in model.named_buffers():
-        state[name] = torch.empty(b.shape, dtype=b.dtype, device=device)
-    return state
-
-
-def _forward(
-    model: nn.Module, x_shape_or_tensor, device_type, dtype, fake, enabled=True
-):
-    """Run ``model`` forward in an autocast region (or none, ``enabled=False``)."""
+def _forward(model: nn.Module, x, device_type, dtype, fake):
+    """Run ``model`` forward in an autocast region, on ``x`` (a tensor, or a shape for
+    a random input); on fake copies of its state with ``fake``."""
     if fake:
         with autocast_region(device_type, dtype, fake=True) as dev:
-            x = torch.randn(
-                tuple(x_shape_or_tensor.shape)
-                if isinstance(x_shape_or_tensor, torch.Tensor)
-                else tuple(x_shape_or_tensor),
-                device=dev,
-            )
-            return torch.func.functional_call(model, _fake_state(model, dev), (x,))
-    x = x_shape_or_tensor
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else tuple(x)
+            state = {
+                n: torch.empty(t.shape, dtype=t.dtype, device=dev).requires_grad_(
+                    t.requires_grad
+                )
+                for n, t in [*model.named_parameters(), *model.named_buffers()]
+            }
+            x = torch.randn(shape, device=dev)
+            return torch.func.functional_call(model, state, (x,))
     if not isinstance(x, torch.Tensor):
-        p = next(model.parameters())
-        x = torch.randn(tuple(x), device=p.device)
-    if not enabled:
-        return model(x)
+        x = torch.randn(tuple(x), device=next(model.parameters()).device)
     with autocast_region(device_type, dtype):
         return model(x)
 
@@ -93,18 +74,11 @@ def trace_layers(
     dtype: torch.dtype | None = None,
     fake: bool | None = None,
 ) -> list[dict]:
-    """Input, output and parameter dtypes of every leaf module in one forward under
-    autocast.
-
-    ``x`` is an input tensor on the model's device, or an input shape (a random input is
-    made). With ``fake`` (default: CUDA without a GPU) the model runs on fake CUDA
-    copies of its parameters; the model itself is not touched. Rows: ``{"name", "type",
-    "inputs", "output", "params"}`` in call order (a module called twice appears
-    twice). Chapter 4 shows ERFNet's, layer type by layer type."""
-    check_device_type(device_type)
-    dtype = dtype or default_dtype(device_type)
-    if fake is None:
-        fake = device_type == "cuda" and cuda_is_fake()
+    """Rows ``{"name", "type", "inputs", "output", "params"}`` of dtypes, for every leaf
+    module call in one forward under autocast. ``x``: an input tensor on the model's
+    device, or an input shape; with ``fake`` (default: CUDA without a GPU) the model
+    runs on fake CUDA copies of its parameters, and is not touched."""
+    dtype, fake = _settings(device_type, dtype, fake)
     rows: list[dict] = []
 
     def hook(module, args, output, name):
@@ -121,7 +95,8 @@ def trace_layers(
 
     handles = [
         m.register_forward_hook(lambda mod, a, o, n=n: hook(mod, a, o, n))
-        for n, m in _leaf_modules(model)
+        for n, m in model.named_modules()
+        if not list(m.children())
     ]
     try:
         with torch.no_grad():
@@ -129,52 +104,19 @@ def trace_layers(
     finally:
         for h in handles:
             h.remove()
-    if (
-        fake
-    ):  # parameters seen inside functional_call are fake copies of the model's (fp32)
-        for r in rows:
-            r["params"] = sorted(
-                {
-                    dtype_name(p.dtype)
-                    for p in dict(model.named_modules())[r["name"]].parameters(
-                        recurse=False
-                    )
-                }
-            )
     return rows
 
 
-_SKIP_FUNCS = {
-    "__get__",
-    "__set__",
-    "size",
-    "dim",
-    "numel",
-    "shape",
-    "dtype",
-    "device",
-    "is_floating_point",
-    "__len__",
-    "__getitem__",
-    "__format__",
-    "__repr__",
-    "requires_grad_",
-    "register_hook",
-    "untyped_storage",
-    "data_ptr",
-    "is_leaf",
-    "grad_fn",
-    "item",
-    "__bool__",
-    "tolist",
-}
+_SKIP_FUNCS = frozenset(
+    "__get__ __set__ size dim numel shape dtype device is_floating_point __len__ "
+    "__getitem__ __format__ __repr__ requires_grad_ register_hook untyped_storage "
+    "data_ptr is_leaf grad_fn item __bool__ tolist".split()
+)
 
 
 def traced_call(func, out) -> str | None:
-    """The op name ``trace_ops`` records for a torch function call returning ``out``, or
-    None when it skips the call (attribute reads, hooks, calls with no floating output).
-    ``low_precision_calls`` and ``gradstats.emulate_fp16_grads`` count calls by this
-    rule."""
+    """The op name ``trace_ops`` (and ``gradstats.emulate_fp16_grads``) records for a
+    call returning ``out``; None for attribute reads, hooks, no floating output."""
     name = getattr(func, "__name__", str(func))
     return name if name not in _SKIP_FUNCS and _dtypes(out) else None
 
@@ -212,34 +154,28 @@ def trace_ops(
     x``...) with the dtypes of its floating inputs and outputs and the innermost module
     type running it. Catches what layer hooks miss: functional ops inside a block's own
     ``forward`` (chapter 4: ERFNet's concatenations and residual sums)."""
-    check_device_type(device_type)
-    dtype = dtype or default_dtype(device_type)
-    if fake is None:
-        fake = device_type == "cuda" and cuda_is_fake()
+    dtype, fake = _settings(device_type, dtype, fake)
     rows: list[dict] = []
     with ModuleScopes(model) as scopes, torch.no_grad(), _OpRecorder(scopes, rows):
         _forward(model, x, device_type, dtype, fake)
     return rows
 
 
-def _traceable_copy(model: nn.Module, device_type: str, fake: bool) -> nn.Module:
-    # a real forward in training mode updates batch norm's running statistics: trace a
-    # copy
-    return model if fake else copy.deepcopy(model)
+def _low_precision_rows(trace, model, x, device_type, dtype) -> tuple[list, str]:
+    """``trace``'s rows and the name of the low-precision dtype. A real forward in
+    training mode updates batch norm's running statistics: it traces a copy."""
+    dtype, fake = _settings(device_type, dtype, None)
+    rows = trace(model if fake else copy.deepcopy(model), x, device_type, dtype)
+    return rows, dtype_name(dtype)
 
 
 def low_precision_layers(
     model: nn.Module, x, device_type: str = "cuda", dtype: torch.dtype | None = None
 ) -> set[str]:
-    """Names of the leaf modules whose output is low precision under autocast (default:
-    CUDA fp16, on fake tensors without a GPU), in the model's current train/eval mode.
-    Their activation gradients are low precision in a real AMP backward; the others' are
-    fp32 (chapter 4 counts ERFNet's)."""
-    fake = device_type == "cuda" and cuda_is_fake()
-    rows = trace_layers(
-        _traceable_copy(model, device_type, fake), x, device_type, dtype
-    )
-    low = dtype_name(dtype or default_dtype(device_type))
+    """Names of the leaf modules whose output (and so activation gradient, in a real AMP
+    backward) is low precision under autocast (default: CUDA fp16), in the model's
+    current train/eval mode."""
+    rows, low = _low_precision_rows(trace_layers, model, x, device_type, dtype)
     return {r["name"] for r in rows if r["output"] and set(r["output"]) == {low}}
 
 
@@ -247,16 +183,10 @@ def low_precision_calls(
     model: nn.Module, x, device_type: str = "cuda", dtype: torch.dtype | None = None
 ) -> list[tuple[str, bool]]:
     """``(op, output is low precision)`` for every call ``trace_ops`` records in one
-    forward under autocast (default: CUDA fp16), in call order: which tensors of the
-    forward, and so which gradients of the backward, a real AMP step holds in low
-    precision (chapter 4 counts ERFNet's)."""
-    fake = device_type == "cuda" and cuda_is_fake()
-    rows = trace_ops(_traceable_copy(model, device_type, fake), x, device_type, dtype)
-    low = dtype_name(dtype or default_dtype(device_type))
+    forward under autocast (default: CUDA fp16), in call order: which gradients of the
+    backward a real AMP step holds in low precision."""
+    rows, low = _low_precision_rows(trace_ops, model, x, device_type, dtype)
     return [(r["op"], set(r["output"]) == {low}) for r in rows]
-
-
-# --- the casts autocast makes ---
 
 
 @dataclass
@@ -278,15 +208,13 @@ class CastCounter(TorchDispatchMode):
 
     def __post_init__(self):
         super().__init__()
-        self._params = set()
-        if self.model is not None:
-            self._params = {p.data_ptr() for p in self.model.parameters()}
+        params = self.model.parameters() if self.model is not None else ()
+        self._params = {p.data_ptr() for p in params}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.ops.aten._to_copy.default:
-            src = args[0]
-            dst = kwargs.get("dtype")
+            src, dst = args[0], kwargs.get("dtype")
             if dst is not None and dst != src.dtype:
                 self.casts.append(
                     Cast(
@@ -310,11 +238,8 @@ class CastCounter(TorchDispatchMode):
     def parameter_cast_bytes(self) -> int:
         """Bytes of the low-precision copies made of parameters."""
         size = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-        total = 0
-        for c in self.casts:
-            if c.is_parameter:
-                n = 1
-                for s in c.shape:
-                    n *= s
-                total += n * size.get(c.dst, 4)
-        return total
+        return sum(
+            math.prod(c.shape) * size.get(c.dst, 4)
+            for c in self.casts
+            if c.is_parameter
+        )

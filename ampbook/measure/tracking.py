@@ -1,44 +1,25 @@
-"""Which module of a model is running: the one module tracker of the book.
+"""Which module of a model is running: the one module tracker of the book, asked by the
+cost model (``ampbook.predict.steptrace``), the saved-tensor meter and the autocast op
+trace. ``ModuleScopes`` is a ``torch.utils.module_tracker.ModuleTracker`` that knows one
+model: inside ``with ModuleScopes(model) as scopes``, ``scopes.innermost()`` is the
+innermost module of the model whose forward is running (``("encoder.0.conv",
+"Conv2d")``: its name as ``model.named_modules()`` gives it, the model itself by its
+class name; a module reachable at two paths may be named after either), None outside.
 
-The cost model (``ampbook.predict.steptrace``), the saved-tensor meter
-(``ampbook.measure.memory``) and the autocast op trace
-(``ampbook.measure.model_dtypes``) all ask "which layer is this?" of an operator or a
-saved tensor. They ask ``ModuleScopes``, a
-``torch.utils.module_tracker.ModuleTracker`` that knows one model:
-
-    with ModuleScopes(model) as scopes:
-        model(x)  # inside: scopes.innermost() -> ("encoder.0.conv", "Conv2d")
-
-**Forward.** ``ModuleTracker`` keeps ``parents``, the set of the modules whose forward
-is running, by name (the outermost module it sees by its class name, the others by their
-attribute path below it: ``"ERFNet.encoder.layers.0"``). The innermost running module
-of the model is the deepest of them. ``innermost()`` returns its qualified name as
-``model.named_modules()`` spells it (the model itself by its class name) and its class
-name; ``None`` outside the model. (A module reachable at two paths is named by
-``ModuleTracker`` after one of them; while it runs inside the parent of the other path,
-the two are equally deep and either may be named.)
-
-**Backward** (``backward=True``, the cost model only). ``ModuleTracker`` also marks
-modules in backward, with gradient hooks on each module's inputs and outputs: a module
-enters when the gradients of all its outputs are ready and leaves when those of all its
-inputs are. That set is not a stack, and its deepest member is often not the module
-whose backward runs: a module whose output is its input (``Dropout(p=0)``,
-``Identity``) enters and leaves on the same gradient and then never leaves; a branch
-whose input the other branch also reads (ResNet's ``downsample``) stays until both are
-done; the first layer, whose input needs no gradient, never leaves. On the cost model's
-trace of one step (batch 1), the deepest member was the module that created the
-running autograd node for 0.6% of ViT-B/16's backward bytes (224 x 224), 67% of
-ERFNet's (32 x 64) and 79% of ResNet-50's (64 x 64). So backward attribution is done
-here with public autograd API: every autograd node the forward creates belongs to the
-module that created it, found when the forward crosses a module boundary (the nodes
-behind a module's inputs that no one has claimed belong to the module running before it
-was entered; those behind its outputs, to it). Each claimed node gets a pre-hook
-(``torch.autograd.graph.Node.register_prehook``) that makes its module
-``backward_scope()`` until the next node starts; so the engine's sum of the gradients of
-a tensor read twice, done between two nodes, goes to the node that just ran. Nodes no
-module created (``AccumulateGrad``; the loss gradient's seed runs before any node) have
-no scope. ``claim(tensors, scope)`` hands the nodes behind tensors made outside every
-module (a loss) to a scope of the caller's choosing.
+**Backward** (``backward=True``, the cost model only). ``ModuleTracker``'s backward set
+(entered when the gradients of all a module's outputs are ready, left when those of all
+its inputs are) is not a stack: ``Dropout(p=0)`` and ``Identity`` enter and never leave,
+a branch whose input the other branch also reads (ResNet's ``downsample``) stays until
+both are done, the first layer never leaves. On the cost model's trace of one step
+(batch 1), its deepest member was the module that created the running autograd node for
+0.6% of ViT-B/16's backward bytes (224 x 224), 67% of ERFNet's (32 x 64) and 79% of
+ResNet-50's (64 x 64). So here every autograd node the forward creates belongs to the
+module that created it, found when the forward crosses a module boundary (the unclaimed
+nodes behind a module's inputs belong to the module running before it was entered;
+those behind its outputs, to it). Each claimed node gets a pre-hook that makes its
+module ``backward_scope()`` until the next node starts. Nodes no module created
+(``AccumulateGrad``, the loss gradient's seed) have no scope; ``claim(tensors, scope)``
+hands the nodes behind tensors made outside every module (a loss) to a scope.
 """
 
 from __future__ import annotations
@@ -62,23 +43,17 @@ def _depth(name: str) -> int:
 
 
 class ModuleScopes(ModuleTracker):
-    """The innermost module of ``model`` running now (see the module docstring).
+    """The innermost module of ``model`` running now (see the module docstring)."""
 
-    ``root``: the name to give the model itself (default: its class name).
-    ``backward``: also attribute autograd nodes, for ``backward_scope()``."""
-
-    def __init__(
-        self, model: nn.Module, root: str | None = None, backward: bool = False
-    ):
+    def __init__(self, model: nn.Module, backward: bool = False):
         super().__init__()
         self.model = model
-        self.root = root or type(model).__name__
         self.backward = backward
         # every path to every module (a module shared by two parents has two), to the
         # name named_modules() gives it
         canonical = {id(m): n for n, m in model.named_modules()}
         self._scopes: dict[str, Scope] = {
-            path: (canonical[id(m)] or self.root, type(m).__name__)
+            path: (canonical[id(m)] or type(model).__name__, type(m).__name__)
             for path, m in model.named_modules(remove_duplicate=False)
         }
         self._prefix: str | None = None  # the tracker's name for the model
@@ -86,7 +61,6 @@ class ModuleScopes(ModuleTracker):
         self._owner: dict[Any, Scope | None] = {}
         self._running: Scope | None = None
 
-    # -- forward ---------------------------------------------------------------------
     def _root_entered(self, module, args) -> None:
         # the tracker has just added the model, the deepest of the running modules
         if self._prefix is None:
@@ -98,17 +72,11 @@ class ModuleScopes(ModuleTracker):
         prefix = self._prefix
         if prefix is None:
             return None
-        best = None
-        for p in self.parents:
-            if (p == prefix or p.startswith(prefix + ".")) and (
-                best is None or _depth(p) > _depth(best)
-            ):
-                best = p
-        if best is None:
+        ours = [p for p in self.parents if p == prefix or p.startswith(prefix + ".")]
+        if not ours:
             return None
-        return self._scopes.get(best[len(prefix) + 1 :])
+        return self._scopes.get(max(ours, key=_depth)[len(prefix) + 1 :])
 
-    # -- backward --------------------------------------------------------------------
     def claim(self, tensors, scope: Scope | None) -> None:
         """Give ``scope`` the autograd nodes behind ``tensors`` (any nesting of
         tensors) that no module has claimed yet."""
@@ -121,13 +89,11 @@ class ModuleScopes(ModuleTracker):
             node = stack.pop()
             if node is None or node in self._owner:
                 continue
-            if node.name().endswith("AccumulateGrad"):  # the engine's own work
-                self._owner[node] = None
-                self._handles.append(node.register_prehook(self._enter_node(None)))
-                continue
-            self._owner[node] = scope
-            self._handles.append(node.register_prehook(self._enter_node(scope)))
-            stack.extend(next_node for next_node, _ in node.next_functions)
+            engine = node.name().endswith("AccumulateGrad")  # the engine's own work
+            owner = self._owner[node] = None if engine else scope
+            self._handles.append(node.register_prehook(self._enter_node(owner)))
+            if not engine:
+                stack.extend(next_node for next_node, _ in node.next_functions)
 
     def _enter_node(self, scope: Scope | None):
         def prehook(grad_outputs):
@@ -137,9 +103,7 @@ class ModuleScopes(ModuleTracker):
 
     def backward_scope(self) -> Scope | None:
         """(qualified name, class name) of the module whose forward created the
-        autograd node running now (or that ran last: the engine sums the gradients of a
-        tensor read twice between two nodes), or None (no node yet, or one no module
-        created)."""
+        autograd node running now (or that ran last), or None."""
         return self._running
 
     def _claim_inputs(self, module, args) -> None:
@@ -148,7 +112,6 @@ class ModuleScopes(ModuleTracker):
     def _claim_outputs(self, module, args, output) -> None:
         self.claim(output, self.innermost())  # still this module
 
-    # -- the context manager -----------------------------------------------------------
     def __enter__(self) -> "ModuleScopes":
         if self.backward:
             # registered before the tracker's own hooks, so they run before them: a
