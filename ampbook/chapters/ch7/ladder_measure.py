@@ -1,12 +1,8 @@
-"""Measuring one rung of the ladder in one mode (``measure_rung``), with the runner's
-own step: the **step time** (median of ``steps`` steps on one batch on the device,
-start to start: CUDA events on a GPU, so every gap the GPU waited for the host counts);
-**kernel and idle time** from ``profile_steps`` more steps under ``torch.profiler`` (a
-GPU's busy time, or on a CPU the time inside operators; idle is the median step less
-it); **peak memory** (a GPU's allocator peaks over the timed steps; on a CPU the bytes
-saved for backward); **an epoch** through ``run_training`` (images/s, data wait: the
-median of the epochs after the first); the cost model's **roofline bound** (eager
-operators' bytes: at a compiled rung a yardstick)."""
+"""Measuring one cell of the ladder (``measure_rung``) with the runner's own step:
+the median step time (start to start, CUDA events on a GPU), kernel and idle time
+(``torch.profiler``), peak memory (a GPU's allocator; a CPU's bytes saved for
+backward), epochs through ``run_training`` (images/s, data wait) and the cost
+model's roofline bound (eager operators: at a compiled rung a yardstick)."""
 
 from __future__ import annotations
 
@@ -44,9 +40,8 @@ def _sync(device) -> None:
 
 
 def timed_steps(step: Callable, args: tuple, n: int, device) -> list[float]:
-    """Seconds per step of ``n`` calls ``step(*args)`` in a row: the period from one
-    step's start to the next (CUDA events on a GPU, recorded without synchronising in
-    between)."""
+    """Seconds per step of ``n`` calls ``step(*args)`` in a row, start to start (CUDA
+    events on a GPU, no sync in between)."""
     import torch
 
     _sync(device)
@@ -122,9 +117,7 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
 
 
 def _source_key(*parts) -> str:
-    """A cache key of ``parts``, torch's version and the sources a trace depends on
-    (the model, the cost model with its autocast emulation, and the saved-tensor
-    meter)."""
+    """A cache key of ``parts``, torch's version and the sources a trace uses."""
     import hashlib
 
     import torch
@@ -141,12 +134,9 @@ def _source_key(*parts) -> str:
 def traced_bound(
     ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
 ) -> tuple[float, int]:
-    """The cost model's lower bound on one step of ERFNet (with the 16-bit stream when
-    asked) at ``batch`` images of ``height`` x ``width``, and the bytes the step saves
-    for backward. A trace costs seconds of CPU whatever the size, and each precision
-    runs in its own process, so both are kept in ``cache_dir()`` under a key of
-    everything they depend on (the ladder's bounds and the prediction's stream rung
-    read this one cache)."""
+    """The cost model's lower bound on one step of ERFNet and the bytes it saves for
+    backward. A trace costs seconds and each precision runs in its own process, so
+    both are cached in ``cache_dir()`` under a key of everything they depend on."""
     from ampbook.core.paths import cache_dir
     from ampbook.predict.roofline import predict
     from ampbook.predict.steptrace import trace_step
@@ -177,7 +167,7 @@ def _epoch_phase(cfg) -> dict:
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         rec = run_training(dataclasses.replace(cfg, out=None, name=None))
     epochs = rec["epochs"]
-    timed = epochs[1:] if len(epochs) > 1 else epochs
+    timed = epochs[1:] or epochs
     ips = statistics.median(e["images"] / e["wall_s"] for e in timed)
     wait = statistics.median(e["data_wait_s"] / e["wall_s"] for e in timed)
     compile_s = [e.get("compile_s") for e in epochs if e.get("compile_s") is not None]
@@ -196,11 +186,9 @@ def _epoch_phase(cfg) -> dict:
 def measure_rung(
     spec: LadderSpec, index: int, mode: str, device=None, partial=None
 ) -> dict:
-    """One cell of the ladder: rung ``index`` in ``mode`` (module docstring).
-    ``partial`` is given the cell as soon as its step, kernel/idle split and (on a GPU)
-    memory are measured, marked ``"epoch": "pending"``, before the epochs through the
-    runner (which cost more, and compile again at a compiled rung); the cell returned
-    says ``"epoch": "measured"``."""
+    """One cell: rung ``index`` in ``mode``. ``partial`` is given the cell marked
+    ``"epoch": "pending"`` once its step, split and memory are measured, before the
+    costlier epochs; the cell returned says ``"epoch": "measured"``."""
     import torch
 
     from ampbook.core.devices import pick_device
@@ -222,8 +210,7 @@ def measure_rung(
         cell["reserved_at_start_bytes"] = torch.cuda.memory_reserved(dev)
     tf32, benchmark = cfg.tf32 == "on", bool(cfg.cudnn_benchmark)
     with backend_flags(tf32=tf32, cudnn_benchmark=benchmark):
-        training = build_training(cfg, res)
-        step = training.step
+        step = build_training(cfg, res).step
         x, y = _batch(spec, dev)
         start = time.perf_counter()
         step(x, y)
@@ -248,11 +235,9 @@ def measure_rung(
         else:
             cell["peak_rss_growth_bytes"] = max(peak_rss_bytes() - rss0, 0)
         prof = profile_steps(step, (x, y), spec.profile_steps, dev)
-    cell["step_s"] = statistics.median(times)
-    cell["step_times_s"] = times
-    cell.update(prof)
+    cell.update(step_s=statistics.median(times), step_times_s=times, **prof)
     cell["idle_s"] = max(cell["step_s"] - cell["kernel_s"], 0.0)
-    del training, step, x, y
+    del step, x, y
     if partial is not None:
         partial({**cell, "epoch": "pending"})
     _release(bool(cfg.compile))
@@ -261,17 +246,14 @@ def measure_rung(
         cell["memory_bytes"] = cell["saved_tensor_bytes"]
     ceil = Ceilings.for_device(dev, cfg.tf32 == "on")
     size = (spec.batch_size, spec.height, spec.width)
-    cell["bound_s"] = traced_bound(ceil, cfg.precision, cfg.fp16_stream, *size)[0]
-    cell["ceilings"] = ceil.name
-    cell["bound_share"] = cell["bound_s"] / cell["step_s"]
-    cell["load_average"] = machine_load()["load1"]
-    cell["epoch"] = "measured"
+    bound = traced_bound(ceil, cfg.precision, cfg.fp16_stream, *size)[0]
+    cell.update(bound_s=bound, ceilings=ceil.name, bound_share=bound / cell["step_s"],
+                load_average=machine_load()["load1"], epoch="measured")  # fmt: skip
     _release(bool(cfg.compile))
     return cell
 
 
 def _release(compiled: bool) -> None:
-    """Free what a cell left: compiled graphs, garbage, the allocator's cache."""
     import torch
 
     if compiled:
@@ -284,9 +266,8 @@ def _release(compiled: bool) -> None:
 def measure_safely(
     spec: LadderSpec, index: int, mode: str, partial: Callable | None = None
 ) -> dict:
-    """``measure_rung``, with a failure recorded as the cell's error (one line); a
-    failure in the epochs after ``partial`` had the cell keeps its step, with the
-    error beside it."""
+    """``measure_rung``, a failure recorded as the cell's error (one line); a failure
+    in the epochs keeps the step measured before it."""
     early: dict = {}
 
     def keep(cell: dict) -> None:
