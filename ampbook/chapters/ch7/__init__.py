@@ -54,11 +54,8 @@ def gpu_ladder(results) -> tuple[Ladder | None, bool]:
     record = predict_ladder(results)
     if record is None:
         return None, False
-    return read_ladder(
-        record,
-        "prediction from "
-        + ", ".join(Path(p).name for p in record["prediction"]["from"]),
-    ), True
+    files = ", ".join(Path(p).name for p in record["prediction"]["from"])
+    return read_ladder(record, f"prediction from {files}"), True
 
 
 def source_line(ladder: Ladder, predicted: bool) -> str:

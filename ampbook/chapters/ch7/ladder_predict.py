@@ -32,7 +32,7 @@ def _no_change(s: dict, mode: str, ctx: dict) -> bool:
 
 
 def _nhwc_batch_norm(s: dict, mode: str, ctx: dict) -> bool:
-    s["kernel"] -= ctx["bn"][mode] * (1 - 1 / NHWC_BATCH_NORM_SPEEDUP)
+    s["kernel"] -= ctx["bn"] * (1 - 1 / NHWC_BATCH_NORM_SPEEDUP)
     return True
 
 
@@ -152,14 +152,12 @@ def predict_ladder(
     cells = []
     for mode, lp in by_mode.items():
         run = runs.get(mode)
-        s = {
-            "kernel": lp.measured_total_s,
-            "idle": max(lp.step_s - lp.measured_total_s, 0.0),
-            "memory": run.memory_bytes if run else None,
-            "assumed": set(),
-        }
+        idle = max(lp.step_s - lp.measured_total_s, 0.0)
+        memory = run.memory_bytes if run else None
+        s = {"kernel": lp.measured_total_s, "idle": idle, "memory": memory,
+             "assumed": set()}  # fmt: skip
         bn = sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
-        ctx = {"bounds": bounds, "saved": saved, "bn": {mode: bn}}
+        ctx = {"bounds": bounds, "saved": saved, "bn": bn}
         for rung in rungs:
             s["bound"] = bounds.get(mode)
             if EFFECTS[rung.predicted](s, mode, ctx):

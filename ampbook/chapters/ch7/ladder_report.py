@@ -43,14 +43,13 @@ def format_table(ladder: Ladder) -> str:
             # operator time above the step time: the profiled step ran slower than
             # the timed ones, and the step does not split into busy and idle time
             apart = (c.kernel_s or 0) <= c.step_s
-            if not apart:
-                inseparable = True
+            inseparable |= not apart
             lines.append(
                 f"{head}{c.step_s * 1e3:8.2f}{(c.kernel_s or 0) * 1e3:8.2f}"
                 + (f"{(c.idle_s or 0) * 1e3:8.2f}" if apart else f"{NOT_SPLIT:>8}")
-                + f"{_pct(c.busy_share) if apart else NOT_SPLIT:>6}"
-                f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
-                f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
+                + f"{_fmt(c.busy_share, '.0%') if apart else NOT_SPLIT:>6}"
+                f"{(c.memory_bytes or 0) / 2**20:7.0f}{_fmt(c.images_per_s, '.1f'):>7}"
+                f"{_fmt(c.data_wait_share, '.0%'):>6}{_fmt(c.bound_share, '.0%'):>7}"
             )
     lines.extend(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
     if inseparable:
@@ -74,12 +73,8 @@ COLUMNS_CUDA = (
 NOT_SPLIT = "n/a"
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.0%}"
-
-
-def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
 
 
 @dataclass(frozen=True)
@@ -270,9 +265,8 @@ def check_targets(ladder: Ladder) -> list[Target]:
             return f"a {bn} and an {an} cell needed"
         eager_ = not ladder.rung(a.rung).compiles
         alone = max(_top(ladder, (m,), eager_) or 0 for m in (amp, base))
-        return f"rung {a.rung}" + (
-            ", the highest both reached" if alone > a.rung else ""
-        )
+        both = ", the highest both reached" if alone > a.rung else ""
+        return f"rung {a.rung}{both}"
 
     out = []
 
@@ -294,15 +288,9 @@ def check_targets(ladder: Ladder) -> list[Target]:
                 f"{bn} {(b.idle_s or 0) * 1e3:.1f} ms, "
                 f"{an} {(a.idle_s or 0) * 1e3:.1f} ms"
             )
+        name, vs = f"{an} over {bn} (step ratio), {how}", ratio(b, a, "step_s")
         start = ratio(r0[base], r0[amp], "step_s")
-        add(
-            f"speedup_{how}",
-            f"{an} over {bn} (step ratio), {how}",
-            ratio(b, a, "step_s"),
-            start,
-            pair_where(a, b),
-            note,
-        )
+        add(f"speedup_{how}", name, vs, start, pair_where(a, b), note)
     data_note = ips_note = ""
     if ends:
         step = value(ends, "step_s")
@@ -317,14 +305,9 @@ def check_targets(ladder: Ladder) -> list[Target]:
             f"data {value(ends, 'data_wait_share')} of its time"
         )
     busy = "GPU busy" if ladder.is_cuda else "operators busy"
+    busy_note = _profile_note(final, ladder) if final else ""
     for key, name, c, field, note in (
-        (
-            "busy",
-            busy,
-            final,
-            "busy_share",
-            _profile_note(final, ladder) if final else "",
-        ),
+        ("busy", busy, final, "busy_share", busy_note),
         ("data_wait", "data wait", ends, "data_wait_share", data_note),
         ("images_per_s", "images/s end to end", ends, "images_per_s", ips_note),
     ):

@@ -1,5 +1,6 @@
 """Running the ladder (``run_ladder``: its groups in this process or each in a child
-process, ``--child FILE``) and its command, ``python -m ampbook.bench ladder``."""
+process, ``--child JOB``, the group as JSON) and its command, ``python -m
+ampbook.bench ladder``."""
 
 from __future__ import annotations
 
@@ -85,22 +86,16 @@ def run_group(
 
 def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log):
     """Run one group in a fresh process; a group that dies leaves error cells."""
-    job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs)}
-    fd, spec_file = tempfile.mkstemp(suffix=".json", prefix="ampbook-ladder-")
-    with os.fdopen(fd, "w") as f:
-        json.dump({**job, "path": str(path)}, f)
-    try:
-        argv = [sys.executable, "-m", "ampbook.bench", "ladder", "--child", spec_file]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace")  # fmt: skip
-        tail = []
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            tail = (tail + [line])[-5:]
-            log(line)
-        rc = proc.wait()
-    finally:
-        os.unlink(spec_file)
+    job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs),
+           "path": str(path)}  # fmt: skip
+    argv = [sys.executable, "-m", "ampbook.bench", "ladder", "--child", json.dumps(job)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace")  # fmt: skip
+    tail = []
+    for line in proc.stdout:
+        tail = (tail + [line.rstrip("\n")])[-5:]
+        log(tail[-1])
+    rc = proc.wait()
     if rc != 0:
         done = {(c["rung"], c["mode"]) for c in json.loads(path.read_text())["cells"]}
         last = next((t for t in reversed(tail) if t.strip()), "")
@@ -265,7 +260,7 @@ def build_parser() -> cli.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.child:
-        job = json.loads(Path(args.child).read_text())
+        job = json.loads(args.child)
         spec = LadderSpec(**job["spec"])
         spec.rungs, spec.modes = tuple(spec.rungs), tuple(spec.modes)
         run_group(spec, job["mode"], tuple(job["rungs"]), Path(job["path"]))
