@@ -63,8 +63,8 @@ def pair_sentence(rs: ResultSet, p) -> str:
     with its range and ``pace``, the step timed alone where layer profiles are
     committed, why the epoch gained less than the step, the peak memory."""
     step, epoch = step_in_loop(rs, pair=p), epoch_ratio(rs, pair=p)
-    text = f"{p.amp.mode_label} against {p.baseline.mode_label}: "
     alone = step_alone(rs, pair=p)
+    text = f"{p.amp.mode_label} against {p.baseline.mode_label}: "
     if alone is not None:
         text += f"the step timed alone ran {alone} (layer profiles), "
     text += (
@@ -103,13 +103,10 @@ def in_short(rs: ResultSet) -> str:
         base = "TF32" if main.baseline.mode == BASE_MODE else main.baseline.mode_label
         alone = step_alone(rs, pair=main)
         loop = spread_text(step_in_loop(rs, pair=main), epochs=False)
-        text = (
-            f"On the {display_name(device)}, {amp}'s step against {base}'s: "
-            + (f"timed alone {alone}, " if alone else "")
-            + f"in the loop {loop}"
-        )
         epoch = spread_text(epoch_ratio(rs, pair=main), epochs=False)
-        text += f"; the book's epochs {epoch}"
+        alone = f"timed alone {alone}, " if alone else ""
+        text = f"On the {display_name(device)}, {amp}'s step against {base}'s: "
+        text += f"{alone}in the loop {loop}; the book's epochs {epoch}"
         if main.loader_bound:
             wait = max(main.amp.data_wait_share, main.baseline.data_wait_share)
             text += f", {wait:.0%} of each waiting for data (our loader)"

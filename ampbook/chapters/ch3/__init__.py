@@ -182,16 +182,13 @@ def speed_verdict(pair, probe=None) -> str:
     say which instructions it has, not which kernels PyTorch runs."""
     amp, base = pair.amp, pair.baseline
     ratio = amp.step_s / base.step_s
+    way = (
+        f"{'faster' if ratio < 1 else 'slower'} in this one pair of runs: one "
+        "pair, no spread to judge the difference by"
+    )
     if abs(ratio - 1) < SAME_WITHIN:
-        way = (
-            f"about the same: within {SAME_WITHIN:.0%}, and one pair of runs "
-            "measures no spread to tell a smaller difference by"
-        )
-    else:
-        way = (
-            f"{'faster' if ratio < 1 else 'slower'} in this one pair of runs: one "
-            "pair, no spread to judge the difference by"
-        )
+        way = (f"about the same: within {SAME_WITHIN:.0%}, and one pair of runs "
+               "measures no spread to tell a smaller difference by")  # fmt: skip
     text = (
         f"On {pair_device(pair)}, the {amp.mode_label} step took {ratio:.2f} "
         f"times the time of the {base.mode_label} step ({way})."
@@ -202,8 +199,8 @@ def speed_verdict(pair, probe=None) -> str:
         dtype = precision_dtype(amp.precision)
         if dtype in probe.dtypes:
             text += f" The kernel probe: {probe.verdict(dtype)}"
-            conv = probe.dtypes[dtype]
-            if not conv.error and "fp32" in probe.dtypes and ratio > 1:
+            ok = not probe.dtypes[dtype].error and "fp32" in probe.dtypes
+            if ok and ratio > 1:
                 slow = probe.slowdown(dtype)
                 if slow > 4 and ratio < slow / 4:
                     s = pair.setting
@@ -260,40 +257,34 @@ def gpu_training_answer(pairs) -> str:
     strict = [q for q in pairs if q.setting == p.setting and q.amp is amp]
     strict = next((q for q in strict if q.baseline.mode == "fp32"), None)
     st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
-    vs_strict = (
-        f"; {spread_text(step_in_loop(None, pair=strict), epochs=False)} against "
-        "strict fp32's"
-        if strict
-        else ""
-    )
-    s = p.setting
-    named = setting_name(s)
+    vs_strict = ""
+    if strict:
+        vs = spread_text(step_in_loop(None, pair=strict), epochs=False)
+        vs_strict = f"; {vs} against strict fp32's"
+    s, named = p.setting, setting_name(p.setting)
     head = (
         f"On {pair_device(p)} ({amp.epochs_completed} epochs at "
         f"{s.width}x{s.height}, batch {s.batch_size}"
         f"{': ' + named if named else ''}), {amp.mode_label} took "
         f"{p.memory_ratio:.2f} of the peak memory of {base.mode_label} and ended at a "
-        "training loss of "
-        f"{amp.final_train_loss:.3f} against {base.final_train_loss:.3f}. "
+        f"training loss of {amp.final_train_loss:.3f} against "
+        f"{base.final_train_loss:.3f}. "
     )
     step = (
         f"Its step in the loop ran {spread_text(st)} against fp32's ({pace(st)}"
         f"{vs_strict})"
     )
+    wait = max(amp.data_wait_share, base.data_wait_share)
     if p.loader_bound:
-        wait = max(amp.data_wait_share, base.data_wait_share)
         return head + (
             f"{step}, and its epochs {spread_text(ep, epochs=False)}: the loop "
-            "waited for data "
-            f"{wait:.0%} of the time, with {loader_setting(p)}, "
+            f"waited for data {wait:.0%} of the time, with {loader_setting(p)}, "
             f"{loader_reading(p)}. That is the post's result, and the loader "
             "setting was ours."
         )
     return head + (
         f"{step} and its epoch {spread_text(ep, epochs=False)} ({pace(ep)}), with "
-        "at most "
-        f"{max(amp.data_wait_share, base.data_wait_share):.0%} of the loop waiting "
-        "for data."
+        f"at most {wait:.0%} of the loop waiting for data."
     )
 
 

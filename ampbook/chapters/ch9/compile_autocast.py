@@ -89,8 +89,7 @@ def check_backward(setting: str = "off", seed: int = 0) -> BackwardCheck:
 
     torch.manual_seed(seed)
     model = Fp32Head()
-    eager = _grads(model, False, setting)
-    compiled = _grads(model, True, setting)
+    eager, compiled = (_grads(model, c, setting) for c in (False, True))
     finite = all(torch.isfinite(g).all() for g in compiled)
     diff = max((a - b).abs().max().item() for a, b in zip(compiled, eager))
     largest = max(g.abs().max().item() for g in eager)
