@@ -143,15 +143,13 @@ def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> s
     faster or slower (beyond 5%)."""
     from ampbook.core.provenance import all_measured
 
-    va = cell_value(ladder, a, "step_s") if ladder else None
-    vb = cell_value(ladder, b, "step_s") if ladder else None
-    if ladder is not None and not all_measured([va, vb]):
-        ratio = a.step_s / b.step_s
-        if ratio > 1.05:
-            return "would be faster, predicted"
-        if ratio < 1 / 1.05:
-            return "would be slower, predicted"
-        return "would change little, predicted"
+    steps = [cell_value(ladder, c, "step_s") for c in (a, b)] if ladder else []
+    if ladder is not None and not all_measured(steps):
+        r = a.step_s / b.step_s
+        way = "change little"
+        if r > 1.05 or r < 1 / 1.05:
+            way = "be faster" if r > 1 else "be slower"
+        return f"would {way}, predicted"
     ta, tb = a.record.get("step_times_s"), b.record.get("step_times_s")
     if not ta or not tb:
         return "step times not recorded: no verdict"
@@ -174,11 +172,9 @@ def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> s
 def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
     """One line: what rung ``index`` did to each mode's step (``step_change``)."""
     if index not in {r.index for r in ladder.rungs}:
-        why = (
-            "what compilation fuses is not in an eager profile"
-            if ladder.record.get("predicted")
-            else "not measured"
-        )
+        why = "not measured"
+        if ladder.record.get("predicted"):
+            why = "what compilation fuses is not in an eager profile"
         return (
             f"This ladder has no rung {index} ({rung_title(index)}): {why}; "
             "python -m ampbook.bench ladder measures it."
@@ -195,11 +191,8 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
         a = ladder.cell(before, mode)
         ratio = a.step_s / b.step_s
         # a gap in the measured rungs: the change is every rung since, together
-        since = (
-            ""
-            if before == index - 1
-            else f" (rungs {before + 1}-{index} together, from rung {before})"
-        )
+        since = f" (rungs {before + 1}-{index} together, from rung {before})"
+        since = "" if before == index - 1 else since
         parts.append(
             f"{mode} {_ms(a.step_s)} -> {_ms(b.step_s)} ms{since} "
             f"({ratio:.2f}x, {step_change(a, b, ladder)})"

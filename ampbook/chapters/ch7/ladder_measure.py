@@ -20,18 +20,6 @@ from ampbook.chapters.ch7.rungs import LadderSpec, rung_config, write_record
 from ampbook.core.terminal import quiet_stderr_fd
 
 
-def _batch(spec: LadderSpec, device, seed: int = 1):
-    import torch
-
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-
-    g = torch.Generator().manual_seed(seed)
-    b, h, w = spec.batch_size, spec.height, spec.width
-    x = torch.randn(b, 3, h, w, generator=g)
-    y = torch.randint(0, NUM_CLASSES, (b, h, w), generator=g)
-    return x.to(device), y.to(device)
-
-
 def _sync(device) -> None:
     import torch
 
@@ -116,41 +104,39 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
     }
 
 
-def _source_key(*parts) -> str:
-    """A cache key of ``parts``, torch's version and the sources a trace uses."""
-    import hashlib
-
-    import torch
-
-    from ampbook.measure import autocast_rules, cuda_kernels, memory
-    from ampbook.predict import opcost, roofline, steptrace
-    from ampbook.segmentation import model
-
-    sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
-    text = json.dumps([*parts, torch.__version__, *map(inspect.getsource, sources)])
-    return hashlib.sha1(text.encode()).hexdigest()[:20]
-
-
 def traced_bound(
     ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
 ) -> tuple[float, int]:
     """The cost model's lower bound on one step of ERFNet and the bytes it saves for
     backward. A trace costs seconds and each precision runs in its own process, so
-    both are cached in ``cache_dir()`` under a key of everything they depend on."""
+    both are cached in ``cache_dir()`` under a key of everything they depend on: the
+    arguments, torch's version and the sources a trace uses."""
+    import hashlib
+
+    import torch
+
     from ampbook.core.paths import cache_dir
-    from ampbook.predict.roofline import predict
+    from ampbook.measure import autocast_rules, cuda_kernels, memory
+    from ampbook.predict import opcost, roofline, steptrace
     from ampbook.predict.steptrace import trace_step
+    from ampbook.segmentation import model
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 
-    parts = (precision, fp16_stream, batch, height, width)
-    path = cache_dir() / "ladder-trace" / f"{_source_key(repr(ceil), *parts)}.json"
+    parts = (repr(ceil), precision, fp16_stream, batch, height, width)
+    sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
+    text = json.dumps([*parts, torch.__version__, *map(inspect.getsource, sources)])
+    key = hashlib.sha1(text.encode()).hexdigest()[:20]
+    path = cache_dir() / "ladder-trace" / f"{key}.json"
     with contextlib.suppress(OSError, ValueError, TypeError):
         bound, saved = json.loads(path.read_text())
         return float(bound), int(saved)
     net = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
     trace = trace_step(net, batch, height, width, precision)
-    out = predict(trace, ceil).min_step_s, int(trace.saved_tensors["new_bytes"])
+    out = (
+        roofline.predict(trace, ceil).min_step_s,
+        int(trace.saved_tensors["new_bytes"]),
+    )
     with contextlib.suppress(OSError):  # a cache that cannot be written costs time only
         write_record(list(out), path)
     return out
@@ -196,6 +182,7 @@ def measure_rung(
     from ampbook.measure.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
     from ampbook.measure.timing import machine_load
     from ampbook.predict.roofline import Ceilings
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.train import build_training, validate
 
     dev = pick_device(device or spec.device)
@@ -211,7 +198,10 @@ def measure_rung(
     tf32, benchmark = cfg.tf32 == "on", bool(cfg.cudnn_benchmark)
     with backend_flags(tf32=tf32, cudnn_benchmark=benchmark):
         step = build_training(cfg, res).step
-        x, y = _batch(spec, dev)
+        g = torch.Generator().manual_seed(1)
+        b, h, w = spec.batch_size, spec.height, spec.width
+        x = torch.randn(b, 3, h, w, generator=g).to(dev)
+        y = torch.randint(0, NUM_CLASSES, (b, h, w), generator=g).to(dev)
         start = time.perf_counter()
         step(x, y)
         _sync(dev)

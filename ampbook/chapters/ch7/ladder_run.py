@@ -158,13 +158,11 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
         notes.append("fp32-tf32 left out: TF32 does nothing on a CPU (fp32 is it)")
         if not modes:
             raise LadderError("--precisions: nothing left to measure on a CPU")
-    sizes = [f[2:].replace("-", "_") for f, _, _ in SIZE_OPTIONS] + ["compile_mode"]
+    names = [f[2:].replace("-", "_") for f, _, _ in SIZE_OPTIONS] + ["compile_mode"]
+    sizes = {name: getattr(args, name) for name in names}
+    rungs = bl.parse_rungs(args.rungs) if args.rungs else None
     spec = LadderSpec.for_device(
-        dev.type,
-        device=str(dev),
-        rungs=bl.parse_rungs(args.rungs) if args.rungs else None,
-        modes=modes,
-        **{name: getattr(args, name) for name in sizes},
+        dev.type, device=str(dev), rungs=rungs, modes=modes, **sizes
     )
     spec.check()
     isolate = args.isolate or ("precision" if dev.type == "cuda" else "none")
@@ -271,10 +269,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def progress_log(total: int, stream=None) -> Callable[[str], None]:
-    """``print`` for a result line; on ``stream`` (stderr), only where it is a
-    terminal (``cli.Progress``), a cell's progress line (``PARTIAL_END``) and after
-    each cell measured whole (or failed) the count and the time left
-    (``cli.time_left_text``)."""
+    """``print`` for a result line; on a terminal's ``stream`` (``cli.Progress``), a
+    cell's progress line (``PARTIAL_END``) and the count and time left after each."""
     progress = cli.Progress("ladder", stream=stream)
     progress.start()
     done = 0
