@@ -130,17 +130,14 @@ def missing_ladder_line(results) -> str:
     )
 
 
-# The fewest timed steps per cell a "faster/slower in every timed step" verdict needs:
-# with n steps each, pure noise separates the two cells completely in 2 / C(2n, n) of
-# cases (10% at 3 steps, under 1% at 5).
+# The fewest timed steps a "faster/slower in every step" verdict needs: with n each,
+# noise alone separates two cells in 2 / C(2n, n) of cases (10% at 3, under 1% at 5).
 MIN_TIMED_STEPS = 5
 
 
 def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
-    """Cell ``b``'s step against ``a``'s, as chapter 5 reads rounds: "faster" only
-    where every timed step of ``b`` was shorter than every one of ``a``, "slower" the
-    other way round; no verdict under ``MIN_TIMED_STEPS``. A prediction "would be"
-    faster or slower (beyond 5%)."""
+    """Cell ``b``'s step against ``a``'s, as chapter 5 reads rounds: "faster" only where
+    every timed step of ``b`` beat every one of ``a``; a prediction "would be" (5%)."""
     from ampbook.core.provenance import all_measured
 
     steps = [cell_value(ladder, c, "step_s") for c in (a, b)] if ladder else []
@@ -223,9 +220,8 @@ def speedup(base, amp):
 
 
 def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[tuple]:
-    """One row per precision at rung ``index``: the step (ms), its speedup over
-    ``base_mode`` and over strict fp32, the peak memory (GiB) and the images/s, each a
-    Value."""
+    """A row of Values per precision at rung ``index``: step (ms), speedups over
+    ``base_mode`` and strict fp32, peak memory (GiB), images/s."""
 
     def step(mode):
         return cell_value(ladder, ladder.cell(index, mode), "step_s")
@@ -270,9 +266,8 @@ RUNG0_COLUMNS = ("precision", "rung 0 measured by", "step (ms)", "kernels (ms)",
 
 
 def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
-    """Rung 0 twice, per precision: the layer profiles of 2026-11-30
-    (``hostmodel.RUNNER_2026_11_30``'s syncs) beside a committed ladder's rung 0
-    measured since ``hostmodel.RUNNER_CHANGED``; one sentence while there is none."""
+    """Rung 0 twice: the layer profiles of 2026-11-30 beside a committed ladder's rung
+    0 measured since ``hostmodel.RUNNER_CHANGED``; a sentence while there is none."""
     from ampbook.core.page import md_table_text
     from ampbook.predict import hostmodel
 

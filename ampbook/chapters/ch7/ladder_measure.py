@@ -1,8 +1,6 @@
 """Measuring one cell of the ladder (``measure_rung``) with the runner's own step:
-the median step time (start to start, CUDA events on a GPU), kernel and idle time
-(``torch.profiler``), peak memory (a GPU's allocator; a CPU's bytes saved for
-backward), epochs through ``run_training`` (images/s, data wait) and the cost
-model's roofline bound (eager operators: at a compiled rung a yardstick)."""
+step time, kernel and idle time, peak memory, epochs through ``run_training`` and the
+cost model's roofline bound (of eager operators: at a compiled rung a yardstick)."""
 
 from __future__ import annotations
 
@@ -172,9 +170,8 @@ def _epoch_phase(cfg) -> dict:
 def measure_rung(
     spec: LadderSpec, index: int, mode: str, device=None, partial=None
 ) -> dict:
-    """One cell: rung ``index`` in ``mode``. ``partial`` is given the cell marked
-    ``"epoch": "pending"`` once its step, split and memory are measured, before the
-    costlier epochs; the cell returned says ``"epoch": "measured"``."""
+    """One cell: rung ``index`` in ``mode``; ``partial`` is given it marked
+    ``"epoch": "pending"`` before the costlier epochs."""
     import torch
 
     from ampbook.core.devices import pick_device

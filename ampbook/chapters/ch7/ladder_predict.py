@@ -136,11 +136,9 @@ def _cell(rung, mode: str, s: dict, run, batch: int) -> dict:
 def predict_ladder(
     results, device_name: str | None = None, ceilings=None
 ) -> dict | None:
-    """A ladder record *predicted* from a GPU's committed layer profiles (fp32 with TF32
-    and amp-fp16) and training runs, or None without them: the rungs up to the first
-    it cannot predict, each through its ``EFFECTS``, from rung 0 as measured
-    (``ceilings`` for a GPU not in the device table). It says ``"predicted": true``
-    and lists its inputs in ``"prediction"``."""
+    """A ladder record *predicted* from a GPU's layer profiles and training runs (None
+    without them): rung 0 as measured, the rungs above through their ``EFFECTS`` up
+    to the first it cannot predict; ``ceilings`` for a GPU not in the device table."""
     by_mode = _profiles(results, device_name)
     if not by_mode:
         return None

@@ -1,6 +1,5 @@
-"""Reading a ladder: the table (``format_table``), each number with how it was
-obtained (``cell_value``), and the targets one by one (``check_targets``,
-``format_targets``)."""
+"""Reading a ladder: the table, each number with how it was obtained (``cell_value``),
+and the targets one by one (``check_targets``)."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ def rung_label(rung) -> str:
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text: a line per measured cell (79 columns), two saying what each
-    column is (``COLUMNS_CPU``/``COLUMNS_CUDA``), and one why idle and busy read
-    ``n/a`` where a cell's operator time passes its step time."""
+    """The ladder as text: a line per cell (79 columns), two saying what each column
+    is, and one why idle and busy read ``n/a`` where they are."""
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -79,9 +77,8 @@ def _fmt(v: float | None, spec: str) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """One of the ladder's targets, read from a ladder. ``value`` and ``start`` may be
-    ``Value``s: a predicted one is *predicted* to meet or miss; an assumed one is no
-    test."""
+    """One target read from a ladder; a predicted ``value`` is *predicted* to meet or
+    miss, an assumed one no test."""
 
     name: str
     limit: float
@@ -155,9 +152,8 @@ class Target:
         return text + "."
 
 
-# A prediction closer to its target than this (relative) is still met or missed by
-# its value, and said to be unresolved: an assumed bound on the cost model's error,
-# not measured.
+# A prediction closer to its target than this (relative) is said to be unresolved: an
+# assumed bound on the cost model's error, not measured.
 PREDICTION_RESOLVES = 0.05
 
 # The book's chosen targets for the H200 at the ERFNet authors' defaults (1024x512,
@@ -172,9 +168,8 @@ TARGETS = {
 
 
 def _top(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> int | None:
-    """The highest rung (``eager``: without torch.compile) at which every one of
-    ``modes`` has a measured cell, or None: a comparison of two modes is made at one
-    rung, never one mode's rung 4 against the other's rung 2 after a cut."""
+    """The highest rung (``eager``: not compiled) where all ``modes`` have a cell, or
+    None: two modes are compared at one rung, never rung 4 against rung 2."""
     rungs = [
         r.index
         for r in ladder.rungs
@@ -229,11 +224,9 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
 
 
 def check_targets(ladder: Ladder) -> list[Target]:
-    """The targets, one by one: AMP is amp-fp16 against fp32 with TF32 (on a CPU
-    ladder, amp-bf16 against fp32); the eager figures come from the highest eager rung
-    measured (a comparison of two modes from the highest both reached), the compiled
-    ones from the top compiled rung, the end-to-end ones from AMP's highest cell with
-    its epochs (a cell cut after its step was timed has none)."""
+    """The targets, amp-fp16 against fp32 with TF32 (on a CPU, amp-bf16 against
+    fp32): eager ones from the highest eager rung both reached, compiled ones from the
+    top compiled rung, end-to-end ones from AMP's highest cell with its epochs."""
     have = ladder.modes()
     amp = "amp-fp16" if "amp-fp16" in have or "amp-bf16" not in have else "amp-bf16"
     base = "fp32-tf32" if "fp32-tf32" in have or "fp32" not in have else "fp32"
@@ -352,9 +345,8 @@ _DISPLAY = {  # field -> (format, unit, scale) of its Value
 
 
 def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
-    """Field ``name`` of cell ``c`` (one of ``_DISPLAY``'s) as a ``Value`` that says
-    how it was obtained: measured (which file), predicted (``predict_ladder``, from
-    which files) or assumed (``ASSUMPTIONS``; ``busy_share`` where the idle time is);
+    """Field ``name`` of cell ``c`` as a ``Value`` saying how it was obtained:
+    measured (which file), predicted (from which files) or assumed (``ASSUMPTIONS``);
     None where the cell or the field is missing."""
     from ampbook.core.provenance import ASSUMED, MEASURED, PREDICTED, Value
 

@@ -28,10 +28,9 @@ from ampbook.results import LADDER_SCHEMA, Ladder, read_ladder
 def plan(
     rungs: tuple[int, ...], modes: tuple[str, ...], isolate: str
 ) -> list[tuple[str, tuple[int, ...]]]:
-    """The groups to run, in order, as (mode, rungs): a process per mode
-    (``precision``), or a group per cell, the modes taking turns at each rung
-    (``cell``: a process each; ``none``: all here, so a ladder stopped part-way has
-    both modes of every rung below the one it stopped in)."""
+    """The groups to run as (mode, rungs): a process per mode (``precision``), or a
+    group per cell, the modes taking turns at each rung (``cell``: a process each;
+    ``none``: all here, so a ladder stopped part-way has both modes of each rung)."""
     if isolate in ("cell", "none"):
         return [(m, (r,)) for r in rungs for m in modes]
     return [(m, tuple(rungs)) for m in modes]

@@ -1,10 +1,7 @@
-"""The ladder's settings and record: the table of rungs (``RUNGS``, the one place a
-rung is written: each adds ``TrainConfig`` fields to the rung below, so every rung is
-a ``python -m ampbook.train`` command), the modes, ``LadderSpec`` and the record
-(schema ``ampbook.ladder/1``, ``data/results/README.md``), written atomically as cells
-are measured, so a ladder stopped part-way keeps what it measured. Then, each module
-importing only those before it: ``ladder_measure``, ``ladder_predict``,
-``ladder_report``, ``ladder_run``; chapter 7's reading is ``ampbook.chapters.ch7``."""
+"""The ladder's settings and record: ``RUNGS`` (the one place a rung is written, as
+``TrainConfig`` fields), the modes, ``LadderSpec`` and the record (``ampbook.ladder/1``)
+written as cells are measured, so a ladder stopped part-way keeps them. Then, each
+importing those before it: ``ladder_measure``, ``_predict``, ``_report``, ``_run``."""
 
 from __future__ import annotations
 
@@ -32,10 +29,8 @@ COMPILE_MODE = "default"
 
 @dataclass(frozen=True)
 class Rung:
-    """One row of the table: what the rung adds (``changes``: ``TrainConfig`` fields),
-    why, how ``predict_ladder`` treats it (``predicted``: a key of
-    ``ladder_predict.EFFECTS``, None where an eager profile cannot) and whether it
-    compiles."""
+    """What a rung adds (``TrainConfig`` fields), why, how the prediction treats it
+    (a key of ``ladder_predict.EFFECTS``; None: it cannot) and whether it compiles."""
 
     index: int
     key: str
