@@ -1,8 +1,7 @@
 """What chapter 1 (01_floating_point) measures and says: each format's limits as
-exact powers of two and beside ``torch.finfo``, the updates a low-precision weight
-loses, where a running sum stalls, what a cast does with values it cannot hold, and
-whether a published figure agrees with the layout (``ampbook.numerics.formats``).
-"""
+powers of two and beside ``torch.finfo``, the updates a low-precision weight loses,
+where a running sum stalls, what a cast does with values it cannot hold, and whether
+a published figure agrees with the layout (``ampbook.numerics.formats``)."""
 
 from __future__ import annotations
 
@@ -17,62 +16,34 @@ def exact_powers_table() -> tuple[list[str], list[list[str]]]:
     """``(headers, rows)``: each format's max, smallest normal, smallest subnormal and
     epsilon as exact powers of two (LaTeX), written from the layout alone."""
 
-    def p2(k: int) -> str:
-        return f"$2^{{{k}}}$"
-
     rows = []
     for f in FORMATS.values():
         top = f.mantissa_bits if f.has_inf else f.mantissa_bits - 1  # E4M3 loses one
-        rows.append(
-            [
-                f.name,
-                f"$2^{{{f.emax}}}(2-2^{{{-top}}})$",
-                p2(f.emin),
-                p2(f.emin - f.mantissa_bits),
-                p2(-f.mantissa_bits),
-            ]
-        )
-    return [
+        powers = (f.emin, f.emin - f.mantissa_bits, -f.mantissa_bits)
+        rows.append([f.name, f"$2^{{{f.emax}}}(2-2^{{{-top}}})$",
+                     *(f"$2^{{{k}}}$" for k in powers)])  # fmt: skip
+    heads = [
         "format",
         "max",
         "smallest normal",
         "smallest subnormal",
         "machine epsilon",
-    ], rows
+    ]
+    return heads, rows
 
 
 def finfo_table() -> tuple[list[str], list[list]]:
     """The layout's max, smallest normal and epsilon beside ``torch.finfo`` for each
     format torch has a dtype for; the last column says whether all four values match."""
     rows = []
-    for f in FORMATS.values():
-        if f.torch_dtype is None:
-            continue
+    for f in (f for f in FORMATS.values() if f.torch_dtype is not None):
         fi = torch.finfo(f.torch_dtype)
-        same = (fi.bits, fi.max, fi.tiny, fi.eps) == (
-            f.bits,
-            f.max,
-            f.smallest_normal,
-            f.eps,
-        )
-        rows.append(
-            [
-                f.name,
-                str(f.torch_dtype).removeprefix("torch."),
-                fi.max,
-                fi.tiny,
-                fi.eps,
-                "yes" if same else "NO",
-            ]
-        )
-    return [
-        "format",
-        "dtype",
-        "finfo.max",
-        "finfo.tiny",
-        "finfo.eps",
-        "as computed",
-    ], rows
+        layout = (f.bits, f.max, f.smallest_normal, f.eps)
+        same = (fi.bits, fi.max, fi.tiny, fi.eps) == layout
+        dtype = str(f.torch_dtype).removeprefix("torch.")
+        rows.append([f.name, dtype, fi.max, fi.tiny, fi.eps, "yes" if same else "NO"])
+    heads = ["format", "dtype", "finfo.max", "finfo.tiny", "finfo.eps", "as computed"]
+    return heads, rows
 
 
 def lost_updates(
@@ -119,7 +90,7 @@ def overflow_probe(name: str | Format | torch.dtype) -> float:
 
 def _outcome(value: float, fmt: Format) -> str:
     """A cast's result named: ``"+max"``/``"-max"`` (saturated), ``"+inf"``,
-    ``"-inf"``, ``"NaN"``, or the number itself."""
+    ``"-inf"``, ``"NaN"`` or the number."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -130,10 +101,8 @@ def _outcome(value: float, fmt: Format) -> str:
 
 
 def cast_specials(dtype: torch.dtype, device="cpu") -> dict[str, tuple[float, str]]:
-    """What this torch's own cast from float32 to ``dtype`` on ``device`` gives for each
-    of ``SPECIAL_INPUTS``: ``{kind: (result as a float, outcome)}``, the outcome one of
-    ``"+max"``, ``"-max"`` (saturated to the largest finite value), ``"+inf"``,
-    ``"-inf"``, ``"NaN"``, or the number."""
+    """What this torch's cast from float32 to ``dtype`` on ``device`` gives for each
+    of ``SPECIAL_INPUTS``: ``{kind: (result as a float, outcome)}`` (``_outcome``)."""
     fmt = get_format(dtype)
     if fmt.torch_dtype is None:
         raise ValueError(f"{fmt.name} has no torch dtype to cast to")
@@ -153,13 +122,8 @@ def specials_rule(name: str | Format | torch.dtype, outcomes: dict) -> str:
         out = outcomes[kind][1] if isinstance(outcomes[kind], tuple) else outcomes[kind]
         if out == kind:  # inf -> inf, NaN -> NaN
             return f"stays {out.lstrip('+')}"
-        return {
-            "+max": f"saturates to {top}",
-            "-max": f"saturates to -{top}",
-            "+inf": "becomes inf",
-            "-inf": "becomes -inf",
-            "NaN": "becomes NaN",
-        }.get(out, f"becomes {out}")
+        saturated = {"+max": f"saturates to {top}", "-max": f"saturates to -{top}"}
+        return saturated.get(out, f"becomes {out.lstrip('+')}")
 
     return (
         f"{fmt.name}: a finite value past {top} {word('finite overflow')}, "
@@ -187,10 +151,9 @@ def claim_verdict(claimed: float, value: float, others: dict[str, float] = {}) -
     if agrees(claimed, value):
         return "agrees"
     factor = claimed / value
+    big = factor > 1
     text = (
-        f"{factor:.3g} times too large"
-        if factor > 1
-        else f"{1 / factor:.3g} times too small"
+        f"{factor if big else 1 / factor:.3g} times too {'large' if big else 'small'}"
     )
     names = [name for name, v in others.items() if agrees(claimed, v)]
     return text + (f"; it equals {names[0]}" if names else "")

@@ -1,7 +1,6 @@
-"""What the closing Findings chapter (10_findings) says about the GPU runs of a results
-folder: per GPU, the provenance, a table of the runs and the sentences that read it, all
-computed from ``ampbook.results`` so that they are true of whatever the folder holds;
-and the intro's "In short" (``in_short``)."""
+"""What the closing Findings chapter (10_findings) says of a results folder's GPU
+runs (per GPU the provenance, a table and the sentences that read it, true of whatever
+the folder holds) and the intro's "In short" (``in_short``)."""
 
 from __future__ import annotations
 
@@ -25,9 +24,8 @@ def _ms(seconds: float) -> str:
 
 
 def gpu_findings(rs: ResultSet) -> str:
-    """Markdown: one part per GPU with complete training runs in ``rs`` (provenance
-    line, runs table, AMP against each fp32 baseline), or one sentence saying the
-    folder has none."""
+    """Markdown: per GPU with complete runs in ``rs`` the provenance, the runs' table
+    and AMP against each fp32 baseline; or a sentence saying there are none."""
     from ampbook.core.devices import display_name
 
     runs = rs.gpu_runs()
@@ -38,64 +36,35 @@ def gpu_findings(rs: ResultSet) -> str:
         )
     parts = []
     for device in sorted({r.device_name for r in runs}):
-        mine = sorted(
-            (r for r in runs if r.device_name == device), key=lambda r: r.one_step_s
-        )
-        first = mine[0]
-        s = first.setting
-        settings = {
-            "": f"{s.width}x{s.height}, batch {s.batch_size}",
-            "workers": s.workers,
-            "data": "synthetic" if s.synthetic_data else "Cityscapes",
-        }
-        line = provenance(
-            first.record["environment"], first.record.get("started"), settings
-        )
-        rows = [
-            (
-                r.mode_label,
-                _ms(r.one_step_s),
-                f"{r.data_wait_share:.0%}",
-                f"{r.images_per_s:.1f}",
-                f"{r.memory_bytes / GIB:.2f}" if r.memory_bytes else "–",
-            )
-            for r in mine
-        ]
-        table = md_table_text(
-            rows,
-            [
-                "precision",
-                "step in the loop (ms)",
-                "waiting share",
-                "images/s",
-                "peak (GiB)",
-            ],
-        )
-        sentences = [
-            f"- {pair_sentence(rs, p)}"
-            for p in rs.pairs()
-            if p.setting.device_name == device
-        ]
-        parts.append(
-            "\n\n".join(
-                [
-                    f"**{display_name(device)}**: {line.split(' · ', 1)[-1]}.",
-                    table,
-                    "\n".join(sentences),
-                ]
-            ).rstrip()
-        )
+        mine = [r for r in runs if r.device_name == device]
+        mine.sort(key=lambda r: r.one_step_s)
+        first, s = mine[0], mine[0].setting
+        data = "synthetic" if s.synthetic_data else "Cityscapes"
+        size = f"{s.width}x{s.height}, batch {s.batch_size}"
+        settings = {"": size, "workers": s.workers, "data": data}
+        env, started = first.record["environment"], first.record.get("started")
+        line = provenance(env, started, settings)
+        rows = [(r.mode_label, _ms(r.one_step_s), f"{r.data_wait_share:.0%}",
+                 f"{r.images_per_s:.1f}",
+                 f"{r.memory_bytes / GIB:.2f}" if r.memory_bytes else "–")
+                for r in mine]  # fmt: skip
+        heads = ["precision", "step in the loop (ms)", "waiting share", "images/s",
+                 "peak (GiB)"]  # fmt: skip
+        pairs = [p for p in rs.pairs() if p.setting.device_name == device]
+        sentences = [f"- {pair_sentence(rs, p)}" for p in pairs]
+        head = f"**{display_name(device)}**: {line.split(' · ', 1)[-1]}."
+        text = [head, md_table_text(rows, heads), "\n".join(sentences)]
+        parts.append("\n\n".join(text).rstrip())
     return "\n\n".join(parts)
 
 
 def pair_sentence(rs: ResultSet, p) -> str:
     """One pair of GPU runs in one sentence: the step in the loop and the epoch, each
-    with its range epoch by epoch and judged against it (``pace``), the step timed
-    alone where layer profiles of that setting are committed, why the epoch gained
-    less than the step where it did, and the peak memory."""
+    with its range and ``pace``, the step timed alone where layer profiles are
+    committed, why the epoch gained less than the step, the peak memory."""
     step, epoch = step_in_loop(rs, pair=p), epoch_ratio(rs, pair=p)
-    text = f"{p.amp.mode_label} against {p.baseline.mode_label}: "
     alone = step_alone(rs, pair=p)
+    text = f"{p.amp.mode_label} against {p.baseline.mode_label}: "
     if alone is not None:
         text += f"the step timed alone ran {alone} (layer profiles), "
     text += (
@@ -119,14 +88,10 @@ def pair_sentence(rs: ResultSet, p) -> str:
 
 
 def in_short(rs: ResultSet) -> str:
-    """One plain-text clause per GPU for the intro's "In short" box, short enough to
-    read at a glance (three lines at 1300 px for one GPU; the Findings chapter has the
-    detail): AMP's step against fp32 with TF32 ("TF32's"; else the first baseline the
-    folder pairs it with, by its label), timed alone (layer profiles) and in the loop
-    (training runs, the range over the timed epochs), the book's epoch ratio with the
-    data wait when the loader set it (our setting), and the peak memory; strict fp32
-    is the Findings chapter's. GPUs are joined with "; ", with no final period (the
-    intro's bullet ends there). Says so when the folder has no pair to compare."""
+    """One plain-text clause per GPU for the intro's "In short" box (three lines at
+    1300 px for one GPU): AMP's step against TF32's (else the first baseline paired),
+    timed alone and in the loop, the epoch ratio with the data wait where the loader
+    set it, the peak memory. Joined with "; ", no final period (the bullet ends)."""
     from ampbook.core.devices import display_name
 
     clauses = []
@@ -138,13 +103,10 @@ def in_short(rs: ResultSet) -> str:
         base = "TF32" if main.baseline.mode == BASE_MODE else main.baseline.mode_label
         alone = step_alone(rs, pair=main)
         loop = spread_text(step_in_loop(rs, pair=main), epochs=False)
-        text = (
-            f"On the {display_name(device)}, {amp}'s step against {base}'s: "
-            + (f"timed alone {alone}, " if alone else "")
-            + f"in the loop {loop}"
-        )
         epoch = spread_text(epoch_ratio(rs, pair=main), epochs=False)
-        text += f"; the book's epochs {epoch}"
+        alone = f"timed alone {alone}, " if alone else ""
+        text = f"On the {display_name(device)}, {amp}'s step against {base}'s: "
+        text += f"{alone}in the loop {loop}; the book's epochs {epoch}"
         if main.loader_bound:
             wait = max(main.amp.data_wait_share, main.baseline.data_wait_share)
             text += f", {wait:.0%} of each waiting for data (our loader)"

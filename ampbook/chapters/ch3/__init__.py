@@ -1,19 +1,9 @@
-"""What chapter 3 (03_amp_training) says: the one-line verdicts on measured fp32/AMP
-pairs, for conclusions that depend on the machine, and the readings of the committed GPU
-runs that later chapters reuse (the headline pair, a ratio's spread epoch by epoch and
-its ``pace``, the loader's reading).
-
-A chapter's markdown describes every case (AMP faster, AMP slower; the loader or the
-step setting the pace); these functions print the one that this machine's numbers
-support, so that no paragraph is chosen by an ``if`` in a notebook.
-
-    speed_verdict(pair, probe)          # pair: ampbook.results.RunPair; probe: CPU
-                                        # kernel probe (ampbook.measure.cpu_kernels) or
-                                        None
-    gpu_pair_verdict(pair)              # a GPU pair: epoch or step, and the loader
-    gpu_training_answer(pairs)          # the chapter's "In short": the post's findings
-    saving_verdict(fp32, amp)           # the memory AMP saved or cost, in one line
-"""
+"""What chapter 3 (03_amp_training) says: one-line verdicts on measured fp32/AMP
+pairs (``speed_verdict``, ``gpu_pair_verdict``, ``gpu_training_answer``,
+``saving_verdict``) and the readings of the committed GPU runs later chapters reuse
+(the headline pair, a ratio's spread epoch by epoch and its ``pace``, the loader's).
+The page describes every case; these print the one this machine's numbers support,
+so that no paragraph is chosen by an ``if`` in a notebook."""
 
 from __future__ import annotations
 
@@ -23,38 +13,24 @@ from typing import NamedTuple
 from ampbook.core.provenance import Value, measured
 from ampbook.results import ResultSet
 
-# The names of the two settings the book compares: the ERFNet authors'
-# training defaults (1024x512, batch 6, 4 workers; Eromera/erfnet_pytorch's
-# train/main.py), at which the H200 runs were made, and the setting chapter 5 solves
-# from the post's memory figures (its values are chapter 5's).
+# The ERFNet authors' training defaults (Eromera/erfnet_pytorch's train/main.py), at
+# which the H200 runs were made.
 AUTHORS_DEFAULTS = "the ERFNet authors' defaults"
-POST_LIKELY = "the post's likely setting"
 
 
-def setting_name(setting) -> str | None:
-    """``AUTHORS_DEFAULTS`` for a training setting that is the ERFNet authors' defaults
-    (1024x512, batch 6, 4 loader workers, NCHW), else None."""
-    defaults = (1024, 512, 6, 4, False)
-    got = (
-        setting.width,
-        setting.height,
-        setting.batch_size,
-        setting.workers,
-        setting.channels_last,
-    )
-    return AUTHORS_DEFAULTS if got == defaults else None
+def setting_name(s) -> str | None:
+    """``AUTHORS_DEFAULTS`` for a training setting that is them (1024x512, batch 6, 4
+    loader workers, NCHW), else None."""
+    got = (s.width, s.height, s.batch_size, s.workers, s.channels_last)
+    return AUTHORS_DEFAULTS if got == (1024, 512, 6, 4, False) else None
 
 
 AMP_MODE, BASE_MODE = "amp-fp16", "fp32-tf32"  # the headline comparison
-
-
-LOADER_BOUND_SHARE = 0.5  # a loop waiting this share of its time is the loader's
 SAME_WITHIN = 0.05  # step ratios this close to 1 are not called faster or slower
 
 
 class Spread(NamedTuple):
-    """A ratio per epoch: its median and its range, each a ``Value``, and the numbers
-    of the epochs the range is taken over (``()`` where unknown)."""
+    """A ratio's median and range over epochs (``Value``s), and those epochs."""
 
     median: Value
     lo: Value
@@ -63,11 +39,10 @@ class Spread(NamedTuple):
 
 
 def pace(spread) -> str:
-    """A speed ratio (above 1: faster) in words, judged against its spread from epoch
-    to epoch (a ``Spread``, or the per-epoch ratios): "faster" only where every epoch
-    was faster, "slower" where every epoch was slower, else within the spread. A single
-    figure without a spread is not judged (``ValueError``): no fixed margin stands in
-    for the runs' own noise."""
+    """A speed ratio (above 1: faster) judged against its spread from epoch to epoch
+    (a ``Spread`` or the per-epoch ratios): "faster" only where every epoch was,
+    "slower" likewise, else within the spread. A single figure is not judged
+    (``ValueError``): no fixed margin stands in for the runs' own noise."""
     if isinstance(spread, Spread):
         lo, hi = float(spread.lo), float(spread.hi)
     else:
@@ -86,13 +61,11 @@ def pace(spread) -> str:
 
 
 def headline_pair(pairs):
-    """The pair that stands for the post's comparison: amp-fp16 against fp32 with TF32
-    on where there is one, else the first pair; None without pairs."""
+    """amp-fp16 against fp32 with TF32 where there is one, else the first pair."""
     pairs = list(pairs)
-    for p in pairs:
-        if p.amp.mode == AMP_MODE and p.baseline.mode == BASE_MODE:
-            return p
-    return pairs[0] if pairs else None
+    modes = (AMP_MODE, BASE_MODE)
+    return next((p for p in pairs if (p.amp.mode, p.baseline.mode) == modes),
+                pairs[0] if pairs else None)  # fmt: skip
 
 
 def _pair(rs: ResultSet, device: str | None):
@@ -127,9 +100,8 @@ def _spread(value: float, per_epoch: list[float], source: str, epochs=()) -> Spr
 
 
 def step_in_loop(rs: ResultSet, device: str | None = None, pair=None) -> Spread | None:
-    """AMP's step *in the training loop* against its baseline (the time inside the
-    step, data wait left out), from the committed training runs: the ratio of the two
-    runs' median step times and its range epoch by epoch; None without a pair."""
+    """AMP's step *in the training loop* against its baseline (data wait left out):
+    the ratio of the runs' median step times and its range; None without a pair."""
     p = pair if pair is not None else _pair(rs, device)
     if p is None:
         return None
@@ -137,8 +109,8 @@ def step_in_loop(rs: ResultSet, device: str | None = None, pair=None) -> Spread 
 
 
 def epoch_ratio(rs: ResultSet, device: str | None = None, pair=None) -> Spread | None:
-    """The whole epoch's ratio (baseline over AMP wall time, data wait included), from
-    the same runs, with its range epoch by epoch; None without a pair."""
+    """The epoch's ratio (baseline over AMP wall time, data wait included) and its
+    range; None without a pair."""
     p = pair if pair is not None else _pair(rs, device)
     if p is None:
         return None
@@ -146,14 +118,10 @@ def epoch_ratio(rs: ResultSet, device: str | None = None, pair=None) -> Spread |
 
 
 def spread_text(s: Spread, epochs: bool = True) -> str:
-    """``"0.96-1.12x over epochs 2-10"``: the range of a ratio over the epochs it was
-    taken over (the median left out: the range is the finding); ``epochs=False``
-    leaves the epochs out (for a second range over the same epochs in a sentence)."""
+    """``"0.96-1.12x over epochs 2-10"``: a ratio's range (the finding, not the
+    median); ``epochs=False`` leaves the epochs out (a second range in a sentence)."""
     lo, hi = s.lo.number(), s.hi.number()
-    if lo == hi:
-        text = hi
-    else:
-        text = f"{lo[:-1]}-{hi}"
+    text = hi if lo == hi else f"{lo[:-1]}-{hi}"
     if not epochs:
         return text
     if len(s.epochs) > 1:
@@ -167,9 +135,8 @@ def spread_text(s: Spread, epochs: bool = True) -> str:
 
 
 def wait_direction(p) -> str | None:
-    """``"longer"`` where AMP's run of pair ``p`` waited longer for data than its
-    baseline in every timed epoch they share, ``"shorter"`` where it waited less in
-    every one, else None (the two waits crossed: noise)."""
+    """``"longer"`` where AMP's run waited longer for data than its baseline in every
+    shared timed epoch, ``"shorter"`` where less in every one, else None (noise)."""
     pairs = list(zip(p.baseline.timed_epochs(), p.amp.timed_epochs()))
     if not pairs:
         return None
@@ -181,9 +148,8 @@ def wait_direction(p) -> str | None:
 
 
 def loader_reading(p) -> str:
-    """What the epoch ratio of a loader-bound pair measures, decided from the runs'
-    data wait epoch by epoch (``wait_direction``): where AMP waited longer (or less)
-    in every epoch, the loader, systematically; else the loader's noise. Never AMP."""
+    """What a loader-bound pair's epoch ratio measures (``wait_direction``): the
+    loader, or its noise; never AMP."""
     d = wait_direction(p)
     if d is None:
         return "so the epoch ratio measures the loader's noise, not AMP"
@@ -195,42 +161,34 @@ def loader_reading(p) -> str:
 
 
 def loader_setting(p) -> str:
-    """``"4 loader workers on 16 CPU threads (our setting)"``: the run's loader, a
-    setting of the run, not a property of the GPU."""
+    """``"4 loader workers on 16 CPU threads (our setting)"``: not the GPU's."""
     threads = p.amp.record.get("environment", {}).get("cpu_threads")
     host = f" on {threads} CPU threads" if threads else ""
     return f"{p.setting.workers} loader workers{host} (our setting)"
 
 
 def pair_device(pair) -> str:
-    """The device of a pair, as the page names it: a GPU by ``display_name``."""
-    name = pair.setting.device_name
-    if pair.amp.is_cuda:
-        from ampbook.core.devices import display_name
-
-        return display_name(name)
+    """The device of a pair as the page names it (a GPU by ``display_name``)."""
+    from ampbook.core.devices import display_name
     from ampbook.core.page import md_escape
 
-    return md_escape(name)
+    name = pair.setting.device_name
+    return display_name(name) if pair.amp.is_cuda else md_escape(name)
 
 
 def speed_verdict(pair, probe=None) -> str:
-    """How the AMP run's step time compared with its fp32 baseline on this device, and,
-    on a CPU, what the kernel probe (``ampbook.measure.cpu_kernels.ConvProbe``) measured
-    for that dtype's convolution: the CPU's flags say which instructions it has, not
-    which kernels PyTorch runs, so nothing is read from them."""
+    """How the AMP run's step compared with its fp32 baseline here, and on a CPU what
+    the kernel probe (``cpu_kernels.ConvProbe``) measured for that dtype: a CPU's flags
+    say which instructions it has, not which kernels PyTorch runs."""
     amp, base = pair.amp, pair.baseline
     ratio = amp.step_s / base.step_s
+    way = (
+        f"{'faster' if ratio < 1 else 'slower'} in this one pair of runs: one "
+        "pair, no spread to judge the difference by"
+    )
     if abs(ratio - 1) < SAME_WITHIN:
-        way = (
-            f"about the same: within {SAME_WITHIN:.0%}, and one pair of runs "
-            "measures no spread to tell a smaller difference by"
-        )
-    else:
-        way = (
-            f"{'faster' if ratio < 1 else 'slower'} in this one pair of runs: one "
-            "pair, no spread to judge the difference by"
-        )
+        way = (f"about the same: within {SAME_WITHIN:.0%}, and one pair of runs "
+               "measures no spread to tell a smaller difference by")  # fmt: skip
     text = (
         f"On {pair_device(pair)}, the {amp.mode_label} step took {ratio:.2f} "
         f"times the time of the {base.mode_label} step ({way})."
@@ -241,8 +199,8 @@ def speed_verdict(pair, probe=None) -> str:
         dtype = precision_dtype(amp.precision)
         if dtype in probe.dtypes:
             text += f" The kernel probe: {probe.verdict(dtype)}"
-            conv = probe.dtypes[dtype]
-            if not conv.error and "fp32" in probe.dtypes and ratio > 1:
+            ok = not probe.dtypes[dtype].error and "fp32" in probe.dtypes
+            if ok and ratio > 1:
                 slow = probe.slowdown(dtype)
                 if slow > 4 and ratio < slow / 4:
                     s = pair.setting
@@ -259,14 +217,10 @@ def speed_verdict(pair, probe=None) -> str:
 
 
 def gpu_pair_verdict(pair) -> str:
-    """What one GPU pair says about AMP's speed, in one line. The step in the loop
-    (the time inside the step, data wait left out) and the epoch are each given with
-    their range epoch by epoch and judged against it (``pace``: "faster" only
-    where every epoch was). A loop that waited for data at least half its time
-    (``RunPair.loader_bound``) ran at the loader's pace: its epoch ratio measures the
-    loader's noise (the spread of the data wait per epoch is printed). The workers and
-    the host's CPU threads are printed, because they set the loader's pace: a setting
-    of the run, not a property of the GPU."""
+    """What one GPU pair says about AMP's speed, in one line: the step in the loop and
+    the epoch, each with its range and ``pace``. A loader-bound loop
+    (``RunPair.loader_bound``) ran at the loader's pace, set by the workers and the
+    host's threads (printed: a setting of the run, not the GPU's)."""
     amp, base = pair.amp, pair.baseline
     head = f"{pair_device(pair)}, {pair.label}"
     st, ep = step_in_loop(None, pair=pair), epoch_ratio(None, pair=pair)
@@ -289,10 +243,8 @@ def gpu_pair_verdict(pair) -> str:
 
 
 def gpu_training_answer(pairs) -> str:
-    """The post's three findings (memory, time, curves) as the committed GPU runs give
-    them, in a few sentences; what to do when there are none. ``pairs``: GPU
-    ``RunPair``s (``ResultSet.pairs``). The step is the step in the loop, with its
-    range epoch by epoch (``step_in_loop``)."""
+    """The post's three findings (memory, time, curves) as the committed GPU runs
+    (``RunPair``s) give them, in a few sentences; what to do when there are none."""
     pairs = list(pairs)
     p = headline_pair(pairs)
     if p is None:
@@ -302,49 +254,37 @@ def gpu_training_answer(pairs) -> str:
             "post's question about a GPU's time."
         )
     amp, base = p.amp, p.baseline
-    strict = next(
-        (
-            q
-            for q in pairs
-            if q.setting == p.setting and q.amp is amp and q.baseline.mode == "fp32"
-        ),
-        None,
-    )
+    strict = [q for q in pairs if q.setting == p.setting and q.amp is amp]
+    strict = next((q for q in strict if q.baseline.mode == "fp32"), None)
     st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
-    vs_strict = (
-        f"; {spread_text(step_in_loop(None, pair=strict), epochs=False)} against "
-        "strict fp32's"
-        if strict
-        else ""
-    )
-    s = p.setting
-    named = setting_name(s)
+    vs_strict = ""
+    if strict:
+        vs = spread_text(step_in_loop(None, pair=strict), epochs=False)
+        vs_strict = f"; {vs} against strict fp32's"
+    s, named = p.setting, setting_name(p.setting)
     head = (
         f"On {pair_device(p)} ({amp.epochs_completed} epochs at "
         f"{s.width}x{s.height}, batch {s.batch_size}"
         f"{': ' + named if named else ''}), {amp.mode_label} took "
         f"{p.memory_ratio:.2f} of the peak memory of {base.mode_label} and ended at a "
-        "training loss of "
-        f"{amp.final_train_loss:.3f} against {base.final_train_loss:.3f}. "
+        f"training loss of {amp.final_train_loss:.3f} against "
+        f"{base.final_train_loss:.3f}. "
     )
     step = (
         f"Its step in the loop ran {spread_text(st)} against fp32's ({pace(st)}"
         f"{vs_strict})"
     )
+    wait = max(amp.data_wait_share, base.data_wait_share)
     if p.loader_bound:
-        wait = max(amp.data_wait_share, base.data_wait_share)
         return head + (
             f"{step}, and its epochs {spread_text(ep, epochs=False)}: the loop "
-            "waited for data "
-            f"{wait:.0%} of the time, with {loader_setting(p)}, "
+            f"waited for data {wait:.0%} of the time, with {loader_setting(p)}, "
             f"{loader_reading(p)}. That is the post's result, and the loader "
             "setting was ours."
         )
     return head + (
         f"{step} and its epoch {spread_text(ep, epochs=False)} ({pace(ep)}), with "
-        "at most "
-        f"{max(amp.data_wait_share, base.data_wait_share):.0%} of the loop waiting "
-        "for data."
+        f"at most {wait:.0%} of the loop waiting for data."
     )
 
 
@@ -354,9 +294,8 @@ def saving_verdict(
     what: str = "autocast",
     measure: str | None = None,
 ) -> str:
-    """One line for the page: how much ``what`` saved (or cost) of ``measure`` (the
-    book's memory figure, ``measure.memory.NEW_BYTES``, or on a GPU e.g. "peak CUDA
-    memory allocated"), in MiB."""
+    """How much ``what`` saved (or cost) of ``measure`` (default the book's memory
+    figure, ``memory.NEW_BYTES``), in MiB."""
     from ampbook.measure.memory import NEW_BYTES, saving  # torch: not for --help
 
     measure = measure or NEW_BYTES

@@ -1,22 +1,12 @@
 """Sizing chapter 3's training runs to a time budget, from a measured step time.
 
-A CPU may run a low-precision step many times slower than fp32: which dtypes are slow
-depends on the kernels PyTorch picks on that CPU, not on its flags
-(``ampbook.measure.cpu_kernels`` measures them). So that a chapter finishes in minutes
-on any machine, each precision's run gets at most ``budget_s`` seconds of training,
-estimated from a step of the runner's own step function after a warm-up step:
-
-* ``estimate_steps`` times each precision's step. A precision the CPU probe found slow
-  (``slow_precisions``: its convolution many times fp32's) is timed at a quarter of the
-  height and width and scaled up by the pixels, so that finding out costs seconds, not
-  the minute one slow step at full size can take;
-* ``plan_runs``: a run that fits keeps the chapter's epochs and images; otherwise it
-  trains fewer epochs, then fewer images (at least ``min_batches`` batches), and if even
-  that does not fit, smaller images (height and width halved, multiples of 8);
-* a reduced run gets an fp32 *twin* of the same size, so that it is compared with fp32
-  on the same data (``ampbook.results`` pairs runs only within one setting).
-
-``RunPlan.note`` says, for the page, why a run is smaller.
+A CPU may run a 16-bit step many times slower than fp32 (which dtypes depends on the
+kernels PyTorch picks there, ``ampbook.measure.cpu_kernels``), so each precision's
+run gets at most ``budget_s`` seconds: ``estimate_steps`` times a step (a precision
+the probe found slow at a quarter of the size, scaled by the pixels); ``plan_runs``
+gives a run that does not fit fewer epochs, then fewer images, then smaller images,
+and a reduced run an fp32 *twin* of its size (runs pair only within one setting).
+``RunPlan.note`` says why a run is smaller.
 """
 
 from __future__ import annotations
@@ -34,9 +24,8 @@ SCOUT = 4  # ...at 1/SCOUT of the height and of the width
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One run of the chapter: precision, training images, epochs, and why it is smaller
-    than asked ("" when it is not). ``height``/``width`` are set only when the run
-    trains smaller images than the chapter's."""
+    """One run: precision, images, epochs, why it is smaller than asked ("" if not),
+    and ``height``/``width`` only where it trains smaller images."""
 
     precision: str
     train_images: int
@@ -56,9 +45,8 @@ class RunPlan:
 
 @dataclass(frozen=True)
 class StepEstimate:
-    """A precision's step time at the chapter's size: measured there, or measured at
-    ``measured_at`` (height, width) and scaled up by the pixels (``scaled``), with the
-    reason it was timed small."""
+    """A precision's step time at the chapter's size: measured there, or at
+    ``measured_at`` and scaled by the pixels (``scaled``, with the reason)."""
 
     precision: str
     seconds: float
@@ -68,9 +56,8 @@ class StepEstimate:
 
 
 def smaller_size(height: int, width: int, factor: int = 2) -> tuple[int, int]:
-    """Height and width divided by ``factor``, each rounded down to a multiple of 8
-    (ERFNet downsamples by 8), and no smaller than 16 pixels at 1/8 of the size (at one
-    value per channel there, batch norm fails on a batch of one: 8x16 or 16x8)."""
+    """Height and width divided by ``factor``, rounded down to multiples of 8 (ERFNet
+    downsamples by 8), at least 8x16 (batch norm fails on one value per channel)."""
     if factor < 1:
         raise ValueError(f"factor must be >= 1, got {factor}")
     h = max(8, height // factor // 8 * 8)
@@ -81,9 +68,8 @@ def smaller_size(height: int, width: int, factor: int = 2) -> tuple[int, int]:
 
 
 def slow_precisions(probe, precisions, max_slowdown: float = MAX_SLOWDOWN) -> dict:
-    """``{precision: reason}`` for each precision whose convolution the CPU probe
-    (``ampbook.measure.cpu_kernels.ConvProbe``; None on a GPU: nothing is slow) timed at
-    more than ``max_slowdown`` times fp32's; the reason is the probe's verdict line."""
+    """``{precision: the probe's verdict}`` for each precision whose convolution the
+    CPU probe (None on a GPU) timed at over ``max_slowdown`` times fp32's."""
     from ampbook.measure.cpu_kernels import precision_dtype
 
     if probe is None:
@@ -101,10 +87,8 @@ def slow_precisions(probe, precisions, max_slowdown: float = MAX_SLOWDOWN) -> di
 def estimate_steps(
     cfg, precisions, slow: Mapping[str, str] | None = None, scout: int = SCOUT
 ) -> dict[str, StepEstimate]:
-    """Each precision's step time at ``cfg``'s size (``step_seconds``). Those in
-    ``slow`` (``slow_precisions``) are timed at 1/``scout`` of the height and width and
-    scaled by the pixels, an estimate on the high side (the step's fixed costs are
-    scaled too)."""
+    """Each precision's step time at ``cfg``'s size; those in ``slow`` timed at
+    1/``scout`` of the height and width and scaled by the pixels (on the high side)."""
     slow = dict(slow or {})
     size = (cfg.height, cfg.width)
     out = {}
@@ -124,11 +108,10 @@ def estimate_steps(
 
 
 def step_seconds(cfg, precisions, warmup: int = 1) -> dict[str, float]:
-    """Seconds of one training step of each precision after ``warmup`` steps (the first
-    step pays one-off costs such as kernel selection), built as ``ampbook.train`` builds
-    a run from ``cfg`` (a ``TrainConfig``), on a random batch of its size. One timed
-    step keeps the probe cheap where a 16-bit step is slow. Precisions the device cannot
-    run (``ConfigError``) are left out."""
+    """Seconds of one training step of each precision after ``warmup`` steps, built
+    as ``ampbook.train`` builds ``cfg``, on a random batch; one timed step keeps it
+    cheap where a 16-bit step is slow. Precisions the device cannot run are left
+    out."""
     import torch
 
     from ampbook.segmentation.cityscapes import NUM_CLASSES
@@ -164,23 +147,13 @@ def epoch_seconds(
     return step_s * (steps + VAL_COST * math.ceil(val_images / batch_size))
 
 
-def fit_run(
-    precision: str,
-    step_s: float,
-    train_images: int,
-    epochs: int,
-    val_images: int,
-    batch_size: int,
-    budget_s: float,
-    min_batches: int = 2,
-    size: tuple[int, int] | None = None,
-    measured: str = "",
-) -> RunPlan:
-    """The largest run of ``precision`` within ``budget_s``: fewer epochs first, then
-    fewer images (never below ``min_batches`` batches or one epoch), then, when the
-    chapter's ``size`` (height, width) is given, smaller images (halved until the run
-    fits, the step time scaled by the pixels). ``measured`` says how ``step_s`` was
-    found (default: "a step took ... here")."""
+def fit_run(precision: str, step_s: float, train_images: int, epochs: int,
+            val_images: int, batch_size: int, budget_s: float, min_batches: int = 2,
+            size: tuple[int, int] | None = None,
+            measured: str = "") -> RunPlan:  # fmt: skip
+    """The largest run of ``precision`` within ``budget_s``: fewer epochs, then fewer
+    images (at least ``min_batches`` batches), then, given the chapter's ``size``,
+    smaller images. ``measured`` says how ``step_s`` was found."""
     if step_s <= 0 or budget_s <= 0:
         raise ValueError(f"need step_s > 0 and budget_s > 0, got {step_s}, {budget_s}")
     why = measured or f"a step took {step_s:.2f} s here"
@@ -211,14 +184,8 @@ def fit_run(
     steps = max(min_batches, int((budget_s - val_s) // s))
     images = min(train_images, steps * batch_size)
     on = _images_text(images, train_images)
-    return RunPlan(
-        precision,
-        images,
-        1,
-        f"{w}x{h} images: 1 epoch of the {epochs} planned, on {on}: {why}",
-        h,
-        w,
-    )
+    note = f"{w}x{h} images: 1 epoch of the {epochs} planned, on {on}: {why}"
+    return RunPlan(precision, images, 1, note, h, w)
 
 
 def _images_text(images: int, train_images: int) -> str:
@@ -227,21 +194,13 @@ def _images_text(images: int, train_images: int) -> str:
     return f"{images} of the {train_images} training images"
 
 
-def plan_runs(
-    step_s: Mapping[str, float | StepEstimate],
-    train_images: int,
-    epochs: int,
-    val_images: int,
-    batch_size: int,
-    budget_s: float,
-    baseline: str = "fp32",
-    size: tuple[int, int] | None = None,
-) -> list[RunPlan]:
-    """One plan per precision in ``step_s`` (``baseline`` first), each within
-    ``budget_s``; for each size of reduced low-precision run that the baseline's own
-    plan does not have, one ``baseline`` twin of that size. ``step_s`` holds seconds or
-    ``StepEstimate``s (``estimate_steps``); ``size`` is the chapter's (height, width),
-    which lets a run that does not fit train smaller images."""
+def plan_runs(step_s: Mapping[str, float | StepEstimate], train_images: int,
+              epochs: int, val_images: int, batch_size: int, budget_s: float,
+              baseline: str = "fp32", size: tuple[int, int] | None = None,
+              ) -> list[RunPlan]:  # fmt: skip
+    """One plan per precision in ``step_s`` (seconds or ``StepEstimate``s; the
+    ``baseline`` first) within ``budget_s``, and a ``baseline`` twin for each size of
+    reduced run its own plan lacks; ``size`` (height, width) allows smaller images."""
     if baseline not in step_s:
         raise ValueError(f"the {baseline} step time is needed to plan its runs")
     order = [baseline] + [p for p in step_s if p != baseline]
@@ -253,19 +212,8 @@ def plan_runs(
             if not isinstance(est, StepEstimate)
             else (est.seconds, _measured(est, size))
         )
-        plans.append(
-            fit_run(
-                p,
-                seconds,
-                train_images,
-                epochs,
-                val_images,
-                batch_size,
-                budget_s,
-                size=size,
-                measured=measured,
-            )
-        )
+        plans.append(fit_run(p, seconds, train_images, epochs, val_images, batch_size,
+                             budget_s, size=size, measured=measured))  # fmt: skip
 
     def key(plan: RunPlan) -> tuple:
         return (plan.train_images, plan.epochs, plan.height, plan.width)
@@ -274,16 +222,9 @@ def plan_runs(
     for plan in plans[1:]:
         if plan.reduced and key(plan) not in sizes:
             sizes.add(key(plan))
-            plans.append(
-                RunPlan(
-                    baseline,
-                    plan.train_images,
-                    plan.epochs,
-                    f"the same size as the reduced {plan.precision} run",
-                    plan.height,
-                    plan.width,
-                )
-            )
+            note = f"the same size as the reduced {plan.precision} run"
+            plans.append(RunPlan(baseline, plan.train_images, plan.epochs, note,
+                                 plan.height, plan.width))  # fmt: skip
     return plans
 
 

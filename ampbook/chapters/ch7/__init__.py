@@ -1,7 +1,6 @@
 """What chapter 7 (``07_making_amp_pay``) says of its ladders: which GPU ladder to
-show (``gpu_ladder``) and where its numbers come from (``source_line``), its bars, each
-rung's verdict (``rung_verdict``) and the page's readings of single cells. The ladder
-itself is ``rungs`` and the ``ladder_*`` modules; the recipe shown is ``recipe``."""
+show and where its numbers come from, its bars, each rung's verdict and the readings
+of single cells. The ladder is ``rungs`` and ``ladder_*``; the recipe ``recipe``."""
 
 from __future__ import annotations
 
@@ -55,11 +54,8 @@ def gpu_ladder(results) -> tuple[Ladder | None, bool]:
     record = predict_ladder(results)
     if record is None:
         return None, False
-    return read_ladder(
-        record,
-        "prediction from "
-        + ", ".join(Path(p).name for p in record["prediction"]["from"]),
-    ), True
+    files = ", ".join(Path(p).name for p in record["prediction"]["from"])
+    return read_ladder(record, f"prediction from {files}"), True
 
 
 def source_line(ladder: Ladder, predicted: bool) -> str:
@@ -79,8 +75,7 @@ def source_line(ladder: Ladder, predicted: bool) -> str:
 
 
 def prediction_assumptions(ladder: Ladder) -> str:
-    """The assumptions a predicted ladder (``predict_ladder``) rests on, rung by rung,
-    each labelled assumed or computed (the source line's and the targets' one text)."""
+    """The assumptions a predicted ladder rests on, rung by rung, each labelled."""
     p = ladder.record["prediction"]
     ratio = p.get("fp16_stream_bound_ratio")
     pair = p.get("fp16_stream_bounds_s")
@@ -109,7 +104,7 @@ def prediction_assumptions(ladder: Ladder) -> str:
 
 def targets_caveat(ladder: Ladder, predicted: bool, runner_caveat: str = "") -> str:
     """What the targets' verdicts rest on: a prediction's assumptions and the runner's
-    own syncs in the measured rung 0 (``runner_caveat``, chapter 5's sentence)."""
+    own syncs in the measured rung 0 (``runner_caveat``, chapter 5's)."""
     parts = []
     if predicted:
         parts.append(
@@ -135,29 +130,23 @@ def missing_ladder_line(results) -> str:
     )
 
 
-# The fewest timed steps per cell a "faster/slower in every timed step" verdict needs:
-# with n steps each, pure noise separates the two cells completely in 2 / C(2n, n) of
-# cases (10% at 3 steps, under 1% at 5).
+# The fewest timed steps a "faster/slower in every step" verdict needs: with n each,
+# noise alone separates two cells in 2 / C(2n, n) of cases (10% at 3, under 1% at 5).
 MIN_TIMED_STEPS = 5
 
 
 def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
-    """How cell ``b``'s step compared with ``a``'s against the spread of their timed
-    steps, as chapter 5 reads rounds: "faster" only where every timed step of ``b`` was
-    shorter than every one of ``a``, "slower" the other way round, else no change
-    resolved; no verdict under ``MIN_TIMED_STEPS``. A prediction "would be" faster or
-    slower (beyond 5%)."""
+    """Cell ``b``'s step against ``a``'s, as chapter 5 reads rounds: "faster" only where
+    every timed step of ``b`` beat every one of ``a``; a prediction "would be" (5%)."""
     from ampbook.core.provenance import all_measured
 
-    va = cell_value(ladder, a, "step_s") if ladder else None
-    vb = cell_value(ladder, b, "step_s") if ladder else None
-    if ladder is not None and not all_measured([va, vb]):
-        ratio = a.step_s / b.step_s
-        if ratio > 1.05:
-            return "would be faster, predicted"
-        if ratio < 1 / 1.05:
-            return "would be slower, predicted"
-        return "would change little, predicted"
+    steps = [cell_value(ladder, c, "step_s") for c in (a, b)] if ladder else []
+    if ladder is not None and not all_measured(steps):
+        r = a.step_s / b.step_s
+        way = "change little"
+        if r > 1.05 or r < 1 / 1.05:
+            way = "be faster" if r > 1 else "be slower"
+        return f"would {way}, predicted"
     ta, tb = a.record.get("step_times_s"), b.record.get("step_times_s")
     if not ta or not tb:
         return "step times not recorded: no verdict"
@@ -178,14 +167,11 @@ def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> s
 
 
 def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
-    """One line: what rung ``index`` did to each mode's step against the rung before
-    it (``step_change``)."""
+    """One line: what rung ``index`` did to each mode's step (``step_change``)."""
     if index not in {r.index for r in ladder.rungs}:
-        why = (
-            "what compilation fuses is not in an eager profile"
-            if ladder.record.get("predicted")
-            else "not measured"
-        )
+        why = "not measured"
+        if ladder.record.get("predicted"):
+            why = "what compilation fuses is not in an eager profile"
         return (
             f"This ladder has no rung {index} ({rung_title(index)}): {why}; "
             "python -m ampbook.bench ladder measures it."
@@ -202,11 +188,8 @@ def rung_verdict(ladder: Ladder, index: int, modes=None) -> str:
         a = ladder.cell(before, mode)
         ratio = a.step_s / b.step_s
         # a gap in the measured rungs: the change is every rung since, together
-        since = (
-            ""
-            if before == index - 1
-            else f" (rungs {before + 1}-{index} together, from rung {before})"
-        )
+        since = f" (rungs {before + 1}-{index} together, from rung {before})"
+        since = "" if before == index - 1 else since
         parts.append(
             f"{mode} {_ms(a.step_s)} -> {_ms(b.step_s)} ms{since} "
             f"({ratio:.2f}x, {step_change(a, b, ladder)})"
@@ -223,8 +206,7 @@ FIELDS = {"step": "step_s", "kernel": "kernel_s", "idle": "idle_s",
 
 
 def cell_values(ladder: Ladder | None, index: int, mode: str) -> dict:
-    """One cell's figures (``FIELDS``), each a Value that says whether it was measured,
-    predicted or assumed (nan where the ladder has no such cell)."""
+    """One cell's figures (``FIELDS``), each a Value (nan without the cell)."""
     c = ladder.cell(index, mode) if ladder else None
     return {
         k: cell_value(ladder, c, f) if c else float("nan") for k, f in FIELDS.items()
@@ -232,42 +214,35 @@ def cell_values(ladder: Ladder | None, index: int, mode: str) -> dict:
 
 
 def speedup(base, amp):
-    """fp32's (or fp32 with TF32's) step over AMP's, a Value of their kind (nan
-    without both)."""
+    """A baseline's step over AMP's, a Value of their kind (nan without both)."""
     r = base / amp
     return r.with_(fmt=".2f", unit="x") if hasattr(r, "with_") else float("nan")
 
 
 def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[tuple]:
-    """One row per precision at rung ``index``: the step (ms), its speedup over
-    ``base_mode`` and over strict fp32, the peak memory (GiB) and the images/s, each a
-    Value."""
+    """A row of Values per precision at rung ``index``: step (ms), speedups over
+    ``base_mode`` and strict fp32, peak memory (GiB), images/s."""
 
     def step(mode):
         return cell_value(ladder, ladder.cell(index, mode), "step_s")
 
     base, strict = step(base_mode), step("fp32")
-    out = []
-    for mode in ladder.modes():
-        c = ladder.cell(index, mode)
-        if c is None:
-            continue
-        mem, t = cell_value(ladder, c, "memory_bytes"), step(mode)
-        out.append(
-            (f"{index}: {MODE_LABELS[mode]}", t * 1e3, base / t if base else None,
-             strict / t if strict else None, mem / GIB if mem else None,
-             cell_value(ladder, c, "images_per_s"))
-        )  # fmt: skip
-    return out
+    cells = [(m, cell_values(ladder, index, m)) for m in ladder.modes()
+             if ladder.cell(index, m)]  # fmt: skip
+    return [
+        (f"{index}: {MODE_LABELS[m]}", v["step"] * 1e3,
+         base / v["step"] if base else None, strict / v["step"] if strict else None,
+         v["gib"] / GIB if v["gib"] else None, v["ips"])
+        for m, v in cells
+    ]  # fmt: skip
 
 
 def here_amp_mode(ladder: Ladder) -> str | None:
-    """The mixed precision of this machine's ladder (its first ``amp-`` mode)."""
     return next((m for m in ladder.modes() if m.startswith("amp")), None)
 
 
 def compared_rungs(ladder: Ladder) -> list[int]:
-    """The rungs at which this machine's ladder has both an fp32 and an AMP cell."""
+    """The rungs at which a ladder has both an fp32 and an AMP cell."""
     amp = here_amp_mode(ladder)
     return [
         r.index
@@ -277,8 +252,7 @@ def compared_rungs(ladder: Ladder) -> list[int]:
 
 
 def here_speedup(ladder: Ladder, index: int):
-    """fp32's step over AMP's at rung ``index`` of this machine's ladder (nan
-    without both)."""
+    """fp32's step over AMP's at rung ``index`` (nan without both)."""
     if index not in compared_rungs(ladder):
         return float("nan")
     amp = here_amp_mode(ladder)
@@ -292,9 +266,8 @@ RUNG0_COLUMNS = ("precision", "rung 0 measured by", "step (ms)", "kernels (ms)",
 
 
 def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
-    """Rung 0 twice, per precision: the layer profiles of 2026-11-30
-    (``hostmodel.RUNNER_2026_11_30``'s syncs) beside a committed ladder's rung 0
-    measured since ``hostmodel.RUNNER_CHANGED``; one sentence while there is none."""
+    """Rung 0 twice: the layer profiles of 2026-11-30 beside a committed ladder's rung
+    0 measured since ``hostmodel.RUNNER_CHANGED``; a sentence while there is none."""
     from ampbook.core.page import md_table_text
     from ampbook.predict import hostmodel
 
@@ -318,18 +291,13 @@ def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
     new = {m: ladder.cell(0, m) for m in ("fp32-tf32", "amp-fp16")}
     if when < hostmodel.RUNNER_CHANGED or len(old) < 2 or not all(new.values()):
         return wait
-    ms = 1e3
     rows = []
-    for label, cells in (
-        (f"{loop.name} ({loop.amp} / {loop.fp32} syncs)", old),
-        (f"today's runner, ladder of {when}", new),
-    ):
+    for label, cells in ((f"{loop.name} ({loop.amp} / {loop.fp32} syncs)", old),
+                         (f"today's runner, ladder of {when}", new)):  # fmt: skip
         b, a = cells["fp32-tf32"], cells["amp-fp16"]
-        for c, ratio in ((b, None), (a, b.step_s / a.step_s)):
-            rows.append(
-                (MODE_LABELS[c.mode], label, c.step_s * ms, c.kernel_s * ms,
-                 c.idle_s * ms, ratio)
-            )  # fmt: skip
+        rows += [(MODE_LABELS[c.mode], label, c.step_s * 1e3, c.kernel_s * 1e3,
+                  c.idle_s * 1e3, r)
+                 for c, r in ((b, None), (a, b.step_s / a.step_s))]  # fmt: skip
     return (
         "Rung 0 measured twice (both measured): by the runner of 2026-11-30, whose "
         "own get_scale() reads and gradient-norm check added host syncs, and by "

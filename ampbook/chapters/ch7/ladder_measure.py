@@ -1,12 +1,6 @@
-"""Measuring one rung of the ladder in one mode (``measure_rung``), with the runner's
-own step: the **step time** (median of ``steps`` steps on one batch on the device,
-start to start: CUDA events on a GPU, so every gap the GPU waited for the host counts);
-**kernel and idle time** from ``profile_steps`` more steps under ``torch.profiler`` (a
-GPU's busy time, or on a CPU the time inside operators; idle is the median step less
-it); **peak memory** (a GPU's allocator peaks over the timed steps; on a CPU the bytes
-saved for backward); **an epoch** through ``run_training`` (images/s, data wait: the
-median of the epochs after the first); the cost model's **roofline bound** (eager
-operators' bytes: at a compiled rung a yardstick)."""
+"""Measuring one cell of the ladder (``measure_rung``) with the runner's own step:
+step time, kernel and idle time, peak memory, epochs through ``run_training`` and the
+cost model's roofline bound (of eager operators: at a compiled rung a yardstick)."""
 
 from __future__ import annotations
 
@@ -24,18 +18,6 @@ from ampbook.chapters.ch7.rungs import LadderSpec, rung_config, write_record
 from ampbook.core.terminal import quiet_stderr_fd
 
 
-def _batch(spec: LadderSpec, device, seed: int = 1):
-    import torch
-
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-
-    g = torch.Generator().manual_seed(seed)
-    b, h, w = spec.batch_size, spec.height, spec.width
-    x = torch.randn(b, 3, h, w, generator=g)
-    y = torch.randint(0, NUM_CLASSES, (b, h, w), generator=g)
-    return x.to(device), y.to(device)
-
-
 def _sync(device) -> None:
     import torch
 
@@ -44,9 +26,8 @@ def _sync(device) -> None:
 
 
 def timed_steps(step: Callable, args: tuple, n: int, device) -> list[float]:
-    """Seconds per step of ``n`` calls ``step(*args)`` in a row: the period from one
-    step's start to the next (CUDA events on a GPU, recorded without synchronising in
-    between)."""
+    """Seconds per step of ``n`` calls ``step(*args)`` in a row, start to start (CUDA
+    events on a GPU, no sync in between)."""
     import torch
 
     _sync(device)
@@ -121,46 +102,39 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
     }
 
 
-def _source_key(*parts) -> str:
-    """A cache key of ``parts``, torch's version and the sources a trace depends on
-    (the model, the cost model with its autocast emulation, and the saved-tensor
-    meter)."""
+def traced_bound(
+    ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
+) -> tuple[float, int]:
+    """The cost model's lower bound on one step of ERFNet and the bytes it saves for
+    backward. A trace costs seconds and each precision runs in its own process, so
+    both are cached in ``cache_dir()`` under a key of everything they depend on: the
+    arguments, torch's version and the sources a trace uses."""
     import hashlib
 
     import torch
 
+    from ampbook.core.paths import cache_dir
     from ampbook.measure import autocast_rules, cuda_kernels, memory
     from ampbook.predict import opcost, roofline, steptrace
-    from ampbook.segmentation import model
-
-    sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
-    text = json.dumps([*parts, torch.__version__, *map(inspect.getsource, sources)])
-    return hashlib.sha1(text.encode()).hexdigest()[:20]
-
-
-def traced_bound(
-    ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
-) -> tuple[float, int]:
-    """The cost model's lower bound on one step of ERFNet (with the 16-bit stream when
-    asked) at ``batch`` images of ``height`` x ``width``, and the bytes the step saves
-    for backward. A trace costs seconds of CPU whatever the size, and each precision
-    runs in its own process, so both are kept in ``cache_dir()`` under a key of
-    everything they depend on (the ladder's bounds and the prediction's stream rung
-    read this one cache)."""
-    from ampbook.core.paths import cache_dir
-    from ampbook.predict.roofline import predict
     from ampbook.predict.steptrace import trace_step
+    from ampbook.segmentation import model
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 
-    parts = (precision, fp16_stream, batch, height, width)
-    path = cache_dir() / "ladder-trace" / f"{_source_key(repr(ceil), *parts)}.json"
+    parts = (repr(ceil), precision, fp16_stream, batch, height, width)
+    sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
+    text = json.dumps([*parts, torch.__version__, *map(inspect.getsource, sources)])
+    key = hashlib.sha1(text.encode()).hexdigest()[:20]
+    path = cache_dir() / "ladder-trace" / f"{key}.json"
     with contextlib.suppress(OSError, ValueError, TypeError):
         bound, saved = json.loads(path.read_text())
         return float(bound), int(saved)
     net = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
     trace = trace_step(net, batch, height, width, precision)
-    out = predict(trace, ceil).min_step_s, int(trace.saved_tensors["new_bytes"])
+    out = (
+        roofline.predict(trace, ceil).min_step_s,
+        int(trace.saved_tensors["new_bytes"]),
+    )
     with contextlib.suppress(OSError):  # a cache that cannot be written costs time only
         write_record(list(out), path)
     return out
@@ -177,7 +151,7 @@ def _epoch_phase(cfg) -> dict:
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         rec = run_training(dataclasses.replace(cfg, out=None, name=None))
     epochs = rec["epochs"]
-    timed = epochs[1:] if len(epochs) > 1 else epochs
+    timed = epochs[1:] or epochs
     ips = statistics.median(e["images"] / e["wall_s"] for e in timed)
     wait = statistics.median(e["data_wait_s"] / e["wall_s"] for e in timed)
     compile_s = [e.get("compile_s") for e in epochs if e.get("compile_s") is not None]
@@ -196,11 +170,8 @@ def _epoch_phase(cfg) -> dict:
 def measure_rung(
     spec: LadderSpec, index: int, mode: str, device=None, partial=None
 ) -> dict:
-    """One cell of the ladder: rung ``index`` in ``mode`` (module docstring).
-    ``partial`` is given the cell as soon as its step, kernel/idle split and (on a GPU)
-    memory are measured, marked ``"epoch": "pending"``, before the epochs through the
-    runner (which cost more, and compile again at a compiled rung); the cell returned
-    says ``"epoch": "measured"``."""
+    """One cell: rung ``index`` in ``mode``; ``partial`` is given it marked
+    ``"epoch": "pending"`` before the costlier epochs."""
     import torch
 
     from ampbook.core.devices import pick_device
@@ -208,6 +179,7 @@ def measure_rung(
     from ampbook.measure.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
     from ampbook.measure.timing import machine_load
     from ampbook.predict.roofline import Ceilings
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.train import build_training, validate
 
     dev = pick_device(device or spec.device)
@@ -222,9 +194,11 @@ def measure_rung(
         cell["reserved_at_start_bytes"] = torch.cuda.memory_reserved(dev)
     tf32, benchmark = cfg.tf32 == "on", bool(cfg.cudnn_benchmark)
     with backend_flags(tf32=tf32, cudnn_benchmark=benchmark):
-        training = build_training(cfg, res)
-        step = training.step
-        x, y = _batch(spec, dev)
+        step = build_training(cfg, res).step
+        g = torch.Generator().manual_seed(1)
+        b, h, w = spec.batch_size, spec.height, spec.width
+        x = torch.randn(b, 3, h, w, generator=g).to(dev)
+        y = torch.randint(0, NUM_CLASSES, (b, h, w), generator=g).to(dev)
         start = time.perf_counter()
         step(x, y)
         _sync(dev)
@@ -248,11 +222,9 @@ def measure_rung(
         else:
             cell["peak_rss_growth_bytes"] = max(peak_rss_bytes() - rss0, 0)
         prof = profile_steps(step, (x, y), spec.profile_steps, dev)
-    cell["step_s"] = statistics.median(times)
-    cell["step_times_s"] = times
-    cell.update(prof)
+    cell.update(step_s=statistics.median(times), step_times_s=times, **prof)
     cell["idle_s"] = max(cell["step_s"] - cell["kernel_s"], 0.0)
-    del training, step, x, y
+    del step, x, y
     if partial is not None:
         partial({**cell, "epoch": "pending"})
     _release(bool(cfg.compile))
@@ -261,17 +233,14 @@ def measure_rung(
         cell["memory_bytes"] = cell["saved_tensor_bytes"]
     ceil = Ceilings.for_device(dev, cfg.tf32 == "on")
     size = (spec.batch_size, spec.height, spec.width)
-    cell["bound_s"] = traced_bound(ceil, cfg.precision, cfg.fp16_stream, *size)[0]
-    cell["ceilings"] = ceil.name
-    cell["bound_share"] = cell["bound_s"] / cell["step_s"]
-    cell["load_average"] = machine_load()["load1"]
-    cell["epoch"] = "measured"
+    bound = traced_bound(ceil, cfg.precision, cfg.fp16_stream, *size)[0]
+    cell.update(bound_s=bound, ceilings=ceil.name, bound_share=bound / cell["step_s"],
+                load_average=machine_load()["load1"], epoch="measured")  # fmt: skip
     _release(bool(cfg.compile))
     return cell
 
 
 def _release(compiled: bool) -> None:
-    """Free what a cell left: compiled graphs, garbage, the allocator's cache."""
     import torch
 
     if compiled:
@@ -284,9 +253,8 @@ def _release(compiled: bool) -> None:
 def measure_safely(
     spec: LadderSpec, index: int, mode: str, partial: Callable | None = None
 ) -> dict:
-    """``measure_rung``, with a failure recorded as the cell's error (one line); a
-    failure in the epochs after ``partial`` had the cell keeps its step, with the
-    error beside it."""
+    """``measure_rung``, a failure recorded as the cell's error (one line); a failure
+    in the epochs keeps the step measured before it."""
     early: dict = {}
 
     def keep(cell: dict) -> None:

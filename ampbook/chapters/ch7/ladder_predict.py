@@ -1,6 +1,5 @@
-"""A ladder predicted from a GPU's measured layer profiles and training runs, where
-no measured GPU ladder is committed (``predict_ladder``), and the assumptions it makes
-(``ASSUMPTIONS``)."""
+"""A ladder predicted from a GPU's measured layer profiles and training runs where no
+measured GPU ladder is committed (``predict_ladder``), and its ``ASSUMPTIONS``."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ AMP, BASE = "amp-fp16", "fp32-tf32"
 NHWC_BATCH_NORM_SPEEDUP = 2.0
 
 
-# The fields of a ladder cell whose provenance a predicted ladder records per cell
-# ("measured", "predicted" or "assumed"), and the text of each assumption.
+# The fields whose provenance a predicted cell records, and each assumption's text.
 PROVENANCE_FIELDS = ("step_s", "kernel_s", "idle_s", "memory_bytes", "images_per_s",
                      "data_wait_share")  # fmt: skip
 ASSUMPTIONS = {
@@ -34,7 +32,7 @@ def _no_change(s: dict, mode: str, ctx: dict) -> bool:
 
 
 def _nhwc_batch_norm(s: dict, mode: str, ctx: dict) -> bool:
-    s["kernel"] -= ctx["bn"][mode] * (1 - 1 / NHWC_BATCH_NORM_SPEEDUP)
+    s["kernel"] -= ctx["bn"] * (1 - 1 / NHWC_BATCH_NORM_SPEEDUP)
     return True
 
 
@@ -46,7 +44,7 @@ def _no_idle(s: dict, mode: str, ctx: dict) -> bool:
 
 def _stream_bound(s: dict, mode: str, ctx: dict) -> bool:
     """amp-fp16's kernels scaled by the bound ratio with and without the stream, its
-    memory less the saved bytes the stream removes; no AMP cell without the bounds."""
+    memory less the saved bytes it removes; no AMP cell without the bounds."""
     bounds, saved = ctx["bounds"], ctx["saved"]
     if mode != AMP:
         return True
@@ -59,10 +57,8 @@ def _stream_bound(s: dict, mode: str, ctx: dict) -> bool:
     return True
 
 
-# How the prediction treats a rung (``rungs.Rung.predicted``): each changes the state
-# carried up from the rung below (kernel, idle, memory, bound) for one mode, and says
-# whether that mode has a cell there. Rung 0 ("measured") is the profile as measured;
-# above it the data wait is assumed gone and images/s is the batch over the step.
+# How the prediction treats a rung (``Rung.predicted``): each changes the state carried
+# up (kernel, idle, memory, bound) for one mode and says whether it has a cell there.
 EFFECTS = {
     "measured": _no_change, "no_data_wait": _no_change,
     "nhwc_batch_norm": _nhwc_batch_norm, "no_idle": _no_idle,
@@ -72,7 +68,7 @@ EFFECTS = {
 
 def _profiles(results, device_name: str | None) -> dict:
     """The committed NCHW GPU layer profiles by mode (BASE and AMP), or {} where the
-    two are missing or at different settings."""
+    two are not both there at one setting."""
     by_mode: dict = {}
     for lp in results.layer_profiles:
         if not lp.device.startswith("cuda") or lp.record.get("channels_last"):
@@ -100,9 +96,8 @@ def _runs(results, lp) -> dict:
 
 
 def _bounds(by_mode: dict, ceilings) -> tuple[dict, dict]:
-    """The profiles' own bounds (the device table's ceilings, TF32 on) and, where the
-    model has the 16-bit stream, the cost model's bound and saved bytes with it
-    ("stream") and without ("ref")."""
+    """The profiles' own bounds and, with the device's ceilings, the cost model's
+    bound and saved bytes with the 16-bit stream ("stream") and without ("ref")."""
     from ampbook.core.devices import find_device
     from ampbook.predict.roofline import Ceilings
 
@@ -141,12 +136,9 @@ def _cell(rung, mode: str, s: dict, run, batch: int) -> dict:
 def predict_ladder(
     results, device_name: str | None = None, ceilings=None
 ) -> dict | None:
-    """A ladder record *predicted* from a GPU's committed layer profiles (fp32 with TF32
-    and amp-fp16, one setting) and its training runs there, or None without them: the
-    rungs of ``RUNGS`` up to the first it cannot predict (``Rung.predicted`` None),
-    each through its ``EFFECTS``, from rung 0 as measured; the 16-bit stream's bounds
-    use the device table's ceilings (``ceilings`` for a GPU not in it). The record
-    says ``"predicted": true`` and lists its inputs in ``"prediction"``."""
+    """A ladder record *predicted* from a GPU's layer profiles and training runs (None
+    without them): rung 0 as measured, the rungs above through their ``EFFECTS`` up
+    to the first it cannot predict; ``ceilings`` for a GPU not in the device table."""
     by_mode = _profiles(results, device_name)
     if not by_mode:
         return None
@@ -158,14 +150,12 @@ def predict_ladder(
     cells = []
     for mode, lp in by_mode.items():
         run = runs.get(mode)
-        s = {
-            "kernel": lp.measured_total_s,
-            "idle": max(lp.step_s - lp.measured_total_s, 0.0),
-            "memory": run.memory_bytes if run else None,
-            "assumed": set(),
-        }
+        idle = max(lp.step_s - lp.measured_total_s, 0.0)
+        memory = run.memory_bytes if run else None
+        s = {"kernel": lp.measured_total_s, "idle": idle, "memory": memory,
+             "assumed": set()}  # fmt: skip
         bn = sum(t.measured_s for t in lp.layers if t.type == "BatchNorm2d")
-        ctx = {"bounds": bounds, "saved": saved, "bn": {mode: bn}}
+        ctx = {"bounds": bounds, "saved": saved, "bn": bn}
         for rung in rungs:
             s["bound"] = bounds.get(mode)
             if EFFECTS[rung.predicted](s, mode, ctx):

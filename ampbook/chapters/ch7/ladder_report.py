@@ -1,6 +1,5 @@
-"""Reading a ladder: the table (``format_table``), each number with how it was
-obtained (``cell_value``), and the targets one by one (``check_targets``,
-``format_targets``)."""
+"""Reading a ladder: the table, each number with how it was obtained (``cell_value``),
+and the targets one by one (``check_targets``)."""
 
 from __future__ import annotations
 
@@ -13,21 +12,16 @@ from ampbook.chapters.ch7.rungs import COMPILED
 from ampbook.core.modes import MODES
 from ampbook.results import MODE_LABELS, Ladder, LadderCell
 
-# Rung 0's record key is "post" (kept in the ladder files); it is the ERFNet authors'
-# defaults, not the blog post's setting, and is shown so.
-RUNG_LABELS = {"post": "defaults"}
-
 
 def rung_label(rung) -> str:
-    """A rung's short name as tables and axes show it (``RUNG_LABELS``, else its
-    key)."""
-    return RUNG_LABELS.get(rung.key, rung.key)
+    """A rung's short name in tables and axes: its key, rung 0's ("post", kept in the
+    ladder files) shown as what it is, the ERFNet authors' defaults."""
+    return "defaults" if rung.key == "post" else rung.key
 
 
 def format_table(ladder: Ladder) -> str:
-    """The ladder as text: a line per measured cell (79 columns), two saying what each
-    column is (``COLUMNS_CPU``/``COLUMNS_CUDA``), and one why idle and busy read
-    ``n/a`` where a cell's operator time passes its step time."""
+    """The ladder as text: a line per cell (79 columns), two saying what each column
+    is, and one why idle and busy read ``n/a`` where they are."""
     unit = "GPU" if ladder.time_source == "cuda" else "ops"
     lines = [
         f"{'rung':<12}{'mode':<10}{'step ms':>8}{unit + ' ms':>8}{'idle ms':>8}"
@@ -47,14 +41,13 @@ def format_table(ladder: Ladder) -> str:
             # operator time above the step time: the profiled step ran slower than
             # the timed ones, and the step does not split into busy and idle time
             apart = (c.kernel_s or 0) <= c.step_s
-            if not apart:
-                inseparable = True
+            inseparable |= not apart
             lines.append(
                 f"{head}{c.step_s * 1e3:8.2f}{(c.kernel_s or 0) * 1e3:8.2f}"
                 + (f"{(c.idle_s or 0) * 1e3:8.2f}" if apart else f"{NOT_SPLIT:>8}")
-                + f"{_pct(c.busy_share) if apart else NOT_SPLIT:>6}"
-                f"{(c.memory_bytes or 0) / 2**20:7.0f}{_num(c.images_per_s):>7}"
-                f"{_pct(c.data_wait_share):>6}{_pct(c.bound_share):>7}"
+                + f"{_fmt(c.busy_share, '.0%') if apart else NOT_SPLIT:>6}"
+                f"{(c.memory_bytes or 0) / 2**20:7.0f}{_fmt(c.images_per_s, '.1f'):>7}"
+                f"{_fmt(c.data_wait_share, '.0%'):>6}{_fmt(c.bound_share, '.0%'):>7}"
             )
     lines.extend(COLUMNS_CUDA if unit == "GPU" else COLUMNS_CPU)
     if inseparable:
@@ -78,19 +71,14 @@ COLUMNS_CUDA = (
 NOT_SPLIT = "n/a"
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.0%}"
-
-
-def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
 
 
 @dataclass(frozen=True)
 class Target:
-    """One of the ladder's targets, read from a ladder. ``value`` and ``start`` may be
-    ``Value``s: a predicted one is *predicted* to meet or miss; an assumed one is no
-    test."""
+    """One target read from a ladder; a predicted ``value`` is *predicted* to meet or
+    miss, an assumed one no test."""
 
     name: str
     limit: float
@@ -121,10 +109,9 @@ class Target:
         if v is None:
             return "not measured"
         v = float(v)
-        units = {"ms": f"{v * 1e3:.1f} ms", "x": f"{v:.2f}x", "share": f"{v:.0%}"}
-        return units.get(self.unit) or (
-            f"{v:.3f}" if self.unit == "ratio" else f"{v:.0f} {self.unit}"
-        )
+        units = {"ms": f"{v * 1e3:.1f} ms", "x": f"{v:.2f}x", "share": f"{v:.0%}",
+                 "ratio": f"{v:.3f}"}  # fmt: skip
+        return units.get(self.unit, f"{v:.0f} {self.unit}")
 
     def line(self) -> str:
         """One line: the target, the value, met or missed, predicted to meet or miss, or
@@ -165,25 +152,24 @@ class Target:
         return text + "."
 
 
-# A prediction closer to its target than this (relative) is still met or missed by
-# its value, and said to be unresolved: an assumed bound on the cost model's error,
-# not measured.
+# A prediction closer to its target than this (relative) is said to be unresolved: an
+# assumed bound on the cost model's error, not measured.
 PREDICTION_RESOLVES = 0.05
 
 # The book's chosen targets for the H200 at the ERFNet authors' defaults (1024x512,
-# batch 6).
+# batch 6): key -> (limit, "max" or "min", unit).
 TARGET_SETTING = ("h200", 512, 1024, 6)
 TARGETS = {
-    "step_eager": 0.020, "step_compiled": 0.011, "speedup_eager": 1.3,
-    "speedup_compiled": 1.6, "busy": 0.90, "data_wait": 0.05, "images_per_s": 300.0,
-    "memory_ratio": 0.57,
+    "step_eager": (0.020, "max", "ms"), "step_compiled": (0.011, "max", "ms"),
+    "speedup_eager": (1.3, "min", "x"), "speedup_compiled": (1.6, "min", "x"),
+    "busy": (0.90, "min", "share"), "data_wait": (0.05, "max", "share"),
+    "images_per_s": (300.0, "min", "img/s"), "memory_ratio": (0.57, "max", "ratio"),
 }  # fmt: skip
 
 
 def _top(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> int | None:
-    """The highest rung (``eager``: without torch.compile) at which every one of
-    ``modes`` has a measured cell, or None: a comparison of two modes is made at one
-    rung, never one mode's rung 4 against the other's rung 2 after a cut."""
+    """The highest rung (``eager``: not compiled) where all ``modes`` have a cell, or
+    None: two modes are compared at one rung, never rung 4 against rung 2."""
     rungs = [
         r.index
         for r in ladder.rungs
@@ -196,16 +182,6 @@ def _top_cells(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> dict:
     """Each of ``modes``' cell at ``_top(ladder, modes, eager)`` (None where none)."""
     index = _top(ladder, modes, eager)
     return {m: None if index is None else ladder.cell(index, m) for m in modes}
-
-
-def _pair_where(ladder: Ladder, a: LadderCell, modes: tuple[str, ...]) -> str:
-    """Which rung a two-mode comparison was made at, and why when one mode reached
-    higher."""
-    eager = not ladder.rung(a.rung).compiles
-    alone = max(_top(ladder, (m,), eager) or 0 for m in modes)
-    if alone > a.rung:
-        return f"rung {a.rung}, the highest both reached"
-    return f"rung {a.rung}"
 
 
 def _profile_note(c: LadderCell, ladder: Ladder) -> str:
@@ -247,195 +223,117 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
     return "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class _Picks:
-    """The cells the targets read: AMP is amp-fp16 against fp32 with TF32 (on a CPU
-    ladder, amp-bf16 against fp32)."""
-
-    ladder: Ladder
-    amp: str
-    base: str
-    r0: dict  # mode -> rung 0's cell
-    eager: dict  # mode -> cell at the highest eager rung both modes reached
-    amp_eager: LadderCell | None  # AMP's highest eager cell
-    compiled: int  # the ladder's top compiled rung (else the table's)
-    final: LadderCell | None  # AMP's highest cell
-    final_epochs: LadderCell | None  # AMP's highest cell with its epochs
-
-    @property
-    def amp_name(self) -> str:
-        return "AMP" if self.amp == "amp-fp16" else MODE_LABELS[self.amp]
-
-    @property
-    def base_name(self) -> str:
-        return "TF32" if self.base == "fp32-tf32" else MODE_LABELS[self.base]
-
-    def comp(self, mode: str) -> LadderCell | None:
-        return self.ladder.cell(self.compiled, mode)
-
-    def where(self, c: LadderCell | None) -> str:
-        return f"rung {c.rung}" if c else f"no {MODE_LABELS[self.amp]} cell"
-
-    def value(self, c: LadderCell | None, name: str):
-        return cell_value(self.ladder, c, name) if c else None
-
-    def pair_where(self, a, b) -> str:
-        if a and b:
-            return _pair_where(self.ladder, a, (self.amp, self.base))
-        return f"a {self.base_name} and an {self.amp_name} cell needed"
-
-
-def _picks(ladder: Ladder) -> _Picks:
+def check_targets(ladder: Ladder) -> list[Target]:
+    """The targets, amp-fp16 against fp32 with TF32 (on a CPU, amp-bf16 against
+    fp32): eager ones from the highest eager rung both reached, compiled ones from the
+    top compiled rung, end-to-end ones from AMP's highest cell with its epochs."""
     have = ladder.modes()
     amp = "amp-fp16" if "amp-fp16" in have or "amp-bf16" not in have else "amp-bf16"
     base = "fp32-tf32" if "fp32-tf32" in have or "fp32" not in have else "fp32"
-    # a cell cut after its step was timed has no epochs: the end-to-end targets come
-    # from the highest cell with them
-    cells = [ladder.cell(r.index, amp) for r in ladder.rungs]
-    whole = [c for c in cells if c and c.images_per_s is not None]
-    return _Picks(
-        ladder, amp, base, {m: ladder.cell(0, m) for m in (amp, base)},
-        _top_cells(ladder, (amp, base), True), _top_cells(ladder, (amp,), True)[amp],
-        max((r.index for r in ladder.rungs if r.compiles), default=COMPILED[-1]),
-        _top_cells(ladder, (amp,), False)[amp], whole[-1] if whole else None,
-    )  # fmt: skip
+    an = "AMP" if amp == "amp-fp16" else MODE_LABELS[amp]
+    bn = "TF32" if base == "fp32-tf32" else MODE_LABELS[base]
+    top = max((r.index for r in ladder.rungs if r.compiles), default=COMPILED[-1])
+    eager = _top_cells(ladder, (amp, base), True)
+    comp = {m: ladder.cell(top, m) for m in (amp, base)}
+    r0 = {m: ladder.cell(0, m) for m in (amp, base)}
+    amp_eager = _top_cells(ladder, (amp,), True)[amp]
+    final = _top_cells(ladder, (amp,), False)[amp]
+    whole = [ladder.cell(r.index, amp) for r in ladder.rungs]
+    whole = [c for c in whole if c and c.images_per_s is not None]
+    ends = whole[-1] if whole else None
 
+    def value(c, name):
+        return cell_value(ladder, c, name) if c else None
 
-def _step_targets(p: _Picks) -> list[Target]:
+    def ratio(top, bottom, name):
+        if not (top and bottom and getattr(top, name) and getattr(bottom, name)):
+            return None
+        return value(top, name) / value(bottom, name)
+
+    def where(c):
+        return f"rung {c.rung}" if c else f"no {MODE_LABELS[amp]} cell"
+
+    def pair_where(a, b):
+        if not (a and b):
+            return f"a {bn} and an {an} cell needed"
+        eager_ = not ladder.rung(a.rung).compiles
+        alone = max(_top(ladder, (m,), eager_) or 0 for m in (amp, base))
+        both = ", the highest both reached" if alone > a.rung else ""
+        return f"rung {a.rung}{both}"
+
     out = []
-    for key, how, c in (
-        ("step_eager", "eager", p.amp_eager),
-        ("step_compiled", "compiled", p.comp(p.amp)),
-    ):
-        where = p.where(c)
-        if not c and key == "step_compiled":
-            where = f"rung {p.compiled} not measured"
-        note = _profile_note(c, p.ladder) if c else ""
-        start = p.value(p.r0[p.amp], "step_s")
-        name = f"{p.amp_name} step, {how}"
-        out.append(
-            Target(name, TARGETS[key], "max", "ms", p.value(c, "step_s"), start, where,
-                   note)
-        )  # fmt: skip
-    return out
 
+    def add(key, name, v, start, at, note=""):
+        out.append(Target(name, *TARGETS[key], v, start, at, note))
 
-def _ratio(p: _Picks, top, bottom, name: str):
-    """``top``'s field over ``bottom``'s (Values), None without both."""
-    if not (top and bottom and getattr(top, name) and getattr(bottom, name)):
-        return None
-    return p.value(top, name) / p.value(bottom, name)
-
-
-def _speedup_targets(p: _Picks) -> list[Target]:
-    out = []
-    comp = {m: p.comp(m) for m in (p.amp, p.base)}
-    for key, how, pair in (
-        ("speedup_eager", "eager", p.eager),
-        ("speedup_compiled", "compiled", comp),
-    ):
-        a, b = pair[p.amp], pair[p.base]
+    for how, c in (("eager", amp_eager), ("compiled", comp[amp])):
+        at = where(c) if c or how == "eager" else f"rung {top} not measured"
+        note = _profile_note(c, ladder) if c else ""
+        start = value(r0[amp], "step_s")
+        add(f"step_{how}", f"{an} step, {how}", value(c, "step_s"), start, at, note)
+    for how, pair in (("eager", eager), ("compiled", comp)):
+        a, b = pair[amp], pair[base]
         note = ""
         if a and b and a.kernel_s and b.kernel_s:
             note = (
-                f"kernel time {p.base_name} {b.kernel_s * 1e3:.1f} ms, {p.amp_name} "
+                f"kernel time {bn} {b.kernel_s * 1e3:.1f} ms, {an} "
                 f"{a.kernel_s * 1e3:.1f} ms ({b.kernel_s / a.kernel_s:.2f}x); idle "
-                f"{p.base_name} {(b.idle_s or 0) * 1e3:.1f} ms, "
-                f"{p.amp_name} {(a.idle_s or 0) * 1e3:.1f} ms"
+                f"{bn} {(b.idle_s or 0) * 1e3:.1f} ms, "
+                f"{an} {(a.idle_s or 0) * 1e3:.1f} ms"
             )
-        name = f"{p.amp_name} over {p.base_name} (step ratio), {how}"
-        start = _ratio(p, p.r0[p.base], p.r0[p.amp], "step_s")
-        out.append(
-            Target(name, TARGETS[key], "min", "x", _ratio(p, b, a, "step_s"), start,
-                   p.pair_where(a, b), note)
-        )  # fmt: skip
-    return out
-
-
-def _loop_targets(p: _Picks) -> list[Target]:
-    """GPU busy, data wait and images/s end to end."""
+        name, vs = f"{an} over {bn} (step ratio), {how}", ratio(b, a, "step_s")
+        start = ratio(r0[base], r0[amp], "step_s")
+        add(f"speedup_{how}", name, vs, start, pair_where(a, b), note)
     data_note = ips_note = ""
-    if p.final_epochs:
-        step = p.value(p.final_epochs, "step_s")
-        step_ips = (p.ladder.batch_size / step).with_(fmt=".3g")
-        ips = p.value(p.final_epochs, "images_per_s").with_(fmt=".3g")
-        wait = p.value(p.final_epochs, "data_wait_share")
+    if ends:
+        step = value(ends, "step_s")
+        step_ips = (ladder.batch_size / step).with_(fmt=".3g")
+        ips = value(ends, "images_per_s").with_(fmt=".3g")
         trains = "trains" if step.is_measured else "would train"
         data_note = (
             f"the loop trained {ips} images/s against the step alone's {step_ips}"
         )
         ips_note = (
             f"the step alone {trains} {step_ips} images/s and the loop waited for "
-            f"data {wait} of its time"
+            f"data {value(ends, 'data_wait_share')} of its time"
         )
-    rows = (
-        ("GPU busy" if p.ladder.is_cuda else "operators busy", "busy", "min",
-         "share", p.final, "busy_share",
-         _profile_note(p.final, p.ladder) if p.final else ""),
-        ("data wait", "data_wait", "max", "share", p.final_epochs, "data_wait_share",
-         data_note),
-        ("images/s end to end", "images_per_s", "min", "img/s", p.final_epochs,
-         "images_per_s", ips_note),
-    )  # fmt: skip
-    return [
-        Target(name, TARGETS[key], kind, unit, p.value(c, field),
-               p.value(p.r0[p.amp], field), p.where(c), note)
-        for name, key, kind, unit, c, field, note in rows
-    ]  # fmt: skip
-
-
-def _memory_target(p: _Picks) -> Target:
-    a, b = p.eager[p.amp], p.eager[p.base]
-    ratio = _ratio(p, a, b, "memory_bytes")
+    busy = "GPU busy" if ladder.is_cuda else "operators busy"
+    busy_note = _profile_note(final, ladder) if final else ""
+    for key, name, c, field, note in (
+        ("busy", busy, final, "busy_share", busy_note),
+        ("data_wait", "data wait", ends, "data_wait_share", data_note),
+        ("images_per_s", "images/s end to end", ends, "images_per_s", ips_note),
+    ):
+        add(key, name, value(c, field), value(r0[amp], field), where(c), note)
+    a, b = eager[amp], eager[base]
+    mem = ratio(a, b, "memory_bytes")
     note = ""
-    if ratio is not None:
-        ma, mb = (p.value(x, "memory_bytes") for x in (a, b))
-        note = f"{p.ladder.memory_measure}: {p.amp_name} {ma}, {p.base_name} {mb}"
-    start = _ratio(p, p.r0[p.amp], p.r0[p.base], "memory_bytes")
-    name = f"{p.amp_name} / {p.base_name} peak memory"
-    return Target(name, TARGETS["memory_ratio"], "max", "ratio", ratio, start,
-                  p.pair_where(a, b), note)  # fmt: skip
-
-
-def check_targets(ladder: Ladder) -> list[Target]:
-    """The targets, one by one, from ``ladder`` (``_Picks``): the eager figures come
-    from the highest eager rung measured, the compiled ones from the top compiled
-    rung."""
-    p = _picks(ladder)
-    return [
-        *_step_targets(p),
-        *_speedup_targets(p),
-        *_loop_targets(p),
-        _memory_target(p),
-    ]
-
-
-def targets_apply(ladder: Ladder) -> bool:
-    """Whether ``ladder`` is the targets' setting: an H200 at 1024x512, batch 6."""
-    from ampbook.core.words import slug
-
-    setting = (slug(ladder.device_name), ladder.height, ladder.width, ladder.batch_size)
-    return ladder.is_cuda and setting == TARGET_SETTING
+    if mem is not None:
+        ma, mb = (value(x, "memory_bytes") for x in (a, b))
+        note = f"{ladder.memory_measure}: {an} {ma}, {bn} {mb}"
+    start = ratio(r0[amp], r0[base], "memory_bytes")
+    add("memory_ratio", f"{an} / {bn} peak memory", mem, start, pair_where(a, b), note)
+    return out
 
 
 def format_targets(ladder: Ladder) -> str:
-    head = ["targets (set for an H200 at 1024x512, batch 6):"]
-    if not targets_apply(ladder):
-        head.append(
-            textwrap.fill(
-                f"(this ladder is {ladder.device_name} at {ladder.width}x"
-                f"{ladder.height}, batch {ladder.batch_size}: read them as a "
-                "yardstick)",
-                88,
-                initial_indent="  ",
-                subsequent_indent="  ",
-            )
+    """The targets as text, with a note where ``ladder`` is not their setting."""
+    from ampbook.core.words import slug
+
+    lines = ["targets (set for an H200 at 1024x512, batch 6):"]
+    setting = (slug(ladder.device_name), ladder.height, ladder.width, ladder.batch_size)
+    if not (ladder.is_cuda and setting == TARGET_SETTING):
+        note = (
+            f"(this ladder is {ladder.device_name} at {ladder.width}x"
+            f"{ladder.height}, batch {ladder.batch_size}: read them as a yardstick)"
         )
-    lines = [
-        textwrap.fill(t.line(), 88, initial_indent="  ", subsequent_indent="    ")
-        for t in check_targets(ladder)
-    ]
-    return "\n".join(head + lines)
+        lines.append(
+            textwrap.fill(note, 88, initial_indent="  ", subsequent_indent="  ")
+        )
+    for t in check_targets(ladder):
+        lines.append(textwrap.fill(t.line(), 88, initial_indent="  ",
+                                   subsequent_indent="    "))  # fmt: skip
+    return "\n".join(lines)
 
 
 _DISPLAY = {  # field -> (format, unit, scale) of its Value
@@ -447,9 +345,8 @@ _DISPLAY = {  # field -> (format, unit, scale) of its Value
 
 
 def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
-    """Field ``name`` of cell ``c`` (one of ``_DISPLAY``'s) as a ``Value`` that says
-    how it was obtained: measured (which file), predicted (``predict_ladder``, from
-    which files) or assumed (``ASSUMPTIONS``; ``busy_share`` where the idle time is);
+    """Field ``name`` of cell ``c`` as a ``Value`` saying how it was obtained:
+    measured (which file), predicted (from which files) or assumed (``ASSUMPTIONS``);
     None where the cell or the field is missing."""
     from ampbook.core.provenance import ASSUMED, MEASURED, PREDICTED, Value
 

@@ -1,6 +1,6 @@
 """Running the ladder (``run_ladder``: its groups in this process or each in a child
-process of its own, ``--child FILE``) and its command line, ``python -m ampbook.bench
-ladder`` (``main``)."""
+process, ``--child JOB``, the group as JSON) and its command, ``python -m
+ampbook.bench ladder``."""
 
 from __future__ import annotations
 
@@ -28,19 +28,16 @@ from ampbook.results import LADDER_SCHEMA, Ladder, read_ladder
 def plan(
     rungs: tuple[int, ...], modes: tuple[str, ...], isolate: str
 ) -> list[tuple[str, tuple[int, ...]]]:
-    """The groups to run, in order, as (mode, rungs): a process per mode
-    (``precision``), or one group per cell, rung by rung, the modes taking turns at
-    each rung (``cell``: a process each; ``none``: all in this process, so a ladder
-    stopped part-way has both modes of every rung below the one it stopped in)."""
+    """The groups to run as (mode, rungs): a process per mode (``precision``), or a
+    group per cell, the modes taking turns at each rung (``cell``: a process each;
+    ``none``: all here, so a ladder stopped part-way has both modes of each rung)."""
     if isolate in ("cell", "none"):
         return [(m, (r,)) for r in rungs for m in modes]
     return [(m, tuple(rungs)) for m in modes]
 
 
 def _fit(line: str) -> str:
-    """``line`` wrapped at the terminal's width (80 columns where stdout is not a
-    terminal), the lines after the first indented."""
-
+    """``line`` wrapped at the terminal's width (80 columns off a terminal)."""
     width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)
     return textwrap.fill(line, width, subsequent_indent="    ")
 
@@ -49,12 +46,10 @@ def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
     """A cell measured whole (or failed): one result line (the table repeats it)."""
     head = f"rung {cell['rung']} {cell['mode']:<9}"
     if cell["status"] != "ok":
-        log(_fit(f"{head} error: {cell['error']}"))
-        return
+        return log(_fit(f"{head} error: {cell['error']}"))
     if cell.get("epoch") == "error":
         step = f"step {cell['step_s'] * 1e3:7.2f} ms"
-        log(_fit(f"{head} {step}; epochs: {cell['epoch_error']}"))
-        return
+        return log(_fit(f"{head} {step}; epochs: {cell['epoch_error']}"))
     busy = cell["kernel_s"] / cell["step_s"]  # above 1: the table's n/a
     log(
         f"{head} step {cell['step_s'] * 1e3:7.1f} ms, busy "
@@ -69,22 +64,18 @@ def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
 PARTIAL_END = "its epochs next"
 
 
-def _log_partial(cell: dict, log: Callable[[str], None]) -> None:
-    log(
-        f"rung {cell['rung']} {cell['mode']}: step {cell['step_s'] * 1e3:.2f} ms, "
-        f"first step {cell['first_step_s']:.1f} s; {PARTIAL_END}"
-    )
-
-
 def run_group(
     spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log=print
 ) -> None:
     """Measure ``rungs`` of ``mode`` in this process, each cell written as soon as its
     step is measured and again when its epochs are."""
 
-    def partial(cell: dict) -> None:
-        bl.add_cell(path, cell)
-        _log_partial(cell, log)
+    def partial(c: dict) -> None:
+        bl.add_cell(path, c)
+        log(
+            f"rung {c['rung']} {c['mode']}: step {c['step_s'] * 1e3:.2f} ms, "
+            f"first step {c['first_step_s']:.1f} s; {PARTIAL_END}"
+        )
 
     for index in rungs:
         cell = measure_safely(spec, index, mode, partial)
@@ -94,22 +85,16 @@ def run_group(
 
 def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log):
     """Run one group in a fresh process; a group that dies leaves error cells."""
-    job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs)}
-    fd, spec_file = tempfile.mkstemp(suffix=".json", prefix="ampbook-ladder-")
-    with os.fdopen(fd, "w") as f:
-        json.dump({**job, "path": str(path)}, f)
-    try:
-        argv = [sys.executable, "-m", "ampbook.bench", "ladder", "--child", spec_file]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace")  # fmt: skip
-        tail = []
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            tail = (tail + [line])[-5:]
-            log(line)
-        rc = proc.wait()
-    finally:
-        os.unlink(spec_file)
+    job = {"spec": dataclasses.asdict(spec), "mode": mode, "rungs": list(rungs),
+           "path": str(path)}  # fmt: skip
+    argv = [sys.executable, "-m", "ampbook.bench", "ladder", "--child", json.dumps(job)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace")  # fmt: skip
+    tail = []
+    for line in proc.stdout:
+        tail = (tail + [line.rstrip("\n")])[-5:]
+        log(tail[-1])
+    rc = proc.wait()
     if rc != 0:
         done = {(c["rung"], c["mode"]) for c in json.loads(path.read_text())["cells"]}
         last = next((t for t in reversed(tail) if t.strip()), "")
@@ -123,8 +108,8 @@ def run_ladder(spec: LadderSpec, path: Path, isolate: str = "precision",
                merge: bool = False, log: Callable[[str], None] = print,
                skip_finished: bool = False) -> Ladder:  # fmt: skip
     """Measure the ladder into ``path`` (the record written after every cell) and
-    return it as ``ampbook.results.Ladder``; with ``merge`` and ``skip_finished``, the
-    cells ``path`` holds whole are not measured again (a rerun after a cut)."""
+    return it; with ``merge`` and ``skip_finished``, the cells ``path`` holds whole
+    are not measured again (a rerun after a cut)."""
     from ampbook.core.devices import pick_device
     from ampbook.core.env import environment
 
@@ -157,15 +142,6 @@ def run_ladder(spec: LadderSpec, path: Path, isolate: str = "precision",
     return read_ladder(record, str(path))
 
 
-def _child_main(spec_file: str) -> int:
-    job = json.loads(Path(spec_file).read_text())
-    spec = LadderSpec(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in job["spec"].items()}
-    )
-    run_group(spec, job["mode"], tuple(job["rungs"]), Path(job["path"]))
-    return 0
-
-
 def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
     """The spec, the isolation and notes from parsed arguments (``LadderError``)."""
     from ampbook.core.devices import pick_device
@@ -181,13 +157,11 @@ def build_spec(args) -> tuple[LadderSpec, str, list[str]]:
         notes.append("fp32-tf32 left out: TF32 does nothing on a CPU (fp32 is it)")
         if not modes:
             raise LadderError("--precisions: nothing left to measure on a CPU")
-    sizes = [f[2:].replace("-", "_") for f, _, _ in SIZE_OPTIONS] + ["compile_mode"]
+    names = [f[2:].replace("-", "_") for f, _, _ in SIZE_OPTIONS] + ["compile_mode"]
+    sizes = {name: getattr(args, name) for name in names}
+    rungs = bl.parse_rungs(args.rungs) if args.rungs else None
     spec = LadderSpec.for_device(
-        dev.type,
-        device=str(dev),
-        rungs=bl.parse_rungs(args.rungs) if args.rungs else None,
-        modes=modes,
-        **{name: getattr(args, name) for name in sizes},
+        dev.type, device=str(dev), rungs=rungs, modes=modes, **sizes
     )
     spec.check()
     isolate = args.isolate or ("precision" if dev.type == "cuda" else "none")
@@ -281,20 +255,21 @@ def build_parser() -> cli.ArgumentParser:
 
 @cli.command("python -m ampbook.bench ladder")
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.child:
-        return _child_main(args.child)
+        job = json.loads(args.child)
+        spec = LadderSpec(**job["spec"])
+        spec.rungs, spec.modes = tuple(spec.rungs), tuple(spec.modes)
+        run_group(spec, job["mode"], tuple(job["rungs"]), Path(job["path"]))
+        return 0
     if args.show:
         return show_main(Path(args.show))
     return run_main(args)
 
 
 def progress_log(total: int, stream=None) -> Callable[[str], None]:
-    """``print`` for a result line; on ``stream`` (stderr), only where it is a
-    terminal (``cli.Progress``), a cell's progress line (``PARTIAL_END``) and after
-    each cell measured whole (or failed) the count and an estimate of the time left
-    from the cells' mean (``cli.time_left_text``)."""
+    """``print`` for a result line; on a terminal's ``stream`` (``cli.Progress``), a
+    cell's progress line (``PARTIAL_END``) and the count and time left after each."""
     progress = cli.Progress("ladder", stream=stream)
     progress.start()
     done = 0
@@ -302,8 +277,7 @@ def progress_log(total: int, stream=None) -> Callable[[str], None]:
     def log(line: str) -> None:
         nonlocal done
         if line.endswith(PARTIAL_END):
-            progress(line)
-            return
+            return progress(line)
         print(line, flush=True)
         if line.lstrip().startswith("rung "):
             done += 1
@@ -313,13 +287,11 @@ def progress_log(total: int, stream=None) -> Callable[[str], None]:
 
 
 def show_main(path: Path) -> int:
-    """``--show FILE``: the table of a ladder already written, and the targets where
-    it was measured on a GPU."""
-    from ampbook.results import ResultsError, read_ladder
+    """``--show FILE``: the table of a ladder already written (and a GPU's targets)."""
+    from ampbook.results import ResultsError
 
     try:
-        record = json.loads(cli.read_text(path, "--show"))
-        ladder = read_ladder(record, str(path))
+        ladder = read_ladder(json.loads(cli.read_text(path, "--show")), str(path))
     except (ValueError, ResultsError) as err:
         cli.say(
             f"--show {path}: not a readable ladder record ({err}); give a "
@@ -331,33 +303,17 @@ def show_main(path: Path) -> int:
 
 
 def _print_ladder(ladder: Ladder) -> None:
-    """The table, and for a GPU's ladder the targets (on a CPU they would read as
-    misses)."""
+    """The table, and for a GPU's ladder the targets (a CPU's would read as misses)."""
     print(format_table(ladder))
     if ladder.is_cuda:
         print()
         print(format_targets(ladder))
 
 
-def run_main(args) -> int:
-    """The command's work after parsing: settings, the ladder, the table, targets."""
-    try:
-        spec, isolate, notes = build_spec(args)
-    except LadderError as err:
-        cli.say(str(err))
-        return 2
-    threads = args.threads
-    if threads is None and not spec.is_cuda:
-        threads = bl.CPU_THREADS
-    with torch_threads(threads):
-        return _run(args, spec, isolate, notes)
-
-
 @contextlib.contextmanager
 def torch_threads(n: int | None):
     """torch's intra-op threads set to ``n`` (and ``OMP_NUM_THREADS``, for the
-    processes it starts) for the duration, then put back: the command called as a
-    function leaves its caller's threads as they were. ``None``: left alone."""
+    processes it starts) for the duration, then put back (``None``: left alone)."""
     if n is None:
         yield
         return
@@ -374,6 +330,20 @@ def torch_threads(n: int | None):
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = env
+
+
+def run_main(args) -> int:
+    """The command's work after parsing: settings, the ladder, the table, targets."""
+    try:
+        spec, isolate, notes = build_spec(args)
+    except LadderError as err:
+        cli.say(str(err))
+        return 2
+    threads = args.threads
+    if threads is None and not spec.is_cuda:
+        threads = bl.CPU_THREADS
+    with torch_threads(threads):
+        return _run(args, spec, isolate, notes)
 
 
 def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
@@ -393,9 +363,8 @@ def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:
         f"batch {spec.batch_size}; rungs {','.join(map(str, spec.rungs))}; "
         f"{', '.join(spec.modes)}; {ISOLATION[isolate]}; {load}"
     )
-    print(cli.terminal_text(head))
-    for note in notes:
-        print(cli.terminal_text(f"note: {note}"))
+    for line in [head] + [f"note: {note}" for note in notes]:
+        print(cli.terminal_text(line))
     log = progress_log(len(spec.rungs) * len(spec.modes))
     try:
         ladder = run_ladder(spec, path, isolate, args.merge, log=log)

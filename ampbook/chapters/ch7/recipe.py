@@ -1,7 +1,5 @@
-"""The optimised AMP training step, as a reader pastes it into their own loop: every
-rung of chapter 7's ladder in one function (``optimised_training``). Chapter 7 shows it
-(The recipe), prints its source and runs a few steps of it; the runner's own step, with
-the same changes as flags, is ``ampbook.train.step``."""
+"""The optimised AMP training step a reader pastes into their own loop: every rung of
+chapter 7's ladder in one function (the runner's, with flags, is ``train.step``)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""The ladder's settings and record: the table of rungs (``RUNGS``), the modes,
-``LadderSpec``, a rung's ``TrainConfig``, and the record (schema ``ampbook.ladder/1``)
-written atomically as cells are measured (``python -m ampbook.bench ladder --help``).
-Each rung adds one change to the rung below it, as fields of the runner's
-``TrainConfig`` (every rung is a ``python -m ampbook.train`` command); ``RUNGS`` is the
-one place a rung is written: what it changes and why, how the prediction treats it,
-whether it compiles. Every cell (rung x mode, ``MODES``) is measured by
-``ladder_measure.measure_rung`` and written to the record (``add_cell``; the schema
-is in ``data/results/README.md``) as soon as its step is measured, then with its
-epochs, so a ladder stopped part-way keeps what it measured. The rest of the ladder,
-each module importing only those before it: ``ladder_measure``, ``ladder_predict``
-(a ladder predicted from layer profiles), ``ladder_report`` (the table and the
-targets) and ``ladder_run`` (the processes and the command line); chapter 7's reading
-of a ladder is ``ampbook.chapters.ch7``."""
+"""The ladder's settings and record: ``RUNGS`` (the one place a rung is written, as
+``TrainConfig`` fields), the modes, ``LadderSpec`` and the record (``ampbook.ladder/1``)
+written as cells are measured, so a ladder stopped part-way keeps them. Then, each
+importing those before it: ``ladder_measure``, ``_predict``, ``_report``, ``_run``."""
 
 from __future__ import annotations
 
@@ -39,11 +29,8 @@ COMPILE_MODE = "default"
 
 @dataclass(frozen=True)
 class Rung:
-    """One row of the ladder's table: what the rung adds to the one below it
-    (``changes``: ``TrainConfig`` fields, the runner's flags with dashes), why it can
-    matter, how ``ladder_predict.predict_ladder`` treats it (``predicted``: a key of
-    ``ladder_predict.EFFECTS``, None where an eager profile cannot predict it) and
-    whether its step is compiled (``compiles``; the rungs that do not are eager)."""
+    """What a rung adds (``TrainConfig`` fields), why, how the prediction treats it
+    (a key of ``ladder_predict.EFFECTS``; None: it cannot) and whether it compiles."""
 
     index: int
     key: str
@@ -98,18 +85,15 @@ RUNG_SETS = {
 
 
 def rung_title(index: int) -> str:
-    """Rung ``index``'s title in the table (``"rung N"`` for one it lacks)."""
     return next((r.title for r in RUNGS if r.index == index), f"rung {index}")
 
 
 def rung_of(predicted: str | None) -> int:
-    """The first rung the prediction treats as ``predicted`` (None: the first it
-    cannot predict)."""
+    """The first rung the prediction treats as ``predicted`` (None: cannot)."""
     return next(r.index for r in RUNGS if r.predicted == predicted)
 
 
 def rung_range() -> str:
-    """The rungs as a range, ``"0-5"``."""
     return f"{RUNG_INDICES[0]}-{RUNG_INDICES[-1]}"
 
 
@@ -121,11 +105,9 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-# A CPU's default ladder, sized for under a minute on 2 cores: the post's setup against
-# every eager change at once (the ends), at 64x32, one image a step, 3 timed steps,
-# one torch thread. Timed on a 2-core machine other work kept busy (load 3-4): 27 s
-# with one thread, 83 s to 2.5 min with torch's two, whose threads wait for each other
-# at every operator while another process holds a core (steps 10-25 times longer).
+# A CPU's default ladder: the ends, at 64x32, one image a step, 3 timed steps, one
+# torch thread. Timed on 2 busy cores (load 3-4): 27 s with one thread, 83 s to 2.5 min
+# with torch's two, which wait for each other while another process holds a core.
 CPU_MINUTE = "under a minute on 2 cores, timed with other work running"
 CPU_THREADS = 1  # the command's --threads on a CPU (run_ladder itself sets none)
 CPU_DEFAULTS = dict(
@@ -139,8 +121,6 @@ SETTINGS = ("height", "width", "batch_size", "warmup", "steps", "profile_steps",
 
 @dataclass
 class LadderSpec:
-    """What to measure: device, size, rungs, modes, and how long to measure each."""
-
     device: str = "auto"
     height: int = 512
     width: int = 1024
@@ -158,10 +138,7 @@ class LadderSpec:
     @classmethod
     def for_device(cls, device_type: str, **kw) -> "LadderSpec":
         """The defaults for a GPU (the post's setting) or a CPU (``CPU_DEFAULTS``)."""
-        if device_type == "cpu":
-            base = dict(CPU_DEFAULTS, modes=CPU_MODES)
-        else:
-            base = {}
+        base = dict(CPU_DEFAULTS, modes=CPU_MODES) if device_type == "cpu" else {}
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
 
@@ -203,19 +180,14 @@ class LadderSpec:
 
     def settings(self, time_source: str, isolate: str) -> dict:
         """The record's settings: the spec's sizes and lengths, how it measured."""
-        return {
-            **{k: getattr(self, k) for k in SETTINGS},
-            "time_source": time_source,
-            "memory_measure": PEAK_CUDA
-            if time_source == "cuda"
-            else SAVED_FOR_BACKWARD,
-            "isolate": isolate,
-        }
+        memory = PEAK_CUDA if time_source == "cuda" else SAVED_FOR_BACKWARD
+        return {**{k: getattr(self, k) for k in SETTINGS}, "time_source": time_source,
+                "memory_measure": memory, "isolate": isolate}  # fmt: skip
 
 
 def parse_rungs(text: str) -> tuple[int, ...]:
-    """``"0-5"``, ``"0,2,4"``, ``"3"``, a rung's key (``"sync"``) or a named set
-    (``RUNG_SETS``: ``"eager"``...) -> rung indices (``LadderError`` if not)."""
+    """``"0-5"``, ``"0,2,4"``, a rung's key or a named set (``RUNG_SETS``) -> rung
+    indices (``LadderError`` if not)."""
     if not isinstance(text, str):  # a list of indices (a notebook's parameter)
         text = ",".join(map(str, text))
     keys = {r.key: r.index for r in RUNGS}
@@ -249,8 +221,7 @@ def parse_modes(text: str) -> tuple[str, ...]:
 
 
 def rung_fields(index: int, compile_mode: str = COMPILE_MODE) -> dict:
-    """The ``TrainConfig`` fields rung ``index`` sets: its changes and every rung's
-    before it."""
+    """The ``TrainConfig`` fields rung ``index`` sets: its and every lower rung's."""
     fields: dict = {}
     for rung in RUNGS[: index + 1]:
         fields.update(rung.changes)
@@ -274,8 +245,8 @@ def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
 
 
 def ladder_path(json_arg: str | Path, device_name: str) -> Path:
-    """``--json``'s file: the path itself when it ends in ``.json`` and is not a
-    folder, else ``ladder_<gpu>.json`` inside it."""
+    """``--json``'s file: the path itself if a ``.json`` file, else
+    ``ladder_<gpu>.json`` inside it."""
     from ampbook.core.words import slug
 
     path = Path(json_arg)
@@ -320,11 +291,9 @@ def write_record(record: dict, path: Path) -> None:
 def add_cell(path: Path, cell: dict) -> None:
     """Put ``cell`` into the record at ``path`` (replacing the same rung and mode)."""
     record = json.loads(path.read_text())
-    record["cells"] = [
-        c
-        for c in record["cells"]
-        if (c["rung"], c["mode"]) != (cell["rung"], cell["mode"])
-    ] + [cell]
+    key = (cell["rung"], cell["mode"])
+    record["cells"] = [c for c in record["cells"] if (c["rung"], c["mode"]) != key]
+    record["cells"].append(cell)
     record["cells"].sort(key=lambda c: (c["rung"], MODES.index(c["mode"])))
     record["updated"] = _now()
     write_record(record, path)
@@ -338,8 +307,7 @@ def _same_setting(old: dict, new: dict) -> bool:
 
 
 def finished_cells(path: Path) -> set[tuple[int, str]]:
-    """(rung, mode) of the cells in the record at ``path`` measured whole (the step
-    and the epochs), which a rerun into the same file need not measure again."""
+    """(rung, mode) of the cells at ``path`` measured whole (step and epochs)."""
     if not path.exists():
         return set()
     return {

@@ -1,18 +1,15 @@
-"""Questions 10 and 11 of chapter 9: ``torch.compile`` with autocast. Both run on a
-CPU with the ``aot_eager`` and ``eager`` backends (Dynamo and AOTAutograd trace as
-for a GPU; no kernel is generated), in seconds.
+"""Questions 10 and 11 of chapter 9: ``torch.compile`` with autocast, run on a CPU
+with the ``aot_eager`` and ``eager`` backends (Dynamo and AOTAutograd trace as for a
+GPU; no kernel is generated), in seconds.
 
-Question 10: AOTAutograd traces the backward of a compiled region under the
-forward's autocast state when ``torch._functorch.config.backward_pass_autocast`` is
-``"same_as_forward"``, while eager PyTorch runs the backward without autocast. A
-product the forward ran in fp32 (autocast disabled inside the region) then gets an
-fp16 gradient, which overflows. The model is the thread's; the check compares the
-compiled gradients with eager's.
+Question 10: with ``torch._functorch.config.backward_pass_autocast`` at
+``"same_as_forward"`` AOTAutograd traces a compiled region's backward under the
+forward's autocast state, while eager runs it without autocast: a product the forward
+ran in fp32 (autocast off in the region) gets an fp16 gradient, which overflows.
 
-Question 11: Dynamo guards a compiled function on the autocast state and on its
-inputs' dtypes; a function called under autocast in one path of a step and in
-another path of the same step without it (a loss term computed after the region)
-compiles again, and says why. The check counts the graphs and the reasons."""
+Question 11: Dynamo guards a compiled function on the autocast state and its inputs'
+dtypes; called under autocast in one path of a step and without it in another (a loss
+term after the region), it compiles again and says why."""
 
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ from ampbook.chapters.ch9.overflow import FeedForward, batch
 
 
 class Fp32Head(nn.Module):
-    """The thread's model: a product under autocast, then a Linear in an fp32
-    region (autocast disabled)."""
+    """The thread's model: a product under autocast, then a Linear in fp32."""
 
     def __init__(self):
         super().__init__()
@@ -74,34 +70,26 @@ class BackwardCheck:
         return self.compiled_finite and self.difference == 0.0
 
     def verdict(self) -> str:
-        compiled = (
-            f"finite, {self.difference:g} from eager's"
-            if self.compiled_finite
-            else "not finite"
-        )
+        compiled = "not finite"
+        if self.compiled_finite:
+            compiled = f"finite, {self.difference:g} from eager's"
+        end = "matches eager" if self.ok else "overflows"
         return (
             f"Measured with backward_pass_autocast={self.setting!r} (this PyTorch's "
             f"default: {self.default!r}): eager's largest gradient is "
             f"{self.eager_largest:,.0f}; the compiled region's gradients are "
-            f"{compiled}: "
-            + (
-                "the compiled backward matches eager."
-                if self.ok
-                else "the compiled backward overflows."
-            )
+            f"{compiled}: the compiled backward {end}."
         )
 
 
 def check_backward(setting: str = "off", seed: int = 0) -> BackwardCheck:
-    """The thread's model, eager then compiled (``aot_eager``), forward under fp16
-    autocast and the loss times 16384; the compiled backward traced with
-    ``setting``."""
+    """The thread's model eager then compiled (``aot_eager``), under fp16 autocast,
+    the loss times 16384; the compiled backward traced with ``setting``."""
     import torch._functorch.config as functorch_config
 
     torch.manual_seed(seed)
     model = Fp32Head()
-    eager = _grads(model, False, setting)
-    compiled = _grads(model, True, setting)
+    eager, compiled = (_grads(model, c, setting) for c in (False, True))
     finite = all(torch.isfinite(g).all() for g in compiled)
     diff = max((a - b).abs().max().item() for a, b in zip(compiled, eager))
     largest = max(g.abs().max().item() for g in eager)
@@ -110,8 +98,7 @@ def check_backward(setting: str = "off", seed: int = 0) -> BackwardCheck:
 
 
 class Encoder(nn.Module):
-    """A Linear, then a feed-forward block compiled on its own (the part a user
-    compiles); the block's input is fp16 under fp16 autocast, fp32 without."""
+    """A Linear, then a feed-forward block compiled on its own (as a user does)."""
 
     def __init__(self, width: int = 16):
         super().__init__()
@@ -123,8 +110,7 @@ class Encoder(nn.Module):
 
 
 def second_call_outside(model, h):
-    """The block called again after the autocast region, on the fp32 output (an
-    auxiliary loss term computed outside it): the failure."""
+    """The failure: the block called again after the autocast region, in fp32."""
     return model.block(h.float())
 
 
@@ -146,30 +132,26 @@ class RecompileCheck:
         return self.graphs == 1 and not self.reasons
 
     def verdict(self) -> str:
-        why = (
-            "; it compiled again because " + "; ".join(f"`{r}`" for r in self.reasons)
-            if self.reasons
-            else ""
-        )
-        kept = (
-            f" ({self.graphs} graphs in {self.rounds} steps: one per autocast state, "
-            "each compiled once and reused)"
-            if 1 < self.graphs < self.rounds
-            else ""
-        )
+        why = kept = ""
+        if self.reasons:
+            why = "; it compiled again because " + "; ".join(
+                f"`{r}`" for r in self.reasons
+            )
+        if 1 < self.graphs < self.rounds:
+            kept = (f" ({self.graphs} graphs in {self.rounds} steps: one per autocast "
+                    "state, each compiled once and reused)")  # fmt: skip
+        end = "one graph serves every call" if self.ok else "the block recompiles"
         return (
             f"Measured over {self.rounds} fp16 training steps: Dynamo made "
             f"{self.graphs} graph{'s' if self.graphs != 1 else ''} of the block{why}"
-            f"{kept}: "
-            + ("one graph serves every call." if self.ok else "the block recompiles.")
+            f"{kept}: {end}."
         )
 
 
 def check_recompiles(second_call=second_call_inside, rounds: int = 3, seed: int = 0):
-    """``rounds`` fp16 training steps of ``Encoder`` whose loss adds a second call
-    of the compiled block (``second_call``); the graphs Dynamo made
-    (``torch._dynamo.utils.counters``) and the reasons it gave for compiling again
-    (``torch._dynamo.utils.guard_failures``, the first line of each)."""
+    """``rounds`` fp16 steps of ``Encoder`` whose loss adds ``second_call`` of the
+    compiled block; the graphs Dynamo made and its reasons for compiling again (the
+    first line of each)."""
     from torch._dynamo.utils import counters, guard_failures
 
     torch._dynamo.reset()

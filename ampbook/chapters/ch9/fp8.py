@@ -1,10 +1,8 @@
-"""Question 18 of chapter 9: fp8 slower than bf16 on small models. A prediction, not
-a measurement (fp8 needs an Ada, Hopper or later GPU): a linear layer's training
-step (three matrix products: forward, input gradient, weight gradient) held against
-a GPU's ceilings (``ampbook.core.devices``: bf16 and fp8 tensor-core peaks, memory
-bandwidth; chapter 2's roofline, each kernel taking the longer of its compute and
-memory time and at least one launch). fp8 with dynamic tensor-wise scaling, as
-torchao's float8 training does, adds to each product two operand scalings: an amax
+"""Question 18 of chapter 9: fp8 slower than bf16 on small models. A prediction (fp8
+needs an Ada, Hopper or later GPU): a linear layer's training step, three matrix
+products, on chapter 2's roofline of a GPU's ceilings (each kernel the longer of its
+compute and memory time, at least one launch). fp8 with dynamic tensor-wise scaling,
+as torchao's float8 training does, adds two operand scalings per product: an amax
 pass (read 16-bit) and a cast (read 16-bit, write fp8), each a kernel."""
 
 from __future__ import annotations
@@ -57,9 +55,7 @@ def predict_linear(device: Device, width: int, tokens: int) -> Fp8Row:
 
 
 def crossover(device: Device, tokens: int, widths=tuple(2**k for k in range(6, 16))):
-    """The smallest width in ``widths`` at which fp8 is predicted faster than bf16
-    on ``device`` (None: at none)."""
-    for w in widths:
-        if predict_linear(device, w, tokens).speedup > 1:
-            return w
-    return None
+    """The smallest width at which fp8 is predicted faster than bf16 (None: none)."""
+    return next(
+        (w for w in widths if predict_linear(device, w, tokens).speedup > 1), None
+    )

@@ -1,9 +1,7 @@
 """Question 2 of chapter 9: NaN from the first batch when fine-tuning pretrained
-weights under fp16 autocast. A block whose pretrained weights make an activation
-larger than fp16's largest finite value (65504) overflows to inf, and the next
-operator turns inf into NaN. ``first_nonfinite`` finds the first module whose output
-is not finite; ``Fp32Block`` runs a block outside autocast (the fix); ``check_fix``
-says whether a fix gives finite outputs that match fp32."""
+weights under fp16 autocast: an activation past 65504 overflows to inf, the next
+operator makes it NaN. ``first_nonfinite`` finds the module, ``Fp32Block`` is the fix,
+``check_fix`` says whether a fix gives finite outputs that match fp32."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ class FeedForward(nn.Module):
 
 
 class Finetuned(nn.Module):
-    """Two feed-forward blocks, each followed by a LayerNorm (which autocast runs in
-    fp32)."""
+    """Two feed-forward blocks, each followed by a LayerNorm (fp32 under autocast)."""
 
     def __init__(self, width: int = 16):
         super().__init__()
@@ -45,9 +42,8 @@ class Finetuned(nn.Module):
 
 
 def pretrained(seed: int = 0, gain: float = 200.0, block: str = "block2") -> Finetuned:
-    """A ``Finetuned`` whose ``block`` has both layers' weights ``gain`` times their
-    initial size, standing in for pretrained weights that grew large in training (the
-    book downloads no T5: the large weights are planted)."""
+    """A ``Finetuned`` whose ``block``'s weights are ``gain`` times their initial
+    size: pretrained weights grown large, planted (the book downloads no T5)."""
     torch.manual_seed(seed)
     model = Finetuned()
     with torch.no_grad():
@@ -88,24 +84,21 @@ def first_nonfinite(model: nn.Module, x: torch.Tensor, dtype=torch.float16):
     return found[0] if found else None
 
 
-def largest_outputs(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
-    """The largest |output| of every module in an fp32 forward (what fp16 would have
-    to hold)."""
-    sizes: dict[str, float] = {}
-    handles = [
-        m.register_forward_hook(
-            lambda m, i, o, name=name: sizes.__setitem__(name, o.abs().max().item())
-        )
-        for name, m in model.named_modules()
-        if name
-    ]
+def largest_output(model: nn.Module, x: torch.Tensor) -> float:
+    """The largest |output| of any module in an fp32 forward."""
+    sizes = [0.0]
+
+    def keep(module, inputs, output):
+        sizes.append(output.abs().max().item())
+
+    handles = [m.register_forward_hook(keep) for n, m in model.named_modules() if n]
     try:
         with torch.no_grad():
             model(x)
     finally:
         for h in handles:
             h.remove()
-    return sizes
+    return max(sizes)
 
 
 class Fp32Block(nn.Module):
@@ -122,8 +115,8 @@ class Fp32Block(nn.Module):
 
 
 def keep_in_fp32(model: Finetuned, name: str) -> Finetuned:
-    """The fix: the block ``name`` (the one ``first_nonfinite`` names, or its parent
-    block) wrapped in ``Fp32Block``."""
+    """The fix: block ``name`` (``first_nonfinite``'s, or its parent) wrapped in
+    ``Fp32Block``."""
     setattr(model, name, Fp32Block(getattr(model, name)))
     return model
 
@@ -138,38 +131,33 @@ class OverflowCheck:
 
     @property
     def ok(self) -> bool:
-        return (
-            self.first_bad is not None
-            and self.fixed_finite
-            and self.fixed_difference <= self.tolerance
-        )
+        fixed = self.fixed_finite and self.fixed_difference <= self.tolerance
+        return self.first_bad is not None and fixed
 
     def verdict(self) -> str:
         if self.first_bad is None:
             return (
                 "Nothing overflowed: the planted weights did not reproduce question 2."
             )
-        fixed = (
-            f"finite, within {self.fixed_difference:.1e} of fp32 (tolerance "
-            f"{self.tolerance:.0e})"
-            if self.fixed_finite
-            else "still not finite"
-        )
+        fixed = "still not finite"
+        if self.fixed_finite:
+            fixed = (f"finite, within {self.fixed_difference:.1e} of fp32 (tolerance "
+                     f"{self.tolerance:.0e})")  # fmt: skip
         return (
             f"Measured: the largest activation of the fp32 forward is "
             f"{self.largest:,.0f} (fp16 holds up to {FP16_MAX:,.0f}); under fp16 "
             f"autocast the first output that is not finite is `{self.first_bad}`'s. "
-            f"With the fix the output is {fixed}: "
-            + ("the fix works." if self.ok else "the fix does not work.")
+            f"With the fix the output is {fixed}: the fix "
+            f"{'works' if self.ok else 'does not work'}."
         )
 
 
 def check_fix(fix, seed: int = 0, tolerance: float = 1e-2) -> OverflowCheck:
-    """Reproduce question 2 (``pretrained``), find the first non-finite module, apply
+    """Reproduce question 2, find the first non-finite module, apply
     ``fix(model, name_of_block)`` and compare its fp16-autocast output with fp32's."""
     model, x = pretrained(seed), batch(seed=seed)
     first = first_nonfinite(model, x)
-    largest = max(largest_outputs(model, x).values())
+    largest = largest_output(model, x)
     with torch.no_grad():
         reference = model(x)
     fixed = fix(model, first.split(".")[0]) if first else model
@@ -177,6 +165,5 @@ def check_fix(fix, seed: int = 0, tolerance: float = 1e-2) -> OverflowCheck:
         out = fixed(x).float()
     finite = bool(torch.isfinite(out).all())
     diff = (out - reference).abs().max().item() / reference.abs().max().item()
-    return OverflowCheck(
-        first, largest, finite, diff if finite else float("inf"), tolerance
-    )
+    diff = diff if finite else float("inf")
+    return OverflowCheck(first, largest, finite, diff, tolerance)

@@ -1,17 +1,11 @@
 """Question 14 of chapter 9: DDP ranks drifting apart when their GradScalers' scales
-differ. Each rank multiplies its loss by its own scale; DDP averages the scaled
-gradients across ranks during the backward, before ``scaler.step`` unscales them;
-each rank then divides the average by its own scale. With equal scales that is the
-average gradient; with different ones each rank gets a different, wrong gradient,
-and the replicas' weights part.
-
-The skip decisions cannot differ: every rank unscales the same averaged gradients,
-so every rank finds the same inf and updates its scale the same way. Scales that
-start equal stay equal; they differ only when they start apart (a scaler state
-restored on one rank and not on another, as planted here). So an all-reduce of
-found_inf changes nothing under DDP; the fix gives every rank the same scaler state
-(rank 0's, broadcast). Two ranks are simulated in one process: two replicas, two
-scalers, the all-reduce done explicitly as DDP does it (the mean of the gradients)."""
+differ. DDP averages the scaled gradients in the backward, before each rank unscales
+the average by its own scale: with different scales each rank gets a different, wrong
+gradient, and the replicas part. The skip decisions cannot differ (every rank
+unscales the same average), so scales differ only when they start apart (a scaler
+state restored on one rank only, planted here): an all-reduce of found_inf changes
+nothing; the fix gives every rank rank 0's scaler state. Two ranks are simulated in
+one process, the all-reduce done explicitly (the mean of the gradients)."""
 
 from __future__ import annotations
 
@@ -55,11 +49,8 @@ class RanksCheck:
 
     @property
     def ok(self) -> bool:
-        return (
-            self.drift == 0.0
-            and self.gradient_error <= self.tolerance
-            and len(set(self.skipped)) == 1
-        )
+        same = len(set(self.skipped)) == 1
+        return self.drift == 0.0 and self.gradient_error <= self.tolerance and same
 
     def verdict(self) -> str:
         last = ", ".join(f"{s:g}" for s in self.scales[-1])
@@ -69,8 +60,8 @@ class RanksCheck:
             f"{', '.join(map(str, self.skipped))} steps and ended at {last}; the "
             f"worst rank's gradient is {self.gradient_error:.1e} from the true mean "
             f"(relative; tolerance {self.tolerance:.0e}) and the replicas' weights "
-            f"differ by up to {self.drift:.1e}: "
-            + ("the ranks stay one model." if self.ok else "the ranks drift apart.")
+            f"differ by up to {self.drift:.1e}: the ranks "
+            f"{'stay one model' if self.ok else 'drift apart'}."
         )
 
 
@@ -82,11 +73,10 @@ def check_ranks(
     seed: int = 0,
     tolerance: float = 1e-2,
 ) -> RanksCheck:
-    """Two replicas of chapter 8's tiny network (same weights, as DDP starts them),
-    each with its own batch and a GradScaler at ``scales[rank]``; ``fix`` applied
-    to the scalers, then ``steps`` fp16 SGD steps, the gradients averaged between
-    backward and ``scaler.step``. At ``overflow_step`` rank 1's loss is multiplied
-    by 1e30 (an overflow on one rank, planted)."""
+    """Two replicas of chapter 8's tiny network (same weights), each with its own
+    batch and a GradScaler at ``scales[rank]``; ``fix`` applied, then ``steps`` fp16
+    SGD steps, the gradients averaged between backward and ``scaler.step``. At
+    ``overflow_step`` rank 1's loss is multiplied by 1e30 (planted)."""
     models = [tiny_model(seed) for _ in scales]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     scalers = [torch.amp.GradScaler("cpu", init_scale=s) for s in scales]
@@ -108,13 +98,10 @@ def check_ranks(
             before = scaler.get_scale()
             if all(torch.isfinite(t).all() for t in true):
                 got = [p.grad / before for p in model.parameters()]
-                error = max(
-                    error,
-                    max(
-                        ((g - t).abs().max() / t.abs().max()).item()
-                        for g, t in zip(got, true)
-                    ),
-                )
+                errors = [
+                    (g - t).abs().max() / t.abs().max() for g, t in zip(got, true)
+                ]
+                error = max(error, max(e.item() for e in errors))
             scaler.step(opt)
             scaler.update()
             opt.zero_grad(set_to_none=True)

@@ -1,15 +1,11 @@
 """Question 12 of chapter 9: activation checkpointing with autocast. A checkpointed
-block saves only its input in the forward and runs again in the backward; the
-tensors it makes the second time must match the first, in shape and dtype. The
-backward runs outside the autocast region (as PyTorch recommends), so a
+block runs again in the backward, which runs outside the autocast region; a
 recomputation that does not restore the forward's autocast state makes fp32 tensors
-where the forward made fp16 ones, and ``torch.utils.checkpoint`` raises
-"Recomputed values ... have different metadata". ``torch.utils.checkpoint``
-restores that state itself (it records it when the forward runs); what breaks it is
-a recomputation under another state, planted here as a recompute context with
-autocast off (what a hand-written checkpoint that reruns the block in the backward
-does). Forward hooks record the dtype of each Linear's output in the forward and in
-the recomputation; the check compares them and the gradients with an unchecked
+where the forward made fp16 ones, and ``torch.utils.checkpoint`` raises "Recomputed
+values ... have different metadata". It restores that state itself; what breaks it
+is a recomputation under another state (planted: a recompute context with autocast
+off, as a hand-written checkpoint has). Forward hooks record each Linear's output
+dtype in both passes; the check compares them and the gradients with an unchecked
 run."""
 
 from __future__ import annotations
@@ -24,14 +20,12 @@ from ampbook.chapters.ch9.overflow import FeedForward, batch
 
 
 def forward_state():
-    """The recompute context of the fix: none added, so the recomputation runs
-    under the autocast state ``torch.utils.checkpoint`` recorded in the forward."""
+    """The fix: no recompute context added (the forward's recorded autocast state)."""
     return contextlib.nullcontext(), contextlib.nullcontext()
 
 
 def autocast_off():
-    """The failure, planted: the recomputation runs with autocast off, as the
-    backward outside the autocast region does."""
+    """The failure, planted: the recomputation runs with autocast off."""
     return contextlib.nullcontext(), torch.amp.autocast("cpu", enabled=False)
 
 
@@ -53,35 +47,30 @@ class CheckpointCheck:
 
     @property
     def same_dtypes(self) -> bool:
-        """The recomputation stops once it has made every tensor the backward
-        needs (``torch.utils.checkpoint``'s early stop): its outputs are compared
-        with the forward's first ones."""
+        """Compared with the forward's first outputs: the recomputation stops once it
+        has what the backward needs."""
         n = len(self.recomputed_dtypes)
         return n > 0 and self.recomputed_dtypes == self.forward_dtypes[:n]
 
     @property
     def ok(self) -> bool:
-        return (
-            self.error is None
-            and self.same_dtypes
-            and self.grad_difference <= self.tolerance
-        )
+        close = self.grad_difference <= self.tolerance
+        return self.error is None and self.same_dtypes and close
 
     def verdict(self) -> str:
         same = "the same dtypes" if self.same_dtypes else "other dtypes"
         error = f"; the backward raised `{self.error}`" if self.error else ""
-        grads = (
-            f"the gradients differ from the unchecked run's by at most "
-            f"{self.grad_difference:.1e} (tolerance {self.tolerance:.0e})"
-            if self.error is None
-            else "no gradients"
-        )
+        grads = "no gradients"
+        if self.error is None:
+            grads = (
+                f"the gradients differ from the unchecked run's by at most "
+                f"{self.grad_difference:.1e} (tolerance {self.tolerance:.0e})"
+            )
         return (
             f"Measured: the forward's Linear outputs were "
             f"{', '.join(self.forward_dtypes)}; the recomputation made "
             f"{', '.join(self.recomputed_dtypes) or 'none'} ({same}){error}; "
-            f"{grads}: "
-            + ("the checkpoint is exact." if self.ok else "the checkpoint fails.")
+            f"{grads}: the checkpoint {'is exact' if self.ok else 'fails'}."
         )
 
 
@@ -92,9 +81,8 @@ def _grads(block) -> list[torch.Tensor]:
 
 
 def check_checkpoint(context_fn=forward_state, seed: int = 0, tolerance=1e-3):
-    """Run ``checkpointed_step`` with ``context_fn`` and record the Linear outputs'
-    dtypes with forward hooks (they fire in the forward and again in the
-    recomputation); compare the gradients with the same step unchecked."""
+    """Run ``checkpointed_step`` with ``context_fn``, the Linear outputs' dtypes
+    recorded by hooks in both passes; compare the gradients with the step unchecked."""
     torch.manual_seed(seed)
     block, x = FeedForward(), batch(seed=seed)
     with torch.amp.autocast("cpu", dtype=torch.float16):
@@ -116,8 +104,6 @@ def check_checkpoint(context_fn=forward_state, seed: int = 0, tolerance=1e-3):
             h.remove()
     diff = float("inf")
     if error is None:
-        got = _grads(block)
-        diff = max(
-            ((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, reference)
-        )
+        pairs = zip(_grads(block), reference)
+        diff = max(((a - b).abs().max() / b.abs().max()).item() for a, b in pairs)
     return CheckpointCheck(seen[:2], seen[2:], error, diff, tolerance)

@@ -1,12 +1,8 @@
 """Question 8 of chapter 9: "Detected call of `lr_scheduler.step()` before
-`optimizer.step()`" after a step GradScaler skipped. When the scaler finds an inf in
-the first step's gradients it skips ``optimizer.step()``, and a scheduler stepped
-unconditionally warns, and from then on runs one step ahead of the optimizer for
-every skipped step. The fix steps the scheduler only when the optimizer stepped.
-With one optimizer per scaler the scale shows it: ``scaler.update()`` lowers it
-exactly when that step was skipped. With several, the scale falls when any of them
-skipped, so each optimizer's own step count (``count_steps``) tells it
-(``check_shared_schedulers``)."""
+`optimizer.step()`" after a step GradScaler skipped: a scheduler stepped every time
+warns and runs one step ahead for every skipped step. The fix steps it only when the
+optimizer stepped: with one optimizer per scaler, when the scale did not fall; with
+several, when the optimizer's own step count moved (``count_steps``)."""
 
 from __future__ import annotations
 
@@ -62,45 +58,32 @@ class SchedulerCheck:
 
     def verdict(self) -> str:
         warned = "warned" if self.warned else "did not warn"
+        end = "follows" if self.ok else "runs ahead of"
         return (
             f"Measured over {self.steps} fp16 steps, {self.skipped} skipped by the "
             f"scaler: the optimizer stepped {self.optimizer_steps} times, the "
             f"scheduler {self.scheduler_steps}, and PyTorch {warned}: "
-            + (
-                "the schedule follows the optimizer."
-                if self.ok
-                else "the schedule runs ahead of the optimizer."
-            )
+            f"the schedule {end} the optimizer."
         )
 
 
 def check_scheduler(step, steps: int = 4, skip: int = 1, seed: int = 0):
-    """Run ``step`` (``step_always`` or ``step_when_stepped``) ``steps`` times with a
-    StepLR scheduler and a GradScaler at 2^16, the first ``skip`` steps with an
-    overflow planted (the loss times 1e30: finite in fp32, inf once scaled in fp16);
-    count the optimizer's steps with a hook and the scheduler's from
-    ``last_epoch``."""
+    """Run ``step`` ``steps`` times with a StepLR scheduler and a GradScaler at 2^16,
+    the first ``skip`` with an overflow planted (the loss times 1e30); count the
+    optimizer's steps with a hook and the scheduler's from ``last_epoch``."""
     model = tiny_model(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     scaler = torch.amp.GradScaler("cpu")
-    counted = [0]
-    optimizer.register_step_post_hook(lambda *a: counted.__setitem__(0, counted[0] + 1))
+    counted = count_steps(optimizer)
     images, labels = tiny_batch(2, 8, seed)
     skipped = 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i in range(steps):
             before = scaler.get_scale()
-            step(
-                model,
-                optimizer,
-                scheduler,
-                scaler,
-                images,
-                labels,
-                plant=1e30 if i < skip else 1.0,
-            )
+            plant = 1e30 if i < skip else 1.0
+            step(model, optimizer, scheduler, scaler, images, labels, plant=plant)
             skipped += scaler.get_scale() < before
     warned = any(SCHEDULER_WARNING in str(w.message) for w in caught)
     return SchedulerCheck(steps, skipped, counted[0], scheduler.last_epoch, warned)
@@ -128,28 +111,24 @@ class SharedSchedulers:
         return self.optimizer_steps == self.scheduler_steps
 
     def verdict(self) -> str:
-        how = {
-            "scale": "each scheduler stepped when the scale did not fall",
-            "count": "each scheduler stepped when its optimizer's count moved",
-        }[self.rule]
+        how = "the scale did not fall"
+        how = how if self.rule == "scale" else "its optimizer's count moved"
         return (
-            f"Measured with two optimizers on one scaler, {how}: the optimizers "
+            f"Measured with two optimizers on one scaler, each scheduler stepped when "
+            f"{how}: the optimizers "
             f"stepped {self.optimizer_steps[0]} and {self.optimizer_steps[1]} times, "
             f"their schedulers {self.scheduler_steps[0]} and "
             f"{self.scheduler_steps[1]}: "
-            + (
-                "each schedule follows its optimizer."
-                if self.ok
-                else "a schedule falls behind its optimizer."
-            )
+            f"{'each schedule follows' if self.ok else 'a schedule falls behind'} "
+            "its optimizer."
         )
 
 
 def check_shared_schedulers(rule: str = "count", steps: int = 3, seed: int = 0):
-    """``steps`` fp16 iterations of two tiny models, each with its own loss,
-    optimizer and StepLR scheduler, on one GradScaler (at 2^10), an overflow planted
-    in the second loss of the first iteration (the second optimizer skips, the first
-    steps, the scale halves); each scheduler stepped by ``rule``."""
+    """``steps`` fp16 iterations of two tiny models, each with its own loss, optimizer
+    and StepLR scheduler, on one GradScaler at 2^10, an overflow planted in the second
+    loss of the first (the second optimizer skips, the scale halves); each scheduler
+    stepped by ``rule``."""
     if rule not in ("scale", "count"):
         raise ValueError(f"rule must be 'scale' or 'count', not {rule!r}")
     models = [tiny_model(seed), tiny_model(seed + 1)]

@@ -1,10 +1,8 @@
 """Question 17 of chapter 9: TF32's ``fp32_precision`` switches (PyTorch 2.9 and
-later) replacing ``allow_tf32``. Code that sets TF32 through the new switches, as a
-library may, and then reads the legacy ``torch.backends.cudnn.allow_tf32`` or
-``torch.get_float32_matmul_precision()`` raises a RuntimeError about "a mix of the
-legacy and new APIs". The fix reads and writes only the new switches
-(``ampbook.core.env.tf32_state``, ``ampbook.core.precision.set_tf32``), the legacy
-flags only on a PyTorch that lacks them."""
+later) replacing ``allow_tf32``. After TF32 is set through the new switches, reading
+the legacy flags raises a RuntimeError about "a mix of the legacy and new APIs"; the
+fix reads and writes only the new switches (``env.tf32_state``,
+``precision.set_tf32``), the legacy flags only on a PyTorch without them."""
 
 from __future__ import annotations
 
@@ -43,8 +41,8 @@ def kept_fp32_precision():
 
 
 def mixed_state() -> None:
-    """What a library may leave: cuDNN convolutions set to TF32 and cuDNN RNNs to
-    full fp32 through the new switches, which the legacy single flag cannot say."""
+    """What a library may leave: cuDNN convolutions TF32 and RNNs full fp32, which the
+    legacy single flag cannot say."""
     torch.backends.cudnn.conv.fp32_precision = "tf32"
     torch.backends.cudnn.rnn.fp32_precision = "ieee"
 
@@ -69,33 +67,25 @@ class Tf32Check:
 
     @property
     def ok(self) -> bool:
-        return (
-            self.reader_error is None
-            and self.read is not None
-            and self.set_on == {"matmul": "tf32", "cudnn_conv": "tf32"}
-            and self.set_off == {"matmul": "ieee", "cudnn_conv": "ieee"}
-            and self.warnings == 0
-        )
+        on, off = ({"matmul": v, "cudnn_conv": v} for v in ("tf32", "ieee"))
+        read = self.reader_error is None and self.read is not None
+        return read and (self.set_on, self.set_off) == (on, off) and not self.warnings
 
     def verdict(self) -> str:
         if not self.new_api:
             return (
                 "This PyTorch has no fp32_precision switches: the legacy flags apply."
             )
-        legacy = (
-            f"the legacy read raised a RuntimeError ({self.legacy_error})"
-            if self.legacy_error
-            else "the legacy read did not raise"
-        )
-        reader = (
-            f"the reader under test read {self.read}"
-            if self.reader_error is None
-            else f"the reader under test raised ({self.reader_error})"
-        )
+        legacy = "the legacy read did not raise"
+        if self.legacy_error:
+            legacy = f"the legacy read raised a RuntimeError ({self.legacy_error})"
+        reader = f"the reader under test read {self.read}"
+        if self.reader_error is not None:
+            reader = f"the reader under test raised ({self.reader_error})"
         return (
             f"Measured in the mixed state: {legacy}; {reader}. Set on and off, it "
             f"read {self.set_on} and {self.set_off}, with {self.warnings} warnings: "
-            + ("the new switches work." if self.ok else "the reader fails.")
+            f"{'the new switches work' if self.ok else 'the reader fails'}."
         )
 
 
@@ -104,9 +94,8 @@ def _first_words(error: Exception, n: int = 9) -> str:
 
 
 def check_tf32(reader=tf32_state, writer=set_tf32) -> Tf32Check:
-    """Put torch in the mixed state, read it the legacy way and with ``reader``, then
-    set TF32 on and off with ``writer`` and read it back; every switch restored
-    after."""
+    """Put torch in the mixed state, read it the legacy way and with ``reader``, set
+    TF32 on and off with ``writer`` and read it back; every switch restored after."""
     if not has_fp32_precision():
         return Tf32Check(False, None, None, None, None, None, 0)
     with kept_fp32_precision(), warnings.catch_warnings(record=True) as caught:

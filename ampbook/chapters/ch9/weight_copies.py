@@ -1,13 +1,9 @@
-"""Question 5 of chapter 9: mixed precision uses more memory. A training step keeps
-the fp32 weights, their fp32 gradients and the optimizer's fp32 state whatever the
-precision; autocast halves the activations it saves for backward but adds a 16-bit
-copy of every weight it casts (chapter 3's and 4's count,
-``ampbook.measure.memory``). With few tokens per step, as in fine-tuning a wide
-model on short batches, the copies outweigh the halved activations and AMP's step
-needs more memory than fp32's. The diagnosis splits the saved bytes by dtype; the
-fix is a step above the crossover that chapter 3's straight line predicts from two
-small measurements (``memory.fit_line``, ``memory.crossover_pixels``, here in tokens
-instead of pixels)."""
+"""Question 5 of chapter 9: mixed precision uses more memory. A step keeps fp32
+weights, gradients and optimizer state whatever the precision; autocast halves the
+saved activations but adds a 16-bit copy of every weight it casts. With few tokens
+per step (a wide model on short batches) the copies outweigh the savings. The fix is
+a step above the crossover chapter 3's straight line predicts from two small
+measurements (``memory.fit_line``, ``memory.crossover_pixels``, here in tokens)."""
 
 from __future__ import annotations
 
@@ -22,22 +18,17 @@ from ampbook.measure import memory
 
 
 def wide_model(seed: int = 0, width: int = 256, hidden: int = 1024) -> nn.Module:
-    """Two wide feed-forward blocks, each followed by a LayerNorm: a model whose
-    weights are large next to a short batch's activations."""
+    """Two wide feed-forward blocks, each followed by a LayerNorm: weights large next
+    to a short batch's activations."""
     torch.manual_seed(seed)
-    return nn.Sequential(
-        FeedForward(width, hidden),
-        nn.LayerNorm(width),
-        FeedForward(width, hidden),
-        nn.LayerNorm(width),
-    )
+    ff, ln = FeedForward, nn.LayerNorm
+    return nn.Sequential(ff(width, hidden), ln(width), ff(width, hidden), ln(width))
 
 
 def step_bytes(model: nn.Module, tokens: int, dtype=None, seed: int = 0) -> dict:
-    """A step's memory on ``tokens`` rows: the new bytes saved for backward
-    (``memory.saved_for_backward``, split by dtype) and the fp32 weights, gradients
-    and Adam state beside them (``memory.ADAM_STATE_BYTES_PER_PARAM`` per weight).
-    ``dtype=None``: fp32; else CPU autocast in ``dtype``."""
+    """A step's memory on ``tokens`` rows: the new bytes saved for backward (by
+    dtype) and the fp32 weights, gradients and Adam state (``dtype=None``: fp32; else
+    CPU autocast in ``dtype``)."""
     width = model[0].up.in_features
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(tokens, width, generator=g)
@@ -67,14 +58,12 @@ class MemoryCheck:
 
     @property
     def as_predicted(self) -> bool:
-        """The measured side agrees with the predicted one: AMP saves memory above
-        the predicted crossover and costs memory below it."""
+        """AMP saves memory above the predicted crossover and costs it below."""
         return (self.tokens >= self.crossover_tokens) == (not self.amp_costs)
 
     @property
     def ok(self) -> bool:
-        """The fix works: the step is above the predicted crossover and AMP's
-        measured step is smaller than fp32's there."""
+        """The fix works: above the crossover, AMP's step is smaller than fp32's."""
         return self.tokens >= self.crossover_tokens and not self.amp_costs
 
     def verdict(self) -> str:
@@ -96,18 +85,18 @@ class MemoryCheck:
 def check_memory(
     tokens: int, fit_tokens=(8, 64), seed: int = 0, crossover: float | None = None
 ) -> MemoryCheck:
-    """Fit the new saved bytes of fp32 and fp16 autocast on two small steps
-    (``fit_tokens``), predict the crossover (or take ``crossover``, for a test that
-    plants a wrong prediction), then measure both at ``tokens``."""
+    """Fit fp32's and fp16 autocast's saved bytes on two small steps, predict the
+    crossover (or take ``crossover``: a test plants a wrong one), measure at
+    ``tokens``."""
     model = wide_model(seed)
     if crossover is None:
-        lines = {}
-        for dtype in (None, torch.float16):
-            points = [
-                (n, step_bytes(model, n, dtype, seed)["saved"]) for n in fit_tokens
-            ]
-            lines[dtype] = memory.fit_line(points)
-        crossover = memory.crossover_pixels(lines[None], lines[torch.float16])
+        lines = [
+            memory.fit_line(
+                [(n, step_bytes(model, n, dt, seed)["saved"]) for n in fit_tokens]
+            )
+            for dt in (None, torch.float16)
+        ]
+        crossover = memory.crossover_pixels(*lines)
     fp32 = step_bytes(model, tokens, None, seed)
     amp = step_bytes(model, tokens, torch.float16, seed)
     return MemoryCheck(tokens, fp32["total"], amp["total"], crossover, fp32["static"])
