@@ -426,13 +426,7 @@ def leave_one_out(
     n = len(rows)
     inside = sum(r["inside"] for r in rows) / n if n else None
     width = statistics.median(r["width"] for r in rows) if n else None
-    return {
-        "rows": rows,
-        "n": n,
-        "inside": inside,
-        "median_width": width,
-        "no_range": none,
-    }
+    return dict(rows=rows, n=n, inside=inside, median_width=width, no_range=none)
 
 
 def fit(

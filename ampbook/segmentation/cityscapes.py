@@ -458,10 +458,7 @@ class DecodedCache:
 
     @classmethod
     def build(
-        cls,
-        dataset: Cityscapes,
-        device: torch.device | str = "cpu",
-        workers: int = 0,
+        cls, dataset: Cityscapes, device: torch.device | str = "cpu", workers: int = 0
     ) -> "DecodedCache":
         """Decode every item of ``dataset`` (``workers`` processes) onto ``device``
         (check the size first: ``check_cache_fits``)."""
