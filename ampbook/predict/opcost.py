@@ -187,11 +187,6 @@ class OpCost:
     def bytes(self) -> float:
         return self.read_bytes + self.write_bytes
 
-    @property
-    def intensity(self) -> float:
-        """Arithmetic intensity, FLOPs per byte."""
-        return self.flops / self.bytes if self.bytes else math.inf
-
 
 def _tensors(value) -> list[torch.Tensor]:
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
