@@ -61,19 +61,14 @@ CLASS_NAMES: tuple[str, ...] = tuple(
 )
 
 
-def _label_tables() -> tuple[np.ndarray, np.ndarray]:
-    """labelId (0..255) -> trainId lookup, and which labelIds the table knows."""
-    lut = np.full(256, IGNORE_INDEX, dtype=np.uint8)
-    known = np.zeros(256, dtype=bool)
-    for lab in _CS_LABELS:
-        if lab.id < 0:  # 'license plate' (id -1) cannot occur in a uint8 label image
-            continue
-        known[lab.id] = True
-        lut[lab.id] = lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX
-    return lut, known
-
-
-LABEL_TO_TRAIN, KNOWN_LABEL_IDS = _label_tables()
+# labelId (0..255) -> trainId, and which labelIds the table knows ('license plate',
+# id -1, cannot occur in a uint8 label image)
+_IDS = [lab for lab in _CS_LABELS if lab.id >= 0]
+KNOWN_LABEL_IDS = np.isin(np.arange(256), [lab.id for lab in _IDS])
+LABEL_TO_TRAIN = np.full(256, IGNORE_INDEX, dtype=np.uint8)
+LABEL_TO_TRAIN[[lab.id for lab in _IDS]] = [
+    lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX for lab in _IDS
+]
 TRAIN_TO_LABEL = np.array(
     [next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
     dtype=np.uint8,
