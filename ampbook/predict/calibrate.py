@@ -306,13 +306,10 @@ def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
     distance = max(0.0, -math.log(max(r["weight"] for r in rows)))
     total, acc, basis = sum(r["weight"] for r in rows), 0.0, []
     for r in rows:
-        basis.append(r["key"])
         r["weight_share"] = r["weight"] / total
-        acc += r["weight"]
-        if acc >= 0.8 * total:
-            break
-    for r in rows:
-        r.setdefault("weight_share", r["weight"] / total)
+        if acc < 0.8 * total:
+            basis.append(r["key"])
+            acc += r["weight"]
     return point, spread, kernel, distance, errors.error(distance), basis
 
 
