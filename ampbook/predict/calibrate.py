@@ -306,13 +306,10 @@ def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
     distance = max(0.0, -math.log(max(r["weight"] for r in rows)))
     total, acc, basis = sum(r["weight"] for r in rows), 0.0, []
     for r in rows:
-        basis.append(r["key"])
         r["weight_share"] = r["weight"] / total
-        acc += r["weight"]
-        if acc >= 0.8 * total:
-            break
-    for r in rows:
-        r.setdefault("weight_share", r["weight"] / total)
+        if acc < 0.8 * total:
+            basis.append(r["key"])
+            acc += r["weight"]
     return point, spread, kernel, distance, errors.error(distance), basis
 
 
@@ -426,13 +423,7 @@ def leave_one_out(
     n = len(rows)
     inside = sum(r["inside"] for r in rows) / n if n else None
     width = statistics.median(r["width"] for r in rows) if n else None
-    return {
-        "rows": rows,
-        "n": n,
-        "inside": inside,
-        "median_width": width,
-        "no_range": none,
-    }
+    return dict(rows=rows, n=n, inside=inside, median_width=width, no_range=none)
 
 
 def fit(

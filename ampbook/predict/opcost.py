@@ -187,11 +187,6 @@ class OpCost:
     def bytes(self) -> float:
         return self.read_bytes + self.write_bytes
 
-    @property
-    def intensity(self) -> float:
-        """Arithmetic intensity, FLOPs per byte."""
-        return self.flops / self.bytes if self.bytes else math.inf
-
 
 def _tensors(value) -> list[torch.Tensor]:
     return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
@@ -223,18 +218,12 @@ def _rnn_flops(x, mode: int, hidden: int, layers: int, batch_first: bool, bidir:
     from ampbook.measure.cuda_kernels import RNN_GATES
 
     steps, batch = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
-    feat, h, n, dirs, g = (
-        x.shape[-1],
-        hidden,
-        layers,
-        2 if bidir else 1,
-        RNN_GATES[mode],
-    )
+    feat, h, dirs, g = x.shape[-1], hidden, 2 if bidir else 1, RNN_GATES[mode]
     mma = sum(
         dirs * 2 * steps * batch * g * h * ((feat if i == 0 else h * dirs) + h)
-        for i in range(n)
+        for i in range(layers)
     )
-    return float(mma), float(5 * steps * batch * g * h * n * dirs)
+    return float(mma), float(5 * steps * batch * g * h * layers * dirs)
 
 
 def _rnn_kernels(x, batch_first: bool, layers: int, bidir: bool, backward: bool) -> int:

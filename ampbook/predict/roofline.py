@@ -197,11 +197,6 @@ class Prediction:
         return rows
 
     @property
-    def unmodelled_share(self) -> float:
-        """Share of the operators' predicted time spent in unmodelled operators."""
-        return sum(r["time_share"] for r in self.unmodelled)
-
-    @property
     def max_images_per_s(self) -> float:
         """The most images per second the device can train (an upper bound)."""
         return self.trace.batch_size / self.min_step_s

@@ -23,7 +23,8 @@ One definition of each number, used by every chapter:
 
 Runs pair (``pair_runs``) only on the same device and ``Setting`` (resolution, batch,
 memory format, workers, training images, synthetic or real data): an fp32 baseline
-(TF32 on and strict apart) against an AMP run.
+(TF32 on and strict apart) against an AMP run. (Names imported ``as`` themselves
+below are re-exported: the chapters import them from here.)
 """
 
 from __future__ import annotations
@@ -36,25 +37,24 @@ from pathlib import Path
 from typing import Any
 
 from ampbook.core import cli
-from ampbook.core.modes import MODES
+from ampbook.core.modes import MODES as MODES
 from ampbook.core.paths import RESULTS_DIR
 from ampbook.results.schema import (
     LADDER_SCHEMA,
     LAYER_SCHEMA,
     LOADER_SCHEMA,
     MATMUL_SCHEMA,
-    MODE_LABELS,
-    PEAK_CUDA,
-    SAVED_FOR_BACKWARD,
     SCHEMAS,
     TRAIN_SCHEMA,
     TRAIN_SCHEMA_VERSION,
     ResultsError,
-    provenance,
 )
+from ampbook.results.schema import MODE_LABELS as MODE_LABELS
+from ampbook.results.schema import PEAK_CUDA as PEAK_CUDA
+from ampbook.results.schema import SAVED_FOR_BACKWARD as SAVED_FOR_BACKWARD
+from ampbook.results.schema import provenance as provenance
 from ampbook.results.sweeps import (
     Ladder,
-    LadderCell,
     LayerProfile,
     LoaderSweep,
     MatmulSweep,
@@ -64,13 +64,14 @@ from ampbook.results.sweeps import (
     read_loader,
     read_matmul,
 )
+from ampbook.results.sweeps import LadderCell as LadderCell
 from ampbook.results.train_runs import (
     RunPair,
-    Setting,
     TrainRun,
     pair_runs,
     summarise_run,
 )
+from ampbook.results.train_runs import Setting as Setting
 
 
 @dataclass(frozen=True)
@@ -295,33 +296,3 @@ def _drop_repeats(rs: ResultSet) -> None:
             bool(lp.record.get("channels_last")),
         ),
     )
-
-
-__all__ = [
-    "LADDER_SCHEMA",
-    "LAYER_SCHEMA",
-    "LOADER_SCHEMA",
-    "MODES",
-    "MODE_LABELS",
-    "PEAK_CUDA",
-    "SAVED_FOR_BACKWARD",
-    "TRAIN_SCHEMA_VERSION",
-    "Ladder",
-    "LadderCell",
-    "LayerProfile",
-    "MatmulSweep",
-    "ResultSet",
-    "ResultsError",
-    "RunPair",
-    "Setting",
-    "TrainRun",
-    "load_results",
-    "load_results_dir",
-    "pair_runs",
-    "provenance",
-    "read_file",
-    "read_ladder",
-    "read_layer_profile",
-    "read_loader",
-    "summarise_run",
-]

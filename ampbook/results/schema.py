@@ -41,9 +41,7 @@ class ResultsError(ValueError, cli.UserError):
 
 
 def provenance(
-    environment: dict,
-    date: str | None = None,
-    settings: dict[str, Any] | None = None,
+    environment: dict, date: str | None = None, settings: dict[str, Any] | None = None
 ) -> str:
     """The one-line provenance of a measurement: device, day, torch/CUDA/cuDNN, CPU
     threads, then ``settings`` as ``key value`` pairs. Every part is escaped page text:
@@ -91,8 +89,7 @@ def _count(
     if (
         isinstance(value, bool)
         or not isinstance(value, int)
-        or value < least
-        or value > most
+        or not least <= value <= most
     ):
         raise ResultsError(
             f"{where}: {field} must be an integer from {least} to {most:,}, got "

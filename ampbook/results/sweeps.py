@@ -48,11 +48,6 @@ class LayerTime:
     measured_s: float
     predicted_s: float
 
-    @property
-    def ratio(self) -> float | None:
-        """Measured over predicted (how far above its roofline bound the module ran)."""
-        return self.measured_s / self.predicted_s if self.predicted_s > 0 else None
-
 
 @dataclass(frozen=True)
 class LayerProfile:

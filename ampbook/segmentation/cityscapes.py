@@ -61,19 +61,14 @@ CLASS_NAMES: tuple[str, ...] = tuple(
 )
 
 
-def _label_tables() -> tuple[np.ndarray, np.ndarray]:
-    """labelId (0..255) -> trainId lookup, and which labelIds the table knows."""
-    lut = np.full(256, IGNORE_INDEX, dtype=np.uint8)
-    known = np.zeros(256, dtype=bool)
-    for lab in _CS_LABELS:
-        if lab.id < 0:  # 'license plate' (id -1) cannot occur in a uint8 label image
-            continue
-        known[lab.id] = True
-        lut[lab.id] = lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX
-    return lut, known
-
-
-LABEL_TO_TRAIN, KNOWN_LABEL_IDS = _label_tables()
+# labelId (0..255) -> trainId, and which labelIds the table knows ('license plate',
+# id -1, cannot occur in a uint8 label image)
+_IDS = [lab for lab in _CS_LABELS if lab.id >= 0]
+KNOWN_LABEL_IDS = np.isin(np.arange(256), [lab.id for lab in _IDS])
+LABEL_TO_TRAIN = np.full(256, IGNORE_INDEX, dtype=np.uint8)
+LABEL_TO_TRAIN[[lab.id for lab in _IDS]] = [
+    lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX for lab in _IDS
+]
 TRAIN_TO_LABEL = np.array(
     [next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
     dtype=np.uint8,
@@ -220,7 +215,18 @@ def png_damage(raw: bytes | memoryview) -> str | None:
 
 def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
     """A PNG decoded by libpng through ``torchvision.io`` (the fastest decoder here;
-    C x H x W), else by Pillow (H x W (x 3)); a damaged file raises before libpng."""
+    C x H x W), else by Pillow (H x W (x 3)); a damaged file raises before libpng, and
+    every failure is a ``DataError`` without the C++ source location torchvision puts
+    in front of its complaint."""
+    try:
+        return _decode_raw(path, rgb)
+    except (RuntimeError, ValueError, OSError, SyntaxError) as err:
+        why = re.sub(r"^.*?\.cpp:\d+, ", "", str(err)).strip()
+        what = "image" if rgb else "label file"
+        raise DataError(f"cannot decode {what} {path}: {why}") from None
+
+
+def _decode_raw(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
     _regular(path)
     if decode_png is not None:
         raw = np.fromfile(path, dtype=np.uint8)
@@ -239,18 +245,9 @@ def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
         return np.array(img.convert("RGB") if rgb else img)
 
 
-def _why(err: BaseException) -> str:
-    """A decoder's complaint without the C++ source location torchvision puts in
-    front."""
-    return re.sub(r"^.*?\.cpp:\d+, ", "", str(err)).strip()
-
-
 def read_image(path: Path) -> torch.Tensor:
     """An RGB PNG as a uint8 3 x H x W tensor."""
-    try:
-        out = _decode_png(path, rgb=True)
-    except (RuntimeError, ValueError, OSError, SyntaxError) as err:
-        raise DataError(f"cannot decode image {path}: {_why(err)}") from None
+    out = _decode_png(path, rgb=True)
     return (
         out
         if isinstance(out, torch.Tensor)
@@ -261,17 +258,10 @@ def read_image(path: Path) -> torch.Tensor:
 def read_label_ids(path: Path) -> np.ndarray:
     """A labelIds PNG as an H x W uint8 array; ids outside the Cityscapes table are an
     error."""
-    try:
-        arr = _decode_png(path, rgb=False)
-    except (RuntimeError, ValueError, OSError, SyntaxError) as err:
-        raise DataError(f"cannot decode label file {path}: {_why(err)}") from None
+    arr = _decode_png(path, rgb=False)
     if isinstance(arr, torch.Tensor):  # C x H x W, as Pillow's H x W (x C)
         arr = arr[0].numpy() if arr.shape[0] == 1 else arr.permute(1, 2, 0).numpy()
-    if arr.ndim != 2:
-        raise DataError(
-            f"label file {path} has {arr.shape[-1]} channels; a labelIds PNG has one "
-            "(the Cityscapes labelId of each pixel)"
-        )
+    _check_label(path, 1 if arr.ndim == 2 else arr.shape[-1])
     if arr.dtype != np.uint8:  # 16-bit PNG: ids above 255 are outside the table
         unknown = np.unique(arr[arr > 255])[:20]
         if not unknown.size:
@@ -285,6 +275,20 @@ def read_label_ids(path: Path) -> np.ndarray:
         f"label file {path} holds ids outside the Cityscapes label table "
         f"(cityscapesscripts.helpers.labels): {unknown.tolist()}"
     )
+
+
+def _check_label(path: Path, channels: int, size=None, image=None, image_size=None):
+    """A label file has one channel and (given its image's) its image's size (W, H)."""
+    if channels != 1:
+        raise DataError(
+            f"label file {path} has {channels} channels; a labelIds PNG has one (the "
+            "Cityscapes labelId of each pixel)"
+        )
+    if size != image_size:
+        raise DataError(
+            f"image {image} is {image_size[0]}x{image_size[1]} but its label file "
+            f"{path} is {size[0]}x{size[1]} (W x H)"
+        )
 
 
 def check_headers(pairs: list[tuple[Path, Path]]) -> None:
@@ -303,16 +307,7 @@ def check_headers(pairs: list[tuple[Path, Path]]) -> None:
     for image_path, label_path in pairs:
         size, _ = header(image_path, "image")
         lsize, channels = header(label_path, "label file")
-        if channels != 1:
-            raise DataError(
-                f"label file {label_path} has {channels} channels; a labelIds PNG "
-                "has one (the Cityscapes labelId of each pixel)"
-            )
-        if size != lsize:
-            raise DataError(
-                f"image {image_path} is {size[0]}x{size[1]} but its label file "
-                f"{label_path} is {lsize[0]}x{lsize[1]} (W x H)"
-            )
+        _check_label(label_path, channels, lsize, image_path, size)
 
 
 def _to_float(images: torch.Tensor, normalize: bool) -> torch.Tensor:
@@ -367,11 +362,8 @@ class Cityscapes(Dataset):
         image_path, label_path = self.pairs[index]
         image = read_image(image_path)
         ids = read_label_ids(label_path)
-        if tuple(image.shape[1:]) != ids.shape:
-            raise DataError(
-                f"image {image_path} is {image.shape[2]}x{image.shape[1]} but its "
-                f"label file {label_path} is {ids.shape[1]}x{ids.shape[0]} (W x H)"
-            )
+        h, w = ids.shape
+        _check_label(label_path, 1, (w, h), image_path, tuple(image.shape[:0:-1]))
         # Nearest-neighbour resizing and flipping only move pixels, so the labelId ->
         # trainId lookup can come after them, on the smaller label.
         image, mask = self.resize(
@@ -461,10 +453,7 @@ class DecodedCache:
 
     @classmethod
     def build(
-        cls,
-        dataset: Cityscapes,
-        device: torch.device | str = "cpu",
-        workers: int = 0,
+        cls, dataset: Cityscapes, device: torch.device | str = "cpu", workers: int = 0
     ) -> "DecodedCache":
         """Decode every item of ``dataset`` (``workers`` processes) onto ``device``
         (check the size first: ``check_cache_fits``)."""

@@ -131,11 +131,7 @@ class SegmentationMetrics:
         miou = float(iou[valid].mean()) if bool(valid.any()) else float("nan")
         total = float(m.sum())
         accuracy = float(tp.sum()) / total if total > 0 else float("nan")
-        return {
-            "iou": [float(v) for v in iou],
-            "miou": miou,
-            "pixel_accuracy": accuracy,
-        }
+        return dict(iou=[float(v) for v in iou], miou=miou, pixel_accuracy=accuracy)
 
 
 GT_SUFFIX = "_gtFine_labelIds.png"
