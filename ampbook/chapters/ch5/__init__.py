@@ -162,16 +162,9 @@ def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
         amp = p.amp.precision
         tr = {"fp32": trace(p.setting, "fp32"), amp: trace(p.setting, amp)}
         b = bound_pair(tr, dev, amp, baseline_tf32=p.baseline.tf32)
-        out.append(
-            BoundCheck(
-                p,
-                dev.key,
-                b["fp32"].min_step_s,
-                b["amp"].min_step_s,
-                _profile_for(profiles, p.setting, p.amp.mode),
-                _profile_for(profiles, p.setting, p.baseline.mode),
-            )
-        )
+        bounds = b["fp32"].min_step_s, b["amp"].min_step_s
+        profs = [_profile_for(profiles, p.setting, r.mode) for r in (p.amp, p.baseline)]
+        out.append(BoundCheck(p, dev.key, *bounds, *profs))
     return out
 
 
@@ -294,11 +287,9 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
     if prof is not None:
         b, a = prof
         text += (
-            f" Timed alone (layer profiles): step "
-            f"{step_alone(profile_pairs, pair=p)}, kernels "
-            f"{kernel_speedup(profile_pairs, pair=p)}; GPU idle "
-            f"{a.idle_s * 1e3:.1f} ms against fp32's "
-            f"{b.idle_s * 1e3:.1f} ms."
+            f" Timed alone (layer profiles): step {step_alone(profile_pairs, pair=p)}, "
+            f"kernels {kernel_speedup(profile_pairs, pair=p)}; GPU idle "
+            f"{a.idle_s * 1e3:.1f} ms against fp32's {b.idle_s * 1e3:.1f} ms."
         )
     return text
 
