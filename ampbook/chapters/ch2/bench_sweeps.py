@@ -37,11 +37,8 @@ def supported_dtypes(device: str | torch.device = "auto") -> list[str]:
 
 def _predict(measured: dict[int, float], n: int) -> float | None:
     """Seconds per call of an n^3 matmul, cubic from the nearest smaller size."""
-    smaller = [m for m in measured if m <= n]
-    if not smaller:
-        return None
-    m = max(smaller)
-    return measured[m] * (n / m) ** 3
+    m = max((m for m in measured if m <= n), default=None)
+    return None if m is None else measured[m] * (n / m) ** 3
 
 
 def _best_of(results: list[dict]) -> dict:
