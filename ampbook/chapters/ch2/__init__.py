@@ -292,16 +292,10 @@ def sweep_summary(record: dict, devices: dict) -> str:
     for d, r in best.items():
         text = f"{d} {r['tflops']:.4g} TFLOP/s at n = {r['n']}"
         peak = entry.peak_tflops(d.split("_")[0]) if entry else None
-        if peak:
-            text += f" ({r['tflops'] / peak:.0%} of its peak"
-            text += (
-                f", {r['tflops'] / f32['tflops']:.3g}x fp32)"
-                if f32 and d != "fp32"
-                else ")"
-            )
-        elif f32 and d != "fp32":
-            text += f" ({r['tflops'] / f32['tflops']:.3g}x fp32)"
-        parts.append(text)
+        notes = [f"{r['tflops'] / peak:.0%} of its peak"] if peak else []
+        if f32 and d != "fp32":
+            notes.append(f"{r['tflops'] / f32['tflops']:.3g}x fp32")
+        parts.append(text + (f" ({', '.join(notes)})" if notes else ""))
     where = "" if entry else " (not in the peak table: no published peak to compare)"
     out = f"On the {name}{where}, the best matmuls: " + "; ".join(parts) + "."
     pens = shape_penalties(record.get("shapes", []))
@@ -329,21 +323,13 @@ def tensor_core_claims(post: dict, devices: dict | None = None) -> list[list]:
         fact = facts[gpu]
         if "device" in fact:
             d = devices[fact["device"]]
-            rows.append(
-                [
-                    f"{gpu} has tensor cores",
-                    f"yes: the {d.name} has {d.tensor_cores}",
-                    d.source_of("tensor_cores"),
-                ]
+            said = (
+                f"yes: the {d.name} has {d.tensor_cores}",
+                d.source_of("tensor_cores"),
             )
         else:
-            rows.append(
-                [
-                    f"{gpu} has tensor cores",
-                    fact["fact"],
-                    f"{fact['source']['title']} ({fact['source']['url']})",
-                ]
-            )
+            said = fact["fact"], f"{fact['source']['title']} ({fact['source']['url']})"
+        rows.append([f"{gpu} has tensor cores", *said])
     v100, desk = devices["v100-sxm2"], devices["rtx3070-desktop"]
     lap = devices["rtx3070-laptop"]
     rows.append(

@@ -111,23 +111,11 @@ def save_record(record: dict, path: str | Path) -> Path:
 
 # --- The benchmark ---
 
-CPU_DEFAULTS = {
-    "sizes": [64, 128, 256],
-    "shape_sizes": [128, 512],
-    "numel": [2**20, 2**24],
-    "max_call_s": 0.1,
-}
-GPU_DEFAULTS = {
-    "sizes": [1024, 4096, 8192],
-    "shape_sizes": [4096, 8192],
-    "numel": [2**24, 2**28],
-    "max_call_s": 1.0,
-}
-QUICK = {
-    "sizes": [32, 64],
-    "shape_sizes": [64],
-    "numel": [2**12, 2**16],
-    "max_call_s": 0.05,
+# sizes, shape_sizes, numel, max_call_s per kind of run
+DEFAULTS = {
+    "cpu": ([64, 128, 256], [128, 512], [2**20, 2**24], 0.1),
+    "cuda": ([1024, 4096, 8192], [4096, 8192], [2**24, 2**28], 1.0),
+    "quick": ([32, 64], [64], [2**12, 2**16], 0.05),
 }
 
 
@@ -217,13 +205,8 @@ def report(record: dict, out=None) -> dict:
             if ("fp16", numel) in ew and ("fp32", numel) in ew:
                 bw = ew[("fp16", numel)]["gbps"] / ew[("fp32", numel)]["gbps"]
                 tr = ew[("fp16", numel)]["median_s"] / ew[("fp32", numel)]["median_s"]
-                ratios["elementwise"].append(
-                    {
-                        "numel": numel,
-                        "bandwidth_fp16_over_fp32": bw,
-                        "time_fp16_over_fp32": tr,
-                    }
-                )
+                row = dict(numel=numel, bandwidth_fp16_over_fp32=bw)
+                ratios["elementwise"].append(dict(row, time_fp16_over_fp32=tr))
                 p(
                     f"  {'':>17} fp16/fp32 bandwidth ratio {bw:.2f}; fp16 takes "
                     f"{tr:.2f}x the fp32 time "
@@ -253,13 +236,10 @@ def run(
     from ampbook.core.devices import pick_device
 
     dev = pick_device(device)
-    defaults = (
-        QUICK if quick else (GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS)
-    )
-    sizes = sizes or defaults["sizes"]
-    shape_sizes = shape_sizes or defaults["shape_sizes"]
-    numel = numel or defaults["numel"]
-    max_call_s = defaults["max_call_s"] if max_call_s is None else max_call_s
+    kind = "quick" if quick else ("cuda" if dev.type == "cuda" else "cpu")
+    given = (sizes, shape_sizes, numel)
+    sizes, shape_sizes, numel = (g or d for g, d in zip(given, DEFAULTS[kind]))
+    max_call_s = DEFAULTS[kind][3] if max_call_s is None else max_call_s
     if quick:
         timing = {"min_time": 0.01, "max_time": 0.1, **timing}
     dtypes = list(dtypes or supported_dtypes(dev))

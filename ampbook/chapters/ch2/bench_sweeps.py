@@ -37,11 +37,8 @@ def supported_dtypes(device: str | torch.device = "auto") -> list[str]:
 
 def _predict(measured: dict[int, float], n: int) -> float | None:
     """Seconds per call of an n^3 matmul, cubic from the nearest smaller size."""
-    smaller = [m for m in measured if m <= n]
-    if not smaller:
-        return None
-    m = max(smaller)
-    return measured[m] * (n / m) ** 3
+    m = max((m for m in measured if m <= n), default=None)
+    return None if m is None else measured[m] * (n / m) ** 3
 
 
 def _best_of(results: list[dict]) -> dict:
@@ -374,13 +371,6 @@ def read_from(row: dict, cache_bytes: int) -> str:
     return "memory" if moved * row.get("buffers", 1) >= 2 * cache_bytes else "cache"
 
 
-def conv2d_flops(
-    batch: int, channels: int, height: int, width: int, kernel: int
-) -> int:
-    """FLOPs of a same-padded, stride-1 convolution, ``channels`` in and out."""
-    return 2 * batch * channels * height * width * channels * kernel * kernel
-
-
 def time_conv2d(
     batch: int,
     channels: int,
@@ -405,13 +395,9 @@ def time_conv2d(
     from ampbook.core.devices import pick_device
     from ampbook.measure.timing import benchmark, random_tensor, resolve_dtype
 
-    size = {
-        "batch": batch,
-        "channels": channels,
-        "height": height,
-        "width": width,
-        "kernel": kernel,
-    }
+    size = dict(
+        batch=batch, channels=channels, height=height, width=width, kernel=kernel
+    )
     for label, v in size.items():
         if not is_positive_int(v):
             raise ValueError(f"conv {label} must be a positive integer, got {v!r}")
@@ -438,25 +424,15 @@ def time_conv2d(
 
     def training_pass(x, w, grad_out):
         torch.nn.functional.conv2d(x, w, padding=pad)
-        return torch.ops.aten.convolution_backward(
-            grad_out,
-            x,
-            w,
-            None,
-            [1, 1],
-            [pad, pad],
-            [1, 1],
-            False,
-            [0, 0],
-            1,
-            [True, True, False],
-        )
+        # stride, padding, dilation, transposed, output padding, groups; no bias grad
+        conv = ([1, 1], [pad, pad], [1, 1], False, [0, 0], 1, [True, True, False])
+        return torch.ops.aten.convolution_backward(grad_out, x, w, None, *conv)
 
     x_el = batch * channels * height * width
     w_el = channels * channels * kernel * kernel
     # forward: read x and w, write y; backward: read dy, x and w, write dx and dw
     elements = 3 * x_el + 3 * w_el + x_el if backward else 2 * x_el + w_el
-    flops = conv2d_flops(batch, channels, height, width, kernel)
+    flops = 2 * x_el * channels * kernel * kernel  # same-padded, stride 1
     what = "conv2d forward+backward" if backward else "conv2d"
     kwargs.setdefault("name", f"{what} {name} {batch}x{channels}x{height}x{width}")
     extra = {"kind": CONV_KINDS[backward], "dtype": name, **size}

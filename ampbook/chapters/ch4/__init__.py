@@ -127,16 +127,11 @@ class SameLayerTwice(nn.Module):
 def summarize_by_type(rows: list[dict], key: str = "type") -> list[tuple]:
     """Distinct (type, input dtypes, output dtypes) with their counts, from
     ``trace_layers`` (``key="type"``) or ``trace_ops`` rows (``key="op"``)."""
-    counts: dict[tuple, int] = {}
-    for r in rows:
-        extra = (r["module"],) if key == "op" else ()
-        k = (
-            r[key],
-            *extra,
-            ", ".join(sorted(set(r["inputs"]))) or "-",
-            ", ".join(r["output"]),
-        )
-        counts[k] = counts.get(k, 0) + 1
+    counts = Counter(
+        (r[key], *([r["module"]] if key == "op" else []))
+        + (", ".join(sorted(set(r["inputs"]))) or "-", ", ".join(r["output"]))
+        for r in rows
+    )
     return [(*k, n) for k, n in sorted(counts.items())]
 
 
@@ -164,21 +159,16 @@ def count_casts(
 
 def parameter_and_grad_dtypes(model: nn.Module) -> dict[str, dict[str, int]]:
     """``{"params": {dtype: count}, "grads": {dtype: count}}`` of a model."""
-    params = [p for p in model.parameters()]
-    return {
-        "params": dict(Counter(dtype_name(p.dtype) for p in params)),
-        "grads": dict(
-            Counter(
-                "none" if p.grad is None else dtype_name(p.grad.dtype) for p in params
-            )
-        ),
-    }
+    params = list(model.parameters())
+    grads = ("none" if p.grad is None else dtype_name(p.grad.dtype) for p in params)
+    kinds = Counter(dtype_name(p.dtype) for p in params)
+    return {"params": dict(kinds), "grads": dict(Counter(grads))}
 
 
 class _BackwardOps(TorchDispatchMode):
     def __init__(self):
         super().__init__()
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counts: Counter = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -187,8 +177,7 @@ class _BackwardOps(TorchDispatchMode):
             outs = out if isinstance(out, (tuple, list)) else (out,)
             for o in outs:
                 if isinstance(o, torch.Tensor) and o.is_floating_point():
-                    key = (name, dtype_name(o.dtype))
-                    self.counts[key] = self.counts.get(key, 0) + 1
+                    self.counts[(name, dtype_name(o.dtype))] += 1
         return out
 
 
@@ -275,13 +264,8 @@ def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
     reference, its final loss and difference, the largest difference over the steps,
     overflow (skipped) steps and, when emulated, the mean share flushed per step."""
     ref = reference_run(runs)
-    headers = [
-        "run",
-        "final loss",
-        "final - fp32",
-        "largest difference",
-        "overflow steps (skipped)",
-    ]
+    headers = ["run", "final loss", "final - fp32", "largest difference"]
+    headers.append("overflow steps (skipped)")
     formats = [None, ".4f", "+.2e", ".2e", None]
     emulated = any(not math.isnan(f) for r in runs for f in r.flushed)
     if emulated:

@@ -73,12 +73,12 @@ def _outcomes(a: torch.Tensor, scales: tuple[float, ...]) -> list[dict[str, int]
         torch.bincount(idx, minlength=len(edges) + 1).cumsum(0).tolist()
     )  # upto[k]: v <= edges[k]
     nonzero = v.numel()
-    base = {
-        "total": total,
-        "zero": n_finite - nonzero,
-        "nonfinite": total - n_finite,
-        "nonzero": nonzero,
-    }
+    base = dict(
+        total=total,
+        zero=n_finite - nonzero,
+        nonfinite=total - n_finite,
+        nonzero=nonzero,
+    )
     out = [dict(base) for _ in scales]
     for b, i, name in bounds:
         out[i][name] = upto[pos[b]]
@@ -239,22 +239,13 @@ class GradientRecorder:
         scale)``."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-        rows = []
-        for (k, lt), g in sorted(self.groups.items()):
-            if k != kind:
-                continue
-            fr = g.fractions()
-            first = g.counts[self.scales[0]]
-            rows.append(
-                (
-                    lt,
-                    g.tensors,
-                    first["total"],
-                    fr[self.scales[0]]["zero_fraction"],
-                    *(fr[s][outcome] for s in self.scales),
-                )
-            )
-        return rows
+        s0, fr = self.scales[0], {key: g.fractions() for key, g in self.groups.items()}
+        return [
+            (lt, g.tensors, g.counts[s0]["total"], fr[k, lt][s0]["zero_fraction"])
+            + tuple(fr[k, lt][s][outcome] for s in self.scales)
+            for (k, lt), g in sorted(self.groups.items())
+            if k == kind
+        ]
 
 
 def capture_gradients(
@@ -289,8 +280,7 @@ def capture_gradients(
 def crop_batch(batches, height: int, width: int, n: int):
     """``n`` images and labels cut from the top-left corner of ``batches``, in their own
     storage (the memory meter counts whole storages)."""
-    xs = torch.cat([b[0] for b in batches])
-    ys = torch.cat([b[1] for b in batches])
+    xs, ys = (torch.cat([b[i] for b in batches]) for i in (0, 1))
     if height > xs.shape[-2] or width > xs.shape[-1]:
         raise ValueError(
             f"a crop of {height}x{width} does not fit in the "

@@ -215,11 +215,7 @@ def _run_probe(
         with autocast_region(device_type, dtype, fake=fake) as dev, rules():
 
             def make(shape, dt_=torch.float32, dev=dev):
-                t = (
-                    torch.randn(shape, generator=gen)
-                    if not fake
-                    else torch.randn(shape)
-                )
+                t = torch.randn(shape) if fake else torch.randn(shape, generator=gen)
                 return t.to(device=dev, dtype=dt_)
 
             out[label] = fn(make, dt).dtype
@@ -256,11 +252,7 @@ def probe_ops(
     registered = set(registered_ops(device_type))
     if cuda_rules and device_type != "cpu":
         raise ValueError("cuda_rules applies CUDA's lists to CPU probes: use 'cpu'")
-    label = (
-        device_type
-        + (" (fake)" if fake else "")
-        + (" (CUDA rules)" if cuda_rules else "")
-    )
+    label = device_type + " (fake)" * fake + " (CUDA rules)" * cuda_rules
     results = []
     for p in chosen:
         doc = documented_category(p.name, device_type, p.aliases)
@@ -275,8 +267,7 @@ def probe_ops(
             )
         except Exception as exc:  # an op the device cannot run in this dtype: say so
             outs = ("-", "-", None, f"error: {type(exc).__name__}")
-        row = ProbeResult(p.name, label, dtype_name(dtype), *outs, doc, reg)
-        results.append(row)
+        results.append(ProbeResult(p.name, label, dtype_name(dtype), *outs, doc, reg))
     return results
 
 

@@ -77,16 +77,15 @@ class BoundCheck:
             f"baseline's {self.baseline_efficiency:.0%} (wall time)"
         )
         r = self.share_ratio
-        if r > 1.1:
-            why = (
-                f"{effs}: AMP got closer to its bound, so the measured speedup exceeds "
-                "the roofline ratio, which is no upper bound"
-            )
-        elif r < 1 / 1.1:
-            why = f"{effs}: AMP got less close to its bound than the baseline"
-        else:
-            why = f"{effs}: both about as close to their bounds"
-        text = f"{head}. {why}."
+        why = (
+            "AMP got closer to its bound, so the measured speedup exceeds the roofline "
+            "ratio, which is no upper bound"
+            if r > 1.1
+            else "AMP got less close to its bound than the baseline"
+            if r < 1 / 1.1
+            else "both about as close to their bounds"
+        )
+        text = f"{head}. {effs}: {why}."
         if self.amp_profile is not None and self.baseline_profile is not None:
             text += " " + kernel_time_verdict(self.amp_profile, self.baseline_profile)
         return text
@@ -130,10 +129,9 @@ def kernel_time_verdict(amp, baseline) -> str:
             f"{facts}: the kernels' gain went to idle time (the gaps between kernels: "
             "launches and host work), not to slower kernels." + runner_caveat(amp)
         )
-    if ks <= 1.0 / 1.05:
-        return f"{facts}: AMP's kernels themselves were slower."
     if ks <= 1.05:
-        return f"{facts}: AMP's kernels themselves were no faster."
+        slower = "slower" if ks <= 1.0 / 1.05 else "no faster"
+        return f"{facts}: AMP's kernels themselves were {slower}."
     return f"{facts}: the step kept the kernels' gain."
 
 
@@ -164,16 +162,9 @@ def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
         amp = p.amp.precision
         tr = {"fp32": trace(p.setting, "fp32"), amp: trace(p.setting, amp)}
         b = bound_pair(tr, dev, amp, baseline_tf32=p.baseline.tf32)
-        out.append(
-            BoundCheck(
-                p,
-                dev.key,
-                b["fp32"].min_step_s,
-                b["amp"].min_step_s,
-                _profile_for(profiles, p.setting, p.amp.mode),
-                _profile_for(profiles, p.setting, p.baseline.mode),
-            )
-        )
+        bounds = b["fp32"].min_step_s, b["amp"].min_step_s
+        profs = [_profile_for(profiles, p.setting, r.mode) for r in (p.amp, p.baseline)]
+        out.append(BoundCheck(p, dev.key, *bounds, *profs))
     return out
 
 
@@ -296,11 +287,9 @@ def gpu_in_short(pairs, profile_pairs=()) -> str:
     if prof is not None:
         b, a = prof
         text += (
-            f" Timed alone (layer profiles): step "
-            f"{step_alone(profile_pairs, pair=p)}, kernels "
-            f"{kernel_speedup(profile_pairs, pair=p)}; GPU idle "
-            f"{a.idle_s * 1e3:.1f} ms against fp32's "
-            f"{b.idle_s * 1e3:.1f} ms."
+            f" Timed alone (layer profiles): step {step_alone(profile_pairs, pair=p)}, "
+            f"kernels {kernel_speedup(profile_pairs, pair=p)}; GPU idle "
+            f"{a.idle_s * 1e3:.1f} ms against fp32's {b.idle_s * 1e3:.1f} ms."
         )
     return text
 
@@ -400,17 +389,18 @@ def bound_verdict(
             f"The bound ({min_s:.3g} s) exceeds the {kind} {measured_s:.3g} s for "
             f"{what}: the model's counts or ceilings are wrong for this run."
         )
+    head = (
+        f"The bound ({min_s:.3g} s) is below the {kind} {measured_s:.3g} s for {what}"
+    )
+    share = f"{min_s / measured_s:.0%} of the roofline"
     if timed_alone:
         return (
-            f"The bound ({min_s:.3g} s) is below the {kind} {measured_s:.3g} s for "
-            f"{what}: timed without a loader, its kernels and the gaps between them "
-            f"reached {min_s / measured_s:.0%} of the roofline."
+            f"{head}: timed without a loader, its kernels and the gaps between them "
+            f"reached {share}."
         )
     return (
-        f"The bound ({min_s:.3g} s) is below the {kind} {measured_s:.3g} s for "
-        f"{what}: "
-        f"kernels at {min_s / measured_s:.0%} of the roofline would take that long, so "
-        "the bound alone does not say what set the pace."
+        f"{head}: kernels at {share} would take that long, so the bound alone does "
+        "not say what set the pace."
     )
 
 
@@ -569,20 +559,17 @@ def lowp_verdict(
     fp32's; ``flags`` (the CPU's low-precision flags) are reported, never relied on."""
     if lowp_over_fp32 <= 0:
         raise ValueError(f"lowp_over_fp32 must be positive, got {lowp_over_fp32}")
-    if flags is None:
-        listed = ""
-    else:
+    listed = ""
+    if flags is not None:
         listed = f" (it lists {', '.join(flags) or 'no bf16/fp16 units'})"
-    if lowp_over_fp32 >= 1:
-        return (
-            f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's "
-            f"rate{listed}: low precision can pay here."
-        )
-    return (
-        f"This CPU's {what} matmul runs at {lowp_over_fp32:.2f}x fp32's rate{listed}: "
-        "the kernels PyTorch runs here for it are slower than fp32's, and AMP costs "
-        "time."
+    so = (
+        "low precision can pay here"
+        if lowp_over_fp32 >= 1
+        else "the kernels PyTorch runs here for it are slower than fp32's, and AMP "
+        "costs time"
     )
+    rate = f"{lowp_over_fp32:.2f}x fp32's rate{listed}"
+    return f"This CPU's {what} matmul runs at {rate}: {so}."
 
 
 def loader_check_verdict(measured: dict, model: dict) -> str:

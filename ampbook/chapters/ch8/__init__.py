@@ -78,14 +78,6 @@ def stored_inputs_verdict(plain: dict, stream: dict, dtype_label: str) -> str:
     )
 
 
-def _ratio_pace(ratios) -> str:
-    """``ch3.pace`` of bf16 / fp16 step ratios in words about fp16."""
-    if len(ratios) < 2:
-        return "not judged: one timed step each, no spread"
-    verdict = pace(ratios)
-    return {"faster": "fp16 faster", "slower": "bf16 faster"}.get(verdict, verdict)
-
-
 def gpu_step_ratios(gpu: dict) -> list[float]:
     """bf16 / fp16 step time over the timed epochs of ``gpu_16bit_runs``."""
     pairs = zip(gpu["amp-bf16"].timed_epochs(), gpu["amp-fp16"].timed_epochs())
@@ -109,7 +101,10 @@ def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
     timed steps, judged by ``ch3.pace``: fp16 only where faster every time."""
 
     def reading(ratio: float, ratios: list[float], spread: str) -> tuple[str, bool]:
-        judged = _ratio_pace(ratios)
+        judged = "not judged: one timed step each, no spread"
+        if len(ratios) > 1:  # ch3.pace of the ratios in words about fp16
+            said = pace(ratios)
+            judged = {"faster": "fp16 faster", "slower": "bf16 faster"}.get(said, said)
         rng = (
             f", {spread} {min(ratios):.3f}-{max(ratios):.3f}" if len(ratios) > 1 else ""
         )

@@ -71,15 +71,13 @@ def check_accumulation(
     updates = _updates(
         (step, step), micro, micro_batch, size, seed, device_type, dtype, batch_norm
     )
-    note = " (batch norm: each micro-batch normalised by its own statistics)" * (
-        batch_norm
-    )
+    note = " (batch norm: each micro-batch normalised by its own statistics)"
     return Comparison(
         f"{micro} micro-batches of {micro_batch} vs one batch of {micro * micro_batch}",
         dtype_label(dtype),
         relative_difference(*updates),
         rounding_tolerance(dtype),
-        note,
+        note if batch_norm else "",
     )
 
 

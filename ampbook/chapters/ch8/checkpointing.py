@@ -3,6 +3,8 @@ autocast, checkpointing and both, and the block inputs it stores."""
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -105,17 +107,13 @@ def block_input_dtypes(
 
     torch.manual_seed(seed)
     model = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
-    seen: dict[str, dict[str, int]] = {"encoder": {}, "decoder": {}}
+    seen: dict[str, Counter] = {"encoder": Counter(), "decoder": Counter()}
 
-    def record(part):
-        def hook(_module, args):
-            name = torch_name(args[0].dtype)
-            seen[part][name] = seen[part].get(name, 0) + 1
-
-        return hook
+    def record(part, _module, args):
+        seen[part][torch_name(args[0].dtype)] += 1
 
     hooks = [
-        block.register_forward_pre_hook(record(part))
+        block.register_forward_pre_hook(functools.partial(record, part))
         for part in seen
         for block in getattr(model, part).layers
     ]
@@ -126,4 +124,4 @@ def block_input_dtypes(
     finally:
         for h in hooks:
             h.remove()
-    return seen
+    return {part: dict(counts) for part, counts in seen.items()}

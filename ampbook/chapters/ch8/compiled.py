@@ -87,11 +87,6 @@ class CompileCheck:
         return same and self.graph_casts["forward"] >= 1
 
 
-def _reason(text: str) -> str:
-    first = " ".join(text.split())
-    return first if len(first) <= 80 else first[:77] + "..."
-
-
 def check_compile(
     backend: str = "aot_eager",  # or "inductor"
     dtype: torch.dtype = torch.bfloat16,
@@ -137,7 +132,9 @@ def check_compile(
             compiled_loss = loss_of(torch.compile(tiny_model(seed), backend=backend))
             kernels = metrics.generated_kernel_count
     except Exception as err:  # no compiler, an unsupported op: run eagerly, say why
-        used = f"eager ({backend} failed: {_reason(str(err).splitlines()[0])})"
+        why = " ".join(str(err).splitlines()[0].split())
+        why = why if len(why) <= 80 else why[:77] + "..."
+        used = f"eager ({backend} failed: {why})"
         compiled_loss = eager_loss
     compile_s = time.perf_counter() - start
     torch._dynamo.reset()

@@ -158,24 +158,21 @@ def check_fsdp(
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    ours = flat_parameters(net) - flat_parameters(tiny_model(seed))
+    start = flat_parameters(tiny_model(seed))
+    ours = flat_parameters(net) - start
     theirs, seconds = run_processes(
         fsdp_worker, (names, steps, batch, size, seed, wrap), world, weights_only=False
     )
-    runs = []
-    for name in names:
-        t = theirs[str(name)]
-        runs.append(
-            FSDPRun(
-                str(name),
-                t["reduced"],
-                max(abs(a - b) / abs(b) for a, b in zip(t["losses"], losses)),
-                relative_difference(
-                    t["weights"] - flat_parameters(tiny_model(seed)), ours
-                ),
-                rounding_tolerance(torch.bfloat16),
-                t["saved"],
-                t["param_dtype"],
-            )
+    runs = [
+        FSDPRun(
+            name,
+            t["reduced"],
+            max(abs(a - b) / abs(b) for a, b in zip(t["losses"], losses)),
+            relative_difference(t["weights"] - start, ours),
+            rounding_tolerance(torch.bfloat16),
+            t["saved"],
+            t["param_dtype"],
         )
+        for name, t in ((str(n), theirs[str(n)]) for n in names)
+    ]
     return FSDPCheck(runs, fp32_saved, autocast_saved, seconds)

@@ -76,14 +76,11 @@ class SharedScaler:
 
     @property
     def ok(self) -> bool:
-        if not self.planted:  # nothing overflows: both step, the scale stays
-            return self.skipped == (False, False) and self.scale_after == (
-                self.scale_before
-            )
-        halved_once = self.scale_after == self.scale_before * 0.5
-        both = self.skipped == (True, True)
-        alone = self.skipped == (False, True)
-        return halved_once and (both if self.expect_both else alone)
+        # planted: the second skips, the first too if its loss reaches both models,
+        # the scale halves once; nothing planted: both step, the scale stays
+        want = (self.expect_both, True) if self.planted else (False, False)
+        factor = 0.5 if self.planted else 1.0
+        return self.skipped == want and self.scale_after == self.scale_before * factor
 
     def verdict(self) -> str:
         which = {
