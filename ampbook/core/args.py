@@ -173,10 +173,5 @@ class HelpFormatter(argparse.HelpFormatter):
         lead = re.match(r"\s*(\S+\s{2,})?", line)
         hang = " " * lead.end() if lead.group(1) else " " * (lead.end() + 2)
         first = line[: len(line) - len(line.lstrip())]
-        return textwrap.fill(
-            line.strip(),
-            width,
-            initial_indent=indent + first,
-            subsequent_indent=indent + hang,
-            break_on_hyphens=False,
-        )
+        indents = dict(initial_indent=indent + first, subsequent_indent=indent + hang)
+        return textwrap.fill(line.strip(), width, break_on_hyphens=False, **indents)

@@ -62,7 +62,6 @@ from ampbook.core.files import (  # noqa: F401 -- cli.X for every command
 from ampbook.core.stops import (  # noqa: F401 -- cli.X for every command
     Terminated,
     closed_streams,
-    install,
     is_command,
     kept_handlers,
     record_stop,

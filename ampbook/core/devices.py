@@ -18,21 +18,12 @@ from ampbook.core.paths import REFERENCE_DIR
 DEVICES_FILE = REFERENCE_DIR / "devices.yml"
 
 # Figures that must carry a source when not null.
-FIGURE_FIELDS = (
-    "fp32_tflops",
-    "tf32_tflops",
-    "fp16_tflops_fp32acc",
-    "fp16_tflops_fp16acc",
-    "bf16_tflops",
-    "fp8_tflops",
-    "mem_bandwidth_gbs",
+FIGURE_FIELDS = tuple(
+    "fp32_tflops tf32_tflops fp16_tflops_fp32acc fp16_tflops_fp16acc bf16_tflops "
+    "fp8_tflops mem_bandwidth_gbs".split()
 )
-COUNT_FIELDS = (
-    "sms",
-    "cuda_cores",
-    "tensor_cores",
-    "boost_clock_mhz",
-    "tensor_clock_mhz",
+COUNT_FIELDS = tuple(
+    "sms cuda_cores tensor_cores boost_clock_mhz tensor_clock_mhz".split()
 )
 SEGMENTS = ("GeForce", "data centre", "workstation")
 
@@ -79,9 +70,8 @@ class Device:
     mem_bandwidth_gbs: float
     match: tuple[str, ...]
     aliases: tuple[str, ...] = ()  # further names ``--gpus`` accepts (``a100``)
-    sources: dict = field(
-        default_factory=dict
-    )  # figure -> {key, title, publisher, url}
+    # figure -> {key, title, publisher, url}
+    sources: dict = field(default_factory=dict)
     derived: dict = field(default_factory=dict)  # figure -> how it was computed
     notes: str = ""
 
@@ -163,12 +153,10 @@ def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
         where = f"{path}: device {key!r}"
         unknown = set(entry) - set(names)
         missing = [n for n in required if n not in entry]
-        if unknown or missing:
-            raise ValueError(
-                f"{where} has unknown fields {sorted(unknown)}"
-                if unknown
-                else f"{where} lacks field {missing[0]!r}"
-            )
+        if unknown:
+            raise ValueError(f"{where} has unknown fields {sorted(unknown)}")
+        if missing:
+            raise ValueError(f"{where} lacks field {missing[0]!r}")
         values = {n: entry[n] for n in required}
         if values["segment"] not in SEGMENTS:
             raise ValueError(

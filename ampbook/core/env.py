@@ -131,9 +131,8 @@ def environment(device: str | torch.device = "auto") -> dict:
     if cuda:
         cap = torch.cuda.get_device_capability(dev)
         info["compute_capability"] = f"{cap[0]}.{cap[1]}"
-        info["gpu_memory_gb"] = round(
-            torch.cuda.get_device_properties(dev).total_memory / 1e9, 1
-        )
+        memory = torch.cuda.get_device_properties(dev).total_memory
+        info["gpu_memory_gb"] = round(memory / 1e9, 1)
         info["driver_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     return info
 
@@ -149,18 +148,14 @@ def environment_report(device: str | torch.device = "auto") -> dict:
 def format_environment(info: dict) -> str:
     """An environment report as aligned ``key  value`` lines."""
     width = max(len(k) for k in info)
-    lines = []
-    for key, value in info.items():
-        if isinstance(value, list):
-            value = ", ".join(value) or "-"
-        lines.append(f"{key:<{width}}  {value}")
-    return "\n".join(lines)
+    return "\n".join(
+        f"{k:<{width}}  {', '.join(v) or '-' if isinstance(v, list) else v}"
+        for k, v in info.items()
+    )
 
 
 # Set by ``python -m booktools.run`` for its kernel: the profile it injected.
 RUN_PROFILE_VAR = "AMPBOOK_RUN_PROFILE"
-
-
 # What a profile's numbers are, where the profile is not the real experiment.
 PROFILE_NOTES = {
     "smoke": "tiny sizes that check the chapter runs: its numbers show the method, "
@@ -195,11 +190,8 @@ def environment_line(info: dict, profile: str | None = None, day=None) -> str:
     from ampbook.core.words import plural
 
     name, soft = machine_text(info, info.get("device") or "an unknown device")
-    how = (
-        f"with the {profile} profile"
-        if profile
-        else "by hand, with the parameters cell's values"
-    )
+    how = "by hand, with the parameters cell's values"
+    how = f"with the {profile} profile" if profile else how
     day = day or datetime.date.today()
     threads = info.get("cpu_threads")
     where = f"{name} ({plural(threads, 'CPU thread')})" if threads else name
@@ -227,13 +219,8 @@ def environment_display(info: dict, profile: str | None = None, day=None):
     if profile:
         note = PROFILE_NOTES.get(profile)
         rows.insert(0, ("profile", f"{profile}: {note}" if note else profile))
-    table = md_table_text(rows, ["setting", "value"])
-    return Dropdown(
-        "The full environment",
-        table,
-        plain=format_environment(info),
-        lead=line,
-    )
+    table, plain = md_table_text(rows, ["setting", "value"]), format_environment(info)
+    return Dropdown("The full environment", table, plain=plain, lead=line)
 
 
 def cudnn_version_text(version: int | None) -> str | None:

@@ -47,14 +47,9 @@ def error_text(text: str, width: int | None = None) -> str:
         return line
     import textwrap
 
+    whole = dict(break_long_words=False, break_on_hyphens=False)
     return "\n".join(
-        textwrap.wrap(
-            line,
-            width=max(width, 40),
-            subsequent_indent="  ",
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
+        textwrap.wrap(line, max(width, 40), subsequent_indent="  ", **whole)
     )
 
 

@@ -143,7 +143,8 @@ def check_names(path: Path, what: str) -> None:
             )
 
 
-def _writable_folder(folder: Path, what: str) -> None:
+def _writable_folder(folder: Path, what: str, size: int | None) -> None:
+    """``folder`` can be written, with ``size`` bytes free (None or 0: any)."""
     with contextlib.suppress(OSError):
         if os.statvfs(folder).f_flag & os.ST_RDONLY:
             raise UserError(
@@ -155,6 +156,8 @@ def _writable_folder(folder: Path, what: str) -> None:
             f"{what}: {folder} cannot be written (permission denied); choose a "
             "writable folder"
         )
+    if size:
+        check_free_space(folder, size, what)
 
 
 def _existing_ancestor(path: Path, what: str) -> Path:
@@ -258,9 +261,7 @@ def check_output_file(
             f"{what}: cannot write {p}: folder {p.parent} does not exist; create it or "
             "choose another path"
         )
-    _writable_folder(folder, what)
-    if size:
-        check_free_space(folder, size, what)
+    _writable_folder(folder, what, size)
     return p
 
 
@@ -293,9 +294,7 @@ def check_output_dir(
             f"{what}: {p} is {mode_kind(mode)}, not a folder; give a folder"
         )
     folder = _existing_ancestor(p, what)
-    _writable_folder(folder, what)
-    if size:
-        check_free_space(folder, size, what)
+    _writable_folder(folder, what, size)
     return p
 
 

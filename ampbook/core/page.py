@@ -130,10 +130,7 @@ def md_table_text(
     """A Markdown (pipe) table as text; ``formats``: a format spec per column for
     floats. Strings are text (``md_escape``); a cell made by ``md(...)`` is kept."""
     formats = list(formats) if formats is not None else [None] * len(headers)
-    lines = [
-        "| " + " | ".join(_text(h) for h in headers) + " |",
-        "|" + "|".join("---" for _ in headers) + "|",
-    ]
+    lines = ["| " + " | ".join(map(_text, headers)) + " |", "|---" * len(headers) + "|"]
     marked: dict[str, dict[str, None]] = {}  # kind -> its sources, in order
     for row in rows:
         row = list(row)
@@ -141,10 +138,8 @@ def md_table_text(
             if isinstance(v, Value) and v.kind in TABLE_MARKS:
                 marked.setdefault(v.kind, {})[v.source] = None
         if len(row) != len(headers):
-            raise ValueError(
-                f"row {row!r} has {len(row)} cells, "
-                f"the table has {len(headers)} columns"
-            )
+            cols = f"the table has {len(headers)} columns"
+            raise ValueError(f"row {row!r} has {len(row)} cells, {cols}")
         lines.append(
             "| " + " | ".join(_cell(v, f) for v, f in zip(row, formats)) + " |"
         )
@@ -178,10 +173,8 @@ class Dropdown:
     (the book and Jupyter both render it), with a plain-text form for a terminal."""
 
     def __init__(self, title: str, body: str, plain: str | None = None, lead: str = ""):
-        self.title = title
-        self.body = body
+        self.title, self.body, self.lead = title, body, lead
         self.plain = plain if plain is not None else body
-        self.lead = lead
 
     def _repr_markdown_(self) -> str:
         # Blank lines around the body: both Markdown parsers end the HTML block there

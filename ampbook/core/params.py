@@ -86,22 +86,15 @@ def number(
     name: str,
     value: Any,
     minimum: float | None = None,
-    maximum: float | None = None,
     above: float | None = None,
     why: str = "",
-    finite: bool = True,
 ) -> float:
-    """A finite real number within the bounds given (``above``: strictly greater);
-    ``finite=False`` lets inf through (NaN never)."""
-    infinite = _is_number(value) and value == value and not math.isfinite(value)
-    text = f"must be a {'finite ' if finite and infinite else ''}number"
-    if (
-        not _is_number(value)
-        or value != value
-        or (finite and not math.isfinite(value))
-        or not _in_bounds(value, minimum, maximum, above)
-    ):
-        fail(name, value, text + _bounds(minimum, maximum, above), why)
+    """A finite real number within the bounds given (``above``: strictly greater)."""
+    real = _is_number(value) and value == value  # not NaN
+    finite = real and math.isfinite(value)
+    if not finite or not _in_bounds(value, minimum, None, above):
+        text = f"must be a {'finite ' if real and not finite else ''}number"
+        fail(name, value, text + _bounds(minimum, None, above), why)
     return float(value)
 
 
@@ -206,19 +199,14 @@ def output(name: str, value: Any, kind: str = "file") -> Any:
 
 
 def floats(
-    name: str, value: Any, above: float | None = 0, count: int = 1, why: str = ""
+    name: str, value: Any, above: float | None = 0, why: str = ""
 ) -> list[float]:
-    """A list of at least ``count`` finite numbers, each above ``above``."""
-    items = value if isinstance(value, (list, tuple)) else None
-    ok = (
-        items is not None
-        and len(items) >= count
-        and all(
-            _is_number(v) and math.isfinite(v) and (above is None or v > above)
-            for v in items
-        )
-    )
-    if not ok:
-        rule = f"must be a list of at least {plural(count, 'finite number')}"
+    """A non-empty list of finite numbers, each above ``above``."""
+    items = value if isinstance(value, (list, tuple)) else []
+    if not items or not all(
+        _is_number(v) and math.isfinite(v) and _in_bounds(v, None, None, above)
+        for v in items
+    ):
+        rule = "must be a list of at least 1 finite number"
         fail(name, value, rule + _bounds(None, None, above), why)
     return [float(v) for v in items]

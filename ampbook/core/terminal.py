@@ -83,6 +83,7 @@ def _numeric(cell: str) -> bool:
 # body cell, whichever is less; a table whose columns cannot all get that is listed.
 _MIN_COLUMN = 8
 _GAP = "  "
+_WHOLE_WORDS = dict(break_on_hyphens=False, break_long_words=False)
 
 
 def _column_widths(rows: list[list[str]], width: int, header: bool) -> list[int] | None:
@@ -206,16 +207,11 @@ def terminal_text(markdown: str, width: int | None = None) -> str:
             continue
         lead = line[: len(line) - len(stripped)]
         bullet = next((m for m in ("- ", "* ", "1. ") if stripped.startswith(m)), "")
-        out.append(
-            textwrap.fill(
-                stripped[len(bullet) :],
-                width,
-                initial_indent=lead + bullet,
-                subsequent_indent=lead + " " * len(bullet),
-                break_on_hyphens=False,
-                break_long_words=False,
-            )
+        indents = dict(
+            initial_indent=lead + bullet, subsequent_indent=lead + " " * len(bullet)
         )
+        text = stripped[len(bullet) :]
+        out.append(textwrap.fill(text, width, **indents, **_WHOLE_WORDS))
     return "\n".join(out[:-1])
 
 
@@ -283,10 +279,8 @@ class Progress:
         if self._start is None:
             self.start()
         left = time_left_text(time.monotonic() - self._start, done, total)
-        self(
-            f"{what}: {unit + ' ' if unit else ''}{done} of {total}"
-            + (f", {left}" if left else "")
-        )
+        left = f", {left}" if left else ""
+        self(f"{what}: {unit + ' ' if unit else ''}{done} of {total}{left}")
 
 
 @contextlib.contextmanager

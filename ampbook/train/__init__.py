@@ -55,7 +55,3 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(_WHERE[name]), name)
     globals()[name] = value
     return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))

@@ -21,8 +21,6 @@ from ampbook.train.config import ConfigError, Resolved, TrainConfig, check_resum
 from ampbook.train.step import StepCounters, Training
 
 CHECKPOINT_FORMAT = "ampbook.train.checkpoint/1"
-
-
 CHECKPOINT_KEYS = tuple(
     "format epoch config model optimizer scheduler scaler counters rng records".split()
 )
@@ -54,14 +52,9 @@ def set_rng_state(state: dict) -> None:
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     n = state["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
     np.random.set_state(
-        (
-            n["name"],
-            n["keys"].numpy().astype(np.uint32),
-            n["pos"],
-            n["has_gauss"],
-            n["cached_gaussian"],
-        )
+        (n["name"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"])
     )
     p = state["python"]
     random.setstate(

@@ -41,7 +41,6 @@ from ampbook.train.config import (
     Resolved,
     TrainConfig,
     TrainError,
-    config_dict,
     local_processes,
     resume_command,
     run_name,
@@ -69,6 +68,7 @@ from ampbook.train.step import (
 )
 
 ENET_C = 1.02
+COUNTS = ("optimizer_steps", "skipped_steps", "nonfinite_losses")  # a record's steps
 
 
 def resolve_data(cfg: TrainConfig, res: Resolved) -> tuple[Path, bool]:
@@ -171,11 +171,6 @@ def evaluate(
     }
 
 
-def _show_progress(cfg: TrainConfig, res: Resolved) -> bool:
-    shown = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
-    return bool(shown) and not cfg.quiet and res.rank == 0
-
-
 class CompileFailed(RuntimeError):
     """torch.compile could not compile the model (raised from a step)."""
 
@@ -251,12 +246,13 @@ def train_epoch(
         torch.cuda.reset_peak_memory_stats(device)
     rss_reset = reset_peak_rss()
     lr = tr.optimizer.param_groups[0]["lr"]
+    shown = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
     bar = tqdm(
         total=len(loader),
         desc=f"epoch {epoch}/{cfg.epochs} {cfg.precision}",
         unit="batch",
         leave=False,
-        disable=not _show_progress(cfg, res),
+        disable=not shown or cfg.quiet or res.rank != 0,
         dynamic_ncols=True,
     )
     sync = default_sync(device)
@@ -275,9 +271,7 @@ def train_epoch(
         "lr": lr,
         "steps": n.steps,
         "images": images,
-        "optimizer_steps": c.optimizer_steps - before.optimizer_steps,
-        "skipped_steps": c.skipped_steps - before.skipped_steps,
-        "nonfinite_losses": c.nonfinite_losses - before.nonfinite_losses,
+        **{k: getattr(c, k) - getattr(before, k) for k in COUNTS},
         "loss_scale": tr.scaler.get_scale() if tr.scaler is not None else None,
         "train_loss": _mean_loss(losses, res),
         "wall_s": wall,
@@ -451,14 +445,12 @@ class _Run:
 
     def stop(self, status: str, message: str, **extra) -> None:
         """Record why the run stopped (rank 0, when there is a results file to keep)."""
-        rec = self.record
-        rec["status"] = status
-        rec["stopped"] = {"epoch": self.epoch, "message": message, **extra}
-        rec["finished"] = now()
+        stopped = {"epoch": self.epoch, "message": message, **extra}
+        self.record.update(status=status, stopped=stopped, finished=now())
         keep = self.epochs or status.startswith("stopped")
         if self.writer and self.json_path is not None and keep:
             with contextlib.suppress(OSError):
-                write_results(rec, self.json_path)
+                write_results(self.record, self.json_path)
 
 
 class _Data(NamedTuple):
@@ -566,7 +558,7 @@ def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
         "started": run.started,
         "finished": None,
         "resumed": resumes,
-        "config": config_dict(cfg),
+        "config": dataclasses.asdict(cfg),
         "resolved": {
             "device": str(res.device),
             "autocast_dtype": res.autocast_dtype,
@@ -593,14 +585,11 @@ def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
         "epochs": run.epochs,
         "summary": summarize(run.epochs),
     }
-    _say(
-        cfg,
-        res,
-        f"run {run.name}: {cfg.precision} on {environment['device_name']} "
-        f"({res.device}), {cfg.epochs} epochs, batch {cfg.batch_size}"
-        + (f" x {res.world_size} processes" if res.world_size > 1 else "")
-        + (f", results -> {run.json_path}" if run.json_path else ""),
-    )
+    on = f"{cfg.precision} on {environment['device_name']} ({res.device})"
+    ddp = f" x {res.world_size} processes" if res.world_size > 1 else ""
+    to = f", results -> {run.json_path}" if run.json_path else ""
+    size = f"{cfg.epochs} epochs, batch {cfg.batch_size}{ddp}"
+    _say(cfg, res, f"run {run.name}: {on}, {size}{to}")
 
 
 def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict:
@@ -648,9 +637,7 @@ def _epochs(run: _Run, loaders: _Loaders) -> None:
         _end_epoch(run, rec)
     if save_dir is not None and run.writer and run.start_epoch > cfg.epochs:
         evaluate(tr.net, loaders.val, tr.step, save_dir)  # resumed after the last epoch
-    run.record["status"] = "complete"
-    run.record["finished"] = now()
-    run.record["summary"] = summarize(run.epochs)
+    run.record.update(status="complete", finished=now(), summary=summarize(run.epochs))
     if run.writer and run.json_path is not None:
         write_results(run.record, run.json_path)
         run.record["json_path"] = str(run.json_path)
@@ -671,7 +658,7 @@ def _end_epoch(run: _Run, rec: dict) -> None:
         save_checkpoint(
             run.ckpt_path,
             epoch=run.epoch,
-            config=config_dict(cfg),
+            config=dataclasses.asdict(cfg),
             started=run.started,
             tr=tr,
             rng=rng,
@@ -718,14 +705,9 @@ def _stopped(run: _Run, err: BaseException) -> None:
         ) from None
     if isinstance(err, NonFiniteLossError):
         c, scaler = run.tr.step.counters, run.tr.scaler
-        run.stop(
-            "stopped: non-finite loss",
-            str(err),
-            optimizer_steps=c.optimizer_steps,
-            skipped_steps=c.skipped_steps,
-            nonfinite_losses=c.nonfinite_losses,
-            loss_scale=scaler.get_scale() if scaler is not None else None,
-        )
+        counts = {k: getattr(c, k) for k in COUNTS}
+        scale = scaler.get_scale() if scaler is not None else None
+        run.stop("stopped: non-finite loss", str(err), **counts, loss_scale=scale)
         raise
     if isinstance(err, KeyboardInterrupt):
         kept = run.kept()

@@ -49,11 +49,8 @@ def earlier_record(path: Path | None) -> dict | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return (
-        record
-        if isinstance(record, dict) and record.get("schema") == TRAIN_SCHEMA
-        else None
-    )
+    ours = isinstance(record, dict) and record.get("schema") == TRAIN_SCHEMA
+    return record if ours else None
 
 
 def summarize(epochs: list[dict]) -> dict:
@@ -92,9 +89,8 @@ def earlier_epochs(
     which the checkpoint cannot hold for its own epoch) where they agree with the
     checkpoint's on every number ``summarize`` reads, else the checkpoint's."""
     epochs = list(checkpoint["records"])
-    started = checkpoint.get("started") or now()
-    if not isinstance(started, str):
-        started = now()
+    started = checkpoint.get("started")
+    started = started if started and isinstance(started, str) else now()
     resumes: list[dict] = []
     earlier = earlier_record(json_path)
     if earlier is not None:

@@ -29,13 +29,8 @@ class PolyDecay:
 
 def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of all gradients together (non-finite when any element is)."""
-    if not grads:
-        return torch.zeros(())
-    if hasattr(nn.utils, "get_total_norm"):  # torch >= 2.6
-        return nn.utils.get_total_norm(grads)
-    return torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(g) for g in grads])
-    )
+    norms = [torch.linalg.vector_norm(g) for g in grads]
+    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
 
 
 @dataclass
@@ -193,12 +188,10 @@ class TrainStep:
                 c.consecutive_skipped = 0
         if worst >= self.max_nonfinite:
             scale = self.scaler.get_scale() if self.scaler is not None else "no scaler"
-            seen = (
-                f" (read every {self.sync_every} batches; seen after batch "
-                f"{self._batches_read})"
-                if self.sync_every > 1
-                else ""
-            )
+            seen = ""
+            if self.sync_every > 1:
+                seen = f" (read every {self.sync_every} batches; seen after batch "
+                seen += f"{self._batches_read})"
             raise NonFiniteLossError(
                 f"{worst} consecutive optimizer steps had non-finite gradients"
                 f"{seen} (batches with a non-finite loss so far: "
@@ -226,9 +219,8 @@ def _scaler_found_inf(
 def compiled(model: nn.Module, mode: str) -> nn.Module:
     """``torch.compile(model, mode=mode)`` (``"aot_eager"``: that backend), with static
     shapes: an epoch's short last batch compiles its own graph, not a dynamic one."""
-    if mode == "aot_eager":
-        return torch.compile(model, backend="aot_eager", dynamic=False)
-    return torch.compile(model, mode=mode, dynamic=False)
+    how = {"backend": mode} if mode == "aot_eager" else {"mode": mode}
+    return torch.compile(model, dynamic=False, **how)
 
 
 def compile_count() -> int:
@@ -296,11 +288,9 @@ def build_training(
         optimizer, PolyDecay(cfg.epochs, cfg.poly_power)
     )
     scaler = torch.amp.GradScaler(res.device.type) if res.grad_scaler else None
-    weight = (
-        torch.tensor(class_weights, dtype=torch.float32, device=res.device)
-        if class_weights
-        else None
-    )
+    weight = None
+    if class_weights:
+        weight = torch.tensor(class_weights, dtype=torch.float32, device=res.device)
     criterion = nn.CrossEntropyLoss(weight=weight, ignore_index=IGNORE_INDEX)
     same = ("accumulate", "clip_grad", "channels_last", "max_nonfinite", "sync_every")
     kw = {k: getattr(cfg, k) for k in same}
