@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ampbook.core.args import is_positive_int
-from ampbook.core.precision import AUTOCAST_DTYPES, short_name, to_dtype
+from ampbook.core.precision import autocast_dtype, short_name, to_dtype
 from ampbook.measure.timing import machine_load, one_call, time_rounds
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -265,18 +265,11 @@ def _captured_stdout():
 def _onednn_verbose():
     """oneDNN's verbose mode for the block; yields whether it could be turned on."""
     mkldnn = torch.backends.mkldnn
-    ctx = None
-    if mkldnn.is_available() and hasattr(mkldnn, "verbose"):
-        try:
-            ctx = mkldnn.verbose(mkldnn.VERBOSE_ON)
-            ctx.__enter__()
-        except RuntimeError:
-            ctx = None
-    try:
-        yield ctx is not None
-    finally:
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
+    if not mkldnn.is_available():
+        yield False
+        return
+    with mkldnn.verbose(mkldnn.VERBOSE_ON):
+        yield True
 
 
 def _passes(x, w, g, padding):
@@ -322,6 +315,7 @@ def probe_conv(
         ("width", width),
         ("batch", batch),
         ("repeats", repeats),
+        ("threads", threads),
     ):
         if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
@@ -329,8 +323,6 @@ def probe_conv(
         raise ValueError(f"kernel must be two positive sizes, got {kernel!r}")
     if max_call_s <= 0:
         raise ValueError(f"max_call_s must be positive, got {max_call_s}")
-    if not is_positive_int(threads):
-        raise ValueError(f"threads must be a positive integer, got {threads!r}")
     order = ["fp32"] + [d for d in dtypes if d != "fp32"]
     for d in order:
         to_dtype(d)  # a clear error for an unknown name
@@ -398,7 +390,5 @@ def _run(order, tensors, padding, repeats, max_call_s):
 def precision_dtype(precision: str) -> str:
     """The dtype whose convolutions a training precision runs: ``"amp-bf16"`` ->
     ``"bf16"``, ``"amp-fp16"`` -> ``"fp16"``, ``"fp32"`` -> ``"fp32"``."""
-    if precision not in AUTOCAST_DTYPES:
-        raise ValueError(f"unknown precision {precision!r}")
-    dt = AUTOCAST_DTYPES[precision]
+    dt = autocast_dtype(precision)
     return "fp32" if dt is None else short_name(dt)

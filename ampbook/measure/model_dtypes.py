@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ampbook.measure.autocast_rules import (
     autocast_region,
@@ -29,13 +30,8 @@ from ampbook.measure.tracking import ModuleScopes
 
 
 def _dtypes(obj) -> list[str]:
-    if isinstance(obj, torch.Tensor):
-        return [dtype_name(obj.dtype)] if obj.is_floating_point() else []
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        return [d for o in obj for d in _dtypes(o)]
-    return []
+    tensors = [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
+    return [dtype_name(t.dtype) for t in tensors if t.is_floating_point()]
 
 
 def _settings(device_type, dtype, fake) -> tuple[torch.dtype, bool]:

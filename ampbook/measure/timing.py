@@ -47,13 +47,7 @@ def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
         raise ValueError(
             f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)} or a torch.dtype"
         )
-    torch_dtype = DTYPES[dtype]
-    if torch_dtype is None:
-        raise ValueError(
-            f"dtype {dtype!r} needs a PyTorch with float8 types (this is "
-            f"{torch.__version__})"
-        )
-    return ("fp8_e4m3" if dtype == "fp8" else dtype), torch_dtype
+    return ("fp8_e4m3" if dtype == "fp8" else dtype), DTYPES[dtype]
 
 
 def random_tensor(
@@ -321,9 +315,8 @@ def benchmark(
         times.append(elapsed / number)
         total += elapsed
         n = len(times)
-        if n >= repeats and total >= min_time:
-            break
-        if max_time is not None and total >= max_time and n >= min(3, repeats):
+        cut = max_time is not None and total >= max_time and n >= min(3, repeats)
+        if n >= repeats and total >= min_time or cut:
             break
     return TimingResult(
         name,
@@ -381,23 +374,13 @@ def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
     return [first] + [make() for _ in range(buffers - 1)], dev
 
 
-@contextlib.contextmanager
-def tf32_matmul(enabled: bool):
-    """Allow (or forbid) TF32 tensor cores for fp32 matmuls on CUDA inside the block,
-    restoring the previous setting after. ``"fp32"`` timings run with TF32 off so that
-    they mean fp32."""
-    with backend_flags(matmul_tf32=enabled):
-        yield
-
-
 def _check_dtype_on(dtype, dev: torch.device) -> tuple[str, torch.dtype]:
     """Resolve ``dtype``; a clear error where ``dev`` cannot run matmuls in it."""
     name, torch_dtype = resolve_dtype(dtype)
     if name == "tf32" or name.startswith("fp8"):
         need = (8, 0) if name == "tf32" else (8, 9)
         cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
-        scaled_mm = name == "tf32" or hasattr(torch, "_scaled_mm")
-        if cap is None or cap < need or not scaled_mm:
+        if cap is None or cap < need:
             have = f"device {dev} has none" if cap is None else f"this GPU is {cap}"
             raise ValueError(
                 f"{name} matmuls need NVIDIA tensor cores of compute capability "
@@ -470,10 +453,8 @@ def time_matmul(
     extra = {"kind": "matmul", "dtype": name, "n": n, "m": m, "k": k}
     flops = 2 * n * m * k  # one multiply and one add per term
     moved = (n * k + k * m) * itemsize + out_bytes
-    tf32 = (
-        tf32_matmul(name == "tf32") if dev.type == "cuda" else contextlib.nullcontext()
-    )
-    with tf32:
+    flags = backend_flags(matmul_tf32=name == "tf32")  # CUDA "fp32": no TF32
+    with flags if dev.type == "cuda" else contextlib.nullcontext():
         return _time_op(
             fn, make, dev, f"matmul {name} {n}x{k}x{m}", extra, flops, moved, kwargs
         )
@@ -510,19 +491,14 @@ def time_elementwise(
     )
 
 
+_ONE_CALL = dict(
+    warmup=0, repeats=1, number=1, min_time=0.0, buffers=1, check_inputs=False
+)
+
+
 def one_call(fn, args: tuple = (), device=None) -> float:
     """Seconds of one call ``fn(*args)``, by ``benchmark``'s clock (no warm-up)."""
-    return benchmark(
-        fn,
-        lambda: args,
-        device=device,
-        warmup=0,
-        repeats=1,
-        number=1,
-        min_time=0.0,
-        buffers=1,
-        check_inputs=False,
-    ).median_s
+    return benchmark(fn, lambda: args, device=device, **_ONE_CALL).median_s
 
 
 def time_rounds(
