@@ -111,17 +111,15 @@ class ConvProbe:
             for i in range(rounds)
         ]
 
-    def slowdown(self, dtype: str) -> float:
-        """The convolution's time in ``dtype`` over fp32's: the rounds' median."""
-        return statistics.median(self.round_ratios(dtype))
-
-    def pass_slowdown(self, dtype: str, name: str) -> float:
+    def slowdown(self, dtype: str, name: str | None = None) -> float:
+        """The convolution's (or the pass ``name``'s) time in ``dtype`` over fp32's:
+        the rounds' median."""
         return statistics.median(self.round_ratios(dtype, name))
 
     def slowest_pass(self, dtype: str) -> PassTiming:
         """The pass that lost most against fp32's same pass."""
         passes = self._probe(dtype).passes.values()
-        return max(passes, key=lambda p: self.pass_slowdown(dtype, p.name))
+        return max(passes, key=lambda p: self.slowdown(dtype, p.name))
 
     def _probe(self, dtype: str) -> DtypeProbe:
         if dtype not in self.dtypes:
@@ -142,11 +140,10 @@ class ConvProbe:
         if dtype == "fp32":
             total = probe.seconds * 1e3
             return f"fp32: the {self.shape} took {total:.3g} ms in all, {impls}."
-        ratio = self.slowdown(dtype)
         ratios = self.round_ratios(dtype)
-        lo, hi, n = min(ratios), max(ratios), len(ratios)
+        ratio, lo, hi, n = self.slowdown(dtype), min(ratios), max(ratios), len(ratios)
         per_pass = ", ".join(
-            f"{PASS_NAMES[p]} {self.pass_slowdown(dtype, p):.3g}x" for p in PASSES
+            f"{PASS_NAMES[p]} {self.slowdown(dtype, p):.3g}x" for p in PASSES
         )
         spread = "one round"
         if n > 1:
@@ -180,7 +177,7 @@ class ConvProbe:
             if probe.error:
                 out.append((d, "-", None, None, probe.error))
             for n, p in ((n, probe.passes[n]) for n in PASSES if not probe.error):
-                ratio = self.pass_slowdown(d, n) if "fp32" in self.dtypes else None
+                ratio = self.slowdown(d, n) if "fp32" in self.dtypes else None
                 out.append(
                     (d, PASS_NAMES[n], p.seconds * 1e3, ratio, _impl_cell(p.impl))
                 )

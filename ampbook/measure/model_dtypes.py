@@ -233,9 +233,5 @@ class CastCounter(TorchDispatchMode):
     @property
     def parameter_cast_bytes(self) -> int:
         """Bytes of the low-precision copies made of parameters."""
-        size = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-        return sum(
-            math.prod(c.shape) * size.get(c.dst, 4)
-            for c in self.casts
-            if c.is_parameter
-        )
+        casts = [c for c in self.casts if c.is_parameter]
+        return sum(math.prod(c.shape) * getattr(torch, c.dst).itemsize for c in casts)

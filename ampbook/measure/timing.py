@@ -288,7 +288,23 @@ def benchmark(
     fastest warm-up call (1 without warm-up). ``buffers=None`` sizes the rotation
     against ``cache_bytes`` (the machine's last-level cache when None).
     ``check_inputs=False`` allows all-zero inputs (accumulators)."""
-    _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number)
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if make_inputs is not None and not callable(make_inputs):
+        raise TypeError(
+            "make_inputs must be a callable returning one input set "
+            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
+        )
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if min_time < 0 or (max_time is not None and max_time <= 0):
+        raise ValueError(
+            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
+        )
+    if number is not None and number < 1:
+        raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
     if buffers is not None and buffers < 1:
         raise ValueError(f"buffers must be >= 1, got {buffers}")
     if flops is not None and flops < 0 or bytes_moved is not None and bytes_moved < 0:
@@ -329,26 +345,6 @@ def benchmark(
         bytes_moved,
         dict(extra or {}),
     )
-
-
-def _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number):
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if make_inputs is not None and not callable(make_inputs):
-        raise TypeError(
-            "make_inputs must be a callable returning one input set "
-            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
-        )
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if min_time < 0 or (max_time is not None and max_time <= 0):
-        raise ValueError(
-            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
-        )
-    if number is not None and number < 1:
-        raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
 
 
 def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
