@@ -258,17 +258,6 @@ def _captured_stdout():
             out.append(tmp.read().decode(errors="replace"))
 
 
-@contextlib.contextmanager
-def _onednn_verbose():
-    """oneDNN's verbose mode for the block; yields whether it could be turned on."""
-    mkldnn = torch.backends.mkldnn
-    if not mkldnn.is_available():
-        yield False
-        return
-    with mkldnn.verbose(mkldnn.VERBOSE_ON):
-        yield True
-
-
 def _passes(x, w, g, padding):
     conv = torch.ops.aten.convolution.default
     back = torch.ops.aten.convolution_backward.default
@@ -282,10 +271,14 @@ def _passes(x, w, g, padding):
 
 def _first_call(fn, name: str) -> tuple[float, str | None]:
     """(seconds of the first call, the implementation oneDNN executed for the pass
-    ``name``: ``ATEN_FALLBACK`` where none, None where its lines were not read)."""
-    with _captured_stdout() as out, _onednn_verbose() as read:
+    ``name``, read from its verbose lines: ``ATEN_FALLBACK`` where none, None where
+    there is no oneDNN)."""
+    mkldnn = torch.backends.mkldnn
+    if not mkldnn.is_available():
+        return one_call(fn), None
+    with _captured_stdout() as out, mkldnn.verbose(mkldnn.VERBOSE_ON):
         seconds = one_call(fn)
-    return seconds, parse_verbose(out[0]).get(name, ATEN_FALLBACK) if read else None
+    return seconds, parse_verbose(out[0]).get(name, ATEN_FALLBACK)
 
 
 def probe_conv(
@@ -367,9 +360,8 @@ def _run(order, tensors, padding, repeats, max_call_s):
             except (RuntimeError, NotImplementedError) as err:
                 line = (str(err).strip().splitlines() or [""])[0]
                 results[d] = DtypeProbe(d, {}, f"{type(err).__name__}: {line}")
-        cpu = torch.device("cpu")
         steps = {
-            (d, n): (fns[d][n], (), cpu)
+            (d, n): (fns[d][n], (), torch.device("cpu"))
             for d in first
             for n, (seconds, _) in first[d].items()
             if seconds <= max_call_s

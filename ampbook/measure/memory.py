@@ -142,12 +142,9 @@ def saved_for_backward(
     """``SavedTensorMeter.summary()`` of one training forward (model + loss), in fp32
     (``dtype=None``) or under autocast in ``dtype``; the graph is dropped unused."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
-    with SavedTensorMeter(model=model) as meter:
-        with torch.autocast(
-            device_type, dtype=dtype or torch.float32, enabled=dtype is not None
-        ):
-            loss = loss_fn(model(x), target)
-    del loss
+    amp = {"dtype": dtype or torch.float32, "enabled": dtype is not None}
+    with SavedTensorMeter(model=model) as meter, torch.autocast(device_type, **amp):
+        loss_fn(model(x), target)
     return meter.summary()
 
 
