@@ -347,8 +347,7 @@ def probe_conv(
 
 def _run(order, tensors, padding, repeats, max_call_s):
     """Each dtype's first calls, then ``repeats`` rounds in which every dtype's passes
-    run once in turn (``time_rounds``); a pass whose first call took over
-    ``max_call_s`` is not repeated."""
+    run once in turn (``time_rounds``), but those too slow to repeat."""
     first: dict[str, dict] = {}
     fns: dict[str, dict] = {}
     results: dict[str, DtypeProbe] = {}

@@ -111,9 +111,8 @@ class TimingResult:
     @property
     def gbps(self) -> float | None:
         """GB/s (1e9 bytes) at the median time (None without ``bytes_moved``)."""
-        if self.bytes_moved is None:
-            return None
-        return self.bytes_moved / self.median_s / 1e9
+        moved = self.bytes_moved
+        return None if moved is None else moved / self.median_s / 1e9
 
     def to_dict(self) -> dict:
         """JSON-serialisable summary, without the samples."""
