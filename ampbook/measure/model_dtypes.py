@@ -50,9 +50,7 @@ def _forward(model: nn.Module, x, device_type, dtype, fake):
         with autocast_region(device_type, dtype, fake=True) as dev:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else tuple(x)
             state = {
-                n: torch.empty(t.shape, dtype=t.dtype, device=dev).requires_grad_(
-                    t.requires_grad
-                )
+                n: torch.empty_like(t, device=dev).requires_grad_(t.requires_grad)
                 for n, t in [*model.named_parameters(), *model.named_buffers()]
             }
             x = torch.randn(shape, device=dev)
