@@ -35,8 +35,6 @@ def _dtypes(obj) -> list[str]:
 
 
 def _settings(device_type, dtype, fake) -> tuple[torch.dtype, bool]:
-    """The autocast dtype (default: the device's) and whether to run on fake tensors
-    (default: CUDA without a GPU)."""
     check_device_type(device_type)
     if fake is None:
         fake = device_type == "cuda" and cuda_is_fake()
