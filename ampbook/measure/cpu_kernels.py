@@ -68,10 +68,6 @@ class DtypeProbe:
     passes: dict[str, PassTiming] = field(default_factory=dict)
     error: str | None = None
 
-    @property
-    def seconds(self) -> float:
-        return sum(p.seconds for p in self.passes.values())
-
 
 @dataclass(frozen=True)
 class ConvProbe:
@@ -138,7 +134,7 @@ class ConvProbe:
         probe = self._probe(dtype)
         impls = _impl_text(probe.passes.values(), self.impl_read)
         if dtype == "fp32":
-            total = probe.seconds * 1e3
+            total = sum(p.seconds for p in probe.passes.values()) * 1e3
             return f"fp32: the {self.shape} took {total:.3g} ms in all, {impls}."
         ratios = self.round_ratios(dtype)
         ratio, lo, hi, n = self.slowdown(dtype), min(ratios), max(ratios), len(ratios)
