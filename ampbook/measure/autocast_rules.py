@@ -67,8 +67,7 @@ def documented_ops(device_type: str) -> dict[str, list[str]]:
 def documented_category(
     op: str, device_type: str, aliases: tuple[str, ...] = ()
 ) -> str | None:
-    """The documented category of ``op`` (or one of its ``aliases``), None when
-    unlisted."""
+    """The docs' category of ``op`` (or one of its ``aliases``); None if unlisted."""
     lists = documented_ops(device_type).items()
     return next((c for c, ops in lists if {op, *aliases} & set(ops)), None)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ampbook.core.args import is_positive_int
-from ampbook.core.precision import AUTOCAST_DTYPES, short_name, to_dtype
+from ampbook.core.precision import autocast_dtype, short_name, to_dtype
 from ampbook.measure.timing import machine_load, one_call, time_rounds
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -68,10 +68,6 @@ class DtypeProbe:
     passes: dict[str, PassTiming] = field(default_factory=dict)
     error: str | None = None
 
-    @property
-    def seconds(self) -> float:
-        return sum(p.seconds for p in self.passes.values())
-
 
 @dataclass(frozen=True)
 class ConvProbe:
@@ -111,17 +107,15 @@ class ConvProbe:
             for i in range(rounds)
         ]
 
-    def slowdown(self, dtype: str) -> float:
-        """The convolution's time in ``dtype`` over fp32's: the rounds' median."""
-        return statistics.median(self.round_ratios(dtype))
-
-    def pass_slowdown(self, dtype: str, name: str) -> float:
+    def slowdown(self, dtype: str, name: str | None = None) -> float:
+        """The convolution's (or the pass ``name``'s) time in ``dtype`` over fp32's:
+        the rounds' median."""
         return statistics.median(self.round_ratios(dtype, name))
 
     def slowest_pass(self, dtype: str) -> PassTiming:
         """The pass that lost most against fp32's same pass."""
         passes = self._probe(dtype).passes.values()
-        return max(passes, key=lambda p: self.pass_slowdown(dtype, p.name))
+        return max(passes, key=lambda p: self.slowdown(dtype, p.name))
 
     def _probe(self, dtype: str) -> DtypeProbe:
         if dtype not in self.dtypes:
@@ -140,13 +134,12 @@ class ConvProbe:
         probe = self._probe(dtype)
         impls = _impl_text(probe.passes.values(), self.impl_read)
         if dtype == "fp32":
-            total = probe.seconds * 1e3
+            total = sum(p.seconds for p in probe.passes.values()) * 1e3
             return f"fp32: the {self.shape} took {total:.3g} ms in all, {impls}."
-        ratio = self.slowdown(dtype)
         ratios = self.round_ratios(dtype)
-        lo, hi, n = min(ratios), max(ratios), len(ratios)
+        ratio, lo, hi, n = self.slowdown(dtype), min(ratios), max(ratios), len(ratios)
         per_pass = ", ".join(
-            f"{PASS_NAMES[p]} {self.pass_slowdown(dtype, p):.3g}x" for p in PASSES
+            f"{PASS_NAMES[p]} {self.slowdown(dtype, p):.3g}x" for p in PASSES
         )
         spread = "one round"
         if n > 1:
@@ -180,7 +173,7 @@ class ConvProbe:
             if probe.error:
                 out.append((d, "-", None, None, probe.error))
             for n, p in ((n, probe.passes[n]) for n in PASSES if not probe.error):
-                ratio = self.pass_slowdown(d, n) if "fp32" in self.dtypes else None
+                ratio = self.slowdown(d, n) if "fp32" in self.dtypes else None
                 out.append(
                     (d, PASS_NAMES[n], p.seconds * 1e3, ratio, _impl_cell(p.impl))
                 )
@@ -261,24 +254,6 @@ def _captured_stdout():
             out.append(tmp.read().decode(errors="replace"))
 
 
-@contextlib.contextmanager
-def _onednn_verbose():
-    """oneDNN's verbose mode for the block; yields whether it could be turned on."""
-    mkldnn = torch.backends.mkldnn
-    ctx = None
-    if mkldnn.is_available() and hasattr(mkldnn, "verbose"):
-        try:
-            ctx = mkldnn.verbose(mkldnn.VERBOSE_ON)
-            ctx.__enter__()
-        except RuntimeError:
-            ctx = None
-    try:
-        yield ctx is not None
-    finally:
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
-
-
 def _passes(x, w, g, padding):
     conv = torch.ops.aten.convolution.default
     back = torch.ops.aten.convolution_backward.default
@@ -292,10 +267,14 @@ def _passes(x, w, g, padding):
 
 def _first_call(fn, name: str) -> tuple[float, str | None]:
     """(seconds of the first call, the implementation oneDNN executed for the pass
-    ``name``: ``ATEN_FALLBACK`` where none, None where its lines were not read)."""
-    with _captured_stdout() as out, _onednn_verbose() as read:
+    ``name``, read from its verbose lines: ``ATEN_FALLBACK`` where none, None where
+    there is no oneDNN)."""
+    mkldnn = torch.backends.mkldnn
+    if not mkldnn.is_available():
+        return one_call(fn), None
+    with _captured_stdout() as out, mkldnn.verbose(mkldnn.VERBOSE_ON):
         seconds = one_call(fn)
-    return seconds, parse_verbose(out[0]).get(name, ATEN_FALLBACK) if read else None
+    return seconds, parse_verbose(out[0]).get(name, ATEN_FALLBACK)
 
 
 def probe_conv(
@@ -322,6 +301,7 @@ def probe_conv(
         ("width", width),
         ("batch", batch),
         ("repeats", repeats),
+        ("threads", threads),
     ):
         if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
@@ -329,8 +309,6 @@ def probe_conv(
         raise ValueError(f"kernel must be two positive sizes, got {kernel!r}")
     if max_call_s <= 0:
         raise ValueError(f"max_call_s must be positive, got {max_call_s}")
-    if not is_positive_int(threads):
-        raise ValueError(f"threads must be a positive integer, got {threads!r}")
     order = ["fp32"] + [d for d in dtypes if d != "fp32"]
     for d in order:
         to_dtype(d)  # a clear error for an unknown name
@@ -365,8 +343,7 @@ def probe_conv(
 
 def _run(order, tensors, padding, repeats, max_call_s):
     """Each dtype's first calls, then ``repeats`` rounds in which every dtype's passes
-    run once in turn (``time_rounds``); a pass whose first call took over
-    ``max_call_s`` is not repeated."""
+    run once in turn (``time_rounds``), but those too slow to repeat."""
     first: dict[str, dict] = {}
     fns: dict[str, dict] = {}
     results: dict[str, DtypeProbe] = {}
@@ -378,9 +355,8 @@ def _run(order, tensors, padding, repeats, max_call_s):
             except (RuntimeError, NotImplementedError) as err:
                 line = (str(err).strip().splitlines() or [""])[0]
                 results[d] = DtypeProbe(d, {}, f"{type(err).__name__}: {line}")
-        cpu = torch.device("cpu")
         steps = {
-            (d, n): (fns[d][n], (), cpu)
+            (d, n): (fns[d][n], (), torch.device("cpu"))
             for d in first
             for n, (seconds, _) in first[d].items()
             if seconds <= max_call_s
@@ -398,7 +374,5 @@ def _run(order, tensors, padding, repeats, max_call_s):
 def precision_dtype(precision: str) -> str:
     """The dtype whose convolutions a training precision runs: ``"amp-bf16"`` ->
     ``"bf16"``, ``"amp-fp16"`` -> ``"fp16"``, ``"fp32"`` -> ``"fp32"``."""
-    if precision not in AUTOCAST_DTYPES:
-        raise ValueError(f"unknown precision {precision!r}")
-    dt = AUTOCAST_DTYPES[precision]
+    dt = autocast_dtype(precision)
     return "fp32" if dt is None else short_name(dt)

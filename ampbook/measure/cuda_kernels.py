@@ -130,12 +130,10 @@ def _fused_attention(query, key, value, attn_mask=None, dropout_p=0.0,
         with torch.autocast("cpu", enabled=False):
             return original(q, k, v, attn_mask, dropout_p, is_causal, scale=scale)
     batch = q.shape[:-2]
-
-    def four(t):
-        return t.reshape(-1, 1, *t.shape[-2:]) if t.dim() != 4 else t
-
+    q4, k4, v4 = (
+        t if t.dim() == 4 else t.reshape(-1, 1, *t.shape[-2:]) for t in (q, k, v)
+    )
     with torch.autocast("cpu", enabled=False):
-        q4, k4, v4 = four(q), four(k), four(v)
         flash = q.dtype != torch.float32 and attn_mask is None and d == dv and d <= 256
         if flash:
             out = torch.ops.aten._scaled_dot_product_flash_attention(
@@ -148,9 +146,7 @@ def _fused_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                     bias = torch.zeros_like(bias, dtype=q.dtype).masked_fill(
                         ~bias, float("-inf")
                     )
-                bias = bias.to(q.dtype).expand(
-                    q4.shape[0], q4.shape[1], q4.shape[2], k4.shape[2]
-                )
+                bias = bias.to(q.dtype).expand(*q4.shape[:3], k4.shape[2])
             grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
             out = torch.ops.aten._scaled_dot_product_efficient_attention(
                 q4, k4, v4, bias, grad, dropout_p, is_causal, scale=scale

@@ -99,17 +99,13 @@ class SavedTensorMeter:
         """Bytes saved for backward that did not exist before (the book's memory)."""
         return self.total_bytes - self.parameter_bytes
 
-    @staticmethod
-    def _unpack(t: torch.Tensor) -> torch.Tensor:
-        return t
-
     def __enter__(self) -> "SavedTensorMeter":
         if self.model is not None:
             self._scopes.__enter__()
         for p in [*(self.model.parameters() if self.model else ()), *self.parameters]:
             self._param_ptrs.add(_storage_key_and_bytes(p)[0])
         self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(
-            self._pack, self._unpack
+            self._pack, lambda t: t
         )
         self._hooks_ctx.__enter__()
         return self
@@ -146,12 +142,9 @@ def saved_for_backward(
     """``SavedTensorMeter.summary()`` of one training forward (model + loss), in fp32
     (``dtype=None``) or under autocast in ``dtype``; the graph is dropped unused."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
-    with SavedTensorMeter(model=model) as meter:
-        with torch.autocast(
-            device_type, dtype=dtype or torch.float32, enabled=dtype is not None
-        ):
-            loss = loss_fn(model(x), target)
-    del loss
+    amp = {"dtype": dtype or torch.float32, "enabled": dtype is not None}
+    with SavedTensorMeter(model=model) as meter, torch.autocast(device_type, **amp):
+        loss_fn(model(x), target)
     return meter.summary()
 
 

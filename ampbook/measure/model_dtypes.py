@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ampbook.measure.autocast_rules import (
     autocast_region,
@@ -29,18 +30,11 @@ from ampbook.measure.tracking import ModuleScopes
 
 
 def _dtypes(obj) -> list[str]:
-    if isinstance(obj, torch.Tensor):
-        return [dtype_name(obj.dtype)] if obj.is_floating_point() else []
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        return [d for o in obj for d in _dtypes(o)]
-    return []
+    tensors = [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
+    return [dtype_name(t.dtype) for t in tensors if t.is_floating_point()]
 
 
 def _settings(device_type, dtype, fake) -> tuple[torch.dtype, bool]:
-    """The autocast dtype (default: the device's) and whether to run on fake tensors
-    (default: CUDA without a GPU)."""
     check_device_type(device_type)
     if fake is None:
         fake = device_type == "cuda" and cuda_is_fake()
@@ -54,9 +48,7 @@ def _forward(model: nn.Module, x, device_type, dtype, fake):
         with autocast_region(device_type, dtype, fake=True) as dev:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else tuple(x)
             state = {
-                n: torch.empty(t.shape, dtype=t.dtype, device=dev).requires_grad_(
-                    t.requires_grad
-                )
+                n: torch.empty_like(t, device=dev).requires_grad_(t.requires_grad)
                 for n, t in [*model.named_parameters(), *model.named_buffers()]
             }
             x = torch.randn(shape, device=dev)
@@ -237,9 +229,5 @@ class CastCounter(TorchDispatchMode):
     @property
     def parameter_cast_bytes(self) -> int:
         """Bytes of the low-precision copies made of parameters."""
-        size = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-        return sum(
-            math.prod(c.shape) * size.get(c.dst, 4)
-            for c in self.casts
-            if c.is_parameter
-        )
+        casts = [c for c in self.casts if c.is_parameter]
+        return sum(math.prod(c.shape) * getattr(torch, c.dst).itemsize for c in casts)

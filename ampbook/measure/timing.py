@@ -47,13 +47,7 @@ def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
         raise ValueError(
             f"unknown dtype {dtype!r}; use one of {sorted(DTYPES)} or a torch.dtype"
         )
-    torch_dtype = DTYPES[dtype]
-    if torch_dtype is None:
-        raise ValueError(
-            f"dtype {dtype!r} needs a PyTorch with float8 types (this is "
-            f"{torch.__version__})"
-        )
-    return ("fp8_e4m3" if dtype == "fp8" else dtype), torch_dtype
+    return ("fp8_e4m3" if dtype == "fp8" else dtype), DTYPES[dtype]
 
 
 def random_tensor(
@@ -117,9 +111,8 @@ class TimingResult:
     @property
     def gbps(self) -> float | None:
         """GB/s (1e9 bytes) at the median time (None without ``bytes_moved``)."""
-        if self.bytes_moved is None:
-            return None
-        return self.bytes_moved / self.median_s / 1e9
+        moved = self.bytes_moved
+        return None if moved is None else moved / self.median_s / 1e9
 
     def to_dict(self) -> dict:
         """JSON-serialisable summary, without the samples."""
@@ -294,7 +287,23 @@ def benchmark(
     fastest warm-up call (1 without warm-up). ``buffers=None`` sizes the rotation
     against ``cache_bytes`` (the machine's last-level cache when None).
     ``check_inputs=False`` allows all-zero inputs (accumulators)."""
-    _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number)
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if make_inputs is not None and not callable(make_inputs):
+        raise TypeError(
+            "make_inputs must be a callable returning one input set "
+            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
+        )
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if min_time < 0 or (max_time is not None and max_time <= 0):
+        raise ValueError(
+            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
+        )
+    if number is not None and number < 1:
+        raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
     if buffers is not None and buffers < 1:
         raise ValueError(f"buffers must be >= 1, got {buffers}")
     if flops is not None and flops < 0 or bytes_moved is not None and bytes_moved < 0:
@@ -321,9 +330,8 @@ def benchmark(
         times.append(elapsed / number)
         total += elapsed
         n = len(times)
-        if n >= repeats and total >= min_time:
-            break
-        if max_time is not None and total >= max_time and n >= min(3, repeats):
+        cut = max_time is not None and total >= max_time and n >= min(3, repeats)
+        if n >= repeats and total >= min_time or cut:
             break
     return TimingResult(
         name,
@@ -336,26 +344,6 @@ def benchmark(
         bytes_moved,
         dict(extra or {}),
     )
-
-
-def _check_settings(fn, make_inputs, warmup, repeats, min_time, max_time, number):
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if make_inputs is not None and not callable(make_inputs):
-        raise TypeError(
-            "make_inputs must be a callable returning one input set "
-            f"(got {type(make_inputs).__name__}); wrap fixed tensors as lambda: (a, b)"
-        )
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if min_time < 0 or (max_time is not None and max_time <= 0):
-        raise ValueError(
-            f"min_time must be >= 0 and max_time > 0 (got {min_time}, {max_time})"
-        )
-    if number is not None and number < 1:
-        raise ValueError(f"number (calls per sample) must be >= 1, got {number}")
 
 
 def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
@@ -381,23 +369,13 @@ def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
     return [first] + [make() for _ in range(buffers - 1)], dev
 
 
-@contextlib.contextmanager
-def tf32_matmul(enabled: bool):
-    """Allow (or forbid) TF32 tensor cores for fp32 matmuls on CUDA inside the block,
-    restoring the previous setting after. ``"fp32"`` timings run with TF32 off so that
-    they mean fp32."""
-    with backend_flags(matmul_tf32=enabled):
-        yield
-
-
 def _check_dtype_on(dtype, dev: torch.device) -> tuple[str, torch.dtype]:
     """Resolve ``dtype``; a clear error where ``dev`` cannot run matmuls in it."""
     name, torch_dtype = resolve_dtype(dtype)
     if name == "tf32" or name.startswith("fp8"):
         need = (8, 0) if name == "tf32" else (8, 9)
         cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
-        scaled_mm = name == "tf32" or hasattr(torch, "_scaled_mm")
-        if cap is None or cap < need or not scaled_mm:
+        if cap is None or cap < need:
             have = f"device {dev} has none" if cap is None else f"this GPU is {cap}"
             raise ValueError(
                 f"{name} matmuls need NVIDIA tensor cores of compute capability "
@@ -470,10 +448,8 @@ def time_matmul(
     extra = {"kind": "matmul", "dtype": name, "n": n, "m": m, "k": k}
     flops = 2 * n * m * k  # one multiply and one add per term
     moved = (n * k + k * m) * itemsize + out_bytes
-    tf32 = (
-        tf32_matmul(name == "tf32") if dev.type == "cuda" else contextlib.nullcontext()
-    )
-    with tf32:
+    flags = backend_flags(matmul_tf32=name == "tf32")  # CUDA "fp32": no TF32
+    with flags if dev.type == "cuda" else contextlib.nullcontext():
         return _time_op(
             fn, make, dev, f"matmul {name} {n}x{k}x{m}", extra, flops, moved, kwargs
         )
@@ -510,19 +486,14 @@ def time_elementwise(
     )
 
 
+_ONE_CALL = dict(
+    warmup=0, repeats=1, number=1, min_time=0.0, buffers=1, check_inputs=False
+)
+
+
 def one_call(fn, args: tuple = (), device=None) -> float:
     """Seconds of one call ``fn(*args)``, by ``benchmark``'s clock (no warm-up)."""
-    return benchmark(
-        fn,
-        lambda: args,
-        device=device,
-        warmup=0,
-        repeats=1,
-        number=1,
-        min_time=0.0,
-        buffers=1,
-        check_inputs=False,
-    ).median_s
+    return benchmark(fn, lambda: args, device=device, **_ONE_CALL).median_s
 
 
 def time_rounds(

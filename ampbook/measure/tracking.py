@@ -96,29 +96,24 @@ class ModuleScopes(ModuleTracker):
                 stack.extend(next_node for next_node, _ in node.next_functions)
 
     def _enter_node(self, scope: Scope | None):
-        def prehook(grad_outputs):
-            self._running = scope
-
-        return prehook
+        return lambda grad_outputs: setattr(self, "_running", scope)
 
     def backward_scope(self) -> Scope | None:
         """(qualified name, class name) of the module whose forward created the
         autograd node running now (or that ran last), or None."""
         return self._running
 
-    def _claim_inputs(self, module, args) -> None:
-        self.claim(args, self.innermost())  # still the module running before this one
-
-    def _claim_outputs(self, module, args, output) -> None:
-        self.claim(output, self.innermost())  # still this module
-
     def __enter__(self) -> "ModuleScopes":
         if self.backward:
-            # registered before the tracker's own hooks, so they run before them: a
-            # pre-hook sees the module not yet entered, a post-hook not yet left
+            # registered before the tracker's own hooks, so they run before them: the
+            # inputs go to the module running before this one, the outputs to this one
             self._handles += [
-                register_module_forward_pre_hook(self._claim_inputs),
-                register_module_forward_hook(self._claim_outputs),
+                register_module_forward_pre_hook(
+                    lambda m, args: self.claim(args, self.innermost())
+                ),
+                register_module_forward_hook(
+                    lambda m, args, out: self.claim(out, self.innermost())
+                ),
             ]
         super().__enter__()
         self._handles.append(self.model.register_forward_pre_hook(self._root_entered))
