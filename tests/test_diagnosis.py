@@ -466,7 +466,7 @@ def test_cpu_timing_takes_rounds_and_reads_them():
     assert me["rounds_verdict"] == speedup_verdict(bf16["ratios"], "amp-bf16")
     fp16 = next(r for r in me["rows"] if r["precision"] == "amp-fp16")
     assert fp16["batch"] == 2 and fp16["speedup"] > 0
-    assert "a single timing against fp32's median step" in fp16["note"]
+    assert "one step at batch 2 x 3x8x8 against one fp32 step there" in fp16["note"]
     disagree = dict(me, rounds_verdict=speedup_verdict([0.8, 1.3, 1.0], "amp-bf16"))
     assert "no difference is resolved" in verdict.measured_verdict(disagree)
 

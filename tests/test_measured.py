@@ -52,7 +52,7 @@ def test_the_time_left_counts_the_fp16_step_timed_after_the_rounds():
     lines = out.getvalue().splitlines()
     firsts = [x for x in lines if x.startswith("doctor: first ")]
     rounds = [x for x in lines if "round" in x]
-    assert len(firsts) == 3 and lines.index(firsts[-1]) < lines.index(rounds[0])
+    assert len(firsts) == 4 and lines.index(firsts[-1]) < lines.index(rounds[0])
     assert "amp-fp16" in firsts[-1]  # every first step before any timed one
     assert len(rounds) == 2
     for x in rounds:

@@ -26,10 +26,8 @@ from ampbook.chapters.ch6.outputs import (
 )  # fmt: skip
 from ampbook.chapters.ch6.traced import (
     coverage,
-    fake_saved_bytes,
     memory_at_size,
     roofline,
-    unmodelled,
     unmodelled_line,
     weight_copy_bytes,
     where_time_goes,
@@ -377,7 +375,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
 
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
     batch, shape = traces["fp32"].batch_size, traces["fp32"].input_shape
-    roof = roofline(traces, gpus, cfg.loader_images_per_s, devices)
+    roof = roofline(traces, gpus, devices)
     first = devices[gpus[0]]
     ceil = Ceilings.from_device(first)
     preds = {
@@ -400,7 +398,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
     )  # fmt: skip
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
     _add_committed(ranges, committed, setting_text(batch, shape))
-    unknown = unmodelled(preds.get(amp) or preds["fp32"])
+    unknown = [dict(r) for r in (preds.get(amp) or preds["fp32"]).unmodelled]
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
     warnings_ += memory_warnings(traces, gpus, devices, copies)
     lap("verdict")
@@ -419,7 +417,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
         "memory_format": cfg.memory_format,
         "gpus": gpus,
         "totals": {p: tr.totals() for p, tr in traces.items()},
-        "coverage": coverage(traces[amp], preds.get(amp)) if amp else None,
+        "coverage": coverage(traces[amp]) if amp else None,
         "memory": memory,
         "roofline": roof,
         "where": {
@@ -472,10 +470,6 @@ def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -
     ]  # fmt: skip
     memory["measured_input"] = measured["input"]
     memory["measured_batch"] = measured["batch"]
-    if device.type != "cuda" and memory["measured"]:
-        memory["fake_at_measured"] = fake_saved_bytes(
-            traced, measured["input"], measured["batch"], cfg.loss, "fp32"
-        )
     report["measured"] = measured
     ranges = report["verdict"]["ranges"]
     report["verdict"].update(

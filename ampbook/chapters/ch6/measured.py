@@ -1,7 +1,6 @@
-"""Section 4 of the doctor's report: the runner's own step timed here per precision.
-On a CPU at a small size by chapter 5's rounds method (the precisions take turns),
-fp16 at a tiny size; on CUDA at the full size, with channels_last and cudnn.benchmark
-variants."""
+"""Section 4 of the doctor's report: the runner's own step timed here per precision,
+on a CPU at a small size by chapter 5's rounds method (fp16 for one step at a tiny
+size), on CUDA at the full size with channels_last and cudnn.benchmark variants."""
 
 from __future__ import annotations
 
@@ -24,16 +23,15 @@ from ampbook.predict.specs import DoctorError, first_line, shape_text
 from ampbook.results import PEAK_CUDA
 from ampbook.results import SAVED_FOR_BACKWARD as SAVED
 
-# Largest batch x pixels at which a CPU step is timed in fp16 (many times slower than
-# fp32's on CPUs); the doctor prints the ratio it measures there, and no cause.
+# Largest batch x pixels at which a CPU step is timed in fp16 (many times fp32's).
 CPU_FP16_MAX_PIXELS = 2 * 32 * 32
 CPU_MEASURE_SIDE = 32  # a CPU step's input is scaled to about this many pixels a side
 CPU_ROUNDS = 5  # rounds of the CPU timing (chapter 5's method)
 
 
 def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
-    """``shape`` with its last two dimensions (one for a sequence) scaled down to about
-    ``side`` each, multiples of 32 (at least 32, at most the original)."""
+    """``shape``'s last two dimensions (one for a sequence) scaled to about ``side``,
+    multiples of 32 (at least 32, at most the original)."""
     shape = tuple(shape)
     n = min(2, len(shape) - 1)
     if n <= 0:
@@ -51,9 +49,8 @@ def measure_size(
     device: torch.device,
     key: str | None = None,
 ) -> tuple[tuple[int, ...], int]:
-    """Where to time steps: the full size on CUDA; on a CPU an input scaled to about
-    ``CPU_MEASURE_SIDE`` pixels a side and batch <= 2 (the full input where the model
-    accepts no other)."""
+    """Where to time steps: the full size on CUDA; on a CPU about ``CPU_MEASURE_SIDE``
+    pixels a side and batch <= 2 (the full input where the model accepts no other)."""
     if device.type == "cuda":
         return tuple(shape), batch
     small = _scaled(shape, CPU_MEASURE_SIDE)
@@ -80,8 +77,7 @@ def _variants(device: torch.device, precisions: Sequence[str]):
 
 
 class ForwardStep:
-    """The forward pass and loss alone, under autocast where the precision has one,
-    without autograd (``--forward-only``); called as the runner's step is."""
+    """The forward pass and loss alone, without autograd (``--forward-only``)."""
 
     def __init__(self, model, criterion, device, autocast_dtype, channels_last=False):
         self.model, self.criterion, self.device = model, criterion, device
@@ -100,8 +96,7 @@ class ForwardStep:
 
 
 class _Variant:
-    """One timed variant: its own copy of the model, optimizer and the runner's step
-    (or ``ForwardStep``), with the CUDA flags it runs under."""
+    """One timed variant: its own model, optimizer and step, and its CUDA flags."""
 
     def __init__(self, model, device, prec, tf32, cl, bench, x, y, backward=True):
         from ampbook.train import TrainStep
@@ -125,7 +120,6 @@ class _Variant:
         self.times: list[float] = []
 
     def flags(self):
-        """The variant's TF32 and cudnn.benchmark flags on CUDA (restored after)."""
         if self.device.type != "cuda":
             return contextlib.nullcontext()
         return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
@@ -155,7 +149,6 @@ class _Variant:
 
 
 def _timed(times: Sequence[float]) -> dict[str, Any]:
-    """A timed variant's median and fastest step and how many were timed."""
     return {"step_s": statistics.median(times), "min_step_s": min(times),
             "samples": len(times)}  # fmt: skip
 
@@ -167,8 +160,7 @@ def _batch_for(model, shape, batch, loss, key, seed=0):
 
 
 def as_progress(progress) -> cli.Progress:
-    """``progress`` as a ``cli.Progress``: one given, or a new one (``True`` on,
-    ``False`` off, None: on where stderr is a terminal)."""
+    """``progress`` as a ``cli.Progress`` (True on, False off, None: on a terminal)."""
     if isinstance(progress, cli.Progress):
         return progress
     return cli.Progress("doctor", progress)
@@ -176,10 +168,8 @@ def as_progress(progress) -> cli.Progress:
 
 class CpuGroup:
     """Precisions timed together on the CPU at one size by chapter 5's rounds method:
-    ``warm()`` runs each one's first, untimed step (oneDNN builds its kernels; the
-    memory is counted there), ``time_round()`` times one step of each in turn,
-    ``rows()`` gives each one's median step and the median of its per-round ratios to
-    fp32; ``seconds_left()`` estimates the rounds still to run."""
+    a first, untimed step each (oneDNN builds its kernels; memory counted), then one
+    step of each in turn per round; speedup: the median of the per-round ratios."""
 
     def __init__(
         self, model, shape, batch, loss, precisions, key, rounds, backward=True
@@ -192,10 +182,6 @@ class CpuGroup:
         self.first_s: dict[str, float] = {}  # the first, untimed step's seconds
         self.times: dict[str, list[float]] = {}
 
-    @property
-    def where(self) -> str:
-        return f"batch {self.batch} x {shape_text(self.shape)}"
-
     def warm(self, progress: cli.Progress) -> None:
         x, y = _batch_for(self.model, self.shape, self.batch, self.loss, self.key)
         dev = torch.device("cpu")
@@ -207,7 +193,6 @@ class CpuGroup:
                 t0 = time.perf_counter()
                 v = _Variant(self.model, dev, p, False, False, False, x, y,
                              self.backward)  # fmt: skip
-                # the first step builds oneDNN's kernels: untimed, it counts the memory
                 row["memory_bytes"], row["memory_measure"] = v.memory()
             except Exception as e:  # e.g. an op without a kernel for this dtype here
                 row["skipped"] = f"failed: {type(e).__name__}: {first_line(e)}"
@@ -247,15 +232,16 @@ class CpuGroup:
 
 
 def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
-    """Every group warmed first, then timed round by round; each progress line says
-    how long every step still to be timed will take, in every group."""
+    """Every group warmed, then timed round by round; each progress line counts
+    every step still to be timed, in every group."""
     progress = as_progress(progress or False)
     for g in groups:
         g.warm(progress)
     for k, g in enumerate(groups):
         if not g.steps:
             continue
-        progress(f"measuring {', '.join(g.steps)} on the cpu at {g.where}")
+        where = f"batch {g.batch} x {shape_text(g.shape)}"
+        progress(f"measuring {', '.join(g.steps)} on the cpu at {where}")
         for i in range(g.rounds):
             g.time_round()
             todo = [h for h in groups[k:] if h.steps and h.done < h.rounds]
@@ -279,16 +265,10 @@ def measure(
     progress: bool | cli.Progress | None = None,
     backward: bool = True,
 ) -> dict[str, Any]:
-    """Section 4: the runner's step timed per precision (and layout/flag) here.
-    ``progress``: lines on stderr per CPU round and CUDA variant (a ``cli.Progress``,
-    or True/False; None: on a terminal).
-
-    On a CPU (``size`` overrides the input and batch chosen by ``measure_size``): fp32
-    and amp-bf16 by chapter 5's rounds method (``rounds`` rounds, taking turns), with
-    the verdict on their per-round ratios (``pace.speedup_verdict``); amp-fp16 at a
-    tiny size (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed
-    with no cause. On CUDA: every variant at the full size, ``repeats`` timed steps
-    each."""
+    """Section 4: the runner's step timed per precision (and layout/flag) here. On a
+    CPU (at ``size``, else ``measure_size``'s) fp32 and amp-bf16 in ``rounds`` rounds,
+    the verdict on their per-round ratios; amp-fp16 for one step beside one fp32 step
+    at a tiny size. On CUDA every variant at the full size, ``repeats`` steps each."""
     mshape, mbatch = (
         (tuple(size[0]), int(size[1]))
         if size and device.type != "cuda"
@@ -342,18 +322,21 @@ def _measure_cpu(
             output_shape(model, tiny, 2, key)
         except DoctorError:
             tiny = mshape
-        # at the rounds' size, fp16 is held against their fp32 median; else one
-        # fp32 step is timed beside it there
-        same = tuple(tiny) == tuple(mshape) and mbatch == 2 and "fp32" in main
-        pair = ["amp-fp16"] if same else ["fp32", "amp-fp16"]
+        pair = ["fp32", "amp-fp16"]
         groups.append(CpuGroup(model, tiny, 2, loss, pair, key, 1, backward))
     time_groups(groups, tell)
     rows = groups[0].rows()
-    extra = None
+    fp16 = None
     if len(groups) > 1:
-        extra = _fp16_row(groups[1].rows()[-1], rows, tiny, same)
+        fp16 = groups[1].rows()[-1]
+        fp16.update(input=list(tiny), batch=2)
+        if fp16.get("speedup"):
+            fp16["note"] = (
+                f"one step at batch 2 x {shape_text(tiny)} against one fp32 step "
+                f"there ({fp16['speedup']:.2g}x its speed)"
+            )
         order = list(precisions)
-        rows = sorted(rows + [extra], key=lambda r: order.index(r["precision"]))
+        rows = sorted(rows + [fp16], key=lambda r: order.index(r["precision"]))
     bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
     verdict = (
         speedup_verdict(bf16["ratios"], "amp-bf16")
@@ -362,24 +345,4 @@ def _measure_cpu(
     )
     return {"device": "cpu", "device_name": cpu_name(), "input": list(mshape),
             "batch": mbatch, "rounds": rounds, "rows": rows,
-            "rounds_verdict": verdict, "fp16": extra, "backward": backward}  # fmt: skip
-
-
-def _fp16_row(fp16: dict, rows: list[dict], tiny, same: bool) -> dict:
-    """The amp-fp16 row timed at ``tiny``: against the rounds' fp32 median where it
-    was timed at their size (``same``), else against one fp32 step there."""
-    fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
-    if same:
-        if fp16.get("step_s") and fp32 and fp32.get("step_s"):
-            fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
-        against = "fp32's median step"
-    else:
-        against = "one fp32 step there"
-    fp16["input"], fp16["batch"] = list(tiny), 2
-    fp16["against"] = against
-    if fp16.get("speedup"):
-        fp16["note"] = (
-            f"one step at batch 2 x {shape_text(tiny)}, a single timing "
-            f"against {against} ({fp16['speedup']:.2g}x its speed)"
-        )
-    return fp16
+            "rounds_verdict": verdict, "fp16": fp16, "backward": backward}  # fmt: skip

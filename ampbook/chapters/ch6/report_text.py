@@ -1,6 +1,5 @@
-"""The doctor's report as text: its first screen (the answer, 24 lines x 80 columns),
-its sections as Markdown tables with their lead sentences, and the whole report
-(``to_markdown``); ``python -m ampbook.doctor`` wraps it for a terminal."""
+"""The doctor's report as Markdown: its first screen (the answer, 24 lines x 80
+columns), then its sections; ``python -m ampbook.doctor`` wraps it for a terminal."""
 
 from __future__ import annotations
 
@@ -12,16 +11,11 @@ from ampbook.core.words import plural
 from ampbook.predict.specs import shape_text
 
 
-def _mib(b):
-    return None if b is None else b / 2**20
-
-
 def _mib_cell(b) -> str | None:
-    """Bytes as MiB, to one decimal throughout; "< 0.1" for a nonzero count below."""
-    v = _mib(b)
-    if v is None:
+    """Bytes as MiB to one decimal; "< 0.1" for a nonzero count below."""
+    if b is None:
         return None
-    return "< 0.1" if 0 < v < 0.05 else f"{v:,.1f}"
+    return "< 0.1" if 0 < b / 2**20 < 0.05 else f"{b / 2**20:,.1f}"
 
 
 def _ms(s):
@@ -89,11 +83,6 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
              _mib_cell(m["bytes"]), m["bytes"] / base if base else None)
             for m in measured
         ]  # fmt: skip
-        if mem.get("fake_at_measured") is not None:
-            rows.append(
-                (f"traced: fp32, {where} (the count above, on fake tensors)",
-                 _mib_cell(mem["fake_at_measured"]), None)
-            )  # fmt: skip
     note = weight_copy_note(mem)
     lead = f"{at['method']}. {note}" if note else at["method"]
     return (
@@ -104,9 +93,8 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def weight_copy_note(mem: dict[str, Any]) -> str | None:
-    """Why AMP can save more bytes than fp32: the 16-bit weight copies,
-    a fixed cost per step, said only where an AMP count exceeds fp32's by no more
-    than the copies; None elsewhere."""
+    """Why AMP can save more bytes than fp32 (the 16-bit weight copies), said only
+    where an AMP count exceeds fp32's by no more than the copies."""
     copies = mem.get("weight_copies_bytes") or 0
     if not copies:
         return None
@@ -132,11 +120,11 @@ def weight_copy_note(mem: dict[str, Any]) -> str | None:
         else ""
     )
     return (
-        f"The saved bytes include autocast's 16-bit copies of the weights (up to "
-        f"{_mib(copies):,.4g} MiB: every convolution's, and a linear layer's when its "
-        f"input needs a gradient), a fixed cost whatever the batch: they are why AMP "
-        f"keeps more bytes for backward than fp32 {' and '.join(places)}, where the "
-        f"activations are small.{share}"
+        "The saved bytes include autocast's 16-bit copies of the weights (up to "
+        f"{copies / 2**20:,.4g} MiB: every convolution's, and a linear layer's when "
+        "its input needs a gradient), a fixed cost whatever the batch: they are why "
+        f"AMP keeps more bytes for backward than fp32 {' and '.join(places)}, where "
+        f"the activations are small.{share}"
     )
 
 
@@ -188,59 +176,32 @@ def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 def measured_table(me: dict[str, Any]) -> tuple[str, str]:
-    """Section 4's lead and Markdown table: each timed variant's median
-    and fastest step and its speedup (on a CPU, from the medians and as the median
-    of the per-round ratios the verdict reads)."""
-    cpu = me["device"] == "cpu"
-    base = next(
-        (r for r in me["rows"] if r["precision"] == "fp32" and r.get("step_s")), None
-    )
+    """Section 4's lead and table: each timed variant's median and fastest step and its
+    speedup (on a CPU the median of its per-round ratios to fp32)."""
     rows = []
     for r in me["rows"]:
-        of_medians = (
-            base["step_s"] / r["step_s"]
-            if base and r.get("step_s") and r.get("input") is None
-            else None
-        )
-        row = [r["variant"], _ms(r.get("step_s")), _ms(r.get("min_step_s"))]
-        ratio = r.get("speedup")
-        if cpu and r.get("samples") == 1 and r.get("step_s"):
-            # one timed step: no median, no fastest round, no median of ratios
-            row[1:] = [f"{_ms(r['step_s']):.1f} (one step)", None]
-            if ratio is not None and r["precision"] != "fp32":
-                ratio = f"{ratio:.2f} (one timing)"
-        row += [of_medians, ratio] if cpu else [ratio]
-        rows.append(row + [r.get("note") or r["skipped"] or ""])
-    n = me.get("rounds")
-    if cpu:
+        one, median = r.get("samples") == 1, _ms(r.get("step_s"))
+        rows.append((r["variant"], f"{median:.1f} (one step)" if one else median,
+                     None if one else _ms(r.get("min_step_s")), r.get("speedup"),
+                     r.get("note") or r["skipped"] or ""))  # fmt: skip
+    how = "timed steps: the median and the fastest; speedup from the medians"
+    if me["device"] == "cpu":
+        n = plural(me.get("rounds"), "round")
         how = (
-            f"{plural(n, 'round')} taking turns (chapter 5's method): the time is the "
-            f"median step of the {plural(n, 'round')} and the fastest of them; the "
-            "speedups are "
-            "fp32's time over this one's, from the medians beside them and as the "
-            "median of the per-round ratios (the verdict reads the latter; the two "
-            "differ when the rounds drift); a variant timed for one step says so in "
-            "its cells"
+            f"{n} taking turns (chapter 5's method): the median step of the {n} and "
+            "the fastest; speedup: the median of the per-round ratios to fp32"
         )
-        heads = ["variant", f"median of {plural(n, 'round')} (ms)",
-                 "fastest round (ms)", "fp32 / this, medians (x)",
-                 "median of round ratios (x)", "note"]  # fmt: skip
-        fmts = [None, ".1f", ".1f", ".2f", ".2f", None]
-    else:
-        how = "timed steps: the median and the fastest; speedup from the medians"
-        heads = ["variant", "median step (ms)", "fastest step (ms)", "speedup (x)",
-                 "note"]  # fmt: skip
-        fmts = [None, ".1f", ".1f", ".2f", None]
     lead = (
         f"{me['device_name']}; the runner's step, batch {me['batch']} x "
         f"{shape_text(me['input'])}, {how}"
     )
-    return lead, md_table_text(rows, heads, fmts)
+    heads = ["variant", "median step (ms)", "fastest step (ms)", "speedup (x)", "note"]
+    return lead, md_table_text(rows, heads, [None, ".1f", ".1f", ".2f", None])
 
 
 def references_table(rng: dict[str, Any]) -> str:
-    """The references behind one calibrated range, nearest first, like
-    with like: kernel time for a layer profile, the step for a published one."""
+    """The references behind one range, nearest first, like with like: kernel time
+    for a layer profile, the step for a published one."""
     from ampbook.predict.calibrate import distance_text
 
     def here_there(r: dict[str, Any]) -> tuple[str, str]:
@@ -258,10 +219,9 @@ def references_table(rng: dict[str, Any]) -> str:
 
 
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
-    """Per GPU and AMP precision: the AMP step's kernels, its launch floor
-    and calibrated kernel time (both predicted), the AMP kernel time measured at this
-    setting where a committed layer profile holds one, and ``bound_text``'s word;
-    None without a floor."""
+    """Per GPU and AMP precision: the AMP kernels, the launch floor and calibrated
+    kernel time (predicted), the kernel time a committed profile measured at this
+    setting, and ``bound_text``'s word; None without a floor."""
 
     def measured(r: dict[str, Any]) -> str:
         done = [m["amp_kernel_s"] for m in r.get("committed") or []
@@ -286,8 +246,7 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
 
 
 def _verdict_lines(ranges: list[dict[str, Any]]) -> str:
-    """Section 5's list, one item per GPU and precision; the host model
-    behind every step prediction is said once above it when every range shares it."""
+    """Section 5's list; the host model every range shares is said once above it."""
     from ampbook.chapters.ch6.verdict import step_label
 
     lines = [r["line"] for r in ranges]
@@ -323,14 +282,10 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     floors = launch_table(ver["ranges"])
     if floors:
         text += (
-            "\n\nThe launch floor (AMP's kernels times the host time per kernel "
-            "above) beside the calibrated AMP kernel time (the median reference's, "
-            "not the weighted references of the point prediction), both predicted, "
-            "and the AMP kernel time measured at this setting where a committed layer "
-            "profile holds one, per GPU: the first screen's launch-bound when a floor "
-            "is longer than its calibrated kernel time (AMP's or fp32's), near the "
-            f"launch floor when AMP's is at least {NEAR_FLOOR:.0%} of it, else the "
-            "roofline's bound:\n\n" + floors
+            "\n\nThe launch floor (AMP's kernels times the host time per kernel) "
+            "beside the calibrated AMP kernel time (the median reference's), both "
+            "predicted, and the AMP kernel time a committed layer profile measured at "
+            "this setting; the bound is the first screen's test:\n\n" + floors
         )
     text += (
         "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "
@@ -359,7 +314,7 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 # The AMP step is "near the launch floor" when its floor is at least this share of its
-# calibrated kernel time (``bound_text``): the roofline's word would not hold there.
+# calibrated kernel time (``bound_text``).
 NEAR_FLOOR = 0.8
 
 BOUND_WORDS_TEXT = (
@@ -372,11 +327,7 @@ BOUND_WORDS_TEXT = (
 
 
 def bound_text(r: dict[str, Any]) -> str:
-    """What bounds one range's AMP step, in a word (``BOUND_WORDS_TEXT``):
-    launch-bound when the launch floor is longer than the calibrated kernel time
-    (AMP's or fp32's), near the launch floor when AMP's floor is at least
-    ``NEAR_FLOOR`` of AMP's kernel time, else memory- or compute-bound by the larger
-    share of the roofline bound."""
+    """What bounds one range's AMP step, in a word (``BOUND_WORDS_TEXT``)."""
     launch = r.get("launch") or {}
     if launch.get("amp_bound") or launch.get("fp32_bound"):
         return "launch-bound"
@@ -429,17 +380,15 @@ def _screen_line(r: dict[str, Any]) -> str:
 
 
 def _measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The committed measurements of the range's own setting: the step timed alone
-    first, then the step in the loop, then the kernels."""
+    """The committed measurements of this setting: alone, in the loop, kernels."""
     order = {"step alone": 0, "step in the loop": 1}
     done = [m for m in r.get("committed") or [] if m.get("same_setting")]
     return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
 
 
 def headline_key(r: dict[str, Any]) -> tuple:
-    """Which AMP precision heads a GPU's line on the first screen: one
-    with a range, then the faster as printed; a tie goes to the one with more
-    committed measurements of this setting, so that the line carries them."""
+    """Which AMP precision heads a GPU's line on the first screen: one with a range,
+    the faster as printed, a tie to the one with more committed measurements."""
     if not r["rows"]:
         return (False, 0.0, 0)
     return (True, round(r["point"], 2), len(_measured_here(r)))
@@ -450,15 +399,13 @@ SCREEN_ORDER_TEXT = "Best first"
 
 
 def screen_order(r: dict[str, Any]) -> tuple:
-    """The first screen's order of GPUs: best first by the predicted
-    speedup printed, a GPU with no range last, ties in the device table's order."""
+    """The first screen's order: best first as printed, a GPU with no range last."""
     return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
 
 
 def first_screen(report: dict[str, Any]) -> str:
-    """The answer first, for a screen of 24 lines x 80 columns: what was
-    predicted, then one line per GPU with its faster AMP precision (point, range,
-    verdict in words, bound, committed measurements); the warnings last."""
+    """The answer, for a screen of 24 lines x 80 columns: what was predicted, one line
+    per GPU with its faster AMP precision, the warnings last."""
     from ampbook.predict.calibrate import layout_text
 
     fmt = report.get("memory_format", "channels_first")
@@ -510,9 +457,8 @@ def first_screen(report: dict[str, Any]) -> str:
 
 
 def report_head(report: dict[str, Any], level: int = 1) -> str:
-    """The title, ``first_screen`` and the output read: what ``python -m
-    ampbook.doctor`` prints as soon as the step is traced (the verdict within
-    24 lines for the 15 GPUs of the table)."""
+    """The title, ``first_screen`` and the output read: what the command prints as
+    soon as the step is traced."""
     return (
         _title(
             f"AMP doctor: {report['model']} ({report['model_class']}, "
@@ -528,8 +474,7 @@ def report_head(report: dict[str, Any], level: int = 1) -> str:
 
 
 def report_body(report: dict[str, Any], level: int = 1) -> str:
-    """The detailed sections (``sections``), each under a heading one below
-    ``level``."""
+    """The detailed sections, each under a heading one below ``level``."""
     return "\n".join(
         f"{_title(t, level + 1, level)}\n\n{lead}\n\n{tab}\n"
         for t, lead, tab in sections(report)
@@ -541,7 +486,6 @@ def _title(text: str, depth: int, level: int) -> str:
 
 
 def to_markdown(report: dict[str, Any], level: int = 1) -> str:
-    """The report as Markdown (``report_head`` then ``report_body``); ``level`` is the
-    title's heading level (the sections one below); 0 sets the titles in bold instead
-    of headings (for a page that has its own)."""
+    """The report as Markdown; ``level`` is the title's heading level (0: bold titles,
+    for a page that has its own headings)."""
     return report_head(report, level) + "\n\n" + report_body(report, level)

@@ -1,6 +1,5 @@
 """Section 5 of the doctor's report: the expected AMP speedup per GPU in words, the
-memory warnings, the committed measurements of the same setting, the checklist per
-GPU, and the one line on the steps timed here (section 4)."""
+memory warnings, the committed measurements, what to try, and section 4's line."""
 
 from __future__ import annotations
 
@@ -26,9 +25,8 @@ def range_position(value: float, low: float, high: float) -> str:
 
 
 def end_text(x: float) -> str:
-    """A range's end to two decimals, or more (three, at most four) where fewer round
-    it to 1: the verdict (``gist``) is decided on the unrounded end, so 1.004 ("a
-    gain") and 0.996 ("no clear gain") must not both print as 1.00."""
+    """A range's end to two decimals, or up to four where fewer round it to 1: 1.004
+    ("a gain") and 0.996 ("no clear gain") must not both print as 1.00."""
     for digits in (2, 3, 4):
         text = f"{x:.{digits}f}"
         if float(text) != 1:
@@ -42,9 +40,8 @@ def span_text(lo: float, hi: float) -> str:
 
 
 def gist(lo: float, hi: float, point: float | None = None) -> str:
-    """Words for a range: "a gain" or "a loss" only when the whole range is on one
-    side of 1.0; a range that spans 1.0 is "no clear gain" (its point estimate, as
-    printed to two decimals, at 1.00 or above) or "no clear loss" (below)."""
+    """A range in words: "a gain" or "a loss" only when it is all on one side of 1.0,
+    else "no clear gain" (the point, to two decimals, at 1.00 or above) or "loss"."""
     if lo > 1:
         return "a gain"
     if hi < 1:
@@ -60,15 +57,14 @@ def speedup_range_verdict(
     casts: int | None = None,
     transposes: int | None = None,
 ) -> str:
-    """The expected AMP speedup on one GPU, in one line: the range
-    and the references that set it, the ratio at equal shares of the bound (not a
-    bound), the committed measurements and the launch floor when it binds."""
+    """The expected AMP speedup on one GPU in one line: the range, the references that
+    set it, the ratio of bounds, the committed measurements, the launch floor."""
     equal = rng["equal_share"]
     if equal <= 0:
         raise ValueError("speedups must be positive")
-    family = "TF32" if rng["family"] == "tf32" else "fp32"
-    tf32 = "TF32 on" if family == "TF32" else "no TF32"
-    head = f"{gpu_name}: {precision} over fp32 ({tf32})"
+    tf32 = rng["family"] == "tf32"
+    family, on = ("TF32", "TF32 on") if tf32 else ("fp32", "no TF32")
+    head = f"{gpu_name}: {precision} over fp32 ({on})"
     same = (
         f"ratio of bounds {equal:.2f}x, the speedup if both precisions reached the "
         "same share of their bound"
@@ -114,7 +110,7 @@ def speedup_range_verdict(
 
 
 def _launch_sentence(launch, casts: int | None, transposes: int | None) -> str:
-    """ " Launch-bound: ..." where the launch floor binds (AMP's or fp32's), else ""."""
+    """ " Launch-bound: ..." where a launch floor binds (AMP's or fp32's), else ""."""
     if not launch or not (launch.get("amp_bound") or launch.get("fp32_bound")):
         return ""
     amp = bool(launch.get("amp_bound"))
@@ -148,8 +144,8 @@ def _launch_sentence(launch, casts: int | None, transposes: int | None) -> str:
 
 
 def step_label(rng: dict[str, Any]) -> str:
-    """What the range's point is of: the step (kernels plus the host's
-    idle time per sync, and the data time where given), or the kernels alone."""
+    """What the range's point is of: the step (kernels plus the host's idle time, and
+    the data time where given), or the kernels alone."""
     host = rng.get("host")
     if not host:
         return "predicted kernel-time speedup (no host model: no step)"
@@ -163,9 +159,8 @@ def step_label(rng: dict[str, Any]) -> str:
 
 
 def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
-    """One committed measurement beside the prediction, labelled by what
-    it timed: kernels, the step timed alone (against the step predicted for its
-    loop, where known) or the step in the training loop (epoch by epoch)."""
+    """One committed measurement beside the prediction, labelled by what it timed:
+    kernels, the step alone (against its loop's prediction) or in the loop."""
     other = m.get("same_setting") is False and rng.get("setting")
     where = f", not this prediction's {rng['setting']}" if other else ""
     if m.get("kind") == "step in the loop":
@@ -207,10 +202,9 @@ def verdict_ranges(
     host=None,
     data_s: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Section 5's ranges: per GPU and AMP precision, the calibrated range
-    (step and kernels) with its verdict line; with a host model, also the step
-    predicted for the book's runner of 2026-11-30 (``runner``), to hold the steps it
-    measured against."""
+    """Per GPU and AMP precision, the calibrated range with its verdict line; with a
+    host model also the step predicted for the book's runner (``runner``), which
+    timed the committed steps."""
     from ampbook.predict.calibrate import calibrated_range
     from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
 
@@ -232,30 +226,19 @@ def verdict_ranges(
             }
         casts = cast_kernels(traces, r["precision"])
         moves = layout_kernels(traces, r["precision"])
-        out.append(
-            {
-                "gpu": r["gpu"],
-                "gpu_name": r["gpu_name"],
-                "precision": r["precision"],
-                "casts": casts,
-                "transposes": moves,
-                "memory_bound_share": r.get("memory_bound_share"),
-                **rng,
-                "line": speedup_range_verdict(
-                    r["gpu_name"], r["precision"], rng, casts, moves
-                ),
-            }
-        )
+        line = speedup_range_verdict(r["gpu_name"], r["precision"], rng, casts, moves)
+        keep = ("gpu", "gpu_name", "precision", "memory_bound_share")
+        out.append({k: r.get(k) for k in keep} | rng | {
+            "casts": casts, "transposes": moves, "line": line})  # fmt: skip
     return out
 
 
 def memory_warnings(
     traces: dict[str, StepTrace], gpus: Sequence[str], devices, copies: int = 0
 ) -> list[str]:
-    """One line per precision and GPU whose step at the requested batch cannot fit:
-    the bytes saved for backward with the weights, gradients and Adam state against
-    the GPU's memory, and the largest batch whose activations fit (a lower bound of
-    the need: cuDNN's workspace and the allocator's reserve come on top)."""
+    """One line per precision and GPU whose step cannot fit: the saved bytes with the
+    weights, gradients and Adam state against the GPU's memory, and the largest batch
+    whose activations fit (cuDNN's workspace and the allocator's reserve on top)."""
     from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
 
     out = []
@@ -295,10 +278,9 @@ def setting_text(batch: int, shape: Sequence[int]) -> str:
 def committed_measurements(
     model: str, gpus: Sequence[str], results_dir=None, refs=None
 ) -> dict[str, list[dict[str, Any]]]:
-    """What the committed results measured of ``model`` on each of ``gpus``, each
-    with its ``setting``: a layer-profile pair's kernel-time ratio (a reference of the
-    same network and GPU) and, for ERFNet, each AMP precision's step-time ratio over
-    fp32 with TF32, timed alone (layer profiles) and in the loop (training runs)."""
+    """What the committed results measured of ``model`` per GPU, with its setting: a
+    layer profile's kernel-time ratio and, for ERFNet, the step's ratio over fp32
+    with TF32, timed alone (layer profiles) and in the loop (training runs)."""
     out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
     for ref in refs or []:
         if ref.kind == "profile" and ref.model == model and ref.gpu in out:
@@ -331,7 +313,6 @@ def committed_measurements(
 
 
 def _step_alone(b, a) -> dict[str, Any]:
-    """A layer-profile pair's step timed alone (no loader), fp32 ``b``, AMP ``a``."""
     from ampbook.predict.hostmodel import profile_loop
 
     loop = profile_loop(a.record)
@@ -350,7 +331,6 @@ def _step_alone(b, a) -> dict[str, Any]:
 
 
 def _step_in_loop(q) -> dict[str, Any]:
-    """A committed training pair's step in the loop, epoch by epoch."""
     st = q.setting
     where = setting_text(st.batch_size, (3, st.height, st.width))
     per = q.step_speedups or [q.step_speedup]
@@ -364,9 +344,8 @@ def _step_in_loop(q) -> dict[str, Any]:
 
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
-    """The checklist's AMP row, ranked by the step predicted for PyTorch's example
-    loop, measurements in the detail; "keep fp32" (unranked) where one is slower
-    than fp32 by more than ``SAME_SPEED``, or the range reads a loss (``gist``)."""
+    """The AMP row, ranked by the step predicted for PyTorch's example loop; "keep
+    fp32" (unranked) where a measurement is slower or the range reads a loss."""
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
     said = None
     if rng["rows"]:
@@ -416,9 +395,8 @@ def checklist(
     loader_images_per_s: float | None,
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """What to try per GPU, ranked by gain: AMP (``_amp_item``), TF32, the input
-    pipeline, channels_last and cudnn.benchmark as measured here; ``upper_bounds``
-    apart (fusing the element-wise operators, if they vanished entirely)."""
+    """What to try per GPU, ranked by gain: AMP, TF32, the input pipeline, and
+    channels_last and cudnn.benchmark as measured here; ``upper_bounds`` apart."""
     items: list[dict[str, Any]] = []
     bounds: list[dict[str, Any]] = []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
@@ -443,8 +421,7 @@ def checklist(
 
 
 def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
-    """One GPU's items from its bounds: TF32 for matrix products and convolutions,
-    the input pipeline; fusing the element-wise operators goes to ``bounds``."""
+    """One GPU's items from its bounds: TF32, the input pipeline, fusion (bounds)."""
     name, items = r["gpu_name"], []
     mm = r["fp32_default_s"] / r["fp32_tf32_s"]
     if mm > 1.005:
@@ -484,8 +461,7 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
 
 
 def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
-    """channels_last and cudnn.benchmark as measured on this GPU (never recommended
-    where slower)."""
+    """channels_last and cudnn.benchmark as measured on this GPU (slower: no gain)."""
     from ampbook.core.devices import display_name
 
     name, items = display_name(measured["device_name"]), []
@@ -505,29 +481,15 @@ def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def measured_verdict(measured: dict[str, Any]) -> str:
-    """What the timed steps here say, in one line: on a CPU, the rounds'
-    verdict on amp-bf16 and fp16's one ratio; on CUDA, the fastest AMP variant
-    against fp32."""
+    """What the timed steps here say in one line: on a CPU the rounds' verdict on
+    amp-bf16, on CUDA the fastest AMP variant against fp32."""
     rows = [r for r in measured["rows"] if r.get("step_s")]
     where = f"batch {measured['batch']} x {shape_text(measured['input'])}"
     if measured["device"] != "cuda":
-        parts = []
-        if measured.get("rounds_verdict"):
-            said = measured["rounds_verdict"]
-            said = said[:1].lower() + said[1:]  # after the colon
-            parts.append(f"At {where} on this CPU: {said}")
-        fp16 = measured.get("fp16")
-        if fp16 and fp16.get("speedup"):
-            against = fp16.get("against") or "fp32's step"
-            parts.append(
-                f"One amp-fp16 step at batch {fp16['batch']} x "
-                f"{shape_text(fp16['input'])}, a single timing on this machine, ran "
-                f"at {fp16['speedup']:.2g}x the speed of {against}: one timing, no "
-                "spread to judge by."
-            )
-        if not parts:
-            return "On this CPU no AMP step was timed against fp32."
-        return " ".join(parts)
+        said = measured.get("rounds_verdict")
+        if not said:
+            return "On this CPU no amp-bf16 step was timed in rounds against fp32."
+        return f"At {where} on this CPU: {said[:1].lower() + said[1:]}"
     if not rows or rows[0]["precision"] != "fp32":
         return (
             f"On {measured['device_name']} no fp32 step was timed: nothing to compare."
