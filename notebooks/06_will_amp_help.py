@@ -440,9 +440,9 @@ md(next(v["line"] for v in small["verdict"]["ranges"] if v["gpu"] == gpus[-1]))
 # %% tags=["hide-input"]
 launch_rows = ch6.launch_rows(
     [*reports.items(), (f"ResNet-50, batch {small_batch}", small)], gpus[-1])
-md_table(launch_rows, ["network", "fp32 kernels", "AMP kernels", "AMP floor (ms)",
-                       "AMP kernel time, predicted (ms)"], [None, None, None, ".3g",
-                                                             ".3g"])
+md_table(launch_rows, ["network", "fp32 kernels", "AMP kernels", "of them casts added",
+                       "AMP floor (ms)", "AMP kernel time, predicted (ms)"],
+         [None, None, None, None, ".3g", ".3g"])
 
 # %% tags=["hide-input"]
 md(ch6.launch_text(launch_rows, gpus[-1]))
@@ -789,8 +789,8 @@ glue_all(ch6_held_inside=held["inside"], ch6_held_width=held["median_width"],
 # 3. Find the batch at which ResNet-50's AMP step stops being launch-bound on an H200.
 #
 #    ```{dropdown} Hint
-#    Rerun the launch-floor cell with `small_batch` doubled until the verdict line no
-#    longer says "Launch-bound".
+#    Rerun the launch-floor cells with `small_batch` doubled until the floor in the
+#    table falls below the predicted kernel time.
 #    ```
 # 4. Give `--loader-images-per-s` the rate your own DataLoader reaches (the RTX 3070
 #    chapter's loader benchmark measures it) and find the slowest GPU in the table it

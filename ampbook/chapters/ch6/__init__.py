@@ -189,14 +189,15 @@ def unreferenced_text(gpus: Sequence[str], refs: Sequence[Reference], devices) -
 
 
 def launch_rows(named_reports: Sequence[tuple[str, dict]], gpu: str) -> list[tuple]:
-    """Per report, on ``gpu``: (name, fp32 kernels, AMP kernels, AMP floor in ms, AMP
-    kernel time predicted in ms), for the reports with a floor and a range."""
+    """Per report, on ``gpu``: (name, fp32 kernels, AMP kernels, AMP's casts, AMP floor
+    in ms, AMP kernel time predicted in ms), for the reports with a floor and a range."""
     rows = []
     for name, r in named_reports:
         v = next(v for v in r["verdict"]["ranges"] if v["gpu"] == gpu)
         if (la := v["launch"]) and v["rows"]:
             floor, kernel = la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3
-            rows.append((name, la["fp32_kernels"], la["amp_kernels"], floor, kernel))
+            rows.append((name, la["fp32_kernels"], la["amp_kernels"], v["casts"],
+                         floor, kernel))  # fmt: skip
     return rows
 
 
@@ -204,8 +205,8 @@ def launch_text(rows: Sequence[tuple], gpu: str) -> str:
     """Which steps of ``launch_rows`` are predicted launch-bound on ``gpu``."""
     if not rows:
         return "No row has both a floor and a predicted kernel time."
-    above = [r[0] for r in rows if r[3] >= r[4]]
-    below = [r[0] for r in rows if r[3] < r[4]]
+    above = [r[0] for r in rows if r[-2] >= r[-1]]
+    below = [r[0] for r in rows if r[-2] < r[-1]]
     if not below:
         said = (
             "the floor lies above the predicted kernel time in every row: each step "

@@ -1,7 +1,6 @@
-"""Will AMP help *this* model? ``diagnose`` (behind ``python -m ampbook.doctor``)
-traces one training step per precision on fake tensors, reads it (``traced``),
-calibrates the speedup per GPU (``verdict``), then times the runner's step here
-(``measured``): one JSON-ready dict, printed by ``report_text``."""
+"""Will AMP help *this* model? ``diagnose`` traces one training step per precision on
+fake tensors, reads it (``traced``), calibrates the speedup per GPU (``verdict``) and
+times the step here (``measured``): one JSON-ready dict, printed by ``report_text``."""
 
 from __future__ import annotations
 
@@ -92,13 +91,12 @@ class DoctorConfig:
 
 
 def forward_only(cfg: DoctorConfig) -> str:
-    """How the user asks for the forward pass alone where they called the doctor."""
+    """How the caller asks for the forward pass alone."""
     return "--forward-only" if cfg.caller == "cli" else "DoctorConfig(backward=False)"
 
 
 def check_device(text: str) -> str:
-    """``--device``: auto, cpu or cuda[:N]; anything else (meta, a typo) is refused,
-    never measured on the CPU instead."""
+    """``--device``: auto, cpu or cuda[:N]; anything else is refused."""
     t = str(text).strip().lower()
     kind, _, index = t.partition(":")
     if t in ("auto", "cpu") or (kind == "cuda" and (not _ or index.isdigit())):
@@ -111,8 +109,7 @@ def check_device(text: str) -> str:
 
 
 def check_size(batch: int, shape: Sequence[int], devices) -> None:
-    """Refuse a batch whose fp32 input alone is larger than the largest GPU of the
-    device table (its trace's numbers would overflow too)."""
+    """Refuse a batch whose fp32 input alone outgrows the table's largest GPU."""
     elements = batch * math.prod(shape)
     big = max(devices.values(), key=lambda d: d.memory_gb)
     if elements * 4 > big.memory_gb * 1e9:
@@ -125,8 +122,7 @@ def check_size(batch: int, shape: Sequence[int], devices) -> None:
 
 
 def parse_input(text: str) -> tuple[int, ...]:
-    """``"3,224,224"`` -> (3, 224, 224): one sample's shape, any number of positive
-    dimensions (``3,16,112,112`` for a video clip: C, T, H, W)."""
+    """``"3,224,224"`` -> (3, 224, 224): one sample's shape, of any rank."""
     parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
     try:
         dims = tuple(int(p) for p in parts)
@@ -141,10 +137,8 @@ def parse_input(text: str) -> tuple[int, ...]:
 
 
 def parse_precisions(text: str | Sequence[str]) -> list[str]:
-    """The precisions asked for; the baseline is always among them, named "fp32" in
-    the list returned (and the report's JSON). The doctor's baseline is fp32 with TF32
-    on for convolutions and matrix products where the GPU has TF32, so its mode name,
-    ``fp32-tf32`` (``modes.TF32_MODE``), is accepted for it, and so is ``fp32``."""
+    """The precisions asked for, the baseline first as "fp32" (fp32 with TF32 where the
+    GPU has it, so ``fp32-tf32``, ``modes.TF32_MODE``, names it too)."""
     from ampbook.core.modes import TF32_MODE
 
     items = text.split(",") if isinstance(text, str) else list(text)
@@ -160,16 +154,14 @@ def parse_precisions(text: str | Sequence[str]) -> list[str]:
 
 
 def _gpu_name(text: str) -> str:
-    """A GPU name as ``--gpus`` compares it: lower case, without the vendor, spaces,
-    hyphens or underscores (``"GeForce RTX 4090"`` -> ``"rtx4090"``)."""
+    """A GPU name as ``--gpus`` compares it ("GeForce RTX 4090" -> "rtx4090")."""
     text = text.lower().replace("nvidia", "").replace("geforce", "")
     return "".join(ch for ch in text if ch.isalnum())
 
 
 def gpu_hits(raw: str, devices) -> list[str]:
-    """The table keys one ``--gpus`` name can mean, best rule first: the key itself,
-    an alias (``a100``), the short name (``RTX 4090``, ``l4``), then any key or short
-    name containing it (``4090``)."""
+    """The table keys one ``--gpus`` name can mean, best rule first: the key, an alias,
+    the short name, then any key or short name containing it."""
     raw = raw.strip().lower()
     norm = _gpu_name(raw)
     rules = (
@@ -187,11 +179,8 @@ def gpu_hits(raw: str, devices) -> list[str]:
 
 
 def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
-    """Keys of the device table for ``names`` (``gpu_hits``: a key, an alias such as
-    ``a100``, a short name such as ``l4`` or ``RTX 4090``, or a part of exactly one
-    key or short name such as ``4090``). None: every GPU. An unknown or ambiguous
-    name, or a value that names none (``""``, ``",,"``), is an error that lists what
-    the table knows."""
+    """Keys of the device table for ``names`` (``gpu_hits``); None: every GPU. A name
+    that is unknown, ambiguous or empty is an error that lists what the table knows."""
     from ampbook.core.devices import load_devices
 
     devices = load_devices() if devices is None else devices
@@ -216,7 +205,7 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
 
 
 def _gpu_miss(raw: str, hits: list[str], devices) -> str:
-    """Why ``raw`` names no single GPU: the keys it may mean, else the short names."""
+    """Why ``raw`` names no single GPU: the keys it may mean, else the nearest names."""
     if hits:
         known = ", ".join(f"{k} ({devices[k].short_name})" for k in hits)
         return f"ambiguous GPU {raw!r}: it names {known}"
@@ -253,12 +242,8 @@ def diagnose(
     model: nn.Module | None = None,
     on_prediction=None,
 ) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict (sections ``coverage``, ``memory``,
-    ``roofline``, ``where``, ``measured``, ``verdict``). ``model`` overrides
-    ``cfg.model``'s construction (the spec is then only its label).
-
-    ``on_prediction(report)``, when given, is called before any step is timed
-    (``measured`` None), so a caller can print the answer while the steps run."""
+    """The whole report as a JSON-ready dict. ``model`` overrides ``cfg.model``'s
+    construction; ``on_prediction(report)`` is called before any step is timed."""
     from ampbook.core.devices import load_devices
 
     tell = as_progress(cfg.progress)
@@ -303,7 +288,7 @@ def diagnose(
 
 
 def _check_settings(cfg: DoctorConfig) -> None:
-    """The settings checked before any work, each named as the flag that sets it."""
+    """The settings checked before any work, each named by its flag."""
     if cfg.loss not in LOSSES:
         raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
     if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
@@ -320,7 +305,7 @@ def _check_settings(cfg: DoctorConfig) -> None:
 
 
 def _pick_device(cfg: DoctorConfig) -> torch.device:
-    """The device the steps are timed on (``--device``), refused where it is not."""
+    """The device the steps are timed on (``--device``)."""
     from ampbook.core.devices import pick_device
 
     wanted = check_device(cfg.device)  # its own error names --device once
@@ -337,8 +322,7 @@ def _pick_device(cfg: DoctorConfig) -> torch.device:
 
 
 def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
-    """Each precision's step traced on fake tensors, in ``cfg.memory_format``
-    (amp-bf16 relabelled from amp-fp16: the same operators)."""
+    """Each precision's step traced on fake tensors (bf16 relabelled from fp16)."""
     traces = {}
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:
@@ -369,7 +353,7 @@ def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
 
 
 def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str, Any]:
-    """The report's predicted sections (every one but ``measured``)."""
+    """The report's sections but ``measured``."""
     from ampbook.predict.calibrate import launch_floor
     from ampbook.predict.references import references
 
@@ -441,7 +425,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
 
 
 def _add_committed(ranges: list[dict], committed: dict, here: str) -> None:
-    """A measurement of the same network and GPU beside each range, and its line."""
+    """Each range's committed measurements of the same network and GPU."""
     for r in ranges:
         r["setting"] = here
         r["committed"] = [
@@ -449,13 +433,11 @@ def _add_committed(ranges: list[dict], committed: dict, here: str) -> None:
             for m in committed.get(r["gpu"], [])
             if m["precision"] == r["precision"]
         ]
-        r["line"] = speedup_range_verdict(
-            r["gpu_name"], r["precision"], r, r["casts"], r.get("transposes")
-        )
+        r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r)
 
 
 def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -> None:
-    """Section 4 (the steps timed here), its memory rows and the checklist again."""
+    """Section 4, its memory rows, and the checklist again."""
     measured = measure(
         traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
         size=cfg.measure_size, rounds=cfg.rounds, progress=tell,

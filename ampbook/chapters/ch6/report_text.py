@@ -219,30 +219,33 @@ def references_table(rng: dict[str, Any]) -> str:
 
 
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
-    """Per GPU and AMP precision: the AMP kernels, the launch floor and calibrated
-    kernel time (predicted), the kernel time a committed profile measured at this
-    setting, and ``bound_text``'s word; None without a floor."""
+    """Per GPU and AMP precision: the kernels (AMP's casts and transposes added), the
+    launch floor and calibrated kernel time (predicted), the kernel time a committed
+    profile measured at this setting, and ``bound_text``'s word; None without one."""
 
     def measured(r: dict[str, Any]) -> str:
         done = [m["amp_kernel_s"] for m in r.get("committed") or []
                 if m.get("same_setting") and m.get("amp_kernel_s")]  # fmt: skip
         return f"{done[0] * 1e3:.3f}" if done else "–"
 
+    def amp(r: dict[str, Any], n: int) -> str:
+        added = [f"{r[k]} {k}" for k in ("casts", "transposes") if r.get(k)]
+        return f"{n} ({', '.join(added)})" if added else str(n)
+
     rows = [
-        (r["gpu_name"], r["precision"], la["amp_kernels"], la["amp_floor_s"] * 1e3,
-         la["amp_kernel_s"] * 1e3, la["amp_floor_s"] / la["amp_kernel_s"],
-         measured(r), bound_text(r))
+        (r["gpu_name"], r["precision"], la["fp32_kernels"], amp(r, la["amp_kernels"]),
+         la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3,
+         la["amp_floor_s"] / la["amp_kernel_s"], measured(r), bound_text(r))
         for r in ranges
         if (la := r.get("launch") or {}).get("amp_kernel_s")
     ]  # fmt: skip
     if not rows:
         return None
-    heads = ["GPU", "AMP", "AMP kernels", "launch floor (ms)",
+    heads = ["GPU", "AMP", "fp32 kernels", "AMP kernels", "launch floor (ms)",
              "calibrated kernel time (ms), median reference's", "floor / kernel time",
              "measured kernel time (ms)", "predicted bound"]  # fmt: skip
-    return md_table_text(
-        rows, heads, [None, None, None, ".3f", ".3f", ".2f", None, None]
-    )
+    fmts = [None, None, None, None, ".3f", ".3f", ".2f", None, None]
+    return md_table_text(rows, heads, fmts)
 
 
 def _verdict_lines(ranges: list[dict[str, Any]]) -> str:

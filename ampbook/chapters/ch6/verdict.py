@@ -50,15 +50,9 @@ def gist(lo: float, hi: float, point: float | None = None) -> str:
     return "no clear gain" if round(point, 2) >= 1 else "no clear loss"
 
 
-def speedup_range_verdict(
-    gpu_name: str,
-    precision: str,
-    rng: dict[str, Any],
-    casts: int | None = None,
-    transposes: int | None = None,
-) -> str:
+def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) -> str:
     """The expected AMP speedup on one GPU in one line: the range, the references that
-    set it, the ratio of bounds, the committed measurements, the launch floor."""
+    set it, the ratio of bounds, the committed measurements."""
     equal = rng["equal_share"]
     if equal <= 0:
         raise ValueError("speedups must be positive")
@@ -106,41 +100,7 @@ def speedup_range_verdict(
         )
     for m in rng.get("committed") or []:
         line += " " + measured_text(m, rng)
-    return line + _launch_sentence(rng.get("launch"), casts, transposes)
-
-
-def _launch_sentence(launch, casts: int | None, transposes: int | None) -> str:
-    """ " Launch-bound: ..." where a launch floor binds (AMP's or fp32's), else ""."""
-    if not launch or not (launch.get("amp_bound") or launch.get("fp32_bound")):
-        return ""
-    amp = bool(launch.get("amp_bound"))
-    which = "AMP's" if amp else "fp32's"
-    kernels = (launch["amp_kernels"] if amp else None) or launch["fp32_kernels"]
-    floor = (launch["amp_floor_s"] if amp else None) or launch["fp32_floor_s"]
-    added = [f"its casts add {casts}"] if casts else []
-    if transposes:
-        added.append(f"the layout transposes assumed in NCHW {transposes}")
-    more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
-    if added and more:
-        count = plural(abs(more), "other operator").split(" ", 1)
-        added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
-    cast = (
-        f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
-        if added and amp
-        else ""
-    )
-    assumed = (
-        "; each layout transpose assumed to cost an eager operator's host time"
-        if transposes and amp
-        else ""
-    )
-    return (
-        f" Launch-bound: {which} {kernels} kernels{cast} need at least "
-        f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
-        f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
-        f"and assumed on every GPU{assumed}), longer than their calibrated "
-        "kernel time."
-    )
+    return line
 
 
 def step_label(rng: dict[str, Any]) -> str:
@@ -202,9 +162,9 @@ def verdict_ranges(
     host=None,
     data_s: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Per GPU and AMP precision, the calibrated range with its verdict line; with a
-    host model also the step predicted for the book's runner (``runner``), which
-    timed the committed steps."""
+    """Per GPU and AMP precision, the calibrated range, the kernels AMP's casts and
+    transposes add; with a host model also the step predicted for the book's runner
+    (``runner``), which timed the committed steps."""
     from ampbook.predict.calibrate import calibrated_range
     from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
 
@@ -226,10 +186,9 @@ def verdict_ranges(
             }
         casts = cast_kernels(traces, r["precision"])
         moves = layout_kernels(traces, r["precision"])
-        line = speedup_range_verdict(r["gpu_name"], r["precision"], rng, casts, moves)
         keep = ("gpu", "gpu_name", "precision", "memory_bound_share")
         out.append({k: r.get(k) for k in keep} | rng | {
-            "casts": casts, "transposes": moves, "line": line})  # fmt: skip
+            "casts": casts, "transposes": moves})  # fmt: skip
     return out
 
 
