@@ -621,13 +621,11 @@ md(ch6.step_range_verdicts(gpu_rows))
 # The doctor's checklist per GPU, one GPU per row and ranked within it; upper bounds
 # apart. The AMP item is ranked like with like, by the step predicted for a loop as
 # PyTorch's AMP examples write it, for every precision and network; its detail gives the
-# range, and a range that spans 1 is a gain the doctor cannot promise. Where the
-# committed results hold the step timed alone for the same network, GPU and setting, the
-# detail names it beside the step predicted for the runner's loop that timed it; any
-# measurement at this setting (the step alone, the step in the loop or the kernel time)
-# clearly slower than fp32 turns the item into "keep fp32". The step measured in the
-# training loop is named in the detail, never ranked; gains tied to two decimals are
-# ordered as on the first screen. Each TF32 item appears where TF32 moves the bound by
+# range, and a range that spans 1 is a gain the doctor cannot promise. A committed
+# measurement at this setting (the step alone, the step in the loop or the kernel time),
+# printed on the first screen beside the prediction, never ranks the item; one clearly
+# slower than fp32 turns it into "keep fp32". Gains tied to two decimals are ordered as
+# on the first screen. Each TF32 item appears where TF32 moves the bound by
 # more than half a percent: PyTorch runs cuDNN's convolutions in TF32 by default and
 # keeps matrix products in full fp32 unless asked. The list for the last GPU of the
 # table, each row naming it; then, apart, the gains that are only upper bounds (each at

@@ -173,6 +173,6 @@ def test_what_to_try_never_recommends_what_the_verdict_calls_a_loss():
     slower = {"speedup": 0.8, "what": "step time", "same_setting": True}
     measured = item(1.1, 1.4, 1.2, [slower])
     assert measured["item"] == (
-        "keep fp32: AMP (amp-fp16) measured at 0.80x fp32's speed"
+        "keep fp32: AMP (amp-fp16) measured at 0.80x fp32's speed (step time)"
     )
     assert measured["source"] == "measured (committed)"

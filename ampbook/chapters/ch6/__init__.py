@@ -190,7 +190,7 @@ def unreferenced_text(gpus: Sequence[str], refs: Sequence[Reference], devices) -
 
 def launch_rows(named_reports: Sequence[tuple[str, dict]], gpu: str) -> list[tuple]:
     """Per report, on ``gpu``: (name, fp32 kernels, AMP kernels, AMP's casts, AMP floor
-    in ms, AMP kernel time predicted in ms), for the reports with a floor and a range."""
+    in ms, AMP kernel time predicted in ms), for reports with a floor and a range."""
     rows = []
     for name, r in named_reports:
         v = next(v for v in r["verdict"]["ranges"] if v["gpu"] == gpu)

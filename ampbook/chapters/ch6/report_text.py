@@ -292,9 +292,8 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
         )
     text += (
         "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "
-        "for PyTorch's example loop, for every precision alike (like with like); the "
-        "measured steps, timed alone and in the training loop, are in the detail, "
-        "unranked:\n\n"
+        "for PyTorch's example loop, for every precision alike (like with like); a "
+        "measured step (the first screen's) ranks nothing:\n\n"
     ) + md_table_text(
         [(c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
          for c in ver["items"]],

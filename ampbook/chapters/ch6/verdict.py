@@ -304,8 +304,8 @@ def _step_in_loop(q) -> dict[str, Any]:
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     """The AMP row, ranked by the step predicted for PyTorch's example loop; "keep
-    fp32" (unranked) where a measurement is slower or the range reads a loss."""
-    done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+    fp32" (unranked) where a measurement of this setting (the first screen names them)
+    is slower or the range reads a loss."""
     said = None
     if rng["rows"]:
         lo, hi = rng["low"], rng["high"]
@@ -321,22 +321,10 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     else:
         gain, src = rng["equal_share"], "equal shares of the bound"
         detail = "no reference for this GPU's families"
-    run = rng.get("runner")
-    for m in done:
-        if m.get("kind") == "step alone":
-            detail += f"; measured: step timed alone {m['speedup']:.2f}x"
-            if m.get("loop") and run:
-                detail += (
-                    f" (the book's runner) against {run['point']:.2f}x "
-                    f"({span_text(run['low'], run['high'])}) predicted for its loop"
-                )
-        elif m.get("kind") == "step in the loop":
-            detail += f"; measured in the loop {m['speedup']:.2f}x median per epoch"
-        else:
-            detail += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
-    slow = [m for m in done if m["speedup"] < 1 - SAME_SPEED]
-    if slow:
-        said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed"
+    done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+    if slow := [m for m in done if m["speedup"] < 1 - SAME_SPEED]:
+        kind = slow[-1].get("kind") or slow[-1]["what"].split(",")[0]
+        said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed ({kind})"
         src = "measured (committed)"
     if said is not None:
         return _item(name, f"keep fp32: AMP ({precision}) {said}", None, src, detail)
