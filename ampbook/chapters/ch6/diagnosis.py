@@ -40,9 +40,13 @@ from ampbook.chapters.ch6.verdict import (
     verdict_ranges,
 )  # fmt: skip
 from ampbook.core import cli
+from ampbook.core.devices import load_devices, pick_device
+from ampbook.core.modes import TF32_MODE
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS, torch_name
 from ampbook.core.words import edit_distance, nearest, plural
+from ampbook.predict.calibrate import launch_floor
 from ampbook.predict.hostmodel import host_model
+from ampbook.predict.references import references
 from ampbook.predict.roofline import Ceilings, predict
 from ampbook.predict.specs import (  # fmt: skip
     DoctorError,
@@ -139,8 +143,6 @@ def parse_input(text: str) -> tuple[int, ...]:
 def parse_precisions(text: str | Sequence[str]) -> list[str]:
     """The precisions asked for, the baseline first as "fp32" (fp32 with TF32 where the
     GPU has it, so ``fp32-tf32``, ``modes.TF32_MODE``, names it too)."""
-    from ampbook.core.modes import TF32_MODE
-
     items = text.split(",") if isinstance(text, str) else list(text)
     items = [p.strip() for p in items if p.strip()]
     bad = [p for p in items if p not in (TF32_MODE, *PRECISIONS)]
@@ -181,8 +183,6 @@ def gpu_hits(raw: str, devices) -> list[str]:
 def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
     """Keys of the device table for ``names`` (``gpu_hits``); None: every GPU. A name
     that is unknown, ambiguous or empty is an error that lists what the table knows."""
-    from ampbook.core.devices import load_devices
-
     devices = load_devices() if devices is None else devices
     if names is None:
         return list(devices)
@@ -244,8 +244,6 @@ def diagnose(
 ) -> dict[str, Any]:
     """The whole report as a JSON-ready dict. ``model`` overrides ``cfg.model``'s
     construction; ``on_prediction(report)`` is called before any step is timed."""
-    from ampbook.core.devices import load_devices
-
     tell = as_progress(cfg.progress)
     _check_settings(cfg)
     precisions = parse_precisions(cfg.precisions)
@@ -306,8 +304,6 @@ def _check_settings(cfg: DoctorConfig) -> None:
 
 def _pick_device(cfg: DoctorConfig) -> torch.device:
     """The device the steps are timed on (``--device``)."""
-    from ampbook.core.devices import pick_device
-
     wanted = check_device(cfg.device)  # its own error names --device once
     try:
         device = pick_device(wanted)
@@ -354,9 +350,6 @@ def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
 
 def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str, Any]:
     """The report's sections but ``measured``."""
-    from ampbook.predict.calibrate import launch_floor
-    from ampbook.predict.references import references
-
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
     batch, shape = traces["fp32"].batch_size, traces["fp32"].input_shape
     roof = roofline(traces, gpus, devices)

@@ -16,12 +16,16 @@ from torch import nn
 
 from ampbook.chapters.ch6.outputs import output_shape, targets
 from ampbook.core import cli
+from ampbook.core.env import cpu_name
 from ampbook.core.precision import AUTOCAST_DTYPES, backend_flags
 from ampbook.core.terminal import duration_text
+from ampbook.measure.memory import SavedTensorMeter
+from ampbook.measure.timing import benchmark, time_rounds
 from ampbook.predict.pace import speedup_verdict
 from ampbook.predict.specs import DoctorError, first_line, shape_text
 from ampbook.results import PEAK_CUDA
 from ampbook.results import SAVED_FOR_BACKWARD as SAVED
+from ampbook.train import TrainStep
 
 # Largest batch x pixels at which a CPU step is timed in fp16 (many times fp32's).
 CPU_FP16_MAX_PIXELS = 2 * 32 * 32
@@ -99,8 +103,6 @@ class _Variant:
     """One timed variant: its own model, optimizer and step, and its CUDA flags."""
 
     def __init__(self, model, device, prec, tf32, cl, bench, x, y, backward=True):
-        from ampbook.train import TrainStep
-
         net = copy.deepcopy(model).to(device)
         if cl:
             net = net.to(memory_format=torch.channels_last)
@@ -125,8 +127,6 @@ class _Variant:
         return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
 
     def time(self, warmup: int, repeats: int) -> None:
-        from ampbook.measure.timing import benchmark
-
         with self.flags():
             r = benchmark(
                 self.step, lambda: (self.x, self.y), device=self.device,
@@ -136,8 +136,6 @@ class _Variant:
         self.times += list(r.times_s)
 
     def memory(self) -> tuple[int, str]:
-        from ampbook.measure.memory import SavedTensorMeter
-
         with self.flags():
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)
@@ -209,8 +207,6 @@ class CpuGroup:
         return (self.rounds - self.done) * sum(each.values())
 
     def time_round(self) -> None:
-        from ampbook.measure.timing import time_rounds
-
         for p, ts in time_rounds(self.steps, 1, warmup=False).items():
             self.times[p] += ts
         self.done += 1
@@ -312,8 +308,6 @@ def _measure_cpu(
     model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
 ) -> dict[str, Any]:
     """``measure`` on a CPU: fp32 and amp-bf16 in rounds, amp-fp16 at a tiny size."""
-    from ampbook.core.env import cpu_name
-
     main = [p for p in precisions if p != "amp-fp16"]
     groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
     if "amp-fp16" in precisions:

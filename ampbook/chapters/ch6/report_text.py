@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ampbook.chapters.ch6.verdict import gist, measured_verdict, nearness, span_text
+from ampbook.chapters.ch6.verdict import (
+    gist,
+    measured_verdict,
+    nearness,
+    span_text,
+    step_label,
+)
 from ampbook.core.page import md_table_text
 from ampbook.core.words import plural
+from ampbook.predict.calibrate import distance_text, layout_text
 from ampbook.predict.specs import shape_text
 
 
@@ -202,7 +209,6 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
 def references_table(rng: dict[str, Any]) -> str:
     """The references behind one range, nearest first, like with like: kernel time
     for a layer profile, the step for a published one."""
-    from ampbook.predict.calibrate import distance_text
 
     def here_there(r: dict[str, Any]) -> tuple[str, str]:
         kernel = r["kind"] == "profile"
@@ -250,8 +256,6 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
 
 def _verdict_lines(ranges: list[dict[str, Any]]) -> str:
     """Section 5's list; the host model every range shares is said once above it."""
-    from ampbook.chapters.ch6.verdict import step_label
-
     lines = [r["line"] for r in ranges]
     labels = {step_label(r) for r in ranges}
     head = ""
@@ -408,40 +412,29 @@ def screen_order(r: dict[str, Any]) -> tuple:
 def first_screen(report: dict[str, Any]) -> str:
     """The answer, for a screen of 24 lines x 80 columns: what was predicted, one line
     per GPU with its faster AMP precision, the warnings last."""
-    from ampbook.predict.calibrate import layout_text
-
     fmt = report.get("memory_format", "channels_first")
     ranges = report["verdict"]["ranges"]
     best: dict[str, dict[str, Any]] = {}
-    for r in ranges:  # the faster AMP precision per GPU (``headline_key``)
-        old = best.get(r["gpu"])
-        if old is None or headline_key(r) > headline_key(old):
-            best[r["gpu"]] = r
+    for r in ranges:  # the faster AMP precision per GPU; a tie keeps the first
+        best[r["gpu"]] = max(best.get(r["gpu"], r), r, key=headline_key)
     shape = "x".join(map(str, report.get("input") or []))
     what = f"batch {report['batch']}" + (f" x {shape}" if shape else "")
     step = "forward pass" if report.get("backward") is False else "training step"
-    families = {r.get("family") for r in best.values()}
-    if families == {"tf32"}:
-        base = "fp32 with TF32 (fp32-tf32)"
-    elif "tf32" in families:
+    tf32 = {r.get("family") == "tf32" for r in best.values()}
+    base = "fp32 (no TF32 on these GPUs)"
+    if True in tf32:
         base = "fp32 (with TF32, fp32-tf32, on the GPUs that have it)"
-    else:
-        base = "fp32 (no TF32 on these GPUs)"
+        base = "fp32 with TF32 (fp32-tf32)" if tf32 == {True} else base
     precs = list(dict.fromkeys(r["precision"] for r in ranges))
-    which = (
-        f"{precs[0]} on each GPU (section 5 has its detail)."
-        if len(precs) == 1
-        else f"Each GPU shows its faster AMP precision; {TIE_RULE} (section 5 has "
-        + ("both" if len(precs) == 2 else f"all {len(precs)}")
-        + ")."
-    )
-    host = any(r.get("host") for r in best.values())
-    what_of = (
-        "the step is kernels plus modelled host idle, beside it the step without "
-        "host idle."
-        if host
-        else "kernel time only (no host model)."
-    )
+    which = f"{precs[0]} on each GPU (section 5 has its detail)."
+    if len(precs) > 1:
+        n = "both" if len(precs) == 2 else f"all {len(precs)}"
+        which = f"Each GPU shows its faster AMP precision; {TIE_RULE} (section 5 has "
+        which += f"{n})."
+    what_of = "kernel time only (no host model)."
+    if any(r.get("host") for r in best.values()):
+        what_of = "the step is kernels plus modelled host idle, beside it the step "
+        what_of += "without host idle."
     shown = sorted(best.values(), key=screen_order)
     lines = [
         f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "

@@ -8,8 +8,13 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
+from ampbook.measure.autocast_rules import aten_base, cuda_category
+from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
+from ampbook.numerics.gradstats import CAST_WEIGHT_TYPES
 from ampbook.predict.opcost import OpCost
+from ampbook.predict.references import class_bounds
 from ampbook.predict.roofline import Ceilings, Prediction, predict
 from ampbook.predict.steptrace import AUTOGRAD, LAYOUT_TRANSPOSE, LOSS, StepTrace
 
@@ -21,8 +26,6 @@ def fp32_reason(op: OpCost) -> str:
     """Why an operator of an AMP trace ran in fp32: CUDA autocast's fp32 list or
     promotion, a cast, the loss, autograd, a tensor created in fp32, or an fp32 input
     (an op autocast does not list runs in its inputs' dtype, as a residual sum)."""
-    from ampbook.measure.autocast_rules import aten_base, cuda_category
-
     base = aten_base(op.op)
     grad = op.phase == "backward"
     of = "gradient of " if grad else ""
@@ -105,8 +108,6 @@ def _added(traces: dict[str, StepTrace], precision: str, op: str) -> int:
 def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, Any]:
     """Bytes saved for backward at the requested size, fp32 and AMP, on the traced
     steps, and the weights, gradients and Adam state beside them."""
-    from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
-
     fp32 = traces["fp32"]
     out: dict[str, Any] = {
         "batch": fp32.batch_size,
@@ -130,8 +131,6 @@ def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, A
 def weight_copy_bytes(model: nn.Module) -> int:
     """Bytes of autocast's 16-bit copies of the weights, once per step whatever the
     batch: at most what backward keeps."""
-    from ampbook.numerics.gradstats import CAST_WEIGHT_TYPES
-
     return 2 * sum(
         m.weight.numel()
         for m in model.modules()
@@ -148,9 +147,6 @@ def roofline(
     """Section 3: per GPU and AMP precision, the bounds; fp32 with TF32 for
     convolutions and matrix products (``fp32_tf32_s``, the baseline), with PyTorch's
     defaults (``fp32_default_s``: not for matrix products) and without it."""
-    from ampbook.core.devices import display_name, load_devices
-    from ampbook.predict.references import class_bounds
-
     devices = load_devices() if devices is None else devices
     rows = []
     batch = traces["fp32"].batch_size

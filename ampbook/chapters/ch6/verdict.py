@@ -8,10 +8,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ampbook.chapters.ch6.traced import cast_kernels, layout_kernels
+from ampbook.core.devices import display_name
 from ampbook.core.precision import AUTOCAST_DTYPES
 from ampbook.core.words import plural
+from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
+from ampbook.predict.calibrate import GPU_DISTANCES, calibrated_range, layout_text
+from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
+from ampbook.predict.hostmodel import profile_loop
 from ampbook.predict.specs import shape_text, table_key
 from ampbook.predict.steptrace import StepTrace
+from ampbook.results import load_results_dir
 
 # Measured steps within this fraction of each other are reported as the same speed.
 SAME_SPEED = 0.05
@@ -70,8 +76,6 @@ def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) ->
             f"GPU needs, so no calibrated range; {same} (not a bound)."
         )
     lo, hi = rng["low"], rng["high"]
-    from ampbook.predict.calibrate import layout_text
-
     n = len(rows)
     by = {r["key"]: r for r in rows}
     basis = ", ".join(
@@ -144,8 +148,6 @@ def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
 
 
 def nearness(row: dict[str, Any]) -> tuple:
-    from ampbook.predict.calibrate import GPU_DISTANCES
-
     order = GPU_DISTANCES.index(row["gpu_distance"])
     return (not row["same_network"], order, row["mix_distance"])
 
@@ -165,9 +167,6 @@ def verdict_ranges(
     """Per GPU and AMP precision, the calibrated range, the kernels AMP's casts and
     transposes add; with a host model also the step predicted for the book's runner
     (``runner``), which timed the committed steps."""
-    from ampbook.predict.calibrate import calibrated_range
-    from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
-
     out = []
     for r in roof:
         if not r.get("amp_s"):
@@ -198,8 +197,6 @@ def memory_warnings(
     """One line per precision and GPU whose step cannot fit: the saved bytes with the
     weights, gradients and Adam state against the GPU's memory, and the largest batch
     whose activations fit (cuDNN's workspace and the allocator's reserve on top)."""
-    from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
-
     out = []
     for prec, tr in traces.items():
         if not tr.saved_tensors:
@@ -252,8 +249,6 @@ def committed_measurements(
             })  # fmt: skip
     if model != "erfnet":
         return out
-    from ampbook.results import load_results_dir
-
     try:
         rs = load_results_dir(results_dir)
         pairs, profiles = rs.pairs(), rs.profile_pairs()
@@ -272,8 +267,6 @@ def committed_measurements(
 
 
 def _step_alone(b, a) -> dict[str, Any]:
-    from ampbook.predict.hostmodel import profile_loop
-
     loop = profile_loop(a.record)
     return {
         "precision": a.mode, "kind": "step alone",
@@ -409,8 +402,6 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
 
 def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
     """channels_last and cudnn.benchmark as measured on this GPU (slower: no gain)."""
-    from ampbook.core.devices import display_name
-
     name, items = display_name(measured["device_name"]), []
     rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
     for r in rows.values():
