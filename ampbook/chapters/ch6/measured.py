@@ -46,17 +46,9 @@ def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
     return shape[:-n] + small
 
 
-def measure_size(
-    model: nn.Module,
-    shape: Sequence[int],
-    batch: int,
-    device: torch.device,
-    key: str | None = None,
-) -> tuple[tuple[int, ...], int]:
-    """Where to time steps: the full size on CUDA; on a CPU about ``CPU_MEASURE_SIDE``
-    pixels a side and batch <= 2 (the full input where the model accepts no other)."""
-    if device.type == "cuda":
-        return tuple(shape), batch
+def measure_size(model, shape, batch, key=None) -> tuple[tuple[int, ...], int]:
+    """Where a CPU times steps: about ``CPU_MEASURE_SIDE`` pixels a side and batch
+    <= 2 (the full input where the model accepts no other)."""
     small = _scaled(shape, CPU_MEASURE_SIDE)
     try:
         output_shape(model, small, min(batch, 2), key)
@@ -65,10 +57,8 @@ def measure_size(
         return tuple(shape), min(batch, 2)
 
 
-def _variants(device: torch.device, precisions: Sequence[str]):
-    """(label, precision, tf32, channels_last, cudnn_benchmark, skip reason)."""
-    if device.type != "cuda":
-        return [(p, p, False, False, False, None) for p in precisions]
+def _variants(precisions: Sequence[str]):
+    """CUDA's (label, precision, tf32, channels_last, cudnn_benchmark, skip reason)."""
     out = [("fp32 (TF32 on)", "fp32", True, False, False, None),
            ("fp32 (TF32 off)", "fp32", False, False, False, None)]  # fmt: skip
     for p in precisions[1:]:
@@ -265,20 +255,15 @@ def measure(
     CPU (at ``size``, else ``measure_size``'s) fp32 and amp-bf16 in ``rounds`` rounds,
     the verdict on their per-round ratios; amp-fp16 for one step beside one fp32 step
     at a tiny size. On CUDA every variant at the full size, ``repeats`` steps each."""
-    mshape, mbatch = (
-        (tuple(size[0]), int(size[1]))
-        if size and device.type != "cuda"
-        else measure_size(model, shape, batch, device, key)
-    )
     tell = as_progress(progress)
     if device.type != "cuda":
-        return _measure_cpu(
-            model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
-        )
-    x, y = _batch_for(model, mshape, mbatch, loss, key)
+        small = size or measure_size(model, shape, batch, key)
+        return _measure_cpu(model, tuple(small[0]), int(small[1]), loss, precisions,
+                            key, rounds, tell, backward)  # fmt: skip
+    x, y = _batch_for(model, shape, batch, loss, key)
     rows = []
-    todo = _variants(device, precisions)
-    tell(f"measuring {len(todo)} variants on {device} at batch {mbatch}")
+    todo = _variants(precisions)
+    tell(f"measuring {len(todo)} variants on {device} at batch {batch}")
     tell.start()
     for i, (label, prec, tf32, cl, bench, why) in enumerate(todo):
         row = {"variant": label, "precision": prec, "skipped": why}
@@ -300,8 +285,8 @@ def measure(
         if r.get("step_s") and base:
             r["speedup"] = base / r["step_s"]
     return {"device": "cuda", "device_name": torch.cuda.get_device_name(device),
-            "input": list(mshape), "batch": mbatch, "rows": rows,
-            "rounds_verdict": None, "fp16": None, "backward": backward}  # fmt: skip
+            "input": list(shape), "batch": batch, "rows": rows,
+            "backward": backward}  # fmt: skip
 
 
 def _measure_cpu(
@@ -320,23 +305,16 @@ def _measure_cpu(
         groups.append(CpuGroup(model, tiny, 2, loss, pair, key, 1, backward))
     time_groups(groups, tell)
     rows = groups[0].rows()
-    fp16 = None
-    if len(groups) > 1:
-        fp16 = groups[1].rows()[-1]
+    for fp16 in [g.rows()[-1] for g in groups[1:]]:  # fp16 beside its own fp32 step
         fp16.update(input=list(tiny), batch=2)
         if fp16.get("speedup"):
             fp16["note"] = (
                 f"one step at batch 2 x {shape_text(tiny)} against one fp32 step "
                 f"there ({fp16['speedup']:.2g}x its speed)"
             )
-        order = list(precisions)
-        rows = sorted(rows + [fp16], key=lambda r: order.index(r["precision"]))
-    bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
-    verdict = (
-        speedup_verdict(bf16["ratios"], "amp-bf16")
-        if bf16 and bf16.get("ratios")
-        else None
-    )
+        rows = sorted(rows + [fp16], key=lambda r: precisions.index(r["precision"]))
+    ratios = next((r.get("ratios") for r in rows if r["precision"] == "amp-bf16"), 0)
+    verdict = speedup_verdict(ratios, "amp-bf16") if ratios else None
     return {"device": "cpu", "device_name": cpu_name(), "input": list(mshape),
             "batch": mbatch, "rounds": rounds, "rows": rows,
-            "rounds_verdict": verdict, "fp16": fp16, "backward": backward}  # fmt: skip
+            "rounds_verdict": verdict, "backward": backward}  # fmt: skip
