@@ -71,11 +71,9 @@ def measured_speedup_verdict(
     """A measured AMP step speedup held against a predicted range, in one line."""
     if not 0 < low <= high or measured <= 0:
         raise ValueError(f"need 0 < low <= high and measured > 0, got {low}, {high}")
-    span = span_text(low, high)
-    where = range_position(measured, low, high)
     return (
-        f"{gpu_name}: measured AMP step speedup {measured:.2f}x against {span} "
-        f"predicted, {where}."
+        f"{gpu_name}: measured AMP step speedup {measured:.2f}x against "
+        f"{span_text(low, high)} predicted, {range_position(measured, low, high)}."
     )
 
 
@@ -109,22 +107,20 @@ def published_notes(ref_rows: Sequence[tuple], ref_notes: Sequence[str]) -> str:
     source's own column differs from the ratio of its throughputs."""
     diff_batch = [f"{r[0]} on the {r[1]}" for r in ref_rows
                   if r[3].split(" / ")[0] != r[3].split(" / ")[1]]  # fmt: skip
-    batches = ""
+    said = []
     if diff_batch:
-        batches = (
+        said.append(
             "A published speedup is the ratio of the two published throughputs at "
             "each side's own batch and layout, so where the batches differ ("
-            + ", ".join(diff_batch)
-            + ") it is AMP, the layout and the batch together."
+            f"{', '.join(diff_batch)}) it is AMP, the layout and the batch together."
         )
-    notes = ""
     if ref_notes:
-        notes = (
+        said.append(
             "The speedup here is the ratio of the throughputs as published; the "
             "source's own speedup column differs from it in the last digit where it "
-            "was worked out otherwise: " + "; ".join(ref_notes) + "."
+            f"was worked out otherwise: {'; '.join(ref_notes)}."
         )
-    return " ".join(filter(None, [batches, notes]))
+    return " ".join(said)
 
 
 def profile_bound_lines(results_dir=None) -> str:
@@ -200,22 +196,16 @@ def launch_text(rows: Sequence[tuple], gpu: str) -> str:
         return "No row has both a floor and a predicted kernel time."
     above = [r[0] for r in rows if r[-2] >= r[-1]]
     below = [r[0] for r in rows if r[-2] < r[-1]]
-    if not below:
+    said = (
+        f"above the predicted kernel time for {', '.join(above)} (predicted "
+        f"launch-bound) and below it for {', '.join(below)}."
+    )
+    if not above or not below:
         said = (
-            "the floor lies above the predicted kernel time in every row: each step "
-            "here is predicted launch-bound."
+            f"{'below' if below else 'above'} the predicted kernel time in every row: "
+            f"{'no' if below else 'each'} step here is predicted launch-bound."
         )
-    elif not above:
-        said = (
-            "the floor lies below the predicted kernel time in every row: no step "
-            "here is predicted launch-bound."
-        )
-    else:
-        said = (
-            f"the floor lies above the predicted kernel time for {', '.join(above)} "
-            f"(predicted launch-bound) and below it for {', '.join(below)}."
-        )
-    return f"On the {display_name(gpu)}, {said}"
+    return f"On the {display_name(gpu)}, the floor lies {said}"
 
 
 def self_check_lines(refs: Sequence[Reference], devices) -> str:

@@ -57,14 +57,6 @@ def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
         ["phase", "op in layer type", "kernels", "bytes", "why fp32"],
         [None, None, None, ".1%", None],
     )
-    if report["unmodelled"]:
-        table += "\n\nNot modelled (bytes counted, FLOPs left out):\n\n"
-        table += md_table_text(
-            [(u["op"], u.get("why") or "FLOPs unknown", u["count"], u["bytes_share"],
-              u["time_share"]) for u in report["unmodelled"]],
-            ["op", "why", "kernels", "share of bytes", "share of the bound"],
-            [None, None, None, ".1%", ".1%"],
-        )  # fmt: skip
     return ("1. Coverage", lead, table)
 
 
