@@ -271,17 +271,12 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
             "beside the speedup it measured, kernel time beside kernel time, step "
             "beside step):\n\n" + references_table(first)
         )
-    fl = ver.get("launch_floor")
-    if fl:
+    fl, floors = ver.get("launch_floor"), launch_table(ver["ranges"])
+    if fl and floors:
         text += (
-            f"\n\nLaunch floor: {fl['per_kernel_s'] * 1e6:.2g} µs of host time per "
-            f"kernel (the smallest element-wise calls measured on {fl['source']}), "
-            "assumed the same on every GPU and for every kernel counted."
-        )
-    floors = launch_table(ver["ranges"])
-    if floors:
-        text += (
-            "\n\nThe launch floor (AMP's kernels times the host time per kernel) "
+            f"\n\nLaunch floor: AMP's kernels times {fl['per_kernel_s'] * 1e6:.2g} µs "
+            "of host time per kernel (the smallest element-wise calls measured on "
+            f"{fl['source']}, assumed the same on every GPU and for every kernel), "
             "beside the calibrated AMP kernel time (the median reference's), both "
             "predicted, and the AMP kernel time a committed layer profile measured at "
             "this setting; the bound is the first screen's test:\n\n" + floors

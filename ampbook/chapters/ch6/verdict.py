@@ -436,12 +436,9 @@ def measured_verdict(measured: dict[str, Any]) -> str:
     if not amp:
         return f"On {measured['device_name']} no AMP step was timed."
     best = max(amp, key=lambda r: r["speedup"])
-    if best["speedup"] > 1 + SAME_SPEED:
-        way = "faster than fp32"
-    elif best["speedup"] >= 1 - SAME_SPEED:
-        way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
-    else:
-        way = "slower than fp32"
+    way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
+    if abs(best["speedup"] - 1) > SAME_SPEED:
+        way = f"{'faster' if best['speedup'] > 1 else 'slower'} than fp32"
     return (
         f"On this GPU, the fastest AMP step ({best['variant']}) ran at "
         f"{best['speedup']:.2f}x fp32's speed at {where}: {way} here."
