@@ -169,8 +169,6 @@ def main(argv: list[str] | None = None) -> int:
         DoctorError,
         diagnose,
         parse_input,
-        parse_precisions,
-        resolve_gpus,
     )  # fmt: skip
     from ampbook.chapters.ch6.report_text import report_body, report_head, to_markdown
 
@@ -182,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             input=parse_input(a.input) if a.input else None,
             batch=a.batch,
             device=a.device,
-            precisions=parse_precisions(a.precisions),
-            gpus=resolve_gpus(a.gpus) if a.gpus is not None else None,
+            precisions=a.precisions,  # the diagnosis checks these two first
+            gpus=a.gpus,
             loader_images_per_s=a.loader_images_per_s,
             loss=a.loss,
             measure=measure,

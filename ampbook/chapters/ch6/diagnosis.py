@@ -99,19 +99,6 @@ def forward_only(cfg: DoctorConfig) -> str:
     return "--forward-only" if cfg.caller == "cli" else "DoctorConfig(backward=False)"
 
 
-def check_device(text: str) -> str:
-    """``--device``: auto, cpu or cuda[:N]; anything else is refused."""
-    t = str(text).strip().lower()
-    kind, _, index = t.partition(":")
-    if t in ("auto", "cpu") or (kind == "cuda" and (not _ or index.isdigit())):
-        return t
-    raise DoctorError(
-        f"--device {text!r}: the doctor times its steps on auto (CUDA when there is "
-        "one), cpu or cuda[:N]; pass one of those (--no-measure predicts without "
-        "timing)"
-    )
-
-
 def check_size(batch: int, shape: Sequence[int], devices) -> None:
     """Refuse a batch whose fp32 input alone outgrows the table's largest GPU."""
     elements = batch * math.prod(shape)
@@ -303,10 +290,19 @@ def _check_settings(cfg: DoctorConfig) -> None:
 
 
 def _pick_device(cfg: DoctorConfig) -> torch.device:
-    """The device the steps are timed on (``--device``)."""
-    wanted = check_device(cfg.device)  # its own error names --device once
+    """The device the steps are timed on (``--device``: auto, cpu or cuda[:N])."""
+    t = str(cfg.device).strip().lower()
+    kind, colon, index = t.partition(":")
+    if t not in ("auto", "cpu") and not (
+        kind == "cuda" and (not colon or index.isdigit())
+    ):
+        raise DoctorError(
+            f"--device {cfg.device!r}: the doctor times its steps on auto (CUDA when "
+            "there is one), cpu or cuda[:N]; pass one of those (--no-measure predicts "
+            "without timing)"
+        )
     try:
-        device = pick_device(wanted)
+        device = pick_device(t)
     except (RuntimeError, ValueError) as e:
         raise DoctorError(f"--device {cfg.device}: {first_line(e)}") from None
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
