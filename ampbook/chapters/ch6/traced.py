@@ -174,9 +174,8 @@ def roofline(
             p = predict(tr, on)
             t, by_class = p.min_step_s, class_bounds(p)
             row.update(
-                amp_s=t, amp_by_class_s=by_class,
+                amp_s=t, amp_by_class_s=by_class, speedup_tf32=p_on.min_step_s / t,
                 amp_kernels=int(tr.totals()["kernels"]),
-                speedup_tf32=p_on.min_step_s / t, speedup_strict=p_off.min_step_s / t,
                 memory_bound_share=p.memory_bound_share,
                 images_per_s_needed=batch / t, fusable_s=by_class["elementwise"],
             )  # fmt: skip

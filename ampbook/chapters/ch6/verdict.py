@@ -179,10 +179,7 @@ def verdict_ranges(
         rng = calibrated_range(*bounds, **kw, host=host, data_s=data_s)
         if host is not None and rng["rows"]:
             run = calibrated_range(*bounds, **kw, host=host.with_loop(RUNNER))
-            rng["runner"] = {k: run[k] for k in ("point", "low", "high")} | {
-                "loop": RUNNER.name,
-                "detail": RUNNER.detail,
-            }
+            rng["runner"] = {k: run[k] for k in ("point", "low", "high")}
         casts = cast_kernels(traces, r["precision"])
         moves = layout_kernels(traces, r["precision"])
         keep = ("gpu", "gpu_name", "precision", "memory_bound_share")
