@@ -112,18 +112,12 @@ def weight_copy_note(mem: dict[str, Any]) -> str | None:
         places.append(f"at the requested size ({at['amp_precision']})")
     if not places:
         return None
-    share = (
-        f" At the requested size the copies are at most {copies / amp:.1%} of "
-        f"{at['amp_precision']}'s saved bytes."
-        if amp
-        else ""
-    )
     return (
         "The saved bytes include autocast's 16-bit copies of the weights (up to "
         f"{copies / 2**20:,.4g} MiB: every convolution's, and a linear layer's when "
         "its input needs a gradient), a fixed cost whatever the batch: they are why "
         f"AMP keeps more bytes for backward than fp32 {' and '.join(places)}, where "
-        f"the activations are small.{share}"
+        "the activations are small."
     )
 
 
