@@ -370,7 +370,13 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
         host, data_s,
     )  # fmt: skip
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
-    _add_committed(ranges, committed, setting_text(batch, shape))
+    here = setting_text(batch, shape)
+    for r in ranges:  # each range's committed measurements of this network and GPU
+        r["setting"], r["committed"] = here, [
+            {**m, "same_setting": m.get("setting") == here}
+            for m in committed.get(r["gpu"], []) if m["precision"] == r["precision"]
+        ]  # fmt: skip
+        r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r)
     unknown = [dict(r) for r in (preds.get(amp) or preds["fp32"]).unmodelled]
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
     warnings_ += memory_warnings(traces, gpus, devices, copies)
@@ -411,18 +417,6 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
         "warnings": warnings_,
         "seconds": lap.seconds,
     }
-
-
-def _add_committed(ranges: list[dict], committed: dict, here: str) -> None:
-    """Each range's committed measurements of the same network and GPU."""
-    for r in ranges:
-        r["setting"] = here
-        r["committed"] = [
-            {**m, "same_setting": m.get("setting") == here}
-            for m in committed.get(r["gpu"], [])
-            if m["precision"] == r["precision"]
-        ]
-        r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r)
 
 
 def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -> None:

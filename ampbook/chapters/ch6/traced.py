@@ -10,6 +10,7 @@ from torch import nn
 
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
+from ampbook.core.words import plural
 from ampbook.measure.autocast_rules import aten_base, cuda_category
 from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
 from ampbook.numerics.gradstats import CAST_WEIGHT_TYPES
@@ -56,7 +57,7 @@ def unmodelled_line(rows: Sequence[dict[str, Any]]) -> str | None:
     )
     more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
     return (
-        f"{len(rows)} operator{'s' if len(rows) != 1 else ''} not modelled: "
+        f"{plural(len(rows), 'operator')} not modelled: "
         f"{names}{more}; their FLOPs are left out of the roofline"
     )
 
