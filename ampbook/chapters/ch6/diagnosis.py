@@ -18,10 +18,8 @@ from ampbook.chapters.ch6.outputs import (
     SelectOutput,
     check_loss,
     loss_fn,
-    output_rule,
-    output_shape,
+    probe,
     quiet_fake,
-    returns_tensor,
 )  # fmt: skip
 from ampbook.chapters.ch6.traced import (
     coverage,
@@ -253,10 +251,10 @@ def diagnose(
             "forward pass alone"
         )
     tell(f"tracing batch {batch} x {shape_text(shape)} (fake tensors: no data)")
-    out = output_shape(model, shape, batch, cfg.output)
+    out, plain, _ = probe(model, shape, batch, cfg.output)
     check_loss(cfg.loss, out)
     traced = model
-    if cfg.output is not None or not returns_tensor(model, shape, batch):
+    if cfg.output is not None or not plain:
         traced = SelectOutput(model, cfg.output)
     lap("model")
     traces = _trace(cfg, traced, precisions, batch, shape, tell)
@@ -388,8 +386,8 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
         "parameters": sum(p.numel() for p in model.parameters()),
         "input": list(shape),
         "batch": batch,
-        "output": list(output_shape(model, shape, batch, cfg.output)),
-        "output_rule": output_rule(model, shape, batch, cfg.output),
+        "output": list(probe(model, shape, batch, cfg.output)[0]),
+        "output_rule": probe(model, shape, batch, cfg.output)[2],
         "loss": cfg.loss,
         "backward": cfg.backward,
         "precisions": list(traces),

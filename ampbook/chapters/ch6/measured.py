@@ -46,15 +46,20 @@ def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
     return shape[:-n] + small
 
 
+def _accepted(model, shape, batch, key, fallback) -> tuple[int, ...]:
+    """``shape`` where the model accepts it at ``batch``, else ``fallback``."""
+    try:
+        output_shape(model, shape, batch, key)
+    except DoctorError:
+        return tuple(fallback)
+    return shape
+
+
 def measure_size(model, shape, batch, key=None) -> tuple[tuple[int, ...], int]:
     """Where a CPU times steps: about ``CPU_MEASURE_SIDE`` pixels a side and batch
     <= 2 (the full input where the model accepts no other)."""
     small = _scaled(shape, CPU_MEASURE_SIDE)
-    try:
-        output_shape(model, small, min(batch, 2), key)
-        return small, min(batch, 2)
-    except DoctorError:
-        return tuple(shape), min(batch, 2)
+    return _accepted(model, small, min(batch, 2), key, shape), min(batch, 2)
 
 
 def _variants(precisions: Sequence[str]):
@@ -297,10 +302,7 @@ def _measure_cpu(
     groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
     if "amp-fp16" in precisions:
         tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
-        try:
-            output_shape(model, tiny, 2, key)
-        except DoctorError:
-            tiny = mshape
+        tiny = _accepted(model, tiny, 2, key, mshape)
         pair = ["fp32", "amp-fp16"]
         groups.append(CpuGroup(model, tiny, 2, loss, pair, key, 1, backward))
     time_groups(groups, tell)

@@ -173,17 +173,15 @@ _PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def output_shape(
     model: nn.Module, shape: Sequence[int], batch: int, key: str | None = None
 ) -> tuple[int, ...]:
-    """The shape of the output the doctor reads, on fake tensors; DoctorError for a
-    model that rejects the input, needs several inputs or has data-dependent shapes."""
-    return _probe(model, shape, batch, key)[0]
+    """The shape of the output the doctor reads (``probe``)."""
+    return probe(model, shape, batch, key)[0]
 
 
-def returns_tensor(model: nn.Module, shape: Sequence[int], batch: int) -> bool:
-    """Whether the model returns a plain tensor (else it is wrapped in SelectOutput)."""
-    return _probe(model, shape, batch, None)[1]
-
-
-def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
+def probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
+    """On fake tensors: the shape of the output the doctor reads, whether the model
+    returns a plain tensor (else it is wrapped in SelectOutput), which output in words
+    (``_pick``); DoctorError for a model that rejects the input, needs several inputs
+    or has data-dependent shapes."""
     cache = _PROBES.setdefault(model, {})
     k = (tuple(shape), batch, key)
     if k not in cache:
@@ -236,11 +234,6 @@ def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, st
         ) from None
     shape_out = tuple(select_output(y, key).shape)
     return shape_out, isinstance(y, torch.Tensor), _pick(y, key)[1]
-
-
-def output_rule(model: nn.Module, shape: Sequence[int], batch: int, key=None) -> str:
-    """Which output the doctor reads for this model, in words (``_pick``)."""
-    return _probe(model, shape, batch, key)[2]
 
 
 def check_loss(loss: str, out: Sequence[int]) -> None:

@@ -17,7 +17,7 @@ from ampbook.numerics.gradstats import CAST_WEIGHT_TYPES
 from ampbook.predict.opcost import OpCost
 from ampbook.predict.references import class_bounds
 from ampbook.predict.roofline import Ceilings, Prediction, predict
-from ampbook.predict.steptrace import AUTOGRAD, LAYOUT_TRANSPOSE, LOSS, StepTrace
+from ampbook.predict.steptrace import AUTOGRAD, LOSS, StepTrace
 
 SIXTEEN_BIT = ("float16", "bfloat16")
 _CREATION_OPS = {"zeros", "ones", "full", "arange", "scalar_tensor", "randn", "rand"}
@@ -91,17 +91,9 @@ def coverage(trace: StepTrace) -> dict[str, Any]:
     return {"precision": trace.precision, "phases": shares, "fp32_ops": fp32_ops}
 
 
-def cast_kernels(traces: dict[str, StepTrace], precision: str) -> int:
-    """The dtype conversions (``_to_copy``) an AMP step adds over fp32's."""
-    return _added(traces, precision, "_to_copy")
-
-
-def layout_kernels(traces: dict[str, StepTrace], precision: str) -> int:
-    """The layout transposes an AMP step adds over fp32's (assumed in NCHW)."""
-    return _added(traces, precision, LAYOUT_TRANSPOSE)
-
-
-def _added(traces: dict[str, StepTrace], precision: str, op: str) -> int:
+def added_kernels(traces: dict[str, StepTrace], precision: str, op: str) -> int:
+    """The kernels of ``op`` an AMP step adds over fp32's: its casts (``_to_copy``),
+    its layout transposes (``LAYOUT_TRANSPOSE``, assumed in NCHW)."""
     return sum(o.kernels * (1 if t == precision else -1) for t in (precision, "fp32")
                for o in traces[t].ops if o.op == op)  # fmt: skip
 

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from ampbook.chapters.ch6.traced import cast_kernels, layout_kernels
+from ampbook.chapters.ch6.traced import added_kernels
 from ampbook.core.devices import display_name
 from ampbook.core.precision import AUTOCAST_DTYPES
 from ampbook.core.words import plural
@@ -16,7 +16,7 @@ from ampbook.predict.calibrate import GPU_DISTANCES, calibrated_range, layout_te
 from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
 from ampbook.predict.hostmodel import profile_loop
 from ampbook.predict.specs import shape_text, table_key
-from ampbook.predict.steptrace import StepTrace
+from ampbook.predict.steptrace import LAYOUT_TRANSPOSE, StepTrace
 from ampbook.results import load_results_dir
 
 # Measured steps within this fraction of each other are reported as the same speed.
@@ -180,8 +180,8 @@ def verdict_ranges(
         if host is not None and rng["rows"]:
             run = calibrated_range(*bounds, **kw, host=host.with_loop(RUNNER))
             rng["runner"] = {k: run[k] for k in ("point", "low", "high")}
-        casts = cast_kernels(traces, r["precision"])
-        moves = layout_kernels(traces, r["precision"])
+        casts = added_kernels(traces, r["precision"], "_to_copy")
+        moves = added_kernels(traces, r["precision"], LAYOUT_TRANSPOSE)
         keep = ("gpu", "gpu_name", "precision", "memory_bound_share")
         out.append({k: r.get(k) for k in keep} | rng | {
             "casts": casts, "transposes": moves})  # fmt: skip
