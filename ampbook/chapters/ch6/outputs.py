@@ -43,43 +43,24 @@ def _pick(y, key: str | None) -> tuple:
     """The output the loss reads and how, in words: a tensor as it is; a dict's 'out'
     entry, else its only tensor; a tuple's or list's first tensor; ``key`` another."""
     kind, by = type(y).__name__, f"--output {key}"
-    if key is not None:
-        if isinstance(y, torch.Tensor):
-            raise DoctorError(
-                f"--output {key!r}: the model returns one tensor; drop it"
-            )
-        if isinstance(y, dict):
-            if key not in y:
-                raise DoctorError(
-                    f"--output {key!r}: the model returns a dict with keys "
-                    f"{list(y)}; pass one of them"
-                )
-            return y[key], by
-        if isinstance(y, (tuple, list)):
-            fields = getattr(y, "_fields", ())
-            if key in fields:
-                return getattr(y, key), by
-            try:
-                return y[int(key)], by
-            except (ValueError, IndexError):
-                named = f" or one of {list(fields)}" if fields else ""
-                raise DoctorError(
-                    f"--output {key!r}: the model returns a {kind} of {len(y)}; pass "
-                    f"an index below {len(y)}{named}"
-                ) from None
-    elif isinstance(y, torch.Tensor):
-        return y, "the tensor it returns"
-    elif isinstance(y, dict):
-        if "out" in y:
-            return y["out"], f"the {kind}'s 'out' entry"
+    if isinstance(y, torch.Tensor):
+        if key is None:
+            return y, "the tensor it returns"
+        raise DoctorError(f"--output {key!r}: the model returns one tensor; drop it")
+    if isinstance(y, dict):
         tensors = [k for k, v in y.items() if isinstance(v, torch.Tensor)]
-        if len(tensors) == 1:
+        if key is None and "out" not in y and len(tensors) == 1:
             return y[tensors[0]], f"the {kind}'s only tensor, {tensors[0]!r}"
+        if (key or "out") in y:
+            return y[key or "out"], by if key else f"the {kind}'s 'out' entry"
         raise DoctorError(
-            f"the model returns a dict with keys {list(y)} and no 'out': pass "
+            f"--output {key!r}: the model returns a dict with keys {list(y)}; pass "
+            "one of them"
+            if key
+            else f"the model returns a dict with keys {list(y)} and no 'out': pass "
             "--output KEY to say which one is the output"
         )
-    elif isinstance(y, (tuple, list)):
+    if isinstance(y, (tuple, list)) and key is None:
         first = next((v for v in y if isinstance(v, torch.Tensor)), None)
         if first is None:
             raise DoctorError(
@@ -87,6 +68,16 @@ def _pick(y, key: str | None) -> tuple:
                 "KEY, or wrap it so that forward returns the logits"
             )
         return first, f"the first tensor of the {kind}"
+    if isinstance(y, (tuple, list)):
+        fields = getattr(y, "_fields", ())
+        try:
+            return (getattr(y, key) if key in fields else y[int(key)]), by
+        except (ValueError, IndexError):
+            named = f" or one of {list(fields)}" if fields else ""
+            raise DoctorError(
+                f"--output {key!r}: the model returns a {kind} of {len(y)}; pass "
+                f"an index below {len(y)}{named}"
+            ) from None
     raise DoctorError(
         f"the model returned {kind}, not a tensor: wrap it so that forward returns "
         "the logits"
