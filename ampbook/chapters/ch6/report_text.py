@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from ampbook.chapters.ch6.verdict import (
     gist,
+    measured_here,
     measured_verdict,
     nearness,
     span_text,
@@ -216,8 +217,7 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
     profile measured at this setting, and ``bound_text``'s word; None without one."""
 
     def measured(r: dict[str, Any]) -> str:
-        done = [m["amp_kernel_s"] for m in r.get("committed") or []
-                if m.get("same_setting") and m.get("amp_kernel_s")]  # fmt: skip
+        done = [m["amp_kernel_s"] for m in measured_here(r) if m.get("amp_kernel_s")]
         return f"{done[0] * 1e3:.3f}" if done else "–"
 
     def amp(r: dict[str, Any], n: int) -> str:
@@ -345,7 +345,7 @@ def _screen_line(r: dict[str, Any]) -> str:
     line += f"; predicted {bound}" if bound else ""
     said = []
     run = r.get("runner")
-    for m in _measured_here(r):
+    for m in measured_here(r):
         if m.get("kind") == "step in the loop":
             said.append(
                 f"step in the loop {m['low']:.2f}x to {m['high']:.2f}x per epoch"
@@ -366,19 +366,12 @@ def _screen_line(r: dict[str, Any]) -> str:
     return line
 
 
-def _measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The committed measurements of this setting: alone, in the loop, kernels."""
-    order = {"step alone": 0, "step in the loop": 1}
-    done = [m for m in r.get("committed") or [] if m.get("same_setting")]
-    return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
-
-
 def headline_key(r: dict[str, Any]) -> tuple:
     """Which AMP precision heads a GPU's line on the first screen: one with a range,
     the faster as printed, a tie to the one with more committed measurements."""
     if not r["rows"]:
         return (False, 0.0, 0)
-    return (True, round(r["point"], 2), len(_measured_here(r)))
+    return (True, round(r["point"], 2), len(measured_here(r)))
 
 
 TIE_RULE = "ties to two decimals go to the one measured more here"

@@ -147,6 +147,13 @@ def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
     return text + "."
 
 
+def measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The committed measurements of this setting: alone, in the loop, kernels."""
+    order = {"step alone": 0, "step in the loop": 1}
+    done = [m for m in r.get("committed") or [] if m.get("same_setting")]
+    return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
+
+
 def nearness(row: dict[str, Any]) -> tuple:
     order = GPU_DISTANCES.index(row["gpu_distance"])
     return (not row["same_network"], order, row["mix_distance"])
@@ -311,8 +318,7 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     else:
         gain, src = rng["equal_share"], "equal shares of the bound"
         detail = "no reference for this GPU's families"
-    done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
-    if slow := [m for m in done if m["speedup"] < 1 - SAME_SPEED]:
+    if slow := [m for m in measured_here(rng) if m["speedup"] < 1 - SAME_SPEED]:
         kind = slow[-1].get("kind") or slow[-1]["what"].split(",")[0]
         said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed ({kind})"
         src = "measured (committed)"
@@ -342,8 +348,7 @@ def checklist(
         rng = by_gpu.get((r["gpu"], r["precision"]))
         if rng is not None:
             items.append(_amp_item(r["gpu_name"], r["precision"], rng))
-            done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
-            here[id(items[-1])] = len(done)
+            here[id(items[-1])] = len(measured_here(rng))
         if r["gpu"] not in seen:
             seen.add(r["gpu"])
             items += _bound_items(r, loader_images_per_s, bounds)
