@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from ampbook.chapters.ch6.verdict import (
     gist,
     measured_here,
+    measured_text,
     measured_verdict,
     nearness,
     span_text,
@@ -343,24 +344,7 @@ def _screen_line(r: dict[str, Any]) -> str:
         line += f"; step without host idle {r['kernel_point']:.2f}x"
     bound = bound_text(r)
     line += f"; predicted {bound}" if bound else ""
-    said = []
-    run = r.get("runner")
-    for m in measured_here(r):
-        if m.get("kind") == "step in the loop":
-            said.append(
-                f"step in the loop {m['low']:.2f}x to {m['high']:.2f}x per epoch"
-            )
-        elif m.get("kind") == "step alone":
-            text = f"step timed alone {m['speedup']:.2f}x"
-            if m.get("loop") and run:  # held against the prediction for its loop
-                steps = f", {m['steps']} steps, no spread" if m.get("steps") else ""
-                text += (
-                    f" (the book's runner{steps}) against {run['point']:.2f}x "
-                    f"({span_text(run['low'], run['high'])}) predicted for that loop"
-                )
-            said.append(text)
-        else:
-            said.append(f"{m['what'].split(',')[0]} {m['speedup']:.2f}x")
+    said = [measured_text(m, r, screen=True) for m in measured_here(r)]
     if said:
         line += f"; measured ({r['precision']}): " + ", ".join(said)
     return line

@@ -122,29 +122,47 @@ def step_label(rng: dict[str, Any]) -> str:
     )
 
 
-def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
+# What a committed measurement says, by its kind: (section 5, the first screen).
+MEASURED_WORDS = {
+    "step in the loop": (
+        "Measured: {speedup:.2f}x median, {low:.2f}x to {high:.2f}x over {epochs} "
+        "epochs ({what}, the step in the training loop; {source}{where})",
+        "step in the loop {low:.2f}x to {high:.2f}x per epoch",
+    ),
+    "step alone": (
+        "Measured: {speedup:.2f}x ({what}; {source}{where})",
+        "step timed alone {speedup:.2f}x",
+    ),
+    None: (
+        "Measured: {speedup:.2f}x ({what}; {source}{where})",
+        "{short} {speedup:.2f}x",
+    ),
+}
+
+
+def measured_text(m: dict[str, Any], rng: dict[str, Any], screen=False) -> str:
     """One committed measurement beside the prediction, labelled by what it timed:
     kernels, the step alone (against its loop's prediction) or in the loop."""
     other = m.get("same_setting") is False and rng.get("setting")
     where = f", not this prediction's {rng['setting']}" if other else ""
-    if m.get("kind") == "step in the loop":
-        return (
-            f"Measured: {m['speedup']:.2f}x median, {m['low']:.2f}x to "
-            f"{m['high']:.2f}x over {m['epochs']} epochs ({m['what']}, the step in "
-            f"the training loop; {m['source']}{where})."
-        )
-    text = f"Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']}{where})"
+    short = m["what"].split(",")[0]
+    text = MEASURED_WORDS[m.get("kind")][screen].format(**m, where=where, short=short)
     run = rng.get("runner")
-    if m.get("kind") == "step alone" and m.get("loop") and run and not other:
-        text += (
-            f"; recorded by {m['loop']} ({m['loop_detail']}; two of the AMP step's "
-            f"syncs and one of fp32's are the runner's, not AMP's), against "
-            f"{run['point']:.2f}x ({span_text(run['low'], run['high'])}) predicted "
-            f"for that loop: {range_position(m['speedup'], run['low'], run['high'])}"
-            " (a cross-check, not a test: the idle time per sync was fitted on these "
-            "profiles)"
-        )
-    return text + "."
+    if m.get("kind") != "step alone" or not (m.get("loop") and run) or other:
+        return text if screen else text + "."
+    against = (
+        f"against {run['point']:.2f}x ({span_text(run['low'], run['high'])}) "
+        "predicted for that loop"
+    )
+    if screen:
+        steps = f", {m['steps']} steps, no spread" if m.get("steps") else ""
+        return f"{text} (the book's runner{steps}) {against}"
+    return (
+        f"{text}; recorded by {m['loop']} ({m['loop_detail']}; two of the AMP step's "
+        f"syncs and one of fp32's are the runner's, not AMP's), {against}: "
+        f"{range_position(m['speedup'], run['low'], run['high'])} (a cross-check, "
+        "not a test: the idle time per sync was fitted on these profiles)."
+    )
 
 
 def measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
