@@ -405,7 +405,7 @@ def test_progress_lines_while_cpu_steps_are_timed():
 
     model = tiny_classifier()
     out = io.StringIO()
-    g = CpuGroup(model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], None, 3)
+    g = CpuGroup(model, (3, 8, 8), 2, "cross-entropy", ["fp32", "amp-bf16"], 3)
     time_groups([g], Progress("doctor", True, out))
     rows = g.rows()
     lines = out.getvalue().splitlines()

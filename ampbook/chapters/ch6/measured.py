@@ -46,20 +46,20 @@ def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
     return shape[:-n] + small
 
 
-def _accepted(model, shape, batch, key, fallback) -> tuple[int, ...]:
+def _accepted(model, shape, batch, fallback) -> tuple[int, ...]:
     """``shape`` where the model accepts it at ``batch``, else ``fallback``."""
     try:
-        output_shape(model, shape, batch, key)
+        output_shape(model, shape, batch)
     except DoctorError:
         return tuple(fallback)
     return shape
 
 
-def measure_size(model, shape, batch, key=None) -> tuple[tuple[int, ...], int]:
+def measure_size(model, shape, batch) -> tuple[tuple[int, ...], int]:
     """Where a CPU times steps: about ``CPU_MEASURE_SIDE`` pixels a side and batch
     <= 2 (the full input where the model accepts no other)."""
     small = _scaled(shape, CPU_MEASURE_SIDE)
-    return _accepted(model, small, min(batch, 2), key, shape), min(batch, 2)
+    return _accepted(model, small, min(batch, 2), shape), min(batch, 2)
 
 
 def _variants(precisions: Sequence[str]):
@@ -146,8 +146,8 @@ def _timed(times: Sequence[float]) -> dict[str, Any]:
             "samples": len(times)}  # fmt: skip
 
 
-def _batch_for(model, shape, batch, loss, key, seed=0):
-    out = output_shape(model, shape, batch, key)
+def _batch_for(model, shape, batch, loss, seed=0):
+    out = output_shape(model, shape, batch)
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch, *shape, generator=g), targets(loss, out, g)
 
@@ -164,11 +164,9 @@ class CpuGroup:
     a first, untimed step each (oneDNN builds its kernels; memory counted), then one
     step of each in turn per round; speedup: the median of the per-round ratios."""
 
-    def __init__(
-        self, model, shape, batch, loss, precisions, key, rounds, backward=True
-    ):
+    def __init__(self, model, shape, batch, loss, precisions, rounds, backward=True):
         self.model, self.shape, self.batch = model, tuple(shape), batch
-        self.loss, self.precisions, self.key = loss, list(precisions), key
+        self.loss, self.precisions = loss, list(precisions)
         self.rounds, self.backward, self.done = rounds, backward, 0
         self.table: list[dict] = []  # one row per precision
         self.steps: dict[str, tuple] = {}  # precision: (step, inputs, device)
@@ -176,7 +174,7 @@ class CpuGroup:
         self.times: dict[str, list[float]] = {}
 
     def warm(self, progress: cli.Progress) -> None:
-        x, y = _batch_for(self.model, self.shape, self.batch, self.loss, self.key)
+        x, y = _batch_for(self.model, self.shape, self.batch, self.loss)
         dev = torch.device("cpu")
         for p in self.precisions:
             row = {"variant": p, "precision": p, "skipped": None}
@@ -250,7 +248,6 @@ def measure(
     precisions: Sequence[str],
     device: torch.device,
     repeats: int = 3,
-    key: str | None = None,
     size: tuple[Sequence[int], int] | None = None,
     rounds: int = CPU_ROUNDS,
     progress: bool | cli.Progress | None = None,
@@ -262,10 +259,10 @@ def measure(
     at a tiny size. On CUDA every variant at the full size, ``repeats`` steps each."""
     tell = as_progress(progress)
     if device.type != "cuda":
-        small = size or measure_size(model, shape, batch, key)
+        small = size or measure_size(model, shape, batch)
         return _measure_cpu(model, tuple(small[0]), int(small[1]), loss, precisions,
-                            key, rounds, tell, backward)  # fmt: skip
-    x, y = _batch_for(model, shape, batch, loss, key)
+                            rounds, tell, backward)  # fmt: skip
+    x, y = _batch_for(model, shape, batch, loss)
     rows = []
     todo = _variants(precisions)
     tell(f"measuring {len(todo)} variants on {device} at batch {batch}")
@@ -295,16 +292,16 @@ def measure(
 
 
 def _measure_cpu(
-    model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
+    model, mshape, mbatch, loss, precisions, rounds, tell, backward
 ) -> dict[str, Any]:
     """``measure`` on a CPU: fp32 and amp-bf16 in rounds, amp-fp16 at a tiny size."""
     main = [p for p in precisions if p != "amp-fp16"]
-    groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
+    groups = [CpuGroup(model, mshape, mbatch, loss, main, rounds, backward)]
     if "amp-fp16" in precisions:
         tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
-        tiny = _accepted(model, tiny, 2, key, mshape)
+        tiny = _accepted(model, tiny, 2, mshape)
         pair = ["fp32", "amp-fp16"]
-        groups.append(CpuGroup(model, tiny, 2, loss, pair, key, 1, backward))
+        groups.append(CpuGroup(model, tiny, 2, loss, pair, 1, backward))
     time_groups(groups, tell)
     rows = groups[0].rows()
     for fp16 in [g.rows()[-1] for g in groups[1:]]:  # fp16 beside its own fp32 step
