@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ampbook.chapters.ch6.verdict import (
-    gist,
     measured_here,
     measured_text,
     measured_verdict,
     nearness,
-    span_text,
+    point_text,
     step_label,
 )
 from ampbook.core.page import md_table_text
@@ -336,10 +335,7 @@ def _screen_line(r: dict[str, Any]) -> str:
             "of the bound, not a bound)"
         )
     what = "step" if r.get("host") else "kernels"
-    line = (
-        f"- {r['gpu_name']}: {r['precision']} {what} {r['point']:.2f}x "
-        f"({span_text(r['low'], r['high'])}), {gist(r['low'], r['high'], r['point'])}"
-    )
+    line = f"- {r['gpu_name']}: {r['precision']} {what} {point_text(r)}"
     if r.get("host"):
         line += f"; step without host idle {r['kernel_point']:.2f}x"
     bound = bound_text(r)

@@ -75,8 +75,6 @@ def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) ->
             f"{head}: no reference measured the {family} and 16-bit efficiencies this "
             f"GPU needs, so no calibrated range; {same} (not a bound)."
         )
-    lo, hi = rng["low"], rng["high"]
-    n = len(rows)
     by = {r["key"]: r for r in rows}
     basis = ", ".join(
         f"{by[k]['label']} ({by[k]['weight_share']:.0%})" for k in rng["basis"][:3]
@@ -90,10 +88,9 @@ def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) ->
             f"{rng['kernel_point']:.2f}x ({k_span})"
         )
     line = (
-        f"{head}, {layout}: {step_label(rng)} {rng['point']:.2f}x ± "
-        f"{math.exp(rng['error']) - 1:.0%} ({span_text(lo, hi)}), "
-        f"{gist(lo, hi, rng['point'])}{kernel}; set by {basis} of {n} "
-        f"reference{'s' if n != 1 else ''} weighted by closeness; {same}."
+        f"{head}, {layout}: {step_label(rng)} {point_text(rng, error=True)}{kernel}; "
+        f"set by {basis} of {plural(len(rows), 'reference')} weighted by closeness; "
+        f"{same}."
     )
     if not any(r["layout_match"] for r in rows):
         ran = sorted({layout_text(r["layouts"]) for r in rows})
@@ -105,6 +102,14 @@ def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) ->
     for m in rng.get("committed") or []:
         line += " " + measured_text(m, rng)
     return line
+
+
+def point_text(r: dict[str, Any], error: bool = False) -> str:
+    """A range's point, its span and its gist: "1.11x (0.99x to 1.25x), no clear gain";
+    with ``error`` the range's half-width after the point ("± 31%")."""
+    err = f" ± {math.exp(r['error']) - 1:.0%}" if error else ""
+    span = span_text(r["low"], r["high"])
+    return f"{r['point']:.2f}x{err} ({span}), {gist(r['low'], r['high'], r['point'])}"
 
 
 def step_label(rng: dict[str, Any]) -> str:
