@@ -205,18 +205,16 @@ class CpuGroup:
         self.done += 1
 
     def rows(self) -> list[dict]:
-        times = self.times
+        base = self.times.get("fp32")
         for row in self.table:
-            p = row["precision"]
-            t = times.get(p)
-            if not t:
+            if not (t := self.times.get(row["precision"])):
                 continue
             row.update(_timed(t))
-            if p != "fp32" and times.get("fp32"):
-                ratios = [a / b for a, b in zip(times["fp32"], t)]
-                row.update(speedup=statistics.median(ratios), ratios=ratios)
-            elif p == "fp32":
+            if row["precision"] == "fp32":
                 row["speedup"] = 1.0
+            elif base:
+                ratios = [a / b for a, b in zip(base, t)]
+                row.update(speedup=statistics.median(ratios), ratios=ratios)
         return self.table
 
 
