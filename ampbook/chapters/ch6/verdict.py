@@ -229,20 +229,18 @@ def memory_warnings(
         if not tr.saved_tensors:
             continue
         saved = tr.saved_tensors["new_bytes"]
-        fixed = ADAM_STATE_BYTES_PER_PARAM * tr.parameters
-        fixed += copies if prec != "fp32" else 0
-        per_sample = max(saved - (copies if prec != "fp32" else 0), 0) / tr.batch_size
+        own = copies if prec != "fp32" else 0  # AMP's weight copies, whatever the batch
+        fixed = ADAM_STATE_BYTES_PER_PARAM * tr.parameters + own
+        per_sample = max(saved - own, 0) / tr.batch_size
         for key in gpus:
             d = devices[key]
             have = d.memory_gb * 1e9
             if saved + fixed <= have:
                 continue
             fits = int((have - fixed) // per_sample) if per_sample else 0
-            most = (
-                f"the largest batch whose activations fit is about {fits}"
-                if fits >= 1
-                else "no batch fits"
-            )
+            most = "no batch fits"
+            if fits >= 1:
+                most = f"the largest batch whose activations fit is about {fits}"
             out.append(
                 f"{prec} at batch {tr.batch_size} cannot fit the {d.short_name}: "
                 f"{saved / 2**30:,.1f} GiB saved for backward and "
