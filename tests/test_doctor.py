@@ -395,6 +395,8 @@ def test_cpu_timing_table_says_what_each_number_is(report):
     assert cells[1].endswith("(one step)") and cells[2] == "–"
     assert cells[3] == f"{rows['amp-fp16']['speedup']:.2f}"
     assert "one step at batch 2 x 3x8x8 against one fp32 step there" in cells[4]
+    fp32_ms = rows["amp-fp16"]["step_s"] * rows["amp-fp16"]["speedup"] * 1e3
+    assert f"there ({fp32_ms:,.1f} ms)" in cells[4]  # the time it was held against
 
 
 def test_progress_lines_while_cpu_steps_are_timed():
