@@ -498,10 +498,12 @@ md_table([(display_name(g), *[round(need[(name, g)]) for name in reports])
 #
 # The doctor also times the runner's own step here. On a GPU it runs every variant at
 # the full size. On a CPU it times ERFNet at {glue:text}`ch6_measured_size` by chapter
-# 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds`, and the
-# verdict reads the per-round ratios (the rounds disagree on a busy machine, and then no
-# difference is resolved). fp16 is timed for one step at a tiny size beside fp32; its
-# ratio is printed as that single timing, with no spread to judge it by.
+# 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds`; bf16's speedup is
+# the median of the per-round ratios (not the ratio of the medians), and the verdict
+# reads those ratios (the rounds disagree on a busy machine, and then no difference is
+# resolved). fp16 is timed for one step at a tiny size beside one fp32 step of its own,
+# whose time its note gives; its ratio is that single timing, with no spread to judge it
+# by.
 
 # %% tags=["hide-input"]
 me = reports["ERFNet"]["measured"]

@@ -393,8 +393,10 @@ def test_cpu_timing_table_says_what_each_number_is(report):
     line = next(x for x in text.splitlines() if x.startswith("| amp-fp16 "))
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[1].endswith("(one step)") and cells[2] == "–"
-    assert cells[3] == f"{rows['amp-fp16']['speedup']:.2f}"
+    assert cells[3] == f"{rows['amp-fp16']['speedup']:.2f} (one timing)"
     assert "one step at batch 2 x 3x8x8 against one fp32 step there" in cells[4]
+    assert cells[4].endswith("a single timing: no spread to judge it by")
+    assert "per-round ratios to fp32; amp-fp16 apart (its note)" in text
     fp32_ms = rows["amp-fp16"]["step_s"] * rows["amp-fp16"]["speedup"] * 1e3
     assert f"there ({fp32_ms:,.1f} ms)" in cells[4]  # the time it was held against
 

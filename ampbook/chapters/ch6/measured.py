@@ -307,7 +307,8 @@ def _measure_cpu(
         if fp16.get("speedup"):
             fp16["note"] = (
                 f"one step at batch 2 x {shape_text(tiny)} against one fp32 step "
-                f"there ({fp32['step_s'] * 1e3:,.1f} ms)"
+                f"there ({fp32['step_s'] * 1e3:,.1f} ms), a single timing: no spread "
+                "to judge it by"
             )
         rows = sorted(rows + [fp16], key=lambda r: precisions.index(r["precision"]))
     ratios = next((r.get("ratios") for r in rows if r["precision"] == "amp-bf16"), 0)

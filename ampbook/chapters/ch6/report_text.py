@@ -174,9 +174,11 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
     speedup (on a CPU the median of its per-round ratios to fp32)."""
     rows = []
     for r in me["rows"]:
-        one, median = r.get("samples") == 1, _ms(r.get("step_s"))
+        one, median, x = r.get("samples") == 1, _ms(r.get("step_s")), r.get("speedup")
+        if one and x and r["precision"] != "fp32":
+            x = f"{x:.2f} (one timing)"
         rows.append((r["variant"], f"{median:.1f} (one step)" if one else median,
-                     None if one else _ms(r.get("min_step_s")), r.get("speedup"),
+                     None if one else _ms(r.get("min_step_s")), x,
                      r.get("note") or r["skipped"] or ""))  # fmt: skip
     how = "timed steps: the median and the fastest; speedup from the medians"
     if me["device"] == "cpu":
@@ -185,6 +187,8 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
             f"{n} taking turns (chapter 5's method): the median step of the {n} and "
             "the fastest; speedup: the median of the per-round ratios to fp32"
         )
+        if any(r.get("note") for r in me["rows"]):
+            how += "; amp-fp16 apart (its note)"
     lead = (
         f"{me['device_name']}; the runner's step, batch {me['batch']} x "
         f"{shape_text(me['input'])}, {how}"
