@@ -92,7 +92,12 @@ import numpy as np
 
 from ampbook.chapters import ch3, ch5, ch6
 from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
-from ampbook.chapters.ch6.report_text import NEAR_FLOOR, measured_table, to_markdown
+from ampbook.chapters.ch6.report_text import (
+    NEAR_FLOOR,
+    measured_table,
+    screen_line,
+    to_markdown,
+)
 from ampbook.chapters.ch6.verdict import measured_verdict
 from ampbook.core.devices import display_name
 from ampbook.core.page import GIB, MIB, bar_style, glue_all, md, md_table, use_style
@@ -429,13 +434,13 @@ md("\n".join(f"- {name}, batch {r['batch']} x {'x'.join(map(str, r['input']))}: 
 # chapter's batch sizes and for ResNet-50 at batch {glue:text}`ch6_small_batch`; both
 # are predictions (ERFNet's committed layer profile on the
 # {glue:text}`ch6_erf_profile_gpu` measured {glue:text}`ch6_erf_amp_kernels_ms:.1f` ms
-# of kernels per AMP step). The verdict on the small ResNet-50:
+# of kernels per AMP step). The first screen's line for the small ResNet-50:
 
 # %%
 small = diagnose(DoctorConfig(
     "torchvision:resnet50", (3, 224, 224), small_batch, device, ["amp-fp16"], gpus,
     measure=False, results_dir=rdir))
-md(next(v["line"] for v in small["verdict"]["ranges"] if v["gpu"] == gpus[-1]))
+md(screen_line(next(v for v in small["verdict"]["ranges"] if v["gpu"] == gpus[-1])))
 
 # %% tags=["hide-input"]
 launch_rows = ch6.launch_rows(

@@ -331,7 +331,8 @@ def bound_text(r: dict[str, Any]) -> str:
     return "memory-bound" if share >= 0.5 else "compute-bound"
 
 
-def _screen_line(r: dict[str, Any]) -> str:
+def screen_line(r: dict[str, Any]) -> str:
+    """One range's line on the first screen: point, range, bound, measurements."""
     if not r["rows"]:
         return (
             f"- {r['gpu_name']}: {r['precision']} no reference applies; "
@@ -401,7 +402,7 @@ def first_screen(report: dict[str, Any]) -> str:
         f"throughputs. {which}" + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
         "",
     ]
-    lines += [_screen_line(r) for r in shown]
+    lines += [screen_line(r) for r in shown]
     if any(bound_text(r) for r in best.values()):
         lines += ["", BOUND_WORDS_TEXT]
     for w in report.get("warnings", []):
