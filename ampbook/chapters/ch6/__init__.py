@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from ampbook.chapters.ch6.report_text import amp_kernels_text
 from ampbook.chapters.ch6.verdict import range_position, span_text
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
@@ -178,15 +179,15 @@ def unreferenced_text(gpus: Sequence[str], refs: Sequence[Reference], devices) -
 
 
 def launch_rows(named_reports: Sequence[tuple[str, dict]], gpu: str) -> list[tuple]:
-    """Per report, on ``gpu``: (name, fp32 kernels, AMP kernels, AMP's casts, AMP floor
-    in ms, AMP kernel time predicted in ms), for reports with a floor and a range."""
+    """Per report, on ``gpu``: (name, fp32 kernels, AMP kernels against fp32's
+    (``amp_kernels_text``), AMP floor in ms, AMP kernel time predicted in ms), for
+    reports with a floor and a range."""
     rows = []
     for name, r in named_reports:
         v = next(v for v in r["verdict"]["ranges"] if v["gpu"] == gpu)
         if (la := v["launch"]) and v["rows"]:
             floor, kernel = la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3
-            rows.append((name, la["fp32_kernels"], la["amp_kernels"], v["casts"],
-                         floor, kernel))  # fmt: skip
+            rows.append((name, la["fp32_kernels"], amp_kernels_text(v), floor, kernel))
     return rows
 
 

@@ -215,21 +215,28 @@ def references_table(rng: dict[str, Any]) -> str:
     return md_table_text(rows, heads + ["measured there (x)"])
 
 
+def amp_kernels_text(r: dict[str, Any]) -> str:
+    """AMP's kernels and how they differ from fp32's: the casts and transposes AMP
+    adds, and the other kernels' difference, so that fp32's plus these give AMP's."""
+    la, moved = r["launch"], [k for k in ("casts", "transposes") if r.get(k)]
+    rest = la["amp_kernels"] - la["fp32_kernels"] - sum(r[k] for k in moved)
+    said = [" and ".join(f"{r[k]} {k}" for k in moved) + " added"] if moved else []
+    if rest:
+        said.append(f"{abs(rest)} {'more' if rest > 0 else 'fewer'} other kernels")
+    return f"{la['amp_kernels']}" + (f" ({', '.join(said)})" if said else "")
+
+
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
-    """Per GPU and AMP precision: the kernels (AMP's casts and transposes added), the
-    launch floor and calibrated kernel time (predicted), the kernel time a committed
-    profile measured at this setting, and ``bound_text``'s word; None without one."""
+    """Per GPU and AMP precision: the kernels (``amp_kernels_text``), the launch floor
+    and calibrated kernel time (predicted), the kernel time a committed profile
+    measured at this setting, and ``bound_text``'s word; None without one."""
 
     def measured(r: dict[str, Any]) -> str:
         done = [m["amp_kernel_s"] for m in measured_here(r) if m.get("amp_kernel_s")]
         return f"{done[0] * 1e3:.3f}" if done else "–"
 
-    def amp(r: dict[str, Any], n: int) -> str:
-        added = [f"{r[k]} {k}" for k in ("casts", "transposes") if r.get(k)]
-        return f"{n} ({', '.join(added)})" if added else str(n)
-
     rows = [
-        (r["gpu_name"], r["precision"], la["fp32_kernels"], amp(r, la["amp_kernels"]),
+        (r["gpu_name"], r["precision"], la["fp32_kernels"], amp_kernels_text(r),
          la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3,
          la["amp_floor_s"] / la["amp_kernel_s"], measured(r), bound_text(r))
         for r in ranges
