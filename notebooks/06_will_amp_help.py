@@ -168,14 +168,16 @@ md(to_markdown(shown, level=0))
 # middle estimate falls. The second word says what limits the AMP step, and it comes
 # from one of two tests. The launch test is tried first. Eager PyTorch spends some host
 # time on every kernel it starts, so a step can never be shorter than its kernel count
-# times that time: the launch floor. The doctor sets the floor beside the calibrated
-# kernel time, the time the references predict for the kernels themselves. A floor
-# longer than that time makes the step "launch-bound"; a floor of at least
-# {glue:text}`ch6_near_floor` of it (a threshold the doctor chooses, not a measurement)
-# makes it "near the launch floor", where faster kernels would barely show. Only when
-# neither holds does the word come from the roofline: "memory-bound" or
-# "compute-bound", whichever has the larger share of the predicted bound. Section 5
-# prints the floor beside the kernel time for every GPU, so the test can be checked.
+# times that time: the launch floor. The doctor sets each precision's floor beside its
+# calibrated kernel time, the time the references predict for the kernels themselves. A
+# floor longer than that time, AMP's or fp32's, makes the step "launch-bound"; AMP's
+# floor at least {glue:text}`ch6_near_floor` of AMP's kernel time (a threshold the doctor
+# chooses, not a measurement) makes it "near the launch floor", where faster kernels
+# would barely show. Only when neither holds does the word come from the roofline:
+# "memory-bound" or "compute-bound", whichever has the larger share of the predicted
+# bound. Section 5 prints AMP's floor beside AMP's kernel time for every GPU, so AMP's
+# half of the test can be checked; fp32's half can decide alone only where AMP runs
+# fewer kernels than fp32 or its kernel time is predicted longer.
 
 # %%
 cmp_specs = {"ERFNet": ("erfnet", erfnet_input, erfnet_batch),
@@ -795,8 +797,10 @@ glue_all(ch6_held_inside=held["inside"], ch6_held_width=held["median_width"],
 # 3. Find the batch at which ResNet-50's AMP step stops being launch-bound on an H200.
 #
 #    ```{dropdown} Hint
-#    Rerun the launch-floor cells with `small_batch` doubled until the floor in the
-#    table falls below the predicted kernel time.
+#    Rerun the launch-floor cells with `small_batch` doubled until the first screen's
+#    line above the table no longer says launch-bound: AMP's floor in the table below
+#    its predicted kernel time, and fp32's floor (its kernels times the same per-kernel
+#    time) below fp32's.
 #    ```
 # 4. Give `--loader-images-per-s` the rate your own DataLoader reaches (the RTX 3070
 #    chapter's loader benchmark measures it) and find the slowest GPU in the table it

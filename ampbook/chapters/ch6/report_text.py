@@ -279,12 +279,14 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     fl, floors = ver.get("launch_floor"), launch_table(ver["ranges"])
     if fl and floors:
         text += (
-            f"\n\nLaunch floor: AMP's kernels times {fl['per_kernel_s'] * 1e6:.2g} µs "
-            "of host time per kernel (the smallest element-wise calls measured on "
-            f"{fl['source']}, assumed the same on every GPU and for every kernel), "
-            "beside the calibrated AMP kernel time (the median reference's), both "
-            "predicted, and the AMP kernel time a committed layer profile measured at "
-            "this setting; the bound is the first screen's test:\n\n" + floors
+            f"\n\nLaunch floor: a step's kernels times {fl['per_kernel_s'] * 1e6:.2g} "
+            "µs of host time per kernel (the smallest element-wise calls measured on "
+            f"{fl['source']}, assumed the same on every GPU and for every kernel); "
+            "AMP's beside the calibrated AMP kernel time (the median reference's), "
+            "both predicted, and the AMP kernel time a committed layer profile "
+            "measured at this setting where one exists (– where none); the bound is "
+            "the first screen's test, whose other half holds fp32's floor (its kernels "
+            "times the same) against fp32's calibrated kernel time:\n\n" + floors
         )
     text += (
         "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "
@@ -316,11 +318,11 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
 NEAR_FLOOR = 0.8
 
 BOUND_WORDS_TEXT = (
-    "The bound is predicted, by one of two tests: launch-bound when the launch floor "
-    "is longer than the calibrated kernel time (the median reference's), near the "
-    "launch floor when it is at "
-    f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
-    "compute-bound by the larger share of the roofline bound (section 3)."
+    "The bound is predicted, by one of two tests: launch-bound when a launch floor is "
+    "longer than its calibrated kernel time (the median reference's), AMP's or "
+    f"fp32's; near the launch floor when AMP's is at least {NEAR_FLOOR:.0%} of it "
+    "(section 5 prints both for AMP); else memory- or compute-bound by the larger "
+    "share of the roofline bound (section 3)."
 )
 
 
