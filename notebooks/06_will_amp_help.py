@@ -171,9 +171,9 @@ md(to_markdown(shown, level=0))
 # times that time: the launch floor. The doctor sets each precision's floor beside its
 # calibrated kernel time, the time the references predict for the kernels themselves. A
 # floor longer than that time, AMP's or fp32's, makes the step "launch-bound"; AMP's
-# floor at least {glue:text}`ch6_near_floor` of AMP's kernel time (a threshold the doctor
-# chooses, not a measurement) makes it "near the launch floor", where faster kernels
-# would barely show. Only when neither holds does the word come from the roofline:
+# floor at least {glue:text}`ch6_near_floor` of AMP's kernel time (a threshold the
+# doctor chooses, not a measurement) makes it "near the launch floor", where faster
+# kernels would barely show. Only when neither holds does the word come from the roofline:
 # "memory-bound" or "compute-bound", whichever has the larger share of the predicted
 # bound. Section 5 prints AMP's floor beside AMP's kernel time for every GPU, so AMP's
 # half of the test can be checked; fp32's half can decide alone only where AMP runs
@@ -465,8 +465,9 @@ glue_all(ch6_small_batch=small_batch,
          else "none")
 
 # %% [markdown]
-# Where the floor exceeds the kernel time, the step is launch-bound: the GPU waits for
-# the host, and AMP's extra kernels make it slower, whatever its tensor cores could do.
+# Where the floor exceeds the kernel time, the model predicts the step launch-bound:
+# the GPU would wait for the host, and AMP's extra kernels would make it slower,
+# whatever its tensor cores could do.
 # CUDA graphs or `torch.compile` cut the host's share; a larger batch does too.
 #
 # ## Memory at the requested size
@@ -633,9 +634,11 @@ md(ch6.step_range_verdicts(gpu_rows))
 # PyTorch's AMP examples write it, for every precision and network; its detail gives the
 # range, and a range that spans 1 is a gain the doctor cannot promise. A committed
 # measurement at this setting (the step alone, the step in the loop or the kernel time),
-# printed on the first screen beside the prediction, never ranks the item; one clearly
-# slower than fp32 turns it into "keep fp32". Gains tied to two decimals are ordered as
-# on the first screen. Each TF32 item appears where TF32 moves the bound by
+# printed on the first screen beside the prediction or in section 5's line for that
+# precision, never ranks the item (its detail points there); one clearly slower than
+# fp32 turns it into "keep fp32". On a GPU, the channels_last and cudnn.benchmark items
+# are ranked by the steps the doctor timed there. Gains tied to two decimals are
+# ordered as on the first screen. Each TF32 item appears where TF32 moves the bound by
 # more than half a percent: PyTorch runs cuDNN's convolutions in TF32 by default and
 # keeps matrix products in full fp32 unless asked. The list for the last GPU of the
 # table, each row naming it; then, apart, the gains that are only upper bounds (each at

@@ -291,7 +291,9 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     text += (
         "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "
         "for PyTorch's example loop, for every precision alike (like with like); a "
-        "measured step (the first screen's) ranks nothing:\n\n"
+        "committed measurement of the AMP step (printed on the first screen or in the "
+        "precision's line above) never ranks the AMP item; channels_last and "
+        "cudnn.benchmark are ranked by the steps timed here:\n\n"
     ) + md_table_text(
         [(c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
          for c in ver["items"]],
