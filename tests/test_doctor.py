@@ -286,7 +286,8 @@ def test_speedup_range_verdict():
                 precision="amp-fp16")  # fmt: skip
     (amp,) = [c for c in verdict.checklist(roof, [slow], None, None)["items"]
               if "AMP (amp-fp16)" in c["item"]]  # fmt: skip
-    assert amp["item"].endswith("measured at 0.90x fp32's speed (step alone)"), amp
+    said = "measured at 0.90x fp32's speed (step timed alone)"
+    assert amp["item"].endswith(said), amp
     # gains tied to two decimals rank as the first screen orders them: the precision
     # measured more here first, though the other is ahead in the fourth decimal
     tied = [dict(other, gpu="g", precision="amp-bf16", point=other["point"] + 3e-4),

@@ -187,6 +187,9 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
             f"{n} taking turns (chapter 5's method): the median step of the {n} and "
             "the fastest; speedup: the median of the per-round ratios to fp32"
         )
+        if me.get("rounds") == 1:
+            how = "one step each (chapter 5's method, one round); speedup: the "
+            how += "ratio to fp32"
         if any(r.get("note") for r in me["rows"]):
             how += "; amp-fp16 apart (its note)"
     lead = (

@@ -343,6 +343,7 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     detail += "; measured at this setting: first screen, section 5" if done else ""
     if slow := [m for m in done if m["speedup"] < 1 - SAME_SPEED]:  # the last named
         kind = slow[-1].get("kind") or slow[-1]["what"].split(",")[0]
+        kind = kind.replace("step alone", "step timed alone")  # the first screen's
         said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed ({kind})"
         src = "measured (committed)"
     if said is not None:
