@@ -62,7 +62,7 @@ def _stream_bound(s: dict, mode: str, ctx: dict) -> bool:
 EFFECTS = {
     "measured": _no_change, "no_data_wait": _no_change,
     "nhwc_batch_norm": _nhwc_batch_norm, "no_idle": _no_idle,
-    "stream_bound": _stream_bound, "unchanged": _no_change,
+    "stream_bound": _stream_bound,
 }  # fmt: skip
 
 
@@ -81,18 +81,6 @@ def _profiles(results, device_name: str | None) -> dict:
             by_mode.setdefault(mode, lp)
     settings = {(lp.batch_size, lp.height, lp.width) for lp in by_mode.values()}
     return by_mode if set(by_mode) == {BASE, AMP} and len(settings) == 1 else {}
-
-
-def _runs(results, lp) -> dict:
-    """The GPU training runs of ``lp``'s device and setting, by mode."""
-    runs: dict = {}
-    setting = (lp.device_name, lp.batch_size, lp.height, lp.width)
-    for run in results.gpu_runs():
-        st = run.setting
-        at = (run.device_name, st.batch_size, st.height, st.width)
-        if at == setting and run.mode in (BASE, AMP):
-            runs.setdefault(run.mode, run)
-    return runs
 
 
 def _bounds(by_mode: dict, ceilings) -> tuple[dict, dict]:
@@ -144,7 +132,11 @@ def predict_ladder(
         return None
     lp_amp = by_mode[AMP]
     b, h, w = lp_amp.batch_size, lp_amp.height, lp_amp.width
-    runs = _runs(results, lp_amp)
+    runs: dict = {}  # the first GPU training run of each mode at the profiles' setting
+    for r in results.gpu_runs():
+        at = (r.device_name, r.setting.batch_size, r.setting.height, r.setting.width)
+        if r.mode in (BASE, AMP) and at == (lp_amp.device_name, b, h, w):
+            runs.setdefault(r.mode, r)
     bounds, saved = _bounds(by_mode, ceilings)
     rungs = list(itertools.takewhile(lambda r: r.predicted is not None, RUNGS))
     cells = []

@@ -331,8 +331,9 @@ def format_targets(ladder: Ladder) -> str:
             textwrap.fill(note, 88, initial_indent="  ", subsequent_indent="  ")
         )
     for t in check_targets(ladder):
-        lines.append(textwrap.fill(t.line(), 88, initial_indent="  ",
-                                   subsequent_indent="    "))  # fmt: skip
+        lines.append(
+            textwrap.fill(t.line(), 88, initial_indent="  ", subsequent_indent="    ")
+        )
     return "\n".join(lines)
 
 

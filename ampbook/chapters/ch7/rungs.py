@@ -304,14 +304,3 @@ def _same_setting(old: dict, new: dict) -> bool:
     return old.get("environment", {}).get("device_name") == new["environment"][
         "device_name"
     ] and all(old.get("settings", {}).get(k) == new["settings"][k] for k in keys)
-
-
-def finished_cells(path: Path) -> set[tuple[int, str]]:
-    """(rung, mode) of the cells at ``path`` measured whole (step and epochs)."""
-    if not path.exists():
-        return set()
-    return {
-        (c["rung"], c["mode"])
-        for c in json.loads(path.read_text())["cells"]
-        if c["status"] == "ok" and c.get("epoch", "measured") == "measured"
-    }

@@ -138,8 +138,8 @@ class RecompileCheck:
                 f"`{r}`" for r in self.reasons
             )
         if 1 < self.graphs < self.rounds:
-            kept = (f" ({self.graphs} graphs in {self.rounds} steps: one per autocast "
-                    "state, each compiled once and reused)")  # fmt: skip
+            kept = f" ({self.graphs} graphs in {self.rounds} steps: one per autocast "
+            kept += "state, each compiled once and reused)"
         end = "one graph serves every call" if self.ok else "the block recompiles"
         return (
             f"Measured over {self.rounds} fp16 training steps: Dynamo made "
