@@ -126,11 +126,9 @@ def wait_direction(p) -> str | None:
     """``"longer"`` where AMP's run waited longer for data than its baseline in every
     shared timed epoch, ``"shorter"`` where less in every one, else None (noise)."""
     pairs = list(zip(p.baseline.timed_epochs(), p.amp.timed_epochs()))
-    if not pairs:
-        return None
-    if all(a["data_wait_s"] > b["data_wait_s"] for b, a in pairs):
+    if pairs and all(a["data_wait_s"] > b["data_wait_s"] for b, a in pairs):
         return "longer"
-    if all(a["data_wait_s"] < b["data_wait_s"] for b, a in pairs):
+    if pairs and all(a["data_wait_s"] < b["data_wait_s"] for b, a in pairs):
         return "shorter"
     return None
 

@@ -58,8 +58,6 @@ class StepEstimate:
 def smaller_size(height: int, width: int, factor: int = 2) -> tuple[int, int]:
     """Height and width divided by ``factor``, rounded down to multiples of 8 (ERFNet
     downsamples by 8), at least 8x16 (batch norm fails on one value per channel)."""
-    if factor < 1:
-        raise ValueError(f"factor must be >= 1, got {factor}")
     h = max(8, height // factor // 8 * 8)
     w = max(8, width // factor // 8 * 8)
     if h * w < 128:

@@ -66,23 +66,6 @@ EFFECTS = {
 }  # fmt: skip
 
 
-def _profiles(results, device_name: str | None) -> dict:
-    """The committed NCHW GPU layer profiles by mode (BASE and AMP), or {} where the
-    two are not both there at one setting."""
-    by_mode: dict = {}
-    for lp in results.layer_profiles:
-        if not lp.device.startswith("cuda") or lp.record.get("channels_last"):
-            continue
-        if device_name is not None and lp.device_name != device_name:
-            continue
-        tf32 = lp.precision == "fp32" and lp.record.get("tf32")
-        mode = BASE if tf32 else lp.precision
-        if mode in (BASE, AMP):
-            by_mode.setdefault(mode, lp)
-    settings = {(lp.batch_size, lp.height, lp.width) for lp in by_mode.values()}
-    return by_mode if set(by_mode) == {BASE, AMP} and len(settings) == 1 else {}
-
-
 def _bounds(by_mode: dict, ceilings) -> tuple[dict, dict]:
     """The profiles' own bounds and, with the device's ceilings, the cost model's
     bound and saved bytes with the 16-bit stream ("stream") and without ("ref")."""
@@ -127,8 +110,17 @@ def predict_ladder(
     """A ladder record *predicted* from a GPU's layer profiles and training runs (None
     without them): rung 0 as measured, the rungs above through their ``EFFECTS`` up
     to the first it cannot predict; ``ceilings`` for a GPU not in the device table."""
-    by_mode = _profiles(results, device_name)
-    if not by_mode:
+    by_mode: dict = {}  # the committed NCHW GPU layer profiles of BASE and AMP
+    for lp in results.layer_profiles:
+        if not lp.device.startswith("cuda") or lp.record.get("channels_last"):
+            continue
+        if device_name is not None and lp.device_name != device_name:
+            continue
+        tf32 = lp.precision == "fp32" and lp.record.get("tf32")
+        by_mode.setdefault(BASE if tf32 else lp.precision, lp)
+    by_mode = {m: lp for m, lp in by_mode.items() if m in (BASE, AMP)}
+    settings = {(lp.batch_size, lp.height, lp.width) for lp in by_mode.values()}
+    if len(by_mode) < 2 or len(settings) > 1:  # not both at one setting
         return None
     lp_amp = by_mode[AMP]
     b, h, w = lp_amp.batch_size, lp_amp.height, lp_amp.width

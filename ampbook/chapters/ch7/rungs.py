@@ -222,9 +222,7 @@ def parse_modes(text: str) -> tuple[str, ...]:
 
 def rung_fields(index: int, compile_mode: str = COMPILE_MODE) -> dict:
     """The ``TrainConfig`` fields rung ``index`` sets: its and every lower rung's."""
-    fields: dict = {}
-    for rung in RUNGS[: index + 1]:
-        fields.update(rung.changes)
+    fields = {k: v for rung in RUNGS[: index + 1] for k, v in rung.changes.items()}
     if fields.get("compile") == COMPILE_MODE:  # --compile-mode
         fields["compile"] = compile_mode
     return fields

@@ -31,13 +31,6 @@ def kept_fp32_precision():
             owner.fp32_precision = value
 
 
-def mixed_state() -> None:
-    """What a library may leave: cuDNN convolutions TF32 and RNNs full fp32, which the
-    legacy single flag cannot say."""
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
-    torch.backends.cudnn.rnn.fp32_precision = "ieee"
-
-
 def legacy_read() -> dict:
     """TF32 read the pre-2.9 way."""
     return {
@@ -91,7 +84,9 @@ def check_tf32(reader=tf32_state, writer=set_tf32) -> Tf32Check:
         return Tf32Check(False, None, None, None, None, None, 0)
     with kept_fp32_precision(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mixed_state()
+        # what a library may leave, which the legacy single flag cannot say
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+        torch.backends.cudnn.rnn.fp32_precision = "ieee"
         try:
             legacy_read()
             legacy_error = None
