@@ -240,13 +240,13 @@ def gpu_training_answer(pairs) -> str:
             "post's question about a GPU's time."
         )
     amp, base = p.amp, p.baseline
-    strict = [q for q in pairs if q.setting == p.setting and q.amp is amp]
-    strict = next((q for q in strict if q.baseline.mode == "fp32"), None)
     st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
     vs_strict = ""
-    if strict:
-        vs = spread_text(step_in_loop(None, pair=strict), epochs=False)
-        vs_strict = f"; {vs} against strict fp32's"
+    for q in pairs:  # the same AMP run against strict fp32
+        if q.setting == p.setting and q.amp is amp and q.baseline.mode == "fp32":
+            vs = spread_text(step_in_loop(None, pair=q), epochs=False)
+            vs_strict = f"; {vs} against strict fp32's"
+            break
     s, named = p.setting, setting_name(p.setting)
     head = (
         f"On {pair_device(p)} ({amp.epochs_completed} epochs at "
