@@ -1,10 +1,6 @@
-"""Will AMP help *this* model? ``python -m ampbook.doctor``, chapter 6's command.
-
-Its parser imports no torch (``--help`` answers at once). It prints the answer first
-(``report_text.report_head``) as soon as the step is traced, then times the steps (on
-a GPU by default, on a CPU with ``--measure``: ``CPU_TIMING_WHY``) and prints the
-detailed sections. The diagnosis is ``ampbook.chapters.ch6.diagnosis.diagnose``.
-"""
+"""Will AMP help *this* model? ``python -m ampbook.doctor``, chapter 6's command: the
+answer as soon as the step is traced, then the steps timed (on a GPU by default) and
+the sections. Its parser imports no torch (``--help`` answers at once)."""
 
 from __future__ import annotations
 
@@ -15,15 +11,12 @@ from pathlib import Path
 
 from ampbook.core import cli
 
-# The names the parser's help lists; the diagnosis checks each value against its own
-# tuple (``steptrace.MEMORY_FORMATS``, ``precision.PRECISIONS``, ``specs.LOSSES``)
-# and ``tests/test_doctor.py`` that every one of them is named here.
+# The choices the help names (the diagnosis checks the values; a test, the names).
 _HELP_PRECISIONS = "fp32-tf32, amp-fp16, amp-bf16"
 _HELP_FORMATS = "channels_first or channels_last"
 _HELP_LOSSES = "cross-entropy or mse"
 
-# Why a CPU times no step unless asked (``--measure``): the command's help, the
-# report's section 4 and the README say it.
+# Why a CPU times no step unless asked (``--measure``): the help and section 4 say it.
 CPU_TIMING_WHY = (
     "the answer is a prediction for GPUs, and steps timed on a CPU, at a small "
     "size, say how AMP does on that CPU, not on a GPU; they take a minute or more, "
@@ -32,7 +25,7 @@ CPU_TIMING_WHY = (
 
 
 def build_parser() -> cli.ArgumentParser:
-    """The doctor's options (only the standard library and ``ampbook.core.cli``)."""
+    """The doctor's options (no torch)."""
     p = cli.ArgumentParser(
         prog="python -m ampbook.doctor",
         formatter_class=cli.HelpFormatter,
@@ -46,7 +39,6 @@ def build_parser() -> cli.ArgumentParser:
 
 
 def _setting_options(p: cli.ArgumentParser) -> None:
-    """The model, its input, where it is timed and what is predicted."""
     p.add_argument(
         "--model",
         required=True,
@@ -96,7 +88,6 @@ def _setting_options(p: cli.ArgumentParser) -> None:
 
 
 def _step_options(p: cli.ArgumentParser) -> None:
-    """The traced step: its loss, the output it reads, backward or not."""
     p.add_argument(
         "--loss",
         default="cross-entropy",
@@ -118,7 +109,6 @@ def _step_options(p: cli.ArgumentParser) -> None:
 
 
 def _timing_options(p: cli.ArgumentParser) -> None:
-    """Whether steps are timed here, and how many."""
     timing = p.add_mutually_exclusive_group()
     timing.add_argument(
         "--measure",
@@ -144,7 +134,6 @@ def _timing_options(p: cli.ArgumentParser) -> None:
 
 
 def _file_options(p: cli.ArgumentParser) -> None:
-    """The report's files."""
     p.add_argument("--json", help="also write the report's numbers as JSON here")
     p.add_argument(
         "--markdown", help="also write the report as Markdown here (unwrapped)"
@@ -157,10 +146,8 @@ def _file_options(p: cli.ArgumentParser) -> None:
 
 
 def measures_by_default(device: str) -> bool:
-    """Whether the command times steps without ``--measure``: where they run on a GPU
-    (``--device cuda[:N]``, or ``auto`` on a machine with CUDA), not on a CPU
-    (``CPU_TIMING_WHY``). A ``--device`` the diagnosis refuses counts as a GPU here,
-    so that its error is the one the user sees."""
+    """Whether steps are timed without ``--measure``: on a GPU, not on a CPU (a
+    ``--device`` the diagnosis refuses counts as a GPU, so that its error is seen)."""
     d = str(device).strip().lower()
     if d == "cpu":
         return False
@@ -182,8 +169,6 @@ def main(argv: list[str] | None = None) -> int:
         DoctorError,
         diagnose,
         parse_input,
-        parse_precisions,
-        resolve_gpus,
     )  # fmt: skip
     from ampbook.chapters.ch6.report_text import report_body, report_head, to_markdown
 
@@ -195,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             input=parse_input(a.input) if a.input else None,
             batch=a.batch,
             device=a.device,
-            precisions=parse_precisions(a.precisions),
-            gpus=resolve_gpus(a.gpus) if a.gpus is not None else None,
+            precisions=a.precisions,  # the diagnosis checks these two first
+            gpus=a.gpus,
             loader_images_per_s=a.loader_images_per_s,
             loss=a.loss,
             measure=measure,
@@ -247,9 +232,8 @@ def main(argv: list[str] | None = None) -> int:
 def check_outputs(
     json_path: str | None, markdown_path: str | None, schema: str, overwrite=False
 ) -> None:
-    """``--json`` and ``--markdown`` checked before the diagnosis: two different files,
-    each writable in an existing folder, neither replacing a file the doctor did not
-    write unless ``overwrite`` (an earlier JSON report of ``schema`` is its own)."""
+    """``--json`` and ``--markdown`` checked before the diagnosis: two writable files,
+    neither replacing a file the doctor did not write unless ``overwrite``."""
     from ampbook.predict.specs import DoctorError
 
     for flag, f, kind in (("--json", json_path, schema),

@@ -92,7 +92,12 @@ import numpy as np
 
 from ampbook.chapters import ch3, ch5, ch6
 from ampbook.chapters.ch6.diagnosis import DoctorConfig, diagnose
-from ampbook.chapters.ch6.report_text import NEAR_FLOOR, measured_table, to_markdown
+from ampbook.chapters.ch6.report_text import (
+    NEAR_FLOOR,
+    measured_table,
+    screen_line,
+    to_markdown,
+)
 from ampbook.chapters.ch6.verdict import measured_verdict
 from ampbook.core.devices import display_name
 from ampbook.core.page import GIB, MIB, bar_style, glue_all, md, md_table, use_style
@@ -163,14 +168,16 @@ md(to_markdown(shown, level=0))
 # middle estimate falls. The second word says what limits the AMP step, and it comes
 # from one of two tests. The launch test is tried first. Eager PyTorch spends some host
 # time on every kernel it starts, so a step can never be shorter than its kernel count
-# times that time: the launch floor. The doctor sets the floor beside the calibrated
-# kernel time, the time the references predict for the kernels themselves. A floor
-# longer than that time makes the step "launch-bound"; a floor of at least
-# {glue:text}`ch6_near_floor` of it (a threshold the doctor chooses, not a measurement)
-# makes it "near the launch floor", where faster kernels would barely show. Only when
-# neither holds does the word come from the roofline: "memory-bound" or
-# "compute-bound", whichever has the larger share of the predicted bound. Section 5
-# prints the floor beside the kernel time for every GPU, so the test can be checked.
+# times that time: the launch floor. The doctor sets each precision's floor beside its
+# calibrated kernel time, the time the references predict for the kernels themselves. A
+# floor longer than that time, AMP's or fp32's, makes the step "launch-bound"; AMP's
+# floor at least {glue:text}`ch6_near_floor` of AMP's kernel time (a threshold the
+# doctor chooses, not a measurement) makes it "near the launch floor", where faster
+# kernels would barely show. Only when neither holds does the word come from the roofline:
+# "memory-bound" or "compute-bound", whichever has the larger share of the predicted
+# bound. Section 5 prints AMP's floor beside AMP's kernel time for every GPU, so AMP's
+# half of the test can be checked; fp32's half can decide alone only where AMP runs
+# fewer kernels than fp32 or its kernel time is predicted longer.
 
 # %%
 cmp_specs = {"ERFNet": ("erfnet", erfnet_input, erfnet_batch),
@@ -424,25 +431,26 @@ md("\n".join(f"- {name}, batch {r['batch']} x {'x'.join(map(str, r['input']))}: 
 # microseconds of host time per operator; the committed GPU sweep measured it as the
 # time of its smallest element-wise calls, where the size no longer matters. Each
 # precision's step takes at least its kernel count times that, and AMP adds kernels:
-# its casts of weights and activations, and their gradients' casts back. The table
+# its casts of weights and activations, and their gradients' casts back (its other
+# kernels can differ in number from fp32's too; the table gives both counts). The table
 # below holds the floor against the kernel time the median reference predicts, at the
 # chapter's batch sizes and for ResNet-50 at batch {glue:text}`ch6_small_batch`; both
 # are predictions (ERFNet's committed layer profile on the
 # {glue:text}`ch6_erf_profile_gpu` measured {glue:text}`ch6_erf_amp_kernels_ms:.1f` ms
-# of kernels per AMP step). The verdict on the small ResNet-50:
+# of kernels per AMP step). The first screen's line for the small ResNet-50:
 
 # %%
 small = diagnose(DoctorConfig(
     "torchvision:resnet50", (3, 224, 224), small_batch, device, ["amp-fp16"], gpus,
     measure=False, results_dir=rdir))
-md(next(v["line"] for v in small["verdict"]["ranges"] if v["gpu"] == gpus[-1]))
+md(screen_line(next(v for v in small["verdict"]["ranges"] if v["gpu"] == gpus[-1])))
 
 # %% tags=["hide-input"]
 launch_rows = ch6.launch_rows(
     [*reports.items(), (f"ResNet-50, batch {small_batch}", small)], gpus[-1])
-md_table(launch_rows, ["network", "fp32 kernels", "AMP kernels", "AMP floor (ms)",
-                       "AMP kernel time, predicted (ms)"], [None, None, None, ".3g",
-                                                             ".3g"])
+md_table(launch_rows, ["network", "fp32 kernels", "AMP kernels (against fp32's)",
+                       "AMP floor (ms)", "AMP kernel time, predicted (ms)"],
+         [None, None, None, ".3g", ".3g"])
 
 # %% tags=["hide-input"]
 md(ch6.launch_text(launch_rows, gpus[-1]))
@@ -457,8 +465,9 @@ glue_all(ch6_small_batch=small_batch,
          else "none")
 
 # %% [markdown]
-# Where the floor exceeds the kernel time, the step is launch-bound: the GPU waits for
-# the host, and AMP's extra kernels make it slower, whatever its tensor cores could do.
+# Where the floor exceeds the kernel time, the model predicts the step launch-bound:
+# the GPU would wait for the host, and AMP's extra kernels would make it slower,
+# whatever its tensor cores could do.
 # CUDA graphs or `torch.compile` cut the host's share; a larger batch does too.
 #
 # ## Memory at the requested size
@@ -498,10 +507,12 @@ md_table([(display_name(g), *[round(need[(name, g)]) for name in reports])
 #
 # The doctor also times the runner's own step here. On a GPU it runs every variant at
 # the full size. On a CPU it times ERFNet at {glue:text}`ch6_measured_size` by chapter
-# 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds`, and the
-# verdict reads the per-round ratios (the rounds disagree on a busy machine, and then no
-# difference is resolved). fp16 is timed for one step at a tiny size beside fp32; its
-# ratio is printed as that single timing, with no spread to judge it by.
+# 5's method: fp32 and bf16 take turns for {glue:text}`ch6_rounds`; bf16's speedup is
+# the median of the per-round ratios (not the ratio of the medians), and the verdict
+# reads those ratios (the rounds disagree on a busy machine, and then no difference is
+# resolved). fp16 is timed for one step at a tiny size beside one fp32 step of its own,
+# whose time its note gives; its ratio is that single timing, with no spread to judge it
+# by.
 
 # %% tags=["hide-input"]
 me = reports["ERFNet"]["measured"]
@@ -621,12 +632,12 @@ md(ch6.step_range_verdicts(gpu_rows))
 # The doctor's checklist per GPU, one GPU per row and ranked within it; upper bounds
 # apart. The AMP item is ranked like with like, by the step predicted for a loop as
 # PyTorch's AMP examples write it, for every precision and network; its detail gives the
-# range, and a range that spans 1 is a gain the doctor cannot promise. Where the
-# committed results hold the step timed alone for the same network, GPU and setting, the
-# detail names it beside the step predicted for the runner's loop that timed it; any
-# measurement at this setting (the step alone, the step in the loop or the kernel time)
-# clearly slower than fp32 turns the item into "keep fp32". The step measured in the
-# training loop is named in the detail, never ranked; gains tied to two decimals are
+# range, and a range that spans 1 is a gain the doctor cannot promise. A committed
+# measurement at this setting (the step alone, the step in the loop or the kernel time),
+# printed on the first screen beside the prediction or in section 5's line for that
+# precision, never ranks the item (its detail points there); one clearly slower than
+# fp32 turns it into "keep fp32". On a GPU, the channels_last and cudnn.benchmark items
+# are ranked by the steps the doctor timed there. Gains tied to two decimals are
 # ordered as on the first screen. Each TF32 item appears where TF32 moves the bound by
 # more than half a percent: PyTorch runs cuDNN's convolutions in TF32 by default and
 # keeps matrix products in full fp32 unless asked. The list for the last GPU of the
@@ -789,8 +800,10 @@ glue_all(ch6_held_inside=held["inside"], ch6_held_width=held["median_width"],
 # 3. Find the batch at which ResNet-50's AMP step stops being launch-bound on an H200.
 #
 #    ```{dropdown} Hint
-#    Rerun the launch-floor cell with `small_batch` doubled until the verdict line no
-#    longer says "Launch-bound".
+#    Rerun the launch-floor cells with `small_batch` doubled until the first screen's
+#    line above the table no longer says launch-bound: AMP's floor in the table below
+#    its predicted kernel time, and fp32's floor (its kernels times the same per-kernel
+#    time) below fp32's.
 #    ```
 # 4. Give `--loader-images-per-s` the rate your own DataLoader reaches (the RTX 3070
 #    chapter's loader benchmark measures it) and find the slowest GPU in the table it

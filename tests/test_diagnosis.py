@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ampbook import doctor
-from ampbook.chapters.ch6 import diagnosis, verdict
+from ampbook.chapters.ch6 import diagnosis, report_text, verdict
 from ampbook.measure.memory import saved_for_backward
 from ampbook.predict import calibrate as cal
 from ampbook.predict import specs
@@ -290,10 +290,9 @@ def test_a_tiny_step_is_launch_bound_and_amp_casts_are_counted():
     assert launch["amp_kernels"] > launch["fp32_kernels"]
     assert rng["casts"] > 0
     assert launch["amp_bound"] and rng["high"] < 1  # the casts' kernels cost time
-    assert (
-        "Launch-bound" in rng["line"]
-        and f"its casts add {rng['casts']}" in (rng["line"])
-    )
+    table = report_text.launch_table(r["verdict"]["ranges"])
+    assert f"| {launch['amp_kernels']} ({rng['casts']} casts added" in table
+    assert "| launch-bound |" in table
     big = _diagnose(ConvAndLinear(), (3, 64, 64), batch=64)
     big_rng = next(x for x in big["verdict"]["ranges"] if x["gpu"] == "h200-sxm")
     assert big_rng["launch"]["amp_kernels"] == launch["amp_kernels"]
@@ -466,7 +465,7 @@ def test_cpu_timing_takes_rounds_and_reads_them():
     assert me["rounds_verdict"] == speedup_verdict(bf16["ratios"], "amp-bf16")
     fp16 = next(r for r in me["rows"] if r["precision"] == "amp-fp16")
     assert fp16["batch"] == 2 and fp16["speedup"] > 0
-    assert "a single timing against fp32's median step" in fp16["note"]
+    assert "one step at batch 2 x 3x8x8 against one fp32 step there" in fp16["note"]
     disagree = dict(me, rounds_verdict=speedup_verdict([0.8, 1.3, 1.0], "amp-bf16"))
     assert "no difference is resolved" in verdict.measured_verdict(disagree)
 

@@ -52,7 +52,7 @@ def test_the_time_left_counts_the_fp16_step_timed_after_the_rounds():
     lines = out.getvalue().splitlines()
     firsts = [x for x in lines if x.startswith("doctor: first ")]
     rounds = [x for x in lines if "round" in x]
-    assert len(firsts) == 3 and lines.index(firsts[-1]) < lines.index(rounds[0])
+    assert len(firsts) == 4 and lines.index(firsts[-1]) < lines.index(rounds[0])
     assert "amp-fp16" in firsts[-1]  # every first step before any timed one
     assert len(rounds) == 2
     for x in rounds:
@@ -173,6 +173,6 @@ def test_what_to_try_never_recommends_what_the_verdict_calls_a_loss():
     slower = {"speedup": 0.8, "what": "step time", "same_setting": True}
     measured = item(1.1, 1.4, 1.2, [slower])
     assert measured["item"] == (
-        "keep fp32: AMP (amp-fp16) measured at 0.80x fp32's speed"
+        "keep fp32: AMP (amp-fp16) measured at 0.80x fp32's speed (step time)"
     )
     assert measured["source"] == "measured (committed)"

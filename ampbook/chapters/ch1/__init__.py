@@ -15,7 +15,6 @@ from ampbook.numerics.formats import FORMATS, Format, get_format, spacing
 def exact_powers_table() -> tuple[list[str], list[list[str]]]:
     """``(headers, rows)``: each format's max, smallest normal, smallest subnormal and
     epsilon as exact powers of two (LaTeX), written from the layout alone."""
-
     rows = []
     for f in FORMATS.values():
         top = f.mantissa_bits if f.has_inf else f.mantissa_bits - 1  # E4M3 loses one

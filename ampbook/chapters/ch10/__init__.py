@@ -19,10 +19,6 @@ from ampbook.core.page import GIB, md_table_text
 from ampbook.results import ResultSet, provenance
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f}"
-
-
 def gpu_findings(rs: ResultSet) -> str:
     """Markdown: per GPU with complete runs in ``rs`` the provenance, the runs' table
     and AMP against each fp32 baseline; or a sentence saying there are none."""
@@ -44,7 +40,7 @@ def gpu_findings(rs: ResultSet) -> str:
         settings = {"": size, "workers": s.workers, "data": data}
         env, started = first.record["environment"], first.record.get("started")
         line = provenance(env, started, settings)
-        rows = [(r.mode_label, _ms(r.one_step_s), f"{r.data_wait_share:.0%}",
+        rows = [(r.mode_label, f"{r.one_step_s * 1e3:.1f}", f"{r.data_wait_share:.0%}",
                  f"{r.images_per_s:.1f}",
                  f"{r.memory_bytes / GIB:.2f}" if r.memory_bytes else "–")
                 for r in mine]  # fmt: skip

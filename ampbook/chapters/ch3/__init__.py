@@ -63,9 +63,8 @@ def pace(spread) -> str:
 def headline_pair(pairs):
     """amp-fp16 against fp32 with TF32 where there is one, else the first pair."""
     pairs = list(pairs)
-    modes = (AMP_MODE, BASE_MODE)
-    return next((p for p in pairs if (p.amp.mode, p.baseline.mode) == modes),
-                pairs[0] if pairs else None)  # fmt: skip
+    best = [p for p in pairs if (p.amp.mode, p.baseline.mode) == (AMP_MODE, BASE_MODE)]
+    return (best + pairs + [None])[0]
 
 
 def _pair(rs: ResultSet, device: str | None):
@@ -74,47 +73,36 @@ def _pair(rs: ResultSet, device: str | None):
     )
 
 
-def _runs_source(p) -> str:
+def _spread(p, value: str, per_epoch: str) -> Spread | None:
+    """Pair ``p``'s ratio ``value`` and its range over ``per_epoch``, with the timed
+    epochs both runs share (None without a pair)."""
     from ampbook.core.devices import display_name
 
-    names = ", ".join(
-        Path(r.path).name for r in (p.baseline, p.amp) if getattr(r, "path", None)
-    )
-    return f"training runs on the {display_name(p.setting.device_name)} ({names})"
-
-
-def _shared_epochs(p) -> tuple:
-    """The numbers of the timed epochs both runs of pair ``p`` share."""
+    if p is None:
+        return None
+    runs = (p.baseline, p.amp)
+    names = ", ".join(Path(r.path).name for r in runs if getattr(r, "path", None))
+    source = f"training runs on the {display_name(p.setting.device_name)} ({names})"
     pairs = zip(p.baseline.timed_epochs(), p.amp.timed_epochs())
-    return tuple(a.get("epoch") for _, a in pairs if a.get("epoch") is not None)
-
-
-def _spread(value: float, per_epoch: list[float], source: str, epochs=()) -> Spread:
-    def v(x):
-        return measured(x, source, fmt=".2f", unit="x")
-
-    per_epoch = per_epoch or [value]
-    if len(epochs) != len(per_epoch):
-        epochs = ()
-    return Spread(v(value), v(min(per_epoch)), v(max(per_epoch)), tuple(epochs))
+    epochs = tuple(a.get("epoch") for _, a in pairs if a.get("epoch") is not None)
+    ratios = getattr(p, per_epoch) or [getattr(p, value)]
+    epochs = epochs if len(epochs) == len(ratios) else ()
+    values = (getattr(p, value), min(ratios), max(ratios))
+    return Spread(*(measured(x, source, fmt=".2f", unit="x") for x in values), epochs)
 
 
 def step_in_loop(rs: ResultSet, device: str | None = None, pair=None) -> Spread | None:
     """AMP's step *in the training loop* against its baseline (data wait left out):
     the ratio of the runs' median step times and its range; None without a pair."""
     p = pair if pair is not None else _pair(rs, device)
-    if p is None:
-        return None
-    return _spread(p.step_speedup, p.step_speedups, _runs_source(p), _shared_epochs(p))
+    return _spread(p, "step_speedup", "step_speedups")
 
 
 def epoch_ratio(rs: ResultSet, device: str | None = None, pair=None) -> Spread | None:
     """The epoch's ratio (baseline over AMP wall time, data wait included) and its
     range; None without a pair."""
     p = pair if pair is not None else _pair(rs, device)
-    if p is None:
-        return None
-    return _spread(p.speedup, p.epoch_speedups, _runs_source(p), _shared_epochs(p))
+    return _spread(p, "speedup", "epoch_speedups")
 
 
 def spread_text(s: Spread, epochs: bool = True) -> str:
@@ -138,11 +126,9 @@ def wait_direction(p) -> str | None:
     """``"longer"`` where AMP's run waited longer for data than its baseline in every
     shared timed epoch, ``"shorter"`` where less in every one, else None (noise)."""
     pairs = list(zip(p.baseline.timed_epochs(), p.amp.timed_epochs()))
-    if not pairs:
-        return None
-    if all(a["data_wait_s"] > b["data_wait_s"] for b, a in pairs):
+    if pairs and all(a["data_wait_s"] > b["data_wait_s"] for b, a in pairs):
         return "longer"
-    if all(a["data_wait_s"] < b["data_wait_s"] for b, a in pairs):
+    if pairs and all(a["data_wait_s"] < b["data_wait_s"] for b, a in pairs):
         return "shorter"
     return None
 
@@ -182,13 +168,13 @@ def speed_verdict(pair, probe=None) -> str:
     say which instructions it has, not which kernels PyTorch runs."""
     amp, base = pair.amp, pair.baseline
     ratio = amp.step_s / base.step_s
-    way = (
-        f"{'faster' if ratio < 1 else 'slower'} in this one pair of runs: one "
-        "pair, no spread to judge the difference by"
-    )
+    way = f"{'faster' if ratio < 1 else 'slower'} in this one pair of runs: one pair, "
+    way += "no spread to judge the difference by"
     if abs(ratio - 1) < SAME_WITHIN:
-        way = (f"about the same: within {SAME_WITHIN:.0%}, and one pair of runs "
-               "measures no spread to tell a smaller difference by")  # fmt: skip
+        way = (
+            f"about the same: within {SAME_WITHIN:.0%}, and one pair of runs measures "
+        )
+        way += "no spread to tell a smaller difference by"
     text = (
         f"On {pair_device(pair)}, the {amp.mode_label} step took {ratio:.2f} "
         f"times the time of the {base.mode_label} step ({way})."
@@ -254,13 +240,13 @@ def gpu_training_answer(pairs) -> str:
             "post's question about a GPU's time."
         )
     amp, base = p.amp, p.baseline
-    strict = [q for q in pairs if q.setting == p.setting and q.amp is amp]
-    strict = next((q for q in strict if q.baseline.mode == "fp32"), None)
     st, ep = step_in_loop(None, pair=p), epoch_ratio(None, pair=p)
     vs_strict = ""
-    if strict:
-        vs = spread_text(step_in_loop(None, pair=strict), epochs=False)
-        vs_strict = f"; {vs} against strict fp32's"
+    for q in pairs:  # the same AMP run against strict fp32
+        if q.setting == p.setting and q.amp is amp and q.baseline.mode == "fp32":
+            vs = spread_text(step_in_loop(None, pair=q), epochs=False)
+            vs_strict = f"; {vs} against strict fp32's"
+            break
     s, named = p.setting, setting_name(p.setting)
     head = (
         f"On {pair_device(p)} ({amp.epochs_completed} epochs at "
@@ -305,9 +291,6 @@ def saving_verdict(
     )
     if s >= 0:
         return f"{what} saved {s:.0%} of the {measure} ({mib})."
-    why = (
-        ": at this size its fixed weight copies outweigh the smaller activations"
-        if measure == NEW_BYTES
-        else ""
-    )
+    why = ": at this size its fixed weight copies outweigh the smaller activations"
+    why = why if measure == NEW_BYTES else ""
     return f"{what} cost {-s:.0%} more {measure} than fp32 ({mib}){why}."

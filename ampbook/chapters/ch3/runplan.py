@@ -58,8 +58,6 @@ class StepEstimate:
 def smaller_size(height: int, width: int, factor: int = 2) -> tuple[int, int]:
     """Height and width divided by ``factor``, rounded down to multiples of 8 (ERFNet
     downsamples by 8), at least 8x16 (batch norm fails on one value per channel)."""
-    if factor < 1:
-        raise ValueError(f"factor must be >= 1, got {factor}")
     h = max(8, height // factor // 8 * 8)
     w = max(8, width // factor // 8 * 8)
     if h * w < 128:
@@ -164,34 +162,24 @@ def fit_run(precision: str, step_s: float, train_images: int, epochs: int,
     fit = int(budget_s // per_epoch)
     if fit >= 1:
         return RunPlan(precision, train_images, fit, f"{fit} of {epochs} epochs: {why}")
-    val_s = epoch_seconds(step_s, 0, val_images, batch_size)
-    steps = max(min_batches, int((budget_s - val_s) // step_s))
-    images = min(train_images, steps * batch_size)
-    cut = f"1 epoch of the {epochs} planned, on {_images_text(images, train_images)}"
-    if size is None:
-        return RunPlan(precision, images, 1, f"{cut}: {why}")
-    height, width = size
-    h, w, s = height, width, step_s
-    smallest = min_batches * batch_size
-    while epoch_seconds(s, smallest, val_images, batch_size) > budget_s and (
-        (h, w) != smaller_size(h, w)
+    height, width = h, w = size or (0, 0)  # (0, 0): no smaller images
+    s, smallest = step_s, min_batches * batch_size
+    while (
+        size
+        and epoch_seconds(s, smallest, val_images, batch_size) > budget_s
+        and ((h, w) != smaller_size(h, w))
     ):
         h, w = smaller_size(h, w)
         s = step_s * h * w / (height * width)
-    if (h, w) == (height, width):
-        return RunPlan(precision, images, 1, f"{cut}: {why}")
     val_s = epoch_seconds(s, 0, val_images, batch_size)
-    steps = max(min_batches, int((budget_s - val_s) // s))
-    images = min(train_images, steps * batch_size)
-    on = _images_text(images, train_images)
-    note = f"{w}x{h} images: 1 epoch of the {epochs} planned, on {on}: {why}"
-    return RunPlan(precision, images, 1, note, h, w)
-
-
-def _images_text(images: int, train_images: int) -> str:
-    if images == train_images:
-        return f"all {train_images} training images"
-    return f"{images} of the {train_images} training images"
+    images = min(
+        train_images, max(min_batches, int((budget_s - val_s) // s)) * batch_size
+    )
+    of = "all" if images == train_images else f"{images} of the"
+    note = f"1 epoch of the {epochs} planned, on {of} {train_images} training images"
+    if (h, w) == (height, width):
+        return RunPlan(precision, images, 1, f"{note}: {why}")
+    return RunPlan(precision, images, 1, f"{w}x{h} images: {note}: {why}", h, w)
 
 
 def plan_runs(step_s: Mapping[str, float | StepEstimate], train_images: int,
@@ -207,11 +195,8 @@ def plan_runs(step_s: Mapping[str, float | StepEstimate], train_images: int,
     plans = []
     for p in order:
         est = step_s[p]
-        seconds, measured = (
-            (est, "")
-            if not isinstance(est, StepEstimate)
-            else (est.seconds, _measured(est, size))
-        )
+        scaled = isinstance(est, StepEstimate)
+        seconds, measured = (est.seconds, _measured(est, size)) if scaled else (est, "")
         plans.append(fit_run(p, seconds, train_images, epochs, val_images, batch_size,
                              budget_s, size=size, measured=measured))  # fmt: skip
 

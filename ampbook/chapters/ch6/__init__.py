@@ -1,13 +1,13 @@
-"""What chapter 6 ("Will AMP help?") says beyond the doctor's own report (``verdict``,
-``report_text``): which of two ratios a model's bound ratio follows, a measured
-speedup held against a predicted range, and the sentences that read the
-calibration's references."""
+"""What chapter 6 ("Will AMP help?") says beyond the doctor's report: which ratio a
+bound ratio follows, measured speedups against predicted ranges, and the sentences
+that read the calibration's references."""
 
 from __future__ import annotations
 
 import math
 from typing import Any, Sequence
 
+from ampbook.chapters.ch6.report_text import amp_kernels_text
 from ampbook.chapters.ch6.verdict import range_position, span_text
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
@@ -20,8 +20,7 @@ from ampbook.predict.references import (
 )
 from ampbook.predict.roofline import Ceilings
 
-# A layer profile applied to its own network, GPU, batch and layout gives back its
-# measured kernel-time ratio within this share (the self-check).
+# A layer profile applied to its own setting gives back its kernel ratio within this.
 SELF_CHECK = 0.05
 
 
@@ -32,8 +31,7 @@ def bytes_ratio(report: dict[str, Any], precision: str = "amp-fp16") -> float:
 
 
 def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | None:
-    """The tensor cores' gain on ``gpu``: the 16-bit matrix peak over fp32's with TF32
-    on (None when the GPU has no 16-bit peak for ``precision``)."""
+    """The 16-bit matrix peak over fp32's with TF32 on ``gpu`` (None without one)."""
     devices = load_devices() if devices is None else devices
     c = Ceilings.from_device(devices[gpu], tf32=True)
     dtype = torch_name(AUTOCAST_DTYPES[precision])
@@ -43,9 +41,8 @@ def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | N
 
 
 def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") -> str:
-    """Which of two ratios a model's bound ratio on ``gpu`` follows, in one line: the
-    bytes (a memory-bound step's bound shrinks by what autocast halves) or the tensor
-    cores' peak (a math-bound step's by what the matrix units add)."""
+    """Which ratio a model's bound ratio on ``gpu`` follows: its bytes' (memory-bound)
+    or the tensor cores' peak (math-bound)."""
     want = (gpu, precision)
     rows = [r for r in report["roofline"] if r.get("amp_s")]
     row = next((r for r in rows if (r["gpu"], r["precision"]) == want), None)
@@ -75,18 +72,15 @@ def measured_speedup_verdict(
     """A measured AMP step speedup held against a predicted range, in one line."""
     if not 0 < low <= high or measured <= 0:
         raise ValueError(f"need 0 < low <= high and measured > 0, got {low}, {high}")
-    span = span_text(low, high)
-    where = range_position(measured, low, high)
     return (
-        f"{gpu_name}: measured AMP step speedup {measured:.2f}x against {span} "
-        f"predicted, {where}."
+        f"{gpu_name}: measured AMP step speedup {measured:.2f}x against "
+        f"{span_text(low, high)} predicted, {range_position(measured, low, high)}."
     )
 
 
 def step_range_verdicts(rows: Sequence[tuple]) -> str:
-    """Each GPU's step timed alone held against its two predicted ranges, one line
-    each, from chapter 6's rows ``(gpu, measured, loop, own-profile range, range
-    without ERFNet)``; a row without a measurement or a range adds none."""
+    """Each GPU's step timed alone against its two ranges, from chapter 6's rows
+    ``(gpu, measured, loop, own-profile range, range without ERFNet)``."""
     lines = [
         measured_speedup_verdict(g + which, float(m), rng["low"], rng["high"])
         for g, m, _, full, alone in rows
@@ -103,7 +97,7 @@ def step_range_verdicts(rows: Sequence[tuple]) -> str:
 
 
 def range_cell(v: dict[str, Any] | None) -> str | None:
-    """A calibrated range as a table cell, "1.23 (1.10 to 1.40)" (None without one)."""
+    """A range as a table cell, "1.23 (1.10 to 1.40)" (None without one)."""
     if not v or v["low"] is None:
         return None
     return f"{v['point']:.2f} ({v['low']:.2f} to {v['high']:.2f})"
@@ -111,30 +105,27 @@ def range_cell(v: dict[str, Any] | None) -> str | None:
 
 def published_notes(ref_rows: Sequence[tuple], ref_notes: Sequence[str]) -> str:
     """What a published speedup is where the two sides' batches differ, and where the
-    source's own speedup column differs from the ratio of its throughputs."""
+    source's own column differs from the ratio of its throughputs."""
     diff_batch = [f"{r[0]} on the {r[1]}" for r in ref_rows
                   if r[3].split(" / ")[0] != r[3].split(" / ")[1]]  # fmt: skip
-    batches = ""
+    said = []
     if diff_batch:
-        batches = (
+        said.append(
             "A published speedup is the ratio of the two published throughputs at "
             "each side's own batch and layout, so where the batches differ ("
-            + ", ".join(diff_batch)
-            + ") it is AMP, the layout and the batch together."
+            f"{', '.join(diff_batch)}) it is AMP, the layout and the batch together."
         )
-    notes = ""
     if ref_notes:
-        notes = (
+        said.append(
             "The speedup here is the ratio of the throughputs as published; the "
             "source's own speedup column differs from it in the last digit where it "
-            "was worked out otherwise: " + "; ".join(ref_notes) + "."
+            f"was worked out otherwise: {'; '.join(ref_notes)}."
         )
-    return " ".join(filter(None, [batches, notes]))
+    return " ".join(said)
 
 
 def profile_bound_lines(results_dir=None) -> str:
-    """Per committed layer-profile pair with a stored bound: the AMP bound the cost
-    model gives it now against the bound the profile recorded."""
+    """Per committed layer-profile pair: its AMP bound now against the one recorded."""
     pbounds = load_profile_bounds()
     pb_lines = []
     for (gname, pbatch, ph, pw, play), g in profile_groups(results_dir):
@@ -165,8 +156,7 @@ def profile_bound_lines(results_dir=None) -> str:
 
 
 def unreferenced_text(gpus: Sequence[str], refs: Sequence[Reference], devices) -> str:
-    """Which GPUs no reference of their own generation (architecture and segment: a
-    GeForce Ampere card is not an A100) covers, in one paragraph."""
+    """Which GPUs no reference of their generation (architecture and segment) covers."""
 
     def gen(key):
         d = devices.get(key)
@@ -189,14 +179,15 @@ def unreferenced_text(gpus: Sequence[str], refs: Sequence[Reference], devices) -
 
 
 def launch_rows(named_reports: Sequence[tuple[str, dict]], gpu: str) -> list[tuple]:
-    """Per report, on ``gpu``: (name, fp32 kernels, AMP kernels, AMP floor in ms, AMP
-    kernel time predicted in ms), for the reports with a floor and a range."""
+    """Per report, on ``gpu``: (name, fp32 kernels, AMP kernels against fp32's
+    (``amp_kernels_text``), AMP floor in ms, AMP kernel time predicted in ms), for
+    reports with a floor and a range."""
     rows = []
     for name, r in named_reports:
         v = next(v for v in r["verdict"]["ranges"] if v["gpu"] == gpu)
         if (la := v["launch"]) and v["rows"]:
             floor, kernel = la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3
-            rows.append((name, la["fp32_kernels"], la["amp_kernels"], floor, kernel))
+            rows.append((name, la["fp32_kernels"], amp_kernels_text(v), floor, kernel))
     return rows
 
 
@@ -204,30 +195,23 @@ def launch_text(rows: Sequence[tuple], gpu: str) -> str:
     """Which steps of ``launch_rows`` are predicted launch-bound on ``gpu``."""
     if not rows:
         return "No row has both a floor and a predicted kernel time."
-    above = [r[0] for r in rows if r[3] >= r[4]]
-    below = [r[0] for r in rows if r[3] < r[4]]
-    if not below:
+    above = [r[0] for r in rows if r[-2] >= r[-1]]
+    below = [r[0] for r in rows if r[-2] < r[-1]]
+    said = (
+        f"above the predicted kernel time for {', '.join(above)} (predicted "
+        f"launch-bound) and below it for {', '.join(below)}."
+    )
+    if not above or not below:
         said = (
-            "the floor lies above the predicted kernel time in every row: each step "
-            "here is predicted launch-bound."
+            f"{'below' if below else 'above'} the predicted kernel time in every row: "
+            f"{'no' if below else 'each'} step here is predicted launch-bound."
         )
-    elif not above:
-        said = (
-            "the floor lies below the predicted kernel time in every row: no step "
-            "here is predicted launch-bound."
-        )
-    else:
-        said = (
-            f"the floor lies above the predicted kernel time for {', '.join(above)} "
-            f"(predicted launch-bound) and below it for {', '.join(below)}."
-        )
-    return f"On the {display_name(gpu)}, {said}"
+    return f"On the {display_name(gpu)}, the floor lies {said}"
 
 
 def self_check_lines(refs: Sequence[Reference], devices) -> str:
-    """Each committed layer profile applied to its own network, GPU, batch and layout:
-    the kernel ratio its efficiencies give against the one it measured, consistent
-    within ``SELF_CHECK`` (a consistency check: the efficiencies were fitted on it)."""
+    """Each committed layer profile applied to its own setting: the kernel ratio its
+    efficiencies give against the one it measured (they were fitted on it)."""
     checks = []
     for ref in [r for r in refs if r.kind == "profile" and r.gpu in devices]:
         alone = reference_prediction(ref, [ref], exclude_own=False)
@@ -244,8 +228,7 @@ def self_check_lines(refs: Sequence[Reference], devices) -> str:
 
 
 def checklist_source(source: str, model: str, refs: Sequence[Reference]) -> str:
-    """The checklist's "from" cell: a calibrated prediction says whether a reference
-    of the network itself is among the references."""
+    """The checklist's "from" cell, saying whether the network is a reference."""
     if source != "calibrated":
         return source
     if any(r.model == model for r in refs):
@@ -264,8 +247,7 @@ def loo_by_quantity(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def leave_one_out_text(loo: dict[str, Any]) -> str:
-    """The leave-one-out's outcome against its goal (90% inside, at most 1.4x wide),
-    counted per quantity and in all."""
+    """The leave-one-out against its goal (90% inside, at most 1.4x wide)."""
     goal = "the goal (90% inside, at most 1.4x wide) is"
     if loo["inside"] >= 0.9 and loo["median_width"] <= 1.4:
         met = f"{goal} met."

@@ -1,7 +1,6 @@
-"""Will AMP help *this* model? ``diagnose`` (behind ``python -m ampbook.doctor``)
-traces one training step per precision on fake tensors, reads it (``traced``),
-calibrates the speedup per GPU (``verdict``), then times the runner's step here
-(``measured``): one JSON-ready dict, printed by ``report_text``."""
+"""Will AMP help *this* model? ``diagnose`` traces one training step per precision on
+fake tensors, reads it (``traced``), calibrates the speedup per GPU (``verdict``) and
+times the step here (``measured``): one JSON-ready dict, printed by ``report_text``."""
 
 from __future__ import annotations
 
@@ -19,17 +18,13 @@ from ampbook.chapters.ch6.outputs import (
     SelectOutput,
     check_loss,
     loss_fn,
-    output_rule,
-    output_shape,
+    probe,
     quiet_fake,
-    returns_tensor,
 )  # fmt: skip
 from ampbook.chapters.ch6.traced import (
     coverage,
-    fake_saved_bytes,
     memory_at_size,
     roofline,
-    unmodelled,
     unmodelled_line,
     weight_copy_bytes,
     where_time_goes,
@@ -43,9 +38,13 @@ from ampbook.chapters.ch6.verdict import (
     verdict_ranges,
 )  # fmt: skip
 from ampbook.core import cli
+from ampbook.core.devices import load_devices, pick_device
+from ampbook.core.modes import TF32_MODE
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS, torch_name
 from ampbook.core.words import edit_distance, nearest, plural
+from ampbook.predict.calibrate import launch_floor
 from ampbook.predict.hostmodel import host_model
+from ampbook.predict.references import references
 from ampbook.predict.roofline import Ceilings, predict
 from ampbook.predict.specs import (  # fmt: skip
     DoctorError,
@@ -94,27 +93,12 @@ class DoctorConfig:
 
 
 def forward_only(cfg: DoctorConfig) -> str:
-    """How the user asks for the forward pass alone where they called the doctor."""
+    """How the caller asks for the forward pass alone."""
     return "--forward-only" if cfg.caller == "cli" else "DoctorConfig(backward=False)"
 
 
-def check_device(text: str) -> str:
-    """``--device``: auto, cpu or cuda[:N]; anything else (meta, a typo) is refused,
-    never measured on the CPU instead."""
-    t = str(text).strip().lower()
-    kind, _, index = t.partition(":")
-    if t in ("auto", "cpu") or (kind == "cuda" and (not _ or index.isdigit())):
-        return t
-    raise DoctorError(
-        f"--device {text!r}: the doctor times its steps on auto (CUDA when there is "
-        "one), cpu or cuda[:N]; pass one of those (--no-measure predicts without "
-        "timing)"
-    )
-
-
 def check_size(batch: int, shape: Sequence[int], devices) -> None:
-    """Refuse a batch whose fp32 input alone is larger than the largest GPU of the
-    device table (its trace's numbers would overflow too)."""
+    """Refuse a batch whose fp32 input alone outgrows the table's largest GPU."""
     elements = batch * math.prod(shape)
     big = max(devices.values(), key=lambda d: d.memory_gb)
     if elements * 4 > big.memory_gb * 1e9:
@@ -127,8 +111,7 @@ def check_size(batch: int, shape: Sequence[int], devices) -> None:
 
 
 def parse_input(text: str) -> tuple[int, ...]:
-    """``"3,224,224"`` -> (3, 224, 224): one sample's shape, any number of positive
-    dimensions (``3,16,112,112`` for a video clip: C, T, H, W)."""
+    """``"3,224,224"`` -> (3, 224, 224): one sample's shape, of any rank."""
     parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
     try:
         dims = tuple(int(p) for p in parts)
@@ -143,12 +126,8 @@ def parse_input(text: str) -> tuple[int, ...]:
 
 
 def parse_precisions(text: str | Sequence[str]) -> list[str]:
-    """The precisions asked for; the baseline is always among them, named "fp32" in
-    the list returned (and the report's JSON). The doctor's baseline is fp32 with TF32
-    on for convolutions and matrix products where the GPU has TF32, so its mode name,
-    ``fp32-tf32`` (``modes.TF32_MODE``), is accepted for it, and so is ``fp32``."""
-    from ampbook.core.modes import TF32_MODE
-
+    """The precisions asked for, the baseline first as "fp32" (fp32 with TF32 where the
+    GPU has it, so ``fp32-tf32``, ``modes.TF32_MODE``, names it too)."""
     items = text.split(",") if isinstance(text, str) else list(text)
     items = [p.strip() for p in items if p.strip()]
     bad = [p for p in items if p not in (TF32_MODE, *PRECISIONS)]
@@ -162,16 +141,14 @@ def parse_precisions(text: str | Sequence[str]) -> list[str]:
 
 
 def _gpu_name(text: str) -> str:
-    """A GPU name as ``--gpus`` compares it: lower case, without the vendor, spaces,
-    hyphens or underscores (``"GeForce RTX 4090"`` -> ``"rtx4090"``)."""
+    """A GPU name as ``--gpus`` compares it ("GeForce RTX 4090" -> "rtx4090")."""
     text = text.lower().replace("nvidia", "").replace("geforce", "")
     return "".join(ch for ch in text if ch.isalnum())
 
 
 def gpu_hits(raw: str, devices) -> list[str]:
-    """The table keys one ``--gpus`` name can mean, best rule first: the key itself,
-    an alias (``a100``), the short name (``RTX 4090``, ``l4``), then any key or short
-    name containing it (``4090``)."""
+    """The table keys one ``--gpus`` name can mean, best rule first: the key, an alias,
+    the short name, then any key or short name containing it."""
     raw = raw.strip().lower()
     norm = _gpu_name(raw)
     rules = (
@@ -189,13 +166,8 @@ def gpu_hits(raw: str, devices) -> list[str]:
 
 
 def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
-    """Keys of the device table for ``names`` (``gpu_hits``: a key, an alias such as
-    ``a100``, a short name such as ``l4`` or ``RTX 4090``, or a part of exactly one
-    key or short name such as ``4090``). None: every GPU. An unknown or ambiguous
-    name, or a value that names none (``""``, ``",,"``), is an error that lists what
-    the table knows."""
-    from ampbook.core.devices import load_devices
-
+    """Keys of the device table for ``names`` (``gpu_hits``); None: every GPU. A name
+    that is unknown, ambiguous or empty is an error that lists what the table knows."""
     devices = load_devices() if devices is None else devices
     if names is None:
         return list(devices)
@@ -218,7 +190,7 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
 
 
 def _gpu_miss(raw: str, hits: list[str], devices) -> str:
-    """Why ``raw`` names no single GPU: the keys it may mean, else the short names."""
+    """Why ``raw`` names no single GPU: the keys it may mean, else the nearest names."""
     if hits:
         known = ", ".join(f"{k} ({devices[k].short_name})" for k in hits)
         return f"ambiguous GPU {raw!r}: it names {known}"
@@ -255,14 +227,8 @@ def diagnose(
     model: nn.Module | None = None,
     on_prediction=None,
 ) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict (sections ``coverage``, ``memory``,
-    ``roofline``, ``where``, ``measured``, ``verdict``). ``model`` overrides
-    ``cfg.model``'s construction (the spec is then only its label).
-
-    ``on_prediction(report)``, when given, is called before any step is timed
-    (``measured`` None), so a caller can print the answer while the steps run."""
-    from ampbook.core.devices import load_devices
-
+    """The whole report as a JSON-ready dict. ``model`` overrides ``cfg.model``'s
+    construction; ``on_prediction(report)`` is called before any step is timed."""
     tell = as_progress(cfg.progress)
     _check_settings(cfg)
     precisions = parse_precisions(cfg.precisions)
@@ -285,10 +251,10 @@ def diagnose(
             "forward pass alone"
         )
     tell(f"tracing batch {batch} x {shape_text(shape)} (fake tensors: no data)")
-    out = output_shape(model, shape, batch, cfg.output)
+    out, plain, _ = probe(model, shape, batch, cfg.output)
     check_loss(cfg.loss, out)
     traced = model
-    if cfg.output is not None or not returns_tensor(model, shape, batch):
+    if cfg.output is not None or not plain:
         traced = SelectOutput(model, cfg.output)
     lap("model")
     traces = _trace(cfg, traced, precisions, batch, shape, tell)
@@ -305,7 +271,7 @@ def diagnose(
 
 
 def _check_settings(cfg: DoctorConfig) -> None:
-    """The settings checked before any work, each named as the flag that sets it."""
+    """The settings checked before any work, each named by its flag."""
     if cfg.loss not in LOSSES:
         raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
     if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
@@ -322,12 +288,19 @@ def _check_settings(cfg: DoctorConfig) -> None:
 
 
 def _pick_device(cfg: DoctorConfig) -> torch.device:
-    """The device the steps are timed on (``--device``), refused where it is not."""
-    from ampbook.core.devices import pick_device
-
-    wanted = check_device(cfg.device)  # its own error names --device once
+    """The device the steps are timed on (``--device``: auto, cpu or cuda[:N])."""
+    t = str(cfg.device).strip().lower()
+    kind, colon, index = t.partition(":")
+    if t not in ("auto", "cpu") and not (
+        kind == "cuda" and (not colon or index.isdigit())
+    ):
+        raise DoctorError(
+            f"--device {cfg.device!r}: the doctor times its steps on auto (CUDA when "
+            "there is one), cpu or cuda[:N]; pass one of those (--no-measure predicts "
+            "without timing)"
+        )
     try:
-        device = pick_device(wanted)
+        device = pick_device(t)
     except (RuntimeError, ValueError) as e:
         raise DoctorError(f"--device {cfg.device}: {first_line(e)}") from None
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
@@ -339,8 +312,7 @@ def _pick_device(cfg: DoctorConfig) -> torch.device:
 
 
 def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
-    """Each precision's step traced on fake tensors, in ``cfg.memory_format``
-    (amp-bf16 relabelled from amp-fp16: the same operators)."""
+    """Each precision's step traced on fake tensors (bf16 relabelled from fp16)."""
     traces = {}
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:
@@ -371,13 +343,10 @@ def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
 
 
 def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str, Any]:
-    """The report's predicted sections (every one but ``measured``)."""
-    from ampbook.predict.calibrate import launch_floor
-    from ampbook.predict.references import references
-
+    """The report's sections but ``measured``."""
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
     batch, shape = traces["fp32"].batch_size, traces["fp32"].input_shape
-    roof = roofline(traces, gpus, cfg.loader_images_per_s, devices)
+    roof = roofline(traces, gpus, devices)
     first = devices[gpus[0]]
     ceil = Ceilings.from_device(first)
     preds = {
@@ -399,8 +368,14 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
         host, data_s,
     )  # fmt: skip
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
-    _add_committed(ranges, committed, setting_text(batch, shape))
-    unknown = unmodelled(preds.get(amp) or preds["fp32"])
+    here = setting_text(batch, shape)
+    for r in ranges:  # each range's committed measurements of this network and GPU
+        r["setting"], r["committed"] = here, [
+            {**m, "same_setting": m.get("setting") == here}
+            for m in committed.get(r["gpu"], []) if m["precision"] == r["precision"]
+        ]  # fmt: skip
+        r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r)
+    unknown = [dict(r) for r in (preds.get(amp) or preds["fp32"]).unmodelled]
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
     warnings_ += memory_warnings(traces, gpus, devices, copies)
     lap("verdict")
@@ -411,15 +386,15 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
         "parameters": sum(p.numel() for p in model.parameters()),
         "input": list(shape),
         "batch": batch,
-        "output": list(output_shape(model, shape, batch, cfg.output)),
-        "output_rule": output_rule(model, shape, batch, cfg.output),
+        "output": list(probe(model, shape, batch, cfg.output)[0]),
+        "output_rule": probe(model, shape, batch, cfg.output)[2],
         "loss": cfg.loss,
         "backward": cfg.backward,
         "precisions": list(traces),
         "memory_format": cfg.memory_format,
         "gpus": gpus,
         "totals": {p: tr.totals() for p, tr in traces.items()},
-        "coverage": coverage(traces[amp], preds.get(amp)) if amp else None,
+        "coverage": coverage(traces[amp]) if amp else None,
         "memory": memory,
         "roofline": roof,
         "where": {
@@ -442,22 +417,8 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
     }
 
 
-def _add_committed(ranges: list[dict], committed: dict, here: str) -> None:
-    """A measurement of the same network and GPU beside each range, and its line."""
-    for r in ranges:
-        r["setting"] = here
-        r["committed"] = [
-            {**m, "same_setting": m.get("setting") == here}
-            for m in committed.get(r["gpu"], [])
-            if m["precision"] == r["precision"]
-        ]
-        r["line"] = speedup_range_verdict(
-            r["gpu_name"], r["precision"], r, r["casts"], r.get("transposes")
-        )
-
-
 def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -> None:
-    """Section 4 (the steps timed here), its memory rows and the checklist again."""
+    """Section 4, its memory rows, and the checklist again."""
     measured = measure(
         traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
         size=cfg.measure_size, rounds=cfg.rounds, progress=tell,
@@ -472,10 +433,6 @@ def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -
     ]  # fmt: skip
     memory["measured_input"] = measured["input"]
     memory["measured_batch"] = measured["batch"]
-    if device.type != "cuda" and memory["measured"]:
-        memory["fake_at_measured"] = fake_saved_bytes(
-            traced, measured["input"], measured["batch"], cfg.loss, "fp32"
-        )
     report["measured"] = measured
     ranges = report["verdict"]["ranges"]
     report["verdict"].update(

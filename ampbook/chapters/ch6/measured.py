@@ -1,7 +1,6 @@
-"""Section 4 of the doctor's report: the runner's own step timed here per precision.
-On a CPU at a small size by chapter 5's rounds method (the precisions take turns),
-fp16 at a tiny size; on CUDA at the full size, with channels_last and cudnn.benchmark
-variants."""
+"""Section 4 of the doctor's report: the runner's own step timed here per precision,
+on a CPU at a small size by chapter 5's rounds method (fp16 for one step at a tiny
+size), on CUDA at the full size with channels_last and cudnn.benchmark variants."""
 
 from __future__ import annotations
 
@@ -17,23 +16,26 @@ from torch import nn
 
 from ampbook.chapters.ch6.outputs import output_shape, targets
 from ampbook.core import cli
+from ampbook.core.env import cpu_name
 from ampbook.core.precision import AUTOCAST_DTYPES, backend_flags
 from ampbook.core.terminal import duration_text
+from ampbook.measure.memory import SavedTensorMeter
+from ampbook.measure.timing import benchmark, time_rounds
 from ampbook.predict.pace import speedup_verdict
 from ampbook.predict.specs import DoctorError, first_line, shape_text
 from ampbook.results import PEAK_CUDA
 from ampbook.results import SAVED_FOR_BACKWARD as SAVED
+from ampbook.train import TrainStep
 
-# Largest batch x pixels at which a CPU step is timed in fp16 (many times slower than
-# fp32's on CPUs); the doctor prints the ratio it measures there, and no cause.
+# Largest batch x pixels at which a CPU step is timed in fp16 (many times fp32's).
 CPU_FP16_MAX_PIXELS = 2 * 32 * 32
 CPU_MEASURE_SIDE = 32  # a CPU step's input is scaled to about this many pixels a side
 CPU_ROUNDS = 5  # rounds of the CPU timing (chapter 5's method)
 
 
 def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
-    """``shape`` with its last two dimensions (one for a sequence) scaled down to about
-    ``side`` each, multiples of 32 (at least 32, at most the original)."""
+    """``shape``'s last two dimensions (one for a sequence) scaled to about ``side``,
+    multiples of 32 (at least 32, at most the original)."""
     shape = tuple(shape)
     n = min(2, len(shape) - 1)
     if n <= 0:
@@ -44,30 +46,24 @@ def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
     return shape[:-n] + small
 
 
-def measure_size(
-    model: nn.Module,
-    shape: Sequence[int],
-    batch: int,
-    device: torch.device,
-    key: str | None = None,
-) -> tuple[tuple[int, ...], int]:
-    """Where to time steps: the full size on CUDA; on a CPU an input scaled to about
-    ``CPU_MEASURE_SIDE`` pixels a side and batch <= 2 (the full input where the model
-    accepts no other)."""
-    if device.type == "cuda":
-        return tuple(shape), batch
-    small = _scaled(shape, CPU_MEASURE_SIDE)
+def _accepted(model, shape, batch, fallback) -> tuple[int, ...]:
+    """``shape`` where the model accepts it at ``batch``, else ``fallback``."""
     try:
-        output_shape(model, small, min(batch, 2), key)
-        return small, min(batch, 2)
+        output_shape(model, shape, batch)
     except DoctorError:
-        return tuple(shape), min(batch, 2)
+        return tuple(fallback)
+    return shape
 
 
-def _variants(device: torch.device, precisions: Sequence[str]):
-    """(label, precision, tf32, channels_last, cudnn_benchmark, skip reason)."""
-    if device.type != "cuda":
-        return [(p, p, False, False, False, None) for p in precisions]
+def measure_size(model, shape, batch) -> tuple[tuple[int, ...], int]:
+    """Where a CPU times steps: about ``CPU_MEASURE_SIDE`` pixels a side and batch
+    <= 2 (the full input where the model accepts no other)."""
+    small = _scaled(shape, CPU_MEASURE_SIDE)
+    return _accepted(model, small, min(batch, 2), shape), min(batch, 2)
+
+
+def _variants(precisions: Sequence[str]):
+    """CUDA's (label, precision, tf32, channels_last, cudnn_benchmark, skip reason)."""
     out = [("fp32 (TF32 on)", "fp32", True, False, False, None),
            ("fp32 (TF32 off)", "fp32", False, False, False, None)]  # fmt: skip
     for p in precisions[1:]:
@@ -80,8 +76,7 @@ def _variants(device: torch.device, precisions: Sequence[str]):
 
 
 class ForwardStep:
-    """The forward pass and loss alone, under autocast where the precision has one,
-    without autograd (``--forward-only``); called as the runner's step is."""
+    """The forward pass and loss alone, without autograd (``--forward-only``)."""
 
     def __init__(self, model, criterion, device, autocast_dtype, channels_last=False):
         self.model, self.criterion, self.device = model, criterion, device
@@ -100,12 +95,9 @@ class ForwardStep:
 
 
 class _Variant:
-    """One timed variant: its own copy of the model, optimizer and the runner's step
-    (or ``ForwardStep``), with the CUDA flags it runs under."""
+    """One timed variant: its own model, optimizer and step, and its CUDA flags."""
 
     def __init__(self, model, device, prec, tf32, cl, bench, x, y, backward=True):
-        from ampbook.train import TrainStep
-
         net = copy.deepcopy(model).to(device)
         if cl:
             net = net.to(memory_format=torch.channels_last)
@@ -125,14 +117,11 @@ class _Variant:
         self.times: list[float] = []
 
     def flags(self):
-        """The variant's TF32 and cudnn.benchmark flags on CUDA (restored after)."""
         if self.device.type != "cuda":
             return contextlib.nullcontext()
         return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
 
     def time(self, warmup: int, repeats: int) -> None:
-        from ampbook.measure.timing import benchmark
-
         with self.flags():
             r = benchmark(
                 self.step, lambda: (self.x, self.y), device=self.device,
@@ -142,8 +131,6 @@ class _Variant:
         self.times += list(r.times_s)
 
     def memory(self) -> tuple[int, str]:
-        from ampbook.measure.memory import SavedTensorMeter
-
         with self.flags():
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)
@@ -155,20 +142,18 @@ class _Variant:
 
 
 def _timed(times: Sequence[float]) -> dict[str, Any]:
-    """A timed variant's median and fastest step and how many were timed."""
     return {"step_s": statistics.median(times), "min_step_s": min(times),
             "samples": len(times)}  # fmt: skip
 
 
-def _batch_for(model, shape, batch, loss, key, seed=0):
-    out = output_shape(model, shape, batch, key)
+def _batch_for(model, shape, batch, loss, seed=0):
+    out = output_shape(model, shape, batch)
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch, *shape, generator=g), targets(loss, out, g)
 
 
 def as_progress(progress) -> cli.Progress:
-    """``progress`` as a ``cli.Progress``: one given, or a new one (``True`` on,
-    ``False`` off, None: on where stderr is a terminal)."""
+    """``progress`` as a ``cli.Progress`` (True on, False off, None: on a terminal)."""
     if isinstance(progress, cli.Progress):
         return progress
     return cli.Progress("doctor", progress)
@@ -176,28 +161,20 @@ def as_progress(progress) -> cli.Progress:
 
 class CpuGroup:
     """Precisions timed together on the CPU at one size by chapter 5's rounds method:
-    ``warm()`` runs each one's first, untimed step (oneDNN builds its kernels; the
-    memory is counted there), ``time_round()`` times one step of each in turn,
-    ``rows()`` gives each one's median step and the median of its per-round ratios to
-    fp32; ``seconds_left()`` estimates the rounds still to run."""
+    a first, untimed step each (oneDNN builds its kernels; memory counted), then one
+    step of each in turn per round; speedup: the median of the per-round ratios."""
 
-    def __init__(
-        self, model, shape, batch, loss, precisions, key, rounds, backward=True
-    ):
+    def __init__(self, model, shape, batch, loss, precisions, rounds, backward=True):
         self.model, self.shape, self.batch = model, tuple(shape), batch
-        self.loss, self.precisions, self.key = loss, list(precisions), key
+        self.loss, self.precisions = loss, list(precisions)
         self.rounds, self.backward, self.done = rounds, backward, 0
         self.table: list[dict] = []  # one row per precision
         self.steps: dict[str, tuple] = {}  # precision: (step, inputs, device)
         self.first_s: dict[str, float] = {}  # the first, untimed step's seconds
         self.times: dict[str, list[float]] = {}
 
-    @property
-    def where(self) -> str:
-        return f"batch {self.batch} x {shape_text(self.shape)}"
-
     def warm(self, progress: cli.Progress) -> None:
-        x, y = _batch_for(self.model, self.shape, self.batch, self.loss, self.key)
+        x, y = _batch_for(self.model, self.shape, self.batch, self.loss)
         dev = torch.device("cpu")
         for p in self.precisions:
             row = {"variant": p, "precision": p, "skipped": None}
@@ -207,7 +184,6 @@ class CpuGroup:
                 t0 = time.perf_counter()
                 v = _Variant(self.model, dev, p, False, False, False, x, y,
                              self.backward)  # fmt: skip
-                # the first step builds oneDNN's kernels: untimed, it counts the memory
                 row["memory_bytes"], row["memory_measure"] = v.memory()
             except Exception as e:  # e.g. an op without a kernel for this dtype here
                 row["skipped"] = f"failed: {type(e).__name__}: {first_line(e)}"
@@ -224,38 +200,35 @@ class CpuGroup:
         return (self.rounds - self.done) * sum(each.values())
 
     def time_round(self) -> None:
-        from ampbook.measure.timing import time_rounds
-
         for p, ts in time_rounds(self.steps, 1, warmup=False).items():
             self.times[p] += ts
         self.done += 1
 
     def rows(self) -> list[dict]:
-        times = self.times
+        base = self.times.get("fp32")
         for row in self.table:
-            p = row["precision"]
-            t = times.get(p)
-            if not t:
+            if not (t := self.times.get(row["precision"])):
                 continue
             row.update(_timed(t))
-            if p != "fp32" and times.get("fp32"):
-                ratios = [a / b for a, b in zip(times["fp32"], t)]
-                row.update(speedup=statistics.median(ratios), ratios=ratios)
-            elif p == "fp32":
+            if row["precision"] == "fp32":
                 row["speedup"] = 1.0
+            elif base:
+                ratios = [a / b for a, b in zip(base, t)]
+                row.update(speedup=statistics.median(ratios), ratios=ratios)
         return self.table
 
 
 def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
-    """Every group warmed first, then timed round by round; each progress line says
-    how long every step still to be timed will take, in every group."""
+    """Every group warmed, then timed round by round; each progress line counts
+    every step still to be timed, in every group."""
     progress = as_progress(progress or False)
     for g in groups:
         g.warm(progress)
     for k, g in enumerate(groups):
         if not g.steps:
             continue
-        progress(f"measuring {', '.join(g.steps)} on the cpu at {g.where}")
+        where = f"batch {g.batch} x {shape_text(g.shape)}"
+        progress(f"measuring {', '.join(g.steps)} on the cpu at {where}")
         for i in range(g.rounds):
             g.time_round()
             todo = [h for h in groups[k:] if h.steps and h.done < h.rounds]
@@ -273,36 +246,24 @@ def measure(
     precisions: Sequence[str],
     device: torch.device,
     repeats: int = 3,
-    key: str | None = None,
     size: tuple[Sequence[int], int] | None = None,
     rounds: int = CPU_ROUNDS,
     progress: bool | cli.Progress | None = None,
     backward: bool = True,
 ) -> dict[str, Any]:
-    """Section 4: the runner's step timed per precision (and layout/flag) here.
-    ``progress``: lines on stderr per CPU round and CUDA variant (a ``cli.Progress``,
-    or True/False; None: on a terminal).
-
-    On a CPU (``size`` overrides the input and batch chosen by ``measure_size``): fp32
-    and amp-bf16 by chapter 5's rounds method (``rounds`` rounds, taking turns), with
-    the verdict on their per-round ratios (``pace.speedup_verdict``); amp-fp16 at a
-    tiny size (``CPU_FP16_MAX_PIXELS``), its ratio to fp32 there measured and printed
-    with no cause. On CUDA: every variant at the full size, ``repeats`` timed steps
-    each."""
-    mshape, mbatch = (
-        (tuple(size[0]), int(size[1]))
-        if size and device.type != "cuda"
-        else measure_size(model, shape, batch, device, key)
-    )
+    """Section 4: the runner's step timed per precision (and layout/flag) here. On a
+    CPU (at ``size``, else ``measure_size``'s) fp32 and amp-bf16 in ``rounds`` rounds,
+    the verdict on their per-round ratios; amp-fp16 for one step beside one fp32 step
+    at a tiny size. On CUDA every variant at the full size, ``repeats`` steps each."""
     tell = as_progress(progress)
     if device.type != "cuda":
-        return _measure_cpu(
-            model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
-        )
-    x, y = _batch_for(model, mshape, mbatch, loss, key)
+        small = size or measure_size(model, shape, batch)
+        return _measure_cpu(model, tuple(small[0]), int(small[1]), loss, precisions,
+                            rounds, tell, backward)  # fmt: skip
+    x, y = _batch_for(model, shape, batch, loss)
     rows = []
-    todo = _variants(device, precisions)
-    tell(f"measuring {len(todo)} variants on {device} at batch {mbatch}")
+    todo = _variants(precisions)
+    tell(f"measuring {len(todo)} variants on {device} at batch {batch}")
     tell.start()
     for i, (label, prec, tf32, cl, bench, why) in enumerate(todo):
         row = {"variant": label, "precision": prec, "skipped": why}
@@ -324,62 +285,34 @@ def measure(
         if r.get("step_s") and base:
             r["speedup"] = base / r["step_s"]
     return {"device": "cuda", "device_name": torch.cuda.get_device_name(device),
-            "input": list(mshape), "batch": mbatch, "rows": rows,
-            "rounds_verdict": None, "fp16": None, "backward": backward}  # fmt: skip
+            "input": list(shape), "batch": batch, "rows": rows,
+            "backward": backward}  # fmt: skip
 
 
 def _measure_cpu(
-    model, mshape, mbatch, loss, precisions, key, rounds, tell, backward
+    model, mshape, mbatch, loss, precisions, rounds, tell, backward
 ) -> dict[str, Any]:
     """``measure`` on a CPU: fp32 and amp-bf16 in rounds, amp-fp16 at a tiny size."""
-    from ampbook.core.env import cpu_name
-
     main = [p for p in precisions if p != "amp-fp16"]
-    groups = [CpuGroup(model, mshape, mbatch, loss, main, key, rounds, backward)]
+    groups = [CpuGroup(model, mshape, mbatch, loss, main, rounds, backward)]
     if "amp-fp16" in precisions:
         tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
-        try:
-            output_shape(model, tiny, 2, key)
-        except DoctorError:
-            tiny = mshape
-        # at the rounds' size, fp16 is held against their fp32 median; else one
-        # fp32 step is timed beside it there
-        same = tuple(tiny) == tuple(mshape) and mbatch == 2 and "fp32" in main
-        pair = ["amp-fp16"] if same else ["fp32", "amp-fp16"]
-        groups.append(CpuGroup(model, tiny, 2, loss, pair, key, 1, backward))
+        tiny = _accepted(model, tiny, 2, mshape)
+        pair = ["fp32", "amp-fp16"]
+        groups.append(CpuGroup(model, tiny, 2, loss, pair, 1, backward))
     time_groups(groups, tell)
     rows = groups[0].rows()
-    extra = None
-    if len(groups) > 1:
-        extra = _fp16_row(groups[1].rows()[-1], rows, tiny, same)
-        order = list(precisions)
-        rows = sorted(rows + [extra], key=lambda r: order.index(r["precision"]))
-    bf16 = next((r for r in rows if r["precision"] == "amp-bf16"), None)
-    verdict = (
-        speedup_verdict(bf16["ratios"], "amp-bf16")
-        if bf16 and bf16.get("ratios")
-        else None
-    )
+    for fp32, fp16 in [g.rows() for g in groups[1:]]:  # fp16 beside its fp32 step
+        fp16.update(input=list(tiny), batch=2)
+        if fp16.get("speedup"):
+            fp16["note"] = (
+                f"one step at batch 2 x {shape_text(tiny)} against one fp32 step "
+                f"there ({fp32['step_s'] * 1e3:,.1f} ms), a single timing: no spread "
+                "to judge it by"
+            )
+        rows = sorted(rows + [fp16], key=lambda r: precisions.index(r["precision"]))
+    ratios = next((r.get("ratios") for r in rows if r["precision"] == "amp-bf16"), 0)
+    verdict = speedup_verdict(ratios, "amp-bf16") if ratios else None
     return {"device": "cpu", "device_name": cpu_name(), "input": list(mshape),
             "batch": mbatch, "rounds": rounds, "rows": rows,
-            "rounds_verdict": verdict, "fp16": extra, "backward": backward}  # fmt: skip
-
-
-def _fp16_row(fp16: dict, rows: list[dict], tiny, same: bool) -> dict:
-    """The amp-fp16 row timed at ``tiny``: against the rounds' fp32 median where it
-    was timed at their size (``same``), else against one fp32 step there."""
-    fp32 = next((r for r in rows if r["precision"] == "fp32"), None)
-    if same:
-        if fp16.get("step_s") and fp32 and fp32.get("step_s"):
-            fp16["speedup"] = fp32["step_s"] / fp16["step_s"]
-        against = "fp32's median step"
-    else:
-        against = "one fp32 step there"
-    fp16["input"], fp16["batch"] = list(tiny), 2
-    fp16["against"] = against
-    if fp16.get("speedup"):
-        fp16["note"] = (
-            f"one step at batch 2 x {shape_text(tiny)}, a single timing "
-            f"against {against} ({fp16['speedup']:.2g}x its speed)"
-        )
-    return fp16
+            "rounds_verdict": verdict, "backward": backward}  # fmt: skip

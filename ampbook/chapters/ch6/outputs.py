@@ -1,6 +1,5 @@
-"""What the model returns: the tensor the doctor's loss reads (``OUTPUT_RULE``), the
-output's shape on fake data, and the loss and targets of the traced step. A model that
-cannot be traced from one tensor of fake data is named with what to do."""
+"""What the model returns: the tensor the doctor's loss reads, its shape on fake data,
+the traced step's loss and targets; a model fake data cannot trace is told why."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ from torch import nn
 
 from ampbook.predict.specs import DoctorError, first_line, shape_text
 
-# A model that rejects the fake input is run on one real zero sample to say why in its
-# own words, only up to this many elements (12 MiB of fp32: 3 x 1024 x 1024).
+# A model that rejects the fake input runs one real zero sample of at most this many
+# elements to say why in its own words.
 REAL_PROBE_MAX_ELEMENTS = 3 * 1024 * 1024
 
 
@@ -30,8 +29,7 @@ def loss_fn(loss: str):
 
 @contextlib.contextmanager
 def quiet_fake():
-    """Silence the fake-tensor module's logged traceback while a model's own error
-    propagates (the doctor says it in one line)."""
+    """Silence the fake-tensor module's logged traceback (the doctor says one line)."""
     log = logging.getLogger("torch._subclasses.fake_tensor")
     level = log.level
     log.setLevel(logging.CRITICAL)
@@ -41,65 +39,54 @@ def quiet_fake():
         log.setLevel(level)
 
 
-OUTPUT_RULE = (
-    "a tensor as it is; a dict's 'out' entry, else its only tensor; a tuple's or "
-    "list's first tensor; --output KEY picks another"
-)
-
-
-def _pick(y, key: str | None):
-    """The tensor ``select_output`` reads, or a DoctorError naming what was there."""
-    if isinstance(y, torch.Tensor) and key is None:
-        return y
+def _pick(y, key: str | None) -> tuple:
+    """The output the loss reads and how, in words: a tensor as it is; a dict's 'out'
+    entry, else its only tensor; a tuple's or list's first tensor; ``key`` another."""
+    kind, by = type(y).__name__, f"--output {key}"
+    if isinstance(y, torch.Tensor):
+        if key is None:
+            return y, "the tensor it returns"
+        raise DoctorError(f"--output {key!r}: the model returns one tensor; drop it")
     if isinstance(y, dict):
-        keys = list(y)
-        if key is not None:
-            if key not in y:
-                raise DoctorError(
-                    f"--output {key!r}: the model returns a dict with keys "
-                    f"{keys}; pass one of them"
-                )
-            return y[key]
-        if "out" in y:
-            return y["out"]
         tensors = [k for k, v in y.items() if isinstance(v, torch.Tensor)]
-        if len(tensors) == 1:
-            return y[tensors[0]]
+        if key is None and "out" not in y and len(tensors) == 1:
+            return y[tensors[0]], f"the {kind}'s only tensor, {tensors[0]!r}"
+        if (key or "out") in y:
+            return y[key or "out"], by if key else f"the {kind}'s 'out' entry"
         raise DoctorError(
-            f"the model returns a dict with keys {keys} and no 'out': pass --output "
-            "KEY to say which one is the output"
+            f"--output {key!r}: the model returns a dict with keys {list(y)}; pass "
+            "one of them"
+            if key
+            else f"the model returns a dict with keys {list(y)} and no 'out': pass "
+            "--output KEY to say which one is the output"
         )
-    if isinstance(y, (tuple, list)):
-        if key is not None:
-            fields = getattr(y, "_fields", ())
-            if key in fields:
-                return getattr(y, key)
-            try:
-                return y[int(key)]
-            except (ValueError, IndexError):
-                named = f" or one of {list(fields)}" if fields else ""
-                raise DoctorError(
-                    f"--output {key!r}: the model returns a {type(y).__name__} of "
-                    f"{len(y)}; pass an index below {len(y)}{named}"
-                ) from None
+    if isinstance(y, (tuple, list)) and key is None:
         first = next((v for v in y if isinstance(v, torch.Tensor)), None)
         if first is None:
             raise DoctorError(
-                f"the model returns a {type(y).__name__} without a tensor in it: pass "
-                "--output KEY, or wrap it so that forward returns the logits"
+                f"the model returns a {kind} without a tensor in it: pass --output "
+                "KEY, or wrap it so that forward returns the logits"
             )
-        return first
-    if isinstance(y, torch.Tensor):
-        raise DoctorError(f"--output {key!r}: the model returns one tensor; drop it")
+        return first, f"the first tensor of the {kind}"
+    if isinstance(y, (tuple, list)):
+        fields = getattr(y, "_fields", ())
+        try:
+            return (getattr(y, key) if key in fields else y[int(key)]), by
+        except (ValueError, IndexError):
+            named = f" or one of {list(fields)}" if fields else ""
+            raise DoctorError(
+                f"--output {key!r}: the model returns a {kind} of {len(y)}; pass "
+                f"an index below {len(y)}{named}"
+            ) from None
     raise DoctorError(
-        f"the model returned {type(y).__name__}, not a tensor: wrap it so that "
-        "forward returns the logits"
+        f"the model returned {kind}, not a tensor: wrap it so that forward returns "
+        "the logits"
     )
 
 
 def select_output(y, key: str | None = None) -> torch.Tensor:
-    """The output the doctor's loss reads (``OUTPUT_RULE``)."""
-    out = _pick(y, key)
+    """``_pick``'s output, which must be a tensor."""
+    out = _pick(y, key)[0]
     if not isinstance(out, torch.Tensor):
         raise DoctorError(
             f"the output the doctor read ({key or 'by its rule'}) is a "
@@ -109,7 +96,7 @@ def select_output(y, key: str | None = None) -> torch.Tensor:
 
 
 class SelectOutput(nn.Module):
-    """``model`` whose forward returns the one tensor ``select_output`` reads."""
+    """``model`` returning the one tensor ``select_output`` reads."""
 
     def __init__(self, model: nn.Module, key: str | None = None):
         super().__init__()
@@ -130,8 +117,7 @@ def _forward_inputs(model: nn.Module) -> list[str]:
 
 
 def _data_dependent(err: BaseException) -> bool:
-    """Whether a fake-tensor forward failed on an output shape that depends on the
-    input's values (``nonzero``, non-maximum suppression, ``.item()``)."""
+    """Whether a fake forward failed on a shape that depends on the input's values."""
     from torch._subclasses import fake_tensor as ft
 
     kinds = tuple(
@@ -152,8 +138,7 @@ WRAP_HINT = (
 
 
 def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
-    """One training-mode forward of ``model`` on fake copies of its parameters and
-    buffers (nothing computed, nothing changed)."""
+    """One training-mode forward on fake copies of the parameters and buffers."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 
@@ -179,19 +164,15 @@ _PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def output_shape(
     model: nn.Module, shape: Sequence[int], batch: int, key: str | None = None
 ) -> tuple[int, ...]:
-    """The shape of the output the doctor reads for ``batch`` inputs of ``shape``, on
-    fake tensors; DoctorError for a model that rejects the input, needs several
-    inputs or has data-dependent shapes."""
-    return _probe(model, shape, batch, key)[0]
+    """The shape of the output the doctor reads (``probe``)."""
+    return probe(model, shape, batch, key)[0]
 
 
-def returns_tensor(model: nn.Module, shape: Sequence[int], batch: int) -> bool:
-    """Whether the model's forward returns a plain tensor (else the doctor wraps it in
-    ``SelectOutput``)."""
-    return _probe(model, shape, batch, None)[1]
-
-
-def _probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
+def probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
+    """On fake tensors: the shape of the output the doctor reads, whether the model
+    returns a plain tensor (else it is wrapped in SelectOutput), which output in words
+    (``_pick``); DoctorError for a model that rejects the input, needs several inputs
+    or has data-dependent shapes."""
     cache = _PROBES.setdefault(model, {})
     k = (tuple(shape), batch, key)
     if k not in cache:
@@ -219,9 +200,7 @@ def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, st
                 f"fixed (the backbone), or {WRAP_HINT}"
             ) from None
         err: BaseException = fake_error
-        # The model's own complaint about the shape: a real forward of one sample says
-        # it in the model's words (fake tensors report their own meta-kernel messages),
-        # where one sample is small enough to run here.
+        # fake tensors report meta-kernel messages: a real sample says the model's own
         try:
             if math.prod(shape) > REAL_PROBE_MAX_ELEMENTS:
                 raise fake_error
@@ -244,27 +223,8 @@ def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, st
             f"the model rejects input {shape_text(shape)}; {hint}",
             f"{type(err).__name__}: {first_line(err)}",
         ) from None
-    return tuple(select_output(y, key).shape), isinstance(y, torch.Tensor), _how(y, key)
-
-
-def _how(y, key: str | None) -> str:
-    """Which output ``select_output`` read, in words."""
-    if key is not None:
-        return f"--output {key}"
-    if isinstance(y, torch.Tensor):
-        return "the tensor it returns"
-    kind = type(y).__name__
-    if isinstance(y, dict):
-        if "out" in y:
-            return f"the {kind}'s 'out' entry"
-        only = next(k for k, v in y.items() if isinstance(v, torch.Tensor))
-        return f"the {kind}'s only tensor, {only!r}"
-    return f"the first tensor of the {kind}"
-
-
-def output_rule(model: nn.Module, shape: Sequence[int], batch: int, key=None) -> str:
-    """Which output the doctor reads for this model, in words (``OUTPUT_RULE``)."""
-    return _probe(model, shape, batch, key)[2]
+    shape_out = tuple(select_output(y, key).shape)
+    return shape_out, isinstance(y, torch.Tensor), _pick(y, key)[1]
 
 
 def check_loss(loss: str, out: Sequence[int]) -> None:
@@ -276,8 +236,7 @@ def check_loss(loss: str, out: Sequence[int]) -> None:
 
 
 def targets(loss: str, out: Sequence[int], generator=None) -> torch.Tensor:
-    """Random targets shaped like the output: class indices per image or per pixel for
-    cross-entropy, values for MSE."""
+    """Random targets: class indices for cross-entropy, values for MSE."""
     if loss == "mse":
         return torch.randn(tuple(out), generator=generator)
     return torch.randint(0, out[1], (out[0], *out[2:]), generator=generator)

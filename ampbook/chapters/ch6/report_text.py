@@ -1,27 +1,29 @@
-"""The doctor's report as text: its first screen (the answer, 24 lines x 80 columns),
-its sections as Markdown tables with their lead sentences, and the whole report
-(``to_markdown``); ``python -m ampbook.doctor`` wraps it for a terminal."""
+"""The doctor's report as Markdown: its first screen (the answer, 24 lines x 80
+columns), then its sections; ``python -m ampbook.doctor`` wraps it for a terminal."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ampbook.chapters.ch6.verdict import gist, measured_verdict, nearness, span_text
+from ampbook.chapters.ch6.verdict import (
+    measured_here,
+    measured_text,
+    measured_verdict,
+    nearness,
+    point_text,
+    step_label,
+)
 from ampbook.core.page import md_table_text
 from ampbook.core.words import plural
+from ampbook.predict.calibrate import distance_text, layout_text
 from ampbook.predict.specs import shape_text
 
 
-def _mib(b):
-    return None if b is None else b / 2**20
-
-
 def _mib_cell(b) -> str | None:
-    """Bytes as MiB, to one decimal throughout; "< 0.1" for a nonzero count below."""
-    v = _mib(b)
-    if v is None:
+    """Bytes as MiB to one decimal; "< 0.1" for a nonzero count below."""
+    if b is None:
         return None
-    return "< 0.1" if 0 < v < 0.05 else f"{v:,.1f}"
+    return "< 0.1" if 0 < b / 2**20 < 0.05 else f"{b / 2**20:,.1f}"
 
 
 def _ms(s):
@@ -56,14 +58,6 @@ def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
         ["phase", "op in layer type", "kernels", "bytes", "why fp32"],
         [None, None, None, ".1%", None],
     )
-    if report["unmodelled"]:
-        table += "\n\nNot modelled (bytes counted, FLOPs left out):\n\n"
-        table += md_table_text(
-            [(u["op"], u.get("why") or "FLOPs unknown", u["count"], u["bytes_share"],
-              u["time_share"]) for u in report["unmodelled"]],
-            ["op", "why", "kernels", "share of bytes", "share of the bound"],
-            [None, None, None, ".1%", ".1%"],
-        )  # fmt: skip
     return ("1. Coverage", lead, table)
 
 
@@ -89,11 +83,6 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
              _mib_cell(m["bytes"]), m["bytes"] / base if base else None)
             for m in measured
         ]  # fmt: skip
-        if mem.get("fake_at_measured") is not None:
-            rows.append(
-                (f"traced: fp32, {where} (the count above, on fake tensors)",
-                 _mib_cell(mem["fake_at_measured"]), None)
-            )  # fmt: skip
     note = weight_copy_note(mem)
     lead = f"{at['method']}. {note}" if note else at["method"]
     return (
@@ -104,9 +93,8 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def weight_copy_note(mem: dict[str, Any]) -> str | None:
-    """Why AMP can save more bytes than fp32: the 16-bit weight copies,
-    a fixed cost per step, said only where an AMP count exceeds fp32's by no more
-    than the copies; None elsewhere."""
+    """Why AMP can save more bytes than fp32 (the 16-bit weight copies), said only
+    where an AMP count exceeds fp32's by no more than the copies."""
     copies = mem.get("weight_copies_bytes") or 0
     if not copies:
         return None
@@ -125,18 +113,12 @@ def weight_copy_note(mem: dict[str, Any]) -> str | None:
         places.append(f"at the requested size ({at['amp_precision']})")
     if not places:
         return None
-    share = (
-        f" At the requested size the copies are at most {copies / amp:.1%} of "
-        f"{at['amp_precision']}'s saved bytes."
-        if amp
-        else ""
-    )
     return (
-        f"The saved bytes include autocast's 16-bit copies of the weights (up to "
-        f"{_mib(copies):,.4g} MiB: every convolution's, and a linear layer's when its "
-        f"input needs a gradient), a fixed cost whatever the batch: they are why AMP "
-        f"keeps more bytes for backward than fp32 {' and '.join(places)}, where the "
-        f"activations are small.{share}"
+        "The saved bytes include autocast's 16-bit copies of the weights (up to "
+        f"{copies / 2**20:,.4g} MiB: every convolution's, and a linear layer's when "
+        "its input needs a gradient), a fixed cost whatever the batch: they are why "
+        f"AMP keeps more bytes for backward than fp32 {' and '.join(places)}, where "
+        "the activations are small."
     )
 
 
@@ -188,60 +170,39 @@ def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 def measured_table(me: dict[str, Any]) -> tuple[str, str]:
-    """Section 4's lead and Markdown table: each timed variant's median
-    and fastest step and its speedup (on a CPU, from the medians and as the median
-    of the per-round ratios the verdict reads)."""
-    cpu = me["device"] == "cpu"
-    base = next(
-        (r for r in me["rows"] if r["precision"] == "fp32" and r.get("step_s")), None
-    )
+    """Section 4's lead and table: each timed variant's median and fastest step and its
+    speedup (on a CPU the median of its per-round ratios to fp32)."""
     rows = []
     for r in me["rows"]:
-        of_medians = (
-            base["step_s"] / r["step_s"]
-            if base and r.get("step_s") and r.get("input") is None
-            else None
-        )
-        row = [r["variant"], _ms(r.get("step_s")), _ms(r.get("min_step_s"))]
-        ratio = r.get("speedup")
-        if cpu and r.get("samples") == 1 and r.get("step_s"):
-            # one timed step: no median, no fastest round, no median of ratios
-            row[1:] = [f"{_ms(r['step_s']):.1f} (one step)", None]
-            if ratio is not None and r["precision"] != "fp32":
-                ratio = f"{ratio:.2f} (one timing)"
-        row += [of_medians, ratio] if cpu else [ratio]
-        rows.append(row + [r.get("note") or r["skipped"] or ""])
-    n = me.get("rounds")
-    if cpu:
+        one, median, x = r.get("samples") == 1, _ms(r.get("step_s")), r.get("speedup")
+        if one and x and r["precision"] != "fp32":
+            x = f"{x:.2f} (one timing)"
+        rows.append((r["variant"], f"{median:.1f} (one step)" if one else median,
+                     None if one else _ms(r.get("min_step_s")), x,
+                     r.get("note") or r["skipped"] or ""))  # fmt: skip
+    how = "timed steps: the median and the fastest; speedup from the medians"
+    if me["device"] == "cpu":
+        n = plural(me.get("rounds"), "round")
         how = (
-            f"{plural(n, 'round')} taking turns (chapter 5's method): the time is the "
-            f"median step of the {plural(n, 'round')} and the fastest of them; the "
-            "speedups are "
-            "fp32's time over this one's, from the medians beside them and as the "
-            "median of the per-round ratios (the verdict reads the latter; the two "
-            "differ when the rounds drift); a variant timed for one step says so in "
-            "its cells"
+            f"{n} taking turns (chapter 5's method): the median step of the {n} and "
+            "the fastest; speedup: the median of the per-round ratios to fp32"
         )
-        heads = ["variant", f"median of {plural(n, 'round')} (ms)",
-                 "fastest round (ms)", "fp32 / this, medians (x)",
-                 "median of round ratios (x)", "note"]  # fmt: skip
-        fmts = [None, ".1f", ".1f", ".2f", ".2f", None]
-    else:
-        how = "timed steps: the median and the fastest; speedup from the medians"
-        heads = ["variant", "median step (ms)", "fastest step (ms)", "speedup (x)",
-                 "note"]  # fmt: skip
-        fmts = [None, ".1f", ".1f", ".2f", None]
+        if me.get("rounds") == 1:
+            how = "one step each (chapter 5's method, one round); speedup: the "
+            how += "ratio to fp32"
+        if any(r.get("note") for r in me["rows"]):
+            how += "; amp-fp16 apart (its note)"
     lead = (
         f"{me['device_name']}; the runner's step, batch {me['batch']} x "
         f"{shape_text(me['input'])}, {how}"
     )
-    return lead, md_table_text(rows, heads, fmts)
+    heads = ["variant", "median step (ms)", "fastest step (ms)", "speedup (x)", "note"]
+    return lead, md_table_text(rows, heads, [None, ".1f", ".1f", ".2f", None])
 
 
 def references_table(rng: dict[str, Any]) -> str:
-    """The references behind one calibrated range, nearest first, like
-    with like: kernel time for a layer profile, the step for a published one."""
-    from ampbook.predict.calibrate import distance_text
+    """The references behind one range, nearest first, like with like: kernel time
+    for a layer profile, the step for a published one."""
 
     def here_there(r: dict[str, Any]) -> tuple[str, str]:
         kernel = r["kind"] == "profile"
@@ -257,39 +218,44 @@ def references_table(rng: dict[str, Any]) -> str:
     return md_table_text(rows, heads + ["measured there (x)"])
 
 
+def amp_kernels_text(r: dict[str, Any]) -> str:
+    """AMP's kernels and how they differ from fp32's: the casts and transposes AMP
+    adds, and the other kernels' difference, so that fp32's plus these give AMP's."""
+    la, moved = r["launch"], [k for k in ("casts", "transposes") if r.get(k)]
+    rest = la["amp_kernels"] - la["fp32_kernels"] - sum(r[k] for k in moved)
+    said = [" and ".join(f"{r[k]} {k}" for k in moved) + " added"] if moved else []
+    if rest:
+        said.append(f"{abs(rest)} {'more' if rest > 0 else 'fewer'} other kernels")
+    return f"{la['amp_kernels']}" + (f" ({', '.join(said)})" if said else "")
+
+
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
-    """Per GPU and AMP precision: the AMP step's kernels, its launch floor
-    and calibrated kernel time (both predicted), the AMP kernel time measured at this
-    setting where a committed layer profile holds one, and ``bound_text``'s word;
-    None without a floor."""
+    """Per GPU and AMP precision: the kernels (``amp_kernels_text``), the launch floor
+    and calibrated kernel time (predicted), the kernel time a committed profile
+    measured at this setting, and ``bound_text``'s word; None without one."""
 
     def measured(r: dict[str, Any]) -> str:
-        done = [m["amp_kernel_s"] for m in r.get("committed") or []
-                if m.get("same_setting") and m.get("amp_kernel_s")]  # fmt: skip
+        done = [m["amp_kernel_s"] for m in measured_here(r) if m.get("amp_kernel_s")]
         return f"{done[0] * 1e3:.3f}" if done else "–"
 
     rows = [
-        (r["gpu_name"], r["precision"], la["amp_kernels"], la["amp_floor_s"] * 1e3,
-         la["amp_kernel_s"] * 1e3, la["amp_floor_s"] / la["amp_kernel_s"],
-         measured(r), bound_text(r))
+        (r["gpu_name"], r["precision"], la["fp32_kernels"], amp_kernels_text(r),
+         la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3,
+         la["amp_floor_s"] / la["amp_kernel_s"], measured(r), bound_text(r))
         for r in ranges
         if (la := r.get("launch") or {}).get("amp_kernel_s")
     ]  # fmt: skip
     if not rows:
         return None
-    heads = ["GPU", "AMP", "AMP kernels", "launch floor (ms)",
+    heads = ["GPU", "AMP", "fp32 kernels", "AMP kernels", "launch floor (ms)",
              "calibrated kernel time (ms), median reference's", "floor / kernel time",
              "measured kernel time (ms)", "predicted bound"]  # fmt: skip
-    return md_table_text(
-        rows, heads, [None, None, None, ".3f", ".3f", ".2f", None, None]
-    )
+    fmts = [None, None, None, None, ".3f", ".3f", ".2f", None, None]
+    return md_table_text(rows, heads, fmts)
 
 
 def _verdict_lines(ranges: list[dict[str, Any]]) -> str:
-    """Section 5's list, one item per GPU and precision; the host model
-    behind every step prediction is said once above it when every range shares it."""
-    from ampbook.chapters.ch6.verdict import step_label
-
+    """Section 5's list; the host model every range shares is said once above it."""
     lines = [r["line"] for r in ranges]
     labels = {step_label(r) for r in ranges}
     head = ""
@@ -313,30 +279,24 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
             "beside the speedup it measured, kernel time beside kernel time, step "
             "beside step):\n\n" + references_table(first)
         )
-    fl = ver.get("launch_floor")
-    if fl:
+    fl, floors = ver.get("launch_floor"), launch_table(ver["ranges"])
+    if fl and floors:
         text += (
-            f"\n\nLaunch floor: {fl['per_kernel_s'] * 1e6:.2g} µs of host time per "
-            f"kernel (the smallest element-wise calls measured on {fl['source']}), "
-            "assumed the same on every GPU and for every kernel counted."
-        )
-    floors = launch_table(ver["ranges"])
-    if floors:
-        text += (
-            "\n\nThe launch floor (AMP's kernels times the host time per kernel "
-            "above) beside the calibrated AMP kernel time (the median reference's, "
-            "not the weighted references of the point prediction), both predicted, "
-            "and the AMP kernel time measured at this setting where a committed layer "
-            "profile holds one, per GPU: the first screen's launch-bound when a floor "
-            "is longer than its calibrated kernel time (AMP's or fp32's), near the "
-            f"launch floor when AMP's is at least {NEAR_FLOOR:.0%} of it, else the "
-            "roofline's bound:\n\n" + floors
+            f"\n\nLaunch floor: a step's kernels times {fl['per_kernel_s'] * 1e6:.2g} "
+            "µs of host time per kernel (the smallest element-wise calls measured on "
+            f"{fl['source']}, assumed the same on every GPU and for every kernel); "
+            "AMP's beside the calibrated AMP kernel time (the median reference's), "
+            "both predicted, and the AMP kernel time a committed layer profile "
+            "measured at this setting where one exists (– where none); the bound is "
+            "the first screen's test, whose other half holds fp32's floor (its kernels "
+            "times the same) against fp32's calibrated kernel time:\n\n" + floors
         )
     text += (
         "\n\nWhat to try, per GPU, ranked by gain; AMP's gain is the step predicted "
-        "for PyTorch's example loop, for every precision alike (like with like); the "
-        "measured steps, timed alone and in the training loop, are in the detail, "
-        "unranked:\n\n"
+        "for PyTorch's example loop, for every precision alike (like with like); a "
+        "committed measurement of the AMP step (printed on the first screen or in the "
+        "precision's line above) never ranks the AMP item; channels_last and "
+        "cudnn.benchmark are ranked by the steps timed here:\n\n"
     ) + md_table_text(
         [(c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
          for c in ver["items"]],
@@ -359,24 +319,20 @@ def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 # The AMP step is "near the launch floor" when its floor is at least this share of its
-# calibrated kernel time (``bound_text``): the roofline's word would not hold there.
+# calibrated kernel time (``bound_text``).
 NEAR_FLOOR = 0.8
 
 BOUND_WORDS_TEXT = (
-    "The bound is predicted, by one of two tests: launch-bound when the launch floor "
-    "is longer than the calibrated kernel time (the median reference's), near the "
-    "launch floor when it is at "
-    f"least {NEAR_FLOOR:.0%} of AMP's (section 5 prints both); else memory- or "
-    "compute-bound by the larger share of the roofline bound (section 3)."
+    "The bound is predicted, by one of two tests: launch-bound when a launch floor is "
+    "longer than its calibrated kernel time (the median reference's), AMP's or "
+    f"fp32's; near the launch floor when AMP's is at least {NEAR_FLOOR:.0%} of it "
+    "(section 5 prints both for AMP); else memory- or compute-bound by the larger "
+    "share of the roofline bound (section 3)."
 )
 
 
 def bound_text(r: dict[str, Any]) -> str:
-    """What bounds one range's AMP step, in a word (``BOUND_WORDS_TEXT``):
-    launch-bound when the launch floor is longer than the calibrated kernel time
-    (AMP's or fp32's), near the launch floor when AMP's floor is at least
-    ``NEAR_FLOOR`` of AMP's kernel time, else memory- or compute-bound by the larger
-    share of the roofline bound."""
+    """What bounds one range's AMP step, in a word (``BOUND_WORDS_TEXT``)."""
     launch = r.get("launch") or {}
     if launch.get("amp_bound") or launch.get("fp32_bound"):
         return "launch-bound"
@@ -389,7 +345,8 @@ def bound_text(r: dict[str, Any]) -> str:
     return "memory-bound" if share >= 0.5 else "compute-bound"
 
 
-def _screen_line(r: dict[str, Any]) -> str:
+def screen_line(r: dict[str, Any]) -> str:
+    """One range's line on the first screen: point, range, bound, measurements."""
     if not r["rows"]:
         return (
             f"- {r['gpu_name']}: {r['precision']} no reference applies; "
@@ -397,52 +354,23 @@ def _screen_line(r: dict[str, Any]) -> str:
             "of the bound, not a bound)"
         )
     what = "step" if r.get("host") else "kernels"
-    line = (
-        f"- {r['gpu_name']}: {r['precision']} {what} {r['point']:.2f}x "
-        f"({span_text(r['low'], r['high'])}), {gist(r['low'], r['high'], r['point'])}"
-    )
+    line = f"- {r['gpu_name']}: {r['precision']} {what} {point_text(r)}"
     if r.get("host"):
         line += f"; step without host idle {r['kernel_point']:.2f}x"
     bound = bound_text(r)
     line += f"; predicted {bound}" if bound else ""
-    said = []
-    run = r.get("runner")
-    for m in _measured_here(r):
-        if m.get("kind") == "step in the loop":
-            said.append(
-                f"step in the loop {m['low']:.2f}x to {m['high']:.2f}x per epoch"
-            )
-        elif m.get("kind") == "step alone":
-            text = f"step timed alone {m['speedup']:.2f}x"
-            if m.get("loop") and run:  # held against the prediction for its loop
-                steps = f", {m['steps']} steps, no spread" if m.get("steps") else ""
-                text += (
-                    f" (the book's runner{steps}) against {run['point']:.2f}x "
-                    f"({span_text(run['low'], run['high'])}) predicted for that loop"
-                )
-            said.append(text)
-        else:
-            said.append(f"{m['what'].split(',')[0]} {m['speedup']:.2f}x")
+    said = [measured_text(m, r, screen=True) for m in measured_here(r)]
     if said:
         line += f"; measured ({r['precision']}): " + ", ".join(said)
     return line
 
 
-def _measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The committed measurements of the range's own setting: the step timed alone
-    first, then the step in the loop, then the kernels."""
-    order = {"step alone": 0, "step in the loop": 1}
-    done = [m for m in r.get("committed") or [] if m.get("same_setting")]
-    return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
-
-
 def headline_key(r: dict[str, Any]) -> tuple:
-    """Which AMP precision heads a GPU's line on the first screen: one
-    with a range, then the faster as printed; a tie goes to the one with more
-    committed measurements of this setting, so that the line carries them."""
+    """Which AMP precision heads a GPU's line on the first screen: one with a range,
+    the faster as printed, a tie to the one with more committed measurements."""
     if not r["rows"]:
         return (False, 0.0, 0)
-    return (True, round(r["point"], 2), len(_measured_here(r)))
+    return (True, round(r["point"], 2), len(measured_here(r)))
 
 
 TIE_RULE = "ties to two decimals go to the one measured more here"
@@ -450,49 +378,36 @@ SCREEN_ORDER_TEXT = "Best first"
 
 
 def screen_order(r: dict[str, Any]) -> tuple:
-    """The first screen's order of GPUs: best first by the predicted
-    speedup printed, a GPU with no range last, ties in the device table's order."""
+    """The first screen's order: best first as printed, a GPU with no range last."""
     return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
 
 
 def first_screen(report: dict[str, Any]) -> str:
-    """The answer first, for a screen of 24 lines x 80 columns: what was
-    predicted, then one line per GPU with its faster AMP precision (point, range,
-    verdict in words, bound, committed measurements); the warnings last."""
-    from ampbook.predict.calibrate import layout_text
-
+    """The answer, for a screen of 24 lines x 80 columns: what was predicted, one line
+    per GPU with its faster AMP precision, the warnings last."""
     fmt = report.get("memory_format", "channels_first")
     ranges = report["verdict"]["ranges"]
     best: dict[str, dict[str, Any]] = {}
-    for r in ranges:  # the faster AMP precision per GPU (``headline_key``)
-        old = best.get(r["gpu"])
-        if old is None or headline_key(r) > headline_key(old):
-            best[r["gpu"]] = r
+    for r in ranges:  # the faster AMP precision per GPU; a tie keeps the first
+        best[r["gpu"]] = max(best.get(r["gpu"], r), r, key=headline_key)
     shape = "x".join(map(str, report.get("input") or []))
     what = f"batch {report['batch']}" + (f" x {shape}" if shape else "")
     step = "forward pass" if report.get("backward") is False else "training step"
-    families = {r.get("family") for r in best.values()}
-    if families == {"tf32"}:
-        base = "fp32 with TF32 (fp32-tf32)"
-    elif "tf32" in families:
+    tf32 = {r.get("family") == "tf32" for r in best.values()}
+    base = "fp32 (no TF32 on these GPUs)"
+    if True in tf32:
         base = "fp32 (with TF32, fp32-tf32, on the GPUs that have it)"
-    else:
-        base = "fp32 (no TF32 on these GPUs)"
+        base = "fp32 with TF32 (fp32-tf32)" if tf32 == {True} else base
     precs = list(dict.fromkeys(r["precision"] for r in ranges))
-    which = (
-        f"{precs[0]} on each GPU (section 5 has its detail)."
-        if len(precs) == 1
-        else f"Each GPU shows its faster AMP precision; {TIE_RULE} (section 5 has "
-        + ("both" if len(precs) == 2 else f"all {len(precs)}")
-        + ")."
-    )
-    host = any(r.get("host") for r in best.values())
-    what_of = (
-        "the step is kernels plus modelled host idle, beside it the step without "
-        "host idle."
-        if host
-        else "kernel time only (no host model)."
-    )
+    which = f"{precs[0]} on each GPU (section 5 has its detail)."
+    if len(precs) > 1:
+        n = "both" if len(precs) == 2 else f"all {len(precs)}"
+        which = f"Each GPU shows its faster AMP precision; {TIE_RULE} (section 5 has "
+        which += f"{n})."
+    what_of = "kernel time only (no host model)."
+    if any(r.get("host") for r in best.values()):
+        what_of = "the step is kernels plus modelled host idle, beside it the step "
+        what_of += "without host idle."
     shown = sorted(best.values(), key=screen_order)
     lines = [
         f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
@@ -501,7 +416,7 @@ def first_screen(report: dict[str, Any]) -> str:
         f"throughputs. {which}" + (f" {SCREEN_ORDER_TEXT}:" if len(shown) > 1 else ""),
         "",
     ]
-    lines += [_screen_line(r) for r in shown]
+    lines += [screen_line(r) for r in shown]
     if any(bound_text(r) for r in best.values()):
         lines += ["", BOUND_WORDS_TEXT]
     for w in report.get("warnings", []):
@@ -510,9 +425,8 @@ def first_screen(report: dict[str, Any]) -> str:
 
 
 def report_head(report: dict[str, Any], level: int = 1) -> str:
-    """The title, ``first_screen`` and the output read: what ``python -m
-    ampbook.doctor`` prints as soon as the step is traced (the verdict within
-    24 lines for the 15 GPUs of the table)."""
+    """The title, ``first_screen`` and the output read: what the command prints as
+    soon as the step is traced."""
     return (
         _title(
             f"AMP doctor: {report['model']} ({report['model_class']}, "
@@ -528,8 +442,7 @@ def report_head(report: dict[str, Any], level: int = 1) -> str:
 
 
 def report_body(report: dict[str, Any], level: int = 1) -> str:
-    """The detailed sections (``sections``), each under a heading one below
-    ``level``."""
+    """The detailed sections, each under a heading one below ``level``."""
     return "\n".join(
         f"{_title(t, level + 1, level)}\n\n{lead}\n\n{tab}\n"
         for t, lead, tab in sections(report)
@@ -541,7 +454,6 @@ def _title(text: str, depth: int, level: int) -> str:
 
 
 def to_markdown(report: dict[str, Any], level: int = 1) -> str:
-    """The report as Markdown (``report_head`` then ``report_body``); ``level`` is the
-    title's heading level (the sections one below); 0 sets the titles in bold instead
-    of headings (for a page that has its own)."""
+    """The report as Markdown; ``level`` is the title's heading level (0: bold titles,
+    for a page that has its own headings)."""
     return report_head(report, level) + "\n\n" + report_body(report, level)

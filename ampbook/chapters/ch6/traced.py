@@ -1,6 +1,5 @@
-"""Sections 1 to 3 of the doctor's report, read from the traced step: coverage (the
-share autocast runs in 16 bits, the operators left in fp32 and why), memory (bytes
-saved for backward at the requested size) and the roofline per GPU."""
+"""Sections 1 to 3 of the doctor's report, read from the traced step: coverage (what
+autocast runs in 16 bits, what stays fp32 and why), memory and the roofline."""
 
 from __future__ import annotations
 
@@ -9,30 +8,25 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ampbook.chapters.ch6.outputs import loss_fn
+from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
+from ampbook.core.words import plural
+from ampbook.measure.autocast_rules import aten_base, cuda_category
+from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
+from ampbook.numerics.gradstats import CAST_WEIGHT_TYPES
 from ampbook.predict.opcost import OpCost
-from ampbook.predict.pace import pace_verdict
+from ampbook.predict.references import class_bounds
 from ampbook.predict.roofline import Ceilings, Prediction, predict
-from ampbook.predict.steptrace import (
-    AUTOGRAD,
-    LAYOUT_TRANSPOSE,
-    LOSS,
-    StepTrace,
-    trace_step,
-)
+from ampbook.predict.steptrace import AUTOGRAD, LOSS, StepTrace
 
 SIXTEEN_BIT = ("float16", "bfloat16")
 _CREATION_OPS = {"zeros", "ones", "full", "arange", "scalar_tensor", "randn", "rand"}
 
 
 def fp32_reason(op: OpCost) -> str:
-    """Why an operator of an AMP trace ran in fp32, in a few words: CUDA autocast's
-    fp32 list or promotion (``autocast_rules.cuda_category``), a cast, the loss, the
-    autograd engine, a tensor created in fp32, or an fp32 input (an op autocast does
-    not list runs in its inputs' dtype, such as a residual sum's)."""
-    from ampbook.measure.autocast_rules import aten_base, cuda_category
-
+    """Why an operator of an AMP trace ran in fp32: CUDA autocast's fp32 list or
+    promotion, a cast, the loss, autograd, a tensor created in fp32, or an fp32 input
+    (an op autocast does not list runs in its inputs' dtype, as a residual sum)."""
     base = aten_base(op.op)
     grad = op.phase == "backward"
     of = "gradient of " if grad else ""
@@ -52,14 +46,8 @@ def fp32_reason(op: OpCost) -> str:
     return "gradient of an fp32 op" if grad else "fp32 input (e.g. residual sum)"
 
 
-def unmodelled(p: Prediction) -> list[dict[str, Any]]:
-    """Operators whose FLOPs the cost model does not know, or that compute in a dtype
-    it has no peak for, each with its share of the bytes and of the predicted time."""
-    return [dict(r) for r in p.unmodelled]
-
-
 def unmodelled_line(rows: Sequence[dict[str, Any]]) -> str | None:
-    """One warning line naming the unmodelled operators and their share, or None."""
+    """One warning naming the operators the cost model has no FLOPs for, or None."""
     if not rows:
         return None
     names = ", ".join(
@@ -69,14 +57,13 @@ def unmodelled_line(rows: Sequence[dict[str, Any]]) -> str | None:
     )
     more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
     return (
-        f"{len(rows)} operator{'s' if len(rows) != 1 else ''} not modelled: "
+        f"{plural(len(rows), 'operator')} not modelled: "
         f"{names}{more}; their FLOPs are left out of the roofline"
     )
 
 
-def coverage(trace: StepTrace, p: Prediction | None = None) -> dict[str, Any]:
-    """Section 1: the 16-bit share of an AMP trace per phase, the fp32 rest, and (with
-    its prediction ``p``) the operators left unmodelled."""
+def coverage(trace: StepTrace) -> dict[str, Any]:
+    """Section 1: the 16-bit share of an AMP trace per phase, and the fp32 rest."""
     shares = {}
     for phase in ("forward", "backward"):
         ops = trace.select(phase)
@@ -89,7 +76,6 @@ def coverage(trace: StepTrace, p: Prediction | None = None) -> dict[str, Any]:
             "mma_flops_16bit": sum(o.mma_flops for o in low)
             / (sum(o.mma_flops for o in ops) or 1.0),
         }
-    total_flops = sum(o.flops for o in trace.ops) or 1.0
     total_bytes = sum(o.bytes for o in trace.ops) or 1.0
     groups: dict[tuple, dict[str, Any]] = {}
     for o in trace.ops:
@@ -97,44 +83,24 @@ def coverage(trace: StepTrace, p: Prediction | None = None) -> dict[str, Any]:
             continue
         g = groups.setdefault((o.phase, o.op, o.scope_type), {
             "phase": o.phase, "op": o.op, "layer_type": o.scope_type, "count": 0,
-            "flops_share": 0.0, "bytes_share": 0.0, "example": o.scope,
-            "reason": fp32_reason(o),
+            "bytes_share": 0.0, "reason": fp32_reason(o),
         })  # fmt: skip
         g["count"] += 1
-        g["flops_share"] += o.flops / total_flops
         g["bytes_share"] += o.bytes / total_bytes
     fp32_ops = sorted(groups.values(), key=lambda g: -g["bytes_share"])
-    return {
-        "precision": trace.precision,
-        "phases": shares,
-        "fp32_ops": fp32_ops,
-        "unmodelled": unmodelled(p) if p is not None else [],
-    }
+    return {"precision": trace.precision, "phases": shares, "fp32_ops": fp32_ops}
 
 
-def cast_kernels(traces: dict[str, StepTrace], precision: str) -> int:
-    """The dtype conversions (``_to_copy``) an AMP step adds over fp32's."""
-    return _added(traces, precision, "_to_copy")
-
-
-def layout_kernels(traces: dict[str, StepTrace], precision: str) -> int:
-    """The layout transposes an AMP step adds over fp32's (assumed in NCHW by
-    ``with_memory_format``, not traced)."""
-    return _added(traces, precision, LAYOUT_TRANSPOSE)
-
-
-def _added(traces: dict[str, StepTrace], precision: str, op: str) -> int:
-    def n(tr: StepTrace) -> int:
-        return sum(o.kernels for o in tr.ops if o.op == op)
-
-    return n(traces[precision]) - n(traces["fp32"])
+def added_kernels(traces: dict[str, StepTrace], precision: str, op: str) -> int:
+    """The kernels of ``op`` an AMP step adds over fp32's: its casts (``_to_copy``),
+    its layout transposes (``LAYOUT_TRANSPOSE``, assumed in NCHW)."""
+    return sum(o.kernels * (1 if t == precision else -1) for t in (precision, "fp32")
+               for o in traces[t].ops if o.op == op)  # fmt: skip
 
 
 def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, Any]:
-    """Bytes saved for backward at the requested size, fp32 and AMP, counted on the
-    traced steps, and the weights, gradients and Adam state beside them."""
-    from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
-
+    """Bytes saved for backward at the requested size, fp32 and AMP, on the traced
+    steps, and the weights, gradients and Adam state beside them."""
     fp32 = traces["fp32"]
     out: dict[str, Any] = {
         "batch": fp32.batch_size,
@@ -156,10 +122,8 @@ def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, A
 
 
 def weight_copy_bytes(model: nn.Module) -> int:
-    """Bytes of the 16-bit copies autocast makes of the weights of convolutions and
-    linear layers, once per step whatever the batch: at most what backward keeps."""
-    from ampbook.numerics.gradstats import CAST_WEIGHT_TYPES
-
+    """Bytes of autocast's 16-bit copies of the weights, once per step whatever the
+    batch: at most what backward keeps."""
     return 2 * sum(
         m.weight.numel()
         for m in model.modules()
@@ -168,31 +132,14 @@ def weight_copy_bytes(model: nn.Module) -> int:
     )
 
 
-def fake_saved_bytes(
-    model: nn.Module, shape: Sequence[int], batch: int, loss: str, precision: str
-) -> int:
-    """New bytes saved for backward by one forward and loss on fake tensors, to hold
-    against a real step's count at the same size."""
-    tr = trace_step(
-        model, batch, 1, 1, precision, input_shape=shape, backward=False,
-        loss=loss_fn(loss),
-    )  # fmt: skip
-    return tr.saved_tensors["new_bytes"]
-
-
 def roofline(
     traces: dict[str, StepTrace],
     gpus: Sequence[str],
-    loader_images_per_s: float | None = None,
     devices=None,
 ) -> list[dict[str, Any]]:
-    """Section 3: per GPU and AMP precision, the bounds and what they need; fp32 with
-    TF32 for convolutions and matrix products (``fp32_tf32_s``, the baseline), with
-    PyTorch's defaults (``fp32_default_s``: not for matrix products) and without
-    (``fp32_strict_s``)."""
-    from ampbook.core.devices import display_name, load_devices
-    from ampbook.predict.references import class_bounds
-
+    """Section 3: per GPU and AMP precision, the bounds; fp32 with TF32 for
+    convolutions and matrix products (``fp32_tf32_s``, the baseline), with PyTorch's
+    defaults (``fp32_default_s``: not for matrix products) and without it."""
     devices = load_devices() if devices is None else devices
     rows = []
     batch = traces["fp32"].batch_size
@@ -211,46 +158,26 @@ def roofline(
             row = {
                 "gpu": key, "gpu_name": display_name(key, devices), "precision": prec,
                 "fp32_tf32_s": p_on.min_step_s, "fp32_default_s": p_def.min_step_s,
-                "fp32_strict_s": p_off.min_step_s,
-                "fp32_memory_bound_share": p_on.memory_bound_share,
-                "fp32_by_class_s": class_bounds(p_on), "fp32_kernels": fp32_kernels,
+                "fp32_strict_s": p_off.min_step_s, "fp32_kernels": fp32_kernels,
+                "fp32_by_class_s": class_bounds(p_on),
             }  # fmt: skip
             if dtype not in on.mma_tflops:
-                row.update(
-                    amp_s=None,
-                    note=f"the {row['gpu_name']} has no {dtype} tensor cores",
-                )
-                rows.append(row)
+                rows.append(row | {"amp_s": None})
                 continue
             p = predict(tr, on)
-            t = p.min_step_s
+            t, by_class = p.min_step_s, class_bounds(p)
             row.update(
-                amp_s=t, amp_by_class_s=class_bounds(p),
+                amp_s=t, amp_by_class_s=by_class, speedup_tf32=p_on.min_step_s / t,
                 amp_kernels=int(tr.totals()["kernels"]),
-                speedup_tf32=p_on.min_step_s / t, speedup_default=p_def.min_step_s / t,
-                speedup_strict=p_off.min_step_s / t,
-                memory_bound_share=p.memory_bound_share, mma_share=_mma_share(p),
-                images_per_s_needed=batch / t,
-                fp32_images_per_s_needed=batch / p_on.min_step_s,
-                fusable_s=class_bounds(p)["elementwise"],
+                memory_bound_share=p.memory_bound_share,
+                images_per_s_needed=batch / t, fusable_s=by_class["elementwise"],
             )  # fmt: skip
-            if loader := loader_images_per_s:
-                need = row["images_per_s_needed"]
-                row["epoch_bound"] = "loader" if loader < need else "step"
-                row["pace"] = pace_verdict(loader, need, f"on the {row['gpu_name']}")
             rows.append(row)
     return rows
 
 
-def _mma_share(p: Prediction) -> float:
-    """Share of the predicted step (operators only) in convolutions/matrix products."""
-    total = sum(t.time_s for t in p.times) or 1.0
-    return sum(t.time_s for t in p.times if t.op.mma_flops) / total
-
-
 def where_time_goes(p: Prediction, top: int = 6) -> list[dict[str, Any]]:
-    """The layer types that take most of a predicted step, with their intensity and
-    whether they are memory-bound (``Prediction.by_type``)."""
+    """The layer types that take most of a predicted step, their intensity and bound."""
     rows = p.by_type()
     total = sum(r["time_s"] for r in rows) or 1.0
     nbytes = sum(r["bytes"] for r in rows) or 1.0

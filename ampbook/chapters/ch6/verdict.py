@@ -1,6 +1,5 @@
 """Section 5 of the doctor's report: the expected AMP speedup per GPU in words, the
-memory warnings, the committed measurements of the same setting, the checklist per
-GPU, and the one line on the steps timed here (section 4)."""
+memory warnings, the committed measurements, what to try, and section 4's line."""
 
 from __future__ import annotations
 
@@ -8,11 +7,17 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from ampbook.chapters.ch6.traced import cast_kernels, layout_kernels
+from ampbook.chapters.ch6.traced import added_kernels
+from ampbook.core.devices import display_name
 from ampbook.core.precision import AUTOCAST_DTYPES
 from ampbook.core.words import plural
+from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
+from ampbook.predict.calibrate import GPU_DISTANCES, calibrated_range, layout_text
+from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
+from ampbook.predict.hostmodel import profile_loop
 from ampbook.predict.specs import shape_text, table_key
-from ampbook.predict.steptrace import StepTrace
+from ampbook.predict.steptrace import LAYOUT_TRANSPOSE, StepTrace
+from ampbook.results import load_results_dir
 
 # Measured steps within this fraction of each other are reported as the same speed.
 SAME_SPEED = 0.05
@@ -26,9 +31,8 @@ def range_position(value: float, low: float, high: float) -> str:
 
 
 def end_text(x: float) -> str:
-    """A range's end to two decimals, or more (three, at most four) where fewer round
-    it to 1: the verdict (``gist``) is decided on the unrounded end, so 1.004 ("a
-    gain") and 0.996 ("no clear gain") must not both print as 1.00."""
+    """A range's end to two decimals, or up to four where fewer round it to 1: 1.004
+    ("a gain") and 0.996 ("no clear gain") must not both print as 1.00."""
     for digits in (2, 3, 4):
         text = f"{x:.{digits}f}"
         if float(text) != 1:
@@ -42,9 +46,8 @@ def span_text(lo: float, hi: float) -> str:
 
 
 def gist(lo: float, hi: float, point: float | None = None) -> str:
-    """Words for a range: "a gain" or "a loss" only when the whole range is on one
-    side of 1.0; a range that spans 1.0 is "no clear gain" (its point estimate, as
-    printed to two decimals, at 1.00 or above) or "no clear loss" (below)."""
+    """A range in words: "a gain" or "a loss" only when it is all on one side of 1.0,
+    else "no clear gain" (the point, to two decimals, at 1.00 or above) or "loss"."""
     if lo > 1:
         return "a gain"
     if hi < 1:
@@ -53,22 +56,15 @@ def gist(lo: float, hi: float, point: float | None = None) -> str:
     return "no clear gain" if round(point, 2) >= 1 else "no clear loss"
 
 
-def speedup_range_verdict(
-    gpu_name: str,
-    precision: str,
-    rng: dict[str, Any],
-    casts: int | None = None,
-    transposes: int | None = None,
-) -> str:
-    """The expected AMP speedup on one GPU, in one line: the range
-    and the references that set it, the ratio at equal shares of the bound (not a
-    bound), the committed measurements and the launch floor when it binds."""
+def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) -> str:
+    """The expected AMP speedup on one GPU in one line: the range, the references that
+    set it, the ratio of bounds, the committed measurements."""
     equal = rng["equal_share"]
     if equal <= 0:
         raise ValueError("speedups must be positive")
-    family = "TF32" if rng["family"] == "tf32" else "fp32"
-    tf32 = "TF32 on" if family == "TF32" else "no TF32"
-    head = f"{gpu_name}: {precision} over fp32 ({tf32})"
+    tf32 = rng["family"] == "tf32"
+    family, on = ("TF32", "TF32 on") if tf32 else ("fp32", "no TF32")
+    head = f"{gpu_name}: {precision} over fp32 ({on})"
     same = (
         f"ratio of bounds {equal:.2f}x, the speedup if both precisions reached the "
         "same share of their bound"
@@ -79,10 +75,6 @@ def speedup_range_verdict(
             f"{head}: no reference measured the {family} and 16-bit efficiencies this "
             f"GPU needs, so no calibrated range; {same} (not a bound)."
         )
-    lo, hi = rng["low"], rng["high"]
-    from ampbook.predict.calibrate import layout_text
-
-    n = len(rows)
     by = {r["key"]: r for r in rows}
     basis = ", ".join(
         f"{by[k]['label']} ({by[k]['weight_share']:.0%})" for k in rng["basis"][:3]
@@ -96,10 +88,9 @@ def speedup_range_verdict(
             f"{rng['kernel_point']:.2f}x ({k_span})"
         )
     line = (
-        f"{head}, {layout}: {step_label(rng)} {rng['point']:.2f}x ± "
-        f"{math.exp(rng['error']) - 1:.0%} ({span_text(lo, hi)}), "
-        f"{gist(lo, hi, rng['point'])}{kernel}; set by {basis} of {n} "
-        f"reference{'s' if n != 1 else ''} weighted by closeness; {same}."
+        f"{head}, {layout}: {step_label(rng)} {point_text(rng, error=True)}{kernel}; "
+        f"set by {basis} of {plural(len(rows), 'reference')} weighted by closeness; "
+        f"{same}."
     )
     if not any(r["layout_match"] for r in rows):
         ran = sorted({layout_text(r["layouts"]) for r in rows})
@@ -110,46 +101,20 @@ def speedup_range_verdict(
         )
     for m in rng.get("committed") or []:
         line += " " + measured_text(m, rng)
-    return line + _launch_sentence(rng.get("launch"), casts, transposes)
+    return line
 
 
-def _launch_sentence(launch, casts: int | None, transposes: int | None) -> str:
-    """ " Launch-bound: ..." where the launch floor binds (AMP's or fp32's), else ""."""
-    if not launch or not (launch.get("amp_bound") or launch.get("fp32_bound")):
-        return ""
-    amp = bool(launch.get("amp_bound"))
-    which = "AMP's" if amp else "fp32's"
-    kernels = (launch["amp_kernels"] if amp else None) or launch["fp32_kernels"]
-    floor = (launch["amp_floor_s"] if amp else None) or launch["fp32_floor_s"]
-    added = [f"its casts add {casts}"] if casts else []
-    if transposes:
-        added.append(f"the layout transposes assumed in NCHW {transposes}")
-    more = kernels - launch["fp32_kernels"] - (casts or 0) - (transposes or 0)
-    if added and more:
-        count = plural(abs(more), "other operator").split(" ", 1)
-        added.append(f"{count[0]} {'more' if more > 0 else 'fewer'} {count[1]}")
-    cast = (
-        f" (fp32's {launch['fp32_kernels']}; {', '.join(added)})"
-        if added and amp
-        else ""
-    )
-    assumed = (
-        "; each layout transpose assumed to cost an eager operator's host time"
-        if transposes and amp
-        else ""
-    )
-    return (
-        f" Launch-bound: {which} {kernels} kernels{cast} need at least "
-        f"{floor * 1e3:.2g} ms at {launch['per_kernel_s'] * 1e6:.2g} µs each "
-        f"(host time per kernel measured on {launch.get('source') or 'one GPU'} "
-        f"and assumed on every GPU{assumed}), longer than their calibrated "
-        "kernel time."
-    )
+def point_text(r: dict[str, Any], error: bool = False) -> str:
+    """A range's point, its span and its gist: "1.11x (0.99x to 1.25x), no clear gain";
+    with ``error`` the range's half-width after the point ("± 31%")."""
+    err = f" ± {math.exp(r['error']) - 1:.0%}" if error else ""
+    span = span_text(r["low"], r["high"])
+    return f"{r['point']:.2f}x{err} ({span}), {gist(r['low'], r['high'], r['point'])}"
 
 
 def step_label(rng: dict[str, Any]) -> str:
-    """What the range's point is of: the step (kernels plus the host's
-    idle time per sync, and the data time where given), or the kernels alone."""
+    """What the range's point is of: the step (kernels plus the host's idle time, and
+    the data time where given), or the kernels alone."""
     host = rng.get("host")
     if not host:
         return "predicted kernel-time speedup (no host model: no step)"
@@ -162,35 +127,57 @@ def step_label(rng: dict[str, Any]) -> str:
     )
 
 
-def measured_text(m: dict[str, Any], rng: dict[str, Any]) -> str:
-    """One committed measurement beside the prediction, labelled by what
-    it timed: kernels, the step timed alone (against the step predicted for its
-    loop, where known) or the step in the training loop (epoch by epoch)."""
+# What a committed measurement says, by its kind: (section 5, the first screen).
+MEASURED_WORDS = {
+    "step in the loop": (
+        "Measured: {speedup:.2f}x median, {low:.2f}x to {high:.2f}x over {epochs} "
+        "epochs ({what}, the step in the training loop; {source}{where})",
+        "step in the loop {low:.2f}x to {high:.2f}x per epoch",
+    ),
+    "step alone": (
+        "Measured: {speedup:.2f}x ({what}; {source}{where})",
+        "step timed alone {speedup:.2f}x",
+    ),
+    None: (
+        "Measured: {speedup:.2f}x ({what}; {source}{where})",
+        "{short} {speedup:.2f}x",
+    ),
+}
+
+
+def measured_text(m: dict[str, Any], rng: dict[str, Any], screen=False) -> str:
+    """One committed measurement beside the prediction, labelled by what it timed:
+    kernels, the step alone (against its loop's prediction) or in the loop."""
     other = m.get("same_setting") is False and rng.get("setting")
     where = f", not this prediction's {rng['setting']}" if other else ""
-    if m.get("kind") == "step in the loop":
-        return (
-            f"Measured: {m['speedup']:.2f}x median, {m['low']:.2f}x to "
-            f"{m['high']:.2f}x over {m['epochs']} epochs ({m['what']}, the step in "
-            f"the training loop; {m['source']}{where})."
-        )
-    text = f"Measured: {m['speedup']:.2f}x ({m['what']}; {m['source']}{where})"
+    short = m["what"].split(",")[0]
+    text = MEASURED_WORDS[m.get("kind")][screen].format(**m, where=where, short=short)
     run = rng.get("runner")
-    if m.get("kind") == "step alone" and m.get("loop") and run and not other:
-        text += (
-            f"; recorded by {m['loop']} ({m['loop_detail']}; two of the AMP step's "
-            f"syncs and one of fp32's are the runner's, not AMP's), against "
-            f"{run['point']:.2f}x ({span_text(run['low'], run['high'])}) predicted "
-            f"for that loop: {range_position(m['speedup'], run['low'], run['high'])}"
-            " (a cross-check, not a test: the idle time per sync was fitted on these "
-            "profiles)"
-        )
-    return text + "."
+    if m.get("kind") != "step alone" or not (m.get("loop") and run) or other:
+        return text if screen else text + "."
+    against = (
+        f"against {run['point']:.2f}x ({span_text(run['low'], run['high'])}) "
+        "predicted for that loop"
+    )
+    if screen:
+        steps = f", {m['steps']} steps, no spread" if m.get("steps") else ""
+        return f"{text} (the book's runner{steps}) {against}"
+    return (
+        f"{text}; recorded by {m['loop']} ({m['loop_detail']}; two of the AMP step's "
+        f"syncs and one of fp32's are the runner's, not AMP's), {against}: "
+        f"{range_position(m['speedup'], run['low'], run['high'])} (a cross-check, "
+        "not a test: the idle time per sync was fitted on these profiles)."
+    )
+
+
+def measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The committed measurements of this setting: alone, in the loop, kernels."""
+    order = {"step alone": 0, "step in the loop": 1}
+    done = [m for m in r.get("committed") or [] if m.get("same_setting")]
+    return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
 
 
 def nearness(row: dict[str, Any]) -> tuple:
-    from ampbook.predict.calibrate import GPU_DISTANCES
-
     order = GPU_DISTANCES.index(row["gpu_distance"])
     return (not row["same_network"], order, row["mix_distance"])
 
@@ -207,13 +194,9 @@ def verdict_ranges(
     host=None,
     data_s: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Section 5's ranges: per GPU and AMP precision, the calibrated range
-    (step and kernels) with its verdict line; with a host model, also the step
-    predicted for the book's runner of 2026-11-30 (``runner``), to hold the steps it
-    measured against."""
-    from ampbook.predict.calibrate import calibrated_range
-    from ampbook.predict.hostmodel import RUNNER_2026_11_30 as RUNNER
-
+    """Per GPU and AMP precision, the calibrated range, the kernels AMP's casts and
+    transposes add; with a host model also the step predicted for the book's runner
+    (``runner``), which timed the committed steps."""
     out = []
     for r in roof:
         if not r.get("amp_s"):
@@ -226,57 +209,38 @@ def verdict_ranges(
         rng = calibrated_range(*bounds, **kw, host=host, data_s=data_s)
         if host is not None and rng["rows"]:
             run = calibrated_range(*bounds, **kw, host=host.with_loop(RUNNER))
-            rng["runner"] = {k: run[k] for k in ("point", "low", "high")} | {
-                "loop": RUNNER.name,
-                "detail": RUNNER.detail,
-            }
-        casts = cast_kernels(traces, r["precision"])
-        moves = layout_kernels(traces, r["precision"])
-        out.append(
-            {
-                "gpu": r["gpu"],
-                "gpu_name": r["gpu_name"],
-                "precision": r["precision"],
-                "casts": casts,
-                "transposes": moves,
-                "memory_bound_share": r.get("memory_bound_share"),
-                **rng,
-                "line": speedup_range_verdict(
-                    r["gpu_name"], r["precision"], rng, casts, moves
-                ),
-            }
-        )
+            rng["runner"] = {k: run[k] for k in ("point", "low", "high")}
+        casts = added_kernels(traces, r["precision"], "_to_copy")
+        moves = added_kernels(traces, r["precision"], LAYOUT_TRANSPOSE)
+        keep = ("gpu", "gpu_name", "precision", "memory_bound_share")
+        out.append({k: r.get(k) for k in keep} | rng | {
+            "casts": casts, "transposes": moves})  # fmt: skip
     return out
 
 
 def memory_warnings(
     traces: dict[str, StepTrace], gpus: Sequence[str], devices, copies: int = 0
 ) -> list[str]:
-    """One line per precision and GPU whose step at the requested batch cannot fit:
-    the bytes saved for backward with the weights, gradients and Adam state against
-    the GPU's memory, and the largest batch whose activations fit (a lower bound of
-    the need: cuDNN's workspace and the allocator's reserve come on top)."""
-    from ampbook.measure.memory import ADAM_STATE_BYTES_PER_PARAM
-
+    """One line per precision and GPU whose step cannot fit: the saved bytes with the
+    weights, gradients and Adam state against the GPU's memory, and the largest batch
+    whose activations fit (cuDNN's workspace and the allocator's reserve on top)."""
     out = []
     for prec, tr in traces.items():
         if not tr.saved_tensors:
             continue
         saved = tr.saved_tensors["new_bytes"]
-        fixed = ADAM_STATE_BYTES_PER_PARAM * tr.parameters
-        fixed += copies if prec != "fp32" else 0
-        per_sample = max(saved - (copies if prec != "fp32" else 0), 0) / tr.batch_size
+        own = copies if prec != "fp32" else 0  # AMP's weight copies, whatever the batch
+        fixed = ADAM_STATE_BYTES_PER_PARAM * tr.parameters + own
+        per_sample = max(saved - own, 0) / tr.batch_size
         for key in gpus:
             d = devices[key]
             have = d.memory_gb * 1e9
             if saved + fixed <= have:
                 continue
             fits = int((have - fixed) // per_sample) if per_sample else 0
-            most = (
-                f"the largest batch whose activations fit is about {fits}"
-                if fits >= 1
-                else "no batch fits"
-            )
+            most = "no batch fits"
+            if fits >= 1:
+                most = f"the largest batch whose activations fit is about {fits}"
             out.append(
                 f"{prec} at batch {tr.batch_size} cannot fit the {d.short_name}: "
                 f"{saved / 2**30:,.1f} GiB saved for backward and "
@@ -295,10 +259,9 @@ def setting_text(batch: int, shape: Sequence[int]) -> str:
 def committed_measurements(
     model: str, gpus: Sequence[str], results_dir=None, refs=None
 ) -> dict[str, list[dict[str, Any]]]:
-    """What the committed results measured of ``model`` on each of ``gpus``, each
-    with its ``setting``: a layer-profile pair's kernel-time ratio (a reference of the
-    same network and GPU) and, for ERFNet, each AMP precision's step-time ratio over
-    fp32 with TF32, timed alone (layer profiles) and in the loop (training runs)."""
+    """What the committed results measured of ``model`` per GPU, with its setting: a
+    layer profile's kernel-time ratio and, for ERFNet, the step's ratio over fp32
+    with TF32, timed alone (layer profiles) and in the loop (training runs)."""
     out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
     for ref in refs or []:
         if ref.kind == "profile" and ref.model == model and ref.gpu in out:
@@ -311,8 +274,6 @@ def committed_measurements(
             })  # fmt: skip
     if model != "erfnet":
         return out
-    from ampbook.results import load_results_dir
-
     try:
         rs = load_results_dir(results_dir)
         pairs, profiles = rs.pairs(), rs.profile_pairs()
@@ -331,9 +292,6 @@ def committed_measurements(
 
 
 def _step_alone(b, a) -> dict[str, Any]:
-    """A layer-profile pair's step timed alone (no loader), fp32 ``b``, AMP ``a``."""
-    from ampbook.predict.hostmodel import profile_loop
-
     loop = profile_loop(a.record)
     return {
         "precision": a.mode, "kind": "step alone",
@@ -350,7 +308,6 @@ def _step_alone(b, a) -> dict[str, Any]:
 
 
 def _step_in_loop(q) -> dict[str, Any]:
-    """A committed training pair's step in the loop, epoch by epoch."""
     st = q.setting
     where = setting_text(st.batch_size, (3, st.height, st.width))
     per = q.step_speedups or [q.step_speedup]
@@ -364,10 +321,9 @@ def _step_in_loop(q) -> dict[str, Any]:
 
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
-    """The checklist's AMP row, ranked by the step predicted for PyTorch's example
-    loop, measurements in the detail; "keep fp32" (unranked) where one is slower
-    than fp32 by more than ``SAME_SPEED``, or the range reads a loss (``gist``)."""
-    done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+    """The AMP row, ranked by the step predicted for PyTorch's example loop; "keep
+    fp32" (unranked) where a measurement of this setting (the first screen names them)
+    is slower or the range reads a loss."""
     said = None
     if rng["rows"]:
         lo, hi = rng["low"], rng["high"]
@@ -383,22 +339,12 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     else:
         gain, src = rng["equal_share"], "equal shares of the bound"
         detail = "no reference for this GPU's families"
-    run = rng.get("runner")
-    for m in done:
-        if m.get("kind") == "step alone":
-            detail += f"; measured: step timed alone {m['speedup']:.2f}x"
-            if m.get("loop") and run:
-                detail += (
-                    f" (the book's runner) against {run['point']:.2f}x "
-                    f"({span_text(run['low'], run['high'])}) predicted for its loop"
-                )
-        elif m.get("kind") == "step in the loop":
-            detail += f"; measured in the loop {m['speedup']:.2f}x median per epoch"
-        else:
-            detail += f"; measured {m['speedup']:.2f}x ({m['what'].split(',')[0]})"
-    slow = [m for m in done if m["speedup"] < 1 - SAME_SPEED]
-    if slow:
-        said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed"
+    done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
+    detail += "; measured at this setting: first screen, section 5" if done else ""
+    if slow := [m for m in done if m["speedup"] < 1 - SAME_SPEED]:  # the last named
+        kind = slow[-1].get("kind") or slow[-1]["what"].split(",")[0]
+        kind = kind.replace("step alone", "step timed alone")  # the first screen's
+        said = f"measured at {slow[-1]['speedup']:.2f}x fp32's speed ({kind})"
         src = "measured (committed)"
     if said is not None:
         return _item(name, f"keep fp32: AMP ({precision}) {said}", None, src, detail)
@@ -416,9 +362,8 @@ def checklist(
     loader_images_per_s: float | None,
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """What to try per GPU, ranked by gain: AMP (``_amp_item``), TF32, the input
-    pipeline, channels_last and cudnn.benchmark as measured here; ``upper_bounds``
-    apart (fusing the element-wise operators, if they vanished entirely)."""
+    """What to try per GPU, ranked by gain: AMP, TF32, the input pipeline, and
+    channels_last and cudnn.benchmark as measured here; ``upper_bounds`` apart."""
     items: list[dict[str, Any]] = []
     bounds: list[dict[str, Any]] = []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
@@ -427,8 +372,7 @@ def checklist(
         rng = by_gpu.get((r["gpu"], r["precision"]))
         if rng is not None:
             items.append(_amp_item(r["gpu_name"], r["precision"], rng))
-            done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
-            here[id(items[-1])] = len(done)
+            here[id(items[-1])] = len(measured_here(rng))
         if r["gpu"] not in seen:
             seen.add(r["gpu"])
             items += _bound_items(r, loader_images_per_s, bounds)
@@ -443,8 +387,7 @@ def checklist(
 
 
 def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
-    """One GPU's items from its bounds: TF32 for matrix products and convolutions,
-    the input pipeline; fusing the element-wise operators goes to ``bounds``."""
+    """One GPU's items from its bounds: TF32, the input pipeline, fusion (bounds)."""
     name, items = r["gpu_name"], []
     mm = r["fp32_default_s"] / r["fp32_tf32_s"]
     if mm > 1.005:
@@ -484,10 +427,7 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
 
 
 def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
-    """channels_last and cudnn.benchmark as measured on this GPU (never recommended
-    where slower)."""
-    from ampbook.core.devices import display_name
-
+    """channels_last and cudnn.benchmark as measured on this GPU (slower: no gain)."""
     name, items = display_name(measured["device_name"]), []
     rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
     for r in rows.values():
@@ -505,29 +445,15 @@ def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def measured_verdict(measured: dict[str, Any]) -> str:
-    """What the timed steps here say, in one line: on a CPU, the rounds'
-    verdict on amp-bf16 and fp16's one ratio; on CUDA, the fastest AMP variant
-    against fp32."""
+    """What the timed steps here say in one line: on a CPU the rounds' verdict on
+    amp-bf16, on CUDA the fastest AMP variant against fp32."""
     rows = [r for r in measured["rows"] if r.get("step_s")]
     where = f"batch {measured['batch']} x {shape_text(measured['input'])}"
     if measured["device"] != "cuda":
-        parts = []
-        if measured.get("rounds_verdict"):
-            said = measured["rounds_verdict"]
-            said = said[:1].lower() + said[1:]  # after the colon
-            parts.append(f"At {where} on this CPU: {said}")
-        fp16 = measured.get("fp16")
-        if fp16 and fp16.get("speedup"):
-            against = fp16.get("against") or "fp32's step"
-            parts.append(
-                f"One amp-fp16 step at batch {fp16['batch']} x "
-                f"{shape_text(fp16['input'])}, a single timing on this machine, ran "
-                f"at {fp16['speedup']:.2g}x the speed of {against}: one timing, no "
-                "spread to judge by."
-            )
-        if not parts:
-            return "On this CPU no AMP step was timed against fp32."
-        return " ".join(parts)
+        said = measured.get("rounds_verdict")
+        if not said:
+            return "On this CPU no amp-bf16 step was timed in rounds against fp32."
+        return f"At {where} on this CPU: {said[:1].lower() + said[1:]}"
     if not rows or rows[0]["precision"] != "fp32":
         return (
             f"On {measured['device_name']} no fp32 step was timed: nothing to compare."
@@ -536,12 +462,9 @@ def measured_verdict(measured: dict[str, Any]) -> str:
     if not amp:
         return f"On {measured['device_name']} no AMP step was timed."
     best = max(amp, key=lambda r: r["speedup"])
-    if best["speedup"] > 1 + SAME_SPEED:
-        way = "faster than fp32"
-    elif best["speedup"] >= 1 - SAME_SPEED:
-        way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
-    else:
-        way = "slower than fp32"
+    way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
+    if abs(best["speedup"] - 1) > SAME_SPEED:
+        way = f"{'faster' if best['speedup'] > 1 else 'slower'} than fp32"
     return (
         f"On this GPU, the fastest AMP step ({best['variant']}) ran at "
         f"{best['speedup']:.2f}x fp32's speed at {where}: {way} here."

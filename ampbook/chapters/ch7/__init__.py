@@ -292,8 +292,8 @@ def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
     if when < hostmodel.RUNNER_CHANGED or len(old) < 2 or not all(new.values()):
         return wait
     rows = []
-    for label, cells in ((f"{loop.name} ({loop.amp} / {loop.fp32} syncs)", old),
-                         (f"today's runner, ladder of {when}", new)):  # fmt: skip
+    old_label = f"{loop.name} ({loop.amp} / {loop.fp32} syncs)"
+    for label, cells in ((old_label, old), (f"today's runner, ladder of {when}", new)):
         b, a = cells["fp32-tf32"], cells["amp-fp16"]
         rows += [(MODE_LABELS[c.mode], label, c.step_s * 1e3, c.kernel_s * 1e3,
                   c.idle_s * 1e3, r)

@@ -62,37 +62,8 @@ def _stream_bound(s: dict, mode: str, ctx: dict) -> bool:
 EFFECTS = {
     "measured": _no_change, "no_data_wait": _no_change,
     "nhwc_batch_norm": _nhwc_batch_norm, "no_idle": _no_idle,
-    "stream_bound": _stream_bound, "unchanged": _no_change,
+    "stream_bound": _stream_bound,
 }  # fmt: skip
-
-
-def _profiles(results, device_name: str | None) -> dict:
-    """The committed NCHW GPU layer profiles by mode (BASE and AMP), or {} where the
-    two are not both there at one setting."""
-    by_mode: dict = {}
-    for lp in results.layer_profiles:
-        if not lp.device.startswith("cuda") or lp.record.get("channels_last"):
-            continue
-        if device_name is not None and lp.device_name != device_name:
-            continue
-        tf32 = lp.precision == "fp32" and lp.record.get("tf32")
-        mode = BASE if tf32 else lp.precision
-        if mode in (BASE, AMP):
-            by_mode.setdefault(mode, lp)
-    settings = {(lp.batch_size, lp.height, lp.width) for lp in by_mode.values()}
-    return by_mode if set(by_mode) == {BASE, AMP} and len(settings) == 1 else {}
-
-
-def _runs(results, lp) -> dict:
-    """The GPU training runs of ``lp``'s device and setting, by mode."""
-    runs: dict = {}
-    setting = (lp.device_name, lp.batch_size, lp.height, lp.width)
-    for run in results.gpu_runs():
-        st = run.setting
-        at = (run.device_name, st.batch_size, st.height, st.width)
-        if at == setting and run.mode in (BASE, AMP):
-            runs.setdefault(run.mode, run)
-    return runs
 
 
 def _bounds(by_mode: dict, ceilings) -> tuple[dict, dict]:
@@ -139,12 +110,25 @@ def predict_ladder(
     """A ladder record *predicted* from a GPU's layer profiles and training runs (None
     without them): rung 0 as measured, the rungs above through their ``EFFECTS`` up
     to the first it cannot predict; ``ceilings`` for a GPU not in the device table."""
-    by_mode = _profiles(results, device_name)
-    if not by_mode:
+    by_mode: dict = {}  # the committed NCHW GPU layer profiles of BASE and AMP
+    for lp in results.layer_profiles:
+        if not lp.device.startswith("cuda") or lp.record.get("channels_last"):
+            continue
+        if device_name is not None and lp.device_name != device_name:
+            continue
+        tf32 = lp.precision == "fp32" and lp.record.get("tf32")
+        by_mode.setdefault(BASE if tf32 else lp.precision, lp)
+    by_mode = {m: lp for m, lp in by_mode.items() if m in (BASE, AMP)}
+    settings = {(lp.batch_size, lp.height, lp.width) for lp in by_mode.values()}
+    if len(by_mode) < 2 or len(settings) > 1:  # not both at one setting
         return None
     lp_amp = by_mode[AMP]
     b, h, w = lp_amp.batch_size, lp_amp.height, lp_amp.width
-    runs = _runs(results, lp_amp)
+    runs: dict = {}  # the first GPU training run of each mode at the profiles' setting
+    for r in results.gpu_runs():
+        at = (r.device_name, r.setting.batch_size, r.setting.height, r.setting.width)
+        if r.mode in (BASE, AMP) and at == (lp_amp.device_name, b, h, w):
+            runs.setdefault(r.mode, r)
     bounds, saved = _bounds(by_mode, ceilings)
     rungs = list(itertools.takewhile(lambda r: r.predicted is not None, RUNGS))
     cells = []

@@ -307,10 +307,8 @@ def check_targets(ladder: Ladder) -> list[Target]:
         add(key, name, value(c, field), value(r0[amp], field), where(c), note)
     a, b = eager[amp], eager[base]
     mem = ratio(a, b, "memory_bytes")
-    note = ""
-    if mem is not None:
-        ma, mb = (value(x, "memory_bytes") for x in (a, b))
-        note = f"{ladder.memory_measure}: {an} {ma}, {bn} {mb}"
+    ma, mb = (value(x, "memory_bytes") for x in (a, b))
+    note = f"{ladder.memory_measure}: {an} {ma}, {bn} {mb}" if mem is not None else ""
     start = ratio(r0[amp], r0[base], "memory_bytes")
     add("memory_ratio", f"{an} / {bn} peak memory", mem, start, pair_where(a, b), note)
     return out
@@ -331,8 +329,9 @@ def format_targets(ladder: Ladder) -> str:
             textwrap.fill(note, 88, initial_indent="  ", subsequent_indent="  ")
         )
     for t in check_targets(ladder):
-        lines.append(textwrap.fill(t.line(), 88, initial_indent="  ",
-                                   subsequent_indent="    "))  # fmt: skip
+        lines.append(
+            textwrap.fill(t.line(), 88, initial_indent="  ", subsequent_indent="    ")
+        )
     return "\n".join(lines)
 
 

@@ -36,20 +36,16 @@ def plan(
     return [(m, tuple(rungs)) for m in modes]
 
 
-def _fit(line: str) -> str:
-    """``line`` wrapped at the terminal's width (80 columns off a terminal)."""
-    width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)
-    return textwrap.fill(line, width, subsequent_indent="    ")
-
-
 def _log_cell(cell: dict, log: Callable[[str], None]) -> None:
     """A cell measured whole (or failed): one result line (the table repeats it)."""
     head = f"rung {cell['rung']} {cell['mode']:<9}"
-    if cell["status"] != "ok":
-        return log(_fit(f"{head} error: {cell['error']}"))
-    if cell.get("epoch") == "error":
-        step = f"step {cell['step_s'] * 1e3:7.2f} ms"
-        return log(_fit(f"{head} {step}; epochs: {cell['epoch_error']}"))
+    if cell["status"] != "ok" or cell.get("epoch") == "error":
+        text = f"{head} error: {cell['error']}"
+        if cell["status"] == "ok":
+            step = f"step {cell['step_s'] * 1e3:7.2f} ms"
+            text = f"{head} {step}; epochs: {cell['epoch_error']}"
+        width = max(40, shutil.get_terminal_size((80, 24)).columns - 1)  # 80 off one
+        return log(textwrap.fill(text, width, subsequent_indent="    "))
     busy = cell["kernel_s"] / cell["step_s"]  # above 1: the table's n/a
     log(
         f"{head} step {cell['step_s'] * 1e3:7.1f} ms, busy "
@@ -127,7 +123,11 @@ def run_ladder(spec: LadderSpec, path: Path, isolate: str = "precision",
         old["status"], old["updated"] = "running", bl._now()
         record = old
     bl.write_record(record, path)
-    done = bl.finished_cells(path) if merge and skip_finished else set()
+    whole = [c for c in record["cells"] if c.get("epoch", "measured") == "measured"]
+    # with skip_finished, the cells measured whole (step and epochs) are not redone
+    done = {
+        (c["rung"], c["mode"]) for c in whole if skip_finished and c["status"] == "ok"
+    }
     for mode, rungs in plan(spec.rungs, spec.modes, isolate):
         rungs = tuple(r for r in rungs if (r, mode) not in done)
         if not rungs:
@@ -262,9 +262,30 @@ def main(argv: list[str] | None = None) -> int:
         spec.rungs, spec.modes = tuple(spec.rungs), tuple(spec.modes)
         run_group(spec, job["mode"], tuple(job["rungs"]), Path(job["path"]))
         return 0
-    if args.show:
-        return show_main(Path(args.show))
-    return run_main(args)
+    if args.show:  # the table of a ladder already written (and a GPU's targets)
+        from ampbook.results import ResultsError
+
+        path = Path(args.show)
+        try:
+            ladder = read_ladder(json.loads(cli.read_text(path, "--show")), str(path))
+        except (ValueError, ResultsError) as err:
+            cli.say(
+                f"--show {path}: not a readable ladder record ({err}); give a "
+                "ladder_<gpu>.json written by python -m ampbook.bench ladder --json"
+            )
+            return 2
+        _print_ladder(ladder)
+        return 0
+    try:
+        spec, isolate, notes = build_spec(args)
+    except LadderError as err:
+        cli.say(str(err))
+        return 2
+    threads = args.threads
+    if threads is None and not spec.is_cuda:
+        threads = bl.CPU_THREADS
+    with torch_threads(threads):
+        return _run(args, spec, isolate, notes)
 
 
 def progress_log(total: int, stream=None) -> Callable[[str], None]:
@@ -286,22 +307,6 @@ def progress_log(total: int, stream=None) -> Callable[[str], None]:
     return log
 
 
-def show_main(path: Path) -> int:
-    """``--show FILE``: the table of a ladder already written (and a GPU's targets)."""
-    from ampbook.results import ResultsError
-
-    try:
-        ladder = read_ladder(json.loads(cli.read_text(path, "--show")), str(path))
-    except (ValueError, ResultsError) as err:
-        cli.say(
-            f"--show {path}: not a readable ladder record ({err}); give a "
-            "ladder_<gpu>.json written by python -m ampbook.bench ladder --json"
-        )
-        return 2
-    _print_ladder(ladder)
-    return 0
-
-
 def _print_ladder(ladder: Ladder) -> None:
     """The table, and for a GPU's ladder the targets (a CPU's would read as misses)."""
     print(format_table(ladder))
@@ -314,36 +319,18 @@ def _print_ladder(ladder: Ladder) -> None:
 def torch_threads(n: int | None):
     """torch's intra-op threads set to ``n`` (and ``OMP_NUM_THREADS``, for the
     processes it starts) for the duration, then put back (``None``: left alone)."""
-    if n is None:
-        yield
-        return
     import torch
 
-    before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
-    torch.set_num_threads(n)
-    os.environ["OMP_NUM_THREADS"] = str(n)
+    before, env = torch.get_num_threads(), dict(os.environ)
+    if n is not None:
+        torch.set_num_threads(n)
+        os.environ["OMP_NUM_THREADS"] = str(n)
     try:
         yield
     finally:
         torch.set_num_threads(before)
-        if env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = env
-
-
-def run_main(args) -> int:
-    """The command's work after parsing: settings, the ladder, the table, targets."""
-    try:
-        spec, isolate, notes = build_spec(args)
-    except LadderError as err:
-        cli.say(str(err))
-        return 2
-    threads = args.threads
-    if threads is None and not spec.is_cuda:
-        threads = bl.CPU_THREADS
-    with torch_threads(threads):
-        return _run(args, spec, isolate, notes)
+        os.environ.clear()
+        os.environ.update(env)
 
 
 def _run(args, spec: LadderSpec, isolate: str, notes: list[str]) -> int:

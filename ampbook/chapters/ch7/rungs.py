@@ -222,9 +222,7 @@ def parse_modes(text: str) -> tuple[str, ...]:
 
 def rung_fields(index: int, compile_mode: str = COMPILE_MODE) -> dict:
     """The ``TrainConfig`` fields rung ``index`` sets: its and every lower rung's."""
-    fields: dict = {}
-    for rung in RUNGS[: index + 1]:
-        fields.update(rung.changes)
+    fields = {k: v for rung in RUNGS[: index + 1] for k, v in rung.changes.items()}
     if fields.get("compile") == COMPILE_MODE:  # --compile-mode
         fields["compile"] = compile_mode
     return fields
@@ -304,14 +302,3 @@ def _same_setting(old: dict, new: dict) -> bool:
     return old.get("environment", {}).get("device_name") == new["environment"][
         "device_name"
     ] and all(old.get("settings", {}).get(k) == new["settings"][k] for k in keys)
-
-
-def finished_cells(path: Path) -> set[tuple[int, str]]:
-    """(rung, mode) of the cells at ``path`` measured whole (step and epochs)."""
-    if not path.exists():
-        return set()
-    return {
-        (c["rung"], c["mode"])
-        for c in json.loads(path.read_text())["cells"]
-        if c["status"] == "ok" and c.get("epoch", "measured") == "measured"
-    }

@@ -1,15 +1,10 @@
-"""Questions 10 and 11 of chapter 9: ``torch.compile`` with autocast, run on a CPU
-with the ``aot_eager`` and ``eager`` backends (Dynamo and AOTAutograd trace as for a
-GPU; no kernel is generated), in seconds.
-
-Question 10: with ``torch._functorch.config.backward_pass_autocast`` at
-``"same_as_forward"`` AOTAutograd traces a compiled region's backward under the
-forward's autocast state, while eager runs it without autocast: a product the forward
-ran in fp32 (autocast off in the region) gets an fp16 gradient, which overflows.
-
-Question 11: Dynamo guards a compiled function on the autocast state and its inputs'
-dtypes; called under autocast in one path of a step and without it in another (a loss
-term after the region), it compiles again and says why."""
+"""Questions 10 and 11 of chapter 9, ``torch.compile`` with autocast, on a CPU with the
+``aot_eager`` and ``eager`` backends (traced as for a GPU, no kernel generated).
+10: with ``backward_pass_autocast="same_as_forward"`` AOTAutograd traces a compiled
+region's backward under the forward's autocast state (eager runs it without): a
+product the forward ran in fp32 gets an fp16 gradient, which overflows. 11: Dynamo
+guards on the autocast state, so a block called under autocast and again outside it
+compiles again and says why."""
 
 from __future__ import annotations
 
@@ -138,8 +133,8 @@ class RecompileCheck:
                 f"`{r}`" for r in self.reasons
             )
         if 1 < self.graphs < self.rounds:
-            kept = (f" ({self.graphs} graphs in {self.rounds} steps: one per autocast "
-                    "state, each compiled once and reused)")  # fmt: skip
+            kept = f" ({self.graphs} graphs in {self.rounds} steps: one per autocast "
+            kept += "state, each compiled once and reused)"
         end = "one graph serves every call" if self.ok else "the block recompiles"
         return (
             f"Measured over {self.rounds} fp16 training steps: Dynamo made "

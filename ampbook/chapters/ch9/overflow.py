@@ -139,10 +139,9 @@ class OverflowCheck:
             return (
                 "Nothing overflowed: the planted weights did not reproduce question 2."
             )
-        fixed = "still not finite"
-        if self.fixed_finite:
-            fixed = (f"finite, within {self.fixed_difference:.1e} of fp32 (tolerance "
-                     f"{self.tolerance:.0e})")  # fmt: skip
+        tol = f"(tolerance {self.tolerance:.0e})"
+        fixed = f"finite, within {self.fixed_difference:.1e} of fp32 {tol}"
+        fixed = fixed if self.fixed_finite else "still not finite"
         return (
             f"Measured: the largest activation of the fp32 forward is "
             f"{self.largest:,.0f} (fp16 holds up to {FP16_MAX:,.0f}); under fp16 "

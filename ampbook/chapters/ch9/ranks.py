@@ -1,11 +1,9 @@
 """Question 14 of chapter 9: DDP ranks drifting apart when their GradScalers' scales
-differ. DDP averages the scaled gradients in the backward, before each rank unscales
-the average by its own scale: with different scales each rank gets a different, wrong
-gradient, and the replicas part. The skip decisions cannot differ (every rank
-unscales the same average), so scales differ only when they start apart (a scaler
-state restored on one rank only, planted here): an all-reduce of found_inf changes
-nothing; the fix gives every rank rank 0's scaler state. Two ranks are simulated in
-one process, the all-reduce done explicitly (the mean of the gradients)."""
+differ. DDP averages the scaled gradients before each rank unscales the average by
+its own scale, so each rank gets a different, wrong gradient. The skips cannot differ
+(every rank unscales the same average): scales differ only when they start apart (a
+scaler state restored on one rank, planted), and the fix gives every rank rank 0's
+state. Two ranks are simulated in one process, the all-reduce done explicitly."""
 
 from __future__ import annotations
 

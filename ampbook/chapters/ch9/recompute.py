@@ -1,12 +1,8 @@
 """Question 12 of chapter 9: activation checkpointing with autocast. A checkpointed
-block runs again in the backward, which runs outside the autocast region; a
-recomputation that does not restore the forward's autocast state makes fp32 tensors
-where the forward made fp16 ones, and ``torch.utils.checkpoint`` raises "Recomputed
-values ... have different metadata". It restores that state itself; what breaks it
-is a recomputation under another state (planted: a recompute context with autocast
-off, as a hand-written checkpoint has). Forward hooks record each Linear's output
-dtype in both passes; the check compares them and the gradients with an unchecked
-run."""
+block runs again in the backward, outside the autocast region; ``checkpoint``
+restores the forward's autocast state, and a recomputation under another (planted:
+autocast off, as in a hand-written checkpoint) makes fp32 tensors where the forward
+made fp16 ones: "Recomputed values ... have different metadata"."""
 
 from __future__ import annotations
 

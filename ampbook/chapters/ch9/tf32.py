@@ -15,36 +15,20 @@ import torch
 from ampbook.core.env import has_fp32_precision, tf32_state
 from ampbook.core.precision import set_tf32
 
-_SWITCHES = ("matmul", "conv", "rnn")
-
-
-def _switches():
-    """Every per-backend fp32_precision switch: (owner, attribute)."""
-    found = [(torch.backends, "fp32_precision")]
-    for backend in (torch.backends.cuda, torch.backends.cudnn, torch.backends.mkldnn):
-        for part in _SWITCHES:
-            owner = getattr(backend, part, None)
-            if owner is not None and hasattr(owner, "fp32_precision"):
-                found.append((owner, "fp32_precision"))
-    return found
+_PARTS = ("matmul", "conv", "rnn")  # each backend's switches
 
 
 @contextlib.contextmanager
 def kept_fp32_precision():
-    """Every fp32_precision switch restored after the block."""
-    saved = [(owner, getattr(owner, attr)) for owner, attr in _switches()]
+    """Every fp32_precision switch (torch's and each backend's) restored after."""
+    b = torch.backends
+    parts = [getattr(x, p, None) for x in (b.cuda, b.cudnn, b.mkldnn) for p in _PARTS]
+    saved = [(o, o.fp32_precision) for o in [b, *parts] if hasattr(o, "fp32_precision")]
     try:
         yield
     finally:
         for owner, value in saved:
             owner.fp32_precision = value
-
-
-def mixed_state() -> None:
-    """What a library may leave: cuDNN convolutions TF32 and RNNs full fp32, which the
-    legacy single flag cannot say."""
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
-    torch.backends.cudnn.rnn.fp32_precision = "ieee"
 
 
 def legacy_read() -> dict:
@@ -100,7 +84,9 @@ def check_tf32(reader=tf32_state, writer=set_tf32) -> Tf32Check:
         return Tf32Check(False, None, None, None, None, None, 0)
     with kept_fp32_precision(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mixed_state()
+        # what a library may leave, which the legacy single flag cannot say
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+        torch.backends.cudnn.rnn.fp32_precision = "ieee"
         try:
             legacy_read()
             legacy_error = None
