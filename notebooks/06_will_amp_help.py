@@ -635,7 +635,7 @@ md(ch6.step_range_verdicts(gpu_rows))
 # range, and a range that spans 1 is a gain the doctor cannot promise. A committed
 # measurement at this setting (the step alone, the step in the loop or the kernel time),
 # printed on the first screen beside the prediction or in section 5's line for that
-# precision, never ranks the item (its detail points there); one clearly slower than
+# precision, never ranks the item (its detail points to section 5); one clearly slower than
 # fp32 turns it into "keep fp32". On a GPU, the channels_last and cudnn.benchmark items
 # are ranked by the steps the doctor timed there. Gains tied to two decimals are
 # ordered as on the first screen. Each TF32 item appears where TF32 moves the bound by

@@ -239,7 +239,7 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
         return f"{done[0] * 1e3:.3f}" if done else "–"
 
     rows = [
-        (r["gpu_name"], r["precision"], la["fp32_kernels"], amp_kernels_text(r),
+        (r["gpu_name"], r["precision"], amp_kernels_text(r),
          la["amp_floor_s"] * 1e3, la["amp_kernel_s"] * 1e3,
          la["amp_floor_s"] / la["amp_kernel_s"], measured(r), bound_text(r))
         for r in ranges
@@ -247,10 +247,10 @@ def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
     ]  # fmt: skip
     if not rows:
         return None
-    heads = ["GPU", "AMP", "fp32 kernels", "AMP kernels", "launch floor (ms)",
-             "calibrated kernel time (ms), median reference's", "floor / kernel time",
-             "measured kernel time (ms)", "predicted bound"]  # fmt: skip
-    fmts = [None, None, None, None, ".3f", ".3f", ".2f", None, None]
+    heads = ["GPU", "AMP", "AMP kernels", "AMP floor (ms)",
+             "AMP kernel time, predicted (ms)", "AMP floor / kernel time",
+             "AMP kernel time, measured (ms)", "predicted bound"]  # fmt: skip
+    fmts = [None, None, None, ".3f", ".3f", ".2f", None, None]
     return md_table_text(rows, heads, fmts)
 
 
@@ -296,7 +296,7 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
         "for PyTorch's example loop, for every precision alike (like with like); a "
         "committed measurement of the AMP step (printed on the first screen or in the "
         "precision's line above) never ranks the AMP item; channels_last and "
-        "cudnn.benchmark are ranked by the steps timed here:\n\n"
+        "cudnn.benchmark, where listed, by the steps the doctor timed on this GPU:\n\n"
     ) + md_table_text(
         [(c["gpu"], c["item"], c["gain"], c["source"], c["detail"])
          for c in ver["items"]],

@@ -340,7 +340,7 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
         gain, src = rng["equal_share"], "equal shares of the bound"
         detail = "no reference for this GPU's families"
     done = [m for m in rng.get("committed") or [] if m.get("same_setting")]
-    detail += "; measured at this setting: first screen, section 5" if done else ""
+    detail += "; measured at this setting: section 5" if done else ""
     if slow := [m for m in done if m["speedup"] < 1 - SAME_SPEED]:  # the last named
         kind = slow[-1].get("kind") or slow[-1]["what"].split(",")[0]
         kind = kind.replace("step alone", "step timed alone")  # the first screen's
