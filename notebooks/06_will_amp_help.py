@@ -450,7 +450,7 @@ launch_rows = ch6.launch_rows(
     [*reports.items(), (f"ResNet-50, batch {small_batch}", small)], gpus[-1])
 md_table(launch_rows, ["network", "fp32 kernels", "AMP kernels (against fp32's)",
                        "AMP floor (ms)", "AMP kernel time, predicted (ms)"],
-         [None, None, None, ".3g", ".3g"])
+         [None, None, None, ".3f", ".3f"])
 
 # %% tags=["hide-input"]
 md(ch6.launch_text(launch_rows, gpus[-1]))
@@ -635,9 +635,10 @@ md(ch6.step_range_verdicts(gpu_rows))
 # range, and a range that spans 1 is a gain the doctor cannot promise. A committed
 # measurement at this setting (the step alone, the step in the loop or the kernel time),
 # printed on the first screen beside the prediction or in section 5's line for that
-# precision, never ranks the item (its detail points to section 5); one clearly slower than
-# fp32 turns it into "keep fp32". On a GPU, the channels_last and cudnn.benchmark items
-# are ranked by the steps the doctor timed there. Gains tied to two decimals are
+# precision, never ranks the item (the doctor's detail points to section 5); one
+# clearly slower than fp32 turns it into "keep fp32". On a GPU, the channels_last and
+# cudnn.benchmark items are ranked by the steps the doctor timed there. Gains tied to
+# two decimals are
 # ordered as on the first screen. Each TF32 item appears where TF32 moves the bound by
 # more than half a percent: PyTorch runs cuDNN's convolutions in TF32 by default and
 # keeps matrix products in full fp32 unless asked. The list for the last GPU of the
