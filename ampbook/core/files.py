@@ -26,10 +26,8 @@ class LockBusy(UserError):
 
 
 def hold_lock(path: str | os.PathLike) -> int:
-    """An exclusive ``fcntl.flock`` on ``path`` (created, the holder's pid, host and
-    time written in): the descriptor to keep open while the work runs. The kernel
-    releases it when the process dies (no stale lock); ``LockBusy`` names another
-    holder."""
+    """An exclusive ``fcntl.flock`` on ``path``, its holder written in: keep the
+    descriptor open while the work runs (the kernel frees it if the process dies)."""
     import fcntl
     import socket
     from datetime import datetime, timezone
@@ -67,9 +65,8 @@ def release_lock(path: str | os.PathLike, fd: int) -> None:
 
 
 def check_open_files(needed: int, what: str) -> None:
-    """Make sure ``needed`` more files can be open at once (``what`` needs them) before
-    the work starts: the soft limit is raised toward the hard one; a hard limit too
-    low is ``UserError`` naming it, not "Too many open files" in a worker later."""
+    """Before the work: raise the soft open-file limit toward the hard one for
+    ``needed`` more files; a hard limit too low is ``UserError`` (not a crash later)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     in_use = 0
     for folder in ("/proc/self/fd", "/dev/fd"):
@@ -111,23 +108,21 @@ def open_files_advice() -> str:
 # --- paths ----------------------------------------------------------------------------
 
 
+_KINDS = (
+    (stat.S_ISREG, "a file"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
 def mode_kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "a file"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    return "not a regular file"
+    return next((k for is_kind, k in _KINDS if is_kind(mode)), "not a regular file")
 
 
 def check_names(path: Path, what: str) -> None:
-    """Each component of ``path`` at most ``NAME_MAX`` bytes, the whole under
-    ``PATH_MAX``."""
     raw = os.fsencode(str(path))
     if len(raw) >= PATH_MAX:
         raise UserError(
@@ -144,7 +139,6 @@ def check_names(path: Path, what: str) -> None:
 
 
 def _writable_folder(folder: Path, what: str, size: int | None) -> None:
-    """``folder`` can be written, with ``size`` bytes free (None or 0: any)."""
     with contextlib.suppress(OSError):
         if os.statvfs(folder).f_flag & os.ST_RDONLY:
             raise UserError(
@@ -161,8 +155,7 @@ def _writable_folder(folder: Path, what: str, size: int | None) -> None:
 
 
 def _existing_ancestor(path: Path, what: str) -> Path:
-    """The nearest folder of ``path`` (itself included) that exists; a file there
-    cannot hold the rest."""
+    """The nearest existing folder of ``path`` (itself included); a file is refused."""
     path = Path(os.path.abspath(path))
     for folder in (path, *path.parents):
         try:
@@ -181,7 +174,6 @@ def _existing_ancestor(path: Path, what: str) -> Path:
 
 
 def check_free_space(folder: Path, size: int, what: str) -> None:
-    """Refuse when ``folder``'s file system has less than ``size`` bytes free."""
     try:
         free = shutil.disk_usage(folder).free
     except OSError:
@@ -194,8 +186,7 @@ def check_free_space(folder: Path, size: int, what: str) -> None:
 
 
 def file_kind(path: str | os.PathLike) -> str | None:
-    """The ``schema`` a JSON file names (``"ampbook.train"``...), or None for any other
-    file (not JSON, no schema, too large for a record, unreadable)."""
+    """The ``schema`` a JSON file names (``"ampbook.train"``...), else None."""
     p = Path(path)
     try:
         if p.stat().st_size > 32 * 2**20:
@@ -216,8 +207,7 @@ def _small_int(digits: str) -> int:
 
 
 def _output(path, what: str, noun: str) -> tuple[Path, int | None]:
-    """An output's path, its names not too long, and its mode (None: absent, or a
-    file in the way that ``_existing_ancestor`` reports)."""
+    """An output's path and its mode (None: absent, or below a file in the way)."""
     if path is None or not str(path).strip():
         raise UserError(f"{what} is an empty path; give {noun}")
     p = Path(path).expanduser()
@@ -239,20 +229,16 @@ def check_output_file(
     kind: str | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """A file a command will write, checked before any work: not too long, not a folder
-    or a socket, its folder existing (or creatable with ``create_parents``) and
-    writable, with ``size`` bytes free. No command replaces what another wrote: an
-    existing non-empty file is refused unless it is a record of this command's ``kind``
-    (its JSON ``schema``) or ``overwrite`` is given."""
+    """A file a command will write, checked before any work. No command replaces what
+    another wrote: an existing non-empty file is refused unless it is a record of this
+    command's ``kind`` (its JSON ``schema``) or ``overwrite`` is given."""
     p, mode = _output(path, what, "a file name")
-    if mode is not None and not (
-        stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
-    ):  # a FIFO or /dev/stdout is written into; a folder or a socket cannot be
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+            return p  # a FIFO or /dev/stdout is written into (write_text_atomic)
         raise UserError(
             f"{what}: {p} is {mode_kind(mode)}; give the name of a file to write"
         )
-    if mode is not None and not stat.S_ISREG(mode):
-        return p  # written into as it is (write_text_atomic)
     if mode is not None and not overwrite:
         _check_replaceable(p, what, kind)
     folder = _existing_ancestor(p.parent, what)
@@ -314,7 +300,6 @@ def check_input_file(path: str | os.PathLike, what: str) -> Path:
 
 
 def is_special(path: str | os.PathLike) -> bool:
-    """Whether ``path`` exists and is neither a regular file nor a folder."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -323,7 +308,6 @@ def is_special(path: str | os.PathLike) -> bool:
 
 
 def read_text(path: str | os.PathLike, what: str) -> str:
-    """The text of a regular file; ``UserError`` names it when it cannot be read."""
     p = check_input_file(path, what)
     try:
         return p.read_text()
@@ -334,8 +318,7 @@ def read_text(path: str | os.PathLike, what: str) -> str:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to a temporary file beside ``path``, then rename it: a full disk
-    leaves the earlier file (or none), never half a file."""
+    """Write ``text`` beside ``path``, then rename: a full disk leaves no half file."""
     p = Path(path)
     if is_special(p):  # /dev/stdout, a FIFO someone reads: written into, not replaced
         with open(p, "w") as f:
