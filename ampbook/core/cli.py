@@ -74,7 +74,6 @@ from ampbook.core.terminal import (  # noqa: F401 -- cli.X for every command
     Progress,
     plain_text_errors,
     terminal_text,
-    time_left_text,
 )
 
 _depth = [0]  # commands running in this process (one calls another as a function)

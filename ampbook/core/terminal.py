@@ -15,24 +15,17 @@ import time
 
 # Characters the commands print, in ASCII for an output that cannot hold them (LANG=C)
 _ASCII = {
-    "\u2013": "-",  # en dash
-    "\u2014": "-",  # em dash
-    "\u2212": "-",  # minus sign
+    **dict.fromkeys("\u2013\u2014\u2212", "-"),  # en dash, em dash, minus sign
+    **dict.fromkeys("\u00b5\u03bc", "u"),  # micro sign, Greek mu
+    **dict.fromkeys("\u2018\u2019", "'"),
+    **dict.fromkeys("\u201c\u201d", '"'),
+    **dict(zip("\u00d7\u2248\u00a0", "x~ ")),
     "\u2192": "->",
     "\u00b1": "+/-",
-    "\u00b5": "u",  # micro sign
-    "\u03bc": "u",  # Greek mu
-    "\u00d7": "x",
-    "\u2248": "~",
     "\u2264": "<=",
     "\u2265": ">=",
-    "\u2018": "'",
-    "\u2019": "'",
-    "\u201c": '"',
-    "\u201d": '"',
     "\u2026": "...",
     "\u00b2": "^2",
-    "\u00a0": " ",
 }
 PLAIN_ERRORS = "ampbook-plain"
 
@@ -215,25 +208,15 @@ def terminal_text(markdown: str, width: int | None = None) -> str:
     return "\n".join(out[:-1])
 
 
-def time_left_text(spent_s: float, done: int, total: int) -> str:
-    """``"about 12 s left"`` after ``done`` of ``total`` equal parts took ``spent_s``
-    (the mean part times the parts left)."""
-    if done <= 0 or done >= total:
-        return ""
-    return f"about {duration_text(spent_s / done * (total - done))} left"
-
-
 def duration_text(seconds: float) -> str:
     """``"12 s"``, or ``"3 min"`` from 100 s on."""
     return f"{seconds / 60:.0f} min" if seconds >= 100 else f"{seconds:.0f} s"
 
 
 class Progress:
-    """Progress lines on stderr while a command waits: ``progress(text)`` prints ``NAME:
-    text``, ``progress.count(what, done, total)`` ``NAME: what: 3 of 10, about 12 s
-    left`` (timed from ``start()``). Silent where stderr is not a terminal unless
-    ``on``. ``transient``: each line replaces the one before, and ``clear()`` erases it
-    before the report is printed."""
+    """Progress lines on stderr while a command waits, ``NAME: text``; silent where
+    stderr is not a terminal unless ``on``. ``transient``: each line replaces the one
+    before, and ``clear()`` erases it before the report is printed."""
 
     def __init__(
         self, name: str, on: bool | None = None, stream=None, transient: bool = False
@@ -263,7 +246,6 @@ class Progress:
                 print(line, file=self.stream, flush=True)
 
     def clear(self) -> None:
-        """Erase a transient line (nothing otherwise)."""
         if self._shown:
             with contextlib.suppress(OSError, ValueError):
                 self.stream.write("\r\x1b[K")
@@ -271,15 +253,17 @@ class Progress:
             self._shown = False
 
     def start(self) -> None:
-        """Start the clock of the next ``count``s."""
         self._start = time.monotonic()
 
     def count(self, what: str, done: int, total: int, unit: str = "") -> None:
-        """``what: [unit ]done of total[, about N s left]``."""
+        """``what: [unit ]done of total[, about N s left]`` (the mean part times the
+        parts left)."""
         if self._start is None:
             self.start()
-        left = time_left_text(time.monotonic() - self._start, done, total)
-        left = f", {left}" if left else ""
+        left = ""
+        if 0 < done < total:
+            each = (time.monotonic() - self._start) / done
+            left = f", about {duration_text(each * (total - done))} left"
         self(f"{what}: {unit + ' ' if unit else ''}{done} of {total}{left}")
 
 
