@@ -1,7 +1,5 @@
-"""The command line's arguments: ``ArgumentParser`` (a bad argument is one ``error:``
-line, exit 2), the ``--help`` layout every command shares (``HelpFormatter``) and the
-argparse types of numbers, which refuse 0, negatives, NaN and inf where those make no
-sense. Standard library only."""
+"""The command line's arguments: ``ArgumentParser``, the ``--help`` layout every
+command shares and the argparse types of numbers. Standard library only."""
 
 from __future__ import annotations
 
@@ -19,16 +17,13 @@ SEED_MAX = 2**32 - 1  # numpy's legacy seeding takes 0 .. 2**32 - 1
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, with a bad argument reported as one ``error:`` line and exit 2; an
-    option it does not know is named first, with the nearest it knows
-    (``--modle X``: "unrecognized option --modle; did you mean --model?", not
-    "--model is required")."""
+    unknown option is named first, with the nearest known ("did you mean --model?")."""
 
     def parse_known_args(self, args=None, namespace=None):
         self._given = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
     def _options(self) -> set[str]:
-        """The option strings of this parser and of its subcommands'."""
         names = set(self._option_string_actions)
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
@@ -37,8 +32,7 @@ class ArgumentParser(argparse.ArgumentParser):
         return names
 
     def unknown_option(self) -> str | None:
-        """The first option given that no parser here knows (nor abbreviates), as
-        an error naming the nearest known one; None when there is none."""
+        """The first option given that no parser here knows, with the nearest."""
         from ampbook.core.words import nearest
 
         known = self._options()
@@ -79,13 +73,11 @@ def _number(text: str, kind) -> float | int:
 
 
 def is_positive_int(value) -> bool:
-    """The library's one positive-integer rule: an ``int`` of 1 or more; a bool
-    (``True`` is 1 to Python) and a float (``2.0``) are not."""
+    """The library's one positive-integer rule: an ``int`` of 1 or more, not a bool."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _bounded(name: str, kind, ok, rule: str):
-    """An argparse type: the text read as ``kind``, refused unless ``ok(value)``."""
 
     def parse(text: str):
         value = _number(text, kind)
@@ -107,7 +99,6 @@ seed = _bounded("seed", int, lambda v: 0 <= v <= SEED_MAX, _SEEDS)
 
 
 def check_seed(value, what: str = "seed") -> int:
-    """A seed numpy accepts, else ``UserError`` naming it."""
     ok = isinstance(value, int) and not isinstance(value, bool)
     if not ok or not 0 <= value <= SEED_MAX:
         raise UserError(
@@ -124,9 +115,8 @@ HELP_WIDTH_MAX = 100  # columns of --help on a wide terminal
 
 class HelpFormatter(argparse.HelpFormatter):
     """``--help`` as every command prints it: each option's default after its help,
-    "(default: 4)", unless there is none to show or the help says it; wrapped at the
-    terminal's width (at most ``HELP_WIDTH_MAX``); a description or epilog keeps its
-    paragraphs and its indented lines (a list of commands, an example)."""
+    wrapped at the terminal's width (at most ``HELP_WIDTH_MAX``); a description or
+    epilog keeps its paragraphs and its indented lines."""
 
     def __init__(self, prog, indent_increment=2, max_help_position=30, width=None):
         if width is None:

@@ -1,9 +1,7 @@
-"""The error layer every ``python -m ampbook...`` command shares: ``main`` is wrapped by
-``@command("python -m ampbook.x")``. A known failure is one ``error:`` line on stderr
-naming the file or setting and what to do; the exit status says which kind: 2 bad
-settings, inputs or environment (found before any work), 1 a run that started and
-stopped, 130 Ctrl-C, 143 SIGTERM. This module is also the front door of the layer's
-pieces (``cli.X``): ``errors``, ``stops``, ``args``, ``files`` and ``terminal``.
+"""The error layer every ``python -m ampbook...`` command shares through
+``@command("python -m ampbook.x")``: a known failure is one ``error:`` line and an exit
+status (2 bad settings, 1 a run that stopped, 130 Ctrl-C, 143 SIGTERM). Also the front
+door (``cli.X``) of ``errors``, ``stops``, ``args``, ``files`` and ``terminal``.
 Standard library only: the module is loaded before torch.
 """
 
@@ -145,7 +143,7 @@ def command(prog: str) -> Callable:
 
 def stdout_reader_gone() -> bool:
     """Whether stdout is a pipe nobody reads any more (``| head`` exited); it then goes
-    to /dev/null, so the interpreter's last flush raises nothing more."""
+    to /dev/null, so the last flush raises nothing."""
     import select
 
     try:

@@ -31,8 +31,7 @@ class Stopped(Exception):
 
 
 def say(message: str) -> None:
-    """Print ``message`` as the one ``error:`` line (its lines joined), wrapped at the
-    terminal's width when stderr is one (``error_text``)."""
+    """``message`` as the one ``error:`` line, wrapped where stderr is a terminal."""
     text = " ".join(str(message).split("\n")).strip()
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(error_text(text, _stderr_width()) + "\n")
@@ -40,8 +39,8 @@ def say(message: str) -> None:
 
 
 def error_text(text: str, width: int | None = None) -> str:
-    """``error: TEXT``, wrapped at ``width`` columns (None: not) under a two-space
-    indent; no word or path is broken, so joining the lines gives the message back."""
+    """``error: TEXT`` wrapped at ``width`` columns (None: not); no word or path is
+    broken, so joining the lines gives the message back."""
     line = f"error: {text}"
     if not width or len(line) <= width:
         return line
@@ -54,7 +53,6 @@ def error_text(text: str, width: int | None = None) -> str:
 
 
 def _stderr_width() -> int | None:
-    """The terminal's width (``$COLUMNS`` first) when stderr is one, else None."""
     with contextlib.suppress(AttributeError, ValueError):
         if sys.stderr.isatty():
             import shutil
@@ -70,7 +68,6 @@ def first_line(err: BaseException) -> str:
 
 
 def describe(err: BaseException) -> tuple[int, str] | None:
-    """(exit status, message) of a failure every command knows, or None."""
     if isinstance(err, (UserError, Stopped)):
         return err.exit_code, str(err)
     if isinstance(err, OSError):
@@ -134,8 +131,7 @@ def os_error(err: OSError) -> tuple[int, str]:
 
 
 def _stdout_fails(code: int | None) -> bool:
-    """Whether writing stdout fails with errno ``code`` now (``> /dev/full``): an error
-    without a file name was then stdout's."""
+    """Whether writing stdout fails with errno ``code`` now (``> /dev/full``)."""
     if code is None:
         return False
     try:
