@@ -13,23 +13,20 @@ from ampbook.core.devices import display_name, pick_device
 
 # Tensor-core generation by CUDA compute capability (major, minor).
 _TENSOR_CORES = {
-    (7, 0): "Volta (1st gen: fp16)",
-    (7, 2): "Volta (1st gen: fp16)",
+    **dict.fromkeys([(7, 0), (7, 2)], "Volta (1st gen: fp16)"),
     (7, 5): "Turing (2nd gen: fp16, int8)",
-    (8, 0): "Ampere (3rd gen: fp16, bf16, tf32)",
-    (8, 6): "Ampere (3rd gen: fp16, bf16, tf32)",
-    (8, 7): "Ampere (3rd gen: fp16, bf16, tf32)",
+    **dict.fromkeys([(8, 0), (8, 6), (8, 7)], "Ampere (3rd gen: fp16, bf16, tf32)"),
     (8, 9): "Ada (4th gen: fp16, bf16, tf32, fp8)",
     (9, 0): "Hopper (4th gen: fp16, bf16, tf32, fp8)",
-    (10, 0): "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)",
-    (12, 0): "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)",
+    **dict.fromkeys(
+        [(10, 0), (12, 0)], "Blackwell (5th gen: fp16, bf16, tf32, fp8, fp4)"
+    ),
 }
 # The CPU features that matter for low precision on a CPU (AMX, AVX-512 bf16/fp16).
 _CPU_FLAGS = "avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_fp16 amx_tile".split()
 
 
 def _cpuinfo(field: str) -> str | None:
-    """The value of ``field`` in /proc/cpuinfo (None where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
             lines = [ln for ln in f if ln.startswith(field)]
@@ -80,11 +77,8 @@ def has_fp32_precision() -> bool:
 
 
 def tf32_state() -> dict[str, str]:
-    """Whether TF32 may run fp32 CUDA matmuls and cuDNN convolutions, as
-    ``{"matmul": "tf32" | "ieee", "cudnn_conv": ...}``: from the ``fp32_precision``
-    switches where this PyTorch has them (reading ``allow_tf32`` after a mix of both
-    spellings raises), else ``allow_tf32``. "none" follows the global switch, and
-    "none" there is full fp32."""
+    """``{"matmul": "tf32" | "ieee", "cudnn_conv": ...}``: from the ``fp32_precision``
+    switches where this PyTorch has them (``allow_tf32`` raises after a mix of both)."""
     if has_fp32_precision():
         top = getattr(torch.backends, "fp32_precision", "none")
 
@@ -166,9 +160,8 @@ PROFILE_NOTES = {
 def machine_text(
     info: dict, unknown: str = "an unknown device", cuda_off_gpu: bool = False
 ) -> tuple[str, list[str]]:
-    """The device (``unknown`` where the record names none) and the software of an
-    environment record, as the book names them: ``torch X`` then, on a GPU (or with
-    ``cuda_off_gpu``), ``CUDA Y``, and on a GPU ``cuDNN Z``."""
+    """The device and the software of an environment record, as the book names them:
+    ``torch X``, ``CUDA Y`` on a GPU (or ``cuda_off_gpu``), ``cuDNN Z`` on a GPU."""
     on_gpu = str(info.get("device", "")).startswith("cuda")
     name = info.get("device_name") or unknown
     if on_gpu:
@@ -199,8 +192,8 @@ def environment_line(info: dict, profile: str | None = None, day=None) -> str:
 
 
 def print_environment(device: str | torch.device = "auto") -> None:
-    """The second code cell of every notebook: where and how it ran
-    (``environment_line``), then the full environment behind a dropdown."""
+    """The second code cell of every notebook: where and how it ran, then the full
+    environment behind a dropdown."""
     from IPython.display import display
 
     profile = os.environ.get(RUN_PROFILE_VAR) or None  # None: run by hand

@@ -69,9 +69,8 @@ _PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 def md_escape(text) -> str:
     """``text`` as Markdown that shows exactly that text: a value from a results file,
     a model or a command line becomes page text only through here, so it cannot add
-    markup, a MyST directive or HTML. Control characters become spaces; ordinary names
-    ("2.5.1+cu124", "aten::conv2d", "max_pool2d") come back unchanged. Idempotent: a
-    value escaped at two layers shows once."""
+    markup. Ordinary names ("aten::conv2d", "max_pool2d") come back unchanged;
+    idempotent, so a value escaped at two layers shows once."""
     text = re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", " ", str(text))
     out = []
     i, n = 0, len(text)
@@ -195,9 +194,8 @@ class Dropdown:
 
 
 def dropdown(title: str, content, plain: str | None = None, lead: str = "") -> Dropdown:
-    """``content`` (Markdown text or object) behind a one-line ``title`` that opens
-    it; ``lead``: Markdown always shown above it (a table's summary); ``plain``: what
-    a terminal prints instead of the content."""
+    """``content`` (Markdown) behind a one-line ``title``; ``lead``: Markdown always
+    shown above it; ``plain``: what a terminal prints instead of the content."""
     body = getattr(content, "data", content)
     if not isinstance(body, str):
         raise TypeError(

@@ -1,7 +1,5 @@
-"""The book's precision vocabulary: the training precisions and their autocast dtypes,
-dtype names both ways (``to_dtype``, ``short_name``, ``torch_name``), whether this CPU
-has native 16-bit arithmetic, and torch's global backend flags set for a ``with``
-block and restored after it (``backend_flags``).
+"""The book's precision vocabulary: precisions and their autocast dtypes, dtype names
+both ways, native 16-bit CPU arithmetic, and torch's backend flags for a ``with`` block.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from ampbook.core.env import has_fp32_precision, readable_or_none, tf32_state
+from ampbook.core.env import cpu_flags, has_fp32_precision, readable_or_none, tf32_state
 from ampbook.core.modes import PRECISIONS
 
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
@@ -42,7 +40,6 @@ NATIVE_CPU_FLAGS: dict[torch.dtype, tuple[str, ...]] = {
 
 
 def check_precision(precision: str) -> str:
-    """``precision`` itself, or ``ValueError`` naming the ones there are."""
     if precision not in PRECISIONS:
         raise ValueError(
             f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}"
@@ -96,11 +93,7 @@ def native_cpu_flags(
         wanted = NATIVE_CPU_FLAGS.get(AUTOCAST_DTYPES[dtype], ())
     else:
         wanted = NATIVE_CPU_FLAGS.get(to_dtype(dtype), ())
-    if flags is None:
-        from ampbook.core.env import cpu_flags
-
-        flags = cpu_flags()
-    have = set(flags)
+    have = set(cpu_flags() if flags is None else flags)
     return [f for f in wanted if f in have]
 
 

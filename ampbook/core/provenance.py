@@ -2,12 +2,8 @@
 model, from what), published (the source) or assumed (a model's parameter).
 
 A ``Value`` is a float that carries its kind and source through arithmetic, glue,
-tables and verdicts, so a predicted number cannot be printed as a measurement by
-accident::
-
-    v = predicted(0.0307, "predict_ladder", unit=" ms", scale=1e3, fmt=".1f")
-    f"{v}"            # '30.7 ms (predicted)'
-    v / measured(...) # a Value, kind 'predicted'
+tables and verdicts (``f"{v}"``: ``'30.7 ms (predicted)'``), so a predicted number
+cannot be printed as a measurement by accident.
 """
 
 from __future__ import annotations
@@ -88,8 +84,7 @@ class Value(float):
         return f"Value({float(self)!r}, {self.kind!r}, {self.source!r})"
 
     def with_(self, **changes) -> "Value":
-        """A copy with some of ``kind``, ``source``, ``fmt``, ``unit``, ``scale``
-        changed."""
+        """A copy with some of its slots changed."""
         now = {k: getattr(self, k) for k in self.__slots__}
         return Value(float(self), **(now | changes))
 
