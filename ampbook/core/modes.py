@@ -1,10 +1,6 @@
 """The book's precisions and modes, without torch (``--help`` needs no torch import).
-
-``PRECISIONS``: what the training runner runs (fp32: no autocast; amp-fp16: autocast
-to float16 with a GradScaler; amp-bf16). ``TF32_MODE``: fp32 with TF32 on, the post's
-condition on an Ampere GPU (``--precision fp32 --tf32 on``). ``MODES``: what the
-ladder, the doctor and the results compare.
-"""
+``TF32_MODE``: fp32 with TF32 on (``--precision fp32 --tf32 on``); ``MODES``: what the
+ladder, the doctor and the results compare."""
 
 PRECISIONS = ("fp32", "amp-fp16", "amp-bf16")
 TF32_MODE = "fp32-tf32"

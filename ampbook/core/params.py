@@ -1,8 +1,7 @@
 """Checks for a notebook's parameters, run right after the parameters cell: a bad value
-from a profile or ``-p NAME VALUE`` stops the run at once with one line naming the
-parameter and the rule, ``parameter matmul_sizes = [64]: needs at least 2 distinct
-values (the fit needs two)``, not deep inside a measurement. Numbers are finite unless
-a check says otherwise; each check returns the value.
+stops the run at once with one line naming the parameter and the rule
+(``parameter matmul_sizes = [64]: needs at least 2 distinct values``). Each check
+returns the value.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ class ParameterError(ValueError, UserError):
 
 
 def fail(name: str, value: Any, rule: str, why: str = "") -> None:
-    """Raise the one-line error for parameter ``name``."""
     raise ParameterError(
         f"parameter {name} = {value!r}: {rule}" + (f" ({why})" if why else "")
     )
@@ -55,7 +53,6 @@ def _is_number(value: Any) -> bool:
 
 
 def _bounds(minimum, maximum, above) -> str:
-    """The bounds in words, after a space ("" when there are none)."""
     bounds = ((">", above), (">=", minimum), ("<=", maximum))
     text = " and ".join(f"{op} {x:g}" for op, x in bounds if x is not None)
     return f" {text}" if text else ""
@@ -76,7 +73,6 @@ def integer(
     maximum: int | None = None,
     why: str = "",
 ) -> int:
-    """An integer (not a bool) within the bounds given."""
     if not _is_int(value) or not _in_bounds(value, minimum, maximum, None):
         fail(name, value, "must be an integer" + _bounds(minimum, maximum, None), why)
     return int(value)
@@ -125,7 +121,6 @@ def integers(
 
 
 def choice(name: str, value: Any, choices: Sequence, why: str = "") -> Any:
-    """One of ``choices``."""
     if value not in choices:
         fail(name, value, "must be one of " + ", ".join(repr(c) for c in choices), why)
     return value
@@ -144,12 +139,10 @@ def device(name: str, value: Any) -> Any:
 
 
 def seed(name: str, value: Any) -> int:
-    """A seed numpy takes: an integer from 0 to 2**32 - 1."""
     return integer(name, value, minimum=0, maximum=SEED_MAX, why="numpy's seeds")
 
 
 def flag(name: str, value: Any) -> bool:
-    """``True`` or ``False`` (YAML's true/false with ``-p``), nothing else."""
     if not isinstance(value, bool):
         fail(name, value, "must be True or False")
     return value
@@ -167,12 +160,19 @@ def shape(name: str, value: Any, length: int = 3, why: str = "") -> list[int]:
     return [int(v) for v in value]
 
 
+def _no_path(name: str, value: Any, kind: str, empty: str) -> bool:
+    """Whether ``value`` is empty (None or ""); a value that is no path fails."""
+    if value is None or value == "":
+        return True
+    if not isinstance(value, (str, Path)):
+        fail(name, value, f"must be a {kind}'s path (or empty for {empty})")
+    return False
+
+
 def folder(name: str, value: Any, empty: str = "the default") -> Any:
     """A folder to read that exists, or None / "" for ``empty``."""
-    if value is None or value == "":
+    if _no_path(name, value, "folder", empty):
         return value
-    if not isinstance(value, (str, Path)):
-        fail(name, value, f"must be a folder's path (or empty for {empty})")
     if not Path(value).expanduser().is_dir():
         fail(name, value, f"must be an existing folder (or empty for {empty})")
     return value
@@ -181,10 +181,8 @@ def folder(name: str, value: Any, empty: str = "the default") -> Any:
 def output(name: str, value: Any, kind: str = "file") -> Any:
     """A file (``kind="file"``) or folder the notebook will write, or None / "" for
     none, checked before any work as a command's outputs are."""
-    if value is None or value == "":
+    if _no_path(name, value, kind, "none"):
         return value
-    if not isinstance(value, (str, Path)):
-        fail(name, value, f"must be a {kind}'s path (or empty for none)")
     try:
         if kind == "file":
             # a notebook's own output: its next run writes it again
