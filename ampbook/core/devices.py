@@ -76,8 +76,7 @@ class Device:
     notes: str = ""
 
     def peak_tflops(self, dtype: str) -> float | None:
-        """Dense peak for a book dtype name (None where the hardware has no such
-        mode)."""
+        """Dense peak for a book dtype name (None: the hardware has no such mode)."""
         if dtype not in PEAK_FIELD:
             raise ValueError(
                 f"no peak for dtype {dtype!r}; use one of {sorted(PEAK_FIELD)}"
@@ -99,14 +98,12 @@ class Device:
 
     @property
     def tensor_over_fp32(self) -> float:
-        """fp16 tensor (fp32 accumulate) peak over the fp32 peak: the most a matmul
-        gains from fp32 to fp16 under PyTorch."""
+        """The most a matmul gains from fp32 to fp16 under PyTorch (fp32 accumulate)."""
         return self.fp16_tflops_fp32acc / self.fp32_tflops
 
     @property
     def fp16acc_over_fp32acc(self) -> float:
-        """2.0 on GeForce Ampere (fp32 accumulate at half rate), 1.0 on data-centre
-        parts."""
+        """2.0 on GeForce Ampere (fp32 accumulate at half rate), 1.0 on data centre."""
         return self.fp16_tflops_fp16acc / self.fp16_tflops_fp32acc
 
     def source_of(self, figure: str) -> str:
@@ -121,8 +118,7 @@ class Device:
 
 
 def load_devices(path: str | Path | None = None) -> dict[str, Device]:
-    """Read the device table; every non-null figure must name a source in its
-    ``sources`` table (a clear ValueError names what is missing)."""
+    """The device table; a ValueError names a non-null figure without a source."""
     path = Path(path) if path is not None else DEVICES_FILE
     text = path.read_bytes()
     cached = _LOADED.get(str(path))
@@ -192,8 +188,7 @@ def _parse_devices(text: bytes, path: Path) -> dict[str, Device]:
 def find_device(
     name_from_torch: str, devices: dict[str, Device] | None = None
 ) -> Device | None:
-    """The entry whose ``match`` patterns fit a name from ``get_device_name``
-    (case-insensitive), or None when the GPU is not in the table."""
+    """The entry whose ``match`` patterns fit ``name_from_torch`` (or None)."""
     devices = load_devices() if devices is None else devices
     name = name_from_torch.strip()
     hits = [
