@@ -1,9 +1,7 @@
-"""The error layer every ``python -m ampbook...`` command shares through
-``@command("python -m ampbook.x")``: a known failure is one ``error:`` line and an exit
-status (2 bad settings, 1 a run that stopped, 130 Ctrl-C, 143 SIGTERM). Also the front
-door (``cli.X``) of ``errors``, ``stops``, ``args``, ``files`` and ``terminal``.
-Standard library only: the module is loaded before torch.
-"""
+"""The error layer every command's ``main`` shares through ``@command``: a known failure
+is one ``error:`` line and an exit status (2 bad settings, 1 a run that stopped, 130
+Ctrl-C, 143 SIGTERM). Also the front door (``cli.X``) of the layer's modules. Standard
+library only: the module is loaded before torch."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Peak figures of GPUs, read from ``data/reference/devices.yml`` (each figure with its
-source). All figures are dense (no structured sparsity); ``peak_tflops("fp16")`` is the
-fp32-accumulate figure because PyTorch's fp16 matmuls accumulate in fp32.
-"""
+"""Dense peak figures of GPUs, each with its source, from data/reference/devices.yml;
+``peak_tflops("fp16")`` is the fp32-accumulate figure (PyTorch's fp16 matmuls' mode)."""
 
 from __future__ import annotations
 

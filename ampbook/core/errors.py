@@ -1,6 +1,5 @@
-"""The error layer's words: exit statuses, the two known failures (``UserError``, exit
-2; ``Stopped``, exit 1), the one ``error:`` line (``say``) and what an ``OSError`` or
-another known failure means to a user (``describe``). Standard library only."""
+"""The error layer's words: exit statuses, the two known failures, the one ``error:``
+line (``say``) and what a known failure means to a user. Standard library only."""
 
 from __future__ import annotations
 

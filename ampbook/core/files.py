@@ -1,7 +1,5 @@
-"""The files a command reads and writes, checked before any work: outputs (long names,
-files in the way, read-only or missing folders, free space, another command's
-records), inputs read only from regular files (a FIFO would block), results written
-whole, a lock one process holds and the open-file limit. Standard library only."""
+"""The files a command reads and writes, checked before any work; results written
+whole, a lock one process holds, the open-file limit. Standard library only."""
 
 from __future__ import annotations
 
@@ -48,9 +46,8 @@ def hold_lock(path: str | os.PathLike) -> int:
         os.close(fd)
     os.ftruncate(fd, 0)
     since = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    os.write(
-        fd, f"pid {os.getpid()} on {socket.gethostname()} since {since}\n".encode()
-    )
+    holder = f"pid {os.getpid()} on {socket.gethostname()} since {since}\n"
+    os.write(fd, holder.encode())
     return fd
 
 
@@ -229,9 +226,8 @@ def check_output_file(
     kind: str | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """A file a command will write, checked before any work. No command replaces what
-    another wrote: an existing non-empty file is refused unless it is a record of this
-    command's ``kind`` (its JSON ``schema``) or ``overwrite`` is given."""
+    """A file a command will write. No command replaces what another wrote: a non-empty
+    file is refused unless it is a ``kind`` record (its ``schema``) or ``overwrite``."""
     p, mode = _output(path, what, "a file name")
     if mode is not None and not stat.S_ISREG(mode):
         if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):

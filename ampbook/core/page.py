@@ -69,8 +69,7 @@ _PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 def md_escape(text) -> str:
     """``text`` as Markdown that shows exactly that text: a value from a results file,
     a model or a command line becomes page text only through here, so it cannot add
-    markup. Ordinary names ("aten::conv2d", "max_pool2d") come back unchanged;
-    idempotent, so a value escaped at two layers shows once."""
+    markup. Idempotent: a value escaped at two layers shows once."""
     text = re.sub(r"[\x00-\x1f\x7f\u2028\u2029\x85]", " ", str(text))
     out = []
     i, n = 0, len(text)
@@ -155,9 +154,7 @@ def md_table(
     formats: Sequence[str | None] | None = None,
 ):
     """The same table as an IPython Markdown object."""
-    from IPython.display import Markdown
-
-    return Markdown(md_table_text(rows, headers, formats))
+    return md(md_table_text(rows, headers, formats))
 
 
 def md(text: str):

@@ -1,8 +1,6 @@
 """Checks for a notebook's parameters, run right after the parameters cell: a bad value
-stops the run at once with one line naming the parameter and the rule
-(``parameter matmul_sizes = [64]: needs at least 2 distinct values``). Each check
-returns the value.
-"""
+stops the run at once with one line naming the parameter and the rule; each check
+returns the value."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The book's precision vocabulary: precisions and their autocast dtypes, dtype names
-both ways, native 16-bit CPU arithmetic, and torch's backend flags for a ``with`` block.
-"""
+"""The book's precision vocabulary: precisions, autocast dtypes, dtype names both ways,
+native 16-bit CPU arithmetic, torch's backend flags for a ``with`` block."""
 
 from __future__ import annotations
 
@@ -85,8 +84,7 @@ def native_cpu_flags(
     dtype: str | torch.dtype | None = None, flags: Iterable[str] | None = None
 ) -> list[str]:
     """The instructions among ``flags`` (default: this CPU's) that do ``dtype`` (or a
-    precision, ``"amp-bf16"``; None: bf16 and fp16) natively: empty for a CPU whose
-    16-bit kernels convert to and from wider types."""
+    precision; None: bf16 and fp16) natively: empty where 16-bit kernels convert."""
     if dtype is None:
         wanted = tuple(f for fs in NATIVE_CPU_FLAGS.values() for f in fs)
     elif isinstance(dtype, str) and dtype in AUTOCAST_DTYPES:
@@ -168,9 +166,8 @@ def backend_flags(
     deterministic: bool | None = None,
 ) -> Iterator[dict]:
     """Set torch's backend flags for the ``with`` block (None: left as it is) and
-    restore them all after it; yields them as they were. ``tf32`` sets both TF32 flags,
-    ``matmul_tf32`` the matmuls' alone; ``deterministic`` asks for deterministic
-    algorithms (warning where there is none) and deterministic cuDNN."""
+    restore them after it; yields them as they were. ``tf32`` sets both TF32 flags,
+    ``matmul_tf32`` the matmuls' alone."""
     saved = backend_flags_now()
     try:
         if tf32 is not None and matmul_tf32 is None:

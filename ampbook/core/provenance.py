@@ -1,10 +1,7 @@
 """How a number the book prints was obtained: measured (which run), predicted (by which
-model, from what), published (the source) or assumed (a model's parameter).
-
-A ``Value`` is a float that carries its kind and source through arithmetic, glue,
-tables and verdicts (``f"{v}"``: ``'30.7 ms (predicted)'``), so a predicted number
-cannot be printed as a measurement by accident.
-"""
+model, from what), published (the source) or assumed (a model's parameter). A ``Value``
+carries its kind and source through arithmetic, glue, tables and verdicts, so a
+predicted number cannot be printed as a measurement by accident."""
 
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ def _binary(fn, reflected: bool = False):
 
 
 class Value(float):
-    """A float with ``kind`` (one of ``KINDS``), ``source`` (the run, the model and its
-    inputs, the citation), a default format spec ``fmt``, a ``unit`` appended to the
-    number (``" ms"``, ``"x"``) and a display ``scale`` (seconds stored, ms shown)."""
+    """A float with ``kind``, ``source`` (the run, the model and its inputs, the
+    citation), format ``fmt``, ``unit`` and display ``scale`` (s stored, ms shown)."""
 
     __slots__ = ("kind", "source", "fmt", "unit", "scale")
 
@@ -109,9 +105,8 @@ class Value(float):
 
 
 def combine(*values) -> tuple[str, str]:
-    """The kind and source of a number computed from ``values`` (plain numbers add
-    nothing): one kind stays; a predicted or assumed input makes a prediction; a
-    measurement beside a published figure stays a measurement."""
+    """The kind and source of a number computed from ``values``: a predicted or assumed
+    input makes a prediction; a measurement beside a published figure stays one."""
     vs = [v for v in values if isinstance(v, Value)]
     kinds = {v.kind for v in vs}
     if len(kinds) == 1:

@@ -1,10 +1,7 @@
-"""Stops: Ctrl-C, SIGTERM and SIGHUP in an ``ampbook`` command.
-
-SIGTERM is Ctrl-C (``Terminated`` is a ``KeyboardInterrupt``), so every cleanup written
-for Ctrl-C runs for it too; a stop inside an import is held back until the import has
-finished. A command stops once, with the first stop's status. Standard library only:
-the module is loaded before torch.
-"""
+"""Stops: Ctrl-C, SIGTERM and SIGHUP in an ``ampbook`` command. SIGTERM is Ctrl-C
+(``Terminated`` is a ``KeyboardInterrupt``), so every cleanup for Ctrl-C runs for it
+too; a stop inside an import is held back until the import has finished. A command
+stops once. Standard library only: the module is loaded before torch."""
 
 from __future__ import annotations
 

@@ -176,9 +176,8 @@ def table_text(lines: list[str], width: int) -> list[str]:
 
 
 def terminal_text(markdown: str, width: int | None = None) -> str:
-    """A Markdown report as a terminal shows it: escapes read as their characters,
-    paragraphs and list items wrapped at ``width`` (default: the terminal's; 80 off
-    one), tables laid out (``table_text``), headings and blank lines as they are."""
+    """A Markdown report as a terminal shows it: escapes read, paragraphs and list items
+    wrapped at ``width`` (default: the terminal's), tables laid out (``table_text``)."""
     width = width or shutil.get_terminal_size((80, 24)).columns
     width = max(40, width - 1)  # one column spare: a full line would wrap twice
     # A Markdown escape (``\_``, ``\<``) shows as its character; a table keeps ``\|``
@@ -256,8 +255,7 @@ class Progress:
         self._start = time.monotonic()
 
     def count(self, what: str, done: int, total: int, unit: str = "") -> None:
-        """``what: [unit ]done of total[, about N s left]`` (the mean part times the
-        parts left)."""
+        """``what: [unit ]done of total[, about N s left]``."""
         if self._start is None:
             self.start()
         left = ""
