@@ -59,9 +59,8 @@ def bar_style(i: int) -> dict:
     }
 
 
-# Characters that start Markdown, MyST or HTML markup anywhere in a line: code and
-# roles (backtick, braces), links and images (brackets), HTML and entities, tables,
-# emphasis, strike-through, math, and the backslash itself.
+# Characters that start Markdown, MyST or HTML markup anywhere in a line (code, roles,
+# links, HTML and entities, tables, emphasis, strike-through, math) and the backslash.
 _MD_ALWAYS = set("`{}[]<>&|*~$")
 _PUNCT = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 

@@ -17,7 +17,6 @@ AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {
     "amp-bf16": torch.bfloat16,
 }
 
-# The book's short dtype names.
 DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
     "fp32": torch.float32,

@@ -19,7 +19,7 @@ _ASCII = {
     **dict.fromkeys("\u00b5\u03bc", "u"),  # micro sign, Greek mu
     **dict.fromkeys("\u2018\u2019", "'"),
     **dict.fromkeys("\u201c\u201d", '"'),
-    **dict(zip("\u00d7\u2248\u00a0", "x~ ")),
+    **dict(zip("\u00d7\u2248\u00a0", "x~ ")),  # times, almost equal, no-break space
     "\u2192": "->",
     "\u00b1": "+/-",
     "\u2264": "<=",
