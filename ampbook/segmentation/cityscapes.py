@@ -41,17 +41,15 @@ except ImportError:  # a torchvision without image codecs: Pillow decodes
 NUM_CLASSES = 19
 IGNORE_INDEX = 255
 SPLITS = ("train", "val", "test")
-_IMAGE, _LABEL = "_leftImg8bit.png", "_gtFine_labelIds.png"
+IMAGE_SUFFIX, LABEL_SUFFIX = "_leftImg8bit.png", "_gtFine_labelIds.png"
 # A synthetic set's marker, written last; and the one of a set being written (or
 # stopped), written first: a root holding it is never read as data.
 SYNTHETIC_MARKER = "SYNTHETIC.json"
 SYNTHETIC_PARTIAL = "SYNTHETIC.partial"
 
 # ImageNet statistics (the usual normalisation for convnets, as torchvision's models).
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-_MEAN_255 = torch.tensor(IMAGENET_MEAN).view(3, 1, 1) * 255
-_INV_STD_255 = 1.0 / (torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255)
+_MEAN_255 = torch.tensor((0.485, 0.456, 0.406)).view(3, 1, 1) * 255
+_INV_STD_255 = 1.0 / (torch.tensor((0.229, 0.224, 0.225)).view(3, 1, 1) * 255)
 
 CLASS_NAMES: tuple[str, ...] = tuple(
     lab.name
@@ -157,7 +155,7 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
             f"{p.parent.name}/{p.name.removesuffix(suffix)}": p
             for p in d.glob("*/*" + suffix)
         }
-        for d, suffix in ((img_dir, _IMAGE), (gt_dir, _LABEL))
+        for d, suffix in ((img_dir, IMAGE_SUFFIX), (gt_dir, LABEL_SUFFIX))
     )
     if not images and not targets:
         raise FileNotFoundError(
@@ -165,8 +163,8 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
             f"(looked in {img_dir}/CITY/). " + GET_CITYSCAPES
         )
     for have, other, what, folder, suffix in (
-        (images, targets, "image {} has no label file", gt_dir, _LABEL),
-        (targets, images, "label file {} has no image", img_dir, _IMAGE),
+        (images, targets, "image {} has no label file", gt_dir, LABEL_SUFFIX),
+        (targets, images, "label file {} has no image", img_dir, IMAGE_SUFFIX),
     ):
         for key in sorted(set(have) - set(other)):
             raise FileNotFoundError(
@@ -219,40 +217,32 @@ def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
     every failure is a ``DataError`` without the C++ source location torchvision puts
     in front of its complaint."""
     try:
-        return _decode_raw(path, rgb)
+        _regular(path)
+        if decode_png is None:
+            with Image.open(path) as img:
+                return np.array(img.convert("RGB") if rgb else img)
+        raw = np.fromfile(path, dtype=np.uint8)
+        damage = png_damage(raw.data)
+        if damage:
+            raise ValueError(damage)
+        mode = ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED
+        with warnings.catch_warnings():
+            # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they
+            # are still the fastest PNG decoder available to it.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return decode_png(torch.from_numpy(raw), mode=mode)
     except (RuntimeError, ValueError, OSError, SyntaxError) as err:
         why = re.sub(r"^.*?\.cpp:\d+, ", "", str(err)).strip()
         what = "image" if rgb else "label file"
         raise DataError(f"cannot decode {what} {path}: {why}") from None
 
 
-def _decode_raw(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
-    _regular(path)
-    if decode_png is not None:
-        raw = np.fromfile(path, dtype=np.uint8)
-        damage = png_damage(raw.data)
-        if damage:
-            raise ValueError(damage)
-        data = torch.from_numpy(raw)
-        with warnings.catch_warnings():
-            # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they
-            # are still the fastest PNG decoder available to it.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return decode_png(
-                data, mode=ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED
-            )
-    with Image.open(path) as img:
-        return np.array(img.convert("RGB") if rgb else img)
-
-
 def read_image(path: Path) -> torch.Tensor:
     """An RGB PNG as a uint8 3 x H x W tensor."""
     out = _decode_png(path, rgb=True)
-    return (
-        out
-        if isinstance(out, torch.Tensor)
-        else torch.from_numpy(out).permute(2, 0, 1).contiguous()
-    )
+    if isinstance(out, torch.Tensor):
+        return out
+    return torch.from_numpy(out).permute(2, 0, 1).contiguous()
 
 
 def read_label_ids(path: Path) -> np.ndarray:
@@ -352,7 +342,6 @@ class Cityscapes(Dataset):
             interpolation=v2.InterpolationMode.BILINEAR,
             antialias=True,
         )
-        self.random_flip = v2.RandomHorizontalFlip(p=0.5) if flip else None
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -375,12 +364,8 @@ class Cityscapes(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         image, label = self.decode(index)
-        if self.random_flip is not None:
-            image, label = self.random_flip(
-                tv_tensors.Image(image), tv_tensors.Mask(label)
-            )
-            image = image.as_subclass(torch.Tensor)
-            label = label.as_subclass(torch.Tensor)
+        if self.flip and torch.rand(1) < 0.5:  # as v2.RandomHorizontalFlip(p=0.5)
+            image, label = image.flip(-1), label.flip(-1)
         return _to_float(image, self.normalize), label.long()
 
 
@@ -516,18 +501,15 @@ class CachedLoader:
         sampler=None,
         flip: bool = False,
     ):
-        self.cache, self.batch_size, self.sampler = cache, batch_size, sampler
+        self.cache, self.batch_size, self.dataset = cache, batch_size, cache.dataset
+        self.sampler = range(len(self.dataset)) if sampler is None else sampler
         self.device, self.flip = torch.device(device), flip
-        self.dataset = cache.dataset
 
     def __len__(self) -> int:
-        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        return -(-n // self.batch_size)
+        return -(-len(self.sampler) // self.batch_size)
 
     def __iter__(self):
-        order = list(
-            self.sampler if self.sampler is not None else range(len(self.dataset))
-        )
+        order = list(self.sampler)
         for start in range(0, len(order), self.batch_size):
             indices = order[start : start + self.batch_size]
             flips = [bool(torch.rand(1) < 0.5) for _ in indices] if self.flip else None

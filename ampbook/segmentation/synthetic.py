@@ -22,7 +22,13 @@ from cityscapesscripts.helpers.labels import labels as _CS_LABELS
 from PIL import Image
 
 from ampbook.core import cli
-from ampbook.segmentation.cityscapes import SPLITS, SYNTHETIC_MARKER, SYNTHETIC_PARTIAL
+from ampbook.segmentation.cityscapes import (
+    IMAGE_SUFFIX,
+    LABEL_SUFFIX,
+    SPLITS,
+    SYNTHETIC_MARKER,
+    SYNTHETIC_PARTIAL,
+)
 
 SYNTHETIC_VERSION = 1
 _TRAIN_CITIES = ("northvale", "eastbrook", "southport", "westmoor")
@@ -69,6 +75,7 @@ _CAR_PAINTS = [
 ]
 _SHIRTS = [(180, 40, 40), (40, 90, 160), (200, 180, 60), (60, 120, 60), (230, 230, 230)]
 _LAMPS = [(255, 60, 40), (255, 190, 40), (60, 230, 90)]
+_SIGN_DISCS = (((30, 70, 170), (40, 90, 200)), ((200, 30, 30), (240,) * 3))  # rim, face
 
 
 class _Street:
@@ -285,11 +292,7 @@ def _sign(c: _Street, top, qx, r) -> None:
         plate = _jitter(rng, (235, 200, 30), 10)
         c.rect(top - r, top + r, qx - r, qx + r, sign, plate)
     else:
-        rim, face = (
-            ((200, 30, 30), (240,) * 3)
-            if style == 1
-            else ((30, 70, 170), (40, 90, 200))
-        )
+        rim, face = _SIGN_DISCS[style]
         c.ellipse(top, qx, r, r, sign, rim)
         c.ellipse(top, qx, 0.7 * r, 0.7 * r, sign, face)
 
@@ -396,20 +399,21 @@ def synthetic_pair(
     return _draw_scene(rng, height, width)
 
 
+_LAYOUT = (("leftImg8bit", IMAGE_SUFFIX), ("gtFine", LABEL_SUFFIX))
+
+
 def _write_scene(job: tuple) -> None:
     """Draw scene ``i`` of ``split``; write its image and labelIds PNGs in ``root``."""
     root, seed, split, i, height, width = job
     cities = _TRAIN_CITIES if split == "train" else _VAL_CITIES
     city = cities[i % len(cities)]
     stem = f"{city}_{i:06d}_000019"  # the 20th frame of a clip, as Cityscapes
-    img_dir = root / "leftImg8bit" / split / city
-    gt_dir = root / "gtFine" / split / city
-    img_dir.mkdir(parents=True, exist_ok=True)
-    gt_dir.mkdir(parents=True, exist_ok=True)
     image, ids = synthetic_pair(seed, split, i, height, width)
     # zlib level 1: files about as large as well-compressed noisy photos, written fast
-    Image.fromarray(image).save(img_dir / f"{stem}_leftImg8bit.png", compress_level=1)
-    Image.fromarray(ids).save(gt_dir / f"{stem}_gtFine_labelIds.png", compress_level=1)
+    for array, (folder, suffix) in zip((image, ids), _LAYOUT):
+        out = root / folder / split / city
+        out.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(array).save(out / (stem + suffix), compress_level=1)
 
 
 # Below this many pixels in all, starting worker processes costs more than drawing
@@ -539,25 +543,19 @@ def set_matches(root: Path, meta: dict) -> bool:
     says so, nothing marks it partial, and no file is missing or empty."""
     try:
         marker = json.loads((root / SYNTHETIC_MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(marker, dict) or (root / SYNTHETIC_PARTIAL).exists():
-        return False
-    if any(marker.get(k) != v for k, v in meta.items()):
-        return False
-    for split in ("train", "val"):
-        for pattern in (
-            "leftImg8bit/{}/*/*_leftImg8bit.png",
-            "gtFine/{}/*/*_gtFine_labelIds.png",
-        ):
-            files = list(root.glob(pattern.format(split)))
-            try:
-                if len(files) != meta[split] or any(
-                    f.stat().st_size == 0 for f in files
+        if not isinstance(marker, dict) or (root / SYNTHETIC_PARTIAL).exists():
+            return False
+        if any(marker.get(k) != v for k, v in meta.items()):
+            return False
+        for split in ("train", "val"):
+            for folder, suffix in _LAYOUT:
+                files = list((root / folder / split).glob("*/*" + suffix))
+                if len(files) != meta[split] or not all(
+                    f.stat().st_size for f in files
                 ):
                     return False
-            except OSError:
-                return False
+    except (OSError, ValueError):
+        return False
     return True
 
 
