@@ -51,26 +51,14 @@ SYNTHETIC_PARTIAL = "SYNTHETIC.partial"
 _MEAN_255 = torch.tensor((0.485, 0.456, 0.406)).view(3, 1, 1) * 255
 _INV_STD_255 = 1.0 / (torch.tensor((0.229, 0.224, 0.225)).view(3, 1, 1) * 255)
 
-CLASS_NAMES: tuple[str, ...] = tuple(
-    lab.name
-    for lab in sorted(
-        (l for l in _CS_LABELS if 0 <= l.trainId < NUM_CLASSES), key=lambda l: l.trainId
-    )
-)
-
-
-# labelId (0..255) -> trainId, and which labelIds the table knows ('license plate',
-# id -1, cannot occur in a uint8 label image)
-_IDS = [lab for lab in _CS_LABELS if lab.id >= 0]
-KNOWN_LABEL_IDS = np.isin(np.arange(256), [lab.id for lab in _IDS])
+# The table gives each trainId 0..18 one label; every other labelId maps to ignore.
+_TRAINED = [next(l for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)]
+CLASS_NAMES: tuple[str, ...] = tuple(lab.name for lab in _TRAINED)
+TRAIN_TO_LABEL = np.array([lab.id for lab in _TRAINED], dtype=np.uint8)
 LABEL_TO_TRAIN = np.full(256, IGNORE_INDEX, dtype=np.uint8)
-LABEL_TO_TRAIN[[lab.id for lab in _IDS]] = [
-    lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX for lab in _IDS
-]
-TRAIN_TO_LABEL = np.array(
-    [next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
-    dtype=np.uint8,
-)
+LABEL_TO_TRAIN[TRAIN_TO_LABEL] = np.arange(NUM_CLASSES)
+# The labelIds the table knows ('license plate', id -1, cannot occur in a uint8 image)
+KNOWN_LABEL_IDS = np.isin(np.arange(256), [lab.id for lab in _CS_LABELS])
 
 GET_CITYSCAPES = (
     "To get Cityscapes: register at https://www.cityscapes-dataset.com, download "

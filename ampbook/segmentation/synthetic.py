@@ -443,7 +443,7 @@ def check_synthesis(root, train: int, val: int, seed: int, height: int, width: i
     if seed < 0:
         raise ValueError(f"seed must be 0 or more, got {seed}")
     ours = (root / SYNTHETIC_MARKER).exists() or (root / SYNTHETIC_PARTIAL).exists()
-    if ((root / "leftImg8bit").exists() or (root / "gtFine").exists()) and not ours:
+    if any((root / sub).exists() for sub, _ in _LAYOUT) and not ours:
         raise FileExistsError(
             f"{root} already holds a dataset that is not synthetic; "
             "refusing to write synthetic images into it"
@@ -475,7 +475,7 @@ def synthesize(
         "being written by ampbook.segmentation.synthetic\n"
     )
     (root / SYNTHETIC_MARKER).unlink(missing_ok=True)
-    for sub in ("leftImg8bit", "gtFine"):  # an older synthetic set: replace it whole
+    for sub, _ in _LAYOUT:  # an older synthetic set: replace it whole
         shutil.rmtree(root / sub, ignore_errors=True)
     start = time.perf_counter()
     jobs = [
@@ -623,27 +623,24 @@ def synthesize_cli(args) -> int:
         ) from None
     try:
         synthesize(root, *params, progress=True)
-    except (KeyboardInterrupt, OSError) as err:
+        return 0
+    except (KeyboardInterrupt, OSError) as stop:
+        err = stop
+    finally:  # before the clean-up: the lock file is in root
         cli.release_lock(lock, fd)
-        fd = None
-        if not (root / SYNTHETIC_MARKER).exists():  # ours, and not finished
-            for d in (root / "leftImg8bit", root / "gtFine"):
-                shutil.rmtree(d, ignore_errors=True)
-            (root / SYNTHETIC_PARTIAL).unlink(missing_ok=True)
-            if fresh:
-                with contextlib.suppress(OSError):
-                    root.rmdir()
-        if isinstance(err, KeyboardInterrupt):
-            what = f"interrupted ({cli.signal_name()})"
-        else:
-            what = "failed: " + " ".join(cli.os_error(err)[1].split())
-        print(
-            f"error: synthesize {what}; the half-written images were removed, "
-            "run it again",
-            file=sys.stderr,
-        )
-        return cli.stop_code(err) if isinstance(err, KeyboardInterrupt) else 1
-    finally:
-        if fd is not None:
-            cli.release_lock(lock, fd)
-    return 0
+    if not (root / SYNTHETIC_MARKER).exists():  # ours, and not finished
+        for folder, _ in _LAYOUT:
+            shutil.rmtree(root / folder, ignore_errors=True)
+        (root / SYNTHETIC_PARTIAL).unlink(missing_ok=True)
+        if fresh:
+            with contextlib.suppress(OSError):
+                root.rmdir()
+    if isinstance(err, KeyboardInterrupt):
+        what = f"interrupted ({cli.signal_name()})"
+    else:
+        what = "failed: " + " ".join(cli.os_error(err)[1].split())
+    print(
+        f"error: synthesize {what}; the half-written images were removed, run it again",
+        file=sys.stderr,
+    )
+    return cli.stop_code(err) if isinstance(err, KeyboardInterrupt) else 1
