@@ -184,16 +184,14 @@ def png_damage(raw: bytes | memoryview) -> str | None:
     while pos < end:
         if pos + 12 > end:
             return "the file is cut short"
-        length = int.from_bytes(mv[pos : pos + 4], "big")
-        stop = pos + 8 + length
+        kind = bytes(mv[pos + 4 : pos + 8])
+        stop = pos + 8 + int.from_bytes(mv[pos : pos + 4], "big")
         if stop + 4 > end:
-            return (
-                f"the file is cut short inside chunk {bytes(mv[pos + 4 : pos + 8])!r}"
-            )
+            return f"the file is cut short inside chunk {kind!r}"
         if zlib.crc32(mv[pos + 4 : stop]) != int.from_bytes(mv[stop : stop + 4], "big"):
-            kind = bytes(mv[pos + 4 : pos + 8]).decode("latin-1")
-            return f"chunk {kind} at byte {pos} fails its CRC (the file is damaged)"
-        if bytes(mv[pos + 4 : pos + 8]) == b"IEND":
+            name = kind.decode("latin-1")
+            return f"chunk {name} at byte {pos} fails its CRC (the file is damaged)"
+        if kind == b"IEND":
             return None
         pos = stop + 4
     return "the file has no IEND chunk (cut short)"

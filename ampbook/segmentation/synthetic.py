@@ -92,10 +92,6 @@ class _Street:
         self.ground_h = h - self.horizon
         self.unit = min(h, w / 2)
 
-    def ground_y(self, s):
-        """The image row of a ground point at nearness s (0 horizon .. 1 bottom)."""
-        return self.horizon + s * self.ground_h
-
     def road_edge(self, s, side):
         return self.vx + side * self.w * 0.3 * s
 
@@ -121,17 +117,14 @@ class _Street:
             np.copyto(self.rgb[sl], color, where=mask[..., None])
 
     def rect(self, y0, y1, x0, x1, label_id, color) -> None:
-        b = self.box(y0, y1, x0, x1)
-        if b is not None:
+        if b := self.box(y0, y1, x0, x1):
             self.paint(b[0], None, label_id, color)
 
     def ellipse(self, cy, cx, ry, rx, label_id, color) -> None:
-        b = self.box(cy - ry, cy + ry, cx - rx, cx + rx)
-        if b is not None:
+        if b := self.box(cy - ry, cy + ry, cx - rx, cx + rx):
             sl, ys, xs = b
-            self.paint(
-                sl, ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1, label_id, color
-            )
+            inside = ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1
+            self.paint(sl, inside, label_id, color)
 
 
 def _sky(c: _Street) -> None:
@@ -154,8 +147,7 @@ def _buildings(c: _Street) -> None:
         if rng.random() > 0.12:
             far = rng.random() < 0.85
             btop = h * rng.uniform(0.02, 0.3) if far else horizon - 0.15 * h
-            b = c.box(btop, horizon + 1, x, x + bw)
-            if b is not None:
+            if b := c.box(btop, horizon + 1, x, x + bw):
                 _facade(c, b, x, bw, btop)
         x += bw
 
@@ -214,11 +206,8 @@ def _fence(c: _Street) -> None:
     if rng.random() >= 0.4:
         return
     x0 = rng.uniform(0, 0.6) * c.w
-    fh = 0.05 * unit
-    b = c.box(
-        horizon - fh, horizon + 0.01 * unit, x0, x0 + c.w * rng.uniform(0.15, 0.35)
-    )
-    if b is not None:
+    x1, fh = x0 + c.w * rng.uniform(0.15, 0.35), 0.05 * unit
+    if b := c.box(horizon - fh, horizon + 0.01 * unit, x0, x1):
         sl, ys, xs = b
         slats = ((xs - x0) % (0.02 * unit)) < 0.008 * unit
         rails = np.abs(ys - (horizon - 0.7 * fh)) < 0.006 * unit
@@ -257,8 +246,7 @@ def _tree(c: _Street, s, base, scale, side) -> None:
     th = 0.9 * scale
     trunk = _jitter(rng, (90, 65, 40), 10)
     c.rect(base - 0.6 * th, base, tx - 0.02 * scale, tx + 0.02 * scale, green, trunk)
-    b = c.box(base - 1.2 * th, base - 0.35 * th, tx - 0.35 * th, tx + 0.35 * th)
-    if b is not None:
+    if b := c.box(base - 1.2 * th, base - 0.35 * th, tx - 0.35 * th, tx + 0.35 * th):
         sl, ys, xs = b
         blob = _smooth_noise(rng, ys.shape[0], xs.shape[1], 4, 4)
         r2 = ((ys - (base - 0.78 * th)) / (0.42 * th)) ** 2
@@ -304,9 +292,8 @@ def _traffic_light(c: _Street, top, qx, scale) -> None:
     housing = _jitter(rng, (35, 35, 30), 5)
     c.rect(top, top + lh, qx - lw / 2, qx + lw / 2, light, housing)
     lamp = rng.integers(3)
-    c.ellipse(
-        top + lh * (0.2 + 0.3 * lamp), qx, 0.28 * lw, 0.28 * lw, light, _LAMPS[lamp]
-    )
+    cy = top + lh * (0.2 + 0.3 * lamp)
+    c.ellipse(cy, qx, 0.28 * lw, 0.28 * lw, light, _LAMPS[lamp])
 
 
 def _static(c: _Street, s, base, scale, side) -> None:
@@ -341,14 +328,13 @@ def _objects(c: _Street) -> None:
     for s, draw in objects:
         scale = c.unit * (0.15 + s)  # nearer objects are bigger
         side = 1 if rng.random() < 0.5 else -1
-        draw(c, s, c.ground_y(s), scale, side)
+        draw(c, s, c.horizon + s * c.ground_h, scale, side)  # s: 0 horizon, 1 bottom
 
 
 def _bonnet(c: _Street) -> None:
     """The ego vehicle's bonnet at the bottom (ignored in training)."""
     h, w = c.h, c.w
-    b = c.box(h * 0.88, h, 0, w)
-    if b is not None:
+    if b := c.box(h * 0.88, h, 0, w):
         sl, ys, xs = b
         hood = ys > h * (0.92 + 0.05 * ((xs - w / 2) / (w / 2)) ** 2)
         c.paint(sl, hood, _ID["ego vehicle"], _jitter(c.rng, (35, 38, 42), 5))
@@ -577,11 +563,8 @@ def synthetic_root(
         return root
     if root.exists():  # damaged or partial: moved out of the way, then removed
         stale = root.with_name(f"{name}.stale-{os.getpid()}")
-        try:
+        with contextlib.suppress(OSError):  # another process may have moved it first
             root.rename(stale)
-        except OSError:
-            pass  # another process moved it first
-        else:
             shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=name + ".tmp-", dir=cache_dir()))
     try:
@@ -592,8 +575,7 @@ def synthetic_root(
             if not set_matches(root, meta):
                 raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     return root
 
 
