@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import nn
 
 BN_EPS = 1e-3
-ENCODER_DILATIONS = (2, 4, 8, 16, 2, 4, 8, 16)
 
 
 class Downsampler(nn.Module):
@@ -87,16 +86,13 @@ class Upsampler(nn.Module):
 class Encoder(nn.Module):
     def __init__(self, fp16_stream: bool = False):
         super().__init__()
-        layers: list[nn.Module] = [
+        self.layers = nn.Sequential(
             Downsampler(3, 16, fp16_stream),
             Downsampler(16, 64, fp16_stream),
-        ]
-        layers += [NonBottleneck1D(64, dropout=0.03, dilation=1) for _ in range(5)]
-        layers.append(Downsampler(64, 128, fp16_stream))
-        layers += [
-            NonBottleneck1D(128, dropout=0.3, dilation=d) for d in ENCODER_DILATIONS
-        ]
-        self.layers = nn.Sequential(*layers)
+            *(NonBottleneck1D(64, dropout=0.03) for _ in range(5)),
+            Downsampler(64, 128, fp16_stream),
+            *(NonBottleneck1D(128, dropout=0.3, dilation=d) for d in (2, 4, 8, 16) * 2),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)

@@ -358,16 +358,6 @@ def _light_and_noise(c: _Street) -> None:
 _LAYERS = (_sky, _buildings, _ground, _fence, _objects, _bonnet, _light_and_noise)
 
 
-def _draw_scene(
-    rng: np.random.Generator, h: int, w: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """One street scene: (RGB uint8 h x w x 3, labelIds uint8 h x w)."""
-    c = _Street(h, w, rng)
-    for layer in _LAYERS:
-        layer(c)
-    return c.rgb.astype(np.uint8), c.ids
-
-
 def _check_size(height: int, width: int) -> None:
     if height < 16 or width < 16:
         raise ValueError(
@@ -382,7 +372,10 @@ def synthetic_pair(
     same (seed, split, index) gives the same scene."""
     _check_size(height, width)
     rng = np.random.default_rng([seed, SPLITS.index(split), index])
-    return _draw_scene(rng, height, width)
+    c = _Street(height, width, rng)
+    for layer in _LAYERS:
+        layer(c)
+    return c.rgb.astype(np.uint8), c.ids
 
 
 _LAYOUT = (("leftImg8bit", IMAGE_SUFFIX), ("gtFine", LABEL_SUFFIX))
