@@ -26,7 +26,6 @@ def build_parser() -> cli.ArgumentParser:
     )
     parser.add_argument(
         "--data-root",
-        default=None,
         metavar="ROOT",
         help="Cityscapes root (default: $CITYSCAPES_DATASET)",
     )

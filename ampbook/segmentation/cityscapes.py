@@ -344,9 +344,8 @@ class Cityscapes(Dataset):
         image, mask = self.resize(
             tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids))
         )
-        return image.as_subclass(torch.Tensor), torch.from_numpy(
-            np.take(LABEL_TO_TRAIN, mask.as_subclass(torch.Tensor).numpy())
-        )
+        label = np.take(LABEL_TO_TRAIN, mask.as_subclass(torch.Tensor).numpy())
+        return image.as_subclass(torch.Tensor), torch.from_numpy(label)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         image, label = self.decode(index)
@@ -413,9 +412,7 @@ class DecodedCache:
     for those items, flipped and normalised on the target device with the very
     operations of ``Cityscapes.__getitem__`` (bit-identical batches)."""
 
-    def __init__(
-        self, dataset: Cityscapes, images: torch.Tensor, labels: torch.Tensor
-    ) -> None:
+    def __init__(self, dataset: Cityscapes, images: torch.Tensor, labels: torch.Tensor):
         self.dataset, self.images, self.labels = dataset, images, labels
 
     @property
