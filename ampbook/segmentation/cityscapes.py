@@ -11,7 +11,6 @@ https://github.com/mcordts/cityscapesScripts). The root is an argument or
 neither maps labelIds to trainIds nor checks the files, so the pairs are listed here
 (to name an unpaired or broken file); torchvision decodes (libpng) and resizes image
 and label together (``tv_tensors.Mask`` makes the label's resize nearest-neighbour).
-``ampbook.segmentation.synthetic`` writes a synthetic set in the same layout.
 """
 
 from __future__ import annotations
@@ -79,6 +78,7 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
     """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``; a folder
     without ``leftImg8bit`` and ``gtFine`` is a ``FileNotFoundError`` saying what is
     missing and how to get Cityscapes or the synthetic set."""
+    origin = "root"
     if root is None or str(root) == "":
         env = os.environ.get("CITYSCAPES_DATASET")
         if not env:
@@ -87,8 +87,6 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
                 + GET_CITYSCAPES
             )
         root, origin = env, "CITYSCAPES_DATASET"
-    else:
-        origin = "root"
     path = Path(root).expanduser()
     if path.exists() and not path.is_dir():
         raise FileNotFoundError(

@@ -136,9 +136,7 @@ class SegmentationMetrics:
 GT_SUFFIX = "_gtFine_labelIds.png"
 
 
-def ground_truth_files(
-    root: str | os.PathLike | None, split: str = "val"
-) -> list[Path]:
+def ground_truth_files(root: str | os.PathLike | None, split: str) -> list[Path]:
     """The split's ``*_gtFine_labelIds.png`` files, sorted."""
     root = resolve_root(root)
     gt_dir = root / "gtFine" / split
