@@ -52,9 +52,7 @@ def build_parser() -> cli.ArgumentParser:
         description="Count the image/label pairs of each split of a Cityscapes root.",
         formatter_class=cli.HelpFormatter,
     )
-    info.add_argument(
-        "--root", default=None, help="dataset root (default: $CITYSCAPES_DATASET)"
-    )
+    info.add_argument("--root", help="dataset root (default: $CITYSCAPES_DATASET)")
     return parser
 
 

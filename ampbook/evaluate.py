@@ -1,7 +1,5 @@
 """``python -m ampbook.evaluate PRED_DIR --data-root ROOT``: Cityscapes predictions
-(labelId PNGs) scored as cityscapesscripts' ``evalPixelLevelSemanticLabeling.py``
-does: the prediction of ``CITY_SEQ_FRAME_gtFine_labelIds.png`` is the one file under
-PRED_DIR named ``CITY_SEQ_FRAME*.png``; the metrics are printed as JSON."""
+scored as cityscapesscripts' ``evalPixelLevelSemanticLabeling.py`` does."""
 
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ def build_parser() -> cli.ArgumentParser:
     )
     parser.add_argument(
         "--data-root",
-        default=None,
         metavar="ROOT",
         help="Cityscapes root (default: $CITYSCAPES_DATASET)",
     )

@@ -11,7 +11,6 @@ https://github.com/mcordts/cityscapesScripts). The root is an argument or
 neither maps labelIds to trainIds nor checks the files, so the pairs are listed here
 (to name an unpaired or broken file); torchvision decodes (libpng) and resizes image
 and label together (``tv_tensors.Mask`` makes the label's resize nearest-neighbour).
-``ampbook.segmentation.synthetic`` writes a synthetic set in the same layout.
 """
 
 from __future__ import annotations
@@ -41,38 +40,24 @@ except ImportError:  # a torchvision without image codecs: Pillow decodes
 NUM_CLASSES = 19
 IGNORE_INDEX = 255
 SPLITS = ("train", "val", "test")
-_IMAGE, _LABEL = "_leftImg8bit.png", "_gtFine_labelIds.png"
+IMAGE_SUFFIX, LABEL_SUFFIX = "_leftImg8bit.png", "_gtFine_labelIds.png"
 # A synthetic set's marker, written last; and the one of a set being written (or
 # stopped), written first: a root holding it is never read as data.
 SYNTHETIC_MARKER = "SYNTHETIC.json"
 SYNTHETIC_PARTIAL = "SYNTHETIC.partial"
 
 # ImageNet statistics (the usual normalisation for convnets, as torchvision's models).
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-_MEAN_255 = torch.tensor(IMAGENET_MEAN).view(3, 1, 1) * 255
-_INV_STD_255 = 1.0 / (torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255)
+_MEAN_255 = torch.tensor((0.485, 0.456, 0.406)).view(3, 1, 1) * 255
+_INV_STD_255 = 1.0 / (torch.tensor((0.229, 0.224, 0.225)).view(3, 1, 1) * 255)
 
-CLASS_NAMES: tuple[str, ...] = tuple(
-    lab.name
-    for lab in sorted(
-        (l for l in _CS_LABELS if 0 <= l.trainId < NUM_CLASSES), key=lambda l: l.trainId
-    )
-)
-
-
-# labelId (0..255) -> trainId, and which labelIds the table knows ('license plate',
-# id -1, cannot occur in a uint8 label image)
-_IDS = [lab for lab in _CS_LABELS if lab.id >= 0]
-KNOWN_LABEL_IDS = np.isin(np.arange(256), [lab.id for lab in _IDS])
+# The table gives each trainId 0..18 one label; every other labelId maps to ignore.
+_TRAINED = [next(l for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)]
+CLASS_NAMES: tuple[str, ...] = tuple(lab.name for lab in _TRAINED)
+TRAIN_TO_LABEL = np.array([lab.id for lab in _TRAINED], dtype=np.uint8)
 LABEL_TO_TRAIN = np.full(256, IGNORE_INDEX, dtype=np.uint8)
-LABEL_TO_TRAIN[[lab.id for lab in _IDS]] = [
-    lab.trainId if 0 <= lab.trainId < NUM_CLASSES else IGNORE_INDEX for lab in _IDS
-]
-TRAIN_TO_LABEL = np.array(
-    [next(l.id for l in _CS_LABELS if l.trainId == t) for t in range(NUM_CLASSES)],
-    dtype=np.uint8,
-)
+LABEL_TO_TRAIN[TRAIN_TO_LABEL] = np.arange(NUM_CLASSES)
+# The labelIds the table knows ('license plate', id -1, cannot occur in a uint8 image)
+KNOWN_LABEL_IDS = np.isin(np.arange(256), [lab.id for lab in _CS_LABELS])
 
 GET_CITYSCAPES = (
     "To get Cityscapes: register at https://www.cityscapes-dataset.com, download "
@@ -93,6 +78,7 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
     """The Cityscapes root: ``root`` if given, else ``$CITYSCAPES_DATASET``; a folder
     without ``leftImg8bit`` and ``gtFine`` is a ``FileNotFoundError`` saying what is
     missing and how to get Cityscapes or the synthetic set."""
+    origin = "root"
     if root is None or str(root) == "":
         env = os.environ.get("CITYSCAPES_DATASET")
         if not env:
@@ -101,8 +87,6 @@ def resolve_root(root: str | os.PathLike | None = None) -> Path:
                 + GET_CITYSCAPES
             )
         root, origin = env, "CITYSCAPES_DATASET"
-    else:
-        origin = "root"
     path = Path(root).expanduser()
     if path.exists() and not path.is_dir():
         raise FileNotFoundError(
@@ -157,7 +141,7 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
             f"{p.parent.name}/{p.name.removesuffix(suffix)}": p
             for p in d.glob("*/*" + suffix)
         }
-        for d, suffix in ((img_dir, _IMAGE), (gt_dir, _LABEL))
+        for d, suffix in ((img_dir, IMAGE_SUFFIX), (gt_dir, LABEL_SUFFIX))
     )
     if not images and not targets:
         raise FileNotFoundError(
@@ -165,8 +149,8 @@ def list_pairs(root: str | os.PathLike | None, split: str) -> list[tuple[Path, P
             f"(looked in {img_dir}/CITY/). " + GET_CITYSCAPES
         )
     for have, other, what, folder, suffix in (
-        (images, targets, "image {} has no label file", gt_dir, _LABEL),
-        (targets, images, "label file {} has no image", img_dir, _IMAGE),
+        (images, targets, "image {} has no label file", gt_dir, LABEL_SUFFIX),
+        (targets, images, "label file {} has no image", img_dir, IMAGE_SUFFIX),
     ):
         for key in sorted(set(have) - set(other)):
             raise FileNotFoundError(
@@ -198,16 +182,14 @@ def png_damage(raw: bytes | memoryview) -> str | None:
     while pos < end:
         if pos + 12 > end:
             return "the file is cut short"
-        length = int.from_bytes(mv[pos : pos + 4], "big")
-        stop = pos + 8 + length
+        kind = bytes(mv[pos + 4 : pos + 8])
+        stop = pos + 8 + int.from_bytes(mv[pos : pos + 4], "big")
         if stop + 4 > end:
-            return (
-                f"the file is cut short inside chunk {bytes(mv[pos + 4 : pos + 8])!r}"
-            )
+            return f"the file is cut short inside chunk {kind!r}"
         if zlib.crc32(mv[pos + 4 : stop]) != int.from_bytes(mv[stop : stop + 4], "big"):
-            kind = bytes(mv[pos + 4 : pos + 8]).decode("latin-1")
-            return f"chunk {kind} at byte {pos} fails its CRC (the file is damaged)"
-        if bytes(mv[pos + 4 : pos + 8]) == b"IEND":
+            name = kind.decode("latin-1")
+            return f"chunk {name} at byte {pos} fails its CRC (the file is damaged)"
+        if kind == b"IEND":
             return None
         pos = stop + 4
     return "the file has no IEND chunk (cut short)"
@@ -219,40 +201,32 @@ def _decode_png(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
     every failure is a ``DataError`` without the C++ source location torchvision puts
     in front of its complaint."""
     try:
-        return _decode_raw(path, rgb)
+        _regular(path)
+        if decode_png is None:
+            with Image.open(path) as img:
+                return np.array(img.convert("RGB") if rgb else img)
+        raw = np.fromfile(path, dtype=np.uint8)
+        damage = png_damage(raw.data)
+        if damage:
+            raise ValueError(damage)
+        mode = ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED
+        with warnings.catch_warnings():
+            # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they
+            # are still the fastest PNG decoder available to it.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return decode_png(torch.from_numpy(raw), mode=mode)
     except (RuntimeError, ValueError, OSError, SyntaxError) as err:
         why = re.sub(r"^.*?\.cpp:\d+, ", "", str(err)).strip()
         what = "image" if rgb else "label file"
         raise DataError(f"cannot decode {what} {path}: {why}") from None
 
 
-def _decode_raw(path: Path, rgb: bool) -> np.ndarray | torch.Tensor:
-    _regular(path)
-    if decode_png is not None:
-        raw = np.fromfile(path, dtype=np.uint8)
-        damage = png_damage(raw.data)
-        if damage:
-            raise ValueError(damage)
-        data = torch.from_numpy(raw)
-        with warnings.catch_warnings():
-            # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; they
-            # are still the fastest PNG decoder available to it.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return decode_png(
-                data, mode=ImageReadMode.RGB if rgb else ImageReadMode.UNCHANGED
-            )
-    with Image.open(path) as img:
-        return np.array(img.convert("RGB") if rgb else img)
-
-
 def read_image(path: Path) -> torch.Tensor:
     """An RGB PNG as a uint8 3 x H x W tensor."""
     out = _decode_png(path, rgb=True)
-    return (
-        out
-        if isinstance(out, torch.Tensor)
-        else torch.from_numpy(out).permute(2, 0, 1).contiguous()
-    )
+    if isinstance(out, torch.Tensor):
+        return out
+    return torch.from_numpy(out).permute(2, 0, 1).contiguous()
 
 
 def read_label_ids(path: Path) -> np.ndarray:
@@ -352,7 +326,6 @@ class Cityscapes(Dataset):
             interpolation=v2.InterpolationMode.BILINEAR,
             antialias=True,
         )
-        self.random_flip = v2.RandomHorizontalFlip(p=0.5) if flip else None
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -369,18 +342,13 @@ class Cityscapes(Dataset):
         image, mask = self.resize(
             tv_tensors.Image(image), tv_tensors.Mask(torch.from_numpy(ids))
         )
-        return image.as_subclass(torch.Tensor), torch.from_numpy(
-            np.take(LABEL_TO_TRAIN, mask.as_subclass(torch.Tensor).numpy())
-        )
+        label = np.take(LABEL_TO_TRAIN, mask.as_subclass(torch.Tensor).numpy())
+        return image.as_subclass(torch.Tensor), torch.from_numpy(label)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         image, label = self.decode(index)
-        if self.random_flip is not None:
-            image, label = self.random_flip(
-                tv_tensors.Image(image), tv_tensors.Mask(label)
-            )
-            image = image.as_subclass(torch.Tensor)
-            label = label.as_subclass(torch.Tensor)
+        if self.flip and torch.rand(1) < 0.5:  # as v2.RandomHorizontalFlip(p=0.5)
+            image, label = image.flip(-1), label.flip(-1)
         return _to_float(image, self.normalize), label.long()
 
 
@@ -442,9 +410,7 @@ class DecodedCache:
     for those items, flipped and normalised on the target device with the very
     operations of ``Cityscapes.__getitem__`` (bit-identical batches)."""
 
-    def __init__(
-        self, dataset: Cityscapes, images: torch.Tensor, labels: torch.Tensor
-    ) -> None:
+    def __init__(self, dataset: Cityscapes, images: torch.Tensor, labels: torch.Tensor):
         self.dataset, self.images, self.labels = dataset, images, labels
 
     @property
@@ -516,18 +482,15 @@ class CachedLoader:
         sampler=None,
         flip: bool = False,
     ):
-        self.cache, self.batch_size, self.sampler = cache, batch_size, sampler
+        self.cache, self.batch_size, self.dataset = cache, batch_size, cache.dataset
+        self.sampler = range(len(self.dataset)) if sampler is None else sampler
         self.device, self.flip = torch.device(device), flip
-        self.dataset = cache.dataset
 
     def __len__(self) -> int:
-        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        return -(-n // self.batch_size)
+        return -(-len(self.sampler) // self.batch_size)
 
     def __iter__(self):
-        order = list(
-            self.sampler if self.sampler is not None else range(len(self.dataset))
-        )
+        order = list(self.sampler)
         for start in range(0, len(order), self.batch_size):
             indices = order[start : start + self.batch_size]
             flips = [bool(torch.rand(1) < 0.5) for _ in indices] if self.flip else None

@@ -113,9 +113,8 @@ class SegmentationMetrics:
                 f"ignore index {self.ignore_index}"
             )
         pred = torch.where((pred >= 0) & (pred < c), pred, torch.full_like(pred, c))
-        self._matrix += count_values(target * (c + 1) + pred, c * (c + 1)).reshape(
-            c, c + 1
-        )
+        counts = count_values(target * (c + 1) + pred, c * (c + 1))
+        self._matrix += counts.reshape(c, c + 1)
 
     def compute(self) -> dict:
         m = self._matrix.double().cpu()
@@ -137,9 +136,7 @@ class SegmentationMetrics:
 GT_SUFFIX = "_gtFine_labelIds.png"
 
 
-def ground_truth_files(
-    root: str | os.PathLike | None, split: str = "val"
-) -> list[Path]:
+def ground_truth_files(root: str | os.PathLike | None, split: str) -> list[Path]:
     """The split's ``*_gtFine_labelIds.png`` files, sorted."""
     root = resolve_root(root)
     gt_dir = root / "gtFine" / split

@@ -22,7 +22,13 @@ from cityscapesscripts.helpers.labels import labels as _CS_LABELS
 from PIL import Image
 
 from ampbook.core import cli
-from ampbook.segmentation.cityscapes import SPLITS, SYNTHETIC_MARKER, SYNTHETIC_PARTIAL
+from ampbook.segmentation.cityscapes import (
+    IMAGE_SUFFIX,
+    LABEL_SUFFIX,
+    SPLITS,
+    SYNTHETIC_MARKER,
+    SYNTHETIC_PARTIAL,
+)
 
 SYNTHETIC_VERSION = 1
 _TRAIN_CITIES = ("northvale", "eastbrook", "southport", "westmoor")
@@ -69,6 +75,7 @@ _CAR_PAINTS = [
 ]
 _SHIRTS = [(180, 40, 40), (40, 90, 160), (200, 180, 60), (60, 120, 60), (230, 230, 230)]
 _LAMPS = [(255, 60, 40), (255, 190, 40), (60, 230, 90)]
+_SIGN_DISCS = (((30, 70, 170), (40, 90, 200)), ((200, 30, 30), (240,) * 3))  # rim, face
 
 
 class _Street:
@@ -84,10 +91,6 @@ class _Street:
         self.vx = w * rng.uniform(0.38, 0.62)
         self.ground_h = h - self.horizon
         self.unit = min(h, w / 2)
-
-    def ground_y(self, s):
-        """The image row of a ground point at nearness s (0 horizon .. 1 bottom)."""
-        return self.horizon + s * self.ground_h
 
     def road_edge(self, s, side):
         return self.vx + side * self.w * 0.3 * s
@@ -114,17 +117,14 @@ class _Street:
             np.copyto(self.rgb[sl], color, where=mask[..., None])
 
     def rect(self, y0, y1, x0, x1, label_id, color) -> None:
-        b = self.box(y0, y1, x0, x1)
-        if b is not None:
+        if b := self.box(y0, y1, x0, x1):
             self.paint(b[0], None, label_id, color)
 
     def ellipse(self, cy, cx, ry, rx, label_id, color) -> None:
-        b = self.box(cy - ry, cy + ry, cx - rx, cx + rx)
-        if b is not None:
+        if b := self.box(cy - ry, cy + ry, cx - rx, cx + rx):
             sl, ys, xs = b
-            self.paint(
-                sl, ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1, label_id, color
-            )
+            inside = ((ys - cy) / ry) ** 2 + ((xs - cx) / rx) ** 2 <= 1
+            self.paint(sl, inside, label_id, color)
 
 
 def _sky(c: _Street) -> None:
@@ -147,8 +147,7 @@ def _buildings(c: _Street) -> None:
         if rng.random() > 0.12:
             far = rng.random() < 0.85
             btop = h * rng.uniform(0.02, 0.3) if far else horizon - 0.15 * h
-            b = c.box(btop, horizon + 1, x, x + bw)
-            if b is not None:
+            if b := c.box(btop, horizon + 1, x, x + bw):
                 _facade(c, b, x, bw, btop)
         x += bw
 
@@ -207,11 +206,8 @@ def _fence(c: _Street) -> None:
     if rng.random() >= 0.4:
         return
     x0 = rng.uniform(0, 0.6) * c.w
-    fh = 0.05 * unit
-    b = c.box(
-        horizon - fh, horizon + 0.01 * unit, x0, x0 + c.w * rng.uniform(0.15, 0.35)
-    )
-    if b is not None:
+    x1, fh = x0 + c.w * rng.uniform(0.15, 0.35), 0.05 * unit
+    if b := c.box(horizon - fh, horizon + 0.01 * unit, x0, x1):
         sl, ys, xs = b
         slats = ((xs - x0) % (0.02 * unit)) < 0.008 * unit
         rails = np.abs(ys - (horizon - 0.7 * fh)) < 0.006 * unit
@@ -250,8 +246,7 @@ def _tree(c: _Street, s, base, scale, side) -> None:
     th = 0.9 * scale
     trunk = _jitter(rng, (90, 65, 40), 10)
     c.rect(base - 0.6 * th, base, tx - 0.02 * scale, tx + 0.02 * scale, green, trunk)
-    b = c.box(base - 1.2 * th, base - 0.35 * th, tx - 0.35 * th, tx + 0.35 * th)
-    if b is not None:
+    if b := c.box(base - 1.2 * th, base - 0.35 * th, tx - 0.35 * th, tx + 0.35 * th):
         sl, ys, xs = b
         blob = _smooth_noise(rng, ys.shape[0], xs.shape[1], 4, 4)
         r2 = ((ys - (base - 0.78 * th)) / (0.42 * th)) ** 2
@@ -285,11 +280,7 @@ def _sign(c: _Street, top, qx, r) -> None:
         plate = _jitter(rng, (235, 200, 30), 10)
         c.rect(top - r, top + r, qx - r, qx + r, sign, plate)
     else:
-        rim, face = (
-            ((200, 30, 30), (240,) * 3)
-            if style == 1
-            else ((30, 70, 170), (40, 90, 200))
-        )
+        rim, face = _SIGN_DISCS[style]
         c.ellipse(top, qx, r, r, sign, rim)
         c.ellipse(top, qx, 0.7 * r, 0.7 * r, sign, face)
 
@@ -301,9 +292,8 @@ def _traffic_light(c: _Street, top, qx, scale) -> None:
     housing = _jitter(rng, (35, 35, 30), 5)
     c.rect(top, top + lh, qx - lw / 2, qx + lw / 2, light, housing)
     lamp = rng.integers(3)
-    c.ellipse(
-        top + lh * (0.2 + 0.3 * lamp), qx, 0.28 * lw, 0.28 * lw, light, _LAMPS[lamp]
-    )
+    cy = top + lh * (0.2 + 0.3 * lamp)
+    c.ellipse(cy, qx, 0.28 * lw, 0.28 * lw, light, _LAMPS[lamp])
 
 
 def _static(c: _Street, s, base, scale, side) -> None:
@@ -338,14 +328,13 @@ def _objects(c: _Street) -> None:
     for s, draw in objects:
         scale = c.unit * (0.15 + s)  # nearer objects are bigger
         side = 1 if rng.random() < 0.5 else -1
-        draw(c, s, c.ground_y(s), scale, side)
+        draw(c, s, c.horizon + s * c.ground_h, scale, side)  # s: 0 horizon, 1 bottom
 
 
 def _bonnet(c: _Street) -> None:
     """The ego vehicle's bonnet at the bottom (ignored in training)."""
     h, w = c.h, c.w
-    b = c.box(h * 0.88, h, 0, w)
-    if b is not None:
+    if b := c.box(h * 0.88, h, 0, w):
         sl, ys, xs = b
         hood = ys > h * (0.92 + 0.05 * ((xs - w / 2) / (w / 2)) ** 2)
         c.paint(sl, hood, _ID["ego vehicle"], _jitter(c.rng, (35, 38, 42), 5))
@@ -369,16 +358,6 @@ def _light_and_noise(c: _Street) -> None:
 _LAYERS = (_sky, _buildings, _ground, _fence, _objects, _bonnet, _light_and_noise)
 
 
-def _draw_scene(
-    rng: np.random.Generator, h: int, w: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """One street scene: (RGB uint8 h x w x 3, labelIds uint8 h x w)."""
-    c = _Street(h, w, rng)
-    for layer in _LAYERS:
-        layer(c)
-    return c.rgb.astype(np.uint8), c.ids
-
-
 def _check_size(height: int, width: int) -> None:
     if height < 16 or width < 16:
         raise ValueError(
@@ -393,7 +372,13 @@ def synthetic_pair(
     same (seed, split, index) gives the same scene."""
     _check_size(height, width)
     rng = np.random.default_rng([seed, SPLITS.index(split), index])
-    return _draw_scene(rng, height, width)
+    c = _Street(height, width, rng)
+    for layer in _LAYERS:
+        layer(c)
+    return c.rgb.astype(np.uint8), c.ids
+
+
+_LAYOUT = (("leftImg8bit", IMAGE_SUFFIX), ("gtFine", LABEL_SUFFIX))
 
 
 def _write_scene(job: tuple) -> None:
@@ -402,14 +387,12 @@ def _write_scene(job: tuple) -> None:
     cities = _TRAIN_CITIES if split == "train" else _VAL_CITIES
     city = cities[i % len(cities)]
     stem = f"{city}_{i:06d}_000019"  # the 20th frame of a clip, as Cityscapes
-    img_dir = root / "leftImg8bit" / split / city
-    gt_dir = root / "gtFine" / split / city
-    img_dir.mkdir(parents=True, exist_ok=True)
-    gt_dir.mkdir(parents=True, exist_ok=True)
     image, ids = synthetic_pair(seed, split, i, height, width)
     # zlib level 1: files about as large as well-compressed noisy photos, written fast
-    Image.fromarray(image).save(img_dir / f"{stem}_leftImg8bit.png", compress_level=1)
-    Image.fromarray(ids).save(gt_dir / f"{stem}_gtFine_labelIds.png", compress_level=1)
+    for array, (folder, suffix) in zip((image, ids), _LAYOUT):
+        out = root / folder / split / city
+        out.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(array).save(out / (stem + suffix), compress_level=1)
 
 
 # Below this many pixels in all, starting worker processes costs more than drawing
@@ -439,7 +422,7 @@ def check_synthesis(root, train: int, val: int, seed: int, height: int, width: i
     if seed < 0:
         raise ValueError(f"seed must be 0 or more, got {seed}")
     ours = (root / SYNTHETIC_MARKER).exists() or (root / SYNTHETIC_PARTIAL).exists()
-    if ((root / "leftImg8bit").exists() or (root / "gtFine").exists()) and not ours:
+    if any((root / sub).exists() for sub, _ in _LAYOUT) and not ours:
         raise FileExistsError(
             f"{root} already holds a dataset that is not synthetic; "
             "refusing to write synthetic images into it"
@@ -471,7 +454,7 @@ def synthesize(
         "being written by ampbook.segmentation.synthetic\n"
     )
     (root / SYNTHETIC_MARKER).unlink(missing_ok=True)
-    for sub in ("leftImg8bit", "gtFine"):  # an older synthetic set: replace it whole
+    for sub, _ in _LAYOUT:  # an older synthetic set: replace it whole
         shutil.rmtree(root / sub, ignore_errors=True)
     start = time.perf_counter()
     jobs = [
@@ -539,25 +522,19 @@ def set_matches(root: Path, meta: dict) -> bool:
     says so, nothing marks it partial, and no file is missing or empty."""
     try:
         marker = json.loads((root / SYNTHETIC_MARKER).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(marker, dict) or (root / SYNTHETIC_PARTIAL).exists():
-        return False
-    if any(marker.get(k) != v for k, v in meta.items()):
-        return False
-    for split in ("train", "val"):
-        for pattern in (
-            "leftImg8bit/{}/*/*_leftImg8bit.png",
-            "gtFine/{}/*/*_gtFine_labelIds.png",
-        ):
-            files = list(root.glob(pattern.format(split)))
-            try:
-                if len(files) != meta[split] or any(
-                    f.stat().st_size == 0 for f in files
+        if not isinstance(marker, dict) or (root / SYNTHETIC_PARTIAL).exists():
+            return False
+        if any(marker.get(k) != v for k, v in meta.items()):
+            return False
+        for split in ("train", "val"):
+            for folder, suffix in _LAYOUT:
+                files = list((root / folder / split).glob("*/*" + suffix))
+                if len(files) != meta[split] or not all(
+                    f.stat().st_size for f in files
                 ):
                     return False
-            except OSError:
-                return False
+    except (OSError, ValueError):
+        return False
     return True
 
 
@@ -579,11 +556,8 @@ def synthetic_root(
         return root
     if root.exists():  # damaged or partial: moved out of the way, then removed
         stale = root.with_name(f"{name}.stale-{os.getpid()}")
-        try:
+        with contextlib.suppress(OSError):  # another process may have moved it first
             root.rename(stale)
-        except OSError:
-            pass  # another process moved it first
-        else:
             shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=name + ".tmp-", dir=cache_dir()))
     try:
@@ -594,8 +568,7 @@ def synthetic_root(
             if not set_matches(root, meta):
                 raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     return root
 
 
@@ -625,27 +598,24 @@ def synthesize_cli(args) -> int:
         ) from None
     try:
         synthesize(root, *params, progress=True)
-    except (KeyboardInterrupt, OSError) as err:
+        return 0
+    except (KeyboardInterrupt, OSError) as stop:
+        err = stop
+    finally:  # before the clean-up: the lock file is in root
         cli.release_lock(lock, fd)
-        fd = None
-        if not (root / SYNTHETIC_MARKER).exists():  # ours, and not finished
-            for d in (root / "leftImg8bit", root / "gtFine"):
-                shutil.rmtree(d, ignore_errors=True)
-            (root / SYNTHETIC_PARTIAL).unlink(missing_ok=True)
-            if fresh:
-                with contextlib.suppress(OSError):
-                    root.rmdir()
-        if isinstance(err, KeyboardInterrupt):
-            what = f"interrupted ({cli.signal_name()})"
-        else:
-            what = "failed: " + " ".join(cli.os_error(err)[1].split())
-        print(
-            f"error: synthesize {what}; the half-written images were removed, "
-            "run it again",
-            file=sys.stderr,
-        )
-        return cli.stop_code(err) if isinstance(err, KeyboardInterrupt) else 1
-    finally:
-        if fd is not None:
-            cli.release_lock(lock, fd)
-    return 0
+    if not (root / SYNTHETIC_MARKER).exists():  # ours, and not finished
+        for folder, _ in _LAYOUT:
+            shutil.rmtree(root / folder, ignore_errors=True)
+        (root / SYNTHETIC_PARTIAL).unlink(missing_ok=True)
+        if fresh:
+            with contextlib.suppress(OSError):
+                root.rmdir()
+    if isinstance(err, KeyboardInterrupt):
+        what = f"interrupted ({cli.signal_name()})"
+    else:
+        what = "failed: " + " ".join(cli.os_error(err)[1].split())
+    print(
+        f"error: synthesize {what}; the half-written images were removed, run it again",
+        file=sys.stderr,
+    )
+    return cli.stop_code(err) if isinstance(err, KeyboardInterrupt) else 1
