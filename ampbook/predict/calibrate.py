@@ -11,6 +11,7 @@ by how close they are (``closeness``), the error is what the leave-one-out misse
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -129,10 +130,8 @@ class Weights:
     batch_octaves: float = 3.0  # 1 / (1 + |log2(batch ratio)| / batch_octaves)
 
     def gpu(self, distance: str) -> float:
-        """The factor of a ``GPU_DISTANCES`` entry (the same GPU: 1)."""
-        return (
-            1.0 if distance == "same GPU" else getattr(self, distance.replace(" ", "_"))
-        )
+        """The factor of a ``GPU_DISTANCES`` entry (the same GPU, no field: 1)."""
+        return getattr(self, distance.replace(" ", "_"), 1.0)
 
 
 WEIGHTS = Weights()
@@ -401,9 +400,7 @@ def leave_one_out(
     for ref in refs if targets is None else targets:
         if ref.gpu not in devices:
             continue
-        r = reference_prediction(
-            ref, refs, True, devices, weights, errors, host or None
-        )
+        r = reference_prediction(ref, refs, True, devices, weights, errors, host)
         if r["point"] is None:
             none.append(ref.key)
             continue
@@ -431,8 +428,6 @@ def fit(
 ) -> tuple[Weights, ErrorModel]:
     """The weights on ``WEIGHT_GRID`` whose leave-one-out lies closest to what the
     references measured, and the ``ErrorModel`` fitted on it."""
-    import itertools
-
     refs = references() if refs is None else refs
     devices = device_table(devices)
     host = host_model()

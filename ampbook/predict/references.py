@@ -136,24 +136,17 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
     return out
 
 
-def scope_class(scope_type: str, op: str) -> str:
-    """The class of a traced operator by the module it runs in, as a layer profile
-    classes its measured time (a convolution's casts and transposes are the
-    convolution's); in a module of no class, its operator's class."""
-    from ampbook.predict.opcost import op_class
-
-    c = layer_class(scope_type or "")
-    return c if c != "elementwise" else op_class(op)
-
-
 def class_bounds(p: Prediction) -> dict[str, float]:
-    """Seconds of a predicted step per operator class (``scope_class``); the optimizer
+    """Seconds of a predicted step per operator class, an operator's class the module's
+    it runs in, as a layer profile classes its measured time (a convolution's casts and
+    transposes are the convolution's), in a module of no class its own; the optimizer
     step counts as element-wise, as a layer profile counts it (unattributed)."""
-    from ampbook.predict.opcost import OP_CLASSES
+    from ampbook.predict.opcost import OP_CLASSES, op_class
 
     out = dict.fromkeys(OP_CLASSES, 0.0)
     for t in p.times:
-        out[scope_class(t.op.scope_type, t.op.op)] += t.time_s
+        c = layer_class(t.op.scope_type or "")
+        out[c if c != "elementwise" else op_class(t.op.op)] += t.time_s
     out["elementwise"] += p.optimizer_s
     return out
 
@@ -385,10 +378,8 @@ def profile_references(results_dir=None) -> list[Reference]:
         for prec, fam_on in (("fp32", None), ("amp-fp16", "16-bit")):
             lp = g[prec]
             fam = fam_on or ("tf32" if lp.record.get("tf32") else "fp32")
-            measured, bound = (
-                dict.fromkeys(OP_CLASSES, 0.0),
-                dict.fromkeys(OP_CLASSES, 0.0),
-            )
+            measured = dict.fromkeys(OP_CLASSES, 0.0)
+            bound = dict(measured)
             for layer in lp.layers:
                 measured[layer_class(layer.type)] += layer.measured_s
                 bound[layer_class(layer.type)] += layer.predicted_s

@@ -62,13 +62,6 @@ class Ceilings:
             )
         return self.mma_tflops[dtype]
 
-    @property
-    def ridge_point(self) -> dict[str, float]:
-        """FLOPs per byte above which a matrix operator is compute-bound, per dtype."""
-        return {
-            k: v * 1e12 / (self.bandwidth_gbs * 1e9) for k, v in self.mma_tflops.items()
-        }
-
     @classmethod
     def from_device(
         cls, device: Any, tf32: bool = True, matmul_tf32: bool | None = None
@@ -212,15 +205,13 @@ class Prediction:
             raise ValueError(f"measured_step_s must be positive, got {measured_step_s}")
         return self.min_step_s / measured_step_s
 
-    def by_scope(self, phase: str | None = None) -> list[dict[str, Any]]:
+    def by_scope(self) -> list[dict[str, Any]]:
         """Per module (in order of first appearance): FLOPs, bytes and time, forward and
         backward, and whether most of its time is memory-bound."""
         rows: dict[str, dict[str, Any]] = {}
         sums = ("forward_flops", "backward_flops", "forward_bytes", "backward_bytes")
         for t in self.times:
             o = t.op
-            if phase is not None and o.phase != phase:
-                continue
             r = rows.setdefault(
                 o.scope,
                 {"scope": o.scope, "type": o.scope_type, **dict.fromkeys(sums, 0.0),

@@ -75,19 +75,11 @@ class StepTrace:
     # one sample's shape (C, H, W for an image)
     input_shape: tuple[int, ...] | None = None
 
-    def select(
-        self, phase: str | None = None, scope: str | None = None
-    ) -> list[OpCost]:
-        return [
-            o
-            for o in self.ops
-            if (phase is None or o.phase == phase)
-            and (scope is None or o.scope == scope)
-        ]
+    def select(self, phase: str) -> list[OpCost]:
+        return [o for o in self.ops if o.phase == phase]
 
     def totals(self) -> dict[str, float]:
-        """FLOPs and bytes of the step, forward and backward apart, and kernel
-        counts."""
+        """FLOPs, bytes and kernels of the step, in all and per phase."""
         out: dict[str, float] = {}
         keys = ("mma_flops", "flops", "bytes", "kernels")
         for phase in ("forward", "backward"):
