@@ -22,12 +22,12 @@ BOOK_LAYOUT = "channels_first"
 
 def step_trace(
     model, batch: int, height: int, width: int, precision: str,
-    memory_format: str = BOOK_LAYOUT, transposes: bool = False, **kwargs,
+    memory_format: str = BOOK_LAYOUT,
 ) -> StepTrace:  # fmt: skip
     """One training step of ``model`` traced in ``precision`` and ``memory_format``
-    (``transposes``: cuDNN's NCHW transposes assumed; off for the bound)."""
-    tr = trace_step(model, batch, height, width, precision, **kwargs)
-    return with_memory_format(tr, memory_format, transposes)
+    (without cuDNN's NCHW transposes, as the bound leaves them out)."""
+    tr = trace_step(model, batch, height, width, precision)
+    return with_memory_format(tr, memory_format)
 
 
 def bound_pair(

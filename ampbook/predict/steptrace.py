@@ -116,10 +116,8 @@ def trace_step(
     width: int,
     precision: str = "fp32",
     *,
-    in_channels: int = 3,
     backward: bool = True,
     loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
-    ignore_index: int = 255,
     device_type: str = "cpu",
     autocast_rules: str = "cuda",
     input_shape: Sequence[int] | None = None,
@@ -128,8 +126,8 @@ def trace_step(
     ``device_type="cuda"``: forward and loss under CUDA's own autocast, to check the
     CPU trace, whose ``autocast_rules="cuda"`` apply CUDA's lists and fused kernels."""
     shape = _check_trace(
-        batch_size, height, width, precision, in_channels, backward, loss,
-        device_type, autocast_rules, input_shape,
+        batch_size, height, width, precision, backward, loss, device_type,
+        autocast_rules, input_shape,
     )  # fmt: skip
     from ampbook.measure.autocast_rules import CudaAutocastRules
     from ampbook.measure.cuda_kernels import CudaKernels
@@ -152,7 +150,7 @@ def trace_step(
 
                     y = functional_call(model, state, (x,))
                     recorder.region = (LOSS, "loss")
-                    value = _loss_value(y, loss, ignore_index, device)
+                    value = _loss_value(y, loss, device)
                     recorder.region = None
                     scopes.claim(value, (LOSS, "loss"))
                 if backward and not value.requires_grad:
@@ -174,8 +172,8 @@ def trace_step(
 
 
 def _check_trace(
-    batch_size, height, width, precision, in_channels, backward, loss, device_type,
-    autocast_rules, input_shape,
+    batch_size, height, width, precision, backward, loss, device_type, autocast_rules,
+    input_shape,
 ) -> tuple[int, ...]:  # fmt: skip
     """One sample's shape; a ValueError naming a wrong argument."""
     for label, v, ok in (
@@ -197,8 +195,8 @@ def _check_trace(
             raise ValueError("input_shape needs at least one dimension")
         dims = [(f"input_shape[{i}]", d) for i, d in enumerate(shape)]
     else:
-        shape = (in_channels, height, width)
-        dims = [("height", height), ("width", width), ("in_channels", in_channels)]
+        shape = (3, height, width)
+        dims = [("height", height), ("width", width)]
     for label, v in (("batch_size", batch_size), *dims):
         if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
@@ -224,7 +222,7 @@ def _fake_state(model: nn.Module, batch_size: int, shape, device) -> tuple[dict,
     return state, x
 
 
-def _loss_value(y, loss, ignore_index: int, device) -> torch.Tensor:
+def _loss_value(y, loss, device) -> torch.Tensor:
     """The traced step's loss of the model's output ``y``."""
     if isinstance(loss, str) and not isinstance(y, torch.Tensor):
         raise ValueError(
@@ -239,7 +237,7 @@ def _loss_value(y, loss, ignore_index: int, device) -> torch.Tensor:
             )
         shape = (y.shape[0], *y.shape[2:])
         target = torch.zeros(shape, dtype=torch.long, device=device)
-        return nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
+        return nn.functional.cross_entropy(y, target, ignore_index=255)
     if loss == "sum":
         return y.float().sum()
     return loss(y)
