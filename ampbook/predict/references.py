@@ -66,9 +66,7 @@ class Published:
     amp: Side
     published_speedup: float
     optimizer: str
-    software: str
     source: dict
-    gpu_note: str = ""
 
     @property
     def speedup(self) -> float:
@@ -124,8 +122,7 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
         ref = Published(
             key, e["network"], e["model"], tuple(e["input"]), e["gpu"],
             sides["baseline"], sides["amp"], float(e["published_speedup"]),
-            e["optimizer"], e["software"], {"key": e["source"], **src},
-            str(e.get("gpu_note") or ""),
+            e["optimizer"], {"key": e["source"], **src},
         )  # fmt: skip
         if abs(ref.speedup / ref.published_speedup - 1) > 0.02:
             raise CalibrationError(
@@ -201,22 +198,20 @@ def load_profile_bounds(path: str | Path | None = None) -> dict[str, Any]:
     return load_bounds(path, "profiles")
 
 
-def write_bounds(path: str | Path | None = None, devices=None) -> dict[str, Any]:
-    """Trace every published reference and store its bounds (a minute or two)."""
-    path = Path(path) if path else BOUNDS_FILE
-    bounds = {r.key: reference_bounds(r, devices) for r in load_published()}
-    if path == BOUNDS_FILE:  # the held-out published results, in their own file
-        held = {
-            r.key: reference_bounds(r, devices) for r in load_published(HELDOUT_FILE)
-        }
-        _write(HELDOUT_BOUNDS_FILE, "training_throughputs_heldout.yml", references=held)
+def write_bounds() -> dict[str, Any]:
+    """Trace every published reference (the held-out ones to their own file) and the
+    committed layer profiles' settings, and store their bounds (a minute or two)."""
+    bounds = {r.key: reference_bounds(r) for r in load_published()}
+    held = {r.key: reference_bounds(r) for r in load_published(HELDOUT_FILE)}
+    _write(HELDOUT_BOUNDS_FILE, "training_throughputs_heldout.yml", references=held)
+    devices = device_table()
     profiles = {
         profile_key(*key): profile_bounds(*key, devices=devices)
         for key, _ in profile_groups()
-        if key[0] in (devices or device_table())
+        if key[0] in devices
     }
-    _write(path, "training_throughputs.yml, the committed layer profiles and the "
-           "cost model", references=bounds, profiles=profiles)  # fmt: skip
+    source = "training_throughputs.yml, the committed layer profiles and the cost model"
+    _write(BOUNDS_FILE, source, references=bounds, profiles=profiles)
     return bounds
 
 
@@ -241,7 +236,6 @@ class Reference:
     model: str | None = None  # the doctor's spec of the network, if it has one
     setting: str = ""
     source: dict = field(default_factory=dict)
-    per_class: bool = False  # True: measured per class; False: one per family
     # per family: the whole step's bound over its measured time; its memory format;
     # its bound per class of one sample (for ``reference_prediction``)
     step_efficiency: dict[str, float] = field(default_factory=dict)
@@ -401,7 +395,7 @@ def profile_references(results_dir=None) -> list[Reference]:
         out.append(
             Reference(f"profile-{key}-{batch}x{h}x{w}", "profile", "ERFNet", key, eff,
                       mixes["fp32"], fp32.measured_total_s / amp.measured_total_s,
-                      "erfnet", f"batch {batch} x 3x{h}x{w}", {"title": title}, True,
+                      "erfnet", f"batch {batch} x 3x{h}x{w}", {"title": title},
                       whole, layout={f: layout for f in whole}, batch=batch,
                       per_image=per_image)
         )  # fmt: skip
