@@ -176,18 +176,30 @@ class Prediction:
 
     @property
     def unmodelled(self) -> list[dict[str, Any]]:
-        """``StepTrace.unmodelled`` with each operator's predicted time and share (bytes
-        only: weaker lower bounds than the rest)."""
+        """The operators whose FLOPs the model does not know, largest bytes first
+        (``why``: "FLOPs unknown" or "dtype complex64"), with their predicted time and
+        share: bytes counted, FLOPs not (weaker lower bounds than the rest)."""
+        nbytes = sum(t.op.bytes for t in self.times)
         total = sum(t.time_s for t in self.times)
+        rows: dict[str, dict[str, Any]] = {}
         time: dict[str, float] = {}
         for t in self.times:
-            if not t.op.modelled:
-                time[t.op.op] = time.get(t.op.op, 0.0) + t.time_s
-        rows = self.trace.unmodelled()
-        for r in rows:
-            r["time_s"] = time.get(r["op"], 0.0)
+            o = t.op
+            if o.modelled:
+                continue
+            row = {"op": o.op, "why": o.why_unmodelled, "count": 0, "bytes": 0.0}
+            r = rows.setdefault(o.op, {**row, "phases": [], "scopes": []})
+            r["count"] += 1
+            r["bytes"] += o.bytes
+            time[o.op] = time.get(o.op, 0.0) + t.time_s
+            for key, value in (("phases", o.phase), ("scopes", o.scope)):
+                if value not in r[key]:
+                    r[key].append(value)
+        for r in rows.values():
+            r["bytes_share"] = r["bytes"] / nbytes if nbytes else 0.0
+            r["time_s"] = time[r["op"]]
             r["time_share"] = r["time_s"] / total if total else 0.0
-        return rows
+        return sorted(rows.values(), key=lambda r: -r["bytes"])
 
     @property
     def max_images_per_s(self) -> float:

@@ -89,25 +89,6 @@ class StepTrace:
             out[k] = out[f"forward_{k}"] + out[f"backward_{k}"]
         return out
 
-    def unmodelled(self) -> list[dict[str, Any]]:
-        """The operators whose FLOPs the model does not know, largest bytes first
-        (``why``: "FLOPs unknown" or "dtype complex64"): bytes counted, FLOPs not."""
-        total = sum(o.bytes for o in self.ops)
-        rows: dict[str, dict[str, Any]] = {}
-        for o in self.ops:
-            if o.modelled:
-                continue
-            row = {"op": o.op, "why": o.why_unmodelled, "count": 0, "bytes": 0.0}
-            r = rows.setdefault(o.op, {**row, "phases": [], "scopes": []})
-            r["count"] += 1
-            r["bytes"] += o.bytes
-            for key, value in (("phases", o.phase), ("scopes", o.scope)):
-                if value not in r[key]:
-                    r[key].append(value)
-        for r in rows.values():
-            r["bytes_share"] = r["bytes"] / total if total else 0.0
-        return sorted(rows.values(), key=lambda r: -r["bytes"])
-
 
 def trace_step(
     model: nn.Module,
