@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -196,13 +196,6 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _compute_dtype(tensors: Iterable[torch.Tensor]) -> str:
-    for t in tensors:
-        if t.is_floating_point() or t.is_complex():
-            return _dtype_name(t.dtype)
-    return "none"
-
-
 # Where a cuDNN RNN call holds its mode, hidden size, layers, batch_first and
 # bidirectional (aten::_cudnn_rnn's arguments; ampbook::cudnn_rnn_backward's).
 _RNN_ARGS = {"_cudnn_rnn": (6, 7, 9, 10, 13), "_cudnn_rnn_backward": (6, 7, 8, 9, 10)}
@@ -335,9 +328,9 @@ def op_cost(
         name = "_" + name
     known = func.namespace in ("aten", "ampbook") and op_is_modelled(name)
     # The dtype an operator computes in: a convolution's input dtype, else its output's
-    dtype = _compute_dtype(
-        _tensors(args) if name in _MMA_OPS else _tensors(out) + _tensors((args, kwargs))
-    )
+    ts = _tensors(args) if name in _MMA_OPS else _tensors((out, args, kwargs))
+    floats = [t for t in ts if t.is_floating_point() or t.is_complex()]
+    dtype = _dtype_name(floats[0].dtype) if floats else "none"
     modelled = known and dtype in MODELLED_DTYPES
     if not known:
         name = name if func.namespace == "aten" else func._schema.name

@@ -83,8 +83,7 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
     import yaml
 
     path = Path(path) if path else PUBLISHED_FILE
-    with Path(path).open() as f:
-        doc = yaml.safe_load(f)
+    doc = yaml.safe_load(path.read_text())
     devices = device_table(devices)
     if not isinstance(doc, dict) or not {"references", "sources"} <= set(doc):
         raise CalibrationError(f"{path}: expected 'references' and 'sources' mappings")

@@ -23,16 +23,6 @@ class DoctorError(ValueError, cli.UserError):
         self.headline, self.detail = message, detail
 
 
-def _torchvision_model(name: str) -> nn.Module:
-    """A torchvision model with every weights argument off: nothing is downloaded."""
-    import torchvision
-
-    builder = torchvision.models.get_model_builder(name)
-    params = inspect.signature(builder).parameters
-    kwargs = {k: None for k in ("weights", "weights_backbone") if k in params}
-    return builder(**kwargs)
-
-
 def load_model(spec: str) -> nn.Module:
     """The module ``spec`` names (a callable's is called with no arguments)."""
     if spec == "erfnet":
@@ -64,7 +54,11 @@ def load_model(spec: str) -> nn.Module:
                 f"unknown torchvision model {name!r}: {hint}"
                 f"(torchvision.models.list_models() lists all {len(names)})"
             )
-        return _torchvision_model(name)
+        builder = torchvision.models.get_model_builder(name)
+        params = inspect.signature(builder).parameters
+        # every weights argument off: nothing is downloaded
+        kwargs = {k: None for k in ("weights", "weights_backbone") if k in params}
+        return builder(**kwargs)
     try:
         module = importlib.import_module(where)
     except ImportError as e:

@@ -97,6 +97,7 @@ def trace_step(
     width: int,
     precision: str = "fp32",
     *,
+    in_channels: int = 3,
     backward: bool = True,
     loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
     device_type: str = "cpu",
@@ -107,8 +108,8 @@ def trace_step(
     ``device_type="cuda"``: forward and loss under CUDA's own autocast, to check the
     CPU trace, whose ``autocast_rules="cuda"`` apply CUDA's lists and fused kernels."""
     shape = _check_trace(
-        batch_size, height, width, precision, backward, loss, device_type,
-        autocast_rules, input_shape,
+        batch_size, height, width, precision, in_channels, backward, loss,
+        device_type, autocast_rules, input_shape,
     )  # fmt: skip
     from ampbook.measure.autocast_rules import CudaAutocastRules
     from ampbook.measure.cuda_kernels import CudaKernels
@@ -153,8 +154,8 @@ def trace_step(
 
 
 def _check_trace(
-    batch_size, height, width, precision, backward, loss, device_type, autocast_rules,
-    input_shape,
+    batch_size, height, width, precision, in_channels, backward, loss, device_type,
+    autocast_rules, input_shape,
 ) -> tuple[int, ...]:  # fmt: skip
     """One sample's shape; a ValueError naming a wrong argument."""
     for label, v, ok in (
@@ -176,8 +177,8 @@ def _check_trace(
             raise ValueError("input_shape needs at least one dimension")
         dims = [(f"input_shape[{i}]", d) for i, d in enumerate(shape)]
     else:
-        shape = (3, height, width)
-        dims = [("height", height), ("width", width)]
+        shape = (in_channels, height, width)
+        dims = [("height", height), ("width", width), ("in_channels", in_channels)]
     for label, v in (("batch_size", batch_size), *dims):
         if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
@@ -311,6 +312,4 @@ def optimizer_bytes(
         raise ValueError(
             f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}"
         )
-    if parameters < 0:
-        raise ValueError(f"parameters must be >= 0, got {parameters}")
     return float(parameters * 4 * (per[optimizer] + (2 if amp else 0)))
