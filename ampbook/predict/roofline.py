@@ -35,8 +35,6 @@ class Ceilings:
     bandwidth_gbs: float
     notes: str = ""
     matmul_fp32_tflops: float | None = None
-    conv_tf32: bool = False
-    matmul_tf32: bool = False
     # ``for_device``'s ceilings, per (device, tf32)
     _FOR_DEVICE: ClassVar[dict[tuple[str, bool | None], "Ceilings"]] = {}
 
@@ -73,9 +71,8 @@ class Ceilings:
         fp32 = device.fp32_tflops
         tf32_peak = getattr(device, "tf32_tflops", None)
         matmul_tf32 = tf32 if matmul_tf32 is None else matmul_tf32
-        conv_on, mm_on = bool(tf32 and tf32_peak), bool(matmul_tf32 and tf32_peak)
-        mma = {"float32": tf32_peak if conv_on else fp32}
-        mm_peak = tf32_peak if mm_on else fp32
+        mma = {"float32": tf32_peak if tf32 and tf32_peak else fp32}
+        mm_peak = tf32_peak if matmul_tf32 and tf32_peak else fp32
         for dtype, attr in _16BIT_PEAKS.items():
             if getattr(device, attr, None):
                 mma[dtype] = getattr(device, attr)
@@ -83,7 +80,6 @@ class Ceilings:
         return cls(
             str(name), mma, fp32, device.mem_bandwidth_gbs,
             matmul_fp32_tflops=mm_peak if mm_peak != mma["float32"] else None,
-            conv_tf32=conv_on, matmul_tf32=mm_on,
         )  # fmt: skip
 
     @classmethod
@@ -117,17 +113,6 @@ class Ceilings:
         add = time_elementwise(2**22, "fp32", **kw)
         name = f"{device.type} measured here (matmul n={n}, fp32 add)"
         return cls(name, mma, vector_tflops=mma["float32"], bandwidth_gbs=add.gbps)
-
-    def family(self, op: "OpCost") -> str:
-        """The dtype family an operator runs in: 16-bit, tf32, fp32 or other."""
-        if op.dtype in ("float16", "bfloat16"):
-            return "16-bit"
-        if op.dtype not in ("float32", "none"):
-            return "other"
-        if op.mma_flops and op.dtype == "float32":
-            on = self.matmul_tf32 if op.op_class == "matmul" else self.conv_tf32
-            return "tf32" if on else "fp32"
-        return "fp32"
 
 
 @dataclass
