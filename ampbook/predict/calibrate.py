@@ -329,10 +329,8 @@ def _launch(floor: LaunchFloor | None, kernels, rows) -> dict[str, Any] | None:
     launch.update({f"{p}_floor_s": floor.floor_s(kernels[p]) for p in ("fp32", "amp")})
     launch.update({f"{p}_kernels": kernels[p] for p in ("fp32", "amp")})
     if rows:
-        for p in ("amp", "fp32"):
-            launch[f"{p}_kernel_s"] = statistics.median(
-                r[f"{p}_kernel_s"] for r in rows
-            )
+        for k in ("amp_kernel_s", "fp32_kernel_s"):
+            launch[k] = statistics.median(r[k] for r in rows)
         for p in ("amp", "fp32"):
             launch[f"{p}_bound"] = launch[f"{p}_floor_s"] >= launch[f"{p}_kernel_s"]
     return launch
@@ -432,9 +430,8 @@ def fit(
     devices = device_table(devices)
     host = host_model()
     best = None
-    names = list(WEIGHT_GRID)
-    for values in itertools.product(*(WEIGHT_GRID[n] for n in names)):
-        w = dataclasses.replace(WEIGHTS, **dict(zip(names, values)))
+    for values in itertools.product(*WEIGHT_GRID.values()):
+        w = dataclasses.replace(WEIGHTS, **dict(zip(WEIGHT_GRID, values)))
         loo = leave_one_out(refs, devices, w, host=host)
         loss = sum(r["log_error"] ** 2 for r in loo["rows"])
         if best is None or loss < best[0] - 1e-12:

@@ -23,8 +23,7 @@ from torch.utils._pytree import tree_leaves
 
 from ampbook.core.precision import torch_name as _dtype_name
 
-# Fused attention (``scaled_dot_product_attention``'s kernels): two matrix products
-# forward, five backward (``_sdpa_flops``), as ``torch.utils.flop_counter`` counts them.
+# Fused attention (``scaled_dot_product_attention``'s kernels; FLOPs: ``_sdpa_flops``)
 _SDPA_FORWARD = {
     f"_scaled_dot_product_{k}_attention" for k in ("flash", "efficient", "cudnn")
 } | {"_scaled_dot_product_flash_attention_for_cpu"}
@@ -172,7 +171,6 @@ class OpCost:
 
     @property
     def why_unmodelled(self) -> str | None:
-        """None for a modelled operator, else "dtype complex64" or "FLOPs unknown"."""
         if self.modelled:
             return None
         if self.dtype not in MODELLED_DTYPES:

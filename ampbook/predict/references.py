@@ -285,8 +285,7 @@ def published_references(
             per_image[side.family] = {
                 c: s / b[name]["batch"] for c, s in b[name]["by_class_s"].items()
             }
-            for c in OP_CLASSES:
-                eff[(side.family, c)] = e
+            eff.update({(side.family, c): e for c in OP_CLASSES})
         shape = "x".join(map(str, ref.input))
         setting = f"batch {ref.baseline.batch}/{ref.amp.batch} x {shape}"
         out.append(

@@ -8,9 +8,10 @@ for.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -35,8 +36,6 @@ class Ceilings:
     bandwidth_gbs: float
     notes: str = ""
     matmul_fp32_tflops: float | None = None
-    # ``for_device``'s ceilings, per (device, tf32)
-    _FOR_DEVICE: ClassVar[dict[tuple[str, bool | None], "Ceilings"]] = {}
 
     def __post_init__(self):
         peaks = {
@@ -87,32 +86,31 @@ class Ceilings:
         """The ceilings to predict with on ``device``, once per process: the device
         table's for a listed GPU, else measured here with one matmul per dtype and one
         fp32 elementwise add, named as measured."""
-        key = (str(device), tf32 if device.type == "cuda" else None)
-        if key not in cls._FOR_DEVICE:
-            cls._FOR_DEVICE[key] = cls._for_device(device, tf32)
-        return cls._FOR_DEVICE[key]
+        return _for_device(str(device), tf32 if device.type == "cuda" else None)
 
-    @classmethod
-    def _for_device(cls, device: torch.device, tf32: bool) -> "Ceilings":
-        from ampbook.core.devices import find_device
 
-        if device.type == "cuda":
-            entry = find_device(torch.cuda.get_device_name(device))
-            if entry is not None:
-                return cls.from_device(entry, tf32=tf32)
-        from ampbook.measure.timing import time_elementwise, time_matmul
+@functools.cache  # once per (device, tf32)
+def _for_device(where: str, tf32: bool | None) -> Ceilings:
+    from ampbook.core.devices import find_device
 
-        n = 256 if device.type == "cpu" else 4096
-        kw = dict(device=device, warmup=1, repeats=3, min_time=0.02, max_time=0.3)
-        mma = {}
-        for dtype in ("fp32", "bf16", "fp16"):
-            try:
-                mma[torch_name(dtype)] = time_matmul(n, dtype=dtype, **kw).tflops
-            except (RuntimeError, ValueError):  # a dtype this device cannot multiply
-                continue
-        add = time_elementwise(2**22, "fp32", **kw)
-        name = f"{device.type} measured here (matmul n={n}, fp32 add)"
-        return cls(name, mma, vector_tflops=mma["float32"], bandwidth_gbs=add.gbps)
+    device = torch.device(where)
+    if device.type == "cuda":
+        entry = find_device(torch.cuda.get_device_name(device))
+        if entry is not None:
+            return Ceilings.from_device(entry, tf32=tf32)
+    from ampbook.measure.timing import time_elementwise, time_matmul
+
+    n = 256 if device.type == "cpu" else 4096
+    kw = dict(device=device, warmup=1, repeats=3, min_time=0.02, max_time=0.3)
+    mma = {}
+    for dtype in ("fp32", "bf16", "fp16"):
+        try:
+            mma[torch_name(dtype)] = time_matmul(n, dtype=dtype, **kw).tflops
+        except (RuntimeError, ValueError):  # a dtype this device cannot multiply
+            continue
+    add = time_elementwise(2**22, "fp32", **kw)
+    name = f"{device.type} measured here (matmul n={n}, fp32 add)"
+    return Ceilings(name, mma, vector_tflops=mma["float32"], bandwidth_gbs=add.gbps)
 
 
 @dataclass
