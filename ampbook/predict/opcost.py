@@ -22,6 +22,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from ampbook.core.precision import torch_name as _dtype_name
+from ampbook.measure.cuda_kernels import RNN_GATES
 
 # Fused attention (``scaled_dot_product_attention``'s kernels; FLOPs: ``_sdpa_flops``)
 _SDPA_FORWARD = {
@@ -206,8 +207,6 @@ def _rnn_args(name: str, args) -> tuple:
 def _rnn_flops(x, mode: int, hidden: int, layers: int, batch_first: bool, bidir: bool):
     """(mma, other FLOPs) of a cuDNN RNN forward: per layer, direction, time step and
     sample ``2 x gates x hidden x (input + hidden)``, and five per gate element."""
-    from ampbook.measure.cuda_kernels import RNN_GATES
-
     steps, batch = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
     feat, h, dirs, g = x.shape[-1], hidden, 2 if bidir else 1, RNN_GATES[mode]
     mma = sum(

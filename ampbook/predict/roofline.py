@@ -15,7 +15,9 @@ from typing import Any, Mapping
 
 import torch
 
+from ampbook.core.devices import find_device
 from ampbook.core.precision import torch_name
+from ampbook.measure.timing import time_elementwise, time_matmul
 from ampbook.predict.opcost import OpCost
 from ampbook.predict.steptrace import StepTrace, optimizer_bytes
 
@@ -91,15 +93,11 @@ class Ceilings:
 
 @functools.cache  # once per (device, tf32)
 def _for_device(where: str, tf32: bool | None) -> Ceilings:
-    from ampbook.core.devices import find_device
-
     device = torch.device(where)
     if device.type == "cuda":
         entry = find_device(torch.cuda.get_device_name(device))
         if entry is not None:
             return Ceilings.from_device(entry, tf32=tf32)
-    from ampbook.measure.timing import time_elementwise, time_matmul
-
     n = 256 if device.type == "cpu" else 4096
     kw = dict(device=device, warmup=1, repeats=3, min_time=0.02, max_time=0.3)
     mma = {}

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ampbook.core.devices import load_devices
+from ampbook.predict.references import class_bounds, layer_class, profile_groups
 from ampbook.predict.roofline import Ceilings, Prediction, predict
+from ampbook.predict.specs import load_model
 from ampbook.predict.steptrace import StepTrace, trace_step, with_memory_format
 
 # The layout the RTX 3070 blog post and the book's H200 runs trained in.
@@ -73,10 +76,6 @@ def layout_bounds(
 def convolution_evidence(results_dir=None) -> list[dict[str, Any]]:
     """Per committed NCHW layer-profile pair: the convolutions' measured fp32/amp-fp16
     kernel-time ratio beside their bounds' ratio without and with the transposes."""
-    from ampbook.core.devices import load_devices
-    from ampbook.predict.references import class_bounds, layer_class, profile_groups
-    from ampbook.predict.specs import load_model
-
     devices = load_devices()
     out = []
     for (key, batch, h, w, layout), g in profile_groups(results_dir):

@@ -18,11 +18,15 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampbook.core.args import is_positive_int
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS
 from ampbook.core.precision import torch_name as _dtype_name
+from ampbook.measure.autocast_rules import CudaAutocastRules, autocast_region
+from ampbook.measure.cuda_kernels import CudaKernels
 from ampbook.measure.memory import SavedTensorMeter
 from ampbook.measure.tracking import ModuleScopes
 from ampbook.predict.opcost import OpCost, op_cost
@@ -111,9 +115,6 @@ def trace_step(
         batch_size, height, width, precision, in_channels, backward, loss,
         device_type, autocast_rules, input_shape,
     )  # fmt: skip
-    from ampbook.measure.autocast_rules import CudaAutocastRules
-    from ampbook.measure.cuda_kernels import CudaKernels
-
     cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
     rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
     kernels = CudaKernels if cuda_rules else contextlib.nullcontext
@@ -128,8 +129,6 @@ def trace_step(
             meter = SavedTensorMeter(model=model, parameters=params)
             with scopes, recorder, meter:
                 with cast(), rules(), kernels():
-                    from torch.func import functional_call
-
                     y = functional_call(model, state, (x,))
                     recorder.region = (LOSS, "loss")
                     value = _loss_value(y, loss, device)
@@ -286,11 +285,7 @@ def with_memory_format(
 @contextlib.contextmanager
 def _fake_region(device_type: str, autocast_dtype: torch.dtype | None):
     """Yield (device, autocast context factory) inside a fake-tensor mode."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     if device_type == "cuda" and autocast_dtype is not None:
-        from ampbook.measure.autocast_rules import autocast_region
-
         with autocast_region("cuda", autocast_dtype, fake=True) as device:
             yield device, contextlib.nullcontext
         return
