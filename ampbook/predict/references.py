@@ -361,11 +361,10 @@ def profile_references(results_dir=None) -> list[Reference]:
     stored = load_profile_bounds()
     out = []
     for (key, batch, h, w, layout), g in profile_groups(results_dir):
-        traced = None
-        if key in devices:
-            traced = stored.get(profile_key(key, batch, h, w, layout))
-            if traced is None:
-                traced = profile_bounds(key, batch, h, w, layout, devices)
+        listed = key in devices
+        traced = stored.get(profile_key(key, batch, h, w, layout)) if listed else None
+        if traced is None and listed:
+            traced = profile_bounds(key, batch, h, w, layout, devices)
         eff, mixes, whole, per_image = {}, {}, {}, {}
         for prec, fam_on in (("fp32", None), ("amp-fp16", "16-bit")):
             lp = g[prec]

@@ -40,10 +40,7 @@ class Ceilings:
     matmul_fp32_tflops: float | None = None
 
     def __post_init__(self):
-        peaks = {
-            "bandwidth_gbs": self.bandwidth_gbs,
-            "vector_tflops": self.vector_tflops,
-        }
+        peaks = dict(bandwidth_gbs=self.bandwidth_gbs, vector_tflops=self.vector_tflops)
         peaks.update({f"mma peak for {k}": v for k, v in self.mma_tflops.items()})
         for what, v in peaks.items():
             if not v or v <= 0:
@@ -223,8 +220,7 @@ class Prediction:
         return list(rows.values())
 
     def by_type(self) -> list[dict[str, Any]]:
-        """``by_scope`` summed over module types (all Conv2d together...), largest time
-        first."""
+        """``by_scope`` summed per module type (all Conv2d together), largest first."""
         agg: dict[str, dict[str, Any]] = {}
         sums = ("flops", "bytes", "time_s", "memory_bound_s")
         for r in self.by_scope():

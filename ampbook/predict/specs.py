@@ -10,6 +10,7 @@ from typing import Sequence
 from torch import nn
 
 from ampbook.core import cli
+from ampbook.core.devices import find_device
 from ampbook.core.errors import first_line
 from ampbook.core.words import nearest
 
@@ -98,8 +99,6 @@ def shape_text(shape: Sequence[int]) -> str:
 def table_key(device_name: str) -> str | None:
     """The device-table key of a GPU named as ``torch.cuda.get_device_name`` names it
     (None when the table has no entry, or several match)."""
-    from ampbook.core.devices import find_device
-
     try:
         entry = find_device(device_name)
     except ValueError:
