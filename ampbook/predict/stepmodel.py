@@ -91,9 +91,8 @@ def convolution_evidence(results_dir=None) -> list[dict[str, Any]]:
         for moved in (False, True):
             tr = {p: with_memory_format(t, layout, moved) for p, t in raw.items()}
             b = bound_pair(tr, devices[key], "amp-fp16")
-            ratios[moved] = (
-                class_bounds(b["fp32"])["conv"] / class_bounds(b["amp"])["conv"]
-            )
+            conv = {k: class_bounds(b[k])["conv"] for k in ("fp32", "amp")}
+            ratios[moved] = conv["fp32"] / conv["amp"]
         out.append(
             {"gpu": key, "setting": f"batch {batch} x 3x{h}x{w}",
              "fp32_conv_s": measured["fp32"], "amp_conv_s": measured["amp-fp16"],

@@ -72,12 +72,10 @@ class StepTrace:
     width: int
     parameters: int
     ops: list[OpCost] = field(default_factory=list)
-    # ``ampbook.measure.memory.SavedTensorMeter.summary()`` of the traced forward and
-    # loss: the bytes saved for backward, predicted (``new_bytes`` is the book's memory
-    # figure)
+    # ``SavedTensorMeter.summary()`` of the traced forward and loss: the bytes saved
+    # for backward, predicted (``new_bytes`` is the book's memory figure)
     saved_tensors: dict | None = None
-    # one sample's shape (C, H, W for an image)
-    input_shape: tuple[int, ...] | None = None
+    input_shape: tuple[int, ...] | None = None  # one sample's (C, H, W for an image)
 
     def select(self, phase: str) -> list[OpCost]:
         return [o for o in self.ops if o.phase == phase]
