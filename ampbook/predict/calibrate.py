@@ -315,10 +315,9 @@ def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
 def _host_dict(host: HostModel | None) -> dict[str, Any] | None:
     if host is None:
         return None
-    loop = host.loop
     return {"idle_per_sync_s": host.idle_per_sync_s, "source": host.source,
-            "fit": host.fit, "loop": loop.name, "loop_detail": loop.detail,
-            "fp32_syncs": loop.fp32, "amp_syncs": loop.amp}  # fmt: skip
+            "fit": host.fit, "loop": host.loop.name, "loop_detail": host.loop.detail,
+            "fp32_syncs": host.loop.fp32, "amp_syncs": host.loop.amp}  # fmt: skip
 
 
 def _launch(floor: LaunchFloor | None, kernels, rows) -> dict[str, Any] | None:
