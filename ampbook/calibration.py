@@ -10,14 +10,11 @@ from ampbook.predict.calibrate import layout_text, leave_one_out
 from ampbook.predict.references import Reference, references, write_bounds
 
 
-def predictions_table(refs: Sequence[Reference] | None = None, devices=None) -> str:
+def predictions_table(refs: Sequence[Reference]) -> str:
     """The leave-one-out as Markdown: per reference, the range the others predict for
     it, the references that set it, its measured speedup and whether the range holds
     it; then the share held and the median width."""
-    from ampbook.core.devices import load_devices
-
-    devices = load_devices() if devices is None else devices
-    loo = leave_one_out(refs, devices)
+    loo = leave_one_out(refs)
     lines = [
         "| reference | from | layout (32-bit / AMP) | predicted by the others | "
         "set by | measured | inside |",

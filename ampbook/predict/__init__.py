@@ -1,3 +1,2 @@
-"""Predictions: the cost model, its calibration against published step times, and the
-doctor's diagnosis. Imports every layer below it (``core`` up to ``train``).
-"""
+"""The cost model and its calibration against published step times; imports every
+layer below it (``core`` up to ``train``)."""

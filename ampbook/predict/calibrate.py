@@ -11,6 +11,7 @@ by how close they are (``closeness``), the error is what the leave-one-out misse
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -129,10 +130,8 @@ class Weights:
     batch_octaves: float = 3.0  # 1 / (1 + |log2(batch ratio)| / batch_octaves)
 
     def gpu(self, distance: str) -> float:
-        """The factor of a ``GPU_DISTANCES`` entry (the same GPU: 1)."""
-        return (
-            1.0 if distance == "same GPU" else getattr(self, distance.replace(" ", "_"))
-        )
+        """The factor of a ``GPU_DISTANCES`` entry (the same GPU, no field: 1)."""
+        return getattr(self, distance.replace(" ", "_"), 1.0)
 
 
 WEIGHTS = Weights()
@@ -316,10 +315,9 @@ def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
 def _host_dict(host: HostModel | None) -> dict[str, Any] | None:
     if host is None:
         return None
-    loop = host.loop
     return {"idle_per_sync_s": host.idle_per_sync_s, "source": host.source,
-            "fit": host.fit, "loop": loop.name, "loop_detail": loop.detail,
-            "fp32_syncs": loop.fp32, "amp_syncs": loop.amp}  # fmt: skip
+            "fit": host.fit, "loop": host.loop.name, "loop_detail": host.loop.detail,
+            "fp32_syncs": host.loop.fp32, "amp_syncs": host.loop.amp}  # fmt: skip
 
 
 def _launch(floor: LaunchFloor | None, kernels, rows) -> dict[str, Any] | None:
@@ -330,10 +328,8 @@ def _launch(floor: LaunchFloor | None, kernels, rows) -> dict[str, Any] | None:
     launch.update({f"{p}_floor_s": floor.floor_s(kernels[p]) for p in ("fp32", "amp")})
     launch.update({f"{p}_kernels": kernels[p] for p in ("fp32", "amp")})
     if rows:
-        for p in ("amp", "fp32"):
-            launch[f"{p}_kernel_s"] = statistics.median(
-                r[f"{p}_kernel_s"] for r in rows
-            )
+        for k in ("amp_kernel_s", "fp32_kernel_s"):
+            launch[k] = statistics.median(r[k] for r in rows)
         for p in ("amp", "fp32"):
             launch[f"{p}_bound"] = launch[f"{p}_floor_s"] >= launch[f"{p}_kernel_s"]
     return launch
@@ -401,9 +397,7 @@ def leave_one_out(
     for ref in refs if targets is None else targets:
         if ref.gpu not in devices:
             continue
-        r = reference_prediction(
-            ref, refs, True, devices, weights, errors, host or None
-        )
+        r = reference_prediction(ref, refs, True, devices, weights, errors, host)
         if r["point"] is None:
             none.append(ref.key)
             continue
@@ -431,15 +425,12 @@ def fit(
 ) -> tuple[Weights, ErrorModel]:
     """The weights on ``WEIGHT_GRID`` whose leave-one-out lies closest to what the
     references measured, and the ``ErrorModel`` fitted on it."""
-    import itertools
-
     refs = references() if refs is None else refs
     devices = device_table(devices)
     host = host_model()
     best = None
-    names = list(WEIGHT_GRID)
-    for values in itertools.product(*(WEIGHT_GRID[n] for n in names)):
-        w = dataclasses.replace(WEIGHTS, **dict(zip(names, values)))
+    for values in itertools.product(*WEIGHT_GRID.values()):
+        w = dataclasses.replace(WEIGHTS, **dict(zip(WEIGHT_GRID, values)))
         loo = leave_one_out(refs, devices, w, host=host)
         loss = sum(r["log_error"] ** 2 for r in loo["rows"])
         if best is None or loss < best[0] - 1e-12:

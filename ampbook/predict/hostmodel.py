@@ -32,11 +32,8 @@ EXAMPLE_LOOP = Loop(
     "fp32: loss.item(); AMP: loss.item() and GradScaler's inf/NaN check in scaler.step",
 )  # fmt: skip
 # The book's runner that measured the H200 runs and layer profiles of 2026-11-30
-# (`git show 483e4df:ampbook/train.py`): per step, loss.item() in both precisions;
-# with AMP get_scale() before and after scaler.step besides the scaler's own check;
-# in fp32 a bool(isfinite(total gradient norm)) guard. The two get_scale() reads and
-# the fp32 guard are the runner's, not AMP's; commit 61ebb68 (2026-12-01) removed them
-# (``--sync-every``).
+# (`git show 483e4df:ampbook/train.py`); commit 61ebb68 (2026-12-01) removed the
+# syncs that were the runner's, not AMP's (``--sync-every``).
 RUNNER_2026_11_30 = Loop(
     "the book's runner of 2026-11-30", 2, 4,
     "fp32: loss.item(), the runner's isfinite(grad norm); AMP: loss.item(), the "

@@ -16,15 +16,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch.utils._pytree import tree_leaves
 
 from ampbook.core.precision import torch_name as _dtype_name
+from ampbook.measure.cuda_kernels import RNN_GATES
 
-# Fused attention (``scaled_dot_product_attention``'s kernels): two matrix products
-# forward, five backward (``_sdpa_flops``), as ``torch.utils.flop_counter`` counts them.
+# Fused attention (``scaled_dot_product_attention``'s kernels; FLOPs: ``_sdpa_flops``)
 _SDPA_FORWARD = {
     f"_scaled_dot_product_{k}_attention" for k in ("flash", "efficient", "cudnn")
 } | {"_scaled_dot_product_flash_attention_for_cpu"}
@@ -172,7 +172,6 @@ class OpCost:
 
     @property
     def why_unmodelled(self) -> str | None:
-        """None for a modelled operator, else "dtype complex64" or "FLOPs unknown"."""
         if self.modelled:
             return None
         if self.dtype not in MODELLED_DTYPES:
@@ -196,13 +195,6 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _compute_dtype(tensors: Iterable[torch.Tensor]) -> str:
-    for t in tensors:
-        if t.is_floating_point() or t.is_complex():
-            return _dtype_name(t.dtype)
-    return "none"
-
-
 # Where a cuDNN RNN call holds its mode, hidden size, layers, batch_first and
 # bidirectional (aten::_cudnn_rnn's arguments; ampbook::cudnn_rnn_backward's).
 _RNN_ARGS = {"_cudnn_rnn": (6, 7, 9, 10, 13), "_cudnn_rnn_backward": (6, 7, 8, 9, 10)}
@@ -215,8 +207,6 @@ def _rnn_args(name: str, args) -> tuple:
 def _rnn_flops(x, mode: int, hidden: int, layers: int, batch_first: bool, bidir: bool):
     """(mma, other FLOPs) of a cuDNN RNN forward: per layer, direction, time step and
     sample ``2 x gates x hidden x (input + hidden)``, and five per gate element."""
-    from ampbook.measure.cuda_kernels import RNN_GATES
-
     steps, batch = (x.shape[1], x.shape[0]) if batch_first else tuple(x.shape[:2])
     feat, h, dirs, g = x.shape[-1], hidden, 2 if bidir else 1, RNN_GATES[mode]
     mma = sum(
@@ -335,9 +325,9 @@ def op_cost(
         name = "_" + name
     known = func.namespace in ("aten", "ampbook") and op_is_modelled(name)
     # The dtype an operator computes in: a convolution's input dtype, else its output's
-    dtype = _compute_dtype(
-        _tensors(args) if name in _MMA_OPS else _tensors(out) + _tensors((args, kwargs))
-    )
+    ts = _tensors(args) if name in _MMA_OPS else _tensors((out, args, kwargs))
+    floats = [t for t in ts if t.is_floating_point() or t.is_complex()]
+    dtype = _dtype_name(floats[0].dtype) if floats else "none"
     modelled = known and dtype in MODELLED_DTYPES
     if not known:
         name = name if func.namespace == "aten" else func._schema.name

@@ -6,6 +6,8 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
+from ampbook.core.words import plural
+
 
 def loader_images_per_s(
     load_s_per_image: float, workers: int, cores: int, reserved_cores: int = 1
@@ -29,8 +31,6 @@ def loader_images_per_s(
 def speedup_verdict(ratios: Sequence[float], name: str = "AMP") -> str:
     """Read repeated speedups (fp32 time / other time, one per round) in one line; a
     single round is read as one timing, with no spread to judge by."""
-    from ampbook.core.words import plural
-
     if not ratios:
         raise ValueError("no speedups to read: time at least one round")
     lo, hi, med, n = min(ratios), max(ratios), statistics.median(ratios), len(ratios)

@@ -66,9 +66,7 @@ class Published:
     amp: Side
     published_speedup: float
     optimizer: str
-    software: str
     source: dict
-    gpu_note: str = ""
 
     @property
     def speedup(self) -> float:
@@ -85,8 +83,7 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
     import yaml
 
     path = Path(path) if path else PUBLISHED_FILE
-    with Path(path).open() as f:
-        doc = yaml.safe_load(f)
+    doc = yaml.safe_load(path.read_text())
     devices = device_table(devices)
     if not isinstance(doc, dict) or not {"references", "sources"} <= set(doc):
         raise CalibrationError(f"{path}: expected 'references' and 'sources' mappings")
@@ -124,8 +121,7 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
         ref = Published(
             key, e["network"], e["model"], tuple(e["input"]), e["gpu"],
             sides["baseline"], sides["amp"], float(e["published_speedup"]),
-            e["optimizer"], e["software"], {"key": e["source"], **src},
-            str(e.get("gpu_note") or ""),
+            e["optimizer"], {"key": e["source"], **src},
         )  # fmt: skip
         if abs(ref.speedup / ref.published_speedup - 1) > 0.02:
             raise CalibrationError(
@@ -136,24 +132,17 @@ def load_published(path: str | Path | None = None, devices=None) -> list[Publish
     return out
 
 
-def scope_class(scope_type: str, op: str) -> str:
-    """The class of a traced operator by the module it runs in, as a layer profile
-    classes its measured time (a convolution's casts and transposes are the
-    convolution's); in a module of no class, its operator's class."""
-    from ampbook.predict.opcost import op_class
-
-    c = layer_class(scope_type or "")
-    return c if c != "elementwise" else op_class(op)
-
-
 def class_bounds(p: Prediction) -> dict[str, float]:
-    """Seconds of a predicted step per operator class (``scope_class``); the optimizer
+    """Seconds of a predicted step per operator class, an operator's class the module's
+    it runs in, as a layer profile classes its measured time (a convolution's casts and
+    transposes are the convolution's), in a module of no class its own; the optimizer
     step counts as element-wise, as a layer profile counts it (unattributed)."""
-    from ampbook.predict.opcost import OP_CLASSES
+    from ampbook.predict.opcost import OP_CLASSES, op_class
 
     out = dict.fromkeys(OP_CLASSES, 0.0)
     for t in p.times:
-        out[scope_class(t.op.scope_type, t.op.op)] += t.time_s
+        c = layer_class(t.op.scope_type or "")
+        out[c if c != "elementwise" else op_class(t.op.op)] += t.time_s
     out["elementwise"] += p.optimizer_s
     return out
 
@@ -208,22 +197,20 @@ def load_profile_bounds(path: str | Path | None = None) -> dict[str, Any]:
     return load_bounds(path, "profiles")
 
 
-def write_bounds(path: str | Path | None = None, devices=None) -> dict[str, Any]:
-    """Trace every published reference and store its bounds (a minute or two)."""
-    path = Path(path) if path else BOUNDS_FILE
-    bounds = {r.key: reference_bounds(r, devices) for r in load_published()}
-    if path == BOUNDS_FILE:  # the held-out published results, in their own file
-        held = {
-            r.key: reference_bounds(r, devices) for r in load_published(HELDOUT_FILE)
-        }
-        _write(HELDOUT_BOUNDS_FILE, "training_throughputs_heldout.yml", references=held)
+def write_bounds() -> dict[str, Any]:
+    """Trace every published reference (the held-out ones to their own file) and the
+    committed layer profiles' settings, and store their bounds (a minute or two)."""
+    bounds = {r.key: reference_bounds(r) for r in load_published()}
+    held = {r.key: reference_bounds(r) for r in load_published(HELDOUT_FILE)}
+    _write(HELDOUT_BOUNDS_FILE, "training_throughputs_heldout.yml", references=held)
+    devices = device_table()
     profiles = {
         profile_key(*key): profile_bounds(*key, devices=devices)
         for key, _ in profile_groups()
-        if key[0] in (devices or device_table())
+        if key[0] in devices
     }
-    _write(path, "training_throughputs.yml, the committed layer profiles and the "
-           "cost model", references=bounds, profiles=profiles)  # fmt: skip
+    source = "training_throughputs.yml, the committed layer profiles and the cost model"
+    _write(BOUNDS_FILE, source, references=bounds, profiles=profiles)
     return bounds
 
 
@@ -248,7 +235,6 @@ class Reference:
     model: str | None = None  # the doctor's spec of the network, if it has one
     setting: str = ""
     source: dict = field(default_factory=dict)
-    per_class: bool = False  # True: measured per class; False: one per family
     # per family: the whole step's bound over its measured time; its memory format;
     # its bound per class of one sample (for ``reference_prediction``)
     step_efficiency: dict[str, float] = field(default_factory=dict)
@@ -299,8 +285,7 @@ def published_references(
             per_image[side.family] = {
                 c: s / b[name]["batch"] for c, s in b[name]["by_class_s"].items()
             }
-            for c in OP_CLASSES:
-                eff[(side.family, c)] = e
+            eff.update({(side.family, c): e for c in OP_CLASSES})
         shape = "x".join(map(str, ref.input))
         setting = f"batch {ref.baseline.batch}/{ref.amp.batch} x {shape}"
         out.append(
@@ -376,19 +361,16 @@ def profile_references(results_dir=None) -> list[Reference]:
     stored = load_profile_bounds()
     out = []
     for (key, batch, h, w, layout), g in profile_groups(results_dir):
-        traced = None
-        if key in devices:
-            traced = stored.get(profile_key(key, batch, h, w, layout))
-            if traced is None:
-                traced = profile_bounds(key, batch, h, w, layout, devices)
+        listed = key in devices
+        traced = stored.get(profile_key(key, batch, h, w, layout)) if listed else None
+        if traced is None and listed:
+            traced = profile_bounds(key, batch, h, w, layout, devices)
         eff, mixes, whole, per_image = {}, {}, {}, {}
         for prec, fam_on in (("fp32", None), ("amp-fp16", "16-bit")):
             lp = g[prec]
             fam = fam_on or ("tf32" if lp.record.get("tf32") else "fp32")
-            measured, bound = (
-                dict.fromkeys(OP_CLASSES, 0.0),
-                dict.fromkeys(OP_CLASSES, 0.0),
-            )
+            measured = dict.fromkeys(OP_CLASSES, 0.0)
+            bound = dict(measured)
             for layer in lp.layers:
                 measured[layer_class(layer.type)] += layer.measured_s
                 bound[layer_class(layer.type)] += layer.predicted_s
@@ -410,7 +392,7 @@ def profile_references(results_dir=None) -> list[Reference]:
         out.append(
             Reference(f"profile-{key}-{batch}x{h}x{w}", "profile", "ERFNet", key, eff,
                       mixes["fp32"], fp32.measured_total_s / amp.measured_total_s,
-                      "erfnet", f"batch {batch} x 3x{h}x{w}", {"title": title}, True,
+                      "erfnet", f"batch {batch} x 3x{h}x{w}", {"title": title},
                       whole, layout={f: layout for f in whole}, batch=batch,
                       per_image=per_image)
         )  # fmt: skip

@@ -8,13 +8,16 @@ for.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 import torch
 
+from ampbook.core.devices import find_device
 from ampbook.core.precision import torch_name
+from ampbook.measure.timing import time_elementwise, time_matmul
 from ampbook.predict.opcost import OpCost
 from ampbook.predict.steptrace import StepTrace, optimizer_bytes
 
@@ -35,16 +38,9 @@ class Ceilings:
     bandwidth_gbs: float
     notes: str = ""
     matmul_fp32_tflops: float | None = None
-    conv_tf32: bool = False
-    matmul_tf32: bool = False
-    # ``for_device``'s ceilings, per (device, tf32)
-    _FOR_DEVICE: ClassVar[dict[tuple[str, bool | None], "Ceilings"]] = {}
 
     def __post_init__(self):
-        peaks = {
-            "bandwidth_gbs": self.bandwidth_gbs,
-            "vector_tflops": self.vector_tflops,
-        }
+        peaks = dict(bandwidth_gbs=self.bandwidth_gbs, vector_tflops=self.vector_tflops)
         peaks.update({f"mma peak for {k}": v for k, v in self.mma_tflops.items()})
         for what, v in peaks.items():
             if not v or v <= 0:
@@ -62,13 +58,6 @@ class Ceilings:
             )
         return self.mma_tflops[dtype]
 
-    @property
-    def ridge_point(self) -> dict[str, float]:
-        """FLOPs per byte above which a matrix operator is compute-bound, per dtype."""
-        return {
-            k: v * 1e12 / (self.bandwidth_gbs * 1e9) for k, v in self.mma_tflops.items()
-        }
-
     @classmethod
     def from_device(
         cls, device: Any, tf32: bool = True, matmul_tf32: bool | None = None
@@ -80,9 +69,8 @@ class Ceilings:
         fp32 = device.fp32_tflops
         tf32_peak = getattr(device, "tf32_tflops", None)
         matmul_tf32 = tf32 if matmul_tf32 is None else matmul_tf32
-        conv_on, mm_on = bool(tf32 and tf32_peak), bool(matmul_tf32 and tf32_peak)
-        mma = {"float32": tf32_peak if conv_on else fp32}
-        mm_peak = tf32_peak if mm_on else fp32
+        mma = {"float32": tf32_peak if tf32 and tf32_peak else fp32}
+        mm_peak = tf32_peak if matmul_tf32 and tf32_peak else fp32
         for dtype, attr in _16BIT_PEAKS.items():
             if getattr(device, attr, None):
                 mma[dtype] = getattr(device, attr)
@@ -90,7 +78,6 @@ class Ceilings:
         return cls(
             str(name), mma, fp32, device.mem_bandwidth_gbs,
             matmul_fp32_tflops=mm_peak if mm_peak != mma["float32"] else None,
-            conv_tf32=conv_on, matmul_tf32=mm_on,
         )  # fmt: skip
 
     @classmethod
@@ -98,43 +85,27 @@ class Ceilings:
         """The ceilings to predict with on ``device``, once per process: the device
         table's for a listed GPU, else measured here with one matmul per dtype and one
         fp32 elementwise add, named as measured."""
-        key = (str(device), tf32 if device.type == "cuda" else None)
-        if key not in cls._FOR_DEVICE:
-            cls._FOR_DEVICE[key] = cls._for_device(device, tf32)
-        return cls._FOR_DEVICE[key]
+        return _for_device(str(device), tf32 if device.type == "cuda" else None)
 
-    @classmethod
-    def _for_device(cls, device: torch.device, tf32: bool) -> "Ceilings":
-        from ampbook.core.devices import find_device
 
-        if device.type == "cuda":
-            entry = find_device(torch.cuda.get_device_name(device))
-            if entry is not None:
-                return cls.from_device(entry, tf32=tf32)
-        from ampbook.measure.timing import time_elementwise, time_matmul
-
-        n = 256 if device.type == "cpu" else 4096
-        kw = dict(device=device, warmup=1, repeats=3, min_time=0.02, max_time=0.3)
-        mma = {}
-        for dtype in ("fp32", "bf16", "fp16"):
-            try:
-                mma[torch_name(dtype)] = time_matmul(n, dtype=dtype, **kw).tflops
-            except (RuntimeError, ValueError):  # a dtype this device cannot multiply
-                continue
-        add = time_elementwise(2**22, "fp32", **kw)
-        name = f"{device.type} measured here (matmul n={n}, fp32 add)"
-        return cls(name, mma, vector_tflops=mma["float32"], bandwidth_gbs=add.gbps)
-
-    def family(self, op: "OpCost") -> str:
-        """The dtype family an operator runs in: 16-bit, tf32, fp32 or other."""
-        if op.dtype in ("float16", "bfloat16"):
-            return "16-bit"
-        if op.dtype not in ("float32", "none"):
-            return "other"
-        if op.mma_flops and op.dtype == "float32":
-            on = self.matmul_tf32 if op.op_class == "matmul" else self.conv_tf32
-            return "tf32" if on else "fp32"
-        return "fp32"
+@functools.cache  # once per (device, tf32)
+def _for_device(where: str, tf32: bool | None) -> Ceilings:
+    device = torch.device(where)
+    if device.type == "cuda":
+        entry = find_device(torch.cuda.get_device_name(device))
+        if entry is not None:
+            return Ceilings.from_device(entry, tf32=tf32)
+    n = 256 if device.type == "cpu" else 4096
+    kw = dict(device=device, warmup=1, repeats=3, min_time=0.02, max_time=0.3)
+    mma = {}
+    for dtype in ("fp32", "bf16", "fp16"):
+        try:
+            mma[torch_name(dtype)] = time_matmul(n, dtype=dtype, **kw).tflops
+        except (RuntimeError, ValueError):  # a dtype this device cannot multiply
+            continue
+    add = time_elementwise(2**22, "fp32", **kw)
+    name = f"{device.type} measured here (matmul n={n}, fp32 add)"
+    return Ceilings(name, mma, vector_tflops=mma["float32"], bandwidth_gbs=add.gbps)
 
 
 @dataclass
@@ -183,18 +154,30 @@ class Prediction:
 
     @property
     def unmodelled(self) -> list[dict[str, Any]]:
-        """``StepTrace.unmodelled`` with each operator's predicted time and share (bytes
-        only: weaker lower bounds than the rest)."""
+        """The operators whose FLOPs the model does not know, largest bytes first
+        (``why``: "FLOPs unknown" or "dtype complex64"), with their predicted time and
+        share: bytes counted, FLOPs not (weaker lower bounds than the rest)."""
+        nbytes = sum(t.op.bytes for t in self.times)
         total = sum(t.time_s for t in self.times)
+        rows: dict[str, dict[str, Any]] = {}
         time: dict[str, float] = {}
         for t in self.times:
-            if not t.op.modelled:
-                time[t.op.op] = time.get(t.op.op, 0.0) + t.time_s
-        rows = self.trace.unmodelled()
-        for r in rows:
-            r["time_s"] = time.get(r["op"], 0.0)
+            o = t.op
+            if o.modelled:
+                continue
+            row = {"op": o.op, "why": o.why_unmodelled, "count": 0, "bytes": 0.0}
+            r = rows.setdefault(o.op, {**row, "phases": [], "scopes": []})
+            r["count"] += 1
+            r["bytes"] += o.bytes
+            time[o.op] = time.get(o.op, 0.0) + t.time_s
+            for key, value in (("phases", o.phase), ("scopes", o.scope)):
+                if value not in r[key]:
+                    r[key].append(value)
+        for r in rows.values():
+            r["bytes_share"] = r["bytes"] / nbytes if nbytes else 0.0
+            r["time_s"] = time[r["op"]]
             r["time_share"] = r["time_s"] / total if total else 0.0
-        return rows
+        return sorted(rows.values(), key=lambda r: -r["bytes"])
 
     @property
     def max_images_per_s(self) -> float:
@@ -212,15 +195,13 @@ class Prediction:
             raise ValueError(f"measured_step_s must be positive, got {measured_step_s}")
         return self.min_step_s / measured_step_s
 
-    def by_scope(self, phase: str | None = None) -> list[dict[str, Any]]:
+    def by_scope(self) -> list[dict[str, Any]]:
         """Per module (in order of first appearance): FLOPs, bytes and time, forward and
         backward, and whether most of its time is memory-bound."""
         rows: dict[str, dict[str, Any]] = {}
         sums = ("forward_flops", "backward_flops", "forward_bytes", "backward_bytes")
         for t in self.times:
             o = t.op
-            if phase is not None and o.phase != phase:
-                continue
             r = rows.setdefault(
                 o.scope,
                 {"scope": o.scope, "type": o.scope_type, **dict.fromkeys(sums, 0.0),
@@ -239,8 +220,7 @@ class Prediction:
         return list(rows.values())
 
     def by_type(self) -> list[dict[str, Any]]:
-        """``by_scope`` summed over module types (all Conv2d together...), largest time
-        first."""
+        """``by_scope`` summed per module type (all Conv2d together), largest first."""
         agg: dict[str, dict[str, Any]] = {}
         sums = ("flops", "bytes", "time_s", "memory_bound_s")
         for r in self.by_scope():

@@ -10,6 +10,7 @@ from typing import Sequence
 from torch import nn
 
 from ampbook.core import cli
+from ampbook.core.devices import find_device
 from ampbook.core.errors import first_line
 from ampbook.core.words import nearest
 
@@ -21,16 +22,6 @@ class DoctorError(ValueError, cli.UserError):
     def __init__(self, message: str, detail: str | None = None):
         super().__init__(f"{message} ({detail})" if detail else message)
         self.headline, self.detail = message, detail
-
-
-def _torchvision_model(name: str) -> nn.Module:
-    """A torchvision model with every weights argument off: nothing is downloaded."""
-    import torchvision
-
-    builder = torchvision.models.get_model_builder(name)
-    params = inspect.signature(builder).parameters
-    kwargs = {k: None for k in ("weights", "weights_backbone") if k in params}
-    return builder(**kwargs)
 
 
 def load_model(spec: str) -> nn.Module:
@@ -64,7 +55,11 @@ def load_model(spec: str) -> nn.Module:
                 f"unknown torchvision model {name!r}: {hint}"
                 f"(torchvision.models.list_models() lists all {len(names)})"
             )
-        return _torchvision_model(name)
+        builder = torchvision.models.get_model_builder(name)
+        params = inspect.signature(builder).parameters
+        # every weights argument off: nothing is downloaded
+        kwargs = {k: None for k in ("weights", "weights_backbone") if k in params}
+        return builder(**kwargs)
     try:
         module = importlib.import_module(where)
     except ImportError as e:
@@ -104,8 +99,6 @@ def shape_text(shape: Sequence[int]) -> str:
 def table_key(device_name: str) -> str | None:
     """The device-table key of a GPU named as ``torch.cuda.get_device_name`` names it
     (None when the table has no entry, or several match)."""
-    from ampbook.core.devices import find_device
-
     try:
         entry = find_device(device_name)
     except ValueError:

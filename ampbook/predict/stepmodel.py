@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ampbook.core.devices import load_devices
+from ampbook.predict.references import class_bounds, layer_class, profile_groups
 from ampbook.predict.roofline import Ceilings, Prediction, predict
+from ampbook.predict.specs import load_model
 from ampbook.predict.steptrace import StepTrace, trace_step, with_memory_format
 
 # The layout the RTX 3070 blog post and the book's H200 runs trained in.
@@ -22,12 +25,12 @@ BOOK_LAYOUT = "channels_first"
 
 def step_trace(
     model, batch: int, height: int, width: int, precision: str,
-    memory_format: str = BOOK_LAYOUT, transposes: bool = False, **kwargs,
+    memory_format: str = BOOK_LAYOUT,
 ) -> StepTrace:  # fmt: skip
     """One training step of ``model`` traced in ``precision`` and ``memory_format``
-    (``transposes``: cuDNN's NCHW transposes assumed; off for the bound)."""
-    tr = trace_step(model, batch, height, width, precision, **kwargs)
-    return with_memory_format(tr, memory_format, transposes)
+    (without cuDNN's NCHW transposes, as the bound leaves them out)."""
+    tr = trace_step(model, batch, height, width, precision)
+    return with_memory_format(tr, memory_format)
 
 
 def bound_pair(
@@ -73,10 +76,6 @@ def layout_bounds(
 def convolution_evidence(results_dir=None) -> list[dict[str, Any]]:
     """Per committed NCHW layer-profile pair: the convolutions' measured fp32/amp-fp16
     kernel-time ratio beside their bounds' ratio without and with the transposes."""
-    from ampbook.core.devices import load_devices
-    from ampbook.predict.references import class_bounds, layer_class, profile_groups
-    from ampbook.predict.specs import load_model
-
     devices = load_devices()
     out = []
     for (key, batch, h, w, layout), g in profile_groups(results_dir):
@@ -92,9 +91,8 @@ def convolution_evidence(results_dir=None) -> list[dict[str, Any]]:
         for moved in (False, True):
             tr = {p: with_memory_format(t, layout, moved) for p, t in raw.items()}
             b = bound_pair(tr, devices[key], "amp-fp16")
-            ratios[moved] = (
-                class_bounds(b["fp32"])["conv"] / class_bounds(b["amp"])["conv"]
-            )
+            conv = {k: class_bounds(b[k])["conv"] for k in ("fp32", "amp")}
+            ratios[moved] = conv["fp32"] / conv["amp"]
         out.append(
             {"gpu": key, "setting": f"batch {batch} x 3x{h}x{w}",
              "fp32_conv_s": measured["fp32"], "amp_conv_s": measured["amp-fp16"],

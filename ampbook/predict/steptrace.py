@@ -18,11 +18,15 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampbook.core.args import is_positive_int
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS
 from ampbook.core.precision import torch_name as _dtype_name
+from ampbook.measure.autocast_rules import CudaAutocastRules, autocast_region
+from ampbook.measure.cuda_kernels import CudaKernels
 from ampbook.measure.memory import SavedTensorMeter
 from ampbook.measure.tracking import ModuleScopes
 from ampbook.predict.opcost import OpCost, op_cost
@@ -68,26 +72,16 @@ class StepTrace:
     width: int
     parameters: int
     ops: list[OpCost] = field(default_factory=list)
-    # ``ampbook.measure.memory.SavedTensorMeter.summary()`` of the traced forward and
-    # loss: the bytes saved for backward, predicted (``new_bytes`` is the book's memory
-    # figure)
+    # ``SavedTensorMeter.summary()`` of the traced forward and loss: the bytes saved
+    # for backward, predicted (``new_bytes`` is the book's memory figure)
     saved_tensors: dict | None = None
-    # one sample's shape (C, H, W for an image)
-    input_shape: tuple[int, ...] | None = None
+    input_shape: tuple[int, ...] | None = None  # one sample's (C, H, W for an image)
 
-    def select(
-        self, phase: str | None = None, scope: str | None = None
-    ) -> list[OpCost]:
-        return [
-            o
-            for o in self.ops
-            if (phase is None or o.phase == phase)
-            and (scope is None or o.scope == scope)
-        ]
+    def select(self, phase: str) -> list[OpCost]:
+        return [o for o in self.ops if o.phase == phase]
 
     def totals(self) -> dict[str, float]:
-        """FLOPs and bytes of the step, forward and backward apart, and kernel
-        counts."""
+        """FLOPs, bytes and kernels of the step, in all and per phase."""
         out: dict[str, float] = {}
         keys = ("mma_flops", "flops", "bytes", "kernels")
         for phase in ("forward", "backward"):
@@ -96,25 +90,6 @@ class StepTrace:
         for k in ("flops", "mma_flops", "bytes", "kernels"):
             out[k] = out[f"forward_{k}"] + out[f"backward_{k}"]
         return out
-
-    def unmodelled(self) -> list[dict[str, Any]]:
-        """The operators whose FLOPs the model does not know, largest bytes first
-        (``why``: "FLOPs unknown" or "dtype complex64"): bytes counted, FLOPs not."""
-        total = sum(o.bytes for o in self.ops)
-        rows: dict[str, dict[str, Any]] = {}
-        for o in self.ops:
-            if o.modelled:
-                continue
-            row = {"op": o.op, "why": o.why_unmodelled, "count": 0, "bytes": 0.0}
-            r = rows.setdefault(o.op, {**row, "phases": [], "scopes": []})
-            r["count"] += 1
-            r["bytes"] += o.bytes
-            for key, value in (("phases", o.phase), ("scopes", o.scope)):
-                if value not in r[key]:
-                    r[key].append(value)
-        for r in rows.values():
-            r["bytes_share"] = r["bytes"] / total if total else 0.0
-        return sorted(rows.values(), key=lambda r: -r["bytes"])
 
 
 def trace_step(
@@ -127,7 +102,6 @@ def trace_step(
     in_channels: int = 3,
     backward: bool = True,
     loss: str | Callable[[torch.Tensor], torch.Tensor] = "cross_entropy",
-    ignore_index: int = 255,
     device_type: str = "cpu",
     autocast_rules: str = "cuda",
     input_shape: Sequence[int] | None = None,
@@ -139,9 +113,6 @@ def trace_step(
         batch_size, height, width, precision, in_channels, backward, loss,
         device_type, autocast_rules, input_shape,
     )  # fmt: skip
-    from ampbook.measure.autocast_rules import CudaAutocastRules
-    from ampbook.measure.cuda_kernels import CudaKernels
-
     cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
     rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
     kernels = CudaKernels if cuda_rules else contextlib.nullcontext
@@ -156,11 +127,9 @@ def trace_step(
             meter = SavedTensorMeter(model=model, parameters=params)
             with scopes, recorder, meter:
                 with cast(), rules(), kernels():
-                    from torch.func import functional_call
-
                     y = functional_call(model, state, (x,))
                     recorder.region = (LOSS, "loss")
-                    value = _loss_value(y, loss, ignore_index, device)
+                    value = _loss_value(y, loss, device)
                     recorder.region = None
                     scopes.claim(value, (LOSS, "loss"))
                 if backward and not value.requires_grad:
@@ -232,7 +201,7 @@ def _fake_state(model: nn.Module, batch_size: int, shape, device) -> tuple[dict,
     return state, x
 
 
-def _loss_value(y, loss, ignore_index: int, device) -> torch.Tensor:
+def _loss_value(y, loss, device) -> torch.Tensor:
     """The traced step's loss of the model's output ``y``."""
     if isinstance(loss, str) and not isinstance(y, torch.Tensor):
         raise ValueError(
@@ -247,7 +216,7 @@ def _loss_value(y, loss, ignore_index: int, device) -> torch.Tensor:
             )
         shape = (y.shape[0], *y.shape[2:])
         target = torch.zeros(shape, dtype=torch.long, device=device)
-        return nn.functional.cross_entropy(y, target, ignore_index=ignore_index)
+        return nn.functional.cross_entropy(y, target, ignore_index=255)
     if loss == "sum":
         return y.float().sum()
     return loss(y)
@@ -314,11 +283,7 @@ def with_memory_format(
 @contextlib.contextmanager
 def _fake_region(device_type: str, autocast_dtype: torch.dtype | None):
     """Yield (device, autocast context factory) inside a fake-tensor mode."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     if device_type == "cuda" and autocast_dtype is not None:
-        from ampbook.measure.autocast_rules import autocast_region
-
         with autocast_region("cuda", autocast_dtype, fake=True) as device:
             yield device, contextlib.nullcontext
         return
@@ -340,6 +305,4 @@ def optimizer_bytes(
         raise ValueError(
             f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}"
         )
-    if parameters < 0:
-        raise ValueError(f"parameters must be >= 0, got {parameters}")
     return float(parameters * 4 * (per[optimizer] + (2 if amp else 0)))
