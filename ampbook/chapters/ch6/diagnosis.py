@@ -364,8 +364,8 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
     host = host_model(cfg.results_dir)
     data_s = batch / cfg.loader_images_per_s if cfg.loader_images_per_s else None
     ranges = verdict_ranges(
-        roof, traces, refs, floor, cfg.model, devices, cfg.memory_format, batch,
-        host, data_s,
+        roof, traces, refs, host, data_s, floor=floor, model=cfg.model,
+        devices=devices, memory_format=cfg.memory_format, batch=batch,
     )  # fmt: skip
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
     here = setting_text(batch, shape)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ampbook.chapters.ch6.outputs import output_shape, targets
+from ampbook.chapters.ch6.outputs import probe, targets
 from ampbook.core import cli
 from ampbook.core.env import cpu_name
 from ampbook.core.precision import AUTOCAST_DTYPES, backend_flags
@@ -49,7 +49,7 @@ def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
 def _accepted(model, shape, batch, fallback) -> tuple[int, ...]:
     """``shape`` where the model accepts it at ``batch``, else ``fallback``."""
     try:
-        output_shape(model, shape, batch)
+        probe(model, shape, batch, None)
     except DoctorError:
         return tuple(fallback)
     return shape
@@ -147,7 +147,7 @@ def _timed(times: Sequence[float]) -> dict[str, Any]:
 
 
 def _batch_for(model, shape, batch, loss, seed=0):
-    out = output_shape(model, shape, batch)
+    out = probe(model, shape, batch, None)[0]
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch, *shape, generator=g), targets(loss, out, g)
 

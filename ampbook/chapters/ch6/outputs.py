@@ -161,13 +161,6 @@ def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
 _PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def output_shape(
-    model: nn.Module, shape: Sequence[int], batch: int, key: str | None = None
-) -> tuple[int, ...]:
-    """The shape of the output the doctor reads (``probe``)."""
-    return probe(model, shape, batch, key)[0]
-
-
 def probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
     """On fake tensors: the shape of the output the doctor reads, whether the model
     returns a plain tensor (else it is wrapped in SelectOutput), which output in words

@@ -46,8 +46,7 @@ def span_text(lo: float, hi: float) -> str:
 
 
 def gist(lo: float, hi: float, point: float | None = None) -> str:
-    """A range in words: "a gain" or "a loss" only when it is all on one side of 1.0,
-    else "no clear gain" (the point, to two decimals, at 1.00 or above) or "loss"."""
+    """A range in words: "a gain" or "a loss" only when it is all on one side of 1.0."""
     if lo > 1:
         return "a gain"
     if hi < 1:
@@ -57,8 +56,7 @@ def gist(lo: float, hi: float, point: float | None = None) -> str:
 
 
 def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) -> str:
-    """The expected AMP speedup on one GPU in one line: the range, the references that
-    set it, the ratio of bounds, the committed measurements."""
+    """The expected AMP speedup on one GPU in one line (section 5)."""
     equal = rng["equal_share"]
     if equal <= 0:
         raise ValueError("speedups must be positive")
@@ -113,8 +111,7 @@ def point_text(r: dict[str, Any], error: bool = False) -> str:
 
 
 def step_label(rng: dict[str, Any]) -> str:
-    """What the range's point is of: the step (kernels plus the host's idle time, and
-    the data time where given), or the kernels alone."""
+    """What the range's point is of: the step (with the host model) or the kernels."""
     host = rng.get("host")
     if not host:
         return "predicted kernel-time speedup (no host model: no step)"
@@ -146,8 +143,7 @@ MEASURED_WORDS = {
 
 
 def measured_text(m: dict[str, Any], rng: dict[str, Any], screen=False) -> str:
-    """One committed measurement beside the prediction, labelled by what it timed:
-    kernels, the step alone (against its loop's prediction) or in the loop."""
+    """One committed measurement beside the prediction, labelled by what it timed."""
     other = m.get("same_setting") is False and rng.get("setting")
     where = f", not this prediction's {rng['setting']}" if other else ""
     short = m["what"].split(",")[0]
@@ -171,7 +167,7 @@ def measured_text(m: dict[str, Any], rng: dict[str, Any], screen=False) -> str:
 
 
 def measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The committed measurements of this setting: alone, in the loop, kernels."""
+    """The committed measurements of this setting, in the first screen's order."""
     order = {"step alone": 0, "step in the loop": 1}
     done = [m for m in r.get("committed") or [] if m.get("same_setting")]
     return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
@@ -182,29 +178,15 @@ def nearness(row: dict[str, Any]) -> tuple:
     return (not row["same_network"], order, row["mix_distance"])
 
 
-def verdict_ranges(
-    roof: list[dict[str, Any]],
-    traces: dict[str, StepTrace],
-    refs,
-    floor,
-    model: str | None,
-    devices=None,
-    memory_format: str = "channels_first",
-    batch: int | None = None,
-    host=None,
-    data_s: float | None = None,
-) -> list[dict[str, Any]]:
-    """Per GPU and AMP precision, the calibrated range, the kernels AMP's casts and
-    transposes add; with a host model also the step predicted for the book's runner
-    (``runner``), which timed the committed steps."""
+def verdict_ranges(roof, traces: dict[str, StepTrace], refs, host, data_s, **kw):
+    """Per GPU and AMP precision, the calibrated range (``kw``: ``calibrated_range``'s),
+    the kernels AMP's casts and transposes add; with a host model also the step
+    predicted for the book's runner (``runner``), which timed the committed steps."""
     out = []
     for r in roof:
         if not r.get("amp_s"):
             continue
-        kw = dict(
-            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]}, floor=floor,
-            model=model, devices=devices, memory_format=memory_format, batch=batch,
-        )  # fmt: skip
+        kw["kernels"] = {"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]}
         bounds = (r["fp32_by_class_s"], r["amp_by_class_s"], r["gpu"], refs)
         rng = calibrated_range(*bounds, **kw, host=host, data_s=data_s)
         if host is not None and rng["rows"]:
@@ -221,9 +203,8 @@ def verdict_ranges(
 def memory_warnings(
     traces: dict[str, StepTrace], gpus: Sequence[str], devices, copies: int = 0
 ) -> list[str]:
-    """One line per precision and GPU whose step cannot fit: the saved bytes with the
-    weights, gradients and Adam state against the GPU's memory, and the largest batch
-    whose activations fit (cuDNN's workspace and the allocator's reserve on top)."""
+    """One line per precision and GPU whose step cannot fit, with the largest batch
+    whose activations fit."""
     out = []
     for prec, tr in traces.items():
         if not tr.saved_tensors:
@@ -259,9 +240,8 @@ def setting_text(batch: int, shape: Sequence[int]) -> str:
 def committed_measurements(
     model: str, gpus: Sequence[str], results_dir=None, refs=None
 ) -> dict[str, list[dict[str, Any]]]:
-    """What the committed results measured of ``model`` per GPU, with its setting: a
-    layer profile's kernel-time ratio and, for ERFNet, the step's ratio over fp32
-    with TF32, timed alone (layer profiles) and in the loop (training runs)."""
+    """What the committed results measured of ``model`` per GPU: a layer profile's
+    kernel-time ratio and, for ERFNet, the step timed alone and in the loop."""
     out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
     for ref in refs or []:
         if ref.kind == "profile" and ref.model == model and ref.gpu in out:
@@ -326,8 +306,7 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     is slower or the range reads a loss."""
     said = None
     if rng["rows"]:
-        lo, hi = rng["low"], rng["high"]
-        gain = rng["point"]
+        lo, hi, gain = rng["low"], rng["high"], rng["point"]
         src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
         word = gist(lo, hi, gain)
         n = plural(len(rng["rows"]), "reference")
@@ -352,8 +331,7 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
 
 
 def _item(gpu: str, item: str, gain, source: str, detail: str) -> dict[str, Any]:
-    return {"gpu": gpu, "item": item, "gain": gain, "source": source,
-            "detail": detail}  # fmt: skip
+    return dict(gpu=gpu, item=item, gain=gain, source=source, detail=detail)
 
 
 def checklist(
@@ -362,8 +340,7 @@ def checklist(
     loader_images_per_s: float | None,
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """What to try per GPU, ranked by gain: AMP, TF32, the input pipeline, and
-    channels_last and cudnn.benchmark as measured here; ``upper_bounds`` apart."""
+    """What to try per GPU, ranked by gain; ``upper_bounds`` apart."""
     items: list[dict[str, Any]] = []
     bounds: list[dict[str, Any]] = []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
@@ -387,7 +364,6 @@ def checklist(
 
 
 def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
-    """One GPU's items from its bounds: TF32, the input pipeline, fusion (bounds)."""
     name, items = r["gpu_name"], []
     mm = r["fp32_default_s"] / r["fp32_tf32_s"]
     if mm > 1.005:
@@ -427,7 +403,6 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
 
 
 def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
-    """channels_last and cudnn.benchmark as measured on this GPU (slower: no gain)."""
     name, items = display_name(measured["device_name"]), []
     rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
     for r in rows.values():
@@ -445,8 +420,7 @@ def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def measured_verdict(measured: dict[str, Any]) -> str:
-    """What the timed steps here say in one line: on a CPU the rounds' verdict on
-    amp-bf16, on CUDA the fastest AMP variant against fp32."""
+    """What the timed steps here say in one line."""
     rows = [r for r in measured["rows"] if r.get("step_s")]
     where = f"batch {measured['batch']} x {shape_text(measured['input'])}"
     if measured["device"] != "cuda":
