@@ -179,9 +179,8 @@ def unreferenced_text(gpus: Sequence[str], refs: Sequence[Reference], devices) -
 
 
 def launch_rows(named_reports: Sequence[tuple[str, dict]], gpu: str) -> list[tuple]:
-    """Per report, on ``gpu``: (name, fp32 kernels, AMP kernels against fp32's
-    (``amp_kernels_text``), AMP floor in ms, AMP kernel time predicted in ms), for
-    reports with a floor and a range."""
+    """Per report with a floor and a range on ``gpu``: the kernels, floor and kernel
+    time (ms)."""
     rows = []
     for name, r in named_reports:
         v = next(v for v in r["verdict"]["ranges"] if v["gpu"] == gpu)
@@ -210,19 +209,18 @@ def launch_text(rows: Sequence[tuple], gpu: str) -> str:
 
 
 def self_check_lines(refs: Sequence[Reference], devices) -> str:
-    """Each committed layer profile applied to its own setting: the kernel ratio its
-    efficiencies give against the one it measured (they were fitted on it)."""
+    """Each committed layer profile applied to its own setting (it was fitted on it)."""
     checks = []
     for ref in [r for r in refs if r.kind == "profile" and r.gpu in devices]:
         alone = reference_prediction(ref, [ref], exclude_own=False)
         got = alone["rows"][0]["kernel_speedup"]
         off = got / ref.measured_speedup - 1
         ok = abs(off) <= SELF_CHECK
-        passed = "consistent" if ok else "inconsistent"
         checks.append(
             f"{ref.label()}, {ref.setting}: its efficiencies give a kernel ratio "
             f"of {got:.3f}x against the {ref.measured_speedup:.3f}x measured, "
-            f"{off:+.1%}, {'within' if ok else 'beyond'} {SELF_CHECK:.0%}: {passed}."
+            f"{off:+.1%}, {'within' if ok else 'beyond'} {SELF_CHECK:.0%}: "
+            f"{'consistent' if ok else 'inconsistent'}."
         )
     return "\n".join(f"- {c}" for c in checks) or "No committed layer profile to check."
 

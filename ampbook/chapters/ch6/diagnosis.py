@@ -126,8 +126,7 @@ def parse_input(text: str) -> tuple[int, ...]:
 
 
 def parse_precisions(text: str | Sequence[str]) -> list[str]:
-    """The precisions asked for, the baseline first as "fp32" (fp32 with TF32 where the
-    GPU has it, so ``fp32-tf32``, ``modes.TF32_MODE``, names it too)."""
+    """The precisions asked for, the baseline first as "fp32" (``fp32-tf32`` too)."""
     items = text.split(",") if isinstance(text, str) else list(text)
     items = [p.strip() for p in items if p.strip()]
     bad = [p for p in items if p not in (TF32_MODE, *PRECISIONS)]
@@ -147,8 +146,7 @@ def _gpu_name(text: str) -> str:
 
 
 def gpu_hits(raw: str, devices) -> list[str]:
-    """The table keys one ``--gpus`` name can mean, best rule first: the key, an alias,
-    the short name, then any key or short name containing it."""
+    """The table keys one ``--gpus`` name can mean, by the first rule that finds any."""
     raw = raw.strip().lower()
     norm = _gpu_name(raw)
     rules = (
@@ -159,15 +157,13 @@ def gpu_hits(raw: str, devices) -> list[str]:
                                      or norm in _gpu_name(d.short_name)),
     )  # fmt: skip
     for rule in rules:
-        hits = [k for k, d in devices.items() if rule(k, d)]
-        if hits:
+        if hits := [k for k, d in devices.items() if rule(k, d)]:
             return hits
     return []
 
 
 def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
-    """Keys of the device table for ``names`` (``gpu_hits``); None: every GPU. A name
-    that is unknown, ambiguous or empty is an error that lists what the table knows."""
+    """Keys of the device table for ``names`` (``gpu_hits``); None: every GPU."""
     devices = load_devices() if devices is None else devices
     if names is None:
         return list(devices)
@@ -227,8 +223,8 @@ def diagnose(
     model: nn.Module | None = None,
     on_prediction=None,
 ) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict. ``model`` overrides ``cfg.model``'s
-    construction; ``on_prediction(report)`` is called before any step is timed."""
+    """The whole report as a JSON-ready dict; ``on_prediction(report)`` is called
+    before any step is timed."""
     tell = as_progress(cfg.progress)
     _check_settings(cfg)
     precisions = parse_precisions(cfg.precisions)
@@ -271,7 +267,6 @@ def diagnose(
 
 
 def _check_settings(cfg: DoctorConfig) -> None:
-    """The settings checked before any work, each named by its flag."""
     if cfg.loss not in LOSSES:
         raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
     if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
@@ -288,7 +283,6 @@ def _check_settings(cfg: DoctorConfig) -> None:
 
 
 def _pick_device(cfg: DoctorConfig) -> torch.device:
-    """The device the steps are timed on (``--device``: auto, cpu or cuda[:N])."""
     t = str(cfg.device).strip().lower()
     kind, colon, index = t.partition(":")
     if t not in ("auto", "cpu") and not (
@@ -312,7 +306,7 @@ def _pick_device(cfg: DoctorConfig) -> torch.device:
 
 
 def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
-    """Each precision's step traced on fake tensors (bf16 relabelled from fp16)."""
+    """Each precision's step traced (bf16 relabelled from fp16)."""
     traces = {}
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:
@@ -343,7 +337,6 @@ def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
 
 
 def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str, Any]:
-    """The report's sections but ``measured``."""
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
     batch, shape = traces["fp32"].batch_size, traces["fp32"].input_shape
     roof = roofline(traces, gpus, devices)
@@ -418,7 +411,6 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
 
 
 def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -> None:
-    """Section 4, its memory rows, and the checklist again."""
     measured = measure(
         traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
         size=cfg.measure_size, rounds=cfg.rounds, progress=tell,

@@ -34,8 +34,7 @@ CPU_ROUNDS = 5  # rounds of the CPU timing (chapter 5's method)
 
 
 def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
-    """``shape``'s last two dimensions (one for a sequence) scaled to about ``side``,
-    multiples of 32 (at least 32, at most the original)."""
+    """``shape``'s last two dimensions (one for a sequence) scaled to about ``side``."""
     shape = tuple(shape)
     n = min(2, len(shape) - 1)
     if n <= 0:
@@ -56,8 +55,8 @@ def _accepted(model, shape, batch, fallback) -> tuple[int, ...]:
 
 
 def measure_size(model, shape, batch) -> tuple[tuple[int, ...], int]:
-    """Where a CPU times steps: about ``CPU_MEASURE_SIDE`` pixels a side and batch
-    <= 2 (the full input where the model accepts no other)."""
+    """Where a CPU times steps: a small input (the full one where the model accepts no
+    other), batch <= 2."""
     small = _scaled(shape, CPU_MEASURE_SIDE)
     return _accepted(model, small, min(batch, 2), shape), min(batch, 2)
 
@@ -219,8 +218,7 @@ class CpuGroup:
 
 
 def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
-    """Every group warmed, then timed round by round; each progress line counts
-    every step still to be timed, in every group."""
+    """Every group warmed, then timed round by round; progress counts steps left."""
     progress = as_progress(progress or False)
     for g in groups:
         g.warm(progress)
@@ -251,10 +249,8 @@ def measure(
     progress: bool | cli.Progress | None = None,
     backward: bool = True,
 ) -> dict[str, Any]:
-    """Section 4: the runner's step timed per precision (and layout/flag) here. On a
-    CPU (at ``size``, else ``measure_size``'s) fp32 and amp-bf16 in ``rounds`` rounds,
-    the verdict on their per-round ratios; amp-fp16 for one step beside one fp32 step
-    at a tiny size. On CUDA every variant at the full size, ``repeats`` steps each."""
+    """Section 4: the runner's step timed per precision (and layout/flag) here (CPU:
+    at ``size``, else ``measure_size``'s)."""
     tell = as_progress(progress)
     if device.type != "cuda":
         small = size or measure_size(model, shape, batch)
@@ -292,7 +288,6 @@ def measure(
 def _measure_cpu(
     model, mshape, mbatch, loss, precisions, rounds, tell, backward
 ) -> dict[str, Any]:
-    """``measure`` on a CPU: fp32 and amp-bf16 in rounds, amp-fp16 at a tiny size."""
     main = [p for p in precisions if p != "amp-fp16"]
     groups = [CpuGroup(model, mshape, mbatch, loss, main, rounds, backward)]
     if "amp-fp16" in precisions:

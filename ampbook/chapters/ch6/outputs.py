@@ -40,8 +40,7 @@ def quiet_fake():
 
 
 def _pick(y, key: str | None) -> tuple:
-    """The output the loss reads and how, in words: a tensor as it is; a dict's 'out'
-    entry, else its only tensor; a tuple's or list's first tensor; ``key`` another."""
+    """The output the loss reads and how, in words."""
     kind, by = type(y).__name__, f"--output {key}"
     if isinstance(y, torch.Tensor):
         if key is None:
@@ -163,9 +162,7 @@ _PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
     """On fake tensors: the shape of the output the doctor reads, whether the model
-    returns a plain tensor (else it is wrapped in SelectOutput), which output in words
-    (``_pick``); DoctorError for a model that rejects the input, needs several inputs
-    or has data-dependent shapes."""
+    returns a plain tensor (else SelectOutput wraps it), which output in words."""
     cache = _PROBES.setdefault(model, {})
     k = (tuple(shape), batch, key)
     if k not in cache:

@@ -170,8 +170,7 @@ def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 def measured_table(me: dict[str, Any]) -> tuple[str, str]:
-    """Section 4's lead and table: each timed variant's median and fastest step and its
-    speedup (on a CPU the median of its per-round ratios to fp32)."""
+    """Section 4's lead and table."""
     rows = []
     for r in me["rows"]:
         one, median, x = r.get("samples") == 1, _ms(r.get("step_s")), r.get("speedup")
@@ -201,8 +200,7 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
 
 
 def references_table(rng: dict[str, Any]) -> str:
-    """The references behind one range, nearest first, like with like: kernel time
-    for a layer profile, the step for a published one."""
+    """The references behind one range, nearest first, like with like."""
 
     def here_there(r: dict[str, Any]) -> tuple[str, str]:
         kernel = r["kind"] == "profile"
@@ -230,9 +228,8 @@ def amp_kernels_text(r: dict[str, Any]) -> str:
 
 
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
-    """Per GPU and AMP precision: the kernels (``amp_kernels_text``), the launch floor
-    and calibrated kernel time (predicted), the kernel time a committed profile
-    measured at this setting, and ``bound_text``'s word; None without one."""
+    """Per GPU and AMP precision, the launch floor against the kernel time; None
+    without one."""
 
     def measured(r: dict[str, Any]) -> str:
         done = [m["amp_kernel_s"] for m in measured_here(r) if m.get("amp_kernel_s")]
@@ -346,7 +343,7 @@ def bound_text(r: dict[str, Any]) -> str:
 
 
 def screen_line(r: dict[str, Any]) -> str:
-    """One range's line on the first screen: point, range, bound, measurements."""
+    """One range's line on the first screen."""
     if not r["rows"]:
         return (
             f"- {r['gpu_name']}: {r['precision']} no reference applies; "
@@ -377,14 +374,8 @@ TIE_RULE = "ties to two decimals go to the one measured more here"
 SCREEN_ORDER_TEXT = "Best first"
 
 
-def screen_order(r: dict[str, Any]) -> tuple:
-    """The first screen's order: best first as printed, a GPU with no range last."""
-    return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
-
-
 def first_screen(report: dict[str, Any]) -> str:
-    """The answer, for a screen of 24 lines x 80 columns: what was predicted, one line
-    per GPU with its faster AMP precision, the warnings last."""
+    """The answer, for a screen of 24 lines x 80 columns."""
     fmt = report.get("memory_format", "channels_first")
     ranges = report["verdict"]["ranges"]
     best: dict[str, dict[str, Any]] = {}
@@ -408,7 +399,8 @@ def first_screen(report: dict[str, Any]) -> str:
     if any(r.get("host") for r in best.values()):
         what_of = "the step is kernels plus modelled host idle, beside it the step "
         what_of += "without host idle."
-    shown = sorted(best.values(), key=screen_order)
+    # best first as printed, a GPU with no range last (a stable sort: ties keep order)
+    shown = sorted(best.values(), key=lambda r: headline_key(r)[:2], reverse=True)
     lines = [
         f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
         f"Both precisions in {fmt} ({layout_text([fmt, fmt])}); {what_of} "
@@ -425,15 +417,13 @@ def first_screen(report: dict[str, Any]) -> str:
 
 
 def report_head(report: dict[str, Any], level: int = 1) -> str:
-    """The title, ``first_screen`` and the output read: what the command prints as
-    soon as the step is traced."""
+    """What the command prints as soon as the step is traced."""
+    title = (
+        f"AMP doctor: {report['model']} ({report['model_class']}, "
+        f"{report['parameters'] / 1e6:.1f} M parameters)"
+    )
     return (
-        _title(
-            f"AMP doctor: {report['model']} ({report['model_class']}, "
-            f"{report['parameters'] / 1e6:.1f} M parameters)",
-            level,
-            level,
-        )
+        _title(title, level, level)
         + "\n\n"
         + first_screen(report)
         + f"\nOutput: shape {shape_text(report['output'])} "

@@ -24,9 +24,8 @@ _CREATION_OPS = {"zeros", "ones", "full", "arange", "scalar_tensor", "randn", "r
 
 
 def fp32_reason(op: OpCost) -> str:
-    """Why an operator of an AMP trace ran in fp32: CUDA autocast's fp32 list or
-    promotion, a cast, the loss, autograd, a tensor created in fp32, or an fp32 input
-    (an op autocast does not list runs in its inputs' dtype, as a residual sum)."""
+    """Why an operator of an AMP trace ran in fp32 (an op autocast does not list runs
+    in its inputs' dtype, as a residual sum)."""
     base = aten_base(op.op)
     grad = op.phase == "backward"
     of = "gradient of " if grad else ""
@@ -92,15 +91,13 @@ def coverage(trace: StepTrace) -> dict[str, Any]:
 
 
 def added_kernels(traces: dict[str, StepTrace], precision: str, op: str) -> int:
-    """The kernels of ``op`` an AMP step adds over fp32's: its casts (``_to_copy``),
-    its layout transposes (``LAYOUT_TRANSPOSE``, assumed in NCHW)."""
+    """The kernels of ``op`` an AMP step adds over fp32's."""
     return sum(o.kernels * (1 if t == precision else -1) for t in (precision, "fp32")
                for o in traces[t].ops if o.op == op)  # fmt: skip
 
 
 def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, Any]:
-    """Bytes saved for backward at the requested size, fp32 and AMP, on the traced
-    steps, and the weights, gradients and Adam state beside them."""
+    """Bytes saved for backward at the requested size, on the traced steps."""
     fp32 = traces["fp32"]
     out: dict[str, Any] = {
         "batch": fp32.batch_size,
@@ -137,9 +134,8 @@ def roofline(
     gpus: Sequence[str],
     devices=None,
 ) -> list[dict[str, Any]]:
-    """Section 3: per GPU and AMP precision, the bounds; fp32 with TF32 for
-    convolutions and matrix products (``fp32_tf32_s``, the baseline), with PyTorch's
-    defaults (``fp32_default_s``: not for matrix products) and without it."""
+    """Section 3: per GPU and AMP precision, the bounds; fp32 with TF32 (the baseline),
+    with PyTorch's defaults (not for matrix products) and without it."""
     devices = load_devices() if devices is None else devices
     rows = []
     batch = traces["fp32"].batch_size
