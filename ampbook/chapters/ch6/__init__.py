@@ -30,10 +30,9 @@ def bytes_ratio(report: dict[str, Any], precision: str = "amp-fp16") -> float:
     return t["fp32"]["bytes"] / t[precision]["bytes"]
 
 
-def peak_ratio(gpu: str, precision: str = "amp-fp16", devices=None) -> float | None:
+def peak_ratio(gpu: str, precision: str = "amp-fp16") -> float | None:
     """The 16-bit matrix peak over fp32's with TF32 on ``gpu`` (None without one)."""
-    devices = load_devices() if devices is None else devices
-    c = Ceilings.from_device(devices[gpu], tf32=True)
+    c = Ceilings.from_device(load_devices()[gpu], tf32=True)
     dtype = torch_name(AUTOCAST_DTYPES[precision])
     if dtype not in c.mma_tflops:
         return None

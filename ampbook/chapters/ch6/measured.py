@@ -74,23 +74,19 @@ def _variants(precisions: Sequence[str]):
     return out
 
 
-class ForwardStep:
+def _forward_step(model, criterion, device, autocast_dtype, channels_last):
     """The forward pass and loss alone, without autograd (``--forward-only``)."""
 
-    def __init__(self, model, criterion, device, autocast_dtype, channels_last=False):
-        self.model, self.criterion, self.device = model, criterion, device
-        self.autocast_dtype, self.channels_last = autocast_dtype, channels_last
-
-    def __call__(self, x, y, meter=None):
-        if self.channels_last and x.dim() == 4:
+    def step(x, y, meter=None):
+        if channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        cast = (
-            torch.autocast(self.device.type, dtype=self.autocast_dtype)
-            if self.autocast_dtype is not None
-            else contextlib.nullcontext()
-        )
+        cast = contextlib.nullcontext()
+        if autocast_dtype is not None:
+            cast = torch.autocast(device.type, dtype=autocast_dtype)
         with torch.no_grad(), cast, meter or contextlib.nullcontext():
-            return self.criterion(self.model(x), y)
+            return criterion(model(x), y)
+
+    return step
 
 
 class _Variant:
@@ -110,7 +106,7 @@ class _Variant:
                 net, opt, crit, device, dtype, scaler, channels_last=cl
             )
         else:
-            self.step = ForwardStep(net, crit, device, dtype, channels_last=cl)
+            self.step = _forward_step(net, crit, device, dtype, cl)
         self.x, self.y = x.to(device), y.to(device)
         self.tf32, self.bench = tf32, bench
         self.times: list[float] = []

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ampbook.core.devices import display_name, load_devices
+from ampbook.core.devices import display_name
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
 from ampbook.core.words import plural
 from ampbook.measure.autocast_rules import aten_base, cuda_category
@@ -66,14 +66,11 @@ def coverage(trace: StepTrace) -> dict[str, Any]:
     shares = {}
     for phase in ("forward", "backward"):
         ops = trace.select(phase)
-        flops = sum(o.flops for o in ops) or 1.0
-        nbytes = sum(o.bytes for o in ops) or 1.0
         low = [o for o in ops if o.dtype in SIXTEEN_BIT]
         shares[phase] = {
-            "flops_16bit": sum(o.flops for o in low) / flops,
-            "bytes_16bit": sum(o.bytes for o in low) / nbytes,
-            "mma_flops_16bit": sum(o.mma_flops for o in low)
-            / (sum(o.mma_flops for o in ops) or 1.0),
+            f"{k}_16bit": sum(getattr(o, k) for o in low)
+            / (sum(getattr(o, k) for o in ops) or 1.0)
+            for k in ("flops", "bytes", "mma_flops")
         }
     total_bytes = sum(o.bytes for o in trace.ops) or 1.0
     groups: dict[tuple, dict[str, Any]] = {}
@@ -130,13 +127,10 @@ def weight_copy_bytes(model: nn.Module) -> int:
 
 
 def roofline(
-    traces: dict[str, StepTrace],
-    gpus: Sequence[str],
-    devices=None,
+    traces: dict[str, StepTrace], gpus: Sequence[str], devices
 ) -> list[dict[str, Any]]:
     """Section 3: per GPU and AMP precision, the bounds; fp32 with TF32 (the baseline),
     with PyTorch's defaults (not for matrix products) and without it."""
-    devices = load_devices() if devices is None else devices
     rows = []
     batch = traces["fp32"].batch_size
     fp32_kernels = int(traces["fp32"].totals()["kernels"])

@@ -33,11 +33,8 @@ def range_position(value: float, low: float, high: float) -> str:
 def end_text(x: float) -> str:
     """A range's end to two decimals, or up to four where fewer round it to 1: 1.004
     ("a gain") and 0.996 ("no clear gain") must not both print as 1.00."""
-    for digits in (2, 3, 4):
-        text = f"{x:.{digits}f}"
-        if float(text) != 1:
-            return text
-    return text
+    texts = [f"{x:.{digits}f}" for digits in (2, 3, 4)]
+    return next((t for t in texts if float(t) != 1), texts[-1])
 
 
 def span_text(lo: float, hi: float) -> str:
