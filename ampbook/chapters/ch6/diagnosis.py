@@ -112,9 +112,8 @@ def check_size(batch: int, shape: Sequence[int], devices) -> None:
 
 def parse_input(text: str) -> tuple[int, ...]:
     """``"3,224,224"`` -> (3, 224, 224): one sample's shape, of any rank."""
-    parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
-    try:
-        dims = tuple(int(p) for p in parts)
+    try:  # int() strips the spaces around each part
+        dims = tuple(int(p) for p in str(text).replace("x", ",").split(","))
     except ValueError:
         dims = ()
     if not dims or min(dims) < 1:
@@ -180,9 +179,8 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
         hits = gpu_hits(raw, devices)
         if len(hits) != 1:
             raise DoctorError(f"--gpus: {_gpu_miss(raw, hits, devices)}")
-        if hits[0] not in keys:
-            keys.append(hits[0])
-    return keys
+        keys.append(hits[0])
+    return list(dict.fromkeys(keys))
 
 
 def _gpu_miss(raw: str, hits: list[str], devices) -> str:
@@ -341,12 +339,9 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
     batch, shape = traces["fp32"].batch_size, traces["fp32"].input_shape
     roof = roofline(traces, gpus, devices)
     first = devices[gpus[0]]
-    ceil = Ceilings.from_device(first)
-    preds = {
-        p: predict(tr, ceil)
-        for p, tr in traces.items()
-        if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
-    }
+    ceil = Ceilings.from_device(first)  # the first GPU's: "where the time goes"
+    on_tc = amp and torch_name(AUTOCAST_DTYPES[amp]) in ceil.mma_tflops
+    pred = predict(traces[amp if on_tc else "fp32"], ceil)
     lap("roofline")
     copies = weight_copy_bytes(model)
     memory: dict[str, Any] = {"at_size": memory_at_size(traces, amp),
@@ -368,7 +363,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
             for m in committed.get(r["gpu"], []) if m["precision"] == r["precision"]
         ]  # fmt: skip
         r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r)
-    unknown = [dict(r) for r in (preds.get(amp) or preds["fp32"]).unmodelled]
+    unknown = [dict(r) for r in pred.unmodelled]
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
     warnings_ += memory_warnings(traces, gpus, devices, copies)
     lap("verdict")
@@ -394,7 +389,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
             "gpu": gpus[0],
             "gpu_name": roof[0]["gpu_name"] if roof else first.short_name,
             "precision": amp or "fp32",
-            "types": where_time_goes(preds.get(amp) or preds["fp32"]),
+            "types": where_time_goes(pred),
         },
         "measured": None,
         "verdict": {
@@ -416,17 +411,14 @@ def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -
         size=cfg.measure_size, rounds=cfg.rounds, progress=tell,
         backward=cfg.backward,
     )  # fmt: skip
-    memory = report["memory"]
+    memory, ver = report["memory"], report["verdict"]
     memory["measured"] = [
         {"variant": r["variant"], "bytes": r["memory_bytes"],
          "measure": r["memory_measure"]}
         for r in measured["rows"]
         if r.get("memory_bytes") is not None and not r.get("input")
     ]  # fmt: skip
-    memory["measured_input"] = measured["input"]
-    memory["measured_batch"] = measured["batch"]
+    memory.update(measured_input=measured["input"], measured_batch=measured["batch"])
     report["measured"] = measured
-    ranges = report["verdict"]["ranges"]
-    report["verdict"].update(
-        checklist(report["roofline"], ranges, cfg.loader_images_per_s, measured)
-    )
+    loader = cfg.loader_images_per_s
+    ver.update(checklist(report["roofline"], ver["ranges"], loader, measured))

@@ -57,8 +57,7 @@ def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) ->
     equal = rng["equal_share"]
     if equal <= 0:
         raise ValueError("speedups must be positive")
-    tf32 = rng["family"] == "tf32"
-    family, on = ("TF32", "TF32 on") if tf32 else ("fp32", "no TF32")
+    family, on = ("TF32", "TF32 on") if rng["family"] == "tf32" else ("fp32", "no TF32")
     head = f"{gpu_name}: {precision} over fp32 ({on})"
     same = (
         f"ratio of bounds {equal:.2f}x, the speedup if both precisions reached the "
