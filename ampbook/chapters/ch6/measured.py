@@ -109,21 +109,20 @@ class _Variant:
             self.step = _forward_step(net, crit, device, dtype, cl)
         self.x, self.y = x.to(device), y.to(device)
         self.tf32, self.bench = tf32, bench
-        self.times: list[float] = []
 
     def flags(self):
         if self.device.type != "cuda":
             return contextlib.nullcontext()
         return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
 
-    def time(self, warmup: int, repeats: int) -> None:
+    def time(self, warmup: int, repeats: int) -> list[float]:
         with self.flags():
             r = benchmark(
                 self.step, lambda: (self.x, self.y), device=self.device,
                 warmup=warmup, repeats=repeats, number=1, min_time=0.0, buffers=1,
                 check_inputs=False,
             )  # fmt: skip
-        self.times += list(r.times_s)
+        return list(r.times_s)
 
     def memory(self) -> tuple[int, str]:
         with self.flags():
@@ -188,11 +187,11 @@ class CpuGroup:
             self.times[p] = []
 
     def seconds_left(self) -> float:
-        each = {
-            p: statistics.median(t) if t else self.first_s[p]
+        each = [
+            statistics.median(t) if t else self.first_s[p]
             for p, t in self.times.items()
-        }
-        return (self.rounds - self.done) * sum(each.values())
+        ]
+        return (self.rounds - self.done) * sum(each)
 
     def time_round(self) -> None:
         for p, ts in time_rounds(self.steps, 1, warmup=False).items():
@@ -264,9 +263,9 @@ def measure(
             continue
         try:  # two warm-up steps (the first calls build cuDNN's kernels)
             v = _Variant(model, device, prec, tf32, cl, bench, x, y, backward)
-            v.time(2, repeats)
+            times = v.time(2, repeats)
             row["memory_bytes"], row["memory_measure"] = v.memory()
-            row.update(_timed(v.times))
+            row.update(_timed(times))
             del v
             torch.cuda.empty_cache()
         except Exception as e:  # e.g. an op without a kernel for this dtype here
@@ -289,8 +288,7 @@ def _measure_cpu(
     if "amp-fp16" in precisions:
         tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
         tiny = _accepted(model, tiny, 2, mshape)
-        pair = ["fp32", "amp-fp16"]
-        groups.append(CpuGroup(model, tiny, 2, loss, pair, 1, backward))
+        groups.append(CpuGroup(model, tiny, 2, loss, ["fp32", "amp-fp16"], 1, backward))
     time_groups(groups, tell)
     rows = groups[0].rows()
     for fp32, fp16 in [g.rows() for g in groups[1:]]:  # fp16 beside its fp32 step

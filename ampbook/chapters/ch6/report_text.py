@@ -42,22 +42,17 @@ def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
         f"{cov['precision']} on CUDA's autocast rules and kernels (traced on the "
         f"CPU), batch {report['batch']} x {shape_text(report['input'])}"
     )
-    table = md_table_text(
-        rows,
-        ["phase", "FLOPs in 16 bits", "matrix FLOPs in 16 bits", "bytes in 16 bits"],
-        [None, ".1%", ".1%", ".1%"],
-    )
+    heads = ["phase", "FLOPs in 16 bits", "matrix FLOPs in 16 bits", "bytes in 16 bits"]
+    table = md_table_text(rows, heads, [None, ".1%", ".1%", ".1%"])
     fp32 = [
         (g["phase"], f"{g['op']} in {g['layer_type']}", g["count"], g["bytes_share"],
          g["reason"])
         for g in cov["fp32_ops"][:8]
     ]  # fmt: skip
     table += "\n\nLeft in fp32 (largest share of the step's bytes first):\n\n"
-    table += md_table_text(
-        fp32 or [("-", "none", 0, 0.0, "-")],
-        ["phase", "op in layer type", "kernels", "bytes", "why fp32"],
-        [None, None, None, ".1%", None],
-    )
+    heads = ["phase", "op in layer type", "kernels", "bytes", "why fp32"]
+    fmts = [None, None, None, ".1%", None]
+    table += md_table_text(fp32 or [("-", "none", 0, 0.0, "-")], heads, fmts)
     return ("1. Coverage", lead, table)
 
 
@@ -85,11 +80,8 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
         ]  # fmt: skip
     note = weight_copy_note(mem)
     lead = f"{at['method']}. {note}" if note else at["method"]
-    return (
-        "2. Memory: bytes saved for backward",
-        lead,
-        md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, None, ".2f"]),
-    )
+    table = md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, None, ".2f"])
+    return ("2. Memory: bytes saved for backward", lead, table)
 
 
 def weight_copy_note(mem: dict[str, Any]) -> str | None:
@@ -153,11 +145,9 @@ def _where_section(report: dict[str, Any]) -> tuple[str, str, str]:
     ]  # fmt: skip
     heads = ["layer type", "modules", "share of bound", "share of bytes",
              "FLOPs/byte", "bound"]  # fmt: skip
-    return (
-        f"Where the time goes ({wh['gpu_name']}, {wh['precision']})",
-        "share of the bound and of the bytes per layer type",
-        md_table_text(rows, heads, [None, None, ".0%", ".0%", ".3g", None]),
-    )
+    table = md_table_text(rows, heads, [None, None, ".0%", ".0%", ".3g", None])
+    title = f"Where the time goes ({wh['gpu_name']}, {wh['precision']})"
+    return (title, "share of the bound and of the bytes per layer type", table)
 
 
 def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
