@@ -1,6 +1,5 @@
-"""What chapter 6 ("Will AMP help?") says beyond the doctor's report: which ratio a
-bound ratio follows, measured speedups against predicted ranges, and the sentences
-that read the calibration's references."""
+"""What chapter 6 ("Will AMP help?") says beyond the doctor's report: the sentences
+that read the bounds, the measured speedups and the calibration's references."""
 
 from __future__ import annotations
 

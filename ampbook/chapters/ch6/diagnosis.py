@@ -247,9 +247,7 @@ def diagnose(
     tell(f"tracing batch {batch} x {shape_text(shape)} (fake tensors: no data)")
     out, plain, _ = probe(model, shape, batch, cfg.output)
     check_loss(cfg.loss, out)
-    traced = model
-    if cfg.output is not None or not plain:
-        traced = SelectOutput(model, cfg.output)
+    traced = model if plain and cfg.output is None else SelectOutput(model, cfg.output)
     lap("model")
     traces = _trace(cfg, traced, precisions, batch, shape, tell)
     lap("trace")

@@ -1,6 +1,5 @@
 """Section 4 of the doctor's report: the runner's own step timed here per precision,
-on a CPU at a small size by chapter 5's rounds method (fp16 for one step at a tiny
-size), on CUDA at the full size with channels_last and cudnn.benchmark variants."""
+on a CPU at a small size by chapter 5's rounds method, on CUDA at the full size."""
 
 from __future__ import annotations
 
@@ -154,9 +153,8 @@ def as_progress(progress) -> cli.Progress:
 
 
 class CpuGroup:
-    """Precisions timed together on the CPU at one size by chapter 5's rounds method:
-    a first, untimed step each (oneDNN builds its kernels; memory counted), then one
-    step of each in turn per round; speedup: the median of the per-round ratios."""
+    """Precisions timed together on the CPU at one size by chapter 5's rounds method,
+    after a first, untimed step each (oneDNN builds its kernels; memory counted)."""
 
     def __init__(self, model, shape, batch, loss, precisions, rounds, backward=True):
         self.model, self.shape, self.batch = model, tuple(shape), batch

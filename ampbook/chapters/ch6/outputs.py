@@ -119,11 +119,7 @@ def _data_dependent(err: BaseException) -> bool:
     """Whether a fake forward failed on a shape that depends on the input's values."""
     from torch._subclasses import fake_tensor as ft
 
-    kinds = tuple(
-        getattr(ft, n)
-        for n in ("DataDependentOutputException", "DynamicOutputShapeException")
-        if hasattr(ft, n)
-    )
+    kinds = (ft.DataDependentOutputException, ft.DynamicOutputShapeException)
     text = f"{type(err).__name__} {err}"
     return isinstance(err, kinds) or any(
         w in text for w in ("data-dependent", "data dependent", "DataDependent")
@@ -142,12 +138,10 @@ def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
     from torch.func import functional_call
 
     with quiet_fake(), FakeTensorMode():
-
-        def fake(t):
-            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype)
-
-        state = {n: fake(p) for n, p in model.named_parameters()}
-        state.update({n: fake(b) for n, b in model.named_buffers()})
+        state = {
+            n: torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype)
+            for n, t in [*model.named_parameters(), *model.named_buffers()]
+        }
         was = model.training
         model.train()
         try:

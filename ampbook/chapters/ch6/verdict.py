@@ -175,9 +175,9 @@ def nearness(row: dict[str, Any]) -> tuple:
 
 
 def verdict_ranges(roof, traces: dict[str, StepTrace], refs, host, data_s, **kw):
-    """Per GPU and AMP precision, the calibrated range (``kw``: ``calibrated_range``'s),
-    the kernels AMP's casts and transposes add; with a host model also the step
-    predicted for the book's runner (``runner``), which timed the committed steps."""
+    """Per GPU and AMP precision, the calibrated range (``kw``: ``calibrated_range``'s)
+    and, with a host model, the step predicted for the runner that timed the committed
+    steps (``runner``)."""
     out = []
     for r in roof:
         if not r.get("amp_s"):
@@ -298,8 +298,7 @@ def _step_in_loop(q) -> dict[str, Any]:
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     """The AMP row, ranked by the step predicted for PyTorch's example loop; "keep
-    fp32" (unranked) where a measurement of this setting (the first screen names them)
-    is slower or the range reads a loss."""
+    fp32" (unranked) where a measurement of this setting is slower or a loss is read."""
     said = None
     if rng["rows"]:
         lo, hi, gain = rng["low"], rng["high"], rng["point"]
