@@ -41,9 +41,8 @@ def peak_ratio(gpu: str, precision: str = "amp-fp16") -> float | None:
 def gain_verdict(report: dict[str, Any], gpu: str, precision: str = "amp-fp16") -> str:
     """Which ratio a model's bound ratio on ``gpu`` follows: its bytes' (memory-bound)
     or the tensor cores' peak (math-bound)."""
-    want = (gpu, precision)
-    rows = [r for r in report["roofline"] if r.get("amp_s")]
-    row = next((r for r in rows if (r["gpu"], r["precision"]) == want), None)
+    rows = [r for r in report["roofline"] if r.get("amp_s") and r["gpu"] == gpu]
+    row = next((r for r in rows if r["precision"] == precision), None)
     if row is None:
         raise ValueError(f"no {precision} prediction for {gpu} in this report")
     speed, nb = row["speedup_tf32"], bytes_ratio(report, precision)
@@ -243,9 +242,8 @@ def loo_by_quantity(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def leave_one_out_text(loo: dict[str, Any]) -> str:
     """The leave-one-out against its goal (90% inside, at most 1.4x wide)."""
     goal = "the goal (90% inside, at most 1.4x wide) is"
-    if loo["inside"] >= 0.9 and loo["median_width"] <= 1.4:
-        met = f"{goal} met."
-    else:
+    met = f"{goal} met."
+    if not (loo["inside"] >= 0.9 and loo["median_width"] <= 1.4):
         met = f'{goal} not met; the rows marked "no" say where the ranges do not carry.'
     parts = []
     for what, name in QUANTITY.items():

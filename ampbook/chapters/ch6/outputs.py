@@ -197,12 +197,10 @@ def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, st
                     model.train(was)
         except Exception as real:
             err = real
-        targets = "targets" in inspect.signature(model.forward).parameters
-        hint = (
-            f"it takes targets in training mode (a detection model?): {WRAP_HINT}"
-            if targets
-            else "pass --input with a shape it accepts"
-        )
+        hint = "pass --input with a shape it accepts"
+        if "targets" in inspect.signature(model.forward).parameters:
+            hint = "it takes targets in training mode (a detection model?): "
+            hint += WRAP_HINT
         raise DoctorError(
             f"the model rejects input {shape_text(shape)}; {hint}",
             f"{type(err).__name__}: {first_line(err)}",

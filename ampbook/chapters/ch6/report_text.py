@@ -401,8 +401,7 @@ def first_screen(report: dict[str, Any]) -> str:
     lines += [screen_line(r) for r in shown]
     if any(bound_text(r) for r in best.values()):
         lines += ["", BOUND_WORDS_TEXT]
-    for w in report.get("warnings", []):
-        lines.append(f"- warning: {w}")
+    lines += [f"- warning: {w}" for w in report.get("warnings", [])]
     return "\n".join(lines) + "\n"
 
 

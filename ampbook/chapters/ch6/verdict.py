@@ -303,11 +303,9 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     if rng["rows"]:
         lo, hi, gain = rng["low"], rng["high"], rng["point"]
         src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
-        word = gist(lo, hi, gain)
-        n = plural(len(rng["rows"]), "reference")
-        detail = f"{span_text(lo, hi)} from {n}" + (
-            f", {word}" if word.startswith("no clear") else ""
-        )
+        word, n = gist(lo, hi, gain), plural(len(rng["rows"]), "reference")
+        detail = f"{span_text(lo, hi)} from {n}"
+        detail += f", {word}" if word.startswith("no clear") else ""
         if word in ("a loss", "no clear loss"):
             said = f"predicted {gain:.2f}x, {word}"
     else:
@@ -336,8 +334,7 @@ def checklist(
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
     """What to try per GPU, ranked by gain; ``upper_bounds`` apart."""
-    items: list[dict[str, Any]] = []
-    bounds: list[dict[str, Any]] = []
+    items, bounds = [], []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
     seen, here = set(), {}  # here: an AMP item's measurements of this setting
     for r in roof:
@@ -375,17 +372,16 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
             "fp32_precision = 'tf32') is on by default", None, "already on",
             f"turning it off grows the step's bound {conv:.2f}x",
         ))  # fmt: skip
-    if r.get("amp_s"):
-        total, fusable = r["amp_s"], r["fusable_s"]
-        if 0 < fusable < total:
-            bounds.append(_item(
-                name, "fuse element-wise ops (torch.compile)",
-                total / (total - fusable), "upper bound",
-                "if the element-wise operators' "
-                f"{fusable / total:.0%} of the AMP bound vanished (their "
-                "share of the time taken as their share of the bound); "
-                "normalisation stays",
-            ))  # fmt: skip
+    total, fusable = r.get("amp_s"), r.get("fusable_s")
+    if total and 0 < fusable < total:
+        bounds.append(_item(
+            name, "fuse element-wise ops (torch.compile)",
+            total / (total - fusable), "upper bound",
+            "if the element-wise operators' "
+            f"{fusable / total:.0%} of the AMP bound vanished (their "
+            "share of the time taken as their share of the bound); "
+            "normalisation stays",
+        ))  # fmt: skip
     need = r.get("images_per_s_needed")
     if loader and need and loader < need:
         items.append(_item(
