@@ -145,8 +145,7 @@ def _gpu_name(text: str) -> str:
 
 
 def gpu_hits(raw: str, devices) -> list[str]:
-    """The table keys one ``--gpus`` name can mean, by the first rule that finds any."""
-    raw = raw.strip().lower()
+    """The table keys a stripped, lower-case ``--gpus`` name can mean, by one rule."""
     norm = _gpu_name(raw)
     rules = (
         lambda k, d: k == raw,

@@ -298,13 +298,6 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     return ("5. Verdict", "expected AMP speedup per GPU", text)
 
 
-def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """The report as (title, one-line lead, Markdown body) per section."""
-    parts = (_coverage_section, _memory_section, _roofline_section, _where_section,
-             _measured_section, _verdict_section)  # fmt: skip
-    return [p for p in (f(report) for f in parts) if p is not None]
-
-
 # The AMP step is "near the launch floor" when its floor is at least this share of its
 # calibrated kernel time (``bound_text``).
 NEAR_FLOOR = 0.8
@@ -421,10 +414,13 @@ def report_head(report: dict[str, Any], level: int = 1) -> str:
 
 
 def report_body(report: dict[str, Any], level: int = 1) -> str:
-    """The detailed sections, each under a heading one below ``level``."""
+    """The detailed sections (title, lead, Markdown body), each under a heading one
+    below ``level``."""
+    parts = (_coverage_section, _memory_section, _roofline_section, _where_section,
+             _measured_section, _verdict_section)  # fmt: skip
     return "\n".join(
         f"{_title(t, level + 1, level)}\n\n{lead}\n\n{tab}\n"
-        for t, lead, tab in sections(report)
+        for t, lead, tab in filter(None, (part(report) for part in parts))
     )
 
 
