@@ -235,8 +235,7 @@ QUANTITY = {"step time": "step ratio", "kernel time": "kernel ratio"}
 
 def loo_by_quantity(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The leave-one-out rows, step ratios first, then kernel ratios."""
-    order = list(QUANTITY)
-    return sorted(rows, key=lambda r: order.index(r["what"]))
+    return sorted(rows, key=lambda r: list(QUANTITY).index(r["what"]))
 
 
 def leave_one_out_text(loo: dict[str, Any]) -> str:

@@ -228,10 +228,9 @@ def diagnose(
     devices = load_devices()
     gpus = resolve_gpus(cfg.gpus, devices)
     device = _pick_device(cfg)
-    shape = tuple(
-        cfg.input or (ERFNET_INPUT if cfg.model == "erfnet" else DEFAULT_INPUT)
-    )
-    batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
+    erfnet = cfg.model == "erfnet"
+    shape = tuple(cfg.input or (ERFNET_INPUT if erfnet else DEFAULT_INPUT))
+    batch = cfg.batch or (6 if erfnet else 32)
     check_size(batch, shape, devices)
     lap = _Laps()
     if model is None:

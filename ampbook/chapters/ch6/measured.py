@@ -146,7 +146,6 @@ def _batch_for(model, shape, batch, loss, seed=0):
 
 
 def as_progress(progress) -> cli.Progress:
-    """``progress`` as a ``cli.Progress`` (True on, False off, None: on a terminal)."""
     if isinstance(progress, cli.Progress):
         return progress
     return cli.Progress("doctor", progress)

@@ -106,7 +106,6 @@ class SelectOutput(nn.Module):
 
 
 def _forward_inputs(model: nn.Module) -> list[str]:
-    """The names of the positional inputs ``model.forward`` requires."""
     try:
         params = inspect.signature(model.forward).parameters.values()
     except (TypeError, ValueError):
@@ -133,7 +132,6 @@ WRAP_HINT = (
 
 
 def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
-    """One training-mode forward on fake copies of the parameters and buffers."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 

@@ -207,8 +207,7 @@ def references_table(rng: dict[str, Any]) -> str:
 
 
 def amp_kernels_text(r: dict[str, Any]) -> str:
-    """AMP's kernels and how they differ from fp32's: the casts and transposes AMP
-    adds, and the other kernels' difference, so that fp32's plus these give AMP's."""
+    """AMP's kernels and what they add to fp32's (fp32's plus these give AMP's)."""
     la, moved = r["launch"], [k for k in ("casts", "transposes") if r.get(k)]
     rest = la["amp_kernels"] - la["fp32_kernels"] - sum(r[k] for k in moved)
     said = [" and ".join(f"{r[k]} {k}" for k in moved) + " added"] if moved else []
@@ -414,8 +413,7 @@ def report_head(report: dict[str, Any], level: int = 1) -> str:
 
 
 def report_body(report: dict[str, Any], level: int = 1) -> str:
-    """The detailed sections (title, lead, Markdown body), each under a heading one
-    below ``level``."""
+    """The detailed sections, each under a heading one below ``level``."""
     parts = (_coverage_section, _memory_section, _roofline_section, _where_section,
              _measured_section, _verdict_section)  # fmt: skip
     return "\n".join(

@@ -74,9 +74,7 @@ def coverage(trace: StepTrace) -> dict[str, Any]:
         }
     total_bytes = sum(o.bytes for o in trace.ops) or 1.0
     groups: dict[tuple, dict[str, Any]] = {}
-    for o in trace.ops:
-        if o.dtype != "float32":
-            continue
+    for o in [o for o in trace.ops if o.dtype == "float32"]:
         g = groups.setdefault((o.phase, o.op, o.scope_type), {
             "phase": o.phase, "op": o.op, "layer_type": o.scope_type, "count": 0,
             "bytes_share": 0.0, "reason": fp32_reason(o),
@@ -116,8 +114,7 @@ def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, A
 
 
 def weight_copy_bytes(model: nn.Module) -> int:
-    """Bytes of autocast's 16-bit copies of the weights, once per step whatever the
-    batch: at most what backward keeps."""
+    """Bytes of autocast's 16-bit weight copies: at most what backward keeps of them."""
     return 2 * sum(
         m.weight.numel()
         for m in model.modules()

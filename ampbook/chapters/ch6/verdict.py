@@ -24,7 +24,6 @@ SAME_SPEED = 0.05
 
 
 def range_position(value: float, low: float, high: float) -> str:
-    """Where ``value`` lies against the range ``low``-``high``, in words."""
     if value < low:
         return "below the range"
     return "inside the range" if value <= high else "above the range"
@@ -419,13 +418,12 @@ def measured_verdict(measured: dict[str, Any]) -> str:
         if not said:
             return "On this CPU no amp-bf16 step was timed in rounds against fp32."
         return f"At {where} on this CPU: {said[:1].lower() + said[1:]}"
+    name = measured["device_name"]
     if not rows or rows[0]["precision"] != "fp32":
-        return (
-            f"On {measured['device_name']} no fp32 step was timed: nothing to compare."
-        )
+        return f"On {name} no fp32 step was timed: nothing to compare."
     amp = [r for r in rows[1:] if r["precision"] != "fp32"]
     if not amp:
-        return f"On {measured['device_name']} no AMP step was timed."
+        return f"On {name} no AMP step was timed."
     best = max(amp, key=lambda r: r["speedup"])
     way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
     if abs(best["speedup"] - 1) > SAME_SPEED:
