@@ -97,19 +97,6 @@ def forward_only(cfg: DoctorConfig) -> str:
     return "--forward-only" if cfg.caller == "cli" else "DoctorConfig(backward=False)"
 
 
-def check_size(batch: int, shape: Sequence[int], devices) -> None:
-    """Refuse a batch whose fp32 input alone outgrows the table's largest GPU."""
-    elements = batch * math.prod(shape)
-    big = max(devices.values(), key=lambda d: d.memory_gb)
-    if elements * 4 > big.memory_gb * 1e9:
-        raise DoctorError(
-            f"batch {batch} x input {shape_text(shape)}: the input alone is "
-            f"{elements * 4 / 2**30:,.0f} GiB in fp32, more than the largest GPU of "
-            f"the table holds ({big.short_name}, {big.memory_gb:g} GB); give a "
-            "smaller --batch or --input"
-        )
-
-
 def parse_input(text: str) -> tuple[int, ...]:
     """``"3,224,224"`` -> (3, 224, 224): one sample's shape, of any rank."""
     try:  # int() strips the spaces around each part
@@ -223,7 +210,19 @@ def diagnose(
     """The whole report as a JSON-ready dict; ``on_prediction(report)`` is called
     before any step is timed."""
     tell = as_progress(cfg.progress)
-    _check_settings(cfg)
+    if cfg.loss not in LOSSES:  # the settings checked before any work, by their flag
+        raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
+    if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
+        raise DoctorError(f"--batch {cfg.batch}: must be a positive integer")
+    if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
+        raise DoctorError(
+            f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
+        )
+    if cfg.memory_format not in MEMORY_FORMATS:
+        raise DoctorError(
+            f"--memory-format {cfg.memory_format!r}: choose "
+            f"{' or '.join(MEMORY_FORMATS)}"
+        )
     precisions = parse_precisions(cfg.precisions)
     devices = load_devices()
     gpus = resolve_gpus(cfg.gpus, devices)
@@ -231,7 +230,15 @@ def diagnose(
     erfnet = cfg.model == "erfnet"
     shape = tuple(cfg.input or (ERFNET_INPUT if erfnet else DEFAULT_INPUT))
     batch = cfg.batch or (6 if erfnet else 32)
-    check_size(batch, shape, devices)
+    elements = batch * math.prod(shape)  # a fp32 input larger than any GPU's memory
+    big = max(devices.values(), key=lambda d: d.memory_gb)
+    if elements * 4 > big.memory_gb * 1e9:
+        raise DoctorError(
+            f"batch {batch} x input {shape_text(shape)}: the input alone is "
+            f"{elements * 4 / 2**30:,.0f} GiB in fp32, more than the largest GPU of "
+            f"the table holds ({big.short_name}, {big.memory_gb:g} GB); give a "
+            "smaller --batch or --input"
+        )
     lap = _Laps()
     if model is None:
         tell(f"building {cfg.model}")
@@ -258,22 +265,6 @@ def diagnose(
     _add_measured(report, cfg, traced, shape, batch, precisions, device, tell)
     lap("measured")
     return report
-
-
-def _check_settings(cfg: DoctorConfig) -> None:
-    if cfg.loss not in LOSSES:
-        raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
-    if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
-        raise DoctorError(f"--batch {cfg.batch}: must be a positive integer")
-    if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
-        raise DoctorError(
-            f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
-        )
-    if cfg.memory_format not in MEMORY_FORMATS:
-        raise DoctorError(
-            f"--memory-format {cfg.memory_format!r}: choose "
-            f"{' or '.join(MEMORY_FORMATS)}"
-        )
 
 
 def _pick_device(cfg: DoctorConfig) -> torch.device:

@@ -57,8 +57,7 @@ def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
-    mem = report["memory"]
-    at = mem["at_size"]
+    mem, at = report["memory"], report["memory"]["at_size"]
     size = f"batch {at['batch']} x {shape_text(at['input'])}"
     rows = [(f"fp32, {size}", _mib_cell(at["fp32_bytes"]), 1.0)]
     if at.get("amp_bytes") is not None:
