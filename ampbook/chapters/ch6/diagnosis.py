@@ -97,24 +97,10 @@ def forward_only(cfg: DoctorConfig) -> str:
     return "--forward-only" if cfg.caller == "cli" else "DoctorConfig(backward=False)"
 
 
-def check_size(batch: int, shape: Sequence[int], devices) -> None:
-    """Refuse a batch whose fp32 input alone outgrows the table's largest GPU."""
-    elements = batch * math.prod(shape)
-    big = max(devices.values(), key=lambda d: d.memory_gb)
-    if elements * 4 > big.memory_gb * 1e9:
-        raise DoctorError(
-            f"batch {batch} x input {shape_text(shape)}: the input alone is "
-            f"{elements * 4 / 2**30:,.0f} GiB in fp32, more than the largest GPU of "
-            f"the table holds ({big.short_name}, {big.memory_gb:g} GB); give a "
-            "smaller --batch or --input"
-        )
-
-
 def parse_input(text: str) -> tuple[int, ...]:
     """``"3,224,224"`` -> (3, 224, 224): one sample's shape, of any rank."""
-    parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
-    try:
-        dims = tuple(int(p) for p in parts)
+    try:  # int() strips the spaces around each part
+        dims = tuple(int(p) for p in str(text).replace("x", ",").split(","))
     except ValueError:
         dims = ()
     if not dims or min(dims) < 1:
@@ -126,8 +112,7 @@ def parse_input(text: str) -> tuple[int, ...]:
 
 
 def parse_precisions(text: str | Sequence[str]) -> list[str]:
-    """The precisions asked for, the baseline first as "fp32" (fp32 with TF32 where the
-    GPU has it, so ``fp32-tf32``, ``modes.TF32_MODE``, names it too)."""
+    """The precisions asked for, the baseline first as "fp32" (``fp32-tf32`` too)."""
     items = text.split(",") if isinstance(text, str) else list(text)
     items = [p.strip() for p in items if p.strip()]
     bad = [p for p in items if p not in (TF32_MODE, *PRECISIONS)]
@@ -147,9 +132,7 @@ def _gpu_name(text: str) -> str:
 
 
 def gpu_hits(raw: str, devices) -> list[str]:
-    """The table keys one ``--gpus`` name can mean, best rule first: the key, an alias,
-    the short name, then any key or short name containing it."""
-    raw = raw.strip().lower()
+    """The table keys a stripped, lower-case ``--gpus`` name can mean, by one rule."""
     norm = _gpu_name(raw)
     rules = (
         lambda k, d: k == raw,
@@ -159,15 +142,13 @@ def gpu_hits(raw: str, devices) -> list[str]:
                                      or norm in _gpu_name(d.short_name)),
     )  # fmt: skip
     for rule in rules:
-        hits = [k for k, d in devices.items() if rule(k, d)]
-        if hits:
+        if hits := [k for k, d in devices.items() if rule(k, d)]:
             return hits
     return []
 
 
 def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
-    """Keys of the device table for ``names`` (``gpu_hits``); None: every GPU. A name
-    that is unknown, ambiguous or empty is an error that lists what the table knows."""
+    """Keys of the device table for ``names`` (``gpu_hits``); None: every GPU."""
     devices = load_devices() if devices is None else devices
     if names is None:
         return list(devices)
@@ -184,9 +165,8 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
         hits = gpu_hits(raw, devices)
         if len(hits) != 1:
             raise DoctorError(f"--gpus: {_gpu_miss(raw, hits, devices)}")
-        if hits[0] not in keys:
-            keys.append(hits[0])
-    return keys
+        keys.append(hits[0])
+    return list(dict.fromkeys(keys))
 
 
 def _gpu_miss(raw: str, hits: list[str], devices) -> str:
@@ -227,19 +207,38 @@ def diagnose(
     model: nn.Module | None = None,
     on_prediction=None,
 ) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict. ``model`` overrides ``cfg.model``'s
-    construction; ``on_prediction(report)`` is called before any step is timed."""
+    """The whole report as a JSON-ready dict; ``on_prediction(report)`` is called
+    before any step is timed."""
     tell = as_progress(cfg.progress)
-    _check_settings(cfg)
+    if cfg.loss not in LOSSES:  # the settings checked before any work, by their flag
+        raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
+    if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
+        raise DoctorError(f"--batch {cfg.batch}: must be a positive integer")
+    if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
+        raise DoctorError(
+            f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
+        )
+    if cfg.memory_format not in MEMORY_FORMATS:
+        raise DoctorError(
+            f"--memory-format {cfg.memory_format!r}: choose "
+            f"{' or '.join(MEMORY_FORMATS)}"
+        )
     precisions = parse_precisions(cfg.precisions)
     devices = load_devices()
     gpus = resolve_gpus(cfg.gpus, devices)
     device = _pick_device(cfg)
-    shape = tuple(
-        cfg.input or (ERFNET_INPUT if cfg.model == "erfnet" else DEFAULT_INPUT)
-    )
-    batch = cfg.batch or (6 if cfg.model == "erfnet" else 32)
-    check_size(batch, shape, devices)
+    erfnet = cfg.model == "erfnet"
+    shape = tuple(cfg.input or (ERFNET_INPUT if erfnet else DEFAULT_INPUT))
+    batch = cfg.batch or (6 if erfnet else 32)
+    elements = batch * math.prod(shape)  # a fp32 input larger than any GPU's memory
+    big = max(devices.values(), key=lambda d: d.memory_gb)
+    if elements * 4 > big.memory_gb * 1e9:
+        raise DoctorError(
+            f"batch {batch} x input {shape_text(shape)}: the input alone is "
+            f"{elements * 4 / 2**30:,.0f} GiB in fp32, more than the largest GPU of "
+            f"the table holds ({big.short_name}, {big.memory_gb:g} GB); give a "
+            "smaller --batch or --input"
+        )
     lap = _Laps()
     if model is None:
         tell(f"building {cfg.model}")
@@ -253,9 +252,7 @@ def diagnose(
     tell(f"tracing batch {batch} x {shape_text(shape)} (fake tensors: no data)")
     out, plain, _ = probe(model, shape, batch, cfg.output)
     check_loss(cfg.loss, out)
-    traced = model
-    if cfg.output is not None or not plain:
-        traced = SelectOutput(model, cfg.output)
+    traced = model if plain and cfg.output is None else SelectOutput(model, cfg.output)
     lap("model")
     traces = _trace(cfg, traced, precisions, batch, shape, tell)
     lap("trace")
@@ -270,25 +267,7 @@ def diagnose(
     return report
 
 
-def _check_settings(cfg: DoctorConfig) -> None:
-    """The settings checked before any work, each named by its flag."""
-    if cfg.loss not in LOSSES:
-        raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")
-    if cfg.batch is not None and not cli.is_positive_int(cfg.batch):
-        raise DoctorError(f"--batch {cfg.batch}: must be a positive integer")
-    if cfg.loader_images_per_s is not None and not cfg.loader_images_per_s > 0:
-        raise DoctorError(
-            f"--loader-images-per-s {cfg.loader_images_per_s}: must be positive"
-        )
-    if cfg.memory_format not in MEMORY_FORMATS:
-        raise DoctorError(
-            f"--memory-format {cfg.memory_format!r}: choose "
-            f"{' or '.join(MEMORY_FORMATS)}"
-        )
-
-
 def _pick_device(cfg: DoctorConfig) -> torch.device:
-    """The device the steps are timed on (``--device``: auto, cpu or cuda[:N])."""
     t = str(cfg.device).strip().lower()
     kind, colon, index = t.partition(":")
     if t not in ("auto", "cpu") and not (
@@ -312,7 +291,7 @@ def _pick_device(cfg: DoctorConfig) -> torch.device:
 
 
 def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
-    """Each precision's step traced on fake tensors (bf16 relabelled from fp16)."""
+    """Each precision's step traced (bf16 relabelled from fp16)."""
     traces = {}
     for p in precisions:
         if p == "amp-bf16" and "amp-fp16" in traces:
@@ -343,17 +322,13 @@ def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:
 
 
 def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str, Any]:
-    """The report's sections but ``measured``."""
     amp = next((p for p in ("amp-fp16", "amp-bf16") if p in traces), None)
     batch, shape = traces["fp32"].batch_size, traces["fp32"].input_shape
     roof = roofline(traces, gpus, devices)
     first = devices[gpus[0]]
-    ceil = Ceilings.from_device(first)
-    preds = {
-        p: predict(tr, ceil)
-        for p, tr in traces.items()
-        if p == "fp32" or torch_name(AUTOCAST_DTYPES[p]) in ceil.mma_tflops
-    }
+    ceil = Ceilings.from_device(first)  # the first GPU's: "where the time goes"
+    on_tc = amp and torch_name(AUTOCAST_DTYPES[amp]) in ceil.mma_tflops
+    pred = predict(traces[amp if on_tc else "fp32"], ceil)
     lap("roofline")
     copies = weight_copy_bytes(model)
     memory: dict[str, Any] = {"at_size": memory_at_size(traces, amp),
@@ -364,8 +339,8 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
     host = host_model(cfg.results_dir)
     data_s = batch / cfg.loader_images_per_s if cfg.loader_images_per_s else None
     ranges = verdict_ranges(
-        roof, traces, refs, floor, cfg.model, devices, cfg.memory_format, batch,
-        host, data_s,
+        roof, traces, refs, host, data_s, floor=floor, model=cfg.model,
+        devices=devices, memory_format=cfg.memory_format, batch=batch,
     )  # fmt: skip
     committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
     here = setting_text(batch, shape)
@@ -375,7 +350,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
             for m in committed.get(r["gpu"], []) if m["precision"] == r["precision"]
         ]  # fmt: skip
         r["line"] = speedup_range_verdict(r["gpu_name"], r["precision"], r)
-    unknown = [dict(r) for r in (preds.get(amp) or preds["fp32"]).unmodelled]
+    unknown = [dict(r) for r in pred.unmodelled]
     warnings_ = [w for w in [unmodelled_line(unknown)] if w]
     warnings_ += memory_warnings(traces, gpus, devices, copies)
     lap("verdict")
@@ -401,7 +376,7 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
             "gpu": gpus[0],
             "gpu_name": roof[0]["gpu_name"] if roof else first.short_name,
             "precision": amp or "fp32",
-            "types": where_time_goes(preds.get(amp) or preds["fp32"]),
+            "types": where_time_goes(pred),
         },
         "measured": None,
         "verdict": {
@@ -418,23 +393,19 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
 
 
 def _add_measured(report, cfg, traced, shape, batch, precisions, device, tell) -> None:
-    """Section 4, its memory rows, and the checklist again."""
     measured = measure(
         traced, shape, batch, cfg.loss, precisions, device, cfg.repeats,
         size=cfg.measure_size, rounds=cfg.rounds, progress=tell,
         backward=cfg.backward,
     )  # fmt: skip
-    memory = report["memory"]
+    memory, ver = report["memory"], report["verdict"]
     memory["measured"] = [
         {"variant": r["variant"], "bytes": r["memory_bytes"],
          "measure": r["memory_measure"]}
         for r in measured["rows"]
         if r.get("memory_bytes") is not None and not r.get("input")
     ]  # fmt: skip
-    memory["measured_input"] = measured["input"]
-    memory["measured_batch"] = measured["batch"]
+    memory.update(measured_input=measured["input"], measured_batch=measured["batch"])
     report["measured"] = measured
-    ranges = report["verdict"]["ranges"]
-    report["verdict"].update(
-        checklist(report["roofline"], ranges, cfg.loader_images_per_s, measured)
-    )
+    loader = cfg.loader_images_per_s
+    ver.update(checklist(report["roofline"], ver["ranges"], loader, measured))

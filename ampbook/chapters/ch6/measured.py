@@ -1,6 +1,5 @@
 """Section 4 of the doctor's report: the runner's own step timed here per precision,
-on a CPU at a small size by chapter 5's rounds method (fp16 for one step at a tiny
-size), on CUDA at the full size with channels_last and cudnn.benchmark variants."""
+on a CPU at a small size by chapter 5's rounds method, on CUDA at the full size."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ampbook.chapters.ch6.outputs import output_shape, targets
+from ampbook.chapters.ch6.outputs import probe, targets
 from ampbook.core import cli
 from ampbook.core.env import cpu_name
 from ampbook.core.precision import AUTOCAST_DTYPES, backend_flags
@@ -34,8 +33,7 @@ CPU_ROUNDS = 5  # rounds of the CPU timing (chapter 5's method)
 
 
 def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
-    """``shape``'s last two dimensions (one for a sequence) scaled to about ``side``,
-    multiples of 32 (at least 32, at most the original)."""
+    """``shape``'s last two dimensions (one for a sequence) scaled to about ``side``."""
     shape = tuple(shape)
     n = min(2, len(shape) - 1)
     if n <= 0:
@@ -49,15 +47,15 @@ def _scaled(shape: Sequence[int], side: int) -> tuple[int, ...]:
 def _accepted(model, shape, batch, fallback) -> tuple[int, ...]:
     """``shape`` where the model accepts it at ``batch``, else ``fallback``."""
     try:
-        output_shape(model, shape, batch)
+        probe(model, shape, batch, None)
     except DoctorError:
         return tuple(fallback)
     return shape
 
 
 def measure_size(model, shape, batch) -> tuple[tuple[int, ...], int]:
-    """Where a CPU times steps: about ``CPU_MEASURE_SIDE`` pixels a side and batch
-    <= 2 (the full input where the model accepts no other)."""
+    """Where a CPU times steps: a small input (the full one where the model accepts no
+    other), batch <= 2."""
     small = _scaled(shape, CPU_MEASURE_SIDE)
     return _accepted(model, small, min(batch, 2), shape), min(batch, 2)
 
@@ -75,23 +73,19 @@ def _variants(precisions: Sequence[str]):
     return out
 
 
-class ForwardStep:
+def _forward_step(model, criterion, device, autocast_dtype, channels_last):
     """The forward pass and loss alone, without autograd (``--forward-only``)."""
 
-    def __init__(self, model, criterion, device, autocast_dtype, channels_last=False):
-        self.model, self.criterion, self.device = model, criterion, device
-        self.autocast_dtype, self.channels_last = autocast_dtype, channels_last
-
-    def __call__(self, x, y, meter=None):
-        if self.channels_last and x.dim() == 4:
+    def step(x, y, meter=None):
+        if channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        cast = (
-            torch.autocast(self.device.type, dtype=self.autocast_dtype)
-            if self.autocast_dtype is not None
-            else contextlib.nullcontext()
-        )
+        cast = contextlib.nullcontext()
+        if autocast_dtype is not None:
+            cast = torch.autocast(device.type, dtype=autocast_dtype)
         with torch.no_grad(), cast, meter or contextlib.nullcontext():
-            return self.criterion(self.model(x), y)
+            return criterion(model(x), y)
+
+    return step
 
 
 class _Variant:
@@ -111,24 +105,23 @@ class _Variant:
                 net, opt, crit, device, dtype, scaler, channels_last=cl
             )
         else:
-            self.step = ForwardStep(net, crit, device, dtype, channels_last=cl)
+            self.step = _forward_step(net, crit, device, dtype, cl)
         self.x, self.y = x.to(device), y.to(device)
         self.tf32, self.bench = tf32, bench
-        self.times: list[float] = []
 
     def flags(self):
         if self.device.type != "cuda":
             return contextlib.nullcontext()
         return backend_flags(tf32=self.tf32, cudnn_benchmark=self.bench)
 
-    def time(self, warmup: int, repeats: int) -> None:
+    def time(self, warmup: int, repeats: int) -> list[float]:
         with self.flags():
             r = benchmark(
                 self.step, lambda: (self.x, self.y), device=self.device,
                 warmup=warmup, repeats=repeats, number=1, min_time=0.0, buffers=1,
                 check_inputs=False,
             )  # fmt: skip
-        self.times += list(r.times_s)
+        return list(r.times_s)
 
     def memory(self) -> tuple[int, str]:
         with self.flags():
@@ -147,22 +140,20 @@ def _timed(times: Sequence[float]) -> dict[str, Any]:
 
 
 def _batch_for(model, shape, batch, loss, seed=0):
-    out = output_shape(model, shape, batch)
+    out = probe(model, shape, batch, None)[0]
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch, *shape, generator=g), targets(loss, out, g)
 
 
 def as_progress(progress) -> cli.Progress:
-    """``progress`` as a ``cli.Progress`` (True on, False off, None: on a terminal)."""
     if isinstance(progress, cli.Progress):
         return progress
     return cli.Progress("doctor", progress)
 
 
 class CpuGroup:
-    """Precisions timed together on the CPU at one size by chapter 5's rounds method:
-    a first, untimed step each (oneDNN builds its kernels; memory counted), then one
-    step of each in turn per round; speedup: the median of the per-round ratios."""
+    """Precisions timed together on the CPU at one size by chapter 5's rounds method,
+    after a first, untimed step each (oneDNN builds its kernels; memory counted)."""
 
     def __init__(self, model, shape, batch, loss, precisions, rounds, backward=True):
         self.model, self.shape, self.batch = model, tuple(shape), batch
@@ -193,11 +184,11 @@ class CpuGroup:
             self.times[p] = []
 
     def seconds_left(self) -> float:
-        each = {
-            p: statistics.median(t) if t else self.first_s[p]
+        each = [
+            statistics.median(t) if t else self.first_s[p]
             for p, t in self.times.items()
-        }
-        return (self.rounds - self.done) * sum(each.values())
+        ]
+        return (self.rounds - self.done) * sum(each)
 
     def time_round(self) -> None:
         for p, ts in time_rounds(self.steps, 1, warmup=False).items():
@@ -219,8 +210,7 @@ class CpuGroup:
 
 
 def time_groups(groups: Sequence[CpuGroup], progress=None) -> None:
-    """Every group warmed, then timed round by round; each progress line counts
-    every step still to be timed, in every group."""
+    """Every group warmed, then timed round by round; progress counts steps left."""
     progress = as_progress(progress or False)
     for g in groups:
         g.warm(progress)
@@ -251,10 +241,8 @@ def measure(
     progress: bool | cli.Progress | None = None,
     backward: bool = True,
 ) -> dict[str, Any]:
-    """Section 4: the runner's step timed per precision (and layout/flag) here. On a
-    CPU (at ``size``, else ``measure_size``'s) fp32 and amp-bf16 in ``rounds`` rounds,
-    the verdict on their per-round ratios; amp-fp16 for one step beside one fp32 step
-    at a tiny size. On CUDA every variant at the full size, ``repeats`` steps each."""
+    """Section 4: the runner's step timed per precision (and layout/flag) here (CPU:
+    at ``size``, else ``measure_size``'s)."""
     tell = as_progress(progress)
     if device.type != "cuda":
         small = size or measure_size(model, shape, batch)
@@ -272,9 +260,9 @@ def measure(
             continue
         try:  # two warm-up steps (the first calls build cuDNN's kernels)
             v = _Variant(model, device, prec, tf32, cl, bench, x, y, backward)
-            v.time(2, repeats)
+            times = v.time(2, repeats)
             row["memory_bytes"], row["memory_measure"] = v.memory()
-            row.update(_timed(v.times))
+            row.update(_timed(times))
             del v
             torch.cuda.empty_cache()
         except Exception as e:  # e.g. an op without a kernel for this dtype here
@@ -292,14 +280,12 @@ def measure(
 def _measure_cpu(
     model, mshape, mbatch, loss, precisions, rounds, tell, backward
 ) -> dict[str, Any]:
-    """``measure`` on a CPU: fp32 and amp-bf16 in rounds, amp-fp16 at a tiny size."""
     main = [p for p in precisions if p != "amp-fp16"]
     groups = [CpuGroup(model, mshape, mbatch, loss, main, rounds, backward)]
     if "amp-fp16" in precisions:
         tiny = _scaled(mshape, int(math.sqrt(CPU_FP16_MAX_PIXELS / 2)))
         tiny = _accepted(model, tiny, 2, mshape)
-        pair = ["fp32", "amp-fp16"]
-        groups.append(CpuGroup(model, tiny, 2, loss, pair, 1, backward))
+        groups.append(CpuGroup(model, tiny, 2, loss, ["fp32", "amp-fp16"], 1, backward))
     time_groups(groups, tell)
     rows = groups[0].rows()
     for fp32, fp16 in [g.rows() for g in groups[1:]]:  # fp16 beside its fp32 step

@@ -40,8 +40,7 @@ def quiet_fake():
 
 
 def _pick(y, key: str | None) -> tuple:
-    """The output the loss reads and how, in words: a tensor as it is; a dict's 'out'
-    entry, else its only tensor; a tuple's or list's first tensor; ``key`` another."""
+    """The output the loss reads and how, in words."""
     kind, by = type(y).__name__, f"--output {key}"
     if isinstance(y, torch.Tensor):
         if key is None:
@@ -107,7 +106,6 @@ class SelectOutput(nn.Module):
 
 
 def _forward_inputs(model: nn.Module) -> list[str]:
-    """The names of the positional inputs ``model.forward`` requires."""
     try:
         params = inspect.signature(model.forward).parameters.values()
     except (TypeError, ValueError):
@@ -120,11 +118,7 @@ def _data_dependent(err: BaseException) -> bool:
     """Whether a fake forward failed on a shape that depends on the input's values."""
     from torch._subclasses import fake_tensor as ft
 
-    kinds = tuple(
-        getattr(ft, n)
-        for n in ("DataDependentOutputException", "DynamicOutputShapeException")
-        if hasattr(ft, n)
-    )
+    kinds = (ft.DataDependentOutputException, ft.DynamicOutputShapeException)
     text = f"{type(err).__name__} {err}"
     return isinstance(err, kinds) or any(
         w in text for w in ("data-dependent", "data dependent", "DataDependent")
@@ -138,17 +132,14 @@ WRAP_HINT = (
 
 
 def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
-    """One training-mode forward on fake copies of the parameters and buffers."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.func import functional_call
 
     with quiet_fake(), FakeTensorMode():
-
-        def fake(t):
-            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype)
-
-        state = {n: fake(p) for n, p in model.named_parameters()}
-        state.update({n: fake(b) for n, b in model.named_buffers()})
+        state = {
+            n: torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype)
+            for n, t in [*model.named_parameters(), *model.named_buffers()]
+        }
         was = model.training
         model.train()
         try:
@@ -161,18 +152,9 @@ def _fake_forward(model: nn.Module, shape: Sequence[int], batch: int):
 _PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def output_shape(
-    model: nn.Module, shape: Sequence[int], batch: int, key: str | None = None
-) -> tuple[int, ...]:
-    """The shape of the output the doctor reads (``probe``)."""
-    return probe(model, shape, batch, key)[0]
-
-
 def probe(model, shape, batch, key) -> tuple[tuple[int, ...], bool, str]:
     """On fake tensors: the shape of the output the doctor reads, whether the model
-    returns a plain tensor (else it is wrapped in SelectOutput), which output in words
-    (``_pick``); DoctorError for a model that rejects the input, needs several inputs
-    or has data-dependent shapes."""
+    returns a plain tensor (else SelectOutput wraps it), which output in words."""
     cache = _PROBES.setdefault(model, {})
     k = (tuple(shape), batch, key)
     if k not in cache:
@@ -213,12 +195,10 @@ def _probe_uncached(model, shape, batch, key) -> tuple[tuple[int, ...], bool, st
                     model.train(was)
         except Exception as real:
             err = real
-        targets = "targets" in inspect.signature(model.forward).parameters
-        hint = (
-            f"it takes targets in training mode (a detection model?): {WRAP_HINT}"
-            if targets
-            else "pass --input with a shape it accepts"
-        )
+        hint = "pass --input with a shape it accepts"
+        if "targets" in inspect.signature(model.forward).parameters:
+            hint = "it takes targets in training mode (a detection model?): "
+            hint += WRAP_HINT
         raise DoctorError(
             f"the model rejects input {shape_text(shape)}; {hint}",
             f"{type(err).__name__}: {first_line(err)}",

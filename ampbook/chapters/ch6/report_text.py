@@ -42,28 +42,22 @@ def _coverage_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
         f"{cov['precision']} on CUDA's autocast rules and kernels (traced on the "
         f"CPU), batch {report['batch']} x {shape_text(report['input'])}"
     )
-    table = md_table_text(
-        rows,
-        ["phase", "FLOPs in 16 bits", "matrix FLOPs in 16 bits", "bytes in 16 bits"],
-        [None, ".1%", ".1%", ".1%"],
-    )
+    heads = ["phase", "FLOPs in 16 bits", "matrix FLOPs in 16 bits", "bytes in 16 bits"]
+    table = md_table_text(rows, heads, [None, ".1%", ".1%", ".1%"])
     fp32 = [
         (g["phase"], f"{g['op']} in {g['layer_type']}", g["count"], g["bytes_share"],
          g["reason"])
         for g in cov["fp32_ops"][:8]
     ]  # fmt: skip
     table += "\n\nLeft in fp32 (largest share of the step's bytes first):\n\n"
-    table += md_table_text(
-        fp32 or [("-", "none", 0, 0.0, "-")],
-        ["phase", "op in layer type", "kernels", "bytes", "why fp32"],
-        [None, None, None, ".1%", None],
-    )
+    heads = ["phase", "op in layer type", "kernels", "bytes", "why fp32"]
+    fmts = [None, None, None, ".1%", None]
+    table += md_table_text(fp32 or [("-", "none", 0, 0.0, "-")], heads, fmts)
     return ("1. Coverage", lead, table)
 
 
 def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
-    mem = report["memory"]
-    at = mem["at_size"]
+    mem, at = report["memory"], report["memory"]["at_size"]
     size = f"batch {at['batch']} x {shape_text(at['input'])}"
     rows = [(f"fp32, {size}", _mib_cell(at["fp32_bytes"]), 1.0)]
     if at.get("amp_bytes") is not None:
@@ -85,11 +79,8 @@ def _memory_section(report: dict[str, Any]) -> tuple[str, str, str]:
         ]  # fmt: skip
     note = weight_copy_note(mem)
     lead = f"{at['method']}. {note}" if note else at["method"]
-    return (
-        "2. Memory: bytes saved for backward",
-        lead,
-        md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, None, ".2f"]),
-    )
+    table = md_table_text(rows, ["", "MiB", "AMP / fp32"], [None, None, ".2f"])
+    return ("2. Memory: bytes saved for backward", lead, table)
 
 
 def weight_copy_note(mem: dict[str, Any]) -> str | None:
@@ -153,11 +144,9 @@ def _where_section(report: dict[str, Any]) -> tuple[str, str, str]:
     ]  # fmt: skip
     heads = ["layer type", "modules", "share of bound", "share of bytes",
              "FLOPs/byte", "bound"]  # fmt: skip
-    return (
-        f"Where the time goes ({wh['gpu_name']}, {wh['precision']})",
-        "share of the bound and of the bytes per layer type",
-        md_table_text(rows, heads, [None, None, ".0%", ".0%", ".3g", None]),
-    )
+    table = md_table_text(rows, heads, [None, None, ".0%", ".0%", ".3g", None])
+    title = f"Where the time goes ({wh['gpu_name']}, {wh['precision']})"
+    return (title, "share of the bound and of the bytes per layer type", table)
 
 
 def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
@@ -170,8 +159,7 @@ def _measured_section(report: dict[str, Any]) -> tuple[str, str, str] | None:
 
 
 def measured_table(me: dict[str, Any]) -> tuple[str, str]:
-    """Section 4's lead and table: each timed variant's median and fastest step and its
-    speedup (on a CPU the median of its per-round ratios to fp32)."""
+    """Section 4's lead and table."""
     rows = []
     for r in me["rows"]:
         one, median, x = r.get("samples") == 1, _ms(r.get("step_s")), r.get("speedup")
@@ -201,8 +189,7 @@ def measured_table(me: dict[str, Any]) -> tuple[str, str]:
 
 
 def references_table(rng: dict[str, Any]) -> str:
-    """The references behind one range, nearest first, like with like: kernel time
-    for a layer profile, the step for a published one."""
+    """The references behind one range, nearest first, like with like."""
 
     def here_there(r: dict[str, Any]) -> tuple[str, str]:
         kernel = r["kind"] == "profile"
@@ -219,8 +206,7 @@ def references_table(rng: dict[str, Any]) -> str:
 
 
 def amp_kernels_text(r: dict[str, Any]) -> str:
-    """AMP's kernels and how they differ from fp32's: the casts and transposes AMP
-    adds, and the other kernels' difference, so that fp32's plus these give AMP's."""
+    """AMP's kernels and what they add to fp32's (fp32's plus these give AMP's)."""
     la, moved = r["launch"], [k for k in ("casts", "transposes") if r.get(k)]
     rest = la["amp_kernels"] - la["fp32_kernels"] - sum(r[k] for k in moved)
     said = [" and ".join(f"{r[k]} {k}" for k in moved) + " added"] if moved else []
@@ -230,9 +216,8 @@ def amp_kernels_text(r: dict[str, Any]) -> str:
 
 
 def launch_table(ranges: Sequence[dict[str, Any]]) -> str | None:
-    """Per GPU and AMP precision: the kernels (``amp_kernels_text``), the launch floor
-    and calibrated kernel time (predicted), the kernel time a committed profile
-    measured at this setting, and ``bound_text``'s word; None without one."""
+    """Per GPU and AMP precision, the launch floor against the kernel time; None
+    without one."""
 
     def measured(r: dict[str, Any]) -> str:
         done = [m["amp_kernel_s"] for m in measured_here(r) if m.get("amp_kernel_s")]
@@ -311,13 +296,6 @@ def _verdict_section(report: dict[str, Any]) -> tuple[str, str, str]:
     return ("5. Verdict", "expected AMP speedup per GPU", text)
 
 
-def sections(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """The report as (title, one-line lead, Markdown body) per section."""
-    parts = (_coverage_section, _memory_section, _roofline_section, _where_section,
-             _measured_section, _verdict_section)  # fmt: skip
-    return [p for p in (f(report) for f in parts) if p is not None]
-
-
 # The AMP step is "near the launch floor" when its floor is at least this share of its
 # calibrated kernel time (``bound_text``).
 NEAR_FLOOR = 0.8
@@ -346,7 +324,7 @@ def bound_text(r: dict[str, Any]) -> str:
 
 
 def screen_line(r: dict[str, Any]) -> str:
-    """One range's line on the first screen: point, range, bound, measurements."""
+    """One range's line on the first screen."""
     if not r["rows"]:
         return (
             f"- {r['gpu_name']}: {r['precision']} no reference applies; "
@@ -377,14 +355,8 @@ TIE_RULE = "ties to two decimals go to the one measured more here"
 SCREEN_ORDER_TEXT = "Best first"
 
 
-def screen_order(r: dict[str, Any]) -> tuple:
-    """The first screen's order: best first as printed, a GPU with no range last."""
-    return (not r["rows"], -round(r["point"], 2) if r["rows"] else 0.0)
-
-
 def first_screen(report: dict[str, Any]) -> str:
-    """The answer, for a screen of 24 lines x 80 columns: what was predicted, one line
-    per GPU with its faster AMP precision, the warnings last."""
+    """The answer, for a screen of 24 lines x 80 columns."""
     fmt = report.get("memory_format", "channels_first")
     ranges = report["verdict"]["ranges"]
     best: dict[str, dict[str, Any]] = {}
@@ -408,7 +380,8 @@ def first_screen(report: dict[str, Any]) -> str:
     if any(r.get("host") for r in best.values()):
         what_of = "the step is kernels plus modelled host idle, beside it the step "
         what_of += "without host idle."
-    shown = sorted(best.values(), key=screen_order)
+    # best first as printed, a GPU with no range last (a stable sort: ties keep order)
+    shown = sorted(best.values(), key=lambda r: headline_key(r)[:2], reverse=True)
     lines = [
         f"Expected AMP {step} speedup over {base}, per GPU, predicted for {what}. "
         f"Both precisions in {fmt} ({layout_text([fmt, fmt])}); {what_of} "
@@ -419,21 +392,18 @@ def first_screen(report: dict[str, Any]) -> str:
     lines += [screen_line(r) for r in shown]
     if any(bound_text(r) for r in best.values()):
         lines += ["", BOUND_WORDS_TEXT]
-    for w in report.get("warnings", []):
-        lines.append(f"- warning: {w}")
+    lines += [f"- warning: {w}" for w in report.get("warnings", [])]
     return "\n".join(lines) + "\n"
 
 
 def report_head(report: dict[str, Any], level: int = 1) -> str:
-    """The title, ``first_screen`` and the output read: what the command prints as
-    soon as the step is traced."""
+    """What the command prints as soon as the step is traced."""
+    title = (
+        f"AMP doctor: {report['model']} ({report['model_class']}, "
+        f"{report['parameters'] / 1e6:.1f} M parameters)"
+    )
     return (
-        _title(
-            f"AMP doctor: {report['model']} ({report['model_class']}, "
-            f"{report['parameters'] / 1e6:.1f} M parameters)",
-            level,
-            level,
-        )
+        _title(title, level, level)
         + "\n\n"
         + first_screen(report)
         + f"\nOutput: shape {shape_text(report['output'])} "
@@ -443,9 +413,11 @@ def report_head(report: dict[str, Any], level: int = 1) -> str:
 
 def report_body(report: dict[str, Any], level: int = 1) -> str:
     """The detailed sections, each under a heading one below ``level``."""
+    parts = (_coverage_section, _memory_section, _roofline_section, _where_section,
+             _measured_section, _verdict_section)  # fmt: skip
     return "\n".join(
         f"{_title(t, level + 1, level)}\n\n{lead}\n\n{tab}\n"
-        for t, lead, tab in sections(report)
+        for t, lead, tab in filter(None, (part(report) for part in parts))
     )
 
 

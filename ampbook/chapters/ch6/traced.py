@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ampbook.core.devices import display_name, load_devices
+from ampbook.core.devices import display_name
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
 from ampbook.core.words import plural
 from ampbook.measure.autocast_rules import aten_base, cuda_category
@@ -24,9 +24,8 @@ _CREATION_OPS = {"zeros", "ones", "full", "arange", "scalar_tensor", "randn", "r
 
 
 def fp32_reason(op: OpCost) -> str:
-    """Why an operator of an AMP trace ran in fp32: CUDA autocast's fp32 list or
-    promotion, a cast, the loss, autograd, a tensor created in fp32, or an fp32 input
-    (an op autocast does not list runs in its inputs' dtype, as a residual sum)."""
+    """Why an operator of an AMP trace ran in fp32 (an op autocast does not list runs
+    in its inputs' dtype, as a residual sum)."""
     base = aten_base(op.op)
     grad = op.phase == "backward"
     of = "gradient of " if grad else ""
@@ -67,20 +66,15 @@ def coverage(trace: StepTrace) -> dict[str, Any]:
     shares = {}
     for phase in ("forward", "backward"):
         ops = trace.select(phase)
-        flops = sum(o.flops for o in ops) or 1.0
-        nbytes = sum(o.bytes for o in ops) or 1.0
         low = [o for o in ops if o.dtype in SIXTEEN_BIT]
         shares[phase] = {
-            "flops_16bit": sum(o.flops for o in low) / flops,
-            "bytes_16bit": sum(o.bytes for o in low) / nbytes,
-            "mma_flops_16bit": sum(o.mma_flops for o in low)
-            / (sum(o.mma_flops for o in ops) or 1.0),
+            f"{k}_16bit": sum(getattr(o, k) for o in low)
+            / (sum(getattr(o, k) for o in ops) or 1.0)
+            for k in ("flops", "bytes", "mma_flops")
         }
     total_bytes = sum(o.bytes for o in trace.ops) or 1.0
     groups: dict[tuple, dict[str, Any]] = {}
-    for o in trace.ops:
-        if o.dtype != "float32":
-            continue
+    for o in [o for o in trace.ops if o.dtype == "float32"]:
         g = groups.setdefault((o.phase, o.op, o.scope_type), {
             "phase": o.phase, "op": o.op, "layer_type": o.scope_type, "count": 0,
             "bytes_share": 0.0, "reason": fp32_reason(o),
@@ -92,15 +86,13 @@ def coverage(trace: StepTrace) -> dict[str, Any]:
 
 
 def added_kernels(traces: dict[str, StepTrace], precision: str, op: str) -> int:
-    """The kernels of ``op`` an AMP step adds over fp32's: its casts (``_to_copy``),
-    its layout transposes (``LAYOUT_TRANSPOSE``, assumed in NCHW)."""
+    """The kernels of ``op`` an AMP step adds over fp32's."""
     return sum(o.kernels * (1 if t == precision else -1) for t in (precision, "fp32")
                for o in traces[t].ops if o.op == op)  # fmt: skip
 
 
 def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, Any]:
-    """Bytes saved for backward at the requested size, fp32 and AMP, on the traced
-    steps, and the weights, gradients and Adam state beside them."""
+    """Bytes saved for backward at the requested size, on the traced steps."""
     fp32 = traces["fp32"]
     out: dict[str, Any] = {
         "batch": fp32.batch_size,
@@ -122,8 +114,7 @@ def memory_at_size(traces: dict[str, StepTrace], amp: str | None) -> dict[str, A
 
 
 def weight_copy_bytes(model: nn.Module) -> int:
-    """Bytes of autocast's 16-bit copies of the weights, once per step whatever the
-    batch: at most what backward keeps."""
+    """Bytes of autocast's 16-bit weight copies: at most what backward keeps of them."""
     return 2 * sum(
         m.weight.numel()
         for m in model.modules()
@@ -133,14 +124,10 @@ def weight_copy_bytes(model: nn.Module) -> int:
 
 
 def roofline(
-    traces: dict[str, StepTrace],
-    gpus: Sequence[str],
-    devices=None,
+    traces: dict[str, StepTrace], gpus: Sequence[str], devices
 ) -> list[dict[str, Any]]:
-    """Section 3: per GPU and AMP precision, the bounds; fp32 with TF32 for
-    convolutions and matrix products (``fp32_tf32_s``, the baseline), with PyTorch's
-    defaults (``fp32_default_s``: not for matrix products) and without it."""
-    devices = load_devices() if devices is None else devices
+    """Section 3: per GPU and AMP precision, the bounds; fp32 with TF32 (the baseline),
+    with PyTorch's defaults (not for matrix products) and without it."""
     rows = []
     batch = traces["fp32"].batch_size
     fp32_kernels = int(traces["fp32"].totals()["kernels"])

@@ -24,7 +24,6 @@ SAME_SPEED = 0.05
 
 
 def range_position(value: float, low: float, high: float) -> str:
-    """Where ``value`` lies against the range ``low``-``high``, in words."""
     if value < low:
         return "below the range"
     return "inside the range" if value <= high else "above the range"
@@ -33,11 +32,8 @@ def range_position(value: float, low: float, high: float) -> str:
 def end_text(x: float) -> str:
     """A range's end to two decimals, or up to four where fewer round it to 1: 1.004
     ("a gain") and 0.996 ("no clear gain") must not both print as 1.00."""
-    for digits in (2, 3, 4):
-        text = f"{x:.{digits}f}"
-        if float(text) != 1:
-            return text
-    return text
+    texts = [f"{x:.{digits}f}" for digits in (2, 3, 4)]
+    return next((t for t in texts if float(t) != 1), texts[-1])
 
 
 def span_text(lo: float, hi: float) -> str:
@@ -46,8 +42,7 @@ def span_text(lo: float, hi: float) -> str:
 
 
 def gist(lo: float, hi: float, point: float | None = None) -> str:
-    """A range in words: "a gain" or "a loss" only when it is all on one side of 1.0,
-    else "no clear gain" (the point, to two decimals, at 1.00 or above) or "loss"."""
+    """A range in words: "a gain" or "a loss" only when it is all on one side of 1.0."""
     if lo > 1:
         return "a gain"
     if hi < 1:
@@ -57,13 +52,11 @@ def gist(lo: float, hi: float, point: float | None = None) -> str:
 
 
 def speedup_range_verdict(gpu_name: str, precision: str, rng: dict[str, Any]) -> str:
-    """The expected AMP speedup on one GPU in one line: the range, the references that
-    set it, the ratio of bounds, the committed measurements."""
+    """The expected AMP speedup on one GPU in one line (section 5)."""
     equal = rng["equal_share"]
     if equal <= 0:
         raise ValueError("speedups must be positive")
-    tf32 = rng["family"] == "tf32"
-    family, on = ("TF32", "TF32 on") if tf32 else ("fp32", "no TF32")
+    family, on = ("TF32", "TF32 on") if rng["family"] == "tf32" else ("fp32", "no TF32")
     head = f"{gpu_name}: {precision} over fp32 ({on})"
     same = (
         f"ratio of bounds {equal:.2f}x, the speedup if both precisions reached the "
@@ -113,8 +106,7 @@ def point_text(r: dict[str, Any], error: bool = False) -> str:
 
 
 def step_label(rng: dict[str, Any]) -> str:
-    """What the range's point is of: the step (kernels plus the host's idle time, and
-    the data time where given), or the kernels alone."""
+    """What the range's point is of: the step (with the host model) or the kernels."""
     host = rng.get("host")
     if not host:
         return "predicted kernel-time speedup (no host model: no step)"
@@ -146,8 +138,7 @@ MEASURED_WORDS = {
 
 
 def measured_text(m: dict[str, Any], rng: dict[str, Any], screen=False) -> str:
-    """One committed measurement beside the prediction, labelled by what it timed:
-    kernels, the step alone (against its loop's prediction) or in the loop."""
+    """One committed measurement beside the prediction, labelled by what it timed."""
     other = m.get("same_setting") is False and rng.get("setting")
     where = f", not this prediction's {rng['setting']}" if other else ""
     short = m["what"].split(",")[0]
@@ -171,7 +162,7 @@ def measured_text(m: dict[str, Any], rng: dict[str, Any], screen=False) -> str:
 
 
 def measured_here(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The committed measurements of this setting: alone, in the loop, kernels."""
+    """The committed measurements of this setting, in the first screen's order."""
     order = {"step alone": 0, "step in the loop": 1}
     done = [m for m in r.get("committed") or [] if m.get("same_setting")]
     return sorted(done, key=lambda m: order.get(m.get("kind"), 2))
@@ -182,29 +173,15 @@ def nearness(row: dict[str, Any]) -> tuple:
     return (not row["same_network"], order, row["mix_distance"])
 
 
-def verdict_ranges(
-    roof: list[dict[str, Any]],
-    traces: dict[str, StepTrace],
-    refs,
-    floor,
-    model: str | None,
-    devices=None,
-    memory_format: str = "channels_first",
-    batch: int | None = None,
-    host=None,
-    data_s: float | None = None,
-) -> list[dict[str, Any]]:
-    """Per GPU and AMP precision, the calibrated range, the kernels AMP's casts and
-    transposes add; with a host model also the step predicted for the book's runner
-    (``runner``), which timed the committed steps."""
+def verdict_ranges(roof, traces: dict[str, StepTrace], refs, host, data_s, **kw):
+    """Per GPU and AMP precision, the calibrated range (``kw``: ``calibrated_range``'s)
+    and, with a host model, the step predicted for the runner that timed the committed
+    steps (``runner``)."""
     out = []
     for r in roof:
         if not r.get("amp_s"):
             continue
-        kw = dict(
-            kernels={"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]}, floor=floor,
-            model=model, devices=devices, memory_format=memory_format, batch=batch,
-        )  # fmt: skip
+        kw["kernels"] = {"fp32": r["fp32_kernels"], "amp": r["amp_kernels"]}
         bounds = (r["fp32_by_class_s"], r["amp_by_class_s"], r["gpu"], refs)
         rng = calibrated_range(*bounds, **kw, host=host, data_s=data_s)
         if host is not None and rng["rows"]:
@@ -221,9 +198,8 @@ def verdict_ranges(
 def memory_warnings(
     traces: dict[str, StepTrace], gpus: Sequence[str], devices, copies: int = 0
 ) -> list[str]:
-    """One line per precision and GPU whose step cannot fit: the saved bytes with the
-    weights, gradients and Adam state against the GPU's memory, and the largest batch
-    whose activations fit (cuDNN's workspace and the allocator's reserve on top)."""
+    """One line per precision and GPU whose step cannot fit, with the largest batch
+    whose activations fit."""
     out = []
     for prec, tr in traces.items():
         if not tr.saved_tensors:
@@ -259,9 +235,8 @@ def setting_text(batch: int, shape: Sequence[int]) -> str:
 def committed_measurements(
     model: str, gpus: Sequence[str], results_dir=None, refs=None
 ) -> dict[str, list[dict[str, Any]]]:
-    """What the committed results measured of ``model`` per GPU, with its setting: a
-    layer profile's kernel-time ratio and, for ERFNet, the step's ratio over fp32
-    with TF32, timed alone (layer profiles) and in the loop (training runs)."""
+    """What the committed results measured of ``model`` per GPU: a layer profile's
+    kernel-time ratio and, for ERFNet, the step timed alone and in the loop."""
     out: dict[str, list[dict[str, Any]]] = {g: [] for g in gpus}
     for ref in refs or []:
         if ref.kind == "profile" and ref.model == model and ref.gpu in out:
@@ -322,18 +297,14 @@ def _step_in_loop(q) -> dict[str, Any]:
 
 def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
     """The AMP row, ranked by the step predicted for PyTorch's example loop; "keep
-    fp32" (unranked) where a measurement of this setting (the first screen names them)
-    is slower or the range reads a loss."""
+    fp32" (unranked) where a measurement of this setting is slower or a loss is read."""
     said = None
     if rng["rows"]:
-        lo, hi = rng["low"], rng["high"]
-        gain = rng["point"]
+        lo, hi, gain = rng["low"], rng["high"], rng["point"]
         src = f"predicted {'step' if rng.get('host') else 'kernels'} (calibrated)"
-        word = gist(lo, hi, gain)
-        n = plural(len(rng["rows"]), "reference")
-        detail = f"{span_text(lo, hi)} from {n}" + (
-            f", {word}" if word.startswith("no clear") else ""
-        )
+        word, n = gist(lo, hi, gain), plural(len(rng["rows"]), "reference")
+        detail = f"{span_text(lo, hi)} from {n}"
+        detail += f", {word}" if word.startswith("no clear") else ""
         if word in ("a loss", "no clear loss"):
             said = f"predicted {gain:.2f}x, {word}"
     else:
@@ -352,8 +323,7 @@ def _amp_item(name: str, precision: str, rng: dict[str, Any]) -> dict[str, Any]:
 
 
 def _item(gpu: str, item: str, gain, source: str, detail: str) -> dict[str, Any]:
-    return {"gpu": gpu, "item": item, "gain": gain, "source": source,
-            "detail": detail}  # fmt: skip
+    return dict(gpu=gpu, item=item, gain=gain, source=source, detail=detail)
 
 
 def checklist(
@@ -362,10 +332,8 @@ def checklist(
     loader_images_per_s: float | None,
     measured: dict[str, Any] | None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """What to try per GPU, ranked by gain: AMP, TF32, the input pipeline, and
-    channels_last and cudnn.benchmark as measured here; ``upper_bounds`` apart."""
-    items: list[dict[str, Any]] = []
-    bounds: list[dict[str, Any]] = []
+    """What to try per GPU, ranked by gain; ``upper_bounds`` apart."""
+    items, bounds = [], []
     by_gpu = {(r["gpu"], r["precision"]): r for r in ranges}
     seen, here = set(), {}  # here: an AMP item's measurements of this setting
     for r in roof:
@@ -387,7 +355,6 @@ def checklist(
 
 
 def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
-    """One GPU's items from its bounds: TF32, the input pipeline, fusion (bounds)."""
     name, items = r["gpu_name"], []
     mm = r["fp32_default_s"] / r["fp32_tf32_s"]
     if mm > 1.005:
@@ -404,17 +371,16 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
             "fp32_precision = 'tf32') is on by default", None, "already on",
             f"turning it off grows the step's bound {conv:.2f}x",
         ))  # fmt: skip
-    if r.get("amp_s"):
-        total, fusable = r["amp_s"], r["fusable_s"]
-        if 0 < fusable < total:
-            bounds.append(_item(
-                name, "fuse element-wise ops (torch.compile)",
-                total / (total - fusable), "upper bound",
-                "if the element-wise operators' "
-                f"{fusable / total:.0%} of the AMP bound vanished (their "
-                "share of the time taken as their share of the bound); "
-                "normalisation stays",
-            ))  # fmt: skip
+    total, fusable = r.get("amp_s"), r.get("fusable_s")
+    if total and 0 < fusable < total:
+        bounds.append(_item(
+            name, "fuse element-wise ops (torch.compile)",
+            total / (total - fusable), "upper bound",
+            "if the element-wise operators' "
+            f"{fusable / total:.0%} of the AMP bound vanished (their "
+            "share of the time taken as their share of the bound); "
+            "normalisation stays",
+        ))  # fmt: skip
     need = r.get("images_per_s_needed")
     if loader and need and loader < need:
         items.append(_item(
@@ -427,7 +393,6 @@ def _bound_items(r: dict[str, Any], loader: float | None, bounds: list) -> list:
 
 
 def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
-    """channels_last and cudnn.benchmark as measured on this GPU (slower: no gain)."""
     name, items = display_name(measured["device_name"]), []
     rows = {r["variant"]: r for r in measured["rows"] if r.get("step_s")}
     for r in rows.values():
@@ -445,8 +410,7 @@ def _measured_items(measured: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def measured_verdict(measured: dict[str, Any]) -> str:
-    """What the timed steps here say in one line: on a CPU the rounds' verdict on
-    amp-bf16, on CUDA the fastest AMP variant against fp32."""
+    """What the timed steps here say in one line."""
     rows = [r for r in measured["rows"] if r.get("step_s")]
     where = f"batch {measured['batch']} x {shape_text(measured['input'])}"
     if measured["device"] != "cuda":
@@ -454,13 +418,12 @@ def measured_verdict(measured: dict[str, Any]) -> str:
         if not said:
             return "On this CPU no amp-bf16 step was timed in rounds against fp32."
         return f"At {where} on this CPU: {said[:1].lower() + said[1:]}"
+    name = measured["device_name"]
     if not rows or rows[0]["precision"] != "fp32":
-        return (
-            f"On {measured['device_name']} no fp32 step was timed: nothing to compare."
-        )
+        return f"On {name} no fp32 step was timed: nothing to compare."
     amp = [r for r in rows[1:] if r["precision"] != "fp32"]
     if not amp:
-        return f"On {measured['device_name']} no AMP step was timed."
+        return f"On {name} no AMP step was timed."
     best = max(amp, key=lambda r: r["speedup"])
     way = f"within {SAME_SPEED:.0%} of fp32, no difference resolved"
     if abs(best["speedup"] - 1) > SAME_SPEED:
