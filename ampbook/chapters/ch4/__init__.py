@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -187,16 +187,14 @@ def backward_dtypes(
     target: torch.Tensor,
     device_type: str,
     dtype: torch.dtype | None = None,
-    loss_fn: Callable | None = None,
 ) -> dict[tuple[str, str], int]:
     """``{(op, dtype): count}`` of the outputs of the backward kernels (``*_backward``)
     and casts (``_to_copy``) after one forward under autocast: low-precision ops make
     low-precision gradients, the casts' backward turns them fp32 before ``.grad``."""
     dtype = dtype or default_dtype(device_type)
-    loss_fn = loss_fn or F.cross_entropy
     model.zero_grad(set_to_none=True)
     with autocast_region(device_type, dtype):
-        loss = loss_fn(model(x), target)
+        loss = F.cross_entropy(model(x), target)
     rec = _BackwardOps()
     with rec:
         loss.backward()

@@ -253,15 +253,12 @@ def capture_gradients(
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     loss_fn: Callable | None = None,
     scales: Iterable[float] = SCALES,
-    device: torch.device | str | None = None,
     low_precision: set[str] | None = None,
 ) -> GradientRecorder:
     """Forward and backward ``model`` in fp32 over ``batches`` of (input, target),
     recording its gradients (no optimizer step; gradients cleared after)."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
-    device = (
-        torch.device(device) if device is not None else next(model.parameters()).device
-    )
+    device = next(model.parameters()).device
     rec = GradientRecorder(model, scales, low_precision)
     seen = 0
     for x, y in batches:
