@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,11 +278,8 @@ def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
 
 
 def write_record(record: dict, path: Path) -> None:
-    """Write atomically (a temporary file beside it, then ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, path)
+    """Write atomically (``cli.write_text_atomic``)."""
+    cli.write_text_atomic(path, json.dumps(record, indent=1) + "\n")
 
 
 def add_cell(path: Path, cell: dict) -> None:
