@@ -53,9 +53,7 @@ def memory_rows(
     repeats: int = 1,
     seed: int = 0,
 ) -> list[MemoryRow]:
-    """ERFNet's forward and backward in fp32, under autocast, with
-    ``checkpoint_blocks`` and with both: the peak bytes allocated in one step and the
-    median time of ``repeats`` steps after a warm-up."""
+    """ERFNet's step in fp32, autocast, checkpointed and both: peak bytes, time."""
     from ampbook.measure.timing import benchmark
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
@@ -100,8 +98,7 @@ def block_input_dtypes(
     fp16_stream: bool = False,
     seed: int = 0,
 ) -> dict[str, dict[str, int]]:
-    """Per part of ERFNet, how many blocks received each dtype in one forward under
-    CPU autocast: the inputs ``checkpoint_blocks`` would store."""
+    """Per part of ERFNet, the dtypes of the inputs checkpointing would store."""
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 

@@ -78,8 +78,7 @@ class BackwardCheck:
 
 
 def check_backward(setting: str = "off", seed: int = 0) -> BackwardCheck:
-    """The thread's model eager then compiled (``aot_eager``), under fp16 autocast,
-    the loss times 16384; the compiled backward traced with ``setting``."""
+    """The model eager and compiled (aot_eager), the backward traced by ``setting``."""
     import torch._functorch.config as functorch_config
 
     torch.manual_seed(seed)
@@ -144,9 +143,7 @@ class RecompileCheck:
 
 
 def check_recompiles(second_call=second_call_inside, rounds: int = 3, seed: int = 0):
-    """``rounds`` fp16 steps of ``Encoder`` whose loss adds ``second_call`` of the
-    compiled block; the graphs Dynamo made and its reasons for compiling again (the
-    first line of each)."""
+    """``rounds`` fp16 steps with ``second_call``: Dynamo's graphs and its reasons."""
     from torch._dynamo.utils import counters, guard_failures
 
     torch._dynamo.reset()

@@ -77,8 +77,7 @@ def _grads(block) -> list[torch.Tensor]:
 
 
 def check_checkpoint(context_fn=forward_state, seed: int = 0, tolerance=1e-3):
-    """Run ``checkpointed_step`` with ``context_fn``, the Linear outputs' dtypes
-    recorded by hooks in both passes; compare the gradients with the step unchecked."""
+    """``checkpointed_step``: the Linear outputs' dtypes, gradients vs unchecked."""
     torch.manual_seed(seed)
     block, x = FeedForward(), batch(seed=seed)
     with torch.amp.autocast("cpu", dtype=torch.float16):
