@@ -220,8 +220,7 @@ def speedup(base, amp):
 
 
 def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[tuple]:
-    """A row of Values per precision at rung ``index``: step (ms), speedups over
-    ``base_mode`` and strict fp32, peak memory (GiB), images/s."""
+    """A row per precision at rung ``index``: step, speedups, GiB, images/s."""
 
     def step(mode):
         return cell_value(ladder, ladder.cell(index, mode), "step_s")

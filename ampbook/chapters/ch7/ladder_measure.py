@@ -105,10 +105,8 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
 def traced_bound(
     ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
 ) -> tuple[float, int]:
-    """The cost model's lower bound on one step of ERFNet and the bytes it saves for
-    backward. A trace costs seconds and each precision runs in its own process, so
-    both are cached in ``cache_dir()`` under a key of everything they depend on: the
-    arguments, torch's version and the sources a trace uses."""
+    """The cost model's bound on one ERFNet step and its saved bytes, cached in
+    ``cache_dir()`` under a key of all they depend on (a trace costs seconds)."""
     import hashlib
 
     import torch

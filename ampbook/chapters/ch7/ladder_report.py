@@ -114,8 +114,7 @@ class Target:
         return units.get(self.unit, f"{v:.0f} {self.unit}")
 
     def line(self) -> str:
-        """One line: the target, the value, met or missed, predicted to meet or miss, or
-        set by an assumption; for a missed one what the profile shows."""
+        """The target, the value and its verdict; for a miss, what the profile shows."""
         op = "<=" if self.kind == "max" else ">="
         head = f"{self.name} {op} {self.fmt(self.limit)}: "
         if self.met is None:
@@ -185,9 +184,7 @@ def _top_cells(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> dict:
 
 
 def _profile_note(c: LadderCell, ladder: Ladder) -> str:
-    """What the profile (or the prediction, its assumptions named) of cell ``c`` shows:
-    busy and idle time, kernels per step, what sets the pace; or that the two do not
-    separate where the profiled operators took longer than the timed step."""
+    """What cell ``c``'s profile (or prediction) shows: busy, idle, kernels, pace."""
     from ampbook.core.provenance import ASSUMED, all_measured
 
     dev = "GPU" if ladder.time_source == "cuda" else "operators"
@@ -344,9 +341,7 @@ _DISPLAY = {  # field -> (format, unit, scale) of its Value
 
 
 def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
-    """Field ``name`` of cell ``c`` as a ``Value`` saying how it was obtained:
-    measured (which file), predicted (from which files) or assumed (``ASSUMPTIONS``);
-    None where the cell or the field is missing."""
+    """Field ``name`` of cell ``c`` as a ``Value``: measured, predicted or assumed."""
     from ampbook.core.provenance import ASSUMED, MEASURED, PREDICTED, Value
 
     if c is None:

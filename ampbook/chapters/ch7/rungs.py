@@ -242,8 +242,7 @@ def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
 
 
 def ladder_path(json_arg: str | Path, device_name: str) -> Path:
-    """``--json``'s file: the path itself if a ``.json`` file, else
-    ``ladder_<gpu>.json`` inside it."""
+    """``--json``'s file: a ``.json`` path itself, else ``ladder_<gpu>.json`` in it."""
     from ampbook.core.words import slug
 
     path = Path(json_arg)
