@@ -3,6 +3,7 @@ and the targets one by one (``check_targets``)."""
 
 from __future__ import annotations
 
+import functools
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,8 +240,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
     whole = [c for c in whole if c and c.images_per_s is not None]
     ends = whole[-1] if whole else None
 
-    def value(c, name):
-        return cell_value(ladder, c, name) if c else None
+    value = functools.partial(cell_value, ladder)  # None without the cell
 
     def ratio(top, bottom, name):
         if not (top and bottom and getattr(top, name) and getattr(bottom, name)):

@@ -279,9 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     except LadderError as err:
         cli.say(str(err))
         return 2
-    threads = args.threads
-    if threads is None and not spec.is_cuda:
-        threads = bl.CPU_THREADS
+    threads = args.threads or (None if spec.is_cuda else bl.CPU_THREADS)
     with torch_threads(threads):
         return _run(args, spec, isolate, notes)
 

@@ -97,13 +97,11 @@ def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
     """The fp16-or-bf16 decision (``ch3.pace``): fp16 only where faster every time."""
 
     def reading(ratio: float, ratios: list[float], spread: str) -> tuple[str, bool]:
-        judged = "not judged: one timed step each, no spread"
+        judged, rng = "not judged: one timed step each, no spread", ""
         if len(ratios) > 1:  # ch3.pace of the ratios in words about fp16
             said = pace(ratios)
             judged = {"faster": "fp16 faster", "slower": "bf16 faster"}.get(said, said)
-        rng = (
-            f", {spread} {min(ratios):.3f}-{max(ratios):.3f}" if len(ratios) > 1 else ""
-        )
+            rng = f", {spread} {min(ratios):.3f}-{max(ratios):.3f}"
         if spread == "per epoch" and judged == "within the epoch-to-epoch spread":
             judged = (
                 f"{epoch_counts(ratios)}; the every-epoch rule (conservative) "

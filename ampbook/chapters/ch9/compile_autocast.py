@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ampbook.chapters.ch9.overflow import FeedForward, batch
+from ampbook.chapters.ch9.recompute import take_grads
 
 
 class Fp32Head(nn.Module):
@@ -47,9 +48,7 @@ def _grads(model, compiled: bool, setting: str) -> list[torch.Tensor]:
         with torch.amp.autocast("cpu", dtype=torch.float16):
             y = run(x)
         (y * 16384).sum().backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return grads
+    return take_grads(model)
 
 
 @dataclass
