@@ -12,8 +12,10 @@ from typing import Sequence
 
 from ampbook.chapters.ch2.bench_matmul import RESULTS_PATTERN
 from ampbook.chapters.ch2.bench_sweeps import CONV_KINDS, read_from, shape_penalties
+from ampbook.core.page import md_escape
 from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.core.words import plural
+from ampbook.results import provenance
 
 # --- Where mixed precision pays here: matmuls and a convolution, measured ---
 
@@ -229,8 +231,6 @@ def record_device(record: dict) -> str:
     env = record["environment"]
     if str(env.get("device", "")).startswith("cuda"):
         return display_name(env["device_name"])
-    from ampbook.core.page import md_escape
-
     return md_escape(env["device_name"])
 
 
@@ -262,8 +262,6 @@ def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> s
 
 def sweep_provenance(record: dict) -> str:
     """A committed sweep's provenance line: device, date, software, its sizes."""
-    from ampbook.results import provenance
-
     sizes = sorted({r["n"] for r in record["matmul"]})
     span = f"{sizes[0]}-{sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
     return provenance(
