@@ -13,6 +13,8 @@ from torch import nn
 
 from ampbook.core.precision import torch_name
 from ampbook.measure.memory import AllocatedBytesMeter
+from ampbook.segmentation.cityscapes import NUM_CLASSES
+from ampbook.segmentation.model import ERFNet
 
 
 class Checkpointed(nn.Module):
@@ -55,8 +57,6 @@ def memory_rows(
 ) -> list[MemoryRow]:
     """ERFNet's step in fp32, autocast, checkpointed and both: peak bytes, time."""
     from ampbook.measure.timing import benchmark
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-    from ampbook.segmentation.model import ERFNet
 
     g = torch.Generator().manual_seed(seed)
     images = torch.randn(batch, 3, height, width, generator=g)
@@ -99,9 +99,6 @@ def block_input_dtypes(
     seed: int = 0,
 ) -> dict[str, dict[str, int]]:
     """Per part of ERFNet, the dtypes of the inputs checkpointing would store."""
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-    from ampbook.segmentation.model import ERFNet
-
     torch.manual_seed(seed)
     model = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
     seen: dict[str, Counter] = {"encoder": Counter(), "decoder": Counter()}
