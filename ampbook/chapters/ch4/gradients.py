@@ -169,14 +169,11 @@ class GradientRecorder:
         self.groups: dict[tuple[str, str], GroupStats] = {}
         self._handles: list = []
 
-    def _group(self, kind: str, layer_type: str) -> GroupStats:
+    def record(self, kind: str, layer_type: str, g: torch.Tensor) -> None:
         key = (kind, layer_type)
         if key not in self.groups:
             self.groups[key] = GroupStats(self.scales)
-        return self.groups[key]
-
-    def record(self, kind: str, layer_type: str, g: torch.Tensor) -> None:
-        self._group(kind, layer_type).add(g)
+        self.groups[key].add(g)
 
     def _forward_hook(self, name, module, args, output):
         layer_type = type(module).__name__
