@@ -653,6 +653,7 @@ def step_rounds(
 ) -> dict[str, list[float]]:
     """Runner step times of ``configs``, one step each per round in turns after a
     warm-up (``time_rounds``): ``{name: [seconds, one per round]}``."""
+    from ampbook.measure.timing import time_rounds
     from ampbook.train import build_training, validate
 
     if rounds < 1:
@@ -662,6 +663,4 @@ def step_rounds(
         res = validate(cfg)
         batch = step_batch(cfg, res.device)
         steps[name] = (build_training(cfg, res).step, batch, res.device)
-    from ampbook.measure.timing import time_rounds
-
     return time_rounds(steps, rounds)
