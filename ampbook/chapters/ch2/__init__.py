@@ -12,8 +12,10 @@ from typing import Sequence
 
 from ampbook.chapters.ch2.bench_matmul import RESULTS_PATTERN
 from ampbook.chapters.ch2.bench_sweeps import CONV_KINDS, read_from, shape_penalties
+from ampbook.core.page import md_escape
 from ampbook.core.paths import REPO_ROOT, RESULTS_DIR
 from ampbook.core.words import plural
+from ampbook.results import provenance
 
 # --- Where mixed precision pays here: matmuls and a convolution, measured ---
 
@@ -21,8 +23,7 @@ from ampbook.core.words import plural
 def op_speeds(
     mm_rows: Sequence[dict], conv_rows: Sequence[dict]
 ) -> tuple[int, dict[str, dict[str, float]]]:
-    """``(n, {dtype: {op: speed over fp32's}})`` of each 16-bit dtype, the matmuls at
-    the largest size every dtype reached; an op a dtype did not run is left out."""
+    """Each 16-bit dtype's speed over fp32's per op, matmuls at the largest common n."""
     n, speed = speeds_at_common_size(mm_rows)
     conv = {(r["kind"], r["dtype"]): r["median_s"] for r in conv_rows}
     out: dict[str, dict[str, float]] = {}
@@ -50,10 +51,8 @@ def amp_op_verdict(
     load: dict | None = None,
     margin: float = 0.1,
 ) -> str:
-    """Where mixed precision pays on this device, from measured ``op_speeds`` (never
-    the CPU's flags): per 16-bit dtype faster on all ops (by ``margin``), slower on
-    all, or mixed, and what that means for autocast's dtype here; ``load`` adds a
-    warning for CPU timings taken on a busy machine."""
+    """Where mixed precision pays here, from measured ``op_speeds`` (never the CPU's
+    flags); ``load`` warns of CPU timings taken on a busy machine."""
     if not ratios:
         return "no 16-bit dtype was measured beside fp32."
     parts, verdicts = [], {}
@@ -128,8 +127,7 @@ def speed_verdict(speed: dict[str, float], n: int, device_type: str) -> str:
 
 
 def shape_verdict(penalties: Sequence[dict]) -> str:
-    """The largest difference between a multiple of 8 and a size one off, and whether
-    it is outside the two measurements' run-to-run spread."""
+    """The largest off-by-one difference, and whether it is outside the spread."""
     if not penalties:
         return "no shape comparison ran."
     worst = max(penalties, key=lambda p: abs(math.log(p["slowdown"])))
@@ -149,8 +147,7 @@ def shape_verdict(penalties: Sequence[dict]) -> str:
 
 
 def elementwise_verdict(rows: Sequence[dict], cache_bytes: int) -> str:
-    """At the largest size, the add's fp16 time over fp32's, where its inputs were
-    read from, and whether halving the bytes halved the time."""
+    """At the largest size: fp16's add time over fp32's, where it read from."""
     ew = {(r["dtype"], r["numel"]): r for r in rows}
     n = max(r["numel"] for r in rows)
     ratio = ew[("fp16", n)]["median_s"] / ew[("fp32", n)]["median_s"]
@@ -184,8 +181,7 @@ def ceilings_text(ceilings: dict) -> str:
 def roofline_rows(
     points: Sequence[tuple[str, dict, str]], ceilings: dict
 ) -> list[dict]:
-    """Per (label, row, roof dtype): intensity, rate, the roof above it, the share of
-    it reached, and which ceiling binds."""
+    """Per point: intensity, rate, its roof, the share reached, which ceiling binds."""
     from ampbook.core.devices import attainable_tflops
 
     out = []
@@ -235,8 +231,6 @@ def record_device(record: dict) -> str:
     env = record["environment"]
     if str(env.get("device", "")).startswith("cuda"):
         return display_name(env["device_name"])
-    from ampbook.core.page import md_escape
-
     return md_escape(env["device_name"])
 
 
@@ -268,8 +262,6 @@ def records_verdict(records: Sequence[dict], directory: Path = RESULTS_DIR) -> s
 
 def sweep_provenance(record: dict) -> str:
     """A committed sweep's provenance line: device, date, software, its sizes."""
-    from ampbook.results import provenance
-
     sizes = sorted({r["n"] for r in record["matmul"]})
     span = f"{sizes[0]}-{sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
     return provenance(
@@ -280,8 +272,7 @@ def sweep_provenance(record: dict) -> str:
 
 
 def sweep_summary(record: dict, devices: dict) -> str:
-    """A committed sweep in two sentences: each dtype's best matmul (share of the
-    published peak, speed against fp32), then the largest off-by-one penalty."""
+    """A committed sweep in two sentences: best matmuls, worst off-by-one penalty."""
     name = record_device(record)
     entry = devices.get(record.get("device_key") or "")
     best = best_per_dtype(record["matmul"])

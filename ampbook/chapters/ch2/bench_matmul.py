@@ -10,7 +10,6 @@ device_key (null if unlisted), rows of ``TimingResult.to_dict()`` for ``matmul``
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import sys
 import time
 from pathlib import Path
@@ -103,10 +102,7 @@ def make_record(
 def save_record(record: dict, path: str | Path) -> Path:
     """Write a validated record as JSON (creating the folder)."""
     validate_matmul(record, str(path))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
-    return path
+    return cli.save_result(path, record)
 
 
 # --- The benchmark ---
@@ -382,12 +378,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{cpu_flags() or '-'})"
     )
     if args.save:
-        try:
-            path = save_record(record, args.save)
-        except OSError as err:
-            raise cli.Stopped(
-                f"could not write {args.save}: {cli.os_error(err)[1]} (the numbers "
-                "are printed above)"
-            ) from None
-        print(f"saved {path}")
+        print(f"saved {save_record(record, args.save)}")
     return 0

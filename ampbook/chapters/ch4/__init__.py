@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -45,8 +45,7 @@ def probe_rows(probes: dict[str, dict[str, ProbeResult]]) -> list[tuple]:
 
 
 def probe_verdict(probes: dict[str, dict[str, ProbeResult]]) -> str:
-    """Where CPU and CUDA autocast differ among the probed ops, and where what they
-    did is not what the documentation lists."""
+    """Where CPU and CUDA autocast differ, and where either departs from its docs."""
     pairs: dict[tuple[str, str], list[str]] = {}
     for op in PROBE_NAMES:
         a, b = probes["cpu"][op].observed, probes["cuda"][op].observed
@@ -95,8 +94,7 @@ def dtypes_after_step(
     device_type: str,
     dtype: torch.dtype | None,
 ) -> dict[str, dict[str, int]]:
-    """``parameter_and_grad_dtypes`` after one forward (under autocast in ``dtype``, or
-    without autocast for ``None``) and backward of ``model`` on (``x``, ``target``)."""
+    """``parameter_and_grad_dtypes`` after one step (autocast in ``dtype``, or off)."""
     with torch.autocast(
         device_type, dtype=dtype or torch.float32, enabled=dtype is not None
     ):
@@ -187,16 +185,14 @@ def backward_dtypes(
     target: torch.Tensor,
     device_type: str,
     dtype: torch.dtype | None = None,
-    loss_fn: Callable | None = None,
 ) -> dict[tuple[str, str], int]:
     """``{(op, dtype): count}`` of the outputs of the backward kernels (``*_backward``)
     and casts (``_to_copy``) after one forward under autocast: low-precision ops make
     low-precision gradients, the casts' backward turns them fp32 before ``.grad``."""
     dtype = dtype or default_dtype(device_type)
-    loss_fn = loss_fn or F.cross_entropy
     model.zero_grad(set_to_none=True)
     with autocast_region(device_type, dtype):
-        loss = loss_fn(model(x), target)
+        loss = F.cross_entropy(model(x), target)
     rec = _BackwardOps()
     with rec:
         loss.backward()
@@ -221,8 +217,7 @@ def grad_scaler_defaults(device_type: str = "cpu") -> dict[str, float]:
 def choose_fp16_mode(
     requested: str, device_type: str, seconds: dict[str, float]
 ) -> tuple[str, str]:
-    """``(mode, why)``: ``requested``, or for ``"auto"`` fp16 autocast on CUDA and the
-    faster of the two by ``seconds`` on a CPU."""
+    """``(mode, why)``: ``requested``; auto: autocast on CUDA, the faster on a CPU."""
     ratio = (
         f"real fp16 autocast took {seconds['autocast'] / seconds['off']:.1f}x the fp32 "
         f"time, the emulation {seconds['emulate'] / seconds['off']:.1f}x"
@@ -242,8 +237,7 @@ def choose_fp16_mode(
 def scaling_plan(
     fixed_scales: Iterable[float], fp16: str
 ) -> list[tuple[str, str, float, str]]:
-    """Chapter 4's runs (label, regime, scale, fp16 mode): fp32, no scaling, each fixed
-    scale and GradScaler's dynamic one."""
+    """Chapter 4's runs (label, regime, scale, fp16 mode), the fp32 reference first."""
     plan = [("fp32 reference", "none", 1.0, "off"), ("no scaling", "none", 1.0, fp16)]
     plan += [
         (f"fixed 2^{math.log2(s):g}", "fixed", float(s), fp16) for s in fixed_scales
@@ -260,9 +254,7 @@ def reference_run(runs: list[ScalingRun]) -> ScalingRun:
 
 
 def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
-    """``(headers, rows, formats)`` for ``md_table``: per run against the fp32
-    reference, its final loss and difference, the largest difference over the steps,
-    overflow (skipped) steps and, when emulated, the mean share flushed per step."""
+    """``(headers, rows, formats)`` for ``md_table``: each run against fp32's."""
     ref = reference_run(runs)
     headers = ["run", "final loss", "final - fp32", "largest difference"]
     headers.append("overflow steps (skipped)")
@@ -290,8 +282,7 @@ def run_table(runs: list[ScalingRun]) -> tuple[list[str], list[tuple], list]:
 
 
 def scaling_verdict(runs: list[ScalingRun]) -> str:
-    """The dynamic run's scale history, the runs that lost their weights to NaN, and
-    the finite run that ended furthest from fp32, with GradScaler's skipped steps."""
+    """The dynamic run's scale history, the NaN runs, the run furthest from fp32."""
     dyn = next(r for r in runs if r.regime == "dynamic")
     ref = reference_run(runs)
     growths = sum(1 for a, b in zip(dyn.scales, dyn.scales[1:]) if b > a)

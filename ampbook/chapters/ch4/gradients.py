@@ -107,8 +107,7 @@ def log2_histogram(
 
 @dataclass
 class GroupStats:
-    """Counts for one group of gradient tensors (e.g. the activation gradients of all
-    Conv2d layers), at each loss scale."""
+    """Counts for one group of gradient tensors at each loss scale."""
 
     scales: tuple[float, ...]
     tensors: int = 0
@@ -140,8 +139,7 @@ class GroupStats:
         self.max_abs = max(self.max_abs, other.max_abs)
 
     def fractions(self) -> dict[float, dict[str, float]]:
-        """Per scale: each outcome as a fraction of the nonzero finite values; also
-        ``zero_fraction`` (of all values)."""
+        """Per scale, each outcome's share of the nonzero finite values."""
         out = {}
         for s, c in self.counts.items():
             n = c["nonzero"]
@@ -154,10 +152,8 @@ class GroupStats:
 
 
 class GradientRecorder:
-    """The fp32 gradients of ``model`` (unscaled loss) by layer type, their fate in
-    fp16 counted at each scale: each leaf's output gradient inside ``with``, weights by
-    ``record_weight_grads()``; outputs of layers not in ``low_precision`` count as
-    ``"activation-fp32"``."""
+    """The fp32 gradients of ``model`` by layer type, their fate in fp16 counted at
+    each scale; outputs of layers not in ``low_precision``: ``"activation-fp32"``."""
 
     def __init__(
         self,
@@ -173,14 +169,11 @@ class GradientRecorder:
         self.groups: dict[tuple[str, str], GroupStats] = {}
         self._handles: list = []
 
-    def _group(self, kind: str, layer_type: str) -> GroupStats:
+    def record(self, kind: str, layer_type: str, g: torch.Tensor) -> None:
         key = (kind, layer_type)
         if key not in self.groups:
             self.groups[key] = GroupStats(self.scales)
-        return self.groups[key]
-
-    def record(self, kind: str, layer_type: str, g: torch.Tensor) -> None:
-        self._group(kind, layer_type).add(g)
+        self.groups[key].add(g)
 
     def _forward_hook(self, name, module, args, output):
         layer_type = type(module).__name__
@@ -235,8 +228,7 @@ class GradientRecorder:
         return list(range(HIST_LO, HIST_HI)), h.tolist()
 
     def table(self, kind: str, outcome: str = "flushed") -> list[tuple]:
-        """Rows ``(layer type, tensors, values, zero fraction, outcome fraction at each
-        scale)``."""
+        """Rows (layer type, tensors, values, zero share, ``outcome``'s per scale)."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
         s0, fr = self.scales[0], {key: g.fractions() for key, g in self.groups.items()}
@@ -253,15 +245,11 @@ def capture_gradients(
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     loss_fn: Callable | None = None,
     scales: Iterable[float] = SCALES,
-    device: torch.device | str | None = None,
     low_precision: set[str] | None = None,
 ) -> GradientRecorder:
-    """Forward and backward ``model`` in fp32 over ``batches`` of (input, target),
-    recording its gradients (no optimizer step; gradients cleared after)."""
+    """A ``GradientRecorder`` of fp32 passes over ``batches`` (no optimizer step)."""
     loss_fn = loss_fn or nn.CrossEntropyLoss(ignore_index=255)
-    device = (
-        torch.device(device) if device is not None else next(model.parameters()).device
-    )
+    device = next(model.parameters()).device
     rec = GradientRecorder(model, scales, low_precision)
     seen = 0
     for x, y in batches:

@@ -62,8 +62,7 @@ class BoundCheck:
         return self.amp_efficiency / self.baseline_efficiency
 
     def verdict(self) -> str:
-        """The roofline ratio, the measured step, which precision got closer to its
-        bound and, with layer profiles, where the AMP step's time went."""
+        """The bounds' ratio against the measured step, and where AMP's time went."""
         from ampbook.core.devices import display_name
 
         p = self.pair
@@ -136,8 +135,7 @@ def kernel_time_verdict(amp, baseline) -> str:
 
 
 def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
-    """A ``BoundCheck`` per GPU pair of ``rs`` on a GPU of the device table, ``model``
-    traced on fake tensors at the pair's setting, matching layer profiles attached."""
+    """A ``BoundCheck`` per GPU pair of ``rs`` on a listed GPU, profiles attached."""
     from ampbook.core.devices import find_device, load_devices
     from ampbook.predict.stepmodel import bound_pair, step_trace
 
@@ -169,9 +167,8 @@ def bound_checks(rs: ResultSet, model, devices=None) -> list[BoundCheck]:
 
 
 def layout_evidence_verdict(rows: Sequence[dict[str, Any]]) -> str:
-    """The convolutions' fp32 / AMP kernel time in the committed NCHW layer profiles
-    (``stepmodel.convolution_evidence``) beside the ratio of their bounds without and
-    with the transposes (chapter 5's layout table)."""
+    """The NCHW convolutions' measured ratio against their bounds, with and without
+    the transposes."""
     from ampbook.core.devices import display_name
 
     if not rows:
@@ -425,10 +422,8 @@ def efficiency_range_verdict(
     network: str,
     device: str,
 ) -> str:
-    """A lower bound turned into a range by the efficiencies measured for ``network``
-    on ``device`` only (shares carried from other GPUs are a calibration, chapter 6),
-    and a measured time held against it; with none, the bound stays a bound and the
-    efficiencies measured elsewhere are named."""
+    """A lower bound made a range by the efficiencies measured for ``network`` on
+    ``device`` only (carried to another GPU they are a calibration, chapter 6)."""
     if min_s <= 0 or measured_s <= 0:
         raise ValueError(f"times must be positive, got {min_s} and {measured_s}")
     same = [
@@ -656,10 +651,9 @@ def step_batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
 def step_rounds(
     configs: dict[str, TrainConfig], rounds: int = 5
 ) -> dict[str, list[float]]:
-    """Runner step times of several configurations (each its own model, optimizer
-    and batch), one step each per round in turns after a warm-up round
-    (``time_rounds``): ``{name: [seconds per step, one per round]}``. Chapter 5's
-    check of the RTX 3070's rule runs it."""
+    """Runner step times of ``configs``, one step each per round in turns after a
+    warm-up (``time_rounds``): ``{name: [seconds, one per round]}``."""
+    from ampbook.measure.timing import time_rounds
     from ampbook.train import build_training, validate
 
     if rounds < 1:
@@ -669,6 +663,4 @@ def step_rounds(
         res = validate(cfg)
         batch = step_batch(cfg, res.device)
         steps[name] = (build_training(cfg, res).step, batch, res.device)
-    from ampbook.measure.timing import time_rounds
-
     return time_rounds(steps, rounds)

@@ -96,10 +96,8 @@ def measure_loader(
     passes: int = 3,
     threads: int | None = None,
 ) -> dict:
-    """Images per second through a DataLoader per worker count (``passes`` passes
-    with persistent workers: the first, which starts them, is ``first_pass_s``; the
-    rate is the median of the rest), and of decode + resize alone. ``threads``: torch's
-    intra-op threads of this process (DataLoader workers always run one)."""
+    """Images per second per worker count (the median pass after the first, which
+    starts the workers), and of decode + resize alone."""
     import torch
     from PIL import Image
 

@@ -9,8 +9,9 @@ from pathlib import Path
 from ampbook.chapters.ch7.ladder_predict import predict_ladder
 from ampbook.chapters.ch7.ladder_report import cell_value, rung_label
 from ampbook.chapters.ch7.rungs import rung_of, rung_title
-from ampbook.core.page import GIB
-from ampbook.results import MODE_LABELS, Ladder, LadderCell, read_ladder
+from ampbook.core.page import GIB, bar_style, md_table_text
+from ampbook.core.provenance import all_measured
+from ampbook.results import MODE_LABELS, Ladder, LadderCell, provenance, read_ladder
 
 
 def _ms(seconds: float) -> str:
@@ -21,8 +22,6 @@ def _ms(seconds: float) -> str:
 def draw_ladder(ax, ladder: Ladder, modes=None, title: str | None = None) -> None:
     """Step time per rung and mode as bars: kernel time solid, idle time hatched."""
     import numpy as np
-
-    from ampbook.core.page import bar_style
 
     modes = [m for m in (modes or ladder.modes()) if m in ladder.modes()]
     rungs = [r for r in ladder.rungs if any(ladder.cell(r.index, m) for m in modes)]
@@ -60,8 +59,6 @@ def gpu_ladder(results) -> tuple[Ladder | None, bool]:
 
 def source_line(ladder: Ladder, predicted: bool) -> str:
     """Where a GPU ladder's numbers come from (for a prediction, its assumptions)."""
-    from ampbook.results import provenance
-
     settings = {"": f"{ladder.width}x{ladder.height}, batch {ladder.batch_size}"}
     rec = ladder.record
     line = provenance(rec["environment"], rec.get("created"), settings)
@@ -138,8 +135,6 @@ MIN_TIMED_STEPS = 5
 def step_change(a: LadderCell, b: LadderCell, ladder: Ladder | None = None) -> str:
     """Cell ``b``'s step against ``a``'s, as chapter 5 reads rounds: "faster" only where
     every timed step of ``b`` beat every one of ``a``; a prediction "would be" (5%)."""
-    from ampbook.core.provenance import all_measured
-
     steps = [cell_value(ladder, c, "step_s") for c in (a, b)] if ladder else []
     if ladder is not None and not all_measured(steps):
         r = a.step_s / b.step_s
@@ -220,8 +215,7 @@ def speedup(base, amp):
 
 
 def top_rows(ladder: Ladder, index: int, base_mode: str = "fp32-tf32") -> list[tuple]:
-    """A row of Values per precision at rung ``index``: step (ms), speedups over
-    ``base_mode`` and strict fp32, peak memory (GiB), images/s."""
+    """A row per precision at rung ``index``: step, speedups, GiB, images/s."""
 
     def step(mode):
         return cell_value(ladder, ladder.cell(index, mode), "step_s")
@@ -268,7 +262,6 @@ RUNG0_COLUMNS = ("precision", "rung 0 measured by", "step (ms)", "kernels (ms)",
 def rung0_comparison(results, ladder: Ladder | None, predicted: bool) -> str:
     """Rung 0 twice: the layer profiles of 2026-11-30 beside a committed ladder's rung
     0 measured since ``hostmodel.RUNNER_CHANGED``; a sentence while there is none."""
-    from ampbook.core.page import md_table_text
     from ampbook.predict import hostmodel
 
     loop = hostmodel.RUNNER_2026_11_30

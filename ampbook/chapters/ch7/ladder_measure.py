@@ -105,10 +105,8 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
 def traced_bound(
     ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
 ) -> tuple[float, int]:
-    """The cost model's lower bound on one step of ERFNet and the bytes it saves for
-    backward. A trace costs seconds and each precision runs in its own process, so
-    both are cached in ``cache_dir()`` under a key of everything they depend on: the
-    arguments, torch's version and the sources a trace uses."""
+    """The cost model's bound on one ERFNet step and its saved bytes, cached in
+    ``cache_dir()`` under a key of all they depend on (a trace costs seconds)."""
     import hashlib
 
     import torch
@@ -174,12 +172,12 @@ def measure_rung(
     ``"epoch": "pending"`` before the costlier epochs."""
     import torch
 
+    from ampbook.chapters.ch5 import step_batch
     from ampbook.core.devices import pick_device
     from ampbook.core.precision import backend_flags
     from ampbook.measure.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
     from ampbook.measure.timing import machine_load
     from ampbook.predict.roofline import Ceilings
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.train import build_training, validate
 
     dev = pick_device(device or spec.device)
@@ -195,10 +193,7 @@ def measure_rung(
     tf32, benchmark = cfg.tf32 == "on", bool(cfg.cudnn_benchmark)
     with backend_flags(tf32=tf32, cudnn_benchmark=benchmark):
         step = build_training(cfg, res).step
-        g = torch.Generator().manual_seed(1)
-        b, h, w = spec.batch_size, spec.height, spec.width
-        x = torch.randn(b, 3, h, w, generator=g).to(dev)
-        y = torch.randint(0, NUM_CLASSES, (b, h, w), generator=g).to(dev)
+        x, y = step_batch(cfg, dev)  # chapter 5's: the same batch every step
         start = time.perf_counter()
         step(x, y)
         _sync(dev)

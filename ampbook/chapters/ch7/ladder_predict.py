@@ -108,8 +108,7 @@ def predict_ladder(
     results, device_name: str | None = None, ceilings=None
 ) -> dict | None:
     """A ladder record *predicted* from a GPU's layer profiles and training runs (None
-    without them): rung 0 as measured, the rungs above through their ``EFFECTS`` up
-    to the first it cannot predict; ``ceilings`` for a GPU not in the device table."""
+    without): rung 0 measured, the rungs above through ``EFFECTS``."""
     by_mode: dict = {}  # the committed NCHW GPU layer profiles of BASE and AMP
     for lp in results.layer_profiles:
         if not lp.device.startswith("cuda") or lp.record.get("channels_last"):

@@ -3,13 +3,16 @@ and the targets one by one (``check_targets``)."""
 
 from __future__ import annotations
 
+import functools
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from ampbook.chapters.ch7.ladder_predict import ASSUMPTIONS
 from ampbook.chapters.ch7.rungs import COMPILED
+from ampbook.core import provenance as pv
 from ampbook.core.modes import MODES
+from ampbook.core.words import slug
 from ampbook.results import MODE_LABELS, Ladder, LadderCell
 
 
@@ -100,10 +103,8 @@ class Target:
     @property
     def provenance(self) -> str:
         """``"measured"`` (also a plain number), ``"predicted"`` or ``"assumed"``."""
-        from ampbook.core.provenance import MEASURED, PUBLISHED, kind_of
-
-        kind = kind_of(self.value) or MEASURED
-        return MEASURED if kind == PUBLISHED else kind
+        kind = pv.kind_of(self.value) or pv.MEASURED
+        return pv.MEASURED if kind == pv.PUBLISHED else kind
 
     def fmt(self, v: float | None) -> str:
         if v is None:
@@ -114,8 +115,7 @@ class Target:
         return units.get(self.unit, f"{v:.0f} {self.unit}")
 
     def line(self) -> str:
-        """One line: the target, the value, met or missed, predicted to meet or miss, or
-        set by an assumption; for a missed one what the profile shows."""
+        """The target, the value and its verdict; for a miss, what the profile shows."""
         op = "<=" if self.kind == "max" else ">="
         head = f"{self.name} {op} {self.fmt(self.limit)}: "
         if self.met is None:
@@ -185,11 +185,7 @@ def _top_cells(ladder: Ladder, modes: tuple[str, ...], eager: bool) -> dict:
 
 
 def _profile_note(c: LadderCell, ladder: Ladder) -> str:
-    """What the profile (or the prediction, its assumptions named) of cell ``c`` shows:
-    busy and idle time, kernels per step, what sets the pace; or that the two do not
-    separate where the profiled operators took longer than the timed step."""
-    from ampbook.core.provenance import ASSUMED, all_measured
-
+    """What cell ``c``'s profile (or prediction) shows: busy, idle, kernels, pace."""
     dev = "GPU" if ladder.time_source == "cuda" else "operators"
     step, kern, idle = (
         cell_value(ladder, c, f) for f in ("step_s", "kernel_s", "idle_s")
@@ -200,10 +196,10 @@ def _profile_note(c: LadderCell, ladder: Ladder) -> str:
             "step: the profiled step ran slower than the timed ones, so busy and idle "
             "time are not separable here"
         )
-    measured_ = all_measured([step, kern, idle])
+    measured_ = pv.all_measured([step, kern, idle])
     what = "the profile" if measured_ else "the prediction"
     idle_text = f"{float(idle or 0) * 1e3:.1f} ms"
-    if idle is not None and idle.kind == ASSUMED:
+    if idle is not None and idle.kind == pv.ASSUMED:
         idle_text += f" (assumed: {idle.source})"
     parts = [
         f"{what}: {dev} busy {float(kern or 0) * 1e3:.1f} ms and idle {idle_text} of "
@@ -242,8 +238,7 @@ def check_targets(ladder: Ladder) -> list[Target]:
     whole = [c for c in whole if c and c.images_per_s is not None]
     ends = whole[-1] if whole else None
 
-    def value(c, name):
-        return cell_value(ladder, c, name) if c else None
+    value = functools.partial(cell_value, ladder)  # None without the cell
 
     def ratio(top, bottom, name):
         if not (top and bottom and getattr(top, name) and getattr(bottom, name)):
@@ -316,8 +311,6 @@ def check_targets(ladder: Ladder) -> list[Target]:
 
 def format_targets(ladder: Ladder) -> str:
     """The targets as text, with a note where ``ladder`` is not their setting."""
-    from ampbook.core.words import slug
-
     lines = ["targets (set for an H200 at 1024x512, batch 6):"]
     setting = (slug(ladder.device_name), ladder.height, ladder.width, ladder.batch_size)
     if not (ladder.is_cuda and setting == TARGET_SETTING):
@@ -344,11 +337,7 @@ _DISPLAY = {  # field -> (format, unit, scale) of its Value
 
 
 def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
-    """Field ``name`` of cell ``c`` as a ``Value`` saying how it was obtained:
-    measured (which file), predicted (from which files) or assumed (``ASSUMPTIONS``);
-    None where the cell or the field is missing."""
-    from ampbook.core.provenance import ASSUMED, MEASURED, PREDICTED, Value
-
+    """Field ``name`` of cell ``c`` as a ``Value``: measured, predicted or assumed."""
     if c is None:
         return None
     x = c.busy_share if name == "busy_share" else getattr(c, name)
@@ -359,22 +348,22 @@ def cell_value(ladder: Ladder, c: LadderCell | None, name: str):
     kinds = c.record.get("provenance") or {}
     if name == "busy_share":
         kind = kinds.get("idle_s")
-        if kind != ASSUMED:
-            kind = PREDICTED if PREDICTED in kinds.values() else kind
+        if kind != pv.ASSUMED:
+            kind = pv.PREDICTED if pv.PREDICTED in kinds.values() else kind
     else:
         kind = kinds.get(name)
     if kind is None:
         predicted_ = ladder.record.get("predicted") and not c.record.get("measured")
-        kind = PREDICTED if predicted_ else MEASURED
-    if kind == ASSUMED:
+        kind = pv.PREDICTED if predicted_ else pv.MEASURED
+    if kind == pv.ASSUMED:
         source = ASSUMPTIONS["idle_s" if name == "busy_share" else name]
     elif p is not None:
         files = ", ".join(Path(f).name for f in p["from"])
         source = (
             f"measured ({files})"
-            if kind == MEASURED
+            if kind == pv.MEASURED
             else f"ladder_predict.predict_ladder from {files}"
         )
     else:
         source = f"measured ({Path(ladder.path).name})"
-    return Value(float(x), kind, source, fmt=fmt, unit=unit, scale=scale)
+    return pv.Value(float(x), kind, source, fmt=fmt, unit=unit, scale=scale)

@@ -63,8 +63,7 @@ PARTIAL_END = "its epochs next"
 def run_group(
     spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log=print
 ) -> None:
-    """Measure ``rungs`` of ``mode`` in this process, each cell written as soon as its
-    step is measured and again when its epochs are."""
+    """Measure ``rungs`` of ``mode`` here, each cell written after step and epochs."""
 
     def partial(c: dict) -> None:
         bl.add_cell(path, c)
@@ -103,9 +102,8 @@ def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log)
 def run_ladder(spec: LadderSpec, path: Path, isolate: str = "precision",
                merge: bool = False, log: Callable[[str], None] = print,
                skip_finished: bool = False) -> Ladder:  # fmt: skip
-    """Measure the ladder into ``path`` (the record written after every cell) and
-    return it; with ``merge`` and ``skip_finished``, the cells ``path`` holds whole
-    are not measured again (a rerun after a cut)."""
+    """Measure the ladder into ``path`` (written after every cell); with ``merge``
+    and ``skip_finished``, the cells ``path`` holds whole are not measured again."""
     from ampbook.core.devices import pick_device
     from ampbook.core.env import environment
 
@@ -281,9 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     except LadderError as err:
         cli.say(str(err))
         return 2
-    threads = args.threads
-    if threads is None and not spec.is_cuda:
-        threads = bl.CPU_THREADS
+    threads = args.threads or (None if spec.is_cuda else bl.CPU_THREADS)
     with torch_threads(threads):
         return _run(args, spec, isolate, notes)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -243,8 +242,7 @@ def rung_config(spec: LadderSpec, index: int, mode: str, device: str):
 
 
 def ladder_path(json_arg: str | Path, device_name: str) -> Path:
-    """``--json``'s file: the path itself if a ``.json`` file, else
-    ``ladder_<gpu>.json`` inside it."""
+    """``--json``'s file: a ``.json`` path itself, else ``ladder_<gpu>.json`` in it."""
     from ampbook.core.words import slug
 
     path = Path(json_arg)
@@ -279,11 +277,8 @@ def new_record(spec: LadderSpec, environment: dict, isolate: str) -> dict:
 
 
 def write_record(record: dict, path: Path) -> None:
-    """Write atomically (a temporary file beside it, then ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, path)
+    """Write atomically (``cli.write_text_atomic``)."""
+    cli.write_text_atomic(path, json.dumps(record, indent=1) + "\n")
 
 
 def add_cell(path: Path, cell: dict) -> None:

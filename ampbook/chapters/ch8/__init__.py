@@ -19,8 +19,7 @@ if TYPE_CHECKING:
 
 
 def compile_reading(c: CompileCheck) -> str:
-    """``check_compile``'s casts in the compiled graphs against the eager forward's,
-    and whether inductor compiled them into kernels."""
+    """``check_compile``'s graph casts against the eager forward's, in words."""
     kept = (
         "every cast autocast makes"
         if c.graph_casts["forward"] == c.eager_casts
@@ -44,8 +43,7 @@ def compile_reading(c: CompileCheck) -> str:
 
 
 def ladder_compile_rows(ladders) -> list[tuple]:
-    """(GPU, precision, eager step s, compiled step s, their ratio) of each committed
-    GPU ladder's first compiled rung and the eager rung below it."""
+    """(GPU, precision, eager s, compiled s, ratio) at each ladder's first compile."""
     rows = []
     for ladder in ladders:
         comp = next((r.index for r in ladder.rungs if r.compiles), None)
@@ -96,18 +94,14 @@ def epoch_counts(ratios) -> str:
 
 
 def choice_verdict(gpu: dict, here: dict[str, tuple[float, ...]]) -> str:
-    """The fp16-or-bf16 decision: the bf16 / fp16 step ratio on the committed GPU
-    (``gpu_16bit_runs``) per epoch and here (``here``: seconds per mode) over the
-    timed steps, judged by ``ch3.pace``: fp16 only where faster every time."""
+    """The fp16-or-bf16 decision (``ch3.pace``): fp16 only where faster every time."""
 
     def reading(ratio: float, ratios: list[float], spread: str) -> tuple[str, bool]:
-        judged = "not judged: one timed step each, no spread"
+        judged, rng = "not judged: one timed step each, no spread", ""
         if len(ratios) > 1:  # ch3.pace of the ratios in words about fp16
             said = pace(ratios)
             judged = {"faster": "fp16 faster", "slower": "bf16 faster"}.get(said, said)
-        rng = (
-            f", {spread} {min(ratios):.3f}-{max(ratios):.3f}" if len(ratios) > 1 else ""
-        )
+            rng = f", {spread} {min(ratios):.3f}-{max(ratios):.3f}"
         if spread == "per epoch" and judged == "within the epoch-to-epoch spread":
             judged = (
                 f"{epoch_counts(ratios)}; the every-epoch rule (conservative) "
@@ -229,8 +223,7 @@ def choice_rows(
 
 
 def last_epoch_changes(gpu: dict) -> dict[str, float]:
-    """|last - previous| val pixel accuracy per mode of ``gpu_16bit_runs``: the noise
-    a gap between their final accuracies is read against."""
+    """|last - previous| val pixel accuracy per mode: the noise for a final gap."""
     changes = {}
     for mode, run in gpu.items():
         acc = [e["val_pixel_accuracy"] for e in run.record["epochs"]]

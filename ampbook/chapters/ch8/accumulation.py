@@ -38,8 +38,7 @@ def accumulate_step(model, optimizer, scaler, micro_batches, device_type, dtype)
 def _updates(
     steps, micro, micro_batch, size, seed, device_type, dtype, batch_norm=False
 ) -> list:
-    """The SGD updates of ``steps[0]`` over ``micro`` micro-batches and ``steps[1]``
-    over them as one batch, from the same tiny model."""
+    """The SGD updates of ``steps[0]`` over the micro-batches, ``steps[1]`` as one."""
     images, labels = tiny_batch(micro * micro_batch, size, seed)
     chunks = list(zip(images.split(micro_batch), labels.split(micro_batch)))
     return [
@@ -65,9 +64,7 @@ def check_accumulation(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> Comparison:
-    """``step`` over ``micro`` micro-batches against one batch ``micro`` times larger:
-    the relative difference of the two SGD updates (Adam's near scale-invariance would
-    hide a wrong factor)."""
+    """Micro-batches against one large batch, by SGD (Adam hides a wrong factor)."""
     updates = _updates(
         (step, step), micro, micro_batch, size, seed, device_type, dtype, batch_norm
     )
@@ -129,9 +126,7 @@ def check_clipped_accumulation(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> Comparison:
-    """``step`` under autocast with a GradScaler against ``accumulate_clip_step`` over
-    one batch of all the micro-batches (``unscale_`` in its one right place): the
-    relative difference of the two updates (``CLIP`` is below the gradients' norm)."""
+    """``step`` against ``accumulate_clip_step`` on one batch (``CLIP``: < the norm)."""
     updates = _updates(
         (step, accumulate_clip_step), micro, micro_batch, size, seed, device_type, dtype
     )

@@ -26,8 +26,7 @@ def train_step(model, optimizer, scaler, images, labels, device_type, dtype):
 
 
 class _GraphCasts:
-    """A TorchDynamo backend that counts the casts in the forward and backward graphs
-    AOTAutograd gives it, then runs them eagerly (as ``aot_eager``)."""
+    """A Dynamo backend: counts the casts in AOTAutograd's graphs, runs them eagerly."""
 
     CASTS = ("convert_element_type", "_to_copy")
 
@@ -94,11 +93,8 @@ def check_compile(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> CompileCheck:
-    """The tiny model's step under autocast, eager and ``torch.compile``d: the casts
-    autocast makes eagerly (``CastCounter``) and those in the compiled graphs (counted
-    by a backend around AOTAutograd), inductor's kernel count, each loss, and what
-    ``torch._dynamo.explain`` finds in the whole step with a GradScaler. A compilation
-    that fails runs eagerly, and ``backend`` says why."""
+    """The tiny model's step eager and compiled: casts, losses, inductor's kernels and
+    the graph breaks; a compilation that fails runs eagerly and ``backend`` says why."""
     import torch._dynamo
 
     from ampbook.measure.model_dtypes import CastCounter
@@ -170,8 +166,7 @@ def train_step_without_scaler(
 
 
 def all_break_reasons(counted) -> list[str]:
-    """Every graph break in ``counters["graph_break"]``, one line each: the reason's
-    first line, the function it names, and how often."""
+    """Each graph break on one line: its reason, the function it names, how often."""
     import re
 
     lines = []
@@ -187,9 +182,8 @@ def all_break_reasons(counted) -> list[str]:
 
 
 def explain_step(step, images, labels, device_type: str = "cpu", seed: int = 0):
-    """``torch._dynamo.explain`` of ``step`` (GradScaler, fp16, the tiny model):
-    graphs, breaks, every break met (the optimizer's step breaks the graph itself,
-    ``torch/optim/optimizer.py``) and the graphs holding an operator."""
+    """``torch._dynamo.explain`` of ``step``: graphs, breaks, reasons, graphs with an
+    operator (the optimizer's step breaks the graph: torch/optim/optimizer.py)."""
     from torch._dynamo.utils import counters
 
     m = tiny_model(seed)

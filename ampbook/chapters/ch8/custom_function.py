@@ -65,8 +65,7 @@ def check_custom_function(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> FunctionCheck:
-    """A Linear layer under autocast (16-bit output, values near 12) feeding the
-    Function ``make(device_type, cast_inputs)``: what its forward received."""
+    """What ``make(device_type, cast_inputs)``'s forward gets from a 16-bit Linear."""
     torch.manual_seed(seed)
     layer = nn.Linear(8, 8)
     x = torch.full((2, 8), 1.0)

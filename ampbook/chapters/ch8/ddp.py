@@ -42,8 +42,7 @@ def train_steps(model, optimizer, scaler, batches, device_type, dtype):
 
 
 def step_batches(steps: int, batch: int, size: int, seed: int):
-    """``steps`` tiny batches of ``batch``, one seed each: the runs to compare see the
-    same data."""
+    """``steps`` tiny batches, one seed each: every run compared sees the same data."""
     return [tiny_batch(batch, size, seed + i) for i in range(steps)]
 
 
@@ -66,8 +65,7 @@ def gloo_group(rank: int, world: int, init: str):
 
 
 def run_processes(worker, args: tuple, world: int, weights_only: bool = True):
-    """``worker(rank, world, init, out, *args)`` in ``world`` spawned (not forked)
-    processes: what rank 0 saved to ``out``, and the seconds they took."""
+    """``worker`` in ``world`` spawned processes: what rank 0 saved, the seconds."""
     import torch.multiprocessing as mp
 
     start = time.perf_counter()
@@ -93,8 +91,7 @@ def ddp_worker(
     wrap: bool,
     net_options: dict | None = None,
 ) -> None:
-    """One process of ``check_ddp``: a tiny model per dtype trained on rows
-    ``rank::world`` of each batch, wrapped in DDP when ``wrap``; rank 0 saves them."""
+    """One process of ``check_ddp``: its rows of each batch; rank 0 saves weights."""
     with gloo_group(rank, world, init):
         weights = {}
         for d in dtypes:
@@ -132,9 +129,7 @@ def check_ddp(
     wrap: bool = True,
     **net_options,
 ) -> DDPCheck:
-    """``world`` spawned gloo processes train with ``train_steps`` on their shares of
-    ``steps`` batches; this process trains the same model on the whole batches; the
-    weights after, compared per dtype. ``net_options`` go to ``tiny_model``."""
+    """``train_steps`` in ``world`` gloo processes against one: weights per dtype."""
     names = [None if d is None else torch_name(d) for d in dtypes]
     ours = {}
     for d, name in zip(dtypes, names):  # one process, the whole batches

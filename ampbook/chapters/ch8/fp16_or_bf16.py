@@ -8,8 +8,7 @@ import torch.nn.functional as F
 
 
 def flushed_fractions(grads: list[torch.Tensor]) -> dict[str, float]:
-    """The share of the nonzero gradients that round to zero in fp16 and in bf16
-    (``ampbook.numerics.formats.round_to``), unscaled."""
+    """The share of the nonzero gradients that round to 0 in fp16 and bf16, unscaled."""
     from ampbook.numerics.formats import round_to
 
     g = torch.cat([x.detach().flatten().float() for x in grads])
@@ -21,8 +20,7 @@ def flushed_fractions(grads: list[torch.Tensor]) -> dict[str, float]:
 
 
 def step_times(model, images, labels, dtype, repeats: int = 1) -> tuple[float, ...]:
-    """Seconds of each of ``repeats`` timed forward and backward passes of ``model``
-    under CPU autocast in ``dtype`` (no optimizer), after one warm-up."""
+    """Seconds of ``repeats`` forward+backward passes under CPU autocast, warmed up."""
     from ampbook.measure.timing import benchmark
 
     def step():

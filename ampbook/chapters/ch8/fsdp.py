@@ -45,10 +45,7 @@ def saved_dtypes(step) -> dict[str, int]:
 
 
 def fsdp_worker(rank, world, init, out, reduce_dtypes, steps, batch, size, seed, wrap):
-    """One process of ``check_fsdp``: per reduce dtype, the tiny model ``shard``ed
-    (when ``wrap``) and trained on rows ``rank::world`` of each batch: the mean loss of
-    each step, the dtypes the gradients were reduced in (an all-reduce hook), those
-    saved in the first forward, and the weights after. Rank 0 saves them."""
+    """One process of ``check_fsdp``: what ``FSDPRun`` reads; rank 0 saves it."""
     import torch.distributed as dist
 
     with gloo_group(rank, world, init):
@@ -138,11 +135,7 @@ def check_fsdp(
     seed: int = 0,
     wrap: bool = True,
 ) -> FSDPCheck:
-    """``world`` gloo processes train the tiny model ``shard``ed (bf16 parameters,
-    each of ``reduce_dtypes``) on their shares of ``steps`` batches, this process in
-    fp32 on the whole batches: per reduce dtype the losses and the update against
-    fp32's, the dtypes the gradients were reduced in; and what one forward saves for
-    backward here in fp32 and under autocast to bf16."""
+    """``shard``ed training in ``world`` gloo processes against one in fp32."""
     names = [None if d is None else torch_name(d) for d in reduce_dtypes]
     net = tiny_model(seed)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)

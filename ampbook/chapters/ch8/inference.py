@@ -52,10 +52,8 @@ def check_inference(
     device_type: str = "cpu",
     seed: int = 0,
 ) -> InferenceCheck:
-    """``infer`` under autocast against the fp32 eval-mode forward of a model with
-    running statistics of its own: the largest difference of the probabilities, and
-    each forward's peak bytes. ``infer`` gets the model in train mode: one that does
-    not call ``model.eval()`` normalises by the batch's statistics and fails."""
+    """``infer`` against the fp32 eval-mode forward; it gets the model in train mode, so
+    one that does not call ``model.eval()`` fails."""
     model = tiny_model(seed, channels=channels, batch_norm=True)
     images, _ = tiny_batch(batch, size, seed)
     model.norm.running_mean.uniform_(-0.5, 0.5)  # statistics unlike one batch's

@@ -66,8 +66,7 @@ UPDATE_UNITS = 64.0
 
 @dataclass
 class PenaltyCheck:
-    """The penalty's value and the update the step made (the weights after it minus
-    before), each under AMP against fp32."""
+    """The penalty's value and the step's update, each under AMP against fp32."""
 
     penalty: Comparison
     update: Comparison
@@ -92,10 +91,8 @@ def check_penalty(
     seed: int = 0,
     units: float | None = None,
 ) -> PenaltyCheck:
-    """The penalty ``step`` computes under AMP with a GradScaler (scale 1024) and its
-    SGD update against ``penalty_step``'s in fp32 (scale 1); the update's tolerance is
-    ``UPDATE_UNITS`` roundoffs unless ``units`` is given. A penalty that does not reach
-    the gradients (computed from detached ones) fails on the update."""
+    """``step`` under AMP (scale 1024) against ``penalty_step`` in fp32: the penalty and
+    the update (a penalty of detached gradients fails on the update)."""
     images, labels = tiny_batch(2, size, seed)
     values, updates = [], []
     for run, d in ((step, dtype), (penalty_step, None)):

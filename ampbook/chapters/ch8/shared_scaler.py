@@ -108,8 +108,7 @@ def check_shared_scaler(
     plant: bool = True,
     init_scale: float = INIT_SCALE,
 ) -> SharedScaler:
-    """One iteration of ``step`` on two tiny models, an overflow planted in the second
-    loss or not (``plant``): which optimizers skipped, and what the scale did."""
+    """One ``step`` of two tiny models: which optimizers skipped, what the scale did."""
     models = [tiny_model(seed), tiny_model(seed + 1)]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     scaler = torch.amp.GradScaler(device_type, init_scale=init_scale)

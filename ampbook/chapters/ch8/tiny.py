@@ -17,8 +17,7 @@ CLASSES = 4
 
 
 class TinyNet(nn.Module):
-    """Three convolutions to per-pixel class scores; a BatchNorm2d (``batch_norm``)
-    or a GroupNorm of 2 groups (``group_norm``) after the first."""
+    """Three convolutions to per-pixel class scores, a norm layer after the first."""
 
     def __init__(
         self, channels: int = 8, batch_norm: bool = False, group_norm: bool = False
@@ -54,8 +53,7 @@ def tiny_batch(n: int, size: int = 16, seed: int = 0) -> tuple[torch.Tensor, ...
 
 
 def scaler_for(device_type: str, dtype: torch.dtype | None) -> torch.amp.GradScaler:
-    """A GradScaler for fp16; a disabled one (it passes everything through) for fp32
-    and bf16."""
+    """A GradScaler for fp16; a disabled one (it passes all through) otherwise."""
     return torch.amp.GradScaler(device_type, enabled=dtype == torch.float16)
 
 

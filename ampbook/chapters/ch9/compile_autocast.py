@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ampbook.chapters.ch9.overflow import FeedForward, batch
+from ampbook.chapters.ch9.recompute import take_grads
 
 
 class Fp32Head(nn.Module):
@@ -47,9 +48,7 @@ def _grads(model, compiled: bool, setting: str) -> list[torch.Tensor]:
         with torch.amp.autocast("cpu", dtype=torch.float16):
             y = run(x)
         (y * 16384).sum().backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad(set_to_none=True)
-    return grads
+    return take_grads(model)
 
 
 @dataclass
@@ -78,8 +77,7 @@ class BackwardCheck:
 
 
 def check_backward(setting: str = "off", seed: int = 0) -> BackwardCheck:
-    """The thread's model eager then compiled (``aot_eager``), under fp16 autocast,
-    the loss times 16384; the compiled backward traced with ``setting``."""
+    """The model eager and compiled (aot_eager), the backward traced by ``setting``."""
     import torch._functorch.config as functorch_config
 
     torch.manual_seed(seed)
@@ -144,9 +142,7 @@ class RecompileCheck:
 
 
 def check_recompiles(second_call=second_call_inside, rounds: int = 3, seed: int = 0):
-    """``rounds`` fp16 steps of ``Encoder`` whose loss adds ``second_call`` of the
-    compiled block; the graphs Dynamo made and its reasons for compiling again (the
-    first line of each)."""
+    """``rounds`` fp16 steps with ``second_call``: Dynamo's graphs and its reasons."""
     from torch._dynamo.utils import counters, guard_failures
 
     torch._dynamo.reset()

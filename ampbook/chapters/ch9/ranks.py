@@ -71,10 +71,8 @@ def check_ranks(
     seed: int = 0,
     tolerance: float = 1e-2,
 ) -> RanksCheck:
-    """Two replicas of chapter 8's tiny network (same weights), each with its own
-    batch and a GradScaler at ``scales[rank]``; ``fix`` applied, then ``steps`` fp16
-    SGD steps, the gradients averaged between backward and ``scaler.step``. At
-    ``overflow_step`` rank 1's loss is multiplied by 1e30 (planted)."""
+    """Two replicas, GradScalers at ``scales``, ``fix`` applied, DDP's mean simulated;
+    rank 1's loss times 1e30 at ``overflow_step`` (planted)."""
     models = [tiny_model(seed) for _ in scales]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     scalers = [torch.amp.GradScaler("cpu", init_scale=s) for s in scales]

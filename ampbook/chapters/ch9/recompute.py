@@ -70,21 +70,20 @@ class CheckpointCheck:
         )
 
 
-def _grads(block) -> list[torch.Tensor]:
+def take_grads(block) -> list[torch.Tensor]:
     grads = [p.grad.clone() for p in block.parameters()]
     block.zero_grad(set_to_none=True)
     return grads
 
 
 def check_checkpoint(context_fn=forward_state, seed: int = 0, tolerance=1e-3):
-    """Run ``checkpointed_step`` with ``context_fn``, the Linear outputs' dtypes
-    recorded by hooks in both passes; compare the gradients with the step unchecked."""
+    """``checkpointed_step``: the Linear outputs' dtypes, gradients vs unchecked."""
     torch.manual_seed(seed)
     block, x = FeedForward(), batch(seed=seed)
     with torch.amp.autocast("cpu", dtype=torch.float16):
         y = block(x)
     y.float().pow(2).mean().backward()
-    reference = _grads(block)
+    reference = take_grads(block)
     seen: list[str] = []
     handles = [
         m.register_forward_hook(lambda m, i, o: seen.append(str(o.dtype)[6:]))
@@ -100,6 +99,6 @@ def check_checkpoint(context_fn=forward_state, seed: int = 0, tolerance=1e-3):
             h.remove()
     diff = float("inf")
     if error is None:
-        pairs = zip(_grads(block), reference)
+        pairs = zip(take_grads(block), reference)
         diff = max(((a - b).abs().max() / b.abs().max()).item() for a, b in pairs)
     return CheckpointCheck(seen[:2], seen[2:], error, diff, tolerance)

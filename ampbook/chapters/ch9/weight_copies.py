@@ -18,17 +18,14 @@ from ampbook.measure import memory
 
 
 def wide_model(seed: int = 0, width: int = 256, hidden: int = 1024) -> nn.Module:
-    """Two wide feed-forward blocks, each followed by a LayerNorm: weights large next
-    to a short batch's activations."""
+    """Two wide feed-forward blocks and LayerNorms: weights large beside activations."""
     torch.manual_seed(seed)
     ff, ln = FeedForward, nn.LayerNorm
     return nn.Sequential(ff(width, hidden), ln(width), ff(width, hidden), ln(width))
 
 
 def step_bytes(model: nn.Module, tokens: int, dtype=None, seed: int = 0) -> dict:
-    """A step's memory on ``tokens`` rows: the new bytes saved for backward (by
-    dtype) and the fp32 weights, gradients and Adam state (``dtype=None``: fp32; else
-    CPU autocast in ``dtype``)."""
+    """A step's saved bytes on ``tokens`` rows (by dtype), its weights, Adam state."""
     width = model[0].up.in_features
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(tokens, width, generator=g)
@@ -85,9 +82,7 @@ class MemoryCheck:
 def check_memory(
     tokens: int, fit_tokens=(8, 64), seed: int = 0, crossover: float | None = None
 ) -> MemoryCheck:
-    """Fit fp32's and fp16 autocast's saved bytes on two small steps, predict the
-    crossover (or take ``crossover``: a test plants a wrong one), measure at
-    ``tokens``."""
+    """The crossover fitted on two small steps (or given), measured at ``tokens``."""
     model = wide_model(seed)
     if crossover is None:
         lines = [
