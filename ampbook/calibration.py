@@ -6,7 +6,7 @@ import sys
 from typing import Sequence
 
 from ampbook.core import cli
-from ampbook.predict.calibrate import layout_text, leave_one_out
+from ampbook.predict.calibrate import COVER, GOAL_WIDTH, layout_text, leave_one_out
 from ampbook.predict.references import Reference, references, write_bounds
 
 
@@ -33,7 +33,7 @@ def predictions_table(refs: Sequence[Reference]) -> str:
             f"Leave-one-out: {sum(r['inside'] for r in loo['rows'])} of {loo['n']} "
             f"references inside the range the others predict ({loo['inside']:.0%}); "
             f"median width {loo['median_width']:.2f}x (high / low); goal: at least "
-            "90% inside at a median width of at most 1.4x."
+            f"{COVER:.0%} inside at a median width of at most {GOAL_WIDTH:g}x."
         )
     if loo["no_range"]:
         lines.append(f"No other reference applies to: {', '.join(loo['no_range'])}.")

@@ -191,6 +191,7 @@ class ErrorModel:
 
 
 COVER = 0.9  # the share of the leave-one-out's errors the range must hold
+GOAL_WIDTH = 1.4  # the leave-one-out's goal: COVER inside at most this median width
 # ``fit``'s, refitted in tests/test_calibration.py
 ERRORS = ErrorModel(base=0.0563, slope=0.0261, cover=2.078)
 

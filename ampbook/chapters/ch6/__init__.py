@@ -10,7 +10,12 @@ from ampbook.chapters.ch6.report_text import amp_kernels_text
 from ampbook.chapters.ch6.verdict import range_position, span_text
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
-from ampbook.predict.calibrate import layout_text, reference_prediction
+from ampbook.predict.calibrate import (
+    COVER,
+    GOAL_WIDTH,
+    layout_text,
+    reference_prediction,
+)
 from ampbook.predict.references import (
     Reference,
     load_profile_bounds,
@@ -239,10 +244,10 @@ def loo_by_quantity(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def leave_one_out_text(loo: dict[str, Any]) -> str:
-    """The leave-one-out against its goal (90% inside, at most 1.4x wide)."""
-    goal = "the goal (90% inside, at most 1.4x wide) is"
+    """The leave-one-out against its goal (``COVER`` inside, ``GOAL_WIDTH`` wide)."""
+    goal = f"the goal ({COVER:.0%} inside, at most {GOAL_WIDTH:g}x wide) is"
     met = f"{goal} met."
-    if not (loo["inside"] >= 0.9 and loo["median_width"] <= 1.4):
+    if not (loo["inside"] >= COVER and loo["median_width"] <= GOAL_WIDTH):
         met = f'{goal} not met; the rows marked "no" say where the ranges do not carry.'
     parts = []
     for what, name in QUANTITY.items():
