@@ -95,12 +95,8 @@ def earlier_epochs(
     earlier = earlier_record(json_path)
     if earlier is not None:
         check_earlier(earlier, json_path)
-    if earlier is not None and earlier.get("name") == name:
-        written = {
-            e.get("epoch"): e
-            for e in earlier.get("epochs") or []
-            if isinstance(e, dict)
-        }
+    if earlier is not None and earlier["name"] == name:
+        written = {e["epoch"]: e for e in earlier.get("epochs") or []}
         same = "epoch steps train_loss val_loss wall_s images skipped_steps".split()
         epochs = [
             written[e["epoch"]]
@@ -109,7 +105,7 @@ def earlier_epochs(
             for e in epochs
         ]
         started = earlier.get("started") or started
-        resumes = [r for r in earlier.get("resumed") or [] if isinstance(r, dict)]
+        resumes = list(earlier.get("resumed") or [])  # dicts (check_earlier)
     for e in epochs:
         e.setdefault("checkpoint_s", None)
         e.setdefault("epoch_s", None)
