@@ -114,7 +114,6 @@ def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[f
         counts += torch.bincount(valid.reshape(-1), minlength=NUM_CLASSES).double()
     share = counts / counts.sum().clamp(min=1)
     weights = [float(w) for w in 1.0 / torch.log(ENET_C + share)]
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(
         path, json.dumps({"key": key, "counts": counts.tolist(), "weights": weights})
     )
@@ -171,26 +170,6 @@ def evaluate(
     }
 
 
-class CompileFailed(RuntimeError):
-    """torch.compile could not compile the model (raised from a step)."""
-
-
-def _compiled_step(cfg: TrainConfig, step: TrainStep, x, y, meter):
-    """``step(x, y, meter=meter)``; a failure of torch.compile becomes
-    ``CompileFailed``, one line."""
-    if not cfg.compile:
-        return step(x, y, meter=meter)
-    from torch._dynamo.exc import TorchDynamoException
-
-    try:
-        return step(x, y, meter=meter)
-    except TorchDynamoException as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise CompileFailed(
-            f"torch.compile ({cfg.compile}) failed: {type(err).__name__}: {first}"
-        ) from None
-
-
 class _Tally:
     """What an epoch's steps add up to."""
 
@@ -208,7 +187,7 @@ def _steps(cfg: TrainConfig, step: TrainStep, loader, bar, sync, start) -> _Tall
         t1 = time.perf_counter()
         meter = SavedTensorMeter() if n.steps == 0 else None
         frames = compile_count() if cfg.compile else 0
-        value = _compiled_step(cfg, step, x, y, meter)
+        value = step(x, y, meter=meter)
         if step.synced:  # the clock stops after the device's work
             sync()
         t2 = time.perf_counter()
@@ -467,8 +446,6 @@ class _Loaders(NamedTuple):
     generator: torch.Generator
     train: object
     val: object
-    cache_info: dict | None
-    workers: int
 
 
 def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
@@ -505,12 +482,11 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
     )
     gen = torch.Generator()
     if data.caches is not None:  # batches from memory: no workers
-        train_cache, val_cache, cache_info = data.caches
+        train_cache, val_cache, _ = data.caches
         train = CachedLoader(
             train_cache, cfg.batch_size, res.device, sampler=sampler, flip=cfg.flip
         )
         val = CachedLoader(val_cache, cfg.batch_size, res.device)
-        loaders = _Loaders(sampler, gen, train, val, cache_info, 0)
     else:
         pin = res.device.type == "cuda"
         load = dict(batch_size=cfg.batch_size, num_workers=res.workers, pin_memory=pin)
@@ -520,7 +496,6 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
         val = torch.utils.data.DataLoader(  # leaves torch's global generator alone
             data.val, shuffle=False, generator=torch.Generator(), **load
         )
-        loaders = _Loaders(sampler, gen, train, val, None, res.workers)
     if cfg.accumulate > len(train):
         per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
         raise ConfigError(
@@ -529,10 +504,10 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
             f"{cfg.batch_size}): no window would ever be full; use --accumulate "
             f"{len(train)} or less"
         )
-    return loaders
+    return _Loaders(sampler, gen, train, val)
 
 
-def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
+def _begin(run: _Run, checkpoint, data: _Data) -> None:
     """Restore a checkpoint's epochs, then make the run's record and say what runs."""
     cfg, res, tr = run.cfg, run.res, run.tr
     run.started = now()
@@ -568,10 +543,10 @@ def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
             "train_images": len(data.train),
             "val_images": len(data.val),
             "world_size": res.world_size,
-            "workers": loaders.workers,
+            "workers": 0 if data.caches else res.workers,  # a cache: no workers
             "cpu_cores": res.cpu_cores,
             "optimizer": optimizer_impl(tr.optimizer),
-            "data_cache": loaders.cache_info,
+            "data_cache": data.caches[2] if data.caches else None,
             "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
             "memory_format": environment["memory_format"],
             "class_weights": data.weights,
@@ -606,7 +581,7 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     if res.rank:  # different dropout masks on each rank (the weights: the same seed)
         torch.manual_seed(cfg.seed + 1_000_003 * res.rank)
     loaders = _loaders(cfg, res, data)
-    _begin(run, checkpoint, data, loaders)
+    _begin(run, checkpoint, data)
     try:
         _epochs(run, loaders)
     except (KeyboardInterrupt, RuntimeError, OSError, DataError, NothingLearned) as err:
@@ -714,9 +689,12 @@ def _stopped(run: _Run, err: BaseException) -> None:
         how = "SIGTERM" if cli.terminated() else "SIGINT"
         run.stop("interrupted", f"interrupted ({how})")
         raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
-    advice = ""
-    if isinstance(err, CompileFailed):
-        why = str(err)
+    advice, compiling = "", run.cfg.compile
+    if compiling:
+        from torch._dynamo.exc import TorchDynamoException
+    if compiling and isinstance(err, TorchDynamoException):  # a failure to compile
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        why = f"torch.compile ({compiling}) failed: {type(err).__name__}: {first}"
         advice = "Run without --compile (or with --compile aot_eager, which generates "
         advice += "no code). "
     elif isinstance(err, DataError):
