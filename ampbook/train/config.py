@@ -253,7 +253,6 @@ class Resolved:
     warnings: list[str]
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
     workers: int = 0  # DataLoader worker processes ("auto" resolved)
     cpu_cores: int = 1  # cores this process may use
 
@@ -333,8 +332,8 @@ def validate(cfg: TrainConfig) -> Resolved:
             cli.check_open_files(8 + 8 * workers, need)
         except cli.UserError as err:
             raise ConfigError(f"{err}, or use fewer --workers") from None
-    ddp = (rank, world_size, local_rank)
-    return Resolved(device, dtype, dtype is torch.float16, notes, *ddp, workers, cores)
+    fp16 = dtype is torch.float16  # a GradScaler
+    return Resolved(device, dtype, fp16, notes, rank, world_size, workers, cores)
 
 
 def _check_numbers(cfg: TrainConfig) -> None:

@@ -1,5 +1,4 @@
-"""The run (``run_training``): data, epochs, validation, checkpoints and the results
-record."""
+"""The run (``run_training``): data, epochs, validation, checkpoints, the record."""
 
 from __future__ import annotations
 
@@ -63,7 +62,6 @@ from ampbook.train.step import (
     Training,
     TrainStep,
     build_training,
-    compile_count,
     optimizer_impl,
 )
 
@@ -182,11 +180,13 @@ def _steps(cfg: TrainConfig, step: TrainStep, loader, bar, sync, start) -> _Tall
     """Run the epoch's steps, timing the wait for each batch, the steps and the steps
     that compiled apart."""
     n = _Tally()
+    if cfg.compile:  # frames compiled so far (a step's backward compiles in the step)
+        from torch._dynamo.utils import counters
     t0 = time.perf_counter()
     for x, y in loader:
         t1 = time.perf_counter()
         meter = SavedTensorMeter() if n.steps == 0 else None
-        frames = compile_count() if cfg.compile else 0
+        frames = counters["frames"]["total"] if cfg.compile else 0
         value = step(x, y, meter=meter)
         if step.synced:  # the clock stops after the device's work
             sync()
@@ -194,7 +194,7 @@ def _steps(cfg: TrainConfig, step: TrainStep, loader, bar, sync, start) -> _Tall
         if meter is not None:
             n.saved = meter
         n.data_wait += t1 - t0
-        if cfg.compile and compile_count() > frames:
+        if cfg.compile and counters["frames"]["total"] > frames:
             n.compile_time += t2 - t1  # a step that compiled: timed apart
         else:
             n.step_time += t2 - t1
@@ -522,9 +522,8 @@ def _begin(run: _Run, checkpoint, data: _Data) -> None:
         after = f"after epoch {checkpoint['epoch']}"
         _say(cfg, res, f"resumed {run.name} from {run.ckpt_path} {after}")
     run.epoch = run.start_epoch
-    environment = _env.environment(res.device)
     fmt = "channels_last" if cfg.channels_last else "contiguous"
-    environment["memory_format"] = fmt
+    environment = {**_env.environment(res.device), "memory_format": fmt}
     run.record = {
         "schema": TRAIN_SCHEMA,
         "schema_version": TRAIN_SCHEMA_VERSION,
@@ -548,7 +547,7 @@ def _begin(run: _Run, checkpoint, data: _Data) -> None:
             "optimizer": optimizer_impl(tr.optimizer),
             "data_cache": data.caches[2] if data.caches else None,
             "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
-            "memory_format": environment["memory_format"],
+            "memory_format": fmt,
             "class_weights": data.weights,
             "parameters": sum(p.numel() for p in tr.net.parameters()),
             "warnings": res.warnings,
@@ -590,8 +589,7 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
 
 
 def _epochs(run: _Run, loaders: _Loaders) -> None:
-    """Train, validate, checkpoint and record each epoch left; then mark the run
-    complete."""
+    """Each epoch left: train, validate, checkpoint, record; then the run is done."""
     cfg, res, tr = run.cfg, run.res, run.tr
     save_dir = Path(cfg.save_predictions) if cfg.save_predictions else None
     for epoch in range(run.start_epoch, cfg.epochs + 1):
