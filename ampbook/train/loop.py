@@ -27,11 +27,17 @@ from ampbook.measure.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_
 from ampbook.measure.timing import default_sync, machine_load
 from ampbook.results.schema import TRAIN_SCHEMA, TRAIN_SCHEMA_VERSION
 from ampbook.train.checkpoint import (
+    clean,
+    earlier_epochs,
+    epoch_line,
     load_checkpoint,
+    now,
     restore,
     rng_state,
     save_checkpoint,
+    summarize,
     write_atomic,
+    write_results,
 )
 from ampbook.train.config import (
     ConfigError,
@@ -49,14 +55,6 @@ from ampbook.train.outdir import (
     check_predictions_folder,
     discard_replaced,
     output_folder,
-)
-from ampbook.train.record import (
-    clean,
-    earlier_epochs,
-    epoch_line,
-    now,
-    summarize,
-    write_results,
 )
 from ampbook.train.step import (
     Training,

@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 
 from ampbook.core import cli
+from ampbook.train.checkpoint import earlier_record
 from ampbook.train.config import ConfigError, TrainConfig
-from ampbook.train.record import earlier_record
 
 REPLACED = ".replaced"  # suffix of an earlier run's file moved aside by --overwrite
 
