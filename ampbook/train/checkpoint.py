@@ -105,22 +105,21 @@ def _write_failed(err: RuntimeError, tmp: Path, path: Path) -> OSError:
 
 def save_checkpoint(
     path: Path,
-    *,
     epoch: int,
-    config: dict,
+    cfg: TrainConfig,
     started: str,
     tr: Training,
     rng: list[dict],
-    records: str,
+    records: list[dict],
 ) -> None:
     """Write the checkpoint after ``epoch``: the states of ``tr``, every rank's RNG
-    states (``rng``) and the epoch records so far (``records``, as JSON text)."""
+    states (``rng``) and the epoch records so far."""
     write_atomic(
         path,
         obj={
             "format": CHECKPOINT_FORMAT,
             "epoch": epoch,
-            "config": json.dumps(config),
+            "config": json.dumps(dataclasses.asdict(cfg)),
             "started": started,
             "model": tr.net.state_dict(),
             "optimizer": tr.optimizer.state_dict(),
@@ -128,7 +127,7 @@ def save_checkpoint(
             "scaler": tr.scaler.state_dict() if tr.scaler is not None else {},
             "counters": dataclasses.asdict(tr.step.counters),
             "rng": rng,
-            "records": records,
+            "records": json.dumps(clean(records)),
         },
     )
 

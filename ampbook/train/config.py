@@ -1,8 +1,6 @@
-"""A training run's settings: ``TrainConfig`` (one field per command-line option),
-their checks (``validate``, raising ``ConfigError`` before any work), what they resolve
-to here (``Resolved``), the run's name, and the command line (``build_parser``,
-``command_line``). Light: torch is imported by the checks that need it, so that
-``--help`` and a bad option answer without loading torch."""
+"""A training run's settings (``TrainConfig``), their checks (``validate``: a
+``ConfigError`` before any work) and the command line. Light: torch is imported only by
+the checks that need it, so ``--help`` and a bad option answer without loading it."""
 
 from __future__ import annotations
 
@@ -27,9 +25,8 @@ COMPILE_MODES = tuple(
     "default reduce-overhead max-autotune max-autotune-no-cudagraphs aot_eager".split()
 )
 TF32_CHOICES = ("on", "off")
-# Fields that may differ between an interrupted run and its resumption (they do not
-# change the numbers the run computes).
-# (sync_every: the same losses and skip decisions, read later).
+# Fields that may differ between an interrupted run and its resumption: they do not
+# change the numbers the run computes (sync_every: the same losses, read later).
 RUNTIME_FIELDS = frozenset(
     "out name resume overwrite quiet progress workers save_predictions device "
     "checkpoint sync_every".split()
@@ -50,8 +47,7 @@ class TrainError(RuntimeError, cli.Stopped):
 
 
 class Interrupted(TrainError):
-    """Ctrl-C (SIGINT) during a run; the message says what was saved and how to
-    resume."""
+    """Ctrl-C (SIGINT) during a run (the message: what was saved, how to resume)."""
 
 
 def _f(default, help: str, **kw):
@@ -90,8 +86,7 @@ def fused_devices() -> tuple[str, ...]:
 
 @dataclass
 class TrainConfig:
-    """Settings of one training run; each field is the command-line option of the same
-    name."""
+    """One training run's settings; each field is the command-line option so named."""
 
     precision: str = _f(
         "fp32",
@@ -226,8 +221,7 @@ class TrainConfig:
 
 
 def run_name(cfg: TrainConfig) -> str:
-    """The run's name: ``cfg.name`` or one built from the settings that change the
-    numbers."""
+    """``cfg.name``, or a name built from the settings that change the numbers."""
     if cfg.name:
         return cfg.name
     size = f"{cfg.width}x{cfg.height}"
@@ -319,11 +313,9 @@ def validate(cfg: TrainConfig) -> Resolved:
         check_compile(cfg.compile, device)
     dtype = AUTOCAST_DTYPES[cfg.precision]
     notes = _notes(cfg, device, dtype)
-    cores = cpu_cores()
-    # auto: the cores, shared among this machine's training processes
-    workers = (
-        max(1, cores // local_processes()) if cfg.workers == "auto" else cfg.workers
-    )
+    cores, workers = cpu_cores(), cfg.workers
+    if workers == "auto":  # the cores, shared among this machine's training processes
+        workers = max(1, cores // local_processes())
     # open files: about 6 per worker measured (19 open with 2 workers, 64 with 8), so
     # 8 each with room to spare, and 8 for the run's own files
     if workers:
@@ -606,8 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_line(cfg: TrainConfig) -> str:
-    """The ``python -m ampbook.train ...`` command that runs ``cfg`` (options that
-    differ from the command line's defaults)."""
+    """The ``python -m ampbook.train`` command that runs ``cfg`` (its non-defaults)."""
     parts = ["python -m ampbook.train"]
     for f, flag, default in _options():
         value = getattr(cfg, f.name)

@@ -626,15 +626,8 @@ def _end_epoch(run: _Run, rec: dict) -> None:
         rng = [None] * res.world_size
         dist.all_gather_object(rng, rng_state())
     if run.writer and run.ckpt_path is not None and cfg.checkpoint:
-        save_checkpoint(
-            run.ckpt_path,
-            epoch=run.epoch,
-            config=dataclasses.asdict(cfg),
-            started=run.started,
-            tr=tr,
-            rng=rng,
-            records=json.dumps(clean(run.epochs + [rec])),
-        )
+        records = run.epochs + [rec]
+        save_checkpoint(run.ckpt_path, run.epoch, cfg, run.started, tr, rng, records)
     run.epochs.append(rec)
     rec["checkpoint_s"] = time.perf_counter() - t
     rec["epoch_s"] = rec["wall_s"] + rec["val_s"] + rec["checkpoint_s"]
