@@ -133,8 +133,7 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
-    """The checkpoint at ``path``, checked to be this runner's and resumable with
-    ``cfg``."""
+    """The checkpoint at ``path``, checked: this runner's, resumable with ``cfg``."""
 
     def refuse(why: str) -> ConfigError:
         return ConfigError(

@@ -545,19 +545,14 @@ def check_compile(mode: str, device: torch.device) -> None:  # noqa: F821
             )
 
 
-# Settings whose values give the same numbers: a cache in host or in GPU memory holds
-# the same bytes.
-SAME_NUMBERS = {"data_cache": lambda v: "cached" if v in ("host", "device") else v}
-
-
 def check_resumable(saved: dict, cfg: TrainConfig) -> None:
     now = dataclasses.asdict(cfg)
     # a setting newer than the checkpoint was at its default then
     saved = {**dataclasses.asdict(TrainConfig()), **saved}
 
-    def same(k: str) -> bool:
-        norm = SAME_NUMBERS.get(k, lambda v: v)
-        return norm(saved.get(k)) == norm(now[k])
+    def same(k: str) -> bool:  # a cache in host or in GPU memory holds the same bytes
+        a, b, cache = saved[k], now[k], ("host", "device")
+        return a == b or (k == "data_cache" and a in cache and b in cache)
 
     diff = [k for k in now if k not in RUNTIME_FIELDS and not same(k)]
     if diff:

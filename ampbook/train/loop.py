@@ -63,7 +63,6 @@ from ampbook.train.step import (
     optimizer_impl,
 )
 
-ENET_C = 1.02
 COUNTS = ("optimizer_steps", "skipped_steps", "nonfinite_losses")  # a record's steps
 
 
@@ -109,7 +108,7 @@ def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[f
         valid = labels[labels < NUM_CLASSES]
         counts += torch.bincount(valid.reshape(-1), minlength=NUM_CLASSES).double()
     share = counts / counts.sum().clamp(min=1)
-    weights = [float(w) for w in 1.0 / torch.log(ENET_C + share)]
+    weights = [float(w) for w in 1.0 / torch.log(1.02 + share)]
     write_atomic(
         path, json.dumps({"key": key, "counts": counts.tolist(), "weights": weights})
     )
@@ -689,7 +688,7 @@ def _stopped(run: _Run, err: BaseException) -> None:
     elif isinstance(err, DataError):
         why, advice = _first_line(err), "Fix or remove that file. "
     else:
-        why = loader_failure(err) if isinstance(err, (RuntimeError, OSError)) else None
+        why = loader_failure(err)  # a RuntimeError or an OSError (see _train)
         if why is None and isinstance(err, OSError):
             what = f"{err.filename}: " if err.filename else ""
             raise TrainError(
@@ -707,9 +706,8 @@ def _stopped(run: _Run, err: BaseException) -> None:
 
 
 def loader_failure(err: BaseException) -> str | None:
-    """What stopped the run when the data loading's machinery failed: out of file
-    descriptors, or a DataLoader worker killed (the out-of-memory killer, kill -9) or
-    gone; None for any other failure."""
+    """What stopped the run when the data loading's machinery failed (out of file
+    descriptors, a DataLoader worker killed or gone), or None."""
     if cli.too_many_open_files(err):
         return f"the run ran out of open files ({cli.open_files_advice()})"
     text = str(err)
