@@ -3,9 +3,7 @@
     python -m ampbook.train --precision amp-fp16 --epochs 10 --no-shuffle
     torchrun --nproc_per_node 2 -m ampbook.train --precision amp-bf16 ...     (DDP)
 
-From Python: ``run_training(TrainConfig(precision="amp-bf16", epochs=3, ...)) -> dict``;
-each ``TrainConfig`` field is the command-line option of that name (``--help`` lists
-them).
+From Python: ``run_training(TrainConfig(precision="amp-bf16", epochs=3)) -> dict``.
 
 TF32 is off by default (PyTorch 1.7, the post's version, used it on Ampere), so a bare
 fp32 run is strict; the optimised step's options are all off, the post's setup.

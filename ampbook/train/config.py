@@ -78,7 +78,6 @@ def cpu_cores() -> int:
 
 def fused_devices() -> tuple[str, ...]:
     """Device types that have torch's fused Adam kernel."""
-    import torch  # noqa: F401 -- the module below needs torch loaded
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     return tuple(_get_fused_kernels_supported_devices())
@@ -509,8 +508,7 @@ def check_compile(mode: str, device: torch.device) -> None:  # noqa: F821
     """``ConfigError`` when ``torch.compile`` in ``mode`` cannot work on ``device``
     here: no TorchDynamo for this Python, no C++ compiler for Inductor on a CPU, no
     Triton for Inductor on a GPU."""
-    import torch
-    import torch._dynamo
+    import torch._dynamo  # (binds torch too)
 
     if not torch._dynamo.is_dynamo_supported():
         raise ConfigError(
