@@ -68,12 +68,10 @@ def workers_arg(text: str) -> int | str:
 
 
 def cpu_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; the CPU count where the
-    mask cannot be read)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """CPU cores this process may run on (its affinity mask, else the CPU count)."""
+    from ampbook.measure.timing import machine_load
+
+    return machine_load()["cpus"]
 
 
 def fused_devices() -> tuple[str, ...]:
