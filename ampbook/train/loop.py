@@ -138,7 +138,7 @@ def evaluate(
 
     net.eval()
     metrics = SegmentationMetrics(device=step.device)
-    total, batches, index = 0.0, 0, 0
+    total, index = 0.0, 0
     for images, labels in loader:
         images = images.to(step.device, non_blocking=True)
         labels = labels.to(step.device, non_blocking=True)
@@ -150,7 +150,6 @@ def evaluate(
         pred = logits.argmax(dim=1)
         metrics.update(pred, labels)
         total += float(loss)
-        batches += 1
         if save_to is not None:
             pairs = loader.dataset.pairs[index : index + len(pred)]
             save_predictions(logits, pairs, save_to)
@@ -158,7 +157,7 @@ def evaluate(
     net.train()
     m = metrics.compute()
     return {
-        "val_loss": total / max(batches, 1),
+        "val_loss": total / max(len(loader), 1),
         "val_pixel_accuracy": m["pixel_accuracy"],
         "val_miou": m["miou"],
         "val_iou": m["iou"],
