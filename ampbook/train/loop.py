@@ -287,12 +287,11 @@ def run_training(cfg: TrainConfig) -> dict:
     """Train as ``cfg`` says; returns the results record (``data/results/README.md``),
     also written to ``cfg.out/NAME.json`` when ``cfg.out`` is set (rank 0)."""
     res = validate(cfg)
-    own_group = False
-    if res.world_size > 1 and not dist.is_initialized():
+    own_group = res.world_size > 1 and not dist.is_initialized()
+    if own_group:
         if res.device.type == "cuda":
             torch.cuda.set_device(res.device)
         dist.init_process_group("nccl" if res.device.type == "cuda" else "gloo")
-        own_group = True
     flags = dict(tf32=cfg.tf32 == "on", cudnn_benchmark=cfg.cudnn_benchmark)
     name, out = run_name(cfg), Path(cfg.out) if cfg.out else None
     try:
@@ -323,19 +322,6 @@ def _first_line(err: BaseException) -> str:
         last = text.strip().splitlines()[-1]
         return last.split(": ", 1)[1] if ": " in last else last
     return text
-
-
-def check_batch_size(cfg: TrainConfig, res: Resolved, images: int) -> None:
-    """``ConfigError`` for a batch larger than the training images a process has."""
-    per = -(-images // res.world_size)  # DistributedSampler: the shard, rounded up
-    if cfg.batch_size > per:
-        shard = (
-            f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
-        )
-        raise ConfigError(
-            f"batch_size {cfg.batch_size} is more than the {per} training images"
-            f"{shard}: use --batch-size {per} or less, or more training images"
-        )
 
 
 def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
@@ -437,13 +423,6 @@ class _Data(NamedTuple):
     weights: list[float] | None
 
 
-class _Loaders(NamedTuple):
-    sampler: object
-    generator: torch.Generator
-    train: object
-    val: object
-
-
 def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
     """The datasets (checked), their decoded caches and the class weights."""
     from ampbook.segmentation.cityscapes import Cityscapes, DataError, check_headers
@@ -455,7 +434,15 @@ def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
         check_headers(train_ds.pairs + val_ds.pairs)
     except (FileNotFoundError, ValueError) as err:  # DataError is a ValueError
         raise ConfigError(f"data: {err}") from None
-    check_batch_size(cfg, res, len(train_ds))
+    per = -(-len(train_ds) // res.world_size)  # DistributedSampler: a shard, rounded up
+    if cfg.batch_size > per:
+        shard = (
+            f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
+        )
+        raise ConfigError(
+            f"batch_size {cfg.batch_size} is more than the {per} training images"
+            f"{shard}: use --batch-size {per} or less, or more training images"
+        )
     kind = "SYNTHETIC Cityscapes (no Cityscapes root given)"
     sizes = f"{len(train_ds)} train / {len(val_ds)} val images"
     where = f"data: {kind if synthetic else 'Cityscapes'} at {root}: {sizes}"
@@ -469,8 +456,9 @@ def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
     return _Data(root, synthetic, train_ds, val_ds, caches, weights)
 
 
-def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
-    """The training and validation loaders: from the decoded caches, or DataLoaders."""
+def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> tuple:
+    """(sampler, its generator, the training and validation loaders): from the decoded
+    caches, or DataLoaders."""
     from ampbook.segmentation.cityscapes import CachedLoader
 
     sampler = torch.utils.data.DistributedSampler(
@@ -500,7 +488,7 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
             f"{cfg.batch_size}): no window would ever be full; use --accumulate "
             f"{len(train)} or less"
         )
-    return _Loaders(sampler, gen, train, val)
+    return sampler, gen, train, val
 
 
 def _begin(run: _Run, checkpoint, data: _Data) -> None:
@@ -584,28 +572,27 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     return clean(run.record)
 
 
-def _epochs(run: _Run, loaders: _Loaders) -> None:
+def _epochs(run: _Run, loaders: tuple) -> None:
     """Each epoch left: train, validate, checkpoint, record; then the run is done."""
     cfg, res, tr = run.cfg, run.res, run.tr
     save_dir = Path(cfg.save_predictions) if cfg.save_predictions else None
+    sampler, generator, train, val = loaders
     for epoch in range(run.start_epoch, cfg.epochs + 1):
         run.epoch = epoch
-        loaders.sampler.set_epoch(epoch)
-        loaders.generator.manual_seed(cfg.seed * 1_000_003 + epoch)
-        rec = train_epoch(epoch, cfg, res, tr, loaders.train)
+        sampler.set_epoch(epoch)
+        generator.manual_seed(cfg.seed * 1_000_003 + epoch)
+        rec = train_epoch(epoch, cfg, res, tr, train)
         with warnings.catch_warnings():  # an epoch whose steps all skipped is fine
             warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step")
             tr.scheduler.step()
         t = time.perf_counter()
         if run.writer:
             last = epoch == cfg.epochs
-            rec.update(
-                evaluate(tr.net, loaders.val, tr.step, save_dir if last else None)
-            )
+            rec.update(evaluate(tr.net, val, tr.step, save_dir if last else None))
         rec["val_s"] = time.perf_counter() - t
         _end_epoch(run, rec)
     if save_dir is not None and run.writer and run.start_epoch > cfg.epochs:
-        evaluate(tr.net, loaders.val, tr.step, save_dir)  # resumed after the last epoch
+        evaluate(tr.net, val, tr.step, save_dir)  # resumed after the last epoch
     run.record.update(status="complete", finished=now(), summary=summarize(run.epochs))
     if run.writer and run.json_path is not None:
         write_results(run.record, run.json_path)
