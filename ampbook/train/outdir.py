@@ -17,18 +17,15 @@ from ampbook.core import cli
 from ampbook.train.checkpoint import earlier_record
 from ampbook.train.config import ConfigError, TrainConfig
 
-REPLACED = ".replaced"  # suffix of an earlier run's file moved aside by --overwrite
 
-
-def _aside(path: Path) -> Path:
-    return path.with_name(f".{path.name}{REPLACED}")
+def _aside(path: Path) -> Path:  # an earlier run's file, moved aside by --overwrite
+    return path.with_name(f".{path.name}.replaced")
 
 
 def discard_replaced(out: Path, name: str) -> None:
     """The new run has written its first record: the files it replaces go."""
     for suffix in (".json", ".ckpt"):
-        with contextlib.suppress(FileNotFoundError):
-            _aside(out / f"{name}{suffix}").unlink()
+        _aside(out / f"{name}{suffix}").unlink(missing_ok=True)
 
 
 def _settle_replaced(out: Path, name: str) -> None:
