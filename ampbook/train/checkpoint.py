@@ -263,8 +263,7 @@ def earlier_record(path: Path | None) -> dict | None:
 
 def summarize(epochs: list[dict]) -> dict:
     def mx(key):
-        vals = [e[key] for e in epochs if e.get(key) is not None]
-        return max(vals) if vals else None
+        return max((e[key] for e in epochs if e.get(key) is not None), default=None)
 
     def mean(values):
         return sum(values) / len(values) if values else None

@@ -655,10 +655,9 @@ def _stopped(run: _Run, err: BaseException) -> None:
         run.stop("stopped: non-finite loss", str(err), **counts, loss_scale=scale)
         raise
     if isinstance(err, KeyboardInterrupt):
-        kept = run.kept()
         how = "SIGTERM" if cli.terminated() else "SIGINT"
         run.stop("interrupted", f"interrupted ({how})")
-        raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
+        raise Interrupted(f"interrupted in epoch {epoch}; {run.kept()}") from None
     advice, compiling = "", run.cfg.compile
     if compiling:
         from torch._dynamo.exc import TorchDynamoException
@@ -680,10 +679,9 @@ def _stopped(run: _Run, err: BaseException) -> None:
         if why is None:
             raise
         _drop_loaders(err)  # the workers and their descriptors go before the record
-    kept = run.kept()
     run.stop("failed", why)
     raise TrainError(
-        f"{why}. {advice}Epoch {epoch} stopped unfinished; {kept}"
+        f"{why}. {advice}Epoch {epoch} stopped unfinished; {run.kept()}"
     ) from None
 
 
