@@ -392,10 +392,9 @@ class _Run:
             return "nothing was saved (no epoch finished)"
         n = len(self.epochs)
         done = "epoch 1" if n == 1 else f"epochs 1-{n}"
-        ckpt = self.ckpt_path
-        if checkpoint and ckpt.exists():
+        if checkpoint and self.ckpt_path.exists():
             return (
-                f"{ckpt} and {self.json_path} hold {done}; continue with: "
+                f"{self.ckpt_path} and {self.json_path} hold {done}; continue with: "
                 f"{resume_command(self.cfg)}"
             )
         return f"{self.json_path} holds {done} (nothing to resume from)"
@@ -643,10 +642,9 @@ def _stopped(run: _Run, err: BaseException) -> None:
                 "(NaN or inf), so every loss is NaN and no later epoch can learn; "
                 "start the run again with --overwrite rather than resuming it"
             )
-        kept = run.kept(checkpoint=finite)
         run.stop("stopped: nothing learned", why)
         raise TrainError(
-            f"{why}. The run stopped after epoch {epoch}; {kept}"
+            f"{why}. The run stopped after epoch {epoch}; {run.kept(checkpoint=finite)}"
         ) from None
     if isinstance(err, NonFiniteLossError):
         c, scaler = run.tr.step.counters, run.tr.scaler
