@@ -131,8 +131,7 @@ class TrainStep:
 
     def begin_epoch(self, batches: int) -> None:
         """Start an epoch of ``batches`` batches: windows and losses read restart."""
-        self._micro, self._remaining = 0, batches
-        self._read = []
+        self._micro, self._remaining, self._read = 0, batches, []
 
     def _optimizer_step(self) -> None:
         """One optimizer step. With a GradScaler the gradients are scaled until
