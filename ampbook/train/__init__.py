@@ -3,11 +3,7 @@
     python -m ampbook.train --precision amp-fp16 --epochs 10 --no-shuffle
     torchrun --nproc_per_node 2 -m ampbook.train --precision amp-bf16 ...     (DDP)
 
-From Python: ``run_training(TrainConfig(precision="amp-bf16", epochs=3, ...)) -> dict``;
-each ``TrainConfig`` field is the command-line option of that name (``--help`` lists
-them). Modules: ``step`` (the step chapter 3 teaches), ``config`` (settings, checks,
-the command line's options), ``checkpoint``, ``record`` (the results file), ``outdir``
-(one run per output name), ``loop`` (``run_training``), ``command`` (``main``).
+From Python: ``run_training(TrainConfig(precision="amp-bf16", epochs=3)) -> dict``.
 
 TF32 is off by default (PyTorch 1.7, the post's version, used it on Ampere), so a bare
 fp32 run is strict; the optimised step's options are all off, the post's setup.
@@ -25,23 +21,20 @@ step; a failure mid-epoch is ``TrainError`` naming what was saved and how to res
 # Names are imported on first use (PEP 562): ``python -m ampbook.train --help``
 # reads the options without loading torch.
 _WHERE = {
-    "ConfigError": "ampbook.train.config",
-    "NonFiniteLossError": "ampbook.train.config",
-    "PRECISIONS": "ampbook.core.modes",
-    "RunLock": "ampbook.train.outdir",
-    "TrainConfig": "ampbook.train.config",
-    "TrainError": "ampbook.train.config",
-    "TrainStep": "ampbook.train.step",
-    "build_parser": "ampbook.train.config",
-    "build_training": "ampbook.train.step",
-    "command_line": "ampbook.train.config",
-    "config_from_args": "ampbook.train.config",
-    "enet_class_weights": "ampbook.train.loop",
-    "main": "ampbook.train.command",
-    "resolve_data": "ampbook.train.loop",
-    "run_name": "ampbook.train.config",
-    "run_training": "ampbook.train.loop",
-    "validate": "ampbook.train.config",
+    name: f"ampbook.{module}"
+    for module, names in (
+        ("core.modes", "PRECISIONS"),
+        ("train.command", "main"),
+        ("train.loop", "enet_class_weights resolve_data run_training"),
+        ("train.outdir", "RunLock"),
+        ("train.step", "TrainStep build_training"),
+        (
+            "train.config",
+            "ConfigError NonFiniteLossError TrainConfig TrainError build_parser "
+            "command_line config_from_args run_name validate",
+        ),
+    )
+    for name in names.split()
 }
 
 __all__ = list(_WHERE)

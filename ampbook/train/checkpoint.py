@@ -1,12 +1,18 @@
-"""What a run keeps to be resumed: files written atomically, the RNG states of torch,
-CUDA, numpy and Python as tensors and plain lists, and the checkpoint, which loads with
-``torch.load(..., weights_only=True)`` (no pickled objects)."""
+"""What a run keeps: the checkpoint, to resume from (the states of the model,
+optimizer, scheduler and scaler, and the RNG states of torch, CUDA, numpy and Python as
+tensors and plain lists: it loads with ``torch.load(..., weights_only=True)``, no
+pickled objects), and the results record ``NAME.json``, written after every epoch and
+read back on resume. The record's schema (``ampbook.results.TRAIN_SCHEMA``, version
+``TRAIN_SCHEMA_VERSION``), field by field, is in ``data/results/README.md``;
+``ampbook.results.load_results`` reads one back. Both are written atomically."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import errno
 import json
+import math
 import os
 import pickle
 import random
@@ -17,6 +23,7 @@ import numpy as np
 import torch
 
 from ampbook.core import cli
+from ampbook.results.schema import TRAIN_SCHEMA
 from ampbook.train.config import ConfigError, Resolved, TrainConfig, check_resumable
 from ampbook.train.step import StepCounters, Training
 
@@ -98,22 +105,21 @@ def _write_failed(err: RuntimeError, tmp: Path, path: Path) -> OSError:
 
 def save_checkpoint(
     path: Path,
-    *,
     epoch: int,
-    config: dict,
+    cfg: TrainConfig,
     started: str,
     tr: Training,
     rng: list[dict],
-    records: str,
+    records: list[dict],
 ) -> None:
     """Write the checkpoint after ``epoch``: the states of ``tr``, every rank's RNG
-    states (``rng``) and the epoch records so far (``records``, as JSON text)."""
+    states (``rng``) and the epoch records so far."""
     write_atomic(
         path,
         obj={
             "format": CHECKPOINT_FORMAT,
             "epoch": epoch,
-            "config": json.dumps(config),
+            "config": json.dumps(dataclasses.asdict(cfg)),
             "started": started,
             "model": tr.net.state_dict(),
             "optimizer": tr.optimizer.state_dict(),
@@ -121,14 +127,13 @@ def save_checkpoint(
             "scaler": tr.scaler.state_dict() if tr.scaler is not None else {},
             "counters": dataclasses.asdict(tr.step.counters),
             "rng": rng,
-            "records": records,
+            "records": json.dumps(clean(records)),
         },
     )
 
 
 def load_checkpoint(path: Path, cfg: TrainConfig, res: Resolved) -> dict:
-    """The checkpoint at ``path``, checked to be this runner's and resumable with
-    ``cfg``."""
+    """The checkpoint at ``path``, checked: this runner's, resumable with ``cfg``."""
 
     def refuse(why: str) -> ConfigError:
         return ConfigError(
@@ -219,3 +224,149 @@ def restore(ckpt: dict, path: Path, tr: Training, rank: int) -> None:
             f"{str(err).splitlines()[0][:200]}); start the run again with "
             "--overwrite, or choose another --name"
         ) from None
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def clean(value):
+    """JSON-safe: NaN/inf -> None, tuples -> lists, paths -> str."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    return value
+
+
+def write_results(record: dict, path: Path) -> None:
+    write_atomic(path, json.dumps(clean(record), indent=1, allow_nan=False) + "\n")
+
+
+def earlier_record(path: Path | None) -> dict | None:
+    """The results record at ``path`` if it is one of this runner's, else None."""
+    if path is None or cli.is_special(path):
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ours = isinstance(record, dict) and record.get("schema") == TRAIN_SCHEMA
+    return record if ours else None
+
+
+def summarize(epochs: list[dict]) -> dict:
+    def mx(key):
+        return max((e[key] for e in epochs if e.get(key) is not None), default=None)
+
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
+    walls = [e["wall_s"] for e in epochs]
+    last = epochs[-1] if epochs else {}
+    images = sum(e["images"] for e in epochs)
+    return {
+        "epochs_completed": len(epochs),
+        "total_wall_s": sum(walls),
+        "mean_epoch_wall_s": mean(walls),
+        "mean_epoch_wall_s_after_first": mean(walls[1:]),
+        "mean_images_per_s": images / sum(walls) if sum(walls) > 0 else None,
+        "final_train_loss": last.get("train_loss"),
+        "final_val_pixel_accuracy": last.get("val_pixel_accuracy"),
+        "final_val_miou": last.get("val_miou"),
+        "total_skipped_steps": sum(e["skipped_steps"] for e in epochs),
+        "max_saved_tensor_bytes": mx("saved_tensor_bytes"),
+        "max_peak_rss_bytes": mx("peak_rss_bytes"),
+        "max_cuda_allocated_bytes": mx("cuda_max_allocated_bytes"),
+        "max_cuda_reserved_bytes": mx("cuda_max_reserved_bytes"),
+    }
+
+
+def earlier_epochs(
+    checkpoint: dict, json_path: Path | None, name: str
+) -> tuple[list[dict], str, list[dict]]:
+    """(epoch records, start time, earlier resumptions) of the run a checkpoint
+    continues: the results file's records (they hold ``checkpoint_s`` and ``epoch_s``,
+    which the checkpoint cannot hold for its own epoch) where they agree with the
+    checkpoint's on every number ``summarize`` reads, else the checkpoint's."""
+    epochs = list(checkpoint["records"])
+    started = checkpoint.get("started")
+    started = started if started and isinstance(started, str) else now()
+    resumes: list[dict] = []
+    earlier = earlier_record(json_path)
+    if earlier is not None:
+        check_earlier(earlier, json_path)
+    if earlier is not None and earlier["name"] == name:
+        written = {e["epoch"]: e for e in earlier.get("epochs") or []}
+        same = "epoch steps train_loss val_loss wall_s images skipped_steps".split()
+        epochs = [
+            written[e["epoch"]]
+            if all(written.get(e["epoch"], {}).get(k) == e.get(k) for k in same)
+            else e
+            for e in epochs
+        ]
+        started = earlier.get("started") or started
+        resumes = list(earlier.get("resumed") or [])  # dicts (check_earlier)
+    for e in epochs:
+        e.setdefault("checkpoint_s", None)
+        e.setdefault("epoch_s", None)
+    return epochs, started, resumes
+
+
+def check_earlier(record: dict, path: Path) -> None:
+    """The fields of an earlier results file that a resumed run carries over, checked;
+    ``ConfigError`` names the file and the field."""
+
+    def bad(field: str, value, want: str) -> ConfigError:
+        return ConfigError(
+            f"resume: {path} field {field} is {value!r}, not {want}; the file was "
+            "edited or damaged. Restore it, or delete it: the checkpoint holds the "
+            "epochs"
+        )
+
+    if not isinstance(record.get("name"), str):
+        raise bad("name", record.get("name"), "the run's name")
+    started = record.get("started")
+    if started is not None and not isinstance(started, str):
+        raise bad("started", started, "an ISO time")
+    resumed = record.get("resumed")
+    if resumed is not None and not (
+        isinstance(resumed, list) and all(isinstance(r, dict) for r in resumed)
+    ):
+        raise bad("resumed", resumed, "a list of resumptions")
+    epochs = record.get("epochs")
+    if epochs is not None and not isinstance(epochs, list):
+        raise bad("epochs", epochs, "a list of epoch records")
+    for i, e in enumerate(epochs or []):
+        if not isinstance(e, dict):
+            raise bad(f"epochs[{i}]", e, "an epoch record")
+        n = e.get("epoch")
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise bad(f"epochs[{i}].epoch", n, "an epoch number")
+
+
+def epoch_line(cfg: TrainConfig, r: dict) -> str:
+    parts = [
+        f"epoch {r['epoch']}/{cfg.epochs} {cfg.precision}: loss {r['train_loss']:.4f}"
+    ]
+    if "val_pixel_accuracy" in r:
+        parts.append(f"val acc {r['val_pixel_accuracy']:.3f} mIoU {r['val_miou']:.3f}")
+    parts.append(
+        f"{r['wall_s']:.1f} s ({r['images_per_s']:.1f} img/s, "
+        f"data wait {r['data_wait_s']:.1f} s)"
+    )
+    if r["cuda_max_allocated_bytes"] is not None:
+        parts.append(f"CUDA peak {r['cuda_max_allocated_bytes'] / 2**30:.2f} GiB")
+    if r["saved_tensor_bytes"] is not None:
+        parts.append(f"saved for backward {r['saved_tensor_bytes'] / 2**20:.1f} MiB")
+    if r["skipped_steps"]:
+        parts.append(f"{r['skipped_steps']} skipped steps")
+    if r["loss_scale"] is not None:
+        parts.append(f"scale {r['loss_scale']:g}")
+    return ", ".join(parts)

@@ -1,8 +1,6 @@
-"""A training run's settings: ``TrainConfig`` (one field per command-line option),
-their checks (``validate``, raising ``ConfigError`` before any work), what they resolve
-to here (``Resolved``), the run's name, and the command line (``build_parser``,
-``command_line``). Light: torch is imported by the checks that need it, so that
-``--help`` and a bad option answer without loading torch."""
+"""A training run's settings (``TrainConfig``), their checks (``validate``: a
+``ConfigError`` before any work) and the command line. Light: torch is imported only by
+the checks that need it, so ``--help`` and a bad option answer without loading it."""
 
 from __future__ import annotations
 
@@ -27,9 +25,8 @@ COMPILE_MODES = tuple(
     "default reduce-overhead max-autotune max-autotune-no-cudagraphs aot_eager".split()
 )
 TF32_CHOICES = ("on", "off")
-# Fields that may differ between an interrupted run and its resumption (they do not
-# change the numbers the run computes).
-# (sync_every: the same losses and skip decisions, read later).
+# Fields that may differ between an interrupted run and its resumption: they do not
+# change the numbers the run computes (sync_every: the same losses, read later).
 RUNTIME_FIELDS = frozenset(
     "out name resume overwrite quiet progress workers save_predictions device "
     "checkpoint sync_every".split()
@@ -50,8 +47,7 @@ class TrainError(RuntimeError, cli.Stopped):
 
 
 class Interrupted(TrainError):
-    """Ctrl-C (SIGINT) during a run; the message says what was saved and how to
-    resume."""
+    """Ctrl-C (SIGINT) during a run (the message: what was saved, how to resume)."""
 
 
 def _f(default, help: str, **kw):
@@ -72,17 +68,14 @@ def workers_arg(text: str) -> int | str:
 
 
 def cpu_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; the CPU count where the
-    mask cannot be read)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """CPU cores this process may run on (its affinity mask, else the CPU count)."""
+    from ampbook.measure.timing import machine_load
+
+    return machine_load()["cpus"]
 
 
 def fused_devices() -> tuple[str, ...]:
     """Device types that have torch's fused Adam kernel."""
-    import torch  # noqa: F401 -- the module below needs torch loaded
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     return tuple(_get_fused_kernels_supported_devices())
@@ -90,8 +83,7 @@ def fused_devices() -> tuple[str, ...]:
 
 @dataclass
 class TrainConfig:
-    """Settings of one training run; each field is the command-line option of the same
-    name."""
+    """One training run's settings; each field is the command-line option so named."""
 
     precision: str = _f(
         "fp32",
@@ -226,8 +218,7 @@ class TrainConfig:
 
 
 def run_name(cfg: TrainConfig) -> str:
-    """The run's name: ``cfg.name`` or one built from the settings that change the
-    numbers."""
+    """``cfg.name``, or a name built from the settings that change the numbers."""
     if cfg.name:
         return cfg.name
     size = f"{cfg.width}x{cfg.height}"
@@ -253,7 +244,6 @@ class Resolved:
     warnings: list[str]
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
     workers: int = 0  # DataLoader worker processes ("auto" resolved)
     cpu_cores: int = 1  # cores this process may use
 
@@ -320,11 +310,9 @@ def validate(cfg: TrainConfig) -> Resolved:
         check_compile(cfg.compile, device)
     dtype = AUTOCAST_DTYPES[cfg.precision]
     notes = _notes(cfg, device, dtype)
-    cores = cpu_cores()
-    # auto: the cores, shared among this machine's training processes
-    workers = (
-        max(1, cores // local_processes()) if cfg.workers == "auto" else cfg.workers
-    )
+    cores, workers = cpu_cores(), cfg.workers
+    if workers == "auto":  # the cores, shared among this machine's training processes
+        workers = max(1, cores // local_processes())
     # open files: about 6 per worker measured (19 open with 2 workers, 64 with 8), so
     # 8 each with room to spare, and 8 for the run's own files
     if workers:
@@ -333,8 +321,8 @@ def validate(cfg: TrainConfig) -> Resolved:
             cli.check_open_files(8 + 8 * workers, need)
         except cli.UserError as err:
             raise ConfigError(f"{err}, or use fewer --workers") from None
-    ddp = (rank, world_size, local_rank)
-    return Resolved(device, dtype, dtype is torch.float16, notes, *ddp, workers, cores)
+    fp16 = dtype is torch.float16  # a GradScaler
+    return Resolved(device, dtype, fp16, notes, rank, world_size, workers, cores)
 
 
 def _check_numbers(cfg: TrainConfig) -> None:
@@ -518,8 +506,7 @@ def check_compile(mode: str, device: torch.device) -> None:  # noqa: F821
     """``ConfigError`` when ``torch.compile`` in ``mode`` cannot work on ``device``
     here: no TorchDynamo for this Python, no C++ compiler for Inductor on a CPU, no
     Triton for Inductor on a GPU."""
-    import torch
-    import torch._dynamo
+    import torch._dynamo  # (binds torch too)
 
     if not torch._dynamo.is_dynamo_supported():
         raise ConfigError(
@@ -554,19 +541,14 @@ def check_compile(mode: str, device: torch.device) -> None:  # noqa: F821
             )
 
 
-# Settings whose values give the same numbers: a cache in host or in GPU memory holds
-# the same bytes.
-SAME_NUMBERS = {"data_cache": lambda v: "cached" if v in ("host", "device") else v}
-
-
 def check_resumable(saved: dict, cfg: TrainConfig) -> None:
     now = dataclasses.asdict(cfg)
     # a setting newer than the checkpoint was at its default then
     saved = {**dataclasses.asdict(TrainConfig()), **saved}
 
-    def same(k: str) -> bool:
-        norm = SAME_NUMBERS.get(k, lambda v: v)
-        return norm(saved.get(k)) == norm(now[k])
+    def same(k: str) -> bool:  # a cache in host or in GPU memory holds the same bytes
+        a, b, cache = saved[k], now[k], ("host", "device")
+        return a == b or (k == "data_cache" and a in cache and b in cache)
 
     diff = [k for k in now if k not in RUNTIME_FIELDS and not same(k)]
     if diff:
@@ -607,8 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_line(cfg: TrainConfig) -> str:
-    """The ``python -m ampbook.train ...`` command that runs ``cfg`` (options that
-    differ from the command line's defaults)."""
+    """The ``python -m ampbook.train`` command that runs ``cfg`` (its non-defaults)."""
     parts = ["python -m ampbook.train"]
     for f, flag, default in _options():
         value = getattr(cfg, f.name)

@@ -1,5 +1,4 @@
-"""The run (``run_training``): data, epochs, validation, checkpoints and the results
-record."""
+"""The run (``run_training``): data, epochs, validation, checkpoints, the record."""
 
 from __future__ import annotations
 
@@ -28,11 +27,17 @@ from ampbook.measure.memory import SavedTensorMeter, peak_rss_bytes, reset_peak_
 from ampbook.measure.timing import default_sync, machine_load
 from ampbook.results.schema import TRAIN_SCHEMA, TRAIN_SCHEMA_VERSION
 from ampbook.train.checkpoint import (
+    clean,
+    earlier_epochs,
+    epoch_line,
     load_checkpoint,
+    now,
     restore,
     rng_state,
     save_checkpoint,
+    summarize,
     write_atomic,
+    write_results,
 )
 from ampbook.train.config import (
     ConfigError,
@@ -51,23 +56,13 @@ from ampbook.train.outdir import (
     discard_replaced,
     output_folder,
 )
-from ampbook.train.record import (
-    clean,
-    earlier_epochs,
-    epoch_line,
-    now,
-    summarize,
-    write_results,
-)
 from ampbook.train.step import (
     Training,
     TrainStep,
     build_training,
-    compile_count,
     optimizer_impl,
 )
 
-ENET_C = 1.02
 COUNTS = ("optimizer_steps", "skipped_steps", "nonfinite_losses")  # a record's steps
 
 
@@ -113,8 +108,7 @@ def enet_class_weights(dataset, workers: int = 0, batch_size: int = 8) -> list[f
         valid = labels[labels < NUM_CLASSES]
         counts += torch.bincount(valid.reshape(-1), minlength=NUM_CLASSES).double()
     share = counts / counts.sum().clamp(min=1)
-    weights = [float(w) for w in 1.0 / torch.log(ENET_C + share)]
-    path.parent.mkdir(parents=True, exist_ok=True)
+    weights = [float(w) for w in 1.0 / torch.log(1.02 + share)]
     write_atomic(
         path, json.dumps({"key": key, "counts": counts.tolist(), "weights": weights})
     )
@@ -144,7 +138,7 @@ def evaluate(
 
     net.eval()
     metrics = SegmentationMetrics(device=step.device)
-    total, batches, index = 0.0, 0, 0
+    total, index = 0.0, 0
     for images, labels in loader:
         images = images.to(step.device, non_blocking=True)
         labels = labels.to(step.device, non_blocking=True)
@@ -156,7 +150,6 @@ def evaluate(
         pred = logits.argmax(dim=1)
         metrics.update(pred, labels)
         total += float(loss)
-        batches += 1
         if save_to is not None:
             pairs = loader.dataset.pairs[index : index + len(pred)]
             save_predictions(logits, pairs, save_to)
@@ -164,31 +157,11 @@ def evaluate(
     net.train()
     m = metrics.compute()
     return {
-        "val_loss": total / max(batches, 1),
+        "val_loss": total / max(len(loader), 1),
         "val_pixel_accuracy": m["pixel_accuracy"],
         "val_miou": m["miou"],
         "val_iou": m["iou"],
     }
-
-
-class CompileFailed(RuntimeError):
-    """torch.compile could not compile the model (raised from a step)."""
-
-
-def _compiled_step(cfg: TrainConfig, step: TrainStep, x, y, meter):
-    """``step(x, y, meter=meter)``; a failure of torch.compile becomes
-    ``CompileFailed``, one line."""
-    if not cfg.compile:
-        return step(x, y, meter=meter)
-    from torch._dynamo.exc import TorchDynamoException
-
-    try:
-        return step(x, y, meter=meter)
-    except TorchDynamoException as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise CompileFailed(
-            f"torch.compile ({cfg.compile}) failed: {type(err).__name__}: {first}"
-        ) from None
 
 
 class _Tally:
@@ -203,19 +176,21 @@ def _steps(cfg: TrainConfig, step: TrainStep, loader, bar, sync, start) -> _Tall
     """Run the epoch's steps, timing the wait for each batch, the steps and the steps
     that compiled apart."""
     n = _Tally()
+    if cfg.compile:  # frames compiled so far (a step's backward compiles in the step)
+        from torch._dynamo.utils import counters
     t0 = time.perf_counter()
     for x, y in loader:
         t1 = time.perf_counter()
         meter = SavedTensorMeter() if n.steps == 0 else None
-        frames = compile_count() if cfg.compile else 0
-        value = _compiled_step(cfg, step, x, y, meter)
+        frames = counters["frames"]["total"] if cfg.compile else 0
+        value = step(x, y, meter=meter)
         if step.synced:  # the clock stops after the device's work
             sync()
         t2 = time.perf_counter()
         if meter is not None:
             n.saved = meter
         n.data_wait += t1 - t0
-        if cfg.compile and compile_count() > frames:
+        if cfg.compile and counters["frames"]["total"] > frames:
             n.compile_time += t2 - t1  # a step that compiled: timed apart
         else:
             n.step_time += t2 - t1
@@ -241,9 +216,9 @@ def train_epoch(
     device, step = res.device, tr.step
     before = dataclasses.replace(step.counters)
     tr.model.train()
-    cuda = device.type == "cuda"
+    cuda = torch.cuda if device.type == "cuda" else None  # a GPU's peak memory
     if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
+        cuda.reset_peak_memory_stats(device)
     rss_reset = reset_peak_rss()
     lr = tr.optimizer.param_groups[0]["lr"]
     shown = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
@@ -284,12 +259,8 @@ def train_epoch(
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_rss_reset": rss_reset,
         "load_average": machine_load()["load1"],
-        "cuda_max_allocated_bytes": (
-            torch.cuda.max_memory_allocated(device) if cuda else None
-        ),
-        "cuda_max_reserved_bytes": (
-            torch.cuda.max_memory_reserved(device) if cuda else None
-        ),
+        "cuda_max_allocated_bytes": cuda and cuda.max_memory_allocated(device),
+        "cuda_max_reserved_bytes": cuda and cuda.max_memory_reserved(device),
     }
 
 
@@ -312,12 +283,11 @@ def run_training(cfg: TrainConfig) -> dict:
     """Train as ``cfg`` says; returns the results record (``data/results/README.md``),
     also written to ``cfg.out/NAME.json`` when ``cfg.out`` is set (rank 0)."""
     res = validate(cfg)
-    own_group = False
-    if res.world_size > 1 and not dist.is_initialized():
+    own_group = res.world_size > 1 and not dist.is_initialized()
+    if own_group:
         if res.device.type == "cuda":
             torch.cuda.set_device(res.device)
         dist.init_process_group("nccl" if res.device.type == "cuda" else "gloo")
-        own_group = True
     flags = dict(tf32=cfg.tf32 == "on", cudnn_benchmark=cfg.cudnn_benchmark)
     name, out = run_name(cfg), Path(cfg.out) if cfg.out else None
     try:
@@ -348,19 +318,6 @@ def _first_line(err: BaseException) -> str:
         last = text.strip().splitlines()[-1]
         return last.split(": ", 1)[1] if ": " in last else last
     return text
-
-
-def check_batch_size(cfg: TrainConfig, res: Resolved, images: int) -> None:
-    """``ConfigError`` for a batch larger than the training images a process has."""
-    per = -(-images // res.world_size)  # DistributedSampler: the shard, rounded up
-    if cfg.batch_size > per:
-        shard = (
-            f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
-        )
-        raise ConfigError(
-            f"batch_size {cfg.batch_size} is more than the {per} training images"
-            f"{shard}: use --batch-size {per} or less, or more training images"
-        )
 
 
 def _data_cache(cfg: TrainConfig, res: Resolved, train_ds, val_ds):
@@ -435,10 +392,9 @@ class _Run:
             return "nothing was saved (no epoch finished)"
         n = len(self.epochs)
         done = "epoch 1" if n == 1 else f"epochs 1-{n}"
-        ckpt = self.ckpt_path
-        if checkpoint and ckpt.exists():
+        if checkpoint and self.ckpt_path.exists():
             return (
-                f"{ckpt} and {self.json_path} hold {done}; continue with: "
+                f"{self.ckpt_path} and {self.json_path} hold {done}; continue with: "
                 f"{resume_command(self.cfg)}"
             )
         return f"{self.json_path} holds {done} (nothing to resume from)"
@@ -462,15 +418,6 @@ class _Data(NamedTuple):
     weights: list[float] | None
 
 
-class _Loaders(NamedTuple):
-    sampler: object
-    generator: torch.Generator
-    train: object
-    val: object
-    cache_info: dict | None
-    workers: int
-
-
 def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
     """The datasets (checked), their decoded caches and the class weights."""
     from ampbook.segmentation.cityscapes import Cityscapes, DataError, check_headers
@@ -482,7 +429,15 @@ def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
         check_headers(train_ds.pairs + val_ds.pairs)
     except (FileNotFoundError, ValueError) as err:  # DataError is a ValueError
         raise ConfigError(f"data: {err}") from None
-    check_batch_size(cfg, res, len(train_ds))
+    per = -(-len(train_ds) // res.world_size)  # DistributedSampler: a shard, rounded up
+    if cfg.batch_size > per:
+        shard = (
+            f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
+        )
+        raise ConfigError(
+            f"batch_size {cfg.batch_size} is more than the {per} training images"
+            f"{shard}: use --batch-size {per} or less, or more training images"
+        )
     kind = "SYNTHETIC Cityscapes (no Cityscapes root given)"
     sizes = f"{len(train_ds)} train / {len(val_ds)} val images"
     where = f"data: {kind if synthetic else 'Cityscapes'} at {root}: {sizes}"
@@ -496,8 +451,9 @@ def _open_data(cfg: TrainConfig, res: Resolved) -> _Data:
     return _Data(root, synthetic, train_ds, val_ds, caches, weights)
 
 
-def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
-    """The training and validation loaders: from the decoded caches, or DataLoaders."""
+def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> tuple:
+    """(sampler, its generator, the training and validation loaders): from the decoded
+    caches, or DataLoaders."""
     from ampbook.segmentation.cityscapes import CachedLoader
 
     sampler = torch.utils.data.DistributedSampler(
@@ -505,12 +461,11 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
     )
     gen = torch.Generator()
     if data.caches is not None:  # batches from memory: no workers
-        train_cache, val_cache, cache_info = data.caches
+        train_cache, val_cache, _ = data.caches
         train = CachedLoader(
             train_cache, cfg.batch_size, res.device, sampler=sampler, flip=cfg.flip
         )
         val = CachedLoader(val_cache, cfg.batch_size, res.device)
-        loaders = _Loaders(sampler, gen, train, val, cache_info, 0)
     else:
         pin = res.device.type == "cuda"
         load = dict(batch_size=cfg.batch_size, num_workers=res.workers, pin_memory=pin)
@@ -520,7 +475,6 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
         val = torch.utils.data.DataLoader(  # leaves torch's global generator alone
             data.val, shuffle=False, generator=torch.Generator(), **load
         )
-        loaders = _Loaders(sampler, gen, train, val, None, res.workers)
     if cfg.accumulate > len(train):
         per = f" per process ({res.world_size} processes)" if res.world_size > 1 else ""
         raise ConfigError(
@@ -529,10 +483,10 @@ def _loaders(cfg: TrainConfig, res: Resolved, data: _Data) -> _Loaders:
             f"{cfg.batch_size}): no window would ever be full; use --accumulate "
             f"{len(train)} or less"
         )
-    return loaders
+    return sampler, gen, train, val
 
 
-def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
+def _begin(run: _Run, checkpoint, data: _Data) -> None:
     """Restore a checkpoint's epochs, then make the run's record and say what runs."""
     cfg, res, tr = run.cfg, run.res, run.tr
     run.started = now()
@@ -547,9 +501,8 @@ def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
         after = f"after epoch {checkpoint['epoch']}"
         _say(cfg, res, f"resumed {run.name} from {run.ckpt_path} {after}")
     run.epoch = run.start_epoch
-    environment = _env.environment(res.device)
     fmt = "channels_last" if cfg.channels_last else "contiguous"
-    environment["memory_format"] = fmt
+    environment = {**_env.environment(res.device), "memory_format": fmt}
     run.record = {
         "schema": TRAIN_SCHEMA,
         "schema_version": TRAIN_SCHEMA_VERSION,
@@ -568,12 +521,12 @@ def _begin(run: _Run, checkpoint, data: _Data, loaders: _Loaders) -> None:
             "train_images": len(data.train),
             "val_images": len(data.val),
             "world_size": res.world_size,
-            "workers": loaders.workers,
+            "workers": 0 if data.caches else res.workers,  # a cache: no workers
             "cpu_cores": res.cpu_cores,
             "optimizer": optimizer_impl(tr.optimizer),
-            "data_cache": loaders.cache_info,
+            "data_cache": data.caches[2] if data.caches else None,
             "global_batch_size": cfg.batch_size * res.world_size * cfg.accumulate,
-            "memory_format": environment["memory_format"],
+            "memory_format": fmt,
             "class_weights": data.weights,
             "parameters": sum(p.numel() for p in tr.net.parameters()),
             "warnings": res.warnings,
@@ -606,7 +559,7 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     if res.rank:  # different dropout masks on each rank (the weights: the same seed)
         torch.manual_seed(cfg.seed + 1_000_003 * res.rank)
     loaders = _loaders(cfg, res, data)
-    _begin(run, checkpoint, data, loaders)
+    _begin(run, checkpoint, data)
     try:
         _epochs(run, loaders)
     except (KeyboardInterrupt, RuntimeError, OSError, DataError, NothingLearned) as err:
@@ -614,29 +567,27 @@ def _train(cfg: TrainConfig, res: Resolved, name: str, out: Path | None) -> dict
     return clean(run.record)
 
 
-def _epochs(run: _Run, loaders: _Loaders) -> None:
-    """Train, validate, checkpoint and record each epoch left; then mark the run
-    complete."""
+def _epochs(run: _Run, loaders: tuple) -> None:
+    """Each epoch left: train, validate, checkpoint, record; then the run is done."""
     cfg, res, tr = run.cfg, run.res, run.tr
     save_dir = Path(cfg.save_predictions) if cfg.save_predictions else None
+    sampler, generator, train, val = loaders
     for epoch in range(run.start_epoch, cfg.epochs + 1):
         run.epoch = epoch
-        loaders.sampler.set_epoch(epoch)
-        loaders.generator.manual_seed(cfg.seed * 1_000_003 + epoch)
-        rec = train_epoch(epoch, cfg, res, tr, loaders.train)
+        sampler.set_epoch(epoch)
+        generator.manual_seed(cfg.seed * 1_000_003 + epoch)
+        rec = train_epoch(epoch, cfg, res, tr, train)
         with warnings.catch_warnings():  # an epoch whose steps all skipped is fine
             warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step")
             tr.scheduler.step()
         t = time.perf_counter()
         if run.writer:
             last = epoch == cfg.epochs
-            rec.update(
-                evaluate(tr.net, loaders.val, tr.step, save_dir if last else None)
-            )
+            rec.update(evaluate(tr.net, val, tr.step, save_dir if last else None))
         rec["val_s"] = time.perf_counter() - t
         _end_epoch(run, rec)
     if save_dir is not None and run.writer and run.start_epoch > cfg.epochs:
-        evaluate(tr.net, loaders.val, tr.step, save_dir)  # resumed after the last epoch
+        evaluate(tr.net, val, tr.step, save_dir)  # resumed after the last epoch
     run.record.update(status="complete", finished=now(), summary=summarize(run.epochs))
     if run.writer and run.json_path is not None:
         write_results(run.record, run.json_path)
@@ -655,15 +606,8 @@ def _end_epoch(run: _Run, rec: dict) -> None:
         rng = [None] * res.world_size
         dist.all_gather_object(rng, rng_state())
     if run.writer and run.ckpt_path is not None and cfg.checkpoint:
-        save_checkpoint(
-            run.ckpt_path,
-            epoch=run.epoch,
-            config=dataclasses.asdict(cfg),
-            started=run.started,
-            tr=tr,
-            rng=rng,
-            records=json.dumps(clean(run.epochs + [rec])),
-        )
+        records = run.epochs + [rec]
+        save_checkpoint(run.ckpt_path, run.epoch, cfg, run.started, tr, rng, records)
     run.epochs.append(rec)
     rec["checkpoint_s"] = time.perf_counter() - t
     rec["epoch_s"] = rec["wall_s"] + rec["val_s"] + rec["checkpoint_s"]
@@ -698,10 +642,9 @@ def _stopped(run: _Run, err: BaseException) -> None:
                 "(NaN or inf), so every loss is NaN and no later epoch can learn; "
                 "start the run again with --overwrite rather than resuming it"
             )
-        kept = run.kept(checkpoint=finite)
         run.stop("stopped: nothing learned", why)
         raise TrainError(
-            f"{why}. The run stopped after epoch {epoch}; {kept}"
+            f"{why}. The run stopped after epoch {epoch}; {run.kept(checkpoint=finite)}"
         ) from None
     if isinstance(err, NonFiniteLossError):
         c, scaler = run.tr.step.counters, run.tr.scaler
@@ -710,19 +653,21 @@ def _stopped(run: _Run, err: BaseException) -> None:
         run.stop("stopped: non-finite loss", str(err), **counts, loss_scale=scale)
         raise
     if isinstance(err, KeyboardInterrupt):
-        kept = run.kept()
         how = "SIGTERM" if cli.terminated() else "SIGINT"
         run.stop("interrupted", f"interrupted ({how})")
-        raise Interrupted(f"interrupted in epoch {epoch}; {kept}") from None
-    advice = ""
-    if isinstance(err, CompileFailed):
-        why = str(err)
+        raise Interrupted(f"interrupted in epoch {epoch}; {run.kept()}") from None
+    advice, compiling = "", run.cfg.compile
+    if compiling:
+        from torch._dynamo.exc import TorchDynamoException
+    if compiling and isinstance(err, TorchDynamoException):  # a failure to compile
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        why = f"torch.compile ({compiling}) failed: {type(err).__name__}: {first}"
         advice = "Run without --compile (or with --compile aot_eager, which generates "
         advice += "no code). "
     elif isinstance(err, DataError):
         why, advice = _first_line(err), "Fix or remove that file. "
     else:
-        why = loader_failure(err) if isinstance(err, (RuntimeError, OSError)) else None
+        why = loader_failure(err)  # a RuntimeError or an OSError (see _train)
         if why is None and isinstance(err, OSError):
             what = f"{err.filename}: " if err.filename else ""
             raise TrainError(
@@ -732,17 +677,15 @@ def _stopped(run: _Run, err: BaseException) -> None:
         if why is None:
             raise
         _drop_loaders(err)  # the workers and their descriptors go before the record
-    kept = run.kept()
     run.stop("failed", why)
     raise TrainError(
-        f"{why}. {advice}Epoch {epoch} stopped unfinished; {kept}"
+        f"{why}. {advice}Epoch {epoch} stopped unfinished; {run.kept()}"
     ) from None
 
 
 def loader_failure(err: BaseException) -> str | None:
-    """What stopped the run when the data loading's machinery failed: out of file
-    descriptors, or a DataLoader worker killed (the out-of-memory killer, kill -9) or
-    gone; None for any other failure."""
+    """What stopped the run when the data loading's machinery failed (out of file
+    descriptors, a DataLoader worker killed or gone), or None."""
     if cli.too_many_open_files(err):
         return f"the run ran out of open files ({cli.open_files_advice()})"
     text = str(err)

@@ -14,37 +14,32 @@ import re
 from pathlib import Path
 
 from ampbook.core import cli
+from ampbook.train.checkpoint import earlier_record
 from ampbook.train.config import ConfigError, TrainConfig
-from ampbook.train.record import earlier_record
-
-REPLACED = ".replaced"  # suffix of an earlier run's file moved aside by --overwrite
 
 
-def _aside(path: Path) -> Path:
-    return path.with_name(f".{path.name}{REPLACED}")
+def _aside(path: Path) -> Path:  # an earlier run's file, moved aside by --overwrite
+    return path.with_name(f".{path.name}.replaced")
 
 
 def discard_replaced(out: Path, name: str) -> None:
     """The new run has written its first record: the files it replaces go."""
     for suffix in (".json", ".ckpt"):
-        with contextlib.suppress(FileNotFoundError):
-            _aside(out / f"{name}{suffix}").unlink()
+        _aside(out / f"{name}{suffix}").unlink(missing_ok=True)
 
 
 def _settle_replaced(out: Path, name: str) -> None:
     """Files moved aside by an ``--overwrite`` run that ended (or was killed): gone
     when the new run wrote its record, else put back."""
-    json_path = out / f"{name}.json"
-    asides = [_aside(out / f"{name}{s}") for s in (".json", ".ckpt")]
-    if not any(a.exists() for a in asides):
+    paths = [out / f"{name}{suffix}" for suffix in (".json", ".ckpt")]
+    if not any(_aside(p).exists() for p in paths):
         return
-    if json_path.exists():  # written by the new run: the earlier one was moved
+    if paths[0].exists():  # written by the new run: the earlier one was moved
         discard_replaced(out, name)
         return
-    for aside in asides:  # the new run wrote no record: none of it stays
-        path = aside.with_name(aside.name[1 : -len(REPLACED)])
-        if aside.exists():
-            os.replace(aside, path)
+    for path in paths:  # the new run wrote no record: none of it stays
+        if _aside(path).exists():
+            os.replace(_aside(path), path)
         else:
             path.unlink(missing_ok=True)
 
@@ -90,12 +85,8 @@ def checkpoint_room() -> int:
 
 @contextlib.contextmanager
 def output_folder(cfg: TrainConfig, out: Path, name: str):
-    """Lock ``out`` for ``name`` and check it before any work (see the module)."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(
-            f"out {out} is a file, not a folder; give a folder for {name}.json "
-            f"and {name}.ckpt"
-        )
+    """Lock ``out`` for ``name`` and check it before any work (see the module); a
+    file in its place was refused by ``validate``."""
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,7 @@ from ampbook.train.config import NonFiniteLossError, Resolved, TrainConfig
 
 
 class PolyDecay:
-    """lr factor ``(1 - epoch/epochs) ** power`` (a class, so the scheduler state
-    serialises)."""
+    """lr factor ``(1 - epoch/epochs) ** power`` (a class: the scheduler saves it)."""
 
     def __init__(self, epochs: int, power: float):
         self.epochs, self.power = epochs, power
@@ -132,8 +131,7 @@ class TrainStep:
 
     def begin_epoch(self, batches: int) -> None:
         """Start an epoch of ``batches`` batches: windows and losses read restart."""
-        self._micro, self._remaining = 0, batches
-        self._read = []
+        self._micro, self._remaining, self._read = 0, batches, []
 
     def _optimizer_step(self) -> None:
         """One optimizer step. With a GradScaler the gradients are scaled until
@@ -221,14 +219,6 @@ def compiled(model: nn.Module, mode: str) -> nn.Module:
     shapes: an epoch's short last batch compiles its own graph, not a dynamic one."""
     how = {"backend": mode} if mode == "aot_eager" else {"mode": mode}
     return torch.compile(model, dynamic=False, **how)
-
-
-def compile_count() -> int:
-    """Frames TorchDynamo has compiled in this process so far: a step that raises it
-    compiled (its backward graph compiles in the same step)."""
-    from torch._dynamo.utils import counters
-
-    return counters["frames"]["total"]
 
 
 def optimizer_impl(optimizer: torch.optim.Optimizer) -> str:
