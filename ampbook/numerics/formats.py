@@ -1,17 +1,8 @@
 """Floating-point formats used in mixed-precision training, every property computed
 from the bit layout (nothing typed in; the tests compare with ``torch.finfo``,
-``numpy.finfo`` and the IEEE-754 bit patterns).
-
-    >>> FORMATS["fp16"].max
-    65504.0
-    >>> bits(1.0, "fp16")
-    '0 01111 0000000000'
-    >>> round_to(torch.tensor([1 + 2**-11]), "fp16")  # a tie: rounds to even, i.e. to 1
-    tensor([1.])
-
-``round_to`` emulates rounding to any format on any device (later chapters emulate
-fp16 tensors with it, and TF32, which has no dtype).
-"""
+``numpy.finfo`` and the IEEE-754 bit patterns). ``round_to`` emulates rounding to any
+format on any device (later chapters emulate fp16 tensors with it, and TF32, which has
+no dtype)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
 """Measured results read from a folder: the one place the chapters read them from.
-
-    rs = load_results_dir(results_dir)          # default: data/results
-    for pair in rs.pairs(): print(pair.label, pair.speedup, pair.memory_ratio)
-
 Every ``*.json`` under the folder is read by its ``schema`` field (``read_file``):
 training runs -> ``TrainRun``, tensor-core sweeps -> ``MatmulSweep``, per-layer profiles
 -> ``LayerProfile``, loader sweeps -> ``LoaderSweep``, ladders -> ``Ladder``. Any other
@@ -92,24 +88,20 @@ class ResultSet:
     ladders: list[Ladder] = field(default_factory=list)
     ignored: list[Ignored] = field(default_factory=list)
 
-    def gpu_runs(self, complete_only: bool = True) -> list[TrainRun]:
-        """Training runs made on CUDA (complete ones unless asked otherwise)."""
-        runs = [r for r in self.train_runs if r.is_cuda]
-        return [r for r in runs if r.complete or not complete_only]
+    def gpu_runs(self) -> list[TrainRun]:
+        """The complete training runs made on CUDA."""
+        return [r for r in self.train_runs if r.is_cuda and r.complete]
 
-    def pairs(self, complete_only: bool = True) -> list[RunPair]:
-        """``pair_runs`` over the CUDA runs."""
-        return pair_runs(self.gpu_runs(complete_only), complete_only)
+    def pairs(self) -> list[RunPair]:
+        return pair_runs(self.gpu_runs())
 
     def profile_pairs(self) -> list[tuple]:
         return profile_pairs(self.layer_profiles)
 
     def devices(self) -> list[str]:
         """Device names that appear in any result, sorted."""
-        return sorted({x.device_name for kind in _GROUPS.values() for x in self[kind]})
-
-    def __getitem__(self, kind: str) -> list:
-        return getattr(self, kind)
+        groups = _GROUPS.values()
+        return sorted({x.device_name for kind in groups for x in getattr(self, kind)})
 
     def gpu_ladders(self) -> list[Ladder]:
         """Ladders measured on CUDA, the most complete (most measured cells) first."""
@@ -237,21 +229,17 @@ def load_results_dir(
     for path in sorted(directory.rglob("*.json")):
         try:
             item = read_file(path)
-        except ResultsError as err:
-            rs.ignored.append(Ignored(str(path), _one_line(str(err))))
-            continue
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as err:
-            # a check a reader missed: still this file's fault, not the folder's
-            why = f"{path}: not a readable results file ({type(err).__name__}: {err})"
+            # not a ResultsError: a check a reader missed, still this file's fault
+            bad = f"{path}: not a readable results file ({type(err).__name__}: {err})"
+            why = str(err) if isinstance(err, ResultsError) else bad
             rs.ignored.append(Ignored(str(path), _one_line(why)))
             continue
-        rs[_GROUPS[type(item)]].append(item)
+        getattr(rs, _GROUPS[type(item)]).append(item)
     _drop_repeats(rs)
     if report:
-        for skipped in rs.ignored:
-            why = skipped.reason
-            if not why.startswith(skipped.path):
-                why = f"{skipped.path}: {why}"
+        for x in rs.ignored:
+            why = x.reason if x.reason.startswith(x.path) else f"{x.path}: {x.reason}"
             print(f"results: skipped {why}", file=sys.stderr)
     return rs
 
@@ -287,12 +275,5 @@ def _drop_repeats(rs: ResultSet) -> None:
     )
     rs.layer_profiles = drop(
         rs.layer_profiles,
-        lambda lp: (
-            lp.device_name,
-            lp.batch_size,
-            lp.height,
-            lp.width,
-            lp.mode,
-            bool(lp.record.get("channels_last")),
-        ),
+        lambda lp: (lp.setting, lp.mode, bool(lp.record.get("channels_last"))),
     )

@@ -172,11 +172,6 @@ def _reading(where: str, what: str):
         raise ResultsError(f"{where}: {what} lacks or mistypes {err}") from None
 
 
-def mode_of(precision: str, tf32) -> str:
-    """``fp32-tf32`` for fp32 with TF32 on, else the precision."""
-    return "fp32-tf32" if precision == "fp32" and tf32 else precision
-
-
 def baseline_amp_pairs(groups: dict, pair) -> list:
     """``pair(baseline, amp)`` for each fp32 mode (TF32 on, strict) and each AMP mode
     of each group (``{mode: record}``), groups in the order given."""
@@ -205,3 +200,16 @@ class _Run:
     @property
     def complete(self) -> bool:
         return self.status == "complete"
+
+
+class _Moded:
+    """A record of one precision: its mode (``fp32-tf32`` for fp32 with TF32 on, else
+    the precision) and the mode's label."""
+
+    @property
+    def mode(self) -> str:
+        return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
+
+    @property
+    def mode_label(self) -> str:
+        return MODE_LABELS.get(self.mode, self.mode)

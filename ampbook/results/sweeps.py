@@ -18,13 +18,13 @@ from ampbook.results.schema import (
     ResultsError,
     _count,
     _Fields,
+    _Moded,
     _number,
     _reading,
     _Run,
     _share,
     baseline_amp_pairs,
     cudnn_benchmark,
-    mode_of,
     provenance,
 )
 
@@ -50,7 +50,7 @@ class LayerTime:
 
 
 @dataclass(frozen=True)
-class LayerProfile:
+class LayerProfile(_Moded):
     """Per-module times of one training step (``booktools.layers``)."""
 
     path: str
@@ -71,28 +71,17 @@ class LayerProfile:
     tf32: bool | None = None  # fp32 profiles: whether TF32 was on (None: not recorded)
 
     @property
-    def mode(self) -> str:
-        return mode_of(self.precision, self.tf32)
-
-    @property
-    def mode_label(self) -> str:
-        return MODE_LABELS.get(self.mode, self.mode)
-
-    @property
-    def efficiency(self) -> float:
-        """The bound over the measured *wall* time of a step (kernel and GPU idle time
-        mixed; ``kernel_efficiency`` is the kernels' own share)."""
-        return self.predicted_step_s / self.step_s
+    def setting(self) -> tuple:
+        """What must match for two profiles to be compared: GPU, batch and size."""
+        return (self.device_name, self.batch_size, self.height, self.width)
 
     @property
     def measured_total_s(self) -> float:
+        """Time of a step's kernels (on CUDA the profiler's device time of every module
+        and of what no module claims)."""
         return sum(layer.measured_s for layer in self.layers) + self.unattributed_s
 
-    @property
-    def kernel_s(self) -> float:
-        """Time of a step's kernels (on CUDA the profiler's device time of every module
-        and of what no module claims): ``measured_total_s``."""
-        return self.measured_total_s
+    kernel_s = measured_total_s
 
     @property
     def idle_s(self) -> float:
@@ -261,8 +250,7 @@ def profile_pairs(profiles: Iterable[LayerProfile]) -> list[tuple]:
     profile (TF32 on or strict) with each AMP profile, in ``MODES`` order."""
     groups: dict[tuple, dict[str, LayerProfile]] = {}
     for lp in profiles:
-        key = (lp.device_name, lp.batch_size, lp.height, lp.width)
-        groups.setdefault(key, {})[lp.mode] = lp
+        groups.setdefault(lp.setting, {})[lp.mode] = lp
     return baseline_amp_pairs(dict(sorted(groups.items())), lambda b, a: (b, a))
 
 

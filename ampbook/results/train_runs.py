@@ -12,7 +12,6 @@ from typing import Any, Iterable
 from ampbook.results.schema import (
     MAX_COUNT,
     MIN_WALL_S,
-    MODE_LABELS,
     PART_SLACK,
     PEAK_CUDA,
     SAVED_FOR_BACKWARD,
@@ -20,13 +19,13 @@ from ampbook.results.schema import (
     ResultsError,
     _choice,
     _count,
+    _Moded,
     _number,
     _reading,
     _Run,
     _share,
     baseline_amp_pairs,
     cudnn_benchmark,
-    mode_of,
     provenance,
 )
 
@@ -55,7 +54,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class TrainRun(_Run):
+class TrainRun(_Run, _Moded):
     """One training-run record, summarised with the module's definitions."""
 
     path: str | None
@@ -83,14 +82,6 @@ class TrainRun(_Run):
     skipped_steps: int
     record: dict = field(repr=False, compare=False, hash=False)
     steps_per_epoch: int = 1  # steps of the last epoch (per process)
-
-    @property
-    def mode(self) -> str:
-        return mode_of(self.precision, self.tf32)
-
-    @property
-    def mode_label(self) -> str:
-        return MODE_LABELS[self.mode]
 
     @property
     def images_per_s(self) -> float:
