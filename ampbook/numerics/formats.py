@@ -111,8 +111,7 @@ _BY_DTYPE = {f.torch_dtype: f for f in FORMATS.values() if f.torch_dtype is not 
 
 
 def get_format(name: str | Format | torch.dtype) -> Format:
-    """The ``Format`` for a name in ``FORMATS``, a torch dtype that has one, or a
-    Format."""
+    """The ``Format`` of a name in ``FORMATS``, of a torch dtype, or a Format."""
     if isinstance(name, Format):
         return name
     if isinstance(name, torch.dtype):

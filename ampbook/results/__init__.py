@@ -99,7 +99,6 @@ class ResultSet:
         return profile_pairs(self.layer_profiles)
 
     def devices(self) -> list[str]:
-        """Device names that appear in any result, sorted."""
         groups = _GROUPS.values()
         return sorted({x.device_name for kind in groups for x in getattr(self, kind)})
 
@@ -152,8 +151,7 @@ def parse_json(text: str, where: str) -> Any:
 def read_file(
     path: str | Path,
 ) -> TrainRun | MatmulSweep | LayerProfile | LoaderSweep | Ladder:
-    """One results file, by its schema; ``ResultsError`` names the file and the
-    problem."""
+    """One results file, by its schema; ``ResultsError`` names file and problem."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -202,9 +200,7 @@ _GROUPS = {
 
 
 def load_results(path: str | Path) -> dict:
-    """A training-run record (``ampbook.train``'s ``NAME.json``) as ``read_file``
-    reads and checks it; ``ResultsError`` (a ValueError) names the file and the
-    problem."""
+    """A training-run record (``ampbook.train``'s ``NAME.json``) read and checked."""
     run = read_file(path)
     if not isinstance(run, TrainRun):
         raise ResultsError(

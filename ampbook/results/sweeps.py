@@ -85,14 +85,11 @@ class LayerProfile(_Moded):
 
     @property
     def idle_s(self) -> float:
-        """The step's wall time in which no kernel ran (launches, host work,
-        synchronisations); 0 where kernels add up to more."""
+        """The step's wall time with no kernel running (launches, host work, syncs)."""
         return max(self.step_s - self.kernel_s, 0.0)
 
     @property
     def provenance(self) -> str:
-        """``provenance`` of this profile: device, date, software, batch and size,
-        profiled steps, cudnn.benchmark, and no DataLoader."""
         env = self.record.get("environment", {})
         settings: dict[str, Any] = {
             "": f"batch {self.batch_size} at {self.width}x{self.height}",
@@ -109,7 +106,6 @@ class LayerProfile(_Moded):
         return self.predicted_step_s / self.kernel_s
 
     def by_type(self) -> list[LayerTime]:
-        """Measured and predicted time summed per module type, largest first."""
         agg: dict[str, list[float]] = {}
         for layer in self.layers:
             a = agg.setdefault(layer.type, [0.0, 0.0])
@@ -151,12 +147,7 @@ _MATMUL_SECTIONS = {
 
 
 def validate_matmul(record: dict, source: str = "record") -> dict:
-    """Check a tensor-core sweep's schema and rows; a ValueError names the file and
-    what is wrong."""
-    if not isinstance(record, dict):
-        raise ValueError(
-            f"{source}: a results record is a JSON object, got {type(record).__name__}"
-        )
+    """Check a tensor-core sweep's schema and rows (a ValueError names the file)."""
     if record.get("schema") != MATMUL_SCHEMA:
         raise ValueError(
             f"{source}: schema is {record.get('schema')!r}, expected {MATMUL_SCHEMA!r}"
@@ -246,8 +237,7 @@ def read_loader(record: dict, path: str) -> LoaderSweep:
 
 
 def profile_pairs(profiles: Iterable[LayerProfile]) -> list[tuple]:
-    """``(baseline, amp)`` layer profiles of one GPU, batch and size: each fp32
-    profile (TF32 on or strict) with each AMP profile, in ``MODES`` order."""
+    """``(baseline, amp)`` layer profiles of one ``setting``, in ``MODES`` order."""
     groups: dict[tuple, dict[str, LayerProfile]] = {}
     for lp in profiles:
         groups.setdefault(lp.setting, {})[lp.mode] = lp
@@ -330,13 +320,11 @@ class Ladder(_Run):
     record: dict = field(repr=False, compare=False, hash=False)
 
     def cell(self, rung: int, mode: str) -> LadderCell | None:
-        """The measured (ok) cell of ``rung`` in ``mode``, or None."""
         return next(
             (c for c in self.cells if c.rung == rung and c.mode == mode and c.ok), None
         )
 
     def modes(self) -> list[str]:
-        """The modes with at least one measured cell, in ``MODES`` order."""
         have = {c.mode for c in self.cells if c.ok}
         return [m for m in MODES if m in have]
 
@@ -408,7 +396,6 @@ def _read_cells(record: dict, path: str, indices: list[int]) -> tuple:
 
 
 def read_ladder(record: dict, path: str) -> Ladder:
-    """A ``Ladder`` from a ladder record; ``ResultsError`` names what is wrong."""
     f = _Fields(record, path)
     with _reading(path, "ladder"):
         status = f.choice("status", ("running", "complete"))

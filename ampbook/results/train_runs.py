@@ -89,12 +89,10 @@ class TrainRun(_Run, _Moded):
 
     @property
     def data_wait_share(self) -> float:
-        """Fraction of the epoch time spent waiting for the loader."""
         return self.data_wait_s / self.epoch_s
 
     @property
     def one_step_s(self) -> float:
-        """Time of one step: ``step_s`` over the epoch's steps."""
         return self.step_s / self.steps_per_epoch
 
     def timed_epochs(self) -> list[dict]:
@@ -109,13 +107,9 @@ class TrainRun(_Run, _Moded):
 
     @property
     def provenance(self) -> str:
-        """Device, date, software, then workers, memory format, cudnn.benchmark (GPU
-        runs) and the data."""
         env, setting = self.record.get("environment", {}), self.setting
-        out: dict[str, Any] = {"workers": setting.workers}
-        out["memory format"] = (
-            "channels_last" if setting.channels_last else "contiguous"
-        )
+        layout = "channels_last" if setting.channels_last else "contiguous"
+        out: dict[str, Any] = {"workers": setting.workers, "memory format": layout}
         if self.is_cuda:
             out["cudnn.benchmark"] = cudnn_benchmark(env)
         data = "synthetic" if setting.synthetic_data else "Cityscapes"
@@ -129,8 +123,7 @@ def _after_first(values: list) -> list:
 
 
 def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
-    """A ``TrainRun`` from a training-run record (a loaded file or ``run_training``'s
-    return)."""
+    """A ``TrainRun`` from a record (a loaded file or ``run_training``'s return)."""
     where = str(path) if path is not None else record.get("name", "record")
     if record.get("schema") != TRAIN_SCHEMA:
         raise ResultsError(
@@ -150,10 +143,10 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
         )
         allocated = s.get("max_cuda_allocated_bytes")
         saved = s.get("max_saved_tensor_bytes")
-        if str(r["device"]).startswith("cuda"):
-            memory, measure = allocated, PEAK_CUDA
-        else:
-            memory, measure = saved, SAVED_FOR_BACKWARD
+        cuda = str(r["device"]).startswith("cuda")
+        memory, measure = (
+            (allocated, PEAK_CUDA) if cuda else (saved, SAVED_FOR_BACKWARD)
+        )
         setting = Setting(
             device_name=str(env["device_name"]),
             height=int(c["height"]),
@@ -195,8 +188,7 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
 
 
 def _check_run_numbers(record: dict, where: str) -> None:
-    """The numbers a ``TrainRun`` is made of: times positive (they divide), counts
-    positive integers, memory non-negative or null."""
+    """Times positive (they divide), counts positive integers, memory >= 0 or null."""
     if not isinstance(record["epochs"], list):
         raise ResultsError(f"{where}: epochs must be a list of epoch records")
     total_steps = 0
@@ -290,8 +282,7 @@ class RunPair:
 
     @property
     def epoch_speedups(self) -> list[float]:
-        """Baseline over AMP wall time, epoch by epoch (the timed epochs the two runs
-        share): the spread of ``speedup``."""
+        """Baseline over AMP wall time per timed epoch: the spread of ``speedup``."""
         return self._ratios("wall_s")
 
     @property
@@ -307,8 +298,7 @@ class RunPair:
 
     @property
     def headline_speedup(self) -> float:
-        """The speedup to show for this pair: the step's when the pair is loader-bound
-        (``loader_bound``), else the epoch's."""
+        """The speedup to show: the step's when ``loader_bound``, else the epoch's."""
         return self.step_speedup if self.loader_bound else self.speedup
 
     @property
