@@ -38,8 +38,6 @@ class RoundingCounter:
     """Values seen, nonzero, flushed to 0 and overflowed to inf by the rounding of one
     backward (tensors until read: counting adds no CUDA synchronisation)."""
 
-    _FIELDS = ("values", "nonzero", "flushed", "overflow")
-
     def __init__(self):
         self.reset()
 
@@ -54,10 +52,9 @@ class RoundingCounter:
     def reset(self) -> None:
         self._sums = [0, 0, 0, 0]
 
-    def __getattr__(self, name):
-        if name in RoundingCounter._FIELDS:
-            return int(self._sums[RoundingCounter._FIELDS.index(name)])
-        raise AttributeError(name)
+    values, nonzero, flushed, overflow = (
+        property(lambda self, i=i: int(self._sums[i])) for i in range(4)
+    )
 
     @property
     def flushed_fraction(self) -> float:

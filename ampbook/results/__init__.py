@@ -246,10 +246,9 @@ def _one_line(text: str, most: int = 300) -> str:
 
 
 def _drop_repeats(rs: ResultSet) -> None:
-    """Two complete training runs of one setting and mode, or two layer profiles of
-    one GPU, size, mode and memory format, cannot both be the measurement: both go to
-    ``ignored``, each naming the other (which one the book shows is not left to file
-    order)."""
+    """Two complete training runs, or layer profiles, of one setting, mode (and memory
+    format) cannot both be the measurement: both go to ``ignored``, each naming the
+    other (which one the book shows is not left to file order)."""
 
     def drop(items: list, key) -> list:
         groups: dict = {}

@@ -15,10 +15,6 @@ from ampbook.core.modes import PRECISIONS
 TRAIN_SCHEMA = "ampbook.train"
 TRAIN_SCHEMA_VERSION = 1  # the version the runner writes and this layer reads
 MATMUL_SCHEMA = "ampbook.tensor_cores/1"
-# The keys of every row of a tensor-core sweep (``validate_matmul``).
-MATMUL_ROW_KEYS = (
-    "kind dtype median_s p10_s p90_s tflops gbps flops bytes_moved".split()
-)
 LAYER_SCHEMA = "ampbook.layer_profile/1"
 LOADER_SCHEMA = "ampbook.loader_sweep/1"
 LADDER_SCHEMA = "ampbook.ladder/1"

@@ -11,7 +11,6 @@ from typing import Any, Iterable
 
 from ampbook.core.modes import MODES
 from ampbook.results.schema import (
-    MATMUL_ROW_KEYS,
     MATMUL_SCHEMA,
     MODE_LABELS,
     PART_SLACK,
@@ -138,7 +137,8 @@ class LoaderSweep:
     record: dict = field(repr=False, compare=False, hash=False)
 
 
-# The keys a row of each section has besides MATMUL_ROW_KEYS.
+# The keys of every row of a tensor-core sweep, and of each section's rows besides.
+_ROW_KEYS = "kind dtype median_s p10_s p90_s tflops gbps flops bytes_moved".split()
 _MATMUL_SECTIONS = {
     "matmul": ["n", "m", "k"],
     "shapes": ["n", "m", "k", "base"],
@@ -157,7 +157,7 @@ def validate_matmul(record: dict, source: str = "record") -> dict:
             raise ValueError(f"{source}: missing {key!r}")
     for section, keys in _MATMUL_SECTIONS.items():
         for i, row in enumerate(record[section]):
-            missing = [k for k in MATMUL_ROW_KEYS + keys if k not in row]
+            missing = [k for k in _ROW_KEYS + keys if k not in row]
             if missing:
                 raise ValueError(f"{source}: {section}[{i}] lacks {missing}")
             _number(row["median_s"], f"{section}[{i}].median_s", source, above=True)
