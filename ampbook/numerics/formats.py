@@ -205,9 +205,8 @@ def round_to(
         return x.to(out_dtype)  # every float32 (and narrower) value is on the grid
     if out_dtype == torch.float32:
         return _round_fp32_bits(x.to(torch.float32), fmt, mode)
-    y = _round64(x.abs(), fmt)
-    too_big = y > fmt.max  # also true for inf inputs; false for NaN
-    y = torch.where(too_big, _overflow_value(fmt, mode), y)
+    y = _round64(x.abs(), fmt)  # y > max: also for inf inputs, not for NaN
+    y = torch.where(y > fmt.max, _overflow_value(fmt, mode), y)
     return torch.copysign(y, x)
 
 

@@ -121,16 +121,13 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 def parse_json(text: str, where: str) -> Any:
     """``text`` as JSON, its nesting depth and integers' digits checked first (Python's
     parser would raise ``RecursionError`` or ``ValueError``)."""
-    depth = deepest = 0
+    depth = 0
     for ch in re.sub(r"[^\[\]{}]", "", _JSON_STRING.sub("", text)):
         depth += 1 if ch in "[{" else -1
-        if depth > deepest:
-            deepest = depth
-            if deepest > MAX_DEPTH:
-                raise ResultsError(
-                    f"{where}: nested more than {MAX_DEPTH} levels deep: no results "
-                    "file is"
-                )
+        if depth > MAX_DEPTH:
+            raise ResultsError(
+                f"{where}: nested more than {MAX_DEPTH} levels deep: no results file is"
+            )
 
     def parse_int(digits: str) -> int:
         if len(digits.lstrip("-")) > MAX_INT_DIGITS:

@@ -144,9 +144,8 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
         allocated = s.get("max_cuda_allocated_bytes")
         saved = s.get("max_saved_tensor_bytes")
         cuda = str(r["device"]).startswith("cuda")
-        memory, measure = (
-            (allocated, PEAK_CUDA) if cuda else (saved, SAVED_FOR_BACKWARD)
-        )
+        memory = allocated if cuda else saved
+        measure = PEAK_CUDA if cuda else SAVED_FOR_BACKWARD
         setting = Setting(
             device_name=str(env["device_name"]),
             height=int(c["height"]),
