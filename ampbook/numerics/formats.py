@@ -1,17 +1,8 @@
 """Floating-point formats used in mixed-precision training, every property computed
 from the bit layout (nothing typed in; the tests compare with ``torch.finfo``,
-``numpy.finfo`` and the IEEE-754 bit patterns).
-
-    >>> FORMATS["fp16"].max
-    65504.0
-    >>> bits(1.0, "fp16")
-    '0 01111 0000000000'
-    >>> round_to(torch.tensor([1 + 2**-11]), "fp16")  # a tie: rounds to even, i.e. to 1
-    tensor([1.])
-
-``round_to`` emulates rounding to any format on any device (later chapters emulate
-fp16 tensors with it, and TF32, which has no dtype).
-"""
+``numpy.finfo`` and the IEEE-754 bit patterns). ``round_to`` emulates rounding to any
+format on any device (later chapters emulate fp16 tensors with it, and TF32, which has
+no dtype)."""
 
 from __future__ import annotations
 
@@ -120,8 +111,7 @@ _BY_DTYPE = {f.torch_dtype: f for f in FORMATS.values() if f.torch_dtype is not 
 
 
 def get_format(name: str | Format | torch.dtype) -> Format:
-    """The ``Format`` for a name in ``FORMATS``, a torch dtype that has one, or a
-    Format."""
+    """The ``Format`` of a name in ``FORMATS``, of a torch dtype, or a Format."""
     if isinstance(name, Format):
         return name
     if isinstance(name, torch.dtype):
@@ -215,9 +205,8 @@ def round_to(
         return x.to(out_dtype)  # every float32 (and narrower) value is on the grid
     if out_dtype == torch.float32:
         return _round_fp32_bits(x.to(torch.float32), fmt, mode)
-    y = _round64(x.abs(), fmt)
-    too_big = y > fmt.max  # also true for inf inputs; false for NaN
-    y = torch.where(too_big, _overflow_value(fmt, mode), y)
+    y = _round64(x.abs(), fmt)  # y > max: also for inf inputs, not for NaN
+    y = torch.where(y > fmt.max, _overflow_value(fmt, mode), y)
     return torch.copysign(y, x)
 
 

@@ -38,8 +38,6 @@ class RoundingCounter:
     """Values seen, nonzero, flushed to 0 and overflowed to inf by the rounding of one
     backward (tensors until read: counting adds no CUDA synchronisation)."""
 
-    _FIELDS = ("values", "nonzero", "flushed", "overflow")
-
     def __init__(self):
         self.reset()
 
@@ -54,56 +52,16 @@ class RoundingCounter:
     def reset(self) -> None:
         self._sums = [0, 0, 0, 0]
 
-    def __getattr__(self, name):
-        if name in RoundingCounter._FIELDS:
-            return int(self._sums[RoundingCounter._FIELDS.index(name)])
-        raise AttributeError(name)
+    values, nonzero, flushed, overflow = (
+        property(lambda self, i=i: int(self._sums[i])) for i in range(4)
+    )
 
     @property
     def flushed_fraction(self) -> float:
         return self.flushed / self.nonzero if self.nonzero else float("nan")
 
 
-class _RoundOutputs(TorchFunctionMode):
-    """Hooks rounding on every floating tensor needing a gradient that a torch
-    function returns (with ``calls``: of the calls marked low precision, in order)."""
-
-    def __init__(self, emulation: "emulate_fp16_grads"):
-        super().__init__()
-        self.emulation = emulation
-        self.k = 0
-
-    def _low(self, func, out) -> bool:
-        calls = self.emulation.calls
-        if calls is None:
-            return True
-        name = traced_call(func, out)
-        if name is None:
-            return False
-        if self.k >= len(calls) or calls[self.k][0] != name:
-            got = calls[self.k][0] if self.k < len(calls) else "the end of the trace"
-            raise RuntimeError(
-                f"emulate_fp16_grads: call {self.k} of the forward is {name}, "
-                f"the autocast trace has {got}: trace the same model and mode"
-            )
-        self.k += 1
-        return calls[self.k - 1][1]
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if not self._low(func, out):
-            return out
-        inputs = [*args, *kwargs.values()]
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            # an in-place op returns its input, whose gradient is already hooked
-            grad = isinstance(t, torch.Tensor) and t.requires_grad
-            if grad and t.is_floating_point() and not any(t is a for a in inputs):
-                t.register_hook(self.emulation._round)
-        return out
-
-
-class emulate_fp16_grads:
+class emulate_fp16_grads(TorchFunctionMode):
     """Emulate fp16 gradients with fp32 arithmetic: ``emulate_fp16_grads(model)``
     rounds the weight gradients of ``CAST_WEIGHT_TYPES`` to fp16 until ``remove()``;
     ``with emu: model(x)`` those of the tensors the forward creates (counted in
@@ -111,9 +69,9 @@ class emulate_fp16_grads:
     fp16 when given (``model_dtypes.low_precision_calls``), else all of them."""
 
     def __init__(self, model: nn.Module, calls: list[tuple[str, bool]] | None = None):
+        super().__init__()
         self.model, self.calls = model, calls
         self.counter = RoundingCounter()
-        self._mode: _RoundOutputs | None = None
         self._param_handles = [
             p.register_hook(self._round_fp16)
             for m in model.modules()
@@ -132,13 +90,39 @@ class emulate_fp16_grads:
         return r
 
     def __enter__(self) -> "emulate_fp16_grads":
-        self._mode = _RoundOutputs(self)
-        self._mode.__enter__()
-        return self
+        self.k = 0  # each forward walks ``calls`` from the first
+        return super().__enter__()
 
-    def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
-        self._mode = None
+    def _low(self, func, out) -> bool:
+        calls = self.calls
+        if calls is None:
+            return True
+        name = traced_call(func, out)
+        if name is None:
+            return False
+        if self.k >= len(calls) or calls[self.k][0] != name:
+            got = calls[self.k][0] if self.k < len(calls) else "the end of the trace"
+            raise RuntimeError(
+                f"emulate_fp16_grads: call {self.k} of the forward is {name}, "
+                f"the autocast trace has {got}: trace the same model and mode"
+            )
+        self.k += 1
+        return calls[self.k - 1][1]
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        """Hooks rounding on every floating tensor needing a gradient that a torch
+        function returns (with ``calls``: of the calls marked low precision)."""
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not self._low(func, out):
+            return out
+        inputs = [*args, *kwargs.values()]
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            # an in-place op returns its input, whose gradient is already hooked
+            grad = isinstance(t, torch.Tensor) and t.requires_grad
+            if grad and t.is_floating_point() and not any(t is a for a in inputs):
+                t.register_hook(self._round)
+        return out
 
     def remove(self) -> None:
         for h in self._param_handles:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -118,15 +119,13 @@ def train_with_scaling(
     return run
 
 
-def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu=None) -> torch.Tensor:
-    """The forward pass in one of the fp16 modes."""
-    if emu is not None:
-        with emu:
-            return model(x)
+def _forward(model: nn.Module, x: torch.Tensor, fp16: str, emu) -> torch.Tensor:
+    """The forward pass in one of the fp16 modes (``emu``: the emulation, or None)."""
     if fp16 == "autocast":
         with torch.autocast(x.device.type, dtype=torch.float16):
             return model(x)
-    return model(x)
+    with emu or nullcontext():
+        return model(x)
 
 
 def step_seconds(
@@ -138,8 +137,8 @@ def step_seconds(
     warmup: int = 1,
     fp16_calls: list[tuple[str, bool]] | None = None,
 ) -> float:
-    """Median seconds of one forward + backward (no optimizer step) of ``model`` in an
-    ``fp16`` mode of ``train_with_scaling``."""
+    """Median seconds of one forward + backward (no optimizer step) in an ``fp16``
+    mode of ``train_with_scaling``."""
     if fp16 not in FP16_MODES:
         raise ValueError(f"fp16 must be one of {FP16_MODES}, got {fp16!r}")
     if repeats < 1 or warmup < 0:

@@ -1,8 +1,4 @@
 """Measured results read from a folder: the one place the chapters read them from.
-
-    rs = load_results_dir(results_dir)          # default: data/results
-    for pair in rs.pairs(): print(pair.label, pair.speedup, pair.memory_ratio)
-
 Every ``*.json`` under the folder is read by its ``schema`` field (``read_file``):
 training runs -> ``TrainRun``, tensor-core sweeps -> ``MatmulSweep``, per-layer profiles
 -> ``LayerProfile``, loader sweeps -> ``LoaderSweep``, ladders -> ``Ladder``. Any other
@@ -92,24 +88,19 @@ class ResultSet:
     ladders: list[Ladder] = field(default_factory=list)
     ignored: list[Ignored] = field(default_factory=list)
 
-    def gpu_runs(self, complete_only: bool = True) -> list[TrainRun]:
-        """Training runs made on CUDA (complete ones unless asked otherwise)."""
-        runs = [r for r in self.train_runs if r.is_cuda]
-        return [r for r in runs if r.complete or not complete_only]
+    def gpu_runs(self) -> list[TrainRun]:
+        """The complete training runs made on CUDA."""
+        return [r for r in self.train_runs if r.is_cuda and r.complete]
 
-    def pairs(self, complete_only: bool = True) -> list[RunPair]:
-        """``pair_runs`` over the CUDA runs."""
-        return pair_runs(self.gpu_runs(complete_only), complete_only)
+    def pairs(self) -> list[RunPair]:
+        return pair_runs(self.gpu_runs())
 
     def profile_pairs(self) -> list[tuple]:
         return profile_pairs(self.layer_profiles)
 
     def devices(self) -> list[str]:
-        """Device names that appear in any result, sorted."""
-        return sorted({x.device_name for kind in _GROUPS.values() for x in self[kind]})
-
-    def __getitem__(self, kind: str) -> list:
-        return getattr(self, kind)
+        groups = _GROUPS.values()
+        return sorted({x.device_name for kind in groups for x in getattr(self, kind)})
 
     def gpu_ladders(self) -> list[Ladder]:
         """Ladders measured on CUDA, the most complete (most measured cells) first."""
@@ -130,16 +121,13 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 def parse_json(text: str, where: str) -> Any:
     """``text`` as JSON, its nesting depth and integers' digits checked first (Python's
     parser would raise ``RecursionError`` or ``ValueError``)."""
-    depth = deepest = 0
+    depth = 0
     for ch in re.sub(r"[^\[\]{}]", "", _JSON_STRING.sub("", text)):
         depth += 1 if ch in "[{" else -1
-        if depth > deepest:
-            deepest = depth
-            if deepest > MAX_DEPTH:
-                raise ResultsError(
-                    f"{where}: nested more than {MAX_DEPTH} levels deep: no results "
-                    "file is"
-                )
+        if depth > MAX_DEPTH:
+            raise ResultsError(
+                f"{where}: nested more than {MAX_DEPTH} levels deep: no results file is"
+            )
 
     def parse_int(digits: str) -> int:
         if len(digits.lstrip("-")) > MAX_INT_DIGITS:
@@ -160,8 +148,7 @@ def parse_json(text: str, where: str) -> Any:
 def read_file(
     path: str | Path,
 ) -> TrainRun | MatmulSweep | LayerProfile | LoaderSweep | Ladder:
-    """One results file, by its schema; ``ResultsError`` names the file and the
-    problem."""
+    """One results file, by its schema; ``ResultsError`` names file and problem."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -210,9 +197,7 @@ _GROUPS = {
 
 
 def load_results(path: str | Path) -> dict:
-    """A training-run record (``ampbook.train``'s ``NAME.json``) as ``read_file``
-    reads and checks it; ``ResultsError`` (a ValueError) names the file and the
-    problem."""
+    """A training-run record (``ampbook.train``'s ``NAME.json``) read and checked."""
     run = read_file(path)
     if not isinstance(run, TrainRun):
         raise ResultsError(
@@ -237,21 +222,17 @@ def load_results_dir(
     for path in sorted(directory.rglob("*.json")):
         try:
             item = read_file(path)
-        except ResultsError as err:
-            rs.ignored.append(Ignored(str(path), _one_line(str(err))))
-            continue
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as err:
-            # a check a reader missed: still this file's fault, not the folder's
-            why = f"{path}: not a readable results file ({type(err).__name__}: {err})"
+            # not a ResultsError: a check a reader missed, still this file's fault
+            bad = f"{path}: not a readable results file ({type(err).__name__}: {err})"
+            why = str(err) if isinstance(err, ResultsError) else bad
             rs.ignored.append(Ignored(str(path), _one_line(why)))
             continue
-        rs[_GROUPS[type(item)]].append(item)
+        getattr(rs, _GROUPS[type(item)]).append(item)
     _drop_repeats(rs)
     if report:
-        for skipped in rs.ignored:
-            why = skipped.reason
-            if not why.startswith(skipped.path):
-                why = f"{skipped.path}: {why}"
+        for x in rs.ignored:
+            why = x.reason if x.reason.startswith(x.path) else f"{x.path}: {x.reason}"
             print(f"results: skipped {why}", file=sys.stderr)
     return rs
 
@@ -262,10 +243,9 @@ def _one_line(text: str, most: int = 300) -> str:
 
 
 def _drop_repeats(rs: ResultSet) -> None:
-    """Two complete training runs of one setting and mode, or two layer profiles of
-    one GPU, size, mode and memory format, cannot both be the measurement: both go to
-    ``ignored``, each naming the other (which one the book shows is not left to file
-    order)."""
+    """Two complete training runs, or layer profiles, of one setting, mode (and memory
+    format) cannot both be the measurement: both go to ``ignored``, each naming the
+    other (which one the book shows is not left to file order)."""
 
     def drop(items: list, key) -> list:
         groups: dict = {}
@@ -287,12 +267,5 @@ def _drop_repeats(rs: ResultSet) -> None:
     )
     rs.layer_profiles = drop(
         rs.layer_profiles,
-        lambda lp: (
-            lp.device_name,
-            lp.batch_size,
-            lp.height,
-            lp.width,
-            lp.mode,
-            bool(lp.record.get("channels_last")),
-        ),
+        lambda lp: (lp.setting, lp.mode, bool(lp.record.get("channels_last"))),
     )

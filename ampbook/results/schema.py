@@ -15,10 +15,6 @@ from ampbook.core.modes import PRECISIONS
 TRAIN_SCHEMA = "ampbook.train"
 TRAIN_SCHEMA_VERSION = 1  # the version the runner writes and this layer reads
 MATMUL_SCHEMA = "ampbook.tensor_cores/1"
-# The keys of every row of a tensor-core sweep (``validate_matmul``).
-MATMUL_ROW_KEYS = (
-    "kind dtype median_s p10_s p90_s tflops gbps flops bytes_moved".split()
-)
 LAYER_SCHEMA = "ampbook.layer_profile/1"
 LOADER_SCHEMA = "ampbook.loader_sweep/1"
 LADDER_SCHEMA = "ampbook.ladder/1"
@@ -63,8 +59,6 @@ def provenance(
 
 
 def _number(value: Any, field: str, where: str, least: float = 0.0, above=False):
-    """``value`` as a finite number >= ``least`` (> with ``above``), else
-    ``ResultsError`` naming the file and the field."""
     if not (_finite(value) and (value > least if above else value >= least)):
         rule = f"{'above' if above else 'at least'} {least:g}"
         raise ResultsError(f"{where}: {field} must be a number {rule}, got {value!r}")
@@ -86,11 +80,8 @@ def _count(
 ) -> int:
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         value = int(value)  # 3.0 is the count 3; 3.5 is no count
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not least <= value <= most
-    ):
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    if not (integer and least <= value <= most):
         raise ResultsError(
             f"{where}: {field} must be an integer from {least} to {most:,}, got "
             f"{_short(value)}"
@@ -99,7 +90,6 @@ def _count(
 
 
 def _short(value: Any) -> str:
-    """``repr(value)`` cut to one short line (a value in an error message)."""
     text = repr(value).replace("\n", " ")
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -145,7 +135,6 @@ class _Fields:
         return _count(self[key], key, self.where, least, most)
 
     def number(self, key: str, above: bool = False) -> float:
-        """A time, a rate or a size: a finite number >= 0 (> 0 with ``above``)."""
         value = self[key]
         if not _finite(value) or value < 0 or (above and value == 0):
             rule = "a positive" if above else "a non-negative"
@@ -172,11 +161,6 @@ def _reading(where: str, what: str):
         raise ResultsError(f"{where}: {what} lacks or mistypes {err}") from None
 
 
-def mode_of(precision: str, tf32) -> str:
-    """``fp32-tf32`` for fp32 with TF32 on, else the precision."""
-    return "fp32-tf32" if precision == "fp32" and tf32 else precision
-
-
 def baseline_amp_pairs(groups: dict, pair) -> list:
     """``pair(baseline, amp)`` for each fp32 mode (TF32 on, strict) and each AMP mode
     of each group (``{mode: record}``), groups in the order given."""
@@ -190,7 +174,6 @@ def baseline_amp_pairs(groups: dict, pair) -> list:
 
 
 def cudnn_benchmark(environment: dict) -> str:
-    """Whether a GPU record ran with cudnn.benchmark: on, off, or ? (not recorded)."""
     bench = environment.get("cudnn_benchmark")
     return "?" if bench is None else ("on" if bench else "off")
 
@@ -205,3 +188,15 @@ class _Run:
     @property
     def complete(self) -> bool:
         return self.status == "complete"
+
+
+class _Moded:
+    """A record of one precision: its mode (TF32 on or not for fp32) and label."""
+
+    @property
+    def mode(self) -> str:
+        return "fp32-tf32" if self.precision == "fp32" and self.tf32 else self.precision
+
+    @property
+    def mode_label(self) -> str:
+        return MODE_LABELS.get(self.mode, self.mode)

@@ -11,20 +11,19 @@ from typing import Any, Iterable
 
 from ampbook.core.modes import MODES
 from ampbook.results.schema import (
-    MATMUL_ROW_KEYS,
     MATMUL_SCHEMA,
     MODE_LABELS,
     PART_SLACK,
     ResultsError,
     _count,
     _Fields,
+    _Moded,
     _number,
     _reading,
     _Run,
     _share,
     baseline_amp_pairs,
     cudnn_benchmark,
-    mode_of,
     provenance,
 )
 
@@ -50,7 +49,7 @@ class LayerTime:
 
 
 @dataclass(frozen=True)
-class LayerProfile:
+class LayerProfile(_Moded):
     """Per-module times of one training step (``booktools.layers``)."""
 
     path: str
@@ -71,39 +70,25 @@ class LayerProfile:
     tf32: bool | None = None  # fp32 profiles: whether TF32 was on (None: not recorded)
 
     @property
-    def mode(self) -> str:
-        return mode_of(self.precision, self.tf32)
-
-    @property
-    def mode_label(self) -> str:
-        return MODE_LABELS.get(self.mode, self.mode)
-
-    @property
-    def efficiency(self) -> float:
-        """The bound over the measured *wall* time of a step (kernel and GPU idle time
-        mixed; ``kernel_efficiency`` is the kernels' own share)."""
-        return self.predicted_step_s / self.step_s
+    def setting(self) -> tuple:
+        """What must match for two profiles to be compared: GPU, batch and size."""
+        return (self.device_name, self.batch_size, self.height, self.width)
 
     @property
     def measured_total_s(self) -> float:
+        """Time of a step's kernels (on CUDA the profiler's device time of every module
+        and of what no module claims)."""
         return sum(layer.measured_s for layer in self.layers) + self.unattributed_s
 
-    @property
-    def kernel_s(self) -> float:
-        """Time of a step's kernels (on CUDA the profiler's device time of every module
-        and of what no module claims): ``measured_total_s``."""
-        return self.measured_total_s
+    kernel_s = measured_total_s
 
     @property
     def idle_s(self) -> float:
-        """The step's wall time in which no kernel ran (launches, host work,
-        synchronisations); 0 where kernels add up to more."""
+        """The step's wall time with no kernel running (launches, host work, syncs)."""
         return max(self.step_s - self.kernel_s, 0.0)
 
     @property
     def provenance(self) -> str:
-        """``provenance`` of this profile: device, date, software, batch and size,
-        profiled steps, cudnn.benchmark, and no DataLoader."""
         env = self.record.get("environment", {})
         settings: dict[str, Any] = {
             "": f"batch {self.batch_size} at {self.width}x{self.height}",
@@ -120,7 +105,6 @@ class LayerProfile:
         return self.predicted_step_s / self.kernel_s
 
     def by_type(self) -> list[LayerTime]:
-        """Measured and predicted time summed per module type, largest first."""
         agg: dict[str, list[float]] = {}
         for layer in self.layers:
             a = agg.setdefault(layer.type, [0.0, 0.0])
@@ -153,7 +137,8 @@ class LoaderSweep:
     record: dict = field(repr=False, compare=False, hash=False)
 
 
-# The keys a row of each section has besides MATMUL_ROW_KEYS.
+# The keys of every row of a tensor-core sweep, and of each section's rows besides.
+_ROW_KEYS = "kind dtype median_s p10_s p90_s tflops gbps flops bytes_moved".split()
 _MATMUL_SECTIONS = {
     "matmul": ["n", "m", "k"],
     "shapes": ["n", "m", "k", "base"],
@@ -162,12 +147,7 @@ _MATMUL_SECTIONS = {
 
 
 def validate_matmul(record: dict, source: str = "record") -> dict:
-    """Check a tensor-core sweep's schema and rows; a ValueError names the file and
-    what is wrong."""
-    if not isinstance(record, dict):
-        raise ValueError(
-            f"{source}: a results record is a JSON object, got {type(record).__name__}"
-        )
+    """Check a tensor-core sweep's schema and rows (a ValueError names the file)."""
     if record.get("schema") != MATMUL_SCHEMA:
         raise ValueError(
             f"{source}: schema is {record.get('schema')!r}, expected {MATMUL_SCHEMA!r}"
@@ -177,7 +157,7 @@ def validate_matmul(record: dict, source: str = "record") -> dict:
             raise ValueError(f"{source}: missing {key!r}")
     for section, keys in _MATMUL_SECTIONS.items():
         for i, row in enumerate(record[section]):
-            missing = [k for k in MATMUL_ROW_KEYS + keys if k not in row]
+            missing = [k for k in _ROW_KEYS + keys if k not in row]
             if missing:
                 raise ValueError(f"{source}: {section}[{i}] lacks {missing}")
             _number(row["median_s"], f"{section}[{i}].median_s", source, above=True)
@@ -257,12 +237,10 @@ def read_loader(record: dict, path: str) -> LoaderSweep:
 
 
 def profile_pairs(profiles: Iterable[LayerProfile]) -> list[tuple]:
-    """``(baseline, amp)`` layer profiles of one GPU, batch and size: each fp32
-    profile (TF32 on or strict) with each AMP profile, in ``MODES`` order."""
+    """``(baseline, amp)`` layer profiles of one ``setting``, in ``MODES`` order."""
     groups: dict[tuple, dict[str, LayerProfile]] = {}
     for lp in profiles:
-        key = (lp.device_name, lp.batch_size, lp.height, lp.width)
-        groups.setdefault(key, {})[lp.mode] = lp
+        groups.setdefault(lp.setting, {})[lp.mode] = lp
     return baseline_amp_pairs(dict(sorted(groups.items())), lambda b, a: (b, a))
 
 
@@ -342,13 +320,11 @@ class Ladder(_Run):
     record: dict = field(repr=False, compare=False, hash=False)
 
     def cell(self, rung: int, mode: str) -> LadderCell | None:
-        """The measured (ok) cell of ``rung`` in ``mode``, or None."""
         return next(
             (c for c in self.cells if c.rung == rung and c.mode == mode and c.ok), None
         )
 
     def modes(self) -> list[str]:
-        """The modes with at least one measured cell, in ``MODES`` order."""
         have = {c.mode for c in self.cells if c.ok}
         return [m for m in MODES if m in have]
 
@@ -420,7 +396,6 @@ def _read_cells(record: dict, path: str, indices: list[int]) -> tuple:
 
 
 def read_ladder(record: dict, path: str) -> Ladder:
-    """A ``Ladder`` from a ladder record; ``ResultsError`` names what is wrong."""
     f = _Fields(record, path)
     with _reading(path, "ladder"):
         status = f.choice("status", ("running", "complete"))

@@ -12,7 +12,6 @@ from typing import Any, Iterable
 from ampbook.results.schema import (
     MAX_COUNT,
     MIN_WALL_S,
-    MODE_LABELS,
     PART_SLACK,
     PEAK_CUDA,
     SAVED_FOR_BACKWARD,
@@ -20,13 +19,13 @@ from ampbook.results.schema import (
     ResultsError,
     _choice,
     _count,
+    _Moded,
     _number,
     _reading,
     _Run,
     _share,
     baseline_amp_pairs,
     cudnn_benchmark,
-    mode_of,
     provenance,
 )
 
@@ -55,7 +54,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class TrainRun(_Run):
+class TrainRun(_Run, _Moded):
     """One training-run record, summarised with the module's definitions."""
 
     path: str | None
@@ -85,25 +84,15 @@ class TrainRun(_Run):
     steps_per_epoch: int = 1  # steps of the last epoch (per process)
 
     @property
-    def mode(self) -> str:
-        return mode_of(self.precision, self.tf32)
-
-    @property
-    def mode_label(self) -> str:
-        return MODE_LABELS[self.mode]
-
-    @property
     def images_per_s(self) -> float:
         return self.images_per_epoch / self.epoch_s
 
     @property
     def data_wait_share(self) -> float:
-        """Fraction of the epoch time spent waiting for the loader."""
         return self.data_wait_s / self.epoch_s
 
     @property
     def one_step_s(self) -> float:
-        """Time of one step: ``step_s`` over the epoch's steps."""
         return self.step_s / self.steps_per_epoch
 
     def timed_epochs(self) -> list[dict]:
@@ -118,13 +107,9 @@ class TrainRun(_Run):
 
     @property
     def provenance(self) -> str:
-        """Device, date, software, then workers, memory format, cudnn.benchmark (GPU
-        runs) and the data."""
         env, setting = self.record.get("environment", {}), self.setting
-        out: dict[str, Any] = {"workers": setting.workers}
-        out["memory format"] = (
-            "channels_last" if setting.channels_last else "contiguous"
-        )
+        layout = "channels_last" if setting.channels_last else "contiguous"
+        out: dict[str, Any] = {"workers": setting.workers, "memory format": layout}
         if self.is_cuda:
             out["cudnn.benchmark"] = cudnn_benchmark(env)
         data = "synthetic" if setting.synthetic_data else "Cityscapes"
@@ -138,8 +123,7 @@ def _after_first(values: list) -> list:
 
 
 def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
-    """A ``TrainRun`` from a training-run record (a loaded file or ``run_training``'s
-    return)."""
+    """A ``TrainRun`` from a record (a loaded file or ``run_training``'s return)."""
     where = str(path) if path is not None else record.get("name", "record")
     if record.get("schema") != TRAIN_SCHEMA:
         raise ResultsError(
@@ -159,10 +143,9 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
         )
         allocated = s.get("max_cuda_allocated_bytes")
         saved = s.get("max_saved_tensor_bytes")
-        if str(r["device"]).startswith("cuda"):
-            memory, measure = allocated, PEAK_CUDA
-        else:
-            memory, measure = saved, SAVED_FOR_BACKWARD
+        cuda = str(r["device"]).startswith("cuda")
+        memory = allocated if cuda else saved
+        measure = PEAK_CUDA if cuda else SAVED_FOR_BACKWARD
         setting = Setting(
             device_name=str(env["device_name"]),
             height=int(c["height"]),
@@ -204,8 +187,7 @@ def summarise_run(record: dict, path: str | Path | None = None) -> TrainRun:
 
 
 def _check_run_numbers(record: dict, where: str) -> None:
-    """The numbers a ``TrainRun`` is made of: times positive (they divide), counts
-    positive integers, memory non-negative or null."""
+    """Times positive (they divide), counts positive integers, memory >= 0 or null."""
     if not isinstance(record["epochs"], list):
         raise ResultsError(f"{where}: epochs must be a list of epoch records")
     total_steps = 0
@@ -299,8 +281,7 @@ class RunPair:
 
     @property
     def epoch_speedups(self) -> list[float]:
-        """Baseline over AMP wall time, epoch by epoch (the timed epochs the two runs
-        share): the spread of ``speedup``."""
+        """Baseline over AMP wall time per timed epoch: the spread of ``speedup``."""
         return self._ratios("wall_s")
 
     @property
@@ -316,8 +297,7 @@ class RunPair:
 
     @property
     def headline_speedup(self) -> float:
-        """The speedup to show for this pair: the step's when the pair is loader-bound
-        (``loader_bound``), else the epoch's."""
+        """The speedup to show: the step's when ``loader_bound``, else the epoch's."""
         return self.step_speedup if self.loader_bound else self.speedup
 
     @property
