@@ -155,3 +155,19 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"lr: checkpoint 0.0005 vs now 0.001"):
         run_training(cfg)
+
+
+def test_a_checkpoint_that_fails_with_an_empty_message_is_refused_by_name(tmp_path):
+    """restore names the failure even when the error has no message (it used to index
+    the message's first line and raise IndexError instead of the ConfigError)."""
+    from ampbook.train.checkpoint import restore
+
+    class Net:
+        def load_state_dict(self, state):
+            raise RuntimeError()
+
+    class Training:
+        net = Net()
+
+    with pytest.raises(ConfigError, match=r"does not fit this run \(RuntimeError: "):
+        restore({"model": {}}, tmp_path / "x.ckpt", Training(), 0)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ampbook.core import cli
+from ampbook.core.errors import first_line
 from ampbook.results.schema import TRAIN_SCHEMA
 from ampbook.train.config import ConfigError, Resolved, TrainConfig, check_resumable
 from ampbook.train.step import StepCounters, Training
@@ -221,7 +222,7 @@ def restore(ckpt: dict, path: Path, tr: Training, rank: int) -> None:
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as err:
         raise ConfigError(
             f"resume: {path} does not fit this run ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:200]}); start the run again with "
+            f"{first_line(err)[:200]}); start the run again with "
             "--overwrite, or choose another --name"
         ) from None
 
