@@ -369,10 +369,16 @@ def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
     return [first] + [make() for _ in range(buffers - 1)], dev
 
 
-def _check_dtype_on(dtype, dev: torch.device) -> tuple[str, torch.dtype]:
-    """Resolve ``dtype``; a clear error where ``dev`` cannot run matmuls in it."""
+def prepare_op(dtype, device, seed: int, op: str | None = None):
+    """``(dtype name, device, seeded generator, bytes per element)`` for a timed op.
+    ``op`` names one that runs in fp64/fp32/fp16/bf16 only; without it (matmuls) tf32
+    and fp8 get a clear error where ``device`` has no tensor cores for them."""
     name, torch_dtype = resolve_dtype(dtype)
-    if name == "tf32" or name.startswith("fp8"):
+    tensor_core = name == "tf32" or name.startswith("fp8")
+    if op is not None and tensor_core:
+        raise ValueError(f"{op} timing supports fp64/fp32/fp16/bf16, not {name}")
+    dev = pick_device(device)
+    if tensor_core:
         need = (8, 0) if name == "tf32" else (8, 9)
         cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
         if cap is None or cap < need:
@@ -382,10 +388,12 @@ def _check_dtype_on(dtype, dev: torch.device) -> tuple[str, torch.dtype]:
                 f"{need[0]}.{need[1]}+ (fp8: and torch._scaled_mm); {have}"
                 + (": time 'fp32' instead" if name == "tf32" else "")
             )
-    return name, torch_dtype
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    return name, dev, gen, torch.empty((), dtype=torch_dtype).element_size()
 
 
-def _time_op(fn, make, dev, name, extra, flops, moved, kwargs) -> TimingResult:
+def time_op(fn, make, dev, name, extra, flops, moved, kwargs) -> TimingResult:
+    """``benchmark`` of one op; ``kwargs`` may override ``name`` and add ``extra``."""
     kwargs.setdefault("name", name)
     extra = {**extra, **(kwargs.pop("extra", None) or {})}
     return benchmark(
@@ -413,10 +421,7 @@ def time_matmul(
             raise ValueError(
                 f"matmul size {label} must be a positive integer, got {v!r}"
             )
-    dev = pick_device(device)
-    name, torch_dtype = _check_dtype_on(dtype, dev)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    name, dev, gen, itemsize = prepare_op(dtype, device, seed)
     if name.startswith("fp8"):
         if n % 16 or m % 16 or k % 16:
             raise ValueError(
@@ -450,7 +455,7 @@ def time_matmul(
     moved = (n * k + k * m) * itemsize + out_bytes
     flags = backend_flags(matmul_tf32=name == "tf32")  # CUDA "fp32": no TF32
     with flags if dev.type == "cuda" else contextlib.nullcontext():
-        return _time_op(
+        return time_op(
             fn, make, dev, f"matmul {name} {n}x{k}x{m}", extra, flops, moved, kwargs
         )
 
@@ -467,12 +472,7 @@ def time_elementwise(
     itemsize``; fp16 moves half the bytes of fp32)."""
     if not is_positive_int(numel):
         raise ValueError(f"numel must be a positive integer, got {numel!r}")
-    name, torch_dtype = resolve_dtype(dtype)
-    if name.startswith("fp8") or name == "tf32":
-        raise ValueError(f"elementwise timing supports fp64/fp32/fp16/bf16, not {name}")
-    dev = pick_device(device)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    name, dev, gen, itemsize = prepare_op(dtype, device, seed, "elementwise")
 
     def make():  # x, y and the output buffer z, overwritten
         return tuple(random_tensor(numel, name, dev, gen) for _ in range(3))
@@ -481,7 +481,7 @@ def time_elementwise(
         return torch.add(x, y, out=z)
 
     extra = {"kind": "elementwise", "dtype": name, "numel": numel}
-    return _time_op(
+    return time_op(
         fn, make, dev, f"add {name} {numel}", extra, numel, 3 * numel * itemsize, kwargs
     )
 
