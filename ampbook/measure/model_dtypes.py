@@ -34,10 +34,9 @@ def _dtypes(obj) -> list[str]:
     return [dtype_name(t.dtype) for t in tensors if t.is_floating_point()]
 
 
-def _settings(device_type, dtype, fake) -> tuple[torch.dtype, bool]:
-    check_device_type(device_type)
-    if fake is None:
-        fake = device_type == "cuda" and cuda_is_fake()
+def _settings(device_type, dtype) -> tuple[torch.dtype, bool]:
+    """The autocast dtype, and whether to run on fake tensors (CUDA without a GPU)."""
+    fake = check_device_type(device_type) == "cuda" and cuda_is_fake()
     return dtype or default_dtype(device_type), fake
 
 
@@ -60,17 +59,13 @@ def _forward(model: nn.Module, x, device_type, dtype, fake):
 
 
 def trace_layers(
-    model: nn.Module,
-    x,
-    device_type: str = "cpu",
-    dtype: torch.dtype | None = None,
-    fake: bool | None = None,
+    model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None
 ) -> list[dict]:
     """Rows ``{"name", "type", "inputs", "output", "params"}`` of dtypes, for every leaf
     module call in one forward under autocast. ``x``: an input tensor on the model's
-    device, or an input shape; with ``fake`` (default: CUDA without a GPU) the model
-    runs on fake CUDA copies of its parameters, and is not touched."""
-    dtype, fake = _settings(device_type, dtype, fake)
+    device, or an input shape; CUDA without a GPU runs the model on fake CUDA copies of
+    its parameters, and does not touch it."""
+    dtype, fake = _settings(device_type, dtype)
     rows: list[dict] = []
 
     def hook(module, args, output, name):
@@ -136,17 +131,13 @@ class _OpRecorder(TorchFunctionMode):
 
 
 def trace_ops(
-    model: nn.Module,
-    x,
-    device_type: str = "cpu",
-    dtype: torch.dtype | None = None,
-    fake: bool | None = None,
+    model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None
 ) -> list[dict]:
     """Every torch function the forward calls (``F.conv2d``, ``torch.cat``, ``y +
     x``...) with the dtypes of its floating inputs and outputs and the innermost module
     type running it. Catches what layer hooks miss: functional ops inside a block's own
     ``forward`` (chapter 4: ERFNet's concatenations and residual sums)."""
-    dtype, fake = _settings(device_type, dtype, fake)
+    dtype, fake = _settings(device_type, dtype)
     rows: list[dict] = []
     with ModuleScopes(model) as scopes, torch.no_grad(), _OpRecorder(scopes, rows):
         _forward(model, x, device_type, dtype, fake)
@@ -156,7 +147,7 @@ def trace_ops(
 def _low_precision_rows(trace, model, x, device_type, dtype) -> tuple[list, str]:
     """``trace``'s rows and the name of the low-precision dtype. A real forward in
     training mode updates batch norm's running statistics: it traces a copy."""
-    dtype, fake = _settings(device_type, dtype, None)
+    dtype, fake = _settings(device_type, dtype)
     rows = trace(model if fake else copy.deepcopy(model), x, device_type, dtype)
     return rows, dtype_name(dtype)
 
