@@ -4,14 +4,10 @@ A CPU's flags say which instructions it has, not which kernels PyTorch runs: one
 can run a dtype's forward convolution in a JIT-compiled oneDNN kernel and its weight
 gradient in oneDNN's reference C++ loop, or hand it all to ATen's generic fallback.
 ``probe_conv`` times one convolution (by default ERFNet's 3x1 at 64 channels: below
-about that size PyTorch skips oneDNN even in fp32) in each dtype, pass by pass. Each
-pass runs once untimed for the rounds (oneDNN builds its kernel then) while oneDNN's
-verbose lines name the implementation it executed (``jit:avx2``, ``ref:any``...;
-``ATEN_FALLBACK`` where it ran none), then once per round for ``repeats`` rounds, the
-dtypes taking turns so that a change in the machine's load falls on all of them; each
-comparison with fp32 is the median of the per-round ratios, with their spread. A pass
-whose first call takes over ``max_call_s`` is not repeated. The timings are this
-machine's, under its load (``ConvProbe.load1``).
+about that size PyTorch skips oneDNN even in fp32) pass by pass: a first call, while
+oneDNN's verbose lines name the implementation it ran (``jit:avx2``, ``ref:any``...),
+then rounds in which the dtypes take turns, so that a change in the machine's load
+falls on all of them; a comparison with fp32 is the median of the per-round ratios.
 """
 
 from __future__ import annotations
@@ -71,8 +67,7 @@ class DtypeProbe:
 
 @dataclass(frozen=True)
 class ConvProbe:
-    """``probe_conv``'s result: the convolution's shape, the machine's state, and each
-    dtype's passes."""
+    """The convolution's shape, the machine's state, and each dtype's passes."""
 
     channels: int
     height: int
@@ -326,19 +321,8 @@ def probe_conv(
         torch.set_num_threads(before)
     load = machine_load()
     read = any(p.impl is not None for r in results.values() for p in r.passes.values())
-    kernel = (int(kernel[0]), int(kernel[1]))
-    return ConvProbe(
-        channels,
-        height,
-        width,
-        kernel,
-        batch,
-        used,
-        load["load1"],
-        load["cpus"],
-        read,
-        results,
-    )
+    size = (channels, height, width, (int(kernel[0]), int(kernel[1])), batch)
+    return ConvProbe(*size, used, load["load1"], load["cpus"], read, results)
 
 
 def _run(order, tensors, padding, repeats, max_call_s):
