@@ -290,14 +290,8 @@ def probe_conv(
     first). One intra-op thread by default (restored after): on a loaded machine a
     multi-threaded kernel's time says more about the load than the kernel. A dtype the
     CPU cannot convolve at all gets its error instead of timings."""
-    for label, v in (
-        ("channels", channels),
-        ("height", height),
-        ("width", width),
-        ("batch", batch),
-        ("repeats", repeats),
-        ("threads", threads),
-    ):
+    sizes = dict(channels=channels, height=height, width=width, batch=batch)
+    for label, v in dict(sizes, repeats=repeats, threads=threads).items():
         if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     if len(kernel) != 2 or min(kernel) < 1:

@@ -120,12 +120,10 @@ class SavedTensorMeter:
 
     def summary(self) -> dict:
         """The counts as a JSON-serialisable dict."""
+        counts = ("new_bytes", "total_bytes", "count", "parameter_bytes")
         by_module = dict(self.by_module_type) if self.model is not None else None
         return {
-            "new_bytes": self.new_bytes,
-            "total_bytes": self.total_bytes,
-            "count": self.count,
-            "parameter_bytes": self.parameter_bytes,
+            **{k: getattr(self, k) for k in counts},
             "by_dtype": dict(self.by_dtype),
             "by_module_type": by_module,
         }

@@ -137,9 +137,8 @@ def default_sync(device: torch.device) -> Callable[[], None]:
 
 
 class _Clock:
-    """``sync()`` before the start; on CUDA, events recorded on the current stream
-    around the work and read once the end event completed, else the host's monotonic
-    clock read after ``sync()``."""
+    """CUDA events on the current stream around the work on CUDA, else the host's
+    monotonic clock; ``sync()`` before the start and before the reading."""
 
     def __init__(self, device: torch.device, sync: Callable[[], None]):
         self.cuda = device.type == "cuda"
@@ -430,9 +429,8 @@ def time_matmul(
         one = torch.ones((), device=dev, dtype=torch.float32)
 
         def make():  # B column-major k x m
-            return random_tensor((n, k), name, dev, gen), random_tensor(
-                (m, k), name, dev, gen
-            ).t()
+            a, b = (random_tensor(s, name, dev, gen) for s in ((n, k), (m, k)))
+            return a, b.t()
 
         def fn(a, b):
             return torch._scaled_mm(
