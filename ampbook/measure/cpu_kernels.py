@@ -82,11 +82,8 @@ class ConvProbe:
 
     @property
     def shape(self) -> str:
-        kh, kw = self.kernel
-        return (
-            f"{self.channels}-channel {kh}x{kw} convolution at "
-            f"{self.width}x{self.height}"
-        )
+        (kh, kw), at = self.kernel, f"{self.width}x{self.height}"
+        return f"{self.channels}-channel {kh}x{kw} convolution at {at}"
 
     def round_ratios(self, dtype: str, name: str | None = None) -> list[float]:
         """The time in ``dtype`` over fp32's, one ratio per round: all three passes

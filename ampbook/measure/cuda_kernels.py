@@ -122,8 +122,7 @@ def _fused_attention(query, key, value, attn_mask=None, dropout_p=0.0,
         and k.dim() == q.dim()
         and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
         and q.dtype == k.dtype == v.dtype
-        and d % 8 == 0
-        and dv % 8 == 0
+        and d % 8 == dv % 8 == 0
         and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
     )
     if not supported:

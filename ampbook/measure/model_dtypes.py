@@ -1,10 +1,7 @@
 """What autocast does to a model, observed rather than assumed (chapter 4, for ERFNet):
-``trace_layers`` and ``trace_ops`` record the input and output dtypes of every layer and
-every functional op of a model under autocast (with forward hooks and a
-``TorchFunctionMode``; on fake CUDA tensors without a GPU); ``low_precision_layers``
-and ``low_precision_calls`` read off which gradients a real AMP step holds in low
-precision; ``CastCounter`` counts the casts autocast makes (of the fp32 weights, once
-per region for a weight used twice: the cast cache).
+the dtypes of every layer and functional op under autocast (on fake CUDA tensors
+without a GPU), which gradients a real AMP step holds in low precision, and the casts
+autocast makes (of each fp32 weight once per region: the cast cache).
 """
 
 from __future__ import annotations

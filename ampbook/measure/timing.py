@@ -466,8 +466,7 @@ def time_elementwise(
     **kwargs,
 ) -> TimingResult:
     """Time ``z = x + y`` over ``numel`` elements (into a preallocated ``z``): a
-    memory-bound op, 1 FLOP per 3 elements moved (``bytes_moved = 3 * numel *
-    itemsize``; fp16 moves half the bytes of fp32)."""
+    memory-bound op, 1 FLOP per 3 elements moved."""
     if not is_positive_int(numel):
         raise ValueError(f"numel must be a positive integer, got {numel!r}")
     name, dev, gen, itemsize = prepare_op(dtype, device, seed, "elementwise")

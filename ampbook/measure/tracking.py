@@ -1,10 +1,7 @@
 """Which module of a model is running: the one module tracker of the book, asked by the
 cost model (``ampbook.predict.steptrace``), the saved-tensor meter and the autocast op
-trace. ``ModuleScopes`` is a ``torch.utils.module_tracker.ModuleTracker`` that knows one
-model: inside ``with ModuleScopes(model) as scopes``, ``scopes.innermost()`` is the
-innermost module of the model whose forward is running (``("encoder.0.conv",
-"Conv2d")``: its name as ``model.named_modules()`` gives it, the model itself by its
-class name; a module reachable at two paths may be named after either), None outside.
+trace. Modules are named as ``model.named_modules()`` names them (the model by its
+class name; a module reachable at two paths after either).
 
 **Backward** (``backward=True``, the cost model only). ``ModuleTracker``'s backward set
 (entered when the gradients of all a module's outputs are ready, left when those of all
