@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_leaves
 from ampbook.core.args import is_positive_int
 from ampbook.core.devices import pick_device
 from ampbook.core.precision import DTYPES, SHORT_NAMES, backend_flags
+from ampbook.measure.memory import _storage_key_and_bytes
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
@@ -56,8 +57,7 @@ def random_tensor(
     device: str | torch.device = "cpu",
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Standard-normal random values (never zeros) in ``dtype`` on ``device``, drawn in
-    fp32 and rounded to the format (fp8 included)."""
+    """Standard-normal values (never zeros) drawn in fp32 and rounded to ``dtype``."""
     _, torch_dtype = resolve_dtype(dtype)
     x = torch.randn(shape, device=device, dtype=torch.float32, generator=generator)
     return x.to(torch_dtype)
@@ -197,11 +197,7 @@ def _tensors(args: Iterable[Any]) -> list[torch.Tensor]:
 
 def working_set_bytes(args: Iterable[Any]) -> int:
     """Bytes of all tensors in one input set (each storage counted once)."""
-    storages = {
-        (t.untyped_storage().data_ptr(), t.device): t.untyped_storage().nbytes()
-        for t in _tensors(args)
-    }
-    return sum(storages.values())
+    return sum(dict(_storage_key_and_bytes(t) for t in _tensors(args)).values())
 
 
 def buffers_needed(
