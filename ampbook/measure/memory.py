@@ -204,12 +204,12 @@ def step_saving(pixels: float, fp32: Line, amp: Line, n_params: int) -> float:
     return saving(static + fp32(pixels), static + amp(pixels))
 
 
-def _status_kib(field: str) -> int | None:
+def _status_bytes(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith(field + ":"):
-                    return int(line.split()[1])
+                    return int(line.split()[1]) * 1024  # written in kB
     except (OSError, ValueError, IndexError):
         pass
     return None
@@ -218,16 +218,15 @@ def _status_kib(field: str) -> int | None:
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process in bytes: Linux's ``VmHWM`` (which
     ``reset_peak_rss`` can reset), else ``getrusage``'s lifetime maximum."""
-    kib = _status_kib("VmHWM")
-    if kib is not None:
-        return kib * 1024
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return maxrss if sys.platform == "darwin" else maxrss * 1024  # macOS: bytes
 
 
 def current_rss_bytes() -> int | None:
-    kib = _status_kib("VmRSS")
-    return None if kib is None else kib * 1024
+    return _status_bytes("VmRSS")
 
 
 def reset_peak_rss() -> bool:
