@@ -56,11 +56,8 @@ class _CudnnRNN(torch.autograd.Function):
         )  # fmt: skip
         # cuDNN's training reserve (an estimate): per layer, direction and time step,
         # the gates' activations and the cell and hidden states
-        steps_batch = x.shape[0] * x.shape[1]
-        dirs = 2 if bidir else 1
-        reserve = x.new_empty(
-            steps_batch * layers * dirs * hidden * (RNN_GATES[mode] + 2)
-        )
+        per_step = layers * (2 if bidir else 1) * hidden * (RNN_GATES[mode] + 2)
+        reserve = x.new_empty(x.shape[0] * x.shape[1] * per_step)
         ctx.cfg = cfg
         ctx.save_for_backward(x, hx, output, reserve, *weights)
         return output, hy, cy

@@ -67,15 +67,8 @@ def trace_layers(
 
     def hook(module, args, output, name):
         params = sorted({dtype_name(p.dtype) for p in module.parameters(recurse=False)})
-        rows.append(
-            {
-                "name": name,
-                "type": type(module).__name__,
-                "inputs": _dtypes(args),
-                "output": _dtypes(output),
-                "params": params,
-            }
-        )
+        kind, ins, out = type(module).__name__, _dtypes(args), _dtypes(output)
+        rows.append(dict(name=name, type=kind, inputs=ins, output=out, params=params))
 
     handles = [
         m.register_forward_hook(lambda mod, a, o, n=n: hook(mod, a, o, n))
@@ -116,14 +109,9 @@ class _OpRecorder(TorchFunctionMode):
         name = traced_call(func, out)
         scope = self.scopes.innermost()
         if scope is not None and name:
-            self.rows.append(
-                {
-                    "module": scope[1],
-                    "op": name,
-                    "inputs": _dtypes(list(args) + list(kwargs.values())),
-                    "output": _dtypes(out),
-                }
-            )
+            ins = _dtypes(list(args) + list(kwargs.values()))
+            row = dict(module=scope[1], op=name, inputs=ins, output=_dtypes(out))
+            self.rows.append(row)
         return out
 
 
@@ -196,14 +184,9 @@ class CastCounter(TorchDispatchMode):
         if func is torch.ops.aten._to_copy.default:
             src, dst = args[0], kwargs.get("dtype")
             if dst is not None and dst != src.dtype:
-                self.casts.append(
-                    Cast(
-                        tuple(src.shape),
-                        dtype_name(src.dtype),
-                        dtype_name(dst),
-                        src.data_ptr() in self._params,
-                    )
-                )
+                names = dtype_name(src.dtype), dtype_name(dst)
+                mine = src.data_ptr() in self._params
+                self.casts.append(Cast(tuple(src.shape), *names, mine))
         return func(*args, **kwargs)
 
     @property
