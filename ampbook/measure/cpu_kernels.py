@@ -100,8 +100,7 @@ class ConvProbe:
         ]
 
     def slowdown(self, dtype: str, name: str | None = None) -> float:
-        """The convolution's (or the pass ``name``'s) time in ``dtype`` over fp32's:
-        the rounds' median."""
+        """The median of ``round_ratios``."""
         return statistics.median(self.round_ratios(dtype, name))
 
     def slowest_pass(self, dtype: str) -> PassTiming:
@@ -347,7 +346,6 @@ def _run(order, tensors, padding, repeats, max_call_s):
 
 
 def precision_dtype(precision: str) -> str:
-    """The dtype whose convolutions a training precision runs: ``"amp-bf16"`` ->
-    ``"bf16"``, ``"amp-fp16"`` -> ``"fp16"``, ``"fp32"`` -> ``"fp32"``."""
+    """The dtype whose convolutions a training precision runs (``"amp-bf16"``: bf16)."""
     dt = autocast_dtype(precision)
     return "fp32" if dt is None else short_name(dt)

@@ -177,9 +177,8 @@ def fit_line(points: Sequence[tuple[float, float]]) -> Line:
             f"fit_line needs two different pixel counts, got {sorted(set(xs))}"
         )
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    slope = sxy / sum((x - mx) ** 2 for x in xs)
     return Line(my - slope * mx, slope)
 
 

@@ -328,17 +328,9 @@ def benchmark(
         cut = max_time is not None and total >= max_time and n >= min(3, repeats)
         if n >= repeats and total >= min_time or cut:
             break
-    return TimingResult(
-        name,
-        str(dev),
-        tuple(times),
-        number,
-        warmup,
-        len(inputs),
-        flops,
-        bytes_moved,
-        dict(extra or {}),
-    )
+    counts = dict(number=number, warmup=warmup, buffers=len(inputs))
+    work = dict(flops=flops, bytes_moved=bytes_moved, extra=dict(extra or {}))
+    return TimingResult(name, str(dev), tuple(times), **counts, **work)
 
 
 def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
