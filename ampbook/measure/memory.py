@@ -21,6 +21,7 @@ crossover batch size and costs memory below it (``fit_line``, ``crossover_pixels
 
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import sys
@@ -58,8 +59,7 @@ class SavedTensorMeter:
 
     def __init__(self, model: nn.Module | None = None, parameters=()):
         self.model = model
-        # more tensors that are the model's parameters: the state a
-        # ``torch.func.functional_call`` runs the model with
+        # the state a ``torch.func.functional_call`` runs the model with
         self.parameters = list(parameters)
         self.total_bytes = self.count = self.parameter_bytes = 0
         self.by_dtype: dict[str, int] = defaultdict(int)
@@ -100,20 +100,17 @@ class SavedTensorMeter:
         return self.total_bytes - self.parameter_bytes
 
     def __enter__(self) -> "SavedTensorMeter":
-        if self.model is not None:
-            self._scopes.__enter__()
+        self._stack = contextlib.ExitStack()
+        if self._scopes is not None:
+            self._stack.enter_context(self._scopes)
         for p in [*(self.model.parameters() if self.model else ()), *self.parameters]:
             self._param_ptrs.add(_storage_key_and_bytes(p)[0])
-        self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(
-            self._pack, lambda t: t
-        )
-        self._hooks_ctx.__enter__()
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._stack.enter_context(hooks)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._hooks_ctx.__exit__(*exc)
-        if self._scopes is not None:
-            self._scopes.__exit__(*exc)
+        self._stack.__exit__(*exc)  # the hooks first, then the scopes
         self._seen.clear()  # drop the weak references; the counts stay
         self.by_dtype = dict(self.by_dtype)
         self.by_module_type = dict(self.by_module_type)

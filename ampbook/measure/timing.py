@@ -11,9 +11,6 @@
 5. **No free cache hits.** When one input set would stay in the last-level cache, the
    calls rotate through ``buffers`` input sets, so that each call reads its inputs from
    memory as inside a real network.
-
-Dtype names: ``"fp32"``, ``"tf32"`` (fp32 tensors, TF32 tensor-core matmuls; CUDA
-only), ``"fp16"``, ``"bf16"``, ``"fp8"`` (= ``"fp8_e4m3"``, CUDA 8.9+), ``"fp64"``.
 """
 
 from __future__ import annotations
@@ -37,7 +34,8 @@ from ampbook.measure.memory import _storage_key_and_bytes
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
-    """``(name, torch dtype)`` for a book dtype name (``"fp16"``...) or a dtype."""
+    """``(name, torch dtype)`` for a book dtype name or a dtype: ``"tf32"`` is fp32
+    tensors with TF32 tensor-core matmuls, ``"fp8"`` is ``"fp8_e4m3"``."""
     if isinstance(dtype, torch.dtype):
         if dtype not in SHORT_NAMES:
             raise ValueError(
