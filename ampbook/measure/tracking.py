@@ -35,10 +35,6 @@ from torch.utils.module_tracker import ModuleTracker
 Scope = tuple[str, str]  # (qualified name, class name)
 
 
-def _depth(name: str) -> int:
-    return name.count(".")
-
-
 class ModuleScopes(ModuleTracker):
     """The innermost module of ``model`` running now (see the module docstring)."""
 
@@ -61,7 +57,7 @@ class ModuleScopes(ModuleTracker):
     def _root_entered(self, module, args) -> None:
         # the tracker has just added the model, the deepest of the running modules
         if self._prefix is None:
-            self._prefix = max(self.parents - {"Global"}, key=_depth)
+            self._prefix = max(self.parents - {"Global"}, key=lambda p: p.count("."))
 
     def innermost(self) -> Scope | None:
         """(qualified name, class name) of the innermost module of the model whose
@@ -72,7 +68,8 @@ class ModuleScopes(ModuleTracker):
         ours = [p for p in self.parents if p == prefix or p.startswith(prefix + ".")]
         if not ours:
             return None
-        return self._scopes.get(max(ours, key=_depth)[len(prefix) + 1 :])
+        deepest = max(ours, key=lambda p: p.count("."))
+        return self._scopes.get(deepest[len(prefix) + 1 :])
 
     def claim(self, tensors, scope: Scope | None) -> None:
         """Give ``scope`` the autograd nodes behind ``tensors`` (any nesting of
