@@ -90,9 +90,8 @@ class ConvProbe:
         together, or the pass ``name``."""
         probe, base = self._probe(dtype), self._probe("fp32")
         names = [name] if name else list(PASSES)
-        rounds = max(
-            [len(p.samples) for q in (probe, base) for p in q.passes.values()] + [1]
-        )
+        lengths = [len(p.samples) for q in (probe, base) for p in q.passes.values()]
+        rounds = max(lengths + [1])
         return [
             sum(probe.passes[n].in_round(i) for n in names)
             / sum(base.passes[n].in_round(i) for n in names)
@@ -132,9 +131,8 @@ class ConvProbe:
         per_pass = ", ".join(
             f"{PASS_NAMES[p]} {self.slowdown(dtype, p):.3g}x" for p in PASSES
         )
-        spread = "one round"
-        if n > 1:
-            spread = f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
+        rounds = f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
+        spread = rounds if n > 1 else "one round"
         if n > 1 and lo <= 1 <= hi:
             text = (
                 f"{dtype}: the {self.shape} was faster than in fp32 in some rounds "

@@ -214,8 +214,7 @@ def _status_bytes(field: str) -> int | None:
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process in bytes: Linux's ``VmHWM`` (which
     ``reset_peak_rss`` can reset), else ``getrusage``'s lifetime maximum."""
-    peak = _status_bytes("VmHWM")
-    if peak is not None:
+    if (peak := _status_bytes("VmHWM")) is not None:
         return peak
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return maxrss if sys.platform == "darwin" else maxrss * 1024  # macOS: bytes
