@@ -41,8 +41,7 @@ def check_device_type(device_type: str) -> str:
 
 
 def default_dtype(device_type: str) -> torch.dtype:
-    """Autocast's own default low-precision dtype for the device (bf16 on CPU, fp16 on
-    CUDA), the one chapter 4 measures memory in."""
+    """Autocast's default 16-bit dtype on the device (chapter 4 measures in it)."""
     return _DEFAULT_DTYPE[check_device_type(device_type)]
 
 

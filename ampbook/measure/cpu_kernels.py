@@ -4,14 +4,10 @@ A CPU's flags say which instructions it has, not which kernels PyTorch runs: one
 can run a dtype's forward convolution in a JIT-compiled oneDNN kernel and its weight
 gradient in oneDNN's reference C++ loop, or hand it all to ATen's generic fallback.
 ``probe_conv`` times one convolution (by default ERFNet's 3x1 at 64 channels: below
-about that size PyTorch skips oneDNN even in fp32) in each dtype, pass by pass. Each
-pass runs once untimed for the rounds (oneDNN builds its kernel then) while oneDNN's
-verbose lines name the implementation it executed (``jit:avx2``, ``ref:any``...;
-``ATEN_FALLBACK`` where it ran none), then once per round for ``repeats`` rounds, the
-dtypes taking turns so that a change in the machine's load falls on all of them; each
-comparison with fp32 is the median of the per-round ratios, with their spread. A pass
-whose first call takes over ``max_call_s`` is not repeated. The timings are this
-machine's, under its load (``ConvProbe.load1``).
+about that size PyTorch skips oneDNN even in fp32) pass by pass: a first call, while
+oneDNN's verbose lines name the implementation it ran (``jit:avx2``, ``ref:any``...),
+then rounds in which the dtypes take turns, so that a change in the machine's load
+falls on all of them; a comparison with fp32 is the median of the per-round ratios.
 """
 
 from __future__ import annotations
@@ -71,8 +67,7 @@ class DtypeProbe:
 
 @dataclass(frozen=True)
 class ConvProbe:
-    """``probe_conv``'s result: the convolution's shape, the machine's state, and each
-    dtype's passes."""
+    """The convolution's shape, the machine's state, and each dtype's passes."""
 
     channels: int
     height: int
@@ -87,20 +82,16 @@ class ConvProbe:
 
     @property
     def shape(self) -> str:
-        kh, kw = self.kernel
-        return (
-            f"{self.channels}-channel {kh}x{kw} convolution at "
-            f"{self.width}x{self.height}"
-        )
+        (kh, kw), at = self.kernel, f"{self.width}x{self.height}"
+        return f"{self.channels}-channel {kh}x{kw} convolution at {at}"
 
     def round_ratios(self, dtype: str, name: str | None = None) -> list[float]:
         """The time in ``dtype`` over fp32's, one ratio per round: all three passes
         together, or the pass ``name``."""
         probe, base = self._probe(dtype), self._probe("fp32")
         names = [name] if name else list(PASSES)
-        rounds = max(
-            [len(p.samples) for q in (probe, base) for p in q.passes.values()] + [1]
-        )
+        lengths = [len(p.samples) for q in (probe, base) for p in q.passes.values()]
+        rounds = max(lengths + [1])
         return [
             sum(probe.passes[n].in_round(i) for n in names)
             / sum(base.passes[n].in_round(i) for n in names)
@@ -108,8 +99,7 @@ class ConvProbe:
         ]
 
     def slowdown(self, dtype: str, name: str | None = None) -> float:
-        """The convolution's (or the pass ``name``'s) time in ``dtype`` over fp32's:
-        the rounds' median."""
+        """The median of ``round_ratios``."""
         return statistics.median(self.round_ratios(dtype, name))
 
     def slowest_pass(self, dtype: str) -> PassTiming:
@@ -141,9 +131,8 @@ class ConvProbe:
         per_pass = ", ".join(
             f"{PASS_NAMES[p]} {self.slowdown(dtype, p):.3g}x" for p in PASSES
         )
-        spread = "one round"
-        if n > 1:
-            spread = f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
+        rounds = f"median of {n} rounds, time {lo:.3g}-{hi:.3g}x fp32's"
+        spread = rounds if n > 1 else "one round"
         if n > 1 and lo <= 1 <= hi:
             text = (
                 f"{dtype}: the {self.shape} was faster than in fp32 in some rounds "
@@ -295,14 +284,8 @@ def probe_conv(
     first). One intra-op thread by default (restored after): on a loaded machine a
     multi-threaded kernel's time says more about the load than the kernel. A dtype the
     CPU cannot convolve at all gets its error instead of timings."""
-    for label, v in (
-        ("channels", channels),
-        ("height", height),
-        ("width", width),
-        ("batch", batch),
-        ("repeats", repeats),
-        ("threads", threads),
-    ):
+    sizes = dict(channels=channels, height=height, width=width, batch=batch)
+    for label, v in dict(sizes, repeats=repeats, threads=threads).items():
         if not is_positive_int(v):
             raise ValueError(f"{label} must be a positive integer, got {v!r}")
     if len(kernel) != 2 or min(kernel) < 1:
@@ -326,19 +309,8 @@ def probe_conv(
         torch.set_num_threads(before)
     load = machine_load()
     read = any(p.impl is not None for r in results.values() for p in r.passes.values())
-    kernel = (int(kernel[0]), int(kernel[1]))
-    return ConvProbe(
-        channels,
-        height,
-        width,
-        kernel,
-        batch,
-        used,
-        load["load1"],
-        load["cpus"],
-        read,
-        results,
-    )
+    size = (channels, height, width, (int(kernel[0]), int(kernel[1])), batch)
+    return ConvProbe(*size, used, load["load1"], load["cpus"], read, results)
 
 
 def _run(order, tensors, padding, repeats, max_call_s):
@@ -372,7 +344,6 @@ def _run(order, tensors, padding, repeats, max_call_s):
 
 
 def precision_dtype(precision: str) -> str:
-    """The dtype whose convolutions a training precision runs: ``"amp-bf16"`` ->
-    ``"bf16"``, ``"amp-fp16"`` -> ``"fp16"``, ``"fp32"`` -> ``"fp32"``."""
+    """The dtype whose convolutions a training precision runs (``"amp-bf16"``: bf16)."""
     dt = autocast_dtype(precision)
     return "fp32" if dt is None else short_name(dt)

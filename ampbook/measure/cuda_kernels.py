@@ -56,11 +56,8 @@ class _CudnnRNN(torch.autograd.Function):
         )  # fmt: skip
         # cuDNN's training reserve (an estimate): per layer, direction and time step,
         # the gates' activations and the cell and hidden states
-        steps_batch = x.shape[0] * x.shape[1]
-        dirs = 2 if bidir else 1
-        reserve = x.new_empty(
-            steps_batch * layers * dirs * hidden * (RNN_GATES[mode] + 2)
-        )
+        per_step = layers * (2 if bidir else 1) * hidden * (RNN_GATES[mode] + 2)
+        reserve = x.new_empty(x.shape[0] * x.shape[1] * per_step)
         ctx.cfg = cfg
         ctx.save_for_backward(x, hx, output, reserve, *weights)
         return output, hy, cy
@@ -122,8 +119,7 @@ def _fused_attention(query, key, value, attn_mask=None, dropout_p=0.0,
         and k.dim() == q.dim()
         and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
         and q.dtype == k.dtype == v.dtype
-        and d % 8 == 0
-        and dv % 8 == 0
+        and d % 8 == dv % 8 == 0
         and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
     )
     if not supported:

@@ -21,6 +21,7 @@ crossover batch size and costs memory below it (``fit_line``, ``crossover_pixels
 
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import sys
@@ -58,8 +59,7 @@ class SavedTensorMeter:
 
     def __init__(self, model: nn.Module | None = None, parameters=()):
         self.model = model
-        # more tensors that are the model's parameters: the state a
-        # ``torch.func.functional_call`` runs the model with
+        # the state a ``torch.func.functional_call`` runs the model with
         self.parameters = list(parameters)
         self.total_bytes = self.count = self.parameter_bytes = 0
         self.by_dtype: dict[str, int] = defaultdict(int)
@@ -100,32 +100,27 @@ class SavedTensorMeter:
         return self.total_bytes - self.parameter_bytes
 
     def __enter__(self) -> "SavedTensorMeter":
-        if self.model is not None:
-            self._scopes.__enter__()
+        self._stack = contextlib.ExitStack()
+        if self._scopes is not None:
+            self._stack.enter_context(self._scopes)
         for p in [*(self.model.parameters() if self.model else ()), *self.parameters]:
             self._param_ptrs.add(_storage_key_and_bytes(p)[0])
-        self._hooks_ctx = torch.autograd.graph.saved_tensors_hooks(
-            self._pack, lambda t: t
-        )
-        self._hooks_ctx.__enter__()
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._stack.enter_context(hooks)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._hooks_ctx.__exit__(*exc)
-        if self._scopes is not None:
-            self._scopes.__exit__(*exc)
+        self._stack.__exit__(*exc)  # the hooks first, then the scopes
         self._seen.clear()  # drop the weak references; the counts stay
         self.by_dtype = dict(self.by_dtype)
         self.by_module_type = dict(self.by_module_type)
 
     def summary(self) -> dict:
         """The counts as a JSON-serialisable dict."""
+        counts = ("new_bytes", "total_bytes", "count", "parameter_bytes")
         by_module = dict(self.by_module_type) if self.model is not None else None
         return {
-            "new_bytes": self.new_bytes,
-            "total_bytes": self.total_bytes,
-            "count": self.count,
-            "parameter_bytes": self.parameter_bytes,
+            **{k: getattr(self, k) for k in counts},
             "by_dtype": dict(self.by_dtype),
             "by_module_type": by_module,
         }
@@ -179,9 +174,8 @@ def fit_line(points: Sequence[tuple[float, float]]) -> Line:
             f"fit_line needs two different pixel counts, got {sorted(set(xs))}"
         )
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum(
-        (x - mx) ** 2 for x in xs
-    )
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    slope = sxy / sum((x - mx) ** 2 for x in xs)
     return Line(my - slope * mx, slope)
 
 
@@ -206,12 +200,12 @@ def step_saving(pixels: float, fp32: Line, amp: Line, n_params: int) -> float:
     return saving(static + fp32(pixels), static + amp(pixels))
 
 
-def _status_kib(field: str) -> int | None:
+def _status_bytes(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith(field + ":"):
-                    return int(line.split()[1])
+                    return int(line.split()[1]) * 1024  # written in kB
     except (OSError, ValueError, IndexError):
         pass
     return None
@@ -220,16 +214,14 @@ def _status_kib(field: str) -> int | None:
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process in bytes: Linux's ``VmHWM`` (which
     ``reset_peak_rss`` can reset), else ``getrusage``'s lifetime maximum."""
-    kib = _status_kib("VmHWM")
-    if kib is not None:
-        return kib * 1024
+    if (peak := _status_bytes("VmHWM")) is not None:
+        return peak
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return maxrss if sys.platform == "darwin" else maxrss * 1024  # macOS: bytes
 
 
 def current_rss_bytes() -> int | None:
-    kib = _status_kib("VmRSS")
-    return None if kib is None else kib * 1024
+    return _status_bytes("VmRSS")
 
 
 def reset_peak_rss() -> bool:

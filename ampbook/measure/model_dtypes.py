@@ -1,10 +1,7 @@
 """What autocast does to a model, observed rather than assumed (chapter 4, for ERFNet):
-``trace_layers`` and ``trace_ops`` record the input and output dtypes of every layer and
-every functional op of a model under autocast (with forward hooks and a
-``TorchFunctionMode``; on fake CUDA tensors without a GPU); ``low_precision_layers``
-and ``low_precision_calls`` read off which gradients a real AMP step holds in low
-precision; ``CastCounter`` counts the casts autocast makes (of the fp32 weights, once
-per region for a weight used twice: the cast cache).
+the dtypes of every layer and functional op under autocast (on fake CUDA tensors
+without a GPU), which gradients a real AMP step holds in low precision, and the casts
+autocast makes (of each fp32 weight once per region: the cast cache).
 """
 
 from __future__ import annotations
@@ -34,10 +31,9 @@ def _dtypes(obj) -> list[str]:
     return [dtype_name(t.dtype) for t in tensors if t.is_floating_point()]
 
 
-def _settings(device_type, dtype, fake) -> tuple[torch.dtype, bool]:
-    check_device_type(device_type)
-    if fake is None:
-        fake = device_type == "cuda" and cuda_is_fake()
+def _settings(device_type, dtype) -> tuple[torch.dtype, bool]:
+    """The autocast dtype, and whether to run on fake tensors (CUDA without a GPU)."""
+    fake = check_device_type(device_type) == "cuda" and cuda_is_fake()
     return dtype or default_dtype(device_type), fake
 
 
@@ -60,30 +56,19 @@ def _forward(model: nn.Module, x, device_type, dtype, fake):
 
 
 def trace_layers(
-    model: nn.Module,
-    x,
-    device_type: str = "cpu",
-    dtype: torch.dtype | None = None,
-    fake: bool | None = None,
+    model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None
 ) -> list[dict]:
     """Rows ``{"name", "type", "inputs", "output", "params"}`` of dtypes, for every leaf
     module call in one forward under autocast. ``x``: an input tensor on the model's
-    device, or an input shape; with ``fake`` (default: CUDA without a GPU) the model
-    runs on fake CUDA copies of its parameters, and is not touched."""
-    dtype, fake = _settings(device_type, dtype, fake)
+    device, or an input shape; CUDA without a GPU runs the model on fake CUDA copies of
+    its parameters, and does not touch it."""
+    dtype, fake = _settings(device_type, dtype)
     rows: list[dict] = []
 
     def hook(module, args, output, name):
         params = sorted({dtype_name(p.dtype) for p in module.parameters(recurse=False)})
-        rows.append(
-            {
-                "name": name,
-                "type": type(module).__name__,
-                "inputs": _dtypes(args),
-                "output": _dtypes(output),
-                "params": params,
-            }
-        )
+        kind, ins, out = type(module).__name__, _dtypes(args), _dtypes(output)
+        rows.append(dict(name=name, type=kind, inputs=ins, output=out, params=params))
 
     handles = [
         m.register_forward_hook(lambda mod, a, o, n=n: hook(mod, a, o, n))
@@ -124,29 +109,20 @@ class _OpRecorder(TorchFunctionMode):
         name = traced_call(func, out)
         scope = self.scopes.innermost()
         if scope is not None and name:
-            self.rows.append(
-                {
-                    "module": scope[1],
-                    "op": name,
-                    "inputs": _dtypes(list(args) + list(kwargs.values())),
-                    "output": _dtypes(out),
-                }
-            )
+            ins = _dtypes(list(args) + list(kwargs.values()))
+            row = dict(module=scope[1], op=name, inputs=ins, output=_dtypes(out))
+            self.rows.append(row)
         return out
 
 
 def trace_ops(
-    model: nn.Module,
-    x,
-    device_type: str = "cpu",
-    dtype: torch.dtype | None = None,
-    fake: bool | None = None,
+    model: nn.Module, x, device_type: str = "cpu", dtype: torch.dtype | None = None
 ) -> list[dict]:
     """Every torch function the forward calls (``F.conv2d``, ``torch.cat``, ``y +
     x``...) with the dtypes of its floating inputs and outputs and the innermost module
     type running it. Catches what layer hooks miss: functional ops inside a block's own
     ``forward`` (chapter 4: ERFNet's concatenations and residual sums)."""
-    dtype, fake = _settings(device_type, dtype, fake)
+    dtype, fake = _settings(device_type, dtype)
     rows: list[dict] = []
     with ModuleScopes(model) as scopes, torch.no_grad(), _OpRecorder(scopes, rows):
         _forward(model, x, device_type, dtype, fake)
@@ -156,7 +132,7 @@ def trace_ops(
 def _low_precision_rows(trace, model, x, device_type, dtype) -> tuple[list, str]:
     """``trace``'s rows and the name of the low-precision dtype. A real forward in
     training mode updates batch norm's running statistics: it traces a copy."""
-    dtype, fake = _settings(device_type, dtype, None)
+    dtype, fake = _settings(device_type, dtype)
     rows = trace(model if fake else copy.deepcopy(model), x, device_type, dtype)
     return rows, dtype_name(dtype)
 
@@ -208,23 +184,13 @@ class CastCounter(TorchDispatchMode):
         if func is torch.ops.aten._to_copy.default:
             src, dst = args[0], kwargs.get("dtype")
             if dst is not None and dst != src.dtype:
-                self.casts.append(
-                    Cast(
-                        tuple(src.shape),
-                        dtype_name(src.dtype),
-                        dtype_name(dst),
-                        src.data_ptr() in self._params,
-                    )
-                )
+                names = dtype_name(src.dtype), dtype_name(dst)
+                mine = src.data_ptr() in self._params
+                self.casts.append(Cast(tuple(src.shape), *names, mine))
         return func(*args, **kwargs)
 
-    @property
-    def parameter_casts(self) -> int:
-        return sum(c.is_parameter for c in self.casts)
-
-    @property
-    def other_casts(self) -> int:
-        return sum(not c.is_parameter for c in self.casts)
+    parameter_casts = property(lambda self: sum(c.is_parameter for c in self.casts))
+    other_casts = property(lambda self: sum(not c.is_parameter for c in self.casts))
 
     @property
     def parameter_cast_bytes(self) -> int:

@@ -11,9 +11,6 @@
 5. **No free cache hits.** When one input set would stay in the last-level cache, the
    calls rotate through ``buffers`` input sets, so that each call reads its inputs from
    memory as inside a real network.
-
-Dtype names: ``"fp32"``, ``"tf32"`` (fp32 tensors, TF32 tensor-core matmuls; CUDA
-only), ``"fp16"``, ``"bf16"``, ``"fp8"`` (= ``"fp8_e4m3"``, CUDA 8.9+), ``"fp64"``.
 """
 
 from __future__ import annotations
@@ -33,10 +30,12 @@ from torch.utils._pytree import tree_leaves
 from ampbook.core.args import is_positive_int
 from ampbook.core.devices import pick_device
 from ampbook.core.precision import DTYPES, SHORT_NAMES, backend_flags
+from ampbook.measure.memory import _storage_key_and_bytes
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> tuple[str, torch.dtype]:
-    """``(name, torch dtype)`` for a book dtype name (``"fp16"``...) or a dtype."""
+    """``(name, torch dtype)`` for a book dtype name or a dtype: ``"tf32"`` is fp32
+    tensors with TF32 tensor-core matmuls, ``"fp8"`` is ``"fp8_e4m3"``."""
     if isinstance(dtype, torch.dtype):
         if dtype not in SHORT_NAMES:
             raise ValueError(
@@ -56,8 +55,7 @@ def random_tensor(
     device: str | torch.device = "cpu",
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Standard-normal random values (never zeros) in ``dtype`` on ``device``, drawn in
-    fp32 and rounded to the format (fp8 included)."""
+    """Standard-normal values (never zeros) drawn in fp32 and rounded to ``dtype``."""
     _, torch_dtype = resolve_dtype(dtype)
     x = torch.randn(shape, device=device, dtype=torch.float32, generator=generator)
     return x.to(torch_dtype)
@@ -87,21 +85,10 @@ class TimingResult:
     bytes_moved: float | None = None
     extra: dict = field(default_factory=dict)
 
-    @property
-    def samples(self) -> int:
-        return len(self.times_s)
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.times_s)
-
-    @property
-    def p10_s(self) -> float:
-        return _quantile(self.times_s, 0.10)
-
-    @property
-    def p90_s(self) -> float:
-        return _quantile(self.times_s, 0.90)
+    samples = property(lambda self: len(self.times_s))
+    median_s = property(lambda self: statistics.median(self.times_s))
+    p10_s = property(lambda self: _quantile(self.times_s, 0.10))
+    p90_s = property(lambda self: _quantile(self.times_s, 0.90))
 
     @property
     def tflops(self) -> float | None:
@@ -137,9 +124,8 @@ def default_sync(device: torch.device) -> Callable[[], None]:
 
 
 class _Clock:
-    """``sync()`` before the start; on CUDA, events recorded on the current stream
-    around the work and read once the end event completed, else the host's monotonic
-    clock read after ``sync()``."""
+    """CUDA events on the current stream around the work on CUDA, else the host's
+    monotonic clock; ``sync()`` before the start and before the reading."""
 
     def __init__(self, device: torch.device, sync: Callable[[], None]):
         self.cuda = device.type == "cuda"
@@ -198,11 +184,7 @@ def _tensors(args: Iterable[Any]) -> list[torch.Tensor]:
 
 def working_set_bytes(args: Iterable[Any]) -> int:
     """Bytes of all tensors in one input set (each storage counted once)."""
-    storages = {
-        (t.untyped_storage().data_ptr(), t.device): t.untyped_storage().nbytes()
-        for t in _tensors(args)
-    }
-    return sum(storages.values())
+    return sum(dict(_storage_key_and_bytes(t) for t in _tensors(args)).values())
 
 
 def buffers_needed(
@@ -333,17 +315,9 @@ def benchmark(
         cut = max_time is not None and total >= max_time and n >= min(3, repeats)
         if n >= repeats and total >= min_time or cut:
             break
-    return TimingResult(
-        name,
-        str(dev),
-        tuple(times),
-        number,
-        warmup,
-        len(inputs),
-        flops,
-        bytes_moved,
-        dict(extra or {}),
-    )
+    counts = dict(number=number, warmup=warmup, buffers=len(inputs))
+    work = dict(flops=flops, bytes_moved=bytes_moved, extra=dict(extra or {}))
+    return TimingResult(name, str(dev), tuple(times), **counts, **work)
 
 
 def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
@@ -369,10 +343,16 @@ def _input_sets(make_inputs, device, buffers, cache_bytes, check, name):
     return [first] + [make() for _ in range(buffers - 1)], dev
 
 
-def _check_dtype_on(dtype, dev: torch.device) -> tuple[str, torch.dtype]:
-    """Resolve ``dtype``; a clear error where ``dev`` cannot run matmuls in it."""
+def prepare_op(dtype, device, seed: int, op: str | None = None):
+    """``(dtype name, device, seeded generator, bytes per element)`` for a timed op.
+    ``op`` names one that runs in fp64/fp32/fp16/bf16 only; without it (matmuls) tf32
+    and fp8 get a clear error where ``device`` has no tensor cores for them."""
     name, torch_dtype = resolve_dtype(dtype)
-    if name == "tf32" or name.startswith("fp8"):
+    tensor_core = name == "tf32" or name.startswith("fp8")
+    if op is not None and tensor_core:
+        raise ValueError(f"{op} timing supports fp64/fp32/fp16/bf16, not {name}")
+    dev = pick_device(device)
+    if tensor_core:
         need = (8, 0) if name == "tf32" else (8, 9)
         cap = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
         if cap is None or cap < need:
@@ -382,10 +362,12 @@ def _check_dtype_on(dtype, dev: torch.device) -> tuple[str, torch.dtype]:
                 f"{need[0]}.{need[1]}+ (fp8: and torch._scaled_mm); {have}"
                 + (": time 'fp32' instead" if name == "tf32" else "")
             )
-    return name, torch_dtype
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    return name, dev, gen, torch.empty((), dtype=torch_dtype).element_size()
 
 
-def _time_op(fn, make, dev, name, extra, flops, moved, kwargs) -> TimingResult:
+def time_op(fn, make, dev, name, extra, flops, moved, kwargs) -> TimingResult:
+    """``benchmark`` of one op; ``kwargs`` may override ``name`` and add ``extra``."""
     kwargs.setdefault("name", name)
     extra = {**extra, **(kwargs.pop("extra", None) or {})}
     return benchmark(
@@ -413,10 +395,7 @@ def time_matmul(
             raise ValueError(
                 f"matmul size {label} must be a positive integer, got {v!r}"
             )
-    dev = pick_device(device)
-    name, torch_dtype = _check_dtype_on(dtype, dev)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    name, dev, gen, itemsize = prepare_op(dtype, device, seed)
     if name.startswith("fp8"):
         if n % 16 or m % 16 or k % 16:
             raise ValueError(
@@ -425,9 +404,8 @@ def time_matmul(
         one = torch.ones((), device=dev, dtype=torch.float32)
 
         def make():  # B column-major k x m
-            return random_tensor((n, k), name, dev, gen), random_tensor(
-                (m, k), name, dev, gen
-            ).t()
+            a, b = (random_tensor(s, name, dev, gen) for s in ((n, k), (m, k)))
+            return a, b.t()
 
         def fn(a, b):
             return torch._scaled_mm(
@@ -450,7 +428,7 @@ def time_matmul(
     moved = (n * k + k * m) * itemsize + out_bytes
     flags = backend_flags(matmul_tf32=name == "tf32")  # CUDA "fp32": no TF32
     with flags if dev.type == "cuda" else contextlib.nullcontext():
-        return _time_op(
+        return time_op(
             fn, make, dev, f"matmul {name} {n}x{k}x{m}", extra, flops, moved, kwargs
         )
 
@@ -463,16 +441,10 @@ def time_elementwise(
     **kwargs,
 ) -> TimingResult:
     """Time ``z = x + y`` over ``numel`` elements (into a preallocated ``z``): a
-    memory-bound op, 1 FLOP per 3 elements moved (``bytes_moved = 3 * numel *
-    itemsize``; fp16 moves half the bytes of fp32)."""
+    memory-bound op, 1 FLOP per 3 elements moved."""
     if not is_positive_int(numel):
         raise ValueError(f"numel must be a positive integer, got {numel!r}")
-    name, torch_dtype = resolve_dtype(dtype)
-    if name.startswith("fp8") or name == "tf32":
-        raise ValueError(f"elementwise timing supports fp64/fp32/fp16/bf16, not {name}")
-    dev = pick_device(device)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    name, dev, gen, itemsize = prepare_op(dtype, device, seed, "elementwise")
 
     def make():  # x, y and the output buffer z, overwritten
         return tuple(random_tensor(numel, name, dev, gen) for _ in range(3))
@@ -481,7 +453,7 @@ def time_elementwise(
         return torch.add(x, y, out=z)
 
     extra = {"kind": "elementwise", "dtype": name, "numel": numel}
-    return _time_op(
+    return time_op(
         fn, make, dev, f"add {name} {numel}", extra, numel, 3 * numel * itemsize, kwargs
     )
 

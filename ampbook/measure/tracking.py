@@ -1,10 +1,7 @@
 """Which module of a model is running: the one module tracker of the book, asked by the
 cost model (``ampbook.predict.steptrace``), the saved-tensor meter and the autocast op
-trace. ``ModuleScopes`` is a ``torch.utils.module_tracker.ModuleTracker`` that knows one
-model: inside ``with ModuleScopes(model) as scopes``, ``scopes.innermost()`` is the
-innermost module of the model whose forward is running (``("encoder.0.conv",
-"Conv2d")``: its name as ``model.named_modules()`` gives it, the model itself by its
-class name; a module reachable at two paths may be named after either), None outside.
+trace. Modules are named as ``model.named_modules()`` names them (the model by its
+class name; a module reachable at two paths after either).
 
 **Backward** (``backward=True``, the cost model only). ``ModuleTracker``'s backward set
 (entered when the gradients of all a module's outputs are ready, left when those of all
@@ -38,10 +35,6 @@ from torch.utils.module_tracker import ModuleTracker
 Scope = tuple[str, str]  # (qualified name, class name)
 
 
-def _depth(name: str) -> int:
-    return name.count(".")
-
-
 class ModuleScopes(ModuleTracker):
     """The innermost module of ``model`` running now (see the module docstring)."""
 
@@ -64,7 +57,7 @@ class ModuleScopes(ModuleTracker):
     def _root_entered(self, module, args) -> None:
         # the tracker has just added the model, the deepest of the running modules
         if self._prefix is None:
-            self._prefix = max(self.parents - {"Global"}, key=_depth)
+            self._prefix = max(self.parents - {"Global"}, key=lambda p: p.count("."))
 
     def innermost(self) -> Scope | None:
         """(qualified name, class name) of the innermost module of the model whose
@@ -75,7 +68,8 @@ class ModuleScopes(ModuleTracker):
         ours = [p for p in self.parents if p == prefix or p.startswith(prefix + ".")]
         if not ours:
             return None
-        return self._scopes.get(max(ours, key=_depth)[len(prefix) + 1 :])
+        deepest = max(ours, key=lambda p: p.count("."))
+        return self._scopes.get(deepest[len(prefix) + 1 :])
 
     def claim(self, tensors, scope: Scope | None) -> None:
         """Give ``scope`` the autograd nodes behind ``tensors`` (any nesting of

@@ -392,8 +392,7 @@ def time_conv2d(
     import torch
 
     from ampbook.core.args import is_positive_int
-    from ampbook.core.devices import pick_device
-    from ampbook.measure.timing import benchmark, random_tensor, resolve_dtype
+    from ampbook.measure.timing import prepare_op, random_tensor, time_op
 
     size = dict(
         batch=batch, channels=channels, height=height, width=width, kernel=kernel
@@ -403,12 +402,7 @@ def time_conv2d(
             raise ValueError(f"conv {label} must be a positive integer, got {v!r}")
     if kernel % 2 == 0:
         raise ValueError(f"conv kernel must be odd (same padding), got {kernel}")
-    name, torch_dtype = resolve_dtype(dtype)
-    if name.startswith("fp8") or name == "tf32":
-        raise ValueError(f"conv timing supports fp64/fp32/fp16/bf16, not {name}")
-    dev = pick_device(device)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    name, dev, gen, itemsize = prepare_op(dtype, device, seed, "conv")
     pad = kernel // 2
     act = (batch, channels, height, width)
 
@@ -434,16 +428,8 @@ def time_conv2d(
     elements = 3 * x_el + 3 * w_el + x_el if backward else 2 * x_el + w_el
     flops = 2 * x_el * channels * kernel * kernel  # same-padded, stride 1
     what = "conv2d forward+backward" if backward else "conv2d"
-    kwargs.setdefault("name", f"{what} {name} {batch}x{channels}x{height}x{width}")
+    label = f"{what} {name} {batch}x{channels}x{height}x{width}"
     extra = {"kind": CONV_KINDS[backward], "dtype": name, **size}
-    extra.update(kwargs.pop("extra", {}) or {})
+    fn, flops = (training_pass, 3 * flops) if backward else (forward, flops)
     with torch.no_grad() if not backward else contextlib.nullcontext():
-        return benchmark(
-            training_pass if backward else forward,
-            make,
-            flops=3 * flops if backward else flops,
-            bytes_moved=elements * itemsize,
-            device=dev,
-            extra=extra,
-            **kwargs,
-        )
+        return time_op(fn, make, dev, label, extra, flops, elements * itemsize, kwargs)
