@@ -189,8 +189,13 @@ class CastCounter(TorchDispatchMode):
                 self.casts.append(Cast(tuple(src.shape), *names, mine))
         return func(*args, **kwargs)
 
-    parameter_casts = property(lambda self: sum(c.is_parameter for c in self.casts))
-    other_casts = property(lambda self: sum(not c.is_parameter for c in self.casts))
+    @property
+    def parameter_casts(self) -> int:
+        return sum(c.is_parameter for c in self.casts)
+
+    @property
+    def other_casts(self) -> int:
+        return sum(not c.is_parameter for c in self.casts)
 
     @property
     def parameter_cast_bytes(self) -> int:

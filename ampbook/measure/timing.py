@@ -85,10 +85,21 @@ class TimingResult:
     bytes_moved: float | None = None
     extra: dict = field(default_factory=dict)
 
-    samples = property(lambda self: len(self.times_s))
-    median_s = property(lambda self: statistics.median(self.times_s))
-    p10_s = property(lambda self: _quantile(self.times_s, 0.10))
-    p90_s = property(lambda self: _quantile(self.times_s, 0.90))
+    @property
+    def samples(self) -> int:
+        return len(self.times_s)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def p10_s(self) -> float:
+        return _quantile(self.times_s, 0.10)
+
+    @property
+    def p90_s(self) -> float:
+        return _quantile(self.times_s, 0.90)
 
     @property
     def tflops(self) -> float | None:
