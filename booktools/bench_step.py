@@ -14,10 +14,10 @@ import sys
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ampbook.chapters.ch5 import step_batch
 from ampbook.core import cli
 from ampbook.core.modes import PRECISIONS
 from ampbook.core.words import plural
+from ampbook.train.step import step_batch
 
 if TYPE_CHECKING:  # the run imports them: --help is answered without torch
     import torch

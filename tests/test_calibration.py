@@ -326,3 +326,13 @@ def test_error_fit_holds_its_cover():
     assert m.base > 0 and m.slope > 0
     held = sum(abs(r["log_error"]) <= m.error(r["distance"]) for r in rows)
     assert held >= 9
+
+
+def test_each_gpu_distance_has_its_weight_and_an_unknown_one_is_refused():
+    w = cal.WEIGHTS
+    assert w.gpu("same GPU") == 1.0
+    assert [w.gpu(d) for d in cal.GPU_DISTANCES[1:]] == [
+        getattr(w, d.replace(" ", "_")) for d in cal.GPU_DISTANCES[1:]
+    ]
+    with pytest.raises(AttributeError):  # a misspelt distance is not the same GPU
+        w.gpu("same chipp")

@@ -721,6 +721,9 @@ def test_measured_verdicts(report):
     assert "inside" in ch6.measured_speedup_verdict("G", 1.5, 1.2, 1.9)
     assert "below" in ch6.measured_speedup_verdict("G", 1.0, 1.2, 1.9)
     assert "above" in ch6.measured_speedup_verdict("G", 2.5, 1.2, 1.9)
+    for bad in ((1.5, 1.9, 1.2), (0.0, 0.0, 1.2), (-1.0, 1.2, 1.9)):  # a range upside
+        with pytest.raises(ValueError, match="need 0 < low <= high"):  # down, none, a
+            ch6.measured_speedup_verdict("G", *bad)  # negative speedup
     assert ch6.range_position(1.2, 1.2, 1.9) == "inside the range"
     assert ch6.range_position(1.91, 1.2, 1.9) == "above the range"
 

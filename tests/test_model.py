@@ -248,3 +248,9 @@ def test_fp16_stream_keeps_the_encoder_16_bit_under_autocast():
     assert saved_16["new_bytes"] < saved_ref["new_bytes"]
     fp32_ref = saved_ref["by_dtype"]["float32"]
     assert saved_16["by_dtype"].get("float32", 0) < fp32_ref / 2
+
+
+def test_a_downsampler_that_does_not_widen_is_refused():
+    for out in (16, 8):  # the conv would get 0 or negative channels
+        with pytest.raises(ValueError, match="a downsampler widens"):
+            Downsampler(16, out)

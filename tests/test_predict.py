@@ -411,6 +411,8 @@ def test_optimizer_bytes():
     assert optimizer_bytes(10, "sgd") == 10 * 4 * 5
     with pytest.raises(ValueError, match="unknown optimizer"):
         optimizer_bytes(10, "lamb")
+    with pytest.raises(ValueError, match="parameters must be >= 0"):
+        optimizer_bytes(-1, "adam")
 
 
 def test_ceilings_from_device_and_checks():

@@ -307,3 +307,10 @@ def test_two_records_of_one_setting_are_an_error_naming_both(tmp_path, capsys):
     with pytest.raises(ResultsError, match="two records of one setting") as err:
         pair_runs(runs)
     assert TRAIN in str(err.value) and copy.name in str(err.value)
+
+
+def test_a_matmul_record_that_is_not_an_object_is_named():
+    from ampbook.results.sweeps import validate_matmul
+
+    with pytest.raises(ValueError, match=r"x\.json: a results record is a JSON object"):
+        validate_matmul([], "x.json")

@@ -378,8 +378,8 @@ def test_enet_class_weights_follow_the_label_histogram():
 
 
 def test_bench_step_compares_the_runner_with_a_bare_loop_doing_the_same_work():
-    from ampbook.chapters.ch5 import step_batch as _batch
     from ampbook.train import build_training, validate
+    from ampbook.train.step import step_batch as _batch
     from booktools.bench_step import bare_step_fn, measure_overhead
 
     cfg = TrainConfig(**TINY, batch_size=1)

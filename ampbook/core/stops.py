@@ -1,7 +1,13 @@
-"""Stops: Ctrl-C, SIGTERM and SIGHUP in an ``ampbook`` command. SIGTERM is Ctrl-C
-(``Terminated`` is a ``KeyboardInterrupt``), so every cleanup for Ctrl-C runs for it
-too; a stop inside an import is held back until the import has finished. A command
-stops once. Standard library only: the module is loaded before torch."""
+"""Stops: Ctrl-C, SIGTERM and SIGHUP in an ``ampbook`` command.
+
+SIGTERM is Ctrl-C (``Terminated`` is a ``KeyboardInterrupt``), so every cleanup written
+for Ctrl-C runs for it too; a stop inside an import is held back until the import has
+finished. A command stops once: a second stop is not raised inside the first one's
+cleanup, and the exit status is the first stop's. ``install`` covers the start-up
+imports before ``main`` runs; ``end_process`` ends the process with the command's
+status; ``ampbook.core.cli.command`` wraps every ``main`` in these. Standard library
+only: the module is loaded before torch.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +32,10 @@ _RETRY_S = 0.05  # how soon a stop held back during an import is tried again
 
 
 def _in_frozen(frame) -> bool:
-    """Whether the main thread is inside an import (an exception there can abort the
-    process) or in a frozen module C code called (``<frozen abc>``: a SystemError)."""
+    """Whether the main thread is inside an import (a C extension's initialisation
+    that called back into Python, where an exception can abort the process), or in a
+    frozen standard-library module that C code called back into (``<frozen abc>``:
+    an exception raised there can come out as a ``SystemError``)."""
     top = frame
     while frame is not None:
         name = frame.f_code.co_filename
@@ -41,7 +49,8 @@ def _in_frozen(frame) -> bool:
 
 def _held_back(signum, frame) -> bool:
     """A stop that lands in ``_in_frozen`` code is not raised there: the signal is
-    sent again shortly after, until the main thread is out of it."""
+    sent again shortly after, as a real signal (a blocking call the import was
+    followed by is interrupted), until the main thread is out of it."""
     if not _in_frozen(frame):
         _state["held"] = None
         return False
@@ -65,10 +74,12 @@ def _on_stop(signum, frame):
 
 
 def record_stop(signum: int) -> None:
+    """A command's own stop handler saw ``signum``: the exit status follows it."""
     _state["signal"] = signum
 
 
 def begin() -> None:
+    """A command starts: no stop seen or raised yet."""
     _state.update(signal=None, raised=False)
 
 
@@ -89,6 +100,7 @@ def start_up_stop_text() -> str:
 
 
 def _end_start_up(err: BaseException | None = None) -> None:
+    """A stop before ``main`` runs: one line, and the process ends with 130/143."""
     say(start_up_stop_text())
     flush()
     os._exit(stop_code(err))
@@ -110,10 +122,12 @@ def flush() -> None:
 
 
 def terminated() -> bool:
+    """Whether the last stop signal this process received was SIGTERM."""
     return _state["signal"] == signal.SIGTERM
 
 
 def stop_code(err: BaseException | None = None) -> int:
+    """130 after Ctrl-C, 143 after SIGTERM."""
     return EXIT_SIGTERM if isinstance(err, Terminated) or terminated() else EXIT_SIGINT
 
 
@@ -139,8 +153,9 @@ _KEPT = (*_STOPS, signal.SIGQUIT, signal.SIGPIPE, signal.SIGALRM)
 
 @contextlib.contextmanager
 def kept_handlers():
-    """Signal handlers and ``sys.excepthook`` put back after the block: a command
-    called as a function (a test, a notebook) leaves its caller's process as it was."""
+    """Whatever a command installs while it runs (signal handlers, ``sys.excepthook``)
+    is undone when it returns or raises: a command called as a function (a test, a
+    notebook) leaves its caller's process as it found it."""
     if not _main_thread():
         yield
         return
@@ -163,6 +178,7 @@ COMMAND_ROOTS = ("ampbook", "booktools")  # names only: nothing here imports boo
 
 
 def is_command(argv: list[str] | None = None, roots=COMMAND_ROOTS) -> bool:
+    """Whether this process is ``python -m ROOT...`` for one of ``roots``."""
     argv = list(getattr(sys, "orig_argv", []) if argv is None else argv)
     skip = False
     for i, arg in enumerate(argv[1:], 1):
@@ -189,7 +205,8 @@ _previous_hook = sys.excepthook
 
 
 def hold_further_stops() -> None:
-    """While a stopped command ends, a second stop is ignored (status stays 130/143)."""
+    """While a stopped command ends (its message, the exit), a second stop is ignored:
+    the exit status stays 130/143, no death by the signal mid-message."""
     if _main_thread():
         _on_stops(lambda signum, frame: None)
 
@@ -202,8 +219,9 @@ def _on_stops(handler) -> None:
 
 @contextlib.contextmanager
 def stops_blocked_after(outermost: bool):
-    """Once the outermost command's ``main`` has its outcome, stop signals stay
-    pending until ``end_process`` delivers them to a handler that keeps it."""
+    """Once the outermost command's ``main`` has its outcome, stop signals wait (the
+    kernel keeps them pending) while the handlers are put back, until ``end_process``
+    delivers them to a handler that ends with that outcome."""
     try:
         yield
     finally:
@@ -213,8 +231,9 @@ def stops_blocked_after(outermost: bool):
 
 
 def end_process(code: int) -> None:
-    """Exit with the command's status after the atexit callbacks, skipping the
-    interpreter's finalization (over half a second with torch loaded)."""
+    """End the process with the command's status: the atexit callbacks run, then it
+    exits without the interpreter's finalization (over half a second with torch
+    loaded, default handlers back). A stop meanwhile ends it at once, same status."""
     if not _main_thread():
         return
 
@@ -250,7 +269,8 @@ def _is_utf8(encoding: str | None) -> bool:
 
 def _restart_in_utf8_mode() -> None:
     """Under a locale that is not UTF-8 (``LC_ALL=C``) the command starts again in
-    Python's UTF-8 mode, so every file it writes is UTF-8."""
+    Python's UTF-8 mode, so every file it writes is UTF-8 (a report's en dash was a
+    UnicodeEncodeError); stdout and stderr keep the locale's (``_text_streams``)."""
     if sys.flags.utf8_mode or STREAM_ENCODING in os.environ:
         return  # already restarted once (or asked for UTF-8 mode)
     try:
@@ -269,8 +289,9 @@ def _restart_in_utf8_mode() -> None:
 
 
 def _text_streams() -> None:
-    """What the terminal cannot hold is written in ASCII (``plain_text_errors``); after
-    a restart in UTF-8 mode stdout and stderr get the locale's encoding back."""
+    """A character the terminal's encoding cannot hold (an en dash under LANG=C) is
+    written in ASCII (``plain_text_errors``); after a restart in UTF-8 mode, stdout
+    and stderr get the locale's encoding back (unless ``PYTHONIOENCODING`` chose)."""
     chosen = os.environ.get("PYTHONIOENCODING")
     locale_encoding = None if chosen else os.environ.get(STREAM_ENCODING)
     for stream in (sys.stdout, sys.stderr):
@@ -282,7 +303,8 @@ def _text_streams() -> None:
 
 
 def closed_streams() -> None:
-    """A closed stderr (``2>&-``) goes to /dev/null; a closed stdout is refused."""
+    """Started with stderr closed (``2>&-``): its lines go to /dev/null. With stdout
+    closed (``>&-``): refused, exit 2 (what it prints would be lost)."""
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the process's life
     if sys.stdout is None:
@@ -294,6 +316,7 @@ def closed_streams() -> None:
 
 
 def address_space_problem(limit: int | None = None) -> str | None:
+    """An error naming the address-space limit when it is too small to load torch."""
     import resource
 
     if limit is None:
@@ -309,6 +332,7 @@ def address_space_problem(limit: int | None = None) -> str | None:
 
 
 def _start_up_checks() -> None:
+    """Before any torch import: closed streams, the locale, the address space."""
     closed_streams()
     _restart_in_utf8_mode()
     argv = getattr(sys, "orig_argv", [])
@@ -321,8 +345,9 @@ def _start_up_checks() -> None:
 
 
 def install() -> None:
-    """After the start-up checks, a stop before ``main`` ends the process with one line
-    and 130/143 instead of a traceback."""
+    """For a process started as an ``ampbook`` command, after the start-up checks (one
+    ``error:`` line and exit 2): a stop before ``main`` catches it ends the process
+    with one line and 130/143 instead of a traceback."""
     _start_up_checks()
     _text_streams()
     if not _main_thread():

@@ -229,8 +229,10 @@ def machine_load() -> dict:
     """1-minute load average, usable CPUs, and ``busy`` above 1.5 runnable tasks per
     CPU, where a multi-threaded kernel waits milliseconds for its descheduled threads:
     report it beside any CPU measurement."""
-    affinity = getattr(os, "sched_getaffinity", None)  # Linux: the CPUs we may use
-    cpus = len(affinity(0)) if affinity else os.cpu_count() or 1
+    try:  # Linux: the CPUs this process may use
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
     try:
         load1 = os.getloadavg()[0]
     except (AttributeError, OSError):

@@ -52,9 +52,21 @@ class RoundingCounter:
     def reset(self) -> None:
         self._sums = [0, 0, 0, 0]
 
-    values, nonzero, flushed, overflow = (
-        property(lambda self, i=i: int(self._sums[i])) for i in range(4)
-    )
+    @property
+    def values(self) -> int:
+        return int(self._sums[0])
+
+    @property
+    def nonzero(self) -> int:
+        return int(self._sums[1])
+
+    @property
+    def flushed(self) -> int:
+        return int(self._sums[2])
+
+    @property
+    def overflow(self) -> int:
+        return int(self._sums[3])
 
     @property
     def flushed_fraction(self) -> float:

@@ -130,8 +130,10 @@ class Weights:
     batch_octaves: float = 3.0  # 1 / (1 + |log2(batch ratio)| / batch_octaves)
 
     def gpu(self, distance: str) -> float:
-        """The factor of a ``GPU_DISTANCES`` entry (the same GPU, no field: 1)."""
-        return getattr(self, distance.replace(" ", "_"), 1.0)
+        """The factor of a ``GPU_DISTANCES`` entry (the same GPU: 1)."""
+        return (
+            1.0 if distance == "same GPU" else getattr(self, distance.replace(" ", "_"))
+        )
 
 
 WEIGHTS = Weights()
@@ -398,7 +400,9 @@ def leave_one_out(
     for ref in refs if targets is None else targets:
         if ref.gpu not in devices:
             continue
-        r = reference_prediction(ref, refs, True, devices, weights, errors, host)
+        r = reference_prediction(
+            ref, refs, True, devices, weights, errors, host or None
+        )
         if r["point"] is None:
             none.append(ref.key)
             continue

@@ -305,4 +305,6 @@ def optimizer_bytes(
         raise ValueError(
             f"unknown optimizer {optimizer!r}; choose one of {sorted(per)}"
         )
+    if parameters < 0:
+        raise ValueError(f"parameters must be >= 0, got {parameters}")
     return float(parameters * 4 * (per[optimizer] + (2 if amp else 0)))

@@ -148,6 +148,10 @@ _MATMUL_SECTIONS = {
 
 def validate_matmul(record: dict, source: str = "record") -> dict:
     """Check a tensor-core sweep's schema and rows (a ValueError names the file)."""
+    if not isinstance(record, dict):
+        raise ValueError(
+            f"{source}: a results record is a JSON object, got {type(record).__name__}"
+        )
     if record.get("schema") != MATMUL_SCHEMA:
         raise ValueError(
             f"{source}: schema is {record.get('schema')!r}, expected {MATMUL_SCHEMA!r}"

@@ -1,11 +1,27 @@
 """ERFNet, the segmentation network of the book's experiment.
 
-Written from the paper's description (its Table I):
+Written from the paper's description:
 
     E. Romera, J. M. Alvarez, L. M. Bergasa, R. Arroyo, "ERFNet: Efficient Residual
     Factorized ConvNet for Real-time Semantic Segmentation", IEEE Transactions on
     Intelligent Transportation Systems 19(1):263-272, 2018.
     doi:10.1109/TITS.2017.2750080
+
+The network (Table I of the paper), for an input of height H and width W:
+
+* encoder: a downsampler to 16 channels (H/2), a downsampler to 64 (H/4), five
+  non-bottleneck-1D blocks (dropout 0.03), a downsampler to 128 (H/8), eight
+  non-bottleneck-1D blocks with dilations 2, 4, 8, 16, 2, 4, 8, 16 (dropout 0.3);
+* decoder: a transposed convolution to 64 channels (H/4), two non-bottleneck-1D blocks,
+  a transposed convolution to 16 (H/2), two blocks, and a final transposed convolution
+  to the classes at the input's size.
+
+A *downsampler* (taken by the paper from ENet) concatenates a 3x3 stride-2 convolution
+(giving ``out - in`` channels) with a 2x2 max-pool of its input (``in`` channels), then
+applies batch norm and ReLU. A *non-bottleneck-1D* block factorises each of the two 3x3
+convolutions of a residual block into a 3x1 and a 1x3 convolution with a ReLU between
+them; the second pair is dilated; batch norm follows each pair, dropout ends the branch,
+and the sum with the input goes through a ReLU.
 
 Two details the paper leaves open are chosen as the authors' public code chooses them
 (https://github.com/Eromera/erfnet_pytorch): convolutions carry biases (PyTorch's
@@ -29,6 +45,11 @@ class Downsampler(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, fp16_stream: bool = False):
         super().__init__()
         self.fp16_stream = fp16_stream
+        if out_channels <= in_channels:
+            raise ValueError(
+                f"a downsampler widens: out_channels ({out_channels}) must exceed "
+                f"in_channels ({in_channels})"
+            )
         self.conv = nn.Conv2d(
             in_channels, out_channels - in_channels, 3, stride=2, padding=1
         )

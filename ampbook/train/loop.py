@@ -216,9 +216,9 @@ def train_epoch(
     device, step = res.device, tr.step
     before = dataclasses.replace(step.counters)
     tr.model.train()
-    cuda = torch.cuda if device.type == "cuda" else None  # a GPU's peak memory
+    cuda = device.type == "cuda"  # a GPU's peak memory
     if cuda:
-        cuda.reset_peak_memory_stats(device)
+        torch.cuda.reset_peak_memory_stats(device)
     rss_reset = reset_peak_rss()
     lr = tr.optimizer.param_groups[0]["lr"]
     shown = cfg.progress if cfg.progress is not None else sys.stderr.isatty()
@@ -259,8 +259,12 @@ def train_epoch(
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_rss_reset": rss_reset,
         "load_average": machine_load()["load1"],
-        "cuda_max_allocated_bytes": cuda and cuda.max_memory_allocated(device),
-        "cuda_max_reserved_bytes": cuda and cuda.max_memory_reserved(device),
+        "cuda_max_allocated_bytes": (
+            torch.cuda.max_memory_allocated(device) if cuda else None
+        ),
+        "cuda_max_reserved_bytes": (
+            torch.cuda.max_memory_reserved(device) if cuda else None
+        ),
     }
 
 

@@ -288,3 +288,16 @@ def build_training(
         model, optimizer, criterion, res.device, res.autocast_dtype, scaler, **kw
     )
     return Training(model, net, optimizer, scheduler, scaler, criterion, step)
+
+
+def step_batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
+    """One random batch (images, labels) of ``cfg``'s size on ``device``: every timed
+    step (chapter 5's rounds, chapter 7's ladder, the step bench) takes the same one."""
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
+    y = torch.randint(
+        0, NUM_CLASSES, (cfg.batch_size, cfg.height, cfg.width), generator=g
+    )
+    return x.to(device), y.to(device)

@@ -229,8 +229,10 @@ def probe_ops(
     names: tuple[str, ...] | None = None,
     cuda_rules: bool = False,
 ) -> list[ProbeResult]:
-    """Each probe (or those in ``names``) under autocast on ``device_type``, against
-    the docs and the dispatcher; ``cuda_rules`` (CPU only): CUDA's lists on a CPU."""
+    """Each probe (or those in ``names``) under autocast on ``device_type``: output
+    dtypes, what autocast did, the documented category and whether the dispatcher has
+    an autocast kernel. ``fake=None``: fake CUDA tensors when CUDA is absent;
+    ``cuda_rules`` (CPU only): CUDA's decisions in a CPU autocast region."""
     check_device_type(device_type)
     dtype = dtype or default_dtype(device_type)
     if dtype not in (torch.float16, torch.bfloat16):

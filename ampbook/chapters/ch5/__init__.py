@@ -22,8 +22,6 @@ from ampbook.core.provenance import Value, measured
 from ampbook.results import LayerProfile, ResultSet, RunPair, Setting
 
 if TYPE_CHECKING:
-    import torch
-
     from ampbook.train import TrainConfig
 
 # --- the committed runs against their bounds ---
@@ -633,21 +631,6 @@ def hypotheses_verdict(
 
 
 # --- timing the runner's step in turns (the page's check of the rule) ---
-def step_batch(cfg: TrainConfig, device: torch.device, seed: int = 1) -> tuple:
-    """One random batch (images, labels) of ``cfg``'s size on ``device``: every timed
-    step takes the same one."""
-    import torch
-
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(cfg.batch_size, 3, cfg.height, cfg.width, generator=g)
-    y = torch.randint(
-        0, NUM_CLASSES, (cfg.batch_size, cfg.height, cfg.width), generator=g
-    )
-    return x.to(device), y.to(device)
-
-
 def step_rounds(
     configs: dict[str, TrainConfig], rounds: int = 5
 ) -> dict[str, list[float]]:
@@ -655,6 +638,7 @@ def step_rounds(
     warm-up (``time_rounds``): ``{name: [seconds, one per round]}``."""
     from ampbook.measure.timing import time_rounds
     from ampbook.train import build_training, validate
+    from ampbook.train.step import step_batch
 
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")

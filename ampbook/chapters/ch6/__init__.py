@@ -72,6 +72,8 @@ def measured_speedup_verdict(
     gpu_name: str, measured: float, low: float, high: float
 ) -> str:
     """A measured AMP step speedup held against a predicted range, in one line."""
+    if not 0 < low <= high or measured <= 0:
+        raise ValueError(f"need 0 < low <= high and measured > 0, got {low}, {high}")
     return (
         f"{gpu_name}: measured AMP step speedup {measured:.2f}x against "
         f"{span_text(low, high)} predicted, {range_position(measured, low, high)}."

@@ -207,8 +207,8 @@ def diagnose(
     model: nn.Module | None = None,
     on_prediction=None,
 ) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict; ``on_prediction(report)`` is called
-    before any step is timed."""
+    """The whole report as a JSON-ready dict. ``model`` overrides ``cfg.model``'s
+    construction; ``on_prediction(report)`` is called before any step is timed."""
     tell = as_progress(cfg.progress)
     if cfg.loss not in LOSSES:  # the settings checked before any work, by their flag
         raise DoctorError(f"--loss {cfg.loss!r}: choose {' or '.join(LOSSES)}")

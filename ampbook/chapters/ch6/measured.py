@@ -241,8 +241,10 @@ def measure(
     progress: bool | cli.Progress | None = None,
     backward: bool = True,
 ) -> dict[str, Any]:
-    """Section 4: the runner's step timed per precision (and layout/flag) here (CPU:
-    at ``size``, else ``measure_size``'s)."""
+    """Section 4: the runner's step timed per precision (and layout/flag) here. On a
+    CPU (at ``size``, else ``measure_size``'s) fp32 and amp-bf16 in ``rounds`` rounds,
+    the verdict on their per-round ratios; amp-fp16 for one step beside one fp32 step
+    at a tiny size. On CUDA every variant at the full size, ``repeats`` steps each."""
     tell = as_progress(progress)
     if device.type != "cuda":
         small = size or measure_size(model, shape, batch)
@@ -280,6 +282,7 @@ def measure(
 def _measure_cpu(
     model, mshape, mbatch, loss, precisions, rounds, tell, backward
 ) -> dict[str, Any]:
+    """``measure`` on a CPU: fp32 and amp-bf16 in rounds, amp-fp16 at a tiny size."""
     main = [p for p in precisions if p != "amp-fp16"]
     groups = [CpuGroup(model, mshape, mbatch, loss, main, rounds, backward)]
     if "amp-fp16" in precisions:

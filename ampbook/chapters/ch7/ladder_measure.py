@@ -172,13 +172,13 @@ def measure_rung(
     ``"epoch": "pending"`` before the costlier epochs."""
     import torch
 
-    from ampbook.chapters.ch5 import step_batch
     from ampbook.core.devices import pick_device
     from ampbook.core.precision import backend_flags
     from ampbook.measure.memory import current_rss_bytes, peak_rss_bytes, reset_peak_rss
     from ampbook.measure.timing import machine_load
     from ampbook.predict.roofline import Ceilings
     from ampbook.train import build_training, validate
+    from ampbook.train.step import step_batch
 
     dev = pick_device(device or spec.device)
     cfg = rung_config(spec, index, mode, str(dev))
@@ -193,7 +193,7 @@ def measure_rung(
     tf32, benchmark = cfg.tf32 == "on", bool(cfg.cudnn_benchmark)
     with backend_flags(tf32=tf32, cudnn_benchmark=benchmark):
         step = build_training(cfg, res).step
-        x, y = step_batch(cfg, dev)  # chapter 5's: the same batch every step
+        x, y = step_batch(cfg, dev)  # the same batch every step
         start = time.perf_counter()
         step(x, y)
         _sync(dev)

@@ -13,8 +13,6 @@ from torch import nn
 
 from ampbook.core.precision import torch_name
 from ampbook.measure.memory import AllocatedBytesMeter
-from ampbook.segmentation.cityscapes import NUM_CLASSES
-from ampbook.segmentation.model import ERFNet
 
 
 class Checkpointed(nn.Module):
@@ -55,8 +53,12 @@ def memory_rows(
     repeats: int = 1,
     seed: int = 0,
 ) -> list[MemoryRow]:
-    """ERFNet's step in fp32, autocast, checkpointed and both: peak bytes, time."""
+    """ERFNet's forward and backward in fp32, under autocast, with
+    ``checkpoint_blocks`` and with both: the peak bytes allocated in one step and the
+    median time of ``repeats`` steps after a warm-up."""
     from ampbook.measure.timing import benchmark
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+    from ampbook.segmentation.model import ERFNet
 
     g = torch.Generator().manual_seed(seed)
     images = torch.randn(batch, 3, height, width, generator=g)
@@ -98,7 +100,11 @@ def block_input_dtypes(
     fp16_stream: bool = False,
     seed: int = 0,
 ) -> dict[str, dict[str, int]]:
-    """Per part of ERFNet, the dtypes of the inputs checkpointing would store."""
+    """Per part of ERFNet, how many blocks received each dtype in one forward under
+    CPU autocast: the inputs ``checkpoint_blocks`` would store."""
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+    from ampbook.segmentation.model import ERFNet
+
     torch.manual_seed(seed)
     model = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
     seen: dict[str, Counter] = {"encoder": Counter(), "decoder": Counter()}

@@ -68,7 +68,9 @@ class SchedulerCheck:
 
 
 def check_scheduler(step, steps: int = 4, skip: int = 1, seed: int = 0):
-    """``step`` ``steps`` times, the first ``skip`` overflowing: whose steps counted."""
+    """Run ``step`` ``steps`` times with a StepLR scheduler and a GradScaler at 2^16,
+    the first ``skip`` with an overflow planted (the loss times 1e30); count the
+    optimizer's steps with a hook and the scheduler's from ``last_epoch``."""
     model = tiny_model(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
@@ -123,8 +125,10 @@ class SharedSchedulers:
 
 
 def check_shared_schedulers(rule: str = "count", steps: int = 3, seed: int = 0):
-    """Two tiny models on one GradScaler, the second loss overflowing at first (its
-    optimizer skips); each scheduler stepped by ``rule``."""
+    """``steps`` fp16 iterations of two tiny models, each with its own loss, optimizer
+    and StepLR scheduler, on one GradScaler at 2^10, an overflow planted in the second
+    loss of the first (the second optimizer skips, the scale halves); each scheduler
+    stepped by ``rule``."""
     if rule not in ("scale", "count"):
         raise ValueError(f"rule must be 'scale' or 'count', not {rule!r}")
     models = [tiny_model(seed), tiny_model(seed + 1)]

@@ -78,7 +78,8 @@ def _first_words(error: Exception, n: int = 9) -> str:
 
 
 def check_tf32(reader=tf32_state, writer=set_tf32) -> Tf32Check:
-    """The mixed state read legacy-wise and by ``reader``; ``writer`` sets TF32."""
+    """Put torch in the mixed state, read it the legacy way and with ``reader``, set
+    TF32 on and off with ``writer`` and read it back; every switch restored after."""
     if not has_fp32_precision():
         return Tf32Check(False, None, None, None, None, None, 0)
     with kept_fp32_precision(), warnings.catch_warnings(record=True) as caught:
