@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from ampbook.core import cli
 from ampbook.core.modes import PRECISIONS
 from ampbook.core.words import plural
-from ampbook.train.step import step_batch
 
 if TYPE_CHECKING:  # the run imports them: --help is answered without torch
     import torch
@@ -127,6 +126,7 @@ def measure_overhead(
 ) -> dict:
     """Median step time of the runner's ``TrainStep`` and of the bare loop."""
     from ampbook.train import build_training, validate
+    from ampbook.train.step import step_batch
 
     cfg = _step_config(precision, device, height, width, batch_size)
     res = validate(cfg)
@@ -172,6 +172,7 @@ def measure_precisions(
 ) -> dict:
     """Median runner step time per precision at one size, and its ratio to fp32."""
     from ampbook.train import build_training, validate
+    from ampbook.train.step import step_batch
 
     times: dict[str, float] = {}
     dev = None
@@ -244,6 +245,7 @@ def measure_options(
     against without: one untimed block each (``compile`` compiles), then ``rounds``
     rounds of a block each; ``speedup``: the median per-round ratio."""
     from ampbook.train import build_training, validate
+    from ampbook.train.step import step_batch
 
     unknown = [o for o in options if o not in OPTIONS]
     if unknown:
