@@ -229,3 +229,13 @@ def test_a_compiled_run_times_its_compilation_apart(tmp_path):
     assert not any(k.startswith("_orig_mod") for k in ckpt["model"])  # bare ERFNet
     with pytest.raises(ConfigError, match="compile: checkpoint 'aot_eager' vs now"):
         run_training(dataclasses.replace(cfg, compile=None, resume=True))
+
+
+def test_a_quoted_tilde_in_the_output_folders_is_the_home_folder(tmp_path, monkeypatch):
+    """validate checks "~/runs" as the home folder's runs: the run must write there, not
+    into a folder named "~" under the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = TrainConfig(out="~/runs", save_predictions="~/predictions")
+    assert cfg.out == str(tmp_path / "runs")
+    assert cfg.save_predictions == str(tmp_path / "predictions")
+    assert TrainConfig(out="runs/~x").out == "runs/~x"  # only a leading ~ is the home

@@ -215,6 +215,10 @@ class TrainConfig:
     def __post_init__(self):
         if self.precision == TF32_MODE:  # the ladder's and the doctor's name for it
             self.precision, self.tf32 = "fp32", "on"
+        for name in ("out", "save_predictions"):  # "~" as the checks read it (quoted)
+            value = getattr(self, name)
+            if isinstance(value, str) and value.startswith("~"):
+                setattr(self, name, os.path.expanduser(value))
 
 
 def run_name(cfg: TrainConfig) -> str:
