@@ -1,43 +1,21 @@
 """``python -m ampbook.calibration``: the references behind the doctor's calibrated AMP
-speedups (chapter 6), their leave-one-out (``--predictions``), and ``--write`` to
-retrace their bounds after a change to the cost model."""
+speedups (chapter 6) and how far they hold, their leave-one-out (``--predictions``),
+and ``--write`` to retrace their bounds after a change to the cost model."""
 
 import sys
 from typing import Sequence
 
 from ampbook.core import cli
-from ampbook.predict.calibrate import COVER, GOAL_WIDTH, layout_text, leave_one_out
+from ampbook.predict.calibrate import (
+    leave_one_out,
+    leave_one_out_table,
+    leave_one_out_text,
+    profile_bound_lines,
+    references_table,
+    self_check_lines,
+    unreferenced_text,
+)
 from ampbook.predict.references import Reference, references, write_bounds
-
-
-def predictions_table(refs: Sequence[Reference]) -> str:
-    """The leave-one-out as Markdown: per reference, the range the others predict for
-    it, the references that set it, its measured speedup and whether the range holds
-    it; then the share held and the median width."""
-    loo = leave_one_out(refs)
-    lines = [
-        "| reference | from | layout (32-bit / AMP) | predicted by the others | "
-        "set by | measured | inside |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in loo["rows"]:
-        lines.append(
-            f"| {r['label']} | {r['publisher']} | {layout_text(r['layouts'])} | "
-            f"{r['point']:.2f}x ({r['low']:.2f}-{r['high']:.2f}x) | "
-            f"{', '.join(r['basis'][:3])} | {r['measured']:.2f}x ({r['what']}) | "
-            f"{'yes' if r['inside'] else 'no'} |"
-        )
-    lines.append("")
-    if loo["n"]:
-        lines.append(
-            f"Leave-one-out: {sum(r['inside'] for r in loo['rows'])} of {loo['n']} "
-            f"references inside the range the others predict ({loo['inside']:.0%}); "
-            f"median width {loo['median_width']:.2f}x (high / low); goal: at least "
-            f"{COVER:.0%} inside at a median width of at most {GOAL_WIDTH:g}x."
-        )
-    if loo["no_range"]:
-        lines.append(f"No other reference applies to: {', '.join(loo['no_range'])}.")
-    return "\n".join(lines)
 
 
 def build_parser() -> cli.ArgumentParser:
@@ -78,27 +56,23 @@ def build_parser() -> cli.ArgumentParser:
     return p
 
 
-def references_markdown(refs) -> str:
-    """The references as a Markdown table (the cost model's efficiencies beside the
-    measured speedup) and what an efficiency is."""
-    from ampbook.core.devices import display_name
+def calibration_text(refs: Sequence[Reference], results_dir=None) -> str:
+    """The references, then how far they hold: each layer profile against its own
+    setting and against the bound it recorded, and the GPUs of the device table that no
+    reference of their generation covers."""
+    from ampbook.core.devices import load_devices
 
-    lines = [
-        "| reference | GPU | kind | layout | fp32 eff. | AMP eff. | speedup |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in refs:
-        fam = r.baseline_family
-        e32, e16 = r.step_efficiency[fam], r.step_efficiency["16-bit"]
-        lay = layout_text((r.layout.get(fam), r.layout.get("16-bit")))
-        lines.append(
-            f"| {r.network} | {display_name(r.gpu)} | {r.kind} | {lay} | {e32:.0%} | "
-            f"{e16:.0%} | {r.measured_speedup:.2f} |"
-        )
-    return "\n".join(lines) + (
-        "\n\nEfficiency: the cost model's bound over the measured time; a profile's "
-        "is its kernel time, a published one's the whole step (host time included)."
-    )
+    return "\n\n".join([
+        references_table(refs),
+        "A share is the cost model's bound over the measured time (an efficiency): a "
+        "profile's measured time is its kernel time, a published one's the whole step "
+        "(host time included).",
+        "Each layer profile applied to its own setting (its efficiencies were fitted "
+        f"on it):\n\n{self_check_lines(refs)}",
+        "Each layer profile's AMP bound as the cost model gives it now against the one "
+        f"it recorded when it was measured:\n\n{profile_bound_lines(results_dir)}",
+        unreferenced_text(list(load_devices()), refs),
+    ])  # fmt: skip
 
 
 @cli.command("python -m ampbook.calibration")
@@ -109,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.write:
         write_bounds()
     refs = references(a.results_dir)
-    md = predictions_table(refs) if a.predictions else references_markdown(refs)
+    if a.predictions:
+        loo = leave_one_out(refs)
+        md = f"{leave_one_out_table(loo)}\n\n{leave_one_out_text(loo)}"
+    else:
+        md = calibration_text(refs, a.results_dir)
     print(cli.terminal_text(md))
     if a.markdown:
         try:

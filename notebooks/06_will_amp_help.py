@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -108,8 +108,13 @@ from ampbook.predict.calibrate import (
     WEIGHTS,
     calibrated_range,
     layout_factor,
-    layout_text,
     leave_one_out,
+    leave_one_out_table,
+    leave_one_out_text,
+    profile_bound_lines,
+    references_table,
+    self_check_lines,
+    unreferenced_text,
 )
 from ampbook.predict.hostmodel import RUNNER_2026_11_30, host_model
 from ampbook.predict.references import (
@@ -314,31 +319,11 @@ glue_all(ch6_rn50_equal=rn50_equal, ch6_rn50_pub=rn50.speedup)
 # The references and the shares they measured (for a layer profile, its whole kernel
 # time against its whole bound; for a published one, its step). The speedup column
 # says what each measured: a kernel-time ratio for a profile, a throughput ratio for a
-# published pair:
+# published pair. `python -m ampbook.calibration` prints the same table, with the two
+# checks of the layer profiles below and the GPUs no reference covers:
 
 # %% tags=["hide-input"]
-ref_rows, ref_notes = [], []
-for ref in refs:
-    fam = ref.baseline_family
-    what = "kernels" if ref.kind == "profile" else "step"
-    pub = published.get(ref.key)
-    batches = (f"{pub.baseline.batch} / {pub.amp.batch}" if pub
-               else f"{ref.batch} / {ref.batch}")
-    ref_rows.append((ref.network, display_name(ref.gpu), ref.kind, batches,
-                     layout_text([ref.layout.get(fam),
-                                               ref.layout.get("16-bit")]),
-                     ref.step_efficiency[fam], ref.step_efficiency["16-bit"],
-                     f"{ref.measured_speedup:.2f} ({what})"))
-    if pub and f"{pub.published_speedup:.2f}" != f"{ref.measured_speedup:.2f}":
-        ref_notes.append(f"{ref.network} on the {display_name(ref.gpu)}: "
-                         f"{ref.measured_speedup:.2f}x here, "
-                         f"{pub.published_speedup:.2f}x in the source's own table")
-md_table(ref_rows, ["network", "GPU", "from", "batch (32 / AMP)", "layout (32 / AMP)",
-                    "32-bit share", "AMP share", "speedup (x)"],
-         [None, None, None, None, None, ".0%", ".0%", None])
-
-# %% tags=["hide-input"]
-md(ch6.published_notes(ref_rows, ref_notes))
+md(references_table(refs))
 
 # %% [markdown]
 # A layer profile's AMP share here is chapter 5's kernel efficiency of the same
@@ -348,7 +333,7 @@ md(ch6.published_notes(ref_rows, ref_notes))
 # assumption). Each profile's bound now against the one it recorded:
 
 # %%
-md(ch6.profile_bound_lines(rdir))
+md(profile_bound_lines(rdir))
 
 # %% [markdown]
 # No one share holds everywhere: the table shows the shares splitting by GPU more than
@@ -413,7 +398,7 @@ glue_all(ch6_idle_ms=host_here.idle_per_sync_s * 1e3 if host_here else float("na
 glue_all(ch6_err_base=ERRORS.base, ch6_err_slope=ERRORS.slope,
          ch6_err_cover=ERRORS.cover, ch6_w_layout=WEIGHTS.other_layout,
          ch6_layout_factor=layout_factor(refs) or 1.0)
-md(ch6.unreferenced_text(gpus, refs, devices))
+md(unreferenced_text(gpus, refs, devices))
 
 # %% [markdown]
 # The verdict lines name the references that set each point; on the last GPU:
@@ -552,7 +537,7 @@ md(kernels_here)
 
 # %%
 erf = reports["ERFNet"]
-md(ch6.self_check_lines(refs, devices))
+md(self_check_lines(refs, devices))
 
 # Then the step. The committed GPU results time ERFNet's step two ways (AMP fp16 against
 # fp32 with TF32): alone, in the layer profiles (no loader), and inside the training
@@ -678,13 +663,7 @@ md_table([(c["gpu"], name, c["item"], c["gain"], c["detail"])
 
 # %% tags=["hide-input"]
 loo = leave_one_out(refs, devices)
-md_table([(f"{r['label']} ({ch6.QUANTITY[r['what']]})", r["publisher"],
-           layout_text(r["layouts"]),
-           f"{r['point']:.2f} ({r['low']:.2f}-{r['high']:.2f})",
-           f"{r['measured']:.2f}", "yes" if r["inside"] else "no")
-          for r in ch6.loo_by_quantity(loo["rows"])],
-         ["reference (quantity)", "from", "layouts", "predicted (x)", "measured (x)",
-          "inside"])
+md(leave_one_out_table(loo))
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Measured AMP speedup of each reference (horizontal) against the point (marker) and range (bar) the other references predict for it; on the diagonal the prediction equals the measurement. Circles: Ampere (A100, A10, RTX 3090), squares: Volta (V100, against fp32), triangles: Hopper (H100, and the H200's layer profile, a kernel-time ratio), diamonds: Ada (RTX 4090); the others against TF32 and of the whole step.", "name": "fig-ch6-loo"}}
 fig, ax = plt.subplots(figsize=(5.0, 4.0))
@@ -710,7 +689,7 @@ glue_all(ch6_rn50_low=loo_rn50["low"], ch6_rn50_high=loo_rn50["high"],
          ch6_loo_inside=loo["inside"], ch6_loo_width=loo["median_width"],
          ch6_rn50_where=ch6.range_position(
              rn50.speedup, loo_rn50["low"], loo_rn50["high"]))
-md(ch6.leave_one_out_text(loo))
+md(leave_one_out_text(loo))
 
 # %% [markdown]
 # The leave-one-out fits the weights and the error model it then scores, so it

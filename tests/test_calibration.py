@@ -11,6 +11,7 @@ import yaml
 
 from ampbook import calibration as cmd
 from ampbook.chapters.ch6 import diagnosis, report_text
+from ampbook.core.devices import load_devices
 from ampbook.core.paths import REPO_ROOT
 from ampbook.predict import calibrate as cal
 from ampbook.predict import references as refs_mod
@@ -256,22 +257,92 @@ def test_predictions_table_is_the_leave_one_out(capsys, tmp_path, monkeypatch):
     out = md.read_text()
     lines = [x for x in out.splitlines() if x.startswith("| ") and "---" not in x]
     assert len(lines) == 1 + loo["n"]
-    for row, line in zip(loo["rows"], lines[1:]):
+    rows = sorted(loo["rows"], key=lambda r: r["what"] != "step time")
+    for row, line in zip(rows, lines[1:]):  # step ratios first, then kernel ratios
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[0] == row["label"]
-        # the measured ratio says what it is of: kernel time (a layer profile) or
-        # the whole step (a published throughput); "from" names the publisher
-        kind = "kernel time" if row["key"].startswith("profile-") else "step time"
-        assert cells[5] == f"{row['measured']:.2f}x ({kind})"
-        assert cells[1] == ("committed layer profiles" if kind == "kernel time"
+        # the reference says what its measured ratio is of: the kernel time (a layer
+        # profile) or the whole step (a published throughput)
+        kind = "kernel ratio" if row["key"].startswith("profile-") else "step ratio"
+        assert cells[0] == f"{row['label']} ({kind})"
+        assert cells[1] == ("committed layer profiles" if kind == "kernel ratio"
                             else next(r for r in refs if r.key == row["key"])
                             .source["publisher"])  # fmt: skip
-        assert cells[3].startswith(f"{row['point']:.2f}x ({row['low']:.2f}-")
+        assert cells[3] == f"{row['point']:.2f} ({row['low']:.2f}-{row['high']:.2f})"
+        assert cells[5] == f"{row['measured']:.2f}"
         assert cells[6] == ("yes" if row["low"] <= row["measured"] <= row["high"]
                             else "no")  # fmt: skip
     inside = sum(r["inside"] for r in loo["rows"])
-    assert f"{inside} of {loo['n']} references inside" in out
-    assert f"median width {loo['median_width']:.2f}x" in out
+    assert f"({inside} of {loo['n']} in all, {loo['inside']:.0%})" in out
+    assert f"median width of {loo['median_width']:.2f}x" in out
+    assert cal.leave_one_out_text(loo) in out  # the page's sentence, the same words
+
+
+def test_the_leave_one_out_scores_like_with_like():
+    """A kernel ratio (a layer profile) is listed and counted apart from the step
+    ratios (published throughputs), each against the range of its own quantity."""
+
+    def row(key, what, inside):
+        return {"key": key, "label": key, "publisher": "p", "layouts": ["x", "x"],
+                "point": 1.2, "low": 1.0, "high": 1.3, "basis": ["b"],
+                "measured": 1.1, "what": what, "inside": inside,
+                "width": 1.3}  # fmt: skip
+
+    rows = [row("k", "kernel time", True), row("s1", "step time", True),
+            row("s2", "step time", False)]  # fmt: skip
+    loo = {"rows": rows, "n": 3, "inside": 2 / 3, "median_width": 1.3, "no_range": []}
+    table = cal.leave_one_out_table(loo).splitlines()[2:]
+    assert [x.split(" | ")[0] for x in table] == [
+        "| s1 (step ratio)", "| s2 (step ratio)", "| k (kernel ratio)"
+    ]  # fmt: skip
+    text = cal.leave_one_out_text(loo)
+    assert text.startswith(
+        "1 of 2 step ratios inside the step range the others predict; 1 of 1 kernel "
+        "ratio inside the kernel range the others predict (2 of 3 in all, 67%)"
+    )
+    assert "not met" in text and "No other reference" not in text
+    loo.update(inside=1.0, no_range=["far-gpu-ref"])
+    for r in rows:
+        r["inside"] = True
+    text = cal.leave_one_out_text(loo)
+    assert "is met." in text and text.endswith("applies to: far-gpu-ref.")
+    assert cal.leave_one_out_text({"rows": [], "n": 0}).startswith("No reference")
+
+
+def test_the_command_says_how_far_the_calibration_holds(capsys, tmp_path):
+    """Without --predictions: the references' table (batches and layouts per side),
+    the notes on published speedups, each layer profile's self-check and its stored
+    bound, and the GPUs of the device table that no reference of their generation
+    covers, the same sentences chapter 6 reads."""
+    refs, md = references(FIXTURES), tmp_path / "refs.md"
+    assert cmd.main(["--results-dir", str(FIXTURES), "--markdown", str(md)]) == 0
+    out = " ".join(md.read_text().split())
+    for part in (
+        cal.self_check_lines(refs),
+        cal.profile_bound_lines(FIXTURES),
+        cal.unreferenced_text(list(load_devices()), refs),
+    ):
+        assert " ".join(part.split()) in out
+    assert "| V100 SXM2 | published | 112 / 256 |" in out  # NVIDIA's ResNet-50
+    assert "it is AMP, the layout and the batch together" in out
+    assert "3.27x here, 3.26x in the source's own table" in out
+
+
+def test_the_calibration_checks_fail_on_what_they_name():
+    """The self-check flags a profile whose efficiencies no longer give back its own
+    ratio; the coverage names a GPU whose generation has no reference, in the
+    singular for one and the plural for several."""
+    import dataclasses
+
+    ref = refs_mod.profile_references()[0]  # the committed H200 profile
+    assert cal.self_check_lines([ref]).endswith("within 5%: consistent.")
+    off = dataclasses.replace(ref, measured_speedup=ref.measured_speedup * 1.2)
+    assert cal.self_check_lines([off]).endswith("beyond 5%: inconsistent.")
+    refs = references()
+    one = cal.unreferenced_text(["l4"], refs)
+    assert "of the L4 (Ada, data centre): its ranges" in one
+    two = cal.unreferenced_text(["l4", "l40s"], refs)
+    assert ": their ranges carry" in two
+    assert cal.unreferenced_text([refs[0].gpu], refs).startswith("Every GPU here")
 
 
 def test_every_option_has_help():

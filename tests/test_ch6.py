@@ -65,30 +65,6 @@ def test_step_range_verdicts_for_both_cases():
     ]
 
 
-def test_the_leave_one_out_scores_like_with_like():
-    """A kernel ratio (a layer profile) is listed and counted apart from the step
-    ratios (published throughputs), each against the range of its own quantity."""
-    from ampbook.chapters import ch6
-
-    def row(what, inside, width=1.3):
-        return {"what": what, "inside": inside, "width": width}
-
-    rows = [row("kernel time", True), row("step time", True), row("step time", False)]
-    assert [r["what"] for r in ch6.loo_by_quantity(rows)] == [
-        "step time",
-        "step time",
-        "kernel time",
-    ]
-    text = ch6.leave_one_out_text(
-        {"rows": rows, "n": 3, "inside": 2 / 3, "median_width": 1.3}
-    )
-    assert text.startswith(
-        "1 of 2 step ratios inside the step range the others predict; 1 of 1 kernel "
-        "ratio inside the kernel range the others predict (2 of 3 in all, 67%)"
-    )
-    assert "not met" in text
-
-
 def test_a_calibrated_checklist_row_says_whether_its_network_is_a_reference():
     """ViT-B/16's predicted AMP row rests on other networks' references only (no
     transformer among them): its "from" cell says so; ERFNet's has its own."""

@@ -457,3 +457,191 @@ def distance_text(row: Mapping[str, Any]) -> str:
     lay = f", layout {layout_text(row['layouts'])}"
     lay = "" if row.get("layout_match", True) else lay
     return f"{row['gpu_distance']}, {net}{lay}"
+
+
+# What the calibration says of itself: ``python -m ampbook.calibration`` prints it and
+# chapter 6's page reads it.
+
+# A layer profile applied to its own setting gives back its kernel ratio within this.
+SELF_CHECK = 0.05
+
+
+def references_table(refs: Sequence[Reference]) -> str:
+    """The references as Markdown: per reference its batches and layouts, the share of
+    its bound each precision reached and the speedup it measured (a profile's of its
+    kernels, a published one's of its step); then what a published speedup holds
+    where the two sides' batches differ or the source worked its own out otherwise."""
+    from ampbook.core.devices import display_name
+    from ampbook.core.page import md_table_text
+    from ampbook.predict.references import load_published
+
+    published = {p.key: p for p in load_published()}
+    rows, mixed, notes = [], [], []
+    for ref in refs:
+        fam, pub = ref.baseline_family, published.get(ref.key)
+        b32, b16 = (pub.baseline.batch, pub.amp.batch) if pub else (ref.batch,) * 2
+        where = f"{ref.network} on the {display_name(ref.gpu)}"
+        what = "kernels" if ref.kind == "profile" else "step"
+        rows.append((ref.network, display_name(ref.gpu), ref.kind, f"{b32} / {b16}",
+                     layout_text([ref.layout.get(fam), ref.layout.get("16-bit")]),
+                     ref.step_efficiency[fam], ref.step_efficiency["16-bit"],
+                     f"{ref.measured_speedup:.2f} ({what})"))  # fmt: skip
+        if b32 != b16:
+            mixed.append(where)
+        if pub and f"{pub.published_speedup:.2f}" != f"{ref.measured_speedup:.2f}":
+            notes.append(
+                f"{where}: {ref.measured_speedup:.2f}x here, "
+                f"{pub.published_speedup:.2f}x in the source's own table"
+            )
+    heads = ["network", "GPU", "from", "batch (32 / AMP)", "layout (32 / AMP)",
+             "32-bit share", "AMP share", "speedup (x)"]  # fmt: skip
+    said = [md_table_text(rows, heads, [None] * 5 + [".0%", ".0%", None])]
+    if mixed:
+        said.append(
+            "A published speedup is the ratio of the two published throughputs at "
+            "each side's own batch and layout, so where the batches differ ("
+            f"{', '.join(mixed)}) it is AMP, the layout and the batch together."
+        )
+    if notes:
+        said.append(
+            "The speedup here is the ratio of the throughputs as published; the "
+            "source's own speedup column differs from it in the last digit where it "
+            f"was worked out otherwise: {'; '.join(notes)}."
+        )
+    return "\n\n".join(said)
+
+
+def self_check_lines(refs: Sequence[Reference], devices=None) -> str:
+    """Each committed layer profile applied to its own setting (it was fitted on it)."""
+    devices = device_table(devices)
+    checks = []
+    for ref in [r for r in refs if r.kind == "profile" and r.gpu in devices]:
+        alone = reference_prediction(ref, [ref], exclude_own=False)
+        got = alone["rows"][0]["kernel_speedup"]
+        off = got / ref.measured_speedup - 1
+        ok = abs(off) <= SELF_CHECK
+        checks.append(
+            f"{ref.label()}, {ref.setting}: its efficiencies give a kernel ratio "
+            f"of {got:.3f}x against the {ref.measured_speedup:.3f}x measured, "
+            f"{off:+.1%}, {'within' if ok else 'beyond'} {SELF_CHECK:.0%}: "
+            f"{'consistent' if ok else 'inconsistent'}."
+        )
+    return "\n".join(f"- {c}" for c in checks) or "No committed layer profile to check."
+
+
+def profile_bound_lines(results_dir=None) -> str:
+    """Per committed layer-profile pair: its AMP bound now against the one recorded."""
+    from ampbook.core.devices import display_name
+    from ampbook.predict.references import (
+        load_profile_bounds,
+        profile_groups,
+        profile_key,
+    )
+
+    pbounds = load_profile_bounds()
+    pb_lines = []
+    for (gname, pbatch, ph, pw, play), g in profile_groups(results_dir):
+        stored = pbounds.get(profile_key(gname, pbatch, ph, pw, play))
+        if not stored:
+            continue
+        lp, with_t = g["amp-fp16"], stored["amp-fp16"]["bound_s"]
+        same32 = math.isclose(
+            stored["fp32"]["bound_s"], g["fp32"].predicted_step_s, rel_tol=0.005
+        )
+        pb_lines.append(
+            f"- {display_name(lp.device_name)}, batch {pbatch} x {ph}x{pw}, "
+            f"{layout_text([play, play])}: AMP bound {with_t * 1e3:.3g} ms "
+            f"here ({with_t / lp.kernel_s:.0%} of its {lp.kernel_s * 1e3:.3g} ms of "
+            f"kernels) against {lp.predicted_step_s * 1e3:.3g} ms recorded "
+            f"({lp.kernel_efficiency:.0%}); the difference, "
+            f"{(with_t - lp.predicted_step_s) * 1e3:+.3g} ms, "
+            + (
+                "is the memory format's (none in NCHW: the book's bound leaves "
+                "cuDNN's transposes out)"
+                if same32
+                else "is the cost model's changes since the profile was recorded "
+                "(fp32's two bounds differ too)"
+            )
+            + "."
+        )
+    return "\n".join(pb_lines) or "No committed layer profile has a stored bound."
+
+
+def unreferenced_text(
+    gpus: Sequence[str], refs: Sequence[Reference], devices=None
+) -> str:
+    """Which GPUs no reference of their generation (architecture and segment) covers."""
+    from ampbook.core.devices import display_name
+
+    devices = device_table(devices)
+
+    def gen(key):
+        d = devices.get(key)
+        return (d.architecture, d.segment) if d else (key, None)
+
+    have = {gen(r.gpu) for r in refs}
+    unref = [g for g in gpus if gen(g) not in have]
+    if not unref:
+        return "Every GPU here has a reference of its own generation."
+    named = ", ".join(
+        f"the {display_name(g)} ({devices[g].architecture}, {devices[g].segment})"
+        for g in unref
+    )
+    return (
+        "No reference was measured on a GPU of the generation (architecture and "
+        f"segment) of {named}: {'its' if len(unref) == 1 else 'their'} ranges carry "
+        "efficiencies over from other generations, as far as the leave-one-out "
+        "measures such carrying to hold."
+    )
+
+
+# What each leave-one-out row's measured ratio is a ratio of, as the page names it.
+QUANTITY = {"step time": "step ratio", "kernel time": "kernel ratio"}
+
+
+def leave_one_out_table(loo: dict[str, Any]) -> str:
+    """The leave-one-out as Markdown, step ratios first, then kernel ratios: per
+    reference the range the others predict, the references that set it, what it
+    measured and whether the range holds it."""
+    from ampbook.core.page import md_table_text
+
+    named = {r["key"]: f"{r['label']} ({r['publisher']})" for r in loo["rows"]}
+    rows = [
+        (f"{r['label']} ({QUANTITY[r['what']]})", r["publisher"],
+         layout_text(r["layouts"]),
+         f"{r['point']:.2f} ({r['low']:.2f}-{r['high']:.2f})",
+         "; ".join(named.get(k, k) for k in r["basis"][:3]), f"{r['measured']:.2f}",
+         "yes" if r["inside"] else "no")
+        for r in sorted(loo["rows"], key=lambda r: list(QUANTITY).index(r["what"]))
+    ]  # fmt: skip
+    heads = ["reference (quantity)", "from", "layout (32 / AMP)",
+             "predicted by the others (x)", "set by", "measured (x)",
+             "inside"]  # fmt: skip
+    return md_table_text(rows, heads)
+
+
+def leave_one_out_text(loo: dict[str, Any]) -> str:
+    """The leave-one-out against its goal (``COVER`` inside, ``GOAL_WIDTH`` wide)."""
+    if not loo["n"]:
+        return "No reference has a range the others predict."
+    goal = f"the goal ({COVER:.0%} inside, at most {GOAL_WIDTH:g}x wide) is"
+    met = f"{goal} met."
+    if not (loo["inside"] >= COVER and loo["median_width"] <= GOAL_WIDTH):
+        met = f'{goal} not met; the rows marked "no" say where the ranges do not carry.'
+    parts = []
+    for what, name in QUANTITY.items():
+        rows = [r for r in loo["rows"] if r["what"] == what]
+        if rows:
+            parts.append(
+                f"{sum(r['inside'] for r in rows)} of {len(rows)} "
+                f"{name}{'s' * (len(rows) != 1)} inside the {name.split()[0]} range "
+                "the others predict"
+            )
+    inside = sum(r["inside"] for r in loo["rows"])
+    text = (
+        f"{'; '.join(parts)} ({inside} of {loo['n']} in all, {loo['inside']:.0%}), "
+        f"at a median width of {loo['median_width']:.2f}x: " + met
+    )
+    if loo["no_range"]:
+        text += f" No other reference applies to: {', '.join(loo['no_range'])}."
+    return text

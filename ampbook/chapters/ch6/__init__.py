@@ -1,5 +1,6 @@
 """What chapter 6 ("Will AMP help?") says beyond the doctor's report: the sentences
-that read the bounds, the measured speedups and the calibration's references."""
+that read the bounds and the measured speedups (the calibration's own readings are
+``ampbook.predict.calibrate``'s, which ``python -m ampbook.calibration`` prints)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,8 @@ from ampbook.chapters.ch6.report_text import amp_kernels_text
 from ampbook.chapters.ch6.verdict import range_position, span_text
 from ampbook.core.devices import display_name, load_devices
 from ampbook.core.precision import AUTOCAST_DTYPES, torch_name
-from ampbook.predict.calibrate import (
-    COVER,
-    GOAL_WIDTH,
-    layout_text,
-    reference_prediction,
-)
-from ampbook.predict.references import (
-    Reference,
-    load_profile_bounds,
-    profile_groups,
-    profile_key,
-)
+from ampbook.predict.references import Reference
 from ampbook.predict.roofline import Ceilings
-
-# A layer profile applied to its own setting gives back its kernel ratio within this.
-SELF_CHECK = 0.05
 
 
 def bytes_ratio(report: dict[str, Any], precision: str = "amp-fp16") -> float:
@@ -105,81 +92,6 @@ def range_cell(v: dict[str, Any] | None) -> str | None:
     return f"{v['point']:.2f} ({v['low']:.2f} to {v['high']:.2f})"
 
 
-def published_notes(ref_rows: Sequence[tuple], ref_notes: Sequence[str]) -> str:
-    """What a published speedup is where the two sides' batches differ, and where the
-    source's own column differs from the ratio of its throughputs."""
-    diff_batch = [f"{r[0]} on the {r[1]}" for r in ref_rows
-                  if r[3].split(" / ")[0] != r[3].split(" / ")[1]]  # fmt: skip
-    said = []
-    if diff_batch:
-        said.append(
-            "A published speedup is the ratio of the two published throughputs at "
-            "each side's own batch and layout, so where the batches differ ("
-            f"{', '.join(diff_batch)}) it is AMP, the layout and the batch together."
-        )
-    if ref_notes:
-        said.append(
-            "The speedup here is the ratio of the throughputs as published; the "
-            "source's own speedup column differs from it in the last digit where it "
-            f"was worked out otherwise: {'; '.join(ref_notes)}."
-        )
-    return " ".join(said)
-
-
-def profile_bound_lines(results_dir=None) -> str:
-    """Per committed layer-profile pair: its AMP bound now against the one recorded."""
-    pbounds = load_profile_bounds()
-    pb_lines = []
-    for (gname, pbatch, ph, pw, play), g in profile_groups(results_dir):
-        stored = pbounds.get(profile_key(gname, pbatch, ph, pw, play))
-        if not stored:
-            continue
-        lp, with_t = g["amp-fp16"], stored["amp-fp16"]["bound_s"]
-        same32 = math.isclose(
-            stored["fp32"]["bound_s"], g["fp32"].predicted_step_s, rel_tol=0.005
-        )
-        pb_lines.append(
-            f"- {display_name(lp.device_name)}, batch {pbatch} x {ph}x{pw}, "
-            f"{layout_text([play, play])}: AMP bound {with_t * 1e3:.3g} ms "
-            f"here ({with_t / lp.kernel_s:.0%} of its {lp.kernel_s * 1e3:.3g} ms of "
-            f"kernels) against {lp.predicted_step_s * 1e3:.3g} ms recorded "
-            f"({lp.kernel_efficiency:.0%}); the difference, "
-            f"{(with_t - lp.predicted_step_s) * 1e3:+.3g} ms, "
-            + (
-                "is the memory format's (none in NCHW: the book's bound leaves "
-                "cuDNN's transposes out)"
-                if same32
-                else "is the cost model's changes since the profile was recorded "
-                "(fp32's two bounds differ too)"
-            )
-            + "."
-        )
-    return "\n".join(pb_lines) or "No committed layer profile has a stored bound."
-
-
-def unreferenced_text(gpus: Sequence[str], refs: Sequence[Reference], devices) -> str:
-    """Which GPUs no reference of their generation (architecture and segment) covers."""
-
-    def gen(key):
-        d = devices.get(key)
-        return (d.architecture, d.segment) if d else (key, None)
-
-    have = {gen(r.gpu) for r in refs}
-    unref = [g for g in gpus if gen(g) not in have]
-    if not unref:
-        return "Every GPU here has a reference of its own generation."
-    named = ", ".join(
-        f"the {display_name(g)} ({devices[g].architecture}, {devices[g].segment})"
-        for g in unref
-    )
-    return (
-        "No reference was measured on a GPU of the generation (architecture and "
-        f"segment) of {named}: its ranges carry efficiencies over from other "
-        "generations, as far as the leave-one-out below measures such carrying to "
-        "hold."
-    )
-
-
 def launch_rows(named_reports: Sequence[tuple[str, dict]], gpu: str) -> list[tuple]:
     """Per report with a floor and a range on ``gpu``: the kernels, floor and kernel
     time (ms)."""
@@ -210,23 +122,6 @@ def launch_text(rows: Sequence[tuple], gpu: str) -> str:
     return f"On the {display_name(gpu)}, the floor lies {said}"
 
 
-def self_check_lines(refs: Sequence[Reference], devices) -> str:
-    """Each committed layer profile applied to its own setting (it was fitted on it)."""
-    checks = []
-    for ref in [r for r in refs if r.kind == "profile" and r.gpu in devices]:
-        alone = reference_prediction(ref, [ref], exclude_own=False)
-        got = alone["rows"][0]["kernel_speedup"]
-        off = got / ref.measured_speedup - 1
-        ok = abs(off) <= SELF_CHECK
-        checks.append(
-            f"{ref.label()}, {ref.setting}: its efficiencies give a kernel ratio "
-            f"of {got:.3f}x against the {ref.measured_speedup:.3f}x measured, "
-            f"{off:+.1%}, {'within' if ok else 'beyond'} {SELF_CHECK:.0%}: "
-            f"{'consistent' if ok else 'inconsistent'}."
-        )
-    return "\n".join(f"- {c}" for c in checks) or "No committed layer profile to check."
-
-
 def checklist_source(source: str, model: str, refs: Sequence[Reference]) -> str:
     """The checklist's "from" cell, saying whether the network is a reference."""
     if source != "calibrated":
@@ -234,34 +129,3 @@ def checklist_source(source: str, model: str, refs: Sequence[Reference]) -> str:
     if any(r.model == model for r in refs):
         return "predicted, calibrated (a reference of this network among them)"
     return "predicted, calibrated on other networks (no reference of this one)"
-
-
-# What each leave-one-out row's measured ratio is a ratio of, as the page names it.
-QUANTITY = {"step time": "step ratio", "kernel time": "kernel ratio"}
-
-
-def loo_by_quantity(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The leave-one-out rows, step ratios first, then kernel ratios."""
-    return sorted(rows, key=lambda r: list(QUANTITY).index(r["what"]))
-
-
-def leave_one_out_text(loo: dict[str, Any]) -> str:
-    """The leave-one-out against its goal (``COVER`` inside, ``GOAL_WIDTH`` wide)."""
-    goal = f"the goal ({COVER:.0%} inside, at most {GOAL_WIDTH:g}x wide) is"
-    met = f"{goal} met."
-    if not (loo["inside"] >= COVER and loo["median_width"] <= GOAL_WIDTH):
-        met = f'{goal} not met; the rows marked "no" say where the ranges do not carry.'
-    parts = []
-    for what, name in QUANTITY.items():
-        rows = [r for r in loo["rows"] if r["what"] == what]
-        if rows:
-            parts.append(
-                f"{sum(r['inside'] for r in rows)} of {len(rows)} "
-                f"{name}{'s' * (len(rows) != 1)} inside the {name.split()[0]} range "
-                "the others predict"
-            )
-    inside = sum(r["inside"] for r in loo["rows"])
-    return (
-        f"{'; '.join(parts)} ({inside} of {loo['n']} in all, {loo['inside']:.0%}), "
-        f"at a median width of {loo['median_width']:.2f}x: " + met
-    )
