@@ -87,11 +87,19 @@ memory_tokens = 8  # tokens per step where AMP costs memory (a short fine-tuning
 
 # %% tags=["remove-input"]
 from ampbook.core import params
+from ampbook.core.devices import load_devices
 from ampbook.core.env import print_environment
 
 params.seed("seed", seed)
 params.integer("scheduler_steps", scheduler_steps, minimum=2)
 params.integer("fp8_tokens", fp8_tokens, minimum=1)
+fp8_key = params.gpu("fp8_gpu", fp8_gpu)  # "h200", "H100 SXM": the table's key
+params.rule(
+    "fp8_gpu",
+    fp8_gpu,
+    load_devices()[fp8_key].fp8_tflops is not None,
+    "must be a GPU with fp8 tensor cores (Ada, Hopper or later)",
+)
 params.integer("memory_tokens", memory_tokens, minimum=1)
 print_environment("cpu")
 
@@ -441,10 +449,10 @@ md(tf32.check_tf32().verdict())
 # (assumed):
 
 # %%
-gpu = load_devices()[fp8_gpu]
+gpu = load_devices()[fp8_key]
 rows = [fp8.predict_linear(gpu, w, fp8_tokens) for w in (256, 1024, 4096, 16384)]
 glue_all(
-    fp8_gpu_name=display_name(fp8_gpu),
+    fp8_gpu_name=display_name(fp8_key),
     fp8_tokens=fp8_tokens,
     launch_us=fp8.LAUNCH_S * 1e6,
     crossover=fp8.crossover(gpu, fp8_tokens) or 0,

@@ -3,12 +3,14 @@ fails with the fix removed (the failure planted)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from ampbook.chapters.ch9 import compile_autocast as compiled
 from ampbook.chapters.ch9 import fp8, overflow, ranks, scheduler, tf32
 from ampbook.chapters.ch9 import recompute as checkpointing
 from ampbook.chapters.ch9 import weight_copies as ch9_memory
+from ampbook.core import params
 from ampbook.core.devices import load_devices
 from ampbook.core.env import tf32_state
 
@@ -65,6 +67,34 @@ def test_fp8_predicted_slower_small_and_faster_large():
     # a GPU with no fp8 cores cannot be predicted: the table says so
     assert load_devices()["a100-sxm-80gb"].fp8_tflops is None
     assert torch.finfo(torch.float16).max == overflow.FP16_MAX
+
+
+def test_the_fp8_gpu_parameter_takes_any_name_of_a_gpu_and_refuses_a_typo():
+    """``-p fp8_gpu h200`` (or "H100 SXM", "NVIDIA H200", a key) reaches the table's
+    key through params.gpu; a typo stops the run naming the parameter and the nearest
+    GPU, where ``load_devices()[fp8_gpu]`` gave a bare KeyError."""
+    from ampbook.core.paths import REPO_ROOT
+
+    names = {
+        "h100-sxm": "h100-sxm",
+        "h200": "h200-sxm",
+        "H100 SXM": "h100-sxm",
+        "NVIDIA H200": "h200-sxm",
+    }
+    for given, key in names.items():
+        assert params.gpu("fp8_gpu", given) == key
+    with pytest.raises(params.ParameterError) as err:
+        params.gpu("fp8_gpu", "h2000")
+    assert str(err.value) == (
+        "parameter fp8_gpu = 'h2000': unknown GPU 'h2000'; did you mean h200-sxm? "
+        "(a key, a short name or an alias)"
+    )
+    with pytest.raises(params.ParameterError, match="fp8_gpu = 'rtx30': ambiguous"):
+        params.gpu("fp8_gpu", "rtx30")
+    text = (REPO_ROOT / "notebooks" / "09_when_amp_goes_wrong.py").read_text()
+    assert 'fp8_key = params.gpu("fp8_gpu", fp8_gpu)' in text
+    assert "load_devices()[fp8_gpu]" not in text and "load_devices()[fp8_key]" in text
+    assert "must be a GPU with fp8 tensor cores" in text
 
 
 def test_amp_step_costs_memory_below_the_crossover_and_saves_above():

@@ -13,6 +13,8 @@ from ampbook.core.devices import (
     device_for,
     display_name,
     find_device,
+    gpu_hits,
+    gpu_key,
     load_devices,
 )
 
@@ -227,3 +229,66 @@ def test_display_name(devices, given, shown):
 def test_display_name_refuses_empty(devices):
     with pytest.raises(ValueError, match="GPU name or table key"):
         display_name("  ", devices)
+
+
+@pytest.mark.parametrize(
+    "given, key",
+    [
+        ("h200-sxm", "h200-sxm"),  # a key
+        ("h200", "h200-sxm"),  # an alias
+        ("A100", "a100-sxm-80gb"),
+        ("H100 SXM", "h100-sxm"),  # a short name, in any case and spacing
+        ("RTX 6000 Ada", "rtx6000-ada"),
+        ("NVIDIA H200", "h200-sxm"),  # the vendor's words dropped
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        (" rtx3070-laptop ", "rtx3070-laptop"),
+        ("4090", "rtx4090"),  # a part of one key or short name
+        ("3090", "rtx3090"),
+        ("l4", "l4"),  # a key before the part of l40s it also is
+        ("L40S", "l40s"),
+    ],
+)
+def test_gpu_key_reads_keys_short_names_and_aliases(devices, given, key):
+    assert gpu_key(given, devices) == key
+
+
+def test_gpu_hits_stops_at_the_first_rule_that_matches(devices):
+    assert gpu_hits("l4", devices) == ["l4"]
+    assert gpu_hits("l40", devices) == ["l40s"]
+    rtx30 = ["rtx3070-desktop", "rtx3070-laptop", "rtx3090"]
+    assert gpu_hits("rtx30", devices) == rtx30
+    assert gpu_hits("tpu", devices) == [] and gpu_hits("", devices) == []
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (
+            "rtx30",
+            "ambiguous GPU 'rtx30': it names rtx3070-desktop (RTX 3070), "
+            "rtx3070-laptop (RTX 3070 Laptop), rtx3090 (RTX 3090)",
+        ),
+        (
+            "H2000",
+            "unknown GPU 'h2000'; did you mean h200-sxm? (a key, a short name or an "
+            "alias)",
+        ),
+        # the nearest distance only: h300 is one edit from h100 and h200, not 3070
+        (
+            "h300",
+            "unknown GPU 'h300'; did you mean h100-sxm or h200-sxm? (a key, a short "
+            "name or an alias)",
+        ),
+        ("rtx5090", "unknown GPU 'rtx5090'; did you mean rtx3090 or rtx4090? "),
+        ("zzzz", "unknown GPU 'zzzz'; the table knows RTX 3070, RTX 3070 Laptop, "),
+        ("", "unknown GPU ''; the table knows RTX 3070, "),
+    ],
+)
+def test_gpu_key_says_why_a_name_names_no_single_gpu(devices, given, message):
+    with pytest.raises(ValueError) as err:
+        gpu_key(given, devices)
+    assert str(err.value).startswith(message)
+    if "the table knows" in message:  # every GPU's short name, in table order
+        assert str(err.value).endswith(
+            ", ".join(d.short_name for d in devices.values())
+        )

@@ -13,6 +13,7 @@ from ampbook import doctor
 from ampbook.chapters import ch6
 from ampbook.chapters.ch6 import diagnosis, report_text, verdict
 from ampbook.core import cli
+from ampbook.core.devices import load_devices
 from ampbook.core.paths import REPO_ROOT
 from ampbook.measure.memory import saved_for_backward
 from ampbook.predict import specs
@@ -327,20 +328,23 @@ def test_the_bound_word_says_which_test_gave_it():
     assert report_text.launch_table([dict(r, launch=None)]) is None
 
 
-def test_resolve_gpus_short_names():
-    assert diagnosis.resolve_gpus("h200,A100") == ["h200-sxm", "a100-sxm-80gb"]
-    assert diagnosis.resolve_gpus("rtx3070-laptop") == ["rtx3070-laptop"]
-    assert diagnosis.resolve_gpus("4090,l4,L40S,3090") == [
-        "rtx4090", "l4", "l40s", "rtx3090"
-    ]  # fmt: skip
-    assert diagnosis.resolve_gpus("RTX 6000 Ada") == ["rtx6000-ada"]
-    with pytest.raises(specs.DoctorError, match="ambiguous.*rtx3070-desktop"):
-        diagnosis.resolve_gpus("rtx30")
+def test_resolve_gpus_reads_a_comma_list_and_names_the_flag():
+    """The doctor's list: each name through ``devices.gpu_key`` (tests/test_devices.py),
+    repeats dropped, order kept; a name's error carries --gpus."""
+    keys = diagnosis.resolve_gpus("h200,A100, h200-sxm")
+    assert keys == ["h200-sxm", "a100-sxm-80gb"]
+    assert diagnosis.resolve_gpus(["4090", " ", "l4"]) == ["rtx4090", "l4"]
+    assert diagnosis.resolve_gpus(None) == list(load_devices())
+    with pytest.raises(specs.DoctorError) as err:
+        diagnosis.resolve_gpus("a100,rtx30")
+    assert str(err.value).startswith("--gpus: ambiguous GPU 'rtx30': it names ")
     with pytest.raises(
         specs.DoctorError,
-        match="unknown GPU .rtx5090.; did you mean rtx3090 or rtx4090",
+        match="^--gpus: unknown GPU .rtx5090.; did you mean rtx3090 or rtx4090",
     ):
         diagnosis.resolve_gpus("rtx5090")
+    with pytest.raises(specs.DoctorError, match=r"^--gpus ', ' names no GPU; .*out"):
+        diagnosis.resolve_gpus(", ")
 
 
 def test_a_gpu_added_to_the_table_gets_a_roofline_and_a_range():

@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from ampbook.core.paths import REFERENCE_DIR
+from ampbook.core.words import edit_distance, nearest
 
 DEVICES_FILE = REFERENCE_DIR / "devices.yml"
 
@@ -217,6 +218,55 @@ def display_name(name_or_key: str, devices: dict[str, Device] | None = None) -> 
     return md_escape(re.sub(r"^NVIDIA\s+", "", name_or_key.strip()))
 
 
+def _gpu_name(text: str) -> str:
+    """A GPU name as ``gpu_hits`` compares it ("GeForce RTX 4090" -> "rtx4090")."""
+    text = text.lower().replace("nvidia", "").replace("geforce", "")
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+def gpu_hits(raw: str, devices: dict[str, Device]) -> list[str]:
+    """The table keys a stripped, lower-case GPU name can mean, by one rule."""
+    norm = _gpu_name(raw)
+    rules = (
+        lambda k, d: k == raw,
+        lambda k, d: raw in d.aliases or norm in map(_gpu_name, d.aliases),
+        lambda k, d: norm == _gpu_name(d.short_name) or norm == _gpu_name(k),
+        lambda k, d: bool(norm) and (norm in _gpu_name(k)
+                                     or norm in _gpu_name(d.short_name)),
+    )  # fmt: skip
+    for rule in rules:
+        if hits := [k for k, d in devices.items() if rule(k, d)]:
+            return hits
+    return []
+
+
+def gpu_key(name: str, devices: dict[str, Device] | None = None) -> str:
+    """The one table key a GPU's key, short name or alias means, in any case ("NVIDIA
+    H200"); else a ValueError names the keys it may mean, or the nearest names."""
+    devices = load_devices() if devices is None else devices
+    raw = str(name).strip().lower()
+    if len(hits := gpu_hits(raw, devices)) == 1:
+        return hits[0]
+    if hits:
+        known = ", ".join(f"{k} ({devices[k].short_name})" for k in hits)
+        raise ValueError(f"ambiguous GPU {raw!r}: it names {known}")
+    names = {k: k for k in devices}
+    for k, d in devices.items():
+        names.update({a: k for a in (d.short_name.lower(), *d.aliases)})
+    # the nearest distance only (h300 is no 3070); an empty name is near nothing
+    close = nearest(raw, names, n=6) if raw else []
+    best = min((edit_distance(raw, n) for n in close), default=0)
+    near = list(dict.fromkeys(names[n] for n in close
+                              if edit_distance(raw, n) == best))[:3]  # fmt: skip
+    if near:
+        raise ValueError(
+            f"unknown GPU {raw!r}; did you mean {' or '.join(near)}? "
+            "(a key, a short name or an alias)"
+        )
+    short = ", ".join(d.short_name for d in devices.values())
+    raise ValueError(f"unknown GPU {raw!r}; the table knows {short}")
+
+
 def device_for(
     device: str | torch.device = "auto", devices: dict[str, Device] | None = None
 ) -> Device | None:
@@ -248,8 +298,6 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):  # torch's list of its 20 device types: no
-        from ampbook.core.words import nearest
-
         near = nearest(str(device), DEVICE_CHOICES, 1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise ValueError(

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ampbook.core.args import SEED_MAX
+from ampbook.core.devices import gpu_key
 from ampbook.core.errors import UserError
 from ampbook.core.files import check_output_dir, check_output_file
 from ampbook.core.words import plural
@@ -134,6 +135,15 @@ def device(name: str, value: Any) -> Any:
     except (RuntimeError, TypeError):
         fail(name, value, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
     return value
+
+
+def gpu(name: str, value: Any) -> str:
+    """The device table's key for a GPU's key, short name or alias (``gpu_key``)."""
+    try:
+        return gpu_key(value)
+    except ValueError as err:
+        why = str(err)
+    fail(name, value, why)  # raises
 
 
 def seed(name: str, value: Any) -> int:

@@ -38,10 +38,10 @@ from ampbook.chapters.ch6.verdict import (
     verdict_ranges,
 )  # fmt: skip
 from ampbook.core import cli
-from ampbook.core.devices import load_devices, pick_device
+from ampbook.core.devices import gpu_key, load_devices, pick_device
 from ampbook.core.modes import TF32_MODE
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS, torch_name
-from ampbook.core.words import edit_distance, nearest, plural
+from ampbook.core.words import plural
 from ampbook.predict.calibrate import launch_floor
 from ampbook.predict.hostmodel import host_model
 from ampbook.predict.references import references
@@ -125,30 +125,8 @@ def parse_precisions(text: str | Sequence[str]) -> list[str]:
     return ["fp32"] + [p for p in AMP_PRECISIONS if p in items]
 
 
-def _gpu_name(text: str) -> str:
-    """A GPU name as ``--gpus`` compares it ("GeForce RTX 4090" -> "rtx4090")."""
-    text = text.lower().replace("nvidia", "").replace("geforce", "")
-    return "".join(ch for ch in text if ch.isalnum())
-
-
-def gpu_hits(raw: str, devices) -> list[str]:
-    """The table keys a stripped, lower-case ``--gpus`` name can mean, by one rule."""
-    norm = _gpu_name(raw)
-    rules = (
-        lambda k, d: k == raw,
-        lambda k, d: raw in d.aliases or norm in map(_gpu_name, d.aliases),
-        lambda k, d: norm == _gpu_name(d.short_name) or norm == _gpu_name(k),
-        lambda k, d: bool(norm) and (norm in _gpu_name(k)
-                                     or norm in _gpu_name(d.short_name)),
-    )  # fmt: skip
-    for rule in rules:
-        if hits := [k for k, d in devices.items() if rule(k, d)]:
-            return hits
-    return []
-
-
 def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
-    """Keys of the device table for ``names`` (``gpu_hits``); None: every GPU."""
+    """Keys of the device table for ``names`` (``gpu_key``); None: every GPU."""
     devices = load_devices() if devices is None else devices
     if names is None:
         return list(devices)
@@ -160,34 +138,11 @@ def resolve_gpus(names: str | Sequence[str] | None, devices=None) -> list[str]:
             f"--gpus {given!r} names no GPU; give one or more, comma-separated, of "
             f"{known} (or leave --gpus out for all of them)"
         )
-    keys = []
-    for raw in (n.strip().lower() for n in items if n.strip()):
-        hits = gpu_hits(raw, devices)
-        if len(hits) != 1:
-            raise DoctorError(f"--gpus: {_gpu_miss(raw, hits, devices)}")
-        keys.append(hits[0])
+    try:
+        keys = [gpu_key(n, devices) for n in items if n.strip()]
+    except ValueError as err:
+        raise DoctorError(f"--gpus: {err}") from None
     return list(dict.fromkeys(keys))
-
-
-def _gpu_miss(raw: str, hits: list[str], devices) -> str:
-    """Why ``raw`` names no single GPU: the keys it may mean, else the nearest names."""
-    if hits:
-        known = ", ".join(f"{k} ({devices[k].short_name})" for k in hits)
-        return f"ambiguous GPU {raw!r}: it names {known}"
-    names = {k: k for k in devices}
-    for k, d in devices.items():
-        names.update({a: k for a in (d.short_name.lower(), *d.aliases)})
-    close = nearest(raw, names, n=6)  # the nearest distance only: h300 is no 3070
-    best = min((edit_distance(raw, n) for n in close), default=0)
-    near = list(dict.fromkeys(names[n] for n in close
-                              if edit_distance(raw, n) == best))[:3]  # fmt: skip
-    if near:
-        return (
-            f"unknown GPU {raw!r}; did you mean {' or '.join(near)}? "
-            "(a key, a short name or an alias)"
-        )
-    short = ", ".join(d.short_name for d in devices.values())
-    return f"unknown GPU {raw!r}; the table knows {short}"
 
 
 class _Laps:
