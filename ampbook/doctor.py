@@ -158,6 +158,22 @@ def measures_by_default(device: str) -> bool:
     return torch.cuda.is_available()
 
 
+def parse_input(text: str) -> tuple[int, ...]:
+    """``--input "3,224,224"`` -> (3, 224, 224): one sample's shape, of any rank."""
+    from ampbook.predict.specs import DoctorError
+
+    try:  # int() strips the spaces around each part
+        dims = tuple(int(p) for p in str(text).replace("x", ",").split(","))
+    except ValueError:
+        dims = ()
+    if not dims or min(dims) < 1:
+        raise DoctorError(
+            f"--input {text!r}: give one sample's shape as positive integers, e.g. "
+            "3,224,224 (C,H,W) or 3,16,112,112 (C,T,H,W)"
+        )
+    return dims
+
+
 @cli.command("python -m ampbook.doctor")
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
@@ -168,7 +184,6 @@ def main(argv: list[str] | None = None) -> int:
         DoctorConfig,
         DoctorError,
         diagnose,
-        parse_input,
     )  # fmt: skip
     from ampbook.chapters.ch6.report_text import report_body, report_head, to_markdown
 

@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         DoctorConfig,
         DoctorError,
         diagnose,
-        parse_input,
     )
+    from ampbook.doctor import parse_input
     from ampbook.measure.timing import machine_load
 
     if a.json:  # checked before the report is timed, written after

@@ -292,3 +292,31 @@ def test_gpu_key_says_why_a_name_names_no_single_gpu(devices, given, message):
         assert str(err.value).endswith(
             ", ".join(d.short_name for d in devices.values())
         )
+
+
+def test_pick_device_takes_the_cpu_or_a_cuda_gpu_this_machine_has(monkeypatch):
+    """torch.device accepts mps, meta or cuda:7; the book runs on the CPU or a CUDA GPU
+    the machine has, and says which before any work (the runner, the doctor and every
+    notebook's device parameter go through here)."""
+    import torch
+
+    from ampbook.core.devices import pick_device
+    from ampbook.train import TrainConfig
+    from ampbook.train.config import ConfigError, _device
+
+    for name in ("meta", "mps", "xpu:0", "cuda:x"):
+        with pytest.raises(ValueError, match=f"'{name}' is not one of auto, cpu, cuda"):
+            pick_device(name)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert pick_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(RuntimeError) as err:
+        pick_device("cuda:2")
+    assert str(err.value) == (
+        "device 'cuda:2' does not exist: this machine has 2 CUDA devices (give cuda:0 "
+        "to cuda:1)"
+    )
+    # two processes per GPU: the third rank has no GPU of its own
+    assert _device(TrainConfig(device="cuda"), 2, 1) == torch.device("cuda", 1)
+    with pytest.raises(ConfigError, match="'cuda:2' does not exist"):
+        _device(TrainConfig(device="cuda"), 3, 2)

@@ -400,7 +400,7 @@ def test_tuple_output_reads_the_first_tensor_or_an_index():
 
 
 def test_input_of_any_rank_video():
-    assert diagnosis.parse_input("3,4,8,8") == (3, 4, 8, 8)
+    assert doctor.parse_input("3,4,8,8") == (3, 4, 8, 8)
     r = _diagnose(TinyVideo(), (3, 4, 8, 8), measure=True, repeats=1, rounds=1)
     assert r["output"] == [2, 5] and r["input"] == [3, 4, 8, 8]
     assert r["totals"]["fp32"]["mma_flops"] > 0 and r["measured"]["rows"]

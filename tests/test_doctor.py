@@ -631,8 +631,8 @@ def test_mse_loss_for_a_model_without_classes(capsys):
             ["--gpus ',,' names no GPU", "h200-sxm"],
         ),
         (["--model", "erfnet", "--gpus", ""], ["names no GPU", "a100-sxm-80gb"]),
-        (["--model", "erfnet", "--device", "meta"], ["--device 'meta'", "cpu or cuda"]),
-        (["--model", "erfnet", "--device", "tpu:0"], ["--device 'tpu:0'", "auto"]),
+        (["--model", "erfnet", "--device", "meta"], ["'meta'", "cpu, cuda"]),
+        (["--model", "erfnet", "--device", "tpu:0"], ["--device", "'tpu:0'", "auto"]),
         (
             ["--model", "erfnet", "--input", "3,100000,100000", "--no-measure"],
             ["input alone is", "GiB in fp32", "largest GPU", "--batch"],

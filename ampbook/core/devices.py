@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from ampbook.core.paths import REFERENCE_DIR
-from ampbook.core.words import edit_distance, nearest
+from ampbook.core.words import edit_distance, nearest, plural
 
 DEVICES_FILE = REFERENCE_DIR / "devices.yml"
 
@@ -290,23 +290,33 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda")  # what a --device takes (and cuda:N)
 
 
 def pick_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` gives CUDA when available, else CPU; anything else is checked."""
+    """``"auto"`` gives CUDA when available, else CPU; a name must be the CPU or a
+    CUDA GPU this machine has (else a ``ValueError`` or ``RuntimeError`` says why)."""
     if isinstance(device, torch.device):
         return device
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
+    try:  # torch knows 20 device types (mps, meta...): the book runs on two
         dev = torch.device(device)
-    except (RuntimeError, TypeError):  # torch's list of its 20 device types: no
+        known = dev.type in DEVICE_CHOICES
+    except (RuntimeError, TypeError):
+        known = False
+    if not known:
         near = nearest(str(device), DEVICE_CHOICES, 1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise ValueError(
             f"device {device!r} is not one of {', '.join(DEVICE_CHOICES)} or "
             f"cuda:N{hint}"
-        ) from None
+        )
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
             f"device {device!r} was asked for, but this machine has no CUDA GPU "
             "(use device='cpu' or 'auto')"
+        )
+    if dev.type == "cuda" and (count := torch.cuda.device_count()) <= (dev.index or 0):
+        raise RuntimeError(
+            f"device {device!r} does not exist: this machine has "
+            f"{plural(count, 'CUDA device')} (give "
+            f"{'cuda or cuda:0' if count == 1 else f'cuda:0 to cuda:{count - 1}'})"
         )
     return dev
