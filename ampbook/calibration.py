@@ -15,6 +15,7 @@ from ampbook.predict.calibrate import (
     self_check_lines,
     unreferenced_text,
 )
+from ampbook.predict.hostmodel import host_model
 from ampbook.predict.references import Reference, references, write_bounds
 
 
@@ -23,7 +24,10 @@ def build_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(
         prog="python -m ampbook.calibration",
         formatter_class=cli.HelpFormatter,
-        description="The references behind the doctor's calibrated AMP speedups.",
+        description="The references behind the doctor's calibrated AMP speedups and "
+        "how far they hold: each layer profile's self-check and stored bound, the "
+        "GPUs no reference of their generation covers; --predictions: the "
+        "leave-one-out.",
     )
     p.add_argument(
         "--write",
@@ -45,8 +49,8 @@ def build_parser() -> cli.ArgumentParser:
     p.add_argument(
         "--markdown",
         metavar="FILE",
-        help="also write the table as Markdown here (unwrapped); the terminal gets it "
-        "laid out for its width, as the doctor's tables",
+        help="also write what is printed as Markdown here (unwrapped); the terminal "
+        "gets it laid out for its width, as the doctor's tables",
     )
     p.add_argument(
         "--overwrite",
@@ -64,13 +68,15 @@ def calibration_text(refs: Sequence[Reference], results_dir=None) -> str:
 
     return "\n\n".join([
         references_table(refs),
-        "A share is the cost model's bound over the measured time (an efficiency): a "
-        "profile's measured time is its kernel time, a published one's the whole step "
-        "(host time included).",
+        "A share is the cost model's bound over the measured time (an efficiency), "
+        "the 32-bit one of the GPU's baseline (TF32, or fp32 where it has no TF32): "
+        "a profile's measured time is its kernel time, a published one's the whole "
+        "step (host time included).",
         "Each layer profile applied to its own setting (its efficiencies were fitted "
         f"on it):\n\n{self_check_lines(refs)}",
-        "Each layer profile's AMP bound as the cost model gives it now against the one "
-        f"it recorded when it was measured:\n\n{profile_bound_lines(results_dir)}",
+        "Each layer profile's AMP bound as the book's cost model traced it (stored by "
+        "--write) against the one the profile recorded when it was measured:\n\n"
+        + profile_bound_lines(results_dir),
         unreferenced_text(list(load_devices()), refs),
     ])  # fmt: skip
 
@@ -84,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         write_bounds()
     refs = references(a.results_dir)
     if a.predictions:
-        loo = leave_one_out(refs)
+        loo = leave_one_out(refs, host=host_model(a.results_dir))
         md = f"{leave_one_out_table(loo)}\n\n{leave_one_out_text(loo)}"
     else:
         md = calibration_text(refs, a.results_dir)

@@ -264,7 +264,8 @@ md("\n".join(f"- {ch6.gain_verdict(r, gpus[-1])}" for r in reports.values()))
 # (the benchmark's configuration file; `data/reference/training_throughputs.yml` records
 # both), so its 2.63x is AMP and a layout change together. The cost model's bounds of
 # that step (batch 256, each side in its own layout, traced with the rest of the
-# references by `python -m ampbook.calibration`) against the published throughputs.
+# references by `python -m ampbook.calibration --write`) against the published
+# throughputs.
 # These bounds count the AMP side's conversion of each batch to channels_last and the
 # optimizer's update; chapter 5's trace of the same step leaves both out, so its ratio
 # of the bounds can differ from this one in the last printed digit:
@@ -320,7 +321,8 @@ glue_all(ch6_rn50_equal=rn50_equal, ch6_rn50_pub=rn50.speedup)
 # time against its whole bound; for a published one, its step). The speedup column
 # says what each measured: a kernel-time ratio for a profile, a throughput ratio for a
 # published pair. `python -m ampbook.calibration` prints the same table, with the two
-# checks of the layer profiles below and the GPUs no reference covers:
+# checks of the layer profiles below and the device table's GPUs that no reference of
+# their generation (architecture and segment) covers:
 
 # %% tags=["hide-input"]
 md(references_table(refs))

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -82,7 +82,7 @@
 seed = 0
 scheduler_steps = 4  # fp16 steps of the scheduler check (the first one overflows)
 fp8_tokens = 8192  # rows of the activations in the fp8 prediction
-fp8_gpu = "h100-sxm"  # a GPU of the device table with fp8 tensor cores
+fp8_gpu = "h100-sxm"  # a GPU with fp8 tensor cores (key, short name or alias)
 memory_tokens = 8  # tokens per step where AMP costs memory (a short fine-tuning batch)
 
 # %% tags=["remove-input"]
@@ -94,11 +94,13 @@ params.seed("seed", seed)
 params.integer("scheduler_steps", scheduler_steps, minimum=2)
 params.integer("fp8_tokens", fp8_tokens, minimum=1)
 fp8_key = params.gpu("fp8_gpu", fp8_gpu)  # "h200", "H100 SXM": the table's key
+fp8_gpus = [d.short_name for d in load_devices().values() if d.fp8_tflops]
 params.rule(
     "fp8_gpu",
     fp8_gpu,
     load_devices()[fp8_key].fp8_tflops is not None,
-    "must be a GPU with fp8 tensor cores (Ada, Hopper or later)",
+    f"the {load_devices()[fp8_key].short_name} has no fp8 tensor cores; the table's "
+    f"GPUs with them: {', '.join(fp8_gpus)}",
 )
 params.integer("memory_tokens", memory_tokens, minimum=1)
 print_environment("cpu")

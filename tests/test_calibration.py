@@ -273,7 +273,7 @@ def test_predictions_table_is_the_leave_one_out(capsys, tmp_path, monkeypatch):
                             else "no")  # fmt: skip
     inside = sum(r["inside"] for r in loo["rows"])
     assert f"({inside} of {loo['n']} in all, {loo['inside']:.0%})" in out
-    assert f"median width of {loo['median_width']:.2f}x" in out
+    assert f"median width (high / low) of {loo['median_width']:.2f}x" in out
     assert cal.leave_one_out_text(loo) in out  # the page's sentence, the same words
 
 
@@ -300,12 +300,17 @@ def test_the_leave_one_out_scores_like_with_like():
         "ratio inside the kernel range the others predict (2 of 3 in all, 67%)"
     )
     assert "not met" in text and "No other reference" not in text
-    loo.update(inside=1.0, no_range=["far-gpu-ref"])
+    loo.update(inside=1.0, no_range=["far"], no_range_names={"far": "X on Y (Z)"})
     for r in rows:
         r["inside"] = True
     text = cal.leave_one_out_text(loo)
-    assert "is met." in text and text.endswith("applies to: far-gpu-ref.")
-    assert cal.leave_one_out_text({"rows": [], "n": 0}).startswith("No reference")
+    assert "is met." in text and text.endswith("applies to: X on Y (Z).")
+    # with no range at all, the references without one are still named
+    none = {"rows": [], "n": 0, "no_range": ["far"], "no_range_names": {}}
+    assert cal.leave_one_out_text(none) == (
+        "No reference has a range the others predict. No other reference applies "
+        "to: far."
+    )
 
 
 def test_the_command_says_how_far_the_calibration_holds(capsys, tmp_path):
@@ -323,7 +328,12 @@ def test_the_command_says_how_far_the_calibration_holds(capsys, tmp_path):
     ):
         assert " ".join(part.split()) in out
     assert "| V100 SXM2 | published | 112 / 256 |" in out  # NVIDIA's ResNet-50
-    assert "it is AMP, the layout and the batch together" in out
+    # the share of the V100's baseline is fp32's (no TF32 there), the A100's TF32's
+    assert "| 80% (fp32) |" in out and "| 43% (TF32) |" in out
+    # the A100's two ResNet-50 references apart: NVIDIA's at one batch, Lambda's not
+    assert "ResNet-50 v1.5 on the A100 SXM 80GB (640 / 1280)" in out
+    assert "ResNet-50 v1.5 on the A100 SXM 80GB (256 / 256)" not in out
+    assert "it is AMP and the batch together, and the layout where" in out
     assert "3.27x here, 3.26x in the source's own table" in out
 
 
@@ -335,6 +345,7 @@ def test_the_calibration_checks_fail_on_what_they_name():
 
     ref = refs_mod.profile_references()[0]  # the committed H200 profile
     assert cal.self_check_lines([ref]).endswith("within 5%: consistent.")
+    assert "-0.0%" not in cal.self_check_lines([ref])
     off = dataclasses.replace(ref, measured_speedup=ref.measured_speedup * 1.2)
     assert cal.self_check_lines([off]).endswith("beyond 5%: inconsistent.")
     refs = references()
@@ -407,3 +418,20 @@ def test_each_gpu_distance_has_its_weight_and_an_unknown_one_is_refused():
     ]
     with pytest.raises(AttributeError):  # a misspelt distance is not the same GPU
         w.gpu("same chipp")
+
+
+def test_a_results_folder_is_read_once_per_skipped_file(tmp_path, capsys):
+    """A command reads the results folder once for each of its parts (the references,
+    the profiles' bounds, the host model): a file it skips is named once, and a file
+    given as the folder is called a file."""
+    import shutil
+
+    rd = tmp_path / "results"
+    shutil.copytree(FIXTURES, rd)
+    (rd / "bad.json").write_text("{bad")
+    assert cmd.main(["--results-dir", str(rd)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("bad.json") == 1, err
+    assert cmd.main(["--results-dir", str(rd / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.json is a file, not a folder" in err

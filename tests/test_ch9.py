@@ -94,7 +94,7 @@ def test_the_fp8_gpu_parameter_takes_any_name_of_a_gpu_and_refuses_a_typo():
     text = (REPO_ROOT / "notebooks" / "09_when_amp_goes_wrong.py").read_text()
     assert 'fp8_key = params.gpu("fp8_gpu", fp8_gpu)' in text
     assert "load_devices()[fp8_gpu]" not in text and "load_devices()[fp8_key]" in text
-    assert "must be a GPU with fp8 tensor cores" in text
+    assert "has no fp8 tensor cores; the table's " in text  # named, with the list
 
 
 def test_amp_step_costs_memory_below_the_crossover_and_saves_above():

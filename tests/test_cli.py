@@ -215,6 +215,14 @@ def test_a_misspelt_option_is_named_with_the_nearest_one(capsys):
         assert "required" not in err, err
 
 
+def test_a_list_in_a_sentence_ends_with_and():
+    from ampbook.core.words import and_list
+
+    assert [and_list(x) for x in ([], ["a"], ["a", "b"], ("a", "b", "c"))] == [
+        "", "a", "a and b", "a, b and c"
+    ]  # fmt: skip
+
+
 def test_nearest_names_are_the_likely_meant_ones():
     from ampbook.core.words import nearest
 

@@ -68,7 +68,7 @@ class Device:
     fp8_tflops: float | None
     mem_bandwidth_gbs: float
     match: tuple[str, ...]
-    aliases: tuple[str, ...] = ()  # further names ``--gpus`` accepts (``a100``)
+    aliases: tuple[str, ...] = ()  # further names a user may give (``a100``)
     # figure -> {key, title, publisher, url}
     sources: dict = field(default_factory=dict)
     derived: dict = field(default_factory=dict)  # figure -> how it was computed

@@ -12,6 +12,12 @@ def plural(n: int | float, word: str) -> str:
     return f"{number} {form}"
 
 
+def and_list(items) -> str:
+    """Items in a sentence: "a", "a and b", "a, b and c"."""
+    items = list(items)
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 2 else items)
+
+
 def slug(device_name: str) -> str:
     """A file-name piece for a device: ``NVIDIA H200`` -> ``h200``."""
     s = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")

@@ -396,7 +396,7 @@ def leave_one_out(
     devices = device_table(devices)
     if host is True:
         host = host_model()
-    rows, none = [], []
+    rows, none, none_names = [], [], {}
     for ref in refs if targets is None else targets:
         if ref.gpu not in devices:
             continue
@@ -405,6 +405,7 @@ def leave_one_out(
         )
         if r["point"] is None:
             none.append(ref.key)
+            none_names[ref.key] = f"{ref.label(devices)} ({_publisher(ref)})"
             continue
         if ref.kind == "profile":  # a kernel-time ratio: against the kernels' range
             r = dict(r, point=r["kernel_point"], low=r["kernel_low"],
@@ -422,7 +423,8 @@ def leave_one_out(
     n = len(rows)
     inside = sum(r["inside"] for r in rows) / n if n else None
     width = statistics.median(r["width"] for r in rows) if n else None
-    return dict(rows=rows, n=n, inside=inside, median_width=width, no_range=none)
+    return dict(rows=rows, n=n, inside=inside, median_width=width, no_range=none,
+                no_range_names=none_names)  # fmt: skip
 
 
 def fit(
@@ -468,11 +470,12 @@ SELF_CHECK = 0.05
 
 def references_table(refs: Sequence[Reference]) -> str:
     """The references as Markdown: per reference its batches and layouts, the share of
-    its bound each precision reached and the speedup it measured (a profile's of its
-    kernels, a published one's of its step); then what a published speedup holds
-    where the two sides' batches differ or the source worked its own out otherwise."""
+    its bound each precision reached and the ratio it measured (a profile's of its
+    kernels, a published one's of its step); then what a published ratio holds where
+    the two sides' batches differ or the source worked its own out otherwise."""
     from ampbook.core.devices import display_name
     from ampbook.core.page import md_table_text
+    from ampbook.core.words import and_list
     from ampbook.predict.references import load_published
 
     published = {p.key: p for p in load_published()}
@@ -481,26 +484,28 @@ def references_table(refs: Sequence[Reference]) -> str:
         fam, pub = ref.baseline_family, published.get(ref.key)
         b32, b16 = (pub.baseline.batch, pub.amp.batch) if pub else (ref.batch,) * 2
         where = f"{ref.network} on the {display_name(ref.gpu)}"
-        what = "kernels" if ref.kind == "profile" else "step"
+        what = QUANTITY["kernel time" if ref.kind == "profile" else "step time"]
+        base = f"{ref.step_efficiency[fam]:.0%} ({'TF32' if fam == 'tf32' else 'fp32'})"
         rows.append((ref.network, display_name(ref.gpu), ref.kind, f"{b32} / {b16}",
                      layout_text([ref.layout.get(fam), ref.layout.get("16-bit")]),
-                     ref.step_efficiency[fam], ref.step_efficiency["16-bit"],
+                     base, ref.step_efficiency["16-bit"],
                      f"{ref.measured_speedup:.2f} ({what})"))  # fmt: skip
         if b32 != b16:
-            mixed.append(where)
+            mixed.append(f"{where} ({b32} / {b16})")
         if pub and f"{pub.published_speedup:.2f}" != f"{ref.measured_speedup:.2f}":
             notes.append(
                 f"{where}: {ref.measured_speedup:.2f}x here, "
                 f"{pub.published_speedup:.2f}x in the source's own table"
             )
-    heads = ["network", "GPU", "from", "batch (32 / AMP)", "layout (32 / AMP)",
+    heads = ["network", "GPU", "kind", "batch (32 / AMP)", "layout (32 / AMP)",
              "32-bit share", "AMP share", "speedup (x)"]  # fmt: skip
-    said = [md_table_text(rows, heads, [None] * 5 + [".0%", ".0%", None])]
+    said = [md_table_text(rows, heads, [None] * 6 + [".0%", None])]
     if mixed:
         said.append(
             "A published speedup is the ratio of the two published throughputs at "
             "each side's own batch and layout, so where the batches differ ("
-            f"{', '.join(mixed)}) it is AMP, the layout and the batch together."
+            f"{and_list(mixed)}) it is AMP and the batch together, and the layout "
+            "where that changes too."
         )
     if notes:
         said.append(
@@ -519,11 +524,13 @@ def self_check_lines(refs: Sequence[Reference], devices=None) -> str:
         alone = reference_prediction(ref, [ref], exclude_own=False)
         got = alone["rows"][0]["kernel_speedup"]
         off = got / ref.measured_speedup - 1
+        off = 0.0 if abs(off) < 0.0005 else off  # no "-0.0%"
         ok = abs(off) <= SELF_CHECK
         checks.append(
             f"{ref.label()}, {ref.setting}: its efficiencies give a kernel ratio "
             f"of {got:.3f}x against the {ref.measured_speedup:.3f}x measured, "
-            f"{off:+.1%}, {'within' if ok else 'beyond'} {SELF_CHECK:.0%}: "
+            f"{f'{off:+.1%}' if off else '0.0%'}, {'within' if ok else 'beyond'} "
+            f"{SELF_CHECK:.0%}: "
             f"{'consistent' if ok else 'inconsistent'}."
         )
     return "\n".join(f"- {c}" for c in checks) or "No committed layer profile to check."
@@ -556,8 +563,8 @@ def profile_bound_lines(results_dir=None) -> str:
             f"({lp.kernel_efficiency:.0%}); the difference, "
             f"{(with_t - lp.predicted_step_s) * 1e3:+.3g} ms, "
             + (
-                "is the memory format's (none in NCHW: the book's bound leaves "
-                "cuDNN's transposes out)"
+                "is cuDNN's NCHW transposes around the 16-bit convolutions: the "
+                "recorded bound counted them, the book's bound leaves them out"
                 if same32
                 else "is the cost model's changes since the profile was recorded "
                 "(fp32's two bounds differ too)"
@@ -572,6 +579,7 @@ def unreferenced_text(
 ) -> str:
     """Which GPUs no reference of their generation (architecture and segment) covers."""
     from ampbook.core.devices import display_name
+    from ampbook.core.words import and_list
 
     devices = device_table(devices)
 
@@ -583,20 +591,28 @@ def unreferenced_text(
     unref = [g for g in gpus if gen(g) not in have]
     if not unref:
         return "Every GPU here has a reference of its own generation."
-    named = ", ".join(
-        f"the {display_name(g)} ({devices[g].architecture}, {devices[g].segment})"
-        for g in unref
-    )
+    named = and_list(
+        [f"the {display_name(g)} ({devices[g].architecture}, {devices[g].segment})"
+         for g in unref]
+    )  # fmt: skip
     return (
         "No reference was measured on a GPU of the generation (architecture and "
         f"segment) of {named}: {'its' if len(unref) == 1 else 'their'} ranges carry "
         "efficiencies over from other generations, as far as the leave-one-out "
-        "measures such carrying to hold."
+        "(`python -m ampbook.calibration --predictions`) measures such carrying to "
+        "hold."
     )
 
 
 # What each leave-one-out row's measured ratio is a ratio of, as the page names it.
 QUANTITY = {"step time": "step ratio", "kernel time": "kernel ratio"}
+
+
+def loo_names(loo: dict[str, Any]) -> dict[str, str]:
+    """Each reference the leave-one-out names, by key: its label and publisher."""
+    return {r["key"]: f"{r['label']} ({r['publisher']})" for r in loo["rows"]} | {
+        k: v for k, v in loo.get("no_range_names", {}).items()
+    }
 
 
 def leave_one_out_table(loo: dict[str, Any]) -> str:
@@ -605,12 +621,13 @@ def leave_one_out_table(loo: dict[str, Any]) -> str:
     measured and whether the range holds it."""
     from ampbook.core.page import md_table_text
 
-    named = {r["key"]: f"{r['label']} ({r['publisher']})" for r in loo["rows"]}
+    named = loo_names(loo)
     rows = [
         (f"{r['label']} ({QUANTITY[r['what']]})", r["publisher"],
          layout_text(r["layouts"]),
          f"{r['point']:.2f} ({r['low']:.2f}-{r['high']:.2f})",
-         "; ".join(named.get(k, k) for k in r["basis"][:3]), f"{r['measured']:.2f}",
+         "; ".join(named.get(k, k) for k in r["basis"][:3])
+         + ("; ..." if len(r["basis"]) > 3 else ""), f"{r['measured']:.2f}",
          "yes" if r["inside"] else "no")
         for r in sorted(loo["rows"], key=lambda r: list(QUANTITY).index(r["what"]))
     ]  # fmt: skip
@@ -621,27 +638,32 @@ def leave_one_out_table(loo: dict[str, Any]) -> str:
 
 
 def leave_one_out_text(loo: dict[str, Any]) -> str:
-    """The leave-one-out against its goal (``COVER`` inside, ``GOAL_WIDTH`` wide)."""
-    if not loo["n"]:
-        return "No reference has a range the others predict."
-    goal = f"the goal ({COVER:.0%} inside, at most {GOAL_WIDTH:g}x wide) is"
-    met = f"{goal} met."
-    if not (loo["inside"] >= COVER and loo["median_width"] <= GOAL_WIDTH):
-        met = f'{goal} not met; the rows marked "no" say where the ranges do not carry.'
-    parts = []
-    for what, name in QUANTITY.items():
-        rows = [r for r in loo["rows"] if r["what"] == what]
-        if rows:
-            parts.append(
-                f"{sum(r['inside'] for r in rows)} of {len(rows)} "
-                f"{name}{'s' * (len(rows) != 1)} inside the {name.split()[0]} range "
-                "the others predict"
-            )
-    inside = sum(r["inside"] for r in loo["rows"])
-    text = (
-        f"{'; '.join(parts)} ({inside} of {loo['n']} in all, {loo['inside']:.0%}), "
-        f"at a median width of {loo['median_width']:.2f}x: " + met
-    )
+    """The leave-one-out against its goal (``COVER`` inside, ``GOAL_WIDTH`` wide), and
+    the references no other one gives a range."""
+    text = "No reference has a range the others predict."
+    if loo["n"]:
+        goal = f"the goal ({COVER:.0%} inside, at most {GOAL_WIDTH:g}x wide) is"
+        met = f"{goal} met."
+        if not (loo["inside"] >= COVER and loo["median_width"] <= GOAL_WIDTH):
+            met = f'{goal} not met; the rows marked "no" say where the ranges do not '
+            met += "carry."
+        parts = []
+        for what, name in QUANTITY.items():
+            rows = [r for r in loo["rows"] if r["what"] == what]
+            if rows:
+                parts.append(
+                    f"{sum(r['inside'] for r in rows)} of {len(rows)} "
+                    f"{name}{'s' * (len(rows) != 1)} inside the {name.split()[0]} "
+                    "range the others predict"
+                )
+        inside = sum(r["inside"] for r in loo["rows"])
+        text = (
+            f"{'; '.join(parts)} ({inside} of {loo['n']} in all, "
+            f"{loo['inside']:.0%}), at a median width (high / low) of "
+            f"{loo['median_width']:.2f}x: " + met
+        )
     if loo["no_range"]:
-        text += f" No other reference applies to: {', '.join(loo['no_range'])}."
+        names = loo_names(loo)
+        text += " No other reference applies to: "
+        text += f"{'; '.join(names.get(k, k) for k in loo['no_range'])}."
     return text

@@ -214,9 +214,10 @@ def load_results_dir(
     the reason (with ``report``, one line on stderr), and the rest is read."""
     directory = Path(directory) if directory else RESULTS_DIR
     if not directory.is_dir():
+        what = "is a file, not a folder" if directory.exists() else "does not exist"
         raise FileNotFoundError(
-            f"results folder {directory} does not exist: give an existing "
-            "folder (default data/results)"
+            f"results folder {directory} {what}: give a folder of results (default "
+            "data/results)"
         )
     rs = ResultSet(str(directory))
     for path in sorted(directory.rglob("*.json")):
@@ -230,11 +231,15 @@ def load_results_dir(
             continue
         getattr(rs, _GROUPS[type(item)]).append(item)
     _drop_repeats(rs)
-    if report:
-        for x in rs.ignored:
-            why = x.reason if x.reason.startswith(x.path) else f"{x.path}: {x.reason}"
-            print(f"results: skipped {why}", file=sys.stderr)
+    for x in rs.ignored if report else ():
+        why = x.reason if x.reason.startswith(x.path) else f"{x.path}: {x.reason}"
+        if (line := f"results: skipped {why}") not in _SAID:  # once per process: a
+            _SAID.add(line)  # command reads the folder for each of its parts
+            print(line, file=sys.stderr)
     return rs
+
+
+_SAID: set[str] = set()  # the skipped files' lines printed so far
 
 
 def _one_line(text: str, most: int = 300) -> str:
