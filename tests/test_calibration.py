@@ -260,17 +260,18 @@ def test_predictions_table_is_the_leave_one_out(capsys, tmp_path, monkeypatch):
     rows = sorted(loo["rows"], key=lambda r: r["what"] != "step time")
     for row, line in zip(rows, lines[1:]):  # step ratios first, then kernel ratios
         cells = [c.strip() for c in line.strip("|").split("|")]
-        # the reference says what its measured ratio is of: the kernel time (a layer
-        # profile) or the whole step (a published throughput)
+        # the reference says where it comes from and what its measured ratio is of:
+        # the kernel time (a layer profile) or the whole step (a published throughput)
         kind = "kernel ratio" if row["key"].startswith("profile-") else "step ratio"
-        assert cells[0] == f"{row['label']} ({kind})"
-        assert cells[1] == ("committed layer profiles" if kind == "kernel ratio"
-                            else next(r for r in refs if r.key == row["key"])
-                            .source["publisher"])  # fmt: skip
-        assert cells[3] == f"{row['point']:.2f} ({row['low']:.2f}-{row['high']:.2f})"
-        assert cells[5] == f"{row['measured']:.2f}"
-        assert cells[6] == ("yes" if row["low"] <= row["measured"] <= row["high"]
+        source = ("committed layer profiles" if kind == "kernel ratio"
+                  else next(r for r in refs if r.key == row["key"])
+                  .source["publisher"])  # fmt: skip
+        assert cells[0] == f"{row['label']}, {source} ({kind})"
+        assert cells[2] == f"{row['point']:.2f} ({row['low']:.2f}-{row['high']:.2f})"
+        assert cells[3] == f"{row['measured']:.2f}"
+        assert cells[4] == ("yes" if row["low"] <= row["measured"] <= row["high"]
                             else "no")  # fmt: skip
+        assert cells[5].split("; ")[0] == cal.loo_names(loo)[row["basis"][0]]
     inside = sum(r["inside"] for r in loo["rows"])
     assert f"({inside} of {loo['n']} in all, {loo['inside']:.0%})" in out
     assert f"median width (high / low) of {loo['median_width']:.2f}x" in out
@@ -292,7 +293,7 @@ def test_the_leave_one_out_scores_like_with_like():
     loo = {"rows": rows, "n": 3, "inside": 2 / 3, "median_width": 1.3, "no_range": []}
     table = cal.leave_one_out_table(loo).splitlines()[2:]
     assert [x.split(" | ")[0] for x in table] == [
-        "| s1 (step ratio)", "| s2 (step ratio)", "| k (kernel ratio)"
+        "| s1, p (step ratio)", "| s2, p (step ratio)", "| k, p (kernel ratio)"
     ]  # fmt: skip
     text = cal.leave_one_out_text(loo)
     assert text.startswith(

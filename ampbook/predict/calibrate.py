@@ -298,6 +298,11 @@ def _publisher(ref: Reference) -> str:
     return ref.source.get("publisher") or own
 
 
+def _source_word(ref: Reference) -> str:
+    """A reference's source in one word, to tell apart two of one network and GPU."""
+    return "profile" if ref.kind == "profile" else _publisher(ref).split()[0]
+
+
 def _weigh(rows: list[dict[str, Any]], errors: ErrorModel) -> tuple:
     """The step's point and spread, the kernels' point, the distance, its error and
     the ``basis`` (the references that carry 80% of the weight); Nones without rows."""
@@ -405,7 +410,7 @@ def leave_one_out(
         )
         if r["point"] is None:
             none.append(ref.key)
-            none_names[ref.key] = f"{ref.label(devices)} ({_publisher(ref)})"
+            none_names[ref.key] = f"{ref.label(devices)} ({_source_word(ref)})"
             continue
         if ref.kind == "profile":  # a kernel-time ratio: against the kernels' range
             r = dict(r, point=r["kernel_point"], low=r["kernel_low"],
@@ -418,7 +423,8 @@ def leave_one_out(
              "inside": r["low"] <= got <= r["high"], "off": got / r["point"],
              "log_error": math.log(got / r["point"]), "distance": r["distance"],
              "what": "kernel time" if ref.kind == "profile" else "step time",
-             "publisher": _publisher(ref)}
+             "publisher": _publisher(ref),
+             "name": f"{ref.label(devices)} ({_source_word(ref)})"}
         )  # fmt: skip
     n = len(rows)
     inside = sum(r["inside"] for r in rows) / n if n else None
@@ -609,31 +615,31 @@ QUANTITY = {"step time": "step ratio", "kernel time": "kernel ratio"}
 
 
 def loo_names(loo: dict[str, Any]) -> dict[str, str]:
-    """Each reference the leave-one-out names, by key: its label and publisher."""
-    return {r["key"]: f"{r['label']} ({r['publisher']})" for r in loo["rows"]} | {
-        k: v for k, v in loo.get("no_range_names", {}).items()
-    }
+    """Each reference the leave-one-out names, by key: its label and source word."""
+    names = {r["key"]: r.get("name", r["label"]) for r in loo["rows"]}
+    return names | loo.get("no_range_names", {})
 
 
 def leave_one_out_table(loo: dict[str, Any]) -> str:
     """The leave-one-out as Markdown, step ratios first, then kernel ratios: per
-    reference the range the others predict, the references that set it, what it
-    measured and whether the range holds it."""
+    reference (with its source and the quantity it measured) the range the others
+    predict, what it measured, whether the range holds it, and the references that
+    set the range (the heaviest three)."""
     from ampbook.core.page import md_table_text
 
     named = loo_names(loo)
     rows = [
-        (f"{r['label']} ({QUANTITY[r['what']]})", r["publisher"],
+        (f"{r['label']}, {r['publisher']} ({QUANTITY[r['what']]})",
          layout_text(r["layouts"]),
-         f"{r['point']:.2f} ({r['low']:.2f}-{r['high']:.2f})",
+         f"{r['point']:.2f} ({r['low']:.2f}-{r['high']:.2f})", f"{r['measured']:.2f}",
+         "yes" if r["inside"] else "no",
          "; ".join(named.get(k, k) for k in r["basis"][:3])
-         + ("; ..." if len(r["basis"]) > 3 else ""), f"{r['measured']:.2f}",
-         "yes" if r["inside"] else "no")
+         + ("; ..." if len(r["basis"]) > 3 else ""))
         for r in sorted(loo["rows"], key=lambda r: list(QUANTITY).index(r["what"]))
     ]  # fmt: skip
-    heads = ["reference (quantity)", "from", "layout (32 / AMP)",
-             "predicted by the others (x)", "set by", "measured (x)",
-             "inside"]  # fmt: skip
+    heads = ["reference, source (quantity)", "layout (32 / AMP)",
+             "predicted by the others (x)", "measured (x)", "inside",
+             "set by"]  # fmt: skip
     return md_table_text(rows, heads)
 
 
