@@ -86,22 +86,14 @@ fp8_gpu = "h100-sxm"  # a GPU with fp8 tensor cores (key, short name or alias)
 memory_tokens = 8  # tokens per step where AMP costs memory (a short fine-tuning batch)
 
 # %% tags=["remove-input"]
+from ampbook.chapters.ch9.fp8 import fp8_gpu_key
 from ampbook.core import params
-from ampbook.core.devices import load_devices
 from ampbook.core.env import print_environment
 
 params.seed("seed", seed)
 params.integer("scheduler_steps", scheduler_steps, minimum=2)
 params.integer("fp8_tokens", fp8_tokens, minimum=1)
-fp8_key = params.gpu("fp8_gpu", fp8_gpu)  # "h200", "H100 SXM": the table's key
-fp8_gpus = [d.short_name for d in load_devices().values() if d.fp8_tflops]
-params.rule(
-    "fp8_gpu",
-    fp8_gpu,
-    load_devices()[fp8_key].fp8_tflops is not None,
-    f"the {load_devices()[fp8_key].short_name} has no fp8 tensor cores; the table's "
-    f"GPUs with them: {', '.join(fp8_gpus)}",
-)
+fp8_key = fp8_gpu_key("fp8_gpu", fp8_gpu)  # "h200", "H100 SXM": the table's key
 params.integer("memory_tokens", memory_tokens, minimum=1)
 print_environment("cpu")
 

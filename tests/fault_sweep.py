@@ -882,7 +882,7 @@ def doctor_settings_cases(c: str) -> list[Case]:
             c,
             "doctor: --device meta",
             cmd(*doctor, "--device", "meta"),
-            words=["--device 'meta'", "cpu or cuda"],
+            words=["--device 'meta'", "cpu, cuda"],
         ),
         Case(
             c,
@@ -1126,6 +1126,8 @@ def parameters_cases() -> list[Case]:
         ("6", "erfnet_input", "5"),
         ("6", "gpus", "5"),
         ("6", "results_dir", "MISSING"),
+        ("9", "fp8_gpu", "h2000"),
+        ("9", "fp8_gpu", "a100"),
     ):
 
         def argv(ctx, nb=nb, name=name, value=value):

@@ -91,10 +91,17 @@ def test_the_fp8_gpu_parameter_takes_any_name_of_a_gpu_and_refuses_a_typo():
     )
     with pytest.raises(params.ParameterError, match="fp8_gpu = 'rtx30': ambiguous"):
         params.gpu("fp8_gpu", "rtx30")
+    from ampbook.chapters.ch9.fp8 import fp8_gpu_key
+
+    assert fp8_gpu_key("fp8_gpu", "H200") == "h200-sxm"
+    with pytest.raises(params.ParameterError) as err:  # an A100 has no fp8 cores
+        fp8_gpu_key("fp8_gpu", "a100")
+    assert str(err.value).startswith(
+        "parameter fp8_gpu = 'a100': the A100 SXM 80GB has no fp8 tensor cores; the "
+        "table's GPUs with them: H100 SXM, H200 SXM,"
+    )
     text = (REPO_ROOT / "notebooks" / "09_when_amp_goes_wrong.py").read_text()
-    assert 'fp8_key = params.gpu("fp8_gpu", fp8_gpu)' in text
-    assert "load_devices()[fp8_gpu]" not in text and "load_devices()[fp8_key]" in text
-    assert "has no fp8 tensor cores; the table's " in text  # named, with the list
+    assert 'fp8_key = fp8_gpu_key("fp8_gpu", fp8_gpu)' in text  # the check cell's
 
 
 def test_amp_step_costs_memory_below_the_crossover_and_saves_above():

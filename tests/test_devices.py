@@ -316,7 +316,30 @@ def test_pick_device_takes_the_cpu_or_a_cuda_gpu_this_machine_has(monkeypatch):
         "device 'cuda:2' does not exist: this machine has 2 CUDA devices (give cuda:0 "
         "to cuda:1)"
     )
-    # two processes per GPU: the third rank has no GPU of its own
+    # one process per GPU; a third process on two GPUs has none of its own
     assert _device(TrainConfig(device="cuda"), 2, 1) == torch.device("cuda", 1)
-    with pytest.raises(ConfigError, match="'cuda:2' does not exist"):
+    with pytest.raises(ConfigError) as err:
         _device(TrainConfig(device="cuda"), 3, 2)
+    assert str(err.value) == (
+        "process local_rank 2 of 3 has no GPU of its own: this machine has 2 CUDA "
+        "devices; start at most 2 per machine"
+    )
+    # a torch.device is checked as its name is
+    for bad in (torch.device("meta"), torch.device("cuda", 7)):
+        with pytest.raises(ConfigError, match=f"'{bad}'"):
+            _device(TrainConfig(device=bad), 1, 0)
+
+
+def test_the_doctor_names_its_flag_once_and_hints_only_when_it_times(monkeypatch):
+    from ampbook.chapters.ch6.diagnosis import DoctorConfig, _pick_device
+    from ampbook.predict.specs import DoctorError
+
+    with pytest.raises(DoctorError) as err:
+        _pick_device(DoctorConfig("erfnet", device="mps"))
+    assert str(err.value) == (
+        "--device 'mps' is not one of auto, cpu, cuda or cuda:N; did you mean 'cpu'?; "
+        "--no-measure predicts without timing"
+    )
+    with pytest.raises(DoctorError) as err:
+        _pick_device(DoctorConfig("erfnet", device="meta", measure=False))
+    assert "--no-measure" not in str(err.value)

@@ -76,6 +76,14 @@ def test_good_values_come_back():
             lambda: params.device("device", "gpu"),
             "parameter device = 'gpu': must be 'auto'",
         ),
+        (  # torch knows these; the book runs on the CPU or CUDA
+            lambda: params.device("device", "mps"),
+            "parameter device = 'mps': must be 'auto'",
+        ),
+        (
+            lambda: params.device("device", torch.device("meta")),
+            "parameter device = device(type='meta'): must be 'auto'",
+        ),
         (
             lambda: params.rule("x", 4, False, "must be odd", "why not"),
             "parameter x = 4: must be odd (why not)",

@@ -128,11 +128,13 @@ def choice(name: str, value: Any, choices: Sequence, why: str = "") -> Any:
 def device(name: str, value: Any) -> Any:
     """``"auto"``, a torch device string (``"cuda:1"``) or a ``torch.device``; whether
     the machine has it is ``pick_device``'s check."""
-    if isinstance(value, torch.device) or value == "auto":
+    if value == "auto":
         return value
     try:
-        torch.device(value)
+        ok = torch.device(value).type in ("cpu", "cuda")  # torch knows mps, meta...
     except (RuntimeError, TypeError):
+        ok = False
+    if not ok:
         fail(name, value, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
     return value
 

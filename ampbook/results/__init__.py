@@ -231,15 +231,11 @@ def load_results_dir(
             continue
         getattr(rs, _GROUPS[type(item)]).append(item)
     _drop_repeats(rs)
-    for x in rs.ignored if report else ():
-        why = x.reason if x.reason.startswith(x.path) else f"{x.path}: {x.reason}"
-        if (line := f"results: skipped {why}") not in _SAID:  # once per process: a
-            _SAID.add(line)  # command reads the folder for each of its parts
-            print(line, file=sys.stderr)
+    if report:
+        for x in rs.ignored:
+            why = x.reason if x.reason.startswith(x.path) else f"{x.path}: {x.reason}"
+            print(f"results: skipped {why}", file=sys.stderr)
     return rs
-
-
-_SAID: set[str] = set()  # the skipped files' lines printed so far
 
 
 def _one_line(text: str, most: int = 300) -> str:

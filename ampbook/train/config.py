@@ -432,15 +432,24 @@ def _check_size_and_resume(cfg: TrainConfig) -> None:
 
 def _device(cfg: TrainConfig, world_size: int, local_rank: int):
     """The device to train on (a process's own GPU when there are several)."""
+    import torch
 
     from ampbook.core.devices import pick_device
+    from ampbook.core.words import plural
 
-    try:
-        device = pick_device(cfg.device)
-        if device.type == "cuda" and world_size > 1:  # each process its own GPU
-            device = pick_device(f"cuda:{local_rank}")
+    try:  # a torch.device as its name: checked the same way
+        device = pick_device(str(cfg.device))
     except (RuntimeError, ValueError) as err:
         raise ConfigError(str(err)) from None
+    if device.type == "cuda" and world_size > 1:  # each process its own GPU
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise ConfigError(
+                f"process local_rank {local_rank} of {world_size} has no GPU of its "
+                f"own: this machine has {plural(count, 'CUDA device')}; start at most "
+                f"{count} per machine"
+            )
+        device = torch.device("cuda", local_rank)
     return device
 
 

@@ -208,12 +208,13 @@ def diagnose(
 
 
 def _pick_device(cfg: DoctorConfig) -> torch.device:
+    name = str(cfg.device).strip().lower()
     try:
-        return pick_device(str(cfg.device).strip().lower())
+        return pick_device(name)
     except (RuntimeError, ValueError) as e:
-        raise DoctorError(
-            f"--device: {first_line(e)}; --no-measure predicts without timing"
-        ) from None
+        why = first_line(e).removeprefix(f"device {name!r} ")  # said once, as a flag
+        hint = "; --no-measure predicts without timing" if cfg.measure else ""
+        raise DoctorError(f"--device {cfg.device!r} {why}{hint}") from None
 
 
 def _trace(cfg, traced, precisions, batch, shape, tell) -> dict[str, StepTrace]:

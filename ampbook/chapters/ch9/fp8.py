@@ -14,6 +14,23 @@ from ampbook.core.devices import Device
 LAUNCH_S = 4e-6  # assumed: one kernel's launch latency on a GPU, in seconds
 
 
+def fp8_gpu_key(name: str, value) -> str:
+    """The chapter's GPU parameter for the fp8 prediction: the table's key of a GPU
+    with fp8 tensor cores, else a ``ParameterError`` naming it and those with them."""
+    from ampbook.core import params
+    from ampbook.core.devices import load_devices
+    from ampbook.core.words import and_list
+
+    devices, key = load_devices(), params.gpu(name, value)
+    if devices[key].fp8_tflops is None:
+        with_fp8 = and_list(d.short_name for d in devices.values() if d.fp8_tflops)
+        params.fail(
+            name, value, f"the {devices[key].short_name} has no fp8 tensor cores; the "
+            f"table's GPUs with them: {with_fp8}"
+        )  # fmt: skip
+    return key
+
+
 @dataclass
 class Fp8Row:
     width: int  # the layer's in and out features
