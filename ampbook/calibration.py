@@ -17,6 +17,7 @@ from ampbook.predict.calibrate import (
 )
 from ampbook.predict.hostmodel import host_model
 from ampbook.predict.references import Reference, references, write_bounds
+from ampbook.results import load_results_dir
 
 
 def build_parser() -> cli.ArgumentParser:
@@ -88,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         cli.check_output_file(a.markdown, "--markdown", overwrite=a.overwrite)
     if a.write:
         write_bounds()
-    refs = references(a.results_dir)
+    results = load_results_dir(a.results_dir)  # read once, for every part below
+    refs = references(results)
     if a.predictions:
-        loo = leave_one_out(refs, host=host_model(a.results_dir))
+        loo = leave_one_out(refs, host=host_model(results))
         md = f"{leave_one_out_table(loo)}\n\n{leave_one_out_text(loo)}"
     else:
-        md = calibration_text(refs, a.results_dir)
+        md = calibration_text(refs, results)
     print(cli.terminal_text(md))
     if a.markdown:
         try:

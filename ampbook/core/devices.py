@@ -292,8 +292,8 @@ DEVICE_CHOICES = ("auto", "cpu", "cuda")  # what a --device takes (and cuda:N)
 def pick_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` gives CUDA when available, else CPU; a name must be the CPU or a
     CUDA GPU this machine has (else a ``ValueError`` or ``RuntimeError`` says why)."""
-    if isinstance(device, torch.device):
-        return device
+    if isinstance(device, torch.device):  # checked as its name ("cuda:7", "meta")
+        device = str(device)
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:  # torch knows 20 device types (mps, meta...): the book runs on two

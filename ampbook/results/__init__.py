@@ -207,11 +207,15 @@ def load_results(path: str | Path) -> dict:
 
 
 def load_results_dir(
-    directory: str | Path | None = None, report: bool = True
+    directory: str | Path | ResultSet | None = None, report: bool = True
 ) -> ResultSet:
     """Read every ``*.json`` under ``directory`` (default ``data/results``). A file
     that is not a known result or fails its schema's checks goes to ``ignored`` with
-    the reason (with ``report``, one line on stderr), and the rest is read."""
+    the reason (with ``report``, one line on stderr), and the rest is read. A
+    ``ResultSet`` is returned as it is: a command reads its folder once and passes
+    the set to each part that reads results."""
+    if isinstance(directory, ResultSet):
+        return directory
     directory = Path(directory) if directory else RESULTS_DIR
     if not directory.is_dir():
         what = "is a file, not a folder" if directory.exists() else "does not exist"

@@ -437,8 +437,8 @@ def _device(cfg: TrainConfig, world_size: int, local_rank: int):
     from ampbook.core.devices import pick_device
     from ampbook.core.words import plural
 
-    try:  # a torch.device as its name: checked the same way
-        device = pick_device(str(cfg.device))
+    try:
+        device = pick_device(cfg.device)
     except (RuntimeError, ValueError) as err:
         raise ConfigError(str(err)) from None
     if device.type == "cuda" and world_size > 1:  # each process its own GPU

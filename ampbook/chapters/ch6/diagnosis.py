@@ -58,6 +58,7 @@ from ampbook.predict.steptrace import (
     trace_step,
     with_memory_format,
 )  # fmt: skip
+from ampbook.results import load_results_dir
 
 REPORT_SCHEMA = "ampbook.doctor/2"  # the --json report's schema
 AMP_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
@@ -261,15 +262,16 @@ def _predicted_report(cfg, model, traces, gpus, devices, lap, tell) -> dict[str,
     memory: dict[str, Any] = {"at_size": memory_at_size(traces, amp),
                               "weight_copies_bytes": copies if amp else 0}  # fmt: skip
     tell("calibrating the speedup ranges on the committed references")
-    refs = references(cfg.results_dir)
-    floor = launch_floor(cfg.results_dir)
-    host = host_model(cfg.results_dir)
+    rs = load_results_dir(cfg.results_dir)  # read once, for every part below
+    refs = references(rs)
+    floor = launch_floor(rs)
+    host = host_model(rs)
     data_s = batch / cfg.loader_images_per_s if cfg.loader_images_per_s else None
     ranges = verdict_ranges(
         roof, traces, refs, host, data_s, floor=floor, model=cfg.model,
         devices=devices, memory_format=cfg.memory_format, batch=batch,
     )  # fmt: skip
-    committed = committed_measurements(cfg.model, gpus, cfg.results_dir, refs)
+    committed = committed_measurements(cfg.model, gpus, rs, refs)
     here = setting_text(batch, shape)
     for r in ranges:  # each range's committed measurements of this network and GPU
         r["setting"], r["committed"] = here, [
