@@ -38,6 +38,7 @@ from booktools.kernels import (
     forward_sigint,
     kernel_manager_class,
     mark,
+    register_engine,
     run_mark,
     run_status,
 )
@@ -296,6 +297,7 @@ def execute(
                 report_mode=False,
                 config=Config(kernel_config),
                 kernel_manager_class=kernels,
+                engine_name=register_engine(),
             )
         except pm.PapermillExecutionError as err:
             run.seconds = time.perf_counter() - start

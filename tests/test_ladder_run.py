@@ -668,3 +668,24 @@ def test_a_cpu_profile_counts_the_optimizers_operators_as_busy():
     assert got["kernels_per_step"] > 0
     assert 0 < got["kernel_s"] <= got["profiled_step_s"]
     assert got["kernel_s"] > 0.3 * got["profiled_step_s"]
+
+
+def test_a_group_runs_with_what_lived_before_it_frozen_then_unfrozen(
+    monkeypatch, tmp_path
+):
+    """Every cell starts and ends with a full collection: the objects that lived
+    before the group are frozen, left out of those collections, and back in the
+    collector's care after the group, stopped or not."""
+    import gc
+
+    frozen = []
+
+    def stopped(spec, index, mode, partial):
+        frozen.append(gc.get_freeze_count())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ladder_run, "measure_safely", stopped)
+    spec = bl.LadderSpec.for_device("cpu", device="cpu", rungs=(0,))
+    with pytest.raises(KeyboardInterrupt):
+        ladder_run.run_group(spec, "fp32", (0,), tmp_path / "l.json", log=print)
+    assert frozen[0] > 10_000 and gc.get_freeze_count() == 0

@@ -185,6 +185,36 @@ def test_runner_executes_and_injects_parameters(tmp_path):
     assert run.executed_cells == 2 and run.seconds > 0
 
 
+def test_the_runner_writes_the_notebook_as_each_code_cell_starts_and_at_the_end(
+    tmp_path, monkeypatch
+):
+    """papermill writes the whole notebook twice per cell, Markdown cells included;
+    the runner's engine writes it as each code cell starts (the file then holds the
+    outputs of every cell before it) and once at the end."""
+    import papermill.engines as engines
+
+    extra = (
+        "\n# %% [markdown]\n# Between.\n\n# %%\nprint('two')\n"
+        "\n# %% [markdown]\n# End.\n"
+    )
+    source = _write(tmp_path, "writes", extra=extra)
+    written = []
+    write = engines.write_ipynb
+
+    def counted(nb, path):
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        written.append([o.get("text", "") for c in code for o in c.get("outputs", [])])
+        write(nb, path)
+
+    monkeypatch.setattr(engines, "write_ipynb", counted)
+    run = runner.execute(source, tmp_path / "out", {"n": 5}, "smoke")
+    nb = nbformat.read(run.output, as_version=4)
+    code_cells = sum(c.cell_type == "code" for c in nb.cells)
+    assert code_cells == 4  # the parameters, papermill's injected ones, two prints
+    assert len(written) == 1 + code_cells + 1, written
+    assert written[-2] == ["10\n"] and written[-1] == ["10\n", "two\n"]
+
+
 def test_runner_failure_names_notebook_and_cell_and_keeps_output(tmp_path):
     source = _write(
         tmp_path, "bad", extra='\n# %%\nraise ValueError("deliberate failure")\n'

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import inspect
 import json
@@ -102,6 +103,21 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=16)
+def _erfnet_trace(
+    precision: str, fp16_stream: bool, batch: int, height: int, width: int
+):
+    """One ERFNet step traced on fake tensors. On a CPU the bound's ceilings are
+    measured each time, so the file cache below misses; the trace, which does not
+    depend on them, is made once per process."""
+    from ampbook.predict.steptrace import trace_step
+    from ampbook.segmentation.cityscapes import NUM_CLASSES
+    from ampbook.segmentation.model import ERFNet
+
+    net = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
+    return trace_step(net, batch, height, width, precision)
+
+
 def traced_bound(
     ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
 ) -> tuple[float, int]:
@@ -114,10 +130,7 @@ def traced_bound(
     from ampbook.core.paths import cache_dir
     from ampbook.measure import autocast_rules, cuda_kernels, memory
     from ampbook.predict import opcost, roofline, steptrace
-    from ampbook.predict.steptrace import trace_step
     from ampbook.segmentation import model
-    from ampbook.segmentation.cityscapes import NUM_CLASSES
-    from ampbook.segmentation.model import ERFNet
 
     parts = (repr(ceil), precision, fp16_stream, batch, height, width)
     sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
@@ -127,8 +140,7 @@ def traced_bound(
     with contextlib.suppress(OSError, ValueError, TypeError):
         bound, saved = json.loads(path.read_text())
         return float(bound), int(saved)
-    net = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
-    trace = trace_step(net, batch, height, width, precision)
+    trace = _erfnet_trace(precision, fp16_stream, batch, height, width)
     out = (
         roofline.predict(trace, ceil).min_step_s,
         int(trace.saved_tensors["new_bytes"]),
