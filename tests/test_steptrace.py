@@ -267,3 +267,46 @@ def test_trace_predicts_the_bytes_saved_for_backward(precision):
     else:
         assert predicted["new_bytes"] == pytest.approx(measured["new_bytes"], rel=5e-3)
         assert predicted["new_bytes"] != measured["new_bytes"]
+
+
+def test_a_trace_is_kept_and_read_back_only_for_code_its_key_sees(
+    tmp_path, monkeypatch
+):
+    """A model of ampbook's or torchvision's is traced once: the next trace of the
+    same model and arguments is the kept file; another setting of the model (ERFNet's
+    16-bit stream), size or precision is another file; a user's module, a hook or a
+    loss function is traced every time; no cache folder costs time only."""
+    import json
+
+    monkeypatch.setenv("AMPBOOK_CACHE", str(tmp_path / "cache"))
+    kept = tmp_path / "cache" / "steptrace"
+    first = trace_step(ERFNet(20), 1, 16, 32, "amp-fp16")
+    (path,) = kept.iterdir()
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "parameters": -1}))  # marked: read back?
+    again = trace_step(ERFNet(20), 1, 16, 32, "amp-fp16")
+    assert again.parameters == -1 and again.ops == first.ops
+    assert again.input_shape == first.input_shape == (3, 16, 32)
+    for model, args in (
+        (ERFNet(20, fp16_stream=True), (1, 16, 32, "amp-fp16")),
+        (ERFNet(20), (2, 16, 32, "amp-fp16")),
+        (ERFNet(20), (1, 16, 32, "amp-bf16")),
+    ):
+        assert trace_step(model, *args).parameters > 0  # traced, not the marked file
+    assert len(list(kept.iterdir())) == 4
+
+    class Head(nn.Module):  # a user's module: its code is not in the key
+        def forward(self, x):
+            return x * 2
+
+    hooked = ERFNet(20)
+    hooked.register_forward_hook(lambda m, i, o: o)
+    for model, loss in (
+        (nn.Sequential(ERFNet(20), Head()), "cross_entropy"),
+        (hooked, "cross_entropy"),
+        (ERFNet(20), lambda y: y.float().sum()),
+    ):
+        assert trace_step(model, 1, 16, 32, "amp-fp16", loss=loss).parameters > 0
+    assert len(list(kept.iterdir())) == 4
+    monkeypatch.setenv("AMPBOOK_CACHE", str(path))  # a file: no folder to keep it in
+    assert trace_step(ERFNet(20), 1, 16, 32, "amp-fp16").ops == first.ops

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
+import json
 import math
+import sys
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -23,6 +28,8 @@ from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampbook.core.args import is_positive_int
+from ampbook.core.files import write_text_atomic
+from ampbook.core.paths import CacheError, cache_dir
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS
 from ampbook.core.precision import torch_name as _dtype_name
 from ampbook.measure.autocast_rules import CudaAutocastRules, autocast_region
@@ -108,11 +115,21 @@ def trace_step(
 ) -> StepTrace:
     """Trace one training step of ``model`` (fake copies of its state).
     ``device_type="cuda"``: forward and loss under CUDA's own autocast, to check the
-    CPU trace, whose ``autocast_rules="cuda"`` apply CUDA's lists and fused kernels."""
+    CPU trace, whose ``autocast_rules="cuda"`` apply CUDA's lists and fused kernels.
+
+    A trace costs seconds, and chapters, the doctor and the ladder ask for the same
+    ones: a model of ampbook's or torchvision's is traced once and its trace kept in
+    ``cache_dir()/steptrace``, under a key of all it depends on (``_cache_key``)."""
     shape = _check_trace(
         batch_size, height, width, precision, in_channels, backward, loss,
         device_type, autocast_rules, input_shape,
     )  # fmt: skip
+    args = (batch_size, shape, precision, backward, loss, device_type, autocast_rules)
+    path = _cache_path(model, args)
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
+        d = json.loads(path.read_text())  # none kept (or no path): traced below
+        ops = [OpCost(**o) for o in d.pop("ops")]
+        return StepTrace(**{**d, "input_shape": tuple(d["input_shape"])}, ops=ops)
     cuda_rules = autocast_rules == "cuda" and device_type == "cpu"
     rules = CudaAutocastRules if cuda_rules else contextlib.nullcontext
     kernels = CudaKernels if cuda_rules else contextlib.nullcontext
@@ -144,10 +161,58 @@ def trace_step(
         model.train(was_training)
     h, w = (shape[-2] if len(shape) >= 3 else 1), (shape[-1] if len(shape) >= 2 else 1)
     n = sum(p.numel() for p in model.parameters())
-    return StepTrace(
+    trace = StepTrace(
         type(model).__name__, precision, batch_size, h, w, n, recorder.ops,
         meter.summary(), shape,
     )  # fmt: skip
+    with contextlib.suppress(OSError, TypeError, ValueError, AttributeError):
+        write_text_atomic(path, json.dumps(dataclasses.asdict(trace)))
+    return trace
+
+
+# Where a part of a model must come from for its trace to be kept: code whose every
+# change the key sees (ampbook's source, torch's and torchvision's versions).
+CACHED_MODULES = ("ampbook.", "torchvision.", "torch.nn.")
+
+
+def _cache_path(model: nn.Module, args: tuple) -> Path | None:
+    """The file that keeps the trace of ``model`` with ``args``, or None: a part of
+    the model from elsewhere (a user's code, which the key cannot see) or with a hook,
+    a loss function, a setting that is not plain data, or no cache folder to write."""
+    parts = []
+    for name, m in model.named_modules():
+        kind = f"{type(m).__module__}.{type(m).__qualname__}"
+        hooks = (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks)
+        if not kind.startswith(CACHED_MODULES) or any(hooks):
+            return None
+        attrs = {k: v for k, v in vars(m).items() if k[0] != "_" and k != "training"}
+        parts.append((name, kind, attrs))
+    tensors = [
+        (n, list(t.shape), str(t.dtype), list(t.stride()), t.requires_grad)
+        for n, t in (*model.named_parameters(), *model.named_buffers())
+    ]
+    versions = [
+        torch.__version__,
+        getattr(sys.modules.get("torchvision"), "__version__", None),
+    ]
+    try:
+        if callable(args[4]):  # the loss
+            return None
+        text = json.dumps([parts, tensors, args, versions, _source_digest()])
+        folder = cache_dir() / "steptrace"
+    except (TypeError, ValueError, CacheError):
+        return None
+    return folder / f"{hashlib.sha1(text.encode()).hexdigest()[:24]}.json"
+
+
+@functools.cache
+def _source_digest() -> str:
+    """A digest of every source file of ampbook: any change makes every key new."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha1()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def _check_trace(

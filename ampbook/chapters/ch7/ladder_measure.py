@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gc
-import inspect
-import json
 import math
 import statistics
 import time
 from typing import Callable
 
-from ampbook.chapters.ch7.rungs import LadderSpec, rung_config, write_record
+from ampbook.chapters.ch7.rungs import LadderSpec, rung_config
 from ampbook.core.terminal import quiet_stderr_fd
 
 
@@ -103,51 +100,21 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
     }
 
 
-@functools.lru_cache(maxsize=16)
-def _erfnet_trace(
-    precision: str, fp16_stream: bool, batch: int, height: int, width: int
-):
-    """One ERFNet step traced on fake tensors. On a CPU the bound's ceilings are
-    measured each time, so the file cache below misses; the trace, which does not
-    depend on them, is made once per process."""
+def traced_bound(
+    ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
+) -> tuple[float, int]:
+    """The cost model's bound on one ERFNet step and its saved bytes (the trace is
+    kept after its first time: ``trace_step``)."""
+    from ampbook.predict import roofline
     from ampbook.predict.steptrace import trace_step
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 
-    net = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
-    return trace_step(net, batch, height, width, precision)
-
-
-def traced_bound(
-    ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
-) -> tuple[float, int]:
-    """The cost model's bound on one ERFNet step and its saved bytes, cached in
-    ``cache_dir()`` under a key of all they depend on (a trace costs seconds)."""
-    import hashlib
-
-    import torch
-
-    from ampbook.core.paths import cache_dir
-    from ampbook.measure import autocast_rules, cuda_kernels, memory
-    from ampbook.predict import opcost, roofline, steptrace
-    from ampbook.segmentation import model
-
-    parts = (repr(ceil), precision, fp16_stream, batch, height, width)
-    sources = (model, opcost, steptrace, roofline, autocast_rules, cuda_kernels, memory)
-    text = json.dumps([*parts, torch.__version__, *map(inspect.getsource, sources)])
-    key = hashlib.sha1(text.encode()).hexdigest()[:20]
-    path = cache_dir() / "ladder-trace" / f"{key}.json"
-    with contextlib.suppress(OSError, ValueError, TypeError):
-        bound, saved = json.loads(path.read_text())
-        return float(bound), int(saved)
-    trace = _erfnet_trace(precision, fp16_stream, batch, height, width)
-    out = (
-        roofline.predict(trace, ceil).min_step_s,
-        int(trace.saved_tensors["new_bytes"]),
+    trace = trace_step(
+        ERFNet(NUM_CLASSES, fp16_stream=fp16_stream), batch, height, width, precision
     )
-    with contextlib.suppress(OSError):  # a cache that cannot be written costs time only
-        write_record(list(out), path)
-    return out
+    bound = roofline.predict(trace, ceil).min_step_s
+    return bound, int(trace.saved_tensors["new_bytes"])
 
 
 def _epoch_phase(cfg) -> dict:
