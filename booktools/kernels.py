@@ -163,8 +163,11 @@ def register_engine() -> str:
     per chapter). This engine writes the notebook as each code cell starts, so the
     file holds every finished cell's outputs while the next one runs (what a stop or
     a timeout keeps), and once at the end, whatever ended the run."""
-    from papermill.engines import NBClientEngine, NotebookExecutionManager
-    from papermill.engines import papermill_engines
+    from papermill.engines import (
+        NBClientEngine,
+        NotebookExecutionManager,
+        papermill_engines,
+    )
 
     class CodeCellWrites(NotebookExecutionManager):
         write = True
@@ -181,7 +184,9 @@ def register_engine() -> str:
                 self.write = True
 
         def cell_complete(self, cell, cell_index=None, **kwargs):
-            self.write = False  # the next code cell's start, or the end, writes it
+            # a failed (or stopped) cell is written now, before the kernel shuts
+            # down; another, by the next code cell's start or the end
+            self.write = cell.metadata.papermill.get("status") == self.FAILED
             try:
                 super().cell_complete(cell, cell_index, **kwargs)
             finally:

@@ -689,3 +689,11 @@ def test_a_group_runs_with_what_lived_before_it_frozen_then_unfrozen(
     with pytest.raises(KeyboardInterrupt):
         ladder_run.run_group(spec, "fp32", (0,), tmp_path / "l.json", log=print)
     assert frozen[0] > 10_000 and gc.get_freeze_count() == 0
+    gc.freeze()  # a caller's own freeze: kept through the group
+    try:
+        count = gc.get_freeze_count()
+        with pytest.raises(KeyboardInterrupt):
+            ladder_run.run_group(spec, "fp32", (0,), tmp_path / "l.json", log=print)
+        assert frozen[1] == gc.get_freeze_count() == count
+    finally:
+        gc.unfreeze()

@@ -203,7 +203,8 @@ def test_the_runner_writes_the_notebook_as_each_code_cell_starts_and_at_the_end(
 
     def counted(nb, path):
         code = [c for c in nb.cells if c.cell_type == "code"]
-        written.append([o.get("text", "") for c in code for o in c.get("outputs", [])])
+        outputs = [o for c in code for o in c.get("outputs", [])]
+        written.append([o.get("text") or o.get("evalue", "") for o in outputs])
         write(nb, path)
 
     monkeypatch.setattr(engines, "write_ipynb", counted)
@@ -213,6 +214,12 @@ def test_the_runner_writes_the_notebook_as_each_code_cell_starts_and_at_the_end(
     assert code_cells == 4  # the parameters, papermill's injected ones, two prints
     assert len(written) == 1 + code_cells + 1, written
     assert written[-2] == ["10\n"] and written[-1] == ["10\n", "two\n"]
+    # a failed cell is written as it fails, before the kernel shuts down
+    written.clear()
+    bad = _write(tmp_path, "bad", extra="\n# %%\nraise ValueError('planted')\n")
+    with pytest.raises(runner.RunError):
+        runner.execute(bad, tmp_path / "out", {}, "smoke")
+    assert written[-2] == ["6\n", "planted"] and len(written) == 1 + 3 + 1 + 1
 
 
 def test_runner_failure_names_notebook_and_cell_and_keeps_output(tmp_path):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import math
+import shutil
 import sys
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,10 +25,11 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.func import functional_call
+from torch.nn.modules import module as torch_module
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ampbook.core.args import is_positive_int
-from ampbook.core.files import write_text_atomic
+from ampbook.core.files import is_special, write_text_atomic
 from ampbook.core.paths import CacheError, cache_dir
 from ampbook.core.precision import AUTOCAST_DTYPES, PRECISIONS
 from ampbook.core.precision import torch_name as _dtype_name
@@ -118,8 +119,7 @@ def trace_step(
     CPU trace, whose ``autocast_rules="cuda"`` apply CUDA's lists and fused kernels.
 
     A trace costs seconds, and chapters, the doctor and the ladder ask for the same
-    ones: a model of ampbook's or torchvision's is traced once and its trace kept in
-    ``cache_dir()/steptrace``, under a key of all it depends on (``_cache_key``)."""
+    ones: a trace of ampbook's or torchvision's models is kept (``_cache_path``)."""
     shape = _check_trace(
         batch_size, height, width, precision, in_channels, backward, loss,
         device_type, autocast_rules, input_shape,
@@ -166,24 +166,33 @@ def trace_step(
         meter.summary(), shape,
     )  # fmt: skip
     with contextlib.suppress(OSError, TypeError, ValueError, AttributeError):
+        if not path.parent.exists():  # a new digest: the older traces are stale
+            for old in path.parent.parent.glob("*"):
+                shutil.rmtree(old, ignore_errors=True)
         write_text_atomic(path, json.dumps(dataclasses.asdict(trace)))
     return trace
 
 
-# Where a part of a model must come from for its trace to be kept: code whose every
-# change the key sees (ampbook's source, torch's and torchvision's versions).
-CACHED_MODULES = ("ampbook.", "torchvision.", "torch.nn.")
+CACHED_MODULES = ("ampbook.", "torchvision.", "torch.nn.")  # a kept trace's parts
 
 
 def _cache_path(model: nn.Module, args: tuple) -> Path | None:
-    """The file that keeps the trace of ``model`` with ``args``, or None: a part of
-    the model from elsewhere (a user's code, which the key cannot see) or with a hook,
-    a loss function, a setting that is not plain data, or no cache folder to write."""
+    """The trace's file in ``cache_dir()/steptrace``, or None: a user's module (its code
+    unseen), compiled or hooked, a loss function, torch off its defaults, no folder."""
+    hooks = ("forward", "forward_pre", "backward", "backward_pre")
+    if any(getattr(torch_module, f"_global_{h}_hooks") for h in hooks) or not (
+        torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        and not any(map(torch.is_autocast_enabled, ("cpu", "cuda")))
+        and torch.get_default_dtype() == torch.float32
+        and torch.get_default_device().type == "cpu"
+    ):  # fmt: skip
+        return None
     parts = []
     for name, m in model.named_modules():
         kind = f"{type(m).__module__}.{type(m).__qualname__}"
-        hooks = (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks)
-        if not kind.startswith(CACHED_MODULES) or any(hooks):
+        own = (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+               m._backward_pre_hooks, m._compiled_call_impl)  # fmt: skip
+        if not kind.startswith(CACHED_MODULES) or any(h for h in own if h):
             return None
         attrs = {k: v for k, v in vars(m).items() if k[0] != "_" and k != "training"}
         parts.append((name, kind, attrs))
@@ -191,28 +200,24 @@ def _cache_path(model: nn.Module, args: tuple) -> Path | None:
         (n, list(t.shape), str(t.dtype), list(t.stride()), t.requires_grad)
         for n, t in (*model.named_parameters(), *model.named_buffers())
     ]
-    versions = [
-        torch.__version__,
-        getattr(sys.modules.get("torchvision"), "__version__", None),
-    ]
+    tv = getattr(sys.modules.get("torchvision"), "__version__", None)
     try:
         if callable(args[4]):  # the loss
             return None
-        text = json.dumps([parts, tensors, args, versions, _source_digest()])
-        folder = cache_dir() / "steptrace"
+        text = json.dumps([parts, tensors, args, torch.__version__, tv])
+        digest, folder = _source_digest(), cache_dir() / "steptrace"
     except (TypeError, ValueError, CacheError):
         return None
-    return folder / f"{hashlib.sha1(text.encode()).hexdigest()[:24]}.json"
+    path = folder / digest / f"{hashlib.sha1(text.encode()).hexdigest()[:24]}.json"
+    return None if is_special(path) else path
 
 
-@functools.cache
 def _source_digest() -> str:
-    """A digest of every source file of ampbook: any change makes every key new."""
+    """Of every ampbook source file's name, size and time: a change, a new folder."""
     root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha1()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    stats = [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
+             for p in sorted(root.rglob("*.py"))]  # fmt: skip
+    return hashlib.sha1(json.dumps(stats).encode()).hexdigest()[:16]
 
 
 def _check_trace(

@@ -103,16 +103,14 @@ def profile_steps(step: Callable, args: tuple, n: int, device) -> dict:
 def traced_bound(
     ceil, precision: str, fp16_stream: bool, batch: int, height: int, width: int
 ) -> tuple[float, int]:
-    """The cost model's bound on one ERFNet step and its saved bytes (the trace is
-    kept after its first time: ``trace_step``)."""
+    """The cost model's bound on one ERFNet step and its saved bytes."""
     from ampbook.predict import roofline
     from ampbook.predict.steptrace import trace_step
     from ampbook.segmentation.cityscapes import NUM_CLASSES
     from ampbook.segmentation.model import ERFNet
 
-    trace = trace_step(
-        ERFNet(NUM_CLASSES, fp16_stream=fp16_stream), batch, height, width, precision
-    )
+    net = ERFNet(NUM_CLASSES, fp16_stream=fp16_stream)
+    trace = trace_step(net, batch, height, width, precision)
     bound = roofline.predict(trace, ceil).min_step_s
     return bound, int(trace.saved_tensors["new_bytes"])
 

@@ -73,18 +73,20 @@ def run_group(
             f"first step {c['first_step_s']:.1f} s; {PARTIAL_END}"
         )
 
-    # Every cell starts with a full collection (and ends with one). What lives now
-    # outlives the group: frozen, it is left out of those collections, each of which
-    # would otherwise walk every object torch's import made (0.2 s on a CPU).
-    gc.collect()
-    gc.freeze()
+    # A cell starts and ends with a full collection: what lives now is frozen out of
+    # them (each walks torch's objects, 0.2 s on a CPU), unless the caller froze it.
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.collect()
+        gc.freeze()
     try:
         for index in rungs:
             cell = measure_safely(spec, index, mode, partial)
             bl.add_cell(path, cell)
             _log_cell(cell, log)
     finally:
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
 def _child(spec: LadderSpec, mode: str, rungs: tuple[int, ...], path: Path, log):
