@@ -88,3 +88,19 @@ def test_installed_versions_satisfy_the_ranges():
         ):
             bad[name] = version
     assert not bad, f"installed packages outside the declared ranges: {bad}"
+
+
+def test_reading_a_notebook_builds_no_iri_parser():
+    """Every notebook kernel, the runner and jupyter-book import nbformat, and so
+    jsonschema. jsonschema 4.25 and later import rfc3987-syntax, which builds an
+    Earley parser on import (1.35 s a process on these machines); the pin keeps it out."""
+    import subprocess
+
+    code = (
+        "import sys, nbformat; nbformat.validate(nbformat.v4.new_notebook()); "
+        "print('rfc3987_syntax' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "False", done.stderr
