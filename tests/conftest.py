@@ -49,6 +49,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_thread_for_shared_fixtures():
+    """The module- and session-scoped fixtures (a finished run, a measured ladder) are
+    made before ``one_thread`` applies: they run on one intra-op thread too. On two
+    threads, beside the other worker, the first test's run took 17 s instead of 2."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Unit tests run torch on one intra-op thread: at the small sizes tests use, two
