@@ -18,6 +18,7 @@ def pytest_runtest_setup(item):
 
 
 BOOK_FIXTURES = {"executed_notebooks", "built_book"}
+EVERY_TEST = {"one_thread_for_shared_fixtures"}  # autouse, below
 
 
 def shared_fixtures(item) -> set[str]:
@@ -28,7 +29,10 @@ def shared_fixtures(item) -> set[str]:
     return {
         name
         for name, d in defs.items()
-        if d and d[-1].baseid and d[-1].scope in ("module", "session")
+        if d
+        and d[-1].baseid
+        and d[-1].scope in ("module", "session")
+        and name not in EVERY_TEST  # every test has it: it groups nothing
     }
 
 
