@@ -13,12 +13,3 @@ The book: ``run`` executes the notebooks with papermill (``python -m booktools.r
 doctor's full report (``python -m booktools.doctor_bench``), ``bench_step`` the training
 runner's step against a bare loop (``python -m booktools.bench_step``).
 """
-
-import sys
-
-# jsonschema (under nbformat, which jupytext and papermill import) imports the optional
-# ``rfc3987_syntax`` when it is installed (jupyter-events' extras pull it in), and that
-# package builds a Lark grammar as it loads: 2.8 s of every build process's start
-# here, for the "iri" string format, which no notebook schema uses. The build's
-# processes leave it out (``import rfc3987_syntax`` then fails; jsonschema goes on).
-sys.modules.setdefault("rfc3987_syntax", None)

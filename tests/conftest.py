@@ -57,7 +57,8 @@ def pytest_collection_modifyitems(config, items):
 def one_thread_for_shared_fixtures():
     """The module- and session-scoped fixtures (a finished run, a measured ladder) are
     made before ``one_thread`` applies: they run on one intra-op thread too. On two
-    threads, beside the other worker, the first test's run took 17 s instead of 2."""
+    threads, beside the other worker, test_train's ``fp32_run`` took 17 s of CPU in
+    the suite; on one it takes 2 s."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -68,8 +69,8 @@ def one_thread_for_shared_fixtures():
 def one_thread():
     """Unit tests run torch on one intra-op thread: at the small sizes tests use, two
     threads on a 2-core machine that is doing anything else wait on each other and can
-    be many times slower. (Notebook kernels are separate processes and keep torch's
-    default.)"""
+    be many times slower. (Notebook kernels are separate processes: the runner's
+    ``threads`` argument sets theirs.)"""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -90,11 +90,11 @@ def test_installed_versions_satisfy_the_ranges():
     assert not bad, f"installed packages outside the declared ranges: {bad}"
 
 
-def test_reading_a_notebook_builds_no_iri_parser():
-    """Every notebook kernel, the runner and jupyter-book import nbformat, and so
-    jsonschema. jsonschema 4.25 and later import rfc3987-syntax, which builds an
-    Earley parser on import (1.35 s a process on these machines); the pin keeps it
-    out."""
+def test_validating_a_notebook_builds_no_iri_parser():
+    """Each chapter's kernel (through myst-nb's glue), the runner and jupyter-book
+    import nbformat, and so jsonschema. jsonschema 4.25 and later import
+    rfc3987-syntax, which builds an Earley parser as it is imported (1.35 s a process
+    here); the pin keeps it out."""
     import subprocess
 
     code = (
