@@ -503,9 +503,24 @@ def test_sigterm_in_a_notebook_cell_marks_it_and_ends_the_kernel(tmp_path):
     assert proc.returncode == 143, err
     one_error(err, "slow was interrupted (SIGTERM)", "marked interrupted")
     assert run.run_status(out / "slow.ipynb") == "interrupted"
-    time.sleep(1.0)
     with pytest.raises(ProcessLookupError):  # the kernel went with the runner
-        os.killpg(proc.pid, 0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            os.killpg(proc.pid, 0)
+            time.sleep(0.1)
+
+
+def _descendants(pid: int) -> list[int]:
+    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    found = [int(p) for p in kids.stdout.split()]
+    return found + [d for p in found for d in _descendants(p)]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def test_build_book_ends_jupyter_book_with_itself(tmp_path):
@@ -522,14 +537,19 @@ def test_build_book_ends_jupyter_book_with_itself(tmp_path):
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    time.sleep(2.0)
-    children = subprocess.run(
-        ["pgrep", "-g", str(proc.pid), "sleep"], capture_output=True, text=True
-    ).stdout.split()
+    children, deadline = [], time.monotonic() + 60
+    while len(children) < 2 and time.monotonic() < deadline:  # both sleeps started
+        time.sleep(0.1)
+        # in a session of their own (run_ended's): found as descendants, not by group
+        children = [p for p in _descendants(proc.pid) if _comm(p) == "sleep"]
+    assert len(children) == 2, children
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
-    time.sleep(0.5)
-    alive = [p for p in children if Path(f"/proc/{p}").exists()]
+    deadline = time.monotonic() + 10
+    alive = children
+    while alive and time.monotonic() < deadline:  # a killed process takes a moment
+        time.sleep(0.1)
+        alive = [p for p in children if Path(f"/proc/{p}").exists()]
     assert not alive, f"left running: {alive}"
 
 
