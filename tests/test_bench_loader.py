@@ -45,6 +45,7 @@ def test_measure_loader_reports_rates_and_ratios(tiny_root):
 def test_max_images_and_threads(tiny_root):
     import torch
 
+    torch.set_num_threads(2)  # not the one asked for: a failure to restore shows
     before = torch.get_num_threads()
     r = measure_loader(
         tiny_root,

@@ -628,6 +628,7 @@ def test_the_command_on_a_cpu_runs_one_thread_and_puts_torchs_back(
     it leaves the caller's threads as they were."""
     import torch
 
+    torch.set_num_threads(2)  # not the command's one: a failure to restore shows
     before = torch.get_num_threads()
     monkeypatch.chdir(
         tmp_path
