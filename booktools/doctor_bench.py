@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import time
+from unittest import mock
 
 from ampbook.core import cli
 
@@ -84,17 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         load = machine_load()
         # a first run's time: every step traced, no kept trace read back
-        kept = os.environ.get("AMPBOOK_CACHE")
-        with tempfile.TemporaryDirectory() as cold:
-            os.environ["AMPBOOK_CACHE"] = cold
-            try:
-                start, cpu = time.perf_counter(), time.process_time()
-                report = diagnose(cfg)
-                total, cpu = time.perf_counter() - start, time.process_time() - cpu
-            finally:
-                os.environ.pop("AMPBOOK_CACHE")
-                if kept is not None:
-                    os.environ["AMPBOOK_CACHE"] = kept
+        with (
+            tempfile.TemporaryDirectory() as cold,
+            mock.patch.dict(os.environ, {"AMPBOOK_CACHE": cold}),
+        ):
+            start, cpu = time.perf_counter(), time.process_time()
+            report = diagnose(cfg)
+            total, cpu = time.perf_counter() - start, time.process_time() - cpu
     except DoctorError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

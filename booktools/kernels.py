@@ -7,6 +7,7 @@ reader's terms, and the mark an executed notebook carries (how its run ended).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -153,6 +154,7 @@ def end_kernels(managers: list) -> None:
 ENGINE = "ampbook"  # the papermill engine ``booktools.run`` executes with
 
 
+@functools.cache  # one registration a process
 def register_engine() -> str:
     """Register papermill's nbclient engine with fewer writes of the output notebook,
     and return its name (``ENGINE``).

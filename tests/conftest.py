@@ -59,10 +59,7 @@ def one_thread_for_shared_fixtures():
     made before ``one_thread`` applies: they run on one intra-op thread too. On two
     threads, beside the other worker, test_train's ``fp32_run`` took 17 s of CPU in
     the suite; on one it takes 2 s."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    yield from _one_torch_thread()
 
 
 @pytest.fixture(autouse=True)
@@ -71,6 +68,11 @@ def one_thread():
     threads on a 2-core machine that is doing anything else wait on each other and can
     be many times slower. (Notebook kernels are separate processes: the runner's
     ``threads`` argument sets theirs.)"""
+    yield from _one_torch_thread()
+
+
+def _one_torch_thread():
+    """One intra-op thread until the generator is resumed, then torch's as before."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

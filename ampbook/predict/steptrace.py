@@ -215,8 +215,8 @@ def _cache_path(model: nn.Module, args: tuple) -> Path | None:
 def _source_digest() -> str:
     """Of every ampbook source file's name, size and time: a change, a new folder."""
     root = Path(__file__).resolve().parents[1]
-    stats = [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
-             for p in sorted(root.rglob("*.py"))]  # fmt: skip
+    stats = [(str(p.relative_to(root)), s.st_size, s.st_mtime_ns)
+             for p in sorted(root.rglob("*.py")) for s in [p.stat()]]  # fmt: skip
     return hashlib.sha1(json.dumps(stats).encode()).hexdigest()[:16]
 
 
